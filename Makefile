@@ -1,0 +1,56 @@
+# Thin wrapper over CMake: the commands the README shows and CI runs.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build run test unit integration asan tsan release fuzz bench format clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) >/dev/null
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+release: deps
+	cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build-release -j $(JOBS)
+
+run: release
+	bash scripts/run.sh build-release/src/main/shale
+
+unit: build
+	bash scripts/unit.sh $(BUILD)
+
+integration: build
+	SHALE_BIN=$(abspath $(BUILD))/src/main/shale bash scripts/integration.sh
+
+test: build
+	bash scripts/test.sh $(BUILD)
+
+asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHL_SANITIZE=address,undefined >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	bash scripts/unit.sh build-asan
+
+tsan: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSHL_SANITIZE=thread >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSHL_FUZZ=ON >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
+	bash scripts/fuzz.sh build-fuzz
+
+bench: release
+	bash bench/run.sh build-release
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-release build-asan build-tsan build-fuzz

@@ -1,0 +1,19 @@
+/*
+ * node.h -- a data node (`shale node`): builds its command registry and installs its
+ * service hooks. Storage, CRUD and sharding roles plug in here as they land.
+ */
+#ifndef SHL_DB_NODE_H
+#define SHL_DB_NODE_H
+
+#include "base/status.h"
+#include "net/command.h"
+#include "net/service_context.h"
+
+/*
+ * shl_node_init --
+ *     Prepare 'svc' (role already set) to serve as a data node: register the data
+ *     node's commands into 'reg' and install hooks. Errors: storage start-up failures.
+ */
+int shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st);
+
+#endif

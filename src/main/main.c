@@ -1,0 +1,122 @@
+/*
+ * main.c -- the `shale` binary: `shale node` (data node: standalone, --shardsvr or
+ * --configsvr), later `shale router`, `shale up|down|status`. DESIGN.md section 1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/options.h"
+#include "db/node.h"
+#include "main/cli.h"
+#include "net/command.h"
+#include "net/server.h"
+#include "net/service_context.h"
+
+static void
+usage(FILE *out)
+{
+    fprintf(out, "usage: shale <command> [options]\n"
+                 "  node [--port N] [--bind_ip IP] [--dbpath DIR] [--replSet NAME]\n"
+                 "       [--shardsvr | --configsvr] [--logpath FILE]\n"
+                 "       [--setParameter name=value]...   run a data node\n");
+}
+
+static int
+run_node(int argc, char **argv)
+{
+    shl_service_ctx_t svc;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_command_registry_t *reg = shl_command_registry_new();
+    bson_t *av = NULL, *parsed = NULL;
+    int rc = 0;
+    shl_role_t role = SHL_ROLE_STANDALONE;
+
+    if (shl_cli_parse(argc, argv, 2, &av, &parsed, &st) != 0) {
+        fprintf(stderr, "shale node: %s\n", st.reason);
+        usage(stderr);
+        rc = 2;
+        goto done;
+    }
+    if (shl_opt_str(SHL_OPT_logpath)[0] != '\0' && shl_log_open(shl_opt_str(SHL_OPT_logpath))) {
+        fprintf(stderr, "shale node: cannot open log file %s\n", shl_opt_str(SHL_OPT_logpath));
+        rc = 1;
+        goto done;
+    }
+    shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
+    if (shl_opt_bool(SHL_OPT_shardsvr) && shl_opt_bool(SHL_OPT_configsvr)) {
+        fprintf(stderr, "shale node: --shardsvr and --configsvr are exclusive\n");
+        rc = 2;
+        goto done;
+    }
+    if (shl_opt_bool(SHL_OPT_shardsvr)) {
+        role = SHL_ROLE_SHARDSVR;
+    } else if (shl_opt_bool(SHL_OPT_configsvr)) {
+        role = SHL_ROLE_CONFIGSVR;
+    }
+    shl_service_ctx_init(&svc, role);
+    svc.cmdline_argv = av;
+    svc.cmdline_parsed = parsed;
+    av = parsed = NULL;
+    svc.commands = reg;
+    snprintf(svc.set_name, sizeof(svc.set_name), "%s", shl_opt_str(SHL_OPT_replSet));
+    {
+        char bind0[128];
+        const char *ips = shl_opt_str(SHL_OPT_bind_ip);
+        size_t n = strcspn(ips, ",");
+        snprintf(bind0, sizeof(bind0), "%.*s", (int)n, ips);
+        if (strcmp(bind0, "0.0.0.0") == 0 || bind0[0] == '\0') {
+            snprintf(bind0, sizeof(bind0), "127.0.0.1");
+        }
+        snprintf(svc.me, sizeof(svc.me), "%s:%d", bind0, (int)shl_opt_int(SHL_OPT_port));
+    }
+    SHL_LOG_INFO(CONTROL, 4615611, "Shale starting", "pid", BCON_INT64(getpid()), "port",
+                 BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "dbPath",
+                 BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
+    if (shl_node_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    shl_server_install_signal_handlers(&svc);
+    if (shl_server_start(&svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port),
+                         &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
+        rc = 48; /* MongoDB's exit code for a listener failure */
+        goto cleanup;
+    }
+    rc = shl_server_wait(&svc);
+cleanup:
+    shl_service_ctx_cleanup(&svc);
+done:
+    if (av != NULL) {
+        bson_destroy(av);
+    }
+    if (parsed != NULL) {
+        bson_destroy(parsed);
+    }
+    shl_command_registry_destroy(reg);
+    return rc;
+}
+
+int
+main(int argc, char **argv)
+{
+    int rc = 2;
+
+    shl_options_init();
+    if (argc < 2) {
+        usage(stderr);
+    } else if (strcmp(argv[1], "node") == 0) {
+        rc = run_node(argc, argv);
+    } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        rc = 0;
+    } else {
+        fprintf(stderr, "shale: unknown command '%s'\n", argv[1]);
+        usage(stderr);
+    }
+    return rc;
+}

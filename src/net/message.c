@@ -1,0 +1,328 @@
+/*
+ * message.c -- parse and build wire-protocol messages (see message.h). Every length
+ * read from the network is checked against what remains before it is used.
+ */
+#include "net/message.h"
+
+#include <string.h>
+
+#define KIND_BODY 0
+#define KIND_SEQUENCE 1
+#define MAX_SEQUENCES 8
+
+static int32_t
+rd_i32(const uint8_t *p)
+{
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 24;
+    return (int32_t)v;
+}
+
+static void
+wr_i32(uint8_t *p, int32_t v)
+{
+    uint32_t u = (uint32_t)v;
+    p[0] = (uint8_t)u;
+    p[1] = (uint8_t)(u >> 8);
+    p[2] = (uint8_t)(u >> 16);
+    p[3] = (uint8_t)(u >> 24);
+}
+
+void
+shl_msg_header_read(const uint8_t *buf, shl_msg_header_t *hdr)
+{
+    hdr->length = rd_i32(buf);
+    hdr->request_id = rd_i32(buf + 4);
+    hdr->response_to = rd_i32(buf + 8);
+    hdr->opcode = rd_i32(buf + 12);
+}
+
+int
+shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st)
+{
+    if (hdr->length <= SHL_MSG_HEADER_LEN || hdr->length > SHL_MAX_MESSAGE_SIZE) {
+        return shl_status_set(st, SHL_CODE_PROTOCOL_ERROR,
+                              "recv(): message msgLen %d is invalid. Min %d Max: %d",
+                              hdr->length, SHL_MSG_HEADER_LEN + 1, SHL_MAX_MESSAGE_SIZE);
+    }
+    return 0;
+}
+
+/*
+ * Read one BSON document at p (with 'avail' bytes left): checks its declared
+ * length, its size limit and its structure. On success *doclen is its length and
+ * 'view' is a static view of it.
+ */
+static int
+read_doc(const uint8_t *p, size_t avail, uint32_t max_size, bson_t *view, uint32_t *doclen,
+         shl_status_t *st)
+{
+    int ret = 0;
+    int32_t n;
+    size_t err_offset;
+
+    if (avail < 5) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document truncated: %zu bytes left", avail);
+    }
+    n = rd_i32(p);
+    if (n < 5 || (size_t)n > avail) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON,
+                 "BSON document length %d is invalid (%zu bytes available)", n, avail);
+    }
+    if ((uint32_t)n > max_size) {
+        SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                 "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and %u(16MB)", n,
+                 (unsigned)n, (unsigned)SHL_MAX_BSON_SIZE);
+    }
+    if (!bson_init_static(view, p, (size_t)n) ||
+        !bson_validate(view, BSON_VALIDATE_NONE, &err_offset)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON document");
+    }
+    *doclen = (uint32_t)n;
+done:
+    return ret;
+}
+
+typedef struct sequence {
+    char ident[64];
+    const uint8_t *docs;
+    size_t len;
+} sequence_t;
+
+static bool
+body_has_field(const bson_t *body, const char *name)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, body, name);
+}
+
+/* Append each document of a sequence as an array element named 'ident' in 'out'. */
+static int
+append_sequence(bson_t *out, const sequence_t *seq, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t arr, doc;
+    size_t off = 0;
+    uint32_t i = 0, dl = 0;
+    char idx[16];
+    const char *key;
+
+    bson_append_array_begin(out, seq->ident, -1, &arr);
+    while (off < seq->len) {
+        SHL_ERR(read_doc(seq->docs + off, seq->len - off, SHL_MAX_BSON_INTERNAL_SIZE, &doc, &dl,
+                         st));
+        bson_uint32_to_string(i++, &key, idx, sizeof(idx));
+        bson_append_document(&arr, key, -1, &doc);
+        off += dl;
+    }
+done:
+    bson_append_array_end(out, &arr);
+    return ret;
+}
+
+static int
+parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+{
+    int ret = 0;
+    size_t off = SHL_MSG_HEADER_LEN + 4, end = len;
+    bson_t body_view;
+    bool have_body = false;
+    sequence_t seqs[MAX_SEQUENCES];
+    int nseq = 0;
+    uint32_t dl;
+
+    if (len < SHL_MSG_HEADER_LEN + 5) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "OP_MSG too short");
+    }
+    msg->flags = (uint32_t)rd_i32(buf + SHL_MSG_HEADER_LEN);
+    /* Bits 0-15 are "required": a receiver must refuse ones it does not know. */
+    if ((msg->flags & 0xFFFFu & ~(SHL_MSG_CHECKSUM_PRESENT | SHL_MSG_MORE_TO_COME)) != 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OP_MSG_FLAG,
+                 "Message contains illegal flags value: Flag %u", (unsigned)msg->flags);
+    }
+    if (msg->flags & SHL_MSG_CHECKSUM_PRESENT) {
+        if (len < SHL_MSG_HEADER_LEN + 4 + 1 + 4) {
+            SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "OP_MSG too short for a checksum");
+        }
+        end = len - 4;
+        if ((uint32_t)rd_i32(buf + end) != shl_crc32c(buf, end)) {
+            SHL_FAIL(st, SHL_CODE_CHECKSUM_MISMATCH, "Invalid checksum");
+        }
+    }
+    while (off < end) {
+        uint8_t kind = buf[off++];
+        if (kind == KIND_BODY) {
+            if (have_body) {
+                SHL_FAIL(st, 40430, "Multiple body sections in message");
+            }
+            SHL_ERR(read_doc(buf + off, end - off, SHL_MAX_BSON_INTERNAL_SIZE, &body_view, &dl,
+                             st));
+            have_body = true;
+            off += dl;
+        } else if (kind == KIND_SEQUENCE) {
+            int32_t slen;
+            const uint8_t *p, *nul;
+            if (end - off < 4) {
+                SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "truncated document sequence");
+            }
+            slen = rd_i32(buf + off);
+            if (slen < 5 || (size_t)slen > end - off) {
+                SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "invalid document sequence size %d", slen);
+            }
+            p = buf + off + 4;
+            nul = memchr(p, '\0', (size_t)slen - 4);
+            if (nul == NULL || nul == p || (size_t)(nul - p) >= sizeof(seqs[0].ident)) {
+                SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "invalid document sequence identifier");
+            }
+            if (nseq == MAX_SEQUENCES) {
+                SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "too many document sequences");
+            }
+            memcpy(seqs[nseq].ident, p, (size_t)(nul - p) + 1);
+            for (int i = 0; i < nseq; i++) {
+                if (strcmp(seqs[i].ident, seqs[nseq].ident) == 0) {
+                    SHL_FAIL(st, 40431, "Duplicate document sequence: %s", seqs[i].ident);
+                }
+            }
+            seqs[nseq].docs = nul + 1;
+            seqs[nseq].len = (size_t)slen - 4 - (size_t)(nul + 1 - p);
+            nseq++;
+            off += (size_t)slen;
+        } else {
+            SHL_FAIL(st, 40432, "Unknown section kind %u", (unsigned)kind);
+        }
+    }
+    if (!have_body) {
+        SHL_FAIL(st, 40587, "OP_MSG messages must have a body");
+    }
+    if (nseq == 0) {
+        bson_destroy(&msg->body);
+        bson_copy_to(&body_view, &msg->body);
+    } else {
+        bson_iter_t it;
+        bson_iter_init(&it, &body_view);
+        while (bson_iter_next(&it)) {
+            bson_append_iter(&msg->body, bson_iter_key(&it), -1, &it);
+        }
+        for (int i = 0; i < nseq; i++) {
+            if (body_has_field(&body_view, seqs[i].ident)) {
+                SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
+                         seqs[i].ident);
+            }
+            SHL_ERR(append_sequence(&msg->body, &seqs[i], st));
+        }
+    }
+done:
+    return ret;
+}
+
+static int
+parse_op_query(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+{
+    int ret = 0;
+    size_t off = SHL_MSG_HEADER_LEN + 4;
+    const uint8_t *nul;
+    bson_t q;
+    uint32_t dl;
+
+    if (len < off + 1) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "OP_QUERY too short");
+    }
+    nul = memchr(buf + off, '\0', len - off);
+    if (nul == NULL || (size_t)(nul - (buf + off)) >= sizeof(msg->legacy_ns)) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "OP_QUERY namespace invalid");
+    }
+    memcpy(msg->legacy_ns, buf + off, (size_t)(nul - (buf + off)) + 1);
+    off = (size_t)(nul - buf) + 1 + 8; /* numberToSkip, numberToReturn */
+    if (off > len) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "OP_QUERY too short");
+    }
+    SHL_ERR(read_doc(buf + off, len - off, SHL_MAX_BSON_INTERNAL_SIZE, &q, &dl, st));
+    msg->legacy = true;
+    bson_destroy(&msg->body);
+    bson_copy_to(&q, &msg->body);
+done:
+    return ret;
+}
+
+int
+shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+{
+    int ret = 0;
+
+    memset(msg, 0, sizeof(*msg));
+    bson_init(&msg->body);
+    if (len < SHL_MSG_HEADER_LEN) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "message shorter than its header");
+    }
+    shl_msg_header_read(buf, &msg->hdr);
+    if ((size_t)msg->hdr.length != len) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "message length %d does not match %zu bytes read",
+                 msg->hdr.length, len);
+    }
+    switch (msg->hdr.opcode) {
+    case SHL_OP_MSG:
+        ret = parse_op_msg(buf, len, msg, st);
+        break;
+    case SHL_OP_QUERY:
+        ret = parse_op_query(buf, len, msg, st);
+        break;
+    default:
+        ret = shl_status_set(st, SHL_CODE_PROTOCOL_ERROR, "Unsupported opcode %d",
+                             msg->hdr.opcode);
+        break;
+    }
+done:
+    if (ret != 0) {
+        bson_reinit(&msg->body);
+    }
+    return ret;
+}
+
+void
+shl_msg_cleanup(shl_message_t *msg)
+{
+    bson_destroy(&msg->body);
+}
+
+static void
+write_header(uint8_t *p, size_t len, int32_t request_id, int32_t response_to, int32_t opcode)
+{
+    wr_i32(p, (int32_t)len);
+    wr_i32(p + 4, request_id);
+    wr_i32(p + 8, response_to);
+    wr_i32(p + 12, opcode);
+}
+
+uint8_t *
+shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags, const bson_t *body,
+                     size_t *len)
+{
+    bool checksum = (flags & SHL_MSG_CHECKSUM_PRESENT) != 0;
+    size_t n = SHL_MSG_HEADER_LEN + 4 + 1 + body->len + (checksum ? 4 : 0);
+    uint8_t *buf = bson_malloc(n);
+
+    write_header(buf, n, request_id, response_to, SHL_OP_MSG);
+    wr_i32(buf + SHL_MSG_HEADER_LEN, (int32_t)flags);
+    buf[SHL_MSG_HEADER_LEN + 4] = KIND_BODY;
+    memcpy(buf + SHL_MSG_HEADER_LEN + 5, bson_get_data(body), body->len);
+    if (checksum) {
+        wr_i32(buf + n - 4, (int32_t)shl_crc32c(buf, n - 4));
+    }
+    *len = n;
+    return buf;
+}
+
+uint8_t *
+shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const bson_t *doc, size_t *len)
+{
+    size_t n = SHL_MSG_HEADER_LEN + 20 + doc->len;
+    uint8_t *buf = bson_malloc0(n);
+
+    write_header(buf, n, request_id, response_to, SHL_OP_REPLY);
+    /* responseFlags 8 = AwaitCapable, as MongoDB sets; cursorID 0, startingFrom 0. */
+    wr_i32(buf + SHL_MSG_HEADER_LEN, 8);
+    wr_i32(buf + SHL_MSG_HEADER_LEN + 16, 1);
+    memcpy(buf + SHL_MSG_HEADER_LEN + 20, bson_get_data(doc), doc->len);
+    *len = n;
+    return buf;
+}

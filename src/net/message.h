@@ -1,0 +1,91 @@
+/*
+ * message.h -- MongoDB wire protocol: the 16-byte header, OP_MSG (flag bits, body
+ * and document-sequence sections, CRC-32C checksum), the legacy OP_QUERY handshake
+ * and OP_REPLY. Parsing validates every BSON document it returns.
+ */
+#ifndef SHL_NET_MESSAGE_H
+#define SHL_NET_MESSAGE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+#define SHL_OP_REPLY 1
+#define SHL_OP_QUERY 2004
+#define SHL_OP_COMPRESSED 2012
+#define SHL_OP_MSG 2013
+
+#define SHL_MSG_HEADER_LEN 16
+#define SHL_MAX_BSON_SIZE (16 * 1024 * 1024)
+/* A command may exceed a user document's limit by this much (MongoDB's internal max). */
+#define SHL_MAX_BSON_INTERNAL_SIZE (SHL_MAX_BSON_SIZE + 16 * 1024)
+#define SHL_MAX_MESSAGE_SIZE 48000000
+#define SHL_MAX_WRITE_BATCH 100000
+
+#define SHL_MSG_CHECKSUM_PRESENT (1u << 0)
+#define SHL_MSG_MORE_TO_COME (1u << 1)
+#define SHL_MSG_EXHAUST_ALLOWED (1u << 16)
+
+typedef struct shl_msg_header {
+    int32_t length;
+    int32_t request_id;
+    int32_t response_to;
+    int32_t opcode;
+} shl_msg_header_t;
+
+/* A parsed request or reply. */
+typedef struct shl_message {
+    shl_msg_header_t hdr;
+    uint32_t flags;        /* OP_MSG flagBits (0 for OP_QUERY) */
+    bool legacy;           /* arrived as OP_QUERY */
+    char legacy_ns[256];   /* OP_QUERY fullCollectionName */
+    bson_t body;           /* the command, document sequences merged in as arrays; owned */
+} shl_message_t;
+
+/* shl_msg_header_read -- decode a header from 16 bytes. */
+void shl_msg_header_read(const uint8_t *buf, shl_msg_header_t *hdr);
+
+/*
+ * shl_msg_header_check --
+ *     Whether a header's length is acceptable (16 < length <= 48000000). Errors:
+ *     ProtocolError (the connection must be closed).
+ */
+int shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st);
+
+/*
+ * shl_msg_parse --
+ *     Parse a whole message ('buf' holds 'len' bytes, header included). OP_MSG and
+ *     OP_QUERY are understood; OP_REPLY is not a request. msg->body is always
+ *     initialised (empty on error) and must be released with shl_msg_cleanup.
+ *     Errors (MongoDB's): ChecksumMismatch, IllegalOpMsgFlag, InvalidBSON,
+ *     BSONObjectTooLarge, Location40430..40433 (section structure), ProtocolError,
+ *     UnsupportedOpQueryCommand is left to the caller. Errors in
+ *     SHL_CAT_CONNECTION_FATAL_MESSAGE_ERROR or ProtocolError mean: close the connection.
+ */
+int shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st);
+
+/* shl_msg_cleanup -- release msg->body. */
+void shl_msg_cleanup(shl_message_t *msg);
+
+/*
+ * shl_msg_build_op_msg --
+ *     A complete OP_MSG with one body section. Returns a buffer the caller frees
+ *     with bson_free; *len receives its size.
+ */
+uint8_t *shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags,
+                              const bson_t *body, size_t *len);
+
+/*
+ * shl_msg_build_op_reply --
+ *     A complete OP_REPLY carrying one document (the legacy handshake's answer).
+ */
+uint8_t *shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const bson_t *doc,
+                                size_t *len);
+
+/* shl_crc32c -- CRC-32C (Castagnoli) of 'len' bytes, as OP_MSG checksums use. */
+uint32_t shl_crc32c(const uint8_t *buf, size_t len);
+
+#endif

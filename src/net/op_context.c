@@ -1,0 +1,140 @@
+/*
+ * op_context.c -- generic command arguments and interruption (see op_context.h).
+ */
+#include "net/op_context.h"
+
+#include <string.h>
+
+#include "base/clock.h"
+
+static bool
+doc_view(const bson_iter_t *it, bson_t *view)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        bson_iter_document(it, &len, &data);
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        bson_iter_array(it, &len, &data);
+    } else {
+        return false;
+    }
+    return bson_init_static(view, data, len);
+}
+
+int
+shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
+                const bson_t *body, const char *db, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+
+    memset(op, 0, sizeof(*op));
+    op->svc = svc;
+    op->conn = conn;
+    op->body = body;
+    op->start_mono_us = shl_clock_mono_us();
+    snprintf(op->db, sizeof(op->db), "%s", db);
+    if (!bson_iter_init(&it, body)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command document");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != 'l' && k[0] != 't' && k[0] != 'a' && k[0] != 's' && k[0] != 'r' &&
+            k[0] != 'w' && k[0] != 'm' && k[0] != 'd' && k[0] != '$') {
+            continue;
+        }
+        if (strcmp(k, "lsid") == 0) {
+            if (!doc_view(&it, &op->lsid) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "lsid must be an object");
+            }
+            op->has_lsid = true;
+        } else if (strcmp(k, "txnNumber") == 0) {
+            if (!BSON_ITER_HOLDS_INT(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "txnNumber must be an integer");
+            }
+            op->has_txn_number = true;
+            op->txn_number = bson_iter_as_int64(&it);
+        } else if (strcmp(k, "autocommit") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "autocommit must be a boolean");
+            }
+            op->has_autocommit = true;
+            op->autocommit = bson_iter_bool(&it);
+        } else if (strcmp(k, "startTransaction") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "startTransaction must be a boolean");
+            }
+            op->start_transaction = bson_iter_bool(&it);
+        } else if (strcmp(k, "readConcern") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->read_concern)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "readConcern must be an object");
+            }
+            op->has_read_concern = true;
+        } else if (strcmp(k, "writeConcern") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->write_concern)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "writeConcern must be an object");
+            }
+            op->has_write_concern = true;
+        } else if (strcmp(k, "shardVersion") == 0) {
+            if (!doc_view(&it, &op->shard_version)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "shardVersion must be an object");
+            }
+            op->has_shard_version = true;
+        } else if (strcmp(k, "databaseVersion") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->database_version)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "databaseVersion must be an object");
+            }
+            op->has_database_version = true;
+        } else if (strcmp(k, "$clusterTime") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->cluster_time)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$clusterTime must be an object");
+            }
+            op->has_cluster_time = true;
+        } else if (strcmp(k, "maxTimeMS") == 0) {
+            int64_t ms;
+            if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "maxTimeMS must be a number");
+            }
+            ms = bson_iter_as_int64(&it);
+            if (ms < 0 || (BSON_ITER_HOLDS_DOUBLE(&it) && bson_iter_double(&it) != (double)ms)) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                         "%s value for maxTimeMS is out of range [0, 2147483647]", k);
+            }
+            if (ms > INT32_MAX) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "maxTimeMS value is out of range");
+            }
+            if (ms > 0) {
+                op->deadline_us = op->start_mono_us + ms * 1000;
+            }
+        }
+    }
+done:
+    return ret;
+}
+
+int
+shl_op_check_interrupt(shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    if (atomic_load(&op->killed)) {
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED, "operation was interrupted");
+    } else if (op->deadline_us != 0 && shl_clock_mono_us() >= op->deadline_us) {
+        ret = shl_status_set(st, SHL_CODE_MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
+    } else if (atomic_load(&op->svc->shutting_down)) {
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                             "interrupted at shutdown");
+    }
+    return ret;
+}
+
+int64_t
+shl_op_remaining_ms(const shl_op_ctx_t *op)
+{
+    int64_t left;
+    if (op->deadline_us == 0) {
+        return -1;
+    }
+    left = (op->deadline_us - shl_clock_mono_us()) / 1000;
+    return left > 0 ? left : 0;
+}

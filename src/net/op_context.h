@@ -1,0 +1,70 @@
+/*
+ * op_context.h -- one per request: who sent it, the command's generic arguments
+ * (session, transaction, read/write concern, versions, deadline) and the kill flag.
+ * Every blocking wait checks shl_op_check_interrupt(). DESIGN.md section 3.
+ */
+#ifndef SHL_NET_OP_CONTEXT_H
+#define SHL_NET_OP_CONTEXT_H
+
+#include <bson/bson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/service_context.h"
+
+struct shl_conn;
+
+typedef struct shl_op_ctx {
+    shl_service_ctx_t *svc;
+    struct shl_conn *conn;      /* NULL for operations started internally */
+    const char *cmd_name;       /* borrowed from the request body */
+    char db[128];               /* $db */
+    const bson_t *body;         /* the whole command; borrowed for the request */
+
+    /* Generic arguments; each 'has_' says whether the field was present. */
+    bool has_lsid;
+    bson_t lsid;                /* static view into body when has_lsid */
+    bool has_txn_number;
+    int64_t txn_number;
+    bool has_autocommit;
+    bool autocommit;
+    bool start_transaction;
+    bool has_read_concern;
+    bson_t read_concern;        /* static view */
+    bool has_write_concern;
+    bson_t write_concern;       /* static view */
+    bool has_shard_version;
+    bson_t shard_version;       /* static view (document or legacy array) */
+    bool has_database_version;
+    bson_t database_version;    /* static view */
+    bool has_cluster_time;
+    bson_t cluster_time;        /* static view of $clusterTime */
+    const char *comment_json;   /* NULL when absent; never used for logic */
+
+    int64_t deadline_us;        /* monotonic; 0 = none (maxTimeMS) */
+    atomic_bool killed;         /* set by killOp or shutdown */
+    int64_t start_mono_us;
+} shl_op_ctx_t;
+
+/*
+ * shl_op_ctx_init --
+ *     Fill generic arguments from 'body' (borrowed for the op's lifetime) and the
+ *     deadline from maxTimeMS. Errors: BadValue / TypeMismatch for malformed
+ *     generic arguments (e.g. negative maxTimeMS).
+ */
+int shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
+                    const bson_t *body, const char *db, shl_status_t *st);
+
+/*
+ * shl_op_check_interrupt --
+ *     0 if the operation may continue; MaxTimeMSExpired past its deadline,
+ *     Interrupted if killed, InterruptedAtShutdown during shutdown.
+ */
+int shl_op_check_interrupt(shl_op_ctx_t *op, shl_status_t *st);
+
+/* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
+int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);
+
+#endif

@@ -1,0 +1,453 @@
+/*
+ * server.c -- listener and per-connection threads (see server.h). A connection's
+ * thread reads a whole message, hands it to the service dispatcher and writes the
+ * reply; a malformed message closes that connection only.
+ */
+#include "net/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/options.h"
+#include "net/service.h"
+
+#define MAX_LISTENERS 8
+#define CONN_STACK_SIZE (4 * 1024 * 1024)
+
+typedef struct server {
+    int listen_fds[MAX_LISTENERS];
+    int nlisten;
+    int wake_pipe[2];            /* written to start a shutdown (signal-safe) */
+    pthread_t listener;
+    pthread_mutex_t lock;        /* guards conns, next_conn_id, done */
+    pthread_cond_t cond;         /* signalled when a connection goes idle or leaves */
+    shl_conn_t *conns;           /* guarded by lock */
+    int64_t next_conn_id;        /* guarded by lock */
+    bool done;                   /* guarded by lock */
+    atomic_llong shutdown_timeout_ms;
+} server_t;
+
+/* One server per process; reached from the signal handler. */
+static server_t *the_server;
+static shl_service_ctx_t *the_svc;
+
+static bool
+read_full(int fd, uint8_t *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool
+shl_conn_write_all(shl_conn_t *conn, const uint8_t *buf, size_t n)
+{
+    size_t sent = 0;
+    while (sent < n) {
+        ssize_t w = send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else {
+            return false;
+        }
+    }
+    atomic_fetch_add(&conn->svc->counters.bytes_out, (long long)n);
+    return true;
+}
+
+static void
+unlink_conn(server_t *srv, shl_conn_t *conn)
+{
+    pthread_mutex_lock(&srv->lock);
+    for (shl_conn_t **p = &srv->conns; *p != NULL; p = &(*p)->next) {
+        if (*p == conn) {
+            *p = conn->next;
+            break;
+        }
+    }
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void *
+conn_main(void *arg)
+{
+    shl_conn_t *conn = arg;
+    shl_service_ctx_t *svc = conn->svc;
+    uint8_t hdrbuf[SHL_MSG_HEADER_LEN];
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    char ctx[32];
+
+    snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
+    shl_log_set_thread_ctx(ctx);
+
+    while (!atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
+        shl_msg_header_t hdr;
+        shl_status_t st = SHL_STATUS_INIT;
+
+        if (!read_full(conn->fd, hdrbuf, sizeof(hdrbuf))) {
+            break;
+        }
+        shl_msg_header_read(hdrbuf, &hdr);
+        if (shl_msg_header_check(&hdr, &st) != 0) {
+            SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
+                            "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
+            break;
+        }
+        if ((size_t)hdr.length > cap) {
+            cap = (size_t)hdr.length;
+            buf = bson_realloc(buf, cap);
+        }
+        memcpy(buf, hdrbuf, sizeof(hdrbuf));
+        if (!read_full(conn->fd, buf + SHL_MSG_HEADER_LEN, (size_t)hdr.length - SHL_MSG_HEADER_LEN)) {
+            break;
+        }
+        atomic_fetch_add(&svc->counters.bytes_in, hdr.length);
+        atomic_fetch_add(&svc->counters.num_requests, 1);
+        atomic_store(&conn->in_op, true);
+        bool keep = shl_service_handle_message(svc, conn, buf, (size_t)hdr.length);
+        atomic_store(&conn->in_op, false);
+        if (atomic_load(&svc->shutting_down)) {
+            pthread_mutex_lock(&the_server->lock);
+            pthread_cond_broadcast(&the_server->cond);
+            pthread_mutex_unlock(&the_server->lock);
+        }
+        if (!keep) {
+            break;
+        }
+        if (cap > 1024 * 1024) {
+            /* Do not keep a large buffer alive on an idle connection. */
+            bson_free(buf);
+            buf = NULL;
+            cap = 0;
+        }
+    }
+    bson_free(buf);
+    SHL_LOG_INFO(NETWORK, 22944, "Connection ended", "remote", BCON_UTF8(conn->remote),
+                 "connectionId", BCON_INT64(conn->id), "connectionCount",
+                 BCON_INT64(atomic_load(&svc->counters.conn_current) - 1));
+    close(conn->fd);
+    atomic_fetch_sub(&svc->counters.conn_current, 1);
+    unlink_conn(the_server, conn);
+    if (conn->client_metadata != NULL) {
+        bson_destroy(conn->client_metadata);
+    }
+    bson_free(conn);
+    return NULL;
+}
+
+static void
+describe_addr(const struct sockaddr_storage *sa, char *out, size_t n)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+    } else if (sa->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, n, "%s:%d", host, port);
+}
+
+static void
+accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
+{
+    struct sockaddr_storage sa, la;
+    socklen_t salen = sizeof(sa), lalen = sizeof(la);
+    int fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
+    int one = 1;
+    pthread_attr_t attr;
+    shl_conn_t *conn;
+
+    if (fd < 0) {
+        return;
+    }
+    if (atomic_load(&svc->counters.conn_current) >= shl_opt_int(SHL_OPT_maxConns)) {
+        SHL_LOG_WARNING(NETWORK, 22942, "Connection refused because there are too many open "
+                                        "connections");
+        close(fd);
+        return;
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    conn = bson_malloc0(sizeof(*conn));
+    conn->fd = fd;
+    conn->svc = svc;
+    describe_addr(&sa, conn->remote, sizeof(conn->remote));
+    getsockname(fd, (struct sockaddr *)&la, &lalen);
+    describe_addr(&la, conn->local, sizeof(conn->local));
+
+    pthread_mutex_lock(&srv->lock);
+    conn->id = ++srv->next_conn_id;
+    conn->next = srv->conns;
+    srv->conns = conn;
+    pthread_mutex_unlock(&srv->lock);
+    atomic_fetch_add(&svc->counters.conn_current, 1);
+    atomic_fetch_add(&svc->counters.conn_total, 1);
+    SHL_LOG_INFO(NETWORK, 22943, "Connection accepted", "remote", BCON_UTF8(conn->remote),
+                 "connectionId", BCON_INT64(conn->id), "connectionCount",
+                 BCON_INT64(atomic_load(&svc->counters.conn_current)));
+
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&conn->thread, &attr, conn_main, conn) != 0) {
+        SHL_LOG_ERROR(NETWORK, 22948, "Failed to create a connection thread");
+        close(fd);
+        atomic_fetch_sub(&svc->counters.conn_current, 1);
+        unlink_conn(srv, conn);
+        bson_free(conn);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static bool
+any_op_running(server_t *srv)
+{
+    bool running = false;
+    for (shl_conn_t *c = srv->conns; c != NULL && !running; c = c->next) {
+        running = atomic_load(&c->in_op);
+    }
+    return running;
+}
+
+/* The shutdown sequence, run on the listener thread once woken. */
+static void
+shut_down(server_t *srv, shl_service_ctx_t *svc)
+{
+    int64_t timeout_ms = atomic_load(&srv->shutdown_timeout_ms);
+    int64_t deadline = shl_clock_mono_us() + timeout_ms * 1000;
+    struct timespec ts;
+
+    SHL_LOG_INFO(CONTROL, 4784900, "Shutting down", "timeoutMillis", BCON_INT64(timeout_ms));
+    atomic_store(&svc->shutting_down, true);
+    for (int i = 0; i < srv->nlisten; i++) {
+        close(srv->listen_fds[i]);
+    }
+    /* Let running operations finish, up to the bound. */
+    pthread_mutex_lock(&srv->lock);
+    while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->cond, &srv->lock, &ts);
+    }
+    /* Wake every connection thread and wait for all of them to leave. */
+    for (shl_conn_t *c = srv->conns; c != NULL; c = c->next) {
+        atomic_store(&c->close_now, true);
+        shutdown(c->fd, SHUT_RDWR);
+    }
+    deadline = shl_clock_mono_us() + 10 * 1000 * 1000;
+    while (srv->conns != NULL && shl_clock_mono_us() < deadline) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->cond, &srv->lock, &ts);
+    }
+    pthread_mutex_unlock(&srv->lock);
+    if (svc->hooks.shutdown != NULL) {
+        svc->hooks.shutdown(svc);
+    }
+    SHL_LOG_INFO(CONTROL, 20565, "Now exiting");
+    pthread_mutex_lock(&srv->lock);
+    srv->done = true;
+    pthread_cond_broadcast(&srv->cond);
+    pthread_mutex_unlock(&srv->lock);
+}
+
+static void *
+listener_main(void *arg)
+{
+    shl_service_ctx_t *svc = arg;
+    server_t *srv = the_server;
+    struct pollfd pfds[MAX_LISTENERS + 1];
+    bool stop = false;
+
+    shl_log_set_thread_ctx("listener");
+    while (!stop) {
+        int n = 0;
+        for (int i = 0; i < srv->nlisten; i++) {
+            pfds[n].fd = srv->listen_fds[i];
+            pfds[n].events = POLLIN;
+            n++;
+        }
+        pfds[n].fd = srv->wake_pipe[0];
+        pfds[n].events = POLLIN;
+        if (poll(pfds, (nfds_t)n + 1, -1) < 0) {
+            continue;
+        }
+        if (pfds[n].revents & POLLIN) {
+            stop = true;
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            if (pfds[i].revents & POLLIN) {
+                accept_one(srv, svc, pfds[i].fd);
+            }
+        }
+    }
+    shut_down(srv, svc);
+    return NULL;
+}
+
+static int
+bind_one(server_t *srv, const char *host, int port, shl_status_t *st)
+{
+    int ret = 0;
+    struct addrinfo hints = {0}, *res = NULL;
+    char portstr[16];
+    int fd = -1, one = 1, rc;
+
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    snprintf(portstr, sizeof(portstr), "%d", port);
+    if ((rc = getaddrinfo(host, portstr, &hints, &res)) != 0) {
+        SHL_FAIL(st, SHL_CODE_SOCKET_EXCEPTION, "cannot resolve bind address %s: %s", host,
+                 gai_strerror(rc));
+    }
+    if (srv->nlisten == MAX_LISTENERS) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "too many bind addresses");
+    }
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        SHL_FAIL(st, SHL_CODE_SOCKET_EXCEPTION, "socket(): %s", strerror(errno));
+    }
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+        SHL_FAIL(st, SHL_CODE_SOCKET_EXCEPTION, "Failed to set up listener on %s:%d: %s", host,
+                 port, strerror(errno));
+    }
+    if (listen(fd, 1024) != 0) {
+        SHL_FAIL(st, SHL_CODE_SOCKET_EXCEPTION, "listen(): %s", strerror(errno));
+    }
+    srv->listen_fds[srv->nlisten++] = fd;
+    fd = -1;
+done:
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (res != NULL) {
+        freeaddrinfo(res);
+    }
+    return ret;
+}
+
+int
+shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_status_t *st)
+{
+    int ret = 0;
+    server_t *srv = bson_malloc0(sizeof(*srv));
+    char *ips = bson_strdup(bind_ip), *save = NULL;
+
+    pthread_mutex_init(&srv->lock, NULL);
+    pthread_cond_init(&srv->cond, NULL);
+    atomic_store(&srv->shutdown_timeout_ms,
+                 shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown));
+    if (pipe2(srv->wake_pipe, O_CLOEXEC) != 0) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "pipe(): %s", strerror(errno));
+    }
+    for (char *ip = strtok_r(ips, ",", &save); ip != NULL; ip = strtok_r(NULL, ",", &save)) {
+        while (*ip == ' ') {
+            ip++;
+        }
+        SHL_ERR(bind_one(srv, ip, port, st));
+    }
+    if (srv->nlisten == 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "no bind address");
+    }
+    the_server = srv;
+    the_svc = svc;
+    if (pthread_create(&srv->listener, NULL, listener_main, svc) != 0) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the listener thread");
+    }
+    SHL_LOG_INFO(NETWORK, 23016, "Waiting for connections", "port", BCON_INT32(port), "ssl",
+                 BCON_UTF8("off"));
+done:
+    bson_free(ips);
+    if (ret != 0) {
+        for (int i = 0; i < srv->nlisten; i++) {
+            close(srv->listen_fds[i]);
+        }
+        the_server = NULL;
+        bson_free(srv);
+    }
+    return ret;
+}
+
+int
+shl_server_wait(shl_service_ctx_t *svc)
+{
+    server_t *srv = the_server;
+    pthread_join(srv->listener, NULL);
+    return atomic_load(&svc->shutdown_exit_code);
+}
+
+void
+shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms)
+{
+    char c = 1;
+    (void)svc;
+    if (the_server == NULL) {
+        return;
+    }
+    if (timeout_ms >= 0) {
+        atomic_store(&the_server->shutdown_timeout_ms, timeout_ms);
+    }
+    ssize_t w = write(the_server->wake_pipe[1], &c, 1);
+    (void)w;
+}
+
+static void
+on_signal(int sig)
+{
+    (void)sig;
+    shl_server_request_shutdown(the_svc, -1);
+}
+
+void
+shl_server_install_signal_handlers(shl_service_ctx_t *svc)
+{
+    struct sigaction sa;
+    the_svc = svc;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}

@@ -1,0 +1,58 @@
+/*
+ * server.h -- the listener and the thread-per-connection service loop (MongoDB's own
+ * model), and graceful shutdown: stop accepting, let running operations finish within
+ * a bound, close connections, run the role's shutdown hook.
+ */
+#ifndef SHL_NET_SERVER_H
+#define SHL_NET_SERVER_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "net/service_context.h"
+
+/* A client connection. Fields without a lock note are touched only by its own thread. */
+typedef struct shl_conn {
+    int64_t id;
+    int fd;
+    char remote[64];
+    char local[64];
+    shl_service_ctx_t *svc;
+    bool internal;             /* hello said internalClient */
+    bool hello_seen;           /* the first hello stores client metadata */
+    char app_name[128];        /* client.application.name from the first hello */
+    bson_t *client_metadata;   /* the first hello's client document, or NULL */
+    atomic_bool close_now;     /* set by failCommand closeConnection / shutdown */
+    atomic_bool in_op;         /* an operation is running on this connection */
+    pthread_t thread;
+    struct shl_conn *next;     /* the server's list; guarded by the server's lock */
+} shl_conn_t;
+
+/*
+ * shl_server_start --
+ *     Bind 'bind_ip' (comma-separated) on 'port' and start the listener thread.
+ *     Errors: SocketException (address in use, bad address).
+ */
+int shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_status_t *st);
+
+/*
+ * shl_server_wait --
+ *     Block until shutdown completes (signal, shutdown command); returns the exit code.
+ */
+int shl_server_wait(shl_service_ctx_t *svc);
+
+/*
+ * shl_server_request_shutdown --
+ *     Begin a graceful shutdown with 'timeout_ms' for running operations (-1: the
+ *     shutdownTimeoutMillisForSignaledShutdown option). Async-signal-safe when
+ *     timeout_ms is -1. Returns immediately.
+ */
+void shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms);
+
+/* shl_server_install_signal_handlers -- SIGTERM/SIGINT start a shutdown; ignore SIGPIPE. */
+void shl_server_install_signal_handlers(shl_service_ctx_t *svc);
+
+#endif

@@ -1,0 +1,234 @@
+/*
+ * service.c -- request dispatch (see service.h): command lookup, the database and
+ * flag checks, generic arguments, failCommand, running the command, and building
+ * the reply from its status.
+ */
+#include "net/service.h"
+
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/options.h"
+
+/* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
+static bool
+unwrap_legacy_query(const bson_t *in, bson_t *view)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (bson_iter_init(&it, in) && bson_iter_next(&it) &&
+        (strcmp(bson_iter_key(&it), "$query") == 0 || strcmp(bson_iter_key(&it), "query") == 0) &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_document(&it, &len, &data);
+        return bson_init_static(view, data, len);
+    }
+    return false;
+}
+
+static void
+count_op(shl_service_ctx_t *svc, const char *name)
+{
+    atomic_llong *c = &svc->counters.op_command;
+    if (strcmp(name, "insert") == 0) {
+        c = &svc->counters.op_insert;
+    } else if (strcmp(name, "find") == 0) {
+        c = &svc->counters.op_query;
+    } else if (strcmp(name, "update") == 0) {
+        c = &svc->counters.op_update;
+    } else if (strcmp(name, "delete") == 0) {
+        c = &svc->counters.op_delete;
+    } else if (strcmp(name, "getMore") == 0) {
+        c = &svc->counters.op_getmore;
+    }
+    atomic_fetch_add(c, 1);
+}
+
+/*
+ * Run the command in 'body' and build its whole reply. *close_conn is set when
+ * failCommand asks for the connection to be closed.
+ */
+static void
+dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const char *db_in,
+         bool legacy, bson_t *reply, bool *close_conn)
+{
+    int ret = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_op_ctx_t op;
+    bson_iter_t it;
+    const char *name = "";
+    const shl_command_t *cmd = NULL;
+    char db[128] = "";
+    shl_fail_command_action_t fc;
+    bool op_init = false;
+
+    memset(&fc, 0, sizeof(fc));
+    memset(&op, 0, sizeof(op));
+    bson_init(reply);
+    if (!bson_iter_init(&it, body) || !bson_iter_next(&it)) {
+        SHL_FAIL(&st, SHL_CODE_INVALID_OPTIONS, "no command name found in request");
+    }
+    name = bson_iter_key(&it);
+    if (db_in != NULL) {
+        snprintf(db, sizeof(db), "%s", db_in);
+    } else if (bson_iter_init_find(&it, body, "$db") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(db, sizeof(db), "%s", bson_iter_utf8(&it, NULL));
+    } else {
+        SHL_FAIL(&st, 40571, "OP_MSG requests require a $db argument");
+    }
+    count_op(svc, name);
+    cmd = shl_command_registry_find(svc->commands, name);
+    if (cmd == NULL) {
+        SHL_FAIL(&st, SHL_CODE_COMMAND_NOT_FOUND, "no such command: '%s'", name);
+    }
+    if (legacy && !(cmd->flags & SHL_CMD_HANDSHAKE)) {
+        SHL_FAIL(&st, SHL_CODE_UNSUPPORTED_OP_QUERY_COMMAND,
+                 "Unsupported OP_QUERY command: %s. The client driver may require an upgrade. "
+                 "For more details see https://dochub.mongodb.org/core/legacy-opcode-removal",
+                 name);
+    }
+    if (db[0] == '\0' || strchr(db, '.') != NULL || strchr(db, ' ') != NULL ||
+        strchr(db, '$') != NULL || strchr(db, '/') != NULL || strchr(db, '\\') != NULL ||
+        strlen(db) >= 64) {
+        SHL_FAIL(&st, SHL_CODE_INVALID_NAMESPACE, "Invalid database name: '%s'", db);
+    }
+    if ((cmd->flags & SHL_CMD_ADMIN_ONLY) && strcmp(db, "admin") != 0) {
+        SHL_FAIL(&st, SHL_CODE_UNAUTHORIZED, "%s may only be run against the admin database.",
+                 cmd->name);
+    }
+    SHL_ERR(shl_op_ctx_init(&op, svc, conn, body, db, &st));
+    op_init = true;
+    op.cmd_name = cmd->name;
+
+    if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {
+        shl_fail_command_check(&op, name, &fc);
+    }
+    if (fc.fire) {
+        if (fc.close_connection) {
+            *close_conn = true;
+            goto done;
+        }
+        if (fc.block_ms > 0) {
+            shl_sleep_ms(fc.block_ms);
+        }
+        if (fc.error_code != 0) {
+            SHL_FAIL(&st, fc.error_code, "Failing command %s via 'failCommand' failpoint", name);
+        }
+    }
+    ret = cmd->run(&op, body, reply, &st);
+
+done:
+    if (ret != 0) {
+        bson_reinit(reply);
+        if (fc.fire && fc.has_labels) {
+            st.labels = 0;
+            shl_status_append_reply(&st, reply);
+            BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
+        } else {
+            shl_status_append_reply(&st, reply);
+        }
+        SHL_LOG_DEBUG(1, COMMAND, 51803, "command failed", "command", BCON_UTF8(name), "code",
+                      BCON_INT32(st.code), "errmsg", BCON_UTF8(st.reason));
+    } else if (!*close_conn) {
+        if (fc.fire && fc.has_wce) {
+            BSON_APPEND_DOCUMENT(reply, "writeConcernError", &fc.write_concern_error);
+        }
+        if (!bson_has_field(reply, "ok")) {
+            BSON_APPEND_DOUBLE(reply, "ok", 1.0);
+        }
+    }
+    if (op_init && svc->hooks.decorate_reply != NULL) {
+        svc->hooks.decorate_reply(&op, reply);
+    }
+    shl_fail_command_action_cleanup(&fc);
+}
+
+void
+shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body,
+                        const char *db, bson_t *reply)
+{
+    bool close_conn = false;
+    dispatch(svc, conn, body, db, false, reply, &close_conn);
+}
+
+static bool
+send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
+{
+    static atomic_int next_id = 1;
+    uint8_t *out;
+    size_t n;
+    bool ok;
+    int32_t id = atomic_fetch_add(&next_id, 1);
+
+    if (msg->legacy) {
+        out = shl_msg_build_op_reply(id, msg->hdr.request_id, reply, &n);
+    } else {
+        out = shl_msg_build_op_msg(id, msg->hdr.request_id, 0, reply, &n);
+    }
+    ok = shl_conn_write_all(conn, out, n);
+    bson_free(out);
+    return ok;
+}
+
+bool
+shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8_t *buf,
+                           size_t len)
+{
+    shl_message_t msg;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t reply;
+    bool keep = true, close_conn = false;
+
+    if (shl_msg_parse(buf, len, &msg, &st) != 0) {
+        SHL_LOG_WARNING(NETWORK, 4615639, "Invalid message from client", "remote",
+                        BCON_UTF8(conn->remote), "error", BCON_UTF8(st.reason), "code",
+                        BCON_INT32(st.code));
+        /* A frame we could not understand at all leaves the stream in an unknown state. */
+        if (st.code == SHL_CODE_PROTOCOL_ERROR ||
+            shl_code_in_category(st.code, SHL_CAT_CONNECTION_FATAL_MESSAGE_ERROR) ||
+            (msg.hdr.opcode != SHL_OP_MSG && msg.hdr.opcode != SHL_OP_QUERY)) {
+            shl_msg_cleanup(&msg);
+            return false;
+        }
+        bson_init(&reply);
+        shl_status_append_reply(&st, &reply);
+        keep = send_reply(conn, &msg, &reply);
+        bson_destroy(&reply);
+        shl_msg_cleanup(&msg);
+        return keep;
+    }
+
+    if (msg.legacy) {
+        bson_t inner;
+        const char *dot = strchr(msg.legacy_ns, '.');
+        char db[128] = "";
+        if (dot == NULL || strcmp(dot, ".$cmd") != 0) {
+            /* Legacy OP_QUERY reads were removed in MongoDB 5.1+; answer like it. */
+            bson_init(&reply);
+            shl_status_set(&st, SHL_CODE_UNSUPPORTED_OP_QUERY_COMMAND,
+                           "Unsupported OP_QUERY command: find. The client driver may require "
+                           "an upgrade.");
+            shl_status_append_reply(&st, &reply);
+            BSON_APPEND_UTF8(&reply, "$err", st.reason);
+        } else {
+            snprintf(db, sizeof(db), "%.*s", (int)(dot - msg.legacy_ns), msg.legacy_ns);
+            if (unwrap_legacy_query(&msg.body, &inner)) {
+                dispatch(svc, conn, &inner, db, true, &reply, &close_conn);
+            } else {
+                dispatch(svc, conn, &msg.body, db, true, &reply, &close_conn);
+            }
+        }
+    } else {
+        dispatch(svc, conn, &msg.body, NULL, false, &reply, &close_conn);
+    }
+    if (close_conn) {
+        keep = false;
+    } else if (!(msg.flags & SHL_MSG_MORE_TO_COME)) {
+        keep = send_reply(conn, &msg, &reply);
+    }
+    bson_destroy(&reply);
+    shl_msg_cleanup(&msg);
+    return keep && !atomic_load(&conn->close_now);
+}

@@ -1,0 +1,87 @@
+/*
+ * service_context.h -- one per process: the role, the command registry, counters,
+ * and the role's components. No other process-wide state exists besides the
+ * options table, the fail point registry and the log. DESIGN.md section 3.
+ *
+ * Lower layers cannot name upper-layer types, so the role's components are
+ * forward-declared pointers and role behaviour is reached through hooks that the
+ * role installs before the listener starts.
+ */
+#ifndef SHL_NET_SERVICE_CONTEXT_H
+#define SHL_NET_SERVICE_CONTEXT_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct shl_command_registry;
+struct shl_op_ctx;
+struct shl_conn;
+struct shl_storage_engine;
+struct shl_service_ctx;
+
+typedef enum shl_role {
+    SHL_ROLE_STANDALONE,
+    SHL_ROLE_SHARDSVR,
+    SHL_ROLE_CONFIGSVR,
+    SHL_ROLE_ROUTER,
+} shl_role_t;
+
+/* Counters reported by serverStatus; all atomics. */
+typedef struct shl_counters {
+    atomic_llong conn_current;
+    atomic_llong conn_total;
+    atomic_llong conn_active;
+    atomic_llong bytes_in;
+    atomic_llong bytes_out;
+    atomic_llong num_requests;
+    atomic_llong op_insert;
+    atomic_llong op_query;
+    atomic_llong op_update;
+    atomic_llong op_delete;
+    atomic_llong op_getmore;
+    atomic_llong op_command;
+} shl_counters_t;
+
+/* Hooks a role installs; any may be NULL. Called without service locks held. */
+typedef struct shl_service_hooks {
+    /* Role-specific fields of hello/isMaster (setName, hosts, msg: "isdbgrid", ...). */
+    void (*append_hello)(struct shl_op_ctx *op, bson_t *reply);
+    /* Fields every reply carries ($clusterTime, operationTime, ...). */
+    void (*decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
+    /* Extra serverStatus sections (storage engine, sharding, ...). */
+    void (*append_server_status)(struct shl_service_ctx *svc, bson_t *reply);
+    /* Called once after the listener stopped and operations finished or timed out. */
+    void (*shutdown)(struct shl_service_ctx *svc);
+} shl_service_hooks_t;
+
+typedef struct shl_service_ctx {
+    shl_role_t role;                               /* set before start, then read-only */
+    const struct shl_command_registry *commands;   /* set before start, then read-only */
+    shl_service_hooks_t hooks;                     /* set before start, then read-only */
+    char me[300];                                  /* "host:port" of this process */
+    char set_name[128];                            /* replSet name, "" for none */
+    int64_t start_wall_ms;                         /* read-only */
+    int64_t start_mono_us;                         /* read-only */
+    bson_t *cmdline_argv;                          /* getCmdLineOpts argv; read-only */
+    bson_t *cmdline_parsed;                        /* getCmdLineOpts parsed; read-only */
+    shl_counters_t counters;
+    atomic_bool shutting_down;                     /* set once by shutdown */
+    atomic_int shutdown_exit_code;
+
+    struct shl_storage_engine *storage;            /* data nodes; NULL on the router */
+    void *role_state;                              /* owned by the role's module */
+} shl_service_ctx_t;
+
+/* shl_service_ctx_init -- zero the context and record start times. */
+void shl_service_ctx_init(shl_service_ctx_t *svc, shl_role_t role);
+
+/* shl_service_ctx_cleanup -- free what shl_service_ctx_init and start-up allocated. */
+void shl_service_ctx_cleanup(shl_service_ctx_t *svc);
+
+/* shl_service_is_data_node -- true for the roles that store data. */
+bool shl_service_is_data_node(const shl_service_ctx_t *svc);
+
+#endif
