@@ -1,0 +1,144 @@
+"""Fixtures that start real `shale` processes on free loopback ports in temporary
+folders, wait until they answer, and stop them by pid. Modelled on MongoDB's
+ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pymongo
+
+SHALE_BIN = os.environ.get("SHALE_BIN", os.path.join(
+    os.path.dirname(__file__), "..", "..", "build", "src", "main", "shale"))
+LOG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "logs")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(cond, timeout=30.0, what="condition"):
+    """Poll cond() until it returns a truthy value; raise after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out waiting for " + what)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+class ShaleProcess:
+    """One `shale` process (node or router). Start with start(); stop() sends
+    SIGTERM and waits; kill() sends SIGKILL (a crash)."""
+
+    def __init__(self, args, dbpath=None, port=None, name="node"):
+        self.port = port or free_port()
+        self.args = list(args)
+        self.name = name
+        self.own_dir = dbpath is None
+        self.dbpath = dbpath or tempfile.mkdtemp(prefix="shale-%s-" % name)
+        self.logpath = os.path.join(self.dbpath, "..", os.path.basename(self.dbpath) + ".log")
+        self.logpath = os.path.abspath(self.logpath)
+        self.proc = None
+
+    @property
+    def host(self):
+        return "127.0.0.1:%d" % self.port
+
+    def uri(self, **opts):
+        q = "&".join("%s=%s" % kv for kv in opts.items())
+        return "mongodb://%s/%s" % (self.host, ("?" + q) if q else "")
+
+    def start(self, extra=(), wait=True):
+        cmd = [SHALE_BIN] + self.args + ["--port", str(self.port), "--dbpath", self.dbpath,
+                                         "--setParameter", "enableTestCommands=1"] + list(extra)
+        self.log = open(self.logpath, "ab")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout=30.0):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError("%s exited with %s; log: %s" % (self.name, self.proc.returncode,
+                                                                   self.read_log()[-2000:]))
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    pass
+            except OSError:
+                return False
+            try:
+                c = pymongo.MongoClient(self.host, serverSelectionTimeoutMS=500,
+                                        connectTimeoutMS=500)
+                c.admin.command("ping")
+                c.close()
+                return True
+            except pymongo.errors.PyMongoError:
+                return False
+        wait_until(ready, timeout, "%s on port %d" % (self.name, self.port))
+
+    def client(self, **kw):
+        kw.setdefault("serverSelectionTimeoutMS", 10000)
+        return pymongo.MongoClient(self.host, **kw)
+
+    def read_log(self):
+        try:
+            with open(self.logpath, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout=30):
+        """SIGTERM and wait; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def kill(self):
+        """SIGKILL: a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cleanup(self, keep_log_as=None):
+        self.kill()
+        if getattr(self, "log", None):
+            self.log.close()
+        if keep_log_as:
+            os.makedirs(LOG_DIR, exist_ok=True)
+            try:
+                shutil.copy(self.logpath, os.path.join(LOG_DIR, keep_log_as + ".log"))
+            except OSError:
+                pass
+        if self.own_dir:
+            shutil.rmtree(self.dbpath, ignore_errors=True)
+        try:
+            os.unlink(self.logpath)
+        except OSError:
+            pass
+
+
+def fail_point(client, name, mode, data=None):
+    """configureFailPoint on the process behind 'client'."""
+    cmd = {"configureFailPoint": name, "mode": mode}
+    if data is not None:
+        cmd["data"] = data
+    return client.admin.command(cmd)
