@@ -5,6 +5,7 @@
  * command is a fan-out of one, so there is one code path to get right.
  */
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -33,26 +34,26 @@ typedef enum phase {
 typedef struct op {
     const char *host;
     const char *db;
-    const bson_t *cmd;             /* NULL: connect and handshake only (checkout) */
-    const char *cmd_name;          /* the exchange in flight, for messages */
+    const bson_t *cmd;    /* NULL: connect and handshake only (checkout) */
+    const char *cmd_name; /* the exchange in flight, for messages */
     shl_client_conn_t *conn;
-    bool own_conn;                 /* acquired here: release to the pool when done */
-    shl_client_conn_t **conn_out;  /* checkout: hand the connection over on success */
-    struct addrinfo *ai_list;      /* name resolution, until connected */
+    bool own_conn;                /* acquired here: release to the pool when done */
+    shl_client_conn_t **conn_out; /* checkout: hand the connection over on success */
+    struct addrinfo *ai_list;     /* name resolution, until connected */
     struct addrinfo *ai_cur;
-    int connect_errno;             /* the last address's failure */
-    int64_t connect_deadline_us;   /* bound on connect + handshake; 0 once ready */
-    bool handshake;                /* the exchange in flight is the hello */
+    int connect_errno;           /* the last address's failure */
+    int64_t connect_deadline_us; /* bound on connect + handshake; 0 once ready */
+    bool handshake;              /* the exchange in flight is the hello */
     uint8_t *out;
     size_t out_len, out_off;
     int32_t request_id;
     uint8_t hdr[SHL_MSG_HEADER_LEN];
-    uint8_t *in;                   /* the whole reply, header included */
-    size_t in_len, in_off;         /* in_len 0 until the header is read */
+    uint8_t *in;           /* the whole reply, header included */
+    size_t in_len, in_off; /* in_len 0 until the header is read */
     phase_t phase;
     int code;
     shl_status_t *st;
-    bson_t *reply;                 /* initialised by the public entry points */
+    bson_t *reply; /* initialised by the public entry points */
     int64_t *micros;
 } op_t;
 
@@ -60,7 +61,7 @@ typedef struct engine {
     shl_conn_pool_t *pool;
     shl_client_hooks_t hooks;
     int64_t start_us;
-    int64_t deadline_us;           /* 0: none */
+    int64_t deadline_us; /* 0: none */
 } engine_t;
 
 static atomic_int next_request_id = 1;
@@ -103,8 +104,7 @@ shl_client_conn_failed(const shl_client_conn_t *conn)
  * MongoDB's FailedToParse for what cannot be a host.
  */
 static int
-parse_host(const char *host, char *name, size_t namesz, char *port, size_t portsz,
-           shl_status_t *st)
+parse_host(const char *host, char *name, size_t namesz, char *port, size_t portsz, shl_status_t *st)
 {
     int ret = 0;
     const char *colon, *p_port = NULL, *n_start = host, *n_end;
@@ -315,8 +315,8 @@ op_try_connect(engine_t *eng, op_t *op)
 {
     while (op->ai_cur != NULL) {
         struct addrinfo *ai = op->ai_cur;
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        ai->ai_protocol);
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) {
             op->connect_errno = errno;
             op->ai_cur = ai->ai_next;
@@ -348,8 +348,8 @@ op_start_connect(engine_t *eng, op_t *op)
     int rc;
     shl_status_t parse_st;
 
-    op->connect_deadline_us = shl_clock_mono_us() +
-                              client_pool_connect_timeout_ms(eng->pool) * 1000;
+    op->connect_deadline_us =
+        shl_clock_mono_us() + client_pool_connect_timeout_ms(eng->pool) * 1000;
     if (parse_host(op->host, name, sizeof(name), port, sizeof(port), &parse_st) != 0) {
         *op->st = parse_st;
         op_finish(eng, op, parse_st.code);
@@ -469,15 +469,15 @@ op_on_message(engine_t *eng, op_t *op)
 
     if (shl_msg_parse(op->in, op->in_len, &msg, &pst) != 0) {
         shl_msg_cleanup(&msg);
-        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR, "Bad reply to '%s' from %s: %s",
-                    op->cmd_name, op->host, pst.reason);
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR, "Bad reply to '%s' from %s: %s", op->cmd_name,
+                    op->host, pst.reason);
         return;
     }
     if (msg.flags & SHL_MSG_MORE_TO_COME) {
         shl_msg_cleanup(&msg);
         op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR,
-                    "Reply to '%s' from %s set moreToCome, which was not asked for",
-                    op->cmd_name, op->host);
+                    "Reply to '%s' from %s set moreToCome, which was not asked for", op->cmd_name,
+                    op->host);
         return;
     }
     bson_free(op->in);
@@ -501,7 +501,10 @@ op_on_message(engine_t *eng, op_t *op)
     }
     /* The reply moves to the caller without a copy. */
     bson_destroy(op->reply);
-    bson_steal(op->reply, &msg.body);
+    if (!bson_steal(op->reply, &msg.body)) {
+        bson_copy_to(&msg.body, op->reply);
+        shl_msg_cleanup(&msg);
+    }
     op_finish(eng, op, shl_status_from_reply(op->reply, op->st));
 }
 
@@ -560,8 +563,7 @@ op_step(engine_t *eng, op_t *op)
             continue;
         }
         if (op->phase == PH_SENDING) {
-            ssize_t w = send(fd, op->out + op->out_off, op->out_len - op->out_off,
-                             MSG_NOSIGNAL);
+            ssize_t w = send(fd, op->out + op->out_off, op->out_len - op->out_off, MSG_NOSIGNAL);
             if (w < 0) {
                 if (errno == EINTR) {
                     continue;
@@ -638,8 +640,8 @@ op_time_out(engine_t *eng, op_t *op)
                     (long long)elapsed_ms(eng));
     } else {
         op_net_fail(eng, op, SHL_CODE_NETWORK_TIMEOUT,
-                    "Timed out waiting for the reply to '%s' from %s after %lld ms",
-                    op->cmd_name, op->host, (long long)elapsed_ms(eng));
+                    "Timed out waiting for the reply to '%s' from %s after %lld ms", op->cmd_name,
+                    op->host, (long long)elapsed_ms(eng));
     }
 }
 
@@ -688,7 +690,13 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
             break;
         }
         /* Round up so we never wake just before a deadline and spin. */
-        timeout_ms = wake == 0 ? -1 : (int)((wake - now + 999) / 1000);
+        if (wake == 0) {
+            timeout_ms = -1;
+        } else if (wake - now >= (int64_t)INT_MAX * 1000) {
+            timeout_ms = INT_MAX;
+        } else {
+            timeout_ms = (int)((wake - now + 999) / 1000);
+        }
         r = poll(pfds, (nfds_t)k, timeout_ms);
         if (r < 0 && errno != EINTR) {
             for (size_t j = 0; j < k; j++) {
@@ -707,8 +715,8 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
 }
 
 int
-shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd,
-                    int64_t timeout_ms, bson_t *reply_out, shl_status_t *st)
+shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, int64_t timeout_ms,
+                    bson_t *reply_out, shl_status_t *st)
 {
     engine_t eng;
     op_t op;
@@ -780,8 +788,8 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
 }
 
 void
-shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
-                  int64_t timeout_ms, shl_fanout_result_t *results)
+shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
+                  shl_fanout_result_t *results)
 {
     engine_t eng;
     op_t *ops;

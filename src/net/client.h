@@ -49,12 +49,12 @@ typedef struct shl_conn_pool_options {
 typedef struct shl_client_peer {
     int32_t min_wire_version;
     int32_t max_wire_version;
-    int64_t connection_id;        /* the id the peer gave this connection */
+    int64_t connection_id; /* the id the peer gave this connection */
     int32_t max_bson_object_size;
     int32_t max_message_size_bytes;
     int32_t max_write_batch_size;
-    bool is_router;               /* hello said msg: "isdbgrid" */
-    char set_name[128];           /* replica set name, "" if none */
+    bool is_router;     /* hello said msg: "isdbgrid" */
+    char set_name[128]; /* replica set name, "" if none */
 } shl_client_peer_t;
 
 typedef struct shl_conn_pool_stats {
@@ -66,9 +66,9 @@ typedef struct shl_conn_pool_stats {
 
 /* One request of a fan-out. Everything is borrowed for the duration of the call. */
 typedef struct shl_fanout_req {
-    const char *host;   /* "host:port" */
-    const char *db;     /* the command's $db */
-    const bson_t *cmd;  /* the command; must not contain $db */
+    const char *host;  /* "host:port" */
+    const char *db;    /* the command's $db */
+    const bson_t *cmd; /* the command; a $db in it is replaced by db */
 } shl_fanout_req_t;
 
 /* One result of a fan-out; release with shl_fanout_results_cleanup. */
@@ -143,7 +143,8 @@ void shl_conn_pool_stats_get(shl_conn_pool_t *pool, const char *host, shl_conn_p
  *     fields and $db, send one OP_MSG, wait for its reply for at most 'timeout_ms'
  *     (<= 0: no deadline). *reply_out is always initialised by the callee and destroyed
  *     by the caller; it holds the reply document whenever one arrived, even if ok: 0.
- *     Blocks; no lock held. The connection belongs to the calling thread.
+ *     Blocks; takes the pool lock only to copy the hooks. The connection belongs to
+ *     the calling thread.
  *     Errors: network (HostUnreachable, NetworkTimeout, SocketException, ProtocolError;
  *     the connection is then marked failed and checkin closes it), BSONObjectTooLarge
  *     (nothing sent), or the reply's error via shl_status_from_reply (code, errmsg,

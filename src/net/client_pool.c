@@ -16,19 +16,19 @@
 #define INITIAL_BUCKETS 16
 
 struct pool_host {
-    char *key;                 /* "host:port" as the callers spell it */
-    pool_host_t *chain;        /* next entry in the same bucket */
-    shl_client_conn_t *idle;   /* most recently used first */
+    char *key;               /* "host:port" as the callers spell it */
+    pool_host_t *chain;      /* next entry in the same bucket */
+    shl_client_conn_t *idle; /* most recently used first */
     shl_conn_pool_stats_t stats;
 };
 
 struct shl_conn_pool {
-    pthread_mutex_t lock;      /* guards everything below except 'opts' (immutable) */
+    pthread_mutex_t lock; /* guards everything below except 'opts' (immutable) */
     pool_host_t **buckets;
     size_t nbuckets;
     size_t nhosts;
     shl_client_hooks_t hooks;
-    int64_t active_calls;      /* connections acquired and not yet released */
+    int64_t active_calls; /* connections acquired and not yet released */
     shl_conn_pool_options_t opts;
 };
 

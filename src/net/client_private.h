@@ -14,14 +14,14 @@ typedef struct pool_host pool_host_t;
  * pool lock), otherwise by the one thread that checked it out; no lock guards it then.
  */
 struct shl_client_conn {
-    int fd;                        /* -1 until a socket exists */
+    int fd; /* -1 until a socket exists */
     shl_conn_pool_t *pool;
-    pool_host_t *hp;               /* the pool's entry for 'host'; lives as long as the pool */
+    pool_host_t *hp; /* the pool's entry for 'host'; lives as long as the pool */
     char host[SHL_CLIENT_HOST_MAX];
-    shl_client_peer_t peer;        /* filled by the handshake */
-    bool ready;                    /* the handshake completed */
-    bool failed;                   /* a network/protocol error happened: never reuse */
-    struct shl_client_conn *next;  /* the idle list; guarded by the pool lock */
+    shl_client_peer_t peer;       /* filled by the handshake */
+    bool ready;                   /* the handshake completed */
+    bool failed;                  /* a network/protocol error happened: never reuse */
+    struct shl_client_conn *next; /* the idle list; guarded by the pool lock */
 };
 
 /*

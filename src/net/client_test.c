@@ -182,8 +182,7 @@ node_spawn(node_t *n)
     until = shl_clock_mono_us() + (int64_t)START_TIMEOUT_MS * 1000;
     while (shl_clock_mono_us() < until) {
         if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
-            fprintf(stderr, "  shale node on port %d exited early; log: %s\n", n->port,
-                    logpath);
+            fprintf(stderr, "  shale node on port %d exited early; log: %s\n", n->port, logpath);
             n->pid = 0;
             return false;
         }
@@ -281,8 +280,8 @@ fail_command(shl_conn_pool_t *pool, const char *host, const char *mode, const ch
     int code;
 
     if (data != NULL) {
-        snprintf(json, sizeof(json), "{'configureFailPoint': 'failCommand', 'mode': %s, 'data': %s}",
-                 mode, data);
+        snprintf(json, sizeof(json),
+                 "{'configureFailPoint': 'failCommand', 'mode': %s, 'data': %s}", mode, data);
     } else {
         snprintf(json, sizeof(json), "{'configureFailPoint': 'failCommand', 'mode': %s}", mode);
     }
@@ -404,9 +403,9 @@ SHL_TEST(client_fail_command_ignores_internal_clients_by_default)
 
     ASSERT(n != NULL);
     /* Proves the hello said internalClient: without failInternalCommands we are spared. */
-    ASSERT_INT_EQ(fail_command(pool, n->host, "'alwaysOn'",
-                               "{'failCommands': ['ping'], 'errorCode': 91}"),
-                  0);
+    ASSERT_INT_EQ(
+        fail_command(pool, n->host, "'alwaysOn'", "{'failCommands': ['ping'], 'errorCode': 91}"),
+        0);
     ASSERT_INT_EQ(run_json(pool, n->host, "admin", "{'ping': 1}", 5000, &reply, &st), 0);
     bson_destroy(&reply);
     ASSERT_INT_EQ(fail_command(pool, n->host, "'off'", NULL), 0);
