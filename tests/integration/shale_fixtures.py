@@ -68,6 +68,7 @@ class ShaleProcess:
         if self.test_commands:
             cmd += ["--setParameter", "enableTestCommands=1"]
         cmd += list(extra)
+        self.cmdline = cmd
         self.log = open(self.logpath, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         if wait:
