@@ -152,14 +152,16 @@ shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *
     dispatch(svc, conn, body, db, false, reply, &close_conn);
 }
 
+/* requestID of the replies this process sends. */
+static atomic_int next_reply_id = 1;
+
 static bool
 send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
 {
-    static atomic_int next_id = 1;
     uint8_t *out;
     size_t n;
     bool ok;
-    int32_t id = atomic_fetch_add(&next_id, 1);
+    int32_t id = atomic_fetch_add(&next_reply_id, 1);
 
     if (msg->legacy || msg->hdr.opcode != SHL_OP_MSG) {
         out = shl_msg_build_op_reply(id, msg->hdr.request_id, reply, &n);
@@ -177,6 +179,8 @@ send_legacy_removed(shl_conn_t *conn, const shl_message_t *msg, const char *what
 {
     bson_t reply = BSON_INITIALIZER;
     char errmsg[256];
+    uint8_t *out;
+    size_t n;
     bool ok;
 
     snprintf(errmsg, sizeof(errmsg),
@@ -188,7 +192,12 @@ send_legacy_removed(shl_conn_t *conn, const shl_message_t *msg, const char *what
     BSON_APPEND_DOUBLE(&reply, "ok", 0.0);
     SHL_LOG_DEBUG(1, NETWORK, 5578800, "Deprecated operation requested", "op", BCON_UTF8(what),
                   "remote", BCON_UTF8(conn->remote));
-    ok = send_reply(conn, msg, &reply);
+    out = shl_msg_build_op_reply(atomic_fetch_add(&next_reply_id, 1), msg->hdr.request_id,
+                                 &reply, &n);
+    /* responseFlags: QueryFailure (2) alone, as MongoDB's legacy error replies carry. */
+    memcpy(out + SHL_MSG_HEADER_LEN, "\x02\0\0\0", 4);
+    ok = shl_conn_write_all(conn, out, n);
+    bson_free(out);
     bson_destroy(&reply);
     return ok;
 }

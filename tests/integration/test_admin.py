@@ -347,11 +347,14 @@ def test_shutdown_command_force_and_timeout(node):
 
 def test_sigterm_is_graceful_for_running_commands(node):
     block_ms = 1500
-    fail_point(node.client(), "failCommand", "alwaysOn",
+    # Both clients connect first and their monitors stay quiet, so while we watch, the
+    # only operations that can be active are the slow ping and our serverStatus.
+    slow = node.client(appname="slowClient", heartbeatFrequencyMS=60000)
+    watcher = node.client(heartbeatFrequencyMS=60000)
+    slow.admin.command("buildInfo")
+    fail_point(watcher, "failCommand", "alwaysOn",
                {"failCommands": ["ping"], "blockConnection": True, "blockTimeMS": block_ms,
                 "appName": "slowClient"})
-    slow = node.client(appname="slowClient")
-    watcher = node.client()
     result = {}
 
     def run():

@@ -57,17 +57,25 @@ def test_header_claiming_100mb_closes(node):
     others_still_served(node)
 
 
+def connection_log(node, event, port):
+    """Whether the server logged 'event' ("Connection accepted"/"Connection ended")
+    for the client connection from local port 'port'."""
+    remote = '"remote":"127.0.0.1:%d"' % port
+    return any(('"msg":"%s"' % event) in line and remote in line
+               for line in node.read_log().splitlines())
+
+
 def test_truncated_message_then_close(node):
-    watcher = node.client()
-    base = watcher.admin.command("serverStatus")["connections"]["current"]
     s = w.connect(node.port)
+    port = s.getsockname()[1]
     msg = w.op_msg(PING)
     s.sendall(msg[:len(msg) - 5])
-    wait_until(lambda: watcher.admin.command("serverStatus")["connections"]["current"] == base + 1,
+    wait_until(lambda: connection_log(node, "Connection accepted", port),
                what="the raw connection to be accepted")
+    assert not connection_log(node, "Connection ended", port)
     s.close()
     # The server notices the half message's end and lets the connection go.
-    wait_until(lambda: watcher.admin.command("serverStatus")["connections"]["current"] == base,
+    wait_until(lambda: connection_log(node, "Connection ended", port),
                what="the truncated connection to be cleaned up")
     others_still_served(node)
 
@@ -113,6 +121,7 @@ def test_op_get_more_gets_legacy_error_reply(node):
     s.sendall(w.frame(w.OP_GET_MORE, payload, rid))
     r = w.recv_reply(s)
     assert r.opcode == w.OP_REPLY and r.response_to == rid
+    assert r.reply_flags == 2  # QueryFailure
     assert r.doc["code"] == 5739101 and r.doc["ok"] == 0.0
     assert r.doc["$err"].startswith("OP_GET_MORE is no longer supported.")
     assert w.command(s, PING) == {"ok": 1.0}
@@ -255,6 +264,7 @@ def test_op_query_other_commands_unsupported(node):
     # A query on a collection (not $cmd): MongoDB's legacy removal error.
     s.sendall(w.op_query("test.c", {}))
     r = w.recv_reply(s)
+    assert r.opcode == w.OP_REPLY and r.reply_flags == 2
     assert r.doc["code"] == 5739101 and r.doc["$err"].startswith("OP_QUERY is no longer supported")
     assert w.command(s, PING) == {"ok": 1.0}
 
