@@ -194,6 +194,15 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     shl_conn_t *conn;
 
     if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /*
+             * Out of descriptors or memory: the pending connection stays in the backlog
+             * and poll() would report it again at once. Back off instead of spinning.
+             */
+            SHL_LOG_WARNING(NETWORK, 23003, "Error accepting new connection",
+                            "error", BCON_UTF8(strerror(errno)));
+            shl_sleep_ms(100);
+        }
         return;
     }
     if (atomic_load(&svc->counters.conn_current) >= shl_opt_int(SHL_OPT_maxConns)) {

@@ -3,8 +3,12 @@ get what MongoDB 7.0 gives them (a closed connection for framing errors, an erro
 reply for content errors) and never disturb other clients; OP_MSG flags and
 document sequences; the legacy OP_QUERY handshake; many concurrent clients."""
 
+import os
+import resource
+import socket
 import struct
 import threading
+import time
 
 import bson
 import pymongo
@@ -296,3 +300,27 @@ def test_many_concurrent_clients(node):
     s = node.client().admin.command("serverStatus")
     assert s["connections"]["totalCreated"] >= n_threads
     assert s["opcounters"]["command"] >= n_threads * n_pings
+
+
+def test_out_of_descriptors_backs_off(node):
+    """With no file descriptors left, pending connections cannot be accepted: the
+    listener must back off rather than spin on poll(), and recover once fds free up."""
+    def cpu_seconds():
+        fields = open("/proc/%d/stat" % node.proc.pid).read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    soft, hard = resource.prlimit(node.proc.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(node.proc.pid, resource.RLIMIT_NOFILE, (24, hard))
+    socks = [socket.create_connection(("127.0.0.1", node.port)) for _ in range(40)]
+    try:
+        wait_until(lambda: "Error accepting new connection" in node.read_log(),
+                   what="the descriptor limit to be hit")
+        before = cpu_seconds()
+        time.sleep(1.0)  # a measuring window, not a wait for a condition
+        assert cpu_seconds() - before < 0.3
+    finally:
+        for s in socks:
+            s.close()
+    resource.prlimit(node.proc.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    wait_until(lambda: node.client(serverSelectionTimeoutMS=500).admin.command("ping"),
+               what="the server to accept again")
