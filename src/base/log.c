@@ -154,8 +154,7 @@ jb_puts(jbuf_t *b, const char *s)
     jb_put(b, s, strlen(s));
 }
 
-static void
-jb_printf(jbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void jb_printf(jbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void
 jb_printf(jbuf_t *b, const char *fmt, ...)
@@ -299,7 +298,8 @@ json_double(jbuf_t *b, double v)
         return;
     }
     if (v == 1.0 / 0.0 || v == -1.0 / 0.0) {
-        jb_puts(b, v > 0 ? "{\"$numberDouble\":\"Infinity\"}" : "{\"$numberDouble\":\"-Infinity\"}");
+        jb_puts(b,
+                v > 0 ? "{\"$numberDouble\":\"Infinity\"}" : "{\"$numberDouble\":\"-Infinity\"}");
         return;
     }
     snprintf(tmp, sizeof(tmp), "%.15g", v);
@@ -368,7 +368,8 @@ json_value(jbuf_t *b, const bson_iter_t *it, int depth)
     case BSON_TYPE_UTF8:
     case BSON_TYPE_SYMBOL: {
         uint32_t n;
-        const char *s = BSON_ITER_HOLDS_UTF8(it) ? bson_iter_utf8(it, &n) : bson_iter_symbol(it, &n);
+        const char *s =
+            BSON_ITER_HOLDS_UTF8(it) ? bson_iter_utf8(it, &n) : bson_iter_symbol(it, &n);
         json_string(b, s, n);
         break;
     }
@@ -448,7 +449,7 @@ json_value(jbuf_t *b, const bson_iter_t *it, int depth)
         uint32_t n, slen;
         const uint8_t *scope;
         const char *code = BSON_ITER_HOLDS_CODE(it) ? bson_iter_code(it, &n)
-                                                     : bson_iter_codewscope(it, &n, &slen, &scope);
+                                                    : bson_iter_codewscope(it, &n, &slen, &scope);
         jb_puts(b, "{\"$code\":");
         json_string(b, code, n);
         jb_puts(b, "}");

@@ -25,7 +25,8 @@ check_json(const char *json_in, bool array, const char *want, const char *file, 
 SHL_TEST(log_json_scalars_and_nesting)
 {
     CHECK_JSON("{}", "{}");
-    CHECK_JSON("{'a': 1, 'b': 'x', 'c': true, 'd': null}", "{\"a\":1,\"b\":\"x\",\"c\":true,\"d\":null}");
+    CHECK_JSON("{'a': 1, 'b': 'x', 'c': true, 'd': null}",
+               "{\"a\":1,\"b\":\"x\",\"c\":true,\"d\":null}");
     CHECK_JSON("{'l': {'$numberLong': '9007199254740993'}}", "{\"l\":9007199254740993}");
     CHECK_JSON("{'d': 1.0, 'e': 2.5, 'f': 0.1, 'g': -3e300}",
                "{\"d\":1.0,\"e\":2.5,\"f\":0.1,\"g\":-3e+300}");

@@ -80,10 +80,25 @@ static bool
 is_generic_argument(const char *name)
 {
     static const char *const generic[] = {
-        "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "comment",
-        "maxTimeMS", "readConcern", "writeConcern", "apiVersion", "apiStrict",
-        "apiDeprecationErrors", "databaseVersion", "shardVersion", "clientOperationKey",
-        "mayBypassWriteBlocking", "txnRetryCounter", "maxTimeMSOpOnly", "help",
+        "lsid",
+        "txnNumber",
+        "autocommit",
+        "startTransaction",
+        "stmtId",
+        "comment",
+        "maxTimeMS",
+        "readConcern",
+        "writeConcern",
+        "apiVersion",
+        "apiStrict",
+        "apiDeprecationErrors",
+        "databaseVersion",
+        "shardVersion",
+        "clientOperationKey",
+        "mayBypassWriteBlocking",
+        "txnRetryCounter",
+        "maxTimeMSOpOnly",
+        "help",
     };
     if (name[0] == '$') {
         return true;
@@ -336,8 +351,7 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
                      name);
         }
         if (!param_runtime(p)) {
-            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "not allowed to change [%s] at runtime",
-                     name);
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "not allowed to change [%s] at runtime", name);
         }
         for (int i = 0; i < ntodo; i++) {
             if (todo[i].p == p) {
@@ -378,9 +392,9 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
             shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
         }
         if (ret == 0) {
-            SHL_LOG_INFO(COMMAND, 23435, "Successfully set parameter to new value",
-                         "parameterName", BCON_UTF8(p->name), "newValue",
-                         BCON_ITER(&todo[i].value), "oldValue", BCON_ITER(&oldit));
+            SHL_LOG_INFO(COMMAND, 23435, "Successfully set parameter to new value", "parameterName",
+                         BCON_UTF8(p->name), "newValue", BCON_ITER(&todo[i].value), "oldValue",
+                         BCON_ITER(&oldit));
         }
         bson_destroy(&old);
         if (ret != 0) {
@@ -773,31 +787,23 @@ static const shl_command_t admin_cmds[] = {
      .run = cmd_get_cmd_line_opts,
      .flags = SHL_CMD_ADMIN_ONLY,
      .help = "get argv"},
-    {.name = "whatsmyuri",
-     .run = cmd_whats_my_uri,
-     .help = "{whatsmyuri: 1}"},
+    {.name = "whatsmyuri", .run = cmd_whats_my_uri, .help = "{whatsmyuri: 1}"},
     {.name = "connectionStatus",
      .run = cmd_connection_status,
      .help = "Returns connection-specific information such as logged-in users and their roles"},
-    {.name = "listCommands",
-     .run = cmd_list_commands,
-     .help = "get a list of all db commands"},
+    {.name = "listCommands", .run = cmd_list_commands, .help = "get a list of all db commands"},
     {.name = "getLog",
      .run = cmd_get_log,
      .flags = SHL_CMD_ADMIN_ONLY,
      .help = "{ getLog : '*' }  OR { getLog : 'global' }"},
-    {.name = "endSessions",
-     .run = cmd_session_noop,
-     .help = "end a set of logical sessions"},
+    {.name = "endSessions", .run = cmd_session_noop, .help = "end a set of logical sessions"},
     {.name = "killAllSessions",
      .run = cmd_session_noop,
      .help = "kill all logical sessions, for a user, and their operations"},
     {.name = "killSessions",
      .run = cmd_session_noop,
      .help = "kill a logical session and its operations"},
-    {.name = "refreshSessions",
-     .run = cmd_session_noop,
-     .help = "renew a set of logical sessions"},
+    {.name = "refreshSessions", .run = cmd_session_noop, .help = "renew a set of logical sessions"},
     {.name = "shutdown",
      .run = cmd_shutdown,
      .flags = SHL_CMD_ADMIN_ONLY,

@@ -138,7 +138,9 @@ nested_op_msg(int depth, size_t *n)
     p += 4 + sizeof(head) - 1;
     for (int i = 0; i < depth; i++) {
         put_i32(p, (int32_t)len);
-        memcpy(p + 4, "\x03" "a", 3);
+        p[4] = BSON_TYPE_DOCUMENT; /* then the key "a" and its NUL */
+        p[5] = (uint8_t)'a';
+        p[6] = 0;
         p += 7;
         len -= 8;
     }

@@ -199,8 +199,8 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
              * Out of descriptors or memory: the pending connection stays in the backlog
              * and poll() would report it again at once. Back off instead of spinning.
              */
-            SHL_LOG_WARNING(NETWORK, 23003, "Error accepting new connection",
-                            "error", BCON_UTF8(strerror(errno)));
+            SHL_LOG_WARNING(NETWORK, 23003, "Error accepting new connection", "error",
+                            BCON_UTF8(strerror(errno)));
             shl_sleep_ms(100);
         }
         return;

@@ -173,7 +173,7 @@ send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
     return ok;
 }
 
-/* The OP_REPLY MongoDB 7.0 sends for removed legacy reads (OP_QUERY on a collection, OP_GET_MORE). */
+/* The OP_REPLY MongoDB 7.0 sends for removed legacy reads (OP_QUERY on a collection, GET_MORE). */
 static bool
 send_legacy_removed(shl_conn_t *conn, const shl_message_t *msg, const char *what)
 {
@@ -192,8 +192,8 @@ send_legacy_removed(shl_conn_t *conn, const shl_message_t *msg, const char *what
     BSON_APPEND_DOUBLE(&reply, "ok", 0.0);
     SHL_LOG_DEBUG(1, NETWORK, 5578800, "Deprecated operation requested", "op", BCON_UTF8(what),
                   "remote", BCON_UTF8(conn->remote));
-    out = shl_msg_build_op_reply(atomic_fetch_add(&next_reply_id, 1), msg->hdr.request_id,
-                                 &reply, &n);
+    out = shl_msg_build_op_reply(atomic_fetch_add(&next_reply_id, 1), msg->hdr.request_id, &reply,
+                                 &n);
     /* responseFlags: QueryFailure (2) alone, as MongoDB's legacy error replies carry. */
     memcpy(out + SHL_MSG_HEADER_LEN, "\x02\0\0\0", 4);
     ok = shl_conn_write_all(conn, out, n);
