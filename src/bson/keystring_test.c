@@ -50,7 +50,14 @@ round_trip(const char *json, const char *want_json)
     encode_json(json, false, &ks);
     ok = shl_keystring_decode(ks.data, ks.len, NULL, 1, &out, NULL);
     snprintf(want_doc, sizeof(want_doc), "{'0': %s}", want_json);
-    ok = ok && shl_test_bson_eq(&out, want_doc, &got, &want_str);
+    if (ok) {
+        /* canonical extended JSON, so int32, int64 and double are told apart */
+        bson_t *want = shl_test_bson(want_doc);
+        got = bson_as_canonical_extended_json(&out, NULL);
+        want_str = bson_as_canonical_extended_json(want, NULL);
+        ok = strcmp(got, want_str) == 0;
+        bson_destroy(want);
+    }
     if (!ok) {
         fprintf(stderr, "  round trip of %s: got %s, want %s\n", json, got ? got : "(fail)",
                 want_str ? want_str : want_json);
