@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "bson/bson_compare.h"
-#include "net/command_args.h"
+#include "bson/bson_util.h"
 
 /* ---- bsonExtract-style helpers (shards, chunks) ---- */
 
@@ -166,7 +166,7 @@ shl_shard_type_to_bson(const shl_shard_type_t *t, bson_t *out)
         BSON_APPEND_INT32(out, "state", t->state);
     }
     if (t->has_topology_time) {
-        shl_bson_append_ts(out, "topologyTime", t->topology_time);
+        shl_ts_append(out, "topologyTime", t->topology_time);
     }
     if (t->has_repl_set_config_version) {
         BSON_APPEND_INT64(out, "replSetConfigVersion", t->repl_set_config_version);
@@ -382,8 +382,8 @@ shl_collection_type_to_bson(const shl_collection_type_t *t, bson_t *out)
         BSON_APPEND_OID(out, "lastmodEpoch", &t->epoch);
     }
     BSON_APPEND_DATE_TIME(out, "lastmod", t->updated_at);
-    shl_bson_append_ts(out, "timestamp", t->timestamp);
-    shl_bson_append_uuid(out, "uuid", &t->uuid);
+    shl_ts_append(out, "timestamp", t->timestamp);
+    shl_uuid_append(out, "uuid", &t->uuid);
     BSON_APPEND_DOCUMENT(out, "key", t->key);
     if (t->default_collation != NULL) {
         BSON_APPEND_DOCUMENT(out, "defaultCollation", t->default_collation);
@@ -406,7 +406,7 @@ shl_collection_type_to_bson(const shl_collection_type_t *t, bson_t *out)
         BSON_APPEND_BOOL(out, "permitMigrations", t->permit_migrations);
     }
     if (t->has_index_version) {
-        shl_bson_append_ts(out, "indexVersion", t->index_version);
+        shl_ts_append(out, "indexVersion", t->index_version);
     }
     append_others(out, t->others);
 }
@@ -559,8 +559,8 @@ check_range(const bson_t *min, const bson_t *max, shl_status_t *st)
     int ret = 0;
     char *a = NULL, *b = NULL;
     if (shl_bson_doc_compare(min, max) >= 0) {
-        a = bson_as_relaxed_extended_json(min, NULL);
-        b = bson_as_relaxed_extended_json(max, NULL);
+        a = shl_bson_to_string(min);
+        b = shl_bson_to_string(max);
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "min: %s should be less than max: %s", a, b);
     }
 done:
@@ -625,13 +625,13 @@ append_history(bson_t *out, const shl_chunk_type_t *c)
         return;
     }
     if (c->has_on_current_shard_since) {
-        shl_bson_append_ts(out, "onCurrentShardSince", c->on_current_shard_since);
+        shl_ts_append(out, "onCurrentShardSince", c->on_current_shard_since);
     }
     BSON_APPEND_ARRAY_BEGIN(out, "history", &arr);
     for (size_t i = 0; i < c->nhistory; i++) {
         bson_uint32_to_string((uint32_t)i, &key, idx, sizeof(idx));
         BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &entry);
-        shl_bson_append_ts(&entry, "validAfter", c->history[i].valid_after);
+        shl_ts_append(&entry, "validAfter", c->history[i].valid_after);
         BSON_APPEND_UTF8(&entry, "shard", c->history[i].shard);
         bson_append_document_end(&arr, &entry);
     }
@@ -646,7 +646,7 @@ shl_chunk_type_to_config_bson(const shl_chunk_type_t *c, bson_t *out)
         BSON_APPEND_OID(out, "_id", &c->id);
     }
     if (c->has_uuid) {
-        shl_bson_append_uuid(out, "uuid", &c->uuid);
+        shl_uuid_append(out, "uuid", &c->uuid);
     }
     if (c->min != NULL) {
         BSON_APPEND_DOCUMENT(out, "min", c->min);

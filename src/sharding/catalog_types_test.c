@@ -249,7 +249,7 @@ SHL_TEST(catalog_chunk_errors)
         {"{'_id': {'$oid': '60f989a2430bfdd95d8cfa21'}, 'uuid': {'$binary': {'base64': "
          "'yI6SN66LRS6diby9yqdj2w==', 'subType': '04'}}, 'min': {'a': 5}, 'max': {'a': 1}, "
          "'shard': 's', 'lastmod': {'$timestamp': {'t': 1, 'i': 0}}}",
-         SHL_CODE_BAD_VALUE, "min: { \"a\" : 5 } should be less than max: { \"a\" : 1 }"},
+         SHL_CODE_BAD_VALUE, "min: { a: 5 } should be less than max: { a: 1 }"},
         {"{'_id': {'$oid': '60f989a2430bfdd95d8cfa21'}, 'uuid': {'$binary': {'base64': "
          "'yI6SN66LRS6diby9yqdj2w==', 'subType': '04'}}, 'min': {}, 'max': {'a': 1}, "
          "'shard': 's', 'lastmod': {'$timestamp': {'t': 1, 'i': 0}}}",

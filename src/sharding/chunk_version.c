@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net/command_args.h"
+#include "bson/bson_util.h"
 
 /* ---- chunk versions ---- */
 
@@ -151,7 +151,7 @@ static void
 append_placement_fields(bson_t *b, const shl_chunk_version_t *v)
 {
     BSON_APPEND_OID(b, "e", &v->epoch);
-    shl_bson_append_ts(b, "t", v->timestamp);
+    shl_ts_append(b, "t", v->timestamp);
     bson_append_timestamp(b, "v", 1, v->major, v->minor);
 }
 
@@ -389,10 +389,10 @@ shl_shard_version_append(bson_t *b, const char *key, const shl_shard_version_t *
     bson_append_document_begin(b, key, -1, &sub);
     append_placement_fields(&sub, &v->placement);
     if (v->has_index_version) {
-        shl_bson_append_ts(&sub, "i", v->index_version);
+        shl_ts_append(&sub, "i", v->index_version);
     }
     if (v->has_placement_conflict_time) {
-        shl_bson_append_ts(&sub, "placementConflictTime", v->placement_conflict_time);
+        shl_ts_append(&sub, "placementConflictTime", v->placement_conflict_time);
     }
     bson_append_document_end(b, &sub);
 }
@@ -416,7 +416,7 @@ shl_database_version_new(shl_ts_t timestamp)
 {
     shl_database_version_t v;
     memset(&v, 0, sizeof(v));
-    shl_uuid_gen(&v.uuid);
+    v.uuid = shl_uuid_new();
     v.timestamp = timestamp;
     v.last_mod = 1;
     return v;
@@ -465,11 +465,11 @@ shl_database_version_append(bson_t *b, const char *key, const shl_database_versi
 {
     bson_t sub;
     bson_append_document_begin(b, key, -1, &sub);
-    shl_bson_append_uuid(&sub, "uuid", &v->uuid);
-    shl_bson_append_ts(&sub, "timestamp", v->timestamp);
+    shl_uuid_append(&sub, "uuid", &v->uuid);
+    shl_ts_append(&sub, "timestamp", v->timestamp);
     BSON_APPEND_INT32(&sub, "lastMod", v->last_mod);
     if (v->has_placement_conflict_time) {
-        shl_bson_append_ts(&sub, "placementConflictTime", v->placement_conflict_time);
+        shl_ts_append(&sub, "placementConflictTime", v->placement_conflict_time);
     }
     bson_append_document_end(b, &sub);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "bson/bson_compare.h"
+#include "bson/bson_util.h"
 
 typedef struct rt_history {
     shl_ts_t valid_after;
@@ -322,8 +323,8 @@ works_overlap(const work_t *a, const work_t *b)
 static char *
 range_string(const bson_t *min, const bson_t *max)
 {
-    char *a = bson_as_relaxed_extended_json(min, NULL);
-    char *b = bson_as_relaxed_extended_json(max, NULL);
+    char *a = shl_bson_to_string(min);
+    char *b = shl_bson_to_string(max);
     char *s = bson_strdup_printf("[%s, %s)", a, b);
     bson_free(a);
     bson_free(b);
@@ -404,7 +405,7 @@ check_contiguity(const work_t *works, size_t n, shl_status_t *st)
     }
     work_min(&works[0], &a);
     if (!shl_shard_key_all_of_type(&a, BSON_TYPE_MINKEY)) {
-        json = bson_as_relaxed_extended_json(&a, NULL);
+        json = shl_bson_to_string(&a);
         SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
                  "Not all elements of %s are of type minKey", json);
     }
@@ -423,7 +424,7 @@ check_contiguity(const work_t *works, size_t n, shl_status_t *st)
     }
     work_max(&works[n - 1], &a);
     if (!shl_shard_key_all_of_type(&a, BSON_TYPE_MAXKEY)) {
-        json = bson_as_relaxed_extended_json(&a, NULL);
+        json = shl_bson_to_string(&a);
         SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
                  "Not all elements of %s are of type maxKey", json);
     }
@@ -717,7 +718,7 @@ shl_routing_table_find_chunk(const shl_routing_table_t *rt, const bson_t *key, s
             return 0;
         }
     }
-    json = bson_as_relaxed_extended_json(key, NULL);
+    json = shl_bson_to_string(key);
     ret = shl_status_set(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
                          "Cannot target single shard using key %s for namespace %s", json, rt->ns);
     bson_free(json);
@@ -832,7 +833,7 @@ chunk_starting_at(const shl_routing_table_t *rt, const bson_t *min, size_t *idx,
             return 0;
         }
     }
-    json = bson_as_relaxed_extended_json(min, NULL);
+    json = shl_bson_to_string(min);
     ret =
         shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION, "no chunk of %s starts at %s", rt->ns, json);
     bson_free(json);
@@ -863,21 +864,21 @@ shl_routing_table_plan_split(const shl_routing_table_t *rt, const bson_t *chunk_
         const bson_t *end = i < npoints ? points[i] : &max;
         if (i < npoints) {
             if (bson_count_keys(end) != rt->key.nfields) {
-                a = bson_as_relaxed_extended_json(end, NULL);
+                a = shl_bson_to_string(end);
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "split point %s is not a shard key of %s", a,
                          rt->ns);
             }
             SHL_ERR(shl_shard_key_check_storage(end, st));
             if (shl_shard_key_compare(orig.min, end) > 0 || shl_shard_key_compare(end, &max) >= 0) {
-                a = bson_as_relaxed_extended_json(end, NULL);
+                a = shl_bson_to_string(end);
                 b = range_string(orig.min, &max);
                 SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Split key %s not contained within chunk %s",
                          a, b);
             }
         }
         if (shl_shard_key_compare(end, &start) < 0) {
-            a = bson_as_relaxed_extended_json(end, NULL);
-            b = bson_as_relaxed_extended_json(&start, NULL);
+            a = shl_bson_to_string(end);
+            b = shl_bson_to_string(&start);
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "Split keys must be specified in strictly increasing order. Key %s was "
                      "specified after %s.",

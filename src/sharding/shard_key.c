@@ -10,12 +10,8 @@
 
 #include "bson/bson_compare.h"
 
-#if __has_include("bson/bson_hash.h")
 #include "bson/bson_hash.h"
-#else
-/* TODO(#6): provided by bson/bson_hash.h (MongoDB's hashed-index hash, seed 0). */
-int64_t shl_bson_hash_value(const bson_value_t *v);
-#endif
+#include "bson/bson_util.h"
 
 /* ---- patterns ---- */
 
@@ -92,7 +88,7 @@ shl_shard_key_pattern_init(shl_shard_key_pattern_t *p, const bson_t *pattern, sh
         }
         nhashed += hashed ? 1 : 0;
         if (!(is_one(&it) || (hashed && nhashed == 1))) {
-            json = bson_as_relaxed_extended_json(pattern, NULL);
+            json = shl_bson_to_string(pattern);
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                      "Shard key %s can contain at most one 'hashed' field, and/or multiple "
                      "numerical fields set to a value of 1. Failed to parse field %s",
@@ -240,9 +236,12 @@ shl_shard_key_check_storage(const bson_t *key, shl_status_t *st)
         if (!valid_for_storage(&it)) {
             bson_t one = BSON_INITIALIZER;
             bson_append_iter(&one, bson_iter_key(&it), -1, &it);
-            json = bson_as_relaxed_extended_json(&one, NULL);
+            json = shl_bson_to_string(&one);
             bson_destroy(&one);
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Shard key element %s is not valid for storage", json);
+            /* MongoDB prints the element, "b: [ 1 ]": the document without its braces. */
+            size_t len = strlen(json);
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Shard key element %.*s is not valid for storage",
+                     (int)(len > 4 ? len - 4 : 0), json + 2);
         }
     }
 done:
@@ -297,7 +296,7 @@ static void
 append_key_value(bson_t *out, const char *name, const bson_value_t *v, bool hashed)
 {
     if (hashed) {
-        BSON_APPEND_INT64(out, name, shl_bson_hash_value(v));
+        BSON_APPEND_INT64(out, name, shl_bson_hash_value(v, SHL_BSON_HASH_DEFAULT_SEED));
     } else {
         bson_append_value(out, name, -1, v);
     }

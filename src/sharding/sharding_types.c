@@ -6,21 +6,15 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 
-#include "net/command_args.h"
+#include "bson/bson_util.h"
 
-void
-shl_uuid_gen(shl_uuid_t *out)
+shl_uuid_t
+shl_uuid_new(void)
 {
-    size_t got = 0;
-    while (got < sizeof(out->bytes)) {
-        ssize_t n = getrandom(out->bytes + got, sizeof(out->bytes) - got, 0);
-        SHL_INVARIANT(n > 0);
-        got += (size_t)n;
-    }
-    out->bytes[6] = (uint8_t)((out->bytes[6] & 0x0f) | 0x40); /* version 4 */
-    out->bytes[8] = (uint8_t)((out->bytes[8] & 0x3f) | 0x80); /* RFC 4122 variant */
+    shl_uuid_t u;
+    shl_uuid_gen(u.bytes);
+    return u;
 }
 
 bool
@@ -51,15 +45,15 @@ shl_ts_to_string(shl_ts_t ts, char buf[40])
 }
 
 void
-shl_bson_append_ts(bson_t *b, const char *key, shl_ts_t ts)
+shl_ts_append(bson_t *b, const char *key, shl_ts_t ts)
 {
     bson_append_timestamp(b, key, -1, ts.t, ts.i);
 }
 
 void
-shl_bson_append_uuid(bson_t *b, const char *key, const shl_uuid_t *u)
+shl_uuid_append(bson_t *b, const char *key, const shl_uuid_t *u)
 {
-    bson_append_binary(b, key, -1, BSON_SUBTYPE_UUID, u->bytes, sizeof(u->bytes));
+    shl_bson_append_uuid(b, key, u->bytes);
 }
 
 int

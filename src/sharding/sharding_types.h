@@ -55,8 +55,8 @@ typedef struct shl_uuid {
     uint8_t bytes[16];
 } shl_uuid_t;
 
-/* shl_uuid_gen -- a random (version 4) UUID. Thread-safe. */
-void shl_uuid_gen(shl_uuid_t *out);
+/* shl_uuid_new -- a random (version 4) UUID (bson/bson_util.h's shl_uuid_gen). */
+shl_uuid_t shl_uuid_new(void);
 
 /* shl_uuid_eq -- byte equality. */
 bool shl_uuid_eq(const shl_uuid_t *a, const shl_uuid_t *b);
@@ -67,9 +67,23 @@ void shl_uuid_to_string(const shl_uuid_t *u, char buf[37]);
 /* shl_ts_to_string -- "Timestamp(t, i)" into buf (>= 40 bytes), MongoDB's toString form. */
 void shl_ts_to_string(shl_ts_t ts, char buf[40]);
 
-/* shl_bson_append_ts / shl_bson_append_uuid -- append as BSON Timestamp / UUID binary. */
-void shl_bson_append_ts(bson_t *b, const char *key, shl_ts_t ts);
-void shl_bson_append_uuid(bson_t *b, const char *key, const shl_uuid_t *u);
+/* shl_ts_append / shl_uuid_append -- append as BSON Timestamp / UUID (BinData 4). */
+void shl_ts_append(bson_t *b, const char *key, shl_ts_t ts);
+void shl_uuid_append(bson_t *b, const char *key, const shl_uuid_t *u);
+
+/* shl_ts_to_u64 / shl_ts_from_u64 -- the packed form bson/bson_util.h, storage and the
+ * oplog use (seconds in the high 32 bits), so the packed order is the timestamp order. */
+static inline uint64_t
+shl_ts_to_u64(shl_ts_t ts)
+{
+    return ((uint64_t)ts.t << 32) | ts.i;
+}
+
+static inline shl_ts_t
+shl_ts_from_u64(uint64_t v)
+{
+    return (shl_ts_t){(uint32_t)(v >> 32), (uint32_t)v};
+}
 
 /*
  * Typed field readers in MongoDB's IDL style: 'ctx' names the structure being parsed
