@@ -18,6 +18,7 @@ vec_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
     vec_source_t *v = state;
     (void)op;
     (void)st;
+    *doc = NULL;
     if (v->pos >= v->n) {
         return 0;
     }
@@ -31,7 +32,7 @@ vec_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
         bson_free(pad);
     }
     *doc = &v->cur;
-    return 1;
+    return 0;
 }
 
 static void
