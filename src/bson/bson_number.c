@@ -168,8 +168,8 @@ shl_num_from_double(double v, shl_num_t *out)
         }
     } else {
         /* m * 2^e2 = m * 5^-e2 / 10^-e2: multiply in chunks of 5^13 < 2^31. */
-        static const uint32_t pow5[14] = {1,       5,        25,        125,      625,
-                                          3125,    15625,    78125,     390625,   1953125,
+        static const uint32_t pow5[14] = {1,       5,        25,        125,       625,
+                                          3125,    15625,    78125,     390625,    1953125,
                                           9765625, 48828125, 244140625, 1220703125};
         for (int left = -e2; left > 0; left -= 13) {
             big_mul(&b, pow5[left < 13 ? left : 13]);
@@ -414,9 +414,8 @@ shl_num_to_value(const shl_num_t *n, bson_value_t *out)
     }
     out->value_type = BSON_TYPE_DECIMAL128;
     out->value.v_decimal128.low = (uint64_t)coeff;
-    out->value.v_decimal128.high = ((uint64_t)neg << 63) |
-                                   ((uint64_t)(q + DEC128_EXP_BIAS) << 49) |
-                                   (uint64_t)(coeff >> 64);
+    out->value.v_decimal128.high =
+        ((uint64_t)neg << 63) | ((uint64_t)(q + DEC128_EXP_BIAS) << 49) | (uint64_t)(coeff >> 64);
     return true;
 }
 

@@ -114,10 +114,10 @@ render_value(bson_string_t *s, const bson_value_t *v, int depth)
         break;
     case BSON_TYPE_UTF8:
     case BSON_TYPE_SYMBOL: {
-        const char *str = v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.str
-                                                          : v->value.v_symbol.symbol;
-        uint32_t len = v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len
-                                                       : v->value.v_symbol.len;
+        const char *str =
+            v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.str : v->value.v_symbol.symbol;
+        uint32_t len =
+            v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : v->value.v_symbol.len;
         bson_string_append_c(s, '"');
         if (len + 1 > 160) {
             append_bytes(s, str, 150);
@@ -296,8 +296,7 @@ shl_bson_value_as_int64_exact(const bson_value_t *v, int64_t *out)
         return true;
     case BSON_TYPE_DOUBLE: {
         double d = v->value.v_double;
-        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 ||
-            d != trunc(d)) {
+        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 || d != trunc(d)) {
             return false;
         }
         *out = (int64_t)d;

@@ -99,8 +99,7 @@ bool shl_bson_append_value(bson_t *doc, const char *key, const bson_value_t *v);
  * shl_bson_append_array_values --
  *     Append 'n' values as an array field named 'key' ({key: [v0, v1, ...]}).
  */
-bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value_t *vals,
-                                  size_t n);
+bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value_t *vals, size_t n);
 
 /*
  * shl_bson_copy_fields_except --

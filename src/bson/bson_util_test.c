@@ -44,17 +44,17 @@ SHL_TEST(path_lookup_without_array_expansion)
     ASSERT(path_is(doc, "a.b.1.c", "'x'"));
     ASSERT(path_is(doc, "a.b.2.1", "8"));
     ASSERT(path_is(doc, "a.b", "[10, {'c': 'x'}, [7, 8]]"));
-    ASSERT(path_is(doc, "a.b.3", NULL));     /* out of range */
-    ASSERT(path_is(doc, "a.b.01", NULL));    /* not a canonical index */
-    ASSERT(path_is(doc, "a.b.c", NULL));     /* no array expansion */
-    ASSERT(path_is(doc, "arr.k", NULL));     /* ditto */
+    ASSERT(path_is(doc, "a.b.3", NULL));  /* out of range */
+    ASSERT(path_is(doc, "a.b.01", NULL)); /* not a canonical index */
+    ASSERT(path_is(doc, "a.b.c", NULL));  /* no array expansion */
+    ASSERT(path_is(doc, "arr.k", NULL));  /* ditto */
     ASSERT(path_is(doc, "arr.1.k", "2"));
-    ASSERT(path_is(doc, "e.x", NULL));       /* traversing a scalar */
+    ASSERT(path_is(doc, "e.x", NULL)); /* traversing a scalar */
     ASSERT(path_is(doc, "a.x", NULL));
-    ASSERT(path_is(doc, "a.dd", NULL));      /* exact names only */
-    ASSERT(path_is(doc, "A.d", NULL));       /* case-sensitive */
-    ASSERT(path_is(doc, "f.g", NULL));       /* a dotted field name is not reachable */
-    ASSERT(path_is(doc, ".", "4"));          /* empty components are names too */
+    ASSERT(path_is(doc, "a.dd", NULL)); /* exact names only */
+    ASSERT(path_is(doc, "A.d", NULL));  /* case-sensitive */
+    ASSERT(path_is(doc, "f.g", NULL));  /* a dotted field name is not reachable */
+    ASSERT(path_is(doc, ".", "4"));     /* empty components are names too */
     ASSERT(path_is(doc, "", "{'': 4}"));
     bson_value_t v;
     ASSERT(shl_bson_path_get_value(doc, "a.b.1.c", &v));
@@ -90,9 +90,10 @@ SHL_TEST(to_string_like_mongodb)
                    "{ a: \"x\", b: 1.5, c: 2.0, d: 3 }"));
     ASSERT(renders("{'a': [], 'b': {}, 'c': [1, [2], {'x': null}]}",
                    "{ a: [], b: {}, c: [ 1, [ 2 ], { x: null } ] }"));
-    ASSERT(renders("{'o': {'$oid': '5b2be413c06d924ab26ff9ca'}, 'd': {'$date': {'$numberLong': "
-                   "'0'}}, 't': {'$timestamp': {'t': 5, 'i': 1}}}",
-                   "{ o: ObjectId('5b2be413c06d924ab26ff9ca'), d: new Date(0), t: Timestamp(5, 1) }"));
+    ASSERT(
+        renders("{'o': {'$oid': '5b2be413c06d924ab26ff9ca'}, 'd': {'$date': {'$numberLong': "
+                "'0'}}, 't': {'$timestamp': {'t': 5, 'i': 1}}}",
+                "{ o: ObjectId('5b2be413c06d924ab26ff9ca'), d: new Date(0), t: Timestamp(5, 1) }"));
     ASSERT(renders("{'r': {'$regularExpression': {'pattern': 'a.b', 'options': 'i'}}, 'u': "
                    "{'$undefined': true}, 'mn': {'$minKey': 1}, 'mx': {'$maxKey': 1}, 'b': true}",
                    "{ r: /a.b/i, u: undefined, mn: MinKey, mx: MaxKey, b: true }"));
@@ -160,7 +161,7 @@ SHL_TEST(number_conversions_like_mongodb)
         {"{'$numberDouble': 'NaN'}", false, 0, 0, true},
         {"{'$numberDouble': '-0.0'}", true, 0, 0, false},
         {"{'$numberDecimal': '1.00'}", true, 1, 1, true},
-        {"{'$numberDecimal': '2.5'}", false, 0, 2, true},  /* ties to even */
+        {"{'$numberDecimal': '2.5'}", false, 0, 2, true}, /* ties to even */
         {"{'$numberDecimal': '3.5'}", false, 0, 4, true},
         {"{'$numberDecimal': '-2.5'}", false, 0, -2, true},
         {"{'$numberDecimal': '2.51'}", false, 0, 3, true},

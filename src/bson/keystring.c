@@ -239,8 +239,8 @@ put_body(writer_t *w, const bson_value_t *v, int depth)
         break;
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
-        put_doc(w, v->value.v_doc.data, v->value.v_doc.data_len,
-                v->value_type == BSON_TYPE_ARRAY, depth);
+        put_doc(w, v->value.v_doc.data, v->value.v_doc.data_len, v->value_type == BSON_TYPE_ARRAY,
+                depth);
         break;
     case BSON_TYPE_BINARY: {
         uint32_t len = v->value.v_binary.data_len;
@@ -282,8 +282,7 @@ put_body(writer_t *w, const bson_value_t *v, int depth)
         break;
     case BSON_TYPE_CODEWSCOPE:
         put_string(w, v->value.v_codewscope.code, v->value.v_codewscope.code_len);
-        put_doc(w, v->value.v_codewscope.scope_data, v->value.v_codewscope.scope_len, false,
-                depth);
+        put_doc(w, v->value.v_codewscope.scope_data, v->value.v_codewscope.scope_len, false, depth);
         break;
     default:
         /* MinKey, MaxKey, Null, Undefined: the type byte says it all. */

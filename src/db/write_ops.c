@@ -5,6 +5,7 @@
 
 #include <string.h>
 
+#include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/message.h"
 

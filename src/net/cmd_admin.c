@@ -16,100 +16,14 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_util.h"
+#include "net/command_args.h"
 #include "net/common_commands.h"
 #include "net/server.h"
 
 #define FCV_PARAM "featureCompatibilityVersion"
 #define FCV_VERSION "7.0"
 #define MAX_PARAMS (SHL_OPT_COUNT + 1)
-
-/* MongoDB's name of a BSON type, as its "wrong type" errors spell it. */
-static const char *
-type_name(bson_type_t t)
-{
-    switch (t) {
-    case BSON_TYPE_DOUBLE:
-        return "double";
-    case BSON_TYPE_UTF8:
-        return "string";
-    case BSON_TYPE_DOCUMENT:
-        return "object";
-    case BSON_TYPE_ARRAY:
-        return "array";
-    case BSON_TYPE_BINARY:
-        return "binData";
-    case BSON_TYPE_UNDEFINED:
-        return "undefined";
-    case BSON_TYPE_OID:
-        return "objectId";
-    case BSON_TYPE_BOOL:
-        return "bool";
-    case BSON_TYPE_DATE_TIME:
-        return "date";
-    case BSON_TYPE_NULL:
-        return "null";
-    case BSON_TYPE_REGEX:
-        return "regex";
-    case BSON_TYPE_DBPOINTER:
-        return "dbPointer";
-    case BSON_TYPE_CODE:
-        return "javascript";
-    case BSON_TYPE_SYMBOL:
-        return "symbol";
-    case BSON_TYPE_CODEWSCOPE:
-        return "javascriptWithScope";
-    case BSON_TYPE_INT32:
-        return "int";
-    case BSON_TYPE_TIMESTAMP:
-        return "timestamp";
-    case BSON_TYPE_INT64:
-        return "long";
-    case BSON_TYPE_DECIMAL128:
-        return "decimal";
-    case BSON_TYPE_MINKEY:
-        return "minKey";
-    case BSON_TYPE_MAXKEY:
-        return "maxKey";
-    default:
-        return "eoo";
-    }
-}
-
-/* Arguments any command may carry; setParameter must not mistake them for parameters. */
-static bool
-is_generic_argument(const char *name)
-{
-    static const char *const generic[] = {
-        "lsid",
-        "txnNumber",
-        "autocommit",
-        "startTransaction",
-        "stmtId",
-        "comment",
-        "maxTimeMS",
-        "readConcern",
-        "writeConcern",
-        "apiVersion",
-        "apiStrict",
-        "apiDeprecationErrors",
-        "databaseVersion",
-        "shardVersion",
-        "clientOperationKey",
-        "mayBypassWriteBlocking",
-        "txnRetryCounter",
-        "maxTimeMSOpOnly",
-        "help",
-    };
-    if (name[0] == '$') {
-        return true;
-    }
-    for (size_t i = 0; i < sizeof(generic) / sizeof(generic[0]); i++) {
-        if (strcmp(name, generic[i]) == 0) {
-            return true;
-        }
-    }
-    return false;
-}
 
 /* ---------------------------------------------------------------- parameters */
 
@@ -220,7 +134,7 @@ parse_get_options(const bson_iter_t *first, get_options_t *o, shl_status_t *st)
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field 'getParameter.%s' is the wrong type '%s', expected "
                              "type 'bool'",
-                             k, type_name(bson_iter_type(&it)));
+                             k, shl_bson_type_name(bson_iter_type(&it)));
                 }
                 if (k[0] == 'a') {
                     o->all = bson_iter_bool(&it);
@@ -304,7 +218,7 @@ check_new_value(const param_t *p, const bson_iter_t *v, shl_status_t *st)
             (BSON_ITER_HOLDS_DOUBLE(v) &&
              bson_iter_double(v) != (double)(int64_t)bson_iter_double(v))) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for parameter %s: %s", p->name,
-                     BSON_ITER_HOLDS_NUMBER(v) ? "not an integer" : type_name(bson_iter_type(v)));
+                     BSON_ITER_HOLDS_NUMBER(v) ? "not an integer" : shl_bson_type_name(bson_iter_type(v)));
         }
         if (p->opt == SHL_OPT_logLevel && bson_iter_as_int64(v) < 0) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for logLevel: %" PRId64,
@@ -340,7 +254,7 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     while (bson_iter_next(&it)) {
         const char *name = bson_iter_key(&it);
         const param_t *p;
-        if (is_generic_argument(name)) {
+        if (shl_cmd_is_generic_arg(name)) {
             continue;
         }
         p = find_param(params, n, name);
@@ -669,7 +583,7 @@ cmd_get_log(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'getLog.getLog' is the wrong type '%s', expected type 'string'",
-                 type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(bson_iter_type(&it)));
     }
     name = bson_iter_utf8(&it, NULL);
     if (strcmp(name, "*") == 0) {
@@ -713,7 +627,7 @@ cmd_session_noop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     if (!BSON_ITER_HOLDS_ARRAY(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s' is the wrong type '%s', expected type 'array'",
-                 bson_iter_key(&it), bson_iter_key(&it), type_name(bson_iter_type(&it)));
+                 bson_iter_key(&it), bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
     }
 done:
     return ret;
@@ -738,7 +652,7 @@ cmd_shutdown(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'shutdown.force' is the wrong type '%s', expected type 'bool'",
-                     type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(bson_iter_type(&it)));
         }
         force = bson_iter_as_bool(&it);
     }
@@ -747,7 +661,7 @@ cmd_shutdown(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'shutdown.timeoutSecs' is the wrong type '%s', expected types "
                      "'[long, int, decimal, double']",
-                     type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(bson_iter_type(&it)));
         }
         timeout_secs = bson_iter_as_int64(&it);
         if (timeout_secs < 0) {

@@ -42,9 +42,6 @@ int shl_cmd_get_doc(const bson_t *cmd, const char *field, bson_t *out, bool *fou
 int shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found,
                       shl_status_t *st);
 
-/* shl_bson_type_name -- MongoDB's alias for a BSON type ("double", "string", "object"...). */
-const char *shl_bson_type_name(bson_type_t t);
-
 /*
  * shl_cmd_collection_arg --
  *     The collection name given as the command's first field (a string, non-empty).
