@@ -391,7 +391,7 @@ shl_engine_drop_now(shl_storage_engine_t *eng, const char *uri, shl_status_t *st
     pthread_mutex_unlock(&eng->pool_mu);
     SHL_ERR(shl_wt_session_get(eng, &s, st));
     session_close_cursors(s, uri);
-    wtret = s->wt->drop(s->wt, uri, "force=true,lock_wait=false");
+    wtret = s->wt->drop(s->wt, uri, "force=true");
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "drop"));
     }

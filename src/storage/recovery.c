@@ -126,8 +126,13 @@ drop_orphans(shl_storage_engine_t *eng, int64_t *dropped, shl_status_t *st)
     s = NULL;
     for (size_t i = 0; i < norphans; i++) {
         SHL_LOG_INFO(RECOVERY, 22251, "Dropping unknown ident", "ident", BCON_UTF8(orphans[i]));
-        SHL_ERR(shl_engine_drop_now(eng, orphans[i], st));
-        (*dropped)++;
+        if (shl_engine_drop_now(eng, orphans[i], st) != 0) {
+            /* Retried after the next checkpoint. */
+            shl_drop_ident_t d = {.uri = orphans[i], .drop_ts = 0};
+            shl_engine_queue_drops(eng, &d, 1);
+        } else {
+            (*dropped)++;
+        }
     }
 done:
     if (meta != NULL) {

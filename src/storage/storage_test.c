@@ -140,7 +140,7 @@ scan_json(shl_storage_engine_t *eng, const char *ns, bool forward)
     return bson_string_free(s, false);
 }
 
-/* All oplog entries (ts > after) as a list of copies; returns count. */
+/* All oplog entries (ts > after) as an array of copies; returns count. */
 static size_t
 read_oplog(shl_storage_engine_t *eng, uint64_t after, bson_t **out)
 {
@@ -148,7 +148,8 @@ read_oplog(shl_storage_engine_t *eng, uint64_t after, bson_t **out)
     shl_record_cursor_t *rc;
     shl_status_t st;
     size_t n = 0, cap = 16;
-    bson_t *list = bson_malloc0(cap * sizeof(bson_t));
+    bson_t **list = bson_malloc0(cap * sizeof(bson_t *));
+    bson_t *arr;
 
     shl_storage_txn_begin(eng, NULL, &txn, &st);
     shl_oplog_cursor_open(txn, after, &rc, &st);
@@ -161,13 +162,20 @@ read_oplog(shl_storage_engine_t *eng, uint64_t after, bson_t **out)
         }
         if (n == cap) {
             cap *= 2;
-            list = bson_realloc(list, cap * sizeof(bson_t));
+            list = bson_realloc(list, cap * sizeof(bson_t *));
         }
-        bson_copy_to(&doc, &list[n++]);
+        list[n++] = bson_copy(&doc);
     }
     shl_record_cursor_close(rc);
     shl_storage_txn_abort(txn);
-    *out = list;
+    /* bson_t cannot be moved once allocated: copy into the final array in place. */
+    arr = bson_malloc0((n + 1) * sizeof(bson_t));
+    for (size_t i = 0; i < n; i++) {
+        bson_copy_to(list[i], &arr[i]);
+        bson_destroy(list[i]);
+    }
+    bson_free(list);
+    *out = arr;
     return n;
 }
 
@@ -1131,6 +1139,582 @@ SHL_TEST(wait_durable_group_commit)
             (unsigned long long)(eng->flushes_done - flushes));
     ASSERT(eng->flushes_done - flushes <= 160);
     shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+}
+
+/* ---------------------------------------------------------------------------------
+ * Recovery
+ * ------------------------------------------------------------------------------ */
+
+/* Run 'fn' in a forked child that exits without closing anything (a crash). */
+static void
+crash_after(const char *dir, void (*fn)(shl_storage_engine_t *eng))
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        shl_storage_engine_t *eng = open_eng(dir, false);
+        if (eng == NULL) {
+            _exit(2);
+        }
+        fn(eng);
+        _exit(0); /* no close: WT never checkpoints, like kill -9 after the writes */
+    }
+    waitpid(pid, NULL, 0);
+}
+
+static void
+ddl_and_writes_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    /* A stable checkpoint with one collection... */
+    shl_catalog_create_collection(eng, "rc.keep", NULL, NULL, NULL, &st);
+    insert_json(eng, "rc.keep", "{'_id': 1, 'v': 'before checkpoint'}", &st);
+    shl_storage_checkpoint(eng, &st);
+    /* ...then DDL and writes only the journal (the oplog) knows about. */
+    shl_catalog_create_collection(eng, "rc.new", NULL, NULL, NULL, &st);
+    shl_catalog_create_index(eng, "rc.new", shl_test_bson("{'key': {'a': 1}, 'name': 'a_1', "
+                                                          "'unique': true}"),
+                             NULL, NULL, &st);
+    insert_json(eng, "rc.new", "{'_id': 1, 'a': 10}", &st);
+    insert_json(eng, "rc.new", "{'_id': 2, 'a': 20}", &st);
+    insert_json(eng, "rc.keep", "{'_id': 2, 'v': 'after checkpoint'}", &st);
+    shl_catalog_create_collection(eng, "rc.gone", NULL, NULL, NULL, &st);
+    insert_json(eng, "rc.gone", "{'_id': 1}", &st);
+    shl_catalog_drop_collection(eng, "rc.gone", NULL, &st);
+    shl_catalog_create_collection(eng, "rc.old", NULL, NULL, NULL, &st);
+    insert_json(eng, "rc.old", "{'_id': 'x'}", &st);
+    shl_catalog_rename_collection(eng, "rc.old", "rc.renamed", false, NULL, &st);
+    shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
+}
+
+SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+    shl_storage_txn_t *txn;
+    shl_collection_t *c;
+    shl_status_t st;
+    char **dbs;
+    bson_value_t a20 = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 20};
+    shl_keyset_t keys;
+    int64_t rid;
+    bool found;
+
+    crash_after(dir, ddl_and_writes_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_STR_EQ(scan_json(eng, "rc.keep", true),
+                  "[{ \"_id\" : 1, \"v\" : \"before checkpoint\" }, "
+                  "{ \"_id\" : 2, \"v\" : \"after checkpoint\" }]");
+    ASSERT_STR_EQ(scan_json(eng, "rc.new", true),
+                  "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+    ASSERT(shl_catalog_get(eng, "rc.gone") == NULL);
+    ASSERT(shl_catalog_get(eng, "rc.old") == NULL);
+    ASSERT_STR_EQ(scan_json(eng, "rc.renamed", true), "[{ \"_id\" : \"x\" }]");
+    /* The replayed index is real and enforced. */
+    c = shl_catalog_get(eng, "rc.new");
+    ASSERT_INT_EQ(c->nindexes, 2);
+    ASSERT_INT_EQ(shl_collection_num_records(c), 2);
+    shl_keyset_init(&keys);
+    {
+        shl_kbuf_t kb;
+        shl_kbuf_init(&kb);
+        shl_kbuf_value(&kb, &a20, false);
+        shl_keyset_add(&keys, kb.data, kb.len);
+        shl_kbuf_cleanup(&kb);
+    }
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    {
+        size_t len;
+        const uint8_t *k = shl_keyset_key(&keys, 0, &len);
+        ASSERT_INT_EQ(shl_index_lookup(txn, c->indexes[1], k, len, &rid, &found, &st), 0);
+    }
+    ASSERT(found && rid == 2);
+    shl_storage_txn_abort(txn);
+    shl_keyset_cleanup(&keys);
+    ASSERT_INT_EQ(insert_json(eng, "rc.new", "{'_id': 3, 'a': 20}", &st), SHL_CODE_DUPLICATE_KEY);
+    shl_collection_release(c);
+    shl_catalog_list_databases(eng, &dbs);
+    ASSERT_STR_EQ(dbs[0], "local");
+    ASSERT_STR_EQ(dbs[1], "rc");
+    bson_strfreev(dbs);
+    /* A second restart replays nothing (recovery took a stable checkpoint). */
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT_STR_EQ(scan_json(eng, "rc.new", true),
+                  "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+}
+
+static void
+orphan_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    /* A table WT knows but no durable catalog entry names (a create that never
+     * reached the journal looks the same). */
+    shl_wt_session_t *s;
+    shl_wt_session_get(eng, &s, &st);
+    s->wt->create(s->wt, "table:collection-999", "key_format=q,value_format=u");
+    shl_wt_session_put(eng, s);
+    shl_storage_checkpoint(eng, &st);
+}
+
+SHL_TEST(recovery_drops_idents_no_catalog_entry_names)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+    shl_wt_session_t *s;
+    WT_CURSOR *c = NULL;
+    shl_status_t st;
+
+    crash_after(dir, orphan_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_wt_session_get(eng, &s, &st), 0);
+    ASSERT(s->wt->open_cursor(s->wt, "table:collection-999", NULL, NULL, &c) != 0);
+    shl_wt_session_put(eng, s);
+    /* New idents never reuse a number WT has seen. */
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "o.c", NULL, NULL, NULL, &st), 0);
+    {
+        shl_collection_t *coll = shl_catalog_get(eng, "o.c");
+        ASSERT_STR_EQ(coll->ident, "collection-1000");
+        shl_collection_release(coll);
+    }
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+}
+
+/* ---------------------------------------------------------------------------------
+ * Crash loop: a child writes until SIGKILL, the parent reopens and checks.
+ * ------------------------------------------------------------------------------ */
+
+#define CRASH_RANGE 1000000
+
+typedef struct crash_ack {
+    int64_t seq;     /* op number in the round's deterministic sequence */
+    int32_t durable; /* waited for the journal */
+    int32_t pad;
+    int64_t mono_us; /* when the child saw the ack */
+} crash_ack_t;
+
+typedef struct crash_op {
+    char kind; /* 'i' insert, 'u' update, 'd' delete, 'C' create coll, 'X' create index,
+                  'D' drop previous round's coll, 'B' batch insert into the round's coll */
+    int64_t id;
+} crash_op_t;
+
+/* Op k of round r's sequence (deterministic so the parent can model it). */
+static size_t
+crash_ops(int round, int64_t nids, crash_op_t *ops, size_t max)
+{
+    size_t n = 0;
+    int64_t base = (int64_t)round * CRASH_RANGE;
+    for (int64_t i = base; i < base + nids && n + 4 < max; i++) {
+        ops[n++] = (crash_op_t){'i', i};
+        if ((i - base) % 7 == 6) {
+            ops[n++] = (crash_op_t){'u', i - 3};
+        }
+        if ((i - base) % 11 == 10) {
+            ops[n++] = (crash_op_t){'d', i - 5};
+        }
+        if (i - base == 20) {
+            ops[n++] = (crash_op_t){'C', i};
+        }
+        if (i - base == 40) {
+            ops[n++] = (crash_op_t){'X', i};
+        }
+        if (i - base == 50) {
+            ops[n++] = (crash_op_t){'B', i};
+        }
+        if (i - base == 60 && round > 0) {
+            ops[n++] = (crash_op_t){'D', i};
+        }
+    }
+    return n;
+}
+
+typedef struct crash_upd {
+    shl_collection_t *coll;
+    int64_t id;
+    char kind;
+    int round;
+} crash_upd_t;
+
+static int
+crash_write_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    crash_upd_t *u = arg;
+    bson_value_t idv = {.value_type = BSON_TYPE_INT64, .value.v_int64 = u->id};
+    bson_t cur, *doc = NULL;
+    int64_t rid;
+    bool found;
+    int ret = 0;
+
+    bson_init(&cur);
+    if (u->kind == 'i') {
+        doc = BCON_NEW("_id", BCON_INT64(u->id), "a", BCON_INT64(u->id), "r", BCON_INT32(u->round),
+                       "pad", BCON_UTF8("................................................"));
+        ret = shl_doc_insert(txn, u->coll, doc, NULL, NULL, st);
+    } else if (u->kind == 'B') {
+        for (int k = 0; k < 5 && ret == 0; k++) {
+            doc = BCON_NEW("_id", BCON_INT32(k), "b", BCON_INT32(k));
+            ret = shl_doc_insert(txn, u->coll, doc, NULL, NULL, st);
+            bson_destroy(doc);
+            doc = NULL;
+        }
+    } else {
+        bson_destroy(&cur);
+        ret = shl_doc_find_by_id(txn, u->coll, &idv, &cur, &rid, &found, st);
+        if (ret == 0 && !found) {
+            ret = shl_status_set(st, SHL_CODE_NO_SUCH_KEY, "missing %lld", (long long)u->id);
+        }
+        if (ret == 0 && u->kind == 'u') {
+            doc = BCON_NEW("_id", BCON_INT64(u->id), "a", BCON_INT64(-u->id), "r",
+                           BCON_INT32(u->round), "upd", BCON_BOOL(true));
+            ret = shl_doc_update(txn, u->coll, rid, &cur, doc, NULL, st);
+        } else if (ret == 0) {
+            ret = shl_doc_delete(txn, u->coll, rid, &cur, NULL, st);
+        }
+    }
+    bson_destroy(&cur);
+    if (doc != NULL) {
+        bson_destroy(doc);
+    }
+    return ret;
+}
+
+static void
+crash_child(const char *dir, int round, bool j, int fd)
+{
+    shl_storage_engine_t *eng = open_eng(dir, true);
+    shl_status_t st;
+    char ns[64], prev[64];
+    crash_op_t *ops = bson_malloc(sizeof(crash_op_t) * 400000);
+    size_t n = crash_ops(round, 60000, ops, 400000);
+
+    if (eng == NULL) {
+        _exit(2);
+    }
+    snprintf(ns, sizeof(ns), "crash.r%d", round);
+    snprintf(prev, sizeof(prev), "crash.r%d", round - 1);
+    if (round == 0) {
+        shl_catalog_create_collection(eng, "crash.c", NULL, NULL, NULL, &st);
+        shl_catalog_create_index(eng, "crash.c", shl_test_bson("{'key': {'a': 1}, 'name': 'a_1'}"),
+                                 NULL, NULL, &st);
+        shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
+    }
+    for (size_t k = 0; k < n; k++) {
+        crash_op_t op = ops[k];
+        crash_ack_t ack = {.seq = (int64_t)k, .durable = j};
+        uint64_t ts = 0;
+        int ret = 0;
+        if (op.kind == 'C') {
+            ret = shl_catalog_create_collection(eng, ns, NULL, NULL, &ts, &st);
+        } else if (op.kind == 'X') {
+            ret = shl_catalog_create_index(eng, ns, shl_test_bson("{'key': {'b': 1}, 'name': "
+                                                                  "'b_1'}"),
+                                           NULL, &ts, &st);
+        } else if (op.kind == 'D') {
+            ret = shl_catalog_drop_collection(eng, prev, &ts, &st);
+        } else {
+            shl_coll_handle_t h;
+            crash_upd_t u = {.id = op.id, .kind = op.kind, .round = round};
+            shl_storage_coll_acquire(eng, op.kind == 'B' ? ns : "crash.c", SHL_LOCK_SHARED, &h,
+                                     &st);
+            u.coll = h.coll;
+            ret = u.coll == NULL ? SHL_CODE_NAMESPACE_NOT_FOUND
+                                 : shl_storage_write_retry(eng, crash_write_fn, &u, &ts, &st);
+            shl_storage_coll_release(&h);
+        }
+        if (ret != 0) {
+            fprintf(stderr, "crash child: op %zu (%c %lld) failed: %s\n", k, op.kind,
+                    (long long)op.id, st.reason);
+            _exit(3);
+        }
+        if (j && shl_storage_wait_durable(eng, ts, &st) != 0) {
+            _exit(4);
+        }
+        ack.mono_us = shl_clock_mono_us();
+        if (write(fd, &ack, sizeof(ack)) != sizeof(ack)) {
+            _exit(5);
+        }
+        if (!j && k % 100 == 99) {
+            shl_sleep_ms(5); /* keep it writing until the kill */
+        }
+    }
+    _exit(0);
+}
+
+/* Check the reopened database against the deterministic op sequence of 'round'. */
+static int
+crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_ops,
+             int64_t *out_l)
+{
+    crash_op_t *ops = bson_malloc(sizeof(crash_op_t) * 400000);
+    size_t nops = crash_ops(round, 60000, ops, 400000);
+    int64_t base = (int64_t)round * CRASH_RANGE;
+    bson_t *e;
+    size_t n = read_oplog(eng, 0, &e);
+    int64_t l = 0;
+    bool saw_create = false, saw_index = false, saw_drop = false, saw_batch = false;
+    int8_t *state = bson_malloc0(100000);
+    shl_collection_t *c = shl_catalog_get(eng, "crash.c");
+    shl_storage_txn_t *txn;
+    shl_record_cursor_t *rc;
+    shl_status_t st;
+    char rns[64];
+    int bad = 0;
+    int64_t docs_in_round = 0, expect_docs = 0;
+
+    /* L = this round's ops that reached the oplog (each op is one entry, 'B' five). */
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        const char *ns = NULL;
+        int64_t id = -1;
+        if (bson_iter_init_find(&it, &e[i], "ns")) {
+            ns = bson_iter_utf8(&it, NULL);
+        }
+        if (ns != NULL && strcmp(ns, "crash.c") == 0 &&
+            (bson_iter_init_find(&it, &e[i], "o2") || bson_iter_init_find(&it, &e[i], "o"))) {
+            bson_iter_t sub;
+            if (bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "_id")) {
+                id = bson_iter_as_int64(&sub);
+            }
+            if (id >= base && id < base + CRASH_RANGE) {
+                l++;
+            }
+        }
+        snprintf(rns, sizeof(rns), "crash.r%d", round);
+        if (ns != NULL && strcmp(ns, rns) == 0) {
+            saw_batch = true;
+        }
+        if (ns != NULL && strcmp(ns, "crash.$cmd") == 0 && bson_iter_init_find(&it, &e[i], "o")) {
+            char *j = bson_as_relaxed_extended_json(&e[i], NULL);
+            char want_c[64], want_x[64], want_d[64];
+            snprintf(want_c, sizeof(want_c), "\"create\" : \"r%d\"", round);
+            snprintf(want_x, sizeof(want_x), "\"createIndexes\" : \"r%d\"", round);
+            snprintf(want_d, sizeof(want_d), "\"drop\" : \"r%d\"", round - 1);
+            saw_create |= strstr(j, want_c) != NULL;
+            saw_index |= strstr(j, want_x) != NULL;
+            saw_drop |= round > 0 && strstr(j, want_d) != NULL;
+            bson_free(j);
+        }
+    }
+    /* Ops that are not crash.c entries count toward the prefix too. */
+    {
+        int64_t crud = 0, k = 0;
+        for (; k < (int64_t)nops && crud < l; k++) {
+            if (strchr("iud", ops[k].kind) != NULL) {
+                crud++;
+            }
+        }
+        /* The prefix ends after the l-th CRUD op; DDL right after it may also be in. */
+        *out_l = k;
+        if (k < min_ops) {
+            fprintf(stderr, "round %d: recovered %lld ops < %lld acknowledged durable\n", round,
+                    (long long)k, (long long)min_ops);
+            bad++;
+        }
+        if (k > max_ops + 1) {
+            fprintf(stderr, "round %d: recovered %lld ops > %lld acknowledged + 1\n", round,
+                    (long long)k, (long long)max_ops);
+            bad++;
+        }
+        for (int64_t q = 0; q < k; q++) {
+            int64_t idx = ops[q].id - base;
+            if (ops[q].kind == 'i') {
+                state[idx] = 1;
+            } else if (ops[q].kind == 'u') {
+                state[idx] = 2;
+            } else if (ops[q].kind == 'd') {
+                state[idx] = 0;
+            }
+        }
+        for (int64_t q = 0; q < 100000; q++) {
+            expect_docs += state[q] != 0;
+        }
+        /* DDL: present in the catalog exactly when its oplog entry is. */
+        snprintf(rns, sizeof(rns), "crash.r%d", round);
+        {
+            shl_collection_t *r = shl_catalog_get(eng, rns);
+            if ((r != NULL) != (saw_create && !false)) {
+                fprintf(stderr, "round %d: %s in catalog %d, create in oplog %d\n", round, rns,
+                        r != NULL, saw_create);
+                bad++;
+            }
+            if (r != NULL && (r->nindexes == 2) != saw_index) {
+                fprintf(stderr, "round %d: index b_1 %zu vs oplog %d\n", round, r->nindexes,
+                        saw_index);
+                bad++;
+            }
+            if (r != NULL && shl_collection_num_records(r) != (saw_batch ? 5 : 0)) {
+                fprintf(stderr, "round %d: batch docs %lld vs oplog %d\n", round,
+                        (long long)shl_collection_num_records(r), saw_batch);
+                bad++;
+            }
+            shl_collection_release(r);
+        }
+        if (round > 0) {
+            char pns[64];
+            shl_collection_t *p;
+            snprintf(pns, sizeof(pns), "crash.r%d", round - 1);
+            p = shl_catalog_get(eng, pns);
+            if (saw_drop && p != NULL) {
+                fprintf(stderr, "round %d: %s dropped in oplog but in catalog\n", round, pns);
+                bad++;
+            }
+            shl_collection_release(p);
+        }
+    }
+    /* Documents: exactly the model's, each with its _id and a_1 index entries. */
+    shl_storage_txn_begin(eng, NULL, &txn, &st);
+    shl_record_cursor_open(txn, c, true, &rc, &st);
+    for (;;) {
+        int64_t rid, id, a;
+        bson_t doc;
+        bool eof, found;
+        bson_iter_t it;
+        shl_keyset_t keys;
+        if (shl_record_cursor_next(rc, &rid, &doc, &eof, &st) != 0 || eof) {
+            break;
+        }
+        bson_iter_init_find(&it, &doc, "_id");
+        id = bson_iter_as_int64(&it);
+        bson_iter_init_find(&it, &doc, "a");
+        a = bson_iter_as_int64(&it);
+        if (id < base || id >= base + CRASH_RANGE) {
+            continue;
+        }
+        docs_in_round++;
+        if (state[id - base] == 0 || (state[id - base] == 1 && a != id) ||
+            (state[id - base] == 2 && a != -id)) {
+            fprintf(stderr, "round %d: doc %lld has a=%lld, model state %d\n", round,
+                    (long long)id, (long long)a, state[id - base]);
+            bad++;
+        }
+        shl_keyset_init(&keys);
+        for (size_t x = 0; x < c->nindexes; x++) {
+            int64_t irid = -1;
+            size_t len;
+            const uint8_t *k;
+            shl_index_keys_for_doc(c->indexes[x], &doc, &keys, &st);
+            k = shl_keyset_key(&keys, 0, &len);
+            shl_index_lookup(txn, c->indexes[x], k, len, &irid, &found, &st);
+            if (!found || irid != rid) {
+                fprintf(stderr, "round %d: doc %lld missing from index %s\n", round,
+                        (long long)id, c->indexes[x]->name);
+                bad++;
+            }
+        }
+        shl_keyset_cleanup(&keys);
+    }
+    shl_record_cursor_close(rc);
+    /* Index entries: no more than documents (none left behind by deletes). */
+    for (size_t x = 0; x < c->nindexes; x++) {
+        shl_index_cursor_t *ic;
+        int64_t count = 0, rid;
+        bool eof;
+        shl_index_cursor_open(txn, c->indexes[x], NULL, NULL, true, &ic, &st);
+        while (shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, &st) == 0 && !eof) {
+            count++;
+        }
+        shl_index_cursor_close(ic);
+        if (count != shl_collection_num_records(c)) {
+            fprintf(stderr, "round %d: index %s has %lld entries for %lld documents\n", round,
+                    c->indexes[x]->name, (long long)count,
+                    (long long)shl_collection_num_records(c));
+            bad++;
+        }
+    }
+    shl_storage_txn_abort(txn);
+    if (docs_in_round != expect_docs) {
+        fprintf(stderr, "round %d: %lld documents, model says %lld\n", round,
+                (long long)docs_in_round, (long long)expect_docs);
+        bad++;
+    }
+    shl_collection_release(c);
+    free_docs(e, n);
+    bson_free(state);
+    bson_free(ops);
+    return bad;
+}
+
+SHL_TEST(crash_loop_kill9_durability_and_atomicity)
+{
+    char *dir = tmpdir();
+    unsigned seed = (unsigned)shl_clock_mono_us();
+    const int rounds = 6;
+    const int64_t max_acks = 400000;
+    crash_ack_t *acks = bson_malloc(max_acks * sizeof(crash_ack_t));
+
+    fprintf(stderr, "  (seed %u)\n", seed);
+    srandom(seed);
+    for (int round = 0; round < rounds; round++) {
+        bool j = round % 2 == 0;
+        int fds[2];
+        pid_t pid;
+        crash_ack_t ack;
+        int64_t first_us = 0, kill_us, acked = 0, durable_min = 0, delay_us;
+        int64_t l = 0, nacks = 0;
+        shl_storage_engine_t *eng;
+        int bad;
+
+        ASSERT(pipe(fds) == 0);
+        pid = fork();
+        if (pid == 0) {
+            close(fds[0]);
+            crash_child(dir, round, j, fds[1]);
+        }
+        close(fds[1]);
+        /* Let it run a random while after its first acknowledged write: 0.2-1 s, and
+         * at least 0.7 s without j so some acks are older than the 500 ms margin. */
+        delay_us = (j ? 200000 : 700000) + random() % 700000;
+        for (;;) {
+            ssize_t r = read(fds[0], &ack, sizeof(ack));
+            if (r != sizeof(ack)) {
+                break;
+            }
+            if (first_us == 0) {
+                first_us = ack.mono_us;
+            }
+            acks[nacks++] = ack;
+            if (ack.mono_us - first_us > delay_us || nacks == max_acks) {
+                break;
+            }
+        }
+        kill(pid, SIGKILL);
+        kill_us = shl_clock_mono_us();
+        /* Acks written before the kill are still in the pipe. */
+        while (nacks < max_acks && read(fds[0], &ack, sizeof(ack)) == sizeof(ack)) {
+            acks[nacks++] = ack;
+        }
+        /* j:true acks must survive; j:false ones too once the journal flusher
+         * (every 100 ms) has had 5 intervals to write them. */
+        for (int64_t i = 0; i < nacks; i++) {
+            acked = acks[i].seq + 1;
+            if (acks[i].durable || acks[i].mono_us < kill_us - 500000) {
+                durable_min = acks[i].seq + 1;
+            }
+        }
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+        ASSERT(acked > 0);
+
+        eng = open_eng(dir, false);
+        ASSERT(eng != NULL);
+        bad = crash_verify(eng, round, durable_min, acked, &l);
+        fprintf(stderr, "  round %d (%s): %lld ops acknowledged, %lld must survive, %lld "
+                        "recovered\n",
+                round, j ? "j:true" : "j:false", (long long)acked, (long long)durable_min,
+                (long long)l);
+        shl_storage_close(eng);
+        ASSERT_INT_EQ(bad, 0);
+    }
+    bson_free(acks);
     rmrf(dir);
     bson_free(dir);
 }
