@@ -70,6 +70,43 @@ open_eng(const char *dir, bool threads)
     return eng;
 }
 
+/* Temporary documents for call arguments, freed by tmp_free() at the end of a test. */
+static bson_t *tmp_docs[256];
+static int ntmp;
+
+static bson_t *
+T(const char *json)
+{
+    bson_t *b = shl_test_bson(json);
+    if (ntmp < 256) {
+        tmp_docs[ntmp++] = b;
+    }
+    return b;
+}
+
+static void
+tmp_free(void)
+{
+    while (ntmp > 0) {
+        bson_destroy(tmp_docs[--ntmp]);
+    }
+}
+
+/* Compare a scan of 'ns' with the expected JSON array text. */
+#define ASSERT_SCAN(eng, ns, forward, want)                                                        \
+    do {                                                                                           \
+        char *got_scan_ = scan_json((eng), (ns), (forward));                                       \
+        bool same_ = strcmp(got_scan_, (want)) == 0;                                               \
+        if (!same_) {                                                                              \
+            shl_test_fail_here(__FILE__, __LINE__, "scan %s:\n  got:  %s\n  want: %s", (ns),       \
+                               got_scan_, (want));                                                 \
+        }                                                                                          \
+        bson_free(got_scan_);                                                                      \
+        if (!same_) {                                                                              \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 typedef struct ins_arg {
     shl_collection_t *coll;
     const bson_t *doc;
@@ -235,6 +272,7 @@ SHL_TEST(engine_open_close_and_dbpath_lock)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 SHL_TEST(clock_is_monotonic_and_survives_restart)
@@ -272,6 +310,7 @@ SHL_TEST(clock_is_monotonic_and_survives_restart)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -298,7 +337,7 @@ SHL_TEST(catalog_create_drop_rename_list)
     ASSERT_STR_EQ(st.reason, "Collection db1.a already exists.");
     ASSERT_INT_EQ(shl_catalog_create_collection(eng, "bad$db.a", NULL, NULL, NULL, &st),
                   SHL_CODE_INVALID_NAMESPACE);
-    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db1.c", shl_test_bson("{'capped': true}"),
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db1.c", T("{'capped': true}"),
                                                 NULL, NULL, &st),
                   SHL_CODE_INVALID_OPTIONS);
     ASSERT_INT_EQ(shl_catalog_create_collection(eng, "local.oplog.rs", NULL, NULL, NULL, &st),
@@ -351,7 +390,7 @@ SHL_TEST(catalog_create_drop_rename_list)
     shl_storage_close(eng);
     eng = open_eng(dir, false);
     ASSERT(eng != NULL);
-    ASSERT_STR_EQ(scan_json(eng, "db1.b", true), "[{ \"_id\" : 1, \"v\" : \"kept\" }]");
+    ASSERT_SCAN(eng, "db1.b", true, "[{ \"_id\" : 1, \"v\" : \"kept\" }]");
     shl_catalog_list(eng, NULL, &list, &n);
     ASSERT_INT_EQ(n, 2);
     ASSERT_STR_EQ(list[0]->ns, "db1.b");
@@ -366,6 +405,7 @@ SHL_TEST(catalog_create_drop_rename_list)
     bson_destroy(opts);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 SHL_TEST(ddl_excludes_crud_on_that_collection_only)
@@ -391,6 +431,7 @@ SHL_TEST(ddl_excludes_crud_on_that_collection_only)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -430,12 +471,12 @@ SHL_TEST(record_store_insert_update_delete_scan)
     ASSERT(found);
     ASSERT_BSON_EQ(&got, "{'_id': 2, 'x': 'b'}");
     bson_destroy(&got);
-    ASSERT_STR_EQ(scan_json(eng, "r.c", true), "[]");
+    ASSERT_SCAN(eng, "r.c", true, "[]");
     ASSERT_INT_EQ(shl_collection_num_records(c), 0);
     ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
     ASSERT_INT_EQ(shl_collection_num_records(c), 3);
     ASSERT_INT_EQ(shl_collection_data_size(c), d1->len + d2->len + d3->len);
-    ASSERT_STR_EQ(scan_json(eng, "r.c", false),
+    ASSERT_SCAN(eng, "r.c", false,
                   "[{ \"_id\" : 3, \"x\" : \"c\" }, { \"_id\" : 2, \"x\" : \"b\" }, "
                   "{ \"_id\" : 1, \"x\" : \"a\" }]");
 
@@ -444,7 +485,7 @@ SHL_TEST(record_store_insert_update_delete_scan)
     ASSERT_INT_EQ(shl_doc_delete(txn, c, r1, NULL, NULL, &st), 0);
     ASSERT_INT_EQ(shl_doc_delete(txn, c, r1, NULL, NULL, &st), SHL_CODE_NO_SUCH_KEY);
     ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
-    ASSERT_STR_EQ(scan_json(eng, "r.c", true),
+    ASSERT_SCAN(eng, "r.c", true,
                   "[{ \"_id\" : 2, \"x\" : \"bbbb\" }, { \"_id\" : 3, \"x\" : \"c\" }]");
     ASSERT_INT_EQ(shl_collection_num_records(c), 2);
     ASSERT_INT_EQ(shl_collection_data_size(c), d2b->len + d3->len);
@@ -488,6 +529,7 @@ SHL_TEST(record_store_insert_update_delete_scan)
     bson_destroy(d2b);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -517,7 +559,7 @@ SHL_TEST(unique_index_duplicate_key_errors)
 
     /* Building a unique index over duplicates fails and leaves no index behind. */
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'a': 1, 'b': -1}, 'name': "
+                                           T("{'key': {'a': 1, 'b': -1}, 'name': "
                                                          "'a_1_b_-1', 'unique': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_DUPLICATE_KEY);
@@ -528,33 +570,33 @@ SHL_TEST(unique_index_duplicate_key_errors)
     shl_collection_release(c);
 
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'b': 1}, 'name': 'b_1', "
+                                           T("{'key': {'b': 1}, 'name': 'b_1', "
                                                          "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_DUPLICATE_KEY);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'q': 1}, 'name': 'q_1', "
+                                           T("{'key': {'q': 1}, 'name': 'q_1', "
                                                          "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   0);
     ASSERT(created);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'name': 'q_1', 'key': {'q': 1}, "
+                                           T("{'name': 'q_1', 'key': {'q': 1}, "
                                                          "'sparse': true, 'unique': true}"),
                                            &created, NULL, &st),
                   0);
     ASSERT(!created);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'q': -1}, 'name': 'q_1'}"),
+                                           T("{'key': {'q': -1}, 'name': 'q_1'}"),
                                            &created, NULL, &st),
                   SHL_CODE_INDEX_KEY_SPECS_CONFLICT);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'q': 1}, 'name': 'other', "
+                                           T("{'key': {'q': 1}, 'name': 'other', "
                                                          "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_INDEX_OPTIONS_CONFLICT);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           shl_test_bson("{'key': {'h': 'hashed'}, 'name': 'h'}"),
+                                           T("{'key': {'h': 'hashed'}, 'name': 'h'}"),
                                            &created, NULL, &st),
                   SHL_CODE_CANNOT_CREATE_INDEX);
     ASSERT_INT_EQ(insert_json(eng, "db.c", "{'_id': 5, 'q': 7}", &st), 0);
@@ -595,11 +637,29 @@ SHL_TEST(unique_index_duplicate_key_errors)
     bson_destroy(dup);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* The rids an index cursor yields over [start, end), as "r1,r2,...". */
+static char *index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index,
+                            const bson_value_t *lo, const bson_value_t *hi, bool descending_key,
+                            bool forward);
+
+#define ASSERT_ISCAN(want, ...)                                                                    \
+    do {                                                                                           \
+        char *got_is_ = index_scan_raw(__VA_ARGS__);                                               \
+        bool same_is_ = strcmp(got_is_, (want)) == 0;                                              \
+        if (!same_is_) {                                                                           \
+            shl_test_fail_here(__FILE__, __LINE__, "index scan: got %s want %s", got_is_, (want)); \
+        }                                                                                          \
+        bson_free(got_is_);                                                                        \
+        if (!same_is_) {                                                                           \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 static char *
-index_scan(shl_storage_engine_t *eng, const char *ns, const char *index, const bson_value_t *lo,
+index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index, const bson_value_t *lo,
            const bson_value_t *hi, bool descending_key, bool forward)
 {
     shl_storage_txn_t *txn;
@@ -661,31 +721,31 @@ SHL_TEST(index_bounds_scans_both_directions)
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 7, 'a': 'str'}", &st), 0);
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 8}", &st), 0);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
-                                           shl_test_bson("{'key': {'a': 1}, 'name': 'a_1'}"),
+                                           T("{'key': {'a': 1}, 'name': 'a_1'}"),
                                            NULL, NULL, &st),
                   0);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
-                                           shl_test_bson("{'key': {'a': -1}, 'name': 'a_-1'}"),
+                                           T("{'key': {'a': -1}, 'name': 'a_-1'}"),
                                            NULL, NULL, &st),
                   0);
     /* Full scans: null (missing) < numbers (by value; 3 == 3.0, ties by rid) < strings. */
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", NULL, NULL, false, true), "8,2,3,5,1,6,4,7");
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", NULL, NULL, false, false), "7,4,6,1,5,3,2,8");
+    ASSERT_ISCAN("8,2,3,5,1,6,4,7", eng, "i.c", "a_1", NULL, NULL, false, true);
+    ASSERT_ISCAN("7,4,6,1,5,3,2,8", eng, "i.c", "a_1", NULL, NULL, false, false);
     /* [3, 6) */
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", &v3, &v6, false, true), "3,5,1");
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", &v3, &v6, false, false), "1,5,3");
+    ASSERT_ISCAN("3,5,1", eng, "i.c", "a_1", &v3, &v6, false, true);
+    ASSERT_ISCAN("1,5,3", eng, "i.c", "a_1", &v3, &v6, false, false);
     /* Descending index: keys sort high to low, so [6, 3) means 6 >= a > 3. */
     /* (equal keys stay in RecordId order: the suffix is not inverted, as in MongoDB) */
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_-1", NULL, NULL, true, true), "7,4,6,1,3,5,2,8");
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_-1", &v6, &v3, true, true), "1");
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", &v6, NULL, false, true), "6,4,7");
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", NULL, &v3, false, false), "2,8");
+    ASSERT_ISCAN("7,4,6,1,3,5,2,8", eng, "i.c", "a_-1", NULL, NULL, true, true);
+    ASSERT_ISCAN("1", eng, "i.c", "a_-1", &v6, &v3, true, true);
+    ASSERT_ISCAN("6,4,7", eng, "i.c", "a_1", &v6, NULL, false, true);
+    ASSERT_ISCAN("2,8", eng, "i.c", "a_1", NULL, &v3, false, false);
 
     /* Multikey and parallel arrays with the default key generator. */
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 9, 'a': [2, 3, 2]}", &st), 0);
-    ASSERT_STR_EQ(index_scan(eng, "i.c", "a_1", &v3, &v6, false, true), "3,5,9,1");
+    ASSERT_ISCAN("3,5,9,1", eng, "i.c", "a_1", &v3, &v6, false, true);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
-                                           shl_test_bson("{'key': {'a': 1, 'b.c': 1}, 'name': "
+                                           T("{'key': {'a': 1, 'b.c': 1}, 'name': "
                                                          "'ab'}"),
                                            NULL, NULL, &st),
                   0);
@@ -697,6 +757,7 @@ SHL_TEST(index_bounds_scans_both_directions)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -738,7 +799,7 @@ SHL_TEST(oplog_entries_format_and_order)
                   SHL_CODE_BAD_VALUE);
     ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "o.c",
-                                           shl_test_bson("{'key': {'x': 1}, 'name': 'x_1'}"),
+                                           T("{'key': {'x': 1}, 'name': 'x_1'}"),
                                            NULL, NULL, &st),
                   0);
     ASSERT_INT_EQ(shl_catalog_drop_index(eng, "o.c", "x_1", NULL, &st), 0);
@@ -822,6 +883,7 @@ SHL_TEST(oplog_entries_format_and_order)
     bson_destroy(up);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 SHL_TEST(oplog_readers_stop_at_the_no_holes_point)
@@ -878,6 +940,7 @@ SHL_TEST(oplog_readers_stop_at_the_no_holes_point)
     bson_destroy(db);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 SHL_TEST(batch_in_one_txn_gets_distinct_timestamps)
@@ -933,6 +996,7 @@ SHL_TEST(batch_in_one_txn_gets_distinct_timestamps)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -1047,6 +1111,7 @@ SHL_TEST(write_conflicts_and_retry)
     bson_destroy(v2);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -1062,7 +1127,7 @@ SHL_TEST(capped_collection_keeps_newest)
 
     ASSERT(eng != NULL);
     ASSERT_INT_EQ(shl_catalog_create_collection(
-                      eng, "cap.c", shl_test_bson("{'capped': true, 'size': 100000, 'max': 3}"),
+                      eng, "cap.c", T("{'capped': true, 'size': 100000, 'max': 3}"),
                       NULL, NULL, &st),
                   0);
     for (int i = 0; i < 6; i++) {
@@ -1070,7 +1135,7 @@ SHL_TEST(capped_collection_keeps_newest)
         snprintf(json, sizeof(json), "{'_id': %d}", i);
         ASSERT_INT_EQ(insert_json(eng, "cap.c", json, &st), 0);
     }
-    ASSERT_STR_EQ(scan_json(eng, "cap.c", true),
+    ASSERT_SCAN(eng, "cap.c", true,
                   "[{ \"_id\" : 3 }, { \"_id\" : 4 }, { \"_id\" : 5 }]");
     c = shl_catalog_get(eng, "cap.c");
     ASSERT(c->capped && c->capped_max == 3);
@@ -1079,6 +1144,7 @@ SHL_TEST(capped_collection_keeps_newest)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -1141,6 +1207,7 @@ SHL_TEST(wait_durable_group_commit)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -1173,7 +1240,7 @@ ddl_and_writes_then_crash(shl_storage_engine_t *eng)
     shl_storage_checkpoint(eng, &st);
     /* ...then DDL and writes only the journal (the oplog) knows about. */
     shl_catalog_create_collection(eng, "rc.new", NULL, NULL, NULL, &st);
-    shl_catalog_create_index(eng, "rc.new", shl_test_bson("{'key': {'a': 1}, 'name': 'a_1', "
+    shl_catalog_create_index(eng, "rc.new", T("{'key': {'a': 1}, 'name': 'a_1', "
                                                           "'unique': true}"),
                              NULL, NULL, &st);
     insert_json(eng, "rc.new", "{'_id': 1, 'a': 10}", &st);
@@ -1204,14 +1271,14 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     crash_after(dir, ddl_and_writes_then_crash);
     eng = open_eng(dir, false);
     ASSERT(eng != NULL);
-    ASSERT_STR_EQ(scan_json(eng, "rc.keep", true),
+    ASSERT_SCAN(eng, "rc.keep", true,
                   "[{ \"_id\" : 1, \"v\" : \"before checkpoint\" }, "
                   "{ \"_id\" : 2, \"v\" : \"after checkpoint\" }]");
-    ASSERT_STR_EQ(scan_json(eng, "rc.new", true),
+    ASSERT_SCAN(eng, "rc.new", true,
                   "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
     ASSERT(shl_catalog_get(eng, "rc.gone") == NULL);
     ASSERT(shl_catalog_get(eng, "rc.old") == NULL);
-    ASSERT_STR_EQ(scan_json(eng, "rc.renamed", true), "[{ \"_id\" : \"x\" }]");
+    ASSERT_SCAN(eng, "rc.renamed", true, "[{ \"_id\" : \"x\" }]");
     /* The replayed index is real and enforced. */
     c = shl_catalog_get(eng, "rc.new");
     ASSERT_INT_EQ(c->nindexes, 2);
@@ -1242,11 +1309,12 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     /* A second restart replays nothing (recovery took a stable checkpoint). */
     shl_storage_close(eng);
     eng = open_eng(dir, false);
-    ASSERT_STR_EQ(scan_json(eng, "rc.new", true),
+    ASSERT_SCAN(eng, "rc.new", true,
                   "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 static void
@@ -1286,6 +1354,7 @@ SHL_TEST(recovery_drops_idents_no_catalog_entry_names)
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
 
 /* ---------------------------------------------------------------------------------
@@ -1403,7 +1472,7 @@ crash_child(const char *dir, int round, bool j, int fd)
     snprintf(prev, sizeof(prev), "crash.r%d", round - 1);
     if (round == 0) {
         shl_catalog_create_collection(eng, "crash.c", NULL, NULL, NULL, &st);
-        shl_catalog_create_index(eng, "crash.c", shl_test_bson("{'key': {'a': 1}, 'name': 'a_1'}"),
+        shl_catalog_create_index(eng, "crash.c", T("{'key': {'a': 1}, 'name': 'a_1'}"),
                                  NULL, NULL, &st);
         shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
     }
@@ -1415,7 +1484,7 @@ crash_child(const char *dir, int round, bool j, int fd)
         if (op.kind == 'C') {
             ret = shl_catalog_create_collection(eng, ns, NULL, NULL, &ts, &st);
         } else if (op.kind == 'X') {
-            ret = shl_catalog_create_index(eng, ns, shl_test_bson("{'key': {'b': 1}, 'name': "
+            ret = shl_catalog_create_index(eng, ns, T("{'key': {'b': 1}, 'name': "
                                                                   "'b_1'}"),
                                            NULL, &ts, &st);
         } else if (op.kind == 'D') {
@@ -1717,4 +1786,5 @@ SHL_TEST(crash_loop_kill9_durability_and_atomicity)
     bson_free(acks);
     rmrf(dir);
     bson_free(dir);
+    tmp_free();
 }
