@@ -179,9 +179,11 @@ shl_wt_cursor_put(shl_wt_session_t *s, const char *uri, WT_CURSOR *c)
  * ------------------------------------------------------------------------------ */
 
 uint64_t
-shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms)
+shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms,
+                  WT_SESSION *wt, int *wtret)
 {
     uint64_t ts;
+    char cfg[64];
     int64_t wall = shl_clock_wall_ms();
     uint32_t secs = (uint32_t)(wall / 1000);
 
@@ -201,6 +203,14 @@ shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_
             eng->inflight_head = inf;
         }
         eng->inflight_tail = inf;
+    }
+    /* Setting the commit timestamp under the clock mutex: WiredTiger 3.2 publishes it
+     * into a global queue under a spinning write lock, which collapses when more
+     * threads than cores contend for it; one at a time it is cheap. It also keeps
+     * WiredTiger's own all_durable in allocation order. */
+    if (wt != NULL) {
+        snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64, ts);
+        *wtret = wt->timestamp_transaction(wt, cfg);
     }
     pthread_mutex_unlock(&eng->clock_mu);
     if (wall_ms != NULL) {

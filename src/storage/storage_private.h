@@ -157,7 +157,8 @@ void shl_wt_session_put(shl_storage_engine_t *eng, shl_wt_session_t *s);
 int shl_wt_cursor_get(shl_storage_engine_t *eng, shl_wt_session_t *s, const char *uri,
                       WT_CURSOR **out, shl_status_t *st);
 void shl_wt_cursor_put(shl_wt_session_t *s, const char *uri, WT_CURSOR *c);
-uint64_t shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms);
+uint64_t shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms,
+                           WT_SESSION *wt, int *wtret);
 void shl_clock_finish(shl_storage_engine_t *eng, shl_inflight_t *inf);
 void shl_engine_queue_drops(shl_storage_engine_t *eng, const shl_drop_ident_t *d, size_t n);
 int shl_engine_drop_now(shl_storage_engine_t *eng, const char *uri, shl_status_t *st);

@@ -96,7 +96,12 @@ shl_txn_next_ts(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
         /* WiredTiger 3.2 accepts several increasing commit timestamps in one
          * transaction (each update takes the current one), as MongoDB uses for
          * batched inserts: every document gets its own oplog slot. */
-        t = shl_clock_reserve(txn->eng, &txn->inflight, &txn->wall_ms);
+        int wtret = 0;
+        t = shl_clock_reserve(txn->eng, &txn->inflight, &txn->wall_ms, txn->sess->wt, &wtret);
+        if (wtret != 0) {
+            SHL_ERR(shl_wt_err(st, wtret, "timestamp_transaction"));
+        }
+        txn->cur_ts = t;
     }
     SHL_ERR(shl_txn_set_ts(txn, t, st));
     txn->last_ts = t;
