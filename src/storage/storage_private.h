@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <wiredtiger.h>
 
+#include "bson/keystring.h"
 #include "storage/catalog.h"
 #include "storage/index.h"
 #include "storage/storage.h"
@@ -195,10 +196,7 @@ int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, u
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
 
 /* ---- keystring_shim.c: the KeyString calls the index layer needs ---- */
-typedef struct shl_kbuf {
-    uint8_t *data;
-    size_t len, cap;
-} shl_kbuf_t;
+typedef shl_keystring_t shl_kbuf_t;
 void shl_kbuf_init(shl_kbuf_t *b);
 void shl_kbuf_cleanup(shl_kbuf_t *b);
 void shl_kbuf_append(shl_kbuf_t *b, const void *p, size_t n);
