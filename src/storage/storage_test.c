@@ -1788,3 +1788,46 @@ SHL_TEST(crash_loop_kill9_durability_and_atomicity)
     bson_free(dir);
     tmp_free();
 }
+
+SHL_TEST(drop_waits_for_checkpoint_and_open_cursors)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_storage_txn_t *txn;
+    shl_record_cursor_t *rc;
+    shl_collection_t *c;
+    shl_status_t st;
+    char *path;
+    int64_t rid;
+    bson_t doc;
+    bool eof;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "dr.c", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(insert_json(eng, "dr.c", "{'_id': 1}", &st), 0);
+    ASSERT_INT_EQ(insert_json(eng, "dr.c", "{'_id': 2}", &st), 0);
+    c = shl_catalog_get(eng, "dr.c");
+    path = bson_strdup_printf("%s/%s.wt", dir, c->ident);
+    /* A reader holds a snapshot and a positioned cursor (a cursor between getMores). */
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_record_cursor_open(txn, c, true, &rc, &st), 0);
+    ASSERT_INT_EQ(shl_record_cursor_next(rc, &rid, &doc, &eof, &st), 0);
+    ASSERT_INT_EQ(shl_catalog_drop_collection(eng, "dr.c", NULL, &st), 0);
+    ASSERT(shl_catalog_get(eng, "dr.c") == NULL);
+    /* The table outlives the drop until a checkpoint covers it and no cursor has it. */
+    ASSERT(access(path, F_OK) == 0);
+    ASSERT_INT_EQ(shl_storage_checkpoint(eng, &st), 0);
+    ASSERT(access(path, F_OK) == 0);
+    ASSERT_INT_EQ(shl_record_cursor_next(rc, &rid, &doc, &eof, &st), 0);
+    ASSERT(!eof && rid == 2);
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    ASSERT_INT_EQ(shl_storage_checkpoint(eng, &st), 0);
+    ASSERT(access(path, F_OK) != 0);
+    shl_collection_release(c);
+    shl_storage_close(eng);
+    bson_free(path);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
