@@ -771,13 +771,8 @@ shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx,
         ic->has_end = true;
         shl_kbuf_append(&ic->end, end->data, end->len);
     }
-    /* A dedicated cursor: several index cursors on one table may be open at once. */
-    {
-        int wtret = txn->sess->wt->open_cursor(txn->sess->wt, idx->uri, NULL, NULL, &ic->c);
-        if (wtret != 0) {
-            SHL_ERR(shl_wt_err(st, wtret, "open index cursor"));
-        }
-    }
+    /* From the session's cache: several may be open on one table at once. */
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &ic->c, st));
     txn->open_cursors++;
     *out = ic;
     ic = NULL;
@@ -867,7 +862,7 @@ shl_index_cursor_close(shl_index_cursor_t *ic)
     if (ic == NULL) {
         return;
     }
-    ic->c->close(ic->c);
+    shl_wt_cursor_put(ic->txn->sess, ic->idx->uri, ic->c);
     ic->txn->open_cursors--;
     shl_kbuf_cleanup(&ic->start);
     shl_kbuf_cleanup(&ic->end);

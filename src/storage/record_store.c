@@ -186,6 +186,7 @@ done:
 struct shl_record_cursor {
     shl_storage_txn_t *txn;
     WT_CURSOR *c;
+    char *uri;
     bool forward;
     bool positioned;  /* the next call continues from the WT cursor's position */
     bool seek_pending;
@@ -200,7 +201,7 @@ shl_record_cursor_open(shl_storage_txn_t *txn, const shl_collection_t *coll, boo
                        shl_record_cursor_t **out, shl_status_t *st)
 {
     shl_record_cursor_t *rc = bson_malloc0(sizeof(*rc));
-    int ret = 0, wtret;
+    int ret = 0;
 
     *out = NULL;
     rc->txn = txn;
@@ -210,10 +211,9 @@ shl_record_cursor_open(shl_storage_txn_t *txn, const shl_collection_t *coll, boo
         rc->bounded = true;
         rc->bound = (int64_t)shl_storage_all_durable(txn->eng);
     }
-    wtret = txn->sess->wt->open_cursor(txn->sess->wt, coll->uri, NULL, NULL, &rc->c);
-    if (wtret != 0) {
-        SHL_ERR(shl_wt_err(st, wtret, "open record cursor"));
-    }
+    /* From the session's cache: several may be open on one table at once. */
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, coll->uri, &rc->c, st));
+    rc->uri = bson_strdup(coll->uri);
     txn->open_cursors++;
     *out = rc;
     rc = NULL;
@@ -301,7 +301,8 @@ shl_record_cursor_close(shl_record_cursor_t *rc)
     if (rc == NULL) {
         return;
     }
-    rc->c->close(rc->c);
+    shl_wt_cursor_put(rc->txn->sess, rc->uri, rc->c);
     rc->txn->open_cursors--;
+    bson_free(rc->uri);
     bson_free(rc);
 }

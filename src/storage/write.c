@@ -169,7 +169,7 @@ pending_delta(const shl_storage_txn_t *txn, const shl_rs_state_t *rs, bool size)
 /* Capped collections: delete the oldest documents past size/max, newest kept. */
 static int
 capped_trim(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t new_rid,
-            const shl_write_opts_t *wo, shl_status_t *st)
+            shl_status_t *st)
 {
     shl_record_cursor_t *rc = NULL;
     int64_t count = shl_collection_num_records(coll) + pending_delta(txn, coll->rs, false);
@@ -198,7 +198,8 @@ capped_trim(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t new_ri
     shl_record_cursor_close(rc);
     rc = NULL;
     for (int i = 0; i < nv; i++) {
-        SHL_ERR(shl_doc_delete(txn, coll, victims[i], &docs[i], wo, st));
+        /* The trimming deletes are not part of the caller's (retryable) write. */
+        SHL_ERR(shl_doc_delete(txn, coll, victims[i], &docs[i], NULL, st));
     }
 done:
     shl_record_cursor_close(rc);
@@ -234,7 +235,7 @@ shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_
         SHL_ERR(shl_write_oplog_entry(txn, 'i', coll->ns, coll->uuid, doc, &o2,
                                       wo != NULL ? wo->oplog_extra : NULL, ts, st));
         if (coll->capped) {
-            SHL_ERR(capped_trim(txn, coll, rid, wo, st));
+            SHL_ERR(capped_trim(txn, coll, rid, st));
         }
     }
     if (rid_out != NULL) {
