@@ -83,8 +83,8 @@ wtb_worker(void *arg)
  * database in 'dir' (logged table, or unlogged with a commit timestamp per insert);
  * returns inserts per second.
  */
-double wt_baseline_run(const char *dir, int threads, double seconds, bool logged,
-                       const bson_t *doc, int64_t cache_mb);
+double wt_baseline_run(const char *dir, int threads, double seconds, bool logged, const bson_t *doc,
+                       int64_t cache_mb);
 
 double
 wt_baseline_run(const char *dir, int threads, double seconds, bool logged, const bson_t *doc,

@@ -170,8 +170,8 @@ index_new(shl_storage_engine_t *eng, const bson_t *spec, const char *ident, shl_
     bson_iter_document(&it, &len, &data);
     idx->key_pattern = bson_new_from_data(data, len);
     idx->is_id = strcmp(idx->name, "_id_") == 0;
-    idx->unique = idx->is_id ||
-                  (bson_iter_init_find(&it, spec, "unique") && bson_iter_as_bool(&it));
+    idx->unique =
+        idx->is_id || (bson_iter_init_find(&it, spec, "unique") && bson_iter_as_bool(&it));
     idx->ident = bson_strdup(ident);
     idx->uri = bson_strdup_printf("table:%s", ident);
     SHL_ERR(eng->keygen_factory(spec, &idx->keygen, st));
@@ -425,8 +425,7 @@ coll_ns_cmp(const void *a, const void *b)
 }
 
 void
-shl_catalog_list(shl_storage_engine_t *eng, const char *db, shl_collection_t ***out,
-                 size_t *n)
+shl_catalog_list(shl_storage_engine_t *eng, const char *db, shl_collection_t ***out, size_t *n)
 {
     shl_collection_t **list = NULL;
     size_t cnt = 0, cap = 0;
@@ -799,8 +798,8 @@ shl_ns_validate(const char *ns, shl_status_t *st)
     }
     dblen = (size_t)(dot - ns);
     if (dblen > SHL_DB_NAME_MAX) {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "db name '%.*s' is too long (max %d)",
-                 (int)dblen, ns, SHL_DB_NAME_MAX);
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "db name '%.*s' is too long (max %d)", (int)dblen,
+                 ns, SHL_DB_NAME_MAX);
     }
     for (size_t i = 0; i < dblen; i++) {
         if (strchr("/\\. \"$", ns[i]) != NULL) {
@@ -815,8 +814,10 @@ shl_ns_validate(const char *ns, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid collection name: %s", dot + 1);
     }
     if (len > SHL_NS_MAX) {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Fully qualified namespace is too long. "
-                 "Namespace: %s Max: %d", ns, SHL_NS_MAX);
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "Fully qualified namespace is too long. "
+                 "Namespace: %s Max: %d",
+                 ns, SHL_NS_MAX);
     }
 done:
     return ret;
@@ -1054,7 +1055,8 @@ body_rename(shl_storage_txn_t *txn, const char *from, const char *to, bool drop_
     if (strcmp(from, SHL_OPLOG_NS) == 0 || strcmp(to, SHL_OPLOG_NS) == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot rename %s", SHL_OPLOG_NS);
     }
-    if (d1 == NULL || d2 == NULL || d1 - from != d2 - to || strncmp(from, to, (size_t)(d1 - from)) != 0) {
+    if (d1 == NULL || d2 == NULL || d1 - from != d2 - to ||
+        strncmp(from, to, (size_t)(d1 - from)) != 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot rename across databases");
     }
     if (strcmp(from, to) == 0) {
@@ -1152,7 +1154,7 @@ static bool
 spec_equivalent(const bson_t *a, const bson_t *b)
 {
     bson_iter_t x, y;
-    const char *fields[] = {"unique", "sparse", "expireAfterSeconds", "partialFilterExpression",
+    const char *fields[] = {"unique",    "sparse", "expireAfterSeconds", "partialFilterExpression",
                             "collation", NULL};
     bson_t ka, kb;
     const uint8_t *d;
@@ -1400,7 +1402,7 @@ typedef struct ddl_req {
     const uint8_t *uuid; /* create: forced uuid */
     bool flag;           /* rename: drop_target */
     bool *created;
-    uint64_t replay_ts;  /* != 0: replaying an oplog entry at this ts */
+    uint64_t replay_ts; /* != 0: replaying an oplog entry at this ts */
 } ddl_req_t;
 
 static int
@@ -1462,7 +1464,8 @@ ddl_run(shl_storage_engine_t *eng, ddl_req_t *r, uint64_t *ts_out, shl_status_t 
     if (ts_out != NULL) {
         *ts_out = 0;
     }
-    if (r->ns == NULL || r->ns[0] == '\0' || (r->kind != DDL_DROP_DB && strchr(r->ns, '.') == NULL)) {
+    if (r->ns == NULL || r->ns[0] == '\0' ||
+        (r->kind != DDL_DROP_DB && strchr(r->ns, '.') == NULL)) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s'",
                  r->ns != NULL ? r->ns : "");
     }
@@ -1512,9 +1515,8 @@ done:
 }
 
 int
-shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns,
-                              const bson_t *options, const uint8_t *uuid, uint64_t *ts,
-                              shl_status_t *st)
+shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, const bson_t *options,
+                              const uint8_t *uuid, uint64_t *ts, shl_status_t *st)
 {
     ddl_req_t r = {.kind = DDL_CREATE, .ns = ns, .doc = options, .uuid = uuid};
     return ddl_run(eng, &r, ts, st);
@@ -1545,16 +1547,15 @@ shl_catalog_create_index(shl_storage_engine_t *eng, const char *ns, const bson_t
 }
 
 int
-shl_catalog_drop_index(shl_storage_engine_t *eng, const char *ns, const char *name,
-                       uint64_t *ts, shl_status_t *st)
+shl_catalog_drop_index(shl_storage_engine_t *eng, const char *ns, const char *name, uint64_t *ts,
+                       shl_status_t *st)
 {
     ddl_req_t r = {.kind = DDL_DROP_INDEX, .ns = ns, .name = name};
     return ddl_run(eng, &r, ts, st);
 }
 
 int
-shl_catalog_drop_database(shl_storage_engine_t *eng, const char *db, uint64_t *ts,
-                          shl_status_t *st)
+shl_catalog_drop_database(shl_storage_engine_t *eng, const char *db, uint64_t *ts, shl_status_t *st)
 {
     ddl_req_t r = {.kind = DDL_DROP_DB, .ns = db};
     return ddl_run(eng, &r, ts, st);

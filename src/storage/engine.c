@@ -92,8 +92,8 @@ shl_wt_session_get(shl_storage_engine_t *eng, shl_wt_session_t **out, shl_status
     if (s == NULL) {
         /* Our own cursor cache replaces WT's (cache_cursors=false), so a table drop
          * only has to chase cursors we know about. */
-        wtret = eng->conn->open_session(eng->conn, NULL, "isolation=snapshot,cache_cursors=false",
-                                        &wt);
+        wtret =
+            eng->conn->open_session(eng->conn, NULL, "isolation=snapshot,cache_cursors=false", &wt);
         if (wtret != 0) {
             SHL_ERR(shl_wt_err(st, wtret, "open_session"));
         }
@@ -130,8 +130,8 @@ shl_wt_session_put(shl_storage_engine_t *eng, shl_wt_session_t *s)
 }
 
 int
-shl_wt_cursor_get(shl_storage_engine_t *eng, shl_wt_session_t *s, const char *uri,
-                  WT_CURSOR **out, shl_status_t *st)
+shl_wt_cursor_get(shl_storage_engine_t *eng, shl_wt_session_t *s, const char *uri, WT_CURSOR **out,
+                  shl_status_t *st)
 {
     int ret = 0, wtret;
     (void)eng;
@@ -179,8 +179,8 @@ shl_wt_cursor_put(shl_wt_session_t *s, const char *uri, WT_CURSOR *c)
  * ------------------------------------------------------------------------------ */
 
 uint64_t
-shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms,
-                  WT_SESSION *wt, int *wtret)
+shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms, WT_SESSION *wt,
+                  int *wtret)
 {
     uint64_t ts;
     char cfg[64];
@@ -501,8 +501,9 @@ bg_sleep(shl_storage_engine_t *eng, int64_t ms)
 static int64_t
 journal_interval_ms(const shl_storage_engine_t *eng)
 {
-    int64_t ms = eng->opts.journal_commit_interval_ms > 0 ? eng->opts.journal_commit_interval_ms
-                                                           : shl_opt_int(SHL_OPT_journalCommitInterval);
+    int64_t ms = eng->opts.journal_commit_interval_ms > 0
+                     ? eng->opts.journal_commit_interval_ms
+                     : shl_opt_int(SHL_OPT_journalCommitInterval);
     return ms < 1 ? 1 : (ms > 500 ? 500 : ms);
 }
 
@@ -532,8 +533,8 @@ checkpointer_main(void *arg)
     shl_log_set_thread_ctx("Checkpointer");
     /* Wake every second so a runtime change of syncdelay takes effect soon. */
     while (!bg_sleep(eng, 1000)) {
-        int64_t delay = eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s
-                                                   : shl_opt_int(SHL_OPT_syncdelay);
+        int64_t delay =
+            eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s : shl_opt_int(SHL_OPT_syncdelay);
         waited_ms += 1000;
         if (delay <= 0 || waited_ms < delay * 1000) {
             continue;
@@ -629,8 +630,8 @@ create_system_tables(shl_storage_engine_t *eng, shl_status_t *st)
     int ret = 0, wtret;
 
     SHL_ERR(shl_wt_session_get(eng, &s, st));
-    wtret = s->wt->create(s->wt, "table:_catalog",
-                          "key_format=S,value_format=u,log=(enabled=false)");
+    wtret =
+        s->wt->create(s->wt, "table:_catalog", "key_format=S,value_format=u,log=(enabled=false)");
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "create _catalog"));
     }
@@ -751,8 +752,7 @@ engine_free(shl_storage_engine_t *eng)
 }
 
 int
-shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out,
-                 shl_status_t *st)
+shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, shl_status_t *st)
 {
     shl_storage_engine_t *eng = bson_malloc0(sizeof(*eng));
     char *cfg = NULL, *journal = NULL;
@@ -794,8 +794,8 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out,
         "transaction_sync=(enabled=false),statistics=(fast),"
         "file_manager=(close_idle_time=600,close_scan_interval=10,close_handle_minimum=250)%s%s",
         cache_mb, opts->session_max > 0 ? opts->session_max : 20000,
-        eng->snappy ? ",compressor=snappy" : "",
-        eng->snappy ? ",extensions=[" SNAPPY_EXT "]" : "", "");
+        eng->snappy ? ",compressor=snappy" : "", eng->snappy ? ",extensions=[" SNAPPY_EXT "]" : "",
+        "");
     wtret = wiredtiger_open(eng->dbpath, NULL, cfg, &eng->conn);
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "wiredtiger_open"));

@@ -245,8 +245,7 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
         if (vals[i].from_array) {
             if (multi != SIZE_MAX) {
                 SHL_FAIL(st, SHL_CODE_CANNOT_INDEX_PARALLEL_ARRAYS,
-                         "cannot index parallel arrays [%s] [%s]", s->f[i].path,
-                         s->f[multi].path);
+                         "cannot index parallel arrays [%s] [%s]", s->f[i].path, s->f[multi].path);
             }
             multi = i;
         }
@@ -349,8 +348,7 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
         s->n++;
     }
     if (bson_iter_init_find(&it, spec, "partialFilterExpression")) {
-        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX,
-                 "partialFilterExpression is not supported yet");
+        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "partialFilterExpression is not supported yet");
     }
     if (bson_iter_init_find(&it, spec, "sparse")) {
         s->sparse = bson_iter_as_bool(&it);
@@ -522,8 +520,8 @@ shl_index_dup_key_status(const char *ns, const shl_index_t *idx, const bson_t *d
     }
     bson_string_append(msg, first ? "}" : " }");
     shl_status_set(st, SHL_CODE_DUPLICATE_KEY,
-                   "E11000 duplicate key error collection: %s index: %s dup key: %s", ns,
-                   idx->name, msg->str);
+                   "E11000 duplicate key error collection: %s index: %s dup key: %s", ns, idx->name,
+                   msg->str);
     BSON_APPEND_DOCUMENT(&extra, "keyPattern", idx->key_pattern);
     BSON_APPEND_DOCUMENT(&extra, "keyValue", &value);
     shl_status_set_extra(st, &extra);
@@ -618,8 +616,8 @@ done:
 }
 
 int
-shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx,
-                      const shl_keyset_t *keys, int64_t rid, shl_status_t *st)
+shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
+                      int64_t rid, shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
     shl_kbuf_t kb;
@@ -667,8 +665,8 @@ done:
  * ------------------------------------------------------------------------------ */
 
 int
-shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key,
-                 size_t len, int64_t *rid, bool *found, shl_status_t *st)
+shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key, size_t len,
+                 int64_t *rid, bool *found, shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
     WT_ITEM item = {.data = key, .size = len}, got;
@@ -708,9 +706,8 @@ done:
 }
 
 int
-shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll,
-                   const bson_value_t *id, bson_t *out, int64_t *rid, bool *found,
-                   shl_status_t *st)
+shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_value_t *id,
+                   bson_t *out, int64_t *rid, bool *found, shl_status_t *st)
 {
     shl_keyset_t keys;
     int64_t r = 0;
@@ -750,9 +747,9 @@ struct shl_index_cursor {
 };
 
 int
-shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx,
-                      const shl_key_bound_t *start, const shl_key_bound_t *end,
-                      bool forward, shl_index_cursor_t **out, shl_status_t *st)
+shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_key_bound_t *start,
+                      const shl_key_bound_t *end, bool forward, shl_index_cursor_t **out,
+                      shl_status_t *st)
 {
     shl_index_cursor_t *ic = bson_malloc0(sizeof(*ic));
     int ret = 0;
@@ -786,8 +783,8 @@ done:
 }
 
 int
-shl_index_cursor_next(shl_index_cursor_t *ic, int64_t *rid, const uint8_t **key,
-                      size_t *key_len, bool *eof, shl_status_t *st)
+shl_index_cursor_next(shl_index_cursor_t *ic, int64_t *rid, const uint8_t **key, size_t *key_len,
+                      bool *eof, shl_status_t *st)
 {
     WT_CURSOR *c = ic->c;
     WT_ITEM got, item;
@@ -832,8 +829,7 @@ shl_index_cursor_next(shl_index_cursor_t *ic, int64_t *rid, const uint8_t **key,
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "index cursor"));
     }
-    if (ic->forward && ic->has_end &&
-        key_cmp(got.data, got.size, ic->end.data, ic->end.len) >= 0) {
+    if (ic->forward && ic->has_end && key_cmp(got.data, got.size, ic->end.data, ic->end.len) >= 0) {
         ic->eof = *eof = true;
         goto done;
     }

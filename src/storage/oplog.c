@@ -12,9 +12,9 @@
 #include "storage/write.h"
 
 void
-shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
-                      const bson_t *o, const bson_t *o2, uint64_t ts, int64_t term,
-                      int64_t wall_ms, const bson_t *extra)
+shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid, const bson_t *o,
+                      const bson_t *o2, uint64_t ts, int64_t term, int64_t wall_ms,
+                      const bson_t *extra)
 {
     char opstr[2] = {op, '\0'};
     bson_iter_t it;

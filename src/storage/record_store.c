@@ -13,8 +13,8 @@ static int
 check_writable(shl_storage_txn_t *txn, const shl_collection_t *coll, shl_status_t *st)
 {
     if (coll->is_oplog) {
-        return shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION,
-                              "cannot write to '%s' directly", coll->ns);
+        return shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION, "cannot write to '%s' directly",
+                              coll->ns);
     }
     /* Unlogged tables are recovered from stable checkpoints: an untimestamped write
      * would leak into a checkpoint ahead of the oplog. */
@@ -23,8 +23,8 @@ check_writable(shl_storage_txn_t *txn, const shl_collection_t *coll, shl_status_
 }
 
 int
-shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
-               bson_t *out, bool *found, shl_status_t *st)
+shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid, bson_t *out,
+               bool *found, shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
     WT_ITEM v;
@@ -40,8 +40,8 @@ shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
         if (wtret == 0) {
             bson_t view;
             if (!bson_init_static(&view, v.data, v.size)) {
-                SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "corrupt record %lld in %s",
-                         (long long)rid, coll->ns);
+                SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "corrupt record %lld in %s", (long long)rid,
+                         coll->ns);
             }
             /* Copy out of WT's memory: valid after the cursor moves. */
             bson_destroy(out);
@@ -73,8 +73,8 @@ shl_record_insert_at(shl_storage_txn_t *txn, const shl_collection_t *coll, int64
     c->set_value(c, &v);
     wtret = c->insert(c);
     if (wtret == WT_DUPLICATE_KEY) {
-        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "RecordId %lld already exists in %s",
-                 (long long)rid, coll->ns);
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "RecordId %lld already exists in %s", (long long)rid,
+                 coll->ns);
     }
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "record insert"));
@@ -188,10 +188,10 @@ struct shl_record_cursor {
     WT_CURSOR *c;
     char *uri;
     bool forward;
-    bool positioned;  /* the next call continues from the WT cursor's position */
+    bool positioned; /* the next call continues from the WT cursor's position */
     bool seek_pending;
     int64_t seek_rid;
-    bool bounded;     /* oplog: RecordIds above 'bound' are invisible */
+    bool bounded; /* oplog: RecordIds above 'bound' are invisible */
     int64_t bound;
     bool eof;
 };

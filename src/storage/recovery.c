@@ -65,8 +65,8 @@ replay(shl_storage_engine_t *eng, uint64_t after, int64_t *applied, shl_status_t
         ret = shl_oplog_apply(eng, &copy, st);
         bson_destroy(&copy);
         if (ret != 0) {
-            SHL_LOG_ERROR(RECOVERY, 5100301, "failed to apply oplog entry during recovery",
-                          "ts", BCON_TIMESTAMP(SHL_TS_SECS(key), SHL_TS_INC(key)), "error",
+            SHL_LOG_ERROR(RECOVERY, 5100301, "failed to apply oplog entry during recovery", "ts",
+                          BCON_TIMESTAMP(SHL_TS_SECS(key), SHL_TS_INC(key)), "error",
                           BCON_UTF8(st->reason));
             goto done;
         }
@@ -168,9 +168,9 @@ shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st)
         atomic_store(&eng->durable_ts, rec);
     }
     SHL_ERR(replay(eng, rec, &applied, st));
-    SHL_LOG_INFO(RECOVERY, 21544, "Recovering from the oplog",
-                 "recoveryTimestamp", BCON_TIMESTAMP(SHL_TS_SECS(rec), SHL_TS_INC(rec)),
-                 "entriesApplied", BCON_INT64(applied));
+    SHL_LOG_INFO(RECOVERY, 21544, "Recovering from the oplog", "recoveryTimestamp",
+                 BCON_TIMESTAMP(SHL_TS_SECS(rec), SHL_TS_INC(rec)), "entriesApplied",
+                 BCON_INT64(applied));
     SHL_ERR(drop_orphans(eng, &dropped, st));
     /* Nothing replayed needs replaying again: checkpoint at the new stable point. */
     SHL_ERR(shl_storage_checkpoint(eng, st));

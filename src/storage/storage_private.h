@@ -26,14 +26,14 @@ typedef struct shl_wt_session {
     WT_SESSION *wt;
     shl_wt_cached_cursor_t *cache; /* idle cursors; owned by whoever holds the session */
     size_t ncache, capcache;
-    uint64_t cursor_epoch;         /* engine epoch when the cache was last valid */
-    struct shl_wt_session *next;   /* pool free list; guarded by engine pool_mu */
+    uint64_t cursor_epoch;       /* engine epoch when the cache was last valid */
+    struct shl_wt_session *next; /* pool free list; guarded by engine pool_mu */
 } shl_wt_session_t;
 
 /* Record-store state shared by every snapshot of one collection (renames keep it). */
 typedef struct shl_rs_state {
     atomic_int refs;
-    atomic_llong next_rid;   /* next RecordId to hand out */
+    atomic_llong next_rid; /* next RecordId to hand out */
     atomic_llong num_records;
     atomic_llong data_size;
 } shl_rs_state_t;
@@ -53,8 +53,8 @@ typedef struct shl_rs_delta {
 
 /* A catalog change to install in memory when the transaction commits. */
 typedef struct shl_cat_change {
-    char *ns;                  /* namespace whose entry changes */
-    shl_collection_t *coll;    /* new snapshot (referenced) or NULL: remove */
+    char *ns;               /* namespace whose entry changes */
+    shl_collection_t *coll; /* new snapshot (referenced) or NULL: remove */
 } shl_cat_change_t;
 
 /* A WT table to drop: after commit once a checkpoint covers drop_ts, or on abort. */
@@ -67,18 +67,18 @@ struct shl_storage_txn {
     shl_storage_engine_t *eng;
     shl_wt_session_t *sess;
     shl_inflight_t inflight;
-    uint64_t cur_ts;         /* commit timestamp currently set on the WT txn, 0 = none */
-    uint64_t last_ts;        /* timestamp of the last write */
-    uint64_t fixed_ts;       /* replay: every write uses this ts and no oplog entry */
-    int64_t wall_ms;         /* wall time of the last tick, for oplog 'wall' */
-    int open_cursors;        /* record/index cursors not yet closed (invariant) */
+    uint64_t cur_ts;   /* commit timestamp currently set on the WT txn, 0 = none */
+    uint64_t last_ts;  /* timestamp of the last write */
+    uint64_t fixed_ts; /* replay: every write uses this ts and no oplog entry */
+    int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
+    int open_cursors;  /* record/index cursors not yet closed (invariant) */
     shl_rs_delta_t *deltas;
     size_t ndeltas, capdeltas;
     shl_cat_change_t *changes;
     size_t nchanges, capchanges;
-    shl_drop_ident_t *created;   /* tables created in this txn: dropped on abort */
+    shl_drop_ident_t *created; /* tables created in this txn: dropped on abort */
     size_t ncreated, capcreated;
-    shl_drop_ident_t *dropped;   /* tables dropped in this txn: queued on commit */
+    shl_drop_ident_t *dropped; /* tables dropped in this txn: queued on commit */
     size_t ndropped, capdropped;
 };
 
@@ -94,7 +94,7 @@ typedef struct shl_named_lock {
 #define SHL_CAT_BUCKETS 256
 
 typedef struct shl_cat_entry {
-    shl_collection_t *coll;      /* referenced */
+    shl_collection_t *coll; /* referenced */
     struct shl_cat_entry *next;
 } shl_cat_entry_t;
 
@@ -105,17 +105,17 @@ struct shl_storage_engine {
     shl_storage_options_t opts;
     int64_t term;
     shl_keygen_factory_fn keygen_factory;
-    bool snappy;                  /* the snappy compressor extension is loaded */
+    bool snappy; /* the snappy compressor extension is loaded */
 
     /* Session pool. */
     pthread_mutex_t pool_mu;
-    shl_wt_session_t *pool_free;  /* guarded by pool_mu */
+    shl_wt_session_t *pool_free; /* guarded by pool_mu */
     atomic_int sessions_open;
-    atomic_ullong cursor_epoch;   /* bumped before dropping tables */
+    atomic_ullong cursor_epoch; /* bumped before dropping tables */
 
     /* Clock and hole tracker; clock_mu is a leaf lock. */
     pthread_mutex_t clock_mu;
-    uint64_t clock_last;          /* guarded by clock_mu */
+    uint64_t clock_last;                           /* guarded by clock_mu */
     shl_inflight_t *inflight_head, *inflight_tail; /* guarded by clock_mu */
     atomic_ullong stable_ts;
 
@@ -128,15 +128,15 @@ struct shl_storage_engine {
     atomic_ullong durable_ts;               /* no-holes point covered by the last flush */
 
     /* Checkpoints and deferred table drops. */
-    pthread_mutex_t ckpt_mu;      /* serializes checkpoints */
-    pthread_mutex_t drops_mu;     /* guards drops; a leaf lock */
+    pthread_mutex_t ckpt_mu;  /* serializes checkpoints */
+    pthread_mutex_t drops_mu; /* guards drops; a leaf lock */
     shl_drop_ident_t *drops;
     size_t ndrops, capdrops;
 
     /* Background threads. */
     pthread_mutex_t bg_mu;
     pthread_cond_t bg_cv;
-    bool bg_stop;                 /* guarded by bg_mu */
+    bool bg_stop; /* guarded by bg_mu */
     pthread_t flusher, checkpointer;
     bool threads_started;
 
@@ -144,7 +144,7 @@ struct shl_storage_engine {
     pthread_mutex_t cat_mu;
     shl_cat_entry_t *cat[SHL_CAT_BUCKETS];
     uint64_t next_ident;
-    shl_collection_t *oplog;      /* the local.oplog.rs pseudo-collection; referenced */
+    shl_collection_t *oplog; /* the local.oplog.rs pseudo-collection; referenced */
 
     /* Lock table. */
     pthread_mutex_t locks_mu;
@@ -208,8 +208,8 @@ void shl_kbuf_record_id(shl_kbuf_t *b, int64_t rid);
 /* ---- index.c ---- */
 int shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
                           int64_t rid, size_t *ninserted, bool *dup, shl_status_t *st);
-int shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx,
-                          const shl_keyset_t *keys, int64_t rid, shl_status_t *st);
+int shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
+                          int64_t rid, shl_status_t *st);
 void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64_t rid,
                         shl_kbuf_t *out);
 

@@ -59,8 +59,8 @@ rmrf(const char *dir)
 static shl_storage_engine_t *
 open_eng(const char *dir, bool threads)
 {
-    shl_storage_options_t o = {.dbpath = dir, .cache_size_mb = 64, .session_max = 200,
-                               .no_background_threads = !threads};
+    shl_storage_options_t o = {
+        .dbpath = dir, .cache_size_mb = 64, .session_max = 200, .no_background_threads = !threads};
     shl_storage_engine_t *eng = NULL;
     shl_status_t st;
     if (shl_storage_open(&o, &eng, &st) != 0) {
@@ -337,9 +337,9 @@ SHL_TEST(catalog_create_drop_rename_list)
     ASSERT_STR_EQ(st.reason, "Collection db1.a already exists.");
     ASSERT_INT_EQ(shl_catalog_create_collection(eng, "bad$db.a", NULL, NULL, NULL, &st),
                   SHL_CODE_INVALID_NAMESPACE);
-    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db1.c", T("{'capped': true}"),
-                                                NULL, NULL, &st),
-                  SHL_CODE_INVALID_OPTIONS);
+    ASSERT_INT_EQ(
+        shl_catalog_create_collection(eng, "db1.c", T("{'capped': true}"), NULL, NULL, &st),
+        SHL_CODE_INVALID_OPTIONS);
     ASSERT_INT_EQ(shl_catalog_create_collection(eng, "local.oplog.rs", NULL, NULL, NULL, &st),
                   SHL_CODE_ILLEGAL_OPERATION);
 
@@ -452,7 +452,8 @@ SHL_TEST(record_store_insert_update_delete_scan)
     shl_status_t st;
     shl_collection_t *c;
     bson_t *d1 = shl_test_bson("{'_id': 1, 'x': 'a'}"), *d2 = shl_test_bson("{'_id': 2, 'x': 'b'}");
-    bson_t *d3 = shl_test_bson("{'_id': 3, 'x': 'c'}"), *d2b = shl_test_bson("{'_id': 2, 'x': 'bbbb'}");
+    bson_t *d3 = shl_test_bson("{'_id': 3, 'x': 'c'}"),
+           *d2b = shl_test_bson("{'_id': 2, 'x': 'bbbb'}");
     bson_t got;
     bool found;
     int64_t r1, r2, r3;
@@ -477,8 +478,8 @@ SHL_TEST(record_store_insert_update_delete_scan)
     ASSERT_INT_EQ(shl_collection_num_records(c), 3);
     ASSERT_INT_EQ(shl_collection_data_size(c), d1->len + d2->len + d3->len);
     ASSERT_SCAN(eng, "r.c", false,
-                  "[{ \"_id\" : 3, \"x\" : \"c\" }, { \"_id\" : 2, \"x\" : \"b\" }, "
-                  "{ \"_id\" : 1, \"x\" : \"a\" }]");
+                "[{ \"_id\" : 3, \"x\" : \"c\" }, { \"_id\" : 2, \"x\" : \"b\" }, "
+                "{ \"_id\" : 1, \"x\" : \"a\" }]");
 
     ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
     ASSERT_INT_EQ(shl_doc_update(txn, c, r2, NULL, d2b, NULL, &st), 0);
@@ -486,7 +487,7 @@ SHL_TEST(record_store_insert_update_delete_scan)
     ASSERT_INT_EQ(shl_doc_delete(txn, c, r1, NULL, NULL, &st), SHL_CODE_NO_SUCH_KEY);
     ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
     ASSERT_SCAN(eng, "r.c", true,
-                  "[{ \"_id\" : 2, \"x\" : \"bbbb\" }, { \"_id\" : 3, \"x\" : \"c\" }]");
+                "[{ \"_id\" : 2, \"x\" : \"bbbb\" }, { \"_id\" : 3, \"x\" : \"c\" }]");
     ASSERT_INT_EQ(shl_collection_num_records(c), 2);
     ASSERT_INT_EQ(shl_collection_data_size(c), d2b->len + d3->len);
 
@@ -560,7 +561,7 @@ SHL_TEST(unique_index_duplicate_key_errors)
     /* Building a unique index over duplicates fails and leaves no index behind. */
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
                                            T("{'key': {'a': 1, 'b': -1}, 'name': "
-                                                         "'a_1_b_-1', 'unique': true}"),
+                                             "'a_1_b_-1', 'unique': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_DUPLICATE_KEY);
     ASSERT_STR_EQ(st.reason, "E11000 duplicate key error collection: db.c index: a_1_b_-1 dup "
@@ -571,32 +572,30 @@ SHL_TEST(unique_index_duplicate_key_errors)
 
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
                                            T("{'key': {'b': 1}, 'name': 'b_1', "
-                                                         "'unique': true, 'sparse': true}"),
+                                             "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_DUPLICATE_KEY);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
                                            T("{'key': {'q': 1}, 'name': 'q_1', "
-                                                         "'unique': true, 'sparse': true}"),
+                                             "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   0);
     ASSERT(created);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
                                            T("{'name': 'q_1', 'key': {'q': 1}, "
-                                                         "'sparse': true, 'unique': true}"),
+                                             "'sparse': true, 'unique': true}"),
                                            &created, NULL, &st),
                   0);
     ASSERT(!created);
-    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           T("{'key': {'q': -1}, 'name': 'q_1'}"),
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c", T("{'key': {'q': -1}, 'name': 'q_1'}"),
                                            &created, NULL, &st),
                   SHL_CODE_INDEX_KEY_SPECS_CONFLICT);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
                                            T("{'key': {'q': 1}, 'name': 'other', "
-                                                         "'unique': true, 'sparse': true}"),
+                                             "'unique': true, 'sparse': true}"),
                                            &created, NULL, &st),
                   SHL_CODE_INDEX_OPTIONS_CONFLICT);
-    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c",
-                                           T("{'key': {'h': 'hashed'}, 'name': 'h'}"),
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.c", T("{'key': {'h': 'hashed'}, 'name': 'h'}"),
                                            &created, NULL, &st),
                   SHL_CODE_CANNOT_CREATE_INDEX);
     ASSERT_INT_EQ(insert_json(eng, "db.c", "{'_id': 5, 'q': 7}", &st), 0);
@@ -660,7 +659,7 @@ static char *index_scan_raw(shl_storage_engine_t *eng, const char *ns, const cha
 
 static char *
 index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index, const bson_value_t *lo,
-           const bson_value_t *hi, bool descending_key, bool forward)
+               const bson_value_t *hi, bool descending_key, bool forward)
 {
     shl_storage_txn_t *txn;
     shl_index_cursor_t *ic;
@@ -720,12 +719,10 @@ SHL_TEST(index_bounds_scans_both_directions)
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 6, 'a': 6.5}", &st), 0);
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 7, 'a': 'str'}", &st), 0);
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 8}", &st), 0);
-    ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
-                                           T("{'key': {'a': 1}, 'name': 'a_1'}"),
-                                           NULL, NULL, &st),
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c", T("{'key': {'a': 1}, 'name': 'a_1'}"), NULL,
+                                           NULL, &st),
                   0);
-    ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
-                                           T("{'key': {'a': -1}, 'name': 'a_-1'}"),
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c", T("{'key': {'a': -1}, 'name': 'a_-1'}"),
                                            NULL, NULL, &st),
                   0);
     /* Full scans: null (missing) < numbers (by value; 3 == 3.0, ties by rid) < strings. */
@@ -746,7 +743,7 @@ SHL_TEST(index_bounds_scans_both_directions)
     ASSERT_ISCAN("3,5,9,1", eng, "i.c", "a_1", &v3, &v6, false, true);
     ASSERT_INT_EQ(shl_catalog_create_index(eng, "i.c",
                                            T("{'key': {'a': 1, 'b.c': 1}, 'name': "
-                                                         "'ab'}"),
+                                             "'ab'}"),
                                            NULL, NULL, &st),
                   0);
     ASSERT_INT_EQ(insert_json(eng, "i.c", "{'_id': 10, 'a': [1], 'b': [{'c': 1}]}", &st),
@@ -798,9 +795,8 @@ SHL_TEST(oplog_entries_format_and_order)
     ASSERT_INT_EQ(shl_oplog_append(txn, 'x', "", NULL, o, NULL, NULL, NULL, &st),
                   SHL_CODE_BAD_VALUE);
     ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
-    ASSERT_INT_EQ(shl_catalog_create_index(eng, "o.c",
-                                           T("{'key': {'x': 1}, 'name': 'x_1'}"),
-                                           NULL, NULL, &st),
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "o.c", T("{'key': {'x': 1}, 'name': 'x_1'}"), NULL,
+                                           NULL, &st),
                   0);
     ASSERT_INT_EQ(shl_catalog_drop_index(eng, "o.c", "x_1", NULL, &st), 0);
     ASSERT_INT_EQ(shl_catalog_rename_collection(eng, "o.c", "o.d", false, NULL, &st), 0);
@@ -1126,17 +1122,16 @@ SHL_TEST(capped_collection_keeps_newest)
     shl_collection_t *c;
 
     ASSERT(eng != NULL);
-    ASSERT_INT_EQ(shl_catalog_create_collection(
-                      eng, "cap.c", T("{'capped': true, 'size': 100000, 'max': 3}"),
-                      NULL, NULL, &st),
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "cap.c",
+                                                T("{'capped': true, 'size': 100000, 'max': 3}"),
+                                                NULL, NULL, &st),
                   0);
     for (int i = 0; i < 6; i++) {
         char json[64];
         snprintf(json, sizeof(json), "{'_id': %d}", i);
         ASSERT_INT_EQ(insert_json(eng, "cap.c", json, &st), 0);
     }
-    ASSERT_SCAN(eng, "cap.c", true,
-                  "[{ \"_id\" : 3 }, { \"_id\" : 4 }, { \"_id\" : 5 }]");
+    ASSERT_SCAN(eng, "cap.c", true, "[{ \"_id\" : 3 }, { \"_id\" : 4 }, { \"_id\" : 5 }]");
     c = shl_catalog_get(eng, "cap.c");
     ASSERT(c->capped && c->capped_max == 3);
     ASSERT_INT_EQ(shl_collection_num_records(c), 3);
@@ -1240,8 +1235,9 @@ ddl_and_writes_then_crash(shl_storage_engine_t *eng)
     shl_storage_checkpoint(eng, &st);
     /* ...then DDL and writes only the journal (the oplog) knows about. */
     shl_catalog_create_collection(eng, "rc.new", NULL, NULL, NULL, &st);
-    shl_catalog_create_index(eng, "rc.new", T("{'key': {'a': 1}, 'name': 'a_1', "
-                                                          "'unique': true}"),
+    shl_catalog_create_index(eng, "rc.new",
+                             T("{'key': {'a': 1}, 'name': 'a_1', "
+                               "'unique': true}"),
                              NULL, NULL, &st);
     insert_json(eng, "rc.new", "{'_id': 1, 'a': 10}", &st);
     insert_json(eng, "rc.new", "{'_id': 2, 'a': 20}", &st);
@@ -1272,10 +1268,9 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     eng = open_eng(dir, false);
     ASSERT(eng != NULL);
     ASSERT_SCAN(eng, "rc.keep", true,
-                  "[{ \"_id\" : 1, \"v\" : \"before checkpoint\" }, "
-                  "{ \"_id\" : 2, \"v\" : \"after checkpoint\" }]");
-    ASSERT_SCAN(eng, "rc.new", true,
-                  "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+                "[{ \"_id\" : 1, \"v\" : \"before checkpoint\" }, "
+                "{ \"_id\" : 2, \"v\" : \"after checkpoint\" }]");
+    ASSERT_SCAN(eng, "rc.new", true, "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
     ASSERT(shl_catalog_get(eng, "rc.gone") == NULL);
     ASSERT(shl_catalog_get(eng, "rc.old") == NULL);
     ASSERT_SCAN(eng, "rc.renamed", true, "[{ \"_id\" : \"x\" }]");
@@ -1309,8 +1304,7 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     /* A second restart replays nothing (recovery took a stable checkpoint). */
     shl_storage_close(eng);
     eng = open_eng(dir, false);
-    ASSERT_SCAN(eng, "rc.new", true,
-                  "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+    ASSERT_SCAN(eng, "rc.new", true, "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
@@ -1472,8 +1466,8 @@ crash_child(const char *dir, int round, bool j, int fd)
     snprintf(prev, sizeof(prev), "crash.r%d", round - 1);
     if (round == 0) {
         shl_catalog_create_collection(eng, "crash.c", NULL, NULL, NULL, &st);
-        shl_catalog_create_index(eng, "crash.c", T("{'key': {'a': 1}, 'name': 'a_1'}"),
-                                 NULL, NULL, &st);
+        shl_catalog_create_index(eng, "crash.c", T("{'key': {'a': 1}, 'name': 'a_1'}"), NULL, NULL,
+                                 &st);
         shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
     }
     for (size_t k = 0; k < n; k++) {
@@ -1484,8 +1478,9 @@ crash_child(const char *dir, int round, bool j, int fd)
         if (op.kind == 'C') {
             ret = shl_catalog_create_collection(eng, ns, NULL, NULL, &ts, &st);
         } else if (op.kind == 'X') {
-            ret = shl_catalog_create_index(eng, ns, T("{'key': {'b': 1}, 'name': "
-                                                                  "'b_1'}"),
+            ret = shl_catalog_create_index(eng, ns,
+                                           T("{'key': {'b': 1}, 'name': "
+                                             "'b_1'}"),
                                            NULL, &ts, &st);
         } else if (op.kind == 'D') {
             ret = shl_catalog_drop_collection(eng, prev, &ts, &st);
@@ -1520,8 +1515,7 @@ crash_child(const char *dir, int round, bool j, int fd)
 
 /* Check the reopened database against the deterministic op sequence of 'round'. */
 static int
-crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_ops,
-             int64_t *out_l)
+crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_ops, int64_t *out_l)
 {
     crash_op_t *ops = bson_malloc(sizeof(crash_op_t) * 400000);
     size_t nops = crash_ops(round, 60000, ops, 400000);
@@ -1661,8 +1655,8 @@ crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_
         docs_in_round++;
         if (state[id - base] == 0 || (state[id - base] == 1 && a != id) ||
             (state[id - base] == 2 && a != -id)) {
-            fprintf(stderr, "round %d: doc %lld has a=%lld, model state %d\n", round,
-                    (long long)id, (long long)a, state[id - base]);
+            fprintf(stderr, "round %d: doc %lld has a=%lld, model state %d\n", round, (long long)id,
+                    (long long)a, state[id - base]);
             bad++;
         }
         shl_keyset_init(&keys);
@@ -1674,8 +1668,8 @@ crash_verify(shl_storage_engine_t *eng, int round, int64_t min_ops, int64_t max_
             k = shl_keyset_key(&keys, 0, &len);
             shl_index_lookup(txn, c->indexes[x], k, len, &irid, &found, &st);
             if (!found || irid != rid) {
-                fprintf(stderr, "round %d: doc %lld missing from index %s\n", round,
-                        (long long)id, c->indexes[x]->name);
+                fprintf(stderr, "round %d: doc %lld missing from index %s\n", round, (long long)id,
+                        c->indexes[x]->name);
                 bad++;
             }
         }
@@ -1776,8 +1770,9 @@ SHL_TEST(crash_loop_kill9_durability_and_atomicity)
         eng = open_eng(dir, false);
         ASSERT(eng != NULL);
         bad = crash_verify(eng, round, durable_min, acked, &l);
-        fprintf(stderr, "  round %d (%s): %lld ops acknowledged, %lld must survive, %lld "
-                        "recovered\n",
+        fprintf(stderr,
+                "  round %d (%s): %lld ops acknowledged, %lld must survive, %lld "
+                "recovered\n",
                 round, j ? "j:true" : "j:false", (long long)acked, (long long)durable_min,
                 (long long)l);
         shl_storage_close(eng);

@@ -300,8 +300,8 @@ shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *
             shl_sleep_ms(1 + (int64_t)(random() % (cap > 100 ? 100 : cap)));
         }
         if (attempt == 100) {
-            SHL_LOG_WARNING(STORAGE, 22375, "Write conflict retries keep failing",
-                            "attempts", BCON_INT32(attempt));
+            SHL_LOG_WARNING(STORAGE, 22375, "Write conflict retries keep failing", "attempts",
+                            BCON_INT32(attempt));
         }
     }
     if (last_ts != NULL) {

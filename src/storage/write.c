@@ -68,8 +68,7 @@ keysets_cleanup(shl_keyset_t *ks, size_t n)
 
 /* The keys of 'doc' for every index of 'coll' (an array of coll->nindexes sets). */
 static int
-keys_for_all(const shl_collection_t *coll, const bson_t *doc, shl_keyset_t **out,
-             shl_status_t *st)
+keys_for_all(const shl_collection_t *coll, const bson_t *doc, shl_keyset_t **out, shl_status_t *st)
 {
     shl_keyset_t *ks = bson_malloc0((coll->nindexes + 1) * sizeof(*ks));
     int ret = 0;
@@ -168,8 +167,7 @@ pending_delta(const shl_storage_txn_t *txn, const shl_rs_state_t *rs, bool size)
 
 /* Capped collections: delete the oldest documents past size/max, newest kept. */
 static int
-capped_trim(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t new_rid,
-            shl_status_t *st)
+capped_trim(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t new_rid, shl_status_t *st)
 {
     shl_record_cursor_t *rc = NULL;
     int64_t count = shl_collection_num_records(coll) + pending_delta(txn, coll->rs, false);
@@ -355,19 +353,21 @@ done:
 
 int
 shl_oplog_append(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                 const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo,
-                 uint64_t *ts_out, shl_status_t *st)
+                 const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo, uint64_t *ts_out,
+                 shl_status_t *st)
 {
     uint64_t ts = 0;
     int ret = 0;
 
     if (op != 'n' && op != 'c') {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "oplog entries of type '%c' are written by "
-                 "document writes", op);
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "oplog entries of type '%c' are written by "
+                 "document writes",
+                 op);
     }
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
-    SHL_ERR(shl_write_oplog_entry(txn, op, ns, uuid, o, o2, wo != NULL ? wo->oplog_extra : NULL,
-                                  ts, st));
+    SHL_ERR(shl_write_oplog_entry(txn, op, ns, uuid, o, o2, wo != NULL ? wo->oplog_extra : NULL, ts,
+                                  st));
 done:
     if (ts_out != NULL) {
         *ts_out = ret == 0 ? ts : 0;
