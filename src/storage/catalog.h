@@ -45,20 +45,20 @@ struct shl_rs_state; /* private: record id counter and count/size, shared by sna
  */
 struct shl_collection {
     atomic_int refs;
-    char *ns;                 /* "db.coll" */
-    char *db;                 /* "db" */
-    const char *coll_name;    /* points into ns after the first '.' */
-    uint8_t uuid[16];         /* UUID (binary subtype 4) */
-    bson_t *options;          /* create options, without 'create' (e.g. {capped: true, size: 4096}) */
-    char *ident;              /* "collection-3"; "oplog" for local.oplog.rs */
-    char *uri;                /* "table:collection-3" */
-    bool is_oplog;            /* local.oplog.rs: read-only to users, record id = ts */
-    bool capped;              /* options.capped */
-    int64_t capped_size;      /* options.size in bytes, 0 if none */
-    int64_t capped_max;       /* options.max documents, 0 if none */
+    char *ns;              /* "db.coll" */
+    char *db;              /* "db" */
+    const char *coll_name; /* points into ns after the first '.' */
+    uint8_t uuid[16];      /* UUID (binary subtype 4) */
+    bson_t *options;       /* create options, without 'create' (e.g. {capped: true, size: 4096}) */
+    char *ident;           /* "collection-3"; "oplog" for local.oplog.rs */
+    char *uri;             /* "table:collection-3" */
+    bool is_oplog;         /* local.oplog.rs: read-only to users, record id = ts */
+    bool capped;           /* options.capped */
+    int64_t capped_size;   /* options.size in bytes, 0 if none */
+    int64_t capped_max;    /* options.max documents, 0 if none */
     size_t nindexes;
-    shl_index_t **indexes;    /* indexes[0] is _id_ (none for the oplog) */
-    struct shl_rs_state *rs;  /* private */
+    shl_index_t **indexes;   /* indexes[0] is _id_ (none for the oplog) */
+    struct shl_rs_state *rs; /* private */
 };
 
 /* shl_collection_ref -- take a reference (thread-safe); returns 'c'. */
@@ -152,9 +152,8 @@ int shl_ns_validate(const char *ns, shl_status_t *st);
  *     whether that is an error), InvalidNamespace (73), InvalidOptions (72) for bad
  *     capped options, IllegalOperation (20) for local.oplog.rs.
  */
-int shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns,
-                                  const bson_t *options, const uint8_t *uuid, uint64_t *ts,
-                                  shl_status_t *st);
+int shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, const bson_t *options,
+                                  const uint8_t *uuid, uint64_t *ts, shl_status_t *st);
 
 /*
  * shl_catalog_drop_collection --

@@ -24,9 +24,9 @@
 
 /* A set of index keys (byte strings, KeyString without RecordId). Caller's storage. */
 typedef struct shl_keyset {
-    uint8_t *buf;   /* the keys' bytes, back to back */
+    uint8_t *buf; /* the keys' bytes, back to back */
     size_t len, cap;
-    size_t *offs;   /* key i = buf[offs[i] .. offs[i+1]), offs[n] == len */
+    size_t *offs; /* key i = buf[offs[i] .. offs[i+1]), offs[n] == len */
     size_t n, ncap;
 } shl_keyset_t;
 
@@ -101,8 +101,8 @@ void shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys);
  *     [key, key+len), in 'txn''s snapshot: for a unique index the one entry.
  *     *found false when there is none. Errors: InternalError.
  */
-int shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key,
-                     size_t len, int64_t *rid, bool *found, shl_status_t *st);
+int shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key, size_t len,
+                     int64_t *rid, bool *found, shl_status_t *st);
 
 /*
  * shl_doc_find_by_id --
@@ -110,9 +110,8 @@ int shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8
  *     *rid (may be NULL) and a copy in 'out' (always initialised; destroy it).
  *     Errors: InternalError.
  */
-int shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll,
-                       const bson_value_t *id, bson_t *out, int64_t *rid, bool *found,
-                       shl_status_t *st);
+int shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_value_t *id,
+                       bson_t *out, int64_t *rid, bool *found, shl_status_t *st);
 
 /*
  * A key bound: NULL data means unbounded on that side. Bounds compare bytewise with
@@ -135,16 +134,16 @@ typedef struct shl_index_cursor shl_index_cursor_t;
  *     'idx' (keep the collection reference until closed). Errors: InternalError.
  */
 int shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx,
-                          const shl_key_bound_t *start, const shl_key_bound_t *end,
-                          bool forward, shl_index_cursor_t **out, shl_status_t *st);
+                          const shl_key_bound_t *start, const shl_key_bound_t *end, bool forward,
+                          shl_index_cursor_t **out, shl_status_t *st);
 
 /*
  * shl_index_cursor_next --
  *     The next entry: *rid its RecordId, *key and *key_len the stored key bytes (borrowed
  *     until the next call; may be NULL), *eof true at the end. Errors: InternalError.
  */
-int shl_index_cursor_next(shl_index_cursor_t *c, int64_t *rid, const uint8_t **key,
-                          size_t *key_len, bool *eof, shl_status_t *st);
+int shl_index_cursor_next(shl_index_cursor_t *c, int64_t *rid, const uint8_t **key, size_t *key_len,
+                          bool *eof, shl_status_t *st);
 
 /* shl_index_cursor_close -- close and free. NULL: no-op. */
 void shl_index_cursor_close(shl_index_cursor_t *c);

@@ -24,8 +24,8 @@ typedef struct shl_record_cursor shl_record_cursor_t;
  *     it exists; 'out' (always initialised, destroy it) receives a copy of the document
  *     when found. Errors: WriteConflict is not possible; InternalError.
  */
-int shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
-                   bson_t *out, bool *found, shl_status_t *st);
+int shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid, bson_t *out,
+                   bool *found, shl_status_t *st);
 
 /*
  * shl_record_insert / shl_record_update / shl_record_delete --

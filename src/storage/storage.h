@@ -26,7 +26,7 @@ typedef struct shl_keygen shl_keygen_t;
  */
 #define SHL_TS_MAKE(secs, inc) (((uint64_t)(uint32_t)(secs) << 32) | (uint64_t)(uint32_t)(inc))
 #define SHL_TS_SECS(ts) ((uint32_t)((uint64_t)(ts) >> 32))
-#define SHL_TS_INC(ts) ((uint32_t)((uint64_t)(ts) & 0xffffffffu))
+#define SHL_TS_INC(ts) ((uint32_t)((uint64_t)(ts)&0xffffffffu))
 
 /*
  * shl_keygen_factory_fn --
@@ -42,13 +42,13 @@ typedef int (*shl_keygen_factory_fn)(const bson_t *spec, shl_keygen_t **out, shl
  * (journalCommitInterval, syncdelay) come from the options table when 0.
  */
 typedef struct shl_storage_options {
-    const char *dbpath;                /* required; created if missing */
-    int64_t cache_size_mb;             /* [max(256 MiB, 50% of (RAM - 1 GiB))], MongoDB's rule */
-    int32_t session_max;               /* WT session_max [20000]; sessions are pooled */
-    int64_t term;                      /* oplog 't' [-1, a standalone]; a set of one passes 1 */
+    const char *dbpath;                 /* required; created if missing */
+    int64_t cache_size_mb;              /* [max(256 MiB, 50% of (RAM - 1 GiB))], MongoDB's rule */
+    int32_t session_max;                /* WT session_max [20000]; sessions are pooled */
+    int64_t term;                       /* oplog 't' [-1, a standalone]; a set of one passes 1 */
     int32_t journal_commit_interval_ms; /* [options table journalCommitInterval, 100] */
-    int32_t syncdelay_s;               /* [options table syncdelay, 60]; <0 = no periodic checkpoints */
-    bool no_background_threads;        /* tests: no journal flusher / checkpointer threads */
+    int32_t syncdelay_s;        /* [options table syncdelay, 60]; <0 = no periodic checkpoints */
+    bool no_background_threads; /* tests: no journal flusher / checkpointer threads */
     shl_keygen_factory_fn keygen_factory; /* [shl_keygen_default_factory] */
 } shl_storage_options_t;
 

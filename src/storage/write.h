@@ -70,8 +70,8 @@ int shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t
  *     Errors: WriteConflict; BadValue for another 'op'.
  */
 int shl_oplog_append(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                     const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo,
-                     uint64_t *ts, shl_status_t *st);
+                     const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo, uint64_t *ts,
+                     shl_status_t *st);
 
 /*
  * shl_storage_txn_tick --
