@@ -42,6 +42,7 @@ struct shl_projection {
     bool inclusion;
     bool positional;
     bool identity;
+    bool add_fields; /* $addFields: keep everything, then computed fields */
 };
 
 typedef struct pctx {
@@ -1056,7 +1057,9 @@ shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
     ac.details = details;
     ac.vars = vars;
     ac.st = st;
-    if (p->inclusion) {
+    if (p->add_fields) {
+        bson_concat(&first, doc);
+    } else if (p->inclusion) {
         incl_doc(doc, p->root, &first);
     } else {
         excl_doc(doc, p->root, &first);
@@ -1071,4 +1074,32 @@ shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
         bson_reinit(out);
     }
     return ac.err;
+}
+
+int
+query_addfields_new(const bson_t *spec, shl_projection_t **out, shl_status_t *st)
+{
+    shl_projection_t *p = bson_malloc0(sizeof(*p));
+    bson_iter_t it;
+    pnode_t *n = NULL;
+    int ret = 0;
+
+    *out = NULL;
+    p->root = pnode_new("", 0, P_PATH);
+    p->add_fields = true;
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        n = pnode_new(key, strlen(key), P_EXPR);
+        SHL_ERR(shl_expr_parse(bson_iter_value(&it), &n->expr, st));
+        SHL_ERR(add_at_path(p->root, key, strlen(key), n, st));
+        n = NULL;
+    }
+    mark_computed(p->root);
+    *out = p;
+    p = NULL;
+done:
+    pnode_destroy(n);
+    shl_projection_destroy(p);
+    return ret;
 }

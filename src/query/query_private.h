@@ -96,4 +96,10 @@ void query_append_value(bson_t *doc, const char *key, int keylen, const bson_val
 /* Integer parsing with MongoDB's rules (parseIntegerElementToLong). Errors FailedToParse. */
 int query_parse_int64(const bson_value_t *v, int64_t *out, const char *what, shl_status_t *st);
 
+/* $addFields / $set stage semantics (projection.c): parse {path: <expression>, ...} into a
+ * projection that keeps every field and replaces or appends the computed ones. Apply it with
+ * shl_projection_apply. */
+struct shl_projection;
+int query_addfields_new(const bson_t *spec, struct shl_projection **out, shl_status_t *st);
+
 #endif
