@@ -84,3 +84,25 @@ SHL_TEST(failpoint_times_and_filter)
     ASSERT(!SHL_FAILPOINT_FIRES(baseTestFailPoint));
     bson_destroy(cmd);
 }
+
+#include "base/namespace.h"
+
+SHL_TEST(namespace_rules)
+{
+    shl_ns_t ns;
+    shl_status_t st;
+    ASSERT_INT_EQ(shl_ns_make(&ns, "test", "coll", &st), 0);
+    ASSERT_STR_EQ(ns.full, "test.coll");
+    ASSERT_INT_EQ(shl_ns_parse(&ns, "a.b.c", &st), 0);
+    ASSERT_STR_EQ(ns.db, "a");
+    ASSERT_STR_EQ(ns.coll, "b.c");
+    ASSERT_INT_EQ(shl_ns_make(&ns, "te st", "c", &st), SHL_CODE_INVALID_NAMESPACE);
+    ASSERT_INT_EQ(shl_ns_make(&ns, "test", "", &st), SHL_CODE_INVALID_NAMESPACE);
+    ASSERT_INT_EQ(shl_ns_make(&ns, "test", "a$b", &st), SHL_CODE_INVALID_NAMESPACE);
+    ASSERT_INT_EQ(shl_ns_make(&ns, "test", ".a", &st), SHL_CODE_INVALID_NAMESPACE);
+    ASSERT_INT_EQ(shl_ns_parse(&ns, "nodot", &st), SHL_CODE_INVALID_NAMESPACE);
+    char longname[300];
+    memset(longname, 'x', 299);
+    longname[299] = '\0';
+    ASSERT_INT_EQ(shl_ns_make(&ns, "test", longname, &st), SHL_CODE_INVALID_NAMESPACE);
+}

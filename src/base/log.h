@@ -1,13 +1,14 @@
 /*
  * log.h -- structured logging in MongoDB's JSON format, one line per event:
  * {"t":{"$date":...},"s":"I","c":"NETWORK","id":N,"ctx":"conn12","msg":...,"attr":{...}}
- * Attributes are BCON key/value pairs, so values are escaped by libbson.
+ * Attributes are BCON key/value pairs rendered as compact JSON (shl_log_json_from_bson).
  */
 #ifndef SHL_BASE_LOG_H
 #define SHL_BASE_LOG_H
 
 #include <bson/bson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef enum shl_log_component {
     SHL_LOG_COMP_DEFAULT,
@@ -63,6 +64,19 @@ void shl_log_emit(shl_log_severity_t sev, shl_log_component_t comp, int id, cons
 
 /* The last lines written, for getLog: fills 'arr' with up to 'max' strings. */
 void shl_log_recent(bson_t *arr, int max);
+
+/* shl_log_lines_written -- how many lines were written since start (getLog's totalLinesWritten). */
+int64_t shl_log_lines_written(void);
+
+/*
+ * shl_log_json_from_bson --
+ *     Render 'doc' (as an array when 'array') as compact relaxed extended JSON, the
+ *     way log lines show values: no spaces, strings escaped (bytes that are not UTF-8
+ *     become U+FFFD), numbers plain, dates {"$date":"...Z"}, ObjectIds {"$oid":...}.
+ *     Nesting deeper than 100 levels is elided. Returns a NUL-terminated string the
+ *     caller frees with bson_free; *len (if not NULL) receives its length. Thread-safe.
+ */
+char *shl_log_json_from_bson(const bson_t *doc, bool array, size_t *len);
 
 #define SHL_LOG_(sev, comp, id, ...)                                                               \
     do {                                                                                           \

@@ -1,6 +1,6 @@
 /*
  * bson_compare.h -- MongoDB's canonical comparison order over BSON values
- * (MinKey < Undefined/Null < numbers < String/Symbol < Object < Array < BinData <
+ * (MinKey < Undefined < Null < numbers < String/Symbol < Object < Array < BinData <
  * ObjectId < Bool < Date < Timestamp < RegEx < DBPointer < JS < JS w/ scope < MaxKey);
  * numbers compare by value across int32/int64/double/decimal128 (NaN lowest among numbers).
  * Strings compare by bytes (no collation). Used by the matcher, sort, indexes (KeyString

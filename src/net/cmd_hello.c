@@ -173,7 +173,7 @@ static const shl_command_t is_master_cmd = {
 static const shl_command_t ping_cmd = {
     .name = "ping",
     .run = cmd_ping,
-    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN,
+    .flags = SHL_CMD_IN_TXN, /* not over OP_QUERY: MongoDB 7.0 allows only the handshake */
     .help = "a no-op to test whether the server is responding",
 };
 static const shl_command_t build_info_cmd = {

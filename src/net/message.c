@@ -48,6 +48,148 @@ shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st)
     return 0;
 }
 
+/* MongoDB's maximum nesting below a top-level document (BSONDepth's default). */
+#define MAX_BSON_DEPTH 200
+
+/* Bytes of a length-prefixed string at off (int32 length, bytes, NUL), or 0 if bad. */
+static size_t
+string_size(const uint8_t *p, size_t off, size_t end)
+{
+    int32_t n;
+    if (end - off < 5) {
+        return 0;
+    }
+    n = rd_i32(p + off);
+    if (n < 1 || (size_t)n > end - off - 4 || p[off + 4 + (size_t)n - 1] != '\0') {
+        return 0;
+    }
+    return 4 + (size_t)n;
+}
+
+/*
+ * Walk a document's structure without recursion, before anything recursive (libbson's
+ * validator, which has no depth limit and would overflow the connection thread's
+ * stack) sees it. Every length must fit inside its parent and every document must end
+ * with its NUL exactly where its length says, so a document accepted here nests the
+ * same way for every later reader. Errors: Overflow past MAX_BSON_DEPTH, InvalidBSON.
+ */
+static int
+check_structure(const uint8_t *p, size_t n, shl_status_t *st)
+{
+    int ret = 0;
+    size_t ends[MAX_BSON_DEPTH + 1]; /* end offset of each open document */
+    int depth = 0;
+    size_t off = 4, end, k;
+    int32_t len;
+
+    ends[0] = n;
+    while (depth >= 0) {
+        uint8_t type;
+        const uint8_t *nul;
+
+        end = ends[depth];
+        if (off >= end) {
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document not terminated");
+        }
+        type = p[off++];
+        if (type == 0) {
+            if (off != end) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document length mismatch");
+            }
+            depth--;
+            continue;
+        }
+        nul = memchr(p + off, '\0', end - off);
+        if (nul == NULL) {
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON field name not terminated");
+        }
+        off = (size_t)(nul - p) + 1;
+        k = 0;
+        switch (type) {
+        case BSON_TYPE_DOUBLE:
+        case BSON_TYPE_DATE_TIME:
+        case BSON_TYPE_TIMESTAMP:
+        case BSON_TYPE_INT64:
+            k = 8;
+            break;
+        case BSON_TYPE_DECIMAL128:
+            k = 16;
+            break;
+        case BSON_TYPE_OID:
+            k = 12;
+            break;
+        case BSON_TYPE_BOOL:
+            k = 1;
+            break;
+        case BSON_TYPE_INT32:
+            k = 4;
+            break;
+        case BSON_TYPE_UNDEFINED:
+        case BSON_TYPE_NULL:
+        case BSON_TYPE_MINKEY:
+        case BSON_TYPE_MAXKEY:
+            break;
+        case BSON_TYPE_UTF8:
+        case BSON_TYPE_CODE:
+        case BSON_TYPE_SYMBOL:
+        case BSON_TYPE_DBPOINTER:
+            if ((k = string_size(p, off, end)) == 0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON string");
+            }
+            k += type == BSON_TYPE_DBPOINTER ? 12 : 0;
+            break;
+        case BSON_TYPE_BINARY:
+            if (end - off < 5 || (len = rd_i32(p + off)) < 0 || (size_t)len > end - off - 5) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON binary");
+            }
+            k = 5 + (size_t)len;
+            break;
+        case BSON_TYPE_REGEX:
+            for (int i = 0; i < 2; i++) {
+                nul = off + k < end ? memchr(p + off + k, '\0', end - off - k) : NULL;
+                if (nul == NULL) {
+                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON regular expression");
+                }
+                k = (size_t)(nul - (p + off)) + 1;
+            }
+            break;
+        case BSON_TYPE_DOCUMENT:
+        case BSON_TYPE_ARRAY:
+        case BSON_TYPE_CODEWSCOPE: {
+            size_t doc_off = off;
+            if (end - off < 5 || (len = rd_i32(p + off)) < 5 || (size_t)len > end - off) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON document length");
+            }
+            if (type == BSON_TYPE_CODEWSCOPE) {
+                /* int32 total, the code string, then the scope document to the end. */
+                size_t total = (size_t)len, sk = string_size(p, off + 4, off + total);
+                if (sk == 0 || total - 4 - sk < 5 ||
+                    (size_t)rd_i32(p + off + 4 + sk) != total - 4 - sk) {
+                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON code with scope");
+                }
+                doc_off = off + 4 + sk;
+                len = (int32_t)(total - 4 - sk);
+            }
+            if (depth + 1 > MAX_BSON_DEPTH) {
+                SHL_FAIL(st, SHL_CODE_OVERFLOW, "BSONObj exceeded maximum nested object depth: %d",
+                         MAX_BSON_DEPTH);
+            }
+            ends[++depth] = doc_off + (size_t)len;
+            off = doc_off + 4;
+            continue;
+        }
+        default:
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON type %u", (unsigned)type);
+        }
+        if (k > end - off) {
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON value runs past its document");
+        }
+        off += k;
+    }
+done:
+    return ret;
+}
+
 /*
  * Read one BSON document at p (with 'avail' bytes left): checks its declared
  * length, its size limit and its structure. On success *doclen is its length and
@@ -72,8 +214,9 @@ read_doc(const uint8_t *p, size_t avail, uint32_t max_size, bson_t *view, uint32
     if ((uint32_t)n > max_size) {
         SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
                  "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and %u(16MB)", n,
-                 (unsigned)n, (unsigned)SHL_MAX_BSON_SIZE);
+                 (unsigned)n, (unsigned)max_size);
     }
+    SHL_ERR(check_structure(p, (size_t)n, st));
     if (!bson_init_static(view, p, (size_t)n) ||
         !bson_validate(view, BSON_VALIDATE_NONE, &err_offset)) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON document");

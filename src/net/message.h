@@ -14,7 +14,12 @@
 #include "base/status.h"
 
 #define SHL_OP_REPLY 1
+#define SHL_OP_UPDATE 2001 /* legacy writes and reads: removed in MongoDB 6.0 */
+#define SHL_OP_INSERT 2002
 #define SHL_OP_QUERY 2004
+#define SHL_OP_GET_MORE 2005
+#define SHL_OP_DELETE 2006
+#define SHL_OP_KILL_CURSORS 2007
 #define SHL_OP_COMPRESSED 2012
 #define SHL_OP_MSG 2013
 

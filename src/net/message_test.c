@@ -110,3 +110,100 @@ SHL_TEST(header_length_limits)
     h.length = 48000000;
     ASSERT_INT_EQ(shl_msg_header_check(&h, &st), 0);
 }
+
+/*
+ * An OP_MSG whose body is {ping: 1, $db: 'admin', x: {a: {a: ...}}} with 'depth'
+ * documents below x, written as raw bytes (building it with libbson would copy
+ * every level into its parent).
+ */
+static uint8_t *
+nested_op_msg(int depth, size_t *n)
+{
+    static const uint8_t head[] = "\x10ping\0\x01\0\0\0\x02$db\0\x06\0\0\0admin\0\x03x\0";
+    size_t nested = 5 + (size_t)depth * 8; /* x's document */
+    size_t body = 4 + (sizeof(head) - 1) + nested + 1;
+    size_t total = 16 + 4 + 1 + body;
+    uint8_t *buf = bson_malloc(total), *p = buf;
+    size_t len = nested;
+
+    put_i32(p, (int32_t)total);
+    put_i32(p + 4, 1);
+    put_i32(p + 8, 0);
+    put_i32(p + 12, SHL_OP_MSG);
+    put_i32(p + 16, 0);
+    p[20] = 0;
+    p += 21;
+    put_i32(p, (int32_t)body);
+    memcpy(p + 4, head, sizeof(head) - 1);
+    p += 4 + sizeof(head) - 1;
+    for (int i = 0; i < depth; i++) {
+        put_i32(p, (int32_t)len);
+        p[4] = BSON_TYPE_DOCUMENT; /* then the key "a" and its NUL */
+        p[5] = (uint8_t)'a';
+        p[6] = 0;
+        p += 7;
+        len -= 8;
+    }
+    put_i32(p, 5);
+    p[4] = 0;
+    p += 5;
+    memset(p, 0, (size_t)depth + 1); /* each level's terminator, then the body's */
+    *n = total;
+    return buf;
+}
+
+SHL_TEST(op_msg_nesting_depth_limit)
+{
+    shl_message_t msg;
+    shl_status_t st;
+    size_t n;
+    /* 'x' is one level below the body: 199 more make 200 levels, MongoDB's limit. */
+    uint8_t *ok = nested_op_msg(199, &n);
+    ASSERT_INT_EQ(shl_msg_parse(ok, n, &msg, &st), 0);
+    shl_msg_cleanup(&msg);
+    bson_free(ok);
+
+    uint8_t *deep = nested_op_msg(200, &n);
+    ASSERT_INT_EQ(shl_msg_parse(deep, n, &msg, &st), SHL_CODE_OVERFLOW);
+    ASSERT_STR_EQ(st.reason, "BSONObj exceeded maximum nested object depth: 200");
+    shl_msg_cleanup(&msg);
+    bson_free(deep);
+
+    /* Far deeper than any stack could recurse: refused without recursion. */
+    uint8_t *bomb = nested_op_msg(300000, &n);
+    ASSERT_INT_EQ(shl_msg_parse(bomb, n, &msg, &st), SHL_CODE_OVERFLOW);
+    shl_msg_cleanup(&msg);
+    bson_free(bomb);
+}
+
+SHL_TEST(op_msg_structure_checks)
+{
+    bson_t body = BSON_INITIALIZER, scope = BSON_INITIALIZER;
+    shl_message_t msg;
+    shl_status_t st;
+    size_t n;
+    uint8_t *buf;
+
+    BSON_APPEND_INT32(&body, "ping", 1);
+    BSON_APPEND_UTF8(&body, "$db", "admin");
+    BSON_APPEND_REGEX(&body, "re", "^a", "i");
+    BSON_APPEND_INT32(&scope, "v", 1);
+    BSON_APPEND_CODE_WITH_SCOPE(&body, "cws", "f()", &scope);
+    bson_append_binary(&body, "bin", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)"xyz", 3);
+    BSON_APPEND_DECIMAL128(&body, "dec", &(bson_decimal128_t){0});
+    buf = shl_msg_build_op_msg(1, 0, 0, &body, &n);
+    ASSERT_INT_EQ(shl_msg_parse(buf, n, &msg, &st), 0);
+    shl_msg_cleanup(&msg);
+    /* A string whose length runs past the document. */
+    for (size_t i = 21; i + 4 < n; i++) {
+        if (memcmp(buf + i, "$db\0", 4) == 0) {
+            put_i32(buf + i + 4, 1000);
+            break;
+        }
+    }
+    ASSERT_INT_EQ(shl_msg_parse(buf, n, &msg, &st), SHL_CODE_INVALID_BSON);
+    shl_msg_cleanup(&msg);
+    bson_free(buf);
+    bson_destroy(&scope);
+    bson_destroy(&body);
+}

@@ -129,7 +129,9 @@ conn_main(void *arg)
         atomic_fetch_add(&svc->counters.bytes_in, hdr.length);
         atomic_fetch_add(&svc->counters.num_requests, 1);
         atomic_store(&conn->in_op, true);
+        atomic_fetch_add(&svc->counters.conn_active, 1);
         bool keep = shl_service_handle_message(svc, conn, buf, (size_t)hdr.length);
+        atomic_fetch_sub(&svc->counters.conn_active, 1);
         atomic_store(&conn->in_op, false);
         if (atomic_load(&svc->shutting_down)) {
             pthread_mutex_lock(&the_server->lock);
@@ -150,9 +152,13 @@ conn_main(void *arg)
     SHL_LOG_INFO(NETWORK, 22944, "Connection ended", "remote", BCON_UTF8(conn->remote),
                  "connectionId", BCON_INT64(conn->id), "connectionCount",
                  BCON_INT64(atomic_load(&svc->counters.conn_current) - 1));
-    close(conn->fd);
+    /*
+     * Leave the list before closing: shutdown calls shutdown(2) on listed fds, and a
+     * closed fd number may already belong to a new connection.
+     */
     atomic_fetch_sub(&svc->counters.conn_current, 1);
     unlink_conn(the_server, conn);
+    close(conn->fd);
     if (conn->client_metadata != NULL) {
         bson_destroy(conn->client_metadata);
     }
@@ -188,6 +194,15 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     shl_conn_t *conn;
 
     if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            /*
+             * Out of descriptors or memory: the pending connection stays in the backlog
+             * and poll() would report it again at once. Back off instead of spinning.
+             */
+            SHL_LOG_WARNING(NETWORK, 23003, "Error accepting new connection", "error",
+                            BCON_UTF8(strerror(errno)));
+            shl_sleep_ms(100);
+        }
         return;
     }
     if (atomic_load(&svc->counters.conn_current) >= shl_opt_int(SHL_OPT_maxConns)) {
@@ -221,9 +236,9 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&conn->thread, &attr, conn_main, conn) != 0) {
         SHL_LOG_ERROR(NETWORK, 22948, "Failed to create a connection thread");
+        unlink_conn(srv, conn);
         close(fd);
         atomic_fetch_sub(&svc->counters.conn_current, 1);
-        unlink_conn(srv, conn);
         bson_free(conn);
     }
     pthread_attr_destroy(&attr);
@@ -233,8 +248,9 @@ static bool
 any_op_running(server_t *srv)
 {
     bool running = false;
+    /* A connection already closing (the one that sent shutdown) is not waited for. */
     for (shl_conn_t *c = srv->conns; c != NULL && !running; c = c->next) {
-        running = atomic_load(&c->in_op);
+        running = atomic_load(&c->in_op) && !atomic_load(&c->close_now);
     }
     return running;
 }

@@ -80,14 +80,13 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
     count_op(svc, name);
     cmd = shl_command_registry_find(svc->commands, name);
+    /* MongoDB checks OP_QUERY's short allow-list before it looks the name up. */
+    if (legacy && (cmd == NULL || !(cmd->flags & SHL_CMD_HANDSHAKE))) {
+        SHL_FAIL(&st, SHL_CODE_UNSUPPORTED_OP_QUERY_COMMAND, "Unsupported OP_QUERY command: %s",
+                 name);
+    }
     if (cmd == NULL) {
         SHL_FAIL(&st, SHL_CODE_COMMAND_NOT_FOUND, "no such command: '%s'", name);
-    }
-    if (legacy && !(cmd->flags & SHL_CMD_HANDSHAKE)) {
-        SHL_FAIL(&st, SHL_CODE_UNSUPPORTED_OP_QUERY_COMMAND,
-                 "Unsupported OP_QUERY command: %s. The client driver may require an upgrade. "
-                 "For more details see https://dochub.mongodb.org/core/legacy-opcode-removal",
-                 name);
     }
     if (db[0] == '\0' || strchr(db, '.') != NULL || strchr(db, ' ') != NULL ||
         strchr(db, '$') != NULL || strchr(db, '/') != NULL || strchr(db, '\\') != NULL ||
@@ -153,16 +152,18 @@ shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *
     dispatch(svc, conn, body, db, false, reply, &close_conn);
 }
 
+/* requestID of the replies this process sends. */
+static atomic_int next_reply_id = 1;
+
 static bool
 send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
 {
-    static atomic_int next_id = 1;
     uint8_t *out;
     size_t n;
     bool ok;
-    int32_t id = atomic_fetch_add(&next_id, 1);
+    int32_t id = atomic_fetch_add(&next_reply_id, 1);
 
-    if (msg->legacy) {
+    if (msg->legacy || msg->hdr.opcode != SHL_OP_MSG) {
         out = shl_msg_build_op_reply(id, msg->hdr.request_id, reply, &n);
     } else {
         out = shl_msg_build_op_msg(id, msg->hdr.request_id, 0, reply, &n);
@@ -170,6 +171,72 @@ send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
     ok = shl_conn_write_all(conn, out, n);
     bson_free(out);
     return ok;
+}
+
+/* The OP_REPLY MongoDB 7.0 sends for removed legacy reads (OP_QUERY on a collection, GET_MORE). */
+static bool
+send_legacy_removed(shl_conn_t *conn, const shl_message_t *msg, const char *what)
+{
+    bson_t reply = BSON_INITIALIZER;
+    char errmsg[256];
+    uint8_t *out;
+    size_t n;
+    bool ok;
+
+    snprintf(errmsg, sizeof(errmsg),
+             "%s is no longer supported. The client driver may require an upgrade. For more "
+             "details see https://dochub.mongodb.org/core/legacy-opcode-removal",
+             what);
+    BSON_APPEND_UTF8(&reply, "$err", errmsg);
+    BSON_APPEND_INT32(&reply, "code", 5739101);
+    BSON_APPEND_DOUBLE(&reply, "ok", 0.0);
+    SHL_LOG_DEBUG(1, NETWORK, 5578800, "Deprecated operation requested", "op", BCON_UTF8(what),
+                  "remote", BCON_UTF8(conn->remote));
+    out = shl_msg_build_op_reply(atomic_fetch_add(&next_reply_id, 1), msg->hdr.request_id, &reply,
+                                 &n);
+    /* responseFlags: QueryFailure (2) alone, as MongoDB's legacy error replies carry. */
+    memcpy(out + SHL_MSG_HEADER_LEN, "\x02\0\0\0", 4);
+    ok = shl_conn_write_all(conn, out, n);
+    bson_free(out);
+    bson_destroy(&reply);
+    return ok;
+}
+
+/*
+ * Opcodes other than OP_MSG and OP_QUERY, handled as MongoDB 7.0 does: OP_GET_MORE gets
+ * an error OP_REPLY; the removed legacy writes and OP_COMPRESSED (never negotiated) fail
+ * the request, which closes the connection; anything else is logged and ignored.
+ * Returns whether to keep the connection.
+ */
+static bool
+handle_other_opcode(shl_conn_t *conn, const uint8_t *buf, size_t len)
+{
+    shl_message_t msg;
+    bool keep = true;
+
+    memset(&msg, 0, sizeof(msg));
+    shl_msg_header_read(buf, &msg.hdr);
+    (void)len;
+    switch (msg.hdr.opcode) {
+    case SHL_OP_GET_MORE:
+        keep = send_legacy_removed(conn, &msg, "OP_GET_MORE");
+        break;
+    case SHL_OP_UPDATE:
+    case SHL_OP_INSERT:
+    case SHL_OP_DELETE:
+    case SHL_OP_KILL_CURSORS:
+    case SHL_OP_COMPRESSED:
+        SHL_LOG_INFO(NETWORK, 4879802, "Failed to handle request", "remote",
+                     BCON_UTF8(conn->remote), "opCode", BCON_INT32(msg.hdr.opcode), "error",
+                     BCON_UTF8("operation is no longer supported"));
+        keep = false;
+        break;
+    default:
+        SHL_LOG_INFO(NETWORK, 21968, "Operation is not supported", "operation",
+                     BCON_INT32(msg.hdr.opcode), "remote", BCON_UTF8(conn->remote));
+        break;
+    }
+    return keep;
 }
 
 bool
@@ -181,21 +248,30 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
     bson_t reply;
     bool keep = true, close_conn = false;
 
+    if (len >= SHL_MSG_HEADER_LEN) {
+        shl_msg_header_t hdr;
+        shl_msg_header_read(buf, &hdr);
+        if (hdr.opcode != SHL_OP_MSG && hdr.opcode != SHL_OP_QUERY) {
+            return handle_other_opcode(conn, buf, len);
+        }
+    }
     if (shl_msg_parse(buf, len, &msg, &st) != 0) {
         SHL_LOG_WARNING(NETWORK, 4615639, "Invalid message from client", "remote",
                         BCON_UTF8(conn->remote), "error", BCON_UTF8(st.reason), "code",
                         BCON_INT32(st.code));
         /* A frame we could not understand at all leaves the stream in an unknown state. */
         if (st.code == SHL_CODE_PROTOCOL_ERROR ||
-            shl_code_in_category(st.code, SHL_CAT_CONNECTION_FATAL_MESSAGE_ERROR) ||
-            (msg.hdr.opcode != SHL_OP_MSG && msg.hdr.opcode != SHL_OP_QUERY)) {
+            shl_code_in_category(st.code, SHL_CAT_CONNECTION_FATAL_MESSAGE_ERROR)) {
             shl_msg_cleanup(&msg);
             return false;
         }
-        bson_init(&reply);
-        shl_status_append_reply(&st, &reply);
-        keep = send_reply(conn, &msg, &reply);
-        bson_destroy(&reply);
+        /* A fire-and-forget request gets no reply, not even an error. */
+        if (!(msg.flags & SHL_MSG_MORE_TO_COME)) {
+            bson_init(&reply);
+            shl_status_append_reply(&st, &reply);
+            keep = send_reply(conn, &msg, &reply);
+            bson_destroy(&reply);
+        }
         shl_msg_cleanup(&msg);
         return keep;
     }
@@ -206,12 +282,9 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
         char db[128] = "";
         if (dot == NULL || strcmp(dot, ".$cmd") != 0) {
             /* Legacy OP_QUERY reads were removed in MongoDB 5.1+; answer like it. */
-            bson_init(&reply);
-            shl_status_set(&st, SHL_CODE_UNSUPPORTED_OP_QUERY_COMMAND,
-                           "Unsupported OP_QUERY command: find. The client driver may require "
-                           "an upgrade.");
-            shl_status_append_reply(&st, &reply);
-            BSON_APPEND_UTF8(&reply, "$err", st.reason);
+            keep = send_legacy_removed(conn, &msg, "OP_QUERY");
+            shl_msg_cleanup(&msg);
+            return keep;
         } else {
             snprintf(db, sizeof(db), "%.*s", (int)(dot - msg.legacy_ns), msg.legacy_ns);
             if (unwrap_legacy_query(&msg.body, &inner)) {
@@ -223,7 +296,8 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
     } else {
         dispatch(svc, conn, &msg.body, NULL, false, &reply, &close_conn);
     }
-    if (close_conn) {
+    if (close_conn || atomic_load(&conn->close_now)) {
+        /* failCommand closeConnection, or shutdown: the client sees the connection close. */
         keep = false;
     } else if (!(msg.flags & SHL_MSG_MORE_TO_COME)) {
         keep = send_reply(conn, &msg, &reply);

@@ -42,8 +42,11 @@ class ShaleProcess:
     """One `shale` process (node or router). Start with start(); stop() sends
     SIGTERM and waits; kill() sends SIGKILL (a crash)."""
 
-    def __init__(self, args, dbpath=None, port=None, name="node"):
+    def __init__(self, args, dbpath=None, port=None, name="node", test_commands=True):
         self.port = port or free_port()
+        # Test-only commands (configureFailPoint, ...) need enableTestCommands=1, which
+        # is how every test starts a process unless it asks for a production one.
+        self.test_commands = test_commands
         self.args = list(args)
         self.name = name
         self.own_dir = dbpath is None
@@ -61,8 +64,11 @@ class ShaleProcess:
         return "mongodb://%s/%s" % (self.host, ("?" + q) if q else "")
 
     def start(self, extra=(), wait=True):
-        cmd = [SHALE_BIN] + self.args + ["--port", str(self.port), "--dbpath", self.dbpath,
-                                         "--setParameter", "enableTestCommands=1"] + list(extra)
+        cmd = [SHALE_BIN] + self.args + ["--port", str(self.port), "--dbpath", self.dbpath]
+        if self.test_commands:
+            cmd += ["--setParameter", "enableTestCommands=1"]
+        cmd += list(extra)
+        self.cmdline = cmd
         self.log = open(self.logpath, "ab")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         if wait:

@@ -1,0 +1,111 @@
+/*
+ * bson_util.h -- small helpers over libbson: MongoDB's BSONObj::toString rendering (the
+ * "{ _id: 1 }" of error messages such as duplicate keys), number conversions with MongoDB's
+ * semantics, ObjectId and UUID generation, Timestamp packing, append wrappers.
+ */
+#ifndef SHL_BSON_UTIL_H
+#define SHL_BSON_UTIL_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* ---- rendering ---- */
+
+/*
+ * shl_bson_to_string --
+ *     MongoDB's BSONObj::toString(): { a: 1, b: "x", c: [ 1.5, {} ], d: new Date(0),
+ *     e: ObjectId('...') }. Strings over 160 bytes are cut as MongoDB cuts them. Returns a
+ *     new string; bson_free it.
+ */
+char *shl_bson_to_string(const bson_t *doc);
+
+/* shl_bson_value_to_string -- one value the same way (no field name). */
+char *shl_bson_value_to_string(const bson_value_t *v);
+
+/* shl_bson_type_name -- MongoDB's type alias ("double", "string", "objectId", "long", ...). */
+const char *shl_bson_type_name(bson_type_t t);
+
+/* ---- numbers ---- */
+
+/* shl_bson_type_is_number -- int32, int64, double or decimal128. */
+bool shl_bson_type_is_number(bson_type_t t);
+
+/*
+ * shl_bson_value_as_int64_exact --
+ *     MongoDB's parseIntegerElementToLong: true and *out set if 'v' is a number with an
+ *     integral value representable as int64 (1, 1.0, NumberDecimal("1.00")); false for
+ *     non-numbers, NaN, fractions and out-of-range values.
+ */
+bool shl_bson_value_as_int64_exact(const bson_value_t *v, int64_t *out);
+
+/*
+ * shl_bson_value_safe_int64 --
+ *     MongoDB's safeNumberLong: doubles truncate, decimals round half to even, NaN gives
+ *     0, out-of-range values clamp to INT64_MIN/INT64_MAX; non-numbers give 0.
+ */
+int64_t shl_bson_value_safe_int64(const bson_value_t *v);
+
+/*
+ * shl_bson_value_as_double --
+ *     MongoDB's numberDouble: the nearest double (decimals round to nearest); 0 for
+ *     non-numbers.
+ */
+double shl_bson_value_as_double(const bson_value_t *v);
+
+/* shl_bson_value_true -- MongoDB's trueValue: false for false, 0, null, undefined, EOO. */
+bool shl_bson_value_true(const bson_value_t *v);
+
+/* ---- ObjectId, UUID, Timestamp ---- */
+
+/* shl_bson_oid_gen -- a new ObjectId, unique in the process. Thread-safe. */
+void shl_bson_oid_gen(bson_oid_t *oid);
+
+/* shl_uuid_gen -- a random (version 4) UUID from the kernel's CSPRNG. Thread-safe. */
+void shl_uuid_gen(uint8_t uuid[16]);
+
+/* shl_bson_append_uuid -- append as BinData subtype 4, the UUID type drivers read. */
+bool shl_bson_append_uuid(bson_t *doc, const char *key, const uint8_t uuid[16]);
+
+/* shl_bson_iter_uuid -- the UUID 'it' holds (BinData subtype 4 of 16 bytes), else false. */
+bool shl_bson_iter_uuid(const bson_iter_t *it, uint8_t uuid[16]);
+
+/* Timestamps as WiredTiger and the oplog order them: seconds in the high 32 bits. */
+static inline uint64_t
+shl_timestamp_pack(uint32_t t, uint32_t i)
+{
+    return ((uint64_t)t << 32) | i;
+}
+
+static inline void
+shl_timestamp_unpack(uint64_t ts, uint32_t *t, uint32_t *i)
+{
+    *t = (uint32_t)(ts >> 32);
+    *i = (uint32_t)ts;
+}
+
+/* shl_bson_append_timestamp_u64 -- append a packed timestamp as a BSON Timestamp. */
+bool shl_bson_append_timestamp_u64(bson_t *doc, const char *key, uint64_t ts);
+
+/* shl_bson_iter_timestamp_u64 -- the packed value of a Timestamp element (0 otherwise). */
+uint64_t shl_bson_iter_timestamp_u64(const bson_iter_t *it);
+
+/* ---- appending ---- */
+
+/* shl_bson_append_value -- bson_append_value with a NUL-terminated key. */
+bool shl_bson_append_value(bson_t *doc, const char *key, const bson_value_t *v);
+
+/*
+ * shl_bson_append_array_values --
+ *     Append 'n' values as an array field named 'key' ({key: [v0, v1, ...]}).
+ */
+bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value_t *vals, size_t n);
+
+/*
+ * shl_bson_copy_fields_except --
+ *     Append every field of 'src' to 'dst' except those named in the NULL-terminated
+ *     'skip' list (e.g. forwarding a command without "$db" and "lsid").
+ */
+void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *skip);
+
+#endif

@@ -1,0 +1,831 @@
+/*
+ * client.c -- the internal client's connections and its one I/O engine (client.h).
+ * Every call, a single command or a fan-out, is a set of "ops" driven by one poll(2)
+ * loop over non-blocking sockets: connect, hello handshake, send, receive. A single
+ * command is a fan-out of one, so there is one code path to get right.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "net/client_private.h"
+#include "net/message.h"
+
+#define DEFAULT_PORT "27017"
+
+typedef enum phase {
+    PH_CONNECTING, /* non-blocking connect in progress: wait for POLLOUT */
+    PH_SENDING,    /* writing 'out': wait for POLLOUT */
+    PH_RECEIVING,  /* reading a reply: wait for POLLIN */
+    PH_DONE,
+} phase_t;
+
+/* One request in flight. Buffers are owned by the op; request fields are borrowed. */
+typedef struct op {
+    const char *host;
+    const char *db;
+    const bson_t *cmd;    /* NULL: connect and handshake only (checkout) */
+    const char *cmd_name; /* the exchange in flight, for messages */
+    shl_client_conn_t *conn;
+    bool own_conn;                /* acquired here: release to the pool when done */
+    shl_client_conn_t **conn_out; /* checkout: hand the connection over on success */
+    struct addrinfo *ai_list;     /* name resolution, until connected */
+    struct addrinfo *ai_cur;
+    int connect_errno;           /* the last address's failure */
+    int64_t connect_deadline_us; /* bound on connect + handshake; 0 once ready */
+    bool handshake;              /* the exchange in flight is the hello */
+    uint8_t *out;
+    size_t out_len, out_off;
+    int32_t request_id;
+    uint8_t hdr[SHL_MSG_HEADER_LEN];
+    uint8_t *in;           /* the whole reply, header included */
+    size_t in_len, in_off; /* in_len 0 until the header is read */
+    phase_t phase;
+    int code;
+    shl_status_t *st;
+    bson_t *reply; /* initialised by the public entry points */
+    int64_t *micros;
+} op_t;
+
+typedef struct engine {
+    shl_conn_pool_t *pool;
+    shl_client_hooks_t hooks;
+    int64_t start_us;
+    int64_t deadline_us; /* 0: none */
+} engine_t;
+
+static atomic_int next_request_id = 1;
+
+static int64_t
+elapsed_ms(const engine_t *eng)
+{
+    return (shl_clock_mono_us() - eng->start_us) / 1000;
+}
+
+void
+client_conn_close(shl_client_conn_t *conn)
+{
+    if (conn->fd >= 0) {
+        close(conn->fd);
+    }
+    bson_free(conn);
+}
+
+const shl_client_peer_t *
+shl_client_conn_peer(const shl_client_conn_t *conn)
+{
+    return &conn->peer;
+}
+
+const char *
+shl_client_conn_host(const shl_client_conn_t *conn)
+{
+    return conn->host;
+}
+
+bool
+shl_client_conn_failed(const shl_client_conn_t *conn)
+{
+    return conn->failed;
+}
+
+/*
+ * Split "host:port", "[v6addr]:port" or "host" (port 27017) into name and port, with
+ * MongoDB's FailedToParse for what cannot be a host.
+ */
+static int
+parse_host(const char *host, char *name, size_t namesz, char *port, size_t portsz, shl_status_t *st)
+{
+    int ret = 0;
+    const char *colon, *p_port = NULL, *n_start = host, *n_end;
+    size_t len = strlen(host);
+
+    if (len == 0 || len >= SHL_CLIENT_HOST_MAX) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Invalid HostAndPort \"%s\"", host);
+    }
+    if (host[0] == '[') {
+        n_start = host + 1;
+        n_end = strchr(host, ']');
+        if (n_end == NULL || (n_end[1] != '\0' && n_end[1] != ':')) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Invalid HostAndPort \"%s\"", host);
+        }
+        p_port = n_end[1] == ':' ? n_end + 2 : NULL;
+    } else {
+        colon = strrchr(host, ':');
+        if (colon != NULL && strchr(host, ':') == colon) {
+            n_end = colon;
+            p_port = colon + 1;
+        } else {
+            /* No colon, or a bare IPv6 address: the whole string is the name. */
+            n_end = host + len;
+        }
+    }
+    if (n_end == n_start) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "Empty host component parsing HostAndPort from \"%s\"", host);
+    }
+    snprintf(name, namesz, "%.*s", (int)(n_end - n_start), n_start);
+    if (p_port == NULL) {
+        snprintf(port, portsz, "%s", DEFAULT_PORT);
+    } else {
+        long v = 0;
+        size_t i;
+        for (i = 0; p_port[i] >= '0' && p_port[i] <= '9' && v <= 65535; i++) {
+            v = v * 10 + (p_port[i] - '0');
+        }
+        if (i == 0 || p_port[i] != '\0' || v < 1 || v > 65535) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Port number \"%s\" out of range in \"%s\"",
+                     p_port, host);
+        }
+        snprintf(port, portsz, "%ld", v);
+    }
+done:
+    return ret;
+}
+
+/* Whether an idle pooled socket is still usable: open, and holding no stray bytes. */
+static bool
+socket_alive(int fd)
+{
+    char b;
+    ssize_t r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* The end of an op: free its buffers and give its connection back (or away). */
+static void
+op_finish(engine_t *eng, op_t *op, int code)
+{
+    op->code = code;
+    op->phase = PH_DONE;
+    bson_free(op->out);
+    bson_free(op->in);
+    op->out = op->in = NULL;
+    if (op->ai_list != NULL) {
+        freeaddrinfo(op->ai_list);
+        op->ai_list = op->ai_cur = NULL;
+    }
+    if (op->micros != NULL) {
+        *op->micros = shl_clock_mono_us() - eng->start_us;
+    }
+    if (op->conn != NULL) {
+        if (op->conn_out != NULL && code == 0) {
+            *op->conn_out = op->conn;
+        } else if (op->own_conn) {
+            client_pool_release(eng->pool, op->conn);
+        }
+        op->conn = NULL;
+    }
+}
+
+/*
+ * A network or protocol failure: the stream is in an unknown state, so the
+ * connection is marked failed and never reused.
+ */
+__attribute__((format(printf, 4, 5))) static void
+op_net_fail(engine_t *eng, op_t *op, int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (op->conn != NULL) {
+        op->conn->failed = true;
+    }
+    op->st->code = code;
+    op->st->labels = 0;
+    op->st->extra_len = 0;
+    va_start(ap, fmt);
+    vsnprintf(op->st->reason, sizeof(op->st->reason), fmt, ap);
+    va_end(ap);
+    SHL_LOG_DEBUG(1, NETWORK, 4616101, "internal client network error", "hostAndPort",
+                  BCON_UTF8(op->host), "code", BCON_INT32(code), "error",
+                  BCON_UTF8(op->st->reason));
+    op_finish(eng, op, code);
+}
+
+/* MongoDB's mapping of socket errors: resets become HostUnreachable, the rest SocketException. */
+static void
+op_errno_fail(engine_t *eng, op_t *op, const char *what, int err)
+{
+    int code = SHL_CODE_SOCKET_EXCEPTION;
+    if (err == ECONNRESET || err == EPIPE || err == ENETRESET) {
+        code = SHL_CODE_HOST_UNREACHABLE;
+    }
+    op_net_fail(eng, op, code, "Error %s %s :: caused by :: %s", what, op->host, strerror(err));
+}
+
+/* Build the wire message for 'body' (caller's fields, the decorate hook's, then $db). */
+static int
+op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
+{
+    int ret = 0;
+    bson_t body;
+    bson_iter_t it;
+    int32_t max_msg = SHL_MAX_MESSAGE_SIZE;
+
+    bson_init(&body);
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+        SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
+    }
+    op->cmd_name = bson_iter_key(&it);
+    bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+    if (eng->hooks.decorate != NULL) {
+        eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
+    }
+    BSON_APPEND_UTF8(&body, "$db", db);
+    if (op->conn->ready && op->conn->peer.max_message_size_bytes > 0) {
+        max_msg = op->conn->peer.max_message_size_bytes;
+    }
+    if (body.len > SHL_MAX_BSON_INTERNAL_SIZE ||
+        (size_t)body.len + SHL_MSG_HEADER_LEN + 5 > (size_t)max_msg) {
+        SHL_FAIL(op->st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                 "command %s to %s is %u bytes, more than the limit", op->cmd_name, op->host,
+                 (unsigned)body.len);
+    }
+    op->request_id = atomic_fetch_add(&next_request_id, 1);
+    bson_free(op->out);
+    op->out = shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
+    op->out_off = 0;
+    op->in_len = op->in_off = 0;
+    op->phase = PH_SENDING;
+done:
+    bson_destroy(&body);
+    return ret;
+}
+
+/* Send the caller's command, or finish if this op only wanted a connection. */
+static void
+op_start_command(engine_t *eng, op_t *op)
+{
+    int ret;
+
+    op->handshake = false;
+    if (op->cmd == NULL) {
+        op_finish(eng, op, 0);
+        return;
+    }
+    ret = op_prepare_message(eng, op, op->cmd, op->db);
+    if (ret != 0) {
+        /* Nothing was sent: the connection is still good. */
+        op_finish(eng, op, ret);
+    }
+}
+
+/* The socket is connected: set it up and send the internalClient hello. */
+static void
+op_connected(engine_t *eng, op_t *op)
+{
+    int one = 1, ret;
+    bson_t hello, ic;
+
+    if (op->ai_list != NULL) {
+        freeaddrinfo(op->ai_list);
+        op->ai_list = op->ai_cur = NULL;
+    }
+    setsockopt(op->conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(op->conn->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    bson_init(&hello);
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&hello, "internalClient", &ic);
+    BSON_APPEND_INT32(&ic, "minWireVersion", SHL_CLIENT_MIN_WIRE_VERSION);
+    BSON_APPEND_INT32(&ic, "maxWireVersion", SHL_CLIENT_MAX_WIRE_VERSION);
+    bson_append_document_end(&hello, &ic);
+    op->handshake = true;
+    ret = op_prepare_message(eng, op, &hello, "admin");
+    bson_destroy(&hello);
+    op->cmd_name = "hello"; /* the pointer into 'hello' is gone */
+    if (ret != 0) {
+        op->conn->failed = true;
+        op_finish(eng, op, ret);
+    }
+}
+
+/* Try the addresses from ai_cur on until one connects or is in progress. */
+static void
+op_try_connect(engine_t *eng, op_t *op)
+{
+    while (op->ai_cur != NULL) {
+        struct addrinfo *ai = op->ai_cur;
+        int fd =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            op->connect_errno = errno;
+            op->ai_cur = ai->ai_next;
+            continue;
+        }
+        op->conn->fd = fd;
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            op_connected(eng, op);
+            return;
+        }
+        if (errno == EINPROGRESS) {
+            op->phase = PH_CONNECTING;
+            return;
+        }
+        op->connect_errno = errno;
+        close(fd);
+        op->conn->fd = -1;
+        op->ai_cur = ai->ai_next;
+    }
+    op_net_fail(eng, op, SHL_CODE_HOST_UNREACHABLE, "Error connecting to %s :: caused by :: %s",
+                op->host, strerror(op->connect_errno));
+}
+
+static void
+op_start_connect(engine_t *eng, op_t *op)
+{
+    char name[SHL_CLIENT_HOST_MAX], port[8];
+    struct addrinfo hints;
+    int rc;
+    shl_status_t parse_st;
+
+    op->connect_deadline_us =
+        shl_clock_mono_us() + client_pool_connect_timeout_ms(eng->pool) * 1000;
+    if (parse_host(op->host, name, sizeof(name), port, sizeof(port), &parse_st) != 0) {
+        *op->st = parse_st;
+        op_finish(eng, op, parse_st.code);
+        return;
+    }
+    SHL_LOG_DEBUG(1, NETWORK, 22576, "Connecting", "hostAndPort", BCON_UTF8(op->host));
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    /* Name resolution blocks outside the deadline; cluster hosts are numeric or local. */
+    rc = getaddrinfo(name, port, &hints, &op->ai_list);
+    if (rc != 0) {
+        op->ai_list = NULL;
+        op_net_fail(eng, op, SHL_CODE_HOST_UNREACHABLE,
+                    "Error connecting to %s :: caused by :: could not resolve '%s': %s", op->host,
+                    name, gai_strerror(rc));
+        return;
+    }
+    op->ai_cur = op->ai_list;
+    op->connect_errno = ECONNREFUSED;
+    op_try_connect(eng, op);
+}
+
+/* Take a connection (pooled and alive, or new) and start the op. */
+static void
+op_begin(engine_t *eng, op_t *op)
+{
+    char name[SHL_CLIENT_HOST_MAX], port[8];
+
+    if (op->conn != NULL) {
+        /* The caller's own checked-out connection. */
+        if (op->conn->failed) {
+            op_net_fail(eng, op, SHL_CODE_SOCKET_EXCEPTION,
+                        "connection to %s failed earlier and cannot be reused", op->host);
+        } else {
+            op_start_command(eng, op);
+        }
+        return;
+    }
+    /* Refuse bad host strings before they get a pool entry. */
+    if (parse_host(op->host, name, sizeof(name), port, sizeof(port), op->st) != 0) {
+        op_finish(eng, op, op->st->code);
+        return;
+    }
+    op->own_conn = true;
+    for (;;) {
+        op->conn = client_pool_acquire(eng->pool, op->host);
+        if (!op->conn->ready || socket_alive(op->conn->fd)) {
+            break;
+        }
+        /* The peer closed it while it sat idle (e.g. it restarted): drop it, try again. */
+        op->conn->failed = true;
+        client_pool_release(eng->pool, op->conn);
+    }
+    if (op->conn->ready) {
+        op_start_command(eng, op);
+    } else {
+        op_start_connect(eng, op);
+    }
+}
+
+static void
+read_int32_field(const bson_t *doc, const char *key, int32_t *out)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
+        *out = (int32_t)bson_iter_as_int64(&it);
+    }
+}
+
+/* Record what the peer said in hello and check that we speak a common wire version. */
+static int
+op_read_hello(op_t *op, const bson_t *reply)
+{
+    int ret = 0;
+    shl_client_peer_t *peer = &op->conn->peer;
+    bson_iter_t it;
+
+    SHL_ERR(shl_status_from_reply(reply, op->st));
+    memset(peer, 0, sizeof(*peer));
+    peer->max_bson_object_size = SHL_MAX_BSON_SIZE;
+    peer->max_message_size_bytes = SHL_MAX_MESSAGE_SIZE;
+    peer->max_write_batch_size = SHL_MAX_WRITE_BATCH;
+    read_int32_field(reply, "minWireVersion", &peer->min_wire_version);
+    read_int32_field(reply, "maxWireVersion", &peer->max_wire_version);
+    read_int32_field(reply, "maxBsonObjectSize", &peer->max_bson_object_size);
+    read_int32_field(reply, "maxMessageSizeBytes", &peer->max_message_size_bytes);
+    read_int32_field(reply, "maxWriteBatchSize", &peer->max_write_batch_size);
+    if (bson_iter_init_find(&it, reply, "connectionId") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        peer->connection_id = bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, reply, "msg") && BSON_ITER_HOLDS_UTF8(&it)) {
+        peer->is_router = strcmp(bson_iter_utf8(&it, NULL), "isdbgrid") == 0;
+    }
+    if (bson_iter_init_find(&it, reply, "setName") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(peer->set_name, sizeof(peer->set_name), "%s", bson_iter_utf8(&it, NULL));
+    }
+    if (peer->min_wire_version > SHL_CLIENT_MAX_WIRE_VERSION ||
+        peer->max_wire_version < SHL_CLIENT_MIN_WIRE_VERSION) {
+        SHL_FAIL(op->st, SHL_CODE_INCOMPATIBLE_SERVER_VERSION,
+                 "Server at %s speaks wire versions %d to %d; this process speaks %d to %d",
+                 op->host, peer->min_wire_version, peer->max_wire_version,
+                 SHL_CLIENT_MIN_WIRE_VERSION, SHL_CLIENT_MAX_WIRE_VERSION);
+    }
+done:
+    return ret;
+}
+
+/* A whole reply is in op->in: parse it and move on. */
+static void
+op_on_message(engine_t *eng, op_t *op)
+{
+    shl_message_t msg;
+    shl_status_t pst = SHL_STATUS_INIT;
+    int ret;
+
+    if (shl_msg_parse(op->in, op->in_len, &msg, &pst) != 0) {
+        shl_msg_cleanup(&msg);
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR, "Bad reply to '%s' from %s: %s", op->cmd_name,
+                    op->host, pst.reason);
+        return;
+    }
+    if (msg.flags & SHL_MSG_MORE_TO_COME) {
+        shl_msg_cleanup(&msg);
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR,
+                    "Reply to '%s' from %s set moreToCome, which was not asked for", op->cmd_name,
+                    op->host);
+        return;
+    }
+    bson_free(op->in);
+    op->in = NULL;
+    if (eng->hooks.observe != NULL) {
+        eng->hooks.observe(eng->hooks.arg, op->host, &msg.body);
+    }
+    if (op->handshake) {
+        ret = op_read_hello(op, &msg.body);
+        shl_msg_cleanup(&msg);
+        if (ret != 0) {
+            /* A connection whose handshake failed is not worth keeping. */
+            op->conn->failed = true;
+            op_finish(eng, op, ret);
+            return;
+        }
+        op->conn->ready = true;
+        op->connect_deadline_us = 0;
+        op_start_command(eng, op);
+        return;
+    }
+    /* The reply moves to the caller without a copy. */
+    bson_destroy(op->reply);
+    if (!bson_steal(op->reply, &msg.body)) {
+        bson_copy_to(&msg.body, op->reply);
+        shl_msg_cleanup(&msg);
+    }
+    op_finish(eng, op, shl_status_from_reply(op->reply, op->st));
+}
+
+/* Check a reply's header as soon as it is complete. */
+static bool
+op_check_header(engine_t *eng, op_t *op)
+{
+    shl_msg_header_t hdr;
+    shl_status_t hst = SHL_STATUS_INIT;
+
+    shl_msg_header_read(op->hdr, &hdr);
+    if (shl_msg_header_check(&hdr, &hst) != 0) {
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR, "Bad reply from %s: %s", op->host,
+                    hst.reason);
+        return false;
+    }
+    if (hdr.opcode != SHL_OP_MSG || hdr.response_to != op->request_id) {
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR,
+                    "Bad reply from %s: opcode %d responseTo %d, expected OP_MSG responseTo %d",
+                    op->host, hdr.opcode, hdr.response_to, op->request_id);
+        return false;
+    }
+    op->in_len = (size_t)hdr.length;
+    op->in = bson_malloc(op->in_len);
+    memcpy(op->in, op->hdr, SHL_MSG_HEADER_LEN);
+    return true;
+}
+
+/* Make as much progress as the socket allows without blocking. */
+static void
+op_step(engine_t *eng, op_t *op)
+{
+    while (op->phase != PH_DONE) {
+        int fd = op->conn->fd;
+        if (op->phase == PH_CONNECTING) {
+            int err = 0;
+            socklen_t len = sizeof(err);
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+                err = errno;
+            }
+            if (err == EINPROGRESS || err == EALREADY) {
+                return;
+            }
+            if (err != 0) {
+                op->connect_errno = err;
+                close(fd);
+                op->conn->fd = -1;
+                op->ai_cur = op->ai_cur->ai_next;
+                op_try_connect(eng, op);
+            } else {
+                op_connected(eng, op);
+            }
+            if (op->phase != PH_SENDING) {
+                return; /* a new connect attempt is in progress, or the op ended */
+            }
+            continue;
+        }
+        if (op->phase == PH_SENDING) {
+            ssize_t w = send(fd, op->out + op->out_off, op->out_len - op->out_off, MSG_NOSIGNAL);
+            if (w < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    op_errno_fail(eng, op, "sending a request to", errno);
+                }
+                return;
+            }
+            op->out_off += (size_t)w;
+            if (op->out_off == op->out_len) {
+                bson_free(op->out);
+                op->out = NULL;
+                op->phase = PH_RECEIVING;
+            }
+            continue;
+        }
+        /* PH_RECEIVING: the header first, then exactly the rest of the message. */
+        {
+            uint8_t *dst;
+            size_t want;
+            ssize_t r;
+            if (op->in_len == 0) {
+                dst = op->hdr + op->in_off;
+                want = SHL_MSG_HEADER_LEN - op->in_off;
+            } else {
+                dst = op->in + op->in_off;
+                want = op->in_len - op->in_off;
+            }
+            r = recv(fd, dst, want, 0);
+            if (r < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                    op_errno_fail(eng, op, "receiving a reply from", errno);
+                }
+                return;
+            }
+            if (r == 0) {
+                op_net_fail(eng, op, SHL_CODE_HOST_UNREACHABLE,
+                            "Connection closed by peer %s while waiting for the reply to '%s'",
+                            op->host, op->cmd_name);
+                return;
+            }
+            op->in_off += (size_t)r;
+            if (op->in_len == 0 && op->in_off == SHL_MSG_HEADER_LEN) {
+                if (!op_check_header(eng, op)) {
+                    return;
+                }
+            } else if (op->in_len != 0 && op->in_off == op->in_len) {
+                op_on_message(eng, op);
+            }
+        }
+    }
+}
+
+static int64_t
+op_deadline_us(const engine_t *eng, const op_t *op)
+{
+    int64_t d = eng->deadline_us;
+    if (op->connect_deadline_us != 0 && (d == 0 || op->connect_deadline_us < d)) {
+        d = op->connect_deadline_us;
+    }
+    return d;
+}
+
+static void
+op_time_out(engine_t *eng, op_t *op)
+{
+    if (!op->conn->ready) {
+        op_net_fail(eng, op, SHL_CODE_NETWORK_TIMEOUT,
+                    "Error connecting to %s :: caused by :: timed out after %lld ms", op->host,
+                    (long long)elapsed_ms(eng));
+    } else {
+        op_net_fail(eng, op, SHL_CODE_NETWORK_TIMEOUT,
+                    "Timed out waiting for the reply to '%s' from %s after %lld ms", op->cmd_name,
+                    op->host, (long long)elapsed_ms(eng));
+    }
+}
+
+/*
+ * Drive ops[0..n): start them all (connect or send), then poll every socket that is
+ * still busy until each op is done or past its deadline.
+ */
+static void
+engine_run(engine_t *eng, op_t *ops, size_t n)
+{
+    struct pollfd *pfds = bson_malloc(n * sizeof(*pfds));
+    size_t *which = bson_malloc(n * sizeof(*which));
+
+    for (size_t i = 0; i < n; i++) {
+        op_begin(eng, &ops[i]);
+        if (ops[i].phase == PH_SENDING) {
+            /* Usually the whole request fits the socket buffer: send it now. */
+            op_step(eng, &ops[i]);
+        }
+    }
+    for (;;) {
+        int64_t now = shl_clock_mono_us(), wake = 0;
+        size_t k = 0;
+        int timeout_ms, r;
+
+        for (size_t i = 0; i < n; i++) {
+            op_t *op = &ops[i];
+            int64_t d;
+            if (op->phase == PH_DONE) {
+                continue;
+            }
+            d = op_deadline_us(eng, op);
+            if (d != 0 && now >= d) {
+                op_time_out(eng, op);
+                continue;
+            }
+            if (d != 0 && (wake == 0 || d < wake)) {
+                wake = d;
+            }
+            pfds[k].fd = op->conn->fd;
+            pfds[k].events = op->phase == PH_RECEIVING ? POLLIN : POLLOUT;
+            pfds[k].revents = 0;
+            which[k++] = i;
+        }
+        if (k == 0) {
+            break;
+        }
+        /* Round up so we never wake just before a deadline and spin. */
+        if (wake == 0) {
+            timeout_ms = -1;
+        } else if (wake - now >= (int64_t)INT_MAX * 1000) {
+            timeout_ms = INT_MAX;
+        } else {
+            timeout_ms = (int)((wake - now + 999) / 1000);
+        }
+        r = poll(pfds, (nfds_t)k, timeout_ms);
+        if (r < 0 && errno != EINTR) {
+            for (size_t j = 0; j < k; j++) {
+                op_errno_fail(eng, &ops[which[j]], "polling the connection to", errno);
+            }
+            continue;
+        }
+        for (size_t j = 0; r > 0 && j < k; j++) {
+            if (pfds[j].revents != 0) {
+                op_step(eng, &ops[which[j]]);
+            }
+        }
+    }
+    bson_free(pfds);
+    bson_free(which);
+}
+
+int
+shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, int64_t timeout_ms,
+                    bson_t *reply_out, shl_status_t *st)
+{
+    engine_t eng;
+    op_t op;
+
+    bson_init(reply_out);
+    SHL_INVARIANT(conn->ready);
+    memset(&eng, 0, sizeof(eng));
+    eng.pool = conn->pool;
+    client_pool_hooks(conn->pool, &eng.hooks);
+    eng.start_us = shl_clock_mono_us();
+    eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
+    memset(&op, 0, sizeof(op));
+    op.host = conn->host;
+    op.db = db;
+    op.cmd = cmd;
+    op.conn = conn;
+    op.st = st;
+    op.reply = reply_out;
+    engine_run(&eng, &op, 1);
+    return op.code;
+}
+
+int
+shl_conn_pool_checkout(shl_conn_pool_t *pool, const char *host, int64_t timeout_ms,
+                       shl_client_conn_t **out, shl_status_t *st)
+{
+    engine_t eng;
+    op_t op;
+    bson_t unused;
+
+    *out = NULL;
+    bson_init(&unused);
+    memset(&eng, 0, sizeof(eng));
+    eng.pool = pool;
+    client_pool_hooks(pool, &eng.hooks);
+    eng.start_us = shl_clock_mono_us();
+    eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
+    memset(&op, 0, sizeof(op));
+    op.host = host;
+    op.conn_out = out;
+    op.st = st;
+    op.reply = &unused;
+    engine_run(&eng, &op, 1);
+    bson_destroy(&unused);
+    return op.code;
+}
+
+int
+shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bson_t *cmd,
+               int64_t timeout_ms, bson_t *reply_out, shl_status_t *st)
+{
+    engine_t eng;
+    op_t op;
+
+    bson_init(reply_out);
+    memset(&eng, 0, sizeof(eng));
+    eng.pool = pool;
+    client_pool_hooks(pool, &eng.hooks);
+    eng.start_us = shl_clock_mono_us();
+    eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
+    memset(&op, 0, sizeof(op));
+    op.host = host;
+    op.db = db;
+    op.cmd = cmd;
+    op.st = st;
+    op.reply = reply_out;
+    engine_run(&eng, &op, 1);
+    return op.code;
+}
+
+void
+shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
+                  shl_fanout_result_t *results)
+{
+    engine_t eng;
+    op_t *ops;
+
+    if (n == 0) {
+        return;
+    }
+    ops = bson_malloc0(n * sizeof(*ops));
+    memset(&eng, 0, sizeof(eng));
+    eng.pool = pool;
+    client_pool_hooks(pool, &eng.hooks);
+    eng.start_us = shl_clock_mono_us();
+    eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
+    for (size_t i = 0; i < n; i++) {
+        shl_status_clear(&results[i].status);
+        bson_init(&results[i].reply);
+        results[i].code = 0;
+        results[i].micros = 0;
+        ops[i].host = reqs[i].host;
+        ops[i].db = reqs[i].db;
+        ops[i].cmd = reqs[i].cmd;
+        ops[i].st = &results[i].status;
+        ops[i].reply = &results[i].reply;
+        ops[i].micros = &results[i].micros;
+    }
+    engine_run(&eng, ops, n);
+    for (size_t i = 0; i < n; i++) {
+        results[i].code = ops[i].code;
+    }
+    bson_free(ops);
+}
+
+void
+shl_fanout_results_cleanup(shl_fanout_result_t *results, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(&results[i].reply);
+    }
+}

@@ -1,0 +1,196 @@
+/*
+ * command_args.c -- see command_args.h.
+ */
+#include "net/command_args.h"
+
+#include "bson/bson_util.h"
+
+#include <string.h>
+
+static const char *const generic_args[] = {
+    "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "stmtIds",
+    "writeConcern", "readConcern", "$readPreference", "$clusterTime", "$configTime",
+    "$topologyTime", "$audit", "$client", "$configServerState", "comment", "maxTimeMS",
+    "maxTimeMSOpOnly", "apiVersion", "apiStrict", "apiDeprecationErrors", "shardVersion",
+    "databaseVersion", "clientOperationKey", "mayBypassWriteBlocking", "$queryOptions",
+    "readPreference", "allowImplicitCollectionCreation", "coordinator", "txnRetryCounter",
+    "startOrContinueTransaction", "$tenant", "expectPrefix", "help", "versionContext",
+    NULL};
+
+bool
+shl_cmd_is_generic_arg(const char *field)
+{
+    for (int i = 0; generic_args[i] != NULL; i++) {
+        if (strcmp(generic_args[i], field) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *
+shl_cmd_name(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
+}
+
+int
+shl_cmd_check_fields(const bson_t *cmd, const char *const *allowed, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool first = true;
+
+    if (!bson_iter_init(&it, cmd)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool ok = first || shl_cmd_is_generic_arg(k);
+        first = false;
+        for (int i = 0; !ok && allowed != NULL && allowed[i] != NULL; i++) {
+            ok = strcmp(allowed[i], k) == 0;
+        }
+        if (!ok) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                     shl_cmd_name(cmd), k);
+        }
+    }
+done:
+    return ret;
+}
+
+static int
+wrong_type(const bson_t *cmd, const bson_iter_t *it, const char *expected, shl_status_t *st)
+{
+    return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                          "BSON field '%s.%s' is the wrong type '%s', expected type '%s'",
+                          shl_cmd_name(cmd), bson_iter_key(it),
+                          shl_bson_type_name(bson_iter_type(it)), expected);
+}
+
+int
+shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *st)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, cmd, field)) {
+        return 0;
+    }
+    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
+    if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
+        return wrong_type(cmd, &it, "bool", st);
+    }
+    *out = bson_iter_as_bool(&it);
+    return 0;
+}
+
+int
+shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *found,
+                  shl_status_t *st)
+{
+    bson_iter_t it;
+    if (found != NULL) {
+        *found = false;
+    }
+    if (!bson_iter_init_find(&it, cmd, field)) {
+        return 0;
+    }
+    if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+        return wrong_type(cmd, &it, "long", st);
+    }
+    if (BSON_ITER_HOLDS_DOUBLE(&it)) {
+        double d = bson_iter_double(&it);
+        if (d != d || d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) {
+            return shl_status_set(st, SHL_CODE_BAD_VALUE,
+                                  "BSON field '%s.%s' has a value out of range",
+                                  shl_cmd_name(cmd), field);
+        }
+    }
+    *out = bson_iter_as_int64(&it);
+    if (found != NULL) {
+        *found = true;
+    }
+    return 0;
+}
+
+int
+shl_cmd_get_string(const bson_t *cmd, const char *field, const char **out, bool *found,
+                   shl_status_t *st)
+{
+    bson_iter_t it;
+    if (found != NULL) {
+        *found = false;
+    }
+    if (!bson_iter_init_find(&it, cmd, field)) {
+        return 0;
+    }
+    if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        return wrong_type(cmd, &it, "string", st);
+    }
+    *out = bson_iter_utf8(&it, NULL);
+    if (found != NULL) {
+        *found = true;
+    }
+    return 0;
+}
+
+static int
+get_container(const bson_t *cmd, const char *field, bson_t *out, bool *found, bool array,
+              shl_status_t *st)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (found != NULL) {
+        *found = false;
+    }
+    if (!bson_iter_init_find(&it, cmd, field)) {
+        return 0;
+    }
+    if (array ? !BSON_ITER_HOLDS_ARRAY(&it) : !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return wrong_type(cmd, &it, array ? "array" : "object", st);
+    }
+    if (array) {
+        bson_iter_array(&it, &len, &data);
+    } else {
+        bson_iter_document(&it, &len, &data);
+    }
+    if (!bson_init_static(out, data, len)) {
+        return shl_status_set(st, SHL_CODE_INVALID_BSON, "invalid BSON in field %s", field);
+    }
+    if (found != NULL) {
+        *found = true;
+    }
+    return 0;
+}
+
+int
+shl_cmd_get_doc(const bson_t *cmd, const char *field, bson_t *out, bool *found, shl_status_t *st)
+{
+    return get_container(cmd, field, out, found, false, st);
+}
+
+int
+shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found,
+                  shl_status_t *st)
+{
+    return get_container(cmd, field, out, found, true, st);
+}
+
+int
+shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE,
+                              "collection name has invalid type %s",
+                              shl_bson_type_name(bson_iter_type(&it)));
+    }
+    *out = bson_iter_utf8(&it, NULL);
+    if ((*out)[0] == '\0') {
+        return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified");
+    }
+    return 0;
+}

@@ -1,0 +1,52 @@
+/*
+ * command_args.h -- checks and typed getters for command fields, with MongoDB's
+ * (IDL-style) error messages: unknown fields, wrong types, missing required fields.
+ * Generic arguments every command accepts (lsid, txnNumber, writeConcern, $db, ...)
+ * are always allowed.
+ */
+#ifndef SHL_NET_COMMAND_ARGS_H
+#define SHL_NET_COMMAND_ARGS_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+
+/* shl_cmd_is_generic_arg -- whether 'field' is a generic argument of every command. */
+bool shl_cmd_is_generic_arg(const char *field);
+
+/*
+ * shl_cmd_check_fields --
+ *     Fail with IDLUnknownField (40415) "BSON field '<cmd>.<field>' is an unknown field."
+ *     for any field of 'cmd' (after the first, the command name) that is neither
+ *     generic nor in the NULL-terminated 'allowed' list.
+ */
+int shl_cmd_check_fields(const bson_t *cmd, const char *const *allowed, shl_status_t *st);
+
+/* shl_cmd_name -- the command's name (its first field); "" if none. */
+const char *shl_cmd_name(const bson_t *cmd);
+
+/*
+ * Typed getters. Each returns 0 and sets *out (or leaves it untouched with *found =
+ * false when absent, if 'found' is given); a present field of the wrong type fails
+ * with TypeMismatch (14) "BSON field '<cmd>.<field>' is the wrong type '<t>', expected
+ * type '<u>'". Documents and arrays are returned as static views into 'cmd'.
+ */
+int shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *st);
+int shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *found,
+                      shl_status_t *st);
+int shl_cmd_get_string(const bson_t *cmd, const char *field, const char **out, bool *found,
+                       shl_status_t *st);
+int shl_cmd_get_doc(const bson_t *cmd, const char *field, bson_t *out, bool *found,
+                    shl_status_t *st);
+int shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found,
+                      shl_status_t *st);
+
+/*
+ * shl_cmd_collection_arg --
+ *     The collection name given as the command's first field (a string, non-empty).
+ *     Errors: InvalidNamespace (73) as MongoDB's "collection name has invalid type".
+ */
+int shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st);
+
+#endif

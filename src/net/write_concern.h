@@ -1,0 +1,40 @@
+/*
+ * write_concern.h -- parsing and reporting write concerns ({w, j, wtimeout}) with
+ * MongoDB's rules. Waiting for them is the data node's job (db/).
+ */
+#ifndef SHL_NET_WRITE_CONCERN_H
+#define SHL_NET_WRITE_CONCERN_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct shl_write_concern {
+    int32_t w;              /* number of nodes; ignored when w_majority or w_tag[0] */
+    bool w_majority;
+    char w_tag[64];         /* a custom mode name; "" for none */
+    bool j;                 /* journaled acknowledgement requested */
+    bool has_j;
+    int64_t wtimeout_ms;    /* 0 = no timeout */
+    bool is_default;        /* the client sent no writeConcern */
+} shl_write_concern_t;
+
+/*
+ * shl_write_concern_parse --
+ *     Parse 'doc' (may be NULL: the default {w: 1}). Errors: FailedToParse (9) for
+ *     a bad w/j/wtimeout type or value, with MongoDB's messages.
+ */
+int shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t *st);
+
+/* shl_write_concern_unacknowledged -- {w: 0} without j: the client wants no reply. */
+bool shl_write_concern_unacknowledged(const shl_write_concern_t *wc);
+
+/* shl_write_concern_needs_journal -- j:true or w:"majority" (durable before acknowledging). */
+bool shl_write_concern_needs_journal(const shl_write_concern_t *wc);
+
+/* shl_write_concern_append -- the concern as a document {w, j?, wtimeout} under 'key'. */
+void shl_write_concern_append(const shl_write_concern_t *wc, bson_t *out, const char *key);
+
+#endif
