@@ -259,9 +259,9 @@ query_value_to_json(const bson_value_t *v)
     bson_append_value(&tmp, "v", 1, v);
     json = bson_as_relaxed_extended_json(&tmp, &len);
     bson_destroy(&tmp);
-    /* json is '{ "v" : <value> }': keep <value>. */
+    /* json is "{ \"v\" : <value> }": keep <value>. */
     if (json != NULL && len > 10) {
-        out = bson_strndup(json + 9, len - 11);
+        out = bson_strndup(json + 8, len - 10);
     } else {
         out = bson_strdup("?");
     }

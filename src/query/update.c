@@ -1807,7 +1807,7 @@ apply_pipeline(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t 
             }
         }
         bson_destroy(&cur);
-        cur = next;
+        bson_steal(&cur, &next); /* never copy a bson_t by assignment */
     }
     ret = finish_replacement(doc, &cur, out, st);
 done:

@@ -1,0 +1,4 @@
+/*
+ * sort_test.c -- table-driven sort cases.
+ */
+#include "base/unit_test.h"

@@ -1,0 +1,4 @@
+/*
+ * update_test.c -- table-driven update cases.
+ */
+#include "base/unit_test.h"
