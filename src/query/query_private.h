@@ -87,7 +87,8 @@ const char *query_type_name(bson_type_t t);
  * (MongoDB prints BSON in errors; the exact rendering is ours). Caller bson_free()s. */
 char *query_value_to_json(const bson_value_t *v);
 
-/* query_bson_view -- a borrowed bson_t over a document/array value (false if not one). */
+/* query_bson_view -- a borrowed bson_t over a document/array value; false (and an empty
+ * document in *view) if 'v' is not one or is malformed. */
 bool query_bson_view(const bson_value_t *v, bson_t *view);
 
 /* query_append_value -- bson_append_value with a key of known length. */

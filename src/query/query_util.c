@@ -272,10 +272,14 @@ query_value_to_json(const bson_value_t *v)
 bool
 query_bson_view(const bson_value_t *v, bson_t *view)
 {
-    if (v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) {
-        return false;
+    static const uint8_t empty[5] = {5, 0, 0, 0, 0};
+    if ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY) &&
+        bson_init_static(view, v->value.v_doc.data, v->value.v_doc.data_len)) {
+        return true;
     }
-    return bson_init_static(view, v->value.v_doc.data, v->value.v_doc.data_len);
+    /* Not a container, or a malformed one: callers see an empty document, never garbage. */
+    bson_init_static(view, empty, sizeof(empty));
+    return false;
 }
 
 void
