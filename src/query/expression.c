@@ -757,7 +757,8 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         out->value_type = BSON_TYPE_NULL;
     } else if (is_date) {
         out->value_type = BSON_TYPE_DATE_TIME;
-        out->value.v_datetime = is_double ? (int64_t)llround(dsum) : lsum;
+        out->value.v_datetime =
+            is_double ? (isfinite(dsum) && fabs(dsum) < 9.2e18 ? (int64_t)llround(dsum) : 0) : lsum;
     } else if (is_double || overflow) {
         out->value_type = BSON_TYPE_DOUBLE;
         out->value.v_double = dsum;

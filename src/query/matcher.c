@@ -527,7 +527,8 @@ parse_mod(const char *name, const bson_value_t *v, mnode_t **out, shl_status_t *
 {
     bson_t view;
     bson_iter_t it;
-    const bson_value_t *d, *r;
+    bson_value_t dv, rv; /* copies: an iterator's value is overwritten by the next step */
+    const bson_value_t *d = &dv, *r = &rv;
     mnode_t *n = NULL;
     int ret = 0;
 
@@ -539,14 +540,14 @@ parse_mod(const char *name, const bson_value_t *v, mnode_t **out, shl_status_t *
     if (!bson_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, not enough elements");
     }
-    d = bson_iter_value(&it);
+    dv = *bson_iter_value(&it);
     if (!query_value_is_number(d)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, divisor not a number");
     }
     if (!bson_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, not enough elements");
     }
-    r = bson_iter_value(&it);
+    rv = *bson_iter_value(&it);
     if (!query_value_is_number(r)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, remainder not a number");
     }
@@ -1650,8 +1651,10 @@ walk_doc(walk_t *w, const bson_t *doc, size_t i, long outer)
     const qpath_t *p = &w->n->path;
     bson_value_t missing;
     bson_iter_t it;
-    bson_t cur = *doc, sub;
+    bson_t cur;
 
+    /* A static bson_t points into itself: re-initialise, never copy one. */
+    bson_init_static(&cur, bson_get_data(doc), doc->len);
     missing.value_type = BSON_TYPE_EOD;
     for (;;) {
         const bson_value_t *v;
@@ -1665,8 +1668,7 @@ walk_doc(walk_t *w, const bson_t *doc, size_t i, long outer)
         if (v->value_type != BSON_TYPE_DOCUMENT) {
             return emit(w, &missing, -1, outer);
         }
-        query_bson_view(v, &sub);
-        cur = sub;
+        query_bson_view(v, &cur);
         i++;
     }
 }

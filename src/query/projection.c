@@ -42,6 +42,7 @@ struct shl_projection {
     bool inclusion;
     bool positional;
     bool identity;
+    bool add_fields; /* $addFields: keep everything, then computed fields */
 };
 
 typedef struct pctx {
@@ -251,6 +252,26 @@ static int parse_element(pctx_t *ctx, const char *key, const bson_value_t *v,
                          const char *parent_path, pnode_t *parent, bool parent_is_root,
                          shl_status_t *st);
 
+/* numberInt(): saturating, NaN as 0 (no undefined casts). */
+static int32_t
+number_int(const bson_value_t *v)
+{
+    double d = query_value_as_double(v);
+    if (v->value_type == BSON_TYPE_INT32) {
+        return v->value.v_int32;
+    }
+    if (d != d) {
+        return 0;
+    }
+    if (d >= 2147483647.0) {
+        return INT32_MAX;
+    }
+    if (d <= -2147483648.0) {
+        return INT32_MIN;
+    }
+    return (int32_t)d;
+}
+
 static int
 parse_find_slice(pctx_t *ctx, const char *key, const bson_value_t *arg, pnode_t *parent,
                  shl_status_t *st)
@@ -259,7 +280,7 @@ parse_find_slice(pctx_t *ctx, const char *key, const bson_value_t *arg, pnode_t 
     int ret = 0;
 
     if (query_value_is_number(arg)) {
-        n->limit = (int32_t)query_value_as_double(arg);
+        n->limit = number_int(arg);
     } else if (arg->value_type == BSON_TYPE_ARRAY) {
         bson_t arr;
         bson_iter_t it;
@@ -275,14 +296,14 @@ parse_find_slice(pctx_t *ctx, const char *key, const bson_value_t *arg, pnode_t 
             SHL_FAIL(st, 31257, "$slice expects the skip argument to be a number, got %s",
                      query_type_name(skip->value_type));
         }
-        n->skip = (int32_t)query_value_as_double(skip);
+        n->skip = number_int(skip);
         bson_iter_next(&it);
         limit = bson_iter_value(&it);
         if (!query_value_is_number(limit)) {
             SHL_FAIL(st, 31258, "$slice expects the limit argument to be a number, got %s",
                      query_type_name(limit->value_type));
         }
-        n->limit = (int32_t)query_value_as_double(limit);
+        n->limit = number_int(limit);
         if (n->limit <= 0) {
             SHL_FAIL(st, 31259, "$slice limit must be positive, got %d", n->limit);
         }
@@ -1056,7 +1077,9 @@ shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
     ac.details = details;
     ac.vars = vars;
     ac.st = st;
-    if (p->inclusion) {
+    if (p->add_fields) {
+        bson_concat(&first, doc);
+    } else if (p->inclusion) {
         incl_doc(doc, p->root, &first);
     } else {
         excl_doc(doc, p->root, &first);
@@ -1071,4 +1094,32 @@ shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
         bson_reinit(out);
     }
     return ac.err;
+}
+
+int
+query_addfields_new(const bson_t *spec, shl_projection_t **out, shl_status_t *st)
+{
+    shl_projection_t *p = bson_malloc0(sizeof(*p));
+    bson_iter_t it;
+    pnode_t *n = NULL;
+    int ret = 0;
+
+    *out = NULL;
+    p->root = pnode_new("", 0, P_PATH);
+    p->add_fields = true;
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        n = pnode_new(key, strlen(key), P_EXPR);
+        SHL_ERR(shl_expr_parse(bson_iter_value(&it), &n->expr, st));
+        SHL_ERR(add_at_path(p->root, key, strlen(key), n, st));
+        n = NULL;
+    }
+    mark_computed(p->root);
+    *out = p;
+    p = NULL;
+done:
+    pnode_destroy(n);
+    shl_projection_destroy(p);
+    return ret;
 }

@@ -87,7 +87,8 @@ const char *query_type_name(bson_type_t t);
  * (MongoDB prints BSON in errors; the exact rendering is ours). Caller bson_free()s. */
 char *query_value_to_json(const bson_value_t *v);
 
-/* query_bson_view -- a borrowed bson_t over a document/array value (false if not one). */
+/* query_bson_view -- a borrowed bson_t over a document/array value; false (and an empty
+ * document in *view) if 'v' is not one or is malformed. */
 bool query_bson_view(const bson_value_t *v, bson_t *view);
 
 /* query_append_value -- bson_append_value with a key of known length. */
@@ -95,5 +96,11 @@ void query_append_value(bson_t *doc, const char *key, int keylen, const bson_val
 
 /* Integer parsing with MongoDB's rules (parseIntegerElementToLong). Errors FailedToParse. */
 int query_parse_int64(const bson_value_t *v, int64_t *out, const char *what, shl_status_t *st);
+
+/* $addFields / $set stage semantics (projection.c): parse {path: <expression>, ...} into a
+ * projection that keeps every field and replaces or appends the computed ones. Apply it with
+ * shl_projection_apply. */
+struct shl_projection;
+int query_addfields_new(const bson_t *spec, struct shl_projection **out, shl_status_t *st);
 
 #endif

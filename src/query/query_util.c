@@ -259,9 +259,9 @@ query_value_to_json(const bson_value_t *v)
     bson_append_value(&tmp, "v", 1, v);
     json = bson_as_relaxed_extended_json(&tmp, &len);
     bson_destroy(&tmp);
-    /* json is '{ "v" : <value> }': keep <value>. */
+    /* json is "{ \"v\" : <value> }": keep <value>. */
     if (json != NULL && len > 10) {
-        out = bson_strndup(json + 9, len - 11);
+        out = bson_strndup(json + 8, len - 10);
     } else {
         out = bson_strdup("?");
     }
@@ -272,10 +272,14 @@ query_value_to_json(const bson_value_t *v)
 bool
 query_bson_view(const bson_value_t *v, bson_t *view)
 {
-    if (v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) {
-        return false;
+    static const uint8_t empty[5] = {5, 0, 0, 0, 0};
+    if ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY) &&
+        bson_init_static(view, v->value.v_doc.data, v->value.v_doc.data_len)) {
+        return true;
     }
-    return bson_init_static(view, v->value.v_doc.data, v->value.v_doc.data_len);
+    /* Not a container, or a malformed one: callers see an empty document, never garbage. */
+    bson_init_static(view, empty, sizeof(empty));
+    return false;
 }
 
 void

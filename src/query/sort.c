@@ -97,7 +97,11 @@ shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t 
             bson_free(js);
             goto done;
         }
-        dir = (int64_t)query_value_as_double(v);
+        {
+            /* numberLong() of the value, without undefined casts of huge doubles or NaN */
+            double d = query_value_as_double(v);
+            dir = (d >= 1 && d < 2) ? 1 : ((d <= -1 && d > -2) ? -1 : 0);
+        }
         if (dir != 1 && dir != -1) {
             SHL_FAIL(st, QC_SORT_BAD_ORDER,
                      "$sort key ordering must be 1 (for ascending) or -1 (for descending)");
