@@ -188,9 +188,13 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
 {
     int ret = 0;
     exec_query_t *q = bson_malloc0(sizeof(*q));
+    bson_iter_t it;
+    bool natural = a->has_sort && bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
+                   strcmp(bson_iter_key(&it), "$natural") == 0 && !bson_iter_next(&it);
 
     *out = NULL;
-    ret = exec_query_init(q, a->has_filter ? &a->filter : NULL, a->has_sort ? &a->sort : NULL,
+    ret = exec_query_init(q, a->has_filter ? &a->filter : NULL,
+                          a->has_sort && !natural ? &a->sort : NULL,
                           a->has_projection ? &a->projection : NULL, st);
     if (ret != 0) {
         exec_query_cleanup(q);
@@ -199,6 +203,13 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;
+    if (natural && !a->has_hint) {
+        /* sort {$natural: 1|-1} is a collection scan in that direction, like the hint. */
+        q->has_hint = true;
+        q->hint.value_type = BSON_TYPE_DOCUMENT;
+        q->hint.value.v_doc.data = (uint8_t *)(uintptr_t)bson_get_data(&a->sort);
+        q->hint.value.v_doc.data_len = a->sort.len;
+    }
     q->skip = a->skip;
     q->limit = a->limit;
     *out = q;
