@@ -187,7 +187,7 @@ static int
 parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
 {
     int ret = 0;
-    exec_query_t *q = bson_malloc0(sizeof(*q));
+    exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
     bson_iter_t it;
     bool natural = a->has_sort && bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
                    strcmp(bson_iter_key(&it), "$natural") == 0 && !bson_iter_next(&it);
@@ -734,7 +734,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         SHL_ERR(parse_query(&a, &q, st));
     } else if (strcmp(name, "count") == 0) {
         bool fast;
-        q = bson_malloc0(sizeof(*q));
+        q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
         SHL_ERR(parse_count(&inner, q, &fast, st));
     } else {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s",

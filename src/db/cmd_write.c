@@ -354,7 +354,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     cap = bson_count_keys(&docs);
     SHL_ERR(shl_write_batch_check("insert", "documents", (uint32_t)cap, st));
-    items = bson_malloc0(cap * sizeof(*items));
+    items = bson_aligned_alloc0(BSON_ALIGNOF(insert_item_t), cap * sizeof(*items));
     bson_iter_init(&it, &docs);
     while (bson_iter_next(&it) && n < cap) {
         insert_item_t *item = &items[n++];
@@ -701,7 +701,7 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     cap = bson_count_keys(&stmts);
     SHL_ERR(shl_write_batch_check("update", "updates", (uint32_t)cap, st));
-    parsed = bson_malloc0(cap * sizeof(*parsed));
+    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_update_stmt_t), cap * sizeof(*parsed));
     bson_iter_init(&it, &stmts);
     while (bson_iter_next(&it) && n < cap) {
         bson_t doc;
@@ -854,7 +854,7 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     cap = bson_count_keys(&stmts);
     SHL_ERR(shl_write_batch_check("delete", "deletes", (uint32_t)cap, st));
-    parsed = bson_malloc0(cap * sizeof(*parsed));
+    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_delete_stmt_t), cap * sizeof(*parsed));
     bson_iter_init(&it, &stmts);
     while (bson_iter_next(&it) && n < cap) {
         bson_t doc;

@@ -49,7 +49,7 @@ static const shl_cursor_source_ops_t vec_ops = {vec_next, vec_destroy};
 static shl_cursor_t *
 make_cursor(int n, size_t doc_bytes, bool *destroyed)
 {
-    vec_source_t *v = bson_malloc0(sizeof(*v));
+    vec_source_t *v = bson_aligned_alloc0(BSON_ALIGNOF(vec_source_t), sizeof(*v));
     v->n = n;
     v->doc_bytes = doc_bytes;
     v->destroyed = destroyed;

@@ -193,7 +193,7 @@ db_reply_array_cursor(shl_op_ctx_t *op, const char *ns, bson_t *docs, int64_t ba
                       bson_t *reply)
 {
     db_node_t *node = db_node(op);
-    array_source_t *a = bson_malloc0(sizeof(*a));
+    array_source_t *a = bson_aligned_alloc0(BSON_ALIGNOF(array_source_t), sizeof(*a));
     shl_cursor_t *c;
     shl_status_t st = SHL_STATUS_INIT;
     bson_t arr = BSON_INITIALIZER;

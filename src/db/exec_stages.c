@@ -48,7 +48,8 @@ exec_stage_destroy(exec_stage_t *s)
 static exec_stage_t *
 stage_alloc(size_t size, const exec_stage_ops_t *ops, exec_stage_t *child)
 {
-    exec_stage_t *s = bson_malloc0(size);
+    /* Stages hold bson_t members, which libbson aligns to 128 bytes. */
+    exec_stage_t *s = bson_aligned_alloc0(128, (size + 127) & ~(size_t)127);
     s->ops = ops;
     s->child = child;
     return s;
