@@ -42,27 +42,42 @@ finish_ddl(shl_op_ctx_t *op, const shl_write_concern_t *wc, uint64_t ts, bson_t 
 
 /* ---------------------------------------------------------------- create */
 
-static const char *const create_fields[] = {
-    "capped", "autoIndexId", "idIndex", "size", "max", "storageEngine", "validator",
-    "validationLevel", "validationAction", "indexOptionDefaults", "viewOn", "pipeline",
-    "collation", "timeseries", "clusteredIndex", "recordIdsReplicated",
-    "changeStreamPreAndPostImages", "expireAfterSeconds", "encryptedFields", "temp", "flags",
-    NULL};
+static const char *const create_fields[] = {"capped",
+                                            "autoIndexId",
+                                            "idIndex",
+                                            "size",
+                                            "max",
+                                            "storageEngine",
+                                            "validator",
+                                            "validationLevel",
+                                            "validationAction",
+                                            "indexOptionDefaults",
+                                            "viewOn",
+                                            "pipeline",
+                                            "collation",
+                                            "timeseries",
+                                            "clusteredIndex",
+                                            "recordIdsReplicated",
+                                            "changeStreamPreAndPostImages",
+                                            "expireAfterSeconds",
+                                            "encryptedFields",
+                                            "temp",
+                                            "flags",
+                                            NULL};
 
 /* Options MongoDB has and Shale does not implement yet: refuse them rather than
  * pretend (a validator that is not enforced would be worse than an error). */
 static int
 check_create_options(const bson_t *cmd, shl_status_t *st)
 {
-    static const char *const refused[] = {"viewOn",           "pipeline",
-                                          "timeseries",       "clusteredIndex",
-                                          "encryptedFields",  "expireAfterSeconds",
-                                          "recordIdsReplicated", NULL};
+    static const char *const refused[] = {
+        "viewOn",          "pipeline",           "timeseries",          "clusteredIndex",
+        "encryptedFields", "expireAfterSeconds", "recordIdsReplicated", NULL};
     bson_iter_t it;
     for (int i = 0; refused[i] != NULL; i++) {
         if (bson_has_field(cmd, refused[i])) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                  "create.%s is not supported yet", refused[i]);
+            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS, "create.%s is not supported yet",
+                                  refused[i]);
         }
     }
     if (bson_iter_init_find(&it, cmd, "validator")) {
@@ -206,8 +221,9 @@ done:
 
 /* ---------------------------------------------------------------- renameCollection */
 
-static const char *const rename_fields[] = {"to", "dropTarget", "stayTemp", "collectionUUID",
-                                            "dropTargetUUID", "newTargetCollectionUuid", NULL};
+static const char *const rename_fields[] = {
+    "to", "dropTarget", "stayTemp", "collectionUUID", "dropTargetUUID", "newTargetCollectionUuid",
+    NULL};
 
 static int
 cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -276,9 +292,13 @@ done:
 
 /* ---------------------------------------------------------------- createIndexes */
 
-static const char *const create_indexes_fields[] = {
-    "indexes", "commitQuorum", "ignoreUnknownIndexOptions", "isTimeseriesNamespace",
-    "collectionUUID", "returnOnStart", NULL};
+static const char *const create_indexes_fields[] = {"indexes",
+                                                    "commitQuorum",
+                                                    "ignoreUnknownIndexOptions",
+                                                    "isTimeseriesNamespace",
+                                                    "collectionUUID",
+                                                    "returnOnStart",
+                                                    NULL};
 
 static int
 check_index_spec(const bson_t *spec, shl_status_t *st)
@@ -477,8 +497,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         /* Every name must exist before any is dropped. */
         for (size_t i = 0; i < nnames; i++) {
             if (shl_collection_find_index(coll, names[i]) == NULL) {
-                SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "index not found with name [%s]",
-                         names[i]);
+                SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "index not found with name [%s]", names[i]);
             }
         }
     } else {
@@ -505,15 +524,23 @@ done:
 }
 
 static const shl_command_t ddl_commands[] = {
-    {"create", {NULL}, cmd_create, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
-     "create a collection"},
+    {"create", {NULL}, cmd_create, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN, "create a collection"},
     {"drop", {NULL}, cmd_drop, SHL_CMD_NEEDS_PRIMARY, "drop a collection"},
     {"dropDatabase", {NULL}, cmd_drop_database, SHL_CMD_NEEDS_PRIMARY, "drop a database"},
-    {"renameCollection", {NULL}, cmd_rename_collection,
-     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_ADMIN_ONLY, "rename a collection"},
-    {"createIndexes", {NULL}, cmd_create_indexes, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
+    {"renameCollection",
+     {NULL},
+     cmd_rename_collection,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_ADMIN_ONLY,
+     "rename a collection"},
+    {"createIndexes",
+     {NULL},
+     cmd_create_indexes,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
      "create indexes"},
-    {"dropIndexes", {"deleteIndexes", NULL}, cmd_drop_indexes, SHL_CMD_NEEDS_PRIMARY,
+    {"dropIndexes",
+     {"deleteIndexes", NULL},
+     cmd_drop_indexes,
+     SHL_CMD_NEEDS_PRIMARY,
      "drop indexes"},
 };
 

@@ -39,8 +39,8 @@ refuse_fields(const bson_t *cmd, const char *const *names, shl_status_t *st)
         bson_iter_t it;
         if (bson_iter_init_find(&it, cmd, names[i]) &&
             !(BSON_ITER_HOLDS_BOOL(&it) && !bson_iter_bool(&it))) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                  "%s.%s is not supported yet", shl_cmd_name(cmd), names[i]);
+            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS, "%s.%s is not supported yet",
+                                  shl_cmd_name(cmd), names[i]);
         }
     }
     return 0;
@@ -48,18 +48,42 @@ refuse_fields(const bson_t *cmd, const char *const *names, shl_status_t *st)
 
 /* ---------------------------------------------------------------- find */
 
-static const char *const find_fields[] = {
-    "filter", "projection", "sort", "hint", "skip", "limit", "batchSize", "singleBatch",
-    "comment", "maxTimeMS", "readConcern", "max", "min", "returnKey", "showRecordId",
-    "tailable", "oplogReplay", "noCursorTimeout", "awaitData", "allowPartialResults",
-    "collation", "allowDiskUse", "let", "readOnce", "allowSpeculativeMajorityRead",
-    "$_requestResumeToken", "$_resumeAfter", "$_startAt", "term", "includeQueryStatsMetrics",
-    NULL};
+static const char *const find_fields[] = {"filter",
+                                          "projection",
+                                          "sort",
+                                          "hint",
+                                          "skip",
+                                          "limit",
+                                          "batchSize",
+                                          "singleBatch",
+                                          "comment",
+                                          "maxTimeMS",
+                                          "readConcern",
+                                          "max",
+                                          "min",
+                                          "returnKey",
+                                          "showRecordId",
+                                          "tailable",
+                                          "oplogReplay",
+                                          "noCursorTimeout",
+                                          "awaitData",
+                                          "allowPartialResults",
+                                          "collation",
+                                          "allowDiskUse",
+                                          "let",
+                                          "readOnce",
+                                          "allowSpeculativeMajorityRead",
+                                          "$_requestResumeToken",
+                                          "$_resumeAfter",
+                                          "$_startAt",
+                                          "term",
+                                          "includeQueryStatsMetrics",
+                                          NULL};
 
-static const char *const find_unsupported[] = {"max", "min", "returnKey", "showRecordId",
-                                               "tailable", "awaitData", "let",
-                                               "$_requestResumeToken", "$_resumeAfter",
-                                               "$_startAt", NULL};
+static const char *const find_unsupported[] = {
+    "max",           "min",       "returnKey", "showRecordId",
+    "tailable",      "awaitData", "let",       "$_requestResumeToken",
+    "$_resumeAfter", "$_startAt", NULL};
 
 typedef struct find_args {
     bson_t filter, sort, projection;
@@ -281,9 +305,14 @@ done:
 
 /* ---------------------------------------------------------------- getMore */
 
-static const char *const getmore_fields[] = {"collection", "batchSize", "maxTimeMS", "term",
-                                             "lastKnownCommittedOpTime", "comment",
-                                             "includeQueryStatsMetrics", NULL};
+static const char *const getmore_fields[] = {"collection",
+                                             "batchSize",
+                                             "maxTimeMS",
+                                             "term",
+                                             "lastKnownCommittedOpTime",
+                                             "comment",
+                                             "includeQueryStatsMetrics",
+                                             NULL};
 
 /* A plan cursor may only go on if its collection is still the one it started on. */
 static int
@@ -294,12 +323,10 @@ check_plan_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_
         return 0;
     }
     if (h->coll == NULL || memcmp(h->coll->uuid, p->coll->uuid, 16) != 0) {
-        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED,
-                              "collection dropped. ns: %s", c->ns);
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "collection dropped. ns: %s", c->ns);
     }
     if (p->index_name[0] != '\0' && shl_collection_find_index(h->coll, p->index_name) == NULL) {
-        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "index '%s' dropped",
-                              p->index_name);
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "index '%s' dropped", p->index_name);
     }
     return 0;
 }
@@ -427,9 +454,10 @@ done:
 
 /* ---------------------------------------------------------------- count */
 
-static const char *const count_fields[] = {"query", "limit", "skip", "hint", "collation",
-                                           "readConcern", "fields", "comment", "maxTimeMS",
-                                           "encryptionInformation", NULL};
+static const char *const count_fields[] = {
+    "query",       "limit",  "skip",    "hint",      "collation",
+    "readConcern", "fields", "comment", "maxTimeMS", "encryptionInformation",
+    NULL};
 
 /* Run 'q' over ns and count results ('plan_out' keeps the plan for explain). */
 static int
@@ -528,13 +556,13 @@ done:
 
 /* ---------------------------------------------------------------- distinct */
 
-static const char *const distinct_fields[] = {"key", "query", "collation", "readConcern",
+static const char *const distinct_fields[] = {"key",  "query",   "collation", "readConcern",
                                               "hint", "comment", "maxTimeMS", NULL};
 
 typedef struct distinct_set {
     bson_value_t *vals; /* copies, in first-seen order */
     size_t n, cap;
-    size_t *order;      /* indexes into vals sorted by canonical order */
+    size_t *order; /* indexes into vals sorted by canonical order */
     size_t bytes;
 } distinct_set_t;
 
@@ -737,8 +765,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
         SHL_ERR(parse_count(&inner, q, &fast, st));
     } else {
-        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s",
-                 name);
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s", name);
     }
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
@@ -778,10 +805,11 @@ done:
 
 /* ---------------------------------------------------------------- aggregate (stub) */
 
-static const char *const aggregate_fields[] = {"pipeline", "cursor", "explain", "allowDiskUse",
-                                               "collation", "hint", "readConcern", "let",
-                                               "bypassDocumentValidation", "comment",
-                                               "maxTimeMS", NULL};
+static const char *const aggregate_fields[] = {
+    "pipeline",     "cursor",    "explain",
+    "allowDiskUse", "collation", "hint",
+    "readConcern",  "let",       "bypassDocumentValidation",
+    "comment",      "maxTimeMS", NULL};
 
 /*
  * The aggregation engine comes with the query language (issue 4). Until then aggregate
@@ -795,8 +823,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     int ret = 0;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
-    bson_t pipeline, match = BSON_INITIALIZER, sort = BSON_INITIALIZER,
-                     proj = BSON_INITIALIZER;
+    bson_t pipeline, match = BSON_INITIALIZER, sort = BSON_INITIALIZER, proj = BSON_INITIALIZER;
     bool found, has_match = false, has_sort = false, has_proj = false, locked = false;
     bson_iter_t it;
     exec_query_t q;
@@ -832,8 +859,9 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         const char *name;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
             !bson_iter_next(&stage)) {
-            SHL_FAIL(st, 40323, "A pipeline stage specification object must contain exactly "
-                                "one field.");
+            SHL_FAIL(st, 40323,
+                     "A pipeline stage specification object must contain exactly "
+                     "one field.");
         }
         name = bson_iter_key(&stage);
         if (after_count) {
@@ -867,8 +895,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                 SHL_FAIL(st, 15958, "the limit must be positive");
             }
             limit = limit == 0 || l < limit ? l : limit;
-        } else if (strcmp(name, "$project") == 0 && !has_proj &&
-                   BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+        } else if (strcmp(name, "$project") == 0 && !has_proj && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
             bson_t m;
             const uint8_t *data;
             uint32_t len;
@@ -977,7 +1004,10 @@ static const shl_command_t find_commands[] = {
     {"count", {NULL}, cmd_count, 0, "count documents"},
     {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
     {"explain", {NULL}, cmd_explain, 0, "explain a find or count"},
-    {"aggregate", {NULL}, cmd_aggregate, SHL_CMD_IN_TXN,
+    {"aggregate",
+     {NULL},
+     cmd_aggregate,
+     SHL_CMD_IN_TXN,
      "aggregation (match/sort/skip/limit/project/count for now)"},
 };
 

@@ -12,10 +12,21 @@
 #include "net/command_args.h"
 #include "query/update.h"
 
-static const char *const fam_fields[] = {"query", "fields", "sort", "hint", "collation",
-                                         "arrayFilters", "remove", "update", "new", "upsert",
-                                         "bypassDocumentValidation", "let", "collectionUUID",
-                                         "isTimeseriesNamespace", "encryptionInformation",
+static const char *const fam_fields[] = {"query",
+                                         "fields",
+                                         "sort",
+                                         "hint",
+                                         "collation",
+                                         "arrayFilters",
+                                         "remove",
+                                         "update",
+                                         "new",
+                                         "upsert",
+                                         "bypassDocumentValidation",
+                                         "let",
+                                         "collectionUUID",
+                                         "isTimeseriesNamespace",
+                                         "encryptionInformation",
                                          NULL};
 
 typedef struct fam_unit {
@@ -27,7 +38,7 @@ typedef struct fam_unit {
     bool remove, return_new, upsert;
     /* Results of the last run. */
     bool found, updated_existing, upserted;
-    bson_t *value;           /* the document to return (before projection), or NULL */
+    bson_t *value; /* the document to return (before projection), or NULL */
     bson_value_t upserted_id;
 } fam_unit_t;
 
@@ -45,8 +56,7 @@ fam_reset(fam_unit_t *u)
 }
 
 static int
-fam_update_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, bson_t *pre,
-               shl_status_t *st)
+fam_update_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, bson_t *pre, shl_status_t *st)
 {
     int ret = 0;
     shl_update_ctx_t uctx;
@@ -131,8 +141,7 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 
     fam_reset(u);
     u->q->limit = 1;
-    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll,
-                            u->ns, u->q, &plan, st));
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
     if (!eof) {
         pre = bson_copy(row.doc);
@@ -220,8 +229,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     }
     if (remove) {
         if (found) {
-            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
-                     "Cannot specify both an update and remove=true");
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Cannot specify both an update and remove=true");
         }
         if (upsert) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
@@ -233,8 +241,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
                      "the deleted document");
         }
         if (has_af) {
-            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
-                     "Cannot specify arrayFilters and remove=true");
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Cannot specify arrayFilters and remove=true");
         }
     } else if (!found) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
@@ -315,7 +322,9 @@ done:
 }
 
 static const shl_command_t fam_commands[] = {
-    {"findAndModify", {"findandmodify", NULL}, cmd_find_and_modify,
+    {"findAndModify",
+     {"findandmodify", NULL},
+     cmd_find_and_modify,
      SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
      "find a document and update or remove it"},
 };

@@ -101,9 +101,8 @@ done:
 
 /* ---------------------------------------------------------------- listCollections */
 
-static const char *const list_collections_fields[] = {"filter", "nameOnly",
-                                                      "authorizedCollections", "cursor",
-                                                      "includePendingDrops", NULL};
+static const char *const list_collections_fields[] = {
+    "filter", "nameOnly", "authorizedCollections", "cursor", "includePendingDrops", NULL};
 
 static void
 collection_info(const shl_collection_t *c, bool name_only, bson_t *doc)

@@ -139,8 +139,8 @@ done:
 
 /* ---------------------------------------------------------------- dataSize */
 
-static const char *const data_size_fields[] = {"keyPattern", "min", "max", "estimate",
-                                               "maxSize", "maxObjects", NULL};
+static const char *const data_size_fields[] = {"keyPattern", "min",        "max", "estimate",
+                                               "maxSize",    "maxObjects", NULL};
 
 /* KeyString of the values of 'bound' (fields in key pattern order, with its directions). */
 static void
@@ -268,16 +268,16 @@ done:
 
 /* ---------------------------------------------------------------- validate */
 
-static const char *const validate_fields[] = {"full", "background", "repair", "metadata",
-                                              "checkBSONConformance", "enforceFastCount",
-                                              "scandata", NULL};
+static const char *const validate_fields[] = {
+    "full",     "background", "repair", "metadata", "checkBSONConformance", "enforceFastCount",
+    "scandata", NULL};
 
 typedef struct vstate {
     int64_t nrecords;
-    int64_t *keys;        /* per index: keys the documents generate */
-    int64_t *entries;     /* per index: entries found in the index */
-    int64_t missing;      /* document keys absent from their index */
-    int64_t extra;        /* index entries pointing at no document */
+    int64_t *keys;    /* per index: keys the documents generate */
+    int64_t *entries; /* per index: entries found in the index */
+    int64_t missing;  /* document keys absent from their index */
+    int64_t extra;    /* index entries pointing at no document */
     int64_t invalid_docs;
     bson_t errors;
     uint32_t nerrors;

@@ -70,8 +70,7 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
     }
     if (!depth_ok(doc, 1)) {
         SHL_FAIL(st, SHL_CODE_OVERFLOW,
-                 "cannot insert document because it exceeds %d levels of nesting",
-                 MAX_USER_DEPTH);
+                 "cannot insert document because it exceeds %d levels of nesting", MAX_USER_DEPTH);
     }
     bson_iter_init(&it, doc);
     for (; bson_iter_next(&it); first = false) {
@@ -157,8 +156,7 @@ done:
 }
 
 int
-db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out,
-                    shl_status_t *st)
+db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t oi, ni, it;
@@ -167,8 +165,7 @@ db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out,
 
     *out = NULL;
     if (new_doc->len > SHL_MAX_BSON_SIZE) {
-        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d",
-                 SHL_MAX_BSON_SIZE);
+        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d", SHL_MAX_BSON_SIZE);
     }
     has_old = bson_iter_init_find(&oi, old_doc, "_id");
     has_new = bson_iter_init_find(&ni, new_doc, "_id");
@@ -200,8 +197,7 @@ db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out,
         }
     }
     if (fixed->len > SHL_MAX_BSON_SIZE) {
-        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d",
-                 SHL_MAX_BSON_SIZE);
+        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d", SHL_MAX_BSON_SIZE);
     }
     *out = fixed;
     fixed = NULL;
@@ -213,8 +209,7 @@ done:
 }
 
 int
-db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h,
-                     shl_status_t *st)
+db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -260,9 +255,13 @@ add_error(shl_write_result_t *res, int32_t index, const shl_status_t *st)
 
 /* ---------------------------------------------------------------- insert */
 
-static const char *const insert_fields[] = {"documents", "ordered", "bypassDocumentValidation",
-                                            "collectionUUID", "isTimeseriesNamespace",
-                                            "encryptionInformation", NULL};
+static const char *const insert_fields[] = {"documents",
+                                            "ordered",
+                                            "bypassDocumentValidation",
+                                            "collectionUUID",
+                                            "isTimeseriesNamespace",
+                                            "encryptionInformation",
+                                            NULL};
 
 typedef struct insert_item {
     bson_t doc;       /* view of the request's document */
@@ -284,12 +283,12 @@ typedef struct insert_unit {
     size_t begin, end;
     bool ordered;
     /* Results of the last run (reset on every retry). */
-    size_t done;          /* items handled (inserted or failed with a duplicate) */
+    size_t done; /* items handled (inserted or failed with a duplicate) */
     size_t n_inserted;
-    size_t *dup_idx;      /* items that hit a duplicate key */
+    size_t *dup_idx; /* items that hit a duplicate key */
     shl_status_t *dup_st;
     size_t n_dup;
-    bool stop;            /* ordered and an error */
+    bool stop; /* ordered and an error */
 } insert_unit_t;
 
 static int
@@ -462,9 +461,14 @@ done:
 
 /* ---------------------------------------------------------------- update */
 
-static const char *const update_fields[] = {"updates", "ordered", "bypassDocumentValidation",
-                                            "let", "collectionUUID", "isTimeseriesNamespace",
-                                            "encryptionInformation", NULL};
+static const char *const update_fields[] = {"updates",
+                                            "ordered",
+                                            "bypassDocumentValidation",
+                                            "let",
+                                            "collectionUUID",
+                                            "isTimeseriesNamespace",
+                                            "encryptionInformation",
+                                            NULL};
 
 typedef struct update_unit {
     shl_op_ctx_t *op;
@@ -540,8 +544,7 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 
     update_unit_reset(u);
     u->q->limit = u->stmt->multi ? 0 : 1;
-    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll,
-                            u->ns, u->q, &plan, st));
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -605,8 +608,8 @@ bson_value_of(const bson_t *doc, bool array, bson_value_t *v)
 
 /* Run one update statement; its outcome goes into 'res'. */
 static int
-run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt,
-                int32_t index, shl_write_result_t *res, shl_status_t *st)
+run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
+                shl_write_result_t *res, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -631,8 +634,7 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     q.has_hint = stmt->has_hint;
     q.hint = stmt->hint;
     bson_value_of(&stmt->u, stmt->u_pipeline, &uval);
-    SHL_ERR(shl_update_new(&uval, stmt->has_array_filters ? &stmt->array_filters : NULL, &upd,
-                           st));
+    SHL_ERR(shl_update_new(&uval, stmt->has_array_filters ? &stmt->array_filters : NULL, &upd, st));
     if (stmt->upsert) {
         SHL_ERR(db_ensure_collection(op, ns, &h, st));
     } else {
@@ -742,9 +744,9 @@ done:
 
 /* ---------------------------------------------------------------- delete */
 
-static const char *const delete_fields[] = {"deletes", "ordered", "let", "collectionUUID",
-                                            "isTimeseriesNamespace", "encryptionInformation",
-                                            NULL};
+static const char *const delete_fields[] = {
+    "deletes", "ordered", "let", "collectionUUID", "isTimeseriesNamespace", "encryptionInformation",
+    NULL};
 
 typedef struct delete_unit {
     shl_op_ctx_t *op;
@@ -762,8 +764,7 @@ delete_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     exec_plan_t *plan = NULL;
 
     u->n = 0;
-    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll,
-                            u->ns, u->q, &plan, st));
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -894,11 +895,20 @@ done:
 }
 
 static const shl_command_t write_commands[] = {
-    {"insert", {NULL}, cmd_insert, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+    {"insert",
+     {NULL},
+     cmd_insert,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
      "insert documents"},
-    {"update", {NULL}, cmd_update, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+    {"update",
+     {NULL},
+     cmd_update,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
      "update documents"},
-    {"delete", {NULL}, cmd_delete, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+    {"delete",
+     {NULL},
+     cmd_delete,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
      "delete documents"},
 };
 

@@ -167,8 +167,7 @@ int db_cursor_batch_size(const bson_t *cmd, int64_t *out, shl_status_t *st);
  *     are replaced by the current cluster time. Errors: BadValue (2), Overflow (15),
  *     DollarPrefixedFieldName (52).
  */
-int db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out,
-                      shl_status_t *st);
+int db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, shl_status_t *st);
 
 /*
  * db_doc_after_update --

@@ -73,8 +73,7 @@ struct exec_stage {
  *     Pull one row from 's', counting works/advanced/eof. Returns 0 (row or *eof) or an
  *     error code.
  */
-int exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof,
-                    shl_status_t *st);
+int exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st);
 
 /* exec_stage_destroy -- destroy 's' and its children. NULL is fine. */
 void exec_stage_destroy(exec_stage_t *s);
@@ -104,21 +103,21 @@ exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *p
 
 /* A parsed find-like request (find, count, distinct, update/delete statements, ...). */
 typedef struct exec_query {
-    bson_t filter;              /* view; {} when absent */
-    shl_matcher_t *matcher;     /* owned */
+    bson_t filter;          /* view; {} when absent */
+    shl_matcher_t *matcher; /* owned */
     bool has_sort;
-    bson_t sort;                /* view */
+    bson_t sort;                      /* view */
     shl_sort_pattern_t *sort_pattern; /* owned, NULL without sort */
     bool has_projection;
-    bson_t projection;          /* view */
-    shl_projection_t *proj;     /* owned, NULL without projection */
+    bson_t projection;      /* view */
+    shl_projection_t *proj; /* owned, NULL without projection */
     bool has_hint;
-    bson_value_t hint;          /* borrowed: index name or key pattern */
-    int64_t skip;               /* 0: none */
-    int64_t limit;              /* 0: none */
-    bool id_point;              /* filter is exactly {_id: <value>} (IDHACK candidate) */
-    bson_value_t id_value;      /* borrowed from the filter when id_point */
-    const bson_t *let;          /* `let` variables, may be NULL */
+    bson_value_t hint;     /* borrowed: index name or key pattern */
+    int64_t skip;          /* 0: none */
+    int64_t limit;         /* 0: none */
+    bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */
+    bson_value_t id_value; /* borrowed from the filter when id_point */
+    const bson_t *let;     /* `let` variables, may be NULL */
 } exec_query_t;
 
 /*
@@ -148,18 +147,18 @@ typedef enum exec_access_kind {
  *     ("planner returned error :: caused by :: hint provided does not correspond to an
  *     existing index"), and a bad $natural hint.
  */
-int exec_access_select(const shl_collection_t *coll, const exec_query_t *q,
-                       exec_stage_t **out, exec_access_kind_t *kind, shl_status_t *st);
+int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
+                       exec_access_kind_t *kind, shl_status_t *st);
 
 /* A runnable plan: stages + snapshot + collection reference. */
 typedef struct exec_plan {
     exec_stage_t *root;
-    shl_storage_txn_t *txn;   /* owned unless borrowed_txn */
+    shl_storage_txn_t *txn; /* owned unless borrowed_txn */
     bool borrowed_txn;
-    shl_collection_t *coll;   /* reference or NULL */
+    shl_collection_t *coll; /* reference or NULL */
     exec_access_kind_t access;
-    char index_name[128];     /* the IXSCAN's index, "" otherwise */
-    exec_query_t *q;          /* owned when own_query */
+    char index_name[128]; /* the IXSCAN's index, "" otherwise */
+    exec_query_t *q;      /* owned when own_query */
     bool own_query;
     char ns[SHL_NS_MAX + 1];
 } exec_plan_t;
@@ -173,15 +172,14 @@ typedef struct exec_plan {
  *     exec_plan_own_query is called. Errors: exec_access_select's, storage's.
  */
 int exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
-                    shl_collection_t *coll, const char *ns, exec_query_t *q,
-                    exec_plan_t **out, shl_status_t *st);
+                    shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
+                    shl_status_t *st);
 
 /* exec_plan_own_query -- the plan takes ownership of 'q' (heap, from bson_malloc). */
 void exec_plan_own_query(exec_plan_t *p);
 
 /* exec_plan_next -- the next result document (borrowed), or *doc NULL at the end. */
-int exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof,
-                   shl_status_t *st);
+int exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof, shl_status_t *st);
 
 /* exec_plan_destroy -- destroy stages, end the owned transaction, release the collection. */
 void exec_plan_destroy(exec_plan_t *p);
@@ -192,8 +190,8 @@ void exec_plan_destroy(exec_plan_t *p);
  *     'exec_stats', executionStats {executionSuccess, nReturned, executionTimeMillis,
  *     totalKeysExamined, totalDocsExamined, executionStages}.
  */
-void exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned,
-                       int64_t millis, bson_t *out);
+void exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned, int64_t millis,
+                       bson_t *out);
 
 /* exec_plan_cursor_ops -- cursor source ops over an exec_plan_t (state = the plan). */
 extern const struct shl_cursor_source_ops exec_plan_cursor_ops;
@@ -211,7 +209,7 @@ extern const struct shl_cursor_source_ops exec_plan_cursor_ops;
  */
 struct shl_keystring;
 void exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
-                           struct shl_keystring *start, struct shl_keystring *end,
-                           bool *has_start, bool *has_end, char *desc, size_t desc_len);
+                           struct shl_keystring *start, struct shl_keystring *end, bool *has_start,
+                           bool *has_end, char *desc, size_t desc_len);
 
 #endif

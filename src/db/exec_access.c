@@ -65,8 +65,8 @@ id_point_filter(const bson_t *filter, bson_value_t *out)
 }
 
 int
-exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort,
-                const bson_t *projection, shl_status_t *st)
+exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const bson_t *projection,
+                shl_status_t *st)
 {
     int ret = 0;
 

@@ -113,7 +113,7 @@ typedef struct collscan {
     const shl_matcher_t *filter;
     int64_t min_rid; /* seek here first (oplog ts); 0: from the start */
     shl_record_cursor_t *cur;
-    bson_t doc;      /* view of the current record */
+    bson_t doc; /* view of the current record */
 } collscan_t;
 
 static int
@@ -374,8 +374,7 @@ ixscan_destroy(exec_stage_t *s)
     bson_free(x->seen.slots);
 }
 
-static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain,
-                                            ixscan_destroy};
+static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain, ixscan_destroy};
 
 static uint8_t *
 dup_bytes(const uint8_t *p, size_t n)

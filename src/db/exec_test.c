@@ -181,7 +181,7 @@ run(fixture_t *f, const char *filter, const char *sort, const char *proj, const 
 }
 
 #define DOCS5                                                                                      \
-    "[{'_id': 1, 'a': 5, 'b': 'x'}, {'_id': 2, 'a': 1, 'b': 'y'}, {'_id': 3, 'a': 9},"            \
+    "[{'_id': 1, 'a': 5, 'b': 'x'}, {'_id': 2, 'a': 1, 'b': 'y'}, {'_id': 3, 'a': 9},"             \
     " {'_id': 4, 'a': [2, 7]}, {'_id': 5}]"
 
 SHL_TEST(exec_collscan_filter_and_stages)
@@ -201,8 +201,7 @@ SHL_TEST(exec_collscan_filter_and_stages)
     ASSERT_BSON_EQ(&out, "{'0': {'a': [2, 7]}, '1': {'a': 5}}");
     ASSERT_STR_EQ(stages, "PROJECTION_SIMPLE,LIMIT,SKIP,SORT,COLLSCAN");
     bson_destroy(&out);
-    ASSERT_INT_EQ(run(&f, "{}", NULL, NULL, "{'h': {'$natural': -1}}", 0, 2, &out, stages, 256),
-                  0);
+    ASSERT_INT_EQ(run(&f, "{}", NULL, NULL, "{'h': {'$natural': -1}}", 0, 2, &out, stages, 256), 0);
     ASSERT_BSON_EQ(&out, "{'0': {'_id': 5}, '1': {'_id': 4, 'a': [2, 7]}}");
     bson_destroy(&out);
     teardown(&f);
@@ -237,9 +236,9 @@ SHL_TEST(exec_idhack)
 SHL_TEST(exec_ixscan_bounds_never_lose_documents)
 {
     static const char *const filters[] = {
-        "{'a': 5}",        "{'a': {'$gt': 4}}", "{'a': {'$gte': 5, '$lt': 8}}",
+        "{'a': 5}",          "{'a': {'$gt': 4}}",  "{'a': {'$gte': 5, '$lt': 8}}",
         "{'a': {'$lt': 3}}", "{'a': {'$lte': 7}}", "{'a': {'$gt': 3, '$lt': 6}}",
-        "{'a': null}",      "{'a': {'$eq': 7}}", "{'b': 'x'}"};
+        "{'a': null}",       "{'a': {'$eq': 7}}",  "{'b': 'x'}"};
     static const char *const hints[] = {"{'h': 'a_1'}", "{'h': 'a_-1'}", "{'h': {'a': 1}}",
                                         "{'h': '_id_'}"};
     fixture_t f;
@@ -251,8 +250,8 @@ SHL_TEST(exec_ixscan_bounds_never_lose_documents)
         bson_t want, got;
         ASSERT_INT_EQ(run(&f, filters[i], "{'_id': 1}", NULL, NULL, 0, 0, &want, stages, 256), 0);
         for (size_t h = 0; h < sizeof(hints) / sizeof(hints[0]); h++) {
-            ASSERT_INT_EQ(run(&f, filters[i], "{'_id': 1}", NULL, hints[h], 0, 0, &got, stages, 256),
-                          0);
+            ASSERT_INT_EQ(
+                run(&f, filters[i], "{'_id': 1}", NULL, hints[h], 0, 0, &got, stages, 256), 0);
             ASSERT_STR_EQ(stages, "SORT,FETCH,IXSCAN");
             if (!bson_equal(&want, &got)) {
                 char *w = bson_as_relaxed_extended_json(&want, NULL);
