@@ -548,7 +548,12 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     } else {
         SHL_ERR(run_count(op, &ns, &q, db_read_timestamp(node, &rc), &n, NULL, st));
     }
-    BSON_APPEND_INT64(reply, "n", n);
+    /* MongoDB appends the count as an int when it fits. */
+    if (n <= INT32_MAX) {
+        BSON_APPEND_INT32(reply, "n", (int32_t)n);
+    } else {
+        BSON_APPEND_INT64(reply, "n", n);
+    }
 done:
     exec_query_cleanup(&q);
     return ret;

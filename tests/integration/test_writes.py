@@ -41,6 +41,18 @@ def test_insert_document_checks(db):
     assert list(raw)[0] == "_id" and isinstance(raw["_id"], bson.ObjectId)
 
 
+def test_document_over_16mib_refused_by_the_server(db):
+    # 14 bytes over maxBsonObjectSize: the command itself stays under the wire limit
+    # (16 MiB + 16 KiB), so the server's own check answers, as MongoDB's insert does.
+    big = {"_id": 1, "big": "x" * (16 * 1024 * 1024 - 10)}
+    r = db.command("insert", "c", documents=[big, {"_id": 2}], ordered=False)
+    assert r["n"] == 1
+    assert r["writeErrors"][0]["index"] == 0 and r["writeErrors"][0]["code"] == 2
+    assert "object to insert too large. size in bytes: 16777230, max size: 16777216" in \
+        r["writeErrors"][0]["errmsg"]
+    assert db.c.count_documents({}) == 1
+
+
 def test_batches_mixing_valid_and_invalid_documents(db):
     docs = [{"_id": 1}, {"_id": [2]}, {"_id": 3}, {"_id": 1}, {"_id": 4}]
     r = db.command("insert", "c", documents=docs, ordered=False)
