@@ -31,59 +31,7 @@ done:
     return ret;
 }
 
-/* Fields MongoDB accepts that Shale does not implement yet: refuse, never ignore. */
-static int
-refuse_fields(const bson_t *cmd, const char *const *names, shl_status_t *st)
-{
-    for (int i = 0; names[i] != NULL; i++) {
-        bson_iter_t it;
-        if (bson_iter_init_find(&it, cmd, names[i]) &&
-            !(BSON_ITER_HOLDS_BOOL(&it) && !bson_iter_bool(&it))) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS, "%s.%s is not supported yet",
-                                  shl_cmd_name(cmd), names[i]);
-        }
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- find */
-
-static const char *const find_fields[] = {"filter",
-                                          "projection",
-                                          "sort",
-                                          "hint",
-                                          "skip",
-                                          "limit",
-                                          "batchSize",
-                                          "singleBatch",
-                                          "comment",
-                                          "maxTimeMS",
-                                          "readConcern",
-                                          "max",
-                                          "min",
-                                          "returnKey",
-                                          "showRecordId",
-                                          "tailable",
-                                          "oplogReplay",
-                                          "noCursorTimeout",
-                                          "awaitData",
-                                          "allowPartialResults",
-                                          "collation",
-                                          "allowDiskUse",
-                                          "let",
-                                          "readOnce",
-                                          "allowSpeculativeMajorityRead",
-                                          "$_requestResumeToken",
-                                          "$_resumeAfter",
-                                          "$_startAt",
-                                          "term",
-                                          "includeQueryStatsMetrics",
-                                          NULL};
-
-static const char *const find_unsupported[] = {
-    "max",           "min",       "returnKey", "showRecordId",
-    "tailable",      "awaitData", "let",       "$_requestResumeToken",
-    "$_resumeAfter", "$_startAt", NULL};
 
 typedef struct find_args {
     bson_t filter, sort, projection;
@@ -95,31 +43,196 @@ typedef struct find_args {
     bool single_batch, no_cursor_timeout;
 } find_args_t;
 
+enum {
+    F_UNKNOWN,
+    F_FILTER,
+    F_PROJECTION,
+    F_SORT,
+    F_HINT,
+    F_SKIP,
+    F_LIMIT,
+    F_BATCH_SIZE,
+    F_SINGLE_BATCH,
+    F_NO_CURSOR_TIMEOUT,
+    F_BOOL, /* accepted booleans with no effect here */
+    F_COLLATION,
+    F_ACCEPTED, /* accepted, any type (handled elsewhere or ignored as MongoDB does) */
+    F_REFUSED,  /* MongoDB has it, Shale does not yet */
+};
+
+static const struct {
+    const char *name;
+    int id;
+} find_field_ids[] = {
+    {"filter", F_FILTER},
+    {"projection", F_PROJECTION},
+    {"sort", F_SORT},
+    {"hint", F_HINT},
+    {"skip", F_SKIP},
+    {"limit", F_LIMIT},
+    {"batchSize", F_BATCH_SIZE},
+    {"singleBatch", F_SINGLE_BATCH},
+    {"noCursorTimeout", F_NO_CURSOR_TIMEOUT},
+    {"allowDiskUse", F_BOOL},
+    {"allowPartialResults", F_BOOL},
+    {"readOnce", F_BOOL},
+    {"oplogReplay", F_BOOL},
+    {"collation", F_COLLATION},
+    {"comment", F_ACCEPTED},
+    {"maxTimeMS", F_ACCEPTED},
+    {"readConcern", F_ACCEPTED},
+    {"term", F_ACCEPTED},
+    {"includeQueryStatsMetrics", F_ACCEPTED},
+    {"allowSpeculativeMajorityRead", F_ACCEPTED},
+    {"max", F_REFUSED},
+    {"min", F_REFUSED},
+    {"returnKey", F_REFUSED},
+    {"showRecordId", F_REFUSED},
+    {"tailable", F_REFUSED},
+    {"awaitData", F_REFUSED},
+    {"let", F_REFUSED},
+    {"$_requestResumeToken", F_REFUSED},
+    {"$_resumeAfter", F_REFUSED},
+    {"$_startAt", F_REFUSED},
+};
+
+static int
+find_field_id(const char *k)
+{
+    for (size_t i = 0; i < sizeof(find_field_ids) / sizeof(find_field_ids[0]); i++) {
+        /* The first byte rules out most names before a full compare. */
+        if (find_field_ids[i].name[0] == k[0] && strcmp(find_field_ids[i].name, k) == 0) {
+            return find_field_ids[i].id;
+        }
+    }
+    return F_UNKNOWN;
+}
+
+static int
+wrong_type(const char *field, const bson_iter_t *it, const char *expected, shl_status_t *st)
+{
+    return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                          "BSON field 'find.%s' is the wrong type '%s', expected type '%s'", field,
+                          shl_bson_type_name(bson_iter_type(it)), expected);
+}
+
+static int
+doc_field(const bson_iter_t *it, bson_t *out, bool *has, shl_status_t *st)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return wrong_type(bson_iter_key(it), it, "object", st);
+    }
+    bson_iter_document(it, &len, &data);
+    bson_init_static(out, data, len);
+    *has = true;
+    return 0;
+}
+
+static int
+nonneg_iter(const bson_iter_t *it, int64_t *out, shl_status_t *st)
+{
+    if (!BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(bson_iter_key(it), it, "long", st);
+    }
+    if (BSON_ITER_HOLDS_DOUBLE(it)) {
+        double d = bson_iter_double(it);
+        if (d != d || d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) {
+            return shl_status_set(st, SHL_CODE_BAD_VALUE,
+                                  "BSON field 'find.%s' has a value out of range",
+                                  bson_iter_key(it));
+        }
+    }
+    *out = bson_iter_as_int64(it);
+    if (*out < 0) {
+        return shl_status_set(st, CODE_IDL_NEGATIVE,
+                              "BSON field '%s' value must be >= 0, actual value '%lld'",
+                              bson_iter_key(it), (long long)*out);
+    }
+    return 0;
+}
+
+static int
+bool_iter(const bson_iter_t *it, bool *out, shl_status_t *st)
+{
+    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
+    if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(bson_iter_key(it), it, "bool", st);
+    }
+    *out = bson_iter_as_bool(it);
+    return 0;
+}
+
+/* One pass over the command: find is the hot path of point reads. */
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
 {
     int ret = 0;
-    bool found;
+    bson_iter_t it;
+    bool b;
 
     memset(a, 0, sizeof(*a));
-    SHL_ERR(shl_cmd_check_fields(cmd, find_fields, st));
-    SHL_ERR(refuse_fields(cmd, find_unsupported, st));
-    SHL_ERR(db_check_collation(cmd, "collation", st));
-    SHL_ERR(shl_cmd_get_doc(cmd, "filter", &a->filter, &a->has_filter, st));
-    SHL_ERR(shl_cmd_get_doc(cmd, "sort", &a->sort, &a->has_sort, st));
-    SHL_ERR(shl_cmd_get_doc(cmd, "projection", &a->projection, &a->has_projection, st));
-    SHL_ERR(db_cmd_get_hint(cmd, &a->has_hint, &a->hint, st));
-    SHL_ERR(nonneg_field(cmd, "skip", &a->skip, &found, st));
-    SHL_ERR(nonneg_field(cmd, "limit", &a->limit, &found, st));
-    SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
-    {
-        bool b = false;
-        SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &b, st));
-        SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &b, st));
-        SHL_ERR(shl_cmd_get_bool(cmd, "readOnce", &b, st));
-        SHL_ERR(shl_cmd_get_bool(cmd, "oplogReplay", &b, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        switch (find_field_id(k)) {
+        case F_FILTER:
+            SHL_ERR(doc_field(&it, &a->filter, &a->has_filter, st));
+            break;
+        case F_PROJECTION:
+            SHL_ERR(doc_field(&it, &a->projection, &a->has_projection, st));
+            break;
+        case F_SORT:
+            SHL_ERR(doc_field(&it, &a->sort, &a->has_sort, st));
+            break;
+        case F_HINT:
+            if (!BSON_ITER_HOLDS_UTF8(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "hint must be a string or an object");
+            }
+            a->hint = *bson_iter_value(&it);
+            /* {} and "" mean no hint, as in MongoDB. */
+            a->has_hint = !(BSON_ITER_HOLDS_UTF8(&it) && a->hint.value.v_utf8.len == 0) &&
+                          !(BSON_ITER_HOLDS_DOCUMENT(&it) && a->hint.value.v_doc.data_len <= 5);
+            break;
+        case F_SKIP:
+            SHL_ERR(nonneg_iter(&it, &a->skip, st));
+            break;
+        case F_LIMIT:
+            SHL_ERR(nonneg_iter(&it, &a->limit, st));
+            break;
+        case F_BATCH_SIZE:
+            SHL_ERR(nonneg_iter(&it, &a->batch_size, st));
+            a->has_batch_size = true;
+            break;
+        case F_SINGLE_BATCH:
+            SHL_ERR(bool_iter(&it, &a->single_batch, st));
+            break;
+        case F_NO_CURSOR_TIMEOUT:
+            SHL_ERR(bool_iter(&it, &a->no_cursor_timeout, st));
+            break;
+        case F_BOOL:
+            SHL_ERR(bool_iter(&it, &b, st));
+            break;
+        case F_COLLATION:
+            SHL_ERR(db_check_collation(cmd, "collation", st));
+            break;
+        case F_ACCEPTED:
+            break;
+        case F_REFUSED:
+            if (!(BSON_ITER_HOLDS_BOOL(&it) && !bson_iter_bool(&it))) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "find.%s is not supported yet", k);
+            }
+            break;
+        default:
+            if (!shl_cmd_is_generic_arg(k)) {
+                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                         shl_cmd_name(cmd), k);
+            }
+            break;
+        }
     }
 done:
     return ret;
