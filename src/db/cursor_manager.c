@@ -250,6 +250,20 @@ shl_cursor_manager_kill_ns(shl_cursor_manager_t *mgr, const char *ns)
     return kill_matching(mgr, on_ns, ns);
 }
 
+static bool
+in_db(const shl_cursor_t *c, const void *arg)
+{
+    const char *db = arg;
+    size_t n = strlen(db);
+    return strncmp(c->ns, db, n) == 0 && c->ns[n] == '.';
+}
+
+int
+shl_cursor_manager_kill_db(shl_cursor_manager_t *mgr, const char *db)
+{
+    return kill_matching(mgr, in_db, db);
+}
+
 int64_t
 shl_cursor_manager_count(shl_cursor_manager_t *mgr)
 {
@@ -274,22 +288,20 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
     *exhausted = false;
     while (limit < 0 || n < limit) {
         const bson_t *doc = NULL;
-        int rc;
 
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        if (c->stash != NULL) {
-            doc = c->stash;
-            rc = 1;
-        } else {
-            rc = c->ops->next(c->state, op, &doc, st);
-        }
-        if (rc == 0) {
+        if (c->limit > 0 && c->n_returned + n >= c->limit) {
             *exhausted = true;
             break;
         }
-        if (rc != 1) {
-            ret = rc;
-            goto done;
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (c->stash != NULL) {
+            doc = c->stash;
+        } else {
+            SHL_ERR(c->ops->next(c->state, op, &doc, st));
+        }
+        if (doc == NULL) {
+            *exhausted = true;
+            break;
         }
         /* The batch must leave room for the reply's envelope; a lone oversized document
          * still goes out alone. */
@@ -308,8 +320,13 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
             c->stash = NULL;
         }
     }
-    c->n_returned += n;
+    /* A batch that ends exactly at the cursor's limit ends the cursor too (MongoDB does
+     * not leave such a cursor open for an empty getMore). */
+    if (c->limit > 0 && c->n_returned + n >= c->limit) {
+        *exhausted = true;
+    }
 done:
+    c->n_returned += n;
     return ret;
 }
 

@@ -23,8 +23,9 @@
 
 typedef struct shl_cursor_source_ops {
     /*
-     * Produce the next document. Returns 1 with *doc set (borrowed until the next
-     * call or destroy), 0 when exhausted, or an error code with 'st' filled.
+     * Produce the next document: returns 0 with *doc set (borrowed until the next
+     * call or destroy) or NULL when exhausted, or an error code with 'st' filled.
+     * (A "1 = produced a document" convention would collide with InternalError, 1.)
      */
     int (*next)(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st);
     /* Release the source and everything it holds. */
@@ -37,6 +38,7 @@ typedef struct shl_cursor {
     const shl_cursor_source_ops_t *ops;
     void *state;                         /* owned; released by ops->destroy */
     bson_t *stash;                       /* a document that did not fit the last batch */
+    int64_t limit;                       /* stop after this many documents in all; 0: none */
     bool tailable;
     bool await_data;
     bool no_timeout;
@@ -119,6 +121,9 @@ int64_t shl_cursor_manager_count(shl_cursor_manager_t *mgr);
 
 /* shl_cursor_manager_kill_ns -- kill every cursor on 'ns' (drop/rename); returns count. */
 int shl_cursor_manager_kill_ns(shl_cursor_manager_t *mgr, const char *ns);
+
+/* shl_cursor_manager_kill_db -- kill every cursor on a namespace of 'db' (dropDatabase). */
+int shl_cursor_manager_kill_db(shl_cursor_manager_t *mgr, const char *db);
 
 /*
  * shl_cursor_reply --

@@ -18,6 +18,7 @@ vec_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
     vec_source_t *v = state;
     (void)op;
     (void)st;
+    *doc = NULL;
     if (v->pos >= v->n) {
         return 0;
     }
@@ -31,7 +32,7 @@ vec_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
         bson_free(pad);
     }
     *doc = &v->cur;
-    return 1;
+    return 0;
 }
 
 static void
@@ -48,7 +49,7 @@ static const shl_cursor_source_ops_t vec_ops = {vec_next, vec_destroy};
 static shl_cursor_t *
 make_cursor(int n, size_t doc_bytes, bool *destroyed)
 {
-    vec_source_t *v = bson_malloc0(sizeof(*v));
+    vec_source_t *v = bson_aligned_alloc0(BSON_ALIGNOF(vec_source_t), sizeof(*v));
     v->n = n;
     v->doc_bytes = doc_bytes;
     v->destroyed = destroyed;

@@ -1,15 +1,225 @@
 /*
- * node.c -- data node start-up (see node.h).
+ * node.c -- data node start-up (see node.h): opens the storage engine on --dbpath,
+ * registers the CRUD/DDL commands, starts the cursor reaper and installs the hooks that
+ * decorate replies (operationTime, $clusterTime on replica set members), report
+ * serverStatus sections and close storage at shutdown.
  */
 #include "db/node.h"
 
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/options.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "db/storage_api.h"
 #include "net/common_commands.h"
+
+/* MongoDB's clientCursorMonitor wakes every 4 seconds. */
+#define REAPER_PERIOD_MS 4000
+
+static void *
+reaper_main(void *arg)
+{
+    db_node_t *node = arg;
+
+    shl_log_set_thread_ctx("clientcursormon");
+    pthread_mutex_lock(&node->reaper_lock);
+    while (!node->reaper_stop) {
+        struct timespec ts;
+        int n;
+
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += REAPER_PERIOD_MS / 1000;
+        pthread_cond_timedwait(&node->reaper_cond, &node->reaper_lock, &ts);
+        if (node->reaper_stop) {
+            break;
+        }
+        pthread_mutex_unlock(&node->reaper_lock);
+        /* The timeout is read on every pass so setParameter takes effect live. */
+        n = shl_cursor_manager_reap(node->cursors, shl_clock_wall_ms(),
+                                    shl_opt_int(SHL_OPT_cursorTimeoutMillis));
+        if (n > 0) {
+            SHL_LOG_INFO(QUERY, 20529, "Cursors timed out", "count", BCON_INT32(n));
+        }
+        pthread_mutex_lock(&node->reaper_lock);
+    }
+    pthread_mutex_unlock(&node->reaper_lock);
+    return NULL;
+}
+
+static void
+append_cluster_time(db_node_t *node, bson_t *reply)
+{
+    static const uint8_t zero_hash[20] = {0};
+    bson_t ct, sig;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
+    db_append_ts(&ct, "clusterTime", shl_storage_clock_now(node->eng));
+    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
+    BSON_APPEND_INT64(&sig, "keyId", 0);
+    bson_append_document_end(&ct, &sig);
+    bson_append_document_end(reply, &ct);
+}
+
+static void
+decorate_reply(shl_op_ctx_t *op, bson_t *reply)
+{
+    db_node_t *node = db_node(op);
+    uint64_t ts = db_op_take_write_ts();
+
+    if (!node->repl_set) {
+        return; /* standalones return neither field, as MongoDB */
+    }
+    db_cmd_begin(op); /* gossip for commands that are not the data node's */
+    if (ts == 0) {
+        ts = shl_storage_all_durable(node->eng);
+    }
+    if (!bson_has_field(reply, "operationTime")) {
+        db_append_ts(reply, "operationTime", ts);
+    }
+    if (!bson_has_field(reply, "$clusterTime")) {
+        append_cluster_time(node, reply);
+    }
+}
+
+static void
+append_hello(shl_op_ctx_t *op, bson_t *reply)
+{
+    db_node_t *node = db_node(op);
+    uint64_t ts;
+    bson_t lw, ot;
+
+    if (!node->repl_set) {
+        return;
+    }
+    /* lastWrite lets drivers compute staleness (maxStalenessSeconds). */
+    ts = shl_storage_all_durable(node->eng);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastWrite", &lw);
+    BSON_APPEND_DOCUMENT_BEGIN(&lw, "opTime", &ot);
+    db_append_ts(&ot, "ts", ts);
+    BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
+    bson_append_document_end(&lw, &ot);
+    BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", (int64_t)SHL_TS_SECS(ts) * 1000);
+    BSON_APPEND_DOCUMENT_BEGIN(&lw, "majorityOpTime", &ot);
+    db_append_ts(&ot, "ts", ts);
+    BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
+    bson_append_document_end(&lw, &ot);
+    BSON_APPEND_DATE_TIME(&lw, "majorityWriteDate", (int64_t)SHL_TS_SECS(ts) * 1000);
+    bson_append_document_end(reply, &lw);
+}
+
+static void
+append_server_status(shl_service_ctx_t *svc, bson_t *reply)
+{
+    db_node_t *node = svc->role_state;
+    bson_t se, metrics, cur, open;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "storageEngine", &se);
+    BSON_APPEND_UTF8(&se, "name", "wiredTiger");
+    BSON_APPEND_BOOL(&se, "supportsCommittedReads", true);
+    BSON_APPEND_BOOL(&se, "oldestRequiredTimestampForCrashRecovery", false);
+    BSON_APPEND_BOOL(&se, "supportsPendingDrops", true);
+    BSON_APPEND_BOOL(&se, "dropPendingIdents", false);
+    BSON_APPEND_BOOL(&se, "supportsSnapshotReadConcern", false);
+    BSON_APPEND_BOOL(&se, "readOnly", false);
+    BSON_APPEND_BOOL(&se, "persistent", true);
+    BSON_APPEND_BOOL(&se, "backupCursorOpen", false);
+    bson_append_document_end(reply, &se);
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &metrics);
+    BSON_APPEND_DOCUMENT_BEGIN(&metrics, "cursor", &cur);
+    BSON_APPEND_DOCUMENT_BEGIN(&cur, "open", &open);
+    BSON_APPEND_INT64(&open, "total", shl_cursor_manager_count(node->cursors));
+    bson_append_document_end(&cur, &open);
+    bson_append_document_end(&metrics, &cur);
+    bson_append_document_end(reply, &metrics);
+}
+
+static void
+node_shutdown(shl_service_ctx_t *svc)
+{
+    db_node_t *node = svc->role_state;
+
+    if (node == NULL) {
+        return;
+    }
+    if (node->reaper_started) {
+        pthread_mutex_lock(&node->reaper_lock);
+        node->reaper_stop = true;
+        pthread_cond_broadcast(&node->reaper_cond);
+        pthread_mutex_unlock(&node->reaper_lock);
+        pthread_join(node->reaper, NULL);
+        node->reaper_started = false;
+    }
+    /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
+    shl_cursor_manager_destroy(node->cursors);
+    node->cursors = NULL;
+    shl_storage_close(node->eng);
+    node->eng = NULL;
+    svc->storage = NULL;
+    pthread_mutex_destroy(&node->reaper_lock);
+    pthread_cond_destroy(&node->reaper_cond);
+    svc->role_state = NULL;
+    bson_free(node);
+}
 
 int
 shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {
-    (void)svc;
-    (void)st;
+    int ret = 0;
+    db_node_t *node = bson_malloc0(sizeof(*node));
+    shl_storage_options_t so;
+
+    memset(&so, 0, sizeof(so));
+    node->svc = svc;
+    node->repl_set = svc->set_name[0] != '\0';
+    pthread_mutex_init(&node->reaper_lock, NULL);
+    pthread_cond_init(&node->reaper_cond, NULL);
+
+    so.dbpath = shl_opt_str(SHL_OPT_dbpath);
+    so.term = node->repl_set ? 1 : -1;
+    SHL_ERR(shl_storage_open(&so, &node->eng, st));
+    node->cursors = shl_cursor_manager_new();
+    svc->storage = node->eng;
+    svc->role_state = node;
+
     shl_common_commands_register(reg);
-    return 0;
+    db_register_find_commands(reg);
+    db_register_write_commands(reg);
+    db_register_ddl_commands(reg);
+    db_register_list_commands(reg);
+    db_register_stats_commands(reg);
+
+    svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.append_hello = append_hello;
+    svc->hooks.append_server_status = append_server_status;
+    svc->hooks.shutdown = node_shutdown;
+
+    if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the cursor reaper: %s",
+                 strerror(errno));
+    }
+    node->reaper_started = true;
+    node = NULL;
+done:
+    if (node != NULL) {
+        if (node->eng != NULL) {
+            svc->hooks = (shl_service_hooks_t){0};
+            svc->role_state = NULL;
+            svc->storage = NULL;
+            if (node->cursors != NULL) {
+                shl_cursor_manager_destroy(node->cursors);
+            }
+            shl_storage_close(node->eng);
+        }
+        pthread_mutex_destroy(&node->reaper_lock);
+        pthread_cond_destroy(&node->reaper_cond);
+        bson_free(node);
+    }
+    return ret;
 }

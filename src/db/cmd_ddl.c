@@ -1,0 +1,553 @@
+/*
+ * cmd_ddl.c -- collection and index DDL on a data node: create, drop, dropDatabase,
+ * renameCollection, createIndexes, dropIndexes, with MongoDB 7.0's fields, errors and
+ * replies. The storage catalog takes the collection locks exclusively (DDL excludes CRUD
+ * on that collection only) and writes the oplog 'c' entries; here cursors on dropped or
+ * renamed namespaces are killed and write concerns waited for.
+ */
+#include <string.h>
+
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "db/storage_api.h"
+#include "net/command_args.h"
+
+/* Copy a command's options: every field but the first (the command name) and generic
+ * arguments. */
+static void
+command_options(const bson_t *cmd, bson_t *out)
+{
+    bson_iter_t it;
+    bool first = true;
+    bson_init(out);
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        if (first) {
+            first = false;
+            continue;
+        }
+        if (!shl_cmd_is_generic_arg(bson_iter_key(&it))) {
+            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+        }
+    }
+}
+
+static int
+finish_ddl(shl_op_ctx_t *op, const shl_write_concern_t *wc, uint64_t ts, bson_t *reply)
+{
+    db_op_note_write_ts(ts);
+    db_write_concern_wait(op, wc, reply);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- create */
+
+static const char *const create_fields[] = {"capped",
+                                            "autoIndexId",
+                                            "idIndex",
+                                            "size",
+                                            "max",
+                                            "storageEngine",
+                                            "validator",
+                                            "validationLevel",
+                                            "validationAction",
+                                            "indexOptionDefaults",
+                                            "viewOn",
+                                            "pipeline",
+                                            "collation",
+                                            "timeseries",
+                                            "clusteredIndex",
+                                            "recordIdsReplicated",
+                                            "changeStreamPreAndPostImages",
+                                            "expireAfterSeconds",
+                                            "encryptedFields",
+                                            "temp",
+                                            "flags",
+                                            NULL};
+
+/* Options MongoDB has and Shale does not implement yet: refuse them rather than
+ * pretend (a validator that is not enforced would be worse than an error). */
+static int
+check_create_options(const bson_t *cmd, shl_status_t *st)
+{
+    static const char *const refused[] = {
+        "viewOn",          "pipeline",           "timeseries",          "clusteredIndex",
+        "encryptedFields", "expireAfterSeconds", "recordIdsReplicated", NULL};
+    bson_iter_t it;
+    for (int i = 0; refused[i] != NULL; i++) {
+        if (bson_has_field(cmd, refused[i])) {
+            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS, "create.%s is not supported yet",
+                                  refused[i]);
+        }
+    }
+    if (bson_iter_init_find(&it, cmd, "validator")) {
+        bson_t v;
+        bool found;
+        int ret = shl_cmd_get_doc(cmd, "validator", &v, &found, st);
+        if (ret != 0) {
+            return ret;
+        }
+        if (!bson_empty(&v)) {
+            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                                  "create.validator is not supported yet");
+        }
+    }
+    if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
+        bson_iter_t sub;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub)) {
+            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                                  "create.changeStreamPreAndPostImages is not supported yet");
+        }
+    }
+    if (bson_iter_init_find(&it, cmd, "capped") && bson_iter_as_bool(&it) &&
+        !bson_has_field(cmd, "size")) {
+        return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                              "the 'size' field is required when 'capped' is true");
+    }
+    return db_check_collation(cmd, "collation", st);
+}
+
+static int
+cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t opts;
+    uint64_t ts = 0;
+
+    db_cmd_begin(op);
+    bson_init(&opts);
+    SHL_ERR(shl_cmd_check_fields(cmd, create_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(check_create_options(cmd, st));
+    bson_destroy(&opts);
+    command_options(cmd, &opts);
+    ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
+    if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+        /* MongoDB 7.0: creating an existing collection with identical options succeeds. */
+        shl_collection_t *coll = shl_catalog_get(node->eng, ns.full);
+        bool same = coll != NULL && coll->options != NULL && bson_equal(coll->options, &opts);
+        same = same || (coll != NULL && coll->options == NULL && bson_empty(&opts));
+        shl_collection_release(coll);
+        if (same) {
+            ret = 0;
+            shl_status_clear(st);
+        } else {
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "Collection %s already exists.", ns.full);
+        }
+    }
+    SHL_ERR(ret);
+    finish_ddl(op, &wc, ts, reply);
+done:
+    bson_destroy(&opts);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- drop */
+
+static const char *const drop_fields[] = {"collectionUUID", NULL};
+
+static int
+cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    uint64_t ts = 0;
+    shl_collection_t *coll;
+    int64_t nindexes = 0;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, drop_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (db_ns_is_oplog(ns.full)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "can't drop live oplog while replicating");
+    }
+    coll = shl_catalog_get(node->eng, ns.full);
+    if (coll != NULL) {
+        nindexes = (int64_t)coll->nindexes;
+    }
+    shl_collection_release(coll);
+    ret = shl_catalog_drop_collection(node->eng, ns.full, &ts, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        /* MongoDB 7.0 (SERVER-43894): dropping a missing collection is a no-op. */
+        shl_status_clear(st);
+        ret = 0;
+        finish_ddl(op, &wc, 0, reply);
+        goto done;
+    }
+    SHL_ERR(ret);
+    shl_cursor_manager_kill_ns(node->cursors, ns.full);
+    BSON_APPEND_INT32(reply, "nIndexesWas", (int32_t)nindexes);
+    BSON_APPEND_UTF8(reply, "ns", ns.full);
+    finish_ddl(op, &wc, ts, reply);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- dropDatabase */
+
+static const char *const dropdb_fields[] = {NULL};
+
+static int
+cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_write_concern_t wc;
+    uint64_t ts = 0;
+    bson_iter_t it;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, dropdb_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_NUMBER(&it) ||
+        bson_iter_as_int64(&it) != 1) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "have to pass 1 as db parameter");
+    }
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(shl_catalog_drop_database(node->eng, op->db, &ts, st));
+    shl_cursor_manager_kill_db(node->cursors, op->db);
+    finish_ddl(op, &wc, ts, reply);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- renameCollection */
+
+static const char *const rename_fields[] = {
+    "to", "dropTarget", "stayTemp", "collectionUUID", "dropTargetUUID", "newTargetCollectionUuid",
+    NULL};
+
+static int
+cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_write_concern_t wc;
+    const char *from_s, *to_s = NULL;
+    shl_ns_t from, to;
+    bool found, drop_target = false, stay_temp = false;
+    bson_iter_t it;
+    uint64_t ts = 0;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, rename_fields, st));
+    bson_iter_init(&it, cmd);
+    bson_iter_next(&it);
+    if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'renameCollection.renameCollection' is the wrong type '%s', "
+                 "expected type 'string'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    from_s = bson_iter_utf8(&it, NULL);
+    SHL_ERR(shl_cmd_get_string(cmd, "to", &to_s, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'renameCollection.to' is missing but a required field");
+    }
+    SHL_ERR(shl_cmd_get_bool(cmd, "dropTarget", &drop_target, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "stayTemp", &stay_temp, st));
+    if (shl_ns_parse(&from, from_s, st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid source namespace: %s", from_s);
+    }
+    if (shl_ns_parse(&to, to_s, st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid target namespace: %s", to_s);
+    }
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (strcmp(from.full, to.full) == 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Can't rename a collection to itself");
+    }
+    if (db_ns_is_oplog(from.full) || db_ns_is_oplog(to.full)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Cannot rename collections to or from %s",
+                 "local.oplog.rs");
+    }
+    SHL_ERR(db_check_user_write_ns(&to, st));
+    if (strcmp(from.db, to.db) != 0) {
+        /* TODO(#3): MongoDB copies across databases; not implemented yet. */
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "renameCollection across databases is not supported yet");
+    }
+    ret = shl_catalog_rename_collection(node->eng, from.full, to.full, drop_target, &ts, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Source collection %s does not exist",
+                 from.full);
+    }
+    SHL_ERR(ret);
+    shl_cursor_manager_kill_ns(node->cursors, from.full);
+    if (drop_target) {
+        shl_cursor_manager_kill_ns(node->cursors, to.full);
+    }
+    finish_ddl(op, &wc, ts, reply);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- createIndexes */
+
+static const char *const create_indexes_fields[] = {"indexes",
+                                                    "commitQuorum",
+                                                    "ignoreUnknownIndexOptions",
+                                                    "isTimeseriesNamespace",
+                                                    "collectionUUID",
+                                                    "returnOnStart",
+                                                    NULL};
+
+static int
+check_index_spec(const bson_t *spec, shl_status_t *st)
+{
+    bson_iter_t it;
+    char *s;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        s = shl_bson_to_string(spec);
+        shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
+                       "Error in specification %s :: caused by :: The 'key' field is a "
+                       "required property of an index specification",
+                       s);
+        bson_free(s);
+        return SHL_CODE_FAILED_TO_PARSE;
+    }
+    if (!bson_iter_init_find(&it, spec, "name") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        s = shl_bson_to_string(spec);
+        shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
+                       "Error in specification %s :: caused by :: The 'name' field is a "
+                       "required property of an index specification",
+                       s);
+        bson_free(s);
+        return SHL_CODE_FAILED_TO_PARSE;
+    }
+    return ret;
+}
+
+static int
+cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t specs;
+    bool found, created_coll = false, any_created = false;
+    bson_iter_t it;
+    shl_collection_t *coll = NULL;
+    int64_t before = 0, after = 0;
+    uint64_t ts = 0;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, create_indexes_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "indexes", &specs, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'createIndexes.indexes' is missing but a required field");
+    }
+    if (bson_empty(&specs)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Must specify at least one index to create");
+    }
+    bson_iter_init(&it, &specs);
+    while (bson_iter_next(&it)) {
+        bson_t spec;
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'createIndexes.indexes.%s' is the wrong type '%s', expected "
+                     "type 'object'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&spec, data, len);
+        SHL_ERR(check_index_spec(&spec, st));
+    }
+    coll = shl_catalog_get(node->eng, ns.full);
+    if (coll == NULL) {
+        ret = shl_catalog_create_collection(node->eng, ns.full, NULL, NULL, &ts, st);
+        if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+            ret = 0;
+        } else if (ret == 0) {
+            created_coll = true;
+            db_op_note_write_ts(ts);
+        }
+        SHL_ERR(ret);
+        coll = shl_catalog_get(node->eng, ns.full);
+    }
+    before = coll != NULL ? (int64_t)coll->nindexes : 0;
+    bson_iter_init(&it, &specs);
+    while (bson_iter_next(&it)) {
+        bson_t spec;
+        const uint8_t *data;
+        uint32_t len;
+        bool created = false;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&spec, data, len);
+        SHL_ERR(shl_catalog_create_index(node->eng, ns.full, &spec, &created, &ts, st));
+        if (created) {
+            any_created = true;
+            db_op_note_write_ts(ts);
+        }
+    }
+    shl_collection_release(coll);
+    coll = shl_catalog_get(node->eng, ns.full);
+    after = coll != NULL ? (int64_t)coll->nindexes : before;
+    BSON_APPEND_INT32(reply, "numIndexesBefore", (int32_t)before);
+    BSON_APPEND_INT32(reply, "numIndexesAfter", (int32_t)after);
+    if (!any_created) {
+        BSON_APPEND_UTF8(reply, "note", "all indexes already exist");
+    }
+    BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", created_coll);
+    finish_ddl(op, &wc, 0, reply);
+done:
+    shl_collection_release(coll);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- dropIndexes */
+
+static const char *const drop_indexes_fields[] = {"index", "collectionUUID", NULL};
+
+static int
+drop_one_index(db_node_t *node, const shl_ns_t *ns, const char *name, shl_status_t *st)
+{
+    uint64_t ts = 0;
+    int ret = shl_catalog_drop_index(node->eng, ns->full, name, &ts, st);
+    if (ret == 0) {
+        db_op_note_write_ts(ts);
+    }
+    return ret;
+}
+
+static int
+cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_iter_t it;
+    shl_collection_t *coll = NULL;
+    char **names = NULL;
+    size_t nnames = 0;
+    bool all = false;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, drop_indexes_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (!bson_iter_init_find(&it, cmd, "index")) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'dropIndexes.index' is missing but a required field");
+    }
+    coll = shl_catalog_get(node->eng, ns.full);
+    if (coll == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns.full);
+    }
+    names = bson_malloc0((coll->nindexes + 1) * sizeof(char *));
+    if (BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "*") == 0) {
+        all = true;
+        for (size_t i = 0; i < coll->nindexes; i++) {
+            if (!coll->indexes[i]->is_id) {
+                names[nnames++] = bson_strdup(coll->indexes[i]->name);
+            }
+        }
+    } else if (BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *name = bson_iter_utf8(&it, NULL);
+        names[nnames++] = bson_strdup(name);
+    } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t pattern;
+        const uint8_t *data;
+        uint32_t len;
+        const shl_index_t *idx;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&pattern, data, len);
+        idx = shl_collection_find_index_by_key(coll, &pattern);
+        if (idx == NULL) {
+            char *s = shl_bson_to_string(&pattern);
+            shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND, "can't find index with key: %s", s);
+            bson_free(s);
+            ret = SHL_CODE_INDEX_NOT_FOUND;
+            goto done;
+        }
+        names[nnames++] = bson_strdup(idx->name);
+    } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
+        bson_iter_t sub;
+        size_t cap = coll->nindexes + 1;
+        bson_iter_recurse(&it, &sub);
+        while (bson_iter_next(&sub)) {
+            if (!BSON_ITER_HOLDS_UTF8(&sub)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "dropIndexes 'index' array must contain only strings");
+            }
+            if (nnames + 1 >= cap) {
+                cap *= 2;
+                names = bson_realloc(names, cap * sizeof(char *));
+            }
+            names[nnames++] = bson_strdup(bson_iter_utf8(&sub, NULL));
+        }
+        /* Every name must exist before any is dropped. */
+        for (size_t i = 0; i < nnames; i++) {
+            if (shl_collection_find_index(coll, names[i]) == NULL) {
+                SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "index not found with name [%s]", names[i]);
+            }
+        }
+    } else {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'dropIndexes.index' is the wrong type '%s', expected types "
+                 "'[string, object, array]'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    BSON_APPEND_INT32(reply, "nIndexesWas", (int32_t)coll->nindexes);
+    for (size_t i = 0; i < nnames; i++) {
+        SHL_ERR(drop_one_index(node, &ns, names[i], st));
+    }
+    if (all) {
+        BSON_APPEND_UTF8(reply, "msg", "non-_id indexes dropped for collection");
+    }
+    finish_ddl(op, &wc, 0, reply);
+done:
+    for (size_t i = 0; i < nnames; i++) {
+        bson_free(names[i]);
+    }
+    bson_free(names);
+    shl_collection_release(coll);
+    return ret;
+}
+
+static const shl_command_t ddl_commands[] = {
+    {"create", {NULL}, cmd_create, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN, "create a collection"},
+    {"drop", {NULL}, cmd_drop, SHL_CMD_NEEDS_PRIMARY, "drop a collection"},
+    {"dropDatabase", {NULL}, cmd_drop_database, SHL_CMD_NEEDS_PRIMARY, "drop a database"},
+    {"renameCollection",
+     {NULL},
+     cmd_rename_collection,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_ADMIN_ONLY,
+     "rename a collection"},
+    {"createIndexes",
+     {NULL},
+     cmd_create_indexes,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
+     "create indexes"},
+    {"dropIndexes",
+     {"deleteIndexes", NULL},
+     cmd_drop_indexes,
+     SHL_CMD_NEEDS_PRIMARY,
+     "drop indexes"},
+};
+
+void
+db_register_ddl_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(ddl_commands) / sizeof(ddl_commands[0]); i++) {
+        shl_command_registry_add(reg, &ddl_commands[i]);
+    }
+}

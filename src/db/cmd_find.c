@@ -1,0 +1,1138 @@
+/*
+ * cmd_find.c -- the read commands of a data node: find (with the IDHACK fast path and
+ * local.oplog.rs), getMore, killCursors, count, distinct and explain, with MongoDB
+ * 7.0's request fields, errors and reply shapes. Reads run in a storage snapshot that a
+ * cursor keeps across getMores; the collection lock is held (shared) only while a batch
+ * is produced, so DDL on the collection waits for batches, not for idle cursors.
+ */
+#include <string.h>
+
+#include "base/clock.h"
+#include "bson/bson_compare.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "db/exec.h"
+#include "net/command_args.h"
+#include "net/message.h"
+
+/* IDL's "value must be >= 0" validator code. */
+#define CODE_IDL_NEGATIVE 51024
+
+static int
+nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, shl_status_t *st)
+{
+    int ret = 0;
+    SHL_ERR(shl_cmd_get_int64(cmd, field, out, found, st));
+    if (*found && *out < 0) {
+        SHL_FAIL(st, CODE_IDL_NEGATIVE, "BSON field '%s' value must be >= 0, actual value '%lld'",
+                 field, (long long)*out);
+    }
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- find */
+
+typedef struct find_args {
+    bson_t filter, sort, projection;
+    bool has_filter, has_sort, has_projection;
+    bool has_hint;
+    bson_value_t hint;
+    int64_t skip, limit, batch_size;
+    bool has_batch_size;
+    bool single_batch, no_cursor_timeout;
+} find_args_t;
+
+enum {
+    F_UNKNOWN,
+    F_FILTER,
+    F_PROJECTION,
+    F_SORT,
+    F_HINT,
+    F_SKIP,
+    F_LIMIT,
+    F_BATCH_SIZE,
+    F_SINGLE_BATCH,
+    F_NO_CURSOR_TIMEOUT,
+    F_BOOL, /* accepted booleans with no effect here */
+    F_COLLATION,
+    F_ACCEPTED, /* accepted, any type (handled elsewhere or ignored as MongoDB does) */
+    F_REFUSED,  /* MongoDB has it, Shale does not yet */
+};
+
+static const struct {
+    const char *name;
+    int id;
+} find_field_ids[] = {
+    {"filter", F_FILTER},
+    {"projection", F_PROJECTION},
+    {"sort", F_SORT},
+    {"hint", F_HINT},
+    {"skip", F_SKIP},
+    {"limit", F_LIMIT},
+    {"batchSize", F_BATCH_SIZE},
+    {"singleBatch", F_SINGLE_BATCH},
+    {"noCursorTimeout", F_NO_CURSOR_TIMEOUT},
+    {"allowDiskUse", F_BOOL},
+    {"allowPartialResults", F_BOOL},
+    {"readOnce", F_BOOL},
+    {"oplogReplay", F_BOOL},
+    {"collation", F_COLLATION},
+    {"comment", F_ACCEPTED},
+    {"maxTimeMS", F_ACCEPTED},
+    {"readConcern", F_ACCEPTED},
+    {"term", F_ACCEPTED},
+    {"includeQueryStatsMetrics", F_ACCEPTED},
+    {"allowSpeculativeMajorityRead", F_ACCEPTED},
+    {"max", F_REFUSED},
+    {"min", F_REFUSED},
+    {"returnKey", F_REFUSED},
+    {"showRecordId", F_REFUSED},
+    {"tailable", F_REFUSED},
+    {"awaitData", F_REFUSED},
+    {"let", F_REFUSED},
+    {"$_requestResumeToken", F_REFUSED},
+    {"$_resumeAfter", F_REFUSED},
+    {"$_startAt", F_REFUSED},
+};
+
+static int
+find_field_id(const char *k)
+{
+    for (size_t i = 0; i < sizeof(find_field_ids) / sizeof(find_field_ids[0]); i++) {
+        /* The first byte rules out most names before a full compare. */
+        if (find_field_ids[i].name[0] == k[0] && strcmp(find_field_ids[i].name, k) == 0) {
+            return find_field_ids[i].id;
+        }
+    }
+    return F_UNKNOWN;
+}
+
+static int
+wrong_type(const char *field, const bson_iter_t *it, const char *expected, shl_status_t *st)
+{
+    return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                          "BSON field 'find.%s' is the wrong type '%s', expected type '%s'", field,
+                          shl_bson_type_name(bson_iter_type(it)), expected);
+}
+
+static int
+doc_field(const bson_iter_t *it, bson_t *out, bool *has, shl_status_t *st)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return wrong_type(bson_iter_key(it), it, "object", st);
+    }
+    bson_iter_document(it, &len, &data);
+    bson_init_static(out, data, len);
+    *has = true;
+    return 0;
+}
+
+static int
+nonneg_iter(const bson_iter_t *it, int64_t *out, shl_status_t *st)
+{
+    if (!BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(bson_iter_key(it), it, "long", st);
+    }
+    if (BSON_ITER_HOLDS_DOUBLE(it)) {
+        double d = bson_iter_double(it);
+        if (d != d || d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) {
+            return shl_status_set(st, SHL_CODE_BAD_VALUE,
+                                  "BSON field 'find.%s' has a value out of range",
+                                  bson_iter_key(it));
+        }
+    }
+    *out = bson_iter_as_int64(it);
+    if (*out < 0) {
+        return shl_status_set(st, CODE_IDL_NEGATIVE,
+                              "BSON field '%s' value must be >= 0, actual value '%lld'",
+                              bson_iter_key(it), (long long)*out);
+    }
+    return 0;
+}
+
+static int
+bool_iter(const bson_iter_t *it, bool *out, shl_status_t *st)
+{
+    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
+    if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(bson_iter_key(it), it, "bool", st);
+    }
+    *out = bson_iter_as_bool(it);
+    return 0;
+}
+
+/* One pass over the command: find is the hot path of point reads. */
+static int
+parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool b;
+
+    memset(a, 0, sizeof(*a));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        switch (find_field_id(k)) {
+        case F_FILTER:
+            SHL_ERR(doc_field(&it, &a->filter, &a->has_filter, st));
+            break;
+        case F_PROJECTION:
+            SHL_ERR(doc_field(&it, &a->projection, &a->has_projection, st));
+            break;
+        case F_SORT:
+            SHL_ERR(doc_field(&it, &a->sort, &a->has_sort, st));
+            break;
+        case F_HINT:
+            if (!BSON_ITER_HOLDS_UTF8(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "hint must be a string or an object");
+            }
+            a->hint = *bson_iter_value(&it);
+            /* {} and "" mean no hint, as in MongoDB. */
+            a->has_hint = !(BSON_ITER_HOLDS_UTF8(&it) && a->hint.value.v_utf8.len == 0) &&
+                          !(BSON_ITER_HOLDS_DOCUMENT(&it) && a->hint.value.v_doc.data_len <= 5);
+            break;
+        case F_SKIP:
+            SHL_ERR(nonneg_iter(&it, &a->skip, st));
+            break;
+        case F_LIMIT:
+            SHL_ERR(nonneg_iter(&it, &a->limit, st));
+            break;
+        case F_BATCH_SIZE:
+            SHL_ERR(nonneg_iter(&it, &a->batch_size, st));
+            a->has_batch_size = true;
+            break;
+        case F_SINGLE_BATCH:
+            SHL_ERR(bool_iter(&it, &a->single_batch, st));
+            break;
+        case F_NO_CURSOR_TIMEOUT:
+            SHL_ERR(bool_iter(&it, &a->no_cursor_timeout, st));
+            break;
+        case F_BOOL:
+            SHL_ERR(bool_iter(&it, &b, st));
+            break;
+        case F_COLLATION:
+            SHL_ERR(db_check_collation(cmd, "collation", st));
+            break;
+        case F_ACCEPTED:
+            break;
+        case F_REFUSED:
+            if (!(BSON_ITER_HOLDS_BOOL(&it) && !bson_iter_bool(&it))) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "find.%s is not supported yet", k);
+            }
+            break;
+        default:
+            if (!shl_cmd_is_generic_arg(k)) {
+                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                         shl_cmd_name(cmd), k);
+            }
+            break;
+        }
+    }
+done:
+    return ret;
+}
+
+/* find {_id: v} without sort, projection, hint or skip: one index lookup, no plan. */
+static bool
+idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
+{
+    if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
+        (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
+        return false;
+    }
+    /* exec_query_init's {_id: v} test, without building a matcher. */
+    {
+        bson_iter_t it, v;
+        if (!bson_iter_init(&it, &a->filter) || !bson_iter_next(&it) ||
+            strcmp(bson_iter_key(&it), "_id") != 0) {
+            return false;
+        }
+        v = it;
+        if (bson_iter_next(&it)) {
+            return false;
+        }
+        if (BSON_ITER_HOLDS_ARRAY(&v) || BSON_ITER_HOLDS_REGEX(&v) ||
+            BSON_ITER_HOLDS_UNDEFINED(&v)) {
+            return false;
+        }
+        if (BSON_ITER_HOLDS_DOCUMENT(&v)) {
+            bson_iter_t sub;
+            if (bson_iter_recurse(&v, &sub) && bson_iter_next(&sub) &&
+                bson_iter_key(&sub)[0] == '$') {
+                return false;
+            }
+        }
+        *id = *bson_iter_value(&v);
+    }
+    return true;
+}
+
+static int
+find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_t read_ts,
+           bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_coll_handle_t h;
+    shl_storage_txn_t *txn = NULL;
+    bson_t doc, arr = BSON_INITIALIZER;
+    bool found = false, have_doc = false, locked = false;
+
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll != NULL) {
+        shl_storage_txn_opts_t o = {read_ts};
+        SHL_ERR(shl_storage_txn_begin(node->eng, read_ts ? &o : NULL, &txn, st));
+        ret = shl_doc_find_by_id(txn, h.coll, id, &doc, NULL, &found, st);
+        have_doc = true;
+        SHL_ERR(ret);
+        if (found) {
+            bson_append_document(&arr, "0", 1, &doc);
+        }
+    }
+    shl_cursor_reply(reply, ns->full, 0, true, &arr);
+done:
+    if (have_doc) {
+        bson_destroy(&doc);
+    }
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    bson_destroy(&arr);
+    return ret;
+}
+
+/*
+ * Build the plan of a find over 'ns' (collection lock held by the caller in 'h').
+ * On success *out owns 'q'.
+ */
+static int
+build_find_plan(db_node_t *node, const shl_ns_t *ns, shl_coll_handle_t *h, exec_query_t *q,
+                uint64_t read_ts, exec_plan_t **out, shl_status_t *st)
+{
+    return exec_plan_build(node->eng, NULL, read_ts, h->coll, ns->full, q, out, st);
+}
+
+static int
+parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
+    bson_iter_t it;
+    bool natural = a->has_sort && bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
+                   strcmp(bson_iter_key(&it), "$natural") == 0 && !bson_iter_next(&it);
+
+    *out = NULL;
+    ret = exec_query_init(q, a->has_filter ? &a->filter : NULL,
+                          a->has_sort && !natural ? &a->sort : NULL,
+                          a->has_projection ? &a->projection : NULL, st);
+    if (ret != 0) {
+        exec_query_cleanup(q);
+        bson_free(q);
+        return ret;
+    }
+    q->has_hint = a->has_hint;
+    q->hint = a->hint;
+    if (natural && !a->has_hint) {
+        /* sort {$natural: 1|-1} is a collection scan in that direction, like the hint. */
+        q->has_hint = true;
+        q->hint.value_type = BSON_TYPE_DOCUMENT;
+        q->hint.value.v_doc.data = (uint8_t *)(uintptr_t)bson_get_data(&a->sort);
+        q->hint.value.v_doc.data_len = a->sort.len;
+    }
+    q->skip = a->skip;
+    q->limit = a->limit;
+    *out = q;
+    return ret;
+}
+
+static int
+cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    find_args_t a;
+    db_read_concern_t rc;
+    uint64_t read_ts;
+    bson_value_t id;
+    exec_query_t *q = NULL;
+    exec_plan_t *plan = NULL;
+    shl_cursor_t *c = NULL;
+    shl_coll_handle_t h;
+    bool locked = false, exhausted = false;
+    bson_t arr = BSON_INITIALIZER;
+    int64_t cursor_id = 0;
+
+    db_cmd_begin(op);
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(parse_find(cmd, &a, st));
+    SHL_ERR(db_read_concern_get(op, &rc, st));
+    read_ts = db_read_timestamp(node, &rc);
+    if (idhack_eligible(&a, ns.full, &id)) {
+        SHL_ERR(find_by_id(op, &ns, &id, read_ts, reply, st));
+        goto done;
+    }
+    SHL_ERR(parse_query(&a, &q, st));
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    SHL_ERR(build_find_plan(node, &ns, &h, q, read_ts, &plan, st));
+    exec_plan_own_query(plan);
+    q = NULL;
+    c = shl_cursor_new(ns.full, &exec_plan_cursor_ops, plan);
+    plan = NULL;
+    c->limit = a.limit;
+    c->no_timeout = a.no_cursor_timeout;
+    if (!(a.has_batch_size && a.batch_size == 0)) {
+        SHL_ERR(shl_cursor_fill_batch(op, c, a.batch_size, true, &arr, &exhausted, st));
+    }
+    shl_storage_coll_release(&h);
+    locked = false;
+    if (exhausted || a.single_batch) {
+        shl_cursor_destroy(c);
+    } else {
+        cursor_id = shl_cursor_manager_register(node->cursors, c);
+    }
+    c = NULL;
+    shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    shl_cursor_destroy(c);
+    exec_plan_destroy(plan);
+    if (q != NULL) {
+        exec_query_cleanup(q);
+        bson_free(q);
+    }
+    bson_destroy(&arr);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- getMore */
+
+static const char *const getmore_fields[] = {"collection",
+                                             "batchSize",
+                                             "maxTimeMS",
+                                             "term",
+                                             "lastKnownCommittedOpTime",
+                                             "comment",
+                                             "includeQueryStatsMetrics",
+                                             NULL};
+
+/* A plan cursor may only go on if its collection is still the one it started on. */
+static int
+check_plan_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_t *st)
+{
+    const exec_plan_t *p = c->state;
+    if (p->coll == NULL) {
+        return 0;
+    }
+    if (h->coll == NULL || memcmp(h->coll->uuid, p->coll->uuid, 16) != 0) {
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "collection dropped. ns: %s", c->ns);
+    }
+    if (p->index_name[0] != '\0' && shl_collection_find_index(h->coll, p->index_name) == NULL) {
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "index '%s' dropped", p->index_name);
+    }
+    return 0;
+}
+
+static int
+cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it;
+    int64_t id, batch_size = 0;
+    const char *coll = NULL;
+    bool found, locked = false, exhausted = false, failed = true;
+    shl_ns_t ns;
+    shl_cursor_t *c = NULL;
+    shl_coll_handle_t h;
+    bson_t arr = BSON_INITIALIZER;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, getmore_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'getMore.getMore' is the wrong type '%s', expected type 'long'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    id = bson_iter_int64(&it);
+    SHL_ERR(shl_cmd_get_string(cmd, "collection", &coll, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'getMore.collection' is missing but a required field");
+    }
+    SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
+    SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
+    if (bson_has_field(cmd, "maxTimeMS")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
+    }
+    SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
+    if (c->ops == &exec_plan_cursor_ops) {
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+        locked = true;
+        SHL_ERR(check_plan_cursor(c, &h, st));
+    }
+    SHL_ERR(shl_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
+    failed = false;
+    shl_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr);
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    if (c != NULL) {
+        /* An error ends the cursor, as in MongoDB. */
+        shl_cursor_manager_unpin(node->cursors, c, failed || exhausted);
+    }
+    bson_destroy(&arr);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- killCursors */
+
+static const char *const kill_fields[] = {"cursors", NULL};
+
+static void
+append_ids(bson_t *reply, const char *key, const int64_t *ids, size_t n)
+{
+    bson_t arr;
+    char k[16];
+    const char *kp;
+    BSON_APPEND_ARRAY_BEGIN(reply, key, &arr);
+    for (size_t i = 0; i < n; i++) {
+        bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+        bson_append_int64(&arr, kp, -1, ids[i]);
+    }
+    bson_append_array_end(reply, &arr);
+}
+
+static int
+cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    bson_t ids;
+    bool found;
+    bson_iter_t it;
+    int64_t *killed = NULL, *missing = NULL;
+    size_t nk = 0, nm = 0, cap;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, kill_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "cursors", &ids, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'killCursors.cursors' is missing but a required field");
+    }
+    cap = bson_count_keys(&ids) + 1;
+    killed = bson_malloc(cap * sizeof(int64_t));
+    missing = bson_malloc(cap * sizeof(int64_t));
+    bson_iter_init(&it, &ids);
+    while (bson_iter_next(&it)) {
+        int64_t id;
+        if (!BSON_ITER_HOLDS_INT64(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'killCursors.cursors.%s' is the wrong type '%s', expected "
+                     "type 'long'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        id = bson_iter_int64(&it);
+        if (shl_cursor_manager_kill(node->cursors, id, ns.full) == SHL_CURSOR_KILLED) {
+            killed[nk++] = id;
+        } else {
+            missing[nm++] = id;
+        }
+    }
+    append_ids(reply, "cursorsKilled", killed, nk);
+    append_ids(reply, "cursorsNotFound", missing, nm);
+    append_ids(reply, "cursorsAlive", NULL, 0);
+    append_ids(reply, "cursorsUnknown", NULL, 0);
+done:
+    bson_free(killed);
+    bson_free(missing);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- count */
+
+static const char *const count_fields[] = {
+    "query",       "limit",  "skip",    "hint",      "collation",
+    "readConcern", "fields", "comment", "maxTimeMS", "encryptionInformation",
+    NULL};
+
+/* Run 'q' over ns and count results ('plan_out' keeps the plan for explain). */
+static int
+run_count(shl_op_ctx_t *op, const shl_ns_t *ns, exec_query_t *q, uint64_t read_ts, int64_t *n,
+          exec_plan_t **plan_out, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_coll_handle_t h;
+    bool locked = false;
+    exec_plan_t *plan = NULL;
+
+    *n = 0;
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    SHL_ERR(exec_plan_build(node->eng, NULL, read_ts, h.coll, ns->full, q, &plan, st));
+    for (;;) {
+        exec_row_t row;
+        bool eof;
+        SHL_ERR(exec_plan_next(plan, op, &row, &eof, st));
+        if (eof) {
+            break;
+        }
+        (*n)++;
+    }
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    if (plan_out != NULL && ret == 0) {
+        *plan_out = plan;
+    } else {
+        exec_plan_destroy(plan);
+    }
+    return ret;
+}
+
+static int
+parse_count(const bson_t *cmd, exec_query_t *q, bool *fast, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t query;
+    bool has_query, found;
+    int64_t limit = 0, skip = 0;
+
+    memset(q, 0, sizeof(*q));
+    bson_init(&q->filter);
+    SHL_ERR(shl_cmd_check_fields(cmd, count_fields, st));
+    SHL_ERR(db_check_collation(cmd, "collation", st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
+    SHL_ERR(shl_cmd_get_int64(cmd, "limit", &limit, &found, st));
+    SHL_ERR(nonneg_field(cmd, "skip", &skip, &found, st));
+    SHL_ERR(exec_query_init(q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_cmd_get_hint(cmd, &q->has_hint, &q->hint, st));
+    /* A negative limit counts like its absolute value. */
+    q->limit = limit < 0 ? -limit : limit;
+    q->skip = skip;
+    *fast = shl_matcher_is_trivial(q->matcher) && !q->has_hint;
+done:
+    return ret;
+}
+
+static int
+cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    exec_query_t q;
+    db_read_concern_t rc;
+    bool fast = false;
+    int64_t n = 0;
+
+    db_cmd_begin(op);
+    memset(&q, 0, sizeof(q));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(parse_count(cmd, &q, &fast, st));
+    SHL_ERR(db_read_concern_get(op, &rc, st));
+    if (fast && rc.level != DB_RC_MAJORITY) {
+        /* RECORD_STORE_FAST_COUNT: the committed record count. */
+        shl_collection_t *coll = shl_catalog_get(node->eng, ns.full);
+        n = coll != NULL ? shl_collection_num_records(coll) : 0;
+        shl_collection_release(coll);
+        n = n > q.skip ? n - q.skip : 0;
+        if (q.limit > 0 && n > q.limit) {
+            n = q.limit;
+        }
+    } else {
+        SHL_ERR(run_count(op, &ns, &q, db_read_timestamp(node, &rc), &n, NULL, st));
+    }
+    /* MongoDB appends the count as an int when it fits. */
+    if (n <= INT32_MAX) {
+        BSON_APPEND_INT32(reply, "n", (int32_t)n);
+    } else {
+        BSON_APPEND_INT64(reply, "n", n);
+    }
+done:
+    exec_query_cleanup(&q);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- distinct */
+
+static const char *const distinct_fields[] = {"key",  "query",   "collation", "readConcern",
+                                              "hint", "comment", "maxTimeMS", NULL};
+
+typedef struct distinct_set {
+    bson_value_t *vals; /* copies, in first-seen order */
+    size_t n, cap;
+    size_t *order; /* indexes into vals sorted by canonical order */
+    size_t bytes;
+} distinct_set_t;
+
+static int
+distinct_add(distinct_set_t *d, const bson_value_t *v, shl_status_t *st)
+{
+    size_t lo = 0, hi = d->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = shl_bson_value_compare(&d->vals[d->order[mid]], v);
+        if (c == 0) {
+            return 0;
+        }
+        if (c < 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    if (d->n == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 64;
+        d->vals = bson_realloc(d->vals, d->cap * sizeof(bson_value_t));
+        d->order = bson_realloc(d->order, d->cap * sizeof(size_t));
+    }
+    bson_value_copy(v, &d->vals[d->n]);
+    memmove(&d->order[lo + 1], &d->order[lo], (d->n - lo) * sizeof(size_t));
+    d->order[lo] = d->n;
+    d->n++;
+    d->bytes += 16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
+                (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY
+                     ? v->value.v_doc.data_len
+                     : 0);
+    if (d->bytes > SHL_MAX_BSON_SIZE) {
+        return shl_status_set(st, 17217, "distinct too big, 16mb cap");
+    }
+    return 0;
+}
+
+/* Collect the values at dotted 'path' of the value under 'it', traversing arrays. */
+static int
+distinct_collect(distinct_set_t *d, const bson_iter_t *it, const char *path, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t sub;
+
+    if (*path == '\0') {
+        if (BSON_ITER_HOLDS_ARRAY(it)) {
+            bson_iter_recurse(it, &sub);
+            while (bson_iter_next(&sub)) {
+                SHL_ERR(distinct_add(d, bson_iter_value(&sub), st));
+            }
+        } else {
+            bson_iter_t copy = *it;
+            SHL_ERR(distinct_add(d, bson_iter_value(&copy), st));
+        }
+        goto done;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        const char *dot = strchr(path, '.');
+        size_t n = dot ? (size_t)(dot - path) : strlen(path);
+        const char *rest = dot ? dot + 1 : path + n;
+        bson_iter_recurse(it, &sub);
+        while (bson_iter_next(&sub)) {
+            if (strlen(bson_iter_key(&sub)) == n && memcmp(bson_iter_key(&sub), path, n) == 0) {
+                SHL_ERR(distinct_collect(d, &sub, rest, st));
+                break;
+            }
+        }
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        /* Implicit traversal: apply the remaining path to each document element. */
+        bson_iter_recurse(it, &sub);
+        while (bson_iter_next(&sub)) {
+            if (BSON_ITER_HOLDS_DOCUMENT(&sub)) {
+                SHL_ERR(distinct_collect(d, &sub, path, st));
+            }
+        }
+    }
+done:
+    return ret;
+}
+
+static int
+cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    exec_query_t q;
+    db_read_concern_t rc;
+    const char *key = NULL;
+    bson_t query, arr;
+    bool has_query, found, locked = false;
+    shl_coll_handle_t h;
+    exec_plan_t *plan = NULL;
+    distinct_set_t d;
+
+    db_cmd_begin(op);
+    memset(&q, 0, sizeof(q));
+    memset(&d, 0, sizeof(d));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(shl_cmd_check_fields(cmd, distinct_fields, st));
+    SHL_ERR(db_check_collation(cmd, "collation", st));
+    SHL_ERR(shl_cmd_get_string(cmd, "key", &key, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'distinct.key' is missing but a required field");
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
+    SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
+    SHL_ERR(db_read_concern_get(op, &rc, st));
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
+                            &plan, st));
+    for (;;) {
+        exec_row_t row;
+        bool eof;
+        bson_iter_t root;
+        bson_t wrap = BSON_INITIALIZER;
+
+        SHL_ERR(exec_plan_next(plan, op, &row, &eof, st));
+        if (eof) {
+            break;
+        }
+        /* Treat the document as a value so the path walk starts the same way. */
+        BSON_APPEND_DOCUMENT(&wrap, "d", row.doc);
+        bson_iter_init_find(&root, &wrap, "d");
+        ret = distinct_collect(&d, &root, key, st);
+        bson_destroy(&wrap);
+        SHL_ERR(ret);
+    }
+    BSON_APPEND_ARRAY_BEGIN(reply, "values", &arr);
+    for (size_t i = 0; i < d.n; i++) {
+        char k[16];
+        const char *kp;
+        bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+        bson_append_value(&arr, kp, -1, &d.vals[i]);
+    }
+    bson_append_array_end(reply, &arr);
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    exec_plan_destroy(plan);
+    exec_query_cleanup(&q);
+    for (size_t i = 0; i < d.n; i++) {
+        bson_value_destroy(&d.vals[i]);
+    }
+    bson_free(d.vals);
+    bson_free(d.order);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- explain */
+
+static const char *const explain_fields[] = {"verbosity", NULL};
+
+static int
+cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it;
+    bson_t inner;
+    const char *verbosity = "allPlansExecution", *name;
+    bool found, exec_stats, locked = false;
+    shl_ns_t ns;
+    exec_query_t *q = NULL;
+    exec_plan_t *plan = NULL;
+    shl_coll_handle_t h;
+    db_read_concern_t rc;
+    int64_t n = 0, t0 = shl_clock_mono_us();
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, explain_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'explain.explain' is the wrong type '%s', expected type 'object'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "explain", &inner, &found, st));
+    SHL_ERR(shl_cmd_get_string(cmd, "verbosity", &verbosity, &found, st));
+    if (strcmp(verbosity, "queryPlanner") != 0 && strcmp(verbosity, "executionStats") != 0 &&
+        strcmp(verbosity, "allPlansExecution") != 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "Enumeration value '%s' for field 'explain.verbosity' is not a valid value.",
+                 verbosity);
+    }
+    exec_stats = strcmp(verbosity, "queryPlanner") != 0;
+    name = shl_cmd_name(&inner);
+    SHL_ERR(db_ns_from_cmd(op, &inner, &ns, st));
+    SHL_ERR(db_read_concern_get(op, &rc, st));
+    if (strcmp(name, "find") == 0) {
+        find_args_t a;
+        SHL_ERR(parse_find(&inner, &a, st));
+        SHL_ERR(parse_query(&a, &q, st));
+    } else if (strcmp(name, "count") == 0) {
+        bool fast;
+        q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
+        SHL_ERR(parse_count(&inner, q, &fast, st));
+    } else {
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s", name);
+    }
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, q,
+                            &plan, st));
+    if (exec_stats) {
+        for (;;) {
+            exec_row_t row;
+            bool eof;
+            SHL_ERR(exec_plan_next(plan, op, &row, &eof, st));
+            if (eof) {
+                break;
+            }
+            n++;
+        }
+    }
+    BSON_APPEND_UTF8(reply, "explainVersion", "1");
+    exec_plan_explain(plan, exec_stats, n, (shl_clock_mono_us() - t0) / 1000, reply);
+    BSON_APPEND_DOCUMENT(reply, "command", &inner);
+    {
+        bson_t si;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &si);
+        BSON_APPEND_UTF8(&si, "host", op->svc->me);
+        bson_append_document_end(reply, &si);
+    }
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    exec_plan_destroy(plan);
+    if (q != NULL) {
+        exec_query_cleanup(q);
+        bson_free(q);
+    }
+    return ret;
+}
+
+/* ---------------------------------------------------------------- aggregate (stub) */
+
+static const char *const aggregate_fields[] = {
+    "pipeline",     "cursor",    "explain",
+    "allowDiskUse", "collation", "hint",
+    "readConcern",  "let",       "bypassDocumentValidation",
+    "comment",      "maxTimeMS", NULL};
+
+/*
+ * The aggregation engine comes with the query language (issue 4). Until then aggregate
+ * runs pipelines made of $match, $sort, $skip, $limit, $project and a final count
+ * ({$group: {_id: <constant>, n: {$sum: 1}}} as drivers' countDocuments sends, or
+ * $count), which covers what drivers issue for everyday CRUD.
+ */
+static int
+cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    bson_t pipeline, match = BSON_INITIALIZER, sort = BSON_INITIALIZER, proj = BSON_INITIALIZER;
+    bool found, has_match = false, has_sort = false, has_proj = false, locked = false;
+    bson_iter_t it;
+    exec_query_t q;
+    int64_t skip = 0, limit = 0, batch_size = 0;
+    char *count_field = NULL;
+    bson_value_t group_id;
+    bool counting = false, after_count = false;
+    db_read_concern_t rc;
+    shl_coll_handle_t h;
+    exec_plan_t *plan = NULL;
+    bson_t *docs = NULL;
+
+    db_cmd_begin(op);
+    memset(&q, 0, sizeof(q));
+    memset(&group_id, 0, sizeof(group_id));
+    SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (!bson_has_field(cmd, "cursor") && !bson_has_field(cmd, "explain")) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'cursor' option is required, except for aggregate with the explain "
+                 "argument");
+    }
+    SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
+    SHL_ERR(db_check_collation(cmd, "collation", st));
+    bson_iter_init(&it, &pipeline);
+    while (bson_iter_next(&it)) {
+        bson_iter_t stage;
+        const char *name;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
+            !bson_iter_next(&stage)) {
+            SHL_FAIL(st, 40323,
+                     "A pipeline stage specification object must contain exactly "
+                     "one field.");
+        }
+        name = bson_iter_key(&stage);
+        if (after_count) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "aggregate: stages after a count are not supported yet");
+        }
+        if (strcmp(name, "$match") == 0 && !has_sort && skip == 0 && limit == 0 && !has_proj &&
+            !has_match && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+            bson_t m;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&stage, &len, &data);
+            bson_init_static(&m, data, len);
+            bson_concat(&match, &m);
+            has_match = true;
+        } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&
+                   !has_proj && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+            bson_t m;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&stage, &len, &data);
+            bson_init_static(&m, data, len);
+            bson_concat(&sort, &m);
+            has_sort = true;
+        } else if (strcmp(name, "$skip") == 0 && limit == 0 && !has_proj &&
+                   BSON_ITER_HOLDS_NUMBER(&stage)) {
+            skip += bson_iter_as_int64(&stage);
+        } else if (strcmp(name, "$limit") == 0 && !has_proj && BSON_ITER_HOLDS_NUMBER(&stage)) {
+            int64_t l = bson_iter_as_int64(&stage);
+            if (l <= 0) {
+                SHL_FAIL(st, 15958, "the limit must be positive");
+            }
+            limit = limit == 0 || l < limit ? l : limit;
+        } else if (strcmp(name, "$project") == 0 && !has_proj && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+            bson_t m;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&stage, &len, &data);
+            bson_init_static(&m, data, len);
+            bson_concat(&proj, &m);
+            has_proj = true;
+        } else if (strcmp(name, "$count") == 0 && BSON_ITER_HOLDS_UTF8(&stage)) {
+            count_field = bson_strdup(bson_iter_utf8(&stage, NULL));
+            group_id.value_type = BSON_TYPE_EOD;
+            counting = after_count = true;
+        } else if (strcmp(name, "$group") == 0 && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+            /* {_id: <constant>, <f>: {$sum: 1}} */
+            bson_iter_t g, acc;
+            bool ok = bson_iter_recurse(&stage, &g) && bson_iter_next(&g) &&
+                      strcmp(bson_iter_key(&g), "_id") == 0 && !BSON_ITER_HOLDS_DOCUMENT(&g) &&
+                      !(BSON_ITER_HOLDS_UTF8(&g) && bson_iter_utf8(&g, NULL)[0] == '$');
+            if (ok) {
+                group_id = *bson_iter_value(&g);
+                ok = bson_iter_next(&g) && BSON_ITER_HOLDS_DOCUMENT(&g) &&
+                     bson_iter_recurse(&g, &acc) && bson_iter_next(&acc) &&
+                     strcmp(bson_iter_key(&acc), "$sum") == 0 && BSON_ITER_HOLDS_NUMBER(&acc) &&
+                     bson_iter_as_int64(&acc) == 1;
+                if (ok) {
+                    count_field = bson_strdup(bson_iter_key(&g));
+                    ok = !bson_iter_next(&g);
+                }
+            }
+            if (!ok) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "aggregate: only {$group: {_id: <constant>, <field>: {$sum: 1}}} is "
+                         "supported yet");
+            }
+            counting = after_count = true;
+        } else {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "aggregate: stage %s (in this position) is not supported yet", name);
+        }
+    }
+    SHL_ERR(db_read_concern_get(op, &rc, st));
+    SHL_ERR(exec_query_init(&q, has_match ? &match : NULL, has_sort ? &sort : NULL,
+                            has_proj ? &proj : NULL, st));
+    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
+    q.skip = skip;
+    q.limit = limit;
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
+                            &plan, st));
+    docs = bson_new();
+    {
+        int64_t n = 0;
+        char k[16];
+        const char *kp;
+        for (;;) {
+            exec_row_t row;
+            bool eof;
+            SHL_ERR(exec_plan_next(plan, op, &row, &eof, st));
+            if (eof) {
+                break;
+            }
+            if (!counting) {
+                bson_uint32_to_string((uint32_t)n, &kp, k, sizeof(k));
+                bson_append_document(docs, kp, -1, row.doc);
+            }
+            n++;
+        }
+        if (counting && n > 0) {
+            bson_t out;
+            BSON_APPEND_DOCUMENT_BEGIN(docs, "0", &out);
+            if (group_id.value_type != BSON_TYPE_EOD) {
+                BSON_APPEND_VALUE(&out, "_id", &group_id);
+            }
+            if (n <= INT32_MAX) {
+                BSON_APPEND_INT32(&out, count_field, (int32_t)n);
+            } else {
+                BSON_APPEND_INT64(&out, count_field, n);
+            }
+            bson_append_document_end(docs, &out);
+        }
+    }
+    shl_storage_coll_release(&h);
+    locked = false;
+    db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
+    docs = NULL;
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    exec_plan_destroy(plan);
+    exec_query_cleanup(&q);
+    if (docs != NULL) {
+        bson_destroy(docs);
+    }
+    bson_free(count_field);
+    bson_destroy(&match);
+    bson_destroy(&sort);
+    bson_destroy(&proj);
+    return ret;
+}
+
+static const shl_command_t find_commands[] = {
+    {"find", {NULL}, cmd_find, SHL_CMD_IN_TXN, "query for documents"},
+    {"getMore", {NULL}, cmd_get_more, SHL_CMD_IN_TXN, "get more results from a cursor"},
+    {"killCursors", {NULL}, cmd_kill_cursors, SHL_CMD_IN_TXN, "kill cursors"},
+    {"count", {NULL}, cmd_count, 0, "count documents"},
+    {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
+    {"explain", {NULL}, cmd_explain, 0, "explain a find or count"},
+    {"aggregate",
+     {NULL},
+     cmd_aggregate,
+     SHL_CMD_IN_TXN,
+     "aggregation (match/sort/skip/limit/project/count for now)"},
+};
+
+void
+db_register_find_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(find_commands) / sizeof(find_commands[0]); i++) {
+        shl_command_registry_add(reg, &find_commands[i]);
+    }
+}

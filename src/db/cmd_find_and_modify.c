@@ -1,0 +1,338 @@
+/*
+ * cmd_find_and_modify.c -- findAndModify (alias findandmodify): find the first document
+ * of query+sort and update or remove it in one write unit, returning the document before
+ * or after ('new') with 'fields' projected; upsert with implicit collection creation.
+ * Reply: {lastErrorObject: {n, updatedExisting, upserted}, value}, as MongoDB 7.0.
+ */
+#include <string.h>
+
+#include "db/db_private.h"
+#include "db/exec.h"
+#include "db/storage_api.h"
+#include "net/command_args.h"
+#include "query/update.h"
+
+static const char *const fam_fields[] = {"query",
+                                         "fields",
+                                         "sort",
+                                         "hint",
+                                         "collation",
+                                         "arrayFilters",
+                                         "remove",
+                                         "update",
+                                         "new",
+                                         "upsert",
+                                         "bypassDocumentValidation",
+                                         "let",
+                                         "collectionUUID",
+                                         "isTimeseriesNamespace",
+                                         "encryptionInformation",
+                                         NULL};
+
+typedef struct fam_unit {
+    shl_op_ctx_t *op;
+    shl_collection_t *coll;
+    const char *ns;
+    exec_query_t *q;
+    const shl_update_t *upd; /* NULL for remove */
+    bool remove, return_new, upsert;
+    /* Results of the last run. */
+    bool found, updated_existing, upserted;
+    bson_t *value; /* the document to return (before projection), or NULL */
+    bson_value_t upserted_id;
+} fam_unit_t;
+
+static void
+fam_reset(fam_unit_t *u)
+{
+    if (u->value != NULL) {
+        bson_destroy(u->value);
+    }
+    if (u->upserted) {
+        bson_value_destroy(&u->upserted_id);
+    }
+    u->value = NULL;
+    u->found = u->updated_existing = u->upserted = false;
+}
+
+static int
+fam_update_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, bson_t *pre, shl_status_t *st)
+{
+    int ret = 0;
+    shl_update_ctx_t uctx;
+    bson_t out, *fixed = NULL;
+    bool changed = false, has_out = false;
+
+    memset(&uctx, 0, sizeof(uctx));
+    if (shl_update_uses_positional(u->upd)) {
+        shl_match_details_t details;
+        bool matched;
+        memset(&details, 0, sizeof(details));
+        SHL_ERR(shl_matcher_match(u->q->matcher, pre, &details, &matched, st));
+        uctx.has_matched_key = details.has_key;
+        uctx.matched_key = details.key;
+    }
+    ret = shl_update_apply(u->upd, pre, &uctx, &out, &changed, st);
+    has_out = true;
+    SHL_ERR(ret);
+    u->updated_existing = true;
+    if (changed) {
+        SHL_ERR(db_doc_after_update(pre, &out, &fixed, st));
+        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, fixed != NULL ? fixed : &out, NULL, st));
+    }
+    if (u->return_new) {
+        u->value = bson_copy(fixed != NULL ? fixed : &out);
+    } else {
+        u->value = bson_copy(pre);
+    }
+done:
+    if (has_out) {
+        bson_destroy(&out);
+    }
+    if (fixed != NULL) {
+        bson_destroy(fixed);
+    }
+    return ret;
+}
+
+static int
+fam_upsert(fam_unit_t *u, shl_storage_txn_t *txn, shl_status_t *st)
+{
+    int ret = 0;
+    shl_update_ctx_t uctx;
+    bson_t newdoc, *fixed = NULL;
+    bson_iter_t it;
+    const bson_t *ins;
+
+    memset(&uctx, 0, sizeof(uctx));
+    uctx.is_insert = true;
+    ret = shl_update_upsert_doc(u->upd, u->q->matcher, &uctx, &newdoc, st);
+    if (ret == 0) {
+        ret = db_doc_for_insert(shl_storage_txn_engine(txn), &newdoc, &fixed, st);
+    }
+    SHL_ERR(ret);
+    ins = fixed != NULL ? fixed : &newdoc;
+    SHL_ERR(shl_doc_insert(txn, u->coll, ins, NULL, NULL, st));
+    if (bson_iter_init_find(&it, ins, "_id")) {
+        bson_value_copy(bson_iter_value(&it), &u->upserted_id);
+        u->upserted = true;
+    }
+    if (u->return_new) {
+        u->value = bson_copy(ins);
+    }
+done:
+    bson_destroy(&newdoc);
+    if (fixed != NULL) {
+        bson_destroy(fixed);
+    }
+    return ret;
+}
+
+static int
+fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    fam_unit_t *u = arg;
+    int ret = 0;
+    exec_plan_t *plan = NULL;
+    exec_row_t row;
+    bool eof = true;
+    bson_t *pre = NULL;
+    int64_t rid = 0;
+
+    fam_reset(u);
+    u->q->limit = 1;
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
+    if (!eof) {
+        pre = bson_copy(row.doc);
+        rid = row.rid;
+    }
+    /* Close the scan before writing; a sorted plan's rows carry no RecordId. */
+    exec_plan_destroy(plan);
+    plan = NULL;
+    if (pre != NULL && rid == 0) {
+        /* Find the record again by _id (SORT drops RecordIds). */
+        bson_iter_t it;
+        bson_t again;
+        bool found = false;
+        if (!bson_iter_init_find(&it, pre, "_id")) {
+            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "findAndModify: document without _id");
+        }
+        ret = shl_doc_find_by_id(txn, u->coll, bson_iter_value(&it), &again, &rid, &found, st);
+        bson_destroy(&again);
+        SHL_ERR(ret);
+        if (!found) {
+            SHL_FAIL(st, SHL_CODE_WRITE_CONFLICT, "findAndModify: document moved");
+        }
+    }
+    if (pre != NULL) {
+        u->found = true;
+        if (u->remove) {
+            SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, NULL, st));
+            u->value = pre;
+            pre = NULL;
+        } else {
+            SHL_ERR(fam_update_doc(u, txn, rid, pre, st));
+        }
+    } else if (u->upsert) {
+        SHL_ERR(fam_upsert(u, txn, st));
+    }
+done:
+    exec_plan_destroy(plan);
+    if (pre != NULL) {
+        bson_destroy(pre);
+    }
+    return ret;
+}
+
+static int
+cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t query, sort, fields, afilters;
+    bool has_query, has_sort, has_fields, has_af, found, locked = false;
+    bool remove = false, return_new = false, upsert = false;
+    bson_iter_t uit;
+    exec_query_t q;
+    shl_update_t *upd = NULL;
+    shl_projection_t *proj = NULL;
+    shl_coll_handle_t h;
+    fam_unit_t u;
+    uint64_t ts = 0;
+    bson_t leo;
+
+    db_cmd_begin(op);
+    memset(&q, 0, sizeof(q));
+    memset(&u, 0, sizeof(u));
+    SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(db_check_collation(cmd, "collation", st));
+    if (bson_has_field(cmd, "let")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "findAndModify.let is not supported yet");
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "sort", &sort, &has_sort, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "fields", &fields, &has_fields, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "arrayFilters", &afilters, &has_af, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "remove", &remove, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "new", &return_new, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "upsert", &upsert, st));
+    found = bson_iter_init_find(&uit, cmd, "update");
+    if (found && !BSON_ITER_HOLDS_DOCUMENT(&uit) && !BSON_ITER_HOLDS_ARRAY(&uit)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "Update argument must be either an object or an array");
+    }
+    if (remove) {
+        if (found) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Cannot specify both an update and remove=true");
+        }
+        if (upsert) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "Cannot specify both upsert=true and remove=true ");
+        }
+        if (return_new) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "Cannot specify both new=true and remove=true; 'remove' always returns "
+                     "the deleted document");
+        }
+        if (has_af) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Cannot specify arrayFilters and remove=true");
+        }
+    } else if (!found) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
+    }
+    SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, has_sort ? &sort : NULL, NULL, st));
+    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
+    if (has_fields && !bson_empty(&fields)) {
+        SHL_ERR(shl_projection_new(&fields, &q.filter, &proj, st));
+    }
+    if (!remove) {
+        SHL_ERR(shl_update_new(bson_iter_value(&uit), has_af ? &afilters : NULL, &upd, st));
+    }
+    if (upsert) {
+        SHL_ERR(db_ensure_collection(op, &ns, &h, st));
+    } else {
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    }
+    locked = true;
+    if (h.coll != NULL) {
+        u.op = op;
+        u.coll = h.coll;
+        u.ns = ns.full;
+        u.q = &q;
+        u.upd = upd;
+        u.remove = remove;
+        u.return_new = return_new;
+        u.upsert = upsert;
+        ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+        if (ret == SHL_CODE_DUPLICATE_KEY && upsert && !u.found) {
+            ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+        }
+        SHL_ERR(ret);
+        db_op_note_write_ts(ts);
+    }
+    shl_storage_coll_release(&h);
+    locked = false;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
+    BSON_APPEND_INT32(&leo, "n", (u.found || u.upserted) ? 1 : 0);
+    if (!remove) {
+        BSON_APPEND_BOOL(&leo, "updatedExisting", u.updated_existing);
+        if (u.upserted) {
+            BSON_APPEND_VALUE(&leo, "upserted", &u.upserted_id);
+        }
+    }
+    bson_append_document_end(reply, &leo);
+    if (u.value == NULL) {
+        BSON_APPEND_NULL(reply, "value");
+    } else if (proj != NULL) {
+        bson_t out;
+        shl_match_details_t details, *dp = NULL;
+        if (shl_projection_needs_match_details(proj)) {
+            bool matched;
+            memset(&details, 0, sizeof(details));
+            if (shl_matcher_match(q.matcher, u.value, &details, &matched, st) == 0) {
+                dp = &details;
+            }
+        }
+        ret = shl_projection_apply(proj, u.value, dp, NULL, &out, st);
+        if (ret == 0) {
+            BSON_APPEND_DOCUMENT(reply, "value", &out);
+        }
+        bson_destroy(&out);
+        SHL_ERR(ret);
+    } else {
+        BSON_APPEND_DOCUMENT(reply, "value", u.value);
+    }
+    db_write_concern_wait(op, &wc, reply);
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    fam_reset(&u);
+    shl_update_destroy(upd);
+    shl_projection_destroy(proj);
+    exec_query_cleanup(&q);
+    return ret;
+}
+
+static const shl_command_t fam_commands[] = {
+    {"findAndModify",
+     {"findandmodify", NULL},
+     cmd_find_and_modify,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     "find a document and update or remove it"},
+};
+
+void
+db_register_fam_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(fam_commands) / sizeof(fam_commands[0]); i++) {
+        shl_command_registry_add(reg, &fam_commands[i]);
+    }
+}

@@ -1,0 +1,922 @@
+/*
+ * cmd_write.c -- insert, update and delete on a data node, with MongoDB 7.0's batch
+ * semantics (ordered stops at the first error, unordered goes on; writeErrors with the
+ * statement index), implicit collection creation, write concerns, and WriteConflict
+ * retries through shl_storage_write_retry. Consecutive valid inserts share one write
+ * unit (up to INSERT_GROUP documents, as MongoDB groups them); a failure other than a
+ * duplicate key redoes that group one document per unit.
+ */
+#include <string.h>
+
+#include "base/clock.h"
+#include "bson/bson_compare.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "db/exec.h"
+#include "db/storage_api.h"
+#include "db/write_ops.h"
+#include "net/command_args.h"
+#include "net/message.h"
+#include "query/update.h"
+
+/* Documents per insert write unit (MongoDB's internalInsertMaxBatchSize is 64). */
+#define INSERT_GROUP 64
+/* MongoDB's BSONDepth::getMaxDepthForUserStorage(). */
+#define MAX_USER_DEPTH 180
+
+/* ---------------------------------------------------------------- documents */
+
+static bool
+depth_ok(const bson_t *doc, int depth)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, doc)) {
+        return true;
+    }
+    while (bson_iter_next(&it)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_t sub;
+            const uint8_t *data;
+            uint32_t len;
+            if (depth >= MAX_USER_DEPTH) {
+                return false;
+            }
+            if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                bson_iter_document(&it, &len, &data);
+            } else {
+                bson_iter_array(&it, &len, &data);
+            }
+            if (bson_init_static(&sub, data, len) && !depth_ok(&sub, depth + 1)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+int
+db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool had_id = false, id_first = false, fix_ts = false, first = true;
+    bson_t *fixed = NULL;
+
+    *out = NULL;
+    if (doc->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "object to insert too large. size in bytes: %u, max size: %d", doc->len,
+                 SHL_MAX_BSON_SIZE);
+    }
+    if (!depth_ok(doc, 1)) {
+        SHL_FAIL(st, SHL_CODE_OVERFLOW,
+                 "cannot insert document because it exceeds %d levels of nesting", MAX_USER_DEPTH);
+    }
+    bson_iter_init(&it, doc);
+    for (; bson_iter_next(&it); first = false) {
+        const char *k = bson_iter_key(&it);
+        if (BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            fix_ts = fix_ts || (t == 0 && i == 0);
+        }
+        if (strcmp(k, "_id") != 0) {
+            continue;
+        }
+        if (BSON_ITER_HOLDS_REGEX(&it)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't use a regex for _id");
+        }
+        if (BSON_ITER_HOLDS_UNDEFINED(&it)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't use a undefined for _id");
+        }
+        if (BSON_ITER_HOLDS_ARRAY(&it)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't use an array for _id");
+        }
+        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_t sub;
+            bson_iter_recurse(&it, &sub);
+            while (bson_iter_next(&sub)) {
+                if (bson_iter_key(&sub)[0] == '$') {
+                    SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                             "_id fields may not contain '$'-prefixed fields: %s is not valid "
+                             "for storage.",
+                             bson_iter_key(&sub));
+                }
+            }
+        }
+        if (had_id) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't have multiple _id fields in one document");
+        }
+        had_id = true;
+        id_first = first;
+    }
+    if (id_first && !fix_ts) {
+        goto done;
+    }
+    fixed = bson_sized_new(doc->len + 32);
+    if (had_id) {
+        bson_iter_init_find(&it, doc, "_id");
+        bson_append_iter(fixed, "_id", 3, &it);
+    } else {
+        bson_oid_t oid;
+        shl_bson_oid_gen(&oid);
+        BSON_APPEND_OID(fixed, "_id", &oid);
+    }
+    bson_iter_init(&it, doc);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "_id") == 0) {
+            continue;
+        }
+        if (BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            if (t == 0 && i == 0) {
+                /* MongoDB stamps a top-level Timestamp(0, 0) with a fresh cluster time. */
+                uint64_t now = shl_storage_clock_now(eng) + 1;
+                shl_storage_clock_advance(eng, now);
+                db_append_ts(fixed, k, now);
+                continue;
+            }
+        }
+        bson_append_iter(fixed, k, -1, &it);
+    }
+    if (fixed->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "object to insert too large. size in bytes: %u, max size: %d", fixed->len,
+                 SHL_MAX_BSON_SIZE);
+    }
+    *out = fixed;
+    fixed = NULL;
+done:
+    if (fixed != NULL) {
+        bson_destroy(fixed);
+    }
+    return ret;
+}
+
+int
+db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t oi, ni, it;
+    bool has_old, has_new, first_is_id;
+    bson_t *fixed = NULL;
+
+    *out = NULL;
+    if (new_doc->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d", SHL_MAX_BSON_SIZE);
+    }
+    has_old = bson_iter_init_find(&oi, old_doc, "_id");
+    has_new = bson_iter_init_find(&ni, new_doc, "_id");
+    if (has_old && has_new && !shl_bson_value_equal(bson_iter_value(&oi), bson_iter_value(&ni))) {
+        char *v = shl_bson_value_to_string(bson_iter_value(&ni));
+        shl_status_set(st, SHL_CODE_IMMUTABLE_FIELD,
+                       "After applying the update, the (immutable) field '_id' was found to "
+                       "have been altered to _id: %s",
+                       v);
+        bson_free(v);
+        ret = SHL_CODE_IMMUTABLE_FIELD;
+        goto done;
+    }
+    first_is_id = bson_iter_init(&it, new_doc) && bson_iter_next(&it) &&
+                  strcmp(bson_iter_key(&it), "_id") == 0;
+    if (first_is_id || (!has_old && !has_new)) {
+        goto done;
+    }
+    fixed = bson_sized_new(new_doc->len + 32);
+    if (has_new) {
+        bson_append_iter(fixed, "_id", 3, &ni);
+    } else {
+        bson_append_iter(fixed, "_id", 3, &oi);
+    }
+    bson_iter_init(&it, new_doc);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "_id") != 0) {
+            bson_append_iter(fixed, bson_iter_key(&it), -1, &it);
+        }
+    }
+    if (fixed->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, 17419, "Resulting document after update is larger than %d", SHL_MAX_BSON_SIZE);
+    }
+    *out = fixed;
+    fixed = NULL;
+done:
+    if (fixed != NULL) {
+        bson_destroy(fixed);
+    }
+    return ret;
+}
+
+int
+db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+
+    /* Storage cannot create-and-lock in one step (TODO(#3): ask storage for it), so a
+     * drop may slip in between the create and the shared lock: create again. Bounded
+     * by the operation's deadline and kill flag. */
+    for (int attempt = 0;; attempt++) {
+        uint64_t ts = 0;
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, h, st));
+        if (h->coll != NULL) {
+            break;
+        }
+        shl_storage_coll_release(h);
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (attempt > 0) {
+            shl_sleep_ms(attempt < 10 ? 0 : 1);
+        }
+        ret = shl_catalog_create_collection(node->eng, ns->full, NULL, NULL, &ts, st);
+        if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+            ret = 0;
+        }
+        SHL_ERR(ret);
+        db_op_note_write_ts(ts);
+    }
+done:
+    return ret;
+}
+
+/* Interruptions (maxTimeMS, killOp, shutdown) fail a write command as a whole. */
+static bool
+is_interruption(int code)
+{
+    return shl_code_in_category(code, SHL_CAT_INTERRUPTION);
+}
+
+/* A statement's error: what writeErrors reports. */
+static void
+add_error(shl_write_result_t *res, int32_t index, const shl_status_t *st)
+{
+    shl_write_result_add_error(res, index, st);
+}
+
+/* ---------------------------------------------------------------- insert */
+
+static const char *const insert_fields[] = {"documents",
+                                            "ordered",
+                                            "bypassDocumentValidation",
+                                            "collectionUUID",
+                                            "isTimeseriesNamespace",
+                                            "encryptionInformation",
+                                            NULL};
+
+typedef struct insert_item {
+    bson_t doc;       /* view of the request's document */
+    bson_t *fixed;    /* owned when db_doc_for_insert rewrote it */
+    shl_status_t err; /* when 'bad' */
+    bool bad;
+} insert_item_t;
+
+static const bson_t *
+item_doc(const insert_item_t *it)
+{
+    return it->fixed != NULL ? it->fixed : &it->doc;
+}
+
+/* One write unit over items [begin, end). */
+typedef struct insert_unit {
+    const shl_collection_t *coll;
+    insert_item_t *items;
+    size_t begin, end;
+    bool ordered;
+    /* Results of the last run (reset on every retry). */
+    size_t done; /* items handled (inserted or failed with a duplicate) */
+    size_t n_inserted;
+    size_t *dup_idx; /* items that hit a duplicate key */
+    shl_status_t *dup_st;
+    size_t n_dup;
+    bool stop; /* ordered and an error */
+} insert_unit_t;
+
+static int
+insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    insert_unit_t *u = arg;
+    int ret = 0;
+
+    u->done = u->n_inserted = u->n_dup = 0;
+    u->stop = false;
+    for (size_t i = u->begin; i < u->end; i++) {
+        ret = shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
+        if (ret == SHL_CODE_DUPLICATE_KEY) {
+            /* Nothing of this insert stayed; the unit goes on (or stops, if ordered). */
+            u->dup_idx[u->n_dup] = i;
+            u->dup_st[u->n_dup] = *st;
+            u->n_dup++;
+            u->done++;
+            ret = 0;
+            if (u->ordered) {
+                u->stop = true;
+                break;
+            }
+            continue;
+        }
+        SHL_ERR(ret);
+        u->n_inserted++;
+        u->done++;
+    }
+done:
+    return ret;
+}
+
+static int
+cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t docs;
+    bool found, ordered = true, locked = false, stop = false;
+    bson_iter_t it;
+    insert_item_t *items = NULL;
+    size_t n = 0, cap;
+    shl_write_result_t res;
+    shl_coll_handle_t h;
+    insert_unit_t u;
+
+    db_cmd_begin(op);
+    shl_write_result_init(&res);
+    memset(&u, 0, sizeof(u));
+    SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "documents", &docs, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'insert.documents' is missing but a required field");
+    }
+    cap = bson_count_keys(&docs);
+    SHL_ERR(shl_write_batch_check("insert", "documents", (uint32_t)cap, st));
+    items = bson_aligned_alloc0(BSON_ALIGNOF(insert_item_t), cap * sizeof(*items));
+    bson_iter_init(&it, &docs);
+    while (bson_iter_next(&it) && n < cap) {
+        insert_item_t *item = &items[n++];
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'insert.documents.%s' is the wrong type '%s', expected type "
+                     "'object'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&item->doc, data, len);
+        if (db_doc_for_insert(node->eng, &item->doc, &item->fixed, &item->err) != 0) {
+            item->bad = true;
+        }
+    }
+    u.items = items;
+    u.ordered = ordered;
+    u.dup_idx = bson_malloc(INSERT_GROUP * sizeof(size_t));
+    u.dup_st = bson_malloc(INSERT_GROUP * sizeof(shl_status_t));
+
+    for (size_t i = 0; i < n && !stop;) {
+        size_t j;
+        uint64_t ts = 0;
+        int rc;
+
+        /* Interruptions fail the whole batch, as in MongoDB (not a writeError). */
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (items[i].bad) {
+            add_error(&res, (int32_t)i, &items[i].err);
+            stop = ordered;
+            i++;
+            continue;
+        }
+        if (!locked) {
+            rc = db_ensure_collection(op, &ns, &h, st);
+            if (rc != 0) {
+                add_error(&res, (int32_t)i, st);
+                break;
+            }
+            locked = true;
+        }
+        for (j = i; j < n && j - i < INSERT_GROUP && !items[j].bad; j++) {
+        }
+        u.coll = h.coll;
+        u.begin = i;
+        u.end = j;
+        rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+        if (rc == 0) {
+            db_op_note_write_ts(ts);
+            res.n += (int64_t)u.n_inserted;
+            for (size_t d = 0; d < u.n_dup; d++) {
+                add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
+            }
+            stop = u.stop;
+            i = u.begin + u.done; /* == j unless an ordered batch stopped */
+            continue;
+        }
+        /* The group failed as a whole: redo it one document per unit, so the failing
+         * document gets its own error and the others are written. */
+        for (size_t k = i; k < j && !stop; k++) {
+            u.begin = k;
+            u.end = k + 1;
+            ts = 0;
+            rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+            if (rc == 0) {
+                db_op_note_write_ts(ts);
+                res.n += (int64_t)u.n_inserted;
+                for (size_t d = 0; d < u.n_dup; d++) {
+                    add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
+                }
+                stop = u.stop;
+            } else if (is_interruption(rc)) {
+                ret = rc;
+                goto done;
+            } else {
+                add_error(&res, (int32_t)k, st);
+                stop = ordered;
+            }
+        }
+        i = j;
+    }
+    if (locked) {
+        shl_storage_coll_release(&h);
+        locked = false;
+    }
+    shl_write_result_append(&res, false, reply);
+    db_write_concern_wait(op, &wc, reply);
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].fixed != NULL) {
+            bson_destroy(items[i].fixed);
+        }
+    }
+    bson_free(items);
+    bson_free(u.dup_idx);
+    bson_free(u.dup_st);
+    shl_write_result_cleanup(&res);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- update */
+
+static const char *const update_fields[] = {"updates",
+                                            "ordered",
+                                            "bypassDocumentValidation",
+                                            "let",
+                                            "collectionUUID",
+                                            "isTimeseriesNamespace",
+                                            "encryptionInformation",
+                                            NULL};
+
+typedef struct update_unit {
+    shl_op_ctx_t *op;
+    shl_collection_t *coll;
+    const char *ns;
+    const shl_update_stmt_t *stmt;
+    exec_query_t *q;
+    const shl_update_t *upd;
+    /* Results of the last run. */
+    int64_t n_matched, n_modified;
+    bool upserted;
+    bson_value_t upserted_id;
+} update_unit_t;
+
+static void
+update_unit_reset(update_unit_t *u)
+{
+    u->n_matched = u->n_modified = 0;
+    if (u->upserted) {
+        bson_value_destroy(&u->upserted_id);
+    }
+    u->upserted = false;
+}
+
+/* Apply the update to one matched document. */
+static int
+update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *doc,
+               shl_status_t *st)
+{
+    int ret = 0;
+    shl_update_ctx_t uctx;
+    bson_t out, *fixed = NULL;
+    bool changed = false, has_out = false;
+
+    memset(&uctx, 0, sizeof(uctx));
+    if (u->stmt->has_let) {
+        uctx.vars = &u->stmt->let;
+    }
+    if (shl_update_uses_positional(u->upd)) {
+        shl_match_details_t details;
+        bool matched;
+        memset(&details, 0, sizeof(details));
+        SHL_ERR(shl_matcher_match(u->q->matcher, doc, &details, &matched, st));
+        uctx.has_matched_key = details.has_key;
+        uctx.matched_key = details.key;
+    }
+    ret = shl_update_apply(u->upd, doc, &uctx, &out, &changed, st);
+    has_out = true;
+    SHL_ERR(ret);
+    u->n_matched++;
+    if (changed) {
+        SHL_ERR(db_doc_after_update(doc, &out, &fixed, st));
+        SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, NULL, st));
+        u->n_modified++;
+    }
+done:
+    if (has_out) {
+        bson_destroy(&out);
+    }
+    if (fixed != NULL) {
+        bson_destroy(fixed);
+    }
+    return ret;
+}
+
+static int
+update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    update_unit_t *u = arg;
+    int ret = 0;
+    exec_plan_t *plan = NULL;
+    bson_t *copy = NULL;
+
+    update_unit_reset(u);
+    u->q->limit = u->stmt->multi ? 0 : 1;
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    for (;;) {
+        exec_row_t row;
+        bool eof;
+        SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
+        if (eof) {
+            break;
+        }
+        /* The row is a view into the scan's cursor; keep a copy across the write. */
+        copy = bson_copy(row.doc);
+        SHL_ERR(update_one_doc(u, txn, row.rid, copy, st));
+        bson_destroy(copy);
+        copy = NULL;
+    }
+    exec_plan_destroy(plan);
+    plan = NULL;
+    if (u->n_matched == 0 && u->stmt->upsert) {
+        shl_update_ctx_t uctx;
+        bson_t newdoc, *fixed = NULL;
+        bson_iter_t it;
+
+        memset(&uctx, 0, sizeof(uctx));
+        uctx.is_insert = true;
+        if (u->stmt->has_let) {
+            uctx.vars = &u->stmt->let;
+        }
+        ret = shl_update_upsert_doc(u->upd, u->q->matcher, &uctx, &newdoc, st);
+        if (ret == 0) {
+            ret = db_doc_for_insert(shl_storage_txn_engine(txn), &newdoc, &fixed, st);
+        }
+        if (ret == 0) {
+            const bson_t *ins = fixed != NULL ? fixed : &newdoc;
+            ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
+            if (ret == 0 && bson_iter_init_find(&it, ins, "_id")) {
+                bson_value_copy(bson_iter_value(&it), &u->upserted_id);
+                u->upserted = true;
+            }
+        }
+        bson_destroy(&newdoc);
+        if (fixed != NULL) {
+            bson_destroy(fixed);
+        }
+        SHL_ERR(ret);
+    }
+done:
+    if (copy != NULL) {
+        bson_destroy(copy);
+    }
+    exec_plan_destroy(plan);
+    return ret;
+}
+
+static int
+bson_value_of(const bson_t *doc, bool array, bson_value_t *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = array ? BSON_TYPE_ARRAY : BSON_TYPE_DOCUMENT;
+    v->value.v_doc.data = (uint8_t *)(uintptr_t)bson_get_data(doc);
+    v->value.v_doc.data_len = doc->len;
+    return 0;
+}
+
+/* Run one update statement; its outcome goes into 'res'. */
+static int
+run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
+                shl_write_result_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    exec_query_t q;
+    shl_update_t *upd = NULL;
+    bson_value_t uval;
+    shl_coll_handle_t h;
+    bool locked = false;
+    update_unit_t u;
+    uint64_t ts = 0;
+
+    memset(&q, 0, sizeof(q));
+    memset(&u, 0, sizeof(u));
+    if (stmt->has_collation) {
+        bson_t wrap = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&wrap, "collation", &stmt->collation);
+        ret = db_check_collation(&wrap, "collation", st);
+        bson_destroy(&wrap);
+        SHL_ERR(ret);
+    }
+    SHL_ERR(exec_query_init(&q, &stmt->q, NULL, NULL, st));
+    q.has_hint = stmt->has_hint;
+    q.hint = stmt->hint;
+    bson_value_of(&stmt->u, stmt->u_pipeline, &uval);
+    SHL_ERR(shl_update_new(&uval, stmt->has_array_filters ? &stmt->array_filters : NULL, &upd, st));
+    if (stmt->upsert) {
+        SHL_ERR(db_ensure_collection(op, ns, &h, st));
+    } else {
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
+    }
+    locked = true;
+    if (h.coll == NULL) {
+        goto done; /* nothing to update */
+    }
+    u.op = op;
+    u.coll = h.coll;
+    u.ns = ns->full;
+    u.stmt = stmt;
+    u.q = &q;
+    u.upd = upd;
+    ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+    if (ret == SHL_CODE_DUPLICATE_KEY && stmt->upsert) {
+        /* Two upserts raced to insert the same key: the loser now finds the winner's
+         * document and updates it, as MongoDB retries such upserts. */
+        ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+    }
+    SHL_ERR(ret);
+    db_op_note_write_ts(ts);
+    res->n += u.n_matched + (u.upserted ? 1 : 0);
+    res->n_modified += u.n_modified;
+    if (u.upserted) {
+        shl_write_result_add_upserted(res, index, &u.upserted_id);
+    }
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    update_unit_reset(&u);
+    shl_update_destroy(upd);
+    exec_query_cleanup(&q);
+    return ret;
+}
+
+static int
+cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t stmts;
+    bool found, ordered = true;
+    bson_iter_t it;
+    shl_write_result_t res;
+    shl_update_stmt_t *parsed = NULL;
+    size_t n = 0, cap;
+
+    db_cmd_begin(op);
+    shl_write_result_init(&res);
+    SHL_ERR(shl_cmd_check_fields(cmd, update_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
+    if (bson_has_field(cmd, "let")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "update.let is not supported yet");
+    }
+    SHL_ERR(shl_cmd_get_array(cmd, "updates", &stmts, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'update.updates' is missing but a required field");
+    }
+    cap = bson_count_keys(&stmts);
+    SHL_ERR(shl_write_batch_check("update", "updates", (uint32_t)cap, st));
+    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_update_stmt_t), cap * sizeof(*parsed));
+    bson_iter_init(&it, &stmts);
+    while (bson_iter_next(&it) && n < cap) {
+        bson_t doc;
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'update.updates.%s' is the wrong type '%s', expected type "
+                     "'object'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&doc, data, len);
+        SHL_ERR(shl_update_stmt_parse(&doc, &parsed[n++], st));
+    }
+    for (size_t i = 0; i < n; i++) {
+        shl_status_t err = SHL_STATUS_INIT;
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (run_update_stmt(op, &ns, &parsed[i], (int32_t)i, &res, &err) != 0) {
+            if (is_interruption(err.code)) {
+                *st = err;
+                ret = err.code;
+                goto done;
+            }
+            add_error(&res, (int32_t)i, &err);
+            if (ordered) {
+                break;
+            }
+        }
+    }
+    shl_write_result_append(&res, true, reply);
+    db_write_concern_wait(op, &wc, reply);
+done:
+    bson_free(parsed);
+    shl_write_result_cleanup(&res);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- delete */
+
+static const char *const delete_fields[] = {
+    "deletes", "ordered", "let", "collectionUUID", "isTimeseriesNamespace", "encryptionInformation",
+    NULL};
+
+typedef struct delete_unit {
+    shl_op_ctx_t *op;
+    shl_collection_t *coll;
+    const char *ns;
+    exec_query_t *q;
+    int64_t n; /* documents deleted by the last run */
+} delete_unit_t;
+
+static int
+delete_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    delete_unit_t *u = arg;
+    int ret = 0;
+    exec_plan_t *plan = NULL;
+
+    u->n = 0;
+    SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    for (;;) {
+        exec_row_t row;
+        bool eof;
+        SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
+        if (eof) {
+            break;
+        }
+        SHL_ERR(shl_doc_delete(txn, u->coll, row.rid, row.doc, NULL, st));
+        u->n++;
+    }
+done:
+    exec_plan_destroy(plan);
+    return ret;
+}
+
+static int
+run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *stmt,
+                shl_write_result_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    exec_query_t q;
+    shl_coll_handle_t h;
+    bool locked = false;
+    delete_unit_t u;
+    uint64_t ts = 0;
+
+    memset(&q, 0, sizeof(q));
+    if (stmt->has_collation) {
+        bson_t wrap = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&wrap, "collation", &stmt->collation);
+        ret = db_check_collation(&wrap, "collation", st);
+        bson_destroy(&wrap);
+        SHL_ERR(ret);
+    }
+    SHL_ERR(exec_query_init(&q, &stmt->q, NULL, NULL, st));
+    q.has_hint = stmt->has_hint;
+    q.hint = stmt->hint;
+    q.limit = stmt->limit;
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL) {
+        goto done;
+    }
+    u.op = op;
+    u.coll = h.coll;
+    u.ns = ns->full;
+    u.q = &q;
+    u.n = 0;
+    SHL_ERR(shl_storage_write_retry(node->eng, delete_unit_fn, &u, &ts, st));
+    db_op_note_write_ts(ts);
+    res->n += u.n;
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    exec_query_cleanup(&q);
+    return ret;
+}
+
+static int
+cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t stmts;
+    bool found, ordered = true;
+    bson_iter_t it;
+    shl_write_result_t res;
+    shl_delete_stmt_t *parsed = NULL;
+    size_t n = 0, cap;
+
+    db_cmd_begin(op);
+    shl_write_result_init(&res);
+    SHL_ERR(shl_cmd_check_fields(cmd, delete_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
+    if (bson_has_field(cmd, "let")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "delete.let is not supported yet");
+    }
+    SHL_ERR(shl_cmd_get_array(cmd, "deletes", &stmts, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'delete.deletes' is missing but a required field");
+    }
+    cap = bson_count_keys(&stmts);
+    SHL_ERR(shl_write_batch_check("delete", "deletes", (uint32_t)cap, st));
+    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_delete_stmt_t), cap * sizeof(*parsed));
+    bson_iter_init(&it, &stmts);
+    while (bson_iter_next(&it) && n < cap) {
+        bson_t doc;
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'delete.deletes.%s' is the wrong type '%s', expected type "
+                     "'object'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&doc, data, len);
+        SHL_ERR(shl_delete_stmt_parse(&doc, &parsed[n++], st));
+    }
+    for (size_t i = 0; i < n; i++) {
+        shl_status_t err = SHL_STATUS_INIT;
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (run_delete_stmt(op, &ns, &parsed[i], &res, &err) != 0) {
+            if (is_interruption(err.code)) {
+                *st = err;
+                ret = err.code;
+                goto done;
+            }
+            add_error(&res, (int32_t)i, &err);
+            if (ordered) {
+                break;
+            }
+        }
+    }
+    shl_write_result_append(&res, false, reply);
+    db_write_concern_wait(op, &wc, reply);
+done:
+    bson_free(parsed);
+    shl_write_result_cleanup(&res);
+    return ret;
+}
+
+static const shl_command_t write_commands[] = {
+    {"insert",
+     {NULL},
+     cmd_insert,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     "insert documents"},
+    {"update",
+     {NULL},
+     cmd_update,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     "update documents"},
+    {"delete",
+     {NULL},
+     cmd_delete,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     "delete documents"},
+};
+
+void
+db_register_write_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(write_commands) / sizeof(write_commands[0]); i++) {
+        shl_command_registry_add(reg, &write_commands[i]);
+    }
+    db_register_fam_commands(reg);
+}

@@ -1,0 +1,190 @@
+/*
+ * concerns.c -- read and write concerns on a data node (db_private.h): validation
+ * against the topology (standalone or a replica set of one) with MongoDB's errors, the
+ * read timestamp of each read concern level, and waiting for j / w:"majority".
+ */
+#include <string.h>
+
+#include "base/clock.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+
+int
+db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it;
+
+    memset(rc, 0, sizeof(*rc));
+    rc->level = DB_RC_LOCAL;
+    if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
+        return 0;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "level") == 0) {
+            const char *lv;
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'readConcern.level' is the wrong type '%s', expected type "
+                         "'string'",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            lv = bson_iter_utf8(&it, NULL);
+            rc->has_level = true;
+            if (strcmp(lv, "local") == 0) {
+                rc->level = DB_RC_LOCAL;
+            } else if (strcmp(lv, "majority") == 0) {
+                rc->level = DB_RC_MAJORITY;
+            } else if (strcmp(lv, "available") == 0) {
+                rc->level = DB_RC_AVAILABLE;
+            } else if (strcmp(lv, "linearizable") == 0) {
+                rc->level = DB_RC_LINEARIZABLE;
+            } else if (strcmp(lv, "snapshot") == 0) {
+                rc->level = DB_RC_SNAPSHOT;
+            } else {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                         "Enumeration value '%s' for field 'readConcern.level' is not a valid "
+                         "value.",
+                         lv);
+            }
+        } else if (strcmp(k, "afterClusterTime") == 0) {
+            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'readConcern.afterClusterTime' is the wrong type '%s', "
+                         "expected type 'timestamp'",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            rc->after_cluster_time = shl_bson_iter_timestamp_u64(&it);
+            if (rc->after_cluster_time == 0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "afterClusterTime cannot be a null timestamp");
+            }
+        } else if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "atClusterTime") == 0) {
+            if (!node->repl_set) {
+                SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                         "node needs to be a replica set member to use readConcern: %s", k);
+            }
+            if (strcmp(k, "atClusterTime") == 0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "atClusterTime is only allowed with readConcern level 'snapshot'");
+            }
+        } else if (strcmp(k, "provenance") != 0) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field 'readConcern.%s' is an unknown field.", k);
+        }
+    }
+    if (rc->level == DB_RC_SNAPSHOT) {
+        /* TODO(#9): snapshot reads come with transactions. */
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                     "node needs to be a replica set member to use readConcern: snapshot");
+        }
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "readConcern level 'snapshot' is not supported yet (it comes with "
+                 "transactions)");
+    }
+    if (rc->level == DB_RC_LINEARIZABLE && !node->repl_set) {
+        SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                 "node needs to be a replica set member to use read concern");
+    }
+    if (rc->after_cluster_time != 0) {
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "Cannot specify afterClusterTime readConcern without replication enabled");
+        }
+        if (rc->level == DB_RC_AVAILABLE) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "afterClusterTime is not allowed with readConcern level 'available'");
+        }
+        /* A set of one: time past the clock is reached by advancing the clock (MongoDB
+         * writes a no-op); then wait for writes in flight below it to finish. */
+        shl_storage_clock_advance(node->eng, rc->after_cluster_time);
+        while (shl_storage_all_durable(node->eng) < rc->after_cluster_time) {
+            SHL_ERR(shl_op_check_interrupt(op, st));
+            shl_sleep_ms(1);
+        }
+    }
+done:
+    return ret;
+}
+
+uint64_t
+db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc)
+{
+    if (rc->level == DB_RC_MAJORITY || rc->level == DB_RC_LINEARIZABLE) {
+        return shl_storage_all_durable(node->eng);
+    }
+    return 0;
+}
+
+int
+db_write_concern_get(shl_op_ctx_t *op, shl_write_concern_t *wc, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+
+    SHL_ERR(shl_write_concern_parse(op->has_write_concern ? &op->write_concern : NULL, wc, st));
+    if (!node->repl_set) {
+        if (!wc->w_majority && wc->w_tag[0] == '\0' && wc->w > 1) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "cannot use 'w' > 1 when a host is not replicated");
+        }
+        if (wc->w_tag[0] != '\0') {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "cannot use non-majority 'w' mode %s when a host is not a member of a "
+                     "replica set",
+                     wc->w_tag);
+        }
+    }
+done:
+    return ret;
+}
+
+static void
+append_wce(const shl_write_concern_t *wc, const shl_status_t *err, bson_t *reply)
+{
+    bson_t wce, info;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "writeConcernError", &wce);
+    BSON_APPEND_INT32(&wce, "code", err->code);
+    BSON_APPEND_UTF8(&wce, "codeName", shl_code_name(err->code));
+    BSON_APPEND_UTF8(&wce, "errmsg", err->reason);
+    BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
+    shl_write_concern_append(wc, &info, "writeConcern");
+    bson_append_document_end(&wce, &info);
+    bson_append_document_end(reply, &wce);
+}
+
+void
+db_write_concern_wait(shl_op_ctx_t *op, const shl_write_concern_t *wc, bson_t *reply)
+{
+    db_node_t *node = db_node(op);
+    shl_status_t err = SHL_STATUS_INIT;
+
+    if (shl_write_concern_unacknowledged(wc)) {
+        return;
+    }
+    if (shl_write_concern_needs_journal(wc)) {
+        uint64_t ts = db_op_write_ts();
+        if (ts == 0) {
+            ts = shl_storage_clock_now(node->eng);
+        }
+        if (shl_storage_wait_durable(node->eng, ts, &err) != 0) {
+            append_wce(wc, &err, reply);
+            return;
+        }
+    }
+    if (node->repl_set) {
+        if (wc->w_tag[0] != '\0') {
+            shl_status_set(&err, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
+                           "No write concern mode named '%s' found in replica set "
+                           "configuration",
+                           wc->w_tag);
+            append_wce(wc, &err, reply);
+        } else if (!wc->w_majority && wc->w > 1) {
+            shl_status_set(&err, SHL_CODE_UNSATISFIABLE_WRITE_CONCERN,
+                           "Not enough data-bearing nodes");
+            append_wce(wc, &err, reply);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+/*
+ * db_private.h -- what the data node's command files share: the node's state (storage
+ * engine, cursor manager, topology), the operation's write timestamp that becomes
+ * operationTime, read/write concern handling, and small request helpers. Not used
+ * outside src/db.
+ */
+#ifndef SHL_DB_PRIVATE_H
+#define SHL_DB_PRIVATE_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/namespace.h"
+#include "base/status.h"
+#include "db/cursor_manager.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "net/write_concern.h"
+#include "storage/storage.h"
+
+/* The data node's state: svc->role_state. Fields are set at start-up, then read-only. */
+typedef struct db_node {
+    shl_service_ctx_t *svc;
+    shl_storage_engine_t *eng;
+    shl_cursor_manager_t *cursors;
+    bool repl_set; /* --replSet: a replica set member (a set of one) */
+
+    /* The cursor reaper thread (clientCursorMonitor). */
+    pthread_t reaper;
+    bool reaper_started;
+    pthread_mutex_t reaper_lock; /* guards reaper_stop */
+    pthread_cond_t reaper_cond;
+    bool reaper_stop;
+} db_node_t;
+
+/* db_node -- the node of the process serving 'op'. */
+db_node_t *db_node(const shl_op_ctx_t *op);
+
+/*
+ * db_cmd_begin --
+ *     Called first by every data-node command: advances the storage clock from the
+ *     request's $clusterTime (gossip; replica set members only).
+ */
+void db_cmd_begin(shl_op_ctx_t *op);
+
+/*
+ * db_op_note_write_ts / db_op_take_write_ts --
+ *     The newest timestamp this operation wrote (its operationTime and what write
+ *     concern waits for). Kept per thread: a command and its reply decoration run on
+ *     the same thread; take resets it.
+ */
+void db_op_note_write_ts(uint64_t ts);
+uint64_t db_op_write_ts(void);
+uint64_t db_op_take_write_ts(void);
+
+/* ---------------------------------------------------------------- namespaces */
+
+/*
+ * db_ns_from_cmd --
+ *     The namespace "<op->db>.<first field>" of a collection command, validated
+ *     (InvalidNamespace 73 with MongoDB's messages).
+ */
+int db_ns_from_cmd(const shl_op_ctx_t *op, const bson_t *cmd, shl_ns_t *ns, shl_status_t *st);
+
+/* db_ns_is_oplog -- "local.oplog.rs". */
+bool db_ns_is_oplog(const char *ns);
+
+/*
+ * db_check_user_write_ns --
+ *     Whether users may write to 'ns' (MongoDB's userAllowedWriteNS): not the oplog,
+ *     not system.profile/system.views, no ".system." inside the name. Errors:
+ *     InvalidNamespace, IllegalOperation for the oplog.
+ */
+int db_check_user_write_ns(const shl_ns_t *ns, shl_status_t *st);
+
+/* ---------------------------------------------------------------- concerns */
+
+typedef enum db_rc_level {
+    DB_RC_LOCAL,
+    DB_RC_MAJORITY,
+    DB_RC_AVAILABLE,
+    DB_RC_LINEARIZABLE,
+    DB_RC_SNAPSHOT,
+} db_rc_level_t;
+
+typedef struct db_read_concern {
+    db_rc_level_t level;
+    bool has_level;
+    uint64_t after_cluster_time; /* 0: none */
+} db_read_concern_t;
+
+/*
+ * db_read_concern_get --
+ *     Parse and validate the request's readConcern for a read command. local, available,
+ *     majority and linearizable (on a set of one, a majority read) are accepted; snapshot
+ *     fails until transactions land (NotAReplicaSet on a standalone as MongoDB; else
+ *     InvalidOptions). afterClusterTime needs a replica set (IllegalOperation) and waits,
+ *     within maxTimeMS, until the no-holes point reaches it.
+ */
+int db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
+
+/*
+ * db_read_timestamp --
+ *     The storage read timestamp for 'rc': 0 (latest committed) for local/available;
+ *     the no-holes point for majority. On a set of one MongoDB's majority-committed
+ *     point is the journaled point; storage exposes no "journaled timestamp", so the
+ *     no-holes point is used: a majority read never sees a hole, but may see a j:false
+ *     write up to journalCommitInterval before it is journaled.
+ */
+uint64_t db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc);
+
+/*
+ * db_write_concern_get --
+ *     Parse the request's writeConcern and validate it against the topology as
+ *     MongoDB's validateWriteConcern: on a standalone w > 1 or a tag fails with
+ *     BadValue. Errors: FailedToParse, BadValue.
+ */
+int db_write_concern_get(shl_op_ctx_t *op, shl_write_concern_t *wc, shl_status_t *st);
+
+/*
+ * db_write_concern_wait --
+ *     Satisfy 'wc' after the operation's writes: j / w:"majority" wait until the
+ *     journal holds everything up to the op's write timestamp (or now); on a replica
+ *     set of one, w > 1 appends writeConcernError UnsatisfiableWriteConcern (100) and a
+ *     tag UnknownReplWriteConcern (79) to 'reply', as MongoDB does after the write.
+ *     A journal flush failure also becomes a writeConcernError.
+ */
+void db_write_concern_wait(shl_op_ctx_t *op, const shl_write_concern_t *wc, bson_t *reply);
+
+/* ---------------------------------------------------------------- misc */
+
+/* db_append_ts -- append a packed timestamp as BSON Timestamp. */
+void db_append_ts(bson_t *doc, const char *key, uint64_t ts);
+
+/* db_unsupported_collation -- InvalidOptions unless 'collation' is absent or simple. */
+int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
+
+/* db_cmd_get_hint -- the "hint" field: *has false when absent or empty. */
+int db_cmd_get_hint(const bson_t *cmd, bool *has, bson_value_t *hint, shl_status_t *st);
+
+/*
+ * db_reply_array_cursor --
+ *     Reply with a cursor over 'docs' (an array document; ownership moves here): the
+ *     first batch now ('batch_size' 0: 101), the rest registered for getMore under 'ns'
+ *     (listCollections, listIndexes, the aggregate stub).
+ */
+void db_reply_array_cursor(shl_op_ctx_t *op, const char *ns, bson_t *docs, int64_t batch_size,
+                           bson_t *reply);
+
+/*
+ * db_cursor_batch_size --
+ *     The cursor.batchSize option of listCollections/listIndexes/aggregate ({cursor:
+ *     {batchSize: n}}). Errors: TypeMismatch, BadValue for a negative size.
+ */
+int db_cursor_batch_size(const bson_t *cmd, int64_t *out, shl_status_t *st);
+
+/* ---------------------------------------------------------------- writes */
+
+/*
+ * db_doc_for_insert --
+ *     MongoDB's fixDocumentForInsert: check 'doc' (size <= 16 MiB, nesting, _id not an
+ *     array/regex/undefined, no '$'-prefixed fields inside an _id document, one _id) and
+ *     put _id first, generating an ObjectId when missing. *out is NULL when 'doc' is fine
+ *     as it is, else a new document (bson_destroy it). Top-level Timestamp(0, 0) values
+ *     are replaced by the current cluster time. Errors: BadValue (2), Overflow (15),
+ *     DollarPrefixedFieldName (52).
+ */
+int db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, shl_status_t *st);
+
+/*
+ * db_doc_after_update --
+ *     Checks on a document an update produced from 'old_doc': size (17419), _id unchanged
+ *     (ImmutableField 66) and first -- a replacement without _id keeps the old one.
+ *     *out is NULL when 'new_doc' is fine as it is, else a fixed copy to destroy.
+ */
+int db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out,
+                        shl_status_t *st);
+
+/*
+ * db_ensure_collection --
+ *     Implicit creation: make 'ns' exist (creating it with default options unless it
+ *     does) and return with 'h' holding it locked in shared mode. The caller must not
+ *     hold 'ns'. Errors: those of shl_catalog_create_collection except NamespaceExists.
+ */
+int db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h,
+                         shl_status_t *st);
+
+/* Command tables of each file, registered by node.c. */
+void db_register_find_commands(shl_command_registry_t *reg);
+void db_register_fam_commands(shl_command_registry_t *reg);
+void db_register_write_commands(shl_command_registry_t *reg);
+void db_register_ddl_commands(shl_command_registry_t *reg);
+void db_register_list_commands(shl_command_registry_t *reg);
+void db_register_stats_commands(shl_command_registry_t *reg);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * exec.h -- the data node's query executor: a pull-based tree of plan stages named and
+ * measured as MongoDB's (COLLSCAN, IXSCAN, FETCH, IDHACK, SORT, SKIP, LIMIT,
+ * PROJECTION_DEFAULT/SIMPLE, EOF), built from a parsed query by exec_plan_build.
+ * Access-path selection (exec_access.c) is the one place a planner replaces: it picks
+ * IDHACK for {_id: <value>}, an IXSCAN for a hint, else a COLLSCAN.
+ *
+ * A plan reads inside one storage transaction (its snapshot); the transaction, the
+ * collection reference and the stages all live in an exec_plan_t, which a cursor keeps
+ * across getMores.
+ */
+#ifndef SHL_DB_EXEC_H
+#define SHL_DB_EXEC_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "db/storage_api.h"
+#include "net/op_context.h"
+#include "query/matcher.h"
+#include "query/projection.h"
+#include "query/sort.h"
+
+/* ---------------------------------------------------------------- stages */
+
+/* One row flowing between stages. 'doc' is borrowed until the next call on the stage;
+ * NULL for index entries that were not fetched. rid is 0 when no record backs the row. */
+typedef struct exec_row {
+    int64_t rid;
+    const bson_t *doc;
+} exec_row_t;
+
+/* Per-stage statistics, as explain's executionStages reports them. */
+typedef struct exec_stats {
+    int64_t works;
+    int64_t advanced;
+    int64_t need_time;
+    bool is_eof;
+    int64_t docs_examined; /* COLLSCAN, FETCH, IDHACK */
+    int64_t keys_examined; /* IXSCAN, IDHACK */
+    int64_t dups_tested;   /* IXSCAN */
+    int64_t dups_dropped;
+} exec_stats_t;
+
+typedef struct exec_stage exec_stage_t;
+
+/* Context of one call into a plan: the operation (for interrupts) and the snapshot. */
+typedef struct exec_ctx {
+    shl_op_ctx_t *op;
+    shl_storage_txn_t *txn;
+} exec_ctx_t;
+
+typedef struct exec_stage_ops {
+    const char *name; /* MongoDB's stage name */
+    /* Produce the next row (*eof when none). Errors: storage errors, interrupts. */
+    int (*next)(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st);
+    /* Append the stage's own explain fields (filter, keyPattern, ...). May be NULL. */
+    void (*explain)(const exec_stage_t *s, bson_t *out);
+    /* Close cursors and free the stage's state (not the child). May be NULL. */
+    void (*destroy)(exec_stage_t *s);
+} exec_stage_ops_t;
+
+struct exec_stage {
+    const exec_stage_ops_t *ops;
+    exec_stage_t *child;
+    exec_stats_t stats;
+};
+
+/*
+ * exec_stage_next --
+ *     Pull one row from 's', counting works/advanced/eof. Returns 0 (row or *eof) or an
+ *     error code.
+ */
+int exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st);
+
+/* exec_stage_destroy -- destroy 's' and its children. NULL is fine. */
+void exec_stage_destroy(exec_stage_t *s);
+
+/*
+ * Stage constructors. Borrowed arguments ('coll', 'idx', 'filter', 'pattern', 'proj')
+ * must outlive the stage; the plan owns them. The child (if any) moves to the stage.
+ */
+exec_stage_t *exec_eof_new(void);
+exec_stage_t *exec_collscan_new(const shl_collection_t *coll, bool forward,
+                                const shl_matcher_t *filter, int64_t min_rid);
+exec_stage_t *exec_idhack_new(const shl_collection_t *coll, const bson_value_t *id);
+/* [start, end) key bounds (copied; NULL data = unbounded); rows carry rid, doc NULL. */
+exec_stage_t *exec_ixscan_new(const shl_index_t *idx, const shl_key_bound_t *start,
+                              const shl_key_bound_t *end, bool forward, const char *bounds_desc);
+exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
+                             const shl_matcher_t *filter);
+exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern,
+                            const bson_t *pattern_doc, int64_t limit);
+exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
+exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
+/* 'filter' is the query's matcher, needed again when the projection is positional. */
+exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
+                                  const bson_t *spec, bool simple, const shl_matcher_t *filter);
+
+/* ---------------------------------------------------------------- queries and plans */
+
+/* A parsed find-like request (find, count, distinct, update/delete statements, ...). */
+typedef struct exec_query {
+    bson_t filter;          /* view; {} when absent */
+    shl_matcher_t *matcher; /* owned */
+    bool has_sort;
+    bson_t sort;                      /* view */
+    shl_sort_pattern_t *sort_pattern; /* owned, NULL without sort */
+    bool has_projection;
+    bson_t projection;      /* view */
+    shl_projection_t *proj; /* owned, NULL without projection */
+    bool has_hint;
+    bson_value_t hint;     /* borrowed: index name or key pattern */
+    int64_t skip;          /* 0: none */
+    int64_t limit;         /* 0: none */
+    bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */
+    bson_value_t id_value; /* borrowed from the filter when id_point */
+    const bson_t *let;     /* `let` variables, may be NULL */
+} exec_query_t;
+
+/*
+ * exec_query_init --
+ *     Parse filter/sort/projection (views into the request that must outlive 'q') with
+ *     MongoDB's errors (the matcher's, sort's, projection's). NULL documents mean absent.
+ *     'q' is always initialised; free with exec_query_cleanup.
+ */
+int exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort,
+                    const bson_t *projection, shl_status_t *st);
+void exec_query_cleanup(exec_query_t *q);
+
+/* What access path the selection chose (explain, tests). */
+typedef enum exec_access_kind {
+    EXEC_ACCESS_EOF,
+    EXEC_ACCESS_COLLSCAN,
+    EXEC_ACCESS_IDHACK,
+    EXEC_ACCESS_IXSCAN,
+} exec_access_kind_t;
+
+/*
+ * exec_access_select --
+ *     The planner seam: choose the access path of 'q' over 'coll' (NULL: missing
+ *     collection -> EOF) and build its stages (leaf, and FETCH with the filter over an
+ *     index scan). The filter is applied there unless the path makes it redundant
+ *     (IDHACK on an exact _id filter). Errors: BadValue (2) for a hint naming no index
+ *     ("planner returned error :: caused by :: hint provided does not correspond to an
+ *     existing index"), and a bad $natural hint.
+ */
+int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
+                       exec_access_kind_t *kind, shl_status_t *st);
+
+/* A runnable plan: stages + snapshot + collection reference. */
+typedef struct exec_plan {
+    exec_stage_t *root;
+    shl_storage_txn_t *txn; /* owned unless borrowed_txn */
+    bool borrowed_txn;
+    shl_collection_t *coll; /* reference or NULL */
+    exec_access_kind_t access;
+    char index_name[128]; /* the IXSCAN's index, "" otherwise */
+    exec_query_t *q;      /* owned when own_query */
+    bool own_query;
+    char ns[SHL_NS_MAX + 1];
+} exec_plan_t;
+
+/*
+ * exec_plan_build --
+ *     Build the whole plan for 'q' over 'coll' (borrowed reference; the plan takes its
+ *     own): access path, then SORT (top-k with skip+limit), SKIP, LIMIT, PROJECTION.
+ *     'txn' is the snapshot to read in: when NULL a new transaction is begun at
+ *     'read_ts' (0 = latest) and owned by the plan. 'q' stays borrowed unless
+ *     exec_plan_own_query is called. Errors: exec_access_select's, storage's.
+ */
+int exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
+                    shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
+                    shl_status_t *st);
+
+/* exec_plan_own_query -- the plan takes ownership of 'q' (heap, from bson_malloc). */
+void exec_plan_own_query(exec_plan_t *p);
+
+/* exec_plan_next -- the next result document (borrowed), or *doc NULL at the end. */
+int exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof, shl_status_t *st);
+
+/* exec_plan_destroy -- destroy stages, end the owned transaction, release the collection. */
+void exec_plan_destroy(exec_plan_t *p);
+
+/*
+ * exec_plan_explain --
+ *     Append queryPlanner {namespace, parsedQuery, winningPlan, rejectedPlans} and, when
+ *     'exec_stats', executionStats {executionSuccess, nReturned, executionTimeMillis,
+ *     totalKeysExamined, totalDocsExamined, executionStages}.
+ */
+void exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned, int64_t millis,
+                       bson_t *out);
+
+/* exec_plan_cursor_ops -- cursor source ops over an exec_plan_t (state = the plan). */
+extern const struct shl_cursor_source_ops exec_plan_cursor_ops;
+
+/* ---------------------------------------------------------------- index bounds */
+
+/*
+ * exec_bounds_for_field --
+ *     Key bounds on an index whose first field is 'field' (direction 'descending') from
+ *     the filter's simple top-level predicates on it (equality on a scalar, $eq, $gt,
+ *     $gte, $lt, $lte). The bounds may be wider than the predicate (the FETCH filter
+ *     decides); *bounded false means a full scan. 'start'/'end' receive owned bytes
+ *     (shl_keystring_t, cleaned up by the caller); 'desc' a short description for
+ *     explain.
+ */
+struct shl_keystring;
+void exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
+                           struct shl_keystring *start, struct shl_keystring *end, bool *has_start,
+                           bool *has_end, char *desc, size_t desc_len);
+
+#endif

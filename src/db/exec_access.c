@@ -1,0 +1,323 @@
+/*
+ * exec_access.c -- parsing a find-like query and choosing its access path: the seam
+ * the planner of issue 4 replaces. Today: _id equality -> IDHACK; a hint -> IXSCAN over
+ * that index (bounds from simple predicates on its first field) + FETCH; else COLLSCAN.
+ */
+#include "db/exec.h"
+
+#include <string.h>
+
+#include "bson/bson_util.h"
+#include "bson/keystring.h"
+
+static bool
+is_operator_doc(const bson_iter_t *it)
+{
+    bson_iter_t sub;
+    return BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && bson_iter_next(&sub) &&
+           bson_iter_key(&sub)[0] == '$';
+}
+
+/* A value that an index bound can be built from: not an array (array equality matches
+ * elements too), not a regex, not an operator document. */
+static bool
+boundable(const bson_iter_t *it)
+{
+    return !BSON_ITER_HOLDS_ARRAY(it) && !BSON_ITER_HOLDS_REGEX(it) && !is_operator_doc(it);
+}
+
+/* {_id: v} alone, v a scalar or a plain document (or {_id: {$eq: v}}). */
+static bool
+id_point_filter(const bson_t *filter, bson_value_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) ||
+        strcmp(bson_iter_key(&it), "_id") != 0) {
+        return false;
+    }
+    {
+        bson_iter_t v = it;
+        if (bson_iter_next(&it)) {
+            return false; /* more than one field */
+        }
+        if (is_operator_doc(&v)) {
+            bson_iter_t sub;
+            bson_iter_recurse(&v, &sub);
+            bson_iter_next(&sub);
+            if (strcmp(bson_iter_key(&sub), "$eq") != 0 || !boundable(&sub)) {
+                return false;
+            }
+            {
+                bson_iter_t more = sub;
+                if (bson_iter_next(&more)) {
+                    return false;
+                }
+            }
+            *out = *bson_iter_value(&sub);
+            return true;
+        }
+        if (!boundable(&v) || BSON_ITER_HOLDS_UNDEFINED(&v)) {
+            return false;
+        }
+        *out = *bson_iter_value(&v);
+        return true;
+    }
+}
+
+int
+exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const bson_t *projection,
+                shl_status_t *st)
+{
+    int ret = 0;
+
+    memset(q, 0, sizeof(*q));
+    bson_init(&q->filter);
+    if (filter != NULL) {
+        bson_destroy(&q->filter);
+        bson_init_static(&q->filter, bson_get_data(filter), filter->len);
+    }
+    q->id_point = id_point_filter(&q->filter, &q->id_value);
+    SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT, &q->matcher, st));
+    if (sort != NULL && !bson_empty(sort)) {
+        bson_init_static(&q->sort, bson_get_data(sort), sort->len);
+        SHL_ERR(shl_sort_pattern_new(&q->sort, &q->sort_pattern, st));
+        q->has_sort = shl_sort_pattern_nfields(q->sort_pattern) > 0;
+    }
+    if (projection != NULL && !bson_empty(projection)) {
+        bson_init_static(&q->projection, bson_get_data(projection), projection->len);
+        SHL_ERR(shl_projection_new(&q->projection, &q->filter, &q->proj, st));
+        q->has_projection = true;
+    }
+done:
+    return ret;
+}
+
+void
+exec_query_cleanup(exec_query_t *q)
+{
+    shl_matcher_destroy(q->matcher);
+    shl_sort_pattern_destroy(q->sort_pattern);
+    shl_projection_destroy(q->proj);
+    q->matcher = NULL;
+    q->sort_pattern = NULL;
+    q->proj = NULL;
+}
+
+/* ---------------------------------------------------------------- index bounds */
+
+enum { B_NONE, B_EQ, B_GT, B_GTE, B_LT, B_LTE };
+
+static int
+op_kind(const char *op)
+{
+    if (strcmp(op, "$eq") == 0) {
+        return B_EQ;
+    } else if (strcmp(op, "$gt") == 0) {
+        return B_GT;
+    } else if (strcmp(op, "$gte") == 0) {
+        return B_GTE;
+    } else if (strcmp(op, "$lt") == 0) {
+        return B_LT;
+    } else if (strcmp(op, "$lte") == 0) {
+        return B_LTE;
+    }
+    return B_NONE;
+}
+
+void
+exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
+                      struct shl_keystring *start, struct shl_keystring *end, bool *has_start,
+                      bool *has_end, char *desc, size_t desc_len)
+{
+    bson_iter_t it;
+    int kind = B_NONE;
+    bson_value_t val = {0};
+    bool lower_side, upper_side;
+
+    *has_start = *has_end = false;
+    snprintf(desc, desc_len, "[MinKey, MaxKey]");
+    if (!bson_iter_init_find(&it, filter, field)) {
+        return;
+    }
+    if (!is_operator_doc(&it)) {
+        if (!boundable(&it)) {
+            return;
+        }
+        kind = B_EQ;
+        val = *bson_iter_value(&it);
+    } else {
+        /* Use one predicate only: without knowing whether the index is multikey, two
+         * ranges on one field cannot be intersected ({a: {$gt: 5, $lt: 9}} matches
+         * [1, 10]). Equality wins, then a lower bound, then an upper bound. */
+        bson_iter_t sub;
+        int best = B_NONE;
+        bson_iter_recurse(&it, &sub);
+        while (bson_iter_next(&sub)) {
+            int k = op_kind(bson_iter_key(&sub));
+            if (k == B_NONE || !boundable(&sub)) {
+                continue;
+            }
+            if (best == B_NONE || k == B_EQ ||
+                ((k == B_GT || k == B_GTE) && (best == B_LT || best == B_LTE))) {
+                best = k;
+                val = *bson_iter_value(&sub);
+            }
+        }
+        kind = best;
+    }
+    if (kind == B_NONE) {
+        return;
+    }
+    /* In value order: 'lower_side' constrains from below, 'upper_side' from above. */
+    lower_side = kind == B_EQ || kind == B_GT || kind == B_GTE;
+    upper_side = kind == B_EQ || kind == B_LT || kind == B_LTE;
+    /* For an ascending field values map to increasing keys: the lower side is the start
+     * bound; a descending field inverts the bytes, so it becomes the end bound. Bounds
+     * are inclusive of every key with the value as prefix (loose for $gt/$lt: the
+     * filter after FETCH decides). */
+    if (lower_side) {
+        shl_keystring_t *k = descending ? end : start;
+        shl_keystring_append_value(k, &val, descending);
+        if (descending) {
+            shl_keystring_append_max_suffix(k);
+            *has_end = true;
+        } else {
+            *has_start = true;
+        }
+    }
+    if (upper_side) {
+        shl_keystring_t *k = descending ? start : end;
+        shl_keystring_append_value(k, &val, descending);
+        if (descending) {
+            *has_start = true;
+        } else {
+            shl_keystring_append_max_suffix(k);
+            *has_end = true;
+        }
+    }
+    {
+        static const char *const names[] = {"", "==", ">", ">=", "<", "<="};
+        char *vs = shl_bson_value_to_string(&val);
+        snprintf(desc, desc_len, "%s %s %s", field, names[kind], vs);
+        bson_free(vs);
+    }
+}
+
+/* ---------------------------------------------------------------- access path */
+
+static int
+hint_index(const shl_collection_t *coll, const bson_value_t *hint, const shl_index_t **idx,
+           int *natural, shl_status_t *st)
+{
+    int ret = 0;
+
+    *idx = NULL;
+    *natural = 0;
+    if (hint->value_type == BSON_TYPE_UTF8) {
+        if (coll != NULL) {
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)hint->value.v_utf8.len,
+                     hint->value.v_utf8.str);
+            *idx = shl_collection_find_index(coll, name);
+        }
+    } else {
+        bson_t pattern;
+        bson_iter_t it;
+        bson_init_static(&pattern, hint->value.v_doc.data, hint->value.v_doc.data_len);
+        if (bson_iter_init_find(&it, &pattern, "$natural")) {
+            *natural = bson_iter_as_int64(&it) < 0 ? -1 : 1;
+            if (!BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_int64(&it) == 0) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$natural hint must be 1 or -1");
+            }
+            goto done;
+        }
+        if (coll != NULL) {
+            *idx = shl_collection_find_index_by_key(coll, &pattern);
+        }
+    }
+    if (*idx == NULL && coll != NULL) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "error processing query: planner returned error :: caused by :: hint "
+                 "provided does not correspond to an existing index");
+    }
+done:
+    return ret;
+}
+
+/* The matcher to run per document, NULL when it matches everything. */
+static const shl_matcher_t *
+effective_filter(const exec_query_t *q)
+{
+    return q->matcher != NULL && !shl_matcher_is_trivial(q->matcher) ? q->matcher : NULL;
+}
+
+int
+exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
+                   exec_access_kind_t *kind, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_index_t *idx = NULL;
+    int natural = 0;
+
+    *out = NULL;
+    if (q->has_hint) {
+        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
+    }
+    if (coll == NULL) {
+        *kind = EXEC_ACCESS_EOF;
+        *out = exec_eof_new();
+    } else if (idx != NULL) {
+        bson_iter_t kp;
+        shl_keystring_t ks0, ks1;
+        bool has0 = false, has1 = false;
+        char desc[200] = "[MinKey, MaxKey]";
+
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp)) {
+            bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+            exec_bounds_for_field(&q->filter, bson_iter_key(&kp), descending, &ks0, &ks1, &has0,
+                                  &has1, desc, sizeof(desc));
+        }
+        {
+            shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
+            shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};
+            exec_stage_t *ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
+            *out = exec_fetch_new(ix, coll, effective_filter(q));
+        }
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+        *kind = EXEC_ACCESS_IXSCAN;
+    } else if (q->id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
+        *kind = EXEC_ACCESS_IDHACK;
+        *out = exec_idhack_new(coll, &q->id_value);
+    } else {
+        int64_t min_rid = 0;
+        if (coll->is_oplog) {
+            /* The oplog is keyed by ts: start a scan at {ts: {$gt|$gte: T}} directly. */
+            bson_iter_t it, sub;
+            if (bson_iter_init_find(&it, &q->filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                bson_iter_recurse(&it, &sub)) {
+                while (bson_iter_next(&sub)) {
+                    if (BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+                        uint32_t t, i;
+                        bson_iter_timestamp(&sub, &t, &i);
+                        if (strcmp(bson_iter_key(&sub), "$gte") == 0 ||
+                            strcmp(bson_iter_key(&sub), "$eq") == 0) {
+                            min_rid = (int64_t)SHL_TS_MAKE(t, i);
+                        } else if (strcmp(bson_iter_key(&sub), "$gt") == 0) {
+                            min_rid = (int64_t)SHL_TS_MAKE(t, i) + 1;
+                        }
+                    }
+                }
+            }
+            if (natural < 0) {
+                min_rid = 0;
+            }
+        }
+        *kind = EXEC_ACCESS_COLLSCAN;
+        *out = exec_collscan_new(coll, natural >= 0, effective_filter(q), min_rid);
+    }
+done:
+    return ret;
+}

@@ -1,0 +1,236 @@
+/*
+ * exec_plan.c -- whole plans (exec.h): the access path from exec_access_select topped
+ * with SORT, SKIP, LIMIT and PROJECTION as MongoDB stacks them, the snapshot the plan
+ * reads in, explain output, and the plan as a cursor source.
+ */
+#include "db/exec.h"
+
+#include <string.h>
+
+#include "db/cursor_manager.h"
+
+/* MongoDB uses PROJECTION_SIMPLE for inclusions/exclusions of top-level fields. */
+static bool
+projection_is_simple(const bson_t *spec)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, spec)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] == '$' || strchr(k, '.') != NULL ||
+            !(BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+int
+exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
+                shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
+                shl_status_t *st)
+{
+    int ret = 0;
+    exec_plan_t *p = bson_malloc0(sizeof(*p));
+    exec_stage_t *root = NULL;
+
+    *out = NULL;
+    p->q = q;
+    snprintf(p->ns, sizeof(p->ns), "%s", ns);
+    p->coll = coll != NULL ? shl_collection_ref(coll) : NULL;
+    SHL_ERR(exec_access_select(p->coll, q, &root, &p->access, st));
+    if (p->access == EXEC_ACCESS_IXSCAN) {
+        const exec_stage_t *s = root;
+        while (s->child != NULL) {
+            s = s->child;
+        }
+        /* The leaf is the IXSCAN; its explain names the index. */
+        {
+            bson_t tmp = BSON_INITIALIZER;
+            bson_iter_t it;
+            s->ops->explain(s, &tmp);
+            if (bson_iter_init_find(&it, &tmp, "indexName")) {
+                snprintf(p->index_name, sizeof(p->index_name), "%s", bson_iter_utf8(&it, NULL));
+            }
+            bson_destroy(&tmp);
+        }
+    }
+    if (q->has_sort) {
+        int64_t keep = q->limit > 0 ? q->limit + q->skip : 0;
+        root = exec_sort_new(root, q->sort_pattern, &q->sort, keep);
+    }
+    if (q->skip > 0) {
+        root = exec_skip_new(root, q->skip);
+    }
+    if (q->limit > 0) {
+        root = exec_limit_new(root, q->limit);
+    }
+    if (q->has_projection) {
+        root = exec_projection_new(root, q->proj, &q->projection,
+                                   projection_is_simple(&q->projection), q->matcher);
+    }
+    p->root = root;
+    root = NULL;
+    if (txn != NULL) {
+        p->txn = txn;
+        p->borrowed_txn = true;
+    } else {
+        shl_storage_txn_opts_t o = {read_ts};
+        SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
+    }
+    *out = p;
+    p = NULL;
+done:
+    exec_stage_destroy(root);
+    if (p != NULL) {
+        exec_plan_destroy(p);
+    }
+    return ret;
+}
+
+void
+exec_plan_own_query(exec_plan_t *p)
+{
+    p->own_query = true;
+}
+
+int
+exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    exec_ctx_t ctx = {op, p->txn};
+    return exec_stage_next(p->root, &ctx, row, eof, st);
+}
+
+void
+exec_plan_destroy(exec_plan_t *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    /* Stages hold storage cursors: close them before the transaction ends. */
+    exec_stage_destroy(p->root);
+    if (p->txn != NULL && !p->borrowed_txn) {
+        shl_storage_txn_abort(p->txn);
+    }
+    shl_collection_release(p->coll);
+    if (p->own_query && p->q != NULL) {
+        exec_query_cleanup(p->q);
+        bson_free(p->q);
+    }
+    bson_free(p);
+}
+
+/* ---------------------------------------------------------------- explain */
+
+static void
+explain_stage(const exec_stage_t *s, bool exec_stats, bson_t *out)
+{
+    BSON_APPEND_UTF8(out, "stage", s->ops->name);
+    if (exec_stats) {
+        const exec_stats_t *x = &s->stats;
+        BSON_APPEND_INT64(out, "nReturned", x->advanced);
+        BSON_APPEND_INT32(out, "executionTimeMillisEstimate", 0);
+        BSON_APPEND_INT64(out, "works", x->works);
+        BSON_APPEND_INT64(out, "advanced", x->advanced);
+        BSON_APPEND_INT64(out, "needTime", x->works - x->advanced - (x->is_eof ? 1 : 0));
+        BSON_APPEND_INT64(out, "needYield", 0);
+        BSON_APPEND_INT64(out, "saveState", 0);
+        BSON_APPEND_INT64(out, "restoreState", 0);
+        BSON_APPEND_BOOL(out, "isEOF", x->is_eof);
+    }
+    if (s->ops->explain != NULL) {
+        s->ops->explain(s, out);
+    }
+    if (exec_stats) {
+        const char *name = s->ops->name;
+        if (strcmp(name, "COLLSCAN") == 0 || strcmp(name, "FETCH") == 0) {
+            BSON_APPEND_INT64(out, "docsExamined", s->stats.docs_examined);
+        } else if (strcmp(name, "IXSCAN") == 0) {
+            BSON_APPEND_INT64(out, "keysExamined", s->stats.keys_examined);
+            BSON_APPEND_INT64(out, "seeks", 1);
+            BSON_APPEND_INT64(out, "dupsTested", s->stats.dups_tested);
+            BSON_APPEND_INT64(out, "dupsDropped", s->stats.dups_dropped);
+        } else if (strcmp(name, "IDHACK") == 0) {
+            BSON_APPEND_INT64(out, "keysExamined", s->stats.keys_examined);
+            BSON_APPEND_INT64(out, "docsExamined", s->stats.docs_examined);
+        }
+    }
+    if (s->child != NULL) {
+        bson_t in;
+        BSON_APPEND_DOCUMENT_BEGIN(out, "inputStage", &in);
+        explain_stage(s->child, exec_stats, &in);
+        bson_append_document_end(out, &in);
+    }
+}
+
+static void
+sum_stats(const exec_stage_t *s, int64_t *keys, int64_t *docs)
+{
+    for (; s != NULL; s = s->child) {
+        *keys += s->stats.keys_examined;
+        *docs += s->stats.docs_examined;
+    }
+}
+
+void
+exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned, int64_t millis,
+                  bson_t *out)
+{
+    bson_t qp, wp, rej, es, stages;
+
+    BSON_APPEND_DOCUMENT_BEGIN(out, "queryPlanner", &qp);
+    BSON_APPEND_UTF8(&qp, "namespace", p->ns);
+    BSON_APPEND_BOOL(&qp, "indexFilterSet", false);
+    BSON_APPEND_DOCUMENT(&qp, "parsedQuery", &p->q->filter);
+    BSON_APPEND_BOOL(&qp, "maxIndexedOrSolutionsReached", false);
+    BSON_APPEND_BOOL(&qp, "maxIndexedAndSolutionsReached", false);
+    BSON_APPEND_BOOL(&qp, "maxScansToExplodeReached", false);
+    BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
+    explain_stage(p->root, false, &wp);
+    bson_append_document_end(&qp, &wp);
+    BSON_APPEND_ARRAY_BEGIN(&qp, "rejectedPlans", &rej);
+    bson_append_array_end(&qp, &rej);
+    bson_append_document_end(out, &qp);
+    if (exec_stats) {
+        int64_t keys = 0, docs = 0;
+        sum_stats(p->root, &keys, &docs);
+        BSON_APPEND_DOCUMENT_BEGIN(out, "executionStats", &es);
+        BSON_APPEND_BOOL(&es, "executionSuccess", true);
+        BSON_APPEND_INT64(&es, "nReturned", n_returned);
+        BSON_APPEND_INT64(&es, "executionTimeMillis", millis);
+        BSON_APPEND_INT64(&es, "totalKeysExamined", keys);
+        BSON_APPEND_INT64(&es, "totalDocsExamined", docs);
+        BSON_APPEND_DOCUMENT_BEGIN(&es, "executionStages", &stages);
+        explain_stage(p->root, true, &stages);
+        bson_append_document_end(&es, &stages);
+        bson_append_document_end(out, &es);
+    }
+}
+
+/* ---------------------------------------------------------------- cursor source */
+
+static int
+plan_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+{
+    exec_plan_t *p = state;
+    exec_row_t row;
+    bool eof = false;
+    int ret;
+
+    *doc = NULL;
+    ret = exec_plan_next(p, op, &row, &eof, st);
+    if (ret == 0 && !eof) {
+        *doc = row.doc;
+    }
+    return ret;
+}
+
+static void
+plan_cursor_destroy(void *state)
+{
+    exec_plan_destroy(state);
+}
+
+const shl_cursor_source_ops_t exec_plan_cursor_ops = {plan_cursor_next, plan_cursor_destroy};

@@ -1,0 +1,705 @@
+/*
+ * exec_stages.c -- the plan stages of exec.h. Each stage pulls from its child and keeps
+ * MongoDB's explain counters; scans check the operation's deadline and kill flag every
+ * so many records so maxTimeMS interrupts a long scan.
+ */
+#include "db/exec.h"
+
+#include <string.h>
+
+#include "bson/keystring.h"
+
+/* Records a scan examines between interrupt checks. */
+#define INTERRUPT_EVERY 128
+
+int
+exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    int ret;
+
+    *eof = false;
+    row->rid = 0;
+    row->doc = NULL;
+    s->stats.works++;
+    ret = s->ops->next(s, ctx, row, eof, st);
+    if (ret == 0) {
+        if (*eof) {
+            s->stats.is_eof = true;
+        } else {
+            s->stats.advanced++;
+        }
+    }
+    return ret;
+}
+
+void
+exec_stage_destroy(exec_stage_t *s)
+{
+    while (s != NULL) {
+        exec_stage_t *child = s->child;
+        if (s->ops->destroy != NULL) {
+            s->ops->destroy(s);
+        }
+        bson_free(s);
+        s = child;
+    }
+}
+
+static exec_stage_t *
+stage_alloc(size_t size, const exec_stage_ops_t *ops, exec_stage_t *child)
+{
+    /* Stages hold bson_t members, which libbson aligns to 128 bytes. */
+    exec_stage_t *s = bson_aligned_alloc0(128, (size + 127) & ~(size_t)127);
+    s->ops = ops;
+    s->child = child;
+    return s;
+}
+
+static int
+check_interrupt(exec_ctx_t *ctx, int64_t n, shl_status_t *st)
+{
+    if ((n % INTERRUPT_EVERY) != 0 || ctx->op == NULL) {
+        return 0;
+    }
+    return shl_op_check_interrupt(ctx->op, st);
+}
+
+/* Run the filter; an evaluation error ($expr) fails the query as in MongoDB. */
+static int
+filter_doc(const shl_matcher_t *filter, const bson_t *doc, bool *matched, shl_status_t *st)
+{
+    *matched = true;
+    if (filter == NULL) {
+        return 0;
+    }
+    return shl_matcher_match(filter, doc, NULL, matched, st);
+}
+
+static void
+explain_filter(const shl_matcher_t *filter, bson_t *out)
+{
+    if (filter != NULL && !shl_matcher_is_trivial(filter)) {
+        BSON_APPEND_DOCUMENT(out, "filter", shl_matcher_filter(filter));
+    }
+}
+
+/* ---------------------------------------------------------------- EOF */
+
+static int
+eof_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    (void)s;
+    (void)ctx;
+    (void)row;
+    (void)st;
+    *eof = true;
+    return 0;
+}
+
+static const exec_stage_ops_t eof_ops = {"EOF", eof_next, NULL, NULL};
+
+exec_stage_t *
+exec_eof_new(void)
+{
+    return stage_alloc(sizeof(exec_stage_t), &eof_ops, NULL);
+}
+
+/* ---------------------------------------------------------------- COLLSCAN */
+
+typedef struct collscan {
+    exec_stage_t base;
+    const shl_collection_t *coll;
+    bool forward;
+    const shl_matcher_t *filter;
+    int64_t min_rid; /* seek here first (oplog ts); 0: from the start */
+    shl_record_cursor_t *cur;
+    bson_t doc; /* view of the current record */
+} collscan_t;
+
+static int
+collscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    collscan_t *c = (collscan_t *)s;
+    int ret = 0;
+
+    if (c->cur == NULL) {
+        SHL_ERR(shl_record_cursor_open(ctx->txn, c->coll, c->forward, &c->cur, st));
+        if (c->min_rid > 0) {
+            shl_record_cursor_seek(c->cur, c->min_rid);
+        }
+    }
+    for (;;) {
+        int64_t rid;
+        bool end = false, matched;
+
+        SHL_ERR(check_interrupt(ctx, s->stats.docs_examined + 1, st));
+        SHL_ERR(shl_record_cursor_next(c->cur, &rid, &c->doc, &end, st));
+        if (end) {
+            *eof = true;
+            break;
+        }
+        s->stats.docs_examined++;
+        SHL_ERR(filter_doc(c->filter, &c->doc, &matched, st));
+        if (matched) {
+            row->rid = rid;
+            row->doc = &c->doc;
+            break;
+        }
+    }
+done:
+    return ret;
+}
+
+static void
+collscan_explain(const exec_stage_t *s, bson_t *out)
+{
+    const collscan_t *c = (const collscan_t *)s;
+    explain_filter(c->filter, out);
+    BSON_APPEND_UTF8(out, "direction", c->forward ? "forward" : "backward");
+    if (c->min_rid > 0) {
+        bson_append_timestamp(out, "minRecord", -1, SHL_TS_SECS(c->min_rid),
+                              SHL_TS_INC(c->min_rid));
+    }
+}
+
+static void
+collscan_destroy(exec_stage_t *s)
+{
+    collscan_t *c = (collscan_t *)s;
+    shl_record_cursor_close(c->cur);
+}
+
+static const exec_stage_ops_t collscan_ops = {"COLLSCAN", collscan_next, collscan_explain,
+                                              collscan_destroy};
+
+exec_stage_t *
+exec_collscan_new(const shl_collection_t *coll, bool forward, const shl_matcher_t *filter,
+                  int64_t min_rid)
+{
+    collscan_t *c = (collscan_t *)stage_alloc(sizeof(collscan_t), &collscan_ops, NULL);
+    c->coll = coll;
+    c->forward = forward;
+    c->filter = filter;
+    c->min_rid = min_rid;
+    return &c->base;
+}
+
+/* ---------------------------------------------------------------- IDHACK */
+
+typedef struct idhack {
+    exec_stage_t base;
+    const shl_collection_t *coll;
+    bson_value_t id; /* owned copy */
+    bool done;
+    bson_t doc;
+    bool has_doc;
+} idhack_t;
+
+static int
+idhack_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    idhack_t *h = (idhack_t *)s;
+    int ret = 0;
+    bool found = false;
+    int64_t rid = 0;
+
+    if (h->done) {
+        *eof = true;
+        return 0;
+    }
+    h->done = true;
+    if (h->has_doc) {
+        bson_destroy(&h->doc);
+        h->has_doc = false;
+    }
+    ret = shl_doc_find_by_id(ctx->txn, h->coll, &h->id, &h->doc, &rid, &found, st);
+    h->has_doc = true;
+    SHL_ERR(ret);
+    s->stats.keys_examined++;
+    if (!found) {
+        *eof = true;
+        goto done;
+    }
+    s->stats.docs_examined++;
+    row->rid = rid;
+    row->doc = &h->doc;
+done:
+    return ret;
+}
+
+static void
+idhack_explain(const exec_stage_t *s, bson_t *out)
+{
+    (void)s;
+    (void)out;
+}
+
+static void
+idhack_destroy(exec_stage_t *s)
+{
+    idhack_t *h = (idhack_t *)s;
+    bson_value_destroy(&h->id);
+    if (h->has_doc) {
+        bson_destroy(&h->doc);
+    }
+}
+
+static const exec_stage_ops_t idhack_ops = {"IDHACK", idhack_next, idhack_explain, idhack_destroy};
+
+exec_stage_t *
+exec_idhack_new(const shl_collection_t *coll, const bson_value_t *id)
+{
+    idhack_t *h = (idhack_t *)stage_alloc(sizeof(idhack_t), &idhack_ops, NULL);
+    h->coll = coll;
+    bson_value_copy(id, &h->id);
+    return &h->base;
+}
+
+/* ---------------------------------------------------------------- IXSCAN */
+
+/* An open-addressing set of RecordIds, to return each document once from a possibly
+ * multikey index (storage does not say whether an index is multikey). */
+typedef struct rid_set {
+    int64_t *slots; /* 0 = empty; RecordIds are > 0 */
+    size_t cap, n;
+} rid_set_t;
+
+static bool
+rid_set_add(rid_set_t *set, int64_t rid)
+{
+    size_t i;
+    if ((set->n + 1) * 2 > set->cap) {
+        size_t ncap = set->cap ? set->cap * 2 : 1024;
+        int64_t *ns = bson_malloc0(ncap * sizeof(int64_t));
+        for (size_t j = 0; j < set->cap; j++) {
+            if (set->slots[j] != 0) {
+                size_t k = ((uint64_t)set->slots[j] * 0x9E3779B97F4A7C15ull) & (ncap - 1);
+                while (ns[k] != 0) {
+                    k = (k + 1) & (ncap - 1);
+                }
+                ns[k] = set->slots[j];
+            }
+        }
+        bson_free(set->slots);
+        set->slots = ns;
+        set->cap = ncap;
+    }
+    i = ((uint64_t)rid * 0x9E3779B97F4A7C15ull) & (set->cap - 1);
+    while (set->slots[i] != 0) {
+        if (set->slots[i] == rid) {
+            return false;
+        }
+        i = (i + 1) & (set->cap - 1);
+    }
+    set->slots[i] = rid;
+    set->n++;
+    return true;
+}
+
+typedef struct ixscan {
+    exec_stage_t base;
+    const shl_index_t *idx;
+    uint8_t *start, *end;
+    size_t start_len, end_len;
+    bool has_start, has_end;
+    bool forward;
+    char bounds_desc[256];
+    shl_index_cursor_t *cur;
+    rid_set_t seen;
+} ixscan_t;
+
+static int
+ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    ixscan_t *x = (ixscan_t *)s;
+    int ret = 0;
+
+    if (x->cur == NULL) {
+        shl_key_bound_t b0 = {x->has_start ? x->start : NULL, x->start_len};
+        shl_key_bound_t b1 = {x->has_end ? x->end : NULL, x->end_len};
+        SHL_ERR(shl_index_cursor_open(ctx->txn, x->idx, &b0, &b1, x->forward, &x->cur, st));
+    }
+    for (;;) {
+        int64_t rid;
+        bool end = false;
+
+        SHL_ERR(check_interrupt(ctx, s->stats.keys_examined + 1, st));
+        SHL_ERR(shl_index_cursor_next(x->cur, &rid, NULL, NULL, &end, st));
+        if (end) {
+            *eof = true;
+            break;
+        }
+        s->stats.keys_examined++;
+        /* Dedup even on unique indexes: an update through this scan may move an entry
+         * ahead of the cursor (a changed key), which must not be visited twice. */
+        {
+            s->stats.dups_tested++;
+            if (!rid_set_add(&x->seen, rid)) {
+                s->stats.dups_dropped++;
+                continue;
+            }
+        }
+        row->rid = rid;
+        break;
+    }
+done:
+    return ret;
+}
+
+static void
+ixscan_explain(const exec_stage_t *s, bson_t *out)
+{
+    const ixscan_t *x = (const ixscan_t *)s;
+    bson_t b;
+    BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
+    BSON_APPEND_UTF8(out, "indexName", x->idx->name);
+    BSON_APPEND_BOOL(out, "isMultiKey", false);
+    BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
+    BSON_APPEND_BOOL(out, "isSparse", false);
+    BSON_APPEND_BOOL(out, "isPartial", false);
+    BSON_APPEND_INT32(out, "indexVersion", 2);
+    BSON_APPEND_UTF8(out, "direction", x->forward ? "forward" : "backward");
+    BSON_APPEND_DOCUMENT_BEGIN(out, "indexBounds", &b);
+    BSON_APPEND_UTF8(&b, "description", x->bounds_desc);
+    bson_append_document_end(out, &b);
+}
+
+static void
+ixscan_destroy(exec_stage_t *s)
+{
+    ixscan_t *x = (ixscan_t *)s;
+    shl_index_cursor_close(x->cur);
+    bson_free(x->start);
+    bson_free(x->end);
+    bson_free(x->seen.slots);
+}
+
+static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain, ixscan_destroy};
+
+static uint8_t *
+dup_bytes(const uint8_t *p, size_t n)
+{
+    uint8_t *out = bson_malloc(n > 0 ? n : 1);
+    if (n > 0) {
+        memcpy(out, p, n);
+    }
+    return out;
+}
+
+exec_stage_t *
+exec_ixscan_new(const shl_index_t *idx, const shl_key_bound_t *start, const shl_key_bound_t *end,
+                bool forward, const char *bounds_desc)
+{
+    ixscan_t *x = (ixscan_t *)stage_alloc(sizeof(ixscan_t), &ixscan_ops, NULL);
+    x->idx = idx;
+    x->forward = forward;
+    if (start != NULL && start->data != NULL) {
+        x->start = dup_bytes(start->data, start->len);
+        x->start_len = start->len;
+        x->has_start = true;
+    }
+    if (end != NULL && end->data != NULL) {
+        x->end = dup_bytes(end->data, end->len);
+        x->end_len = end->len;
+        x->has_end = true;
+    }
+    snprintf(x->bounds_desc, sizeof(x->bounds_desc), "%s", bounds_desc ? bounds_desc : "");
+    return &x->base;
+}
+
+/* ---------------------------------------------------------------- FETCH */
+
+typedef struct fetch {
+    exec_stage_t base;
+    const shl_collection_t *coll;
+    const shl_matcher_t *filter;
+    bson_t doc;
+    bool has_doc;
+} fetch_t;
+
+static int
+fetch_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    fetch_t *f = (fetch_t *)s;
+    int ret = 0;
+
+    for (;;) {
+        exec_row_t in;
+        bool found = false, matched;
+
+        SHL_ERR(exec_stage_next(s->child, ctx, &in, eof, st));
+        if (*eof) {
+            break;
+        }
+        if (f->has_doc) {
+            bson_destroy(&f->doc);
+            f->has_doc = false;
+        }
+        ret = shl_record_get(ctx->txn, f->coll, in.rid, &f->doc, &found, st);
+        f->has_doc = true;
+        SHL_ERR(ret);
+        if (!found) {
+            /* An index entry whose record is gone in this snapshot cannot happen (both
+             * change in one transaction); skip it rather than fail. */
+            continue;
+        }
+        s->stats.docs_examined++;
+        SHL_ERR(filter_doc(f->filter, &f->doc, &matched, st));
+        if (matched) {
+            row->rid = in.rid;
+            row->doc = &f->doc;
+            break;
+        }
+    }
+done:
+    return ret;
+}
+
+static void
+fetch_explain(const exec_stage_t *s, bson_t *out)
+{
+    explain_filter(((const fetch_t *)s)->filter, out);
+}
+
+static void
+fetch_destroy(exec_stage_t *s)
+{
+    fetch_t *f = (fetch_t *)s;
+    if (f->has_doc) {
+        bson_destroy(&f->doc);
+    }
+}
+
+static const exec_stage_ops_t fetch_ops = {"FETCH", fetch_next, fetch_explain, fetch_destroy};
+
+exec_stage_t *
+exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll, const shl_matcher_t *filter)
+{
+    fetch_t *f = (fetch_t *)stage_alloc(sizeof(fetch_t), &fetch_ops, child);
+    f->coll = coll;
+    f->filter = filter;
+    return &f->base;
+}
+
+/* ---------------------------------------------------------------- SORT */
+
+typedef struct sort_stage {
+    exec_stage_t base;
+    const shl_sort_pattern_t *pattern;
+    const bson_t *pattern_doc;
+    int64_t limit;
+    shl_sorter_t *sorter;
+    bool sorted;
+} sort_stage_t;
+
+static int
+sort_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    sort_stage_t *so = (sort_stage_t *)s;
+    int ret = 0;
+    const bson_t *doc;
+
+    if (!so->sorted) {
+        so->sorter = shl_sorter_new(so->pattern, so->limit, 0);
+        for (;;) {
+            exec_row_t in;
+            bool end;
+            SHL_ERR(exec_stage_next(s->child, ctx, &in, &end, st));
+            if (end) {
+                break;
+            }
+            SHL_ERR(shl_sorter_add(so->sorter, in.doc, st));
+        }
+        shl_sorter_finish(so->sorter);
+        so->sorted = true;
+    }
+    doc = shl_sorter_next(so->sorter);
+    if (doc == NULL) {
+        *eof = true;
+    } else {
+        row->doc = doc;
+    }
+done:
+    return ret;
+}
+
+static void
+sort_explain(const exec_stage_t *s, bson_t *out)
+{
+    const sort_stage_t *so = (const sort_stage_t *)s;
+    BSON_APPEND_DOCUMENT(out, "sortPattern", so->pattern_doc);
+    BSON_APPEND_UTF8(out, "type", "simple");
+    if (so->limit > 0) {
+        BSON_APPEND_INT64(out, "limitAmount", so->limit);
+    }
+    BSON_APPEND_INT64(out, "memLimit", 0);
+}
+
+static void
+sort_destroy(exec_stage_t *s)
+{
+    sort_stage_t *so = (sort_stage_t *)s;
+    if (so->sorter != NULL) {
+        shl_sorter_destroy(so->sorter);
+    }
+}
+
+static const exec_stage_ops_t sort_ops = {"SORT", sort_next, sort_explain, sort_destroy};
+
+exec_stage_t *
+exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern, const bson_t *pattern_doc,
+              int64_t limit)
+{
+    sort_stage_t *so = (sort_stage_t *)stage_alloc(sizeof(sort_stage_t), &sort_ops, child);
+    so->pattern = pattern;
+    so->pattern_doc = pattern_doc;
+    so->limit = limit;
+    return &so->base;
+}
+
+/* ---------------------------------------------------------------- SKIP, LIMIT */
+
+typedef struct counted {
+    exec_stage_t base;
+    int64_t amount;
+    int64_t seen;
+} counted_t;
+
+static int
+skip_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    counted_t *c = (counted_t *)s;
+    int ret = 0;
+    for (;;) {
+        SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+        if (*eof || c->seen >= c->amount) {
+            break;
+        }
+        c->seen++;
+    }
+done:
+    return ret;
+}
+
+static void
+skip_explain(const exec_stage_t *s, bson_t *out)
+{
+    BSON_APPEND_INT64(out, "skipAmount", ((const counted_t *)s)->amount);
+}
+
+static int
+limit_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    counted_t *c = (counted_t *)s;
+    int ret = 0;
+    if (c->seen >= c->amount) {
+        *eof = true;
+        return 0;
+    }
+    SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+    if (!*eof) {
+        c->seen++;
+    }
+done:
+    return ret;
+}
+
+static void
+limit_explain(const exec_stage_t *s, bson_t *out)
+{
+    BSON_APPEND_INT64(out, "limitAmount", ((const counted_t *)s)->amount);
+}
+
+static const exec_stage_ops_t skip_ops = {"SKIP", skip_next, skip_explain, NULL};
+static const exec_stage_ops_t limit_ops = {"LIMIT", limit_next, limit_explain, NULL};
+
+exec_stage_t *
+exec_skip_new(exec_stage_t *child, int64_t skip)
+{
+    counted_t *c = (counted_t *)stage_alloc(sizeof(counted_t), &skip_ops, child);
+    c->amount = skip;
+    return &c->base;
+}
+
+exec_stage_t *
+exec_limit_new(exec_stage_t *child, int64_t limit)
+{
+    counted_t *c = (counted_t *)stage_alloc(sizeof(counted_t), &limit_ops, child);
+    c->amount = limit;
+    return &c->base;
+}
+
+/* ---------------------------------------------------------------- PROJECTION */
+
+typedef struct projection_stage {
+    exec_stage_t base;
+    const shl_projection_t *proj;
+    const bson_t *spec;
+    const shl_matcher_t *filter;
+    bson_t out;
+    bool has_out;
+} projection_stage_t;
+
+static int
+projection_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    projection_stage_t *p = (projection_stage_t *)s;
+    int ret = 0;
+    shl_match_details_t details;
+    const shl_match_details_t *dp = NULL;
+
+    SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+    if (*eof) {
+        goto done;
+    }
+    if (p->has_out) {
+        bson_destroy(&p->out);
+        p->has_out = false;
+    }
+    if (shl_projection_needs_match_details(p->proj) && p->filter != NULL) {
+        /* Rows do not carry the matcher's array position through SORT; recompute it. */
+        bool matched;
+        memset(&details, 0, sizeof(details));
+        SHL_ERR(shl_matcher_match(p->filter, row->doc, &details, &matched, st));
+        dp = &details;
+    }
+    ret = shl_projection_apply(p->proj, row->doc, dp, NULL, &p->out, st);
+    p->has_out = true;
+    SHL_ERR(ret);
+    row->doc = &p->out;
+done:
+    return ret;
+}
+
+static void
+projection_explain(const exec_stage_t *s, bson_t *out)
+{
+    BSON_APPEND_DOCUMENT(out, "transformBy", ((const projection_stage_t *)s)->spec);
+}
+
+static void
+projection_destroy(exec_stage_t *s)
+{
+    projection_stage_t *p = (projection_stage_t *)s;
+    if (p->has_out) {
+        bson_destroy(&p->out);
+    }
+}
+
+static const exec_stage_ops_t projection_default_ops = {"PROJECTION_DEFAULT", projection_next,
+                                                        projection_explain, projection_destroy};
+static const exec_stage_ops_t projection_simple_ops = {"PROJECTION_SIMPLE", projection_next,
+                                                       projection_explain, projection_destroy};
+
+exec_stage_t *
+exec_projection_new(exec_stage_t *child, const shl_projection_t *proj, const bson_t *spec,
+                    bool simple, const shl_matcher_t *filter)
+{
+    projection_stage_t *p = (projection_stage_t *)stage_alloc(
+        sizeof(projection_stage_t), simple ? &projection_simple_ops : &projection_default_ops,
+        child);
+    p->proj = proj;
+    p->spec = spec;
+    p->filter = filter;
+    return &p->base;
+}

@@ -1,0 +1,214 @@
+/*
+ * catalog.h -- the durable catalog (`_catalog` table: namespace -> UUID, record store
+ * ident, options, index specs with their idents) and its in-memory form: one
+ * immutable, refcounted shl_collection_t per collection, swapped on DDL. Every DDL
+ * writes its oplog 'c' entry in the same WiredTiger transaction as the catalog change.
+ * DESIGN.md section 5; docs/design/storage.md.
+ */
+#ifndef SHL_STORAGE_CATALOG_H
+#define SHL_STORAGE_CATALOG_H
+
+#include <bson/bson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "storage/storage.h"
+
+#define SHL_NS_MAX 255 /* bytes of "db.coll", MongoDB's limit */
+#define SHL_DB_NAME_MAX 63
+#define SHL_OPLOG_NS "local.oplog.rs"
+
+/*
+ * One index of a collection. Immutable while the collection snapshot that holds it
+ * is referenced.
+ */
+typedef struct shl_index {
+    char *name;           /* "_id_", "a_1" */
+    bson_t *spec;         /* normalized: {v: 2, key: {...}, name: "...", <options>} */
+    bson_t *key_pattern;  /* spec.key */
+    bool unique;          /* true for _id_ and unique: true */
+    bool is_id;           /* the _id index */
+    char *ident;          /* "index-7" */
+    char *uri;            /* "table:index-7" */
+    shl_keygen_t *keygen; /* from the engine's keygen factory */
+} shl_index_t;
+
+struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */
+
+/*
+ * shl_collection_t -- an immutable snapshot of one collection's metadata. Take a
+ * reference with shl_collection_ref, drop it with shl_collection_release. A DDL
+ * builds a new snapshot and swaps it in; holders of the old one keep a consistent
+ * (if stale) view. Compare uuids to notice a drop/re-create between getMores.
+ */
+struct shl_collection {
+    atomic_int refs;
+    char *ns;              /* "db.coll" */
+    char *db;              /* "db" */
+    const char *coll_name; /* points into ns after the first '.' */
+    uint8_t uuid[16];      /* UUID (binary subtype 4) */
+    bson_t *options;       /* create options, without 'create' (e.g. {capped: true, size: 4096}) */
+    char *ident;           /* "collection-3"; "oplog" for local.oplog.rs */
+    char *uri;             /* "table:collection-3" */
+    bool is_oplog;         /* local.oplog.rs: read-only to users, record id = ts */
+    bool capped;           /* options.capped */
+    int64_t capped_size;   /* options.size in bytes, 0 if none */
+    int64_t capped_max;    /* options.max documents, 0 if none */
+    size_t nindexes;
+    shl_index_t **indexes;   /* indexes[0] is _id_ (none for the oplog) */
+    struct shl_rs_state *rs; /* private */
+};
+
+/* shl_collection_ref -- take a reference (thread-safe); returns 'c'. */
+shl_collection_t *shl_collection_ref(shl_collection_t *c);
+
+/* shl_collection_release -- drop a reference; the last one frees. NULL: no-op. */
+void shl_collection_release(shl_collection_t *c);
+
+/* shl_collection_find_index -- the index named 'name', or NULL. Borrowed from 'c'. */
+const shl_index_t *shl_collection_find_index(const shl_collection_t *c, const char *name);
+
+/*
+ * shl_collection_find_index_by_key -- the first index whose key pattern equals
+ * 'key_pattern' field by field (hint by pattern), or NULL. Borrowed from 'c'.
+ */
+const shl_index_t *shl_collection_find_index_by_key(const shl_collection_t *c,
+                                                    const bson_t *key_pattern);
+
+/*
+ * shl_collection_num_records / shl_collection_data_size --
+ *     Committed document count and total BSON bytes (collStats count/size, count
+ *     with no filter). Exact as of the last commit; thread-safe atomics.
+ */
+int64_t shl_collection_num_records(const shl_collection_t *c);
+int64_t shl_collection_data_size(const shl_collection_t *c);
+
+/*
+ * shl_storage_ident_size --
+ *     Bytes on disk of a table ident (the .wt file), for storageSize/indexSizes/
+ *     sizeOnDisk. 0 if unknown.
+ */
+int64_t shl_storage_ident_size(shl_storage_engine_t *eng, const char *ident);
+
+/* shl_uuid_append -- append 'uuid' to 'doc' as BSON binary subtype 4 under 'key'. */
+void shl_uuid_append(bson_t *doc, const char *key, const uint8_t uuid[16]);
+
+/* ---------------------------------------------------------------------------------
+ * Lookups (no locks held after return; use shl_storage_coll_acquire to exclude DDL)
+ * ------------------------------------------------------------------------------ */
+
+/* shl_catalog_get -- a reference to the current metadata of 'ns', or NULL. Thread-safe. */
+shl_collection_t *shl_catalog_get(shl_storage_engine_t *eng, const char *ns);
+
+/* shl_catalog_get_by_uuid -- the same by UUID, or NULL. */
+shl_collection_t *shl_catalog_get_by_uuid(shl_storage_engine_t *eng, const uint8_t uuid[16]);
+
+/*
+ * shl_catalog_list --
+ *     References to every collection of database 'db' (all databases when NULL),
+ *     sorted by namespace; includes local.oplog.rs. Free the array and the
+ *     references with shl_catalog_list_free. Thread-safe, a consistent view.
+ */
+void shl_catalog_list(shl_storage_engine_t *eng, const char *db, shl_collection_t ***out,
+                      size_t *n);
+void shl_catalog_list_free(shl_collection_t **list, size_t n);
+
+/*
+ * shl_catalog_list_databases --
+ *     Names of databases that have at least one collection, sorted; *out is a
+ *     NULL-terminated array freed with bson_strfreev.
+ */
+void shl_catalog_list_databases(shl_storage_engine_t *eng, char ***out);
+
+/* ---------------------------------------------------------------------------------
+ * DDL. Each call takes the database lock shared (exclusive for drop_database) and
+ * the collection lock(s) exclusive, runs one WiredTiger transaction that changes
+ * the catalog, creates tables/builds indexes and appends the oplog 'c' entry, retries
+ * it on WriteConflict, then swaps the in-memory snapshot. The caller must not hold a
+ * handle (shl_storage_coll_acquire) on the namespaces involved. *ts (may be NULL)
+ * receives the 'c' entry's timestamp, for operationTime and write concern. WT tables
+ * of dropped collections/indexes are removed after a checkpoint covers the drop.
+ * ------------------------------------------------------------------------------ */
+
+/*
+ * shl_ns_validate --
+ *     Check "db.coll" is a valid namespace for a user collection: db name not empty,
+ *     <= 63 bytes, none of '/\. "$' or NUL; collection not empty, no '$' or NUL, not
+ *     starting or ending with '.'; total <= 255 bytes. Errors: InvalidNamespace (73).
+ */
+int shl_ns_validate(const char *ns, shl_status_t *st);
+
+/*
+ * shl_catalog_create_collection --
+ *     Create 'ns' with its _id index. 'options' (may be NULL) is the create command
+ *     minus the command name and generic arguments; stored as-is and written in the
+ *     'c' entry {create: coll, <options>, idIndex: {v: 2, key: {_id: 1}, name: "_id_"}}.
+ *     capped: true requires a positive size (bytes) and allows max (documents); inserts
+ *     then delete the oldest documents in the same transaction. 'uuid' (may be NULL)
+ *     forces the UUID (replay, later migrations); else a random v4 UUID.
+ *     Errors: NamespaceExists (48) "Collection db.c already exists." (caller decides
+ *     whether that is an error), InvalidNamespace (73), InvalidOptions (72) for bad
+ *     capped options, IllegalOperation (20) for local.oplog.rs.
+ */
+int shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, const bson_t *options,
+                                  const uint8_t *uuid, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_catalog_drop_collection --
+ *     Drop 'ns': 'c' entry {drop: coll} (o2 {numRecords: n}). Errors: NamespaceNotFound
+ *     (26) "ns not found"; IllegalOperation for local.oplog.rs.
+ */
+int shl_catalog_drop_collection(shl_storage_engine_t *eng, const char *ns, uint64_t *ts,
+                                shl_status_t *st);
+
+/*
+ * shl_catalog_rename_collection --
+ *     Rename 'from' to 'to' in the same database (the record store and indexes keep
+ *     their idents; the UUID is kept). If 'to' exists: with drop_target it is dropped
+ *     in the same transaction, else NamespaceExists (48) "target namespace exists".
+ *     'c' entry {renameCollection: from, to: to, stayTemp: false[, dropTarget: uuid]}.
+ *     Errors: NamespaceNotFound (26) "source namespace does not exist",
+ *     IllegalOperation (20) "Can't rename a collection to itself" / across databases
+ *     (the caller may word it), InvalidNamespace.
+ */
+int shl_catalog_rename_collection(shl_storage_engine_t *eng, const char *from, const char *to,
+                                  bool drop_target, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_catalog_create_index --
+ *     Add the index described by 'spec' ({key: {...}, name: "...", unique?, ...}; the
+ *     stored spec is normalized to {v: 2, key, name, <other fields in order>}) to
+ *     existing collection 'ns' and build it from the current documents in the same
+ *     transaction. *created (may be NULL) is false when an index with the same name
+ *     and an identical spec already exists (not an error, as createIndexes' "all
+ *     indexes already exist"). 'c' entry {createIndexes: coll, <spec>}.
+ *     Errors: NamespaceNotFound (26); DuplicateKey (11000) if a unique index finds
+ *     duplicates while building; IndexKeySpecsConflict (86) same name, other
+ *     spec; IndexOptionsConflict (85) same key pattern, other name; CannotCreateIndex
+ *     (67) from the keygen factory; BadValue/TypeMismatch for a malformed spec.
+ */
+int shl_catalog_create_index(shl_storage_engine_t *eng, const char *ns, const bson_t *spec,
+                             bool *created, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_catalog_drop_index --
+ *     Remove index 'name' from 'ns'. 'c' entry {dropIndexes: coll, index: name} with
+ *     o2 = the dropped spec. Errors: NamespaceNotFound (26); IndexNotFound (27)
+ *     "index not found with name [name]"; InvalidOptions (72) "cannot drop _id index".
+ */
+int shl_catalog_drop_index(shl_storage_engine_t *eng, const char *ns, const char *name,
+                           uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_catalog_drop_database --
+ *     Drop every collection of 'db' ({drop: coll} entries), then write the
+ *     {dropDatabase: 1} entry; all in one transaction, under the database lock held
+ *     exclusively. Dropping a database that does not exist succeeds without writing.
+ *     Errors: IllegalOperation (20) for "local".
+ */
+int shl_catalog_drop_database(shl_storage_engine_t *eng, const char *db, uint64_t *ts,
+                              shl_status_t *st);
+
+#endif

@@ -1,0 +1,128 @@
+/*
+ * locks.c -- database and collection locks: a table of named reader/writer locks
+ * created on first use and freed when unused. CRUD holds its database and collection
+ * shared; collection DDL holds the collection exclusive; dropDatabase the database
+ * exclusive. Lock order and rules: docs/design/locking.md.
+ */
+#include "storage/storage_private.h"
+
+#include <string.h>
+
+#include "storage/catalog.h"
+
+static unsigned
+hash_name(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s != '\0'; s++) {
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    }
+    return h % SHL_LOCK_BUCKETS;
+}
+
+void
+shl_locks_init(shl_storage_engine_t *eng)
+{
+    pthread_mutex_init(&eng->locks_mu, NULL);
+}
+
+void
+shl_locks_cleanup(shl_storage_engine_t *eng)
+{
+    for (int i = 0; i < SHL_LOCK_BUCKETS; i++) {
+        SHL_INVARIANT(eng->locks[i] == NULL);
+    }
+    pthread_mutex_destroy(&eng->locks_mu);
+}
+
+shl_named_lock_t *
+shl_lock_take(shl_storage_engine_t *eng, const char *name, bool exclusive)
+{
+    unsigned b = hash_name(name);
+    shl_named_lock_t *l;
+
+    pthread_mutex_lock(&eng->locks_mu);
+    for (l = eng->locks[b]; l != NULL && strcmp(l->name, name) != 0; l = l->next) {
+    }
+    if (l == NULL) {
+        pthread_rwlockattr_t attr;
+        l = bson_malloc0(sizeof(*l));
+        l->name = bson_strdup(name);
+        /* Writer preference: a DDL waiting for a busy collection is not starved by a
+         * stream of CRUD. The price is that shared locks are not recursive. */
+        pthread_rwlockattr_init(&attr);
+        pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&l->rw, &attr);
+        pthread_rwlockattr_destroy(&attr);
+        l->next = eng->locks[b];
+        eng->locks[b] = l;
+    }
+    l->users++;
+    pthread_mutex_unlock(&eng->locks_mu);
+
+    if (exclusive) {
+        pthread_rwlock_wrlock(&l->rw);
+    } else {
+        pthread_rwlock_rdlock(&l->rw);
+    }
+    return l;
+}
+
+void
+shl_lock_drop(shl_storage_engine_t *eng, shl_named_lock_t *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    pthread_rwlock_unlock(&l->rw);
+    pthread_mutex_lock(&eng->locks_mu);
+    if (--l->users == 0) {
+        shl_named_lock_t **pp = &eng->locks[hash_name(l->name)];
+        while (*pp != l) {
+            pp = &(*pp)->next;
+        }
+        *pp = l->next;
+        pthread_rwlock_destroy(&l->rw);
+        bson_free(l->name);
+        bson_free(l);
+    }
+    pthread_mutex_unlock(&eng->locks_mu);
+}
+
+int
+shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mode_t mode,
+                         shl_coll_handle_t *h, shl_status_t *st)
+{
+    const char *dot = strchr(ns, '.');
+    char db[SHL_DB_NAME_MAX + 2];
+    int ret = 0;
+
+    memset(h, 0, sizeof(*h));
+    h->eng = eng;
+    h->mode = mode;
+    if (dot == NULL || dot == ns || dot[1] == '\0' || (size_t)(dot - ns) > SHL_DB_NAME_MAX) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
+    }
+    memcpy(db, ns, (size_t)(dot - ns));
+    db[dot - ns] = '\0';
+    h->db_lock_ = shl_lock_take(eng, db, false);
+    h->coll_lock_ = shl_lock_take(eng, ns, mode == SHL_LOCK_EXCLUSIVE);
+    h->coll = shl_catalog_get(eng, ns);
+done:
+    return ret;
+}
+
+void
+shl_storage_coll_release(shl_coll_handle_t *h)
+{
+    if (h->eng == NULL) {
+        return;
+    }
+    shl_collection_release(h->coll);
+    h->coll = NULL;
+    shl_lock_drop(h->eng, h->coll_lock_);
+    shl_lock_drop(h->eng, h->db_lock_);
+    h->coll_lock_ = NULL;
+    h->db_lock_ = NULL;
+    h->eng = NULL;
+}

@@ -1,0 +1,71 @@
+/*
+ * oplog.h -- the oplog: a logged WiredTiger table `oplog`, key = timestamp (int64,
+ * also the RecordId of local.oplog.rs), value = the entry in MongoDB 7.0's format
+ *   {op, ns, ui, o, o2, ts: Timestamp, t: long, v: long 2, wall: Date, <extra>}.
+ * It is the journal (DESIGN.md section 5): data tables are unlogged, and startup
+ * recovery replays entries after the recovery timestamp. Readers see entries only up
+ * to the no-holes point. Truncation by size is not implemented (TODO(#3)).
+ */
+#ifndef SHL_STORAGE_OPLOG_H
+#define SHL_STORAGE_OPLOG_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "storage/catalog.h"
+#include "storage/record_store.h"
+#include "storage/storage.h"
+
+/*
+ * shl_oplog_collection --
+ *     A reference to the local.oplog.rs pseudo-collection (release it): scan it with
+ *     the record cursor API (record_store.h) -- RecordId = ts, bounded by the no-holes
+ *     point -- which is how find on local.oplog.rs is served. Writes to it through
+ *     write.h fail with IllegalOperation.
+ */
+shl_collection_t *shl_oplog_collection(shl_storage_engine_t *eng);
+
+/*
+ * shl_oplog_cursor_open --
+ *     Forward cursor over entries with ts > after_ts (0: from the start) up to the
+ *     no-holes point at open, in 'txn''s snapshot; iterate with shl_record_cursor_next
+ *     (RecordId = ts as int64) and close with shl_record_cursor_close.
+ *     Errors: InternalError.
+ */
+int shl_oplog_cursor_open(shl_storage_txn_t *txn, uint64_t after_ts, shl_record_cursor_t **out,
+                          shl_status_t *st);
+
+/*
+ * shl_oplog_top --
+ *     The timestamp of the newest visible entry (<= the no-holes point), 0 if the
+ *     oplog is empty. Opens its own transaction. Errors: InternalError.
+ */
+int shl_oplog_top(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_oplog_entry_build --
+ *     Build an entry in MongoDB's field order into 'out' (initialised by callee):
+ *     op, ns, ui (if uuid), o, o2 (if not NULL), ts, t, v: 2, wall, then 'extra''s
+ *     fields. Used by write.h; exposed for tests and future replication.
+ */
+void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
+                           const bson_t *o, const bson_t *o2, uint64_t ts, int64_t term,
+                           int64_t wall_ms, const bson_t *extra);
+
+/*
+ * shl_oplog_apply --
+ *     Apply one entry idempotently at the entry's own timestamp, in its own
+ *     transaction (retried on WriteConflict), without appending to the oplog (startup
+ *     recovery; later secondaries): 'i' upserts by _id, 'u' replaces by o2._id
+ *     (upsert), 'd' deletes by _id if present, 'n' nothing, 'c' one of create / drop /
+ *     createIndexes / dropIndexes / renameCollection / dropDatabase, each a no-op when
+ *     already in effect. Entries for unknown collections are skipped with a warning.
+ *     Takes the collection locks the equivalent command would. The entry's ts must be
+ *     above the stable timestamp. Errors: BadValue for a malformed entry;
+ *     DuplicateKey on a secondary unique index.
+ */
+int shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st);
+
+#endif

@@ -1,0 +1,243 @@
+/*
+ * storage.h -- the storage engine of a data node: one WiredTiger connection in --dbpath,
+ * the cluster-time clock that stamps every write, transactions ("write units" and
+ * snapshot reads), per-collection locks, journal durability and checkpoints.
+ * Implements ../shared/DESIGN.md section 5; docs/design/storage.md explains the design,
+ * docs/design/locking.md the lock order. Catalog, records, indexes, document writes and
+ * the oplog have their own headers (catalog.h, record_store.h, index.h, write.h, oplog.h).
+ */
+#ifndef SHL_STORAGE_STORAGE_H
+#define SHL_STORAGE_STORAGE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct shl_storage_engine shl_storage_engine_t;
+typedef struct shl_storage_txn shl_storage_txn_t;
+typedef struct shl_collection shl_collection_t;
+typedef struct shl_keygen shl_keygen_t;
+
+/*
+ * Timestamps are MongoDB's BSON Timestamp as one uint64_t: seconds in the high 32
+ * bits, an increment in the low 32 bits, so integer order is time order. 0 = none.
+ */
+#define SHL_TS_MAKE(secs, inc) (((uint64_t)(uint32_t)(secs) << 32) | (uint64_t)(uint32_t)(inc))
+#define SHL_TS_SECS(ts) ((uint32_t)((uint64_t)(ts) >> 32))
+#define SHL_TS_INC(ts) ((uint32_t)((uint64_t)(ts)&0xffffffffu))
+
+/*
+ * shl_keygen_factory_fn --
+ *     Build the key generator for an index spec (see index.h). The engine calls it
+ *     for every index when it loads the catalog and when an index is created; an
+ *     error fails createIndexes with that status (e.g. CannotCreateIndex for an
+ *     index kind the factory does not know). Must be thread-safe and not block.
+ */
+typedef int (*shl_keygen_factory_fn)(const bson_t *spec, shl_keygen_t **out, shl_status_t *st);
+
+/*
+ * Engine options. Zero fields take the default in brackets. Options read "live"
+ * (journalCommitInterval, syncdelay) come from the options table when 0.
+ */
+typedef struct shl_storage_options {
+    const char *dbpath;                 /* required; created if missing */
+    int64_t cache_size_mb;              /* [max(256 MiB, 50% of (RAM - 1 GiB))], MongoDB's rule */
+    int32_t session_max;                /* WT session_max [20000]; sessions are pooled */
+    int64_t term;                       /* oplog 't' [-1, a standalone]; a set of one passes 1 */
+    int32_t journal_commit_interval_ms; /* [options table journalCommitInterval, 100] */
+    int32_t syncdelay_s;        /* [options table syncdelay, 60]; <0 = no periodic checkpoints */
+    bool no_background_threads; /* tests: no journal flusher / checkpointer threads */
+    shl_keygen_factory_fn keygen_factory; /* [shl_keygen_default_factory] */
+} shl_storage_options_t;
+
+/*
+ * shl_storage_open --
+ *     Lock dbpath (dbpath/shale.lock, flock), open or create the WiredTiger database
+ *     (logging on, unlogged timestamped data tables), load the catalog, run startup
+ *     recovery (replay oplog entries after the recovery timestamp, drop idents no
+ *     catalog entry names), take a stable checkpoint and start the journal flusher and
+ *     checkpointer threads. On success *out is the engine; close it with
+ *     shl_storage_close(). Blocks for the duration of recovery.
+ *     Errors: DBPathInUse (98) when another process holds dbpath; InternalError for
+ *     WiredTiger failures (reason carries wiredtiger_strerror); errors from replay.
+ */
+int shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out,
+                     shl_status_t *st);
+
+/*
+ * shl_storage_close --
+ *     Clean shutdown: stop background threads, flush the journal, advance the stable
+ *     timestamp to the last committed write, take a final checkpoint, close WiredTiger
+ *     and release the dbpath lock. Every transaction, cursor and collection handle must
+ *     be finished first (an invariant). NULL is a no-op.
+ */
+void shl_storage_close(shl_storage_engine_t *eng);
+
+/* shl_storage_dbpath -- the engine's dbpath (borrowed, lives as long as 'eng'). */
+const char *shl_storage_dbpath(const shl_storage_engine_t *eng);
+
+/* ---------------------------------------------------------------------------------
+ * Cluster-time clock and timestamps
+ * ------------------------------------------------------------------------------ */
+
+/*
+ * shl_storage_clock_now --
+ *     The latest timestamp the clock handed out (or the one it was advanced to). Never
+ *     goes backwards, even across restarts (the clock starts at max(oplog top, wall)).
+ *     Thread-safe, non-blocking.
+ */
+uint64_t shl_storage_clock_now(shl_storage_engine_t *eng);
+
+/*
+ * shl_storage_clock_advance --
+ *     Make the clock at least 'ts' (cluster time gossip, later the vector clock).
+ *     Later writes get timestamps > ts. Thread-safe.
+ */
+void shl_storage_clock_advance(shl_storage_engine_t *eng, uint64_t ts);
+
+/*
+ * shl_storage_all_durable --
+ *     The no-holes point: the largest T such that every write with a timestamp <= T
+ *     has finished (committed or aborted). Oplog readers stop here; the stable
+ *     timestamp never passes it. Thread-safe, non-blocking.
+ */
+uint64_t shl_storage_all_durable(shl_storage_engine_t *eng);
+
+/* shl_storage_stable_ts -- the stable timestamp last given to WiredTiger (0 = none yet). */
+uint64_t shl_storage_stable_ts(shl_storage_engine_t *eng);
+
+/* shl_storage_term -- the term written in oplog entries ('t'). */
+int64_t shl_storage_term(const shl_storage_engine_t *eng);
+
+/* ---------------------------------------------------------------------------------
+ * Durability
+ * ------------------------------------------------------------------------------ */
+
+/*
+ * shl_storage_wait_durable --
+ *     Return once the journal holds every write whose timestamp is <= 'ts' and that
+ *     committed before this call (j:true, w:"majority" on a set of one). Waiters
+ *     share flushes (group commit): one thread calls WT log_flush(sync=on) for all
+ *     the waiters that arrived before it started. Blocks for about one fsync.
+ *     Errors: InternalError if the flush fails.
+ */
+int shl_storage_wait_durable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st);
+
+/*
+ * shl_storage_checkpoint --
+ *     Flush the journal, advance the stable timestamp to the durable no-holes point
+ *     and take a checkpoint at it (use_timestamp=true); then drop the WT tables of
+ *     dropped collections/indexes whose drop is inside the checkpoint. The
+ *     checkpointer thread calls this every syncdelay seconds; tests call it directly.
+ *     Blocks. Errors: InternalError.
+ */
+int shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st);
+
+/* ---------------------------------------------------------------------------------
+ * Transactions: write units and snapshot reads
+ * ------------------------------------------------------------------------------ */
+
+/* Transaction options; NULL means all defaults. */
+typedef struct shl_storage_txn_opts {
+    uint64_t read_timestamp; /* 0: read the latest committed data; else WT read_timestamp */
+} shl_storage_txn_opts_t;
+
+/*
+ * shl_storage_txn_begin --
+ *     Borrow a pooled WiredTiger session and begin a snapshot-isolation transaction
+ *     on it. The same object is a write unit (document writes in write.h, DDL is
+ *     separate) and a read snapshot (cursors in record_store.h / index.h); a cursor
+ *     may keep it open across getMore batches. A transaction is used by one thread
+ *     at a time but may move between threads. Finish it with shl_storage_txn_commit
+ *     or shl_storage_txn_abort, which free it. Every write inside it gets its own
+ *     timestamp from the clock; the transaction counts as "in flight" for the
+ *     no-holes point from its first write until it ends.
+ *     Errors: InternalError (e.g. read_timestamp older than the oldest timestamp:
+ *     SnapshotTooOld 239).
+ */
+int shl_storage_txn_begin(shl_storage_engine_t *eng, const shl_storage_txn_opts_t *opts,
+                          shl_storage_txn_t **out, shl_status_t *st);
+
+/*
+ * shl_storage_txn_commit --
+ *     Commit (writes become visible at their timestamps) and free 'txn', whatever
+ *     the result; open cursors of the transaction must be closed first. On success
+ *     the collections' record counts/sizes move by the transaction's deltas.
+ *     Errors: WriteConflict (112) if WiredTiger rolled it back; InternalError.
+ */
+int shl_storage_txn_commit(shl_storage_txn_t *txn, shl_status_t *st);
+
+/* shl_storage_txn_abort -- roll back and free 'txn' (cursors must be closed). NULL: no-op. */
+void shl_storage_txn_abort(shl_storage_txn_t *txn);
+
+/*
+ * shl_storage_txn_last_ts --
+ *     The timestamp of the transaction's last write (its last oplog entry), 0 if it
+ *     wrote nothing. After a successful commit the caller should have read it first
+ *     (the txn is freed); operationTime and write-concern waits use it.
+ */
+uint64_t shl_storage_txn_last_ts(const shl_storage_txn_t *txn);
+
+/* shl_storage_txn_engine -- the engine of a transaction. */
+shl_storage_engine_t *shl_storage_txn_engine(const shl_storage_txn_t *txn);
+
+/*
+ * shl_storage_txn_fn --
+ *     The body of a write unit for shl_storage_write_retry: do the writes in 'txn'.
+ *     Must be re-runnable: it may run several times (each on a fresh transaction), so
+ *     it keeps its side effects in the transaction or resets them on entry.
+ */
+typedef int (*shl_storage_txn_fn)(shl_storage_txn_t *txn, void *arg, shl_status_t *st);
+
+/*
+ * shl_storage_write_retry --
+ *     Run 'fn' in a new transaction and commit; on WriteConflict (from fn or commit)
+ *     abort, back off (exponential from 0 to 100 ms, with jitter) and run it again,
+ *     as MongoDB's writeConflictRetry does for writes outside multi-document
+ *     transactions. Any other error aborts and is returned. *last_ts (may be NULL)
+ *     receives the committed transaction's last write timestamp. Blocks.
+ */
+int shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
+                            uint64_t *last_ts, shl_status_t *st);
+
+/* ---------------------------------------------------------------------------------
+ * Collection locks (lock order: docs/design/locking.md)
+ * ------------------------------------------------------------------------------ */
+
+typedef enum shl_lock_mode {
+    SHL_LOCK_SHARED,    /* CRUD and reads on the collection */
+    SHL_LOCK_EXCLUSIVE, /* DDL on the collection */
+} shl_lock_mode_t;
+
+/*
+ * A locked collection: the database lock (shared) and the collection lock in 'mode'
+ * are held, and 'coll' is a reference to the collection's current metadata, or NULL
+ * when the namespace does not exist. Caller's storage; fields are read-only.
+ */
+typedef struct shl_coll_handle {
+    shl_storage_engine_t *eng;
+    shl_collection_t *coll; /* reference or NULL; released by shl_storage_coll_release */
+    void *db_lock_;         /* private */
+    void *coll_lock_;       /* private */
+    shl_lock_mode_t mode;
+} shl_coll_handle_t;
+
+/*
+ * shl_storage_coll_acquire --
+ *     Lock database(ns) shared and collection 'ns' in 'mode', then take a reference
+ *     to its metadata (NULL if it does not exist: no error). While held, no DDL
+ *     changes 'ns' (DDL takes the collection lock exclusively), so h->coll stays
+ *     current. Locks are not recursive: a thread must not acquire a namespace it
+ *     already holds, nor call catalog DDL on it while holding it. Blocks while DDL on
+ *     the same collection (or dropDatabase on its database) runs. Always succeeds for
+ *     a well-formed "db.coll" namespace; Errors: InvalidNamespace.
+ */
+int shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mode_t mode,
+                             shl_coll_handle_t *h, shl_status_t *st);
+
+/* shl_storage_coll_release -- release the reference and the locks. Idempotent. */
+void shl_storage_coll_release(shl_coll_handle_t *h);
+
+#endif

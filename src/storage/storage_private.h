@@ -1,0 +1,228 @@
+/*
+ * storage_private.h -- the storage module's internal types and helpers shared by its
+ * .c files: the engine struct, pooled WiredTiger sessions with cursor caches,
+ * transactions, the hole tracker, record-store state and catalog internals.
+ * Nothing outside src/storage includes this.
+ */
+#ifndef SHL_STORAGE_PRIVATE_H
+#define SHL_STORAGE_PRIVATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <wiredtiger.h>
+
+#include "bson/keystring.h"
+#include "storage/catalog.h"
+#include "storage/index.h"
+#include "storage/storage.h"
+
+/* A WiredTiger session from the pool, with its cache of idle cursors by URI. */
+typedef struct shl_wt_cached_cursor {
+    char *uri;
+    WT_CURSOR *cur;
+} shl_wt_cached_cursor_t;
+
+typedef struct shl_wt_session {
+    WT_SESSION *wt;
+    shl_wt_cached_cursor_t *cache; /* idle cursors; owned by whoever holds the session */
+    size_t ncache, capcache;
+    uint64_t cursor_epoch;       /* engine epoch when the cache was last valid */
+    struct shl_wt_session *next; /* pool free list; guarded by engine pool_mu */
+} shl_wt_session_t;
+
+/* Record-store state shared by every snapshot of one collection (renames keep it). */
+typedef struct shl_rs_state {
+    atomic_int refs;
+    atomic_llong next_rid; /* next RecordId to hand out */
+    atomic_llong num_records;
+    atomic_llong data_size;
+} shl_rs_state_t;
+
+/* A reserved, not yet finished timestamp range of a transaction (hole tracker). */
+typedef struct shl_inflight {
+    uint64_t first_ts;
+    bool linked;
+    struct shl_inflight *prev, *next; /* guarded by engine clock_mu */
+} shl_inflight_t;
+
+/* A count/size change to apply when the transaction commits. */
+typedef struct shl_rs_delta {
+    shl_rs_state_t *rs; /* referenced */
+    int64_t count, size;
+} shl_rs_delta_t;
+
+/* A catalog change to install in memory when the transaction commits. */
+typedef struct shl_cat_change {
+    char *ns;               /* namespace whose entry changes */
+    shl_collection_t *coll; /* new snapshot (referenced) or NULL: remove */
+} shl_cat_change_t;
+
+/* A WT table to drop: after commit once a checkpoint covers drop_ts, or on abort. */
+typedef struct shl_drop_ident {
+    char *uri;
+    uint64_t drop_ts;
+} shl_drop_ident_t;
+
+struct shl_storage_txn {
+    shl_storage_engine_t *eng;
+    shl_wt_session_t *sess;
+    shl_inflight_t inflight;
+    uint64_t cur_ts;   /* commit timestamp currently set on the WT txn, 0 = none */
+    uint64_t last_ts;  /* timestamp of the last write */
+    uint64_t fixed_ts; /* replay: every write uses this ts and no oplog entry */
+    int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
+    int open_cursors;  /* record/index cursors not yet closed (invariant) */
+    shl_rs_delta_t *deltas;
+    size_t ndeltas, capdeltas;
+    shl_cat_change_t *changes;
+    size_t nchanges, capchanges;
+    shl_drop_ident_t *created; /* tables created in this txn: dropped on abort */
+    size_t ncreated, capcreated;
+    shl_drop_ident_t *dropped; /* tables dropped in this txn: queued on commit */
+    size_t ndropped, capdropped;
+};
+
+/* A named lock (database or collection) in the engine's lock table. */
+typedef struct shl_named_lock {
+    char *name;
+    pthread_rwlock_t rw;
+    int users;                   /* guarded by engine locks_mu */
+    struct shl_named_lock *next; /* hash chain; guarded by engine locks_mu */
+} shl_named_lock_t;
+
+#define SHL_LOCK_BUCKETS 256
+#define SHL_CAT_BUCKETS 256
+
+typedef struct shl_cat_entry {
+    shl_collection_t *coll; /* referenced */
+    struct shl_cat_entry *next;
+} shl_cat_entry_t;
+
+struct shl_storage_engine {
+    char *dbpath;
+    int lock_fd;
+    WT_CONNECTION *conn;
+    shl_storage_options_t opts;
+    int64_t term;
+    shl_keygen_factory_fn keygen_factory;
+    bool snappy; /* the snappy compressor extension is loaded */
+
+    /* Session pool. */
+    pthread_mutex_t pool_mu;
+    shl_wt_session_t *pool_free; /* guarded by pool_mu */
+    atomic_int sessions_open;
+    atomic_ullong cursor_epoch; /* bumped before dropping tables */
+
+    /* Clock and hole tracker; clock_mu is a leaf lock. */
+    pthread_mutex_t clock_mu;
+    uint64_t clock_last;                           /* guarded by clock_mu */
+    shl_inflight_t *inflight_head, *inflight_tail; /* guarded by clock_mu */
+    atomic_ullong stable_ts;
+
+    /* Journal flushes (group commit). */
+    pthread_mutex_t flush_mu;
+    pthread_cond_t flush_cv;
+    uint64_t flushes_started, flushes_done; /* guarded by flush_mu */
+    bool flushing;                          /* guarded by flush_mu */
+    int flush_err;                          /* guarded by flush_mu */
+    atomic_ullong durable_ts;               /* no-holes point covered by the last flush */
+
+    /* Checkpoints and deferred table drops. */
+    pthread_mutex_t ckpt_mu;  /* serializes checkpoints */
+    pthread_mutex_t drops_mu; /* guards drops; a leaf lock */
+    shl_drop_ident_t *drops;
+    size_t ndrops, capdrops;
+
+    /* Background threads. */
+    pthread_mutex_t bg_mu;
+    pthread_cond_t bg_cv;
+    bool bg_stop; /* guarded by bg_mu */
+    pthread_t flusher, checkpointer;
+    bool threads_started;
+
+    /* Catalog: ns -> snapshot; cat_mu guards the map and ident counter. */
+    pthread_mutex_t cat_mu;
+    shl_cat_entry_t *cat[SHL_CAT_BUCKETS];
+    uint64_t next_ident;
+    shl_collection_t *oplog; /* the local.oplog.rs pseudo-collection; referenced */
+
+    /* Lock table. */
+    pthread_mutex_t locks_mu;
+    shl_named_lock_t *locks[SHL_LOCK_BUCKETS];
+};
+
+/* ---- engine.c ---- */
+int shl_wt_err(shl_status_t *st, int wtret, const char *what);
+int shl_wt_session_get(shl_storage_engine_t *eng, shl_wt_session_t **out, shl_status_t *st);
+void shl_wt_session_put(shl_storage_engine_t *eng, shl_wt_session_t *s);
+int shl_wt_cursor_get(shl_storage_engine_t *eng, shl_wt_session_t *s, const char *uri,
+                      WT_CURSOR **out, shl_status_t *st);
+void shl_wt_cursor_put(shl_wt_session_t *s, const char *uri, WT_CURSOR *c);
+uint64_t shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_ms,
+                           WT_SESSION *wt, int *wtret);
+void shl_clock_finish(shl_storage_engine_t *eng, shl_inflight_t *inf);
+void shl_engine_queue_drops(shl_storage_engine_t *eng, const shl_drop_ident_t *d, size_t n);
+int shl_engine_drop_now(shl_storage_engine_t *eng, const char *uri, shl_status_t *st);
+void shl_ts_to_hex(uint64_t ts, char *buf, size_t len);
+
+/* ---- txn.c ---- */
+int shl_txn_set_ts(shl_storage_txn_t *txn, uint64_t ts, shl_status_t *st);
+int shl_txn_next_ts(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st);
+void shl_txn_add_delta(shl_storage_txn_t *txn, shl_rs_state_t *rs, int64_t count, int64_t size);
+void shl_txn_add_change(shl_storage_txn_t *txn, const char *ns, shl_collection_t *coll);
+void shl_txn_add_created(shl_storage_txn_t *txn, const char *uri);
+void shl_txn_add_dropped(shl_storage_txn_t *txn, const char *uri, uint64_t ts);
+const shl_cat_change_t *shl_txn_find_change(const shl_storage_txn_t *txn, const char *ns);
+
+/* ---- locks.c ---- */
+void shl_locks_init(shl_storage_engine_t *eng);
+void shl_locks_cleanup(shl_storage_engine_t *eng);
+shl_named_lock_t *shl_lock_take(shl_storage_engine_t *eng, const char *name, bool exclusive);
+void shl_lock_drop(shl_storage_engine_t *eng, shl_named_lock_t *l);
+
+/* ---- catalog.c ---- */
+int shl_uuid_generate(uint8_t uuid[16]);
+shl_collection_t *shl_collection_new_oplog(const uint8_t uuid[16]);
+void shl_catalog_init(shl_storage_engine_t *eng);
+void shl_catalog_cleanup(shl_storage_engine_t *eng);
+int shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st);
+void shl_catalog_install(shl_storage_engine_t *eng, const char *ns, shl_collection_t *coll);
+void shl_catalog_idents(shl_storage_engine_t *eng, char ***out);
+shl_rs_state_t *shl_rs_state_new(void);
+void shl_rs_state_release(shl_rs_state_t *rs);
+shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns);
+int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
+                               shl_status_t *st);
+int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
+
+/* ---- keystring_shim.c: the KeyString calls the index layer needs ---- */
+typedef shl_keystring_t shl_kbuf_t;
+void shl_kbuf_init(shl_kbuf_t *b);
+void shl_kbuf_cleanup(shl_kbuf_t *b);
+void shl_kbuf_append(shl_kbuf_t *b, const void *p, size_t n);
+/* shl_kbuf_value -- append the KeyString of one key component (inverted if descending). */
+void shl_kbuf_value(shl_kbuf_t *b, const bson_value_t *v, bool descending);
+/* shl_kbuf_record_id -- append the RecordId suffix of a non-unique index key. */
+void shl_kbuf_record_id(shl_kbuf_t *b, int64_t rid);
+
+/* ---- index.c ---- */
+int shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
+                          int64_t rid, size_t *ninserted, bool *dup, shl_status_t *st);
+int shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
+                          int64_t rid, shl_status_t *st);
+void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64_t rid,
+                        shl_kbuf_t *out);
+
+/* ---- write.c ---- */
+int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                          const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,
+                          shl_status_t *st);
+
+/* ---- recovery.c ---- */
+int shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st);
+
+/* ---- record_store.c ---- */
+int shl_record_insert_at(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
+                         const bson_t *doc, shl_status_t *st);
+
+#endif

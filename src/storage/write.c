@@ -1,0 +1,376 @@
+/*
+ * write.c -- document writes: record + index entries + oplog entry in one WT
+ * transaction at one fresh timestamp (see write.h). In replay mode (txn->fixed_ts set
+ * by recovery) the same code applies an oplog entry without appending a new one.
+ */
+#include "storage/storage_private.h"
+
+#include <string.h>
+
+#include "storage/oplog.h"
+#include "storage/record_store.h"
+#include "storage/write.h"
+
+int
+shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                      const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,
+                      shl_status_t *st)
+{
+    WT_CURSOR *c = NULL;
+    bson_t entry;
+    WT_ITEM v;
+    int ret = 0, wtret;
+
+    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms, extra);
+    v.data = bson_get_data(&entry);
+    v.size = entry.len;
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
+    c->set_key(c, (int64_t)ts);
+    c->set_value(c, &v);
+    wtret = c->insert(c);
+    if (wtret == WT_DUPLICATE_KEY) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "oplog slot %u,%u used twice", SHL_TS_SECS(ts),
+                 SHL_TS_INC(ts));
+    }
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
+    }
+    shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, entry.len);
+done:
+    if (c != NULL) {
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    bson_destroy(&entry);
+    return ret;
+}
+
+/* {_id: <doc's _id>} into 'out' (initialised here); false if the doc has no _id. */
+static bool
+id_doc(const bson_t *doc, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    if (!bson_iter_init_find(&it, doc, "_id")) {
+        return false;
+    }
+    bson_append_iter(out, "_id", 3, &it);
+    return true;
+}
+
+static void
+keysets_cleanup(shl_keyset_t *ks, size_t n)
+{
+    for (size_t i = 0; ks != NULL && i < n; i++) {
+        shl_keyset_cleanup(&ks[i]);
+    }
+    bson_free(ks);
+}
+
+/* The keys of 'doc' for every index of 'coll' (an array of coll->nindexes sets). */
+static int
+keys_for_all(const shl_collection_t *coll, const bson_t *doc, shl_keyset_t **out, shl_status_t *st)
+{
+    shl_keyset_t *ks = bson_malloc0((coll->nindexes + 1) * sizeof(*ks));
+    int ret = 0;
+
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        shl_keyset_init(&ks[i]);
+    }
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        SHL_ERR(shl_index_keys_for_doc(coll->indexes[i], doc, &ks[i], st));
+    }
+    *out = ks;
+    ks = NULL;
+done:
+    keysets_cleanup(ks, coll->nindexes);
+    return ret;
+}
+
+/* a - b for sorted, de-duplicated key sets. */
+static void
+keyset_minus(const shl_keyset_t *a, const shl_keyset_t *b, shl_keyset_t *out)
+{
+    size_t i = 0, j = 0;
+    shl_keyset_clear(out);
+    while (i < a->n) {
+        size_t la, lb = 0;
+        const uint8_t *ka = shl_keyset_key(a, i, &la), *kb = NULL;
+        int c = 1;
+        if (j < b->n) {
+            kb = shl_keyset_key(b, j, &lb);
+            c = memcmp(ka, kb, la < lb ? la : lb);
+            if (c == 0) {
+                c = la < lb ? -1 : (la > lb ? 1 : 0);
+            }
+        } else {
+            c = -1;
+        }
+        if (c < 0) {
+            shl_keyset_add(out, ka, la);
+            i++;
+        } else if (c == 0) {
+            i++;
+            j++;
+        } else {
+            j++;
+        }
+    }
+}
+
+/*
+ * Insert keys[i] into every index for 'rid'. On a duplicate, take back the keys
+ * inserted into earlier indexes, fill the DuplicateKey status for 'doc'.
+ */
+static int
+insert_all_keys(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_keyset_t *keys,
+                int64_t rid, const bson_t *doc, shl_status_t *st)
+{
+    int ret = 0;
+    size_t i;
+    bool dup = false;
+
+    for (i = 0; i < coll->nindexes; i++) {
+        SHL_ERR(shl_index_insert_keys(txn, coll->indexes[i], &keys[i], rid, NULL, &dup, st));
+        if (dup) {
+            break;
+        }
+    }
+    if (dup) {
+        for (size_t j = 0; j < i; j++) {
+            SHL_ERR(shl_index_remove_keys(txn, coll->indexes[j], &keys[j], rid, st));
+        }
+        SHL_ERR(shl_index_dup_key_status(coll->ns, coll->indexes[i], doc, st));
+    }
+done:
+    return ret;
+}
+
+static int
+check_target(const shl_collection_t *coll, shl_status_t *st)
+{
+    if (coll->is_oplog) {
+        return shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION, "cannot write to '%s'", coll->ns);
+    }
+    return 0;
+}
+
+static int64_t
+pending_delta(const shl_storage_txn_t *txn, const shl_rs_state_t *rs, bool size)
+{
+    for (size_t i = 0; i < txn->ndeltas; i++) {
+        if (txn->deltas[i].rs == rs) {
+            return size ? txn->deltas[i].size : txn->deltas[i].count;
+        }
+    }
+    return 0;
+}
+
+/* Capped collections: delete the oldest documents past size/max, newest kept. */
+static int
+capped_trim(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t new_rid, shl_status_t *st)
+{
+    shl_record_cursor_t *rc = NULL;
+    int64_t count = shl_collection_num_records(coll) + pending_delta(txn, coll->rs, false);
+    int64_t size = shl_collection_data_size(coll) + pending_delta(txn, coll->rs, true);
+    int64_t victims[64];
+    bson_t docs[64];
+    int nv = 0;
+    int ret = 0;
+
+    SHL_ERR(shl_record_cursor_open(txn, coll, true, &rc, st));
+    while ((coll->capped_max > 0 && count > coll->capped_max) ||
+           (coll->capped_size > 0 && size > coll->capped_size)) {
+        int64_t rid;
+        bson_t doc;
+        bool eof;
+        SHL_ERR(shl_record_cursor_next(rc, &rid, &doc, &eof, st));
+        if (eof || rid == new_rid || nv == 64) {
+            break;
+        }
+        victims[nv] = rid;
+        bson_copy_to(&doc, &docs[nv]);
+        nv++;
+        count--;
+        size -= doc.len;
+    }
+    shl_record_cursor_close(rc);
+    rc = NULL;
+    for (int i = 0; i < nv; i++) {
+        /* The trimming deletes are not part of the caller's (retryable) write. */
+        SHL_ERR(shl_doc_delete(txn, coll, victims[i], &docs[i], NULL, st));
+    }
+done:
+    shl_record_cursor_close(rc);
+    for (int i = 0; i < nv; i++) {
+        bson_destroy(&docs[i]);
+    }
+    return ret;
+}
+
+int
+shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+               const shl_write_opts_t *wo, int64_t *rid_out, shl_status_t *st)
+{
+    shl_keyset_t *keys = NULL;
+    bson_t o2;
+    uint64_t ts;
+    int64_t rid;
+    int ret = 0;
+
+    bson_init(&o2);
+    SHL_ERR(check_target(coll, st));
+    bson_destroy(&o2);
+    if (!id_doc(doc, &o2)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "document to insert has no _id");
+    }
+    /* Key generation can fail (parallel arrays): do it before writing anything. */
+    SHL_ERR(keys_for_all(coll, doc, &keys, st));
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    rid = atomic_fetch_add(&coll->rs->next_rid, 1);
+    SHL_ERR(insert_all_keys(txn, coll, keys, rid, doc, st));
+    SHL_ERR(shl_record_insert_at(txn, coll, rid, doc, st));
+    if (txn->fixed_ts == 0) {
+        SHL_ERR(shl_write_oplog_entry(txn, 'i', coll->ns, coll->uuid, doc, &o2,
+                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        if (coll->capped) {
+            SHL_ERR(capped_trim(txn, coll, rid, st));
+        }
+    }
+    if (rid_out != NULL) {
+        *rid_out = rid;
+    }
+done:
+    keysets_cleanup(keys, coll->nindexes);
+    bson_destroy(&o2);
+    return ret;
+}
+
+int
+shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
+               const bson_t *old_doc, const bson_t *new_doc, const shl_write_opts_t *wo,
+               shl_status_t *st)
+{
+    shl_keyset_t *oldk = NULL, *newk = NULL, *added = NULL, *removed = NULL;
+    bson_t read = BSON_INITIALIZER, o2 = BSON_INITIALIZER;
+    size_t n = coll->nindexes, i = 0;
+    bool found, dup = false;
+    uint64_t ts;
+    int ret = 0;
+
+    SHL_ERR(check_target(coll, st));
+    if (old_doc == NULL) {
+        bson_destroy(&read);
+        SHL_ERR(shl_record_get(txn, coll, rid, &read, &found, st));
+        if (!found) {
+            SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "RecordId %lld not found in %s", (long long)rid,
+                     coll->ns);
+        }
+        old_doc = &read;
+    }
+    bson_destroy(&o2);
+    if (!id_doc(new_doc, &o2)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "replacement document has no _id");
+    }
+    SHL_ERR(keys_for_all(coll, old_doc, &oldk, st));
+    SHL_ERR(keys_for_all(coll, new_doc, &newk, st));
+    added = bson_malloc0((n + 1) * sizeof(*added));
+    removed = bson_malloc0((n + 1) * sizeof(*removed));
+    for (i = 0; i < n; i++) {
+        shl_keyset_init(&added[i]);
+        shl_keyset_init(&removed[i]);
+        keyset_minus(&newk[i], &oldk[i], &added[i]);
+        keyset_minus(&oldk[i], &newk[i], &removed[i]);
+    }
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    for (i = 0; i < n; i++) {
+        SHL_ERR(shl_index_insert_keys(txn, coll->indexes[i], &added[i], rid, NULL, &dup, st));
+        if (dup) {
+            break;
+        }
+    }
+    if (dup) {
+        for (size_t j = 0; j < i; j++) {
+            SHL_ERR(shl_index_remove_keys(txn, coll->indexes[j], &added[j], rid, st));
+        }
+        SHL_ERR(shl_index_dup_key_status(coll->ns, coll->indexes[i], new_doc, st));
+    }
+    for (i = 0; i < n; i++) {
+        SHL_ERR(shl_index_remove_keys(txn, coll->indexes[i], &removed[i], rid, st));
+    }
+    SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
+    if (txn->fixed_ts == 0) {
+        SHL_ERR(shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2,
+                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+    }
+done:
+    keysets_cleanup(oldk, n);
+    keysets_cleanup(newk, n);
+    keysets_cleanup(added, added != NULL ? n : 0);
+    keysets_cleanup(removed, removed != NULL ? n : 0);
+    bson_destroy(&read);
+    bson_destroy(&o2);
+    return ret;
+}
+
+int
+shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
+               const bson_t *old_doc, const shl_write_opts_t *wo, shl_status_t *st)
+{
+    shl_keyset_t *keys = NULL;
+    bson_t read = BSON_INITIALIZER, o = BSON_INITIALIZER;
+    bool found;
+    uint64_t ts;
+    int ret = 0;
+
+    SHL_ERR(check_target(coll, st));
+    if (old_doc == NULL) {
+        bson_destroy(&read);
+        SHL_ERR(shl_record_get(txn, coll, rid, &read, &found, st));
+        if (!found) {
+            SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "RecordId %lld not found in %s", (long long)rid,
+                     coll->ns);
+        }
+        old_doc = &read;
+    }
+    bson_destroy(&o);
+    id_doc(old_doc, &o);
+    SHL_ERR(keys_for_all(coll, old_doc, &keys, st));
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        SHL_ERR(shl_index_remove_keys(txn, coll->indexes[i], &keys[i], rid, st));
+    }
+    SHL_ERR(shl_record_delete(txn, coll, rid, st));
+    if (txn->fixed_ts == 0) {
+        SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL,
+                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+    }
+done:
+    keysets_cleanup(keys, coll->nindexes);
+    bson_destroy(&read);
+    bson_destroy(&o);
+    return ret;
+}
+
+int
+shl_oplog_append(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                 const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo, uint64_t *ts_out,
+                 shl_status_t *st)
+{
+    uint64_t ts = 0;
+    int ret = 0;
+
+    if (op != 'n' && op != 'c') {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "oplog entries of type '%c' are written by "
+                 "document writes",
+                 op);
+    }
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    SHL_ERR(shl_write_oplog_entry(txn, op, ns, uuid, o, o2, wo != NULL ? wo->oplog_extra : NULL, ts,
+                                  st));
+done:
+    if (ts_out != NULL) {
+        *ts_out = ret == 0 ? ts : 0;
+    }
+    return ret;
+}

@@ -1,0 +1,83 @@
+/*
+ * write.h -- document writes inside a write unit (a shl_storage_txn_t): each one
+ * changes the record, every index and appends its oplog entry in MongoDB's format, all
+ * in the same WiredTiger transaction, stamped with a fresh cluster-time timestamp, so
+ * after a crash a document, its index entries and its oplog entry exist together or
+ * not at all. DESIGN.md section 5 "The oplog is the journal".
+ */
+#ifndef SHL_STORAGE_WRITE_H
+#define SHL_STORAGE_WRITE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "storage/catalog.h"
+#include "storage/storage.h"
+
+/* Per-write options; NULL means none. */
+typedef struct shl_write_opts {
+    /*
+     * Fields appended to the oplog entry after the standard ones (lsid, txnNumber,
+     * stmtId, prevOpTime for retryable writes; fromMigrate ...). Borrowed.
+     */
+    const bson_t *oplog_extra;
+} shl_write_opts_t;
+
+/*
+ * shl_doc_insert --
+ *     Insert 'doc' (must have an _id; the caller adds one and validates it) into
+ *     'coll': record, index keys, oplog {op: 'i', ns, ui, o: doc, o2: {_id}, ts, t, v: 2,
+ *     wall}. *rid (may be NULL) receives the new RecordId. For a capped collection the
+ *     oldest documents past size/max are deleted in the same transaction (with 'd'
+ *     entries). Errors: DuplicateKey (11000) with MongoDB's message and
+ *     keyPattern/keyValue (the txn is still usable: nothing of this insert stayed);
+ *     WriteConflict (112) -- abort the txn and retry; key generator errors;
+ *     IllegalOperation (20) for local.oplog.rs; BadValue (2) if doc has no _id.
+ */
+int shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+                   const shl_write_opts_t *wo, int64_t *rid, shl_status_t *st);
+
+/*
+ * shl_doc_update --
+ *     Replace record 'rid' with 'new_doc' (same _id; the caller checks _id did not
+ *     change): the record, the index delta (keys of 'old_doc' not in 'new_doc' removed,
+ *     new ones added) and oplog {op: 'u', o: new_doc, o2: {_id}} -- the replacement
+ *     form, so replay is idempotent. 'old_doc' is the current document as read in this
+ *     txn (NULL: read it here). Errors: DuplicateKey (nothing of this update stayed),
+ *     WriteConflict, NoSuchKey (4) if 'rid' does not exist.
+ */
+int shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
+                   const bson_t *old_doc, const bson_t *new_doc, const shl_write_opts_t *wo,
+                   shl_status_t *st);
+
+/*
+ * shl_doc_delete --
+ *     Delete record 'rid', its index keys, and append oplog {op: 'd', o: {_id}}.
+ *     'old_doc' as in shl_doc_update. Errors: WriteConflict, NoSuchKey.
+ */
+int shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
+                   const bson_t *old_doc, const shl_write_opts_t *wo, shl_status_t *st);
+
+/*
+ * shl_oplog_append --
+ *     Append an arbitrary entry in this txn with a fresh timestamp: op 'n' (no-op,
+ *     ns "" and o {msg: ...}) or 'c' (ns "db.$cmd", o the command); 'uuid' (may be
+ *     NULL) becomes 'ui', 'o2' may be NULL. Not applied to any collection: a 'c'
+ *     entry written here is replayed by recovery, so only use command forms that
+ *     recovery knows (see oplog.h) or 'n'. *ts (may be NULL) receives its timestamp.
+ *     Errors: WriteConflict; BadValue for another 'op'.
+ */
+int shl_oplog_append(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                     const bson_t *o, const bson_t *o2, const shl_write_opts_t *wo, uint64_t *ts,
+                     shl_status_t *st);
+
+/*
+ * shl_storage_txn_tick --
+ *     Give the txn a fresh timestamp for writes that have no oplog entry of their
+ *     own (raw record writes, tests). Returns it. Errors: InternalError.
+ */
+int shl_storage_txn_tick(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st);
+
+#endif
