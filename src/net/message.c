@@ -370,22 +370,19 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
     if (!have_body) {
         SHL_FAIL(st, 40587, "OP_MSG messages must have a body");
     }
-    if (nseq == 0) {
-        bson_destroy(&msg->body);
-        bson_copy_to(&body_view, &msg->body);
-    } else {
-        bson_iter_t it;
-        bson_iter_init(&it, &body_view);
-        while (bson_iter_next(&it)) {
-            bson_append_iter(&msg->body, bson_iter_key(&it), -1, &it);
+    /*
+     * The body's bytes are copied whole and the sequences appended after them:
+     * re-appending each element through libbson would also make it complain on
+     * stderr about arrays whose keys are not "0", "1", ... (found by fuzz_message).
+     */
+    bson_destroy(&msg->body);
+    bson_copy_to(&body_view, &msg->body);
+    for (int i = 0; i < nseq; i++) {
+        if (body_has_field(&body_view, seqs[i].ident)) {
+            SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
+                     seqs[i].ident);
         }
-        for (int i = 0; i < nseq; i++) {
-            if (body_has_field(&body_view, seqs[i].ident)) {
-                SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
-                         seqs[i].ident);
-            }
-            SHL_ERR(append_sequence(&msg->body, &seqs[i], st));
-        }
+        SHL_ERR(append_sequence(&msg->body, &seqs[i], st));
     }
 done:
     return ret;

@@ -2,7 +2,9 @@
  * message_test.c -- wire protocol parsing: OP_MSG bodies, document sequences,
  * checksums, flags, malformed input; OP_QUERY; CRC-32C.
  */
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/unit_test.h"
 #include "net/message.h"
@@ -216,5 +218,53 @@ SHL_TEST(op_msg_sequence_identifier_must_be_utf8)
     ASSERT_BSON_EQ(&msg.body, "{'insert': 'c', '$db': 'test', 'dx': [{'_id': 1}]}");
     shl_msg_cleanup(&msg);
     bson_destroy(body);
+    bson_destroy(d1);
+}
+
+SHL_TEST(op_msg_sequence_keeps_body_bytes)
+{
+    /* Found by fuzz_message: merging re-appended the body through libbson, which
+     * printed a warning on stderr for an array whose first key is not "0". */
+    static const uint8_t inner[] = {12, 0, 0, 0, 0x10, 'x', 0, 1, 0, 0, 0, 0};
+    bson_t body = BSON_INITIALIZER, inner_view;
+    bson_t *d1 = shl_test_bson("{'_id': 1}");
+    bson_iter_t it;
+    uint8_t buf[256] = {0};
+    size_t off = 21;
+    shl_message_t msg;
+    shl_status_t st;
+    FILE *err = tmpfile();
+    int saved = dup(2);
+
+    ASSERT(bson_init_static(&inner_view, inner, sizeof(inner)));
+    BSON_APPEND_UTF8(&body, "insert", "c");
+    bson_append_document(&body, "a", -1, &inner_view);
+    memcpy(buf + off, bson_get_data(&body), body.len);
+    /* Field 'a' (after the length and the 14 bytes of 'insert') becomes an array with
+     * key "x": valid BSON, though not what libbson writes. */
+    buf[off + 18] = BSON_TYPE_ARRAY;
+    off += body.len;
+    buf[off++] = 1;
+    put_i32(buf + off, 4 + 2 + (int32_t)d1->len);
+    memcpy(buf + off + 4, "d", 2);
+    memcpy(buf + off + 6, bson_get_data(d1), d1->len);
+    off += 6 + d1->len;
+    put_i32(buf, (int32_t)off);
+    put_i32(buf + 12, SHL_OP_MSG);
+
+    fflush(stderr);
+    dup2(fileno(err), 2);
+    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fseek(err, 0, SEEK_END);
+    ASSERT_INT_EQ(ftell(err), 0);
+    fclose(err);
+    /* The body's elements are its own bytes, followed by the sequence as 'd'. */
+    ASSERT(memcmp(bson_get_data(&msg.body) + 4, buf + 21 + 4, body.len - 5) == 0);
+    ASSERT(bson_iter_init_find(&it, &msg.body, "d") && BSON_ITER_HOLDS_ARRAY(&it));
+    shl_msg_cleanup(&msg);
+    bson_destroy(&body);
     bson_destroy(d1);
 }
