@@ -181,7 +181,8 @@ usage(FILE *out)
 static int
 parse_args(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
+    /* Options come in pairs: --name value. */
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -205,7 +206,6 @@ parse_args(int argc, char **argv)
             usage(stderr);
             return 2;
         }
-        i++;
     }
     if (cfg.threads < 1 || cfg.threads > 10000 || !(cfg.seconds > 0) ||
         (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0)) {
