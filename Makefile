@@ -42,8 +42,6 @@ tsan: deps
 	cmake --build build-tsan -j $(JOBS)
 
 fuzz: deps
-	CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSHL_FUZZ=ON >/dev/null
-	cmake --build build-fuzz -j $(JOBS)
 	bash scripts/fuzz.sh build-fuzz
 
 bench: release

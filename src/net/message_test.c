@@ -2,7 +2,9 @@
  * message_test.c -- wire protocol parsing: OP_MSG bodies, document sequences,
  * checksums, flags, malformed input; OP_QUERY; CRC-32C.
  */
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/unit_test.h"
 #include "net/message.h"
@@ -206,4 +208,160 @@ SHL_TEST(op_msg_structure_checks)
     bson_free(buf);
     bson_destroy(&scope);
     bson_destroy(&body);
+}
+
+/* Parse 'doc' ('len' bytes) as the body of an OP_MSG; returns the parser's code. */
+static int
+parse_body(const uint8_t *doc, size_t len)
+{
+    size_t n = 21 + len;
+    uint8_t *buf = bson_malloc0(n);
+    shl_message_t msg;
+    shl_status_t st;
+    int rc;
+
+    put_i32(buf, (int32_t)n);
+    put_i32(buf + 12, SHL_OP_MSG);
+    memcpy(buf + 21, doc, len);
+    rc = shl_msg_parse(buf, n, &msg, &st);
+    shl_msg_cleanup(&msg);
+    bson_free(buf);
+    return rc;
+}
+
+/* A document nesting {'a': ...} 'depth' levels below the top; the caller frees it. */
+static uint8_t *
+nested_doc(int depth, size_t *len)
+{
+    size_t n = 5 + 8 * (size_t)depth;
+    uint8_t *p = bson_malloc0(n); /* the trailing EOO bytes are the zeros */
+
+    for (int i = 0; i <= depth; i++) {
+        put_i32(p + 7 * (size_t)i, (int32_t)(n - 8 * (size_t)i));
+        if (i < depth) {
+            memcpy(p + 7 * (size_t)i + 4, "\x03" "a", 3);
+        }
+    }
+    *len = n;
+    return p;
+}
+
+SHL_TEST(bson_depth_limit)
+{
+    size_t n;
+    uint8_t *doc = nested_doc(200, &n);
+    ASSERT_INT_EQ(parse_body(doc, n), 0);
+    bson_free(doc);
+    doc = nested_doc(201, &n);
+    ASSERT_INT_EQ(parse_body(doc, n), SHL_CODE_OVERFLOW);
+    bson_free(doc);
+    /* Found by a crash: libbson's recursive validation overflowed the thread's stack. */
+    doc = nested_doc(1000000, &n);
+    ASSERT_INT_EQ(parse_body(doc, n), SHL_CODE_OVERFLOW);
+    bson_free(doc);
+}
+
+SHL_TEST(bson_nested_document_without_eoo)
+{
+    /* {'a': {'x': 1}, 'b': 1}; found by fuzz_bson: libbson let a nested document whose
+     * last byte is not EOO through when another element followed it. */
+    uint8_t doc[] = {27,  0,   0, 0, 3, 'a', 0, 12,   0,   0, 0, 0x10, 'x', 0,
+                     1,   0,   0, 0, 0, 0x10, 'b', 0, 1, 0,   0, 0,    0};
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), 0);
+    doc[18] = 0x28;
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
+}
+
+SHL_TEST(bson_code_with_scope_structure)
+{
+    /* {'c': Code('f', {'x': 1}), 'b': 1} */
+    uint8_t doc[] = {37, 0, 0, 0, 0x0f, 'c', 0, 22, 0, 0, 0, 2, 0, 0, 0, 'f', 0, 12, 0,
+                     0,  0, 0x10, 'x', 0, 1, 0, 0, 0, 0, 0x10, 'b', 0, 1, 0, 0, 0, 0};
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), 0);
+    doc[28] = 0x28; /* the scope's EOO */
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
+    doc[28] = 0;
+    doc[16] = 'g'; /* the code string's NUL */
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
+    doc[16] = 0;
+    doc[7] = 23; /* the element's total size disagrees with its parts */
+    ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
+}
+
+SHL_TEST(op_msg_sequence_identifier_must_be_utf8)
+{
+    /* Found by fuzz_message: the identifier becomes a field name of the body, and an
+     * invalid UTF-8 one made a body that libbson itself calls invalid. */
+    bson_t *body = shl_test_bson("{'insert': 'c', '$db': 'test'}");
+    bson_t *d1 = shl_test_bson("{'_id': 1}");
+    uint8_t buf[256] = {0};
+    size_t off = 21;
+    shl_message_t msg;
+    shl_status_t st;
+
+    memcpy(buf + off, bson_get_data(body), body->len);
+    off += body->len;
+    buf[off++] = 1;
+    put_i32(buf + off, 4 + 3 + (int32_t)d1->len);
+    memcpy(buf + off + 4, "\x88x", 3);
+    memcpy(buf + off + 7, bson_get_data(d1), d1->len);
+    off += 7 + d1->len;
+    put_i32(buf, (int32_t)off);
+    put_i32(buf + 12, SHL_OP_MSG);
+    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), SHL_CODE_PROTOCOL_ERROR);
+    shl_msg_cleanup(&msg);
+    buf[21 + body->len + 5] = 'd';
+    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), 0);
+    ASSERT_BSON_EQ(&msg.body, "{'insert': 'c', '$db': 'test', 'dx': [{'_id': 1}]}");
+    shl_msg_cleanup(&msg);
+    bson_destroy(body);
+    bson_destroy(d1);
+}
+
+SHL_TEST(op_msg_sequence_keeps_body_bytes)
+{
+    /* Found by fuzz_message: merging re-appended the body through libbson, which
+     * printed a warning on stderr for an array whose first key is not "0". */
+    static const uint8_t inner[] = {12, 0, 0, 0, 0x10, 'x', 0, 1, 0, 0, 0, 0};
+    bson_t body = BSON_INITIALIZER, inner_view;
+    bson_t *d1 = shl_test_bson("{'_id': 1}");
+    bson_iter_t it;
+    uint8_t buf[256] = {0};
+    size_t off = 21;
+    shl_message_t msg;
+    shl_status_t st;
+    FILE *err = tmpfile();
+    int saved = dup(2);
+
+    ASSERT(bson_init_static(&inner_view, inner, sizeof(inner)));
+    BSON_APPEND_UTF8(&body, "insert", "c");
+    bson_append_document(&body, "a", -1, &inner_view);
+    memcpy(buf + off, bson_get_data(&body), body.len);
+    /* Field 'a' (after the length and the 14 bytes of 'insert') becomes an array with
+     * key "x": valid BSON, though not what libbson writes. */
+    buf[off + 18] = BSON_TYPE_ARRAY;
+    off += body.len;
+    buf[off++] = 1;
+    put_i32(buf + off, 4 + 2 + (int32_t)d1->len);
+    memcpy(buf + off + 4, "d", 2);
+    memcpy(buf + off + 6, bson_get_data(d1), d1->len);
+    off += 6 + d1->len;
+    put_i32(buf, (int32_t)off);
+    put_i32(buf + 12, SHL_OP_MSG);
+
+    fflush(stderr);
+    dup2(fileno(err), 2);
+    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    fseek(err, 0, SEEK_END);
+    ASSERT_INT_EQ(ftell(err), 0);
+    fclose(err);
+    /* The body's elements are its own bytes, followed by the sequence as 'd'. */
+    ASSERT(memcmp(bson_get_data(&msg.body) + 4, buf + 21 + 4, body.len - 5) == 0);
+    ASSERT(bson_iter_init_find(&it, &msg.body, "d") && BSON_ITER_HOLDS_ARRAY(&it));
+    shl_msg_cleanup(&msg);
+    bson_destroy(&body);
+    bson_destroy(d1);
 }
