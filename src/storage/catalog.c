@@ -18,6 +18,7 @@
 #include "storage/oplog.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/bson_util.h"
 
 #define CATALOG_URI "table:_catalog"
 #define OPLOG_URI "table:oplog"
@@ -25,23 +26,6 @@
 /* ---------------------------------------------------------------------------------
  * UUIDs, record-store state, snapshots
  * ------------------------------------------------------------------------------ */
-
-int
-shl_uuid_generate(uint8_t uuid[16])
-{
-    if (getrandom(uuid, 16, 0) != 16) {
-        return -1;
-    }
-    uuid[6] = (uint8_t)((uuid[6] & 0x0f) | 0x40); /* version 4 */
-    uuid[8] = (uint8_t)((uuid[8] & 0x3f) | 0x80); /* RFC 4122 variant */
-    return 0;
-}
-
-void
-shl_uuid_append(bson_t *doc, const char *key, const uint8_t uuid[16])
-{
-    bson_append_binary(doc, key, -1, BSON_SUBTYPE_UUID, uuid, 16);
-}
 
 shl_rs_state_t *
 shl_rs_state_new(void)
@@ -530,7 +514,7 @@ coll_to_doc(const shl_collection_t *c, bson_t *doc)
 
     bson_init(doc);
     BSON_APPEND_UTF8(doc, "ns", c->ns);
-    shl_uuid_append(doc, "uuid", c->uuid);
+    shl_bson_append_uuid(doc, "uuid", c->uuid);
     BSON_APPEND_UTF8(doc, "ident", c->ident);
     BSON_APPEND_DOCUMENT(doc, "options", c->options);
     BSON_APPEND_ARRAY_BEGIN(doc, "indexes", &arr);
@@ -786,41 +770,12 @@ done:
  * Namespaces
  * ------------------------------------------------------------------------------ */
 
-int
-shl_ns_validate(const char *ns, shl_status_t *st)
+/* A namespace the catalog may hold: base/namespace.h's rules. */
+static int
+validate_ns(const char *ns, shl_status_t *st)
 {
-    const char *dot = strchr(ns, '.');
-    size_t dblen, len = strlen(ns);
-    int ret = 0;
-
-    if (dot == NULL || dot == ns) {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
-    }
-    dblen = (size_t)(dot - ns);
-    if (dblen > SHL_DB_NAME_MAX) {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "db name '%.*s' is too long (max %d)", (int)dblen,
-                 ns, SHL_DB_NAME_MAX);
-    }
-    for (size_t i = 0; i < dblen; i++) {
-        if (strchr("/\\. \"$", ns[i]) != NULL) {
-            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid database name: '%.*s'", (int)dblen,
-                     ns);
-        }
-    }
-    if (dot[1] == '\0') {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s'", ns);
-    }
-    if (strchr(dot + 1, '$') != NULL || ns[len - 1] == '.' || dot[1] == '.') {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid collection name: %s", dot + 1);
-    }
-    if (len > SHL_NS_MAX) {
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
-                 "Fully qualified namespace is too long. "
-                 "Namespace: %s Max: %d",
-                 ns, SHL_NS_MAX);
-    }
-done:
-    return ret;
+    shl_ns_t parsed;
+    return shl_ns_parse(&parsed, ns, st);
 }
 
 static char *
@@ -914,7 +869,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     if (strcmp(ns, SHL_OPLOG_NS) == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot create %s", ns);
     }
-    SHL_ERR(shl_ns_validate(ns, st));
+    SHL_ERR(validate_ns(ns, st));
     existing = shl_collection_current(txn, ns);
     if (existing != NULL) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "Collection %s already exists.", ns);
@@ -943,8 +898,8 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     }
     if (want_uuid != NULL) {
         memcpy(uuid, want_uuid, 16);
-    } else if (shl_uuid_generate(uuid) != 0) {
-        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot generate a UUID");
+    } else {
+        shl_uuid_gen(uuid);
     }
     ident = new_ident(eng, "collection");
     iident = new_ident(eng, "index");
@@ -1051,7 +1006,7 @@ body_rename(shl_storage_txn_t *txn, const char *from, const char *to, bool drop_
     int ret = 0;
     const char *d1 = strchr(from, '.'), *d2 = strchr(to, '.');
 
-    SHL_ERR(shl_ns_validate(to, st));
+    SHL_ERR(validate_ns(to, st));
     if (strcmp(from, SHL_OPLOG_NS) == 0 || strcmp(to, SHL_OPLOG_NS) == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot rename %s", SHL_OPLOG_NS);
     }
@@ -1084,7 +1039,7 @@ body_rename(shl_storage_txn_t *txn, const char *from, const char *to, bool drop_
     BSON_APPEND_UTF8(&o, "to", to);
     BSON_APPEND_BOOL(&o, "stayTemp", false);
     if (tgt != NULL) {
-        shl_uuid_append(&o, "dropTarget", tgt->uuid);
+        shl_bson_append_uuid(&o, "dropTarget", tgt->uuid);
     }
     SHL_ERR(ddl_oplog(txn, src->db, src->uuid, &o, NULL, ts, st));
     shl_txn_add_change(txn, from, NULL);

@@ -13,11 +13,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/namespace.h"
 #include "base/status.h"
 #include "storage/storage.h"
 
-#define SHL_NS_MAX 255 /* bytes of "db.coll", MongoDB's limit */
-#define SHL_DB_NAME_MAX 63
 #define SHL_OPLOG_NS "local.oplog.rs"
 
 /*
@@ -92,9 +91,6 @@ int64_t shl_collection_data_size(const shl_collection_t *c);
  */
 int64_t shl_storage_ident_size(shl_storage_engine_t *eng, const char *ident);
 
-/* shl_uuid_append -- append 'uuid' to 'doc' as BSON binary subtype 4 under 'key'. */
-void shl_uuid_append(bson_t *doc, const char *key, const uint8_t uuid[16]);
-
 /* ---------------------------------------------------------------------------------
  * Lookups (no locks held after return; use shl_storage_coll_acquire to exclude DDL)
  * ------------------------------------------------------------------------------ */
@@ -131,14 +127,6 @@ void shl_catalog_list_databases(shl_storage_engine_t *eng, char ***out);
  * receives the 'c' entry's timestamp, for operationTime and write concern. WT tables
  * of dropped collections/indexes are removed after a checkpoint covers the drop.
  * ------------------------------------------------------------------------------ */
-
-/*
- * shl_ns_validate --
- *     Check "db.coll" is a valid namespace for a user collection: db name not empty,
- *     <= 63 bytes, none of '/\. "$' or NUL; collection not empty, no '$' or NUL, not
- *     starting or ending with '.'; total <= 255 bytes. Errors: InvalidNamespace (73).
- */
-int shl_ns_validate(const char *ns, shl_status_t *st);
 
 /*
  * shl_catalog_create_collection --

@@ -4,6 +4,7 @@
  * tracker, journal flushes (group commit), stable timestamps, checkpoints, deferred
  * table drops and the background threads. docs/design/storage.md explains the design.
  */
+#include "bson/bson_util.h"
 #include "storage/storage_private.h"
 
 #include <errno.h>
@@ -644,9 +645,7 @@ create_system_tables(shl_storage_engine_t *eng, shl_status_t *st)
     meta->set_key(meta, "table:oplog");
     wtret = meta->search(meta);
     if (wtret == WT_NOTFOUND) {
-        if (shl_uuid_generate(uuid) != 0) {
-            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot generate a UUID");
-        }
+        shl_uuid_gen(uuid);
         for (int i = 0; i < 16; i++) {
             snprintf(hex + 2 * i, 3, "%02x", uuid[i]);
         }

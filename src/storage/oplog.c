@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "storage/oplog.h"
+#include "bson/bson_util.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
 
@@ -23,7 +24,7 @@ shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
     BSON_APPEND_UTF8(out, "op", opstr);
     BSON_APPEND_UTF8(out, "ns", ns);
     if (uuid != NULL) {
-        shl_uuid_append(out, "ui", uuid);
+        shl_bson_append_uuid(out, "ui", uuid);
     }
     if (o != NULL) {
         BSON_APPEND_DOCUMENT(out, "o", o);

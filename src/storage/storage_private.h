@@ -180,8 +180,6 @@ void shl_locks_cleanup(shl_storage_engine_t *eng);
 shl_named_lock_t *shl_lock_take(shl_storage_engine_t *eng, const char *name, bool exclusive);
 void shl_lock_drop(shl_storage_engine_t *eng, shl_named_lock_t *l);
 
-/* ---- catalog.c ---- */
-int shl_uuid_generate(uint8_t uuid[16]);
 shl_collection_t *shl_collection_new_oplog(const uint8_t uuid[16]);
 void shl_catalog_init(shl_storage_engine_t *eng);
 void shl_catalog_cleanup(shl_storage_engine_t *eng);
