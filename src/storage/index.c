@@ -18,6 +18,20 @@
  * Key sets
  * ------------------------------------------------------------------------------ */
 
+/* Append raw bytes (a stored key or a bound) to a key buffer as they are. */
+static void
+key_append_raw(shl_keystring_t *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2 + 32;
+        b->data = bson_realloc(b->data, b->cap);
+    }
+    if (n > 0) {
+        memcpy(b->data + b->len, p, n);
+    }
+    b->len += n;
+}
+
 void
 shl_keyset_init(shl_keyset_t *ks)
 {
@@ -229,10 +243,10 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
     kg_values_t *vals = bson_malloc0(s->n * sizeof(*vals));
     bson_value_t null_v = {.value_type = BSON_TYPE_NULL};
     size_t multi = SIZE_MAX, nmissing = 0;
-    shl_kbuf_t kb;
+    shl_keystring_t kb;
     int ret = 0;
 
-    shl_kbuf_init(&kb);
+    shl_keystring_init(&kb);
     for (size_t i = 0; i < s->n; i++) {
         bson_iter_t it;
         if (bson_iter_init(&it, doc)) {
@@ -259,7 +273,7 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
             kb.len = 0;
             for (size_t i = 0; i < s->n; i++) {
                 const bson_value_t *v = i == multi ? &vals[i].v[k] : &vals[i].v[0];
-                shl_kbuf_value(&kb, v, s->f[i].descending);
+                shl_keystring_append_value(&kb, v, s->f[i].descending);
             }
             shl_keyset_add(keys, kb.data, kb.len);
         }
@@ -269,7 +283,7 @@ done:
         bson_free(vals[i].v);
     }
     bson_free(vals);
-    shl_kbuf_cleanup(&kb);
+    shl_keystring_cleanup(&kb);
     return ret;
 }
 
@@ -387,12 +401,12 @@ shl_index_keys_for_doc(const shl_index_t *idx, const bson_t *doc, shl_keyset_t *
 void
 shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys)
 {
-    shl_kbuf_t kb;
-    shl_kbuf_init(&kb);
-    shl_kbuf_value(&kb, id, false);
+    shl_keystring_t kb;
+    shl_keystring_init(&kb);
+    shl_keystring_append_value(&kb, id, false);
     shl_keyset_clear(keys);
     shl_keyset_add(keys, kb.data, kb.len);
-    shl_kbuf_cleanup(&kb);
+    shl_keystring_cleanup(&kb);
 }
 
 /* ---------------------------------------------------------------------------------
@@ -537,12 +551,12 @@ shl_index_dup_key_status(const char *ns, const shl_index_t *idx, const bson_t *d
 
 void
 shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64_t rid,
-                   shl_kbuf_t *out)
+                   shl_keystring_t *out)
 {
     out->len = 0;
-    shl_kbuf_append(out, key, len);
+    key_append_raw(out, key, len);
     if (!idx->unique) {
-        shl_kbuf_record_id(out, rid);
+        shl_keystring_append_record_id(out, rid);
     }
 }
 
@@ -551,13 +565,13 @@ shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
                       int64_t rid, size_t *ninserted, bool *dup, shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
-    shl_kbuf_t kb;
+    shl_keystring_t kb;
     WT_ITEM item;
     int ret = 0, wtret;
     size_t done_n = 0;
 
     *dup = false;
-    shl_kbuf_init(&kb);
+    shl_keystring_init(&kb);
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &c, st));
     for (size_t i = 0; i < keys->n; i++) {
         size_t len;
@@ -611,7 +625,7 @@ done:
     if (c != NULL) {
         shl_wt_cursor_put(txn->sess, idx->uri, c);
     }
-    shl_kbuf_cleanup(&kb);
+    shl_keystring_cleanup(&kb);
     return ret;
 }
 
@@ -620,11 +634,11 @@ shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
                       int64_t rid, shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
-    shl_kbuf_t kb;
+    shl_keystring_t kb;
     WT_ITEM item;
     int ret = 0, wtret;
 
-    shl_kbuf_init(&kb);
+    shl_keystring_init(&kb);
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &c, st));
     for (size_t i = 0; i < keys->n; i++) {
         size_t len;
@@ -656,7 +670,7 @@ done:
     if (c != NULL) {
         shl_wt_cursor_put(txn->sess, idx->uri, c);
     }
-    shl_kbuf_cleanup(&kb);
+    shl_keystring_cleanup(&kb);
     return ret;
 }
 
@@ -740,7 +754,7 @@ struct shl_index_cursor {
     shl_storage_txn_t *txn;
     const shl_index_t *idx;
     WT_CURSOR *c;
-    shl_kbuf_t start, end;
+    shl_keystring_t start, end;
     bool has_start, has_end;
     bool forward;
     bool started, eof;
@@ -758,15 +772,15 @@ shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
     ic->txn = txn;
     ic->idx = idx;
     ic->forward = forward;
-    shl_kbuf_init(&ic->start);
-    shl_kbuf_init(&ic->end);
+    shl_keystring_init(&ic->start);
+    shl_keystring_init(&ic->end);
     if (start != NULL && start->data != NULL) {
         ic->has_start = true;
-        shl_kbuf_append(&ic->start, start->data, start->len);
+        key_append_raw(&ic->start, start->data, start->len);
     }
     if (end != NULL && end->data != NULL) {
         ic->has_end = true;
-        shl_kbuf_append(&ic->end, end->data, end->len);
+        key_append_raw(&ic->end, end->data, end->len);
     }
     /* From the session's cache: several may be open on one table at once. */
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &ic->c, st));
@@ -775,8 +789,8 @@ shl_index_cursor_open(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
     ic = NULL;
 done:
     if (ic != NULL) {
-        shl_kbuf_cleanup(&ic->start);
-        shl_kbuf_cleanup(&ic->end);
+        shl_keystring_cleanup(&ic->start);
+        shl_keystring_cleanup(&ic->end);
         bson_free(ic);
     }
     return ret;
@@ -860,7 +874,7 @@ shl_index_cursor_close(shl_index_cursor_t *ic)
     }
     shl_wt_cursor_put(ic->txn->sess, ic->idx->uri, ic->c);
     ic->txn->open_cursors--;
-    shl_kbuf_cleanup(&ic->start);
-    shl_kbuf_cleanup(&ic->end);
+    shl_keystring_cleanup(&ic->start);
+    shl_keystring_cleanup(&ic->end);
     bson_free(ic);
 }

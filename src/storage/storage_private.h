@@ -193,23 +193,13 @@ int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, u
                                shl_status_t *st);
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
 
-/* ---- keystring_shim.c: the KeyString calls the index layer needs ---- */
-typedef shl_keystring_t shl_kbuf_t;
-void shl_kbuf_init(shl_kbuf_t *b);
-void shl_kbuf_cleanup(shl_kbuf_t *b);
-void shl_kbuf_append(shl_kbuf_t *b, const void *p, size_t n);
-/* shl_kbuf_value -- append the KeyString of one key component (inverted if descending). */
-void shl_kbuf_value(shl_kbuf_t *b, const bson_value_t *v, bool descending);
-/* shl_kbuf_record_id -- append the RecordId suffix of a non-unique index key. */
-void shl_kbuf_record_id(shl_kbuf_t *b, int64_t rid);
-
 /* ---- index.c ---- */
 int shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
                           int64_t rid, size_t *ninserted, bool *dup, shl_status_t *st);
 int shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
                           int64_t rid, shl_status_t *st);
 void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64_t rid,
-                        shl_kbuf_t *out);
+                        shl_keystring_t *out);
 
 /* ---- write.c ---- */
 int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,

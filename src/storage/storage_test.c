@@ -664,21 +664,21 @@ index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index, con
     shl_storage_txn_t *txn;
     shl_index_cursor_t *ic;
     shl_status_t st;
-    shl_kbuf_t a, b;
+    shl_keystring_t a, b;
     shl_key_bound_t start = {0}, end = {0};
     shl_collection_t *c = shl_catalog_get(eng, ns);
     const shl_index_t *idx = shl_collection_find_index(c, index);
     bson_string_t *s = bson_string_new("");
 
-    shl_kbuf_init(&a);
-    shl_kbuf_init(&b);
+    shl_keystring_init(&a);
+    shl_keystring_init(&b);
     if (lo != NULL) {
-        shl_kbuf_value(&a, lo, descending_key);
+        shl_keystring_append_value(&a, lo, descending_key);
         start.data = a.data;
         start.len = a.len;
     }
     if (hi != NULL) {
-        shl_kbuf_value(&b, hi, descending_key);
+        shl_keystring_append_value(&b, hi, descending_key);
         end.data = b.data;
         end.len = b.len;
     }
@@ -695,8 +695,8 @@ index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index, con
     shl_index_cursor_close(ic);
     shl_storage_txn_abort(txn);
     shl_collection_release(c);
-    shl_kbuf_cleanup(&a);
-    shl_kbuf_cleanup(&b);
+    shl_keystring_cleanup(&a);
+    shl_keystring_cleanup(&b);
     return bson_string_free(s, false);
 }
 
@@ -1280,11 +1280,11 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     ASSERT_INT_EQ(shl_collection_num_records(c), 2);
     shl_keyset_init(&keys);
     {
-        shl_kbuf_t kb;
-        shl_kbuf_init(&kb);
-        shl_kbuf_value(&kb, &a20, false);
+        shl_keystring_t kb;
+        shl_keystring_init(&kb);
+        shl_keystring_append_value(&kb, &a20, false);
         shl_keyset_add(&keys, kb.data, kb.len);
-        shl_kbuf_cleanup(&kb);
+        shl_keystring_cleanup(&kb);
     }
     ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
     {
