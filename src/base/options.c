@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum opt_type { T_BOOL, T_INT, T_DOUBLE, T_STRING } opt_type_t;
+/* INT values are 32-bit like MongoDB's int parameters; LONG ones are 64-bit (NumberLong). */
+typedef enum opt_type { T_BOOL, T_INT, T_LONG, T_DOUBLE, T_STRING } opt_type_t;
 
 typedef struct opt_def {
     const char *name;
@@ -124,10 +125,12 @@ shl_opt_set_string(shl_opt_id_t id, const char *value, shl_status_t *st)
                      defs[id].name, value);
         }
         break;
-    case T_INT: {
+    case T_INT:
+    case T_LONG: {
         errno = 0;
         long long v = strtoll(value, &end, 10);
-        if (errno != 0 || end == value || *end != '\0') {
+        if (errno != 0 || end == value || *end != '\0' ||
+            (defs[id].type == T_INT && (v < INT32_MIN || v > INT32_MAX))) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for %s: '%s' (expected an integer)",
                      defs[id].name, value);
         }
@@ -165,8 +168,14 @@ shl_opt_set_iter(shl_opt_id_t id, const bson_iter_t *value, shl_status_t *st)
         atomic_store(&ivals[id], bson_iter_as_bool(value) ? 1 : 0);
         break;
     case T_INT:
+    case T_LONG:
         if (!BSON_ITER_HOLDS_NUMBER(value)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "%s must be a number", defs[id].name);
+        }
+        if (defs[id].type == T_INT &&
+            (bson_iter_as_int64(value) < INT32_MIN || bson_iter_as_int64(value) > INT32_MAX)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "%s is out of range for a 32-bit integer",
+                     defs[id].name);
         }
         atomic_store(&ivals[id], bson_iter_as_int64(value));
         break;
@@ -195,15 +204,12 @@ shl_opt_append(shl_opt_id_t id, bson_t *doc)
     case T_BOOL:
         BSON_APPEND_BOOL(doc, name, shl_opt_bool(id));
         break;
-    case T_INT: {
-        int64_t v = shl_opt_int(id);
-        if (v >= INT32_MIN && v <= INT32_MAX) {
-            BSON_APPEND_INT32(doc, name, (int32_t)v);
-        } else {
-            BSON_APPEND_INT64(doc, name, v);
-        }
+    case T_INT:
+        BSON_APPEND_INT32(doc, name, (int32_t)shl_opt_int(id));
         break;
-    }
+    case T_LONG:
+        BSON_APPEND_INT64(doc, name, shl_opt_int(id));
+        break;
     case T_DOUBLE:
         BSON_APPEND_DOUBLE(doc, name, shl_opt_double(id));
         break;

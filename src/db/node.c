@@ -183,6 +183,8 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
 
     so.dbpath = shl_opt_str(SHL_OPT_dbpath);
     so.term = node->repl_set ? 1 : -1;
+    /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
+    so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     node->cursors = shl_cursor_manager_new();
     svc->storage = node->eng;

@@ -7,6 +7,72 @@
 
 #include "base/options.h"
 
+/* Where MongoDB's getCmdLineOpts puts each flag in 'parsed' (its YAML config layout). */
+typedef struct yaml_place {
+    const char *opt;
+    const char *section;
+    const char *field;
+} yaml_place_t;
+
+static const yaml_place_t yaml_places[] = {
+    {"port", "net", "port"},
+    {"bind_ip", "net", "bindIp"},
+    {"maxConns", "net", "maxIncomingConnections"},
+    {"replSet", "replication", "replSet"},
+    {"configdb", "sharding", "configDB"},
+    {"shardsvr", "sharding", "clusterRole"},
+    {"configsvr", "sharding", "clusterRole"},
+    {"dbpath", "storage", "dbPath"},
+    {"logpath", "systemLog", "path"},
+};
+
+static const char *const yaml_sections[] = {"net", "replication", "setParameter", "sharding",
+                                            "storage", "systemLog"};
+
+/* Build getCmdLineOpts' 'parsed': flags given on the command line, nested by section. */
+static void
+build_parsed(bson_t *parsed, const bool *given, const bson_t *params)
+{
+    for (size_t s = 0; s < sizeof(yaml_sections) / sizeof(yaml_sections[0]); s++) {
+        const char *sec = yaml_sections[s];
+        bson_t doc;
+        if (strcmp(sec, "setParameter") == 0) {
+            if (!bson_empty(params)) {
+                BSON_APPEND_DOCUMENT(parsed, sec, params);
+            }
+            continue;
+        }
+        bson_init(&doc);
+        for (size_t i = 0; i < sizeof(yaml_places) / sizeof(yaml_places[0]); i++) {
+            const yaml_place_t *y = &yaml_places[i];
+            int id = shl_opt_find(y->opt);
+            if (strcmp(y->section, sec) != 0 || id < 0 || !given[id]) {
+                continue;
+            }
+            if (strcmp(y->field, "clusterRole") == 0) {
+                if (shl_opt_bool((shl_opt_id_t)id)) {
+                    BSON_APPEND_UTF8(&doc, y->field, y->opt);
+                }
+            } else {
+                bson_t one = BSON_INITIALIZER;
+                bson_iter_t it;
+                shl_opt_append((shl_opt_id_t)id, &one);
+                if (bson_iter_init(&it, &one) && bson_iter_next(&it)) {
+                    bson_append_iter(&doc, y->field, -1, &it);
+                }
+                bson_destroy(&one);
+                if (strcmp(y->field, "path") == 0) {
+                    BSON_APPEND_UTF8(&doc, "destination", "file");
+                }
+            }
+        }
+        if (!bson_empty(&doc)) {
+            BSON_APPEND_DOCUMENT(parsed, sec, &doc);
+        }
+        bson_destroy(&doc);
+    }
+}
+
 static int
 set_parameter(const char *kv, bson_t *params, shl_status_t *st)
 {
@@ -38,6 +104,7 @@ shl_cli_parse(int argc, char **argv, int first, bson_t **argv_out, bson_t **pars
     bson_t *av = bson_new(), *parsed = bson_new(), params = BSON_INITIALIZER;
     char key[16];
     const char *k;
+    bool given[SHL_OPT_COUNT] = {false};
 
     for (int i = 0; i < argc; i++) {
         bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
@@ -92,11 +159,9 @@ shl_cli_parse(int argc, char **argv, int first, bson_t **argv_out, bson_t **pars
             }
         }
         SHL_ERR(shl_opt_set_string((shl_opt_id_t)id, val, st));
-        shl_opt_append((shl_opt_id_t)id, parsed);
+        given[id] = true;
     }
-    if (!bson_empty(&params)) {
-        BSON_APPEND_DOCUMENT(parsed, "setParameter", &params);
-    }
+    build_parsed(parsed, given, &params);
 done:
     bson_destroy(&params);
     *argv_out = av;

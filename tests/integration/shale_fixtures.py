@@ -67,6 +67,9 @@ class ShaleProcess:
         cmd = [SHALE_BIN] + self.args + ["--port", str(self.port), "--dbpath", self.dbpath]
         if self.test_commands:
             cmd += ["--setParameter", "enableTestCommands=1"]
+        if self.args and self.args[0] == "node":
+            # Many nodes share one small machine in the tests.
+            cmd += ["--wiredTigerCacheSizeGB", "0.25"]
         cmd += list(extra)
         self.cmdline = cmd
         self.log = open(self.logpath, "ab")

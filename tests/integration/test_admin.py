@@ -239,8 +239,17 @@ def test_host_info(node):
 def test_get_cmd_line_opts(node):
     r = node.client().admin.command("getCmdLineOpts")
     assert r["argv"] == node.cmdline
-    assert r["parsed"]["port"] == node.port
+    # Nested as MongoDB's YAML configuration layout.
+    assert r["parsed"]["net"]["port"] == node.port
+    assert r["parsed"]["storage"]["dbPath"] == node.dbpath
     assert r["parsed"]["setParameter"] == {"enableTestCommands": "1"}
+
+
+def test_get_cmd_line_opts_roles(shale_process):
+    n = shale_process(["node", "--replSet", "rs9", "--shardsvr"], name="shardsvr")
+    p = n.client().admin.command("getCmdLineOpts")["parsed"]
+    assert p["replication"] == {"replSet": "rs9"}
+    assert p["sharding"] == {"clusterRole": "shardsvr"}
 
 
 def test_whatsmyuri_and_connection_status(node):
