@@ -673,8 +673,27 @@ done:
     return ret;
 }
 
+/*
+ * What differs between the update and delete commands: their names, fields and how one
+ * statement is parsed and run. Everything else about a batch is shared (run_batch).
+ */
+typedef struct stmt_kind {
+    const char *cmd;              /* "update" */
+    const char *field;            /* "updates" */
+    const char *const *fields;    /* the command's own fields */
+    size_t stmt_size;
+    size_t stmt_align;
+    bool is_update;
+    int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
+    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+               shl_write_result_t *res, shl_status_t *st);
+} stmt_kind_t;
+
+/* Parse every statement first (a malformed one fails the whole command, as MongoDB's IDL
+ * does), then run them in order: ordered batches stop at the first failure. */
 static int
-cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *reply,
+          shl_status_t *st)
 {
     int ret = 0;
     shl_ns_t ns;
@@ -683,27 +702,27 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bool found, ordered = true;
     bson_iter_t it;
     shl_write_result_t res;
-    shl_update_stmt_t *parsed = NULL;
+    uint8_t *parsed = NULL;
     size_t n = 0, cap;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
-    SHL_ERR(shl_cmd_check_fields(cmd, update_fields, st));
+    SHL_ERR(shl_cmd_check_fields(cmd, kind->fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     if (bson_has_field(cmd, "let")) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "update.let is not supported yet");
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "%s.let is not supported yet", kind->cmd);
     }
-    SHL_ERR(shl_cmd_get_array(cmd, "updates", &stmts, &found, st));
+    SHL_ERR(shl_cmd_get_array(cmd, kind->field, &stmts, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                 "BSON field 'update.updates' is missing but a required field");
+                 "BSON field '%s.%s' is missing but a required field", kind->cmd, kind->field);
     }
     cap = bson_count_keys(&stmts);
-    SHL_ERR(shl_write_batch_check("update", "updates", (uint32_t)cap, st));
-    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_update_stmt_t), cap * sizeof(*parsed));
+    SHL_ERR(shl_write_batch_check(kind->cmd, kind->field, (uint32_t)cap, st));
+    parsed = bson_aligned_alloc0(kind->stmt_align, cap * kind->stmt_size);
     bson_iter_init(&it, &stmts);
     while (bson_iter_next(&it) && n < cap) {
         bson_t doc;
@@ -711,18 +730,19 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         uint32_t len;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                     "BSON field 'update.updates.%s' is the wrong type '%s', expected type "
-                     "'object'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+                     "BSON field '%s.%s.%s' is the wrong type '%s', expected type 'object'",
+                     kind->cmd, kind->field, bson_iter_key(&it),
+                     shl_bson_type_name(bson_iter_type(&it)));
         }
         bson_iter_document(&it, &len, &data);
         bson_init_static(&doc, data, len);
-        SHL_ERR(shl_update_stmt_parse(&doc, &parsed[n++], st));
+        SHL_ERR(kind->parse(&doc, parsed + n * kind->stmt_size, st));
+        n++;
     }
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        if (run_update_stmt(op, &ns, &parsed[i], (int32_t)i, &res, &err) != 0) {
+        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, &res, &err) != 0) {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;
@@ -734,12 +754,36 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             }
         }
     }
-    shl_write_result_append(&res, true, reply);
+    shl_write_result_append(&res, kind->is_update, reply);
     db_write_concern_wait(op, &wc, reply);
 done:
     bson_free(parsed);
     shl_write_result_cleanup(&res);
     return ret;
+}
+
+static int
+parse_update(const bson_t *doc, void *stmt, shl_status_t *st)
+{
+    return shl_update_stmt_parse(doc, stmt, st);
+}
+
+static int
+run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+           shl_write_result_t *res, shl_status_t *st)
+{
+    return run_update_stmt(op, ns, stmt, index, res, st);
+}
+
+static const stmt_kind_t update_kind = {
+    "update", "updates", update_fields, sizeof(shl_update_stmt_t),
+    BSON_ALIGNOF(shl_update_stmt_t), true, parse_update, run_update,
+};
+
+static int
+cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_batch(op, cmd, &update_kind, reply, st);
 }
 
 /* ---------------------------------------------------------------- delete */
@@ -826,72 +870,28 @@ done:
 }
 
 static int
+parse_delete(const bson_t *doc, void *stmt, shl_status_t *st)
+{
+    return shl_delete_stmt_parse(doc, stmt, st);
+}
+
+static int
+run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+           shl_write_result_t *res, shl_status_t *st)
+{
+    (void)index;
+    return run_delete_stmt(op, ns, stmt, res, st);
+}
+
+static const stmt_kind_t delete_kind = {
+    "delete", "deletes", delete_fields, sizeof(shl_delete_stmt_t),
+    BSON_ALIGNOF(shl_delete_stmt_t), false, parse_delete, run_delete,
+};
+
+static int
 cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    int ret = 0;
-    shl_ns_t ns;
-    shl_write_concern_t wc;
-    bson_t stmts;
-    bool found, ordered = true;
-    bson_iter_t it;
-    shl_write_result_t res;
-    shl_delete_stmt_t *parsed = NULL;
-    size_t n = 0, cap;
-
-    db_cmd_begin(op);
-    shl_write_result_init(&res);
-    SHL_ERR(shl_cmd_check_fields(cmd, delete_fields, st));
-    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
-    SHL_ERR(db_check_user_write_ns(&ns, st));
-    SHL_ERR(db_write_concern_get(op, &wc, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
-    if (bson_has_field(cmd, "let")) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "delete.let is not supported yet");
-    }
-    SHL_ERR(shl_cmd_get_array(cmd, "deletes", &stmts, &found, st));
-    if (!found) {
-        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                 "BSON field 'delete.deletes' is missing but a required field");
-    }
-    cap = bson_count_keys(&stmts);
-    SHL_ERR(shl_write_batch_check("delete", "deletes", (uint32_t)cap, st));
-    parsed = bson_aligned_alloc0(BSON_ALIGNOF(shl_delete_stmt_t), cap * sizeof(*parsed));
-    bson_iter_init(&it, &stmts);
-    while (bson_iter_next(&it) && n < cap) {
-        bson_t doc;
-        const uint8_t *data;
-        uint32_t len;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                     "BSON field 'delete.deletes.%s' is the wrong type '%s', expected type "
-                     "'object'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
-        }
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&doc, data, len);
-        SHL_ERR(shl_delete_stmt_parse(&doc, &parsed[n++], st));
-    }
-    for (size_t i = 0; i < n; i++) {
-        shl_status_t err = SHL_STATUS_INIT;
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        if (run_delete_stmt(op, &ns, &parsed[i], &res, &err) != 0) {
-            if (is_interruption(err.code)) {
-                *st = err;
-                ret = err.code;
-                goto done;
-            }
-            add_error(&res, (int32_t)i, &err);
-            if (ordered) {
-                break;
-            }
-        }
-    }
-    shl_write_result_append(&res, false, reply);
-    db_write_concern_wait(op, &wc, reply);
-done:
-    bson_free(parsed);
-    shl_write_result_cleanup(&res);
-    return ret;
+    return run_batch(op, cmd, &delete_kind, reply, st);
 }
 
 static const shl_command_t write_commands[] = {

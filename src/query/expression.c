@@ -743,7 +743,7 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
             bson_free(js);
             SHL_FAIL(st, mul ? QC_MULTIPLY_TYPE : QC_ADD_TYPE,
                      "%s only supports numeric%s types, not %s", mul ? "$multiply" : "$add",
-                     mul ? "" : " or date", query_type_name(t));
+                     mul ? "" : " or date", shl_bson_type_name(t));
         }
         dsum = mul ? dsum * query_value_as_double(&v[i]) : dsum + query_value_as_double(&v[i]);
         if (t != BSON_TYPE_DOUBLE && t != BSON_TYPE_DECIMAL128) {
@@ -807,7 +807,7 @@ op_concat(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl
             bson_type_t t = v.value_type;
             bson_value_destroy(&v);
             SHL_FAIL(st, QC_CONCAT_TYPE, "$concat only supports strings, not %s",
-                     query_type_name(t));
+                     shl_bson_type_name(t));
         }
         bson_value_destroy(&v);
     }
@@ -836,7 +836,7 @@ op_size(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_s
     if (v.value_type != BSON_TYPE_ARRAY) {
         ret = shl_status_set(st, QC_SIZE_TYPE,
                              "The argument to $size must be an array. Type of argument is %s",
-                             query_type_name(v.value_type));
+                             shl_bson_type_name(v.value_type));
     } else {
         query_bson_view(&v, &view);
         memset(out, 0, sizeof(*out));

@@ -294,14 +294,14 @@ parse_find_slice(pctx_t *ctx, const char *key, const bson_value_t *arg, pnode_t 
         skip = bson_iter_value(&it);
         if (!query_value_is_number(skip)) {
             SHL_FAIL(st, 31257, "$slice expects the skip argument to be a number, got %s",
-                     query_type_name(skip->value_type));
+                     shl_bson_type_name(skip->value_type));
         }
         n->skip = number_int(skip);
         bson_iter_next(&it);
         limit = bson_iter_value(&it);
         if (!query_value_is_number(limit)) {
             SHL_FAIL(st, 31258, "$slice expects the limit argument to be a number, got %s",
-                     query_type_name(limit->value_type));
+                     shl_bson_type_name(limit->value_type));
         }
         n->limit = number_int(limit);
         if (n->limit <= 0) {
@@ -341,7 +341,7 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
             bson_t filter = BSON_INITIALIZER, inner;
             if (arg->value_type != BSON_TYPE_DOCUMENT) {
                 SHL_FAIL(st, 31274, "elemMatch: Invalid argument, object required, but got %s",
-                         query_type_name(arg->value_type));
+                         shl_bson_type_name(arg->value_type));
             }
             if (ctx->has_positional) {
                 SHL_FAIL(st, 31255, "Cannot specify positional operator and $elemMatch.");

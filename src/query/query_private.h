@@ -8,6 +8,8 @@
 #define SHL_QUERY_PRIVATE_H
 
 #include <bson/bson.h>
+
+#include "bson/bson_util.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,8 +82,6 @@ bool query_value_is_number(const bson_value_t *v);
 double query_value_as_double(const bson_value_t *v);
 /* truthiness as in the aggregation language (false, 0, null, undefined, missing are false) */
 bool query_value_truthy(const bson_value_t *v);
-/* MongoDB's type name for a BSON type ("double", "string", "missing" for EOD, ...) */
-const char *query_type_name(bson_type_t t);
 
 /* query_value_to_json -- relaxed extended JSON of one value, for error messages
  * (MongoDB prints BSON in errors; the exact rendering is ours). Caller bson_free()s. */

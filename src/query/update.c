@@ -337,11 +337,11 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                     SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                              "The argument to $each in $push must be an array but it was of "
                              "type: %s",
-                             query_type_name(v->value_type));
+                             shl_bson_type_name(v->value_type));
                 }
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "The argument to $each in $addToSet must be an array but was %s",
-                         query_type_name(v->value_type));
+                         shl_bson_type_name(v->value_type));
             }
             leaf->has_each = true;
             leaf->each = *v;
@@ -357,7 +357,7 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                 query_parse_int64(v, &leaf->slice, "$slice", &tmp) != 0) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                          "The value for $slice must be an integer value but was given type: %s",
-                         query_type_name(v->value_type));
+                         shl_bson_type_name(v->value_type));
             }
             leaf->has_slice = true;
         } else if (strcmp(k, "$position") == 0) {
@@ -366,7 +366,7 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                 query_parse_int64(v, &leaf->position, "$position", &tmp) != 0) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                          "The value for $position must be an integer value, not of type: %s",
-                         query_type_name(v->value_type));
+                         shl_bson_type_name(v->value_type));
             }
             leaf->has_position = true;
         } else if (strcmp(k, "$sort") == 0) {
@@ -464,7 +464,7 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path,
     case OP_PULL_ALL:
         if (arg->value_type != BSON_TYPE_ARRAY) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$pullAll requires an array argument but was given a %s",
-                     query_type_name(arg->value_type));
+                     shl_bson_type_name(arg->value_type));
         }
         break;
     case OP_CURRENT_DATE:
@@ -497,7 +497,7 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path,
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                      "%s is not valid type for $currentDate. Please use a boolean ('true') or a "
                      "$type expression ({$type: 'timestamp/date'}).",
-                     query_type_name(arg->value_type));
+                     shl_bson_type_name(arg->value_type));
         }
         break;
     case OP_PUSH:
@@ -631,7 +631,7 @@ parse_operators(shl_update_t *u, const bson_t *spec, shl_status_t *st)
             ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                                  "Modifiers operate on fields but we found type %s instead. For "
                                  "example: {$mod: {<field>: ...}} not {%s: %s}",
-                                 query_type_name(v->value_type), opname, js);
+                                 shl_bson_type_name(v->value_type), opname, js);
             bson_free(js);
             goto done;
         }
@@ -703,7 +703,7 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
         if (strcmp(name, "$set") == 0 || strcmp(name, "$addFields") == 0) {
             if (v->value_type != BSON_TYPE_DOCUMENT) {
                 SHL_FAIL(st, 40272, "%s specification stage must be an object, got %s", name,
-                         query_type_name(v->value_type));
+                         shl_bson_type_name(v->value_type));
             }
             query_bson_view(v, &spec);
             ps->kind = PS_ADD_FIELDS;
@@ -752,7 +752,7 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
                 if (v->value_type != BSON_TYPE_DOCUMENT) {
                     SHL_FAIL(st, 40229, "expected an object as specification for $replaceRoot "
                                         "stage, got %s",
-                             query_type_name(v->value_type));
+                             shl_bson_type_name(v->value_type));
                 }
                 query_bson_view(v, &spec);
                 if (!bson_iter_init_find(&ri, &spec, "newRoot")) {
@@ -1486,7 +1486,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
             SHL_FAIL(ac->st, SHL_CODE_TYPE_MISMATCH,
                      "Cannot apply %s to a value of non-numeric type. %s has the field '%s' of "
                      "non-numeric type %s",
-                     leaf->opname, id, ac->path[ac->depth - 1], query_type_name(old->type));
+                     leaf->opname, id, ac->path[ac->depth - 1], shl_bson_type_name(old->type));
         }
         mv_to_value(old, &ov);
         if (!arith(leaf->op, &ov, &leaf->arg, &res)) {
@@ -1519,7 +1519,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
             id = id_string(ac->root);
             SHL_FAIL(ac->st, SHL_CODE_BAD_VALUE,
                      "The field '%s' must be an array but is of type %s in document %s", dotted,
-                     query_type_name(old->type), id);
+                     shl_bson_type_name(old->type), id);
         }
         push_into(leaf, old);
         break;
@@ -1528,7 +1528,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
             SHL_FAIL(ac->st, SHL_CODE_BAD_VALUE,
                      "Cannot apply $addToSet to non-array field. Field named '%s' has non-array "
                      "type %s",
-                     ac->path[ac->depth - 1], query_type_name(old->type));
+                     ac->path[ac->depth - 1], shl_bson_type_name(old->type));
         }
         add_to_set_into(leaf, old);
         break;
@@ -1536,7 +1536,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
         if (old->type != BSON_TYPE_ARRAY) {
             SHL_FAIL(ac->st, SHL_CODE_TYPE_MISMATCH,
                      "Path '%s' contains an element of non-array type '%s'", dotted,
-                     query_type_name(old->type));
+                     shl_bson_type_name(old->type));
         }
         if (old->n > 0) {
             mv_remove_at(old, leaf->pop_dir > 0 ? old->n - 1 : 0);
@@ -1706,7 +1706,7 @@ validate_storage(const bson_t *doc, shl_status_t *st)
             bson_type_t t = bson_iter_type(&it);
             if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED) {
                 SHL_FAIL(st, SHL_CODE_INVALID_ID_FIELD, "The '_id' value cannot be of type %s",
-                         query_type_name(t));
+                         shl_bson_type_name(t));
             }
         }
     }
@@ -1790,7 +1790,7 @@ apply_pipeline(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t 
                 ret = shl_status_set(st, 40228,
                                      "'replacement document' must evaluate to an object, but "
                                      "resulting value was: %s. Type of resulting value: '%s'.",
-                                     js, query_type_name(v.value_type));
+                                     js, shl_bson_type_name(v.value_type));
                 bson_free(js);
                 bson_value_destroy(&v);
                 bson_destroy(&next);
