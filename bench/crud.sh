@@ -106,11 +106,22 @@ print("shale %s x%d: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us; CPU per
   done
   mkdir -p "$work/wt"
   wdir=$(mktemp -d "$work/wt/run.XXXXXX")
-  rate=$(cd "$wdir" && "$WTB" "$c" "$SECS" 1 | sed 's/.*: \([0-9.]*\) inserts\/s/\1/')
+  TIMEFORMAT='%U %S'
+  { time (cd "$wdir" && "$WTB" "$c" "$SECS" 1 >"$work/wt.out"); } 2>"$work/wt.time"
   rm -rf "$wdir"
-  echo "wiredtiger insert x$c: $rate ops/s (one insert per transaction, logged, no sync)" >&2
-  echo "{\"tool\": \"wt_baseline\", \"op\": \"insert\", \"threads\": $c, \"ops_per_sec\": $rate}" \
-    >>"$results"
+  # Its CPU per insert (process user + system time, opening and closing included):
+  # comparable with Shale's server CPU per op, which no client cost skews.
+  /usr/bin/python3 -c '
+import json, re, sys
+c, secs = int(sys.argv[1]), float(sys.argv[2])
+rate = float(re.search(r": ([0-9.]+) inserts/s", open(sys.argv[3]).read()).group(1))
+cpu = sum(float(x) for x in open(sys.argv[4]).read().split()) * 1e6
+r = {"tool": "wt_baseline", "op": "insert", "threads": c, "ops_per_sec": rate,
+     "server_cpu_us_per_op": round(cpu / max(rate * secs, 1), 2)}
+print(json.dumps(r))
+print("wiredtiger insert x%d: %.0f ops/s (one insert per transaction, logged, no sync); "
+      "CPU per op %.2f us" % (c, rate, r["server_cpu_us_per_op"]), file=sys.stderr)
+' "$c" "$SECS" "$work/wt.out" "$work/wt.time" >>"$results"
   t0=$(cpu_ticks "$redis_pid")
   redis-benchmark -h 127.0.0.1 -p "$rport" -c "$c" -n "$REQS" -t get -r "$KEYS" --csv \
     >"$work/redis.csv"
@@ -165,6 +176,13 @@ for c in sorted({r["threads"] for r in rows}):
           med.get(("redis-benchmark", "GET", c)), 0.40 if c == 32 else None)
     ratio("c=%d insert / wiredtiger" % c, med.get(("loadgen", "insert", c)),
           med.get(("wt_baseline", "insert", c)), 0.25)
+    shale, wt = med.get(("loadgen", "insert", c)), med.get(("wt_baseline", "insert", c))
+    if shale and wt:
+        print("ratio c=%d insert CPU efficiency, wiredtiger CPU per insert / shale server CPU "
+              "per insert: %.3f = %.2f / %.2f us" % (c, wt["server_cpu_us_per_op"]
+                                                    / shale["server_cpu_us_per_op"],
+                                                    wt["server_cpu_us_per_op"],
+                                                    shale["server_cpu_us_per_op"]))
     ratio("c=%d insert100 docs / wiredtiger" % c, med.get(("loadgen", "insert100", c)),
           med.get(("wt_baseline", "insert", c)), None, "docs_per_sec")
 PY
