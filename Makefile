@@ -46,6 +46,7 @@ fuzz: deps
 
 bench: release
 	bash bench/run.sh build-release
+	bash bench/crud.sh build-release
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -1,8 +1,9 @@
 /*
  * loadgen.c -- a load generator on libmongoc, a real MongoDB driver: C threads, each
- * with its own mongoc_client_t, run one command (ping or hello) back to back for T
- * seconds. Prints throughput and latency percentiles as one JSON line, then a line
- * for people. Used by bench/run.sh beside redis-benchmark (DESIGN.md section 8).
+ * with its own mongoc_client_t, run one operation back to back for T seconds: ping,
+ * hello, insert (insert_one, j:false), insert100 (insert_many of 100) or findid (a
+ * point find by _id). Prints throughput and latency percentiles as one JSON line, then
+ * a line for people. Used by bench/run.sh and bench/crud.sh (DESIGN.md section 8).
  */
 #include <errno.h>
 #include <mongoc/mongoc.h>
@@ -42,9 +43,18 @@ typedef struct config {
     int threads;
     double seconds;
     const char *op;
+    int64_t preload; /* findid: load this many documents (_id 0..N-1) first */
+    int64_t keys;    /* findid: ids are drawn from [0, keys) */
 } config_t;
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping"};
+typedef enum op_kind { OP_COMMAND, OP_INSERT, OP_INSERT100, OP_FINDID } op_kind_t;
+
+#define BENCH_DB "bench"
+#define BATCH 100
+#define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
+
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0};
+static op_kind_t op_kind = OP_COMMAND;
 static mongoc_uri_t *the_uri;
 static pthread_barrier_t ready_barrier; /* every thread has connected */
 static pthread_barrier_t go_barrier;    /* start_ns is set: go */
@@ -101,18 +111,121 @@ percentile_us(const histogram_t *h, uint64_t total, double pct)
     return 0;
 }
 
+/* The benchmark document with the given _id (same shape and size as wt_baseline.c's). */
+static void
+make_doc(bson_t *doc, int64_t id)
+{
+    char pad[PAD_LEN + 1];
+    memset(pad, 'x', PAD_LEN);
+    pad[PAD_LEN] = '\0';
+    bson_init(doc);
+    BSON_APPEND_INT64(doc, "_id", id);
+    BSON_APPEND_INT32(doc, "x", 1);
+    BSON_APPEND_UTF8(doc, "pad", pad);
+}
+
+/* Rewrites the leading int64 _id of a document made by make_doc, in place. */
+static void
+set_id(bson_t *doc, int64_t id)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_iter_overwrite_int64(&it, id);
+    }
+}
+
+static const char *
+coll_name(void)
+{
+    return op_kind == OP_FINDID ? "findid" : "insert";
+}
+
+/* xorshift64*: a cheap per-thread random source for findid's keys. */
+static uint64_t
+next_rand(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+/*
+ * One measured operation on 'coll' (or 'client' for ping/hello). 'seq' counts this
+ * thread's operations; inserted _ids are (thread << 40) | n, unique per run.
+ */
+static bool
+run_op(worker_t *w, mongoc_client_t *client, mongoc_collection_t *coll, const bson_t *cmd,
+       bson_t *docs, uint64_t *rng, uint64_t seq, bson_error_t *error)
+{
+    bson_t reply, filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+    const bson_t *found;
+    const bson_t *ptrs[BATCH];
+    mongoc_cursor_t *cursor;
+    bool ok = false;
+    int64_t base = ((int64_t)w->id << 40) | (int64_t)(seq * BATCH);
+
+    switch (op_kind) {
+    case OP_COMMAND:
+        ok = mongoc_client_command_simple(client, "admin", cmd, NULL, &reply, error);
+        bson_destroy(&reply);
+        break;
+    case OP_INSERT:
+        set_id(&docs[0], ((int64_t)w->id << 40) | (int64_t)seq);
+        ok = mongoc_collection_insert_one(coll, &docs[0], NULL, &reply, error);
+        bson_destroy(&reply);
+        break;
+    case OP_INSERT100:
+        for (int i = 0; i < BATCH; i++) {
+            set_id(&docs[i], base + i);
+            ptrs[i] = &docs[i];
+        }
+        ok = mongoc_collection_insert_many(coll, ptrs, BATCH, NULL, &reply, error);
+        bson_destroy(&reply);
+        break;
+    case OP_FINDID:
+        /* What a driver's find_one sends: limit 1, single batch. */
+        BSON_APPEND_INT64(&filter, "_id", (int64_t)(next_rand(rng) % (uint64_t)cfg.keys));
+        BSON_APPEND_INT64(&opts, "limit", 1);
+        BSON_APPEND_BOOL(&opts, "singleBatch", true);
+        cursor = mongoc_collection_find_with_opts(coll, &filter, &opts, NULL);
+        ok = mongoc_cursor_next(cursor, &found);
+        if (!ok && !mongoc_cursor_error(cursor, error)) {
+            snprintf(error->message, sizeof(error->message), "findid: no document");
+        }
+        mongoc_cursor_destroy(cursor);
+        break;
+    }
+    bson_destroy(&filter);
+    bson_destroy(&opts);
+    return ok;
+}
+
 static void *
 worker_main(void *arg)
 {
     worker_t *w = arg;
     mongoc_client_t *client = mongoc_client_new_from_uri(the_uri);
+    mongoc_collection_t *coll = NULL;
+    mongoc_write_concern_t *wc = mongoc_write_concern_new();
     bson_t cmd = BSON_INITIALIZER, reply;
+    bson_t docs[BATCH];
     bson_error_t error;
     bool ok = false;
     int64_t deadline;
+    uint64_t seq = 0, rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
+    int ndocs = op_kind == OP_INSERT100 ? BATCH : 1;
 
-    BSON_APPEND_INT32(&cmd, cfg.op, 1);
+    for (int i = 0; i < ndocs; i++) {
+        make_doc(&docs[i], 0);
+    }
+    BSON_APPEND_INT32(&cmd, op_kind == OP_COMMAND ? cfg.op : "ping", 1);
     if (client != NULL) {
+        /* j:false, acknowledged: the write returns before its journal flush. */
+        mongoc_write_concern_set_w(wc, 1);
+        mongoc_write_concern_set_journal(wc, false);
+        coll = mongoc_client_get_collection(client, BENCH_DB, coll_name());
+        mongoc_collection_set_write_concern(coll, wc);
         mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
         /* Connect and handshake before the clock starts. */
         ok = mongoc_client_command_simple(client, "admin", &cmd, NULL, &reply, &error);
@@ -135,7 +248,7 @@ worker_main(void *arg)
         if (t0 >= deadline) {
             break;
         }
-        if (mongoc_client_command_simple(client, "admin", &cmd, NULL, &reply, &error)) {
+        if (run_op(w, client, coll, &cmd, docs, &rng, seq++, &error)) {
             t1 = now_ns();
             w->hist.counts[bucket_of((uint64_t)(t1 - t0))]++;
             w->ops++;
@@ -145,10 +258,16 @@ worker_main(void *arg)
                 snprintf(w->first_error, sizeof(w->first_error), "%s", error.message);
             }
         }
-        bson_destroy(&reply);
         w->last_end_ns = t1;
     }
     bson_destroy(&cmd);
+    for (int i = 0; i < ndocs; i++) {
+        bson_destroy(&docs[i]);
+    }
+    mongoc_write_concern_destroy(wc);
+    if (coll != NULL) {
+        mongoc_collection_destroy(coll);
+    }
     if (client != NULL) {
         mongoc_client_destroy(client);
     }
@@ -173,9 +292,15 @@ log_handler(mongoc_log_level_t level, const char *domain, const char *message, v
 static void
 usage(FILE *out)
 {
-    fprintf(out, "usage: loadgen [--uri URI] [--threads C] [--seconds T] [--op ping|hello]\n"
-                 "  C threads, each with its own mongoc_client_t, run the command back to\n"
-                 "  back for T seconds; prints ops/s and p50/p99 latency (us).\n");
+    fprintf(out,
+            "usage: loadgen [--uri URI] [--threads C] [--seconds T]\n"
+            "               [--op ping|hello|insert|insert100|findid] [--preload N] [--keys N]\n"
+            "  C threads, each with its own mongoc_client_t, run the operation back to\n"
+            "  back for T seconds; prints ops/s and p50/p99 latency (us).\n"
+            "  insert: insert_one of a 229-byte document, j:false (bench.insert, dropped\n"
+            "  first); insert100: insert_many of 100 such documents (docs/s too);\n"
+            "  findid: find {_id: k} limit 1 on bench.findid, k random in [0, keys);\n"
+            "  --preload N drops bench.findid and loads _id 0..N-1 first (keys = N).\n");
 }
 
 static int
@@ -201,18 +326,82 @@ parse_args(int argc, char **argv)
             cfg.seconds = atof(v);
         } else if (strcmp(a, "--op") == 0) {
             cfg.op = v;
+        } else if (strcmp(a, "--preload") == 0) {
+            cfg.preload = atoll(v);
+        } else if (strcmp(a, "--keys") == 0) {
+            cfg.keys = atoll(v);
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);
             return 2;
         }
     }
-    if (cfg.threads < 1 || cfg.threads > 10000 || !(cfg.seconds > 0) ||
-        (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0)) {
+    if (strcmp(cfg.op, "insert") == 0) {
+        op_kind = OP_INSERT;
+    } else if (strcmp(cfg.op, "insert100") == 0) {
+        op_kind = OP_INSERT100;
+    } else if (strcmp(cfg.op, "findid") == 0) {
+        op_kind = OP_FINDID;
+    } else if (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0) {
+        cfg.threads = 0; /* unknown op */
+    }
+    if (cfg.keys <= 0) {
+        cfg.keys = cfg.preload;
+    }
+    if (cfg.threads < 1 || cfg.threads > 10000 || !(cfg.seconds > 0) || cfg.preload < 0 ||
+        (op_kind == OP_FINDID && cfg.keys <= 0)) {
         usage(stderr);
         return 2;
     }
     return 0;
+}
+
+/*
+ * Before the clock starts: insert ops drop bench.insert (ids restart at 0 each run);
+ * findid with --preload N drops bench.findid and inserts _id 0..N-1 in batches.
+ */
+static int
+prepare(void)
+{
+    mongoc_client_t *client = mongoc_client_new_from_uri(the_uri);
+    mongoc_collection_t *coll = NULL;
+    bson_error_t error;
+    bson_t docs[1000];
+    const bson_t *ptrs[1000];
+    int rc = 1, n;
+
+    if (client == NULL) {
+        fprintf(stderr, "loadgen: cannot create a client\n");
+        return 1;
+    }
+    mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
+    coll = mongoc_client_get_collection(client, BENCH_DB, coll_name());
+    if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || cfg.preload > 0) {
+        /* "ns not found" is fine: the collection may not exist yet. */
+        (void)mongoc_collection_drop(coll, &error);
+    }
+    for (int i = 0; i < 1000; i++) {
+        make_doc(&docs[i], 0);
+        ptrs[i] = &docs[i];
+    }
+    for (int64_t k = 0; op_kind == OP_FINDID && k < cfg.preload; k += n) {
+        n = cfg.preload - k < 1000 ? (int)(cfg.preload - k) : 1000;
+        for (int i = 0; i < n; i++) {
+            set_id(&docs[i], k + i);
+        }
+        if (!mongoc_collection_insert_many(coll, ptrs, (size_t)n, NULL, NULL, &error)) {
+            fprintf(stderr, "loadgen: preload: %s\n", error.message);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < 1000; i++) {
+        bson_destroy(&docs[i]);
+    }
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(client);
+    return rc;
 }
 
 int
@@ -222,7 +411,7 @@ main(int argc, char **argv)
     worker_t *workers = NULL;
     histogram_t *total = NULL;
     bson_error_t error;
-    uint64_t ops = 0, errors = 0;
+    uint64_t ops = 0, errors = 0, docs_per_op;
     int64_t end_ns;
     double elapsed, rate, p50, p99, p999, cpu_us;
     struct rusage ru;
@@ -237,6 +426,10 @@ main(int argc, char **argv)
     if (the_uri == NULL) {
         fprintf(stderr, "loadgen: bad URI %s: %s\n", cfg.uri, error.message);
         rc = 2;
+        goto done;
+    }
+    if (op_kind != OP_COMMAND && prepare() != 0) {
+        rc = 1;
         goto done;
     }
     workers = calloc((size_t)cfg.threads, sizeof(*workers));
@@ -280,15 +473,19 @@ main(int argc, char **argv)
     getrusage(RUSAGE_SELF, &ru);
     cpu_us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
              (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    /* docs: documents written or read (100 per insert100 operation). */
+    docs_per_op = op_kind == OP_INSERT100 ? BATCH : 1;
     printf("{\"tool\": \"loadgen\", \"op\": \"%s\", \"threads\": %d, \"seconds\": %.3f, "
            "\"ops\": %llu, \"errors\": %llu, \"ops_per_sec\": %.1f, \"p50_us\": %.1f, "
-           "\"p99_us\": %.1f, \"p999_us\": %.1f, \"client_cpu_us_per_op\": %.2f}\n",
+           "\"p99_us\": %.1f, \"p999_us\": %.1f, \"client_cpu_us_per_op\": %.2f, "
+           "\"docs\": %llu, \"docs_per_sec\": %.1f}\n",
            cfg.op, cfg.threads, elapsed, (unsigned long long)ops, (unsigned long long)errors, rate,
-           p50, p99, p999, ops > 0 ? cpu_us / (double)ops : 0.0);
-    printf("loadgen %s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us (%llu ops in %.2f s, %llu "
-           "errors; client CPU %.2f us/op)\n",
-           cfg.op, cfg.threads, rate, p50, p99, (unsigned long long)ops, elapsed,
-           (unsigned long long)errors, ops > 0 ? cpu_us / (double)ops : 0.0);
+           p50, p99, p999, ops > 0 ? cpu_us / (double)ops : 0.0,
+           (unsigned long long)(ops * docs_per_op), rate * docs_per_op);
+    printf("loadgen %s x%d: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us (%llu ops in "
+           "%.2f s, %llu errors; client CPU %.2f us/op)\n",
+           cfg.op, cfg.threads, rate, rate * docs_per_op, p50, p99, (unsigned long long)ops,
+           elapsed, (unsigned long long)errors, ops > 0 ? cpu_us / (double)ops : 0.0);
     if (first_error != NULL) {
         fprintf(stderr, "loadgen: first error: %s\n", first_error);
     }
