@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "bson/bson_hash.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
 
@@ -203,6 +204,46 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
     }
 }
 
+/* Bounds on a hashed first field: an equality predicate becomes the point of its hash
+ * (NumberLong, as the index stores it); anything else scans the whole index. */
+static void
+hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start,
+              shl_keystring_t *end, bool *has_start, bool *has_end, char *desc, size_t desc_len)
+{
+    bson_iter_t it, sub;
+    bson_value_t val, hv;
+    bool found = false;
+
+    *has_start = *has_end = false;
+    if (!bson_iter_init_find(&it, filter, field)) {
+        return;
+    }
+    if (!is_operator_doc(&it)) {
+        if (boundable(&it)) {
+            val = *bson_iter_value(&it);
+            found = true;
+        }
+    } else if (bson_iter_recurse(&it, &sub)) {
+        while (!found && bson_iter_next(&sub)) {
+            if (strcmp(bson_iter_key(&sub), "$eq") == 0 && boundable(&sub)) {
+                val = *bson_iter_value(&sub);
+                found = true;
+            }
+        }
+    }
+    if (!found) {
+        return;
+    }
+    hv.value_type = BSON_TYPE_INT64;
+    hv.value.v_int64 = shl_bson_hash_value(&val, SHL_BSON_HASH_DEFAULT_SEED);
+    shl_keystring_append_value(start, &hv, false);
+    shl_keystring_append_value(end, &hv, false);
+    shl_keystring_append_max_suffix(end);
+    *has_start = *has_end = true;
+    snprintf(desc, desc_len, "[%lld, %lld]", (long long)hv.value.v_int64,
+             (long long)hv.value.v_int64);
+}
+
 /* ---------------------------------------------------------------- access path */
 
 static int
@@ -274,7 +315,11 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
 
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp)) {
+        if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp) &&
+            BSON_ITER_HOLDS_UTF8(&kp)) {
+            hashed_bounds(&q->filter, bson_iter_key(&kp), &ks0, &ks1, &has0, &has1, desc,
+                          sizeof(desc));
+        } else if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp)) {
             bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
             exec_bounds_for_field(&q->filter, bson_iter_key(&kp), descending, &ks0, &ks1, &has0,
                                   &has1, desc, sizeof(desc));

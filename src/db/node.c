@@ -15,6 +15,7 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/index_kinds.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 
@@ -183,6 +184,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
 
     so.dbpath = shl_opt_str(SHL_OPT_dbpath);
     so.term = node->repl_set ? 1 : -1;
+    so.keygen_factory = db_keygen_factory;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     node->cursors = shl_cursor_manager_new();
     svc->storage = node->eng;

@@ -1,0 +1,185 @@
+"""Index kinds on the data node: hashed (single and compound), partial, sparse + unique,
+createIndexes option validation with MongoDB's codes, and TTL expiry by the monitor."""
+
+import datetime
+
+import pytest
+from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
+
+from shale_fixtures import wait_until
+
+
+@pytest.fixture
+def db(node):
+    return node.client().test
+
+
+def hinted(db, index, filter=None):
+    """Documents reachable through 'index' (a hinted scan), sorted by _id."""
+    return sorted(d["_id"] for d in db.c.find(filter or {}).hint(index))
+
+
+def keys_examined(db, index, filter):
+    e = db.command("explain", {"find": "c", "filter": filter, "hint": index},
+                   verbosity="executionStats")
+    return e["executionStats"]["totalKeysExamined"], e["executionStats"]["nReturned"]
+
+
+def test_hashed_index_point_lookup(db):
+    db.c.insert_many([{"_id": i, "a": i % 20} for i in range(200)])
+    assert db.c.create_index([("a", "hashed")]) == "a_hashed"
+    spec = [i for i in db.c.list_indexes() if i["name"] == "a_hashed"][0]
+    assert spec["key"] == {"a": "hashed"}
+    assert hinted(db, "a_hashed", {"a": 7}) == list(range(7, 200, 20))
+    keys, n = keys_examined(db, "a_hashed", {"a": 7})
+    assert n == 10 and keys <= 11
+    # Numbers hash by value across types: 7.0 and NumberLong(7) find the same documents.
+    assert hinted(db, "a_hashed", {"a": 7.0}) == list(range(7, 200, 20))
+    # Missing field indexes as null.
+    db.c.insert_one({"_id": 1000})
+    assert hinted(db, "a_hashed", {"a": None}) == [1000]
+    assert len(hinted(db, "a_hashed")) == 201
+
+
+def test_hashed_index_refuses_arrays(db):
+    db.c.create_index([("a.b", "hashed")])
+    with pytest.raises(WriteError) as e:
+        db.c.insert_one({"_id": 1, "a": {"b": [1, 2]}})
+    assert e.value.code == 16766
+    with pytest.raises(WriteError) as e:
+        db.c.insert_one({"_id": 2, "a": [{"b": 1}]})
+    assert e.value.code == 16766
+    db.c.insert_one({"_id": 3, "a": {"b": {"c": [1]}}})  # an array inside the value is fine
+    assert db.c.count_documents({}) == 1
+    # An existing array makes the index build fail.
+    db.d.insert_one({"x": [1]})
+    with pytest.raises(OperationFailure) as e:
+        db.d.create_index([("x", "hashed")])
+    assert e.value.code == 16766
+
+
+def test_compound_hashed_index(db):
+    db.c.insert_many([{"_id": i, "a": i % 3, "b": i % 5, "tags": [i, i + 1]} for i in range(30)])
+    db.c.create_index([("b", "hashed"), ("a", 1)])
+    assert hinted(db, "b_hashed_a_1", {"b": 2}) == [i for i in range(30) if i % 5 == 2]
+    # A non-hashed field may be multikey.
+    db.c.create_index([("tags", 1), ("a", "hashed")])
+    assert hinted(db, "tags_1_a_hashed", {"tags": 4}) == [3, 4]
+    with pytest.raises(OperationFailure) as e:
+        db.c.create_index([("a", "hashed"), ("b", "hashed")])
+    assert e.value.code == 31303
+    with pytest.raises(OperationFailure) as e:
+        db.c.create_index([("x", "hashed")], unique=True)
+    assert e.value.code == 16764
+
+
+def test_hashed_sparse(db):
+    db.c.insert_many([{"_id": 1, "a": 1}, {"_id": 2}, {"_id": 3, "a": None}])
+    db.c.create_index([("a", "hashed")], sparse=True)
+    assert hinted(db, "a_hashed") == [1, 3]
+
+
+def test_partial_index(db):
+    db.c.insert_many([{"_id": i, "a": i % 4, "b": i} for i in range(20)])
+    db.c.create_index("a", partialFilterExpression={"b": {"$gte": 10}})
+    spec = [i for i in db.c.list_indexes() if i["name"] == "a_1"][0]
+    assert spec["partialFilterExpression"] == {"b": {"$gte": 10}}
+    assert hinted(db, "a_1") == list(range(10, 20))
+    # Writes keep the index in step: in, out, and back in.
+    db.c.update_one({"_id": 12}, {"$set": {"b": 0}})
+    db.c.update_one({"_id": 3}, {"$set": {"b": 50}})
+    db.c.insert_one({"_id": 100, "a": 1, "b": 1})
+    assert hinted(db, "a_1") == [3] + [i for i in range(10, 20) if i != 12]
+    db.c.delete_one({"_id": 3})
+    assert hinted(db, "a_1") == [i for i in range(10, 20) if i != 12]
+
+
+def test_partial_unique_index(db):
+    db.u.create_index("email", unique=True, partialFilterExpression={"active": True})
+    db.u.insert_one({"email": "x", "active": False})
+    db.u.insert_one({"email": "x", "active": False})
+    db.u.insert_one({"email": "x", "active": True})
+    with pytest.raises(DuplicateKeyError):
+        db.u.insert_one({"email": "x", "active": True})
+    assert db.u.count_documents({}) == 3
+
+
+def test_partial_index_errors(db):
+    with pytest.raises(OperationFailure) as e:
+        db.c.create_index("a", partialFilterExpression={"b": 1}, sparse=True)
+    assert e.value.code == 67
+    for bad in ({"b": {"$ne": 1}}, {"$nor": [{"b": 1}]}, {"b": {"$not": {"$gt": 1}}},
+                {"b": {"$exists": False}}):
+        with pytest.raises(OperationFailure) as e:
+            db.c.create_index("a", partialFilterExpression=bad)
+        assert e.value.code == 67, bad
+        assert "Expression not supported in partial index" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        db.c.create_index("a", partialFilterExpression={"b": {"$bogus": 1}})
+    assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        db.c.create_index("a", partialFilterExpression=5)
+    assert e.value.code == 14
+    # Allowed forms.
+    db.c.create_index("a", partialFilterExpression={
+        "$and": [{"b": {"$gt": 1, "$lte": 9}}, {"c": {"$exists": True}}, {"d": {"$type": "string"}},
+                 {"e": 3}, {"f": {"$in": [1, 2]}}]})
+
+
+def test_sparse_unique_index(db):
+    db.c.create_index("a", unique=True, sparse=True)
+    db.c.insert_many([{"_id": 1}, {"_id": 2}, {"_id": 3, "a": 1}])
+    with pytest.raises(DuplicateKeyError):
+        db.c.insert_one({"_id": 4, "a": 1})
+    # null is a value, not a missing field: only one document may hold it.
+    db.c.insert_one({"_id": 5, "a": None})
+    with pytest.raises(DuplicateKeyError):
+        db.c.insert_one({"_id": 6, "a": None})
+    assert hinted(db, "a_1") == [3, 5]
+    # Compound sparse: indexed when any key field is present.
+    db.c.create_index([("x", 1), ("y", 1)], unique=True, sparse=True)
+    db.c.insert_one({"_id": 7, "y": 1})
+    with pytest.raises(DuplicateKeyError):
+        db.c.insert_one({"_id": 8, "y": 1})
+
+
+@pytest.mark.parametrize("key,opts,code,msg", [
+    ({"a": 1}, {"bogus": True}, 197,
+     "The field 'bogus' is not valid for an index specification"),
+    ({"a": 0}, {}, 67, "Values in the index key pattern cannot be 0."),
+    ({"a": "foo"}, {}, 67, "Unknown index plugin 'foo'"),
+    ({"a": True}, {}, 67, "Values in v:2 index key pattern cannot be of type bool"),
+    ({"a": {"x": 1}}, {}, 67, "cannot be of type object"),
+    ({"a": ""}, {}, 67, "Values in the index key pattern cannot be empty strings"),
+    ({"$a": 1}, {}, 67, "field name starts with '$'"),
+    ({"a..b": 1}, {}, 67, "Index keys cannot contain an empty field."),
+    ({"a": "2d", "b": "hashed"}, {}, 67, "Can't use more than one index plugin"),
+    ({"a": 1, "b": "text"}, {}, 67, "Index type 'text' is not supported yet"),
+    ({"a": 1}, {"expireAfterSeconds": "x"}, 67,
+     "TTL index 'expireAfterSeconds' option must be numeric"),
+    ({"a": 1}, {"expireAfterSeconds": -1}, 67, "cannot be less than 0"),
+    ({"a": 1}, {"expireAfterSeconds": 2 ** 40}, 67, "within an acceptable range"),
+    ({"a": 1, "b": 1}, {"expireAfterSeconds": 5}, 67, "compound indexes do not support TTL"),
+])
+def test_index_spec_validation(db, key, opts, code, msg):
+    spec = {"key": key, "name": "ix", **opts}
+    with pytest.raises(OperationFailure) as e:
+        db.command("createIndexes", "c", indexes=[spec])
+    assert e.value.code == code
+    assert msg in e.value.details["errmsg"]
+    assert e.value.details["errmsg"].startswith("Error in specification ")
+    assert [i["name"] for i in db.c.list_indexes()] in ([], ["_id_"])
+
+
+def test_index_kinds_survive_restart(node):
+    n = node
+    db = n.client().test
+    db.c.create_index([("a", "hashed")])
+    db.c.create_index("b", partialFilterExpression={"b": {"$gt": 5}})
+    db.c.insert_many([{"_id": i, "a": i, "b": i} for i in range(10)])
+    n.stop()
+    n.start()
+    db = n.client().test
+    db.c.insert_one({"_id": 10, "a": 10, "b": 10})
+    assert hinted(db, "a_hashed", {"a": 10}) == [10]
+    assert hinted(db, "b_1") == [6, 7, 8, 9, 10]
