@@ -244,6 +244,137 @@ hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start,
              (long long)hv.value.v_int64);
 }
 
+/* Bounds from {field: {$in: [v...]}}: one interval from the smallest to the largest
+ * value's key (loose; FETCH's filter decides). Not with arrays, regexes or operator
+ * documents among the values. */
+static bool
+in_bounds(const bson_t *filter, const char *field, bool descending, shl_keystring_t *start,
+          shl_keystring_t *end, char *desc, size_t desc_len)
+{
+    bson_iter_t it, sub, vals;
+    shl_keystring_t k;
+    bool any = false, ok = true;
+
+    if (!bson_iter_init_find(&it, filter, field) || !is_operator_doc(&it) ||
+        !bson_iter_recurse(&it, &sub) || !bson_iter_find(&sub, "$in") ||
+        !BSON_ITER_HOLDS_ARRAY(&sub) || !bson_iter_recurse(&sub, &vals)) {
+        return false;
+    }
+    shl_keystring_init(&k);
+    while (ok && bson_iter_next(&vals)) {
+        if (!boundable(&vals)) {
+            ok = false;
+            break;
+        }
+        shl_keystring_reset(&k);
+        shl_keystring_append_iter(&k, &vals, descending);
+        if (!any || shl_keystring_compare(k.data, k.len, start->data, start->len) < 0) {
+            shl_keystring_reset(start);
+            shl_keystring_append_iter(start, &vals, descending);
+        }
+        if (!any || shl_keystring_compare(k.data, k.len, end->data, end->len) > 0) {
+            shl_keystring_reset(end);
+            shl_keystring_append_iter(end, &vals, descending);
+        }
+        any = true;
+    }
+    shl_keystring_cleanup(&k);
+    if (!ok || !any) {
+        shl_keystring_reset(start);
+        shl_keystring_reset(end);
+        return false;
+    }
+    shl_keystring_append_max_suffix(end);
+    snprintf(desc, desc_len, "%s $in", field);
+    return true;
+}
+
+/*
+ * Bounds for 'idx' from the filter's predicates on its first field, and how useful they
+ * are: 3 equality (or a hashed point), 2 $in, 1 one-sided range, 0 none (full scan).
+ */
+static int
+index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
+             shl_keystring_t *ks1, bool *has0, bool *has1, char *desc, size_t desc_len)
+{
+    bson_iter_t kp;
+
+    *has0 = *has1 = false;
+    if (!bson_iter_init(&kp, idx->key_pattern) || !bson_iter_next(&kp)) {
+        return 0;
+    }
+    if (BSON_ITER_HOLDS_UTF8(&kp)) {
+        hashed_bounds(filter, bson_iter_key(&kp), ks0, ks1, has0, has1, desc, desc_len);
+        return *has0 ? 3 : 0;
+    }
+    {
+        bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        exec_bounds_for_field(filter, bson_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
+                              desc_len);
+        if (*has0 && *has1) {
+            return 3;
+        }
+        if (!*has0 && !*has1 &&
+            in_bounds(filter, bson_iter_key(&kp), descending, ks0, ks1, desc, desc_len)) {
+            *has0 = *has1 = true;
+            return 2;
+        }
+        return *has0 || *has1 ? 1 : 0;
+    }
+}
+
+/* Whether the planner may use 'idx' for any query: not partial, sparse or hidden (their
+ * entries may miss matching documents). */
+static bool
+plannable(const shl_index_t *idx)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, idx->spec, "partialFilterExpression")) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it)) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it)) {
+        return false;
+    }
+    return true;
+}
+
+/* The planner: the index whose first field has the most selective predicate (equality,
+ * then $in, then a range; unique indexes first among equals), or NULL. */
+static const shl_index_t *
+plan_index(const shl_collection_t *coll, const bson_t *filter)
+{
+    const shl_index_t *best = NULL;
+    int best_score = 0;
+
+    if (bson_empty(filter)) {
+        return NULL;
+    }
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        shl_keystring_t ks0, ks1;
+        bool h0, h1;
+        char desc[200];
+        int score;
+        if (!plannable(idx)) {
+            continue;
+        }
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        score = index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc)) * 2 +
+                (idx->unique ? 1 : 0);
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+        if (score >= 2 && score > best_score) {
+            best = idx;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
 /* ---------------------------------------------------------------- access path */
 
 static int
@@ -304,6 +435,10 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
     if (q->has_hint) {
         SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
     }
+    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
+        !(q->id_point && coll->nindexes > 0)) {
+        idx = plan_index(coll, &q->filter);
+    }
     if (coll == NULL) {
         *kind = EXEC_ACCESS_EOF;
         *out = exec_eof_new();
@@ -315,15 +450,8 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
 
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp) &&
-            BSON_ITER_HOLDS_UTF8(&kp)) {
-            hashed_bounds(&q->filter, bson_iter_key(&kp), &ks0, &ks1, &has0, &has1, desc,
-                          sizeof(desc));
-        } else if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp)) {
-            bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
-            exec_bounds_for_field(&q->filter, bson_iter_key(&kp), descending, &ks0, &ks1, &has0,
-                                  &has1, desc, sizeof(desc));
-        }
+        (void)kp;
+        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc));
         {
             shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
             shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};

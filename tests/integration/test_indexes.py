@@ -240,3 +240,95 @@ def test_ttl_monitor_can_be_disabled(shale_process):
     assert db.c.count_documents({}) == 1
     client.admin.command("setParameter", 1, ttlMonitorEnabled=True)
     wait_until(lambda: db.c.count_documents({}) == 0, what="TTL deletion after enabling")
+
+
+# ---------------------------------------------------------------- planner
+
+
+def winning(db, filter, **kw):
+    e = db.command("explain", {"find": "c", "filter": filter, **kw}, verbosity="executionStats")
+    plan = e["queryPlanner"]["winningPlan"]
+    while plan.get("stage") not in ("IXSCAN", "COLLSCAN", "IDHACK", "EOF") and plan.get("inputStage"):
+        plan = plan["inputStage"]
+    return plan, e["executionStats"]
+
+
+def test_planner_chooses_an_index(db):
+    db.c.insert_many([{"_id": i, "a": i % 50, "b": i % 7, "c": i} for i in range(1000)])
+    db.c.create_index("a")
+    db.c.create_index([("b", -1), ("c", 1)])
+    plan, stats = winning(db, {"a": 3})
+    assert plan["stage"] == "IXSCAN"
+    assert plan["indexName"] == "a_1" and plan["keyPattern"] == {"a": 1}
+    assert "indexBounds" in plan
+    assert stats["nReturned"] == 20 and stats["totalKeysExamined"] <= 21
+    assert stats["totalDocsExamined"] == 20
+    # Equality beats a range on another index.
+    plan, _ = winning(db, {"a": {"$gt": 10}, "b": 2})
+    assert plan["indexName"] == "b_-1_c_1"
+    plan, stats = winning(db, {"a": {"$gte": 48}})
+    assert plan["indexName"] == "a_1" and stats["nReturned"] == 40
+    plan, stats = winning(db, {"a": {"$in": [1, 2]}})
+    assert plan["indexName"] == "a_1" and stats["nReturned"] == 40
+    # No usable predicate: a collection scan; $natural forces one.
+    assert winning(db, {"c": 5})[0]["stage"] == "COLLSCAN"
+    assert winning(db, {"a": 3}, hint={"$natural": 1})[0]["stage"] == "COLLSCAN"
+    # Partial and sparse indexes are not chosen without a hint (they may miss documents).
+    db.c.create_index("c", sparse=True)
+    assert winning(db, {"c": None})[0]["stage"] == "COLLSCAN"
+    # count, distinct, update and delete plan the same way.
+    assert db.c.count_documents({"a": 3}) == 20
+    assert sorted(db.c.distinct("b", {"a": 3})) == sorted({i % 7 for i in range(3, 1000, 50)})
+    assert db.c.update_many({"a": 3}, {"$set": {"u": 1}}).modified_count == 20
+    assert db.c.delete_many({"a": 4}).deleted_count == 20
+
+
+def test_planner_differential(db):
+    """Random documents and queries: every result with the planner's choice equals the
+    result of a collection scan."""
+    import random
+    rnd = random.Random(4242)
+    values = [None, 0, 1, 2, 2.5, -1, "a", "b", "", True, False, [], [1, 2], [2, 3], ["a", 1],
+              {"x": 1}, datetime.datetime(2020, 1, 1), 10 ** 12]
+    docs = []
+    for i in range(400):
+        d = {"_id": i}
+        for f in ("a", "b", "c"):
+            if rnd.random() < 0.85:
+                d[f] = rnd.choice(values)
+        if rnd.random() < 0.5:
+            d["n"] = {"a": rnd.choice(values)}
+        if rnd.random() < 0.8:
+            d["h"] = rnd.choice([v for v in values if not isinstance(v, list)])
+        docs.append(d)
+    db.c.insert_many(docs)
+    db.c.create_index("a")
+    db.c.create_index([("b", -1)])
+    db.c.create_index([("c", 1), ("h", -1)])
+    db.c.create_index("n.a")
+    db.c.create_index([("h", "hashed")])
+    scalars = [v for v in values if not isinstance(v, (list, dict))]
+    used = 0
+    for _ in range(300):
+        f = rnd.choice(["a", "b", "c", "n.a", "h"])
+        v = rnd.choice(scalars)
+        kind = rnd.randrange(6)
+        if kind == 0:
+            q = {f: v}
+        elif kind == 1:
+            q = {f: {rnd.choice(["$gt", "$gte", "$lt", "$lte"]): v}}
+        elif kind == 2:
+            q = {f: {"$in": rnd.sample(scalars, 3)}}
+        elif kind == 3:
+            q = {f: {"$gt": v, "$lt": rnd.choice(scalars)}}
+        elif kind == 4:
+            q = {f: v, rnd.choice(["a", "b", "c"]): {"$ne": rnd.choice(scalars)}}
+        else:
+            q = {f: {"$eq": v}, "_id": {"$lt": rnd.randrange(400)}}
+        got = sorted(d["_id"] for d in db.c.find(q))
+        want = sorted(d["_id"] for d in db.c.find(q).hint([("$natural", 1)]))
+        assert got == want, q
+        if winning(db, q)[0]["stage"] == "IXSCAN":
+            used += 1
+        assert db.c.count_documents(q) == len(want), q
+    assert used > 100
