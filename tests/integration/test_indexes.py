@@ -34,6 +34,11 @@ def test_hashed_index_point_lookup(db):
     assert hinted(db, "a_hashed", {"a": 7}) == list(range(7, 200, 20))
     keys, n = keys_examined(db, "a_hashed", {"a": 7})
     assert n == 10 and keys <= 11
+    plan, _ = winning(db, {"a": 7})  # the planner picks the hashed index for equality
+    assert plan["indexName"] == "a_hashed"
+    (iv,) = plan["indexBounds"]["a"]
+    lo, hi = iv.strip("[]").split(", ")
+    assert lo == hi and int(lo) != 7
     # Numbers hash by value across types: 7.0 and NumberLong(7) find the same documents.
     assert hinted(db, "a_hashed", {"a": 7.0}) == list(range(7, 200, 20))
     # Missing field indexes as null.
@@ -260,16 +265,23 @@ def test_planner_chooses_an_index(db):
     plan, stats = winning(db, {"a": 3})
     assert plan["stage"] == "IXSCAN"
     assert plan["indexName"] == "a_1" and plan["keyPattern"] == {"a": 1}
-    assert "indexBounds" in plan
+    assert plan["indexBounds"] == {"a": ["[3, 3]"]}
     assert stats["nReturned"] == 20 and stats["totalKeysExamined"] <= 21
     assert stats["totalDocsExamined"] == 20
     # Equality beats a range on another index.
     plan, _ = winning(db, {"a": {"$gt": 10}, "b": 2})
     assert plan["indexName"] == "b_-1_c_1"
+    assert plan["indexBounds"] == {"b": ["[2, 2]"], "c": ["[MinKey, MaxKey]"]}
+    plan, stats = winning(db, {"b": {"$lt": 3}})
+    assert plan["indexBounds"] == {"b": ["(3, MinKey]"], "c": ["[MinKey, MaxKey]"]}
+    assert stats["nReturned"] == len([i for i in range(1000) if i % 7 < 3])
     plan, stats = winning(db, {"a": {"$gte": 48}})
     assert plan["indexName"] == "a_1" and stats["nReturned"] == 40
-    plan, stats = winning(db, {"a": {"$in": [1, 2]}})
+    assert plan["indexBounds"] == {"a": ["[48, MaxKey]"]}
+    plan, stats = winning(db, {"a": {"$in": [2, 1]}})
     assert plan["indexName"] == "a_1" and stats["nReturned"] == 40
+    assert plan["indexBounds"] == {"a": ["[1, 2]"]}
+    assert plan["isSparse"] is False and plan["isPartial"] is False
     # No usable predicate: a collection scan; $natural forces one.
     assert winning(db, {"c": 5})[0]["stage"] == "COLLSCAN"
     assert winning(db, {"a": 3}, hint={"$natural": 1})[0]["stage"] == "COLLSCAN"
