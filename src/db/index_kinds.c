@@ -376,6 +376,9 @@ static const char *const allowed_fields[] = {
     "finestIndexedLevel", "dropDups", "originalSpec", "clustered", "prepareUnique",
     "columnstoreProjection", "columnstoreCompressor", NULL};
 
+static const char *const id_allowed_fields[] = {"collation", "name", "v", "key", "ns", "_id",
+                                                NULL};
+
 static const char *const known_plugins[] = {"2d",       "2dsphere", "text", "hashed",
                                             "wildcard", "columnstore", NULL};
 
@@ -595,9 +598,28 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
     {
         const uint8_t *data;
         uint32_t len;
+        bson_iter_t kit;
         bson_iter_document(&it, &len, &data);
         bson_init_static(&key, data, len);
         nkeys = (int)bson_count_keys(&key);
+        /* The _id index pattern ({_id: 1} exactly) takes fewer options. */
+        if (nkeys == 1 && bson_iter_init(&kit, &key) && bson_iter_next(&kit) &&
+            strcmp(bson_iter_key(&kit), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&kit) &&
+            bson_iter_as_double(&kit) == 1.0) {
+            bson_iter_init(&kit, spec);
+            while (bson_iter_next(&kit)) {
+                if (!in_list(id_allowed_fields, bson_iter_key(&kit))) {
+                    char prefix[256];
+                    bson_snprintf(prefix, sizeof(prefix),
+                                  "The field '%s' is not valid for an _id index specification. "
+                                  "Specification: ",
+                                  bson_iter_key(&kit));
+                    ret = fail_with_doc(st, SHL_CODE_INVALID_INDEX_SPECIFICATION_OPTION, prefix,
+                                        spec, NULL);
+                    goto done;
+                }
+            }
+        }
     }
     SHL_ERR(check_key_pattern(&key, &nhashed, st));
     if (bson_iter_init_find(&it, spec, "unique")) {

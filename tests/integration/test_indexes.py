@@ -39,12 +39,17 @@ def test_hashed_index_point_lookup(db):
     (iv,) = plan["indexBounds"]["a"]
     lo, hi = iv.strip("[]").split(", ")
     assert lo == hi and int(lo) != 7
+    # MongoDB's hash64 of 42 (and of 42.0, NumberLong(42)), as its explain shows it.
+    db.c.insert_one({"_id": 5000, "a": 42})
+    plan, stats = winning(db, {"a": 42})
+    assert plan["indexBounds"] == {"a": ["[-944302157085130861, -944302157085130861]"]}
+    assert stats["nReturned"] == 1
     # Numbers hash by value across types: 7.0 and NumberLong(7) find the same documents.
     assert hinted(db, "a_hashed", {"a": 7.0}) == list(range(7, 200, 20))
     # Missing field indexes as null.
     db.c.insert_one({"_id": 1000})
     assert hinted(db, "a_hashed", {"a": None}) == [1000]
-    assert len(hinted(db, "a_hashed")) == 201
+    assert len(hinted(db, "a_hashed")) == 202
 
 
 def test_hashed_index_refuses_arrays(db):
@@ -166,6 +171,10 @@ def test_sparse_unique_index(db):
     ({"a": 1}, {"expireAfterSeconds": -1}, 67, "cannot be less than 0"),
     ({"a": 1}, {"expireAfterSeconds": 2 ** 40}, 67, "within an acceptable range"),
     ({"a": 1, "b": 1}, {"expireAfterSeconds": 5}, 67, "compound indexes do not support TTL"),
+    ({"_id": 1}, {"expireAfterSeconds": 5}, 197,
+     "The field 'expireAfterSeconds' is not valid for an _id index specification"),
+    ({"_id": 1}, {"unique": True}, 197,
+     "The field 'unique' is not valid for an _id index specification"),
 ])
 def test_index_spec_validation(db, key, opts, code, msg):
     spec = {"key": key, "name": "ix", **opts}
