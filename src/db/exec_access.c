@@ -207,8 +207,8 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
 /* Bounds on a hashed first field: an equality predicate becomes the point of its hash
  * (NumberLong, as the index stores it); anything else scans the whole index. */
 static void
-hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start,
-              shl_keystring_t *end, bool *has_start, bool *has_end, char *desc, size_t desc_len)
+hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start, shl_keystring_t *end,
+              bool *has_start, bool *has_end, char *desc, size_t desc_len)
 {
     bson_iter_t it, sub;
     bson_value_t val, hv;
@@ -449,9 +449,10 @@ plan_index(const shl_collection_t *coll, const bson_t *filter)
         }
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        score = index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv,
-                             sizeof(iv)) * 2 +
-                (idx->unique ? 1 : 0);
+        score =
+            index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv)) *
+                2 +
+            (idx->unique ? 1 : 0);
         shl_keystring_cleanup(&ks0);
         shl_keystring_cleanup(&ks1);
         if (score >= 2 && score > best_score) {
@@ -539,8 +540,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
         shl_keystring_init(&ks1);
         char iv[400];
         (void)kp;
-        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv,
-                     sizeof(iv));
+        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
         {
             shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
             shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};

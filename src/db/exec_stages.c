@@ -357,8 +357,8 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
     BSON_APPEND_BOOL(out, "isMultiKey", false);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
-    BSON_APPEND_BOOL(out, "isSparse", bson_iter_init_find(&it, x->idx->spec, "sparse") &&
-                                          bson_iter_as_bool(&it));
+    BSON_APPEND_BOOL(out, "isSparse",
+                     bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
     BSON_APPEND_BOOL(out, "isPartial",
                      bson_iter_init_find(&it, x->idx->spec, "partialFilterExpression"));
     BSON_APPEND_INT32(out, "indexVersion", 2);

@@ -73,8 +73,7 @@ path_present(const bson_t *doc, const char *path)
  * way counts as absent). An array anywhere on the path: 16766.
  */
 static int
-hashed_value(const bson_t *doc, const char *path, bson_value_t *v, bool *missing,
-             shl_status_t *st)
+hashed_value(const bson_t *doc, const char *path, bson_value_t *v, bool *missing, shl_status_t *st)
 {
     bson_iter_t it;
     const char *comp = path;
@@ -298,8 +297,8 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
             bson_iter_recurse(&it, &kit);
             while (bson_iter_next(&kit)) {
                 nkeys++;
-                if (BSON_ITER_HOLDS_UTF8(&kit) && strcmp(bson_iter_utf8(&kit, NULL), "hashed") == 0 &&
-                    hashed_path == NULL) {
+                if (BSON_ITER_HOLDS_UTF8(&kit) &&
+                    strcmp(bson_iter_utf8(&kit, NULL), "hashed") == 0 && hashed_path == NULL) {
                     hashed_path = bson_strdup(bson_iter_key(&kit));
                     BSON_APPEND_INT32(&key, bson_iter_key(&kit), 1);
                 } else {
@@ -368,18 +367,41 @@ done:
 
 /* ---------------------------------------------------------------- validation */
 
-static const char *const allowed_fields[] = {
-    "key", "name", "ns", "v", "unique", "sparse", "background", "partialFilterExpression",
-    "expireAfterSeconds", "hidden", "storageEngine", "collation", "weights",
-    "default_language", "language_override", "textIndexVersion", "2dsphereIndexVersion",
-    "bits", "min", "max", "bucketSize", "wildcardProjection", "coarsestIndexedLevel",
-    "finestIndexedLevel", "dropDups", "originalSpec", "clustered", "prepareUnique",
-    "columnstoreProjection", "columnstoreCompressor", NULL};
+static const char *const allowed_fields[] = {"key",
+                                             "name",
+                                             "ns",
+                                             "v",
+                                             "unique",
+                                             "sparse",
+                                             "background",
+                                             "partialFilterExpression",
+                                             "expireAfterSeconds",
+                                             "hidden",
+                                             "storageEngine",
+                                             "collation",
+                                             "weights",
+                                             "default_language",
+                                             "language_override",
+                                             "textIndexVersion",
+                                             "2dsphereIndexVersion",
+                                             "bits",
+                                             "min",
+                                             "max",
+                                             "bucketSize",
+                                             "wildcardProjection",
+                                             "coarsestIndexedLevel",
+                                             "finestIndexedLevel",
+                                             "dropDups",
+                                             "originalSpec",
+                                             "clustered",
+                                             "prepareUnique",
+                                             "columnstoreProjection",
+                                             "columnstoreCompressor",
+                                             NULL};
 
-static const char *const id_allowed_fields[] = {"collation", "name", "v", "key", "ns", "_id",
-                                                NULL};
+static const char *const id_allowed_fields[] = {"collation", "name", "v", "key", "ns", "_id", NULL};
 
-static const char *const known_plugins[] = {"2d",       "2dsphere", "text", "hashed",
+static const char *const known_plugins[] = {"2d",       "2dsphere",    "text", "hashed",
                                             "wildcard", "columnstore", NULL};
 
 static bool
@@ -394,8 +416,7 @@ in_list(const char *const *list, const char *s)
 }
 
 static int
-fail_with_doc(shl_status_t *st, int code, const char *prefix, const bson_t *doc,
-              const char *suffix)
+fail_with_doc(shl_status_t *st, int code, const char *prefix, const bson_t *doc, const char *suffix)
 {
     char *s = shl_bson_to_string(doc);
     shl_status_set(st, code, "%s%s%s", prefix, s, suffix != NULL ? suffix : "");
@@ -499,8 +520,7 @@ check_key_pattern(const bson_t *key, int *nhashed, shl_status_t *st)
         }
     }
     if (plugin != NULL && strcmp(plugin, "hashed") != 0) {
-        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index type '%s' is not supported yet",
-                 plugin);
+        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index type '%s' is not supported yet", plugin);
     }
     if (*nhashed > 1) {
         char *s = shl_bson_to_string(key);
@@ -587,8 +607,8 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
                           "The field '%s' is not valid for an index specification. "
                           "Specification: ",
                           bson_iter_key(&it));
-            ret = fail_with_doc(st, SHL_CODE_INVALID_INDEX_SPECIFICATION_OPTION, prefix, spec,
-                                NULL);
+            ret =
+                fail_with_doc(st, SHL_CODE_INVALID_INDEX_SPECIFICATION_OPTION, prefix, spec, NULL);
             goto done;
         }
     }

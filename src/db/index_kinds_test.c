@@ -54,8 +54,7 @@ SHL_TEST(keygen_hashed)
     shl_keyset_init(&keys);
     shl_keystring_init(&want);
     v.value.v_int32 = 5;
-    ASSERT_INT_EQ(gen("{'key': {'a.b': 'hashed'}, 'name': 'x'}", "{'a': {'b': 5}}", &keys, &st),
-                  0);
+    ASSERT_INT_EQ(gen("{'key': {'a.b': 'hashed'}, 'name': 'x'}", "{'a': {'b': 5}}", &keys, &st), 0);
     hash_key(&want, &v);
     ASSERT_INT_EQ((int)keys.n, 1);
     ASSERT(key_is(&keys, 0, &want));
@@ -91,7 +90,8 @@ SHL_TEST(keygen_partial)
 {
     shl_keyset_t keys;
     shl_status_t st;
-    const char *spec = "{'key': {'a': 1}, 'name': 'x', 'partialFilterExpression': {'b': {'$gt': 1}}}";
+    const char *spec =
+        "{'key': {'a': 1}, 'name': 'x', 'partialFilterExpression': {'b': {'$gt': 1}}}";
 
     shl_keyset_init(&keys);
     ASSERT_INT_EQ(gen(spec, "{'a': 1, 'b': 2}", &keys, &st), 0);
@@ -119,7 +119,8 @@ validate(const char *spec_json, shl_status_t *st)
 SHL_TEST(index_spec_validation)
 {
     shl_status_t st;
-    ASSERT_INT_EQ(validate("{'key': {'a': 1}, 'name': 'x', 'unique': true, 'sparse': true}", &st), 0);
+    ASSERT_INT_EQ(validate("{'key': {'a': 1}, 'name': 'x', 'unique': true, 'sparse': true}", &st),
+                  0);
     ASSERT_INT_EQ(validate("{'key': {'a': 1}, 'name': 'x', 'foo': 1}", &st), 197);
     ASSERT_INT_EQ(validate("{'key': {'a': 0}, 'name': 'x'}", &st), 67);
     ASSERT_INT_EQ(validate("{'key': {'a': 'hashed', 'b': 'hashed'}, 'name': 'x'}", &st), 31303);

@@ -85,8 +85,8 @@ ttl_delete(db_node_t *node, const char *ns, char *index, const char *field, int6
     }
 done:
     if (ret != 0) {
-        SHL_LOG_WARNING(STORAGE, 22542, "Error processing TTL index", "namespace",
-                        BCON_UTF8(ns), "index", BCON_UTF8(index), "error", BCON_UTF8(st.reason));
+        SHL_LOG_WARNING(STORAGE, 22542, "Error processing TTL index", "namespace", BCON_UTF8(ns),
+                        "index", BCON_UTF8(index), "error", BCON_UTF8(st.reason));
         u.n = 0;
     }
     if (locked) {
