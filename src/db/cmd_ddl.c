@@ -9,6 +9,7 @@
 
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/index_kinds.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 
@@ -324,6 +325,14 @@ check_index_spec(const bson_t *spec, shl_status_t *st)
                        s);
         bson_free(s);
         return SHL_CODE_FAILED_TO_PARSE;
+    }
+    ret = db_index_spec_validate(spec, st);
+    if (ret != 0) {
+        char *reason = bson_strdup(st->reason);
+        s = shl_bson_to_string(spec);
+        shl_status_set(st, ret, "Error in specification %s :: caused by :: %s", s, reason);
+        bson_free(s);
+        bson_free(reason);
     }
     return ret;
 }

@@ -33,7 +33,16 @@ typedef struct db_node {
     pthread_mutex_t reaper_lock; /* guards reaper_stop */
     pthread_cond_t reaper_cond;
     bool reaper_stop;
+
+    /* The TTL monitor (ttl.c); stops with the reaper (reaper_stop, reaper_cond). */
+    pthread_t ttl;
+    bool ttl_started;
+    int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
+    int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
 } db_node_t;
+
+/* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
+void *db_ttl_main(void *arg);
 
 /* db_node -- the node of the process serving 'op'. */
 db_node_t *db_node(const shl_op_ctx_t *op);

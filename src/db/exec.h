@@ -89,6 +89,8 @@ exec_stage_t *exec_idhack_new(const shl_collection_t *coll, const bson_value_t *
 /* [start, end) key bounds (copied; NULL data = unbounded); rows carry rid, doc NULL. */
 exec_stage_t *exec_ixscan_new(const shl_index_t *idx, const shl_key_bound_t *start,
                               const shl_key_bound_t *end, bool forward, const char *bounds_desc);
+/* exec_ixscan_set_bounds -- explain's indexBounds ({field: ["[lo, hi]"], ...}), copied. */
+void exec_ixscan_set_bounds(exec_stage_t *ixscan, const bson_t *bounds);
 exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
                              const shl_matcher_t *filter);
 exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern,

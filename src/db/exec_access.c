@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "bson/bson_hash.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
 
@@ -203,6 +204,265 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
     }
 }
 
+/* Bounds on a hashed first field: an equality predicate becomes the point of its hash
+ * (NumberLong, as the index stores it); anything else scans the whole index. */
+static void
+hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start, shl_keystring_t *end,
+              bool *has_start, bool *has_end, char *desc, size_t desc_len)
+{
+    bson_iter_t it, sub;
+    bson_value_t val, hv;
+    bool found = false;
+
+    *has_start = *has_end = false;
+    if (!bson_iter_init_find(&it, filter, field)) {
+        return;
+    }
+    if (!is_operator_doc(&it)) {
+        if (boundable(&it)) {
+            val = *bson_iter_value(&it);
+            found = true;
+        }
+    } else if (bson_iter_recurse(&it, &sub)) {
+        while (!found && bson_iter_next(&sub)) {
+            if (strcmp(bson_iter_key(&sub), "$eq") == 0 && boundable(&sub)) {
+                val = *bson_iter_value(&sub);
+                found = true;
+            }
+        }
+    }
+    if (!found) {
+        return;
+    }
+    hv.value_type = BSON_TYPE_INT64;
+    hv.value.v_int64 = shl_bson_hash_value(&val, SHL_BSON_HASH_DEFAULT_SEED);
+    shl_keystring_append_value(start, &hv, false);
+    shl_keystring_append_value(end, &hv, false);
+    shl_keystring_append_max_suffix(end);
+    *has_start = *has_end = true;
+    snprintf(desc, desc_len, "[%lld, %lld]", (long long)hv.value.v_int64,
+             (long long)hv.value.v_int64);
+}
+
+/* Bounds from {field: {$in: [v...]}}: one interval from the smallest to the largest
+ * value's key (loose; FETCH's filter decides). Not with arrays, regexes or operator
+ * documents among the values. */
+static bool
+in_bounds(const bson_t *filter, const char *field, bool descending, shl_keystring_t *start,
+          shl_keystring_t *end, char *desc, size_t desc_len)
+{
+    bson_iter_t it, sub, vals;
+    shl_keystring_t k;
+    bool any = false, ok = true;
+    bson_value_t lo = {0}, hi = {0};
+
+    if (!bson_iter_init_find(&it, filter, field) || !is_operator_doc(&it) ||
+        !bson_iter_recurse(&it, &sub) || !bson_iter_find(&sub, "$in") ||
+        !BSON_ITER_HOLDS_ARRAY(&sub) || !bson_iter_recurse(&sub, &vals)) {
+        return false;
+    }
+    shl_keystring_init(&k);
+    while (ok && bson_iter_next(&vals)) {
+        if (!boundable(&vals)) {
+            ok = false;
+            break;
+        }
+        shl_keystring_reset(&k);
+        shl_keystring_append_iter(&k, &vals, descending);
+        if (!any || shl_keystring_compare(k.data, k.len, start->data, start->len) < 0) {
+            shl_keystring_reset(start);
+            shl_keystring_append_iter(start, &vals, descending);
+            lo = *bson_iter_value(&vals);
+        }
+        if (!any || shl_keystring_compare(k.data, k.len, end->data, end->len) > 0) {
+            shl_keystring_reset(end);
+            shl_keystring_append_iter(end, &vals, descending);
+            hi = *bson_iter_value(&vals);
+        }
+        any = true;
+    }
+    shl_keystring_cleanup(&k);
+    if (!ok || !any) {
+        shl_keystring_reset(start);
+        shl_keystring_reset(end);
+        return false;
+    }
+    shl_keystring_append_max_suffix(end);
+    {
+        /* In key order: for a descending field 'lo' holds the largest value. */
+        char *a = shl_bson_value_to_string(&lo), *b = shl_bson_value_to_string(&hi);
+        snprintf(desc, desc_len, "[%s, %s]", a, b);
+        bson_free(a);
+        bson_free(b);
+    }
+    return true;
+}
+
+/*
+ * Bounds for 'idx' from the filter's predicates on its first field, and how useful they
+ * are: 3 equality (or a hashed point), 2 $in, 1 one-sided range, 0 none (full scan).
+ */
+/*
+ * The interval of explain's indexBounds for the first field from exec_bounds_for_field's
+ * description ("a >= 5"): "[5, MaxKey]", in key order (reversed for a descending field).
+ */
+static void
+interval_from_desc(const char *field, const char *d, bool descending, char *iv, size_t iv_len)
+{
+    size_t flen = strlen(field);
+    const char *op, *val;
+    const char *lo = "[MinKey", *hi = "MaxKey]";
+    char lob[160], hib[160];
+
+    if (strncmp(d, field, flen) != 0 || d[flen] != ' ') {
+        snprintf(iv, iv_len, descending ? "[MaxKey, MinKey]" : "[MinKey, MaxKey]");
+        return;
+    }
+    op = d + flen + 1;
+    val = strchr(op, ' ');
+    val = val != NULL ? val + 1 : "";
+    if (strncmp(op, "==", 2) == 0) {
+        snprintf(iv, iv_len, "[%s, %s]", val, val);
+        return;
+    }
+    if (op[0] == '>') {
+        snprintf(lob, sizeof(lob), "%c%s", op[1] == '=' ? '[' : '(', val);
+        lo = lob;
+    } else {
+        snprintf(hib, sizeof(hib), "%s%c", val, op[1] == '=' ? ']' : ')');
+        hi = hib;
+    }
+    if (!descending) {
+        snprintf(iv, iv_len, "%s, %s", lo, hi);
+    } else {
+        /* Reverse: "[MaxKey, 5)" for a >= 5 ... written from the high end. */
+        char a[170], b[170];
+        size_t hl = strlen(hi), ll = strlen(lo);
+        snprintf(a, sizeof(a), "%c%.*s", hi[hl - 1] == ']' ? '[' : '(', (int)(hl - 1), hi);
+        snprintf(b, sizeof(b), "%s%c", lo + 1, lo[0] == '[' ? ']' : ')');
+        (void)ll;
+        snprintf(iv, iv_len, "%s, %s", a, b);
+    }
+}
+
+/*
+ * Bounds for 'idx' from the filter's predicates on its first field, and how useful they
+ * are: 3 equality (or a hashed point), 2 $in, 1 one-sided range, 0 none (full scan).
+ * 'iv' receives the first field's interval for explain.
+ */
+static int
+index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
+             shl_keystring_t *ks1, bool *has0, bool *has1, char *desc, size_t desc_len, char *iv,
+             size_t iv_len)
+{
+    bson_iter_t kp;
+
+    *has0 = *has1 = false;
+    snprintf(iv, iv_len, "[MinKey, MaxKey]");
+    if (!bson_iter_init(&kp, idx->key_pattern) || !bson_iter_next(&kp)) {
+        return 0;
+    }
+    if (BSON_ITER_HOLDS_UTF8(&kp)) {
+        hashed_bounds(filter, bson_iter_key(&kp), ks0, ks1, has0, has1, desc, desc_len);
+        if (*has0) {
+            snprintf(iv, iv_len, "%s", desc);
+        }
+        return *has0 ? 3 : 0;
+    }
+    {
+        bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        exec_bounds_for_field(filter, bson_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
+                              desc_len);
+        interval_from_desc(bson_iter_key(&kp), desc, descending, iv, iv_len);
+        if (*has0 && *has1) {
+            return 3;
+        }
+        if (!*has0 && !*has1 &&
+            in_bounds(filter, bson_iter_key(&kp), descending, ks0, ks1, iv, iv_len)) {
+            *has0 = *has1 = true;
+            snprintf(desc, desc_len, "%s $in", bson_iter_key(&kp));
+            return 2;
+        }
+        return *has0 || *has1 ? 1 : 0;
+    }
+}
+
+/* explain's indexBounds: the first field's interval, full ranges for the others. */
+static void
+bounds_doc(const shl_index_t *idx, const char *iv, bson_t *out)
+{
+    bson_iter_t kp;
+    bool first = true;
+
+    bson_init(out);
+    if (!bson_iter_init(&kp, idx->key_pattern)) {
+        return;
+    }
+    while (bson_iter_next(&kp)) {
+        bson_t arr;
+        bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        bson_append_array_begin(out, bson_iter_key(&kp), -1, &arr);
+        BSON_APPEND_UTF8(&arr, "0",
+                         first ? iv : (descending ? "[MaxKey, MinKey]" : "[MinKey, MaxKey]"));
+        bson_append_array_end(out, &arr);
+        first = false;
+    }
+}
+
+/* Whether the planner may use 'idx' for any query: not partial, sparse or hidden (their
+ * entries may miss matching documents). */
+static bool
+plannable(const shl_index_t *idx)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, idx->spec, "partialFilterExpression")) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it)) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it)) {
+        return false;
+    }
+    return true;
+}
+
+/* The planner: the index whose first field has the most selective predicate (equality,
+ * then $in, then a range; unique indexes first among equals), or NULL. */
+static const shl_index_t *
+plan_index(const shl_collection_t *coll, const bson_t *filter)
+{
+    const shl_index_t *best = NULL;
+    int best_score = 0;
+
+    if (bson_empty(filter)) {
+        return NULL;
+    }
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        shl_keystring_t ks0, ks1;
+        bool h0, h1;
+        char desc[200], iv[400];
+        int score;
+        if (!plannable(idx)) {
+            continue;
+        }
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        score =
+            index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv)) *
+                2 +
+            (idx->unique ? 1 : 0);
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+        if (score >= 2 && score > best_score) {
+            best = idx;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
 /* ---------------------------------------------------------------- access path */
 
 static int
@@ -263,6 +523,10 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
     if (q->has_hint) {
         SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
     }
+    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
+        !(q->id_point && coll->nindexes > 0)) {
+        idx = plan_index(coll, &q->filter);
+    }
     if (coll == NULL) {
         *kind = EXEC_ACCESS_EOF;
         *out = exec_eof_new();
@@ -274,15 +538,17 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
 
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        if (bson_iter_init(&kp, idx->key_pattern) && bson_iter_next(&kp)) {
-            bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
-            exec_bounds_for_field(&q->filter, bson_iter_key(&kp), descending, &ks0, &ks1, &has0,
-                                  &has1, desc, sizeof(desc));
-        }
+        char iv[400];
+        (void)kp;
+        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
         {
             shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
             shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};
             exec_stage_t *ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
+            bson_t bounds;
+            bounds_doc(idx, iv, &bounds);
+            exec_ixscan_set_bounds(ix, &bounds);
+            bson_destroy(&bounds);
             *out = exec_fetch_new(ix, coll, effective_filter(q));
         }
         shl_keystring_cleanup(&ks0);

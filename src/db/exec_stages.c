@@ -304,6 +304,7 @@ typedef struct ixscan {
     bool has_start, has_end;
     bool forward;
     char bounds_desc[256];
+    bson_t *bounds; /* explain's indexBounds, NULL: {description} */
     shl_index_cursor_t *cur;
     rid_set_t seen;
 } ixscan_t;
@@ -351,14 +352,21 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
 {
     const ixscan_t *x = (const ixscan_t *)s;
     bson_t b;
+    bson_iter_t it;
     BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
     BSON_APPEND_BOOL(out, "isMultiKey", false);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
-    BSON_APPEND_BOOL(out, "isSparse", false);
-    BSON_APPEND_BOOL(out, "isPartial", false);
+    BSON_APPEND_BOOL(out, "isSparse",
+                     bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
+    BSON_APPEND_BOOL(out, "isPartial",
+                     bson_iter_init_find(&it, x->idx->spec, "partialFilterExpression"));
     BSON_APPEND_INT32(out, "indexVersion", 2);
     BSON_APPEND_UTF8(out, "direction", x->forward ? "forward" : "backward");
+    if (x->bounds != NULL) {
+        BSON_APPEND_DOCUMENT(out, "indexBounds", x->bounds);
+        return;
+    }
     BSON_APPEND_DOCUMENT_BEGIN(out, "indexBounds", &b);
     BSON_APPEND_UTF8(&b, "description", x->bounds_desc);
     bson_append_document_end(out, &b);
@@ -369,12 +377,25 @@ ixscan_destroy(exec_stage_t *s)
 {
     ixscan_t *x = (ixscan_t *)s;
     shl_index_cursor_close(x->cur);
+    if (x->bounds != NULL) {
+        bson_destroy(x->bounds);
+    }
     bson_free(x->start);
     bson_free(x->end);
     bson_free(x->seen.slots);
 }
 
 static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain, ixscan_destroy};
+
+void
+exec_ixscan_set_bounds(exec_stage_t *s, const bson_t *bounds)
+{
+    ixscan_t *x = (ixscan_t *)s;
+    if (x->bounds != NULL) {
+        bson_destroy(x->bounds);
+    }
+    x->bounds = bson_copy(bounds);
+}
 
 static uint8_t *
 dup_bytes(const uint8_t *p, size_t n)

@@ -221,11 +221,16 @@ SHL_TEST(exec_idhack)
     ASSERT_BSON_EQ(&out, "{}");
     ASSERT_STR_EQ(stages, "IDHACK");
     bson_destroy(&out);
-    /* Not a point lookup: an operator, or another predicate. */
+    /* Not a point lookup: an operator, or another predicate. The planner scans _id_. */
     ASSERT_INT_EQ(run(&f, "{'_id': {'$gte': 4}}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
-    ASSERT_STR_EQ(stages, "COLLSCAN");
+    ASSERT_STR_EQ(stages, "FETCH,IXSCAN");
     bson_destroy(&out);
     ASSERT_INT_EQ(run(&f, "{'_id': 1, 'a': 6}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "FETCH,IXSCAN");
+    ASSERT_BSON_EQ(&out, "{}");
+    bson_destroy(&out);
+    /* No predicate on an indexed field: a collection scan. */
+    ASSERT_INT_EQ(run(&f, "{'a': 6}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
     ASSERT_STR_EQ(stages, "COLLSCAN");
     ASSERT_BSON_EQ(&out, "{}");
     bson_destroy(&out);

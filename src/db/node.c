@@ -15,6 +15,7 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/index_kinds.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 
@@ -117,7 +118,7 @@ static void
 append_server_status(shl_service_ctx_t *svc, bson_t *reply)
 {
     db_node_t *node = svc->role_state;
-    bson_t se, metrics, cur, open;
+    bson_t se, metrics, cur, open, ttl;
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "storageEngine", &se);
     BSON_APPEND_UTF8(&se, "name", "wiredTiger");
@@ -137,6 +138,12 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_INT64(&open, "total", shl_cursor_manager_count(node->cursors));
     bson_append_document_end(&cur, &open);
     bson_append_document_end(&metrics, &cur);
+    BSON_APPEND_DOCUMENT_BEGIN(&metrics, "ttl", &ttl);
+    BSON_APPEND_INT64(&ttl, "deletedDocuments",
+                      __atomic_load_n(&node->ttl_deleted, __ATOMIC_RELAXED));
+    BSON_APPEND_INT64(&ttl, "passes", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
+    BSON_APPEND_INT64(&ttl, "subPasses", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
+    bson_append_document_end(&metrics, &ttl);
     bson_append_document_end(reply, &metrics);
 }
 
@@ -155,6 +162,10 @@ node_shutdown(shl_service_ctx_t *svc)
         pthread_mutex_unlock(&node->reaper_lock);
         pthread_join(node->reaper, NULL);
         node->reaper_started = false;
+        if (node->ttl_started) {
+            pthread_join(node->ttl, NULL);
+            node->ttl_started = false;
+        }
     }
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
     shl_cursor_manager_destroy(node->cursors);
@@ -185,6 +196,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.term = node->repl_set ? 1 : -1;
     /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
+    so.keygen_factory = db_keygen_factory;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     node->cursors = shl_cursor_manager_new();
     svc->storage = node->eng;
@@ -207,6 +219,16 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
                  strerror(errno));
     }
     node->reaper_started = true;
+    if (pthread_create(&node->ttl, NULL, db_ttl_main, node) != 0) {
+        pthread_mutex_lock(&node->reaper_lock);
+        node->reaper_stop = true;
+        pthread_cond_broadcast(&node->reaper_cond);
+        pthread_mutex_unlock(&node->reaper_lock);
+        pthread_join(node->reaper, NULL);
+        node->reaper_started = false;
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the TTL monitor: %s", strerror(errno));
+    }
+    node->ttl_started = true;
     node = NULL;
 done:
     if (node != NULL) {

@@ -50,6 +50,8 @@ def test_explain_stage_names(db):
     e = explain(db, filter={}, projection={"x.y": 1})
     assert stages(e["queryPlanner"]["winningPlan"])[0] == "PROJECTION_DEFAULT"
     e = db.command("explain", {"count": "c", "query": {"a": 1}}, verbosity="queryPlanner")
+    assert stages(e["queryPlanner"]["winningPlan"]) == ["FETCH", "IXSCAN"]  # the planner's a_1
+    e = db.command("explain", {"count": "c", "query": {"b": 1}}, verbosity="queryPlanner")
     assert stages(e["queryPlanner"]["winningPlan"]) == ["COLLSCAN"]
     e = db.command("explain", {"find": "nope"}, verbosity="queryPlanner")
     assert stages(e["queryPlanner"]["winningPlan"]) == ["EOF"]
@@ -68,7 +70,7 @@ def test_hinted_scans_return_what_a_collection_scan_returns(db):
                {"a": {"$eq": [1, 10]}}, {"a": "x"}, {"a": {"$in": [1, 9]}}, {"a": {"k": 1}},
                {"a": {"$gt": 5}, "_id": {"$lt": 5}}]
     for f in filters:
-        want = sorted(d["_id"] for d in db.c.find(f))
+        want = sorted(d["_id"] for d in db.c.find(f).hint([("$natural", 1)]))
         for hint in ("a_1", "a_desc", [("a", 1)], "_id_"):
             got = sorted(d["_id"] for d in db.c.find(f).hint(hint))
             assert got == want, (f, hint)
