@@ -606,6 +606,29 @@ bson_value_of(const bson_t *doc, bool array, bson_value_t *v)
     return 0;
 }
 
+/* The query of an update or delete statement: its filter, collation check and hint. */
+static int
+stmt_query_init(exec_query_t *q, const bson_t *filter, const bson_t *collation,
+                const bson_value_t *hint, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (collation != NULL) {
+        bson_t wrap = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&wrap, "collation", collation);
+        ret = db_check_collation(&wrap, "collation", st);
+        bson_destroy(&wrap);
+        SHL_ERR(ret);
+    }
+    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    q->has_hint = hint != NULL;
+    if (hint != NULL) {
+        q->hint = *hint;
+    }
+done:
+    return ret;
+}
+
 /* Run one update statement; its outcome goes into 'res'. */
 static int
 run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
@@ -623,16 +646,8 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
 
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
-    if (stmt->has_collation) {
-        bson_t wrap = BSON_INITIALIZER;
-        BSON_APPEND_DOCUMENT(&wrap, "collation", &stmt->collation);
-        ret = db_check_collation(&wrap, "collation", st);
-        bson_destroy(&wrap);
-        SHL_ERR(ret);
-    }
-    SHL_ERR(exec_query_init(&q, &stmt->q, NULL, NULL, st));
-    q.has_hint = stmt->has_hint;
-    q.hint = stmt->hint;
+    SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
+                            stmt->has_hint ? &stmt->hint : NULL, st));
     bson_value_of(&stmt->u, stmt->u_pipeline, &uval);
     SHL_ERR(shl_update_new(&uval, stmt->has_array_filters ? &stmt->array_filters : NULL, &upd, st));
     if (stmt->upsert) {
@@ -837,16 +852,8 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     uint64_t ts = 0;
 
     memset(&q, 0, sizeof(q));
-    if (stmt->has_collation) {
-        bson_t wrap = BSON_INITIALIZER;
-        BSON_APPEND_DOCUMENT(&wrap, "collation", &stmt->collation);
-        ret = db_check_collation(&wrap, "collation", st);
-        bson_destroy(&wrap);
-        SHL_ERR(ret);
-    }
-    SHL_ERR(exec_query_init(&q, &stmt->q, NULL, NULL, st));
-    q.has_hint = stmt->has_hint;
-    q.hint = stmt->hint;
+    SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
+                            stmt->has_hint ? &stmt->hint : NULL, st));
     q.limit = stmt->limit;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
