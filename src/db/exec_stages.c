@@ -355,7 +355,7 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
     bson_iter_t it;
     BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
-    BSON_APPEND_BOOL(out, "isMultiKey", false);
+    BSON_APPEND_BOOL(out, "isMultiKey", x->idx->multikey);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
