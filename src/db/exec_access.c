@@ -546,7 +546,7 @@ typedef struct cb_plan {
     cb_interval_t *ivs;
     size_t n;
     bool bounded; /* false: full scan (no intervals) */
-    uint64_t eq1;  /* bit i: key field i is bound to a single point */
+    uint64_t eq1; /* bit i: key field i is bound to a single point */
     int score;
     bson_t bounds; /* explain's indexBounds */
 } cb_plan_t;
@@ -864,8 +864,8 @@ plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sor
         } else {
             shl_keystring_init(&ks0);
             shl_keystring_init(&ks1);
-            score = index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv,
-                                 sizeof(iv));
+            score =
+                index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv));
             score = score > 0 ? (score * 8 + 1) * 2 + (idx->unique ? 1 : 0) : 0;
             shl_keystring_cleanup(&ks0);
             shl_keystring_cleanup(&ks1);

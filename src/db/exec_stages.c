@@ -311,7 +311,7 @@ typedef struct ixscan {
     struct ixscan_iv {
         uint8_t *start, *end;
         size_t start_len, end_len;
-    } *more;
+    } * more;
     size_t nmore, next_more;
 } ixscan_t;
 

@@ -1377,6 +1377,41 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
 }
 
 static void
+multikey_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    bool created;
+    /* The index exists at the stable checkpoint; the array arrives after it. */
+    shl_catalog_create_collection(eng, "mk.c", NULL, NULL, NULL, &st);
+    shl_catalog_create_index(eng, "mk.c", T("{'key': {'b': 1}, 'name': 'b_1'}"), &created, NULL,
+                             &st);
+    insert_json(eng, "mk.c", "{'_id': 1, 'b': 1}", &st);
+    shl_storage_checkpoint(eng, &st);
+    insert_json(eng, "mk.c", "{'_id': 2, 'b': [2, 3]}", &st);
+    shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
+}
+
+SHL_TEST(recovery_replay_sets_multikey)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+
+    crash_after(dir, multikey_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_SCAN(eng, "mk.c", true,
+                "[{ \"_id\" : 1, \"b\" : 1 }, { \"_id\" : 2, \"b\" : [ 2, 3 ] }]");
+    ASSERT(is_multikey(eng, "mk.c", "b_1"));
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(is_multikey(eng, "mk.c", "b_1"));
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
+static void
 orphan_then_crash(shl_storage_engine_t *eng)
 {
     shl_status_t st;
