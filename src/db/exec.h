@@ -89,6 +89,10 @@ exec_stage_t *exec_idhack_new(const shl_collection_t *coll, const bson_value_t *
 /* [start, end) key bounds (copied; NULL data = unbounded); rows carry rid, doc NULL. */
 exec_stage_t *exec_ixscan_new(const shl_index_t *idx, const shl_key_bound_t *start,
                               const shl_key_bound_t *end, bool forward, const char *bounds_desc);
+/* exec_ixscan_add_interval -- one more [start, end) interval (copied), scanned after the
+ * earlier ones in the scan's direction; a RecordId is returned once over all of them. */
+void exec_ixscan_add_interval(exec_stage_t *ixscan, const shl_key_bound_t *start,
+                              const shl_key_bound_t *end);
 /* exec_ixscan_set_bounds -- explain's indexBounds ({field: ["[lo, hi]"], ...}), copied. */
 void exec_ixscan_set_bounds(exec_stage_t *ixscan, const bson_t *bounds);
 exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
@@ -147,10 +151,12 @@ typedef enum exec_access_kind {
  *     index scan). The filter is applied there unless the path makes it redundant
  *     (IDHACK on an exact _id filter). Errors: BadValue (2) for a hint naming no index
  *     ("planner returned error :: caused by :: hint provided does not correspond to an
- *     existing index"), and a bad $natural hint.
+ *     existing index"), and a bad $natural hint. *sorted: the rows come out in q's
+ *     sort order (an index scan in the sort's direction after an equality prefix on a
+ *     non-multikey index), so no SORT stage is needed.
  */
 int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
-                       exec_access_kind_t *kind, shl_status_t *st);
+                       exec_access_kind_t *kind, bool *sorted, shl_status_t *st);
 
 /* A runnable plan: stages + snapshot + collection reference. */
 typedef struct exec_plan {

@@ -1,7 +1,7 @@
 /*
- * exec_access.c -- parsing a find-like query and choosing its access path: the seam
- * the planner of issue 4 replaces. Today: _id equality -> IDHACK; a hint -> IXSCAN over
- * that index (bounds from simple predicates on its first field) + FETCH; else COLLSCAN.
+ * exec_access.c -- parsing a find-like query and choosing its access path: _id equality
+ * -> IDHACK; a hinted or chosen index -> IXSCAN (compound bounds and sort order on
+ * non-multikey indexes, first-field bounds otherwise) + FETCH; else COLLSCAN.
  */
 #include "db/exec.h"
 
@@ -387,6 +387,415 @@ index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
     }
 }
 
+/* ---------------------------------------------------------------- compound bounds
+ * For an index that is not multikey (every document made at most one key), all
+ * predicates on a field hold for the one indexed value, so they intersect: an
+ * equality prefix (points, $in as several points) then one range, over several
+ * fields, gathered from the top level and from top-level $and. Bounds stay loose
+ * (inclusive); FETCH's filter decides. */
+
+#define CB_MAX_POINTS 256
+#define CB_MAX_INTERVALS 1024
+
+typedef struct field_preds {
+    bson_value_t points[CB_MAX_POINTS];
+    size_t npoints;
+    bool has_points, too_many;
+    bool has_lo, has_hi, lo_incl, hi_incl;
+    bson_value_t lo, hi;
+} field_preds_t;
+
+/* Value order of two boundable values (KeyString order). */
+static int
+value_cmp(const bson_value_t *a, const bson_value_t *b)
+{
+    shl_keystring_t ka, kb;
+    int c;
+    shl_keystring_init(&ka);
+    shl_keystring_init(&kb);
+    shl_keystring_append_value(&ka, a, false);
+    shl_keystring_append_value(&kb, b, false);
+    c = shl_keystring_compare(ka.data, ka.len, kb.data, kb.len);
+    shl_keystring_cleanup(&ka);
+    shl_keystring_cleanup(&kb);
+    return c;
+}
+
+/* 'dst' (empty) becomes a copy of 'src'. */
+static void
+ks_copy(shl_keystring_t *dst, const shl_keystring_t *src)
+{
+    if (src->len > 0) {
+        dst->data = bson_malloc(src->len);
+        memcpy(dst->data, src->data, src->len);
+        dst->len = dst->cap = src->len;
+    }
+}
+
+static void
+preds_add_range(field_preds_t *fp, int kind, const bson_value_t *v)
+{
+    if (kind == B_GT || kind == B_GTE) {
+        int c = fp->has_lo ? value_cmp(v, &fp->lo) : 1;
+        if (c > 0 || (c == 0 && kind == B_GT)) {
+            fp->lo = *v;
+            fp->lo_incl = kind == B_GTE;
+            fp->has_lo = true;
+        }
+    } else {
+        int c = fp->has_hi ? value_cmp(v, &fp->hi) : -1;
+        if (c < 0 || (c == 0 && kind == B_LT)) {
+            fp->hi = *v;
+            fp->hi_incl = kind == B_LTE;
+            fp->has_hi = true;
+        }
+    }
+}
+
+/* Points: an equality replaces a $in (either is a superset of the conjunction). */
+static void
+preds_set_points(field_preds_t *fp, const bson_value_t *vals, size_t n, bool is_eq)
+{
+    if (fp->has_points && !is_eq) {
+        return;
+    }
+    if (n > CB_MAX_POINTS) {
+        fp->too_many = true;
+        return;
+    }
+    memcpy(fp->points, vals, n * sizeof(*vals));
+    fp->npoints = n;
+    fp->has_points = true;
+    fp->too_many = false;
+}
+
+static void
+preds_from_value(field_preds_t *fp, const bson_iter_t *it)
+{
+    bson_iter_t sub;
+    if (!is_operator_doc(it)) {
+        if (boundable(it) && !BSON_ITER_HOLDS_UNDEFINED(it)) {
+            bson_iter_t c = *it;
+            preds_set_points(fp, bson_iter_value(&c), 1, true);
+        }
+        return;
+    }
+    bson_iter_recurse(it, &sub);
+    while (bson_iter_next(&sub)) {
+        const char *op = bson_iter_key(&sub);
+        int k = op_kind(op);
+        if (k == B_EQ && boundable(&sub)) {
+            preds_set_points(fp, bson_iter_value(&sub), 1, true);
+        } else if (k != B_NONE && k != B_EQ && boundable(&sub)) {
+            preds_add_range(fp, k, bson_iter_value(&sub));
+        } else if (strcmp(op, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&sub)) {
+            bson_iter_t vals;
+            bson_value_t *buf = bson_malloc(sizeof(bson_value_t) * (CB_MAX_POINTS + 1));
+            size_t n = 0;
+            bool ok = bson_iter_recurse(&sub, &vals);
+            while (ok && bson_iter_next(&vals)) {
+                if (!boundable(&vals) || BSON_ITER_HOLDS_UNDEFINED(&vals) || n > CB_MAX_POINTS) {
+                    ok = false;
+                    break;
+                }
+                buf[n++] = *bson_iter_value(&vals);
+            }
+            if (ok && n > 0 && n <= CB_MAX_POINTS) {
+                preds_set_points(fp, buf, n, false);
+            }
+            bson_free(buf);
+        }
+    }
+}
+
+/* Gather the predicates on 'field' from 'filter' and its (nested) $and elements. */
+static void
+preds_collect(const bson_t *filter, const char *field, field_preds_t *fp, int depth)
+{
+    bson_iter_t it;
+    if (depth > 8 || !bson_iter_init(&it, filter)) {
+        return;
+    }
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (strcmp(key, field) == 0) {
+            preds_from_value(fp, &it);
+        } else if (strcmp(key, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_iter_t el;
+            bson_iter_recurse(&it, &el);
+            while (bson_iter_next(&el)) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&el)) {
+                    const uint8_t *d;
+                    uint32_t l;
+                    bson_t sub;
+                    bson_iter_document(&el, &l, &d);
+                    if (bson_init_static(&sub, d, l)) {
+                        preds_collect(&sub, field, fp, depth + 1);
+                    }
+                }
+            }
+        }
+    }
+}
+
+typedef struct cb_interval {
+    shl_keystring_t start, end;
+} cb_interval_t;
+
+typedef struct cb_plan {
+    cb_interval_t *ivs;
+    size_t n;
+    bool bounded; /* false: full scan (no intervals) */
+    uint64_t eq1; /* bit i: key field i is bound to a single point */
+    int score;
+    bson_t bounds; /* explain's indexBounds */
+} cb_plan_t;
+
+static void
+cb_plan_cleanup(cb_plan_t *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        shl_keystring_cleanup(&p->ivs[i].start);
+        shl_keystring_cleanup(&p->ivs[i].end);
+    }
+    bson_free(p->ivs);
+    p->ivs = NULL;
+    p->n = 0;
+    bson_destroy(&p->bounds);
+}
+
+static int
+point_cmp(const void *a, const void *b)
+{
+    return value_cmp((const bson_value_t *)a, (const bson_value_t *)b);
+}
+
+static int
+iv_cmp(const void *a, const void *b)
+{
+    const cb_interval_t *x = a, *y = b;
+    return shl_keystring_compare(x->start.data, x->start.len, y->start.data, y->start.len);
+}
+
+static void
+append_str(bson_t *arr, size_t *i, const char *s)
+{
+    char k[16];
+    const char *key;
+    bson_uint32_to_string((uint32_t)(*i)++, &key, k, sizeof(k));
+    bson_append_utf8(arr, key, -1, s, -1);
+}
+
+/* explain's interval list for one field, in index order. */
+static void
+field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *field, bson_t *out)
+{
+    bson_t arr;
+    size_t i = 0;
+    char buf[400];
+    bson_append_array_begin(out, field, -1, &arr);
+    if (use == 1) {
+        for (size_t j = 0; j < fp->npoints; j++) {
+            size_t x = descending ? fp->npoints - 1 - j : j;
+            char *v = shl_bson_value_to_string(&fp->points[x]);
+            snprintf(buf, sizeof(buf), "[%s, %s]", v, v);
+            append_str(&arr, &i, buf);
+            bson_free(v);
+        }
+    } else if (use == 2) {
+        char *lo = fp->has_lo ? shl_bson_value_to_string(&fp->lo) : bson_strdup("MinKey");
+        char *hi = fp->has_hi ? shl_bson_value_to_string(&fp->hi) : bson_strdup("MaxKey");
+        bool li = !fp->has_lo || fp->lo_incl, hi_ = !fp->has_hi || fp->hi_incl;
+        if (!descending) {
+            snprintf(buf, sizeof(buf), "%c%s, %s%c", li ? '[' : '(', lo, hi, hi_ ? ']' : ')');
+        } else {
+            snprintf(buf, sizeof(buf), "%c%s, %s%c", hi_ ? '[' : '(', fp->has_hi ? hi : "MaxKey",
+                     fp->has_lo ? lo : "MinKey", li ? ']' : ')');
+        }
+        append_str(&arr, &i, buf);
+        bson_free(lo);
+        bson_free(hi);
+    } else {
+        append_str(&arr, &i, descending ? "[MaxKey, MinKey]" : "[MinKey, MaxKey]");
+    }
+    bson_append_array_end(out, &arr);
+}
+
+/*
+ * Compound bounds for a non-multikey ascending/descending index. Score: the first
+ * field's kind (3 one point, 2 several points, 1 range, 0 none) * 8 + bounded fields.
+ */
+static void
+compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
+{
+    bson_iter_t kp;
+    field_preds_t *fp = bson_malloc0(sizeof(*fp));
+    bool stopped = false;
+    int nfields = 0, first_kind = 0;
+
+    memset(p, 0, sizeof(*p));
+    bson_init(&p->bounds);
+    p->ivs = bson_malloc0(sizeof(cb_interval_t));
+    shl_keystring_init(&p->ivs[0].start);
+    shl_keystring_init(&p->ivs[0].end);
+    p->n = 1;
+    bson_iter_init(&kp, idx->key_pattern);
+    while (bson_iter_next(&kp)) {
+        const char *field = bson_iter_key(&kp);
+        bool desc = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        int use = 0; /* 1 points, 2 range */
+        memset(fp, 0, sizeof(*fp));
+        if (!stopped) {
+            preds_collect(filter, field, fp, 0);
+            if (fp->has_points && !fp->too_many && p->n * fp->npoints <= CB_MAX_INTERVALS) {
+                use = 1;
+            } else if (fp->has_lo || fp->has_hi) {
+                use = 2;
+            }
+        }
+        if (use == 1) {
+            size_t np = 0;
+            cb_interval_t *nv;
+            qsort(fp->points, fp->npoints, sizeof(bson_value_t), point_cmp);
+            for (size_t j = 0; j < fp->npoints; j++) {
+                if (np == 0 || value_cmp(&fp->points[np - 1], &fp->points[j]) != 0) {
+                    fp->points[np++] = fp->points[j];
+                }
+            }
+            fp->npoints = np;
+            nv = bson_malloc0(p->n * np * sizeof(*nv));
+            for (size_t a = 0; a < p->n; a++) {
+                for (size_t j = 0; j < np; j++) {
+                    cb_interval_t *t = &nv[a * np + j];
+                    shl_keystring_init(&t->start);
+                    shl_keystring_init(&t->end);
+                    ks_copy(&t->start, &p->ivs[a].start);
+                    shl_keystring_append_value(&t->start, &fp->points[j], desc);
+                    ks_copy(&t->end, &p->ivs[a].end);
+                    shl_keystring_append_value(&t->end, &fp->points[j], desc);
+                }
+            }
+            {
+                size_t old = p->n;
+                for (size_t a = 0; a < old; a++) {
+                    shl_keystring_cleanup(&p->ivs[a].start);
+                    shl_keystring_cleanup(&p->ivs[a].end);
+                }
+                bson_free(p->ivs);
+                p->ivs = nv;
+                p->n = old * np;
+            }
+            if (nfields == 0) {
+                first_kind = np == 1 ? 3 : 2;
+            }
+            if (np == 1 && nfields < 64) {
+                p->eq1 |= 1ull << nfields;
+            }
+            nfields++;
+        } else if (use == 2) {
+            for (size_t a = 0; a < p->n; a++) {
+                /* The lower value bounds the start of an ascending field, the end of a
+                 * descending one (its bytes are inverted). */
+                if (fp->has_lo) {
+                    shl_keystring_append_value(desc ? &p->ivs[a].end : &p->ivs[a].start, &fp->lo,
+                                               desc);
+                }
+                if (fp->has_hi) {
+                    shl_keystring_append_value(desc ? &p->ivs[a].start : &p->ivs[a].end, &fp->hi,
+                                               desc);
+                }
+            }
+            if (nfields == 0) {
+                first_kind = 1;
+            }
+            nfields++;
+            stopped = true;
+        } else {
+            stopped = true;
+        }
+        field_bounds_doc(fp, use, desc, field, &p->bounds);
+    }
+    bson_free(fp);
+    p->bounded = nfields > 0;
+    p->score = first_kind * 8 + nfields;
+    if (!p->bounded) {
+        return;
+    }
+    {
+        size_t w = 0;
+        for (size_t a = 0; a < p->n; a++) {
+            cb_interval_t *t = &p->ivs[a];
+            shl_keystring_append_max_suffix(&t->end);
+            if (shl_keystring_compare(t->start.data, t->start.len, t->end.data, t->end.len) >= 0) {
+                shl_keystring_cleanup(&t->start);
+                shl_keystring_cleanup(&t->end);
+                continue;
+            }
+            p->ivs[w++] = *t;
+        }
+        p->n = w;
+        qsort(p->ivs, p->n, sizeof(*p->ivs), iv_cmp);
+    }
+}
+
+/*
+ * The direction (1 forward, -1 backward, 0 none) in which scanning 'idx' yields the
+ * sort order of 'sort': its fields follow the key pattern (all directions equal or all
+ * reversed), skipping key fields bound to one point ('eq1' bits).
+ */
+static int
+sort_direction(const bson_t *sort, const shl_index_t *idx, uint64_t eq1)
+{
+    bson_iter_t si, kp;
+    int dir = 0, pos = 0;
+    bool have_kp;
+
+    if (sort == NULL || !bson_iter_init(&si, sort) || !bson_iter_init(&kp, idx->key_pattern)) {
+        return 0;
+    }
+    have_kp = bson_iter_next(&kp);
+    while (bson_iter_next(&si)) {
+        int sd, kd;
+        if (!BSON_ITER_HOLDS_NUMBER(&si)) {
+            return 0;
+        }
+        sd = bson_iter_as_double(&si) < 0 ? -1 : 1;
+        while (have_kp && pos < 64 && (eq1 & (1ull << pos)) &&
+               strcmp(bson_iter_key(&kp), bson_iter_key(&si)) != 0) {
+            have_kp = bson_iter_next(&kp);
+            pos++;
+        }
+        if (!have_kp || strcmp(bson_iter_key(&kp), bson_iter_key(&si)) != 0) {
+            return 0;
+        }
+        kd = bson_iter_as_double(&kp) < 0 ? -1 : 1;
+        if (dir == 0) {
+            dir = sd * kd;
+        } else if (dir != sd * kd) {
+            return 0;
+        }
+        have_kp = bson_iter_next(&kp);
+        pos++;
+    }
+    return dir;
+}
+
+/* Whether compound_bounds applies to 'idx': numeric key pattern, not multikey. */
+static bool
+compound_ok(const shl_index_t *idx)
+{
+    bson_iter_t kp;
+    if (idx->multikey || !bson_iter_init(&kp, idx->key_pattern)) {
+        return false;
+    }
+    while (bson_iter_next(&kp)) {
+        if (!BSON_ITER_HOLDS_NUMBER(&kp)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 /* explain's indexBounds: the first field's interval, full ranges for the others. */
 static void
 bounds_doc(const shl_index_t *idx, const char *iv, bson_t *out)
@@ -430,13 +839,13 @@ plannable(const shl_index_t *idx)
 /* The planner: the index whose first field has the most selective predicate (equality,
  * then $in, then a range; unique indexes first among equals), or NULL. */
 static const shl_index_t *
-plan_index(const shl_collection_t *coll, const bson_t *filter)
+plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort)
 {
     const shl_index_t *best = NULL;
     int best_score = 0;
 
     if (bson_empty(filter)) {
-        return NULL;
+        goto by_sort;
     }
     for (size_t i = 0; i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
@@ -447,17 +856,31 @@ plan_index(const shl_collection_t *coll, const bson_t *filter)
         if (!plannable(idx)) {
             continue;
         }
-        shl_keystring_init(&ks0);
-        shl_keystring_init(&ks1);
-        score =
-            index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv)) *
-                2 +
-            (idx->unique ? 1 : 0);
-        shl_keystring_cleanup(&ks0);
-        shl_keystring_cleanup(&ks1);
+        if (compound_ok(idx)) {
+            cb_plan_t p;
+            compound_bounds(filter, idx, &p);
+            score = p.bounded ? p.score * 2 + (idx->unique ? 1 : 0) : 0;
+            cb_plan_cleanup(&p);
+        } else {
+            shl_keystring_init(&ks0);
+            shl_keystring_init(&ks1);
+            score =
+                index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv));
+            score = score > 0 ? (score * 8 + 1) * 2 + (idx->unique ? 1 : 0) : 0;
+            shl_keystring_cleanup(&ks0);
+            shl_keystring_cleanup(&ks1);
+        }
         if (score >= 2 && score > best_score) {
             best = idx;
             best_score = score;
+        }
+    }
+by_sort:
+    /* No index bounds the filter: an index that provides the sort (a full scan). */
+    for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        if (plannable(idx) && compound_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+            best = idx;
         }
     }
     return best;
@@ -513,23 +936,55 @@ effective_filter(const exec_query_t *q)
 
 int
 exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
-                   exec_access_kind_t *kind, shl_status_t *st)
+                   exec_access_kind_t *kind, bool *sorted, shl_status_t *st)
 {
     int ret = 0;
     const shl_index_t *idx = NULL;
     int natural = 0;
 
     *out = NULL;
+    *sorted = false;
     if (q->has_hint) {
         SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
     }
     if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
         !(q->id_point && coll->nindexes > 0)) {
-        idx = plan_index(coll, &q->filter);
+        idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
     }
     if (coll == NULL) {
         *kind = EXEC_ACCESS_EOF;
         *out = exec_eof_new();
+    } else if (idx != NULL && compound_ok(idx)) {
+        cb_plan_t p;
+        exec_stage_t *ix = NULL;
+        static const uint8_t none = 0;
+        int dir;
+        compound_bounds(&q->filter, idx, &p);
+        dir = q->has_sort ? sort_direction(&q->sort, idx, p.eq1) : 0;
+        *sorted = dir != 0;
+        if (!p.bounded) {
+            ix = exec_ixscan_new(idx, NULL, NULL, dir >= 0, "[MinKey, MaxKey]");
+        } else if (p.n == 0) {
+            /* Contradictory ranges: an empty interval. */
+            shl_key_bound_t b = {&none, 1};
+            ix = exec_ixscan_new(idx, &b, &b, true, "empty");
+        } else {
+            /* Intervals are in key order: a backward scan takes them last to first. */
+            for (size_t j = 0; j < p.n; j++) {
+                const cb_interval_t *t = &p.ivs[dir < 0 ? p.n - 1 - j : j];
+                shl_key_bound_t c0 = {t->start.data, t->start.len};
+                shl_key_bound_t c1 = {t->end.data, t->end.len};
+                if (j == 0) {
+                    ix = exec_ixscan_new(idx, &c0, &c1, dir >= 0, "compound");
+                } else {
+                    exec_ixscan_add_interval(ix, &c0, &c1);
+                }
+            }
+        }
+        exec_ixscan_set_bounds(ix, &p.bounds);
+        cb_plan_cleanup(&p);
+        *out = exec_fetch_new(ix, coll, effective_filter(q));
+        *kind = EXEC_ACCESS_IXSCAN;
     } else if (idx != NULL) {
         bson_iter_t kp;
         shl_keystring_t ks0, ks1;

@@ -35,12 +35,13 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     int ret = 0;
     exec_plan_t *p = bson_malloc0(sizeof(*p));
     exec_stage_t *root = NULL;
+    bool sorted = false;
 
     *out = NULL;
     p->q = q;
     snprintf(p->ns, sizeof(p->ns), "%s", ns);
     p->coll = coll != NULL ? shl_collection_ref(coll) : NULL;
-    SHL_ERR(exec_access_select(p->coll, q, &root, &p->access, st));
+    SHL_ERR(exec_access_select(p->coll, q, &root, &p->access, &sorted, st));
     if (p->access == EXEC_ACCESS_IXSCAN) {
         const exec_stage_t *s = root;
         while (s->child != NULL) {
@@ -57,7 +58,7 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
             bson_destroy(&tmp);
         }
     }
-    if (q->has_sort) {
+    if (q->has_sort && !sorted) {
         int64_t keep = q->limit > 0 ? q->limit + q->skip : 0;
         root = exec_sort_new(root, q->sort_pattern, &q->sort, keep);
     }

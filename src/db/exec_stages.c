@@ -307,6 +307,12 @@ typedef struct ixscan {
     bson_t *bounds; /* explain's indexBounds, NULL: {description} */
     shl_index_cursor_t *cur;
     rid_set_t seen;
+    /* Further intervals, scanned in order after the first (exec_ixscan_add_interval). */
+    struct ixscan_iv {
+        uint8_t *start, *end;
+        size_t start_len, end_len;
+    } * more;
+    size_t nmore, next_more;
 } ixscan_t;
 
 static int
@@ -326,6 +332,15 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
 
         SHL_ERR(check_interrupt(ctx, s->stats.keys_examined + 1, st));
         SHL_ERR(shl_index_cursor_next(x->cur, &rid, NULL, NULL, &end, st));
+        if (end && x->next_more < x->nmore) {
+            const struct ixscan_iv *iv = &x->more[x->next_more++];
+            shl_key_bound_t b0 = {iv->start, iv->start_len};
+            shl_key_bound_t b1 = {iv->end, iv->end_len};
+            shl_index_cursor_close(x->cur);
+            x->cur = NULL;
+            SHL_ERR(shl_index_cursor_open(ctx->txn, x->idx, &b0, &b1, x->forward, &x->cur, st));
+            continue;
+        }
         if (end) {
             *eof = true;
             break;
@@ -355,7 +370,7 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
     bson_iter_t it;
     BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
-    BSON_APPEND_BOOL(out, "isMultiKey", false);
+    BSON_APPEND_BOOL(out, "isMultiKey", x->idx->multikey);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
@@ -383,6 +398,11 @@ ixscan_destroy(exec_stage_t *s)
     bson_free(x->start);
     bson_free(x->end);
     bson_free(x->seen.slots);
+    for (size_t i = 0; i < x->nmore; i++) {
+        bson_free(x->more[i].start);
+        bson_free(x->more[i].end);
+    }
+    bson_free(x->more);
 }
 
 static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain, ixscan_destroy};
@@ -405,6 +425,24 @@ dup_bytes(const uint8_t *p, size_t n)
         memcpy(out, p, n);
     }
     return out;
+}
+
+void
+exec_ixscan_add_interval(exec_stage_t *s, const shl_key_bound_t *start, const shl_key_bound_t *end)
+{
+    ixscan_t *x = (ixscan_t *)s;
+    struct ixscan_iv *iv;
+    x->more = bson_realloc(x->more, (x->nmore + 1) * sizeof(*x->more));
+    iv = &x->more[x->nmore++];
+    memset(iv, 0, sizeof(*iv));
+    if (start != NULL && start->data != NULL) {
+        iv->start = dup_bytes(start->data, start->len);
+        iv->start_len = start->len;
+    }
+    if (end != NULL && end->data != NULL) {
+        iv->end = dup_bytes(end->data, end->len);
+        iv->end_len = end->len;
+    }
 }
 
 exec_stage_t *

@@ -257,7 +257,8 @@ SHL_TEST(exec_ixscan_bounds_never_lose_documents)
         for (size_t h = 0; h < sizeof(hints) / sizeof(hints[0]); h++) {
             ASSERT_INT_EQ(
                 run(&f, filters[i], "{'_id': 1}", NULL, hints[h], 0, 0, &got, stages, 256), 0);
-            ASSERT_STR_EQ(stages, "SORT,FETCH,IXSCAN");
+            /* The _id index yields the {_id: 1} order itself: no SORT stage. */
+            ASSERT_STR_EQ(stages, h == 3 ? "FETCH,IXSCAN" : "SORT,FETCH,IXSCAN");
             if (!bson_equal(&want, &got)) {
                 char *w = bson_as_relaxed_extended_json(&want, NULL);
                 char *g = bson_as_relaxed_extended_json(&got, NULL);

@@ -181,6 +181,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
             continue;
         }
         SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
+        idx->multikey = c->indexes[i]->multikey;
         coll_add_index(n, idx);
     }
     *out = n;
@@ -524,6 +525,9 @@ coll_to_doc(const shl_collection_t *c, bson_t *doc)
         BSON_APPEND_DOCUMENT(&child, "spec", c->indexes[i]->spec);
         BSON_APPEND_UTF8(&child, "ident", c->indexes[i]->ident);
         BSON_APPEND_BOOL(&child, "ready", true);
+        if (c->indexes[i]->multikey) {
+            BSON_APPEND_BOOL(&child, "multikey", true);
+        }
         bson_append_document_end(&arr, &child);
     }
     bson_append_array_end(doc, &arr);
@@ -572,6 +576,7 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             bson_iter_t f;
             bson_t spec;
             const char *iident = NULL;
+            bool multikey = false;
             shl_index_t *idx;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
                 continue;
@@ -584,12 +589,15 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
                     bson_init_static(&spec, data, len);
                 } else if (strcmp(bson_iter_key(&f), "ident") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     iident = bson_iter_utf8(&f, NULL);
+                } else if (strcmp(bson_iter_key(&f), "multikey") == 0) {
+                    multikey = bson_iter_as_bool(&f);
                 }
             }
             if (iident == NULL) {
                 SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "corrupt index entry in catalog for %s", ns);
             }
             SHL_ERR(index_new(eng, &spec, iident, &idx, st));
+            idx->multikey = multikey;
             coll_add_index(c, idx);
         }
     }
@@ -649,6 +657,52 @@ done:
     if (cur != NULL) {
         shl_wt_cursor_put(txn->sess, CATALOG_URI, cur);
     }
+    return ret;
+}
+
+int
+shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const bool *multi,
+                          shl_status_t *st)
+{
+    const shl_cat_change_t *ch = shl_txn_find_change(txn, coll->ns);
+    shl_collection_t *latest = NULL, *n = NULL;
+    const shl_collection_t *cur = coll;
+    bool need = false;
+    int ret = 0;
+
+    /* Start from the newest metadata (this txn's, else the installed one) so flags set
+     * by writers since 'coll' was taken are kept; same collection and index list only. */
+    if (ch != NULL && ch->coll != NULL) {
+        cur = ch->coll;
+    } else {
+        latest = shl_catalog_get(txn->eng, coll->ns);
+        if (latest != NULL) {
+            cur = latest;
+        }
+    }
+    if (memcmp(cur->uuid, coll->uuid, 16) != 0 || cur->nindexes != coll->nindexes) {
+        cur = coll;
+    }
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        if (multi[i] && !cur->indexes[i]->multikey) {
+            need = true;
+        }
+    }
+    if (!need) {
+        goto done;
+    }
+    SHL_ERR(coll_clone(txn->eng, cur, NULL, NULL, &n, st));
+    for (size_t i = 0; i < n->nindexes; i++) {
+        if (multi[i]) {
+            n->indexes[i]->multikey = true;
+        }
+    }
+    SHL_ERR(catalog_put(txn, n, st));
+    shl_txn_add_change(txn, n->ns, n);
+    n = NULL;
+done:
+    shl_collection_release(n);
+    shl_collection_release(latest);
     return ret;
 }
 
@@ -1232,6 +1286,9 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
             break;
         }
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, &keys, st));
+        if (keys.n > 1) {
+            idx->multikey = true;
+        }
         SHL_ERR(shl_index_insert_keys(txn, idx, &keys, rid, NULL, &dup, st));
         if (dup) {
             SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));

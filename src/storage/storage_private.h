@@ -191,6 +191,13 @@ void shl_rs_state_release(shl_rs_state_t *rs);
 shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns);
 int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
                                shl_status_t *st);
+/*
+ * shl_catalog_note_multikey -- mark the indexes i of 'coll' with multi[i] true as
+ * multikey: rewrites the catalog entry in 'txn' and installs a snapshot with the
+ * flags on commit (nothing on abort). No-op when already marked.
+ */
+int shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
+                              const bool *multi, shl_status_t *st);
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
 
 /* ---- index.c ---- */

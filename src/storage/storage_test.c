@@ -639,6 +639,71 @@ SHL_TEST(unique_index_duplicate_key_errors)
     tmp_free();
 }
 
+/* Whether index 'name' of 'ns' is flagged multikey in the current catalog snapshot. */
+static bool
+is_multikey(shl_storage_engine_t *eng, const char *ns, const char *name)
+{
+    shl_collection_t *c = shl_catalog_get(eng, ns);
+    const shl_index_t *idx = shl_collection_find_index(c, name);
+    bool mk = idx != NULL && idx->multikey;
+    shl_collection_release(c);
+    return mk;
+}
+
+SHL_TEST(multikey_flag_set_by_writes_and_durable)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_storage_txn_t *txn;
+    shl_status_t st;
+    shl_collection_t *c;
+    bool created;
+    bson_t *arr = shl_test_bson("{'_id': 3, 'a': [1, 2], 'b': [5, 6]}");
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.m", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(insert_json(eng, "db.m", "{'_id': 1, 'a': 1, 'b': [1, 2]}", &st), 0);
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.m", T("{'key': {'a': 1}, 'name': 'a_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    /* A build over an array document marks the new index. */
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.m", T("{'key': {'b': 1}, 'name': 'b_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    ASSERT(!is_multikey(eng, "db.m", "a_1"));
+    ASSERT(is_multikey(eng, "db.m", "b_1"));
+    ASSERT(!is_multikey(eng, "db.m", "_id_"));
+    /* A single-element array makes one key: still not multikey. */
+    ASSERT_INT_EQ(insert_json(eng, "db.m", "{'_id': 2, 'a': [7]}", &st), 0);
+    ASSERT(!is_multikey(eng, "db.m", "a_1"));
+    /* An aborted write leaves the flag off. */
+    c = shl_catalog_get(eng, "db.m");
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_doc_insert(txn, c, arr, NULL, NULL, &st), 0);
+    shl_storage_txn_abort(txn);
+    ASSERT(!is_multikey(eng, "db.m", "a_1"));
+    /* A committed one sets it; the old snapshot is unchanged. */
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_doc_insert(txn, c, arr, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
+    ASSERT(!c->indexes[1]->multikey);
+    shl_collection_release(c);
+    ASSERT(is_multikey(eng, "db.m", "a_1"));
+    ASSERT(is_multikey(eng, "db.m", "b_1"));
+    /* Deleting the array documents does not clear it, and it survives a restart. */
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT(is_multikey(eng, "db.m", "a_1"));
+    ASSERT(is_multikey(eng, "db.m", "b_1"));
+    ASSERT(!is_multikey(eng, "db.m", "_id_"));
+    shl_storage_close(eng);
+    bson_destroy(arr);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
 /* The rids an index cursor yields over [start, end), as "r1,r2,...". */
 static char *index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index,
                             const bson_value_t *lo, const bson_value_t *hi, bool descending_key,
@@ -1305,6 +1370,41 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     shl_storage_close(eng);
     eng = open_eng(dir, false);
     ASSERT_SCAN(eng, "rc.new", true, "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
+static void
+multikey_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    bool created;
+    /* The index exists at the stable checkpoint; the array arrives after it. */
+    shl_catalog_create_collection(eng, "mk.c", NULL, NULL, NULL, &st);
+    shl_catalog_create_index(eng, "mk.c", T("{'key': {'b': 1}, 'name': 'b_1'}"), &created, NULL,
+                             &st);
+    insert_json(eng, "mk.c", "{'_id': 1, 'b': 1}", &st);
+    shl_storage_checkpoint(eng, &st);
+    insert_json(eng, "mk.c", "{'_id': 2, 'b': [2, 3]}", &st);
+    shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
+}
+
+SHL_TEST(recovery_replay_sets_multikey)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+
+    crash_after(dir, multikey_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_SCAN(eng, "mk.c", true,
+                "[{ \"_id\" : 1, \"b\" : 1 }, { \"_id\" : 2, \"b\" : [ 2, 3 ] }]");
+    ASSERT(is_multikey(eng, "mk.c", "b_1"));
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(is_multikey(eng, "mk.c", "b_1"));
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);

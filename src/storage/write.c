@@ -66,6 +66,27 @@ keysets_cleanup(shl_keyset_t *ks, size_t n)
     bson_free(ks);
 }
 
+/* Mark the indexes where 'doc' made several keys as multikey (catalog, in 'txn'). */
+static int
+note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_keyset_t *ks,
+              shl_status_t *st)
+{
+    bool *multi = bson_malloc0(coll->nindexes + 1);
+    bool any = false;
+    int ret = 0;
+
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        multi[i] = ks[i].n > 1 && !coll->indexes[i]->multikey;
+        any = any || multi[i];
+    }
+    if (any) {
+        SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, st));
+    }
+done:
+    bson_free(multi);
+    return ret;
+}
+
 /* The keys of 'doc' for every index of 'coll' (an array of coll->nindexes sets). */
 static int
 keys_for_all(const shl_collection_t *coll, const bson_t *doc, shl_keyset_t **out, shl_status_t *st)
@@ -228,6 +249,7 @@ shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
     rid = atomic_fetch_add(&coll->rs->next_rid, 1);
     SHL_ERR(insert_all_keys(txn, coll, keys, rid, doc, st));
+    SHL_ERR(note_multikey(txn, coll, keys, st));
     SHL_ERR(shl_record_insert_at(txn, coll, rid, doc, st));
     if (txn->fixed_ts == 0) {
         SHL_ERR(shl_write_oplog_entry(txn, 'i', coll->ns, coll->uuid, doc, &o2,
@@ -294,6 +316,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
         }
         SHL_ERR(shl_index_dup_key_status(coll->ns, coll->indexes[i], new_doc, st));
     }
+    SHL_ERR(note_multikey(txn, coll, newk, st));
     for (i = 0; i < n; i++) {
         SHL_ERR(shl_index_remove_keys(txn, coll->indexes[i], &removed[i], rid, st));
     }

@@ -289,7 +289,7 @@ def test_planner_chooses_an_index(db):
     assert plan["indexBounds"] == {"a": ["[48, MaxKey]"]}
     plan, stats = winning(db, {"a": {"$in": [2, 1]}})
     assert plan["indexName"] == "a_1" and stats["nReturned"] == 40
-    assert plan["indexBounds"] == {"a": ["[1, 2]"]}
+    assert plan["indexBounds"] == {"a": ["[1, 1]", "[2, 2]"]}  # point intervals
     assert plan["isSparse"] is False and plan["isPartial"] is False
     # No usable predicate: a collection scan; $natural forces one.
     assert winning(db, {"c": 5})[0]["stage"] == "COLLSCAN"
