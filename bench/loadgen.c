@@ -4,8 +4,9 @@
  * hello, insert (insert_one, j:false), insert100 (insert_many of 100), findid (a
  * point find by _id), or the secondary-index ops of bench/query.sh: findeq (equality
  * find on a field), range (a ~1000-document range of it) and insertidx (insert_one
- * into a collection with 0, 1 or 3 secondary indexes). Prints throughput and latency percentiles as one JSON line, then
- * a line for people. Used by bench/run.sh and bench/crud.sh (DESIGN.md section 8).
+ * into a collection with 0, 1 or 3 secondary indexes). Prints throughput and latency
+ * percentiles as one JSON line, then a line for people. Used by bench/run.sh, crud.sh and
+ * query.sh (DESIGN.md section 8).
  */
 #include <errno.h>
 #include <mongoc/mongoc.h>
@@ -46,8 +47,8 @@ typedef struct config {
     int threads;
     double seconds;
     const char *op;
-    int64_t preload; /* findid: load this many documents (_id 0..N-1) first */
-    int64_t keys;    /* findid: ids are drawn from [0, keys) */
+    int64_t preload;  /* findid: load this many documents (_id 0..N-1) first */
+    int64_t keys;     /* findid: ids are drawn from [0, keys) */
     const char *coll; /* findeq/range/insertidx: the collection (in db bench) */
     int indexes;      /* insertidx: secondary indexes to create (0, 1 or 3) */
     int64_t span;     /* range: width of the range of 'a' */

@@ -559,8 +559,8 @@ put_le32(uint8_t *p, uint32_t v)
 }
 
 static bool
-append_raw(bson_t *parent, const char *key, uint8_t type, const void *p1, size_t n1,
-           const void *p2, size_t n2)
+append_raw(bson_t *parent, const char *key, uint8_t type, const void *p1, size_t n1, const void *p2,
+           size_t n2)
 {
     size_t klen = strlen(key), n = 4 + 1 + klen + 1 + n1 + n2 + 1;
     uint8_t *buf;
