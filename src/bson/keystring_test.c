@@ -530,6 +530,7 @@ SHL_TEST(keystring_doc_values_and_bad_input)
 SHL_TEST(keystring_round_trip_raw_values)
 {
     /* {r: /a/mi\x9f, c: Code("a\0b"), w: CodeWScope("x\0", {z: 1})} */
+    /* clang-format off */
     static const uint8_t raw[] = {
         0x43, 0, 0, 0,                                            /* length 67 */
         0x0b, 'r', 0, 'a', 0, 'm', 'i', 0x9f, 0,                  /* regex */
@@ -539,6 +540,7 @@ SHL_TEST(keystring_round_trip_raw_values)
         0x08, 'p', 0, 1,                                          /* p: true */
         0x0a, 'q', 0, 0x0a, 's', 0, 0x0a, 't', 0, 0x0a, 'u', 0, 0 /* nulls, end */
     };
+    /* clang-format on */
     bson_t doc, out;
     bson_iter_t it, got;
     int n = 0;
