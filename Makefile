@@ -47,6 +47,7 @@ fuzz: deps
 bench: release
 	bash bench/run.sh build-release
 	bash bench/crud.sh build-release
+	bash bench/query.sh build-release
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

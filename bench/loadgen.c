@@ -1,9 +1,12 @@
 /*
  * loadgen.c -- a load generator on libmongoc, a real MongoDB driver: C threads, each
  * with its own mongoc_client_t, run one operation back to back for T seconds: ping,
- * hello, insert (insert_one, j:false), insert100 (insert_many of 100) or findid (a
- * point find by _id). Prints throughput and latency percentiles as one JSON line, then
- * a line for people. Used by bench/run.sh and bench/crud.sh (DESIGN.md section 8).
+ * hello, insert (insert_one, j:false), insert100 (insert_many of 100), findid (a
+ * point find by _id), or the secondary-index ops of bench/query.sh: findeq (equality
+ * find on a field), range (a ~1000-document range of it) and insertidx (insert_one
+ * into a collection with 0, 1 or 3 secondary indexes). Prints throughput and latency
+ * percentiles as one JSON line, then a line for people. Used by bench/run.sh, crud.sh and
+ * query.sh (DESIGN.md section 8).
  */
 #include <errno.h>
 #include <mongoc/mongoc.h>
@@ -34,6 +37,7 @@ typedef struct worker {
     histogram_t hist;
     uint64_t ops;
     uint64_t errors;
+    uint64_t docs; /* findeq/range: documents returned */
     int64_t last_end_ns;
     char first_error[sizeof(((bson_error_t *)0)->message)];
 } worker_t;
@@ -43,17 +47,33 @@ typedef struct config {
     int threads;
     double seconds;
     const char *op;
-    int64_t preload; /* findid: load this many documents (_id 0..N-1) first */
-    int64_t keys;    /* findid: ids are drawn from [0, keys) */
+    int64_t preload;  /* findid: load this many documents (_id 0..N-1) first */
+    int64_t keys;     /* findid: ids are drawn from [0, keys) */
+    const char *coll; /* findeq/range/insertidx: the collection (in db bench) */
+    int indexes;      /* insertidx: secondary indexes to create (0, 1 or 3) */
+    int64_t span;     /* range: width of the range of 'a' */
 } config_t;
 
-typedef enum op_kind { OP_COMMAND, OP_INSERT, OP_INSERT100, OP_FINDID } op_kind_t;
+typedef enum op_kind {
+    OP_COMMAND,
+    OP_INSERT,
+    OP_INSERT100,
+    OP_FINDID,
+    OP_FINDEQ,
+    OP_RANGE,
+    OP_INSERTIDX
+} op_kind_t;
 
 #define BENCH_DB "bench"
 #define BATCH 100
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0};
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000};
+
+/* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
+ * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
+#define A_MULT 7919
+#define QUERY_COLLS "qidx", "qscan" /* indexed on a / unindexed copy */
 static op_kind_t op_kind = OP_COMMAND;
 static mongoc_uri_t *the_uri;
 static pthread_barrier_t ready_barrier; /* every thread has connected */
@@ -137,7 +157,64 @@ set_id(bson_t *doc, int64_t id)
 static const char *
 coll_name(void)
 {
+    if (cfg.coll != NULL) {
+        return cfg.coll;
+    }
     return op_kind == OP_FINDID ? "findid" : "insert";
+}
+
+static int32_t
+a_of(int64_t k)
+{
+    return (int32_t)((k * A_MULT) % cfg.keys);
+}
+
+/* A query document {_id, a, b, pad: 200 x} (the insertidx document too). */
+static void
+make_qdoc(bson_t *doc, int64_t id, int32_t a, int32_t b)
+{
+    char pad[PAD_LEN + 1];
+    memset(pad, 'x', PAD_LEN);
+    pad[PAD_LEN] = '\0';
+    bson_init(doc);
+    BSON_APPEND_INT64(doc, "_id", id);
+    BSON_APPEND_INT32(doc, "a", a);
+    BSON_APPEND_INT32(doc, "b", b);
+    BSON_APPEND_UTF8(doc, "pad", pad);
+}
+
+/* Rewrites _id, a and b of a document made by make_qdoc, in place. */
+static void
+set_qfields(bson_t *doc, int64_t id, int32_t a, int32_t b)
+{
+    bson_iter_t it;
+    if (bson_iter_init(&it, doc)) {
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), "_id") == 0) {
+                bson_iter_overwrite_int64(&it, id);
+            } else if (strcmp(bson_iter_key(&it), "a") == 0) {
+                bson_iter_overwrite_int32(&it, a);
+            } else if (strcmp(bson_iter_key(&it), "b") == 0) {
+                bson_iter_overwrite_int32(&it, b);
+            }
+        }
+    }
+}
+
+/* Runs a find on 'coll' to its end; *n = documents returned. */
+static bool
+find_all(mongoc_collection_t *coll, const bson_t *filter, const bson_t *opts, uint64_t *n,
+         bson_error_t *error)
+{
+    mongoc_cursor_t *cursor = mongoc_collection_find_with_opts(coll, filter, opts, NULL);
+    const bson_t *found;
+    bool ok;
+    while (mongoc_cursor_next(cursor, &found)) {
+        (*n)++;
+    }
+    ok = !mongoc_cursor_error(cursor, error);
+    mongoc_cursor_destroy(cursor);
+    return ok;
 }
 
 /* xorshift64*: a cheap per-thread random source for findid's keys. */
@@ -195,6 +272,38 @@ run_op(worker_t *w, mongoc_client_t *client, mongoc_collection_t *coll, const bs
         }
         mongoc_cursor_destroy(cursor);
         break;
+    case OP_FINDEQ: {
+        /* Equality on 'a': one document (an index point lookup or a collection scan). */
+        uint64_t before = w->docs;
+        BSON_APPEND_INT32(&filter, "a", a_of((int64_t)(next_rand(rng) % (uint64_t)cfg.keys)));
+        ok = find_all(coll, &filter, &opts, &w->docs, error);
+        if (ok && w->docs != before + 1) {
+            snprintf(error->message, sizeof(error->message), "findeq: %llu documents, not 1",
+                     (unsigned long long)(w->docs - before));
+            ok = false;
+        }
+        break;
+    }
+    case OP_RANGE: {
+        /* a in [lo, lo + span): 'span' documents through the index, in batches. */
+        bson_t cond;
+        int64_t lo = (int64_t)(next_rand(rng) % (uint64_t)(cfg.keys - cfg.span + 1));
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "a", &cond);
+        BSON_APPEND_INT32(&cond, "$gte", (int32_t)lo);
+        BSON_APPEND_INT32(&cond, "$lt", (int32_t)(lo + cfg.span));
+        bson_append_document_end(&filter, &cond);
+        BSON_APPEND_INT32(&opts, "batchSize", 1000);
+        ok = find_all(coll, &filter, &opts, &w->docs, error);
+        break;
+    }
+    case OP_INSERTIDX: {
+        uint64_t r = next_rand(rng);
+        set_qfields(&docs[0], ((int64_t)w->id << 40) | (int64_t)seq, (int32_t)(r >> 33),
+                    (int32_t)(seq % 100));
+        ok = mongoc_collection_insert_one(coll, &docs[0], NULL, &reply, error);
+        bson_destroy(&reply);
+        break;
+    }
     }
     bson_destroy(&filter);
     bson_destroy(&opts);
@@ -217,7 +326,11 @@ worker_main(void *arg)
     int ndocs = op_kind == OP_INSERT100 ? BATCH : 1;
 
     for (int i = 0; i < ndocs; i++) {
-        make_doc(&docs[i], 0);
+        if (op_kind == OP_INSERTIDX) {
+            make_qdoc(&docs[i], 0, 0, 0);
+        } else {
+            make_doc(&docs[i], 0);
+        }
     }
     BSON_APPEND_INT32(&cmd, op_kind == OP_COMMAND ? cfg.op : "ping", 1);
     if (client != NULL) {
@@ -300,7 +413,14 @@ usage(FILE *out)
             "  insert: insert_one of a 229-byte document, j:false (bench.insert, dropped\n"
             "  first); insert100: insert_many of 100 such documents (docs/s too);\n"
             "  findid: find {_id: k} limit 1 on bench.findid, k random in [0, keys);\n"
-            "  --preload N drops bench.findid and loads _id 0..N-1 first (keys = N).\n");
+            "  --preload N drops bench.findid and loads _id 0..N-1 first (keys = N).\n"
+            "  findeq|range [--coll qidx|qscan] [--span S]: find {a: v} / {a: {$gte: lo,\n"
+            "  $lt: lo + S}} (S default 1000) on bench.COLL; with --preload N, bench.qidx\n"
+            "  (index {a: 1}) and bench.qscan (no index) are dropped and loaded with\n"
+            "  {_id: k, a: k * 7919 %% N, b: k %% 100, pad} for k in [0, N) first.\n"
+            "  insertidx [--coll NAME] --indexes 0|1|3: insert_one of such documents, j:false,\n"
+            "  into bench.NAME (default insertidx), dropped first and given the indexes\n"
+            "  {a: 1}; and {b: 1}, {b: 1, a: 1}.\n");
 }
 
 static int
@@ -330,6 +450,12 @@ parse_args(int argc, char **argv)
             cfg.preload = atoll(v);
         } else if (strcmp(a, "--keys") == 0) {
             cfg.keys = atoll(v);
+        } else if (strcmp(a, "--coll") == 0) {
+            cfg.coll = v;
+        } else if (strcmp(a, "--indexes") == 0) {
+            cfg.indexes = atoi(v);
+        } else if (strcmp(a, "--span") == 0) {
+            cfg.span = atoll(v);
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);
@@ -338,10 +464,23 @@ parse_args(int argc, char **argv)
     }
     if (strcmp(cfg.op, "insert") == 0) {
         op_kind = OP_INSERT;
+    } else if (strcmp(cfg.op, "insertidx") == 0 && cfg.coll == NULL) {
+        op_kind = OP_INSERTIDX;
+        cfg.coll = "insertidx";
+    } else if ((strcmp(cfg.op, "findeq") == 0 || strcmp(cfg.op, "range") == 0) &&
+               cfg.coll == NULL) {
+        op_kind = strcmp(cfg.op, "range") == 0 ? OP_RANGE : OP_FINDEQ;
+        cfg.coll = "qidx";
     } else if (strcmp(cfg.op, "insert100") == 0) {
         op_kind = OP_INSERT100;
     } else if (strcmp(cfg.op, "findid") == 0) {
         op_kind = OP_FINDID;
+    } else if (strcmp(cfg.op, "findeq") == 0) {
+        op_kind = OP_FINDEQ;
+    } else if (strcmp(cfg.op, "range") == 0) {
+        op_kind = OP_RANGE;
+    } else if (strcmp(cfg.op, "insertidx") == 0) {
+        op_kind = OP_INSERTIDX;
     } else if (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0) {
         cfg.threads = 0; /* unknown op */
     }
@@ -349,11 +488,96 @@ parse_args(int argc, char **argv)
         cfg.keys = cfg.preload;
     }
     if (cfg.threads < 1 || cfg.threads > 10000 || !(cfg.seconds > 0) || cfg.preload < 0 ||
-        (op_kind == OP_FINDID && cfg.keys <= 0)) {
+        ((op_kind == OP_FINDID || op_kind == OP_FINDEQ || op_kind == OP_RANGE) && cfg.keys <= 0) ||
+        (op_kind == OP_RANGE && (cfg.span < 1 || cfg.span > cfg.keys)) ||
+        (cfg.indexes != 0 && cfg.indexes != 1 && cfg.indexes != 3)) {
         usage(stderr);
         return 2;
     }
     return 0;
+}
+
+/* createIndexes on bench.'name' for each key pattern given as "field" or "f1,f2". */
+static bool
+create_indexes(mongoc_client_t *client, const char *name, const char *const *keys, int n)
+{
+    bson_t cmd = BSON_INITIALIZER, arr, spec, key, reply;
+    bson_error_t error;
+    bool ok;
+    char idx[16], field[64];
+    BSON_APPEND_UTF8(&cmd, "createIndexes", name);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+    for (int i = 0; i < n; i++) {
+        char iname[64] = "";
+        const char *p = keys[i];
+        snprintf(idx, sizeof(idx), "%d", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, idx, &spec);
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "key", &key);
+        while (*p != '\0') {
+            size_t len = strcspn(p, ",");
+            snprintf(field, sizeof(field), "%.*s", (int)len, p);
+            BSON_APPEND_INT32(&key, field, 1);
+            snprintf(iname + strlen(iname), sizeof(iname) - strlen(iname), "%s%s_1",
+                     iname[0] ? "_" : "", field);
+            p += len + (p[len] == ',');
+        }
+        bson_append_document_end(&spec, &key);
+        BSON_APPEND_UTF8(&spec, "name", iname);
+        bson_append_document_end(&arr, &spec);
+    }
+    bson_append_array_end(&cmd, &arr);
+    ok = mongoc_client_command_simple(client, BENCH_DB, &cmd, NULL, &reply, &error);
+    if (!ok) {
+        fprintf(stderr, "loadgen: createIndexes on %s: %s\n", name, error.message);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ok;
+}
+
+/* findeq/range --preload N: bench.qidx (index {a: 1}) and bench.qscan, N documents each. */
+static int
+prepare_query(mongoc_client_t *client)
+{
+    static const char *const colls[] = {QUERY_COLLS};
+    static const char *const akey[] = {"a"};
+    bson_t docs[1000];
+    const bson_t *ptrs[1000];
+    bson_error_t error;
+    int rc = 1, n;
+
+    for (int i = 0; i < 1000; i++) {
+        make_qdoc(&docs[i], 0, 0, 0);
+        ptrs[i] = &docs[i];
+    }
+    for (int c = 0; c < 2; c++) {
+        mongoc_collection_t *coll = mongoc_client_get_collection(client, BENCH_DB, colls[c]);
+        bool ok = true;
+        (void)mongoc_collection_drop(coll, &error);
+        if (c == 0) {
+            ok = create_indexes(client, colls[c], akey, 1);
+        }
+        for (int64_t k = 0; ok && k < cfg.preload; k += n) {
+            n = cfg.preload - k < 1000 ? (int)(cfg.preload - k) : 1000;
+            for (int i = 0; i < n; i++) {
+                set_qfields(&docs[i], k + i, a_of(k + i), (int32_t)((k + i) % 100));
+            }
+            ok = mongoc_collection_insert_many(coll, ptrs, (size_t)n, NULL, NULL, &error);
+            if (!ok) {
+                fprintf(stderr, "loadgen: preload %s: %s\n", colls[c], error.message);
+            }
+        }
+        mongoc_collection_destroy(coll);
+        if (!ok) {
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    for (int i = 0; i < 1000; i++) {
+        bson_destroy(&docs[i]);
+    }
+    return rc;
 }
 
 /*
@@ -375,14 +599,25 @@ prepare(void)
         return 1;
     }
     mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
-    coll = mongoc_client_get_collection(client, BENCH_DB, coll_name());
-    if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || cfg.preload > 0) {
-        /* "ns not found" is fine: the collection may not exist yet. */
-        (void)mongoc_collection_drop(coll, &error);
+    if (op_kind == OP_FINDEQ || op_kind == OP_RANGE) {
+        rc = cfg.preload > 0 ? prepare_query(client) : 0;
+        mongoc_client_destroy(client);
+        return rc;
     }
     for (int i = 0; i < 1000; i++) {
         make_doc(&docs[i], 0);
         ptrs[i] = &docs[i];
+    }
+    coll = mongoc_client_get_collection(client, BENCH_DB, coll_name());
+    if (op_kind == OP_INSERTIDX) {
+        static const char *const ikeys[] = {"a", "b", "b,a"};
+        (void)mongoc_collection_drop(coll, &error);
+        if (cfg.indexes > 0 && !create_indexes(client, coll_name(), ikeys, cfg.indexes)) {
+            goto done;
+        }
+    } else if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || cfg.preload > 0) {
+        /* "ns not found" is fine: the collection may not exist yet. */
+        (void)mongoc_collection_drop(coll, &error);
     }
     for (int64_t k = 0; op_kind == OP_FINDID && k < cfg.preload; k += n) {
         n = cfg.preload - k < 1000 ? (int)(cfg.preload - k) : 1000;
@@ -411,7 +646,8 @@ main(int argc, char **argv)
     worker_t *workers = NULL;
     histogram_t *total = NULL;
     bson_error_t error;
-    uint64_t ops = 0, errors = 0, docs_per_op;
+    uint64_t ops = 0, errors = 0, docs = 0;
+    double docs_per_op;
     int64_t end_ns;
     double elapsed, rate, p50, p99, p999, cpu_us;
     struct rusage ru;
@@ -451,6 +687,7 @@ main(int argc, char **argv)
         pthread_join(workers[i].thread, NULL);
         ops += workers[i].ops;
         errors += workers[i].errors;
+        docs += workers[i].docs;
         if (workers[i].last_end_ns > end_ns) {
             end_ns = workers[i].last_end_ns;
         }
@@ -475,13 +712,16 @@ main(int argc, char **argv)
              (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     /* docs: documents written or read (100 per insert100 operation). */
     docs_per_op = op_kind == OP_INSERT100 ? BATCH : 1;
+    if (op_kind == OP_FINDEQ || op_kind == OP_RANGE) {
+        docs_per_op = ops > 0 ? (double)docs / (double)ops : 0;
+    }
     printf("{\"tool\": \"loadgen\", \"op\": \"%s\", \"threads\": %d, \"seconds\": %.3f, "
            "\"ops\": %llu, \"errors\": %llu, \"ops_per_sec\": %.1f, \"p50_us\": %.1f, "
            "\"p99_us\": %.1f, \"p999_us\": %.1f, \"client_cpu_us_per_op\": %.2f, "
            "\"docs\": %llu, \"docs_per_sec\": %.1f}\n",
            cfg.op, cfg.threads, elapsed, (unsigned long long)ops, (unsigned long long)errors, rate,
            p50, p99, p999, ops > 0 ? cpu_us / (double)ops : 0.0,
-           (unsigned long long)(ops * docs_per_op), rate * docs_per_op);
+           (unsigned long long)((double)ops * docs_per_op + 0.5), rate * docs_per_op);
     printf("loadgen %s x%d: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us (%llu ops in "
            "%.2f s, %llu errors; client CPU %.2f us/op)\n",
            cfg.op, cfg.threads, rate, rate * docs_per_op, p50, p99, (unsigned long long)ops,

@@ -193,7 +193,7 @@ cmp_same_canonical(const bson_value_t *a, const bson_value_t *b)
         if (c == 0) {
             c = cmp_u64(a->value.v_binary.subtype, b->value.v_binary.subtype);
         }
-        if (c == 0) {
+        if (c == 0 && a->value.v_binary.data_len > 0) { /* a copied empty value has NULL data */
             c = sign_of(
                 memcmp(a->value.v_binary.data, b->value.v_binary.data, a->value.v_binary.data_len));
         }

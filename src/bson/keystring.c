@@ -543,6 +543,90 @@ get_doc(reader_t *r, bson_t *doc, bool is_array, int depth, str_buf_t *sb)
     return ok;
 }
 
+/*
+ * Appends element 'key' of 'type' whose value bytes are the 'n1' bytes of 'p1' then the
+ * 'n2' of 'p2', exactly: bson_append_regex sorts the flags and drops unknown ones, and
+ * bson_append_code(_with_scope) stops at an embedded NUL, but the values compared (and
+ * encoded) are the raw bytes.
+ */
+static void
+put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static bool
+append_raw(bson_t *parent, const char *key, uint8_t type, const void *p1, size_t n1, const void *p2,
+           size_t n2)
+{
+    size_t klen = strlen(key), n = 4 + 1 + klen + 1 + n1 + n2 + 1;
+    uint8_t *buf;
+    bson_t elem;
+    bool ok = false;
+
+    if (n > INT32_MAX) {
+        return false;
+    }
+    buf = bson_malloc(n);
+    put_le32(buf, (uint32_t)n);
+    buf[4] = type;
+    memcpy(buf + 5, key, klen + 1);
+    if (n1 > 0) {
+        memcpy(buf + 5 + klen + 1, p1, n1);
+    }
+    if (n2 > 0) {
+        memcpy(buf + 5 + klen + 1 + n1, p2, n2);
+    }
+    buf[n - 1] = 0;
+    if (bson_init_static(&elem, buf, n)) {
+        ok = bson_concat(parent, &elem);
+    }
+    bson_free(buf);
+    return ok;
+}
+
+/* A Code value of 'len' bytes (NULs allowed): int32 length + 1, the bytes, NUL. */
+static bool
+append_code_raw(bson_t *parent, const char *key, const char *code, size_t len)
+{
+    uint8_t *v;
+    bool ok;
+    if (len > INT32_MAX - 16) {
+        return false;
+    }
+    v = bson_malloc(4 + len + 1);
+    put_le32(v, (uint32_t)(len + 1));
+    memcpy(v + 4, code, len);
+    v[4 + len] = 0;
+    ok = append_raw(parent, key, BSON_TYPE_CODE, v, 4 + len + 1, NULL, 0);
+    bson_free(v);
+    return ok;
+}
+
+/* Code with scope: int32 total, int32 code length + 1, code, NUL, the scope document. */
+static bool
+append_codewscope_raw(bson_t *parent, const char *key, const char *code, size_t len,
+                      const bson_t *scope)
+{
+    uint8_t *v;
+    size_t n = 4 + 4 + len + 1;
+    bool ok;
+    if (len > INT32_MAX / 2 || scope->len > INT32_MAX / 2) {
+        return false;
+    }
+    v = bson_malloc(n);
+    put_le32(v, (uint32_t)(n + scope->len));
+    put_le32(v + 4, (uint32_t)(len + 1));
+    memcpy(v + 8, code, len);
+    v[8 + len] = 0;
+    ok = append_raw(parent, key, BSON_TYPE_CODEWSCOPE, v, n, bson_get_data(scope), scope->len);
+    bson_free(v);
+    return ok;
+}
+
 static bool
 get_body(reader_t *r, uint8_t type, bson_t *parent, const char *key, int depth, str_buf_t *sb)
 {
@@ -565,7 +649,7 @@ get_body(reader_t *r, uint8_t type, bson_t *parent, const char *key, int depth, 
     case KS_STRING:
         return get_string(r, sb) && bson_append_utf8(parent, key, -1, sb->s, (int)sb->len);
     case KS_CODE:
-        return get_string(r, sb) && bson_append_code(parent, key, -1, sb->s);
+        return get_string(r, sb) && append_code_raw(parent, key, sb->s, sb->len);
     case KS_OBJECT:
     case KS_ARRAY: {
         bson_t child;
@@ -622,7 +706,8 @@ get_body(reader_t *r, uint8_t type, bson_t *parent, const char *key, int depth, 
         }
         pattern = bson_strdup(sb->s);
         ok = get_string(r, sb) && strlen(sb->s) == sb->len &&
-             bson_append_regex(parent, key, -1, pattern, sb->s);
+             append_raw(parent, key, BSON_TYPE_REGEX, pattern, strlen(pattern) + 1, sb->s,
+                        sb->len + 1);
         bson_free(pattern);
         return ok;
     }
@@ -642,14 +727,17 @@ get_body(reader_t *r, uint8_t type, bson_t *parent, const char *key, int depth, 
     case KS_CODEWSCOPE: {
         bson_t scope = BSON_INITIALIZER;
         char *code;
+        size_t len;
         bool ok;
         if (!get_string(r, sb)) {
             bson_destroy(&scope);
             return false;
         }
-        code = bson_strdup(sb->s);
+        len = sb->len;
+        code = bson_malloc(len + 1);
+        memcpy(code, sb->s, len + 1);
         ok = get_doc(r, &scope, false, depth, sb) &&
-             bson_append_code_with_scope(parent, key, -1, code, &scope);
+             append_codewscope_raw(parent, key, code, len, &scope);
         bson_free(code);
         bson_destroy(&scope);
         return ok;

@@ -524,3 +524,39 @@ SHL_TEST(keystring_doc_values_and_bad_input)
     shl_keystring_cleanup(&ks);
     bson_destroy(key);
 }
+
+/* Values libbson's append functions would alter come back byte for byte (found by
+ * fuzz_keystring): regex flags unsorted or unknown, Code and CodeWScope with a NUL inside. */
+SHL_TEST(keystring_round_trip_raw_values)
+{
+    /* {r: /a/mi\x9f, c: Code("a\0b"), w: CodeWScope("x\0", {z: 1})} */
+    /* clang-format off */
+    static const uint8_t raw[] = {
+        0x43, 0, 0, 0,                                            /* length 67 */
+        0x0b, 'r', 0, 'a', 0, 'm', 'i', 0x9f, 0,                  /* regex */
+        0x0d, 'c', 0, 4, 0, 0, 0, 'a', 0, 'b', 0,                 /* code, 3 bytes + NUL */
+        0x0f, 'w', 0, 0x17, 0, 0, 0, 3, 0, 0, 0, 'x', 0, 0,       /* cws: total 23, code 2 + NUL */
+        0x0c, 0, 0, 0, 0x10, 'z', 0, 1, 0, 0, 0, 0,               /* scope {z: 1} */
+        0x08, 'p', 0, 1,                                          /* p: true */
+        0x0a, 'q', 0, 0x0a, 's', 0, 0x0a, 't', 0, 0x0a, 'u', 0, 0 /* nulls, end */
+    };
+    /* clang-format on */
+    bson_t doc, out;
+    bson_iter_t it, got;
+    int n = 0;
+
+    ASSERT(bson_init_static(&doc, raw, sizeof(raw)));
+    ASSERT(bson_iter_init(&it, &doc));
+    while (n < 3 && bson_iter_next(&it)) {
+        n++;
+        shl_keystring_t ks;
+        shl_keystring_init(&ks);
+        shl_keystring_append_iter(&ks, &it, false);
+        ASSERT(shl_keystring_decode(ks.data, ks.len, NULL, 1, &out, NULL));
+        ASSERT(bson_iter_init(&got, &out) && bson_iter_next(&got));
+        ASSERT(shl_bson_value_compare(bson_iter_value(&got), bson_iter_value(&it)) == 0);
+        bson_destroy(&out);
+        shl_keystring_cleanup(&ks);
+    }
+    ASSERT(n == 3);
+}

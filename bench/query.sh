@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# bench/query.sh BUILD_DIR (third part of `make bench`): secondary indexes against their
+# own baselines (issue 4 item 9). Starts a release `shale node --replSet rs0` on a free
+# loopback port; loads BENCH_DOCS documents {_id, a (unique), b (100 values), pad} into
+# bench.qidx (index {a: 1}) and bench.qscan (no index), then measures with loadgen:
+# (a) equality find on 'a', indexed vs collection scan, and the speed-up; (b) range
+# scans of BENCH_SPAN documents through the index (docs/s); (c) insert_one (j:false) at
+# 1 and 8 connections into collections with 0, 1 and 3 secondary indexes, as ratios to
+# 0 indexes. Stops the server by pid.
+# Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 3), BENCH_DOCS (default 100000),
+# BENCH_SPAN (default 1000), BENCH_CONNS (insert connections, default "1 8").
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-build-release}
+case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
+SHALE="$BUILD/src/main/shale"
+LOADGEN="$BUILD/bench/loadgen"
+SECS=${BENCH_SECONDS:-5}
+ROUNDS=${BENCH_ROUNDS:-3}
+DOCS=${BENCH_DOCS:-100000}
+SPAN=${BENCH_SPAN:-1000}
+CONNS=${BENCH_CONNS:-"1 8"}
+for b in "$SHALE" "$LOADGEN"; do
+  command -v "$b" >/dev/null || { echo "query bench: missing $b" >&2; exit 1; }
+done
+
+work=$(mktemp -d /tmp/shale-query-bench.XXXXXX)
+shale_pid=""
+cleanup() {
+  if [ -n "$shale_pid" ]; then
+    kill -TERM "$shale_pid" 2>/dev/null || true
+    wait "$shale_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_port PORT PID: until something listens on 127.0.0.1:PORT (fails if PID exits).
+wait_port() {
+  for _ in $(seq 1 300); do
+    kill -0 "$2" 2>/dev/null || { echo "query bench: server pid $2 exited" >&2; return 1; }
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.05
+  done
+  echo "query bench: nothing listens on port $1" >&2
+  return 1
+}
+
+sport=$(free_port)
+mkdir -p "$work/shale-data"
+"$SHALE" node --replSet rs0 --bind_ip 127.0.0.1 --port "$sport" --dbpath "$work/shale-data" \
+  --logpath "$work/shale.log" &
+shale_pid=$!
+wait_port "$sport" "$shale_pid"
+uri="mongodb://127.0.0.1:$sport/"
+
+echo "== $(nproc) cores; shale --replSet rs0 pid $shale_pid port $sport; ${SECS}s per run," \
+  "$ROUNDS rounds, $DOCS documents, range of $SPAN"
+t0=$(date +%s.%N)
+"$LOADGEN" --uri "$uri" --threads 1 --seconds 0.2 --op findeq --preload "$DOCS" >/dev/null
+echo "loaded bench.qidx and bench.qscan in $(echo "$(date +%s.%N) - $t0" | bc) s"
+
+results="$work/results.jsonl"
+: >"$results"
+tck=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# run LABEL LOADGEN-ARGS...: one loadgen run, its JSON line (with "label" and the
+# server's CPU per op) appended to the results.
+run() {
+  local label=$1 t0 t1 out
+  shift
+  t0=$(cpu_ticks "$shale_pid")
+  out=$("$LOADGEN" --uri "$uri" --seconds "$SECS" "$@")
+  t1=$(cpu_ticks "$shale_pid")
+  echo "$out" | sed -n '1p' | /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+r["label"] = sys.argv[4]
+r["server_cpu_us_per_op"] = round((int(sys.argv[2]) - int(sys.argv[1])) * 1e6 / int(sys.argv[3])
+                                  / max(r["ops"], 1), 2)
+print(json.dumps(r))
+print("%s: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us; server CPU per op %.2f us"
+      % (r["label"], r["ops_per_sec"], r["docs_per_sec"], r["p50_us"], r["p99_us"],
+         r["server_cpu_us_per_op"]), file=sys.stderr)
+' "$t0" "$t1" "$tck" "$label" >>"$results"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  run "findeq indexed x1" --threads 1 --op findeq --coll qidx --keys "$DOCS"
+  run "findeq collscan x1" --threads 1 --op findeq --coll qscan --keys "$DOCS"
+  run "range $SPAN x1" --threads 1 --op range --coll qidx --keys "$DOCS" --span "$SPAN"
+  for c in $CONNS; do
+    for n in 0 1 3; do
+      run "insert $n indexes x$c" --threads "$c" --op insertidx --coll "insidx$n" --indexes "$n"
+    done
+  done
+done
+
+echo "== results (JSON), medians and ratios"
+/usr/bin/python3 - "$results" "$CONNS" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for r in rows:
+    print(json.dumps(r))
+med = {}
+for r in rows:
+    med.setdefault(r["label"], []).append(r)
+for k, rs in med.items():
+    med[k] = {f: statistics.median(x[f] for x in rs)
+              for f in ("ops_per_sec", "docs_per_sec", "p50_us", "p99_us", "server_cpu_us_per_op")}
+    m = med[k]
+    print("median of %d: %s: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us; server CPU "
+          "per op %.2f us" % (len(rs), k, m["ops_per_sec"], m["docs_per_sec"], m["p50_us"],
+                              m["p99_us"], m["server_cpu_us_per_op"]))
+ix, cs = med.get("findeq indexed x1"), med.get("findeq collscan x1")
+if ix and cs:
+    print("speed-up of the index on an equality find: %.0fx (%.0f / %.1f ops/s; p50 %.1f / "
+          "%.1f us)" % (ix["ops_per_sec"] / cs["ops_per_sec"], ix["ops_per_sec"],
+                        cs["ops_per_sec"], ix["p50_us"], cs["p50_us"]))
+for k in med:
+    if k.startswith("range"):
+        print("range scan through the index: %.0f docs/s (%s)" % (med[k]["docs_per_sec"], k))
+for c in sys.argv[2].split():
+    base = med.get("insert 0 indexes x%s" % c)
+    for n in (1, 3):
+        m = med.get("insert %d indexes x%s" % (n, c))
+        if base and m:
+            print("ratio c=%s insert with %d secondary index%s / none: %.2f (%.0f / %.0f ops/s)"
+                  % (c, n, "" if n == 1 else "es", m["ops_per_sec"] / base["ops_per_sec"],
+                     m["ops_per_sec"], base["ops_per_sec"]))
+PY
