@@ -24,39 +24,11 @@ for b in "$SHALE" "$LOADGEN"; do
   command -v "$b" >/dev/null || { echo "query bench: missing $b" >&2; exit 1; }
 done
 
-work=$(mktemp -d /tmp/shale-query-bench.XXXXXX)
-shale_pid=""
-cleanup() {
-  if [ -n "$shale_pid" ]; then
-    kill -TERM "$shale_pid" 2>/dev/null || true
-    wait "$shale_pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+BENCH_NAME=query-bench
+# shellcheck source=bench/lib.sh
+. "$top/bench/lib.sh"
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# wait_port PORT PID: until something listens on 127.0.0.1:PORT (fails if PID exits).
-wait_port() {
-  for _ in $(seq 1 300); do
-    kill -0 "$2" 2>/dev/null || { echo "query bench: server pid $2 exited" >&2; return 1; }
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "query bench: nothing listens on port $1" >&2
-  return 1
-}
-
-sport=$(free_port)
-mkdir -p "$work/shale-data"
-"$SHALE" node --replSet rs0 --bind_ip 127.0.0.1 --port "$sport" --dbpath "$work/shale-data" \
-  --logpath "$work/shale.log" &
-shale_pid=$!
-wait_port "$sport" "$shale_pid"
-uri="mongodb://127.0.0.1:$sport/"
+start_shale "$SHALE" --replSet rs0
 
 echo "== $(nproc) cores; shale --replSet rs0 pid $shale_pid port $sport; ${SECS}s per run," \
   "$ROUNDS rounds, $DOCS documents, range of $SPAN"

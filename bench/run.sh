@@ -23,46 +23,12 @@ for b in "$SHALE" "$LOADGEN" redis-server redis-benchmark redis-cli; do
   command -v "$b" >/dev/null || { echo "bench: missing $b" >&2; exit 1; }
 done
 
-work=$(mktemp -d /tmp/shale-bench.XXXXXX)
-shale_pid="" redis_pid=""
-cleanup() {
-  for pid in $shale_pid $redis_pid; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in $shale_pid $redis_pid; do
-    wait "$pid" 2>/dev/null || true
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+BENCH_NAME=bench
+# shellcheck source=bench/lib.sh
+. "$top/bench/lib.sh"
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
-# wait_port PORT PID: until something listens on 127.0.0.1:PORT (fails if PID exits).
-wait_port() {
-  for _ in $(seq 1 300); do
-    kill -0 "$2" 2>/dev/null || { echo "bench: server pid $2 exited" >&2; return 1; }
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.05
-  done
-  echo "bench: nothing listens on port $1" >&2
-  return 1
-}
-
-sport=$(free_port)
-mkdir -p "$work/shale-data"
-"$SHALE" node --bind_ip 127.0.0.1 --port "$sport" --dbpath "$work/shale-data" \
-  --logpath "$work/shale.log" &
-shale_pid=$!
-rport=$(free_port)
-redis-server --bind 127.0.0.1 --port "$rport" --save '' --appendonly no \
-  --logfile "$work/redis.log" --dir "$work" &
-redis_pid=$!
-wait_port "$sport" "$shale_pid"
-wait_port "$rport" "$redis_pid"
-redis-cli -p "$rport" ping >/dev/null
+start_shale "$SHALE"
+start_redis
 
 redis_version=$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')
 echo "== $(nproc) cores; shale pid $shale_pid port $sport;" \
