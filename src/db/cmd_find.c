@@ -1099,11 +1099,7 @@ static const shl_command_t find_commands[] = {
     {"count", {NULL}, cmd_count, 0, "count documents"},
     {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
     {"explain", {NULL}, cmd_explain, 0, "explain a find or count"},
-    {"aggregate",
-     {NULL},
-     cmd_aggregate,
-     SHL_CMD_IN_TXN,
-     "aggregation pipeline"},
+    {"aggregate", {NULL}, cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
 };
 
 void

@@ -30,7 +30,16 @@ typedef enum {
     ST_REPLACE_ROOT
 } stage_kind_t;
 
-typedef enum { ACC_SUM, ACC_AVG, ACC_MIN, ACC_MAX, ACC_FIRST, ACC_LAST, ACC_PUSH, ACC_ADDTOSET } acc_kind_t;
+typedef enum {
+    ACC_SUM,
+    ACC_AVG,
+    ACC_MIN,
+    ACC_MAX,
+    ACC_FIRST,
+    ACC_LAST,
+    ACC_PUSH,
+    ACC_ADDTOSET
+} acc_kind_t;
 
 typedef struct accdef {
     char *field;
@@ -101,8 +110,7 @@ struct shl_pipeline {
 
 /* ---------------------------------------------------------------- helpers */
 
-static int
-pull(stage_t *s, const bson_t **doc, shl_status_t *st);
+static int pull(stage_t *s, const bson_t **doc, shl_status_t *st);
 
 static int
 pull_src(stage_t *s, const bson_t **doc, shl_status_t *st)
@@ -289,8 +297,9 @@ next_replace_root(stage_t *s, const bson_t **doc, shl_status_t *st)
                  "'newRoot' expression must evaluate to an object, but resulting value was: %s. "
                  "Type of resulting value: '%s'. Input document: %s",
                  json,
-                 v.value_type == BSON_TYPE_EOD ? "missing"
-                                              : (v.value_type == BSON_TYPE_NULL ? "null" : "other"),
+                 v.value_type == BSON_TYPE_EOD
+                     ? "missing"
+                     : (v.value_type == BSON_TYPE_NULL ? "null" : "other"),
                  "{}");
     }
     bson_concat(stage_out(s), &view);
@@ -433,7 +442,8 @@ static void
 acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
 {
     bool missing = v->value_type == BSON_TYPE_EOD;
-    bool nullish = missing || v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED;
+    bool nullish =
+        missing || v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED;
 
     switch (d->kind) {
     case ACC_SUM:
@@ -610,18 +620,24 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
         for (size_t i = 0; i < s->naccs; i++) {
             acc_init(&g->acc[i], &s->accs[i]);
         }
+        /* Grow before linking 'g' so the rehash does not see it. */
+        if (++s->ngroups > s->nbuckets) {
+            group_rehash(s);
+        }
         if (s->olast) {
             s->olast->onext = g;
         } else {
             s->ofirst = g;
         }
         s->olast = g;
-        if (++s->ngroups > s->nbuckets) {
-            group_rehash(s);
-        }
         g->hnext = s->buckets[h % s->nbuckets];
         s->buckets[h % s->nbuckets] = g;
         grow += (int64_t)(sizeof(*g) + s->naccs * sizeof(accstate_t) + 32);
+        if (key.value_type == BSON_TYPE_UTF8) {
+            grow += key.value.v_utf8.len;
+        } else if (key.value_type == BSON_TYPE_DOCUMENT || key.value_type == BSON_TYPE_ARRAY) {
+            grow += key.value.v_doc.data_len;
+        }
     }
     for (size_t i = 0; i < s->naccs; i++) {
         SHL_ERR(shl_expr_evaluate(s->accs[i].arg, &ctx, &v, st));
@@ -811,9 +827,9 @@ parse_group(shl_pipeline_t *p, const bson_t *spec, stage_t **out, shl_status_t *
         static const struct {
             const char *name;
             acc_kind_t kind;
-        } ops[] = {{"$sum", ACC_SUM},     {"$avg", ACC_AVG},   {"$min", ACC_MIN},
-                   {"$max", ACC_MAX},     {"$first", ACC_FIRST}, {"$last", ACC_LAST},
-                   {"$push", ACC_PUSH},   {"$addToSet", ACC_ADDTOSET}};
+        } ops[] = {{"$sum", ACC_SUM},   {"$avg", ACC_AVG},          {"$min", ACC_MIN},
+                   {"$max", ACC_MAX},   {"$first", ACC_FIRST},      {"$last", ACC_LAST},
+                   {"$push", ACC_PUSH}, {"$addToSet", ACC_ADDTOSET}};
         bool found = false;
         for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
             if (strcmp(op, ops[i].name) == 0) {
@@ -889,7 +905,8 @@ parse_int_arg(const bson_iter_t *it, const char *stage, int64_t *n, shl_status_t
 
     if (!query_value_is_number(v)) {
         SHL_FAIL(st, strcmp(stage, "$limit") == 0 ? 15957 : 15972,
-                 "the %s must be specified as a number", strcmp(stage, "$limit") == 0 ? "limit" : "skip");
+                 "the %s must be specified as a number",
+                 strcmp(stage, "$limit") == 0 ? "limit" : "skip");
     }
     double d = query_value_as_double(v);
     if (d != (double)(int64_t)d) {
@@ -917,18 +934,23 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     stage_t *s = NULL;
     const char *name;
 
-    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) || !bson_iter_next(&it)) {
-        SHL_FAIL(st, 40323, "A pipeline stage specification object must contain exactly one field.");
+    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) ||
+        !bson_iter_next(&it)) {
+        SHL_FAIL(st, 40323,
+                 "A pipeline stage specification object must contain exactly one field.");
     }
     name = bson_iter_key(&it);
     if (strcmp(name, "$match") == 0) {
-        SHL_ERR(arg_doc(&it, &view, 15959, "the match filter must be an expression in an object", st));
+        SHL_ERR(
+            arg_doc(&it, &view, 15959, "the match filter must be an expression in an object", st));
         s = stage_new(p, ST_MATCH, name, &it);
         SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
     } else if (strcmp(name, "$project") == 0) {
         SHL_ERR(arg_doc(&it, &view, 15969, "$project specification must be an object", st));
         if (bson_empty(&view)) {
-            SHL_FAIL(st, 51272, "Invalid $project :: caused by :: projection specification must have at least one field");
+            SHL_FAIL(st, 51272,
+                     "Invalid $project :: caused by :: projection specification must have at least "
+                     "one field");
         }
         s = stage_new(p, ST_PROJECT, name, &it);
         SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
@@ -944,7 +966,9 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
             bson_iter_recurse(&it, &a);
             while (bson_iter_next(&a)) {
                 if (!BSON_ITER_HOLDS_UTF8(&a)) {
-                    SHL_FAIL(st, 31120, "$unset specification must be a string or an array containing only string values");
+                    SHL_FAIL(st, 31120,
+                             "$unset specification must be a string or an array containing only "
+                             "string values");
                 }
                 BSON_APPEND_INT32(&tmp, bson_iter_utf8(&a, NULL), 0);
             }
@@ -952,7 +976,8 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
             SHL_FAIL(st, 31002, "$unset specification must be a string or an array");
         }
         if (bson_empty(&tmp)) {
-            SHL_FAIL(st, 31119, "$unset specification must be a string or an array with at least one field");
+            SHL_FAIL(st, 31119,
+                     "$unset specification must be a string or an array with at least one field");
         }
         s = stage_new(p, ST_PROJECT, name, &it);
         SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
@@ -995,7 +1020,9 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
             ok = bson_iter_recurse(&it, &d) && bson_iter_next(&d) && bson_iter_key(&d)[0] == '$';
         }
         if (!ok) {
-            SHL_FAIL(st, 40148, "the sortByCount field must be defined as a $-prefixed path or an expression object");
+            SHL_FAIL(st, 40148,
+                     "the sortByCount field must be defined as a $-prefixed path or an expression "
+                     "object");
         }
         bson_append_iter(&tmp, "_id", 3, &it);
         bson_t a;
@@ -1026,19 +1053,28 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
                     path = bson_iter_utf8(&d, NULL);
                 } else if (strcmp(k, "includeArrayIndex") == 0) {
                     if (!BSON_ITER_HOLDS_UTF8(&d)) {
-                        SHL_FAIL(st, 28810, "expected a non-empty string for the includeArrayIndex option to $unwind stage");
+                        SHL_FAIL(st, 28810,
+                                 "expected a non-empty string for the includeArrayIndex option to "
+                                 "$unwind stage");
                     }
                     const char *f = bson_iter_utf8(&d, NULL);
                     if (f[0] == '\0') {
-                        SHL_FAIL(st, 28810, "expected a non-empty string for the includeArrayIndex option to $unwind stage");
+                        SHL_FAIL(st, 28810,
+                                 "expected a non-empty string for the includeArrayIndex option to "
+                                 "$unwind stage");
                     }
                     if (f[0] == '$') {
-                        SHL_FAIL(st, 28822, "includeArrayIndex option to $unwind stage should not be prefixed with a '$': %s", f);
+                        SHL_FAIL(st, 28822,
+                                 "includeArrayIndex option to $unwind stage should not be prefixed "
+                                 "with a '$': %s",
+                                 f);
                     }
                     s->index_field = bson_strdup(f);
                 } else if (strcmp(k, "preserveNullAndEmptyArrays") == 0) {
                     if (!BSON_ITER_HOLDS_BOOL(&d)) {
-                        SHL_FAIL(st, 28809, "expected a boolean for the preserveNullAndEmptyArrays option to $unwind stage");
+                        SHL_FAIL(st, 28809,
+                                 "expected a boolean for the preserveNullAndEmptyArrays option to "
+                                 "$unwind stage");
                     }
                     s->preserve = bson_iter_bool(&d);
                 } else {
@@ -1049,11 +1085,14 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
                 SHL_FAIL(st, 28812, "no path specified to $unwind stage");
             }
         } else {
-            SHL_FAIL(st, 15981, "expected either a string or an object as specification for $unwind stage, got %s",
-                     "other");
+            SHL_FAIL(
+                st, 15981,
+                "expected either a string or an object as specification for $unwind stage, got %s",
+                "other");
         }
         if (path[0] != '$') {
-            SHL_FAIL(st, 28818, "path option to $unwind stage should be prefixed with a '$': %s", path);
+            SHL_FAIL(st, 28818, "path option to $unwind stage should be prefixed with a '$': %s",
+                     path);
         }
         if (path[1] == '\0') {
             SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
@@ -1063,16 +1102,19 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         const bson_value_t *root = NULL;
         bson_iter_t d;
         if (name[8] == 'R') { /* $replaceRoot */
-            SHL_ERR(arg_doc(&it, &view, 40228, "expected an object as specification for $replaceRoot stage", st));
+            SHL_ERR(arg_doc(&it, &view, 40228,
+                            "expected an object as specification for $replaceRoot stage", st));
             bson_iter_init(&d, &view);
             while (bson_iter_next(&d)) {
                 if (strcmp(bson_iter_key(&d), "newRoot") != 0) {
-                    SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.", bson_iter_key(&d));
+                    SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.",
+                             bson_iter_key(&d));
                 }
                 root = bson_iter_value(&d);
             }
             if (root == NULL) {
-                SHL_FAIL(st, 40414, "BSON field '$replaceRoot.newRoot' is missing but a required field");
+                SHL_FAIL(st, 40414,
+                         "BSON field '$replaceRoot.newRoot' is missing but a required field");
             }
         } else {
             root = bson_iter_value(&it);
@@ -1118,7 +1160,8 @@ shl_pipeline_parse(const bson_t *stages, const shl_pipeline_opts_t *opts, shl_pi
     while (bson_iter_next(&it)) {
         bson_t view;
         SHL_ERR(arg_doc(&it, &view, 40323,
-                        "A pipeline stage specification object must contain exactly one field.", st));
+                        "A pipeline stage specification object must contain exactly one field.",
+                        st));
         SHL_ERR(parse_stage(p, &view, st));
     }
     /* $sort followed by $limit(s): a top-k sort. */

@@ -43,8 +43,8 @@ typedef struct shl_pipeline shl_pipeline_t;
  *     without _id, 40147 $sortByCount argument, and the matcher's/projection's/sort's/
  *     expression's parse errors.
  */
-int shl_pipeline_parse(const bson_t *stages, const shl_pipeline_opts_t *opts,
-                       shl_pipeline_t **out, shl_status_t *st);
+int shl_pipeline_parse(const bson_t *stages, const shl_pipeline_opts_t *opts, shl_pipeline_t **out,
+                       shl_status_t *st);
 
 /* shl_pipeline_set_source -- the input of the first stage (copied). Must be called before
  * shl_pipeline_next. */

@@ -21,13 +21,16 @@ static const pcase_t cases[] = {
      "{'r': [{'a': 2}, {'a': 3}]}", 0},
     {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$project': {'b': 1}}]}",
      "{'r': [{'_id': 1, 'b': 2}]}", 0},
-    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$project': {'_id': 0, 'c': {'$add': ['$a', '$b']}}}]}",
-     "{'r': [{'c': 3}]}", 0},
+    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}",
+     "{'p': [{'$project': {'_id': 0, 'c': {'$add': ['$a', '$b']}}}]}", "{'r': [{'c': 3}]}", 0},
     {"{'d': [{'_id': 1, 'a': 1}]}", "{'p': [{'$addFields': {'b': {'$add': ['$a', 1]}}}]}",
      "{'r': [{'_id': 1, 'a': 1, 'b': 2}]}", 0},
-    {"{'d': [{'_id': 1, 'a': 1}]}", "{'p': [{'$set': {'a': 5}}]}", "{'r': [{'_id': 1, 'a': 5}]}", 0},
-    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$unset': 'a'}]}", "{'r': [{'_id': 1, 'b': 2}]}", 0},
-    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$unset': ['a', 'b']}]}", "{'r': [{'_id': 1}]}", 0},
+    {"{'d': [{'_id': 1, 'a': 1}]}", "{'p': [{'$set': {'a': 5}}]}", "{'r': [{'_id': 1, 'a': 5}]}",
+     0},
+    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$unset': 'a'}]}",
+     "{'r': [{'_id': 1, 'b': 2}]}", 0},
+    {"{'d': [{'_id': 1, 'a': 1, 'b': 2}]}", "{'p': [{'$unset': ['a', 'b']}]}",
+     "{'r': [{'_id': 1}]}", 0},
     /* $group and accumulators */
     {"{'d': [{'k': 'x', 'v': 1}, {'k': 'y', 'v': 2}, {'k': 'x', 'v': 3}]}",
      "{'p': [{'$group': {'_id': '$k', 's': {'$sum': '$v'}, 'n': {'$count': {}}}}]}",
@@ -35,7 +38,8 @@ static const pcase_t cases[] = {
     {"{'d': [{'v': 1}, {'v': 2.5}, {'v': 'str'}, {}]}",
      "{'p': [{'$group': {'_id': null, 's': {'$sum': '$v'}, 'a': {'$avg': '$v'}}}]}",
      "{'r': [{'_id': null, 's': 3.5, 'a': 1.75}]}", 0},
-    {"{'d': [{'v': {'$numberLong': '5'}}, {'v': 1}]}", "{'p': [{'$group': {'_id': 1, 's': {'$sum': '$v'}}}]}",
+    {"{'d': [{'v': {'$numberLong': '5'}}, {'v': 1}]}",
+     "{'p': [{'$group': {'_id': 1, 's': {'$sum': '$v'}}}]}",
      "{'r': [{'_id': 1, 's': {'$numberLong': '6'}}]}", 0},
     {"{'d': [{'v': 2147483647}, {'v': 1}]}", "{'p': [{'$group': {'_id': 1, 's': {'$sum': '$v'}}}]}",
      "{'r': [{'_id': 1, 's': {'$numberLong': '2147483648'}}]}", 0},
@@ -43,14 +47,17 @@ static const pcase_t cases[] = {
      "{'p': [{'$group': {'_id': 0, 'mn': {'$min': '$v'}, 'mx': {'$max': '$v'}}}]}",
      "{'r': [{'_id': 0, 'mn': 1, 'mx': 'a'}]}", 0},
     {"{'d': [{}, {'v': 2}, {'v': 3}]}",
-     "{'p': [{'$group': {'_id': 0, 'f': {'$first': '$v'}, 'l': {'$last': '$v'}, 'mn': {'$min': '$z'}}}]}",
+     "{'p': [{'$group': {'_id': 0, 'f': {'$first': '$v'}, 'l': {'$last': '$v'}, 'mn': {'$min': "
+     "'$z'}}}]}",
      "{'r': [{'_id': 0, 'f': null, 'l': 3, 'mn': null}]}", 0},
     {"{'d': [{'v': 1}, {}, {'v': 1}, {'v': 2}]}",
      "{'p': [{'$group': {'_id': 0, 'p': {'$push': '$v'}, 's': {'$addToSet': '$v'}}}]}",
      "{'r': [{'_id': 0, 'p': [1, 1, 2], 's': [1, 2]}]}", 0},
-    {"{'d': [{'k': 1}, {'k': 1.0}, {}, {'k': null}]}", "{'p': [{'$group': {'_id': '$k', 'n': {'$sum': 1}}}]}",
+    {"{'d': [{'k': 1}, {'k': 1.0}, {}, {'k': null}]}",
+     "{'p': [{'$group': {'_id': '$k', 'n': {'$sum': 1}}}]}",
      "{'r': [{'_id': 1, 'n': 2}, {'_id': null, 'n': 2}]}", 0},
-    {"{'d': [{'a': 1, 'b': 2}, {'a': 1, 'b': 2}]}", "{'p': [{'$group': {'_id': {'x': '$a', 'y': '$b'}, 'n': {'$sum': 1}}}]}",
+    {"{'d': [{'a': 1, 'b': 2}, {'a': 1, 'b': 2}]}",
+     "{'p': [{'$group': {'_id': {'x': '$a', 'y': '$b'}, 'n': {'$sum': 1}}}]}",
      "{'r': [{'_id': {'x': 1, 'y': 2}, 'n': 2}]}", 0},
     {"{'d': []}", "{'p': [{'$group': {'_id': null, 'n': {'$sum': 1}}}]}", "{'r': []}", 0},
     {"{'d': []}", "{'p': [{'$group': {'n': {'$sum': 1}}}]}", "{'r': []}", 15955},
@@ -59,8 +66,8 @@ static const pcase_t cases[] = {
     /* $sort / $limit / $skip */
     {"{'d': [{'a': 2}, {'a': 3}, {'a': 1}]}", "{'p': [{'$sort': {'a': -1}}]}",
      "{'r': [{'a': 3}, {'a': 2}, {'a': 1}]}", 0},
-    {"{'d': [{'a': 2}, {'a': 3}, {'a': 1}, {'a': 0}]}", "{'p': [{'$sort': {'a': 1}}, {'$limit': 2}]}",
-     "{'r': [{'a': 0}, {'a': 1}]}", 0},
+    {"{'d': [{'a': 2}, {'a': 3}, {'a': 1}, {'a': 0}]}",
+     "{'p': [{'$sort': {'a': 1}}, {'$limit': 2}]}", "{'r': [{'a': 0}, {'a': 1}]}", 0},
     {"{'d': [{'a': 2}, {'a': 3}, {'a': 1}, {'a': 0}]}",
      "{'p': [{'$sort': {'a': 1}}, {'$skip': 1}, {'$limit': 2}]}", "{'r': [{'a': 1}, {'a': 2}]}", 0},
     {"{'d': []}", "{'p': [{'$limit': 0}]}", "{'r': []}", 15958},
@@ -82,20 +89,25 @@ static const pcase_t cases[] = {
      "{'p': [{'$unwind': '$a'}]}",
      "{'r': [{'_id': 1, 'a': 1}, {'_id': 1, 'a': 2}, {'_id': 4, 'a': 5}]}", 0},
     {"{'d': [{'_id': 1, 'a': [1, 2]}, {'_id': 2, 'a': []}, {'_id': 3}, {'_id': 4, 'a': null}]}",
-     "{'p': [{'$unwind': {'path': '$a', 'includeArrayIndex': 'i', 'preserveNullAndEmptyArrays': true}}]}",
-     "{'r': [{'_id': 1, 'a': 1, 'i': {'$numberLong': '0'}}, {'_id': 1, 'a': 2, 'i': {'$numberLong': '1'}}, "
-     "{'_id': 2, 'i': null}, {'_id': 3, 'i': null}, {'_id': 4, 'a': null, 'i': null}]}", 0},
+     "{'p': [{'$unwind': {'path': '$a', 'includeArrayIndex': 'i', 'preserveNullAndEmptyArrays': "
+     "true}}]}",
+     "{'r': [{'_id': 1, 'a': 1, 'i': {'$numberLong': '0'}}, {'_id': 1, 'a': 2, 'i': "
+     "{'$numberLong': '1'}}, "
+     "{'_id': 2, 'i': null}, {'_id': 3, 'i': null}, {'_id': 4, 'a': null, 'i': null}]}",
+     0},
     {"{'d': [{'_id': 1, 'x': {'a': [1, 2], 'b': 0}}]}", "{'p': [{'$unwind': '$x.a'}]}",
      "{'r': [{'_id': 1, 'x': {'a': 1, 'b': 0}}, {'_id': 1, 'x': {'a': 2, 'b': 0}}]}", 0},
     {"{'d': []}", "{'p': [{'$unwind': 'a'}]}", "{'r': []}", 28818},
     {"{'d': []}", "{'p': [{'$unwind': {'path': '$a', 'bogus': 1}}]}", "{'r': []}", 28811},
     /* $replaceRoot / $replaceWith */
-    {"{'d': [{'a': {'b': 1}}]}", "{'p': [{'$replaceRoot': {'newRoot': '$a'}}]}", "{'r': [{'b': 1}]}", 0},
+    {"{'d': [{'a': {'b': 1}}]}", "{'p': [{'$replaceRoot': {'newRoot': '$a'}}]}",
+     "{'r': [{'b': 1}]}", 0},
     {"{'d': [{'a': 1}]}", "{'p': [{'$replaceWith': {'x': '$a'}}]}", "{'r': [{'x': 1}]}", 0},
     {"{'d': [{'a': 1}]}", "{'p': [{'$replaceWith': '$a'}]}", "{'r': []}", 40228},
     /* composition and errors */
     {"{'d': [{'t': ['a', 'b']}, {'t': ['b']}]}",
-     "{'p': [{'$unwind': '$t'}, {'$group': {'_id': '$t', 'n': {'$sum': 1}}}, {'$sort': {'n': -1, '_id': 1}}, {'$limit': 1}]}",
+     "{'p': [{'$unwind': '$t'}, {'$group': {'_id': '$t', 'n': {'$sum': 1}}}, {'$sort': {'n': -1, "
+     "'_id': 1}}, {'$limit': 1}]}",
      "{'r': [{'_id': 'b', 'n': 2}]}", 0},
     {"{'d': []}", "{'p': [{'$bogus': {}}]}", "{'r': []}", 40324},
     {"{'d': []}", "{'p': [{'$match': {}, '$limit': 1}]}", "{'r': []}", 40323},
@@ -173,8 +185,8 @@ SHL_TEST(pipeline_table)
         bson_t res;
         int code = run_case(c->in, c->pipe, &res, &st);
         if (code != c->code) {
-            fprintf(stderr, "case %zu %s: code %d (%s), want %d\n", i, c->pipe, code,
-                    st.reason, c->code);
+            fprintf(stderr, "case %zu %s: code %d (%s), want %d\n", i, c->pipe, code, st.reason,
+                    c->code);
         }
         ASSERT_INT_EQ(code, c->code);
         if (c->code == 0) {
@@ -228,6 +240,39 @@ SHL_TEST(pipeline_group_memory_limit)
     shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
     ASSERT_INT_EQ(shl_pipeline_next(pl, &d, &st), 292);
     shl_status_clear(&st);
+    shl_pipeline_destroy(pl);
+    bson_destroy(pj);
+    bson_destroy(&docs);
+}
+
+SHL_TEST(pipeline_group_many_keys)
+{
+    bson_t *pj = shl_test_bson("{'0': {'$group': {'_id': '$k', 'n': {'$sum': 1}}}, "
+                               "'1': {'$count': 'groups'}}");
+    shl_pipeline_t *pl = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t docs = BSON_INITIALIZER;
+    const bson_t *d;
+    arrsrc_t src;
+
+    /* 3 documents per key, 5000 keys: many rehashes of the group table. */
+    for (int i = 0; i < 15000; i++) {
+        char k[16];
+        const char *kp;
+        bson_t sub;
+        bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+        BSON_APPEND_DOCUMENT_BEGIN(&docs, kp, &sub);
+        BSON_APPEND_INT32(&sub, "k", i % 5000);
+        bson_append_document_end(&docs, &sub);
+    }
+    bson_iter_init(&src.it, &docs);
+    ASSERT_INT_EQ(shl_pipeline_parse(pj, NULL, &pl, &st), 0);
+    shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
+    ASSERT_INT_EQ(shl_pipeline_next(pl, &d, &st), 0);
+    ASSERT(d != NULL);
+    ASSERT_BSON_EQ(d, "{'groups': 5000}");
+    ASSERT_INT_EQ(shl_pipeline_next(pl, &d, &st), 0);
+    ASSERT(d == NULL);
     shl_pipeline_destroy(pl);
     bson_destroy(pj);
     bson_destroy(&docs);

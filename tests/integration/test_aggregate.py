@@ -97,3 +97,11 @@ def test_match_sort_limit_equals_find(db):
         want = list(db.c.find(filt).sort(sort).limit(limit))
         got = list(db.c.aggregate([{"$match": filt}, {"$sort": dict(sort)}, {"$limit": limit}]))
         assert got == want, (filt, sort, limit)
+
+
+def test_group_many_keys(db):
+    db.c.insert_many([{"k": i % 3000, "v": 1} for i in range(9000)])
+    got = list(db.c.aggregate([{"$group": {"_id": "$k", "n": {"$sum": "$v"}}},
+                               {"$match": {"n": {"$ne": 3}}}]))
+    assert got == []
+    assert list(db.c.aggregate([{"$group": {"_id": "$k"}}, {"$count": "g"}])) == [{"g": 3000}]
