@@ -14,6 +14,7 @@
 #include "db/exec.h"
 #include "net/command_args.h"
 #include "net/message.h"
+#include "query/pipeline.h"
 
 /* IDL's "value must be >= 0" validator code. */
 #define CODE_IDL_NEGATIVE 51024
@@ -921,7 +922,7 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- aggregate (stub) */
+/* ---------------------------------------------------------------- aggregate */
 
 static const char *const aggregate_fields[] = {
     "pipeline",     "cursor",    "explain",
@@ -929,11 +930,35 @@ static const char *const aggregate_fields[] = {
     "readConcern",  "let",       "bypassDocumentValidation",
     "comment",      "maxTimeMS", NULL};
 
+/* The pipeline's source: the executor's plan over the collection. */
+typedef struct agg_source {
+    exec_plan_t *plan;
+    shl_op_ctx_t *op;
+} agg_source_t;
+
+static int
+agg_source_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    int ret = 0;
+    agg_source_t *src = arg;
+    exec_row_t row;
+    bool eof;
+
+    *doc = NULL;
+    SHL_ERR(exec_plan_next(src->plan, src->op, &row, &eof, st));
+    if (!eof) {
+        *doc = row.doc;
+    }
+done:
+    return ret;
+}
+
 /*
- * The aggregation engine comes with the query language (issue 4). Until then aggregate
- * runs pipelines made of $match, $sort, $skip, $limit, $project and a final count
- * ({$group: {_id: <constant>, n: {$sum: 1}}} as drivers' countDocuments sends, or
- * $count), which covers what drivers issue for everyday CRUD.
+ * cmd_aggregate --
+ *     Run a pipeline (src/query/pipeline.h) over the collection: a leading $match becomes
+ *     the executor's filter (so the planner can use indexes), the rest pulls from the plan.
+ *     Results are materialised under the collection lock and served by the cursor manager
+ *     (batchSize, getMore). explain: true describes the stages without running them.
  */
 static int
 cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -941,22 +966,21 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     int ret = 0;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
-    bson_t pipeline, match = BSON_INITIALIZER, sort = BSON_INITIALIZER, proj = BSON_INITIALIZER;
-    bool found, has_match = false, has_sort = false, has_proj = false, locked = false;
-    bson_iter_t it;
+    bson_t pipeline, let, arr;
+    bool found, has_let = false, locked = false, explain = false, allow_disk = false;
     exec_query_t q;
-    int64_t skip = 0, limit = 0, batch_size = 0;
-    char *count_field = NULL;
-    bson_value_t group_id;
-    bool counting = false, after_count = false;
+    int64_t batch_size = 0;
     db_read_concern_t rc;
     shl_coll_handle_t h;
     exec_plan_t *plan = NULL;
+    shl_pipeline_t *pl = NULL;
     bson_t *docs = NULL;
+    const bson_t *filter;
+    shl_pipeline_opts_t opts;
+    agg_source_t src;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
-    memset(&group_id, 0, sizeof(group_id));
     SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
@@ -964,136 +988,92 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
     }
-    if (!bson_has_field(cmd, "cursor") && !bson_has_field(cmd, "explain")) {
+    SHL_ERR(shl_cmd_get_bool(cmd, "explain", &explain, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
+    if (!bson_has_field(cmd, "cursor") && !explain) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "The 'cursor' option is required, except for aggregate with the explain "
                  "argument");
     }
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
-    bson_iter_init(&it, &pipeline);
-    while (bson_iter_next(&it)) {
-        bson_iter_t stage;
-        const char *name;
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
-            !bson_iter_next(&stage)) {
-            SHL_FAIL(st, 40323,
-                     "A pipeline stage specification object must contain exactly "
-                     "one field.");
-        }
-        name = bson_iter_key(&stage);
-        if (after_count) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "aggregate: stages after a count are not supported yet");
-        }
-        if (strcmp(name, "$match") == 0 && !has_sort && skip == 0 && limit == 0 && !has_proj &&
-            !has_match && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
-            bson_t m;
-            const uint8_t *data;
-            uint32_t len;
-            bson_iter_document(&stage, &len, &data);
-            bson_init_static(&m, data, len);
-            bson_concat(&match, &m);
-            has_match = true;
-        } else if (strcmp(name, "$sort") == 0 && !has_sort && skip == 0 && limit == 0 &&
-                   !has_proj && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
-            bson_t m;
-            const uint8_t *data;
-            uint32_t len;
-            bson_iter_document(&stage, &len, &data);
-            bson_init_static(&m, data, len);
-            bson_concat(&sort, &m);
-            has_sort = true;
-        } else if (strcmp(name, "$skip") == 0 && limit == 0 && !has_proj &&
-                   BSON_ITER_HOLDS_NUMBER(&stage)) {
-            skip += bson_iter_as_int64(&stage);
-        } else if (strcmp(name, "$limit") == 0 && !has_proj && BSON_ITER_HOLDS_NUMBER(&stage)) {
-            int64_t l = bson_iter_as_int64(&stage);
-            if (l <= 0) {
-                SHL_FAIL(st, 15958, "the limit must be positive");
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    memset(&opts, 0, sizeof(opts));
+    opts.vars = has_let ? &let : NULL;
+    opts.allow_disk_use = allow_disk;
+    SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &pl, st));
+    filter = shl_pipeline_leading_match(pl);
+    SHL_ERR(exec_query_init(&q, filter, NULL, NULL, st));
+    if (filter != NULL) {
+        shl_pipeline_drop_leading_match(pl);
+    }
+    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
+    if (explain) {
+        /* Minimal: the namespace, the pushed-down filter and the remaining stages. */
+        bson_t stages, c, qp;
+        BSON_APPEND_UTF8(reply, "explainVersion", "1");
+        BSON_APPEND_ARRAY_BEGIN(reply, "stages", &stages);
+        BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &c);
+        BSON_APPEND_DOCUMENT_BEGIN(&c, "$cursor", &qp);
+        {
+            bson_t planner;
+            BSON_APPEND_DOCUMENT_BEGIN(&qp, "queryPlanner", &planner);
+            BSON_APPEND_UTF8(&planner, "namespace", ns.full);
+            if (filter != NULL) {
+                BSON_APPEND_DOCUMENT(&planner, "parsedQuery", filter);
+            } else {
+                bson_t empty = BSON_INITIALIZER;
+                BSON_APPEND_DOCUMENT(&planner, "parsedQuery", &empty);
             }
-            limit = limit == 0 || l < limit ? l : limit;
-        } else if (strcmp(name, "$project") == 0 && !has_proj && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
-            bson_t m;
-            const uint8_t *data;
-            uint32_t len;
-            bson_iter_document(&stage, &len, &data);
-            bson_init_static(&m, data, len);
-            bson_concat(&proj, &m);
-            has_proj = true;
-        } else if (strcmp(name, "$count") == 0 && BSON_ITER_HOLDS_UTF8(&stage)) {
-            count_field = bson_strdup(bson_iter_utf8(&stage, NULL));
-            group_id.value_type = BSON_TYPE_EOD;
-            counting = after_count = true;
-        } else if (strcmp(name, "$group") == 0 && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
-            /* {_id: <constant>, <f>: {$sum: 1}} */
-            bson_iter_t g, acc;
-            bool ok = bson_iter_recurse(&stage, &g) && bson_iter_next(&g) &&
-                      strcmp(bson_iter_key(&g), "_id") == 0 && !BSON_ITER_HOLDS_DOCUMENT(&g) &&
-                      !(BSON_ITER_HOLDS_UTF8(&g) && bson_iter_utf8(&g, NULL)[0] == '$');
-            if (ok) {
-                group_id = *bson_iter_value(&g);
-                ok = bson_iter_next(&g) && BSON_ITER_HOLDS_DOCUMENT(&g) &&
-                     bson_iter_recurse(&g, &acc) && bson_iter_next(&acc) &&
-                     strcmp(bson_iter_key(&acc), "$sum") == 0 && BSON_ITER_HOLDS_NUMBER(&acc) &&
-                     bson_iter_as_int64(&acc) == 1;
-                if (ok) {
-                    count_field = bson_strdup(bson_iter_key(&g));
-                    ok = !bson_iter_next(&g);
+            bson_append_document_end(&qp, &planner);
+        }
+        bson_append_document_end(&c, &qp);
+        bson_append_document_end(&stages, &c);
+        bson_append_array_end(reply, &stages);
+        bson_init(&arr);
+        shl_pipeline_describe(pl, &arr);
+        {
+            /* Stages after the pushed-down $match, renumbered after $cursor. */
+            bson_t st2;
+            bson_iter_t it;
+            uint32_t i = 1;
+            bool skip_first = filter != NULL;
+            BSON_APPEND_ARRAY_BEGIN(reply, "pipelineStages", &st2);
+            bson_iter_init(&it, &arr);
+            while (bson_iter_next(&it)) {
+                char k[16];
+                const char *kp;
+                if (skip_first) {
+                    skip_first = false;
+                    continue;
                 }
+                bson_uint32_to_string(i++, &kp, k, sizeof(k));
+                bson_append_iter(&st2, kp, -1, &it);
             }
-            if (!ok) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                         "aggregate: only {$group: {_id: <constant>, <field>: {$sum: 1}}} is "
-                         "supported yet");
-            }
-            counting = after_count = true;
-        } else {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "aggregate: stage %s (in this position) is not supported yet", name);
+            bson_append_array_end(reply, &st2);
         }
+        bson_destroy(&arr);
+        goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
-    SHL_ERR(exec_query_init(&q, has_match ? &match : NULL, has_sort ? &sort : NULL,
-                            has_proj ? &proj : NULL, st));
-    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
-    q.skip = skip;
-    q.limit = limit;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
                             &plan, st));
+    src.plan = plan;
+    src.op = op;
+    shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &src});
     docs = bson_new();
-    {
-        int64_t n = 0;
+    for (uint32_t n = 0;; n++) {
+        const bson_t *d;
         char k[16];
         const char *kp;
-        for (;;) {
-            exec_row_t row;
-            bool eof;
-            SHL_ERR(exec_plan_next(plan, op, &row, &eof, st));
-            if (eof) {
-                break;
-            }
-            if (!counting) {
-                bson_uint32_to_string((uint32_t)n, &kp, k, sizeof(k));
-                bson_append_document(docs, kp, -1, row.doc);
-            }
-            n++;
+        SHL_ERR(shl_pipeline_next(pl, &d, st));
+        if (d == NULL) {
+            break;
         }
-        if (counting && n > 0) {
-            bson_t out;
-            BSON_APPEND_DOCUMENT_BEGIN(docs, "0", &out);
-            if (group_id.value_type != BSON_TYPE_EOD) {
-                BSON_APPEND_VALUE(&out, "_id", &group_id);
-            }
-            if (n <= INT32_MAX) {
-                BSON_APPEND_INT32(&out, count_field, (int32_t)n);
-            } else {
-                BSON_APPEND_INT64(&out, count_field, n);
-            }
-            bson_append_document_end(docs, &out);
-        }
+        bson_uint32_to_string(n, &kp, k, sizeof(k));
+        bson_append_document(docs, kp, -1, d);
     }
     shl_storage_coll_release(&h);
     locked = false;
@@ -1104,14 +1084,11 @@ done:
         shl_storage_coll_release(&h);
     }
     exec_plan_destroy(plan);
+    shl_pipeline_destroy(pl);
     exec_query_cleanup(&q);
     if (docs != NULL) {
         bson_destroy(docs);
     }
-    bson_free(count_field);
-    bson_destroy(&match);
-    bson_destroy(&sort);
-    bson_destroy(&proj);
     return ret;
 }
 
@@ -1122,11 +1099,7 @@ static const shl_command_t find_commands[] = {
     {"count", {NULL}, cmd_count, 0, "count documents"},
     {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
     {"explain", {NULL}, cmd_explain, 0, "explain a find or count"},
-    {"aggregate",
-     {NULL},
-     cmd_aggregate,
-     SHL_CMD_IN_TXN,
-     "aggregation (match/sort/skip/limit/project/count for now)"},
+    {"aggregate", {NULL}, cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
 };
 
 void
