@@ -366,6 +366,9 @@ shl_storage_wait_durable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *s
     return journal_flush(eng, st);
 }
 
+/* Queued table drops that trigger an early checkpoint (each holds open files). */
+#define DROPS_CHECKPOINT_THRESHOLD 64
+
 /* ---------------------------------------------------------------------------------
  * Deferred drops and checkpoints
  * ------------------------------------------------------------------------------ */
@@ -373,7 +376,11 @@ shl_storage_wait_durable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *s
 void
 shl_engine_queue_drops(shl_storage_engine_t *eng, const shl_drop_ident_t *d, size_t n)
 {
+    bool wake;
+    size_t before;
+
     pthread_mutex_lock(&eng->drops_mu);
+    before = eng->ndrops;
     for (size_t i = 0; i < n; i++) {
         if (eng->ndrops == eng->capdrops) {
             eng->capdrops = eng->capdrops ? eng->capdrops * 2 : 8;
@@ -383,7 +390,17 @@ shl_engine_queue_drops(shl_storage_engine_t *eng, const shl_drop_ident_t *d, siz
         eng->drops[eng->ndrops].drop_ts = d[i].drop_ts;
         eng->ndrops++;
     }
+    /* Wake once per threshold crossed, not per drop: drops a checkpoint cannot
+     * remove yet (open cursors) must not make every later drop checkpoint. */
+    wake = before / DROPS_CHECKPOINT_THRESHOLD != eng->ndrops / DROPS_CHECKPOINT_THRESHOLD;
     pthread_mutex_unlock(&eng->drops_mu);
+    if (wake) {
+        /* Dropped tables keep their files open until a checkpoint covers the drop: with
+         * many of them waiting, checkpoint now rather than run out of descriptors. */
+        pthread_mutex_lock(&eng->bg_mu);
+        pthread_cond_broadcast(&eng->bg_cv);
+        pthread_mutex_unlock(&eng->bg_mu);
+    }
 }
 
 int
@@ -524,6 +541,17 @@ flusher_main(void *arg)
     return NULL;
 }
 
+/* Tables waiting for a checkpoint to be dropped (see shl_engine_queue_drops). */
+static size_t
+pending_drops(shl_storage_engine_t *eng)
+{
+    size_t n;
+    pthread_mutex_lock(&eng->drops_mu);
+    n = eng->ndrops;
+    pthread_mutex_unlock(&eng->drops_mu);
+    return n;
+}
+
 static void *
 checkpointer_main(void *arg)
 {
@@ -537,7 +565,8 @@ checkpointer_main(void *arg)
         int64_t delay =
             eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s : shl_opt_int(SHL_OPT_syncdelay);
         waited_ms += 1000;
-        if (delay <= 0 || waited_ms < delay * 1000) {
+        if (pending_drops(eng) < DROPS_CHECKPOINT_THRESHOLD &&
+            (delay <= 0 || waited_ms < delay * 1000)) {
             continue;
         }
         waited_ms = 0;

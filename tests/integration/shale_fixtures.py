@@ -3,6 +3,7 @@ folders, wait until they answer, and stop them by pid. Modelled on MongoDB's
 ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
 
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -42,11 +43,13 @@ class ShaleProcess:
     """One `shale` process (node or router). Start with start(); stop() sends
     SIGTERM and waits; kill() sends SIGKILL (a crash)."""
 
-    def __init__(self, args, dbpath=None, port=None, name="node", test_commands=True):
+    def __init__(self, args, dbpath=None, port=None, name="node", test_commands=True,
+                 nofile=None):
         self.port = port or free_port()
         # Test-only commands (configureFailPoint, ...) need enableTestCommands=1, which
         # is how every test starts a process unless it asks for a production one.
         self.test_commands = test_commands
+        self.nofile = nofile  # RLIMIT_NOFILE for the process, when given
         self.args = list(args)
         self.name = name
         self.own_dir = dbpath is None
@@ -73,7 +76,12 @@ class ShaleProcess:
         cmd += list(extra)
         self.cmdline = cmd
         self.log = open(self.logpath, "ab")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        preexec = None
+        if self.nofile is not None:
+            def preexec():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=preexec)
         if wait:
             self.wait_ready()
         return self

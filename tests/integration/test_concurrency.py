@@ -141,3 +141,18 @@ def test_concurrent_readers_see_consistent_snapshots(node, readers):
     for t in bumpers:
         t.join()
     assert errors == [] and bump_errors == []
+
+
+def test_create_drop_churn_does_not_exhaust_descriptors(shale_process):
+    """Dropped tables keep their files until a checkpoint covers the drop; a burst of
+    drops must bring that checkpoint forward instead of running out of descriptors
+    (WiredTiger panics when it cannot open a file). With 256 descriptors and the default
+    60 s checkpoint interval, 400 create/drop cycles (two tables each) would not fit."""
+    node = shale_process(["node", "--replSet", "rs0"], name="churn", nofile=256)
+    c = node.client()
+    for i in range(400):
+        c.test["t%d" % i].insert_one({"_id": i})
+        c.test.drop_collection("t%d" % i)
+    c.test.survivor.insert_one({"_id": 1})
+    assert c.test.list_collection_names() == ["survivor"]
+    assert c.admin.command("ping")["ok"] == 1.0
