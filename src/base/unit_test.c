@@ -70,8 +70,8 @@ shl_test_bson_eq(const bson_t *doc, const char *json, char **doc_json, char **wa
 {
     bson_t *want = shl_test_bson(json);
     bool eq;
-    *doc_json = bson_as_relaxed_extended_json(doc, NULL);
-    *want_json = bson_as_relaxed_extended_json(want, NULL);
+    *doc_json = bson_as_canonical_extended_json(doc, NULL);
+    *want_json = bson_as_canonical_extended_json(want, NULL);
     eq = strcmp(*doc_json, *want_json) == 0;
     bson_destroy(want);
     return eq;

@@ -18,7 +18,10 @@ void shl_test_register(const char *name, shl_test_fn fn);
 void shl_test_fail_here(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* shl_test_bson_eq -- true if 'doc' equals the relaxed-JSON 'json' ('' as ", order kept). */
+/*
+ * shl_test_bson_eq -- true if 'doc' equals 'json' (' as ", field order kept) including each
+ * value's BSON type: 1 is an int32, 1.0 a double, {'$numberLong': '1'} an int64.
+ */
 bool shl_test_bson_eq(const bson_t *doc, const char *json, char **doc_json, char **want_json);
 
 #define SHL_TEST(name)                                                                             \
