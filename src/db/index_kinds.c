@@ -24,6 +24,17 @@ typedef struct hashed_state {
     bool sparse;
 } hashed_state_t;
 
+/*
+ * Both wrapping generators (hashed, partial) keep the generator they wrap as the first
+ * field of their state; a duplicate key is reported as the wrapped generator reports it.
+ */
+static void
+wrapped_dup_key_value(const shl_keygen_t *kg, const bson_t *doc, bson_t *out)
+{
+    const shl_keygen_t *inner = *(shl_keygen_t *const *)kg->state;
+    inner->dup_key_value(inner, doc, out);
+}
+
 /* Whether any value exists at dotted 'path' (arrays traversed). */
 static bool
 path_present(const bson_t *doc, const char *path)
@@ -187,13 +198,6 @@ done:
 }
 
 static void
-hashed_dup_key_value(const shl_keygen_t *kg, const bson_t *doc, bson_t *out)
-{
-    const hashed_state_t *s = kg->state;
-    s->inner->dup_key_value(s->inner, doc, out);
-}
-
-static void
 hashed_destroy(shl_keygen_t *kg)
 {
     hashed_state_t *s;
@@ -218,7 +222,7 @@ hashed_destroy(shl_keygen_t *kg)
 /* ---------------------------------------------------------------- partial */
 
 typedef struct partial_state {
-    shl_keygen_t *inner;
+    shl_keygen_t *inner; /* first: see wrapped_dup_key_value */
     shl_matcher_t *filter;
 } partial_state_t;
 
@@ -230,13 +234,6 @@ partial_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_s
         return 0;
     }
     return s->inner->gen(s->inner, doc, keys, st);
-}
-
-static void
-partial_dup_key_value(const shl_keygen_t *kg, const bson_t *doc, bson_t *out)
-{
-    const partial_state_t *s = kg->state;
-    s->inner->dup_key_value(s->inner, doc, out);
 }
 
 static void
@@ -326,7 +323,7 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
         nothers = 0;
         wrap = bson_malloc0(sizeof(*wrap));
         wrap->gen = hashed_gen;
-        wrap->dup_key_value = hashed_dup_key_value;
+        wrap->dup_key_value = wrapped_dup_key_value;
         wrap->destroy = hashed_destroy;
         wrap->state = hs;
         kg = wrap;
@@ -339,7 +336,7 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
         kg = NULL;
         wrap = bson_malloc0(sizeof(*wrap));
         wrap->gen = partial_gen;
-        wrap->dup_key_value = partial_dup_key_value;
+        wrap->dup_key_value = wrapped_dup_key_value;
         wrap->destroy = partial_destroy;
         wrap->state = ps;
         ps = NULL;
