@@ -289,6 +289,20 @@ done:
 
 /* ---- building and sending ---- */
 
+/*
+ * Move a fan-out result: a bson_t must never be copied by assignment (a heap-allocated one
+ * points into its own struct), so the reply is stolen. 'src' is left empty but initialised.
+ */
+static void
+move_result(shl_fanout_result_t *dst, shl_fanout_result_t *src)
+{
+    dst->code = src->code;
+    dst->status = src->status;
+    dst->micros = src->micros;
+    bson_steal(&dst->reply, &src->reply);
+    bson_init(&src->reply);
+}
+
 void
 shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
 {
@@ -372,7 +386,7 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
         for (size_t k = 0; k < nf; k++) {
             shl_fanout_result_t *dst = &results[map[k]];
             bson_destroy(&dst->reply);
-            *dst = fres[k]; /* moves the reply */
+            move_result(dst, &fres[k]);
         }
     }
     bson_free(fres);
@@ -477,7 +491,7 @@ shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson
             *results = bson_malloc0((targets.n + 1) * sizeof(**results));
             for (size_t i = 0; i < targets.n; i++) {
                 snprintf((*results)[i].shard, sizeof((*results)[i].shard), "%s", targets.names[i]);
-                (*results)[i].res = fres[i];
+                move_result(&(*results)[i].res, &fres[i]);
             }
             *nresults = targets.n;
             bson_free(fres);
