@@ -721,6 +721,7 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
     char k[16];
     const char *kp;
 
+    BSON_APPEND_UTF8(reply, "explainVersion", "1");
     BSON_APPEND_DOCUMENT_BEGIN(reply, "queryPlanner", &qp);
     BSON_APPEND_INT32(&qp, "mongosPlannerVersion", 1);
     BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);

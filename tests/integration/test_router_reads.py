@@ -14,7 +14,7 @@ import pytest
 from bson import Binary, Int64, MaxKey, MinKey, ObjectId, Timestamp
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import ShaleProcess
+from shale_fixtures import ShaleProcess, wait_until
 
 COLL_TS = Timestamp(1700000000, 1)
 
@@ -219,6 +219,24 @@ def test_kill_cursors_kills_remote_cursors(cluster):
     with pytest.raises(OperationFailure) as e:
         db.command("getMore", cid, collection="c")
     assert e.value.code == 43
+
+
+def test_idle_router_cursor_times_out(cluster):
+    admin, db = cluster.rc.admin, cluster.rc.test
+    old = admin.command("getParameter", 1, cursorTimeoutMillis=1)["cursorTimeoutMillis"]
+    base = cluster.shard_open_cursors()
+    admin.command("setParameter", 1, cursorTimeoutMillis=300)
+    try:
+        cid = db.command("find", "c", sort={"x": 1}, batchSize=2)["cursor"]["id"]
+        assert cluster.shard_open_cursors() == base + 2
+        # The reaper (every 4 s) kills the router cursor and its shard cursors.
+        wait_until(lambda: cluster.shard_open_cursors() == base, timeout=15,
+                   what="the idle cursor to be reaped")
+        with pytest.raises(OperationFailure) as e:
+            db.command("getMore", cid, collection="c")
+        assert e.value.code == 43
+    finally:
+        admin.command("setParameter", 1, cursorTimeoutMillis=old)
 
 
 def test_limit_reached_closes_remote_cursors(cluster):
