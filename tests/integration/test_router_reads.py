@@ -162,6 +162,11 @@ def test_find_unsorted_projection_and_limit(cluster):
     assert len(got) == 25
     assert len({d["_id"] for d in got}) == 25
     assert len(list(cluster.rc.test.c.find({}).skip(170))) == 10
+    # {$natural: 1} is each shard's own order: nothing to merge on, nothing lost.
+    assert len(list(cluster.rc.test.c.find({}, {"x": 1}).sort("$natural", 1))) == 180
+    # A filter that targets no chunk reaches no shard.
+    assert list(cluster.rc.test.c.find({"x": {"$in": []}})) == []
+    assert cluster.rc.test.c.count_documents({"x": {"$in": []}}) == 0
 
 
 def test_find_batches_and_get_more(cluster):
