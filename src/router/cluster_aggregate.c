@@ -535,7 +535,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         append_agg_explain(op, &p, results, nresults, reply);
         goto done;
     }
-    SHL_ERR(router_cursor_from_results(r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {

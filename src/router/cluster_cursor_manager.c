@@ -36,6 +36,22 @@ shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db, cons
     return c;
 }
 
+void
+shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op)
+{
+    if (!op->has_lsid) {
+        return;
+    }
+    c->session = bson_new();
+    BSON_APPEND_DOCUMENT(c->session, "lsid", &op->lsid);
+    if (op->has_txn_number) {
+        BSON_APPEND_INT64(c->session, "txnNumber", op->txn_number);
+    }
+    if (op->has_autocommit) {
+        BSON_APPEND_BOOL(c->session, "autocommit", op->autocommit);
+    }
+}
+
 /* Replace the remote's batch with the array at 'key' of the reply's cursor document. */
 static int
 take_batch(shl_router_remote_t *rem, const bson_t *reply, const char *key, shl_status_t *st)
@@ -149,6 +165,9 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         built++;
         BSON_APPEND_INT64(&cmds[i], "getMore", rem->cursor_id);
         BSON_APPEND_UTF8(&cmds[i], "collection", c->coll);
+        if (c->session != NULL) {
+            bson_concat(&cmds[i], c->session);
+        }
         reqs[i].host = hosts[i];
         reqs[i].db = c->db;
         reqs[i].cmd = &cmds[i];
@@ -450,6 +469,9 @@ kill_remotes(shl_router_cursor_t *c)
         BSON_APPEND_ARRAY_BEGIN(&cmds[n], "cursors", &ids);
         BSON_APPEND_INT64(&ids, "0", rem->cursor_id);
         bson_append_array_end(&cmds[n], &ids);
+        if (c->session != NULL) {
+            bson_concat(&cmds[n], c->session);
+        }
         reqs[n].host = hosts[n];
         reqs[n].db = c->db;
         reqs[n].cmd = &cmds[n];
@@ -495,6 +517,9 @@ cursor_free(shl_router_cursor_t *c)
     bson_destroy(&c->fixed);
     if (c->vars != NULL) {
         bson_destroy(c->vars);
+    }
+    if (c->session != NULL) {
+        bson_destroy(c->session);
     }
     bson_free(c);
 }

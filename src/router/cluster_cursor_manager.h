@@ -62,8 +62,9 @@ typedef struct shl_router_cursor {
     /* Aggregate: the merge part (first half, fix-up, second half), pulling from the merge. */
     shl_pipeline_t *merge_a, *merge_b;
     shl_router_avg_fixup_t fixup;
-    bson_t fixed; /* the last fixed-up document */
-    bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
+    bson_t fixed;    /* the last fixed-up document */
+    bson_t *vars;    /* the command's `let`, owned (the pipelines borrow it) */
+    bson_t *session; /* lsid/txnNumber/autocommit sent with getMore and killCursors, or NULL */
 
     bson_t *stash;    /* an output document that did not fit the last batch */
     bson_t projected; /* the last projected document */
@@ -85,6 +86,13 @@ typedef struct shl_router_cursor {
  */
 shl_router_cursor_t *shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db,
                                            const char *coll);
+
+/*
+ * shl_router_cursor_set_session --
+ *     Remember the operation's session fields (lsid, txnNumber, autocommit) so the cursor's
+ *     getMores and killCursors to the shards run in the session the cursors were opened in.
+ */
+void shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op);
 
 /*
  * shl_router_cursor_add_remote --

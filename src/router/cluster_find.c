@@ -82,14 +82,15 @@ router_shard_host(shl_router_t *r, const char *name, char *out, size_t n)
 }
 
 int
-router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, const char *coll,
-                           shl_router_shard_result_t *results, size_t n, shl_router_cursor_t **out,
-                           shl_status_t *st)
+router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
+                           const char *coll, shl_router_shard_result_t *results, size_t n,
+                           shl_router_cursor_t **out, shl_status_t *st)
 {
     shl_router_cursor_t *c = shl_router_cursor_new(r, ns, db, coll);
     int ret = 0;
 
     *out = NULL;
+    shl_router_cursor_set_session(c, op);
     for (size_t i = 0; i < n; i++) {
         shl_status_t ignored = SHL_STATUS_INIT;
         if (results[i].res.code != 0) {
@@ -153,6 +154,7 @@ router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, cons
     bson_destroy(&res);
     SHL_ERR(router_run_on_config(op, db, cmd, &res, st));
     c = shl_router_cursor_new(shl_router_get(op), ns, db, coll);
+    shl_router_cursor_set_session(c, op);
     SHL_ERR(shl_router_cursor_add_remote(c, NULL, &res, st));
     ret = router_reply_cursor(op, c, batch_size, zero_batch, false, reply, st);
     c = NULL;
@@ -310,7 +312,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         goto done;
     }
     SHL_ERR(ret);
-    SHL_ERR(router_cursor_from_results(r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
     c->sort = sort;
     sort = NULL;
     c->proj = proj;

@@ -37,8 +37,8 @@ int router_run_on_config(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bs
  *     A router cursor over the cursor replies of a scatter. Returns the first shard error
  *     (after killing the remote cursors that did open); *out is NULL then.
  */
-int router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, const char *coll,
-                               shl_router_shard_result_t *results, size_t n,
+int router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
+                               const char *coll, shl_router_shard_result_t *results, size_t n,
                                shl_router_cursor_t **out, shl_status_t *st);
 
 /*
