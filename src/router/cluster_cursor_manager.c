@@ -179,6 +179,15 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         if (res[i].code != 0) {
             /* A failed getMore ends that remote cursor. */
             rem->cursor_id = 0;
+            if (c->allow_partial && shl_router_partial_ok(res[i].code)) {
+                c->partial = true;
+                if (rem->batch != NULL) {
+                    bson_destroy(rem->batch);
+                    rem->batch = NULL;
+                }
+                rem->has_head = false;
+                continue;
+            }
             if (ret == 0) {
                 *st = res[i].status;
                 ret = res[i].code;
@@ -535,7 +544,8 @@ shl_router_cursor_destroy(shl_router_cursor_t *c)
 }
 
 void
-shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr)
+shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr,
+                        bool partial)
 {
     bson_t cur;
 
@@ -543,7 +553,19 @@ shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, c
     BSON_APPEND_ARRAY(&cur, first ? "firstBatch" : "nextBatch", arr);
     BSON_APPEND_INT64(&cur, "id", id);
     BSON_APPEND_UTF8(&cur, "ns", ns);
+    if (partial) {
+        BSON_APPEND_BOOL(&cur, "partialResultsReturned", true);
+    }
     bson_append_document_end(reply, &cur);
+}
+
+bool
+shl_router_partial_ok(int code)
+{
+    return code == SHL_CODE_SHARD_NOT_FOUND ||
+           shl_code_in_category(code, SHL_CAT_NETWORK_ERROR | SHL_CAT_NETWORK_TIMEOUT_ERROR |
+                                          SHL_CAT_RETRIABLE_ERROR |
+                                          SHL_CAT_EXCEEDED_TIME_LIMIT_ERROR);
 }
 
 /* ---------------------------------------------------------------- manager */

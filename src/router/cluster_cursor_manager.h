@@ -70,6 +70,8 @@ typedef struct shl_router_cursor {
     bson_t projected; /* the last projected document */
     shl_op_ctx_t *op; /* the operation using the cursor (set while pinned) */
     bool no_timeout;
+    bool allow_partial; /* allowPartialResults: an unreachable shard ends its remote only */
+    bool partial;       /* a remote was dropped that way: partialResultsReturned */
 
     /* Guarded by the manager's lock. */
     bool pinned;
@@ -136,9 +138,14 @@ int shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64
  */
 void shl_router_cursor_destroy(shl_router_cursor_t *c);
 
-/* shl_router_cursor_reply -- append cursor: {firstBatch|nextBatch: arr, id, ns}. */
+/* shl_router_cursor_reply -- append cursor: {firstBatch|nextBatch: arr, id, ns} and, when
+ * 'partial', partialResultsReturned: true. */
 void shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first,
-                             const bson_t *arr);
+                             const bson_t *arr, bool partial);
+
+/* shl_router_partial_ok -- whether allowPartialResults lets a shard's error 'code' be
+ * skipped (network errors, timeouts, retriable errors, as mongos). */
+bool shl_router_partial_ok(int code);
 
 typedef struct shl_router_cursor_manager shl_router_cursor_manager_t;
 

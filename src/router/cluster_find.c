@@ -84,16 +84,21 @@ router_shard_host(shl_router_t *r, const char *name, char *out, size_t n)
 int
 router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
                            const char *coll, shl_router_shard_result_t *results, size_t n,
-                           shl_router_cursor_t **out, shl_status_t *st)
+                           bool allow_partial, shl_router_cursor_t **out, shl_status_t *st)
 {
     shl_router_cursor_t *c = shl_router_cursor_new(r, ns, db, coll);
     int ret = 0;
 
     *out = NULL;
     shl_router_cursor_set_session(c, op);
+    c->allow_partial = allow_partial;
     for (size_t i = 0; i < n; i++) {
         shl_status_t ignored = SHL_STATUS_INIT;
         if (results[i].res.code != 0) {
+            if (allow_partial && shl_router_partial_ok(results[i].res.code)) {
+                c->partial = true;
+                continue;
+            }
             if (ret == 0) {
                 ret = results[i].res.code;
                 *st = results[i].res.status;
@@ -120,7 +125,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
 {
     shl_router_t *r = shl_router_get(op);
     bson_t arr = BSON_INITIALIZER;
-    bool exhausted = false;
+    bool exhausted = false, partial;
     int64_t id = 0;
     char ns[SHL_NS_MAX + 1];
     int ret = 0;
@@ -129,13 +134,14 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     if (!zero_batch) {
         SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, true, &arr, &exhausted, st));
     }
+    partial = c->partial;
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
-    shl_router_cursor_reply(reply, ns, id, true, &arr);
+    shl_router_cursor_reply(reply, ns, id, true, &arr, partial);
 done:
     shl_router_cursor_destroy(c);
     bson_destroy(&arr);
@@ -211,7 +217,7 @@ typedef struct find_args {
     bson_t filter, sort, projection;
     bool has_filter, has_sort, has_projection;
     int64_t skip, limit, batch_size;
-    bool has_batch_size, single_batch, no_cursor_timeout;
+    bool has_batch_size, single_batch, no_cursor_timeout, allow_partial;
     bool sorted; /* a non-empty sort */
 } find_args_t;
 
@@ -231,6 +237,7 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
     a->sorted = a->has_sort && !bson_empty(&a->sort);
     if (a->sorted) {
         /* {$natural: 1} is an order each shard applies itself: nothing to merge on. */
@@ -307,12 +314,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty result, as MongoDB gives. */
         bson_t empty = BSON_INITIALIZER;
-        shl_router_cursor_reply(reply, ns.full, 0, true, &empty);
+        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
         ret = 0;
         goto done;
     }
     SHL_ERR(ret);
-    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
+                                       a.allow_partial, &c, st));
     c->sort = sort;
     sort = NULL;
     c->proj = proj;
@@ -381,7 +389,7 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
     failed = false;
-    shl_router_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr);
+    shl_router_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial);
 done:
     if (c != NULL) {
         /* An error ends the cursor, as in MongoDB. */

@@ -34,12 +34,13 @@ int router_run_on_config(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bs
 
 /*
  * router_cursor_from_results --
- *     A router cursor over the cursor replies of a scatter. Returns the first shard error
+ *     A router cursor over the cursor replies of a scatter. With 'allow_partial' a shard's
+ *     network-like error only drops that shard (partialResultsReturned). Returns the first error
  *     (after killing the remote cursors that did open); *out is NULL then.
  */
 int router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
                                const char *coll, shl_router_shard_result_t *results, size_t n,
-                               shl_router_cursor_t **out, shl_status_t *st);
+                               bool allow_partial, shl_router_cursor_t **out, shl_status_t *st);
 
 /*
  * router_reply_cursor --

@@ -477,3 +477,22 @@ def test_config_reads_go_to_the_config_server(cluster):
     assert len(r["cursor"]["firstBatch"]) == 1
     r = conf.command("getMore", r["cursor"]["id"], collection="chunks")
     assert len(r["cursor"]["nextBatch"]) == 2 and r["cursor"]["id"] == 0
+
+
+# ---------------------------------------------------------------- last: a shard goes away
+
+
+def test_allow_partial_results_when_a_shard_is_down(cluster):
+    db = cluster.rc.test
+    # Warm the router's connections, then lose shard1 (it holds x in [0, 50)).
+    assert len(list(db.c.find({}))) == 180
+    cluster.shards["shard1"].kill()
+    with pytest.raises(OperationFailure):
+        list(db.c.find({}))
+    r = db.command("find", "c", filter={}, sort={"x": 1}, allowPartialResults=True,
+                   batchSize=1000)
+    xs = [d["x"] for d in r["cursor"]["firstBatch"]]
+    assert xs == [x for x in range(-60, 120) if not 0 <= x < 50]
+    assert r["cursor"]["partialResultsReturned"] is True
+    got = list(db.c.find({"x": {"$gte": 100}}, allow_partial_results=True))
+    assert len(got) == 20  # targeted to shard0 only: nothing is missing
