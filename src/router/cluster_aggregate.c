@@ -374,6 +374,40 @@ done:
     return ret;
 }
 
+/* The merger part as one array: merge_a then merge_b. */
+static void
+merger_part(const agg_plan_t *p, bson_t *out)
+{
+    uint32_t nm = 0;
+    bson_iter_t it;
+    const bson_t *parts[2] = {&p->merge_a, &p->merge_b};
+
+    bson_init(out);
+    for (size_t k = 0; k < 2; k++) {
+        bson_iter_init(&it, parts[k]);
+        while (bson_iter_next(&it)) {
+            char key[16];
+            const char *kp;
+            bson_uint32_to_string(nm++, &kp, key, sizeof(key));
+            bson_append_value(out, kp, -1, bson_iter_value(&it));
+        }
+    }
+}
+
+void
+router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger, bool *split)
+{
+    agg_plan_t p;
+
+    memset(&p, 0, sizeof(p));
+    bson_init_static(&p.pipeline, bson_get_data(pipeline), pipeline->len);
+    split_pipeline(&p);
+    bson_copy_to(&p.shards_part, shards_part);
+    merger_part(&p, merger);
+    *split = p.split;
+    plan_cleanup(&p);
+}
+
 /* mongos's aggregate explain: splitPipeline and the shards' own explain output. */
 static void
 append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_result_t *results,
@@ -386,25 +420,10 @@ append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_resul
     if (p->single) {
         BSON_APPEND_NULL(reply, "splitPipeline");
     } else {
-        bson_t merger = BSON_INITIALIZER;
-        uint32_t nm = 0;
-        bson_iter_t it;
+        bson_t merger;
         BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
         BSON_APPEND_ARRAY(&sp, "shardsPart", &p->shards_part);
-        bson_iter_init(&it, &p->merge_a);
-        while (bson_iter_next(&it)) {
-            char k[16];
-            const char *kp;
-            bson_uint32_to_string(nm++, &kp, k, sizeof(k));
-            bson_append_value(&merger, kp, -1, bson_iter_value(&it));
-        }
-        bson_iter_init(&it, &p->merge_b);
-        while (bson_iter_next(&it)) {
-            char k[16];
-            const char *kp;
-            bson_uint32_to_string(nm++, &kp, k, sizeof(k));
-            bson_append_value(&merger, kp, -1, bson_iter_value(&it));
-        }
+        merger_part(p, &merger);
         BSON_APPEND_ARRAY(&sp, "mergerPart", &merger);
         bson_destroy(&merger);
         bson_append_document_end(reply, &sp);

@@ -60,6 +60,16 @@ int router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, 
                               const bson_t *cmd, int64_t batch_size, bool zero_batch, bson_t *reply,
                               shl_status_t *st);
 
+/*
+ * router_agg_split --
+ *     How the router splits 'pipeline' (a BSON array) when it reaches several shards: the
+ *     shards part and the merger part, as explain's splitPipeline shows them (*split false:
+ *     every stage runs on the shards and the router only concatenates). Both arrays are
+ *     initialised by the callee; the caller destroys them. Pure; for tests and explain.
+ */
+void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger_part,
+                      bool *split);
+
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
