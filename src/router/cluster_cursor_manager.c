@@ -165,6 +165,9 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         built++;
         BSON_APPEND_INT64(&cmds[i], "getMore", rem->cursor_id);
         BSON_APPEND_UTF8(&cmds[i], "collection", c->coll);
+        if (c->fetch_batch > 0) {
+            BSON_APPEND_INT64(&cmds[i], "batchSize", c->fetch_batch);
+        }
         if (c->session != NULL) {
             bson_concat(&cmds[i], c->session);
         }
@@ -406,6 +409,12 @@ shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t b
 
     c->op = op;
     *exhausted = false;
+    /* A find asks the shards for what the user asked (plus what is still to be skipped), as
+     * mongos does; a merge pipeline takes the shards' default batches. */
+    c->fetch_batch = 0;
+    if (c->merge_a == NULL && batch_size > 0 && batch_size < INT32_MAX - c->skip) {
+        c->fetch_batch = batch_size + c->skip;
+    }
     if (batch_size <= 0) {
         batch_size = first ? SHL_ROUTER_CURSOR_FIRST_BATCH : INT64_MAX;
     }

@@ -70,8 +70,9 @@ typedef struct shl_router_cursor {
     bson_t projected; /* the last projected document */
     shl_op_ctx_t *op; /* the operation using the cursor (set while pinned) */
     bool no_timeout;
-    bool allow_partial; /* allowPartialResults: an unreachable shard ends its remote only */
-    bool partial;       /* a remote was dropped that way: partialResultsReturned */
+    bool allow_partial;  /* allowPartialResults: an unreachable shard ends its remote only */
+    int64_t fetch_batch; /* batchSize of the getMores to the shards; 0: theirs (16 MiB) */
+    bool partial;        /* a remote was dropped that way: partialResultsReturned */
 
     /* Guarded by the manager's lock. */
     bool pinned;
