@@ -471,10 +471,11 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         if (router_is_config_db(op->db)) {
-            bson_t res = BSON_INITIALIZER;
-            bson_destroy(&res);
+            /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
+            char agg_ns[SHL_NS_MAX + 1];
+            snprintf(agg_ns, sizeof(agg_ns), "%s.$cmd.aggregate", op->db);
             SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
-            ret = router_config_cursor_read(op, op->db, op->db, "$cmd.aggregate", cmd, batch_size,
+            ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
                                             zero_batch, reply, st);
             goto done;
         }
