@@ -722,17 +722,19 @@ doc_sub(const bson_t *doc, const char *field, bson_t *out)
 }
 
 /*
- * mongos's explain: queryPlanner.winningPlan {stage, shards: [per-shard planner output]}
- * and, with execution stats, the same shape summed over the shards.
+ * mongos's explain: queryPlanner.winningPlan {stage, shards: [each shard's planner output]}
+ * and, with execution stats, totals over the shards (nReturned after the router's skip and
+ * limit when several shards answered), the root stage and each shard's own stats.
  */
 static void
 append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_result_t *results,
-                       size_t n, bool exec_stats, int64_t millis, const bson_t *inner,
-                       bson_t *reply)
+                       size_t n, bool exec_stats, int64_t millis, int64_t skip, int64_t limit,
+                       const bson_t *inner, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t qp, wp, shards, es, stages, si;
-    int64_t nret = 0, keys = 0, docs = 0, child_ms = 0;
+    bson_t qp, wp, shards, es, stages, si, sub, all;
+    int64_t nret = 0, keys = 0, docs = 0, child_ms = 0, counted = 0;
+    bool has_counted = false, has_all = false;
     char k[16];
     const char *kp;
 
@@ -743,11 +745,15 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
     BSON_APPEND_UTF8(&wp, "stage", stage);
     BSON_APPEND_ARRAY_BEGIN(&wp, "shards", &shards);
     for (size_t i = 0; i < n; i++) {
-        bson_t sh, sub;
+        bson_t sh;
+        bson_iter_t it;
         char host[SHL_CLIENT_HOST_MAX];
         router_shard_host(r, results[i].shard, host, sizeof(host));
         bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
         BSON_APPEND_DOCUMENT_BEGIN(&shards, kp, &sh);
+        if (bson_iter_init_find(&it, &results[i].res.reply, "explainVersion")) {
+            bson_append_iter(&sh, NULL, 0, &it);
+        }
         BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
         BSON_APPEND_UTF8(&sh, "connectionString", host);
         if (doc_sub(&results[i].res.reply, "serverInfo", &sub)) {
@@ -764,12 +770,27 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
 
     if (exec_stats) {
         for (size_t i = 0; i < n; i++) {
-            bson_t sub;
-            if (doc_sub(&results[i].res.reply, "executionStats", &sub)) {
-                nret += doc_int(&sub, "nReturned");
-                keys += doc_int(&sub, "totalKeysExamined");
-                docs += doc_int(&sub, "totalDocsExamined");
-                child_ms += doc_int(&sub, "executionTimeMillis");
+            bson_t ex;
+            if (!doc_sub(&results[i].res.reply, "executionStats", &sub)) {
+                continue;
+            }
+            nret += doc_int(&sub, "nReturned");
+            keys += doc_int(&sub, "totalKeysExamined");
+            docs += doc_int(&sub, "totalDocsExamined");
+            child_ms += doc_int(&sub, "executionTimeMillis");
+            has_all = has_all || bson_has_field(&sub, "allPlansExecution");
+            if (doc_sub(&sub, "executionStages", &ex) && bson_has_field(&ex, "nCounted")) {
+                counted += doc_int(&ex, "nCounted");
+                has_counted = true;
+            }
+        }
+        if (n > 1) {
+            /* What the router returns after its own skip and limit. */
+            nret = nret > skip ? nret - skip : 0;
+            counted = counted > skip ? counted - skip : 0;
+            if (limit > 0) {
+                nret = nret < limit ? nret : limit;
+                counted = counted < limit ? counted : limit;
             }
         }
         BSON_APPEND_DOCUMENT_BEGIN(reply, "executionStats", &es);
@@ -780,30 +801,48 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
         BSON_APPEND_DOCUMENT_BEGIN(&es, "executionStages", &stages);
         BSON_APPEND_UTF8(&stages, "stage", stage);
         BSON_APPEND_INT64(&stages, "nReturned", nret);
+        if (has_counted) {
+            BSON_APPEND_INT64(&stages, "nCounted", counted);
+        }
+        if (n > 1 && limit > 0) {
+            BSON_APPEND_INT64(&stages, "limitAmount", limit);
+        }
+        if (n > 1 && skip > 0) {
+            BSON_APPEND_INT64(&stages, "skipAmount", skip);
+        }
         BSON_APPEND_INT64(&stages, "executionTimeMillis", millis);
         BSON_APPEND_INT64(&stages, "totalKeysExamined", keys);
         BSON_APPEND_INT64(&stages, "totalDocsExamined", docs);
         BSON_APPEND_INT64(&stages, "totalChildMillis", child_ms);
         BSON_APPEND_ARRAY_BEGIN(&stages, "shards", &shards);
         for (size_t i = 0; i < n; i++) {
-            bson_t sh, sub, ex;
+            bson_t sh;
             bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
             BSON_APPEND_DOCUMENT_BEGIN(&shards, kp, &sh);
             BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
-            BSON_APPEND_BOOL(&sh, "executionSuccess", true);
             if (doc_sub(&results[i].res.reply, "executionStats", &sub)) {
-                BSON_APPEND_INT64(&sh, "nReturned", doc_int(&sub, "nReturned"));
-                BSON_APPEND_INT64(&sh, "executionTimeMillis", doc_int(&sub, "executionTimeMillis"));
-                BSON_APPEND_INT64(&sh, "totalKeysExamined", doc_int(&sub, "totalKeysExamined"));
-                BSON_APPEND_INT64(&sh, "totalDocsExamined", doc_int(&sub, "totalDocsExamined"));
-                if (doc_sub(&sub, "executionStages", &ex)) {
-                    BSON_APPEND_DOCUMENT(&sh, "executionStages", &ex);
-                }
+                bson_concat(&sh, &sub);
             }
             bson_append_document_end(&shards, &sh);
         }
         bson_append_array_end(&stages, &shards);
         bson_append_document_end(&es, &stages);
+        if (has_all) {
+            BSON_APPEND_ARRAY_BEGIN(&es, "allPlansExecution", &all);
+            for (size_t i = 0; i < n; i++) {
+                bson_t sh;
+                bson_iter_t it;
+                bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+                BSON_APPEND_DOCUMENT_BEGIN(&all, kp, &sh);
+                BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
+                if (doc_sub(&results[i].res.reply, "executionStats", &sub) &&
+                    bson_iter_init_find(&it, &sub, "allPlansExecution")) {
+                    bson_append_value(&sh, "allPlans", -1, bson_iter_value(&it));
+                }
+                bson_append_document_end(&all, &sh);
+            }
+            bson_append_array_end(&es, &all);
+        }
         bson_append_document_end(reply, &es);
     }
     BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &si);
@@ -885,7 +924,9 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     stage = nresults == 1 ? "SINGLE_SHARD"
                           : (!e.is_count && e.find.sorted ? "SHARD_MERGE_SORT" : "SHARD_MERGE");
     append_cluster_explain(op, stage, results, nresults, strcmp(e.verbosity, "queryPlanner") != 0,
-                           (shl_clock_mono_us() - t0) / 1000, &inner, reply);
+                           (shl_clock_mono_us() - t0) / 1000,
+                           e.is_count ? e.count.skip : e.find.skip,
+                           e.is_count ? e.count.limit : e.find.limit, &inner, reply);
 done:
     bson_destroy(&agg);
     shl_router_scatter_results_free(results, nresults);

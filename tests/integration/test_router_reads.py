@@ -298,6 +298,14 @@ def test_targeted_find_reaches_one_shard(cluster):
     e = _explain_find(db, {}, sort={"x": 1})
     assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE_SORT"
     assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 2
+    # Totals are what the router returns: after its skip and limit.
+    e = _explain_find(db, {}, sort={"x": 1}, skip=3, limit=5)
+    stats = e["executionStats"]
+    assert stats["nReturned"] == 5
+    assert stats["executionStages"]["limitAmount"] == 5
+    assert stats["executionStages"]["skipAmount"] == 3
+    assert sum(s["nReturned"] for s in stats["executionStages"]["shards"]) == 16
+    assert stats["totalDocsExamined"] == 180
 
     e = db.command("explain", {"count": "c", "query": {"x": 3}})
     assert e["queryPlanner"]["winningPlan"]["stage"] == "SINGLE_SHARD"
