@@ -15,6 +15,7 @@
 #include "base/namespace.h"
 #include "base/status.h"
 #include "db/cursor_manager.h"
+#include "db/sharding_hooks.h"
 #include "net/command.h"
 #include "net/op_context.h"
 #include "net/write_concern.h"
@@ -39,6 +40,9 @@ typedef struct db_node {
     bool ttl_started;
     int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
     int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
+
+    /* Installed by the shard role before serving (sharding_hooks.h); zero otherwise. */
+    shl_db_sharding_hooks_t sharding;
 } db_node_t;
 
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */

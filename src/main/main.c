@@ -14,6 +14,7 @@
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
+#include "shard/shard.h"
 
 static void
 usage(FILE *out)
@@ -77,6 +78,11 @@ run_node(int argc, char **argv)
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
     if (shl_node_init(&svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615614, "sharding start-up failed", "error", BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
