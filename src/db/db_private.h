@@ -77,6 +77,14 @@ uint64_t db_op_take_write_ts(void);
  */
 int db_ns_from_cmd(const shl_op_ctx_t *op, const bson_t *cmd, shl_ns_t *ns, shl_status_t *st);
 
+/*
+ * db_sharding_check_no_filter --
+ *     shl_db_sharding_check for commands that do not filter (writes, DDL): the version
+ *     check only. Errors: StaleConfig, StaleDbVersion, a failed refresh's.
+ */
+int db_sharding_check_no_filter(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                                shl_status_t *st);
+
 /* db_ns_is_oplog -- "local.oplog.rs". */
 bool db_ns_is_oplog(const char *ns);
 

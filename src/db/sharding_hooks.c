@@ -59,3 +59,14 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
     }
     return node->sharding.check(node->sharding.arg, op, ns, access, filter, st);
 }
+
+int
+db_sharding_check_no_filter(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                            shl_status_t *st)
+{
+    shl_db_orphan_filter_t *f = NULL;
+    int ret = shl_db_sharding_check(op, ns, access, &f, st);
+
+    shl_db_orphan_filter_release(f);
+    return ret;
+}
