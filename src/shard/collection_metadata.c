@@ -343,7 +343,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
             SHL_ERR(stale_config(ns, &received, m, st));
         }
     }
-    if (access == SHL_DB_SHARD_READ && m->rt != NULL) {
+    if (access != SHL_DB_SHARD_DDL && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }
 done:

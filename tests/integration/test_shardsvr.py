@@ -208,6 +208,11 @@ def test_stale_versions(cluster):
     assert code == 13388 and info["vWanted"] == cluster.sv(2, 0)
     assert db.c.find_one({"x": 1}) == {"_id": 1, "x": 1}
 
+    # Now that every chunk is here, a versioned multi-update touches every document.
+    r = db.command("update", "c", updates=[{"q": {}, "u": {"$set": {"z": 1}}, "multi": True}],
+                   shardVersion=cluster.sv(2, 0))
+    assert r["nModified"] == 10
+
     # Versioned writes with the current version run.
     r = db.command("insert", "c", documents=[{"_id": 100, "x": 100}],
                    shardVersion=cluster.sv(2, 0))
@@ -218,6 +223,27 @@ def test_stale_versions(cluster):
     r = db.command("delete", "c", deletes=[{"q": {"x": 100}, "limit": 1}],
                    shardVersion=cluster.sv(2, 0))
     assert r["n"] == 1
+
+
+def test_versioned_writes_skip_orphans(cluster):
+    db = cluster.sc.test
+    sv = cluster.sv(1, 0)
+    r = db.command("update", "c", updates=[{"q": {}, "u": {"$set": {"y": 1}}, "multi": True}],
+                   shardVersion=sv)
+    assert r["n"] == 5 and r["nModified"] == 5
+    assert db.c.count_documents({"y": 1}) == 5
+    assert db.c.count_documents({"y": 1, "x": {"$gte": 0}}) == 0
+    r = db.command("findAndModify", "c", query={"x": 3}, update={"$set": {"y": 2}},
+                   shardVersion=sv)
+    assert r["value"] is None
+    r = db.command("delete", "c", deletes=[{"q": {}, "limit": 0}], shardVersion=sv)
+    assert r["n"] == 5
+    # The orphans are still there for an unversioned reader.
+    assert sorted(d["x"] for d in db.c.find()) == [0, 1, 2, 3, 4]
+    # IGNORED skips the check but still filters.
+    ignored = {"e": ObjectId(b"\x00" * 4 + b"\xff" * 8),
+               "t": Timestamp(2**32 - 1, 2**32 - 1), "v": Timestamp(0, 0)}
+    assert db.command("count", "c", shardVersion=ignored)["n"] == 0
 
 
 def test_flush_routing_table_cache_updates(cluster):
