@@ -248,6 +248,36 @@ shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out, sh
     return ret;
 }
 
+int
+shard_db_refresh(shard_state_t *s, const char *db, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+    shl_cached_database_t have;
+    size_t n = strlen(db);
+
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    shl_catalog_cache_invalidate_database(cache, db);
+    /* The collections of the database are reloaded on their next use. */
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        if (strncmp(c->ns, db, n) == 0 && c->ns[n] == '.' && c->meta != NULL) {
+            shard_coll_meta_t *old = c->meta;
+            c->meta = NULL;
+            /* The map's reference; the last holder's release frees it (never blocks). */
+            shard_meta_release(old);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    ret = shl_catalog_cache_get_database(cache, db, &have, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        shl_status_clear(st);
+        ret = 0;
+    }
+done:
+    return ret;
+}
+
 void
 shard_meta_destroy_all(shard_state_t *s)
 {

@@ -259,6 +259,20 @@ def test_flush_routing_table_cache_updates(cluster):
     assert cluster.sc.test.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
 
 
+def test_flush_database_cache_updates(cluster):
+    admin = cluster.sc.admin
+    db = cluster.sc.test
+    assert db.command("count", "c", shardVersion=cluster.sv(1, 0))["n"] == 5
+    cluster.move_upper_chunk_here()
+    assert admin.command("_flushDatabaseCacheUpdates", "test")["ok"] == 1
+    assert admin.command("getShardVersion", "test.c")["global"] == "UNKNOWN"
+    assert db.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
+    assert admin.command("_flushDatabaseCacheUpdates", "nosuchdb")["ok"] == 1
+    with pytest.raises(OperationFailure) as e:
+        admin.command("_flushDatabaseCacheUpdates", 1)
+    assert e.value.code == 14
+
+
 def test_cursor_keeps_its_filter(cluster):
     db = cluster.sc.test
     r = db.command("find", "c", filter={}, sort={"x": 1}, batchSize=2,
