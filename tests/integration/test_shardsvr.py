@@ -74,7 +74,7 @@ def _uuid():
     return Binary(uuid.uuid4().bytes, 4)
 
 
-class Cluster:
+class HandCluster:
     """A config server node holding config.* written by hand, and one shard 'shard0'
     added to it. Chunks of 'test.c' (key {x: 1}): [MinKey, 0) on shard0 at 1|0,
     [0, MaxKey) on shard1 at 1|1, so shard0's version is 1|0."""
@@ -123,8 +123,8 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(shale_process):
-    return Cluster(shale_process)
+def hc(shale_process):
+    return HandCluster(shale_process)
 
 
 def _stale(excinfo):
@@ -132,9 +132,9 @@ def _stale(excinfo):
     return e.code, e.details
 
 
-def test_versioned_reads_filter_orphans(cluster):
-    db = cluster.sc.test
-    sv = cluster.sv(1, 0)
+def test_versioned_reads_filter_orphans(hc):
+    db = hc.sc.test
+    sv = hc.sv(1, 0)
     r = db.command("find", "c", filter={}, sort={"x": 1}, shardVersion=sv)
     assert [d["x"] for d in r["cursor"]["firstBatch"]] == [-5, -4, -3, -2, -1]
     # Unversioned reads see everything, orphans included.
@@ -156,34 +156,34 @@ def test_versioned_reads_filter_orphans(cluster):
     r = db.command("find", "c", filter={"_id": -3}, shardVersion=sv)
     assert r["cursor"]["firstBatch"] == [{"_id": -3, "x": -3}]
 
-    gsv = cluster.sc.admin.command("getShardVersion", "test.c")
+    gsv = hc.sc.admin.command("getShardVersion", "test.c")
     assert gsv["global"] == Timestamp(1, 0)
-    assert gsv["configServer"] == "csrs/" + cluster.cfg.host
-    full = cluster.sc.admin.command("getShardVersion", "test.c", fullMetadata=True)
+    assert gsv["configServer"] == "csrs/" + hc.cfg.host
+    full = hc.sc.admin.command("getShardVersion", "test.c", fullMetadata=True)
     assert full["metadata"]["collVersion"] == Timestamp(1, 1)
     assert full["metadata"]["chunks"] == [[{"x": MinKey()}, {"x": 0}]]
 
 
-def test_stale_versions(cluster):
-    db = cluster.sc.test
-    assert db.command("count", "c", shardVersion=cluster.sv(1, 0))["n"] == 5
+def test_stale_versions(hc):
+    db = hc.sc.test
+    assert db.command("count", "c", shardVersion=hc.sv(1, 0))["n"] == 5
 
     # Older than the shard's: StaleConfig at once, with MongoDB's extra info.
     with pytest.raises(OperationFailure) as e:
-        db.command("find", "c", shardVersion=cluster.sv(0, 5))
+        db.command("find", "c", shardVersion=hc.sv(0, 5))
     code, info = _stale(e)
     assert code == 13388 and info["codeName"] == "StaleConfig"
     assert info["ns"] == "test.c"
     assert info["shardId"] == "shard0"
     assert info["vReceived"]["v"] == Timestamp(0, 5)
-    assert info["vWanted"] == cluster.sv(1, 0)
+    assert info["vWanted"] == hc.sv(1, 0)
 
     # Another generation (epoch and timestamp): refreshed, still not it.
-    other = cluster.sv(1, 0, epoch=ObjectId(), ts=Timestamp(1700000500, 1))
+    other = hc.sv(1, 0, epoch=ObjectId(), ts=Timestamp(1700000500, 1))
     with pytest.raises(OperationFailure) as e:
         db.command("count", "c", shardVersion=other)
     code, info = _stale(e)
-    assert code == 13388 and info["vWanted"] == cluster.sv(1, 0)
+    assert code == 13388 and info["vWanted"] == hc.sv(1, 0)
     assert info["vReceived"]["e"] == other["e"]
 
     # UNSHARDED for a sharded collection, and a sharded version for an unsharded one.
@@ -191,43 +191,43 @@ def test_stale_versions(cluster):
         db.command("insert", "c", documents=[{"x": -10}], shardVersion=UNSHARDED)
     assert e.value.code == 13388
     with pytest.raises(OperationFailure) as e:
-        db.command("find", "u", shardVersion=cluster.sv(1, 0))
+        db.command("find", "u", shardVersion=hc.sv(1, 0))
     code, info = _stale(e)
     assert code == 13388 and info["ns"] == "test.u"
     assert info["vWanted"] == UNSHARDED
 
     # A newer version than the shard knows (the config server moved a chunk here): the
     # shard refreshes and runs it; the old version is now stale.
-    cluster.move_upper_chunk_here()
-    assert db.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
-    assert cluster.sc.admin.command("getShardVersion", "test.c")["global"] == Timestamp(2, 0)
+    hc.move_upper_chunk_here()
+    assert db.command("count", "c", shardVersion=hc.sv(2, 0))["n"] == 10
+    assert hc.sc.admin.command("getShardVersion", "test.c")["global"] == Timestamp(2, 0)
     with pytest.raises(OperationFailure) as e:
         db.command("update", "c", updates=[{"q": {"x": 1}, "u": {"$set": {"y": 1}}}],
-                   shardVersion=cluster.sv(1, 0))
+                   shardVersion=hc.sv(1, 0))
     code, info = _stale(e)
-    assert code == 13388 and info["vWanted"] == cluster.sv(2, 0)
+    assert code == 13388 and info["vWanted"] == hc.sv(2, 0)
     assert db.c.find_one({"x": 1}) == {"_id": 1, "x": 1}
 
     # Now that every chunk is here, a versioned multi-update touches every document.
     r = db.command("update", "c", updates=[{"q": {}, "u": {"$set": {"z": 1}}, "multi": True}],
-                   shardVersion=cluster.sv(2, 0))
+                   shardVersion=hc.sv(2, 0))
     assert r["nModified"] == 10
 
     # Versioned writes with the current version run.
     r = db.command("insert", "c", documents=[{"_id": 100, "x": 100}],
-                   shardVersion=cluster.sv(2, 0))
+                   shardVersion=hc.sv(2, 0))
     assert r["n"] == 1
     r = db.command("update", "c", updates=[{"q": {"x": 1}, "u": {"$set": {"y": 1}}}],
-                   shardVersion=cluster.sv(2, 0))
+                   shardVersion=hc.sv(2, 0))
     assert r["nModified"] == 1
     r = db.command("delete", "c", deletes=[{"q": {"x": 100}, "limit": 1}],
-                   shardVersion=cluster.sv(2, 0))
+                   shardVersion=hc.sv(2, 0))
     assert r["n"] == 1
 
 
-def test_versioned_writes_skip_orphans(cluster):
-    db = cluster.sc.test
-    sv = cluster.sv(1, 0)
+def test_versioned_writes_skip_orphans(hc):
+    db = hc.sc.test
+    sv = hc.sv(1, 0)
     r = db.command("update", "c", updates=[{"q": {}, "u": {"$set": {"y": 1}}, "multi": True}],
                    shardVersion=sv)
     assert r["n"] == 5 and r["nModified"] == 5
@@ -246,57 +246,57 @@ def test_versioned_writes_skip_orphans(cluster):
     assert db.command("count", "c", shardVersion=ignored)["n"] == 0
 
 
-def test_flush_routing_table_cache_updates(cluster):
-    admin = cluster.sc.admin
+def test_flush_routing_table_cache_updates(hc):
+    admin = hc.sc.admin
     assert admin.command("_flushRoutingTableCacheUpdates", "test.nothing")["ok"] == 1
     assert admin.command("getShardVersion", "test.c")["global"] == "UNKNOWN"
     assert admin.command("_flushRoutingTableCacheUpdates", "test.c")["ok"] == 1
     assert admin.command("getShardVersion", "test.c")["global"] == Timestamp(1, 0)
-    cluster.move_upper_chunk_here()
+    hc.move_upper_chunk_here()
     assert admin.command("_flushRoutingTableCacheUpdates", "test.c")["ok"] == 1
     assert admin.command("getShardVersion", "test.c")["global"] == Timestamp(2, 0)
     # Known now: the request runs without another refresh.
-    assert cluster.sc.test.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
+    assert hc.sc.test.command("count", "c", shardVersion=hc.sv(2, 0))["n"] == 10
 
 
-def test_flush_database_cache_updates(cluster):
-    admin = cluster.sc.admin
-    db = cluster.sc.test
-    assert db.command("count", "c", shardVersion=cluster.sv(1, 0))["n"] == 5
-    cluster.move_upper_chunk_here()
+def test_flush_database_cache_updates(hc):
+    admin = hc.sc.admin
+    db = hc.sc.test
+    assert db.command("count", "c", shardVersion=hc.sv(1, 0))["n"] == 5
+    hc.move_upper_chunk_here()
     assert admin.command("_flushDatabaseCacheUpdates", "test")["ok"] == 1
     assert admin.command("getShardVersion", "test.c")["global"] == "UNKNOWN"
-    assert db.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
+    assert db.command("count", "c", shardVersion=hc.sv(2, 0))["n"] == 10
     assert admin.command("_flushDatabaseCacheUpdates", "nosuchdb")["ok"] == 1
     with pytest.raises(OperationFailure) as e:
         admin.command("_flushDatabaseCacheUpdates", 1)
     assert e.value.code == 14
 
 
-def test_cursor_keeps_its_filter(cluster):
-    db = cluster.sc.test
+def test_cursor_keeps_its_filter(hc):
+    db = hc.sc.test
     r = db.command("find", "c", filter={}, sort={"x": 1}, batchSize=2,
-                   shardVersion=cluster.sv(1, 0))
+                   shardVersion=hc.sv(1, 0))
     first = [d["x"] for d in r["cursor"]["firstBatch"]]
     cid = r["cursor"]["id"]
     assert first == [-5, -4] and cid != 0
     # The metadata changes under the open cursor: it now owns every document.
-    cluster.move_upper_chunk_here()
-    assert db.command("count", "c", shardVersion=cluster.sv(2, 0))["n"] == 10
+    hc.move_upper_chunk_here()
+    assert db.command("count", "c", shardVersion=hc.sv(2, 0))["n"] == 10
     rest = db.command("getMore", cid, collection="c", batchSize=100)["cursor"]["nextBatch"]
     assert [d["x"] for d in rest] == [-3, -2, -1]
 
 
-def test_database_version(cluster):
-    db = cluster.sc.test
+def test_database_version(hc):
+    db = hc.sc.test
     db.u.insert_one({"_id": 1})
-    r = db.command("find", "u", shardVersion=UNSHARDED, databaseVersion=cluster.db_version)
+    r = db.command("find", "u", shardVersion=UNSHARDED, databaseVersion=hc.db_version)
     assert r["cursor"]["firstBatch"] == [{"_id": 1}]
     r = db.command("insert", "u", documents=[{"_id": 2}], shardVersion=UNSHARDED,
-                   databaseVersion=cluster.db_version)
+                   databaseVersion=hc.db_version)
     assert r["n"] == 1
 
-    newer = dict(cluster.db_version, lastMod=2)
+    newer = dict(hc.db_version, lastMod=2)
     with pytest.raises(OperationFailure) as e:
         db.command("find", "u", shardVersion=UNSHARDED, databaseVersion=newer)
     code, info = _stale(e)
@@ -304,10 +304,10 @@ def test_database_version(cluster):
     assert info["db"] == "test"
     assert info["vReceived"]["lastMod"] == 2
     assert info["vWanted"]["lastMod"] == 1
-    assert info["vWanted"]["timestamp"] == cluster.db_version["timestamp"]
+    assert info["vWanted"]["timestamp"] == hc.db_version["timestamp"]
 
     # The database's primary moves away: this shard is no longer the one to ask.
-    cluster.cfgc.config.databases.update_one(
+    hc.cfgc.config.databases.update_one(
         {"_id": "test"}, {"$set": {"primary": "shard1", "version.lastMod": 2}})
     with pytest.raises(OperationFailure) as e:
         db.command("find", "u", shardVersion=UNSHARDED, databaseVersion=newer)
