@@ -15,6 +15,7 @@
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
+#include "shard/shard.h"
 
 static void
 usage(FILE *out)
@@ -81,8 +82,13 @@ run_node(int argc, char **argv)
         rc = 1;
         goto cleanup;
     }
+    if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615614, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
     if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615614, "config server start-up failed", "error",
+        SHL_LOG_ERROR(CONTROL, 4615615, "config server start-up failed", "error",
                       BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
