@@ -737,18 +737,24 @@ done:
 
 /* ---------------------------------------------------------------- refineCollectionShardKey */
 
-/* 'bound' extended with MinKey for the fields of 'new_key' it lacks. */
+/* 'bound' extended with MinKey for the fields of 'new_key' it lacks -- MaxKey when the bound
+ * is the old global max, so the last chunk still ends at the new global max. */
 static void
 extend_bound(const bson_t *bound, const bson_t *new_key, bson_t *out)
 {
     bson_iter_t it;
+    bool global_max = shl_shard_key_all_of_type(bound, BSON_TYPE_MAXKEY);
 
     bson_init(out);
     bson_copy_to_excluding_noinit(bound, out, "", NULL);
     bson_iter_init(&it, new_key);
     while (bson_iter_next(&it)) {
         if (!bson_has_field(bound, bson_iter_key(&it))) {
-            BSON_APPEND_MINKEY(out, bson_iter_key(&it));
+            if (global_max) {
+                BSON_APPEND_MAXKEY(out, bson_iter_key(&it));
+            } else {
+                BSON_APPEND_MINKEY(out, bson_iter_key(&it));
+            }
         }
     }
 }

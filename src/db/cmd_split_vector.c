@@ -50,7 +50,7 @@ static void
 bound_key(const bson_t *pattern, const bson_t *bound, bool is_max, shl_keystring_t *ks)
 {
     bson_iter_t p, b;
-    bool more = bson_iter_init(&b, bound);
+    bool more = bound != NULL && bson_iter_init(&b, bound);
 
     bson_iter_init(&p, pattern);
     while (bson_iter_next(&p)) {
