@@ -567,9 +567,7 @@ cfg_cmd_string(const bson_t *cmd, const char **out, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "empty command");
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field '%s.%s' is the wrong type '%s', expected type 'string'",
-                 bson_iter_key(&it), bson_iter_key(&it), "non-string");
+        SHL_ERR(shl_idl_wrong_type(&it, bson_iter_key(&it), "string", st));
     }
     *out = bson_iter_utf8(&it, NULL);
 done:

@@ -571,6 +571,9 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
     }
 
+    /* The database first, outside the collection's lock: the lock order is database name
+     * before namespace (dropDatabase takes both in that order). */
+    SHL_ERR(cfg_create_database(op, ns.db, NULL, &db, st));
     cfg_lock_ns(ns.full);
     locked = true;
     SHL_ERR(cfg_get_collection(ns.full, &existing, &found, st));
@@ -583,7 +586,6 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                  ns.full);
     }
 
-    SHL_ERR(cfg_create_database(op, ns.db, NULL, &db, st));
     SHL_ERR(active_shards(&shards, &nshards, st));
     SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
     if (is_view) {

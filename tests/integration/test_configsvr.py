@@ -222,6 +222,19 @@ def test_hashed_presplit(cluster):
     assert e.code == 72
     e = err(c, {"_configsvrShardCollection": "hdb.u", "key": {"x": "hashed"}, "unique": True})
     assert e.code == 72
+    # The chunks are empty: nothing to split at the median.
+    e = err(c, {"_configsvrSplitChunk": "hdb.h", "find": {"x": 1}})
+    assert e.code == 87
+    # Split at a hashed value (middle is a shard key value: the hash).
+    lo = chunks(c, "hdb.h")[2]
+    cmd(c, {"_configsvrSplitChunk": "hdb.h", "middle": {"x": bson.int64.Int64(1 << 40)}})
+    assert len(chunks(c, "hdb.h")) == 5
+    assert chunks(c, "hdb.h")[3]["min"] == {"x": 1 << 40} and lo["min"] == {"x": 0}
+    # splitVector over a hashed index answers hashed values.
+    s0 = shards[0].client()
+    s0.hdb.h.insert_many([{"x": i} for i in range(40)])
+    r = cmd(s0, {"splitVector": "hdb.h", "keyPattern": {"x": "hashed"}, "force": True})
+    assert len(r["splitKeys"]) == 1 and isinstance(r["splitKeys"][0]["x"], int)
 
 
 def test_bad_shard_keys_and_namespaces(cluster):
@@ -229,6 +242,8 @@ def test_bad_shard_keys_and_namespaces(cluster):
     for key in ({"a": 2}, {"a": "hashed", "b": "hashed"}, {}, {"a": "text"}):
         assert err(c, {"_configsvrShardCollection": "kdb.c", "key": key}).code == 2, key
     assert err(c, {"_configsvrShardCollection": "kdb.c"}).code == 40414
+    assert err(c, {"_configsvrShardCollection": 5, "key": {"a": 1}}).code == 14
+    assert err(c, {"_configsvrShardCollection": "kdb.c", "key": 1}).code == 14
     assert err(c, {"_configsvrShardCollection": "kdb", "key": {"a": 1}}).code == 73
     assert err(c, {"_configsvrShardCollection": "admin.c", "key": {"a": 1}}).code == 20
     assert c.config.collections.find_one({"_id": "kdb.c"}) is None
