@@ -67,6 +67,7 @@ def test_hello_version_and_indexes(cluster):
     assert ix["uuid_1_lastmod_1"]["unique"]
     assert c.config.shards.index_information()["host_1"]["unique"]
     assert c.config.tags.index_information()["ns_1_min_1"]["unique"]
+    assert c.config.command("collStats", "changelog")["capped"] is True
 
 
 def test_add_shard_and_list(cluster):
@@ -312,3 +313,20 @@ def test_remove_shard(cluster):
     # A draining shard is no candidate for new chunks.
     cmd(c, {"_configsvrShardCollection": "hdb.d", "key": {"x": "hashed"}})
     assert {x["shard"] for x in chunks(c, "hdb.d")} == {"shard0"}
+
+
+def test_restart_keeps_cluster_id():
+    cs = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name="cfg-restart")
+    try:
+        cs.start()
+        c = cs.client()
+        cid = c.config.version.find_one({"_id": 1})["clusterId"]
+        c.close()
+        assert cs.stop() == 0
+        cs.start()
+        c = cs.client()
+        assert list(c.config.version.find()) == [{"_id": 1, "clusterId": cid}]
+        assert c.admin.command("hello")["configsvr"] == 2
+        c.close()
+    finally:
+        cs.cleanup()
