@@ -15,6 +15,7 @@
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
+#include "router/router.h"
 #include "shard/shard.h"
 
 static void
@@ -23,7 +24,58 @@ usage(FILE *out)
     fprintf(out, "usage: shale <command> [options]\n"
                  "  node [--port N] [--bind_ip IP] [--dbpath DIR] [--replSet NAME]\n"
                  "       [--shardsvr | --configsvr] [--logpath FILE]\n"
-                 "       [--setParameter name=value]...   run a data node\n");
+                 "       [--setParameter name=value]...   run a data node\n"
+                 "  router --configdb SET/HOST:PORT [--port N] [--bind_ip IP] [--logpath FILE]\n"
+                 "       [--setParameter name=value]...   run a router\n");
+}
+
+/* "host:port" this process is known as: the first bind address and the port. */
+static void
+set_me(shl_service_ctx_t *svc)
+{
+    char bind0[128];
+    const char *ips = shl_opt_str(SHL_OPT_bind_ip);
+    size_t n = strcspn(ips, ",");
+
+    snprintf(bind0, sizeof(bind0), "%.*s", (int)n, ips);
+    if (strcmp(bind0, "0.0.0.0") == 0 || bind0[0] == '\0') {
+        snprintf(bind0, sizeof(bind0), "127.0.0.1");
+    }
+    snprintf(svc->me, sizeof(svc->me), "%s:%d", bind0, (int)shl_opt_int(SHL_OPT_port));
+}
+
+/* Parse the command line and open the log; 0, or the exit code. */
+static int
+start_common(const char *what, int argc, char **argv, bson_t **av, bson_t **parsed)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shl_cli_parse(argc, argv, 2, av, parsed, &st) != 0) {
+        fprintf(stderr, "shale %s: %s\n", what, st.reason);
+        usage(stderr);
+        return 2;
+    }
+    if (shl_opt_str(SHL_OPT_logpath)[0] != '\0' && shl_log_open(shl_opt_str(SHL_OPT_logpath))) {
+        fprintf(stderr, "shale %s: cannot open log file %s\n", what, shl_opt_str(SHL_OPT_logpath));
+        return 1;
+    }
+    shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
+    return 0;
+}
+
+/* Listen and serve until shutdown; the process exit code. */
+static int
+serve(shl_service_ctx_t *svc)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    shl_server_install_signal_handlers(svc);
+    if (shl_server_start(svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port), &st) !=
+        0) {
+        SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
+        return 48; /* MongoDB's exit code for a listener failure */
+    }
+    return shl_server_wait(svc);
 }
 
 static int
@@ -36,18 +88,9 @@ run_node(int argc, char **argv)
     int rc = 0;
     shl_role_t role = SHL_ROLE_STANDALONE;
 
-    if (shl_cli_parse(argc, argv, 2, &av, &parsed, &st) != 0) {
-        fprintf(stderr, "shale node: %s\n", st.reason);
-        usage(stderr);
-        rc = 2;
+    if ((rc = start_common("node", argc, argv, &av, &parsed)) != 0) {
         goto done;
     }
-    if (shl_opt_str(SHL_OPT_logpath)[0] != '\0' && shl_log_open(shl_opt_str(SHL_OPT_logpath))) {
-        fprintf(stderr, "shale node: cannot open log file %s\n", shl_opt_str(SHL_OPT_logpath));
-        rc = 1;
-        goto done;
-    }
-    shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
     if (shl_opt_bool(SHL_OPT_shardsvr) && shl_opt_bool(SHL_OPT_configsvr)) {
         fprintf(stderr, "shale node: --shardsvr and --configsvr are exclusive\n");
         rc = 2;
@@ -64,16 +107,7 @@ run_node(int argc, char **argv)
     av = parsed = NULL;
     svc.commands = reg;
     snprintf(svc.set_name, sizeof(svc.set_name), "%s", shl_opt_str(SHL_OPT_replSet));
-    {
-        char bind0[128];
-        const char *ips = shl_opt_str(SHL_OPT_bind_ip);
-        size_t n = strcspn(ips, ",");
-        snprintf(bind0, sizeof(bind0), "%.*s", (int)n, ips);
-        if (strcmp(bind0, "0.0.0.0") == 0 || bind0[0] == '\0') {
-            snprintf(bind0, sizeof(bind0), "127.0.0.1");
-        }
-        snprintf(svc.me, sizeof(svc.me), "%s:%d", bind0, (int)shl_opt_int(SHL_OPT_port));
-    }
+    set_me(&svc);
     SHL_LOG_INFO(CONTROL, 4615611, "Shale starting", "pid", BCON_INT64(getpid()), "port",
                  BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "dbPath",
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
@@ -83,24 +117,58 @@ run_node(int argc, char **argv)
         goto cleanup;
     }
     if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615614, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
     if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615615, "config server start-up failed", "error",
+        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
                       BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
-    shl_server_install_signal_handlers(&svc);
-    if (shl_server_start(&svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port),
-                         &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
-        rc = 48; /* MongoDB's exit code for a listener failure */
+    rc = serve(&svc);
+cleanup:
+    shl_service_ctx_cleanup(&svc);
+done:
+    if (av != NULL) {
+        bson_destroy(av);
+    }
+    if (parsed != NULL) {
+        bson_destroy(parsed);
+    }
+    shl_command_registry_destroy(reg);
+    return rc;
+}
+
+static int
+run_router(int argc, char **argv)
+{
+    shl_service_ctx_t svc;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_command_registry_t *reg = shl_command_registry_new();
+    bson_t *av = NULL, *parsed = NULL;
+    int rc = 0;
+
+    if ((rc = start_common("router", argc, argv, &av, &parsed)) != 0) {
+        goto done;
+    }
+    shl_service_ctx_init(&svc, SHL_ROLE_ROUTER);
+    svc.cmdline_argv = av;
+    svc.cmdline_parsed = parsed;
+    av = parsed = NULL;
+    svc.commands = reg;
+    set_me(&svc);
+    SHL_LOG_INFO(CONTROL, 4615614, "Shale router starting", "pid", BCON_INT64(getpid()), "port",
+                 BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "configdb",
+                 BCON_UTF8(shl_opt_str(SHL_OPT_configdb)));
+    if (shl_router_init(&svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0) {
+        fprintf(stderr, "shale router: %s\n", st.reason);
+        SHL_LOG_ERROR(CONTROL, 4615615, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 2;
         goto cleanup;
     }
-    rc = shl_server_wait(&svc);
+    rc = serve(&svc);
 cleanup:
     shl_service_ctx_cleanup(&svc);
 done:
@@ -124,6 +192,8 @@ main(int argc, char **argv)
         usage(stderr);
     } else if (strcmp(argv[1], "node") == 0) {
         rc = run_node(argc, argv);
+    } else if (strcmp(argv[1], "router") == 0) {
+        rc = run_router(argc, argv);
     } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         rc = 0;
