@@ -13,7 +13,7 @@ from shale_fixtures import ShaleProcess
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
+def cfgc(request):
     procs = []
     failed_before = request.session.testsfailed
     try:
@@ -57,8 +57,8 @@ def chunk_versions(c, ns):
     return [(ch["lastmod"].time, ch["lastmod"].inc) for ch in chunks(c, ns)]
 
 
-def test_hello_version_and_indexes(cluster):
-    cs, _, c = cluster
+def test_hello_version_and_indexes(cfgc):
+    cs, _, c = cfgc
     assert c.admin.command("hello")["configsvr"] == 2
     v = c.config.version.find_one({"_id": 1})
     assert isinstance(v["clusterId"], ObjectId)
@@ -70,8 +70,8 @@ def test_hello_version_and_indexes(cluster):
     assert c.config.command("collStats", "changelog")["capped"] is True
 
 
-def test_add_shard_and_list(cluster):
-    cs, shards, c = cluster
+def test_add_shard_and_list(cfgc):
+    cs, shards, c = cfgc
     got = cmd(c, {"listShards": 1})["shards"]
     assert [s["_id"] for s in got] == ["shard0", "shard1"]
     assert got[0]["host"] == "rs0/" + shards[0].host
@@ -102,8 +102,8 @@ def test_add_shard_and_list(cluster):
                                "details"}
 
 
-def test_create_database(cluster):
-    _, shards, c = cluster
+def test_create_database(cfgc):
+    _, shards, c = cfgc
     r = cmd(c, {"_configsvrCreateDatabase": "cdb"})
     v = r["databaseVersion"]
     assert isinstance(v["uuid"], bson.binary.Binary) or hasattr(v["uuid"], "hex")
@@ -121,8 +121,8 @@ def test_create_database(cluster):
     assert c.config.databases.find_one({"_id": "pdb"})["primary"] == "shard1"
 
 
-def test_shard_collection_range_split_merge(cluster):
-    _, shards, c = cluster
+def test_shard_collection_range_split_merge(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "rdb", "primaryShard": "shard0"})
     r = cmd(c, {"_configsvrShardCollection": "rdb.c", "key": {"a": 1}})
     assert r["collectionsharded"] == "rdb.c"
@@ -173,8 +173,8 @@ def test_shard_collection_range_split_merge(cluster):
     assert "shardCollection.start" in whats and "split" in whats and "merge" in whats
 
 
-def test_split_find_bounds_and_split_vector(cluster):
-    _, shards, c = cluster
+def test_split_find_bounds_and_split_vector(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "fdb", "primaryShard": "shard1"})
     s1 = shards[1].client()
     s1.fdb.c.insert_many([{"k": i} for i in range(100)])
@@ -205,8 +205,8 @@ def test_split_find_bounds_and_split_vector(cluster):
     assert err(c, {"_configsvrSplitChunk": "no.such", "middle": {"k": 1}}).code == 118
 
 
-def test_hashed_presplit(cluster):
-    _, shards, c = cluster
+def test_hashed_presplit(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrShardCollection": "hdb.h", "key": {"x": "hashed"}})
     ch = chunks(c, "hdb.h")
     assert len(ch) == 4
@@ -238,8 +238,8 @@ def test_hashed_presplit(cluster):
     assert len(r["splitKeys"]) == 1 and isinstance(r["splitKeys"][0]["x"], int)
 
 
-def test_bad_shard_keys_and_namespaces(cluster):
-    _, _, c = cluster
+def test_bad_shard_keys_and_namespaces(cfgc):
+    _, _, c = cfgc
     for key in ({"a": 2}, {"a": "hashed", "b": "hashed"}, {}, {"a": "text"}):
         assert err(c, {"_configsvrShardCollection": "kdb.c", "key": key}).code == 2, key
     assert err(c, {"_configsvrShardCollection": "kdb.c"}).code == 40414
@@ -250,8 +250,8 @@ def test_bad_shard_keys_and_namespaces(cluster):
     assert c.config.collections.find_one({"_id": "kdb.c"}) is None
 
 
-def test_refine_clear_jumbo_and_drop(cluster):
-    _, shards, c = cluster
+def test_refine_clear_jumbo_and_drop(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "xdb", "primaryShard": "shard0"})
     cmd(c, {"_configsvrShardCollection": "xdb.c", "key": {"a": 1}})
     cmd(c, {"_configsvrSplitChunk": "xdb.c", "middle": {"a": 0}})
@@ -288,8 +288,8 @@ def test_refine_clear_jumbo_and_drop(cluster):
     assert err(c, {"_configsvrDropDatabase": "admin"}).code == 20
 
 
-def test_remove_shard(cluster):
-    cs, shards, c = cluster
+def test_remove_shard(cfgc):
+    cs, shards, c = cfgc
     extra = ShaleProcess(["node", "--shardsvr", "--replSet", "rs9"], name="shard9")
     try:
         extra.start()
