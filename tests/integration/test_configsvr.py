@@ -151,6 +151,8 @@ def test_shard_collection_range_split_merge(cfgc):
     ch = chunks(c, "rdb.c")
     assert [x["min"]["a"] for x in ch] == [MinKey(), 10, 20]
     assert chunk_versions(c, "rdb.c") == [(1, 1), (1, 3), (1, 4)]
+    # The owning shard was told to refresh: it already knows the new shard version.
+    assert s0.admin.command("getShardVersion", "rdb.c")["global"] == Timestamp(1, 4)
     assert c.config.collections.find_one({"_id": "rdb.c"})["lastmodEpoch"] == epoch
     # Splitting at a chunk bound, or with a non-key.
     e = err(c, {"_configsvrSplitChunk": "rdb.c", "middle": {"a": 10}})
@@ -163,6 +165,7 @@ def test_shard_collection_range_split_merge(cfgc):
     ch = chunks(c, "rdb.c")
     assert [(x["min"]["a"], x["max"]["a"]) for x in ch] == [(MinKey(), 10), (10, MaxKey())]
     assert chunk_versions(c, "rdb.c") == [(1, 1), (1, 5)]
+    assert s0.admin.command("getShardVersion", "rdb.c")["global"] == Timestamp(1, 5)
     # One chunk, and bounds that are not chunk boundaries.
     assert err(c, {"_configsvrCommitChunksMerge": "rdb.c",
                    "bounds": [{"a": 10}, {"a": MaxKey()}]}).code == 20
