@@ -116,6 +116,8 @@ def test_create_database(cfgc):
     assert err(c, {"_configsvrCreateDatabase": "local"}).code == 72
     assert err(c, {"_configsvrCreateDatabase": "a.b"}).code == 73
     assert err(c, {"_configsvrCreateDatabase": "CDB"}).code == 13297
+    assert err(c, {"_configsvrCreateDatabase": "cDb"}).code == 13297
+    cmd(c, {"_configsvrCreateDatabase": "cd"})  # a prefix is another database
     assert err(c, {"_configsvrCreateDatabase": "zdb", "primaryShard": "nope"}).code == 70
     cmd(c, {"_configsvrCreateDatabase": "pdb", "primaryShard": "shard1"})
     assert c.config.databases.find_one({"_id": "pdb"})["primary"] == "shard1"
@@ -226,6 +228,10 @@ def test_hashed_presplit(cfgc):
     assert e.code == 72
     e = err(c, {"_configsvrShardCollection": "hdb.u", "key": {"x": "hashed"}, "unique": True})
     assert e.code == 72
+    # Adjacent chunks on different shards cannot be merged.
+    ch = chunks(c, "hdb.h")
+    e = err(c, {"_configsvrCommitChunksMerge": "hdb.h", "bounds": [ch[0]["min"], ch[1]["max"]]})
+    assert e.code == 20
     # The chunks are empty: nothing to split at the median.
     e = err(c, {"_configsvrSplitChunk": "hdb.h", "find": {"x": 1}})
     assert e.code == 87
