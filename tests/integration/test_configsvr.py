@@ -295,6 +295,15 @@ def test_refine_clear_jumbo_and_drop(cfgc):
     assert r.get("dropped") == "xdb"
     assert c.config.databases.find_one({"_id": "xdb"}) is None
     assert err(c, {"_configsvrDropDatabase": "admin"}).code == 20
+    # dropDatabase drops its sharded collections too (and not another database's).
+    cmd(c, {"_configsvrShardCollection": "ddb.s", "key": {"k": 1}})
+    cmd(c, {"_configsvrShardCollection": "ddbx.s", "key": {"k": 1}})
+    uuid = c.config.collections.find_one({"_id": "ddb.s"})["uuid"]
+    assert cmd(c, {"_configsvrDropDatabase": "ddb"})["dropped"] == "ddb"
+    assert c.config.collections.find_one({"_id": "ddb.s"}) is None
+    assert c.config.chunks.count_documents({"uuid": uuid}) == 0
+    assert c.config.collections.find_one({"_id": "ddbx.s"}) is not None
+    assert "dropped" not in cmd(c, {"_configsvrDropDatabase": "ddb"})
 
 
 def test_remove_shard(cfgc):
