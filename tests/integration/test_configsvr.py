@@ -348,3 +348,42 @@ def test_restart_keeps_cluster_id():
         c.close()
     finally:
         cs.cleanup()
+
+
+def test_concurrent_commits_are_serialized(cfgc):
+    cs, _, c = cfgc
+    import threading
+    results, errors = [], []
+
+    def run(body):
+        cl = cs.client(uuidRepresentation="standard")
+        try:
+            results.append(cl.admin.command(body))
+        except pymongo.errors.PyMongoError as e:
+            errors.append(e)
+        finally:
+            cl.close()
+
+    threads = [threading.Thread(target=run, args=({"_configsvrShardCollection": "cdb2.c",
+                                                    "key": {"a": 1}},)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({r["collectionUUID"] for r in results}) == 1
+    assert len(chunks(c, "cdb2.c")) == 1
+    results.clear()
+    threads = [threading.Thread(target=run, args=({"_configsvrSplitChunk": "cdb2.c",
+                                                    "middle": {"a": i * 10}},)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ch = chunks(c, "cdb2.c")
+    assert [x["min"]["a"] for x in ch] == [MinKey()] + [i * 10 for i in range(8)]
+    # Every split bumped the minor once: 9 chunks, versions 1|1 .. 1|16 without duplicates.
+    versions = sorted(chunk_versions(c, "cdb2.c"))
+    assert len(set(versions)) == 9 and max(versions) == (1, 16)
+    for a, b in zip(ch, ch[1:]):
+        assert a["max"] == b["min"]
