@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "base/options.h"
+#include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
 #include "net/command.h"
@@ -117,6 +118,12 @@ run_node(int argc, char **argv)
     }
     if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
+                      BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
