@@ -222,6 +222,7 @@ wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_p
 
         if (waitpid(p->pid, &wstatus, WNOHANG) == p->pid) {
             p->pid = 0;
+            p->start_ticks = 0;
             SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE, "the %s (port %d) exited with %s %d", p->name,
                      p->port, WIFEXITED(wstatus) ? "code" : "signal",
                      WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
