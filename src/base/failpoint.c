@@ -115,8 +115,9 @@ shl_failpoint_configure(shl_failpoint_t *fp, const bson_iter_t *mode, const bson
         bson_iter_t child;
         if (!bson_iter_recurse(mode, &child) || !bson_iter_next(&child) ||
             !BSON_ITER_HOLDS_NUMBER(&child)) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "'mode' must be a string or a document "
-                                             "{times|skip|activationProbability: <number>}");
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "'mode' must be a string or a document "
+                     "{times|skip|activationProbability: <number>}");
         }
         const char *key = bson_iter_key(&child);
         if (strcmp(key, "times") == 0 || strcmp(key, "skip") == 0) {

@@ -23,22 +23,21 @@ typedef enum shl_fp_mode {
 
 typedef struct shl_failpoint {
     const char *name;
-    atomic_int active;        /* fast path: nonzero when mode != off */
-    pthread_mutex_t lock;     /* guards the fields below */
-    pthread_cond_t changed;   /* broadcast on every configure */
-    shl_fp_mode_t mode;       /* guarded by lock */
-    int64_t n;                /* times left / skips left; guarded by lock */
-    double probability;       /* guarded by lock */
-    bson_t *data;             /* guarded by lock; NULL when none */
-    int64_t times_entered;    /* guarded by lock */
+    atomic_int active;          /* fast path: nonzero when mode != off */
+    pthread_mutex_t lock;       /* guards the fields below */
+    pthread_cond_t changed;     /* broadcast on every configure */
+    shl_fp_mode_t mode;         /* guarded by lock */
+    int64_t n;                  /* times left / skips left; guarded by lock */
+    double probability;         /* guarded by lock */
+    bson_t *data;               /* guarded by lock; NULL when none */
+    int64_t times_entered;      /* guarded by lock */
     struct shl_failpoint *next; /* registry link, set once at load time */
 } shl_failpoint_t;
 
 /* Define a fail point at file scope in the .c file where it fires. */
 #define SHL_FAILPOINT_DEFINE(fpname)                                                               \
-    shl_failpoint_t shl_fp_##fpname = {.name = #fpname,                                            \
-                                       .lock = PTHREAD_MUTEX_INITIALIZER,                          \
-                                       .changed = PTHREAD_COND_INITIALIZER};                       \
+    shl_failpoint_t shl_fp_##fpname = {                                                            \
+        .name = #fpname, .lock = PTHREAD_MUTEX_INITIALIZER, .changed = PTHREAD_COND_INITIALIZER};  \
     __attribute__((constructor)) static void shl_fp_register_##fpname(void)                        \
     {                                                                                              \
         shl_failpoint_register(&shl_fp_##fpname);                                                  \

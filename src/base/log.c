@@ -32,8 +32,8 @@ static int recent_count;         /* guarded by recent_lock */
 static int64_t recent_total;     /* lines ever written; guarded by recent_lock */
 
 static const char *const comp_names[SHL_LOG_COMP_COUNT] = {
-    "-", "CONTROL", "NETWORK", "COMMAND", "STORAGE", "RECOVERY",
-    "QUERY", "WRITE", "SHARDING", "REPL", "TXN", "ASSERT",
+    "-",     "CONTROL", "NETWORK",  "COMMAND", "STORAGE", "RECOVERY",
+    "QUERY", "WRITE",   "SHARDING", "REPL",    "TXN",     "ASSERT",
 };
 
 int

@@ -59,8 +59,7 @@ bool shl_log_enabled(shl_log_severity_t sev);
  *     Write one line. After 'msg' come BCON key/value pairs, terminated by NULL
  *     (the macros add it). Thread-safe; a line is written with one write(2).
  */
-void shl_log_emit(shl_log_severity_t sev, shl_log_component_t comp, int id, const char *msg,
-                  ...);
+void shl_log_emit(shl_log_severity_t sev, shl_log_component_t comp, int id, const char *msg, ...);
 
 /* The last lines written, for getLog: fills 'arr' with up to 'max' strings. */
 void shl_log_recent(bson_t *arr, int max);

@@ -10,13 +10,13 @@
 
 #include "base/status.h"
 
-#define SHL_DB_NAME_MAX 64       /* database names are shorter than this */
-#define SHL_NS_MAX 255           /* a full namespace "db.coll" is at most this long */
+#define SHL_DB_NAME_MAX 64 /* database names are shorter than this */
+#define SHL_NS_MAX 255     /* a full namespace "db.coll" is at most this long */
 
 typedef struct shl_ns {
     char db[SHL_DB_NAME_MAX];
     char coll[SHL_NS_MAX + 1];
-    char full[SHL_NS_MAX + 1];   /* "db.coll" */
+    char full[SHL_NS_MAX + 1]; /* "db.coll" */
 } shl_ns_t;
 
 /* shl_ns_check_db -- InvalidNamespace (73) unless 'db' is a valid database name. */

@@ -74,7 +74,10 @@ typedef struct shl_status {
     uint8_t extra[SHL_STATUS_EXTRA_MAX];
 } shl_status_t;
 
-#define SHL_STATUS_INIT {0}
+#define SHL_STATUS_INIT                                                                            \
+    {                                                                                              \
+        0                                                                                          \
+    }
 
 /*
  * shl_status_set --

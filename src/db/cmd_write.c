@@ -693,9 +693,9 @@ done:
  * statement is parsed and run. Everything else about a batch is shared (run_batch).
  */
 typedef struct stmt_kind {
-    const char *cmd;              /* "update" */
-    const char *field;            /* "updates" */
-    const char *const *fields;    /* the command's own fields */
+    const char *cmd;           /* "update" */
+    const char *field;         /* "updates" */
+    const char *const *fields; /* the command's own fields */
     size_t stmt_size;
     size_t stmt_align;
     bool is_update;
@@ -791,8 +791,14 @@ run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index
 }
 
 static const stmt_kind_t update_kind = {
-    "update", "updates", update_fields, sizeof(shl_update_stmt_t),
-    BSON_ALIGNOF(shl_update_stmt_t), true, parse_update, run_update,
+    "update",
+    "updates",
+    update_fields,
+    sizeof(shl_update_stmt_t),
+    BSON_ALIGNOF(shl_update_stmt_t),
+    true,
+    parse_update,
+    run_update,
 };
 
 static int
@@ -891,8 +897,14 @@ run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index
 }
 
 static const stmt_kind_t delete_kind = {
-    "delete", "deletes", delete_fields, sizeof(shl_delete_stmt_t),
-    BSON_ALIGNOF(shl_delete_stmt_t), false, parse_delete, run_delete,
+    "delete",
+    "deletes",
+    delete_fields,
+    sizeof(shl_delete_stmt_t),
+    BSON_ALIGNOF(shl_delete_stmt_t),
+    false,
+    parse_delete,
+    run_delete,
 };
 
 static int

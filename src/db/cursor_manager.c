@@ -13,9 +13,9 @@
 #define BUCKETS 1024
 
 struct shl_cursor_manager {
-    pthread_mutex_t lock;            /* guards buckets, count, and cursors' pinned/kill/last_used */
-    shl_cursor_t *buckets[BUCKETS];  /* guarded by lock */
-    int64_t count;                   /* guarded by lock */
+    pthread_mutex_t lock;           /* guards buckets, count, and cursors' pinned/kill/last_used */
+    shl_cursor_t *buckets[BUCKETS]; /* guarded by lock */
+    int64_t count;                  /* guarded by lock */
 };
 
 shl_cursor_manager_t *

@@ -33,12 +33,12 @@ typedef struct shl_cursor_source_ops {
 } shl_cursor_source_ops_t;
 
 typedef struct shl_cursor {
-    int64_t id;                          /* set by register; 0 before */
+    int64_t id; /* set by register; 0 before */
     char ns[SHL_NS_MAX + 1];
     const shl_cursor_source_ops_t *ops;
-    void *state;                         /* owned; released by ops->destroy */
-    bson_t *stash;                       /* a document that did not fit the last batch */
-    int64_t limit;                       /* stop after this many documents in all; 0: none */
+    void *state;   /* owned; released by ops->destroy */
+    bson_t *stash; /* a document that did not fit the last batch */
+    int64_t limit; /* stop after this many documents in all; 0: none */
     bool tailable;
     bool await_data;
     bool no_timeout;
@@ -47,7 +47,7 @@ typedef struct shl_cursor {
     bool pinned;
     bool kill_pending;
     int64_t last_used_ms;
-    struct shl_cursor *next;             /* hash chain */
+    struct shl_cursor *next; /* hash chain */
 } shl_cursor_t;
 
 typedef struct shl_cursor_manager shl_cursor_manager_t;

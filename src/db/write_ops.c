@@ -9,11 +9,10 @@
 #include "net/command_args.h"
 #include "net/message.h"
 
-static const char *const update_fields[] = {"q", "u", "upsert", "multi", "arrayFilters", "hint",
-                                            "collation", "c", "upsertSupplied",
-                                            "sampleId", NULL};
-static const char *const delete_fields[] = {"q", "limit", "hint", "collation", "sampleId",
-                                            NULL};
+static const char *const update_fields[] = {
+    "q",        "u", "upsert", "multi", "arrayFilters", "hint", "collation", "c", "upsertSupplied",
+    "sampleId", NULL};
+static const char *const delete_fields[] = {"q", "limit", "hint", "collation", "sampleId", NULL};
 
 static int
 check_stmt_fields(const bson_t *stmt, const char *prefix, const char *const *allowed,
@@ -38,8 +37,8 @@ done:
 }
 
 static int
-view_field(const bson_t *stmt, const char *prefix, const char *field, bson_t *out,
-           bool required, bool *found, shl_status_t *st)
+view_field(const bson_t *stmt, const char *prefix, const char *field, bson_t *out, bool required,
+           bool *found, shl_status_t *st)
 {
     bson_iter_t it;
     const uint8_t *data;
@@ -77,8 +76,7 @@ hint_field(const bson_t *stmt, bool *has, bson_value_t *out, shl_status_t *st)
         return 0;
     }
     if (!BSON_ITER_HOLDS_UTF8(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
-                              "hint must be a string or an object");
+        return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "hint must be a string or an object");
     }
     *out = *bson_iter_value(&it);
     /* An empty hint ({} or "") means no hint, as MongoDB treats it. */
@@ -236,8 +234,9 @@ int
 shl_write_batch_check(const char *cmd, const char *field, uint32_t n, shl_status_t *st)
 {
     if (n == 0) {
-        return shl_status_set(st, SHL_CODE_INVALID_LENGTH, "Write batch sizes must be between 1 "
-                                                           "and %d. Got 0 operations.",
+        return shl_status_set(st, SHL_CODE_INVALID_LENGTH,
+                              "Write batch sizes must be between 1 "
+                              "and %d. Got 0 operations.",
                               SHL_MAX_WRITE_BATCH);
     }
     if (n > SHL_MAX_WRITE_BATCH) {

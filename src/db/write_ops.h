@@ -16,25 +16,25 @@
 /* One statement of an update command; documents are static views into the command. */
 typedef struct shl_update_stmt {
     bson_t q;
-    bson_t u;                 /* a document, or an array (pipeline) when u_pipeline */
+    bson_t u; /* a document, or an array (pipeline) when u_pipeline */
     bool u_pipeline;
-    bool u_replacement;       /* u has no $-operators: a replacement document */
+    bool u_replacement; /* u has no $-operators: a replacement document */
     bool upsert;
     bool multi;
     bool has_array_filters;
     bson_t array_filters;
     bool has_hint;
-    bson_value_t hint;        /* borrowed: an index name (string) or key pattern (document) */
+    bson_value_t hint; /* borrowed: an index name (string) or key pattern (document) */
     bool has_collation;
     bson_t collation;
     bool has_let;
-    bson_t let;               /* the statement's "c" constants */
+    bson_t let; /* the statement's "c" constants */
 } shl_update_stmt_t;
 
 /* One statement of a delete command. */
 typedef struct shl_delete_stmt {
     bson_t q;
-    int32_t limit;            /* 0 = all matching, 1 = one */
+    int32_t limit; /* 0 = all matching, 1 = one */
     bool has_hint;
     bson_value_t hint;
     bool has_collation;
@@ -54,9 +54,9 @@ int shl_delete_stmt_parse(const bson_t *stmt, shl_delete_stmt_t *out, shl_status
 typedef struct shl_write_result {
     int64_t n;
     int64_t n_modified;
-    bson_t upserted;          /* array of {index, _id} */
+    bson_t upserted; /* array of {index, _id} */
     uint32_t n_upserted;
-    bson_t write_errors;      /* array of {index, code, errmsg, ...extra} */
+    bson_t write_errors; /* array of {index, code, errmsg, ...extra} */
     uint32_t n_errors;
 } shl_write_result_t;
 
@@ -67,8 +67,7 @@ void shl_write_result_cleanup(shl_write_result_t *res);
 void shl_write_result_add_error(shl_write_result_t *res, int32_t index, const shl_status_t *st);
 
 /* shl_write_result_add_upserted -- record statement 'index' upserted a document with 'id'. */
-void shl_write_result_add_upserted(shl_write_result_t *res, int32_t index,
-                                   const bson_value_t *id);
+void shl_write_result_add_upserted(shl_write_result_t *res, int32_t index, const bson_value_t *id);
 
 /*
  * shl_write_result_append --

@@ -26,8 +26,8 @@ static const yaml_place_t yaml_places[] = {
     {"logpath", "systemLog", "path"},
 };
 
-static const char *const yaml_sections[] = {"net", "replication", "setParameter", "sharding",
-                                            "storage", "systemLog"};
+static const char *const yaml_sections[] = {"net",      "replication", "setParameter",
+                                            "sharding", "storage",     "systemLog"};
 
 /* Build getCmdLineOpts' 'parsed': flags given on the command line, nested by section. */
 static void
@@ -147,8 +147,8 @@ shl_cli_parse(int argc, char **argv, int first, bson_t **argv_out, bson_t **pars
             bson_t probe = BSON_INITIALIZER;
             bson_iter_t it;
             shl_opt_append((shl_opt_id_t)id, &probe);
-            bool is_bool = bson_iter_init(&it, &probe) && bson_iter_next(&it) &&
-                           BSON_ITER_HOLDS_BOOL(&it);
+            bool is_bool =
+                bson_iter_init(&it, &probe) && bson_iter_next(&it) && BSON_ITER_HOLDS_BOOL(&it);
             bson_destroy(&probe);
             if (is_bool) {
                 val = "true";

@@ -1,7 +1,7 @@
 /*
  * main.c -- the `shale` binary: `shale node` (data node: standalone, --shardsvr or
- * --configsvr), `shale up|down|status` (a local cluster, cluster_cli.h), later
- * `shale router`. DESIGN.md section 1.
+ * --configsvr), `shale router`, `shale up|down|status` (a local cluster,
+ * cluster_cli.h). DESIGN.md section 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
+#include "router/router.h"
 
 static void
 usage(FILE *out)
@@ -24,12 +25,63 @@ usage(FILE *out)
                  "  node [--port N] [--bind_ip IP] [--dbpath DIR] [--replSet NAME]\n"
                  "       [--shardsvr | --configsvr] [--logpath FILE]\n"
                  "       [--setParameter name=value]...   run a data node\n"
+                 "  router --configdb SET/HOST:PORT [--port N] [--bind_ip IP] [--logpath FILE]\n"
+                 "       [--setParameter name=value]...   run a router\n"
                  "  up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
                  "                          start a local cluster: config server, N shards\n"
                  "                          (default 2) and a router on P (default 27017)\n"
                  "  down [--dbpath DIR]      stop the cluster started in DIR\n"
                  "  status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
                  "                          print the cluster's shards, databases and chunks\n");
+}
+
+/* "host:port" this process is known as: the first bind address and the port. */
+static void
+set_me(shl_service_ctx_t *svc)
+{
+    char bind0[128];
+    const char *ips = shl_opt_str(SHL_OPT_bind_ip);
+    size_t n = strcspn(ips, ",");
+
+    snprintf(bind0, sizeof(bind0), "%.*s", (int)n, ips);
+    if (strcmp(bind0, "0.0.0.0") == 0 || bind0[0] == '\0') {
+        snprintf(bind0, sizeof(bind0), "127.0.0.1");
+    }
+    snprintf(svc->me, sizeof(svc->me), "%s:%d", bind0, (int)shl_opt_int(SHL_OPT_port));
+}
+
+/* Parse the command line and open the log; 0, or the exit code. */
+static int
+start_common(const char *what, int argc, char **argv, bson_t **av, bson_t **parsed)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shl_cli_parse(argc, argv, 2, av, parsed, &st) != 0) {
+        fprintf(stderr, "shale %s: %s\n", what, st.reason);
+        usage(stderr);
+        return 2;
+    }
+    if (shl_opt_str(SHL_OPT_logpath)[0] != '\0' && shl_log_open(shl_opt_str(SHL_OPT_logpath))) {
+        fprintf(stderr, "shale %s: cannot open log file %s\n", what, shl_opt_str(SHL_OPT_logpath));
+        return 1;
+    }
+    shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
+    return 0;
+}
+
+/* Listen and serve until shutdown; the process exit code. */
+static int
+serve(shl_service_ctx_t *svc)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    shl_server_install_signal_handlers(svc);
+    if (shl_server_start(svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port), &st) !=
+        0) {
+        SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
+        return 48; /* MongoDB's exit code for a listener failure */
+    }
+    return shl_server_wait(svc);
 }
 
 static int
@@ -42,18 +94,9 @@ run_node(int argc, char **argv)
     int rc = 0;
     shl_role_t role = SHL_ROLE_STANDALONE;
 
-    if (shl_cli_parse(argc, argv, 2, &av, &parsed, &st) != 0) {
-        fprintf(stderr, "shale node: %s\n", st.reason);
-        usage(stderr);
-        rc = 2;
+    if ((rc = start_common("node", argc, argv, &av, &parsed)) != 0) {
         goto done;
     }
-    if (shl_opt_str(SHL_OPT_logpath)[0] != '\0' && shl_log_open(shl_opt_str(SHL_OPT_logpath))) {
-        fprintf(stderr, "shale node: cannot open log file %s\n", shl_opt_str(SHL_OPT_logpath));
-        rc = 1;
-        goto done;
-    }
-    shl_log_set_verbosity((int)shl_opt_int(SHL_OPT_logLevel));
     if (shl_opt_bool(SHL_OPT_shardsvr) && shl_opt_bool(SHL_OPT_configsvr)) {
         fprintf(stderr, "shale node: --shardsvr and --configsvr are exclusive\n");
         rc = 2;
@@ -70,16 +113,7 @@ run_node(int argc, char **argv)
     av = parsed = NULL;
     svc.commands = reg;
     snprintf(svc.set_name, sizeof(svc.set_name), "%s", shl_opt_str(SHL_OPT_replSet));
-    {
-        char bind0[128];
-        const char *ips = shl_opt_str(SHL_OPT_bind_ip);
-        size_t n = strcspn(ips, ",");
-        snprintf(bind0, sizeof(bind0), "%.*s", (int)n, ips);
-        if (strcmp(bind0, "0.0.0.0") == 0 || bind0[0] == '\0') {
-            snprintf(bind0, sizeof(bind0), "127.0.0.1");
-        }
-        snprintf(svc.me, sizeof(svc.me), "%s:%d", bind0, (int)shl_opt_int(SHL_OPT_port));
-    }
+    set_me(&svc);
     SHL_LOG_INFO(CONTROL, 4615611, "Shale starting", "pid", BCON_INT64(getpid()), "port",
                  BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "dbPath",
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
@@ -88,14 +122,48 @@ run_node(int argc, char **argv)
         rc = 1;
         goto cleanup;
     }
-    shl_server_install_signal_handlers(&svc);
-    if (shl_server_start(&svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port),
-                         &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
-        rc = 48; /* MongoDB's exit code for a listener failure */
+    rc = serve(&svc);
+cleanup:
+    shl_service_ctx_cleanup(&svc);
+done:
+    if (av != NULL) {
+        bson_destroy(av);
+    }
+    if (parsed != NULL) {
+        bson_destroy(parsed);
+    }
+    shl_command_registry_destroy(reg);
+    return rc;
+}
+
+static int
+run_router(int argc, char **argv)
+{
+    shl_service_ctx_t svc;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_command_registry_t *reg = shl_command_registry_new();
+    bson_t *av = NULL, *parsed = NULL;
+    int rc = 0;
+
+    if ((rc = start_common("router", argc, argv, &av, &parsed)) != 0) {
+        goto done;
+    }
+    shl_service_ctx_init(&svc, SHL_ROLE_ROUTER);
+    svc.cmdline_argv = av;
+    svc.cmdline_parsed = parsed;
+    av = parsed = NULL;
+    svc.commands = reg;
+    set_me(&svc);
+    SHL_LOG_INFO(CONTROL, 4615614, "Shale router starting", "pid", BCON_INT64(getpid()), "port",
+                 BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "configdb",
+                 BCON_UTF8(shl_opt_str(SHL_OPT_configdb)));
+    if (shl_router_init(&svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0) {
+        fprintf(stderr, "shale router: %s\n", st.reason);
+        SHL_LOG_ERROR(CONTROL, 4615615, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 2;
         goto cleanup;
     }
-    rc = shl_server_wait(&svc);
+    rc = serve(&svc);
 cleanup:
     shl_service_ctx_cleanup(&svc);
 done:
@@ -119,6 +187,8 @@ main(int argc, char **argv)
         usage(stderr);
     } else if (strcmp(argv[1], "node") == 0) {
         rc = run_node(argc, argv);
+    } else if (strcmp(argv[1], "router") == 0) {
+        rc = run_router(argc, argv);
     } else if (strcmp(argv[1], "up") == 0) {
         rc = shl_cluster_up_main(argc, argv);
     } else if (strcmp(argv[1], "down") == 0) {

@@ -218,7 +218,8 @@ check_new_value(const param_t *p, const bson_iter_t *v, shl_status_t *st)
             (BSON_ITER_HOLDS_DOUBLE(v) &&
              bson_iter_double(v) != (double)(int64_t)bson_iter_double(v))) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for parameter %s: %s", p->name,
-                     BSON_ITER_HOLDS_NUMBER(v) ? "not an integer" : shl_bson_type_name(bson_iter_type(v)));
+                     BSON_ITER_HOLDS_NUMBER(v) ? "not an integer"
+                                               : shl_bson_type_name(bson_iter_type(v)));
         }
         if (p->opt == SHL_OPT_logLevel && bson_iter_as_int64(v) < 0) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for logLevel: %" PRId64,

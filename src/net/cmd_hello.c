@@ -41,11 +41,10 @@ record_client(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st)
         }
         if (bson_init_static(&view, data, len)) {
             conn->client_metadata = bson_copy(&view);
-            if (bson_iter_init_find(&app, &view, "application") &&
-                BSON_ITER_HOLDS_DOCUMENT(&app) && bson_iter_recurse(&app, &app) &&
-                bson_iter_find(&app, "name") && BSON_ITER_HOLDS_UTF8(&app)) {
-                snprintf(conn->app_name, sizeof(conn->app_name), "%s",
-                         bson_iter_utf8(&app, NULL));
+            if (bson_iter_init_find(&app, &view, "application") && BSON_ITER_HOLDS_DOCUMENT(&app) &&
+                bson_iter_recurse(&app, &app) && bson_iter_find(&app, "name") &&
+                BSON_ITER_HOLDS_UTF8(&app)) {
+                snprintf(conn->app_name, sizeof(conn->app_name), "%s", bson_iter_utf8(&app, NULL));
             }
             SHL_LOG_INFO(NETWORK, 51800, "client metadata", "remote", BCON_UTF8(conn->remote),
                          "client", BCON_UTF8(conn->app_name));

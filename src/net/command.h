@@ -52,8 +52,7 @@ void shl_command_registry_destroy(shl_command_registry_t *reg);
 void shl_command_registry_add(shl_command_registry_t *reg, const shl_command_t *cmd);
 
 /* shl_command_registry_find -- by name or alias, or NULL. Thread-safe once built. */
-const shl_command_t *shl_command_registry_find(const shl_command_registry_t *reg,
-                                               const char *name);
+const shl_command_t *shl_command_registry_find(const shl_command_registry_t *reg, const char *name);
 
 /* shl_command_registry_list -- append {name: {help, adminOnly, ...}} for listCommands. */
 void shl_command_registry_list(const shl_command_registry_t *reg, bson_t *out);

@@ -7,15 +7,43 @@
 
 #include <string.h>
 
-static const char *const generic_args[] = {
-    "$db", "lsid", "txnNumber", "autocommit", "startTransaction", "stmtId", "stmtIds",
-    "writeConcern", "readConcern", "$readPreference", "$clusterTime", "$configTime",
-    "$topologyTime", "$audit", "$client", "$configServerState", "comment", "maxTimeMS",
-    "maxTimeMSOpOnly", "apiVersion", "apiStrict", "apiDeprecationErrors", "shardVersion",
-    "databaseVersion", "clientOperationKey", "mayBypassWriteBlocking", "$queryOptions",
-    "readPreference", "allowImplicitCollectionCreation", "coordinator", "txnRetryCounter",
-    "startOrContinueTransaction", "$tenant", "expectPrefix", "help", "versionContext",
-    NULL};
+static const char *const generic_args[] = {"$db",
+                                           "lsid",
+                                           "txnNumber",
+                                           "autocommit",
+                                           "startTransaction",
+                                           "stmtId",
+                                           "stmtIds",
+                                           "writeConcern",
+                                           "readConcern",
+                                           "$readPreference",
+                                           "$clusterTime",
+                                           "$configTime",
+                                           "$topologyTime",
+                                           "$audit",
+                                           "$client",
+                                           "$configServerState",
+                                           "comment",
+                                           "maxTimeMS",
+                                           "maxTimeMSOpOnly",
+                                           "apiVersion",
+                                           "apiStrict",
+                                           "apiDeprecationErrors",
+                                           "shardVersion",
+                                           "databaseVersion",
+                                           "clientOperationKey",
+                                           "mayBypassWriteBlocking",
+                                           "$queryOptions",
+                                           "readPreference",
+                                           "allowImplicitCollectionCreation",
+                                           "coordinator",
+                                           "txnRetryCounter",
+                                           "startOrContinueTransaction",
+                                           "$tenant",
+                                           "expectPrefix",
+                                           "help",
+                                           "versionContext",
+                                           NULL};
 
 bool
 shl_cmd_is_generic_arg(const char *field)
@@ -64,10 +92,9 @@ done:
 static int
 wrong_type(const bson_t *cmd, const bson_iter_t *it, const char *expected, shl_status_t *st)
 {
-    return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
-                          "BSON field '%s.%s' is the wrong type '%s', expected type '%s'",
-                          shl_cmd_name(cmd), bson_iter_key(it),
-                          shl_bson_type_name(bson_iter_type(it)), expected);
+    return shl_status_set(
+        st, SHL_CODE_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type '%s'",
+        shl_cmd_name(cmd), bson_iter_key(it), shl_bson_type_name(bson_iter_type(it)), expected);
 }
 
 int
@@ -86,8 +113,7 @@ shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *
 }
 
 int
-shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *found,
-                  shl_status_t *st)
+shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *found, shl_status_t *st)
 {
     bson_iter_t it;
     if (found != NULL) {
@@ -103,8 +129,8 @@ shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *foun
         double d = bson_iter_double(&it);
         if (d != d || d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) {
             return shl_status_set(st, SHL_CODE_BAD_VALUE,
-                                  "BSON field '%s.%s' has a value out of range",
-                                  shl_cmd_name(cmd), field);
+                                  "BSON field '%s.%s' has a value out of range", shl_cmd_name(cmd),
+                                  field);
         }
     }
     *out = bson_iter_as_int64(&it);
@@ -173,8 +199,7 @@ shl_cmd_get_doc(const bson_t *cmd, const char *field, bson_t *out, bool *found, 
 }
 
 int
-shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found,
-                  shl_status_t *st)
+shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found, shl_status_t *st)
 {
     return get_container(cmd, field, out, found, true, st);
 }
@@ -184,8 +209,7 @@ shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st)
 {
     bson_iter_t it;
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
-        return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE,
-                              "collection name has invalid type %s",
+        return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type %s",
                               shl_bson_type_name(bson_iter_type(&it)));
     }
     *out = bson_iter_utf8(&it, NULL);

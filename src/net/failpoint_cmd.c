@@ -43,8 +43,8 @@ fc_filter(const bson_t *data, void *arg)
     if (!array_has_string(data, "failCommands", m->cmd_name)) {
         return false;
     }
-    if (internal && !(bson_iter_init_find(&it, data, "failInternalCommands") &&
-                      bson_iter_as_bool(&it))) {
+    if (internal &&
+        !(bson_iter_init_find(&it, data, "failInternalCommands") && bson_iter_as_bool(&it))) {
         return false;
     }
     if (bson_iter_init_find(&it, data, "appName") && BSON_ITER_HOLDS_UTF8(&it)) {

@@ -15,8 +15,7 @@
 static int32_t
 rd_i32(const uint8_t *p)
 {
-    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                 (uint32_t)p[3] << 24;
+    uint32_t v = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     return (int32_t)v;
 }
 
@@ -50,8 +49,8 @@ shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st)
 {
     if (hdr->length <= SHL_MSG_HEADER_LEN || hdr->length > SHL_MAX_MESSAGE_SIZE) {
         return shl_status_set(st, SHL_CODE_PROTOCOL_ERROR,
-                              "recv(): message msgLen %d is invalid. Min %d Max: %d",
-                              hdr->length, SHL_MSG_HEADER_LEN + 1, SHL_MAX_MESSAGE_SIZE);
+                              "recv(): message msgLen %d is invalid. Min %d Max: %d", hdr->length,
+                              SHL_MSG_HEADER_LEN + 1, SHL_MAX_MESSAGE_SIZE);
     }
     return 0;
 }
@@ -284,8 +283,8 @@ append_sequence(bson_t *out, const sequence_t *seq, shl_status_t *st)
 
     bson_append_array_begin(out, seq->ident, -1, &arr);
     while (off < seq->len) {
-        SHL_ERR(read_doc(seq->docs + off, seq->len - off, SHL_MAX_BSON_INTERNAL_SIZE, &doc, &dl,
-                         st));
+        SHL_ERR(
+            read_doc(seq->docs + off, seq->len - off, SHL_MAX_BSON_INTERNAL_SIZE, &doc, &dl, st));
         bson_uint32_to_string(i++, &key, idx, sizeof(idx));
         bson_append_document(&arr, key, -1, &doc);
         off += dl;
@@ -312,8 +311,8 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
     msg->flags = (uint32_t)rd_i32(buf + SHL_MSG_HEADER_LEN);
     /* Bits 0-15 are "required": a receiver must refuse ones it does not know. */
     if ((msg->flags & 0xFFFFu & ~(SHL_MSG_CHECKSUM_PRESENT | SHL_MSG_MORE_TO_COME)) != 0) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OP_MSG_FLAG,
-                 "Message contains illegal flags value: Flag %u", (unsigned)msg->flags);
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OP_MSG_FLAG, "Message contains illegal flags value: Flag %u",
+                 (unsigned)msg->flags);
     }
     if (msg->flags & SHL_MSG_CHECKSUM_PRESENT) {
         if (len < SHL_MSG_HEADER_LEN + 4 + 1 + 4) {
@@ -330,8 +329,8 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
             if (have_body) {
                 SHL_FAIL(st, 40430, "Multiple body sections in message");
             }
-            SHL_ERR(read_doc(buf + off, end - off, SHL_MAX_BSON_INTERNAL_SIZE, &body_view, &dl,
-                             st));
+            SHL_ERR(
+                read_doc(buf + off, end - off, SHL_MAX_BSON_INTERNAL_SIZE, &body_view, &dl, st));
             have_body = true;
             off += dl;
         } else if (kind == KIND_SEQUENCE) {
@@ -441,8 +440,7 @@ shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *
         ret = parse_op_query(buf, len, msg, st);
         break;
     default:
-        ret = shl_status_set(st, SHL_CODE_PROTOCOL_ERROR, "Unsupported opcode %d",
-                             msg->hdr.opcode);
+        ret = shl_status_set(st, SHL_CODE_PROTOCOL_ERROR, "Unsupported opcode %d", msg->hdr.opcode);
         break;
     }
 done:

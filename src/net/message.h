@@ -44,10 +44,10 @@ typedef struct shl_msg_header {
 /* A parsed request or reply. */
 typedef struct shl_message {
     shl_msg_header_t hdr;
-    uint32_t flags;        /* OP_MSG flagBits (0 for OP_QUERY) */
-    bool legacy;           /* arrived as OP_QUERY */
-    char legacy_ns[256];   /* OP_QUERY fullCollectionName */
-    bson_t body;           /* the command, document sequences merged in as arrays; owned */
+    uint32_t flags;      /* OP_MSG flagBits (0 for OP_QUERY) */
+    bool legacy;         /* arrived as OP_QUERY */
+    char legacy_ns[256]; /* OP_QUERY fullCollectionName */
+    bson_t body;         /* the command, document sequences merged in as arrays; owned */
 } shl_message_t;
 
 /* shl_msg_header_read -- decode a header from 16 bytes. */

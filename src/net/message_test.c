@@ -239,7 +239,10 @@ nested_doc(int depth, size_t *len)
     for (int i = 0; i <= depth; i++) {
         put_i32(p + 7 * (size_t)i, (int32_t)(n - 8 * (size_t)i));
         if (i < depth) {
-            memcpy(p + 7 * (size_t)i + 4, "\x03" "a", 3);
+            memcpy(p + 7 * (size_t)i + 4,
+                   "\x03"
+                   "a",
+                   3);
         }
     }
     *len = n;
@@ -265,8 +268,8 @@ SHL_TEST(bson_nested_document_without_eoo)
 {
     /* {'a': {'x': 1}, 'b': 1}; found by fuzz_bson: libbson let a nested document whose
      * last byte is not EOO through when another element followed it. */
-    uint8_t doc[] = {27,  0,   0, 0, 3, 'a', 0, 12,   0,   0, 0, 0x10, 'x', 0,
-                     1,   0,   0, 0, 0, 0x10, 'b', 0, 1, 0,   0, 0,    0};
+    uint8_t doc[] = {27, 0, 0, 0, 3, 'a',  0,   12, 0, 0, 0, 0x10, 'x', 0,
+                     1,  0, 0, 0, 0, 0x10, 'b', 0,  1, 0, 0, 0,    0};
     ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), 0);
     doc[18] = 0x28;
     ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
@@ -275,8 +278,8 @@ SHL_TEST(bson_nested_document_without_eoo)
 SHL_TEST(bson_code_with_scope_structure)
 {
     /* {'c': Code('f', {'x': 1}), 'b': 1} */
-    uint8_t doc[] = {37, 0, 0, 0, 0x0f, 'c', 0, 22, 0, 0, 0, 2, 0, 0, 0, 'f', 0, 12, 0,
-                     0,  0, 0x10, 'x', 0, 1, 0, 0, 0, 0, 0x10, 'b', 0, 1, 0, 0, 0, 0};
+    uint8_t doc[] = {37, 0, 0,    0,   0x0f, 'c', 0, 22, 0, 0, 0,    2,   0, 0, 0, 'f', 0, 12, 0,
+                     0,  0, 0x10, 'x', 0,    1,   0, 0,  0, 0, 0x10, 'b', 0, 1, 0, 0,   0, 0};
     ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), 0);
     doc[28] = 0x28; /* the scope's EOO */
     ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);

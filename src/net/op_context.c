@@ -23,8 +23,8 @@ doc_view(const bson_iter_t *it, bson_t *view)
 }
 
 int
-shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
-                const bson_t *body, const char *db, shl_status_t *st)
+shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn, const bson_t *body,
+                const char *db, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -122,8 +122,7 @@ shl_op_check_interrupt(shl_op_ctx_t *op, shl_status_t *st)
     } else if (op->deadline_us != 0 && shl_clock_mono_us() >= op->deadline_us) {
         ret = shl_status_set(st, SHL_CODE_MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
     } else if (atomic_load(&op->svc->shutting_down)) {
-        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
-                             "interrupted at shutdown");
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "interrupted at shutdown");
     }
     return ret;
 }

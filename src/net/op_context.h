@@ -18,33 +18,33 @@ struct shl_conn;
 
 typedef struct shl_op_ctx {
     shl_service_ctx_t *svc;
-    struct shl_conn *conn;      /* NULL for operations started internally */
-    const char *cmd_name;       /* borrowed from the request body */
-    char db[128];               /* $db */
-    const bson_t *body;         /* the whole command; borrowed for the request */
+    struct shl_conn *conn; /* NULL for operations started internally */
+    const char *cmd_name;  /* borrowed from the request body */
+    char db[128];          /* $db */
+    const bson_t *body;    /* the whole command; borrowed for the request */
 
     /* Generic arguments; each 'has_' says whether the field was present. */
     bool has_lsid;
-    bson_t lsid;                /* static view into body when has_lsid */
+    bson_t lsid; /* static view into body when has_lsid */
     bool has_txn_number;
     int64_t txn_number;
     bool has_autocommit;
     bool autocommit;
     bool start_transaction;
     bool has_read_concern;
-    bson_t read_concern;        /* static view */
+    bson_t read_concern; /* static view */
     bool has_write_concern;
-    bson_t write_concern;       /* static view */
+    bson_t write_concern; /* static view */
     bool has_shard_version;
-    bson_t shard_version;       /* static view (document or legacy array) */
+    bson_t shard_version; /* static view (document or legacy array) */
     bool has_database_version;
-    bson_t database_version;    /* static view */
+    bson_t database_version; /* static view */
     bool has_cluster_time;
-    bson_t cluster_time;        /* static view of $clusterTime */
-    const char *comment_json;   /* NULL when absent; never used for logic */
+    bson_t cluster_time;      /* static view of $clusterTime */
+    const char *comment_json; /* NULL when absent; never used for logic */
 
-    int64_t deadline_us;        /* monotonic; 0 = none (maxTimeMS) */
-    atomic_bool killed;         /* set by killOp or shutdown */
+    int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
+    atomic_bool killed;  /* set by killOp or shutdown */
     int64_t start_mono_us;
 } shl_op_ctx_t;
 

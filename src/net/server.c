@@ -29,13 +29,13 @@
 typedef struct server {
     int listen_fds[MAX_LISTENERS];
     int nlisten;
-    int wake_pipe[2];            /* written to start a shutdown (signal-safe) */
+    int wake_pipe[2]; /* written to start a shutdown (signal-safe) */
     pthread_t listener;
-    pthread_mutex_t lock;        /* guards conns, next_conn_id, done */
-    pthread_cond_t cond;         /* signalled when a connection goes idle or leaves */
-    shl_conn_t *conns;           /* guarded by lock */
-    int64_t next_conn_id;        /* guarded by lock */
-    bool done;                   /* guarded by lock */
+    pthread_mutex_t lock; /* guards conns, next_conn_id, done */
+    pthread_cond_t cond;  /* signalled when a connection goes idle or leaves */
+    shl_conn_t *conns;    /* guarded by lock */
+    int64_t next_conn_id; /* guarded by lock */
+    bool done;            /* guarded by lock */
     atomic_llong shutdown_timeout_ms;
 } server_t;
 
@@ -222,8 +222,9 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
         return;
     }
     if (atomic_load(&svc->counters.conn_current) >= shl_opt_int(SHL_OPT_maxConns)) {
-        SHL_LOG_WARNING(NETWORK, 22942, "Connection refused because there are too many open "
-                                        "connections");
+        SHL_LOG_WARNING(NETWORK, 22942,
+                        "Connection refused because there are too many open "
+                        "connections");
         close(fd);
         return;
     }

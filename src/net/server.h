@@ -21,14 +21,14 @@ typedef struct shl_conn {
     char remote[64];
     char local[64];
     shl_service_ctx_t *svc;
-    bool internal;             /* hello said internalClient */
-    bool hello_seen;           /* the first hello stores client metadata */
-    char app_name[128];        /* client.application.name from the first hello */
-    bson_t *client_metadata;   /* the first hello's client document, or NULL */
-    atomic_bool close_now;     /* set by failCommand closeConnection / shutdown */
-    atomic_bool in_op;         /* an operation is running on this connection */
+    bool internal;           /* hello said internalClient */
+    bool hello_seen;         /* the first hello stores client metadata */
+    char app_name[128];      /* client.application.name from the first hello */
+    bson_t *client_metadata; /* the first hello's client document, or NULL */
+    atomic_bool close_now;   /* set by failCommand closeConnection / shutdown */
+    atomic_bool in_op;       /* an operation is running on this connection */
     pthread_t thread;
-    struct shl_conn *next;     /* the server's list; guarded by the server's lock */
+    struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;
 
 /*

@@ -240,8 +240,7 @@ handle_other_opcode(shl_conn_t *conn, const uint8_t *buf, size_t len)
 }
 
 bool
-shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8_t *buf,
-                           size_t len)
+shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8_t *buf, size_t len)
 {
     shl_message_t msg;
     shl_status_t st = SHL_STATUS_INIT;

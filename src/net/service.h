@@ -42,15 +42,14 @@ typedef struct shl_fail_command_action {
     bool fire;
     bool close_connection;
     int64_t block_ms;
-    int error_code;            /* 0: run the command */
+    int error_code; /* 0: run the command */
     bool has_labels;
-    bson_t labels;             /* errorLabels override (array), when has_labels */
+    bson_t labels; /* errorLabels override (array), when has_labels */
     bool has_wce;
     bson_t write_concern_error;
 } shl_fail_command_action_t;
 
-void shl_fail_command_check(shl_op_ctx_t *op, const char *cmd_name,
-                            shl_fail_command_action_t *act);
+void shl_fail_command_check(shl_op_ctx_t *op, const char *cmd_name, shl_fail_command_action_t *act);
 void shl_fail_command_action_cleanup(shl_fail_command_action_t *act);
 
 #endif

@@ -58,21 +58,21 @@ typedef struct shl_service_hooks {
 } shl_service_hooks_t;
 
 typedef struct shl_service_ctx {
-    shl_role_t role;                               /* set before start, then read-only */
-    const struct shl_command_registry *commands;   /* set before start, then read-only */
-    shl_service_hooks_t hooks;                     /* set before start, then read-only */
-    char me[300];                                  /* "host:port" of this process */
-    char set_name[128];                            /* replSet name, "" for none */
-    int64_t start_wall_ms;                         /* read-only */
-    int64_t start_mono_us;                         /* read-only */
-    bson_t *cmdline_argv;                          /* getCmdLineOpts argv; read-only */
-    bson_t *cmdline_parsed;                        /* getCmdLineOpts parsed; read-only */
+    shl_role_t role;                             /* set before start, then read-only */
+    const struct shl_command_registry *commands; /* set before start, then read-only */
+    shl_service_hooks_t hooks;                   /* set before start, then read-only */
+    char me[300];                                /* "host:port" of this process */
+    char set_name[128];                          /* replSet name, "" for none */
+    int64_t start_wall_ms;                       /* read-only */
+    int64_t start_mono_us;                       /* read-only */
+    bson_t *cmdline_argv;                        /* getCmdLineOpts argv; read-only */
+    bson_t *cmdline_parsed;                      /* getCmdLineOpts parsed; read-only */
     shl_counters_t counters;
-    atomic_bool shutting_down;                     /* set once by shutdown */
+    atomic_bool shutting_down; /* set once by shutdown */
     atomic_int shutdown_exit_code;
 
-    struct shl_storage_engine *storage;            /* data nodes; NULL on the router */
-    void *role_state;                              /* owned by the role's module */
+    struct shl_storage_engine *storage; /* data nodes; NULL on the router */
+    void *role_state;                   /* owned by the role's module */
 } shl_service_ctx_t;
 
 /* shl_service_ctx_init -- zero the context and record start times. */

@@ -12,13 +12,13 @@
 #include "base/status.h"
 
 typedef struct shl_write_concern {
-    int32_t w;              /* number of nodes; ignored when w_majority or w_tag[0] */
+    int32_t w; /* number of nodes; ignored when w_majority or w_tag[0] */
     bool w_majority;
-    char w_tag[64];         /* a custom mode name; "" for none */
-    bool j;                 /* journaled acknowledgement requested */
+    char w_tag[64]; /* a custom mode name; "" for none */
+    bool j;         /* journaled acknowledgement requested */
     bool has_j;
-    int64_t wtimeout_ms;    /* 0 = no timeout */
-    bool is_default;        /* the client sent no writeConcern */
+    int64_t wtimeout_ms; /* 0 = no timeout */
+    bool is_default;     /* the client sent no writeConcern */
 } shl_write_concern_t;
 
 /*

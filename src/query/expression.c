@@ -108,8 +108,9 @@ check_field_path(const char *s, size_t len, shl_status_t *st)
                          "FieldPath field names may not be empty strings.");
             }
             if (s[start] == '$') {
-                SHL_FAIL(st, QC_FIELDPATH_DOLLAR, "FieldPath field names may not start with '$'. "
-                                                  "Consider using $getField or $setField.");
+                SHL_FAIL(st, QC_FIELDPATH_DOLLAR,
+                         "FieldPath field names may not start with '$'. "
+                         "Consider using $getField or $setField.");
             }
             start = i + 1;
         } else if (s[i] == '\0') {
@@ -241,12 +242,14 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
     }
     if ((int)args.n < op->min_args || (op->max_args >= 0 && (int)args.n > op->max_args)) {
         if (op->min_args == op->max_args) {
-            SHL_FAIL(st, QC_EXPR_BAD_ARGC, "Expression %s takes exactly %d arguments. %zu were "
-                                           "passed in.",
+            SHL_FAIL(st, QC_EXPR_BAD_ARGC,
+                     "Expression %s takes exactly %d arguments. %zu were "
+                     "passed in.",
                      name, op->min_args, args.n);
         }
-        SHL_FAIL(st, QC_EXPR_BAD_ARGC, "Expression %s takes at least %d arguments, and at most "
-                                       "%d, but %zu were passed in.",
+        SHL_FAIL(st, QC_EXPR_BAD_ARGC,
+                 "Expression %s takes at least %d arguments, and at most "
+                 "%d, but %zu were passed in.",
                  name, op->min_args, op->max_args, args.n);
     }
     e->args = (shl_expr_t **)args.v;
@@ -470,8 +473,7 @@ now_ms(const shl_expr_ctx_t *ctx)
 }
 
 int
-expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *vals,
-               shl_status_t *st)
+expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *vals, shl_status_t *st)
 {
     int ret = 0;
     size_t i;
@@ -577,8 +579,7 @@ done:
 }
 
 int
-shl_expr_evaluate_bool(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bool *out,
-                       shl_status_t *st)
+shl_expr_evaluate_bool(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bool *out, shl_status_t *st)
 {
     bson_value_t v;
     int ret = shl_expr_evaluate(e, ctx, &v, st);
@@ -603,7 +604,7 @@ eval_cmp_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int *cmp, shl_st
 }
 
 #define CMP_OP(fname, test)                                                                        \
-    static int fname(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,           \
+    static int fname(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,            \
                      shl_status_t *st)                                                             \
     {                                                                                              \
         int c = 0, ret = eval_cmp_common(e, ctx, &c, st);                                          \
@@ -691,9 +692,8 @@ op_ifnull(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl
     for (size_t i = 0; i < e->nargs; i++) {
         bson_value_t v;
         SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &v, st));
-        if (i == e->nargs - 1 ||
-            (v.value_type != BSON_TYPE_EOD && v.value_type != BSON_TYPE_NULL &&
-             v.value_type != BSON_TYPE_UNDEFINED)) {
+        if (i == e->nargs - 1 || (v.value_type != BSON_TYPE_EOD && v.value_type != BSON_TYPE_NULL &&
+                                  v.value_type != BSON_TYPE_UNDEFINED)) {
             *out = v;
             goto done;
         }
@@ -747,7 +747,8 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         }
         dsum = mul ? dsum * query_value_as_double(&v[i]) : dsum + query_value_as_double(&v[i]);
         if (t != BSON_TYPE_DOUBLE && t != BSON_TYPE_DECIMAL128) {
-            if (mul ? __builtin_mul_overflow(lsum, x, &lsum) : __builtin_add_overflow(lsum, x, &lsum)) {
+            if (mul ? __builtin_mul_overflow(lsum, x, &lsum)
+                    : __builtin_add_overflow(lsum, x, &lsum)) {
                 overflow = true;
             }
         }

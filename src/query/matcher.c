@@ -211,10 +211,27 @@ path_keyword(const char *name)
 }
 
 static const char *const pathless_ops[] = {
-    "$_internalBucketGeoWithin", "$_internalSchemaAllowedProperties", "$_internalSchemaCond",
-    "$_internalSchemaMaxProperties", "$_internalSchemaMinProperties", "$_internalSchemaRootDocEq",
-    "$_internalSchemaXor", "$alwaysFalse", "$alwaysTrue", "$and", "$comment", "$db", "$expr",
-    "$id", "$jsonSchema", "$nor", "$or", "$ref", "$sampleRate", "$text", "$where",
+    "$_internalBucketGeoWithin",
+    "$_internalSchemaAllowedProperties",
+    "$_internalSchemaCond",
+    "$_internalSchemaMaxProperties",
+    "$_internalSchemaMinProperties",
+    "$_internalSchemaRootDocEq",
+    "$_internalSchemaXor",
+    "$alwaysFalse",
+    "$alwaysTrue",
+    "$and",
+    "$comment",
+    "$db",
+    "$expr",
+    "$id",
+    "$jsonSchema",
+    "$nor",
+    "$or",
+    "$ref",
+    "$sampleRate",
+    "$text",
+    "$where",
 };
 
 static bool
@@ -403,12 +420,13 @@ static const struct {
     const char *name;
     int code;
 } type_aliases[] = {
-    {"double", 1},     {"string", 2},     {"object", 3},     {"array", 4},
-    {"binData", 5},    {"undefined", 6},  {"objectId", 7},   {"bool", 8},
-    {"date", 9},       {"null", 10},      {"regex", 11},     {"dbPointer", 12},
-    {"javascript", 13}, {"symbol", 14},   {"javascriptWithScope", 15},
-    {"int", 16},       {"timestamp", 17}, {"long", 18},      {"decimal", 19},
-    {"minKey", -1},    {"maxKey", 127},
+    {"double", 1},      {"string", 2},     {"object", 3},
+    {"array", 4},       {"binData", 5},    {"undefined", 6},
+    {"objectId", 7},    {"bool", 8},       {"date", 9},
+    {"null", 10},       {"regex", 11},     {"dbPointer", 12},
+    {"javascript", 13}, {"symbol", 14},    {"javascriptWithScope", 15},
+    {"int", 16},        {"timestamp", 17}, {"long", 18},
+    {"decimal", 19},    {"minKey", -1},    {"maxKey", 127},
 };
 
 static int
@@ -644,8 +662,8 @@ parse_bits(const char *name, const char *op, nkind_t kind, const bson_value_t *v
     } else {
         js = query_value_to_json(v);
         ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
-                             "%s takes an Array, a number, or a BinData but received: %s: %s",
-                             name, op, js);
+                             "%s takes an Array, a number, or a BinData but received: %s: %s", name,
+                             op, js);
         bson_free(js);
         goto done;
     }
@@ -808,8 +826,8 @@ done:
 }
 
 static int
-parse_not(const char *name, const bson_value_t *v, const pctx_t *pc, level_t level,
-          mnode_t **out, shl_status_t *st)
+parse_not(const char *name, const bson_value_t *v, const pctx_t *pc, level_t level, mnode_t **out,
+          shl_status_t *st)
 {
     mnode_t *n = NULL, *kid = NULL;
     bson_t obj;
@@ -906,8 +924,8 @@ parse_sub_field(const bson_t *context, const char *name, const bson_iter_t *e, c
             goto done;
         }
         if (size > INT32_MAX) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Failed to parse $size. Cannot represent %lld in an int",
-                     (long long)size);
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "Failed to parse $size. Cannot represent %lld in an int", (long long)size);
         }
         n = node_new(N_SIZE, name);
         n->size = size;
@@ -995,8 +1013,8 @@ done:
 }
 
 static int
-parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t *pc,
-           level_t level, mnode_t **out, shl_status_t *st)
+parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t *pc, level_t level,
+           mnode_t **out, shl_status_t *st)
 {
     mnode_t *n = NULL, *kid = NULL;
     bson_t arr, obj;
@@ -1066,7 +1084,8 @@ parse_pathless(const char *key, const bson_value_t *v, const pctx_t *pc, level_t
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$expr can only be applied to the top-level document");
         }
         if (!(pc->flags & SHL_MATCHER_ALLOW_EXPR)) {
-            SHL_FAIL(st, SHL_CODE_QUERY_FEATURE_NOT_ALLOWED, "$expr is not allowed in this context");
+            SHL_FAIL(st, SHL_CODE_QUERY_FEATURE_NOT_ALLOWED,
+                     "$expr is not allowed in this context");
         }
         *out = node_new(N_EXPR, NULL);
         if ((ret = shl_expr_parse(v, &(*out)->expr, st)) != 0) {
@@ -1080,7 +1099,8 @@ parse_pathless(const char *key, const bson_value_t *v, const pctx_t *pc, level_t
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$where is not allowed in this context");
         }
         if (level == LEVEL_SUBDOC) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$where can only be applied to the top-level document");
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "$where can only be applied to the top-level document");
         }
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "no globalScriptEngine in $where parsing");
     }
@@ -1308,7 +1328,8 @@ static bool
 in_single(const mnode_t *n, const bson_value_t *v)
 {
     size_t lo = 0, hi = n->neqs;
-    if (n->in_has_null && (v->value_type == BSON_TYPE_EOD || v->value_type == BSON_TYPE_UNDEFINED)) {
+    if (n->in_has_null &&
+        (v->value_type == BSON_TYPE_EOD || v->value_type == BSON_TYPE_UNDEFINED)) {
         return true;
     }
     if (v->value_type != BSON_TYPE_EOD) {
@@ -1847,8 +1868,8 @@ shl_matcher_is_trivial(const shl_matcher_t *m)
 }
 
 int
-shl_matcher_match_value(const shl_matcher_t *m, const char *placeholder,
-                        const bson_value_t *value, bool *matched, shl_status_t *st)
+shl_matcher_match_value(const shl_matcher_t *m, const char *placeholder, const bson_value_t *value,
+                        bool *matched, shl_status_t *st)
 {
     bson_t doc = BSON_INITIALIZER;
     int ret;
@@ -1888,8 +1909,8 @@ add_equality(bson_t *out, const char *path, const bson_value_t *v, shl_status_t 
         if ((klen < plen && strncmp(k, path, klen) == 0 && path[klen] == '.') ||
             (plen < klen && strncmp(k, path, plen) == 0 && k[plen] == '.')) {
             SHL_FAIL(st, SHL_CODE_NOT_SINGLE_VALUE_FIELD,
-                     "cannot infer query fields to set, both paths '%s' and '%s' are matched",
-                     path, k);
+                     "cannot infer query fields to set, both paths '%s' and '%s' are matched", path,
+                     k);
         }
     }
     bson_append_value(out, path, -1, v);

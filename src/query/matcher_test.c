@@ -111,8 +111,8 @@ static const mcase_t cases[] = {
     {"{'a': [1, 2]}", "{'a': {'$gt': [1]}}", MATCH},
     {"{'a': [1, 2]}", "{'a': {'$lt': [1]}}", NO},
     {"{'a': {'b': 1}}", "{'a': {'$gt': {'a': 1}}}", MATCH},
-    {"{'a': {'$date': '2020-01-01T00:00:00Z'}}", "{'a': {'$gt': {'$date': '2019-01-01T00:00:00Z'}}}",
-     MATCH},
+    {"{'a': {'$date': '2020-01-01T00:00:00Z'}}",
+     "{'a': {'$gt': {'$date': '2019-01-01T00:00:00Z'}}}", MATCH},
     {"{'a': {'$date': '2020-01-01T00:00:00Z'}}", "{'a': {'$gt': 5}}", NO},
     {"{'a': true}", "{'a': {'$gt': false}}", MATCH},
     {"{'a': 1}", "{'a': {'$lt': {'$maxKey': 1}}}", MATCH},
@@ -136,8 +136,8 @@ static const mcase_t cases[] = {
     {"{'a': [3, 2]}", "{'a': {'$in': [1, 2]}}", MATCH},
     {"{'a': 'abc'}", "{'a': {'$in': [{'$regularExpression': {'pattern': '^a', 'options': ''}}]}}",
      MATCH},
-    {"{'a': 'ABC'}", "{'a': {'$in': [{'$regularExpression': {'pattern': '^a', 'options': 'i'}}, 5]}}",
-     MATCH},
+    {"{'a': 'ABC'}",
+     "{'a': {'$in': [{'$regularExpression': {'pattern': '^a', 'options': 'i'}}, 5]}}", MATCH},
     {"{'a': [1, 2]}", "{'a': {'$in': [[1, 2]]}}", MATCH},
     {"{'a': 1}", "{'a': {'$in': []}}", NO},
     {"{'a': 1}", "{'a': {'$nin': []}}", MATCH},
@@ -153,7 +153,8 @@ static const mcase_t cases[] = {
     {"{'a': 5}", "{'a': {'$not': {'$gt': 6}}}", MATCH},
     {"{'a': 7}", "{'a': {'$not': {'$gt': 6}}}", NO},
     {"{}", "{'a': {'$not': {'$gt': 6}}}", MATCH},
-    {"{'a': 'xyz'}", "{'a': {'$not': {'$regularExpression': {'pattern': '^x', 'options': ''}}}}", NO},
+    {"{'a': 'xyz'}", "{'a': {'$not': {'$regularExpression': {'pattern': '^x', 'options': ''}}}}",
+     NO},
     {"{'a': 'abc'}", "{'a': {'$not': {'$regularExpression': {'pattern': '^x', 'options': ''}}}}",
      MATCH},
     {"{'a': 1}", "{'$and': [{'$or': [{'a': 1}, {'b': 1}]}, {'$nor': [{'c': 1}]}]}", MATCH},
@@ -226,7 +227,8 @@ static const mcase_t cases[] = {
      "{'a': {'$all': [{'$elemMatch': {'b': 1}}, {'$elemMatch': {'b': 3}}]}}", NO},
     /* $elemMatch */
     {"{'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}", "{'a': {'$elemMatch': {'b': 1, 'c': 2}}}", NO},
-    {"{'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}", "{'a': {'$elemMatch': {'b': 2, 'c': 2}}}", MATCH},
+    {"{'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}", "{'a': {'$elemMatch': {'b': 2, 'c': 2}}}",
+     MATCH},
     {"{'a': [{'b': 1, 'c': 1}, {'b': 2, 'c': 2}]}", "{'a.b': 1, 'a.c': 2}", MATCH},
     {"{'a': {'b': 1}}", "{'a': {'$elemMatch': {'b': 1}}}", NO},
     {"{'a': [[1, 2], [3]]}", "{'a': {'$elemMatch': {'$elemMatch': {'$eq': 3}}}}", MATCH},
@@ -256,10 +258,12 @@ static const mcase_t cases[] = {
     {"{'a': -1}", "{'a': {'$bitsAllSet': [100]}}", MATCH},
     {"{'a': 1.5}", "{'a': {'$bitsAnySet': [0]}}", NO},
     {"{'a': 'x'}", "{'a': {'$bitsAnySet': [0]}}", NO},
-    {"{'a': {'$binary': {'base64': 'IA==', 'subType': '00'}}}", "{'a': {'$bitsAllSet': [5]}}", MATCH},
+    {"{'a': {'$binary': {'base64': 'IA==', 'subType': '00'}}}", "{'a': {'$bitsAllSet': [5]}}",
+     MATCH},
     {"{'a': {'$binary': {'base64': 'IA==', 'subType': '00'}}}",
      "{'a': {'$bitsAllSet': {'$binary': {'base64': 'IA==', 'subType': '00'}}}}", MATCH},
-    {"{'a': 32}", "{'a': {'$bitsAllSet': {'$binary': {'base64': 'IA==', 'subType': '00'}}}}", MATCH},
+    {"{'a': 32}", "{'a': {'$bitsAllSet': {'$binary': {'base64': 'IA==', 'subType': '00'}}}}",
+     MATCH},
     /* $expr */
     {"{'a': 5, 'b': 3}", "{'$expr': {'$gt': ['$a', '$b']}}", MATCH},
     {"{'a': 1, 'b': 3}", "{'$expr': {'$gt': ['$a', '$b']}}", NO},
@@ -290,8 +294,9 @@ static const mcase_t cases[] = {
     {"{}", "{'a': {'$rEgEx': 'a', '$oPtIoNs': 'z'}}", 51108},
     {"{}", "{'a': {'$oPtIoNs': 'i'}}", 2},
     {"{}", "{'a': {'$rEgEx': 5}}", 2},
-    {"{}", "{'a': {'$rEgEx': {'$regularExpression': {'pattern': 'a', 'options': 'i'}}, "
-           "'$oPtIoNs': 'm'}}",
+    {"{}",
+     "{'a': {'$rEgEx': {'$regularExpression': {'pattern': 'a', 'options': 'i'}}, "
+     "'$oPtIoNs': 'm'}}",
      51075},
     {"{}", "{'a': {'$gt': {'$regularExpression': {'pattern': 'a', 'options': ''}}}}", 2},
     {"{}", "{'a': {'$ne': {'$regularExpression': {'pattern': 'a', 'options': ''}}}}", 2},
@@ -344,8 +349,9 @@ SHL_TEST(matcher_table)
         }
         got = rc != 0 ? rc : (matched ? MATCH : NO);
         if (got != c->want) {
-            shl_test_fail_here(__FILE__, __LINE__, "case %zu: doc %s filter %s: got %d want %d (%s)",
-                               i, c->doc, c->filter, got, c->want, rc ? st.reason : "");
+            shl_test_fail_here(__FILE__, __LINE__,
+                               "case %zu: doc %s filter %s: got %d want %d (%s)", i, c->doc,
+                               c->filter, got, c->want, rc ? st.reason : "");
             failures++;
         }
         shl_matcher_destroy(m);

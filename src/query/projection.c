@@ -136,8 +136,9 @@ check_path(const char *path, size_t len, shl_status_t *st)
                 SHL_FAIL(st, 15998, "FieldPath field names may not be empty strings.");
             }
             if (path[start] == '$') {
-                SHL_FAIL(st, QC_FIELDPATH_DOLLAR, "FieldPath field names may not start with '$'. "
-                                                  "Consider using $getField or $setField.");
+                SHL_FAIL(st, QC_FIELDPATH_DOLLAR,
+                         "FieldPath field names may not start with '$'. "
+                         "Consider using $getField or $setField.");
             }
             start = i + 1;
         }
@@ -400,8 +401,7 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
     full = parent_path ? bson_strdup_printf("%s.%s", parent_path, key) : bson_strdup(key);
     bson_iter_init(&it, &obj);
     while (bson_iter_next(&it)) {
-        SHL_ERR(parse_element(ctx, bson_iter_key(&it), bson_iter_value(&it), full, sub, false,
-                              st));
+        SHL_ERR(parse_element(ctx, bson_iter_key(&it), bson_iter_value(&it), full, sub, false, st));
     }
 done:
     bson_free(full);
@@ -490,8 +490,9 @@ parse_element(pctx_t *ctx, const char *key, const bson_value_t *v, const char *p
 
     if (v->value_type == BSON_TYPE_DOCUMENT) {
         if (positional) {
-            SHL_FAIL(st, 31271, "positional projection cannot be used with an expression or sub "
-                                "object");
+            SHL_FAIL(st, 31271,
+                     "positional projection cannot be used with an expression or sub "
+                     "object");
         }
         return parse_sub_object(ctx, key, v, parent_path, parent, parent_is_root, st);
     }
@@ -820,7 +821,8 @@ chain_for(const qpath_t *p, size_t from)
 {
     pnode_t *top = pnode_new("", 0, P_PATH), *cur = top;
     for (size_t j = from; j < p->n; j++) {
-        pnode_t *kid = pnode_new(p->parts[j], strlen(p->parts[j]), j == p->n - 1 ? P_INCLUDE : P_PATH);
+        pnode_t *kid =
+            pnode_new(p->parts[j], strlen(p->parts[j]), j == p->n - 1 ? P_INCLUDE : P_PATH);
         pnode_add(cur, kid);
         cur = kid;
     }
@@ -965,8 +967,8 @@ compute_value(actx_t *ac, const pnode_t *kid, const bson_t *cur, bson_value_t *o
         if (!bson_iter_init_find(&it, ac->root, kid->pos_path.parts[0])) {
             return false;
         }
-        return positional_value(ac, bson_iter_value(&it), &kid->pos_path, 0, ac->details->key,
-                                out, holder, &narrowed) &&
+        return positional_value(ac, bson_iter_value(&it), &kid->pos_path, 0, ac->details->key, out,
+                                holder, &narrowed) &&
                ac->err == 0;
     }
     /* A path with computed fields below: recurse with MongoDB's applyExpressionsToValue. */
@@ -1018,7 +1020,8 @@ computed_doc(actx_t *ac, const bson_t *cur, const pnode_t *node, bson_t *out)
     size_t nk = node->nkids;
     bson_t *holders = bson_malloc0((nk + 1) * sizeof(bson_t));
     bson_value_t *vals = bson_malloc0((nk + 1) * sizeof(bson_value_t));
-    bool *have = bson_malloc0((nk + 1) * sizeof(bool)), *used = bson_malloc0((nk + 1) * sizeof(bool));
+    bool *have = bson_malloc0((nk + 1) * sizeof(bool)),
+         *used = bson_malloc0((nk + 1) * sizeof(bool));
     bson_iter_t it;
 
     for (size_t i = 0; i < nk; i++) {

@@ -43,10 +43,10 @@
 
 /* A dotted field path split into components ("a.0.b" -> "a", "0", "b"). */
 typedef struct qpath {
-    char *dotted;   /* the whole path, owned */
-    size_t n;       /* number of components (>= 1; "" is one empty component) */
-    char **parts;   /* component strings, owned (point into one allocation) */
-    bool *numeric;  /* component is all digits (an array position candidate) */
+    char *dotted;  /* the whole path, owned */
+    size_t n;      /* number of components (>= 1; "" is one empty component) */
+    char **parts;  /* component strings, owned (point into one allocation) */
+    bool *numeric; /* component is all digits (an array position candidate) */
 } qpath_t;
 
 /* qpath_init -- split 'dotted' (length 'len'). Always succeeds; free with qpath_cleanup. */

@@ -261,8 +261,8 @@ query_parse_int64(const bson_value_t *v, int64_t *out, const char *what, shl_sta
             ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                                  "Cannot represent as a 64-bit integer: %s: %s", what, js);
         } else if (d != (double)(int64_t)d) {
-            ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "Expected an integer: %s: %s",
-                                 what, js);
+            ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "Expected an integer: %s: %s", what,
+                                 js);
         } else {
             *out = (int64_t)d;
         }
@@ -284,8 +284,8 @@ query_parse_int64(const bson_value_t *v, int64_t *out, const char *what, shl_sta
     }
     default:
         js = query_value_to_json(v);
-        ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "Expected a number in: %s: %s", what,
-                             js);
+        ret =
+            shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "Expected a number in: %s: %s", what, js);
         bson_free(js);
         break;
     }

@@ -40,8 +40,9 @@ check_sort_field(const char *name, shl_status_t *st)
                 SHL_FAIL(st, 15998, "FieldPath field names may not be empty strings.");
             }
             if (name[start] == '$') {
-                SHL_FAIL(st, QC_FIELDPATH_DOLLAR, "FieldPath field names may not start with '$'. "
-                                                  "Consider using $getField or $setField.");
+                SHL_FAIL(st, QC_FIELDPATH_DOLLAR,
+                         "FieldPath field names may not start with '$'. "
+                         "Consider using $getField or $setField.");
             }
             start = i + 1;
         }
@@ -329,7 +330,8 @@ shl_sorter_new(const shl_sort_pattern_t *p, int64_t limit, int64_t max_bytes)
     shl_sorter_t *s = bson_malloc0(sizeof(*s));
     s->p = p;
     s->limit = limit > 0 ? limit : 0;
-    s->max_bytes = max_bytes > 0 ? max_bytes : shl_opt_int(SHL_OPT_internalQueryExecMaxBlockingSortBytes);
+    s->max_bytes =
+        max_bytes > 0 ? max_bytes : shl_opt_int(SHL_OPT_internalQueryExecMaxBlockingSortBytes);
     return s;
 }
 

@@ -36,11 +36,12 @@ static const scase_t cases[] = {
      "{'ids': [1, 2]}", 0},
     {"{'d': [{'_id': 1, 'a': [{'b': 5}, {'b': 0}]}, {'_id': 2, 'a': [{'b': 1}]}]}", "{'a.b': -1}",
      "{'ids': [1, 2]}", 0},
-    {"{'d': [{'_id': 1, 'a': [9, 1]}, {'_id': 2, 'a': [2, 8]}]}", "{'a.0': 1}",
-     "{'ids': [2, 1]}", 0},
+    {"{'d': [{'_id': 1, 'a': [9, 1]}, {'_id': 2, 'a': [2, 8]}]}", "{'a.0': 1}", "{'ids': [2, 1]}",
+     0},
     {"{'d': [{'_id': 1, 'a': 1}, {'_id': 2, 'a': 1.0}, {'_id': 3, 'a': {'$numberLong': '1'}}]}",
      "{'a': 1}", "{'ids': [1, 2, 3]}", 0},
-    {"{'d': [{'_id': 1, 'a': 2}, {'_id': 2, 'a': 1.5}, {'_id': 3, 'a': {'$numberDecimal': '1.7'}}]}",
+    {"{'d': [{'_id': 1, 'a': 2}, {'_id': 2, 'a': 1.5}, {'_id': 3, 'a': {'$numberDecimal': "
+     "'1.7'}}]}",
      "{'a': 1}", "{'ids': [2, 3, 1]}", 0},
     {"{'d': [{'_id': 1, 'a': true}, {'_id': 2, 'a': 'z'}, {'_id': 3, 'a': {'x': 1}}, {'_id': 4, "
      "'a': [[1]]}]}",
@@ -69,8 +70,8 @@ SHL_TEST(sort_table)
         const bson_t *d;
         int rc = shl_sort_pattern_new(spec, &p, &st);
         if (rc != c->code) {
-            shl_test_fail_here(__FILE__, __LINE__, "case %zu: code %d want %d (%s)", i, rc,
-                               c->code, st.reason);
+            shl_test_fail_here(__FILE__, __LINE__, "case %zu: code %d want %d (%s)", i, rc, c->code,
+                               st.reason);
             failures++;
         }
         if (rc == 0) {

@@ -44,11 +44,20 @@ static const struct {
     const char *name;
     uop_t op;
 } op_table[] = {
-    {"$set", OP_SET},         {"$unset", OP_UNSET},           {"$inc", OP_INC},
-    {"$mul", OP_MUL},         {"$min", OP_MIN},               {"$max", OP_MAX},
-    {"$rename", OP_RENAME},   {"$currentDate", OP_CURRENT_DATE}, {"$setOnInsert", OP_SET_ON_INSERT},
-    {"$push", OP_PUSH},       {"$addToSet", OP_ADD_TO_SET},   {"$pop", OP_POP},
-    {"$pull", OP_PULL},       {"$pullAll", OP_PULL_ALL},
+    {"$set", OP_SET},
+    {"$unset", OP_UNSET},
+    {"$inc", OP_INC},
+    {"$mul", OP_MUL},
+    {"$min", OP_MIN},
+    {"$max", OP_MAX},
+    {"$rename", OP_RENAME},
+    {"$currentDate", OP_CURRENT_DATE},
+    {"$setOnInsert", OP_SET_ON_INSERT},
+    {"$push", OP_PUSH},
+    {"$addToSet", OP_ADD_TO_SET},
+    {"$pop", OP_POP},
+    {"$pull", OP_PULL},
+    {"$pullAll", OP_PULL_ALL},
 };
 
 typedef enum unkind { UN_OBJECT, UN_ARRAY, UN_LEAF } unkind_t;
@@ -259,8 +268,8 @@ validate_update_path(shl_update_t *u, const qpath_t *p, shl_status_t *st)
                 afilter_t *f = find_filter(u, c + 2, idlen);
                 if (f == NULL) {
                     SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                             "No array filter found for identifier '%.*s' in path '%s'",
-                             (int)idlen, c + 2, p->dotted);
+                             "No array filter found for identifier '%.*s' in path '%s'", (int)idlen,
+                             c + 2, p->dotted);
                 }
                 f->used = true;
             }
@@ -286,8 +295,9 @@ add_leaf(unode_t *root, const qpath_t *p, unode_t *leaf, shl_status_t *st)
         const char *comp = p->parts[i];
         bool last = i == p->n - 1;
         unkind_t need = last ? UN_LEAF : (is_array_filter(p->parts[i + 1]) ? UN_ARRAY : UN_OBJECT);
-        unode_t *child = (node->kind == UN_OBJECT && strcmp(comp, "$") == 0) ? node->positional
-                                                                               : unode_find(node, comp);
+        unode_t *child = (node->kind == UN_OBJECT && strcmp(comp, "$") == 0)
+                             ? node->positional
+                             : unode_find(node, comp);
         if (child != NULL) {
             if (last || child->kind == UN_LEAF || child->kind != need) {
                 prefix = qpath_dotted_prefix(p, i + 1);
@@ -383,8 +393,9 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                 shl_status_t tmp;
                 query_bson_view(v, &spec);
                 if (bson_count_keys(&spec) == 0) {
-                    SHL_FAIL(st, SHL_CODE_BAD_VALUE, "The $sort pattern is empty when it should be "
-                                                     "a set of fields.");
+                    SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                             "The $sort pattern is empty when it should be "
+                             "a set of fields.");
                 }
                 bson_iter_init(&si, &spec);
                 while (bson_iter_next(&si)) {
@@ -395,8 +406,9 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                     }
                 }
                 if (shl_sort_pattern_new(&spec, &leaf->sort_pattern, &tmp) != 0) {
-                    SHL_FAIL(st, SHL_CODE_BAD_VALUE, "The $sort field is a dotted field but has "
-                                                     "an empty part: %s",
+                    SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                             "The $sort field is a dotted field but has "
+                             "an empty part: %s",
                              tmp.reason);
                 }
             } else {
@@ -421,8 +433,8 @@ doc_has_field(const bson_value_t *v, const char *name)
 }
 
 static int
-parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path,
-           const bson_value_t *arg, shl_status_t *st)
+parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path, const bson_value_t *arg,
+           shl_status_t *st)
 {
     unode_t *leaf = unode_new(UN_LEAF, "");
     qpath_t p = {0}, to = {0};
@@ -463,7 +475,8 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path,
     }
     case OP_PULL_ALL:
         if (arg->value_type != BSON_TYPE_ARRAY) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$pullAll requires an array argument but was given a %s",
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "$pullAll requires an array argument but was given a %s",
                      shl_bson_type_name(arg->value_type));
         }
         break;
@@ -482,8 +495,9 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path,
                 bson_free(js);
                 goto done;
             }
-            if (!BSON_ITER_HOLDS_UTF8(&it) || (strcmp(bson_iter_utf8(&it, NULL), "date") != 0 &&
-                                               strcmp(bson_iter_utf8(&it, NULL), "timestamp") != 0)) {
+            if (!BSON_ITER_HOLDS_UTF8(&it) ||
+                (strcmp(bson_iter_utf8(&it, NULL), "date") != 0 &&
+                 strcmp(bson_iter_utf8(&it, NULL), "timestamp") != 0)) {
                 js = query_value_to_json(arg);
                 ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
                                      "The '$type' string field is required to be 'date' or "
@@ -643,8 +657,7 @@ parse_operators(shl_update_t *u, const bson_t *spec, shl_status_t *st)
         }
         bson_iter_init(&fi, &args);
         while (bson_iter_next(&fi)) {
-            SHL_ERR(parse_leaf(u, (uop_t)op, opname, bson_iter_key(&fi), bson_iter_value(&fi),
-                               st));
+            SHL_ERR(parse_leaf(u, (uop_t)op, opname, bson_iter_key(&fi), bson_iter_value(&fi), st));
         }
     }
     unode_sort(u->root);
@@ -687,13 +700,15 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
         const char *name;
         const bson_value_t *v;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "Each element of the 'pipeline' array must be an "
-                                                 "object");
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "Each element of the 'pipeline' array must be an "
+                     "object");
         }
         query_bson_view(bson_iter_value(&it), &stage);
         if (bson_count_keys(&stage) != 1) {
-            SHL_FAIL(st, 40323, "A pipeline stage specification object must contain exactly one "
-                                "field.");
+            SHL_FAIL(st, 40323,
+                     "A pipeline stage specification object must contain exactly one "
+                     "field.");
         }
         bson_iter_init(&si, &stage);
         bson_iter_next(&si);
@@ -721,8 +736,9 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
                     while (bson_iter_next(&ai)) {
                         if (!BSON_ITER_HOLDS_UTF8(&ai)) {
                             bson_destroy(&proj);
-                            SHL_FAIL(st, 31120, "$unset specification must be a string or an "
-                                                "array containing only string values");
+                            SHL_FAIL(st, 31120,
+                                     "$unset specification must be a string or an "
+                                     "array containing only string values");
                         }
                         bson_append_int32(&proj, bson_iter_utf8(&ai, NULL), -1, 0);
                     }
@@ -750,8 +766,9 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
             bson_iter_t ri;
             if (strcmp(name, "$replaceRoot") == 0) {
                 if (v->value_type != BSON_TYPE_DOCUMENT) {
-                    SHL_FAIL(st, 40229, "expected an object as specification for $replaceRoot "
-                                        "stage, got %s",
+                    SHL_FAIL(st, 40229,
+                             "expected an object as specification for $replaceRoot "
+                             "stage, got %s",
                              shl_bson_type_name(v->value_type));
                 }
                 query_bson_view(v, &spec);
@@ -1084,8 +1101,9 @@ create_at(actx_t *ac, char **parts, size_t n, const loc_t *l, mv_t *val)
     } else {
         if (idx > 1500000) {
             mv_free(val);
-            SHL_FAIL(ac->st, SHL_CODE_BAD_VALUE, "can't backfill array to larger than 1500000 "
-                                                 "elements");
+            SHL_FAIL(ac->st, SHL_CODE_BAD_VALUE,
+                     "can't backfill array to larger than 1500000 "
+                     "elements");
         }
         while (c->n < idx) {
             mv_append(c, NULL, mv_new_null());
@@ -1415,13 +1433,13 @@ apply_rename(actx_t *ac, const unode_t *leaf)
     if (!from.found) {
         return 0;
     }
-    SHL_ERR(check_no_array_on_path(ac, leaf->from.parts, leaf->from.n, "source",
-                                   leaf->from.dotted));
+    SHL_ERR(
+        check_no_array_on_path(ac, leaf->from.parts, leaf->from.n, "source", leaf->from.dotted));
     SHL_ERR(check_no_array_on_path(ac, ac->path, ac->depth, "destination", leaf->path));
     if (strcmp(leaf->from.parts[0], "_id") == 0 || strcmp(ac->path[0], "_id") == 0) {
         if (ac->id_path == NULL) {
             ac->id_path = bson_strdup(strcmp(leaf->from.parts[0], "_id") == 0 ? leaf->from.dotted
-                                                                             : leaf->path);
+                                                                              : leaf->path);
         }
     }
     val = mv_clone(from.parent->kids[from.idx]);
@@ -1763,8 +1781,8 @@ done:
 }
 
 static int
-apply_pipeline(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t *ctx,
-               bson_t *out, shl_status_t *st)
+apply_pipeline(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t *ctx, bson_t *out,
+               shl_status_t *st)
 {
     bson_t cur, next;
     int ret = 0;
@@ -1816,8 +1834,8 @@ done:
 }
 
 int
-shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t *ctx,
-                 bson_t *out, bool *changed, shl_status_t *st)
+shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t *ctx, bson_t *out,
+                 bool *changed, shl_status_t *st)
 {
     actx_t ac = {0};
     shl_update_ctx_t dflt = {0};
@@ -1865,7 +1883,8 @@ shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_
         bson_free(ac.id_path);
     }
     SHL_ERR(validate_storage(out, st));
-    *changed = out->len != doc->len || memcmp(bson_get_data(out), bson_get_data(doc), doc->len) != 0;
+    *changed =
+        out->len != doc->len || memcmp(bson_get_data(out), bson_get_data(doc), doc->len) != 0;
 done:
     if (ret != 0) {
         bson_reinit(out);

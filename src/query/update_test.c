@@ -38,7 +38,8 @@ static const ucase_t cases[] = {
     {"{'_id': 1, 'a': 1}", "{'$set': {'_id': 1}}", NULL, "{'_id': 1, 'a': 1}", 0},
     {"{'_id': 1, 'a': 1}", "{'$set': {'_id': 2}}", NULL, NULL, 66},
     {"{'_id': {'x': 1}}", "{'$set': {'_id.x': 2}}", NULL, NULL, 66},
-    {"{'_id': 1, 'a': {'b': 1}}", "{'$set': {'a': {'c': 1}}}", NULL, "{'_id': 1, 'a': {'c': 1}}", 0},
+    {"{'_id': 1, 'a': {'b': 1}}", "{'$set': {'a': {'c': 1}}}", NULL, "{'_id': 1, 'a': {'c': 1}}",
+     0},
     /* $unset */
     {"{'_id': 1, 'a': 1, 'b': 2}", "{'$unset': {'a': ''}}", NULL, "{'_id': 1, 'b': 2}", 0},
     {"{'_id': 1, 'a': 1}", "{'$unset': {'x.y': 1}}", NULL, "{'_id': 1, 'a': 1}", 0},
@@ -53,7 +54,8 @@ static const ucase_t cases[] = {
      "{'_id': 1, 'a': {'$numberLong': '3'}}", 0},
     {"{'_id': 1, 'a': 2147483647}", "{'$inc': {'a': 1}}", NULL,
      "{'_id': 1, 'a': {'$numberLong': '2147483648'}}", 0},
-    {"{'_id': 1, 'a': {'$numberLong': '9223372036854775807'}}", "{'$inc': {'a': 1}}", NULL, NULL, 2},
+    {"{'_id': 1, 'a': {'$numberLong': '9223372036854775807'}}", "{'$inc': {'a': 1}}", NULL, NULL,
+     2},
     {"{'_id': 1}", "{'$inc': {'a': 5}}", NULL, "{'_id': 1, 'a': 5}", 0},
     {"{'_id': 1, 'a': 'x'}", "{'$inc': {'a': 1}}", NULL, NULL, 14},
     {"{'_id': 1}", "{'$inc': {'a': 'x'}}", NULL, NULL, 14},
@@ -71,7 +73,8 @@ static const ucase_t cases[] = {
     {"{'_id': 1, 'a': 5}", "{'$min': {'a': null}}", NULL, "{'_id': 1, 'a': null}", 0},
     {"{'_id': 1}", "{'$max': {'a': 1}}", NULL, "{'_id': 1, 'a': 1}", 0},
     /* $rename */
-    {"{'_id': 1, 'a': 1, 'b': 2}", "{'$rename': {'a': 'c'}}", NULL, "{'_id': 1, 'b': 2, 'c': 1}", 0},
+    {"{'_id': 1, 'a': 1, 'b': 2}", "{'$rename': {'a': 'c'}}", NULL, "{'_id': 1, 'b': 2, 'c': 1}",
+     0},
     {"{'_id': 1, 'a': 1, 'b': 2}", "{'$rename': {'a': 'b'}}", NULL, "{'_id': 1, 'b': 1}", 0},
     {"{'_id': 1, 'a': {'x': 1}}", "{'$rename': {'a.x': 'y.z'}}", NULL,
      "{'_id': 1, 'a': {}, 'y': {'z': 1}}", 0},
@@ -107,8 +110,9 @@ static const ucase_t cases[] = {
      "{'_id': 1, 'a': [5, 3]}", 0},
     {"{'_id': 1, 'a': [1, 2, 3]}", "{'$push': {'a': {'$each': [4], '$slice': -2}}}", NULL,
      "{'_id': 1, 'a': [3, 4]}", 0},
-    {"{'_id': 1, 'a': [{'x': 2}, {'x': 1}]}", "{'$push': {'a': {'$each': [{'x': 0}], '$sort': {'x': "
-                                              "1}}}}",
+    {"{'_id': 1, 'a': [{'x': 2}, {'x': 1}]}",
+     "{'$push': {'a': {'$each': [{'x': 0}], '$sort': {'x': "
+     "1}}}}",
      NULL, "{'_id': 1, 'a': [{'x': 0}, {'x': 1}, {'x': 2}]}", 0},
     {"{'_id': 1, 'a': [1]}", "{'$push': {'a': {'$each': []}}}", NULL, "{'_id': 1, 'a': [1]}", 0},
     {"{'_id': 1}", "{'$push': {'a': {'$each': []}}}", NULL, "{'_id': 1, 'a': []}", 0},
@@ -135,13 +139,15 @@ static const ucase_t cases[] = {
     {"{'_id': 1, 'a': 1}", "{'$pop': {'a': 1}}", NULL, NULL, 14},
     {"{'_id': 1}", "{'$pop': {'a': 2}}", NULL, NULL, 9},
     {"{'_id': 1, 'a': [1, 2, 1, 3]}", "{'$pull': {'a': 1}}", NULL, "{'_id': 1, 'a': [2, 3]}", 0},
-    {"{'_id': 1, 'a': [1, 5, 7]}", "{'$pull': {'a': {'$gte': 5}}}", NULL, "{'_id': 1, 'a': [1]}", 0},
+    {"{'_id': 1, 'a': [1, 5, 7]}", "{'$pull': {'a': {'$gte': 5}}}", NULL, "{'_id': 1, 'a': [1]}",
+     0},
     {"{'_id': 1, 'a': [{'x': 1, 'y': 1}, {'x': 2}]}", "{'$pull': {'a': {'x': 1}}}", NULL,
      "{'_id': 1, 'a': [{'x': 2}]}", 0},
     {"{'_id': 1, 'a': ['apple', 'banana']}",
      "{'$pull': {'a': {'$regularExpression': {'pattern': '^a', 'options': ''}}}}", NULL,
      "{'_id': 1, 'a': ['banana']}", 0},
-    {"{'_id': 1, 'a': [[1, 2], [3]]}", "{'$pull': {'a': [1, 2]}}", NULL, "{'_id': 1, 'a': [[3]]}", 0},
+    {"{'_id': 1, 'a': [[1, 2], [3]]}", "{'$pull': {'a': [1, 2]}}", NULL, "{'_id': 1, 'a': [[3]]}",
+     0},
     {"{'_id': 1, 'a': 1}", "{'$pull': {'a': 1}}", NULL, NULL, 2},
     {"{'_id': 1, 'a': [1, 2, 3, 1]}", "{'$pullAll': {'a': [1, 3]}}", NULL, "{'_id': 1, 'a': [2]}",
      0},
@@ -281,8 +287,8 @@ SHL_TEST(update_table)
         } else if (rc == 0) {
             char *got_, *want_;
             if (!shl_test_bson_eq(&out, c->want, &got_, &want_)) {
-                shl_test_fail_here(__FILE__, __LINE__, "case %zu %s on %s: got %s want %s", i,
-                                   c->u, c->doc, got_, want_);
+                shl_test_fail_here(__FILE__, __LINE__, "case %zu %s on %s: got %s want %s", i, c->u,
+                                   c->doc, got_, want_);
                 failures++;
             }
             bson_free(got_);
@@ -298,41 +304,39 @@ SHL_TEST(update_messages_and_changed)
     bson_t out;
     bool changed = true;
     shl_status_t st;
-    ASSERT_INT_EQ(run_update("{'_id': 1, 'a': 1}", "{'$set': {'a': 1}}", NULL, false, &out,
-                             &changed, &st),
-                  0);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1, 'a': 1}", "{'$set': {'a': 1}}", NULL, false, &out, &changed, &st),
+        0);
     ASSERT(!changed);
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1, 'a': 1}", "{'$set': {'a': 1.0}}", NULL, false, &out,
-                             &changed, &st),
-                  0);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1, 'a': 1}", "{'$set': {'a': 1.0}}", NULL, false, &out, &changed, &st),
+        0);
     ASSERT(changed);
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1, 'a': 'x'}", "{'$inc': {'a': 1}}", NULL, false, &out,
-                             &changed, &st),
-                  14);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1, 'a': 'x'}", "{'$inc': {'a': 1}}", NULL, false, &out, &changed, &st),
+        14);
     ASSERT_STR_EQ(st.reason, "Cannot apply $inc to a value of non-numeric type. {_id: 1} has the "
                              "field 'a' of non-numeric type string");
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1}", "{'$set': {'_id': 2}}", NULL, false, &out, &changed,
-                             &st),
-                  66);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1}", "{'$set': {'_id': 2}}", NULL, false, &out, &changed, &st), 66);
     ASSERT_STR_EQ(st.reason,
                   "Performing an update on the path '_id' would modify the immutable field '_id'");
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1}", "{'$set': {'a': 1, 'a.b': 2}}", NULL, false, &out,
-                             &changed, &st),
-                  40);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1}", "{'$set': {'a': 1, 'a.b': 2}}", NULL, false, &out, &changed, &st),
+        40);
     ASSERT_STR_EQ(st.reason, "Updating the path 'a.b' would create a conflict at 'a'");
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1, 'a': 1}", "{'$set': {'a.b': 1}}", NULL, false, &out,
-                             &changed, &st),
-                  28);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1, 'a': 1}", "{'$set': {'a.b': 1}}", NULL, false, &out, &changed, &st),
+        28);
     ASSERT_STR_EQ(st.reason, "Cannot create field 'b' in element {a: 1}");
     bson_destroy(&out);
-    ASSERT_INT_EQ(run_update("{'_id': 1}", "{'$setOnInsert': {'a': 1}}", NULL, true, &out,
-                             &changed, &st),
-                  0);
+    ASSERT_INT_EQ(
+        run_update("{'_id': 1}", "{'$setOnInsert': {'a': 1}}", NULL, true, &out, &changed, &st), 0);
     ASSERT_BSON_EQ(&out, "{'_id': 1, 'a': 1}");
     bson_destroy(&out);
 }

@@ -163,7 +163,8 @@ SHL_TEST(catalog_collection_round_trip)
         "'lastmod': {'$date': '2021-07-22T15:07:14.301Z'}, 'timestamp': {'$timestamp': {'t': 1, "
         "'i': 2}}, 'uuid': {'$binary': {'base64': 'yI6SN66LRS6diby9yqdj2w==', 'subType': '04'}}, "
         "'key': {'a': 'hashed'}, 'defaultCollation': {'locale': 'simple'}, 'unique': true, "
-        "'maxChunkSizeBytes': {'$numberLong': '1048576'}, 'defragmentCollection': false, 'enableAutoMerge': true, "
+        "'maxChunkSizeBytes': {'$numberLong': '1048576'}, 'defragmentCollection': false, "
+        "'enableAutoMerge': true, "
         "'noBalance': true, 'allowMigrations': false, 'permitMigrations': false, 'indexVersion': "
         "{'$timestamp': {'t': 3, 'i': 4}}, 'reshardingFields': {'uuid': 1}}";
     doc = shl_test_bson(full);

@@ -37,8 +37,7 @@ int shl_conn_string_first_host(const char *conn_string, char *out, size_t n, shl
  *     A registry that reads config.shards from 'config_conn_string' through 'pool' (both
  *     borrowed; the pool must outlive the registry). Does no I/O.
  */
-shl_shard_registry_t *shl_shard_registry_new(shl_conn_pool_t *pool,
-                                             const char *config_conn_string);
+shl_shard_registry_t *shl_shard_registry_new(shl_conn_pool_t *pool, const char *config_conn_string);
 void shl_shard_registry_destroy(shl_shard_registry_t *reg);
 
 /* shl_shard_registry_config_host -- the config server's "host:port" (borrowed, constant). */

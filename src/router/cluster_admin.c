@@ -1,0 +1,203 @@
+/*
+ * cluster_admin.c -- the router's sharding admin commands. Each is forwarded to the config
+ * server as its internal _configsvr* form (docs/design/sharding-protocol.md); after one that
+ * changes a collection's or database's routing, the router forgets its cached entry so its
+ * next request routes with the new metadata.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "router/cluster_routing.h"
+#include "router/router_commands.h"
+
+/* Fields of the user's command that are not forwarded to the config server. */
+static bool
+is_dropped_field(const char *k)
+{
+    static const char *const drop[] = {"$db", "lsid", "$clusterTime", "$readPreference",
+                                       "writeConcern", "$configTime", "$topologyTime", NULL};
+    for (size_t i = 0; drop[i] != NULL; i++) {
+        if (strcmp(k, drop[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Run 'cmd' on the config server as 'name' (its first field renamed), w: majority. */
+static int
+forward_renamed(shl_op_ctx_t *op, const bson_t *cmd, const char *name, bson_t *reply,
+                shl_status_t *st)
+{
+    bson_t fwd = BSON_INITIALIZER, wc;
+    bson_iter_t it;
+    bool first = true;
+    int ret = 0;
+
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            if (first) {
+                bson_append_value(&fwd, name, -1, bson_iter_value(&it));
+                first = false;
+            } else if (!is_dropped_field(bson_iter_key(&it))) {
+                bson_append_iter(&fwd, NULL, 0, &it);
+            }
+        }
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&fwd, &wc);
+    ret = shl_router_forward_to_config(shl_router_get(op), op, &fwd, reply, st);
+    bson_destroy(&fwd);
+    return ret;
+}
+
+/* The first field as a namespace string, or InvalidNamespace / TypeMismatch. */
+static int
+ns_arg(const bson_t *cmd, const char **ns, shl_status_t *st)
+{
+    bson_iter_t it;
+    shl_ns_t parsed;
+    int ret = 0;
+
+    *ns = NULL;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "the namespace must be of type string");
+    }
+    *ns = bson_iter_utf8(&it, NULL);
+    SHL_ERR(shl_ns_parse(&parsed, *ns, st));
+done:
+    return ret;
+}
+
+static int
+cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = forward_renamed(op, cmd, "_configsvrAddShard", reply, st);
+    shl_shard_registry_invalidate(shl_router_get(op)->registry);
+    return ret;
+}
+
+static int
+cmd_list_shards(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_renamed(op, cmd, "listShards", reply, st);
+}
+
+static int
+cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = forward_renamed(op, cmd, "_configsvrRemoveShard", reply, st);
+    shl_shard_registry_invalidate(shl_router_get(op)->registry);
+    return ret;
+}
+
+static int
+cmd_enable_sharding(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_t ignored = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'enableSharding' must be of type string");
+    }
+    SHL_ERR(forward_renamed(op, cmd, "_configsvrCreateDatabase", &ignored, st));
+    shl_catalog_cache_invalidate_database(shl_router_get(op)->cache, bson_iter_utf8(&it, NULL));
+    (void)reply; /* MongoDB's reply is just ok: 1 */
+done:
+    bson_destroy(&ignored);
+    return ret;
+}
+
+/* Forward a collection-level admin command, then drop the cached routing of its ns. */
+static int
+forward_for_ns(shl_op_ctx_t *op, const bson_t *cmd, const char *name, bson_t *reply,
+               shl_status_t *st)
+{
+    const char *ns;
+    int ret = 0;
+
+    SHL_ERR(ns_arg(cmd, &ns, st));
+    ret = forward_renamed(op, cmd, name, reply, st);
+    shl_catalog_cache_invalidate_collection(shl_router_get(op)->cache, ns);
+done:
+    return ret;
+}
+
+static int
+cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrShardCollection", reply, st);
+}
+
+static int
+cmd_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrSplitChunk", reply, st);
+}
+
+static int
+cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrCommitChunksMerge", reply, st);
+}
+
+static int
+cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrClearJumboFlag", reply, st);
+}
+
+static int
+cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrRefineCollectionShardKey", reply, st);
+}
+
+static int
+cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    bson_iter_t it;
+    (void)st;
+
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *what = bson_iter_utf8(&it, NULL);
+        if (strchr(what, '.') != NULL) {
+            shl_catalog_cache_invalidate_collection(r->cache, what);
+        } else {
+            shl_catalog_cache_invalidate_database(r->cache, what);
+        }
+    } else {
+        shl_catalog_cache_purge(r->cache);
+        shl_shard_registry_invalidate(r->registry);
+    }
+    BSON_APPEND_BOOL(reply, "flushed", true);
+    return 0;
+}
+
+static const shl_command_t k_admin_commands[] = {
+    {"addShard", {"addshard"}, cmd_add_shard, SHL_CMD_ADMIN_ONLY, "add a shard to the cluster"},
+    {"listShards", {"listshards"}, cmd_list_shards, SHL_CMD_ADMIN_ONLY, "list the shards"},
+    {"removeShard", {"removeshard"}, cmd_remove_shard, SHL_CMD_ADMIN_ONLY, "drain and remove a shard"},
+    {"enableSharding", {"enablesharding"}, cmd_enable_sharding, SHL_CMD_ADMIN_ONLY,
+     "create a database in the sharding catalog"},
+    {"shardCollection", {"shardcollection"}, cmd_shard_collection, SHL_CMD_ADMIN_ONLY,
+     "shard a collection"},
+    {"split", {NULL}, cmd_split, SHL_CMD_ADMIN_ONLY, "split a chunk"},
+    {"mergeChunks", {NULL}, cmd_merge_chunks, SHL_CMD_ADMIN_ONLY, "merge contiguous chunks"},
+    {"clearJumboFlag", {NULL}, cmd_clear_jumbo, SHL_CMD_ADMIN_ONLY, "clear a chunk's jumbo flag"},
+    {"refineCollectionShardKey", {NULL}, cmd_refine, SHL_CMD_ADMIN_ONLY,
+     "add suffix fields to a shard key"},
+    {"flushRouterConfig", {"flushrouterconfig"}, cmd_flush_router_config, SHL_CMD_ADMIN_ONLY,
+     "forget cached routing information"},
+};
+
+void
+shl_cluster_admin_commands_register(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(k_admin_commands) / sizeof(k_admin_commands[0]); i++) {
+        shl_command_registry_add(reg, &k_admin_commands[i]);
+    }
+}

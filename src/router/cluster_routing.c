@@ -1,0 +1,560 @@
+/*
+ * cluster_routing.c -- see cluster_routing.h: routing lookups, targeting, versions, sending,
+ * and the stale-version retry loop every routed command shares.
+ */
+#include "router/cluster_routing.h"
+
+#include <string.h>
+
+#include "base/log.h"
+#include "bson/bson_compare.h"
+#include "sharding/chunk_version.h"
+#include "sharding/shard_key.h"
+
+shl_router_t *
+shl_router_get(const shl_op_ctx_t *op)
+{
+    return (shl_router_t *)op->svc->role_state;
+}
+
+/* ---- routing ---- */
+
+int
+shl_router_create_database(shl_router_t *r, const char *db, shl_status_t *st)
+{
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, wc;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&cmd, "_configsvrCreateDatabase", db);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    bson_destroy(&reply);
+    ret = shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "admin", &cmd,
+                         SHL_CONFIG_CMD_TIMEOUT_MS, &reply, st);
+    shl_catalog_cache_invalidate_database(r->cache, db);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+int
+shl_router_routing_init(shl_router_t *r, const char *ns, bool create_db,
+                        shl_router_routing_t *out, shl_status_t *st)
+{
+    shl_ns_t parsed;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    snprintf(out->ns, sizeof(out->ns), "%s", ns);
+    ret = shl_catalog_cache_get_database(r->cache, parsed.db, &out->db, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && create_db) {
+        SHL_ERR(shl_router_create_database(r, parsed.db, st));
+        ret = shl_catalog_cache_get_database(r->cache, parsed.db, &out->db, st);
+    }
+    SHL_ERR(ret);
+    SHL_ERR(shl_catalog_cache_get_collection(r->cache, ns, &out->rt, st));
+done:
+    return ret;
+}
+
+void
+shl_router_routing_cleanup(shl_router_routing_t *rr)
+{
+    if (rr->rt != NULL) {
+        shl_routing_table_release(rr->rt);
+        rr->rt = NULL;
+    }
+}
+
+/* ---- targeting ---- */
+
+void
+shl_router_shards_cleanup(shl_router_shards_t *s)
+{
+    bson_free((void *)s->names);
+    if (s->owned != NULL) {
+        bson_strfreev(s->owned);
+    }
+    memset(s, 0, sizeof(*s));
+}
+
+/* Add 'name' (borrowed) to the set if absent; the set has room for 'cap' names. */
+static void
+set_add(shl_router_shards_t *s, const char *name)
+{
+    size_t i = 0;
+    while (i < s->n && strcmp(s->names[i], name) < 0) {
+        i++;
+    }
+    if (i < s->n && strcmp(s->names[i], name) == 0) {
+        return;
+    }
+    memmove(&s->names[i + 1], &s->names[i], (s->n - i) * sizeof(char *));
+    s->names[i] = name;
+    s->n++;
+}
+
+static void
+target_all(const shl_routing_table_t *rt, shl_router_shards_t *out)
+{
+    size_t ns = shl_routing_table_nshard_names(rt);
+    for (size_t i = 0; i < ns; i++) {
+        const char *name = shl_routing_table_shard_name(rt, i);
+        shl_chunk_version_t v = shl_routing_table_shard_version(rt, name);
+        if (v.major != 0 || v.minor != 0) {
+            set_add(out, name);
+        }
+    }
+}
+
+/* Add the owners of [min, max] (inclusive) to 'out'. */
+static void
+target_range(const shl_routing_table_t *rt, const bson_t *min, const bson_t *max,
+             shl_router_shards_t *out)
+{
+    size_t cap = shl_routing_table_nshard_names(rt), n = 0;
+    const char **found = bson_malloc0((cap + 1) * sizeof(char *));
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shl_routing_table_shards_for_range(rt, min, max, true, NULL, found, &n, &st) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            set_add(out, found[i]);
+        }
+    } else {
+        target_all(rt, out);
+    }
+    bson_free(found);
+}
+
+/* A key {f0: v, f1..: MinKey or MaxKey}. */
+static void
+make_bound(const shl_shard_key_pattern_t *p, const bson_value_t *v, bool min, bson_t *out)
+{
+    bson_init(out);
+    for (size_t i = 0; i < p->nfields; i++) {
+        if (i == 0 && v != NULL) {
+            bson_append_value(out, p->paths[i], -1, v);
+        } else if (min) {
+            bson_append_minkey(out, p->paths[i], -1);
+        } else {
+            bson_append_maxkey(out, p->paths[i], -1);
+        }
+    }
+}
+
+/*
+ * Target one conjunction 'filter' (no $or at its top level). Returns false when it could
+ * not narrow the shards (the caller then targets all).
+ */
+static bool
+target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_router_shards_t *out)
+{
+    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rt);
+    bson_t key;
+    bson_iter_t it, ops;
+    bool narrowed = false;
+    const char *shard;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shl_shard_key_extract_from_query(p, filter, &key)) {
+        if (shl_routing_table_shard_for_key(rt, &key, NULL, &shard, &st) == 0) {
+            set_add(out, shard);
+            narrowed = true;
+        }
+        bson_destroy(&key);
+        return narrowed;
+    }
+    bson_destroy(&key);
+    if (p->hashed == 0 || !bson_iter_init_find(&it, filter, p->paths[0])) {
+        return false;
+    }
+    if (p->hashed >= 0 && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &ops) &&
+        bson_iter_find(&ops, "$in") && BSON_ITER_HOLDS_ARRAY(&ops)) {
+        return false; /* TODO(6): $in over a key with a later hashed field */
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &ops) && bson_iter_next(&ops) &&
+        bson_iter_key(&ops)[0] == '$') {
+        const bson_value_t *lo = NULL, *hi = NULL;
+        bson_value_t lo_v, hi_v;
+        bson_t min, max;
+        bson_iter_recurse(&it, &ops);
+        while (bson_iter_next(&ops)) {
+            const char *op = bson_iter_key(&ops);
+            if (strcmp(op, "$gt") == 0 || strcmp(op, "$gte") == 0) {
+                lo_v = *bson_iter_value(&ops);
+                lo = &lo_v;
+            } else if (strcmp(op, "$lt") == 0 || strcmp(op, "$lte") == 0) {
+                hi_v = *bson_iter_value(&ops);
+                hi = &hi_v;
+            } else if (strcmp(op, "$eq") == 0) {
+                lo_v = hi_v = *bson_iter_value(&ops);
+                lo = &lo_v;
+                hi = &hi_v;
+            } else if (strcmp(op, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&ops)) {
+                bson_iter_t vals;
+                bson_iter_recurse(&ops, &vals);
+                while (bson_iter_next(&vals)) {
+                    if (BSON_ITER_HOLDS_ARRAY(&vals) || BSON_ITER_HOLDS_REGEX(&vals)) {
+                        return false;
+                    }
+                    make_bound(p, bson_iter_value(&vals), true, &min);
+                    make_bound(p, bson_iter_value(&vals), false, &max);
+                    target_range(rt, &min, &max, out);
+                    bson_destroy(&min);
+                    bson_destroy(&max);
+                }
+                return true;
+            }
+        }
+        if (lo == NULL && hi == NULL) {
+            return false;
+        }
+        /* Arrays and regexes match more than their own bracket; keep it simple. */
+        if ((lo != NULL && (lo->value_type == BSON_TYPE_ARRAY || lo->value_type == BSON_TYPE_REGEX)) ||
+            (hi != NULL && (hi->value_type == BSON_TYPE_ARRAY || hi->value_type == BSON_TYPE_REGEX))) {
+            return false;
+        }
+        make_bound(p, lo, true, &min);
+        make_bound(p, hi, false, &max);
+        target_range(rt, &min, &max, out);
+        bson_destroy(&min);
+        bson_destroy(&max);
+        return true;
+    }
+    return false;
+}
+
+void
+shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
+                         shl_router_shards_t *out)
+{
+    bson_iter_t it, branches;
+    bool all = false;
+
+    memset(out, 0, sizeof(*out));
+    if (rr->rt == NULL) {
+        out->names = bson_malloc0(2 * sizeof(char *));
+        out->names[0] = rr->db.primary;
+        out->n = 1;
+        return;
+    }
+    out->names = bson_malloc0((shl_routing_table_nshard_names(rr->rt) + 1) * sizeof(char *));
+    if (filter == NULL) {
+        all = true;
+    } else if (bson_iter_init_find(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
+               bson_count_keys(filter) == 1 && bson_iter_recurse(&it, &branches)) {
+        while (!all && bson_iter_next(&branches)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_t branch;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&branches)) {
+                all = true;
+                break;
+            }
+            bson_iter_document(&branches, &len, &data);
+            if (!bson_init_static(&branch, data, len) ||
+                !target_conjunction(rr->rt, &branch, out)) {
+                all = true;
+            }
+        }
+    } else {
+        all = !target_conjunction(rr->rt, filter, out);
+    }
+    if (all) {
+        out->n = 0;
+        target_all(rr->rt, out);
+    }
+}
+
+int
+shl_router_target_doc(const shl_router_routing_t *rr, const bson_t *doc, const char **shard,
+                      shl_status_t *st)
+{
+    bson_t key = BSON_INITIALIZER;
+    int ret = 0;
+
+    *shard = rr->db.primary;
+    if (rr->rt == NULL) {
+        goto done;
+    }
+    bson_destroy(&key);
+    SHL_ERR(shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(rr->rt), doc, &key, st));
+    SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, shard, st));
+done:
+    bson_destroy(&key);
+    return ret;
+}
+
+/* ---- building and sending ---- */
+
+void
+shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    if (rr->rt != NULL) {
+        shl_shard_version_t sv;
+        shl_chunk_version_t v = shl_routing_table_shard_version(rr->rt, shard);
+        if (v.major == 0 && v.minor == 0) {
+            /* A shard that owns no chunk is addressed with the collection's generation. */
+            v = shl_routing_table_collection_version(rr->rt);
+            v.major = v.minor = 0;
+        }
+        sv = shl_shard_version_make(&v);
+        shl_shard_version_append(cmd, "shardVersion", &sv);
+    } else {
+        shl_shard_version_t sv = shl_shard_version_unsharded();
+        shl_shard_version_append(cmd, "shardVersion", &sv);
+        if (!shl_database_version_is_fixed(&rr->db.version)) {
+            shl_database_version_append(cmd, "databaseVersion", &rr->db.version);
+        }
+    }
+}
+
+void
+shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
+{
+    static const char *const pass[] = {"writeConcern", "readConcern", "maxTimeMS", "comment",
+                                       "lsid", "txnNumber", "autocommit", "startTransaction",
+                                       "allowDiskUse", NULL};
+    bson_iter_t it;
+
+    if (!bson_iter_init(&it, user_cmd)) {
+        return;
+    }
+    while (bson_iter_next(&it)) {
+        for (size_t i = 0; pass[i] != NULL; i++) {
+            if (strcmp(bson_iter_key(&it), pass[i]) == 0) {
+                bson_append_iter(cmd, NULL, 0, &it);
+                break;
+            }
+        }
+    }
+}
+
+void
+shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(&reqs[i].cmd);
+    }
+}
+
+void
+shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results)
+{
+    shl_fanout_req_t *freqs = bson_malloc0((n + 1) * sizeof(*freqs));
+    char (*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
+    size_t *map = bson_malloc0((n + 1) * sizeof(size_t));
+    shl_fanout_result_t *fres = bson_malloc0((n + 1) * sizeof(*fres));
+    size_t nf = 0;
+    int64_t remaining = shl_op_remaining_ms(op);
+
+    for (size_t i = 0; i < n; i++) {
+        shl_status_t st = SHL_STATUS_INIT;
+        memset(&results[i], 0, sizeof(results[i]));
+        bson_init(&results[i].reply);
+        if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i], sizeof(hosts[i]),
+                                        &st) != 0) {
+            results[i].code = st.code;
+            results[i].status = st;
+            continue;
+        }
+        freqs[nf].host = hosts[i];
+        freqs[nf].db = db;
+        freqs[nf].cmd = &reqs[i].cmd;
+        map[nf++] = i;
+    }
+    if (nf > 0) {
+        shl_client_fanout(r->pool, freqs, nf, remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
+                          fres);
+        for (size_t k = 0; k < nf; k++) {
+            shl_fanout_result_t *dst = &results[map[k]];
+            bson_destroy(&dst->reply);
+            *dst = fres[k]; /* moves the reply */
+        }
+    }
+    bson_free(fres);
+    bson_free(map);
+    bson_free(hosts);
+    bson_free(freqs);
+}
+
+bool
+shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st)
+{
+    bool stale = true;
+
+    switch (st->code) {
+    case SHL_CODE_STALE_CONFIG: {
+        shl_stale_config_info_t info;
+        shl_status_t ignored = SHL_STATUS_INIT;
+        bson_t extra;
+        if (shl_status_extra_get(st, &extra) &&
+            shl_stale_config_info_parse(&extra, &info, &ignored) == 0 && info.has_wanted) {
+            shl_catalog_cache_on_stale_shard(r->cache, ns, &info.wanted.placement);
+        } else {
+            shl_catalog_cache_on_stale_shard(r->cache, ns, NULL);
+        }
+        break;
+    }
+    case SHL_CODE_STALE_EPOCH:
+        shl_catalog_cache_invalidate_collection(r->cache, ns);
+        break;
+    case SHL_CODE_STALE_DB_VERSION: {
+        shl_ns_t parsed;
+        shl_status_t ignored = SHL_STATUS_INIT;
+        if (shl_ns_parse(&parsed, ns, &ignored) == 0) {
+            shl_catalog_cache_invalidate_database(r->cache, parsed.db);
+        }
+        break;
+    }
+    case SHL_CODE_SHARD_NOT_FOUND:
+        shl_shard_registry_invalidate(r->registry);
+        break;
+    default:
+        stale = false;
+        break;
+    }
+    return stale;
+}
+
+void
+shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        shl_fanout_results_cleanup(&results[i].res, 1);
+    }
+    bson_free(results);
+}
+
+int
+shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson_t *filter,
+                   shl_router_build_fn build, void *arg, shl_router_routing_t *rr_out,
+                   shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
+{
+    shl_router_routing_t rr;
+    shl_router_shards_t targets = {0};
+    shl_router_request_t *reqs = NULL;
+    shl_fanout_result_t *fres = NULL;
+    shl_ns_t parsed;
+    int ret = 0;
+
+    *results = NULL;
+    *nresults = 0;
+    memset(&rr, 0, sizeof(rr));
+    if (rr_out != NULL) {
+        memset(rr_out, 0, sizeof(*rr_out));
+    }
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    for (int attempt = 1;; attempt++) {
+        bool stale = false;
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(shl_router_routing_init(r, ns, false, &rr, st));
+        shl_router_target_filter(&rr, filter, &targets);
+        reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
+        fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
+        for (size_t i = 0; i < targets.n; i++) {
+            reqs[i].shard = targets.names[i];
+            bson_init(&reqs[i].cmd);
+            build(arg, &rr, targets.names[i], &reqs[i].cmd);
+            shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
+        }
+        shl_router_send(r, op, parsed.db, reqs, targets.n, fres);
+        for (size_t i = 0; i < targets.n; i++) {
+            if (fres[i].code != 0 && shl_router_is_stale(r, ns, &fres[i].status)) {
+                stale = true;
+                *st = fres[i].status;
+                ret = fres[i].code;
+            }
+        }
+        if (!stale || attempt >= SHL_ROUTER_MAX_STALE_RETRIES) {
+            if (stale) {
+                goto done; /* the last stale error */
+            }
+            ret = 0;
+            *results = bson_malloc0((targets.n + 1) * sizeof(**results));
+            for (size_t i = 0; i < targets.n; i++) {
+                snprintf((*results)[i].shard, sizeof((*results)[i].shard), "%s", targets.names[i]);
+                (*results)[i].res = fres[i];
+            }
+            *nresults = targets.n;
+            bson_free(fres);
+            fres = NULL;
+            goto done;
+        }
+        SHL_LOG_DEBUG(1, SHARDING, 4620010, "retrying after a stale routing error", "ns",
+                      BCON_UTF8(ns), "attempt", BCON_INT32(attempt), "error",
+                      BCON_UTF8(st->reason));
+        shl_fanout_results_cleanup(fres, targets.n);
+        bson_free(fres);
+        fres = NULL;
+        shl_router_requests_cleanup(reqs, targets.n);
+        bson_free(reqs);
+        reqs = NULL;
+        shl_router_shards_cleanup(&targets);
+        shl_router_routing_cleanup(&rr);
+    }
+done:
+    if (fres != NULL) {
+        shl_fanout_results_cleanup(fres, targets.n);
+        bson_free(fres);
+    }
+    if (reqs != NULL) {
+        shl_router_requests_cleanup(reqs, targets.n);
+        bson_free(reqs);
+    }
+    shl_router_shards_cleanup(&targets);
+    if (rr_out != NULL && ret == 0) {
+        *rr_out = rr;
+    } else {
+        shl_router_routing_cleanup(&rr);
+    }
+    return ret;
+}
+
+/* ---- config server ---- */
+
+void
+shl_router_copy_reply_fields(const bson_t *from, bson_t *to)
+{
+    static const char *const skip[] = {"ok", "errmsg", "code", "codeName", "$clusterTime",
+                                       "operationTime", "$configTime", "$topologyTime",
+                                       "errorLabels", NULL};
+    bson_iter_t it;
+
+    if (!bson_iter_init(&it, from)) {
+        return;
+    }
+    while (bson_iter_next(&it)) {
+        bool keep = true;
+        for (size_t i = 0; skip[i] != NULL; i++) {
+            if (strcmp(bson_iter_key(&it), skip[i]) == 0) {
+                keep = false;
+                break;
+            }
+        }
+        if (keep) {
+            bson_append_iter(to, NULL, 0, &it);
+        }
+    }
+}
+
+int
+shl_router_forward_to_config(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
+                             shl_status_t *st)
+{
+    bson_t res = BSON_INITIALIZER;
+    int64_t remaining = shl_op_remaining_ms(op);
+    int ret = 0;
+
+    bson_destroy(&res);
+    ret = shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "admin", cmd,
+                         remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : remaining, &res, st);
+    if (ret == 0) {
+        shl_router_copy_reply_fields(&res, reply);
+    }
+    bson_destroy(&res);
+    return ret;
+}

@@ -1,0 +1,180 @@
+/*
+ * cluster_routing.h -- the router's core, shared by every cluster_* command: the router's
+ * state, the routing of a namespace (database entry + routing table), targeting (which
+ * shards a filter or a document reaches), attaching the versions a request was routed with,
+ * sending to shards, and the stale-version retry loop (seeds/000 "Routing", "When the
+ * routing table cache will refresh"; docs/design/sharding-protocol.md).
+ */
+#ifndef SHL_ROUTER_CLUSTER_ROUTING_H
+#define SHL_ROUTER_CLUSTER_ROUTING_H
+
+#include <bson/bson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/namespace.h"
+#include "base/status.h"
+#include "net/client.h"
+#include "net/command.h"
+#include "sharding/catalog_cache.h"
+#include "sharding/routing_table.h"
+#include "sharding/shard_registry.h"
+
+/* MongoDB's kMaxNumStaleVersionRetries: a request is tried at most this many times. */
+#define SHL_ROUTER_MAX_STALE_RETRIES 10
+
+/* Bound on one command sent to the config server. */
+#define SHL_CONFIG_CMD_TIMEOUT_MS 60000
+
+/* The router's components (svc->role_state); created at start, read-only afterwards. */
+typedef struct shl_router {
+    shl_conn_pool_t *pool;
+    shl_shard_registry_t *registry;
+    shl_catalog_cache_t *cache;
+    char configdb[512];
+    atomic_uint_least64_t cluster_time; /* highest $clusterTime seen from any node */
+} shl_router_t;
+
+/* shl_router_get -- the router of the operation's process. */
+shl_router_t *shl_router_get(const shl_op_ctx_t *op);
+
+/*
+ * The routing of one namespace as of one lookup: the database entry and the routing table
+ * (NULL when the collection is not sharded). Caller's storage; cleanup releases the table.
+ */
+typedef struct shl_router_routing {
+    char ns[SHL_NS_MAX + 1];
+    shl_cached_database_t db;
+    shl_routing_table_t *rt;
+} shl_router_routing_t;
+
+/*
+ * shl_router_routing_init --
+ *     Look 'ns' up in the catalog cache. With 'create_db' a database the config server does
+ *     not know yet is created first (_configsvrCreateDatabase), as MongoDB does before an
+ *     implicitly creating write. Blocks on refreshes. Errors: NamespaceNotFound (database
+ *     unknown and !create_db), InvalidNamespace, the config server's errors.
+ *     'out' is initialised even on error; always clean it up.
+ */
+int shl_router_routing_init(shl_router_t *r, const char *ns, bool create_db,
+                            shl_router_routing_t *out, shl_status_t *st);
+void shl_router_routing_cleanup(shl_router_routing_t *rr);
+
+/* shl_router_create_database -- _configsvrCreateDatabase db (idempotent), then forget the
+ * cached entry. Errors: the config server's. */
+int shl_router_create_database(shl_router_t *r, const char *db, shl_status_t *st);
+
+/*
+ * A set of shard names (borrowed from the routing or from the registry list held by the
+ * set); at most one entry per shard, in name order.
+ */
+typedef struct shl_router_shards {
+    const char **names;
+    size_t n;
+    char **owned; /* registry names the set owns (bson_strfreev), or NULL */
+} shl_router_shards_t;
+
+void shl_router_shards_cleanup(shl_router_shards_t *s);
+
+/*
+ * shl_router_target_filter --
+ *     The shards a query with 'filter' must reach: the database's primary shard for an
+ *     unsharded collection; for a sharded one the owner of the exact shard key if the filter
+ *     pins it (equality, $in of single values under the key, $or branches each pinning
+ *     one), the owners of the key range for a range on the key's first field (range keys
+ *     only), else every shard owning chunks. 'filter' may be NULL (= all). Borrows names
+ *     from 'rr'.
+ */
+void shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
+                              shl_router_shards_t *out);
+
+/*
+ * shl_router_target_doc --
+ *     The shard a document belongs to (inserts, upserts): the primary for an unsharded
+ *     collection, else the owner of its shard key. *shard is borrowed from 'rr'.
+ *     Errors: ShardKeyNotFound for array values on the key path.
+ */
+int shl_router_target_doc(const shl_router_routing_t *rr, const bson_t *doc, const char **shard,
+                          shl_status_t *st);
+
+/*
+ * shl_router_append_versions --
+ *     Append to 'cmd' what a request routed with 'rr' to 'shard' carries: for a sharded
+ *     collection `shardVersion` (the shard's version in the table); for an unsharded one
+ *     `shardVersion: UNSHARDED` and the database's `databaseVersion`.
+ */
+void shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bson_t *cmd);
+
+/*
+ * shl_router_append_generic --
+ *     Copy the generic arguments a shard should see from the user's command (writeConcern,
+ *     readConcern, maxTimeMS, comment, lsid, txnNumber, ...) into 'cmd'.
+ */
+void shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd);
+
+/* One request for one shard (what shl_router_send sends). */
+typedef struct shl_router_request {
+    const char *shard; /* borrowed */
+    bson_t cmd;        /* owned; the complete command, versions included (no $db) */
+} shl_router_request_t;
+
+/*
+ * shl_router_send --
+ *     Send n requests (to database 'db') at once and collect the replies (results[i] for
+ *     reqs[i]; always initialised, clean up with shl_fanout_results_cleanup). Shard hosts come
+ *     from the registry; an unknown shard gives ShardNotFound in its result. The call is
+ *     bounded by the operation's deadline. Blocks.
+ */
+void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                     const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results);
+
+/* shl_router_requests_cleanup -- destroy the commands of n requests. */
+void shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n);
+
+/*
+ * shl_router_is_stale --
+ *     Whether 'st' is a stale-routing error the router retries after a refresh (StaleConfig,
+ *     StaleDbVersion, StaleEpoch, ShardNotFound). If so, tell the cache what went stale
+ *     (the collection of 'ns', or the database) so the next routing lookup refreshes.
+ */
+bool shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st);
+
+/*
+ * shl_router_scatter --
+ *     The usual shape of a routed read: route 'ns' (creating nothing), target 'filter',
+ *     build a command per shard with 'build' (which appends the command's own fields; this
+ *     function then appends versions), send them all, and if any shard answers a stale error,
+ *     refresh and do it all again (at most SHL_ROUTER_MAX_STALE_RETRIES times). On success
+ *     *results (n = *nresults, array owned by the caller: shl_router_scatter_results_free)
+ *     hold one reply per targeted shard, errors included; 'rr' (if not NULL) receives the
+ *     routing that was used (caller cleans it up). Errors: routing errors; the last stale
+ *     error when the retries are exhausted.
+ */
+typedef void (*shl_router_build_fn)(void *arg, const shl_router_routing_t *rr, const char *shard,
+                                    bson_t *cmd);
+
+typedef struct shl_router_shard_result {
+    char shard[SHL_SHARD_ID_MAX];
+    shl_fanout_result_t res; /* code/status/reply */
+} shl_router_shard_result_t;
+
+int shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson_t *filter,
+                       shl_router_build_fn build, void *arg, shl_router_routing_t *rr,
+                       shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st);
+void shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n);
+
+/*
+ * shl_router_forward_to_config --
+ *     Run 'cmd' on the config server's admin database and copy the reply's fields (except
+ *     ok, $clusterTime, operationTime) into 'reply'. Returns the reply's error as a status.
+ */
+int shl_router_forward_to_config(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd,
+                                 bson_t *reply, shl_status_t *st);
+
+/* shl_router_copy_reply_fields -- copy 'from' into 'to' except ok, errmsg, code, codeName,
+ * $clusterTime, operationTime, $configTime, $topologyTime. */
+void shl_router_copy_reply_fields(const bson_t *from, bson_t *to);
+
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * router.c -- the router role's start-up: its components (pool, shard registry, catalog
+ * cache), its hooks (hello says "isdbgrid"; replies carry the highest cluster time the
+ * router has seen, since routers never tick the clock -- DESIGN.md section 7) and its
+ * command registry.
+ */
+#include "router/router.h"
+
+#include <string.h>
+
+#include "base/log.h"
+#include "net/common_commands.h"
+#include "router/cluster_routing.h"
+#include "router/router_commands.h"
+#include "sharding/sharding_types.h"
+
+/* Gossip: remember the highest $clusterTime in any reply from a cluster node. */
+static void
+observe_reply(void *arg, const char *host, const bson_t *reply)
+{
+    shl_router_t *r = arg;
+    bson_iter_t it, ct;
+    (void)host;
+
+    if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &ct) && bson_iter_find(&ct, "clusterTime") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&ct)) {
+        uint32_t t, i;
+        uint64_t seen, cur;
+        bson_iter_timestamp(&ct, &t, &i);
+        seen = ((uint64_t)t << 32) | i;
+        cur = atomic_load(&r->cluster_time);
+        while (seen > cur && !atomic_compare_exchange_weak(&r->cluster_time, &cur, seen)) {
+        }
+    }
+}
+
+static void
+append_hello(shl_op_ctx_t *op, bson_t *reply)
+{
+    (void)op;
+    BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
+}
+
+static void
+decorate_reply(shl_op_ctx_t *op, bson_t *reply)
+{
+    shl_router_t *r = shl_router_get(op);
+    uint64_t ts = atomic_load(&r->cluster_time);
+    static const uint8_t zero_hash[20] = {0};
+    bson_t ct, sig;
+
+    if (ts == 0) {
+        return;
+    }
+    if (!bson_has_field(reply, "operationTime")) {
+        BSON_APPEND_TIMESTAMP(reply, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+    }
+    if (!bson_has_field(reply, "$clusterTime")) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
+        BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
+        BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+        bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
+        BSON_APPEND_INT64(&sig, "keyId", 0);
+        bson_append_document_end(&ct, &sig);
+        bson_append_document_end(reply, &ct);
+    }
+}
+
+static void
+shutdown_router(shl_service_ctx_t *svc)
+{
+    shl_router_t *r = svc->role_state;
+
+    if (r == NULL) {
+        return;
+    }
+    shl_catalog_cache_destroy(r->cache);
+    shl_shard_registry_destroy(r->registry);
+    shl_conn_pool_destroy(r->pool);
+    bson_free(r);
+    svc->role_state = NULL;
+}
+
+int
+shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char *configdb,
+                shl_status_t *st)
+{
+    shl_router_t *r = NULL;
+    shl_conn_pool_options_t popts = {0};
+    char first[SHL_CLIENT_HOST_MAX];
+    int ret = 0;
+
+    if (configdb == NULL || configdb[0] == '\0') {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "a router needs --configdb <setName>/<host:port>");
+    }
+    SHL_ERR(shl_conn_string_first_host(configdb, first, sizeof(first), st));
+    r = bson_malloc0(sizeof(*r));
+    snprintf(r->configdb, sizeof(r->configdb), "%s", configdb);
+    popts.hooks.observe = observe_reply;
+    popts.hooks.arg = r;
+    r->pool = shl_conn_pool_new(&popts);
+    r->registry = shl_shard_registry_new(r->pool, configdb);
+    r->cache = shl_catalog_cache_new(r->registry);
+    svc->role_state = r;
+    svc->hooks.append_hello = append_hello;
+    svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.shutdown = shutdown_router;
+    shl_common_commands_register(reg);
+    shl_router_commands_register(reg);
+    SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));
+done:
+    return ret;
+}
