@@ -274,7 +274,9 @@ add_shards(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t 
     BSON_APPEND_INT32(&cmd, "listShards", 1);
     if (shl_client_run(pool, router, "admin", &cmd, ADD_SHARD_TIMEOUT_MS, &reply, st) != 0) {
         ret = st->code;
-        shl_status_set(st, ret, "listShards through the router failed: %s", st->reason);
+        shl_status_t why = *st;
+        shl_status_set(st, ret, "listShards through the router failed: %s (%s)", why.reason,
+                       shl_code_name(ret));
         goto done;
     }
     for (int i = 0; i < lay->nprocs; i++) {
@@ -307,8 +309,9 @@ add_shards(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t 
         bson_destroy(&add);
         bson_destroy(&add_reply);
         if (ret != 0) {
+            shl_status_t why = *st;
             shl_status_set(st, ret, "addShard %s through the router failed: %s (%s)", host,
-                           st->reason, shl_code_name(ret));
+                           why.reason, shl_code_name(ret));
             goto done;
         }
     }

@@ -67,9 +67,11 @@ find_all(status_ctx_t *c, const char *coll, const bson_t *filter, const bson_t *
         bson_destroy(&reply);
         if (shl_client_run(c->pool, c->host, "config", &cmd, STATUS_TIMEOUT_MS, &reply, st) !=
             0) {
-            ret = st->code;
-            shl_status_set(st, ret, "%s on config.%s at %s failed: %s", first ? "find" : "getMore",
-                           coll, c->host, st->reason);
+            shl_status_t why = *st;
+            ret = why.code;
+            shl_status_set(st, ret, "%s on config.%s at %s failed: %s (%s)",
+                           first ? "find" : "getMore", coll, c->host, why.reason,
+                           shl_code_name(ret));
             goto done;
         }
         if (!bson_iter_init_find(&it, &reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
