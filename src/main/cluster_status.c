@@ -102,6 +102,44 @@ done:
     return ret;
 }
 
+/*
+ * A router that cannot serve `find` on config.* yet (CommandNotFound) still names its
+ * config server in getCmdLineOpts' sharding.configDB ("csrs/host:port,..."): read the
+ * catalog there instead, as the router itself would.
+ */
+static int
+use_config_server(status_ctx_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t it;
+    const char *cfgdb, *first;
+    size_t n;
+
+    BSON_APPEND_INT32(&cmd, "getCmdLineOpts", 1);
+    SHL_ERR(shl_client_run(c->pool, c->host, "admin", &cmd, STATUS_TIMEOUT_MS, &reply, st));
+    if (!bson_iter_init(&it, &reply) ||
+        !bson_iter_find_descendant(&it, "parsed.sharding.configDB", &it) ||
+        !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND,
+                 "%s does not serve find on config.* and names no config server", c->host);
+    }
+    cfgdb = bson_iter_utf8(&it, NULL);
+    first = strchr(cfgdb, '/') != NULL ? strchr(cfgdb, '/') + 1 : cfgdb;
+    n = strcspn(first, ",");
+    if (n == 0 || n >= sizeof(c->host)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "bad sharding.configDB '%s'", cfgdb);
+    }
+    fprintf(stderr, "(%s cannot serve find on config.* yet; reading them from the config server "
+                    "%.*s)\n",
+            c->host, (int)n, first);
+    snprintf(c->host, sizeof(c->host), "%.*s", (int)n, first);
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 static void
 print_section_doc(const char *title, const bson_t *doc, bool is_array, bool last)
 {
@@ -392,7 +430,15 @@ shl_cluster_status_main(int argc, char **argv)
     }
     c.pool = shl_conn_pool_new(&popts);
 
-    SHL_ERR(find_all(&c, "version", NULL, NULL, &version, &n, &st));
+    if (find_all(&c, "version", NULL, NULL, &version, &n, &st) == SHL_CODE_COMMAND_NOT_FOUND) {
+        SHL_ERR(use_config_server(&c, &st));
+        bson_reinit(&version);
+        n = 0;
+        SHL_ERR(find_all(&c, "version", NULL, NULL, &version, &n, &st));
+    } else if (st.code != 0) {
+        ret = st.code;
+        goto done;
+    }
     n = 0;
     BSON_APPEND_INT32(&sort, "_id", 1);
     SHL_ERR(find_all(&c, "shards", NULL, &sort, &shards, &n, &st));
