@@ -504,7 +504,8 @@ shl_cluster_down_main(int argc, char **argv)
         SHL_FAIL(&st, SHL_CODE_BAD_VALUE, "no cluster in %s (no cluster.json); nothing to stop",
                  lay.dir);
     }
-    for (int i = 0; i < lay.nprocs; i++) {
+    /* In the order stop_procs stops them: the router first, the config server last. */
+    for (int i = lay.nprocs - 1; i >= 0; i--) {
         all[i] = true;
         if (shl_cluster_proc_alive(&lay.procs[i])) {
             fprintf(stderr, "stopping %s (pid %d)\n", lay.procs[i].name, (int)lay.procs[i].pid);

@@ -213,6 +213,23 @@ def test_up_restarts_a_process_that_died(cli):
         {k: v for k, v in pids.items() if k != "shard1"}
 
 
+def test_up_with_more_shards_adds_them(cli):
+    r = cli.up()
+    assert r.returncode == 0, r.stderr
+    before = cli.pids()
+    r = shale("up", "--dbpath", cli.dir, "--shards", 3, "--wiredTigerCacheSizeGB", "0.25")
+    assert r.returncode == 0, r.stderr
+    now = cli.pids()
+    assert {k: v for k, v in now.items() if k != "shard2"} == before
+    c = pymongo.MongoClient(r.stdout.strip(), serverSelectionTimeoutMS=10000)
+    shards = {s["_id"]: s["host"] for s in c.admin.command("listShards")["shards"]}
+    assert shards["shard2"] == "shard2/127.0.0.1:%d" % (cli.port + 4)
+    c.close()
+    # Fewer shards than the folder holds is refused.
+    r = shale("up", "--dbpath", cli.dir, "--shards", 2)
+    assert r.returncode == 1 and "holds a cluster of 3 shards" in r.stderr
+
+
 def test_busy_port_is_a_clear_error(cli):
     busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
