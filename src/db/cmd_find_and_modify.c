@@ -209,6 +209,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     memset(&u, 0, sizeof(u));
     SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_WRITE, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));

@@ -343,6 +343,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     memset(&u, 0, sizeof(u));
     SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_WRITE, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
@@ -724,6 +725,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     shl_write_result_init(&res);
     SHL_ERR(shl_cmd_check_fields(cmd, kind->fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_WRITE, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/options.h"
+#include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
 #include "main/cluster_cli.h"
@@ -17,6 +18,7 @@
 #include "net/server.h"
 #include "net/service_context.h"
 #include "router/router.h"
+#include "shard/shard.h"
 
 static void
 usage(FILE *out)
@@ -119,6 +121,17 @@ run_node(int argc, char **argv)
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
     if (shl_node_init(&svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615614, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615615, "config server start-up failed", "error",
+                      BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
