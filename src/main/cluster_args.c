@@ -17,8 +17,8 @@ parse_int(const char *flag, const char *val, int lo, int hi, int *out, shl_statu
     errno = 0;
     v = strtol(val, &end, 10);
     if (errno != 0 || end == val || *end != '\0' || v < lo || v > hi) {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--%s expects a number from %d to %d, got '%s'", flag,
-                 lo, hi, val);
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--%s expects a number from %d to %d, got '%s'", flag, lo,
+                 hi, val);
     }
     *out = (int)v;
 done:
@@ -112,8 +112,9 @@ void
 shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
 {
     if (cmd == SHL_CLUSTER_CMD_UP) {
-        fprintf(out, "usage: shale up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
-                     "                [--setParameter name=value]... [--wiredTigerCacheSizeGB G]\n");
+        fprintf(out,
+                "usage: shale up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
+                "                [--setParameter name=value]... [--wiredTigerCacheSizeGB G]\n");
     } else if (cmd == SHL_CLUSTER_CMD_DOWN) {
         fprintf(out, "usage: shale down [--dbpath DIR]\n");
     } else {

@@ -25,7 +25,7 @@ typedef struct shl_cluster_args {
     bool shards_given;
     int port; /* default 27017 */
     bool port_given;
-    const char *dbpath; /* default "./shale-data" */
+    const char *dbpath;  /* default "./shale-data" */
     const char *bind_ip; /* default "127.0.0.1" */
     bool bind_ip_given;
     const char *host; /* status --host; NULL if not given */

@@ -115,8 +115,8 @@ check_port_free(const char *bind_ip, const char *who, int port, shl_status_t *st
                      "or choose other ports with --port",
                      port, who, ip);
         } else if (err != 0) {
-            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot listen on %s:%d (for the %s): %s",
-                     ip, port, who, strerror(err));
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot listen on %s:%d (for the %s): %s", ip,
+                     port, who, strerror(err));
         }
     }
 done:
@@ -240,11 +240,9 @@ wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_p
             if (!bson_iter_init_find(&it, &reply, "setName") || !BSON_ITER_HOLDS_UTF8(&it) ||
                 strcmp(bson_iter_utf8(&it, NULL), p->repl_set) != 0) {
                 SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                         "%s answers, but not as a member of replica set '%s'", host,
-                         p->repl_set);
+                         "%s answers, but not as a member of replica set '%s'", host, p->repl_set);
             }
-            if (bson_iter_init_find(&it, &reply, "isWritablePrimary") &&
-                bson_iter_as_bool(&it)) {
+            if (bson_iter_init_find(&it, &reply, "isWritablePrimary") && bson_iter_as_bool(&it)) {
                 break;
             }
         }
@@ -351,8 +349,8 @@ stop_procs(shl_cluster_layout_t *lay, const bool *mine)
 
 /* Fold an existing cluster.json into what the flags ask for. */
 static int
-reconcile(shl_cluster_layout_t *lay, const shl_cluster_layout_t *rec,
-          const shl_cluster_args_t *a, shl_status_t *st)
+reconcile(shl_cluster_layout_t *lay, const shl_cluster_layout_t *rec, const shl_cluster_args_t *a,
+          shl_status_t *st)
 {
     int ret = 0;
     int nshards = a->shards_given ? a->shards : rec->nshards;
@@ -516,8 +514,8 @@ shl_cluster_down_main(int argc, char **argv)
     }
     stop_procs(&lay, all);
     SHL_ERR(shl_cluster_layout_save(&lay, &st));
-    fprintf(stderr, running > 0 ? "Shale cluster in %s stopped\n"
-                                : "Shale cluster in %s was not running\n",
+    fprintf(stderr,
+            running > 0 ? "Shale cluster in %s stopped\n" : "Shale cluster in %s was not running\n",
             lay.dir);
 done:
     if (ret != 0) {

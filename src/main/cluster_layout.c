@@ -165,13 +165,12 @@ shl_cluster_layout_json_new(const shl_cluster_layout_t *lay)
         const shl_cluster_proc_t *p = &lay->procs[i];
         bson_string_append(out, "    {\"name\": ");
         json_str(out, p->name);
-        bson_string_append_printf(out, ", \"role\": \"%s\", \"replSet\": ",
-                                  shl_cluster_role_name(p->role));
+        bson_string_append_printf(
+            out, ", \"role\": \"%s\", \"replSet\": ", shl_cluster_role_name(p->role));
         json_str(out, p->repl_set);
-        bson_string_append_printf(out,
-                                  ", \"port\": %d, \"pid\": %d, \"startTicks\": %" PRIu64 "}%s\n",
-                                  p->port, (int)p->pid, p->start_ticks,
-                                  i + 1 < lay->nprocs ? "," : "");
+        bson_string_append_printf(
+            out, ", \"port\": %d, \"pid\": %d, \"startTicks\": %" PRIu64 "}%s\n", p->port,
+            (int)p->pid, p->start_ticks, i + 1 < lay->nprocs ? "," : "");
     }
     bson_string_append(out, "  ]\n}\n");
     return bson_string_free(out, false);
@@ -263,8 +262,8 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
                 p->start_ticks = (uint64_t)iter_int(&pit);
             }
         }
-        if (p->name[0] == '\0' || strchr(p->name, '/') != NULL || p->port <= 0 ||
-            p->port > 65535 || p->pid < 0) {
+        if (p->name[0] == '\0' || strchr(p->name, '/') != NULL || p->port <= 0 || p->port > 65535 ||
+            p->pid < 0) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s: bad \"processes\" entry %d", path,
                      lay->nprocs - 1);
         }

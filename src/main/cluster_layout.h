@@ -28,8 +28,8 @@ typedef struct shl_cluster_proc {
     shl_cluster_role_t role; /* what it runs as */
     char repl_set[32];       /* "csrs", "shard0", ...; "" for the router */
     int port;
-    pid_t pid;              /* 0 when not running */
-    uint64_t start_ticks;   /* /proc/<pid>/stat starttime, to tell a recycled pid apart */
+    pid_t pid;            /* 0 when not running */
+    uint64_t start_ticks; /* /proc/<pid>/stat starttime, to tell a recycled pid apart */
 } shl_cluster_proc_t;
 
 typedef struct shl_cluster_layout {
@@ -38,7 +38,7 @@ typedef struct shl_cluster_layout {
     char host_ip[64];               /* the address clients connect to (first bind_ip) */
     int port;                       /* the router's port; the others follow it */
     int nshards;
-    int nprocs;                     /* config, shard0..N-1, router, in that order */
+    int nprocs; /* config, shard0..N-1, router, in that order */
     shl_cluster_proc_t procs[SHL_CLUSTER_MAX_PROCS];
 } shl_cluster_layout_t;
 

@@ -136,8 +136,15 @@ SHL_TEST(args_parse)
 {
     shl_cluster_args_t a;
     shl_status_t st = SHL_STATUS_INIT;
-    char s_up[][32] = {"shale", "up", "--shards=3", "--port", "40000", "--dbpath", "d",
-                       "--setParameter", "enableTestCommands=1"};
+    char s_up[][32] = {"shale",
+                       "up",
+                       "--shards=3",
+                       "--port",
+                       "40000",
+                       "--dbpath",
+                       "d",
+                       "--setParameter",
+                       "enableTestCommands=1"};
     char s_bad[][32] = {"shale", "down", "--shards", "3"};
     char s_badnum[][32] = {"shale", "up", "--port", "70000"};
     char *up[9], *bad[4], *badnum[4];

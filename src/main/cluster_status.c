@@ -42,8 +42,8 @@ append_key_u32(bson_t *arr, uint32_t i, bson_t *child, bool is_array)
  * array 'out' (its next index in *n). Follows the cursor with getMore.
  */
 static int
-find_all(status_ctx_t *c, const char *coll, const bson_t *filter, const bson_t *sort,
-         bson_t *out, uint32_t *n, shl_status_t *st)
+find_all(status_ctx_t *c, const char *coll, const bson_t *filter, const bson_t *sort, bson_t *out,
+         uint32_t *n, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -65,8 +65,7 @@ find_all(status_ctx_t *c, const char *coll, const bson_t *filter, const bson_t *
             BSON_APPEND_UTF8(&cmd, "collection", coll);
         }
         bson_destroy(&reply);
-        if (shl_client_run(c->pool, c->host, "config", &cmd, STATUS_TIMEOUT_MS, &reply, st) !=
-            0) {
+        if (shl_client_run(c->pool, c->host, "config", &cmd, STATUS_TIMEOUT_MS, &reply, st) != 0) {
             shl_status_t why = *st;
             ret = why.code;
             shl_status_set(st, ret, "%s on config.%s at %s failed: %s (%s)",
@@ -130,8 +129,9 @@ use_config_server(status_ctx_t *c, shl_status_t *st)
     if (n == 0 || n >= sizeof(c->host)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "bad sharding.configDB '%s'", cfgdb);
     }
-    fprintf(stderr, "(%s cannot serve find on config.* yet; reading them from the config server "
-                    "%.*s)\n",
+    fprintf(stderr,
+            "(%s cannot serve find on config.* yet; reading them from the config server "
+            "%.*s)\n",
             c->host, (int)n, first);
     snprintf(c->host, sizeof(c->host), "%.*s", (int)n, first);
 done:
@@ -191,8 +191,7 @@ count_chunk(shard_count_t *counts, int *ncounts, int max, const char *shard)
 
 /* One sharded collection's entry: shardKey, unique, balancing, chunkMetadata, chunks, tags. */
 static int
-collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entry,
-                 shl_status_t *st)
+collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entry, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -235,8 +234,7 @@ collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entr
     bson_iter_init(&it, &chunks);
     while (bson_iter_next(&it)) {
         bson_iter_t f;
-        if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "shard") &&
-            BSON_ITER_HOLDS_UTF8(&f)) {
+        if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "shard") && BSON_ITER_HOLDS_UTF8(&f)) {
             count_chunk(counts, &ncounts, (int)(sizeof(counts) / sizeof(counts[0])),
                         bson_iter_utf8(&f, NULL));
         }

@@ -225,8 +225,7 @@ render_value(bson_string_t *out, const bson_value_t *v, int indent)
         bson_string_append(out, "null");
         break;
     case BSON_TYPE_REGEX:
-        bson_string_append_printf(out, "/%s/%s", v->value.v_regex.regex,
-                                  v->value.v_regex.options);
+        bson_string_append_printf(out, "/%s/%s", v->value.v_regex.regex, v->value.v_regex.options);
         break;
     case BSON_TYPE_CODE:
         bson_string_append(out, "Code(");

@@ -27,8 +27,8 @@ SHL_TEST(shell_print_scalars)
                  "{ _id: 'shard0', state: 1, x: 1.5, d: 2, b: true, n: null }"));
     ASSERT(check("{'n': {'$numberLong': '7'}, 'ts': {'$timestamp': {'t': 5, 'i': 2}}}", false,
                  "{ n: Long('7'), ts: Timestamp({ t: 5, i: 2 }) }"));
-    ASSERT(check("{'a': {'$minKey': 1}, 'b': {'$maxKey': 1}}", false,
-                 "{ a: MinKey(), b: MaxKey() }"));
+    ASSERT(
+        check("{'a': {'$minKey': 1}, 'b': {'$maxKey': 1}}", false, "{ a: MinKey(), b: MaxKey() }"));
     ASSERT(check("{'o': {'$oid': '0123456789abcdef01234567'}}", false,
                  "{ o: ObjectId('0123456789abcdef01234567') }"));
     ASSERT(check("{'u': {'$binary': {'base64': 'AAECAwQFBgcICQoLDA0ODw==', 'subType': '04'}}}",
