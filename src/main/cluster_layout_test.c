@@ -2,6 +2,7 @@
  * cluster_layout_test.c -- the cluster layout: port plan, cluster.json round trip,
  * refusing bad files, and telling a live process from a dead or recycled pid.
  */
+#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -12,6 +13,27 @@
 #include "main/cluster_layout.h"
 
 static char tmpdir[256];
+
+/* Remove the scratch folder (flat: cluster.json, pid files) when the binary exits. */
+__attribute__((destructor)) static void
+remove_scratch_dir(void)
+{
+    DIR *d;
+    struct dirent *e;
+    char path[600];
+
+    if (tmpdir[0] == '\0' || (d = opendir(tmpdir)) == NULL) {
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(d);
+    rmdir(tmpdir);
+}
 
 static const char *
 scratch_dir(void)
