@@ -342,3 +342,21 @@ def test_status_prints_sharded_collections(shale_process):
     r = shale("status", "--host", n.host, "--verbose")
     assert "too many chunks" not in r.stdout and "min: { uid: 1019 }" in r.stdout
     c.close()
+
+
+def test_make_run_script(cli):
+    """scripts/run.sh (what `make run` calls) with PORT/SHARDS/DBPATH: the cluster is up,
+    the connection string and the stop command are printed, the script returns."""
+    run_sh = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "run.sh")
+    env = dict(os.environ, PORT=str(cli.port), SHARDS="1", DBPATH=cli.dir)
+    r = subprocess.run(["bash", run_sh, SHALE_BIN], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, timeout=120, universal_newlines=True)
+    assert r.returncode == 0, r.stderr
+    uri = "mongodb://127.0.0.1:%d/" % cli.port
+    assert "Shale is running: " + uri in r.stdout
+    assert "down --dbpath " + cli.dir in r.stdout
+    c = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10000)
+    assert [s["_id"] for s in c.admin.command("listShards")["shards"]] == ["shard0"]
+    c.close()
+    assert sorted(cli.pids()) == ["config", "router", "shard0"]
