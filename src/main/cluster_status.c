@@ -413,7 +413,9 @@ shl_cluster_status_main(int argc, char **argv)
         return 2;
     }
     if (a.host != NULL) {
-        snprintf(c.host, sizeof(c.host), "%s", a.host);
+        /* "mongodb://h:p/?opts" (what `shale up` prints) names the same router as "h:p". */
+        const char *h = strncmp(a.host, "mongodb://", 10) == 0 ? a.host + 10 : a.host;
+        snprintf(c.host, sizeof(c.host), "%.*s", (int)strcspn(h, "/?,"), h);
     } else {
         shl_cluster_layout_t lay;
         bool found = false;

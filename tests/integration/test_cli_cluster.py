@@ -143,9 +143,10 @@ def test_up_status_down(cli):
     assert "host: 'shard0/127.0.0.1:%d'" % (cli.port + 2) in out
     assert "host: 'shard1/127.0.0.1:%d'" % (cli.port + 3) in out
     assert "state: 1" in out
-    # The same through --host.
-    r2 = shale("status", "--host", "127.0.0.1:%d" % cli.port)
-    assert r2.returncode == 0 and "shard1/127.0.0.1" in r2.stdout
+    # The same through --host, as host:port or as the printed connection string.
+    for host in ("127.0.0.1:%d" % cli.port, uri):
+        r2 = shale("status", "--host", host)
+        assert r2.returncode == 0 and "shard1/127.0.0.1" in r2.stdout
 
     r = shale("down", "--dbpath", cli.dir)
     assert r.returncode == 0, r.stderr
