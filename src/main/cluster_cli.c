@@ -400,7 +400,8 @@ shl_cluster_up_main(int argc, char **argv)
     shl_cluster_proc_t *failed = NULL;
     shl_conn_pool_t *pool = NULL;
     shl_conn_pool_options_t popts = {.connect_timeout_ms = 2000};
-    int started = 0;
+    int started = 0, spawned = 0;
+    bool registering = false;
 
     if (shl_cluster_args_parse(&a, SHL_CLUSTER_CMD_UP, argc, argv, &st) != 0) {
         fprintf(stderr, "shale up: %s\n", st.reason);
@@ -434,6 +435,7 @@ shl_cluster_up_main(int argc, char **argv)
     for (int i = 0; i < lay.nprocs - 1; i++) {
         if (mine[i]) {
             SHL_ERR(spawn(&lay, &lay.procs[i], &a, &st));
+            spawned++;
         }
     }
     SHL_ERR(shl_cluster_layout_save(&lay, &st));
@@ -444,9 +446,11 @@ shl_cluster_up_main(int argc, char **argv)
     failed = &lay.procs[lay.nprocs - 1];
     if (mine[lay.nprocs - 1]) {
         SHL_ERR(spawn(&lay, failed, &a, &st));
+        spawned++;
         SHL_ERR(shl_cluster_layout_save(&lay, &st));
     }
     SHL_ERR(wait_ready(pool, &lay, failed, &st));
+    registering = true;
     SHL_ERR(add_shards(pool, &lay, &st));
     failed = NULL;
     SHL_ERR(shl_cluster_layout_save(&lay, &st));
@@ -468,13 +472,23 @@ done:
         if (failed != NULL && failed->port > 0) {
             print_log_tail(&lay, failed, 15);
         }
-        if (started > 0) {
-            stop_procs(&lay, mine);
+        if (spawned > 0) {
             shl_status_t ignored = SHL_STATUS_INIT;
+            stop_procs(&lay, mine);
             if (access(lay.dir, F_OK) == 0) {
                 shl_cluster_layout_save(&lay, &ignored);
             }
             fprintf(stderr, "shale up: stopped the processes it had started\n");
+        }
+        /*
+         * A new cluster that failed before any shard was registered leaves no record, so
+         * the folder is not tied to ports that did not work (the config server's catalog
+         * names shards by host:port only once addShard ran).
+         */
+        if (!found && !registering && lay.dir[0] != '\0') {
+            char path[SHL_CLUSTER_PATH_MAX + 32];
+            snprintf(path, sizeof(path), "%s/cluster.json", lay.dir);
+            unlink(path);
         }
         rc = 1;
     }

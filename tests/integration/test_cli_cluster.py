@@ -244,11 +244,16 @@ def test_busy_port_is_a_clear_error(cli):
     assert r.returncode == 1
     assert r.stdout == ""
     assert "port %d (for the shard1) is already in use" % (cli.port + 3) in r.stderr
-    # Nothing was started, nothing is left running.
-    assert cli.pids() == {}
+    assert "stopped the processes" not in r.stderr  # nothing was started
+    assert not os.path.exists(os.path.join(cli.dir, "cluster.json"))
     for p in range(cli.port, cli.port + 4):
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", p), timeout=1).close()
+    # The folder is not tied to the ports that failed: other ports work.
+    cli.port = port_range(4)
+    r = shale("up", "--dbpath", cli.dir, "--port", cli.port, "--wiredTigerCacheSizeGB", "0.25")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "mongodb://127.0.0.1:%d/" % cli.port
 
 
 def test_process_failing_at_start_is_reported_and_cleaned_up(cli):
