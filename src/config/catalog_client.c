@@ -468,18 +468,19 @@ done:
     return ret;
 }
 
-void
-cfg_flush_shards(const char *ns, const char *const *shards, size_t n)
+/* Send {<cmd_name>: target} to each shard; failures are logged only. */
+static void
+notify_shards(const char *cmd_name, const char *ns, const char *const *shards, size_t n)
 {
-    bson_t *cmd = BCON_NEW("_flushRoutingTableCacheUpdates", BCON_UTF8(ns));
+    bson_t *cmd = BCON_NEW(cmd_name, BCON_UTF8(ns));
 
     for (size_t i = 0; i < n; i++) {
         shl_status_t st = SHL_STATUS_INIT;
         bson_t reply;
         if (cfg_shard_cmd(shards[i], "admin", cmd, &reply, &st) != 0) {
             SHL_LOG_WARNING(SHARDING, 4200101, "could not tell a shard to refresh its metadata",
-                            "ns", BCON_UTF8(ns), "shard", BCON_UTF8(shards[i]), "error",
-                            BCON_UTF8(st.reason));
+                            "command", BCON_UTF8(cmd_name), "ns", BCON_UTF8(ns), "shard",
+                            BCON_UTF8(shards[i]), "error", BCON_UTF8(st.reason));
         }
         bson_destroy(&reply);
     }
@@ -487,7 +488,13 @@ cfg_flush_shards(const char *ns, const char *const *shards, size_t n)
 }
 
 void
-cfg_flush_all_shards(const char *ns)
+cfg_flush_shards(const char *ns, const char *const *shards, size_t n)
+{
+    notify_shards("_flushRoutingTableCacheUpdates", ns, shards, n);
+}
+
+static void
+notify_all_shards(const char *cmd_name, const char *target)
 {
     shl_status_t st = SHL_STATUS_INIT;
     shl_shard_type_t *shards = NULL;
@@ -501,9 +508,21 @@ cfg_flush_all_shards(const char *ns)
     for (size_t i = 0; i < n; i++) {
         names[i] = shards[i].name;
     }
-    cfg_flush_shards(ns, names, n);
+    notify_shards(cmd_name, target, names, n);
     bson_free(names);
     cfg_shards_free(shards, n);
+}
+
+void
+cfg_flush_all_shards(const char *ns)
+{
+    notify_all_shards("_flushRoutingTableCacheUpdates", ns);
+}
+
+void
+cfg_flush_database_all_shards(const char *db)
+{
+    notify_all_shards("_flushDatabaseCacheUpdates", db);
 }
 
 /* ---------------------------------------------------------------- time, changelog */

@@ -131,8 +131,11 @@ int cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *
 /* cfg_flush_shards -- send _flushRoutingTableCacheUpdates: ns to each shard (best effort). */
 void cfg_flush_shards(const char *ns, const char *const *shards, size_t n);
 
-/* cfg_flush_all_owners -- the same to every shard of config.shards. */
+/* cfg_flush_all_shards -- the same to every shard of config.shards. */
 void cfg_flush_all_shards(const char *ns);
+
+/* cfg_flush_database_all_shards -- _flushDatabaseCacheUpdates: db to every shard (best effort). */
+void cfg_flush_database_all_shards(const char *db);
 
 /* ---- time, changelog ---- */
 

@@ -1019,6 +1019,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     q = BCON_NEW("_id", BCON_UTF8(dbname));
     SHL_ERR(cfg_delete("databases", q, false, NULL, st));
     cfg_changelog(op, "dropDatabase", dbname, NULL);
+    cfg_flush_database_all_shards(dbname);
     SHL_LOG_INFO(SHARDING, 4200123, "dropped database", "db", BCON_UTF8(dbname));
     BSON_APPEND_UTF8(reply, "dropped", dbname);
 done:

@@ -85,6 +85,27 @@ done:
     return ret;
 }
 
+/* config.changelog is capped at 200 MB, as MongoDB creates it. */
+static int
+ensure_changelog(shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *cmd = BCON_NEW("create", BCON_UTF8("changelog"), "capped", BCON_BOOL(true), "size",
+                           BCON_INT64(200LL * 1024 * 1024));
+    bson_t reply;
+
+    if (cfg_local_cmd("config", cmd, &reply, st) != 0) {
+        if (st->code == SHL_CODE_NAMESPACE_EXISTS) {
+            shl_status_clear(st);
+        } else {
+            ret = st->code;
+        }
+    }
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 static int
 ensure_version(cfg_state_t *cfg, shl_status_t *st)
 {
@@ -135,6 +156,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     node_shutdown = svc->hooks.shutdown;
     svc->hooks.shutdown = shutdown_hook;
 
+    SHL_ERR(ensure_changelog(st));
     SHL_ERR(create_indexes(st));
     SHL_ERR(ensure_version(cfg, st));
     bson_oid_to_string(&cfg->cluster_id, cid);

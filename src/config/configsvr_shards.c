@@ -365,14 +365,20 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     pthread_mutex_lock(&cfg->shards_mu);
     locked = true;
     SHL_ERR(cfg_get_shards(&shards, &nshards, st));
-    for (size_t i = 0; i < nshards; i++) {
-        if (strcmp(shards[i].name, name) == 0) {
+    /* By name, or by connection string / host as MongoDB also accepts. */
+    for (size_t i = 0; i < nshards && target == NULL; i++) {
+        char h[SHL_CLIENT_HOST_MAX], want[SHL_CLIENT_HOST_MAX];
+        cfg_host_of(shards[i].host, h, sizeof(h));
+        cfg_host_of(name, want, sizeof(want));
+        if (strcmp(shards[i].name, name) == 0 || strcmp(shards[i].host, name) == 0 ||
+            strcmp(h, want) == 0) {
             target = &shards[i];
         }
     }
     if (target == NULL) {
         SHL_FAIL(st, SHL_CODE_SHARD_NOT_FOUND, "Shard %s does not exist", name);
     }
+    name = target->name;
     BSON_APPEND_UTF8(&details, "shard", name);
     if (!target->draining) {
         for (size_t i = 0; i < nshards; i++) {

@@ -40,18 +40,20 @@ void shl_db_orphan_filter_release(shl_db_orphan_filter_t *f);
 /* shl_db_orphan_filter_owns -- true when 'f' is NULL (no filtering) or owns 'doc'. */
 bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc);
 
-/* What the command does with the namespace (reads are filtered, writes are not). */
+/* What the command does with the namespace. Reads return only owned documents; updates,
+ * deletes and findAndModify leave orphans alone (MongoDB's write stages skip them when
+ * the request is versioned); inserts and DDL are only checked. */
 typedef enum shl_db_shard_access {
-    SHL_DB_SHARD_READ,  /* find, count, distinct, aggregate: wants an orphan filter */
-    SHL_DB_SHARD_WRITE, /* insert, update, delete, findAndModify */
-    SHL_DB_SHARD_DDL,   /* createIndexes, listIndexes, dropIndexes, create, drop */
+    SHL_DB_SHARD_READ,  /* find, count, distinct, aggregate, explain: orphan filter */
+    SHL_DB_SHARD_WRITE, /* insert, update, delete, findAndModify: orphan filter */
+    SHL_DB_SHARD_DDL,   /* createIndexes, listIndexes, dropIndexes, create, drop: none */
 } shl_db_shard_access_t;
 
 /*
  * shl_db_sharding_check_fn --
  *     Check the request's shardVersion / databaseVersion (op->has_shard_version,
  *     op->has_database_version) for 'ns' ("db.coll"). On success *filter is NULL (no
- *     filtering: unversioned request, unsharded collection, not a read) or one reference
+ *     filtering: unversioned request, unsharded collection, DDL) or one reference
  *     the caller releases. May block on a refresh from the config server. Errors:
  *     StaleConfig (13388), StaleDbVersion (249) with their extra info; the config
  *     server's errors when a needed refresh fails; BadValue/TypeMismatch for a malformed

@@ -125,12 +125,12 @@ run_node(int argc, char **argv)
         goto cleanup;
     }
     if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615614, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;
     }
     if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615615, "config server start-up failed", "error",
+        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
                       BCON_UTF8(st.reason));
         rc = 1;
         goto cleanup;

@@ -105,6 +105,11 @@ int shard_meta_get(shard_state_t *s, const char *ns, shard_coll_meta_t **out, sh
 int shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out,
                        shl_status_t *st);
 
+/* shard_db_refresh -- forget the cached entry of database 'db' and the filtering metadata
+ * of its collections (reloaded lazily), then load the database entry again. Errors:
+ * ShardingStateNotInitialized; the config server's (a missing database is not an error). */
+int shard_db_refresh(shard_state_t *s, const char *db, shl_status_t *st);
+
 /* shard_meta_peek -- the metadata known now without loading (a reference or NULL). */
 shard_coll_meta_t *shard_meta_peek(shard_state_t *s, const char *ns);
 

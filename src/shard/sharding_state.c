@@ -197,7 +197,9 @@ shard_identity_store(shard_state_t *s, const shard_identity_t *id, shl_status_t 
     a.coll = h.coll;
     a.doc = &doc;
     SHL_ERR(shl_storage_write_retry(eng, store_txn, &a, &ts, st));
-    /* The identity must survive a crash before the config server records the shard. */
+    /* The identity must survive a crash before the config server records the shard;
+     * wait without the collection lock (docs/design/locking.md). */
+    shl_storage_coll_release(&h);
     if (ts != 0) {
         SHL_ERR(shl_storage_wait_durable(eng, ts, st));
     }

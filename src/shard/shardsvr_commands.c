@@ -2,7 +2,8 @@
  * shardsvr_commands.c -- the commands a shard answers for the config server and for
  * operators (docs/design/sharding-protocol.md "Config server -> shard"): _addShard (store
  * the shardIdentity and become shard-aware), _flushRoutingTableCacheUpdates (refresh the
- * filtering metadata of a namespace) and getShardVersion.
+ * filtering metadata of a namespace), _flushDatabaseCacheUpdates (forget a database's
+ * entry and its collections' metadata) and getShardVersion.
  */
 #include <string.h>
 
@@ -102,6 +103,32 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- _flushDatabaseCacheUpdates */
+
+static int
+shardsvr_flush_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    bson_iter_t it;
+    shard_identity_t id;
+
+    (void)reply;
+    SHL_ERR(shl_cmd_check_fields(cmd, flush_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '_flushDatabaseCacheUpdates._flushDatabaseCacheUpdates' is the "
+                 "wrong type, expected type 'string'");
+    }
+    SHL_ERR(shl_ns_check_db(bson_iter_utf8(&it, NULL), st));
+    if (!shard_get_identity(s, &id)) {
+        SHL_ERR(not_initialized(st));
+    }
+    SHL_ERR(shard_db_refresh(s, bson_iter_utf8(&it, NULL), st));
+done:
+    return ret;
+}
+
 /* ---------------------------------------------------------------- getShardVersion */
 
 static const char *const gsv_fields[] = {"fullMetadata", NULL};
@@ -196,6 +223,11 @@ static const shl_command_t shard_commands[] = {
      .run = shardsvr_flush_routing,
      .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
      .help = "internal: refresh the filtering metadata of a namespace from the config server"},
+    {.name = "_flushDatabaseCacheUpdates",
+     .aliases = {"_flushDatabaseCacheUpdatesWithWriteConcern"},
+     .run = shardsvr_flush_database,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: refresh a database's cached entry and its collections' metadata"},
     {.name = "getShardVersion",
      .run = cmd_get_shard_version,
      .flags = SHL_CMD_ADMIN_ONLY,

@@ -13,7 +13,7 @@ from shale_fixtures import ShaleProcess
 
 
 @pytest.fixture(scope="module")
-def cluster(request):
+def cfgc(request):
     procs = []
     failed_before = request.session.testsfailed
     try:
@@ -57,8 +57,8 @@ def chunk_versions(c, ns):
     return [(ch["lastmod"].time, ch["lastmod"].inc) for ch in chunks(c, ns)]
 
 
-def test_hello_version_and_indexes(cluster):
-    cs, _, c = cluster
+def test_hello_version_and_indexes(cfgc):
+    cs, _, c = cfgc
     assert c.admin.command("hello")["configsvr"] == 2
     v = c.config.version.find_one({"_id": 1})
     assert isinstance(v["clusterId"], ObjectId)
@@ -67,10 +67,11 @@ def test_hello_version_and_indexes(cluster):
     assert ix["uuid_1_lastmod_1"]["unique"]
     assert c.config.shards.index_information()["host_1"]["unique"]
     assert c.config.tags.index_information()["ns_1_min_1"]["unique"]
+    assert c.config.command("collStats", "changelog")["capped"] is True
 
 
-def test_add_shard_and_list(cluster):
-    cs, shards, c = cluster
+def test_add_shard_and_list(cfgc):
+    cs, shards, c = cfgc
     got = cmd(c, {"listShards": 1})["shards"]
     assert [s["_id"] for s in got] == ["shard0", "shard1"]
     assert got[0]["host"] == "rs0/" + shards[0].host
@@ -101,8 +102,8 @@ def test_add_shard_and_list(cluster):
                                "details"}
 
 
-def test_create_database(cluster):
-    _, shards, c = cluster
+def test_create_database(cfgc):
+    _, shards, c = cfgc
     r = cmd(c, {"_configsvrCreateDatabase": "cdb"})
     v = r["databaseVersion"]
     assert isinstance(v["uuid"], bson.binary.Binary) or hasattr(v["uuid"], "hex")
@@ -120,8 +121,8 @@ def test_create_database(cluster):
     assert c.config.databases.find_one({"_id": "pdb"})["primary"] == "shard1"
 
 
-def test_shard_collection_range_split_merge(cluster):
-    _, shards, c = cluster
+def test_shard_collection_range_split_merge(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "rdb", "primaryShard": "shard0"})
     r = cmd(c, {"_configsvrShardCollection": "rdb.c", "key": {"a": 1}})
     assert r["collectionsharded"] == "rdb.c"
@@ -150,6 +151,8 @@ def test_shard_collection_range_split_merge(cluster):
     ch = chunks(c, "rdb.c")
     assert [x["min"]["a"] for x in ch] == [MinKey(), 10, 20]
     assert chunk_versions(c, "rdb.c") == [(1, 1), (1, 3), (1, 4)]
+    # The owning shard was told to refresh: it already knows the new shard version.
+    assert s0.admin.command("getShardVersion", "rdb.c")["global"] == Timestamp(1, 4)
     assert c.config.collections.find_one({"_id": "rdb.c"})["lastmodEpoch"] == epoch
     # Splitting at a chunk bound, or with a non-key.
     e = err(c, {"_configsvrSplitChunk": "rdb.c", "middle": {"a": 10}})
@@ -162,6 +165,7 @@ def test_shard_collection_range_split_merge(cluster):
     ch = chunks(c, "rdb.c")
     assert [(x["min"]["a"], x["max"]["a"]) for x in ch] == [(MinKey(), 10), (10, MaxKey())]
     assert chunk_versions(c, "rdb.c") == [(1, 1), (1, 5)]
+    assert s0.admin.command("getShardVersion", "rdb.c")["global"] == Timestamp(1, 5)
     # One chunk, and bounds that are not chunk boundaries.
     assert err(c, {"_configsvrCommitChunksMerge": "rdb.c",
                    "bounds": [{"a": 10}, {"a": MaxKey()}]}).code == 20
@@ -172,8 +176,8 @@ def test_shard_collection_range_split_merge(cluster):
     assert "shardCollection.start" in whats and "split" in whats and "merge" in whats
 
 
-def test_split_find_bounds_and_split_vector(cluster):
-    _, shards, c = cluster
+def test_split_find_bounds_and_split_vector(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "fdb", "primaryShard": "shard1"})
     s1 = shards[1].client()
     s1.fdb.c.insert_many([{"k": i} for i in range(100)])
@@ -204,8 +208,8 @@ def test_split_find_bounds_and_split_vector(cluster):
     assert err(c, {"_configsvrSplitChunk": "no.such", "middle": {"k": 1}}).code == 118
 
 
-def test_hashed_presplit(cluster):
-    _, shards, c = cluster
+def test_hashed_presplit(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrShardCollection": "hdb.h", "key": {"x": "hashed"}})
     ch = chunks(c, "hdb.h")
     assert len(ch) == 4
@@ -237,8 +241,8 @@ def test_hashed_presplit(cluster):
     assert len(r["splitKeys"]) == 1 and isinstance(r["splitKeys"][0]["x"], int)
 
 
-def test_bad_shard_keys_and_namespaces(cluster):
-    _, _, c = cluster
+def test_bad_shard_keys_and_namespaces(cfgc):
+    _, _, c = cfgc
     for key in ({"a": 2}, {"a": "hashed", "b": "hashed"}, {}, {"a": "text"}):
         assert err(c, {"_configsvrShardCollection": "kdb.c", "key": key}).code == 2, key
     assert err(c, {"_configsvrShardCollection": "kdb.c"}).code == 40414
@@ -249,8 +253,8 @@ def test_bad_shard_keys_and_namespaces(cluster):
     assert c.config.collections.find_one({"_id": "kdb.c"}) is None
 
 
-def test_refine_clear_jumbo_and_drop(cluster):
-    _, shards, c = cluster
+def test_refine_clear_jumbo_and_drop(cfgc):
+    _, shards, c = cfgc
     cmd(c, {"_configsvrCreateDatabase": "xdb", "primaryShard": "shard0"})
     cmd(c, {"_configsvrShardCollection": "xdb.c", "key": {"a": 1}})
     cmd(c, {"_configsvrSplitChunk": "xdb.c", "middle": {"a": 0}})
@@ -287,8 +291,8 @@ def test_refine_clear_jumbo_and_drop(cluster):
     assert err(c, {"_configsvrDropDatabase": "admin"}).code == 20
 
 
-def test_remove_shard(cluster):
-    cs, shards, c = cluster
+def test_remove_shard(cfgc):
+    cs, shards, c = cfgc
     extra = ShaleProcess(["node", "--shardsvr", "--replSet", "rs9"], name="shard9")
     try:
         extra.start()
@@ -312,3 +316,20 @@ def test_remove_shard(cluster):
     # A draining shard is no candidate for new chunks.
     cmd(c, {"_configsvrShardCollection": "hdb.d", "key": {"x": "hashed"}})
     assert {x["shard"] for x in chunks(c, "hdb.d")} == {"shard0"}
+
+
+def test_restart_keeps_cluster_id():
+    cs = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name="cfg-restart")
+    try:
+        cs.start()
+        c = cs.client()
+        cid = c.config.version.find_one({"_id": 1})["clusterId"]
+        c.close()
+        assert cs.stop() == 0
+        cs.start()
+        c = cs.client()
+        assert list(c.config.version.find()) == [{"_id": 1, "clusterId": cid}]
+        assert c.admin.command("hello")["configsvr"] == 2
+        c.close()
+    finally:
+        cs.cleanup()
