@@ -762,8 +762,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, filter, &res, &err) !=
-            0) {
+        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, filter, &res, &err) != 0) {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;

@@ -697,8 +697,7 @@ typedef struct sharding_filter_stage {
 } sharding_filter_stage_t;
 
 static int
-sharding_filter_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof,
-                     shl_status_t *st)
+sharding_filter_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
 {
     sharding_filter_stage_t *f = (sharding_filter_stage_t *)s;
     int ret = 0;

@@ -37,16 +37,17 @@ meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     bool owns = false;
 
     if (m->rt == NULL) {
-        return true;
+        owns = true;
+    } else {
+        /* A document whose shard key cannot be extracted (an array on the key path)
+         * belongs to no chunk, as MongoDB's keyBelongsToMe says. */
+        if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
+            0) {
+            owns = shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 &&
+                   strcmp(shl_routing_table_chunk_shard(m->rt, idx), m->shard_name) == 0;
+        }
+        bson_destroy(&key);
     }
-    /* A document whose shard key cannot be extracted (an array on the key path) belongs
-     * to no chunk, as MongoDB's keyBelongsToMe says. */
-    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
-        0) {
-        owns = shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 &&
-               strcmp(shl_routing_table_chunk_shard(m->rt, idx), m->shard_name) == 0;
-    }
-    bson_destroy(&key);
     return owns;
 }
 
@@ -219,17 +220,16 @@ shard_meta_get(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_st
     shard_csr_t *c;
 
     *out = shard_meta_peek(s, ns);
-    if (*out != NULL) {
-        return 0;
-    }
-    c = csr_get(s, ns);
-    pthread_mutex_lock(&c->refresh_mu);
-    /* Someone else may have loaded it while this thread waited. */
-    *out = shard_meta_peek(s, ns);
     if (*out == NULL) {
-        ret = load_locked(s, c, false, out, st);
+        c = csr_get(s, ns);
+        pthread_mutex_lock(&c->refresh_mu);
+        /* Someone else may have loaded it while this thread waited. */
+        *out = shard_meta_peek(s, ns);
+        if (*out == NULL) {
+            ret = load_locked(s, c, false, out, st);
+        }
+        pthread_mutex_unlock(&c->refresh_mu);
     }
-    pthread_mutex_unlock(&c->refresh_mu);
     return ret;
 }
 
@@ -348,8 +348,7 @@ stale_config(const char *ns, const shl_shard_version_t *received, const shard_co
 
 static int
 check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
-                    shl_db_shard_access_t access, shl_db_orphan_filter_t **filter,
-                    shl_status_t *st)
+                    shl_db_shard_access_t access, shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -446,8 +445,8 @@ check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_
         SHL_ERR(stale_db(db, &received, NULL, "database not found:", st));
     }
     if (strcmp(have.primary, shard_name) != 0) {
-        SHL_ERR(stale_db(db, &received, NULL, "this shard is not the primary shard of database",
-                         st));
+        SHL_ERR(
+            stale_db(db, &received, NULL, "this shard is not the primary shard of database", st));
     }
     SHL_ERR(stale_db(db, &received, &have, "database version mismatch detected for", st));
 done:

@@ -45,8 +45,8 @@ typedef struct shard_coll_meta {
 /* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */
 typedef struct shard_csr {
     char *ns;
-    shard_coll_meta_t *meta;          /* reference or NULL (unknown: load on next use) */
-    pthread_mutex_t refresh_mu;       /* one refresh of this ns at a time */
+    shard_coll_meta_t *meta;    /* reference or NULL (unknown: load on next use) */
+    pthread_mutex_t refresh_mu; /* one refresh of this ns at a time */
     struct shard_csr *next;
 } shard_csr_t;
 
@@ -60,7 +60,7 @@ typedef struct shard_state {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
-    shard_csr_t *csrs; /* ns -> filtering metadata */
+    shard_csr_t *csrs;           /* ns -> filtering metadata */
     pthread_mutex_t identity_mu; /* serializes _addShard's read-modify-write */
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
@@ -102,8 +102,7 @@ int shard_meta_get(shard_state_t *s, const char *ns, shard_coll_meta_t **out, sh
 
 /* shard_meta_refresh -- forget the cached routing info of 'ns' and load it again from the
  * config server; *out (may be NULL) receives a reference to the new metadata. */
-int shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out,
-                       shl_status_t *st);
+int shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_status_t *st);
 
 /* shard_db_refresh -- forget the cached entry of database 'db' and the filtering metadata
  * of its collections (reloaded lazily), then load the database entry again. Errors:
@@ -116,9 +115,8 @@ shard_coll_meta_t *shard_meta_peek(shard_state_t *s, const char *ns);
 void shard_meta_release(shard_coll_meta_t *m);
 
 /* shard_check_versions -- the db hook (shl_db_sharding_check_fn). */
-int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns,
-                         shl_db_shard_access_t access, shl_db_orphan_filter_t **filter,
-                         shl_status_t *st);
+int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                         shl_db_orphan_filter_t **filter, shl_status_t *st);
 
 /* shard_meta_destroy_all -- drop the map (shutdown). */
 void shard_meta_destroy_all(shard_state_t *s);

@@ -74,7 +74,8 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- _flushRoutingTableCacheUpdates */
+/* ---------------------------------------------------------------- _flushRoutingTableCacheUpdates
+ */
 
 static const char *const flush_fields[] = {"syncFromConfig", NULL};
 
@@ -150,8 +151,7 @@ append_full_metadata(const shard_coll_meta_t *m, bson_t *reply)
                       (shl_ts_t){m->shard_version.major, m->shard_version.minor});
         BSON_APPEND_OID(&md, "shardVersionEpoch", &m->shard_version.epoch);
         shl_ts_append(&md, "shardVersionTimestamp", m->shard_version.timestamp);
-        BSON_APPEND_DOCUMENT(&md, "keyPattern",
-                             &shl_routing_table_key_pattern(m->rt)->pattern);
+        BSON_APPEND_DOCUMENT(&md, "keyPattern", &shl_routing_table_key_pattern(m->rt)->pattern);
         BSON_APPEND_ARRAY_BEGIN(&md, "chunks", &chunks);
         for (size_t i = 0; i < shl_routing_table_nchunks(m->rt); i++) {
             bson_t min, max;
