@@ -1,6 +1,7 @@
 /*
  * main.c -- the `shale` binary: `shale node` (data node: standalone, --shardsvr or
- * --configsvr), later `shale router`, `shale up|down|status`. DESIGN.md section 1.
+ * --configsvr), `shale router`, `shale up|down|status` (a local cluster,
+ * cluster_cli.h). DESIGN.md section 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
+#include "main/cluster_cli.h"
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
@@ -26,7 +28,13 @@ usage(FILE *out)
                  "       [--shardsvr | --configsvr] [--logpath FILE]\n"
                  "       [--setParameter name=value]...   run a data node\n"
                  "  router --configdb SET/HOST:PORT [--port N] [--bind_ip IP] [--logpath FILE]\n"
-                 "       [--setParameter name=value]...   run a router\n");
+                 "       [--setParameter name=value]...   run a router\n"
+                 "  up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
+                 "                          start a local cluster: config server, N shards\n"
+                 "                          (default 2) and a router on P (default 27017)\n"
+                 "  down [--dbpath DIR]      stop the cluster started in DIR\n"
+                 "  status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
+                 "                          print the cluster's shards, databases and chunks\n");
 }
 
 /* "host:port" this process is known as: the first bind address and the port. */
@@ -194,6 +202,12 @@ main(int argc, char **argv)
         rc = run_node(argc, argv);
     } else if (strcmp(argv[1], "router") == 0) {
         rc = run_router(argc, argv);
+    } else if (strcmp(argv[1], "up") == 0) {
+        rc = shl_cluster_up_main(argc, argv);
+    } else if (strcmp(argv[1], "down") == 0) {
+        rc = shl_cluster_down_main(argc, argv);
+    } else if (strcmp(argv[1], "status") == 0) {
+        rc = shl_cluster_status_main(argc, argv);
     } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         rc = 0;
