@@ -28,9 +28,9 @@ typedef enum { VERS_FULL, VERS_DB_ONLY } ddl_versions_t;
 static bool
 is_router_field(const char *k)
 {
-    static const char *const skip[] = {"$db",          "$clusterTime",   "$readPreference",
-                                       "$configTime",  "$topologyTime",  "shardVersion",
-                                       "databaseVersion", NULL};
+    static const char *const skip[] = {
+        "$db",           "$clusterTime", "$readPreference", "$configTime",
+        "$topologyTime", "shardVersion", "databaseVersion", NULL};
     for (size_t i = 0; skip[i] != NULL; i++) {
         if (strcmp(k, skip[i]) == 0) {
             return true;
@@ -119,9 +119,9 @@ targets_for(const shl_router_routing_t *rr, ddl_target_t which, shl_router_shard
  * last stale error.
  */
 static int
-ddl_send(shl_op_ctx_t *op, const char *ns, bool create_db, ddl_target_t which,
-         ddl_versions_t vers, const bson_t *cmd, shl_router_routing_t *rr_out,
-         shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
+ddl_send(shl_op_ctx_t *op, const char *ns, bool create_db, ddl_target_t which, ddl_versions_t vers,
+         const bson_t *cmd, shl_router_routing_t *rr_out, shl_router_shard_result_t **results,
+         size_t *nresults, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     shl_router_routing_t rr;
@@ -433,8 +433,8 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
  * issuing getMore on the shard until it is exhausted.
  */
 static int
-drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *first,
-             bson_t *out, uint32_t *count, shl_status_t *st)
+drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *first, bson_t *out,
+             uint32_t *count, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     bson_t reply = BSON_INITIALIZER;
@@ -834,7 +834,8 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     if (strcmp(from.db.primary, to.db.primary) != 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
                  "Source and destination collections must be on the same database primary "
-                 "shard (%s, %s)", from.db.primary, to.db.primary);
+                 "shard (%s, %s)",
+                 from.db.primary, to.db.primary);
     }
     copy_passthrough(cmd, &req.cmd);
     if (!shl_database_version_is_fixed(&from.db.version)) {
@@ -871,11 +872,20 @@ static const shl_command_t k_ddl_commands[] = {
     {"dropIndexes", {"dropindexes", "deleteIndexes"}, cmd_drop_indexes, 0, "drop indexes"},
     {"collMod", {"collmod"}, cmd_coll_mod, 0, "modify a collection's options"},
     {"listIndexes", {"listindexes"}, cmd_list_indexes, 0, "list a collection's indexes"},
-    {"listCollections", {"listcollections"}, cmd_list_collections, 0,
+    {"listCollections",
+     {"listcollections"},
+     cmd_list_collections,
+     0,
      "list a database's collections"},
-    {"listDatabases", {"listdatabases"}, cmd_list_databases, SHL_CMD_ADMIN_ONLY,
+    {"listDatabases",
+     {"listdatabases"},
+     cmd_list_databases,
+     SHL_CMD_ADMIN_ONLY,
      "list the cluster's databases"},
-    {"renameCollection", {"renamecollection"}, cmd_rename_collection, SHL_CMD_ADMIN_ONLY,
+    {"renameCollection",
+     {"renamecollection"},
+     cmd_rename_collection,
+     SHL_CMD_ADMIN_ONLY,
      "rename an unsharded collection"},
 };
 

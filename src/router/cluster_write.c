@@ -23,11 +23,11 @@ typedef enum { ITEM_PENDING, ITEM_DONE, ITEM_ERROR } item_state_t;
 
 /* One statement of the user's batch. */
 typedef struct item {
-    bson_t doc;          /* the document (insert) or statement (update/delete), owned */
+    bson_t doc; /* the document (insert) or statement (update/delete), owned */
     item_state_t state;
-    char **done_shards;  /* shards that already ran it (multi-shard statements), NULL-ended */
+    char **done_shards; /* shards that already ran it (multi-shard statements), NULL-ended */
     size_t ndone;
-    bson_t error;        /* ITEM_ERROR: {code, errmsg, ...} without index */
+    bson_t error; /* ITEM_ERROR: {code, errmsg, ...} without index */
     bool upserted;
     bson_value_t upserted_id; /* owned copy */
     /* per round */
@@ -607,8 +607,8 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
                     continue;
                 }
                 b = batch_for(batches, nb, t.names[s]);
-                if (b->n > 0 && (b->n >= SUB_BATCH_MAX_ITEMS ||
-                                 b->bytes + bytes > SUB_BATCH_MAX_BYTES)) {
+                if (b->n > 0 &&
+                    (b->n >= SUB_BATCH_MAX_ITEMS || b->bytes + bytes > SUB_BATCH_MAX_BYTES)) {
                     it->round_deferred = true; /* next round */
                     continue;
                 }
@@ -955,8 +955,10 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
                  kind_field(kind));
     }
     if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type, expected type "
-                 "'array'", kind_cmd(kind), kind_field(kind));
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s' is the wrong type, expected type "
+                 "'array'",
+                 kind_cmd(kind), kind_field(kind));
     }
     while (bson_iter_next(&arr)) {
         item_t *item;
@@ -990,12 +992,15 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
         }
     }
     if (op->n == 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH, "Write batch sizes must be between 1 and 100000. "
+        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH,
+                 "Write batch sizes must be between 1 and 100000. "
                  "Got 0 operations.");
     }
     if (op->n > SUB_BATCH_MAX_ITEMS) {
-        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH, "Write batch sizes must be between 1 and 100000. "
-                 "Got %zu operations.", op->n);
+        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH,
+                 "Write batch sizes must be between 1 and 100000. "
+                 "Got %zu operations.",
+                 op->n);
     }
 done:
     return ret;
@@ -1168,8 +1173,8 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
             bool matched = false;
             for (size_t i = 0; i < targets.n && hit != SIZE_MAX; i++) {
                 bson_iter_t le, n;
-                if (fres[i].code == 0 && bson_iter_init_find(&le, &fres[i].reply,
-                                                             "lastErrorObject") &&
+                if (fres[i].code == 0 &&
+                    bson_iter_init_find(&le, &fres[i].reply, "lastErrorObject") &&
                     BSON_ITER_HOLDS_DOCUMENT(&le) && bson_iter_recurse(&le, &n) &&
                     bson_iter_find(&n, "n") && bson_iter_as_int64(&n) > 0) {
                     matched = true;
@@ -1190,8 +1195,7 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
             ret = st->code;
             goto done;
         }
-        if (first_err != SIZE_MAX &&
-            (hit == SIZE_MAX || targets.n == 1)) {
+        if (first_err != SIZE_MAX && (hit == SIZE_MAX || targets.n == 1)) {
             *st = fres[first_err].status;
             ret = st->code;
             goto done;
@@ -1220,7 +1224,10 @@ static const shl_command_t k_write_commands[] = {
     {"insert", {NULL}, cmd_insert, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "insert documents"},
     {"update", {NULL}, cmd_update, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "update documents"},
     {"delete", {NULL}, cmd_delete, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "delete documents"},
-    {"findAndModify", {"findandmodify"}, cmd_find_and_modify, SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+    {"findAndModify",
+     {"findandmodify"},
+     cmd_find_and_modify,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN,
      "modify and return a single document"},
 };
 
