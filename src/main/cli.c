@@ -19,6 +19,7 @@ static const yaml_place_t yaml_places[] = {
     {"bind_ip", "net", "bindIp"},
     {"maxConns", "net", "maxIncomingConnections"},
     {"replSet", "replication", "replSet"},
+    {"oplogSize", "replication", "oplogSizeMB"},
     {"configdb", "sharding", "configDB"},
     {"shardsvr", "sharding", "clusterRole"},
     {"configsvr", "sharding", "clusterRole"},

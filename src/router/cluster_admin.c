@@ -14,8 +14,9 @@
 static bool
 is_dropped_field(const char *k)
 {
-    static const char *const drop[] = {"$db", "lsid", "$clusterTime", "$readPreference",
-                                       "writeConcern", "$configTime", "$topologyTime", NULL};
+    static const char *const drop[] = {
+        "$db",          "lsid",        "$clusterTime",  "$readPreference",
+        "writeConcern", "$configTime", "$topologyTime", NULL};
     for (size_t i = 0; drop[i] != NULL; i++) {
         if (strcmp(k, drop[i]) == 0) {
             return true;
@@ -180,17 +181,33 @@ cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
 static const shl_command_t k_admin_commands[] = {
     {"addShard", {"addshard"}, cmd_add_shard, SHL_CMD_ADMIN_ONLY, "add a shard to the cluster"},
     {"listShards", {"listshards"}, cmd_list_shards, SHL_CMD_ADMIN_ONLY, "list the shards"},
-    {"removeShard", {"removeshard"}, cmd_remove_shard, SHL_CMD_ADMIN_ONLY, "drain and remove a shard"},
-    {"enableSharding", {"enablesharding"}, cmd_enable_sharding, SHL_CMD_ADMIN_ONLY,
+    {"removeShard",
+     {"removeshard"},
+     cmd_remove_shard,
+     SHL_CMD_ADMIN_ONLY,
+     "drain and remove a shard"},
+    {"enableSharding",
+     {"enablesharding"},
+     cmd_enable_sharding,
+     SHL_CMD_ADMIN_ONLY,
      "create a database in the sharding catalog"},
-    {"shardCollection", {"shardcollection"}, cmd_shard_collection, SHL_CMD_ADMIN_ONLY,
+    {"shardCollection",
+     {"shardcollection"},
+     cmd_shard_collection,
+     SHL_CMD_ADMIN_ONLY,
      "shard a collection"},
     {"split", {NULL}, cmd_split, SHL_CMD_ADMIN_ONLY, "split a chunk"},
     {"mergeChunks", {NULL}, cmd_merge_chunks, SHL_CMD_ADMIN_ONLY, "merge contiguous chunks"},
     {"clearJumboFlag", {NULL}, cmd_clear_jumbo, SHL_CMD_ADMIN_ONLY, "clear a chunk's jumbo flag"},
-    {"refineCollectionShardKey", {NULL}, cmd_refine, SHL_CMD_ADMIN_ONLY,
+    {"refineCollectionShardKey",
+     {NULL},
+     cmd_refine,
+     SHL_CMD_ADMIN_ONLY,
      "add suffix fields to a shard key"},
-    {"flushRouterConfig", {"flushrouterconfig"}, cmd_flush_router_config, SHL_CMD_ADMIN_ONLY,
+    {"flushRouterConfig",
+     {"flushrouterconfig"},
+     cmd_flush_router_config,
+     SHL_CMD_ADMIN_ONLY,
      "forget cached routing information"},
 };
 

@@ -39,8 +39,8 @@ shl_router_create_database(shl_router_t *r, const char *db, shl_status_t *st)
 }
 
 int
-shl_router_routing_init(shl_router_t *r, const char *ns, bool create_db,
-                        shl_router_routing_t *out, shl_status_t *st)
+shl_router_routing_init(shl_router_t *r, const char *ns, bool create_db, shl_router_routing_t *out,
+                        shl_status_t *st)
 {
     shl_ns_t parsed;
     int ret = 0;
@@ -212,8 +212,10 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
             return false;
         }
         /* Arrays and regexes match more than their own bracket; keep it simple. */
-        if ((lo != NULL && (lo->value_type == BSON_TYPE_ARRAY || lo->value_type == BSON_TYPE_REGEX)) ||
-            (hi != NULL && (hi->value_type == BSON_TYPE_ARRAY || hi->value_type == BSON_TYPE_REGEX))) {
+        if ((lo != NULL &&
+             (lo->value_type == BSON_TYPE_ARRAY || lo->value_type == BSON_TYPE_REGEX)) ||
+            (hi != NULL &&
+             (hi->value_type == BSON_TYPE_ARRAY || hi->value_type == BSON_TYPE_REGEX))) {
             return false;
         }
         make_bound(p, lo, true, &min);
@@ -314,9 +316,9 @@ shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bs
 void
 shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
 {
-    static const char *const pass[] = {"writeConcern", "readConcern", "maxTimeMS", "comment",
-                                       "lsid", "txnNumber", "autocommit", "startTransaction",
-                                       "allowDiskUse", NULL};
+    static const char *const pass[] = {
+        "writeConcern", "readConcern", "maxTimeMS",        "comment",      "lsid",
+        "txnNumber",    "autocommit",  "startTransaction", "allowDiskUse", NULL};
     bson_iter_t it;
 
     if (!bson_iter_init(&it, user_cmd)) {
@@ -353,11 +355,11 @@ shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n)
 }
 
 void
-shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
-                const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results)
+shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
+                size_t n, shl_fanout_result_t *results)
 {
     shl_fanout_req_t *freqs = bson_malloc0((n + 1) * sizeof(*freqs));
-    char (*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
     size_t *map = bson_malloc0((n + 1) * sizeof(size_t));
     shl_fanout_result_t *fres = bson_malloc0((n + 1) * sizeof(*fres));
     size_t nf = 0;
@@ -531,9 +533,9 @@ done:
 void
 shl_router_copy_reply_fields(const bson_t *from, bson_t *to)
 {
-    static const char *const skip[] = {"ok", "errmsg", "code", "codeName", "$clusterTime",
-                                       "operationTime", "$configTime", "$topologyTime",
-                                       "errorLabels", NULL};
+    static const char *const skip[] = {
+        "ok",          "errmsg",        "code",        "codeName", "$clusterTime", "operationTime",
+        "$configTime", "$topologyTime", "errorLabels", NULL};
     bson_iter_t it;
 
     if (!bson_iter_init(&it, from)) {

@@ -184,5 +184,4 @@ int shl_router_forward_to_config(shl_router_t *r, shl_op_ctx_t *op, const bson_t
  * $clusterTime, operationTime, $configTime, $topologyTime. */
 void shl_router_copy_reply_fields(const bson_t *from, bson_t *to);
 
-
 #endif

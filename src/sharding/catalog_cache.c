@@ -155,8 +155,8 @@ load_database(shl_catalog_cache_t *cache, const char *db, shl_cached_database_t 
 
     BSON_APPEND_UTF8(&filter, "_id", db);
     SHL_ERR(shl_config_read(shl_shard_registry_pool(cache->registry),
-                            shl_shard_registry_config_host(cache->registry), "databases",
-                            &filter, NULL, &docs, st));
+                            shl_shard_registry_config_host(cache->registry), "databases", &filter,
+                            NULL, &docs, st));
     if (docs.n == 0) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "database %s not found", db);
     }
@@ -287,8 +287,8 @@ refresh_collection(shl_catalog_cache_t *cache, const char *ns, const shl_routing
     *out = NULL;
     BSON_APPEND_UTF8(&filter, "_id", ns);
     SHL_ERR(shl_config_read(shl_shard_registry_pool(cache->registry),
-                            shl_shard_registry_config_host(cache->registry), "collections",
-                            &filter, NULL, &docs, st));
+                            shl_shard_registry_config_host(cache->registry), "collections", &filter,
+                            NULL, &docs, st));
     if (docs.n == 0) {
         goto done; /* not sharded */
     }

@@ -40,11 +40,13 @@ take_batch(const bson_t *reply, const char *batch_field, shl_config_docs_t *out,
                 uint32_t len;
                 bson_t doc;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&batch)) {
-                    SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "config server batch holds a non-document");
+                    SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR,
+                             "config server batch holds a non-document");
                 }
                 bson_iter_document(&batch, &len, &data);
                 if (!bson_init_static(&doc, data, len)) {
-                    SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "config server sent a malformed document");
+                    SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR,
+                             "config server sent a malformed document");
                 }
                 docs_push(out, &doc, cap);
             }

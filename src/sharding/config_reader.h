@@ -29,9 +29,8 @@ typedef struct shl_config_docs {
  *     up). 'sort' may be NULL. Blocks for up to SHL_CONFIG_READ_TIMEOUT_MS per round trip.
  *     Errors: network errors, the server's error, ProtocolError for a malformed reply.
  */
-int shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll,
-                    const bson_t *filter, const bson_t *sort, shl_config_docs_t *out,
-                    shl_status_t *st);
+int shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll, const bson_t *filter,
+                    const bson_t *sort, shl_config_docs_t *out, shl_status_t *st);
 
 void shl_config_docs_cleanup(shl_config_docs_t *docs);
 

@@ -25,12 +25,12 @@ typedef struct reg_snapshot {
 } reg_snapshot_t;
 
 struct shl_shard_registry {
-    shl_conn_pool_t *pool;               /* borrowed; read-only */
+    shl_conn_pool_t *pool;                 /* borrowed; read-only */
     char config_host[SHL_CLIENT_HOST_MAX]; /* read-only */
-    pthread_mutex_t reload_mu;           /* one reload at a time */
-    pthread_mutex_t mu;                  /* guards snap, loaded_ms */
-    reg_snapshot_t *snap;                /* NULL until the first load */
-    int64_t loaded_ms;                   /* monotonic ms of the last load; 0 = must reload */
+    pthread_mutex_t reload_mu;             /* one reload at a time */
+    pthread_mutex_t mu;                    /* guards snap, loaded_ms */
+    reg_snapshot_t *snap;                  /* NULL until the first load */
+    int64_t loaded_ms;                     /* monotonic ms of the last load; 0 = must reload */
 };
 
 int
@@ -72,8 +72,8 @@ shl_shard_registry_new(shl_conn_pool_t *pool, const char *config_conn_string)
     shl_status_t st = SHL_STATUS_INIT;
 
     reg->pool = pool;
-    if (shl_conn_string_first_host(config_conn_string, reg->config_host,
-                                   sizeof(reg->config_host), &st) != 0) {
+    if (shl_conn_string_first_host(config_conn_string, reg->config_host, sizeof(reg->config_host),
+                                   &st) != 0) {
         reg->config_host[0] = '\0';
     }
     pthread_mutex_init(&reg->reload_mu, NULL);
@@ -145,7 +145,8 @@ shl_shard_registry_reload(shl_shard_registry_t *reg, shl_status_t *st)
     reg->loaded_ms = shl_clock_mono_us() / 1000;
     pthread_mutex_unlock(&reg->mu);
     snap = NULL;
-    SHL_LOG_DEBUG(1, SHARDING, 4620001, "reloaded the shard registry", "shards", BCON_INT64((int64_t)reg->snap->n));
+    SHL_LOG_DEBUG(1, SHARDING, 4620001, "reloaded the shard registry", "shards",
+                  BCON_INT64((int64_t)reg->snap->n));
 done:
     snapshot_free(snap);
     snapshot_free(old);

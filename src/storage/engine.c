@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -482,6 +483,17 @@ shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st)
     shl_wt_session_put(eng, s);
     s = NULL;
     process_drops(eng, stable);
+    {
+        int64_t removed = 0;
+        if (shl_oplog_truncate(eng, eng->opts.oplog_max_bytes, stable, &removed, st) != 0) {
+            SHL_LOG_WARNING(STORAGE, 5100110, "oplog truncation failed", "error",
+                            BCON_UTF8(st->reason));
+            shl_status_clear(st);
+        } else if (removed > 0) {
+            SHL_LOG_DEBUG(1, STORAGE, 5100111, "truncated the oplog", "entries",
+                          BCON_INT64(removed));
+        }
+    }
 done:
     shl_wt_session_put(eng, s);
     pthread_mutex_unlock(&eng->ckpt_mu);
@@ -779,6 +791,28 @@ engine_free(shl_storage_engine_t *eng)
     bson_free(eng);
 }
 
+/* MongoDB's default oplog size: the oplogSize option (MB), else 5% of the free space of
+ * the dbpath's file system, at least 990 MB and at most 50 GB. */
+static int64_t
+default_oplog_bytes(const char *dbpath)
+{
+    const int64_t mb = 1024 * 1024;
+    int64_t opt = shl_opt_int(SHL_OPT_oplogSize), bytes = 990 * mb;
+    struct statvfs vfs;
+
+    if (opt > 0) {
+        bytes = opt * mb;
+    } else if (statvfs(dbpath, &vfs) == 0) {
+        bytes = (int64_t)((double)vfs.f_bavail * (double)vfs.f_frsize * 0.05);
+        if (bytes < 990 * mb) {
+            bytes = 990 * mb;
+        } else if (bytes > 50 * 1024 * mb) {
+            bytes = 50 * 1024 * mb;
+        }
+    }
+    return bytes;
+}
+
 int
 shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, shl_status_t *st)
 {
@@ -790,6 +824,9 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
     *out = NULL;
     eng->lock_fd = -1;
     eng->opts = *opts;
+    if (eng->opts.oplog_max_bytes <= 0) {
+        eng->opts.oplog_max_bytes = default_oplog_bytes(opts->dbpath);
+    }
     eng->dbpath = bson_strdup(opts->dbpath != NULL ? opts->dbpath : "");
     eng->opts.dbpath = eng->dbpath;
     eng->term = opts->term != 0 ? opts->term : -1;

@@ -242,3 +242,83 @@ done:
     shl_storage_coll_release(&h);
     return ret;
 }
+
+/* Entries removed per transaction when truncating, so no transaction grows large. */
+#define OPLOG_TRUNCATE_BATCH 1000
+
+/*
+ * Remove up to one batch of the oldest entries. *more says whether another batch may be
+ * needed (the batch filled up without reaching a stop condition).
+ */
+static int
+truncate_batch(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto, int64_t *removed,
+               bool *more, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    WT_CURSOR *c = NULL;
+    shl_rs_state_t *rs = eng->oplog->rs;
+    int64_t size = atomic_load(&rs->data_size), nrec = atomic_load(&rs->num_records);
+    int64_t gone = 0, gone_bytes = 0;
+    int ret = 0, wtret;
+
+    *more = false;
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    SHL_ERR(shl_wt_cursor_get(eng, txn->sess, "table:oplog", &c, st));
+    while (gone < OPLOG_TRUNCATE_BATCH && size - gone_bytes > max_bytes && nrec - gone > 1) {
+        int64_t key;
+        WT_ITEM val;
+        if ((wtret = c->next(c)) != 0) {
+            if (wtret != WT_NOTFOUND) {
+                SHL_ERR(shl_wt_err(st, wtret, "oplog truncate scan"));
+            }
+            break;
+        }
+        if ((wtret = c->get_key(c, &key)) != 0 || (wtret = c->get_value(c, &val)) != 0) {
+            SHL_ERR(shl_wt_err(st, wtret, "oplog truncate read"));
+        }
+        if ((uint64_t)key > upto) {
+            break; /* recovery replays from here: keep it */
+        }
+        if ((wtret = c->remove(c)) != 0) {
+            SHL_ERR(shl_wt_err(st, wtret, "oplog truncate remove"));
+        }
+        gone++;
+        gone_bytes += (int64_t)val.size;
+    }
+    *more = gone == OPLOG_TRUNCATE_BATCH;
+    shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
+    c->reset(c);
+    shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    c = NULL;
+    SHL_ERR(shl_storage_txn_commit(txn, st));
+    txn = NULL;
+    *removed += gone;
+done:
+    if (c != NULL) {
+        c->reset(c);
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    return ret;
+}
+
+int
+shl_oplog_truncate(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto, int64_t *removed,
+                   shl_status_t *st)
+{
+    bool more = true;
+    int ret = 0;
+
+    *removed = 0;
+    while (more && ret == 0) {
+        ret = truncate_batch(eng, max_bytes, upto, removed, &more, st);
+        if (ret == SHL_CODE_WRITE_CONFLICT) {
+            shl_status_clear(st);
+            ret = 0;
+            more = false; /* a concurrent reader or writer: try again after the next checkpoint */
+        }
+    }
+    return ret;
+}

@@ -4,7 +4,8 @@
  *   {op, ns, ui, o, o2, ts: Timestamp, t: long, v: long 2, wall: Date, <extra>}.
  * It is the journal (DESIGN.md section 5): data tables are unlogged, and startup
  * recovery replays entries after the recovery timestamp. Readers see entries only up
- * to the no-holes point. Truncation by size is not implemented (TODO(#3)).
+ * to the no-holes point. The checkpointer truncates the oldest entries beyond the
+ * configured size (oplogSizeMB), never one that recovery still needs.
  */
 #ifndef SHL_STORAGE_OPLOG_H
 #define SHL_STORAGE_OPLOG_H
@@ -67,5 +68,16 @@ void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *
  *     DuplicateKey on a secondary unique index.
  */
 int shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st);
+
+/*
+ * shl_oplog_truncate --
+ *     Remove the oldest entries while the oplog holds more than 'max_bytes', never an entry
+ *     with ts > 'upto' (the stable timestamp of the last checkpoint: recovery replays the
+ *     entries after it) and never the newest entry. Runs in batches of small transactions;
+ *     a write conflict ends the pass early (the next pass continues). *removed is the
+ *     number of entries removed. Blocks on I/O. Errors: InternalError.
+ */
+int shl_oplog_truncate(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto,
+                       int64_t *removed, shl_status_t *st);
 
 #endif

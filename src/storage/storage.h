@@ -49,6 +49,8 @@ typedef struct shl_storage_options {
     int32_t journal_commit_interval_ms; /* [options table journalCommitInterval, 100] */
     int32_t syncdelay_s;        /* [options table syncdelay, 60]; <0 = no periodic checkpoints */
     bool no_background_threads; /* tests: no journal flusher / checkpointer threads */
+    int64_t oplog_max_bytes;    /* [options table oplogSize MB, else 5% of the disk's free space
+                                 * bounded to 990 MB..50 GB, MongoDB's rule] */
     shl_keygen_factory_fn keygen_factory; /* [shl_keygen_default_factory] */
 } shl_storage_options_t;
 

@@ -133,3 +133,26 @@ def test_kill9_under_concurrent_writers(shale_process):
         ids = _check_consistent(c)
         missing = acked_j - ids
         assert not missing, "lost journaled writes: %s" % sorted(missing)[:10]
+
+
+def test_oplog_is_truncated_to_its_size_and_recovery_still_works(shale_process):
+    # A 1 MB oplog and a checkpoint every second: after ~4 MB of writes the checkpointer
+    # removes the oldest entries, but never those recovery needs, so kill -9 loses nothing.
+    node = shale_process(["node", "--replSet", "rs0", "--oplogSize", "1",
+                          "--setParameter", "syncdelay=1"], name="oplogtrunc")
+    c = node.client()
+    pad = "x" * 4000
+    for batch in range(10):
+        c.test.c.insert_many([{"_id": batch * 100 + i, "pad": pad} for i in range(100)])
+    assert c.admin.command("getCmdLineOpts")["parsed"]["replication"]["oplogSizeMB"] == 1
+
+    def oplog_bytes():
+        return c.local.command("collStats", "oplog.rs")["size"]
+    # One batch of 1000 entries may exceed the bound while the next pass runs.
+    wait_until(lambda: oplog_bytes() < 1.5 * 1024 * 1024, timeout=30, what="oplog truncation")
+    assert c.local["oplog.rs"].count_documents({"ns": "test.c", "op": "i"}) < 1000
+    c.test.c.with_options(write_concern=WriteConcern(j=True)).insert_one({"_id": "last"})
+    c = _restart(node)
+    assert c.test.c.count_documents({}) == 1001
+    v = c.test.command("validate", "c")
+    assert v["valid"] is True, v
