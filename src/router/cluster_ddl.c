@@ -617,7 +617,7 @@ typedef struct db_entry {
     char *name;
     int64_t size;
     bool empty;
-    bson_t shards; /* {shard: size} */
+    bson_t *shards; /* {shard: size}; a pointer, since entries are reallocated */
 } db_entry_t;
 
 static db_entry_t *
@@ -632,7 +632,7 @@ db_entry_get(db_entry_t **list, size_t *n, const char *name)
     memset(&(*list)[*n], 0, sizeof(**list));
     (*list)[*n].name = bson_strdup(name);
     (*list)[*n].empty = true;
-    bson_init(&(*list)[*n].shards);
+    (*list)[*n].shards = bson_new();
     return &(*list)[(*n)++];
 }
 
@@ -675,7 +675,7 @@ fold_databases(const bson_t *reply, const char *shard, bool only_internal, db_en
         e = db_entry_get(list, n, name);
         e->size += size;
         e->empty = e->empty && empty;
-        BSON_APPEND_INT64(&e->shards, shard, size);
+        BSON_APPEND_INT64(e->shards, shard, size);
     }
 }
 
@@ -745,7 +745,7 @@ cmd_list_databases(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         if (!name_only || m != NULL) {
             BSON_APPEND_INT64(&d, "sizeOnDisk", list[i].size);
             BSON_APPEND_BOOL(&d, "empty", list[i].empty);
-            BSON_APPEND_DOCUMENT(&d, "shards", &list[i].shards);
+            BSON_APPEND_DOCUMENT(&d, "shards", list[i].shards);
         }
         if (m != NULL && !shl_matcher_matches(m, &d)) {
             bson_destroy(&d);
@@ -770,7 +770,7 @@ cmd_list_databases(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
 done:
     for (size_t i = 0; i < ndb; i++) {
         bson_free(list[i].name);
-        bson_destroy(&list[i].shards);
+        bson_destroy(list[i].shards);
     }
     bson_free(list);
     if (fres != NULL) {

@@ -49,6 +49,7 @@ typedef struct write_op {
     bool has_wce;
     bson_t wce; /* the first writeConcernError */
     shl_status_t last_stale;
+    size_t scan_from; /* every statement before it is done */
 } write_op_t;
 
 /* One request of a round: a shard and the user indexes of the statements it carries. */
@@ -538,11 +539,10 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
 
     *batches = NULL;
     *nb = 0;
-    for (size_t i = 0; i < op->n; i++) {
-        item_t *it = &op->items[i];
-        it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
+    while (op->scan_from < op->n && op->items[op->scan_from].state == ITEM_DONE) {
+        op->scan_from++;
     }
-    for (size_t i = 0; i < op->n; i++) {
+    for (size_t i = op->scan_from; i < op->n; i++) {
         item_t *it = &op->items[i];
         size_t bytes = it->doc.len;
         if (it->state == ITEM_ERROR && op->ordered) {
@@ -551,6 +551,7 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
         if (it->state != ITEM_PENDING) {
             continue;
         }
+        it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
         if (target_item(op, rr, it, &t, &st) != 0) {
             if (op->ordered && run_shard != NULL) {
                 break; /* reported when its turn comes */
@@ -794,7 +795,7 @@ run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
     for (;;) {
         shl_router_request_t *reqs;
         shl_fanout_result_t *fres;
-        bool stale = false;
+        bool stale = false, exhausted, gave_up = false;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         if (!plan_round(op, &rr, &batches, &nb)) {
@@ -814,31 +815,35 @@ run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
         shl_router_requests_cleanup(reqs, nb);
         bson_free(fres);
         bson_free(reqs);
-        /* Settle the round's statements. */
-        for (size_t i = 0; i < op->n; i++) {
-            item_t *it = &op->items[i];
-            if (!it->in_round || it->state == ITEM_ERROR) {
-                continue;
+        /* Settle the round's statements (the round flags are cleared for the next one). */
+        exhausted = stale && ++stale_rounds >= SHL_ROUTER_MAX_STALE_RETRIES;
+        for (size_t i = 0; i < nb; i++) {
+            for (size_t j = 0; j < batches[i].n; j++) {
+                item_t *it = &op->items[batches[i].idx[j]];
+                if (it->in_round && it->state == ITEM_PENDING && !it->round_stale &&
+                    !it->round_deferred) {
+                    it->state = ITEM_DONE;
+                }
+                if (exhausted && it->state == ITEM_PENDING && it->round_stale &&
+                    !(op->ordered && gave_up)) {
+                    item_set_error(it, &op->last_stale);
+                    gave_up = true;
+                }
             }
-            if (!it->round_stale && !it->round_deferred) {
-                it->state = ITEM_DONE;
+        }
+        for (size_t i = 0; i < nb; i++) {
+            for (size_t j = 0; j < batches[i].n; j++) {
+                item_t *it = &op->items[batches[i].idx[j]];
+                it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
             }
         }
         batches_free(batches, nb);
         batches = NULL;
         nb = 0;
+        if (exhausted) {
+            break;
+        }
         if (stale) {
-            if (++stale_rounds >= SHL_ROUTER_MAX_STALE_RETRIES) {
-                for (size_t i = 0; i < op->n; i++) {
-                    if (op->items[i].state == ITEM_PENDING && op->items[i].round_stale) {
-                        item_set_error(&op->items[i], &op->last_stale);
-                        if (op->ordered) {
-                            break;
-                        }
-                    }
-                }
-                break;
-            }
             SHL_LOG_DEBUG(1, SHARDING, 4620030, "re-routing the unfinished part of a write batch",
                           "ns", BCON_UTF8(op->ns), "attempt", BCON_INT32(stale_rounds), "error",
                           BCON_UTF8(op->last_stale.reason));
@@ -960,6 +965,13 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
                  "'array'",
                  kind_cmd(kind), kind_field(kind));
     }
+    {
+        bson_iter_t count = arr;
+        while (bson_iter_next(&count)) {
+            cap++;
+        }
+        op->items = bson_malloc0((cap + 1) * sizeof(item_t));
+    }
     while (bson_iter_next(&arr)) {
         item_t *item;
         const uint8_t *data;
@@ -971,10 +983,8 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
                      "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
                      kind_cmd(kind), kind_field(kind), "non-object");
         }
-        if (op->n == cap) {
-            cap = cap ? cap * 2 : 64;
-            op->items = bson_realloc(op->items, cap * sizeof(item_t));
-        }
+        /* Allocated once: an item holds bson_t's, which must not move (no realloc). */
+        SHL_INVARIANT(op->n < cap);
         item = &op->items[op->n++];
         memset(item, 0, sizeof(*item));
         bson_init(&item->error);

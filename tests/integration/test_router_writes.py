@@ -35,9 +35,22 @@ class HandCluster:
         self.shards = [self._start(["node", "--shardsvr", "--replSet", "shard%d" % i],
                                    "shard%d" % i) for i in range(2)]
         self.cfgc = pymongo.MongoClient(self.cfg.host, serverSelectionTimeoutMS=10000)
+        version = self.cfgc.config.version.find_one({"_id": 1})
+        cluster_id = version["clusterId"] if version else ObjectId()
         for i, s in enumerate(self.shards):
             self.cfgc.config.shards.insert_one(
                 {"_id": "shard%d" % i, "host": "shard%d/%s" % (i, s.host), "state": 1})
+            # What addShard tells a shard (docs/design/sharding-protocol.md); a shard without
+            # the shard role's commands yet answers CommandNotFound and stays unversioned.
+            try:
+                s.client().admin.command(
+                    "_addShard", 1, shardIdentity={"shardName": "shard%d" % i,
+                                                   "clusterId": cluster_id,
+                                                   "configsvrConnectionString":
+                                                   "csrs/" + self.cfg.host})
+            except OperationFailure as e:
+                if e.code != 59:
+                    raise
         self.router = self._start(["router", "--configdb", "csrs/" + self.cfg.host], "router")
         self.clients = [s.client() for s in self.shards]
 
