@@ -129,6 +129,14 @@ typedef struct shl_router_request {
 void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
                      const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results);
 
+/*
+ * shl_router_result_move --
+ *     Move one fan-out result from 'src' to 'dst' (uninitialised or cleaned up). A reply
+ *     bson_t must never be copied by assignment: a heap-allocated one points into its own
+ *     struct. 'src' must not be cleaned up afterwards.
+ */
+void shl_router_result_move(shl_fanout_result_t *dst, shl_fanout_result_t *src);
+
 /* shl_router_requests_cleanup -- destroy the commands of n requests. */
 void shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n);
 
