@@ -56,7 +56,7 @@ static const ecase_t cases[] = {
     {"{}", "{'e': '$$nope'}", NULL, 17276},
     {"{}", "{'e': '$$Bad'}", NULL, 17276},
     {"{}", "{'e': {'$eq': [1, 1], '$ne': [1, 1]}}", NULL, 15983},
-    {"{}", "{'e': {'$cond': {'if': true, 'then': 1}}}", NULL, 17080},
+    {"{}", "{'e': {'$cond': {'if': true, 'then': 1}}}", NULL, 17082},
 };
 
 SHL_TEST(expression_table)
