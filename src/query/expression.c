@@ -1251,7 +1251,7 @@ op_literal(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, sh
 static EXPR_PARSE(parse_let)
 {
     bson_t view, vars;
-    bson_iter_t it;
+    bson_iter_t it, vars_it, in_it;
     const bson_value_t *varsv = NULL, *inv = NULL;
     ptrvec_t args = {0}, names = {0};
     int ret = 0;
@@ -1264,9 +1264,11 @@ static EXPR_PARSE(parse_let)
     bson_iter_init(&it, &view);
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "vars") == 0) {
-            varsv = bson_iter_value(&it);
+            vars_it = it;
+            varsv = bson_iter_value(&vars_it);
         } else if (strcmp(bson_iter_key(&it), "in") == 0) {
-            inv = bson_iter_value(&it);
+            in_it = it;
+            inv = bson_iter_value(&in_it);
         } else {
             SHL_FAIL(st, 16875, "Unrecognized parameter to $let: %s", bson_iter_key(&it));
         }
