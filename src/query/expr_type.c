@@ -215,7 +215,7 @@ convert(const bson_value_t *in, bson_type_t t, bson_value_t *out, shl_status_t *
 {
     bson_type_t it = in->value_type;
     char buf[64];
-    double d;
+    double d = 0;
     int64_t x;
     int ret;
 
