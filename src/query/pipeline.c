@@ -450,7 +450,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
     case ACC_AVG:
         if (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64) {
             int64_t x = v->value_type == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
-            int64_t r;
+            int64_t r = 0;
             if (v->value_type == BSON_TYPE_INT64 && a->ntype < 1) {
                 a->ntype = 1;
             }
