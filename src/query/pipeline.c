@@ -992,7 +992,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         s = stage_new(p, ST_SORT, name, &it);
         SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
     } else if (strcmp(name, "$limit") == 0 || strcmp(name, "$skip") == 0) {
-        int64_t n;
+        int64_t n = 0;
         SHL_ERR(parse_int_arg(&it, name, &n, st));
         s = stage_new(p, name[1] == 'l' ? ST_LIMIT : ST_SKIP, name, &it);
         s->n = n;
