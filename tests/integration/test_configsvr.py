@@ -387,3 +387,27 @@ def test_concurrent_commits_are_serialized(cfgc):
     assert len(set(versions)) == 9 and max(versions) == (1, 16)
     for a, b in zip(ch, ch[1:]):
         assert a["max"] == b["min"]
+
+
+def test_add_shard_refuses_what_is_not_a_shard(cfgc):
+    cs, _, c = cfgc
+    others = [ShaleProcess(["node", "--configsvr", "--replSet", "csrs2"], name="cfg2"),
+              ShaleProcess(["router", "--configdb", "csrs/" + cs.host], name="router"),
+              ShaleProcess(["node"], name="standalone")]
+    try:
+        for p in others:
+            p.start(wait=False)
+        for p in others:
+            p.wait_ready()
+        e = err(c, {"_configsvrAddShard": others[0].host})
+        assert e.code == 96 and "since it is a config server" in str(e)
+        e = err(c, {"_configsvrAddShard": others[1].host})
+        assert e.code == 20 and "cannot add a mongos as a shard" in str(e)
+        e = err(c, {"_configsvrAddShard": others[2].host})
+        assert e.code == 96 and "did not return a set name" in str(e)
+        e = err(c, {"_configsvrAddShard": others[0].host, "name": "config"})
+        assert e.code == 2
+        assert c.config.shards.count_documents({"host": {"$regex": "csrs2|standalone"}}) == 0
+    finally:
+        for p in others:
+            p.cleanup()
