@@ -208,6 +208,17 @@ def test_split_find_bounds_and_split_vector(cfgc):
     e = err(c, {"_configsvrSplitChunk": "fdb.c", "bounds": [{"k": 51}, {"k": MaxKey()}]})
     assert e.code == 72
     assert err(c, {"_configsvrSplitChunk": "no.such", "middle": {"k": 1}}).code == 118
+    # An empty collection with a usable index under another name keeps it.
+    s1.fdb.e.create_index([("k", 1)], name="mine")
+    cmd(c, {"_configsvrShardCollection": "fdb.e", "key": {"k": 1}})
+    assert sorted(s1.fdb.e.index_information()) == ["_id_", "mine"]
+    # unique: true needs the index to be unique.
+    s1.fdb.u.create_index([("k", 1)])
+    e = err(c, {"_configsvrShardCollection": "fdb.u", "key": {"k": 1}, "unique": True})
+    assert e.code == 72
+    cmd(c, {"_configsvrShardCollection": "fdb.u2", "key": {"k": 1}, "unique": True})
+    assert s1.fdb.u2.index_information()["k_1"]["unique"] is True
+    assert c.config.collections.find_one({"_id": "fdb.u2"})["unique"] is True
 
 
 def test_hashed_presplit(cfgc):
