@@ -322,6 +322,12 @@ def test_remove_shard(cfgc):
     extra = ShaleProcess(["node", "--shardsvr", "--replSet", "rs9"], name="shard9")
     try:
         extra.start()
+        # A database the cluster already has elsewhere refuses the shard.
+        ec = extra.client()
+        ec.rdb.stray.insert_one({"x": 1})
+        e = err(c, {"_configsvrAddShard": extra.host})
+        assert e.code == 96 and "rdb" in str(e)
+        ec.drop_database("rdb")
         name = cmd(c, {"_configsvrAddShard": extra.host})["shardAdded"]
         assert name == "shard2"
         r = cmd(c, {"_configsvrRemoveShard": name})
