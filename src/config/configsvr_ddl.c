@@ -601,22 +601,37 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     if (exists) {
         SHL_ERR(shard_count(db.primary, &ns, &ndocs, st));
     }
-    if (ndocs > 0) {
+    if (ndocs > 0 && num_initial > 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "numInitialChunks is only supported when the collection is empty and has a "
+                 "hashed field as the shard key prefix");
+    }
+    {
+        /* An existing usable index is used as it is; only an empty (or missing) collection
+         * gets one created. */
         bool has_index = false, index_unique = false;
-        if (num_initial > 0) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "numInitialChunks is only supported when the collection is empty and has a "
-                     "hashed field as the shard key prefix");
+        if (exists) {
+            SHL_ERR(shard_has_key_index(db.primary, &ns, &key, &has_index, &index_unique, st));
         }
-        SHL_ERR(shard_has_key_index(db.primary, &ns, &key, &has_index, &index_unique, st));
-        if (!has_index || (unique && !index_unique)) {
+        if (has_index && unique && !index_unique) {
+            char *k = bson_as_relaxed_extended_json(&key, NULL);
+            ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                                 "can't shard collection '%s' with unique: true: the index on "
+                                 "the proposed shard key %s is not unique, so uniqueness can't "
+                                 "be maintained",
+                                 ns.full, k);
+            bson_free(k);
+            goto done;
+        }
+        if (!has_index && ndocs > 0) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "Please create an index that starts with the proposed shard key before "
                      "sharding the collection.");
         }
-    } else {
-        SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
-        SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+        if (!has_index) {
+            SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
+            SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+        }
     }
     if (!exists) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "collection %s was not created on %s",

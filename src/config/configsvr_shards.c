@@ -404,7 +404,7 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         }
     } else {
         int64_t nchunks = 0, njumbo = 0, ndbs = 0;
-        bson_t probe = BSON_INITIALIZER, rem;
+        bson_t rem;
         q = BCON_NEW("shard", BCON_UTF8(name));
         SHL_ERR(count_docs("chunks", q, &nchunks, st));
         bson_destroy(q);
@@ -438,7 +438,6 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
             bson_append_document_end(reply, &rem);
             SHL_ERR(append_dbs_to_move(name, reply, &ndbs, st));
         }
-        bson_destroy(&probe);
     }
 done:
     if (locked) {
