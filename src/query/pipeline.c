@@ -450,7 +450,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
     case ACC_AVG:
         if (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64) {
             int64_t x = v->value_type == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
-            int64_t r;
+            int64_t r = 0;
             if (v->value_type == BSON_TYPE_INT64 && a->ntype < 1) {
                 a->ntype = 1;
             }
@@ -992,7 +992,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         s = stage_new(p, ST_SORT, name, &it);
         SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
     } else if (strcmp(name, "$limit") == 0 || strcmp(name, "$skip") == 0) {
-        int64_t n;
+        int64_t n = 0;
         SHL_ERR(parse_int_arg(&it, name, &n, st));
         s = stage_new(p, name[1] == 'l' ? ST_LIMIT : ST_SKIP, name, &it);
         s->n = n;
