@@ -503,7 +503,7 @@ shl_cluster_down_main(int argc, char **argv)
     shl_status_t st = SHL_STATUS_INIT;
     shl_cluster_args_t a;
     shl_cluster_layout_t lay;
-    bool found = false, all[SHL_CLUSTER_MAX_PROCS];
+    bool found = false, all[SHL_CLUSTER_MAX_PROCS] = {false};
     int running = 0;
 
     if (shl_cluster_args_parse(&a, SHL_CLUSTER_CMD_DOWN, argc, argv, &st) != 0) {
