@@ -440,16 +440,6 @@ done:
 
 /* ---------------------------------------------------------------- shards */
 
-void
-cfg_host_of(const char *conn_string, char *out, size_t n)
-{
-    const char *slash = strchr(conn_string, '/');
-    const char *start = slash != NULL ? slash + 1 : conn_string;
-    size_t len = strcspn(start, ",");
-
-    snprintf(out, n, "%.*s", (int)len, start);
-}
-
 int
 cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply,
               shl_status_t *st)

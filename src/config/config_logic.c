@@ -118,3 +118,13 @@ cfg_index_name(const bson_t *key, char *out, size_t n)
                                 bson_iter_key(&it), val);
     }
 }
+
+void
+cfg_host_of(const char *conn_string, char *out, size_t n)
+{
+    const char *slash = strchr(conn_string, '/');
+    const char *start = slash != NULL ? slash + 1 : conn_string;
+    size_t len = strcspn(start, ",");
+
+    snprintf(out, n, "%.*s", (int)len, start);
+}

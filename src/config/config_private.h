@@ -117,9 +117,6 @@ int cfg_load_routing_table(const char *ns, shl_collection_type_t *coll, shl_rout
 
 /* ---- shards ---- */
 
-/* cfg_host_of -- "host:port" of a connection string "set/host:port,..." or "host:port". */
-void cfg_host_of(const char *conn_string, char *out, size_t n);
-
 /*
  * cfg_shard_cmd --
  *     Run 'cmd' on database 'db' of shard 'shard' (looked up in config.shards). *reply is
@@ -184,6 +181,10 @@ void cfg_hashed_split_points(int n, int64_t *out, int *nout);
  *     and it is not sparse, partial, hidden or of a non-simple collation.
  */
 bool cfg_index_backs_key(const bson_t *shard_key, const bson_t *spec);
+
+/* cfg_host_of -- the first "host:port" of a connection string "set/host:port,..." or
+ * "host:port" (config_logic.c). */
+void cfg_host_of(const char *conn_string, char *out, size_t n);
 
 /* cfg_index_name -- MongoDB's default index name for 'key' ("a_1_b_hashed"). */
 void cfg_index_name(const bson_t *key, char *out, size_t n);

@@ -83,3 +83,17 @@ SHL_TEST(index_names)
     bson_destroy(k);
     ASSERT_STR_EQ(name, "a_1_b.c_hashed_d_-1");
 }
+
+SHL_TEST(host_of_connection_strings)
+{
+    char h[64];
+
+    cfg_host_of("rs0/127.0.0.1:27018", h, sizeof(h));
+    ASSERT_STR_EQ(h, "127.0.0.1:27018");
+    cfg_host_of("rs0/a:1,b:2", h, sizeof(h));
+    ASSERT_STR_EQ(h, "a:1");
+    cfg_host_of("a:1", h, sizeof(h));
+    ASSERT_STR_EQ(h, "a:1");
+    cfg_host_of("rs0/", h, sizeof(h));
+    ASSERT_STR_EQ(h, "");
+}

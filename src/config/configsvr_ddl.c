@@ -266,8 +266,14 @@ cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
     cfg_lock_ns(lockname);
     locked = true;
 
-    /* Existing entries, compared case-insensitively as MongoDB does. */
-    SHL_ERR(cfg_find("databases", NULL, NULL, &d, st));
+    /* Existing entries, compared case-insensitively as MongoDB does (database names cannot
+     * hold a backslash, so \Q...\E quotes them). */
+    {
+        char re[SHL_DB_NAME_MAX + 16];
+        snprintf(re, sizeof(re), "^\\Q%s\\E$", db);
+        q = BCON_NEW("_id", "{", "$regex", BCON_UTF8(re), "$options", BCON_UTF8("i"), "}");
+    }
+    SHL_ERR(cfg_find("databases", q, NULL, &d, st));
     for (size_t i = 0; i < d.n; i++) {
         bson_iter_t it;
         const char *name;
@@ -962,7 +968,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 {
     int ret = 0;
     const char *dbname = NULL;
-    char lockname[SHL_DB_NAME_MAX + 8], re[SHL_DB_NAME_MAX + 8];
+    char lockname[SHL_DB_NAME_MAX + 8], re[SHL_DB_NAME_MAX + 16];
     bool locked = false, found = false;
     shl_database_type_t db;
     cfg_docs_t colls = {0};
@@ -986,8 +992,8 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         goto done; /* nothing to drop: ok, as MongoDB */
     }
     cfg_changelog(op, "dropDatabase.start", dbname, NULL);
-    /* Sharded collections of the database: "^<db>\." */
-    snprintf(re, sizeof(re), "^%s\\.", dbname);
+    /* Sharded collections of the database: names starting with "<db>." (quoted). */
+    snprintf(re, sizeof(re), "^\\Q%s.\\E", dbname);
     q = BCON_NEW("_id", "{", "$regex", BCON_UTF8(re), "}");
     SHL_ERR(cfg_find("collections", q, NULL, &colls, st));
     for (size_t i = 0; i < colls.n; i++) {

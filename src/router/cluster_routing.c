@@ -335,6 +335,18 @@ shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
 }
 
 void
+shl_router_result_move(shl_fanout_result_t *dst, shl_fanout_result_t *src)
+{
+    dst->code = src->code;
+    dst->status = src->status;
+    dst->micros = src->micros;
+    if (!bson_steal(&dst->reply, &src->reply)) {
+        bson_copy_to(&src->reply, &dst->reply);
+        bson_destroy(&src->reply);
+    }
+}
+
+void
 shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -374,7 +386,7 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         for (size_t k = 0; k < nf; k++) {
             shl_fanout_result_t *dst = &results[map[k]];
             bson_destroy(&dst->reply);
-            *dst = fres[k]; /* moves the reply */
+            shl_router_result_move(dst, &fres[k]);
         }
     }
     bson_free(fres);
@@ -479,7 +491,7 @@ shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson
             *results = bson_malloc0((targets.n + 1) * sizeof(**results));
             for (size_t i = 0; i < targets.n; i++) {
                 snprintf((*results)[i].shard, sizeof((*results)[i].shard), "%s", targets.names[i]);
-                (*results)[i].res = fres[i];
+                shl_router_result_move(&(*results)[i].res, &fres[i]);
             }
             *nresults = targets.n;
             bson_free(fres);

@@ -27,11 +27,14 @@
 /* Bound on one command sent to the config server. */
 #define SHL_CONFIG_CMD_TIMEOUT_MS 60000
 
+struct shl_router_cursor_manager;
+
 /* The router's components (svc->role_state); created at start, read-only afterwards. */
 typedef struct shl_router {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
+    struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
     atomic_uint_least64_t cluster_time; /* highest $clusterTime seen from any node */
 } shl_router_t;
@@ -128,6 +131,14 @@ typedef struct shl_router_request {
  */
 void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
                      const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results);
+
+/*
+ * shl_router_result_move --
+ *     Move one fan-out result from 'src' to 'dst' (uninitialised or cleaned up). A reply
+ *     bson_t must never be copied by assignment: a heap-allocated one points into its own
+ *     struct. 'src' must not be cleaned up afterwards.
+ */
+void shl_router_result_move(shl_fanout_result_t *dst, shl_fanout_result_t *src);
 
 /* shl_router_requests_cleanup -- destroy the commands of n requests. */
 void shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n);

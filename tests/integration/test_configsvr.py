@@ -116,6 +116,8 @@ def test_create_database(cfgc):
     assert err(c, {"_configsvrCreateDatabase": "local"}).code == 72
     assert err(c, {"_configsvrCreateDatabase": "a.b"}).code == 73
     assert err(c, {"_configsvrCreateDatabase": "CDB"}).code == 13297
+    assert err(c, {"_configsvrCreateDatabase": "cDb"}).code == 13297
+    cmd(c, {"_configsvrCreateDatabase": "cd"})  # a prefix is another database
     assert err(c, {"_configsvrCreateDatabase": "zdb", "primaryShard": "nope"}).code == 70
     cmd(c, {"_configsvrCreateDatabase": "pdb", "primaryShard": "shard1"})
     assert c.config.databases.find_one({"_id": "pdb"})["primary"] == "shard1"
@@ -226,6 +228,10 @@ def test_hashed_presplit(cfgc):
     assert e.code == 72
     e = err(c, {"_configsvrShardCollection": "hdb.u", "key": {"x": "hashed"}, "unique": True})
     assert e.code == 72
+    # Adjacent chunks on different shards cannot be merged.
+    ch = chunks(c, "hdb.h")
+    e = err(c, {"_configsvrCommitChunksMerge": "hdb.h", "bounds": [ch[0]["min"], ch[1]["max"]]})
+    assert e.code == 20
     # The chunks are empty: nothing to split at the median.
     e = err(c, {"_configsvrSplitChunk": "hdb.h", "find": {"x": 1}})
     assert e.code == 87
@@ -289,6 +295,15 @@ def test_refine_clear_jumbo_and_drop(cfgc):
     assert r.get("dropped") == "xdb"
     assert c.config.databases.find_one({"_id": "xdb"}) is None
     assert err(c, {"_configsvrDropDatabase": "admin"}).code == 20
+    # dropDatabase drops its sharded collections too (and not another database's).
+    cmd(c, {"_configsvrShardCollection": "ddb.s", "key": {"k": 1}})
+    cmd(c, {"_configsvrShardCollection": "ddbx.s", "key": {"k": 1}})
+    uuid = c.config.collections.find_one({"_id": "ddb.s"})["uuid"]
+    assert cmd(c, {"_configsvrDropDatabase": "ddb"})["dropped"] == "ddb"
+    assert c.config.collections.find_one({"_id": "ddb.s"}) is None
+    assert c.config.chunks.count_documents({"uuid": uuid}) == 0
+    assert c.config.collections.find_one({"_id": "ddbx.s"}) is not None
+    assert "dropped" not in cmd(c, {"_configsvrDropDatabase": "ddb"})
 
 
 def test_remove_shard(cfgc):
@@ -333,3 +348,42 @@ def test_restart_keeps_cluster_id():
         c.close()
     finally:
         cs.cleanup()
+
+
+def test_concurrent_commits_are_serialized(cfgc):
+    cs, _, c = cfgc
+    import threading
+    results, errors = [], []
+
+    def run(body):
+        cl = cs.client(uuidRepresentation="standard")
+        try:
+            results.append(cl.admin.command(body))
+        except pymongo.errors.PyMongoError as e:
+            errors.append(e)
+        finally:
+            cl.close()
+
+    threads = [threading.Thread(target=run, args=({"_configsvrShardCollection": "cdb2.c",
+                                                    "key": {"a": 1}},)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len({r["collectionUUID"] for r in results}) == 1
+    assert len(chunks(c, "cdb2.c")) == 1
+    results.clear()
+    threads = [threading.Thread(target=run, args=({"_configsvrSplitChunk": "cdb2.c",
+                                                    "middle": {"a": i * 10}},)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    ch = chunks(c, "cdb2.c")
+    assert [x["min"]["a"] for x in ch] == [MinKey()] + [i * 10 for i in range(8)]
+    # Every split bumped the minor once: 9 chunks, versions 1|1 .. 1|16 without duplicates.
+    versions = sorted(chunk_versions(c, "cdb2.c"))
+    assert len(set(versions)) == 9 and max(versions) == (1, 16)
+    for a, b in zip(ch, ch[1:]):
+        assert a["max"] == b["min"]
