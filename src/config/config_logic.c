@@ -48,8 +48,8 @@ same_kind(const bson_iter_t *a, const bson_iter_t *b)
         return BSON_ITER_HOLDS_UTF8(a) && BSON_ITER_HOLDS_UTF8(b) &&
                strcmp(bson_iter_utf8(a, NULL), bson_iter_utf8(b, NULL)) == 0;
     }
-    return BSON_ITER_HOLDS_NUMBER(a) && BSON_ITER_HOLDS_NUMBER(b) &&
-           bson_iter_as_double(a) > 0 && bson_iter_as_double(b) > 0;
+    return BSON_ITER_HOLDS_NUMBER(a) && BSON_ITER_HOLDS_NUMBER(b) && bson_iter_as_double(a) > 0 &&
+           bson_iter_as_double(b) > 0;
 }
 
 bool

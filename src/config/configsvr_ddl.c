@@ -97,8 +97,8 @@ shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_u
                       bool *is_view, shl_status_t *st)
 {
     int ret = 0;
-    bson_t *cmd = BCON_NEW("listCollections", BCON_INT32(1), "filter", "{", "name",
-                           BCON_UTF8(ns->coll), "}");
+    bson_t *cmd =
+        BCON_NEW("listCollections", BCON_INT32(1), "filter", "{", "name", BCON_UTF8(ns->coll), "}");
     bson_t reply;
     cfg_docs_t d = {0};
     bson_iter_t it;
@@ -235,8 +235,8 @@ is_internal_db_ci(const char *db)
 }
 
 int
-cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
-                    shl_database_type_t *out, shl_status_t *st)
+cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary, shl_database_type_t *out,
+                    shl_status_t *st)
 {
     int ret = 0;
     cfg_docs_t d = {0};
@@ -595,8 +595,10 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(active_shards(&shards, &nshards, st));
     SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
     if (is_view) {
-        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW, "Namespace %s is a view, not a "
-                 "collection", ns.full);
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,
+                 "Namespace %s is a view, not a "
+                 "collection",
+                 ns.full);
     }
     if (exists) {
         SHL_ERR(shard_count(db.primary, &ns, &ndocs, st));
@@ -634,8 +636,8 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
     }
     if (!exists) {
-        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "collection %s was not created on %s",
-                 ns.full, db.primary);
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "collection %s was not created on %s", ns.full,
+                 db.primary);
     }
 
     bson_oid_init(&epoch, NULL);
@@ -844,41 +846,41 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_DOCUMENT(&details, "newKey", &key);
     cfg_changelog(op, "refineCollectionShardKey.start", ns.full, &details);
     /* Chunks: bounds extended with MinKey, versions in the new generation (config.chunks
-     * stores only major/minor, so lastmod is unchanged). */
-    for (size_t i = 0; i < shl_routing_table_nchunks(rt); i++) {
-        shl_chunk_type_t c;
-        bson_t nmin, nmax, q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
-        shl_routing_table_chunk_to_type(rt, i, &c);
-        extend_bound(c.min, &key, &nmin);
-        extend_bound(c.max, &key, &nmax);
-        c.version = shl_chunk_version_after_refine(&c.version, &epoch, ts);
-        BSON_APPEND_OID(&q, "_id", &c.id);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-        BSON_APPEND_DOCUMENT(&set, "min", &nmin);
-        BSON_APPEND_DOCUMENT(&set, "max", &nmax);
-        bson_append_document_end(&u, &set);
-        ret = cfg_update("chunks", &q, &u, false, false, NULL, st);
-        bson_destroy(&nmin);
-        bson_destroy(&nmax);
-        bson_destroy(&q);
-        bson_destroy(&u);
-        shl_chunk_type_cleanup(&c);
-        if (ret != 0) {
-            goto done;
-        }
-    }
+     * stores only major/minor, so lastmod is unchanged); the collection entry gets the new
+     * key and generation. All in one applyOps: a crash leaves the old key or the new one. */
     {
-        bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
-        BSON_APPEND_UTF8(&q, "_id", ns.full);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-        BSON_APPEND_DOCUMENT(&set, "key", &key);
-        BSON_APPEND_OID(&set, "lastmodEpoch", &epoch);
-        shl_ts_append(&set, "timestamp", ts);
-        BSON_APPEND_DATE_TIME(&set, "lastmod", shl_clock_wall_ms());
-        bson_append_document_end(&u, &set);
-        ret = cfg_update("collections", &q, &u, false, false, NULL, st);
-        bson_destroy(&q);
-        bson_destroy(&u);
+        cfg_batch_t b;
+        bson_t cdoc;
+        cfg_batch_init(&b);
+        for (size_t i = 0; i < shl_routing_table_nchunks(rt); i++) {
+            shl_chunk_type_t c;
+            bson_t nmin, nmax, doc;
+            shl_routing_table_chunk_to_type(rt, i, &c);
+            extend_bound(c.min, &key, &nmin);
+            extend_bound(c.max, &key, &nmax);
+            bson_destroy(c.min);
+            bson_destroy(c.max);
+            c.min = bson_copy(&nmin);
+            c.max = bson_copy(&nmax);
+            c.version = shl_chunk_version_after_refine(&c.version, &epoch, ts);
+            shl_chunk_type_to_config_bson(&c, &doc);
+            cfg_batch_upsert(&b, "chunks", &doc);
+            bson_destroy(&doc);
+            bson_destroy(&nmin);
+            bson_destroy(&nmax);
+            shl_chunk_type_cleanup(&c);
+        }
+        bson_destroy(coll.key);
+        coll.key = bson_copy(&key);
+        coll.has_epoch = true;
+        coll.epoch = epoch;
+        coll.timestamp = ts;
+        coll.updated_at = shl_clock_wall_ms();
+        shl_collection_type_to_bson(&coll, &cdoc);
+        cfg_batch_upsert(&b, "collections", &cdoc);
+        bson_destroy(&cdoc);
+        ret = cfg_batch_commit(&b, st);
+        cfg_batch_cleanup(&b);
         if (ret != 0) {
             goto done;
         }

@@ -105,8 +105,7 @@ check_databases(const char *host, const char *conn_string, shl_status_t *st)
     bson_t reply;
     bson_iter_t it, arr, f;
 
-    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply,
-                           st));
+    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "databases") || !bson_iter_recurse(&it, &arr)) {
         goto done;
     }

@@ -240,9 +240,12 @@ done:
     return ret;
 }
 
-static const shl_command_t k_apply_ops = {
-    "applyOps", {NULL}, cmd_apply_ops, SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE,
-    "apply CRUD operations in oplog form atomically"};
+static const shl_command_t k_apply_ops = {"applyOps",
+                                          {NULL},
+                                          cmd_apply_ops,
+                                          SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY |
+                                              SHL_CMD_WRITE,
+                                          "apply CRUD operations in oplog form atomically"};
 
 void
 db_register_apply_ops_command(shl_command_registry_t *reg)
