@@ -12,7 +12,8 @@ cfg_hashed_split_points(int n, int64_t *out, int *nout)
 {
     /* MongoDB's calculateHashedSplitPoints: n chunks spread evenly over the int64 range,
      * symmetric around 0 (0 itself is a point when n is even). */
-    int64_t interval = (INT64_MAX / n) * 2;
+    /* One chunk has no split point (and INT64_MAX * 2 would overflow). */
+    int64_t interval = n > 1 ? (INT64_MAX / n) * 2 : 0;
     int64_t current = 0;
     int k = 0;
 
