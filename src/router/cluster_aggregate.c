@@ -203,6 +203,29 @@ list_stages(const bson_t *pipeline, stage_ref_t **out)
     return n;
 }
 
+/* {$skip: s}, {$limit: l} at stage i: each shard needs to send at most s + l documents. */
+static void
+push_skip_limit(agg_plan_t *p, const stage_ref_t *s, size_t n, size_t i)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    bson_iter_t a, b;
+
+    if (i + 1 >= n || strcmp(s[i].name, "$skip") != 0 || strcmp(s[i + 1].name, "$limit") != 0) {
+        bson_destroy(&tmp);
+        return;
+    }
+    bson_append_value(&tmp, "s", 1, &s[i].v);
+    bson_append_value(&tmp, "l", 1, &s[i + 1].v);
+    if (bson_iter_init_find(&a, &tmp, "s") && BSON_ITER_HOLDS_NUMBER(&a) &&
+        bson_iter_init_find(&b, &tmp, "l") && BSON_ITER_HOLDS_NUMBER(&b)) {
+        bson_value_t lim;
+        lim.value_type = BSON_TYPE_INT64;
+        lim.value.v_int64 = bson_iter_as_int64(&a) + bson_iter_as_int64(&b);
+        arr_push_stage(&p->shards_part, &p->nshards, "$limit", &lim);
+    }
+    bson_destroy(&tmp);
+}
+
 static void
 split_pipeline(agg_plan_t *p)
 {
@@ -230,23 +253,13 @@ split_pipeline(agg_plan_t *p)
         /* A following $limit (after an optional $skip) bounds what each shard must send. */
         if (i < n && strcmp(s[i].name, "$limit") == 0) {
             arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
-        } else if (i + 1 < n && strcmp(s[i].name, "$skip") == 0 &&
-                   strcmp(s[i + 1].name, "$limit") == 0) {
-            bson_value_t lim;
-            bson_iter_t a, b;
-            bson_t tmp = BSON_INITIALIZER;
-            bson_append_value(&tmp, "s", 1, &s[i].v);
-            bson_append_value(&tmp, "l", 1, &s[i + 1].v);
-            if (bson_iter_init_find(&a, &tmp, "s") && BSON_ITER_HOLDS_NUMBER(&a) &&
-                bson_iter_init_find(&b, &tmp, "l") && BSON_ITER_HOLDS_NUMBER(&b)) {
-                lim.value_type = BSON_TYPE_INT64;
-                lim.value.v_int64 = bson_iter_as_int64(&a) + bson_iter_as_int64(&b);
-                arr_push_stage(&p->shards_part, &p->nshards, "$limit", &lim);
-            }
-            bson_destroy(&tmp);
+        } else {
+            push_skip_limit(p, s, n, i);
         }
     } else if (strcmp(s[i].name, "$limit") == 0) {
         arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
+    } else if (strcmp(s[i].name, "$skip") == 0) {
+        push_skip_limit(p, s, n, i);
     } else if (strcmp(s[i].name, "$group") == 0 && s[i].v.value_type == BSON_TYPE_DOCUMENT) {
         bson_t spec, partial = BSON_INITIALIZER, merge = BSON_INITIALIZER, st;
         char **avg = NULL;

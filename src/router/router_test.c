@@ -32,7 +32,12 @@ static const struct {
     /* $limit first: pushed down and applied again. */
     {"{'p': [{'$limit': 3}, {'$set': {'y': 1}}]}",
      "{'s': [{'$limit': 3}], 'm': [{'$limit': 3}, {'$set': {'y': 1}}], 'split': true}"},
-    /* $skip cannot be pushed down. */
+    /* $skip then $limit: the shards send at most skip + limit. */
+    {"{'p': [{'$match': {'a': 1}}, {'$skip': 4}, {'$limit': 2}, {'$group': {'_id': 1, 'n': "
+     "{'$sum': 1}}}]}",
+     "{'s': [{'$match': {'a': 1}}, {'$limit': {'$numberLong': '6'}}], 'm': [{'$skip': 4}, "
+     "{'$limit': 2}, {'$group': {'_id': 1, 'n': {'$sum': 1}}}], 'split': true}"},
+    /* $skip alone cannot be pushed down. */
     {"{'p': [{'$unwind': '$a'}, {'$skip': 3}]}",
      "{'s': [{'$unwind': '$a'}], 'm': [{'$skip': 3}], 'split': true}"},
     /* $group: partial groups on the shards, the final one at the router. */
