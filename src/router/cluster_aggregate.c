@@ -282,6 +282,31 @@ split_pipeline(agg_plan_t *p)
         }
         bson_destroy(&partial);
         bson_destroy(&merge);
+    } else if (strcmp(s[i].name, "$sortByCount") == 0) {
+        /* {$group: {_id: expr, count: {$sum: 1}}}, {$sort: {count: -1}}, as MongoDB. */
+        bson_t st = BSON_INITIALIZER, g, f, so;
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        bson_append_value(&g, "_id", 3, &s[i].v);
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_INT32(&f, "$sum", 1);
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->shards_part, &p->nshards, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        BSON_APPEND_UTF8(&g, "_id", "$_id");
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_UTF8(&f, "$sum", "$count");
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$sort", &so);
+        BSON_APPEND_INT32(&so, "count", -1);
+        bson_append_document_end(&st, &so);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_destroy(&st);
+        i++;
     } else if (strcmp(s[i].name, "$count") == 0 && s[i].v.value_type == BSON_TYPE_UTF8) {
         const char *name = s[i].v.value.v_utf8.str;
         bson_t st = BSON_INITIALIZER, g, f, pr;

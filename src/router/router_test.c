@@ -59,6 +59,10 @@ static const struct {
     {"{'p': [{'$group': {'_id': null, 'xs': {'$push': '$x'}, 'n': {'$sum': 1}}}]}",
      "{'s': [], 'm': [{'$group': {'_id': null, 'xs': {'$push': '$x'}, 'n': {'$sum': 1}}}], "
      "'split': true}"},
+    /* $sortByCount: a $group of counts and a $sort at the router. */
+    {"{'p': [{'$sortByCount': '$a'}, {'$limit': 2}]}",
+     "{'s': [{'$group': {'_id': '$a', 'count': {'$sum': 1}}}], 'm': [{'$group': {'_id': '$_id', "
+     "'count': {'$sum': '$count'}}}, {'$sort': {'count': -1}}, {'$limit': 2}], 'split': true}"},
     /* $count: a $group of counts, summed and projected at the router. */
     {"{'p': [{'$match': {'a': 1}}, {'$count': 'n'}]}",
      "{'s': [{'$match': {'a': 1}}, {'$group': {'_id': null, 'n': {'$sum': 1}}}], "

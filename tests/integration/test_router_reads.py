@@ -392,6 +392,8 @@ PIPELINES = [
      {"$sort": {"_id": 1}}],
     [{"$group": {"_id": "$a", "n": {"$sum": 1}}}, {"$match": {"n": {"$gt": 35}}},
      {"$sort": {"_id": 1}}],
+    [{"$sortByCount": {"$cond": [{"$lt": ["$x", 0]}, "neg",
+                                 {"$cond": [{"$lt": ["$x", 100]}, "mid", "high"]}]}}],
 ]
 
 
