@@ -37,7 +37,8 @@ typedef struct shl_router {
     shl_catalog_cache_t *cache;
     struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
-    shl_vector_clock_t clock; /* highest times gossiped by any node (lock-free) */
+    shl_vector_clock_t clock;         /* highest times gossiped by any node (lock-free) */
+    struct shl_router_uptime *uptime; /* config.mongos reporter */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

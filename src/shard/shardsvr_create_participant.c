@@ -73,8 +73,8 @@ cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
             ret = local_cmd(op, ns.db, drop, st);
             bson_destroy(drop);
             SHL_ERR(ret);
-            SHL_LOG_INFO(SHARDING, 4630001, "replaced an empty collection with another UUID",
-                         "ns", BCON_UTF8(ns.full));
+            SHL_LOG_INFO(SHARDING, 4630001, "replaced an empty collection with another UUID", "ns",
+                         BCON_UTF8(ns.full));
         } else {
             SHL_FAIL(st, SHL_CODE_COLLECTION_UUID_MISMATCH,
                      "Collection %s already exists on this shard with another UUID and holds "
