@@ -34,8 +34,8 @@ report(shl_router_uptime_t *u)
     shl_status_t st = SHL_STATUS_INIT;
     int64_t now = shl_clock_wall_ms();
     bson_t *cmd = BCON_NEW(
-        "update", BCON_UTF8("mongos"), "updates", "[", "{", "q", "{", "_id", BCON_UTF8(u->me),
-        "}", "u", "{", "$set", "{", "ping", BCON_DATE_TIME(now), "up",
+        "update", BCON_UTF8("mongos"), "updates", "[", "{", "q", "{", "_id", BCON_UTF8(u->me), "}",
+        "u", "{", "$set", "{", "ping", BCON_DATE_TIME(now), "up",
         BCON_INT64((now - u->started_ms) / 1000), "waiting", BCON_BOOL(true), "mongoVersion",
         BCON_UTF8(SHL_VERSION_STRING), "advisoryHostFQDNs", "[", "]", "}", "$setOnInsert", "{",
         "created", BCON_DATE_TIME(u->started_ms), "}", "}", "upsert", BCON_BOOL(true), "}", "]");
