@@ -168,3 +168,29 @@ SHL_TEST(md5_rfc1321_vectors)
         }
     }
 }
+
+SHL_TEST(hash_fast_equality_classes)
+{
+    /* Values that compare equal hash equal; the fast hash spreads the rest. */
+    bson_value_t a = {.value_type = BSON_TYPE_INT32}, b = {.value_type = BSON_TYPE_DOUBLE},
+                 c = {.value_type = BSON_TYPE_INT64};
+    a.value.v_int32 = 7;
+    b.value.v_double = 7.0;
+    c.value.v_int64 = 7;
+    ASSERT_INT_EQ(shl_bson_hash_fast(&a), shl_bson_hash_fast(&b));
+    ASSERT_INT_EQ(shl_bson_hash_fast(&a), shl_bson_hash_fast(&c));
+    c.value.v_int64 = 8;
+    ASSERT(shl_bson_hash_fast(&a) != shl_bson_hash_fast(&c));
+    {
+        /* 10k consecutive ints fill 1024 buckets evenly enough (no bucket over 40). */
+        int counts[1024] = {0}, worst = 0;
+        for (int i = 0; i < 10000; i++) {
+            a.value.v_int32 = i;
+            int k = (int)(shl_bson_hash_fast(&a) % 1024);
+            if (++counts[k] > worst) {
+                worst = counts[k];
+            }
+        }
+        ASSERT(worst < 40);
+    }
+}
