@@ -423,3 +423,12 @@ def test_stale_database_version_is_retried(cluster):
         raise
     client.rwdbv.c.insert_one({"_id": 2})
     assert sorted(d["_id"] for d in cluster.clients[0].rwdbv.c.find()) == [1, 2]
+
+
+def test_config_and_admin_go_to_the_config_server(cluster):
+    client = cluster.router_client
+    client.config.rw_notes.insert_one({"_id": 1})
+    client.config.rw_notes.update_one({"_id": 1}, {"$set": {"a": 1}})
+    assert cluster.cfgc.config.rw_notes.find_one() == {"_id": 1, "a": 1}
+    assert "rw_notes" in client.config.list_collection_names()
+    assert cluster.clients[0].config.rw_notes.find_one() is None
