@@ -167,6 +167,18 @@ def test_unordered_batch_reports_every_error_at_its_index(cluster):
         assert cluster.on_shard(owner(x), "ord").find_one({"_id": _id})["x"] == x
 
 
+def test_a_batch_larger_than_one_shard_command_is_split(cluster):
+    # 20 MB for shard1 does not fit in one 16 MB command: the router sends it in two.
+    db = cluster.router_client[DB]
+    big = "b" * (1024 * 1024)
+    docs = [{"_id": "big%d" % i, "x": 1000 + i if i == 0 else i, "s": big} for i in range(21)]
+    res = db.ins.insert_many(docs, ordered=False)
+    assert len(res.inserted_ids) == 21
+    assert cluster.on_shard(1, "ins").count_documents({"_id": {"$regex": "^big"}}) == 20
+    assert cluster.on_shard(0, "ins").count_documents({"_id": {"$regex": "^big"}}) == 1
+    db.ins.delete_many({"_id": {"$regex": "^big"}})
+
+
 def test_missing_and_array_shard_keys(cluster):
     db = cluster.router_client[DB]
     # MongoDB 7.0: a missing shard key field is routed as null (below every number).
