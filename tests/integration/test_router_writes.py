@@ -444,3 +444,14 @@ def test_config_and_admin_go_to_the_config_server(cluster):
     assert cluster.cfgc.config.rw_notes.find_one() == {"_id": 1, "a": 1}
     assert "rw_notes" in client.config.list_collection_names()
     assert cluster.clients[0].config.rw_notes.find_one() is None
+
+
+def test_malformed_statements_fail_the_command(cluster):
+    db = cluster.router_client[DB]
+    with pytest.raises(OperationFailure) as e:
+        db.command("update", "upd", updates=[{"q": {"x": 1}, "u": {"$set": {"a": 1}}},
+                                             {"q": {"x": 2}}])
+    assert e.value.code == 40414
+    with pytest.raises(OperationFailure) as e:
+        db.command("delete", "upd", deletes=[{"q": {"x": 1}, "limit": 2}])
+    assert e.value.code == 9
