@@ -370,6 +370,17 @@ def test_drop_sharded_collection_and_database(cluster):
     client.dropme.plain.insert_one({"_id": 1})
     assert client.dropme.command("dropDatabase")["dropped"] == "dropme"
     assert "dropme" not in client.list_database_names()
+    # A sharded collection is dropped through the config server; afterwards the router
+    # routes the name as a new unsharded collection on the primary.
+    client.admin.command("enableSharding", "dropme2")
+    client.admin.command("shardCollection", "dropme2.s", key={"x": 1})
+    client.dropme2.s.insert_one({"x": 1})
+    client.dropme2.drop_collection("s")
+    assert cluster.cfgc.config.collections.find_one({"_id": "dropme2.s"}) is None
+    client.dropme2.s.insert_one({"x": 2})
+    primary = cluster.cfgc.config.databases.find_one({"_id": "dropme2"})["primary"]
+    assert [d["x"] for d in cluster.clients[int(primary[-1])].dropme2.s.find()] == [2]
+    client.drop_database("dropme2")
 
 
 def _shard_role(cluster):
