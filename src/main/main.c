@@ -1,6 +1,7 @@
 /*
  * main.c -- the `shale` binary: `shale node` (data node: standalone, --shardsvr or
- * --configsvr), later `shale router`, `shale up|down|status`. DESIGN.md section 1.
+ * --configsvr), `shale router`, `shale up|down|status` (a local cluster,
+ * cluster_cli.h). DESIGN.md section 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,12 +10,15 @@
 
 #include "base/log.h"
 #include "base/options.h"
+#include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
+#include "main/cluster_cli.h"
 #include "net/command.h"
 #include "net/server.h"
 #include "net/service_context.h"
 #include "router/router.h"
+#include "shard/shard.h"
 
 static void
 usage(FILE *out)
@@ -24,7 +28,13 @@ usage(FILE *out)
                  "       [--shardsvr | --configsvr] [--logpath FILE]\n"
                  "       [--setParameter name=value]...   run a data node\n"
                  "  router --configdb SET/HOST:PORT [--port N] [--bind_ip IP] [--logpath FILE]\n"
-                 "       [--setParameter name=value]...   run a router\n");
+                 "       [--setParameter name=value]...   run a router\n"
+                 "  up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
+                 "                          start a local cluster: config server, N shards\n"
+                 "                          (default 2) and a router on P (default 27017)\n"
+                 "  down [--dbpath DIR]      stop the cluster started in DIR\n"
+                 "  status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
+                 "                          print the cluster's shards, databases and chunks\n");
 }
 
 /* "host:port" this process is known as: the first bind address and the port. */
@@ -114,6 +124,17 @@ run_node(int argc, char **argv)
         rc = 1;
         goto cleanup;
     }
+    if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
+    if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
+                      BCON_UTF8(st.reason));
+        rc = 1;
+        goto cleanup;
+    }
     rc = serve(&svc);
 cleanup:
     shl_service_ctx_cleanup(&svc);
@@ -181,6 +202,12 @@ main(int argc, char **argv)
         rc = run_node(argc, argv);
     } else if (strcmp(argv[1], "router") == 0) {
         rc = run_router(argc, argv);
+    } else if (strcmp(argv[1], "up") == 0) {
+        rc = shl_cluster_up_main(argc, argv);
+    } else if (strcmp(argv[1], "down") == 0) {
+        rc = shl_cluster_down_main(argc, argv);
+    } else if (strcmp(argv[1], "status") == 0) {
+        rc = shl_cluster_status_main(argc, argv);
     } else if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
         usage(stdout);
         rc = 0;

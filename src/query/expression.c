@@ -26,8 +26,8 @@
 #define QC_COND_UNKNOWN_ARG 17083
 #define QC_VAR_NAME_INVALID 16870
 
-static void
-value_take_bson(bson_t *b, bson_type_t type, bson_value_t *out)
+void
+expr_value_take_bson(bson_t *b, bson_type_t type, bson_value_t *out)
 {
     out->value_type = type;
     out->value.v_doc.data_len = b->len;
@@ -36,29 +36,345 @@ value_take_bson(bson_t *b, bson_type_t type, bson_value_t *out)
     bson_destroy(b);
 }
 
-static void
-value_missing(bson_value_t *v)
+void
+expr_value_missing(bson_value_t *v)
 {
     memset(v, 0, sizeof(*v));
     v->value_type = BSON_TYPE_EOD;
 }
 
-static void
-value_bool(bson_value_t *v, bool b)
+void
+expr_value_bool(bson_value_t *v, bool b)
 {
     memset(v, 0, sizeof(*v));
     v->value_type = BSON_TYPE_BOOL;
     v->value.v_bool = b;
 }
 
-static void
-value_copy(const bson_value_t *src, bson_value_t *dst)
+void
+expr_value_copy(const bson_value_t *src, bson_value_t *dst)
 {
     if (src->value_type == BSON_TYPE_EOD) {
-        value_missing(dst);
+        expr_value_missing(dst);
     } else {
         bson_value_copy(src, dst);
     }
+}
+
+void
+expr_value_null(bson_value_t *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_NULL;
+}
+
+void
+expr_value_int32(bson_value_t *v, int32_t x)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_INT32;
+    v->value.v_int32 = x;
+}
+
+void
+expr_value_int64(bson_value_t *v, int64_t x)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_INT64;
+    v->value.v_int64 = x;
+}
+
+void
+expr_value_int_or_long(bson_value_t *v, int64_t x)
+{
+    if (x >= INT32_MIN && x <= INT32_MAX) {
+        expr_value_int32(v, (int32_t)x);
+    } else {
+        expr_value_int64(v, x);
+    }
+}
+
+void
+expr_value_double(bson_value_t *v, double x)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_DOUBLE;
+    v->value.v_double = x;
+}
+
+void
+expr_value_date(bson_value_t *v, int64_t ms)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_DATE_TIME;
+    v->value.v_datetime = ms;
+}
+
+void
+expr_value_utf8(bson_value_t *v, const char *s, size_t len)
+{
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_UTF8;
+    v->value.v_utf8.str = bson_malloc(len + 1);
+    memcpy(v->value.v_utf8.str, s, len);
+    v->value.v_utf8.str[len] = '\0';
+    v->value.v_utf8.len = (uint32_t)len;
+}
+
+void
+expr_value_decimal_from_double(bson_value_t *v, double d)
+{
+    char buf[64];
+    memset(v, 0, sizeof(*v));
+    v->value_type = BSON_TYPE_DECIMAL128;
+    if (isnan(d)) {
+        snprintf(buf, sizeof(buf), "NaN");
+    } else if (isinf(d)) {
+        snprintf(buf, sizeof(buf), d > 0 ? "Infinity" : "-Infinity");
+    } else {
+        snprintf(buf, sizeof(buf), "%.15g", d);
+    }
+    bson_decimal128_from_string(buf, &v->value.v_decimal128);
+}
+
+bool
+expr_nullish(const bson_value_t *v)
+{
+    return v->value_type == BSON_TYPE_EOD || v->value_type == BSON_TYPE_NULL ||
+           v->value_type == BSON_TYPE_UNDEFINED;
+}
+
+bool
+expr_integral64(const bson_value_t *v, int64_t *out)
+{
+    double d;
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+        *out = v->value.v_int32;
+        return true;
+    case BSON_TYPE_INT64:
+        *out = v->value.v_int64;
+        return true;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_DECIMAL128:
+        d = query_value_as_double(v);
+        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 || d != trunc(d)) {
+            return false;
+        }
+        *out = (int64_t)d;
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool
+expr_integral32(const bson_value_t *v, int32_t *out)
+{
+    int64_t x;
+    if (!expr_integral64(v, &x) || x < INT32_MIN || x > INT32_MAX) {
+        return false;
+    }
+    *out = (int32_t)x;
+    return true;
+}
+
+int64_t
+expr_as_int64(const bson_value_t *v)
+{
+    double d;
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+        return v->value.v_int32;
+    case BSON_TYPE_INT64:
+        return v->value.v_int64;
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_DECIMAL128:
+        d = query_value_as_double(v);
+        if (isnan(d)) {
+            return 0;
+        }
+        if (d >= 9223372036854775807.0) {
+            return INT64_MAX;
+        }
+        if (d <= -9223372036854775808.0) {
+            return INT64_MIN;
+        }
+        return (int64_t)d;
+    default:
+        return 0;
+    }
+}
+
+const char *
+expr_type_name(const bson_value_t *v)
+{
+    return v->value_type == BSON_TYPE_EOD ? "missing" : shl_bson_type_name(v->value_type);
+}
+
+bool
+expr_value_as_date(const bson_value_t *v, int64_t *ms)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_DATE_TIME:
+        *ms = v->value.v_datetime;
+        return true;
+    case BSON_TYPE_TIMESTAMP:
+        *ms = (int64_t)v->value.v_timestamp.timestamp * 1000;
+        return true;
+    case BSON_TYPE_OID:
+        *ms = (int64_t)bson_oid_get_time_t(&v->value.v_oid) * 1000;
+        return true;
+    default:
+        return false;
+    }
+}
+
+void
+expr_arr_init(expr_arr_t *a)
+{
+    bson_init(&a->b);
+    a->n = 0;
+    a->too_big = false;
+}
+
+void
+expr_arr_append(expr_arr_t *a, const bson_value_t *v)
+{
+    char key[16];
+    const char *k;
+    size_t klen;
+    if (a->too_big) {
+        return;
+    }
+    if (a->b.len + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
+            ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY)
+                 ? v->value.v_doc.data_len
+                 : 0) >
+        EXPR_MAX_VALUE_BYTES) {
+        a->too_big = true;
+        return;
+    }
+    klen = bson_uint32_to_string(a->n++, &k, key, sizeof(key));
+    if (v->value_type == BSON_TYPE_EOD) {
+        bson_append_null(&a->b, k, (int)klen);
+    } else if (!bson_append_value(&a->b, k, (int)klen, v)) {
+        a->too_big = true;
+    }
+}
+
+int
+expr_arr_finish(expr_arr_t *a, bson_value_t *out, shl_status_t *st)
+{
+    if (a->too_big) {
+        bson_destroy(&a->b);
+        bson_init(&a->b);
+        expr_value_missing(out);
+        return shl_status_set(st, 10334, "array exceeds the %d byte limit for a value",
+                              EXPR_MAX_VALUE_BYTES);
+    }
+    expr_value_take_bson(&a->b, BSON_TYPE_ARRAY, out);
+    bson_init(&a->b);
+    return 0;
+}
+
+void
+expr_arr_cleanup(expr_arr_t *a)
+{
+    bson_destroy(&a->b);
+}
+
+bson_value_t *
+expr_array_values(const bson_value_t *arr, size_t *n)
+{
+    bson_t view;
+    bson_iter_t it;
+    size_t cap = 8, k = 0;
+    bson_value_t *v = bson_malloc(cap * sizeof(*v));
+    if (query_bson_view(arr, &view) && bson_iter_init(&it, &view)) {
+        while (bson_iter_next(&it)) {
+            if (k == cap) {
+                cap *= 2;
+                v = bson_realloc(v, cap * sizeof(*v));
+            }
+            v[k++] = *bson_iter_value(&it);
+        }
+    }
+    *n = k;
+    return v;
+}
+
+/* ---- variable scopes ----
+ * Variables bound by $let, $map, $filter, $reduce, ... live in a chain of frames on the
+ * evaluating thread's stack. Evaluation is a recursion over one expression tree, so the
+ * dynamic chain is also the lexical one. */
+typedef struct expr_scope {
+    const struct expr_scope *parent;
+    const char *const *names;
+    const bson_value_t *vals;
+    size_t n;
+} expr_scope_t;
+
+static __thread const expr_scope_t *tls_scope;
+static __thread int tls_parse_depth;
+
+int
+expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *const *names,
+                 const bson_value_t *vals, size_t n, bson_value_t *out, shl_status_t *st)
+{
+    expr_scope_t frame = {tls_scope, names, vals, n};
+    const expr_scope_t *saved = tls_scope;
+    int ret;
+    tls_scope = &frame;
+    ret = shl_expr_evaluate(e, ctx, out, st);
+    tls_scope = saved;
+    return ret;
+}
+
+static const bson_value_t *
+scope_lookup(const char *name)
+{
+    for (const expr_scope_t *s = tls_scope; s != NULL; s = s->parent) {
+        for (size_t i = s->n; i-- > 0;) {
+            if (strcmp(s->names[i], name) == 0) {
+                return &s->vals[i];
+            }
+        }
+    }
+    return NULL;
+}
+
+int
+expr_eval_opt(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st)
+{
+    if (e == NULL) {
+        expr_value_missing(out);
+        return 0;
+    }
+    return shl_expr_evaluate(e, ctx, out, st);
+}
+
+int
+expr_check_user_var_name(const char *name, shl_status_t *st)
+{
+    int ret = 0;
+    unsigned char c0 = (unsigned char)name[0];
+    if (name[0] == '\0') {
+        SHL_FAIL(st, 16866, "empty variable names are not allowed");
+    }
+    if (!((c0 >= 'a' && c0 <= 'z') || c0 >= 0x80)) {
+        SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name", name);
+    }
+    for (const char *p = name + 1; *p != '\0'; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c >= 0x80)) {
+            SHL_FAIL(st, 16868, "'%s' contains an invalid character for a variable name: '%c'",
+                     name, *p);
+        }
+    }
+done:
+    return ret;
 }
 
 int
@@ -87,7 +403,7 @@ expr_new(expr_kind_t kind)
 {
     shl_expr_t *e = bson_malloc0(sizeof(*e));
     e->kind = kind;
-    value_missing(&e->constant);
+    expr_value_missing(&e->constant);
     return e;
 }
 
@@ -176,10 +492,16 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
     }
     e = expr_new(EXPR_OP);
     e->op = op;
-    if (strcmp(name, "$literal") == 0) {
+    if (op->parse != NULL) {
+        SHL_ERR(op->parse(op, arg, e, st));
+        *out = e;
+        e = NULL;
+        goto done;
+    }
+    if (strcmp(name, "$literal") == 0 || strcmp(name, "$const") == 0) {
         /* $literal's argument is taken as is, never parsed. */
         shl_expr_t *c = expr_new(EXPR_CONST);
-        value_copy(arg, &c->constant);
+        expr_value_copy(arg, &c->constant);
         bson_free(e);
         *out = c;
         return 0;
@@ -218,7 +540,7 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
                 for (int j = 0; j < 3; j++) {
                     shl_expr_destroy(parts[j]);
                 }
-                SHL_FAIL(st, QC_COND_MISSING, "Missing '%s' parameter to $cond", keys[i]);
+                SHL_FAIL(st, QC_COND_MISSING + i, "Missing '%s' parameter to $cond", keys[i]);
             }
         }
         e->args = bson_malloc(3 * sizeof(shl_expr_t *));
@@ -247,6 +569,11 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
                      "passed in.",
                      name, op->min_args, args.n);
         }
+        if (op->max_args < 0) {
+            SHL_FAIL(st, strcmp(name, "$setEquals") == 0 ? 17045 : QC_EXPR_BAD_ARGC,
+                     "Expression %s takes at least %d arguments. %zu were passed in.", name,
+                     op->min_args, args.n);
+        }
         SHL_FAIL(st, QC_EXPR_BAD_ARGC,
                  "Expression %s takes at least %d arguments, and at most "
                  "%d, but %zu were passed in.",
@@ -267,8 +594,66 @@ done:
     return ret;
 }
 
+static int parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st);
+
 static int
 parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
+{
+    int ret;
+    if (tls_parse_depth >= EXPR_MAX_DEPTH) {
+        *out = NULL;
+        return shl_status_set(st, SHL_CODE_OVERFLOW,
+                              "expression nesting exceeds the maximum depth of %d", EXPR_MAX_DEPTH);
+    }
+    tls_parse_depth++;
+    ret = parse_value_inner(spec, out, st);
+    tls_parse_depth--;
+    return ret;
+}
+
+int
+expr_parse_operand(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
+{
+    return parse_value(spec, out, st);
+}
+
+int
+expr_parse_named(const expr_op_t *op, const bson_value_t *arg, const char *const *keys,
+                 size_t nkeys, shl_expr_t *e, int notobj_code, int unknown_code, shl_status_t *st)
+{
+    bson_t view;
+    bson_iter_t it;
+    int ret = 0;
+
+    e->args = bson_malloc0(nkeys * sizeof(shl_expr_t *));
+    e->nargs = nkeys;
+    if (arg->value_type != BSON_TYPE_DOCUMENT) {
+        SHL_FAIL(st, notobj_code, "%s only supports an object as its argument, found: %s", op->name,
+                 shl_bson_type_name(arg->value_type));
+    }
+    query_bson_view(arg, &view);
+    bson_iter_init(&it, &view);
+    while (bson_iter_next(&it)) {
+        size_t k = nkeys;
+        for (size_t i = 0; i < nkeys; i++) {
+            if (strcmp(bson_iter_key(&it), keys[i]) == 0) {
+                k = i;
+            }
+        }
+        if (k == nkeys) {
+            SHL_FAIL(st, unknown_code, "%s found an unknown argument: %s", op->name,
+                     bson_iter_key(&it));
+        }
+        shl_expr_destroy(e->args[k]);
+        e->args[k] = NULL;
+        SHL_ERR(parse_value(bson_iter_value(&it), &e->args[k], st));
+    }
+done:
+    return ret;
+}
+
+static int
+parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
 {
     shl_expr_t *e = NULL;
     bson_iter_t it;
@@ -324,7 +709,7 @@ parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         break;
     }
     e = expr_new(EXPR_CONST);
-    value_copy(spec, &e->constant);
+    expr_value_copy(spec, &e->constant);
     *out = e;
     return 0;
 collect:
@@ -416,7 +801,7 @@ eval_path_array(const bson_value_t *arr, const qpath_t *p, size_t idx, bson_valu
             bson_value_destroy(&nested);
         }
     }
-    value_take_bson(&res, BSON_TYPE_ARRAY, out);
+    expr_value_take_bson(&res, BSON_TYPE_ARRAY, out);
 }
 
 static void
@@ -427,7 +812,7 @@ eval_path_doc(const bson_t *doc, const qpath_t *p, size_t idx, bson_value_t *out
     bson_t sub;
 
     if (!bson_iter_init_find(&it, doc, p->parts[idx])) {
-        value_missing(out);
+        expr_value_missing(out);
         return;
     }
     v = bson_iter_value(&it);
@@ -441,7 +826,7 @@ eval_path_doc(const bson_t *doc, const qpath_t *p, size_t idx, bson_value_t *out
     } else if (v->value_type == BSON_TYPE_ARRAY) {
         eval_path_array(v, p, idx + 1, out);
     } else {
-        value_missing(out);
+        expr_value_missing(out);
     }
 }
 
@@ -450,14 +835,14 @@ eval_subpath(const bson_value_t *base, const qpath_t *p, bson_value_t *out)
 {
     bson_t view;
     if (p->n == 0) {
-        value_copy(base, out);
+        expr_value_copy(base, out);
     } else if (base->value_type == BSON_TYPE_DOCUMENT) {
         query_bson_view(base, &view);
         eval_path_doc(&view, p, 0, out);
     } else if (base->value_type == BSON_TYPE_ARRAY) {
         eval_path_array(base, p, 0, out);
     } else {
-        value_missing(out);
+        expr_value_missing(out);
     }
 }
 
@@ -478,7 +863,7 @@ expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *val
     int ret = 0;
     size_t i;
     for (i = 0; i < e->nargs; i++) {
-        value_missing(&vals[i]);
+        expr_value_missing(&vals[i]);
     }
     for (i = 0; i < e->nargs; i++) {
         SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &vals[i], st));
@@ -499,10 +884,10 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
     bson_value_t rootv;
     int ret = 0;
 
-    value_missing(out);
+    expr_value_missing(out);
     switch (e->kind) {
     case EXPR_CONST:
-        value_copy(&e->constant, out);
+        expr_value_copy(&e->constant, out);
         break;
     case EXPR_FIELD:
         if (ctx->root != NULL) {
@@ -528,6 +913,11 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
             out->value.v_datetime = now_ms(ctx);
         } else {
             bson_iter_t it;
+            const bson_value_t *bound = scope_lookup(e->var);
+            if (bound != NULL) {
+                eval_subpath(bound, &e->path, out);
+                break;
+            }
             if (ctx->vars == NULL || !bson_iter_init_find(&it, ctx->vars, e->var)) {
                 SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
             }
@@ -545,7 +935,7 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
             query_append_value(&doc, e->names[i], -1, &v);
             bson_value_destroy(&v);
         }
-        value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);
+        expr_value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);
         break;
     }
     case EXPR_ARRAY: {
@@ -567,7 +957,7 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
             }
             bson_value_destroy(&v);
         }
-        value_take_bson(&arr, BSON_TYPE_ARRAY, out);
+        expr_value_take_bson(&arr, BSON_TYPE_ARRAY, out);
         break;
     }
     case EXPR_OP:
@@ -609,7 +999,7 @@ eval_cmp_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int *cmp, shl_st
     {                                                                                              \
         int c = 0, ret = eval_cmp_common(e, ctx, &c, st);                                          \
         if (ret == 0) {                                                                            \
-            value_bool(out, test);                                                                 \
+            expr_value_bool(out, test);                                                            \
         }                                                                                          \
         return ret;                                                                                \
     }
@@ -642,11 +1032,11 @@ op_andor(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         bool b = false;
         SHL_ERR(shl_expr_evaluate_bool(e->args[i], ctx, &b, st));
         if (b != is_and) {
-            value_bool(out, !is_and);
+            expr_value_bool(out, !is_and);
             goto done;
         }
     }
-    value_bool(out, is_and);
+    expr_value_bool(out, is_and);
 done:
     return ret;
 }
@@ -669,7 +1059,7 @@ op_not(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_st
     bool b = false;
     int ret = shl_expr_evaluate_bool(e->args[0], ctx, &b, st);
     if (ret == 0) {
-        value_bool(out, !b);
+        expr_value_bool(out, !b);
     }
     return ret;
 }
@@ -726,7 +1116,7 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         }
         if (t == BSON_TYPE_DATE_TIME && !mul) {
             if (is_date) {
-                SHL_FAIL(st, QC_ADD_TYPE, "only one date allowed in an $add expression");
+                SHL_FAIL(st, 16612, "only one date allowed in an $add expression");
             }
             is_date = true;
             x = v[i].value.v_datetime;
@@ -854,24 +1244,320 @@ op_literal(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, sh
     return shl_expr_evaluate(e->args[0], ctx, out, st);
 }
 
+/* {$let: {vars: {name: <expr>, ...}, in: <expr>}}: args are the vars' expressions, then 'in'. */
+static EXPR_PARSE(parse_let)
+{
+    bson_t view, vars;
+    bson_iter_t it, vars_it, in_it;
+    const bson_value_t *varsv = NULL, *inv = NULL;
+    ptrvec_t args = {0}, names = {0};
+    int ret = 0;
+
+    (void)op;
+    if (arg->value_type != BSON_TYPE_DOCUMENT) {
+        SHL_FAIL(st, 16874, "$let only supports an object as its argument");
+    }
+    query_bson_view(arg, &view);
+    bson_iter_init(&it, &view);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "vars") == 0) {
+            vars_it = it;
+            varsv = bson_iter_value(&vars_it);
+        } else if (strcmp(bson_iter_key(&it), "in") == 0) {
+            in_it = it;
+            inv = bson_iter_value(&in_it);
+        } else {
+            SHL_FAIL(st, 16875, "Unrecognized parameter to $let: %s", bson_iter_key(&it));
+        }
+    }
+    if (varsv == NULL) {
+        SHL_FAIL(st, 16876, "Missing 'vars' parameter to $let");
+    }
+    if (inv == NULL) {
+        SHL_FAIL(st, 16877, "Missing 'in' parameter to $let");
+    }
+    if (varsv->value_type != BSON_TYPE_DOCUMENT) {
+        SHL_FAIL(st, 10065, "invalid parameter: expected an object (vars)");
+    }
+    query_bson_view(varsv, &vars);
+    bson_iter_init(&it, &vars);
+    while (bson_iter_next(&it)) {
+        shl_expr_t *a = NULL;
+        SHL_ERR(expr_check_user_var_name(bson_iter_key(&it), st));
+        SHL_ERR(parse_value(bson_iter_value(&it), &a, st));
+        ptrvec_push(&args, a);
+        ptrvec_push(&names, bson_strdup(bson_iter_key(&it)));
+    }
+    {
+        shl_expr_t *a = NULL;
+        SHL_ERR(parse_value(inv, &a, st));
+        ptrvec_push(&args, a);
+        ptrvec_push(&names, NULL);
+    }
+    e->args = (shl_expr_t **)args.v;
+    e->names = (char **)names.v;
+    e->nargs = args.n;
+    args.v = names.v = NULL;
+    args.n = names.n = 0;
+done:
+    for (size_t i = 0; i < args.n; i++) {
+        shl_expr_destroy(args.v[i]);
+    }
+    for (size_t i = 0; i < names.n; i++) {
+        bson_free(names.v[i]);
+    }
+    ptrvec_cleanup(&args);
+    ptrvec_cleanup(&names);
+    return ret;
+}
+
+static EXPR_FN(op_let)
+{
+    size_t n = e->nargs - 1;
+    bson_value_t *vals = bson_malloc0((n + 1) * sizeof(bson_value_t));
+    int ret = 0;
+    for (size_t i = 0; i < n; i++) {
+        expr_value_missing(&vals[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &vals[i], st));
+    }
+    ret = expr_eval_scoped(e->args[n], ctx, (const char *const *)e->names, vals, n, out, st);
+done:
+    for (size_t i = 0; i < n; i++) {
+        bson_value_destroy(&vals[i]);
+    }
+    bson_free(vals);
+    return ret;
+}
+
+/* {$switch: {branches: [{case:, then:}, ...], default:}}: args are case/then pairs, then the
+ * default (NULL when absent); nsub is the number of branches. */
+static EXPR_PARSE(parse_switch)
+{
+    bson_t view, branches, br;
+    bson_iter_t it, bit, kit;
+    ptrvec_t args = {0};
+    shl_expr_t *deflt = NULL;
+    int ret = 0;
+
+    (void)op;
+    if (arg->value_type != BSON_TYPE_DOCUMENT) {
+        SHL_FAIL(st, 40060, "$switch requires an object as an argument, found: %s",
+                 shl_bson_type_name(arg->value_type));
+    }
+    query_bson_view(arg, &view);
+    bson_iter_init(&it, &view);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (strcmp(key, "branches") == 0) {
+            if (!BSON_ITER_HOLDS_ARRAY(&it)) {
+                SHL_FAIL(st, 40061, "$switch expected an array for 'branches', found: %s",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            query_bson_view(bson_iter_value(&it), &branches);
+            bson_iter_init(&bit, &branches);
+            while (bson_iter_next(&bit)) {
+                shl_expr_t *c = NULL, *t = NULL;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&bit)) {
+                    SHL_FAIL(st, 40062, "$switch expected each branch to be an object, found: %s",
+                             shl_bson_type_name(bson_iter_type(&bit)));
+                }
+                query_bson_view(bson_iter_value(&bit), &br);
+                bson_iter_init(&kit, &br);
+                while (bson_iter_next(&kit)) {
+                    shl_expr_t **slot = NULL;
+                    if (strcmp(bson_iter_key(&kit), "case") == 0) {
+                        slot = &c;
+                    } else if (strcmp(bson_iter_key(&kit), "then") == 0) {
+                        slot = &t;
+                    } else {
+                        shl_expr_destroy(c);
+                        shl_expr_destroy(t);
+                        SHL_FAIL(st, 40063, "$switch found an unknown argument to a branch: %s",
+                                 bson_iter_key(&kit));
+                    }
+                    shl_expr_destroy(*slot);
+                    *slot = NULL;
+                    if ((ret = parse_value(bson_iter_value(&kit), slot, st)) != 0) {
+                        shl_expr_destroy(c);
+                        shl_expr_destroy(t);
+                        goto done;
+                    }
+                }
+                if (c == NULL) {
+                    shl_expr_destroy(t);
+                    SHL_FAIL(st, 40064, "$switch requires each branch have a 'case' expression");
+                }
+                if (t == NULL) {
+                    shl_expr_destroy(c);
+                    SHL_FAIL(st, 40065, "$switch requires each branch have a 'then' expression.");
+                }
+                ptrvec_push(&args, c);
+                ptrvec_push(&args, t);
+            }
+        } else if (strcmp(key, "default") == 0) {
+            shl_expr_destroy(deflt);
+            deflt = NULL;
+            SHL_ERR(parse_value(bson_iter_value(&it), &deflt, st));
+        } else {
+            SHL_FAIL(st, 40067, "$switch found an unknown argument: %s", key);
+        }
+    }
+    if (args.n == 0) {
+        SHL_FAIL(st, 40068, "$switch requires at least one branch.");
+    }
+    e->nsub = args.n / 2;
+    ptrvec_push(&args, deflt);
+    deflt = NULL;
+    e->args = (shl_expr_t **)args.v;
+    e->nargs = args.n;
+    args.v = NULL;
+    args.n = 0;
+done:
+    for (size_t i = 0; i < args.n; i++) {
+        shl_expr_destroy(args.v[i]);
+    }
+    ptrvec_cleanup(&args);
+    shl_expr_destroy(deflt);
+    return ret;
+}
+
+static EXPR_FN(op_switch)
+{
+    int ret = 0;
+    for (size_t i = 0; i < e->nsub; i++) {
+        bool b = false;
+        SHL_ERR(shl_expr_evaluate_bool(e->args[2 * i], ctx, &b, st));
+        if (b) {
+            return shl_expr_evaluate(e->args[2 * i + 1], ctx, out, st);
+        }
+    }
+    if (e->args[2 * e->nsub] == NULL) {
+        SHL_FAIL(st, 40066,
+                 "$switch could not find a matching branch for an input, and no default was "
+                 "specified.");
+    }
+    ret = shl_expr_evaluate(e->args[2 * e->nsub], ctx, out, st);
+done:
+    return ret;
+}
+
+/* One table for every operator; kept sorted by name for readers, searched linearly. */
 static const expr_op_t ops[] = {
-    {"$add", 0, -1, op_add},
-    {"$and", 0, -1, op_and},
-    {"$cmp", 2, 2, op_cmp},
-    {"$concat", 0, -1, op_concat},
-    {"$cond", 3, 3, op_cond},
-    {"$eq", 2, 2, op_eq},
-    {"$gt", 2, 2, op_gt},
-    {"$gte", 2, 2, op_gte},
-    {"$ifNull", 2, -1, op_ifnull},
-    {"$literal", 1, 1, op_literal},
-    {"$lt", 2, 2, op_lt},
-    {"$lte", 2, 2, op_lte},
-    {"$multiply", 0, -1, op_multiply},
-    {"$ne", 2, 2, op_ne},
-    {"$not", 1, 1, op_not},
-    {"$or", 0, -1, op_or},
-    {"$size", 1, 1, op_size},
+    {"$abs", 1, 1, expr_op_abs, NULL},
+    {"$add", 0, -1, op_add, NULL},
+    {"$allElementsTrue", 1, 1, expr_op_all_elements_true, NULL},
+    {"$and", 0, -1, op_and, NULL},
+    {"$anyElementTrue", 1, 1, expr_op_any_element_true, NULL},
+    {"$arrayElemAt", 2, 2, expr_op_array_elem_at, NULL},
+    {"$arrayToObject", 1, 1, expr_op_array_to_object, NULL},
+    {"$ceil", 1, 1, expr_op_ceil, NULL},
+    {"$cmp", 2, 2, op_cmp, NULL},
+    {"$concat", 0, -1, op_concat, NULL},
+    {"$concatArrays", 0, -1, expr_op_concat_arrays, NULL},
+    {"$cond", 3, 3, op_cond, NULL},
+    {"$const", 1, 1, op_literal, NULL},
+    {"$convert", 0, 0, expr_op_convert, expr_parse_convert},
+    {"$dateAdd", 0, 0, expr_op_date_add, expr_parse_date_add},
+    {"$dateDiff", 0, 0, expr_op_date_diff, expr_parse_date_diff},
+    {"$dateFromString", 0, 0, expr_op_date_from_string, expr_parse_date_from_string},
+    {"$dateSubtract", 0, 0, expr_op_date_subtract, expr_parse_date_add},
+    {"$dateToString", 0, 0, expr_op_date_to_string, expr_parse_date_to_string},
+    {"$dateTrunc", 0, 0, expr_op_date_trunc, expr_parse_date_trunc},
+    {"$dayOfMonth", 0, 0, expr_op_day_of_month, expr_parse_date_part},
+    {"$dayOfWeek", 0, 0, expr_op_day_of_week, expr_parse_date_part},
+    {"$dayOfYear", 0, 0, expr_op_day_of_year, expr_parse_date_part},
+    {"$divide", 2, 2, expr_op_divide, NULL},
+    {"$eq", 2, 2, op_eq, NULL},
+    {"$exp", 1, 1, expr_op_exp, NULL},
+    {"$filter", 0, 0, expr_op_filter, expr_parse_filter},
+    {"$first", 1, 1, expr_op_first, NULL},
+    {"$floor", 1, 1, expr_op_floor, NULL},
+    {"$getField", 0, 0, expr_op_get_field, expr_parse_get_field},
+    {"$gt", 2, 2, op_gt, NULL},
+    {"$gte", 2, 2, op_gte, NULL},
+    {"$hour", 0, 0, expr_op_hour, expr_parse_date_part},
+    {"$ifNull", 2, -1, op_ifnull, NULL},
+    {"$in", 2, 2, expr_op_in, NULL},
+    {"$indexOfArray", 2, 4, expr_op_index_of_array, NULL},
+    {"$indexOfBytes", 2, 4, expr_op_index_of_bytes, NULL},
+    {"$indexOfCP", 2, 4, expr_op_index_of_cp, NULL},
+    {"$isArray", 1, 1, expr_op_is_array, NULL},
+    {"$isNumber", 1, 1, expr_op_is_number, NULL},
+    {"$isoDayOfWeek", 0, 0, expr_op_iso_day_of_week, expr_parse_date_part},
+    {"$isoWeek", 0, 0, expr_op_iso_week, expr_parse_date_part},
+    {"$isoWeekYear", 0, 0, expr_op_iso_week_year, expr_parse_date_part},
+    {"$last", 1, 1, expr_op_last, NULL},
+    {"$let", 0, 0, op_let, parse_let},
+    {"$literal", 1, 1, op_literal, NULL},
+    {"$ln", 1, 1, expr_op_ln, NULL},
+    {"$log", 2, 2, expr_op_log, NULL},
+    {"$log10", 1, 1, expr_op_log10, NULL},
+    {"$lt", 2, 2, op_lt, NULL},
+    {"$lte", 2, 2, op_lte, NULL},
+    {"$ltrim", 0, 0, expr_op_trim, expr_parse_trim},
+    {"$map", 0, 0, expr_op_map, expr_parse_map},
+    {"$mergeObjects", 0, -1, expr_op_merge_objects, NULL},
+    {"$millisecond", 0, 0, expr_op_millisecond, expr_parse_date_part},
+    {"$minute", 0, 0, expr_op_minute, expr_parse_date_part},
+    {"$mod", 2, 2, expr_op_mod, NULL},
+    {"$month", 0, 0, expr_op_month, expr_parse_date_part},
+    {"$multiply", 0, -1, op_multiply, NULL},
+    {"$ne", 2, 2, op_ne, NULL},
+    {"$not", 1, 1, op_not, NULL},
+    {"$objectToArray", 1, 1, expr_op_object_to_array, NULL},
+    {"$or", 0, -1, op_or, NULL},
+    {"$pow", 2, 2, expr_op_pow, NULL},
+    {"$rand", 0, 0, expr_op_rand, NULL},
+    {"$range", 2, 3, expr_op_range, NULL},
+    {"$reduce", 0, 0, expr_op_reduce, expr_parse_reduce},
+    {"$regexFind", 0, 0, expr_op_regex_find, expr_parse_regex},
+    {"$regexFindAll", 0, 0, expr_op_regex_find_all, expr_parse_regex},
+    {"$regexMatch", 0, 0, expr_op_regex_match, expr_parse_regex},
+    {"$replaceAll", 0, 0, expr_op_replace_all, expr_parse_replace},
+    {"$replaceOne", 0, 0, expr_op_replace_one, expr_parse_replace},
+    {"$reverseArray", 1, 1, expr_op_reverse_array, NULL},
+    {"$round", 1, 2, expr_op_round, NULL},
+    {"$rtrim", 0, 0, expr_op_trim, expr_parse_trim},
+    {"$second", 0, 0, expr_op_second, expr_parse_date_part},
+    {"$setDifference", 2, 2, expr_op_set_difference, NULL},
+    {"$setEquals", 2, -1, expr_op_set_equals, NULL},
+    {"$setField", 0, 0, expr_op_set_field, expr_parse_set_field},
+    {"$setIntersection", 0, -1, expr_op_set_intersection, NULL},
+    {"$setIsSubset", 2, 2, expr_op_set_is_subset, NULL},
+    {"$setUnion", 0, -1, expr_op_set_union, NULL},
+    {"$size", 1, 1, op_size, NULL},
+    {"$slice", 2, 3, expr_op_slice, NULL},
+    {"$sortArray", 0, 0, expr_op_sort_array, expr_parse_sort_array},
+    {"$split", 2, 2, expr_op_split, NULL},
+    {"$sqrt", 1, 1, expr_op_sqrt, NULL},
+    {"$strLenBytes", 1, 1, expr_op_strlen_bytes, NULL},
+    {"$strLenCP", 1, 1, expr_op_strlen_cp, NULL},
+    {"$strcasecmp", 2, 2, expr_op_strcasecmp, NULL},
+    {"$substr", 3, 3, expr_op_substr_bytes, NULL},
+    {"$substrBytes", 3, 3, expr_op_substr_bytes, NULL},
+    {"$substrCP", 3, 3, expr_op_substr_cp, NULL},
+    {"$subtract", 2, 2, expr_op_subtract, NULL},
+    {"$switch", 0, 0, op_switch, parse_switch},
+    {"$toBool", 1, 1, expr_op_to_bool, NULL},
+    {"$toDate", 1, 1, expr_op_to_date, NULL},
+    {"$toDecimal", 1, 1, expr_op_to_decimal, NULL},
+    {"$toDouble", 1, 1, expr_op_to_double, NULL},
+    {"$toHashedIndexKey", 1, 1, expr_op_to_hashed_index_key, NULL},
+    {"$toInt", 1, 1, expr_op_to_int, NULL},
+    {"$toLong", 1, 1, expr_op_to_long, NULL},
+    {"$toLower", 1, 1, expr_op_to_lower, NULL},
+    {"$toObjectId", 1, 1, expr_op_to_object_id, NULL},
+    {"$toString", 1, 1, expr_op_to_string, NULL},
+    {"$toUpper", 1, 1, expr_op_to_upper, NULL},
+    {"$trim", 0, 0, expr_op_trim, expr_parse_trim},
+    {"$trunc", 1, 2, expr_op_trunc, NULL},
+    {"$type", 1, 1, expr_op_type, NULL},
+    {"$unsetField", 0, 0, expr_op_set_field, expr_parse_unset_field},
+    {"$week", 0, 0, expr_op_week, expr_parse_date_part},
+    {"$year", 0, 0, expr_op_year, expr_parse_date_part},
+    {"$zip", 0, 0, expr_op_zip, expr_parse_zip},
 };
 
 static const expr_op_t *

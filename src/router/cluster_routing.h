@@ -27,11 +27,14 @@
 /* Bound on one command sent to the config server. */
 #define SHL_CONFIG_CMD_TIMEOUT_MS 60000
 
+struct shl_router_cursor_manager;
+
 /* The router's components (svc->role_state); created at start, read-only afterwards. */
 typedef struct shl_router {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
+    struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
     atomic_uint_least64_t cluster_time; /* highest $clusterTime seen from any node */
 } shl_router_t;

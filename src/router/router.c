@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "net/common_commands.h"
+#include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "sharding/sharding_types.h"
@@ -75,6 +76,7 @@ shutdown_router(shl_service_ctx_t *svc)
     if (r == NULL) {
         return;
     }
+    shl_router_cursor_manager_destroy(r->cursors);
     shl_catalog_cache_destroy(r->cache);
     shl_shard_registry_destroy(r->registry);
     shl_conn_pool_destroy(r->pool);
@@ -102,6 +104,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     r->pool = shl_conn_pool_new(&popts);
     r->registry = shl_shard_registry_new(r->pool, configdb);
     r->cache = shl_catalog_cache_new(r->registry);
+    r->cursors = shl_router_cursor_manager_new();
     svc->role_state = r;
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;

@@ -7,7 +7,8 @@ import random
 import bson
 import pymongo
 import pytest
-from bson.son import SON
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure
 
 from shale_fixtures import wait_until  # noqa: F401
@@ -16,9 +17,12 @@ N_DOCS = 20000
 
 
 def _chunks(cfg, ns):
-    coll = cfg.config.collections.find_one({"_id": ns})
+    # pymongo 3.11 re-encodes uuid.UUID as legacy subtype 3 unless told otherwise
+    config = cfg.get_database("config", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+    coll = config.collections.find_one({"_id": ns})
     assert coll is not None, "no config.collections entry for %s" % ns
-    return coll, list(cfg.config.chunks.find({"uuid": coll["uuid"]}).sort("min", 1))
+    return coll, list(config.chunks.find({"uuid": coll["uuid"]}).sort("min", 1))
 
 
 def _in_chunk(key, chunk):
@@ -154,6 +158,7 @@ def test_a_stale_second_router_returns_correct_results(sharded):
     assert r2.app.hashed.count_documents({}) == N_DOCS  # r2 caches the routing now
     # Drop and re-create with another key through r1; r2's cache is now stale.
     r1.app.recreated.insert_many([{"_id": i, "a": i, "b": -i} for i in range(1000)])
+    r1.app.recreated.create_index("a")  # a non-empty collection needs the key's index
     r1.admin.command("shardCollection", "app.recreated", key={"a": 1})
     assert r2.app.recreated.count_documents({"a": {"$lt": 500}}) == 500
     r1.app.recreated.drop()
