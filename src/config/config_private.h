@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "sharding/vector_clock.h"
 #include "net/client.h"
 #include "net/command.h"
 #include "net/op_context.h"
@@ -37,6 +38,7 @@ typedef struct cfg_state {
     pthread_mutex_t locks_mu;
     struct cfg_ns_lock *locks; /* guarded by locks_mu */
     pthread_mutex_t shards_mu; /* serializes addShard/removeShard */
+    shl_vector_clock_t clock;  /* TopologyTime: newest config.shards topologyTime (lock-free) */
 } cfg_state_t;
 
 /* cfg_get -- the process's config server state. */

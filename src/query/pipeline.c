@@ -615,8 +615,8 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     g = group_find(s, &key, h);
     if (g == NULL) {
         /* One allocation: the group, then its accumulators at their type's alignment. */
-        size_t off = (sizeof(*g) + _Alignof(accstate_t) - 1) / _Alignof(accstate_t) *
-                     _Alignof(accstate_t);
+        size_t off =
+            (sizeof(*g) + _Alignof(accstate_t) - 1) / _Alignof(accstate_t) * _Alignof(accstate_t);
         g = bson_aligned_alloc0(_Alignof(accstate_t) > _Alignof(max_align_t)
                                     ? _Alignof(accstate_t)
                                     : _Alignof(max_align_t),

@@ -20,6 +20,7 @@
 #include "sharding/catalog_cache.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "sharding/vector_clock.h"
 
 /* MongoDB's kMaxNumStaleVersionRetries: a request is tried at most this many times. */
 #define SHL_ROUTER_MAX_STALE_RETRIES 10
@@ -36,7 +37,7 @@ typedef struct shl_router {
     shl_catalog_cache_t *cache;
     struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
-    atomic_uint_least64_t cluster_time; /* highest $clusterTime seen from any node */
+    shl_vector_clock_t clock; /* highest times gossiped by any node (lock-free) */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

@@ -196,3 +196,12 @@ def test_insert_missing_or_array_shard_key(sharded):
     r.app.ranged.insert_one({"_id": "nokey"})  # MongoDB 7.0: missing key fields are null
     assert r.app.ranged.find_one({"_id": "nokey"}) == {"_id": "nokey"}
     r.app.ranged.delete_one({"_id": "nokey"})
+
+
+def test_every_shard_holds_the_collection_under_its_cluster_wide_uuid(sharded):
+    coll, _ = _chunks(sharded.config_client(), "app.hashed")
+    for i in range(2):
+        info = sharded.shard_client(i).app.command(
+            "listCollections", filter={"name": "hashed"})["cursor"]["firstBatch"]
+        assert len(info) == 1
+        assert info[0]["info"]["uuid"] == coll["uuid"], i
