@@ -205,6 +205,35 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     return ret;
 }
 
+/* _shardsvrCreateCollectionParticipant: the collection with UUID 'uuid' and the key's index
+ * on a shard that receives chunks. */
+static int
+shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t *uuid,
+                         const bson_t *key, bool unique, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, arr, spec, reply;
+    char name[256];
+
+    cfg_index_name(key, name, sizeof(name));
+    BSON_APPEND_UTF8(&cmd, "_shardsvrCreateCollectionParticipant", ns->coll);
+    shl_uuid_append(&cmd, "collectionUUID", uuid);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
+    BSON_APPEND_INT32(&spec, "v", 2);
+    BSON_APPEND_DOCUMENT(&spec, "key", key);
+    BSON_APPEND_UTF8(&spec, "name", name);
+    if (unique) {
+        BSON_APPEND_BOOL(&spec, "unique", true);
+    }
+    bson_append_document_end(&arr, &spec);
+    bson_append_array_end(&cmd, &arr);
+    ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 /* Drop ns on a shard; a missing collection is fine. */
 static int
 shard_drop(const char *shard, const shl_ns_t *ns, shl_status_t *st)
@@ -710,10 +739,10 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_destroy(&gmin);
         bson_destroy(&gmax);
     }
-    /* Shards other than the primary that receive chunks get the collection and index.
-     * TODO(6): they create it with their own UUID; MongoDB creates it with the primary's. */
+    /* Shards other than the primary that receive chunks get the collection, with the
+     * primary's UUID (the one config.collections records), and the shard key's index. */
     for (size_t r = 1; r < nreceivers; r++) {
-        SHL_ERR(shard_create_index(receivers[r], &ns, &key, unique, st));
+        SHL_ERR(shard_create_participant(receivers[r], &ns, &uuid, &key, unique, st));
     }
 
     BSON_APPEND_DOCUMENT(&details, "shardKey", &key);

@@ -611,7 +611,7 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     if (key.value_type == BSON_TYPE_EOD) {
         key.value_type = BSON_TYPE_NULL;
     }
-    uint64_t h = (uint64_t)shl_bson_hash_value(&key, 0);
+    uint64_t h = shl_bson_hash_fast(&key);
     g = group_find(s, &key, h);
     if (g == NULL) {
         /* One allocation: the group, then its accumulators at their type's alignment. */

@@ -13,6 +13,7 @@
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_uptime.h"
 #include "sharding/sharding_types.h"
 
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
@@ -68,6 +69,7 @@ shutdown_router(shl_service_ctx_t *svc)
     if (r == NULL) {
         return;
     }
+    shl_router_uptime_stop(r->uptime);
     shl_router_cursor_manager_destroy(r->cursors);
     shl_catalog_cache_destroy(r->cache);
     shl_shard_registry_destroy(r->registry);
@@ -102,6 +104,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.shutdown = shutdown_router;
+    r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);
     shl_router_commands_register(reg);
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));

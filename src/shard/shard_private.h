@@ -126,4 +126,7 @@ void shard_meta_destroy_all(shard_state_t *s);
 /* shard_commands_register -- the shardsvr commands (shardsvr_commands.c). */
 void shard_commands_register(shl_command_registry_t *reg);
 
+/* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
+void shard_create_participant_register(shl_command_registry_t *reg);
+
 #endif
