@@ -482,6 +482,14 @@ def test_config_reads_go_to_the_config_server(cluster):
     assert colls == [{"_id": "test.c", "key": {"x": 1}}]
     dbs = list(conf.databases.find({}, {"primary": 1}))
     assert dbs == [{"_id": "test", "primary": "shard0"}]
+    # sh.status()'s chunk summary.
+    coll = conf.collections.find_one({"_id": "test.c"})
+    coll_uuid = Binary(coll["uuid"].bytes, 4)  # pymongo 3 would re-encode a UUID as subtype 3
+    got = list(conf.chunks.aggregate([
+        {"$match": {"uuid": coll_uuid}}, {"$group": {"_id": "$shard", "cnt": {"$sum": 1}}},
+        {"$project": {"_id": 0, "shard": "$_id", "nChunks": "$cnt"}}, {"$sort": {"shard": 1}}]))
+    assert got == [{"shard": "shard0", "nChunks": 2}, {"shard": "shard1", "nChunks": 1}]
+    assert conf.version.count_documents({}) <= 1
     # A cursor on config.* is served by the router too.
     r = conf.command("find", "chunks", batchSize=1)
     assert len(r["cursor"]["firstBatch"]) == 1
