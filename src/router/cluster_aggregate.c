@@ -71,7 +71,7 @@ arr_push_stage(bson_t *arr, uint32_t *n, const char *name, const bson_value_t *v
 static void
 append_numeric_count(bson_t *out, const char *field, const bson_value_t *e)
 {
-    bson_t f, sum, cond, args, and, andv, gt, gta, lt, lta;
+    bson_t f, sum, args, and, andv, gt, gta, lt, lta;
 
     BSON_APPEND_DOCUMENT_BEGIN(out, field, &f);
     BSON_APPEND_DOCUMENT_BEGIN(&f, "$sum", &sum);
@@ -95,7 +95,6 @@ append_numeric_count(bson_t *out, const char *field, const bson_value_t *e)
     BSON_APPEND_INT32(&args, "1", 1);
     BSON_APPEND_INT32(&args, "2", 0);
     bson_append_array_end(&sum, &args);
-    (void)cond;
     bson_append_document_end(&f, &sum);
     bson_append_document_end(out, &f);
 }
