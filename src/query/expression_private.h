@@ -163,6 +163,10 @@ EXPR_FN(expr_op_ln);
 EXPR_FN(expr_op_log);
 EXPR_FN(expr_op_log10);
 EXPR_FN(expr_op_rand);
+EXPR_FN(expr_op_sum);
+EXPR_FN(expr_op_avg);
+EXPR_FN(expr_op_max);
+EXPR_FN(expr_op_min);
 
 /* expr_string.c */
 EXPR_FN(expr_op_substr_bytes);
