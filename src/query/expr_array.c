@@ -285,11 +285,11 @@ EXPR_FN(expr_op_reduce)
         acc = next;
         if ((acc.value_type == BSON_TYPE_ARRAY || acc.value_type == BSON_TYPE_DOCUMENT) &&
             acc.value.v_doc.data_len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$reduce: the accumulated value exceeds %d bytes",
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$reduce: the accumulated value exceeds %d bytes",
                      EXPR_MAX_VALUE_BYTES);
         }
         if (acc.value_type == BSON_TYPE_UTF8 && acc.value.v_utf8.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$reduce: the accumulated value exceeds %d bytes",
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$reduce: the accumulated value exceeds %d bytes",
                      EXPR_MAX_VALUE_BYTES);
         }
     }
@@ -900,7 +900,7 @@ EXPR_FN(expr_op_array_to_object)
         doc_set(&doc, k->value.v_utf8.str, k->value.v_utf8.len, val);
         bson_free(kv);
         if (doc.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$arrayToObject: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$arrayToObject: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
         }
     }
 finish:
@@ -1394,7 +1394,7 @@ EXPR_FN(expr_op_merge_objects)
         }
         bson_value_destroy(&v);
         if (doc.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$mergeObjects: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$mergeObjects: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
         }
     }
     expr_value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);

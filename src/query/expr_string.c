@@ -930,7 +930,7 @@ replace(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_s
                 bson_string_append_printf(res, "%.*s", (int)(i - copied), s + copied);
                 bson_string_append(res, r);
                 if (res->len > EXPR_MAX_VALUE_BYTES) {
-                    SHL_FAIL(st, 10334, "%s: result exceeds the %d byte limit", name,
+                    SHL_FAIL(st, QC_BUF_TOO_BIG, "%s: result exceeds the %d byte limit", name,
                              EXPR_MAX_VALUE_BYTES);
                 }
                 replaced = true;

@@ -113,6 +113,7 @@ expr_value_date(bson_value_t *v, int64_t ms)
 void
 expr_value_utf8(bson_value_t *v, const char *s, size_t len)
 {
+    expr_budget_charge(len);
     memset(v, 0, sizeof(*v));
     v->value_type = BSON_TYPE_UTF8;
     v->value.v_utf8.str = bson_malloc(len + 1);
@@ -256,7 +257,15 @@ expr_arr_append(expr_arr_t *a, const bson_value_t *v)
         a->too_big = true;
         return;
     }
+    if (expr_budget_exhausted()) {
+        a->too_big = true;
+        return;
+    }
     klen = bson_uint32_to_string(a->n++, &k, key, sizeof(key));
+    expr_budget_charge(16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
+                       ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY)
+                            ? v->value.v_doc.data_len
+                            : 0));
     if (v->value_type == BSON_TYPE_EOD) {
         bson_append_null(&a->b, k, (int)klen);
     } else if (!bson_append_value(&a->b, k, (int)klen, v)) {
@@ -271,7 +280,7 @@ expr_arr_finish(expr_arr_t *a, bson_value_t *out, shl_status_t *st)
         bson_destroy(&a->b);
         bson_init(&a->b);
         expr_value_missing(out);
-        return shl_status_set(st, 10334, "array exceeds the %d byte limit for a value",
+        return shl_status_set(st, QC_BUF_TOO_BIG, "array exceeds the %d byte limit for a value",
                               EXPR_MAX_VALUE_BYTES);
     }
     expr_value_take_bson(&a->b, BSON_TYPE_ARRAY, out);
@@ -326,6 +335,14 @@ expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *con
     expr_scope_t frame = {tls_scope, names, vals, n};
     const expr_scope_t *saved = tls_scope;
     int ret;
+    if (expr_budget_exhausted()) {
+        expr_value_missing(out);
+        return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                              "expression evaluation exceeded its work limit (%llu bytes or %llu values "
+                              "built)",
+                              (unsigned long long)EXPR_MAX_WORK_BYTES,
+                              (unsigned long long)EXPR_MAX_WORK_ITEMS);
+    }
     tls_scope = &frame;
     ret = shl_expr_evaluate(e, ctx, out, st);
     tls_scope = saved;
@@ -479,6 +496,22 @@ done:
 
 static const expr_op_t *find_op(const char *name);
 
+/* The $convert shorthands ($toInt, ...) report a wrong argument count with 50723. */
+static expr_eval_fn
+expr_op_convert_alias_marker(const expr_op_t *op)
+{
+    static const expr_eval_fn aliases[] = {expr_op_to_string,   expr_op_to_int,
+                                           expr_op_to_long,     expr_op_to_double,
+                                           expr_op_to_decimal,  expr_op_to_bool,
+                                           expr_op_to_object_id, expr_op_to_date};
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+        if (op->eval == aliases[i]) {
+            return op->eval;
+        }
+    }
+    return NULL;
+}
+
 static int
 parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status_t *st)
 {
@@ -565,6 +598,12 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
         ptrvec_push(&args, a);
     }
     if ((int)args.n < op->min_args || (op->max_args >= 0 && (int)args.n > op->max_args)) {
+        if (strcmp(name, "$ifNull") == 0) {
+            SHL_FAIL(st, 1257300, "$ifNull needs at least two arguments, had: %zu", args.n);
+        }
+        if (op->eval == expr_op_convert_alias_marker(op)) {
+            SHL_FAIL(st, 50723, "%s requires a single argument, got %zu", name, args.n);
+        }
         if (op->min_args == op->max_args) {
             SHL_FAIL(st, QC_EXPR_BAD_ARGC,
                      "Expression %s takes exactly %d arguments. %zu were "
@@ -880,9 +919,55 @@ done:
     return ret;
 }
 
+static int eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
+                      shl_status_t *st);
+
+/*
+ * Work budget: one top-level evaluation may produce at most EXPR_MAX_WORK_BYTES of array
+ * elements and strings in total, so that loops such as a $reduce that doubles an array stop
+ * with an error instead of running for hours.
+ */
+static __thread int tls_eval_depth;
+static __thread uint64_t tls_work_bytes, tls_work_items;
+
+void
+expr_budget_charge(size_t bytes)
+{
+    tls_work_bytes += bytes;
+    tls_work_items++;
+}
+
+bool
+expr_budget_exhausted(void)
+{
+    return tls_work_bytes > EXPR_MAX_WORK_BYTES || tls_work_items > EXPR_MAX_WORK_ITEMS;
+}
+
 int
 shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
                   shl_status_t *st)
+{
+    int ret;
+    if (tls_eval_depth == 0) {
+        tls_work_bytes = 0;
+        tls_work_items = 0;
+    }
+    tls_eval_depth++;
+    ret = eval_inner(e, ctx, out, st);
+    tls_eval_depth--;
+    if (ret == 0 && expr_budget_exhausted()) {
+        bson_value_destroy(out);
+        expr_value_missing(out);
+        ret = shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                             "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
+                             (unsigned long long)EXPR_MAX_WORK_BYTES,
+                             (unsigned long long)EXPR_MAX_WORK_ITEMS);
+    }
+    return ret;
+}
+
+static int
+eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st)
 {
     bson_value_t rootv;
     int ret = 0;
@@ -1194,6 +1279,13 @@ op_concat(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl
         SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &v, st));
         if (v.value_type == BSON_TYPE_UTF8) {
             bson_string_append(s, v.value.v_utf8.str);
+            expr_budget_charge(v.value.v_utf8.len);
+            if (s->len > EXPR_MAX_VALUE_BYTES) {
+                bson_value_destroy(&v);
+                SHL_FAIL(st, QC_BUF_TOO_BIG,
+                         "$concat: the result exceeds the %d byte limit for a value",
+                         EXPR_MAX_VALUE_BYTES);
+            }
         } else if (v.value_type == BSON_TYPE_NULL || v.value_type == BSON_TYPE_EOD ||
                    v.value_type == BSON_TYPE_UNDEFINED) {
             null = true;
@@ -1446,6 +1538,24 @@ done:
     return ret;
 }
 
+/* {$rand: {}} (or []): no arguments. */
+static EXPR_PARSE(parse_rand)
+{
+    bson_t view;
+    int ret = 0;
+    (void)op;
+    (void)e;
+    if (arg->value_type != BSON_TYPE_DOCUMENT && arg->value_type != BSON_TYPE_ARRAY) {
+        SHL_FAIL(st, 10065, "invalid parameter: expected an object ($rand)");
+    }
+    query_bson_view(arg, &view);
+    if (bson_count_keys(&view) != 0) {
+        SHL_FAIL(st, 3040501, "$rand does not currently accept arguments");
+    }
+done:
+    return ret;
+}
+
 /* One table for every operator; kept sorted by name for readers, searched linearly. */
 static const expr_op_t ops[] = {
     {"$abs", 1, 1, expr_op_abs, NULL},
@@ -1515,7 +1625,7 @@ static const expr_op_t ops[] = {
     {"$objectToArray", 1, 1, expr_op_object_to_array, NULL},
     {"$or", 0, -1, op_or, NULL},
     {"$pow", 2, 2, expr_op_pow, NULL},
-    {"$rand", 0, 0, expr_op_rand, NULL},
+    {"$rand", 0, 0, expr_op_rand, parse_rand},
     {"$range", 2, 3, expr_op_range, NULL},
     {"$reduce", 0, 0, expr_op_reduce, expr_parse_reduce},
     {"$regexFind", 0, 0, expr_op_regex_find, expr_parse_regex},

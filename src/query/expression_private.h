@@ -57,6 +57,14 @@ struct shl_expr {
 /* Limits that keep malformed or hostile expressions bounded. */
 #define EXPR_MAX_DEPTH 150                     /* nesting of expressions */
 #define EXPR_MAX_VALUE_BYTES (64 * 1024 * 1024) /* MongoDB's BufferMaxSize */
+#define EXPR_MAX_WORK_BYTES (1ULL << 30)        /* array elements/strings built per evaluation */
+#define EXPR_MAX_WORK_ITEMS (20ULL * 1000 * 1000)
+
+/* expr_budget_charge -- count one value of 'bytes' built by the current top-level evaluation;
+ * expr_budget_exhausted -- whether it went past EXPR_MAX_WORK_BYTES or EXPR_MAX_WORK_ITEMS
+ * (the evaluation then fails with ExceededMemoryLimit). */
+void expr_budget_charge(size_t bytes);
+bool expr_budget_exhausted(void);
 
 /* Codes with no name in error_codes.def. */
 #define QC_COERCE_INT 16003
@@ -64,6 +72,7 @@ struct shl_expr {
 #define QC_COERCE_DOUBLE 16005
 #define QC_COERCE_DATE 16006
 #define QC_COERCE_STRING 16007
+#define QC_BUF_TOO_BIG 13548 /* BufBuilder past the 64MB limit */
 
 /* expr_eval_args -- evaluate every argument into vals[] (caller destroys each). */
 int expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *vals,

@@ -474,7 +474,21 @@ static const ecase_t cases[] = {
     {"{'a': [1, null, 3]}", "{'e': [{'$max': '$a'}, {'$min': '$a'}, {'$max': [1, 5, 2]}]}",
      "{'v': [3, 1, 5]}", 0},
     {"{}", "{'e': {'$sum': '$nope'}}", "{'v': 0}", 0},
+    {"{}", "{'e': {'$ifNull': [1]}}", NULL, 1257300},
+    {"{}", "{'e': {'$toInt': [1, 2]}}", NULL, 50723},
+    {"{}", "{'e': {'$lt': [{'$rand': {}}, 1]}}", "{'v': true}", 0},
+    {"{}", "{'e': {'$rand': {'a': 1}}}", NULL, 3040501},
+    {"{}", "{'e': {'$rand': 1}}", NULL, 10065},
+    {"{}", "{'e': {'$getField': {'field': 'a', 'k': 1}}}", NULL, 3041701},
     /* ---- bounded on malformed input ---- */
+    {"{}",
+     "{'e': {'$reduce': {'input': {'$range': [0, 40]}, 'initialValue': 'ab', 'in': "
+     "{'$concat': ['$$value', '$$value']}}}}",
+     NULL, 13548},
+    {"{}",
+     "{'e': {'$reduce': {'input': {'$range': [0, 3000000]}, 'initialValue': [], 'in': "
+     "{'$concatArrays': ['$$value', ['$$this']]}}}}",
+     NULL, 146},
     {"{}", "{'e': {'$substrCP': ['abc', 0, 2147483647]}}", "{'v': 'abc'}", 0},
     {"{}", "{'e': {'$substrBytes': ['abc', 0, -5]}}", "{'v': 'abc'}", 0},
     {"{}", "{'e': {'$map': [1, 2]}}", NULL, 16878},
@@ -484,7 +498,7 @@ static const ecase_t cases[] = {
     {"{}",
      "{'e': {'$reduce': {'input': {'$range': [0, 40]}, 'initialValue': [1], 'in': "
      "{'$concatArrays': ['$$value', '$$value']}}}}",
-     NULL, 10334},
+     NULL, 13548},
     {"{}", "{'e': {'$foo': 1}}", NULL, 168},
     {"{}", "{'e': {'$eq': [1, 2, 3]}}", NULL, 16020},
     {"{}", "{'e': '$'}", NULL, 16872},
