@@ -14,6 +14,30 @@
 
 #define MS_PER_DAY 86400000LL
 
+/* Intermediate date arithmetic is done in 128 bits so that no int64 input can overflow it;
+ * results are range-checked before they become dates. */
+__extension__ typedef __int128 i128;
+
+static i128
+floor_div128(i128 a, i128 b)
+{
+    i128 q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) {
+        q--;
+    }
+    return q;
+}
+
+static bool
+fits64(i128 x, int64_t *out)
+{
+    if (x > (i128)INT64_MAX || x < (i128)INT64_MIN) {
+        return false;
+    }
+    *out = (int64_t)x;
+    return true;
+}
+
 /* days since 1970-01-01 -> civil date (Howard Hinnant's algorithm) */
 static void
 civil_from_days(int64_t z, int64_t *y, int *m, int *d)
@@ -74,8 +98,9 @@ is_leap(int64_t y)
 static void
 to_parts(int64_t ms, int64_t offset_ms, parts_t *p)
 {
-    int64_t local = ms + offset_ms, days = floor_div(local, MS_PER_DAY),
-            rem = local - days * MS_PER_DAY, jan1, wk;
+    i128 local = (i128)ms + offset_ms;
+    int64_t days = (int64_t)floor_div128(local, MS_PER_DAY),
+            rem = (int64_t)(local - (i128)days * MS_PER_DAY), jan1, wk;
     p->days = days;
     civil_from_days(days, &p->year, &p->month, &p->day);
     p->hour = (int)(rem / 3600000);
@@ -770,7 +795,8 @@ static bool
 add_months(int64_t ms, int64_t off, int64_t months, int64_t *out)
 {
     parts_t p;
-    int64_t y, m, days, dim, local;
+    int64_t y, m, days, dim;
+    i128 local;
     static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     to_parts(ms, off, &p);
     if (months > 12 * 300000 || months < -12 * 300000) {
@@ -781,9 +807,9 @@ add_months(int64_t ms, int64_t off, int64_t months, int64_t *out)
     m = m - floor_div(m, 12) * 12 + 1;
     dim = mdays[m - 1] + (m == 2 && is_leap(y));
     days = days_from_civil(y, (int)m, p.day > dim ? (int)dim : p.day);
-    local = days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL + p.second * 1000LL + p.ms;
-    *out = local - off;
-    return true;
+    local = (i128)days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL +
+            p.second * 1000LL + p.ms - off;
+    return fits64(local, out);
 }
 
 static bool
@@ -936,7 +962,7 @@ start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
 }
 
 /* Number of unit boundaries crossed between two instants (MongoDB's dateDiff). */
-static int64_t
+static i128
 diff_units(int64_t a, int64_t b, unit_t u, int64_t off, int sow)
 {
     parts_t pa, pb;
@@ -957,7 +983,7 @@ diff_units(int64_t a, int64_t b, unit_t u, int64_t off, int sow)
     case U_DAY:
         return pb.days - pa.days;
     default:
-        return floor_div(b + off, unit_ms(u)) - floor_div(a + off, unit_ms(u));
+        return floor_div128((i128)b + off, unit_ms(u)) - floor_div128((i128)a + off, unit_ms(u));
     }
 }
 
@@ -995,7 +1021,13 @@ EXPR_FN(expr_op_date_diff)
     if (u == U_WEEK && e->args[4] != NULL) {
         SHL_ERR(start_of_week(&sw, &sow, st));
     }
-    expr_value_int64(out, diff_units(a, b, u, off, sow));
+    {
+        int64_t d;
+        if (!fits64(diff_units(a, b, u, off, sow), &d)) {
+            SHL_FAIL(st, 5166308, "dateDiff overflowed");
+        }
+        expr_value_int64(out, d);
+    }
 done:
     for (int i = 0; i < 3; i++) {
         bson_value_destroy(&v[i]);
@@ -1065,28 +1097,35 @@ EXPR_FN(expr_op_date_trunc)
         /* Bins are counted from a reference instant: 2000-01-01T00:00 local (a Saturday) for
          * calendar units, shifted to the start of week for weeks; the epoch otherwise. */
         int64_t ref_days = days_from_civil(2000, 1, 1);
-        int64_t local = ms + off;
+        i128 local = (i128)ms + off, res;
         if (u <= U_HOUR) {
-            int64_t width = unit_ms(u) * bin, refms = ref_days * MS_PER_DAY;
-            r = refms + floor_div(local - refms, width) * width - off;
+            i128 width = (i128)unit_ms(u) * bin, refms = (i128)ref_days * MS_PER_DAY;
+            res = refms + floor_div128(local - refms, width) * width - off;
         } else if (u == U_DAY || u == U_WEEK) {
-            int64_t days = floor_div(local, MS_PER_DAY), step = u == U_DAY ? bin : 7 * bin;
+            i128 days = floor_div128(local, MS_PER_DAY), step = (i128)(u == U_DAY ? 1 : 7) * bin;
             int64_t ref = ref_days;
             if (u == U_WEEK) {
                 int refw = (int)(((ref % 7) + 7 + 4) % 7);
                 ref -= (refw - sow + 7) % 7;
             }
-            r = (ref + floor_div(days - ref, step) * step) * MS_PER_DAY - off;
+            res = (ref + floor_div128(days - ref, step) * step) * MS_PER_DAY - off;
         } else {
             parts_t p;
-            int64_t months, mult = u == U_MONTH ? 1 : (u == U_QUARTER ? 3 : 12), width, k;
+            i128 months, width, k, ky;
             to_parts(ms, off, &p);
-            months = (p.year - 2000) * 12 + (p.month - 1);
-            width = mult * bin;
-            k = floor_div(months, width) * width;
-            r = days_from_civil(2000 + floor_div(k, 12), (int)(k - floor_div(k, 12) * 12 + 1), 1) *
-                    MS_PER_DAY -
-                off;
+            months = (i128)(p.year - 2000) * 12 + (p.month - 1);
+            width = (i128)(u == U_MONTH ? 1 : (u == U_QUARTER ? 3 : 12)) * bin;
+            k = floor_div128(months, width) * width;
+            ky = floor_div128(k, 12);
+            if (ky > 400000000 || ky < -400000000) {
+                SHL_FAIL(st, SHL_CODE_OVERFLOW, "$dateTrunc: date overflow");
+            }
+            res = (i128)days_from_civil(2000 + (int64_t)ky, (int)(k - ky * 12 + 1), 1) *
+                      MS_PER_DAY -
+                  off;
+        }
+        if (!fits64(res, &r)) {
+            SHL_FAIL(st, SHL_CODE_OVERFLOW, "$dateTrunc: date overflow");
         }
     }
     expr_value_date(out, r);

@@ -341,7 +341,7 @@ expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *con
                               "expression evaluation exceeded its work limit (%llu bytes or %llu values "
                               "built)",
                               (unsigned long long)EXPR_MAX_WORK_BYTES,
-                              (unsigned long long)EXPR_MAX_WORK_ITEMS);
+                              (unsigned long long)expr_max_work_items);
     }
     tls_scope = &frame;
     ret = shl_expr_evaluate(e, ctx, out, st);
@@ -912,8 +912,10 @@ expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *val
     }
 done:
     if (ret != 0) {
+        /* Left missing, so a caller that destroys its values again on error is harmless. */
         for (i = 0; i < e->nargs; i++) {
             bson_value_destroy(&vals[i]);
+            expr_value_missing(&vals[i]);
         }
     }
     return ret;
@@ -929,6 +931,7 @@ static int eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value
  */
 static __thread int tls_eval_depth;
 static __thread uint64_t tls_work_bytes, tls_work_items;
+uint64_t expr_max_work_items = EXPR_MAX_WORK_ITEMS;
 
 void
 expr_budget_charge(size_t bytes)
@@ -940,7 +943,7 @@ expr_budget_charge(size_t bytes)
 bool
 expr_budget_exhausted(void)
 {
-    return tls_work_bytes > EXPR_MAX_WORK_BYTES || tls_work_items > EXPR_MAX_WORK_ITEMS;
+    return tls_work_bytes > EXPR_MAX_WORK_BYTES || tls_work_items > expr_max_work_items;
 }
 
 int
@@ -961,7 +964,7 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
         ret = shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
                              "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
                              (unsigned long long)EXPR_MAX_WORK_BYTES,
-                             (unsigned long long)EXPR_MAX_WORK_ITEMS);
+                             (unsigned long long)expr_max_work_items);
     }
     return ret;
 }

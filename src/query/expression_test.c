@@ -481,6 +481,15 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$rand': 1}}", NULL, 10065},
     {"{}", "{'e': {'$getField': {'field': 'a', 'k': 1}}}", NULL, 3041701},
     /* ---- bounded on malformed input ---- */
+    {"{}", "{'e': {'$add': [{'$concat': ['a']}, {'$divide': [1, 0]}]}}", NULL, 16608},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': {'$numberLong': '-9223372036854775808'}}, 'unit': "
+     "'year', 'binSize': {'$numberLong': '9223372036854775807'}}}}",
+     NULL, 15},
+    {"{}",
+     "{'e': {'$dateDiff': {'startDate': {'$date': {'$numberLong': '-9223372036854775808'}}, "
+     "'endDate': {'$date': {'$numberLong': '9223372036854775807'}}, 'unit': 'millisecond'}}}",
+     NULL, 5166308},
     {"{}",
      "{'e': {'$reduce': {'input': {'$range': [0, 40]}, 'initialValue': 'ab', 'in': "
      "{'$concat': ['$$value', '$$value']}}}}",
