@@ -8,6 +8,7 @@
 #include "query/expression_private.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -17,7 +18,8 @@
 #define QC_FIELDPATH_EMPTY_COMPONENT 15998
 #define QC_DOLLAR_ALONE 16872
 #define QC_EXPR_OBJECT_ONE_FIELD 15983
-#define QC_EXPR_DOLLAR_IN_OBJECT 16404
+#define QC_FIELDPATH_DOT_IN_NAME 16412
+#define QC_EXPR_DUP_FIELD 16406
 #define QC_ADD_TYPE 16554
 #define QC_MULTIPLY_TYPE 16555
 #define QC_CONCAT_TYPE 16702
@@ -638,6 +640,12 @@ done:
 static int parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st);
 
 static int
+cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int
 parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
 {
     int ret;
@@ -727,13 +735,45 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         bson_iter_init(&it, &view);
         while (bson_iter_next(&it)) {
             shl_expr_t *m = NULL;
-            if (bson_iter_key(&it)[0] == '$') {
-                SHL_FAIL(st, QC_EXPR_DOLLAR_IN_OBJECT,
-                         "field path references must be prefixed with a '$' ('%s'", "");
+            const char *key = bson_iter_key(&it);
+            /* FieldPath::uassertValidFieldName, then no duplicates (16406). */
+            if (key[0] == '\0') {
+                SHL_FAIL(st, QC_FIELDPATH_EMPTY_COMPONENT,
+                         "FieldPath field names may not be empty strings.");
+            }
+            if (key[0] == '$') {
+                SHL_FAIL(st, QC_FIELDPATH_DOLLAR,
+                         "FieldPath field names may not start with '$'. Consider using $getField "
+                         "or $setField.");
+            }
+            if (strlen(key) != bson_iter_key_len(&it)) {
+                SHL_FAIL(st, QC_FIELDPATH_NULL_BYTE, "FieldPath field names may not contain '\\0'.");
+            }
+            if (strchr(key, '.') != NULL) {
+                SHL_FAIL(st, QC_FIELDPATH_DOT_IN_NAME,
+                         "FieldPath field names may not contain '.'. Consider using $getField or "
+                         "$setField.");
             }
             SHL_ERR(parse_value(bson_iter_value(&it), &m, st));
             ptrvec_push(&members, m);
             ptrvec_push(&names, bson_strdup(bson_iter_key(&it)));
+        }
+        if (names.n > 1) {
+            /* Duplicates, found by sorting a copy of the names (objects may be large). */
+            char **sorted = bson_malloc(names.n * sizeof(char *));
+            const char *dup = NULL;
+            memcpy(sorted, names.v, names.n * sizeof(char *));
+            qsort(sorted, names.n, sizeof(char *), cmp_cstr);
+            for (size_t k = 1; k < names.n && dup == NULL; k++) {
+                if (strcmp(sorted[k - 1], sorted[k]) == 0) {
+                    dup = sorted[k];
+                }
+            }
+            bson_free(sorted);
+            if (dup != NULL) {
+                SHL_FAIL(st, QC_EXPR_DUP_FIELD,
+                         "duplicate field name specified in object literal: %s", dup);
+            }
         }
         goto collect;
     }
