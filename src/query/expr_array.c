@@ -849,7 +849,9 @@ objb_finish(objb_t *b, const char *opname, bson_value_t *out, shl_status_t *st)
     bson_t doc = BSON_INITIALIZER;
     size_t k = 0;
     int ret = 0;
-    qsort(b->e, b->n, sizeof(objent_t), cmp_objent_key);
+    if (b->n > 1) {
+        qsort(b->e, b->n, sizeof(objent_t), cmp_objent_key);
+    }
     for (size_t i = 0; i < b->n;) {
         size_t j = i;
         while (j + 1 < b->n && b->e[j + 1].klen == b->e[i].klen &&
@@ -861,7 +863,9 @@ objb_finish(objb_t *b, const char *opname, bson_value_t *out, shl_status_t *st)
         k++;
         i = j + 1;
     }
-    qsort(b->e, k, sizeof(objent_t), cmp_objent_idx);
+    if (k > 1) {
+        qsort(b->e, k, sizeof(objent_t), cmp_objent_idx);
+    }
     for (size_t i = 0; i < k; i++) {
         bson_append_value(&doc, b->e[i].key, (int)b->e[i].klen, &b->e[i].val);
         expr_budget_charge(b->e[i].klen);

@@ -342,7 +342,7 @@ expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *con
         return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
                               "expression evaluation exceeded its work limit (%llu bytes or %llu values "
                               "built)",
-                              (unsigned long long)EXPR_MAX_WORK_BYTES,
+                              (unsigned long long)expr_max_work_bytes,
                               (unsigned long long)expr_max_work_items);
     }
     tls_scope = &frame;
@@ -972,6 +972,7 @@ static int eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value
 static __thread int tls_eval_depth;
 static __thread uint64_t tls_work_bytes, tls_work_items;
 uint64_t expr_max_work_items = EXPR_MAX_WORK_ITEMS;
+uint64_t expr_max_work_bytes = EXPR_MAX_WORK_BYTES;
 
 void
 expr_budget_charge(size_t bytes)
@@ -983,7 +984,7 @@ expr_budget_charge(size_t bytes)
 bool
 expr_budget_exhausted(void)
 {
-    return tls_work_bytes > EXPR_MAX_WORK_BYTES || tls_work_items > expr_max_work_items;
+    return tls_work_bytes > expr_max_work_bytes || tls_work_items > expr_max_work_items;
 }
 
 int
@@ -1003,7 +1004,7 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
         expr_value_missing(out);
         ret = shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
                              "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
-                             (unsigned long long)EXPR_MAX_WORK_BYTES,
+                             (unsigned long long)expr_max_work_bytes,
                              (unsigned long long)expr_max_work_items);
     }
     return ret;
@@ -1094,6 +1095,11 @@ eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, sh
     case EXPR_OP:
         ret = e->op->eval(e, ctx, out, st);
         break;
+    }
+    if ((e->kind == EXPR_FIELD || e->kind == EXPR_VAR) &&
+        (out->value_type == BSON_TYPE_ARRAY || out->value_type == BSON_TYPE_DOCUMENT)) {
+        /* Copies of large values count against the work budget too. */
+        expr_budget_charge(out->value.v_doc.data_len);
     }
 done:
     return ret;

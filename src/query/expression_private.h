@@ -59,8 +59,9 @@ struct shl_expr {
 #define EXPR_MAX_VALUE_BYTES (64 * 1024 * 1024) /* MongoDB's BufferMaxSize */
 #define EXPR_MAX_WORK_BYTES (1ULL << 30)        /* array elements/strings built per evaluation */
 #define EXPR_MAX_WORK_ITEMS (8ULL * 1000 * 1000)
-/* The limit in force (EXPR_MAX_WORK_ITEMS; the fuzz target lowers it to keep runs short). */
+/* The limits in force (EXPR_MAX_WORK_*; the fuzz target lowers them to keep runs short). */
 extern uint64_t expr_max_work_items;
+extern uint64_t expr_max_work_bytes;
 
 /* expr_budget_charge -- count one value of 'bytes' built by the current top-level evaluation;
  * expr_budget_exhausted -- whether it went past EXPR_MAX_WORK_BYTES or EXPR_MAX_WORK_ITEMS

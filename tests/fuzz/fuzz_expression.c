@@ -33,7 +33,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* Same bounds as the server, except a smaller work budget so that inputs hitting it stay
      * well under libFuzzer's -timeout with ASan. */
-    expr_max_work_items = 1000 * 1000;
+    expr_max_work_items = 200 * 1000;
+    expr_max_work_bytes = 16 * 1024 * 1024;
     bson_init(&vars);
     bson_append_int32(&vars, "v", 1, 7);
     while (bson_iter_next(&it)) {
