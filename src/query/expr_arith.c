@@ -493,6 +493,7 @@ reduce_values(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
     expr_value_missing(&best);
     SHL_ERR(expr_eval_args(e, ctx, args, st));
     single_array = e->nargs == 1 && args[0].value_type == BSON_TYPE_ARRAY;
+    /* (with no arguments: $sum is 0, the others null) */
     if (single_array) {
         vals = expr_array_values(&args[0], &n);
     } else {

@@ -983,7 +983,7 @@ EXPR_FN(expr_op_array_to_object)
         }
         if (strlen(k->value.v_utf8.str) != k->value.v_utf8.len) {
             bson_free(kv);
-            SHL_FAIL(st, 4940400, "Key field cannot contain an embedded null byte");
+            SHL_FAIL(st, pairs ? 4940400 : 4940401, "Key field cannot contain an embedded null byte");
         }
         objb_add(&ob, k->value.v_utf8.str, k->value.v_utf8.len, val);
         bson_free(kv);

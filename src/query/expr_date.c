@@ -944,7 +944,7 @@ done:
 }
 
 static int
-start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
+start_of_week(const bson_value_t *v, const char *opname, int *dow, shl_status_t *st)
 {
     static const char *const names[] = {"sunday", "monday", "tuesday", "wednesday",
                                         "thursday", "friday", "saturday"};
@@ -958,7 +958,14 @@ start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
             }
         }
     }
-    return shl_status_set(st, 5439015, "startOfWeek must be a valid day of the week");
+    if (v->value_type != BSON_TYPE_UTF8) {
+        return shl_status_set(st, 5439015, "%s requires 'startOfWeek' to be a string, but got %s",
+                              opname, expr_type_name(v));
+    }
+    return shl_status_set(st, 5439016,
+                          "%s parameter 'startOfWeek' value cannot be recognized as a day of a "
+                          "week: %s",
+                          opname, v->value.v_utf8.str);
 }
 
 /* Number of unit boundaries crossed between two instants (MongoDB's dateDiff). */
@@ -1019,7 +1026,7 @@ EXPR_FN(expr_op_date_diff)
     }
     SHL_ERR(parse_unit(&v[2], "$dateDiff", &u, st));
     if (u == U_WEEK && e->args[4] != NULL) {
-        SHL_ERR(start_of_week(&sw, &sow, st));
+        SHL_ERR(start_of_week(&sw, "$dateDiff", &sow, st));
     }
     {
         int64_t d;
@@ -1091,7 +1098,7 @@ EXPR_FN(expr_op_date_trunc)
         }
     }
     if (u == U_WEEK && e->args[4] != NULL) {
-        SHL_ERR(start_of_week(&sw, &sow, st));
+        SHL_ERR(start_of_week(&sw, "$dateTrunc", &sow, st));
     }
     {
         /* Bins are counted from a reference instant: 2000-01-01T00:00 local (a Saturday) for
@@ -1118,14 +1125,14 @@ EXPR_FN(expr_op_date_trunc)
             k = floor_div128(months, width) * width;
             ky = floor_div128(k, 12);
             if (ky > 400000000 || ky < -400000000) {
-                SHL_FAIL(st, SHL_CODE_OVERFLOW, "$dateTrunc: date overflow");
+                SHL_FAIL(st, 5439000, "dateTrunc overflowed");
             }
             res = (i128)days_from_civil(2000 + (int64_t)ky, (int)(k - ky * 12 + 1), 1) *
                       MS_PER_DAY -
                   off;
         }
         if (!fits64(res, &r)) {
-            SHL_FAIL(st, SHL_CODE_OVERFLOW, "$dateTrunc: date overflow");
+            SHL_FAIL(st, 5439000, "dateTrunc overflowed");
         }
     }
     expr_value_date(out, r);

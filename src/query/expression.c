@@ -19,6 +19,7 @@
 #define QC_DOLLAR_ALONE 16872
 #define QC_EXPR_OBJECT_ONE_FIELD 15983
 #define QC_FIELDPATH_DOT_IN_NAME 16412
+#define QC_EXPR_BAD_ARGC_RANGE 28667
 #define QC_EXPR_DUP_FIELD 16406
 #define QC_ADD_TYPE 16554
 #define QC_MULTIPLY_TYPE 16555
@@ -617,7 +618,7 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
                      "Expression %s takes at least %d arguments. %zu were passed in.", name,
                      op->min_args, args.n);
         }
-        SHL_FAIL(st, QC_EXPR_BAD_ARGC,
+        SHL_FAIL(st, QC_EXPR_BAD_ARGC_RANGE,
                  "Expression %s takes at least %d arguments, and at most "
                  "%d, but %zu were passed in.",
                  name, op->min_args, op->max_args, args.n);
@@ -1614,7 +1615,7 @@ static const expr_op_t ops[] = {
     {"$anyElementTrue", 1, 1, expr_op_any_element_true, NULL},
     {"$arrayElemAt", 2, 2, expr_op_array_elem_at, NULL},
     {"$arrayToObject", 1, 1, expr_op_array_to_object, NULL},
-    {"$avg", 1, -1, expr_op_avg, NULL},
+    {"$avg", 0, -1, expr_op_avg, NULL},
     {"$ceil", 1, 1, expr_op_ceil, NULL},
     {"$cmp", 2, 2, op_cmp, NULL},
     {"$concat", 0, -1, op_concat, NULL},
@@ -1661,10 +1662,10 @@ static const expr_op_t ops[] = {
     {"$lte", 2, 2, op_lte, NULL},
     {"$ltrim", 0, 0, expr_op_trim, expr_parse_trim},
     {"$map", 0, 0, expr_op_map, expr_parse_map},
-    {"$max", 1, -1, expr_op_max, NULL},
+    {"$max", 0, -1, expr_op_max, NULL},
     {"$mergeObjects", 0, -1, expr_op_merge_objects, NULL},
     {"$millisecond", 0, 0, expr_op_millisecond, expr_parse_date_part},
-    {"$min", 1, -1, expr_op_min, NULL},
+    {"$min", 0, -1, expr_op_min, NULL},
     {"$minute", 0, 0, expr_op_minute, expr_parse_date_part},
     {"$mod", 2, 2, expr_op_mod, NULL},
     {"$month", 0, 0, expr_op_month, expr_parse_date_part},
@@ -1704,7 +1705,7 @@ static const expr_op_t ops[] = {
     {"$substrBytes", 3, 3, expr_op_substr_bytes, NULL},
     {"$substrCP", 3, 3, expr_op_substr_cp, NULL},
     {"$subtract", 2, 2, expr_op_subtract, NULL},
-    {"$sum", 1, -1, expr_op_sum, NULL},
+    {"$sum", 0, -1, expr_op_sum, NULL},
     {"$switch", 0, 0, op_switch, parse_switch},
     {"$toBool", 1, 1, expr_op_to_bool, NULL},
     {"$toDate", 1, 1, expr_op_to_date, NULL},

@@ -85,6 +85,8 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$trunc': [1234.5678, 1]}}", "{'v': 1234.5}", 0},
     {"{}", "{'e': {'$trunc': [-1.7]}}", "{'v': -1.0}", 0},
     {"{}", "{'e': {'$round': [1, 101]}}", NULL, 51083},
+    {"{}", "{'e': {'$round': [1, 2, 3]}}", NULL, 28667},
+    {"{}", "{'e': {'$sum': []}}", "{'v': 0}", 0},
     {"{}", "{'e': {'$round': ['x']}}", NULL, 51081},
     {"{}", "{'e': {'$trunc': [1.5, 1.5]}}", NULL, 51082},
     {"{}", "{'e': {'$pow': [2, 10]}}", "{'v': 1024}", 0},
@@ -501,7 +503,11 @@ static const ecase_t cases[] = {
     {"{}",
      "{'e': {'$dateTrunc': {'date': {'$date': {'$numberLong': '-9223372036854775808'}}, 'unit': "
      "'year', 'binSize': {'$numberLong': '9223372036854775807'}}}}",
-     NULL, 15},
+     NULL, 5439000},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': '2021-03-17T10:20:30Z'}, 'unit': 'week', "
+     "'startOfWeek': 'someday'}}}",
+     NULL, 5439016},
     {"{}",
      "{'e': {'$dateDiff': {'startDate': {'$date': {'$numberLong': '-9223372036854775808'}}, "
      "'endDate': {'$date': {'$numberLong': '9223372036854775807'}}, 'unit': 'millisecond'}}}",
