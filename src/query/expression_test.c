@@ -498,6 +498,35 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'a': 1, 'b.c': 2}}", NULL, 16412},
     {"{}", "{'e': {'a': 1, '$b': 2}}", NULL, 16410},
     {"{}", "{'e': {'a': 1, 'a': 2}}", NULL, 16406},
+    /* one error per remaining operator */
+    {"{}", "{'e': {'$floor': 'x'}}", NULL, 28765},
+    {"{}", "{'e': {'$exp': 'x'}}", NULL, 28765},
+    {"{}", "{'e': {'$sqrt': [true]}}", NULL, 28765},
+    {"{}", "{'e': {'$toLower': [{'a': 1}]}}", NULL, 16007},
+    {"{}", "{'e': {'$regexFindAll': {'input': 'a', 'regex': 'a', 'options': 'q'}}}", NULL, 51108},
+    {"{}", "{'e': {'$regexFind': {'regex': 'a'}}}", NULL, 31022},
+    {"{}", "{'e': {'$ltrim': {'input': 'a', 'chars': 1}}}", NULL, 50700},
+    {"{}", "{'e': {'$last': 'x'}}", NULL, 28689},
+    {"{}", "{'e': {'$isArray': [1, 2]}}", NULL, 16020},
+    {"{}", "{'e': {'$allElementsTrue': 'x'}}", NULL, 17040},
+    {"{}", "{'e': {'$unsetField': {'field': 'a'}}}", NULL, 4161109},
+    {"{}", "{'e': {'$objectToArray': {'$literal': 1}}}", NULL, 40390},
+    {"{}",
+     "{'e': {'$dateSubtract': {'startDate': {'$date': '2021-01-01T00:00:00Z'}, 'unit': 'day', "
+     "'amount': 'x'}}}",
+     NULL, 5166405},
+    {"{}", "{'e': {'$dateSubtract': {'startDate': 1, 'unit': 'day', 'amount': 1, 'x': 1}}}", NULL,
+     5166401},
+    {"{}", "{'e': {'$toLong': 'abc'}}", NULL, 241},
+    {"{}", "{'e': {'$toDecimal': 'abc'}}", NULL, 241},
+    {"{}", "{'e': {'$toBool': [1, 2]}}", NULL, 50723},
+    {"{}", "{'e': {'$isNumber': []}}", NULL, 16020},
+    {"{}", "{'e': {'$toHashedIndexKey': [1, 2]}}", NULL, 16020},
+    {"{}", "{'e': {'$convert': {'input': 1, 'to': 'minKey'}}}", NULL, 241},
+    {"{}", "{'e': {'$convert': {'input': 1, 'to': 'bool', 'onError': 0}}}", "{'v': true}", 0},
+    {"{}", "{'e': {'$toObjectId': null}}", "{'v': null}", 0},
+    {"{}", "{'e': {'$toBool': '$nope'}}", "{'v': null}", 0},
+    {"{}", "{'e': {'$toDouble': {'$date': '1970-01-01T00:00:01Z'}}}", "{'v': 1000.0}", 0},
     /* ---- bounded on malformed input ---- */
     {"{}", "{'e': {'$add': [{'$concat': ['a']}, {'$divide': [1, 0]}]}}", NULL, 16608},
     {"{}",
@@ -582,4 +611,60 @@ SHL_TEST(expression_table)
         bson_destroy(spec);
     }
     ASSERT_INT_EQ(failures, 0);
+}
+
+/* $type cannot be written in the table: {"$type": ...} is extended JSON to libbson's parser. */
+SHL_TEST(expression_type_and_now)
+{
+    static const struct {
+        bson_type_t t;
+        const char *name;
+    } types[] = {{BSON_TYPE_INT32, "int"},       {BSON_TYPE_INT64, "long"},
+                 {BSON_TYPE_DOUBLE, "double"},   {BSON_TYPE_UTF8, "string"},
+                 {BSON_TYPE_NULL, "null"},       {BSON_TYPE_EOD, "missing"},
+                 {BSON_TYPE_BOOL, "bool"},       {BSON_TYPE_DATE_TIME, "date"}};
+    bson_t *doc = shl_test_bson("{'i': 1, 'l': {'$numberLong': '1'}, 'd': 1.5, 's': 'x', "
+                                "'n': null, 'b': true, 't': {'$date': '2021-01-01T00:00:00Z'}}");
+    static const char *const paths[] = {"$i", "$l", "$d", "$s", "$n", "$nope", "$b", "$t"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        bson_t spec = BSON_INITIALIZER;
+        bson_value_t sv, v = {0};
+        shl_expr_t *e = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_expr_ctx_t ctx = {0};
+        bson_iter_t it;
+        BSON_APPEND_UTF8(&spec, "$type", paths[i]);
+        sv.value_type = BSON_TYPE_DOCUMENT;
+        sv.value.v_doc.data = bson_malloc(spec.len);
+        memcpy(sv.value.v_doc.data, bson_get_data(&spec), spec.len);
+        sv.value.v_doc.data_len = spec.len;
+        ASSERT_INT_EQ(shl_expr_parse(&sv, &e, &st), 0);
+        bson_free(sv.value.v_doc.data);
+        ctx.root = doc;
+        ASSERT_INT_EQ(shl_expr_evaluate(e, &ctx, &v, &st), 0);
+        ASSERT_INT_EQ(v.value_type, BSON_TYPE_UTF8);
+        ASSERT_STR_EQ(v.value.v_utf8.str, types[i].name);
+        (void)it;
+        bson_value_destroy(&v);
+        shl_expr_destroy(e);
+        bson_destroy(&spec);
+    }
+    {
+        /* $$NOW is the context's clock, constant within an evaluation. */
+        bson_t *spec = shl_test_bson("{'e': {'$eq': ['$$NOW', {'$add': ['$$NOW', 0]}]}}");
+        bson_iter_t it;
+        shl_expr_t *e = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_expr_ctx_t ctx = {0};
+        bool b = false;
+        bson_iter_init_find(&it, spec, "e");
+        ASSERT_INT_EQ(shl_expr_parse(bson_iter_value(&it), &e, &st), 0);
+        ctx.root = doc;
+        ctx.now_ms = 1616000000000;
+        ASSERT_INT_EQ(shl_expr_evaluate_bool(e, &ctx, &b, &st), 0);
+        ASSERT_INT_EQ(b, true);
+        shl_expr_destroy(e);
+        bson_destroy(spec);
+    }
+    bson_destroy(doc);
 }
