@@ -269,6 +269,13 @@ void expr_date_iso_string(int64_t ms, char *buf, size_t len);
 /* parse a date string as $dateFromString without format does; false on failure */
 bool expr_date_parse_iso(const char *s, int64_t *ms);
 
+/* expr_tz.c: Olson zones from the system tz database (cached, immutable, thread-safe). */
+typedef struct expr_tzzone expr_tzzone_t;
+/* expr_tz_lookup -- the zone named 'name' ("Europe/Paris"), or NULL if there is none. */
+const expr_tzzone_t *expr_tz_lookup(const char *name);
+/* expr_tz_zone_offset -- the zone's UTC offset in milliseconds at instant 'utc_ms'. */
+int64_t expr_tz_zone_offset(const expr_tzzone_t *z, int64_t utc_ms);
+
 /* expr_type.c */
 EXPR_FN(expr_op_type);
 EXPR_PARSE(expr_parse_convert);

@@ -367,6 +367,33 @@ static const ecase_t cases[] = {
     {"{'d': {'$date': '2021-03-15T00:30:00Z'}}",
      "{'e': {'$hour': {'date': '$d', 'timezone': 5}}}", NULL, 40517},
     {"{}", "{'e': {'$year': {'dt': 1}}}", NULL, 40535},
+    /* Olson zones from the system tz database (America/New_York: EST -5, EDT -4) */
+    {"{'d': {'$date': '2021-07-01T12:00:00Z'}, 'w': {'$date': '2021-01-01T12:00:00Z'}}",
+     "{'e': [{'$hour': {'date': '$d', 'timezone': 'America/New_York'}}, {'$hour': {'date': "
+     "'$w', 'timezone': 'America/New_York'}}]}",
+     "{'v': [8, 7]}", 0},
+    {"{'d': {'$date': '2021-07-01T12:00:00Z'}}",
+     "{'e': {'$dateToString': {'date': '$d', 'format': '%H:%M %z %Z', 'timezone': "
+     "'America/New_York'}}}",
+     "{'v': '08:00 -0400 -240'}", 0},
+    {"{}",
+     "{'e': {'$dateFromString': {'dateString': '2021-07-01T08:00:00', 'timezone': "
+     "'America/New_York'}}}",
+     "{'v': {'$date': '2021-07-01T12:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateAdd': {'startDate': {'$date': '2021-03-13T12:00:00Z'}, 'unit': 'day', "
+     "'amount': 1, 'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-03-14T11:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateAdd': {'startDate': {'$date': '2021-03-13T12:00:00Z'}, 'unit': 'hour', "
+     "'amount': 24, 'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-03-14T12:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': '2021-07-01T02:00:00Z'}, 'unit': 'day', "
+     "'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-06-30T04:00:00Z'}}", 0},
+    {"{'d': {'$date': '2021-03-15T00:30:00Z'}}",
+     "{'e': {'$hour': {'date': '$d', 'timezone': '../../etc/passwd'}}}", NULL, 40485},
     {"{'d': {'$date': '2021-03-05T07:08:09.010Z'}}",
      "{'e': {'$dateToString': {'date': '$d', 'format': '%Y/%m/%d %H:%M:%S.%L %j %w %u %U %V "
      "%G %z %Z %%'}}}",
