@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MS_PER_DAY 86400000LL
 
@@ -369,7 +370,7 @@ validate_format(const char *f, size_t len, shl_status_t *st)
         if (i + 1 >= len) {
             return shl_status_set(st, 18535, "Unmatched '%%' at end of format string");
         }
-        if (strchr("dGHjLmMsSuUVwYzZ%", f[i + 1]) == NULL || f[i + 1] == '\0') {
+        if (strchr("bBdGHjLmMSuUVwYzZ%", f[i + 1]) == NULL || f[i + 1] == '\0') {
             return shl_status_set(st, 18536, "Invalid format character '%%%c' in format string",
                                   f[i + 1]);
         }
@@ -377,6 +378,10 @@ validate_format(const char *f, size_t len, shl_status_t *st)
     }
     return 0;
 }
+
+static const char *const month_names[12] = {"January", "February", "March",     "April",
+                                            "May",     "June",     "July",      "August",
+                                            "September", "October", "November", "December"};
 
 static void
 format_date(const char *f, size_t len, int64_t ms, const tz_t *tz, bson_string_t *s)
@@ -392,6 +397,10 @@ format_date(const char *f, size_t len, int64_t ms, const tz_t *tz, bson_string_t
         }
         i++;
         switch (f[i]) {
+        case 'b':
+        case 'B':
+            bson_string_append_printf(s, f[i] == 'b' ? "%.3s" : "%s", month_names[p.month - 1]);
+            break;
         case 'Y':
             bson_string_append_printf(s, "%04lld", (long long)p.year);
             break;
@@ -677,6 +686,22 @@ parse_with_format(const char *s, const char *f, const tz_t *tz, int64_t *ms)
                 return false;
             }
             break;
+        case 'b':
+        case 'B': {
+            int found = 0;
+            for (int k = 0; k < 12 && !found; k++) {
+                size_t l = *f == 'b' ? 3 : strlen(month_names[k]);
+                if (strncasecmp(p, month_names[k], l) == 0) {
+                    d.month = k + 1;
+                    p += l;
+                    found = 1;
+                }
+            }
+            if (!found) {
+                return false;
+            }
+            break;
+        }
         case 'd':
             if (!digits(&p, 2, &d.day)) {
                 return false;

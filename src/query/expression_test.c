@@ -398,6 +398,10 @@ static const ecase_t cases[] = {
      "{'e': {'$dateToString': {'date': '$d', 'format': '%Y/%m/%d %H:%M:%S.%L %j %w %u %U %V "
      "%G %z %Z %%'}}}",
      "{'v': '2021/03/05 07:08:09.010 064 6 5 09 09 2021 +0000 +000 %'}", 0},
+    {"{'d': {'$date': '2021-09-05T07:08:09.010Z'}}",
+     "{'e': {'$dateToString': {'date': '$d', 'format': '%b %B'}}}", "{'v': 'Sep September'}", 0},
+    {"{}", "{'e': {'$dateFromString': {'dateString': '05 sep 2021', 'format': '%d %b %Y'}}}",
+     "{'v': {'$date': '2021-09-05T00:00:00Z'}}", 0},
     {"{'d': {'$date': '2021-03-05T07:08:09.010Z'}}", "{'e': {'$dateToString': {'date': '$d'}}}",
      "{'v': '2021-03-05T07:08:09.010Z'}", 0},
     {"{'d': {'$date': '2021-03-05T23:08:09.010Z'}}",

@@ -38,6 +38,8 @@ def test_families(db):
     assert _one(db, {"$dateToString": {"date": "$d", "format": "%Y-%m-%d %H:%M",
                                        "timezone": "+02:00"}}, doc) == "2021-03-15 12:20"
     assert _one(db, {"$isoWeek": "$d"}, doc) == 11
+    assert _one(db, {"$hour": {"date": "$d", "timezone": "Europe/Paris"}}, doc) == 11
+    assert _one(db, {"$dateToString": {"date": "$d", "format": "%d %b %Y"}}, doc) == "15 Mar 2021"
     assert _one(db, {"$dateAdd": {"startDate": "$d", "unit": "day", "amount": 20}}, doc) == \
         datetime.datetime(2021, 4, 4, 10, 20, 30)
     assert _one(db, {"$type": "$nope"}, doc) == "missing"
