@@ -1530,7 +1530,13 @@ EXPR_PARSE(expr_parse_get_field)
                  "{$literal: '$%s'}?",
                  e->args[0]->path.dotted);
     }
-    if (e->args[0]->kind == EXPR_CONST && e->args[0]->constant.value_type != BSON_TYPE_UTF8) {
+    if (e->args[0]->kind != EXPR_CONST) {
+        /* MongoDB 7.0 takes only a constant field name (7.2 relaxed this). */
+        SHL_FAIL(st, 5654601,
+                 "$getField requires 'field' to evaluate to a constant, but got a non-constant "
+                 "argument");
+    }
+    if (e->args[0]->constant.value_type != BSON_TYPE_UTF8) {
         SHL_FAIL(st, 5654602, "$getField requires 'field' to evaluate to type String, but got %s",
                  tname(&e->args[0]->constant));
     }
