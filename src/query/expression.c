@@ -1240,7 +1240,8 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
     bson_value_t *v = bson_malloc0((e->nargs + 1) * sizeof(bson_value_t));
     int64_t lsum = mul ? 1 : 0;
     double dsum = mul ? 1 : 0;
-    bool is_long = false, is_double = false, is_date = false, overflow = false, null = false;
+    bool is_long = false, is_double = false, is_date = false, overflow = false, null = false,
+         is_dec = false;
     int ret = 0;
     char *js;
 
@@ -1265,6 +1266,7 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
             is_long = true;
         } else if (t == BSON_TYPE_DOUBLE || t == BSON_TYPE_DECIMAL128) {
             is_double = true;
+            is_dec = is_dec || t == BSON_TYPE_DECIMAL128;
             x = 0;
         } else {
             js = query_value_to_json(&v[i]);
@@ -1288,6 +1290,9 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         out->value_type = BSON_TYPE_DATE_TIME;
         out->value.v_datetime =
             is_double ? (isfinite(dsum) && fabs(dsum) < 9.2e18 ? (int64_t)llround(dsum) : 0) : lsum;
+    } else if (is_dec) {
+        /* a decimal input makes a decimal result (computed through double precision) */
+        expr_value_decimal_from_double(out, dsum);
     } else if (is_double || overflow) {
         out->value_type = BSON_TYPE_DOUBLE;
         out->value.v_double = dsum;
