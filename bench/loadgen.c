@@ -47,11 +47,12 @@ typedef struct config {
     int threads;
     double seconds;
     const char *op;
-    int64_t preload;  /* findid: load this many documents (_id 0..N-1) first */
-    int64_t keys;     /* findid: ids are drawn from [0, keys) */
-    const char *coll; /* findeq/range/insertidx: the collection (in db bench) */
-    int indexes;      /* insertidx: secondary indexes to create (0, 1 or 3) */
-    int64_t span;     /* range: width of the range of 'a' */
+    int64_t preload;   /* findid: load this many documents (_id 0..N-1) first */
+    int64_t keys;      /* findid: ids are drawn from [0, keys) */
+    const char *coll;  /* findeq/range/insertidx: the collection (in db bench) */
+    int indexes;       /* insertidx: secondary indexes to create (0, 1 or 3) */
+    int64_t span;      /* range: width of the range of 'a' */
+    const char *shard; /* --shard: hashed or range, NULL = do not shard */
 } config_t;
 
 typedef enum op_kind {
@@ -68,7 +69,7 @@ typedef enum op_kind {
 #define BATCH 100
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000};
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL};
 
 /* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
  * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
@@ -420,7 +421,9 @@ usage(FILE *out)
             "  {_id: k, a: k * 7919 %% N, b: k %% 100, pad} for k in [0, N) first.\n"
             "  insertidx [--coll NAME] --indexes 0|1|3: insert_one of such documents, j:false,\n"
             "  into bench.NAME (default insertidx), dropped first and given the indexes\n"
-            "  {a: 1}; and {b: 1}, {b: 1, a: 1}.\n");
+            "  {a: 1}; and {b: 1}, {b: 1, a: 1}.\n"
+            "  --shard hashed|range (through a router): shard each collection the run drops\n"
+            "  by {_id: \"hashed\"} / {_id: 1} right after dropping it, before loading.\n");
 }
 
 static int
@@ -456,6 +459,8 @@ parse_args(int argc, char **argv)
             cfg.indexes = atoi(v);
         } else if (strcmp(a, "--span") == 0) {
             cfg.span = atoll(v);
+        } else if (strcmp(a, "--shard") == 0) {
+            cfg.shard = v;
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);
@@ -535,6 +540,36 @@ create_indexes(mongoc_client_t *client, const char *name, const char *const *key
     return ok;
 }
 
+/* --shard: shard bench.NAME by _id (hashed or range) through the router. */
+static bool
+shard_collection(mongoc_client_t *client, const char *name)
+{
+    bson_t cmd = BSON_INITIALIZER, key, reply;
+    bson_error_t error;
+    char ns[128];
+    bool ok;
+
+    if (cfg.shard == NULL) {
+        return true;
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", BENCH_DB, name);
+    BSON_APPEND_UTF8(&cmd, "shardCollection", ns);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "key", &key);
+    if (strcmp(cfg.shard, "hashed") == 0) {
+        BSON_APPEND_UTF8(&key, "_id", "hashed");
+    } else {
+        BSON_APPEND_INT32(&key, "_id", 1);
+    }
+    bson_append_document_end(&cmd, &key);
+    ok = mongoc_client_command_simple(client, "admin", &cmd, NULL, &reply, &error);
+    if (!ok) {
+        fprintf(stderr, "loadgen: shardCollection %s: %s\n", ns, error.message);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ok;
+}
+
 /* findeq/range --preload N: bench.qidx (index {a: 1}) and bench.qscan, N documents each. */
 static int
 prepare_query(mongoc_client_t *client)
@@ -554,7 +589,8 @@ prepare_query(mongoc_client_t *client)
         mongoc_collection_t *coll = mongoc_client_get_collection(client, BENCH_DB, colls[c]);
         bool ok = true;
         (void)mongoc_collection_drop(coll, &error);
-        if (c == 0) {
+        ok = shard_collection(client, colls[c]);
+        if (ok && c == 0) {
             ok = create_indexes(client, colls[c], akey, 1);
         }
         for (int64_t k = 0; ok && k < cfg.preload; k += n) {
@@ -618,6 +654,9 @@ prepare(void)
     } else if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || cfg.preload > 0) {
         /* "ns not found" is fine: the collection may not exist yet. */
         (void)mongoc_collection_drop(coll, &error);
+        if (!shard_collection(client, coll_name())) {
+            goto done;
+        }
     }
     for (int64_t k = 0; op_kind == OP_FINDID && k < cfg.preload; k += n) {
         n = cfg.preload - k < 1000 ? (int)(cfg.preload - k) : 1000;

@@ -123,6 +123,7 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bson_init(&opts);
     SHL_ERR(shl_cmd_check_fields(cmd, create_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(check_create_options(cmd, st));
@@ -167,6 +168,7 @@ cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, drop_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     if (db_ns_is_oplog(ns.full)) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "can't drop live oplog while replicating");
@@ -354,6 +356,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, create_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_array(cmd, "indexes", &specs, &found, st));
@@ -452,6 +455,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, drop_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     if (!bson_iter_init_find(&it, cmd, "index")) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,

@@ -276,7 +276,7 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 
 static int
 find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_t read_ts,
-           bson_t *reply, shl_status_t *st)
+           const shl_db_orphan_filter_t *filter, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -293,7 +293,8 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
         ret = shl_doc_find_by_id(txn, h.coll, id, &doc, NULL, &found, st);
         have_doc = true;
         SHL_ERR(ret);
-        if (found) {
+        /* A versioned read never returns an orphan (the SHARDING_FILTER of a plan). */
+        if (found && shl_db_orphan_filter_owns(filter, &doc)) {
             bson_append_document(&arr, "0", 1, &doc);
         }
     }
@@ -371,17 +372,22 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bool locked = false, exhausted = false;
     bson_t arr = BSON_INITIALIZER;
     int64_t cursor_id = 0;
+    shl_db_orphan_filter_t *filter = NULL;
 
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &filter, st));
     read_ts = db_read_timestamp(node, &rc);
     if (idhack_eligible(&a, ns.full, &id)) {
-        SHL_ERR(find_by_id(op, &ns, &id, read_ts, reply, st));
+        SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
     }
     SHL_ERR(parse_query(&a, &q, st));
+    /* The query (owned by the plan, then the cursor) keeps the filter for its life. */
+    q->orphan_filter = filter;
+    filter = NULL;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     SHL_ERR(build_find_plan(node, &ns, &h, q, read_ts, &plan, st));
@@ -413,6 +419,7 @@ done:
         exec_query_cleanup(q);
         bson_free(q);
     }
+    shl_db_orphan_filter_release(filter);
     bson_destroy(&arr);
     return ret;
 }
@@ -650,7 +657,8 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(parse_count(cmd, &q, &fast, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
-    if (fast && rc.level != DB_RC_MAJORITY) {
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
+    if (fast && rc.level != DB_RC_MAJORITY && q.orphan_filter == NULL) {
         /* RECORD_STORE_FAST_COUNT: the committed record count. */
         shl_collection_t *coll = shl_catalog_get(node->eng, ns.full);
         n = coll != NULL ? shl_collection_num_records(coll) : 0;
@@ -793,6 +801,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, NULL, NULL, st));
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
@@ -886,6 +895,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     } else {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s", name);
     }
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, q,
@@ -1056,6 +1066,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,

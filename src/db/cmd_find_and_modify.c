@@ -203,12 +203,14 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     fam_unit_t u;
     uint64_t ts = 0;
     bson_t leo;
+    shl_db_orphan_filter_t *filter = NULL;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
     SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
@@ -247,6 +249,8 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
     }
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, has_sort ? &sort : NULL, NULL, st));
+    q.orphan_filter = filter; /* orphans are neither returned nor modified */
+    filter = NULL;
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
     if (has_fields && !bson_empty(&fields)) {
         SHL_ERR(shl_projection_new(&fields, &q.filter, &proj, st));
@@ -318,6 +322,7 @@ done:
     shl_update_destroy(upd);
     shl_projection_destroy(proj);
     exec_query_cleanup(&q);
+    shl_db_orphan_filter_release(filter);
     return ret;
 }
 

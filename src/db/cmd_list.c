@@ -209,6 +209,7 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, list_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {

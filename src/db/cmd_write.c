@@ -343,6 +343,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     memset(&u, 0, sizeof(u));
     SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_WRITE, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
@@ -632,7 +633,7 @@ done:
 /* Run one update statement; its outcome goes into 'res'. */
 static int
 run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
-                shl_write_result_t *res, shl_status_t *st)
+                shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -648,6 +649,8 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     memset(&u, 0, sizeof(u));
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
                             stmt->has_hint ? &stmt->hint : NULL, st));
+    /* A versioned update leaves orphans alone, as MongoDB's write stages do. */
+    q.orphan_filter = shl_db_orphan_filter_ref(filter);
     bson_value_of(&stmt->u, stmt->u_pipeline, &uval);
     SHL_ERR(shl_update_new(&uval, stmt->has_array_filters ? &stmt->array_filters : NULL, &upd, st));
     if (stmt->upsert) {
@@ -701,7 +704,7 @@ typedef struct stmt_kind {
     bool is_update;
     int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
     int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
-               shl_write_result_t *res, shl_status_t *st);
+               shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st);
 } stmt_kind_t;
 
 /* Parse every statement first (a malformed one fails the whole command, as MongoDB's IDL
@@ -719,11 +722,13 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     shl_write_result_t res;
     uint8_t *parsed = NULL;
     size_t n = 0, cap;
+    shl_db_orphan_filter_t *filter = NULL;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
     SHL_ERR(shl_cmd_check_fields(cmd, kind->fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
@@ -757,7 +762,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, &res, &err) != 0) {
+        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, filter, &res, &err) != 0) {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;
@@ -772,6 +777,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     shl_write_result_append(&res, kind->is_update, reply);
     db_write_concern_wait(op, &wc, reply);
 done:
+    shl_db_orphan_filter_release(filter);
     bson_free(parsed);
     shl_write_result_cleanup(&res);
     return ret;
@@ -785,9 +791,9 @@ parse_update(const bson_t *doc, void *stmt, shl_status_t *st)
 
 static int
 run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
-           shl_write_result_t *res, shl_status_t *st)
+           shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
-    return run_update_stmt(op, ns, stmt, index, res, st);
+    return run_update_stmt(op, ns, stmt, index, filter, res, st);
 }
 
 static const stmt_kind_t update_kind = {
@@ -847,7 +853,7 @@ done:
 
 static int
 run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *stmt,
-                shl_write_result_t *res, shl_status_t *st)
+                shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -861,6 +867,7 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
                             stmt->has_hint ? &stmt->hint : NULL, st));
     q.limit = stmt->limit;
+    q.orphan_filter = shl_db_orphan_filter_ref(filter);
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     if (h.coll == NULL) {
@@ -890,10 +897,10 @@ parse_delete(const bson_t *doc, void *stmt, shl_status_t *st)
 
 static int
 run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
-           shl_write_result_t *res, shl_status_t *st)
+           shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
     (void)index;
-    return run_delete_stmt(op, ns, stmt, res, st);
+    return run_delete_stmt(op, ns, stmt, filter, res, st);
 }
 
 static const stmt_kind_t delete_kind = {

@@ -15,6 +15,7 @@
 #include "base/namespace.h"
 #include "base/status.h"
 #include "db/cursor_manager.h"
+#include "db/sharding_hooks.h"
 #include "net/command.h"
 #include "net/op_context.h"
 #include "net/write_concern.h"
@@ -39,6 +40,9 @@ typedef struct db_node {
     bool ttl_started;
     int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
     int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
+
+    /* Installed by the shard role before serving (sharding_hooks.h); zero otherwise. */
+    shl_db_sharding_hooks_t sharding;
 } db_node_t;
 
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
@@ -72,6 +76,14 @@ uint64_t db_op_take_write_ts(void);
  *     (InvalidNamespace 73 with MongoDB's messages).
  */
 int db_ns_from_cmd(const shl_op_ctx_t *op, const bson_t *cmd, shl_ns_t *ns, shl_status_t *st);
+
+/*
+ * db_sharding_check_no_filter --
+ *     shl_db_sharding_check for commands that do not filter (writes, DDL): the version
+ *     check only. Errors: StaleConfig, StaleDbVersion, a failed refresh's.
+ */
+int db_sharding_check_no_filter(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                                shl_status_t *st);
 
 /* db_ns_is_oplog -- "local.oplog.rs". */
 bool db_ns_is_oplog(const char *ns);
@@ -203,5 +215,7 @@ void db_register_write_commands(shl_command_registry_t *reg);
 void db_register_ddl_commands(shl_command_registry_t *reg);
 void db_register_list_commands(shl_command_registry_t *reg);
 void db_register_stats_commands(shl_command_registry_t *reg);
+void db_register_split_vector_command(shl_command_registry_t *reg);
+void db_register_apply_ops_command(shl_command_registry_t *reg);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "db/sharding_hooks.h"
 #include "db/storage_api.h"
 #include "net/op_context.h"
 #include "query/matcher.h"
@@ -101,6 +102,8 @@ exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *patte
                             const bson_t *pattern_doc, int64_t limit);
 exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
 exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
+/* SHARDING_FILTER: drops rows whose document this shard does not own ('filter' borrowed). */
+exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
@@ -124,6 +127,9 @@ typedef struct exec_query {
     bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */
     bson_value_t id_value; /* borrowed from the filter when id_point */
     const bson_t *let;     /* `let` variables, may be NULL */
+    /* Orphan filter of a versioned read (sharding_hooks.h): a reference owned by the
+     * query (released by exec_query_cleanup), NULL for none. */
+    shl_db_orphan_filter_t *orphan_filter;
 } exec_query_t;
 
 /*
@@ -174,7 +180,8 @@ typedef struct exec_plan {
 /*
  * exec_plan_build --
  *     Build the whole plan for 'q' over 'coll' (borrowed reference; the plan takes its
- *     own): access path, then SORT (top-k with skip+limit), SKIP, LIMIT, PROJECTION.
+ *     own): access path, SHARDING_FILTER (when q->orphan_filter), then SORT (top-k with
+ *     skip+limit), SKIP, LIMIT, PROJECTION.
  *     'txn' is the snapshot to read in: when NULL a new transaction is begun at
  *     'read_ts' (0 = latest) and owned by the plan. 'q' stays borrowed unless
  *     exec_plan_own_query is called. Errors: exec_access_select's, storage's.

@@ -99,6 +99,8 @@ exec_query_cleanup(exec_query_t *q)
     shl_matcher_destroy(q->matcher);
     shl_sort_pattern_destroy(q->sort_pattern);
     shl_projection_destroy(q->proj);
+    shl_db_orphan_filter_release(q->orphan_filter);
+    q->orphan_filter = NULL;
     q->matcher = NULL;
     q->sort_pattern = NULL;
     q->proj = NULL;

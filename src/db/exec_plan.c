@@ -58,6 +58,11 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
             bson_destroy(&tmp);
         }
     }
+    if (q->orphan_filter != NULL) {
+        /* Below SORT/SKIP/LIMIT so orphans never count, above the fetch so the whole
+         * document (its shard key) is there -- where MongoDB puts it. */
+        root = exec_sharding_filter_new(root, q->orphan_filter);
+    }
     if (q->has_sort && !sorted) {
         int64_t keep = q->limit > 0 ? q->limit + q->skip : 0;
         root = exec_sort_new(root, q->sort_pattern, &q->sort, keep);

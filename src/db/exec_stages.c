@@ -688,6 +688,49 @@ exec_limit_new(exec_stage_t *child, int64_t limit)
     return &c->base;
 }
 
+/* ---------------------------------------------------------------- SHARDING_FILTER */
+
+typedef struct sharding_filter_stage {
+    exec_stage_t base;
+    const shl_db_orphan_filter_t *filter;
+    int64_t chunk_skips;
+} sharding_filter_stage_t;
+
+static int
+sharding_filter_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    sharding_filter_stage_t *f = (sharding_filter_stage_t *)s;
+    int ret = 0;
+    for (;;) {
+        SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+        /* Rows always carry their document here: the access path fetches. */
+        if (*eof || row->doc == NULL || shl_db_orphan_filter_owns(f->filter, row->doc)) {
+            break;
+        }
+        f->chunk_skips++;
+    }
+done:
+    return ret;
+}
+
+static void
+sharding_filter_explain(const exec_stage_t *s, bson_t *out)
+{
+    BSON_APPEND_INT64(out, "chunkSkips", ((const sharding_filter_stage_t *)s)->chunk_skips);
+}
+
+static const exec_stage_ops_t sharding_filter_ops = {"SHARDING_FILTER", sharding_filter_next,
+                                                     sharding_filter_explain, NULL};
+
+exec_stage_t *
+exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter)
+{
+    sharding_filter_stage_t *f = (sharding_filter_stage_t *)stage_alloc(
+        sizeof(sharding_filter_stage_t), &sharding_filter_ops, child);
+    f->filter = filter;
+    return &f->base;
+}
+
 /* ---------------------------------------------------------------- PROJECTION */
 
 typedef struct projection_stage {

@@ -87,7 +87,7 @@ typedef struct parts {
     int wday; /* 0 = Sunday */
     int64_t iso_year;
     int iso_week, iso_wday; /* iso_wday 1 = Monday */
-    int64_t days;            /* days since epoch (local) */
+    int64_t days;           /* days since epoch (local) */
 } parts_t;
 
 static bool
@@ -141,7 +141,7 @@ to_parts(int64_t ms, int64_t offset_ms, parts_t *p)
  * A time zone is a fixed offset or an Olson zone; local wall-clock instants are "UTC
  * milliseconds + offset at that instant". */
 typedef struct tz {
-    int64_t fixed;               /* ms, when zone is NULL */
+    int64_t fixed; /* ms, when zone is NULL */
     const expr_tzzone_t *zone;
 } tz_t;
 
@@ -275,7 +275,8 @@ EXPR_PARSE(expr_parse_date_part)
     if (arg->value_type == BSON_TYPE_ARRAY) {
         query_bson_view(arg, &view);
         if (bson_count_keys(&view) != 1) {
-            SHL_FAIL(st, 40536, "%s accepts exactly one argument if given an array, but was given %u",
+            SHL_FAIL(st, 40536,
+                     "%s accepts exactly one argument if given an array, but was given %u",
                      op->name, bson_count_keys(&view));
         }
         bson_iter_init(&it, &view);
@@ -290,8 +291,7 @@ done:
 
 /* Evaluate date + timezone into parts; *null when the result is null. */
 static int
-eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *null,
-           shl_status_t *st)
+eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *null, shl_status_t *st)
 {
     bson_value_t d;
     int64_t ms;
@@ -307,8 +307,7 @@ eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *nul
         goto done;
     }
     if (!expr_value_as_date(&d, &ms)) {
-        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date",
-                 expr_type_name(&d));
+        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date", expr_type_name(&d));
     }
     to_parts(ms, tz_off(&tz, ms), p);
 done:
@@ -379,9 +378,9 @@ validate_format(const char *f, size_t len, shl_status_t *st)
     return 0;
 }
 
-static const char *const month_names[12] = {"January", "February", "March",     "April",
-                                            "May",     "June",     "July",      "August",
-                                            "September", "October", "November", "December"};
+static const char *const month_names[12] = {"January",   "February", "March",    "April",
+                                            "May",       "June",     "July",     "August",
+                                            "September", "October",  "November", "December"};
 
 static void
 format_date(const char *f, size_t len, int64_t ms, const tz_t *tz, bson_string_t *s)
@@ -506,8 +505,7 @@ EXPR_FN(expr_op_date_to_string)
         goto done;
     }
     if (!expr_value_as_date(&d, &ms)) {
-        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date",
-                 expr_type_name(&d));
+        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date", expr_type_name(&d));
     }
     s = bson_string_new(NULL);
     if (e->args[1] != NULL) {
@@ -564,8 +562,8 @@ static int64_t
 dparse_ms(const dparse_t *d, const tz_t *tz)
 {
     int64_t days = days_from_civil(d->year, d->month, d->day);
-    int64_t local = days * MS_PER_DAY + d->hour * 3600000LL + d->minute * 60000LL +
-                    d->second * 1000LL + d->ms;
+    int64_t local =
+        days * MS_PER_DAY + d->hour * 3600000LL + d->minute * 60000LL + d->second * 1000LL + d->ms;
     return d->has_off ? local - d->off : (int64_t)tz_to_utc(tz, local);
 }
 
@@ -831,7 +829,7 @@ typedef enum { U_MS, U_SEC, U_MIN, U_HOUR, U_DAY, U_WEEK, U_MONTH, U_QUARTER, U_
 static int
 parse_unit(const bson_value_t *v, const char *opname, unit_t *u, shl_status_t *st)
 {
-    static const char *const names[] = {"millisecond", "second", "minute", "hour", "day",
+    static const char *const names[] = {"millisecond", "second", "minute",  "hour", "day",
                                         "week",        "month",  "quarter", "year"};
     if (v->value_type != BSON_TYPE_UTF8) {
         return shl_status_set(st, 5439013, "%s requires 'unit' to be a string, but got %s", opname,
@@ -873,8 +871,8 @@ add_months(int64_t ms, const tz_t *tz, int64_t months, int64_t *out)
     m = m - floor_div(m, 12) * 12 + 1;
     dim = mdays[m - 1] + (m == 2 && is_leap(y));
     days = days_from_civil(y, (int)m, p.day > dim ? (int)dim : p.day);
-    local = (i128)days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL +
-            p.second * 1000LL + p.ms;
+    local = (i128)days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL + p.second * 1000LL +
+            p.ms;
     return fits64(tz_to_utc(tz, local), out);
 }
 
@@ -935,8 +933,8 @@ done:
 }
 
 static int
-date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
-                shl_status_t *st, bool subtract)
+date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st,
+                bool subtract)
 {
     const char *name = e->op->name;
     bson_value_t v[3];
@@ -1018,7 +1016,7 @@ done:
 static int
 start_of_week(const bson_value_t *v, const char *opname, int *dow, shl_status_t *st)
 {
-    static const char *const names[] = {"sunday", "monday", "tuesday", "wednesday",
+    static const char *const names[] = {"sunday",   "monday", "tuesday", "wednesday",
                                         "thursday", "friday", "saturday"};
     static const char *const shortn[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat"};
     if (v->value_type == BSON_TYPE_UTF8) {
@@ -1158,17 +1156,19 @@ EXPR_FN(expr_op_date_trunc)
         goto done;
     }
     if (!expr_value_as_date(&v[0], &ms)) {
-        SHL_FAIL(st, 5439012,
-                 "$dateTrunc requires 'date' to be a date, but got %s", expr_type_name(&v[0]));
+        SHL_FAIL(st, 5439012, "$dateTrunc requires 'date' to be a date, but got %s",
+                 expr_type_name(&v[0]));
     }
     SHL_ERR(parse_unit(&v[1], "$dateTrunc", &u, st));
     if (e->args[2] != NULL) {
         if (!expr_integral64(&v[2], &bin)) {
-            SHL_FAIL(st, 5439017, "$dateTrunc requires 'binSize' to be a 64-bit integer, but got %s",
+            SHL_FAIL(st, 5439017,
+                     "$dateTrunc requires 'binSize' to be a 64-bit integer, but got %s",
                      expr_type_name(&v[2]));
         }
         if (bin <= 0) {
-            SHL_FAIL(st, 5439018, "$dateTrunc requires 'binSize' to be greater than 0, but got %lld",
+            SHL_FAIL(st, 5439018,
+                     "$dateTrunc requires 'binSize' to be greater than 0, but got %lld",
                      (long long)bin);
         }
     }
@@ -1204,9 +1204,9 @@ EXPR_FN(expr_op_date_trunc)
             if (ky > 400000000 || ky < -400000000) {
                 SHL_FAIL(st, 5439000, "dateTrunc overflowed");
             }
-            res = tz_to_utc(&tz, (i128)days_from_civil(2000 + (int64_t)ky,
-                                                       (int)(k - ky * 12 + 1), 1) *
-                                     MS_PER_DAY);
+            res = tz_to_utc(&tz,
+                            (i128)days_from_civil(2000 + (int64_t)ky, (int)(k - ky * 12 + 1), 1) *
+                                MS_PER_DAY);
         }
         if (!fits64(res, &r)) {
             SHL_FAIL(st, 5439000, "dateTrunc overflowed");

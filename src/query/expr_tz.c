@@ -88,8 +88,8 @@ zone_parse(const char *name, const uint8_t *d, size_t n)
     timecnt = be32(d + 32);
     typecnt = be32(d + 36);
     charcnt = be32(d + 40);
-    skip = 44 + (size_t)timecnt * 5 + (size_t)typecnt * 6 + charcnt + (size_t)leap * 8 + isstd +
-           isut;
+    skip =
+        44 + (size_t)timecnt * 5 + (size_t)typecnt * 6 + charcnt + (size_t)leap * 8 + isstd + isut;
     if (skip + 44 > n || memcmp(d + skip, "TZif", 4) != 0) {
         return NULL;
     }
@@ -149,8 +149,8 @@ zone_load(const char *name)
     FILE *f;
     expr_tzzone_t *z = NULL;
 
-    snprintf(path, sizeof(path), "%s/%s", dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo",
-             name);
+    snprintf(path, sizeof(path), "%s/%s",
+             dir != NULL && dir[0] != '\0' ? dir : "/usr/share/zoneinfo", name);
     if ((f = fopen(path, "rb")) == NULL) {
         return NULL;
     }

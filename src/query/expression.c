@@ -162,8 +162,7 @@ expr_integral64(const bson_value_t *v, int64_t *out)
     case BSON_TYPE_DOUBLE:
     case BSON_TYPE_DECIMAL128:
         d = query_value_as_double(v);
-        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 ||
-            d != trunc(d)) {
+        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 || d != trunc(d)) {
             return false;
         }
         *out = (int64_t)d;
@@ -340,11 +339,11 @@ expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *con
     int ret;
     if (expr_budget_exhausted()) {
         expr_value_missing(out);
-        return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
-                              "expression evaluation exceeded its work limit (%llu bytes or %llu values "
-                              "built)",
-                              (unsigned long long)expr_max_work_bytes,
-                              (unsigned long long)expr_max_work_items);
+        return shl_status_set(
+            st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+            "expression evaluation exceeded its work limit (%llu bytes or %llu values "
+            "built)",
+            (unsigned long long)expr_max_work_bytes, (unsigned long long)expr_max_work_items);
     }
     tls_scope = &frame;
     ret = shl_expr_evaluate(e, ctx, out, st);
@@ -384,8 +383,7 @@ expr_check_user_var_name(const char *name, shl_status_t *st)
         SHL_FAIL(st, 16866, "empty variable names are not allowed");
     }
     if (!((c0 >= 'a' && c0 <= 'z') || c0 >= 0x80)) {
-        SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name",
-                 name);
+        SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name", name);
     }
     for (const char *p = name + 1; *p != '\0'; p++) {
         unsigned char c = (unsigned char)*p;
@@ -503,10 +501,9 @@ static const expr_op_t *find_op(const char *name);
 static expr_eval_fn
 expr_op_convert_alias_marker(const expr_op_t *op)
 {
-    static const expr_eval_fn aliases[] = {expr_op_to_string,   expr_op_to_int,
-                                           expr_op_to_long,     expr_op_to_double,
-                                           expr_op_to_decimal,  expr_op_to_bool,
-                                           expr_op_to_object_id, expr_op_to_date};
+    static const expr_eval_fn aliases[] = {
+        expr_op_to_string,  expr_op_to_int,  expr_op_to_long,      expr_op_to_double,
+        expr_op_to_decimal, expr_op_to_bool, expr_op_to_object_id, expr_op_to_date};
     for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
         if (op->eval == aliases[i]) {
             return op->eval;
@@ -653,8 +650,7 @@ parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
     if (tls_parse_depth >= EXPR_MAX_DEPTH) {
         *out = NULL;
         return shl_status_set(st, SHL_CODE_OVERFLOW,
-                              "expression nesting exceeds the maximum depth of %d",
-                              EXPR_MAX_DEPTH);
+                              "expression nesting exceeds the maximum depth of %d", EXPR_MAX_DEPTH);
     }
     tls_parse_depth++;
     ret = parse_value_inner(spec, out, st);
@@ -679,8 +675,8 @@ expr_parse_named(const expr_op_t *op, const bson_value_t *arg, const char *const
     e->args = bson_malloc0(nkeys * sizeof(shl_expr_t *));
     e->nargs = nkeys;
     if (arg->value_type != BSON_TYPE_DOCUMENT) {
-        SHL_FAIL(st, notobj_code, "%s only supports an object as its argument, found: %s",
-                 op->name, shl_bson_type_name(arg->value_type));
+        SHL_FAIL(st, notobj_code, "%s only supports an object as its argument, found: %s", op->name,
+                 shl_bson_type_name(arg->value_type));
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
@@ -748,7 +744,8 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
                          "or $setField.");
             }
             if (strlen(key) != bson_iter_key_len(&it)) {
-                SHL_FAIL(st, QC_FIELDPATH_NULL_BYTE, "FieldPath field names may not contain '\\0'.");
+                SHL_FAIL(st, QC_FIELDPATH_NULL_BYTE,
+                         "FieldPath field names may not contain '\\0'.");
             }
             if (strchr(key, '.') != NULL) {
                 SHL_FAIL(st, QC_FIELDPATH_DOT_IN_NAME,
@@ -1003,10 +1000,10 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
     if (ret == 0 && expr_budget_exhausted()) {
         bson_value_destroy(out);
         expr_value_missing(out);
-        ret = shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
-                             "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
-                             (unsigned long long)expr_max_work_bytes,
-                             (unsigned long long)expr_max_work_items);
+        ret = shl_status_set(
+            st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+            "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
+            (unsigned long long)expr_max_work_bytes, (unsigned long long)expr_max_work_items);
     }
     return ret;
 }
@@ -1137,7 +1134,7 @@ eval_cmp_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int *cmp, shl_st
     {                                                                                              \
         int c = 0, ret = eval_cmp_common(e, ctx, &c, st);                                          \
         if (ret == 0) {                                                                            \
-            expr_value_bool(out, test);                                                                 \
+            expr_value_bool(out, test);                                                            \
         }                                                                                          \
         return ret;                                                                                \
     }

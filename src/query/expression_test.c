@@ -108,10 +108,12 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$log': [-1, 10]}}", NULL, 28758},
     {"{}", "{'e': {'$log10': 1000}}", "{'v': 3.0}", 0},
     {"{}", "{'e': {'$log10': -5}}", NULL, 28761},
-    {"{}", "{'e': {'$add': [{'$date': '2021-01-01T00:00:00Z'}, {'$date': '2021-01-01T00:00:00Z'}]}}",
+    {"{}",
+     "{'e': {'$add': [{'$date': '2021-01-01T00:00:00Z'}, {'$date': '2021-01-01T00:00:00Z'}]}}",
      NULL, 16612},
     /* ---- variables, conditionals ---- */
-    {"{'a': 2}", "{'e': {'$let': {'vars': {'x': '$a', 'y': 3}, 'in': {'$multiply': ['$$x', '$$y']}}}}",
+    {"{'a': 2}",
+     "{'e': {'$let': {'vars': {'x': '$a', 'y': 3}, 'in': {'$multiply': ['$$x', '$$y']}}}}",
      "{'v': 6}", 0},
     {"{}", "{'e': {'$let': {'vars': {'x': '$nope'}, 'in': {'$ifNull': ['$$x', 'dflt']}}}}",
      "{'v': 'dflt'}", 0},
@@ -191,8 +193,9 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$regexMatch': {'input': 'a', 'regex': '('}}}", NULL, 51111},
     {"{}", "{'e': {'$regexMatch': {'input': 1, 'regex': 'a'}}}", NULL, 51104},
     {"{}", "{'e': {'$regexMatch': {'input': 'a'}}}", NULL, 31023},
-    {"{}", "{'e': {'$regexMatch': {'input': 'a', 'regex': {'$regex': 'a', '$options': 'i'}, "
-           "'options': 'm'}}}",
+    {"{}",
+     "{'e': {'$regexMatch': {'input': 'a', 'regex': {'$regex': 'a', '$options': 'i'}, "
+     "'options': 'm'}}}",
      NULL, 51107},
     {"{}", "{'e': {'$replaceOne': {'input': 'aXbXc', 'find': 'X', 'replacement': '-'}}}",
      "{'v': 'a-bXc'}", 0},
@@ -228,8 +231,8 @@ static const ecase_t cases[] = {
     {"{'a': []}", "{'e': {'$last': '$a'}}", "{}", 0},
     {"{}", "{'e': {'$first': 1}}", NULL, 28689},
     {"{'a': [1, 2, 3, 4]}",
-     "{'e': {'$filter': {'input': '$a', 'as': 'x', 'cond': {'$gt': ['$$x', 2]}}}}",
-     "{'v': [3, 4]}", 0},
+     "{'e': {'$filter': {'input': '$a', 'as': 'x', 'cond': {'$gt': ['$$x', 2]}}}}", "{'v': [3, 4]}",
+     0},
     {"{'a': [1, 2, 3, 4]}",
      "{'e': {'$filter': {'input': '$a', 'cond': {'$gt': ['$$this', 1]}, 'limit': 2}}}",
      "{'v': [2, 3]}", 0},
@@ -285,8 +288,8 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$indexOfArray': [1, 5]}}", NULL, 40090},
     {"{}", "{'e': {'$isArray': [[1]]}}", "{'v': true}", 0},
     {"{}", "{'e': {'$isArray': '$nope'}}", "{'v': false}", 0},
-    {"{}", "{'e': {'$zip': {'inputs': [[1, 2], ['a', 'b', 'c']]}}}",
-     "{'v': [[1, 'a'], [2, 'b']]}", 0},
+    {"{}", "{'e': {'$zip': {'inputs': [[1, 2], ['a', 'b', 'c']]}}}", "{'v': [[1, 'a'], [2, 'b']]}",
+     0},
     {"{}",
      "{'e': {'$zip': {'inputs': [[1], ['a', 'b']], 'useLongestLength': true, 'defaults': [0, "
      "'z']}}}",
@@ -304,8 +307,7 @@ static const ecase_t cases[] = {
      "{'v': [{'k': 'a', 'v': 1}, {'k': 'b', 'v': 2}]}", 0},
     {"{}", "{'e': {'$objectToArray': [[1]]}}", NULL, 40390},
     {"{}", "{'e': {'$sortArray': {'input': [3, 1, 2], 'sortBy': 1}}}", "{'v': [1, 2, 3]}", 0},
-    {"{}",
-     "{'e': {'$sortArray': {'input': [{'a': 2}, {'a': 1}], 'sortBy': {'a': -1}}}}",
+    {"{}", "{'e': {'$sortArray': {'input': [{'a': 2}, {'a': 1}], 'sortBy': {'a': -1}}}}",
      "{'v': [{'a': 2}, {'a': 1}]}", 0},
     {"{}", "{'e': {'$sortArray': {'input': 1, 'sortBy': 1}}}", NULL, 2942504},
     {"{}", "{'e': {'$sortArray': {'input': [1]}}}", NULL, 2942503},
@@ -345,8 +347,8 @@ static const ecase_t cases[] = {
      "{'v': {'a': 1, 'b': 2}}", 0},
     {"{}", "{'e': {'$setField': {'field': 'a', 'input': {'a': 1, 'c': 1}, 'value': '$$REMOVE'}}}",
      "{'v': {'c': 1}}", 0},
-    {"{}", "{'e': {'$unsetField': {'field': 'a', 'input': {'a': 1, 'c': 1}}}}",
-     "{'v': {'c': 1}}", 0},
+    {"{}", "{'e': {'$unsetField': {'field': 'a', 'input': {'a': 1, 'c': 1}}}}", "{'v': {'c': 1}}",
+     0},
     {"{}", "{'e': {'$setField': {'field': 'a', 'input': null, 'value': 1}}}", "{'v': null}", 0},
     {"{}", "{'e': {'$setField': {'field': 1, 'input': {}, 'value': 1}}}", NULL, 4161107},
     {"{}", "{'e': {'$setField': {'field': 'a', 'value': 1}}}", NULL, 4161109},
@@ -370,8 +372,8 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$year': 'x'}}", NULL, 16006},
     {"{'d': {'$date': '2021-03-15T00:30:00Z'}}",
      "{'e': {'$hour': {'date': '$d', 'timezone': 'Mars/Olympus'}}}", NULL, 40485},
-    {"{'d': {'$date': '2021-03-15T00:30:00Z'}}",
-     "{'e': {'$hour': {'date': '$d', 'timezone': 5}}}", NULL, 40517},
+    {"{'d': {'$date': '2021-03-15T00:30:00Z'}}", "{'e': {'$hour': {'date': '$d', 'timezone': 5}}}",
+     NULL, 40517},
     {"{}", "{'e': {'$year': {'dt': 1}}}", NULL, 40535},
     /* Olson zones from the system tz database (America/New_York: EST -5, EDT -4) */
     {"{'d': {'$date': '2021-07-01T12:00:00Z'}, 'w': {'$date': '2021-01-01T12:00:00Z'}}",
@@ -463,8 +465,7 @@ static const ecase_t cases[] = {
      "{'v': {'$numberLong': '1500'}}", 0},
     {"{}", "{'e': {'$dateDiff': {'startDate': 1, 'endDate': 2, 'unit': 'day'}}}", NULL, 5166307},
     {"{}", "{'e': {'$dateDiff': {'startDate': 1, 'unit': 'day'}}}", NULL, 5166304},
-    {"{}",
-     "{'e': {'$dateTrunc': {'date': {'$date': '2021-03-15T10:20:30Z'}, 'unit': 'month'}}}",
+    {"{}", "{'e': {'$dateTrunc': {'date': {'$date': '2021-03-15T10:20:30Z'}, 'unit': 'month'}}}",
      "{'v': {'$date': '2021-03-01T00:00:00Z'}}", 0},
     {"{}",
      "{'e': {'$dateTrunc': {'date': {'$date': '2021-03-15T10:20:30Z'}, 'unit': 'hour', "
@@ -506,10 +507,10 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$toObjectId': '5f1d7a0b2c9a4e0b8c6d1e2f'}}",
      "{'v': {'$oid': '5f1d7a0b2c9a4e0b8c6d1e2f'}}", 0},
     {"{}", "{'e': {'$toObjectId': 'nope'}}", NULL, 241},
-    {"{}", "{'e': {'$toDate': '2021-03-05T07:08:09Z'}}",
-     "{'v': {'$date': '2021-03-05T07:08:09Z'}}", 0},
-    {"{}", "{'e': {'$toDate': {'$numberLong': '1000'}}}", "{'v': {'$date': '1970-01-01T00:00:01Z'}}",
+    {"{}", "{'e': {'$toDate': '2021-03-05T07:08:09Z'}}", "{'v': {'$date': '2021-03-05T07:08:09Z'}}",
      0},
+    {"{}", "{'e': {'$toDate': {'$numberLong': '1000'}}}",
+     "{'v': {'$date': '1970-01-01T00:00:01Z'}}", 0},
     {"{}", "{'e': {'$toDate': 1}}", NULL, 241},
     {"{}", "{'e': {'$convert': {'input': 'x', 'to': 'int', 'onError': -1}}}", "{'v': -1}", 0},
     {"{}", "{'e': {'$convert': {'input': null, 'to': 'int', 'onNull': 0}}}", "{'v': 0}", 0},
@@ -656,10 +657,10 @@ SHL_TEST(expression_type_and_now)
     static const struct {
         bson_type_t t;
         const char *name;
-    } types[] = {{BSON_TYPE_INT32, "int"},       {BSON_TYPE_INT64, "long"},
-                 {BSON_TYPE_DOUBLE, "double"},   {BSON_TYPE_UTF8, "string"},
-                 {BSON_TYPE_NULL, "null"},       {BSON_TYPE_EOD, "missing"},
-                 {BSON_TYPE_BOOL, "bool"},       {BSON_TYPE_DATE_TIME, "date"}};
+    } types[] = {{BSON_TYPE_INT32, "int"},     {BSON_TYPE_INT64, "long"},
+                 {BSON_TYPE_DOUBLE, "double"}, {BSON_TYPE_UTF8, "string"},
+                 {BSON_TYPE_NULL, "null"},     {BSON_TYPE_EOD, "missing"},
+                 {BSON_TYPE_BOOL, "bool"},     {BSON_TYPE_DATE_TIME, "date"}};
     bson_t *doc = shl_test_bson("{'i': 1, 'l': {'$numberLong': '1'}, 'd': 1.5, 's': 'x', "
                                 "'n': null, 'b': true, 't': {'$date': '2021-01-01T00:00:00Z'}}");
     static const char *const paths[] = {"$i", "$l", "$d", "$s", "$n", "$nope", "$b", "$t"};

@@ -6,6 +6,7 @@
  */
 #include "query/pipeline.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "bson/bson_compare.h"
@@ -450,7 +451,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
     case ACC_AVG:
         if (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64) {
             int64_t x = v->value_type == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
-            int64_t r;
+            int64_t r = 0;
             if (v->value_type == BSON_TYPE_INT64 && a->ntype < 1) {
                 a->ntype = 1;
             }
@@ -610,11 +611,17 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     if (key.value_type == BSON_TYPE_EOD) {
         key.value_type = BSON_TYPE_NULL;
     }
-    uint64_t h = (uint64_t)shl_bson_hash_value(&key, 0);
+    uint64_t h = shl_bson_hash_fast(&key);
     g = group_find(s, &key, h);
     if (g == NULL) {
-        g = bson_malloc0(sizeof(*g) + s->naccs * sizeof(accstate_t));
-        g->acc = (accstate_t *)(g + 1);
+        /* One allocation: the group, then its accumulators at their type's alignment. */
+        size_t off =
+            (sizeof(*g) + _Alignof(accstate_t) - 1) / _Alignof(accstate_t) * _Alignof(accstate_t);
+        g = bson_aligned_alloc0(_Alignof(accstate_t) > _Alignof(max_align_t)
+                                    ? _Alignof(accstate_t)
+                                    : _Alignof(max_align_t),
+                                off + s->naccs * sizeof(accstate_t));
+        g->acc = (accstate_t *)((char *)g + off);
         g->hash = h;
         bson_value_copy(&key, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
@@ -992,7 +999,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         s = stage_new(p, ST_SORT, name, &it);
         SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
     } else if (strcmp(name, "$limit") == 0 || strcmp(name, "$skip") == 0) {
-        int64_t n;
+        int64_t n = 0;
         SHL_ERR(parse_int_arg(&it, name, &n, st));
         s = stage_new(p, name[1] == 'l' ? ST_LIMIT : ST_SKIP, name, &it);
         s->n = n;

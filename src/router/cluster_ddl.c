@@ -1,10 +1,847 @@
 /*
- * cluster_ddl.c -- the router's ddl commands (TODO(6)).
+ * cluster_ddl.c -- the router's DDL and catalog commands (issue 6 item 3 "DDL";
+ * docs/design/sharding-protocol.md): create, drop, dropDatabase, createIndexes, dropIndexes,
+ * collMod, listIndexes, listCollections, listDatabases and renameCollection. Collection
+ * commands go to the database's primary shard (unsharded) or to every shard owning chunks
+ * plus the primary (sharded), with versions attached and the stale retry loop; drops of
+ * sharded collections and databases go to the config server.
  */
+#include <string.h>
+
+#include "base/log.h"
+#include "query/matcher.h"
+#include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "sharding/chunk_version.h"
+
+/* Which shards a collection command goes to. */
+typedef enum {
+    TO_PRIMARY,            /* the database's primary shard */
+    TO_OWNERS_AND_PRIMARY, /* every shard owning chunks, plus the primary */
+    TO_ONE_OWNER,          /* the primary if it owns chunks (or unsharded), else one owner */
+} ddl_target_t;
+
+/* Which versions a request carries. */
+typedef enum { VERS_FULL, VERS_DB_ONLY } ddl_versions_t;
+
+/* Fields of the user's command a shard must not see again (the router adds its own). */
+static bool
+is_router_field(const char *k)
+{
+    static const char *const skip[] = {
+        "$db",           "$clusterTime", "$readPreference", "$configTime",
+        "$topologyTime", "shardVersion", "databaseVersion", NULL};
+    for (size_t i = 0; skip[i] != NULL; i++) {
+        if (strcmp(k, skip[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+copy_passthrough(const bson_t *cmd, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, cmd)) {
+        return;
+    }
+    while (bson_iter_next(&it)) {
+        if (!is_router_field(bson_iter_key(&it))) {
+            bson_append_iter(out, NULL, 0, &it);
+        }
+    }
+}
+
+/* The collection namespace of a command whose first field is the collection name. */
+static int
+coll_ns(shl_op_ctx_t *op, const bson_t *cmd, char *ns, size_t n, shl_status_t *st)
+{
+    bson_iter_t it;
+    shl_ns_t parsed;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
+    }
+    snprintf(ns, n, "%s.%s", op->db, bson_iter_utf8(&it, NULL));
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+done:
+    return ret;
+}
+
+static void
+add_target(shl_router_shards_t *s, const char *name)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        if (strcmp(s->names[i], name) == 0) {
+            return;
+        }
+    }
+    s->names[s->n++] = name;
+}
+
+static void
+targets_for(const shl_router_routing_t *rr, ddl_target_t which, shl_router_shards_t *out)
+{
+    size_t cap = rr->rt != NULL ? shl_routing_table_nshard_names(rr->rt) + 2 : 2;
+
+    memset(out, 0, sizeof(*out));
+    out->names = bson_malloc0(cap * sizeof(char *));
+    if (rr->rt == NULL || which == TO_PRIMARY) {
+        add_target(out, rr->db.primary);
+        return;
+    }
+    if (which == TO_ONE_OWNER) {
+        shl_chunk_version_t v = shl_routing_table_shard_version(rr->rt, rr->db.primary);
+        if (v.major != 0 || v.minor != 0) {
+            add_target(out, rr->db.primary);
+            return;
+        }
+    }
+    for (size_t i = 0; i < shl_routing_table_nshard_names(rr->rt); i++) {
+        const char *name = shl_routing_table_shard_name(rr->rt, i);
+        shl_chunk_version_t v = shl_routing_table_shard_version(rr->rt, name);
+        if (v.major != 0 || v.minor != 0) {
+            add_target(out, name);
+            if (which == TO_ONE_OWNER) {
+                return;
+            }
+        }
+    }
+    add_target(out, rr->db.primary);
+}
+
+/*
+ * Send 'cmd' (the user's, passed through) for 'ns' to the shards 'which' selects, with
+ * versions, retrying on stale errors. On success *results hold one reply per shard (errors
+ * included); 'rr_out' (if not NULL) receives the routing used. Errors: routing errors, the
+ * last stale error.
+ */
+/* ddl_send's adapters to the core's dispatch callbacks. */
+static void
+ddl_target(void *arg, const shl_router_routing_t *rr, shl_router_shards_t *out)
+{
+    targets_for(rr, *(const ddl_target_t *)arg, out);
+}
+
+static void
+ddl_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    (void)rr;
+    (void)shard;
+    copy_passthrough(arg, cmd);
+}
+
+static int
+ddl_send(shl_op_ctx_t *op, const char *ns, bool create_db, ddl_target_t which, ddl_versions_t vers,
+         const bson_t *cmd, shl_router_routing_t *rr_out, shl_router_shard_result_t **results,
+         size_t *nresults, shl_status_t *st)
+{
+    shl_router_dispatch_t d = {
+        .create_db = create_db,
+        .target = ddl_target,
+        .target_arg = &which,
+        .build = ddl_build,
+        .build_arg = (void *)(uintptr_t)cmd,
+        .versions = vers == VERS_FULL ? SHL_ROUTER_VERSIONS_FULL : SHL_ROUTER_VERSIONS_DB_ONLY,
+    };
+
+    return shl_router_dispatch(shl_router_get(op), op, ns, &d, rr_out, results, nresults, st);
+}
+
+/* The connection string of a shard as config.shards has it ("<name>/<host:port>"). */
+static void
+shard_conn_string(shl_router_t *r, const char *shard, char *out, size_t n)
+{
+    char host[SHL_CLIENT_HOST_MAX];
+    shl_status_t ignored = SHL_STATUS_INIT;
+
+    if (shl_shard_registry_host_for(r->registry, shard, host, sizeof(host), &ignored) == 0) {
+        snprintf(out, n, "%s/%s", shard, host);
+    } else {
+        snprintf(out, n, "%s", shard);
+    }
+}
+
+/*
+ * mongos's reply to a command run on several shards: raw: {<shard conn string>: reply};
+ * a failure on any shard fails the command with every shard's error in errmsg and the code
+ * they share (or the first one's). Returns 0 or that code.
+ */
+static int
+append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n, bson_t *reply,
+           shl_status_t *st)
+{
+    bson_t raw;
+    char cs[SHL_CLIENT_HOST_MAX + SHL_SHARD_ID_MAX + 2];
+    char msg[SHL_STATUS_REASON_MAX] = "";
+    int code = 0, ret = 0;
+    bool wce = false;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "raw", &raw);
+    for (size_t i = 0; i < n; i++) {
+        bson_t one;
+        shard_conn_string(r, res[i].shard, cs, sizeof(cs));
+        BSON_APPEND_DOCUMENT_BEGIN(&raw, cs, &one);
+        if (res[i].res.code != 0) {
+            size_t len = strlen(msg);
+            shl_status_append_reply(&res[i].res.status, &one);
+            snprintf(msg + len, sizeof(msg) - len, "%s%s: %s", len ? "; " : "", cs,
+                     res[i].res.status.reason);
+            if (code == 0) {
+                code = res[i].res.code;
+            }
+        } else {
+            bson_iter_t it;
+            shl_router_copy_reply_fields(&res[i].res.reply, &one);
+            BSON_APPEND_DOUBLE(&one, "ok", 1.0);
+            if (!wce && bson_iter_init_find(&it, &res[i].res.reply, "writeConcernError")) {
+                wce = true;
+            }
+        }
+        bson_append_document_end(&raw, &one);
+    }
+    bson_append_document_end(reply, &raw);
+    if (code != 0) {
+        ret = shl_status_set(st, code, "%s", msg);
+    }
+    for (size_t i = 0; i < n && wce && ret == 0; i++) {
+        bson_iter_t it;
+        if (res[i].res.code == 0 &&
+            bson_iter_init_find(&it, &res[i].res.reply, "writeConcernError")) {
+            bson_append_iter(reply, NULL, 0, &it);
+            break;
+        }
+    }
+    return ret;
+}
+
+/* ---- create / drop ---- */
+
+static int
+cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    char ns[SHL_NS_MAX + 1];
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    SHL_ERR(ddl_send(op, ns, true, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, &res, &n, st));
+    if (res[0].res.code != 0) {
+        *st = res[0].res.status;
+        SHL_ERR(st->code);
+    }
+    shl_router_copy_reply_fields(&res[0].res.reply, reply);
+done:
+    shl_router_scatter_results_free(res, n);
+    return ret;
+}
+
+static int
+cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    char ns[SHL_NS_MAX + 1];
+    shl_router_routing_t rr;
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    bson_t fwd = BSON_INITIALIZER, wc, ignored = BSON_INITIALIZER;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    ret = shl_router_routing_init(r, ns, false, &rr, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        ret = 0; /* MongoDB 7.0: dropping what does not exist succeeds */
+        goto done;
+    }
+    SHL_ERR(ret);
+    if (rr.rt != NULL) {
+        BSON_APPEND_UTF8(&fwd, "_configsvrDropCollection", ns);
+        BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(&fwd, &wc);
+        ret = shl_router_forward_to_config(r, op, &fwd, &ignored, st);
+        shl_catalog_cache_invalidate_collection(r->cache, ns);
+        SHL_ERR(ret);
+        BSON_APPEND_UTF8(reply, "ns", ns);
+        goto done;
+    }
+    ret = ddl_send(op, ns, false, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, &res, &n, st);
+    shl_catalog_cache_invalidate_collection(r->cache, ns);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        ret = 0;
+        goto done;
+    }
+    SHL_ERR(ret);
+    if (res[0].res.code == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        goto done;
+    }
+    if (res[0].res.code != 0) {
+        *st = res[0].res.status;
+        SHL_ERR(st->code);
+    }
+    shl_router_copy_reply_fields(&res[0].res.reply, reply);
+done:
+    shl_router_scatter_results_free(res, n);
+    shl_router_routing_cleanup(&rr);
+    bson_destroy(&fwd);
+    bson_destroy(&ignored);
+    return ret;
+}
+
+static int
+cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    shl_cached_database_t db;
+    bson_t fwd = BSON_INITIALIZER, wc, ignored = BSON_INITIALIZER;
+    int ret = 0;
+    (void)cmd;
+
+    if (strcmp(op->db, "admin") == 0 || strcmp(op->db, "config") == 0 ||
+        strcmp(op->db, "local") == 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Cannot drop the '%s' database", op->db);
+    }
+    ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        ret = 0; /* nothing to drop */
+        goto done;
+    }
+    SHL_ERR(ret);
+    BSON_APPEND_UTF8(&fwd, "_configsvrDropDatabase", op->db);
+    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&fwd, &wc);
+    ret = shl_router_forward_to_config(r, op, &fwd, &ignored, st);
+    shl_catalog_cache_invalidate_database(r->cache, op->db);
+    SHL_ERR(ret);
+    BSON_APPEND_UTF8(reply, "dropped", op->db);
+done:
+    bson_destroy(&fwd);
+    bson_destroy(&ignored);
+    return ret;
+}
+
+/* ---- indexes and collMod ---- */
+
+static int
+run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply,
+              const char *first_field, shl_status_t *st)
+{
+    char ns[SHL_NS_MAX + 1];
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    ret = ddl_send(op, ns, create_db, TO_OWNERS_AND_PRIMARY, VERS_FULL, cmd, NULL, &res, &n, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
+    }
+    SHL_ERR(ret);
+    SHL_ERR(append_raw(shl_router_get(op), res, n, reply, st));
+    if (first_field != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            bson_iter_t it;
+            if (res[i].res.code == 0 && bson_iter_init_find(&it, &res[i].res.reply, first_field)) {
+                bson_append_iter(reply, NULL, 0, &it);
+                break;
+            }
+        }
+    }
+done:
+    shl_router_scatter_results_free(res, n);
+    return ret;
+}
+
+static int
+cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_on_owners(op, cmd, true, reply, NULL, st);
+}
+
+static int
+cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_on_owners(op, cmd, false, reply, "nIndexesWas", st);
+}
+
+static int
+cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_on_owners(op, cmd, false, reply, NULL, st);
+}
+
+/* ---- listing ---- */
+
+/*
+ * Collect the whole result of a cursor reply from 'shard' into 'out' (an array being built),
+ * issuing getMore on the shard until it is exhausted.
+ */
+static int
+drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *first, bson_t *out,
+             uint32_t *count, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    bson_t reply = BSON_INITIALIZER;
+    bson_iter_t it, cur;
+    int64_t id = 0;
+    char coll[SHL_NS_MAX + 1] = "";
+    bool is_first = true;
+    int ret = 0;
+
+    bson_concat(&reply, first);
+    for (;;) {
+        if (!bson_iter_init_find(&it, &reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+            !bson_iter_recurse(&it, &cur)) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "shard %s replied without a cursor", shard);
+        }
+        id = 0;
+        while (bson_iter_next(&cur)) {
+            const char *k = bson_iter_key(&cur);
+            if (strcmp(k, "id") == 0) {
+                id = bson_iter_as_int64(&cur);
+            } else if (strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&cur) && is_first) {
+                const char *ns = bson_iter_utf8(&cur, NULL);
+                const char *dot = strchr(ns, '.');
+                snprintf(coll, sizeof(coll), "%s", dot != NULL ? dot + 1 : ns);
+            } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
+                       BSON_ITER_HOLDS_ARRAY(&cur)) {
+                bson_iter_t docs;
+                bson_iter_recurse(&cur, &docs);
+                while (bson_iter_next(&docs)) {
+                    char key[16];
+                    const char *ks;
+                    bson_uint32_to_string((*count)++, &ks, key, sizeof(key));
+                    bson_append_value(out, ks, -1, bson_iter_value(&docs));
+                }
+            }
+        }
+        is_first = false;
+        if (id == 0) {
+            break;
+        }
+        {
+            shl_router_request_t req;
+            shl_fanout_result_t res;
+            req.shard = shard;
+            bson_init(&req.cmd);
+            BSON_APPEND_INT64(&req.cmd, "getMore", id);
+            BSON_APPEND_UTF8(&req.cmd, "collection", coll);
+            shl_router_send(r, op, db, &req, 1, &res);
+            bson_destroy(&req.cmd);
+            if (res.code != 0) {
+                *st = res.status;
+                ret = res.code;
+                shl_fanout_results_cleanup(&res, 1);
+                goto done;
+            }
+            bson_destroy(&reply);
+            bson_copy_to(&res.reply, &reply);
+            shl_fanout_results_cleanup(&res, 1);
+        }
+    }
+done:
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Append the router's cursor reply {cursor: {id: 0, ns, firstBatch}} from an array. */
+static void
+append_cursor(bson_t *reply, const char *ns, const bson_t *batch)
+{
+    bson_t cur;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", 0);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    BSON_APPEND_ARRAY(&cur, "firstBatch", batch);
+    bson_append_document_end(reply, &cur);
+}
+
+/* The user's command without its cursor options (the router returns one whole batch). */
+static void
+strip_cursor(const bson_t *cmd, bson_t *out)
+{
+    bson_init(out);
+    bson_copy_to_excluding_noinit(cmd, out, "cursor", NULL);
+}
+
+static int
+cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    char ns[SHL_NS_MAX + 1];
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    bson_t fwd, batch = BSON_INITIALIZER;
+    uint32_t count = 0;
+    int ret = 0;
+
+    strip_cursor(cmd, &fwd);
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    ret = ddl_send(op, ns, false, TO_ONE_OWNER, VERS_FULL, &fwd, NULL, &res, &n, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);
+    }
+    SHL_ERR(ret);
+    if (res[0].res.code != 0) {
+        *st = res[0].res.status;
+        SHL_ERR(st->code);
+    }
+    SHL_ERR(drain_cursor(op, op->db, res[0].shard, &res[0].res.reply, &batch, &count, st));
+    append_cursor(reply, ns, &batch);
+done:
+    shl_router_scatter_results_free(res, n);
+    bson_destroy(&fwd);
+    bson_destroy(&batch);
+    return ret;
+}
+
+static int
+cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    char ns[SHL_NS_MAX + 1];
+    shl_cached_database_t db;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bson_t batch = BSON_INITIALIZER;
+    uint32_t count = 0;
+    bool sent = false;
+    int ret = 0;
+
+    snprintf(ns, sizeof(ns), "%s.$cmd.listCollections", op->db);
+    memset(&req, 0, sizeof(req));
+    bson_init(&req.cmd);
+    for (int attempt = 1;; attempt++) {
+        ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
+        if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+            ret = 0; /* a database that does not exist has no collections */
+            goto reply;
+        }
+        SHL_ERR(ret);
+        bson_reinit(&req.cmd);
+        copy_passthrough(cmd, &req.cmd);
+        {
+            bson_t tmp;
+            strip_cursor(&req.cmd, &tmp);
+            bson_destroy(&req.cmd);
+            bson_steal(&req.cmd, &tmp);
+        }
+        if (!shl_database_version_is_fixed(&db.version)) {
+            shl_database_version_append(&req.cmd, "databaseVersion", &db.version);
+        }
+        req.shard = db.primary;
+        if (sent) {
+            shl_fanout_results_cleanup(&res, 1);
+        }
+        shl_router_send(r, op, op->db, &req, 1, &res);
+        sent = true;
+        if (res.code != 0 && shl_router_is_stale(r, ns, &res.status) &&
+            attempt < SHL_ROUTER_MAX_STALE_RETRIES) {
+            continue;
+        }
+        break;
+    }
+    if (res.code != 0) {
+        *st = res.status;
+        SHL_ERR(st->code);
+    }
+    SHL_ERR(drain_cursor(op, op->db, db.primary, &res.reply, &batch, &count, st));
+reply:
+    append_cursor(reply, ns, &batch);
+done:
+    if (sent) {
+        shl_fanout_results_cleanup(&res, 1);
+    }
+    bson_destroy(&req.cmd);
+    bson_destroy(&batch);
+    return ret;
+}
+
+/* One database in the merged listDatabases answer. */
+typedef struct db_entry {
+    char *name;
+    int64_t size;
+    bool empty;
+    bson_t *shards; /* {shard: size}; a pointer, since entries are reallocated */
+} db_entry_t;
+
+static db_entry_t *
+db_entry_get(db_entry_t **list, size_t *n, const char *name)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (strcmp((*list)[i].name, name) == 0) {
+            return &(*list)[i];
+        }
+    }
+    *list = bson_realloc(*list, (*n + 1) * sizeof(**list));
+    memset(&(*list)[*n], 0, sizeof(**list));
+    (*list)[*n].name = bson_strdup(name);
+    (*list)[*n].empty = true;
+    (*list)[*n].shards = bson_new();
+    return &(*list)[(*n)++];
+}
+
+/* Fold one node's listDatabases reply; 'only_internal' keeps admin/config, else skips them. */
+static void
+fold_databases(const bson_t *reply, const char *shard, bool only_internal, db_entry_t **list,
+               size_t *n)
+{
+    bson_iter_t it, dbs, f;
+
+    if (!bson_iter_init_find(&it, reply, "databases") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &dbs)) {
+        return;
+    }
+    while (bson_iter_next(&dbs)) {
+        const char *name = NULL;
+        int64_t size = 0;
+        bool empty = true, internal;
+        db_entry_t *e;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &f)) {
+            continue;
+        }
+        while (bson_iter_next(&f)) {
+            const char *k = bson_iter_key(&f);
+            if (strcmp(k, "name") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                name = bson_iter_utf8(&f, NULL);
+            } else if (strcmp(k, "sizeOnDisk") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
+                size = bson_iter_as_int64(&f);
+            } else if (strcmp(k, "empty") == 0) {
+                empty = bson_iter_as_bool(&f);
+            }
+        }
+        if (name == NULL || strcmp(name, "local") == 0) {
+            continue; /* a router does not show any node's local database */
+        }
+        internal = strcmp(name, "admin") == 0 || strcmp(name, "config") == 0;
+        if (internal != only_internal) {
+            continue;
+        }
+        e = db_entry_get(list, n, name);
+        e->size += size;
+        e->empty = e->empty && empty;
+        BSON_APPEND_INT64(e->shards, shard, size);
+    }
+}
+
+static int
+cmd_list_databases(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    char **names = NULL;
+    size_t nshards = 0, ndb = 0;
+    shl_router_request_t *reqs = NULL;
+    shl_fanout_result_t *fres = NULL;
+    db_entry_t *list = NULL;
+    shl_matcher_t *m = NULL;
+    bson_t cfg_cmd = BSON_INITIALIZER, cfg_reply = BSON_INITIALIZER, arr, filter;
+    bson_iter_t it;
+    bool name_only = false;
+    int64_t total = 0;
+    uint32_t k = 0;
+    int ret = 0;
+
+    if (bson_iter_init_find(&it, cmd, "nameOnly")) {
+        name_only = bson_iter_as_bool(&it);
+    }
+    if (bson_iter_init_find(&it, cmd, "filter")) {
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'listDatabases.filter' is the wrong type, expected type 'object'");
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&filter, data, len);
+        SHL_ERR(shl_matcher_new(&filter, 0, &m, st));
+    }
+    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
+    while (names[nshards] != NULL) {
+        nshards++;
+    }
+    reqs = bson_malloc0((nshards + 1) * sizeof(*reqs));
+    fres = bson_malloc0((nshards + 1) * sizeof(*fres));
+    for (size_t i = 0; i < nshards; i++) {
+        reqs[i].shard = names[i];
+        bson_init(&reqs[i].cmd);
+        BSON_APPEND_INT32(&reqs[i].cmd, "listDatabases", 1);
+        if (name_only && m == NULL) {
+            BSON_APPEND_BOOL(&reqs[i].cmd, "nameOnly", true);
+        }
+    }
+    shl_router_send(r, op, "admin", reqs, nshards, fres);
+    for (size_t i = 0; i < nshards; i++) {
+        if (fres[i].code != 0) {
+            *st = fres[i].status;
+            SHL_ERR(st->code);
+        }
+        fold_databases(&fres[i].reply, names[i], false, &list, &ndb);
+    }
+    BSON_APPEND_INT32(&cfg_cmd, "listDatabases", 1);
+    SHL_ERR(shl_router_forward_to_config(r, op, &cfg_cmd, &cfg_reply, st));
+    fold_databases(&cfg_reply, "config", true, &list, &ndb);
+
+    bson_append_array_begin(reply, "databases", -1, &arr);
+    for (size_t i = 0; i < ndb; i++) {
+        bson_t d = BSON_INITIALIZER;
+        char key[16];
+        const char *ks;
+        BSON_APPEND_UTF8(&d, "name", list[i].name);
+        if (!name_only || m != NULL) {
+            BSON_APPEND_INT64(&d, "sizeOnDisk", list[i].size);
+            BSON_APPEND_BOOL(&d, "empty", list[i].empty);
+            BSON_APPEND_DOCUMENT(&d, "shards", list[i].shards);
+        }
+        if (m != NULL && !shl_matcher_matches(m, &d)) {
+            bson_destroy(&d);
+            continue;
+        }
+        if (name_only && m != NULL) {
+            bson_t only = BSON_INITIALIZER;
+            BSON_APPEND_UTF8(&only, "name", list[i].name);
+            bson_destroy(&d);
+            bson_steal(&d, &only);
+        }
+        total += list[i].size;
+        bson_uint32_to_string(k++, &ks, key, sizeof(key));
+        bson_append_document(&arr, ks, -1, &d);
+        bson_destroy(&d);
+    }
+    bson_append_array_end(reply, &arr);
+    if (!name_only) {
+        BSON_APPEND_INT64(reply, "totalSize", total);
+        BSON_APPEND_INT64(reply, "totalSizeMb", total / (1024 * 1024));
+    }
+done:
+    for (size_t i = 0; i < ndb; i++) {
+        bson_free(list[i].name);
+        bson_destroy(list[i].shards);
+    }
+    bson_free(list);
+    if (fres != NULL) {
+        shl_fanout_results_cleanup(fres, nshards);
+        bson_free(fres);
+    }
+    if (reqs != NULL) {
+        shl_router_requests_cleanup(reqs, nshards);
+        bson_free(reqs);
+    }
+    if (names != NULL) {
+        bson_strfreev(names);
+    }
+    if (m != NULL) {
+        shl_matcher_destroy(m);
+    }
+    bson_destroy(&cfg_cmd);
+    bson_destroy(&cfg_reply);
+    return ret;
+}
+
+/* ---- renameCollection ---- */
+
+static int
+cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    shl_router_routing_t from, to;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bson_iter_t it;
+    const char *src, *dst;
+    bool sent = false;
+    int ret = 0;
+
+    memset(&from, 0, sizeof(from));
+    memset(&to, 0, sizeof(to));
+    memset(&req, 0, sizeof(req));
+    bson_init(&req.cmd);
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'renameCollection' must be of type string");
+    }
+    src = bson_iter_utf8(&it, NULL);
+    if (!bson_iter_init_find(&it, cmd, "to") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'to' must be of type string");
+    }
+    dst = bson_iter_utf8(&it, NULL);
+    ret = shl_router_routing_init(r, src, false, &from, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", src);
+    }
+    SHL_ERR(ret);
+    if (from.rt != NULL) {
+        /* TODO(6): MongoDB 5.0+ renames sharded collections through the config server. */
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "You can't rename a sharded collection");
+    }
+    SHL_ERR(shl_router_routing_init(r, dst, true, &to, st));
+    if (to.rt != NULL) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "You can't rename to a sharded collection");
+    }
+    if (strcmp(from.db.primary, to.db.primary) != 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "Source and destination collections must be on the same database primary "
+                 "shard (%s, %s)",
+                 from.db.primary, to.db.primary);
+    }
+    copy_passthrough(cmd, &req.cmd);
+    if (!shl_database_version_is_fixed(&from.db.version)) {
+        shl_database_version_append(&req.cmd, "databaseVersion", &from.db.version);
+    }
+    req.shard = from.db.primary;
+    shl_router_send(r, op, "admin", &req, 1, &res);
+    sent = true;
+    shl_catalog_cache_invalidate_collection(r->cache, src);
+    shl_catalog_cache_invalidate_collection(r->cache, dst);
+    if (res.code != 0) {
+        if (shl_router_is_stale(r, src, &res.status)) {
+            /* The client may retry; the database entry is refreshed by then. */
+        }
+        *st = res.status;
+        SHL_ERR(st->code);
+    }
+    shl_router_copy_reply_fields(&res.reply, reply);
+done:
+    if (sent) {
+        shl_fanout_results_cleanup(&res, 1);
+    }
+    bson_destroy(&req.cmd);
+    shl_router_routing_cleanup(&from);
+    shl_router_routing_cleanup(&to);
+    return ret;
+}
+
+static const shl_command_t k_ddl_commands[] = {
+    {"create", {NULL}, cmd_create, 0, "create a collection"},
+    {"drop", {NULL}, cmd_drop, 0, "drop a collection"},
+    {"dropDatabase", {NULL}, cmd_drop_database, 0, "drop a database"},
+    {"createIndexes", {"createindexes"}, cmd_create_indexes, 0, "create indexes"},
+    {"dropIndexes", {"dropindexes", "deleteIndexes"}, cmd_drop_indexes, 0, "drop indexes"},
+    {"collMod", {"collmod"}, cmd_coll_mod, 0, "modify a collection's options"},
+    {"listIndexes", {"listindexes"}, cmd_list_indexes, 0, "list a collection's indexes"},
+    {"listCollections",
+     {"listcollections"},
+     cmd_list_collections,
+     0,
+     "list a database's collections"},
+    {"listDatabases",
+     {"listdatabases"},
+     cmd_list_databases,
+     SHL_CMD_ADMIN_ONLY,
+     "list the cluster's databases"},
+    {"renameCollection",
+     {"renamecollection"},
+     cmd_rename_collection,
+     SHL_CMD_ADMIN_ONLY,
+     "rename an unsharded collection"},
+};
 
 void
 shl_cluster_ddl_commands_register(shl_command_registry_t *reg)
 {
-    (void)reg;
+    for (size_t i = 0; i < sizeof(k_ddl_commands) / sizeof(k_ddl_commands[0]); i++) {
+        shl_command_registry_add(reg, &k_ddl_commands[i]);
+    }
 }

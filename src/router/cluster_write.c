@@ -1,10 +1,1303 @@
 /*
- * cluster_write.c -- the router's write commands (TODO(6)).
+ * cluster_write.c -- the router's write commands: insert, update, delete and findAndModify
+ * (issue 6 item 3 "writes"; docs/design/sharding-protocol.md "Router -> shard"). A batch is
+ * split into per-shard sub-batches that run in parallel; the replies are reassembled in the
+ * user's order (n, nModified, upserted and writeErrors with the user's indexes). A shard that
+ * answers StaleConfig / StaleDbVersion makes the router refresh and re-send only the
+ * statements that did not run, at most SHL_ROUTER_MAX_STALE_RETRIES times.
  */
+#include <string.h>
+
+#include "base/log.h"
+#include "bson/bson_util.h"
+#include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "sharding/shard_key.h"
+
+/* A sub-batch stays below the 16 MB document limit with room for the command's own fields. */
+#define SUB_BATCH_MAX_BYTES (15 * 1024 * 1024)
+#define SUB_BATCH_MAX_ITEMS 100000
+
+typedef enum { KIND_INSERT, KIND_UPDATE, KIND_DELETE } write_kind_t;
+
+typedef enum { ITEM_PENDING, ITEM_DONE, ITEM_ERROR } item_state_t;
+
+/* One statement of the user's batch. */
+typedef struct item {
+    bson_t doc; /* the document (insert) or statement (update/delete), owned */
+    item_state_t state;
+    char **done_shards; /* shards that already ran it (multi-shard statements), NULL-ended */
+    size_t ndone;
+    bson_t error; /* ITEM_ERROR: {code, errmsg, ...} without index */
+    bool upserted;
+    bson_value_t upserted_id; /* owned copy */
+    /* per round */
+    bool in_round, round_stale, round_error, round_deferred;
+} item_t;
+
+/* The whole write command being routed. */
+typedef struct write_op {
+    write_kind_t kind;
+    const bson_t *user_cmd;
+    const char *coll;
+    char ns[SHL_NS_MAX + 1];
+    char db[128];
+    bool ordered;
+    item_t *items;
+    size_t n;
+    int64_t n_total;
+    int64_t n_modified;
+    bool has_wce;
+    bson_t wce; /* the first writeConcernError */
+    shl_status_t last_stale;
+    size_t scan_from; /* every statement before it is done */
+} write_op_t;
+
+/* One request of a round: a shard and the user indexes of the statements it carries. */
+typedef struct sub_batch {
+    const char *shard;
+    size_t *idx;
+    size_t n, cap;
+    size_t bytes;
+} sub_batch_t;
+
+static const char *
+kind_cmd(write_kind_t k)
+{
+    return k == KIND_INSERT ? "insert" : (k == KIND_UPDATE ? "update" : "delete");
+}
+
+static const char *
+kind_field(write_kind_t k)
+{
+    return k == KIND_INSERT ? "documents" : (k == KIND_UPDATE ? "updates" : "deletes");
+}
+
+/* ---- small helpers ---- */
+
+/* Whether 'v' is an _id value an equality can pin exactly (MongoDB's isExactIdQuery). */
+static bool
+is_exact_value(const bson_iter_t *it)
+{
+    bson_iter_t sub;
+    if (BSON_ITER_HOLDS_ARRAY(it) || BSON_ITER_HOLDS_REGEX(it)) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && bson_iter_next(&sub) &&
+        bson_iter_key(&sub)[0] == '$') {
+        return false;
+    }
+    return true;
+}
+
+/* {_id: v} or {_id: {$eq: v}} at the top level of 'q' (with anything else beside it). */
+static bool
+is_exact_id_query(const bson_t *q)
+{
+    bson_iter_t it, sub;
+    if (!bson_iter_init_find(&it, q, "_id")) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub) &&
+        strcmp(bson_iter_key(&sub), "$eq") == 0) {
+        return !bson_iter_next(&sub) && is_exact_value(&sub);
+    }
+    return is_exact_value(&it);
+}
+
+/* A view of the sub-document at 'key' in 'doc'; false if absent or not a document. */
+static bool
+get_doc(const bson_t *doc, const char *key, bson_t *out)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return false;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(out, data, len);
+}
+
+static bool
+get_bool(const bson_t *doc, const char *key, bool dflt)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, key)) {
+        return dflt;
+    }
+    return bson_iter_as_bool(&it);
+}
+
+/* The update statement's "u" is a replacement document (no $-operator, not a pipeline). */
+static bool
+is_replacement(const bson_t *u)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, u) && (!bson_iter_next(&it) || bson_iter_key(&it)[0] != '$');
+}
+
+/* Build an error document {code, codeName?, errmsg, extra...} from a status. */
+static void
+error_from_status(const shl_status_t *st, bson_t *out)
+{
+    bson_t extra;
+    bson_init(out);
+    BSON_APPEND_INT32(out, "code", st->code);
+    BSON_APPEND_UTF8(out, "errmsg", st->reason);
+    if (shl_status_extra_get(st, &extra)) {
+        BSON_APPEND_DOCUMENT(out, "errInfo", &extra);
+    }
+}
+
+static void
+item_set_error(item_t *it, const shl_status_t *st)
+{
+    if (it->state == ITEM_ERROR) {
+        return;
+    }
+    bson_destroy(&it->error);
+    error_from_status(st, &it->error);
+    it->state = ITEM_ERROR;
+    it->round_error = true;
+}
+
+static bool
+item_done_on(const item_t *it, const char *shard)
+{
+    for (size_t i = 0; i < it->ndone; i++) {
+        if (strcmp(it->done_shards[i], shard) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+item_mark_done_on(item_t *it, const char *shard)
+{
+    if (item_done_on(it, shard)) {
+        return;
+    }
+    it->done_shards = bson_realloc(it->done_shards, (it->ndone + 2) * sizeof(char *));
+    it->done_shards[it->ndone++] = bson_strdup(shard);
+    it->done_shards[it->ndone] = NULL;
+}
+
+static void
+set_one(shl_router_shards_t *out, const char *shard)
+{
+    memset(out, 0, sizeof(*out));
+    out->names = bson_malloc0(2 * sizeof(char *));
+    out->names[0] = shard;
+    out->n = 1;
+}
+
+/*
+ * The shard a single-document update would move its document to, when the router can tell
+ * (replacement documents; $set of top-level shard key fields with every key field pinned by
+ * the filter). NULL when it cannot tell or the new key is not targetable.
+ */
+static const char *
+post_update_shard(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u)
+{
+    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rr->rt);
+    const char *shard = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t doc = BSON_INITIALIZER, set;
+    bool has_set, touches = false;
+
+    if (is_replacement(u)) {
+        bson_iter_t it;
+        /* MongoDB keeps the _id of the matched document in a replacement. */
+        if (!bson_has_field(u, "_id") && bson_iter_init_find(&it, q, "_id")) {
+            bson_append_iter(&doc, NULL, 0, &it);
+        }
+        bson_concat(&doc, u);
+        if (shl_router_target_doc(rr, &doc, &shard, &st) != 0) {
+            shard = NULL;
+        }
+        goto done;
+    }
+    has_set = get_doc(u, "$set", &set);
+    for (size_t i = 0; i < p->nfields; i++) {
+        bson_iter_t it, sub;
+        if (strchr(p->paths[i], '.') != NULL) {
+            goto done; /* dotted keys: the shard checks */
+        }
+        if (has_set && bson_iter_init_find(&it, &set, p->paths[i])) {
+            touches = true;
+            bson_append_iter(&doc, NULL, 0, &it);
+            continue;
+        }
+        if (!bson_iter_init_find(&it, q, p->paths[i])) {
+            goto done;
+        }
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub) &&
+            bson_iter_key(&sub)[0] == '$') {
+            if (strcmp(bson_iter_key(&sub), "$eq") != 0) {
+                goto done;
+            }
+            bson_append_value(&doc, p->paths[i], -1, bson_iter_value(&sub));
+        } else {
+            bson_append_iter(&doc, NULL, 0, &it);
+        }
+    }
+    if (touches && shl_router_target_doc(rr, &doc, &shard, &st) != 0) {
+        shard = NULL;
+    }
+    if (!touches) {
+        shard = NULL;
+    }
+done:
+    bson_destroy(&doc);
+    return shard;
+}
+
+/* A single-document update targeted at 'shard' may not move its document to another shard. */
+static int
+check_shard_key_change(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u,
+                       const char *shard, shl_status_t *st)
+{
+    const char *to;
+    int ret = 0;
+
+    if (rr->rt == NULL) {
+        goto done;
+    }
+    to = post_update_shard(rr, q, u);
+    if (to != NULL && strcmp(to, shard) != 0) {
+        /* TODO(6): MongoDB moves the document in a transaction for retryable writes. */
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "Must run update to shard key field in a multi-statement transaction or with "
+                 "retryWrites: true.");
+    }
+done:
+    return ret;
+}
+
+/* The shard key pattern as text for error messages. */
+static char *
+key_pattern_json(const shl_router_routing_t *rr)
+{
+    return bson_as_relaxed_extended_json(&shl_routing_table_key_pattern(rr->rt)->pattern, NULL);
+}
+
+/* ---- targeting one statement ---- */
+
+static int
+target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
+              shl_status_t *st)
+{
+    bson_t q, u, key = BSON_INITIALIZER;
+    bson_iter_t it;
+    const char *shard;
+    bool multi, upsert;
+    char *json = NULL, *kp = NULL;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!get_doc(stmt, "q", &q)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'update.updates.q' is missing but a required field");
+    }
+    if (!bson_iter_init_find(&it, stmt, "u") ||
+        !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it))) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'update.updates.u' is missing but a required field");
+    }
+    {
+        const uint8_t *data;
+        uint32_t len;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_document(&it, &len, &data);
+        } else {
+            bson_iter_array(&it, &len, &data);
+        }
+        bson_init_static(&u, data, len);
+    }
+    multi = get_bool(stmt, "multi", false);
+    upsert = get_bool(stmt, "upsert", false);
+    if (rr->rt == NULL) {
+        set_one(out, rr->db.primary);
+        goto done;
+    }
+    if (upsert) {
+        bson_destroy(&key);
+        if (!shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), &q, &key)) {
+            SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
+                     "Failed to target upsert by query :: could not extract exact shard key");
+        }
+        SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st));
+        set_one(out, shard);
+        goto check;
+    }
+    shl_router_target_filter(rr, &q, out);
+    if (out->n == 1) {
+        goto check;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && is_replacement(&u)) {
+        bson_t doc = BSON_INITIALIZER;
+        bson_iter_t id;
+        if (!bson_has_field(&u, "_id") && bson_iter_init_find(&id, &q, "_id")) {
+            bson_append_iter(&doc, NULL, 0, &id);
+        }
+        bson_concat(&doc, &u);
+        ret = shl_router_target_doc(rr, &doc, &shard, st);
+        bson_destroy(&doc);
+        if (ret != 0) {
+            shl_status_set(st, ret, "Failed to target update by replacement document :: %s",
+                           st->reason);
+            goto done;
+        }
+        shl_router_shards_cleanup(out);
+        set_one(out, shard);
+        goto check;
+    }
+    if (!multi && !is_exact_id_query(&q)) {
+        json = bson_as_relaxed_extended_json(stmt, NULL);
+        kp = key_pattern_json(rr);
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "A {multi:false} update on a sharded collection must contain an exact match on "
+                 "_id (and have the collection default collation) or target a single shard (and "
+                 "have the simple collation), but this update targeted %zu shards. Update "
+                 "request: %s, shard key pattern: %s",
+                 out->n, json, kp);
+    }
+    goto done;
+check:
+    if (!multi && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_ERR(check_shard_key_change(rr, &q, &u, out->names[0], st));
+    }
+done:
+    if (ret != 0) {
+        shl_router_shards_cleanup(out);
+    }
+    bson_free(json);
+    bson_free(kp);
+    bson_destroy(&key);
+    return ret;
+}
+
+static int
+target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
+              shl_status_t *st)
+{
+    bson_t q, key = BSON_INITIALIZER;
+    bson_iter_t it;
+    const char *shard;
+    bool multi;
+    char *json = NULL, *kp = NULL;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!get_doc(stmt, "q", &q)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'delete.deletes.q' is missing but a required field");
+    }
+    if (!bson_iter_init_find(&it, stmt, "limit") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'delete.deletes.limit' is missing but a required field");
+    }
+    multi = bson_iter_as_int64(&it) == 0;
+    if (rr->rt == NULL) {
+        set_one(out, rr->db.primary);
+        goto done;
+    }
+    bson_destroy(&key);
+    if (shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), &q, &key) &&
+        shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st) == 0) {
+        set_one(out, shard);
+        goto done;
+    }
+    if (!multi && !is_exact_id_query(&q)) {
+        json = bson_as_relaxed_extended_json(stmt, NULL);
+        kp = key_pattern_json(rr);
+        SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
+                 "A single delete on a sharded collection must contain an exact match on _id "
+                 "(and have the collection default collation) or contain the shard key (and "
+                 "have the simple collation). Delete request: %s, shard key pattern: %s",
+                 json, kp);
+    }
+    shl_router_target_filter(rr, &q, out);
+done:
+    bson_free(json);
+    bson_free(kp);
+    bson_destroy(&key);
+    return ret;
+}
+
+static int
+target_item(const write_op_t *op, const shl_router_routing_t *rr, const item_t *it,
+            shl_router_shards_t *out, shl_status_t *st)
+{
+    const char *shard;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    switch (op->kind) {
+    case KIND_INSERT:
+        SHL_ERR(shl_router_target_doc(rr, &it->doc, &shard, st));
+        set_one(out, shard);
+        break;
+    case KIND_UPDATE:
+        SHL_ERR(target_update(rr, &it->doc, out, st));
+        break;
+    case KIND_DELETE:
+        SHL_ERR(target_delete(rr, &it->doc, out, st));
+        break;
+    }
+done:
+    return ret;
+}
+
+/* ---- rounds ---- */
+
+static sub_batch_t *
+batch_for(sub_batch_t **batches, size_t *nb, const char *shard)
+{
+    for (size_t i = 0; i < *nb; i++) {
+        if (strcmp((*batches)[i].shard, shard) == 0) {
+            return &(*batches)[i];
+        }
+    }
+    *batches = bson_realloc(*batches, (*nb + 1) * sizeof(**batches));
+    memset(&(*batches)[*nb], 0, sizeof(**batches));
+    (*batches)[*nb].shard = shard;
+    return &(*batches)[(*nb)++];
+}
+
+static void
+batch_add(sub_batch_t *b, size_t idx, size_t bytes)
+{
+    if (b->n == b->cap) {
+        b->cap = b->cap ? b->cap * 2 : 16;
+        b->idx = bson_realloc(b->idx, b->cap * sizeof(size_t));
+    }
+    b->idx[b->n++] = idx;
+    b->bytes += bytes;
+}
+
+static void
+batches_free(sub_batch_t *batches, size_t nb)
+{
+    for (size_t i = 0; i < nb; i++) {
+        bson_free(batches[i].idx);
+    }
+    bson_free(batches);
+}
+
+/* Build the shard's command for sub-batch 'b'. */
+static void
+build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const sub_batch_t *b,
+                  bson_t *cmd)
+{
+    static const char *const copy[] = {"bypassDocumentValidation", "let", NULL};
+    bson_t arr;
+    bson_iter_t it;
+    char key[16];
+    const char *k;
+
+    bson_init(cmd);
+    BSON_APPEND_UTF8(cmd, kind_cmd(op->kind), op->coll);
+    bson_append_array_begin(cmd, kind_field(op->kind), -1, &arr);
+    for (size_t i = 0; i < b->n; i++) {
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        bson_append_document(&arr, k, -1, &op->items[b->idx[i]].doc);
+    }
+    bson_append_array_end(cmd, &arr);
+    BSON_APPEND_BOOL(cmd, "ordered", op->ordered);
+    for (size_t c = 0; copy[c] != NULL; c++) {
+        if (bson_iter_init_find(&it, op->user_cmd, copy[c])) {
+            bson_append_iter(cmd, NULL, 0, &it);
+        }
+    }
+    shl_router_append_generic(op->user_cmd, cmd);
+    if (bson_has_field(op->user_cmd, "txnNumber")) {
+        /* Statement ids let a shard tell the statements of one retryable write apart. */
+        bson_append_array_begin(cmd, "stmtIds", -1, &arr);
+        for (size_t i = 0; i < b->n; i++) {
+            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+            bson_append_int32(&arr, k, -1, (int32_t)b->idx[i]);
+        }
+        bson_append_array_end(cmd, &arr);
+    }
+    shl_router_append_versions(rr, b->shard, cmd);
+}
+
+/*
+ * Plan the next round. Ordered: the first pending statement and the pending statements
+ * after it that go to the same single shard (one request), or one multi-shard statement.
+ * Unordered: every pending statement, grouped per shard. Statements that cannot be
+ * targeted get their error here. Returns false when nothing is left to send.
+ */
+static bool
+plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches, size_t *nb)
+{
+    shl_router_shards_t t;
+    shl_status_t st = SHL_STATUS_INIT;
+    const char *run_shard = NULL;
+
+    *batches = NULL;
+    *nb = 0;
+    while (op->scan_from < op->n && op->items[op->scan_from].state == ITEM_DONE) {
+        op->scan_from++;
+    }
+    for (size_t i = op->scan_from; i < op->n; i++) {
+        item_t *it = &op->items[i];
+        size_t bytes = it->doc.len;
+        if (it->state == ITEM_ERROR && op->ordered) {
+            break;
+        }
+        if (it->state != ITEM_PENDING) {
+            continue;
+        }
+        it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
+        if (target_item(op, rr, it, &t, &st) != 0) {
+            if (op->ordered && run_shard != NULL) {
+                break; /* reported when its turn comes */
+            }
+            item_set_error(it, &st);
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        if (op->ordered) {
+            if (run_shard == NULL && *nb == 0) {
+                if (t.n == 1) {
+                    run_shard = t.names[0];
+                    batch_add(batch_for(batches, nb, run_shard), i, bytes);
+                    it->in_round = true;
+                    shl_router_shards_cleanup(&t);
+                    continue;
+                }
+                for (size_t s = 0; s < t.n; s++) {
+                    if (!item_done_on(it, t.names[s])) {
+                        batch_add(batch_for(batches, nb, t.names[s]), i, bytes);
+                    }
+                }
+                it->in_round = true;
+                if (*nb == 0) {
+                    it->state = ITEM_DONE; /* every target already ran it */
+                }
+                shl_router_shards_cleanup(&t);
+                if (*nb == 0) {
+                    continue;
+                }
+                break;
+            }
+            if (run_shard != NULL && t.n == 1 && strcmp(t.names[0], run_shard) == 0) {
+                sub_batch_t *b = &(*batches)[0];
+                shl_router_shards_cleanup(&t);
+                if (b->n >= SUB_BATCH_MAX_ITEMS || b->bytes + bytes > SUB_BATCH_MAX_BYTES) {
+                    break;
+                }
+                batch_add(b, i, bytes);
+                it->in_round = true;
+                continue;
+            }
+            shl_router_shards_cleanup(&t);
+            break;
+        }
+        /* Unordered: everything at once, per shard (big groups are split later rounds). */
+        {
+            bool any = false;
+            for (size_t s = 0; s < t.n; s++) {
+                sub_batch_t *b;
+                if (item_done_on(it, t.names[s])) {
+                    continue;
+                }
+                b = batch_for(batches, nb, t.names[s]);
+                if (b->n > 0 &&
+                    (b->n >= SUB_BATCH_MAX_ITEMS || b->bytes + bytes > SUB_BATCH_MAX_BYTES)) {
+                    it->round_deferred = true; /* next round */
+                    continue;
+                }
+                batch_add(b, i, bytes);
+                any = true;
+            }
+            it->in_round = any;
+            if (!any && t.n > 0 && !it->round_deferred) {
+                bool all_done = true;
+                for (size_t s = 0; s < t.n; s++) {
+                    all_done = all_done && item_done_on(it, t.names[s]);
+                }
+                if (all_done) {
+                    it->state = ITEM_DONE;
+                }
+            } else if (t.n == 0) {
+                it->state = ITEM_DONE; /* no shard owns data for it */
+            }
+        }
+        shl_router_shards_cleanup(&t);
+    }
+    return *nb > 0;
+}
+
+/* Fold one shard's reply to sub-batch 'b' into the op. Returns true if anything was stale. */
+static bool
+absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_result_t *res)
+{
+    bson_iter_t it, arr, e;
+    size_t first_unrun = b->n; /* ordered: statements from here on did not run */
+    bool *errored = NULL, stale = false;
+
+    if (res->code != 0) {
+        if (shl_router_is_stale(r, op->ns, &res->status)) {
+            op->last_stale = res->status;
+            for (size_t i = 0; i < b->n; i++) {
+                op->items[b->idx[i]].round_stale = true;
+            }
+            return true;
+        }
+        for (size_t i = 0; i < b->n; i++) {
+            item_set_error(&op->items[b->idx[i]], &res->status);
+            if (op->ordered) {
+                break;
+            }
+        }
+        return false;
+    }
+    errored = bson_malloc0((b->n + 1) * sizeof(bool));
+    if (bson_iter_init_find(&it, &res->reply, "n") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        op->n_total += bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, &res->reply, "nModified") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        op->n_modified += bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, &res->reply, "writeConcernError") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && !op->has_wce) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t view;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&view, data, len);
+        bson_destroy(&op->wce);
+        bson_copy_to(&view, &op->wce);
+        op->has_wce = true;
+    }
+    if (bson_iter_init_find(&it, &res->reply, "upserted") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_iter_t f;
+            int64_t k = -1;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
+                continue;
+            }
+            while (bson_iter_next(&f)) {
+                if (strcmp(bson_iter_key(&f), "index") == 0) {
+                    k = bson_iter_as_int64(&f);
+                }
+            }
+            bson_iter_recurse(&arr, &f);
+            if (k >= 0 && (size_t)k < b->n && bson_iter_find(&f, "_id")) {
+                item_t *item = &op->items[b->idx[k]];
+                if (item->upserted) {
+                    bson_value_destroy(&item->upserted_id);
+                }
+                bson_value_copy(bson_iter_value(&f), &item->upserted_id);
+                item->upserted = true;
+            }
+        }
+    }
+    if (bson_iter_init_find(&it, &res->reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_t edoc, rest = BSON_INITIALIZER;
+            int64_t k = -1;
+            shl_status_t est = SHL_STATUS_INIT;
+            int code = 0;
+            const char *msg = "";
+            const uint8_t *data;
+            uint32_t len;
+            item_t *item;
+
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+                continue;
+            }
+            bson_iter_document(&arr, &len, &data);
+            bson_init_static(&edoc, data, len);
+            bson_iter_init(&e, &edoc);
+            while (bson_iter_next(&e)) {
+                const char *key = bson_iter_key(&e);
+                if (strcmp(key, "index") == 0) {
+                    k = bson_iter_as_int64(&e);
+                } else if (strcmp(key, "code") == 0) {
+                    code = (int)bson_iter_as_int64(&e);
+                } else if (strcmp(key, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&e)) {
+                    msg = bson_iter_utf8(&e, NULL);
+                }
+                if (strcmp(key, "index") != 0) {
+                    bson_append_iter(&rest, NULL, 0, &e);
+                }
+            }
+            if (k < 0 || (size_t)k >= b->n) {
+                bson_destroy(&rest);
+                continue;
+            }
+            item = &op->items[b->idx[k]];
+            errored[k] = true;
+            if (op->ordered && (size_t)k + 1 < first_unrun) {
+                first_unrun = (size_t)k + 1;
+            }
+            shl_status_set(&est, code, "%s", msg);
+            {
+                bson_iter_t info;
+                if (bson_iter_init_find(&info, &edoc, "errInfo") &&
+                    BSON_ITER_HOLDS_DOCUMENT(&info)) {
+                    bson_t extra;
+                    bson_iter_document(&info, &len, &data);
+                    bson_init_static(&extra, data, len);
+                    shl_status_set_extra(&est, &extra);
+                }
+            }
+            if (shl_router_is_stale(r, op->ns, &est)) {
+                op->last_stale = est;
+                item->round_stale = true;
+                stale = true;
+            } else if (item->state != ITEM_ERROR) {
+                bson_destroy(&item->error);
+                bson_steal(&item->error, &rest); /* rest is left destroyed */
+                bson_init(&rest);
+                item->state = ITEM_ERROR;
+                item->round_error = true;
+            }
+            bson_destroy(&rest);
+        }
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        item_t *item = &op->items[b->idx[i]];
+        if (i >= first_unrun && !errored[i]) {
+            item->round_stale = true; /* did not run: send it again */
+            continue;
+        }
+        if (!errored[i]) {
+            item_mark_done_on(item, b->shard);
+        }
+    }
+    bson_free(errored);
+    return stale;
+}
+
+/* Run the batch until every statement is done or failed (ordered: up to the first error). */
+static int
+run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(opctx);
+    shl_router_routing_t rr;
+    sub_batch_t *batches = NULL;
+    size_t nb = 0;
+    int stale_rounds = 0;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    SHL_ERR(shl_router_routing_init(r, op->ns, create_db, &rr, st));
+    for (;;) {
+        shl_router_request_t *reqs;
+        shl_fanout_result_t *fres;
+        bool stale = false, exhausted, gave_up = false;
+
+        SHL_ERR(shl_op_check_interrupt(opctx, st));
+        if (!plan_round(op, &rr, &batches, &nb)) {
+            break;
+        }
+        reqs = bson_malloc0((nb + 1) * sizeof(*reqs));
+        fres = bson_malloc0((nb + 1) * sizeof(*fres));
+        for (size_t i = 0; i < nb; i++) {
+            reqs[i].shard = batches[i].shard;
+            build_sub_command(op, &rr, &batches[i], &reqs[i].cmd);
+        }
+        shl_router_send(r, opctx, op->db, reqs, nb, fres);
+        for (size_t i = 0; i < nb; i++) {
+            stale = absorb_reply(r, op, &batches[i], &fres[i]) || stale;
+        }
+        shl_fanout_results_cleanup(fres, nb);
+        shl_router_requests_cleanup(reqs, nb);
+        bson_free(fres);
+        bson_free(reqs);
+        /* Settle the round's statements (the round flags are cleared for the next one). */
+        exhausted = stale && ++stale_rounds >= SHL_ROUTER_MAX_STALE_RETRIES;
+        for (size_t i = 0; i < nb; i++) {
+            for (size_t j = 0; j < batches[i].n; j++) {
+                item_t *it = &op->items[batches[i].idx[j]];
+                if (it->in_round && it->state == ITEM_PENDING && !it->round_stale &&
+                    !it->round_deferred) {
+                    it->state = ITEM_DONE;
+                }
+                if (exhausted && it->state == ITEM_PENDING && it->round_stale &&
+                    !(op->ordered && gave_up)) {
+                    item_set_error(it, &op->last_stale);
+                    gave_up = true;
+                }
+            }
+        }
+        for (size_t i = 0; i < nb; i++) {
+            for (size_t j = 0; j < batches[i].n; j++) {
+                item_t *it = &op->items[batches[i].idx[j]];
+                it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
+            }
+        }
+        batches_free(batches, nb);
+        batches = NULL;
+        nb = 0;
+        if (exhausted) {
+            break;
+        }
+        if (stale) {
+            SHL_LOG_DEBUG(1, SHARDING, 4620030, "re-routing the unfinished part of a write batch",
+                          "ns", BCON_UTF8(op->ns), "attempt", BCON_INT32(stale_rounds), "error",
+                          BCON_UTF8(op->last_stale.reason));
+            shl_router_routing_cleanup(&rr);
+            SHL_ERR(shl_router_routing_init(r, op->ns, create_db, &rr, st));
+        }
+    }
+done:
+    batches_free(batches, nb);
+    shl_router_routing_cleanup(&rr);
+    return ret;
+}
+
+/* Append n, nModified, upserted, writeErrors and writeConcernError in the user's order. */
+static void
+append_result(const write_op_t *op, bson_t *reply)
+{
+    bson_t arr, d;
+    uint32_t k = 0;
+    char key[16];
+    const char *ks;
+
+    BSON_APPEND_INT32(reply, "n", (int32_t)op->n_total);
+    if (op->kind == KIND_UPDATE) {
+        BSON_APPEND_INT32(reply, "nModified", (int32_t)op->n_modified);
+        for (size_t i = 0; i < op->n; i++) {
+            if (op->items[i].upserted) {
+                if (k == 0) {
+                    bson_append_array_begin(reply, "upserted", -1, &arr);
+                }
+                bson_uint32_to_string(k++, &ks, key, sizeof(key));
+                bson_append_document_begin(&arr, ks, -1, &d);
+                BSON_APPEND_INT32(&d, "index", (int32_t)i);
+                BSON_APPEND_VALUE(&d, "_id", &op->items[i].upserted_id);
+                bson_append_document_end(&arr, &d);
+            }
+        }
+        if (k > 0) {
+            bson_append_array_end(reply, &arr);
+        }
+    }
+    k = 0;
+    for (size_t i = 0; i < op->n; i++) {
+        if (op->items[i].state == ITEM_ERROR) {
+            if (k == 0) {
+                bson_append_array_begin(reply, "writeErrors", -1, &arr);
+            }
+            bson_uint32_to_string(k++, &ks, key, sizeof(key));
+            bson_append_document_begin(&arr, ks, -1, &d);
+            BSON_APPEND_INT32(&d, "index", (int32_t)i);
+            bson_concat(&d, &op->items[i].error);
+            bson_append_document_end(&arr, &d);
+            if (op->ordered) {
+                break;
+            }
+        }
+    }
+    if (k > 0) {
+        bson_append_array_end(reply, &arr);
+    }
+    if (op->has_wce) {
+        BSON_APPEND_DOCUMENT(reply, "writeConcernError", &op->wce);
+    }
+}
+
+static void
+write_op_cleanup(write_op_t *op)
+{
+    for (size_t i = 0; i < op->n; i++) {
+        item_t *it = &op->items[i];
+        bson_destroy(&it->doc);
+        bson_destroy(&it->error);
+        if (it->done_shards != NULL) {
+            bson_strfreev(it->done_shards);
+        }
+        if (it->upserted) {
+            bson_value_destroy(&it->upserted_id);
+        }
+    }
+    bson_free(op->items);
+    bson_destroy(&op->wce);
+}
+
+/* One required field of a statement, of one of two types (BSON_TYPE_EOD: only the first). */
+static int
+check_field(const bson_t *stmt, const char *cmd, const char *arr, const char *field, bson_type_t t1,
+            bson_type_t t2, const char *want, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, stmt, field)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '%s.%s.%s' is missing but a required field", cmd, arr, field);
+    }
+    if (bson_iter_type(&it) != t1 && bson_iter_type(&it) != t2) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s.%s' is the wrong type '%s', expected type %s", cmd, arr, field,
+                 shl_bson_type_name(bson_iter_type(&it)), want);
+    }
+done:
+    return ret;
+}
+
+/* A malformed statement fails the whole command, as MongoDB's parser does. */
+static int
+check_statement(write_kind_t kind, const bson_t *stmt, shl_status_t *st)
+{
+    const char *cmd = kind_cmd(kind), *arr = kind_field(kind);
+    int ret = 0;
+
+    if (kind == KIND_INSERT) {
+        goto done;
+    }
+    SHL_ERR(check_field(stmt, cmd, arr, "q", BSON_TYPE_DOCUMENT, BSON_TYPE_EOD, "'object'", st));
+    if (kind == KIND_UPDATE) {
+        SHL_ERR(check_field(stmt, cmd, arr, "u", BSON_TYPE_DOCUMENT, BSON_TYPE_ARRAY,
+                            "'object' or 'array'", st));
+    } else {
+        bson_iter_t it;
+        SHL_ERR(check_field(stmt, cmd, arr, "limit", BSON_TYPE_INT32, BSON_TYPE_INT64,
+                            "'int' or 'long'", st));
+        bson_iter_init_find(&it, stmt, "limit");
+        if (bson_iter_as_int64(&it) != 0 && bson_iter_as_int64(&it) != 1) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "The limit field in delete objects must be 0 "
+                     "or 1. Got %lld",
+                     (long long)bson_iter_as_int64(&it));
+        }
+    }
+done:
+    return ret;
+}
+
+/* Parse the command's collection, ordered flag and statements into 'op'. */
+static int
+write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_op_t *op,
+              shl_status_t *st)
+{
+    bson_iter_t it, arr;
+    size_t cap = 0;
+    int ret = 0;
+
+    memset(op, 0, sizeof(*op));
+    bson_init(&op->wce);
+    op->kind = kind;
+    op->user_cmd = cmd;
+    op->ordered = true;
+    snprintf(op->db, sizeof(op->db), "%s", opctx->db);
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type %s",
+                 "(not a string)");
+    }
+    op->coll = bson_iter_utf8(&it, NULL);
+    if (op->coll[0] == '\0') {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s.'", op->db);
+    }
+    snprintf(op->ns, sizeof(op->ns), "%s.%s", op->db, op->coll);
+    if (bson_iter_init_find(&it, cmd, "ordered")) {
+        op->ordered = bson_iter_as_bool(&it);
+    }
+    if (!bson_iter_init_find(&it, cmd, kind_field(kind))) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '%s.%s' is missing but a required field", kind_cmd(kind),
+                 kind_field(kind));
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s' is the wrong type, expected type "
+                 "'array'",
+                 kind_cmd(kind), kind_field(kind));
+    }
+    {
+        bson_iter_t count = arr;
+        while (bson_iter_next(&count)) {
+            cap++;
+        }
+        op->items = bson_malloc0((cap + 1) * sizeof(item_t));
+    }
+    while (bson_iter_next(&arr)) {
+        item_t *item;
+        const uint8_t *data;
+        uint32_t len;
+        bson_t view;
+
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
+                     kind_cmd(kind), kind_field(kind), shl_bson_type_name(bson_iter_type(&arr)));
+        }
+        bson_iter_document(&arr, &len, &data);
+        bson_init_static(&view, data, len);
+        SHL_ERR(check_statement(kind, &view, st));
+        /* Allocated once: an item holds bson_t's, which must not move (no realloc). */
+        SHL_INVARIANT(op->n < cap);
+        item = &op->items[op->n++];
+        memset(item, 0, sizeof(*item));
+        bson_init(&item->error);
+        if (kind == KIND_INSERT && !bson_has_field(&view, "_id")) {
+            /* As mongos does: an _id chosen here makes a re-sent statement idempotent. */
+            bson_oid_t oid;
+            bson_oid_init(&oid, NULL);
+            bson_init(&item->doc);
+            BSON_APPEND_OID(&item->doc, "_id", &oid);
+            bson_concat(&item->doc, &view);
+        } else {
+            bson_copy_to(&view, &item->doc);
+        }
+    }
+    if (op->n == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH,
+                 "Write batch sizes must be between 1 and 100000. "
+                 "Got 0 operations.");
+    }
+    if (op->n > SUB_BATCH_MAX_ITEMS) {
+        SHL_FAIL(st, SHL_CODE_INVALID_LENGTH,
+                 "Write batch sizes must be between 1 and 100000. "
+                 "Got %zu operations.",
+                 op->n);
+    }
+done:
+    return ret;
+}
+
+static int
+run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, bson_t *reply,
+                  shl_status_t *st)
+{
+    write_op_t op;
+    bool create_db = kind != KIND_DELETE;
+    int ret = 0;
+
+    SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
+    ret = run_write(opctx, &op, create_db, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
+        ret = 0; /* deleting from a database that does not exist deletes nothing */
+    }
+    SHL_ERR(ret);
+    append_result(&op, reply);
+done:
+    write_op_cleanup(&op);
+    return ret;
+}
+
+static int
+cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_write_command(op, cmd, KIND_INSERT, reply, st);
+}
+
+static int
+cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_write_command(op, cmd, KIND_UPDATE, reply, st);
+}
+
+static int
+cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return run_write_command(op, cmd, KIND_DELETE, reply, st);
+}
+
+/* ---- findAndModify ---- */
+
+/*
+ * The shards a findAndModify goes to: the owner of the shard key its query pins; if the
+ * query reaches one shard anyway, that one; an exact _id match, every shard the query
+ * reaches (at most one holds the document). Otherwise MongoDB 7.0's ShardKeyNotFound.
+ */
+static int
+target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u,
+                       bool upsert, shl_router_shards_t *out, shl_status_t *st)
+{
+    bson_t key = BSON_INITIALIZER;
+    const char *shard;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (rr->rt == NULL) {
+        set_one(out, rr->db.primary);
+        goto done;
+    }
+    bson_destroy(&key);
+    if (shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), q, &key)) {
+        SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st));
+        set_one(out, shard);
+    } else if (upsert) {
+        SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
+                 "Query for sharded findAndModify must contain the shard key");
+    } else {
+        shl_router_target_filter(rr, q, out);
+        if (out->n != 1 && !is_exact_id_query(q)) {
+            SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
+                     "Query for sharded findAndModify must contain the shard key");
+        }
+    }
+    if (u != NULL && out->n == 1) {
+        SHL_ERR(check_shard_key_change(rr, q, u, out->names[0], st));
+    }
+done:
+    if (ret != 0) {
+        shl_router_shards_cleanup(out);
+    }
+    bson_destroy(&key);
+    return ret;
+}
+
+static int
+cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(opctx);
+    shl_router_routing_t rr;
+    shl_router_shards_t targets = {0};
+    shl_router_request_t *reqs = NULL;
+    shl_fanout_result_t *fres = NULL;
+    char ns[SHL_NS_MAX + 1];
+    bson_t q = BSON_INITIALIZER, u_view;
+    const bson_t *u = NULL;
+    bson_iter_t it;
+    bool upsert;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", opctx->db, bson_iter_utf8(&it, NULL));
+    {
+        bson_t view;
+        if (get_doc(cmd, "query", &view)) {
+            bson_destroy(&q);
+            bson_init_static(&q, bson_get_data(&view), view.len);
+        }
+    }
+    if (get_doc(cmd, "update", &u_view)) {
+        u = &u_view;
+    }
+    upsert = get_bool(cmd, "upsert", false);
+    for (int attempt = 1;; attempt++) {
+        size_t hit = SIZE_MAX, first_err = SIZE_MAX;
+        bool stale = false;
+
+        SHL_ERR(shl_op_check_interrupt(opctx, st));
+        SHL_ERR(shl_router_routing_init(r, ns, true, &rr, st));
+        SHL_ERR(target_find_and_modify(&rr, &q, u, upsert, &targets, st));
+        reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
+        fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
+        for (size_t i = 0; i < targets.n; i++) {
+            bson_iter_t f;
+            reqs[i].shard = targets.names[i];
+            bson_init(&reqs[i].cmd);
+            bson_iter_init(&f, cmd);
+            while (bson_iter_next(&f)) {
+                const char *k = bson_iter_key(&f);
+                if (strcmp(k, "$db") == 0 || strcmp(k, "lsid") == 0 ||
+                    strcmp(k, "$clusterTime") == 0 || strcmp(k, "$readPreference") == 0 ||
+                    strcmp(k, "txnNumber") == 0 || strcmp(k, "writeConcern") == 0 ||
+                    strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0) {
+                    continue;
+                }
+                bson_append_iter(&reqs[i].cmd, NULL, 0, &f);
+            }
+            shl_router_append_generic(cmd, &reqs[i].cmd);
+            shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
+        }
+        shl_router_send(r, opctx, opctx->db, reqs, targets.n, fres);
+        for (size_t i = 0; i < targets.n; i++) {
+            bson_iter_t le, n;
+            if (fres[i].code != 0) {
+                if (shl_router_is_stale(r, ns, &fres[i].status)) {
+                    stale = true;
+                    *st = fres[i].status;
+                } else if (first_err == SIZE_MAX) {
+                    first_err = i;
+                }
+                continue;
+            }
+            if (hit == SIZE_MAX) {
+                hit = i; /* a reply to pass through even if nothing matched */
+            }
+            if (bson_iter_init_find(&le, &fres[i].reply, "lastErrorObject") &&
+                BSON_ITER_HOLDS_DOCUMENT(&le) && bson_iter_recurse(&le, &n) &&
+                bson_iter_find(&n, "n") && bson_iter_as_int64(&n) > 0) {
+                hit = i;
+            }
+        }
+        if (stale && attempt < SHL_ROUTER_MAX_STALE_RETRIES) {
+            /* Only a stale shard did not run it; the others matched nothing or ran it. */
+            bool matched = false;
+            for (size_t i = 0; i < targets.n && hit != SIZE_MAX; i++) {
+                bson_iter_t le, n;
+                if (fres[i].code == 0 &&
+                    bson_iter_init_find(&le, &fres[i].reply, "lastErrorObject") &&
+                    BSON_ITER_HOLDS_DOCUMENT(&le) && bson_iter_recurse(&le, &n) &&
+                    bson_iter_find(&n, "n") && bson_iter_as_int64(&n) > 0) {
+                    matched = true;
+                }
+            }
+            if (!matched) {
+                shl_fanout_results_cleanup(fres, targets.n);
+                shl_router_requests_cleanup(reqs, targets.n);
+                bson_free(fres);
+                bson_free(reqs);
+                fres = NULL;
+                reqs = NULL;
+                shl_router_shards_cleanup(&targets);
+                shl_router_routing_cleanup(&rr);
+                continue;
+            }
+        } else if (stale) {
+            ret = st->code;
+            goto done;
+        }
+        if (first_err != SIZE_MAX && (hit == SIZE_MAX || targets.n == 1)) {
+            *st = fres[first_err].status;
+            ret = st->code;
+            goto done;
+        }
+        if (hit != SIZE_MAX) {
+            shl_router_copy_reply_fields(&fres[hit].reply, reply);
+        }
+        break;
+    }
+done:
+    if (fres != NULL) {
+        shl_fanout_results_cleanup(fres, targets.n);
+        bson_free(fres);
+    }
+    if (reqs != NULL) {
+        shl_router_requests_cleanup(reqs, targets.n);
+        bson_free(reqs);
+    }
+    shl_router_shards_cleanup(&targets);
+    shl_router_routing_cleanup(&rr);
+    bson_destroy(&q);
+    return ret;
+}
+
+static const shl_command_t k_write_commands[] = {
+    {"insert", {NULL}, cmd_insert, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "insert documents"},
+    {"update", {NULL}, cmd_update, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "update documents"},
+    {"delete", {NULL}, cmd_delete, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "delete documents"},
+    {"findAndModify",
+     {"findandmodify"},
+     cmd_find_and_modify,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     "modify and return a single document"},
+};
 
 void
 shl_cluster_write_commands_register(shl_command_registry_t *reg)
 {
-    (void)reg;
+    for (size_t i = 0; i < sizeof(k_write_commands) / sizeof(k_write_commands[0]); i++) {
+        shl_command_registry_add(reg, &k_write_commands[i]);
+    }
 }

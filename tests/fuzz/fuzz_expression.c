@@ -27,8 +27,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bson_t input, vars;
     bson_iter_t it;
 
-    if (!bson_init_static(&input, data, size) ||
-        !bson_validate(&input, BSON_VALIDATE_NONE, NULL) || !bson_iter_init(&it, &input)) {
+    if (!bson_init_static(&input, data, size) || !bson_validate(&input, BSON_VALIDATE_NONE, NULL) ||
+        !bson_iter_init(&it, &input)) {
         return 0;
     }
     /* Same bounds as the server, except a smaller work budget so that inputs hitting it stay

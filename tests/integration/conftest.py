@@ -1,9 +1,10 @@
 """pytest fixtures: `node` (a standalone `shale node`), `rs_node` (a replica set of
-one), and `shale_process` to build others. Logs of failed tests are kept in logs/."""
+one), `cluster` (a sharded cluster: config server, 2 shards, router; one per test
+module), and `shale_process` to build others. Logs of failed tests are kept in logs/."""
 
 import pytest
 
-from shale_fixtures import ShaleProcess, fail_point  # noqa: F401
+from shale_fixtures import ShaleCluster, ShaleProcess, fail_point  # noqa: F401
 
 _started = []
 
@@ -45,3 +46,19 @@ def node(shale_process):
 @pytest.fixture
 def rs_node(shale_process):
     return shale_process(["node", "--replSet", "rs0"], name="rsnode")
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    """A started ShaleCluster with 2 shards, shared by the tests of one module. Its logs
+    are kept in logs/ when any test of the module failed."""
+    failed_before = request.session.testsfailed
+    c = ShaleCluster(shards=2)
+    try:
+        c.start()
+    except Exception:
+        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)

@@ -54,6 +54,8 @@ class ShaleProcess:
         self.name = name
         self.own_dir = dbpath is None
         self.dbpath = dbpath or tempfile.mkdtemp(prefix="shale-%s-" % name)
+        if not os.path.isdir(self.dbpath) and not (args and args[0] == "router"):
+            os.makedirs(self.dbpath)
         self.logpath = os.path.join(self.dbpath, "..", os.path.basename(self.dbpath) + ".log")
         self.logpath = os.path.abspath(self.logpath)
         self.proc = None
@@ -67,7 +69,9 @@ class ShaleProcess:
         return "mongodb://%s/%s" % (self.host, ("?" + q) if q else "")
 
     def start(self, extra=(), wait=True):
-        cmd = [SHALE_BIN] + self.args + ["--port", str(self.port), "--dbpath", self.dbpath]
+        cmd = [SHALE_BIN] + self.args + ["--port", str(self.port)]
+        if not (self.args and self.args[0] == "router"):
+            cmd += ["--dbpath", self.dbpath]  # a router keeps no data
         if self.test_commands:
             cmd += ["--setParameter", "enableTestCommands=1"]
         if self.args and self.args[0] == "node":
@@ -151,6 +155,117 @@ class ShaleProcess:
             os.unlink(self.logpath)
         except OSError:
             pass
+
+
+def stop_all(procs, timeout=30):
+    """SIGTERM every process at once, then wait for each (SIGKILL after timeout): data
+    nodes take a checkpoint on the way out, so stopping them together saves time."""
+    live = [p for p in procs if p.proc is not None and p.proc.poll() is None]
+    for p in live:
+        p.proc.send_signal(signal.SIGTERM)
+    for p in live:
+        try:
+            p.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
+
+
+class ShaleCluster:
+    """A sharded cluster like MongoDB's ShardingTest: a config server (replica set
+    "csrs"), N shards (replica sets "shard0", ...) and one router, each a ShaleProcess
+    on a free port in one temporary folder (logs beside the data folders). start()
+    waits until each answers and adds the shards through the router with addShard
+    (names "shard0", ...). add_router() starts another router on the same config
+    server. stop() / cleanup() stop every process by pid."""
+
+    def __init__(self, shards=2, test_commands=True, base=None):
+        self.own_base = base is None
+        self.base = base or tempfile.mkdtemp(prefix="shale-cluster-")
+        self.test_commands = test_commands
+        self.config = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"],
+                                   dbpath=os.path.join(self.base, "config"), name="config",
+                                   test_commands=test_commands)
+        self.shards = [
+            ShaleProcess(["node", "--shardsvr", "--replSet", "shard%d" % i],
+                         dbpath=os.path.join(self.base, "shard%d" % i), name="shard%d" % i,
+                         test_commands=test_commands)
+            for i in range(shards)]
+        self.routers = []
+
+    @property
+    def configdb(self):
+        """The --configdb string routers are started with."""
+        return "csrs/" + self.config.host
+
+    @property
+    def router(self):
+        return self.routers[0]
+
+    @property
+    def processes(self):
+        return [self.config] + self.shards + self.routers
+
+    def shard_name(self, i):
+        return "shard%d" % i
+
+    def shard_conn_string(self, i):
+        """config.shards.host of shard i: "<setName>/host:port"."""
+        return "shard%d/%s" % (i, self.shards[i].host)
+
+    def start(self):
+        # Data nodes start together; the router needs the config server.
+        for p in [self.config] + self.shards:
+            p.start(wait=False)
+        for p in [self.config] + self.shards:
+            p.wait_ready()
+        self.add_router()
+        admin = self.router_client().admin
+        listed = {s["_id"] for s in admin.command("listShards")["shards"]}
+        for i in range(len(self.shards)):
+            if self.shard_name(i) not in listed:
+                admin.command("addShard", self.shard_conn_string(i), name=self.shard_name(i))
+        return self
+
+    def add_router(self):
+        """Start another router on this cluster's config server; returns its ShaleProcess."""
+        n = len(self.routers)
+        r = ShaleProcess(["router", "--configdb", self.configdb],
+                         dbpath=os.path.join(self.base, "router%d" % n), name="router%d" % n,
+                         test_commands=self.test_commands)
+        self.routers.append(r)
+        r.start()
+        return r
+
+    def router_client(self, i=0, **kw):
+        return self.routers[i].client(**kw)
+
+    def shard_client(self, i, **kw):
+        """A direct connection to shard i (unversioned requests, no orphan filtering)."""
+        return self.shards[i].client(**kw)
+
+    def config_client(self, **kw):
+        return self.config.client(**kw)
+
+    def uri(self, i=0, **opts):
+        return self.routers[i].uri(**opts)
+
+    def stop(self, timeout=30):
+        """Stop the routers, then every data node (SIGTERM, waited for, by pid)."""
+        stop_all(self.routers, timeout)
+        stop_all([self.config] + self.shards, timeout)
+
+    def cleanup(self, keep_logs_prefix=None):
+        """Stop (SIGKILL what is left), keep the logs as logs/<prefix>-<name>.log when
+        asked, and remove the folder."""
+        try:
+            self.stop()
+        finally:
+            for p in self.processes:
+                p.cleanup(keep_log_as=("%s-%s" % (keep_logs_prefix, p.name))
+                          if keep_logs_prefix else None)
+            if self.own_base:
+                shutil.rmtree(self.base, ignore_errors=True)
 
 
 def fail_point(client, name, mode, data=None):

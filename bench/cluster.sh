@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# bench/cluster.sh BUILD_DIR (part of `make bench`): the router's cost and the cluster's
+# scaling, in one run (issue 6 item 6). Starts two local clusters with `shale up` -- one
+# shard and two shards -- and runs loadgen (libmongoc) against them:
+#  - point find by shard key (findid, bench.findid sharded by {_id: "hashed"}) through the
+#    1-shard cluster's router vs directly on its shard (same data, same process): prints the
+#    router's added latency in us and the ratio (target: router adds <= 30% at p50);
+#  - a scatter find (range over a non-key indexed field, so every shard answers) on 2 shards
+#    vs 1 shard;
+#  - inserts through the router (bench.insert sharded by {_id: "hashed"}) with 1 and 2 shards.
+# Env: BENCH_SECONDS (default 5), BENCH_KEYS (default 100000), BENCH_CONNS ("1 8").
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-build-release}
+case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
+SHALE="$BUILD/src/main/shale"
+LOADGEN="$BUILD/bench/loadgen"
+SECS=${BENCH_SECONDS:-5}
+KEYS=${BENCH_KEYS:-100000}
+CONNS=${BENCH_CONNS:-"1 8"}
+for b in "$SHALE" "$LOADGEN"; do
+  command -v "$b" >/dev/null || { echo "cluster bench: missing $b" >&2; exit 1; }
+done
+
+BENCH_NAME=cluster-bench
+# shellcheck source=bench/lib.sh
+. "$top/bench/lib.sh"
+
+clusters=""
+cluster_cleanup() {
+  for d in $clusters; do
+    "$SHALE" down --dbpath "$d" >/dev/null 2>&1 || true
+  done
+  bench_cleanup
+}
+trap cluster_cleanup EXIT
+
+# A port P such that P..P+5 are free (router, config, shards).
+free_block() {
+  /usr/bin/python3 - <<'PY'
+import socket
+for base in range(24000, 60000, 7):
+    socks = []
+    try:
+        for p in range(base, base + 6):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+PY
+}
+
+# up NAME SHARDS: start a cluster in $work/NAME; sets port_NAME.
+up() {
+  local port
+  port=$(free_block)
+  "$SHALE" up --shards "$2" --dbpath "$work/$1" --port "$port" >/dev/null
+  clusters="$clusters $work/$1"
+  eval "port_$1=$port"
+}
+
+up one 1
+up two 2
+r1="mongodb://127.0.0.1:$port_one/"
+r2="mongodb://127.0.0.1:$port_two/"
+s1="mongodb://127.0.0.1:$((port_one + 2))/" # the one-shard cluster's shard
+echo "== $(nproc) cores; 1-shard cluster router $port_one (shard $((port_one + 2))), 2-shard" \
+  "cluster router $port_two; ${SECS}s per run, $KEYS keys"
+
+results="$work/results.jsonl"
+: >"$results"
+run() { # LABEL URI ARGS...: one loadgen run, its JSON line tagged with LABEL
+  local label=$1 uri=$2
+  shift 2
+  "$LOADGEN" --uri "$uri" --seconds "$SECS" "$@" | sed -n '1p' |
+    /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read()); r["label"] = sys.argv[1]
+print(json.dumps(r))
+print("%-26s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us" % (r["label"], r["threads"],
+      r["ops_per_sec"], r["p50_us"], r["p99_us"]), file=sys.stderr)' "$label" >>"$results"
+}
+
+# Point finds: load through the router (sharded, all chunks on the one shard), then read
+# the same documents through the router and directly.
+"$LOADGEN" --uri "$r1" --threads 1 --seconds 0.2 --op findid --preload "$KEYS" \
+  --shard hashed >/dev/null
+"$LOADGEN" --uri "$r1" --threads 1 --seconds 0.2 --op range --preload "$KEYS" \
+  --shard hashed >/dev/null
+"$LOADGEN" --uri "$r2" --threads 1 --seconds 0.2 --op range --preload "$KEYS" \
+  --shard hashed >/dev/null
+for c in $CONNS; do
+  run "findid router" "$r1" --threads "$c" --op findid --keys "$KEYS"
+  run "findid direct" "$s1" --threads "$c" --op findid --keys "$KEYS"
+  run "scatter range 1 shard" "$r1" --threads "$c" --op range --keys "$KEYS" --span 100
+  run "scatter range 2 shards" "$r2" --threads "$c" --op range --keys "$KEYS" --span 100
+  run "insert 1 shard" "$r1" --threads "$c" --op insert --shard hashed
+  run "insert 2 shards" "$r2" --threads "$c" --op insert --shard hashed
+done
+
+echo "== results (JSON) and ratios"
+/usr/bin/python3 - "$results" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {(r["label"], r["threads"]): r for r in rows}
+for r in rows:
+    print(json.dumps(r))
+for c in sorted({r["threads"] for r in rows}):
+    rt, d = by.get(("findid router", c)), by.get(("findid direct", c))
+    if rt and d:
+        add = rt["p50_us"] - d["p50_us"]
+        pct = 100.0 * add / d["p50_us"]
+        print("c=%d router overhead on a targeted point find: +%.1f us at p50 (%.0f%%; target "
+              "<= 30%%: %s); throughput router/direct %.2f" % (
+                  c, add, pct, "met" if pct <= 30 else "NOT met",
+                  rt["ops_per_sec"] / d["ops_per_sec"]))
+    for what in ("scatter range", "insert"):
+        one, two = by.get((what + " 1 shard", c)), by.get((what + " 2 shards", c))
+        if one and two:
+            print("c=%d %s: 2 shards / 1 shard = %.2f (%.0f vs %.0f ops/s)" % (
+                c, what, two["ops_per_sec"] / one["ops_per_sec"], two["ops_per_sec"],
+                one["ops_per_sec"]))
+PY

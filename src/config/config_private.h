@@ -1,0 +1,209 @@
+/*
+ * config_private.h -- what the config server's files share (docs/design/sharding-protocol.md):
+ * the module state (client pool to the shards, cluster id, per-namespace commit locks), the
+ * catalog client that reads and writes config.* by running the node's own commands
+ * in-process, remote calls to shards, the changelog and the routing-table loader. Not used
+ * outside src/config.
+ */
+#ifndef SHL_CONFIG_PRIVATE_H
+#define SHL_CONFIG_PRIVATE_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "sharding/vector_clock.h"
+#include "net/client.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "sharding/catalog_types.h"
+#include "sharding/routing_table.h"
+
+/* Timeout of one command sent to a shard. */
+#define CFG_REMOTE_TIMEOUT_MS 30000
+
+/*
+ * The config server's state: one per process (a node runs one role), set up by
+ * shl_configsvr_init before the listener starts. 'pool' is thread-safe; the lock list
+ * is guarded by 'locks_mu'.
+ */
+typedef struct cfg_state {
+    shl_service_ctx_t *svc;
+    shl_conn_pool_t *pool;
+    bson_oid_t cluster_id;
+    char conn_string[440]; /* this config server as "set/host:port" */
+    pthread_mutex_t locks_mu;
+    struct cfg_ns_lock *locks; /* guarded by locks_mu */
+    pthread_mutex_t shards_mu; /* serializes addShard/removeShard */
+    shl_vector_clock_t clock;  /* TopologyTime: newest config.shards topologyTime (lock-free) */
+} cfg_state_t;
+
+/* cfg_get -- the process's config server state. */
+cfg_state_t *cfg_get(void);
+
+/*
+ * cfg_lock_ns / cfg_unlock_ns --
+ *     Serialize metadata commits on one namespace (or database name): a mutex per name,
+ *     created on first use and kept for the process's life. Blocks.
+ */
+void cfg_lock_ns(const char *name);
+void cfg_unlock_ns(const char *name);
+
+/* ---- catalog client: config.* through the node's own commands ---- */
+
+/*
+ * cfg_local_cmd --
+ *     Run 'cmd' on local database 'db' in-process; *reply (always initialised) is the whole
+ *     reply. An error reply, the first writeError and a writeConcernError become the status.
+ */
+int cfg_local_cmd(const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/* A list of owned documents. */
+typedef struct cfg_docs {
+    bson_t **docs;
+    size_t n;
+} cfg_docs_t;
+
+void cfg_docs_cleanup(cfg_docs_t *d);
+
+/*
+ * cfg_find --
+ *     All documents of config.<coll> matching 'filter' (NULL: all) in 'sort' order (NULL:
+ *     natural), copied into *out (initialised here; cfg_docs_cleanup it).
+ */
+int cfg_find(const char *coll, const bson_t *filter, const bson_t *sort, cfg_docs_t *out,
+             shl_status_t *st);
+
+/* cfg_find_one -- the first match into *out (initialised; empty when !*found). */
+int cfg_find_one(const char *coll, const bson_t *filter, bson_t *out, bool *found,
+                 shl_status_t *st);
+
+/* cfg_insert -- insert 'n' documents into config.<coll> (w: majority). */
+int cfg_insert(const char *coll, const bson_t *const *docs, size_t n, shl_status_t *st);
+
+/* cfg_update -- one update statement; *matched (may be NULL) gets n. */
+int cfg_update(const char *coll, const bson_t *q, const bson_t *u, bool upsert, bool multi,
+               int64_t *matched, shl_status_t *st);
+
+/* cfg_delete -- delete all (multi) or one; *deleted (may be NULL) gets n. */
+int cfg_delete(const char *coll, const bson_t *q, bool multi, int64_t *deleted, shl_status_t *st);
+
+/*
+ * cfg_batch_t -- config.* changes committed together with applyOps (one storage
+ * transaction: a crash leaves all of them or none). _upsert replaces (or inserts) the
+ * document with doc's _id; _delete removes by _id. Operations run in the order added.
+ */
+typedef struct cfg_batch {
+    bson_t ops; /* the applyOps array */
+    uint32_t n;
+} cfg_batch_t;
+
+void cfg_batch_init(cfg_batch_t *b);
+void cfg_batch_upsert(cfg_batch_t *b, const char *coll, const bson_t *doc);
+void cfg_batch_delete(cfg_batch_t *b, const char *coll, const bson_value_t *id);
+/* cfg_batch_commit -- applyOps with w: majority. Errors: the local command's. */
+int cfg_batch_commit(cfg_batch_t *b, shl_status_t *st);
+void cfg_batch_cleanup(cfg_batch_t *b);
+
+/* ---- typed reads ---- */
+
+/* cfg_get_shards -- config.shards sorted by _id; *out is an array of *n (free with
+ * cfg_shards_free). */
+int cfg_get_shards(shl_shard_type_t **out, size_t *n, shl_status_t *st);
+void cfg_shards_free(shl_shard_type_t *s, size_t n);
+
+/* cfg_get_shard -- one shard; ShardNotFound "Shard <name> does not exist" if unknown. */
+int cfg_get_shard(const char *name, shl_shard_type_t *out, shl_status_t *st);
+
+/* cfg_get_database -- config.databases entry; *found false if none. */
+int cfg_get_database(const char *db, shl_database_type_t *out, bool *found, shl_status_t *st);
+
+/* cfg_get_collection -- config.collections entry; *found false if none (or dropped). */
+int cfg_get_collection(const char *ns, shl_collection_type_t *out, bool *found, shl_status_t *st);
+
+/*
+ * cfg_load_routing_table --
+ *     The routing table of sharded collection 'ns' built from config.collections and
+ *     config.chunks. NamespaceNotSharded if it is not sharded. *coll (may be NULL) gets
+ *     the collection entry (caller cleans it up).
+ */
+int cfg_load_routing_table(const char *ns, shl_collection_type_t *coll, shl_routing_table_t **out,
+                           shl_status_t *st);
+
+/* ---- shards ---- */
+
+/*
+ * cfg_shard_cmd --
+ *     Run 'cmd' on database 'db' of shard 'shard' (looked up in config.shards). *reply is
+ *     always initialised. Errors: ShardNotFound, network errors, the reply's error.
+ */
+int cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply,
+                  shl_status_t *st);
+
+/* cfg_flush_shards -- send _flushRoutingTableCacheUpdates: ns to each shard (best effort). */
+void cfg_flush_shards(const char *ns, const char *const *shards, size_t n);
+
+/* cfg_flush_all_shards -- the same to every shard of config.shards. */
+void cfg_flush_all_shards(const char *ns);
+
+/* cfg_flush_database_all_shards -- _flushDatabaseCacheUpdates: db to every shard (best effort). */
+void cfg_flush_database_all_shards(const char *db);
+
+/* ---- time, changelog ---- */
+
+/* cfg_fresh_ts -- a new cluster time from this node's storage clock (later than any so far). */
+shl_ts_t cfg_fresh_ts(void);
+
+/*
+ * cfg_changelog --
+ *     Insert {_id, server, shard: "config", clientAddr, time, what, ns, details} into
+ *     config.changelog (best effort: failures are logged).
+ */
+void cfg_changelog(shl_op_ctx_t *op, const char *what, const char *ns, const bson_t *details);
+
+/* ---- command helpers ---- */
+
+/* cfg_cmd_string -- the first field's string value (the target), or TypeMismatch. */
+int cfg_cmd_string(const bson_t *cmd, const char **out, shl_status_t *st);
+
+/* cfg_doc_field -- a document-valued field as a static view; *has false if absent.
+ * TypeMismatch if present and not an object. */
+int cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has, shl_status_t *st);
+
+/* Command registration per file. */
+void cfg_register_shard_commands(shl_command_registry_t *reg);
+void cfg_register_ddl_commands(shl_command_registry_t *reg);
+void cfg_register_chunk_commands(shl_command_registry_t *reg);
+
+/* cfg_create_database -- _configsvrCreateDatabase's body (used by shardCollection too). */
+int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
+                        shl_database_type_t *out, shl_status_t *st);
+
+/* ---- pure logic (config_logic.c) ---- */
+
+/*
+ * cfg_hashed_split_points --
+ *     The n - 1 split points (ascending) of n initial chunks of a hashed shard key, as
+ *     MongoDB computes them. 'out' has room for n; *nout gets n - 1.
+ */
+void cfg_hashed_split_points(int n, int64_t *out, int *nout);
+
+/*
+ * cfg_index_backs_key --
+ *     Whether the index 'spec' (a listIndexes entry) can back shard key 'shard_key': its key
+ *     starts with the shard key's fields in order with the same kind (ascending or hashed),
+ *     and it is not sparse, partial, hidden or of a non-simple collation.
+ */
+bool cfg_index_backs_key(const bson_t *shard_key, const bson_t *spec);
+
+/* cfg_host_of -- the first "host:port" of a connection string "set/host:port,..." or
+ * "host:port" (config_logic.c). */
+void cfg_host_of(const char *conn_string, char *out, size_t n);
+
+/* cfg_index_name -- MongoDB's default index name for 'key' ("a_1_b_hashed"). */
+void cfg_index_name(const bson_t *key, char *out, size_t n);
+
+#endif

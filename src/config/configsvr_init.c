@@ -1,0 +1,213 @@
+/*
+ * configsvr_init.c -- config server start-up (docs/design/sharding-protocol.md "Catalog"):
+ * MongoDB's indexes on config.*, config.version's clusterId, hello's configsvr: 2, the
+ * client pool to the shards, and command registration.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "config/config_private.h"
+#include "config/configsvr.h"
+
+/* The node's own hello decoration, chained before configsvr: 2. */
+static void (*node_append_hello)(struct shl_op_ctx *op, bson_t *reply);
+
+static void
+append_hello(shl_op_ctx_t *op, bson_t *reply)
+{
+    if (node_append_hello != NULL) {
+        node_append_hello(op, reply);
+    }
+    /* MongoDB's config servers answer configsvr: 2 (the CSRS protocol version). */
+    BSON_APPEND_INT32(reply, "configsvr", 2);
+}
+
+static void (*node_decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
+
+/* Gossip (DESIGN.md section 7): the config server's replies carry $configTime (its time of
+ * the newest metadata: the reply's operationTime) and $topologyTime. */
+static void
+decorate_reply(shl_op_ctx_t *op, bson_t *reply)
+{
+    cfg_state_t *cfg = cfg_get();
+    bson_iter_t it;
+
+    if (node_decorate_reply != NULL) {
+        node_decorate_reply(op, reply);
+    }
+    if (bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, ((uint64_t)t << 32) | i);
+    }
+    shl_vector_clock_append_config_gossip(&cfg->clock, reply);
+}
+
+/* TopologyTime at start-up: the newest topologyTime in config.shards. */
+static int
+load_topology_time(cfg_state_t *cfg, shl_status_t *st)
+{
+    shl_shard_type_t *shards = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    SHL_ERR(cfg_get_shards(&shards, &n, st));
+    for (size_t i = 0; i < n; i++) {
+        if (shards[i].has_topology_time) {
+            shl_vector_clock_advance(&cfg->clock, SHL_VC_TOPOLOGY_TIME,
+                                     ((uint64_t)shards[i].topology_time.t << 32) |
+                                         shards[i].topology_time.i);
+        }
+    }
+done:
+    cfg_shards_free(shards, n);
+    return ret;
+}
+
+static void (*node_shutdown)(shl_service_ctx_t *svc);
+
+static void
+shutdown_hook(shl_service_ctx_t *svc)
+{
+    cfg_state_t *cfg = cfg_get();
+
+    if (node_shutdown != NULL) {
+        node_shutdown(svc);
+    }
+    shl_conn_pool_destroy(cfg->pool);
+    cfg->pool = NULL;
+}
+
+typedef struct index_def {
+    const char *coll;
+    const char *name;
+    const char *json;
+    bool unique;
+} index_def_t;
+
+static const index_def_t k_indexes[] = {
+    {"chunks", "uuid_1_min_1", "{\"uuid\": 1, \"min\": 1}", true},
+    {"chunks", "uuid_1_shard_1_min_1", "{\"uuid\": 1, \"shard\": 1, \"min\": 1}", true},
+    {"chunks", "uuid_1_lastmod_1", "{\"uuid\": 1, \"lastmod\": 1}", true},
+    {"shards", "host_1", "{\"host\": 1}", true},
+    {"tags", "ns_1_min_1", "{\"ns\": 1, \"min\": 1}", true},
+    {"tags", "ns_1_tag_1", "{\"ns\": 1, \"tag\": 1}", false},
+};
+
+static int
+create_indexes(shl_status_t *st)
+{
+    int ret = 0;
+
+    for (size_t i = 0; i < sizeof(k_indexes) / sizeof(k_indexes[0]); i++) {
+        const index_def_t *d = &k_indexes[i];
+        bson_t cmd = BSON_INITIALIZER, reply, arr, spec;
+        bson_t *key = bson_new_from_json((const uint8_t *)d->json, -1, NULL);
+
+        SHL_INVARIANT(key != NULL);
+        BSON_APPEND_UTF8(&cmd, "createIndexes", d->coll);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
+        BSON_APPEND_DOCUMENT(&spec, "key", key);
+        BSON_APPEND_UTF8(&spec, "name", d->name);
+        if (d->unique) {
+            BSON_APPEND_BOOL(&spec, "unique", true);
+        }
+        bson_append_document_end(&arr, &spec);
+        bson_append_array_end(&cmd, &arr);
+        ret = cfg_local_cmd("config", &cmd, &reply, st);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        bson_destroy(key);
+        if (ret != 0) {
+            goto done;
+        }
+    }
+done:
+    return ret;
+}
+
+/* config.changelog is capped at 200 MB, as MongoDB creates it. */
+static int
+ensure_changelog(shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *cmd = BCON_NEW("create", BCON_UTF8("changelog"), "capped", BCON_BOOL(true), "size",
+                           BCON_INT64(200LL * 1024 * 1024));
+    bson_t reply;
+
+    if (cfg_local_cmd("config", cmd, &reply, st) != 0) {
+        if (st->code == SHL_CODE_NAMESPACE_EXISTS) {
+            shl_status_clear(st);
+        } else {
+            ret = st->code;
+        }
+    }
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+static int
+ensure_version(cfg_state_t *cfg, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("_id", BCON_INT32(1));
+    bson_t doc = BSON_INITIALIZER, found_doc;
+    bool found = false;
+    bson_iter_t it;
+    const bson_t *docs[1] = {&doc};
+
+    SHL_ERR(cfg_find_one("version", q, &found_doc, &found, st));
+    if (found && bson_iter_init_find(&it, &found_doc, "clusterId") && BSON_ITER_HOLDS_OID(&it)) {
+        bson_oid_copy(bson_iter_oid(&it), &cfg->cluster_id);
+    } else {
+        bson_oid_init(&cfg->cluster_id, NULL);
+        BSON_APPEND_INT32(&doc, "_id", 1);
+        BSON_APPEND_OID(&doc, "clusterId", &cfg->cluster_id);
+        ret = cfg_insert("version", docs, 1, st);
+    }
+    bson_destroy(&found_doc);
+done:
+    bson_destroy(q);
+    bson_destroy(&doc);
+    return ret;
+}
+
+int
+shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
+{
+    int ret = 0;
+    cfg_state_t *cfg = cfg_get();
+    char cid[25];
+
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->svc = svc;
+    pthread_mutex_init(&cfg->locks_mu, NULL);
+    pthread_mutex_init(&cfg->shards_mu, NULL);
+    snprintf(cfg->conn_string, sizeof(cfg->conn_string), "%s/%s",
+             svc->set_name[0] != '\0' ? svc->set_name : "csrs", svc->me);
+    cfg->pool = shl_conn_pool_new(NULL);
+
+    cfg_register_shard_commands(reg);
+    cfg_register_ddl_commands(reg);
+    cfg_register_chunk_commands(reg);
+
+    node_append_hello = svc->hooks.append_hello;
+    svc->hooks.append_hello = append_hello;
+    node_shutdown = svc->hooks.shutdown;
+    svc->hooks.shutdown = shutdown_hook;
+    node_decorate_reply = svc->hooks.decorate_reply;
+    svc->hooks.decorate_reply = decorate_reply;
+    shl_vector_clock_init(&cfg->clock);
+
+    SHL_ERR(ensure_changelog(st));
+    SHL_ERR(create_indexes(st));
+    SHL_ERR(ensure_version(cfg, st));
+    SHL_ERR(load_topology_time(cfg, st));
+    bson_oid_to_string(&cfg->cluster_id, cid);
+    SHL_LOG_INFO(SHARDING, 4200100, "config server ready", "clusterId", BCON_UTF8(cid),
+                 "connectionString", BCON_UTF8(cfg->conn_string));
+done:
+    return ret;
+}

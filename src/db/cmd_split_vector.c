@@ -1,0 +1,284 @@
+/*
+ * cmd_split_vector.c -- splitVector (MongoDB's internal command; docs/design/sharding-
+ * protocol.md "Config server -> shard"): the keys at which a key range of a collection
+ * could be split, read from an index whose key pattern starts with the shard key. With
+ * force: true the answer is the range's median key (what `split` with find/bounds uses);
+ * otherwise a key every maxChunkSizeBytes / 2 worth of documents.
+ */
+#include <string.h>
+
+#include "base/namespace.h"
+#include "bson/keystring.h"
+#include "db/db_private.h"
+#include "db/exec.h"
+#include "net/command_args.h"
+
+static const char *const split_vector_fields[] = {
+    "keyPattern",      "min", "max", "force", "maxChunkSizeBytes", "maxChunkSize", "maxSplitPoints",
+    "maxChunkObjects", NULL};
+
+/* Does 'idx' start with 'pattern' (same names, ascending vs hashed alike)? */
+static bool
+index_has_prefix(const shl_index_t *idx, const bson_t *pattern)
+{
+    bson_iter_t a, b;
+
+    if (!bson_iter_init(&a, pattern) || !bson_iter_init(&b, idx->key_pattern)) {
+        return false;
+    }
+    while (bson_iter_next(&a)) {
+        bool hashed_a = BSON_ITER_HOLDS_UTF8(&a), hashed_b;
+        if (!bson_iter_next(&b) || strcmp(bson_iter_key(&a), bson_iter_key(&b)) != 0) {
+            return false;
+        }
+        hashed_b = BSON_ITER_HOLDS_UTF8(&b);
+        if (hashed_a != hashed_b) {
+            return false;
+        }
+        if (hashed_a && strcmp(bson_iter_utf8(&a, NULL), bson_iter_utf8(&b, NULL)) != 0) {
+            return false;
+        }
+        if (!hashed_a && bson_iter_as_double(&b) < 0) {
+            return false; /* a descending field cannot serve an ascending key range */
+        }
+    }
+    return true;
+}
+
+/* KeyString of a bound: its values in order (missing fields: MinKey for min, MaxKey for max). */
+static void
+bound_key(const bson_t *pattern, const bson_t *bound, bool is_max, shl_keystring_t *ks)
+{
+    bson_iter_t p, b;
+    bool more = bound != NULL && bson_iter_init(&b, bound);
+
+    bson_iter_init(&p, pattern);
+    while (bson_iter_next(&p)) {
+        if (more && bson_iter_next(&b)) {
+            shl_keystring_append_iter(ks, &b, false);
+        } else {
+            bson_value_t v;
+            more = false;
+            memset(&v, 0, sizeof(v));
+            v.value_type = is_max ? BSON_TYPE_MAXKEY : BSON_TYPE_MINKEY;
+            shl_keystring_append_value(ks, &v, false);
+        }
+    }
+}
+
+/* The key document {f1: v1, ...} of the first fields of an index entry. */
+static bool
+decode_key(const shl_index_t *idx, const bson_t *pattern, const uint8_t *key, size_t len,
+           bson_t *out)
+{
+    size_t nfields = bson_count_keys(idx->key_pattern);
+    bool *desc = bson_malloc0((nfields + 1) * sizeof(*desc));
+    bson_iter_t it, vals, p;
+    bson_t arr;
+    size_t i = 0;
+    int64_t rid;
+    bool ok;
+
+    bson_iter_init(&it, idx->key_pattern);
+    while (bson_iter_next(&it)) {
+        desc[i++] = BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) < 0;
+    }
+    ok = shl_keystring_decode(key, len, desc, nfields, &arr, idx->unique ? NULL : &rid);
+    bson_free(desc);
+    bson_init(out);
+    if (ok) {
+        bson_iter_init(&vals, &arr);
+        bson_iter_init(&p, pattern);
+        while (bson_iter_next(&p) && bson_iter_next(&vals)) {
+            bson_append_value(out, bson_iter_key(&p), -1, bson_iter_value(&vals));
+        }
+    }
+    bson_destroy(&arr);
+    return ok;
+}
+
+static int
+cmd_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it;
+    shl_ns_t ns;
+    bson_t pattern, min, max, arr;
+    bool has_pattern = false, has_min = false, has_max = false, found = false, force = false;
+    bool locked = false;
+    int64_t max_bytes = 0, max_mb = 0, max_points = 0, max_objects = 0;
+    shl_coll_handle_t h;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *cur = NULL;
+    shl_keystring_t k0, k1;
+    const shl_index_t *idx = NULL;
+    int64_t nkeys = 0, every = 0, npoints = 0;
+    char key[24];
+
+    shl_keystring_init(&k0);
+    shl_keystring_init(&k1);
+    bson_init(&arr);
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, split_vector_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'splitVector.splitVector' is the wrong type, expected type "
+                 "'string'");
+    }
+    if (shl_ns_parse(&ns, bson_iter_utf8(&it, NULL), st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "invalid namespace '%s'",
+                 bson_iter_utf8(&it, NULL));
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "keyPattern", &pattern, &has_pattern, st));
+    if (!has_pattern || bson_empty(&pattern)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "no key pattern found in splitVector");
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "min", &min, &has_min, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "max", &max, &has_max, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "force", &force, st));
+    SHL_ERR(shl_cmd_get_int64(cmd, "maxChunkSizeBytes", &max_bytes, &found, st));
+    SHL_ERR(shl_cmd_get_int64(cmd, "maxChunkSize", &max_mb, &found, st));
+    SHL_ERR(shl_cmd_get_int64(cmd, "maxSplitPoints", &max_points, &found, st));
+    SHL_ERR(shl_cmd_get_int64(cmd, "maxChunkObjects", &max_objects, &found, st));
+    if (max_bytes <= 0 && max_mb > 0) {
+        max_bytes = max_mb * 1024 * 1024;
+    }
+    if (!force && max_bytes <= 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "need to specify the desired max chunk size (maxChunkSize or maxChunkSizeBytes)");
+    }
+
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found");
+    }
+    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
+        if (index_has_prefix(h.coll->indexes[i], &pattern)) {
+            idx = h.coll->indexes[i];
+        }
+    }
+    if (idx == NULL) {
+        char *s = bson_as_relaxed_extended_json(&pattern, NULL);
+        ret = shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND,
+                             "couldn't find index over splitting key %s", s);
+        bson_free(s);
+        goto done;
+    }
+    bound_key(&pattern, has_min ? &min : NULL, false, &k0);
+    bound_key(&pattern, has_max ? &max : NULL, true, &k1);
+    {
+        int64_t nrec = shl_collection_num_records(h.coll);
+        int64_t size = shl_collection_data_size(h.coll);
+        int64_t avg = nrec > 0 ? size / nrec : 0;
+        if (nrec == 0) {
+            goto reply;
+        }
+        if (!force) {
+            /* A chunk is split when it reaches the max size: points every half of it. */
+            if (size < max_bytes) {
+                goto reply;
+            }
+            every = avg > 0 ? max_bytes / (2 * avg) : 1;
+            if (max_objects > 0 && max_objects < every) {
+                every = max_objects;
+            }
+            if (every < 1) {
+                every = 1;
+            }
+        }
+    }
+    SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
+    if (force) {
+        /* Count the range, then take the key in the middle. */
+        shl_key_bound_t b0 = {k0.data, k0.len}, b1 = {k1.data, k1.len};
+        SHL_ERR(shl_index_cursor_open(txn, idx, &b0, &b1, true, &cur, st));
+        for (;;) {
+            int64_t rid;
+            bool eof;
+            SHL_ERR(shl_index_cursor_next(cur, &rid, NULL, NULL, &eof, st));
+            if (eof) {
+                break;
+            }
+            nkeys++;
+        }
+        shl_index_cursor_close(cur);
+        cur = NULL;
+        every = nkeys / 2;
+        max_points = 1;
+        if (every < 1) {
+            goto reply;
+        }
+    }
+    {
+        shl_key_bound_t b0 = {k0.data, k0.len}, b1 = {k1.data, k1.len};
+        bson_t first = BSON_INITIALIZER, prev = BSON_INITIALIZER;
+        int64_t i = 0;
+        bool have_first = false;
+        SHL_ERR(shl_index_cursor_open(txn, idx, &b0, &b1, true, &cur, st));
+        for (;;) {
+            int64_t rid;
+            const uint8_t *kb;
+            size_t klen;
+            bool eof;
+            bson_t k;
+            if ((ret = shl_index_cursor_next(cur, &rid, &kb, &klen, &eof, st)) != 0 || eof) {
+                break;
+            }
+            if (!decode_key(idx, &pattern, kb, klen, &k)) {
+                bson_destroy(&k);
+                continue;
+            }
+            if (!have_first) {
+                bson_destroy(&first);
+                bson_copy_to(&k, &first);
+                have_first = true;
+            }
+            /* A split point is never the range's first key nor the previous point. */
+            if (i > 0 && (force ? i >= every : i % every == 0) && !bson_equal(&k, &first) &&
+                !bson_equal(&k, &prev)) {
+                snprintf(key, sizeof(key), "%lld", (long long)npoints);
+                BSON_APPEND_DOCUMENT(&arr, key, &k);
+                bson_destroy(&prev);
+                bson_copy_to(&k, &prev);
+                npoints++;
+            }
+            bson_destroy(&k);
+            i++;
+            if (max_points > 0 && npoints >= max_points) {
+                break;
+            }
+        }
+        bson_destroy(&first);
+        bson_destroy(&prev);
+        if (ret != 0) {
+            goto done;
+        }
+    }
+reply:
+    BSON_APPEND_ARRAY(reply, "splitKeys", &arr);
+done:
+    shl_index_cursor_close(cur);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    shl_keystring_cleanup(&k0);
+    shl_keystring_cleanup(&k1);
+    bson_destroy(&arr);
+    return ret;
+}
+
+static const shl_command_t split_vector_cmd = {
+    .name = "splitVector",
+    .run = cmd_split_vector,
+    .flags = 0,
+    .help = "the split points of a key range (median with force: true)",
+};
+
+void
+db_register_split_vector_command(shl_command_registry_t *reg)
+{
+    shl_command_registry_add(reg, &split_vector_cmd);
+}

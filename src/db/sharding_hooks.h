@@ -1,0 +1,90 @@
+/*
+ * sharding_hooks.h -- the seam between the data node's commands (src/db) and the shard
+ * role (src/shard), which db must not call: the shard module installs a version check at
+ * start-up; every collection-level command calls it with its namespace before touching
+ * data. The check answers StaleConfig / StaleDbVersion, or "run", optionally with an
+ * orphan filter that reads apply to every document they return (seeds/002 "Shard
+ * versioning", docs/design/sharding-protocol.md "Router -> shard").
+ *
+ * Without installed hooks (standalone, config server) every check passes unfiltered.
+ */
+#ifndef SHL_DB_SHARDING_HOOKS_H
+#define SHL_DB_SHARDING_HOOKS_H
+
+#include <bson/bson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "net/op_context.h"
+#include "net/service_context.h"
+
+/*
+ * shl_db_orphan_filter_t -- "does this shard own the document's shard key?" for one
+ * namespace at one routing version. Immutable and refcounted: a cursor keeps its filter
+ * for its whole life, whatever refreshes happen meanwhile. Implementations embed it as
+ * their first member and set the two functions.
+ */
+typedef struct shl_db_orphan_filter {
+    atomic_int refs;
+    /* true when this shard owns 'doc' (a whole document). Thread-safe, never blocks. */
+    bool (*owns)(const struct shl_db_orphan_filter *f, const bson_t *doc);
+    /* frees the filter; called by the last release. */
+    void (*destroy)(struct shl_db_orphan_filter *f);
+} shl_db_orphan_filter_t;
+
+/* shl_db_orphan_filter_ref / _release -- take / drop a reference (NULL: no-op). */
+shl_db_orphan_filter_t *shl_db_orphan_filter_ref(shl_db_orphan_filter_t *f);
+void shl_db_orphan_filter_release(shl_db_orphan_filter_t *f);
+
+/* shl_db_orphan_filter_owns -- true when 'f' is NULL (no filtering) or owns 'doc'. */
+bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc);
+
+/* What the command does with the namespace. Reads return only owned documents; updates,
+ * deletes and findAndModify leave orphans alone (MongoDB's write stages skip them when
+ * the request is versioned); inserts and DDL are only checked. */
+typedef enum shl_db_shard_access {
+    SHL_DB_SHARD_READ,  /* find, count, distinct, aggregate, explain: orphan filter */
+    SHL_DB_SHARD_WRITE, /* insert, update, delete, findAndModify: orphan filter */
+    SHL_DB_SHARD_DDL,   /* createIndexes, listIndexes, dropIndexes, create, drop: none */
+} shl_db_shard_access_t;
+
+/*
+ * shl_db_sharding_check_fn --
+ *     Check the request's shardVersion / databaseVersion (op->has_shard_version,
+ *     op->has_database_version) for 'ns' ("db.coll"). On success *filter is NULL (no
+ *     filtering: unversioned request, unsharded collection, DDL) or one reference
+ *     the caller releases. May block on a refresh from the config server. Errors:
+ *     StaleConfig (13388), StaleDbVersion (249) with their extra info; the config
+ *     server's errors when a needed refresh fails; BadValue/TypeMismatch for a malformed
+ *     version.
+ */
+typedef int (*shl_db_sharding_check_fn)(void *arg, shl_op_ctx_t *op, const char *ns,
+                                        shl_db_shard_access_t access,
+                                        shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+typedef struct shl_db_sharding_hooks {
+    void *arg; /* the installer's state, passed back to every call */
+    shl_db_sharding_check_fn check;
+} shl_db_sharding_hooks_t;
+
+/*
+ * shl_db_sharding_hooks_install --
+ *     Install 'hooks' (copied) on the data node of 'svc' (after shl_node_init, before the
+ *     listener starts; not thread-safe).
+ */
+void shl_db_sharding_hooks_install(shl_service_ctx_t *svc, const shl_db_sharding_hooks_t *hooks);
+
+/* shl_db_sharding_hooks_arg -- the installed hooks' 'arg' (NULL when none). */
+void *shl_db_sharding_hooks_arg(const shl_service_ctx_t *svc);
+
+/*
+ * shl_db_sharding_check --
+ *     What the commands call: runs the installed check, or passes (*filter = NULL) when
+ *     none is installed or the request carries neither shardVersion nor databaseVersion.
+ *     Errors: as shl_db_sharding_check_fn.
+ */
+int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                          shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+#endif

@@ -1,0 +1,539 @@
+/*
+ * cluster_cli.c -- `shale up` and `shale down` (cluster_cli.h); `shale status` is in
+ * cluster_status.c. Processes are started from /proc/self/exe in their own session
+ * (so a Ctrl-C in the terminal that ran `shale up` does not reach them), with stdio
+ * and --logpath going to DIR/<name>.log; cluster.json records them as soon as they
+ * are forked, so `shale down` can stop a cluster whose `shale up` was interrupted.
+ */
+#include "main/cluster_cli.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "main/cluster_args.h"
+#include "main/cluster_layout.h"
+#include "net/client.h"
+
+/* How long one process may take to answer hello after it was started. */
+#define READY_TIMEOUT_MS 60000
+/* How long `down` waits after SIGTERM before SIGKILL (a node's own shutdown is 15 s). */
+#define STOP_TIMEOUT_MS 30000
+/* How long addShard may take (the config server connects to the shard). */
+#define ADD_SHARD_TIMEOUT_MS 60000
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+proc_host(const shl_cluster_layout_t *lay, const shl_cluster_proc_t *p, char *out, size_t n)
+{
+    snprintf(out, n, "%s:%d", lay->host_ip, p->port);
+}
+
+/* Print the last 'lines' lines of DIR/<name>.log to stderr. */
+static void
+print_log_tail(const shl_cluster_layout_t *lay, const shl_cluster_proc_t *p, int lines)
+{
+    char path[SHL_CLUSTER_PATH_MAX + 64];
+    char buf[8192];
+    FILE *f;
+    long size;
+    size_t n;
+    const char *start;
+    int seen = 0;
+
+    snprintf(path, sizeof(path), "%s/%s.log", lay->dir, p->name);
+    if ((f = fopen(path, "r")) == NULL) {
+        return;
+    }
+    fseek(f, 0, SEEK_END);
+    size = ftell(f);
+    fseek(f, size > (long)sizeof(buf) - 1 ? size - (long)sizeof(buf) + 1 : 0, SEEK_SET);
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    start = buf;
+    for (size_t i = n; i > 0; i--) {
+        if (buf[i - 1] == '\n' && i != n && ++seen == lines) {
+            start = buf + i;
+            break;
+        }
+    }
+    fprintf(stderr, "--- last lines of %s ---\n%s%s", path, start,
+            n > 0 && buf[n - 1] != '\n' ? "\n" : "");
+}
+
+/* Whether something other than us could take 'port' on every address in 'bind_ip'. */
+static int
+check_port_free(const char *bind_ip, const char *who, int port, shl_status_t *st)
+{
+    int ret = 0;
+    char ips[128], *save = NULL;
+
+    snprintf(ips, sizeof(ips), "%s", bind_ip);
+    for (char *ip = strtok_r(ips, ",", &save); ip != NULL; ip = strtok_r(NULL, ",", &save)) {
+        struct addrinfo hints, *ai = NULL;
+        char portstr[16];
+        int fd, one = 1, err = 0;
+
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST;
+        snprintf(portstr, sizeof(portstr), "%d", port);
+        if (getaddrinfo(ip, portstr, &hints, &ai) != 0 || ai == NULL) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--bind_ip: '%s' is not an IP address", ip);
+        }
+        fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        /* The servers set SO_REUSEADDR too, so a port in TIME_WAIT counts as free. */
+        if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+            bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            err = errno;
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        freeaddrinfo(ai);
+        if (err == EADDRINUSE) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "port %d (for the %s) is already in use on %s; stop what listens there "
+                     "or choose other ports with --port",
+                     port, who, ip);
+        } else if (err != 0) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot listen on %s:%d (for the %s): %s", ip,
+                     port, who, strerror(err));
+        }
+    }
+done:
+    return ret;
+}
+
+/*
+ * Start one process detached: its own session, stdin from /dev/null, stdout/stderr
+ * appended to DIR/<name>.log (its --logpath too, so early errors and the structured
+ * log land together).
+ */
+static int
+spawn(const shl_cluster_layout_t *lay, shl_cluster_proc_t *p, const shl_cluster_args_t *a,
+      shl_status_t *st)
+{
+    int ret = 0;
+    char port[16], logpath[SHL_CLUSTER_PATH_MAX + 64], dbpath[SHL_CLUSTER_PATH_MAX + 64];
+    char configdb[128];
+    const char *argv[64 + 2 * SHL_CLUSTER_MAX_EXTRA];
+    int n = 0;
+    pid_t pid;
+
+    snprintf(port, sizeof(port), "%d", p->port);
+    snprintf(logpath, sizeof(logpath), "%s/%s.log", lay->dir, p->name);
+    snprintf(dbpath, sizeof(dbpath), "%s/%s", lay->dir, p->name);
+    snprintf(configdb, sizeof(configdb), "csrs/%s:%d", lay->host_ip, lay->procs[0].port);
+    argv[n++] = "shale";
+    if (p->role == SHL_CLUSTER_ROUTER) {
+        argv[n++] = "router";
+        argv[n++] = "--configdb";
+        argv[n++] = configdb;
+    } else {
+        argv[n++] = "node";
+        argv[n++] = p->role == SHL_CLUSTER_CONFIGSVR ? "--configsvr" : "--shardsvr";
+        argv[n++] = "--replSet";
+        argv[n++] = p->repl_set;
+        argv[n++] = "--dbpath";
+        argv[n++] = dbpath;
+        if (mkdir(dbpath, 0755) != 0 && errno != EEXIST) {
+            SHL_FAIL(st, SHL_CODE_FILE_OPEN_FAILED, "cannot create %s: %s", dbpath,
+                     strerror(errno));
+        }
+        for (int i = 0; i < a->n_node_extra; i++) {
+            argv[n++] = a->node_extra[i];
+        }
+    }
+    argv[n++] = "--port";
+    argv[n++] = port;
+    argv[n++] = "--bind_ip";
+    argv[n++] = lay->bind_ip;
+    argv[n++] = "--logpath";
+    argv[n++] = logpath;
+    for (int i = 0; i < a->n_all_extra; i++) {
+        argv[n++] = a->all_extra[i];
+    }
+    argv[n] = NULL;
+
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        setsid();
+        if (in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+            _exit(127);
+        }
+        close_range(3, ~0U, 0);
+        /* execv takes char *const[]; the strings are not modified. */
+        execv("/proc/self/exe", (char *const *)(uintptr_t)argv);
+        dprintf(2, "shale up: cannot run /proc/self/exe: %s\n", strerror(errno));
+        _exit(127);
+    }
+    p->pid = pid;
+    p->start_ticks = shl_cluster_pid_start_ticks(pid);
+done:
+    return ret;
+}
+
+/*
+ * Wait until 'p' answers hello as what it should be: a router (msg "isdbgrid"), or the
+ * writable primary of its replica set. A process that exits meanwhile fails at once.
+ */
+static int
+wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_proc_t *p,
+           shl_status_t *st)
+{
+    int ret = 0;
+    int64_t deadline = now_ms() + READY_TIMEOUT_MS;
+    char host[128];
+    bson_t hello = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    int delay_ms = 5;
+
+    proc_host(lay, p, host, sizeof(host));
+    BSON_APPEND_INT32(&hello, "hello", 1);
+    for (;;) {
+        shl_status_t tmp = SHL_STATUS_INIT;
+        bson_iter_t it;
+        int wstatus;
+
+        if (waitpid(p->pid, &wstatus, WNOHANG) == p->pid) {
+            p->pid = 0;
+            p->start_ticks = 0;
+            SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE, "the %s (port %d) exited with %s %d", p->name,
+                     p->port, WIFEXITED(wstatus) ? "code" : "signal",
+                     WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WTERMSIG(wstatus));
+        }
+        bson_destroy(&reply);
+        if (shl_client_run(pool, host, "admin", &hello, 2000, &reply, &tmp) == 0) {
+            if (p->role == SHL_CLUSTER_ROUTER) {
+                if (bson_iter_init_find(&it, &reply, "msg") && BSON_ITER_HOLDS_UTF8(&it) &&
+                    strcmp(bson_iter_utf8(&it, NULL), "isdbgrid") == 0) {
+                    break;
+                }
+                SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                         "%s answers, but not as a router (no msg: \"isdbgrid\")", host);
+            }
+            if (!bson_iter_init_find(&it, &reply, "setName") || !BSON_ITER_HOLDS_UTF8(&it) ||
+                strcmp(bson_iter_utf8(&it, NULL), p->repl_set) != 0) {
+                SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                         "%s answers, but not as a member of replica set '%s'", host, p->repl_set);
+            }
+            if (bson_iter_init_find(&it, &reply, "isWritablePrimary") && bson_iter_as_bool(&it)) {
+                break;
+            }
+        }
+        if (now_ms() > deadline) {
+            SHL_FAIL(st, SHL_CODE_NETWORK_TIMEOUT, "the %s (%s) did not become ready within %d s",
+                     p->name, host, READY_TIMEOUT_MS / 1000);
+        }
+        usleep((useconds_t)delay_ms * 1000);
+        delay_ms = delay_ms < 100 ? delay_ms * 2 : 100;
+    }
+done:
+    bson_destroy(&hello);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Add every shard the config server does not list yet, through the router. */
+static int
+add_shards(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t *st)
+{
+    int ret = 0;
+    char router[128];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t it, arr, sh;
+
+    proc_host(lay, &lay->procs[lay->nprocs - 1], router, sizeof(router));
+    BSON_APPEND_INT32(&cmd, "listShards", 1);
+    if (shl_client_run(pool, router, "admin", &cmd, ADD_SHARD_TIMEOUT_MS, &reply, st) != 0) {
+        ret = st->code;
+        shl_status_t why = *st;
+        shl_status_set(st, ret, "listShards through the router failed: %s (%s)", why.reason,
+                       shl_code_name(ret));
+        goto done;
+    }
+    for (int i = 0; i < lay->nprocs; i++) {
+        const shl_cluster_proc_t *p = &lay->procs[i];
+        char host[256];
+        bool listed = false;
+        bson_t add = BSON_INITIALIZER, add_reply = BSON_INITIALIZER;
+
+        if (p->role != SHL_CLUSTER_SHARDSVR) {
+            continue;
+        }
+        if (bson_iter_init_find(&it, &reply, "shards") && BSON_ITER_HOLDS_ARRAY(&it) &&
+            bson_iter_recurse(&it, &arr)) {
+            while (bson_iter_next(&arr)) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&arr) && bson_iter_recurse(&arr, &sh) &&
+                    bson_iter_find(&sh, "_id") && BSON_ITER_HOLDS_UTF8(&sh) &&
+                    strcmp(bson_iter_utf8(&sh, NULL), p->name) == 0) {
+                    listed = true;
+                }
+            }
+        }
+        if (listed) {
+            continue;
+        }
+        /* A replica-set shard is named by its set: "shard0/127.0.0.1:27019". */
+        snprintf(host, sizeof(host), "%s/%s:%d", p->repl_set, lay->host_ip, p->port);
+        BSON_APPEND_UTF8(&add, "addShard", host);
+        BSON_APPEND_UTF8(&add, "name", p->name);
+        ret = shl_client_run(pool, router, "admin", &add, ADD_SHARD_TIMEOUT_MS, &add_reply, st);
+        bson_destroy(&add);
+        bson_destroy(&add_reply);
+        if (ret != 0) {
+            shl_status_t why = *st;
+            shl_status_set(st, ret, "addShard %s through the router failed: %s (%s)", host,
+                           why.reason, shl_code_name(ret));
+            goto done;
+        }
+    }
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Stop the processes flagged in 'mine' (router first, config server last). */
+static void
+stop_procs(shl_cluster_layout_t *lay, const bool *mine)
+{
+    /* SIGTERM every data node together: each takes a checkpoint on the way out. */
+    for (int i = lay->nprocs - 1; i >= 0; i--) {
+        shl_cluster_proc_t *p = &lay->procs[i];
+        if (!mine[i] || p->pid <= 0) {
+            continue;
+        }
+        if (p->role == SHL_CLUSTER_ROUTER) {
+            shl_cluster_proc_stop(p, STOP_TIMEOUT_MS);
+        } else if (shl_cluster_proc_alive(p)) {
+            kill(p->pid, SIGTERM);
+        }
+    }
+    for (int i = lay->nprocs - 1; i >= 0; i--) {
+        shl_cluster_proc_t *p = &lay->procs[i];
+        if (mine[i] && p->pid > 0) {
+            pid_t pid = p->pid;
+            if (!shl_cluster_proc_stop(p, STOP_TIMEOUT_MS)) {
+                fprintf(stderr, "shale: the %s (pid %d) ignored SIGTERM for %d s; killed it\n",
+                        p->name, (int)pid, STOP_TIMEOUT_MS / 1000);
+            }
+        }
+    }
+}
+
+/* Fold an existing cluster.json into what the flags ask for. */
+static int
+reconcile(shl_cluster_layout_t *lay, const shl_cluster_layout_t *rec, const shl_cluster_args_t *a,
+          shl_status_t *st)
+{
+    int ret = 0;
+    int nshards = a->shards_given ? a->shards : rec->nshards;
+    const shl_cluster_proc_t *router = NULL;
+
+    if (a->port_given && a->port != rec->port) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "%s holds a cluster whose router uses port %d (the shards are registered "
+                 "under the ports after it); leave out --port or use another --dbpath",
+                 rec->dir, rec->port);
+    }
+    if (nshards < rec->nshards) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "%s holds a cluster of %d shards; --shards %d would leave some out", rec->dir,
+                 rec->nshards, nshards);
+    }
+    SHL_ERR(shl_cluster_layout_plan(lay, rec->dir, nshards, rec->port,
+                                    a->bind_ip_given ? a->bind_ip : rec->bind_ip, st));
+    /* Keep the recorded processes (ports and pids) by name. */
+    for (int i = 0; i < rec->nprocs; i++) {
+        const shl_cluster_proc_t *r = &rec->procs[i];
+        shl_cluster_proc_t *p = shl_cluster_layout_find(lay, r->name);
+        if (r->role == SHL_CLUSTER_ROUTER) {
+            router = r;
+        }
+        if (p == NULL || p->role != r->role) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s/cluster.json: unexpected process '%s'",
+                     rec->dir, r->name);
+        }
+        *p = *r;
+    }
+    if (router == NULL) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s/cluster.json: no router", rec->dir);
+    }
+done:
+    return ret;
+}
+
+int
+shl_cluster_up_main(int argc, char **argv)
+{
+    int ret = 0, rc = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_cluster_args_t a;
+    shl_cluster_layout_t lay, rec;
+    bool found = false, mine[SHL_CLUSTER_MAX_PROCS] = {false};
+    shl_cluster_proc_t *failed = NULL;
+    shl_conn_pool_t *pool = NULL;
+    shl_conn_pool_options_t popts = {.connect_timeout_ms = 2000};
+    int started = 0, spawned = 0;
+    bool registering = false;
+
+    if (shl_cluster_args_parse(&a, SHL_CLUSTER_CMD_UP, argc, argv, &st) != 0) {
+        fprintf(stderr, "shale up: %s\n", st.reason);
+        shl_cluster_args_usage(stderr, SHL_CLUSTER_CMD_UP);
+        return 2;
+    }
+    SHL_ERR(shl_cluster_layout_load(&rec, a.dbpath, &found, &st));
+    if (found) {
+        SHL_ERR(reconcile(&lay, &rec, &a, &st));
+    } else {
+        SHL_ERR(shl_cluster_layout_plan(&lay, a.dbpath, a.shards, a.port, a.bind_ip, &st));
+        if (mkdir(lay.dir, 0755) != 0 && errno != EEXIST) {
+            SHL_FAIL(&st, SHL_CODE_FILE_OPEN_FAILED, "cannot create %s: %s", lay.dir,
+                     strerror(errno));
+        }
+    }
+    /* Everything recorded and still running stays; the rest is (re)started. */
+    for (int i = 0; i < lay.nprocs; i++) {
+        shl_cluster_proc_t *p = &lay.procs[i];
+        if (shl_cluster_proc_alive(p)) {
+            continue;
+        }
+        p->pid = 0;
+        p->start_ticks = 0;
+        mine[i] = true;
+        started++;
+        SHL_ERR(check_port_free(lay.bind_ip, p->name, p->port, &st));
+    }
+    pool = shl_conn_pool_new(&popts);
+    /* Data nodes first (together), then the router, which needs the config server. */
+    for (int i = 0; i < lay.nprocs - 1; i++) {
+        if (mine[i]) {
+            SHL_ERR(spawn(&lay, &lay.procs[i], &a, &st));
+            spawned++;
+        }
+    }
+    SHL_ERR(shl_cluster_layout_save(&lay, &st));
+    for (int i = 0; i < lay.nprocs - 1; i++) {
+        failed = &lay.procs[i];
+        SHL_ERR(wait_ready(pool, &lay, &lay.procs[i], &st));
+    }
+    failed = &lay.procs[lay.nprocs - 1];
+    if (mine[lay.nprocs - 1]) {
+        SHL_ERR(spawn(&lay, failed, &a, &st));
+        spawned++;
+        SHL_ERR(shl_cluster_layout_save(&lay, &st));
+    }
+    SHL_ERR(wait_ready(pool, &lay, failed, &st));
+    registering = true;
+    SHL_ERR(add_shards(pool, &lay, &st));
+    failed = NULL;
+    SHL_ERR(shl_cluster_layout_save(&lay, &st));
+
+    fprintf(stderr, "Shale cluster %s in %s\n", started == 0 ? "already running" : "running",
+            lay.dir);
+    for (int i = lay.nprocs - 1; i >= 0; i--) {
+        const shl_cluster_proc_t *p = &lay.procs[i];
+        fprintf(stderr, "  %-8s %s:%d  pid %-7d %s%s%s\n", p->name, lay.host_ip, p->port,
+                (int)p->pid, shl_cluster_role_name(p->role), p->repl_set[0] ? " replSet " : "",
+                p->repl_set);
+    }
+    fprintf(stderr, "Logs: %s/<name>.log    Stop: shale down --dbpath %s\n", lay.dir, lay.dir);
+    printf("mongodb://%s:%d/\n", lay.host_ip, lay.port);
+    fflush(stdout);
+done:
+    if (ret != 0) {
+        fprintf(stderr, "shale up: %s\n", st.reason);
+        if (failed != NULL && failed->port > 0) {
+            print_log_tail(&lay, failed, 15);
+        }
+        if (spawned > 0) {
+            shl_status_t ignored = SHL_STATUS_INIT;
+            stop_procs(&lay, mine);
+            if (access(lay.dir, F_OK) == 0) {
+                shl_cluster_layout_save(&lay, &ignored);
+            }
+            fprintf(stderr, "shale up: stopped the processes it had started\n");
+        }
+        /*
+         * A new cluster that failed before any shard was registered leaves no record, so
+         * the folder is not tied to ports that did not work (the config server's catalog
+         * names shards by host:port only once addShard ran).
+         */
+        if (!found && !registering && lay.dir[0] != '\0') {
+            char path[SHL_CLUSTER_PATH_MAX + 32];
+            snprintf(path, sizeof(path), "%s/cluster.json", lay.dir);
+            unlink(path);
+        }
+        rc = 1;
+    }
+    shl_conn_pool_destroy(pool);
+    return rc;
+}
+
+int
+shl_cluster_down_main(int argc, char **argv)
+{
+    int ret = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_cluster_args_t a;
+    shl_cluster_layout_t lay;
+    bool found = false, all[SHL_CLUSTER_MAX_PROCS] = {false};
+    int running = 0;
+
+    if (shl_cluster_args_parse(&a, SHL_CLUSTER_CMD_DOWN, argc, argv, &st) != 0) {
+        fprintf(stderr, "shale down: %s\n", st.reason);
+        shl_cluster_args_usage(stderr, SHL_CLUSTER_CMD_DOWN);
+        return 2;
+    }
+    SHL_ERR(shl_cluster_layout_load(&lay, a.dbpath, &found, &st));
+    if (!found) {
+        SHL_FAIL(&st, SHL_CODE_BAD_VALUE, "no cluster in %s (no cluster.json); nothing to stop",
+                 lay.dir);
+    }
+    /* In the order stop_procs stops them: the router first, the config server last. */
+    for (int i = lay.nprocs - 1; i >= 0; i--) {
+        all[i] = true;
+        if (shl_cluster_proc_alive(&lay.procs[i])) {
+            fprintf(stderr, "stopping %s (pid %d)\n", lay.procs[i].name, (int)lay.procs[i].pid);
+            running++;
+        } else {
+            lay.procs[i].pid = 0;
+        }
+    }
+    stop_procs(&lay, all);
+    SHL_ERR(shl_cluster_layout_save(&lay, &st));
+    fprintf(stderr,
+            running > 0 ? "Shale cluster in %s stopped\n" : "Shale cluster in %s was not running\n",
+            lay.dir);
+done:
+    if (ret != 0) {
+        fprintf(stderr, "shale down: %s\n", st.reason);
+    }
+    return ret != 0 ? 1 : 0;
+}

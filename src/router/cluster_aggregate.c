@@ -1,0 +1,628 @@
+/*
+ * cluster_aggregate.c -- the router's aggregate: the pipeline is split into a shards part
+ * (the streaming stages up to the first blocking one, plus that stage's shard half) and a
+ * merge part run at the router by the pipeline engine (src/query/pipeline.h) over the merged
+ * shard cursors: $sort is merged by its key, $limit also pushed to the shards, $group split
+ * into partial groups and a final group ($avg as sum and count), $count as $group+$project.
+ * A pipeline that targets one shard runs there whole. Issue 6 item 3 ("reads").
+ */
+#include <string.h>
+
+#include "bson/bson_util.h"
+#include "net/command_args.h"
+#include "router/router_private.h"
+
+/* Stages that run document by document and may run on each shard. */
+static bool
+is_streaming(const char *name)
+{
+    static const char *const names[] = {"$match",  "$project",     "$addFields",   "$set", "$unset",
+                                        "$unwind", "$replaceRoot", "$replaceWith", NULL};
+    for (size_t i = 0; names[i] != NULL; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+typedef struct agg_plan {
+    const bson_t *cmd;
+    bson_t pipeline; /* the user's (static view) */
+    const bson_t *filter;
+    bson_t filter_view;
+    bson_t shards_part; /* array */
+    uint32_t nshards;
+    bson_t merge_a; /* array: the merge part (up to and including a split $group) */
+    uint32_t nmerge_a;
+    bson_t merge_b; /* array: after the $avg fix-up */
+    uint32_t nmerge_b;
+    bool split;   /* a blocking stage was found: there is a merge part */
+    bool has_avg; /* merge_b is used */
+    char **avg_fields;
+    bool has_sort;
+    bson_t sort; /* static view of the split $sort's spec */
+    bool explain;
+    bool single; /* the last build sent the whole pipeline to one shard */
+} agg_plan_t;
+
+static void
+arr_push_doc(bson_t *arr, uint32_t *n, const bson_t *doc)
+{
+    char k[16];
+    const char *kp;
+    bson_uint32_to_string((*n)++, &kp, k, sizeof(k));
+    bson_append_document(arr, kp, -1, doc);
+}
+
+/* Append {name: value} as one stage. */
+static void
+arr_push_stage(bson_t *arr, uint32_t *n, const char *name, const bson_value_t *v)
+{
+    bson_t st = BSON_INITIALIZER;
+    bson_append_value(&st, name, -1, v);
+    arr_push_doc(arr, n, &st);
+    bson_destroy(&st);
+}
+
+/* The expression {$and: [{$gt: [e, null]}, {$lt: [e, ""]}]}: e is a number (canonical order
+ * puts numbers between null and strings), so $sum of {$cond: [it, 1, 0]} counts what $avg
+ * averages. */
+static void
+append_numeric_count(bson_t *out, const char *field, const bson_value_t *e)
+{
+    bson_t f, sum, args, and, andv, gt, gta, lt, lta;
+
+    BSON_APPEND_DOCUMENT_BEGIN(out, field, &f);
+    BSON_APPEND_DOCUMENT_BEGIN(&f, "$sum", &sum);
+    BSON_APPEND_ARRAY_BEGIN(&sum, "$cond", &args);
+    BSON_APPEND_DOCUMENT_BEGIN(&args, "0", &and);
+    BSON_APPEND_ARRAY_BEGIN(&and, "$and", &andv);
+    BSON_APPEND_DOCUMENT_BEGIN(&andv, "0", &gt);
+    BSON_APPEND_ARRAY_BEGIN(&gt, "$gt", &gta);
+    bson_append_value(&gta, "0", 1, e);
+    bson_append_null(&gta, "1", 1);
+    bson_append_array_end(&gt, &gta);
+    bson_append_document_end(&andv, &gt);
+    BSON_APPEND_DOCUMENT_BEGIN(&andv, "1", &lt);
+    BSON_APPEND_ARRAY_BEGIN(&lt, "$lt", &lta);
+    bson_append_value(&lta, "0", 1, e);
+    bson_append_utf8(&lta, "1", 1, "", 0);
+    bson_append_array_end(&lt, &lta);
+    bson_append_document_end(&andv, &lt);
+    bson_append_array_end(&and, &andv);
+    bson_append_document_end(&args, &and);
+    BSON_APPEND_INT32(&args, "1", 1);
+    BSON_APPEND_INT32(&args, "2", 0);
+    bson_append_array_end(&sum, &args);
+    bson_append_document_end(&f, &sum);
+    bson_append_document_end(out, &f);
+}
+
+/* {field: {op: "$field"}} */
+static void
+append_merge_acc(bson_t *out, const char *field, const char *op, const char *src_field)
+{
+    bson_t f;
+    char path[SHL_NS_MAX + 32];
+    snprintf(path, sizeof(path), "$%s", src_field);
+    BSON_APPEND_DOCUMENT_BEGIN(out, field, &f);
+    BSON_APPEND_UTF8(&f, op, path);
+    bson_append_document_end(out, &f);
+}
+
+/*
+ * Split a $group spec into the shards' partial group and the router's final one. Returns
+ * false (outputs unusable) when an accumulator has no merge here ($push, $addToSet, ...):
+ * the caller then runs the whole $group at the router.
+ */
+static bool
+split_group(const bson_t *spec, bson_t *partial, bson_t *merge, char ***avg_fields)
+{
+    bson_iter_t it, acc;
+    size_t navg = 0;
+
+    *avg_fields = NULL;
+    bson_iter_init(&it, spec);
+    while (bson_iter_next(&it)) {
+        const char *f = bson_iter_key(&it);
+        const char *op;
+        const bson_value_t *e;
+        char nname[SHL_NS_MAX + 32];
+
+        if (strcmp(f, "_id") == 0) {
+            bson_append_iter(partial, NULL, 0, &it);
+            BSON_APPEND_UTF8(merge, "_id", "$_id");
+            continue;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &acc) ||
+            !bson_iter_next(&acc)) {
+            return false;
+        }
+        op = bson_iter_key(&acc);
+        e = bson_iter_value(&acc);
+        if (strcmp(op, "$sum") == 0 || strcmp(op, "$count") == 0) {
+            bson_t pf;
+            BSON_APPEND_DOCUMENT_BEGIN(partial, f, &pf);
+            if (strcmp(op, "$count") == 0) {
+                BSON_APPEND_INT32(&pf, "$sum", 1);
+            } else {
+                bson_append_value(&pf, "$sum", 4, e);
+            }
+            bson_append_document_end(partial, &pf);
+            append_merge_acc(merge, f, "$sum", f);
+        } else if (strcmp(op, "$min") == 0 || strcmp(op, "$max") == 0 ||
+                   strcmp(op, "$first") == 0 || strcmp(op, "$last") == 0) {
+            bson_append_iter(partial, NULL, 0, &it);
+            append_merge_acc(merge, f, op, f);
+        } else if (strcmp(op, "$avg") == 0) {
+            bson_t pf;
+            BSON_APPEND_DOCUMENT_BEGIN(partial, f, &pf);
+            bson_append_value(&pf, "$sum", 4, e);
+            bson_append_document_end(partial, &pf);
+            snprintf(nname, sizeof(nname), "__shl_avgn_%s", f);
+            append_numeric_count(partial, nname, e);
+            append_merge_acc(merge, f, "$sum", f);
+            append_merge_acc(merge, nname, "$sum", nname);
+            *avg_fields = bson_realloc(*avg_fields, (navg + 2) * sizeof(char *));
+            (*avg_fields)[navg++] = bson_strdup(f);
+            (*avg_fields)[navg] = NULL;
+        } else {
+            if (*avg_fields != NULL) {
+                bson_strfreev(*avg_fields);
+                *avg_fields = NULL;
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Stage i of the user's pipeline: its name and spec value. */
+typedef struct stage_ref {
+    const char *name;
+    bson_value_t v;
+} stage_ref_t;
+
+static size_t
+list_stages(const bson_t *pipeline, stage_ref_t **out)
+{
+    size_t n = 0, cap = bson_count_keys(pipeline) + 1;
+    bson_iter_t it, s;
+
+    *out = bson_malloc0(cap * sizeof(**out));
+    bson_iter_init(&it, pipeline);
+    while (bson_iter_next(&it)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &s) && bson_iter_next(&s)) {
+            (*out)[n].name = bson_iter_key(&s);
+            (*out)[n].v = *bson_iter_value(&s);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* {$skip: s}, {$limit: l} at stage i: each shard needs to send at most s + l documents. */
+static void
+push_skip_limit(agg_plan_t *p, const stage_ref_t *s, size_t n, size_t i)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    bson_iter_t a, b;
+
+    if (i + 1 >= n || strcmp(s[i].name, "$skip") != 0 || strcmp(s[i + 1].name, "$limit") != 0) {
+        bson_destroy(&tmp);
+        return;
+    }
+    bson_append_value(&tmp, "s", 1, &s[i].v);
+    bson_append_value(&tmp, "l", 1, &s[i + 1].v);
+    if (bson_iter_init_find(&a, &tmp, "s") && BSON_ITER_HOLDS_NUMBER(&a) &&
+        bson_iter_init_find(&b, &tmp, "l") && BSON_ITER_HOLDS_NUMBER(&b)) {
+        bson_value_t lim;
+        lim.value_type = BSON_TYPE_INT64;
+        lim.value.v_int64 = bson_iter_as_int64(&a) + bson_iter_as_int64(&b);
+        arr_push_stage(&p->shards_part, &p->nshards, "$limit", &lim);
+    }
+    bson_destroy(&tmp);
+}
+
+static void
+split_pipeline(agg_plan_t *p)
+{
+    stage_ref_t *s = NULL;
+    size_t n = list_stages(&p->pipeline, &s), i = 0;
+    bson_t *rest = &p->merge_a;
+    uint32_t *nrest = &p->nmerge_a;
+
+    bson_init(&p->shards_part);
+    bson_init(&p->merge_a);
+    bson_init(&p->merge_b);
+    while (i < n && is_streaming(s[i].name)) {
+        arr_push_stage(&p->shards_part, &p->nshards, s[i].name, &s[i].v);
+        i++;
+    }
+    if (i == n) {
+        goto done;
+    }
+    p->split = true;
+    if (strcmp(s[i].name, "$sort") == 0 && s[i].v.value_type == BSON_TYPE_DOCUMENT) {
+        arr_push_stage(&p->shards_part, &p->nshards, "$sort", &s[i].v);
+        p->has_sort =
+            bson_init_static(&p->sort, s[i].v.value.v_doc.data, s[i].v.value.v_doc.data_len);
+        i++;
+        /* A following $limit (after an optional $skip) bounds what each shard must send. */
+        if (i < n && strcmp(s[i].name, "$limit") == 0) {
+            arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
+        } else {
+            push_skip_limit(p, s, n, i);
+        }
+    } else if (strcmp(s[i].name, "$limit") == 0) {
+        arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
+    } else if (strcmp(s[i].name, "$skip") == 0) {
+        push_skip_limit(p, s, n, i);
+    } else if (strcmp(s[i].name, "$group") == 0 && s[i].v.value_type == BSON_TYPE_DOCUMENT) {
+        bson_t spec, partial = BSON_INITIALIZER, merge = BSON_INITIALIZER, st;
+        char **avg = NULL;
+        bson_init_static(&spec, s[i].v.value.v_doc.data, s[i].v.value.v_doc.data_len);
+        if (split_group(&spec, &partial, &merge, &avg)) {
+            bson_init(&st);
+            BSON_APPEND_DOCUMENT(&st, "$group", &partial);
+            arr_push_doc(&p->shards_part, &p->nshards, &st);
+            bson_reinit(&st);
+            BSON_APPEND_DOCUMENT(&st, "$group", &merge);
+            arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+            bson_destroy(&st);
+            i++;
+            if (avg != NULL) {
+                p->has_avg = true;
+                p->avg_fields = avg;
+                rest = &p->merge_b;
+                nrest = &p->nmerge_b;
+            }
+        }
+        bson_destroy(&partial);
+        bson_destroy(&merge);
+    } else if (strcmp(s[i].name, "$sortByCount") == 0) {
+        /* {$group: {_id: expr, count: {$sum: 1}}}, {$sort: {count: -1}}, as MongoDB. */
+        bson_t st = BSON_INITIALIZER, g, f, so;
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        bson_append_value(&g, "_id", 3, &s[i].v);
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_INT32(&f, "$sum", 1);
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->shards_part, &p->nshards, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        BSON_APPEND_UTF8(&g, "_id", "$_id");
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_UTF8(&f, "$sum", "$count");
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$sort", &so);
+        BSON_APPEND_INT32(&so, "count", -1);
+        bson_append_document_end(&st, &so);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_destroy(&st);
+        i++;
+    } else if (strcmp(s[i].name, "$count") == 0 && s[i].v.value_type == BSON_TYPE_UTF8) {
+        const char *name = s[i].v.value.v_utf8.str;
+        bson_t st = BSON_INITIALIZER, g, f, pr;
+        char path[SHL_NS_MAX + 32];
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        BSON_APPEND_NULL(&g, "_id");
+        BSON_APPEND_DOCUMENT_BEGIN(&g, name, &f);
+        BSON_APPEND_INT32(&f, "$sum", 1);
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->shards_part, &p->nshards, &st);
+        bson_reinit(&st);
+        snprintf(path, sizeof(path), "$%s", name);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        BSON_APPEND_NULL(&g, "_id");
+        BSON_APPEND_DOCUMENT_BEGIN(&g, name, &f);
+        BSON_APPEND_UTF8(&f, "$sum", path);
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$project", &pr);
+        BSON_APPEND_INT32(&pr, "_id", 0);
+        BSON_APPEND_INT32(&pr, name, 1);
+        bson_append_document_end(&st, &pr);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_destroy(&st);
+        i++;
+    }
+    for (; i < n; i++) {
+        arr_push_stage(rest, nrest, s[i].name, &s[i].v);
+    }
+done:
+    bson_free(s);
+}
+
+static void
+plan_cleanup(agg_plan_t *p)
+{
+    bson_destroy(&p->shards_part);
+    bson_destroy(&p->merge_a);
+    bson_destroy(&p->merge_b);
+    if (p->avg_fields != NULL) {
+        bson_strfreev(p->avg_fields);
+    }
+}
+
+static void
+build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    static const char *const skip[] = {"pipeline", "cursor", "explain", NULL};
+    agg_plan_t *p = arg;
+    shl_router_shards_t t;
+    bson_t cur;
+    (void)shard;
+
+    shl_router_target_filter(rr, p->filter, &t);
+    p->single = t.n == 1;
+    shl_router_shards_cleanup(&t);
+    router_copy_command(p->cmd, skip, cmd);
+    BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
+    if (p->explain) {
+        BSON_APPEND_BOOL(cmd, "explain", true);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur);
+        bson_append_document_end(cmd, &cur);
+    }
+}
+
+/* The aggregate batch size: cursor.batchSize; *zero when it is 0 (an empty first batch). */
+static int
+cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
+{
+    bson_iter_t it, sub;
+    int ret = 0;
+
+    *out = 0;
+    *zero = false;
+    if (!bson_iter_init_find(&it, cmd, "cursor")) {
+        goto done;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'aggregate.cursor' is the wrong type '%s', expected type 'object'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    bson_iter_recurse(&it, &sub);
+    if (bson_iter_find(&sub, "batchSize")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&sub)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'cursor.batchSize' is the wrong type '%s', expected types "
+                     "'[long, int, decimal, double]'",
+                     shl_bson_type_name(bson_iter_type(&sub)));
+        }
+        *out = bson_iter_as_int64(&sub);
+        if (*out < 0) {
+            SHL_FAIL(st, 51024, "BSON field 'batchSize' value must be >= 0, actual value '%lld'",
+                     (long long)*out);
+        }
+        *zero = *out == 0;
+    }
+done:
+    return ret;
+}
+
+/* The merger part as one array: merge_a then merge_b. */
+static void
+merger_part(const agg_plan_t *p, bson_t *out)
+{
+    uint32_t nm = 0;
+    bson_iter_t it;
+    const bson_t *parts[2] = {&p->merge_a, &p->merge_b};
+
+    bson_init(out);
+    for (size_t k = 0; k < 2; k++) {
+        bson_iter_init(&it, parts[k]);
+        while (bson_iter_next(&it)) {
+            char key[16];
+            const char *kp;
+            bson_uint32_to_string(nm++, &kp, key, sizeof(key));
+            bson_append_value(out, kp, -1, bson_iter_value(&it));
+        }
+    }
+}
+
+void
+router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger, bool *split)
+{
+    agg_plan_t p;
+
+    memset(&p, 0, sizeof(p));
+    bson_init_static(&p.pipeline, bson_get_data(pipeline), pipeline->len);
+    split_pipeline(&p);
+    bson_copy_to(&p.shards_part, shards_part);
+    merger_part(&p, merger);
+    *split = p.split;
+    plan_cleanup(&p);
+}
+
+/* mongos's aggregate explain: splitPipeline and the shards' own explain output. */
+static void
+append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_result_t *results,
+                   size_t n, bson_t *reply)
+{
+    shl_router_t *r = shl_router_get(op);
+    bson_t sp, shards, si;
+
+    BSON_APPEND_UTF8(reply, "mergeType", p->single ? "anyShard" : "mongos");
+    if (p->single) {
+        BSON_APPEND_NULL(reply, "splitPipeline");
+    } else {
+        bson_t merger;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
+        BSON_APPEND_ARRAY(&sp, "shardsPart", &p->shards_part);
+        merger_part(p, &merger);
+        BSON_APPEND_ARRAY(&sp, "mergerPart", &merger);
+        bson_destroy(&merger);
+        bson_append_document_end(reply, &sp);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "shards", &shards);
+    for (size_t i = 0; i < n; i++) {
+        bson_t sh;
+        char host[SHL_CLIENT_HOST_MAX];
+        router_shard_host(r, results[i].shard, host, sizeof(host));
+        BSON_APPEND_DOCUMENT_BEGIN(&shards, results[i].shard, &sh);
+        BSON_APPEND_UTF8(&sh, "host", host);
+        shl_router_copy_reply_fields(&results[i].res.reply, &sh);
+        bson_append_document_end(&shards, &sh);
+    }
+    bson_append_document_end(reply, &shards);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &si);
+    BSON_APPEND_UTF8(&si, "host", op->svc->me);
+    bson_append_document_end(reply, &si);
+}
+
+int
+router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    agg_plan_t p;
+    bson_iter_t it, first;
+    shl_ns_t ns;
+    bson_t let;
+    bool found, has_let = false, allow_disk = false, zero_batch = false;
+    int64_t batch_size = 0;
+    shl_pipeline_opts_t opts;
+    shl_pipeline_t *check = NULL, *ma = NULL, *mb = NULL;
+    shl_router_shard_result_t *results = NULL;
+    size_t nresults = 0;
+    shl_router_cursor_t *c = NULL;
+    int ret = 0;
+
+    memset(&p, 0, sizeof(p));
+    bson_init(&p.shards_part);
+    bson_init(&p.merge_a);
+    bson_init(&p.merge_b);
+    p.cmd = cmd;
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "invalid aggregate command");
+    }
+    if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        if (router_is_config_db(op->db)) {
+            /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
+            char agg_ns[SHL_NS_MAX + 1];
+            snprintf(agg_ns, sizeof(agg_ns), "%s.$cmd.aggregate", op->db);
+            SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
+            ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
+                                            zero_batch, reply, st);
+            goto done;
+        }
+        SHL_FAIL(
+            st, SHL_CODE_INVALID_NAMESPACE,
+            "Invalid command format: the 'aggregate' field must specify a collection name or 1");
+    }
+    SHL_ERR(shl_ns_make(&ns, op->db, bson_iter_utf8(&it, NULL), st));
+    SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &p.pipeline, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    SHL_ERR(shl_cmd_get_bool(cmd, "explain", &p.explain, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
+    if (!bson_has_field(cmd, "cursor") && !p.explain) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'cursor' option is required, except for aggregate with the explain "
+                 "argument");
+    }
+    SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    if (router_is_config_db(ns.db)) {
+        if (p.explain) {
+            bson_t res = BSON_INITIALIZER;
+            bson_destroy(&res);
+            ret = router_run_on_config(op, ns.db, cmd, &res, st);
+            if (ret == 0) {
+                shl_router_copy_reply_fields(&res, reply);
+            }
+            bson_destroy(&res);
+        } else {
+            ret = router_config_cursor_read(op, ns.full, ns.db, ns.coll, cmd, batch_size,
+                                            zero_batch, reply, st);
+        }
+        goto done;
+    }
+    /* Parse the whole pipeline here: its errors come before any shard is contacted. */
+    memset(&opts, 0, sizeof(opts));
+    opts.allow_disk_use = allow_disk;
+    opts.vars = has_let ? &let : NULL;
+    SHL_ERR(shl_pipeline_parse(&p.pipeline, &opts, &check, st));
+    bson_destroy(&p.shards_part);
+    bson_destroy(&p.merge_a);
+    bson_destroy(&p.merge_b);
+    split_pipeline(&p);
+    if (bson_iter_init(&first, &p.pipeline) && bson_iter_next(&first) &&
+        BSON_ITER_HOLDS_DOCUMENT(&first)) {
+        bson_t stage;
+        bson_iter_t m;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&first, &len, &data);
+        if (bson_init_static(&stage, data, len) && bson_iter_init_find(&m, &stage, "$match") &&
+            BSON_ITER_HOLDS_DOCUMENT(&m)) {
+            bson_iter_document(&m, &len, &data);
+            bson_init_static(&p.filter_view, data, len);
+            p.filter = &p.filter_view;
+        }
+    }
+    ret =
+        shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
+        bson_t empty = BSON_INITIALIZER;
+        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
+        ret = 0;
+        goto done;
+    }
+    SHL_ERR(ret);
+    if (p.explain) {
+        for (size_t i = 0; i < nresults; i++) {
+            if (results[i].res.code != 0) {
+                *st = results[i].res.status;
+                SHL_ERR(results[i].res.code);
+            }
+        }
+        append_agg_explain(op, &p, results, nresults, reply);
+        goto done;
+    }
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
+                                       st));
+    if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
+        /* Only a merge by the sort key. */
+        if (p.has_sort) {
+            SHL_ERR(shl_sort_pattern_new(&p.sort, &c->sort, st));
+        }
+    } else if (!p.single && p.split) {
+        if (has_let) {
+            c->vars = bson_copy(&let);
+            opts.vars = c->vars;
+        }
+        if (p.has_sort) {
+            SHL_ERR(shl_sort_pattern_new(&p.sort, &c->sort, st));
+        }
+        SHL_ERR(shl_pipeline_parse(&p.merge_a, &opts, &ma, st));
+        if (p.has_avg) {
+            SHL_ERR(shl_pipeline_parse(&p.merge_b, &opts, &mb, st));
+        }
+        shl_router_cursor_set_merge(c, ma, mb, p.avg_fields);
+        ma = mb = NULL;
+        p.avg_fields = NULL;
+    }
+    ret = router_reply_cursor(op, c, batch_size, zero_batch, false, reply, st);
+    c = NULL;
+done:
+    shl_router_cursor_destroy(c);
+    shl_pipeline_destroy(ma);
+    shl_pipeline_destroy(mb);
+    shl_pipeline_destroy(check);
+    shl_router_scatter_results_free(results, nresults);
+    plan_cleanup(&p);
+    return ret;
+}

@@ -1,0 +1,79 @@
+/*
+ * router_private.h -- helpers shared by the router's read commands (cluster_find.c,
+ * cluster_aggregate.c). Not for use outside src/router.
+ */
+#ifndef SHL_ROUTER_ROUTER_PRIVATE_H
+#define SHL_ROUTER_ROUTER_PRIVATE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "net/op_context.h"
+#include "router/cluster_cursor_manager.h"
+#include "router/cluster_routing.h"
+
+/* Whether reads of database 'db' go to the config server (config, admin). */
+bool router_is_config_db(const char *db);
+
+/*
+ * router_copy_command --
+ *     Append to 'out' the user's command minus generic arguments (including allowDiskUse,
+ *     which shl_router_append_generic re-adds) and minus the NULL-terminated 'skip' names,
+ *     then the generic arguments a shard should see.
+ */
+void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out);
+
+/*
+ * router_run_on_config --
+ *     Run 'cmd' (the user's, generic fields stripped) on the config server's database 'db';
+ *     *reply is always initialised (caller destroys). Errors: the config server's.
+ */
+int router_run_on_config(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply,
+                         shl_status_t *st);
+
+/*
+ * router_cursor_from_results --
+ *     A router cursor over the cursor replies of a scatter. With 'allow_partial' a shard's
+ *     network-like error only drops that shard (partialResultsReturned). Returns the first error
+ *     (after killing the remote cursors that did open); *out is NULL then.
+ */
+int router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
+                               const char *coll, shl_router_shard_result_t *results, size_t n,
+                               bool allow_partial, shl_router_cursor_t **out, shl_status_t *st);
+
+/*
+ * router_reply_cursor --
+ *     Fill the first batch of 'c' (batch_size; 'zero_batch' means an empty first batch),
+ *     register it unless exhausted or single_batch (then destroy it), and append the cursor
+ *     reply. Takes ownership of 'c' in every case.
+ */
+int router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
+                        bool zero_batch, bool single_batch, bson_t *reply, shl_status_t *st);
+
+/*
+ * router_config_cursor_read --
+ *     Forward a cursor-returning read (find/aggregate) to the config server and serve its
+ *     cursor through a router cursor.
+ */
+int router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, const char *coll,
+                              const bson_t *cmd, int64_t batch_size, bool zero_batch, bson_t *reply,
+                              shl_status_t *st);
+
+/*
+ * router_agg_split --
+ *     How the router splits 'pipeline' (a BSON array) when it reaches several shards: the
+ *     shards part and the merger part, as explain's splitPipeline shows them (*split false:
+ *     every stage runs on the shards and the router only concatenates). Both arrays are
+ *     initialised by the callee; the caller destroys them. Pure; for tests and explain.
+ */
+void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger_part,
+                      bool *split);
+
+/* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
+int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/* router_append_shard_host -- the host of shard 'name' ("" if unknown). */
+void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
+
+#endif

@@ -1,0 +1,490 @@
+/*
+ * collection_metadata.c -- the shard's filtering metadata (MongoDB's
+ * CollectionShardingRuntime / CollectionMetadata / DatabaseShardingState) and the version
+ * check of versioned requests (seeds/002 "Versioning Protocols", seeds/000 "Shard
+ * versioning and database versioning", docs/design/sharding-protocol.md "Router ->
+ * shard").
+ *
+ * Per namespace the shard keeps an immutable, refcounted metadata object: a routing table
+ * reference from the catalog cache (NULL: unsharded) and this shard's name. It is loaded
+ * lazily on first use and replaced by a refresh (a newer or other-generation version
+ * received, or _flushRoutingTableCacheUpdates); holders of the old one (open cursors)
+ * keep filtering with it.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "sharding/shard_key.h"
+#include "shard/shard_private.h"
+
+static int
+not_initialized(shl_status_t *st)
+{
+    return shl_status_set(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                          "Cannot accept sharding commands if sharding state has not been "
+                          "initialized with a shardIdentity document");
+}
+
+/* ---------------------------------------------------------------- metadata objects */
+
+static bool
+meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
+{
+    const shard_coll_meta_t *m = (const shard_coll_meta_t *)f;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t key;
+    size_t idx;
+    bool owns = false;
+
+    if (m->rt == NULL) {
+        owns = true;
+    } else {
+        /* A document whose shard key cannot be extracted (an array on the key path)
+         * belongs to no chunk, as MongoDB's keyBelongsToMe says. */
+        if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
+            0) {
+            owns = shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 &&
+                   strcmp(shl_routing_table_chunk_shard(m->rt, idx), m->shard_name) == 0;
+        }
+        bson_destroy(&key);
+    }
+    return owns;
+}
+
+static void
+meta_destroy(shl_db_orphan_filter_t *f)
+{
+    shard_coll_meta_t *m = (shard_coll_meta_t *)f;
+
+    if (m->rt != NULL) {
+        shl_routing_table_release(m->rt);
+    }
+    bson_free(m);
+}
+
+/* A metadata object over 'rt' (reference moves here; NULL: unsharded), one reference. */
+static shard_coll_meta_t *
+meta_new(shl_routing_table_t *rt, const char *shard_name)
+{
+    shard_coll_meta_t *m = bson_malloc0(sizeof(*m));
+
+    atomic_init(&m->filter.refs, 1);
+    m->filter.owns = meta_owns;
+    m->filter.destroy = meta_destroy;
+    m->rt = rt;
+    snprintf(m->shard_name, sizeof(m->shard_name), "%s", shard_name);
+    if (rt != NULL) {
+        m->shard_version = shl_routing_table_shard_version(rt, shard_name);
+        m->coll_version = shl_routing_table_collection_version(rt);
+    } else {
+        m->shard_version = shl_chunk_version_unsharded();
+        m->coll_version = shl_chunk_version_unsharded();
+    }
+    return m;
+}
+
+static shard_coll_meta_t *
+meta_ref(shard_coll_meta_t *m)
+{
+    shl_db_orphan_filter_ref(&m->filter);
+    return m;
+}
+
+void
+shard_meta_release(shard_coll_meta_t *m)
+{
+    if (m != NULL) {
+        shl_db_orphan_filter_release(&m->filter);
+    }
+}
+
+/* ---------------------------------------------------------------- the map */
+
+/*
+ * The catalog cache of an aware shard, created on first use (no I/O) from the identity's
+ * config server connection string. Errors: ShardingStateNotInitialized.
+ */
+/* Gossip from the config server and other shards: a newer TopologyTime means the set of
+ * shards changed, so the registry reloads on its next lookup. 's->registry' is set before
+ * the pool sends anything and stays until shutdown. */
+static void
+observe_reply(void *arg, const char *host, const bson_t *reply)
+{
+    shard_state_t *s = arg;
+    (void)host;
+
+    if ((shl_vector_clock_observe(&s->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) &&
+        s->registry != NULL) {
+        shl_shard_registry_invalidate(s->registry);
+    }
+}
+
+static int
+get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD_ID_MAX],
+          shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&s->mu);
+    if (!s->aware) {
+        ret = not_initialized(st);
+    } else {
+        if (s->cache == NULL) {
+            shl_conn_pool_options_t po;
+            memset(&po, 0, sizeof(po));
+            po.hooks.observe = observe_reply;
+            po.hooks.arg = s;
+            shl_vector_clock_init(&s->clock);
+            s->pool = shl_conn_pool_new(&po);
+            s->registry = shl_shard_registry_new(s->pool, s->id.config_cs);
+            s->cache = shl_catalog_cache_new(s->registry);
+        }
+        *out = s->cache;
+        if (shard_name != NULL) {
+            memcpy(shard_name, s->id.shard_name, SHL_SHARD_ID_MAX);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+/* The map entry of 'ns', created if missing. Entries live until shutdown. */
+static shard_csr_t *
+csr_get(shard_state_t *s, const char *ns)
+{
+    shard_csr_t *c;
+
+    pthread_mutex_lock(&s->mu);
+    for (c = s->csrs; c != NULL; c = c->next) {
+        if (strcmp(c->ns, ns) == 0) {
+            break;
+        }
+    }
+    if (c == NULL) {
+        c = bson_malloc0(sizeof(*c));
+        c->ns = bson_strdup(ns);
+        pthread_mutex_init(&c->refresh_mu, NULL);
+        c->next = s->csrs;
+        s->csrs = c;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+shard_coll_meta_t *
+shard_meta_peek(shard_state_t *s, const char *ns)
+{
+    shard_csr_t *c = csr_get(s, ns);
+    shard_coll_meta_t *m;
+
+    pthread_mutex_lock(&s->mu);
+    m = c->meta != NULL ? meta_ref(c->meta) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return m;
+}
+
+/*
+ * Load the metadata of c->ns through the catalog cache (after forgetting the cached entry
+ * when 'invalidate') and install it. Called with c->refresh_mu held, so one refresh of a
+ * namespace runs at a time; the network round trips run without s->mu.
+ */
+static int
+load_locked(shard_state_t *s, shard_csr_t *c, bool invalidate, shard_coll_meta_t **out,
+            shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+    shl_routing_table_t *rt = NULL;
+    char shard_name[SHL_SHARD_ID_MAX];
+    shard_coll_meta_t *m, *old;
+
+    SHL_ERR(get_cache(s, &cache, shard_name, st));
+    if (invalidate) {
+        shl_catalog_cache_invalidate_collection(cache, c->ns);
+    }
+    ret = shl_catalog_cache_get_collection(cache, c->ns, &rt, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        /* No database entry: nothing of it is sharded. */
+        shl_status_clear(st);
+        ret = 0;
+        rt = NULL;
+    }
+    SHL_ERR(ret);
+    m = meta_new(rt, shard_name);
+    pthread_mutex_lock(&s->mu);
+    old = c->meta;
+    c->meta = meta_ref(m);
+    pthread_mutex_unlock(&s->mu);
+    shard_meta_release(old);
+    {
+        char v[SHL_CHUNK_VERSION_STR_MAX];
+        shl_chunk_version_to_string(&m->shard_version, v);
+        SHL_LOG_DEBUG(1, SHARDING, 22063, "Updated collection filtering metadata", "namespace",
+                      BCON_UTF8(c->ns), "shardVersion", BCON_UTF8(v));
+    }
+    if (out != NULL) {
+        *out = m;
+    } else {
+        shard_meta_release(m);
+    }
+done:
+    return ret;
+}
+
+int
+shard_meta_get(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shard_csr_t *c;
+
+    *out = shard_meta_peek(s, ns);
+    if (*out == NULL) {
+        c = csr_get(s, ns);
+        pthread_mutex_lock(&c->refresh_mu);
+        /* Someone else may have loaded it while this thread waited. */
+        *out = shard_meta_peek(s, ns);
+        if (*out == NULL) {
+            ret = load_locked(s, c, false, out, st);
+        }
+        pthread_mutex_unlock(&c->refresh_mu);
+    }
+    return ret;
+}
+
+int
+shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_status_t *st)
+{
+    int ret;
+    shard_csr_t *c = csr_get(s, ns);
+
+    if (out != NULL) {
+        *out = NULL;
+    }
+    pthread_mutex_lock(&c->refresh_mu);
+    ret = load_locked(s, c, true, out, st);
+    pthread_mutex_unlock(&c->refresh_mu);
+    return ret;
+}
+
+int
+shard_db_refresh(shard_state_t *s, const char *db, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+    shl_cached_database_t have;
+    size_t n = strlen(db);
+
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    shl_catalog_cache_invalidate_database(cache, db);
+    /* The collections of the database are reloaded on their next use. */
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        if (strncmp(c->ns, db, n) == 0 && c->ns[n] == '.' && c->meta != NULL) {
+            shard_coll_meta_t *old = c->meta;
+            c->meta = NULL;
+            /* The map's reference; the last holder's release frees it (never blocks). */
+            shard_meta_release(old);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    ret = shl_catalog_cache_get_database(cache, db, &have, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        shl_status_clear(st);
+        ret = 0;
+    }
+done:
+    return ret;
+}
+
+void
+shard_meta_destroy_all(shard_state_t *s)
+{
+    shard_csr_t *c = s->csrs;
+
+    while (c != NULL) {
+        shard_csr_t *next = c->next;
+        shard_meta_release(c->meta);
+        pthread_mutex_destroy(&c->refresh_mu);
+        bson_free(c->ns);
+        bson_free(c);
+        c = next;
+    }
+    s->csrs = NULL;
+    if (s->cache != NULL) {
+        shl_catalog_cache_destroy(s->cache);
+        s->cache = NULL;
+    }
+    if (s->registry != NULL) {
+        shl_shard_registry_destroy(s->registry);
+        s->registry = NULL;
+    }
+    if (s->pool != NULL) {
+        shl_conn_pool_destroy(s->pool);
+        s->pool = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------- version checks */
+
+/* Whether a refresh could change the verdict on 'received' against 'wanted'. */
+static bool
+worth_refreshing(const shl_chunk_version_t *received, const shl_chunk_version_t *wanted)
+{
+    /* Either side unsharded: the collection may have been sharded, or dropped and
+     * re-created unsharded, since the shard last looked. */
+    if (shl_chunk_version_is_unsharded(received) || shl_chunk_version_is_unsharded(wanted)) {
+        return true;
+    }
+    /* Newer than what the shard knows, or another generation not older than it. */
+    return !shl_chunk_version_is_older_than(received, wanted);
+}
+
+static int
+stale_config(const char *ns, const shl_shard_version_t *received, const shard_coll_meta_t *m,
+             shl_status_t *st)
+{
+    shl_stale_config_info_t info;
+    const shl_chunk_version_t *r = &received->placement, *w = &m->shard_version;
+    const char *why = "placement version mismatch detected for";
+
+    memset(&info, 0, sizeof(info));
+    snprintf(info.ns, sizeof(info.ns), "%s", ns);
+    info.received = *received;
+    info.has_wanted = true;
+    info.wanted = shl_shard_version_make(w);
+    snprintf(info.shard_id, sizeof(info.shard_id), "%s", m->shard_name);
+    if (m->rt != NULL && shl_chunk_version_is_unsharded(r)) {
+        why = "this shard contains chunks for the collection, but the client expects an "
+              "unsharded collection:";
+    } else if (m->rt == NULL && !shl_chunk_version_is_unsharded(r)) {
+        why = "this shard has no sharded collection, the collection may have been dropped:";
+    } else if (!shl_chunk_version_same_generation(r, w)) {
+        why = "timestamp mismatch detected for";
+    }
+    return shl_status_set_stale_config(st, &info, "%s %s", why, ns);
+}
+
+static int
+check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
+                    shl_db_shard_access_t access, shl_db_orphan_filter_t **filter, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    shl_shard_version_t received;
+    shard_coll_meta_t *m = NULL;
+
+    if (!bson_iter_init_find(&it, op->body, "shardVersion")) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "shardVersion vanished from the request");
+    }
+    SHL_ERR(shl_shard_version_parse(&it, &received, st));
+    SHL_ERR(shard_meta_get(s, ns, &m, st));
+    if (!shl_chunk_version_is_ignored(&received.placement) &&
+        !shl_chunk_version_equal(&received.placement, &m->shard_version)) {
+        if (!worth_refreshing(&received.placement, &m->shard_version)) {
+            SHL_ERR(stale_config(ns, &received, m, st));
+        }
+        shard_meta_release(m);
+        m = NULL;
+        SHL_ERR(shard_meta_refresh(s, ns, &m, st));
+        if (!shl_chunk_version_equal(&received.placement, &m->shard_version)) {
+            SHL_ERR(stale_config(ns, &received, m, st));
+        }
+    }
+    if (access != SHL_DB_SHARD_DDL && m->rt != NULL) {
+        *filter = &meta_ref(m)->filter;
+    }
+done:
+    shard_meta_release(m);
+    return ret;
+}
+
+static int
+stale_db(const char *db, const shl_database_version_t *received, const shl_cached_database_t *have,
+         const char *why, shl_status_t *st)
+{
+    shl_stale_db_info_t info;
+
+    memset(&info, 0, sizeof(info));
+    snprintf(info.db, sizeof(info.db), "%s", db);
+    info.received = *received;
+    if (have != NULL) {
+        info.has_wanted = true;
+        info.wanted = have->version;
+    }
+    return shl_status_set_stale_db(st, &info, "%s %s", why, db);
+}
+
+/* The database version: equal to config.databases' (refreshed once if not) and this
+ * shard the primary. */
+static int
+check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    shl_database_version_t received;
+    shl_catalog_cache_t *cache = NULL;
+    shl_cached_database_t have;
+    char db[SHL_DB_NAME_MAX], shard_name[SHL_SHARD_ID_MAX];
+    size_t n = strcspn(ns, ".");
+    bool found = false;
+
+    if (n >= sizeof(db)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace: %s", ns);
+    }
+    memcpy(db, ns, n);
+    db[n] = '\0';
+    if (!bson_iter_init_find(&it, op->body, "databaseVersion")) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "databaseVersion vanished from the request");
+    }
+    SHL_ERR(shl_database_version_parse(&it, &received, st));
+    SHL_ERR(get_cache(s, &cache, shard_name, st));
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (attempt == 1) {
+            shl_catalog_cache_invalidate_database(cache, db);
+        }
+        ret = shl_catalog_cache_get_database(cache, db, &have, st);
+        found = ret == 0;
+        if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+            shl_status_clear(st);
+            ret = 0;
+        }
+        SHL_ERR(ret);
+        if (found && strcmp(have.primary, shard_name) == 0 &&
+            shl_database_version_equal(&received, &have.version)) {
+            goto done;
+        }
+        /* A version older than the one known is stale without asking again. */
+        if (found && strcmp(have.primary, shard_name) == 0 &&
+            shl_database_version_is_older_than(&received, &have.version)) {
+            break;
+        }
+    }
+    if (!found) {
+        SHL_ERR(stale_db(db, &received, NULL, "database not found:", st));
+    }
+    if (strcmp(have.primary, shard_name) != 0) {
+        SHL_ERR(
+            stale_db(db, &received, NULL, "this shard is not the primary shard of database", st));
+    }
+    SHL_ERR(stale_db(db, &received, &have, "database version mismatch detected for", st));
+done:
+    return ret;
+}
+
+int
+shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                     shl_db_orphan_filter_t **filter, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = arg;
+
+    *filter = NULL;
+    if (op->has_database_version) {
+        SHL_ERR(check_db_version(s, op, ns, st));
+    }
+    if (op->has_shard_version) {
+        SHL_ERR(check_shard_version(s, op, ns, access, filter, st));
+    }
+done:
+    return ret;
+}

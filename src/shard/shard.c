@@ -1,0 +1,82 @@
+/*
+ * shard.c -- the shard role's start-up (shard.h): creates the sharding state, registers
+ * the shardsvr commands, installs the version-check hook into the data node
+ * (db/sharding_hooks.h), chains the serverStatus and shutdown hooks, and reloads the
+ * shardIdentity persisted by an earlier _addShard.
+ */
+#include "shard/shard.h"
+
+#include <string.h>
+
+#include "base/log.h"
+#include "shard/shard_private.h"
+
+shard_state_t *
+shard_state(const shl_op_ctx_t *op)
+{
+    return shl_db_sharding_hooks_arg(op->svc);
+}
+
+static void
+shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
+{
+    shard_state_t *s = shl_db_sharding_hooks_arg(svc);
+    shard_identity_t id;
+    bson_t sec;
+
+    if (s->prev_server_status != NULL) {
+        s->prev_server_status(svc, reply);
+    }
+    if (!shard_get_identity(s, &id)) {
+        return; /* MongoDB shows the section once the shard is sharding-aware */
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "sharding", &sec);
+    BSON_APPEND_UTF8(&sec, "configsvrConnectionString", id.config_cs);
+    bson_append_document_end(reply, &sec);
+}
+
+static void
+shard_shutdown(shl_service_ctx_t *svc)
+{
+    shard_state_t *s = shl_db_sharding_hooks_arg(svc);
+
+    /* Connections are gone, so no command uses the state any more; the node's own
+     * shutdown (which frees the hooks' home) runs last. */
+    shard_meta_destroy_all(s);
+    if (s->prev_shutdown != NULL) {
+        s->prev_shutdown(svc);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->identity_mu);
+    bson_free(s);
+}
+
+int
+shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = bson_malloc0(sizeof(*s));
+    shl_db_sharding_hooks_t hooks = {0};
+    shard_identity_t id;
+    bool found = false;
+
+    s->svc = svc;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->identity_mu, NULL);
+    hooks.arg = s;
+    hooks.check = shard_check_versions;
+    shl_db_sharding_hooks_install(svc, &hooks);
+    s->prev_shutdown = svc->hooks.shutdown;
+    s->prev_server_status = svc->hooks.append_server_status;
+    svc->hooks.shutdown = shard_shutdown;
+    svc->hooks.append_server_status = shard_server_status;
+    shard_commands_register(reg);
+    shard_create_participant_register(reg);
+    /* From here on the state belongs to the shutdown hook, error or not. */
+    SHL_ERR(shard_identity_load(s, &id, &found, st));
+    if (found) {
+        shard_become_aware(s, &id);
+    }
+done:
+    return ret;
+}

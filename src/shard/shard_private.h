@@ -1,0 +1,132 @@
+/*
+ * shard_private.h -- what the shard module's files share: the shard's sharding state
+ * (MongoDB's ShardingState + the CollectionShardingRuntime map) and its helpers. Not used
+ * outside src/shard.
+ */
+#ifndef SHL_SHARD_PRIVATE_H
+#define SHL_SHARD_PRIVATE_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "db/sharding_hooks.h"
+#include "net/client.h"
+#include "net/command.h"
+#include "net/service_context.h"
+#include "sharding/catalog_cache.h"
+#include "sharding/chunk_version.h"
+#include "sharding/routing_table.h"
+#include "sharding/shard_registry.h"
+#include "sharding/vector_clock.h"
+
+#define SHARD_CONN_STRING_MAX 512
+
+/* The shardIdentity document's fields (admin.system.version {_id: "shardIdentity"}). */
+typedef struct shard_identity {
+    char shard_name[SHL_SHARD_ID_MAX];
+    bson_oid_t cluster_id;
+    char config_cs[SHARD_CONN_STRING_MAX];
+} shard_identity_t;
+
+/*
+ * The filtering metadata of one namespace (MongoDB's CollectionMetadata): immutable and
+ * refcounted; a refresh builds a new one and swaps it into the map. 'rt' is NULL when the
+ * collection is not sharded (then this shard's version is UNSHARDED).
+ */
+typedef struct shard_coll_meta {
+    shl_db_orphan_filter_t filter; /* first: the db-level orphan filter view */
+    shl_routing_table_t *rt;       /* reference, or NULL for unsharded */
+    char shard_name[SHL_SHARD_ID_MAX];
+    shl_chunk_version_t shard_version; /* this shard's version in rt (UNSHARDED if !rt) */
+    shl_chunk_version_t coll_version;  /* the collection version (UNSHARDED if !rt) */
+} shard_coll_meta_t;
+
+/* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */
+typedef struct shard_csr {
+    char *ns;
+    shard_coll_meta_t *meta;    /* reference or NULL (unknown: load on next use) */
+    pthread_mutex_t refresh_mu; /* one refresh of this ns at a time */
+    struct shard_csr *next;
+} shard_csr_t;
+
+/* The shard's state: the hooks' arg. */
+typedef struct shard_state {
+    shl_service_ctx_t *svc;
+    pthread_mutex_t mu; /* guards everything below */
+    bool aware;         /* shardIdentity known */
+    shard_identity_t id;
+    /* Set when the shard becomes aware, then never changed until shutdown. */
+    shl_conn_pool_t *pool;
+    shl_shard_registry_t *registry;
+    shl_catalog_cache_t *cache;
+    shl_vector_clock_t clock;    /* gossip seen on the pool's replies (lock-free) */
+    shard_csr_t *csrs;           /* ns -> filtering metadata */
+    pthread_mutex_t identity_mu; /* serializes _addShard's read-modify-write */
+    void (*prev_shutdown)(struct shl_service_ctx *svc);
+    void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
+} shard_state_t;
+
+/* shard_state -- the state of the process serving 'op' (NULL if not a shard). */
+shard_state_t *shard_state(const shl_op_ctx_t *op);
+
+/* ---- identity (sharding_state.c) ---- */
+
+/* shard_identity_load -- read admin.system.version's shardIdentity; *found false if none.
+ * Errors: storage; BadValue for a malformed document. */
+int shard_identity_load(shard_state_t *s, shard_identity_t *out, bool *found, shl_status_t *st);
+
+/* shard_identity_parse -- {shardName, clusterId, configsvrConnectionString} ('ctx' names
+ * the structure in errors). Errors: IDLFailedToParse, TypeMismatch, BadValue. */
+int shard_identity_parse(const bson_t *doc, const char *ctx, shard_identity_t *out,
+                         shl_status_t *st);
+
+/* shard_identity_store -- write the identity durably (insert or replace). */
+int shard_identity_store(shard_state_t *s, const shard_identity_t *id, shl_status_t *st);
+
+/* shard_become_aware -- install 'id' in memory (creating the catalog cache once).
+ * Takes s->mu. */
+void shard_become_aware(shard_state_t *s, const shard_identity_t *id);
+
+/* shard_get_identity -- copy the identity; false if not shard-aware. Takes s->mu. */
+bool shard_get_identity(shard_state_t *s, shard_identity_t *out);
+
+/* ---- filtering metadata (collection_metadata.c) ---- */
+
+/*
+ * shard_meta_get --
+ *     The current filtering metadata of 'ns' (one reference; release with
+ *     shard_meta_release), loading it through the catalog cache if unknown. Errors:
+ *     ShardingStateNotInitialized when not shard-aware; the config server's.
+ */
+int shard_meta_get(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_status_t *st);
+
+/* shard_meta_refresh -- forget the cached routing info of 'ns' and load it again from the
+ * config server; *out (may be NULL) receives a reference to the new metadata. */
+int shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out, shl_status_t *st);
+
+/* shard_db_refresh -- forget the cached entry of database 'db' and the filtering metadata
+ * of its collections (reloaded lazily), then load the database entry again. Errors:
+ * ShardingStateNotInitialized; the config server's (a missing database is not an error). */
+int shard_db_refresh(shard_state_t *s, const char *db, shl_status_t *st);
+
+/* shard_meta_peek -- the metadata known now without loading (a reference or NULL). */
+shard_coll_meta_t *shard_meta_peek(shard_state_t *s, const char *ns);
+
+void shard_meta_release(shard_coll_meta_t *m);
+
+/* shard_check_versions -- the db hook (shl_db_sharding_check_fn). */
+int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                         shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+/* shard_meta_destroy_all -- drop the map (shutdown). */
+void shard_meta_destroy_all(shard_state_t *s);
+
+/* shard_commands_register -- the shardsvr commands (shardsvr_commands.c). */
+void shard_commands_register(shl_command_registry_t *reg);
+
+/* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
+void shard_create_participant_register(shl_command_registry_t *reg);
+
+#endif
