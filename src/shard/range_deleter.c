@@ -1111,7 +1111,9 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
     } else if (shard_meta_get(s, t->ns, &cur, &st) != 0) {
         goto done;
     }
-    /* (a) the queries that may still read the range with metadata that owned it */
+    /* (a) the queries that may still read the range with metadata that owned it. The
+     * flag goes up before the look, so a release right after it still wakes the thread. */
+    atomic_store(&s->rd.waiting_for_queries, true);
     if (shard_meta_in_use_for_range(s, cur, &t->collection_uuid, t->min, t->max)) {
         *waiting = true;
         if (!d->logged_waiting) {
