@@ -523,8 +523,8 @@ load_tasks(shl_storage_engine_t *eng, const shl_uuid_t *uuid, task_list_t *out, 
             break;
         }
         if (shl_range_task_parse(&view, &t, &pst) != 0) {
-            SHL_LOG_WARNING(SHARDING, 7546503, "Ignoring a malformed range deletion task",
-                            "error", BCON_UTF8(pst.reason));
+            SHL_LOG_WARNING(SHARDING, 7546503, "Ignoring a malformed range deletion task", "error",
+                            BCON_UTF8(pst.reason));
             continue;
         }
         if (uuid != NULL && !shl_uuid_eq(uuid, &t.collection_uuid)) {
@@ -747,7 +747,8 @@ shard_key_index(const shl_index_t *idx, const bson_t *kp)
 {
     bson_iter_t a, b;
 
-    if (bson_has_field(idx->spec, "sparse") || bson_has_field(idx->spec, "partialFilterExpression") ||
+    if (bson_has_field(idx->spec, "sparse") ||
+        bson_has_field(idx->spec, "partialFilterExpression") ||
         bson_has_field(idx->spec, "collation")) {
         return false;
     }
@@ -1015,7 +1016,8 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
         SHL_ERR(shl_storage_coll_acquire(eng, t->ns, SHL_LOCK_SHARED, &h, st));
         locked = true;
         if (h.coll == NULL || memcmp(h.coll->uuid, t->collection_uuid.bytes, 16) != 0) {
-            SHL_FAIL(st, SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST,
+            SHL_FAIL(st,
+                     SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST,
                      "Collection has been dropped since enqueuing this range deletion task. No "
                      "need to delete documents.");
         }
@@ -1117,9 +1119,11 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
     if (shard_meta_in_use_for_range(s, cur, &t->collection_uuid, t->min, t->max)) {
         *waiting = true;
         if (!d->logged_waiting) {
-            SHL_LOG_INFO(SHARDING, 7536600, "Waiting for ongoing queries to finish before "
-                         "deleting the range", "namespace", BCON_UTF8(t->ns), "collectionUUID",
-                         BCON_UTF8(uuid), "range", BCON_UTF8(range));
+            SHL_LOG_INFO(SHARDING, 7536600,
+                         "Waiting for ongoing queries to finish before "
+                         "deleting the range",
+                         "namespace", BCON_UTF8(t->ns), "collectionUUID", BCON_UTF8(uuid), "range",
+                         BCON_UTF8(range));
             d->logged_waiting = true;
         }
         goto done;
@@ -1150,17 +1154,17 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
         goto done;
     }
     /* (c) the documents, (d) the task */
-    SHL_LOG_INFO(SHARDING, 6872501, "Beginning deletion of documents in orphan range",
-                 "namespace", BCON_UTF8(t->ns), "collectionUUID", BCON_UTF8(uuid), "range",
-                 BCON_UTF8(range));
+    SHL_LOG_INFO(SHARDING, 6872501, "Beginning deletion of documents in orphan range", "namespace",
+                 BCON_UTF8(t->ns), "collectionUUID", BCON_UTF8(uuid), "range", BCON_UTF8(range));
     rc = delete_range(s, t, cur, &total, &st);
     if (rc == SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_TASK_DOCUMENT_DOES_NOT_EXIST) {
-        SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace",
-                     BCON_UTF8(t->ns), "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
+        SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
+                     "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
         ran = true;
         goto done;
     }
-    if (rc != 0 && rc != SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST) {
+    if (rc != 0 &&
+        rc != SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST) {
         if (rc != SHL_CODE_INTERRUPTED_AT_SHUTDOWN) {
             SHL_LOG_WARNING(SHARDING, 6872503, "Range deletion failed; will retry", "namespace",
                             BCON_UTF8(t->ns), "range", BCON_UTF8(range), "error",
@@ -1169,8 +1173,8 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
         goto done;
     }
     if (rc != 0) {
-        SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace",
-                     BCON_UTF8(t->ns), "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
+        SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
+                     "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
     }
     shl_status_clear(&st);
     if (remove_task(s->svc, &t->id, true, NULL, &st) != 0) {

@@ -85,8 +85,8 @@ typedef struct shard_state {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
-    shard_csr_t *csrs;           /* ns -> filtering metadata */
-    pthread_mutex_t identity_mu; /* serializes _addShard's read-modify-write */
+    shard_csr_t *csrs;             /* ns -> filtering metadata */
+    pthread_mutex_t identity_mu;   /* serializes _addShard's read-modify-write */
     pthread_mutex_t meta_mu;       /* guards the live list (taken after mu, never before) */
     shard_coll_meta_t *live_metas; /* every metadata object not yet destroyed */
     shard_range_deleter_t rd;
