@@ -1206,7 +1206,13 @@ run_pass(shard_state_t *s)
                         "error", BCON_UTF8(st.reason));
         return RD_POLL_MS;
     }
-    atomic_store(&s->rd.tasks, (int_fast64_t)l.n);
+    {
+        int_fast64_t ready = 0;
+        for (size_t i = 0; i < l.n; i++) {
+            ready += !l.v[i].pending;
+        }
+        atomic_store(&s->rd.tasks, ready); /* MongoDB counts the ready and running ones */
+    }
     delay_prune(s, &l);
     /* Tasks that were being deleted when the node stopped go first, as in MongoDB. */
     for (int round = 0; round < 2 && !ran; round++) {

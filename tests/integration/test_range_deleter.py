@@ -305,3 +305,11 @@ def test_dropped_collection_abandons_the_task(rd):
     wait_until(lambda: rd.task_gone(tid), 20, "the abandoned task")
     # Another incarnation of the collection: nothing of this one was deleted.
     assert rd.xs() == list(range(-5, 20))
+
+
+def test_without_a_shard_key_index(rd):
+    # The deleter scans the collection when no index serves the shard key.
+    rd.sc.test.c.drop_index("x_1")
+    tid = rd.persist({"x": -2}, {"x": 8})
+    wait_until(lambda: rd.task_gone(tid), 20, "the task over a collection scan")
+    assert rd.xs() == list(range(-5, 0)) + list(range(8, 20))
