@@ -670,6 +670,7 @@ typedef struct rd_delay {
     shl_uuid_t id;
     bool refreshed;       /* the filtering metadata was refreshed for this task */
     bool logged_waiting;  /* "waiting for ongoing queries" was logged */
+    bool logged_error;    /* a failed attempt was logged (once per task, then debug) */
     int64_t queries_done; /* monotonic us when no old metadata held the range, 0: not yet */
     struct rd_delay *next;
 } rd_delay_t;
@@ -1154,8 +1155,11 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
         goto done;
     }
     /* (c) the documents, (d) the task */
-    SHL_LOG_INFO(SHARDING, 6872501, "Beginning deletion of documents in orphan range", "namespace",
-                 BCON_UTF8(t->ns), "collectionUUID", BCON_UTF8(uuid), "range", BCON_UTF8(range));
+    if (!d->logged_error) { /* not again for each retry of a failing task */
+        SHL_LOG_INFO(SHARDING, 6872501, "Beginning deletion of documents in orphan range",
+                     "namespace", BCON_UTF8(t->ns), "collectionUUID", BCON_UTF8(uuid), "range",
+                     BCON_UTF8(range));
+    }
     rc = delete_range(s, t, cur, &total, &st);
     if (rc == SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_TASK_DOCUMENT_DOES_NOT_EXIST) {
         SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
@@ -1165,10 +1169,15 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
     }
     if (rc != 0 &&
         rc != SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST) {
-        if (rc != SHL_CODE_INTERRUPTED_AT_SHUTDOWN) {
+        if (rc != SHL_CODE_INTERRUPTED_AT_SHUTDOWN && !d->logged_error) {
             SHL_LOG_WARNING(SHARDING, 6872503, "Range deletion failed; will retry", "namespace",
                             BCON_UTF8(t->ns), "range", BCON_UTF8(range), "error",
                             BCON_UTF8(st.reason));
+            d->logged_error = true;
+        } else if (rc != SHL_CODE_INTERRUPTED_AT_SHUTDOWN) {
+            SHL_LOG_DEBUG(1, SHARDING, 6872503, "Range deletion failed; will retry", "namespace",
+                          BCON_UTF8(t->ns), "range", BCON_UTF8(range), "error",
+                          BCON_UTF8(st.reason));
         }
         goto done;
     }
