@@ -326,3 +326,38 @@ def test_suspend_range_deletion_fail_point(rd):
     rd.sc.admin.command("cleanupOrphaned", "test.c")
     assert rd.task_gone(tid)
     assert rd.xs() == list(range(-5, 0)) + list(range(10, 20))
+
+
+def test_clone_orphans_in_a_real_cluster(cluster):
+    """Orphans as an aborted migration leaves them: shard1's documents of a presplit hashed
+    collection copied onto shard0. Range deletion tasks for shard1's chunks, on shard0,
+    remove exactly the copies; the router sees every document once throughout."""
+    r = cluster.router_client(uuidRepresentation="standard")
+    r.admin.command("enableSharding", "rdreal")
+    r.admin.command("shardCollection", "rdreal.h", key={"x": "hashed"})
+    r.rdreal.h.insert_many([{"_id": i, "x": i} for i in range(40)])
+    s0 = cluster.shard_client(0, uuidRepresentation="standard")
+    s1 = cluster.shard_client(1, uuidRepresentation="standard")
+    mine = sorted(d["_id"] for d in s0.rdreal.h.find())
+    theirs = list(s1.rdreal.h.find())
+    assert mine and theirs
+    s0.rdreal.h.insert_many(theirs)
+    assert r.rdreal.h.count_documents({}) == 40  # the router's reads filter the copies
+
+    conf = cluster.config_client(uuidRepresentation="standard").config
+    coll = conf.collections.find_one({"_id": "rdreal.h"})
+    tids = []
+    for ch in conf.chunks.find({"uuid": coll["uuid"], "shard": "shard1"}):
+        tid = _uuid()
+        s0.admin.command("_shardsvrTestRangeDeletion", "persist", task=_task_arg({
+            "_id": tid, "nss": "rdreal.h", "collectionUuid": coll["uuid"],
+            "donorShardId": "shard1", "range": {"min": ch["min"], "max": ch["max"]},
+            "whenToClean": "now", "numOrphanDocs": Int64(len(theirs)),
+            "keyPattern": {"x": "hashed"}}))
+        tids.append(tid)
+    assert tids
+    s0.admin.command("cleanupOrphaned", "rdreal.h")
+    assert s0.config.rangeDeletions.count_documents({}) == 0
+    assert sorted(d["_id"] for d in s0.rdreal.h.find()) == mine
+    assert s1.rdreal.h.count_documents({}) == len(theirs)
+    assert sorted(d["_id"] for d in r.rdreal.h.find()) == list(range(40))
