@@ -47,6 +47,8 @@
 
 /* Hold the deleter before it deletes anything (MongoDB's suspendRangeDeletion). */
 SHL_FAILPOINT_DEFINE(suspendRangeDeletion)
+/* Hold the deleter after each batch (MongoDB's hangAfterDoingDeletion). */
+SHL_FAILPOINT_DEFINE(hangAfterDoingDeletion)
 
 /* ---------------------------------------------------------------- task documents */
 
@@ -932,9 +934,10 @@ range_string(const shl_range_task_t *t, char *buf, size_t len)
     bson_free(b);
 }
 
-/* $set processing / $inc numOrphanDocs on task 'id' (local write concern). */
+/* $set processing / $inc numOrphanDocs on task 'id' (journaled when 'journal'). */
 static int
-update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, shl_status_t *st)
+update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, bool journal,
+            shl_status_t *st)
 {
     int ret;
     bson_t cmd = BSON_INITIALIZER, reply, arr, stmt, q;
@@ -948,7 +951,7 @@ update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, shl_s
     BSON_APPEND_DOCUMENT(&stmt, "u", u);
     bson_append_document_end(&arr, &stmt);
     bson_append_array_end(&cmd, &arr);
-    append_wc(&cmd, false);
+    append_wc(&cmd, journal);
     ret = local_cmd(svc, &cmd, &reply, st);
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -996,12 +999,13 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     bound_key(t->min, &b.kmin);
     bound_key(t->max, &b.kmax);
 
-    /* Resumed after a restart, a started task does not wait its delay again. */
+    /* Resumed after a restart, a started task does not wait its delay again (journaled:
+     * some of the range may be gone before a crash). */
     BSON_APPEND_DOCUMENT_BEGIN(&set, "$set", &inner);
     BSON_APPEND_BOOL(&inner, "processing", true);
     BSON_APPEND_UTF8(&inner, "whenToClean", "now");
     bson_append_document_end(&set, &inner);
-    SHL_ERR(update_task(s->svc, &t->id, &set, st));
+    SHL_ERR(update_task(s->svc, &t->id, &set, true, st));
 
     for (;;) {
         bool found, pending;
@@ -1049,8 +1053,11 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
             BSON_APPEND_DOCUMENT_BEGIN(&inc, "$inc", &f);
             BSON_APPEND_INT64(&f, "numOrphanDocs", -b.deleted);
             bson_append_document_end(&inc, &f);
-            (void)update_task(s->svc, &t->id, &inc, &ust); /* an estimate: best effort */
+            (void)update_task(s->svc, &t->id, &inc, false, &ust); /* an estimate */
             bson_destroy(&inc);
+        }
+        if (SHL_FAILPOINT_FIRES(hangAfterDoingDeletion)) {
+            shl_failpoint_pause_while_set(SHL_FAILPOINT(hangAfterDoingDeletion), &s->rd.stop_flag);
         }
         SHL_LOG_DEBUG(1, SHARDING, 23769, "Deleted documents in pass", "numDeleted",
                       BCON_INT64(b.deleted), "namespace", BCON_UTF8(t->ns), "numOwnedSkipped",
@@ -1266,6 +1273,7 @@ shard_range_deleter_init(shard_state_t *s)
     pthread_mutex_init(&s->rd.mu, NULL);
     pthread_cond_init(&s->rd.cv, NULL);
     atomic_init(&s->rd.waiting_for_queries, false);
+    atomic_init(&s->rd.stop_flag, false);
     atomic_init(&s->rd.tasks, 0);
     atomic_init(&s->rd.docs_deleted, 0);
     atomic_init(&s->rd.bytes_deleted, 0);
@@ -1289,6 +1297,7 @@ shard_range_deleter_stop(shard_state_t *s)
 
     pthread_mutex_lock(&s->rd.mu);
     s->rd.stop = true;
+    atomic_store(&s->rd.stop_flag, true);
     started = s->rd.started;
     pthread_cond_broadcast(&s->rd.cv);
     pthread_mutex_unlock(&s->rd.mu);

@@ -361,3 +361,27 @@ def test_clone_orphans_in_a_real_cluster(cluster):
     assert sorted(d["_id"] for d in s0.rdreal.h.find()) == mine
     assert s1.rdreal.h.count_documents({}) == len(theirs)
     assert sorted(d["_id"] for d in r.rdreal.h.find()) == list(range(40))
+
+
+def test_started_task_counts_orphans_and_resumes_without_delay_after_kill9(rd):
+    rd.sc.admin.command("configureFailPoint", "hangAfterDoingDeletion", mode="alwaysOn")
+    tid = rd.persist({"x": 0}, {"x": 10}, when="delayed")
+    rd.sc.config.rangeDeletions.update_one({"_id": tid}, {"$set": {"numOrphanDocs": 10}})
+
+    def first_batch_done():
+        d = rd.sc.config.rangeDeletions.find_one({"_id": tid})
+        return d.get("processing") is True and d["numOrphanDocs"] == 7
+    # Batches of 3 (rangeDeleterBatchSize): the task is marked processing, "now", and its
+    # orphan count goes down with each batch.
+    wait_until(first_batch_done, 20, "the first batch")
+    assert rd.sc.config.rangeDeletions.find_one({"_id": tid})["whenToClean"] == "now"
+    assert rd.xs() == list(range(-5, 0)) + list(range(3, 20))
+    rd.sc.close()
+    rd.shard.kill()
+    # Restarted with a long delay: a started task does not wait for it again.
+    rd.shard.start(extra=FAST + ["--setParameter", "orphanCleanupDelaySecs=3600"])
+    rd.sc = rd.shard.client(uuidRepresentation="standard")
+    assert rd.sc.admin.command("getParameter", 1, orphanCleanupDelaySecs=1)[
+        "orphanCleanupDelaySecs"] == 3600
+    wait_until(lambda: rd.task_gone(tid), 20, "the resumed processing task")
+    assert rd.xs() == list(range(-5, 0)) + list(range(10, 20))
