@@ -36,10 +36,11 @@
 #define RD_INDEX_NAME "collectionUuid_1_range.min_1_range.max_1"
 #define RD_CTX "rangeDeletionTask"
 
-/* MongoDB 7.0's rangeDeleterBatchSize default (INT_MAX) means "the whole range"; one write
- * unit per batch keeps transactions bounded, so that value (and <= 0) deletes this many
- * per batch, and any value is capped at RD_BATCH_CAP. */
-#define RD_DEFAULT_BATCH 128
+/* MongoDB 7.0's rangeDeleterBatchSize default (INT_MAX) means "the whole range in one batch",
+ * with no rangeDeleterBatchDelayMS pause inside it. Shale keeps each write unit bounded: that
+ * value (and <= 0) deletes the range in units of RD_UNBOUNDED_UNIT documents without pauses;
+ * a set value is the batch size (capped at RD_BATCH_CAP), with the pause between batches. */
+#define RD_UNBOUNDED_UNIT 512
 #define RD_BATCH_CAP 10000
 /* How often the idle thread looks at config.rangeDeletions (documents written by other
  * means than this file's functions are picked up this way). */
@@ -912,13 +913,15 @@ done:
     return ret;
 }
 
+/* The documents per write unit; *pause whether rangeDeleterBatchDelayMS separates them. */
 static int64_t
-batch_size(void)
+batch_size(bool *pause)
 {
     int64_t n = shl_opt_int(SHL_OPT_rangeDeleterBatchSize);
 
-    if (n <= 0 || n >= INT_MAX) {
-        n = RD_DEFAULT_BATCH;
+    *pause = n > 0 && n < INT_MAX;
+    if (!*pause) {
+        return RD_UNBOUNDED_UNIT;
     }
     return n > RD_BATCH_CAP ? RD_BATCH_CAP : n;
 }
@@ -971,7 +974,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     int ret = 0;
     shl_storage_engine_t *eng = s->svc->storage;
     shl_shard_key_pattern_t kp;
-    bool kp_init = false, locked = false;
+    bool kp_init = false, locked = false, pause = true;
     shl_coll_handle_t h = {0};
     batch_t b;
     const bson_t *pattern = t->key_pattern;
@@ -1033,7 +1036,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
                 b.idx = h.coll->indexes[i];
             }
         }
-        b.limit = batch_size();
+        b.limit = batch_size(&pause);
         SHL_ERR(shl_storage_write_retry(eng, batch_fn, &b, NULL, st));
         shl_storage_coll_release(&h);
         locked = false;
@@ -1065,7 +1068,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
         if (b.eof) {
             break;
         }
-        if (b.deleted > 0) {
+        if (b.deleted > 0 && pause) {
             sleep_unless_stopped(s, shl_opt_int(SHL_OPT_rangeDeleterBatchDelayMS));
         }
     }
