@@ -986,6 +986,16 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     shl_keystring_init(&b.kmin);
     shl_keystring_init(&b.kmax);
     *total = 0;
+    /* A dropped collection first: its task goes even without a key pattern. */
+    SHL_ERR(shl_storage_coll_acquire(eng, t->ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL || memcmp(h.coll->uuid, t->collection_uuid.bytes, 16) != 0) {
+        SHL_FAIL(st, SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST,
+                 "Collection has been dropped since enqueuing this range deletion task. No "
+                 "need to delete documents.");
+    }
+    shl_storage_coll_release(&h);
+    locked = false;
     if (pattern == NULL && meta != NULL && meta->rt != NULL) {
         pattern = &shl_routing_table_key_pattern(meta->rt)->pattern;
     }

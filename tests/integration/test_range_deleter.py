@@ -300,7 +300,12 @@ def test_hashed_shard_key(shale_process):
 def test_dropped_collection_abandons_the_task(rd):
     other = _uuid()
     tid = rd.persist({"x": 0}, {"x": 10}, coll_uuid=other)
-    wait_until(lambda: rd.task_gone(tid), 20, "the abandoned task")
+    # A task of a collection that no longer exists, without a keyPattern (optional).
+    gone = _uuid()
+    rd.sc.admin.command("_shardsvrTestRangeDeletion", "persist", task=_task_arg({
+        "_id": gone, "nss": "test.gone", "collectionUuid": _uuid(), "donorShardId": "shard1",
+        "range": {"min": {"x": 0}, "max": {"x": 1}}, "whenToClean": "now"}))
+    wait_until(lambda: rd.task_gone(tid) and rd.task_gone(gone), 20, "the abandoned tasks")
     # Another incarnation of the collection: nothing of this one was deleted.
     assert rd.xs() == list(range(-5, 20))
 
