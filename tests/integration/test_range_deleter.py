@@ -86,11 +86,12 @@ class RDCluster:
     def sv(self, major, minor):
         return {"e": self.epoch, "t": COLL_TS, "v": Timestamp(major, minor)}
 
-    def persist(self, min_, max_, pending=False, when="now", ns="test.c", coll_uuid=None):
+    def persist(self, min_, max_, pending=False, when="now", ns="test.c", coll_uuid=None,
+                orphans=0):
         tid = _uuid()
         task = {"_id": tid, "nss": ns, "collectionUuid": coll_uuid or self.uuid,
                 "donorShardId": "shard0", "range": {"min": min_, "max": max_},
-                "whenToClean": when, "numOrphanDocs": Int64(0), "keyPattern": self.key}
+                "whenToClean": when, "numOrphanDocs": Int64(orphans), "keyPattern": self.key}
         if pending:
             task["pending"] = True
         self.sc.admin.command("_shardsvrTestRangeDeletion", "persist", task=_task_arg(task))
@@ -370,8 +371,7 @@ def test_clone_orphans_in_a_real_cluster(cluster):
 
 def test_started_task_counts_orphans_and_resumes_without_delay_after_kill9(rd):
     rd.sc.admin.command("configureFailPoint", "hangAfterDoingDeletion", mode="alwaysOn")
-    tid = rd.persist({"x": 0}, {"x": 10}, when="delayed")
-    rd.sc.config.rangeDeletions.update_one({"_id": tid}, {"$set": {"numOrphanDocs": 10}})
+    tid = rd.persist({"x": 0}, {"x": 10}, when="delayed", orphans=10)
 
     def first_batch_done():
         d = rd.sc.config.rangeDeletions.find_one({"_id": tid})
