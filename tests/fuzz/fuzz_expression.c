@@ -29,8 +29,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bson_iter_t it;
 
     if (shl_msg_check_bson(data, size, &(shl_status_t){0}) != 0 ||
-        !bson_init_static(&input, data, size) ||
-        !bson_iter_init(&it, &input)) {
+        !bson_init_static(&input, data, size) || !bson_iter_init(&it, &input)) {
         return 0;
     }
     /* Same bounds as the server, except a smaller work budget so that inputs hitting it stay

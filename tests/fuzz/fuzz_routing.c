@@ -18,8 +18,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char *const PATTERNS[] = {"{\"x\": 1}", "{\"x\": 1, \"y\": 1}",
-                                       "{\"x\": \"hashed\"}", "{\"a.b\": 1}"};
+static const char *const PATTERNS[] = {"{\"x\": 1}", "{\"x\": 1, \"y\": 1}", "{\"x\": \"hashed\"}",
+                                       "{\"a.b\": 1}"};
 static shl_routing_table_t *tables[4];
 
 /* Three shards; the first field split at two points (hashed: at two hash values). */
