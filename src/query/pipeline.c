@@ -6,10 +6,13 @@
  */
 #include "query/pipeline.h"
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bson/bson_compare.h"
 #include "bson/bson_hash.h"
+#include "bson/bson_util.h"
 #include "query/expression.h"
 #include "query/matcher.h"
 #include "query/projection.h"
@@ -38,14 +41,34 @@ typedef enum {
     ACC_FIRST,
     ACC_LAST,
     ACC_PUSH,
-    ACC_ADDTOSET
+    ACC_ADDTOSET,
+    ACC_STDDEV_POP,
+    ACC_STDDEV_SAMP,
+    ACC_MERGE_OBJECTS,
+    ACC_TOP,
+    ACC_BOTTOM,
+    ACC_TOP_N,
+    ACC_BOTTOM_N,
+    ACC_FIRST_N,
+    ACC_LAST_N,
+    ACC_MAX_N,
+    ACC_MIN_N
 } acc_kind_t;
 
 typedef struct accdef {
     char *field;
     acc_kind_t kind;
-    shl_expr_t *arg;
+    shl_expr_t *arg;              /* the input ('output' of $top/$bottom) */
+    int64_t n;                    /* the N accumulators */
+    shl_sort_pattern_t *sort_by;  /* $top/$bottom/$topN/$bottomN */
 } accdef_t;
+
+/* One retained value of an N accumulator, with its sort key for $top/$bottom. */
+typedef struct accitem {
+    bson_t key;
+    bool has_key;
+    bson_value_t val;
+} accitem_t;
 
 /* Running state of one accumulator in one group. */
 typedef struct accstate {
@@ -55,8 +78,11 @@ typedef struct accstate {
     int64_t count;
     bool seen;
     bson_value_t val; /* min/max/first/last */
-    bson_t arr;       /* push/addToSet */
+    bson_t arr;       /* push/addToSet, mergeObjects */
     uint32_t narr;
+    double mean, m2;  /* stdDev (Welford) */
+    accitem_t *items; /* N accumulators, in order */
+    size_t nitems, capitems;
 } accstate_t;
 
 typedef struct group {
@@ -418,33 +444,191 @@ done:
 
 /* ---------------------------------------------------------------- $group */
 
+static bool
+acc_uses_arr(const accdef_t *d)
+{
+    return d->kind == ACC_PUSH || d->kind == ACC_ADDTOSET || d->kind == ACC_MERGE_OBJECTS;
+}
+
 static void
 acc_init(accstate_t *a, const accdef_t *d)
 {
     memset(a, 0, sizeof(*a));
     a->val.value_type = BSON_TYPE_EOD;
-    if (d->kind == ACC_PUSH || d->kind == ACC_ADDTOSET) {
+    if (acc_uses_arr(d)) {
         bson_init(&a->arr);
     }
+}
+
+static void
+item_cleanup(accitem_t *it)
+{
+    if (it->has_key) {
+        bson_destroy(&it->key);
+    }
+    bson_value_destroy(&it->val);
 }
 
 static void
 acc_cleanup(accstate_t *a, const accdef_t *d)
 {
     bson_value_destroy(&a->val);
-    if (d->kind == ACC_PUSH || d->kind == ACC_ADDTOSET) {
+    if (acc_uses_arr(d)) {
         bson_destroy(&a->arr);
+    }
+    for (size_t i = 0; i < a->nitems; i++) {
+        item_cleanup(&a->items[i]);
+    }
+    bson_free(a->items);
+}
+
+static int64_t
+value_size(const bson_value_t *v)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_UTF8:
+        return 16 + v->value.v_utf8.len;
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+        return 16 + v->value.v_doc.data_len;
+    case BSON_TYPE_BINARY:
+        return 16 + v->value.v_binary.data_len;
+    default:
+        return 16;
     }
 }
 
-/* Fold 'v' (owned by the caller; EOD = missing) into 'a'; *grow gets the added bytes. */
+/* Insert 'it' (moved) at position 'pos' of the N accumulator's items. */
 static void
-acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
+items_insert(accstate_t *a, size_t pos, accitem_t *it)
 {
+    if (a->nitems == a->capitems) {
+        a->capitems = a->capitems ? a->capitems * 2 : 4;
+        a->items = bson_realloc(a->items, a->capitems * sizeof(*a->items));
+    }
+    memmove(&a->items[pos + 1], &a->items[pos], (a->nitems - pos) * sizeof(*a->items));
+    a->items[pos] = *it;
+    a->nitems++;
+}
+
+static void
+items_remove(accstate_t *a, size_t pos)
+{
+    item_cleanup(&a->items[pos]);
+    memmove(&a->items[pos], &a->items[pos + 1], (a->nitems - pos - 1) * sizeof(*a->items));
+    a->nitems--;
+}
+
+/* Compare two retained items: by sort key under 'd->sort_by', else by value. */
+static int
+item_cmp(const accdef_t *d, const accitem_t *x, const accitem_t *y)
+{
+    if (d->sort_by != NULL) {
+        return shl_sort_key_compare(d->sort_by, &x->key, &y->key);
+    }
+    return shl_expr_compare(&x->val, &y->val);
+}
+
+/* The position after every item <= 'it' (stable insertion). */
+static size_t
+items_upper_bound(const accstate_t *a, const accdef_t *d, const accitem_t *it)
+{
+    size_t lo = 0, hi = a->nitems;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (item_cmp(d, &a->items[mid], it) <= 0) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+/*
+ * Keep the n smallest ('keep_low') or largest items in sort order; ties keep the item seen
+ * first, as MongoDB's $topN/$bottomN/$minN/$maxN do. Takes ownership of 'it'.
+ */
+static void
+items_keep_n(accstate_t *a, const accdef_t *d, accitem_t *it, bool keep_low, int64_t *grow)
+{
+    if ((int64_t)a->nitems >= d->n) {
+        if (keep_low) {
+            if (item_cmp(d, &a->items[a->nitems - 1], it) <= 0) {
+                item_cleanup(it);
+                return;
+            }
+            *grow -= value_size(&a->items[a->nitems - 1].val);
+            items_remove(a, a->nitems - 1);
+        } else {
+            if (item_cmp(d, it, &a->items[0]) <= 0) {
+                item_cleanup(it);
+                return;
+            }
+            *grow -= value_size(&a->items[0].val);
+            items_remove(a, 0);
+        }
+    }
+    *grow += value_size(&it->val) + (it->has_key ? it->key.len : 0) + (int64_t)sizeof(*it);
+    items_insert(a, items_upper_bound(a, d, it), it);
+}
+
+/* $mergeObjects: fields of 'v' override those already accumulated, in place. */
+static int
+merge_objects_add(accstate_t *a, const bson_value_t *v, int64_t *grow, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view, merged = BSON_INITIALIZER;
+    bson_iter_t it, nit;
+
+    if (v->value_type == BSON_TYPE_EOD || v->value_type == BSON_TYPE_NULL ||
+        v->value_type == BSON_TYPE_UNDEFINED) {
+        goto done;
+    }
+    if (v->value_type != BSON_TYPE_DOCUMENT || !query_bson_view(v, &view)) {
+        char *json = query_value_to_json(v);
+        ret = shl_status_set(st, 40400,
+                             "$mergeObjects requires object inputs, but input %s is of type %s",
+                             json, shl_bson_type_name(v->value_type));
+        bson_free(json);
+        goto done;
+    }
+    bson_iter_init(&it, &a->arr);
+    while (bson_iter_next(&it)) {
+        if (bson_iter_init_find(&nit, &view, bson_iter_key(&it))) {
+            bson_append_iter(&merged, bson_iter_key(&it), -1, &nit);
+        } else {
+            bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+        }
+    }
+    bson_iter_init(&it, &view);
+    while (bson_iter_next(&it)) {
+        if (!bson_has_field(&a->arr, bson_iter_key(&it))) {
+            bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+        }
+    }
+    *grow += (int64_t)merged.len - (int64_t)a->arr.len;
+    bson_destroy(&a->arr);
+    bson_steal(&a->arr, &merged);
+    bson_init(&merged);
+done:
+    bson_destroy(&merged);
+    return ret;
+}
+
+/* Fold 'v' (owned by the caller; EOD = missing) into 'a'; 'root' is the input document (the
+ * sort key of $top/$bottom); *grow gets the added bytes. */
+static int
+acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root,
+        int64_t *grow, shl_status_t *st)
+{
+    int ret = 0;
     bool missing = v->value_type == BSON_TYPE_EOD;
     bool nullish =
         missing || v->value_type == BSON_TYPE_NULL || v->value_type == BSON_TYPE_UNDEFINED;
+    accitem_t item;
 
+    memset(&item, 0, sizeof(item));
     switch (d->kind) {
     case ACC_SUM:
     case ACC_AVG:
@@ -471,6 +655,16 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
             }
             a->dsum += query_value_as_double(v);
             a->count++;
+        }
+        break;
+    case ACC_STDDEV_POP:
+    case ACC_STDDEV_SAMP:
+        if (query_value_is_number(v)) {
+            double x = query_value_as_double(v);
+            a->count++;
+            double delta = x - a->mean;
+            a->mean += delta / (double)a->count;
+            a->m2 += delta * (x - a->mean);
         }
         break;
     case ACC_MIN:
@@ -529,7 +723,50 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, int64_t *grow)
             *grow += a->arr.len - before;
         }
         break;
+    case ACC_MERGE_OBJECTS:
+        ret = merge_objects_add(a, v, grow, st);
+        break;
+    case ACC_FIRST_N:
+        if ((int64_t)a->nitems >= d->n) {
+            break;
+        }
+        /* fallthrough */
+    case ACC_LAST_N:
+        if (missing) {
+            item.val.value_type = BSON_TYPE_NULL;
+        } else {
+            bson_value_copy(v, &item.val);
+        }
+        if (d->kind == ACC_LAST_N && (int64_t)a->nitems >= d->n) {
+            *grow -= value_size(&a->items[0].val);
+            items_remove(a, 0);
+        }
+        *grow += value_size(&item.val) + (int64_t)sizeof(item);
+        items_insert(a, a->nitems, &item);
+        break;
+    case ACC_MIN_N:
+    case ACC_MAX_N:
+        if (nullish) {
+            break;
+        }
+        bson_value_copy(v, &item.val);
+        items_keep_n(a, d, &item, d->kind == ACC_MIN_N, grow);
+        break;
+    case ACC_TOP:
+    case ACC_BOTTOM:
+    case ACC_TOP_N:
+    case ACC_BOTTOM_N:
+        if (missing) {
+            item.val.value_type = BSON_TYPE_NULL;
+        } else {
+            bson_value_copy(v, &item.val);
+        }
+        shl_sort_key_compute(d->sort_by, root, &item.key);
+        item.has_key = true;
+        items_keep_n(a, d, &item, d->kind == ACC_TOP || d->kind == ACC_TOP_N, grow);
+        break;
     }
+    return ret;
 }
 
 static void
@@ -553,6 +790,16 @@ acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
             BSON_APPEND_DOUBLE(out, d->field, tot / (double)a->count);
         }
         break;
+    case ACC_STDDEV_POP:
+    case ACC_STDDEV_SAMP: {
+        int64_t div = d->kind == ACC_STDDEV_POP ? a->count : a->count - 1;
+        if (div <= 0) {
+            BSON_APPEND_NULL(out, d->field);
+        } else {
+            BSON_APPEND_DOUBLE(out, d->field, sqrt(a->m2 / (double)div));
+        }
+        break;
+    }
     case ACC_MIN:
     case ACC_MAX:
     case ACC_FIRST:
@@ -567,6 +814,35 @@ acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
     case ACC_ADDTOSET:
         BSON_APPEND_ARRAY(out, d->field, &a->arr);
         break;
+    case ACC_MERGE_OBJECTS:
+        BSON_APPEND_DOCUMENT(out, d->field, &a->arr);
+        break;
+    case ACC_TOP:
+    case ACC_BOTTOM:
+        if (a->nitems == 0) {
+            BSON_APPEND_NULL(out, d->field);
+        } else {
+            query_append_value(out, d->field, -1, &a->items[0].val);
+        }
+        break;
+    case ACC_TOP_N:
+    case ACC_BOTTOM_N:
+    case ACC_FIRST_N:
+    case ACC_LAST_N:
+    case ACC_MIN_N:
+    case ACC_MAX_N: {
+        bson_t arr;
+        BSON_APPEND_ARRAY_BEGIN(out, d->field, &arr);
+        for (size_t i = 0; i < a->nitems; i++) {
+            char key[16];
+            const char *kp;
+            size_t j = d->kind == ACC_MAX_N ? a->nitems - 1 - i : i;
+            bson_uint32_to_string((uint32_t)i, &kp, key, sizeof(key));
+            query_append_value(&arr, kp, -1, &a->items[j].val);
+        }
+        bson_append_array_end(out, &arr);
+        break;
+    }
     }
 }
 
@@ -641,7 +917,7 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     }
     for (size_t i = 0; i < s->naccs; i++) {
         SHL_ERR(shl_expr_evaluate(s->accs[i].arg, &ctx, &v, st));
-        acc_add(&g->acc[i], &s->accs[i], &v, &grow);
+        SHL_ERR(acc_add(&g->acc[i], &s->accs[i], &v, in, &grow, st));
         bson_value_destroy(&v);
         v.value_type = BSON_TYPE_EOD;
     }
@@ -729,6 +1005,7 @@ stage_destroy(stage_t *s)
     for (size_t i = 0; i < s->naccs; i++) {
         bson_free(s->accs[i].field);
         shl_expr_destroy(s->accs[i].arg);
+        shl_sort_pattern_destroy(s->accs[i].sort_by);
     }
     for (group_t *g = s->ofirst, *n; g != NULL; g = n) {
         n = g->onext;
@@ -792,11 +1069,206 @@ arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_stat
     return 0;
 }
 
+/* Evaluate and validate the 'n' of an N accumulator (MongoDB's AccumulatorN::validateN). */
+static int
+parse_acc_n(shl_pipeline_t *p, const bson_value_t *spec, int64_t *n, shl_status_t *st)
+{
+    int ret = 0;
+    shl_expr_t *e = NULL;
+    bson_value_t v;
+    bson_t empty = BSON_INITIALIZER;
+    shl_expr_ctx_t ctx = {.root = &empty, .vars = p->opts.vars, .now_ms = 0};
+    char *json = NULL;
+
+    v.value_type = BSON_TYPE_EOD;
+    SHL_ERR(shl_expr_parse(spec, &e, st));
+    SHL_ERR(shl_expr_evaluate(e, &ctx, &v, st));
+    if (!query_value_is_number(&v)) {
+        json = v.value_type == BSON_TYPE_EOD ? bson_strdup("MISSING") : query_value_to_json(&v);
+        SHL_FAIL(st, 5787902, "Value for 'n' must be of integral type, but found %s", json);
+    }
+    double d = query_value_as_double(&v);
+    if (!(d >= -9.2e18 && d <= 9.2e18) || d != (double)(int64_t)d) {
+        json = query_value_to_json(&v);
+        SHL_FAIL(st, 5787903, "Value for 'n' must be of integral type, but found %s", json);
+    }
+    *n = (int64_t)d;
+    if (*n <= 0) {
+        SHL_FAIL(st, 5787908, "'n' must be greater than 0, found %lld", (long long)*n);
+    }
+done:
+    bson_free(json);
+    bson_value_destroy(&v);
+    bson_destroy(&empty);
+    shl_expr_destroy(e);
+    return ret;
+}
+
+/*
+ * parse_acc --
+ *     Parse the accumulator 'a' (iterator on {$op: <arg>}'s only field) into 'd' (d->field set
+ *     by the caller). MongoDB's codes: 15952 unknown operator, 40237 unary operators given an
+ *     array, 5787900/5787801/5788001 N-accumulator arguments not objects, 5787901/5788002
+ *     unknown arguments, 5787906/5788003 missing n, 5787907 missing input, 5788004 missing
+ *     output, 5788005 missing sortBy.
+ */
+static int
+parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t acopy = *a_in, *a = &acopy;
+    const char *op = bson_iter_key(a);
+    static const struct {
+        const char *name;
+        acc_kind_t kind;
+    } ops[] = {{"$sum", ACC_SUM},
+               {"$avg", ACC_AVG},
+               {"$min", ACC_MIN},
+               {"$max", ACC_MAX},
+               {"$first", ACC_FIRST},
+               {"$last", ACC_LAST},
+               {"$push", ACC_PUSH},
+               {"$addToSet", ACC_ADDTOSET},
+               {"$stdDevPop", ACC_STDDEV_POP},
+               {"$stdDevSamp", ACC_STDDEV_SAMP},
+               {"$mergeObjects", ACC_MERGE_OBJECTS},
+               {"$top", ACC_TOP},
+               {"$bottom", ACC_BOTTOM},
+               {"$topN", ACC_TOP_N},
+               {"$bottomN", ACC_BOTTOM_N},
+               {"$firstN", ACC_FIRST_N},
+               {"$lastN", ACC_LAST_N},
+               {"$maxN", ACC_MAX_N},
+               {"$minN", ACC_MIN_N}};
+    bool found = false;
+    bson_t view;
+    bson_iter_t f;
+    const bson_value_t *n = NULL, *input = NULL, *sort_by = NULL;
+    bson_value_t nv, iv, sv; /* shallow copies: the iterator's value is overwritten */
+
+    if (strcmp(op, "$count") == 0) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(a) || !query_bson_view(bson_iter_value(a), &view) ||
+            !bson_empty(&view)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$count takes no arguments, i.e. $count:{}");
+        }
+        bson_value_t one = {.value_type = BSON_TYPE_INT32};
+        one.value.v_int32 = 1;
+        d->kind = ACC_SUM;
+        SHL_ERR(shl_expr_parse(&one, &d->arg, st));
+        goto done;
+    }
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        if (strcmp(op, ops[i].name) == 0) {
+            d->kind = ops[i].kind;
+            found = true;
+        }
+    }
+    if (!found) {
+        SHL_FAIL(st, 15952, "Unknown group operator '%s'", op);
+    }
+    if (d->kind < ACC_TOP) {
+        if (BSON_ITER_HOLDS_ARRAY(a)) {
+            SHL_FAIL(st, 40237, "The %s accumulator is a unary operator", op);
+        }
+        SHL_ERR(shl_expr_parse(bson_iter_value(a), &d->arg, st));
+        goto done;
+    }
+    bool top = d->kind <= ACC_BOTTOM_N;
+    bool single = d->kind == ACC_TOP || d->kind == ACC_BOTTOM;
+    if (!BSON_ITER_HOLDS_DOCUMENT(a) || !query_bson_view(bson_iter_value(a), &view)) {
+        char *json = query_value_to_json(bson_iter_value(a));
+        ret = shl_status_set(st,
+                             top ? 5788001
+                                 : (d->kind == ACC_MAX_N || d->kind == ACC_MIN_N ? 5787900
+                                                                                  : 5787801),
+                             "specification must be an object; found %s: %s", op, json);
+        bson_free(json);
+        goto done;
+    }
+    bson_iter_init(&f, &view);
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        if (!single && strcmp(k, "n") == 0) {
+            nv = *bson_iter_value(&f);
+            n = &nv;
+        } else if (top && strcmp(k, "output") == 0) {
+            iv = *bson_iter_value(&f);
+            input = &iv;
+        } else if (top && strcmp(k, "sortBy") == 0) {
+            sv = *bson_iter_value(&f);
+            sort_by = &sv;
+        } else if (!top && strcmp(k, "input") == 0) {
+            iv = *bson_iter_value(&f);
+            input = &iv;
+        } else if (top) {
+            SHL_FAIL(st, 5788002, "Unknown argument to %s '%s'", op, k);
+        } else {
+            SHL_FAIL(st, 5787901, "Unknown argument for 'n' operator: %s", k);
+        }
+    }
+    if (!single && n == NULL) {
+        SHL_FAIL(st, top ? 5788003 : 5787906, "Missing value for 'n'");
+    }
+    if (input == NULL) {
+        SHL_FAIL(st, top ? 5788004 : 5787907, "Missing value for '%s'", top ? "output" : "input");
+    }
+    if (top && sort_by == NULL) {
+        SHL_FAIL(st, 5788005, "Missing value for 'sortBy'");
+    }
+    if (single) {
+        d->n = 1;
+    } else {
+        SHL_ERR(parse_acc_n(p, n, &d->n, st));
+    }
+    if (top) {
+        bson_t sview;
+        if (!query_bson_view(sort_by, &sview) || sort_by->value_type != BSON_TYPE_DOCUMENT) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "expected 'sortBy' to be an object");
+        }
+        if (bson_empty(&sview)) {
+            SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
+        }
+        SHL_ERR(shl_sort_pattern_new(&sview, &d->sort_by, st));
+    }
+    SHL_ERR(shl_expr_parse(input, &d->arg, st));
+done:
+    return ret;
+}
+
+/* Parse the accumulators of an object {field: {$acc: arg}} (a $group without _id, a $bucket's or
+ * $bucketAuto's output) into s->accs. */
+static int
+parse_acc_fields(shl_pipeline_t *p, stage_t *s, const char *k, const bson_iter_t *it,
+                 shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t a;
+
+    if (strchr(k, '.') != NULL) {
+        SHL_FAIL(st, 40235, "The field name '%s' cannot contain '.'", k);
+    }
+    if (k[0] == '$') {
+        SHL_FAIL(st, 40236, "The field name '%s' cannot be an operator name", k);
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &a) || !bson_iter_next(&a)) {
+        SHL_FAIL(st, 40234, "The field '%s' must be an accumulator object", k);
+    }
+    accdef_t *d = &s->accs[s->naccs];
+    d->field = bson_strdup(k);
+    s->naccs++;
+    SHL_ERR(parse_acc(p, &a, d, st));
+    if (bson_iter_next(&a)) {
+        SHL_FAIL(st, 40238, "The field '%s' must specify one accumulator", k);
+    }
+done:
+    return ret;
+}
+
 static int
 parse_group(shl_pipeline_t *p, const bson_t *spec, stage_t **out, shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it, a;
+    bson_iter_t it;
     stage_t *s = NULL;
     bool have_id = false;
 
@@ -813,56 +1285,7 @@ parse_group(shl_pipeline_t *p, const bson_t *spec, stage_t **out, shl_status_t *
             have_id = true;
             continue;
         }
-        if (strchr(k, '.') != NULL) {
-            SHL_FAIL(st, 40235, "The field name '%s' cannot contain '.'", k);
-        }
-        if (k[0] == '$') {
-            SHL_FAIL(st, 40236, "The field name '%s' cannot be an operator name", k);
-        }
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &a) || !bson_iter_next(&a)) {
-            SHL_FAIL(st, 40234, "The field '%s' must be an accumulator object", k);
-        }
-        const char *op = bson_iter_key(&a);
-        accdef_t *d = &s->accs[s->naccs];
-        static const struct {
-            const char *name;
-            acc_kind_t kind;
-        } ops[] = {{"$sum", ACC_SUM},   {"$avg", ACC_AVG},          {"$min", ACC_MIN},
-                   {"$max", ACC_MAX},   {"$first", ACC_FIRST},      {"$last", ACC_LAST},
-                   {"$push", ACC_PUSH}, {"$addToSet", ACC_ADDTOSET}};
-        bool found = false;
-        for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-            if (strcmp(op, ops[i].name) == 0) {
-                d->kind = ops[i].kind;
-                found = true;
-            }
-        }
-        if (strcmp(op, "$count") == 0) {
-            bson_t view;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&a) || !query_bson_view(bson_iter_value(&a), &view) ||
-                !bson_empty(&view)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$count takes no arguments, i.e. $count:{}");
-            }
-            bson_value_t one = {.value_type = BSON_TYPE_INT32};
-            one.value.v_int32 = 1;
-            d->kind = ACC_SUM;
-            d->field = bson_strdup(k);
-            s->naccs++;
-            SHL_ERR(shl_expr_parse(&one, &d->arg, st));
-        } else {
-            if (!found) {
-                SHL_FAIL(st, 15952, "Unknown group operator '%s'", op);
-            }
-            if (BSON_ITER_HOLDS_ARRAY(&a)) {
-                SHL_FAIL(st, 40237, "The %s accumulator is a unary operator", op);
-            }
-            d->field = bson_strdup(k);
-            s->naccs++;
-            SHL_ERR(shl_expr_parse(bson_iter_value(&a), &d->arg, st));
-        }
-        if (bson_iter_next(&a)) {
-            SHL_FAIL(st, 40238, "The field '%s' must specify one accumulator", k);
-        }
+        SHL_ERR(parse_acc_fields(p, s, k, &it, st));
     }
     if (!have_id) {
         SHL_FAIL(st, 15955, "a group specification must include an _id");
