@@ -70,7 +70,7 @@ typedef struct shl_pipeline_output {
     const char *db; /* NULL: the aggregate's database */
     const char *coll;
     /* $merge only */
-    const char **on; /* field paths; NULL-terminated; default {"_id"} */
+    char **on; /* field paths (borrowed); NULL-terminated; default {"_id"} */
     size_t non;
     bool on_given;
     shl_merge_matched_t when_matched;
