@@ -1605,9 +1605,7 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_iter_init(&s->buf_it, &s->buf);
     }
     if (s->have_buf && bson_iter_next(&s->buf_it)) {
-        bson_t view;
-        query_bson_view(bson_iter_value(&s->buf_it), &view);
-        s->buf_cur = view;
+        query_bson_view(bson_iter_value(&s->buf_it), &s->buf_cur);
         *doc = &s->buf_cur;
     }
 done:
@@ -2408,8 +2406,8 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
             SHL_FAIL(st, 40171, "sub-pipeline in $facet stage cannot be empty: %s", k);
         }
         s->sub_names[s->nsubs] = bson_strdup(k);
-        SHL_ERR(sub_parse(p, &arr, CTX_FACET, NULL, &s->subs[s->nsubs], st));
         s->nsubs++;
+        SHL_ERR(sub_parse(p, &arr, CTX_FACET, NULL, &s->subs[s->nsubs - 1], st));
     }
     *out = s;
     s = NULL;

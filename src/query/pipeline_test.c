@@ -3,6 +3,7 @@
  * documents, pipeline, expected output documents or error code), run over an in-memory
  * source.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/unit_test.h"
@@ -492,6 +493,7 @@ SHL_TEST(pipeline_table)
         const pcase_t *c = &cases[i];
         shl_status_t st = SHL_STATUS_INIT;
         bson_t res;
+        if (getenv("PIPE_TRACE")) fprintf(stderr, "case %zu\n", i);
         int code = run_case(c->in, c->pipe, &res, &st);
         if (code != c->code) {
             fprintf(stderr, "case %zu %s: code %d (%s), want %d\n", i, c->pipe, code, st.reason,
