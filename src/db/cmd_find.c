@@ -963,12 +963,45 @@ done:
     return ret;
 }
 
+/* Run 'pl' to the end, appending its documents to the array 'docs'. */
+static int
+agg_materialise(shl_pipeline_t *pl, bson_t *docs, shl_status_t *st)
+{
+    int ret = 0;
+
+    for (uint32_t n = 0;; n++) {
+        const bson_t *d;
+        char k[16];
+        const char *kp;
+        SHL_ERR(shl_pipeline_next(pl, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        bson_uint32_to_string(n, &kp, k, sizeof(k));
+        bson_append_document(docs, kp, -1, d);
+    }
+done:
+    return ret;
+}
+
+/* Whether the command's first field is the number 1 (`aggregate: 1`, no collection). */
+static bool
+agg_collectionless(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_NUMBER(&it) &&
+           bson_iter_as_double(&it) == 1.0;
+}
+
 /*
  * cmd_aggregate --
  *     Run a pipeline (src/query/pipeline.h) over the collection: a leading $match becomes
- *     the executor's filter (so the planner can use indexes), the rest pulls from the plan.
+ *     the executor's filter (so the planner can use indexes), the rest pulls from the plan;
+ *     $lookup/$unionWith/$collStats/$indexStats use the node's environment (agg_stages.c).
  *     Results are materialised under the collection lock and served by the cursor manager
- *     (batchSize, getMore). explain: true describes the stages without running them.
+ *     (batchSize, getMore); a pipeline ending in $out/$merge writes them after the lock is
+ *     released and replies with an empty cursor. `aggregate: 1` runs collection-less
+ *     pipelines ($documents). explain: true describes the stages without running them.
  */
 static int
 cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -978,6 +1011,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     shl_ns_t ns;
     bson_t pipeline, let, arr;
     bool found, has_let = false, locked = false, explain = false, allow_disk = false;
+    bool collectionless = agg_collectionless(cmd);
     exec_query_t q;
     int64_t batch_size = 0;
     db_read_concern_t rc;
@@ -988,11 +1022,16 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     const bson_t *filter;
     shl_pipeline_opts_t opts;
     agg_source_t src;
+    db_agg_env_t env;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
     SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
-    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    if (collectionless) {
+        SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
+    } else {
+        SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    }
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -1008,11 +1047,24 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    db_agg_env_init(&env, op, op->db, 0);
     memset(&opts, 0, sizeof(opts));
     opts.vars = has_let ? &let : NULL;
     opts.allow_disk_use = allow_disk;
+    opts.env = &env.env;
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &pl, st));
-    filter = shl_pipeline_leading_match(pl);
+    if (collectionless) {
+        const char *first = shl_pipeline_first_stage(pl);
+        if (first == NULL) {
+            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                     "{aggregate: 1} is not valid for an empty pipeline.");
+        }
+        if (strcmp(first, "$documents") != 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                     "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
+        }
+    }
+    filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(&q, filter, NULL, NULL, st));
     if (filter != NULL) {
         shl_pipeline_drop_leading_match(pl);
@@ -1066,28 +1118,30 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
-    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
-    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
-    locked = true;
-    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
-                            &plan, st));
-    src.plan = plan;
-    src.op = op;
-    shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &src});
+    env.read_ts = db_read_timestamp(node, &rc);
     docs = bson_new();
-    for (uint32_t n = 0;; n++) {
-        const bson_t *d;
-        char k[16];
-        const char *kp;
-        SHL_ERR(shl_pipeline_next(pl, &d, st));
-        if (d == NULL) {
-            break;
-        }
-        bson_uint32_to_string(n, &kp, k, sizeof(k));
-        bson_append_document(docs, kp, -1, d);
+    if (collectionless) {
+        SHL_ERR(agg_materialise(pl, docs, st));
+    } else {
+        SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+        locked = true;
+        env.coll = h.coll;
+        env.ns = ns.full;
+        SHL_ERR(exec_plan_build(node->eng, NULL, env.read_ts, h.coll, ns.full, &q, &plan, st));
+        src.plan = plan;
+        src.op = op;
+        shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &src});
+        SHL_ERR(agg_materialise(pl, docs, st));
+        shl_storage_coll_release(&h);
+        locked = false;
+        env.coll = NULL;
     }
-    shl_storage_coll_release(&h);
-    locked = false;
+    if (shl_pipeline_output(pl) != NULL) {
+        /* $out / $merge: written now that no collection handle is held. */
+        SHL_ERR(db_agg_write_output(op, pl, op->db, docs, st));
+        bson_reinit(docs);
+    }
     db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
     docs = NULL;
 done:
