@@ -408,8 +408,13 @@ merge_one(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t
     bool upsert = o->when_not_matched == SHL_MERGE_INSERT;
     int64_t n = 0;
 
-    /* A document without _id gets one (MongoDB's $merge does the same). */
-    if (!bson_has_field(doc_in, "_id")) {
+    /* A document without _id gets one when _id is an 'on' field (MongoDB's $merge does the
+     * same); otherwise an inserted document gets its _id from the insert. */
+    bool on_id = false;
+    for (size_t i = 0; i < o->non; i++) {
+        on_id = on_id || strcmp(o->on[i], "_id") == 0;
+    }
+    if (on_id && !bson_has_field(doc_in, "_id")) {
         bson_oid_t oid;
         shl_bson_oid_gen(&oid);
         BSON_APPEND_OID(&doc, "_id", &oid);
