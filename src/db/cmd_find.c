@@ -1064,6 +1064,11 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                      "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
         }
     }
+    if (shl_pipeline_output(pl) != NULL && op->has_autocommit && !op->autocommit) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "%s cannot be used in a transaction",
+                 shl_pipeline_output(pl)->is_merge ? "$merge" : "$out");
+    }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(&q, filter, NULL, NULL, st));
     if (filter != NULL) {

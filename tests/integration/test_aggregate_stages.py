@@ -234,6 +234,9 @@ def test_documents_collectionless(db):
     assert reply["cursor"]["firstBatch"] == [{"_id": None, "s": 5, "m": {"y": 3}}]
     assert reply["cursor"]["ns"] == "test.$cmd.aggregate"
     assert list(db.aggregate([{"$documents": [{"a": 1}]}])) == [{"a": 1}]
+    # Batches and getMore on the collection-less cursor.
+    got = list(db.aggregate([{"$documents": [{"i": i} for i in range(7)]}], batchSize=2))
+    assert [d["i"] for d in got] == list(range(7))
     with pytest.raises(OperationFailure) as e:
         db.command("aggregate", 1, pipeline=[{"$match": {}}], cursor={})
     assert codes(e) == 73
@@ -246,3 +249,15 @@ def test_documents_collectionless(db):
                              {"$lookup": {"from": "people", "localField": "pid",
                                           "foreignField": "_id", "as": "p"}}]))
     assert got == [{"pid": 1, "p": [{"_id": 1, "name": "ann"}]}]
+
+
+def test_out_and_merge_refused_in_transaction(rs_node):
+    c = rs_node.client()
+    c.test.t.insert_one({"_id": 1})
+    with c.start_session() as s:
+        s.start_transaction()
+        for stage in ({"$out": "x"}, {"$merge": "x"}):
+            with pytest.raises(OperationFailure) as e:
+                list(c.test.t.aggregate([stage], session=s))
+            assert codes(e) == 263
+        s.abort_transaction()
