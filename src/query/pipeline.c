@@ -1304,35 +1304,68 @@ collect_path(const bson_t *doc, const char *path, bson_t *arr, uint32_t *n)
 }
 
 /* The foreign filter of an equality $lookup: {foreignField: {$in: [local values]}}, or
- * {foreignField: {$eq: null}} when the local field is missing. */
+ * {foreignField: {$eq: null}} when the local field is missing. Regexes are compared as values
+ * ($eq, which does not treat them as patterns), under an $or with the $in. */
 static void
 lookup_filter(const stage_t *s, const bson_t *in, bson_t *filter)
 {
-    bson_t vals = BSON_INITIALIZER, f, arr;
-    uint32_t n = 0;
+    bson_t vals = BSON_INITIALIZER, f, arr, ors, clause, eq;
+    uint32_t n = 0, i = 0, nre = 0;
+    bson_iter_t it;
 
     collect_path(in, s->local, &vals, &n);
-    BSON_APPEND_DOCUMENT_BEGIN(filter, s->foreign, &f);
     if (n == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(filter, s->foreign, &f);
         BSON_APPEND_NULL(&f, "$eq");
-    } else {
-        bson_iter_t it;
-        uint32_t i = 0;
-        BSON_APPEND_ARRAY_BEGIN(&f, "$in", &arr);
-        bson_iter_init(&it, &vals);
-        while (bson_iter_next(&it)) {
-            char key[16];
-            const char *kp;
-            bson_uint32_to_string(i++, &kp, key, sizeof(key));
-            if (BSON_ITER_HOLDS_REGEX(&it)) {
-                /* An equality lookup compares regexes as values, not as patterns. */
-                continue;
-            }
-            bson_append_iter(&arr, kp, -1, &it);
-        }
-        bson_append_array_end(&f, &arr);
+        bson_append_document_end(filter, &f);
+        goto done;
     }
-    bson_append_document_end(filter, &f);
+    bson_iter_init(&it, &vals);
+    while (bson_iter_next(&it)) {
+        nre += BSON_ITER_HOLDS_REGEX(&it) ? 1 : 0;
+    }
+    /* Without regexes the filter is a plain $in, which the planner can serve with an index. */
+    bson_t *parent = filter;
+    if (nre > 0) {
+        BSON_APPEND_ARRAY_BEGIN(filter, "$or", &ors);
+        BSON_APPEND_DOCUMENT_BEGIN(&ors, "0", &clause);
+        parent = &clause;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(parent, s->foreign, &f);
+    BSON_APPEND_ARRAY_BEGIN(&f, "$in", &arr);
+    bson_iter_init(&it, &vals);
+    while (bson_iter_next(&it)) {
+        char key[16];
+        const char *kp;
+        if (BSON_ITER_HOLDS_REGEX(&it)) {
+            continue;
+        }
+        bson_uint32_to_string(i++, &kp, key, sizeof(key));
+        bson_append_iter(&arr, kp, -1, &it);
+    }
+    bson_append_array_end(&f, &arr);
+    bson_append_document_end(parent, &f);
+    if (nre == 0) {
+        goto done;
+    }
+    bson_append_document_end(&ors, &clause);
+    i = 1;
+    bson_iter_init(&it, &vals);
+    while (nre > 0 && bson_iter_next(&it)) {
+        char key[16];
+        const char *kp;
+        if (!BSON_ITER_HOLDS_REGEX(&it)) {
+            continue;
+        }
+        bson_uint32_to_string(i++, &kp, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(&ors, kp, &clause);
+        BSON_APPEND_DOCUMENT_BEGIN(&clause, s->foreign, &eq);
+        bson_append_iter(&eq, "$eq", 3, &it);
+        bson_append_document_end(&clause, &eq);
+        bson_append_document_end(&ors, &clause);
+    }
+    bson_append_array_end(filter, &ors);
+done:
     bson_destroy(&vals);
 }
 
@@ -2452,8 +2485,13 @@ static int
 lookup_string(bson_iter_t *it, char **out, shl_status_t *st)
 {
     if (!BSON_ITER_HOLDS_UTF8(it)) {
-        return shl_status_set(st, 4570, "$lookup argument '%s: %s' must be a string, is type %s",
-                              bson_iter_key(it), "...", shl_bson_type_name(bson_iter_type(it)));
+        char *json = query_value_to_json(bson_iter_value(it));
+        int ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
+                                 "$lookup argument '%s' must be a string, found %s: %s",
+                                 bson_iter_key(it), json,
+                                 shl_bson_type_name(bson_iter_type(it)));
+        bson_free(json);
+        return ret;
     }
     bson_free(*out);
     *out = bson_strdup(bson_iter_utf8(it, NULL));

@@ -260,11 +260,18 @@ static const pcase_t cases[] = {
     {"{'d': [{'_id': 1}]}",
      "{'p': [{'$lookup': {'pipeline': [{'$documents': [{'z': 1}]}], 'as': 'j'}}]}",
      "{'r': [{'_id': 1, 'j': [{'z': 1}]}]}", 0},
+    {"{'d': [{'_id': 1, 'k': [{'$regularExpression': {'pattern': 'a', 'options': ''}}, 2]}], "
+     "'c': {'f': [{'_id': 10, 'fk': 'a'}, {'_id': 11, 'fk': {'$regularExpression': {'pattern': "
+     "'a', 'options': ''}}}, {'_id': 12, 'fk': 2}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}, "
+     "{'$project': {'j._id': 1}}]}",
+     "{'r': [{'_id': 1, 'j': [{'_id': 11}, {'_id': 12}]}]}", 0},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j'}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'localField': 'a', 'foreignField': 'b'}}]}",
      "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 1, 'as': 'j', 'pipeline': []}}]}", "{'r': []}",
-     4570},
+     9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 2, 'pipeline': []}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [], 'bad': 1}}]}",
      "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [{'$out': 'x'}]}}]}",
