@@ -109,7 +109,7 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
     int ret = 0;
     db_agg_env_t *e = arg;
     db_node_t *node = db_node(e->op);
-    const shl_collection_t *coll = e->coll;
+    shl_collection_t *coll = shl_catalog_get(node->eng, e->ns);
     bson_t d;
     bson_iter_t it;
 
@@ -194,6 +194,7 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
         }
     }
 done:
+    shl_collection_release(coll);
     return ret;
 }
 

@@ -223,16 +223,15 @@ void db_register_split_vector_command(shl_command_registry_t *reg);
 /*
  * db_agg_env_t -- the pipeline environment of one aggregate: $lookup/$unionWith read other
  * collections of 'db' at 'read_ts' (each in its own snapshot, without a collection lock);
- * $collStats/$indexStats describe 'coll' (borrowed: the caller holds its collection
- * handle; NULL when the collection does not exist), named 'ns'.
+ * $collStats/$indexStats describe the aggregated collection 'ns' (its current catalog
+ * entry). 'op' is the operation pulling documents (the aggregate, then each getMore).
  */
 typedef struct db_agg_env {
     shl_pipeline_env_t env;
     shl_op_ctx_t *op;
     char db[128];
+    char ns[SHL_NS_MAX + 1];
     uint64_t read_ts;
-    const shl_collection_t *coll;
-    const char *ns;
 } db_agg_env_t;
 
 /* db_agg_env_init -- fill 'e' (caller's storage; nothing to clean up). */

@@ -261,3 +261,26 @@ def test_out_and_merge_refused_in_transaction(rs_node):
                 list(c.test.t.aggregate([stage], session=s))
             assert codes(e) == 263
         s.abort_transaction()
+
+
+def test_streaming_cursor_with_lookup_across_get_more(db):
+    db.big.insert_many([{"_id": i, "k": i % 5} for i in range(300)])
+    db.keys.insert_many([{"_id": k, "name": "k%d" % k} for k in range(5)])
+    reply = db.command("aggregate", "big", pipeline=[
+        {"$lookup": {"from": "keys", "localField": "k", "foreignField": "_id", "as": "key"}},
+        {"$project": {"name": {"$first": "$key.name"}}}], cursor={"batchSize": 10})
+    assert len(reply["cursor"]["firstBatch"]) == 10
+    cid = reply["cursor"]["id"]
+    assert cid != 0
+    more = db.command("getMore", cid, collection="big", batchSize=1000)
+    got = reply["cursor"]["firstBatch"] + more["cursor"]["nextBatch"]
+    assert more["cursor"]["id"] == 0
+    assert [d["name"] for d in got] == ["k%d" % (i % 5) for i in range(300)]
+    # A drop between batches ends the cursor, as a find's (the drop kills the collection's
+    # cursors: CursorNotFound; QueryPlanKilled if the getMore raced the kill).
+    reply = db.command("aggregate", "big", pipeline=[{"$match": {"k": 1}}],
+                       cursor={"batchSize": 2})
+    db.big.drop()
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", reply["cursor"]["id"], collection="big")
+    assert codes(e) in (43, 175)
