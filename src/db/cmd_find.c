@@ -1,6 +1,6 @@
 /*
  * cmd_find.c -- the read commands of a data node: find (with the IDHACK fast path and
- * local.oplog.rs), getMore, killCursors, count, distinct and explain, with MongoDB
+ * local.oplog.rs), getMore, killCursors, count, distinct, explain and aggregate, with MongoDB
  * 7.0's request fields, errors and reply shapes. Reads run in a storage snapshot that a
  * cursor keeps across getMores; the collection lock is held (shared) only while a batch
  * is produced, so DDL on the collection waits for batches, not for idle cursors.
