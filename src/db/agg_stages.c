@@ -58,7 +58,7 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
     int ret = 0;
     db_agg_env_t *e = arg;
     db_node_t *node = db_node(e->op);
-    agg_cursor_t *c = bson_malloc0(sizeof(*c));
+    agg_cursor_t *c = bson_aligned_alloc0(BSON_ALIGNOF(agg_cursor_t), sizeof(*c));
     shl_collection_t *meta = NULL;
     shl_ns_t ns;
 

@@ -1058,7 +1058,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     bson_t pipeline, let, arr;
     bool found, has_let = false, locked = false, explain = false, allow_disk = false;
     bool collectionless = agg_collectionless(cmd), exhausted = false;
-    exec_query_t *q = bson_malloc0(sizeof(*q)); /* owned by the plan once built */
+    exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q)); /* plan owns */
     int64_t batch_size = 0, cursor_id = 0;
     db_read_concern_t rc;
     shl_coll_handle_t h;

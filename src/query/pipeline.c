@@ -934,8 +934,9 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     uint64_t h = (uint64_t)shl_bson_hash_value(&key, 0);
     g = group_find(s, &key, h);
     if (g == NULL) {
-        g = bson_malloc0(sizeof(*g) + s->naccs * sizeof(accstate_t));
-        g->acc = (accstate_t *)(g + 1);
+        g = bson_malloc0(sizeof(*g));
+        /* accstate_t holds bson_t, which libbson aligns to 128 bytes. */
+        g->acc = bson_aligned_alloc0(BSON_ALIGNOF(accstate_t), (s->naccs + 1) * sizeof(accstate_t));
         g->hash = h;
         bson_value_copy(&key, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
@@ -1531,7 +1532,7 @@ bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, bool l
                  uint32_t *nout, shl_status_t *st)
 {
     int ret = 0;
-    accstate_t *acc = bson_malloc0((s->naccs + 1) * sizeof(*acc));
+    accstate_t *acc = bson_aligned_alloc0(BSON_ALIGNOF(accstate_t), (s->naccs + 1) * sizeof(*acc));
     bson_t o = BSON_INITIALIZER, id;
     int64_t grow = 0;
     bson_value_t v;
@@ -1709,6 +1710,7 @@ stage_destroy(stage_t *s)
             acc_cleanup(&g->acc[i], &s->accs[i]);
         }
         bson_value_destroy(&g->key);
+        bson_free(g->acc);
         bson_free(g);
     }
     bson_free(s->accs);
@@ -1765,7 +1767,7 @@ stage_destroy(stage_t *s)
 static stage_t *
 stage_new(shl_pipeline_t *p, stage_kind_t kind, const char *name, const bson_iter_t *arg)
 {
-    stage_t *s = bson_malloc0(sizeof(*s));
+    stage_t *s = bson_aligned_alloc0(BSON_ALIGNOF(stage_t), sizeof(*s));
     s->kind = kind;
     s->pipe = p;
     s->name = bson_strdup(name);

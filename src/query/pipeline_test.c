@@ -395,7 +395,7 @@ fake_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source
           void **cursor, shl_status_t *st)
 {
     const bson_t *in = arg;
-    fake_cur_t *c = bson_malloc0(sizeof(*c));
+    fake_cur_t *c = bson_aligned_alloc0(BSON_ALIGNOF(fake_cur_t), sizeof(*c));
     bson_iter_t it, f;
     static const bson_t *empty;
     static bson_t empty_arr = BSON_INITIALIZER;
