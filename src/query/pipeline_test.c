@@ -266,6 +266,12 @@ static const pcase_t cases[] = {
      "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}, "
      "{'$project': {'j._id': 1}}]}",
      "{'r': [{'_id': 1, 'j': [{'_id': 11}, {'_id': 12}]}]}", 0},
+    {"{'d': [{'_id': 1, 'k': 'a', 'min': 2}], 'c': {'f': [{'_id': 10, 'fk': 'a', 'v': 1}, "
+     "{'_id': 11, 'fk': 'a', 'v': 3}, {'_id': 12, 'fk': 'b', 'v': 5}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'let': {'m': "
+     "'$min'}, 'pipeline': [{'$match': {'$expr': {'$gte': ['$v', '$$m']}}}], 'as': 'j'}}, "
+     "{'$project': {'j': '$j._id'}}]}",
+     "{'r': [{'_id': 1, 'j': [11]}]}", 0},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j'}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'localField': 'a', 'foreignField': 'b'}}]}",
      "{'r': []}", 9},
