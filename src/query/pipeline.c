@@ -160,6 +160,8 @@ struct stage {
     void *cursor;
     bool cursor_open;
     bool src_done;
+    /* $bucketAuto granularity: a preferred-number series (NULL + pow2 for POWERSOF2) */
+    const struct granularity *gran;
     /* $documents ($expr) or $collStats/$indexStats (spec) */
     bson_t stats_spec;
     /* $out / $merge */
@@ -1516,6 +1518,152 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- $bucketAuto granularity */
+
+/* Preferred-number series for one decade (scaled by powers of ten), as MongoDB's rounders. */
+static const double g_r5[] = {10, 16, 25, 40, 63};
+static const double g_r10[] = {100, 125, 160, 200, 250, 315, 400, 500, 630, 800};
+static const double g_r20[] = {100, 112, 125, 140, 160, 180, 200, 224, 250, 280,
+                               315, 355, 400, 450, 500, 560, 630, 710, 800, 900};
+static const double g_r40[] = {100, 106, 112, 118, 125, 132, 140, 150, 160, 170, 180, 190, 200,
+                               212, 224, 236, 250, 265, 280, 300, 315, 355, 375, 400, 425, 450,
+                               475, 500, 530, 560, 600, 630, 670, 710, 750, 800, 850, 900, 950};
+static const double g_r80[] = {103, 109, 115, 122, 128, 136, 145, 155, 165, 175, 185, 195, 206, 218,
+                               230, 243, 258, 272, 290, 307, 325, 345, 365, 387, 412, 437, 462, 487,
+                               515, 545, 575, 615, 650, 690, 730, 775, 825, 875, 925, 975};
+static const double g_125[] = {10, 20, 50};
+static const double g_e6[] = {10, 15, 22, 33, 47, 68};
+static const double g_e12[] = {10, 12, 15, 18, 22, 27, 33, 39, 47, 56, 68, 82};
+static const double g_e24[] = {10, 11, 12, 13, 15, 16, 18, 20, 22, 24, 27, 30,
+                               33, 36, 39, 43, 47, 51, 56, 62, 68, 75, 82, 91};
+static const double g_e48[] = {100, 105, 110, 115, 121, 127, 133, 140, 147, 154, 162, 169,
+                               178, 187, 196, 205, 215, 226, 237, 249, 261, 274, 287, 301,
+                               316, 332, 348, 365, 383, 402, 422, 442, 464, 487, 511, 536,
+                               562, 590, 619, 649, 681, 715, 750, 787, 825, 866, 909, 953};
+static const double g_e96[] = {
+    100, 102, 105, 107, 110, 113, 115, 118, 121, 124, 127, 130, 133, 137, 140, 143, 147, 150,
+    154, 158, 162, 165, 169, 174, 178, 182, 187, 191, 196, 200, 205, 210, 215, 221, 226, 232,
+    237, 243, 249, 255, 261, 267, 274, 280, 287, 294, 301, 309, 316, 324, 332, 340, 348, 357,
+    365, 374, 383, 392, 402, 412, 422, 432, 442, 453, 464, 475, 487, 499, 511, 523, 536, 549,
+    562, 576, 590, 604, 619, 634, 649, 665, 681, 698, 715, 732, 750, 768, 787, 806, 825, 845,
+    866, 887, 909, 931, 953, 976};
+static const double g_e192[] = {
+    100, 101, 102, 104, 105, 106, 107, 109, 110, 111, 113, 114, 115, 117, 118, 120, 121, 123,
+    124, 126, 127, 129, 130, 132, 133, 135, 137, 138, 140, 142, 143, 145, 147, 149, 150, 152,
+    154, 156, 158, 160, 162, 164, 165, 167, 169, 172, 174, 176, 178, 180, 182, 184, 187, 189,
+    191, 193, 196, 198, 200, 203, 205, 208, 210, 213, 215, 218, 221, 223, 226, 229, 232, 234,
+    237, 240, 243, 246, 249, 252, 255, 258, 261, 264, 267, 271, 274, 277, 280, 284, 287, 291,
+    294, 298, 301, 305, 309, 312, 316, 320, 324, 328, 332, 336, 340, 344, 348, 352, 357, 361,
+    365, 370, 374, 379, 383, 388, 392, 397, 402, 407, 412, 417, 422, 427, 432, 437, 442, 448,
+    453, 459, 464, 470, 475, 481, 487, 493, 499, 505, 511, 517, 523, 530, 536, 542, 549, 556,
+    562, 569, 576, 583, 590, 597, 604, 612, 619, 626, 634, 642, 649, 657, 665, 673, 681, 690,
+    698, 706, 715, 723, 732, 741, 750, 759, 768, 777, 787, 796, 806, 816, 825, 835, 845, 856,
+    866, 876, 887, 898, 909, 920, 931, 942, 953, 965, 976, 988};
+
+typedef struct granularity {
+    const char *name;
+    const double *series; /* NULL: powers of two */
+    size_t n;
+} granularity_t;
+
+#define GRAN(name, arr) {name, arr, sizeof(arr) / sizeof(arr[0])}
+static const granularity_t granularities[] = {
+    GRAN("R5", g_r5),   GRAN("R10", g_r10), GRAN("R20", g_r20),   GRAN("R40", g_r40),
+    GRAN("R80", g_r80), GRAN("1-2-5", g_125), GRAN("E6", g_e6),   GRAN("E12", g_e12),
+    GRAN("E24", g_e24), GRAN("E48", g_e48), GRAN("E96", g_e96),   GRAN("E192", g_e192),
+    {"POWERSOF2", NULL, 0}};
+#undef GRAN
+
+/* 2^exp as $pow(2, exp) gives it: an int, a long past 2^30, a double for negative exponents. */
+static void
+pow2_value(int exp, bson_value_t *out)
+{
+    if (exp < 0 || exp > 62) {
+        out->value_type = BSON_TYPE_DOUBLE;
+        out->value.v_double = ldexp(1.0, exp);
+    } else if (exp <= 30) {
+        out->value_type = BSON_TYPE_INT32;
+        out->value.v_int32 = (int32_t)1 << exp;
+    } else {
+        out->value_type = BSON_TYPE_INT64;
+        out->value.v_int64 = (int64_t)1 << exp;
+    }
+}
+
+/*
+ * granularity_round --
+ *     Round 'in' (a non-negative number, checked by the caller) up to the next value of the
+ *     series strictly greater than it, or down to the previous one strictly smaller; 0 stays.
+ */
+static void
+granularity_round(const granularity_t *g, const bson_value_t *in, bool up, bson_value_t *out)
+{
+    double x = query_value_as_double(in);
+
+    if (x == 0.0) {
+        *out = *in;
+        return;
+    }
+    if (g->series == NULL) {
+        int exp;
+        if (in->value_type == BSON_TYPE_INT32 || in->value_type == BSON_TYPE_INT64) {
+            int64_t v = in->value_type == BSON_TYPE_INT32 ? in->value.v_int32 : in->value.v_int64;
+            int lead = __builtin_clzll((unsigned long long)v);
+            int trail = __builtin_ctzll((unsigned long long)v);
+            exp = up ? 63 - lead + 1 : (lead + trail == 63 ? 63 - lead - 1 : 63 - lead);
+        } else {
+            exp = up ? (int)(floor(log2(x)) + 1.0) : (int)(ceil(log2(x)) - 1.0);
+        }
+        pow2_value(exp, out);
+        return;
+    }
+    const double *sr = g->series;
+    size_t n = g->n;
+    double m = 1.0, r = 0.0;
+    out->value_type = BSON_TYPE_DOUBLE;
+    if (up) {
+        while (x >= sr[n - 1] * m) {
+            m *= 10.0;
+        }
+        while (x < sr[0] * m) {
+            double prev_min = sr[0] * m;
+            m /= 10.0;
+            if (x >= sr[n - 1] * m) {
+                out->value.v_double = prev_min;
+                return;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (x < sr[i] * m) {
+                r = sr[i] * m;
+                break;
+            }
+        }
+    } else {
+        while (x <= sr[0] * m) {
+            m /= 10.0;
+        }
+        while (x > sr[n - 1] * m) {
+            double prev_max = sr[n - 1] * m;
+            m *= 10.0;
+            if (x <= sr[0] * m) {
+                out->value.v_double = prev_max;
+                return;
+            }
+        }
+        for (size_t i = 1; i < n; i++) {
+            if (sr[i] * m >= x) {
+                r = sr[i - 1] * m;
+                break;
+            }
+        }
+        if (r == 0.0) {
+            r = sr[n - 1] * m;
+        }
+    }
+    out->value.v_double = r;
+}
+
 /* ---------------------------------------------------------------- $bucketAuto */
 
 static const stage_t *bucket_sort_stage;
@@ -1529,8 +1677,9 @@ bucket_cmp(const void *x, const void *y)
 }
 
 static int
-bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, bool last,
-                 uint32_t *nout, shl_status_t *st)
+bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to,
+                 const bson_value_t *min, const bson_value_t *max, uint32_t *nout,
+                 shl_status_t *st)
 {
     int ret = 0;
     accstate_t *acc = bson_aligned_alloc0(BSON_ALIGNOF(accstate_t), (s->naccs + 1) * sizeof(*acc));
@@ -1553,8 +1702,8 @@ bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, bool l
         }
     }
     BSON_APPEND_DOCUMENT_BEGIN(&o, "_id", &id);
-    query_append_value(&id, "min", 3, &s->vals[order[from]]);
-    query_append_value(&id, "max", 3, last ? &s->vals[order[to - 1]] : &s->vals[order[to]]);
+    query_append_value(&id, "min", 3, min);
+    query_append_value(&id, "max", 3, max);
     bson_append_document_end(&o, &id);
     for (size_t i = 0; i < s->naccs; i++) {
         acc_result(&acc[i], &s->accs[i], &o);
@@ -1598,6 +1747,25 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
             }
             eval_ctx(s, in, &ctx);
             SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
+            if (s->gran != NULL) {
+                if (!query_value_is_number(&v)) {
+                    SHL_FAIL(st, 40258,
+                             "$bucketAuto can specify a 'granularity' with numeric boundaries "
+                             "only, but found a value with type: %s",
+                             v.value_type == BSON_TYPE_EOD ? "missing"
+                                                           : shl_bson_type_name(v.value_type));
+                }
+                if (isnan(query_value_as_double(&v))) {
+                    SHL_FAIL(st, 40259,
+                             "$bucketAuto can specify a 'granularity' with numeric boundaries "
+                             "only, but found a NaN");
+                }
+                if (query_value_as_double(&v) < 0.0) {
+                    SHL_FAIL(st, 40260,
+                             "$bucketAuto can specify a 'granularity' with non-negative numbers "
+                             "only, but found a negative number");
+                }
+            }
             if (v.value_type == BSON_TYPE_EOD) {
                 v.value_type = BSON_TYPE_NULL;
             }
@@ -1619,20 +1787,45 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
             if (approx < 1) {
                 approx = 1;
             }
+            /* MongoDB's bucket filling: 'approx' documents (all that remain in the last
+             * bucket), then every following document with the same value, or below the
+             * rounded-up boundary with a granularity. Minimums are inclusive, maximums
+             * exclusive except in the last bucket. */
             size_t i = 0;
-            for (int64_t b = 0; i < s->ndocs; b++) {
-                size_t end;
-                if (b == s->n - 1) {
-                    end = s->ndocs;
+            bson_value_t prev_max = {.value_type = BSON_TYPE_EOD};
+            for (int64_t b = 0; b < s->n && i < s->ndocs; b++) {
+                size_t end = b == s->n - 1 ? s->ndocs
+                                           : (i + approx < s->ndocs ? i + approx : s->ndocs);
+                bson_value_t min, max;
+                if (s->gran != NULL) {
+                    bson_value_t bound;
+                    granularity_round(s->gran, &s->vals[order[end - 1]], true, &bound);
+                    while (end < s->ndocs &&
+                           (shl_expr_compare(&bound, &s->vals[order[end]]) > 0 ||
+                            shl_expr_compare(&s->vals[order[end - 1]], &s->vals[order[end]]) ==
+                                0)) {
+                        end++;
+                    }
+                    if (query_value_as_double(&bound) == 0.0 && end < s->ndocs) {
+                        granularity_round(s->gran, &s->vals[order[end]], false, &max);
+                    } else {
+                        max = bound;
+                    }
+                    if (prev_max.value_type != BSON_TYPE_EOD) {
+                        min = prev_max;
+                    } else {
+                        granularity_round(s->gran, &s->vals[order[i]], false, &min);
+                    }
                 } else {
-                    end = i + approx < s->ndocs ? i + approx : s->ndocs;
-                    /* Equal values stay in one bucket. */
                     while (end < s->ndocs &&
                            shl_expr_compare(&s->vals[order[end]], &s->vals[order[end - 1]]) == 0) {
                         end++;
                     }
+                    min = s->vals[order[i]];
+                    max = end < s->ndocs ? s->vals[order[end]] : s->vals[order[end - 1]];
                 }
-                SHL_ERR(bucket_auto_emit(s, order, i, end, end == s->ndocs, &nout, st));
+                SHL_ERR(bucket_auto_emit(s, order, i, end, &min, &max, &nout, st));
+                prev_max = max;
                 i = end;
             }
         }
@@ -2499,12 +2692,17 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_
         } else if (strcmp(k, "buckets") == 0) {
             const bson_value_t *v = bson_iter_value(&it);
             double d = query_value_is_number(v) ? query_value_as_double(v) : 0.5;
-            if (!query_value_is_number(v) || d != (double)(int32_t)d) {
-                j = value_json(v);
-                SHL_FAIL(st, 40242,
+            if (!query_value_is_number(v)) {
+                SHL_FAIL(st, 40241,
                          "The $bucketAuto 'buckets' field must be a numeric value, but found "
-                         "type: %s.",
+                         "type: %s",
                          shl_bson_type_name(v->value_type));
+            }
+            if (!(d >= INT32_MIN && d <= INT32_MAX) || d != (double)(int32_t)d) {
+                SHL_FAIL(st, 40242,
+                         "The $bucketAuto 'buckets' field must be representable as a 32-bit "
+                         "integer, but found %g",
+                         d);
             }
             if (d <= 0) {
                 SHL_FAIL(st, 40243,
@@ -2526,8 +2724,21 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_
                 SHL_ERR(parse_acc_fields(p, s, bson_iter_key(&f), &f, st));
             }
         } else if (strcmp(k, "granularity") == 0) {
-            SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
-                     "$bucketAuto 'granularity' is not supported yet");
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, 40261,
+                         "The $bucketAuto 'granularity' field must be a string, but found type: "
+                         "%s",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            const char *gname = bson_iter_utf8(&it, NULL);
+            for (size_t g = 0; g < sizeof(granularities) / sizeof(granularities[0]); g++) {
+                if (strcmp(granularities[g].name, gname) == 0) {
+                    s->gran = &granularities[g];
+                }
+            }
+            if (s->gran == NULL) {
+                SHL_FAIL(st, 40257, "Unknown rounding granularity '%s'", gname);
+            }
         } else {
             SHL_FAIL(st, 40245, "Unrecognized option to $bucketAuto: %s.", k);
         }
@@ -2535,7 +2746,7 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_
     if (s->expr == NULL || !have_buckets) {
         SHL_FAIL(st, 40246, "$bucketAuto requires 'groupBy' and 'buckets' to be specified");
     }
-    if (s->naccs == 0 && !bson_has_field(&view, "output")) {
+    if (s->naccs == 0) {
         bson_value_t one = {.value_type = BSON_TYPE_INT32};
         one.value.v_int32 = 1;
         s->accs[0].kind = ACC_SUM;
