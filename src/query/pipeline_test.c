@@ -641,3 +641,47 @@ SHL_TEST(pipeline_group_many_keys)
     bson_destroy(pj);
     bson_destroy(&docs);
 }
+
+/* Every stage with arguments of every shape: parse and run must either work or fail with a
+ * status, never crash or leak (run under valgrind/ASan). */
+SHL_TEST(pipeline_stage_args_never_crash)
+{
+    static const char *const stages[] = {
+        "$match",     "$project",    "$addFields",  "$set",        "$unset",     "$group",
+        "$sort",      "$limit",      "$skip",       "$count",      "$sortByCount", "$unwind",
+        "$replaceRoot", "$replaceWith", "$bucket",  "$bucketAuto", "$facet",     "$lookup",
+        "$unionWith", "$sample",     "$documents",  "$collStats",  "$indexStats", "$out",
+        "$merge",     "$redact"};
+    static const char *const args[] = {
+        "null", "1", "-1", "'s'", "'$a'", "[]", "{}", "[{}]", "[1, 'x']", "{'a': 1}",
+        "{'_id': '$a', 'x': {'$topN': {'n': 2, 'output': '$a', 'sortBy': {'a': 1}}}}",
+        "{'groupBy': '$a', 'boundaries': [0, 5, 10], 'default': 'o'}",
+        "{'groupBy': '$a', 'buckets': 2, 'granularity': 'E12'}",
+        "{'f': [{'$match': {}}], 'g': [{'$count': 'n'}]}",
+        "{'from': 'f', 'localField': 'a', 'foreignField': 'a', 'as': 'j'}",
+        "{'from': 'f', 'let': {'v': '$a'}, 'pipeline': [{'$match': {'$expr': '$$v'}}], 'as': "
+        "'j'}",
+        "{'coll': 'f', 'pipeline': [{'$limit': 1}]}", "{'size': 2}", "[{'a': 1}, {'a': 2}]",
+        "{'count': {}, 'storageStats': {}}", "{'into': 'x', 'on': 'a', 'whenMatched': [{'$set': "
+                                             "{'b': 1}}]}",
+        "{'$cond': [true, '$$DESCEND', '$$PRUNE']}", "{'path': '$a', 'includeArrayIndex': 'i'}",
+        "{'newRoot': '$a'}", "{'a': {'$sum': 1}}"};
+    char stage_json[2048];
+    int ran = 0;
+
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        for (size_t j = 0; j < sizeof(args) / sizeof(args[0]); j++) {
+            shl_status_t st = SHL_STATUS_INIT;
+            bson_t res;
+            snprintf(stage_json, sizeof(stage_json), "{'p': [{'%s': %s}]}", stages[i], args[j]);
+            int code = run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}], 'c': "
+                                "{'f': [{'a': 3}, {'a': null}]}}",
+                                stage_json, &res, &st);
+            ASSERT(code >= 0);
+            ran += code == 0;
+            bson_destroy(&res);
+            shl_status_clear(&st);
+        }
+    }
+    ASSERT(ran > 20);
+}
