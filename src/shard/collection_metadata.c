@@ -104,6 +104,21 @@ shard_meta_release(shard_coll_meta_t *m)
  * The catalog cache of an aware shard, created on first use (no I/O) from the identity's
  * config server connection string. Errors: ShardingStateNotInitialized.
  */
+/* Gossip from the config server and other shards: a newer TopologyTime means the set of
+ * shards changed, so the registry reloads on its next lookup. 's->registry' is set before
+ * the pool sends anything and stays until shutdown. */
+static void
+observe_reply(void *arg, const char *host, const bson_t *reply)
+{
+    shard_state_t *s = arg;
+    (void)host;
+
+    if ((shl_vector_clock_observe(&s->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) &&
+        s->registry != NULL) {
+        shl_shard_registry_invalidate(s->registry);
+    }
+}
+
 static int
 get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD_ID_MAX],
           shl_status_t *st)
@@ -117,6 +132,9 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
         if (s->cache == NULL) {
             shl_conn_pool_options_t po;
             memset(&po, 0, sizeof(po));
+            po.hooks.observe = observe_reply;
+            po.hooks.arg = s;
+            shl_vector_clock_init(&s->clock);
             s->pool = shl_conn_pool_new(&po);
             s->registry = shl_shard_registry_new(s->pool, s->id.config_cs);
             s->cache = shl_catalog_cache_new(s->registry);

@@ -19,6 +19,7 @@
 #include "sharding/chunk_version.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "sharding/vector_clock.h"
 
 #define SHARD_CONN_STRING_MAX 512
 
@@ -60,6 +61,7 @@ typedef struct shard_state {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
+    shl_vector_clock_t clock;    /* gossip seen on the pool's replies (lock-free) */
     shard_csr_t *csrs;           /* ns -> filtering metadata */
     pthread_mutex_t identity_mu; /* serializes _addShard's read-modify-write */
     void (*prev_shutdown)(struct shl_service_ctx *svc);
@@ -123,5 +125,8 @@ void shard_meta_destroy_all(shard_state_t *s);
 
 /* shard_commands_register -- the shardsvr commands (shardsvr_commands.c). */
 void shard_commands_register(shl_command_registry_t *reg);
+
+/* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
+void shard_create_participant_register(shl_command_registry_t *reg);
 
 #endif
