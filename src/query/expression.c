@@ -478,9 +478,12 @@ parse_string(const char *s, size_t len, shl_expr_t **out, shl_status_t *st)
         }
         e = expr_new(EXPR_VAR);
         e->var = bson_strndup(name, nlen);
+        /* KEEP/PRUNE/DESCEND are bound only inside $redact, which passes them as variables;
+         * elsewhere they fail at evaluation as undefined. */
         if (strcmp(e->var, "ROOT") != 0 && strcmp(e->var, "CURRENT") != 0 &&
             strcmp(e->var, "REMOVE") != 0 && strcmp(e->var, "NOW") != 0 &&
-            !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
+            strcmp(e->var, "KEEP") != 0 && strcmp(e->var, "PRUNE") != 0 &&
+            strcmp(e->var, "DESCEND") != 0 && !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
             SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
         }
         if (dot != NULL) {

@@ -481,6 +481,69 @@ append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_resul
     bson_append_document_end(reply, &si);
 }
 
+/*
+ * collectionless_aggregate --
+ *     `aggregate: 1` on a user database: a pipeline starting with $documents needs no shard,
+ *     so it runs here whole (stages that read collections fail with NotImplemented) and the
+ *     results come back in the first batch.
+ */
+static int
+collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t pipeline, let, docs = BSON_INITIALIZER;
+    bool found, has_let = false;
+    shl_pipeline_opts_t opts;
+    shl_pipeline_t *pl = NULL;
+    shl_ns_t ns;
+    const char *first;
+
+    SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (!bson_has_field(cmd, "cursor")) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'cursor' option is required, except for aggregate with the explain "
+                 "argument");
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    memset(&opts, 0, sizeof(opts));
+    opts.vars = has_let ? &let : NULL;
+    SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &pl, st));
+    first = shl_pipeline_first_stage(pl);
+    if (first == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "{aggregate: 1} is not valid for an empty pipeline.");
+    }
+    if (strcmp(first, "$documents") != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
+    }
+    if (shl_pipeline_output(pl) != NULL) {
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "$out and $merge after $documents are not supported through the router yet");
+    }
+    for (uint32_t n = 0;; n++) {
+        const bson_t *d;
+        char k[16];
+        const char *kp;
+        SHL_ERR(shl_pipeline_next(pl, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        bson_uint32_to_string(n, &kp, k, sizeof(k));
+        bson_append_document(&docs, kp, -1, d);
+    }
+    SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
+    shl_router_cursor_reply(reply, ns.full, 0, true, &docs, false);
+done:
+    shl_pipeline_destroy(pl);
+    bson_destroy(&docs);
+    return ret;
+}
+
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -514,6 +577,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
             ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
                                             zero_batch, reply, st);
+            goto done;
+        }
+        if (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) == 1.0) {
+            ret = collectionless_aggregate(op, cmd, reply, st);
             goto done;
         }
         SHL_FAIL(
@@ -594,6 +661,12 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
                                        st));
+    if (!p.single && shl_pipeline_output(check) != NULL) {
+        /* The merger here cannot write; the shards' cursors die with 'c'. */
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "%s from a sharded collection is not supported yet",
+                 shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
+    }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {
