@@ -544,6 +544,69 @@ done:
     return ret;
 }
 
+/*
+ * Stages that read another collection ($lookup, $unionWith, $graphLookup, also inside the
+ * sub-pipelines of $lookup, $unionWith and $facet) run on a shard against its local copy
+ * only, so a sharded foreign collection would give silently incomplete results: refuse it.
+ * Errors: NotImplemented; the catalog cache's.
+ */
+static int
+check_foreign_unsharded(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
+                        shl_status_t *st)
+{
+    bson_iter_t it, stage, arg;
+    int ret = 0;
+
+    if (depth > 20 || !bson_iter_init(&it, pipeline)) {
+        goto done;
+    }
+    while (bson_iter_next(&it)) {
+        const char *name, *from = NULL;
+        bson_t view;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
+            !bson_iter_next(&stage)) {
+            continue;
+        }
+        name = bson_iter_key(&stage);
+        if (strcmp(name, "$lookup") != 0 && strcmp(name, "$unionWith") != 0 &&
+            strcmp(name, "$graphLookup") != 0 && strcmp(name, "$facet") != 0) {
+            continue;
+        }
+        if (BSON_ITER_HOLDS_UTF8(&stage)) {
+            from = bson_iter_utf8(&stage, NULL); /* {$unionWith: "coll"} */
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&stage) && bson_iter_recurse(&stage, &arg)) {
+            while (bson_iter_next(&arg)) {
+                const char *k = bson_iter_key(&arg);
+                if ((strcmp(k, "from") == 0 || strcmp(k, "coll") == 0) &&
+                    BSON_ITER_HOLDS_UTF8(&arg)) {
+                    from = bson_iter_utf8(&arg, NULL);
+                } else if (BSON_ITER_HOLDS_ARRAY(&arg) &&
+                           (strcmp(k, "pipeline") == 0 || strcmp(name, "$facet") == 0)) {
+                    const uint8_t *data;
+                    uint32_t len;
+                    bson_iter_array(&arg, &len, &data);
+                    if (bson_init_static(&view, data, len)) {
+                        SHL_ERR(check_foreign_unsharded(r, db, &view, depth + 1, st));
+                    }
+                }
+            }
+        }
+        if (from != NULL && from[0] != '\0') {
+            char ns[SHL_NS_MAX + 1];
+            shl_routing_table_t *rt = NULL;
+            snprintf(ns, sizeof(ns), "%s.%s", db, from);
+            if (shl_catalog_cache_get_collection(r->cache, ns, &rt, st) == 0 && rt != NULL) {
+                shl_routing_table_release(rt);
+                SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                         "%s from the sharded collection %s is not supported yet", name, ns);
+            }
+            shl_status_clear(st);
+        }
+    }
+done:
+    return ret;
+}
+
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -640,6 +703,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             p.filter = &p.filter_view;
         }
     }
+    SHL_ERR(check_foreign_unsharded(r, ns.db, &p.pipeline, 0, st));
     ret =
         shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
