@@ -258,8 +258,7 @@ done:
 
 /* Insert 'docs' (an array) into db.coll in batches under the 16 MB message limit. */
 static int
-insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *docs,
-           shl_status_t *st)
+insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *docs, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -525,8 +524,7 @@ write_merge(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output
         supported = index_supports_on(coll->indexes[i], o);
     }
     if (!supported) {
-        SHL_FAIL(st, 51183,
-                 "Cannot find index to verify that join fields will be unique");
+        SHL_FAIL(st, 51183, "Cannot find index to verify that join fields will be unique");
     }
     bson_iter_init(&it, docs);
     while (bson_iter_next(&it)) {

@@ -1175,8 +1175,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
         SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
         locked = true;
-        SHL_ERR(exec_plan_build(node->eng, NULL, a->env.read_ts, h.coll, ns.full, q, &a->plan,
-                                st));
+        SHL_ERR(exec_plan_build(node->eng, NULL, a->env.read_ts, h.coll, ns.full, q, &a->plan, st));
         exec_plan_own_query(a->plan);
         q = NULL;
         a->src.plan = a->plan;

@@ -71,9 +71,9 @@ typedef enum {
 typedef struct accdef {
     char *field;
     acc_kind_t kind;
-    shl_expr_t *arg;              /* the input ('output' of $top/$bottom) */
-    int64_t n;                    /* the N accumulators */
-    shl_sort_pattern_t *sort_by;  /* $top/$bottom/$topN/$bottomN */
+    shl_expr_t *arg;             /* the input ('output' of $top/$bottom) */
+    int64_t n;                   /* the N accumulators */
+    shl_sort_pattern_t *sort_by; /* $top/$bottom/$topN/$bottomN */
 } accdef_t;
 
 /* One retained value of an N accumulator, with its sort key for $top/$bottom. */
@@ -91,7 +91,7 @@ typedef struct accstate {
     int64_t count;
     bool seen;
     bson_value_t val; /* min/max/first/last */
-    bson_t arr;       /* push/addToSet, mergeObjects */
+    bson_t *arr;      /* push/addToSet, mergeObjects; NULL for the others (keeps groups small) */
     uint32_t narr;
     double mean, m2;  /* stdDev (Welford) */
     accitem_t *items; /* N accumulators, in order */
@@ -505,7 +505,7 @@ acc_init(accstate_t *a, const accdef_t *d)
     memset(a, 0, sizeof(*a));
     a->val.value_type = BSON_TYPE_EOD;
     if (acc_uses_arr(d)) {
-        bson_init(&a->arr);
+        a->arr = bson_new();
     }
 }
 
@@ -523,7 +523,7 @@ acc_cleanup(accstate_t *a, const accdef_t *d)
 {
     bson_value_destroy(&a->val);
     if (acc_uses_arr(d)) {
-        bson_destroy(&a->arr);
+        bson_destroy(a->arr);
     }
     for (size_t i = 0; i < a->nitems; i++) {
         item_cleanup(&a->items[i]);
@@ -642,7 +642,7 @@ merge_objects_add(accstate_t *a, const bson_value_t *v, int64_t *grow, shl_statu
         bson_free(json);
         goto done;
     }
-    bson_iter_init(&it, &a->arr);
+    bson_iter_init(&it, a->arr);
     while (bson_iter_next(&it)) {
         if (bson_iter_init_find(&nit, &view, bson_iter_key(&it))) {
             bson_append_iter(&merged, bson_iter_key(&it), -1, &nit);
@@ -652,14 +652,13 @@ merge_objects_add(accstate_t *a, const bson_value_t *v, int64_t *grow, shl_statu
     }
     bson_iter_init(&it, &view);
     while (bson_iter_next(&it)) {
-        if (!bson_has_field(&a->arr, bson_iter_key(&it))) {
+        if (!bson_has_field(a->arr, bson_iter_key(&it))) {
             bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
         }
     }
-    *grow += (int64_t)merged.len - (int64_t)a->arr.len;
-    bson_destroy(&a->arr);
-    bson_steal(&a->arr, &merged);
-    bson_init(&merged);
+    *grow += (int64_t)merged.len - (int64_t)a->arr->len;
+    bson_destroy(a->arr);
+    a->arr = bson_copy(&merged);
 done:
     bson_destroy(&merged);
     return ret;
@@ -668,8 +667,8 @@ done:
 /* Fold 'v' (owned by the caller; EOD = missing) into 'a'; 'root' is the input document (the
  * sort key of $top/$bottom); *grow gets the added bytes. */
 static int
-acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root,
-        int64_t *grow, shl_status_t *st)
+acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root, int64_t *grow,
+        shl_status_t *st)
 {
     int ret = 0;
     bool missing = v->value_type == BSON_TYPE_EOD;
@@ -755,7 +754,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
         if (d->kind == ACC_ADDTOSET) {
             bson_iter_t it;
             bool dup = false;
-            bson_iter_init(&it, &a->arr);
+            bson_iter_init(&it, a->arr);
             while (!dup && bson_iter_next(&it)) {
                 dup = shl_bson_value_compare(bson_iter_value(&it), v) == 0;
             }
@@ -766,10 +765,10 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
         {
             char key[16];
             const char *kp;
-            uint32_t before = a->arr.len;
+            uint32_t before = a->arr->len;
             bson_uint32_to_string(a->narr++, &kp, key, sizeof(key));
-            query_append_value(&a->arr, kp, -1, v);
-            *grow += a->arr.len - before;
+            query_append_value(a->arr, kp, -1, v);
+            *grow += a->arr->len - before;
         }
         break;
     case ACC_MERGE_OBJECTS:
@@ -861,10 +860,10 @@ acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
         break;
     case ACC_PUSH:
     case ACC_ADDTOSET:
-        BSON_APPEND_ARRAY(out, d->field, &a->arr);
+        BSON_APPEND_ARRAY(out, d->field, a->arr);
         break;
     case ACC_MERGE_OBJECTS:
-        BSON_APPEND_DOCUMENT(out, d->field, &a->arr);
+        BSON_APPEND_DOCUMENT(out, d->field, a->arr);
         break;
     case ACC_TOP:
     case ACC_BOTTOM:
@@ -1104,7 +1103,8 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- $documents, $collStats, $indexStats */
+/* ---------------------------------------------------------------- $documents, $collStats,
+ * $indexStats */
 
 static int
 next_documents(stage_t *s, const bson_t **doc, shl_status_t *st)
@@ -1546,13 +1546,13 @@ static const double g_e48[] = {100, 105, 110, 115, 121, 127, 133, 140, 147, 154,
                                178, 187, 196, 205, 215, 226, 237, 249, 261, 274, 287, 301,
                                316, 332, 348, 365, 383, 402, 422, 442, 464, 487, 511, 536,
                                562, 590, 619, 649, 681, 715, 750, 787, 825, 866, 909, 953};
-static const double g_e96[] = {
-    100, 102, 105, 107, 110, 113, 115, 118, 121, 124, 127, 130, 133, 137, 140, 143, 147, 150,
-    154, 158, 162, 165, 169, 174, 178, 182, 187, 191, 196, 200, 205, 210, 215, 221, 226, 232,
-    237, 243, 249, 255, 261, 267, 274, 280, 287, 294, 301, 309, 316, 324, 332, 340, 348, 357,
-    365, 374, 383, 392, 402, 412, 422, 432, 442, 453, 464, 475, 487, 499, 511, 523, 536, 549,
-    562, 576, 590, 604, 619, 634, 649, 665, 681, 698, 715, 732, 750, 768, 787, 806, 825, 845,
-    866, 887, 909, 931, 953, 976};
+static const double g_e96[] = {100, 102, 105, 107, 110, 113, 115, 118, 121, 124, 127, 130, 133, 137,
+                               140, 143, 147, 150, 154, 158, 162, 165, 169, 174, 178, 182, 187, 191,
+                               196, 200, 205, 210, 215, 221, 226, 232, 237, 243, 249, 255, 261, 267,
+                               274, 280, 287, 294, 301, 309, 316, 324, 332, 340, 348, 357, 365, 374,
+                               383, 392, 402, 412, 422, 432, 442, 453, 464, 475, 487, 499, 511, 523,
+                               536, 549, 562, 576, 590, 604, 619, 634, 649, 665, 681, 698, 715, 732,
+                               750, 768, 787, 806, 825, 845, 866, 887, 909, 931, 953, 976};
 static const double g_e192[] = {
     100, 101, 102, 104, 105, 106, 107, 109, 110, 111, 113, 114, 115, 117, 118, 120, 121, 123,
     124, 126, 127, 129, 130, 132, 133, 135, 137, 138, 140, 142, 143, 145, 147, 149, 150, 152,
@@ -1572,11 +1572,14 @@ typedef struct granularity {
     size_t n;
 } granularity_t;
 
-#define GRAN(name, arr) {name, arr, sizeof(arr) / sizeof(arr[0])}
+#define GRAN(name, arr)                                                                            \
+    {                                                                                              \
+        name, arr, sizeof(arr) / sizeof(arr[0])                                                    \
+    }
 static const granularity_t granularities[] = {
-    GRAN("R5", g_r5),   GRAN("R10", g_r10), GRAN("R20", g_r20),   GRAN("R40", g_r40),
-    GRAN("R80", g_r80), GRAN("1-2-5", g_125), GRAN("E6", g_e6),   GRAN("E12", g_e12),
-    GRAN("E24", g_e24), GRAN("E48", g_e48), GRAN("E96", g_e96),   GRAN("E192", g_e192),
+    GRAN("R5", g_r5),      GRAN("R10", g_r10),   GRAN("R20", g_r20), GRAN("R40", g_r40),
+    GRAN("R80", g_r80),    GRAN("1-2-5", g_125), GRAN("E6", g_e6),   GRAN("E12", g_e12),
+    GRAN("E24", g_e24),    GRAN("E48", g_e48),   GRAN("E96", g_e96), GRAN("E192", g_e192),
     {"POWERSOF2", NULL, 0}};
 #undef GRAN
 
@@ -1683,9 +1686,8 @@ bucket_cmp(const void *x, const void *y)
 }
 
 static int
-bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to,
-                 const bson_value_t *min, const bson_value_t *max, uint32_t *nout,
-                 shl_status_t *st)
+bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, const bson_value_t *min,
+                 const bson_value_t *max, uint32_t *nout, shl_status_t *st)
 {
     int ret = 0;
     accstate_t *acc = bson_aligned_alloc0(BSON_ALIGNOF(accstate_t), (s->naccs + 1) * sizeof(*acc));
@@ -1800,16 +1802,15 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
             size_t i = 0;
             bson_value_t prev_max = {.value_type = BSON_TYPE_EOD};
             for (int64_t b = 0; b < s->n && i < s->ndocs; b++) {
-                size_t end = b == s->n - 1 ? s->ndocs
-                                           : (i + approx < s->ndocs ? i + approx : s->ndocs);
+                size_t end =
+                    b == s->n - 1 ? s->ndocs : (i + approx < s->ndocs ? i + approx : s->ndocs);
                 bson_value_t min, max;
                 if (s->gran != NULL) {
                     bson_value_t bound;
                     granularity_round(s->gran, &s->vals[order[end - 1]], true, &bound);
-                    while (end < s->ndocs &&
-                           (shl_expr_compare(&bound, &s->vals[order[end]]) > 0 ||
-                            shl_expr_compare(&s->vals[order[end - 1]], &s->vals[order[end]]) ==
-                                0)) {
+                    while (end < s->ndocs && (shl_expr_compare(&bound, &s->vals[order[end]]) > 0 ||
+                                              shl_expr_compare(&s->vals[order[end - 1]],
+                                                               &s->vals[order[end]]) == 0)) {
                         end++;
                     }
                     if (query_value_as_double(&bound) == 0.0 && end < s->ndocs) {
@@ -1915,8 +1916,7 @@ redact_doc(stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t 
         *kept = true;
     } else if (v.value_type == BSON_TYPE_UTF8 && strcmp(v.value.v_utf8.str, REDACT_PRUNE) == 0) {
         *kept = false;
-    } else if (v.value_type == BSON_TYPE_UTF8 &&
-               strcmp(v.value.v_utf8.str, REDACT_DESCEND) == 0) {
+    } else if (v.value_type == BSON_TYPE_UTF8 && strcmp(v.value.v_utf8.str, REDACT_DESCEND) == 0) {
         *kept = true;
         bson_iter_init(&it, doc);
         while (bson_iter_next(&it)) {
@@ -2255,11 +2255,9 @@ parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t 
     bool single = d->kind == ACC_TOP || d->kind == ACC_BOTTOM;
     if (!BSON_ITER_HOLDS_DOCUMENT(a) || !query_bson_view(bson_iter_value(a), &view)) {
         char *json = query_value_to_json(bson_iter_value(a));
-        ret = shl_status_set(st,
-                             top ? 5788001
-                                 : (d->kind == ACC_MAX_N || d->kind == ACC_MIN_N ? 5787900
-                                                                                  : 5787801),
-                             "specification must be an object; found %s: %s", op, json);
+        ret = shl_status_set(
+            st, top ? 5788001 : (d->kind == ACC_MAX_N || d->kind == ACC_MIN_N ? 5787900 : 5787801),
+            "specification must be an object; found %s: %s", op, json);
         bson_free(json);
         goto done;
     }
@@ -2851,8 +2849,7 @@ lookup_string(bson_iter_t *it, char **out, shl_status_t *st)
         char *json = query_value_to_json(bson_iter_value(it));
         int ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                                  "$lookup argument '%s' must be a string, found %s: %s",
-                                 bson_iter_key(it), json,
-                                 shl_bson_type_name(bson_iter_type(it)));
+                                 bson_iter_key(it), json, shl_bson_type_name(bson_iter_type(it)));
         bson_free(json);
         return ret;
     }
@@ -3092,11 +3089,11 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t
         bson_iter_init(&it, &view);
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
-            char **dst = strcmp(k, "db") == 0 ? &s->out_db
-                                              : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
+            char **dst =
+                strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
             if (dst == NULL) {
-                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '$out.%s' is an unknown field.",
-                         k);
+                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                         "BSON field '$out.%s' is an unknown field.", k);
             }
             if (!BSON_ITER_HOLDS_UTF8(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
@@ -3148,8 +3145,8 @@ merge_into(stage_t *s, bson_iter_t *it, shl_status_t *st)
         bson_iter_init(&f, &view);
         while (bson_iter_next(&f)) {
             const char *k = bson_iter_key(&f);
-            char **dst = strcmp(k, "db") == 0 ? &s->out_db
-                                              : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
+            char **dst =
+                strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
             if (dst == NULL) {
                 SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                          "BSON field 'into.%s' is an unknown field.", k);
@@ -3271,8 +3268,8 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
                 }
                 wnm = bson_iter_utf8(&it, NULL);
             } else {
-                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '$merge.%s' is an unknown field.",
-                         k);
+                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                         "BSON field '$merge.%s' is an unknown field.", k);
             }
         }
     } else {

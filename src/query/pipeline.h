@@ -39,8 +39,7 @@ typedef struct shl_pipeline_env {
     int (*open)(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_t *src,
                 void **cursor, shl_status_t *st);
     void (*close)(void *arg, void *cursor);
-    int (*stats)(void *arg, const char *stage, const bson_t *spec, bson_t *docs,
-                 shl_status_t *st);
+    int (*stats)(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_status_t *st);
     void *arg;
 } shl_pipeline_env_t;
 

@@ -76,8 +76,8 @@ static const pcase_t cases[] = {
     {"{'d': [{'o': {'a': 1, 'b': 1}}, {'o': null}, {}, {'o': {'b': 2, 'c': 3}}]}",
      "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
      "{'r': [{'_id': null, 'm': {'a': 1, 'b': 2, 'c': 3}}]}", 0},
-    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
-     "{'r': []}", 0},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}", "{'r': []}",
+     0},
     {"{'d': [{'o': 5}]}", "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
      "{'r': []}", 40400},
     {"{'d': [{'k': 1, 's': 3, 'v': 'a'}, {'k': 1, 's': 1, 'v': 'b'}, {'k': 1, 's': 2}, {'k': 2, "
@@ -96,18 +96,15 @@ static const pcase_t cases[] = {
      "{'r': [{'_id': null, 'f': [3, null, 1], 'l': [5, 2], 'mx': [5, 3], 'mn': [1, 2, 3, 5]}]}", 0},
     {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 0}}}}]}",
      "{'r': []}", 5787908},
-    {"{'d': []}",
-     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 1.5}}}}]}",
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 1.5}}}}]}",
      "{'r': []}", 5787903},
-    {"{'d': []}",
-     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 'a'}}}}]}",
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 'a'}}}}]}",
      "{'r': []}", 5787902},
     {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$lastN': {'input': '$v'}}}}]}",
      "{'r': []}", 5787906},
     {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$maxN': {'n': 2}}}}]}", "{'r': []}",
      5787907},
-    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$minN': [1]}}}]}", "{'r': []}",
-     5787900},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$minN': [1]}}}]}", "{'r': []}", 5787900},
     {"{'d': []}",
      "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 1, 'x': 1}}}}]}",
      "{'r': []}", 5787901},
@@ -172,8 +169,7 @@ static const pcase_t cases[] = {
      "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'output': {'names': {'$push': "
      "'$n'}, 'total': {'$sum': '$p'}}}}]}",
      "{'r': [{'_id': 0, 'names': ['a', 'b'], 'total': 12}]}", 0},
-    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10]}}]}", "{'r': []}",
-     0},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10]}}]}", "{'r': []}", 0},
     {"{'d': [{'p': 50}]}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10]}}]}",
      "{'r': []}", 40066},
     {"{'d': []}", "{'p': [{'$bucket': 1}]}", "{'r': []}", 40201},
@@ -188,9 +184,8 @@ static const pcase_t cases[] = {
      40193},
     {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [5, 1]}}]}", "{'r': []}",
      40194},
-    {"{'d': []}",
-     "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'default': 5}}]}", "{'r': []}",
-     40199},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'default': 5}}]}",
+     "{'r': []}", 40199},
     {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'output': 1}}]}",
      "{'r': []}", 40196},
     /* $bucketAuto */
@@ -224,11 +219,11 @@ static const pcase_t cases[] = {
      "'count': 1}]}",
      0},
     {"{'d': [{'p': 'x'}]}",
-     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}",
-     "{'r': []}", 40258},
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}", "{'r': []}",
+     40258},
     {"{'d': [{'p': -1}]}",
-     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}",
-     "{'r': []}", 40260},
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}", "{'r': []}",
+     40260},
     {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'X'}}]}",
      "{'r': []}", 40257},
     {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 1}}]}",
@@ -252,8 +247,8 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$facet': {}}]}", "{'r': []}", 40169},
     {"{'d': []}", "{'p': [{'$facet': {'a': 1}}]}", "{'r': []}", 40170},
     {"{'d': []}", "{'p': [{'$facet': {'a': [{'$out': 'x'}]}}]}", "{'r': []}", 40600},
-    {"{'d': []}", "{'p': [{'$facet': {'a': [{'$facet': {'b': [{'$limit': 1}]}}]}}]}",
-     "{'r': []}", 40600},
+    {"{'d': []}", "{'p': [{'$facet': {'a': [{'$facet': {'b': [{'$limit': 1}]}}]}}]}", "{'r': []}",
+     40600},
     /* $sample */
     {"{'d': [{'a': 1}, {'a': 1}, {'a': 1}]}", "{'p': [{'$sample': {'size': 2}}]}",
      "{'r': [{'a': 1}, {'a': 1}]}", 0},
@@ -305,15 +300,14 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j'}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'localField': 'a', 'foreignField': 'b'}}]}",
      "{'r': []}", 9},
-    {"{'d': []}", "{'p': [{'$lookup': {'from': 1, 'as': 'j', 'pipeline': []}}]}", "{'r': []}",
-     9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 1, 'as': 'j', 'pipeline': []}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 2, 'pipeline': []}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [], 'bad': 1}}]}",
      "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [{'$out': 'x'}]}}]}",
      "{'r': []}", 51047},
-    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'localField': 'a'}}]}",
-     "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'localField': 'a'}}]}", "{'r': []}",
+     9},
     /* $unionWith */
     {"{'d': [{'a': 1}], 'c': {'u': [{'b': 1}, {'b': 2}]}}", "{'p': [{'$unionWith': 'u'}]}",
      "{'r': [{'a': 1}, {'b': 1}, {'b': 2}]}", 0},
@@ -546,7 +540,8 @@ SHL_TEST(pipeline_table)
         const pcase_t *c = &cases[i];
         shl_status_t st = SHL_STATUS_INIT;
         bson_t res;
-        if (getenv("PIPE_TRACE")) fprintf(stderr, "case %zu\n", i);
+        if (getenv("PIPE_TRACE"))
+            fprintf(stderr, "case %zu\n", i);
         int code = run_case(c->in, c->pipe, &res, &st);
         if (code != c->code) {
             fprintf(stderr, "case %zu %s: code %d (%s), want %d\n", i, c->pipe, code, st.reason,
@@ -647,13 +642,22 @@ SHL_TEST(pipeline_group_many_keys)
 SHL_TEST(pipeline_stage_args_never_crash)
 {
     static const char *const stages[] = {
-        "$match",     "$project",    "$addFields",  "$set",        "$unset",     "$group",
-        "$sort",      "$limit",      "$skip",       "$count",      "$sortByCount", "$unwind",
-        "$replaceRoot", "$replaceWith", "$bucket",  "$bucketAuto", "$facet",     "$lookup",
-        "$unionWith", "$sample",     "$documents",  "$collStats",  "$indexStats", "$out",
-        "$merge",     "$redact"};
+        "$match",       "$project",     "$addFields", "$set",        "$unset",       "$group",
+        "$sort",        "$limit",       "$skip",      "$count",      "$sortByCount", "$unwind",
+        "$replaceRoot", "$replaceWith", "$bucket",    "$bucketAuto", "$facet",       "$lookup",
+        "$unionWith",   "$sample",      "$documents", "$collStats",  "$indexStats",  "$out",
+        "$merge",       "$redact"};
     static const char *const args[] = {
-        "null", "1", "-1", "'s'", "'$a'", "[]", "{}", "[{}]", "[1, 'x']", "{'a': 1}",
+        "null",
+        "1",
+        "-1",
+        "'s'",
+        "'$a'",
+        "[]",
+        "{}",
+        "[{}]",
+        "[1, 'x']",
+        "{'a': 1}",
         "{'_id': '$a', 'x': {'$topN': {'n': 2, 'output': '$a', 'sortBy': {'a': 1}}}}",
         "{'groupBy': '$a', 'boundaries': [0, 5, 10], 'default': 'o'}",
         "{'groupBy': '$a', 'buckets': 2, 'granularity': 'E12'}",
@@ -661,11 +665,16 @@ SHL_TEST(pipeline_stage_args_never_crash)
         "{'from': 'f', 'localField': 'a', 'foreignField': 'a', 'as': 'j'}",
         "{'from': 'f', 'let': {'v': '$a'}, 'pipeline': [{'$match': {'$expr': '$$v'}}], 'as': "
         "'j'}",
-        "{'coll': 'f', 'pipeline': [{'$limit': 1}]}", "{'size': 2}", "[{'a': 1}, {'a': 2}]",
-        "{'count': {}, 'storageStats': {}}", "{'into': 'x', 'on': 'a', 'whenMatched': [{'$set': "
-                                             "{'b': 1}}]}",
-        "{'$cond': [true, '$$DESCEND', '$$PRUNE']}", "{'path': '$a', 'includeArrayIndex': 'i'}",
-        "{'newRoot': '$a'}", "{'a': {'$sum': 1}}"};
+        "{'coll': 'f', 'pipeline': [{'$limit': 1}]}",
+        "{'size': 2}",
+        "[{'a': 1}, {'a': 2}]",
+        "{'count': {}, 'storageStats': {}}",
+        "{'into': 'x', 'on': 'a', 'whenMatched': [{'$set': "
+        "{'b': 1}}]}",
+        "{'$cond': [true, '$$DESCEND', '$$PRUNE']}",
+        "{'path': '$a', 'includeArrayIndex': 'i'}",
+        "{'newRoot': '$a'}",
+        "{'a': {'$sum': 1}}"};
     char stage_json[2048];
     int ran = 0;
 

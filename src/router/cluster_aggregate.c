@@ -727,8 +727,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                                        st));
     if (!p.single && shl_pipeline_output(check) != NULL) {
         /* The merger here cannot write; the shards' cursors die with 'c'. */
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
-                 "%s from a sharded collection is not supported yet",
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s from a sharded collection is not supported yet",
                  shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
     }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
