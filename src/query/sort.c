@@ -286,7 +286,8 @@ shl_sort_doc_compare(const shl_sort_pattern_t *p, const bson_t *a, const bson_t 
 /* ---- sorter ---- */
 
 typedef struct sitem {
-    bson_t *key;
+    uint8_t *key; /* the sort key's BSON bytes (plain malloc: no bson_t alignment) */
+    uint32_t key_len;
     bson_t *doc;
     uint64_t seq;
     int64_t bytes;
@@ -310,7 +311,12 @@ struct shl_sorter {
 static int
 item_cmp(const shl_sort_pattern_t *p, const sitem_t *a, const sitem_t *b)
 {
-    int c = shl_sort_key_compare(p, a->key, b->key);
+    bson_t ka, kb;
+    int c;
+
+    SHL_INVARIANT(bson_init_static(&ka, a->key, a->key_len) &&
+                  bson_init_static(&kb, b->key, b->key_len));
+    c = shl_sort_key_compare(p, &ka, &kb);
     if (c != 0) {
         return c;
     }
@@ -320,7 +326,7 @@ item_cmp(const shl_sort_pattern_t *p, const sitem_t *a, const sitem_t *b)
 static void
 item_free(sitem_t *it)
 {
-    bson_destroy(it->key);
+    bson_free(it->key);
     bson_destroy(it->doc);
 }
 
@@ -381,20 +387,23 @@ shl_sorter_add(shl_sorter_t *s, const bson_t *doc, shl_status_t *st)
 
     SHL_INVARIANT(!s->finished);
     shl_sort_key_compute(s->p, doc, &key);
-    it.key = bson_copy(&key);
-    bson_destroy(&key);
+    /* Compare with the key in place; copy it (and the document) only when kept. */
+    it.key = (uint8_t *)(uintptr_t)bson_get_data(&key);
+    it.key_len = key.len;
     it.seq = s->seq++;
     it.doc = NULL;
-    it.bytes = (int64_t)doc->len + (int64_t)it.key->len + SORT_ITEM_OVERHEAD;
+    it.bytes = (int64_t)doc->len + (int64_t)key.len + SORT_ITEM_OVERHEAD;
 
     if (s->limit > 0 && (int64_t)s->n == s->limit) {
         /* Full: keep the new document only if it sorts before the worst one retained. */
         if (item_cmp(s->p, &it, &s->items[0]) >= 0) {
-            bson_destroy(it.key);
+            bson_destroy(&key);
             goto done;
         }
         s->bytes -= s->items[0].bytes;
         item_free(&s->items[0]);
+        it.key = bson_malloc(key.len);
+        memcpy(it.key, bson_get_data(&key), key.len);
         it.doc = bson_copy(doc);
         s->items[0] = it;
         s->bytes += it.bytes;
@@ -404,6 +413,8 @@ shl_sorter_add(shl_sorter_t *s, const bson_t *doc, shl_status_t *st)
             s->cap = s->cap ? s->cap * 2 : 64;
             s->items = bson_realloc(s->items, s->cap * sizeof(sitem_t));
         }
+        it.key = bson_malloc(key.len);
+        memcpy(it.key, bson_get_data(&key), key.len);
         it.doc = bson_copy(doc);
         s->items[s->n++] = it;
         s->bytes += it.bytes;
@@ -411,6 +422,7 @@ shl_sorter_add(shl_sorter_t *s, const bson_t *doc, shl_status_t *st)
             heap_sift_up(s, s->n - 1);
         }
     }
+    bson_destroy(&key);
     if (s->bytes > s->max_bytes) {
         SHL_FAIL(st, SHL_CODE_QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
                  "Sort exceeded memory limit of %lld bytes, but did not opt in to external "
