@@ -916,6 +916,114 @@ done:
 
 /* ---------------------------------------------------------------- explain */
 
+static int cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/*
+ * The query of a write explained (update/delete statement 0, or findAndModify): its
+ * filter, sort and hint into a new exec query; *stage is MongoDB's stage name for the
+ * write ("UPDATE" / "DELETE"). Errors: FailedToParse for a missing statement; the
+ * query's parse errors.
+ */
+static int
+explain_write_query(const char *name, const bson_t *inner, exec_query_t *q, const char **stage,
+                    shl_status_t *st)
+{
+    bson_t stmts, stmt, filter = BSON_INITIALIZER, sort;
+    bson_iter_t it, sit;
+    bool found = false, has_sort = false, remove = false;
+    int ret = 0;
+
+    if (strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {
+        bson_t view;
+        if (shl_bson_get_subdoc(inner, "query", &view)) {
+            bson_destroy(&filter);
+            bson_init_static(&filter, bson_get_data(&view), view.len);
+        }
+        has_sort = shl_bson_get_subdoc(inner, "sort", &sort);
+        remove = bson_iter_init_find(&it, inner, "remove") && bson_iter_as_bool(&it);
+        *stage = remove ? "DELETE" : "UPDATE";
+    } else {
+        const char *field = strcmp(name, "update") == 0 ? "updates" : "deletes";
+        *stage = strcmp(name, "update") == 0 ? "UPDATE" : "DELETE";
+        SHL_ERR(shl_cmd_get_array(inner, field, &stmts, &found, st));
+        if (!found || !bson_iter_init(&sit, &stmts) || !bson_iter_next(&sit) ||
+            !BSON_ITER_HOLDS_DOCUMENT(&sit)) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "explain of %s needs one statement in '%s'",
+                     name, field);
+        }
+        {
+            const uint8_t *data;
+            uint32_t len;
+            bson_t view;
+            bson_iter_document(&sit, &len, &data);
+            bson_init_static(&stmt, data, len);
+            if (shl_bson_get_subdoc(&stmt, "q", &view)) {
+                bson_destroy(&filter);
+                bson_init_static(&filter, bson_get_data(&view), view.len);
+            }
+        }
+    }
+    SHL_ERR(exec_query_init(q, &filter, has_sort ? &sort : NULL, NULL, st));
+    SHL_ERR(db_cmd_get_hint(found ? &stmt : inner, &q->has_hint, &q->hint, st));
+done:
+    bson_destroy(&filter);
+    return ret;
+}
+
+/* Wrap 'plan' (a winningPlan or executionStages document) in MongoDB's write stage. */
+static void
+wrap_write_stage(const bson_t *plan, const char *stage, bool stats, int64_t n, bson_t *out)
+{
+    BSON_APPEND_UTF8(out, "stage", stage);
+    if (stats) {
+        BSON_APPEND_INT64(out, "nReturned", 0);
+        BSON_APPEND_INT64(out, strcmp(stage, "UPDATE") == 0 ? "nMatched" : "nWouldDelete", n);
+        if (strcmp(stage, "UPDATE") == 0) {
+            BSON_APPEND_INT64(out, "nWouldModify", n);
+        }
+    }
+    BSON_APPEND_DOCUMENT(out, "inputStage", plan);
+}
+
+/* Copy an explain reply, wrapping winningPlan and executionStages in the write stage. */
+static void
+rewrite_for_write(const bson_t *in, const char *stage, int64_t n, bson_t *out)
+{
+    bson_iter_t it, sub;
+
+    bson_iter_init(&it, in);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool qp = strcmp(k, "queryPlanner") == 0, es = strcmp(k, "executionStats") == 0;
+        if ((qp || es) && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub)) {
+            bson_t child;
+            BSON_APPEND_DOCUMENT_BEGIN(out, k, &child);
+            while (bson_iter_next(&sub)) {
+                const char *sk = bson_iter_key(&sub);
+                if (((qp && strcmp(sk, "winningPlan") == 0) ||
+                     (es && strcmp(sk, "executionStages") == 0)) &&
+                    BSON_ITER_HOLDS_DOCUMENT(&sub)) {
+                    const uint8_t *data;
+                    uint32_t len;
+                    bson_t plan, wrapped;
+                    bson_iter_document(&sub, &len, &data);
+                    bson_init_static(&plan, data, len);
+                    BSON_APPEND_DOCUMENT_BEGIN(&child, sk, &wrapped);
+                    wrap_write_stage(&plan, stage, es, n, &wrapped);
+                    bson_append_document_end(&child, &wrapped);
+                } else if (es && strcmp(sk, "nReturned") == 0) {
+                    BSON_APPEND_INT64(&child, "nReturned", 0);
+                } else {
+                    bson_append_iter(&child, sk, -1, &sub);
+                }
+            }
+            bson_append_document_end(out, &child);
+        } else {
+            bson_append_iter(out, k, -1, &it);
+        }
+    }
+}
+
 static const char *const explain_fields[] = {"verbosity", NULL};
 
 static int
@@ -925,7 +1033,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     db_node_t *node = db_node(op);
     bson_iter_t it;
     bson_t inner;
-    const char *verbosity = "allPlansExecution", *name;
+    const char *verbosity = "allPlansExecution", *name, *write_stage = NULL;
     bool found, exec_stats, locked = false;
     shl_ns_t ns;
     exec_query_t *q = NULL;
@@ -961,6 +1069,35 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         bool fast;
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
         SHL_ERR(parse_count(&inner, q, &fast, st));
+    } else if (strcmp(name, "distinct") == 0) {
+        bson_t query = BSON_INITIALIZER, view;
+        q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
+        if (shl_bson_get_subdoc(&inner, "query", &view)) {
+            bson_destroy(&query);
+            bson_init_static(&query, bson_get_data(&view), view.len);
+        }
+        ret = exec_query_init(q, &query, NULL, NULL, st);
+        bson_destroy(&query);
+        SHL_ERR(ret);
+    } else if (strcmp(name, "update") == 0 || strcmp(name, "delete") == 0 ||
+               strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {
+        q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
+        SHL_ERR(explain_write_query(name, &inner, q, &write_stage, st));
+    } else if (strcmp(name, "aggregate") == 0) {
+        /* The aggregate command's own explain form, with this command's verbosity. */
+        bson_t agg = BSON_INITIALIZER;
+        bson_iter_t ai;
+        bson_iter_init(&ai, &inner);
+        while (bson_iter_next(&ai)) {
+            if (strcmp(bson_iter_key(&ai), "cursor") != 0 &&
+                strcmp(bson_iter_key(&ai), "explain") != 0) {
+                bson_append_iter(&agg, NULL, 0, &ai);
+            }
+        }
+        BSON_APPEND_BOOL(&agg, "explain", true);
+        ret = cmd_aggregate(op, &agg, reply, st);
+        bson_destroy(&agg);
+        goto done;
     } else {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s", name);
     }
@@ -981,7 +1118,15 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         }
     }
     BSON_APPEND_UTF8(reply, "explainVersion", "1");
-    exec_plan_explain(plan, exec_stats, n, (shl_clock_mono_us() - t0) / 1000, reply);
+    if (write_stage == NULL) {
+        exec_plan_explain(plan, exec_stats, n, (shl_clock_mono_us() - t0) / 1000, reply);
+    } else {
+        /* Explain never writes: the plan runs to count what the write would touch. */
+        bson_t plain = BSON_INITIALIZER;
+        exec_plan_explain(plan, exec_stats, n, (shl_clock_mono_us() - t0) / 1000, &plain);
+        rewrite_for_write(&plain, write_stage, n, reply);
+        bson_destroy(&plain);
+    }
     BSON_APPEND_DOCUMENT(reply, "command", &inner);
     {
         bson_t si;
@@ -1123,50 +1268,52 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     SHL_ERR(db_cmd_get_hint(cmd, &q->has_hint, &q->hint, st));
     if (explain) {
-        /* Minimal: the namespace, the pushed-down filter and the remaining stages. */
-        bson_t stages, c, qp;
+        /* MongoDB's shape: stages [{$cursor: {queryPlanner}}, <the remaining stages>]; the
+         * $cursor's plan is built (not run) as the aggregate would build it. */
+        bson_t stages, c, qp, described;
+        bson_iter_t dit;
+        uint32_t i = 1;
+        bool skip_first = filter != NULL;
         BSON_APPEND_UTF8(reply, "explainVersion", "1");
         BSON_APPEND_ARRAY_BEGIN(reply, "stages", &stages);
         BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &c);
         BSON_APPEND_DOCUMENT_BEGIN(&c, "$cursor", &qp);
-        {
+        if (collectionless) {
             bson_t planner;
             BSON_APPEND_DOCUMENT_BEGIN(&qp, "queryPlanner", &planner);
             BSON_APPEND_UTF8(&planner, "namespace", ns.full);
-            if (filter != NULL) {
-                BSON_APPEND_DOCUMENT(&planner, "parsedQuery", filter);
-            } else {
-                bson_t empty = BSON_INITIALIZER;
-                BSON_APPEND_DOCUMENT(&planner, "parsedQuery", &empty);
-            }
             bson_append_document_end(&qp, &planner);
+        } else {
+            exec_plan_t *xp = NULL;
+            SHL_ERR(db_read_concern_get(op, &rc, st));
+            SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
+            SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+            locked = true;
+            ret = exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, q,
+                                  &xp, st);
+            if (ret == 0) {
+                exec_plan_explain(xp, false, 0, 0, &qp);
+            }
+            exec_plan_destroy(xp);
+            SHL_ERR(ret);
         }
         bson_append_document_end(&c, &qp);
         bson_append_document_end(&stages, &c);
-        bson_append_array_end(reply, &stages);
-        bson_init(&arr);
-        shl_pipeline_describe(pl, &arr);
-        {
-            /* Stages after the pushed-down $match, renumbered after $cursor. */
-            bson_t st2;
-            bson_iter_t it;
-            uint32_t i = 1;
-            bool skip_first = filter != NULL;
-            BSON_APPEND_ARRAY_BEGIN(reply, "pipelineStages", &st2);
-            bson_iter_init(&it, &arr);
-            while (bson_iter_next(&it)) {
-                char k[16];
-                const char *kp;
-                if (skip_first) {
-                    skip_first = false;
-                    continue;
-                }
-                bson_uint32_to_string(i++, &kp, k, sizeof(k));
-                bson_append_iter(&st2, kp, -1, &it);
+        bson_init(&described);
+        shl_pipeline_describe(pl, &described);
+        bson_iter_init(&dit, &described);
+        while (bson_iter_next(&dit)) {
+            char k[16];
+            const char *kp;
+            if (skip_first) {
+                skip_first = false; /* the $match became the $cursor's filter */
+                continue;
             }
-            bson_append_array_end(reply, &st2);
+            bson_uint32_to_string(i++, &kp, k, sizeof(k));
+            bson_append_iter(&stages, kp, -1, &dit);
         }
-        bson_destroy(&arr);
+        bson_destroy(&described);
+        bson_append_array_end(reply, &stages);
         goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
@@ -1239,7 +1386,11 @@ static const shl_command_t find_commands[] = {
     {"killCursors", {NULL}, cmd_kill_cursors, SHL_CMD_IN_TXN, "kill cursors"},
     {"count", {NULL}, cmd_count, 0, "count documents"},
     {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
-    {"explain", {NULL}, cmd_explain, 0, "explain a find or count"},
+    {"explain",
+     {NULL},
+     cmd_explain,
+     0,
+     "explain find, count, distinct, update, delete, findAndModify or aggregate"},
     {"aggregate", {NULL}, cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
 };
 

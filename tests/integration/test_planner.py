@@ -182,3 +182,32 @@ def test_sort_from_index(db):
                                "limit": 5}, verbosity="executionStats")
     assert e["executionStats"]["totalKeysExamined"] <= 6
     assert e["executionStats"]["nReturned"] == 5
+
+
+def test_explain_of_writes_distinct_and_aggregate_never_writes(node):
+    # explain for distinct/update/delete/findAndModify/aggregate (issue 4 item 6): MongoDB's
+    # shapes (UPDATE/DELETE over the read plan, $cursor + stages), and nothing is written.
+    from bson.son import SON
+    c = node.client()
+    c.t.c.insert_many([{"_id": i, "a": i % 10} for i in range(100)])
+    c.t.c.create_index("a")
+
+    def explain(inner, verbosity="executionStats"):
+        return c.t.command(SON([("explain", inner), ("verbosity", verbosity)]))
+    d = explain(SON([("distinct", "c"), ("key", "a"), ("query", {"a": {"$gt": 5}})]))
+    assert d["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "IXSCAN"
+    u = explain(SON([("update", "c"), ("updates", [{"q": {"a": 3}, "u": {"$set": {"b": 1}},
+                                                    "multi": True}])]))
+    assert u["queryPlanner"]["winningPlan"]["stage"] == "UPDATE"
+    assert u["executionStats"]["executionStages"]["nMatched"] == 10
+    dl = explain(SON([("delete", "c"), ("deletes", [{"q": {"a": 4}, "limit": 0}])]))
+    assert dl["queryPlanner"]["winningPlan"]["stage"] == "DELETE"
+    assert dl["queryPlanner"]["winningPlan"]["inputStage"]["inputStage"]["stage"] == "IXSCAN"
+    fm = explain(SON([("findAndModify", "c"), ("query", {"a": 5}), ("remove", True)]))
+    assert fm["queryPlanner"]["winningPlan"]["stage"] == "DELETE"
+    ag = explain(SON([("aggregate", "c"), ("pipeline", [{"$match": {"a": 3}},
+                                                        {"$group": {"_id": "$a"}}]),
+                      ("cursor", {})]), "queryPlanner")
+    assert ag["stages"][0]["$cursor"]["queryPlanner"]["winningPlan"]["stage"] == "FETCH"
+    assert list(ag["stages"][1]) == ["$group"]
+    assert c.t.c.count_documents({}) == 100 and c.t.c.count_documents({"b": 1}) == 0
