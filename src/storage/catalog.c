@@ -7,6 +7,7 @@
  */
 #include "storage/storage_private.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,14 @@ shl_rs_state_new(void)
     shl_rs_state_t *rs = bson_malloc0(sizeof(*rs));
     atomic_init(&rs->refs, 1);
     atomic_init(&rs->next_rid, 1);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&rs->wait_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    pthread_mutex_init(&rs->wait_mu, NULL);
     return rs;
 }
 
@@ -40,8 +49,51 @@ void
 shl_rs_state_release(shl_rs_state_t *rs)
 {
     if (rs != NULL && atomic_fetch_sub(&rs->refs, 1) == 1) {
+        pthread_cond_destroy(&rs->wait_cv);
+        pthread_mutex_destroy(&rs->wait_mu);
         bson_free(rs);
     }
+}
+
+void
+shl_rs_state_notify(shl_rs_state_t *rs)
+{
+    /* Sequentially consistent: a waiter increments 'waiters' before it re-reads the
+     * sequence, we move the sequence before reading 'waiters', so one of us sees the
+     * other and no wake-up is lost. */
+    atomic_fetch_add(&rs->commit_seq, 1);
+    if (atomic_load(&rs->waiters) > 0) {
+        pthread_mutex_lock(&rs->wait_mu);
+        pthread_cond_broadcast(&rs->wait_cv);
+        pthread_mutex_unlock(&rs->wait_mu);
+    }
+}
+
+uint64_t
+shl_collection_commit_seq(const shl_collection_t *c)
+{
+    return atomic_load(&c->rs->commit_seq);
+}
+
+bool
+shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen, int64_t deadline_mono_us)
+{
+    shl_rs_state_t *rs = c->rs;
+    struct timespec ts = {(time_t)(deadline_mono_us / 1000000),
+                          (long)(deadline_mono_us % 1000000) * 1000};
+    bool changed;
+
+    atomic_fetch_add(&rs->waiters, 1);
+    pthread_mutex_lock(&rs->wait_mu);
+    while (!(changed = atomic_load(&rs->commit_seq) != seen)) {
+        if (pthread_cond_timedwait(&rs->wait_cv, &rs->wait_mu, &ts) == ETIMEDOUT) {
+            changed = atomic_load(&rs->commit_seq) != seen;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rs->wait_mu);
+    atomic_fetch_sub(&rs->waiters, 1);
+    return changed;
 }
 
 static void

@@ -87,6 +87,19 @@ int64_t shl_collection_num_records(const shl_collection_t *c);
 int64_t shl_collection_data_size(const shl_collection_t *c);
 
 /*
+ * shl_collection_commit_seq / shl_collection_wait_commit --
+ *     Commit notification for tailable/awaitData cursors. The sequence moves after
+ *     each commit that wrote the collection (shared across snapshots and renames; for
+ *     local.oplog.rs after every write transaction ends, so the no-holes point may have
+ *     moved). Read the sequence, look for data, and if there is none wait: wait_commit
+ *     returns true as soon as the sequence differs from 'seen', false at
+ *     'deadline_mono_us' (shl_clock_mono_us time). Hold no lock of 1-2 while waiting.
+ */
+uint64_t shl_collection_commit_seq(const shl_collection_t *c);
+bool shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen,
+                                int64_t deadline_mono_us);
+
+/*
  * shl_storage_ident_size --
  *     Bytes on disk of a table ident (the .wt file), for storageSize/indexSizes/
  *     sizeOnDisk. 0 if unknown.

@@ -36,6 +36,14 @@ typedef struct shl_rs_state {
     atomic_llong next_rid; /* next RecordId to hand out */
     atomic_llong num_records;
     atomic_llong data_size;
+    /* Commit notification for tailable cursors: commit_seq moves after every commit
+     * that wrote the record store (for the oplog: after every transaction that reserved
+     * a timestamp ends, since that may move the no-holes point); waiters sleep on
+     * wait_cv. 'waiters' lets committers skip the mutex when nobody waits. */
+    atomic_ullong commit_seq;
+    atomic_int waiters;
+    pthread_mutex_t wait_mu; /* a leaf lock */
+    pthread_cond_t wait_cv;
 } shl_rs_state_t;
 
 /* A reserved, not yet finished timestamp range of a transaction (hole tracker). */
@@ -188,6 +196,8 @@ void shl_catalog_install(shl_storage_engine_t *eng, const char *ns, shl_collecti
 void shl_catalog_idents(shl_storage_engine_t *eng, char ***out);
 shl_rs_state_t *shl_rs_state_new(void);
 void shl_rs_state_release(shl_rs_state_t *rs);
+/* shl_rs_state_notify -- move rs's commit sequence and wake its waiters. */
+void shl_rs_state_notify(shl_rs_state_t *rs);
 shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns);
 int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
                                shl_status_t *st);
