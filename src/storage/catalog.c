@@ -69,6 +69,13 @@ shl_rs_state_notify(shl_rs_state_t *rs)
     }
 }
 
+void
+shl_collection_set_counts(const shl_collection_t *c, int64_t num_records, int64_t data_size)
+{
+    atomic_store(&c->rs->num_records, num_records);
+    atomic_store(&c->rs->data_size, data_size);
+}
+
 uint64_t
 shl_collection_commit_seq(const shl_collection_t *c)
 {
@@ -794,6 +801,43 @@ done:
     return ret;
 }
 
+int
+shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll,
+                       const shl_size_entry_t *e, shl_status_t *st)
+{
+    shl_wt_session_t *s = NULL;
+    WT_CURSOR *c = NULL;
+    int64_t key = 0;
+    int ret = 0, wtret;
+
+    if (e == NULL) {
+        return shl_rs_state_scan(eng, coll, st);
+    }
+    SHL_ERR(shl_wt_session_get(eng, &s, st));
+    wtret = s->wt->open_cursor(s->wt, coll->uri, NULL, NULL, &c);
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "open record store"));
+    }
+    wtret = c->prev(c);
+    if (wtret == 0) {
+        wtret = c->get_key(c, &key);
+    } else if (wtret == WT_NOTFOUND) {
+        wtret = 0;
+    }
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "read the last record"));
+    }
+    atomic_store(&coll->rs->num_records, e->num_records);
+    atomic_store(&coll->rs->data_size, e->data_size);
+    atomic_store(&coll->rs->next_rid, key + 1);
+done:
+    if (c != NULL) {
+        c->close(c);
+    }
+    shl_wt_session_put(eng, s);
+    return ret;
+}
+
 /* Next free ident number: above every collection-N / index-N table WT knows. */
 static int
 scan_idents(shl_storage_engine_t *eng, shl_status_t *st)
@@ -837,9 +881,11 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
     WT_CURSOR *c = NULL;
     const char *ns;
     WT_ITEM v;
+    shl_sizes_t *sizes = NULL;
     int ret = 0, wtret;
 
     SHL_ERR(scan_idents(eng, st));
+    SHL_ERR(shl_sizes_load(eng, &sizes, st));
     SHL_ERR(shl_wt_session_get(eng, &s, st));
     wtret = s->wt->open_cursor(s->wt, CATALOG_URI, NULL, NULL, &c);
     if (wtret != 0) {
@@ -853,7 +899,7 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "corrupt catalog");
         }
         SHL_ERR(coll_from_doc(eng, &doc, &coll, st));
-        ret = shl_rs_state_scan(eng, coll, st);
+        ret = shl_rs_state_init_from(eng, coll, shl_sizes_find(sizes, coll->ident), st);
         if (ret == 0) {
             shl_catalog_install(eng, coll->ns, coll);
         }
@@ -863,12 +909,13 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
     if (wtret != WT_NOTFOUND) {
         SHL_ERR(shl_wt_err(st, wtret, "read catalog"));
     }
-    SHL_ERR(shl_rs_state_scan(eng, eng->oplog, st));
+    SHL_ERR(shl_rs_state_init_from(eng, eng->oplog, shl_sizes_find(sizes, eng->oplog->ident), st));
 done:
     if (c != NULL) {
         c->close(c);
     }
     shl_wt_session_put(eng, s);
+    shl_sizes_free(sizes);
     return ret;
 }
 

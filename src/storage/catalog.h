@@ -87,6 +87,14 @@ int64_t shl_collection_num_records(const shl_collection_t *c);
 int64_t shl_collection_data_size(const shl_collection_t *c);
 
 /*
+ * shl_collection_set_counts --
+ *     Correct the count and size (validate, which counted them holding the collection
+ *     lock exclusively). Persisted with the next checkpoint (the _sizes table).
+ */
+void shl_collection_set_counts(const shl_collection_t *c, int64_t num_records,
+                               int64_t data_size);
+
+/*
  * shl_collection_commit_seq / shl_collection_wait_commit --
  *     Commit notification for tailable/awaitData cursors. The sequence moves after
  *     each commit that wrote the collection (shared across snapshots and renames; for

@@ -159,6 +159,13 @@ struct shl_storage_engine {
     shl_named_lock_t *locks[SHL_LOCK_BUCKETS];
 };
 
+/* A stored record count and data size of one ident (size_storer.c). */
+typedef struct shl_size_entry {
+    char *ident;
+    int64_t num_records, data_size;
+} shl_size_entry_t;
+typedef struct shl_sizes shl_sizes_t;
+
 /* ---- engine.c ---- */
 int shl_wt_err(shl_status_t *st, int wtret, const char *what);
 int shl_wt_session_get(shl_storage_engine_t *eng, shl_wt_session_t **out, shl_status_t *st);
@@ -209,6 +216,12 @@ int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, u
 int shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
                               const bool *multi, shl_status_t *st);
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
+/*
+ * shl_rs_state_init_from -- set count and size from a _sizes entry and the RecordId
+ * counter from the table's last key (no scan); without an entry, shl_rs_state_scan.
+ */
+int shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll,
+                           const shl_size_entry_t *e, shl_status_t *st);
 
 /* ---- index.c ---- */
 int shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
@@ -222,6 +235,15 @@ void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, 
 int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
                           const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,
                           shl_status_t *st);
+
+/* ---- size_storer.c ---- */
+int shl_sizes_create_table(shl_storage_engine_t *eng, shl_status_t *st);
+/* shl_sizes_load -- the stored sizes (free with shl_sizes_free); find borrows from it. */
+int shl_sizes_load(shl_storage_engine_t *eng, shl_sizes_t **out, shl_status_t *st);
+const shl_size_entry_t *shl_sizes_find(const shl_sizes_t *z, const char *ident);
+void shl_sizes_free(shl_sizes_t *z);
+/* shl_sizes_flush -- write every record store's in-memory count and size (checkpoints). */
+int shl_sizes_flush(shl_storage_engine_t *eng, shl_status_t *st);
 
 /* ---- recovery.c ---- */
 int shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st);
