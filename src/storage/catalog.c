@@ -1303,6 +1303,81 @@ spec_equivalent(const bson_t *a, const bson_t *b)
     return true;
 }
 
+/*
+ * One batch of a build: index the records after *last_rid until about
+ * index_build_batch_keys keys, in a transaction of its own at a timestamp of its own
+ * (no oplog entry: the index is published by the DDL's entry). *eof: nothing is left.
+ * The caller holds the collection exclusively, so the batches see one state.
+ */
+static int
+build_batch(shl_storage_engine_t *eng, const shl_collection_t *c, shl_index_t *idx,
+            shl_keyset_t *keys, int64_t *last_rid, bool *eof, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    shl_record_cursor_t *rc = NULL;
+    int64_t nkeys = 0;
+    int64_t limit =
+        eng->index_build_batch_keys > 0 ? eng->index_build_batch_keys : SHL_INDEX_BUILD_BATCH_KEYS;
+    uint64_t ts;
+    int ret = 0;
+
+    *eof = false;
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    SHL_ERR(shl_record_cursor_open(txn, c, true, &rc, st));
+    if (*last_rid > 0) {
+        shl_record_cursor_seek(rc, *last_rid + 1);
+    }
+    while (nkeys < limit) {
+        int64_t rid;
+        bson_t doc;
+        bool dup;
+        SHL_ERR(shl_record_cursor_next(rc, &rid, &doc, eof, st));
+        if (*eof) {
+            break;
+        }
+        SHL_ERR(shl_index_keys_for_doc(idx, &doc, keys, st));
+        if (keys->n > 1) {
+            idx->multikey = true;
+        }
+        SHL_ERR(shl_index_insert_keys(txn, idx, keys, rid, NULL, &dup, st));
+        if (dup) {
+            SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));
+        }
+        nkeys += keys->n > 0 ? (int64_t)keys->n : 1;
+        *last_rid = rid;
+    }
+    shl_record_cursor_close(rc);
+    rc = NULL;
+    ret = shl_storage_txn_commit(txn, st);
+    txn = NULL;
+    SHL_ERR(ret);
+done:
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    return ret;
+}
+
+static int
+build_in_batches(shl_storage_engine_t *eng, const shl_collection_t *c, shl_index_t *idx,
+                 shl_keyset_t *keys, shl_status_t *st)
+{
+    int64_t last_rid = 0, batch = 0;
+    bool eof = false;
+    int ret = 0;
+
+    while (!eof) {
+        SHL_ERR(build_batch(eng, c, idx, keys, &last_rid, &eof, st));
+        batch++;
+        atomic_fetch_add(&eng->index_build_batches, 1);
+        if (eng->index_build_hook != NULL) {
+            eng->index_build_hook(eng, batch);
+        }
+    }
+done:
+    return ret;
+}
+
 static int
 body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bool missing_ok,
                   bool *created, shl_status_t *st)
@@ -1373,8 +1448,16 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     ident = new_ident(eng, "index");
     SHL_ERR(index_new(eng, &norm, ident, &idx, st));
     SHL_ERR(create_table(txn, idx->uri, true, st));
+    if (txn->fixed_ts == 0 && shl_collection_num_records(c) > 0) {
+        /* Keys go in in batches of their own transactions; this one only publishes the
+         * index. Until it commits no catalog entry names the table, so a crash leaves an
+         * orphan that recovery drops (and an abort drops it at once). */
+        SHL_ERR(build_in_batches(eng, c, idx, &keys, st));
+        SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+        goto built;
+    }
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
-    /* Build from the documents this transaction sees. */
+    /* Build from the documents this transaction sees (replay, or an empty collection). */
     SHL_ERR(shl_record_cursor_open(txn, c, true, &rc, st));
     for (;;) {
         int64_t rid;
@@ -1395,6 +1478,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     }
     shl_record_cursor_close(rc);
     rc = NULL;
+built:
     SHL_ERR(coll_clone(eng, c, NULL, NULL, &n, st));
     coll_add_index(n, idx);
     idx = NULL;

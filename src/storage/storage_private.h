@@ -157,7 +157,16 @@ struct shl_storage_engine {
     /* Lock table. */
     pthread_mutex_t locks_mu;
     shl_named_lock_t *locks[SHL_LOCK_BUCKETS];
+
+    /* Index builds on non-empty collections commit keys in batches of about this many
+     * ([SHL_INDEX_BUILD_BATCH_KEYS]; tests set it smaller). */
+    int64_t index_build_batch_keys;
+    atomic_llong index_build_batches; /* batches committed since open (tests) */
+    /* Tests: called after each committed batch, under the build's locks. */
+    void (*index_build_hook)(shl_storage_engine_t *eng, int64_t batch);
 };
+
+#define SHL_INDEX_BUILD_BATCH_KEYS 10000
 
 /* A stored record count and data size of one ident (size_storer.c). */
 typedef struct shl_size_entry {
