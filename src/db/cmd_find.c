@@ -291,8 +291,7 @@ static bool
 idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
-        a->tailable ||
-        (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
+        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
         return false;
     }
     /* exec_query_init's {_id: v} test, without building a matcher. */
@@ -600,9 +599,8 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     if (c->await_data) {
         /* maxTimeMS of an awaitData getMore is how long to wait for new data, not a
          * limit whose expiry fails the command. */
-        await_deadline_us = op->deadline_us != 0
-                                ? op->deadline_us
-                                : op->start_mono_us + AWAIT_DATA_DEFAULT_MS * 1000;
+        await_deadline_us = op->deadline_us != 0 ? op->deadline_us
+                                                 : op->start_mono_us + AWAIT_DATA_DEFAULT_MS * 1000;
         op->deadline_us = 0;
     }
     is_tail = c->ops == &db_tail_cursor_ops;

@@ -802,8 +802,8 @@ done:
 }
 
 int
-shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll,
-                       const shl_size_entry_t *e, shl_status_t *st)
+shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll, const shl_size_entry_t *e,
+                       shl_status_t *st)
 {
     shl_wt_session_t *s = NULL;
     WT_CURSOR *c = NULL;

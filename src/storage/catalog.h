@@ -91,8 +91,7 @@ int64_t shl_collection_data_size(const shl_collection_t *c);
  *     Correct the count and size (validate, which counted them holding the collection
  *     lock exclusively). Persisted with the next checkpoint (the _sizes table).
  */
-void shl_collection_set_counts(const shl_collection_t *c, int64_t num_records,
-                               int64_t data_size);
+void shl_collection_set_counts(const shl_collection_t *c, int64_t num_records, int64_t data_size);
 
 /*
  * shl_collection_commit_seq / shl_collection_wait_commit --
@@ -104,8 +103,7 @@ void shl_collection_set_counts(const shl_collection_t *c, int64_t num_records,
  *     'deadline_mono_us' (shl_clock_mono_us time). Hold no lock of 1-2 while waiting.
  */
 uint64_t shl_collection_commit_seq(const shl_collection_t *c);
-bool shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen,
-                                int64_t deadline_mono_us);
+bool shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen, int64_t deadline_mono_us);
 
 /*
  * shl_storage_ident_size --
