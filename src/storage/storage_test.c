@@ -1674,6 +1674,9 @@ SHL_TEST(index_build_interrupted_by_crash_leaves_no_index)
     shl_status_t st;
     bool created = false;
 
+    /* One pinned wall second for both processes: the restarted clock must then start
+     * above the stable batch timestamps by itself (they have no oplog entries). */
+    shl_clock_set_fake_wall_ms(shl_clock_wall_ms());
     crash_after(dir, build_then_crash);
     eng = open_eng(dir, false);
     ASSERT(eng != NULL);
@@ -1692,6 +1695,7 @@ SHL_TEST(index_build_interrupted_by_crash_leaves_no_index)
     ASSERT_STR_EQ(shl_collection_find_index(c, "a_1")->ident, "index-4");
     shl_collection_release(c);
     shl_storage_close(eng);
+    shl_clock_set_fake_wall_ms(0);
     rmrf(dir);
     bson_free(dir);
     tmp_free();
