@@ -53,7 +53,7 @@ oplog_start(const bson_t *filter)
 void *
 db_tail_source_new(shl_storage_engine_t *eng, shl_collection_t *coll, exec_query_t *q)
 {
-    tail_source_t *t = bson_malloc0(sizeof(*t));
+    tail_source_t *t = bson_aligned_alloc0(BSON_ALIGNOF(tail_source_t), sizeof(*t));
     t->eng = eng;
     t->coll = shl_collection_ref(coll);
     t->q = q;
