@@ -189,8 +189,13 @@ int shl_catalog_rename_collection(shl_storage_engine_t *eng, const char *from, c
  * shl_catalog_create_index --
  *     Add the index described by 'spec' ({key: {...}, name: "...", unique?, ...}; the
  *     stored spec is normalized to {v: 2, key, name, <other fields in order>}) to
- *     existing collection 'ns' and build it from the current documents in the same
- *     transaction. *created (may be NULL) is false when an index with the same name
+ *     existing collection 'ns' and build it from the current documents, holding the
+ *     collection lock exclusively throughout: on a non-empty collection the keys go in
+ *     in batches of about SHL_INDEX_BUILD_BATCH_KEYS, each its own transaction, and the
+ *     index is published (catalog entry + 'c' entry) by a last one; an empty
+ *     collection, or replay, builds in the DDL's transaction. A crash before the
+ *     publication leaves only an unnamed table, which recovery drops (storage.md
+ *     "Index builds"). *created (may be NULL) is false when an index with the same name
  *     and an identical spec already exists (not an error, as createIndexes' "all
  *     indexes already exist"). 'c' entry {createIndexes: coll, <spec>}.
  *     Errors: NamespaceNotFound (26); DuplicateKey (11000) if a unique index finds
