@@ -12,6 +12,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
+#include "db/tail_cursor.h"
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
@@ -34,6 +35,13 @@ done:
 
 /* ---------------------------------------------------------------- find */
 
+/* A tailable cursor outlives the end of the data; only its limit ends it. */
+static bool
+tail_alive(const shl_cursor_t *c)
+{
+    return c->tailable && !(c->limit > 0 && c->n_returned >= c->limit);
+}
+
 typedef struct find_args {
     bson_t filter, sort, projection;
     bool has_filter, has_sort, has_projection;
@@ -42,6 +50,7 @@ typedef struct find_args {
     int64_t skip, limit, batch_size;
     bool has_batch_size;
     bool single_batch, no_cursor_timeout;
+    bool tailable, await_data;
 } find_args_t;
 
 enum {
@@ -55,6 +64,8 @@ enum {
     F_BATCH_SIZE,
     F_SINGLE_BATCH,
     F_NO_CURSOR_TIMEOUT,
+    F_TAILABLE,
+    F_AWAIT_DATA,
     F_BOOL, /* accepted booleans with no effect here */
     F_COLLATION,
     F_ACCEPTED, /* accepted, any type (handled elsewhere or ignored as MongoDB does) */
@@ -89,8 +100,8 @@ static const struct {
     {"min", F_REFUSED},
     {"returnKey", F_REFUSED},
     {"showRecordId", F_REFUSED},
-    {"tailable", F_REFUSED},
-    {"awaitData", F_REFUSED},
+    {"tailable", F_TAILABLE},
+    {"awaitData", F_AWAIT_DATA},
     {"let", F_REFUSED},
     {"$_requestResumeToken", F_REFUSED},
     {"$_resumeAfter", F_REFUSED},
@@ -165,6 +176,35 @@ bool_iter(const bson_iter_t *it, bool *out, shl_status_t *st)
     return 0;
 }
 
+/* MongoDB's rules for the tailable modes (query_request validation). */
+static int
+check_tailable(const find_args_t *a, shl_status_t *st)
+{
+    int ret = 0;
+    if (a->await_data && !a->tailable) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "Cannot set 'awaitData' without also setting 'tailable'");
+    }
+    if (!a->tailable) {
+        goto done;
+    }
+    if (a->has_sort && !bson_empty(&a->sort)) {
+        bson_iter_t it;
+        if (!bson_iter_init(&it, &a->sort) || !bson_iter_next(&it) ||
+            strcmp(bson_iter_key(&it), "$natural") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
+            bson_iter_as_int64(&it) != 1 || bson_iter_next(&it)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "cannot use tailable option with a sort other than {$natural: 1}");
+        }
+    }
+    if (a->single_batch) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "cannot use tailable option with the 'singleBatch' option");
+    }
+done:
+    return ret;
+}
+
 /* One pass over the command: find is the hot path of point reads. */
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
@@ -214,6 +254,12 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
         case F_NO_CURSOR_TIMEOUT:
             SHL_ERR(bool_iter(&it, &a->no_cursor_timeout, st));
             break;
+        case F_TAILABLE:
+            SHL_ERR(bool_iter(&it, &a->tailable, st));
+            break;
+        case F_AWAIT_DATA:
+            SHL_ERR(bool_iter(&it, &a->await_data, st));
+            break;
         case F_BOOL:
             SHL_ERR(bool_iter(&it, &b, st));
             break;
@@ -235,6 +281,7 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
             break;
         }
     }
+    SHL_ERR(check_tailable(a, st));
 done:
     return ret;
 }
@@ -244,7 +291,7 @@ static bool
 idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
-        (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
+        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
         return false;
     }
     /* exec_query_init's {_id: v} test, without building a matcher. */
@@ -390,19 +437,36 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     filter = NULL;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(build_find_plan(node, &ns, &h, q, read_ts, &plan, st));
-    exec_plan_own_query(plan);
-    q = NULL;
-    c = shl_cursor_new(ns.full, &exec_plan_cursor_ops, plan);
-    plan = NULL;
+    if (a.tailable && h.coll != NULL) {
+        if (!h.coll->capped && !h.coll->is_oplog) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "error processing query: ns=%s tailable cursor requested on non capped "
+                     "collection",
+                     ns.full);
+        }
+        /* A tailable cursor reads the latest data round after round, not one snapshot. */
+        c = shl_cursor_new(ns.full, &db_tail_cursor_ops, db_tail_source_new(node->eng, h.coll, q));
+        q = NULL;
+        c->tailable = true;
+        c->await_data = a.await_data;
+    } else {
+        SHL_ERR(build_find_plan(node, &ns, &h, q, read_ts, &plan, st));
+        exec_plan_own_query(plan);
+        q = NULL;
+        c = shl_cursor_new(ns.full, &exec_plan_cursor_ops, plan);
+        plan = NULL;
+    }
     c->limit = a.limit;
     c->no_timeout = a.no_cursor_timeout;
     if (!(a.has_batch_size && a.batch_size == 0)) {
         SHL_ERR(shl_cursor_fill_batch(op, c, a.batch_size, true, &arr, &exhausted, st));
     }
+    if (c->tailable) {
+        db_tail_source_end_round(c->state);
+    }
     shl_storage_coll_release(&h);
     locked = false;
-    if (exhausted || a.single_batch) {
+    if ((exhausted && !tail_alive(c)) || a.single_batch) {
         shl_cursor_destroy(c);
     } else {
         cursor_id = shl_cursor_manager_register(node->cursors, c);
@@ -521,15 +585,60 @@ check_plan_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_
     return 0;
 }
 
+/* A tailable cursor may only go on while its collection is the one it started on. */
+static int
+check_tail_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_t *st)
+{
+    const shl_collection_t *coll = db_tail_source_coll(c->state);
+    if (h->coll == NULL || memcmp(h->coll->uuid, coll->uuid, 16) != 0) {
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "collection dropped. ns: %s", c->ns);
+    }
+    return 0;
+}
+
+/* awaitData getMores wait 1 s by default (MongoDB's default await time). */
+#define AWAIT_DATA_DEFAULT_MS 1000
+/* Slice of an await, after which kills and shutdown are checked. */
+#define AWAIT_SLICE_US 500000
+
+/*
+ * Wait for a commit on the cursor's collection after 'seen' until 'deadline_us'.
+ * *woken: a commit came (look again); false: the await time is over.
+ */
+static int
+await_commit(shl_op_ctx_t *op, const shl_cursor_t *c, uint64_t seen, int64_t deadline_us,
+             bool *woken, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_collection_t *coll = db_tail_source_coll(c->state);
+
+    *woken = false;
+    for (;;) {
+        int64_t now = shl_clock_mono_us();
+        if (now >= deadline_us) {
+            break;
+        }
+        if (shl_collection_wait_commit(coll, seen,
+                                       deadline_us - now > AWAIT_SLICE_US ? now + AWAIT_SLICE_US
+                                                                          : deadline_us)) {
+            *woken = true;
+            break;
+        }
+        SHL_ERR(shl_op_check_interrupt(op, st));
+    }
+done:
+    return ret;
+}
+
 static int
 cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
     bson_iter_t it;
-    int64_t id, batch_size = 0;
+    int64_t id, batch_size = 0, await_deadline_us = 0;
     const char *coll = NULL;
-    bool found, locked = false, exhausted = false, failed = true;
+    bool found, locked = false, exhausted = false, failed = true, is_tail, keep = false;
     shl_ns_t ns;
     shl_cursor_t *c = NULL;
     shl_coll_handle_t h;
@@ -550,18 +659,54 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
-    if (bson_has_field(cmd, "maxTimeMS")) {
+    SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
+    if (bson_has_field(cmd, "maxTimeMS") && !c->await_data) {
+        keep = true; /* a bad request does not end the cursor */
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     }
-    SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
-    if (c->ops == &exec_plan_cursor_ops || c->ops == &agg_cursor_ops) {
-        SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
-        locked = true;
-        SHL_ERR(check_plan_cursor(c, &h, st));
+    if (c->await_data) {
+        /* maxTimeMS of an awaitData getMore is how long to wait for new data, not a
+         * limit whose expiry fails the command. */
+        await_deadline_us = op->deadline_us != 0 ? op->deadline_us
+                                                 : op->start_mono_us + AWAIT_DATA_DEFAULT_MS * 1000;
+        op->deadline_us = 0;
     }
-    SHL_ERR(shl_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
+    is_tail = c->ops == &db_tail_cursor_ops;
+    for (;;) {
+        uint64_t seq = 0;
+        bool woken = false;
+
+        if (c->ops == &exec_plan_cursor_ops || c->ops == &agg_cursor_ops || is_tail) {
+            SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+            locked = true;
+            SHL_ERR(is_tail ? check_tail_cursor(c, &h, st) : check_plan_cursor(c, &h, st));
+        }
+        if (is_tail) {
+            /* Read before looking, so a commit after our look is never missed. */
+            seq = shl_collection_commit_seq(db_tail_source_coll(c->state));
+        }
+        ret = shl_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st);
+        if (is_tail) {
+            db_tail_source_end_round(c->state);
+        }
+        SHL_ERR(ret);
+        if (locked) {
+            shl_storage_coll_release(&h);
+            locked = false;
+        }
+        if (!is_tail || !c->await_data || !bson_empty(&arr) || !exhausted || !tail_alive(c)) {
+            break;
+        }
+        SHL_ERR(await_commit(op, c, seq, await_deadline_us, &woken, st));
+        if (!woken) {
+            break;
+        }
+    }
     failed = false;
+    if (exhausted && tail_alive(c)) {
+        exhausted = false;
+    }
     shl_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr);
 done:
     if (locked) {
@@ -569,7 +714,7 @@ done:
     }
     if (c != NULL) {
         /* An error ends the cursor, as in MongoDB. */
-        shl_cursor_manager_unpin(node->cursors, c, failed || exhausted);
+        shl_cursor_manager_unpin(node->cursors, c, (failed && !keep) || exhausted);
     }
     bson_destroy(&arr);
     return ret;

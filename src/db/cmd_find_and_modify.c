@@ -55,73 +55,66 @@ fam_reset(fam_unit_t *u)
     u->found = u->updated_existing = u->upserted = false;
 }
 
+/*
+ * Apply the update to the matched document 'pre' (record 'rid'), or, when 'pre' is NULL,
+ * build and insert the upsert document: one path for both, so the new document is
+ * produced, completed (_id first, generated _id) and written the same way, and the
+ * value to return is chosen by one rule (the new document when 'new', else 'pre').
+ */
 static int
-fam_update_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, bson_t *pre, shl_status_t *st)
+fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *pre,
+              shl_status_t *st)
 {
     int ret = 0;
     shl_update_ctx_t uctx;
     bson_t out, *fixed = NULL;
-    bool changed = false, has_out = false;
+    const bson_t *doc;
+    bool changed = true, has_out = false;
 
     memset(&uctx, 0, sizeof(uctx));
-    if (shl_update_uses_positional(u->upd)) {
-        shl_match_details_t details;
-        bool matched;
-        memset(&details, 0, sizeof(details));
-        SHL_ERR(shl_matcher_match(u->q->matcher, pre, &details, &matched, st));
-        uctx.has_matched_key = details.has_key;
-        uctx.matched_key = details.key;
+    if (pre == NULL) {
+        uctx.is_insert = true;
+        ret = shl_update_upsert_doc(u->upd, u->q->matcher, &uctx, &out, st);
+        has_out = true;
+        SHL_ERR(ret);
+        SHL_ERR(db_doc_for_insert(shl_storage_txn_engine(txn), &out, &fixed, st));
+    } else {
+        if (shl_update_uses_positional(u->upd)) {
+            shl_match_details_t details;
+            bool matched;
+            memset(&details, 0, sizeof(details));
+            SHL_ERR(shl_matcher_match(u->q->matcher, pre, &details, &matched, st));
+            uctx.has_matched_key = details.has_key;
+            uctx.matched_key = details.key;
+        }
+        ret = shl_update_apply(u->upd, pre, &uctx, &out, &changed, st);
+        has_out = true;
+        SHL_ERR(ret);
+        u->updated_existing = true;
+        if (changed) {
+            SHL_ERR(db_doc_after_update(pre, &out, &fixed, st));
+        }
     }
-    ret = shl_update_apply(u->upd, pre, &uctx, &out, &changed, st);
-    has_out = true;
-    SHL_ERR(ret);
-    u->updated_existing = true;
-    if (changed) {
-        SHL_ERR(db_doc_after_update(pre, &out, &fixed, st));
-        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, fixed != NULL ? fixed : &out, NULL, st));
+    doc = fixed != NULL ? fixed : &out;
+    if (pre == NULL) {
+        bson_iter_t it;
+        SHL_ERR(shl_doc_insert(txn, u->coll, doc, NULL, NULL, st));
+        if (bson_iter_init_find(&it, doc, "_id")) {
+            bson_value_copy(bson_iter_value(&it), &u->upserted_id);
+            u->upserted = true;
+        }
+    } else if (changed) {
+        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, NULL, st));
     }
     if (u->return_new) {
-        u->value = bson_copy(fixed != NULL ? fixed : &out);
-    } else {
+        u->value = bson_copy(doc);
+    } else if (pre != NULL) {
         u->value = bson_copy(pre);
     }
 done:
     if (has_out) {
         bson_destroy(&out);
     }
-    if (fixed != NULL) {
-        bson_destroy(fixed);
-    }
-    return ret;
-}
-
-static int
-fam_upsert(fam_unit_t *u, shl_storage_txn_t *txn, shl_status_t *st)
-{
-    int ret = 0;
-    shl_update_ctx_t uctx;
-    bson_t newdoc, *fixed = NULL;
-    bson_iter_t it;
-    const bson_t *ins;
-
-    memset(&uctx, 0, sizeof(uctx));
-    uctx.is_insert = true;
-    ret = shl_update_upsert_doc(u->upd, u->q->matcher, &uctx, &newdoc, st);
-    if (ret == 0) {
-        ret = db_doc_for_insert(shl_storage_txn_engine(txn), &newdoc, &fixed, st);
-    }
-    SHL_ERR(ret);
-    ins = fixed != NULL ? fixed : &newdoc;
-    SHL_ERR(shl_doc_insert(txn, u->coll, ins, NULL, NULL, st));
-    if (bson_iter_init_find(&it, ins, "_id")) {
-        bson_value_copy(bson_iter_value(&it), &u->upserted_id);
-        u->upserted = true;
-    }
-    if (u->return_new) {
-        u->value = bson_copy(ins);
-    }
-done:
-    bson_destroy(&newdoc);
     if (fixed != NULL) {
         bson_destroy(fixed);
     }
@@ -172,10 +165,10 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
             u->value = pre;
             pre = NULL;
         } else {
-            SHL_ERR(fam_update_doc(u, txn, rid, pre, st));
+            SHL_ERR(fam_write_doc(u, txn, rid, pre, st));
         }
     } else if (u->upsert) {
-        SHL_ERR(fam_upsert(u, txn, st));
+        SHL_ERR(fam_write_doc(u, txn, 0, NULL, st));
     }
 done:
     exec_plan_destroy(plan);

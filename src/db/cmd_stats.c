@@ -274,6 +274,7 @@ static const char *const validate_fields[] = {
 
 typedef struct vstate {
     int64_t nrecords;
+    int64_t data_size;
     int64_t *keys;    /* per index: keys the documents generate */
     int64_t *entries; /* per index: entries found in the index */
     int64_t missing;  /* document keys absent from their index */
@@ -370,6 +371,7 @@ validate_collection(shl_op_ctx_t *op, shl_storage_txn_t *txn, const shl_collecti
             break;
         }
         v->nrecords++;
+        v->data_size += doc.len;
         if (!bson_validate(&doc, BSON_VALIDATE_NONE, NULL)) {
             v->invalid_docs++;
             add_error(v, "invalid BSON in record %lld", (long long)rid);
@@ -448,7 +450,7 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     bool locked = false, enforce = false, valid;
     shl_storage_txn_t *txn = NULL;
     vstate_t v;
-    bson_t sub, empty;
+    bson_t sub, empty, warnings = BSON_INITIALIZER;
 
     db_cmd_begin(op);
     memset(&v, 0, sizeof(v));
@@ -463,7 +465,9 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "validate.repair is not supported yet");
         }
     }
-    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+    /* Exclusive, as MongoDB's foreground validate: the counts it finds are the
+     * collection's, so it can correct the fast count. */
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_EXCLUSIVE, &h, st));
     locked = true;
     if (h.coll == NULL) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Collection '%s' does not exist to validate.",
@@ -476,6 +480,18 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     if (enforce && v.nrecords != shl_collection_num_records(h.coll)) {
         add_error(&v, "fast count %lld disagrees with the number of records %lld",
                   (long long)shl_collection_num_records(h.coll), (long long)v.nrecords);
+    } else if (v.nerrors == 0 && (v.nrecords != shl_collection_num_records(h.coll) ||
+                                  v.data_size != shl_collection_data_size(h.coll))) {
+        /* Counts persist at checkpoints only, so a crash can leave them off: correct them
+         * (MongoDB's validate does the same). */
+        char msg[256];
+        snprintf(msg, sizeof(msg),
+                 "fast count and size were %lld records / %lld bytes; corrected to %lld / %lld",
+                 (long long)shl_collection_num_records(h.coll),
+                 (long long)shl_collection_data_size(h.coll), (long long)v.nrecords,
+                 (long long)v.data_size);
+        shl_collection_set_counts(h.coll, v.nrecords, v.data_size);
+        BSON_APPEND_UTF8(&warnings, "0", msg);
     }
     valid = v.nerrors == 0;
 
@@ -501,7 +517,7 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     BSON_APPEND_BOOL(reply, "valid", valid);
     BSON_APPEND_BOOL(reply, "repaired", false);
     bson_init(&empty);
-    BSON_APPEND_ARRAY(reply, "warnings", &empty);
+    BSON_APPEND_ARRAY(reply, "warnings", &warnings);
     BSON_APPEND_ARRAY(reply, "errors", &v.errors);
     BSON_APPEND_ARRAY(reply, "extraIndexEntries", &empty);
     BSON_APPEND_ARRAY(reply, "missingIndexEntries", &empty);
@@ -515,6 +531,7 @@ done:
     bson_free(v.keys);
     bson_free(v.entries);
     bson_destroy(&v.errors);
+    bson_destroy(&warnings);
     return ret;
 }
 

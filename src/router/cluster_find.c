@@ -238,6 +238,17 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
+    {
+        /* Data nodes serve tailable cursors, but router cursors do not follow them yet
+         * (a merge would wait on every shard's awaitData): refuse, as before. */
+        bool tailable = false, await_data = false;
+        SHL_ERR(shl_cmd_get_bool(cmd, "tailable", &tailable, st));
+        SHL_ERR(shl_cmd_get_bool(cmd, "awaitData", &await_data, st));
+        if (tailable || await_data) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "find.tailable is not supported through the router yet");
+        }
+    }
     a->sorted = a->has_sort && !bson_empty(&a->sort);
     if (a->sorted) {
         /* {$natural: 1} is an order each shard applies itself: nothing to merge on. */

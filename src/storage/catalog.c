@@ -7,6 +7,7 @@
  */
 #include "storage/storage_private.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,14 @@ shl_rs_state_new(void)
     shl_rs_state_t *rs = bson_malloc0(sizeof(*rs));
     atomic_init(&rs->refs, 1);
     atomic_init(&rs->next_rid, 1);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&rs->wait_cv, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    pthread_mutex_init(&rs->wait_mu, NULL);
     return rs;
 }
 
@@ -40,8 +49,58 @@ void
 shl_rs_state_release(shl_rs_state_t *rs)
 {
     if (rs != NULL && atomic_fetch_sub(&rs->refs, 1) == 1) {
+        pthread_cond_destroy(&rs->wait_cv);
+        pthread_mutex_destroy(&rs->wait_mu);
         bson_free(rs);
     }
+}
+
+void
+shl_rs_state_notify(shl_rs_state_t *rs)
+{
+    /* Sequentially consistent: a waiter increments 'waiters' before it re-reads the
+     * sequence, we move the sequence before reading 'waiters', so one of us sees the
+     * other and no wake-up is lost. */
+    atomic_fetch_add(&rs->commit_seq, 1);
+    if (atomic_load(&rs->waiters) > 0) {
+        pthread_mutex_lock(&rs->wait_mu);
+        pthread_cond_broadcast(&rs->wait_cv);
+        pthread_mutex_unlock(&rs->wait_mu);
+    }
+}
+
+void
+shl_collection_set_counts(const shl_collection_t *c, int64_t num_records, int64_t data_size)
+{
+    atomic_store(&c->rs->num_records, num_records);
+    atomic_store(&c->rs->data_size, data_size);
+}
+
+uint64_t
+shl_collection_commit_seq(const shl_collection_t *c)
+{
+    return atomic_load(&c->rs->commit_seq);
+}
+
+bool
+shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen, int64_t deadline_mono_us)
+{
+    shl_rs_state_t *rs = c->rs;
+    struct timespec ts = {(time_t)(deadline_mono_us / 1000000),
+                          (long)(deadline_mono_us % 1000000) * 1000};
+    bool changed;
+
+    atomic_fetch_add(&rs->waiters, 1);
+    pthread_mutex_lock(&rs->wait_mu);
+    while (!(changed = atomic_load(&rs->commit_seq) != seen)) {
+        if (pthread_cond_timedwait(&rs->wait_cv, &rs->wait_mu, &ts) == ETIMEDOUT) {
+            changed = atomic_load(&rs->commit_seq) != seen;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rs->wait_mu);
+    atomic_fetch_sub(&rs->waiters, 1);
+    return changed;
 }
 
 static void
@@ -742,6 +801,43 @@ done:
     return ret;
 }
 
+int
+shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll, const shl_size_entry_t *e,
+                       shl_status_t *st)
+{
+    shl_wt_session_t *s = NULL;
+    WT_CURSOR *c = NULL;
+    int64_t key = 0;
+    int ret = 0, wtret;
+
+    if (e == NULL) {
+        return shl_rs_state_scan(eng, coll, st);
+    }
+    SHL_ERR(shl_wt_session_get(eng, &s, st));
+    wtret = s->wt->open_cursor(s->wt, coll->uri, NULL, NULL, &c);
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "open record store"));
+    }
+    wtret = c->prev(c);
+    if (wtret == 0) {
+        wtret = c->get_key(c, &key);
+    } else if (wtret == WT_NOTFOUND) {
+        wtret = 0;
+    }
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "read the last record"));
+    }
+    atomic_store(&coll->rs->num_records, e->num_records);
+    atomic_store(&coll->rs->data_size, e->data_size);
+    atomic_store(&coll->rs->next_rid, key + 1);
+done:
+    if (c != NULL) {
+        c->close(c);
+    }
+    shl_wt_session_put(eng, s);
+    return ret;
+}
+
 /* Next free ident number: above every collection-N / index-N table WT knows. */
 static int
 scan_idents(shl_storage_engine_t *eng, shl_status_t *st)
@@ -785,9 +881,11 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
     WT_CURSOR *c = NULL;
     const char *ns;
     WT_ITEM v;
+    shl_sizes_t *sizes = NULL;
     int ret = 0, wtret;
 
     SHL_ERR(scan_idents(eng, st));
+    SHL_ERR(shl_sizes_load(eng, &sizes, st));
     SHL_ERR(shl_wt_session_get(eng, &s, st));
     wtret = s->wt->open_cursor(s->wt, CATALOG_URI, NULL, NULL, &c);
     if (wtret != 0) {
@@ -801,7 +899,7 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "corrupt catalog");
         }
         SHL_ERR(coll_from_doc(eng, &doc, &coll, st));
-        ret = shl_rs_state_scan(eng, coll, st);
+        ret = shl_rs_state_init_from(eng, coll, shl_sizes_find(sizes, coll->ident), st);
         if (ret == 0) {
             shl_catalog_install(eng, coll->ns, coll);
         }
@@ -811,12 +909,13 @@ shl_catalog_load(shl_storage_engine_t *eng, shl_status_t *st)
     if (wtret != WT_NOTFOUND) {
         SHL_ERR(shl_wt_err(st, wtret, "read catalog"));
     }
-    SHL_ERR(shl_rs_state_scan(eng, eng->oplog, st));
+    SHL_ERR(shl_rs_state_init_from(eng, eng->oplog, shl_sizes_find(sizes, eng->oplog->ident), st));
 done:
     if (c != NULL) {
         c->close(c);
     }
     shl_wt_session_put(eng, s);
+    shl_sizes_free(sizes);
     return ret;
 }
 
@@ -1204,6 +1303,81 @@ spec_equivalent(const bson_t *a, const bson_t *b)
     return true;
 }
 
+/*
+ * One batch of a build: index the records after *last_rid until about
+ * index_build_batch_keys keys, in a transaction of its own at a timestamp of its own
+ * (no oplog entry: the index is published by the DDL's entry). *eof: nothing is left.
+ * The caller holds the collection exclusively, so the batches see one state.
+ */
+static int
+build_batch(shl_storage_engine_t *eng, const shl_collection_t *c, shl_index_t *idx,
+            shl_keyset_t *keys, int64_t *last_rid, bool *eof, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    shl_record_cursor_t *rc = NULL;
+    int64_t nkeys = 0;
+    int64_t limit =
+        eng->index_build_batch_keys > 0 ? eng->index_build_batch_keys : SHL_INDEX_BUILD_BATCH_KEYS;
+    uint64_t ts;
+    int ret = 0;
+
+    *eof = false;
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    SHL_ERR(shl_record_cursor_open(txn, c, true, &rc, st));
+    if (*last_rid > 0) {
+        shl_record_cursor_seek(rc, *last_rid + 1);
+    }
+    while (nkeys < limit) {
+        int64_t rid;
+        bson_t doc;
+        bool dup;
+        SHL_ERR(shl_record_cursor_next(rc, &rid, &doc, eof, st));
+        if (*eof) {
+            break;
+        }
+        SHL_ERR(shl_index_keys_for_doc(idx, &doc, keys, st));
+        if (keys->n > 1) {
+            idx->multikey = true;
+        }
+        SHL_ERR(shl_index_insert_keys(txn, idx, keys, rid, NULL, &dup, st));
+        if (dup) {
+            SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));
+        }
+        nkeys += keys->n > 0 ? (int64_t)keys->n : 1;
+        *last_rid = rid;
+    }
+    shl_record_cursor_close(rc);
+    rc = NULL;
+    ret = shl_storage_txn_commit(txn, st);
+    txn = NULL;
+    SHL_ERR(ret);
+done:
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    return ret;
+}
+
+static int
+build_in_batches(shl_storage_engine_t *eng, const shl_collection_t *c, shl_index_t *idx,
+                 shl_keyset_t *keys, shl_status_t *st)
+{
+    int64_t last_rid = 0, batch = 0;
+    bool eof = false;
+    int ret = 0;
+
+    while (!eof) {
+        SHL_ERR(build_batch(eng, c, idx, keys, &last_rid, &eof, st));
+        batch++;
+        atomic_fetch_add(&eng->index_build_batches, 1);
+        if (eng->index_build_hook != NULL) {
+            eng->index_build_hook(eng, batch);
+        }
+    }
+done:
+    return ret;
+}
+
 static int
 body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bool missing_ok,
                   bool *created, shl_status_t *st)
@@ -1274,8 +1448,16 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     ident = new_ident(eng, "index");
     SHL_ERR(index_new(eng, &norm, ident, &idx, st));
     SHL_ERR(create_table(txn, idx->uri, true, st));
+    if (txn->fixed_ts == 0 && shl_collection_num_records(c) > 0) {
+        /* Keys go in in batches of their own transactions; this one only publishes the
+         * index. Until it commits no catalog entry names the table, so a crash leaves an
+         * orphan that recovery drops (and an abort drops it at once). */
+        SHL_ERR(build_in_batches(eng, c, idx, &keys, st));
+        SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+        goto built;
+    }
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
-    /* Build from the documents this transaction sees. */
+    /* Build from the documents this transaction sees (replay, or an empty collection). */
     SHL_ERR(shl_record_cursor_open(txn, c, true, &rc, st));
     for (;;) {
         int64_t rid;
@@ -1296,6 +1478,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     }
     shl_record_cursor_close(rc);
     rc = NULL;
+built:
     SHL_ERR(coll_clone(eng, c, NULL, NULL, &n, st));
     coll_add_index(n, idx);
     idx = NULL;

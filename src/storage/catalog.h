@@ -87,6 +87,25 @@ int64_t shl_collection_num_records(const shl_collection_t *c);
 int64_t shl_collection_data_size(const shl_collection_t *c);
 
 /*
+ * shl_collection_set_counts --
+ *     Correct the count and size (validate, which counted them holding the collection
+ *     lock exclusively). Persisted with the next checkpoint (the _sizes table).
+ */
+void shl_collection_set_counts(const shl_collection_t *c, int64_t num_records, int64_t data_size);
+
+/*
+ * shl_collection_commit_seq / shl_collection_wait_commit --
+ *     Commit notification for tailable/awaitData cursors. The sequence moves after
+ *     each commit that wrote the collection (shared across snapshots and renames; for
+ *     local.oplog.rs after every write transaction ends, so the no-holes point may have
+ *     moved). Read the sequence, look for data, and if there is none wait: wait_commit
+ *     returns true as soon as the sequence differs from 'seen', false at
+ *     'deadline_mono_us' (shl_clock_mono_us time). Hold no lock of 1-2 while waiting.
+ */
+uint64_t shl_collection_commit_seq(const shl_collection_t *c);
+bool shl_collection_wait_commit(const shl_collection_t *c, uint64_t seen, int64_t deadline_mono_us);
+
+/*
  * shl_storage_ident_size --
  *     Bytes on disk of a table ident (the .wt file), for storageSize/indexSizes/
  *     sizeOnDisk. 0 if unknown.
@@ -170,8 +189,13 @@ int shl_catalog_rename_collection(shl_storage_engine_t *eng, const char *from, c
  * shl_catalog_create_index --
  *     Add the index described by 'spec' ({key: {...}, name: "...", unique?, ...}; the
  *     stored spec is normalized to {v: 2, key, name, <other fields in order>}) to
- *     existing collection 'ns' and build it from the current documents in the same
- *     transaction. *created (may be NULL) is false when an index with the same name
+ *     existing collection 'ns' and build it from the current documents, holding the
+ *     collection lock exclusively throughout: on a non-empty collection the keys go in
+ *     in batches of about SHL_INDEX_BUILD_BATCH_KEYS, each its own transaction, and the
+ *     index is published (catalog entry + 'c' entry) by a last one; an empty
+ *     collection, or replay, builds in the DDL's transaction. A crash before the
+ *     publication leaves only an unnamed table, which recovery drops (storage.md
+ *     "Index builds"). *created (may be NULL) is false when an index with the same name
  *     and an identical spec already exists (not an error, as createIndexes' "all
  *     indexes already exist"). 'c' entry {createIndexes: coll, <spec>}.
  *     Errors: NamespaceNotFound (26); DuplicateKey (11000) if a unique index finds

@@ -475,6 +475,8 @@ shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st)
     SHL_ERR(journal_flush(eng, st));
     SHL_ERR(advance_stable(eng, atomic_load(&eng->durable_ts), st));
     stable = atomic_load(&eng->stable_ts);
+    /* Counts and sizes ride along with every checkpoint (size_storer.c). */
+    SHL_ERR(shl_sizes_flush(eng, st));
     SHL_ERR(shl_wt_session_get(eng, &s, st));
     wtret = s->wt->checkpoint(s->wt, "use_timestamp=true");
     if (wtret != 0) {
@@ -895,6 +897,7 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
     SHL_LOG_INFO(STORAGE, 22315, "Opening WiredTiger", "config", BCON_UTF8(cfg));
 
     SHL_ERR(create_system_tables(eng, st));
+    SHL_ERR(shl_sizes_create_table(eng, st));
     SHL_ERR(init_clock(eng, st));
     SHL_ERR(shl_catalog_load(eng, st));
     SHL_ERR(shl_recovery_run(eng, st));

@@ -166,6 +166,10 @@ shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st)
         }
         atomic_store(&eng->stable_ts, rec);
         atomic_store(&eng->durable_ts, rec);
+        /* Timestamps without an oplog entry (index build batches, aborted writes) can be
+         * stable: the clock must start above the recovery timestamp too, not only above
+         * the oplog's top, or new commits would fall below the oldest timestamp. */
+        shl_storage_clock_advance(eng, rec);
     }
     SHL_ERR(replay(eng, rec, &applied, st));
     SHL_LOG_INFO(RECOVERY, 21544, "Recovering from the oplog", "recoveryTimestamp",

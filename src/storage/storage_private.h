@@ -36,6 +36,14 @@ typedef struct shl_rs_state {
     atomic_llong next_rid; /* next RecordId to hand out */
     atomic_llong num_records;
     atomic_llong data_size;
+    /* Commit notification for tailable cursors: commit_seq moves after every commit
+     * that wrote the record store (for the oplog: after every transaction that reserved
+     * a timestamp ends, since that may move the no-holes point); waiters sleep on
+     * wait_cv. 'waiters' lets committers skip the mutex when nobody waits. */
+    atomic_ullong commit_seq;
+    atomic_int waiters;
+    pthread_mutex_t wait_mu; /* a leaf lock */
+    pthread_cond_t wait_cv;
 } shl_rs_state_t;
 
 /* A reserved, not yet finished timestamp range of a transaction (hole tracker). */
@@ -149,7 +157,23 @@ struct shl_storage_engine {
     /* Lock table. */
     pthread_mutex_t locks_mu;
     shl_named_lock_t *locks[SHL_LOCK_BUCKETS];
+
+    /* Index builds on non-empty collections commit keys in batches of about this many
+     * ([SHL_INDEX_BUILD_BATCH_KEYS]; tests set it smaller). */
+    int64_t index_build_batch_keys;
+    atomic_llong index_build_batches; /* batches committed since open (tests) */
+    /* Tests: called after each committed batch, under the build's locks. */
+    void (*index_build_hook)(shl_storage_engine_t *eng, int64_t batch);
 };
+
+#define SHL_INDEX_BUILD_BATCH_KEYS 10000
+
+/* A stored record count and data size of one ident (size_storer.c). */
+typedef struct shl_size_entry {
+    char *ident;
+    int64_t num_records, data_size;
+} shl_size_entry_t;
+typedef struct shl_sizes shl_sizes_t;
 
 /* ---- engine.c ---- */
 int shl_wt_err(shl_status_t *st, int wtret, const char *what);
@@ -188,6 +212,8 @@ void shl_catalog_install(shl_storage_engine_t *eng, const char *ns, shl_collecti
 void shl_catalog_idents(shl_storage_engine_t *eng, char ***out);
 shl_rs_state_t *shl_rs_state_new(void);
 void shl_rs_state_release(shl_rs_state_t *rs);
+/* shl_rs_state_notify -- move rs's commit sequence and wake its waiters. */
+void shl_rs_state_notify(shl_rs_state_t *rs);
 shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns);
 int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
                                shl_status_t *st);
@@ -199,6 +225,12 @@ int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, u
 int shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
                               const bool *multi, shl_status_t *st);
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
+/*
+ * shl_rs_state_init_from -- set count and size from a _sizes entry and the RecordId
+ * counter from the table's last key (no scan); without an entry, shl_rs_state_scan.
+ */
+int shl_rs_state_init_from(shl_storage_engine_t *eng, shl_collection_t *coll,
+                           const shl_size_entry_t *e, shl_status_t *st);
 
 /* ---- index.c ---- */
 int shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_keyset_t *keys,
@@ -212,6 +244,15 @@ void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, 
 int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
                           const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,
                           shl_status_t *st);
+
+/* ---- size_storer.c ---- */
+int shl_sizes_create_table(shl_storage_engine_t *eng, shl_status_t *st);
+/* shl_sizes_load -- the stored sizes (free with shl_sizes_free); find borrows from it. */
+int shl_sizes_load(shl_storage_engine_t *eng, shl_sizes_t **out, shl_status_t *st);
+const shl_size_entry_t *shl_sizes_find(const shl_sizes_t *z, const char *ident);
+void shl_sizes_free(shl_sizes_t *z);
+/* shl_sizes_flush -- write every record store's in-memory count and size (checkpoints). */
+int shl_sizes_flush(shl_storage_engine_t *eng, shl_status_t *st);
 
 /* ---- recovery.c ---- */
 int shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st);

@@ -212,6 +212,17 @@ txn_finish(shl_storage_txn_t *txn, bool committed)
     /* The no-holes point may pass our timestamps only once the commit (or abort)
      * is complete. */
     shl_clock_finish(eng, &txn->inflight);
+    /* Wake tailable readers only now that the no-holes point may have moved. A
+     * transaction that reserved a timestamp may have held back oplog readers even if it
+     * aborted or wrote nothing of its own. */
+    if (committed) {
+        for (size_t i = 0; i < txn->ndeltas; i++) {
+            shl_rs_state_notify(txn->deltas[i].rs);
+        }
+    }
+    if (txn->last_ts != 0 && txn->fixed_ts == 0 && eng->oplog != NULL) {
+        shl_rs_state_notify(eng->oplog->rs);
+    }
     shl_wt_session_put(eng, txn->sess);
     txn->sess = NULL;
     if (!committed) {

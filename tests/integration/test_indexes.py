@@ -353,3 +353,59 @@ def test_planner_differential(db):
             used += 1
         assert db.c.count_documents(q) == len(want), q
     assert used > 100
+
+
+def test_index_build_over_200k_documents_under_concurrent_readers(node):
+    """A batched foreground build: readers of the collection wait for it and then see
+    consistent results; readers of other collections are not held up; the finished
+    index is complete (validate) and usable."""
+    import threading
+
+    client = node.client()
+    db = client.test
+    n = 200000
+    for start in range(0, n, 20000):
+        db.big.insert_many([{"_id": i, "a": i % 1000, "s": "v%d" % i}
+                            for i in range(start, start + 20000)], ordered=False)
+    db.small.insert_many([{"_id": i} for i in range(10)])
+    errors = []
+    reads = {"big": 0, "small": 0}
+    stop = threading.Event()
+
+    def reader(coll, check):
+        c = node.client()
+        i = 0
+        while not stop.is_set():
+            try:
+                check(c.test[coll], i)
+                reads[coll] += 1
+            except Exception as e:  # noqa: BLE001 -- collected and asserted below
+                errors.append(repr(e))
+                return
+            i += 1
+
+    def check_big(coll, i):
+        k = (i * 7919) % n
+        assert coll.find_one({"_id": k}) == {"_id": k, "a": k % 1000, "s": "v%d" % k}
+
+    def check_small(coll, i):
+        assert coll.count_documents({}) == 10
+
+    threads = [threading.Thread(target=reader, args=("big", check_big)) for _ in range(2)]
+    threads.append(threading.Thread(target=reader, args=("small", check_small)))
+    for t in threads:
+        t.start()
+    try:
+        r = db.command("createIndexes", "big", indexes=[{"key": {"a": 1}, "name": "a_1"}])
+        assert r["ok"] == 1 and r["numIndexesAfter"] == 2
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert errors == []
+    assert reads["big"] > 0 and reads["small"] > 0
+    v = db.command("validate", "big")
+    assert v["valid"] and v["keysPerIndex"] == {"_id_": n, "a_1": n}
+    assert db.big.count_documents({"a": 7}, hint="a_1") == n // 1000
+    assert sorted(d["_id"] for d in db.big.find({"a": 999}, {"_id": 1}).hint("a_1"))[:3] == \
+        [999, 1999, 2999]

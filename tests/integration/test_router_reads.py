@@ -560,3 +560,17 @@ def test_allow_partial_results_when_a_shard_is_down(cluster):
     assert r["cursor"]["partialResultsReturned"] is True
     got = list(db.c.find({"x": {"$gte": 100}}, allow_partial_results=True))
     assert len(got) == 20  # targeted to shard0 only: nothing is missing
+
+
+def test_tailable_find_refused_through_the_router(cluster):
+    """Shards serve tailable cursors; router cursors do not follow them yet, so the router
+    refuses them with a clear error instead of waiting on every shard."""
+    db = cluster.rc.test
+    db.drop_collection("tail_cap")
+    db.create_collection("tail_cap", capped=True, size=100000)
+    for cmd in ({"find": "tail_cap", "tailable": True},
+                {"find": "tail_cap", "tailable": True, "awaitData": True}):
+        with pytest.raises(OperationFailure) as e:
+            db.command(cmd)
+        assert e.value.code == 72
+        assert "tailable" in str(e.value)

@@ -182,3 +182,39 @@ def test_create_options(db):
     with pytest.raises(OperationFailure) as e:
         db.command("create", "c", collation={"locale": "fr"})
     assert e.value.code == 72
+
+
+def test_find_and_modify_update_and_upsert_paths(db):
+    """The update and upsert paths share one function: pin what each returns."""
+    # Upsert without new: value null, upserted id reported, document built from the
+    # query's equality fields plus the update, _id first.
+    r = db.command("findAndModify", "fu", query={"k": 1, "_id": 5}, update={"$set": {"a": 1}},
+                   upsert=True)
+    assert r["value"] is None
+    assert r["lastErrorObject"] == {"n": 1, "updatedExisting": False, "upserted": 5}
+    assert list(db.fu.find_one({"_id": 5}).keys()) == ["_id", "k", "a"]
+    # Upsert with a replacement and no _id anywhere: a generated ObjectId.
+    r = db.command("findAndModify", "fu", query={"k": 2}, update={"k": 2, "b": 1},
+                   upsert=True, new=True)
+    oid = r["lastErrorObject"]["upserted"]
+    assert isinstance(oid, bson.ObjectId)
+    assert r["value"] == {"_id": oid, "k": 2, "b": 1}
+    # Update that changes nothing: still updatedExisting, the document is returned.
+    r = db.command("findAndModify", "fu", query={"_id": 5}, update={"$set": {"a": 1}},
+                   new=True)
+    assert r["lastErrorObject"] == {"n": 1, "updatedExisting": True}
+    assert r["value"] == {"_id": 5, "k": 1, "a": 1}
+    # Positional update through the matched array element; old document returned.
+    db.fu.insert_one({"_id": 6, "arr": [1, 2, 3]})
+    r = db.command("findAndModify", "fu", query={"_id": 6, "arr": 2},
+                   update={"$set": {"arr.$": 20}})
+    assert r["value"] == {"_id": 6, "arr": [1, 2, 3]}
+    assert db.fu.find_one({"_id": 6}) == {"_id": 6, "arr": [1, 20, 3]}
+    # An upsert whose document would break a unique index fails like an insert.
+    db.fu2.create_index("u", unique=True)
+    db.fu2.insert_one({"_id": 7, "u": 1})
+    with pytest.raises(OperationFailure) as e:
+        db.command("findAndModify", "fu2", query={"_id": 8}, update={"$set": {"u": 1}},
+                   upsert=True)
+    assert e.value.code == 11000
+    assert db.fu2.count_documents({}) == 1
