@@ -636,6 +636,7 @@ parse_count(const bson_t *cmd, exec_query_t *q, bool *fast, shl_status_t *st)
     /* A negative limit counts like its absolute value. */
     q->limit = limit < 0 ? -limit : limit;
     q->skip = skip;
+    q->count_only = true;
     *fast = shl_matcher_is_trivial(q->matcher) && !q->has_hint;
 done:
     return ret;

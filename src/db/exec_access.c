@@ -936,33 +936,22 @@ effective_filter(const exec_query_t *q)
     return q->matcher != NULL && !shl_matcher_is_trivial(q->matcher) ? q->matcher : NULL;
 }
 
-int
-exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
-                   exec_access_kind_t *kind, bool *sorted, shl_status_t *st)
-{
-    int ret = 0;
-    const shl_index_t *idx = NULL;
-    int natural = 0;
+/* ---------------------------------------------------------------- candidate plans */
 
-    *out = NULL;
+/* The IXSCAN of 'idx' for 'filter' (its bounds), in 'sort''s direction when the index
+ * provides it (*sorted). */
+static exec_stage_t *
+index_scan(const shl_index_t *idx, const bson_t *filter, const bson_t *sort, bool *sorted)
+{
+    exec_stage_t *ix = NULL;
+
     *sorted = false;
-    if (q->has_hint) {
-        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
-    }
-    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
-        !(q->id_point && coll->nindexes > 0)) {
-        idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
-    }
-    if (coll == NULL) {
-        *kind = EXEC_ACCESS_EOF;
-        *out = exec_eof_new();
-    } else if (idx != NULL && compound_ok(idx)) {
+    if (compound_ok(idx)) {
         cb_plan_t p;
-        exec_stage_t *ix = NULL;
         static const uint8_t none = 0;
         int dir;
-        compound_bounds(&q->filter, idx, &p);
-        dir = q->has_sort ? sort_direction(&q->sort, idx, p.eq1) : 0;
+        compound_bounds(filter, idx, &p);
+        dir = sort != NULL ? sort_direction(sort, idx, p.eq1) : 0;
         *sorted = dir != 0;
         if (!p.bounded) {
             ix = exec_ixscan_new(idx, NULL, NULL, dir >= 0, "[MinKey, MaxKey]");
@@ -985,32 +974,638 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
         }
         exec_ixscan_set_bounds(ix, &p.bounds);
         cb_plan_cleanup(&p);
-        *out = exec_fetch_new(ix, coll, effective_filter(q));
-        *kind = EXEC_ACCESS_IXSCAN;
-    } else if (idx != NULL) {
-        bson_iter_t kp;
+    } else {
         shl_keystring_t ks0, ks1;
         bool has0 = false, has1 = false;
-        char desc[200] = "[MinKey, MaxKey]";
+        char desc[200] = "[MinKey, MaxKey]", iv[400];
+        bson_t bounds;
 
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        char iv[400];
-        (void)kp;
-        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
+        index_bounds(filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
         {
             shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
             shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};
-            exec_stage_t *ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
-            bson_t bounds;
-            bounds_doc(idx, iv, &bounds);
-            exec_ixscan_set_bounds(ix, &bounds);
-            bson_destroy(&bounds);
-            *out = exec_fetch_new(ix, coll, effective_filter(q));
+            ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
         }
+        bounds_doc(idx, iv, &bounds);
+        exec_ixscan_set_bounds(ix, &bounds);
+        bson_destroy(&bounds);
         shl_keystring_cleanup(&ks0);
         shl_keystring_cleanup(&ks1);
+    }
+    return ix;
+}
+
+/* The planner's estimate for 'idx' over 'filter' (0: its bounds do not restrict the scan):
+ * the first field's kind, then the bounded fields, unique first among equals. */
+static int
+index_score(const shl_index_t *idx, const bson_t *filter)
+{
+    int score;
+    if (!plannable(idx) || bson_empty(filter)) {
+        return 0;
+    }
+    if (compound_ok(idx)) {
+        cb_plan_t p;
+        compound_bounds(filter, idx, &p);
+        score = p.bounded ? p.score * 2 + (idx->unique ? 1 : 0) : 0;
+        cb_plan_cleanup(&p);
+    } else {
+        shl_keystring_t ks0, ks1;
+        bool h0, h1;
+        char desc[200], iv[400];
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        score = index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv));
+        score = score > 0 ? (score * 8 + 1) * 2 + (idx->unique ? 1 : 0) : 0;
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+    }
+    return score >= 2 ? score : 0;
+}
+
+#define OR_MAX_BRANCHES 64
+#define MAX_CANDIDATES 8
+
+/* A top-level $or whose every branch (a document) has an index that bounds it: the
+ * branches (views into 'filter') and their indexes. */
+typedef struct or_plan {
+    size_t n;
+    bson_t branch[OR_MAX_BRANCHES];
+    const shl_index_t *idx[OR_MAX_BRANCHES];
+} or_plan_t;
+
+static bool
+or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
+{
+    bson_iter_t it, el;
+
+    o->n = 0;
+    if (!bson_iter_init_find(&it, filter, "$or") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &el)) {
+        return false;
+    }
+    while (bson_iter_next(&el)) {
+        const uint8_t *d;
+        uint32_t l;
+        const shl_index_t *best = NULL;
+        int best_score = 0;
+        if (o->n == OR_MAX_BRANCHES || !BSON_ITER_HOLDS_DOCUMENT(&el)) {
+            return false;
+        }
+        bson_iter_document(&el, &l, &d);
+        if (!bson_init_static(&o->branch[o->n], d, l) || bson_empty(&o->branch[o->n])) {
+            return false;
+        }
+        for (size_t i = 0; i < coll->nindexes; i++) {
+            int sc = index_score(coll->indexes[i], &o->branch[o->n]);
+            if (sc > best_score) {
+                best = coll->indexes[i];
+                best_score = sc;
+            }
+        }
+        if (best == NULL) {
+            return false;
+        }
+        o->idx[o->n++] = best;
+    }
+    return o->n > 0;
+}
+
+/* Top-level fields of a numeric, non-multikey key pattern: *n of them into 'fields'. */
+static bool
+index_fields(const shl_index_t *idx, const char **fields, size_t max, size_t *n)
+{
+    bson_iter_t kp;
+    *n = 0;
+    if (!compound_ok(idx) || !bson_iter_init(&kp, idx->key_pattern)) {
+        return false;
+    }
+    while (bson_iter_next(&kp)) {
+        if (*n == max || strchr(bson_iter_key(&kp), '.') != NULL) {
+            return false;
+        }
+        fields[(*n)++] = bson_iter_key(&kp);
+    }
+    return *n > 0;
+}
+
+static bool
+in_fields(const char *f, const char *const *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(fields[i], f) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether 'filter' can run on a document of the index fields alone: comparisons of
+ * those fields with plain values, under $and/$or/$nor. (A null key value, which may
+ * stand for a missing field, makes PROJECTION_COVERED read the record instead.) */
+static bool
+filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int depth)
+{
+    bson_iter_t it;
+    if (depth > 8 || !bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) {
+            bson_iter_t el;
+            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
+                return false;
+            }
+            while (bson_iter_next(&el)) {
+                const uint8_t *d;
+                uint32_t l;
+                bson_t sub;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
+                    return false;
+                }
+                bson_iter_document(&el, &l, &d);
+                if (!bson_init_static(&sub, d, l) || !filter_on_fields(&sub, fields, n, depth + 1)) {
+                    return false;
+                }
+            }
+            continue;
+        }
+        if (!in_fields(k, fields, n)) {
+            return false;
+        }
+        if (is_operator_doc(&it)) {
+            bson_iter_t sub;
+            bson_iter_recurse(&it, &sub);
+            while (bson_iter_next(&sub)) {
+                const char *op = bson_iter_key(&sub);
+                if (op_kind(op) != B_NONE || strcmp(op, "$ne") == 0) {
+                    if (!boundable(&sub)) {
+                        return false;
+                    }
+                } else if (strcmp(op, "$in") == 0 || strcmp(op, "$nin") == 0) {
+                    bson_iter_t vals;
+                    if (!BSON_ITER_HOLDS_ARRAY(&sub) || !bson_iter_recurse(&sub, &vals)) {
+                        return false;
+                    }
+                    while (bson_iter_next(&vals)) {
+                        if (!boundable(&vals)) {
+                            return false;
+                        }
+                    }
+                } else {
+                    return false;
+                }
+            }
+        } else if (!boundable(&it)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether q's projection and filter need only the fields of 'idx' (covered). */
+static bool
+coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
+{
+    const char *fields[32];
+    size_t n;
+    bson_iter_t it;
+    bool id_listed = false, id_included = true, any = false;
+
+    if (!q->has_projection || q->orphan_filter != NULL || q->count_only ||
+        (q->has_sort && !sorted) || !index_fields(idx, fields, 32, &n) ||
+        !bson_iter_init(&it, &q->projection)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool on;
+        if (!(BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it))) {
+            return false;
+        }
+        on = bson_iter_as_bool(&it);
+        if (strcmp(k, "_id") == 0) {
+            id_listed = true;
+            id_included = on;
+        } else if (!on || !in_fields(k, fields, n)) {
+            return false;
+        } else {
+            any = true;
+        }
+    }
+    (void)id_listed;
+    if (!any || (id_included && !in_fields("_id", fields, n))) {
+        return false;
+    }
+    return filter_on_fields(&q->filter, fields, n, 0);
+}
+
+/* One candidate: an index scan (idx) or the OR plan (idx NULL). */
+typedef struct cand {
+    const shl_index_t *idx;
+    int score;
+} cand_t;
+
+/* Build the stages of candidate 'c' (with FETCH, or PROJECTION_COVERED). */
+static exec_stage_t *
+cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
+           const or_plan_t *o, const shl_matcher_t *filter, bool *sorted, bool *covered)
+{
+    exec_stage_t *root;
+    *sorted = *covered = false;
+    if (c->idx == NULL) {
+        exec_stage_t *kids[OR_MAX_BRANCHES];
+        bool s;
+        for (size_t i = 0; i < o->n; i++) {
+            kids[i] = index_scan(o->idx[i], &o->branch[i], NULL, &s);
+        }
+        return exec_fetch_new(exec_or_new(kids, o->n), coll, filter);
+    }
+    root = index_scan(c->idx, &q->filter, q->has_sort ? &q->sort : NULL, sorted);
+    if (coverable(q, c->idx, *sorted)) {
+        *covered = true;
+        return exec_projection_covered_new(root, coll, c->idx, q->proj, &q->projection, filter);
+    }
+    return exec_fetch_new(root, coll, filter);
+}
+
+/* Run 'root' for a trial in 'ctx': MongoDB's score of what it did. */
+static int
+trial_score(exec_stage_t *root, exec_ctx_t *ctx, bool no_sort, bool no_fetch, double *score,
+            shl_status_t *st)
+{
+    int ret = 0;
+    int64_t works = 10000, advanced = 0;
+    bool eof = false;
+
+    ctx->trial_works = &works;
+    ctx->trial_cut = false;
+    while (advanced < 101) {
+        exec_row_t row;
+        bool end = false;
+        SHL_ERR(exec_stage_next(root, ctx, &row, &end, st));
+        if (end) {
+            eof = !ctx->trial_cut;
+            break;
+        }
+        advanced++;
+    }
+    {
+        int64_t used = 10000 - works;
+        *score = 1.0 + (double)advanced / (double)(used > 0 ? used : 1) + (eof ? 1.0 : 0.0) +
+                 (no_sort ? 1e-4 : 0) + (no_fetch ? 1e-4 : 0);
+    }
+done:
+    ctx->trial_works = NULL;
+    ctx->trial_cut = false;
+    return ret;
+}
+
+static int
+cand_cmp(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    return y->score - x->score;
+}
+
+/* ---------------------------------------------------------------- COUNT_SCAN */
+
+/* Whether 'v' is a range end COUNT_SCAN can bound exactly: a number (not NaN), string or
+ * date; *bracket says which. */
+static bool
+range_value(const bson_value_t *v, int *bracket)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+    case BSON_TYPE_DECIMAL128:
+        *bracket = 1;
+        return true;
+    case BSON_TYPE_DOUBLE:
+        *bracket = 1;
+        return v->value.v_double == v->value.v_double;
+    case BSON_TYPE_UTF8:
+        *bracket = 2;
+        return true;
+    case BSON_TYPE_DATE_TIME:
+        *bracket = 3;
+        return true;
+    default:
+        return false;
+    }
+}
+
+typedef struct cs_pred {
+    const char *field;
+    bool point, used;
+    bson_value_t v;       /* the point */
+    bool has_lo, has_hi;  /* a range */
+    bool lo_incl, hi_incl;
+    bson_value_t lo, hi;
+} cs_pred_t;
+
+/* One field's predicate in COUNT_SCAN's terms; false when not exact. */
+static bool
+cs_parse(const bson_iter_t *it, cs_pred_t *p)
+{
+    bson_iter_t sub;
+    int b0 = 0, b1 = 0;
+
+    memset(p, 0, sizeof(*p));
+    p->field = bson_iter_key(it);
+    if (!is_operator_doc(it)) {
+        if (!boundable(it) || BSON_ITER_HOLDS_NULL(it) || BSON_ITER_HOLDS_UNDEFINED(it)) {
+            return false;
+        }
+        p->point = true;
+        bson_iter_t c = *it;
+        p->v = *bson_iter_value(&c);
+        return true;
+    }
+    bson_iter_recurse(it, &sub);
+    while (bson_iter_next(&sub)) {
+        int k = op_kind(bson_iter_key(&sub));
+        if (k == B_NONE || !boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub) ||
+            BSON_ITER_HOLDS_UNDEFINED(&sub)) {
+            return false;
+        }
+        if (k == B_EQ) {
+            if (p->point || p->has_lo || p->has_hi) {
+                return false;
+            }
+            p->point = true;
+            p->v = *bson_iter_value(&sub);
+        } else if (p->point) {
+            return false;
+        } else if (k == B_GT || k == B_GTE) {
+            if (p->has_lo || !range_value(bson_iter_value(&sub), &b0)) {
+                return false;
+            }
+            p->has_lo = true;
+            p->lo_incl = k == B_GTE;
+            p->lo = *bson_iter_value(&sub);
+        } else {
+            if (p->has_hi || !range_value(bson_iter_value(&sub), &b1)) {
+                return false;
+            }
+            p->has_hi = true;
+            p->hi_incl = k == B_LTE;
+            p->hi = *bson_iter_value(&sub);
+        }
+    }
+    if (p->point) {
+        return true;
+    }
+    /* One-sided: numbers only, closed by an infinity (NaN sorts below every number). */
+    if (p->has_lo && p->has_hi) {
+        return b0 == b1;
+    }
+    if (p->has_lo && b0 == 1) {
+        p->has_hi = p->hi_incl = true;
+        p->hi.value_type = BSON_TYPE_DOUBLE;
+        p->hi.value.v_double = 1.0 / 0.0;
+        return true;
+    }
+    if (p->has_hi && b1 == 1) {
+        p->has_lo = p->lo_incl = true;
+        p->lo.value_type = BSON_TYPE_DOUBLE;
+        p->lo.value.v_double = -1.0 / 0.0;
+        return true;
+    }
+    return false;
+}
+
+static void
+append_bound_value(bson_t *d, const char *field, const bson_value_t *v, bool min)
+{
+    if (v != NULL) {
+        bson_append_value(d, field, -1, v);
+    } else if (min) {
+        bson_append_minkey(d, field, -1);
+    } else {
+        bson_append_maxkey(d, field, -1);
+    }
+}
+
+/* A single interval of 'idx' holding exactly the entries of documents matching
+ * 'filter' (equalities on a key prefix, then at most one range); explain's bounds. */
+static bool
+count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *start,
+                  shl_keystring_t *end, bson_t *bounds)
+{
+    cs_pred_t preds[32];
+    size_t np = 0, used = 0;
+    bson_iter_t it, kp;
+    bson_t sk, ek;
+    bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
+
+    if (!plannable(idx) || !compound_ok(idx) || bson_empty(filter) ||
+        !bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        if (np == 32 || bson_iter_key(&it)[0] == '$' || !cs_parse(&it, &preds[np])) {
+            return false;
+        }
+        for (size_t i = 0; i < np; i++) {
+            if (strcmp(preds[i].field, preds[np].field) == 0) {
+                return false;
+            }
+        }
+        np++;
+    }
+    bson_init(&sk);
+    bson_init(&ek);
+    bson_iter_init(&kp, idx->key_pattern);
+    while (ok && bson_iter_next(&kp)) {
+        const char *f = bson_iter_key(&kp);
+        bool desc = bson_iter_as_double(&kp) < 0;
+        cs_pred_t *p = NULL;
+        for (size_t i = 0; i < np; i++) {
+            if (strcmp(preds[i].field, f) == 0) {
+                p = &preds[i];
+            }
+        }
+        if (p != NULL && (range || after)) {
+            ok = false;
+        } else if (p == NULL) {
+            after = true;
+            append_bound_value(&sk, f, NULL, !desc);
+            append_bound_value(&ek, f, NULL, desc);
+        } else if (p->point) {
+            shl_keystring_append_value(start, &p->v, desc);
+            shl_keystring_append_value(end, &p->v, desc);
+            append_bound_value(&sk, f, &p->v, true);
+            append_bound_value(&ek, f, &p->v, true);
+            used++;
+        } else {
+            /* The low value starts an ascending field and ends a descending one. */
+            const bson_value_t *a = desc ? &p->hi : &p->lo, *b = desc ? &p->lo : &p->hi;
+            bool a_incl = desc ? p->hi_incl : p->lo_incl, b_incl = desc ? p->lo_incl : p->hi_incl;
+            shl_keystring_append_value(start, a, desc);
+            if (!a_incl) {
+                shl_keystring_append_max_suffix(start);
+            }
+            shl_keystring_append_value(end, b, desc);
+            if (b_incl) {
+                shl_keystring_append_max_suffix(end);
+            }
+            append_bound_value(&sk, f, a, true);
+            append_bound_value(&ek, f, b, true);
+            lo_incl = a_incl;
+            hi_incl = b_incl;
+            range = true;
+            used++;
+        }
+    }
+    if (ok && used == np) {
+        if (!range) {
+            shl_keystring_append_max_suffix(end);
+        }
+        BSON_APPEND_DOCUMENT(bounds, "startKey", &sk);
+        BSON_APPEND_BOOL(bounds, "startKeyInclusive", lo_incl);
+        BSON_APPEND_DOCUMENT(bounds, "endKey", &ek);
+        BSON_APPEND_BOOL(bounds, "endKeyInclusive", hi_incl);
+    }
+    bson_destroy(&sk);
+    bson_destroy(&ek);
+    return ok && used == np;
+}
+
+/* A COUNT_SCAN for a count_only query, or NULL. */
+static exec_stage_t *
+count_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_t *hinted)
+{
+    exec_stage_t *out = NULL;
+    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog) {
+        return NULL;
+    }
+    for (size_t i = 0; out == NULL && i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        shl_keystring_t ks0, ks1;
+        bson_t bounds = BSON_INITIALIZER;
+        if (hinted != NULL && idx != hinted) {
+            continue;
+        }
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        if (count_scan_bounds(&q->filter, idx, &ks0, &ks1, &bounds)) {
+            shl_key_bound_t b0 = {ks0.data, ks0.len}, b1 = {ks1.data, ks1.len};
+            out = exec_count_scan_new(idx, &b0, &b1, &bounds);
+        }
+        bson_destroy(&bounds);
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+    }
+    return out;
+}
+
+int
+exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
+                   exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
+                   bson_t *rejected, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_index_t *idx = NULL;
+    int natural = 0;
+    cand_t cands[MAX_CANDIDATES];
+    size_t ncands = 0;
+    or_plan_t *orp = NULL;
+    exec_stage_t *trial_root = NULL;
+
+    *out = NULL;
+    *sorted = false;
+    *covered = false;
+    if (q->has_hint) {
+        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
+    }
+    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point)) {
+        exec_stage_t *cs = count_scan(coll, q, idx);
+        if (cs != NULL) {
+            *kind = EXEC_ACCESS_COUNT_SCAN;
+            *out = cs;
+            goto done;
+        }
+    }
+    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
+        !(q->id_point && coll->nindexes > 0)) {
+        /* Candidates: every index that bounds the filter, and an OR of index scans. */
+        cand_t all[64];
+        size_t nall = 0;
+        for (size_t i = 0; i < coll->nindexes && nall < 64; i++) {
+            int sc = index_score(coll->indexes[i], &q->filter);
+            if (sc > 0) {
+                all[nall].idx = coll->indexes[i];
+                all[nall++].score = sc;
+            }
+        }
+        /* Best estimate first; ties keep catalog order (qsort is not stable). */
+        for (size_t a = 1; a < nall; a++) {
+            for (size_t b = a; b > 0 && cand_cmp(&all[b - 1], &all[b]) > 0; b--) {
+                cand_t t = all[b];
+                all[b] = all[b - 1];
+                all[b - 1] = t;
+            }
+        }
+        for (size_t i = 0; i < nall && ncands < MAX_CANDIDATES - 1; i++) {
+            cands[ncands++] = all[i];
+        }
+        orp = bson_malloc0(sizeof(*orp));
+        if (or_plan_find(coll, &q->filter, orp)) {
+            cands[ncands].idx = NULL;
+            cands[ncands++].score = 0;
+        }
+        if (ncands == 0) {
+            idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
+        }
+    }
+    if (coll == NULL) {
+        *kind = EXEC_ACCESS_EOF;
+        *out = exec_eof_new();
+    } else if (idx != NULL) {
+        cand_t c = {idx, 0};
+        *out = cand_build(coll, q, &c, NULL, effective_filter(q), sorted, covered);
         *kind = EXEC_ACCESS_IXSCAN;
+    } else if (ncands > 0) {
+        size_t win = 0;
+        if (ncands > 1 && trial != NULL) {
+            double best = -1;
+            for (size_t i = 0; i < ncands; i++) {
+                bool s, cov;
+                double sc;
+                trial_root = cand_build(coll, q, &cands[i], orp, effective_filter(q), &s, &cov);
+                SHL_ERR(trial_score(trial_root, trial, s || !q->has_sort, cov, &sc, st));
+                if (sc > best) {
+                    best = sc;
+                    win = i;
+                }
+                exec_stage_destroy(trial_root);
+                trial_root = NULL;
+            }
+            for (size_t i = 0; rejected != NULL && i < ncands; i++) {
+                bool s, cov;
+                bson_t doc;
+                char k[16];
+                const char *key;
+                uint32_t nrej = 0;
+                if (i == win) {
+                    continue;
+                }
+                nrej = (uint32_t)(i < win ? i : i - 1);
+                trial_root = cand_build(coll, q, &cands[i], orp, effective_filter(q), &s, &cov);
+                bson_uint32_to_string(nrej, &key, k, sizeof(k));
+                bson_append_document_begin(rejected, key, -1, &doc);
+                exec_stage_explain(trial_root, false, &doc);
+                bson_append_document_end(rejected, &doc);
+                exec_stage_destroy(trial_root);
+                trial_root = NULL;
+            }
+        }
+        *out = cand_build(coll, q, &cands[win], orp, effective_filter(q), sorted, covered);
+        *kind = cands[win].idx == NULL ? EXEC_ACCESS_OR : EXEC_ACCESS_IXSCAN;
     } else if (q->id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
         *kind = EXEC_ACCESS_IDHACK;
         *out = exec_idhack_new(coll, &q->id_value);
@@ -1042,5 +1637,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
         *out = exec_collscan_new(coll, natural >= 0, effective_filter(q), min_rid);
     }
 done:
+    exec_stage_destroy(trial_root);
+    bson_free(orp);
     return ret;
 }

@@ -1286,7 +1286,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
             break;
         }
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, &keys, st));
-        if (keys.n > 1) {
+        if (keys.n > 1 || keys.array_paths != 0) {
             idx->multikey = true;
         }
         SHL_ERR(shl_index_insert_keys(txn, idx, &keys, rid, NULL, &dup, st));

@@ -32,7 +32,7 @@ typedef struct shl_index {
     char *ident;          /* "index-7" */
     char *uri;            /* "table:index-7" */
     shl_keygen_t *keygen; /* from the engine's keygen factory */
-    bool multikey;        /* some committed document made more than one key (never cleared);
+    bool multikey;        /* some committed document had an array on a key path (never cleared);
                              stored as "multikey" in the catalog entry */
 } shl_index_t;
 

@@ -51,6 +51,7 @@ shl_keyset_clear(shl_keyset_t *ks)
 {
     ks->len = 0;
     ks->n = 0;
+    ks->array_paths = 0;
 }
 
 void
@@ -125,6 +126,7 @@ shl_keyset_sort_unique(shl_keyset_t *ks)
         }
     }
     bson_free(refs);
+    out.array_paths = ks->array_paths;
     shl_keyset_cleanup(ks);
     *ks = out;
 }
@@ -257,6 +259,7 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
             values_add(&vals[i], &null_v);
         }
         if (vals[i].from_array) {
+            keys->array_paths |= 1ull << (i < 63 ? i : 63);
             if (multi != SIZE_MAX) {
                 SHL_FAIL(st, SHL_CODE_CANNOT_INDEX_PARALLEL_ARRAYS,
                          "cannot index parallel arrays [%s] [%s]", s->f[i].path, s->f[multi].path);

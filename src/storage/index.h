@@ -28,6 +28,9 @@ typedef struct shl_keyset {
     size_t len, cap;
     size_t *offs; /* key i = buf[offs[i] .. offs[i+1]), offs[n] == len */
     size_t n, ncap;
+    /* Bit i (63: i >= 63): key field i's path went through an array in a document whose
+     * keys were generated into the set (MongoDB's multikey path; cleared with the keys). */
+    uint64_t array_paths;
 } shl_keyset_t;
 
 void shl_keyset_init(shl_keyset_t *ks);

@@ -673,9 +673,15 @@ SHL_TEST(multikey_flag_set_by_writes_and_durable)
     ASSERT(!is_multikey(eng, "db.m", "a_1"));
     ASSERT(is_multikey(eng, "db.m", "b_1"));
     ASSERT(!is_multikey(eng, "db.m", "_id_"));
-    /* A single-element array makes one key: still not multikey. */
-    ASSERT_INT_EQ(insert_json(eng, "db.m", "{'_id': 2, 'a': [7]}", &st), 0);
-    ASSERT(!is_multikey(eng, "db.m", "a_1"));
+    /* A single-element array makes one key, but the path holds an array: multikey. */
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.s", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.s", T("{'key': {'a': 1}, 'name': 'a_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    ASSERT_INT_EQ(insert_json(eng, "db.s", "{'_id': 2, 'a': 7}", &st), 0);
+    ASSERT(!is_multikey(eng, "db.s", "a_1"));
+    ASSERT_INT_EQ(insert_json(eng, "db.s", "{'_id': 3, 'a': [7]}", &st), 0);
+    ASSERT(is_multikey(eng, "db.s", "a_1"));
     /* An aborted write leaves the flag off. */
     c = shl_catalog_get(eng, "db.m");
     ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);

@@ -66,7 +66,8 @@ keysets_cleanup(shl_keyset_t *ks, size_t n)
     bson_free(ks);
 }
 
-/* Mark the indexes where 'doc' made several keys as multikey (catalog, in 'txn'). */
+/* Mark the indexes where 'doc' has an array on a key path (several keys, or one from a
+ * one-element array: MongoDB's multikey) as multikey (catalog, in 'txn'). */
 static int
 note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_keyset_t *ks,
               shl_status_t *st)
@@ -76,7 +77,7 @@ note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_ke
     int ret = 0;
 
     for (size_t i = 0; i < coll->nindexes; i++) {
-        multi[i] = ks[i].n > 1 && !coll->indexes[i]->multikey;
+        multi[i] = (ks[i].n > 1 || ks[i].array_paths != 0) && !coll->indexes[i]->multikey;
         any = any || multi[i];
     }
     if (any) {

@@ -23,10 +23,14 @@ def test_multikey_flag_in_explain_and_durable(node):
     db = node.client().test
     db.c.create_index("a")
     db.c.create_index("b")
-    db.c.insert_many([{"_id": 1, "a": 1, "b": 1}, {"_id": 2, "a": [3], "b": 2}])
+    db.c.insert_many([{"_id": 1, "a": 1, "b": 1}, {"_id": 2, "a": 3, "b": 2}])
     assert ixscan(db, {"a": 1}, "a_1")["isMultiKey"] is False
     db.c.insert_one({"_id": 3, "a": [4, 5], "b": 3})
     assert ixscan(db, {"a": 1}, "a_1")["isMultiKey"] is True
+    # As in MongoDB, one array element is enough (the path holds an array).
+    db.e.create_index("a")
+    db.e.insert_one({"_id": 1, "a": [7]})
+    assert ixscan(db, {"a": 7}, "a_1")["isMultiKey"] is True
     # An update that makes an array sets it too; a failed write does not.
     db.c.update_one({"_id": 1}, {"$set": {"b": [7, 8]}})
     assert ixscan(db, {"b": 1}, "b_1")["isMultiKey"] is True
