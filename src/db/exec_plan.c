@@ -177,6 +177,9 @@ exec_stage_explain(const exec_stage_t *s, bool exec_stats, bson_t *out)
             if (s->stats.docs_examined > 0) {
                 BSON_APPEND_INT64(out, "docsExamined", s->stats.docs_examined);
             }
+        } else if (strcmp(name, "COUNT") == 0) {
+            BSON_APPEND_INT64(out, "nCounted", s->stats.advanced);
+            BSON_APPEND_INT64(out, "nSkipped", 0);
         } else if (strcmp(name, "OR") == 0) {
             BSON_APPEND_INT64(out, "dupsTested", s->stats.dups_tested);
             BSON_APPEND_INT64(out, "dupsDropped", s->stats.dups_dropped);

@@ -186,3 +186,205 @@ def test_sort_from_index(db):
                                "limit": 5}, verbosity="executionStats")
     assert e["executionStats"]["totalKeysExamined"] <= 6
     assert e["executionStats"]["nReturned"] == 5
+
+
+def plan_stages(plan):
+    """Stage names of a plan tree, depth first (inputStage and inputStages)."""
+    out = [plan["stage"]]
+    if "inputStage" in plan:
+        out += plan_stages(plan["inputStage"])
+    for s in plan.get("inputStages", []):
+        out += plan_stages(s)
+    return out
+
+
+def rand_doc(rng, i):
+    d = {"_id": i}
+    arr = rng.choice("abc")  # at most one array per document (no parallel arrays)
+    for k in "abc":
+        r = rng.random()
+        if r < 0.1:
+            continue  # missing
+        if r < 0.3 and k == arr:
+            d[k] = [rand_value(rng) for _ in range(rng.randint(0, 3))]
+        else:
+            d[k] = rand_value(rng)
+    return d
+
+
+def rand_or_filter(rng):
+    branches = [rand_filter(rng) for _ in range(rng.randint(1, 3))]
+    f = {"$or": branches}
+    if rng.random() < 0.3:
+        f[rng.choice(["a", "b", "c"])] = rand_pred(rng)
+    return f
+
+
+def rand_projection(rng):
+    fields = rng.sample(["a", "b", "c"], rng.randint(1, 2))
+    p = {k: 1 for k in fields}
+    if rng.random() < 0.7:
+        p["_id"] = 0
+    return p
+
+
+def test_plans_match_collection_scan_with_arrays_or_and_projections(db):
+    """Differential: whatever plan the planner picks (OR, multi-plan winner, covered,
+    COUNT_SCAN) returns what a collection scan returns, over documents with arrays,
+    nulls and missing fields; two collections: one whose indexes stay non-multikey."""
+    import random
+    rng = random.Random(9090)
+    db.m.insert_many([rand_doc(rng, i) for i in range(300)])
+    db.s.insert_many([{"_id": i, **{k: rand_value(rng) for k in "abc" if rng.random() < 0.9}}
+                      for i in range(300)])
+    for coll in (db.m, db.s):
+        for ix in INDEXES:
+            coll.create_index(ix)
+        coll.create_index([("b", 1), ("c", 1)])
+    kinds = set()
+    for _ in range(250):
+        f = rand_or_filter(rng) if rng.random() < 0.5 else rand_filter(rng)
+        proj = rand_projection(rng) if rng.random() < 0.5 else None
+        for coll in (db.m, db.s):
+            want = sorted((d for d in coll.find(f, proj).hint([("$natural", 1)])),
+                          key=lambda d: repr(sorted(d.items())))
+            got = sorted((d for d in coll.find(f, proj)), key=lambda d: repr(sorted(d.items())))
+            assert got == want, (coll.name, f, proj)
+            assert coll.count_documents(f) == len(want), (coll.name, f)
+            n = db.command("count", coll.name, query=f)["n"]
+            assert n == len(want), (coll.name, f)
+            e = db.command("explain", {"find": coll.name, "filter": f,
+                                       **({"projection": proj} if proj else {})})
+            kinds.update(plan_stages(e["queryPlanner"]["winningPlan"]))
+            if e["queryPlanner"]["rejectedPlans"]:
+                kinds.add("rejected")
+            e = db.command("explain", {"count": coll.name, "query": f})
+            kinds.update(plan_stages(e["queryPlanner"]["winningPlan"]))
+    assert {"OR", "PROJECTION_COVERED", "COUNT_SCAN", "rejected", "IXSCAN"} <= kinds, kinds
+
+
+def test_or_plan_explain(db):
+    db.c.insert_many([{"_id": i, "a": i % 20, "b": i % 7, "c": i} for i in range(200)])
+    db.c.create_index("a")
+    db.c.create_index("b")
+    f = {"$or": [{"a": 3}, {"b": {"$in": [1, 2]}}]}
+    e = db.command("explain", {"find": "c", "filter": f}, verbosity="executionStats")
+    plan = e["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "FETCH"
+    assert plan["inputStage"]["stage"] == "OR"
+    ins = plan["inputStage"]["inputStages"]
+    assert [s["stage"] for s in ins] == ["IXSCAN", "IXSCAN"]
+    assert [s["indexName"] for s in ins] == ["a_1", "b_1"]
+    assert ins[1]["indexBounds"] == {"b": ["[1, 1]", "[2, 2]"]}
+    want = [d for d in db.c.find(f).hint([("$natural", 1)])]
+    stats = e["executionStats"]
+    assert stats["nReturned"] == len(want)
+    # Documents in both branches are fetched once (the OR drops duplicate RecordIds).
+    assert stats["totalDocsExamined"] == len(want)
+    both = sum(1 for d in want if d["a"] == 3 and d["b"] in (1, 2))
+    assert both > 0
+    assert stats["executionStages"]["inputStage"]["dupsDropped"] == both
+    # A branch no index can bound: a collection scan.
+    f = {"$or": [{"a": 3}, {"c": 5}]}
+    plan = db.command("explain", {"find": "c", "filter": f})["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "COLLSCAN"
+    assert sorted(d["_id"] for d in db.c.find(f)) == \
+        sorted(d["_id"] for d in db.c.find(f).hint([("$natural", 1)]))
+
+
+def test_multi_plan_picks_productive_index_and_reports_rejected(db):
+    # 'a' is nearly constant, 'b' nearly unique: {a: 1, b: 5} is answered best by b_1.
+    db.c.insert_many([{"_id": i, "a": 1 if i % 50 else 2, "b": i} for i in range(2000)])
+    db.c.create_index("a")
+    db.c.create_index("b")
+    e = db.command("explain", {"find": "c", "filter": {"a": 1, "b": {"$gte": 5, "$lt": 8}}},
+                   verbosity="executionStats")
+    qp = e["queryPlanner"]
+    assert qp["winningPlan"]["inputStage"]["indexName"] == "b_1"
+    assert [p["inputStage"]["indexName"] for p in qp["rejectedPlans"]] == ["a_1"]
+    assert e["executionStats"]["nReturned"] == 3
+    assert e["executionStats"]["totalKeysExamined"] <= 4
+    # The other way round: a rare 'a' value beats a wide range on 'b'.
+    e = db.command("explain", {"find": "c", "filter": {"a": 2, "b": {"$gte": 0}}})
+    qp = e["queryPlanner"]
+    assert qp["winningPlan"]["inputStage"]["indexName"] == "a_1"
+    assert [p["inputStage"]["indexName"] for p in qp["rejectedPlans"]] == ["b_1"]
+    # One candidate: nothing rejected.
+    e = db.command("explain", {"find": "c", "filter": {"b": 5}})
+    assert e["queryPlanner"]["rejectedPlans"] == []
+
+
+def test_covered_queries(db):
+    db.c.insert_many([{"_id": i, "s": "k%03d" % i, "t": "v%d" % (i % 5), "n": i}
+                      for i in range(100)])
+    db.c.create_index([("s", 1), ("t", 1)])
+    e = db.command("explain", {"find": "c", "filter": {"s": {"$gte": "k010", "$lt": "k020"}},
+                               "projection": {"_id": 0, "s": 1, "t": 1}},
+                   verbosity="executionStats")
+    assert plan_stages(e["queryPlanner"]["winningPlan"]) == ["PROJECTION_COVERED", "IXSCAN"]
+    assert e["executionStats"]["totalDocsExamined"] == 0
+    assert e["executionStats"]["nReturned"] == 10
+    got = list(db.c.find({"s": {"$gte": "k010", "$lt": "k020"}}, {"_id": 0, "s": 1, "t": 1}))
+    assert got == [{"s": "k%03d" % i, "t": "v%d" % (i % 5)} for i in range(10, 20)]
+    # A residual filter on an index field runs on the key.
+    got = list(db.c.find({"s": {"$gte": "k010", "$lt": "k020"}, "t": "v1"},
+                         {"_id": 0, "t": 1, "s": 1}))
+    assert got == [{"s": "k011", "t": "v1"}, {"s": "k016", "t": "v1"}]
+    # _id included (not in the index), a field outside the index: FETCH.
+    for proj in ({"s": 1}, {"_id": 0, "s": 1, "n": 1}):
+        e = db.command("explain", {"find": "c", "filter": {"s": "k001"}, "projection": proj})
+        assert "FETCH" in plan_stages(e["queryPlanner"]["winningPlan"]), proj
+    # Numbers keep their BSON type: values the key cannot restore are read from the record.
+    db.d.insert_many([{"_id": 1, "x": 1.0}, {"_id": 2, "x": 2}])
+    db.d.create_index("x")
+    got = list(db.d.find({"x": {"$gte": 0}}, {"_id": 0, "x": 1}))
+    assert [type(d["x"]) for d in got] == [float, int]
+    # Missing vs null: {a: null} matches both, and only the null one has the field.
+    db.e.insert_many([{"_id": 1, "a": None}, {"_id": 2}, {"_id": 3, "a": "x"}])
+    db.e.create_index("a")
+    got = sorted(db.e.find({"a": None}, {"_id": 0, "a": 1}), key=repr)
+    assert got == sorted([{"a": None}, {}], key=repr)
+    # A multikey index never covers (one-element arrays included).
+    db.e.insert_one({"_id": 4, "a": ["y"]})
+    e = db.command("explain", {"find": "e", "filter": {"a": "y"}, "projection": {"_id": 0, "a": 1}})
+    assert "FETCH" in plan_stages(e["queryPlanner"]["winningPlan"])
+    assert list(db.e.find({"a": "y"}, {"_id": 0, "a": 1})) == [{"a": ["y"]}]
+
+
+def test_count_scan(db):
+    db.c.insert_many([{"_id": i, "a": i % 10, "b": i % 3, "s": "x%d" % (i % 4)}
+                      for i in range(300)])
+    db.c.create_index([("a", 1), ("b", -1)])
+    db.c.create_index("s")
+    cases = [
+        ({"a": 3}, None),
+        ({"a": 3, "b": 1}, None),
+        ({"a": 3, "b": {"$gt": 0}}, None),
+        ({"a": {"$gte": 2, "$lt": 5}}, None),
+        ({"a": {"$gt": 7}}, None),
+        ({"a": {"$lte": 1}}, None),
+        ({"s": {"$gt": "x1", "$lte": "x3"}}, None),
+        ({"s": "x2"}, None),
+        ({"a": {"$in": [1, 2]}}, "FETCH"),   # several intervals
+        ({"b": 1}, "COLLSCAN"),              # not a prefix
+        ({"s": {"$gt": "x1"}}, "FETCH"),     # one-sided string range: not exact
+        ({"a": 3, "n": 1}, "FETCH"),         # a field outside the index
+    ]
+    for f, other in cases:
+        want = sum(1 for _ in db.c.find(f).hint([("$natural", 1)]))
+        assert db.command("count", "c", query=f)["n"] == want, f
+        assert db.command("count", "c", query=f, skip=2, limit=5)["n"] == \
+            max(0, min(5, want - 2)), f
+        e = db.command("explain", {"count": "c", "query": f}, verbosity="executionStats")
+        names = plan_stages(e["queryPlanner"]["winningPlan"])
+        assert names[0] == "COUNT", f
+        if other is None:
+            assert names == ["COUNT", "COUNT_SCAN"], f
+            assert e["executionStats"]["totalDocsExamined"] == 0
+            assert e["executionStats"]["executionStages"]["nCounted"] == want
+        else:
+            assert other in names, (f, names)
+    e = db.command("explain", {"count": "c", "query": {"a": 3, "b": {"$gt": 0}}})
+    b = e["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]
+    assert b["startKey"] == {"a": 3, "b": {"$maxKey": 1}} or b["startKey"]["a"] == 3
+    assert b["endKeyInclusive"] is False
