@@ -624,7 +624,8 @@ field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *
 }
 
 /*
- * Compound bounds for a non-multikey ascending/descending index. Score: the first
+ * Compound bounds for an ascending/descending index (on fields holding arrays, one side
+ * of a range only: multikey_paths). Score: the first
  * field's kind (3 one point, 2 several points, 1 range, 0 none) * 8 + bounded fields.
  */
 static void
@@ -634,6 +635,7 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
     field_preds_t *fp = bson_malloc0(sizeof(*fp));
     bool stopped = false;
     int nfields = 0, first_kind = 0;
+    size_t nkey = 0;
 
     memset(p, 0, sizeof(*p));
     bson_init(&p->bounds);
@@ -649,6 +651,14 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
         memset(fp, 0, sizeof(*fp));
         if (!stopped) {
             preds_collect(filter, field, fp, 0);
+            if (idx->multikey_paths & (1ull << (nkey < 63 ? nkey : 63))) {
+                /* The field holds arrays: each predicate may match another element, so
+                 * a lower and an upper bound do not intersect (MongoDB's multikey rule;
+                 * points, or bounds on one side, still hold for the matching key). */
+                if (!fp->has_points && fp->has_lo && fp->has_hi) {
+                    fp->has_hi = false;
+                }
+            }
             if (fp->has_points && !fp->too_many && p->n * fp->npoints <= CB_MAX_INTERVALS) {
                 use = 1;
             } else if (fp->has_lo || fp->has_hi) {
@@ -716,6 +726,7 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
             stopped = true;
         }
         field_bounds_doc(fp, use, desc, field, &p->bounds);
+        nkey++;
     }
     bson_free(fp);
     p->bounded = nfields > 0;
@@ -782,12 +793,12 @@ sort_direction(const bson_t *sort, const shl_index_t *idx, uint64_t eq1)
     return dir;
 }
 
-/* Whether compound_bounds applies to 'idx': numeric key pattern, not multikey. */
+/* Whether compound_bounds applies to 'idx': a numeric key pattern. */
 static bool
 compound_ok(const shl_index_t *idx)
 {
     bson_iter_t kp;
-    if (idx->multikey || !bson_iter_init(&kp, idx->key_pattern)) {
+    if (!bson_iter_init(&kp, idx->key_pattern)) {
         return false;
     }
     while (bson_iter_next(&kp)) {
@@ -796,6 +807,14 @@ compound_ok(const shl_index_t *idx)
         }
     }
     return true;
+}
+
+/* compound_ok and not multikey: every document has one key (index sort, covering,
+ * COUNT_SCAN). */
+static bool
+plain_ok(const shl_index_t *idx)
+{
+    return !idx->multikey && compound_ok(idx);
 }
 
 /* explain's indexBounds: the first field's interval, full ranges for the others. */
@@ -881,7 +900,7 @@ by_sort:
     /* No index bounds the filter: an index that provides the sort (a full scan). */
     for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
-        if (plannable(idx) && compound_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+        if (plannable(idx) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
             best = idx;
         }
     }
@@ -951,7 +970,7 @@ index_scan(const shl_index_t *idx, const bson_t *filter, const bson_t *sort, boo
         static const uint8_t none = 0;
         int dir;
         compound_bounds(filter, idx, &p);
-        dir = sort != NULL ? sort_direction(sort, idx, p.eq1) : 0;
+        dir = sort != NULL && !idx->multikey ? sort_direction(sort, idx, p.eq1) : 0;
         *sorted = dir != 0;
         if (!p.bounded) {
             ix = exec_ixscan_new(idx, NULL, NULL, dir >= 0, "[MinKey, MaxKey]");
@@ -1079,7 +1098,7 @@ index_fields(const shl_index_t *idx, const char **fields, size_t max, size_t *n)
 {
     bson_iter_t kp;
     *n = 0;
-    if (!compound_ok(idx) || !bson_iter_init(&kp, idx->key_pattern)) {
+    if (!plain_ok(idx) || !bson_iter_init(&kp, idx->key_pattern)) {
         return false;
     }
     while (bson_iter_next(&kp)) {
@@ -1402,7 +1421,7 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     bson_t sk, ek;
     bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
 
-    if (!plannable(idx) || !compound_ok(idx) || bson_empty(filter) ||
+    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) ||
         !bson_iter_init(&it, filter)) {
         return false;
     }

@@ -381,6 +381,29 @@ done:
     return ret;
 }
 
+/* explain's multiKeyPaths: {field: [field]} for fields that held arrays, else []. */
+static void
+multikey_paths_explain(const shl_index_t *idx, bson_t *out)
+{
+    bson_t d;
+    bson_iter_t kp;
+    size_t i = 0;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "multiKeyPaths", &d);
+    if (bson_iter_init(&kp, idx->key_pattern)) {
+        while (bson_iter_next(&kp)) {
+            bson_t arr;
+            bool on = (idx->multikey_paths & (1ull << (i < 63 ? i : 63))) != 0;
+            bson_append_array_begin(&d, bson_iter_key(&kp), -1, &arr);
+            if (on) {
+                BSON_APPEND_UTF8(&arr, "0", bson_iter_key(&kp));
+            }
+            bson_append_array_end(&d, &arr);
+            i++;
+        }
+    }
+    bson_append_document_end(out, &d);
+}
+
 static void
 ixscan_explain(const exec_stage_t *s, bson_t *out)
 {
@@ -390,6 +413,7 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
     BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
     BSON_APPEND_BOOL(out, "isMultiKey", x->idx->multikey);
+    multikey_paths_explain(x->idx, out);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
@@ -929,6 +953,7 @@ index_explain_fields(const shl_index_t *idx, bson_t *out)
     BSON_APPEND_DOCUMENT(out, "keyPattern", idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", idx->name);
     BSON_APPEND_BOOL(out, "isMultiKey", idx->multikey);
+    multikey_paths_explain(idx, out);
     BSON_APPEND_BOOL(out, "isUnique", idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it));

@@ -182,6 +182,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         }
         SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
         idx->multikey = c->indexes[i]->multikey;
+        idx->multikey_paths = c->indexes[i]->multikey_paths;
         coll_add_index(n, idx);
     }
     *out = n;
@@ -527,6 +528,7 @@ coll_to_doc(const shl_collection_t *c, bson_t *doc)
         BSON_APPEND_BOOL(&child, "ready", true);
         if (c->indexes[i]->multikey) {
             BSON_APPEND_BOOL(&child, "multikey", true);
+            BSON_APPEND_INT64(&child, "multikeyPaths", (int64_t)c->indexes[i]->multikey_paths);
         }
         bson_append_document_end(&arr, &child);
     }
@@ -576,7 +578,8 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             bson_iter_t f;
             bson_t spec;
             const char *iident = NULL;
-            bool multikey = false;
+            bool multikey = false, has_paths = false;
+            uint64_t paths = 0;
             shl_index_t *idx;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
                 continue;
@@ -591,6 +594,9 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
                     iident = bson_iter_utf8(&f, NULL);
                 } else if (strcmp(bson_iter_key(&f), "multikey") == 0) {
                     multikey = bson_iter_as_bool(&f);
+                } else if (strcmp(bson_iter_key(&f), "multikeyPaths") == 0) {
+                    paths = (uint64_t)bson_iter_as_int64(&f);
+                    has_paths = true;
                 }
             }
             if (iident == NULL) {
@@ -598,6 +604,8 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             }
             SHL_ERR(index_new(eng, &spec, iident, &idx, st));
             idx->multikey = multikey;
+            /* Entries from before per-field paths: every field may hold arrays. */
+            idx->multikey_paths = multikey ? (has_paths ? paths : ~(uint64_t)0) : 0;
             coll_add_index(c, idx);
         }
     }
@@ -661,8 +669,8 @@ done:
 }
 
 int
-shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const bool *multi,
-                          shl_status_t *st)
+shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
+                          const uint64_t *paths, shl_status_t *st)
 {
     const shl_cat_change_t *ch = shl_txn_find_change(txn, coll->ns);
     shl_collection_t *latest = NULL, *n = NULL;
@@ -684,7 +692,7 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, 
         cur = coll;
     }
     for (size_t i = 0; i < coll->nindexes; i++) {
-        if (multi[i] && !cur->indexes[i]->multikey) {
+        if ((paths[i] & ~cur->indexes[i]->multikey_paths) != 0) {
             need = true;
         }
     }
@@ -693,8 +701,9 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, 
     }
     SHL_ERR(coll_clone(txn->eng, cur, NULL, NULL, &n, st));
     for (size_t i = 0; i < n->nindexes; i++) {
-        if (multi[i]) {
+        if (paths[i] != 0) {
             n->indexes[i]->multikey = true;
+            n->indexes[i]->multikey_paths |= paths[i];
         }
     }
     SHL_ERR(catalog_put(txn, n, st));
@@ -1288,6 +1297,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, &keys, st));
         if (keys.n > 1 || keys.array_paths != 0) {
             idx->multikey = true;
+            idx->multikey_paths |= keys.array_paths != 0 ? keys.array_paths : ~(uint64_t)0;
         }
         SHL_ERR(shl_index_insert_keys(txn, idx, &keys, rid, NULL, &dup, st));
         if (dup) {

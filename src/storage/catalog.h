@@ -34,6 +34,8 @@ typedef struct shl_index {
     shl_keygen_t *keygen; /* from the engine's keygen factory */
     bool multikey;        /* some committed document had an array on a key path (never cleared);
                              stored as "multikey" in the catalog entry */
+    uint64_t multikey_paths; /* bit i (63: i >= 63): key field i's path held an array
+                                (MongoDB's multiKeyPaths, per field; "multikeyPaths") */
 } shl_index_t;
 
 struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */

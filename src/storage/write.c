@@ -72,13 +72,15 @@ static int
 note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_keyset_t *ks,
               shl_status_t *st)
 {
-    bool *multi = bson_malloc0(coll->nindexes + 1);
+    uint64_t *multi = bson_malloc0((coll->nindexes + 1) * sizeof(uint64_t));
     bool any = false;
     int ret = 0;
 
     for (size_t i = 0; i < coll->nindexes; i++) {
-        multi[i] = (ks[i].n > 1 || ks[i].array_paths != 0) && !coll->indexes[i]->multikey;
-        any = any || multi[i];
+        /* Several keys without a reported path (a custom generator): every field. */
+        multi[i] = ks[i].array_paths != 0 ? ks[i].array_paths : ks[i].n > 1 ? ~(uint64_t)0 : 0;
+        multi[i] &= ~coll->indexes[i]->multikey_paths;
+        any = any || multi[i] != 0;
     }
     if (any) {
         SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, st));

@@ -388,3 +388,41 @@ def test_count_scan(db):
     b = e["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]
     assert b["startKey"] == {"a": 3, "b": {"$maxKey": 1}} or b["startKey"]["a"] == 3
     assert b["endKeyInclusive"] is False
+
+
+def test_multikey_paths_bound_non_array_fields(node):
+    db = node.client().test
+    db.c.create_index([("a", 1), ("b", 1)])
+    db.c.insert_many([{"_id": i, "a": [i % 5, i % 7], "b": i % 11} for i in range(200)])
+    db.c.insert_one({"_id": 1000, "a": 3, "b": [1, 2]})  # b holds an array too now
+    db.d.create_index([("a", 1), ("b", 1)])
+    db.d.insert_many([{"_id": i, "a": [i % 5, i % 7], "b": i % 11} for i in range(200)])
+    f = {"a": 3, "b": {"$gte": 2, "$lte": 4}}
+    e = db.command("explain", {"find": "d", "filter": f}, verbosity="executionStats")
+    ix = e["queryPlanner"]["winningPlan"]["inputStage"]
+    assert ix["isMultiKey"] is True
+    assert ix["multiKeyPaths"] == {"a": ["a"], "b": []}
+    # b never held an array: both sides of its range bound the scan.
+    assert ix["indexBounds"] == {"a": ["[3, 3]"], "b": ["[2, 4]"]}
+    want = [d for d in db.d.find(f).hint([("$natural", 1)])]
+    assert sorted(d["_id"] for d in db.d.find(f)) == sorted(d["_id"] for d in want)
+    assert e["executionStats"]["totalKeysExamined"] <= len(want) + 1
+    # On the array field a range keeps one side; on c (b also arrays) likewise.
+    e = db.command("explain", {"find": "d", "filter": {"a": {"$gt": 1, "$lt": 3}}})
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]["a"] == ["(1, MaxKey]"]
+    e = db.command("explain", {"find": "c", "filter": f})
+    ix = e["queryPlanner"]["winningPlan"]["inputStage"]
+    assert ix["multiKeyPaths"] == {"a": ["a"], "b": ["b"]}
+    assert ix["indexBounds"] == {"a": ["[3, 3]"], "b": ["[2, MaxKey]"]}
+    for coll in ("c", "d"):
+        for g in (f, {"a": {"$gt": 1, "$lt": 3}}, {"a": 2, "b": {"$lt": 3}},
+                  {"a": {"$in": [1, 4]}, "b": {"$gt": 5, "$lte": 9}}):
+            got = sorted(d["_id"] for d in db[coll].find(g))
+            want = sorted(d["_id"] for d in db[coll].find(g).hint([("$natural", 1)]))
+            assert got == want, (coll, g)
+    # The per-field paths survive a restart.
+    node.stop()
+    node.start()
+    db = node.client().test
+    e = db.command("explain", {"find": "d", "filter": f})
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["multiKeyPaths"] == {"a": ["a"], "b": []}
