@@ -206,8 +206,8 @@ typedef enum exec_access_kind {
  *     single interval answers exactly (and no orphan filter) gets COUNT_SCAN.
  */
 int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
-                       exec_stage_t **out, exec_access_kind_t *kind, bool *sorted,
-                       bool *covered, bson_t *rejected, shl_status_t *st);
+                       exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
+                       bson_t *rejected, shl_status_t *st);
 
 /* A runnable plan: stages + snapshot + collection reference. */
 typedef struct exec_plan {

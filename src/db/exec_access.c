@@ -1146,7 +1146,8 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
                     return false;
                 }
                 bson_iter_document(&el, &l, &d);
-                if (!bson_init_static(&sub, d, l) || !filter_on_fields(&sub, fields, n, depth + 1)) {
+                if (!bson_init_static(&sub, d, l) ||
+                    !filter_on_fields(&sub, fields, n, depth + 1)) {
                     return false;
                 }
             }
@@ -1230,8 +1231,8 @@ typedef struct cand {
 
 /* Build the stages of candidate 'c' (with FETCH, or PROJECTION_COVERED). */
 static exec_stage_t *
-cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
-           const or_plan_t *o, const shl_matcher_t *filter, bool *sorted, bool *covered)
+cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c, const or_plan_t *o,
+           const shl_matcher_t *filter, bool *sorted, bool *covered)
 {
     exec_stage_t *root;
     *sorted = *covered = false;
@@ -1320,8 +1321,8 @@ range_value(const bson_value_t *v, int *bracket)
 typedef struct cs_pred {
     const char *field;
     bool point, used;
-    bson_value_t v;       /* the point */
-    bool has_lo, has_hi;  /* a range */
+    bson_value_t v;      /* the point */
+    bool has_lo, has_hi; /* a range */
     bool lo_incl, hi_incl;
     bson_value_t lo, hi;
 } cs_pred_t;
@@ -1421,8 +1422,7 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     bson_t sk, ek;
     bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
 
-    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) ||
-        !bson_iter_init(&it, filter)) {
+    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) || !bson_iter_init(&it, filter)) {
         return false;
     }
     while (bson_iter_next(&it)) {

@@ -54,8 +54,8 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     }
     {
         exec_ctx_t trial = {NULL, p->txn, NULL, false};
-        ret = exec_access_select(p->coll, q, &trial, &root, &p->access, &sorted, &covered, &rej,
-                                 st);
+        ret =
+            exec_access_select(p->coll, q, &trial, &root, &p->access, &sorted, &covered, &rej, st);
         bson_append_array_end(&p->rejected, &rej);
         rej_open = false;
         SHL_ERR(ret);

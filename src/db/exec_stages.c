@@ -957,7 +957,8 @@ index_explain_fields(const shl_index_t *idx, bson_t *out)
     BSON_APPEND_BOOL(out, "isUnique", idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it));
-    BSON_APPEND_BOOL(out, "isPartial", bson_iter_init_find(&it, idx->spec, "partialFilterExpression"));
+    BSON_APPEND_BOOL(out, "isPartial",
+                     bson_iter_init_find(&it, idx->spec, "partialFilterExpression"));
     BSON_APPEND_INT32(out, "indexVersion", 2);
 }
 
@@ -1145,8 +1146,8 @@ exec_projection_covered_new(exec_stage_t *ixscan, const shl_collection_t *coll,
             size_t i = c->nfields++;
             c->fields[i] = bson_iter_key(&kp);
             c->descending[i] = bson_iter_as_double(&kp) < 0;
-            c->projected[i] = bson_iter_init_find(&it, spec, c->fields[i]) &&
-                              bson_iter_as_bool(&it);
+            c->projected[i] =
+                bson_iter_init_find(&it, spec, c->fields[i]) && bson_iter_as_bool(&it);
         }
     }
     return &c->base;

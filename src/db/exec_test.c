@@ -473,9 +473,9 @@ SHL_TEST(exec_bounds_description)
 }
 
 #define DOCS_S                                                                                     \
-    "[{'_id': 1, 'a': 1, 'b': 'x', 'c': 'p'}, {'_id': 2, 'a': 1, 'b': 'y', 'c': 'q'},"          \
-    " {'_id': 3, 'a': 1, 'b': 'z', 'c': 'p'}, {'_id': 4, 'a': 1, 'b': 'w', 'c': 'q'},"          \
-    " {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}, {'_id': 6, 'a': 1, 'c': 'q'},"                     \
+    "[{'_id': 1, 'a': 1, 'b': 'x', 'c': 'p'}, {'_id': 2, 'a': 1, 'b': 'y', 'c': 'q'},"             \
+    " {'_id': 3, 'a': 1, 'b': 'z', 'c': 'p'}, {'_id': 4, 'a': 1, 'b': 'w', 'c': 'q'},"             \
+    " {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}, {'_id': 6, 'a': 1, 'c': 'q'},"                       \
     " {'_id': 7, 'a': 1, 'b': null}, {'_id': 8, 'a': 1.5, 'b': 'x'}]"
 
 SHL_TEST(exec_or_of_index_scans)
@@ -496,9 +496,8 @@ SHL_TEST(exec_or_of_index_scans)
     ASSERT_INT_EQ(run_docs, 2);
     bson_destroy(&out);
     /* A branch on an unindexed field: COLLSCAN. */
-    ASSERT_INT_EQ(run(&f, "{'$or': [{'a': 2}, {'c': 'q'}]}", NULL, NULL, NULL, 0, 0, &out, stages,
-                      256),
-                  0);
+    ASSERT_INT_EQ(
+        run(&f, "{'$or': [{'a': 2}, {'c': 'q'}]}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
     ASSERT_STR_EQ(stages, "COLLSCAN");
     bson_destroy(&out);
     teardown(&f);
@@ -520,9 +519,8 @@ SHL_TEST(exec_multi_plan_trial)
     ASSERT_BSON_EQ(&out, "{'0': {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}}");
     bson_destroy(&out);
     /* A hint: no trial, nothing rejected. */
-    ASSERT_INT_EQ(run(&f, "{'c': 'p', 'a': 2}", NULL, NULL, "{'h': 'c_1'}", 0, 0, &out, stages,
-                      256),
-                  0);
+    ASSERT_INT_EQ(
+        run(&f, "{'c': 'p', 'a': 2}", NULL, NULL, "{'h': 'c_1'}", 0, 0, &out, stages, 256), 0);
     ASSERT_INT_EQ(run_keys, 3);
     ASSERT_INT_EQ(run_rejected, 0);
     bson_destroy(&out);
@@ -545,8 +543,7 @@ SHL_TEST(exec_covered_projection)
     ASSERT_INT_EQ(run_docs, 1);
     bson_destroy(&out);
     /* A null key (null or missing b) is read from the record: _id 6 has no b. */
-    ASSERT_INT_EQ(run(&f, "{'b': null}", NULL, "{'_id': 0, 'b': 1}", NULL, 0, 0, &out, stages,
-                      256),
+    ASSERT_INT_EQ(run(&f, "{'b': null}", NULL, "{'_id': 0, 'b': 1}", NULL, 0, 0, &out, stages, 256),
                   0);
     ASSERT_STR_EQ(stages, "PROJECTION_COVERED,IXSCAN");
     ASSERT_BSON_EQ(&out, "{'0': {'b': null}, '1': {}}"); /* key order: (null, null), (null, 'q') */
@@ -573,9 +570,8 @@ SHL_TEST(exec_count_scan)
     ASSERT_INT_EQ(bson_count_keys(&out), 1);
     ASSERT_INT_EQ(run_docs, 0);
     bson_destroy(&out);
-    ASSERT_INT_EQ(run(&f, "{'b': {'$gt': 'a', '$lt': 'z'}}", NULL, NULL, NULL, 0, 0, &out, stages,
-                      256),
-                  0);
+    ASSERT_INT_EQ(
+        run(&f, "{'b': {'$gt': 'a', '$lt': 'z'}}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
     ASSERT_STR_EQ(stages, "COUNT,COUNT_SCAN");
     ASSERT_INT_EQ(bson_count_keys(&out), 2);
     bson_destroy(&out);
