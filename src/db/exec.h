@@ -53,11 +53,16 @@ typedef struct exec_stage exec_stage_t;
 typedef struct exec_ctx {
     shl_op_ctx_t *op;
     shl_storage_txn_t *txn;
-    /* A multi-plan trial's remaining works (keys and documents examined), NULL outside
-     * trials: scans report EOF and set 'trial_cut' when it reaches 0. */
-    int64_t *trial_works;
-    bool trial_cut;
 } exec_ctx_t;
+
+/*
+ * exec_trial_set --
+ *     Start (works non-NULL) or end (NULL) a multi-plan trial on the calling thread:
+ *     IXSCANs decrement *works per key examined and, once it is 0, report EOF and set
+ *     the thread's cut flag (exec_trial_cut) so the trial's score gets no EOF bonus.
+ */
+void exec_trial_set(int64_t *works);
+bool exec_trial_cut(void);
 
 typedef struct exec_stage_ops {
     const char *name; /* MongoDB's stage name */

@@ -1261,14 +1261,13 @@ trial_score(exec_stage_t *root, exec_ctx_t *ctx, bool no_sort, bool no_fetch, do
     int64_t works = 10000, advanced = 0;
     bool eof = false;
 
-    ctx->trial_works = &works;
-    ctx->trial_cut = false;
+    exec_trial_set(&works);
     while (advanced < 101) {
         exec_row_t row;
         bool end = false;
         SHL_ERR(exec_stage_next(root, ctx, &row, &end, st));
         if (end) {
-            eof = !ctx->trial_cut;
+            eof = !exec_trial_cut();
             break;
         }
         advanced++;
@@ -1279,8 +1278,7 @@ trial_score(exec_stage_t *root, exec_ctx_t *ctx, bool no_sort, bool no_fetch, do
                  (no_sort ? 1e-4 : 0) + (no_fetch ? 1e-4 : 0);
     }
 done:
-    ctx->trial_works = NULL;
-    ctx->trial_cut = false;
+    exec_trial_set(NULL);
     return ret;
 }
 

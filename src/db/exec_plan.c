@@ -53,7 +53,7 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
     }
     {
-        exec_ctx_t trial = {NULL, p->txn, NULL, false};
+        exec_ctx_t trial = {NULL, p->txn};
         ret =
             exec_access_select(p->coll, q, &trial, &root, &p->access, &sorted, &covered, &rej, st);
         bson_append_array_end(&p->rejected, &rej);
@@ -123,7 +123,7 @@ exec_plan_own_query(exec_plan_t *p)
 int
 exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof, shl_status_t *st)
 {
-    exec_ctx_t ctx = {op, p->txn, NULL, false};
+    exec_ctx_t ctx = {op, p->txn};
     return exec_stage_next(p->root, &ctx, row, eof, st);
 }
 

@@ -12,6 +12,23 @@
 /* Records a scan examines between interrupt checks. */
 #define INTERRUPT_EVERY 128
 
+/* The calling thread's multi-plan trial (exec_trial_set): works left, cut. */
+static _Thread_local int64_t *trial_works;
+static _Thread_local bool trial_cut;
+
+void
+exec_trial_set(int64_t *works)
+{
+    trial_works = works;
+    trial_cut = false;
+}
+
+bool
+exec_trial_cut(void)
+{
+    return trial_cut;
+}
+
 int
 exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
 {
@@ -340,8 +357,8 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
         size_t key_len = 0;
 
         SHL_ERR(check_interrupt(ctx, s->stats.keys_examined + 1, st));
-        if (ctx->trial_works != NULL && *ctx->trial_works <= 0) {
-            ctx->trial_cut = true;
+        if (trial_works != NULL && *trial_works <= 0) {
+            trial_cut = true;
             *eof = true;
             break;
         }
@@ -360,8 +377,8 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
             break;
         }
         s->stats.keys_examined++;
-        if (ctx->trial_works != NULL) {
-            (*ctx->trial_works)--;
+        if (trial_works != NULL) {
+            (*trial_works)--;
         }
         /* Dedup even on unique indexes: an update through this scan may move an entry
          * ahead of the cursor (a changed key), which must not be visited twice. */
@@ -867,7 +884,7 @@ or_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status
         bool end = false;
         SHL_ERR(exec_stage_next(s->children[o->cur], ctx, row, &end, st));
         if (end) {
-            if (ctx->trial_cut) {
+            if (trial_cut) {
                 break; /* a trial's budget ran out: stop everywhere */
             }
             o->cur++;
