@@ -1217,8 +1217,11 @@ coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
         }
     }
     (void)id_listed;
-    if (!any || (id_included && !in_fields("_id", fields, n))) {
+    if (id_included && !in_fields("_id", fields, n)) {
         return false;
+    }
+    if (!any && !(id_listed && id_included)) {
+        return false; /* {_id: 0} alone excludes: every other field */
     }
     return filter_on_fields(&q->filter, fields, n, 0);
 }
@@ -1291,15 +1294,14 @@ cand_cmp(const void *a, const void *b)
 
 /* ---------------------------------------------------------------- COUNT_SCAN */
 
-/* Whether 'v' is a range end COUNT_SCAN can bound exactly: a number (not NaN), string or
- * date; *bracket says which. */
+/* Whether 'v' is a range end COUNT_SCAN can bound exactly: an int, long or double (not
+ * NaN), a string or a date; *bracket says which. */
 static bool
 range_value(const bson_value_t *v, int *bracket)
 {
     switch (v->value_type) {
     case BSON_TYPE_INT32:
     case BSON_TYPE_INT64:
-    case BSON_TYPE_DECIMAL128:
         *bracket = 1;
         return true;
     case BSON_TYPE_DOUBLE:

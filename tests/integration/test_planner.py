@@ -334,6 +334,13 @@ def test_covered_queries(db):
     for proj in ({"s": 1}, {"_id": 0, "s": 1, "n": 1}):
         e = db.command("explain", {"find": "c", "filter": {"s": "k001"}, "projection": proj})
         assert "FETCH" in plan_stages(e["queryPlanner"]["winningPlan"]), proj
+    # The _id index covers a projection of _id alone.
+    db.f.insert_many([{"_id": c, "n": 1} for c in "abcde"])
+    e = db.command("explain", {"find": "f", "filter": {"_id": {"$gte": "c"}},
+                               "projection": {"_id": 1}}, verbosity="executionStats")
+    assert plan_stages(e["queryPlanner"]["winningPlan"]) == ["PROJECTION_COVERED", "IXSCAN"]
+    assert e["executionStats"]["totalDocsExamined"] == 0
+    assert list(db.f.find({"_id": {"$gte": "c"}}, {"_id": 1})) == [{"_id": c} for c in "cde"]
     # Numbers keep their BSON type: values the key cannot restore are read from the record.
     db.d.insert_many([{"_id": 1, "x": 1.0}, {"_id": 2, "x": 2}])
     db.d.create_index("x")
@@ -352,6 +359,7 @@ def test_covered_queries(db):
 
 
 def test_count_scan(db):
+    from bson.decimal128 import Decimal128
     db.c.insert_many([{"_id": i, "a": i % 10, "b": i % 3, "s": "x%d" % (i % 4)}
                       for i in range(300)])
     db.c.create_index([("a", 1), ("b", -1)])
@@ -369,6 +377,7 @@ def test_count_scan(db):
         ({"b": 1}, "COLLSCAN"),              # not a prefix
         ({"s": {"$gt": "x1"}}, "FETCH"),     # one-sided string range: not exact
         ({"a": 3, "n": 1}, "FETCH"),         # a field outside the index
+        ({"a": {"$gt": Decimal128("NaN")}}, "FETCH"),  # decimals: not bounded exactly
     ]
     for f, other in cases:
         want = sum(1 for _ in db.c.find(f).hint([("$natural", 1)]))
