@@ -221,8 +221,10 @@ typedef struct exec_plan {
     bool borrowed_txn;
     shl_collection_t *coll; /* reference or NULL */
     exec_access_kind_t access;
-    char index_name[128]; /* the IXSCAN's index, "" otherwise */
-    exec_query_t *q;      /* owned when own_query */
+    char index_name[128]; /* the (first) IXSCAN's index, "" otherwise */
+    char **index_names;   /* every index the plan scans (OR: several) */
+    size_t nindex_names;
+    exec_query_t *q; /* owned when own_query */
     bool own_query;
     bson_t rejected; /* explain's rejectedPlans (an array) */
     char ns[SHL_NS_MAX + 1];
@@ -240,6 +242,10 @@ typedef struct exec_plan {
 int exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
                     shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
                     shl_status_t *st);
+
+/* exec_plan_dropped_index -- the name of an index 'p' scans that 'coll' no longer has,
+ * or NULL. */
+const char *exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll);
 
 /* exec_plan_own_query -- the plan takes ownership of 'q' (heap, from bson_malloc). */
 void exec_plan_own_query(exec_plan_t *p);

@@ -27,6 +27,39 @@ projection_is_simple(const bson_t *spec)
     return true;
 }
 
+/* The indexes the leaves of 's' scan (their explain's indexName), into p->index_names. */
+static void
+collect_index_names(exec_plan_t *p, const exec_stage_t *s)
+{
+    for (; s != NULL; s = s->child) {
+        if (s->child == NULL && s->nchildren == 0 && s->ops->explain != NULL) {
+            bson_t tmp = BSON_INITIALIZER;
+            bson_iter_t it;
+            s->ops->explain(s, &tmp);
+            if (bson_iter_init_find(&it, &tmp, "indexName") && BSON_ITER_HOLDS_UTF8(&it)) {
+                p->index_names =
+                    bson_realloc(p->index_names, (p->nindex_names + 1) * sizeof(char *));
+                p->index_names[p->nindex_names++] = bson_strdup(bson_iter_utf8(&it, NULL));
+            }
+            bson_destroy(&tmp);
+        }
+        for (size_t i = 0; i < s->nchildren; i++) {
+            collect_index_names(p, s->children[i]);
+        }
+    }
+}
+
+const char *
+exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll)
+{
+    for (size_t i = 0; i < p->nindex_names; i++) {
+        if (shl_collection_find_index(coll, p->index_names[i]) == NULL) {
+            return p->index_names[i];
+        }
+    }
+    return NULL;
+}
+
 int
 exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
                 shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
@@ -62,19 +95,9 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     }
     if (p->access == EXEC_ACCESS_IXSCAN || p->access == EXEC_ACCESS_COUNT_SCAN ||
         p->access == EXEC_ACCESS_OR) {
-        const exec_stage_t *s = root;
-        while (s->child != NULL || s->nchildren > 0) {
-            s = s->child != NULL ? s->child : s->children[0];
-        }
-        /* The leaf is the IXSCAN; its explain names the index. */
-        {
-            bson_t tmp = BSON_INITIALIZER;
-            bson_iter_t it;
-            s->ops->explain(s, &tmp);
-            if (bson_iter_init_find(&it, &tmp, "indexName")) {
-                snprintf(p->index_name, sizeof(p->index_name), "%s", bson_iter_utf8(&it, NULL));
-            }
-            bson_destroy(&tmp);
+        collect_index_names(p, root);
+        if (p->nindex_names > 0) {
+            snprintf(p->index_name, sizeof(p->index_name), "%s", p->index_names[0]);
         }
     }
     if (q->orphan_filter != NULL) {
@@ -140,6 +163,10 @@ exec_plan_destroy(exec_plan_t *p)
     }
     shl_collection_release(p->coll);
     bson_destroy(&p->rejected);
+    for (size_t i = 0; i < p->nindex_names; i++) {
+        bson_free(p->index_names[i]);
+    }
+    bson_free(p->index_names);
     if (p->own_query && p->q != NULL) {
         exec_query_cleanup(p->q);
         bson_free(p->q);

@@ -435,3 +435,20 @@ def test_multikey_paths_bound_non_array_fields(node):
     db = node.client().test
     e = db.command("explain", {"find": "d", "filter": f})
     assert e["queryPlanner"]["winningPlan"]["inputStage"]["multiKeyPaths"] == {"a": ["a"], "b": []}
+
+
+def test_or_cursor_killed_when_any_of_its_indexes_is_dropped(db):
+    from pymongo.errors import OperationFailure
+    db.c.insert_many([{"_id": i, "a": i % 10, "b": i % 9} for i in range(100)])
+    db.c.create_index("a")
+    db.c.create_index("b")
+    f = {"$or": [{"a": 1}, {"b": 2}]}
+    r = db.command("find", "c", filter=f, batchSize=2)
+    assert r["cursor"]["id"] != 0
+    ok = db.command("find", "c", filter=f, batchSize=2)["cursor"]["id"]
+    db.c.drop_index("b_1")
+    with pytest.raises(OperationFailure) as e:
+        db.command("getMore", r["cursor"]["id"], collection="c")
+    assert e.value.code == 175  # QueryPlanKilled
+    assert "b_1" in str(e.value)
+    db.command("killCursors", "c", cursors=[ok])
