@@ -1122,8 +1122,9 @@ in_fields(const char *f, const char *const *fields, size_t n)
 }
 
 /* Whether 'filter' can run on a document of the index fields alone: comparisons of
- * those fields with plain values, under $and/$or/$nor. (A null key value, which may
- * stand for a missing field, makes PROJECTION_COVERED read the record instead.) */
+ * those fields with plain values other than null, under $and/$or/$nor. (MongoDB does
+ * not cover a null comparison: the key cannot tell null from missing. A null key value
+ * met otherwise makes PROJECTION_COVERED read the record.) */
 static bool
 filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int depth)
 {
@@ -1162,7 +1163,7 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
             while (bson_iter_next(&sub)) {
                 const char *op = bson_iter_key(&sub);
                 if (op_kind(op) != B_NONE || strcmp(op, "$ne") == 0) {
-                    if (!boundable(&sub)) {
+                    if (!boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub)) {
                         return false;
                     }
                 } else if (strcmp(op, "$in") == 0 || strcmp(op, "$nin") == 0) {
@@ -1171,7 +1172,7 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
                         return false;
                     }
                     while (bson_iter_next(&vals)) {
-                        if (!boundable(&vals)) {
+                        if (!boundable(&vals) || BSON_ITER_HOLDS_NULL(&vals)) {
                             return false;
                         }
                     }
@@ -1179,7 +1180,7 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
                     return false;
                 }
             }
-        } else if (!boundable(&it)) {
+        } else if (!boundable(&it) || BSON_ITER_HOLDS_NULL(&it)) {
             return false;
         }
     }

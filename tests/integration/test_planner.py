@@ -351,6 +351,18 @@ def test_covered_queries(db):
     db.e.create_index("a")
     got = sorted(db.e.find({"a": None}, {"_id": 0, "a": 1}), key=repr)
     assert got == sorted([{"a": None}, {}], key=repr)
+    # As in MongoDB, a null comparison is not covered (the key cannot tell null from missing).
+    e = db.command("explain", {"find": "e", "filter": {"a": None}, "projection": {"_id": 0, "a": 1}})
+    assert "FETCH" in plan_stages(e["queryPlanner"]["winningPlan"])
+    # Elsewhere a null key value is read from the record: {t: 1} documents without t.
+    db.g.insert_many([{"_id": 1, "s": "a", "t": "x"}, {"_id": 2, "s": "b"}])
+    db.g.create_index([("s", 1), ("t", 1)])
+    e = db.command("explain", {"find": "g", "filter": {"s": {"$gte": "a"}},
+                               "projection": {"_id": 0, "s": 1, "t": 1}}, verbosity="executionStats")
+    assert plan_stages(e["queryPlanner"]["winningPlan"]) == ["PROJECTION_COVERED", "IXSCAN"]
+    assert e["executionStats"]["totalDocsExamined"] == 1
+    assert list(db.g.find({"s": {"$gte": "a"}}, {"_id": 0, "s": 1, "t": 1})) == \
+        [{"s": "a", "t": "x"}, {"s": "b"}]
     # A multikey index never covers (one-element arrays included).
     db.e.insert_one({"_id": 4, "a": ["y"]})
     e = db.command("explain", {"find": "e", "filter": {"a": "y"}, "projection": {"_id": 0, "a": 1}})
