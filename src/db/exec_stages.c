@@ -1047,6 +1047,54 @@ typedef struct covered {
     bool has_out, has_doc;
 } covered_t;
 
+/*
+ * Give the decoded number 'v' of key field 'i' its stored BSON type when the index has
+ * only ever held one numeric type in that field (shl_index_t.num_types): int32, int64,
+ * or double (not zero: -0.0 decodes as 0). False: the record must say.
+ */
+static bool
+restore_number(const shl_index_t *idx, size_t i, bson_value_t *v)
+{
+    uint64_t m = idx->num_types;
+    int only = -1;
+
+    if ((m & SHL_NUM_TYPES_UNKNOWN) != 0 || i >= 15) {
+        return false;
+    }
+    for (int t = 0; t < 4; t++) {
+        if ((m & SHL_NUM_TYPE_BIT(i, t)) != 0) {
+            if (only >= 0) {
+                return false;
+            }
+            only = t;
+        }
+    }
+    switch (only) {
+    case 0:
+        return v->value_type == BSON_TYPE_INT32;
+    case 1:
+        if (v->value_type == BSON_TYPE_INT32) {
+            int64_t x = v->value.v_int32;
+            v->value_type = BSON_TYPE_INT64;
+            v->value.v_int64 = x;
+        }
+        return v->value_type == BSON_TYPE_INT64;
+    case 2:
+        if (v->value_type == BSON_TYPE_INT32) {
+            double x = v->value.v_int32;
+            v->value_type = BSON_TYPE_DOUBLE;
+            v->value.v_double = x;
+        } else if (v->value_type == BSON_TYPE_INT64) {
+            double x = (double)v->value.v_int64;
+            v->value_type = BSON_TYPE_DOUBLE;
+            v->value.v_double = x;
+        }
+        return v->value_type == BSON_TYPE_DOUBLE && v->value.v_double != 0.0;
+    default:
+        return false;
+    }
+}
+
 static int
 covered_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
 {
@@ -1076,13 +1124,15 @@ covered_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_s
         } else {
             if (bson_iter_init(&it, &vals)) {
                 while (bson_iter_next(&it) && i < c->nfields) {
+                    bson_value_t v = *bson_iter_value(&it);
                     /* null may be a missing field; a number's BSON type is not kept. */
-                    if (BSON_ITER_HOLDS_NULL(&it) ||
-                        (c->projected[i] && BSON_ITER_HOLDS_NUMBER(&it)) ||
-                        BSON_ITER_HOLDS_UNDEFINED(&it)) {
+                    if (BSON_ITER_HOLDS_NULL(&it) || BSON_ITER_HOLDS_UNDEFINED(&it) ||
+                        (c->projected[i] &&
+                         (BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_DECIMAL128(&it)) &&
+                         !restore_number(c->idx, i, &v))) {
                         fetch = true;
                     }
-                    bson_append_value(&keydoc, c->fields[i], -1, bson_iter_value(&it));
+                    bson_append_value(&keydoc, c->fields[i], -1, &v);
                     i++;
                 }
             }

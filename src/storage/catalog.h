@@ -36,6 +36,8 @@ typedef struct shl_index {
                                 stored as "multikey" in the catalog entry */
     uint64_t multikey_paths; /* bit i (63: i >= 63): key field i's path held an array
                                 (MongoDB's multiKeyPaths, per field; "multikeyPaths") */
+    uint64_t num_types;      /* numeric types ever indexed per key field (index.h
+                                SHL_NUM_TYPE_BIT; SHL_NUM_TYPES_UNKNOWN), "numTypes" */
 } shl_index_t;
 
 struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */

@@ -52,6 +52,7 @@ shl_keyset_clear(shl_keyset_t *ks)
     ks->len = 0;
     ks->n = 0;
     ks->array_paths = 0;
+    ks->num_types = 0;
 }
 
 void
@@ -127,6 +128,7 @@ shl_keyset_sort_unique(shl_keyset_t *ks)
     }
     bson_free(refs);
     out.array_paths = ks->array_paths;
+    out.num_types = ks->num_types;
     shl_keyset_cleanup(ks);
     *ks = out;
 }
@@ -257,6 +259,28 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
         if (vals[i].n == 0) {
             nmissing++;
             values_add(&vals[i], &null_v);
+        }
+        for (size_t k = 0; k < vals[i].n; k++) {
+            int t = -1;
+            switch (vals[i].v[k].value_type) {
+            case BSON_TYPE_INT32:
+                t = 0;
+                break;
+            case BSON_TYPE_INT64:
+                t = 1;
+                break;
+            case BSON_TYPE_DOUBLE:
+                t = 2;
+                break;
+            case BSON_TYPE_DECIMAL128:
+                t = 3;
+                break;
+            default:
+                break;
+            }
+            if (t >= 0) {
+                keys->num_types |= SHL_NUM_TYPE_BIT(i, t);
+            }
         }
         if (vals[i].from_array) {
             keys->array_paths |= 1ull << (i < 63 ? i : 63);

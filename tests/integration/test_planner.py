@@ -346,6 +346,22 @@ def test_covered_queries(db):
     db.d.create_index("x")
     got = list(db.d.find({"x": {"$gte": 0}}, {"_id": 0, "x": 1}))
     assert [type(d["x"]) for d in got] == [float, int]
+    e = db.command("explain", {"find": "d", "filter": {"x": {"$gte": 0}},
+                               "projection": {"_id": 0, "x": 1}}, verbosity="executionStats")
+    assert e["executionStats"]["totalDocsExamined"] == 2
+    # A field that only ever held one numeric type is restored from the key alone.
+    from bson.int64 import Int64
+    db.h.create_index([("i", 1), ("l", 1), ("f", 1)])
+    db.h.insert_many([{"_id": k, "i": k, "l": Int64(k * 10), "f": k + 0.5} for k in range(5)])
+    proj = {"_id": 0, "i": 1, "l": 1, "f": 1}
+    e = db.command("explain", {"find": "h", "filter": {"i": {"$gte": 1}}, "projection": proj},
+                   verbosity="executionStats")
+    assert plan_stages(e["queryPlanner"]["winningPlan"]) == ["PROJECTION_COVERED", "IXSCAN"]
+    assert e["executionStats"]["totalDocsExamined"] == 0
+    got = list(db.h.find({"i": {"$gte": 1}}, proj))
+    assert got == [{"i": k, "l": k * 10, "f": k + 0.5} for k in range(1, 5)]
+    assert all(type(d["i"]) is int and isinstance(d["l"], Int64) and type(d["f"]) is float
+               for d in got)
     # Missing vs null: {a: null} matches both, and only the null one has the field.
     db.e.insert_many([{"_id": 1, "a": None}, {"_id": 2}, {"_id": 3, "a": "x"}])
     db.e.create_index("a")
