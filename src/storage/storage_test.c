@@ -710,6 +710,54 @@ SHL_TEST(multikey_flag_set_by_writes_and_durable)
     tmp_free();
 }
 
+/* An index's multikey paths and numeric types in the current catalog snapshot. */
+static void
+index_flags(shl_storage_engine_t *eng, const char *ns, const char *name, uint64_t *paths,
+            uint64_t *types)
+{
+    shl_collection_t *c = shl_catalog_get(eng, ns);
+    const shl_index_t *idx = shl_collection_find_index(c, name);
+    *paths = idx != NULL ? idx->multikey_paths : 0;
+    *types = idx != NULL ? idx->num_types : 0;
+    shl_collection_release(c);
+}
+
+SHL_TEST(index_multikey_paths_and_numeric_types_durable)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_status_t st;
+    bool created;
+    uint64_t paths, types;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.t", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(insert_json(eng, "db.t", "{'_id': 1, 'a': 1, 'b': 'x'}", &st), 0);
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.t",
+                                           T("{'key': {'a': 1, 'b': 1}, 'name': 'a_1_b_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 0);
+    ASSERT(types == SHL_NUM_TYPE_BIT(0, 0)); /* the build saw an int32 in a */
+    ASSERT_INT_EQ(insert_json(eng, "db.t", "{'_id': 2, 'a': 2.5, 'b': [1, 'y']}", &st), 0);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 2); /* b held an array, a never did */
+    ASSERT(types == (SHL_NUM_TYPE_BIT(0, 0) | SHL_NUM_TYPE_BIT(0, 2) | SHL_NUM_TYPE_BIT(1, 0)));
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 2);
+    ASSERT(types == (SHL_NUM_TYPE_BIT(0, 0) | SHL_NUM_TYPE_BIT(0, 2) | SHL_NUM_TYPE_BIT(1, 0)));
+    index_flags(eng, "db.t", "_id_", &paths, &types);
+    ASSERT(types == SHL_NUM_TYPE_BIT(0, 0));
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
 /* The rids an index cursor yields over [start, end), as "r1,r2,...". */
 static char *index_scan_raw(shl_storage_engine_t *eng, const char *ns, const char *index,
                             const bson_value_t *lo, const bson_value_t *hi, bool descending_key,
