@@ -2,8 +2,10 @@
  * exec.h -- the data node's query executor: a pull-based tree of plan stages named and
  * measured as MongoDB's (COLLSCAN, IXSCAN, FETCH, IDHACK, SORT, SKIP, LIMIT,
  * PROJECTION_DEFAULT/SIMPLE, EOF), built from a parsed query by exec_plan_build.
- * Access-path selection (exec_access.c) is the one place a planner replaces: it picks
- * IDHACK for {_id: <value>}, an IXSCAN for a hint, else a COLLSCAN.
+ * Access-path selection (exec_access.c) is the planner: IDHACK for {_id: <value>}, an
+ * IXSCAN (hinted, or the best of several candidates by a trial run), an OR of IXSCANs
+ * for a top-level $or, PROJECTION_COVERED without FETCH, COUNT_SCAN for counts, else a
+ * COLLSCAN.
  *
  * A plan reads inside one storage transaction (its snapshot); the transaction, the
  * collection reference and the stages all live in an exec_plan_t, which a cursor keeps
