@@ -1573,7 +1573,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         for (size_t i = 0; i < nall && ncands < MAX_CANDIDATES - 1; i++) {
             cands[ncands++] = all[i];
         }
-        orp = bson_malloc0(sizeof(*orp));
+        orp = bson_aligned_alloc0(BSON_ALIGNOF(or_plan_t), sizeof(*orp));
         if (or_plan_find(coll, &q->filter, orp)) {
             cands[ncands].idx = NULL;
             cands[ncands++].score = 0;

@@ -66,7 +66,8 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
                 shl_status_t *st)
 {
     int ret = 0;
-    exec_plan_t *p = bson_malloc0(sizeof(*p));
+    /* bson_t members (rejected) are over-aligned types. */
+    exec_plan_t *p = bson_aligned_alloc0(BSON_ALIGNOF(exec_plan_t), sizeof(*p));
     exec_stage_t *root = NULL;
     bool sorted = false, covered = false, rej_open = true;
     bson_t rej;
