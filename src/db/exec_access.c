@@ -1256,34 +1256,79 @@ cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
     return exec_fetch_new(root, coll, filter);
 }
 
-/* Run 'root' for a trial in 'ctx': MongoDB's score of what it did. */
+/* What a candidate did in its trial: the works (keys examined) at each of its first 101
+ * results, and at its end (-1: cut by the budget). */
+typedef struct trial {
+    int64_t adv_works[101];
+    int64_t nadv, total, eof_works;
+    bool blocking; /* a SORT would sit on top: nothing comes out before the end */
+    bool no_fetch;
+} trial_t;
+
+#define TRIAL_WORKS 10000
+
+/* Run 'root' for a trial in 'ctx' (up to 101 results, or its end behind a blocking sort,
+ * or TRIAL_WORKS works). */
 static int
-trial_score(exec_stage_t *root, exec_ctx_t *ctx, bool no_sort, bool no_fetch, double *score,
-            shl_status_t *st)
+trial_run(exec_stage_t *root, exec_ctx_t *ctx, trial_t *t, shl_status_t *st)
 {
     int ret = 0;
-    int64_t works = 10000, advanced = 0;
-    bool eof = false;
+    int64_t works = TRIAL_WORKS;
 
+    t->nadv = t->total = 0;
+    t->eof_works = -1;
     exec_trial_set(&works);
-    while (advanced < 101) {
+    while (t->nadv < 101 || t->blocking) {
         exec_row_t row;
         bool end = false;
         SHL_ERR(exec_stage_next(root, ctx, &row, &end, st));
         if (end) {
-            eof = !exec_trial_cut();
+            if (!exec_trial_cut()) {
+                t->eof_works = TRIAL_WORKS - works + 1;
+            }
             break;
         }
-        advanced++;
-    }
-    {
-        int64_t used = 10000 - works;
-        *score = 1.0 + (double)advanced / (double)(used > 0 ? used : 1) + (eof ? 1.0 : 0.0) +
-                 (no_sort ? 1e-4 : 0) + (no_fetch ? 1e-4 : 0);
+        if (t->nadv < 101) {
+            t->adv_works[t->nadv++] = TRIAL_WORKS - works + 1;
+        }
+        t->total++;
     }
 done:
     exec_trial_set(NULL);
     return ret;
+}
+
+/* When a round-robin trial (MongoDB's) would have stopped: the first candidate to reach
+ * 101 results or its end. */
+static int64_t
+trial_stop(const trial_t *t)
+{
+    int64_t w = TRIAL_WORKS;
+    if (t->eof_works >= 0) {
+        w = t->eof_works;
+    }
+    if (!t->blocking && t->nadv == 101 && t->adv_works[100] < w) {
+        w = t->adv_works[100];
+    }
+    return w;
+}
+
+/* MongoDB's score of a candidate stopped after 'w' works: 1 + advanced/works, +1 at its
+ * end, +1e-4 without SORT, +1e-4 without FETCH. */
+static double
+trial_score(const trial_t *t, int64_t w, bool has_sort)
+{
+    int64_t adv = 0;
+    bool eof = t->eof_works >= 0 && t->eof_works <= w;
+    if (t->blocking) {
+        adv = eof ? (t->total < 101 ? t->total : 101) : 0;
+    } else {
+        while (adv < t->nadv && t->adv_works[adv] <= w) {
+            adv++;
+        }
+    }
+    return 1.0 + (double)adv / (double)(w > 0 ? w : 1) + (eof ? 1.0 : 0.0) +
+           (!has_sort || !t->blocking ? 1e-4 : 0) + (t->no_fetch ? 1e-4 : 0);
 }
 
 static int
@@ -1578,6 +1623,21 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             cands[ncands].idx = NULL;
             cands[ncands++].score = 0;
         }
+        /* With other candidates, an index that gives the sort (a full scan) competes too:
+         * it streams, where the others wait behind a blocking SORT. */
+        for (size_t i = 0; ncands > 0 && q->has_sort && i < coll->nindexes; i++) {
+            const shl_index_t *six = coll->indexes[i];
+            bool have = false;
+            for (size_t j = 0; j < ncands; j++) {
+                have = have || cands[j].idx == six;
+            }
+            if (!have && ncands < MAX_CANDIDATES && plannable(six) && plain_ok(six) &&
+                sort_direction(&q->sort, six, 0) != 0) {
+                cands[ncands].idx = six;
+                cands[ncands++].score = 0;
+                break;
+            }
+        }
         if (ncands == 0) {
             idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
         }
@@ -1593,18 +1653,29 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         size_t win = 0;
         if (ncands > 1 && trial != NULL) {
             double best = -1;
-            for (size_t i = 0; i < ncands; i++) {
+            int64_t w = TRIAL_WORKS;
+            trial_t *tr = bson_malloc0(ncands * sizeof(*tr));
+            for (size_t i = 0; ret == 0 && i < ncands; i++) {
                 bool s, cov;
-                double sc;
                 trial_root = cand_build(coll, q, &cands[i], orp, effective_filter(q), &s, &cov);
-                SHL_ERR(trial_score(trial_root, trial, s || !q->has_sort, cov, &sc, st));
+                tr[i].blocking = q->has_sort && !s;
+                tr[i].no_fetch = cov;
+                ret = trial_run(trial_root, trial, &tr[i], st);
+                exec_stage_destroy(trial_root);
+                trial_root = NULL;
+                if (trial_stop(&tr[i]) < w) {
+                    w = trial_stop(&tr[i]);
+                }
+            }
+            for (size_t i = 0; ret == 0 && i < ncands; i++) {
+                double sc = trial_score(&tr[i], w, q->has_sort);
                 if (sc > best) {
                     best = sc;
                     win = i;
                 }
-                exec_stage_destroy(trial_root);
-                trial_root = NULL;
             }
+            bson_free(tr);
+            SHL_ERR(ret);
             for (size_t i = 0; rejected != NULL && i < ncands; i++) {
                 bool s, cov;
                 bson_t doc;

@@ -312,6 +312,22 @@ def test_multi_plan_picks_productive_index_and_reports_rejected(db):
     # One candidate: nothing rejected.
     e = db.command("explain", {"find": "c", "filter": {"b": 5}})
     assert e["queryPlanner"]["rejectedPlans"] == []
+    # A sort: an index that gives it streams, the others wait behind a blocking SORT.
+    e = db.command("explain", {"find": "c", "filter": {"a": {"$gte": 1}}, "sort": {"b": -1},
+                               "limit": 5}, verbosity="executionStats")
+    qp = e["queryPlanner"]
+    assert plan_stages(qp["winningPlan"]) == ["LIMIT", "FETCH", "IXSCAN"]
+    assert qp["winningPlan"]["inputStage"]["inputStage"]["indexName"] == "b_1"
+    assert [plan_stages(p) for p in qp["rejectedPlans"]] == [["FETCH", "IXSCAN"]]
+    assert e["executionStats"]["totalKeysExamined"] <= 6
+    assert [d["b"] for d in db.c.find({"a": {"$gte": 1}}).sort("b", -1).limit(5)] == \
+        [1999, 1998, 1997, 1996, 1995]
+    # ... unless the selective index ends first.
+    e = db.command("explain", {"find": "c", "filter": {"a": 2, "b": {"$lt": 200}},
+                               "sort": {"b": -1}})
+    plan = e["queryPlanner"]["winningPlan"]
+    assert plan_stages(plan) == ["SORT", "FETCH", "IXSCAN"]
+    assert plan["inputStage"]["inputStage"]["indexName"] == "a_1"
 
 
 def test_covered_queries(db):
