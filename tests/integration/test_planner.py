@@ -260,6 +260,13 @@ def test_plans_match_collection_scan_with_arrays_or_and_projections(db):
                 kinds.add("rejected")
             e = db.command("explain", {"count": coll.name, "query": f})
             kinds.update(plan_stages(e["queryPlanner"]["winningPlan"]))
+        # Sorted and limited (the sort-giving index competes): same sort keys as a scan.
+        k, d, lim = rng.choice("abc"), rng.choice([1, -1]), rng.choice([0, 3, 20])
+        got = list(db.s.find(f).sort(k, d).limit(lim))
+        want = list(db.s.find(f).sort(k, d).limit(lim).hint([("$natural", 1)]))
+        assert [sort_key(x, k) for x in got] == [sort_key(x, k) for x in want], (f, k, d, lim)
+        if lim == 0:
+            assert sorted(x["_id"] for x in got) == sorted(x["_id"] for x in want)
     assert {"OR", "PROJECTION_COVERED", "COUNT_SCAN", "rejected", "IXSCAN"} <= kinds, kinds
 
 
