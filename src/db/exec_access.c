@@ -405,6 +405,9 @@ typedef struct field_preds {
     bool has_points, too_many;
     bool has_lo, has_hi, lo_incl, hi_incl;
     bson_value_t lo, hi;
+    /* The range of the first {$elemMatch: {<comparisons>}}: one element satisfies both
+     * sides, so they bound a multikey field together. */
+    struct field_preds *em;
 } field_preds_t;
 
 /* Value order of two boundable values (KeyString order). */
@@ -490,6 +493,28 @@ preds_from_value(field_preds_t *fp, const bson_iter_t *it)
             preds_set_points(fp, bson_iter_value(&sub), 1, true);
         } else if (k != B_NONE && k != B_EQ && boundable(&sub)) {
             preds_add_range(fp, k, bson_iter_value(&sub));
+        } else if (strcmp(op, "$elemMatch") == 0 && fp->em != NULL && !fp->em->has_lo &&
+                   !fp->em->has_hi && is_operator_doc(&sub)) {
+            bson_iter_t em;
+            field_preds_t r;
+            bool only_ranges = true;
+            memset(&r, 0, sizeof(r));
+            bson_iter_recurse(&sub, &em);
+            while (bson_iter_next(&em)) {
+                int ek = op_kind(bson_iter_key(&em));
+                if (ek == B_NONE || ek == B_EQ || !boundable(&em)) {
+                    only_ranges = false;
+                    break;
+                }
+                preds_add_range(&r, ek, bson_iter_value(&em));
+            }
+            if (only_ranges && r.has_lo && r.has_hi) {
+                fp->em->has_lo = fp->em->has_hi = true;
+                fp->em->lo = r.lo;
+                fp->em->hi = r.hi;
+                fp->em->lo_incl = r.lo_incl;
+                fp->em->hi_incl = r.hi_incl;
+            }
         } else if (strcmp(op, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&sub)) {
             bson_iter_t vals;
             bson_value_t *buf = bson_malloc(sizeof(bson_value_t) * (CB_MAX_POINTS + 1));
@@ -636,6 +661,7 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
     bool stopped = false;
     int nfields = 0, first_kind = 0;
     size_t nkey = 0;
+    field_preds_t em;
 
     memset(p, 0, sizeof(*p));
     bson_init(&p->bounds);
@@ -649,13 +675,22 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
         bool desc = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
         int use = 0; /* 1 points, 2 range */
         memset(fp, 0, sizeof(*fp));
+        memset(&em, 0, sizeof(em));
+        fp->em = &em;
         if (!stopped) {
             preds_collect(filter, field, fp, 0);
             if (idx->multikey_paths & (1ull << (nkey < 63 ? nkey : 63))) {
                 /* The field holds arrays: each predicate may match another element, so
                  * a lower and an upper bound do not intersect (MongoDB's multikey rule;
-                 * points, or bounds on one side, still hold for the matching key). */
-                if (!fp->has_points && fp->has_lo && fp->has_hi) {
+                 * points, or bounds on one side, still hold for the matching key) --
+                 * except both sides of one $elemMatch, which one element satisfies. */
+                if (!fp->has_points && em.has_lo && em.has_hi) {
+                    fp->has_lo = fp->has_hi = true;
+                    fp->lo = em.lo;
+                    fp->hi = em.hi;
+                    fp->lo_incl = em.lo_incl;
+                    fp->hi_incl = em.hi_incl;
+                } else if (!fp->has_points && fp->has_lo && fp->has_hi) {
                     fp->has_hi = false;
                 }
             }

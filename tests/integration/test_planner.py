@@ -63,7 +63,10 @@ def rand_value(rng):
 
 
 def rand_pred(rng):
-    kind = rng.choice(["eq", "in", "gt", "range", "lte", "eqop"])
+    kind = rng.choice(["eq", "in", "gt", "range", "lte", "eqop", "em"])
+    if kind == "em":
+        lo, hi = sorted([rng.randint(0, 9), rng.randint(0, 9)])
+        return {"$elemMatch": {rng.choice(["$gt", "$gte"]): lo, rng.choice(["$lt", "$lte"]): hi}}
     if kind == "eq":
         return rand_value(rng)
     if kind == "eqop":
@@ -470,12 +473,17 @@ def test_multikey_paths_bound_non_array_fields(node):
     # On the array field a range keeps one side; on c (b also arrays) likewise.
     e = db.command("explain", {"find": "d", "filter": {"a": {"$gt": 1, "$lt": 3}}})
     assert e["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]["a"] == ["(1, MaxKey]"]
+    # Both sides of one $elemMatch hold for one element: they bound the array field together.
+    em = {"a": {"$elemMatch": {"$gt": 1, "$lt": 3}}}
+    e = db.command("explain", {"find": "d", "filter": em})
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["indexBounds"]["a"] == ["(1, 3)"]
     e = db.command("explain", {"find": "c", "filter": f})
     ix = e["queryPlanner"]["winningPlan"]["inputStage"]
     assert ix["multiKeyPaths"] == {"a": ["a"], "b": ["b"]}
     assert ix["indexBounds"] == {"a": ["[3, 3]"], "b": ["[2, MaxKey]"]}
     for coll in ("c", "d"):
-        for g in (f, {"a": {"$gt": 1, "$lt": 3}}, {"a": 2, "b": {"$lt": 3}},
+        for g in (f, {"a": {"$gt": 1, "$lt": 3}}, {"a": 2, "b": {"$lt": 3}}, em,
+                  {"a": {"$elemMatch": {"$gte": 2, "$lte": 2}, "$gt": 3}},
                   {"a": {"$in": [1, 4]}, "b": {"$gt": 5, "$lte": 9}}):
             got = sorted(d["_id"] for d in db[coll].find(g))
             want = sorted(d["_id"] for d in db[coll].find(g).hint([("$natural", 1)]))
