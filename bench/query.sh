@@ -6,9 +6,14 @@
 # (a) equality find on 'a', indexed vs collection scan, and the speed-up; (b) range
 # scans of BENCH_SPAN documents through the index (docs/s); (c) insert_one (j:false) at
 # 1 and 8 connections into collections with 0, 1 and 3 secondary indexes, as ratios to
-# 0 indexes. Stops the server by pid.
+# 0 indexes; (d) through pymongo, on bench.qplan (BENCH_PLAN_DOCS documents {_id, a
+# (unique), b (1000 values), s, t (strings)}, indexes a, b and {s, t}): an $or over a and
+# b (OR of two IXSCANs) vs the same $or as a collection scan, and a range on s projected
+# to {s, t} covered by the index (PROJECTION_COVERED, no document read) vs the same query
+# with _id in the projection (FETCH). Stops the server by pid.
 # Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 3), BENCH_DOCS (default 100000),
-# BENCH_SPAN (default 1000), BENCH_CONNS (insert connections, default "1 8").
+# BENCH_SPAN (default 1000), BENCH_CONNS (insert connections, default "1 8"),
+# BENCH_PLAN_DOCS (default 100000).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build-release}
@@ -73,6 +78,69 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
+# (d) planner shapes, timed in one client: each query repeated for SECS seconds.
+/usr/bin/python3 - "$uri" "$SECS" "$ROUNDS" "${BENCH_PLAN_DOCS:-100000}" "$shale_pid" "$tck" \
+  >>"$results" <<'PY'
+import json, sys, time
+import pymongo
+uri, secs, rounds, ndocs, pid, tck = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), \
+    int(sys.argv[4]), sys.argv[5], int(sys.argv[6])
+db = pymongo.MongoClient(uri).bench
+db.qplan.drop()
+for k in range(0, ndocs, 1000):
+    db.qplan.insert_many([{"_id": i, "a": i, "b": i % 1000, "s": "k%08d" % i, "t": "v%d" % (i % 7)}
+                          for i in range(k, min(k + 1000, ndocs))], ordered=False)
+db.qplan.create_index("a")
+db.qplan.create_index("b")
+db.qplan.create_index([("s", 1), ("t", 1)])
+
+def cpu():
+    f = open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
+    return int(f[11]) + int(f[12])
+
+def shape(q):
+    cmd = {"find": "qplan", "filter": q["filter"]}
+    if "projection" in q:
+        cmd["projection"] = q["projection"]
+    if "hint" in q:
+        cmd["hint"] = dict(q["hint"])
+    e = db.command("explain", cmd)["queryPlanner"]["winningPlan"]
+    out = []
+    while e:
+        out.append(e["stage"])
+        e = e.get("inputStage") or (e.get("inputStages") or [None])[0]
+    return ",".join(out)
+
+def timed(label, q):
+    lat, n, docs = [], 0, 0
+    c0, t0 = cpu(), time.time()
+    while time.time() - t0 < secs:
+        s = time.time()
+        docs += len(list(db.qplan.find(**q)))
+        lat.append((time.time() - s) * 1e6)
+        n += 1
+    el = time.time() - t0
+    lat.sort()
+    r = {"label": label, "ops": n, "ops_per_sec": n / el, "docs_per_sec": docs / el,
+         "p50_us": lat[len(lat) // 2], "p99_us": lat[min(len(lat) - 1, int(len(lat) * .99))],
+         "server_cpu_us_per_op": round((cpu() - c0) * 1e6 / tck / max(n, 1), 2),
+         "plan": shape(q)}
+    print(json.dumps(r))
+    print("%s: %.0f ops/s (%.0f docs/s), p50 %.1f us; plan %s"
+          % (label, r["ops_per_sec"], r["docs_per_sec"], r["p50_us"], r["plan"]), file=sys.stderr)
+
+orq = {"$or": [{"a": ndocs // 3}, {"b": 7}]}
+lo = "k%08d" % (ndocs // 2)
+hi = "k%08d" % (ndocs // 2 + 100)
+for _ in range(rounds):
+    timed("or indexed", {"filter": orq})
+    timed("or collscan", {"filter": orq, "hint": [("$natural", 1)]})
+    timed("range covered", {"filter": {"s": {"$gte": lo, "$lt": hi}},
+                            "projection": {"_id": 0, "s": 1, "t": 1}})
+    timed("range fetch", {"filter": {"s": {"$gte": lo, "$lt": hi}},
+                          "projection": {"s": 1, "t": 1}})
+PY
+
 echo "== results (JSON), medians and ratios"
 /usr/bin/python3 - "$results" "$CONNS" <<'PY'
 import json, statistics, sys
@@ -94,8 +162,14 @@ if ix and cs:
     print("speed-up of the index on an equality find: %.0fx (%.0f / %.1f ops/s; p50 %.1f / "
           "%.1f us)" % (ix["ops_per_sec"] / cs["ops_per_sec"], ix["ops_per_sec"],
                         cs["ops_per_sec"], ix["p50_us"], cs["p50_us"]))
+for a, b, what in (("or indexed", "or collscan", "an $or over two indexed fields"),
+                  ("range covered", "range fetch", "a covered range (no FETCH)")):
+    if a in med and b in med:
+        print("speed-up of %s: %.1fx (%.0f / %.0f ops/s; p50 %.1f / %.1f us)"
+              % (what, med[a]["ops_per_sec"] / med[b]["ops_per_sec"], med[a]["ops_per_sec"],
+                 med[b]["ops_per_sec"], med[a]["p50_us"], med[b]["p50_us"]))
 for k in med:
-    if k.startswith("range"):
+    if k.startswith("range") and k not in ("range covered", "range fetch"):
         print("range scan through the index: %.0f docs/s (%s)" % (med[k]["docs_per_sec"], k))
 for c in sys.argv[2].split():
     base = med.get("insert 0 indexes x%s" % c)

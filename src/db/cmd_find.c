@@ -579,8 +579,9 @@ check_plan_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_
     if (h->coll == NULL || memcmp(h->coll->uuid, p->coll->uuid, 16) != 0) {
         return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "collection dropped. ns: %s", c->ns);
     }
-    if (p->index_name[0] != '\0' && shl_collection_find_index(h->coll, p->index_name) == NULL) {
-        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "index '%s' dropped", p->index_name);
+    if (exec_plan_dropped_index(p, h->coll) != NULL) {
+        return shl_status_set(st, SHL_CODE_QUERY_PLAN_KILLED, "index '%s' dropped",
+                              exec_plan_dropped_index(p, h->coll));
     }
     return 0;
 }
@@ -850,6 +851,7 @@ parse_count(const bson_t *cmd, exec_query_t *q, bool *fast, shl_status_t *st)
     /* A negative limit counts like its absolute value. */
     q->limit = limit < 0 ? -limit : limit;
     q->skip = skip;
+    q->count_only = true;
     *fast = shl_matcher_is_trivial(q->matcher) && !q->has_hint;
 done:
     return ret;

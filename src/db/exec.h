@@ -2,8 +2,10 @@
  * exec.h -- the data node's query executor: a pull-based tree of plan stages named and
  * measured as MongoDB's (COLLSCAN, IXSCAN, FETCH, IDHACK, SORT, SKIP, LIMIT,
  * PROJECTION_DEFAULT/SIMPLE, EOF), built from a parsed query by exec_plan_build.
- * Access-path selection (exec_access.c) is the one place a planner replaces: it picks
- * IDHACK for {_id: <value>}, an IXSCAN for a hint, else a COLLSCAN.
+ * Access-path selection (exec_access.c) is the planner: IDHACK for {_id: <value>}, an
+ * IXSCAN (hinted, or the best of several candidates by a trial run), an OR of IXSCANs
+ * for a top-level $or, PROJECTION_COVERED without FETCH, COUNT_SCAN for counts, else a
+ * COLLSCAN.
  *
  * A plan reads inside one storage transaction (its snapshot); the transaction, the
  * collection reference and the stages all live in an exec_plan_t, which a cursor keeps
@@ -31,6 +33,8 @@
 typedef struct exec_row {
     int64_t rid;
     const bson_t *doc;
+    const uint8_t *key; /* IXSCAN: the entry's stored key bytes (borrowed), else NULL */
+    size_t key_len;
 } exec_row_t;
 
 /* Per-stage statistics, as explain's executionStages reports them. */
@@ -53,6 +57,15 @@ typedef struct exec_ctx {
     shl_storage_txn_t *txn;
 } exec_ctx_t;
 
+/*
+ * exec_trial_set --
+ *     Start (works non-NULL) or end (NULL) a multi-plan trial on the calling thread:
+ *     IXSCANs decrement *works per key examined and, once it is 0, report EOF and set
+ *     the thread's cut flag (exec_trial_cut) so the trial's score gets no EOF bonus.
+ */
+void exec_trial_set(int64_t *works);
+bool exec_trial_cut(void);
+
 typedef struct exec_stage_ops {
     const char *name; /* MongoDB's stage name */
     /* Produce the next row (*eof when none). Errors: storage errors, interrupts. */
@@ -67,6 +80,9 @@ struct exec_stage {
     const exec_stage_ops_t *ops;
     exec_stage_t *child;
     exec_stats_t stats;
+    /* Stages with several inputs (OR): owned, explained as inputStages; child is NULL. */
+    exec_stage_t **children;
+    size_t nchildren;
 };
 
 /*
@@ -78,6 +94,10 @@ int exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof
 
 /* exec_stage_destroy -- destroy 's' and its children. NULL is fine. */
 void exec_stage_destroy(exec_stage_t *s);
+
+/* exec_stage_explain -- explain's document of the tree at 's' ({stage, ..., inputStage(s)}),
+ * with execution counters when 'exec_stats'. */
+void exec_stage_explain(const exec_stage_t *s, bool exec_stats, bson_t *out);
 
 /*
  * Stage constructors. Borrowed arguments ('coll', 'idx', 'filter', 'pattern', 'proj')
@@ -98,6 +118,23 @@ void exec_ixscan_add_interval(exec_stage_t *ixscan, const shl_key_bound_t *start
 void exec_ixscan_set_bounds(exec_stage_t *ixscan, const bson_t *bounds);
 exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
                              const shl_matcher_t *filter);
+/* OR: the rows of each input in turn, each RecordId once ('children' move to the stage). */
+exec_stage_t *exec_or_new(exec_stage_t **children, size_t n);
+/* COUNT_SCAN: the entries of 'idx' in [start, end) (copied), rows with rid only. */
+exec_stage_t *exec_count_scan_new(const shl_index_t *idx, const shl_key_bound_t *start,
+                                  const shl_key_bound_t *end, const bson_t *bounds);
+/* COUNT: passes its child's rows on (the top of a count command's plan). */
+exec_stage_t *exec_count_new(exec_stage_t *child);
+/*
+ * PROJECTION_COVERED over an IXSCAN of 'idx' (non-multikey, top-level numeric key
+ * fields): each entry's key is decoded into a document of the index fields, 'filter'
+ * (may be NULL) runs on it and 'proj' makes the result. Values a key cannot restore
+ * exactly (null, which may stand for a missing field, and numbers, whose BSON type the
+ * key does not keep) are read from the record instead (counted in docsExamined).
+ */
+exec_stage_t *exec_projection_covered_new(exec_stage_t *ixscan, const shl_collection_t *coll,
+                                          const shl_index_t *idx, const shl_projection_t *proj,
+                                          const bson_t *spec, const shl_matcher_t *filter);
 exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern,
                             const bson_t *pattern_doc, int64_t limit);
 exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
@@ -130,6 +167,9 @@ typedef struct exec_query {
     /* Orphan filter of a versioned read (sharding_hooks.h): a reference owned by the
      * query (released by exec_query_cleanup), NULL for none. */
     shl_db_orphan_filter_t *orphan_filter;
+    /* Only the number of results matters (count): rows need no document, so an index
+     * whose bounds answer the filter exactly is counted (COUNT_SCAN under COUNT). */
+    bool count_only;
 } exec_query_t;
 
 /*
@@ -148,6 +188,8 @@ typedef enum exec_access_kind {
     EXEC_ACCESS_COLLSCAN,
     EXEC_ACCESS_IDHACK,
     EXEC_ACCESS_IXSCAN,
+    EXEC_ACCESS_OR,
+    EXEC_ACCESS_COUNT_SCAN,
 } exec_access_kind_t;
 
 /*
@@ -160,9 +202,19 @@ typedef enum exec_access_kind {
  *     existing index"), and a bad $natural hint. *sorted: the rows come out in q's
  *     sort order (an index scan in the sort's direction after an equality prefix on a
  *     non-multikey index), so no SORT stage is needed.
+ *     Candidates: every usable index whose bounds restrict the scan, and an OR of index
+ *     scans when each branch of a top-level $or has one. With several and a 'trial'
+ *     context (its snapshot), each runs for up to 101 results or 10,000 works and the
+ *     best by MongoDB's score (1 + advanced/works, +1 at EOF, small bonuses for no
+ *     FETCH and no SORT) wins; the others are appended to 'rejected' (an array being
+ *     built, may be NULL) as explain documents. With a projection the index covers
+ *     (exec_projection_covered_new), the path ends in PROJECTION_COVERED and *covered
+ *     is set (the plan adds no PROJECTION). A count_only query whose filter an index's
+ *     single interval answers exactly (and no orphan filter) gets COUNT_SCAN.
  */
-int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
-                       exec_access_kind_t *kind, bool *sorted, shl_status_t *st);
+int exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
+                       exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
+                       bson_t *rejected, shl_status_t *st);
 
 /* A runnable plan: stages + snapshot + collection reference. */
 typedef struct exec_plan {
@@ -171,9 +223,12 @@ typedef struct exec_plan {
     bool borrowed_txn;
     shl_collection_t *coll; /* reference or NULL */
     exec_access_kind_t access;
-    char index_name[128]; /* the IXSCAN's index, "" otherwise */
-    exec_query_t *q;      /* owned when own_query */
+    char index_name[128]; /* the (first) IXSCAN's index, "" otherwise */
+    char **index_names;   /* every index the plan scans (OR: several) */
+    size_t nindex_names;
+    exec_query_t *q; /* owned when own_query */
     bool own_query;
+    bson_t rejected; /* explain's rejectedPlans (an array) */
     char ns[SHL_NS_MAX + 1];
 } exec_plan_t;
 
@@ -189,6 +244,10 @@ typedef struct exec_plan {
 int exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
                     shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
                     shl_status_t *st);
+
+/* exec_plan_dropped_index -- the name of an index 'p' scans that 'coll' no longer has,
+ * or NULL. */
+const char *exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll);
 
 /* exec_plan_own_query -- the plan takes ownership of 'q' (heap, from bson_malloc). */
 void exec_plan_own_query(exec_plan_t *p);

@@ -405,6 +405,9 @@ typedef struct field_preds {
     bool has_points, too_many;
     bool has_lo, has_hi, lo_incl, hi_incl;
     bson_value_t lo, hi;
+    /* The range of the first {$elemMatch: {<comparisons>}}: one element satisfies both
+     * sides, so they bound a multikey field together. */
+    struct field_preds *em;
 } field_preds_t;
 
 /* Value order of two boundable values (KeyString order). */
@@ -490,6 +493,28 @@ preds_from_value(field_preds_t *fp, const bson_iter_t *it)
             preds_set_points(fp, bson_iter_value(&sub), 1, true);
         } else if (k != B_NONE && k != B_EQ && boundable(&sub)) {
             preds_add_range(fp, k, bson_iter_value(&sub));
+        } else if (strcmp(op, "$elemMatch") == 0 && fp->em != NULL && !fp->em->has_lo &&
+                   !fp->em->has_hi && is_operator_doc(&sub)) {
+            bson_iter_t em;
+            field_preds_t r;
+            bool only_ranges = true;
+            memset(&r, 0, sizeof(r));
+            bson_iter_recurse(&sub, &em);
+            while (bson_iter_next(&em)) {
+                int ek = op_kind(bson_iter_key(&em));
+                if (ek == B_NONE || ek == B_EQ || !boundable(&em)) {
+                    only_ranges = false;
+                    break;
+                }
+                preds_add_range(&r, ek, bson_iter_value(&em));
+            }
+            if (only_ranges && r.has_lo && r.has_hi) {
+                fp->em->has_lo = fp->em->has_hi = true;
+                fp->em->lo = r.lo;
+                fp->em->hi = r.hi;
+                fp->em->lo_incl = r.lo_incl;
+                fp->em->hi_incl = r.hi_incl;
+            }
         } else if (strcmp(op, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&sub)) {
             bson_iter_t vals;
             bson_value_t *buf = bson_malloc(sizeof(bson_value_t) * (CB_MAX_POINTS + 1));
@@ -624,7 +649,8 @@ field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *
 }
 
 /*
- * Compound bounds for a non-multikey ascending/descending index. Score: the first
+ * Compound bounds for an ascending/descending index (on fields holding arrays, one side
+ * of a range only: multikey_paths). Score: the first
  * field's kind (3 one point, 2 several points, 1 range, 0 none) * 8 + bounded fields.
  */
 static void
@@ -634,6 +660,8 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
     field_preds_t *fp = bson_malloc0(sizeof(*fp));
     bool stopped = false;
     int nfields = 0, first_kind = 0;
+    size_t nkey = 0;
+    field_preds_t em;
 
     memset(p, 0, sizeof(*p));
     bson_init(&p->bounds);
@@ -647,8 +675,25 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
         bool desc = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
         int use = 0; /* 1 points, 2 range */
         memset(fp, 0, sizeof(*fp));
+        memset(&em, 0, sizeof(em));
+        fp->em = &em;
         if (!stopped) {
             preds_collect(filter, field, fp, 0);
+            if (idx->multikey_paths & (1ull << (nkey < 63 ? nkey : 63))) {
+                /* The field holds arrays: each predicate may match another element, so
+                 * a lower and an upper bound do not intersect (MongoDB's multikey rule;
+                 * points, or bounds on one side, still hold for the matching key) --
+                 * except both sides of one $elemMatch, which one element satisfies. */
+                if (!fp->has_points && em.has_lo && em.has_hi) {
+                    fp->has_lo = fp->has_hi = true;
+                    fp->lo = em.lo;
+                    fp->hi = em.hi;
+                    fp->lo_incl = em.lo_incl;
+                    fp->hi_incl = em.hi_incl;
+                } else if (!fp->has_points && fp->has_lo && fp->has_hi) {
+                    fp->has_hi = false;
+                }
+            }
             if (fp->has_points && !fp->too_many && p->n * fp->npoints <= CB_MAX_INTERVALS) {
                 use = 1;
             } else if (fp->has_lo || fp->has_hi) {
@@ -716,6 +761,7 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
             stopped = true;
         }
         field_bounds_doc(fp, use, desc, field, &p->bounds);
+        nkey++;
     }
     bson_free(fp);
     p->bounded = nfields > 0;
@@ -782,12 +828,12 @@ sort_direction(const bson_t *sort, const shl_index_t *idx, uint64_t eq1)
     return dir;
 }
 
-/* Whether compound_bounds applies to 'idx': numeric key pattern, not multikey. */
+/* Whether compound_bounds applies to 'idx': a numeric key pattern. */
 static bool
 compound_ok(const shl_index_t *idx)
 {
     bson_iter_t kp;
-    if (idx->multikey || !bson_iter_init(&kp, idx->key_pattern)) {
+    if (!bson_iter_init(&kp, idx->key_pattern)) {
         return false;
     }
     while (bson_iter_next(&kp)) {
@@ -796,6 +842,14 @@ compound_ok(const shl_index_t *idx)
         }
     }
     return true;
+}
+
+/* compound_ok and not multikey: every document has one key (index sort, covering,
+ * COUNT_SCAN). */
+static bool
+plain_ok(const shl_index_t *idx)
+{
+    return !idx->multikey && compound_ok(idx);
 }
 
 /* explain's indexBounds: the first field's interval, full ranges for the others. */
@@ -881,7 +935,7 @@ by_sort:
     /* No index bounds the filter: an index that provides the sort (a full scan). */
     for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
-        if (plannable(idx) && compound_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+        if (plannable(idx) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
             best = idx;
         }
     }
@@ -936,33 +990,22 @@ effective_filter(const exec_query_t *q)
     return q->matcher != NULL && !shl_matcher_is_trivial(q->matcher) ? q->matcher : NULL;
 }
 
-int
-exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_stage_t **out,
-                   exec_access_kind_t *kind, bool *sorted, shl_status_t *st)
-{
-    int ret = 0;
-    const shl_index_t *idx = NULL;
-    int natural = 0;
+/* ---------------------------------------------------------------- candidate plans */
 
-    *out = NULL;
+/* The IXSCAN of 'idx' for 'filter' (its bounds), in 'sort''s direction when the index
+ * provides it (*sorted). */
+static exec_stage_t *
+index_scan(const shl_index_t *idx, const bson_t *filter, const bson_t *sort, bool *sorted)
+{
+    exec_stage_t *ix = NULL;
+
     *sorted = false;
-    if (q->has_hint) {
-        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
-    }
-    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
-        !(q->id_point && coll->nindexes > 0)) {
-        idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
-    }
-    if (coll == NULL) {
-        *kind = EXEC_ACCESS_EOF;
-        *out = exec_eof_new();
-    } else if (idx != NULL && compound_ok(idx)) {
+    if (compound_ok(idx)) {
         cb_plan_t p;
-        exec_stage_t *ix = NULL;
         static const uint8_t none = 0;
         int dir;
-        compound_bounds(&q->filter, idx, &p);
-        dir = q->has_sort ? sort_direction(&q->sort, idx, p.eq1) : 0;
+        compound_bounds(filter, idx, &p);
+        dir = sort != NULL && !idx->multikey ? sort_direction(sort, idx, p.eq1) : 0;
         *sorted = dir != 0;
         if (!p.bounded) {
             ix = exec_ixscan_new(idx, NULL, NULL, dir >= 0, "[MinKey, MaxKey]");
@@ -985,32 +1028,710 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
         }
         exec_ixscan_set_bounds(ix, &p.bounds);
         cb_plan_cleanup(&p);
-        *out = exec_fetch_new(ix, coll, effective_filter(q));
-        *kind = EXEC_ACCESS_IXSCAN;
-    } else if (idx != NULL) {
-        bson_iter_t kp;
+    } else {
         shl_keystring_t ks0, ks1;
         bool has0 = false, has1 = false;
-        char desc[200] = "[MinKey, MaxKey]";
+        char desc[200] = "[MinKey, MaxKey]", iv[400];
+        bson_t bounds;
 
         shl_keystring_init(&ks0);
         shl_keystring_init(&ks1);
-        char iv[400];
-        (void)kp;
-        index_bounds(&q->filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
+        index_bounds(filter, idx, &ks0, &ks1, &has0, &has1, desc, sizeof(desc), iv, sizeof(iv));
         {
             shl_key_bound_t b0 = {has0 ? ks0.data : NULL, ks0.len};
             shl_key_bound_t b1 = {has1 ? ks1.data : NULL, ks1.len};
-            exec_stage_t *ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
-            bson_t bounds;
-            bounds_doc(idx, iv, &bounds);
-            exec_ixscan_set_bounds(ix, &bounds);
-            bson_destroy(&bounds);
-            *out = exec_fetch_new(ix, coll, effective_filter(q));
+            ix = exec_ixscan_new(idx, &b0, &b1, true, desc);
         }
+        bounds_doc(idx, iv, &bounds);
+        exec_ixscan_set_bounds(ix, &bounds);
+        bson_destroy(&bounds);
         shl_keystring_cleanup(&ks0);
         shl_keystring_cleanup(&ks1);
+    }
+    return ix;
+}
+
+/* The planner's estimate for 'idx' over 'filter' (0: its bounds do not restrict the scan):
+ * the first field's kind, then the bounded fields, unique first among equals. */
+static int
+index_score(const shl_index_t *idx, const bson_t *filter)
+{
+    int score;
+    if (!plannable(idx) || bson_empty(filter)) {
+        return 0;
+    }
+    if (compound_ok(idx)) {
+        cb_plan_t p;
+        compound_bounds(filter, idx, &p);
+        score = p.bounded ? p.score * 2 + (idx->unique ? 1 : 0) : 0;
+        cb_plan_cleanup(&p);
+    } else {
+        shl_keystring_t ks0, ks1;
+        bool h0, h1;
+        char desc[200], iv[400];
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        score = index_bounds(filter, idx, &ks0, &ks1, &h0, &h1, desc, sizeof(desc), iv, sizeof(iv));
+        score = score > 0 ? (score * 8 + 1) * 2 + (idx->unique ? 1 : 0) : 0;
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+    }
+    return score >= 2 ? score : 0;
+}
+
+#define OR_MAX_BRANCHES 64
+#define MAX_CANDIDATES 8
+
+/* A top-level $or whose every branch (a document) has an index that bounds it: the
+ * branches (views into 'filter') and their indexes. */
+typedef struct or_plan {
+    size_t n;
+    bson_t branch[OR_MAX_BRANCHES];
+    const shl_index_t *idx[OR_MAX_BRANCHES];
+} or_plan_t;
+
+static bool
+or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
+{
+    bson_iter_t it, el;
+
+    o->n = 0;
+    if (!bson_iter_init_find(&it, filter, "$or") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &el)) {
+        return false;
+    }
+    while (bson_iter_next(&el)) {
+        const uint8_t *d;
+        uint32_t l;
+        const shl_index_t *best = NULL;
+        int best_score = 0;
+        if (o->n == OR_MAX_BRANCHES || !BSON_ITER_HOLDS_DOCUMENT(&el)) {
+            return false;
+        }
+        bson_iter_document(&el, &l, &d);
+        if (!bson_init_static(&o->branch[o->n], d, l) || bson_empty(&o->branch[o->n])) {
+            return false;
+        }
+        for (size_t i = 0; i < coll->nindexes; i++) {
+            int sc = index_score(coll->indexes[i], &o->branch[o->n]);
+            if (sc > best_score) {
+                best = coll->indexes[i];
+                best_score = sc;
+            }
+        }
+        if (best == NULL) {
+            return false;
+        }
+        o->idx[o->n++] = best;
+    }
+    return o->n > 0;
+}
+
+/* Top-level fields of a numeric, non-multikey key pattern: *n of them into 'fields'. */
+static bool
+index_fields(const shl_index_t *idx, const char **fields, size_t max, size_t *n)
+{
+    bson_iter_t kp;
+    *n = 0;
+    if (!plain_ok(idx) || !bson_iter_init(&kp, idx->key_pattern)) {
+        return false;
+    }
+    while (bson_iter_next(&kp)) {
+        if (*n == max || strchr(bson_iter_key(&kp), '.') != NULL) {
+            return false;
+        }
+        fields[(*n)++] = bson_iter_key(&kp);
+    }
+    return *n > 0;
+}
+
+static bool
+in_fields(const char *f, const char *const *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(fields[i], f) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Whether 'filter' can run on a document of the index fields alone: comparisons of
+ * those fields with plain values other than null, under $and/$or/$nor. (MongoDB does
+ * not cover a null comparison: the key cannot tell null from missing. A null key value
+ * met otherwise makes PROJECTION_COVERED read the record.) */
+static bool
+filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int depth)
+{
+    bson_iter_t it;
+    if (depth > 8 || !bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) {
+            bson_iter_t el;
+            if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
+                return false;
+            }
+            while (bson_iter_next(&el)) {
+                const uint8_t *d;
+                uint32_t l;
+                bson_t sub;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&el)) {
+                    return false;
+                }
+                bson_iter_document(&el, &l, &d);
+                if (!bson_init_static(&sub, d, l) ||
+                    !filter_on_fields(&sub, fields, n, depth + 1)) {
+                    return false;
+                }
+            }
+            continue;
+        }
+        if (!in_fields(k, fields, n)) {
+            return false;
+        }
+        if (is_operator_doc(&it)) {
+            bson_iter_t sub;
+            bson_iter_recurse(&it, &sub);
+            while (bson_iter_next(&sub)) {
+                const char *op = bson_iter_key(&sub);
+                if (op_kind(op) != B_NONE || strcmp(op, "$ne") == 0) {
+                    if (!boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub)) {
+                        return false;
+                    }
+                } else if (strcmp(op, "$in") == 0 || strcmp(op, "$nin") == 0) {
+                    bson_iter_t vals;
+                    if (!BSON_ITER_HOLDS_ARRAY(&sub) || !bson_iter_recurse(&sub, &vals)) {
+                        return false;
+                    }
+                    while (bson_iter_next(&vals)) {
+                        if (!boundable(&vals) || BSON_ITER_HOLDS_NULL(&vals)) {
+                            return false;
+                        }
+                    }
+                } else {
+                    return false;
+                }
+            }
+        } else if (!boundable(&it) || BSON_ITER_HOLDS_NULL(&it)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Whether q's projection and filter need only the fields of 'idx' (covered). */
+static bool
+coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
+{
+    const char *fields[32];
+    size_t n;
+    bson_iter_t it;
+    bool id_listed = false, id_included = true, any = false;
+
+    if (!q->has_projection || q->orphan_filter != NULL || q->count_only ||
+        (q->has_sort && !sorted) || !index_fields(idx, fields, 32, &n) ||
+        !bson_iter_init(&it, &q->projection)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        bool on;
+        if (!(BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it))) {
+            return false;
+        }
+        on = bson_iter_as_bool(&it);
+        if (strcmp(k, "_id") == 0) {
+            id_listed = true;
+            id_included = on;
+        } else if (!on || !in_fields(k, fields, n)) {
+            return false;
+        } else {
+            any = true;
+        }
+    }
+    (void)id_listed;
+    if (id_included && !in_fields("_id", fields, n)) {
+        return false;
+    }
+    if (!any && !(id_listed && id_included)) {
+        return false; /* {_id: 0} alone excludes: every other field */
+    }
+    return filter_on_fields(&q->filter, fields, n, 0);
+}
+
+/* One candidate: an index scan (idx) or the OR plan (idx NULL). */
+typedef struct cand {
+    const shl_index_t *idx;
+    int score;
+} cand_t;
+
+/* Build the stages of candidate 'c' (with FETCH, or PROJECTION_COVERED). */
+static exec_stage_t *
+cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c, const or_plan_t *o,
+           const shl_matcher_t *filter, bool *sorted, bool *covered)
+{
+    exec_stage_t *root;
+    *sorted = *covered = false;
+    if (c->idx == NULL) {
+        exec_stage_t *kids[OR_MAX_BRANCHES];
+        bool s;
+        for (size_t i = 0; i < o->n; i++) {
+            kids[i] = index_scan(o->idx[i], &o->branch[i], NULL, &s);
+        }
+        return exec_fetch_new(exec_or_new(kids, o->n), coll, filter);
+    }
+    root = index_scan(c->idx, &q->filter, q->has_sort ? &q->sort : NULL, sorted);
+    if (coverable(q, c->idx, *sorted)) {
+        *covered = true;
+        return exec_projection_covered_new(root, coll, c->idx, q->proj, &q->projection, filter);
+    }
+    return exec_fetch_new(root, coll, filter);
+}
+
+/* What a candidate did in its trial: the works (keys examined) at each of its first 101
+ * results, and at its end (-1: cut by the budget). */
+typedef struct trial {
+    int64_t adv_works[101];
+    int64_t nadv, total, eof_works;
+    bool blocking; /* a SORT would sit on top: nothing comes out before the end */
+    bool no_fetch;
+} trial_t;
+
+#define TRIAL_WORKS 10000
+
+/* Run 'root' for a trial in 'ctx' (up to 101 results, or its end behind a blocking sort,
+ * or TRIAL_WORKS works). */
+static int
+trial_run(exec_stage_t *root, exec_ctx_t *ctx, trial_t *t, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t works = TRIAL_WORKS;
+
+    t->nadv = t->total = 0;
+    t->eof_works = -1;
+    exec_trial_set(&works);
+    while (t->nadv < 101 || t->blocking) {
+        exec_row_t row;
+        bool end = false;
+        SHL_ERR(exec_stage_next(root, ctx, &row, &end, st));
+        if (end) {
+            if (!exec_trial_cut()) {
+                t->eof_works = TRIAL_WORKS - works + 1;
+            }
+            break;
+        }
+        if (t->nadv < 101) {
+            t->adv_works[t->nadv++] = TRIAL_WORKS - works + 1;
+        }
+        t->total++;
+    }
+done:
+    exec_trial_set(NULL);
+    return ret;
+}
+
+/* When a round-robin trial (MongoDB's) would have stopped: the first candidate to reach
+ * 101 results or its end. */
+static int64_t
+trial_stop(const trial_t *t)
+{
+    int64_t w = TRIAL_WORKS;
+    if (t->eof_works >= 0) {
+        w = t->eof_works;
+    }
+    if (!t->blocking && t->nadv == 101 && t->adv_works[100] < w) {
+        w = t->adv_works[100];
+    }
+    return w;
+}
+
+/* MongoDB's score of a candidate stopped after 'w' works: 1 + advanced/works, +1 at its
+ * end, +1e-4 without SORT, +1e-4 without FETCH. */
+static double
+trial_score(const trial_t *t, int64_t w, bool has_sort)
+{
+    int64_t adv = 0;
+    bool eof = t->eof_works >= 0 && t->eof_works <= w;
+    if (t->blocking) {
+        adv = eof ? (t->total < 101 ? t->total : 101) : 0;
+    } else {
+        while (adv < t->nadv && t->adv_works[adv] <= w) {
+            adv++;
+        }
+    }
+    return 1.0 + (double)adv / (double)(w > 0 ? w : 1) + (eof ? 1.0 : 0.0) +
+           (!has_sort || !t->blocking ? 1e-4 : 0) + (t->no_fetch ? 1e-4 : 0);
+}
+
+static int
+cand_cmp(const void *a, const void *b)
+{
+    const cand_t *x = a, *y = b;
+    return y->score - x->score;
+}
+
+/* ---------------------------------------------------------------- COUNT_SCAN */
+
+/* Whether 'v' is a range end COUNT_SCAN can bound exactly: an int, long or double (not
+ * NaN), a string or a date; *bracket says which. */
+static bool
+range_value(const bson_value_t *v, int *bracket)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_INT32:
+    case BSON_TYPE_INT64:
+        *bracket = 1;
+        return true;
+    case BSON_TYPE_DOUBLE:
+        *bracket = 1;
+        return v->value.v_double == v->value.v_double;
+    case BSON_TYPE_UTF8:
+        *bracket = 2;
+        return true;
+    case BSON_TYPE_DATE_TIME:
+        *bracket = 3;
+        return true;
+    default:
+        return false;
+    }
+}
+
+typedef struct cs_pred {
+    const char *field;
+    bool point, used;
+    bson_value_t v;      /* the point */
+    bool has_lo, has_hi; /* a range */
+    bool lo_incl, hi_incl;
+    bson_value_t lo, hi;
+} cs_pred_t;
+
+/* One field's predicate in COUNT_SCAN's terms; false when not exact. */
+static bool
+cs_parse(const bson_iter_t *it, cs_pred_t *p)
+{
+    bson_iter_t sub;
+    int b0 = 0, b1 = 0;
+
+    memset(p, 0, sizeof(*p));
+    p->field = bson_iter_key(it);
+    if (!is_operator_doc(it)) {
+        if (!boundable(it) || BSON_ITER_HOLDS_NULL(it) || BSON_ITER_HOLDS_UNDEFINED(it)) {
+            return false;
+        }
+        p->point = true;
+        bson_iter_t c = *it;
+        p->v = *bson_iter_value(&c);
+        return true;
+    }
+    bson_iter_recurse(it, &sub);
+    while (bson_iter_next(&sub)) {
+        int k = op_kind(bson_iter_key(&sub));
+        if (k == B_NONE || !boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub) ||
+            BSON_ITER_HOLDS_UNDEFINED(&sub)) {
+            return false;
+        }
+        if (k == B_EQ) {
+            if (p->point || p->has_lo || p->has_hi) {
+                return false;
+            }
+            p->point = true;
+            p->v = *bson_iter_value(&sub);
+        } else if (p->point) {
+            return false;
+        } else if (k == B_GT || k == B_GTE) {
+            if (p->has_lo || !range_value(bson_iter_value(&sub), &b0)) {
+                return false;
+            }
+            p->has_lo = true;
+            p->lo_incl = k == B_GTE;
+            p->lo = *bson_iter_value(&sub);
+        } else {
+            if (p->has_hi || !range_value(bson_iter_value(&sub), &b1)) {
+                return false;
+            }
+            p->has_hi = true;
+            p->hi_incl = k == B_LTE;
+            p->hi = *bson_iter_value(&sub);
+        }
+    }
+    if (p->point) {
+        return true;
+    }
+    /* One-sided: numbers only, closed by an infinity (NaN sorts below every number). */
+    if (p->has_lo && p->has_hi) {
+        return b0 == b1;
+    }
+    if (p->has_lo && b0 == 1) {
+        p->has_hi = p->hi_incl = true;
+        p->hi.value_type = BSON_TYPE_DOUBLE;
+        p->hi.value.v_double = 1.0 / 0.0;
+        return true;
+    }
+    if (p->has_hi && b1 == 1) {
+        p->has_lo = p->lo_incl = true;
+        p->lo.value_type = BSON_TYPE_DOUBLE;
+        p->lo.value.v_double = -1.0 / 0.0;
+        return true;
+    }
+    return false;
+}
+
+static void
+append_bound_value(bson_t *d, const char *field, const bson_value_t *v, bool min)
+{
+    if (v != NULL) {
+        bson_append_value(d, field, -1, v);
+    } else if (min) {
+        bson_append_minkey(d, field, -1);
+    } else {
+        bson_append_maxkey(d, field, -1);
+    }
+}
+
+/* A single interval of 'idx' holding exactly the entries of documents matching
+ * 'filter' (equalities on a key prefix, then at most one range); explain's bounds. */
+static bool
+count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *start,
+                  shl_keystring_t *end, bson_t *bounds)
+{
+    cs_pred_t preds[32];
+    size_t np = 0, used = 0;
+    bson_iter_t it, kp;
+    bson_t sk, ek;
+    bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
+
+    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) || !bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (bson_iter_next(&it)) {
+        if (np == 32 || bson_iter_key(&it)[0] == '$' || !cs_parse(&it, &preds[np])) {
+            return false;
+        }
+        for (size_t i = 0; i < np; i++) {
+            if (strcmp(preds[i].field, preds[np].field) == 0) {
+                return false;
+            }
+        }
+        np++;
+    }
+    bson_init(&sk);
+    bson_init(&ek);
+    bson_iter_init(&kp, idx->key_pattern);
+    while (ok && bson_iter_next(&kp)) {
+        const char *f = bson_iter_key(&kp);
+        bool desc = bson_iter_as_double(&kp) < 0;
+        cs_pred_t *p = NULL;
+        for (size_t i = 0; i < np; i++) {
+            if (strcmp(preds[i].field, f) == 0) {
+                p = &preds[i];
+            }
+        }
+        if (p != NULL && (range || after)) {
+            ok = false;
+        } else if (p == NULL) {
+            after = true;
+            append_bound_value(&sk, f, NULL, !desc);
+            append_bound_value(&ek, f, NULL, desc);
+        } else if (p->point) {
+            shl_keystring_append_value(start, &p->v, desc);
+            shl_keystring_append_value(end, &p->v, desc);
+            append_bound_value(&sk, f, &p->v, true);
+            append_bound_value(&ek, f, &p->v, true);
+            used++;
+        } else {
+            /* The low value starts an ascending field and ends a descending one. */
+            const bson_value_t *a = desc ? &p->hi : &p->lo, *b = desc ? &p->lo : &p->hi;
+            bool a_incl = desc ? p->hi_incl : p->lo_incl, b_incl = desc ? p->lo_incl : p->hi_incl;
+            shl_keystring_append_value(start, a, desc);
+            if (!a_incl) {
+                shl_keystring_append_max_suffix(start);
+            }
+            shl_keystring_append_value(end, b, desc);
+            if (b_incl) {
+                shl_keystring_append_max_suffix(end);
+            }
+            append_bound_value(&sk, f, a, true);
+            append_bound_value(&ek, f, b, true);
+            lo_incl = a_incl;
+            hi_incl = b_incl;
+            range = true;
+            used++;
+        }
+    }
+    if (ok && used == np) {
+        if (!range) {
+            shl_keystring_append_max_suffix(end);
+        }
+        BSON_APPEND_DOCUMENT(bounds, "startKey", &sk);
+        BSON_APPEND_BOOL(bounds, "startKeyInclusive", lo_incl);
+        BSON_APPEND_DOCUMENT(bounds, "endKey", &ek);
+        BSON_APPEND_BOOL(bounds, "endKeyInclusive", hi_incl);
+    }
+    bson_destroy(&sk);
+    bson_destroy(&ek);
+    return ok && used == np;
+}
+
+/* A COUNT_SCAN for a count_only query, or NULL. */
+static exec_stage_t *
+count_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_t *hinted)
+{
+    exec_stage_t *out = NULL;
+    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog) {
+        return NULL;
+    }
+    for (size_t i = 0; out == NULL && i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        shl_keystring_t ks0, ks1;
+        bson_t bounds = BSON_INITIALIZER;
+        if (hinted != NULL && idx != hinted) {
+            continue;
+        }
+        shl_keystring_init(&ks0);
+        shl_keystring_init(&ks1);
+        if (count_scan_bounds(&q->filter, idx, &ks0, &ks1, &bounds)) {
+            shl_key_bound_t b0 = {ks0.data, ks0.len}, b1 = {ks1.data, ks1.len};
+            out = exec_count_scan_new(idx, &b0, &b1, &bounds);
+        }
+        bson_destroy(&bounds);
+        shl_keystring_cleanup(&ks0);
+        shl_keystring_cleanup(&ks1);
+    }
+    return out;
+}
+
+int
+exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
+                   exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
+                   bson_t *rejected, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_index_t *idx = NULL;
+    int natural = 0;
+    cand_t cands[MAX_CANDIDATES];
+    size_t ncands = 0;
+    or_plan_t *orp = NULL;
+    exec_stage_t *trial_root = NULL;
+
+    *out = NULL;
+    *sorted = false;
+    *covered = false;
+    if (q->has_hint) {
+        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
+    }
+    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point)) {
+        exec_stage_t *cs = count_scan(coll, q, idx);
+        if (cs != NULL) {
+            *kind = EXEC_ACCESS_COUNT_SCAN;
+            *out = cs;
+            goto done;
+        }
+    }
+    if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
+        !(q->id_point && coll->nindexes > 0)) {
+        /* Candidates: every index that bounds the filter, and an OR of index scans. */
+        cand_t all[64];
+        size_t nall = 0;
+        for (size_t i = 0; i < coll->nindexes && nall < 64; i++) {
+            int sc = index_score(coll->indexes[i], &q->filter);
+            if (sc > 0) {
+                all[nall].idx = coll->indexes[i];
+                all[nall++].score = sc;
+            }
+        }
+        /* Best estimate first; ties keep catalog order (qsort is not stable). */
+        for (size_t a = 1; a < nall; a++) {
+            for (size_t b = a; b > 0 && cand_cmp(&all[b - 1], &all[b]) > 0; b--) {
+                cand_t t = all[b];
+                all[b] = all[b - 1];
+                all[b - 1] = t;
+            }
+        }
+        for (size_t i = 0; i < nall && ncands < MAX_CANDIDATES - 1; i++) {
+            cands[ncands++] = all[i];
+        }
+        orp = bson_aligned_alloc0(BSON_ALIGNOF(or_plan_t), sizeof(*orp));
+        if (or_plan_find(coll, &q->filter, orp)) {
+            cands[ncands].idx = NULL;
+            cands[ncands++].score = 0;
+        }
+        /* With other candidates, an index that gives the sort (a full scan) competes too:
+         * it streams, where the others wait behind a blocking SORT. */
+        for (size_t i = 0; ncands > 0 && q->has_sort && i < coll->nindexes; i++) {
+            const shl_index_t *six = coll->indexes[i];
+            bool have = false;
+            for (size_t j = 0; j < ncands; j++) {
+                have = have || cands[j].idx == six;
+            }
+            if (!have && ncands < MAX_CANDIDATES && plannable(six) && plain_ok(six) &&
+                sort_direction(&q->sort, six, 0) != 0) {
+                cands[ncands].idx = six;
+                cands[ncands++].score = 0;
+                break;
+            }
+        }
+        if (ncands == 0) {
+            idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
+        }
+    }
+    if (coll == NULL) {
+        *kind = EXEC_ACCESS_EOF;
+        *out = exec_eof_new();
+    } else if (idx != NULL) {
+        cand_t c = {idx, 0};
+        *out = cand_build(coll, q, &c, NULL, effective_filter(q), sorted, covered);
         *kind = EXEC_ACCESS_IXSCAN;
+    } else if (ncands > 0) {
+        size_t win = 0;
+        if (ncands > 1 && trial != NULL) {
+            double best = -1;
+            int64_t w = TRIAL_WORKS;
+            trial_t *tr = bson_malloc0(ncands * sizeof(*tr));
+            for (size_t i = 0; ret == 0 && i < ncands; i++) {
+                bool s, cov;
+                trial_root = cand_build(coll, q, &cands[i], orp, effective_filter(q), &s, &cov);
+                tr[i].blocking = q->has_sort && !s;
+                tr[i].no_fetch = cov;
+                ret = trial_run(trial_root, trial, &tr[i], st);
+                exec_stage_destroy(trial_root);
+                trial_root = NULL;
+                if (trial_stop(&tr[i]) < w) {
+                    w = trial_stop(&tr[i]);
+                }
+            }
+            for (size_t i = 0; ret == 0 && i < ncands; i++) {
+                double sc = trial_score(&tr[i], w, q->has_sort);
+                if (sc > best) {
+                    best = sc;
+                    win = i;
+                }
+            }
+            bson_free(tr);
+            SHL_ERR(ret);
+            for (size_t i = 0; rejected != NULL && i < ncands; i++) {
+                bool s, cov;
+                bson_t doc;
+                char k[16];
+                const char *key;
+                uint32_t nrej = 0;
+                if (i == win) {
+                    continue;
+                }
+                nrej = (uint32_t)(i < win ? i : i - 1);
+                trial_root = cand_build(coll, q, &cands[i], orp, effective_filter(q), &s, &cov);
+                bson_uint32_to_string(nrej, &key, k, sizeof(k));
+                bson_append_document_begin(rejected, key, -1, &doc);
+                exec_stage_explain(trial_root, false, &doc);
+                bson_append_document_end(rejected, &doc);
+                exec_stage_destroy(trial_root);
+                trial_root = NULL;
+            }
+        }
+        *out = cand_build(coll, q, &cands[win], orp, effective_filter(q), sorted, covered);
+        *kind = cands[win].idx == NULL ? EXEC_ACCESS_OR : EXEC_ACCESS_IXSCAN;
     } else if (q->id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
         *kind = EXEC_ACCESS_IDHACK;
         *out = exec_idhack_new(coll, &q->id_value);
@@ -1042,5 +1763,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_sta
         *out = exec_collscan_new(coll, natural >= 0, effective_filter(q), min_rid);
     }
 done:
+    exec_stage_destroy(trial_root);
+    bson_free(orp);
     return ret;
 }

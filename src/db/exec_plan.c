@@ -27,35 +27,78 @@ projection_is_simple(const bson_t *spec)
     return true;
 }
 
+/* The indexes the leaves of 's' scan (their explain's indexName), into p->index_names. */
+static void
+collect_index_names(exec_plan_t *p, const exec_stage_t *s)
+{
+    for (; s != NULL; s = s->child) {
+        if (s->child == NULL && s->nchildren == 0 && s->ops->explain != NULL) {
+            bson_t tmp = BSON_INITIALIZER;
+            bson_iter_t it;
+            s->ops->explain(s, &tmp);
+            if (bson_iter_init_find(&it, &tmp, "indexName") && BSON_ITER_HOLDS_UTF8(&it)) {
+                p->index_names =
+                    bson_realloc(p->index_names, (p->nindex_names + 1) * sizeof(char *));
+                p->index_names[p->nindex_names++] = bson_strdup(bson_iter_utf8(&it, NULL));
+            }
+            bson_destroy(&tmp);
+        }
+        for (size_t i = 0; i < s->nchildren; i++) {
+            collect_index_names(p, s->children[i]);
+        }
+    }
+}
+
+const char *
+exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll)
+{
+    for (size_t i = 0; i < p->nindex_names; i++) {
+        if (shl_collection_find_index(coll, p->index_names[i]) == NULL) {
+            return p->index_names[i];
+        }
+    }
+    return NULL;
+}
+
 int
 exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read_ts,
                 shl_collection_t *coll, const char *ns, exec_query_t *q, exec_plan_t **out,
                 shl_status_t *st)
 {
     int ret = 0;
-    exec_plan_t *p = bson_malloc0(sizeof(*p));
+    /* bson_t members (rejected) are over-aligned types. */
+    exec_plan_t *p = bson_aligned_alloc0(BSON_ALIGNOF(exec_plan_t), sizeof(*p));
     exec_stage_t *root = NULL;
-    bool sorted = false;
+    bool sorted = false, covered = false, rej_open = true;
+    bson_t rej;
 
     *out = NULL;
     p->q = q;
     snprintf(p->ns, sizeof(p->ns), "%s", ns);
     p->coll = coll != NULL ? shl_collection_ref(coll) : NULL;
-    SHL_ERR(exec_access_select(p->coll, q, &root, &p->access, &sorted, st));
-    if (p->access == EXEC_ACCESS_IXSCAN) {
-        const exec_stage_t *s = root;
-        while (s->child != NULL) {
-            s = s->child;
-        }
-        /* The leaf is the IXSCAN; its explain names the index. */
-        {
-            bson_t tmp = BSON_INITIALIZER;
-            bson_iter_t it;
-            s->ops->explain(s, &tmp);
-            if (bson_iter_init_find(&it, &tmp, "indexName")) {
-                snprintf(p->index_name, sizeof(p->index_name), "%s", bson_iter_utf8(&it, NULL));
-            }
-            bson_destroy(&tmp);
+    bson_init(&p->rejected);
+    bson_append_array_begin(&p->rejected, "r", 1, &rej);
+    /* The snapshot first: a multi-plan trial reads in it. */
+    if (txn != NULL) {
+        p->txn = txn;
+        p->borrowed_txn = true;
+    } else {
+        shl_storage_txn_opts_t o = {read_ts};
+        SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
+    }
+    {
+        exec_ctx_t trial = {NULL, p->txn};
+        ret =
+            exec_access_select(p->coll, q, &trial, &root, &p->access, &sorted, &covered, &rej, st);
+        bson_append_array_end(&p->rejected, &rej);
+        rej_open = false;
+        SHL_ERR(ret);
+    }
+    if (p->access == EXEC_ACCESS_IXSCAN || p->access == EXEC_ACCESS_COUNT_SCAN ||
+        p->access == EXEC_ACCESS_OR) {
+        collect_index_names(p, root);
+        if (p->nindex_names > 0) {
+            snprintf(p->index_name, sizeof(p->index_name), "%s", p->index_names[0]);
         }
     }
     if (q->orphan_filter != NULL) {
@@ -73,22 +116,21 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     if (q->limit > 0) {
         root = exec_limit_new(root, q->limit);
     }
-    if (q->has_projection) {
+    if (q->has_projection && !covered) {
         root = exec_projection_new(root, q->proj, &q->projection,
                                    projection_is_simple(&q->projection), q->matcher);
     }
+    if (q->count_only) {
+        root = exec_count_new(root);
+    }
     p->root = root;
     root = NULL;
-    if (txn != NULL) {
-        p->txn = txn;
-        p->borrowed_txn = true;
-    } else {
-        shl_storage_txn_opts_t o = {read_ts};
-        SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
-    }
     *out = p;
     p = NULL;
 done:
+    if (rej_open) {
+        bson_append_array_end(&p->rejected, &rej);
+    }
     exec_stage_destroy(root);
     if (p != NULL) {
         exec_plan_destroy(p);
@@ -121,6 +163,11 @@ exec_plan_destroy(exec_plan_t *p)
         shl_storage_txn_abort(p->txn);
     }
     shl_collection_release(p->coll);
+    bson_destroy(&p->rejected);
+    for (size_t i = 0; i < p->nindex_names; i++) {
+        bson_free(p->index_names[i]);
+    }
+    bson_free(p->index_names);
     if (p->own_query && p->q != NULL) {
         exec_query_cleanup(p->q);
         bson_free(p->q);
@@ -130,8 +177,8 @@ exec_plan_destroy(exec_plan_t *p)
 
 /* ---------------------------------------------------------------- explain */
 
-static void
-explain_stage(const exec_stage_t *s, bool exec_stats, bson_t *out)
+void
+exec_stage_explain(const exec_stage_t *s, bool exec_stats, bson_t *out)
 {
     BSON_APPEND_UTF8(out, "stage", s->ops->name);
     if (exec_stats) {
@@ -153,6 +200,17 @@ explain_stage(const exec_stage_t *s, bool exec_stats, bson_t *out)
         const char *name = s->ops->name;
         if (strcmp(name, "COLLSCAN") == 0 || strcmp(name, "FETCH") == 0) {
             BSON_APPEND_INT64(out, "docsExamined", s->stats.docs_examined);
+        } else if (strcmp(name, "COUNT_SCAN") == 0 || strcmp(name, "PROJECTION_COVERED") == 0) {
+            BSON_APPEND_INT64(out, "keysExamined", s->stats.keys_examined);
+            if (s->stats.docs_examined > 0) {
+                BSON_APPEND_INT64(out, "docsExamined", s->stats.docs_examined);
+            }
+        } else if (strcmp(name, "COUNT") == 0) {
+            BSON_APPEND_INT64(out, "nCounted", s->stats.advanced);
+            BSON_APPEND_INT64(out, "nSkipped", 0);
+        } else if (strcmp(name, "OR") == 0) {
+            BSON_APPEND_INT64(out, "dupsTested", s->stats.dups_tested);
+            BSON_APPEND_INT64(out, "dupsDropped", s->stats.dups_dropped);
         } else if (strcmp(name, "IXSCAN") == 0) {
             BSON_APPEND_INT64(out, "keysExamined", s->stats.keys_examined);
             BSON_APPEND_INT64(out, "seeks", 1);
@@ -166,8 +224,22 @@ explain_stage(const exec_stage_t *s, bool exec_stats, bson_t *out)
     if (s->child != NULL) {
         bson_t in;
         BSON_APPEND_DOCUMENT_BEGIN(out, "inputStage", &in);
-        explain_stage(s->child, exec_stats, &in);
+        exec_stage_explain(s->child, exec_stats, &in);
         bson_append_document_end(out, &in);
+    }
+    if (s->nchildren > 0) {
+        bson_t arr;
+        BSON_APPEND_ARRAY_BEGIN(out, "inputStages", &arr);
+        for (size_t i = 0; i < s->nchildren; i++) {
+            bson_t in;
+            char k[16];
+            const char *key;
+            bson_uint32_to_string((uint32_t)i, &key, k, sizeof(k));
+            bson_append_document_begin(&arr, key, -1, &in);
+            exec_stage_explain(s->children[i], exec_stats, &in);
+            bson_append_document_end(&arr, &in);
+        }
+        bson_append_array_end(out, &arr);
     }
 }
 
@@ -177,6 +249,9 @@ sum_stats(const exec_stage_t *s, int64_t *keys, int64_t *docs)
     for (; s != NULL; s = s->child) {
         *keys += s->stats.keys_examined;
         *docs += s->stats.docs_examined;
+        for (size_t i = 0; i < s->nchildren; i++) {
+            sum_stats(s->children[i], keys, docs);
+        }
     }
 }
 
@@ -194,10 +269,23 @@ exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned, int
     BSON_APPEND_BOOL(&qp, "maxIndexedAndSolutionsReached", false);
     BSON_APPEND_BOOL(&qp, "maxScansToExplodeReached", false);
     BSON_APPEND_DOCUMENT_BEGIN(&qp, "winningPlan", &wp);
-    explain_stage(p->root, false, &wp);
+    exec_stage_explain(p->root, false, &wp);
     bson_append_document_end(&qp, &wp);
-    BSON_APPEND_ARRAY_BEGIN(&qp, "rejectedPlans", &rej);
-    bson_append_array_end(&qp, &rej);
+    {
+        bson_iter_t it;
+        const uint8_t *d = NULL;
+        uint32_t l = 0;
+        bson_t arr;
+        if (bson_iter_init_find(&it, &p->rejected, "r") && BSON_ITER_HOLDS_ARRAY(&it)) {
+            bson_iter_array(&it, &l, &d);
+        }
+        if (d != NULL && bson_init_static(&arr, d, l)) {
+            BSON_APPEND_ARRAY(&qp, "rejectedPlans", &arr);
+        } else {
+            BSON_APPEND_ARRAY_BEGIN(&qp, "rejectedPlans", &rej);
+            bson_append_array_end(&qp, &rej);
+        }
+    }
     bson_append_document_end(out, &qp);
     if (exec_stats) {
         int64_t keys = 0, docs = 0;
@@ -209,7 +297,7 @@ exec_plan_explain(const exec_plan_t *p, bool exec_stats, int64_t n_returned, int
         BSON_APPEND_INT64(&es, "totalKeysExamined", keys);
         BSON_APPEND_INT64(&es, "totalDocsExamined", docs);
         BSON_APPEND_DOCUMENT_BEGIN(&es, "executionStages", &stages);
-        explain_stage(p->root, true, &stages);
+        exec_stage_explain(p->root, true, &stages);
         bson_append_document_end(&es, &stages);
         bson_append_document_end(out, &es);
     }

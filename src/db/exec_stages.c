@@ -12,6 +12,23 @@
 /* Records a scan examines between interrupt checks. */
 #define INTERRUPT_EVERY 128
 
+/* The calling thread's multi-plan trial (exec_trial_set): works left, cut. */
+static _Thread_local int64_t *trial_works;
+static _Thread_local bool trial_cut;
+
+void
+exec_trial_set(int64_t *works)
+{
+    trial_works = works;
+    trial_cut = false;
+}
+
+bool
+exec_trial_cut(void)
+{
+    return trial_cut;
+}
+
 int
 exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
 {
@@ -20,6 +37,8 @@ exec_stage_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
     *eof = false;
     row->rid = 0;
     row->doc = NULL;
+    row->key = NULL;
+    row->key_len = 0;
     s->stats.works++;
     ret = s->ops->next(s, ctx, row, eof, st);
     if (ret == 0) {
@@ -40,6 +59,10 @@ exec_stage_destroy(exec_stage_t *s)
         if (s->ops->destroy != NULL) {
             s->ops->destroy(s);
         }
+        for (size_t i = 0; i < s->nchildren; i++) {
+            exec_stage_destroy(s->children[i]);
+        }
+        bson_free(s->children);
         bson_free(s);
         s = child;
     }
@@ -330,8 +353,16 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
         int64_t rid;
         bool end = false;
 
+        const uint8_t *key = NULL;
+        size_t key_len = 0;
+
         SHL_ERR(check_interrupt(ctx, s->stats.keys_examined + 1, st));
-        SHL_ERR(shl_index_cursor_next(x->cur, &rid, NULL, NULL, &end, st));
+        if (trial_works != NULL && *trial_works <= 0) {
+            trial_cut = true;
+            *eof = true;
+            break;
+        }
+        SHL_ERR(shl_index_cursor_next(x->cur, &rid, &key, &key_len, &end, st));
         if (end && x->next_more < x->nmore) {
             const struct ixscan_iv *iv = &x->more[x->next_more++];
             shl_key_bound_t b0 = {iv->start, iv->start_len};
@@ -346,6 +377,9 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
             break;
         }
         s->stats.keys_examined++;
+        if (trial_works != NULL) {
+            (*trial_works)--;
+        }
         /* Dedup even on unique indexes: an update through this scan may move an entry
          * ahead of the cursor (a changed key), which must not be visited twice. */
         {
@@ -356,10 +390,35 @@ ixscan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_st
             }
         }
         row->rid = rid;
+        row->key = key;
+        row->key_len = key_len;
         break;
     }
 done:
     return ret;
+}
+
+/* explain's multiKeyPaths: {field: [field]} for fields that held arrays, else []. */
+static void
+multikey_paths_explain(const shl_index_t *idx, bson_t *out)
+{
+    bson_t d;
+    bson_iter_t kp;
+    size_t i = 0;
+    BSON_APPEND_DOCUMENT_BEGIN(out, "multiKeyPaths", &d);
+    if (bson_iter_init(&kp, idx->key_pattern)) {
+        while (bson_iter_next(&kp)) {
+            bson_t arr;
+            bool on = (idx->multikey_paths & (1ull << (i < 63 ? i : 63))) != 0;
+            bson_append_array_begin(&d, bson_iter_key(&kp), -1, &arr);
+            if (on) {
+                BSON_APPEND_UTF8(&arr, "0", bson_iter_key(&kp));
+            }
+            bson_append_array_end(&d, &arr);
+            i++;
+        }
+    }
+    bson_append_document_end(out, &d);
 }
 
 static void
@@ -371,6 +430,7 @@ ixscan_explain(const exec_stage_t *s, bson_t *out)
     BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
     BSON_APPEND_UTF8(out, "indexName", x->idx->name);
     BSON_APPEND_BOOL(out, "isMultiKey", x->idx->multikey);
+    multikey_paths_explain(x->idx, out);
     BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
     BSON_APPEND_BOOL(out, "isSparse",
                      bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
@@ -804,4 +864,358 @@ exec_projection_new(exec_stage_t *child, const shl_projection_t *proj, const bso
     p->spec = spec;
     p->filter = filter;
     return &p->base;
+}
+
+/* ---------------------------------------------------------------- OR */
+
+typedef struct or_stage {
+    exec_stage_t base;
+    size_t cur; /* the input being read */
+    rid_set_t seen;
+} or_stage_t;
+
+static int
+or_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    or_stage_t *o = (or_stage_t *)s;
+    int ret = 0;
+
+    while (o->cur < s->nchildren) {
+        bool end = false;
+        SHL_ERR(exec_stage_next(s->children[o->cur], ctx, row, &end, st));
+        if (end) {
+            if (trial_cut) {
+                break; /* a trial's budget ran out: stop everywhere */
+            }
+            o->cur++;
+            continue;
+        }
+        s->stats.dups_tested++;
+        if (!rid_set_add(&o->seen, row->rid)) {
+            s->stats.dups_dropped++;
+            continue;
+        }
+        goto done;
+    }
+    *eof = true;
+done:
+    return ret;
+}
+
+static void
+or_explain(const exec_stage_t *s, bson_t *out)
+{
+    (void)s;
+    (void)out;
+}
+
+static void
+or_destroy(exec_stage_t *s)
+{
+    bson_free(((or_stage_t *)s)->seen.slots);
+}
+
+static const exec_stage_ops_t or_ops = {"OR", or_next, or_explain, or_destroy};
+
+exec_stage_t *
+exec_or_new(exec_stage_t **children, size_t n)
+{
+    or_stage_t *o = (or_stage_t *)stage_alloc(sizeof(or_stage_t), &or_ops, NULL);
+    o->base.children = bson_malloc(n * sizeof(exec_stage_t *));
+    memcpy(o->base.children, children, n * sizeof(exec_stage_t *));
+    o->base.nchildren = n;
+    return &o->base;
+}
+
+/* ---------------------------------------------------------------- COUNT_SCAN, COUNT */
+
+typedef struct count_scan {
+    exec_stage_t base;
+    const shl_index_t *idx;
+    uint8_t *start, *end;
+    size_t start_len, end_len;
+    bson_t *bounds;
+    shl_index_cursor_t *cur;
+} count_scan_t;
+
+static int
+count_scan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    count_scan_t *c = (count_scan_t *)s;
+    int ret = 0;
+    int64_t rid;
+    bool end = false;
+
+    if (c->cur == NULL) {
+        shl_key_bound_t b0 = {c->start, c->start_len};
+        shl_key_bound_t b1 = {c->end, c->end_len};
+        SHL_ERR(shl_index_cursor_open(ctx->txn, c->idx, &b0, &b1, true, &c->cur, st));
+    }
+    SHL_ERR(check_interrupt(ctx, s->stats.keys_examined + 1, st));
+    SHL_ERR(shl_index_cursor_next(c->cur, &rid, NULL, NULL, &end, st));
+    if (end) {
+        *eof = true;
+        goto done;
+    }
+    s->stats.keys_examined++;
+    row->rid = rid;
+done:
+    return ret;
+}
+
+static void
+index_explain_fields(const shl_index_t *idx, bson_t *out)
+{
+    bson_iter_t it;
+    BSON_APPEND_DOCUMENT(out, "keyPattern", idx->key_pattern);
+    BSON_APPEND_UTF8(out, "indexName", idx->name);
+    BSON_APPEND_BOOL(out, "isMultiKey", idx->multikey);
+    multikey_paths_explain(idx, out);
+    BSON_APPEND_BOOL(out, "isUnique", idx->unique);
+    BSON_APPEND_BOOL(out, "isSparse",
+                     bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it));
+    BSON_APPEND_BOOL(out, "isPartial",
+                     bson_iter_init_find(&it, idx->spec, "partialFilterExpression"));
+    BSON_APPEND_INT32(out, "indexVersion", 2);
+}
+
+static void
+count_scan_explain(const exec_stage_t *s, bson_t *out)
+{
+    const count_scan_t *c = (const count_scan_t *)s;
+    index_explain_fields(c->idx, out);
+    BSON_APPEND_DOCUMENT(out, "indexBounds", c->bounds);
+}
+
+static void
+count_scan_destroy(exec_stage_t *s)
+{
+    count_scan_t *c = (count_scan_t *)s;
+    shl_index_cursor_close(c->cur);
+    bson_free(c->start);
+    bson_free(c->end);
+    bson_destroy(c->bounds);
+}
+
+static const exec_stage_ops_t count_scan_ops = {"COUNT_SCAN", count_scan_next, count_scan_explain,
+                                                count_scan_destroy};
+
+exec_stage_t *
+exec_count_scan_new(const shl_index_t *idx, const shl_key_bound_t *start,
+                    const shl_key_bound_t *end, const bson_t *bounds)
+{
+    count_scan_t *c = (count_scan_t *)stage_alloc(sizeof(count_scan_t), &count_scan_ops, NULL);
+    c->idx = idx;
+    c->start = dup_bytes(start->data, start->len);
+    c->start_len = start->len;
+    c->end = dup_bytes(end->data, end->len);
+    c->end_len = end->len;
+    c->bounds = bson_copy(bounds);
+    return &c->base;
+}
+
+static int
+count_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    return exec_stage_next(s->child, ctx, row, eof, st);
+}
+
+static const exec_stage_ops_t count_ops = {"COUNT", count_next, NULL, NULL};
+
+exec_stage_t *
+exec_count_new(exec_stage_t *child)
+{
+    return stage_alloc(sizeof(exec_stage_t), &count_ops, child);
+}
+
+/* ---------------------------------------------------------------- PROJECTION_COVERED */
+
+#define COVER_MAX_FIELDS 32
+
+typedef struct covered {
+    exec_stage_t base;
+    const shl_collection_t *coll;
+    const shl_index_t *idx;
+    const shl_projection_t *proj;
+    const bson_t *spec;
+    const shl_matcher_t *filter;
+    size_t nfields;
+    const char *fields[COVER_MAX_FIELDS]; /* borrowed from the key pattern */
+    bool descending[COVER_MAX_FIELDS];
+    bool projected[COVER_MAX_FIELDS]; /* included by the projection */
+    bson_t out, doc;
+    bool has_out, has_doc;
+} covered_t;
+
+/*
+ * Give the decoded number 'v' of key field 'i' its stored BSON type when the index has
+ * only ever held one numeric type in that field (shl_index_t.num_types): int32, int64,
+ * or double (not zero: -0.0 decodes as 0). False: the record must say.
+ */
+static bool
+restore_number(const shl_index_t *idx, size_t i, bson_value_t *v)
+{
+    uint64_t m = idx->num_types;
+    int only = -1;
+
+    if ((m & SHL_NUM_TYPES_UNKNOWN) != 0 || i >= 15) {
+        return false;
+    }
+    for (int t = 0; t < 4; t++) {
+        if ((m & SHL_NUM_TYPE_BIT(i, t)) != 0) {
+            if (only >= 0) {
+                return false;
+            }
+            only = t;
+        }
+    }
+    switch (only) {
+    case 0:
+        return v->value_type == BSON_TYPE_INT32;
+    case 1:
+        if (v->value_type == BSON_TYPE_INT32) {
+            int64_t x = v->value.v_int32;
+            v->value_type = BSON_TYPE_INT64;
+            v->value.v_int64 = x;
+        }
+        return v->value_type == BSON_TYPE_INT64;
+    case 2:
+        if (v->value_type == BSON_TYPE_INT32) {
+            double x = v->value.v_int32;
+            v->value_type = BSON_TYPE_DOUBLE;
+            v->value.v_double = x;
+        } else if (v->value_type == BSON_TYPE_INT64) {
+            double x = (double)v->value.v_int64;
+            v->value_type = BSON_TYPE_DOUBLE;
+            v->value.v_double = x;
+        }
+        return v->value_type == BSON_TYPE_DOUBLE && v->value.v_double != 0.0;
+    default:
+        return false;
+    }
+}
+
+static int
+covered_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    covered_t *c = (covered_t *)s;
+    int ret = 0;
+
+    for (;;) {
+        bson_t vals = BSON_INITIALIZER, keydoc = BSON_INITIALIZER;
+        bson_iter_t it;
+        int64_t rid = 0;
+        bool fetch = false, matched = true, found = false;
+        const bson_t *src = &keydoc;
+        size_t i = 0;
+
+        SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+        if (*eof) {
+            bson_destroy(&keydoc);
+            break;
+        }
+        if (row->key != NULL) {
+            bson_destroy(&vals);
+        }
+        if (row->key == NULL ||
+            !shl_keystring_decode(row->key, row->key_len, c->descending, c->nfields, &vals,
+                                  c->idx->unique ? NULL : &rid)) {
+            fetch = true;
+        } else {
+            if (bson_iter_init(&it, &vals)) {
+                while (bson_iter_next(&it) && i < c->nfields) {
+                    bson_value_t v = *bson_iter_value(&it);
+                    /* null may be a missing field; a number's BSON type is not kept. */
+                    if (BSON_ITER_HOLDS_NULL(&it) || BSON_ITER_HOLDS_UNDEFINED(&it) ||
+                        (c->projected[i] &&
+                         (BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_DECIMAL128(&it)) &&
+                         !restore_number(c->idx, i, &v))) {
+                        fetch = true;
+                    }
+                    bson_append_value(&keydoc, c->fields[i], -1, &v);
+                    i++;
+                }
+            }
+        }
+        bson_destroy(&vals);
+        if (fetch) {
+            if (c->has_doc) {
+                bson_destroy(&c->doc);
+                c->has_doc = false;
+            }
+            ret = shl_record_get(ctx->txn, c->coll, row->rid, &c->doc, &found, st);
+            c->has_doc = true;
+            if (ret != 0 || !found) {
+                bson_destroy(&keydoc);
+                SHL_ERR(ret);
+                continue;
+            }
+            s->stats.docs_examined++;
+            src = &c->doc;
+        }
+        ret = filter_doc(c->filter, src, &matched, st);
+        if (ret == 0 && matched) {
+            if (c->has_out) {
+                bson_destroy(&c->out);
+            }
+            ret = shl_projection_apply(c->proj, src, NULL, NULL, &c->out, st);
+            c->has_out = true;
+        }
+        bson_destroy(&keydoc);
+        SHL_ERR(ret);
+        if (matched) {
+            row->doc = &c->out;
+            row->key = NULL;
+            break;
+        }
+    }
+done:
+    return ret;
+}
+
+static void
+covered_explain(const exec_stage_t *s, bson_t *out)
+{
+    const covered_t *c = (const covered_t *)s;
+    explain_filter(c->filter, out);
+    BSON_APPEND_DOCUMENT(out, "transformBy", c->spec);
+}
+
+static void
+covered_destroy(exec_stage_t *s)
+{
+    covered_t *c = (covered_t *)s;
+    if (c->has_out) {
+        bson_destroy(&c->out);
+    }
+    if (c->has_doc) {
+        bson_destroy(&c->doc);
+    }
+}
+
+static const exec_stage_ops_t covered_ops = {"PROJECTION_COVERED", covered_next, covered_explain,
+                                             covered_destroy};
+
+exec_stage_t *
+exec_projection_covered_new(exec_stage_t *ixscan, const shl_collection_t *coll,
+                            const shl_index_t *idx, const shl_projection_t *proj,
+                            const bson_t *spec, const shl_matcher_t *filter)
+{
+    covered_t *c = (covered_t *)stage_alloc(sizeof(covered_t), &covered_ops, ixscan);
+    bson_iter_t kp, it;
+    c->coll = coll;
+    c->idx = idx;
+    c->proj = proj;
+    c->spec = spec;
+    c->filter = filter;
+    if (bson_iter_init(&kp, idx->key_pattern)) {
+        while (bson_iter_next(&kp) && c->nfields < COVER_MAX_FIELDS) {
+            size_t i = c->nfields++;
+            c->fields[i] = bson_iter_key(&kp);
+            c->descending[i] = bson_iter_as_double(&kp) < 0;
+            c->projected[i] =
+                bson_iter_init_find(&it, spec, c->fields[i]) && bson_iter_as_bool(&it);
+        }
+    }
+    return &c->base;
 }

@@ -117,8 +117,49 @@ teardown(fixture_t *f)
     }
 }
 
-/* Run a find-like query; 'out' receives the result documents as an array. The stage
- * names from the root down go to 'stages' ("PROJECTION_SIMPLE,LIMIT,...'). */
+/* Stage names from 's' down: "FETCH,OR(IXSCAN,IXSCAN)". */
+static void
+stage_names(const exec_stage_t *s, char *out, size_t len)
+{
+    for (; s != NULL; s = s->child) {
+        strncat(out, s->ops->name, len - strlen(out) - 1);
+        if (s->nchildren > 0) {
+            strncat(out, "(", len - strlen(out) - 1);
+            for (size_t i = 0; i < s->nchildren; i++) {
+                stage_names(s->children[i], out, len);
+                if (i + 1 < s->nchildren) {
+                    strncat(out, ",", len - strlen(out) - 1);
+                }
+            }
+            strncat(out, ")", len - strlen(out) - 1);
+        }
+        if (s->child != NULL) {
+            strncat(out, ",", len - strlen(out) - 1);
+        }
+    }
+}
+
+/* run() builds count_only queries while this is set. */
+static bool run_count_only;
+/* The last run's totals (keys and documents examined) and rejected plans. */
+static int64_t run_keys, run_docs;
+static int run_rejected;
+
+static void
+totals(const exec_stage_t *s)
+{
+    for (; s != NULL; s = s->child) {
+        run_keys += s->stats.keys_examined;
+        run_docs += s->stats.docs_examined;
+        for (size_t i = 0; i < s->nchildren; i++) {
+            totals(s->children[i]);
+        }
+    }
+}
+
+/* Run a find-like query; 'out' receives the result documents as an array (count_only:
+ * {_id: rid} per row). The stage names from the root down go to 'stages'
+ * ("PROJECTION_SIMPLE,LIMIT,...'). */
 static int
 run(fixture_t *f, const char *filter, const char *sort, const char *proj, const char *hint,
     int64_t skip, int64_t limit, bson_t *out, char *stages, size_t stages_len)
@@ -144,6 +185,9 @@ run(fixture_t *f, const char *filter, const char *sort, const char *proj, const 
     }
     q.skip = skip;
     q.limit = limit;
+    q.count_only = run_count_only;
+    run_keys = run_docs = 0;
+    run_rejected = 0;
     if (ret == 0) {
         ret = exec_plan_build(f->eng, NULL, 0, f->coll, "test.c", &q, &p, &st);
     }
@@ -157,13 +201,22 @@ run(fixture_t *f, const char *filter, const char *sort, const char *proj, const 
             break;
         }
         bson_uint32_to_string((uint32_t)n++, &kp, k, sizeof(k));
-        bson_append_document(out, kp, -1, row.doc);
+        if (row.doc != NULL) {
+            bson_append_document(out, kp, -1, row.doc);
+        } else {
+            bson_t d;
+            bson_append_document_begin(out, kp, -1, &d);
+            BSON_APPEND_INT64(&d, "rid", row.rid);
+            bson_append_document_end(out, &d);
+        }
     }
     if (p != NULL) {
-        for (const exec_stage_t *s = p->root; s != NULL; s = s->child) {
-            strncat(stages, s->ops->name, stages_len - strlen(stages) - 2);
-            if (s->child != NULL) {
-                strncat(stages, ",", stages_len - strlen(stages) - 1);
+        bson_iter_t it, r;
+        stage_names(p->root, stages, stages_len);
+        totals(p->root);
+        if (bson_iter_init_find(&it, &p->rejected, "r") && bson_iter_recurse(&it, &r)) {
+            while (bson_iter_next(&r)) {
+                run_rejected++;
             }
         }
     }
@@ -417,4 +470,123 @@ SHL_TEST(exec_bounds_description)
     shl_keystring_cleanup(&a);
     shl_keystring_cleanup(&b);
     bson_destroy(filter);
+}
+
+#define DOCS_S                                                                                     \
+    "[{'_id': 1, 'a': 1, 'b': 'x', 'c': 'p'}, {'_id': 2, 'a': 1, 'b': 'y', 'c': 'q'},"             \
+    " {'_id': 3, 'a': 1, 'b': 'z', 'c': 'p'}, {'_id': 4, 'a': 1, 'b': 'w', 'c': 'q'},"             \
+    " {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}, {'_id': 6, 'a': 1, 'c': 'q'},"                       \
+    " {'_id': 7, 'a': 1, 'b': null}, {'_id': 8, 'a': 1.5, 'b': 'x'}]"
+
+SHL_TEST(exec_or_of_index_scans)
+{
+    fixture_t f;
+    bson_t out;
+    char stages[256];
+    ASSERT(setup(&f, DOCS_S));
+    add_index(&f, "{'key': {'a': 1}, 'name': 'a_1'}");
+    add_index(&f, "{'key': {'b': 1}, 'name': 'b_1'}");
+    /* Both branches indexed: OR of IXSCANs, _id 5 (in both) once, FETCH filters. */
+    ASSERT_INT_EQ(run(&f, "{'$or': [{'a': 2}, {'b': {'$in': ['v', 'y']}}]}", "{'_id': 1}", NULL,
+                      NULL, 0, 0, &out, stages, 256),
+                  0);
+    ASSERT_STR_EQ(stages, "SORT,FETCH,OR(IXSCAN,IXSCAN)");
+    ASSERT_BSON_EQ(&out, "{'0': {'_id': 2, 'a': 1, 'b': 'y', 'c': 'q'},"
+                         " '1': {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}}");
+    ASSERT_INT_EQ(run_docs, 2);
+    bson_destroy(&out);
+    /* A branch on an unindexed field: COLLSCAN. */
+    ASSERT_INT_EQ(
+        run(&f, "{'$or': [{'a': 2}, {'c': 'q'}]}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "COLLSCAN");
+    bson_destroy(&out);
+    teardown(&f);
+}
+
+SHL_TEST(exec_multi_plan_trial)
+{
+    fixture_t f;
+    bson_t out;
+    char stages[256];
+    ASSERT(setup(&f, DOCS_S));
+    add_index(&f, "{'key': {'a': 1}, 'name': 'a_1'}");
+    add_index(&f, "{'key': {'c': 1}, 'name': 'c_1'}");
+    /* a: 2 has one key, c: 'p' three: the a_1 plan reaches EOF first and wins. */
+    ASSERT_INT_EQ(run(&f, "{'c': 'p', 'a': 2}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "FETCH,IXSCAN");
+    ASSERT_INT_EQ(run_keys, 1);
+    ASSERT_INT_EQ(run_rejected, 1);
+    ASSERT_BSON_EQ(&out, "{'0': {'_id': 5, 'a': 2, 'b': 'v', 'c': 'p'}}");
+    bson_destroy(&out);
+    /* A hint: no trial, nothing rejected. */
+    ASSERT_INT_EQ(
+        run(&f, "{'c': 'p', 'a': 2}", NULL, NULL, "{'h': 'c_1'}", 0, 0, &out, stages, 256), 0);
+    ASSERT_INT_EQ(run_keys, 3);
+    ASSERT_INT_EQ(run_rejected, 0);
+    bson_destroy(&out);
+    teardown(&f);
+}
+
+SHL_TEST(exec_covered_projection)
+{
+    fixture_t f;
+    bson_t out;
+    char stages[256];
+    ASSERT(setup(&f, DOCS_S));
+    add_index(&f, "{'key': {'b': 1, 'c': 1}, 'name': 'b_1_c_1'}");
+    ASSERT_INT_EQ(run(&f, "{'b': {'$gte': 'w', '$lte': 'y'}, 'c': 'q'}", NULL,
+                      "{'_id': 0, 'c': 1, 'b': 1}", NULL, 0, 0, &out, stages, 256),
+                  0);
+    ASSERT_STR_EQ(stages, "PROJECTION_COVERED,IXSCAN");
+    ASSERT_BSON_EQ(&out, "{'0': {'b': 'w', 'c': 'q'}, '1': {'b': 'y', 'c': 'q'}}");
+    /* Only _id 8 (b 'x', no c: a null key) is read from its record. */
+    ASSERT_INT_EQ(run_docs, 1);
+    bson_destroy(&out);
+    /* A null key value (null or missing c?) is read from the record: _id 8 has no c. */
+    ASSERT_INT_EQ(
+        run(&f, "{'b': 'x'}", NULL, "{'_id': 0, 'b': 1, 'c': 1}", NULL, 0, 0, &out, stages, 256),
+        0);
+    ASSERT_STR_EQ(stages, "PROJECTION_COVERED,IXSCAN");
+    ASSERT_BSON_EQ(&out, "{'0': {'b': 'x'}, '1': {'b': 'x', 'c': 'p'}}"); /* (x, null) first */
+    ASSERT_INT_EQ(run_docs, 1);
+    bson_destroy(&out);
+    /* A null comparison is not covered (MongoDB's rule: null or missing?): FETCH. */
+    ASSERT_INT_EQ(run(&f, "{'b': null}", NULL, "{'_id': 0, 'b': 1}", NULL, 0, 0, &out, stages, 256),
+                  0);
+    ASSERT_STR_EQ(stages, "PROJECTION_SIMPLE,FETCH,IXSCAN");
+    ASSERT_BSON_EQ(&out, "{'0': {'b': null}, '1': {}}");
+    bson_destroy(&out);
+    /* _id is not in the index: FETCH. */
+    ASSERT_INT_EQ(run(&f, "{'b': 'x'}", NULL, "{'b': 1}", NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "PROJECTION_SIMPLE,FETCH,IXSCAN");
+    bson_destroy(&out);
+    teardown(&f);
+}
+
+SHL_TEST(exec_count_scan)
+{
+    fixture_t f;
+    bson_t out;
+    char stages[256];
+    ASSERT(setup(&f, DOCS5));
+    add_index(&f, "{'key': {'a': 1}, 'name': 'a_1'}"); /* multikey: [2, 7] */
+    add_index(&f, "{'key': {'b': 1}, 'name': 'b_1'}");
+    run_count_only = true;
+    ASSERT_INT_EQ(run(&f, "{'b': 'x'}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "COUNT,COUNT_SCAN");
+    ASSERT_INT_EQ(bson_count_keys(&out), 1);
+    ASSERT_INT_EQ(run_docs, 0);
+    bson_destroy(&out);
+    ASSERT_INT_EQ(
+        run(&f, "{'b': {'$gt': 'a', '$lt': 'z'}}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "COUNT,COUNT_SCAN");
+    ASSERT_INT_EQ(bson_count_keys(&out), 2);
+    bson_destroy(&out);
+    /* A multikey index has several keys per document: FETCH. */
+    ASSERT_INT_EQ(run(&f, "{'a': 7}", NULL, NULL, NULL, 0, 0, &out, stages, 256), 0);
+    ASSERT_STR_EQ(stages, "COUNT,FETCH,IXSCAN");
+    ASSERT_INT_EQ(bson_count_keys(&out), 1);
+    bson_destroy(&out);
+    run_count_only = false;
+    teardown(&f);
 }

@@ -241,6 +241,8 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         }
         SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
         idx->multikey = c->indexes[i]->multikey;
+        idx->multikey_paths = c->indexes[i]->multikey_paths;
+        idx->num_types = c->indexes[i]->num_types;
         coll_add_index(n, idx);
     }
     *out = n;
@@ -586,7 +588,9 @@ coll_to_doc(const shl_collection_t *c, bson_t *doc)
         BSON_APPEND_BOOL(&child, "ready", true);
         if (c->indexes[i]->multikey) {
             BSON_APPEND_BOOL(&child, "multikey", true);
+            BSON_APPEND_INT64(&child, "multikeyPaths", (int64_t)c->indexes[i]->multikey_paths);
         }
+        BSON_APPEND_INT64(&child, "numTypes", (int64_t)c->indexes[i]->num_types);
         bson_append_document_end(&arr, &child);
     }
     bson_append_array_end(doc, &arr);
@@ -635,7 +639,8 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             bson_iter_t f;
             bson_t spec;
             const char *iident = NULL;
-            bool multikey = false;
+            bool multikey = false, has_paths = false;
+            uint64_t paths = 0, num_types = SHL_NUM_TYPES_UNKNOWN; /* older entries */
             shl_index_t *idx;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
                 continue;
@@ -650,6 +655,11 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
                     iident = bson_iter_utf8(&f, NULL);
                 } else if (strcmp(bson_iter_key(&f), "multikey") == 0) {
                     multikey = bson_iter_as_bool(&f);
+                } else if (strcmp(bson_iter_key(&f), "multikeyPaths") == 0) {
+                    paths = (uint64_t)bson_iter_as_int64(&f);
+                    has_paths = true;
+                } else if (strcmp(bson_iter_key(&f), "numTypes") == 0) {
+                    num_types = (uint64_t)bson_iter_as_int64(&f);
                 }
             }
             if (iident == NULL) {
@@ -657,6 +667,9 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             }
             SHL_ERR(index_new(eng, &spec, iident, &idx, st));
             idx->multikey = multikey;
+            /* Entries from before per-field paths: every field may hold arrays. */
+            idx->multikey_paths = multikey ? (has_paths ? paths : ~(uint64_t)0) : 0;
+            idx->num_types = num_types;
             coll_add_index(c, idx);
         }
     }
@@ -720,8 +733,8 @@ done:
 }
 
 int
-shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const bool *multi,
-                          shl_status_t *st)
+shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
+                          const uint64_t *paths, const uint64_t *num_types, shl_status_t *st)
 {
     const shl_cat_change_t *ch = shl_txn_find_change(txn, coll->ns);
     shl_collection_t *latest = NULL, *n = NULL;
@@ -743,7 +756,8 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, 
         cur = coll;
     }
     for (size_t i = 0; i < coll->nindexes; i++) {
-        if (multi[i] && !cur->indexes[i]->multikey) {
+        if ((paths[i] & ~cur->indexes[i]->multikey_paths) != 0 ||
+            (num_types[i] & ~cur->indexes[i]->num_types) != 0) {
             need = true;
         }
     }
@@ -752,9 +766,11 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, 
     }
     SHL_ERR(coll_clone(txn->eng, cur, NULL, NULL, &n, st));
     for (size_t i = 0; i < n->nindexes; i++) {
-        if (multi[i]) {
+        if (paths[i] != 0) {
             n->indexes[i]->multikey = true;
+            n->indexes[i]->multikey_paths |= paths[i];
         }
+        n->indexes[i]->num_types |= num_types[i];
     }
     SHL_ERR(catalog_put(txn, n, st));
     shl_txn_add_change(txn, n->ns, n);
@@ -1468,9 +1484,11 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
             break;
         }
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, &keys, st));
-        if (keys.n > 1) {
+        if (keys.n > 1 || keys.array_paths != 0) {
             idx->multikey = true;
+            idx->multikey_paths |= keys.array_paths != 0 ? keys.array_paths : ~(uint64_t)0;
         }
+        idx->num_types |= keys.num_types;
         SHL_ERR(shl_index_insert_keys(txn, idx, &keys, rid, NULL, &dup, st));
         if (dup) {
             SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));

@@ -24,16 +24,20 @@
  * is referenced.
  */
 typedef struct shl_index {
-    char *name;           /* "_id_", "a_1" */
-    bson_t *spec;         /* normalized: {v: 2, key: {...}, name: "...", <options>} */
-    bson_t *key_pattern;  /* spec.key */
-    bool unique;          /* true for _id_ and unique: true */
-    bool is_id;           /* the _id index */
-    char *ident;          /* "index-7" */
-    char *uri;            /* "table:index-7" */
-    shl_keygen_t *keygen; /* from the engine's keygen factory */
-    bool multikey;        /* some committed document made more than one key (never cleared);
-                             stored as "multikey" in the catalog entry */
+    char *name;              /* "_id_", "a_1" */
+    bson_t *spec;            /* normalized: {v: 2, key: {...}, name: "...", <options>} */
+    bson_t *key_pattern;     /* spec.key */
+    bool unique;             /* true for _id_ and unique: true */
+    bool is_id;              /* the _id index */
+    char *ident;             /* "index-7" */
+    char *uri;               /* "table:index-7" */
+    shl_keygen_t *keygen;    /* from the engine's keygen factory */
+    bool multikey;           /* some committed document had an array on a key path (never cleared);
+                                stored as "multikey" in the catalog entry */
+    uint64_t multikey_paths; /* bit i (63: i >= 63): key field i's path held an array
+                                (MongoDB's multiKeyPaths, per field; "multikeyPaths") */
+    uint64_t num_types;      /* numeric types ever indexed per key field (index.h
+                                SHL_NUM_TYPE_BIT; SHL_NUM_TYPES_UNKNOWN), "numTypes" */
 } shl_index_t;
 
 struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */

@@ -51,6 +51,8 @@ shl_keyset_clear(shl_keyset_t *ks)
 {
     ks->len = 0;
     ks->n = 0;
+    ks->array_paths = 0;
+    ks->num_types = 0;
 }
 
 void
@@ -125,6 +127,8 @@ shl_keyset_sort_unique(shl_keyset_t *ks)
         }
     }
     bson_free(refs);
+    out.array_paths = ks->array_paths;
+    out.num_types = ks->num_types;
     shl_keyset_cleanup(ks);
     *ks = out;
 }
@@ -256,7 +260,30 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
             nmissing++;
             values_add(&vals[i], &null_v);
         }
+        for (size_t k = 0; k < vals[i].n; k++) {
+            int t = -1;
+            switch (vals[i].v[k].value_type) {
+            case BSON_TYPE_INT32:
+                t = 0;
+                break;
+            case BSON_TYPE_INT64:
+                t = 1;
+                break;
+            case BSON_TYPE_DOUBLE:
+                t = 2;
+                break;
+            case BSON_TYPE_DECIMAL128:
+                t = 3;
+                break;
+            default:
+                break;
+            }
+            if (t >= 0) {
+                keys->num_types |= SHL_NUM_TYPE_BIT(i, t);
+            }
+        }
         if (vals[i].from_array) {
+            keys->array_paths |= 1ull << (i < 63 ? i : 63);
             if (multi != SIZE_MAX) {
                 SHL_FAIL(st, SHL_CODE_CANNOT_INDEX_PARALLEL_ARRAYS,
                          "cannot index parallel arrays [%s] [%s]", s->f[i].path, s->f[multi].path);

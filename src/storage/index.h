@@ -28,7 +28,19 @@ typedef struct shl_keyset {
     size_t len, cap;
     size_t *offs; /* key i = buf[offs[i] .. offs[i+1]), offs[n] == len */
     size_t n, ncap;
+    /* Bit i (63: i >= 63): key field i's path went through an array in a document whose
+     * keys were generated into the set (MongoDB's multikey path; cleared with the keys). */
+    uint64_t array_paths;
+    /* Numeric BSON types indexed (KeyString keeps none): for key field i < 15, bit
+     * 4*i + 0 int32, 1 int64, 2 double, 3 decimal128 (SHL_NUM_TYPE_BIT). */
+    uint64_t num_types;
 } shl_keyset_t;
+
+/* Bit of numeric type 't' (0 int32, 1 int64, 2 double, 3 decimal) of key field 'i' in a
+ * num_types mask; 0 for fields the mask does not track (i >= 15). Bit 63 of an index's
+ * mask (shl_index_t.num_types) means "unknown: any type". */
+#define SHL_NUM_TYPES_UNKNOWN (1ull << 63)
+#define SHL_NUM_TYPE_BIT(i, t) ((i) < 15 ? 1ull << (4 * (i) + (t)) : 0)
 
 void shl_keyset_init(shl_keyset_t *ks);
 void shl_keyset_cleanup(shl_keyset_t *ks);

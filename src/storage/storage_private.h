@@ -218,12 +218,14 @@ shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns)
 int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
                                shl_status_t *st);
 /*
- * shl_catalog_note_multikey -- mark the indexes i of 'coll' with multi[i] true as
- * multikey: rewrites the catalog entry in 'txn' and installs a snapshot with the
- * flags on commit (nothing on abort). No-op when already marked.
+ * shl_catalog_note_multikey -- add paths[i] (bits of key fields holding arrays,
+ * shl_keyset_t.array_paths) to index i of 'coll', which becomes multikey when any is
+ * set, and num_types[i] (shl_keyset_t.num_types) to its numeric types: rewrites the
+ * catalog entry in 'txn' and installs a snapshot with the flags on commit (nothing on
+ * abort). No-op when already marked.
  */
 int shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
-                              const bool *multi, shl_status_t *st);
+                              const uint64_t *paths, const uint64_t *num_types, shl_status_t *st);
 int shl_rs_state_scan(shl_storage_engine_t *eng, shl_collection_t *coll, shl_status_t *st);
 /*
  * shl_rs_state_init_from -- set count and size from a _sizes entry and the RecordId

@@ -673,9 +673,15 @@ SHL_TEST(multikey_flag_set_by_writes_and_durable)
     ASSERT(!is_multikey(eng, "db.m", "a_1"));
     ASSERT(is_multikey(eng, "db.m", "b_1"));
     ASSERT(!is_multikey(eng, "db.m", "_id_"));
-    /* A single-element array makes one key: still not multikey. */
-    ASSERT_INT_EQ(insert_json(eng, "db.m", "{'_id': 2, 'a': [7]}", &st), 0);
-    ASSERT(!is_multikey(eng, "db.m", "a_1"));
+    /* A single-element array makes one key, but the path holds an array: multikey. */
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.s", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.s", T("{'key': {'a': 1}, 'name': 'a_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    ASSERT_INT_EQ(insert_json(eng, "db.s", "{'_id': 2, 'a': 7}", &st), 0);
+    ASSERT(!is_multikey(eng, "db.s", "a_1"));
+    ASSERT_INT_EQ(insert_json(eng, "db.s", "{'_id': 3, 'a': [7]}", &st), 0);
+    ASSERT(is_multikey(eng, "db.s", "a_1"));
     /* An aborted write leaves the flag off. */
     c = shl_catalog_get(eng, "db.m");
     ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
@@ -699,6 +705,54 @@ SHL_TEST(multikey_flag_set_by_writes_and_durable)
     ASSERT(!is_multikey(eng, "db.m", "_id_"));
     shl_storage_close(eng);
     bson_destroy(arr);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
+/* An index's multikey paths and numeric types in the current catalog snapshot. */
+static void
+index_flags(shl_storage_engine_t *eng, const char *ns, const char *name, uint64_t *paths,
+            uint64_t *types)
+{
+    shl_collection_t *c = shl_catalog_get(eng, ns);
+    const shl_index_t *idx = shl_collection_find_index(c, name);
+    *paths = idx != NULL ? idx->multikey_paths : 0;
+    *types = idx != NULL ? idx->num_types : 0;
+    shl_collection_release(c);
+}
+
+SHL_TEST(index_multikey_paths_and_numeric_types_durable)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_status_t st;
+    bool created;
+    uint64_t paths, types;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.t", NULL, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(insert_json(eng, "db.t", "{'_id': 1, 'a': 1, 'b': 'x'}", &st), 0);
+    ASSERT_INT_EQ(shl_catalog_create_index(eng, "db.t",
+                                           T("{'key': {'a': 1, 'b': 1}, 'name': 'a_1_b_1'}"),
+                                           &created, NULL, &st),
+                  0);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 0);
+    ASSERT(types == SHL_NUM_TYPE_BIT(0, 0)); /* the build saw an int32 in a */
+    ASSERT_INT_EQ(insert_json(eng, "db.t", "{'_id': 2, 'a': 2.5, 'b': [1, 'y']}", &st), 0);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 2); /* b held an array, a never did */
+    ASSERT(types == (SHL_NUM_TYPE_BIT(0, 0) | SHL_NUM_TYPE_BIT(0, 2) | SHL_NUM_TYPE_BIT(1, 0)));
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    index_flags(eng, "db.t", "a_1_b_1", &paths, &types);
+    ASSERT(paths == 2);
+    ASSERT(types == (SHL_NUM_TYPE_BIT(0, 0) | SHL_NUM_TYPE_BIT(0, 2) | SHL_NUM_TYPE_BIT(1, 0)));
+    index_flags(eng, "db.t", "_id_", &paths, &types);
+    ASSERT(types == SHL_NUM_TYPE_BIT(0, 0));
+    shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
     tmp_free();

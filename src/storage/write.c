@@ -66,24 +66,33 @@ keysets_cleanup(shl_keyset_t *ks, size_t n)
     bson_free(ks);
 }
 
-/* Mark the indexes where 'doc' made several keys as multikey (catalog, in 'txn'). */
+/* Mark the indexes where 'doc' has an array on a key path (several keys, or one from a
+ * one-element array: MongoDB's multikey) as multikey, and note numeric types new to an
+ * index's fields (catalog, in 'txn'). */
 static int
 note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_keyset_t *ks,
               shl_status_t *st)
 {
-    bool *multi = bson_malloc0(coll->nindexes + 1);
+    uint64_t *multi = bson_malloc0((coll->nindexes + 1) * sizeof(uint64_t));
+    uint64_t *types = bson_malloc0((coll->nindexes + 1) * sizeof(uint64_t));
     bool any = false;
     int ret = 0;
 
     for (size_t i = 0; i < coll->nindexes; i++) {
-        multi[i] = ks[i].n > 1 && !coll->indexes[i]->multikey;
-        any = any || multi[i];
+        /* Several keys without a reported path (a custom generator): every field. */
+        multi[i] = ks[i].array_paths != 0 ? ks[i].array_paths : ks[i].n > 1 ? ~(uint64_t)0 : 0;
+        multi[i] &= ~coll->indexes[i]->multikey_paths;
+        types[i] = (coll->indexes[i]->num_types & SHL_NUM_TYPES_UNKNOWN) != 0
+                       ? 0
+                       : ks[i].num_types & ~coll->indexes[i]->num_types;
+        any = any || multi[i] != 0 || types[i] != 0;
     }
     if (any) {
-        SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, st));
+        SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, types, st));
     }
 done:
     bson_free(multi);
+    bson_free(types);
     return ret;
 }
 

@@ -143,6 +143,16 @@ def test_versioned_reads_filter_orphans(hc):
 
     assert db.command("count", "c", shardVersion=sv)["n"] == 5
     assert db.command("count", "c", query={"x": {"$gte": -2}}, shardVersion=sv)["n"] == 2
+    # With an index that answers the filter exactly, an unversioned count counts keys
+    # (COUNT_SCAN); a versioned one still drops orphans (their keys are in the index too).
+    db.c.create_index("x")
+    assert db.command("count", "c", query={"x": {"$gte": -2}}, shardVersion=sv)["n"] == 2
+    assert db.command("count", "c", query={"x": {"$gte": -2}})["n"] == 7
+    e = db.command("explain", {"count": "c", "query": {"x": {"$gte": -2}}})
+    assert e["queryPlanner"]["winningPlan"]["inputStage"]["stage"] == "COUNT_SCAN"
+    r = db.command("find", "c", filter={"x": {"$gte": -2}}, projection={"_id": 0, "x": 1},
+                   shardVersion=sv)
+    assert r["cursor"]["firstBatch"] == [{"x": -2}, {"x": -1}]
     assert sorted(db.command("distinct", "c", key="x", shardVersion=sv)["values"]) == \
         [-5, -4, -3, -2, -1]
     r = db.command("aggregate", "c", pipeline=[{"$group": {"_id": None, "n": {"$sum": 1}}}],
