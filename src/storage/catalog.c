@@ -1320,6 +1320,21 @@ spec_equivalent(const bson_t *a, const bson_t *b)
 }
 
 /*
+ * What a document's keys tell an index being built: multikey (several keys, or an array on
+ * a key path -- and which fields held arrays) and the numeric types each field held. Every
+ * build path records them, or the planner would intersect bounds over arrays.
+ */
+static void
+note_build_keys(shl_index_t *idx, const shl_keyset_t *keys)
+{
+    if (keys->n > 1 || keys->array_paths != 0) {
+        idx->multikey = true;
+        idx->multikey_paths |= keys->array_paths != 0 ? keys->array_paths : ~(uint64_t)0;
+    }
+    idx->num_types |= keys->num_types;
+}
+
+/*
  * One batch of a build: index the records after *last_rid until about
  * index_build_batch_keys keys, in a transaction of its own at a timestamp of its own
  * (no oplog entry: the index is published by the DDL's entry). *eof: nothing is left.
@@ -1353,9 +1368,7 @@ build_batch(shl_storage_engine_t *eng, const shl_collection_t *c, shl_index_t *i
             break;
         }
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, keys, st));
-        if (keys->n > 1) {
-            idx->multikey = true;
-        }
+        note_build_keys(idx, keys);
         SHL_ERR(shl_index_insert_keys(txn, idx, keys, rid, NULL, &dup, st));
         if (dup) {
             SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));
@@ -1484,11 +1497,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
             break;
         }
         SHL_ERR(shl_index_keys_for_doc(idx, &doc, &keys, st));
-        if (keys.n > 1 || keys.array_paths != 0) {
-            idx->multikey = true;
-            idx->multikey_paths |= keys.array_paths != 0 ? keys.array_paths : ~(uint64_t)0;
-        }
-        idx->num_types |= keys.num_types;
+        note_build_keys(idx, &keys);
         SHL_ERR(shl_index_insert_keys(txn, idx, &keys, rid, NULL, &dup, st));
         if (dup) {
             SHL_ERR(shl_index_dup_key_status(c->ns, idx, &doc, st));
