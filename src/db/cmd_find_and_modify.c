@@ -79,6 +79,7 @@ fam_update_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, bson_t *pre, 
     if (changed) {
         SHL_ERR(db_doc_after_update(pre, &out, &fixed, st));
         SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, fixed != NULL ? fixed : &out, NULL, st));
+        shl_db_sharding_observe_write(u->op, u->coll->ns, pre, fixed != NULL ? fixed : &out);
     }
     if (u->return_new) {
         u->value = bson_copy(fixed != NULL ? fixed : &out);
@@ -113,6 +114,7 @@ fam_upsert(fam_unit_t *u, shl_storage_txn_t *txn, shl_status_t *st)
     SHL_ERR(ret);
     ins = fixed != NULL ? fixed : &newdoc;
     SHL_ERR(shl_doc_insert(txn, u->coll, ins, NULL, NULL, st));
+    shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, ins);
     if (bson_iter_init_find(&it, ins, "_id")) {
         bson_value_copy(bson_iter_value(&it), &u->upserted_id);
         u->upserted = true;
@@ -169,6 +171,7 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         u->found = true;
         if (u->remove) {
             SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, NULL, st));
+            shl_db_sharding_observe_write(u->op, u->coll->ns, pre, NULL);
             u->value = pre;
             pre = NULL;
         } else {

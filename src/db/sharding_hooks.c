@@ -70,3 +70,14 @@ db_sharding_check_no_filter(shl_op_ctx_t *op, const char *ns, shl_db_shard_acces
     shl_db_orphan_filter_release(f);
     return ret;
 }
+
+void
+shl_db_sharding_observe_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                              const bson_t *post)
+{
+    const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
+
+    if (node != NULL && node->sharding.on_write != NULL) {
+        node->sharding.on_write(node->sharding.arg, ns, pre, post);
+    }
+}

@@ -63,9 +63,22 @@ typedef int (*shl_db_sharding_check_fn)(void *arg, shl_op_ctx_t *op, const char 
                                         shl_db_shard_access_t access,
                                         shl_db_orphan_filter_t **filter, shl_status_t *st);
 
+/*
+ * shl_db_write_observer_fn --
+ *     The op observer: db calls it after each document insert ('pre' NULL), update (both)
+ *     and delete ('post' NULL) on collection 'ns', inside the storage transaction that
+ *     writes it (so it may be called again for the same document when the transaction
+ *     retries, and before the write is durable). Every write is observed, versioned or
+ *     not, user or internal. Must not block or fail; it only records (a donor shard notes
+ *     the _ids of the documents in the range it is migrating: migration_source.c).
+ */
+typedef void (*shl_db_write_observer_fn)(void *arg, const char *ns, const bson_t *pre,
+                                         const bson_t *post);
+
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
+    shl_db_write_observer_fn on_write; /* may be NULL */
 } shl_db_sharding_hooks_t;
 
 /*
@@ -86,5 +99,13 @@ void *shl_db_sharding_hooks_arg(const shl_service_ctx_t *svc);
  */
 int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                           shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+/*
+ * shl_db_sharding_observe_write --
+ *     What the write paths call after writing one document (see shl_db_write_observer_fn);
+ *     nothing when no observer is installed.
+ */
+void shl_db_sharding_observe_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                                   const bson_t *post);
 
 #endif

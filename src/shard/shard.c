@@ -41,13 +41,16 @@ shard_shutdown(shl_service_ctx_t *svc)
     shard_state_t *s = shl_db_sharding_hooks_arg(svc);
 
     /* Connections are gone, so no command uses the state any more; the node's own
-     * shutdown (which frees the hooks' home) runs last. */
+     * shutdown (which frees the hooks' home) runs last. An incoming migration's thread
+     * stops first (it uses the connection pool). */
+    shard_recipient_shutdown(s);
     shard_meta_destroy_all(s);
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
     }
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->identity_mu);
+    pthread_cond_destroy(&s->crit_cv);
     bson_free(s);
 }
 
@@ -63,18 +66,26 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     s->svc = svc;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->identity_mu, NULL);
+    pthread_cond_init(&s->crit_cv, NULL);
+    pthread_mutex_init(&s->mig_mu, NULL);
+    pthread_cond_init(&s->mig_cv, NULL);
+    atomic_init(&s->capturing, 0);
     hooks.arg = s;
     hooks.check = shard_check_versions;
+    hooks.on_write = shard_migration_observe;
     shl_db_sharding_hooks_install(svc, &hooks);
     s->prev_shutdown = svc->hooks.shutdown;
     s->prev_server_status = svc->hooks.append_server_status;
     svc->hooks.shutdown = shard_shutdown;
     svc->hooks.append_server_status = shard_server_status;
     shard_commands_register(reg);
+    shard_migration_commands_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_identity_load(s, &id, &found, st));
     if (found) {
         shard_become_aware(s, &id);
+        /* Migrations a crash interrupted: finish them from their coordinator documents. */
+        shard_migration_recover_async(s);
     }
 done:
     return ret;
