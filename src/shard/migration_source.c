@@ -111,15 +111,22 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
         !bson_iter_recurse(&it, &arr)) {
         return 0;
     }
-    while (bson_iter_next(&arr)) {
+    /* Count first: a static bson_t points into itself, so the array is never moved. */
+    {
+        bson_iter_t c = arr;
+        while (bson_iter_next(&c)) {
+            cap += BSON_ITER_HOLDS_DOCUMENT(&c) ? 1 : 0;
+        }
+    }
+    if (cap == 0) {
+        return 0;
+    }
+    *out = bson_malloc0(cap * sizeof(**out));
+    while (bson_iter_next(&arr) && n < cap) {
         const uint8_t *data;
         uint32_t len;
         if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
             continue;
-        }
-        if (n == cap) {
-            cap = cap == 0 ? 64 : cap * 2;
-            *out = bson_realloc(*out, cap * sizeof(**out));
         }
         bson_iter_document(&arr, &len, &data);
         if (bson_init_static(&(*out)[n], data, len)) {

@@ -93,3 +93,196 @@ def test_move_chunk_moves_documents_and_bumps_versions(mc):
     # The changelog has the commit.
     log = _config(mc).changelog.find_one({"what": "moveChunk.commit", "ns": ns})
     assert log is not None and log["details"]["to"] == "shard1"
+
+
+def test_move_range_and_a_stale_router_after_several_migrations(mc):
+    r, ns = _setup(mc, "several", splits=(1000, 2500, 4000))
+    r2 = mc.add_router().client()
+    assert r2.mig.several.count_documents({}) == N  # r2 caches the routing now
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard2")
+    r.admin.command("moveRange", ns, min={"x": 2500}, max={"x": 4000}, toShard="shard1")
+    r.admin.command("moveChunk", ns, bounds=[{"x": 4000}, {"x": MAXK}], to="shard2")
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard1")
+    assert [ch["shard"] for ch in _chunks(mc, ns)] == ["shard0", "shard1", "shard1", "shard2"]
+    # Versions stay unique and the collection version grew by one major per migration.
+    versions = [(ch["lastmod"].time, ch["lastmod"].inc) for ch in _chunks(mc, ns)]
+    assert len(set(versions)) == len(versions)
+    # The stale router still sees every document exactly once, and targeted reads work.
+    ids = [d["_id"] for d in r2.mig.several.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    assert r2.mig.several.find_one({"x": 3000})["_id"] == 3000
+    assert r2.mig.several.count_documents({"x": {"$gte": 900, "$lt": 4100}}) == 3200
+    r2.mig.several.update_one({"x": 4500}, {"$set": {"v": 7}})
+    assert r.mig.several.find_one({"x": 4500})["v"] == 7
+    assert _direct(mc, 2, "several").find_one({"x": 4500})["v"] == 7
+
+
+def test_bad_migration_requests_get_errors(mc):
+    r, ns = _setup(mc, "bad")
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, find={"x": 1}, to="nosuchshard")
+    assert e.value.code == 70  # ShardNotFound
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, find={"x": 1}, to="shard0")  # already there
+    assert e.value.code == 20  # IllegalOperation
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, to="shard1")
+    assert e.value.code == 2 or e.value.code == 72
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveRange", ns, min={"x": 17}, toShard="shard1")  # not a chunk bound
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", "mig.unsharded_nope", find={"x": 1}, to="shard1")
+    assert r.mig.bad.count_documents({}) == N
+
+
+def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
+    r, ns = _setup(mc, "live")
+    donor = mc.shard_client(0)
+    stop = threading.Event()
+    errors = []
+    inserted, deleted, updated = set(), set(), {}
+    lock = threading.Lock()
+
+    def writer(k):
+        c = mc.router_client()
+        coll = c.mig.live
+        i = 0
+        while not stop.is_set():
+            nid = 100000 + k * 100000 + i
+            try:
+                # inserts into the moving range, updates of a non-key field, deletes
+                coll.insert_one({"_id": nid, "x": 2500 + (nid % 2500), "v": 0})
+                with lock:
+                    inserted.add(nid)
+                target = 2500 + k * 600 + (i % 600)
+                coll.update_one({"_id": target}, {"$inc": {"v": 1}})
+                with lock:
+                    updated[target] = updated.get(target, 0) + 1
+                if i % 5 == 0:
+                    victim = 2500 + k * 600 + 300 + (i // 5) % 300
+                    res = coll.delete_one({"_id": victim})
+                    with lock:
+                        deleted.add(victim)
+                        if res.deleted_count == 0 and victim not in deleted:
+                            errors.append("delete of %d found nothing" % victim)
+            except PyMongoError as e:
+                errors.append("writer %d: %r" % (k, e))
+                return
+            i += 1
+
+    stable = set(range(0, 2500))  # never written: must always be seen exactly once
+
+    def reader():
+        c = mc.router_client()
+        while not stop.is_set():
+            try:
+                ids = [d["_id"] for d in c.mig.live.find({}, {"_id": 1})]
+            except PyMongoError as e:
+                errors.append("reader: %r" % e)
+                return
+            if len(ids) != len(set(ids)):
+                errors.append("reader saw a document twice")
+                return
+            if not stable <= set(ids):
+                errors.append("reader missed documents")
+                return
+
+    fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")
+    fail_point(donor, "moveChunkHangAtStep4", "alwaysOn")
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    mover_err = []
+
+    def mover():
+        try:
+            r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+        except PyMongoError as e:
+            mover_err.append(e)
+
+    m = threading.Thread(target=mover)
+    m.start()
+    try:
+        # writes land while the range is cloned, and while the recipient catches up
+        time.sleep(0.5)
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        time.sleep(0.5)
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+        m.join(60)
+        time.sleep(0.5)  # writes after the commit, through the refreshed routing
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not mover_err, mover_err
+    assert not errors, errors[:5]
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    docs = {d["_id"]: d for d in r.mig.live.find({})}
+    expect = (set(range(N)) | inserted) - deleted
+    assert set(docs) == expect
+    for k, n in updated.items():
+        if k not in deleted:
+            assert docs[k]["v"] == n, (k, docs[k], n)
+    assert len(inserted) > 0 and len(updated) > 0
+    # the recipient has exactly the range's documents
+    on_recipient = {d["_id"] for d in _direct(mc, 1, "live").find({"x": {"$gte": 2500}})}
+    assert on_recipient == {i for i in expect if docs[i]["x"] >= 2500}
+
+
+def test_cursor_opened_before_the_commit_returns_the_donated_documents(mc):
+    r, ns = _setup(mc, "cursor")
+    cur = r.mig.cursor.find({"x": {"$gte": 2500}}).batch_size(100)
+    first = [next(cur) for _ in range(100)]
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    rest = list(cur)
+    ids = [d["_id"] for d in first + rest]
+    assert sorted(ids) == list(range(2500, N))
+
+
+def test_conflicting_migration_refused_and_the_same_one_joined(mc):
+    r, ns = _setup(mc, "conflict", splits=(1000, 2500))
+    donor = mc.shard_client(0)
+    results = {}
+
+    def move(name, **kw):
+        try:
+            results[name] = mc.router_client().admin.command("moveChunk", ns, **kw)
+        except PyMongoError as e:
+            results[name] = e
+
+    fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")
+    try:
+        t1 = threading.Thread(target=move, args=("first",),
+                              kwargs=dict(find={"x": 3000}, to="shard1"))
+        t1.start()
+        wait_until(lambda: donor.admin.command(
+            "configureFailPoint", "moveChunkHangAtStep3", mode="alwaysOn")["count"] >= 1,
+            what="the first migration to reach step 3")
+        t2 = threading.Thread(target=move, args=("joined",),
+                              kwargs=dict(find={"x": 2600}, to="shard1"))
+        t2.start()
+        # Another chunk of the same donor: refused while the first one runs.
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("moveChunk", ns, find={"x": 10}, to="shard2")
+        assert e.value.code == 117  # ConflictingOperationInProgress
+        # The recipient is busy too.
+        r2, ns2 = r, "mig.conflict2"
+        r.admin.command("shardCollection", ns2, key={"x": 1})
+        r.mig.conflict2.insert_many([{"x": i} for i in range(10)])
+        r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard2")
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard1")
+        assert e.value.code == 117
+        time.sleep(0.3)
+        assert t2.is_alive()  # joined: waits for the first one
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+    t1.join(60)
+    t2.join(60)
+    assert results["first"]["ok"] == 1, results
+    assert results["joined"]["ok"] == 1, results
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert sorted(d["_id"] for d in r.mig.conflict.find({}, {"_id": 1})) == list(range(N))
