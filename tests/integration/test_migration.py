@@ -66,6 +66,31 @@ def _setup(c, name, n=N, splits=(2500,)):
     return r, ns
 
 
+_entered = {}
+
+
+def _hang(client, name):
+    """Switch a "hang" fail point on, remembering how often it was entered before."""
+    _entered[name] = fail_point(client, name, "alwaysOn")["count"]
+
+
+def _wait_hung(client, name):
+    """Wait until the fail point switched on by _hang has been reached."""
+    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > _entered[name],
+               what="a migration to reach %s" % name)
+
+
+def _wait_writes(inserted, lock, n):
+    """Wait until the writers have had n more inserts acknowledged."""
+    with lock:
+        base = len(inserted)
+
+    def grown():
+        with lock:
+            return len(inserted) >= base + n
+    wait_until(grown, what="%d more acknowledged inserts" % n)
+
+
 def _direct(c, i, name):
     return c.shard_client(i).mig[name]
 
@@ -187,8 +212,8 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
                 errors.append("reader missed documents")
                 return
 
-    fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")
-    fail_point(donor, "moveChunkHangAtStep4", "alwaysOn")
+    _hang(donor, "moveChunkHangAtStep3")
+    _hang(donor, "moveChunkHangAtStep4")
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
     threads.append(threading.Thread(target=reader))
     for t in threads:
@@ -205,12 +230,14 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
     m.start()
     try:
         # writes land while the range is cloned, and while the recipient catches up
-        time.sleep(0.5)
+        _wait_hung(donor, "moveChunkHangAtStep3")
+        _wait_writes(inserted, lock, 30)
         fail_point(donor, "moveChunkHangAtStep3", "off")
-        time.sleep(0.5)
+        _wait_hung(donor, "moveChunkHangAtStep4")
+        _wait_writes(inserted, lock, 30)
         fail_point(donor, "moveChunkHangAtStep4", "off")
         m.join(60)
-        time.sleep(0.5)  # writes after the commit, through the refreshed routing
+        _wait_writes(inserted, lock, 30)  # after the commit, through the new routing
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
         fail_point(donor, "moveChunkHangAtStep4", "off")
@@ -227,6 +254,11 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
         if k not in deleted:
             assert docs[k]["v"] == n, (k, docs[k], n)
     assert len(inserted) > 0 and len(updated) > 0
+    # The writes made during the migration reached the recipient as captured mods.
+    status = mc.shard_client(1).admin.command("_recvChunkStatus", ns)
+    assert status["state"] == "done" and status["active"] is False
+    assert status["counts"]["cloned"] >= N - 2500
+    assert status["counts"]["catchup"] + status["counts"]["steady"] > 0
     # the recipient has exactly the range's documents
     on_recipient = {d["_id"] for d in _direct(mc, 1, "live").find({"x": {"$gte": 2500}})}
     assert on_recipient == {i for i in expect if docs[i]["x"] >= 2500}
@@ -244,6 +276,10 @@ def test_cursor_opened_before_the_commit_returns_the_donated_documents(mc):
 
 def test_conflicting_migration_refused_and_the_same_one_joined(mc):
     r, ns = _setup(mc, "conflict", splits=(1000, 2500))
+    ns2 = "mig.conflict2"
+    r.admin.command("shardCollection", ns2, key={"x": 1})
+    r.mig.conflict2.insert_many([{"x": i} for i in range(10)])
+    r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard2")
     donor = mc.shard_client(0)
     results = {}
 
@@ -253,14 +289,12 @@ def test_conflicting_migration_refused_and_the_same_one_joined(mc):
         except PyMongoError as e:
             results[name] = e
 
-    fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")
+    _hang(donor, "moveChunkHangAtStep3")
     try:
         t1 = threading.Thread(target=move, args=("first",),
                               kwargs=dict(find={"x": 3000}, to="shard1"))
         t1.start()
-        wait_until(lambda: donor.admin.command(
-            "configureFailPoint", "moveChunkHangAtStep3", mode="alwaysOn")["count"] >= 1,
-            what="the first migration to reach step 3")
+        _wait_hung(donor, "moveChunkHangAtStep3")
         t2 = threading.Thread(target=move, args=("joined",),
                               kwargs=dict(find={"x": 2600}, to="shard1"))
         t2.start()
@@ -268,15 +302,11 @@ def test_conflicting_migration_refused_and_the_same_one_joined(mc):
         with pytest.raises(OperationFailure) as e:
             r.admin.command("moveChunk", ns, find={"x": 10}, to="shard2")
         assert e.value.code == 117  # ConflictingOperationInProgress
-        # The recipient is busy too.
-        r2, ns2 = r, "mig.conflict2"
-        r.admin.command("shardCollection", ns2, key={"x": 1})
-        r.mig.conflict2.insert_many([{"x": i} for i in range(10)])
-        r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard2")
+        # The recipient is busy too (shard2 -> shard1).
         with pytest.raises(OperationFailure) as e:
             r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard1")
         assert e.value.code == 117
-        time.sleep(0.3)
+        t2.join(0.3)
         assert t2.is_alive()  # joined: waits for the first one
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
@@ -286,3 +316,58 @@ def test_conflicting_migration_refused_and_the_same_one_joined(mc):
     assert results["joined"]["ok"] == 1, results
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
     assert sorted(d["_id"] for d in r.mig.conflict.find({}, {"_id": 1})) == list(range(N))
+
+
+@pytest.mark.parametrize("step,committed", [
+    ("moveChunkHangAtStep3", False),      # cloning / catching up
+    ("hangBeforeCommitMigration", False),  # in the critical section, before the commit
+    ("moveChunkHangAtStep5", True),        # committed, coordinator not finished
+])
+def test_donor_killed_mid_migration_loses_and_duplicates_nothing(mc, step, committed):
+    name = "crash_" + step
+    r = mc.router_client()
+    ns = "mig." + name
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": 2500})
+    r.mig.get_collection(name, write_concern=pymongo.WriteConcern(j=True)).insert_many(
+        [{"_id": i, "x": i} for i in range(N)])
+    donor = mc.shard_client(0)
+    _hang(donor, step)
+    err = []
+
+    def move():
+        try:
+            mc.router_client().admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    _wait_hung(donor, step)
+    mc.shards[0].kill()
+    t.join(90)
+    assert err, "moveChunk succeeded although its donor was killed"
+    mc.restart_shard(0)
+    donor = mc.shard_client(0)
+    # Start-up recovery finishes the migration from its coordinator document.
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               what="the coordinator document to be finished")
+    owner = _chunk_at(mc, ns, 3000)["shard"]
+    assert owner == ("shard1" if committed else "shard0")
+    ids = [d["_id"] for d in r.mig[name].find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    assert r.mig[name].count_documents({"x": {"$gte": 2500}}) == N - 2500
+    # The range deletion tasks follow the decision: the loser's copy is to be deleted.
+    rd_donor = list(donor.config.rangeDeletions.find({"nss": ns}))
+    rd_recipient = list(mc.shard_client(1).config.rangeDeletions.find({"nss": ns}))
+    if committed:
+        assert all(not d.get("pending") for d in rd_donor)
+        assert rd_recipient == []
+    else:
+        assert rd_donor == []
+        assert all(not d.get("pending") for d in rd_recipient)
+    # The shards take part in migrations again.
+    target = "shard0" if committed else "shard1"
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to=target)
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
