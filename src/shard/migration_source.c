@@ -1133,8 +1133,18 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep5), op);
 
     c.decision = 1;
-    SHL_ERR(coord_finish(s, op, &c, st));
     persisted = false;
+    {
+        /* Committed: the migration succeeded whatever happens to the cleanup; a failed
+         * commit sequence is retried by the recovery thread. */
+        shl_status_t tmp = SHL_STATUS_INIT;
+        if (coord_finish(s, op, &c, &tmp) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200207, "Migration commit sequence failed; retrying in "
+                            "the background", "ns", BCON_UTF8(a->ns), "error",
+                            BCON_UTF8(tmp.reason));
+            shard_migration_recover_async(s);
+        }
+    }
     SHL_LOG_INFO(SHARDING, 4200203, "Migration committed", "ns", BCON_UTF8(a->ns), "range",
                  BCON_UTF8(r), "to", BCON_UTF8(a->to), "durationMillis",
                  BCON_INT64((shl_clock_mono_us() - start_us) / 1000));
@@ -1175,13 +1185,17 @@ done:
         shl_status_t tmp = SHL_STATUS_INIT;
         c.decision = -1;
         if (coord_finish(s, op, &c, &tmp) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200204, "Migration abort sequence failed; recovery will "
-                            "finish it", "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
+            SHL_LOG_WARNING(SHARDING, 4200204, "Migration abort sequence failed; retrying in "
+                            "the background", "ns", BCON_UTF8(a->ns), "error",
+                            BCON_UTF8(tmp.reason));
+            shard_migration_recover_async(s);
         }
     } else if (persisted && committed) {
         shl_status_t tmp = SHL_STATUS_INIT;
         c.decision = 1;
-        coord_finish(s, op, &c, &tmp);
+        if (coord_finish(s, op, &c, &tmp) != 0) {
+            shard_migration_recover_async(s);
+        }
     }
     coord_cleanup(&c);
     shard_meta_release(m);
@@ -1342,13 +1356,17 @@ shard_migration_recover_async(shard_state_t *s)
     pthread_t t;
 
     pthread_mutex_lock(&s->mig_mu);
+    if (s->recovery_started) {
+        pthread_mutex_unlock(&s->mig_mu);
+        return;
+    }
     s->recovery_started = true;
-    pthread_mutex_unlock(&s->mig_mu);
     if (pthread_create(&t, NULL, recovery_main, s) == 0) {
         pthread_detach(t);
     } else {
         s->recovery_started = false;
     }
+    pthread_mutex_unlock(&s->mig_mu);
 }
 
 /* ---------------------------------------------------------------- registration */

@@ -7,6 +7,7 @@
 #include "shard/shard.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "shard/shard_private.h"
@@ -44,6 +45,17 @@ shard_shutdown(shl_service_ctx_t *svc)
      * shutdown (which frees the hooks' home) runs last. An incoming migration's thread
      * stops first (it uses the connection pool). */
     shard_recipient_shutdown(s);
+    /* The recovery thread sees the shutdown at its next check and ends. */
+    for (int i = 0; i < 1000; i++) {
+        bool running;
+        pthread_mutex_lock(&s->mig_mu);
+        running = s->recovery_started;
+        pthread_mutex_unlock(&s->mig_mu);
+        if (!running) {
+            break;
+        }
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
     shard_meta_destroy_all(s);
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
