@@ -930,10 +930,6 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
     int ret;
     bson_t cmd = BSON_INITIALIZER, reply, chunk, wc;
 
-    if (SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
-        return shl_status_set(st, SHL_CODE_HOST_UNREACHABLE,
-                              "Network error from failpoint migrationCommitNetworkError");
-    }
     if (SHL_FAILPOINT_FIRES(failMigrationCommit)) {
         return shl_status_set(st, SHL_CODE_OPERATION_FAILED,
                               "Failing _configsvrCommitChunkMigration (failMigrationCommit)");
@@ -951,6 +947,11 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
     ret = shard_config_cmd(s, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
+    if (ret == 0 && SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
+        /* The commit happened but its reply is lost: the outcome is unknown here. */
+        ret = shl_status_set(st, SHL_CODE_HOST_UNREACHABLE,
+                             "Network error from failpoint migrationCommitNetworkError");
+    }
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
