@@ -48,6 +48,7 @@ bench: release
 	bash bench/run.sh build-release
 	bash bench/crud.sh build-release
 	bash bench/query.sh build-release
+	bash bench/agg.sh build-release
 	bash bench/cluster.sh build-release
 
 format:

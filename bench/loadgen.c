@@ -47,11 +47,11 @@ typedef struct config {
     int threads;
     double seconds;
     const char *op;
-    int64_t preload;  /* findid: load this many documents (_id 0..N-1) first */
-    int64_t keys;     /* findid: ids are drawn from [0, keys) */
-    const char *coll; /* findeq/range/insertidx: the collection (in db bench) */
-    int indexes;      /* insertidx: secondary indexes to create (0, 1 or 3) */
-    int64_t span;     /* range: width of the range of 'a' */
+    int64_t preload;   /* findid: load this many documents (_id 0..N-1) first */
+    int64_t keys;      /* findid: ids are drawn from [0, keys) */
+    const char *coll;  /* findeq/range/insertidx: the collection (in db bench) */
+    int indexes;       /* insertidx: secondary indexes to create (0, 1 or 3) */
+    int64_t span;      /* range: width of the range of 'a' */
     const char *shard; /* --shard: hashed or range, NULL = do not shard */
 } config_t;
 

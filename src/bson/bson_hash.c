@@ -8,28 +8,46 @@
  */
 #include "bson/bson_hash.h"
 
-#include <openssl/evp.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "base/status.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
+#include "bson/md5.h"
+
+/* Where the serialized value goes: MD5 (MongoDB's hashed-index hash) or FNV-1a 64 (the fast
+ * hash with the same equality classes, for hash tables). */
+typedef struct hash_sink {
+    bool md5;
+    shl_md5_t m;
+    uint64_t fnv;
+} hash_sink_t;
 
 static void
-add(EVP_MD_CTX *ctx, const void *p, size_t n)
+add(hash_sink_t *ctx, const void *p, size_t n)
 {
-    SHL_INVARIANT(EVP_DigestUpdate(ctx, p, n) == 1);
+    if (ctx->md5) {
+        shl_md5_update(&ctx->m, p, n);
+    } else {
+        const uint8_t *b = p;
+        uint64_t h = ctx->fnv;
+        for (size_t i = 0; i < n; i++) {
+            h = (h ^ b[i]) * UINT64_C(1099511628211);
+        }
+        ctx->fnv = h;
+    }
 }
 
 static void
-add_le32(EVP_MD_CTX *ctx, uint32_t v)
+add_le32(hash_sink_t *ctx, uint32_t v)
 {
     uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
     add(ctx, b, sizeof(b));
 }
 
 static void
-add_le64(EVP_MD_CTX *ctx, uint64_t v)
+add_le64(hash_sink_t *ctx, uint64_t v)
 {
     add_le32(ctx, (uint32_t)v);
     add_le32(ctx, (uint32_t)(v >> 32));
@@ -37,18 +55,18 @@ add_le64(EVP_MD_CTX *ctx, uint64_t v)
 
 /* A BSON string value: int32 length with the NUL, the bytes, the NUL. */
 static void
-add_bson_string(EVP_MD_CTX *ctx, const char *s, uint32_t len)
+add_bson_string(hash_sink_t *ctx, const char *s, uint32_t len)
 {
     add_le32(ctx, len + 1);
     add(ctx, s, len);
     add(ctx, "", 1);
 }
 
-static void hash_element(EVP_MD_CTX *ctx, const bson_value_t *v, const char *name, size_t nlen);
+static void hash_element(hash_sink_t *ctx, const bson_value_t *v, const char *name, size_t nlen);
 
 /* Every element with its name, then the EOO element. */
 static void
-hash_doc(EVP_MD_CTX *ctx, const uint8_t *data, uint32_t len)
+hash_doc(hash_sink_t *ctx, const uint8_t *data, uint32_t len)
 {
     bson_iter_t it;
     if (bson_iter_init_from_data(&it, data, len)) {
@@ -70,7 +88,7 @@ number_for_hash(const bson_value_t *v)
 }
 
 static void
-hash_element(EVP_MD_CTX *ctx, const bson_value_t *v, const char *name, size_t nlen)
+hash_element(hash_sink_t *ctx, const bson_value_t *v, const char *name, size_t nlen)
 {
     add_le32(ctx, (uint32_t)shl_bson_canonical_type(v->value_type));
     if (name != NULL) {
@@ -148,21 +166,31 @@ hash_element(EVP_MD_CTX *ctx, const bson_value_t *v, const char *name, size_t nl
 int64_t
 shl_bson_hash_value(const bson_value_t *v, int32_t seed)
 {
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    uint8_t digest[EVP_MAX_MD_SIZE];
-    unsigned int dlen = 0;
+    hash_sink_t ctx = {.md5 = true};
+    uint8_t digest[16];
     uint64_t h = 0;
 
-    SHL_INVARIANT(ctx != NULL);
-    SHL_INVARIANT(EVP_DigestInit_ex(ctx, EVP_md5(), NULL) == 1);
-    add_le32(ctx, (uint32_t)seed);
-    hash_element(ctx, v, NULL, 0);
-    SHL_INVARIANT(EVP_DigestFinal_ex(ctx, digest, &dlen) == 1 && dlen == 16);
-    EVP_MD_CTX_free(ctx);
+    shl_md5_init(&ctx.m);
+    add_le32(&ctx, (uint32_t)seed);
+    hash_element(&ctx, v, NULL, 0);
+    shl_md5_final(&ctx.m, digest);
     for (int i = 7; i >= 0; i--) {
         h = (h << 8) | digest[i];
     }
     return (int64_t)h;
+}
+
+uint64_t
+shl_bson_hash_fast(const bson_value_t *v)
+{
+    hash_sink_t ctx = {.md5 = false, .fnv = UINT64_C(14695981039346656037)};
+
+    hash_element(&ctx, v, NULL, 0);
+    /* A final mix so the low bits (bucket indexes) depend on every byte. */
+    ctx.fnv ^= ctx.fnv >> 33;
+    ctx.fnv *= UINT64_C(0xff51afd7ed558ccd);
+    ctx.fnv ^= ctx.fnv >> 33;
+    return ctx.fnv;
 }
 
 int64_t

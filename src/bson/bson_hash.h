@@ -21,6 +21,15 @@
  */
 int64_t shl_bson_hash_value(const bson_value_t *v, int32_t seed);
 
+/*
+ * shl_bson_hash_fast --
+ *     A fast 64-bit hash (FNV-1a over the same serialization) with the same equality
+ *     classes as shl_bson_hash_value: values that compare equal in MongoDB's order with
+ *     numbers squashed (1, 1.0, NumberLong(1)) hash the same. For hash tables ($group);
+ *     not MongoDB's hashed-index value.
+ */
+uint64_t shl_bson_hash_fast(const bson_value_t *v);
+
 /* shl_bson_hash_iter -- the same for the value an iterator is positioned on. */
 int64_t shl_bson_hash_iter(const bson_iter_t *it, int32_t seed);
 

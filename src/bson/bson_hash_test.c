@@ -7,6 +7,7 @@
 
 #include "base/unit_test.h"
 #include "bson/bson_hash.h"
+#include "bson/md5.h"
 
 static int64_t
 hash_json(const char *json)
@@ -125,4 +126,71 @@ SHL_TEST(hash_properties)
      * like a Date with the same bits, as the 2013 vectors had it. */
     ASSERT(hash_json("{'$timestamp': {'t': 1432778632, 'i': 287454020}}") !=
            hash_json("{'$date': {'$numberLong': '6153737367135073092'}}"));
+}
+
+/* RFC 1321's test suite, and a message fed in uneven pieces across block boundaries. */
+static void
+md5_hex(const char *msg, size_t piece, char out[33])
+{
+    shl_md5_t m;
+    uint8_t d[16];
+    size_t n = strlen(msg);
+
+    shl_md5_init(&m);
+    for (size_t off = 0; off < n; off += piece) {
+        shl_md5_update(&m, msg + off, n - off < piece ? n - off : piece);
+    }
+    shl_md5_final(&m, d);
+    for (int i = 0; i < 16; i++) {
+        snprintf(out + i * 2, 3, "%02x", d[i]);
+    }
+}
+
+SHL_TEST(md5_rfc1321_vectors)
+{
+    static const char *const v[][2] = {
+        {"", "d41d8cd98f00b204e9800998ecf8427e"},
+        {"a", "0cc175b9c0f1b6a831c399e269772661"},
+        {"abc", "900150983cd24fb0d6963f7d28e17f72"},
+        {"message digest", "f96b697d7cb7938d525a2f31aaf161d0"},
+        {"abcdefghijklmnopqrstuvwxyz", "c3fcd3d76192e4007dfb496cca67e13b"},
+        {"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+         "d174ab98d277d9f5a5611c2c9f419d9f"},
+        {"1234567890123456789012345678901234567890"
+         "1234567890123456789012345678901234567890",
+         "57edf4a22be3c955ac49da2e2107b67a"},
+    };
+    char hex[33];
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+        for (size_t piece = 1; piece <= 70; piece += 23) {
+            md5_hex(v[i][0], piece, hex);
+            ASSERT_STR_EQ(hex, v[i][1]);
+        }
+    }
+}
+
+SHL_TEST(hash_fast_equality_classes)
+{
+    /* Values that compare equal hash equal; the fast hash spreads the rest. */
+    bson_value_t a = {.value_type = BSON_TYPE_INT32}, b = {.value_type = BSON_TYPE_DOUBLE},
+                 c = {.value_type = BSON_TYPE_INT64};
+    a.value.v_int32 = 7;
+    b.value.v_double = 7.0;
+    c.value.v_int64 = 7;
+    ASSERT_INT_EQ(shl_bson_hash_fast(&a), shl_bson_hash_fast(&b));
+    ASSERT_INT_EQ(shl_bson_hash_fast(&a), shl_bson_hash_fast(&c));
+    c.value.v_int64 = 8;
+    ASSERT(shl_bson_hash_fast(&a) != shl_bson_hash_fast(&c));
+    {
+        /* 10k consecutive ints fill 1024 buckets evenly enough (no bucket over 40). */
+        int counts[1024] = {0}, worst = 0;
+        for (int i = 0; i < 10000; i++) {
+            a.value.v_int32 = i;
+            int k = (int)(shl_bson_hash_fast(&a) % 1024);
+            if (++counts[k] > worst) {
+                worst = counts[k];
+            }
+        }
+        ASSERT(worst < 40);
+    }
 }

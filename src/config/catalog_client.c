@@ -441,8 +441,7 @@ done:
 /* ---------------------------------------------------------------- shards */
 
 int
-cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply,
-              shl_status_t *st)
+cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     shl_shard_type_t s;
@@ -550,8 +549,7 @@ cfg_changelog(shl_op_ctx_t *op, const char *what, const char *ns, const bson_t *
     BSON_APPEND_UTF8(&doc, "_id", id);
     BSON_APPEND_UTF8(&doc, "server", g_cfg.svc->me);
     BSON_APPEND_UTF8(&doc, "shard", "config");
-    BSON_APPEND_UTF8(&doc, "clientAddr",
-                     (op != NULL && op->conn != NULL) ? op->conn->remote : "");
+    BSON_APPEND_UTF8(&doc, "clientAddr", (op != NULL && op->conn != NULL) ? op->conn->remote : "");
     BSON_APPEND_DATE_TIME(&doc, "time", now);
     BSON_APPEND_UTF8(&doc, "what", what);
     BSON_APPEND_UTF8(&doc, "ns", ns);
@@ -596,8 +594,8 @@ cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has, shl
         goto done;
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "BSON field '%s' is the wrong type, expected type 'object'",
-                 field);
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s' is the wrong type, expected type 'object'", field);
     }
     bson_iter_document(&it, &len, &data);
     if (!bson_init_static(view, data, len)) {
@@ -605,5 +603,77 @@ cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has, shl
     }
     *has = true;
 done:
+    return ret;
+}
+
+/* ---- atomic batches (applyOps) ---- */
+
+void
+cfg_batch_init(cfg_batch_t *b)
+{
+    bson_init(&b->ops);
+    b->n = 0;
+}
+
+void
+cfg_batch_cleanup(cfg_batch_t *b)
+{
+    bson_destroy(&b->ops);
+    b->n = 0;
+}
+
+static void
+batch_op(cfg_batch_t *b, const char *op, const char *coll, const bson_t *o, const bson_t *o2)
+{
+    char key[16], ns[SHL_NS_MAX + 1];
+    const char *k;
+    bson_t entry;
+
+    bson_uint32_to_string(b->n++, &k, key, sizeof(key));
+    snprintf(ns, sizeof(ns), "config.%s", coll);
+    BSON_APPEND_DOCUMENT_BEGIN(&b->ops, k, &entry);
+    BSON_APPEND_UTF8(&entry, "op", op);
+    BSON_APPEND_UTF8(&entry, "ns", ns);
+    BSON_APPEND_DOCUMENT(&entry, "o", o);
+    if (o2 != NULL) {
+        BSON_APPEND_DOCUMENT(&entry, "o2", o2);
+        BSON_APPEND_BOOL(&entry, "b", true);
+    }
+    bson_append_document_end(&b->ops, &entry);
+}
+
+void
+cfg_batch_upsert(cfg_batch_t *b, const char *coll, const bson_t *doc)
+{
+    bson_iter_t it;
+    bson_t o2 = BSON_INITIALIZER;
+
+    SHL_INVARIANT(bson_iter_init_find(&it, doc, "_id"));
+    bson_append_value(&o2, "_id", 3, bson_iter_value(&it));
+    batch_op(b, "u", coll, doc, &o2);
+    bson_destroy(&o2);
+}
+
+void
+cfg_batch_delete(cfg_batch_t *b, const char *coll, const bson_value_t *id)
+{
+    bson_t o = BSON_INITIALIZER;
+
+    bson_append_value(&o, "_id", 3, id);
+    batch_op(b, "d", coll, &o, NULL);
+    bson_destroy(&o);
+}
+
+int
+cfg_batch_commit(cfg_batch_t *b, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply;
+
+    BSON_APPEND_ARRAY(&cmd, "applyOps", &b->ops);
+    append_majority(&cmd);
+    ret = cfg_local_cmd("admin", &cmd, &reply, st);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
     return ret;
 }

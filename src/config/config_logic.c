@@ -12,7 +12,8 @@ cfg_hashed_split_points(int n, int64_t *out, int *nout)
 {
     /* MongoDB's calculateHashedSplitPoints: n chunks spread evenly over the int64 range,
      * symmetric around 0 (0 itself is a point when n is even). */
-    int64_t interval = (INT64_MAX / n) * 2;
+    /* One chunk has no split point (and INT64_MAX * 2 would overflow). */
+    int64_t interval = n > 1 ? (INT64_MAX / n) * 2 : 0;
     int64_t current = 0;
     int k = 0;
 
@@ -48,8 +49,8 @@ same_kind(const bson_iter_t *a, const bson_iter_t *b)
         return BSON_ITER_HOLDS_UTF8(a) && BSON_ITER_HOLDS_UTF8(b) &&
                strcmp(bson_iter_utf8(a, NULL), bson_iter_utf8(b, NULL)) == 0;
     }
-    return BSON_ITER_HOLDS_NUMBER(a) && BSON_ITER_HOLDS_NUMBER(b) &&
-           bson_iter_as_double(a) > 0 && bson_iter_as_double(b) > 0;
+    return BSON_ITER_HOLDS_NUMBER(a) && BSON_ITER_HOLDS_NUMBER(b) && bson_iter_as_double(a) > 0 &&
+           bson_iter_as_double(b) > 0;
 }
 
 bool

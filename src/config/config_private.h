@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "sharding/vector_clock.h"
 #include "net/client.h"
 #include "net/command.h"
 #include "net/op_context.h"
@@ -37,6 +38,7 @@ typedef struct cfg_state {
     pthread_mutex_t locks_mu;
     struct cfg_ns_lock *locks; /* guarded by locks_mu */
     pthread_mutex_t shards_mu; /* serializes addShard/removeShard */
+    shl_vector_clock_t clock;  /* TopologyTime: newest config.shards topologyTime (lock-free) */
 } cfg_state_t;
 
 /* cfg_get -- the process's config server state. */
@@ -89,6 +91,23 @@ int cfg_update(const char *coll, const bson_t *q, const bson_t *u, bool upsert, 
 /* cfg_delete -- delete all (multi) or one; *deleted (may be NULL) gets n. */
 int cfg_delete(const char *coll, const bson_t *q, bool multi, int64_t *deleted, shl_status_t *st);
 
+/*
+ * cfg_batch_t -- config.* changes committed together with applyOps (one storage
+ * transaction: a crash leaves all of them or none). _upsert replaces (or inserts) the
+ * document with doc's _id; _delete removes by _id. Operations run in the order added.
+ */
+typedef struct cfg_batch {
+    bson_t ops; /* the applyOps array */
+    uint32_t n;
+} cfg_batch_t;
+
+void cfg_batch_init(cfg_batch_t *b);
+void cfg_batch_upsert(cfg_batch_t *b, const char *coll, const bson_t *doc);
+void cfg_batch_delete(cfg_batch_t *b, const char *coll, const bson_value_t *id);
+/* cfg_batch_commit -- applyOps with w: majority. Errors: the local command's. */
+int cfg_batch_commit(cfg_batch_t *b, shl_status_t *st);
+void cfg_batch_cleanup(cfg_batch_t *b);
+
 /* ---- typed reads ---- */
 
 /* cfg_get_shards -- config.shards sorted by _id; *out is an array of *n (free with
@@ -103,8 +122,7 @@ int cfg_get_shard(const char *name, shl_shard_type_t *out, shl_status_t *st);
 int cfg_get_database(const char *db, shl_database_type_t *out, bool *found, shl_status_t *st);
 
 /* cfg_get_collection -- config.collections entry; *found false if none (or dropped). */
-int cfg_get_collection(const char *ns, shl_collection_type_t *out, bool *found,
-                       shl_status_t *st);
+int cfg_get_collection(const char *ns, shl_collection_type_t *out, bool *found, shl_status_t *st);
 
 /*
  * cfg_load_routing_table --
@@ -153,8 +171,7 @@ int cfg_cmd_string(const bson_t *cmd, const char **out, shl_status_t *st);
 
 /* cfg_doc_field -- a document-valued field as a static view; *has false if absent.
  * TypeMismatch if present and not an object. */
-int cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has,
-                  shl_status_t *st);
+int cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has, shl_status_t *st);
 
 /* Command registration per file. */
 void cfg_register_shard_commands(shl_command_registry_t *reg);

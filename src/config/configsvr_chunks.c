@@ -3,8 +3,8 @@
  * "Types of operations..."): _configsvrSplitChunk (at `middle`, or at the median the owning
  * shard's splitVector finds for `find`/`bounds`), _configsvrCommitChunksMerge and
  * _configsvrClearJumboFlag. The new chunks come from routing_table.h's plan_* helpers, so
- * the versions follow the shared bump rules; writes are ordered so that a reader of
- * config.chunks sees either the old chunks or an overlap the newer versions win, never a gap.
+ * the versions follow the shared bump rules; each commit is one applyOps, so readers and a
+ * crash see the old chunks or the new ones, never a mix.
  */
 #include <string.h>
 
@@ -28,31 +28,29 @@ append_chunk_info(bson_t *b, const char *key, const shl_chunk_type_t *c)
     bson_append_document_end(b, &sub);
 }
 
-/* Replace the config.chunks document with _id c->id by c. */
+/* Write 'n' chunks (each replacing the document with its _id, or inserted) and delete the
+ * chunk documents 'gone', all in one applyOps. */
 static int
-replace_chunk(const shl_chunk_type_t *c, shl_status_t *st)
+commit_chunks(const shl_chunk_type_t *chunks, size_t n, const bson_oid_t *gone, size_t ngone,
+              shl_status_t *st)
 {
+    cfg_batch_t b;
     int ret;
-    bson_t q = BSON_INITIALIZER, doc;
 
-    BSON_APPEND_OID(&q, "_id", &c->id);
-    shl_chunk_type_to_config_bson(c, &doc);
-    ret = cfg_update("chunks", &q, &doc, false, false, NULL, st);
-    bson_destroy(&q);
-    bson_destroy(&doc);
-    return ret;
-}
-
-static int
-insert_chunk(const shl_chunk_type_t *c, shl_status_t *st)
-{
-    int ret;
-    bson_t doc;
-    const bson_t *docs[1] = {&doc};
-
-    shl_chunk_type_to_config_bson(c, &doc);
-    ret = cfg_insert("chunks", docs, 1, st);
-    bson_destroy(&doc);
+    cfg_batch_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        bson_t doc;
+        shl_chunk_type_to_config_bson(&chunks[i], &doc);
+        cfg_batch_upsert(&b, "chunks", &doc);
+        bson_destroy(&doc);
+    }
+    for (size_t i = 0; i < ngone; i++) {
+        bson_value_t id = {.value_type = BSON_TYPE_OID};
+        bson_oid_copy(&gone[i], &id.value.v_oid);
+        cfg_batch_delete(&b, "chunks", &id);
+    }
+    ret = cfg_batch_commit(&b, st);
+    cfg_batch_cleanup(&b);
     return ret;
 }
 
@@ -64,8 +62,8 @@ key_from_find(const shl_routing_table_t *rt, const bson_t *find, bson_t *key, sh
 
     if (!shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rt), find, key)) {
         char *s = bson_as_relaxed_extended_json(find, NULL);
-        ret = shl_status_set(st, SHL_CODE_SHARD_KEY_NOT_FOUND, "no shard key found in chunk query %s",
-                             s);
+        ret = shl_status_set(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
+                             "no shard key found in chunk query %s", s);
         bson_free(s);
     }
     return ret;
@@ -111,8 +109,8 @@ done:
 
 /* The index of the chunk exactly [min, max) (both given in any field order). */
 static int
-chunk_with_bounds(const shl_routing_table_t *rt, const bson_t *min, const bson_t *max,
-                  size_t *idx, shl_status_t *st)
+chunk_with_bounds(const shl_routing_table_t *rt, const bson_t *min, const bson_t *max, size_t *idx,
+                  shl_status_t *st)
 {
     int ret = 0;
     const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rt);
@@ -135,7 +133,7 @@ chunk_with_bounds(const shl_routing_table_t *rt, const bson_t *min, const bson_t
     if (shl_shard_key_compare(&cmin, &nmin) == 0 && shl_shard_key_compare(&cmax, &nmax) == 0) {
         goto done;
     }
-notfound: {
+notfound : {
     char *a = bson_as_relaxed_extended_json(min, NULL);
     char *b = bson_as_relaxed_extended_json(max, NULL);
     ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
@@ -248,16 +246,15 @@ cmd_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
     shl_routing_table_chunk_to_type(rt, idx, &before);
     SHL_ERR(shl_routing_table_plan_split(rt, &cmin, points, 1, &out, &nout, st));
-    /* The first piece keeps the old document's _id; the others are new. Insert the others
-     * first, then shrink the old one: readers see an overlap (newer wins), never a gap. */
+    /* The first piece keeps the old document's _id; the others are new. One applyOps:
+     * readers and a crash see the old chunk or all the new ones. */
     out[0].has_id = true;
     out[0].id = before.id;
     for (size_t i = 1; i < nout; i++) {
         out[i].has_id = true;
         bson_oid_init(&out[i].id, NULL);
-        SHL_ERR(insert_chunk(&out[i], st));
     }
-    SHL_ERR(replace_chunk(&out[0], st));
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
 
     shard = before.shard;
     append_chunk_info(&details, "before", &before);
@@ -318,24 +315,25 @@ cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     shl_routing_table_chunk_to_type(rt, idx, &first);
     merged.has_id = true;
     merged.id = first.id;
-    /* Grow the first chunk over the range, then delete the others (newer wins meanwhile). */
-    SHL_ERR(replace_chunk(&merged, st));
-    for (size_t i = idx + 1; i < shl_routing_table_nchunks(rt); i++) {
-        bson_t cmin, cmax, q = BSON_INITIALIZER;
-        shl_chunk_type_t c;
-        shl_routing_table_chunk_bounds(rt, i, &cmin, &cmax);
-        if (shl_shard_key_compare(&cmin, &nmax) >= 0) {
-            break;
+    /* The first chunk grows over the range and the others go, in one applyOps. */
+    {
+        size_t cap = shl_routing_table_nchunks(rt), ngone = 0;
+        bson_oid_t *gone = bson_malloc0((cap + 1) * sizeof(bson_oid_t));
+        for (size_t i = idx + 1; i < cap; i++) {
+            bson_t cmin, cmax;
+            shl_chunk_type_t c;
+            shl_routing_table_chunk_bounds(rt, i, &cmin, &cmax);
+            if (shl_shard_key_compare(&cmin, &nmax) >= 0) {
+                break;
+            }
+            shl_routing_table_chunk_to_type(rt, i, &c);
+            gone[ngone++] = c.id;
+            shl_chunk_type_cleanup(&c);
+            nmerged++;
         }
-        shl_routing_table_chunk_to_type(rt, i, &c);
-        BSON_APPEND_OID(&q, "_id", &c.id);
-        ret = cfg_delete("chunks", &q, false, NULL, st);
-        bson_destroy(&q);
-        shl_chunk_type_cleanup(&c);
-        if (ret != 0) {
-            goto done;
-        }
-        nmerged++;
+        ret = commit_chunks(&merged, 1, gone, ngone, st);
+        bson_free(gone);
+        SHL_ERR(ret);
     }
     shard = merged.shard;
     BSON_APPEND_DOCUMENT(&details, "min", &nmin);
@@ -406,7 +404,7 @@ cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
         SHL_ERR(shl_chunk_version_inc_minor(&cv, st));
         c.jumbo = false;
         c.version = cv;
-        SHL_ERR(replace_chunk(&c, st));
+        SHL_ERR(commit_chunks(&c, 1, NULL, 0, st));
     }
     shard = c.shard;
     BSON_APPEND_DOCUMENT(&details, "min", c.min);
@@ -643,11 +641,8 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
     }
     SHL_ERR(shl_routing_table_plan_move(rt, &min, to, cfg_fresh_ts(), &out, &nout, st));
-    /* The moved chunk first: until the control chunk is written the donor's version is
-     * unchanged, which only makes a reader refresh again. */
-    for (size_t i = 0; i < nout; i++) {
-        SHL_ERR(replace_chunk(&out[i], st));
-    }
+    /* The moved chunk and the control chunk in one applyOps. */
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
     SHL_ERR(shl_routing_table_update(rt, out, nout, &after, st));
     sv = shl_routing_table_shard_version(after, from);
     shl_chunk_version_append(reply, "shardVersion", &sv);

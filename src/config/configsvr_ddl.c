@@ -97,8 +97,8 @@ shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_u
                       bool *is_view, shl_status_t *st)
 {
     int ret = 0;
-    bson_t *cmd = BCON_NEW("listCollections", BCON_INT32(1), "filter", "{", "name",
-                           BCON_UTF8(ns->coll), "}");
+    bson_t *cmd =
+        BCON_NEW("listCollections", BCON_INT32(1), "filter", "{", "name", BCON_UTF8(ns->coll), "}");
     bson_t reply;
     cfg_docs_t d = {0};
     bson_iter_t it;
@@ -205,6 +205,35 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     return ret;
 }
 
+/* _shardsvrCreateCollectionParticipant: the collection with UUID 'uuid' and the key's index
+ * on a shard that receives chunks. */
+static int
+shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t *uuid,
+                         const bson_t *key, bool unique, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, arr, spec, reply;
+    char name[256];
+
+    cfg_index_name(key, name, sizeof(name));
+    BSON_APPEND_UTF8(&cmd, "_shardsvrCreateCollectionParticipant", ns->coll);
+    shl_uuid_append(&cmd, "collectionUUID", uuid);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
+    BSON_APPEND_INT32(&spec, "v", 2);
+    BSON_APPEND_DOCUMENT(&spec, "key", key);
+    BSON_APPEND_UTF8(&spec, "name", name);
+    if (unique) {
+        BSON_APPEND_BOOL(&spec, "unique", true);
+    }
+    bson_append_document_end(&arr, &spec);
+    bson_append_array_end(&cmd, &arr);
+    ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 /* Drop ns on a shard; a missing collection is fine. */
 static int
 shard_drop(const char *shard, const shl_ns_t *ns, shl_status_t *st)
@@ -235,8 +264,8 @@ is_internal_db_ci(const char *db)
 }
 
 int
-cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
-                    shl_database_type_t *out, shl_status_t *st)
+cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary, shl_database_type_t *out,
+                    shl_status_t *st)
 {
     int ret = 0;
     cfg_docs_t d = {0};
@@ -595,32 +624,49 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(active_shards(&shards, &nshards, st));
     SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
     if (is_view) {
-        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW, "Namespace %s is a view, not a "
-                 "collection", ns.full);
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,
+                 "Namespace %s is a view, not a "
+                 "collection",
+                 ns.full);
     }
     if (exists) {
         SHL_ERR(shard_count(db.primary, &ns, &ndocs, st));
     }
-    if (ndocs > 0) {
+    if (ndocs > 0 && num_initial > 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "numInitialChunks is only supported when the collection is empty and has a "
+                 "hashed field as the shard key prefix");
+    }
+    {
+        /* An existing usable index is used as it is; only an empty (or missing) collection
+         * gets one created. */
         bool has_index = false, index_unique = false;
-        if (num_initial > 0) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "numInitialChunks is only supported when the collection is empty and has a "
-                     "hashed field as the shard key prefix");
+        if (exists) {
+            SHL_ERR(shard_has_key_index(db.primary, &ns, &key, &has_index, &index_unique, st));
         }
-        SHL_ERR(shard_has_key_index(db.primary, &ns, &key, &has_index, &index_unique, st));
-        if (!has_index || (unique && !index_unique)) {
+        if (has_index && unique && !index_unique) {
+            char *k = bson_as_relaxed_extended_json(&key, NULL);
+            ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                                 "can't shard collection '%s' with unique: true: the index on "
+                                 "the proposed shard key %s is not unique, so uniqueness can't "
+                                 "be maintained",
+                                 ns.full, k);
+            bson_free(k);
+            goto done;
+        }
+        if (!has_index && ndocs > 0) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "Please create an index that starts with the proposed shard key before "
                      "sharding the collection.");
         }
-    } else {
-        SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
-        SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+        if (!has_index) {
+            SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
+            SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+        }
     }
     if (!exists) {
-        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "collection %s was not created on %s",
-                 ns.full, db.primary);
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "collection %s was not created on %s", ns.full,
+                 db.primary);
     }
 
     bson_oid_init(&epoch, NULL);
@@ -693,10 +739,10 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_destroy(&gmin);
         bson_destroy(&gmax);
     }
-    /* Shards other than the primary that receive chunks get the collection and index.
-     * TODO(6): they create it with their own UUID; MongoDB creates it with the primary's. */
+    /* Shards other than the primary that receive chunks get the collection, with the
+     * primary's UUID (the one config.collections records), and the shard key's index. */
     for (size_t r = 1; r < nreceivers; r++) {
-        SHL_ERR(shard_create_index(receivers[r], &ns, &key, unique, st));
+        SHL_ERR(shard_create_participant(receivers[r], &ns, &uuid, &key, unique, st));
     }
 
     BSON_APPEND_DOCUMENT(&details, "shardKey", &key);
@@ -829,41 +875,41 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_DOCUMENT(&details, "newKey", &key);
     cfg_changelog(op, "refineCollectionShardKey.start", ns.full, &details);
     /* Chunks: bounds extended with MinKey, versions in the new generation (config.chunks
-     * stores only major/minor, so lastmod is unchanged). */
-    for (size_t i = 0; i < shl_routing_table_nchunks(rt); i++) {
-        shl_chunk_type_t c;
-        bson_t nmin, nmax, q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
-        shl_routing_table_chunk_to_type(rt, i, &c);
-        extend_bound(c.min, &key, &nmin);
-        extend_bound(c.max, &key, &nmax);
-        c.version = shl_chunk_version_after_refine(&c.version, &epoch, ts);
-        BSON_APPEND_OID(&q, "_id", &c.id);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-        BSON_APPEND_DOCUMENT(&set, "min", &nmin);
-        BSON_APPEND_DOCUMENT(&set, "max", &nmax);
-        bson_append_document_end(&u, &set);
-        ret = cfg_update("chunks", &q, &u, false, false, NULL, st);
-        bson_destroy(&nmin);
-        bson_destroy(&nmax);
-        bson_destroy(&q);
-        bson_destroy(&u);
-        shl_chunk_type_cleanup(&c);
-        if (ret != 0) {
-            goto done;
-        }
-    }
+     * stores only major/minor, so lastmod is unchanged); the collection entry gets the new
+     * key and generation. All in one applyOps: a crash leaves the old key or the new one. */
     {
-        bson_t q = BSON_INITIALIZER, u = BSON_INITIALIZER, set;
-        BSON_APPEND_UTF8(&q, "_id", ns.full);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-        BSON_APPEND_DOCUMENT(&set, "key", &key);
-        BSON_APPEND_OID(&set, "lastmodEpoch", &epoch);
-        shl_ts_append(&set, "timestamp", ts);
-        BSON_APPEND_DATE_TIME(&set, "lastmod", shl_clock_wall_ms());
-        bson_append_document_end(&u, &set);
-        ret = cfg_update("collections", &q, &u, false, false, NULL, st);
-        bson_destroy(&q);
-        bson_destroy(&u);
+        cfg_batch_t b;
+        bson_t cdoc;
+        cfg_batch_init(&b);
+        for (size_t i = 0; i < shl_routing_table_nchunks(rt); i++) {
+            shl_chunk_type_t c;
+            bson_t nmin, nmax, doc;
+            shl_routing_table_chunk_to_type(rt, i, &c);
+            extend_bound(c.min, &key, &nmin);
+            extend_bound(c.max, &key, &nmax);
+            bson_destroy(c.min);
+            bson_destroy(c.max);
+            c.min = bson_copy(&nmin);
+            c.max = bson_copy(&nmax);
+            c.version = shl_chunk_version_after_refine(&c.version, &epoch, ts);
+            shl_chunk_type_to_config_bson(&c, &doc);
+            cfg_batch_upsert(&b, "chunks", &doc);
+            bson_destroy(&doc);
+            bson_destroy(&nmin);
+            bson_destroy(&nmax);
+            shl_chunk_type_cleanup(&c);
+        }
+        bson_destroy(coll.key);
+        coll.key = bson_copy(&key);
+        coll.has_epoch = true;
+        coll.epoch = epoch;
+        coll.timestamp = ts;
+        coll.updated_at = shl_clock_wall_ms();
+        shl_collection_type_to_bson(&coll, &cdoc);
+        cfg_batch_upsert(&b, "collections", &cdoc);
+        bson_destroy(&cdoc);
+        ret = cfg_batch_commit(&b, st);
+        cfg_batch_cleanup(&b);
         if (ret != 0) {
             goto done;
         }

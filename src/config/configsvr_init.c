@@ -22,6 +22,48 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_INT32(reply, "configsvr", 2);
 }
 
+static void (*node_decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
+
+/* Gossip (DESIGN.md section 7): the config server's replies carry $configTime (its time of
+ * the newest metadata: the reply's operationTime) and $topologyTime. */
+static void
+decorate_reply(shl_op_ctx_t *op, bson_t *reply)
+{
+    cfg_state_t *cfg = cfg_get();
+    bson_iter_t it;
+
+    if (node_decorate_reply != NULL) {
+        node_decorate_reply(op, reply);
+    }
+    if (bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint32_t t, i;
+        bson_iter_timestamp(&it, &t, &i);
+        shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, ((uint64_t)t << 32) | i);
+    }
+    shl_vector_clock_append_config_gossip(&cfg->clock, reply);
+}
+
+/* TopologyTime at start-up: the newest topologyTime in config.shards. */
+static int
+load_topology_time(cfg_state_t *cfg, shl_status_t *st)
+{
+    shl_shard_type_t *shards = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    SHL_ERR(cfg_get_shards(&shards, &n, st));
+    for (size_t i = 0; i < n; i++) {
+        if (shards[i].has_topology_time) {
+            shl_vector_clock_advance(&cfg->clock, SHL_VC_TOPOLOGY_TIME,
+                                     ((uint64_t)shards[i].topology_time.t << 32) |
+                                         shards[i].topology_time.i);
+        }
+    }
+done:
+    cfg_shards_free(shards, n);
+    return ret;
+}
+
 static void (*node_shutdown)(shl_service_ctx_t *svc);
 
 static void
@@ -155,10 +197,14 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     svc->hooks.append_hello = append_hello;
     node_shutdown = svc->hooks.shutdown;
     svc->hooks.shutdown = shutdown_hook;
+    node_decorate_reply = svc->hooks.decorate_reply;
+    svc->hooks.decorate_reply = decorate_reply;
+    shl_vector_clock_init(&cfg->clock);
 
     SHL_ERR(ensure_changelog(st));
     SHL_ERR(create_indexes(st));
     SHL_ERR(ensure_version(cfg, st));
+    SHL_ERR(load_topology_time(cfg, st));
     bson_oid_to_string(&cfg->cluster_id, cid);
     SHL_LOG_INFO(SHARDING, 4200100, "config server ready", "clusterId", BCON_UTF8(cid),
                  "connectionString", BCON_UTF8(cfg->conn_string));

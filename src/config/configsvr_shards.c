@@ -105,8 +105,7 @@ check_databases(const char *host, const char *conn_string, shl_status_t *st)
     bson_t reply;
     bson_iter_t it, arr, f;
 
-    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply,
-                           st));
+    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "databases") || !bson_iter_recurse(&it, &arr)) {
         goto done;
     }
@@ -258,6 +257,8 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     bson_destroy(&doc);
     shl_shard_type_to_bson(&t, &doc);
     SHL_ERR(cfg_insert("shards", docs, 1, st));
+    shl_vector_clock_advance(&cfg_get()->clock, SHL_VC_TOPOLOGY_TIME,
+                             ((uint64_t)t.topology_time.t << 32) | t.topology_time.i);
 
     bson_init(&details);
     BSON_APPEND_UTF8(&details, "name", name);
@@ -350,6 +351,40 @@ done:
     return ret;
 }
 
+/* Delete shard 'name''s document and stamp a fresh topologyTime on another shard's. */
+static int
+remove_shard_doc(const shl_shard_type_t *shards, size_t nshards, const char *name, shl_status_t *st)
+{
+    cfg_batch_t b;
+    bson_value_t id = {.value_type = BSON_TYPE_UTF8};
+    shl_ts_t ts = cfg_fresh_ts();
+    int ret;
+
+    cfg_batch_init(&b);
+    id.value.v_utf8.str = (char *)(uintptr_t)name;
+    id.value.v_utf8.len = (uint32_t)strlen(name);
+    cfg_batch_delete(&b, "shards", &id);
+    for (size_t i = 0; i < nshards; i++) {
+        if (strcmp(shards[i].name, name) != 0) {
+            shl_shard_type_t t = shards[i];
+            bson_t doc;
+            t.has_topology_time = true;
+            t.topology_time = ts;
+            shl_shard_type_to_bson(&t, &doc);
+            cfg_batch_upsert(&b, "shards", &doc);
+            bson_destroy(&doc);
+            break;
+        }
+    }
+    ret = cfg_batch_commit(&b, st);
+    cfg_batch_cleanup(&b);
+    if (ret == 0) {
+        shl_vector_clock_advance(&cfg_get()->clock, SHL_VC_TOPOLOGY_TIME,
+                                 ((uint64_t)ts.t << 32) | ts.i);
+    }
+    return ret;
+}
+
 static int
 cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -404,7 +439,7 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         }
     } else {
         int64_t nchunks = 0, njumbo = 0, ndbs = 0;
-        bson_t probe = BSON_INITIALIZER, rem;
+        bson_t rem;
         q = BCON_NEW("shard", BCON_UTF8(name));
         SHL_ERR(count_docs("chunks", q, &nchunks, st));
         bson_destroy(q);
@@ -416,8 +451,9 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         bson_destroy(q);
         q = NULL;
         if (nchunks == 0 && ndbs == 0) {
-            q = BCON_NEW("_id", BCON_UTF8(name));
-            SHL_ERR(cfg_delete("shards", q, false, NULL, st));
+            /* The shard's document goes and a remaining shard records the new
+             * topologyTime, in one applyOps, so TopologyTime survives restarts. */
+            SHL_ERR(remove_shard_doc(shards, nshards, name, st));
             cfg_changelog(op, "removeShard", "", &details);
             SHL_LOG_INFO(SHARDING, 4200111, "removed shard", "name", BCON_UTF8(name));
             {
@@ -438,7 +474,6 @@ cmd_remove_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
             bson_append_document_end(reply, &rem);
             SHL_ERR(append_dbs_to_move(name, reply, &ndbs, st));
         }
-        bson_destroy(&probe);
     }
 done:
     if (locked) {

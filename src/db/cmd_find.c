@@ -276,7 +276,7 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 
 static int
 find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_t read_ts,
-           bson_t *reply, shl_status_t *st)
+           const shl_db_orphan_filter_t *filter, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -293,7 +293,8 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
         ret = shl_doc_find_by_id(txn, h.coll, id, &doc, NULL, &found, st);
         have_doc = true;
         SHL_ERR(ret);
-        if (found) {
+        /* A versioned read never returns an orphan (the SHARDING_FILTER of a plan). */
+        if (found && shl_db_orphan_filter_owns(filter, &doc)) {
             bson_append_document(&arr, "0", 1, &doc);
         }
     }
@@ -379,9 +380,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &filter, st));
     read_ts = db_read_timestamp(node, &rc);
-    /* A filtered read goes through a plan, whose SHARDING_FILTER sees the document. */
-    if (filter == NULL && idhack_eligible(&a, ns.full, &id)) {
-        SHL_ERR(find_by_id(op, &ns, &id, read_ts, reply, st));
+    if (idhack_eligible(&a, ns.full, &id)) {
+        SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
     }
     SHL_ERR(parse_query(&a, &q, st));

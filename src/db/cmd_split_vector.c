@@ -14,7 +14,7 @@
 #include "net/command_args.h"
 
 static const char *const split_vector_fields[] = {
-    "keyPattern", "min", "max", "force", "maxChunkSizeBytes", "maxChunkSize", "maxSplitPoints",
+    "keyPattern",      "min", "max", "force", "maxChunkSizeBytes", "maxChunkSize", "maxSplitPoints",
     "maxChunkObjects", NULL};
 
 /* Does 'idx' start with 'pattern' (same names, ascending vs hashed alike)? */

@@ -209,6 +209,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_list_commands(reg);
     db_register_stats_commands(reg);
     db_register_split_vector_command(reg);
+    db_register_apply_ops_command(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.append_hello = append_hello;

@@ -79,8 +79,7 @@ EXPR_FN(expr_op_subtract)
         } else if (query_value_is_number(&v[1])) {
             double d = query_value_as_double(&v[1]);
             int64_t r;
-            if (rt != BSON_TYPE_INT32 && rt != BSON_TYPE_INT64 &&
-                (isnan(d) || fabs(d) >= 9.2e18)) {
+            if (rt != BSON_TYPE_INT32 && rt != BSON_TYPE_INT64 && (isnan(d) || fabs(d) >= 9.2e18)) {
                 ret = shl_status_set(st, SHL_CODE_OVERFLOW, "date overflow in $subtract");
             } else if (__builtin_sub_overflow(v[0].value.v_datetime,
                                               rt == BSON_TYPE_INT32 || rt == BSON_TYPE_INT64
@@ -92,8 +91,7 @@ EXPR_FN(expr_op_subtract)
                 expr_value_date(out, r);
             }
         } else {
-            ret = shl_status_set(st, 16613, "can't $subtract %s from Date",
-                                 shl_bson_type_name(rt));
+            ret = shl_status_set(st, 16613, "can't $subtract %s from Date", shl_bson_type_name(rt));
         }
     } else {
         ret = shl_status_set(st, 16556, "can't $subtract %s from %s", shl_bson_type_name(rt),
@@ -145,7 +143,8 @@ EXPR_FN(expr_op_mod)
             ret = shl_status_set(st, 16610, "can't $mod by zero");
         } else if (is_decimal(&v[0]) || is_decimal(&v[1])) {
             expr_value_decimal_from_double(out, fmod(query_value_as_double(&v[0]), r));
-        } else if (lt == BSON_TYPE_DOUBLE || (rt == BSON_TYPE_DOUBLE && !expr_integral64(&v[1], &ri))) {
+        } else if (lt == BSON_TYPE_DOUBLE ||
+                   (rt == BSON_TYPE_DOUBLE && !expr_integral64(&v[1], &ri))) {
             expr_value_double(out, fmod(query_value_as_double(&v[0]), r));
         } else {
             int64_t a = expr_as_int64(&v[0]), b = expr_as_int64(&v[1]);
@@ -185,8 +184,7 @@ unary(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_sta
         goto done;
     }
     if (!query_value_is_number(&v)) {
-        SHL_FAIL(st, 28765, "%s only supports numeric types, not %s", name,
-                 expr_type_name(&v));
+        SHL_FAIL(st, 28765, "%s only supports numeric types, not %s", name, expr_type_name(&v));
     }
     d = query_value_as_double(&v);
     dec = is_decimal(&v);
@@ -395,8 +393,9 @@ round_trunc(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, s
             SHL_FAIL(st, 51082, "precision argument to  %s must be a integral value", name);
         }
         if (place < -20 || place > 100) {
-            SHL_FAIL(st, 51083, "cannot apply %s with precision value %lld value must be in [-20, 100]",
-                     name, (long long)place);
+            SHL_FAIL(st, 51083,
+                     "cannot apply %s with precision value %lld value must be in [-20, 100]", name,
+                     (long long)place);
         }
     }
     if ((v.value_type == BSON_TYPE_INT32 || v.value_type == BSON_TYPE_INT64)) {

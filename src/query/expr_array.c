@@ -153,9 +153,9 @@ EXPR_FN(expr_op_filter)
     if (!expr_nullish(&lim)) {
         if (!expr_integral32(&lim, &limit)) {
             char *js = query_value_to_json(&lim);
-            ret = shl_status_set(st, 327391,
-                                 "$filter: limit must be represented as a 32-bit integral value: %s",
-                                 js);
+            ret = shl_status_set(
+                st, 327391, "$filter: limit must be represented as a 32-bit integral value: %s",
+                js);
             bson_free(js);
             goto done;
         }
@@ -269,8 +269,7 @@ EXPR_FN(expr_op_reduce)
     }
     if (in.value_type != BSON_TYPE_ARRAY) {
         char *js = query_value_to_json(&in);
-        ret = shl_status_set(st, 40080, "$reduce requires that 'input' be an array, found: %s",
-                             js);
+        ret = shl_status_set(st, 40080, "$reduce requires that 'input' be an array, found: %s", js);
         bson_free(js);
         goto done;
     }
@@ -354,7 +353,8 @@ EXPR_FN(expr_op_slice)
                  tname(&v[1]));
     }
     if (!expr_integral32(&v[1], &a2)) {
-        SHL_FAIL(st, 28726, "Second argument to $slice can't be represented as a 32-bit integer: %g",
+        SHL_FAIL(st, 28726,
+                 "Second argument to $slice can't be represented as a 32-bit integer: %g",
                  query_value_as_double(&v[1]));
     }
     vals = expr_array_values(&v[0], &n);
@@ -550,8 +550,8 @@ nonneg_index(const bson_value_t *v, const char *what, int64_t *out, shl_status_t
                               what, tname(v));
     }
     if (x < 0) {
-        return shl_status_set(st, 40097, "$indexOfArray requires a nonnegative %s, found: %d",
-                              what, x);
+        return shl_status_set(st, 40097, "$indexOfArray requires a nonnegative %s, found: %d", what,
+                              x);
     }
     *out = x;
     return 0;
@@ -971,10 +971,10 @@ EXPR_PARSE(expr_parse_sort_array)
         } else if (s->kind == EXPR_OBJECT && s->nargs > 0) {
             ok = true;
             for (size_t i = 0; i < s->nargs; i++) {
-                double d = s->args[i]->kind == EXPR_CONST &&
-                                   query_value_is_number(&s->args[i]->constant)
-                               ? query_value_as_double(&s->args[i]->constant)
-                               : 0;
+                double d =
+                    s->args[i]->kind == EXPR_CONST && query_value_is_number(&s->args[i]->constant)
+                        ? query_value_as_double(&s->args[i]->constant)
+                        : 0;
                 ok = ok && (d == 1 || d == -1);
             }
         }
@@ -1497,8 +1497,10 @@ check_set_field(const expr_op_t *op, shl_expr_t *e, shl_status_t *st)
                  e->args[0]->path.dotted);
     }
     if (e->args[0]->kind != EXPR_CONST) {
-        SHL_FAIL(st, 4161106, "%s requires 'field' to evaluate to a constant, but got a "
-                 "non-constant argument", op->name);
+        SHL_FAIL(st, 4161106,
+                 "%s requires 'field' to evaluate to a constant, but got a "
+                 "non-constant argument",
+                 op->name);
     }
     if (e->args[0]->constant.value_type != BSON_TYPE_UTF8) {
         SHL_FAIL(st, 4161107, "%s requires 'field' to evaluate to type String, but got %s",

@@ -62,7 +62,7 @@ typedef struct parts {
     int wday; /* 0 = Sunday */
     int64_t iso_year;
     int iso_week, iso_wday; /* iso_wday 1 = Monday */
-    int64_t days;            /* days since epoch (local) */
+    int64_t days;           /* days since epoch (local) */
 } parts_t;
 
 static bool
@@ -151,8 +151,7 @@ parse_offset(const char *s, int64_t *off)
 
 /* Evaluate a 'timezone' argument. *null = the timezone is nullish (result null). */
 static int
-eval_tz(const shl_expr_t *tz, const shl_expr_ctx_t *ctx, int64_t *off, bool *null,
-        shl_status_t *st)
+eval_tz(const shl_expr_t *tz, const shl_expr_ctx_t *ctx, int64_t *off, bool *null, shl_status_t *st)
 {
     bson_value_t v;
     int ret = 0;
@@ -217,7 +216,8 @@ EXPR_PARSE(expr_parse_date_part)
     if (arg->value_type == BSON_TYPE_ARRAY) {
         query_bson_view(arg, &view);
         if (bson_count_keys(&view) != 1) {
-            SHL_FAIL(st, 40536, "%s accepts exactly one argument if given an array, but was given %u",
+            SHL_FAIL(st, 40536,
+                     "%s accepts exactly one argument if given an array, but was given %u",
                      op->name, bson_count_keys(&view));
         }
         bson_iter_init(&it, &view);
@@ -232,8 +232,7 @@ done:
 
 /* Evaluate date + timezone into parts; *null when the result is null. */
 static int
-eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *null,
-           shl_status_t *st)
+eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *null, shl_status_t *st)
 {
     bson_value_t d;
     int64_t off = 0, ms;
@@ -248,8 +247,7 @@ eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *nul
         goto done;
     }
     if (!expr_value_as_date(&d, &ms)) {
-        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date",
-                 expr_type_name(&d));
+        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date", expr_type_name(&d));
     }
     to_parts(ms, off, p);
 done:
@@ -436,8 +434,7 @@ EXPR_FN(expr_op_date_to_string)
         goto done;
     }
     if (!expr_value_as_date(&d, &ms)) {
-        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date",
-                 expr_type_name(&d));
+        SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date", expr_type_name(&d));
     }
     s = bson_string_new(NULL);
     if (e->args[1] != NULL) {
@@ -494,8 +491,8 @@ static int64_t
 dparse_ms(const dparse_t *d, int64_t tzoff)
 {
     int64_t days = days_from_civil(d->year, d->month, d->day);
-    int64_t local = days * MS_PER_DAY + d->hour * 3600000LL + d->minute * 60000LL +
-                    d->second * 1000LL + d->ms;
+    int64_t local =
+        days * MS_PER_DAY + d->hour * 3600000LL + d->minute * 60000LL + d->second * 1000LL + d->ms;
     return local - (d->has_off ? d->off : tzoff);
 }
 
@@ -740,7 +737,7 @@ typedef enum { U_MS, U_SEC, U_MIN, U_HOUR, U_DAY, U_WEEK, U_MONTH, U_QUARTER, U_
 static int
 parse_unit(const bson_value_t *v, const char *opname, unit_t *u, shl_status_t *st)
 {
-    static const char *const names[] = {"millisecond", "second", "minute", "hour", "day",
+    static const char *const names[] = {"millisecond", "second", "minute",  "hour", "day",
                                         "week",        "month",  "quarter", "year"};
     if (v->value_type != BSON_TYPE_UTF8) {
         return shl_status_set(st, 5439013, "%s requires 'unit' to be a string, but got %s", opname,
@@ -838,8 +835,8 @@ done:
 }
 
 static int
-date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
-                shl_status_t *st, bool subtract)
+date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st,
+                bool subtract)
 {
     const char *name = e->op->name;
     bson_value_t v[3];
@@ -920,7 +917,7 @@ done:
 static int
 start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
 {
-    static const char *const names[] = {"sunday", "monday", "tuesday", "wednesday",
+    static const char *const names[] = {"sunday",   "monday", "tuesday", "wednesday",
                                         "thursday", "friday", "saturday"};
     static const char *const shortn[] = {"sun", "mon", "tue", "wed", "thu", "fri", "sat"};
     if (v->value_type == BSON_TYPE_UTF8) {
@@ -1044,17 +1041,19 @@ EXPR_FN(expr_op_date_trunc)
         goto done;
     }
     if (!expr_value_as_date(&v[0], &ms)) {
-        SHL_FAIL(st, 5439012,
-                 "$dateTrunc requires 'date' to be a date, but got %s", expr_type_name(&v[0]));
+        SHL_FAIL(st, 5439012, "$dateTrunc requires 'date' to be a date, but got %s",
+                 expr_type_name(&v[0]));
     }
     SHL_ERR(parse_unit(&v[1], "$dateTrunc", &u, st));
     if (e->args[2] != NULL) {
         if (!expr_integral64(&v[2], &bin)) {
-            SHL_FAIL(st, 5439017, "$dateTrunc requires 'binSize' to be a 64-bit integer, but got %s",
+            SHL_FAIL(st, 5439017,
+                     "$dateTrunc requires 'binSize' to be a 64-bit integer, but got %s",
                      expr_type_name(&v[2]));
         }
         if (bin <= 0) {
-            SHL_FAIL(st, 5439018, "$dateTrunc requires 'binSize' to be greater than 0, but got %lld",
+            SHL_FAIL(st, 5439018,
+                     "$dateTrunc requires 'binSize' to be greater than 0, but got %lld",
                      (long long)bin);
         }
     }

@@ -110,7 +110,8 @@ EXPR_FN(expr_op_substr_bytes)
     SHL_ERR(coerce_to_string(&v[0], &s, &len, st));
     if (v[1].value_type != BSON_TYPE_INT32 && v[1].value_type != BSON_TYPE_INT64 &&
         v[1].value_type != BSON_TYPE_DOUBLE) {
-        SHL_FAIL(st, 16034, "$substrBytes:  starting index must be a numeric type (is BSON type %s)",
+        SHL_FAIL(st, 16034,
+                 "$substrBytes:  starting index must be a numeric type (is BSON type %s)",
                  expr_type_name(&v[1]));
     }
     if (v[2].value_type != BSON_TYPE_INT32 && v[2].value_type != BSON_TYPE_INT64 &&
@@ -377,9 +378,8 @@ index_arg(const bson_value_t *v, const char *opname, const char *what, int64_t *
 {
     int32_t x;
     if (!expr_integral32(v, &x)) {
-        return shl_status_set(st, 40096,
-                              "%s requires an integral %s, found a value of type: %s", opname,
-                              what, expr_type_name(v));
+        return shl_status_set(st, 40096, "%s requires an integral %s, found a value of type: %s",
+                              opname, what, expr_type_name(v));
     }
     if (x < 0) {
         return shl_status_set(st, 40097, "%s requires a nonnegative %s, found: %d", opname, what,
@@ -507,10 +507,16 @@ done:
 
 /* The default whitespace set MongoDB trims. */
 static const char *const ws_chars[] = {
-    "\0",           " ",            "\t",           "\n",           "\v",
-    "\f",           "\r",           "\xc2\xa0",     "\xe1\x9a\x80", "\xe2\x80\x80",
-    "\xe2\x80\x81", "\xe2\x80\x82", "\xe2\x80\x83", "\xe2\x80\x84", "\xe2\x80\x85",
-    "\xe2\x80\x86", "\xe2\x80\x87", "\xe2\x80\x88", "\xe2\x80\x89", "\xe2\x80\x8a",
+    "\0",           " ",
+    "\t",           "\n",
+    "\v",           "\f",
+    "\r",           "\xc2\xa0",
+    "\xe1\x9a\x80", "\xe2\x80\x80",
+    "\xe2\x80\x81", "\xe2\x80\x82",
+    "\xe2\x80\x83", "\xe2\x80\x84",
+    "\xe2\x80\x85", "\xe2\x80\x86",
+    "\xe2\x80\x87", "\xe2\x80\x88",
+    "\xe2\x80\x89", "\xe2\x80\x8a",
 };
 
 typedef struct cpset {
@@ -712,8 +718,8 @@ rx_prepare(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t v[3], rx
         rx->null = true;
         goto done;
     }
-    rx->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff,
-                           NULL);
+    rx->re =
+        pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &errcode, &erroff, NULL);
     if (rx->re == NULL) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(errcode, msg, sizeof(msg));
@@ -909,8 +915,8 @@ replace(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_s
     for (int i = 0; i < 3; i++) {
         if (!expr_nullish(&v[i]) && v[i].value_type != BSON_TYPE_UTF8) {
             char *js = query_value_to_json(&v[i]);
-            ret = shl_status_set(st, codes[i], "%s requires that '%s' be a string, found: %s",
-                                 name, what[i], js);
+            ret = shl_status_set(st, codes[i], "%s requires that '%s' be a string, found: %s", name,
+                                 what[i], js);
             bson_free(js);
             goto done;
         }

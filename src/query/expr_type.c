@@ -59,17 +59,27 @@ static const struct {
     const char *name;
     bson_type_t type;
 } type_names[] = {
-    {"double", BSON_TYPE_DOUBLE},      {"string", BSON_TYPE_UTF8},
-    {"object", BSON_TYPE_DOCUMENT},    {"array", BSON_TYPE_ARRAY},
-    {"binData", BSON_TYPE_BINARY},     {"undefined", BSON_TYPE_UNDEFINED},
-    {"objectId", BSON_TYPE_OID},       {"bool", BSON_TYPE_BOOL},
-    {"date", BSON_TYPE_DATE_TIME},     {"null", BSON_TYPE_NULL},
-    {"regex", BSON_TYPE_REGEX},        {"dbPointer", BSON_TYPE_DBPOINTER},
-    {"javascript", BSON_TYPE_CODE},    {"symbol", BSON_TYPE_SYMBOL},
+    {"double", BSON_TYPE_DOUBLE},
+    {"string", BSON_TYPE_UTF8},
+    {"object", BSON_TYPE_DOCUMENT},
+    {"array", BSON_TYPE_ARRAY},
+    {"binData", BSON_TYPE_BINARY},
+    {"undefined", BSON_TYPE_UNDEFINED},
+    {"objectId", BSON_TYPE_OID},
+    {"bool", BSON_TYPE_BOOL},
+    {"date", BSON_TYPE_DATE_TIME},
+    {"null", BSON_TYPE_NULL},
+    {"regex", BSON_TYPE_REGEX},
+    {"dbPointer", BSON_TYPE_DBPOINTER},
+    {"javascript", BSON_TYPE_CODE},
+    {"symbol", BSON_TYPE_SYMBOL},
     {"javascriptWithScope", BSON_TYPE_CODEWSCOPE},
-    {"int", BSON_TYPE_INT32},          {"timestamp", BSON_TYPE_TIMESTAMP},
-    {"long", BSON_TYPE_INT64},         {"decimal", BSON_TYPE_DECIMAL128},
-    {"minKey", BSON_TYPE_MINKEY},      {"maxKey", BSON_TYPE_MAXKEY},
+    {"int", BSON_TYPE_INT32},
+    {"timestamp", BSON_TYPE_TIMESTAMP},
+    {"long", BSON_TYPE_INT64},
+    {"decimal", BSON_TYPE_DECIMAL128},
+    {"minKey", BSON_TYPE_MINKEY},
+    {"maxKey", BSON_TYPE_MAXKEY},
     {"missing", BSON_TYPE_EOD},
 };
 
@@ -93,7 +103,8 @@ target_type(const bson_value_t *to, bson_type_t *t, shl_status_t *st)
                                   "In $convert, numeric 'to' argument is not an integer");
         }
         for (size_t i = 0; i < sizeof(type_names) / sizeof(type_names[0]); i++) {
-            if ((int)type_names[i].type == c || (c == -1 && type_names[i].type == BSON_TYPE_MINKEY)) {
+            if ((int)type_names[i].type == c ||
+                (c == -1 && type_names[i].type == BSON_TYPE_MINKEY)) {
                 *t = type_names[i].type;
                 return 0;
             }

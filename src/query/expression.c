@@ -158,8 +158,7 @@ expr_integral64(const bson_value_t *v, int64_t *out)
     case BSON_TYPE_DOUBLE:
     case BSON_TYPE_DECIMAL128:
         d = query_value_as_double(v);
-        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 ||
-            d != trunc(d)) {
+        if (isnan(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0 || d != trunc(d)) {
             return false;
         }
         *out = (int64_t)d;
@@ -364,8 +363,7 @@ expr_check_user_var_name(const char *name, shl_status_t *st)
         SHL_FAIL(st, 16866, "empty variable names are not allowed");
     }
     if (!((c0 >= 'a' && c0 <= 'z') || c0 >= 0x80)) {
-        SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name",
-                 name);
+        SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name", name);
     }
     for (const char *p = name + 1; *p != '\0'; p++) {
         unsigned char c = (unsigned char)*p;
@@ -605,8 +603,7 @@ parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
     if (tls_parse_depth >= EXPR_MAX_DEPTH) {
         *out = NULL;
         return shl_status_set(st, SHL_CODE_OVERFLOW,
-                              "expression nesting exceeds the maximum depth of %d",
-                              EXPR_MAX_DEPTH);
+                              "expression nesting exceeds the maximum depth of %d", EXPR_MAX_DEPTH);
     }
     tls_parse_depth++;
     ret = parse_value_inner(spec, out, st);
@@ -631,8 +628,8 @@ expr_parse_named(const expr_op_t *op, const bson_value_t *arg, const char *const
     e->args = bson_malloc0(nkeys * sizeof(shl_expr_t *));
     e->nargs = nkeys;
     if (arg->value_type != BSON_TYPE_DOCUMENT) {
-        SHL_FAIL(st, notobj_code, "%s only supports an object as its argument, found: %s",
-                 op->name, shl_bson_type_name(arg->value_type));
+        SHL_FAIL(st, notobj_code, "%s only supports an object as its argument, found: %s", op->name,
+                 shl_bson_type_name(arg->value_type));
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
@@ -1002,7 +999,7 @@ eval_cmp_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int *cmp, shl_st
     {                                                                                              \
         int c = 0, ret = eval_cmp_common(e, ctx, &c, st);                                          \
         if (ret == 0) {                                                                            \
-            expr_value_bool(out, test);                                                                 \
+            expr_value_bool(out, test);                                                            \
         }                                                                                          \
         return ret;                                                                                \
     }

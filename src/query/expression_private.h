@@ -47,15 +47,15 @@ struct shl_expr {
     bson_value_t constant; /* EXPR_CONST, owned */
     char *var;             /* EXPR_VAR name without "$$"; bound variable name of $map/$filter */
     qpath_t path;          /* EXPR_FIELD path / EXPR_VAR sub-path (n == 0 when none) */
-    shl_expr_t **args;     /* EXPR_OP arguments (may hold NULLs), EXPR_OBJECT / EXPR_ARRAY members */
-    char **names;          /* EXPR_OBJECT field names; $let variable names */
+    shl_expr_t **args; /* EXPR_OP arguments (may hold NULLs), EXPR_OBJECT / EXPR_ARRAY members */
+    char **names;      /* EXPR_OBJECT field names; $let variable names */
     size_t nargs;
-    int flags;             /* operator-specific */
-    size_t nsub;           /* operator-specific count (e.g. $zip inputs, $switch branches) */
+    int flags;   /* operator-specific */
+    size_t nsub; /* operator-specific count (e.g. $zip inputs, $switch branches) */
 };
 
 /* Limits that keep malformed or hostile expressions bounded. */
-#define EXPR_MAX_DEPTH 150                     /* nesting of expressions */
+#define EXPR_MAX_DEPTH 150                      /* nesting of expressions */
 #define EXPR_MAX_VALUE_BYTES (64 * 1024 * 1024) /* MongoDB's BufferMaxSize */
 
 /* Codes with no name in error_codes.def. */

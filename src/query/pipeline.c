@@ -6,6 +6,7 @@
  */
 #include "query/pipeline.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "bson/bson_compare.h"
@@ -610,11 +611,17 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     if (key.value_type == BSON_TYPE_EOD) {
         key.value_type = BSON_TYPE_NULL;
     }
-    uint64_t h = (uint64_t)shl_bson_hash_value(&key, 0);
+    uint64_t h = shl_bson_hash_fast(&key);
     g = group_find(s, &key, h);
     if (g == NULL) {
-        g = bson_malloc0(sizeof(*g) + s->naccs * sizeof(accstate_t));
-        g->acc = (accstate_t *)(g + 1);
+        /* One allocation: the group, then its accumulators at their type's alignment. */
+        size_t off =
+            (sizeof(*g) + _Alignof(accstate_t) - 1) / _Alignof(accstate_t) * _Alignof(accstate_t);
+        g = bson_aligned_alloc0(_Alignof(accstate_t) > _Alignof(max_align_t)
+                                    ? _Alignof(accstate_t)
+                                    : _Alignof(max_align_t),
+                                off + s->naccs * sizeof(accstate_t));
+        g->acc = (accstate_t *)((char *)g + off);
         g->hash = h;
         bson_value_copy(&key, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {

@@ -16,9 +16,8 @@
 static bool
 is_streaming(const char *name)
 {
-    static const char *const names[] = {"$match",  "$project",     "$addFields",   "$set",
-                                        "$unset",  "$unwind",      "$replaceRoot", "$replaceWith",
-                                        NULL};
+    static const char *const names[] = {"$match",  "$project",     "$addFields",   "$set", "$unset",
+                                        "$unwind", "$replaceRoot", "$replaceWith", NULL};
     for (size_t i = 0; names[i] != NULL; i++) {
         if (strcmp(names[i], name) == 0) {
             return true;
@@ -38,8 +37,8 @@ typedef struct agg_plan {
     uint32_t nmerge_a;
     bson_t merge_b; /* array: after the $avg fix-up */
     uint32_t nmerge_b;
-    bool split;     /* a blocking stage was found: there is a merge part */
-    bool has_avg;   /* merge_b is used */
+    bool split;   /* a blocking stage was found: there is a merge part */
+    bool has_avg; /* merge_b is used */
     char **avg_fields;
     bool has_sort;
     bson_t sort; /* static view of the split $sort's spec */
@@ -225,8 +224,8 @@ split_pipeline(agg_plan_t *p)
     p->split = true;
     if (strcmp(s[i].name, "$sort") == 0 && s[i].v.value_type == BSON_TYPE_DOCUMENT) {
         arr_push_stage(&p->shards_part, &p->nshards, "$sort", &s[i].v);
-        p->has_sort = bson_init_static(&p->sort, s[i].v.value.v_doc.data,
-                                       s[i].v.value.v_doc.data_len);
+        p->has_sort =
+            bson_init_static(&p->sort, s[i].v.value.v_doc.data, s[i].v.value.v_doc.data_len);
         i++;
         /* A following $limit (after an optional $skip) bounds what each shard must send. */
         if (i < n && strcmp(s[i].name, "$limit") == 0) {
@@ -456,12 +455,13 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             bson_t res = BSON_INITIALIZER;
             bson_destroy(&res);
             SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
-            ret = router_config_cursor_read(op, op->db, op->db, "$cmd.aggregate", cmd,
-                                            batch_size, zero_batch, reply, st);
+            ret = router_config_cursor_read(op, op->db, op->db, "$cmd.aggregate", cmd, batch_size,
+                                            zero_batch, reply, st);
             goto done;
         }
-        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
-                 "Invalid command format: the 'aggregate' field must specify a collection name or 1");
+        SHL_FAIL(
+            st, SHL_CODE_INVALID_NAMESPACE,
+            "Invalid command format: the 'aggregate' field must specify a collection name or 1");
     }
     SHL_ERR(shl_ns_make(&ns, op->db, bson_iter_utf8(&it, NULL), st));
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &p.pipeline, &found, st));
@@ -516,8 +516,8 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             p.filter = &p.filter_view;
         }
     }
-    ret = shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults,
-                             st);
+    ret =
+        shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
         bson_t empty = BSON_INITIALIZER;
         shl_router_cursor_reply(reply, ns.full, 0, true, &empty);

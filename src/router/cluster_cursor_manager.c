@@ -67,8 +67,8 @@ take_batch(shl_router_remote_t *rem, const bson_t *reply, const char *key, shl_s
     }
     if (!have_id || !have_batch) {
         rem->cursor_id = 0;
-        return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
-                              "a shard's cursor reply lacks id or %s", key);
+        return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE, "a shard's cursor reply lacks id or %s",
+                              key);
     }
     bson_iter_init(&rem->it, rem->batch);
     return 0;
@@ -133,7 +133,7 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
 {
     shl_fanout_req_t *reqs = bson_malloc0((n + 1) * sizeof(*reqs));
     shl_fanout_result_t *res = bson_malloc0((n + 1) * sizeof(*res));
-    char (*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
     bson_t *cmds = bson_malloc0((n + 1) * sizeof(bson_t));
     int64_t remaining = c->op != NULL ? shl_op_remaining_ms(c->op) : -1;
     size_t built = 0;
@@ -223,8 +223,8 @@ merged_next(shl_router_cursor_t *c, const bson_t **doc, shl_status_t *st)
         }
         for (size_t i = 0; i < c->nremotes; i++) {
             if (c->remotes[i].has_head &&
-                (best == SIZE_MAX || shl_sort_doc_compare(c->sort, &c->remotes[i].head,
-                                                          &c->remotes[best].head) < 0)) {
+                (best == SIZE_MAX ||
+                 shl_sort_doc_compare(c->sort, &c->remotes[i].head, &c->remotes[best].head) < 0)) {
                 best = i;
             }
         }
@@ -435,7 +435,7 @@ kill_remotes(shl_router_cursor_t *c)
     size_t n = 0;
     shl_fanout_req_t *reqs = bson_malloc0((c->nremotes + 1) * sizeof(*reqs));
     shl_fanout_result_t *res = bson_malloc0((c->nremotes + 1) * sizeof(*res));
-    char (*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((c->nremotes + 1) * sizeof(*hosts));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((c->nremotes + 1) * sizeof(*hosts));
     bson_t *cmds = bson_malloc0((c->nremotes + 1) * sizeof(bson_t));
 
     for (size_t i = 0; i < c->nremotes; i++) {
@@ -711,8 +711,7 @@ shl_router_cursor_manager_kill(shl_router_cursor_manager_t *mgr, int64_t id, con
 }
 
 int
-shl_router_cursor_manager_reap(shl_router_cursor_manager_t *mgr, int64_t now_ms,
-                               int64_t timeout_ms)
+shl_router_cursor_manager_reap(shl_router_cursor_manager_t *mgr, int64_t now_ms, int64_t timeout_ms)
 {
     shl_router_cursor_t *victims = NULL, **p;
     int n = 0;

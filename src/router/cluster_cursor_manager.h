@@ -65,9 +65,9 @@ typedef struct shl_router_cursor {
     bson_t fixed; /* the last fixed-up document */
     bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
 
-    bson_t *stash;     /* an output document that did not fit the last batch */
-    bson_t projected;  /* the last projected document */
-    shl_op_ctx_t *op;  /* the operation using the cursor (set while pinned) */
+    bson_t *stash;    /* an output document that did not fit the last batch */
+    bson_t projected; /* the last projected document */
+    shl_op_ctx_t *op; /* the operation using the cursor (set while pinned) */
     bool no_timeout;
 
     /* Guarded by the manager's lock. */

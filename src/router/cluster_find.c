@@ -46,8 +46,7 @@ router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out)
     if (bson_iter_init(&it, cmd)) {
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
-            if (shl_cmd_is_generic_arg(k) || strcmp(k, "allowDiskUse") == 0 ||
-                in_list(k, skip)) {
+            if (shl_cmd_is_generic_arg(k) || strcmp(k, "allowDiskUse") == 0 || in_list(k, skip)) {
                 continue;
             }
             bson_append_iter(out, NULL, 0, &it);
@@ -66,9 +65,9 @@ router_run_on_config(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t
     int ret;
 
     router_copy_command(cmd, NULL, &fwd);
-    ret = shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), db, &fwd,
-                         remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining),
-                         reply, st);
+    ret = shl_client_run(
+        r->pool, shl_shard_registry_config_host(r->registry), db, &fwd,
+        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), reply, st);
     bson_destroy(&fwd);
     return ret;
 }
@@ -84,8 +83,8 @@ router_shard_host(shl_router_t *r, const char *name, char *out, size_t n)
 
 int
 router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, const char *coll,
-                           shl_router_shard_result_t *results, size_t n,
-                           shl_router_cursor_t **out, shl_status_t *st)
+                           shl_router_shard_result_t *results, size_t n, shl_router_cursor_t **out,
+                           shl_status_t *st)
 {
     shl_router_cursor_t *c = shl_router_cursor_new(r, ns, db, coll);
     int ret = 0;
@@ -115,8 +114,8 @@ router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, cons
 }
 
 int
-router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
-                    bool zero_batch, bool single_batch, bson_t *reply, shl_status_t *st)
+router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size, bool zero_batch,
+                    bool single_batch, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     bson_t arr = BSON_INITIALIZER;
@@ -239,8 +238,8 @@ done:
 static void
 build_find_body(const find_args_t *a, bson_t *out)
 {
-    static const char *const skip_sorted[] = {"skip", "limit", "batchSize", "singleBatch",
-                                              "projection", NULL};
+    static const char *const skip_sorted[] = {"skip",        "limit",      "batchSize",
+                                              "singleBatch", "projection", NULL};
     static const char *const skip_plain[] = {"skip", "limit", "batchSize", "singleBatch", NULL};
 
     router_copy_command(a->cmd, a->sorted ? skip_sorted : skip_plain, out);
@@ -295,8 +294,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             }
         }
     }
-    ret = shl_router_scatter(r, op, ns.full, a.has_filter ? &a.filter : NULL, build_find, &a,
-                             NULL, &results, &nresults, st);
+    ret = shl_router_scatter(r, op, ns.full, a.has_filter ? &a.filter : NULL, build_find, &a, NULL,
+                             &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty result, as MongoDB gives. */
         bson_t empty = BSON_INITIALIZER;
@@ -859,8 +858,8 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         bson_destroy(&res);
         goto done;
     }
-    SHL_ERR(shl_router_scatter(r, op, ns.full, filter, build_explain, &e, NULL, &results,
-                               &nresults, st));
+    SHL_ERR(shl_router_scatter(r, op, ns.full, filter, build_explain, &e, NULL, &results, &nresults,
+                               st));
     for (size_t i = 0; i < nresults; i++) {
         if (results[i].res.code != 0) {
             *st = results[i].res.status;

@@ -304,6 +304,8 @@ shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bs
         }
         sv = shl_shard_version_make(&v);
         shl_shard_version_append(cmd, "shardVersion", &sv);
+    } else if (strcmp(rr->db.primary, "config") == 0) {
+        /* admin and config: the config server's own collections, unversioned (as MongoDB). */
     } else {
         shl_shard_version_t sv = shl_shard_version_unsharded();
         shl_shard_version_append(cmd, "shardVersion", &sv);
@@ -369,8 +371,11 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         shl_status_t st = SHL_STATUS_INIT;
         memset(&results[i], 0, sizeof(results[i]));
         bson_init(&results[i].reply);
-        if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i], sizeof(hosts[i]),
-                                        &st) != 0) {
+        if (strcmp(reqs[i].shard, "config") == 0) {
+            /* admin and config live on the config server (the catalog cache's primary). */
+            snprintf(hosts[i], sizeof(hosts[i]), "%s", shl_shard_registry_config_host(r->registry));
+        } else if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i],
+                                               sizeof(hosts[i]), &st) != 0) {
             results[i].code = st.code;
             results[i].status = st;
             continue;

@@ -20,6 +20,7 @@
 #include "sharding/catalog_cache.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "sharding/vector_clock.h"
 
 /* MongoDB's kMaxNumStaleVersionRetries: a request is tried at most this many times. */
 #define SHL_ROUTER_MAX_STALE_RETRIES 10
@@ -36,7 +37,8 @@ typedef struct shl_router {
     shl_catalog_cache_t *cache;
     struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
-    atomic_uint_least64_t cluster_time; /* highest $clusterTime seen from any node */
+    shl_vector_clock_t clock;         /* highest times gossiped by any node (lock-free) */
+    struct shl_router_uptime *uptime; /* config.mongos reporter */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */
@@ -105,7 +107,8 @@ int shl_router_target_doc(const shl_router_routing_t *rr, const bson_t *doc, con
  * shl_router_append_versions --
  *     Append to 'cmd' what a request routed with 'rr' to 'shard' carries: for a sharded
  *     collection `shardVersion` (the shard's version in the table); for an unsharded one
- *     `shardVersion: UNSHARDED` and the database's `databaseVersion`.
+ *     `shardVersion: UNSHARDED` and the database's `databaseVersion`; nothing for the admin
+ *     and config databases (the config server's own).
  */
 void shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bson_t *cmd);
 
@@ -126,7 +129,8 @@ typedef struct shl_router_request {
  * shl_router_send --
  *     Send n requests (to database 'db') at once and collect the replies (results[i] for
  *     reqs[i]; always initialised, clean up with shl_fanout_results_cleanup). Shard hosts come
- *     from the registry; an unknown shard gives ShardNotFound in its result. The call is
+ *     from the registry ("config" is the config server, the primary of admin and config);
+ *     an unknown shard gives ShardNotFound in its result. The call is
  *     bounded by the operation's deadline. Blocks.
  */
 void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,

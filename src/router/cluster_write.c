@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_util.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "sharding/shard_key.h"
@@ -927,6 +928,57 @@ write_op_cleanup(write_op_t *op)
     bson_destroy(&op->wce);
 }
 
+/* One required field of a statement, of one of two types (BSON_TYPE_EOD: only the first). */
+static int
+check_field(const bson_t *stmt, const char *cmd, const char *arr, const char *field, bson_type_t t1,
+            bson_type_t t2, const char *want, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, stmt, field)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '%s.%s.%s' is missing but a required field", cmd, arr, field);
+    }
+    if (bson_iter_type(&it) != t1 && bson_iter_type(&it) != t2) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s.%s' is the wrong type '%s', expected type %s", cmd, arr, field,
+                 shl_bson_type_name(bson_iter_type(&it)), want);
+    }
+done:
+    return ret;
+}
+
+/* A malformed statement fails the whole command, as MongoDB's parser does. */
+static int
+check_statement(write_kind_t kind, const bson_t *stmt, shl_status_t *st)
+{
+    const char *cmd = kind_cmd(kind), *arr = kind_field(kind);
+    int ret = 0;
+
+    if (kind == KIND_INSERT) {
+        goto done;
+    }
+    SHL_ERR(check_field(stmt, cmd, arr, "q", BSON_TYPE_DOCUMENT, BSON_TYPE_EOD, "'object'", st));
+    if (kind == KIND_UPDATE) {
+        SHL_ERR(check_field(stmt, cmd, arr, "u", BSON_TYPE_DOCUMENT, BSON_TYPE_ARRAY,
+                            "'object' or 'array'", st));
+    } else {
+        bson_iter_t it;
+        SHL_ERR(check_field(stmt, cmd, arr, "limit", BSON_TYPE_INT32, BSON_TYPE_INT64,
+                            "'int' or 'long'", st));
+        bson_iter_init_find(&it, stmt, "limit");
+        if (bson_iter_as_int64(&it) != 0 && bson_iter_as_int64(&it) != 1) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "The limit field in delete objects must be 0 "
+                     "or 1. Got %lld",
+                     (long long)bson_iter_as_int64(&it));
+        }
+    }
+done:
+    return ret;
+}
+
 /* Parse the command's collection, ordered flag and statements into 'op'. */
 static int
 write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_op_t *op,
@@ -981,15 +1033,16 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
         if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
-                     kind_cmd(kind), kind_field(kind), "non-object");
+                     kind_cmd(kind), kind_field(kind), shl_bson_type_name(bson_iter_type(&arr)));
         }
+        bson_iter_document(&arr, &len, &data);
+        bson_init_static(&view, data, len);
+        SHL_ERR(check_statement(kind, &view, st));
         /* Allocated once: an item holds bson_t's, which must not move (no realloc). */
         SHL_INVARIANT(op->n < cap);
         item = &op->items[op->n++];
         memset(item, 0, sizeof(*item));
         bson_init(&item->error);
-        bson_iter_document(&arr, &len, &data);
-        bson_init_static(&view, data, len);
         if (kind == KIND_INSERT && !bson_has_field(&view, "_id")) {
             /* As mongos does: an _id chosen here makes a re-sent statement idempotent. */
             bson_oid_t oid;

@@ -13,26 +13,19 @@
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_uptime.h"
 #include "sharding/sharding_types.h"
 
-/* Gossip: remember the highest $clusterTime in any reply from a cluster node. */
+/* Gossip: advance the vector clock from every reply of a cluster node; a newer
+ * TopologyTime means the set of shards changed, so the shard registry reloads. */
 static void
 observe_reply(void *arg, const char *host, const bson_t *reply)
 {
     shl_router_t *r = arg;
-    bson_iter_t it, ct;
     (void)host;
 
-    if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-        bson_iter_recurse(&it, &ct) && bson_iter_find(&ct, "clusterTime") &&
-        BSON_ITER_HOLDS_TIMESTAMP(&ct)) {
-        uint32_t t, i;
-        uint64_t seen, cur;
-        bson_iter_timestamp(&ct, &t, &i);
-        seen = ((uint64_t)t << 32) | i;
-        cur = atomic_load(&r->cluster_time);
-        while (seen > cur && !atomic_compare_exchange_weak(&r->cluster_time, &cur, seen)) {
-        }
+    if (shl_vector_clock_observe(&r->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
+        shl_shard_registry_invalidate(r->registry);
     }
 }
 
@@ -47,7 +40,7 @@ static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
-    uint64_t ts = atomic_load(&r->cluster_time);
+    uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
     static const uint8_t zero_hash[20] = {0};
     bson_t ct, sig;
 
@@ -76,6 +69,7 @@ shutdown_router(shl_service_ctx_t *svc)
     if (r == NULL) {
         return;
     }
+    shl_router_uptime_stop(r->uptime);
     shl_router_cursor_manager_destroy(r->cursors);
     shl_catalog_cache_destroy(r->cache);
     shl_shard_registry_destroy(r->registry);
@@ -98,6 +92,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     }
     SHL_ERR(shl_conn_string_first_host(configdb, first, sizeof(first), st));
     r = bson_malloc0(sizeof(*r));
+    shl_vector_clock_init(&r->clock);
     snprintf(r->configdb, sizeof(r->configdb), "%s", configdb);
     popts.hooks.observe = observe_reply;
     popts.hooks.arg = r;
@@ -109,6 +104,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.shutdown = shutdown_router;
+    r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);
     shl_router_commands_register(reg);
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));

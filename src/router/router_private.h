@@ -56,8 +56,8 @@ int router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_
  *     cursor through a router cursor.
  */
 int router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, const char *coll,
-                              const bson_t *cmd, int64_t batch_size, bool zero_batch,
-                              bson_t *reply, shl_status_t *st);
+                              const bson_t *cmd, int64_t batch_size, bool zero_batch, bson_t *reply,
+                              shl_status_t *st);
 
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);

@@ -56,16 +56,32 @@ static void
 meta_destroy(shl_db_orphan_filter_t *f)
 {
     shard_coll_meta_t *m = (shard_coll_meta_t *)f;
+    shard_state_t *s = m->owner;
 
+    pthread_mutex_lock(&s->meta_mu);
+    if (m->live_prev != NULL) {
+        m->live_prev->live_next = m->live_next;
+    } else {
+        s->live_metas = m->live_next;
+    }
+    if (m->live_next != NULL) {
+        m->live_next->live_prev = m->live_prev;
+    }
+    pthread_mutex_unlock(&s->meta_mu);
+    /* The range deleter may be waiting for this query's metadata to go away. */
+    if (atomic_load(&s->rd.waiting_for_queries)) {
+        shard_range_deleter_wake(s);
+    }
     if (m->rt != NULL) {
         shl_routing_table_release(m->rt);
     }
     bson_free(m);
 }
 
-/* A metadata object over 'rt' (reference moves here; NULL: unsharded), one reference. */
+/* A metadata object over 'rt' (reference moves here; NULL: unsharded), one reference,
+ * tracked on s's live list until destroyed. */
 static shard_coll_meta_t *
-meta_new(shl_routing_table_t *rt, const char *shard_name)
+meta_new(shard_state_t *s, shl_routing_table_t *rt, const char *shard_name)
 {
     shard_coll_meta_t *m = bson_malloc0(sizeof(*m));
 
@@ -81,7 +97,49 @@ meta_new(shl_routing_table_t *rt, const char *shard_name)
         m->shard_version = shl_chunk_version_unsharded();
         m->coll_version = shl_chunk_version_unsharded();
     }
+    m->owner = s;
+    pthread_mutex_lock(&s->meta_mu);
+    m->live_next = s->live_metas;
+    if (s->live_metas != NULL) {
+        s->live_metas->live_prev = m;
+    }
+    s->live_metas = m;
+    pthread_mutex_unlock(&s->meta_mu);
     return m;
+}
+
+/* Whether 'm' gives its shard a chunk overlapping [min, max). */
+static bool
+meta_owns_part_of(const shard_coll_meta_t *m, const bson_t *min, const bson_t *max)
+{
+    bool owns = false;
+
+    for (size_t i = 0; i < shl_routing_table_nchunks(m->rt) && !owns; i++) {
+        bson_t cmin, cmax;
+        if (strcmp(shl_routing_table_chunk_shard(m->rt, i), m->shard_name) != 0) {
+            continue;
+        }
+        shl_routing_table_chunk_bounds(m->rt, i, &cmin, &cmax);
+        owns = shl_shard_key_compare(&cmin, max) < 0 && shl_shard_key_compare(min, &cmax) < 0;
+    }
+    return owns;
+}
+
+bool
+shard_meta_in_use_for_range(shard_state_t *s, const shard_coll_meta_t *current,
+                            const shl_uuid_t *uuid, const bson_t *min, const bson_t *max)
+{
+    bool in_use = false;
+
+    pthread_mutex_lock(&s->meta_mu);
+    for (const shard_coll_meta_t *m = s->live_metas; m != NULL && !in_use; m = m->live_next) {
+        if (m == current || m->rt == NULL || !shl_uuid_eq(shl_routing_table_uuid(m->rt), uuid)) {
+            continue;
+        }
+        in_use = meta_owns_part_of(m, min, max);
+    }
+    pthread_mutex_unlock(&s->meta_mu);
+    return in_use;
 }
 
 static shard_coll_meta_t *
@@ -105,6 +163,21 @@ shard_meta_release(shard_coll_meta_t *m)
  * The catalog cache of an aware shard, created on first use (no I/O) from the identity's
  * config server connection string. Errors: ShardingStateNotInitialized.
  */
+/* Gossip from the config server and other shards: a newer TopologyTime means the set of
+ * shards changed, so the registry reloads on its next lookup. 's->registry' is set before
+ * the pool sends anything and stays until shutdown. */
+static void
+observe_reply(void *arg, const char *host, const bson_t *reply)
+{
+    shard_state_t *s = arg;
+    (void)host;
+
+    if ((shl_vector_clock_observe(&s->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) &&
+        s->registry != NULL) {
+        shl_shard_registry_invalidate(s->registry);
+    }
+}
+
 static int
 get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD_ID_MAX],
           shl_status_t *st)
@@ -118,6 +191,9 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
         if (s->cache == NULL) {
             shl_conn_pool_options_t po;
             memset(&po, 0, sizeof(po));
+            po.hooks.observe = observe_reply;
+            po.hooks.arg = s;
+            shl_vector_clock_init(&s->clock);
             s->pool = shl_conn_pool_new(&po);
             s->registry = shl_shard_registry_new(s->pool, s->id.config_cs);
             s->cache = shl_catalog_cache_new(s->registry);
@@ -226,7 +302,7 @@ load_locked(shard_state_t *s, shard_csr_t *c, bool invalidate, shard_coll_meta_t
         rt = NULL;
     }
     SHL_ERR(ret);
-    m = meta_new(rt, shard_name);
+    m = meta_new(s, rt, shard_name);
     pthread_mutex_lock(&s->mu);
     old = c->meta;
     c->meta = meta_ref(m);

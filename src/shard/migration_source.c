@@ -1126,6 +1126,10 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         ret = 0;
     }
     committed = true;
+    /* The pre-migration metadata must not outlive the migration: the range deleter waits
+     * for every holder of metadata that owned the range. */
+    shard_meta_release(m);
+    m = NULL;
     /* The donor's new metadata, then the waiting operations go on (and get StaleConfig). */
     SHL_ERR(refresh_retrying(s, op, a->ns, st));
     pause_at(SHL_FAILPOINT(hangBeforeLeavingCriticalSection), op);

@@ -44,16 +44,31 @@ typedef struct shl_range_task {
     bool pending;
     bool when_now; /* whenToClean "now" (no orphanCleanupDelaySecs wait) vs "delayed" */
     int64_t num_orphan_docs;
-    shl_chunk_version_t pre_migration_version;
+    shl_chunk_version_t pre_migration_version; /* written when set or IGNORED */
+    /* Added by the range deleter (zero-initialise and they stay out of the document): */
+    bool processing;    /* the deleter started deleting (it also sets whenToClean "now") */
+    bool has_timestamp; /* 'timestamp' is written */
+    shl_ts_t timestamp; /* when the task was created (optional in MongoDB's schema) */
 } shl_range_task_t;
 
 void shl_range_task_cleanup(shl_range_task_t *t);
+/* shl_range_task_to_bson -- the config.rangeDeletions document ('out' initialised here):
+ * pending and processing only when true, keyPattern when set, numOrphanDocs as a long. */
 void shl_range_task_to_bson(const shl_range_task_t *t, bson_t *out);
-/* Errors: IDLFailedToParse, TypeMismatch, NoSuchKey. */
+/* shl_range_task_parse -- the reverse (unknown fields ignored, as MongoDB's strict: false).
+ * On success 'out' owns copies of min/max/keyPattern; on error it owns nothing. Errors:
+ * IDLFailedToParse (a required field missing), TypeMismatch, BadValue (whenToClean). */
 int shl_range_task_parse(const bson_t *doc, shl_range_task_t *out, shl_status_t *st);
 
-/* shl_range_deletion_persist -- insert the task document (journaled). Errors: DuplicateKey
- * when a task with this id exists; storage errors. */
+/* shl_range_overlaps -- [min1, max1) and [min2, max2) (shard keys of one pattern) meet. */
+bool shl_range_overlaps(const bson_t *min1, const bson_t *max1, const bson_t *min2,
+                        const bson_t *max2);
+
+/* shl_range_deletion_persist -- insert the task document (journaled; creates
+ * config.rangeDeletions' {collectionUuid: 1, "range.min": 1, "range.max": 1} unique index
+ * first, as MongoDB has it) and wake the deleter when it is not pending. Errors:
+ * DuplicateKey when a task with this id, or of this collection with the same range,
+ * exists; IllegalOperation when the node is not a shard; storage errors. */
 int shl_range_deletion_persist(shl_op_ctx_t *op, const shl_range_task_t *t, shl_status_t *st);
 
 /* shl_range_deletion_mark_ready -- unset 'pending' of task 'id' (journaled) and wake the

@@ -34,6 +34,9 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_DOCUMENT_BEGIN(reply, "sharding", &sec);
     BSON_APPEND_UTF8(&sec, "configsvrConnectionString", id.config_cs);
     bson_append_document_end(reply, &sec);
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "shardingStatistics", &sec);
+    shard_range_deleter_server_status(s, &sec);
+    bson_append_document_end(reply, &sec);
 }
 
 static void
@@ -41,9 +44,7 @@ shard_shutdown(shl_service_ctx_t *svc)
 {
     shard_state_t *s = shl_db_sharding_hooks_arg(svc);
 
-    /* Connections are gone, so no command uses the state any more; the node's own
-     * shutdown (which frees the hooks' home) runs last. An incoming migration's thread
-     * stops first (it uses the connection pool). */
+    /* An incoming migration's thread stops first (it uses the connection pool). */
     shard_recipient_shutdown(s);
     /* The recovery thread sees the shutdown at its next check and ends. */
     for (int i = 0; i < 1000; i++) {
@@ -56,6 +57,11 @@ shard_shutdown(shl_service_ctx_t *svc)
         }
         nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
     }
+    /* Connections are gone, so no command uses the state any more; the range deleter
+     * stops before the storage and the metadata it uses go. The node's own shutdown
+     * (which frees the hooks' home, and cursors that may still hold metadata) runs
+     * before the metadata tracking is torn down. */
+    shard_range_deleter_stop(s);
     shard_meta_destroy_all(s);
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
@@ -63,6 +69,11 @@ shard_shutdown(shl_service_ctx_t *svc)
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->identity_mu);
     pthread_cond_destroy(&s->crit_cv);
+    pthread_mutex_destroy(&s->meta_mu);
+    pthread_mutex_destroy(&s->rd.mu);
+    pthread_cond_destroy(&s->rd.cv);
+    pthread_mutex_destroy(&s->mig_mu);
+    pthread_cond_destroy(&s->mig_cv);
     bson_free(s);
 }
 
@@ -82,6 +93,8 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     pthread_mutex_init(&s->mig_mu, NULL);
     pthread_cond_init(&s->mig_cv, NULL);
     atomic_init(&s->capturing, 0);
+    pthread_mutex_init(&s->meta_mu, NULL);
+    shard_range_deleter_init(s);
     hooks.arg = s;
     hooks.check = shard_check_versions;
     hooks.on_write = shard_migration_observe;
@@ -92,6 +105,8 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     svc->hooks.append_server_status = shard_server_status;
     shard_commands_register(reg);
     shard_migration_commands_register(reg);
+    shard_range_deleter_commands_register(reg);
+    shard_create_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_identity_load(s, &id, &found, st));
     if (found) {
@@ -99,6 +114,9 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
         /* Migrations a crash interrupted: finish them from their coordinator documents. */
         shard_migration_recover_async(s);
     }
+    /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
+     * migration's decision). */
+    shard_range_deleter_start(s);
 done:
     return ret;
 }

@@ -8,6 +8,7 @@
 
 #include <bson/bson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "base/status.h"
@@ -19,6 +20,7 @@
 #include "sharding/chunk_version.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "sharding/vector_clock.h"
 
 #define SHARD_CONN_STRING_MAX 512
 
@@ -40,6 +42,11 @@ typedef struct shard_coll_meta {
     char shard_name[SHL_SHARD_ID_MAX];
     shl_chunk_version_t shard_version; /* this shard's version in rt (UNSHARDED if !rt) */
     shl_chunk_version_t coll_version;  /* the collection version (UNSHARDED if !rt) */
+    /* MongoDB's CollectionMetadataTracker: every metadata object alive (held by the map,
+     * a running query or a cursor) is on its shard's live list until its last release,
+     * so the range deleter can wait for the queries that may still read a range. */
+    struct shard_state *owner;
+    struct shard_coll_meta *live_prev, *live_next; /* guarded by owner->meta_mu */
 } shard_coll_meta_t;
 
 /* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */
@@ -59,6 +66,25 @@ enum { SHARD_CRIT_NONE = 0, SHARD_CRIT_WRITES = 1, SHARD_CRIT_ALL = 2 };
 struct shard_donor;
 struct shard_recipient;
 
+/*
+ * The range deleter (range_deleter.c): one thread per shard. 'gen' counts changes that may
+ * make a task runnable (a task persisted ready, marked ready or removed, a tracked metadata
+ * object released while the thread waits for one); waiters on 'cv' re-check on each.
+ */
+typedef struct shard_range_deleter {
+    pthread_mutex_t mu; /* guards the fields up to 'thread' */
+    pthread_cond_t cv;
+    uint64_t gen;
+    bool stop;
+    bool started;
+    pthread_t thread;
+    atomic_bool waiting_for_queries; /* the thread waits for old metadata to be released */
+    atomic_int_fast64_t tasks;       /* tasks in config.rangeDeletions at the last pass */
+    atomic_int_fast64_t docs_deleted;
+    atomic_int_fast64_t bytes_deleted;
+    struct rd_delay *delays; /* thread-only: when each delayed task's wait began */
+} shard_range_deleter_t;
+
 /* The shard's state: the hooks' arg. */
 typedef struct shard_state {
     shl_service_ctx_t *svc;
@@ -69,8 +95,13 @@ typedef struct shard_state {
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;
     shl_catalog_cache_t *cache;
-    shard_csr_t *csrs;           /* ns -> filtering metadata */
-    pthread_cond_t crit_cv;      /* critical sections and in-flight writes changed */
+    shl_vector_clock_t clock;      /* gossip seen on the pool's replies (lock-free) */
+    shard_csr_t *csrs;             /* ns -> filtering metadata */
+    pthread_mutex_t identity_mu;   /* serializes _addShard's read-modify-write */
+    pthread_mutex_t meta_mu;       /* guards the live list (taken after mu, never before) */
+    shard_coll_meta_t *live_metas; /* every metadata object not yet destroyed */
+    shard_range_deleter_t rd;
+    pthread_cond_t crit_cv;        /* critical sections and in-flight writes changed */
     /* ActiveMigrationsRegistry (migration_source.c): one migration at a time, as donor
      * or recipient; guarded by mig_mu. */
     pthread_mutex_t mig_mu;
@@ -79,7 +110,6 @@ typedef struct shard_state {
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
     bool recovery_started;
-    pthread_mutex_t identity_mu; /* serializes _addShard's read-modify-write */
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
 } shard_state_t;
@@ -139,6 +169,15 @@ int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_sha
 /* shard_meta_destroy_all -- drop the map (shutdown). */
 void shard_meta_destroy_all(shard_state_t *s);
 
+/*
+ * shard_meta_in_use_for_range --
+ *     Whether a metadata object of collection 'uuid' other than 'current' (may be NULL)
+ *     is still alive and gives this shard any part of [min, max): a query or cursor may
+ *     still read documents there. Takes s->meta_mu; never blocks.
+ */
+bool shard_meta_in_use_for_range(shard_state_t *s, const shard_coll_meta_t *current,
+                                 const shl_uuid_t *uuid, const bson_t *min, const bson_t *max);
+
 /* shard_commands_register -- the shardsvr commands (shardsvr_commands.c). */
 void shard_commands_register(shl_command_registry_t *reg);
 
@@ -183,5 +222,26 @@ int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_
 
 /* shard_recipient_abort_all -- shutdown: stop an incoming migration's thread. */
 void shard_recipient_shutdown(shard_state_t *s);
+/* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
+void shard_create_participant_register(shl_command_registry_t *reg);
+
+/* ---- range deletion (range_deleter.c) ---- */
+
+/* shard_range_deleter_init / _start / _stop -- set up the state (in shl_shard_init), start
+ * the thread (after the identity is loaded), stop and join it (shutdown; blocks until the
+ * current batch ends). */
+void shard_range_deleter_init(shard_state_t *s);
+void shard_range_deleter_start(shard_state_t *s);
+void shard_range_deleter_stop(shard_state_t *s);
+
+/* shard_range_deleter_wake -- tell the thread and the waiters that tasks changed. */
+void shard_range_deleter_wake(shard_state_t *s);
+
+/* shard_range_deleter_server_status -- append shardingStatistics' range deleter fields. */
+void shard_range_deleter_server_status(shard_state_t *s, bson_t *section);
+
+/* shard_range_deleter_commands_register -- cleanupOrphaned and the test-only
+ * _shardsvrTestRangeDeletion. */
+void shard_range_deleter_commands_register(shl_command_registry_t *reg);
 
 #endif

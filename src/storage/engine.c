@@ -528,6 +528,18 @@ bg_sleep(shl_storage_engine_t *eng, int64_t ms)
     return stop;
 }
 
+/* Whether the background threads were told to stop. */
+static bool
+bg_stopping(shl_storage_engine_t *eng)
+{
+    bool stop;
+
+    pthread_mutex_lock(&eng->bg_mu);
+    stop = eng->bg_stop;
+    pthread_mutex_unlock(&eng->bg_mu);
+    return stop;
+}
+
 static int64_t
 journal_interval_ms(const shl_storage_engine_t *eng)
 {
@@ -570,21 +582,36 @@ checkpointer_main(void *arg)
     shl_storage_engine_t *eng = arg;
     shl_status_t st;
     int64_t waited_ms = 0;
+    size_t after_last = 0; /* drops still queued right after the last checkpoint */
 
     shl_log_set_thread_ctx("Checkpointer");
-    /* Wake every second so a runtime change of syncdelay takes effect soon. */
-    while (!bg_sleep(eng, 1000)) {
-        int64_t delay =
-            eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s : shl_opt_int(SHL_OPT_syncdelay);
-        waited_ms += 1000;
-        if (pending_drops(eng) < DROPS_CHECKPOINT_THRESHOLD &&
-            (delay <= 0 || waited_ms < delay * 1000)) {
-            continue;
+    for (;;) {
+        size_t pending = pending_drops(eng);
+        /* Drops queued since the last checkpoint past the threshold: checkpoint again at
+         * once (a wake-up sent while a checkpoint ran would otherwise wait for the next
+         * tick while create/drop churn keeps opening files). Drops no checkpoint can
+         * remove yet (open cursors) do not count twice, so this never spins. */
+        bool urgent = pending >= DROPS_CHECKPOINT_THRESHOLD && pending > after_last;
+        if (!urgent) {
+            /* Wake every second so a runtime change of syncdelay takes effect soon. */
+            if (bg_sleep(eng, 1000)) {
+                break;
+            }
+            waited_ms += 1000;
+            int64_t delay =
+                eng->opts.syncdelay_s != 0 ? eng->opts.syncdelay_s : shl_opt_int(SHL_OPT_syncdelay);
+            pending = pending_drops(eng);
+            if (pending < DROPS_CHECKPOINT_THRESHOLD && (delay <= 0 || waited_ms < delay * 1000)) {
+                continue;
+            }
+        } else if (bg_stopping(eng)) {
+            break;
         }
         waited_ms = 0;
         if (shl_storage_checkpoint(eng, &st) != 0) {
             SHL_LOG_ERROR(STORAGE, 5100104, "checkpoint failed", "error", BCON_UTF8(st.reason));
         }
+        after_last = pending_drops(eng);
     }
     return NULL;
 }

@@ -208,6 +208,17 @@ def test_split_find_bounds_and_split_vector(cfgc):
     e = err(c, {"_configsvrSplitChunk": "fdb.c", "bounds": [{"k": 51}, {"k": MaxKey()}]})
     assert e.code == 72
     assert err(c, {"_configsvrSplitChunk": "no.such", "middle": {"k": 1}}).code == 118
+    # An empty collection with a usable index under another name keeps it.
+    s1.fdb.e.create_index([("k", 1)], name="mine")
+    cmd(c, {"_configsvrShardCollection": "fdb.e", "key": {"k": 1}})
+    assert sorted(s1.fdb.e.index_information()) == ["_id_", "mine"]
+    # unique: true needs the index to be unique.
+    s1.fdb.u.create_index([("k", 1)])
+    e = err(c, {"_configsvrShardCollection": "fdb.u", "key": {"k": 1}, "unique": True})
+    assert e.code == 72
+    cmd(c, {"_configsvrShardCollection": "fdb.u2", "key": {"k": 1}, "unique": True})
+    assert s1.fdb.u2.index_information()["k_1"]["unique"] is True
+    assert c.config.collections.find_one({"_id": "fdb.u2"})["unique"] is True
 
 
 def test_hashed_presplit(cfgc):
@@ -311,6 +322,12 @@ def test_remove_shard(cfgc):
     extra = ShaleProcess(["node", "--shardsvr", "--replSet", "rs9"], name="shard9")
     try:
         extra.start()
+        # A database the cluster already has elsewhere refuses the shard.
+        ec = extra.client()
+        ec.rdb.stray.insert_one({"x": 1})
+        e = err(c, {"_configsvrAddShard": extra.host})
+        assert e.code == 96 and "rdb" in str(e)
+        ec.drop_database("rdb")
         name = cmd(c, {"_configsvrAddShard": extra.host})["shardAdded"]
         assert name == "shard2"
         r = cmd(c, {"_configsvrRemoveShard": name})
@@ -387,3 +404,27 @@ def test_concurrent_commits_are_serialized(cfgc):
     assert len(set(versions)) == 9 and max(versions) == (1, 16)
     for a, b in zip(ch, ch[1:]):
         assert a["max"] == b["min"]
+
+
+def test_add_shard_refuses_what_is_not_a_shard(cfgc):
+    cs, _, c = cfgc
+    others = [ShaleProcess(["node", "--configsvr", "--replSet", "csrs2"], name="cfg2"),
+              ShaleProcess(["router", "--configdb", "csrs/" + cs.host], name="router"),
+              ShaleProcess(["node"], name="standalone")]
+    try:
+        for p in others:
+            p.start(wait=False)
+        for p in others:
+            p.wait_ready()
+        e = err(c, {"_configsvrAddShard": others[0].host})
+        assert e.code == 96 and "since it is a config server" in str(e)
+        e = err(c, {"_configsvrAddShard": others[1].host})
+        assert e.code == 20 and "cannot add a mongos as a shard" in str(e)
+        e = err(c, {"_configsvrAddShard": others[2].host})
+        assert e.code == 96 and "did not return a set name" in str(e)
+        e = err(c, {"_configsvrAddShard": others[0].host, "name": "config"})
+        assert e.code == 2
+        assert c.config.shards.count_documents({"host": {"$regex": "csrs2|standalone"}}) == 0
+    finally:
+        for p in others:
+            p.cleanup()

@@ -22,3 +22,22 @@ def test_node_driver_handshake(node):
     assert r["hello"]["maxWireVersion"] == 21
     assert r["buildInfo"]["version"] == "7.0.0"
     assert r["unknownCode"] == 59
+
+
+def test_node_driver_through_a_router(cluster):
+    out = subprocess.run([node_binary(), os.path.join(HERE, "cluster_smoke.js"), cluster.uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["topology"] == "Sharded"
+    assert r["inserted"] == 1000
+    assert r["count"] == 100
+    assert r["estimated"] == 1000
+    assert [d["k"] for d in r["top"]] == [992, 991, 990]
+    assert len(r["groups"]) == 10 and r["groups"][3] == {"_id": 3, "n": 100, "avg": 498.0}
+    assert r["updated"] == 100
+    assert r["byKey"] == {"_id": 42, "k": 42, "g": 2}
+    assert r["deleted"] == 1
+    assert r["distinct"] == 10
+    assert r["iterated"] == 999
+    assert r["shards"] == 2

@@ -77,6 +77,9 @@ class HandCluster:
             self.cfgc.config.chunks.insert_one(
                 {"_id": ObjectId(), "uuid": coll_uuid, "min": lo, "max": hi, "shard": shard,
                  "lastmod": Timestamp(1, i), "history": [{"validAfter": ts, "shard": shard}]})
+        # pymongo 3's legacy UUID handling would re-encode a decoded uuid as subtype 3, so
+        # queries use the Binary returned here.
+        return coll_uuid
 
     def on_shard(self, i, coll):
         return self.clients[i][DB][coll]
@@ -162,6 +165,18 @@ def test_unordered_batch_reports_every_error_at_its_index(cluster):
     assert details["writeErrors"][0]["keyValue"] == {"_id": "u-dup1"}
     for _id, x in (("u1", -10), ("u2", 10), ("u3", 120), ("u4", 11)):
         assert cluster.on_shard(owner(x), "ord").find_one({"_id": _id})["x"] == x
+
+
+def test_a_batch_larger_than_one_shard_command_is_split(cluster):
+    # 20 MB for shard1 does not fit in one 16 MB command: the router sends it in two.
+    db = cluster.router_client[DB]
+    big = "b" * (1024 * 1024)
+    docs = [{"_id": "big%d" % i, "x": 1000 + i if i == 0 else i, "s": big} for i in range(21)]
+    res = db.ins.insert_many(docs, ordered=False)
+    assert len(res.inserted_ids) == 21
+    assert cluster.on_shard(1, "ins").count_documents({"_id": {"$regex": "^big"}}) == 20
+    assert cluster.on_shard(0, "ins").count_documents({"_id": {"$regex": "^big"}}) == 1
+    db.ins.delete_many({"_id": {"$regex": "^big"}})
 
 
 def test_missing_and_array_shard_keys(cluster):
@@ -355,3 +370,99 @@ def test_drop_sharded_collection_and_database(cluster):
     client.dropme.plain.insert_one({"_id": 1})
     assert client.dropme.command("dropDatabase")["dropped"] == "dropme"
     assert "dropme" not in client.list_database_names()
+    # A sharded collection is dropped through the config server; afterwards the router
+    # routes the name as a new unsharded collection on the primary.
+    client.admin.command("enableSharding", "dropme2")
+    client.admin.command("shardCollection", "dropme2.s", key={"x": 1})
+    client.dropme2.s.insert_one({"x": 1})
+    client.dropme2.drop_collection("s")
+    assert cluster.cfgc.config.collections.find_one({"_id": "dropme2.s"}) is None
+    client.dropme2.s.insert_one({"x": 2})
+    primary = cluster.cfgc.config.databases.find_one({"_id": "dropme2"})["primary"]
+    assert [d["x"] for d in cluster.clients[int(primary[-1])].dropme2.s.find()] == [2]
+    client.drop_database("dropme2")
+
+
+def _shard_role(cluster):
+    try:
+        cluster.clients[0].admin.command("_flushRoutingTableCacheUpdates", DB + ".none")
+    except OperationFailure as e:
+        return e.code != 59
+    return True
+
+
+def test_stale_shard_makes_the_router_resend_only_its_sub_batch(cluster):
+    if not _shard_role(cluster):
+        pytest.skip("shards do not check versions yet (branch shardsvr not merged)")
+    ns = DB + ".stale"
+    coll_uuid = cluster.shard_collection(ns, {"x": 1}, [({"x": MinKey()}, {"x": 0}, "shard0"),
+                                                       ({"x": 0}, {"x": MaxKey()}, "shard1")])
+    db = cluster.router_client[DB]
+    db.stale.insert_many([{"_id": "warm0", "x": -1}, {"_id": "warm1", "x": 1}])
+    # Split shard1's chunk behind the router's back (minor version bump on shard1 only), and
+    # let shard1 learn it: the router's cached version for shard1 is now stale, shard0's not.
+    chunk = cluster.cfgc.config.chunks.find_one({"uuid": coll_uuid, "shard": "shard1"})
+    cluster.cfgc.config.chunks.update_one({"_id": chunk["_id"]},
+                                          {"$set": {"max": {"x": 50}, "lastmod": Timestamp(1, 2)}})
+    cluster.cfgc.config.chunks.insert_one(
+        {"_id": ObjectId(), "uuid": coll_uuid, "min": {"x": 50}, "max": {"x": MaxKey()},
+         "shard": "shard1", "lastmod": Timestamp(1, 3), "history": chunk["history"]})
+    cluster.clients[1].admin.command("_flushRoutingTableCacheUpdates", ns)
+
+    def bump(minor):
+        cluster.cfgc.config.chunks.update_one({"uuid": coll_uuid, "min": {"x": 50}},
+                                              {"$set": {"lastmod": Timestamp(1, minor)}})
+        cluster.clients[1].admin.command("_flushRoutingTableCacheUpdates", ns)
+
+    for ordered, minor in ((True, None), (False, 4)):
+        if minor is not None:
+            bump(minor)
+        docs = [{"_id": "%s%d" % (ordered, x), "x": x} for x in (-3, 3, -4, 60, 4)]
+        reply = db.command("insert", "stale", documents=docs, ordered=ordered)
+        # A re-sent shard0 sub-batch would report duplicate keys.
+        assert reply["n"] == 5 and "writeErrors" not in reply
+        for d in docs:
+            assert cluster.on_shard(owner(d["x"]), "stale").find_one({"_id": d["_id"]}) == d
+    # A multi update after another bump is applied exactly once on every shard.
+    bump(5)
+    res = db.stale.update_many({}, {"$inc": {"n": 1}})
+    assert res.modified_count == 12
+    assert sorted(d.get("n") for i in (0, 1) for d in cluster.on_shard(i, "stale").find()) == \
+        [1] * 12
+
+
+def test_stale_database_version_is_retried(cluster):
+    if not _shard_role(cluster):
+        pytest.skip("shards do not check versions yet (branch shardsvr not merged)")
+    cluster.add_db("rwdbv", "shard0")
+    client = cluster.router_client
+    client.rwdbv.c.insert_one({"_id": 1})
+    cluster.cfgc.config.databases.update_one({"_id": "rwdbv"}, {"$set": {"version.lastMod": 2}})
+    try:
+        cluster.clients[0].admin.command("_flushDatabaseCacheUpdates", "rwdbv")
+    except OperationFailure as e:
+        if e.code == 59:
+            pytest.skip("shards have no _flushDatabaseCacheUpdates yet")
+        raise
+    client.rwdbv.c.insert_one({"_id": 2})
+    assert sorted(d["_id"] for d in cluster.clients[0].rwdbv.c.find()) == [1, 2]
+
+
+def test_config_and_admin_go_to_the_config_server(cluster):
+    client = cluster.router_client
+    client.config.rw_notes.insert_one({"_id": 1})
+    client.config.rw_notes.update_one({"_id": 1}, {"$set": {"a": 1}})
+    assert cluster.cfgc.config.rw_notes.find_one() == {"_id": 1, "a": 1}
+    assert "rw_notes" in client.config.list_collection_names()
+    assert cluster.clients[0].config.rw_notes.find_one() is None
+
+
+def test_malformed_statements_fail_the_command(cluster):
+    db = cluster.router_client[DB]
+    with pytest.raises(OperationFailure) as e:
+        db.command("update", "upd", updates=[{"q": {"x": 1}, "u": {"$set": {"a": 1}}},
+                                             {"q": {"x": 2}}])
+    assert e.value.code == 40414
+    with pytest.raises(OperationFailure) as e:
+        db.command("delete", "upd", deletes=[{"q": {"x": 1}, "limit": 2}])
+    assert e.value.code == 9

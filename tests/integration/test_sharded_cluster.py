@@ -196,3 +196,20 @@ def test_insert_missing_or_array_shard_key(sharded):
     r.app.ranged.insert_one({"_id": "nokey"})  # MongoDB 7.0: missing key fields are null
     assert r.app.ranged.find_one({"_id": "nokey"}) == {"_id": "nokey"}
     r.app.ranged.delete_one({"_id": "nokey"})
+
+
+def test_every_shard_holds_the_collection_under_its_cluster_wide_uuid(sharded):
+    coll, _ = _chunks(sharded.config_client(), "app.hashed")
+    for i in range(2):
+        info = sharded.shard_client(i).app.command(
+            "listCollections", filter={"name": "hashed"})["cursor"]["firstBatch"]
+        assert len(info) == 1
+        assert info[0]["info"]["uuid"] == coll["uuid"], i
+
+
+def test_router_reports_itself_in_config_mongos(cluster):
+    cfg = cluster.config_client()
+    host = cluster.routers[0].host
+    doc = wait_until(lambda: cfg.config.mongos.find_one({"_id": host}), timeout=10,
+                     what="config.mongos entry")
+    assert doc["mongoVersion"] == "7.0.0" and doc["up"] >= 0 and "ping" in doc

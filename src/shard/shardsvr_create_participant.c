@@ -1,0 +1,142 @@
+/*
+ * shardsvr_create_participant.c -- _shardsvrCreateCollectionParticipant (MongoDB 7.0's
+ * name): create a sharded collection's local copy on a shard that receives chunks, with the
+ * collection's cluster-wide UUID (the primary shard's, recorded in config.collections) and
+ * its indexes, so every shard agrees on the UUID that config.chunks and config.rangeDeletions
+ * name. Idempotent: the same UUID again is ok; an empty local collection with another UUID
+ * (a leftover) is replaced; a non-empty one is refused.
+ *
+ * {_shardsvrCreateCollectionParticipant: <coll>, collectionUUID: UUID, indexes: [<spec>],
+ *  options?: {<create options>}} on the collection's database.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "net/command_args.h"
+#include "net/service.h"
+#include "shard/shard_private.h"
+#include "storage/catalog.h"
+
+/* Run a local command in-process; its error becomes the status. */
+static int
+local_cmd(shl_op_ctx_t *op, const char *db, const bson_t *cmd, shl_status_t *st)
+{
+    bson_t reply;
+    int ret;
+
+    shl_service_run_command(op->svc, NULL, cmd, db, &reply);
+    ret = shl_status_from_reply(&reply, st);
+    bson_destroy(&reply);
+    return ret;
+}
+
+static int
+cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    const char *coll = NULL;
+    shl_ns_t ns;
+    bson_t indexes, options, one;
+    bool has_indexes = false, has_options = false;
+    bson_iter_t it;
+    uint8_t uuid[16];
+    shl_collection_t *existing = NULL;
+    bool create = true;
+    int ret = 0;
+
+    (void)reply;
+    SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
+    SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
+    if (!bson_iter_init_find(&it, cmd, "collectionUUID") || !BSON_ITER_HOLDS_BINARY(&it)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '_shardsvrCreateCollectionParticipant.collectionUUID' is missing but "
+                 "a required field");
+    }
+    {
+        bson_subtype_t sub;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_binary(&it, &sub, &len, &data);
+        if (sub != BSON_SUBTYPE_UUID || len != 16) {
+            SHL_FAIL(st, SHL_CODE_INVALID_UUID, "collectionUUID must be a UUID");
+        }
+        memcpy(uuid, data, 16);
+    }
+    SHL_ERR(shl_cmd_get_array(cmd, "indexes", &indexes, &has_indexes, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "options", &options, &has_options, st));
+
+    existing = shl_catalog_get(op->svc->storage, ns.full);
+    if (existing != NULL) {
+        if (memcmp(existing->uuid, uuid, 16) == 0) {
+            create = false;
+        } else if (shl_collection_num_records(existing) == 0) {
+            bson_t *drop = BCON_NEW("drop", BCON_UTF8(ns.coll));
+            ret = local_cmd(op, ns.db, drop, st);
+            bson_destroy(drop);
+            SHL_ERR(ret);
+            SHL_LOG_INFO(SHARDING, 4630001, "replaced an empty collection with another UUID", "ns",
+                         BCON_UTF8(ns.full));
+        } else {
+            SHL_FAIL(st, SHL_CODE_COLLECTION_UUID_MISMATCH,
+                     "Collection %s already exists on this shard with another UUID and holds "
+                     "documents",
+                     ns.full);
+        }
+    }
+    if (create) {
+        ret = shl_catalog_create_collection(op->svc->storage, ns.full,
+                                            has_options ? &options : NULL, uuid, NULL, st);
+        if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+            shl_status_clear(st); /* a concurrent participant call won */
+            ret = 0;
+        }
+        SHL_ERR(ret);
+    }
+    if (has_indexes && !bson_empty(&indexes)) {
+        /* createIndexes with every spec but _id's; existing identical ones are no-ops. */
+        bson_t create_ix = BSON_INITIALIZER, arr;
+        bson_iter_t ix;
+        uint32_t n = 0;
+        BSON_APPEND_UTF8(&create_ix, "createIndexes", ns.coll);
+        BSON_APPEND_ARRAY_BEGIN(&create_ix, "indexes", &arr);
+        bson_iter_init(&ix, &indexes);
+        while (bson_iter_next(&ix)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_t name;
+            char key[16];
+            const char *k;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&ix)) {
+                continue;
+            }
+            bson_iter_document(&ix, &len, &data);
+            bson_init_static(&one, data, len);
+            if (bson_iter_init_find(&name, &one, "name") && BSON_ITER_HOLDS_UTF8(&name) &&
+                strcmp(bson_iter_utf8(&name, NULL), "_id_") == 0) {
+                continue;
+            }
+            bson_uint32_to_string(n++, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(&arr, k, &one);
+        }
+        bson_append_array_end(&create_ix, &arr);
+        ret = n > 0 ? local_cmd(op, ns.db, &create_ix, st) : 0;
+        bson_destroy(&create_ix);
+        SHL_ERR(ret);
+    }
+done:
+    if (existing != NULL) {
+        shl_collection_release(existing);
+    }
+    return ret;
+}
+
+static const shl_command_t k_create_participant = {
+    .name = "_shardsvrCreateCollectionParticipant",
+    .run = cmd_create_participant,
+    .flags = SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+    .help = "internal: create a sharded collection's local copy with its cluster-wide UUID"};
+
+void
+shard_create_participant_register(shl_command_registry_t *reg)
+{
+    shl_command_registry_add(reg, &k_create_participant);
+}

@@ -1,0 +1,90 @@
+/*
+ * vector_clock.c -- see vector_clock.h.
+ */
+#include "sharding/vector_clock.h"
+
+#include <string.h>
+
+void
+shl_vector_clock_init(shl_vector_clock_t *vc)
+{
+    for (int i = 0; i < SHL_VC_NCOMPONENTS; i++) {
+        atomic_init(&vc->t[i], 0);
+    }
+}
+
+uint64_t
+shl_vector_clock_get(const shl_vector_clock_t *vc, shl_vc_component_t c)
+{
+    return atomic_load(&((shl_vector_clock_t *)(uintptr_t)vc)->t[c]);
+}
+
+bool
+shl_vector_clock_advance(shl_vector_clock_t *vc, shl_vc_component_t c, uint64_t ts)
+{
+    uint64_t cur = atomic_load(&vc->t[c]);
+
+    while (ts > cur) {
+        if (atomic_compare_exchange_weak(&vc->t[c], &cur, ts)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool
+read_ts(const bson_iter_t *it, uint64_t *out)
+{
+    uint32_t t, i;
+
+    if (!BSON_ITER_HOLDS_TIMESTAMP(it)) {
+        return false;
+    }
+    bson_iter_timestamp(it, &t, &i);
+    *out = ((uint64_t)t << 32) | i;
+    return true;
+}
+
+unsigned
+shl_vector_clock_observe(shl_vector_clock_t *vc, const bson_t *msg)
+{
+    bson_iter_t it, sub;
+    unsigned moved = 0;
+    uint64_t ts;
+
+    if (!bson_iter_init(&it, msg)) {
+        return 0;
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (k[0] != '$') {
+            continue;
+        }
+        if (strcmp(k, "$clusterTime") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "clusterTime") &&
+            read_ts(&sub, &ts) && shl_vector_clock_advance(vc, SHL_VC_CLUSTER_TIME, ts)) {
+            moved |= SHL_VC_ADVANCED(SHL_VC_CLUSTER_TIME);
+        } else if (strcmp(k, "$configTime") == 0 && read_ts(&it, &ts) &&
+                   shl_vector_clock_advance(vc, SHL_VC_CONFIG_TIME, ts)) {
+            moved |= SHL_VC_ADVANCED(SHL_VC_CONFIG_TIME);
+        } else if (strcmp(k, "$topologyTime") == 0 && read_ts(&it, &ts) &&
+                   shl_vector_clock_advance(vc, SHL_VC_TOPOLOGY_TIME, ts)) {
+            moved |= SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME);
+        }
+    }
+    return moved;
+}
+
+void
+shl_vector_clock_append_config_gossip(const shl_vector_clock_t *vc, bson_t *doc)
+{
+    uint64_t cfg = shl_vector_clock_get(vc, SHL_VC_CONFIG_TIME);
+    uint64_t top = shl_vector_clock_get(vc, SHL_VC_TOPOLOGY_TIME);
+
+    if (cfg != 0 && !bson_has_field(doc, "$configTime")) {
+        BSON_APPEND_TIMESTAMP(doc, "$configTime", (uint32_t)(cfg >> 32), (uint32_t)cfg);
+    }
+    if (top != 0 && !bson_has_field(doc, "$topologyTime")) {
+        BSON_APPEND_TIMESTAMP(doc, "$topologyTime", (uint32_t)(top >> 32), (uint32_t)top);
+    }
+}
