@@ -93,7 +93,9 @@ done:
     return ret;
 }
 
-/* The donor's indexes (but _id's) created here, creating the collection. */
+/* The collection created here with its cluster-wide UUID and the donor's indexes
+ * (_shardsvrCreateCollectionParticipant, run locally), so the range deleter and the
+ * filtering metadata agree on it. */
 static int
 create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_status_t *st)
 {
@@ -101,7 +103,7 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *specs = NULL, cur, create;
     bson_t arr;
     bson_iter_t it;
-    size_t n = 0, k = 0;
+    size_t n = 0;
     char key[24];
     const char *ks;
 
@@ -116,16 +118,13 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
         n = mig_docs_of(&cur, "firstBatch", &specs);
     }
     bson_init(&create);
-    BSON_APPEND_UTF8(&create, "createIndexes", ns->coll);
+    BSON_APPEND_UTF8(&create, "_shardsvrCreateCollectionParticipant", ns->coll);
+    shl_uuid_append(&create, "collectionUUID", &r->coll_uuid);
     BSON_APPEND_ARRAY_BEGIN(&create, "indexes", &arr);
     for (size_t i = 0; i < n; i++) {
         bson_iter_t f;
         bson_t spec;
-        if (bson_iter_init_find(&f, &specs[i], "name") && BSON_ITER_HOLDS_UTF8(&f) &&
-            strcmp(bson_iter_utf8(&f, NULL), "_id_") == 0) {
-            continue;
-        }
-        bson_uint32_to_string((uint32_t)k++, &ks, key, sizeof(key));
+        bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT_BEGIN(&arr, ks, &spec);
         bson_iter_init(&f, &specs[i]);
         while (bson_iter_next(&f)) {
@@ -136,18 +135,7 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
         bson_append_document_end(&arr, &spec);
     }
     bson_append_array_end(&create, &arr);
-    if (k > 0) {
-        ret = local_write(r, ns->db, &create, st);
-    } else {
-        bson_t c2 = BSON_INITIALIZER;
-        BSON_APPEND_UTF8(&c2, "create", ns->coll);
-        ret = local_write(r, ns->db, &c2, st);
-        bson_destroy(&c2);
-        if (ret == SHL_CODE_NAMESPACE_EXISTS) {
-            shl_status_clear(st);
-            ret = 0;
-        }
-    }
+    ret = local_write(r, ns->db, &create, st);
     bson_destroy(&create);
 done:
     bson_free(specs);

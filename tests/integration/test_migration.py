@@ -115,6 +115,11 @@ def test_move_chunk_moves_documents_and_bumps_versions(mc):
     # The recipient holds the range; the donor's orphans are filtered from versioned reads.
     assert _direct(mc, 1, "basic").count_documents({"x": {"$gte": 2500}}) == N - 2500
     assert r.mig.basic.find_one({"x": 4000})["_id"] == 4000
+    # The recipient's collection has the cluster-wide UUID.
+    uuid = _config(mc).collections.find_one({"_id": ns})["uuid"]
+    db1 = mc.shard_client(1).get_database("mig", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+    assert next(db1.list_collections(filter={"name": "basic"}))["info"]["uuid"] == uuid
     # The changelog has the commit.
     log = _config(mc).changelog.find_one({"what": "moveChunk.commit", "ns": ns})
     assert log is not None and log["details"]["to"] == "shard1"
@@ -426,6 +431,9 @@ def test_donor_killed_mid_migration_loses_and_duplicates_nothing(mc, step, commi
     else:
         assert rd_donor == []
         assert all(not d.get("pending") for d in rd_recipient)
+        # The recipient's copies are deleted (whenToClean "now").
+        wait_until(lambda: _direct(mc, 1, name).count_documents({}) == 0,
+                   what="the aborted migration's copies to be deleted on the recipient")
     # The shards take part in migrations again.
     target = "shard0" if committed else "shard1"
     r.admin.command("moveChunk", ns, find={"x": 3000}, to=target)
