@@ -330,8 +330,7 @@ def test_donor_orphans_are_filtered_then_deleted(mc):
     r, ns = _setup(mc, "orphans")
     r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
     donor = _direct(mc, 0, "orphans")
-    left = donor.count_documents({"x": {"$gte": 2500}})
-    assert left in (0, N - 2500)
+    assert donor.count_documents({"x": {"$gte": 2500}}) <= N - 2500  # deletion may have begun
     # Versioned reads filter whatever the donor still holds of the range.
     assert r.mig.orphans.count_documents({}) == N
     assert r.mig.orphans.count_documents({"x": {"$gte": 2500}}) == N - 2500
