@@ -434,9 +434,97 @@ static const char *const move_range_fields[] = {
     "secondaryThrottle", "maxChunkSizeBytes", "writeConcern", NULL};
 
 /*
- * _configsvrMoveRange: ns, toShard, and the chunk as `min` (its lower bound; `max`, if
- * given, must be its upper bound), `find` (the chunk holding that shard key) or `bounds`
- * (exact). Checks under the namespace's mutex (the shard exists, the chunk exists, it is
+ * moveRange's range [min, max) (max NULL: up to the end of the chunk holding min) made one
+ * chunk: the chunk holding min is split at min and/or max first when they are inside it
+ * (changelog "split"), then *rt is reloaded. *idx gets the range's chunk. Errors:
+ * BadValue (not shard keys), InvalidOptions (max beyond that chunk or not above min).
+ */
+static int
+split_for_move(shl_op_ctx_t *op, const char *ns, shl_routing_table_t **rt, const bson_t *min,
+               const bson_t *max, size_t *idx, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(*rt);
+    bson_t nmin = BSON_INITIALIZER, nmax = BSON_INITIALIZER, cmin, cmax, details;
+    const bson_t *points[2];
+    size_t npoints = 0, nout = 0;
+    shl_chunk_type_t *out = NULL, before;
+
+    bson_init(&details);
+    memset(&before, 0, sizeof(before));
+    bson_destroy(&nmin);
+    bson_destroy(&nmax);
+    if (!shl_shard_key_normalize(p, min, &nmin) ||
+        (max != NULL && !shl_shard_key_normalize(p, max, &nmax))) {
+        if (max == NULL) {
+            bson_init(&nmax);
+        }
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the bounds of moveRange are not shard keys of %s", ns);
+    }
+    if (max == NULL) {
+        bson_init(&nmax);
+    }
+    SHL_ERR(shl_routing_table_find_chunk(*rt, &nmin, idx, st));
+    shl_routing_table_chunk_bounds(*rt, *idx, &cmin, &cmax);
+    if (max != NULL && (shl_shard_key_compare(&nmax, &nmin) <= 0 ||
+                        shl_shard_key_compare(&nmax, &cmax) > 0)) {
+        char *a = bson_as_relaxed_extended_json(min, NULL);
+        char *b = bson_as_relaxed_extended_json(max, NULL);
+        ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                             "the range [%s, %s) of %s is not inside one chunk", a, b, ns);
+        bson_free(a);
+        bson_free(b);
+        goto done;
+    }
+    if (shl_shard_key_compare(&cmin, &nmin) != 0) {
+        points[npoints++] = &nmin;
+    }
+    if (max != NULL && shl_shard_key_compare(&nmax, &cmax) < 0) {
+        points[npoints++] = &nmax;
+    }
+    if (npoints == 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < npoints; i++) {
+        SHL_ERR(shl_shard_key_check_storage(points[i], st));
+    }
+    shl_routing_table_chunk_to_type(*rt, *idx, &before);
+    SHL_ERR(shl_routing_table_plan_split(*rt, &cmin, points, npoints, &out, &nout, st));
+    out[0].has_id = true;
+    out[0].id = before.id;
+    for (size_t i = 1; i < nout; i++) {
+        out[i].has_id = true;
+        bson_oid_init(&out[i].id, NULL);
+    }
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
+    append_chunk_info(&details, "before", &before);
+    append_chunk_info(&details, "left", &out[0]);
+    append_chunk_info(&details, "right", &out[nout - 1]);
+    BSON_APPEND_UTF8(&details, "owningShard", before.shard);
+    cfg_changelog(op, "split", ns, &details);
+    {
+        const char *shard = before.shard;
+        cfg_flush_shards(ns, &shard, 1);
+    }
+    shl_routing_table_release(*rt);
+    *rt = NULL;
+    SHL_ERR(cfg_load_routing_table(ns, NULL, rt, st));
+    SHL_ERR(shl_routing_table_find_chunk(*rt, &nmin, idx, st));
+done:
+    if (out != NULL) {
+        shl_chunk_types_free(out, nout);
+    }
+    shl_chunk_type_cleanup(&before);
+    bson_destroy(&nmin);
+    bson_destroy(&nmax);
+    bson_destroy(&details);
+    return ret;
+}
+
+/*
+ * _configsvrMoveRange: ns, toShard, and the range as `min` [+ `max`] (split out of its
+ * chunk first when inside it; without max, up to the chunk's end), `find` (the chunk holding
+ * that shard key) or `bounds` (exactly a chunk). Checks under the namespace's mutex (the shard exists, the chunk exists, it is
  * not on toShard already), then has the donor run the migration with _shardsvrMoveRange
  * and replies when it has finished. The donor's registry serializes migrations per shard
  * and joins an identical one; the commit takes the namespace's mutex again.
@@ -496,30 +584,7 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     } else if (has_bounds) {
         SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
     } else {
-        bson_t nmin;
-        bool ok = shl_shard_key_normalize(shl_routing_table_key_pattern(rt), &min, &nmin);
-        if (ok) {
-            ret = shl_routing_table_find_chunk(rt, &nmin, &idx, st);
-            if (ret == 0) {
-                shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
-                ok = shl_shard_key_compare(&cmin, &nmin) == 0;
-            }
-            shl_status_clear(st);
-            ret = 0;
-        }
-        bson_destroy(&nmin);
-        if (!ok) {
-            char *a = bson_as_relaxed_extended_json(&min, NULL);
-            ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                 "no chunk of %s starts at the shard key %s (moveRange needs "
-                                 "the lower bound of a chunk)",
-                                 ns, a);
-            bson_free(a);
-            goto done;
-        }
-        if (has_max) {
-            SHL_ERR(chunk_with_bounds(rt, &min, &max, &idx, st));
-        }
+        SHL_ERR(split_for_move(op, ns, &rt, &min, has_max ? &max : NULL, &idx, st));
     }
     shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
     snprintf(from, sizeof(from), "%s", shl_routing_table_chunk_shard(rt, idx));

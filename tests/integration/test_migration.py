@@ -134,6 +134,13 @@ def test_move_range_and_a_stale_router_after_several_migrations(mc):
     r.admin.command("moveChunk", ns, bounds=[{"x": 4000}, {"x": MAXK}], to="shard2")
     r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard1")
     assert [ch["shard"] for ch in _chunks(mc, ns)] == ["shard0", "shard1", "shard1", "shard2"]
+    # A range inside a chunk is split out of it first.
+    r.admin.command("moveRange", ns, min={"x": 100}, max={"x": 200}, toShard="shard2")
+    r.admin.command("moveRange", ns, min={"x": 4500}, toShard="shard0")
+    assert [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)][1:3] == [
+        (100, "shard2"), (200, "shard0")]
+    assert [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)][-2:] == [
+        (4000, "shard2"), (4500, "shard0")]
     # Versions stay unique and the collection version grew by one major per migration.
     versions = [(ch["lastmod"].time, ch["lastmod"].inc) for ch in _chunks(mc, ns)]
     assert len(set(versions)) == len(versions)
@@ -142,9 +149,10 @@ def test_move_range_and_a_stale_router_after_several_migrations(mc):
     assert sorted(ids) == list(range(N))
     assert r2.mig.several.find_one({"x": 3000})["_id"] == 3000
     assert r2.mig.several.count_documents({"x": {"$gte": 900, "$lt": 4100}}) == 3200
-    r2.mig.several.update_one({"x": 4500}, {"$set": {"v": 7}})
-    assert r.mig.several.find_one({"x": 4500})["v"] == 7
-    assert _direct(mc, 2, "several").find_one({"x": 4500})["v"] == 7
+    assert r2.mig.several.count_documents({"x": {"$gte": 50, "$lt": 250}}) == 200
+    r2.mig.several.update_one({"x": 4200}, {"$set": {"v": 7}})
+    assert r.mig.several.find_one({"x": 4200})["v"] == 7
+    assert _direct(mc, 2, "several").find_one({"x": 4200})["v"] == 7
 
 
 def test_bad_migration_requests_get_errors(mc):
@@ -158,8 +166,9 @@ def test_bad_migration_requests_get_errors(mc):
     with pytest.raises(OperationFailure) as e:
         r.admin.command("moveChunk", ns, to="shard1")
     assert e.value.code == 2 or e.value.code == 72
-    with pytest.raises(OperationFailure) as e:
-        r.admin.command("moveRange", ns, min={"x": 17}, toShard="shard1")  # not a chunk bound
+    with pytest.raises(OperationFailure) as e:  # spans two chunks
+        r.admin.command("moveRange", ns, min={"x": 17}, max={"x": 3000}, toShard="shard1")
+    assert e.value.code == 72  # InvalidOptions
     with pytest.raises(OperationFailure) as e:
         r.admin.command("moveChunk", "mig.unsharded_nope", find={"x": 1}, to="shard1")
     assert r.mig.bad.count_documents({}) == N
