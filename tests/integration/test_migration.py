@@ -446,3 +446,22 @@ def test_donor_killed_mid_migration_loses_and_duplicates_nothing(mc, step, commi
     target = "shard0" if committed else "shard1"
     r.admin.command("moveChunk", ns, find={"x": 3000}, to=target)
     assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+
+
+def test_hashed_collection_chunk_moves(mc):
+    r = mc.router_client()
+    ns = "mig.hashed"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": "hashed"})
+    r.mig.hashed.insert_many([{"_id": i, "x": i} for i in range(N)])
+    chunks = _chunks(mc, ns)
+    src = next(ch for ch in chunks if ch["shard"] == "shard0")
+    before2 = _direct(mc, 2, "hashed").count_documents({})
+    r.admin.command("moveChunk", ns, bounds=[src["min"], src["max"]], to="shard2")
+    assert sorted(d["_id"] for d in r.mig.hashed.find({}, {"_id": 1})) == list(range(N))
+    assert _direct(mc, 2, "hashed").count_documents({}) > before2
+    # Once the donor's orphans are gone every document is on exactly one shard.
+    wait_until(lambda: sum(_direct(mc, i, "hashed").count_documents({})
+                           for i in range(3)) == N,
+               what="the donor's orphans to be deleted")
+    assert r.mig.hashed.find_one({"x": 1234})["_id"] == 1234
