@@ -423,15 +423,22 @@ done:
     return ret;
 }
 
-
 /* ---------------------------------------------------------------- migrations */
 
 /* The config server waits this long for a donor's migration (_shardsvrMoveRange). */
 #define CFG_MIGRATION_TIMEOUT_MS (30 * 60 * 1000)
 
-static const char *const move_range_fields[] = {
-    "toShard", "min", "max", "find", "bounds", "waitForDelete", "forceJumbo",
-    "secondaryThrottle", "maxChunkSizeBytes", "writeConcern", NULL};
+static const char *const move_range_fields[] = {"toShard",
+                                                "min",
+                                                "max",
+                                                "find",
+                                                "bounds",
+                                                "waitForDelete",
+                                                "forceJumbo",
+                                                "secondaryThrottle",
+                                                "maxChunkSizeBytes",
+                                                "writeConcern",
+                                                NULL};
 
 /*
  * moveRange's range [min, max) (max NULL: up to the end of the chunk holding min) made one
@@ -466,8 +473,8 @@ split_for_move(shl_op_ctx_t *op, const char *ns, shl_routing_table_t **rt, const
     }
     SHL_ERR(shl_routing_table_find_chunk(*rt, &nmin, idx, st));
     shl_routing_table_chunk_bounds(*rt, *idx, &cmin, &cmax);
-    if (max != NULL && (shl_shard_key_compare(&nmax, &nmin) <= 0 ||
-                        shl_shard_key_compare(&nmax, &cmax) > 0)) {
+    if (max != NULL &&
+        (shl_shard_key_compare(&nmax, &nmin) <= 0 || shl_shard_key_compare(&nmax, &cmax) > 0)) {
         char *a = bson_as_relaxed_extended_json(min, NULL);
         char *b = bson_as_relaxed_extended_json(max, NULL);
         ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
@@ -524,10 +531,10 @@ done:
 /*
  * _configsvrMoveRange: ns, toShard, and the range as `min` [+ `max`] (split out of its
  * chunk first when inside it; without max, up to the chunk's end), `find` (the chunk holding
- * that shard key) or `bounds` (exactly a chunk). Checks under the namespace's mutex (the shard exists, the chunk exists, it is
- * not on toShard already), then has the donor run the migration with _shardsvrMoveRange
- * and replies when it has finished. The donor's registry serializes migrations per shard
- * and joins an identical one; the commit takes the namespace's mutex again.
+ * that shard key) or `bounds` (exactly a chunk). Checks under the namespace's mutex (the shard
+ * exists, the chunk exists, it is not on toShard already), then has the donor run the migration
+ * with _shardsvrMoveRange and replies when it has finished. The donor's registry serializes
+ * migrations per shard and joins an identical one; the commit takes the namespace's mutex again.
  */
 static int
 cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -596,8 +603,7 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
         goto done;
     }
     if (shl_routing_table_chunk_jumbo(rt, idx) && !force_jumbo) {
-        SHL_FAIL(st, SHL_CODE_CHUNK_TOO_BIG,
-                 "Chunk is marked jumbo; use forceJumbo to move it");
+        SHL_FAIL(st, SHL_CODE_CHUNK_TOO_BIG, "Chunk is marked jumbo; use forceJumbo to move it");
     }
     BSON_APPEND_UTF8(&fwd, "_shardsvrMoveRange", ns);
     BSON_APPEND_UTF8(&fwd, "fromShard", from);
@@ -636,7 +642,7 @@ done:
 }
 
 static const char *const commit_migration_fields[] = {
-    "fromShard", "toShard", "migratedChunk", "fromShardCollectionVersion", "validAfter",
+    "fromShard",    "toShard", "migratedChunk", "fromShardCollectionVersion", "validAfter",
     "writeConcern", NULL};
 
 /*

@@ -234,8 +234,8 @@ shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t ti
     bson_init(reply);
     SHL_ERR(get_cache(s, &cache, NULL, st));
     bson_destroy(reply);
-    ret = shl_client_run(s->pool, shl_shard_registry_config_host(s->registry), db, cmd,
-                         timeout_ms, reply, st);
+    ret = shl_client_run(s->pool, shl_shard_registry_config_host(s->registry), db, cmd, timeout_ms,
+                         reply, st);
 done:
     return ret;
 }
@@ -517,7 +517,8 @@ crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_acces
     int ret = 0;
 
     pthread_mutex_lock(&s->mu);
-    while (c->crit == SHARD_CRIT_ALL || (c->crit == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ)) {
+    while (c->crit == SHARD_CRIT_ALL ||
+           (c->crit == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ)) {
         if ((ret = shl_op_check_interrupt(op, st)) != 0) {
             break;
         }

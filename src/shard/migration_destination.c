@@ -17,8 +17,8 @@
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 
-static const char *const state_names[] = {"ready", "clone", "catchup", "steady",
-                                          "commitStart", "done", "fail", "abort"};
+static const char *const state_names[] = {"ready",       "clone", "catchup", "steady",
+                                          "commitStart", "done",  "fail",    "abort"};
 
 static void
 recipient_free(shard_recipient_t *r)

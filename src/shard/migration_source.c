@@ -242,8 +242,7 @@ donor_unref_locked(shard_donor_t *d)
  */
 static int
 registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t *min,
-               const bson_t *max, const char *to, shard_donor_t **out, bool *join,
-               shl_status_t *st)
+               const bson_t *max, const char *to, shard_donor_t **out, bool *join, shl_status_t *st)
 {
     int ret = 0;
     shard_donor_t *d;
@@ -361,8 +360,8 @@ donor_for_session(shard_state_t *s, const bson_t *cmd, const char *ctx, shard_do
     }
     pthread_mutex_unlock(&s->mig_mu);
     if (*out == NULL) {
-        SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED,
-                 "No active migration session %s on this shard", sid);
+        SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "No active migration session %s on this shard",
+                 sid);
     }
 done:
     return ret;
@@ -377,8 +376,8 @@ donor_release(shard_state_t *s, shard_donor_t *d)
 }
 
 static int
-clone_next_batch(shard_state_t *s, shard_donor_t *d, bson_t *objects, size_t *nobj,
-                 size_t *bytes, shl_status_t *st)
+clone_next_batch(shard_state_t *s, shard_donor_t *d, bson_t *objects, size_t *nobj, size_t *bytes,
+                 shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
@@ -782,8 +781,8 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         bson_append_document_end(&arr, &d);
         bson_append_array_end(&cmd, &arr);
         bson_destroy(&reply);
-        SHL_ERR(shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply,
-                                 st));
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
         ret = shl_range_deletion_mark_ready(op, &c->id, st);
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
@@ -796,8 +795,8 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         shl_uuid_append(&cmd, "migrationId", &c->id);
         BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
         bson_destroy(&reply);
-        SHL_ERR(shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply,
-                                 st));
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
     }
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep6), op);
     SHL_ERR(coord_write(s, c, true, st));
@@ -897,8 +896,8 @@ wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shl_status_t *
     for (;;) {
         const char *state = "";
         bson_destroy(&reply);
-        SHL_ERR(shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply,
-                                 st));
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
         if (bson_iter_init_find(&it, &reply, "state") && BSON_ITER_HOLDS_UTF8(&it)) {
             state = bson_iter_utf8(&it, NULL);
         }
@@ -927,12 +926,12 @@ static int
 send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
                       const shl_chunk_version_t *chunk_version, shl_status_t *st)
 {
-    int ret;
-    bson_t cmd = BSON_INITIALIZER, reply, chunk, wc;
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
 
     if (SHL_FAILPOINT_FIRES(failMigrationCommit)) {
-        return shl_status_set(st, SHL_CODE_OPERATION_FAILED,
-                              "Failing _configsvrCommitChunkMigration (failMigrationCommit)");
+        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
+                 "Failing _configsvrCommitChunkMigration (failMigrationCommit)");
     }
     BSON_APPEND_UTF8(&cmd, "_configsvrCommitChunkMigration", c->ns);
     BSON_APPEND_UTF8(&cmd, "fromShard", c->donor);
@@ -946,12 +945,14 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
-    ret = shard_config_cmd(s, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
-    if (ret == 0 && SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
+    bson_destroy(&reply);
+    SHL_ERR(shard_config_cmd(s, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    if (SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
         /* The commit happened but its reply is lost: the outcome is unknown here. */
-        ret = shl_status_set(st, SHL_CODE_HOST_UNREACHABLE,
-                             "Network error from failpoint migrationCommitNetworkError");
+        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE,
+                 "Network error from failpoint migrationCommitNetworkError");
     }
+done:
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
@@ -1028,16 +1029,15 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     if (shl_shard_key_compare(&cmin, &a->min) != 0 || shl_shard_key_compare(&cmax, &a->max) != 0 ||
         strcmp(shl_routing_table_chunk_shard(m->rt, idx), id.shard_name) != 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "Range %s of %s is not a chunk owned by this shard (%s)", r, a->ns,
-                 id.shard_name);
+                 "Range %s of %s is not a chunk owned by this shard (%s)", r, a->ns, id.shard_name);
     }
     if (strcmp(a->to, id.shard_name) == 0) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Destination shard cannot be the same as source");
     }
     chunk_version = shl_routing_table_chunk_version(m->rt, idx);
     pthread_mutex_lock(&s->mig_mu);
-    SHL_ERR(shl_shard_key_pattern_init(&d->pattern,
-                                       &shl_routing_table_key_pattern(m->rt)->pattern, st));
+    SHL_ERR(shl_shard_key_pattern_init(&d->pattern, &shl_routing_table_key_pattern(m->rt)->pattern,
+                                       st));
     d->has_pattern = true;
     pthread_mutex_unlock(&s->mig_mu);
 
@@ -1144,9 +1144,10 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
          * commit sequence is retried by the recovery thread. */
         shl_status_t tmp = SHL_STATUS_INIT;
         if (coord_finish(s, op, &c, &tmp) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200207, "Migration commit sequence failed; retrying in "
-                            "the background", "ns", BCON_UTF8(a->ns), "error",
-                            BCON_UTF8(tmp.reason));
+            SHL_LOG_WARNING(SHARDING, 4200207,
+                            "Migration commit sequence failed; retrying in "
+                            "the background",
+                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
             shard_migration_recover_async(s);
         }
     }
@@ -1190,9 +1191,10 @@ done:
         shl_status_t tmp = SHL_STATUS_INIT;
         c.decision = -1;
         if (coord_finish(s, op, &c, &tmp) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200204, "Migration abort sequence failed; retrying in "
-                            "the background", "ns", BCON_UTF8(a->ns), "error",
-                            BCON_UTF8(tmp.reason));
+            SHL_LOG_WARNING(SHARDING, 4200204,
+                            "Migration abort sequence failed; retrying in "
+                            "the background",
+                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
             shard_migration_recover_async(s);
         }
     } else if (persisted && committed) {
@@ -1207,10 +1209,17 @@ done:
     return ret;
 }
 
-static const char *const move_fields[] = {"toShard", "min", "max", "waitForDelete",
-                                          "forceJumbo", "secondaryThrottle", "epoch",
-                                          "collectionTimestamp", "maxChunkSizeBytes",
-                                          "fromShard", NULL};
+static const char *const move_fields[] = {"toShard",
+                                          "min",
+                                          "max",
+                                          "waitForDelete",
+                                          "forceJumbo",
+                                          "secondaryThrottle",
+                                          "epoch",
+                                          "collectionTimestamp",
+                                          "maxChunkSizeBytes",
+                                          "fromShard",
+                                          NULL};
 
 /* _shardsvrMoveRange: ns, toShard, min, max, waitForDelete -- runs (or joins) the migration
  * and replies when it has finished. */

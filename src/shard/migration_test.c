@@ -34,10 +34,8 @@ SHL_TEST(migration_doc_in_range)
     ASSERT(in_range("{'x': 1}", "{'_id': 1, 'x': 5}", "{'x': 5}", "{'x': 10}"));
     ASSERT(!in_range("{'x': 1}", "{'_id': 1, 'x': 10}", "{'x': 5}", "{'x': 10}"));
     ASSERT(!in_range("{'x': 1}", "{'_id': 1, 'x': 4}", "{'x': 5}", "{'x': 10}"));
-    ASSERT(in_range("{'x': 1}", "{'_id': 1, 'x': -1000}", "{'x': {'$minKey': 1}}",
-                    "{'x': 0}"));
-    ASSERT(in_range("{'x': 1}", "{'_id': 1, 'x': 'str'}", "{'x': 0}",
-                    "{'x': {'$maxKey': 1}}"));
+    ASSERT(in_range("{'x': 1}", "{'_id': 1, 'x': -1000}", "{'x': {'$minKey': 1}}", "{'x': 0}"));
+    ASSERT(in_range("{'x': 1}", "{'_id': 1, 'x': 'str'}", "{'x': 0}", "{'x': {'$maxKey': 1}}"));
     /* A missing key is null, which sorts before numbers. */
     ASSERT(in_range("{'x': 1}", "{'_id': 1}", "{'x': {'$minKey': 1}}", "{'x': 0}"));
     ASSERT(!in_range("{'x': 1}", "{'_id': 1}", "{'x': 0}", "{'x': {'$maxKey': 1}}"));
@@ -47,11 +45,11 @@ SHL_TEST(migration_doc_in_range)
     ASSERT(!in_range("{'a': 1, 'b': 1}", "{'a': 1, 'b': 4}", "{'a': 1, 'b': 5}",
                      "{'a': 2, 'b': {'$minKey': 1}}"));
     /* Hashed keys are compared hashed: every document is in the whole range. */
-    ASSERT(in_range("{'x': 'hashed'}", "{'x': 5}", "{'x': {'$minKey': 1}}",
-                    "{'x': {'$maxKey': 1}}"));
+    ASSERT(
+        in_range("{'x': 'hashed'}", "{'x': 5}", "{'x': {'$minKey': 1}}", "{'x': {'$maxKey': 1}}"));
     /* An array on the key path belongs to no range. */
-    ASSERT(!in_range("{'x': 1}", "{'x': [1, 2]}", "{'x': {'$minKey': 1}}",
-                     "{'x': {'$maxKey': 1}}"));
+    ASSERT(
+        !in_range("{'x': 1}", "{'x': [1, 2]}", "{'x': {'$minKey': 1}}", "{'x': {'$maxKey': 1}}"));
 }
 
 SHL_TEST(migration_docs_of_reply)

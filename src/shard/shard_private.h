@@ -101,7 +101,7 @@ typedef struct shard_state {
     pthread_mutex_t meta_mu;       /* guards the live list (taken after mu, never before) */
     shard_coll_meta_t *live_metas; /* every metadata object not yet destroyed */
     shard_range_deleter_t rd;
-    pthread_cond_t crit_cv;        /* critical sections and in-flight writes changed */
+    pthread_cond_t crit_cv; /* critical sections and in-flight writes changed */
     /* ActiveMigrationsRegistry (migration_source.c): one migration at a time, as donor
      * or recipient; guarded by mig_mu. */
     pthread_mutex_t mig_mu;
