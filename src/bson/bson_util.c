@@ -522,3 +522,17 @@ shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *s
         }
     }
 }
+
+bool
+shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (!bson_iter_init_find(&it, b, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return false;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(view, data, len);
+}

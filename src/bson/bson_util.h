@@ -106,6 +106,13 @@ bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value
  *     Append every field of 'src' to 'dst' except those named in the NULL-terminated
  *     'skip' list (e.g. forwarding a command without "$db" and "lsid").
  */
+/*
+ * shl_bson_get_subdoc --
+ *     A static view of the embedded document at top-level field 'key' of 'b' (not to be
+ *     destroyed; valid while 'b' is). False if absent, not a document, or malformed.
+ */
+bool shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view);
+
 void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *skip);
 
 #endif

@@ -8,6 +8,8 @@
  */
 #include <string.h>
 
+#include "bson/bson_util.h"
+
 #include "db/db_private.h"
 #include "storage/index.h"
 #include "storage/write.h"
@@ -31,20 +33,6 @@ typedef struct apply_ctx {
     size_t nhandles;
 } apply_ctx_t;
 
-static bool
-sub_doc(const bson_t *entry, const char *key, bson_t *out)
-{
-    bson_iter_t it;
-    const uint8_t *data;
-    uint32_t len;
-
-    if (!bson_iter_init_find(&it, entry, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        return false;
-    }
-    bson_iter_document(&it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 static int
 parse_op(const bson_t *entry, size_t i, apply_op_t *out, shl_status_t *st)
 {
@@ -67,10 +55,10 @@ parse_op(const bson_t *entry, size_t i, apply_op_t *out, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps[%zu]: 'ns' must be a string", i);
     }
     out->ns = bson_iter_utf8(&it, NULL);
-    if (!sub_doc(entry, "o", &out->o)) {
+    if (!shl_bson_get_subdoc(entry, "o", &out->o)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps[%zu]: 'o' must be an object", i);
     }
-    out->has_o2 = sub_doc(entry, "o2", &out->o2);
+    out->has_o2 = shl_bson_get_subdoc(entry, "o2", &out->o2);
     out->upsert = bson_iter_init_find(&it, entry, "b") && bson_iter_as_bool(&it);
     if (out->op == 'u') {
         bson_iter_t first;

@@ -86,28 +86,26 @@ serve(shl_service_ctx_t *svc)
     return shl_server_wait(svc);
 }
 
+/* A role's start-up: prepare 'svc' and register its commands; 0 or the exit code. */
+typedef int (*role_init_fn)(shl_service_ctx_t *svc, shl_command_registry_t *reg);
+
+/*
+ * The life of a serving process: parse the command line, pick the role ('role_of' checks
+ * the options: 0 or an exit code), build the service context, start the role, serve until
+ * shutdown, clean up. Returns the exit code.
+ */
 static int
-run_node(int argc, char **argv)
+run_process(const char *what, int argc, char **argv, int (*role_of)(shl_role_t *role),
+            role_init_fn init)
 {
     shl_service_ctx_t svc;
-    shl_status_t st = SHL_STATUS_INIT;
     shl_command_registry_t *reg = shl_command_registry_new();
     bson_t *av = NULL, *parsed = NULL;
-    int rc = 0;
     shl_role_t role = SHL_ROLE_STANDALONE;
+    int rc = 0;
 
-    if ((rc = start_common("node", argc, argv, &av, &parsed)) != 0) {
+    if ((rc = start_common(what, argc, argv, &av, &parsed)) != 0 || (rc = role_of(&role)) != 0) {
         goto done;
-    }
-    if (shl_opt_bool(SHL_OPT_shardsvr) && shl_opt_bool(SHL_OPT_configsvr)) {
-        fprintf(stderr, "shale node: --shardsvr and --configsvr are exclusive\n");
-        rc = 2;
-        goto done;
-    }
-    if (shl_opt_bool(SHL_OPT_shardsvr)) {
-        role = SHL_ROLE_SHARDSVR;
-    } else if (shl_opt_bool(SHL_OPT_configsvr)) {
-        role = SHL_ROLE_CONFIGSVR;
     }
     shl_service_ctx_init(&svc, role);
     svc.cmdline_argv = av;
@@ -116,27 +114,9 @@ run_node(int argc, char **argv)
     svc.commands = reg;
     snprintf(svc.set_name, sizeof(svc.set_name), "%s", shl_opt_str(SHL_OPT_replSet));
     set_me(&svc);
-    SHL_LOG_INFO(CONTROL, 4615611, "Shale starting", "pid", BCON_INT64(getpid()), "port",
-                 BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "dbPath",
-                 BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
-    if (shl_node_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
-        rc = 1;
-        goto cleanup;
+    if ((rc = init(&svc, reg)) == 0) {
+        rc = serve(&svc);
     }
-    if (role == SHL_ROLE_SHARDSVR && shl_shard_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
-        rc = 1;
-        goto cleanup;
-    }
-    if (role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(&svc, reg, &st) != 0) {
-        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
-                      BCON_UTF8(st.reason));
-        rc = 1;
-        goto cleanup;
-    }
-    rc = serve(&svc);
-cleanup:
     shl_service_ctx_cleanup(&svc);
 done:
     if (av != NULL) {
@@ -150,43 +130,67 @@ done:
 }
 
 static int
-run_router(int argc, char **argv)
+node_role(shl_role_t *role)
 {
-    shl_service_ctx_t svc;
-    shl_status_t st = SHL_STATUS_INIT;
-    shl_command_registry_t *reg = shl_command_registry_new();
-    bson_t *av = NULL, *parsed = NULL;
     int rc = 0;
 
-    if ((rc = start_common("router", argc, argv, &av, &parsed)) != 0) {
-        goto done;
+    if (shl_opt_bool(SHL_OPT_shardsvr) && shl_opt_bool(SHL_OPT_configsvr)) {
+        fprintf(stderr, "shale node: --shardsvr and --configsvr are exclusive\n");
+        rc = 2;
+    } else if (shl_opt_bool(SHL_OPT_shardsvr)) {
+        *role = SHL_ROLE_SHARDSVR;
+    } else if (shl_opt_bool(SHL_OPT_configsvr)) {
+        *role = SHL_ROLE_CONFIGSVR;
     }
-    shl_service_ctx_init(&svc, SHL_ROLE_ROUTER);
-    svc.cmdline_argv = av;
-    svc.cmdline_parsed = parsed;
-    av = parsed = NULL;
-    svc.commands = reg;
-    set_me(&svc);
+    return rc;
+}
+
+static int
+node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    SHL_LOG_INFO(CONTROL, 4615611, "Shale starting", "pid", BCON_INT64(getpid()), "port",
+                 BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "dbPath",
+                 BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
+    int rc = 0;
+
+    if (shl_node_init(svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+    } else if (svc->role == SHL_ROLE_SHARDSVR && shl_shard_init(svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+    } else if (svc->role == SHL_ROLE_CONFIGSVR && shl_configsvr_init(svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615617, "config server start-up failed", "error",
+                      BCON_UTF8(st.reason));
+        rc = 1;
+    }
+    return rc;
+}
+
+static int
+router_role(shl_role_t *role)
+{
+    *role = SHL_ROLE_ROUTER;
+    return 0;
+}
+
+static int
+router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
     SHL_LOG_INFO(CONTROL, 4615614, "Shale router starting", "pid", BCON_INT64(getpid()), "port",
                  BCON_INT32((int32_t)shl_opt_int(SHL_OPT_port)), "configdb",
                  BCON_UTF8(shl_opt_str(SHL_OPT_configdb)));
-    if (shl_router_init(&svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0) {
+    int rc = 0;
+
+    if (shl_router_init(svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0) {
         fprintf(stderr, "shale router: %s\n", st.reason);
         SHL_LOG_ERROR(CONTROL, 4615615, "start-up failed", "error", BCON_UTF8(st.reason));
         rc = 2;
-        goto cleanup;
     }
-    rc = serve(&svc);
-cleanup:
-    shl_service_ctx_cleanup(&svc);
-done:
-    if (av != NULL) {
-        bson_destroy(av);
-    }
-    if (parsed != NULL) {
-        bson_destroy(parsed);
-    }
-    shl_command_registry_destroy(reg);
     return rc;
 }
 
@@ -199,9 +203,9 @@ main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
     } else if (strcmp(argv[1], "node") == 0) {
-        rc = run_node(argc, argv);
+        rc = run_process("node", argc, argv, node_role, node_init);
     } else if (strcmp(argv[1], "router") == 0) {
-        rc = run_router(argc, argv);
+        rc = run_process("router", argc, argv, router_role, router_init);
     } else if (strcmp(argv[1], "up") == 0) {
         rc = shl_cluster_up_main(argc, argv);
     } else if (strcmp(argv[1], "down") == 0) {

@@ -71,7 +71,7 @@ arr_push_stage(bson_t *arr, uint32_t *n, const char *name, const bson_value_t *v
 static void
 append_numeric_count(bson_t *out, const char *field, const bson_value_t *e)
 {
-    bson_t f, sum, cond, args, and, andv, gt, gta, lt, lta;
+    bson_t f, sum, args, and, andv, gt, gta, lt, lta;
 
     BSON_APPEND_DOCUMENT_BEGIN(out, field, &f);
     BSON_APPEND_DOCUMENT_BEGIN(&f, "$sum", &sum);
@@ -95,7 +95,6 @@ append_numeric_count(bson_t *out, const char *field, const bson_value_t *e)
     BSON_APPEND_INT32(&args, "1", 1);
     BSON_APPEND_INT32(&args, "2", 0);
     bson_append_array_end(&sum, &args);
-    (void)cond;
     bson_append_document_end(&f, &sum);
     bson_append_document_end(out, &f);
 }
@@ -203,6 +202,29 @@ list_stages(const bson_t *pipeline, stage_ref_t **out)
     return n;
 }
 
+/* {$skip: s}, {$limit: l} at stage i: each shard needs to send at most s + l documents. */
+static void
+push_skip_limit(agg_plan_t *p, const stage_ref_t *s, size_t n, size_t i)
+{
+    bson_t tmp = BSON_INITIALIZER;
+    bson_iter_t a, b;
+
+    if (i + 1 >= n || strcmp(s[i].name, "$skip") != 0 || strcmp(s[i + 1].name, "$limit") != 0) {
+        bson_destroy(&tmp);
+        return;
+    }
+    bson_append_value(&tmp, "s", 1, &s[i].v);
+    bson_append_value(&tmp, "l", 1, &s[i + 1].v);
+    if (bson_iter_init_find(&a, &tmp, "s") && BSON_ITER_HOLDS_NUMBER(&a) &&
+        bson_iter_init_find(&b, &tmp, "l") && BSON_ITER_HOLDS_NUMBER(&b)) {
+        bson_value_t lim;
+        lim.value_type = BSON_TYPE_INT64;
+        lim.value.v_int64 = bson_iter_as_int64(&a) + bson_iter_as_int64(&b);
+        arr_push_stage(&p->shards_part, &p->nshards, "$limit", &lim);
+    }
+    bson_destroy(&tmp);
+}
+
 static void
 split_pipeline(agg_plan_t *p)
 {
@@ -230,23 +252,13 @@ split_pipeline(agg_plan_t *p)
         /* A following $limit (after an optional $skip) bounds what each shard must send. */
         if (i < n && strcmp(s[i].name, "$limit") == 0) {
             arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
-        } else if (i + 1 < n && strcmp(s[i].name, "$skip") == 0 &&
-                   strcmp(s[i + 1].name, "$limit") == 0) {
-            bson_value_t lim;
-            bson_iter_t a, b;
-            bson_t tmp = BSON_INITIALIZER;
-            bson_append_value(&tmp, "s", 1, &s[i].v);
-            bson_append_value(&tmp, "l", 1, &s[i + 1].v);
-            if (bson_iter_init_find(&a, &tmp, "s") && BSON_ITER_HOLDS_NUMBER(&a) &&
-                bson_iter_init_find(&b, &tmp, "l") && BSON_ITER_HOLDS_NUMBER(&b)) {
-                lim.value_type = BSON_TYPE_INT64;
-                lim.value.v_int64 = bson_iter_as_int64(&a) + bson_iter_as_int64(&b);
-                arr_push_stage(&p->shards_part, &p->nshards, "$limit", &lim);
-            }
-            bson_destroy(&tmp);
+        } else {
+            push_skip_limit(p, s, n, i);
         }
     } else if (strcmp(s[i].name, "$limit") == 0) {
         arr_push_stage(&p->shards_part, &p->nshards, "$limit", &s[i].v);
+    } else if (strcmp(s[i].name, "$skip") == 0) {
+        push_skip_limit(p, s, n, i);
     } else if (strcmp(s[i].name, "$group") == 0 && s[i].v.value_type == BSON_TYPE_DOCUMENT) {
         bson_t spec, partial = BSON_INITIALIZER, merge = BSON_INITIALIZER, st;
         char **avg = NULL;
@@ -269,6 +281,31 @@ split_pipeline(agg_plan_t *p)
         }
         bson_destroy(&partial);
         bson_destroy(&merge);
+    } else if (strcmp(s[i].name, "$sortByCount") == 0) {
+        /* {$group: {_id: expr, count: {$sum: 1}}}, {$sort: {count: -1}}, as MongoDB. */
+        bson_t st = BSON_INITIALIZER, g, f, so;
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        bson_append_value(&g, "_id", 3, &s[i].v);
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_INT32(&f, "$sum", 1);
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->shards_part, &p->nshards, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$group", &g);
+        BSON_APPEND_UTF8(&g, "_id", "$_id");
+        BSON_APPEND_DOCUMENT_BEGIN(&g, "count", &f);
+        BSON_APPEND_UTF8(&f, "$sum", "$count");
+        bson_append_document_end(&g, &f);
+        bson_append_document_end(&st, &g);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_reinit(&st);
+        BSON_APPEND_DOCUMENT_BEGIN(&st, "$sort", &so);
+        BSON_APPEND_INT32(&so, "count", -1);
+        bson_append_document_end(&st, &so);
+        arr_push_doc(&p->merge_a, &p->nmerge_a, &st);
+        bson_destroy(&st);
+        i++;
     } else if (strcmp(s[i].name, "$count") == 0 && s[i].v.value_type == BSON_TYPE_UTF8) {
         const char *name = s[i].v.value.v_utf8.str;
         bson_t st = BSON_INITIALIZER, g, f, pr;
@@ -374,6 +411,40 @@ done:
     return ret;
 }
 
+/* The merger part as one array: merge_a then merge_b. */
+static void
+merger_part(const agg_plan_t *p, bson_t *out)
+{
+    uint32_t nm = 0;
+    bson_iter_t it;
+    const bson_t *parts[2] = {&p->merge_a, &p->merge_b};
+
+    bson_init(out);
+    for (size_t k = 0; k < 2; k++) {
+        bson_iter_init(&it, parts[k]);
+        while (bson_iter_next(&it)) {
+            char key[16];
+            const char *kp;
+            bson_uint32_to_string(nm++, &kp, key, sizeof(key));
+            bson_append_value(out, kp, -1, bson_iter_value(&it));
+        }
+    }
+}
+
+void
+router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger, bool *split)
+{
+    agg_plan_t p;
+
+    memset(&p, 0, sizeof(p));
+    bson_init_static(&p.pipeline, bson_get_data(pipeline), pipeline->len);
+    split_pipeline(&p);
+    bson_copy_to(&p.shards_part, shards_part);
+    merger_part(&p, merger);
+    *split = p.split;
+    plan_cleanup(&p);
+}
+
 /* mongos's aggregate explain: splitPipeline and the shards' own explain output. */
 static void
 append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_result_t *results,
@@ -386,25 +457,10 @@ append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_resul
     if (p->single) {
         BSON_APPEND_NULL(reply, "splitPipeline");
     } else {
-        bson_t merger = BSON_INITIALIZER;
-        uint32_t nm = 0;
-        bson_iter_t it;
+        bson_t merger;
         BSON_APPEND_DOCUMENT_BEGIN(reply, "splitPipeline", &sp);
         BSON_APPEND_ARRAY(&sp, "shardsPart", &p->shards_part);
-        bson_iter_init(&it, &p->merge_a);
-        while (bson_iter_next(&it)) {
-            char k[16];
-            const char *kp;
-            bson_uint32_to_string(nm++, &kp, k, sizeof(k));
-            bson_append_value(&merger, kp, -1, bson_iter_value(&it));
-        }
-        bson_iter_init(&it, &p->merge_b);
-        while (bson_iter_next(&it)) {
-            char k[16];
-            const char *kp;
-            bson_uint32_to_string(nm++, &kp, k, sizeof(k));
-            bson_append_value(&merger, kp, -1, bson_iter_value(&it));
-        }
+        merger_part(p, &merger);
         BSON_APPEND_ARRAY(&sp, "mergerPart", &merger);
         bson_destroy(&merger);
         bson_append_document_end(reply, &sp);
@@ -452,10 +508,11 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         if (router_is_config_db(op->db)) {
-            bson_t res = BSON_INITIALIZER;
-            bson_destroy(&res);
+            /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
+            char agg_ns[SHL_NS_MAX + 1];
+            snprintf(agg_ns, sizeof(agg_ns), "%s.$cmd.aggregate", op->db);
             SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
-            ret = router_config_cursor_read(op, op->db, op->db, "$cmd.aggregate", cmd, batch_size,
+            ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
                                             zero_batch, reply, st);
             goto done;
         }
@@ -520,7 +577,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
         bson_t empty = BSON_INITIALIZER;
-        shl_router_cursor_reply(reply, ns.full, 0, true, &empty);
+        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
         ret = 0;
         goto done;
     }
@@ -535,7 +592,8 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         append_agg_explain(op, &p, results, nresults, reply);
         goto done;
     }
-    SHL_ERR(router_cursor_from_results(r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
+                                       st));
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {

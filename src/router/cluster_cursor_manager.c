@@ -36,6 +36,22 @@ shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db, cons
     return c;
 }
 
+void
+shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op)
+{
+    if (!op->has_lsid) {
+        return;
+    }
+    c->session = bson_new();
+    BSON_APPEND_DOCUMENT(c->session, "lsid", &op->lsid);
+    if (op->has_txn_number) {
+        BSON_APPEND_INT64(c->session, "txnNumber", op->txn_number);
+    }
+    if (op->has_autocommit) {
+        BSON_APPEND_BOOL(c->session, "autocommit", op->autocommit);
+    }
+}
+
 /* Replace the remote's batch with the array at 'key' of the reply's cursor document. */
 static int
 take_batch(shl_router_remote_t *rem, const bson_t *reply, const char *key, shl_status_t *st)
@@ -149,6 +165,12 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         built++;
         BSON_APPEND_INT64(&cmds[i], "getMore", rem->cursor_id);
         BSON_APPEND_UTF8(&cmds[i], "collection", c->coll);
+        if (c->fetch_batch > 0) {
+            BSON_APPEND_INT64(&cmds[i], "batchSize", c->fetch_batch);
+        }
+        if (c->session != NULL) {
+            bson_concat(&cmds[i], c->session);
+        }
         reqs[i].host = hosts[i];
         reqs[i].db = c->db;
         reqs[i].cmd = &cmds[i];
@@ -160,6 +182,15 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         if (res[i].code != 0) {
             /* A failed getMore ends that remote cursor. */
             rem->cursor_id = 0;
+            if (c->allow_partial && shl_router_partial_ok(res[i].code)) {
+                c->partial = true;
+                if (rem->batch != NULL) {
+                    bson_destroy(rem->batch);
+                    rem->batch = NULL;
+                }
+                rem->has_head = false;
+                continue;
+            }
             if (ret == 0) {
                 *st = res[i].status;
                 ret = res[i].code;
@@ -378,6 +409,12 @@ shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t b
 
     c->op = op;
     *exhausted = false;
+    /* A find asks the shards for what the user asked (plus what is still to be skipped), as
+     * mongos does; a merge pipeline takes the shards' default batches. */
+    c->fetch_batch = 0;
+    if (c->merge_a == NULL && batch_size > 0 && batch_size < INT32_MAX - c->skip) {
+        c->fetch_batch = batch_size + c->skip;
+    }
     if (batch_size <= 0) {
         batch_size = first ? SHL_ROUTER_CURSOR_FIRST_BATCH : INT64_MAX;
     }
@@ -450,6 +487,9 @@ kill_remotes(shl_router_cursor_t *c)
         BSON_APPEND_ARRAY_BEGIN(&cmds[n], "cursors", &ids);
         BSON_APPEND_INT64(&ids, "0", rem->cursor_id);
         bson_append_array_end(&cmds[n], &ids);
+        if (c->session != NULL) {
+            bson_concat(&cmds[n], c->session);
+        }
         reqs[n].host = hosts[n];
         reqs[n].db = c->db;
         reqs[n].cmd = &cmds[n];
@@ -496,6 +536,9 @@ cursor_free(shl_router_cursor_t *c)
     if (c->vars != NULL) {
         bson_destroy(c->vars);
     }
+    if (c->session != NULL) {
+        bson_destroy(c->session);
+    }
     bson_free(c);
 }
 
@@ -510,7 +553,8 @@ shl_router_cursor_destroy(shl_router_cursor_t *c)
 }
 
 void
-shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr)
+shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr,
+                        bool partial)
 {
     bson_t cur;
 
@@ -518,7 +562,19 @@ shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, c
     BSON_APPEND_ARRAY(&cur, first ? "firstBatch" : "nextBatch", arr);
     BSON_APPEND_INT64(&cur, "id", id);
     BSON_APPEND_UTF8(&cur, "ns", ns);
+    if (partial) {
+        BSON_APPEND_BOOL(&cur, "partialResultsReturned", true);
+    }
     bson_append_document_end(reply, &cur);
+}
+
+bool
+shl_router_partial_ok(int code)
+{
+    return code == SHL_CODE_SHARD_NOT_FOUND ||
+           shl_code_in_category(code, SHL_CAT_NETWORK_ERROR | SHL_CAT_NETWORK_TIMEOUT_ERROR |
+                                          SHL_CAT_RETRIABLE_ERROR |
+                                          SHL_CAT_EXCEEDED_TIME_LIMIT_ERROR);
 }
 
 /* ---------------------------------------------------------------- manager */

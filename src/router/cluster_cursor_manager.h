@@ -62,13 +62,17 @@ typedef struct shl_router_cursor {
     /* Aggregate: the merge part (first half, fix-up, second half), pulling from the merge. */
     shl_pipeline_t *merge_a, *merge_b;
     shl_router_avg_fixup_t fixup;
-    bson_t fixed; /* the last fixed-up document */
-    bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
+    bson_t fixed;    /* the last fixed-up document */
+    bson_t *vars;    /* the command's `let`, owned (the pipelines borrow it) */
+    bson_t *session; /* lsid/txnNumber/autocommit sent with getMore and killCursors, or NULL */
 
     bson_t *stash;    /* an output document that did not fit the last batch */
     bson_t projected; /* the last projected document */
     shl_op_ctx_t *op; /* the operation using the cursor (set while pinned) */
     bool no_timeout;
+    bool allow_partial;  /* allowPartialResults: an unreachable shard ends its remote only */
+    int64_t fetch_batch; /* batchSize of the getMores to the shards; 0: theirs (16 MiB) */
+    bool partial;        /* a remote was dropped that way: partialResultsReturned */
 
     /* Guarded by the manager's lock. */
     bool pinned;
@@ -85,6 +89,13 @@ typedef struct shl_router_cursor {
  */
 shl_router_cursor_t *shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db,
                                            const char *coll);
+
+/*
+ * shl_router_cursor_set_session --
+ *     Remember the operation's session fields (lsid, txnNumber, autocommit) so the cursor's
+ *     getMores and killCursors to the shards run in the session the cursors were opened in.
+ */
+void shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op);
 
 /*
  * shl_router_cursor_add_remote --
@@ -128,9 +139,14 @@ int shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64
  */
 void shl_router_cursor_destroy(shl_router_cursor_t *c);
 
-/* shl_router_cursor_reply -- append cursor: {firstBatch|nextBatch: arr, id, ns}. */
+/* shl_router_cursor_reply -- append cursor: {firstBatch|nextBatch: arr, id, ns} and, when
+ * 'partial', partialResultsReturned: true. */
 void shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first,
-                             const bson_t *arr);
+                             const bson_t *arr, bool partial);
+
+/* shl_router_partial_ok -- whether allowPartialResults lets a shard's error 'code' be
+ * skipped (network errors, timeouts, retriable errors, as mongos). */
+bool shl_router_partial_ok(int code);
 
 typedef struct shl_router_cursor_manager shl_router_cursor_manager_t;
 

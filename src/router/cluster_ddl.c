@@ -118,87 +118,36 @@ targets_for(const shl_router_routing_t *rr, ddl_target_t which, shl_router_shard
  * included); 'rr_out' (if not NULL) receives the routing used. Errors: routing errors, the
  * last stale error.
  */
+/* ddl_send's adapters to the core's dispatch callbacks. */
+static void
+ddl_target(void *arg, const shl_router_routing_t *rr, shl_router_shards_t *out)
+{
+    targets_for(rr, *(const ddl_target_t *)arg, out);
+}
+
+static void
+ddl_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    (void)rr;
+    (void)shard;
+    copy_passthrough(arg, cmd);
+}
+
 static int
 ddl_send(shl_op_ctx_t *op, const char *ns, bool create_db, ddl_target_t which, ddl_versions_t vers,
          const bson_t *cmd, shl_router_routing_t *rr_out, shl_router_shard_result_t **results,
          size_t *nresults, shl_status_t *st)
 {
-    shl_router_t *r = shl_router_get(op);
-    shl_router_routing_t rr;
-    shl_router_shards_t targets = {0};
-    shl_router_request_t *reqs = NULL;
-    shl_fanout_result_t *fres = NULL;
-    shl_ns_t parsed;
-    int ret = 0;
+    shl_router_dispatch_t d = {
+        .create_db = create_db,
+        .target = ddl_target,
+        .target_arg = &which,
+        .build = ddl_build,
+        .build_arg = (void *)(uintptr_t)cmd,
+        .versions = vers == VERS_FULL ? SHL_ROUTER_VERSIONS_FULL : SHL_ROUTER_VERSIONS_DB_ONLY,
+    };
 
-    *results = NULL;
-    *nresults = 0;
-    memset(&rr, 0, sizeof(rr));
-    SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    for (int attempt = 1;; attempt++) {
-        bool stale = false;
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(shl_router_routing_init(r, ns, create_db, &rr, st));
-        targets_for(&rr, which, &targets);
-        reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
-        fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
-        for (size_t i = 0; i < targets.n; i++) {
-            reqs[i].shard = targets.names[i];
-            bson_init(&reqs[i].cmd);
-            copy_passthrough(cmd, &reqs[i].cmd);
-            if (vers == VERS_FULL) {
-                shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
-            } else if (!shl_database_version_is_fixed(&rr.db.version)) {
-                shl_database_version_append(&reqs[i].cmd, "databaseVersion", &rr.db.version);
-            }
-        }
-        shl_router_send(r, op, parsed.db, reqs, targets.n, fres);
-        for (size_t i = 0; i < targets.n; i++) {
-            if (fres[i].code != 0 && shl_router_is_stale(r, ns, &fres[i].status)) {
-                stale = true;
-                *st = fres[i].status;
-            }
-        }
-        if (stale && attempt >= SHL_ROUTER_MAX_STALE_RETRIES) {
-            ret = st->code;
-            goto done;
-        }
-        if (!stale) {
-            *results = bson_malloc0((targets.n + 1) * sizeof(**results));
-            for (size_t i = 0; i < targets.n; i++) {
-                snprintf((*results)[i].shard, sizeof((*results)[i].shard), "%s", targets.names[i]);
-                shl_router_result_move(&(*results)[i].res, &fres[i]);
-            }
-            *nresults = targets.n;
-            bson_free(fres);
-            fres = NULL;
-            goto done;
-        }
-        shl_fanout_results_cleanup(fres, targets.n);
-        bson_free(fres);
-        fres = NULL;
-        shl_router_requests_cleanup(reqs, targets.n);
-        bson_free(reqs);
-        reqs = NULL;
-        shl_router_shards_cleanup(&targets);
-        shl_router_routing_cleanup(&rr);
-    }
-done:
-    if (fres != NULL) {
-        shl_fanout_results_cleanup(fres, targets.n);
-        bson_free(fres);
-    }
-    if (reqs != NULL) {
-        shl_router_requests_cleanup(reqs, targets.n);
-        bson_free(reqs);
-    }
-    shl_router_shards_cleanup(&targets);
-    if (rr_out != NULL && ret == 0) {
-        *rr_out = rr;
-    } else {
-        shl_router_routing_cleanup(&rr);
-    }
-    return ret;
+    return shl_router_dispatch(shl_router_get(op), op, ns, &d, rr_out, results, nresults, st);
 }
 
 /* The connection string of a shard as config.shards has it ("<name>/<host:port>"). */

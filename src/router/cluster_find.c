@@ -82,17 +82,23 @@ router_shard_host(shl_router_t *r, const char *name, char *out, size_t n)
 }
 
 int
-router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, const char *coll,
-                           shl_router_shard_result_t *results, size_t n, shl_router_cursor_t **out,
-                           shl_status_t *st)
+router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
+                           const char *coll, shl_router_shard_result_t *results, size_t n,
+                           bool allow_partial, shl_router_cursor_t **out, shl_status_t *st)
 {
     shl_router_cursor_t *c = shl_router_cursor_new(r, ns, db, coll);
     int ret = 0;
 
     *out = NULL;
+    shl_router_cursor_set_session(c, op);
+    c->allow_partial = allow_partial;
     for (size_t i = 0; i < n; i++) {
         shl_status_t ignored = SHL_STATUS_INIT;
         if (results[i].res.code != 0) {
+            if (allow_partial && shl_router_partial_ok(results[i].res.code)) {
+                c->partial = true;
+                continue;
+            }
             if (ret == 0) {
                 ret = results[i].res.code;
                 *st = results[i].res.status;
@@ -119,7 +125,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
 {
     shl_router_t *r = shl_router_get(op);
     bson_t arr = BSON_INITIALIZER;
-    bool exhausted = false;
+    bool exhausted = false, partial;
     int64_t id = 0;
     char ns[SHL_NS_MAX + 1];
     int ret = 0;
@@ -128,13 +134,14 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     if (!zero_batch) {
         SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, true, &arr, &exhausted, st));
     }
+    partial = c->partial;
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
-    shl_router_cursor_reply(reply, ns, id, true, &arr);
+    shl_router_cursor_reply(reply, ns, id, true, &arr, partial);
 done:
     shl_router_cursor_destroy(c);
     bson_destroy(&arr);
@@ -153,6 +160,7 @@ router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, cons
     bson_destroy(&res);
     SHL_ERR(router_run_on_config(op, db, cmd, &res, st));
     c = shl_router_cursor_new(shl_router_get(op), ns, db, coll);
+    shl_router_cursor_set_session(c, op);
     SHL_ERR(shl_router_cursor_add_remote(c, NULL, &res, st));
     ret = router_reply_cursor(op, c, batch_size, zero_batch, false, reply, st);
     c = NULL;
@@ -209,7 +217,7 @@ typedef struct find_args {
     bson_t filter, sort, projection;
     bool has_filter, has_sort, has_projection;
     int64_t skip, limit, batch_size;
-    bool has_batch_size, single_batch, no_cursor_timeout;
+    bool has_batch_size, single_batch, no_cursor_timeout, allow_partial;
     bool sorted; /* a non-empty sort */
 } find_args_t;
 
@@ -229,7 +237,14 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
     a->sorted = a->has_sort && !bson_empty(&a->sort);
+    if (a->sorted) {
+        /* {$natural: 1} is an order each shard applies itself: nothing to merge on. */
+        bson_iter_t it;
+        a->sorted = !(bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
+                      strcmp(bson_iter_key(&it), "$natural") == 0);
+    }
 done:
     return ret;
 }
@@ -299,12 +314,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty result, as MongoDB gives. */
         bson_t empty = BSON_INITIALIZER;
-        shl_router_cursor_reply(reply, ns.full, 0, true, &empty);
+        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
         ret = 0;
         goto done;
     }
     SHL_ERR(ret);
-    SHL_ERR(router_cursor_from_results(r, ns.full, ns.db, ns.coll, results, nresults, &c, st));
+    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
+                                       a.allow_partial, &c, st));
     c->sort = sort;
     sort = NULL;
     c->proj = proj;
@@ -373,7 +389,7 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
     failed = false;
-    shl_router_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr);
+    shl_router_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial);
 done:
     if (c != NULL) {
         /* An error ends the cursor, as in MongoDB. */
@@ -706,17 +722,19 @@ doc_sub(const bson_t *doc, const char *field, bson_t *out)
 }
 
 /*
- * mongos's explain: queryPlanner.winningPlan {stage, shards: [per-shard planner output]}
- * and, with execution stats, the same shape summed over the shards.
+ * mongos's explain: queryPlanner.winningPlan {stage, shards: [each shard's planner output]}
+ * and, with execution stats, totals over the shards (nReturned after the router's skip and
+ * limit when several shards answered), the root stage and each shard's own stats.
  */
 static void
 append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_result_t *results,
-                       size_t n, bool exec_stats, int64_t millis, const bson_t *inner,
-                       bson_t *reply)
+                       size_t n, bool exec_stats, int64_t millis, int64_t skip, int64_t limit,
+                       const bson_t *inner, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t qp, wp, shards, es, stages, si;
-    int64_t nret = 0, keys = 0, docs = 0, child_ms = 0;
+    bson_t qp, wp, shards, es, stages, si, sub, all;
+    int64_t nret = 0, keys = 0, docs = 0, child_ms = 0, counted = 0;
+    bool has_counted = false, has_all = false;
     char k[16];
     const char *kp;
 
@@ -727,11 +745,15 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
     BSON_APPEND_UTF8(&wp, "stage", stage);
     BSON_APPEND_ARRAY_BEGIN(&wp, "shards", &shards);
     for (size_t i = 0; i < n; i++) {
-        bson_t sh, sub;
+        bson_t sh;
+        bson_iter_t it;
         char host[SHL_CLIENT_HOST_MAX];
         router_shard_host(r, results[i].shard, host, sizeof(host));
         bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
         BSON_APPEND_DOCUMENT_BEGIN(&shards, kp, &sh);
+        if (bson_iter_init_find(&it, &results[i].res.reply, "explainVersion")) {
+            bson_append_iter(&sh, NULL, 0, &it);
+        }
         BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
         BSON_APPEND_UTF8(&sh, "connectionString", host);
         if (doc_sub(&results[i].res.reply, "serverInfo", &sub)) {
@@ -748,12 +770,27 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
 
     if (exec_stats) {
         for (size_t i = 0; i < n; i++) {
-            bson_t sub;
-            if (doc_sub(&results[i].res.reply, "executionStats", &sub)) {
-                nret += doc_int(&sub, "nReturned");
-                keys += doc_int(&sub, "totalKeysExamined");
-                docs += doc_int(&sub, "totalDocsExamined");
-                child_ms += doc_int(&sub, "executionTimeMillis");
+            bson_t ex;
+            if (!doc_sub(&results[i].res.reply, "executionStats", &sub)) {
+                continue;
+            }
+            nret += doc_int(&sub, "nReturned");
+            keys += doc_int(&sub, "totalKeysExamined");
+            docs += doc_int(&sub, "totalDocsExamined");
+            child_ms += doc_int(&sub, "executionTimeMillis");
+            has_all = has_all || bson_has_field(&sub, "allPlansExecution");
+            if (doc_sub(&sub, "executionStages", &ex) && bson_has_field(&ex, "nCounted")) {
+                counted += doc_int(&ex, "nCounted");
+                has_counted = true;
+            }
+        }
+        if (n > 1) {
+            /* What the router returns after its own skip and limit. */
+            nret = nret > skip ? nret - skip : 0;
+            counted = counted > skip ? counted - skip : 0;
+            if (limit > 0) {
+                nret = nret < limit ? nret : limit;
+                counted = counted < limit ? counted : limit;
             }
         }
         BSON_APPEND_DOCUMENT_BEGIN(reply, "executionStats", &es);
@@ -764,30 +801,48 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
         BSON_APPEND_DOCUMENT_BEGIN(&es, "executionStages", &stages);
         BSON_APPEND_UTF8(&stages, "stage", stage);
         BSON_APPEND_INT64(&stages, "nReturned", nret);
+        if (has_counted) {
+            BSON_APPEND_INT64(&stages, "nCounted", counted);
+        }
+        if (n > 1 && limit > 0) {
+            BSON_APPEND_INT64(&stages, "limitAmount", limit);
+        }
+        if (n > 1 && skip > 0) {
+            BSON_APPEND_INT64(&stages, "skipAmount", skip);
+        }
         BSON_APPEND_INT64(&stages, "executionTimeMillis", millis);
         BSON_APPEND_INT64(&stages, "totalKeysExamined", keys);
         BSON_APPEND_INT64(&stages, "totalDocsExamined", docs);
         BSON_APPEND_INT64(&stages, "totalChildMillis", child_ms);
         BSON_APPEND_ARRAY_BEGIN(&stages, "shards", &shards);
         for (size_t i = 0; i < n; i++) {
-            bson_t sh, sub, ex;
+            bson_t sh;
             bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
             BSON_APPEND_DOCUMENT_BEGIN(&shards, kp, &sh);
             BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
-            BSON_APPEND_BOOL(&sh, "executionSuccess", true);
             if (doc_sub(&results[i].res.reply, "executionStats", &sub)) {
-                BSON_APPEND_INT64(&sh, "nReturned", doc_int(&sub, "nReturned"));
-                BSON_APPEND_INT64(&sh, "executionTimeMillis", doc_int(&sub, "executionTimeMillis"));
-                BSON_APPEND_INT64(&sh, "totalKeysExamined", doc_int(&sub, "totalKeysExamined"));
-                BSON_APPEND_INT64(&sh, "totalDocsExamined", doc_int(&sub, "totalDocsExamined"));
-                if (doc_sub(&sub, "executionStages", &ex)) {
-                    BSON_APPEND_DOCUMENT(&sh, "executionStages", &ex);
-                }
+                bson_concat(&sh, &sub);
             }
             bson_append_document_end(&shards, &sh);
         }
         bson_append_array_end(&stages, &shards);
         bson_append_document_end(&es, &stages);
+        if (has_all) {
+            BSON_APPEND_ARRAY_BEGIN(&es, "allPlansExecution", &all);
+            for (size_t i = 0; i < n; i++) {
+                bson_t sh;
+                bson_iter_t it;
+                bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+                BSON_APPEND_DOCUMENT_BEGIN(&all, kp, &sh);
+                BSON_APPEND_UTF8(&sh, "shardName", results[i].shard);
+                if (doc_sub(&results[i].res.reply, "executionStats", &sub) &&
+                    bson_iter_init_find(&it, &sub, "allPlansExecution")) {
+                    bson_append_value(&sh, "allPlans", -1, bson_iter_value(&it));
+                }
+                bson_append_document_end(&all, &sh);
+            }
+            bson_append_array_end(&es, &all);
+        }
         bson_append_document_end(reply, &es);
     }
     BSON_APPEND_DOCUMENT_BEGIN(reply, "serverInfo", &si);
@@ -869,7 +924,9 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     stage = nresults == 1 ? "SINGLE_SHARD"
                           : (!e.is_count && e.find.sorted ? "SHARD_MERGE_SORT" : "SHARD_MERGE");
     append_cluster_explain(op, stage, results, nresults, strcmp(e.verbosity, "queryPlanner") != 0,
-                           (shl_clock_mono_us() - t0) / 1000, &inner, reply);
+                           (shl_clock_mono_us() - t0) / 1000,
+                           e.is_count ? e.count.skip : e.find.skip,
+                           e.is_count ? e.count.limit : e.find.limit, &inner, reply);
 done:
     bson_destroy(&agg);
     shl_router_scatter_results_free(results, nresults);

@@ -449,9 +449,9 @@ shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n)
 }
 
 int
-shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson_t *filter,
-                   shl_router_build_fn build, void *arg, shl_router_routing_t *rr_out,
-                   shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
+shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
+                    const shl_router_dispatch_t *d, shl_router_routing_t *rr_out,
+                    shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
 {
     shl_router_routing_t rr;
     shl_router_shards_t targets = {0};
@@ -470,15 +470,23 @@ shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson
     for (int attempt = 1;; attempt++) {
         bool stale = false;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(shl_router_routing_init(r, ns, false, &rr, st));
-        shl_router_target_filter(&rr, filter, &targets);
+        SHL_ERR(shl_router_routing_init(r, ns, d->create_db, &rr, st));
+        if (d->target != NULL) {
+            d->target(d->target_arg, &rr, &targets);
+        } else {
+            shl_router_target_filter(&rr, d->filter, &targets);
+        }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
         for (size_t i = 0; i < targets.n; i++) {
             reqs[i].shard = targets.names[i];
             bson_init(&reqs[i].cmd);
-            build(arg, &rr, targets.names[i], &reqs[i].cmd);
-            shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
+            d->build(d->build_arg, &rr, targets.names[i], &reqs[i].cmd);
+            if (d->versions == SHL_ROUTER_VERSIONS_FULL) {
+                shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
+            } else if (!shl_database_version_is_fixed(&rr.db.version)) {
+                shl_database_version_append(&reqs[i].cmd, "databaseVersion", &rr.db.version);
+            }
         }
         shl_router_send(r, op, parsed.db, reqs, targets.n, fres);
         for (size_t i = 0; i < targets.n; i++) {
@@ -531,6 +539,17 @@ done:
         shl_router_routing_cleanup(&rr);
     }
     return ret;
+}
+
+int
+shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const bson_t *filter,
+                   shl_router_build_fn build, void *arg, shl_router_routing_t *rr_out,
+                   shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
+{
+    shl_router_dispatch_t d = {
+        .filter = filter, .build = build, .build_arg = arg, .versions = SHL_ROUTER_VERSIONS_FULL};
+
+    return shl_router_dispatch(r, op, ns, &d, rr_out, results, nresults, st);
 }
 
 /* ---- config server ---- */

@@ -180,6 +180,36 @@ int shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const 
 void shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n);
 
 /*
+ * shl_router_dispatch --
+ *     The general form of shl_router_scatter: 'target' (NULL: shl_router_target_filter with
+ *     'filter') picks the shards from the routing; 'build' writes each shard's command; the
+ *     versions attached are the full ones (shardVersion, or UNSHARDED + databaseVersion) or
+ *     only the database version; 'create_db' creates a missing database first. Same retry,
+ *     results and errors as shl_router_scatter.
+ */
+typedef void (*shl_router_target_fn)(void *arg, const shl_router_routing_t *rr,
+                                     shl_router_shards_t *out);
+
+typedef enum shl_router_versions {
+    SHL_ROUTER_VERSIONS_FULL,   /* shardVersion (+ databaseVersion when unsharded) */
+    SHL_ROUTER_VERSIONS_DB_ONLY /* databaseVersion only (database-level DDL) */
+} shl_router_versions_t;
+
+typedef struct shl_router_dispatch {
+    bool create_db;
+    shl_router_target_fn target;
+    void *target_arg;
+    const bson_t *filter;
+    shl_router_build_fn build;
+    void *build_arg;
+    shl_router_versions_t versions;
+} shl_router_dispatch_t;
+
+int shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
+                        const shl_router_dispatch_t *d, shl_router_routing_t *rr_out,
+                        shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st);
+
+/*
  * shl_router_forward_to_config --
  *     Run 'cmd' on the config server's admin database and copy the reply's fields (except
  *     ok, $clusterTime, operationTime) into 'reply'. Returns the reply's error as a status.

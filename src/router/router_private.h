@@ -34,12 +34,13 @@ int router_run_on_config(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bs
 
 /*
  * router_cursor_from_results --
- *     A router cursor over the cursor replies of a scatter. Returns the first shard error
+ *     A router cursor over the cursor replies of a scatter. With 'allow_partial' a shard's
+ *     network-like error only drops that shard (partialResultsReturned). Returns the first error
  *     (after killing the remote cursors that did open); *out is NULL then.
  */
-int router_cursor_from_results(shl_router_t *r, const char *ns, const char *db, const char *coll,
-                               shl_router_shard_result_t *results, size_t n,
-                               shl_router_cursor_t **out, shl_status_t *st);
+int router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, const char *db,
+                               const char *coll, shl_router_shard_result_t *results, size_t n,
+                               bool allow_partial, shl_router_cursor_t **out, shl_status_t *st);
 
 /*
  * router_reply_cursor --
@@ -58,6 +59,16 @@ int router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_
 int router_config_cursor_read(shl_op_ctx_t *op, const char *ns, const char *db, const char *coll,
                               const bson_t *cmd, int64_t batch_size, bool zero_batch, bson_t *reply,
                               shl_status_t *st);
+
+/*
+ * router_agg_split --
+ *     How the router splits 'pipeline' (a BSON array) when it reaches several shards: the
+ *     shards part and the merger part, as explain's splitPipeline shows them (*split false:
+ *     every stage runs on the shards and the router only concatenates). Both arrays are
+ *     initialised by the callee; the caller destroys them. Pure; for tests and explain.
+ */
+void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merger_part,
+                      bool *split);
 
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);

@@ -164,19 +164,6 @@ done:
     return ret;
 }
 
-static bool
-sub_doc(const bson_t *entry, const char *key, bson_t *out)
-{
-    bson_iter_t it;
-    const uint8_t *data;
-    uint32_t len;
-    if (!bson_iter_init_find(&it, entry, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        return false;
-    }
-    bson_iter_document(&it, &len, &data);
-    return bson_init_static(out, data, len);
-}
-
 int
 shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st)
 {
@@ -208,10 +195,10 @@ shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st
     if (a.op != 'i' && a.op != 'u' && a.op != 'd') {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "unknown oplog op '%s'", op);
     }
-    if (!sub_doc(entry, "o", &a.o)) {
+    if (!shl_bson_get_subdoc(entry, "o", &a.o)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "oplog entry without 'o'");
     }
-    a.has_o2 = sub_doc(entry, "o2", &a.o2);
+    a.has_o2 = shl_bson_get_subdoc(entry, "o2", &a.o2);
     {
         /* By UUID, as MongoDB applies: the namespace may have been renamed since. */
         shl_collection_t *byid = NULL;

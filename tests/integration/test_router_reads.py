@@ -162,6 +162,11 @@ def test_find_unsorted_projection_and_limit(cluster):
     assert len(got) == 25
     assert len({d["_id"] for d in got}) == 25
     assert len(list(cluster.rc.test.c.find({}).skip(170))) == 10
+    # {$natural: 1} is each shard's own order: nothing to merge on, nothing lost.
+    assert len(list(cluster.rc.test.c.find({}, {"x": 1}).sort("$natural", 1))) == 180
+    # A filter that targets no chunk reaches no shard.
+    assert list(cluster.rc.test.c.find({"x": {"$in": []}})) == []
+    assert cluster.rc.test.c.count_documents({"x": {"$in": []}}) == 0
 
 
 def test_find_batches_and_get_more(cluster):
@@ -293,6 +298,14 @@ def test_targeted_find_reaches_one_shard(cluster):
     e = _explain_find(db, {}, sort={"x": 1})
     assert e["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE_SORT"
     assert len(e["queryPlanner"]["winningPlan"]["shards"]) == 2
+    # Totals are what the router returns: after its skip and limit.
+    e = _explain_find(db, {}, sort={"x": 1}, skip=3, limit=5)
+    stats = e["executionStats"]
+    assert stats["nReturned"] == 5
+    assert stats["executionStages"]["limitAmount"] == 5
+    assert stats["executionStages"]["skipAmount"] == 3
+    assert sum(s["nReturned"] for s in stats["executionStages"]["shards"]) == 16
+    assert stats["totalDocsExamined"] == 180
 
     e = db.command("explain", {"count": "c", "query": {"x": 3}})
     assert e["queryPlanner"]["winningPlan"]["stage"] == "SINGLE_SHARD"
@@ -379,6 +392,8 @@ PIPELINES = [
      {"$sort": {"_id": 1}}],
     [{"$group": {"_id": "$a", "n": {"$sum": 1}}}, {"$match": {"n": {"$gt": 35}}},
      {"$sort": {"_id": 1}}],
+    [{"$sortByCount": {"$cond": [{"$lt": ["$x", 0]}, "neg",
+                                 {"$cond": [{"$lt": ["$x", 100]}, "mid", "high"]}]}}],
 ]
 
 
@@ -467,8 +482,35 @@ def test_config_reads_go_to_the_config_server(cluster):
     assert colls == [{"_id": "test.c", "key": {"x": 1}}]
     dbs = list(conf.databases.find({}, {"primary": 1}))
     assert dbs == [{"_id": "test", "primary": "shard0"}]
+    # sh.status()'s chunk summary.
+    coll = conf.collections.find_one({"_id": "test.c"})
+    coll_uuid = Binary(coll["uuid"].bytes, 4)  # pymongo 3 would re-encode a UUID as subtype 3
+    got = list(conf.chunks.aggregate([
+        {"$match": {"uuid": coll_uuid}}, {"$group": {"_id": "$shard", "cnt": {"$sum": 1}}},
+        {"$project": {"_id": 0, "shard": "$_id", "nChunks": "$cnt"}}, {"$sort": {"shard": 1}}]))
+    assert got == [{"shard": "shard0", "nChunks": 2}, {"shard": "shard1", "nChunks": 1}]
+    assert conf.version.count_documents({}) <= 1
     # A cursor on config.* is served by the router too.
     r = conf.command("find", "chunks", batchSize=1)
     assert len(r["cursor"]["firstBatch"]) == 1
     r = conf.command("getMore", r["cursor"]["id"], collection="chunks")
     assert len(r["cursor"]["nextBatch"]) == 2 and r["cursor"]["id"] == 0
+
+
+# ---------------------------------------------------------------- last: a shard goes away
+
+
+def test_allow_partial_results_when_a_shard_is_down(cluster):
+    db = cluster.rc.test
+    # Warm the router's connections, then lose shard1 (it holds x in [0, 50)).
+    assert len(list(db.c.find({}))) == 180
+    cluster.shards["shard1"].kill()
+    with pytest.raises(OperationFailure):
+        list(db.c.find({}))
+    r = db.command("find", "c", filter={}, sort={"x": 1}, allowPartialResults=True,
+                   batchSize=1000)
+    xs = [d["x"] for d in r["cursor"]["firstBatch"]]
+    assert xs == [x for x in range(-60, 120) if not 0 <= x < 50]
+    assert r["cursor"]["partialResultsReturned"] is True
+    got = list(db.c.find({"x": {"$gte": 100}}, allow_partial_results=True))
+    assert len(got) == 20  # targeted to shard0 only: nothing is missing
