@@ -36,10 +36,11 @@
 #define RD_INDEX_NAME "collectionUuid_1_range.min_1_range.max_1"
 #define RD_CTX "rangeDeletionTask"
 
-/* MongoDB 7.0's rangeDeleterBatchSize default (INT_MAX) means "the whole range"; one write
- * unit per batch keeps transactions bounded, so that value (and <= 0) deletes this many
- * per batch, and any value is capped at RD_BATCH_CAP. */
-#define RD_DEFAULT_BATCH 128
+/* MongoDB 7.0's rangeDeleterBatchSize default (INT_MAX) means "the whole range in one batch",
+ * with no rangeDeleterBatchDelayMS pause inside it. Shale keeps each write unit bounded: that
+ * value (and <= 0) deletes the range in units of RD_UNBOUNDED_UNIT documents without pauses;
+ * a set value is the batch size (capped at RD_BATCH_CAP), with the pause between batches. */
+#define RD_UNBOUNDED_UNIT 512
 #define RD_BATCH_CAP 10000
 /* How often the idle thread looks at config.rangeDeletions (documents written by other
  * means than this file's functions are picked up this way). */
@@ -47,6 +48,8 @@
 
 /* Hold the deleter before it deletes anything (MongoDB's suspendRangeDeletion). */
 SHL_FAILPOINT_DEFINE(suspendRangeDeletion)
+/* Hold the deleter after each batch (MongoDB's hangAfterDoingDeletion). */
+SHL_FAILPOINT_DEFINE(hangAfterDoingDeletion)
 
 /* ---------------------------------------------------------------- task documents */
 
@@ -910,13 +913,15 @@ done:
     return ret;
 }
 
+/* The documents per write unit; *pause whether rangeDeleterBatchDelayMS separates them. */
 static int64_t
-batch_size(void)
+batch_size(bool *pause)
 {
     int64_t n = shl_opt_int(SHL_OPT_rangeDeleterBatchSize);
 
-    if (n <= 0 || n >= INT_MAX) {
-        n = RD_DEFAULT_BATCH;
+    *pause = n > 0 && n < INT_MAX;
+    if (!*pause) {
+        return RD_UNBOUNDED_UNIT;
     }
     return n > RD_BATCH_CAP ? RD_BATCH_CAP : n;
 }
@@ -932,9 +937,10 @@ range_string(const shl_range_task_t *t, char *buf, size_t len)
     bson_free(b);
 }
 
-/* $set processing / $inc numOrphanDocs on task 'id' (local write concern). */
+/* $set processing / $inc numOrphanDocs on task 'id' (journaled when 'journal'). */
 static int
-update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, shl_status_t *st)
+update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, bool journal,
+            shl_status_t *st)
 {
     int ret;
     bson_t cmd = BSON_INITIALIZER, reply, arr, stmt, q;
@@ -948,7 +954,7 @@ update_task(shl_service_ctx_t *svc, const shl_uuid_t *id, const bson_t *u, shl_s
     BSON_APPEND_DOCUMENT(&stmt, "u", u);
     bson_append_document_end(&arr, &stmt);
     bson_append_array_end(&cmd, &arr);
-    append_wc(&cmd, false);
+    append_wc(&cmd, journal);
     ret = local_cmd(svc, &cmd, &reply, st);
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -968,7 +974,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     int ret = 0;
     shl_storage_engine_t *eng = s->svc->storage;
     shl_shard_key_pattern_t kp;
-    bool kp_init = false, locked = false;
+    bool kp_init = false, locked = false, pause = true;
     shl_coll_handle_t h = {0};
     batch_t b;
     const bson_t *pattern = t->key_pattern;
@@ -980,6 +986,16 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     shl_keystring_init(&b.kmin);
     shl_keystring_init(&b.kmax);
     *total = 0;
+    /* A dropped collection first: its task goes even without a key pattern. */
+    SHL_ERR(shl_storage_coll_acquire(eng, t->ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL || memcmp(h.coll->uuid, t->collection_uuid.bytes, 16) != 0) {
+        SHL_FAIL(st, SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST,
+                 "Collection has been dropped since enqueuing this range deletion task. No "
+                 "need to delete documents.");
+    }
+    shl_storage_coll_release(&h);
+    locked = false;
     if (pattern == NULL && meta != NULL && meta->rt != NULL) {
         pattern = &shl_routing_table_key_pattern(meta->rt)->pattern;
     }
@@ -996,12 +1012,13 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     bound_key(t->min, &b.kmin);
     bound_key(t->max, &b.kmax);
 
-    /* Resumed after a restart, a started task does not wait its delay again. */
+    /* Resumed after a restart, a started task does not wait its delay again (journaled:
+     * some of the range may be gone before a crash). */
     BSON_APPEND_DOCUMENT_BEGIN(&set, "$set", &inner);
     BSON_APPEND_BOOL(&inner, "processing", true);
     BSON_APPEND_UTF8(&inner, "whenToClean", "now");
     bson_append_document_end(&set, &inner);
-    SHL_ERR(update_task(s->svc, &t->id, &set, st));
+    SHL_ERR(update_task(s->svc, &t->id, &set, true, st));
 
     for (;;) {
         bool found, pending;
@@ -1029,7 +1046,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
                 b.idx = h.coll->indexes[i];
             }
         }
-        b.limit = batch_size();
+        b.limit = batch_size(&pause);
         SHL_ERR(shl_storage_write_retry(eng, batch_fn, &b, NULL, st));
         shl_storage_coll_release(&h);
         locked = false;
@@ -1049,8 +1066,11 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
             BSON_APPEND_DOCUMENT_BEGIN(&inc, "$inc", &f);
             BSON_APPEND_INT64(&f, "numOrphanDocs", -b.deleted);
             bson_append_document_end(&inc, &f);
-            (void)update_task(s->svc, &t->id, &inc, &ust); /* an estimate: best effort */
+            (void)update_task(s->svc, &t->id, &inc, false, &ust); /* an estimate */
             bson_destroy(&inc);
+        }
+        if (SHL_FAILPOINT_FIRES(hangAfterDoingDeletion)) {
+            shl_failpoint_pause_while_set(SHL_FAILPOINT(hangAfterDoingDeletion), &s->rd.stop_flag);
         }
         SHL_LOG_DEBUG(1, SHARDING, 23769, "Deleted documents in pass", "numDeleted",
                       BCON_INT64(b.deleted), "namespace", BCON_UTF8(t->ns), "numOwnedSkipped",
@@ -1058,7 +1078,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
         if (b.eof) {
             break;
         }
-        if (b.deleted > 0) {
+        if (b.deleted > 0 && pause) {
             sleep_unless_stopped(s, shl_opt_int(SHL_OPT_rangeDeleterBatchDelayMS));
         }
     }
@@ -1266,6 +1286,7 @@ shard_range_deleter_init(shard_state_t *s)
     pthread_mutex_init(&s->rd.mu, NULL);
     pthread_cond_init(&s->rd.cv, NULL);
     atomic_init(&s->rd.waiting_for_queries, false);
+    atomic_init(&s->rd.stop_flag, false);
     atomic_init(&s->rd.tasks, 0);
     atomic_init(&s->rd.docs_deleted, 0);
     atomic_init(&s->rd.bytes_deleted, 0);
@@ -1289,6 +1310,7 @@ shard_range_deleter_stop(shard_state_t *s)
 
     pthread_mutex_lock(&s->rd.mu);
     s->rd.stop = true;
+    atomic_store(&s->rd.stop_flag, true);
     started = s->rd.started;
     pthread_cond_broadcast(&s->rd.cv);
     pthread_mutex_unlock(&s->rd.mu);

@@ -79,6 +79,7 @@ typedef struct shard_range_deleter {
     bool started;
     pthread_t thread;
     atomic_bool waiting_for_queries; /* the thread waits for old metadata to be released */
+    atomic_bool stop_flag;           /* 'stop', readable without 'mu' (fail point pauses) */
     atomic_int_fast64_t tasks;       /* tasks in config.rangeDeletions at the last pass */
     atomic_int_fast64_t docs_deleted;
     atomic_int_fast64_t bytes_deleted;

@@ -86,11 +86,12 @@ class RDCluster:
     def sv(self, major, minor):
         return {"e": self.epoch, "t": COLL_TS, "v": Timestamp(major, minor)}
 
-    def persist(self, min_, max_, pending=False, when="now", ns="test.c", coll_uuid=None):
+    def persist(self, min_, max_, pending=False, when="now", ns="test.c", coll_uuid=None,
+                orphans=0):
         tid = _uuid()
         task = {"_id": tid, "nss": ns, "collectionUuid": coll_uuid or self.uuid,
                 "donorShardId": "shard0", "range": {"min": min_, "max": max_},
-                "whenToClean": when, "numOrphanDocs": Int64(0), "keyPattern": self.key}
+                "whenToClean": when, "numOrphanDocs": Int64(orphans), "keyPattern": self.key}
         if pending:
             task["pending"] = True
         self.sc.admin.command("_shardsvrTestRangeDeletion", "persist", task=_task_arg(task))
@@ -300,7 +301,12 @@ def test_hashed_shard_key(shale_process):
 def test_dropped_collection_abandons_the_task(rd):
     other = _uuid()
     tid = rd.persist({"x": 0}, {"x": 10}, coll_uuid=other)
-    wait_until(lambda: rd.task_gone(tid), 20, "the abandoned task")
+    # A task of a collection that no longer exists, without a keyPattern (optional).
+    gone = _uuid()
+    rd.sc.admin.command("_shardsvrTestRangeDeletion", "persist", task=_task_arg({
+        "_id": gone, "nss": "test.gone", "collectionUuid": _uuid(), "donorShardId": "shard1",
+        "range": {"min": {"x": 0}, "max": {"x": 1}}, "whenToClean": "now"}))
+    wait_until(lambda: rd.task_gone(tid) and rd.task_gone(gone), 20, "the abandoned tasks")
     # Another incarnation of the collection: nothing of this one was deleted.
     assert rd.xs() == list(range(-5, 20))
 
@@ -361,3 +367,26 @@ def test_clone_orphans_in_a_real_cluster(cluster):
     assert sorted(d["_id"] for d in s0.rdreal.h.find()) == mine
     assert s1.rdreal.h.count_documents({}) == len(theirs)
     assert sorted(d["_id"] for d in r.rdreal.h.find()) == list(range(40))
+
+
+def test_started_task_counts_orphans_and_resumes_without_delay_after_kill9(rd):
+    rd.sc.admin.command("configureFailPoint", "hangAfterDoingDeletion", mode="alwaysOn")
+    tid = rd.persist({"x": 0}, {"x": 10}, when="delayed", orphans=10)
+
+    def first_batch_done():
+        d = rd.sc.config.rangeDeletions.find_one({"_id": tid})
+        return d.get("processing") is True and d["numOrphanDocs"] == 7
+    # Batches of 3 (rangeDeleterBatchSize): the task is marked processing, "now", and its
+    # orphan count goes down with each batch.
+    wait_until(first_batch_done, 20, "the first batch")
+    assert rd.sc.config.rangeDeletions.find_one({"_id": tid})["whenToClean"] == "now"
+    assert rd.xs() == list(range(-5, 0)) + list(range(3, 20))
+    rd.sc.close()
+    rd.shard.kill()
+    # Restarted with a long delay: a started task does not wait for it again.
+    rd.shard.start(extra=FAST + ["--setParameter", "orphanCleanupDelaySecs=3600"])
+    rd.sc = rd.shard.client(uuidRepresentation="standard")
+    assert rd.sc.admin.command("getParameter", 1, orphanCleanupDelaySecs=1)[
+        "orphanCleanupDelaySecs"] == 3600
+    wait_until(lambda: rd.task_gone(tid), 20, "the resumed processing task")
+    assert rd.xs() == list(range(-5, 0)) + list(range(10, 20))
