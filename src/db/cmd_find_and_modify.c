@@ -276,9 +276,9 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         u.remove = remove;
         u.return_new = return_new;
         u.upsert = upsert;
-        ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+        ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         if (ret == SHL_CODE_DUPLICATE_KEY && upsert && !u.found) {
-            ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+            ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         }
         SHL_ERR(ret);
         db_op_note_write_ts(ts);

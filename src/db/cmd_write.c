@@ -411,7 +411,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         u.coll = h.coll;
         u.begin = i;
         u.end = j;
-        rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+        rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
         if (rc == 0) {
             db_op_note_write_ts(ts);
             res.n += (int64_t)u.n_inserted;
@@ -428,7 +428,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             u.begin = k;
             u.end = k + 1;
             ts = 0;
-            rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+            rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
             if (rc == 0) {
                 db_op_note_write_ts(ts);
                 res.n += (int64_t)u.n_inserted;
@@ -681,11 +681,11 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     u.stmt = stmt;
     u.q = &q;
     u.upd = upd;
-    ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+    ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     if (ret == SHL_CODE_DUPLICATE_KEY && stmt->upsert) {
         /* Two upserts raced to insert the same key: the loser now finds the winner's
          * document and updates it, as MongoDB retries such upserts. */
-        ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+        ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     }
     SHL_ERR(ret);
     db_op_note_write_ts(ts);
@@ -892,7 +892,7 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     u.ns = ns->full;
     u.q = &q;
     u.n = 0;
-    SHL_ERR(shl_storage_write_retry(node->eng, delete_unit_fn, &u, &ts, st));
+    SHL_ERR(db_write_retry(op, node->eng, delete_unit_fn, &u, &ts, st));
     db_op_note_write_ts(ts);
     res->n += u.n;
 done:

@@ -45,6 +45,15 @@ typedef struct db_node {
     shl_db_sharding_hooks_t sharding;
 } db_node_t;
 
+/*
+ * db_write_retry --
+ *     shl_storage_write_retry for the write commands: also reports the documents the
+ *     committed attempt wrote to the sharding op observer (sharding_hooks.h), after the
+ *     commit. Not reentrant on one thread. Errors: as shl_storage_write_retry.
+ */
+int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
+                   uint64_t *last_ts, shl_status_t *st);
+
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
 void *db_ttl_main(void *arg);
 

@@ -8,8 +8,8 @@
  * commit / abort sequences, also run at start-up for coordinator documents a crash left.
  *
  * Cloner: _migrateClone serves the documents of the range from a local cursor; the op
- * observer records the _id of every document written in the range from the moment
- * cloning starts; _transferMods drains those _ids in order, sending each one's current
+ * observer (called by db after each write unit commits) records the _id of every document
+ * written in the range from the moment cloning starts; _transferMods drains those _ids in order, sending each one's current
  * document when it is (still) in the range and its _id as a delete otherwise. Sending the
  * current state rather than each write makes the result independent of the order the
  * observer saw concurrent writes in; the last drain runs in the critical section, when no
@@ -315,13 +315,34 @@ shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson
     pthread_mutex_unlock(&s->mig_mu);
 }
 
-static void
-capture_start(shard_state_t *s, shard_donor_t *d)
+bool
+shard_migration_observing(void *arg, const char *ns)
 {
+    shard_state_t *s = arg;
+
+    (void)ns;
+    return atomic_load_explicit(&s->capturing, memory_order_acquire) != 0;
+}
+
+/*
+ * Start recording writes in d's range. Like MongoDB installing its cloner under the
+ * collection's exclusive lock, the versioned writes in flight finish first (new ones wait a
+ * moment), so every write that commits from here on is reported to the observer; the
+ * clone, which starts later, sees every write committed before.
+ */
+static int
+capture_start(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+
+    SHL_ERR(shard_crit_enter(s, op, d->ns, SHARD_CRIT_WRITES, st));
     pthread_mutex_lock(&s->mig_mu);
     d->capturing = true;
     atomic_fetch_add(&s->capturing, 1);
     pthread_mutex_unlock(&s->mig_mu);
+    shard_crit_exit(s, d->ns);
+done:
+    return ret;
 }
 
 static void
@@ -1080,7 +1101,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     pthread_mutex_unlock(&s->mig_mu);
 
     /* Capture writes in the range from before the first document is cloned. */
-    capture_start(s, d);
+    SHL_ERR(capture_start(s, op, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
     SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);

@@ -204,6 +204,9 @@ void shard_migration_commands_register(shl_command_registry_t *reg);
 /* shard_migration_observe -- the op observer (sharding_hooks.h on_write). */
 void shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson_t *post);
 
+/* shard_migration_observing -- whether a donor records writes now (hooks' observing). */
+bool shard_migration_observing(void *arg, const char *ns);
+
 /* shard_migration_recover_async -- once shard-aware: a thread that finishes the migrations
  * whose coordinator documents survived a restart (asks the config server for the decision). */
 void shard_migration_recover_async(shard_state_t *s);
