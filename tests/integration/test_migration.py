@@ -194,7 +194,10 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
                 with lock:
                     inserted.add(nid)
                 target = 2500 + k * 600 + (i % 600)
-                coll.update_one({"_id": target}, {"$inc": {"v": 1}})
+                if i % 3 == 0:
+                    coll.find_one_and_update({"_id": target, "x": target}, {"$inc": {"v": 1}})
+                else:
+                    coll.update_one({"_id": target}, {"$inc": {"v": 1}})
                 with lock:
                     updated[target] = updated.get(target, 0) + 1
                 if i % 5 == 0:
@@ -276,6 +279,46 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
     # the recipient has exactly the range's documents
     on_recipient = {d["_id"] for d in _direct(mc, 1, "live").find({"x": {"$gte": 2500}})}
     assert on_recipient == {i for i in expect if docs[i]["x"] >= 2500}
+
+
+def test_critical_section_holds_operations_then_sends_them_to_the_new_owner(mc):
+    r, ns = _setup(mc, "crit")
+    donor = mc.shard_client(0)
+    _hang(donor, "hangBeforeCommitMigration")
+    results, errs = {}, []
+
+    def run(name, fn):
+        try:
+            results[name] = fn(mc.router_client().mig.crit)
+        except PyMongoError as e:
+            errs.append(e)
+
+    mover = threading.Thread(target=run, args=("move", lambda c: r.admin.command(
+        "moveChunk", ns, find={"x": 3000}, to="shard1")))
+    mover.start()
+    try:
+        _wait_hung(donor, "hangBeforeCommitMigration")
+        ops = [threading.Thread(target=run, args=(
+                   "write", lambda c: c.update_one({"x": 3000}, {"$set": {"v": 5}}).modified_count)),
+               threading.Thread(target=run, args=(
+                   "read", lambda c: c.count_documents({"x": {"$gte": 2500}}))),
+               threading.Thread(target=run, args=(
+                   "other", lambda c: c.count_documents({"x": {"$lt": 2500}})))]
+        for t in ops:
+            t.start()
+        ops[0].join(0.5)
+        # Reads and writes of the migrating collection on the donor wait in its critical section.
+        assert ops[0].is_alive() and ops[1].is_alive() and ops[2].is_alive()
+    finally:
+        fail_point(donor, "hangBeforeCommitMigration", "off")
+    mover.join(60)
+    for t in ops:
+        t.join(60)
+    assert not errs, errs
+    assert results["write"] == 1 and results["read"] == N - 2500 and results["other"] == 2500
+    # The held write was retried on the new owner.
+    assert _direct(mc, 1, "crit").find_one({"x": 3000})["v"] == 5
+    assert r.mig.crit.find_one({"x": 3000})["v"] == 5
 
 
 def test_cursor_opened_before_the_commit_returns_the_donated_documents(mc):
