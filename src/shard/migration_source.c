@@ -9,10 +9,10 @@
  *
  * Cloner: _migrateClone serves the documents of the range from a local cursor; the op
  * observer (called by db after each write unit commits) records the _id of every document
- * written in the range from the moment cloning starts; _transferMods drains those _ids in order, sending each one's current
- * document when it is (still) in the range and its _id as a delete otherwise. Sending the
- * current state rather than each write makes the result independent of the order the
- * observer saw concurrent writes in; the last drain runs in the critical section, when no
+ * written in the range from the moment cloning starts; _transferMods drains those _ids in order,
+ * sending each one's current document when it is (still) in the range and its _id as a delete
+ * otherwise. Sending the current state rather than each write makes the result independent of the
+ * order the observer saw concurrent writes in; the last drain runs in the critical section, when no
  * write is in flight, so the recipient ends with exactly the donor's documents.
  */
 #include <string.h>
@@ -61,6 +61,8 @@ typedef struct shard_donor {
     /* Clone cursor (used by one _migrateClone at a time: the recipient's thread). */
     int64_t cursor_id;
     bool cursor_open, cursor_done;
+    bson_t **pending; /* fetched documents of the range not sent yet (owned) */
+    size_t npending, pending_pos;
     int64_t cloned;
 } shard_donor_t;
 
@@ -212,8 +214,20 @@ done:
 }
 
 static void
+pending_clear(shard_donor_t *d)
+{
+    for (size_t i = d->pending_pos; i < d->npending; i++) {
+        bson_destroy(d->pending[i]);
+    }
+    bson_free(d->pending);
+    d->pending = NULL;
+    d->npending = d->pending_pos = 0;
+}
+
+static void
 donor_free(shard_donor_t *d)
 {
+    pending_clear(d);
     for (size_t i = 0; i < d->nmods; i++) {
         bson_destroy(d->mods[i]);
     }
@@ -396,18 +410,18 @@ donor_release(shard_state_t *s, shard_donor_t *d)
     pthread_mutex_unlock(&s->mig_mu);
 }
 
+/* Fetch the next batch of the local cursor over the collection into d->pending (the
+ * documents of the range, copied). */
 static int
-clone_next_batch(shard_state_t *s, shard_donor_t *d, bson_t *objects, size_t *nobj, size_t *bytes,
-                 shl_status_t *st)
+clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
     shl_ns_t ns;
     bson_iter_t it;
-    size_t n;
-    char key[24];
-    const char *k;
+    size_t n = 0;
 
+    pending_clear(d);
     SHL_ERR(shl_ns_parse(&ns, d->ns, st));
     if (!d->cursor_open) {
         bson_t filter = BSON_INITIALIZER;
@@ -427,25 +441,21 @@ clone_next_batch(shard_state_t *s, shard_donor_t *d, bson_t *objects, size_t *no
     if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
         d->cursor_id = bson_iter_as_int64(&it);
     }
-    {
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_t cur;
-        bson_iter_t ci;
         const uint8_t *data;
         uint32_t len;
-        if (bson_iter_init_find(&ci, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&ci)) {
-            bson_iter_document(&ci, &len, &data);
-            bson_init_static(&cur, data, len);
-            n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
-                            &docs);
-            for (size_t i = 0; i < n; i++) {
-                if (!mig_doc_in_range(&d->pattern, &docs[i], d->min, d->max)) {
-                    continue;
-                }
-                bson_uint32_to_string((uint32_t)*nobj, &k, key, sizeof(key));
-                BSON_APPEND_DOCUMENT(objects, k, &docs[i]);
-                (*nobj)++;
-                *bytes += docs[i].len;
-            }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                        &docs);
+    }
+    if (n > 0) {
+        d->pending = bson_malloc(n * sizeof(*d->pending));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (mig_doc_in_range(&d->pattern, &docs[i], d->min, d->max)) {
+            d->pending[d->npending++] = bson_copy(&docs[i]);
         }
     }
     if (d->cursor_id == 0) {
@@ -458,7 +468,9 @@ done:
     return ret;
 }
 
-/* _migrateClone: {objects: [documents of the range]}; empty when all were sent. */
+/* _migrateClone: {objects: [documents of the range]}, about MIG_BATCH_BYTES / 4 a reply
+ * (one document at least, never past MIG_BATCH_BYTES unless it alone is larger); empty when
+ * all were sent. */
 static int
 cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -467,15 +479,35 @@ cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     shard_donor_t *d = NULL;
     bson_t objects;
     size_t nobj = 0, bytes = 0;
-    bool open = false;
+    bool open = false, full = false;
+    char key[24];
+    const char *k;
 
     SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
     SHL_ERR(donor_for_session(s, cmd, "_migrateClone", &d, st));
     BSON_APPEND_ARRAY_BEGIN(reply, "objects", &objects);
     open = true;
-    /* The documents one batch of 1000 holds may be up to 16 MB; stop below the limit. */
-    while (!d->cursor_done && bytes < MIG_BATCH_BYTES / 4) {
-        SHL_ERR(clone_next_batch(s, d, &objects, &nobj, &bytes, st));
+    while (!full && bytes < MIG_BATCH_BYTES / 4) {
+        if (d->pending_pos == d->npending) {
+            if (d->cursor_done) {
+                break;
+            }
+            SHL_ERR(clone_fetch(s, d, st));
+            continue;
+        }
+        {
+            bson_t *doc = d->pending[d->pending_pos];
+            if (nobj > 0 && bytes + doc->len > MIG_BATCH_BYTES) {
+                full = true;
+                break;
+            }
+            bson_uint32_to_string((uint32_t)nobj, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(&objects, k, doc);
+            nobj++;
+            bytes += doc->len;
+            bson_destroy(doc);
+            d->pending_pos++;
+        }
     }
     d->cloned += (int64_t)nobj;
 done:
@@ -488,24 +520,104 @@ done:
     return ret;
 }
 
+/* The documents of ns whose _id is one of ids[0..n) (copies into *out, *nout). */
+static int
+lookup_ids(shard_state_t *s, const shl_ns_t *ns, bson_t **ids, size_t n, bson_t ***out,
+           size_t *nout, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, idf, in, *docs = NULL;
+    int64_t cursor_id = 0;
+    size_t cap = 0;
+    char key[24];
+    const char *k;
+
+    *out = NULL;
+    *nout = 0;
+    BSON_APPEND_UTF8(&cmd, "find", ns->coll);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &idf);
+    BSON_APPEND_ARRAY_BEGIN(&idf, "$in", &in);
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        if (bson_iter_init_find(&it, ids[i], "_id")) {
+            bson_append_value(&in, k, -1, bson_iter_value(&it));
+        }
+    }
+    bson_append_array_end(&idf, &in);
+    bson_append_document_end(&filter, &idf);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_INT32(&cmd, "batchSize", 100000);
+    for (;;) {
+        bson_iter_t it;
+        size_t nd = 0;
+        bson_destroy(&reply);
+        SHL_ERR(shard_local_cmd(s, ns->db, &cmd, &reply, st));
+        cursor_id = 0;
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
+            cursor_id = bson_iter_as_int64(&it);
+        }
+        if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_t cur;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&cur, data, len);
+            nd = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                             &docs);
+        }
+        for (size_t i = 0; i < nd; i++) {
+            if (*nout == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                *out = bson_realloc(*out, cap * sizeof(**out));
+            }
+            (*out)[(*nout)++] = bson_copy(&docs[i]);
+        }
+        bson_free(docs);
+        docs = NULL;
+        if (cursor_id == 0) {
+            break;
+        }
+        bson_reinit(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", cursor_id);
+        BSON_APPEND_UTF8(&cmd, "collection", ns->coll);
+    }
+done:
+    if (ret != 0) {
+        for (size_t i = 0; i < *nout; i++) {
+            bson_destroy((*out)[i]);
+        }
+        bson_free(*out);
+        *out = NULL;
+        *nout = 0;
+    }
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 /*
- * Drain up to 'max_ids' captured _ids: look each up in a local find by _id, append the
- * documents still in the range to 'reload' and the others' _ids to 'deleted'.
+ * Drain up to 50 captured _ids, in order: each one's current document when it is (still) in
+ * the range goes to 'reload', else its _id to 'deleted'. Stops before 'bytes' would pass
+ * MIG_BATCH_BYTES (putting the rest back, first in line); *more says whether ids remain.
  */
 static int
 drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, size_t *nrel,
-           size_t *ndel, size_t *bytes, shl_status_t *st)
+           size_t *ndel, size_t *bytes, bool *more, shl_status_t *st)
 {
     int ret = 0;
-    bson_t **ids = NULL, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
-    size_t nids = 0, ndocs = 0;
+    bson_t **ids = NULL, **docs = NULL;
+    size_t nids = 0, ndocs = 0, i = 0;
     shl_ns_t ns;
     char key[24];
     const char *k;
 
+    *more = false;
     SHL_ERR(shl_ns_parse(&ns, d->ns, st));
     pthread_mutex_lock(&s->mig_mu);
-    nids = d->nmods < 200 ? d->nmods : 200;
+    nids = d->nmods < 50 ? d->nmods : 50;
     if (nids > 0) {
         ids = bson_malloc(nids * sizeof(*ids));
         memcpy(ids, d->mods, nids * sizeof(*ids));
@@ -516,40 +628,8 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
     if (nids == 0) {
         goto done;
     }
-    {
-        bson_t filter, idf, in;
-        BSON_APPEND_UTF8(&cmd, "find", ns.coll);
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
-        BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &idf);
-        BSON_APPEND_ARRAY_BEGIN(&idf, "$in", &in);
-        for (size_t i = 0; i < nids; i++) {
-            bson_iter_t it;
-            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
-            if (bson_iter_init_find(&it, ids[i], "_id")) {
-                bson_append_value(&in, k, -1, bson_iter_value(&it));
-            }
-        }
-        bson_append_array_end(&idf, &in);
-        bson_append_document_end(&filter, &idf);
-        bson_append_document_end(&cmd, &filter);
-        BSON_APPEND_INT32(&cmd, "batchSize", 100000);
-        BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    }
-    bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, ns.db, &cmd, &reply, st));
-    {
-        bson_iter_t ci;
-        bson_t cur;
-        const uint8_t *data;
-        uint32_t len;
-        if (bson_iter_init_find(&ci, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&ci)) {
-            bson_iter_document(&ci, &len, &data);
-            bson_init_static(&cur, data, len);
-            ndocs = mig_docs_of(&cur, "firstBatch", &docs);
-        }
-    }
-    /* Each _id once, in capture order: its current document if in range, else a delete. */
-    for (size_t i = 0; i < nids; i++) {
+    SHL_ERR(lookup_ids(s, &ns, ids, nids, &docs, &ndocs, st));
+    for (i = 0; i < nids; i++) {
         bson_iter_t a;
         const bson_t *hit = NULL;
         bool dup = false;
@@ -557,7 +637,7 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
             continue;
         }
         for (size_t j = i + 1; j < nids && !dup; j++) {
-            dup = bson_compare(ids[i], ids[j]) == 0 && ids[i]->len == ids[j]->len &&
+            dup = ids[i]->len == ids[j]->len &&
                   memcmp(bson_get_data(ids[i]), bson_get_data(ids[j]), ids[i]->len) == 0;
         }
         if (dup) {
@@ -565,12 +645,15 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
         }
         for (size_t j = 0; j < ndocs && hit == NULL; j++) {
             bson_iter_t b;
-            if (bson_iter_init_find(&b, &docs[j], "_id") &&
+            if (bson_iter_init_find(&b, docs[j], "_id") &&
                 shl_bson_value_equal(bson_iter_value(&a), bson_iter_value(&b))) {
-                hit = &docs[j];
+                hit = docs[j];
             }
         }
         if (hit != NULL && mig_doc_in_range(&d->pattern, hit, d->min, d->max)) {
+            if (*nrel + *ndel > 0 && *bytes + hit->len > MIG_BATCH_BYTES) {
+                break; /* the next reply sends it */
+            }
             bson_uint32_to_string((uint32_t)*nrel, &k, key, sizeof(key));
             BSON_APPEND_DOCUMENT(reload, k, hit);
             (*nrel)++;
@@ -583,13 +666,31 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
         }
     }
 done:
-    for (size_t i = 0; i < nids; i++) {
-        bson_destroy(ids[i]);
+    if (i < nids) {
+        /* Not sent: back in front of the queue, in order. */
+        size_t left = nids - i;
+        pthread_mutex_lock(&s->mig_mu);
+        if (d->nmods + left > d->capmods) {
+            d->capmods = d->nmods + left + 256;
+            d->mods = bson_realloc(d->mods, d->capmods * sizeof(*d->mods));
+        }
+        memmove(d->mods + left, d->mods, d->nmods * sizeof(*d->mods));
+        memcpy(d->mods, ids + i, left * sizeof(*ids));
+        d->nmods += left;
+        pthread_mutex_unlock(&s->mig_mu);
+        nids = i;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    *more = d->nmods > 0;
+    pthread_mutex_unlock(&s->mig_mu);
+    for (size_t j = 0; j < nids; j++) {
+        bson_destroy(ids[j]);
     }
     bson_free(ids);
+    for (size_t j = 0; j < ndocs; j++) {
+        bson_destroy(docs[j]);
+    }
     bson_free(docs);
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
     return ret;
 }
 
@@ -602,13 +703,17 @@ cmd_transfer_mods(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     shard_donor_t *d = NULL;
     bson_t reload = BSON_INITIALIZER, deleted = BSON_INITIALIZER;
     size_t nrel = 0, ndel = 0, bytes = 0, before;
+    bool more = true;
 
     SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
     SHL_ERR(donor_for_session(s, cmd, "_transferMods", &d, st));
-    do {
+    while (more && bytes < MIG_BATCH_BYTES / 2) {
         before = nrel + ndel;
-        SHL_ERR(drain_mods(s, d, &reload, &deleted, &nrel, &ndel, &bytes, st));
-    } while (nrel + ndel > before && bytes < MIG_BATCH_BYTES / 2);
+        SHL_ERR(drain_mods(s, d, &reload, &deleted, &nrel, &ndel, &bytes, &more, st));
+        if (nrel + ndel == before && more) {
+            break; /* the next document is too large for this reply */
+        }
+    }
     BSON_APPEND_ARRAY(reply, "reload", &reload);
     BSON_APPEND_ARRAY(reply, "deleted", &deleted);
     BSON_APPEND_INT64(reply, "size", (int64_t)bytes);

@@ -563,3 +563,42 @@ def test_internal_migration_commands_reject_bad_input(mc):
             r.admin.command(bson.SON(cmd))
     # Everything still works.
     assert r.mig.badinput.count_documents({}) == N
+
+
+def test_large_documents_are_batched(mc):
+    r = mc.router_client()
+    ns = "mig.large"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    big = 4 * 1024 * 1024
+    for i in range(8):
+        r.mig.large.insert_one({"_id": i, "x": i, "v": 0, "blob": chr(65 + i) * big})
+    donor = mc.shard_client(0)
+    _hang(donor, "moveChunkHangAtStep4")
+    err = []
+
+    def move():
+        try:
+            mc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    try:
+        _wait_hung(donor, "moveChunkHangAtStep4")
+        # Captured while the recipient is steady: four 4 MB documents to transfer again.
+        for i in range(4):
+            r.mig.large.update_one({"_id": i}, {"$set": {"v": 1, "blob": chr(97 + i) * big}})
+    finally:
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+    t.join(120)
+    assert not err, err
+    assert _chunk_at(mc, ns, 0)["shard"] == "shard1"
+    status = mc.shard_client(1).admin.command("_recvChunkStatus", ns)
+    assert status["counts"]["cloned"] == 8 and status["counts"]["catchup"] + \
+        status["counts"]["steady"] >= 4
+    for d in r.mig.large.find({}):
+        i = d["_id"]
+        want = chr(97 + i) if i < 4 else chr(65 + i)
+        assert d["v"] == (1 if i < 4 else 0) and d["blob"] == want * big, i
