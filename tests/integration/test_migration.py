@@ -587,6 +587,10 @@ def test_large_documents_are_batched(mc):
     t.start()
     try:
         _wait_hung(donor, "moveChunkHangAtStep4")
+        # The recipient holds the clone but does not own it yet: versioned reads filter it.
+        assert _direct(mc, 1, "large").count_documents({}) == 8
+        assert r.mig.large.count_documents({}) == 8
+        assert len(list(r.mig.large.find({}, {"_id": 1}))) == 8
         # Captured while the recipient is steady: four 4 MB documents to transfer again.
         for i in range(4):
             r.mig.large.update_one({"_id": i}, {"$set": {"v": 1, "blob": chr(97 + i) * big}})
