@@ -1,6 +1,6 @@
 /*
  * cmd_find.c -- the read commands of a data node: find (with the IDHACK fast path and
- * local.oplog.rs), getMore, killCursors, count, distinct and explain, with MongoDB
+ * local.oplog.rs), getMore, killCursors, count, distinct, explain and aggregate, with MongoDB
  * 7.0's request fields, errors and reply shapes. Reads run in a storage snapshot that a
  * cursor keeps across getMores; the collection lock is held (shared) only while a batch
  * is produced, so DDL on the collection waits for batches, not for idle cursors.
@@ -435,12 +435,81 @@ static const char *const getmore_fields[] = {"collection",
                                              "includeQueryStatsMetrics",
                                              NULL};
 
+/* ---------------------------------------------------------------- aggregate cursors */
+
+/* The pipeline's source: the executor's plan over the collection. */
+typedef struct agg_source {
+    exec_plan_t *plan;
+    shl_op_ctx_t *op;
+} agg_source_t;
+
+static int
+agg_source_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    int ret = 0;
+    agg_source_t *src = arg;
+    exec_row_t row;
+    bool eof;
+
+    *doc = NULL;
+    if (src->plan == NULL) {
+        goto done;
+    }
+    SHL_ERR(exec_plan_next(src->plan, src->op, &row, &eof, st));
+    if (!eof) {
+        *doc = row.doc;
+    }
+done:
+    return ret;
+}
+
+/*
+ * An aggregate's state, which its cursor keeps across getMores (the pipeline streams: each
+ * batch is produced under the collection lock, as a find's). The pipeline borrows 'let' and
+ * 'env'; the plan owns its query.
+ */
+typedef struct agg_state {
+    shl_pipeline_t *pl;
+    exec_plan_t *plan;
+    agg_source_t src;
+    db_agg_env_t env;
+    bson_t *let;
+} agg_state_t;
+
+static int
+agg_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+{
+    agg_state_t *a = state;
+    a->src.op = op;
+    a->env.op = op;
+    return shl_pipeline_next(a->pl, doc, st);
+}
+
+static void
+agg_state_destroy(void *state)
+{
+    agg_state_t *a = state;
+    if (a == NULL) {
+        return;
+    }
+    /* Stages may hold sources of the environment: the pipeline goes first. */
+    shl_pipeline_destroy(a->pl);
+    exec_plan_destroy(a->plan);
+    if (a->let != NULL) {
+        bson_destroy(a->let);
+    }
+    bson_free(a);
+}
+
+static const shl_cursor_source_ops_t agg_cursor_ops = {agg_cursor_next, agg_state_destroy};
+
 /* A plan cursor may only go on if its collection is still the one it started on. */
 static int
 check_plan_cursor(const shl_cursor_t *c, const shl_coll_handle_t *h, shl_status_t *st)
 {
-    const exec_plan_t *p = c->state;
-    if (p->coll == NULL) {
+    const exec_plan_t *p =
+        c->ops == &agg_cursor_ops ? ((const agg_state_t *)c->state)->plan : c->state;
+    if (p == NULL || p->coll == NULL) {
         return 0;
     }
     if (h->coll == NULL || memcmp(h->coll->uuid, p->coll->uuid, 16) != 0) {
@@ -486,7 +555,7 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                  "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     }
     SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
-    if (c->ops == &exec_plan_cursor_ops) {
+    if (c->ops == &exec_plan_cursor_ops || c->ops == &agg_cursor_ops) {
         SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
         locked = true;
         SHL_ERR(check_plan_cursor(c, &h, st));
@@ -940,35 +1009,45 @@ static const char *const aggregate_fields[] = {
     "readConcern",  "let",       "bypassDocumentValidation",
     "comment",      "maxTimeMS", NULL};
 
-/* The pipeline's source: the executor's plan over the collection. */
-typedef struct agg_source {
-    exec_plan_t *plan;
-    shl_op_ctx_t *op;
-} agg_source_t;
-
+/* Run 'pl' to the end, appending its documents to the array 'docs'. */
 static int
-agg_source_next(void *arg, const bson_t **doc, shl_status_t *st)
+agg_materialise(shl_pipeline_t *pl, bson_t *docs, shl_status_t *st)
 {
     int ret = 0;
-    agg_source_t *src = arg;
-    exec_row_t row;
-    bool eof;
 
-    *doc = NULL;
-    SHL_ERR(exec_plan_next(src->plan, src->op, &row, &eof, st));
-    if (!eof) {
-        *doc = row.doc;
+    for (uint32_t n = 0;; n++) {
+        const bson_t *d;
+        char k[16];
+        const char *kp;
+        SHL_ERR(shl_pipeline_next(pl, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        bson_uint32_to_string(n, &kp, k, sizeof(k));
+        bson_append_document(docs, kp, -1, d);
     }
 done:
     return ret;
 }
 
+/* Whether the command's first field is the number 1 (`aggregate: 1`, no collection). */
+static bool
+agg_collectionless(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_NUMBER(&it) &&
+           bson_iter_as_double(&it) == 1.0;
+}
+
 /*
  * cmd_aggregate --
  *     Run a pipeline (src/query/pipeline.h) over the collection: a leading $match becomes
- *     the executor's filter (so the planner can use indexes), the rest pulls from the plan.
+ *     the executor's filter (so the planner can use indexes), the rest pulls from the plan;
+ *     $lookup/$unionWith/$collStats/$indexStats use the node's environment (agg_stages.c).
  *     Results are materialised under the collection lock and served by the cursor manager
- *     (batchSize, getMore). explain: true describes the stages without running them.
+ *     (batchSize, getMore); a pipeline ending in $out/$merge writes them after the lock is
+ *     released and replies with an empty cursor. `aggregate: 1` runs collection-less
+ *     pipelines ($documents). explain: true describes the stages without running them.
  */
 static int
 cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -978,21 +1057,25 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     shl_ns_t ns;
     bson_t pipeline, let, arr;
     bool found, has_let = false, locked = false, explain = false, allow_disk = false;
-    exec_query_t q;
-    int64_t batch_size = 0;
+    bool collectionless = agg_collectionless(cmd), exhausted = false;
+    exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q)); /* plan owns */
+    int64_t batch_size = 0, cursor_id = 0;
     db_read_concern_t rc;
     shl_coll_handle_t h;
-    exec_plan_t *plan = NULL;
+    agg_state_t *a = bson_malloc0(sizeof(*a));
     shl_pipeline_t *pl = NULL;
+    shl_cursor_t *cur = NULL;
     bson_t *docs = NULL;
     const bson_t *filter;
     shl_pipeline_opts_t opts;
-    agg_source_t src;
 
     db_cmd_begin(op);
-    memset(&q, 0, sizeof(q));
     SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
-    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    if (collectionless) {
+        SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
+    } else {
+        SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    }
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -1008,16 +1091,37 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    db_agg_env_init(&a->env, op, op->db, 0);
+    snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
+    a->let = has_let ? bson_copy(&let) : NULL;
     memset(&opts, 0, sizeof(opts));
-    opts.vars = has_let ? &let : NULL;
+    opts.vars = a->let;
     opts.allow_disk_use = allow_disk;
-    SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &pl, st));
-    filter = shl_pipeline_leading_match(pl);
-    SHL_ERR(exec_query_init(&q, filter, NULL, NULL, st));
+    opts.env = &a->env.env;
+    SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
+    pl = a->pl;
+    if (collectionless) {
+        const char *first = shl_pipeline_first_stage(pl);
+        if (first == NULL) {
+            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                     "{aggregate: 1} is not valid for an empty pipeline.");
+        }
+        if (strcmp(first, "$documents") != 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                     "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
+        }
+    }
+    if (shl_pipeline_output(pl) != NULL && op->has_autocommit && !op->autocommit) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "%s cannot be used in a transaction",
+                 shl_pipeline_output(pl)->is_merge ? "$merge" : "$out");
+    }
+    filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
+    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (filter != NULL) {
         shl_pipeline_drop_leading_match(pl);
     }
-    SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
+    SHL_ERR(db_cmd_get_hint(cmd, &q->has_hint, &q->hint, st));
     if (explain) {
         /* Minimal: the namespace, the pushed-down filter and the remaining stages. */
         bson_t stages, c, qp;
@@ -1066,37 +1170,64 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
-    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
-    SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
-    locked = true;
-    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
-                            &plan, st));
-    src.plan = plan;
-    src.op = op;
-    shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &src});
-    docs = bson_new();
-    for (uint32_t n = 0;; n++) {
-        const bson_t *d;
-        char k[16];
-        const char *kp;
-        SHL_ERR(shl_pipeline_next(pl, &d, st));
-        if (d == NULL) {
-            break;
-        }
-        bson_uint32_to_string(n, &kp, k, sizeof(k));
-        bson_append_document(docs, kp, -1, d);
+    a->env.read_ts = db_read_timestamp(node, &rc);
+    if (!collectionless) {
+        SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
+        SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+        locked = true;
+        SHL_ERR(exec_plan_build(node->eng, NULL, a->env.read_ts, h.coll, ns.full, q, &a->plan,
+                                st));
+        exec_plan_own_query(a->plan);
+        q = NULL;
+        a->src.plan = a->plan;
+        a->src.op = op;
+        shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &a->src});
     }
+    if (shl_pipeline_output(pl) != NULL || collectionless) {
+        /* Everything at once: $out/$merge write after the collection handle is released. */
+        docs = bson_new();
+        SHL_ERR(agg_materialise(pl, docs, st));
+        if (locked) {
+            shl_storage_coll_release(&h);
+            locked = false;
+        }
+        if (shl_pipeline_output(pl) != NULL) {
+            SHL_ERR(db_agg_write_output(op, pl, op->db, docs, st));
+            bson_reinit(docs);
+        }
+        db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
+        docs = NULL;
+        goto done;
+    }
+    /* Stream: the first batch now, the rest by getMore under the lock each time. */
+    cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
+    a = NULL;
+    bson_init(&arr);
+    ret = shl_cursor_fill_batch(op, cur, batch_size, true, &arr, &exhausted, st);
     shl_storage_coll_release(&h);
     locked = false;
-    db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
-    docs = NULL;
+    if (ret != 0) {
+        bson_destroy(&arr);
+        goto done;
+    }
+    if (exhausted) {
+        shl_cursor_destroy(cur);
+    } else {
+        cursor_id = shl_cursor_manager_register(node->cursors, cur);
+    }
+    cur = NULL;
+    shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
+    bson_destroy(&arr);
 done:
     if (locked) {
         shl_storage_coll_release(&h);
     }
-    exec_plan_destroy(plan);
-    shl_pipeline_destroy(pl);
-    exec_query_cleanup(&q);
+    shl_cursor_destroy(cur);
+    agg_state_destroy(a);
+    if (q != NULL) {
+        exec_query_cleanup(q);
+        bson_free(q);
+    }
     if (docs != NULL) {
         bson_destroy(docs);
     }

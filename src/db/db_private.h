@@ -19,6 +19,7 @@
 #include "net/command.h"
 #include "net/op_context.h"
 #include "net/write_concern.h"
+#include "query/pipeline.h"
 #include "storage/storage.h"
 
 /* The data node's state: svc->role_state. Fields are set at start-up, then read-only. */
@@ -226,5 +227,36 @@ void db_register_list_commands(shl_command_registry_t *reg);
 void db_register_stats_commands(shl_command_registry_t *reg);
 void db_register_split_vector_command(shl_command_registry_t *reg);
 void db_register_apply_ops_command(shl_command_registry_t *reg);
+
+/* ---------------------------------------------------------------- aggregation (agg_stages.c) */
+
+/*
+ * db_agg_env_t -- the pipeline environment of one aggregate: $lookup/$unionWith read other
+ * collections of 'db' at 'read_ts' (each in its own snapshot, without a collection lock);
+ * $collStats/$indexStats describe the aggregated collection 'ns' (its current catalog
+ * entry). 'op' is the operation pulling documents (the aggregate, then each getMore).
+ */
+typedef struct db_agg_env {
+    shl_pipeline_env_t env;
+    shl_op_ctx_t *op;
+    char db[128];
+    char ns[SHL_NS_MAX + 1];
+    uint64_t read_ts;
+} db_agg_env_t;
+
+/* db_agg_env_init -- fill 'e' (caller's storage; nothing to clean up). */
+void db_agg_env_init(db_agg_env_t *e, shl_op_ctx_t *op, const char *db, uint64_t read_ts);
+
+/*
+ * db_agg_write_output --
+ *     Write the results 'docs' (an array) of a pipeline ending in $out or $merge
+ *     (shl_pipeline_output(p) != NULL). $out: a temporary collection in the target database
+ *     with the target's options and indexes, renamed over the target (dropTarget). $merge:
+ *     one update/insert per document by the 'on' fields, which need a unique index (51183).
+ *     Must be called without collection handles held. Errors: the writes' (DuplicateKey,
+ *     ...), 51132 missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
+ */
+int db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db,
+                        const bson_t *docs, shl_status_t *st);
 
 #endif

@@ -21,6 +21,7 @@ struct shl_client_conn {
     shl_client_peer_t peer;       /* filled by the handshake */
     bool ready;                   /* the handshake completed */
     bool failed;                  /* a network/protocol error happened: never reuse */
+    bool is_unix;                 /* connected over the peer's Unix domain socket */
     struct shl_client_conn *next; /* the idle list; guarded by the pool lock */
 };
 

@@ -498,3 +498,20 @@ shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const bson_t *do
     *len = n;
     return buf;
 }
+
+int
+shl_msg_check_bson(const uint8_t *p, size_t n, shl_status_t *st)
+{
+    bson_t view;
+    int ret = 0;
+
+    if (n < 5 || rd_i32(p) != (int32_t)n) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON document length is invalid");
+    }
+    SHL_ERR(check_structure(p, n, st));
+    if (!bson_init_static(&view, p, n) || !bson_validate(&view, BSON_VALIDATE_NONE, NULL)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid BSON document");
+    }
+done:
+    return ret;
+}

@@ -93,4 +93,14 @@ uint8_t *shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const b
 /* shl_crc32c -- CRC-32C (Castagnoli) of 'len' bytes, as OP_MSG checksums use. */
 uint32_t shl_crc32c(const uint8_t *buf, size_t len);
 
+/*
+ * shl_msg_check_bson --
+ *     The check every document received from the network passes before libbson reads it:
+ *     the non-recursive structure check (sizes, EOO bytes, NUL-terminated strings, known
+ *     types, depth <= 200) then bson_validate. For code (fuzz targets, tests) that builds
+ *     a bson_t over untrusted bytes without a message around them. Errors: InvalidBSON,
+ *     Overflow.
+ */
+int shl_msg_check_bson(const uint8_t *p, size_t n, shl_status_t *st);
+
 #endif

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -29,7 +31,8 @@
 typedef struct server {
     int listen_fds[MAX_LISTENERS];
     int nlisten;
-    int wake_pipe[2]; /* written to start a shutdown (signal-safe) */
+    int wake_pipe[2];    /* written to start a shutdown (signal-safe) */
+    char unix_path[108]; /* the Unix domain socket we created, "" if none; read-only */
     pthread_t listener;
     pthread_mutex_t lock; /* guards conns, next_conn_id, done */
     pthread_cond_t cond;  /* signalled when a connection goes idle or leaves */
@@ -195,6 +198,12 @@ describe_addr(const struct sockaddr_storage *sa, char *out, size_t n)
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
         inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
         port = ntohs(in6->sin6_port);
+    } else if (sa->ss_family == AF_UNIX) {
+        const struct sockaddr_un *un = (const struct sockaddr_un *)sa;
+        /* MongoDB's name for a peer on the Unix socket. */
+        snprintf(out, n, "%.*s", (int)(n > 0 ? n - 1 : 0),
+                 un->sun_path[0] != '\0' ? un->sun_path : "anonymous unix socket");
+        return;
     }
     snprintf(out, n, "%s:%d", host, port);
 }
@@ -202,7 +211,7 @@ describe_addr(const struct sockaddr_storage *sa, char *out, size_t n)
 static void
 accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
 {
-    struct sockaddr_storage sa, la;
+    struct sockaddr_storage sa = {0}, la = {0}; /* a Unix peer fills no sun_path */
     socklen_t salen = sizeof(sa), lalen = sizeof(la);
     int fd = accept4(lfd, (struct sockaddr *)&sa, &salen, SOCK_CLOEXEC);
     int one = 1;
@@ -284,6 +293,9 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     atomic_store(&svc->shutting_down, true);
     for (int i = 0; i < srv->nlisten; i++) {
         close(srv->listen_fds[i]);
+    }
+    if (srv->unix_path[0] != '\0') {
+        unlink(srv->unix_path);
     }
     /* Let running operations finish, up to the bound. */
     pthread_mutex_lock(&srv->lock);
@@ -400,6 +412,46 @@ done:
     return ret;
 }
 
+/*
+ * The Unix domain socket <unixSocketPrefix>/mongodb-<port>.sock, as mongod creates one
+ * (0700): local clients -- routers and shards on the same machine -- skip the TCP stack.
+ * A file left by a process that died is replaced. Failure to create it is logged, not
+ * fatal (MongoDB's behaviour is the same unless the path is unusable).
+ */
+static void
+bind_unix(server_t *srv, int port)
+{
+    struct sockaddr_un sa;
+    int fd = -1;
+    int n;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/mongodb-%d.sock",
+                 shl_opt_str(SHL_OPT_unixSocketPrefix), port);
+    if (n <= 0 || (size_t)n >= sizeof(sa.sun_path) || srv->nlisten == MAX_LISTENERS) {
+        SHL_LOG_WARNING(NETWORK, 23010, "Unix socket path too long", "prefix",
+                        BCON_UTF8(shl_opt_str(SHL_OPT_unixSocketPrefix)));
+        return;
+    }
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        unlink(sa.sun_path);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && chmod(sa.sun_path, 0700) == 0 &&
+            listen(fd, 1024) == 0) {
+            srv->listen_fds[srv->nlisten++] = fd;
+            snprintf(srv->unix_path, sizeof(srv->unix_path), "%s", sa.sun_path);
+            fd = -1;
+        } else {
+            SHL_LOG_WARNING(NETWORK, 23011, "cannot listen on the Unix socket", "path",
+                            BCON_UTF8(sa.sun_path), "error", BCON_UTF8(strerror(errno)));
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+}
+
 int
 shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_status_t *st)
 {
@@ -422,6 +474,9 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
     }
     if (srv->nlisten == 0) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "no bind address");
+    }
+    if (!shl_opt_bool(SHL_OPT_nounixsocket)) {
+        bind_unix(srv, port);
     }
     the_server = srv;
     the_svc = svc;

@@ -472,3 +472,109 @@ EXPR_FN(expr_op_rand)
     expr_value_double(out, (double)(r & ((1ULL << 53) - 1)) / (double)(1ULL << 53));
     return 0;
 }
+
+/* $sum $avg $max $min as expressions: one array argument is reduced element-wise, several
+ * arguments are reduced directly; $sum/$avg skip non-numbers, $max/$min skip null/missing. */
+typedef enum { R_SUM, R_AVG, R_MAX, R_MIN } reduce_t;
+
+static int
+reduce_values(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st,
+              reduce_t kind)
+{
+    bson_value_t *args = bson_malloc0((e->nargs + 1) * sizeof(bson_value_t)), *vals = NULL, best;
+    size_t n = 0, count = 0;
+    bool single_array, is_long = false, is_double = false, is_dec = false, ovf = false;
+    int64_t lsum = 0;
+    double dsum = 0;
+    int ret = 0;
+
+    expr_value_missing(&best);
+    SHL_ERR(expr_eval_args(e, ctx, args, st));
+    single_array = e->nargs == 1 && args[0].value_type == BSON_TYPE_ARRAY;
+    /* (with no arguments: $sum is 0, the others null) */
+    if (single_array) {
+        vals = expr_array_values(&args[0], &n);
+    } else {
+        vals = bson_malloc0((e->nargs + 1) * sizeof(bson_value_t));
+        for (size_t i = 0; i < e->nargs; i++) {
+            vals[i] = args[i];
+        }
+        n = e->nargs;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const bson_value_t *v = &vals[i];
+        if (kind == R_MAX || kind == R_MIN) {
+            int c;
+            if (expr_nullish(v)) {
+                continue;
+            }
+            c = best.value_type == BSON_TYPE_EOD ? 0 : shl_expr_compare(v, &best);
+            if (best.value_type == BSON_TYPE_EOD || (kind == R_MAX && c > 0) ||
+                (kind == R_MIN && c < 0)) {
+                best = *v;
+            }
+            continue;
+        }
+        if (!query_value_is_number(v)) {
+            continue;
+        }
+        count++;
+        dsum += query_value_as_double(v);
+        if (v->value_type == BSON_TYPE_DOUBLE) {
+            is_double = true;
+        } else if (v->value_type == BSON_TYPE_DECIMAL128) {
+            is_dec = true;
+        } else {
+            is_long = is_long || v->value_type == BSON_TYPE_INT64;
+            ovf = ovf || __builtin_add_overflow(lsum, expr_as_int64(v), &lsum);
+        }
+    }
+    if (kind == R_MAX || kind == R_MIN) {
+        if (best.value_type == BSON_TYPE_EOD) {
+            expr_value_null(out);
+        } else {
+            expr_value_copy(&best, out);
+        }
+    } else if (kind == R_AVG) {
+        if (count == 0) {
+            expr_value_null(out);
+        } else {
+            put_double(out, dsum / (double)count, is_dec);
+        }
+    } else if (is_dec) {
+        expr_value_decimal_from_double(out, dsum);
+    } else if (is_double || ovf) {
+        expr_value_double(out, dsum);
+    } else if (is_long) {
+        expr_value_int64(out, lsum);
+    } else {
+        expr_value_int_or_long(out, lsum);
+    }
+done:
+    for (size_t i = 0; i < e->nargs; i++) {
+        bson_value_destroy(&args[i]);
+    }
+    bson_free(args);
+    bson_free(vals);
+    return ret;
+}
+
+EXPR_FN(expr_op_sum)
+{
+    return reduce_values(e, ctx, out, st, R_SUM);
+}
+
+EXPR_FN(expr_op_avg)
+{
+    return reduce_values(e, ctx, out, st, R_AVG);
+}
+
+EXPR_FN(expr_op_max)
+{
+    return reduce_values(e, ctx, out, st, R_MAX);
+}
+
+EXPR_FN(expr_op_min)
+{
+    return reduce_values(e, ctx, out, st, R_MIN);
+}

@@ -284,11 +284,11 @@ EXPR_FN(expr_op_reduce)
         acc = next;
         if ((acc.value_type == BSON_TYPE_ARRAY || acc.value_type == BSON_TYPE_DOCUMENT) &&
             acc.value.v_doc.data_len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$reduce: the accumulated value exceeds %d bytes",
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$reduce: the accumulated value exceeds %d bytes",
                      EXPR_MAX_VALUE_BYTES);
         }
         if (acc.value_type == BSON_TYPE_UTF8 && acc.value.v_utf8.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$reduce: the accumulated value exceeds %d bytes",
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "$reduce: the accumulated value exceeds %d bytes",
                      EXPR_MAX_VALUE_BYTES);
         }
     }
@@ -792,15 +792,103 @@ doc_set(bson_t *doc, const char *key, size_t klen, const bson_value_t *v)
     bson_destroy(&tmp);
 }
 
+/* An object built from (key, value) pairs in order where a repeated key keeps its first
+ * position and takes its last value (MutableDocument's output[key] = value). Sorting makes
+ * it O(n log n) for objects of any size. Keys and values are borrowed until finish. */
+typedef struct objent {
+    const char *key;
+    size_t klen;
+    bson_value_t val;
+    size_t idx;
+} objent_t;
+
+typedef struct objb {
+    objent_t *e;
+    size_t n, cap;
+} objb_t;
+
+static void
+objb_add(objb_t *b, const char *key, size_t klen, const bson_value_t *v)
+{
+    if (b->n == b->cap) {
+        b->cap = b->cap ? 2 * b->cap : 16;
+        b->e = bson_realloc(b->e, b->cap * sizeof(objent_t));
+    }
+    b->e[b->n].key = key;
+    b->e[b->n].klen = klen;
+    b->e[b->n].val = *v;
+    b->e[b->n].idx = b->n;
+    b->n++;
+}
+
+static int
+cmp_objent_key(const void *a, const void *b)
+{
+    const objent_t *x = a, *y = b;
+    size_t n = x->klen < y->klen ? x->klen : y->klen;
+    int c = memcmp(x->key, y->key, n);
+    if (c != 0) {
+        return c;
+    }
+    if (x->klen != y->klen) {
+        return x->klen < y->klen ? -1 : 1;
+    }
+    return x->idx < y->idx ? -1 : (x->idx > y->idx ? 1 : 0);
+}
+
+static int
+cmp_objent_idx(const void *a, const void *b)
+{
+    const objent_t *x = a, *y = b;
+    return x->idx < y->idx ? -1 : (x->idx > y->idx ? 1 : 0);
+}
+
+static int
+objb_finish(objb_t *b, const char *opname, bson_value_t *out, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER;
+    size_t k = 0;
+    int ret = 0;
+    if (b->n > 1) {
+        qsort(b->e, b->n, sizeof(objent_t), cmp_objent_key);
+    }
+    for (size_t i = 0; i < b->n;) {
+        size_t j = i;
+        while (j + 1 < b->n && b->e[j + 1].klen == b->e[i].klen &&
+               memcmp(b->e[j + 1].key, b->e[i].key, b->e[i].klen) == 0) {
+            j++;
+        }
+        b->e[k] = b->e[i];
+        b->e[k].val = b->e[j].val;
+        k++;
+        i = j + 1;
+    }
+    if (k > 1) {
+        qsort(b->e, k, sizeof(objent_t), cmp_objent_idx);
+    }
+    for (size_t i = 0; i < k; i++) {
+        bson_append_value(&doc, b->e[i].key, (int)b->e[i].klen, &b->e[i].val);
+        expr_budget_charge(b->e[i].klen);
+        if (doc.len > EXPR_MAX_VALUE_BYTES) {
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "%s: result exceeds %d bytes", opname,
+                     EXPR_MAX_VALUE_BYTES);
+        }
+    }
+    expr_value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);
+    bson_init(&doc);
+done:
+    bson_destroy(&doc);
+    return ret;
+}
+
 EXPR_FN(expr_op_array_to_object)
 {
     bson_value_t v, *vals = NULL;
-    bson_t doc = BSON_INITIALIZER;
+    objb_t ob = {0};
     size_t n = 0;
     bool pairs;
     int ret = shl_expr_evaluate(e->args[0], ctx, &v, st);
     if (ret != 0) {
-        bson_destroy(&doc);
         return ret;
     }
     if (expr_nullish(&v)) {
@@ -895,19 +983,16 @@ EXPR_FN(expr_op_array_to_object)
         }
         if (strlen(k->value.v_utf8.str) != k->value.v_utf8.len) {
             bson_free(kv);
-            SHL_FAIL(st, 4940400, "Key field cannot contain an embedded null byte");
+            SHL_FAIL(st, pairs ? 4940400 : 4940401,
+                     "Key field cannot contain an embedded null byte");
         }
-        doc_set(&doc, k->value.v_utf8.str, k->value.v_utf8.len, val);
+        objb_add(&ob, k->value.v_utf8.str, k->value.v_utf8.len, val);
         bson_free(kv);
-        if (doc.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$arrayToObject: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
-        }
     }
 finish:
-    expr_value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);
-    bson_init(&doc);
+    ret = objb_finish(&ob, "$arrayToObject", out, st);
 done:
-    bson_destroy(&doc);
+    bson_free(ob.e);
     bson_free(vals);
     bson_value_destroy(&v);
     return ret;
@@ -1206,10 +1291,19 @@ done:
     return ret;
 }
 
+static int
+cmp_pos_by_value(const void *a, const void *b, void *arg)
+{
+    const bson_value_t *vals = arg;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = shl_expr_compare(&vals[x], &vals[y]);
+    return c != 0 ? c : (x < y ? -1 : (x > y ? 1 : 0));
+}
+
 EXPR_FN(expr_op_set_difference)
 {
-    bson_value_t v[2], *l = NULL, *r = NULL, *seen = NULL;
-    size_t nl = 0, nr = 0, ns = 0;
+    bson_value_t v[2], *l = NULL, *r = NULL;
+    size_t nl = 0, nr = 0;
     expr_arr_t res;
     int ret = expr_eval_args(e, ctx, v, st);
     if (ret != 0) {
@@ -1232,25 +1326,33 @@ EXPR_FN(expr_op_set_difference)
     }
     r = to_set(&v[1], &nr);
     l = expr_array_values(&v[0], &nl);
-    seen = bson_malloc0((nl + 1) * sizeof(bson_value_t));
-    for (size_t i = 0; i < nl; i++) {
-        bool dup = false;
-        if (set_has(r, nr, &l[i])) {
-            continue;
+    {
+        /* Keep the first occurrence of each value not in the right-hand set, in input order:
+         * sort positions by (value, position) to find first occurrences in O(n log n). */
+        size_t *pos = bson_malloc((nl + 1) * sizeof(size_t));
+        bool *keep = bson_malloc0(nl + 1);
+        for (size_t i = 0; i < nl; i++) {
+            pos[i] = i;
         }
-        for (size_t j = 0; j < ns && !dup; j++) {
-            dup = shl_expr_compare(&seen[j], &l[i]) == 0;
+        qsort_r(pos, nl, sizeof(size_t), cmp_pos_by_value, l);
+        for (size_t i = 0; i < nl; i++) {
+            if ((i == 0 || shl_expr_compare(&l[pos[i - 1]], &l[pos[i]]) != 0) &&
+                !set_has(r, nr, &l[pos[i]])) {
+                keep[pos[i]] = true;
+            }
         }
-        if (!dup) {
-            seen[ns++] = l[i];
-            expr_arr_append(&res, &l[i]);
+        for (size_t i = 0; i < nl; i++) {
+            if (keep[i]) {
+                expr_arr_append(&res, &l[i]);
+            }
         }
+        bson_free(pos);
+        bson_free(keep);
     }
     ret = expr_arr_finish(&res, out, st);
 done:
     bson_free(l);
     bson_free(r);
-    bson_free(seen);
     expr_arr_cleanup(&res);
     bson_value_destroy(&v[0]);
     bson_value_destroy(&v[1]);
@@ -1367,40 +1469,37 @@ EXPR_FN(expr_op_all_elements_true)
 
 EXPR_FN(expr_op_merge_objects)
 {
-    bson_t doc = BSON_INITIALIZER;
+    bson_value_t *vals = bson_malloc0((e->nargs + 1) * sizeof(bson_value_t));
+    objb_t ob = {0};
     int ret = 0;
+    SHL_ERR(expr_eval_args(e, ctx, vals, st));
     for (size_t i = 0; i < e->nargs; i++) {
-        bson_value_t v;
         bson_t d;
         bson_iter_t it;
-        SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &v, st));
-        if (expr_nullish(&v)) {
-            bson_value_destroy(&v);
+        if (expr_nullish(&vals[i])) {
             continue;
         }
-        if (v.value_type != BSON_TYPE_DOCUMENT) {
-            char *js = query_value_to_json(&v);
+        if (vals[i].value_type != BSON_TYPE_DOCUMENT) {
+            char *js = query_value_to_json(&vals[i]);
             ret = shl_status_set(st, 40400,
                                  "$mergeObjects requires object inputs, but input %s is of type %s",
-                                 js, tname(&v));
+                                 js, tname(&vals[i]));
             bson_free(js);
-            bson_value_destroy(&v);
             goto done;
         }
-        query_bson_view(&v, &d);
+        query_bson_view(&vals[i], &d);
         bson_iter_init(&it, &d);
         while (bson_iter_next(&it)) {
-            doc_set(&doc, bson_iter_key(&it), bson_iter_key_len(&it), bson_iter_value(&it));
-        }
-        bson_value_destroy(&v);
-        if (doc.len > EXPR_MAX_VALUE_BYTES) {
-            SHL_FAIL(st, 10334, "$mergeObjects: result exceeds %d bytes", EXPR_MAX_VALUE_BYTES);
+            objb_add(&ob, bson_iter_key(&it), bson_iter_key_len(&it), bson_iter_value(&it));
         }
     }
-    expr_value_take_bson(&doc, BSON_TYPE_DOCUMENT, out);
-    bson_init(&doc);
+    ret = objb_finish(&ob, "$mergeObjects", out, st);
 done:
-    bson_destroy(&doc);
+    bson_free(ob.e);
+    for (size_t i = 0; i < e->nargs; i++) {
+        bson_value_destroy(&vals[i]);
+    }
+    bson_free(vals);
     return ret;
 }
 
@@ -1432,7 +1531,13 @@ EXPR_PARSE(expr_parse_get_field)
                  "{$literal: '$%s'}?",
                  e->args[0]->path.dotted);
     }
-    if (e->args[0]->kind == EXPR_CONST && e->args[0]->constant.value_type != BSON_TYPE_UTF8) {
+    if (e->args[0]->kind != EXPR_CONST) {
+        /* MongoDB 7.0 takes only a constant field name (7.2 relaxed this). */
+        SHL_FAIL(st, 5654601,
+                 "$getField requires 'field' to evaluate to a constant, but got a non-constant "
+                 "argument");
+    }
+    if (e->args[0]->constant.value_type != BSON_TYPE_UTF8) {
         SHL_FAIL(st, 5654602, "$getField requires 'field' to evaluate to type String, but got %s",
                  tname(&e->args[0]->constant));
     }

@@ -1,9 +1,9 @@
 /*
  * expr_date.c -- date aggregation operators: the date parts ($year ... $isoDayOfWeek, with
  * 'timezone'), $dateToString, $dateFromString, $dateAdd/$dateSubtract, $dateDiff and
- * $dateTrunc. Time zones: "UTC", "GMT", "Z" and fixed offsets ("+02:00", "-0530", "+03");
- * Olson names other than UTC aliases fail with MongoDB's 40485 (no tz database here).
- * Calendar arithmetic is proleptic Gregorian on days since the epoch.
+ * $dateTrunc. Time zones: "UTC"/"GMT"/"Z", fixed offsets ("+02:00", "-0530", "+03") and Olson
+ * names from the system tz database (expr_tz.c); an unknown name fails with MongoDB's 40485.
+ * Calendar arithmetic is proleptic Gregorian on days since the epoch, in 128-bit integers.
  */
 #include "query/expression_private.h"
 
@@ -11,8 +11,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MS_PER_DAY 86400000LL
+
+/* Intermediate date arithmetic is done in 128 bits so that no int64 input can overflow it;
+ * results are range-checked before they become dates. */
+__extension__ typedef __int128 i128;
+
+static i128
+floor_div128(i128 a, i128 b)
+{
+    i128 q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) {
+        q--;
+    }
+    return q;
+}
+
+static bool
+fits64(i128 x, int64_t *out)
+{
+    if (x > (i128)INT64_MAX || x < (i128)INT64_MIN) {
+        return false;
+    }
+    *out = (int64_t)x;
+    return true;
+}
 
 /* days since 1970-01-01 -> civil date (Howard Hinnant's algorithm) */
 static void
@@ -74,8 +99,9 @@ is_leap(int64_t y)
 static void
 to_parts(int64_t ms, int64_t offset_ms, parts_t *p)
 {
-    int64_t local = ms + offset_ms, days = floor_div(local, MS_PER_DAY),
-            rem = local - days * MS_PER_DAY, jan1, wk;
+    i128 local = (i128)ms + offset_ms;
+    int64_t days = (int64_t)floor_div128(local, MS_PER_DAY),
+            rem = (int64_t)(local - (i128)days * MS_PER_DAY), jan1, wk;
     p->days = days;
     civil_from_days(days, &p->year, &p->month, &p->day);
     p->hour = (int)(rem / 3600000);
@@ -111,7 +137,38 @@ to_parts(int64_t ms, int64_t offset_ms, parts_t *p)
     p->iso_week = (int)wk;
 }
 
-/* ---- time zones ---- */
+/* ---- time zones ----
+ * A time zone is a fixed offset or an Olson zone; local wall-clock instants are "UTC
+ * milliseconds + offset at that instant". */
+typedef struct tz {
+    int64_t fixed; /* ms, when zone is NULL */
+    const expr_tzzone_t *zone;
+} tz_t;
+
+static int64_t
+tz_off(const tz_t *tz, int64_t utc_ms)
+{
+    return tz->zone != NULL ? expr_tz_zone_offset(tz->zone, utc_ms) : tz->fixed;
+}
+
+static int64_t
+clamp64(i128 x)
+{
+    return x > (i128)INT64_MAX ? INT64_MAX : (x < (i128)INT64_MIN ? INT64_MIN : (int64_t)x);
+}
+
+/* A local wall-clock instant back to UTC (for a time that is skipped or repeated by a DST
+ * change, the offset in force just before it). */
+static i128
+tz_to_utc(const tz_t *tz, i128 local)
+{
+    int64_t off;
+    if (tz->zone == NULL) {
+        return local - tz->fixed;
+    }
+    off = tz_off(tz, clamp64(local - tz_off(tz, clamp64(local))));
+    return local - off;
+}
 
 static bool
 parse_offset(const char *s, int64_t *off)
@@ -151,11 +208,13 @@ parse_offset(const char *s, int64_t *off)
 
 /* Evaluate a 'timezone' argument. *null = the timezone is nullish (result null). */
 static int
-eval_tz(const shl_expr_t *tz, const shl_expr_ctx_t *ctx, int64_t *off, bool *null, shl_status_t *st)
+eval_tz(const shl_expr_t *tz, const shl_expr_ctx_t *ctx, tz_t *out, bool *null, shl_status_t *st)
 {
     bson_value_t v;
     int ret = 0;
-    *off = 0;
+    int64_t *off = &out->fixed;
+    out->fixed = 0;
+    out->zone = NULL;
     *null = false;
     if (tz == NULL) {
         return 0;
@@ -172,7 +231,7 @@ eval_tz(const shl_expr_t *tz, const shl_expr_ctx_t *ctx, int64_t *off, bool *nul
             strcmp(s, "Etc/UTC") == 0 || strcmp(s, "Etc/GMT") == 0 || strcmp(s, "UCT") == 0 ||
             strcmp(s, "Zulu") == 0) {
             *off = 0;
-        } else if (!parse_offset(s, off)) {
+        } else if (!parse_offset(s, off) && (out->zone = expr_tz_lookup(s)) == NULL) {
             ret = shl_status_set(st, 40485, "unrecognized time zone identifier: \"%s\"", s);
         }
     }
@@ -235,13 +294,14 @@ static int
 eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *null, shl_status_t *st)
 {
     bson_value_t d;
-    int64_t off = 0, ms;
+    int64_t ms;
+    tz_t tz;
     bool tznull = false;
     int ret = 0;
     expr_value_missing(&d);
     *null = false;
     SHL_ERR(shl_expr_evaluate(e->args[0], ctx, &d, st));
-    SHL_ERR(eval_tz(e->args[1], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[1], ctx, &tz, &tznull, st));
     if (expr_nullish(&d) || tznull) {
         *null = true;
         goto done;
@@ -249,7 +309,7 @@ eval_parts(const shl_expr_t *e, const shl_expr_ctx_t *ctx, parts_t *p, bool *nul
     if (!expr_value_as_date(&d, &ms)) {
         SHL_FAIL(st, QC_COERCE_DATE, "can't convert from BSON type %s to Date", expr_type_name(&d));
     }
-    to_parts(ms, off, p);
+    to_parts(ms, tz_off(&tz, ms), p);
 done:
     bson_value_destroy(&d);
     return ret;
@@ -309,7 +369,7 @@ validate_format(const char *f, size_t len, shl_status_t *st)
         if (i + 1 >= len) {
             return shl_status_set(st, 18535, "Unmatched '%%' at end of format string");
         }
-        if (strchr("dGHjLmMsSuUVwYzZ%", f[i + 1]) == NULL || f[i + 1] == '\0') {
+        if (strchr("bBdGHjLmMSuUVwYzZ%", f[i + 1]) == NULL || f[i + 1] == '\0') {
             return shl_status_set(st, 18536, "Invalid format character '%%%c' in format string",
                                   f[i + 1]);
         }
@@ -318,10 +378,15 @@ validate_format(const char *f, size_t len, shl_status_t *st)
     return 0;
 }
 
+static const char *const month_names[12] = {"January",   "February", "March",    "April",
+                                            "May",       "June",     "July",     "August",
+                                            "September", "October",  "November", "December"};
+
 static void
-format_date(const char *f, size_t len, int64_t ms, int64_t off, bson_string_t *s)
+format_date(const char *f, size_t len, int64_t ms, const tz_t *tz, bson_string_t *s)
 {
     parts_t p;
+    int64_t off = tz_off(tz, ms);
     to_parts(ms, off, &p);
     for (size_t i = 0; i < len; i++) {
         if (f[i] != '%') {
@@ -331,6 +396,10 @@ format_date(const char *f, size_t len, int64_t ms, int64_t off, bson_string_t *s
         }
         i++;
         switch (f[i]) {
+        case 'b':
+        case 'B':
+            bson_string_append_printf(s, f[i] == 'b' ? "%.3s" : "%s", month_names[p.month - 1]);
+            break;
         case 'Y':
             bson_string_append_printf(s, "%04lld", (long long)p.year);
             break;
@@ -396,7 +465,8 @@ expr_date_iso_string(int64_t ms, char *buf, size_t len)
 {
     static const char fmt[] = "%Y-%m-%dT%H:%M:%S.%LZ";
     bson_string_t *s = bson_string_new(NULL);
-    format_date(fmt, sizeof(fmt) - 1, ms, 0, s);
+    tz_t utc = {0, NULL};
+    format_date(fmt, sizeof(fmt) - 1, ms, &utc, s);
     snprintf(buf, len, "%s", s->str);
     bson_string_free(s, true);
 }
@@ -405,7 +475,8 @@ EXPR_FN(expr_op_date_to_string)
 {
     static const char deflt[] = "%Y-%m-%dT%H:%M:%S.%LZ";
     bson_value_t d, f;
-    int64_t off = 0, ms;
+    int64_t ms;
+    tz_t tz;
     bool tznull = false;
     bson_string_t *s = NULL;
     int ret = 0;
@@ -420,7 +491,7 @@ EXPR_FN(expr_op_date_to_string)
         }
         SHL_ERR(validate_format(f.value.v_utf8.str, f.value.v_utf8.len, st));
     }
-    SHL_ERR(eval_tz(e->args[2], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[2], ctx, &tz, &tznull, st));
     if (expr_nullish(&d)) {
         if (e->args[3] != NULL) {
             ret = shl_expr_evaluate(e->args[3], ctx, out, st);
@@ -438,9 +509,9 @@ EXPR_FN(expr_op_date_to_string)
     }
     s = bson_string_new(NULL);
     if (e->args[1] != NULL) {
-        format_date(f.value.v_utf8.str, f.value.v_utf8.len, ms, off, s);
+        format_date(f.value.v_utf8.str, f.value.v_utf8.len, ms, &tz, s);
     } else {
-        format_date(deflt, sizeof(deflt) - 1, ms, off, s);
+        format_date(deflt, sizeof(deflt) - 1, ms, &tz, s);
     }
     expr_value_utf8(out, s->str, s->len);
 done:
@@ -488,12 +559,12 @@ typedef struct dparse {
 } dparse_t;
 
 static int64_t
-dparse_ms(const dparse_t *d, int64_t tzoff)
+dparse_ms(const dparse_t *d, const tz_t *tz)
 {
     int64_t days = days_from_civil(d->year, d->month, d->day);
     int64_t local =
         days * MS_PER_DAY + d->hour * 3600000LL + d->minute * 60000LL + d->second * 1000LL + d->ms;
-    return local - (d->has_off ? d->off : tzoff);
+    return d->has_off ? local - d->off : (int64_t)tz_to_utc(tz, local);
 }
 
 static bool
@@ -581,13 +652,16 @@ expr_date_parse_iso(const char *s, int64_t *ms)
         d.minute > 59 || d.second > 59) {
         return false;
     }
-    *ms = dparse_ms(&d, 0);
+    {
+        tz_t utc = {0, NULL};
+        *ms = dparse_ms(&d, &utc);
+    }
     return true;
 }
 
 /* Parse with an explicit format; false on mismatch. */
 static bool
-parse_with_format(const char *s, const char *f, int64_t tzoff, int64_t *ms)
+parse_with_format(const char *s, const char *f, const tz_t *tz, int64_t *ms)
 {
     dparse_t d = {1970, 1, 1, 0, 0, 0, 0, false, 0};
     const char *p = s;
@@ -610,6 +684,22 @@ parse_with_format(const char *s, const char *f, int64_t tzoff, int64_t *ms)
                 return false;
             }
             break;
+        case 'b':
+        case 'B': {
+            int found = 0;
+            for (int k = 0; k < 12 && !found; k++) {
+                size_t l = *f == 'b' ? 3 : strlen(month_names[k]);
+                if (strncasecmp(p, month_names[k], l) == 0) {
+                    d.month = k + 1;
+                    p += l;
+                    found = 1;
+                }
+            }
+            if (!found) {
+                return false;
+            }
+            break;
+        }
         case 'd':
             if (!digits(&p, 2, &d.day)) {
                 return false;
@@ -664,14 +754,15 @@ parse_with_format(const char *s, const char *f, int64_t tzoff, int64_t *ms)
         d.minute > 59 || d.second > 59) {
         return false;
     }
-    *ms = dparse_ms(&d, tzoff);
+    *ms = dparse_ms(&d, tz);
     return true;
 }
 
 EXPR_FN(expr_op_date_from_string)
 {
     bson_value_t s, f;
-    int64_t off = 0, ms = 0;
+    int64_t ms = 0;
+    tz_t tz;
     bool tznull = false, ok;
     int ret = 0;
     expr_value_missing(&s);
@@ -685,7 +776,7 @@ EXPR_FN(expr_op_date_from_string)
         }
         SHL_ERR(validate_format(f.value.v_utf8.str, f.value.v_utf8.len, st));
     }
-    SHL_ERR(eval_tz(e->args[2], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[2], ctx, &tz, &tznull, st));
     if (expr_nullish(&s)) {
         if (e->args[3] != NULL) {
             ret = shl_expr_evaluate(e->args[3], ctx, out, st);
@@ -708,11 +799,12 @@ EXPR_FN(expr_op_date_from_string)
         goto done;
     }
     if (e->args[1] != NULL) {
-        ok = parse_with_format(s.value.v_utf8.str, f.value.v_utf8.str, off, &ms);
+        ok = parse_with_format(s.value.v_utf8.str, f.value.v_utf8.str, &tz, &ms);
     } else {
         ok = expr_date_parse_iso(s.value.v_utf8.str, &ms);
-        if (ok && off != 0 && strpbrk(s.value.v_utf8.str + 10, "Z+-") == NULL) {
-            ms -= off;
+        if (ok && strpbrk(s.value.v_utf8.str + 10, "Z+-") == NULL) {
+            /* no offset in the string: it is wall-clock time in 'timezone' */
+            ms = (int64_t)tz_to_utc(&tz, ms);
         }
     }
     if (!ok) {
@@ -764,12 +856,13 @@ unit_ms(unit_t u)
 
 /* Add months keeping the day clamped to the month's length, in local time. */
 static bool
-add_months(int64_t ms, int64_t off, int64_t months, int64_t *out)
+add_months(int64_t ms, const tz_t *tz, int64_t months, int64_t *out)
 {
     parts_t p;
-    int64_t y, m, days, dim, local;
+    int64_t y, m, days, dim;
+    i128 local;
     static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    to_parts(ms, off, &p);
+    to_parts(ms, tz_off(tz, ms), &p);
     if (months > 12 * 300000 || months < -12 * 300000) {
         return false;
     }
@@ -778,13 +871,13 @@ add_months(int64_t ms, int64_t off, int64_t months, int64_t *out)
     m = m - floor_div(m, 12) * 12 + 1;
     dim = mdays[m - 1] + (m == 2 && is_leap(y));
     days = days_from_civil(y, (int)m, p.day > dim ? (int)dim : p.day);
-    local = days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL + p.second * 1000LL + p.ms;
-    *out = local - off;
-    return true;
+    local = (i128)days * MS_PER_DAY + p.hour * 3600000LL + p.minute * 60000LL + p.second * 1000LL +
+            p.ms;
+    return fits64(tz_to_utc(tz, local), out);
 }
 
 static bool
-date_add(int64_t ms, unit_t u, int64_t amount, int64_t off, int64_t *out)
+date_add(int64_t ms, unit_t u, int64_t amount, const tz_t *tz, int64_t *out)
 {
     int64_t delta;
     if (u >= U_MONTH) {
@@ -792,7 +885,12 @@ date_add(int64_t ms, unit_t u, int64_t amount, int64_t off, int64_t *out)
         if (__builtin_mul_overflow(amount, mult, &months)) {
             return false;
         }
-        return add_months(ms, off, months, out);
+        return add_months(ms, tz, months, out);
+    }
+    if ((u == U_DAY || u == U_WEEK) && tz->zone != NULL) {
+        /* calendar days in the zone: the wall-clock time is kept across DST changes */
+        i128 local = (i128)ms + tz_off(tz, ms) + (i128)amount * unit_ms(u);
+        return fits64(tz_to_utc(tz, local), out);
     }
     if (__builtin_mul_overflow(amount, unit_ms(u), &delta) ||
         __builtin_add_overflow(ms, delta, out)) {
@@ -840,7 +938,8 @@ date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *ou
 {
     const char *name = e->op->name;
     bson_value_t v[3];
-    int64_t off = 0, ms, amount, r;
+    int64_t ms, amount, r;
+    tz_t tz;
     bool tznull = false;
     unit_t u;
     int ret = 0;
@@ -855,7 +954,7 @@ date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *ou
         goto done;
     }
     SHL_ERR(parse_unit(&v[1], name, &u, st));
-    SHL_ERR(eval_tz(e->args[3], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[3], ctx, &tz, &tznull, st));
     if (tznull) {
         expr_value_null(out);
         goto done;
@@ -873,7 +972,7 @@ date_add_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *ou
         }
         amount = -amount;
     }
-    if (!date_add(ms, u, amount, off, &r)) {
+    if (!date_add(ms, u, amount, &tz, &r)) {
         SHL_FAIL(st, 5166406, "%s overflowed", subtract ? "dateSubtract" : "dateAdd");
     }
     expr_value_date(out, r);
@@ -915,7 +1014,7 @@ done:
 }
 
 static int
-start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
+start_of_week(const bson_value_t *v, const char *opname, int *dow, shl_status_t *st)
 {
     static const char *const names[] = {"sunday",   "monday", "tuesday", "wednesday",
                                         "thursday", "friday", "saturday"};
@@ -929,16 +1028,24 @@ start_of_week(const bson_value_t *v, int *dow, shl_status_t *st)
             }
         }
     }
-    return shl_status_set(st, 5439015, "startOfWeek must be a valid day of the week");
+    if (v->value_type != BSON_TYPE_UTF8) {
+        return shl_status_set(st, 5439015, "%s requires 'startOfWeek' to be a string, but got %s",
+                              opname, expr_type_name(v));
+    }
+    return shl_status_set(st, 5439016,
+                          "%s parameter 'startOfWeek' value cannot be recognized as a day of a "
+                          "week: %s",
+                          opname, v->value.v_utf8.str);
 }
 
 /* Number of unit boundaries crossed between two instants (MongoDB's dateDiff). */
-static int64_t
-diff_units(int64_t a, int64_t b, unit_t u, int64_t off, int sow)
+static i128
+diff_units(int64_t a, int64_t b, unit_t u, const tz_t *tz, int sow)
 {
     parts_t pa, pb;
-    to_parts(a, off, &pa);
-    to_parts(b, off, &pb);
+    int64_t offa = tz_off(tz, a), offb = tz_off(tz, b);
+    to_parts(a, offa, &pa);
+    to_parts(b, offb, &pb);
     switch (u) {
     case U_YEAR:
         return pb.year - pa.year;
@@ -954,14 +1061,15 @@ diff_units(int64_t a, int64_t b, unit_t u, int64_t off, int sow)
     case U_DAY:
         return pb.days - pa.days;
     default:
-        return floor_div(b + off, unit_ms(u)) - floor_div(a + off, unit_ms(u));
+        return floor_div128((i128)b + offb, unit_ms(u)) - floor_div128((i128)a + offa, unit_ms(u));
     }
 }
 
 EXPR_FN(expr_op_date_diff)
 {
     bson_value_t v[3], sw;
-    int64_t off = 0, a, b;
+    int64_t a, b;
+    tz_t tz;
     int sow = 0;
     bool tznull = false;
     unit_t u;
@@ -973,7 +1081,7 @@ EXPR_FN(expr_op_date_diff)
     for (int i = 0; i < 3; i++) {
         SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &v[i], st));
     }
-    SHL_ERR(eval_tz(e->args[3], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[3], ctx, &tz, &tznull, st));
     SHL_ERR(expr_eval_opt(e->args[4], ctx, &sw, st));
     if (expr_nullish(&v[0]) || expr_nullish(&v[1]) || expr_nullish(&v[2]) || tznull ||
         (e->args[4] != NULL && expr_nullish(&sw))) {
@@ -990,9 +1098,15 @@ EXPR_FN(expr_op_date_diff)
     }
     SHL_ERR(parse_unit(&v[2], "$dateDiff", &u, st));
     if (u == U_WEEK && e->args[4] != NULL) {
-        SHL_ERR(start_of_week(&sw, &sow, st));
+        SHL_ERR(start_of_week(&sw, "$dateDiff", &sow, st));
     }
-    expr_value_int64(out, diff_units(a, b, u, off, sow));
+    {
+        int64_t d;
+        if (!fits64(diff_units(a, b, u, &tz, sow), &d)) {
+            SHL_FAIL(st, 5166308, "dateDiff overflowed");
+        }
+        expr_value_int64(out, d);
+    }
 done:
     for (int i = 0; i < 3; i++) {
         bson_value_destroy(&v[i]);
@@ -1021,7 +1135,8 @@ done:
 EXPR_FN(expr_op_date_trunc)
 {
     bson_value_t v[3], sw;
-    int64_t off = 0, ms, bin = 1, r;
+    int64_t off, ms, bin = 1, r;
+    tz_t tz;
     int sow = 0;
     bool tznull = false;
     unit_t u;
@@ -1033,7 +1148,7 @@ EXPR_FN(expr_op_date_trunc)
     for (int i = 0; i < 3; i++) {
         SHL_ERR(expr_eval_opt(e->args[i], ctx, &v[i], st));
     }
-    SHL_ERR(eval_tz(e->args[3], ctx, &off, &tznull, st));
+    SHL_ERR(eval_tz(e->args[3], ctx, &tz, &tznull, st));
     SHL_ERR(expr_eval_opt(e->args[4], ctx, &sw, st));
     if (expr_nullish(&v[0]) || expr_nullish(&v[1]) || (e->args[2] != NULL && expr_nullish(&v[2])) ||
         tznull || (e->args[4] != NULL && expr_nullish(&sw))) {
@@ -1058,34 +1173,43 @@ EXPR_FN(expr_op_date_trunc)
         }
     }
     if (u == U_WEEK && e->args[4] != NULL) {
-        SHL_ERR(start_of_week(&sw, &sow, st));
+        SHL_ERR(start_of_week(&sw, "$dateTrunc", &sow, st));
     }
     {
         /* Bins are counted from a reference instant: 2000-01-01T00:00 local (a Saturday) for
          * calendar units, shifted to the start of week for weeks; the epoch otherwise. */
         int64_t ref_days = days_from_civil(2000, 1, 1);
-        int64_t local = ms + off;
+        i128 local, res;
+        off = tz_off(&tz, ms);
+        local = (i128)ms + off;
         if (u <= U_HOUR) {
-            int64_t width = unit_ms(u) * bin, refms = ref_days * MS_PER_DAY;
-            r = refms + floor_div(local - refms, width) * width - off;
+            i128 width = (i128)unit_ms(u) * bin, refms = (i128)ref_days * MS_PER_DAY;
+            res = tz_to_utc(&tz, refms + floor_div128(local - refms, width) * width);
         } else if (u == U_DAY || u == U_WEEK) {
-            int64_t days = floor_div(local, MS_PER_DAY), step = u == U_DAY ? bin : 7 * bin;
+            i128 days = floor_div128(local, MS_PER_DAY), step = (i128)(u == U_DAY ? 1 : 7) * bin;
             int64_t ref = ref_days;
             if (u == U_WEEK) {
                 int refw = (int)(((ref % 7) + 7 + 4) % 7);
                 ref -= (refw - sow + 7) % 7;
             }
-            r = (ref + floor_div(days - ref, step) * step) * MS_PER_DAY - off;
+            res = tz_to_utc(&tz, (ref + floor_div128(days - ref, step) * step) * MS_PER_DAY);
         } else {
             parts_t p;
-            int64_t months, mult = u == U_MONTH ? 1 : (u == U_QUARTER ? 3 : 12), width, k;
+            i128 months, width, k, ky;
             to_parts(ms, off, &p);
-            months = (p.year - 2000) * 12 + (p.month - 1);
-            width = mult * bin;
-            k = floor_div(months, width) * width;
-            r = days_from_civil(2000 + floor_div(k, 12), (int)(k - floor_div(k, 12) * 12 + 1), 1) *
-                    MS_PER_DAY -
-                off;
+            months = (i128)(p.year - 2000) * 12 + (p.month - 1);
+            width = (i128)(u == U_MONTH ? 1 : (u == U_QUARTER ? 3 : 12)) * bin;
+            k = floor_div128(months, width) * width;
+            ky = floor_div128(k, 12);
+            if (ky > 400000000 || ky < -400000000) {
+                SHL_FAIL(st, 5439000, "dateTrunc overflowed");
+            }
+            res = tz_to_utc(&tz,
+                            (i128)days_from_civil(2000 + (int64_t)ky, (int)(k - ky * 12 + 1), 1) *
+                                MS_PER_DAY);
+        }
+        if (!fits64(res, &r)) {
+            SHL_FAIL(st, 5439000, "dateTrunc overflowed");
         }
     }
     expr_value_date(out, r);

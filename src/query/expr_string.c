@@ -310,15 +310,16 @@ EXPR_FN(expr_op_split)
         const char *s = v[0].value.v_utf8.str, *sep = v[1].value.v_utf8.str;
         size_t len = v[0].value.v_utf8.len, sl = v[1].value.v_utf8.len, startpos = 0, i = 0;
         bson_value_t piece;
-        while (i < len) {
-            if (i + sl <= len && memcmp(s + i, sep, sl) == 0) {
-                put_str(&piece, s + startpos, i - startpos);
-                expr_arr_append(&arr, &piece);
-                bson_value_destroy(&piece);
-                i += sl;
-                startpos = i;
-            } else {
-                i++;
+        const char *hit;
+        (void)i;
+        /* memmem is linear (two-way), so no separator makes this quadratic. */
+        while ((hit = memmem(s + startpos, len - startpos, sep, sl)) != NULL) {
+            put_str(&piece, s + startpos, (size_t)(hit - s) - startpos);
+            expr_arr_append(&arr, &piece);
+            bson_value_destroy(&piece);
+            startpos = (size_t)(hit - s) + sl;
+            if (arr.too_big) {
+                break;
             }
         }
         put_str(&piece, s + startpos, len - startpos);
@@ -446,13 +447,8 @@ index_of(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         goto done;
     }
     if (!cp) {
-        for (int64_t i = start; i + (int64_t)tl <= end; i++) {
-            if (memcmp(s + i, tok, tl) == 0) {
-                expr_value_int32(out, (int32_t)i);
-                goto done;
-            }
-        }
-        expr_value_int32(out, -1);
+        const char *hit = memmem(s + start, (size_t)(end - start), tok, tl);
+        expr_value_int32(out, hit == NULL ? -1 : (int32_t)(hit - s));
         goto done;
     }
     if (len == 0 && tl == 0 && start == 0) {
@@ -460,18 +456,25 @@ index_of(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         goto done;
     }
     {
+        /* Find the byte offset of code point 'start', then search linearly (memmem); a token
+         * that starts with a continuation byte can never match at a code point. */
         size_t b = 0;
-        for (int64_t i = 0; i < start; i++) {
-            b += cp_len((unsigned char)s[b]);
-        }
-        for (int64_t i = start; i < end; i++) {
-            if (b + tl <= len && memcmp(s + b, tok, tl) == 0) {
-                expr_value_int32(out, (int32_t)i);
-                goto done;
-            }
+        const char *hit;
+        int64_t at = start;
+        for (int64_t i = 0; i < start && b < len; i++) {
             b += cp_len((unsigned char)s[b]);
         }
         expr_value_int32(out, -1);
+        if (b > len || (tl > 0 && is_cont((unsigned char)tok[0])) ||
+            (hit = memmem(s + b, len - b, tok, tl)) == NULL) {
+            goto done;
+        }
+        for (size_t k = b; k < (size_t)(hit - s); k++) {
+            at += !is_cont((unsigned char)s[k]);
+        }
+        if (at < end) {
+            expr_value_int32(out, (int32_t)at);
+        }
     }
 done:
     for (int i = 0; i < 4; i++) {
@@ -644,6 +647,8 @@ typedef struct rx {
     const char *input;
     size_t len;
     bool null;
+    size_t cp_byte; /* code points before byte cp_byte are counted in cp_count */
+    int32_t cp_count;
 } rx_t;
 
 static int
@@ -770,11 +775,18 @@ rx_match_doc(rx_t *rx, bson_value_t *out)
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(rx->md);
     uint32_t ncap = 0;
     bson_t doc = BSON_INITIALIZER, caps;
-    int32_t idx = 0;
+    int32_t idx;
     pcre2_pattern_info(rx->re, PCRE2_INFO_CAPTURECOUNT, &ncap);
-    for (size_t i = 0; i < ov[0]; i++) {
-        idx += !is_cont((unsigned char)rx->input[i]);
+    /* Matches come in increasing order, so the code point count is carried forward. */
+    if (ov[0] < rx->cp_byte) {
+        rx->cp_byte = 0;
+        rx->cp_count = 0;
     }
+    for (size_t i = rx->cp_byte; i < ov[0]; i++) {
+        rx->cp_count += !is_cont((unsigned char)rx->input[i]);
+    }
+    rx->cp_byte = ov[0];
+    idx = rx->cp_count;
     bson_append_utf8(&doc, "match", 5, rx->input + ov[0], (int)(ov[1] - ov[0]));
     bson_append_int32(&doc, "idx", 3, idx);
     bson_append_array_begin(&doc, "captures", 8, &caps);
@@ -899,13 +911,29 @@ done:
     return ret;
 }
 
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static void
+buf_add(buf_t *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = bson_realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
 static int
 replace(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st,
         bool all)
 {
     const char *name = e->op->name;
     bson_value_t v[3];
-    bson_string_t *res = NULL;
     int ret = expr_eval_args(e, ctx, v, st);
     static const char *const what[] = {"input", "find", "replacement"};
     static const int codes[] = {51746, 51745, 51744};
@@ -927,44 +955,44 @@ replace(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_s
     }
     {
         const char *s = v[0].value.v_utf8.str, *f = v[1].value.v_utf8.str,
-                   *r = v[2].value.v_utf8.str;
-        size_t len = v[0].value.v_utf8.len, fl = v[1].value.v_utf8.len, i = 0, copied = 0;
-        bool replaced = false;
-        res = bson_string_new(NULL);
-        while (i + fl <= len && !(replaced && !all)) {
-            if (memcmp(s + i, f, fl) == 0) {
-                bson_string_append_printf(res, "%.*s", (int)(i - copied), s + copied);
-                bson_string_append(res, r);
-                if (res->len > EXPR_MAX_VALUE_BYTES) {
-                    SHL_FAIL(st, 10334, "%s: result exceeds the %d byte limit", name,
-                             EXPR_MAX_VALUE_BYTES);
+                   *r = v[2].value.v_utf8.str, *hit;
+        size_t len = v[0].value.v_utf8.len, fl = v[1].value.v_utf8.len, rl = v[2].value.v_utf8.len,
+               pos = 0;
+        buf_t b = {0};
+        if (fl == 0) {
+            /* An empty 'find' matches before the first code point ($replaceOne) or between
+             * all of them and at both ends ($replaceAll). */
+            buf_add(&b, r, rl);
+            while (all && pos < len) {
+                size_t l = cp_len((unsigned char)s[pos]);
+                l = pos + l > len ? len - pos : l;
+                buf_add(&b, s + pos, l);
+                buf_add(&b, r, rl);
+                pos += l;
+                if (b.len > EXPR_MAX_VALUE_BYTES) {
+                    break;
                 }
-                replaced = true;
-                i += fl;
-                copied = i;
-                if (fl == 0) {
-                    /* An empty 'find' matches between every code point. */
-                    if (i >= len) {
-                        break;
-                    }
-                    i += cp_len((unsigned char)s[i]);
-                    bson_string_append_printf(res, "%.*s", (int)(i - copied), s + copied);
-                    copied = i;
-                    if (i >= len && all) {
-                        bson_string_append(res, r);
-                    }
+            }
+        } else {
+            while ((hit = memmem(s + pos, len - pos, f, fl)) != NULL) {
+                buf_add(&b, s + pos, (size_t)(hit - s) - pos);
+                buf_add(&b, r, rl);
+                pos = (size_t)(hit - s) + fl;
+                if (!all || b.len > EXPR_MAX_VALUE_BYTES) {
+                    break;
                 }
-            } else {
-                i++;
             }
         }
-        bson_string_append_printf(res, "%.*s", (int)(len - copied), s + copied);
-        put_str(out, res->str, res->len);
+        buf_add(&b, s + pos, len - pos);
+        if (b.len > EXPR_MAX_VALUE_BYTES) {
+            bson_free(b.p);
+            SHL_FAIL(st, QC_BUF_TOO_BIG, "%s: result exceeds the %d byte limit", name,
+                     EXPR_MAX_VALUE_BYTES);
+        }
+        put_str(out, b.p != NULL ? b.p : "", b.len);
+        bson_free(b.p);
     }
 done:
-    if (res != NULL) {
-        bson_string_free(res, true);
-    }
     for (int i = 0; i < 3; i++) {
         bson_value_destroy(&v[i]);
     }

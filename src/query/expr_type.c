@@ -131,13 +131,9 @@ format_double(double d, char *buf, size_t len)
     } else if (d == 0 && signbit(d)) {
         snprintf(buf, len, "-0");
     } else {
-        /* the shortest representation that reads back as the same double */
-        for (int prec = 1; prec <= 17; prec++) {
-            snprintf(buf, len, "%.*g", prec, d);
-            if (strtod(buf, NULL) == d) {
-                break;
-            }
-        }
+        /* MongoDB 7.0 streams the double through its StringBuilder, which prints "%g" (six
+         * significant digits): $toString of 1/3 is "0.333333". */
+        snprintf(buf, len, "%g", d);
     }
 }
 

@@ -8,6 +8,7 @@
 #include "query/expression_private.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -17,7 +18,9 @@
 #define QC_FIELDPATH_EMPTY_COMPONENT 15998
 #define QC_DOLLAR_ALONE 16872
 #define QC_EXPR_OBJECT_ONE_FIELD 15983
-#define QC_EXPR_DOLLAR_IN_OBJECT 16404
+#define QC_FIELDPATH_DOT_IN_NAME 16412
+#define QC_EXPR_BAD_ARGC_RANGE 28667
+#define QC_EXPR_DUP_FIELD 16406
 #define QC_ADD_TYPE 16554
 #define QC_MULTIPLY_TYPE 16555
 #define QC_CONCAT_TYPE 16702
@@ -113,6 +116,7 @@ expr_value_date(bson_value_t *v, int64_t ms)
 void
 expr_value_utf8(bson_value_t *v, const char *s, size_t len)
 {
+    expr_budget_charge(len);
     memset(v, 0, sizeof(*v));
     v->value_type = BSON_TYPE_UTF8;
     v->value.v_utf8.str = bson_malloc(len + 1);
@@ -255,7 +259,15 @@ expr_arr_append(expr_arr_t *a, const bson_value_t *v)
         a->too_big = true;
         return;
     }
+    if (expr_budget_exhausted()) {
+        a->too_big = true;
+        return;
+    }
     klen = bson_uint32_to_string(a->n++, &k, key, sizeof(key));
+    expr_budget_charge(16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
+                       ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY)
+                            ? v->value.v_doc.data_len
+                            : 0));
     if (v->value_type == BSON_TYPE_EOD) {
         bson_append_null(&a->b, k, (int)klen);
     } else if (!bson_append_value(&a->b, k, (int)klen, v)) {
@@ -270,7 +282,7 @@ expr_arr_finish(expr_arr_t *a, bson_value_t *out, shl_status_t *st)
         bson_destroy(&a->b);
         bson_init(&a->b);
         expr_value_missing(out);
-        return shl_status_set(st, 10334, "array exceeds the %d byte limit for a value",
+        return shl_status_set(st, QC_BUF_TOO_BIG, "array exceeds the %d byte limit for a value",
                               EXPR_MAX_VALUE_BYTES);
     }
     expr_value_take_bson(&a->b, BSON_TYPE_ARRAY, out);
@@ -325,6 +337,14 @@ expr_eval_scoped(const shl_expr_t *e, const shl_expr_ctx_t *ctx, const char *con
     expr_scope_t frame = {tls_scope, names, vals, n};
     const expr_scope_t *saved = tls_scope;
     int ret;
+    if (expr_budget_exhausted()) {
+        expr_value_missing(out);
+        return shl_status_set(
+            st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+            "expression evaluation exceeded its work limit (%llu bytes or %llu values "
+            "built)",
+            (unsigned long long)expr_max_work_bytes, (unsigned long long)expr_max_work_items);
+    }
     tls_scope = &frame;
     ret = shl_expr_evaluate(e, ctx, out, st);
     tls_scope = saved;
@@ -458,9 +478,12 @@ parse_string(const char *s, size_t len, shl_expr_t **out, shl_status_t *st)
         }
         e = expr_new(EXPR_VAR);
         e->var = bson_strndup(name, nlen);
+        /* KEEP/PRUNE/DESCEND are bound only inside $redact, which passes them as variables;
+         * elsewhere they fail at evaluation as undefined. */
         if (strcmp(e->var, "ROOT") != 0 && strcmp(e->var, "CURRENT") != 0 &&
             strcmp(e->var, "REMOVE") != 0 && strcmp(e->var, "NOW") != 0 &&
-            !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
+            strcmp(e->var, "KEEP") != 0 && strcmp(e->var, "PRUNE") != 0 &&
+            strcmp(e->var, "DESCEND") != 0 && !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
             SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
         }
         if (dot != NULL) {
@@ -476,6 +499,21 @@ done:
 }
 
 static const expr_op_t *find_op(const char *name);
+
+/* The $convert shorthands ($toInt, ...) report a wrong argument count with 50723. */
+static expr_eval_fn
+expr_op_convert_alias_marker(const expr_op_t *op)
+{
+    static const expr_eval_fn aliases[] = {
+        expr_op_to_string,  expr_op_to_int,  expr_op_to_long,      expr_op_to_double,
+        expr_op_to_decimal, expr_op_to_bool, expr_op_to_object_id, expr_op_to_date};
+    for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); i++) {
+        if (op->eval == aliases[i]) {
+            return op->eval;
+        }
+    }
+    return NULL;
+}
 
 static int
 parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status_t *st)
@@ -563,6 +601,12 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
         ptrvec_push(&args, a);
     }
     if ((int)args.n < op->min_args || (op->max_args >= 0 && (int)args.n > op->max_args)) {
+        if (strcmp(name, "$ifNull") == 0) {
+            SHL_FAIL(st, 1257300, "$ifNull needs at least two arguments, had: %zu", args.n);
+        }
+        if (op->eval == expr_op_convert_alias_marker(op)) {
+            SHL_FAIL(st, 50723, "%s requires a single argument, got %zu", name, args.n);
+        }
         if (op->min_args == op->max_args) {
             SHL_FAIL(st, QC_EXPR_BAD_ARGC,
                      "Expression %s takes exactly %d arguments. %zu were "
@@ -574,7 +618,7 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
                      "Expression %s takes at least %d arguments. %zu were passed in.", name,
                      op->min_args, args.n);
         }
-        SHL_FAIL(st, QC_EXPR_BAD_ARGC,
+        SHL_FAIL(st, QC_EXPR_BAD_ARGC_RANGE,
                  "Expression %s takes at least %d arguments, and at most "
                  "%d, but %zu were passed in.",
                  name, op->min_args, op->max_args, args.n);
@@ -595,6 +639,12 @@ done:
 }
 
 static int parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st);
+
+static int
+cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static int
 parse_value(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
@@ -685,13 +735,46 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         bson_iter_init(&it, &view);
         while (bson_iter_next(&it)) {
             shl_expr_t *m = NULL;
-            if (bson_iter_key(&it)[0] == '$') {
-                SHL_FAIL(st, QC_EXPR_DOLLAR_IN_OBJECT,
-                         "field path references must be prefixed with a '$' ('%s'", "");
+            const char *key = bson_iter_key(&it);
+            /* FieldPath::uassertValidFieldName, then no duplicates (16406). */
+            if (key[0] == '\0') {
+                SHL_FAIL(st, QC_FIELDPATH_EMPTY_COMPONENT,
+                         "FieldPath field names may not be empty strings.");
+            }
+            if (key[0] == '$') {
+                SHL_FAIL(st, QC_FIELDPATH_DOLLAR,
+                         "FieldPath field names may not start with '$'. Consider using $getField "
+                         "or $setField.");
+            }
+            if (strlen(key) != bson_iter_key_len(&it)) {
+                SHL_FAIL(st, QC_FIELDPATH_NULL_BYTE,
+                         "FieldPath field names may not contain '\\0'.");
+            }
+            if (strchr(key, '.') != NULL) {
+                SHL_FAIL(st, QC_FIELDPATH_DOT_IN_NAME,
+                         "FieldPath field names may not contain '.'. Consider using $getField or "
+                         "$setField.");
             }
             SHL_ERR(parse_value(bson_iter_value(&it), &m, st));
             ptrvec_push(&members, m);
             ptrvec_push(&names, bson_strdup(bson_iter_key(&it)));
+        }
+        if (names.n > 1) {
+            /* Duplicates, found by sorting a copy of the names (objects may be large). */
+            char **sorted = bson_malloc(names.n * sizeof(char *));
+            const char *dup = NULL;
+            memcpy(sorted, names.v, names.n * sizeof(char *));
+            qsort(sorted, names.n, sizeof(char *), cmp_cstr);
+            for (size_t k = 1; k < names.n && dup == NULL; k++) {
+                if (strcmp(sorted[k - 1], sorted[k]) == 0) {
+                    dup = sorted[k];
+                }
+            }
+            bson_free(sorted);
+            if (dup != NULL) {
+                SHL_FAIL(st, QC_EXPR_DUP_FIELD,
+                         "duplicate field name specified in object literal: %s", dup);
+            }
         }
         goto collect;
     }
@@ -870,16 +953,66 @@ expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *val
     }
 done:
     if (ret != 0) {
+        /* Left missing, so a caller that destroys its values again on error is harmless. */
         for (i = 0; i < e->nargs; i++) {
             bson_value_destroy(&vals[i]);
+            expr_value_missing(&vals[i]);
         }
     }
     return ret;
 }
 
+static int eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
+                      shl_status_t *st);
+
+/*
+ * Work budget: one top-level evaluation may produce at most EXPR_MAX_WORK_BYTES of array
+ * elements and strings in total, so that loops such as a $reduce that doubles an array stop
+ * with an error instead of running for hours.
+ */
+static __thread int tls_eval_depth;
+static __thread uint64_t tls_work_bytes, tls_work_items;
+uint64_t expr_max_work_items = EXPR_MAX_WORK_ITEMS;
+uint64_t expr_max_work_bytes = EXPR_MAX_WORK_BYTES;
+
+void
+expr_budget_charge(size_t bytes)
+{
+    tls_work_bytes += bytes;
+    tls_work_items++;
+}
+
+bool
+expr_budget_exhausted(void)
+{
+    return tls_work_bytes > expr_max_work_bytes || tls_work_items > expr_max_work_items;
+}
+
 int
 shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
                   shl_status_t *st)
+{
+    int ret;
+    if (tls_eval_depth == 0) {
+        tls_work_bytes = 0;
+        tls_work_items = 0;
+    }
+    tls_eval_depth++;
+    ret = eval_inner(e, ctx, out, st);
+    tls_eval_depth--;
+    if (ret == 0 && expr_budget_exhausted()) {
+        bson_value_destroy(out);
+        expr_value_missing(out);
+        ret = shl_status_set(
+            st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+            "expression evaluation exceeded its work limit (%llu bytes or %llu values built)",
+            (unsigned long long)expr_max_work_bytes, (unsigned long long)expr_max_work_items);
+    }
+    return ret;
+}
+
+static int
+eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_status_t *st)
 {
     bson_value_t rootv;
     int ret = 0;
@@ -963,6 +1096,11 @@ shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *
     case EXPR_OP:
         ret = e->op->eval(e, ctx, out, st);
         break;
+    }
+    if ((e->kind == EXPR_FIELD || e->kind == EXPR_VAR) &&
+        (out->value_type == BSON_TYPE_ARRAY || out->value_type == BSON_TYPE_DOCUMENT)) {
+        /* Copies of large values count against the work budget too. */
+        expr_budget_charge(out->value.v_doc.data_len);
     }
 done:
     return ret;
@@ -1102,7 +1240,8 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
     bson_value_t *v = bson_malloc0((e->nargs + 1) * sizeof(bson_value_t));
     int64_t lsum = mul ? 1 : 0;
     double dsum = mul ? 1 : 0;
-    bool is_long = false, is_double = false, is_date = false, overflow = false, null = false;
+    bool is_long = false, is_double = false, is_date = false, overflow = false, null = false,
+         is_dec = false;
     int ret = 0;
     char *js;
 
@@ -1127,6 +1266,7 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
             is_long = true;
         } else if (t == BSON_TYPE_DOUBLE || t == BSON_TYPE_DECIMAL128) {
             is_double = true;
+            is_dec = is_dec || t == BSON_TYPE_DECIMAL128;
             x = 0;
         } else {
             js = query_value_to_json(&v[i]);
@@ -1150,6 +1290,9 @@ op_arith(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl_
         out->value_type = BSON_TYPE_DATE_TIME;
         out->value.v_datetime =
             is_double ? (isfinite(dsum) && fabs(dsum) < 9.2e18 ? (int64_t)llround(dsum) : 0) : lsum;
+    } else if (is_dec) {
+        /* a decimal input makes a decimal result (computed through double precision) */
+        expr_value_decimal_from_double(out, dsum);
     } else if (is_double || overflow) {
         out->value_type = BSON_TYPE_DOUBLE;
         out->value.v_double = dsum;
@@ -1191,6 +1334,13 @@ op_concat(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, shl
         SHL_ERR(shl_expr_evaluate(e->args[i], ctx, &v, st));
         if (v.value_type == BSON_TYPE_UTF8) {
             bson_string_append(s, v.value.v_utf8.str);
+            expr_budget_charge(v.value.v_utf8.len);
+            if (s->len > EXPR_MAX_VALUE_BYTES) {
+                bson_value_destroy(&v);
+                SHL_FAIL(st, QC_BUF_TOO_BIG,
+                         "$concat: the result exceeds the %d byte limit for a value",
+                         EXPR_MAX_VALUE_BYTES);
+            }
         } else if (v.value_type == BSON_TYPE_NULL || v.value_type == BSON_TYPE_EOD ||
                    v.value_type == BSON_TYPE_UNDEFINED) {
             null = true;
@@ -1443,6 +1593,24 @@ done:
     return ret;
 }
 
+/* {$rand: {}} (or []): no arguments. */
+static EXPR_PARSE(parse_rand)
+{
+    bson_t view;
+    int ret = 0;
+    (void)op;
+    (void)e;
+    if (arg->value_type != BSON_TYPE_DOCUMENT && arg->value_type != BSON_TYPE_ARRAY) {
+        SHL_FAIL(st, 10065, "invalid parameter: expected an object ($rand)");
+    }
+    query_bson_view(arg, &view);
+    if (bson_count_keys(&view) != 0) {
+        SHL_FAIL(st, 3040501, "$rand does not currently accept arguments");
+    }
+done:
+    return ret;
+}
+
 /* One table for every operator; kept sorted by name for readers, searched linearly. */
 static const expr_op_t ops[] = {
     {"$abs", 1, 1, expr_op_abs, NULL},
@@ -1452,6 +1620,7 @@ static const expr_op_t ops[] = {
     {"$anyElementTrue", 1, 1, expr_op_any_element_true, NULL},
     {"$arrayElemAt", 2, 2, expr_op_array_elem_at, NULL},
     {"$arrayToObject", 1, 1, expr_op_array_to_object, NULL},
+    {"$avg", 0, -1, expr_op_avg, NULL},
     {"$ceil", 1, 1, expr_op_ceil, NULL},
     {"$cmp", 2, 2, op_cmp, NULL},
     {"$concat", 0, -1, op_concat, NULL},
@@ -1498,8 +1667,10 @@ static const expr_op_t ops[] = {
     {"$lte", 2, 2, op_lte, NULL},
     {"$ltrim", 0, 0, expr_op_trim, expr_parse_trim},
     {"$map", 0, 0, expr_op_map, expr_parse_map},
+    {"$max", 0, -1, expr_op_max, NULL},
     {"$mergeObjects", 0, -1, expr_op_merge_objects, NULL},
     {"$millisecond", 0, 0, expr_op_millisecond, expr_parse_date_part},
+    {"$min", 0, -1, expr_op_min, NULL},
     {"$minute", 0, 0, expr_op_minute, expr_parse_date_part},
     {"$mod", 2, 2, expr_op_mod, NULL},
     {"$month", 0, 0, expr_op_month, expr_parse_date_part},
@@ -1509,7 +1680,7 @@ static const expr_op_t ops[] = {
     {"$objectToArray", 1, 1, expr_op_object_to_array, NULL},
     {"$or", 0, -1, op_or, NULL},
     {"$pow", 2, 2, expr_op_pow, NULL},
-    {"$rand", 0, 0, expr_op_rand, NULL},
+    {"$rand", 0, 0, expr_op_rand, parse_rand},
     {"$range", 2, 3, expr_op_range, NULL},
     {"$reduce", 0, 0, expr_op_reduce, expr_parse_reduce},
     {"$regexFind", 0, 0, expr_op_regex_find, expr_parse_regex},
@@ -1539,6 +1710,7 @@ static const expr_op_t ops[] = {
     {"$substrBytes", 3, 3, expr_op_substr_bytes, NULL},
     {"$substrCP", 3, 3, expr_op_substr_cp, NULL},
     {"$subtract", 2, 2, expr_op_subtract, NULL},
+    {"$sum", 0, -1, expr_op_sum, NULL},
     {"$switch", 0, 0, op_switch, parse_switch},
     {"$toBool", 1, 1, expr_op_to_bool, NULL},
     {"$toDate", 1, 1, expr_op_to_date, NULL},

@@ -43,8 +43,10 @@ int shl_expr_parse(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
  * shl_expr_evaluate --
  *     Evaluate 'e' against ctx->root. *out is always initialised: an owned value (free with
  *     bson_value_destroy) whose value_type BSON_TYPE_EOD means "missing" (e.g. "$nofield"
- *     or $$REMOVE). Thread-safe. Errors: the operator's runtime errors (e.g. TypeMismatch 16554
- *     for $add of a string), with MongoDB's codes.
+ *     or $$REMOVE). Thread-safe (variables bound by $let/$map/$filter/$reduce live on the
+ *     calling thread). Errors: the operator's runtime errors (e.g. TypeMismatch 16554 for $add
+ *     of a string), with MongoDB's codes; ExceededMemoryLimit (146) when one evaluation builds
+ *     more than its work budget of arrays/strings, 13548 past 64 MB for one value.
  */
 int shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
                       shl_status_t *st);

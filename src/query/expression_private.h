@@ -57,6 +57,17 @@ struct shl_expr {
 /* Limits that keep malformed or hostile expressions bounded. */
 #define EXPR_MAX_DEPTH 150                      /* nesting of expressions */
 #define EXPR_MAX_VALUE_BYTES (64 * 1024 * 1024) /* MongoDB's BufferMaxSize */
+#define EXPR_MAX_WORK_BYTES (1ULL << 30)        /* array elements/strings built per evaluation */
+#define EXPR_MAX_WORK_ITEMS (8ULL * 1000 * 1000)
+/* The limits in force (EXPR_MAX_WORK_*; the fuzz target lowers them to keep runs short). */
+extern uint64_t expr_max_work_items;
+extern uint64_t expr_max_work_bytes;
+
+/* expr_budget_charge -- count one value of 'bytes' built by the current top-level evaluation;
+ * expr_budget_exhausted -- whether it went past EXPR_MAX_WORK_BYTES or EXPR_MAX_WORK_ITEMS
+ * (the evaluation then fails with ExceededMemoryLimit). */
+void expr_budget_charge(size_t bytes);
+bool expr_budget_exhausted(void);
 
 /* Codes with no name in error_codes.def. */
 #define QC_COERCE_INT 16003
@@ -64,6 +75,7 @@ struct shl_expr {
 #define QC_COERCE_DOUBLE 16005
 #define QC_COERCE_DATE 16006
 #define QC_COERCE_STRING 16007
+#define QC_BUF_TOO_BIG 13548 /* BufBuilder past the 64MB limit */
 
 /* expr_eval_args -- evaluate every argument into vals[] (caller destroys each). */
 int expr_eval_args(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *vals,
@@ -163,6 +175,10 @@ EXPR_FN(expr_op_ln);
 EXPR_FN(expr_op_log);
 EXPR_FN(expr_op_log10);
 EXPR_FN(expr_op_rand);
+EXPR_FN(expr_op_sum);
+EXPR_FN(expr_op_avg);
+EXPR_FN(expr_op_max);
+EXPR_FN(expr_op_min);
 
 /* expr_string.c */
 EXPR_FN(expr_op_substr_bytes);
@@ -252,6 +268,13 @@ EXPR_FN(expr_op_date_trunc);
 void expr_date_iso_string(int64_t ms, char *buf, size_t len);
 /* parse a date string as $dateFromString without format does; false on failure */
 bool expr_date_parse_iso(const char *s, int64_t *ms);
+
+/* expr_tz.c: Olson zones from the system tz database (cached, immutable, thread-safe). */
+typedef struct expr_tzzone expr_tzzone_t;
+/* expr_tz_lookup -- the zone named 'name' ("Europe/Paris"), or NULL if there is none. */
+const expr_tzzone_t *expr_tz_lookup(const char *name);
+/* expr_tz_zone_offset -- the zone's UTC offset in milliseconds at instant 'utc_ms'. */
+int64_t expr_tz_zone_offset(const expr_tzzone_t *z, int64_t utc_ms);
 
 /* expr_type.c */
 EXPR_FN(expr_op_type);

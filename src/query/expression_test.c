@@ -44,6 +44,10 @@ static const ecase_t cases[] = {
     {"{'a': 1, 'b': 2}", "{'e': {'$add': ['$a', '$b', 0.5]}}", "{'v': 3.5}", 0},
     {"{'a': 2147483647}", "{'e': {'$add': ['$a', 1]}}", "{'v': {'$numberLong': '2147483648'}}", 0},
     {"{'a': 1}", "{'e': {'$add': ['$a', null]}}", "{'v': null}", 0},
+    {"{}", "{'e': {'$add': [{'$numberDecimal': '0.5'}, 1]}}", "{'v': {'$numberDecimal': '1.5'}}",
+     0},
+    {"{}", "{'e': {'$multiply': [{'$numberDecimal': '2'}, 3]}}", "{'v': {'$numberDecimal': '6'}}",
+     0},
     {"{'a': 3}", "{'e': {'$multiply': ['$a', 4]}}", "{'v': 12}", 0},
     {"{'a': 'x'}", "{'e': {'$concat': ['$a', 'y']}}", "{'v': 'xy'}", 0},
     {"{'a': [1, 2]}", "{'e': {'$size': '$a'}}", "{'v': 2}", 0},
@@ -85,6 +89,8 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$trunc': [1234.5678, 1]}}", "{'v': 1234.5}", 0},
     {"{}", "{'e': {'$trunc': [-1.7]}}", "{'v': -1.0}", 0},
     {"{}", "{'e': {'$round': [1, 101]}}", NULL, 51083},
+    {"{}", "{'e': {'$round': [1, 2, 3]}}", NULL, 28667},
+    {"{}", "{'e': {'$sum': []}}", "{'v': 0}", 0},
     {"{}", "{'e': {'$round': ['x']}}", NULL, 51081},
     {"{}", "{'e': {'$trunc': [1.5, 1.5]}}", NULL, 51082},
     {"{}", "{'e': {'$pow': [2, 10]}}", "{'v': 1024}", 0},
@@ -199,6 +205,17 @@ static const ecase_t cases[] = {
      "{'v': null}", 0},
     {"{}", "{'e': {'$replaceAll': {'input': 'a', 'find': 1, 'replacement': '-'}}}", NULL, 51745},
     {"{}", "{'e': {'$replaceOne': {'input': 'a', 'find': 'a'}}}", NULL, 51747},
+    {"{}", "{'e': {'$replaceAll': {'input': 'ab', 'find': '', 'replacement': '-'}}}",
+     "{'v': '-a-b-'}", 0},
+    {"{}", "{'e': {'$replaceOne': {'input': 'ab', 'find': '', 'replacement': '-'}}}",
+     "{'v': '-ab'}", 0},
+    {"{}", "{'e': {'$replaceAll': {'input': 'aaa', 'find': 'aa', 'replacement': 'b'}}}",
+     "{'v': 'ba'}", 0},
+    {"{}", "{'e': {'$split': ['a--b--', '--']}}", "{'v': ['a', 'b', '']}", 0},
+    {"{}", "{'e': {'$indexOfBytes': ['abcabc', 'bc', 2, 6]}}", "{'v': 4}", 0},
+    {"{}", "{'e': {'$indexOfBytes': ['abcabc', 'bc', 2, 5]}}", "{'v': -1}", 0},
+    {"{}", "{'e': {'$indexOfCP': ['\u00e9a\u00e9b', '\u00e9b', 1]}}", "{'v': 2}", 0},
+    {"{}", "{'e': {'$indexOfCP': ['\u00e9a\u00e9b', '\u00e9b', 0, 2]}}", "{'v': -1}", 0},
     {"{}", "{'e': {'$strcasecmp': ['abc', 'ABC']}}", "{'v': 0}", 0},
     {"{}", "{'e': {'$strcasecmp': ['abc', 'abd']}}", "{'v': -1}", 0},
     {"{}", "{'e': {'$strcasecmp': ['b', null]}}", "{'v': 1}", 0},
@@ -322,8 +339,10 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$getField': {'field': 'q', 'input': null}}}", "{'v': null}", 0},
     {"{}", "{'e': {'$getField': {'field': 'q', 'input': '$nope'}}}", "{}", 0},
     {"{}", "{'e': {'$getField': {'field': 1}}}", NULL, 5654602},
-    {"{'f': 1}", "{'e': {'$getField': {'field': {'$toLower': 'X'}, 'input': {'x': 3}}}}",
-     "{'v': 3}", 0},
+    {"{'f': 1}", "{'e': {'$getField': {'field': {'$toLower': 'X'}, 'input': {'x': 3}}}}", NULL,
+     5654601},
+    {"{'$x': 4}", "{'e': {'$getField': {'$literal': '$x'}}}", "{'v': 4}", 0},
+    {"{}", "{'e': {'$getField': '$x'}}", NULL, 5654600},
     {"{}", "{'e': {'$setField': {'field': 'b', 'input': {'a': 1}, 'value': 2}}}",
      "{'v': {'a': 1, 'b': 2}}", 0},
     {"{}", "{'e': {'$setField': {'field': 'a', 'input': {'a': 1, 'c': 1}, 'value': '$$REMOVE'}}}",
@@ -356,10 +375,41 @@ static const ecase_t cases[] = {
     {"{'d': {'$date': '2021-03-15T00:30:00Z'}}", "{'e': {'$hour': {'date': '$d', 'timezone': 5}}}",
      NULL, 40517},
     {"{}", "{'e': {'$year': {'dt': 1}}}", NULL, 40535},
+    /* Olson zones from the system tz database (America/New_York: EST -5, EDT -4) */
+    {"{'d': {'$date': '2021-07-01T12:00:00Z'}, 'w': {'$date': '2021-01-01T12:00:00Z'}}",
+     "{'e': [{'$hour': {'date': '$d', 'timezone': 'America/New_York'}}, {'$hour': {'date': "
+     "'$w', 'timezone': 'America/New_York'}}]}",
+     "{'v': [8, 7]}", 0},
+    {"{'d': {'$date': '2021-07-01T12:00:00Z'}}",
+     "{'e': {'$dateToString': {'date': '$d', 'format': '%H:%M %z %Z', 'timezone': "
+     "'America/New_York'}}}",
+     "{'v': '08:00 -0400 -240'}", 0},
+    {"{}",
+     "{'e': {'$dateFromString': {'dateString': '2021-07-01T08:00:00', 'timezone': "
+     "'America/New_York'}}}",
+     "{'v': {'$date': '2021-07-01T12:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateAdd': {'startDate': {'$date': '2021-03-13T12:00:00Z'}, 'unit': 'day', "
+     "'amount': 1, 'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-03-14T11:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateAdd': {'startDate': {'$date': '2021-03-13T12:00:00Z'}, 'unit': 'hour', "
+     "'amount': 24, 'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-03-14T12:00:00Z'}}", 0},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': '2021-07-01T02:00:00Z'}, 'unit': 'day', "
+     "'timezone': 'America/New_York'}}}",
+     "{'v': {'$date': '2021-06-30T04:00:00Z'}}", 0},
+    {"{'d': {'$date': '2021-03-15T00:30:00Z'}}",
+     "{'e': {'$hour': {'date': '$d', 'timezone': '../../etc/passwd'}}}", NULL, 40485},
     {"{'d': {'$date': '2021-03-05T07:08:09.010Z'}}",
      "{'e': {'$dateToString': {'date': '$d', 'format': '%Y/%m/%d %H:%M:%S.%L %j %w %u %U %V "
      "%G %z %Z %%'}}}",
      "{'v': '2021/03/05 07:08:09.010 064 6 5 09 09 2021 +0000 +000 %'}", 0},
+    {"{'d': {'$date': '2021-09-05T07:08:09.010Z'}}",
+     "{'e': {'$dateToString': {'date': '$d', 'format': '%b %B'}}}", "{'v': 'Sep September'}", 0},
+    {"{}", "{'e': {'$dateFromString': {'dateString': '05 sep 2021', 'format': '%d %b %Y'}}}",
+     "{'v': {'$date': '2021-09-05T00:00:00Z'}}", 0},
     {"{'d': {'$date': '2021-03-05T07:08:09.010Z'}}", "{'e': {'$dateToString': {'date': '$d'}}}",
      "{'v': '2021-03-05T07:08:09.010Z'}", 0},
     {"{'d': {'$date': '2021-03-05T23:08:09.010Z'}}",
@@ -444,6 +494,8 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$toDecimal': '1.10'}}", "{'v': {'$numberDecimal': '1.10'}}", 0},
     {"{}", "{'e': {'$toDecimal': 7}}", "{'v': {'$numberDecimal': '7'}}", 0},
     {"{}", "{'e': {'$toString': 0.1}}", "{'v': '0.1'}", 0},
+    {"{}", "{'e': {'$toString': {'$divide': [1, 3]}}}", "{'v': '0.333333'}", 0},
+    {"{}", "{'e': {'$toString': -0.0}}", "{'v': '-0'}", 0},
     {"{}", "{'e': {'$toString': true}}", "{'v': 'true'}", 0},
     {"{}", "{'e': {'$toString': {'$date': '2021-03-05T07:08:09.010Z'}}}",
      "{'v': '2021-03-05T07:08:09.010Z'}", 0},
@@ -470,7 +522,71 @@ static const ecase_t cases[] = {
     {"{}", "{'e': {'$isNumber': ['1']}}", "{'v': false}", 0},
     {"{}", "{'e': {'$toHashedIndexKey': 1}}", "{'v': {'$numberLong': '5902408780260971510'}}", 0},
     {"{}", "{'e': {'$toHashedIndexKey': 1.0}}", "{'v': {'$numberLong': '5902408780260971510'}}", 0},
+    {"{'a': [1, 2.5, 'x']}", "{'e': {'$sum': '$a'}}", "{'v': 3.5}", 0},
+    {"{'a': [1, 2, 3]}", "{'e': {'$avg': '$a'}}", "{'v': 2.0}", 0},
+    {"{'a': [1, null, 3]}", "{'e': [{'$max': '$a'}, {'$min': '$a'}, {'$max': [1, 5, 2]}]}",
+     "{'v': [3, 1, 5]}", 0},
+    {"{}", "{'e': {'$sum': '$nope'}}", "{'v': 0}", 0},
+    {"{}", "{'e': {'$ifNull': [1]}}", NULL, 1257300},
+    {"{}", "{'e': {'$toInt': [1, 2]}}", NULL, 50723},
+    {"{}", "{'e': {'$lt': [{'$rand': {}}, 1]}}", "{'v': true}", 0},
+    {"{}", "{'e': {'$rand': {'a': 1}}}", NULL, 3040501},
+    {"{}", "{'e': {'$rand': 1}}", NULL, 10065},
+    {"{}", "{'e': {'$getField': {'field': 'a', 'k': 1}}}", NULL, 3041701},
+    {"{}", "{'e': {'a': 1, 'b.c': 2}}", NULL, 16412},
+    {"{}", "{'e': {'a': 1, '$b': 2}}", NULL, 16410},
+    {"{}", "{'e': {'a': 1, 'a': 2}}", NULL, 16406},
+    /* one error per remaining operator */
+    {"{}", "{'e': {'$floor': 'x'}}", NULL, 28765},
+    {"{}", "{'e': {'$exp': 'x'}}", NULL, 28765},
+    {"{}", "{'e': {'$sqrt': [true]}}", NULL, 28765},
+    {"{}", "{'e': {'$toLower': [{'a': 1}]}}", NULL, 16007},
+    {"{}", "{'e': {'$regexFindAll': {'input': 'a', 'regex': 'a', 'options': 'q'}}}", NULL, 51108},
+    {"{}", "{'e': {'$regexFind': {'regex': 'a'}}}", NULL, 31022},
+    {"{}", "{'e': {'$ltrim': {'input': 'a', 'chars': 1}}}", NULL, 50700},
+    {"{}", "{'e': {'$last': 'x'}}", NULL, 28689},
+    {"{}", "{'e': {'$isArray': [1, 2]}}", NULL, 16020},
+    {"{}", "{'e': {'$allElementsTrue': 'x'}}", NULL, 17040},
+    {"{}", "{'e': {'$unsetField': {'field': 'a'}}}", NULL, 4161109},
+    {"{}", "{'e': {'$objectToArray': {'$literal': 1}}}", NULL, 40390},
+    {"{}",
+     "{'e': {'$dateSubtract': {'startDate': {'$date': '2021-01-01T00:00:00Z'}, 'unit': 'day', "
+     "'amount': 'x'}}}",
+     NULL, 5166405},
+    {"{}", "{'e': {'$dateSubtract': {'startDate': 1, 'unit': 'day', 'amount': 1, 'x': 1}}}", NULL,
+     5166401},
+    {"{}", "{'e': {'$toLong': 'abc'}}", NULL, 241},
+    {"{}", "{'e': {'$toDecimal': 'abc'}}", NULL, 241},
+    {"{}", "{'e': {'$toBool': [1, 2]}}", NULL, 50723},
+    {"{}", "{'e': {'$isNumber': []}}", NULL, 16020},
+    {"{}", "{'e': {'$toHashedIndexKey': [1, 2]}}", NULL, 16020},
+    {"{}", "{'e': {'$convert': {'input': 1, 'to': 'minKey'}}}", NULL, 241},
+    {"{}", "{'e': {'$convert': {'input': 1, 'to': 'bool', 'onError': 0}}}", "{'v': true}", 0},
+    {"{}", "{'e': {'$toObjectId': null}}", "{'v': null}", 0},
+    {"{}", "{'e': {'$toBool': '$nope'}}", "{'v': null}", 0},
+    {"{}", "{'e': {'$toDouble': {'$date': '1970-01-01T00:00:01Z'}}}", "{'v': 1000.0}", 0},
     /* ---- bounded on malformed input ---- */
+    {"{}", "{'e': {'$add': [{'$concat': ['a']}, {'$divide': [1, 0]}]}}", NULL, 16608},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': {'$numberLong': '-9223372036854775808'}}, 'unit': "
+     "'year', 'binSize': {'$numberLong': '9223372036854775807'}}}}",
+     NULL, 5439000},
+    {"{}",
+     "{'e': {'$dateTrunc': {'date': {'$date': '2021-03-17T10:20:30Z'}, 'unit': 'week', "
+     "'startOfWeek': 'someday'}}}",
+     NULL, 5439016},
+    {"{}",
+     "{'e': {'$dateDiff': {'startDate': {'$date': {'$numberLong': '-9223372036854775808'}}, "
+     "'endDate': {'$date': {'$numberLong': '9223372036854775807'}}, 'unit': 'millisecond'}}}",
+     NULL, 5166308},
+    {"{}",
+     "{'e': {'$reduce': {'input': {'$range': [0, 40]}, 'initialValue': 'ab', 'in': "
+     "{'$concat': ['$$value', '$$value']}}}}",
+     NULL, 13548},
+    {"{}",
+     "{'e': {'$reduce': {'input': {'$range': [0, 3000000]}, 'initialValue': [], 'in': "
+     "{'$concatArrays': ['$$value', ['$$this']]}}}}",
+     NULL, 146},
     {"{}", "{'e': {'$substrCP': ['abc', 0, 2147483647]}}", "{'v': 'abc'}", 0},
     {"{}", "{'e': {'$substrBytes': ['abc', 0, -5]}}", "{'v': 'abc'}", 0},
     {"{}", "{'e': {'$map': [1, 2]}}", NULL, 16878},
@@ -480,7 +596,7 @@ static const ecase_t cases[] = {
     {"{}",
      "{'e': {'$reduce': {'input': {'$range': [0, 40]}, 'initialValue': [1], 'in': "
      "{'$concatArrays': ['$$value', '$$value']}}}}",
-     NULL, 10334},
+     NULL, 13548},
     {"{}", "{'e': {'$foo': 1}}", NULL, 168},
     {"{}", "{'e': {'$eq': [1, 2, 3]}}", NULL, 16020},
     {"{}", "{'e': '$'}", NULL, 16872},
@@ -533,4 +649,60 @@ SHL_TEST(expression_table)
         bson_destroy(spec);
     }
     ASSERT_INT_EQ(failures, 0);
+}
+
+/* $type cannot be written in the table: {"$type": ...} is extended JSON to libbson's parser. */
+SHL_TEST(expression_type_and_now)
+{
+    static const struct {
+        bson_type_t t;
+        const char *name;
+    } types[] = {{BSON_TYPE_INT32, "int"},     {BSON_TYPE_INT64, "long"},
+                 {BSON_TYPE_DOUBLE, "double"}, {BSON_TYPE_UTF8, "string"},
+                 {BSON_TYPE_NULL, "null"},     {BSON_TYPE_EOD, "missing"},
+                 {BSON_TYPE_BOOL, "bool"},     {BSON_TYPE_DATE_TIME, "date"}};
+    bson_t *doc = shl_test_bson("{'i': 1, 'l': {'$numberLong': '1'}, 'd': 1.5, 's': 'x', "
+                                "'n': null, 'b': true, 't': {'$date': '2021-01-01T00:00:00Z'}}");
+    static const char *const paths[] = {"$i", "$l", "$d", "$s", "$n", "$nope", "$b", "$t"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        bson_t spec = BSON_INITIALIZER;
+        bson_value_t sv, v = {0};
+        shl_expr_t *e = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_expr_ctx_t ctx = {0};
+        bson_iter_t it;
+        BSON_APPEND_UTF8(&spec, "$type", paths[i]);
+        sv.value_type = BSON_TYPE_DOCUMENT;
+        sv.value.v_doc.data = bson_malloc(spec.len);
+        memcpy(sv.value.v_doc.data, bson_get_data(&spec), spec.len);
+        sv.value.v_doc.data_len = spec.len;
+        ASSERT_INT_EQ(shl_expr_parse(&sv, &e, &st), 0);
+        bson_free(sv.value.v_doc.data);
+        ctx.root = doc;
+        ASSERT_INT_EQ(shl_expr_evaluate(e, &ctx, &v, &st), 0);
+        ASSERT_INT_EQ(v.value_type, BSON_TYPE_UTF8);
+        ASSERT_STR_EQ(v.value.v_utf8.str, types[i].name);
+        (void)it;
+        bson_value_destroy(&v);
+        shl_expr_destroy(e);
+        bson_destroy(&spec);
+    }
+    {
+        /* $$NOW is the context's clock, constant within an evaluation. */
+        bson_t *spec = shl_test_bson("{'e': {'$eq': ['$$NOW', {'$add': ['$$NOW', 0]}]}}");
+        bson_iter_t it;
+        shl_expr_t *e = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_expr_ctx_t ctx = {0};
+        bool b = false;
+        bson_iter_init_find(&it, spec, "e");
+        ASSERT_INT_EQ(shl_expr_parse(bson_iter_value(&it), &e, &st), 0);
+        ctx.root = doc;
+        ctx.now_ms = 1616000000000;
+        ASSERT_INT_EQ(shl_expr_evaluate_bool(e, &ctx, &b, &st), 0);
+        ASSERT_INT_EQ(b, true);
+        shl_expr_destroy(e);
+        bson_destroy(spec);
+    }
+    bson_destroy(doc);
 }

@@ -23,13 +23,61 @@ typedef struct shl_pipeline_source {
     void *arg;
 } shl_pipeline_source_t;
 
-/* shl_pipeline_opts_t -- `let` variables (may be NULL), allowDiskUse, and the per-stage
- * memory limit of buffering stages ($group; <= 0 means 100 MB). */
+/*
+ * shl_pipeline_env_t -- what the stages that read other collections or catalog data need
+ * from the caller ($lookup, $unionWith, $collStats, $indexStats), so src/query stays free of
+ * storage. Every callback is optional; a stage whose callback is missing fails at run time
+ * with NotImplemented (the router's merger has none).
+ *   open:  a source over collection 'coll' of the pipeline's database, restricted to the
+ *          documents matching 'filter' (may be NULL = all; the caller may apply it with an
+ *          index); a missing collection is an empty source. *cursor is handed back to
+ *          close() when the stage is done with the source.
+ *   stats: append the documents of the $collStats or $indexStats stage ('stage', its
+ *          argument 'spec') to the array 'docs'.
+ */
+typedef struct shl_pipeline_env {
+    int (*open)(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_t *src,
+                void **cursor, shl_status_t *st);
+    void (*close)(void *arg, void *cursor);
+    int (*stats)(void *arg, const char *stage, const bson_t *spec, bson_t *docs,
+                 shl_status_t *st);
+    void *arg;
+} shl_pipeline_env_t;
+
+/* shl_pipeline_opts_t -- `let` variables (may be NULL), allowDiskUse, the per-stage
+ * memory limit of buffering stages ($group, $sort, $bucketAuto, $facet, $sample; <= 0 means
+ * 100 MB), and the environment (may be NULL; borrowed, must outlive the pipeline). */
 typedef struct shl_pipeline_opts {
     const bson_t *vars;
     bool allow_disk_use;
     int64_t max_memory_bytes;
+    const shl_pipeline_env_t *env;
 } shl_pipeline_opts_t;
+
+/* The writing stage that ends a pipeline ($out or $merge), parsed; see shl_pipeline_output. */
+typedef enum {
+    SHL_MERGE_REPLACE,
+    SHL_MERGE_KEEP_EXISTING,
+    SHL_MERGE_MERGE,
+    SHL_MERGE_FAIL,
+    SHL_MERGE_PIPELINE
+} shl_merge_matched_t;
+
+typedef enum { SHL_MERGE_INSERT, SHL_MERGE_DISCARD, SHL_MERGE_NOT_MATCHED_FAIL } shl_merge_nm_t;
+
+typedef struct shl_pipeline_output {
+    bool is_merge;  /* false: $out */
+    const char *db; /* NULL: the aggregate's database */
+    const char *coll;
+    /* $merge only */
+    char **on; /* field paths (borrowed); NULL-terminated; default {"_id"} */
+    size_t non;
+    bool on_given;
+    shl_merge_matched_t when_matched;
+    shl_merge_nm_t when_not_matched;
+    const bson_t *update_pipeline; /* SHL_MERGE_PIPELINE: the array */
+    const bson_t *let;             /* may be NULL: {new: "$$ROOT"} */
+} shl_pipeline_output_t;
 
 typedef struct shl_pipeline shl_pipeline_t;
 
@@ -66,6 +114,30 @@ void shl_pipeline_drop_leading_match(shl_pipeline_t *p);
  *     or $sort, 40228 $replaceRoot of a non-object, ...).
  */
 int shl_pipeline_next(shl_pipeline_t *p, const bson_t **doc, shl_status_t *st);
+
+/*
+ * shl_pipeline_output --
+ *     The $out/$merge stage that ends the pipeline (borrowed from it), or NULL. The pipeline
+ *     itself passes documents through that stage; the caller writes them (src/db).
+ */
+const shl_pipeline_output_t *shl_pipeline_output(const shl_pipeline_t *p);
+
+/*
+ * shl_pipeline_merge_vars --
+ *     The variables of a $merge whenMatched pipeline for the output document 'doc': its
+ *     `let` evaluated against 'doc', or {new: doc} by default. *out is always initialised.
+ */
+int shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
+                            shl_status_t *st);
+
+/*
+ * shl_pipeline_first_stage --
+ *     The name of the first stage ("$documents", ...) or NULL for an empty pipeline.
+ *     shl_pipeline_generates_input: the first stage makes its own documents ($documents,
+ *     $collStats, $indexStats), so the caller need not supply a source.
+ */
+const char *shl_pipeline_first_stage(const shl_pipeline_t *p);
+bool shl_pipeline_generates_input(const shl_pipeline_t *p);
 
 /* shl_pipeline_describe -- append the stages as parsed (for explain) to 'arr' as an array
  * of stage documents. */

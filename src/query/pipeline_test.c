@@ -3,9 +3,11 @@
  * documents, pipeline, expected output documents or error code), run over an in-memory
  * source.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/unit_test.h"
+#include "query/matcher.h"
 #include "query/pipeline.h"
 
 typedef struct pcase {
@@ -63,6 +65,64 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$group': {'n': {'$sum': 1}}}]}", "{'r': []}", 15955},
     {"{'d': []}", "{'p': [{'$group': {'_id': 1, 'n': {'$bogus': 1}}}]}", "{'r': []}", 15952},
     {"{'d': []}", "{'p': [{'$group': {'_id': 1, 'n': 1}}]}", "{'r': []}", 40234},
+    /* accumulators: $stdDevPop $stdDevSamp $mergeObjects $top $bottom $topN $bottomN $firstN
+     * $lastN $maxN $minN */
+    {"{'d': [{'v': 1}, {'v': 2}, {'v': 3}, {'v': 4}, {'v': 'x'}, {}]}",
+     "{'p': [{'$group': {'_id': null, 'p': {'$stdDevPop': '$v'}, 's': {'$stdDevSamp': '$v'}}}]}",
+     "{'r': [{'_id': null, 'p': 1.118033988749895, 's': 1.2909944487358056}]}", 0},
+    {"{'d': [{'v': 1}, {'v': 'x'}]}",
+     "{'p': [{'$group': {'_id': null, 'p': {'$stdDevPop': '$v'}, 's': {'$stdDevSamp': '$v'}}}]}",
+     "{'r': [{'_id': null, 'p': 0.0, 's': null}]}", 0},
+    {"{'d': [{'o': {'a': 1, 'b': 1}}, {'o': null}, {}, {'o': {'b': 2, 'c': 3}}]}",
+     "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
+     "{'r': [{'_id': null, 'm': {'a': 1, 'b': 2, 'c': 3}}]}", 0},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
+     "{'r': []}", 0},
+    {"{'d': [{'o': 5}]}", "{'p': [{'$group': {'_id': null, 'm': {'$mergeObjects': '$o'}}}]}",
+     "{'r': []}", 40400},
+    {"{'d': [{'k': 1, 's': 3, 'v': 'a'}, {'k': 1, 's': 1, 'v': 'b'}, {'k': 1, 's': 2}, {'k': 2, "
+     "'s': 0, 'v': 'z'}]}",
+     "{'p': [{'$group': {'_id': '$k', 't': {'$top': {'output': '$v', 'sortBy': {'s': 1}}}, 'b': "
+     "{'$bottom': {'output': '$v', 'sortBy': {'s': 1}}}, 'tn': {'$topN': {'n': 2, 'output': '$v', "
+     "'sortBy': {'s': -1}}}, 'bn': {'$bottomN': {'n': 2, 'output': ['$v', '$s'], 'sortBy': {'s': "
+     "-1}}}}}]}",
+     "{'r': [{'_id': 1, 't': 'b', 'b': 'a', 'tn': ['a', null], 'bn': [[null, 2], ['b', 1]]}, "
+     "{'_id': 2, 't': 'z', 'b': 'z', 'tn': ['z'], 'bn': [['z', 0]]}]}",
+     0},
+    {"{'d': [{'v': 3}, {'v': null}, {'v': 1}, {}, {'v': 5}, {'v': 2}]}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 3}}, 'l': {'$lastN': "
+     "{'input': '$v', 'n': 2}}, 'mx': {'$maxN': {'input': '$v', 'n': 2}}, 'mn': {'$minN': "
+     "{'input': '$v', 'n': 10}}}}]}",
+     "{'r': [{'_id': null, 'f': [3, null, 1], 'l': [5, 2], 'mx': [5, 3], 'mn': [1, 2, 3, 5]}]}", 0},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 0}}}}]}",
+     "{'r': []}", 5787908},
+    {"{'d': []}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 1.5}}}}]}",
+     "{'r': []}", 5787903},
+    {"{'d': []}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 'a'}}}}]}",
+     "{'r': []}", 5787902},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$lastN': {'input': '$v'}}}}]}",
+     "{'r': []}", 5787906},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$maxN': {'n': 2}}}}]}", "{'r': []}",
+     5787907},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$minN': [1]}}}]}", "{'r': []}",
+     5787900},
+    {"{'d': []}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$firstN': {'input': '$v', 'n': 1, 'x': 1}}}}]}",
+     "{'r': []}", 5787901},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$top': {'output': '$v'}}}}]}",
+     "{'r': []}", 5788005},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$top': {'sortBy': {'a': 1}}}}}]}",
+     "{'r': []}", 5788004},
+    {"{'d': []}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$top': {'n': 1, 'output': 1, 'sortBy': {'a': "
+     "1}}}}}]}",
+     "{'r': []}", 5788002},
+    {"{'d': []}",
+     "{'p': [{'$group': {'_id': null, 'f': {'$topN': {'output': 1, 'sortBy': {'a': 1}}}}}]}",
+     "{'r': []}", 5788003},
+    {"{'d': []}", "{'p': [{'$group': {'_id': null, 'f': {'$bottom': 1}}}]}", "{'r': []}", 5788001},
     /* $sort / $limit / $skip */
     {"{'d': [{'a': 2}, {'a': 3}, {'a': 1}]}", "{'p': [{'$sort': {'a': -1}}]}",
      "{'r': [{'a': 3}, {'a': 2}, {'a': 1}]}", 0},
@@ -104,6 +164,211 @@ static const pcase_t cases[] = {
      "{'r': [{'b': 1}]}", 0},
     {"{'d': [{'a': 1}]}", "{'p': [{'$replaceWith': {'x': '$a'}}]}", "{'r': [{'x': 1}]}", 0},
     {"{'d': [{'a': 1}]}", "{'p': [{'$replaceWith': '$a'}]}", "{'r': []}", 40228},
+    /* $bucket */
+    {"{'d': [{'p': 5}, {'p': 15}, {'p': 12}, {'p': 30}, {'p': 'x'}, {}]}",
+     "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10, 20], 'default': 'other'}}]}",
+     "{'r': [{'_id': 0, 'count': 1}, {'_id': 10, 'count': 2}, {'_id': 'other', 'count': 3}]}", 0},
+    {"{'d': [{'p': 5, 'n': 'a'}, {'p': 7, 'n': 'b'}]}",
+     "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'output': {'names': {'$push': "
+     "'$n'}, 'total': {'$sum': '$p'}}}}]}",
+     "{'r': [{'_id': 0, 'names': ['a', 'b'], 'total': 12}]}", 0},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10]}}]}", "{'r': []}",
+     0},
+    {"{'d': [{'p': 50}]}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10]}}]}",
+     "{'r': []}", 40066},
+    {"{'d': []}", "{'p': [{'$bucket': 1}]}", "{'r': []}", 40201},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'x': 1}}]}",
+     "{'r': []}", 40197},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p'}}]}", "{'r': []}", 40198},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': 'p', 'boundaries': [0, 1]}}]}", "{'r': []}",
+     40202},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': 5}}]}", "{'r': []}", 40200},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0]}}]}", "{'r': []}", 40192},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 'a']}}]}", "{'r': []}",
+     40193},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [5, 1]}}]}", "{'r': []}",
+     40194},
+    {"{'d': []}",
+     "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'default': 5}}]}", "{'r': []}",
+     40199},
+    {"{'d': []}", "{'p': [{'$bucket': {'groupBy': '$p', 'boundaries': [0, 10], 'output': 1}}]}",
+     "{'r': []}", 40196},
+    /* $bucketAuto */
+    {"{'d': [{'p': 4}, {'p': 1}, {'p': 3}, {'p': 2}, {'p': 5}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2}}]}",
+     "{'r': [{'_id': {'min': 1, 'max': 4}, 'count': 3}, {'_id': {'min': 4, 'max': 5}, 'count': "
+     "2}]}",
+     0},
+    {"{'d': [{'p': 1}, {'p': 1}, {'p': 1}, {'p': 2}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 3, 'output': {'s': {'$sum': '$p'}}}}]}",
+     "{'r': [{'_id': {'min': 1, 'max': 2}, 's': 3}, {'_id': {'min': 2, 'max': 2}, 's': 2}]}", 0},
+    {"{'d': [{'p': 1}, {}]}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 5}}]}",
+     "{'r': [{'_id': {'min': null, 'max': 1}, 'count': 1}, {'_id': {'min': 1, 'max': 1}, "
+     "'count': 1}]}",
+     0},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2}}]}", "{'r': []}", 0},
+    {"{'d': [{'p': 1}, {'p': 2}, {'p': 3}, {'p': 4}, {'p': 5}, {'p': 6}, {'p': 7}, {'p': 8}, "
+     "{'p': 9}, {'p': 10}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 3, 'granularity': 'POWERSOF2'}}]}",
+     "{'r': [{'_id': {'min': 0.5, 'max': 4}, 'count': 3}, {'_id': {'min': 4, 'max': 8}, 'count': "
+     "4}, {'_id': {'min': 8, 'max': 16}, 'count': 3}]}",
+     0},
+    {"{'d': [{'p': 30}, {'p': 12}, {'p': 70}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 3, 'granularity': 'R5'}}]}",
+     "{'r': [{'_id': {'min': 10.0, 'max': 16.0}, 'count': 1}, {'_id': {'min': 16.0, 'max': 40.0}, "
+     "'count': 1}, {'_id': {'min': 40.0, 'max': 100.0}, 'count': 1}]}",
+     0},
+    {"{'d': [{'p': 0}, {'p': 0}, {'p': 5}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': '1-2-5'}}]}",
+     "{'r': [{'_id': {'min': 0, 'max': 2.0}, 'count': 2}, {'_id': {'min': 2.0, 'max': 10.0}, "
+     "'count': 1}]}",
+     0},
+    {"{'d': [{'p': 'x'}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}",
+     "{'r': []}", 40258},
+    {"{'d': [{'p': -1}]}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'E6'}}]}",
+     "{'r': []}", 40260},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 'X'}}]}",
+     "{'r': []}", 40257},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 2, 'granularity': 1}}]}",
+     "{'r': []}", 40261},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 1.5}}]}", "{'r': []}",
+     40242},
+    {"{'d': [{'p': 1}]}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 1, 'output': {}}}]}",
+     "{'r': [{'_id': {'min': 1, 'max': 1}, 'count': 1}]}", 0},
+    {"{'d': []}", "{'p': [{'$bucketAuto': []}]}", "{'r': []}", 40240},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p'}}]}", "{'r': []}", 40246},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 0}}]}", "{'r': []}", 40243},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': '$p', 'buckets': 'a'}}]}", "{'r': []}",
+     40241},
+    {"{'d': []}", "{'p': [{'$bucketAuto': {'groupBy': 'p', 'buckets': 1}}]}", "{'r': []}", 40239},
+    /* $facet */
+    {"{'d': [{'a': 1}, {'a': 2}, {'a': 3}]}",
+     "{'p': [{'$facet': {'n': [{'$count': 'c'}], 'big': [{'$match': {'a': {'$gt': 1}}}, "
+     "{'$project': {'_id': 0, 'a': 1}}]}}]}",
+     "{'r': [{'n': [{'c': 3}], 'big': [{'a': 2}, {'a': 3}]}]}", 0},
+    {"{'d': []}", "{'p': [{'$facet': {'n': [{'$count': 'c'}]}}]}", "{'r': [{'n': []}]}", 0},
+    {"{'d': []}", "{'p': [{'$facet': {}}]}", "{'r': []}", 40169},
+    {"{'d': []}", "{'p': [{'$facet': {'a': 1}}]}", "{'r': []}", 40170},
+    {"{'d': []}", "{'p': [{'$facet': {'a': [{'$out': 'x'}]}}]}", "{'r': []}", 40600},
+    {"{'d': []}", "{'p': [{'$facet': {'a': [{'$facet': {'b': [{'$limit': 1}]}}]}}]}",
+     "{'r': []}", 40600},
+    /* $sample */
+    {"{'d': [{'a': 1}, {'a': 1}, {'a': 1}]}", "{'p': [{'$sample': {'size': 2}}]}",
+     "{'r': [{'a': 1}, {'a': 1}]}", 0},
+    {"{'d': [{'a': 1}]}", "{'p': [{'$sample': {'size': 5}}]}", "{'r': [{'a': 1}]}", 0},
+    {"{'d': [{'a': 1}]}", "{'p': [{'$sample': {'size': 0}}]}", "{'r': []}", 0},
+    {"{'d': []}", "{'p': [{'$sample': 1}]}", "{'r': []}", 28745},
+    {"{'d': []}", "{'p': [{'$sample': {'size': 'a'}}]}", "{'r': []}", 28746},
+    {"{'d': []}", "{'p': [{'$sample': {'size': -1}}]}", "{'r': []}", 28747},
+    {"{'d': []}", "{'p': [{'$sample': {'size': 1, 'x': 1}}]}", "{'r': []}", 28748},
+    {"{'d': []}", "{'p': [{'$sample': {}}]}", "{'r': []}", 28749},
+    /* $documents */
+    {"{'d': [{'ignored': 1}]}", "{'p': [{'$documents': [{'x': 1}, {'x': {'$add': [1, 1]}}]}]}",
+     "{'r': [{'x': 1}, {'x': 2}]}", 0},
+    {"{'d': []}", "{'p': [{'$documents': []}]}", "{'r': []}", 0},
+    {"{'d': []}", "{'p': [{'$documents': 1}]}", "{'r': []}", 5858203},
+    {"{'d': []}", "{'p': [{'$documents': [1]}]}", "{'r': []}", 40228},
+    {"{'d': []}", "{'p': [{'$limit': 1}, {'$documents': []}]}", "{'r': []}", 40602},
+    /* $lookup (fake collections under 'c') */
+    {"{'d': [{'_id': 1, 'k': 'a'}, {'_id': 2, 'k': ['b', 'c']}, {'_id': 3}], 'c': {'f': [{'_id': "
+     "10, 'fk': 'a'}, {'_id': 11, 'fk': 'c'}, {'_id': 12}, {'_id': 13, 'fk': 'b'}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}]}",
+     "{'r': [{'_id': 1, 'k': 'a', 'j': [{'_id': 10, 'fk': 'a'}]}, {'_id': 2, 'k': ['b', 'c'], "
+     "'j': [{'_id': 11, 'fk': 'c'}, {'_id': 13, 'fk': 'b'}]}, {'_id': 3, 'j': [{'_id': 12}]}]}",
+     0},
+    {"{'d': [{'_id': 1, 'q': 2}], 'c': {'f': [{'_id': 10, 'v': 1}, {'_id': 11, 'v': 2}, {'_id': "
+     "12, 'v': 3}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'let': {'lim': '$q'}, 'pipeline': [{'$match': {'$expr': "
+     "{'$gte': ['$v', '$$lim']}}}, {'$project': {'_id': 1}}], 'as': 'j'}}]}",
+     "{'r': [{'_id': 1, 'q': 2, 'j': [{'_id': 11}, {'_id': 12}]}]}", 0},
+    {"{'d': [{'_id': 1}], 'c': {}}",
+     "{'p': [{'$lookup': {'from': 'none', 'localField': 'a', 'foreignField': 'b', 'as': "
+     "'x.y'}}]}",
+     "{'r': [{'_id': 1, 'x': {'y': []}}]}", 0},
+    {"{'d': [{'_id': 1}]}",
+     "{'p': [{'$lookup': {'pipeline': [{'$documents': [{'z': 1}]}], 'as': 'j'}}]}",
+     "{'r': [{'_id': 1, 'j': [{'z': 1}]}]}", 0},
+    {"{'d': [{'_id': 1, 'k': [{'$regularExpression': {'pattern': 'a', 'options': ''}}, 2]}], "
+     "'c': {'f': [{'_id': 10, 'fk': 'a'}, {'_id': 11, 'fk': {'$regularExpression': {'pattern': "
+     "'a', 'options': ''}}}, {'_id': 12, 'fk': 2}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}, "
+     "{'$project': {'j._id': 1}}]}",
+     "{'r': [{'_id': 1, 'j': [{'_id': 11}, {'_id': 12}]}]}", 0},
+    {"{'d': [{'_id': 1, 'k': 'a', 'min': 2}], 'c': {'f': [{'_id': 10, 'fk': 'a', 'v': 1}, "
+     "{'_id': 11, 'fk': 'a', 'v': 3}, {'_id': 12, 'fk': 'b', 'v': 5}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'let': {'m': "
+     "'$min'}, 'pipeline': [{'$match': {'$expr': {'$gte': ['$v', '$$m']}}}], 'as': 'j'}}, "
+     "{'$project': {'j': '$j._id'}}]}",
+     "{'r': [{'_id': 1, 'j': [11]}]}", 0},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j'}}]}", "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'localField': 'a', 'foreignField': 'b'}}]}",
+     "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 1, 'as': 'j', 'pipeline': []}}]}", "{'r': []}",
+     9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 2, 'pipeline': []}}]}", "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [], 'bad': 1}}]}",
+     "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'pipeline': [{'$out': 'x'}]}}]}",
+     "{'r': []}", 51047},
+    {"{'d': []}", "{'p': [{'$lookup': {'from': 'f', 'as': 'j', 'localField': 'a'}}]}",
+     "{'r': []}", 9},
+    /* $unionWith */
+    {"{'d': [{'a': 1}], 'c': {'u': [{'b': 1}, {'b': 2}]}}", "{'p': [{'$unionWith': 'u'}]}",
+     "{'r': [{'a': 1}, {'b': 1}, {'b': 2}]}", 0},
+    {"{'d': [{'a': 1}], 'c': {'u': [{'b': 1}, {'b': 2}]}}",
+     "{'p': [{'$unionWith': {'coll': 'u', 'pipeline': [{'$match': {'b': 2}}]}}, {'$count': "
+     "'n'}]}",
+     "{'r': [{'n': 2}]}", 0},
+    {"{'d': []}", "{'p': [{'$unionWith': {'pipeline': [{'$documents': [{'x': 1}]}]}}]}",
+     "{'r': [{'x': 1}]}", 0},
+    {"{'d': []}", "{'p': [{'$unionWith': {'coll': 'u', 'x': 1}}]}", "{'r': []}", 40415},
+    {"{'d': []}", "{'p': [{'$unionWith': {'pipeline': [{'$match': {}}]}}]}", "{'r': []}", 9},
+    {"{'d': []}", "{'p': [{'$unionWith': {'coll': 'u', 'pipeline': [{'$merge': 'x'}]}}]}",
+     "{'r': []}", 31441},
+    /* $collStats / $indexStats (fake environment) */
+    {"{'d': [{'a': 1}]}", "{'p': [{'$collStats': {'count': {}}}]}",
+     "{'r': [{'ns': 'test.d', 'count': 1}]}", 0},
+    {"{'d': []}", "{'p': [{'$indexStats': {}}, {'$project': {'_id': 0, 'name': 1}}]}",
+     "{'r': [{'name': '_id_'}]}", 0},
+    {"{'d': []}", "{'p': [{'$collStats': {'bogus': {}}}]}", "{'r': []}", 40415},
+    {"{'d': []}", "{'p': [{'$indexStats': {'a': 1}}]}", "{'r': []}", 28803},
+    {"{'d': []}", "{'p': [{'$match': {}}, {'$collStats': {}}]}", "{'r': []}", 40602},
+    /* $out / $merge: documents pass through; the caller writes them */
+    {"{'d': [{'a': 1}]}", "{'p': [{'$out': 'o'}]}", "{'r': [{'a': 1}]}", 0},
+    {"{'d': []}", "{'p': [{'$out': 'o'}, {'$limit': 1}]}", "{'r': []}", 40601},
+    {"{'d': []}", "{'p': [{'$out': 1}]}", "{'r': []}", 16990},
+    {"{'d': []}", "{'p': [{'$out': {'coll': 'x'}}]}", "{'r': []}", 40414},
+    {"{'d': []}", "{'p': [{'$out': 'system.x'}]}", "{'r': []}", 17385},
+    {"{'d': [{'a': 1}]}", "{'p': [{'$merge': {'into': 'o', 'whenMatched': 'replace'}}]}",
+     "{'r': [{'a': 1}]}", 0},
+    {"{'d': []}", "{'p': [{'$merge': 1}]}", "{'r': []}", 51182},
+    {"{'d': []}", "{'p': [{'$merge': {'whenMatched': 'replace'}}]}", "{'r': []}", 40414},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 1}}]}", "{'r': []}", 51178},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'on': []}}]}", "{'r': []}", 51187},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'on': 1}}]}", "{'r': []}", 51186},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'on': [1]}}]}", "{'r': []}", 51134},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'whenMatched': 'bogus'}}]}", "{'r': []}", 2},
+    {"{'d': []}",
+     "{'p': [{'$merge': {'into': 'o', 'whenMatched': 'fail', 'whenNotMatched': 'discard'}}]}",
+     "{'r': []}", 51181},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'let': {'a': 1}}}]}", "{'r': []}", 51199},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'x': 1}}]}", "{'r': []}", 40415},
+    {"{'d': []}", "{'p': [{'$merge': {'into': 'o', 'whenMatched': [{'$group': {'_id': 1}}]}}]}",
+     "{'r': []}", 72},
+    /* $redact */
+    {"{'d': [{'_id': 1, 'lvl': 1, 'a': {'lvl': 5, 'x': 1}, 'b': [{'lvl': 1, 'y': 2}, {'lvl': 9}, "
+     "3], 'c': {'x': 2}}, {'_id': 2, 'lvl': 7}]}",
+     "{'p': [{'$redact': {'$cond': [{'$gt': [{'$ifNull': ['$lvl', 0]}, 4]}, '$$PRUNE', "
+     "'$$DESCEND']}}]}",
+     "{'r': [{'_id': 1, 'lvl': 1, 'b': [{'lvl': 1, 'y': 2}, 3], 'c': {'x': 2}}]}", 0},
+    {"{'d': [{'_id': 1, 'a': {'b': 1}}]}", "{'p': [{'$redact': '$$KEEP'}]}",
+     "{'r': [{'_id': 1, 'a': {'b': 1}}]}", 0},
+    {"{'d': [{'_id': 1}]}", "{'p': [{'$redact': 'x'}]}", "{'r': []}", 17053},
+    {"{'d': [{'_id': 1}]}", "{'p': [{'$project': {'k': '$$KEEP'}}]}", "{'r': []}", 17276},
+    /* refused for now */
+    {"{'d': []}", "{'p': [{'$currentOp': {}}]}", "{'r': []}", 238},
     /* composition and errors */
     {"{'d': [{'t': ['a', 'b']}, {'t': ['b']}]}",
      "{'p': [{'$unwind': '$t'}, {'$group': {'_id': '$t', 'n': {'$sum': 1}}}, {'$sort': {'n': -1, "
@@ -136,6 +401,102 @@ arr_next(void *arg, const bson_t **doc, shl_status_t *st)
     return 0;
 }
 
+/* A fake environment: collections under 'c' of the input, filtered with the matcher. */
+typedef struct fake_cur {
+    bson_iter_t it;
+    bson_t cur;
+    shl_matcher_t *m;
+} fake_cur_t;
+
+static int
+fake_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    fake_cur_t *c = arg;
+    const uint8_t *data;
+    uint32_t len;
+
+    for (;;) {
+        bool m = true;
+        if (!bson_iter_next(&c->it)) {
+            *doc = NULL;
+            return 0;
+        }
+        bson_iter_document(&c->it, &len, &data);
+        bson_init_static(&c->cur, data, len);
+        if (c->m != NULL) {
+            int ret = shl_matcher_match(c->m, &c->cur, NULL, &m, st);
+            if (ret != 0) {
+                return ret;
+            }
+        }
+        if (m) {
+            *doc = &c->cur;
+            return 0;
+        }
+    }
+}
+
+static int
+fake_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_t *src,
+          void **cursor, shl_status_t *st)
+{
+    const bson_t *in = arg;
+    fake_cur_t *c = bson_aligned_alloc0(BSON_ALIGNOF(fake_cur_t), sizeof(*c));
+    bson_iter_t it, f;
+    static const bson_t *empty;
+    static bson_t empty_arr = BSON_INITIALIZER;
+
+    (void)empty;
+    bson_iter_init(&c->it, &empty_arr);
+    if (bson_iter_init_find(&it, in, "c") && bson_iter_recurse(&it, &f) &&
+        bson_iter_find(&f, coll)) {
+        bson_iter_recurse(&f, &c->it);
+    }
+    if (filter != NULL && shl_matcher_new(filter, 0, &c->m, st) != 0) {
+        bson_free(c);
+        return st->code;
+    }
+    src->next = fake_next;
+    src->arg = c;
+    *cursor = c;
+    return 0;
+}
+
+static void
+fake_close(void *arg, void *cursor)
+{
+    fake_cur_t *c = cursor;
+    (void)arg;
+    shl_matcher_destroy(c->m);
+    bson_free(c);
+}
+
+static int
+fake_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_status_t *st)
+{
+    const bson_t *in = arg;
+    bson_iter_t it;
+    bson_t d;
+
+    (void)st;
+    BSON_APPEND_DOCUMENT_BEGIN(docs, "0", &d);
+    if (strcmp(stage, "$collStats") == 0) {
+        BSON_APPEND_UTF8(&d, "ns", "test.d");
+        if (bson_has_field(spec, "count") && bson_iter_init_find(&it, in, "d")) {
+            bson_t arr;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_array(&it, &len, &data);
+            bson_init_static(&arr, data, len);
+            BSON_APPEND_INT32(&d, "count", (int32_t)bson_count_keys(&arr));
+        }
+    } else {
+        BSON_APPEND_UTF8(&d, "name", "_id_");
+    }
+    bson_append_document_end(docs, &d);
+    return 0;
+}
+
 /* Run 'pipe' over 'in'; fills 'res' {'r': [...]} and returns the error code. */
 static int
 run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *st)
@@ -156,7 +517,9 @@ run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *
     bson_iter_recurse(&it, &src.it);
     bson_init(res);
     BSON_APPEND_ARRAY_BEGIN(res, "r", &arr);
-    SHL_ERR(shl_pipeline_parse(&stages, NULL, &pl, st));
+    shl_pipeline_env_t env = {fake_open, fake_close, fake_stats, in};
+    shl_pipeline_opts_t opts = {.env = &env};
+    SHL_ERR(shl_pipeline_parse(&stages, &opts, &pl, st));
     shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
     for (;;) {
         const bson_t *d;
@@ -183,6 +546,7 @@ SHL_TEST(pipeline_table)
         const pcase_t *c = &cases[i];
         shl_status_t st = SHL_STATUS_INIT;
         bson_t res;
+        if (getenv("PIPE_TRACE")) fprintf(stderr, "case %zu\n", i);
         int code = run_case(c->in, c->pipe, &res, &st);
         if (code != c->code) {
             fprintf(stderr, "case %zu %s: code %d (%s), want %d\n", i, c->pipe, code, st.reason,
@@ -276,4 +640,48 @@ SHL_TEST(pipeline_group_many_keys)
     shl_pipeline_destroy(pl);
     bson_destroy(pj);
     bson_destroy(&docs);
+}
+
+/* Every stage with arguments of every shape: parse and run must either work or fail with a
+ * status, never crash or leak (run under valgrind/ASan). */
+SHL_TEST(pipeline_stage_args_never_crash)
+{
+    static const char *const stages[] = {
+        "$match",     "$project",    "$addFields",  "$set",        "$unset",     "$group",
+        "$sort",      "$limit",      "$skip",       "$count",      "$sortByCount", "$unwind",
+        "$replaceRoot", "$replaceWith", "$bucket",  "$bucketAuto", "$facet",     "$lookup",
+        "$unionWith", "$sample",     "$documents",  "$collStats",  "$indexStats", "$out",
+        "$merge",     "$redact"};
+    static const char *const args[] = {
+        "null", "1", "-1", "'s'", "'$a'", "[]", "{}", "[{}]", "[1, 'x']", "{'a': 1}",
+        "{'_id': '$a', 'x': {'$topN': {'n': 2, 'output': '$a', 'sortBy': {'a': 1}}}}",
+        "{'groupBy': '$a', 'boundaries': [0, 5, 10], 'default': 'o'}",
+        "{'groupBy': '$a', 'buckets': 2, 'granularity': 'E12'}",
+        "{'f': [{'$match': {}}], 'g': [{'$count': 'n'}]}",
+        "{'from': 'f', 'localField': 'a', 'foreignField': 'a', 'as': 'j'}",
+        "{'from': 'f', 'let': {'v': '$a'}, 'pipeline': [{'$match': {'$expr': '$$v'}}], 'as': "
+        "'j'}",
+        "{'coll': 'f', 'pipeline': [{'$limit': 1}]}", "{'size': 2}", "[{'a': 1}, {'a': 2}]",
+        "{'count': {}, 'storageStats': {}}", "{'into': 'x', 'on': 'a', 'whenMatched': [{'$set': "
+                                             "{'b': 1}}]}",
+        "{'$cond': [true, '$$DESCEND', '$$PRUNE']}", "{'path': '$a', 'includeArrayIndex': 'i'}",
+        "{'newRoot': '$a'}", "{'a': {'$sum': 1}}"};
+    char stage_json[2048];
+    int ran = 0;
+
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        for (size_t j = 0; j < sizeof(args) / sizeof(args[0]); j++) {
+            shl_status_t st = SHL_STATUS_INIT;
+            bson_t res;
+            snprintf(stage_json, sizeof(stage_json), "{'p': [{'%s': %s}]}", stages[i], args[j]);
+            int code = run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}], 'c': "
+                                "{'f': [{'a': 3}, {'a': null}]}}",
+                                stage_json, &res, &st);
+            ASSERT(code >= 0);
+            ran += code == 0;
+            bson_destroy(&res);
+            shl_status_clear(&st);
+        }
+    }
+    ASSERT(ran > 20);
 }

@@ -481,6 +481,132 @@ append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_resul
     bson_append_document_end(reply, &si);
 }
 
+/*
+ * collectionless_aggregate --
+ *     `aggregate: 1` on a user database: a pipeline starting with $documents needs no shard,
+ *     so it runs here whole (stages that read collections fail with NotImplemented) and the
+ *     results come back in the first batch.
+ */
+static int
+collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t pipeline, let, docs = BSON_INITIALIZER;
+    bool found, has_let = false;
+    shl_pipeline_opts_t opts;
+    shl_pipeline_t *pl = NULL;
+    shl_ns_t ns;
+    const char *first;
+
+    SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (!bson_has_field(cmd, "cursor")) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'cursor' option is required, except for aggregate with the explain "
+                 "argument");
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    memset(&opts, 0, sizeof(opts));
+    opts.vars = has_let ? &let : NULL;
+    SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &pl, st));
+    first = shl_pipeline_first_stage(pl);
+    if (first == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "{aggregate: 1} is not valid for an empty pipeline.");
+    }
+    if (strcmp(first, "$documents") != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
+    }
+    if (shl_pipeline_output(pl) != NULL) {
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "$out and $merge after $documents are not supported through the router yet");
+    }
+    for (uint32_t n = 0;; n++) {
+        const bson_t *d;
+        char k[16];
+        const char *kp;
+        SHL_ERR(shl_pipeline_next(pl, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        bson_uint32_to_string(n, &kp, k, sizeof(k));
+        bson_append_document(&docs, kp, -1, d);
+    }
+    SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
+    shl_router_cursor_reply(reply, ns.full, 0, true, &docs, false);
+done:
+    shl_pipeline_destroy(pl);
+    bson_destroy(&docs);
+    return ret;
+}
+
+/*
+ * Stages that read another collection ($lookup, $unionWith, $graphLookup, also inside the
+ * sub-pipelines of $lookup, $unionWith and $facet) run on a shard against its local copy
+ * only, so a sharded foreign collection would give silently incomplete results: refuse it.
+ * Errors: NotImplemented; the catalog cache's.
+ */
+static int
+check_foreign_unsharded(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
+                        shl_status_t *st)
+{
+    bson_iter_t it, stage, arg;
+    int ret = 0;
+
+    if (depth > 20 || !bson_iter_init(&it, pipeline)) {
+        goto done;
+    }
+    while (bson_iter_next(&it)) {
+        const char *name, *from = NULL;
+        bson_t view;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
+            !bson_iter_next(&stage)) {
+            continue;
+        }
+        name = bson_iter_key(&stage);
+        if (strcmp(name, "$lookup") != 0 && strcmp(name, "$unionWith") != 0 &&
+            strcmp(name, "$graphLookup") != 0 && strcmp(name, "$facet") != 0) {
+            continue;
+        }
+        if (BSON_ITER_HOLDS_UTF8(&stage)) {
+            from = bson_iter_utf8(&stage, NULL); /* {$unionWith: "coll"} */
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&stage) && bson_iter_recurse(&stage, &arg)) {
+            while (bson_iter_next(&arg)) {
+                const char *k = bson_iter_key(&arg);
+                if ((strcmp(k, "from") == 0 || strcmp(k, "coll") == 0) &&
+                    BSON_ITER_HOLDS_UTF8(&arg)) {
+                    from = bson_iter_utf8(&arg, NULL);
+                } else if (BSON_ITER_HOLDS_ARRAY(&arg) &&
+                           (strcmp(k, "pipeline") == 0 || strcmp(name, "$facet") == 0)) {
+                    const uint8_t *data;
+                    uint32_t len;
+                    bson_iter_array(&arg, &len, &data);
+                    if (bson_init_static(&view, data, len)) {
+                        SHL_ERR(check_foreign_unsharded(r, db, &view, depth + 1, st));
+                    }
+                }
+            }
+        }
+        if (from != NULL && from[0] != '\0') {
+            char ns[SHL_NS_MAX + 1];
+            shl_routing_table_t *rt = NULL;
+            snprintf(ns, sizeof(ns), "%s.%s", db, from);
+            if (shl_catalog_cache_get_collection(r->cache, ns, &rt, st) == 0 && rt != NULL) {
+                shl_routing_table_release(rt);
+                SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                         "%s from the sharded collection %s is not supported yet", name, ns);
+            }
+            shl_status_clear(st);
+        }
+    }
+done:
+    return ret;
+}
+
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -514,6 +640,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
             ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
                                             zero_batch, reply, st);
+            goto done;
+        }
+        if (BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) == 1.0) {
+            ret = collectionless_aggregate(op, cmd, reply, st);
             goto done;
         }
         SHL_FAIL(
@@ -573,6 +703,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             p.filter = &p.filter_view;
         }
     }
+    SHL_ERR(check_foreign_unsharded(r, ns.db, &p.pipeline, 0, st));
     ret =
         shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
@@ -594,6 +725,12 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
                                        st));
+    if (!p.single && shl_pipeline_output(check) != NULL) {
+        /* The merger here cannot write; the shards' cursors die with 'c'. */
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "%s from a sharded collection is not supported yet",
+                 shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
+    }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "net/message.h"
 #include "query/matcher.h"
 #include "query/projection.h"
 #include "query/sort.h"
@@ -31,8 +32,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shl_status_t st;
     bson_value_t uv;
 
-    if (!bson_init_static(&filter, data, size) ||
-        !bson_validate(&filter, BSON_VALIDATE_NONE, NULL)) {
+    if (shl_msg_check_bson(data, size, &(shl_status_t){0}) != 0 ||
+        !bson_init_static(&filter, data, size)) {
         return 0;
     }
     if (shl_matcher_new(&filter, SHL_MATCHER_DEFAULT, &m, &st) == 0) {

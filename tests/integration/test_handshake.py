@@ -44,3 +44,28 @@ def test_unknown_command(node):
         node.client().admin.command("noSuchCommand")
     assert e.value.code == 59
     assert e.value.details["codeName"] == "CommandNotFound"
+
+
+def test_unix_domain_socket_like_mongod(shale_process):
+    # mongod's default: a 0700 socket <unixSocketPrefix>/mongodb-<port>.sock, removed at
+    # clean shutdown; drivers reach it with a percent-encoded path.
+    import os
+    import stat
+    import tempfile
+    import urllib.parse
+    import pymongo
+    prefix = tempfile.mkdtemp(prefix="shale-sock-")
+    node = shale_process(["node", "--unixSocketPrefix", prefix], name="unixsock")
+    path = os.path.join(prefix, "mongodb-%d.sock" % node.port)
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    c = pymongo.MongoClient("mongodb://" + urllib.parse.quote_plus(path),
+                            serverSelectionTimeoutMS=5000)
+    c.test.c.insert_one({"_id": 1})
+    assert c.test.c.find_one() == {"_id": 1}
+    assert c.admin.command("whatsmyuri")["you"]  # a unix peer has a name too
+    c.close()
+    assert node.stop() == 0
+    assert not os.path.exists(path)
+    off = shale_process(["node", "--unixSocketPrefix", prefix, "--nounixsocket"], name="nosock")
+    assert not os.path.exists(os.path.join(prefix, "mongodb-%d.sock" % off.port))

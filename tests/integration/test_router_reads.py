@@ -497,6 +497,52 @@ def test_config_reads_go_to_the_config_server(cluster):
     assert len(r["cursor"]["nextBatch"]) == 2 and r["cursor"]["id"] == 0
 
 
+# ---------------------------------------------------------------- newer stages (issue 5)
+
+
+@pytest.mark.parametrize("pipeline", [
+    [{"$bucket": {"groupBy": "$x", "boundaries": [-100, 0, 50, 200],
+                  "output": {"n": {"$sum": 1}, "sd": {"$stdDevPop": "$x"}}}}],
+    [{"$bucketAuto": {"groupBy": "$x", "buckets": 4}}],
+    [{"$group": {"_id": "$g", "t": {"$topN": {"n": 3, "output": "$x", "sortBy": {"x": -1}}},
+                 "mn": {"$minN": {"input": "$x", "n": 2}}}}, {"$sort": {"_id": 1}}],
+    [{"$match": {"x": {"$lt": 10}}},
+     {"$facet": {"n": [{"$count": "n"}], "a": [{"$group": {"_id": "$a"}}, {"$sort": {"_id": 1}}]}}],
+])
+def test_new_stages_on_sharded_collection(cluster, pipeline):
+    got, want = both(cluster, lambda db: list(db.c.aggregate(pipeline)))
+    assert got == want
+
+
+def test_lookup_union_out_on_unsharded_collection(cluster):
+    db = cluster.rc.test
+    got = list(db.u.aggregate([
+        {"$match": {"_id": {"$lt": 2}}},
+        {"$lookup": {"from": "u", "localField": "k", "foreignField": "k", "as": "same"}},
+        {"$project": {"n": {"$size": "$same"}}}]))
+    assert got == [{"_id": 0, "n": 8}, {"_id": 1, "n": 8}]
+    assert len(list(db.u.aggregate([{"$unionWith": "u"}]))) == 60
+    db.u.aggregate([{"$match": {"k": 3}}, {"$out": "u_out"}])
+    assert sorted(d["_id"] for d in db.u_out.find()) == [3, 7, 11, 15, 19, 23, 27]
+    db.u_out.drop()
+
+
+def test_out_from_sharded_collection_is_refused(cluster):
+    with pytest.raises(OperationFailure) as e:
+        list(cluster.rc.test.c.aggregate([{"$group": {"_id": "$a"}}, {"$out": "nope"}]))
+    assert e.value.code == 238
+
+
+def test_documents_through_router(cluster):
+    r = cluster.rc.test.command("aggregate", 1, pipeline=[
+        {"$documents": [{"v": 1}, {"v": 2}]}, {"$group": {"_id": None, "s": {"$sum": "$v"}}}],
+        cursor={})
+    assert r["cursor"]["firstBatch"] == [{"_id": None, "s": 3}]
+    with pytest.raises(OperationFailure) as e:
+        cluster.rc.test.command("aggregate", 1, pipeline=[{"$match": {}}], cursor={})
+    assert e.value.code == 73
+
+
 # ---------------------------------------------------------------- last: a shard goes away
 
 

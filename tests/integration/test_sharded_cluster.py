@@ -213,3 +213,23 @@ def test_router_reports_itself_in_config_mongos(cluster):
     doc = wait_until(lambda: cfg.config.mongos.find_one({"_id": host}), timeout=10,
                      what="config.mongos entry")
     assert doc["mongoVersion"] == "7.0.0" and doc["up"] >= 0 and "ping" in doc
+
+
+def test_lookup_from_a_sharded_collection_is_refused_not_incomplete(sharded):
+    # A $lookup runs on the local collection's shard and would see only that shard's part
+    # of a sharded foreign collection: refuse it rather than return partial results.
+    r = sharded.router_client()
+    r.app.local_side.insert_many([{"_id": i, "x": i} for i in range(5)])
+    with pytest.raises(OperationFailure) as e:
+        list(r.app.local_side.aggregate([{"$lookup": {"from": "hashed", "localField": "x",
+                                                       "foreignField": "x", "as": "m"}}]))
+    assert e.value.code == 238
+    with pytest.raises(OperationFailure) as e:
+        list(r.app.local_side.aggregate([{"$unionWith": "hashed"}]))
+    assert e.value.code == 238
+    # from an unsharded foreign collection it works
+    r.app.other.insert_many([{"_id": i, "x": i, "v": i * 10} for i in range(5)])
+    got = list(r.app.local_side.aggregate([
+        {"$lookup": {"from": "other", "localField": "x", "foreignField": "x", "as": "m"}},
+        {"$sort": {"_id": 1}}]))
+    assert [d["m"][0]["v"] for d in got] == [0, 10, 20, 30, 40]
