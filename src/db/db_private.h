@@ -50,7 +50,8 @@ typedef struct db_node {
  * db_write_retry --
  *     shl_storage_write_retry for the write commands: also reports the documents the
  *     committed attempt wrote to the sharding op observer (sharding_hooks.h), after the
- *     commit. Not reentrant on one thread. Errors: as shl_storage_write_retry.
+ *     commit (a unit run inside another reports with the outer one). Errors: as
+ *     shl_storage_write_retry.
  */
 int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
                    uint64_t *last_ts, shl_status_t *st);

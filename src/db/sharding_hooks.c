@@ -145,10 +145,10 @@ db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn f
     unit_trampoline_t t = {fn, arg};
     int ret;
 
-    if (node == NULL || node->sharding.on_write == NULL) {
+    if (node == NULL || node->sharding.on_write == NULL || tl_in_unit) {
+        /* (A unit inside a unit reports with the outer one.) */
         return shl_storage_write_retry(eng, fn, arg, last_ts, st);
     }
-    SHL_INVARIANT(!tl_in_unit);
     tl_in_unit = true;
     ret = shl_storage_write_retry(eng, unit_attempt, &t, last_ts, st);
     tl_in_unit = false;
