@@ -8,7 +8,9 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
+#include "net/command_args.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 
@@ -421,6 +423,339 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- migrations */
+
+/* The config server waits this long for a donor's migration (_shardsvrMoveRange). */
+#define CFG_MIGRATION_TIMEOUT_MS (30 * 60 * 1000)
+
+static const char *const move_range_fields[] = {"toShard",
+                                                "min",
+                                                "max",
+                                                "find",
+                                                "bounds",
+                                                "waitForDelete",
+                                                "forceJumbo",
+                                                "secondaryThrottle",
+                                                "maxChunkSizeBytes",
+                                                "writeConcern",
+                                                NULL};
+
+/*
+ * moveRange's range [min, max) (max NULL: up to the end of the chunk holding min) made one
+ * chunk: the chunk holding min is split at min and/or max first when they are inside it
+ * (changelog "split"), then *rt is reloaded. *idx gets the range's chunk. Errors:
+ * BadValue (not shard keys), InvalidOptions (max beyond that chunk or not above min).
+ */
+static int
+split_for_move(shl_op_ctx_t *op, const char *ns, shl_routing_table_t **rt, const bson_t *min,
+               const bson_t *max, size_t *idx, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(*rt);
+    bson_t nmin = BSON_INITIALIZER, nmax = BSON_INITIALIZER, cmin, cmax, details;
+    const bson_t *points[2];
+    size_t npoints = 0, nout = 0;
+    shl_chunk_type_t *out = NULL, before;
+
+    bson_init(&details);
+    memset(&before, 0, sizeof(before));
+    bson_destroy(&nmin);
+    bson_destroy(&nmax);
+    if (!shl_shard_key_normalize(p, min, &nmin) ||
+        (max != NULL && !shl_shard_key_normalize(p, max, &nmax))) {
+        if (max == NULL) {
+            bson_init(&nmax);
+        }
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the bounds of moveRange are not shard keys of %s", ns);
+    }
+    if (max == NULL) {
+        bson_init(&nmax);
+    }
+    SHL_ERR(shl_routing_table_find_chunk(*rt, &nmin, idx, st));
+    shl_routing_table_chunk_bounds(*rt, *idx, &cmin, &cmax);
+    if (max != NULL &&
+        (shl_shard_key_compare(&nmax, &nmin) <= 0 || shl_shard_key_compare(&nmax, &cmax) > 0)) {
+        char *a = bson_as_relaxed_extended_json(min, NULL);
+        char *b = bson_as_relaxed_extended_json(max, NULL);
+        ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                             "the range [%s, %s) of %s is not inside one chunk", a, b, ns);
+        bson_free(a);
+        bson_free(b);
+        goto done;
+    }
+    if (shl_shard_key_compare(&cmin, &nmin) != 0) {
+        points[npoints++] = &nmin;
+    }
+    if (max != NULL && shl_shard_key_compare(&nmax, &cmax) < 0) {
+        points[npoints++] = &nmax;
+    }
+    if (npoints == 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < npoints; i++) {
+        SHL_ERR(shl_shard_key_check_storage(points[i], st));
+    }
+    shl_routing_table_chunk_to_type(*rt, *idx, &before);
+    SHL_ERR(shl_routing_table_plan_split(*rt, &cmin, points, npoints, &out, &nout, st));
+    out[0].has_id = true;
+    out[0].id = before.id;
+    for (size_t i = 1; i < nout; i++) {
+        out[i].has_id = true;
+        bson_oid_init(&out[i].id, NULL);
+    }
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
+    append_chunk_info(&details, "before", &before);
+    append_chunk_info(&details, "left", &out[0]);
+    append_chunk_info(&details, "right", &out[nout - 1]);
+    BSON_APPEND_UTF8(&details, "owningShard", before.shard);
+    cfg_changelog(op, "split", ns, &details);
+    {
+        const char *shard = before.shard;
+        cfg_flush_shards(ns, &shard, 1);
+    }
+    shl_routing_table_release(*rt);
+    *rt = NULL;
+    SHL_ERR(cfg_load_routing_table(ns, NULL, rt, st));
+    SHL_ERR(shl_routing_table_find_chunk(*rt, &nmin, idx, st));
+done:
+    if (out != NULL) {
+        shl_chunk_types_free(out, nout);
+    }
+    shl_chunk_type_cleanup(&before);
+    bson_destroy(&nmin);
+    bson_destroy(&nmax);
+    bson_destroy(&details);
+    return ret;
+}
+
+/*
+ * _configsvrMoveRange: ns, toShard, and the range as `min` [+ `max`] (split out of its
+ * chunk first when inside it; without max, up to the chunk's end), `find` (the chunk holding
+ * that shard key) or `bounds` (exactly a chunk). Checks under the namespace's mutex (the shard
+ * exists, the chunk exists, it is not on toShard already), then has the donor run the migration
+ * with _shardsvrMoveRange and replies when it has finished. The donor's registry serializes
+ * migrations per shard and joins an identical one; the commit takes the namespace's mutex again.
+ */
+static int
+cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL, *to = NULL;
+    bson_t min, max, find, bmin, bmax, cmin, cmax, fwd = BSON_INITIALIZER, sreply, wc;
+    bool has_min = false, has_max = false, has_find = false, has_bounds = false, found = false;
+    bool locked = false, wait_delete = false, force_jumbo = false;
+    shl_routing_table_t *rt = NULL;
+    shl_shard_type_t target;
+    size_t idx = 0;
+    char from[SHL_SHARD_ID_MAX];
+    bson_iter_t it;
+    int64_t start_us = shl_clock_mono_us();
+
+    (void)op;
+    bson_init(&sreply);
+    memset(&target, 0, sizeof(target));
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    SHL_ERR(shl_cmd_check_fields(cmd, move_range_fields, st));
+    SHL_ERR(shl_cmd_get_string(cmd, "toShard", &to, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_configsvrMoveRange", "toShard", st));
+    }
+    SHL_ERR(cfg_doc_field(cmd, "min", &min, &has_min, st));
+    SHL_ERR(cfg_doc_field(cmd, "max", &max, &has_max, st));
+    SHL_ERR(cfg_doc_field(cmd, "find", &find, &has_find, st));
+    SHL_ERR(parse_bounds(cmd, "_configsvrMoveRange", &bmin, &bmax, &has_bounds, st));
+    if ((int)has_min + (int)has_find + (int)has_bounds != 1 || (has_max && !has_min)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "need to specify exactly one of find, bounds, or min (with an optional max)");
+    }
+    if (bson_iter_init_find(&it, cmd, "waitForDelete")) {
+        wait_delete = bson_iter_as_bool(&it);
+    }
+    if (bson_iter_init_find(&it, cmd, "forceJumbo")) {
+        force_jumbo = bson_iter_as_bool(&it);
+    }
+    cfg_lock_ns(ns);
+    locked = true;
+    SHL_ERR(cfg_get_shard(to, &target, st));
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    if (!shl_routing_table_allow_migrations(rt)) {
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "Collection %s does not allow migrations", ns);
+    }
+    if (has_find) {
+        bson_t key;
+        SHL_ERR(key_from_find(rt, &find, &key, st));
+        ret = shl_routing_table_find_chunk(rt, &key, &idx, st);
+        bson_destroy(&key);
+        SHL_ERR(ret);
+    } else if (has_bounds) {
+        SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
+    } else {
+        SHL_ERR(split_for_move(op, ns, &rt, &min, has_max ? &max : NULL, &idx, st));
+    }
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    snprintf(from, sizeof(from), "%s", shl_routing_table_chunk_shard(rt, idx));
+    if (strcmp(from, to) == 0) {
+        char *a = bson_as_relaxed_extended_json(&cmin, NULL);
+        ret = shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION,
+                             "Chunk with min %s of %s is already on shard %s", a, ns, to);
+        bson_free(a);
+        goto done;
+    }
+    if (shl_routing_table_chunk_jumbo(rt, idx) && !force_jumbo) {
+        SHL_FAIL(st, SHL_CODE_CHUNK_TOO_BIG, "Chunk is marked jumbo; use forceJumbo to move it");
+    }
+    BSON_APPEND_UTF8(&fwd, "_shardsvrMoveRange", ns);
+    BSON_APPEND_UTF8(&fwd, "fromShard", from);
+    BSON_APPEND_UTF8(&fwd, "toShard", to);
+    BSON_APPEND_DOCUMENT(&fwd, "min", &cmin);
+    BSON_APPEND_DOCUMENT(&fwd, "max", &cmax);
+    BSON_APPEND_BOOL(&fwd, "waitForDelete", wait_delete);
+    BSON_APPEND_BOOL(&fwd, "forceJumbo", force_jumbo);
+    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&fwd, &wc);
+    cfg_unlock_ns(ns);
+    locked = false;
+    {
+        shl_shard_type_t donor;
+        char host[SHL_CLIENT_HOST_MAX];
+        SHL_ERR(cfg_get_shard(from, &donor, st));
+        cfg_host_of(donor.host, host, sizeof(host));
+        shl_shard_type_cleanup(&donor);
+        bson_destroy(&sreply);
+        SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &fwd, CFG_MIGRATION_TIMEOUT_MS,
+                               &sreply, st));
+    }
+    BSON_APPEND_INT64(reply, "millis", (shl_clock_mono_us() - start_us) / 1000);
+done:
+    if (locked) {
+        cfg_unlock_ns(ns);
+    }
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    shl_shard_type_cleanup(&target);
+    bson_destroy(&fwd);
+    bson_destroy(&sreply);
+    return ret;
+}
+
+static const char *const commit_migration_fields[] = {
+    "fromShard",    "toShard", "migratedChunk", "fromShardCollectionVersion", "validAfter",
+    "writeConcern", NULL};
+
+/*
+ * _configsvrCommitChunkMigration: ns, fromShard, toShard, migratedChunk {min, max},
+ * fromShardCollectionVersion. Under the namespace's mutex: the chunk must be exactly
+ * [min, max) on fromShard (already on toShard: the commit happened, reply ok); then
+ * shl_routing_table_plan_move's chunks are written (the moved chunk major + 1, the donor's
+ * control chunk major + 1 minor 1), changelog "moveChunk.commit". Reply {shardVersion} of
+ * the donor.
+ */
+static int
+cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL, *from = NULL, *to = NULL;
+    bson_t chunk, min, max, details = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool found = false, locked = false;
+    shl_routing_table_t *rt = NULL, *after = NULL;
+    size_t idx = 0, nout = 0;
+    shl_chunk_type_t *out = NULL;
+    shl_chunk_version_t sv;
+
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    SHL_ERR(shl_cmd_check_fields(cmd, commit_migration_fields, st));
+    SHL_ERR(shl_cmd_get_string(cmd, "fromShard", &from, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_configsvrCommitChunkMigration", "fromShard", st));
+    }
+    SHL_ERR(shl_cmd_get_string(cmd, "toShard", &to, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_configsvrCommitChunkMigration", "toShard", st));
+    }
+    SHL_ERR(cfg_doc_field(cmd, "migratedChunk", &chunk, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_configsvrCommitChunkMigration", "migratedChunk", st));
+    }
+    if (!bson_iter_init_find(&it, &chunk, "min")) {
+        SHL_ERR(shl_idl_missing("ChunkType", "min", st));
+    }
+    SHL_ERR(shl_idl_read_doc(&it, "ChunkType", &min, st));
+    if (!bson_iter_init_find(&it, &chunk, "max")) {
+        SHL_ERR(shl_idl_missing("ChunkType", "max", st));
+    }
+    SHL_ERR(shl_idl_read_doc(&it, "ChunkType", &max, st));
+    cfg_lock_ns(ns);
+    locked = true;
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(chunk_with_bounds(rt, &min, &max, &idx, st));
+    if (strcmp(shl_routing_table_chunk_shard(rt, idx), to) == 0) {
+        /* Committed before (a retry after a lost reply). */
+        sv = shl_routing_table_shard_version(rt, from);
+        shl_chunk_version_append(reply, "shardVersion", &sv);
+        goto done;
+    }
+    if (strcmp(shl_routing_table_chunk_shard(rt, idx), from) != 0) {
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "The chunk being migrated is owned by %s, not by the donor %s",
+                 shl_routing_table_chunk_shard(rt, idx), from);
+    }
+    if (bson_iter_init_find(&it, cmd, "fromShardCollectionVersion")) {
+        shl_chunk_version_t cv, have = shl_routing_table_collection_version(rt);
+        SHL_ERR(shl_chunk_version_parse(&it, &cv, st));
+        if (!shl_chunk_version_same_generation(&cv, &have)) {
+            SHL_FAIL(st, SHL_CODE_STALE_EPOCH,
+                     "The collection %s was dropped or recreated during the migration", ns);
+        }
+    }
+    SHL_ERR(shl_routing_table_plan_move(rt, &min, to, cfg_fresh_ts(), &out, &nout, st));
+    /* The moved chunk and the control chunk in one applyOps. */
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
+    SHL_ERR(shl_routing_table_update(rt, out, nout, &after, st));
+    sv = shl_routing_table_shard_version(after, from);
+    shl_chunk_version_append(reply, "shardVersion", &sv);
+    BSON_APPEND_DOCUMENT(&details, "min", &min);
+    BSON_APPEND_DOCUMENT(&details, "max", &max);
+    BSON_APPEND_UTF8(&details, "from", from);
+    BSON_APPEND_UTF8(&details, "to", to);
+    append_chunk_info(&details, "migratedChunk", &out[0]);
+    if (nout > 1) {
+        append_chunk_info(&details, "controlChunk", &out[1]);
+    }
+    cfg_changelog(op, "moveChunk.commit", ns, &details);
+done:
+    if (locked) {
+        cfg_unlock_ns(ns);
+    }
+    if (out != NULL) {
+        shl_chunk_types_free(out, nout);
+    }
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    if (after != NULL) {
+        shl_routing_table_release(after);
+    }
+    bson_destroy(&details);
+    return ret;
+}
+
+static const shl_command_t move_range_cmd = {
+    .name = "_configsvrMoveRange",
+    .run = cmd_move_range,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "move a chunk to another shard: checks, then the donor migrates it (config server)",
+};
+static const shl_command_t commit_migration_cmd = {
+    .name = "_configsvrCommitChunkMigration",
+    .run = cmd_commit_migration,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "commit a migrated chunk's new owner in config.chunks (config server)",
+};
+
 static const shl_command_t split_chunk_cmd = {
     .name = "_configsvrSplitChunk",
     .run = cmd_split_chunk,
@@ -446,4 +781,6 @@ cfg_register_chunk_commands(shl_command_registry_t *reg)
     shl_command_registry_add(reg, &split_chunk_cmd);
     shl_command_registry_add(reg, &merge_chunks_cmd);
     shl_command_registry_add(reg, &clear_jumbo_cmd);
+    shl_command_registry_add(reg, &move_range_cmd);
+    shl_command_registry_add(reg, &commit_migration_cmd);
 }

@@ -27,6 +27,7 @@ typedef struct apply_op {
 } apply_op_t;
 
 typedef struct apply_ctx {
+    shl_op_ctx_t *op;
     apply_op_t *ops;
     size_t nops;
     shl_coll_handle_t *handles; /* one per distinct namespace, sorted by name */
@@ -103,8 +104,14 @@ apply_all(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         if (ret == 0) {
             if (o->op == 'd') {
                 ret = found ? shl_doc_delete(txn, coll, rid, &cur, NULL, st) : 0;
+                if (ret == 0 && found) {
+                    shl_db_sharding_observe_write(a->op, coll->ns, &cur, NULL);
+                }
             } else if (found) {
                 ret = shl_doc_update(txn, coll, rid, &cur, &o->o, NULL, st);
+                if (ret == 0) {
+                    shl_db_sharding_observe_write(a->op, coll->ns, &cur, &o->o);
+                }
             } else if (o->op == 'u' && !o->upsert) {
                 ret = shl_status_set(st, SHL_CODE_NO_MATCHING_DOCUMENT,
                                      "applyOps[%zu]: update of a document that does not exist "
@@ -112,6 +119,9 @@ apply_all(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
                                      i, o->ns);
             } else {
                 ret = shl_doc_insert(txn, coll, &o->o, NULL, NULL, st);
+                if (ret == 0) {
+                    shl_db_sharding_observe_write(a->op, coll->ns, NULL, &o->o);
+                }
             }
         }
         bson_destroy(&cur);
@@ -204,7 +214,8 @@ cmd_apply_ops(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             }
         }
     }
-    SHL_ERR(shl_storage_write_retry(node->eng, apply_all, &a, &ts, st));
+    a.op = op;
+    SHL_ERR(db_write_retry(op, node->eng, apply_all, &a, &ts, st));
     if (ts != 0) {
         db_op_note_write_ts(ts);
     }

@@ -99,12 +99,14 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
     if (pre == NULL) {
         bson_iter_t it;
         SHL_ERR(shl_doc_insert(txn, u->coll, doc, NULL, NULL, st));
+        shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, doc);
         if (bson_iter_init_find(&it, doc, "_id")) {
             bson_value_copy(bson_iter_value(&it), &u->upserted_id);
             u->upserted = true;
         }
     } else if (changed) {
         SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, NULL, st));
+        shl_db_sharding_observe_write(u->op, u->coll->ns, pre, doc);
     }
     if (u->return_new) {
         u->value = bson_copy(doc);
@@ -162,6 +164,7 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         u->found = true;
         if (u->remove) {
             SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, NULL, st));
+            shl_db_sharding_observe_write(u->op, u->coll->ns, pre, NULL);
             u->value = pre;
             pre = NULL;
         } else {
@@ -266,9 +269,9 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         u.remove = remove;
         u.return_new = return_new;
         u.upsert = upsert;
-        ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+        ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         if (ret == SHL_CODE_DUPLICATE_KEY && upsert && !u.found) {
-            ret = shl_storage_write_retry(node->eng, fam_unit_fn, &u, &ts, st);
+            ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         }
         SHL_ERR(ret);
         db_op_note_write_ts(ts);

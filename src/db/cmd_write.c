@@ -278,6 +278,7 @@ item_doc(const insert_item_t *it)
 
 /* One write unit over items [begin, end). */
 typedef struct insert_unit {
+    shl_op_ctx_t *op;
     const shl_collection_t *coll;
     insert_item_t *items;
     size_t begin, end;
@@ -301,6 +302,9 @@ insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     u->stop = false;
     for (size_t i = u->begin; i < u->end; i++) {
         ret = shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
+        if (ret == 0) {
+            shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, item_doc(&u->items[i]));
+        }
         if (ret == SHL_CODE_DUPLICATE_KEY) {
             /* Nothing of this insert stayed; the unit goes on (or stops, if ordered). */
             u->dup_idx[u->n_dup] = i;
@@ -337,13 +341,17 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_write_result_t res;
     shl_coll_handle_t h;
     insert_unit_t u;
+    shl_db_orphan_filter_t *filter = NULL;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
     memset(&u, 0, sizeof(u));
+    u.op = op;
     SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
-    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_WRITE, st));
+    /* Held until the inserts are done: a shard counts the writes in flight by it (a
+     * migration's critical section waits for them). */
+    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
@@ -403,7 +411,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         u.coll = h.coll;
         u.begin = i;
         u.end = j;
-        rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+        rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
         if (rc == 0) {
             db_op_note_write_ts(ts);
             res.n += (int64_t)u.n_inserted;
@@ -420,7 +428,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             u.begin = k;
             u.end = k + 1;
             ts = 0;
-            rc = shl_storage_write_retry(node->eng, insert_unit_fn, &u, &ts, st);
+            rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
             if (rc == 0) {
                 db_op_note_write_ts(ts);
                 res.n += (int64_t)u.n_inserted;
@@ -457,6 +465,7 @@ done:
     bson_free(u.dup_idx);
     bson_free(u.dup_st);
     shl_write_result_cleanup(&res);
+    shl_db_orphan_filter_release(filter);
     return ret;
 }
 
@@ -523,6 +532,7 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
     if (changed) {
         SHL_ERR(db_doc_after_update(doc, &out, &fixed, st));
         SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, NULL, st));
+        shl_db_sharding_observe_write(u->op, u->coll->ns, doc, fixed != NULL ? fixed : &out);
         u->n_modified++;
     }
 done:
@@ -578,6 +588,9 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         if (ret == 0) {
             const bson_t *ins = fixed != NULL ? fixed : &newdoc;
             ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
+            if (ret == 0) {
+                shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, ins);
+            }
             if (ret == 0 && bson_iter_init_find(&it, ins, "_id")) {
                 bson_value_copy(bson_iter_value(&it), &u->upserted_id);
                 u->upserted = true;
@@ -668,11 +681,11 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     u.stmt = stmt;
     u.q = &q;
     u.upd = upd;
-    ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+    ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     if (ret == SHL_CODE_DUPLICATE_KEY && stmt->upsert) {
         /* Two upserts raced to insert the same key: the loser now finds the winner's
          * document and updates it, as MongoDB retries such upserts. */
-        ret = shl_storage_write_retry(node->eng, update_unit_fn, &u, &ts, st);
+        ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     }
     SHL_ERR(ret);
     db_op_note_write_ts(ts);
@@ -844,6 +857,7 @@ delete_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
             break;
         }
         SHL_ERR(shl_doc_delete(txn, u->coll, row.rid, row.doc, NULL, st));
+        shl_db_sharding_observe_write(u->op, u->coll->ns, row.doc, NULL);
         u->n++;
     }
 done:
@@ -878,7 +892,7 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     u.ns = ns->full;
     u.q = &q;
     u.n = 0;
-    SHL_ERR(shl_storage_write_retry(node->eng, delete_unit_fn, &u, &ts, st));
+    SHL_ERR(db_write_retry(op, node->eng, delete_unit_fn, &u, &ts, st));
     db_op_note_write_ts(ts);
     res->n += u.n;
 done:

@@ -46,6 +46,16 @@ typedef struct db_node {
     shl_db_sharding_hooks_t sharding;
 } db_node_t;
 
+/*
+ * db_write_retry --
+ *     shl_storage_write_retry for the write commands: also reports the documents the
+ *     committed attempt wrote to the sharding op observer (sharding_hooks.h), after the
+ *     commit (a unit run inside another reports with the outer one). Errors: as
+ *     shl_storage_write_retry.
+ */
+int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
+                   uint64_t *last_ts, shl_status_t *st);
+
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
 void *db_ttl_main(void *arg);
 

@@ -70,3 +70,94 @@ db_sharding_check_no_filter(shl_op_ctx_t *op, const char *ns, shl_db_shard_acces
     shl_db_orphan_filter_release(f);
     return ret;
 }
+
+/* ---------------------------------------------------------------- op observer */
+
+/* The images observed by the write unit running on this thread, reported at commit. */
+typedef struct observed {
+    char *ns;
+    bson_t *pre, *post;
+} observed_t;
+
+static __thread observed_t *tl_obs;
+static __thread size_t tl_n, tl_cap;
+static __thread bool tl_in_unit;
+
+static void
+observed_reset(void)
+{
+    for (size_t i = 0; i < tl_n; i++) {
+        bson_free(tl_obs[i].ns);
+        if (tl_obs[i].pre != NULL) {
+            bson_destroy(tl_obs[i].pre);
+        }
+        if (tl_obs[i].post != NULL) {
+            bson_destroy(tl_obs[i].post);
+        }
+    }
+    tl_n = 0;
+}
+
+void
+shl_db_sharding_observe_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                              const bson_t *post)
+{
+    const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
+
+    if (node == NULL || node->sharding.on_write == NULL ||
+        (node->sharding.observing != NULL && !node->sharding.observing(node->sharding.arg, ns))) {
+        return;
+    }
+    if (!tl_in_unit) {
+        node->sharding.on_write(node->sharding.arg, ns, pre, post);
+        return;
+    }
+    if (tl_n == tl_cap) {
+        tl_cap = tl_cap == 0 ? 16 : tl_cap * 2;
+        tl_obs = bson_realloc(tl_obs, tl_cap * sizeof(*tl_obs));
+    }
+    tl_obs[tl_n].ns = bson_strdup(ns);
+    tl_obs[tl_n].pre = pre != NULL ? bson_copy(pre) : NULL;
+    tl_obs[tl_n].post = post != NULL ? bson_copy(post) : NULL;
+    tl_n++;
+}
+
+typedef struct unit_trampoline {
+    shl_storage_txn_fn fn;
+    void *arg;
+} unit_trampoline_t;
+
+/* Each attempt starts with nothing observed: only the committed one reports. */
+static int
+unit_attempt(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    unit_trampoline_t *t = arg;
+
+    observed_reset();
+    return t->fn(txn, t->arg, st);
+}
+
+int
+db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
+               uint64_t *last_ts, shl_status_t *st)
+{
+    const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
+    unit_trampoline_t t = {fn, arg};
+    int ret;
+
+    if (node == NULL || node->sharding.on_write == NULL || tl_in_unit) {
+        /* (A unit inside a unit reports with the outer one.) */
+        return shl_storage_write_retry(eng, fn, arg, last_ts, st);
+    }
+    tl_in_unit = true;
+    ret = shl_storage_write_retry(eng, unit_attempt, &t, last_ts, st);
+    tl_in_unit = false;
+    if (ret == 0) {
+        for (size_t i = 0; i < tl_n; i++) {
+            node->sharding.on_write(node->sharding.arg, tl_obs[i].ns, tl_obs[i].pre,
+                                    tl_obs[i].post);
+        }
+    }
+    observed_reset();
+    return ret;
+}

@@ -63,9 +63,31 @@ typedef int (*shl_db_sharding_check_fn)(void *arg, shl_op_ctx_t *op, const char 
                                         shl_db_shard_access_t access,
                                         shl_db_orphan_filter_t **filter, shl_status_t *st);
 
+/*
+ * shl_db_write_observer_fn --
+ *     The op observer: db calls it for each document a user or internal write command
+ *     inserted ('pre' NULL), updated (both) or deleted ('post' NULL) on collection 'ns',
+ *     after the storage transaction that wrote it committed (the commands' write units
+ *     buffer the images until then; a unit that fails or is retried reports nothing of the
+ *     failed attempt). Versioned or not. Must not block or fail; it only records (a donor
+ *     shard notes the _ids of the documents in the range it is migrating:
+ *     migration_source.c).
+ */
+typedef void (*shl_db_write_observer_fn)(void *arg, const char *ns, const bson_t *pre,
+                                         const bson_t *post);
+
+/*
+ * shl_db_write_observing_fn --
+ *     Whether writes to 'ns' need observing now (checked inside the write's transaction;
+ *     false: db skips buffering the images). Cheap, never blocks.
+ */
+typedef bool (*shl_db_write_observing_fn)(void *arg, const char *ns);
+
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
+    shl_db_write_observer_fn on_write;   /* may be NULL */
+    shl_db_write_observing_fn observing; /* may be NULL: observe every write */
 } shl_db_sharding_hooks_t;
 
 /*
@@ -86,5 +108,15 @@ void *shl_db_sharding_hooks_arg(const shl_service_ctx_t *svc);
  */
 int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                           shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+/*
+ * shl_db_sharding_observe_write --
+ *     What the write paths call after writing one document inside a write unit run by
+ *     db_write_retry (db_private.h): the images are kept until the unit commits, then
+ *     passed to the observer. Outside such a unit the observer is called at once. Nothing
+ *     when no observer is installed or it is not observing 'ns'.
+ */
+void shl_db_sharding_observe_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                                   const bson_t *post);
 
 #endif

@@ -156,6 +156,98 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     return forward_for_ns(op, cmd, "_configsvrRefineCollectionShardKey", reply, st);
 }
 
+/* Build _configsvrMoveRange from moveChunk / moveRange (renamed fields), forward it, then
+ * forget the collection's routing (the chunk moved). */
+static int
+forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *reply,
+             shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL;
+    bson_t fwd = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool has_to = false, has_find = false, has_bounds = false, has_min = false;
+
+    SHL_ERR(ns_arg(cmd, &ns, st));
+    BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
+    bson_iter_init(&it, cmd);
+    bson_iter_next(&it);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (is_dropped_field(k)) {
+            continue;
+        }
+        if (is_move_chunk && strcmp(k, "to") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'moveChunk.to' is the wrong type, expected type 'string'");
+            }
+            BSON_APPEND_UTF8(&fwd, "toShard", bson_iter_utf8(&it, NULL));
+            has_to = true;
+        } else if (!is_move_chunk && strcmp(k, "toShard") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'moveRange.toShard' is the wrong type, expected type "
+                         "'string'");
+            }
+            bson_append_iter(&fwd, NULL, 0, &it);
+            has_to = true;
+        } else if (is_move_chunk && strcmp(k, "_waitForDelete") == 0) {
+            BSON_APPEND_BOOL(&fwd, "waitForDelete", bson_iter_as_bool(&it));
+        } else if (strcmp(k, "waitForDelete") == 0 || strcmp(k, "forceJumbo") == 0 ||
+                   strcmp(k, "secondaryThrottle") == 0 || strcmp(k, "maxChunkSizeBytes") == 0) {
+            bson_append_iter(&fwd, NULL, 0, &it);
+        } else if (is_move_chunk && (strcmp(k, "find") == 0 || strcmp(k, "bounds") == 0)) {
+            bson_append_iter(&fwd, NULL, 0, &it);
+            has_find |= strcmp(k, "find") == 0;
+            has_bounds |= strcmp(k, "bounds") == 0;
+        } else if (!is_move_chunk && (strcmp(k, "min") == 0 || strcmp(k, "max") == 0)) {
+            bson_append_iter(&fwd, NULL, 0, &it);
+            has_min |= strcmp(k, "min") == 0;
+        } else if (strcmp(k, "maxTimeMS") == 0 || strcmp(k, "comment") == 0 ||
+                   strcmp(k, "_secondaryThrottle") == 0) {
+            /* generic or legacy: not forwarded */
+        } else {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                     is_move_chunk ? "moveChunk" : "moveRange", k);
+        }
+    }
+    if (!has_to) {
+        SHL_ERR(shl_idl_missing(is_move_chunk ? "moveChunk" : "moveRange",
+                                is_move_chunk ? "to" : "toShard", st));
+    }
+    if (is_move_chunk && (int)has_find + (int)has_bounds != 1) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "need to specify either a find query, or both lower and upper bounds.");
+    }
+    if (!is_move_chunk && !has_min) {
+        SHL_ERR(shl_idl_missing("moveRange", "min", st));
+    }
+    {
+        bson_t wc;
+        BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(&fwd, &wc);
+    }
+    ret = shl_router_forward_to_config(shl_router_get(op), op, &fwd, reply, st);
+    shl_catalog_cache_invalidate_collection(shl_router_get(op)->cache, ns);
+done:
+    bson_destroy(&fwd);
+    return ret;
+}
+
+static int
+cmd_move_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_move(op, cmd, true, reply, st);
+}
+
+static int
+cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_move(op, cmd, false, reply, st);
+}
+
 static int
 cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -204,6 +296,8 @@ static const shl_command_t k_admin_commands[] = {
      cmd_refine,
      SHL_CMD_ADMIN_ONLY,
      "add suffix fields to a shard key"},
+    {"moveChunk", {"movechunk"}, cmd_move_chunk, SHL_CMD_ADMIN_ONLY, "move a chunk to a shard"},
+    {"moveRange", {NULL}, cmd_move_range, SHL_CMD_ADMIN_ONLY, "move a range to a shard"},
     {"flushRouterConfig",
      {"flushrouterconfig"},
      cmd_flush_router_config,

@@ -12,6 +12,7 @@
  * keep filtering with it.
  */
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "sharding/shard_key.h"
@@ -203,6 +204,39 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
         }
     }
     pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+int
+shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
+                 int64_t timeout_ms, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+    char host[SHL_CLIENT_HOST_MAX];
+
+    bson_init(reply);
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    SHL_ERR(shl_shard_registry_host_for(s->registry, shard, host, sizeof(host), st));
+    bson_destroy(reply);
+    ret = shl_client_run(s->pool, host, db, cmd, timeout_ms, reply, st);
+done:
+    return ret;
+}
+
+int
+shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t timeout_ms,
+                 bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+
+    bson_init(reply);
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    bson_destroy(reply);
+    ret = shl_client_run(s->pool, shl_shard_registry_config_host(s->registry), db, cmd, timeout_ms,
+                         reply, st);
+done:
     return ret;
 }
 
@@ -422,6 +456,116 @@ stale_config(const char *ns, const shl_shard_version_t *received, const shard_co
     return shl_status_set_stale_config(st, &info, "%s %s", why, ns);
 }
 
+/* ---------------------------------------------------------------- critical section */
+
+/*
+ * A versioned write's filter: the metadata's, plus the count of writes in flight on the
+ * namespace, dropped when the write command releases it (a critical section waits for
+ * the count to reach zero).
+ */
+typedef struct write_guard {
+    shl_db_orphan_filter_t filter; /* first */
+    shard_state_t *s;
+    shard_csr_t *c;
+    shard_coll_meta_t *m;
+} write_guard_t;
+
+static bool
+guard_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
+{
+    const write_guard_t *g = (const write_guard_t *)f;
+
+    return meta_owns(&g->m->filter, doc);
+}
+
+static void
+write_done(shard_state_t *s, shard_csr_t *c)
+{
+    pthread_mutex_lock(&s->mu);
+    c->inflight_writes--;
+    pthread_cond_broadcast(&s->crit_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void
+guard_destroy(shl_db_orphan_filter_t *f)
+{
+    write_guard_t *g = (write_guard_t *)f;
+
+    write_done(g->s, g->c);
+    shard_meta_release(g->m);
+    bson_free(g);
+}
+
+static void
+timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Wait while a critical section blocks 'access' on c; a write then counts as in flight. */
+static int
+crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_access_t access,
+          shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&s->mu);
+    while (c->crit == SHARD_CRIT_ALL ||
+           (c->crit == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ)) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        timed_wait(&s->crit_cv, &s->mu, 100);
+    }
+    if (ret == 0 && access == SHL_DB_SHARD_WRITE) {
+        c->inflight_writes++;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+int
+shard_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, int level, shl_status_t *st)
+{
+    int ret = 0;
+    shard_csr_t *c = csr_get(s, ns);
+    int was;
+
+    pthread_mutex_lock(&s->mu);
+    was = c->crit;
+    c->crit = level;
+    while (c->inflight_writes > 0) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            c->crit = was;
+            pthread_cond_broadcast(&s->crit_cv);
+            break;
+        }
+        timed_wait(&s->crit_cv, &s->mu, 100);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
+void
+shard_crit_exit(shard_state_t *s, const char *ns)
+{
+    shard_csr_t *c = csr_get(s, ns);
+
+    pthread_mutex_lock(&s->mu);
+    c->crit = SHARD_CRIT_NONE;
+    pthread_cond_broadcast(&s->crit_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---------------------------------------------------------------- version checks (2) */
+
 static int
 check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
                     shl_db_shard_access_t access, shl_db_orphan_filter_t **filter, shl_status_t *st)
@@ -430,11 +574,19 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     bson_iter_t it;
     shl_shard_version_t received;
     shard_coll_meta_t *m = NULL;
+    shard_csr_t *c = NULL;
 
     if (!bson_iter_init_find(&it, op->body, "shardVersion")) {
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "shardVersion vanished from the request");
     }
     SHL_ERR(shl_shard_version_parse(&it, &received, st));
+    if (access != SHL_DB_SHARD_DDL) {
+        shard_csr_t *gate = csr_get(s, ns);
+        SHL_ERR(crit_gate(s, op, gate, access, st));
+        if (access == SHL_DB_SHARD_WRITE) {
+            c = gate; /* in flight from here: dropped below or by the guard */
+        }
+    }
     SHL_ERR(shard_meta_get(s, ns, &m, st));
     if (!shl_chunk_version_is_ignored(&received.placement) &&
         !shl_chunk_version_equal(&received.placement, &m->shard_version)) {
@@ -448,10 +600,23 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
             SHL_ERR(stale_config(ns, &received, m, st));
         }
     }
-    if (access != SHL_DB_SHARD_DDL && m->rt != NULL) {
+    if (c != NULL) {
+        write_guard_t *g = bson_malloc0(sizeof(*g));
+        atomic_init(&g->filter.refs, 1);
+        g->filter.owns = guard_owns;
+        g->filter.destroy = guard_destroy;
+        g->s = s;
+        g->c = c;
+        g->m = meta_ref(m);
+        c = NULL;
+        *filter = &g->filter;
+    } else if (access != SHL_DB_SHARD_DDL && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }
 done:
+    if (c != NULL) {
+        write_done(s, c);
+    }
     shard_meta_release(m);
     return ret;
 }

@@ -7,6 +7,7 @@
 #include "shard/shard.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "base/log.h"
 #include "shard/shard_private.h"
@@ -43,6 +44,19 @@ shard_shutdown(shl_service_ctx_t *svc)
 {
     shard_state_t *s = shl_db_sharding_hooks_arg(svc);
 
+    /* An incoming migration's thread stops first (it uses the connection pool). */
+    shard_recipient_shutdown(s);
+    /* The recovery thread sees the shutdown at its next check and ends. */
+    for (int i = 0; i < 1000; i++) {
+        bool running;
+        pthread_mutex_lock(&s->mig_mu);
+        running = s->recovery_started;
+        pthread_mutex_unlock(&s->mig_mu);
+        if (!running) {
+            break;
+        }
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
     /* Connections are gone, so no command uses the state any more; the range deleter
      * stops before the storage and the metadata it uses go. The node's own shutdown
      * (which frees the hooks' home, and cursors that may still hold metadata) runs
@@ -54,9 +68,12 @@ shard_shutdown(shl_service_ctx_t *svc)
     }
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->identity_mu);
+    pthread_cond_destroy(&s->crit_cv);
     pthread_mutex_destroy(&s->meta_mu);
     pthread_mutex_destroy(&s->rd.mu);
     pthread_cond_destroy(&s->rd.cv);
+    pthread_mutex_destroy(&s->mig_mu);
+    pthread_cond_destroy(&s->mig_cv);
     bson_free(s);
 }
 
@@ -72,22 +89,31 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     s->svc = svc;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->identity_mu, NULL);
+    pthread_cond_init(&s->crit_cv, NULL);
+    pthread_mutex_init(&s->mig_mu, NULL);
+    pthread_cond_init(&s->mig_cv, NULL);
+    atomic_init(&s->capturing, 0);
     pthread_mutex_init(&s->meta_mu, NULL);
     shard_range_deleter_init(s);
     hooks.arg = s;
     hooks.check = shard_check_versions;
+    hooks.on_write = shard_migration_observe;
+    hooks.observing = shard_migration_observing;
     shl_db_sharding_hooks_install(svc, &hooks);
     s->prev_shutdown = svc->hooks.shutdown;
     s->prev_server_status = svc->hooks.append_server_status;
     svc->hooks.shutdown = shard_shutdown;
     svc->hooks.append_server_status = shard_server_status;
     shard_commands_register(reg);
+    shard_migration_commands_register(reg);
     shard_range_deleter_commands_register(reg);
     shard_create_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_identity_load(s, &id, &found, st));
     if (found) {
         shard_become_aware(s, &id);
+        /* Migrations a crash interrupted: finish them from their coordinator documents. */
+        shard_migration_recover_async(s);
     }
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */

@@ -54,8 +54,17 @@ typedef struct shard_csr {
     char *ns;
     shard_coll_meta_t *meta;    /* reference or NULL (unknown: load on next use) */
     pthread_mutex_t refresh_mu; /* one refresh of this ns at a time */
+    /* A donor's critical section (guarded by the state's mu, waited on with crit_cv):
+     * SHARD_CRIT_WRITES blocks versioned writes, SHARD_CRIT_ALL also reads. */
+    int crit;
+    int inflight_writes; /* versioned writes that passed the check and have not finished */
     struct shard_csr *next;
 } shard_csr_t;
+
+enum { SHARD_CRIT_NONE = 0, SHARD_CRIT_WRITES = 1, SHARD_CRIT_ALL = 2 };
+
+struct shard_donor;
+struct shard_recipient;
 
 /*
  * The range deleter (range_deleter.c): one thread per shard. 'gen' counts changes that may
@@ -93,6 +102,15 @@ typedef struct shard_state {
     pthread_mutex_t meta_mu;       /* guards the live list (taken after mu, never before) */
     shard_coll_meta_t *live_metas; /* every metadata object not yet destroyed */
     shard_range_deleter_t rd;
+    pthread_cond_t crit_cv; /* critical sections and in-flight writes changed */
+    /* ActiveMigrationsRegistry (migration_source.c): one migration at a time, as donor
+     * or recipient; guarded by mig_mu. */
+    pthread_mutex_t mig_mu;
+    pthread_cond_t mig_cv;
+    struct shard_donor *donor;
+    struct shard_recipient *recipient;
+    atomic_int capturing; /* nonzero while a donor records writes (fast path) */
+    bool recovery_started;
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
 } shard_state_t;
@@ -164,6 +182,50 @@ bool shard_meta_in_use_for_range(shard_state_t *s, const shard_coll_meta_t *curr
 /* shard_commands_register -- the shardsvr commands (shardsvr_commands.c). */
 void shard_commands_register(shl_command_registry_t *reg);
 
+/*
+ * shard_crit_enter --
+ *     Enter the critical section of 'ns' at 'level' (SHARD_CRIT_WRITES: new versioned
+ *     writes wait; then waits until the writes in flight have finished; SHARD_CRIT_ALL:
+ *     reads wait too). Errors: the operation's interruption (the section is left as it was).
+ */
+int shard_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, int level,
+                     shl_status_t *st);
+
+/* shard_crit_exit -- leave the critical section of 'ns'; the waiting operations go on
+ * (checking their version against the metadata refreshed meanwhile). */
+void shard_crit_exit(shard_state_t *s, const char *ns);
+
+/* ---- migrations (migration_source.c, migration_destination.c) ---- */
+
+/* shard_migration_commands_register -- _shardsvrMoveRange, _migrateClone, _transferMods,
+ * _recvChunkStart/Status/Commit/Abort. */
+void shard_migration_commands_register(shl_command_registry_t *reg);
+
+/* shard_migration_observe -- the op observer (sharding_hooks.h on_write). */
+void shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson_t *post);
+
+/* shard_migration_observing -- whether a donor records writes now (hooks' observing). */
+bool shard_migration_observing(void *arg, const char *ns);
+
+/* shard_migration_recover_async -- once shard-aware: a thread that finishes the migrations
+ * whose coordinator documents survived a restart (asks the config server for the decision). */
+void shard_migration_recover_async(shard_state_t *s);
+
+/* shard_local_cmd -- run 'cmd' on local database 'db' in-process (unversioned); an error
+ * reply and the first writeError become the status; *reply always initialised. */
+int shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *reply,
+                    shl_status_t *st);
+
+/* shard_remote_cmd -- run 'cmd' on database 'db' of shard 'shard' (by name). */
+int shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
+                     int64_t timeout_ms, bson_t *reply, shl_status_t *st);
+
+/* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */
+int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t timeout_ms,
+                     bson_t *reply, shl_status_t *st);
+
+/* shard_recipient_abort_all -- shutdown: stop an incoming migration's thread. */
+void shard_recipient_shutdown(shard_state_t *s);
 /* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
 void shard_create_participant_register(shl_command_registry_t *reg);
 

@@ -179,8 +179,9 @@ class ShaleCluster:
     (names "shard0", ...). add_router() starts another router on the same config
     server. stop() / cleanup() stop every process by pid."""
 
-    def __init__(self, shards=2, test_commands=True, base=None):
+    def __init__(self, shards=2, test_commands=True, base=None, shard_extra=()):
         self.own_base = base is None
+        self.shard_extra = list(shard_extra)  # more arguments for every shard
         self.base = base or tempfile.mkdtemp(prefix="shale-cluster-")
         self.test_commands = test_commands
         self.config = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"],
@@ -216,7 +217,7 @@ class ShaleCluster:
     def start(self):
         # Data nodes start together; the router needs the config server.
         for p in [self.config] + self.shards:
-            p.start(wait=False)
+            p.start(extra=self.shard_extra if p in self.shards else (), wait=False)
         for p in [self.config] + self.shards:
             p.wait_ready()
         self.add_router()
@@ -236,6 +237,11 @@ class ShaleCluster:
         self.routers.append(r)
         r.start()
         return r
+
+    def restart_shard(self, i):
+        """Start shard i again (after stop() or kill()) on its port and folder."""
+        self.shards[i].start(extra=self.shard_extra)
+        return self.shards[i]
 
     def router_client(self, i=0, **kw):
         return self.routers[i].client(**kw)

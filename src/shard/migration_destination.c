@@ -1,0 +1,612 @@
+/*
+ * migration_destination.c -- the recipient side of a chunk migration (MongoDB's
+ * MigrationDestinationManager; seeds/000 "Migrations"): _recvChunkStart registers the
+ * incoming migration and starts a thread that waits for overlapping range deletions,
+ * persists its pending range deletion task, creates the collection with the donor's
+ * indexes, clones the range with _migrateClone, then applies _transferMods until the donor
+ * commits (_recvChunkCommit: the last mods, state "done") or aborts (_recvChunkAbort: the
+ * task is marked ready so the range deleter removes what was copied). _recvChunkStatus
+ * reports the state. The recipient's filtering metadata does not own the range until it
+ * refreshes after the commit, so versioned reads filter the incoming documents meanwhile.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "net/command_args.h"
+#include "net/service.h"
+#include "shard/migration_private.h"
+#include "shard/range_deleter.h"
+
+static const char *const state_names[] = {"ready",       "clone", "catchup", "steady",
+                                          "commitStart", "done",  "fail",    "abort"};
+
+static void
+recipient_free(shard_recipient_t *r)
+{
+    if (r->min != NULL) {
+        bson_destroy(r->min);
+    }
+    if (r->max != NULL) {
+        bson_destroy(r->max);
+    }
+    if (r->key_pattern != NULL) {
+        bson_destroy(r->key_pattern);
+        shl_shard_key_pattern_cleanup(&r->pattern);
+    }
+    bson_free(r);
+}
+
+static void
+set_state(shard_recipient_t *r, mig_recv_state_t state)
+{
+    pthread_mutex_lock(&r->s->mig_mu);
+    if (r->state != MIG_FAIL && r->state != MIG_ABORT) {
+        r->state = state;
+    }
+    pthread_cond_broadcast(&r->s->mig_cv);
+    pthread_mutex_unlock(&r->s->mig_mu);
+}
+
+static bool
+abort_requested(shard_recipient_t *r)
+{
+    bool a;
+
+    pthread_mutex_lock(&r->s->mig_mu);
+    a = r->abort_requested;
+    pthread_mutex_unlock(&r->s->mig_mu);
+    return a;
+}
+
+/* Run a write on the local collection; writeErrors other than DuplicateKey fail it. */
+static int
+local_write(shard_recipient_t *r, const char *db, const bson_t *cmd, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t reply;
+    bson_iter_t it, we, f;
+
+    shl_service_run_command(r->s->svc, NULL, cmd, db, &reply);
+    SHL_ERR(shl_status_from_reply(&reply, st));
+    if (bson_iter_init_find(&it, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &we)) {
+        while (bson_iter_next(&we)) {
+            int code = 0;
+            const char *msg = "write error";
+            if (!BSON_ITER_HOLDS_DOCUMENT(&we) || !bson_iter_recurse(&we, &f)) {
+                continue;
+            }
+            while (bson_iter_next(&f)) {
+                if (strcmp(bson_iter_key(&f), "code") == 0) {
+                    code = (int)bson_iter_as_int64(&f);
+                } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                    msg = bson_iter_utf8(&f, NULL);
+                }
+            }
+            if (code != SHL_CODE_DUPLICATE_KEY) {
+                SHL_FAIL(st, code != 0 ? code : SHL_CODE_INTERNAL_ERROR, "%s", msg);
+            }
+        }
+    }
+done:
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* The collection created here with its cluster-wide UUID and the donor's indexes
+ * (_shardsvrCreateCollectionParticipant, run locally), so the range deleter and the
+ * filtering metadata agree on it. */
+static int
+create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *specs = NULL, cur, create;
+    bson_t arr;
+    bson_iter_t it;
+    size_t n = 0;
+    char key[24];
+    const char *ks;
+
+    BSON_APPEND_UTF8(&cmd, "listIndexes", ns->coll);
+    bson_destroy(&reply);
+    SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, "firstBatch", &specs);
+    }
+    bson_init(&create);
+    BSON_APPEND_UTF8(&create, "_shardsvrCreateCollectionParticipant", ns->coll);
+    shl_uuid_append(&create, "collectionUUID", &r->coll_uuid);
+    BSON_APPEND_ARRAY_BEGIN(&create, "indexes", &arr);
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t f;
+        bson_t spec;
+        bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, ks, &spec);
+        bson_iter_init(&f, &specs[i]);
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "v") != 0 && strcmp(bson_iter_key(&f), "ns") != 0) {
+                bson_append_iter(&spec, NULL, 0, &f);
+            }
+        }
+        bson_append_document_end(&arr, &spec);
+    }
+    bson_append_array_end(&create, &arr);
+    ret = local_write(r, ns->db, &create, st);
+    bson_destroy(&create);
+done:
+    bson_free(specs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+static int
+insert_docs(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *docs, size_t n,
+            shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, arr;
+    char key[24];
+    const char *k;
+
+    BSON_APPEND_UTF8(&cmd, "insert", ns->coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+    for (size_t i = 0; i < n; i++) {
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(&arr, k, &docs[i]);
+    }
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_BOOL(&cmd, "ordered", false);
+    ret = local_write(r, ns->db, &cmd, st);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* Apply one _transferMods reply; *n gets the number of changes. */
+static int
+apply_mods(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *reply, size_t *n,
+           shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *reload = NULL, *deleted = NULL, cmd = BSON_INITIALIZER, arr;
+    size_t nr = mig_docs_of(reply, "reload", &reload);
+    size_t nd = mig_docs_of(reply, "deleted", &deleted);
+    char key[24];
+    const char *k;
+
+    *n = nr + nd;
+    if (nr > 0) {
+        BSON_APPEND_UTF8(&cmd, "update", ns->coll);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
+        for (size_t i = 0; i < nr; i++) {
+            bson_t stmt, q;
+            bson_iter_t it;
+            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &stmt);
+            BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+            if (bson_iter_init_find(&it, &reload[i], "_id")) {
+                bson_append_value(&q, "_id", 3, bson_iter_value(&it));
+            }
+            bson_append_document_end(&stmt, &q);
+            BSON_APPEND_DOCUMENT(&stmt, "u", &reload[i]);
+            BSON_APPEND_BOOL(&stmt, "upsert", true);
+            bson_append_document_end(&arr, &stmt);
+        }
+        bson_append_array_end(&cmd, &arr);
+        BSON_APPEND_BOOL(&cmd, "ordered", false);
+        SHL_ERR(local_write(r, ns->db, &cmd, st));
+    }
+    if (nd > 0) {
+        bson_reinit(&cmd);
+        BSON_APPEND_UTF8(&cmd, "delete", ns->coll);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
+        for (size_t i = 0; i < nd; i++) {
+            bson_t stmt;
+            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &stmt);
+            BSON_APPEND_DOCUMENT(&stmt, "q", &deleted[i]);
+            BSON_APPEND_INT32(&stmt, "limit", 1);
+            bson_append_document_end(&arr, &stmt);
+        }
+        bson_append_array_end(&cmd, &arr);
+        BSON_APPEND_BOOL(&cmd, "ordered", false);
+        SHL_ERR(local_write(r, ns->db, &cmd, st));
+    }
+done:
+    bson_free(reload);
+    bson_free(deleted);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+static int
+run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    shl_ns_t ns;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    SHL_ERR(shl_ns_parse(&ns, r->ns, st));
+    SHL_ERR(shl_range_deletion_wait_overlapping(op, &r->coll_uuid, r->min, r->max, st));
+    {
+        shl_range_task_t t;
+        memset(&t, 0, sizeof(t));
+        t.id = r->migration_id;
+        snprintf(t.ns, sizeof(t.ns), "%s", r->ns);
+        t.collection_uuid = r->coll_uuid;
+        snprintf(t.donor_shard, sizeof(t.donor_shard), "%s", r->from);
+        t.min = r->min;
+        t.max = r->max;
+        t.key_pattern = r->key_pattern;
+        t.pending = true;
+        t.when_now = true;
+        t.pre_migration_version = shl_chunk_version_unsharded();
+        SHL_ERR(shl_range_deletion_persist(op, &t, st));
+    }
+    SHL_ERR(create_collection_like_donor(r, &ns, st));
+
+    set_state(r, MIG_CLONE);
+    BSON_APPEND_UTF8(&cmd, "_migrateClone", r->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", r->session_id);
+    for (;;) {
+        bson_t *docs = NULL;
+        size_t n;
+        size_t bytes = 0;
+        if (abort_requested(r)) {
+            SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "migration aborted");
+        }
+        bson_destroy(&reply);
+        SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        n = mig_docs_of(&reply, "objects", &docs);
+        if (n > 0) {
+            ret = insert_docs(r, &ns, docs, n, st);
+        }
+        for (size_t i = 0; i < n; i++) {
+            bytes += docs[i].len;
+        }
+        bson_free(docs);
+        SHL_ERR(ret);
+        if (n == 0) {
+            break;
+        }
+        pthread_mutex_lock(&r->s->mig_mu);
+        r->cloned += (int64_t)n;
+        r->cloned_bytes += (int64_t)bytes;
+        pthread_mutex_unlock(&r->s->mig_mu);
+    }
+
+    set_state(r, MIG_CATCHUP);
+    bson_reinit(&cmd);
+    BSON_APPEND_UTF8(&cmd, "_transferMods", r->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", r->session_id);
+    for (;;) {
+        bool commit;
+        size_t n = 0;
+        if (abort_requested(r)) {
+            SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "migration aborted");
+        }
+        pthread_mutex_lock(&r->s->mig_mu);
+        commit = r->commit_requested;
+        pthread_mutex_unlock(&r->s->mig_mu);
+        if (commit) {
+            set_state(r, MIG_COMMIT_START);
+        }
+        bson_destroy(&reply);
+        SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        SHL_ERR(apply_mods(r, &ns, &reply, &n, st));
+        pthread_mutex_lock(&r->s->mig_mu);
+        if (r->state == MIG_CATCHUP || r->state == MIG_COMMIT_START) {
+            r->catchup += (int64_t)n;
+        } else {
+            r->steady += (int64_t)n;
+        }
+        pthread_mutex_unlock(&r->s->mig_mu);
+        if (n > 0) {
+            continue;
+        }
+        if (commit) {
+            break; /* the donor blocks writes: nothing more will come */
+        }
+        set_state(r, MIG_STEADY);
+        SHL_ERR(mig_sleep(op, 10, st));
+    }
+    set_state(r, MIG_DONE);
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+static void *
+recipient_main(void *arg)
+{
+    shard_recipient_t *r = arg;
+    shl_op_ctx_t op;
+    shl_status_t st = SHL_STATUS_INIT;
+    int ret;
+
+    mig_internal_op(r->s, &op);
+    ret = run_recipient(r, &op, &st);
+    pthread_mutex_lock(&r->s->mig_mu);
+    if (ret != 0) {
+        r->state = r->abort_requested ? MIG_ABORT : MIG_FAIL;
+        r->error = st;
+        SHL_LOG_INFO(SHARDING, 4200301, "Incoming migration failed", "ns", BCON_UTF8(r->ns),
+                     "error", BCON_UTF8(st.reason));
+    }
+    r->finished = true;
+    pthread_cond_broadcast(&r->s->mig_cv);
+    pthread_mutex_unlock(&r->s->mig_mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static int
+get_req_doc(const bson_t *cmd, const char *ctx, const char *field, bson_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    bool found = false;
+
+    SHL_ERR(shl_cmd_get_doc(cmd, field, out, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing(ctx, field, st));
+    }
+done:
+    return ret;
+}
+
+static int
+get_req_str(const bson_t *cmd, const char *ctx, const char *field, const char **out,
+            shl_status_t *st)
+{
+    int ret = 0;
+    bool found = false;
+
+    SHL_ERR(shl_cmd_get_string(cmd, field, out, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing(ctx, field, st));
+    }
+done:
+    return ret;
+}
+
+int
+mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    const char *ctx = "_recvChunkStart", *ns = NULL, *sid = NULL, *from = NULL, *to = NULL;
+    bson_t min, max, kp;
+    bson_iter_t it;
+    shard_recipient_t *r = NULL, *old = NULL;
+    shl_uuid_t mid, cuuid;
+    shl_ns_t parsed;
+    bool locked = false;
+
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_recvChunkStart needs a namespace string");
+    }
+    ns = bson_iter_utf8(&it, NULL);
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    SHL_ERR(get_req_str(cmd, ctx, "sessionId", &sid, st));
+    SHL_ERR(get_req_str(cmd, ctx, "fromShardName", &from, st));
+    SHL_ERR(get_req_str(cmd, ctx, "toShardName", &to, st));
+    SHL_ERR(get_req_doc(cmd, ctx, "min", &min, st));
+    SHL_ERR(get_req_doc(cmd, ctx, "max", &max, st));
+    SHL_ERR(get_req_doc(cmd, ctx, "shardKeyPattern", &kp, st));
+    if (!bson_iter_init_find(&it, cmd, "migrationId")) {
+        SHL_ERR(shl_idl_missing(ctx, "migrationId", st));
+    }
+    SHL_ERR(shl_idl_read_uuid(&it, ctx, &mid, st));
+    if (!bson_iter_init_find(&it, cmd, "uuid")) {
+        SHL_ERR(shl_idl_missing(ctx, "uuid", st));
+    }
+    SHL_ERR(shl_idl_read_uuid(&it, ctx, &cuuid, st));
+
+    r = bson_malloc0(sizeof(*r));
+    r->s = s;
+    snprintf(r->ns, sizeof(r->ns), "%s", ns);
+    snprintf(r->from, sizeof(r->from), "%s", from);
+    snprintf(r->to, sizeof(r->to), "%s", to);
+    snprintf(r->session_id, sizeof(r->session_id), "%s", sid);
+    r->migration_id = mid;
+    r->coll_uuid = cuuid;
+    r->min = bson_copy(&min);
+    r->max = bson_copy(&max);
+    r->key_pattern = bson_copy(&kp);
+    if (shl_shard_key_pattern_init(&r->pattern, &kp, st) != 0) {
+        bson_destroy(r->key_pattern);
+        r->key_pattern = NULL;
+        ret = st->code;
+        goto done;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    locked = true;
+    SHL_ERR(mig_check_idle_locked(s, st));
+    old = s->recipient;
+    s->recipient = r;
+    if (pthread_create(&r->thread, NULL, recipient_main, r) != 0) {
+        s->recipient = old;
+        old = NULL;
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "could not start the migration thread");
+    }
+    r = NULL;
+    BSON_APPEND_BOOL(reply, "started", true);
+done:
+    if (locked) {
+        pthread_mutex_unlock(&s->mig_mu);
+    }
+    if (old != NULL) {
+        pthread_join(old->thread, NULL); /* finished: returns at once */
+        recipient_free(old);
+    }
+    if (r != NULL) {
+        recipient_free(r);
+    }
+    return ret;
+}
+
+static void
+append_status(const shard_recipient_t *r, bson_t *reply)
+{
+    bson_t counts;
+
+    BSON_APPEND_BOOL(reply, "waited", true);
+    BSON_APPEND_BOOL(reply, "active", !r->finished);
+    BSON_APPEND_UTF8(reply, "sessionId", r->session_id);
+    BSON_APPEND_UTF8(reply, "ns", r->ns);
+    BSON_APPEND_UTF8(reply, "fromShardId", r->from);
+    BSON_APPEND_DOCUMENT(reply, "min", r->min);
+    BSON_APPEND_DOCUMENT(reply, "max", r->max);
+    BSON_APPEND_DOCUMENT(reply, "shardKeyPattern", r->key_pattern);
+    shl_uuid_append(reply, "migrationId", &r->migration_id);
+    BSON_APPEND_UTF8(reply, "state", state_names[r->state]);
+    if (r->state == MIG_FAIL || r->state == MIG_ABORT) {
+        BSON_APPEND_UTF8(reply, "errmsg", r->error.reason);
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "counts", &counts);
+    BSON_APPEND_INT64(&counts, "cloned", r->cloned);
+    BSON_APPEND_INT64(&counts, "clonedBytes", r->cloned_bytes);
+    BSON_APPEND_INT64(&counts, "catchup", r->catchup);
+    BSON_APPEND_INT64(&counts, "steady", r->steady);
+    bson_append_document_end(reply, &counts);
+}
+
+/* The recipient whose session is cmd's sessionId (mig_mu held), or NULL. */
+static shard_recipient_t *
+recipient_for(shard_state_t *s, const bson_t *cmd)
+{
+    const char *sid = NULL;
+    bool found = false;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (s->recipient == NULL) {
+        return NULL;
+    }
+    if (shl_cmd_get_string(cmd, "sessionId", &sid, &found, &st) != 0 || !found) {
+        return s->recipient;
+    }
+    return strcmp(s->recipient->session_id, sid) == 0 ? s->recipient : NULL;
+}
+
+int
+mig_recv_chunk_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shard_state_t *s = shard_state(op);
+    shard_recipient_t *r;
+
+    (void)st;
+    pthread_mutex_lock(&s->mig_mu);
+    r = recipient_for(s, cmd);
+    if (r != NULL) {
+        append_status(r, reply);
+    } else {
+        BSON_APPEND_BOOL(reply, "waited", true);
+        BSON_APPEND_BOOL(reply, "active", false);
+        BSON_APPEND_UTF8(reply, "state", "ready");
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    return 0;
+}
+
+/* Wait (mig_mu held) until r's thread has finished. */
+static int
+wait_finished_locked(shard_state_t *s, shl_op_ctx_t *op, shard_recipient_t *r, shl_status_t *st)
+{
+    int ret = 0;
+
+    while (!r->finished) {
+        pthread_mutex_unlock(&s->mig_mu);
+        ret = mig_sleep(op, 10, st);
+        pthread_mutex_lock(&s->mig_mu);
+        if (ret != 0) {
+            break;
+        }
+    }
+    return ret;
+}
+
+int
+mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    shard_recipient_t *r;
+
+    pthread_mutex_lock(&s->mig_mu);
+    r = recipient_for(s, cmd);
+    if (r == NULL) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "_recvChunkCommit failed: no incoming migration with this session");
+    }
+    r->commit_requested = true;
+    SHL_ERR(wait_finished_locked(s, op, r, st));
+    append_status(r, reply);
+    if (r->state != MIG_DONE) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED, "_recvChunkCommit failed: %s", r->error.reason);
+    }
+done:
+    pthread_mutex_unlock(&s->mig_mu);
+    return ret;
+}
+
+int
+mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    shard_recipient_t *r;
+    bson_iter_t it;
+    shl_uuid_t mid;
+    bool has_mid = false;
+
+    (void)reply;
+    if (bson_iter_init_find(&it, cmd, "migrationId")) {
+        SHL_ERR(shl_idl_read_uuid(&it, "_recvChunkAbort", &mid, st));
+        has_mid = true;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    r = recipient_for(s, cmd);
+    if (r != NULL && (!has_mid || shl_uuid_eq(&r->migration_id, &mid))) {
+        r->abort_requested = true;
+        ret = wait_finished_locked(s, op, r, st);
+        if (!has_mid) {
+            mid = r->migration_id;
+            has_mid = true;
+        }
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    SHL_ERR(ret);
+    if (has_mid) {
+        ret = shl_range_deletion_mark_ready(op, &mid, st);
+        if (ret == SHL_CODE_NO_SUCH_KEY) {
+            shl_status_clear(st);
+            ret = 0;
+        }
+    }
+done:
+    return ret;
+}
+
+void
+shard_recipient_shutdown(shard_state_t *s)
+{
+    shard_recipient_t *r;
+
+    pthread_mutex_lock(&s->mig_mu);
+    r = s->recipient;
+    s->recipient = NULL;
+    if (r != NULL) {
+        r->abort_requested = true;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    if (r != NULL) {
+        pthread_join(r->thread, NULL);
+        recipient_free(r);
+    }
+}

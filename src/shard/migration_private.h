@@ -1,0 +1,77 @@
+/*
+ * migration_private.h -- what migration_source.c (donor, registry, coordinator) and
+ * migration_destination.c (recipient) share. Not used outside src/shard.
+ */
+#ifndef SHL_SHARD_MIGRATION_PRIVATE_H
+#define SHL_SHARD_MIGRATION_PRIVATE_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "base/namespace.h"
+#include "shard/shard_private.h"
+#include "sharding/shard_key.h"
+#include "sharding/sharding_types.h"
+
+/* Timeout of one command a shard sends to another during a migration. */
+#define MIG_REMOTE_TIMEOUT_MS 60000
+/* A _migrateClone / _transferMods reply carries at most about this many bytes of documents. */
+#define MIG_BATCH_BYTES (12 * 1024 * 1024)
+
+/* Recipient states, as _recvChunkStatus names them (MongoDB's). */
+typedef enum mig_recv_state {
+    MIG_READY,
+    MIG_CLONE,
+    MIG_CATCHUP,
+    MIG_STEADY,
+    MIG_COMMIT_START,
+    MIG_DONE,
+    MIG_FAIL,
+    MIG_ABORT,
+} mig_recv_state_t;
+
+/* One incoming migration (MigrationDestinationManager); guarded by the state's mig_mu. */
+typedef struct shard_recipient {
+    shard_state_t *s;
+    char ns[SHL_NS_MAX + 1];
+    char from[SHL_SHARD_ID_MAX];
+    char to[SHL_SHARD_ID_MAX];
+    char session_id[200];
+    shl_uuid_t migration_id;
+    shl_uuid_t coll_uuid;
+    bson_t *min, *max, *key_pattern;
+    shl_shard_key_pattern_t pattern;
+    mig_recv_state_t state;
+    shl_status_t error;
+    int64_t cloned, cloned_bytes, catchup, steady;
+    bool commit_requested;
+    bool abort_requested;
+    bool finished; /* the thread has ended (state done, fail or abort) */
+    pthread_t thread;
+} shard_recipient_t;
+
+/* Whether the shard key of 'doc' lies in [min, max) of 'p'. */
+bool mig_doc_in_range(const shl_shard_key_pattern_t *p, const bson_t *doc, const bson_t *min,
+                      const bson_t *max);
+
+/* Sleep 'ms' unless interrupted. */
+int mig_sleep(shl_op_ctx_t *op, int64_t ms, shl_status_t *st);
+
+/* An internal operation context for a background thread of 's'. */
+void mig_internal_op(shard_state_t *s, shl_op_ctx_t *op);
+
+/* The elements of array field 'field' of 'reply' that are documents, as static views in
+ * *out (caller frees the array). */
+size_t mig_docs_of(const bson_t *reply, const char *field, bson_t **out);
+
+/* Recipient commands (migration_destination.c). */
+int mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int mig_recv_chunk_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/* Whether the shard is busy with another migration (mig_mu held): message in st. */
+int mig_check_idle_locked(shard_state_t *s, shl_status_t *st);
+
+#endif

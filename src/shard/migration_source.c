@@ -1,0 +1,1551 @@
+/*
+ * migration_source.c -- the donor side of a chunk migration (seeds/000 "Migrations",
+ * docs/design/sharding-protocol.md "Chunk migration"): MongoDB's ActiveMigrationsRegistry
+ * (one migration per shard, as donor or recipient; the same range again joins), the
+ * MigrationSourceManager run by _shardsvrMoveRange (coordinator document, pending range
+ * deletion task, write capture, _recvChunkStart, status polling, critical section,
+ * _recvChunkCommit, _configsvrCommitChunkMigration, refresh) and the MigrationCoordinator's
+ * commit / abort sequences, also run at start-up for coordinator documents a crash left.
+ *
+ * Cloner: _migrateClone serves the documents of the range from a local cursor; the op
+ * observer (called by db after each write unit commits) records the _id of every document
+ * written in the range from the moment cloning starts; _transferMods drains those _ids in order,
+ * sending each one's current document when it is (still) in the range and its _id as a delete
+ * otherwise. Sending the current state rather than each write makes the result independent of the
+ * order the observer saw concurrent writes in; the last drain runs in the critical section, when no
+ * write is in flight, so the recipient ends with exactly the donor's documents.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "base/clock.h"
+#include "bson/bson_compare.h"
+#include "bson/bson_util.h"
+#include "net/command_args.h"
+#include "net/service.h"
+#include "shard/migration_private.h"
+#include "shard/range_deleter.h"
+
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep1)
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep2)
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep3)
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep4)
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep5)
+SHL_FAILPOINT_DEFINE(moveChunkHangAtStep6)
+SHL_FAILPOINT_DEFINE(hangBeforeCommitMigration)
+SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
+SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
+SHL_FAILPOINT_DEFINE(failMigrationCommit)
+
+#define COORD_COLL "migrationCoordinators"
+
+/* One outgoing migration (MigrationSourceManager + cloner); guarded by the state's mig_mu. */
+typedef struct shard_donor {
+    int refs; /* the runner and the joiners */
+    char ns[SHL_NS_MAX + 1];
+    char to[SHL_SHARD_ID_MAX];
+    bson_t *min, *max;
+    bool finished;
+    int result;
+    shl_status_t result_st;
+    /* Set once the metadata is checked. */
+    shl_shard_key_pattern_t pattern;
+    bool has_pattern;
+    char session_id[200];
+    /* Capture. */
+    bool capturing;
+    bson_t **mods; /* {_id: v} in the order written */
+    size_t nmods, capmods;
+    /* Clone cursor (used by one _migrateClone at a time: the recipient's thread). */
+    int64_t cursor_id;
+    bool cursor_open, cursor_done;
+    bson_t **pending; /* fetched documents of the range not sent yet (owned) */
+    size_t npending, pending_pos;
+    int64_t cloned;
+} shard_donor_t;
+
+/* ---------------------------------------------------------------- helpers */
+
+bool
+mig_doc_in_range(const shl_shard_key_pattern_t *p, const bson_t *doc, const bson_t *min,
+                 const bson_t *max)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t key;
+    bool in = false;
+
+    if (shl_shard_key_extract_from_doc(p, doc, &key, &st) == 0) {
+        in = shl_shard_key_compare(&key, min) >= 0 && shl_shard_key_compare(&key, max) < 0;
+    }
+    bson_destroy(&key);
+    return in;
+}
+
+int
+mig_sleep(shl_op_ctx_t *op, int64_t ms, shl_status_t *st)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+    return shl_op_check_interrupt(op, st);
+}
+
+void
+mig_internal_op(shard_state_t *s, shl_op_ctx_t *op)
+{
+    memset(op, 0, sizeof(*op));
+    op->svc = s->svc;
+    op->cmd_name = "migration";
+    snprintf(op->db, sizeof(op->db), "admin");
+    atomic_init(&op->killed, false);
+}
+
+size_t
+mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
+{
+    bson_iter_t it, arr;
+    size_t n = 0, cap = 0;
+
+    *out = NULL;
+    if (!bson_iter_init_find(&it, reply, field) || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        return 0;
+    }
+    /* Count first: a static bson_t points into itself, so the array is never moved. */
+    {
+        bson_iter_t c = arr;
+        while (bson_iter_next(&c)) {
+            cap += BSON_ITER_HOLDS_DOCUMENT(&c) ? 1 : 0;
+        }
+    }
+    if (cap == 0) {
+        return 0;
+    }
+    *out = bson_malloc0(cap * sizeof(**out));
+    while (bson_iter_next(&arr) && n < cap) {
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            continue;
+        }
+        bson_iter_document(&arr, &len, &data);
+        if (bson_init_static(&(*out)[n], data, len)) {
+            n++;
+        }
+    }
+    return n;
+}
+
+int
+shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *reply,
+                shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, we, f;
+
+    shl_service_run_command(s->svc, NULL, cmd, db, reply);
+    SHL_ERR(shl_status_from_reply(reply, st));
+    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
+        bson_iter_recurse(&we, &f)) {
+        int code = SHL_CODE_INTERNAL_ERROR;
+        const char *msg = "write error";
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "code") == 0) {
+                code = (int)bson_iter_as_int64(&f);
+            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                msg = bson_iter_utf8(&f, NULL);
+            }
+        }
+        SHL_FAIL(st, code, "%s", msg);
+    }
+done:
+    return ret;
+}
+
+static void
+range_to_string(const bson_t *min, const bson_t *max, char *out, size_t n)
+{
+    char *a = bson_as_relaxed_extended_json(min, NULL);
+    char *b = bson_as_relaxed_extended_json(max, NULL);
+
+    snprintf(out, n, "[%s, %s)", a, b);
+    bson_free(a);
+    bson_free(b);
+}
+
+static void
+pause_at(shl_failpoint_t *fp, shl_op_ctx_t *op)
+{
+    if (atomic_load_explicit(&fp->active, memory_order_relaxed) &&
+        shl_failpoint_evaluate(fp, NULL, NULL, NULL)) {
+        SHL_LOG_INFO(SHARDING, 4200201, "Hanging at a migration fail point", "failPoint",
+                     BCON_UTF8(fp->name));
+        shl_failpoint_pause_while_set(fp, &op->killed);
+    }
+}
+
+/* ---------------------------------------------------------------- registry */
+
+int
+mig_check_idle_locked(shard_state_t *s, shl_status_t *st)
+{
+    int ret = 0;
+    char r[512];
+
+    if (s->donor != NULL && !s->donor->finished) {
+        range_to_string(s->donor->min, s->donor->max, r, sizeof(r));
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "Unable to start new balancer operation because this shard is currently "
+                 "donating range '%s' for namespace %s to shard %s",
+                 r, s->donor->ns, s->donor->to);
+    }
+    if (s->recipient != NULL && !s->recipient->finished) {
+        range_to_string(s->recipient->min, s->recipient->max, r, sizeof(r));
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "Unable to start new balancer operation because this shard is currently "
+                 "receiving range '%s' for namespace %s from shard %s",
+                 r, s->recipient->ns, s->recipient->from);
+    }
+done:
+    return ret;
+}
+
+static void
+pending_clear(shard_donor_t *d)
+{
+    for (size_t i = d->pending_pos; i < d->npending; i++) {
+        bson_destroy(d->pending[i]);
+    }
+    bson_free(d->pending);
+    d->pending = NULL;
+    d->npending = d->pending_pos = 0;
+}
+
+static void
+donor_free(shard_donor_t *d)
+{
+    pending_clear(d);
+    for (size_t i = 0; i < d->nmods; i++) {
+        bson_destroy(d->mods[i]);
+    }
+    bson_free(d->mods);
+    if (d->has_pattern) {
+        shl_shard_key_pattern_cleanup(&d->pattern);
+    }
+    bson_destroy(d->min);
+    bson_destroy(d->max);
+    bson_free(d);
+}
+
+/* Drop one reference (mig_mu held). */
+static void
+donor_unref_locked(shard_donor_t *d)
+{
+    if (--d->refs == 0) {
+        donor_free(d);
+    }
+}
+
+/*
+ * Register an outgoing migration of [min, max) of ns to 'to': *out is the new donor
+ * (*join false: the caller runs it) or the identical one in progress (*join true: wait for
+ * its result). Waits for start-up recovery first. Errors: ConflictingOperationInProgress.
+ */
+static int
+registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t *min,
+               const bson_t *max, const char *to, shard_donor_t **out, bool *join, shl_status_t *st)
+{
+    int ret = 0;
+    shard_donor_t *d;
+
+    *out = NULL;
+    *join = false;
+    pthread_mutex_lock(&s->mig_mu);
+    /* Coordinators a crash left are finished first. */
+    while (s->recovery_started) {
+        pthread_mutex_unlock(&s->mig_mu);
+        ret = mig_sleep(op, 20, st);
+        pthread_mutex_lock(&s->mig_mu);
+        if (ret != 0) {
+            goto done;
+        }
+    }
+    d = s->donor;
+    if (d != NULL && !d->finished && strcmp(d->ns, ns) == 0 && strcmp(d->to, to) == 0 &&
+        shl_shard_key_compare(d->min, min) == 0 && shl_shard_key_compare(d->max, max) == 0) {
+        d->refs++;
+        *out = d;
+        *join = true;
+        goto done;
+    }
+    SHL_ERR(mig_check_idle_locked(s, st));
+    d = bson_malloc0(sizeof(*d));
+    d->refs = 1;
+    snprintf(d->ns, sizeof(d->ns), "%s", ns);
+    snprintf(d->to, sizeof(d->to), "%s", to);
+    d->min = bson_copy(min);
+    d->max = bson_copy(max);
+    if (s->donor != NULL) {
+        donor_unref_locked(s->donor);
+    }
+    s->donor = d;
+    d->refs++; /* the registry's */
+    *out = d;
+done:
+    pthread_mutex_unlock(&s->mig_mu);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- op observer */
+
+void
+shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson_t *post)
+{
+    shard_state_t *s = arg;
+    shard_donor_t *d;
+    bson_iter_t it;
+    const bson_t *doc = post != NULL ? post : pre;
+
+    if (atomic_load_explicit(&s->capturing, memory_order_acquire) == 0 || doc == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    d = s->donor;
+    if (d != NULL && d->capturing && strcmp(d->ns, ns) == 0 &&
+        ((pre != NULL && mig_doc_in_range(&d->pattern, pre, d->min, d->max)) ||
+         (post != NULL && mig_doc_in_range(&d->pattern, post, d->min, d->max))) &&
+        bson_iter_init_find(&it, doc, "_id")) {
+        bson_t *id = bson_new();
+        bson_append_value(id, "_id", 3, bson_iter_value(&it));
+        if (d->nmods == d->capmods) {
+            d->capmods = d->capmods == 0 ? 256 : d->capmods * 2;
+            d->mods = bson_realloc(d->mods, d->capmods * sizeof(*d->mods));
+        }
+        d->mods[d->nmods++] = id;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+}
+
+bool
+shard_migration_observing(void *arg, const char *ns)
+{
+    shard_state_t *s = arg;
+
+    (void)ns;
+    return atomic_load_explicit(&s->capturing, memory_order_acquire) != 0;
+}
+
+/*
+ * Start recording writes in d's range. Like MongoDB installing its cloner under the
+ * collection's exclusive lock, the versioned writes in flight finish first (new ones wait a
+ * moment), so every write that commits from here on is reported to the observer; the
+ * clone, which starts later, sees every write committed before.
+ */
+static int
+capture_start(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+
+    SHL_ERR(shard_crit_enter(s, op, d->ns, SHARD_CRIT_WRITES, st));
+    pthread_mutex_lock(&s->mig_mu);
+    d->capturing = true;
+    atomic_fetch_add(&s->capturing, 1);
+    pthread_mutex_unlock(&s->mig_mu);
+    shard_crit_exit(s, d->ns);
+done:
+    return ret;
+}
+
+static void
+capture_stop(shard_state_t *s, shard_donor_t *d)
+{
+    pthread_mutex_lock(&s->mig_mu);
+    if (d->capturing) {
+        d->capturing = false;
+        atomic_fetch_sub(&s->capturing, 1);
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+}
+
+/* ---------------------------------------------------------------- cloner commands */
+
+static const char *const clone_fields[] = {"sessionId", NULL};
+
+/* The donor whose session is cmd's sessionId (a reference), or NoSuchKey-like failure. */
+static int
+donor_for_session(shard_state_t *s, const bson_t *cmd, const char *ctx, shard_donor_t **out,
+                  shl_status_t *st)
+{
+    int ret = 0;
+    const char *sid = NULL;
+    bool found = false;
+
+    *out = NULL;
+    SHL_ERR(shl_cmd_get_string(cmd, "sessionId", &sid, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing(ctx, "sessionId", st));
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    if (s->donor != NULL && !s->donor->finished && strcmp(s->donor->session_id, sid) == 0) {
+        *out = s->donor;
+        s->donor->refs++;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    if (*out == NULL) {
+        SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "No active migration session %s on this shard",
+                 sid);
+    }
+done:
+    return ret;
+}
+
+static void
+donor_release(shard_state_t *s, shard_donor_t *d)
+{
+    pthread_mutex_lock(&s->mig_mu);
+    donor_unref_locked(d);
+    pthread_mutex_unlock(&s->mig_mu);
+}
+
+/* Fetch the next batch of the local cursor over the collection into d->pending (the
+ * documents of the range, copied). */
+static int
+clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
+    shl_ns_t ns;
+    bson_iter_t it;
+    size_t n = 0;
+
+    pending_clear(d);
+    SHL_ERR(shl_ns_parse(&ns, d->ns, st));
+    if (!d->cursor_open) {
+        bson_t filter = BSON_INITIALIZER;
+        BSON_APPEND_UTF8(&cmd, "find", ns.coll);
+        BSON_APPEND_DOCUMENT(&cmd, "filter", &filter);
+        BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+        bson_destroy(&filter);
+        d->cursor_open = true;
+    } else {
+        BSON_APPEND_INT64(&cmd, "getMore", d->cursor_id);
+        BSON_APPEND_UTF8(&cmd, "collection", ns.coll);
+        BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+    }
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, ns.db, &cmd, &reply, st));
+    d->cursor_id = 0;
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
+        d->cursor_id = bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                        &docs);
+    }
+    if (n > 0) {
+        d->pending = bson_malloc(n * sizeof(*d->pending));
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (mig_doc_in_range(&d->pattern, &docs[i], d->min, d->max)) {
+            d->pending[d->npending++] = bson_copy(&docs[i]);
+        }
+    }
+    if (d->cursor_id == 0) {
+        d->cursor_done = true;
+    }
+done:
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* _migrateClone: {objects: [documents of the range]}, about MIG_BATCH_BYTES / 4 a reply
+ * (one document at least, never past MIG_BATCH_BYTES unless it alone is larger); empty when
+ * all were sent. */
+static int
+cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    shard_donor_t *d = NULL;
+    bson_t objects;
+    size_t nobj = 0, bytes = 0;
+    bool open = false, full = false;
+    char key[24];
+    const char *k;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
+    SHL_ERR(donor_for_session(s, cmd, "_migrateClone", &d, st));
+    BSON_APPEND_ARRAY_BEGIN(reply, "objects", &objects);
+    open = true;
+    while (!full && bytes < MIG_BATCH_BYTES / 4) {
+        if (d->pending_pos == d->npending) {
+            if (d->cursor_done) {
+                break;
+            }
+            SHL_ERR(clone_fetch(s, d, st));
+            continue;
+        }
+        {
+            bson_t *doc = d->pending[d->pending_pos];
+            if (nobj > 0 && bytes + doc->len > MIG_BATCH_BYTES) {
+                full = true;
+                break;
+            }
+            bson_uint32_to_string((uint32_t)nobj, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(&objects, k, doc);
+            nobj++;
+            bytes += doc->len;
+            bson_destroy(doc);
+            d->pending_pos++;
+        }
+    }
+    d->cloned += (int64_t)nobj;
+done:
+    if (open) {
+        bson_append_array_end(reply, &objects);
+    }
+    if (d != NULL) {
+        donor_release(s, d);
+    }
+    return ret;
+}
+
+/* The documents of ns whose _id is one of ids[0..n) (copies into *out, *nout). */
+static int
+lookup_ids(shard_state_t *s, const shl_ns_t *ns, bson_t **ids, size_t n, bson_t ***out,
+           size_t *nout, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, idf, in, *docs = NULL;
+    int64_t cursor_id = 0;
+    size_t cap = 0;
+    char key[24];
+    const char *k;
+
+    *out = NULL;
+    *nout = 0;
+    BSON_APPEND_UTF8(&cmd, "find", ns->coll);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &idf);
+    BSON_APPEND_ARRAY_BEGIN(&idf, "$in", &in);
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
+        if (bson_iter_init_find(&it, ids[i], "_id")) {
+            bson_append_value(&in, k, -1, bson_iter_value(&it));
+        }
+    }
+    bson_append_array_end(&idf, &in);
+    bson_append_document_end(&filter, &idf);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_INT32(&cmd, "batchSize", 100000);
+    for (;;) {
+        bson_iter_t it;
+        size_t nd = 0;
+        bson_destroy(&reply);
+        SHL_ERR(shard_local_cmd(s, ns->db, &cmd, &reply, st));
+        cursor_id = 0;
+        if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
+            cursor_id = bson_iter_as_int64(&it);
+        }
+        if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_t cur;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&cur, data, len);
+            nd = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                             &docs);
+        }
+        for (size_t i = 0; i < nd; i++) {
+            if (*nout == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                *out = bson_realloc(*out, cap * sizeof(**out));
+            }
+            (*out)[(*nout)++] = bson_copy(&docs[i]);
+        }
+        bson_free(docs);
+        docs = NULL;
+        if (cursor_id == 0) {
+            break;
+        }
+        bson_reinit(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", cursor_id);
+        BSON_APPEND_UTF8(&cmd, "collection", ns->coll);
+    }
+done:
+    if (ret != 0) {
+        for (size_t i = 0; i < *nout; i++) {
+            bson_destroy((*out)[i]);
+        }
+        bson_free(*out);
+        *out = NULL;
+        *nout = 0;
+    }
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * Drain up to 50 captured _ids, in order: each one's current document when it is (still) in
+ * the range goes to 'reload', else its _id to 'deleted'. Stops before 'bytes' would pass
+ * MIG_BATCH_BYTES (putting the rest back, first in line); *more says whether ids remain.
+ */
+static int
+drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, size_t *nrel,
+           size_t *ndel, size_t *bytes, bool *more, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t **ids = NULL, **docs = NULL;
+    size_t nids = 0, ndocs = 0, i = 0;
+    shl_ns_t ns;
+    char key[24];
+    const char *k;
+
+    *more = false;
+    SHL_ERR(shl_ns_parse(&ns, d->ns, st));
+    pthread_mutex_lock(&s->mig_mu);
+    nids = d->nmods < 50 ? d->nmods : 50;
+    if (nids > 0) {
+        ids = bson_malloc(nids * sizeof(*ids));
+        memcpy(ids, d->mods, nids * sizeof(*ids));
+        memmove(d->mods, d->mods + nids, (d->nmods - nids) * sizeof(*d->mods));
+        d->nmods -= nids;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    if (nids == 0) {
+        goto done;
+    }
+    SHL_ERR(lookup_ids(s, &ns, ids, nids, &docs, &ndocs, st));
+    for (i = 0; i < nids; i++) {
+        bson_iter_t a;
+        const bson_t *hit = NULL;
+        bool dup = false;
+        if (!bson_iter_init_find(&a, ids[i], "_id")) {
+            continue;
+        }
+        for (size_t j = i + 1; j < nids && !dup; j++) {
+            dup = ids[i]->len == ids[j]->len &&
+                  memcmp(bson_get_data(ids[i]), bson_get_data(ids[j]), ids[i]->len) == 0;
+        }
+        if (dup) {
+            continue; /* its later entry sends it */
+        }
+        for (size_t j = 0; j < ndocs && hit == NULL; j++) {
+            bson_iter_t b;
+            if (bson_iter_init_find(&b, docs[j], "_id") &&
+                shl_bson_value_equal(bson_iter_value(&a), bson_iter_value(&b))) {
+                hit = docs[j];
+            }
+        }
+        if (hit != NULL && mig_doc_in_range(&d->pattern, hit, d->min, d->max)) {
+            if (*nrel + *ndel > 0 && *bytes + hit->len > MIG_BATCH_BYTES) {
+                break; /* the next reply sends it */
+            }
+            bson_uint32_to_string((uint32_t)*nrel, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(reload, k, hit);
+            (*nrel)++;
+            *bytes += hit->len;
+        } else {
+            bson_uint32_to_string((uint32_t)*ndel, &k, key, sizeof(key));
+            BSON_APPEND_DOCUMENT(deleted, k, ids[i]);
+            (*ndel)++;
+            *bytes += ids[i]->len;
+        }
+    }
+done:
+    if (i < nids) {
+        /* Not sent: back in front of the queue, in order. */
+        size_t left = nids - i;
+        pthread_mutex_lock(&s->mig_mu);
+        if (d->nmods + left > d->capmods) {
+            d->capmods = d->nmods + left + 256;
+            d->mods = bson_realloc(d->mods, d->capmods * sizeof(*d->mods));
+        }
+        memmove(d->mods + left, d->mods, d->nmods * sizeof(*d->mods));
+        memcpy(d->mods, ids + i, left * sizeof(*ids));
+        d->nmods += left;
+        pthread_mutex_unlock(&s->mig_mu);
+        nids = i;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    *more = d->nmods > 0;
+    pthread_mutex_unlock(&s->mig_mu);
+    for (size_t j = 0; j < nids; j++) {
+        bson_destroy(ids[j]);
+    }
+    bson_free(ids);
+    for (size_t j = 0; j < ndocs; j++) {
+        bson_destroy(docs[j]);
+    }
+    bson_free(docs);
+    return ret;
+}
+
+/* _transferMods: {reload: [documents], deleted: [{_id}], size}; empty when caught up. */
+static int
+cmd_transfer_mods(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    shard_donor_t *d = NULL;
+    bson_t reload = BSON_INITIALIZER, deleted = BSON_INITIALIZER;
+    size_t nrel = 0, ndel = 0, bytes = 0, before;
+    bool more = true;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
+    SHL_ERR(donor_for_session(s, cmd, "_transferMods", &d, st));
+    while (more && bytes < MIG_BATCH_BYTES / 2) {
+        before = nrel + ndel;
+        SHL_ERR(drain_mods(s, d, &reload, &deleted, &nrel, &ndel, &bytes, &more, st));
+        if (nrel + ndel == before && more) {
+            break; /* the next document is too large for this reply */
+        }
+    }
+    BSON_APPEND_ARRAY(reply, "reload", &reload);
+    BSON_APPEND_ARRAY(reply, "deleted", &deleted);
+    BSON_APPEND_INT64(reply, "size", (int64_t)bytes);
+done:
+    if (d != NULL) {
+        donor_release(s, d);
+    }
+    bson_destroy(&reload);
+    bson_destroy(&deleted);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- coordinator */
+
+/* The coordinator's persisted facts (config.migrationCoordinators). */
+typedef struct coord {
+    shl_uuid_t id;
+    char session_id[200];
+    char ns[SHL_NS_MAX + 1];
+    shl_uuid_t coll_uuid;
+    char donor[SHL_SHARD_ID_MAX];
+    char recipient[SHL_SHARD_ID_MAX];
+    bson_t *min, *max;
+    shl_chunk_version_t pre_version;
+    int decision; /* 0 none, 1 committed, -1 aborted */
+} coord_t;
+
+static void
+coord_cleanup(coord_t *c)
+{
+    if (c->min != NULL) {
+        bson_destroy(c->min);
+    }
+    if (c->max != NULL) {
+        bson_destroy(c->max);
+    }
+    c->min = c->max = NULL;
+}
+
+static void
+coord_to_bson(const coord_t *c, bson_t *out)
+{
+    bson_t r, lsid;
+
+    bson_init(out);
+    shl_uuid_append(out, "_id", &c->id);
+    BSON_APPEND_UTF8(out, "migrationSessionId", c->session_id);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "lsid", &lsid);
+    shl_uuid_append(&lsid, "id", &c->id);
+    bson_append_document_end(out, &lsid);
+    BSON_APPEND_INT64(out, "txnNumber", 0);
+    BSON_APPEND_UTF8(out, "nss", c->ns);
+    shl_uuid_append(out, "collectionUuid", &c->coll_uuid);
+    BSON_APPEND_UTF8(out, "donorShardId", c->donor);
+    BSON_APPEND_UTF8(out, "recipientShardId", c->recipient);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "range", &r);
+    BSON_APPEND_DOCUMENT(&r, "min", c->min);
+    BSON_APPEND_DOCUMENT(&r, "max", c->max);
+    bson_append_document_end(out, &r);
+    shl_chunk_version_append(out, "preMigrationChunkVersion", &c->pre_version);
+    if (c->decision != 0) {
+        BSON_APPEND_UTF8(out, "decision", c->decision > 0 ? "committed" : "aborted");
+    }
+}
+
+static int
+coord_parse(const bson_t *doc, coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    const char *ctx = "MigrationCoordinatorDocument";
+
+    memset(c, 0, sizeof(*c));
+    if (!bson_iter_init(&it, doc)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "corrupt migration coordinator document");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "_id") == 0) {
+            SHL_ERR(shl_idl_read_uuid(&it, ctx, &c->id, st));
+        } else if (strcmp(k, "collectionUuid") == 0) {
+            SHL_ERR(shl_idl_read_uuid(&it, ctx, &c->coll_uuid, st));
+        } else if (strcmp(k, "nss") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->ns, sizeof(c->ns), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "migrationSessionId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->session_id, sizeof(c->session_id), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "donorShardId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->donor, sizeof(c->donor), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "recipientShardId") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->recipient, sizeof(c->recipient), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "decision") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            c->decision = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0 ? 1 : -1;
+        } else if (strcmp(k, "range") == 0) {
+            bson_t r, v;
+            bson_iter_t ri;
+            SHL_ERR(shl_idl_read_doc(&it, ctx, &r, st));
+            if (bson_iter_init_find(&ri, &r, "min")) {
+                SHL_ERR(shl_idl_read_doc(&ri, ctx, &v, st));
+                c->min = bson_copy(&v);
+            }
+            if (bson_iter_init_find(&ri, &r, "max")) {
+                SHL_ERR(shl_idl_read_doc(&ri, ctx, &v, st));
+                c->max = bson_copy(&v);
+            }
+        }
+    }
+    if (c->min == NULL || c->max == NULL) {
+        SHL_ERR(shl_idl_missing(ctx, "range", st));
+    }
+done:
+    if (ret != 0) {
+        coord_cleanup(c);
+    }
+    return ret;
+}
+
+static int
+coord_insert(shard_state_t *s, const coord_t *c, shl_status_t *st)
+{
+    int ret;
+    bson_t doc, cmd = BSON_INITIALIZER, arr, reply, wc;
+
+    coord_to_bson(c, &doc);
+    BSON_APPEND_UTF8(&cmd, "insert", COORD_COLL);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &doc);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_BOOL(&wc, "j", true);
+    bson_append_document_end(&cmd, &wc);
+    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&doc);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* Replace the coordinator document by c (its decision) or delete it (remove). */
+static int
+coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, arr, stmt, q, doc, reply, wc;
+
+    BSON_APPEND_UTF8(&cmd, remove ? "delete" : "update", COORD_COLL);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, remove ? "deletes" : "updates", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+    shl_uuid_append(&q, "_id", &c->id);
+    bson_append_document_end(&stmt, &q);
+    if (remove) {
+        BSON_APPEND_INT32(&stmt, "limit", 1);
+    } else {
+        coord_to_bson(c, &doc);
+        BSON_APPEND_DOCUMENT(&stmt, "u", &doc);
+        bson_destroy(&doc);
+    }
+    bson_append_document_end(&arr, &stmt);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_BOOL(&wc, "j", true);
+    bson_append_document_end(&cmd, &wc);
+    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/*
+ * The commit sequence (decision committed): the recipient's task removed (a delete of its
+ * config.rangeDeletions document, as MongoDB's donor sends), the donor's marked ready, the
+ * coordinator document deleted. The abort sequence: the donor's task removed, the
+ * recipient told _recvChunkAbort (its task marked ready), the document deleted.
+ */
+static int
+coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    SHL_ERR(coord_write(s, c, false, st));
+    if (c->decision > 0) {
+        bson_t arr, d, q;
+        BSON_APPEND_UTF8(&cmd, "delete", "rangeDeletions");
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "q", &q);
+        shl_uuid_append(&q, "_id", &c->id);
+        bson_append_document_end(&d, &q);
+        BSON_APPEND_INT32(&d, "limit", 1);
+        bson_append_document_end(&arr, &d);
+        bson_append_array_end(&cmd, &arr);
+        bson_destroy(&reply);
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        ret = shl_range_deletion_mark_ready(op, &c->id, st);
+        if (ret == SHL_CODE_NO_SUCH_KEY) {
+            shl_status_clear(st);
+            ret = 0;
+        }
+        SHL_ERR(ret);
+    } else {
+        SHL_ERR(shl_range_deletion_remove(op, &c->id, st));
+        BSON_APPEND_UTF8(&cmd, "_recvChunkAbort", c->ns);
+        shl_uuid_append(&cmd, "migrationId", &c->id);
+        BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
+        bson_destroy(&reply);
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    }
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep6), op);
+    SHL_ERR(coord_write(s, c, true, st));
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Who owns the chunk starting at c->min now, per the config server: *committed when the
+ * recipient does. */
+static int
+ask_config_decision(shard_state_t *s, const coord_t *c, bool *committed, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, *docs = NULL;
+    bson_iter_t it;
+    size_t n = 0;
+
+    *committed = false;
+    BSON_APPEND_UTF8(&cmd, "find", "chunks");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    shl_uuid_append(&filter, "uuid", &c->coll_uuid);
+    BSON_APPEND_DOCUMENT(&filter, "min", c->min);
+    bson_append_document_end(&cmd, &filter);
+    {
+        bson_t rc;
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "readConcern", &rc);
+        BSON_APPEND_UTF8(&rc, "level", "majority");
+        bson_append_document_end(&cmd, &rc);
+    }
+    bson_destroy(&reply);
+    SHL_ERR(shard_config_cmd(s, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, "firstBatch", &docs);
+        if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
+            *committed = strcmp(bson_iter_utf8(&it, NULL), c->recipient) == 0;
+        }
+    }
+done:
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- the donor */
+
+typedef struct move_args {
+    const char *ns;
+    const char *to;
+    bson_t min, max;
+    bool wait_for_delete;
+} move_args_t;
+
+static int
+send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pattern_t *p,
+                      shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, reply, lsid;
+
+    BSON_APPEND_UTF8(&cmd, "_recvChunkStart", c->ns);
+    shl_uuid_append(&cmd, "uuid", &c->coll_uuid);
+    shl_uuid_append(&cmd, "migrationId", &c->id);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "lsid", &lsid);
+    shl_uuid_append(&lsid, "id", &c->id);
+    bson_append_document_end(&cmd, &lsid);
+    BSON_APPEND_INT64(&cmd, "txnNumber", 0);
+    BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
+    BSON_APPEND_UTF8(&cmd, "fromShardName", c->donor);
+    BSON_APPEND_UTF8(&cmd, "toShardName", c->recipient);
+    BSON_APPEND_DOCUMENT(&cmd, "min", c->min);
+    BSON_APPEND_DOCUMENT(&cmd, "max", c->max);
+    BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &p->pattern);
+    ret = shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. */
+static int
+wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(&cmd, "_recvChunkStatus", c->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
+    for (;;) {
+        const char *state = "";
+        bson_destroy(&reply);
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        if (bson_iter_init_find(&it, &reply, "state") && BSON_ITER_HOLDS_UTF8(&it)) {
+            state = bson_iter_utf8(&it, NULL);
+        }
+        if (strcmp(state, "steady") == 0) {
+            break;
+        }
+        if (strcmp(state, "fail") == 0 || strcmp(state, "abort") == 0 ||
+            strcmp(state, "done") == 0) {
+            const char *msg = "";
+            if (bson_iter_init_find(&it, &reply, "errmsg") && BSON_ITER_HOLDS_UTF8(&it)) {
+                msg = bson_iter_utf8(&it, NULL);
+            }
+            SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
+                     "Data transfer error: migration destination shard %s reported state %s: %s",
+                     c->recipient, state, msg);
+        }
+        SHL_ERR(mig_sleep(op, 20, st));
+    }
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+static int
+send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
+                      const shl_chunk_version_t *chunk_version, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
+
+    if (SHL_FAILPOINT_FIRES(failMigrationCommit)) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
+                 "Failing _configsvrCommitChunkMigration (failMigrationCommit)");
+    }
+    BSON_APPEND_UTF8(&cmd, "_configsvrCommitChunkMigration", c->ns);
+    BSON_APPEND_UTF8(&cmd, "fromShard", c->donor);
+    BSON_APPEND_UTF8(&cmd, "toShard", c->recipient);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "migratedChunk", &chunk);
+    BSON_APPEND_DOCUMENT(&chunk, "min", c->min);
+    BSON_APPEND_DOCUMENT(&chunk, "max", c->max);
+    BSON_APPEND_TIMESTAMP(&chunk, "lastmod", chunk_version->major, chunk_version->minor);
+    bson_append_document_end(&cmd, &chunk);
+    shl_chunk_version_append(&cmd, "fromShardCollectionVersion", &m->coll_version);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    bson_destroy(&reply);
+    SHL_ERR(shard_config_cmd(s, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    if (SHL_FAILPOINT_FIRES(migrationCommitNetworkError)) {
+        /* The commit happened but its reply is lost: the outcome is unknown here. */
+        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE,
+                 "Network error from failpoint migrationCommitNetworkError");
+    }
+done:
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* Refresh the filtering metadata of ns, retrying a few times (the config server may be
+ * briefly unreachable). */
+static int
+refresh_retrying(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+{
+    int ret = 0;
+
+    for (int i = 0; i < 50; i++) {
+        shl_status_clear(st);
+        ret = shard_meta_refresh(s, ns, NULL, st);
+        if (ret == 0 || shl_op_check_interrupt(op, st) != 0) {
+            break;
+        }
+        mig_sleep(op, 100, st);
+    }
+    return ret;
+}
+
+/* Resolve an unknown commit outcome by asking the config server (retrying). */
+static int
+resolve_decision(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, bool *committed,
+                 shl_status_t *st)
+{
+    int ret = 0;
+    shl_status_t tmp = SHL_STATUS_INIT;
+
+    for (int i = 0; i < 100; i++) {
+        shl_status_clear(st);
+        ret = ask_config_decision(s, c, committed, st);
+        if (ret == 0 || shl_op_check_interrupt(op, &tmp) != 0) {
+            break;
+        }
+        mig_sleep(op, 100, &tmp);
+    }
+    return ret;
+}
+
+static int
+run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_t *a,
+          shl_status_t *st)
+{
+    int ret = 0;
+    shard_coll_meta_t *m = NULL;
+    shard_identity_t id;
+    coord_t c;
+    size_t idx = 0;
+    bson_t cmin, cmax;
+    bool persisted = false, crit = false, committed = false;
+    shl_chunk_version_t chunk_version;
+    char r[512];
+    int64_t start_us = shl_clock_mono_us();
+
+    memset(&c, 0, sizeof(c));
+    if (!shard_get_identity(s, &id)) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                 "Cannot accept sharding commands if sharding state has not been initialized "
+                 "with a shardIdentity document");
+    }
+    SHL_ERR(shard_meta_refresh(s, a->ns, &m, st));
+    range_to_string(&a->min, &a->max, r, sizeof(r));
+    if (m->rt == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_SHARDED, "%s is not sharded", a->ns);
+    }
+    if (shl_routing_table_find_chunk(m->rt, &a->min, &idx, st) != 0) {
+        shl_status_clear(st);
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "no chunk of %s starts at %s", a->ns, r);
+    }
+    shl_routing_table_chunk_bounds(m->rt, idx, &cmin, &cmax);
+    if (shl_shard_key_compare(&cmin, &a->min) != 0 || shl_shard_key_compare(&cmax, &a->max) != 0 ||
+        strcmp(shl_routing_table_chunk_shard(m->rt, idx), id.shard_name) != 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "Range %s of %s is not a chunk owned by this shard (%s)", r, a->ns, id.shard_name);
+    }
+    if (strcmp(a->to, id.shard_name) == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Destination shard cannot be the same as source");
+    }
+    chunk_version = shl_routing_table_chunk_version(m->rt, idx);
+    pthread_mutex_lock(&s->mig_mu);
+    SHL_ERR(shl_shard_key_pattern_init(&d->pattern, &shl_routing_table_key_pattern(m->rt)->pattern,
+                                       st));
+    d->has_pattern = true;
+    pthread_mutex_unlock(&s->mig_mu);
+
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep1), op);
+    SHL_ERR(shl_op_check_interrupt(op, st));
+
+    /* The coordinator document and the donor's pending range deletion task. */
+    c.id = shl_uuid_new();
+    {
+        char u[37];
+        shl_uuid_to_string(&c.id, u);
+        snprintf(c.session_id, sizeof(c.session_id), "%s_%s_%s", id.shard_name, a->to, u);
+    }
+    snprintf(c.ns, sizeof(c.ns), "%s", a->ns);
+    c.coll_uuid = *shl_routing_table_uuid(m->rt);
+    snprintf(c.donor, sizeof(c.donor), "%s", id.shard_name);
+    snprintf(c.recipient, sizeof(c.recipient), "%s", a->to);
+    c.min = bson_copy(&a->min);
+    c.max = bson_copy(&a->max);
+    c.pre_version = m->shard_version;
+    SHL_ERR(coord_insert(s, &c, st));
+    persisted = true;
+    {
+        shl_range_task_t t;
+        memset(&t, 0, sizeof(t));
+        t.id = c.id;
+        snprintf(t.ns, sizeof(t.ns), "%s", a->ns);
+        t.collection_uuid = c.coll_uuid;
+        snprintf(t.donor_shard, sizeof(t.donor_shard), "%s", id.shard_name);
+        t.min = c.min;
+        t.max = c.max;
+        t.key_pattern = &d->pattern.pattern;
+        t.pending = true;
+        t.when_now = false;
+        t.pre_migration_version = m->shard_version;
+        SHL_ERR(shl_range_deletion_persist(op, &t, st));
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    snprintf(d->session_id, sizeof(d->session_id), "%s", c.session_id);
+    pthread_mutex_unlock(&s->mig_mu);
+
+    /* Capture writes in the range from before the first document is cloned. */
+    SHL_ERR(capture_start(s, op, d, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
+    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);
+    SHL_ERR(wait_steady(s, op, &c, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), op);
+
+    /* Critical section: writes, then (after the recipient's last catch-up) reads. */
+    SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
+    crit = true;
+    {
+        bson_t cmd = BSON_INITIALIZER, reply;
+        BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);
+        BSON_APPEND_UTF8(&cmd, "sessionId", c.session_id);
+        ret = shard_remote_cmd(s, c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        SHL_ERR(ret);
+    }
+    SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_ALL, st));
+    capture_stop(s, d);
+    pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
+
+    ret = send_commit_to_config(s, &c, m, &chunk_version, st);
+    if (ret != 0) {
+        shl_status_t why = *st;
+        /* Did the commit happen? Ask the authority before deciding. */
+        if (resolve_decision(s, op, &c, &committed, st) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200202,
+                            "Migration outcome unknown; the coordinator document stays for "
+                            "recovery",
+                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(why.reason));
+            persisted = false; /* leave it for start-up recovery */
+            *st = why;
+            ret = why.code;
+            goto done;
+        }
+        if (!committed) {
+            *st = why;
+            ret = why.code;
+            goto done;
+        }
+        shl_status_clear(st);
+        ret = 0;
+    }
+    committed = true;
+    /* The pre-migration metadata must not outlive the migration: the range deleter waits
+     * for every holder of metadata that owned the range. */
+    shard_meta_release(m);
+    m = NULL;
+    /* The donor's new metadata, then the waiting operations go on (and get StaleConfig). */
+    SHL_ERR(refresh_retrying(s, op, a->ns, st));
+    pause_at(SHL_FAILPOINT(hangBeforeLeavingCriticalSection), op);
+    shard_crit_exit(s, a->ns);
+    crit = false;
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep5), op);
+
+    c.decision = 1;
+    persisted = false;
+    {
+        /* Committed: the migration succeeded whatever happens to the cleanup; a failed
+         * commit sequence is retried by the recovery thread. */
+        shl_status_t tmp = SHL_STATUS_INIT;
+        if (coord_finish(s, op, &c, &tmp) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200207,
+                            "Migration commit sequence failed; retrying in "
+                            "the background",
+                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
+            shard_migration_recover_async(s);
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 4200203, "Migration committed", "ns", BCON_UTF8(a->ns), "range",
+                 BCON_UTF8(r), "to", BCON_UTF8(a->to), "durationMillis",
+                 BCON_INT64((shl_clock_mono_us() - start_us) / 1000));
+    if (a->wait_for_delete) {
+        /* Until the range deleter has removed the donor's task. */
+        for (;;) {
+            bson_t cmd = BSON_INITIALIZER, reply, filter;
+            bson_iter_t it;
+            int64_t n = 0;
+            BSON_APPEND_UTF8(&cmd, "count", "rangeDeletions");
+            BSON_APPEND_DOCUMENT_BEGIN(&cmd, "query", &filter);
+            shl_uuid_append(&filter, "_id", &c.id);
+            bson_append_document_end(&cmd, &filter);
+            ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+            if (ret == 0 && bson_iter_init_find(&it, &reply, "n")) {
+                n = bson_iter_as_int64(&it);
+            }
+            bson_destroy(&cmd);
+            bson_destroy(&reply);
+            SHL_ERR(ret);
+            if (n == 0) {
+                break;
+            }
+            SHL_ERR(mig_sleep(op, 50, st));
+        }
+    }
+done:
+    capture_stop(s, d);
+    if (crit) {
+        shl_status_t tmp = SHL_STATUS_INIT;
+        if (committed) {
+            refresh_retrying(s, op, a->ns, &tmp);
+        }
+        shard_crit_exit(s, a->ns);
+    }
+    if (persisted && !committed) {
+        /* The abort sequence. */
+        shl_status_t tmp = SHL_STATUS_INIT;
+        c.decision = -1;
+        if (coord_finish(s, op, &c, &tmp) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200204,
+                            "Migration abort sequence failed; retrying in "
+                            "the background",
+                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
+            shard_migration_recover_async(s);
+        }
+    } else if (persisted && committed) {
+        shl_status_t tmp = SHL_STATUS_INIT;
+        c.decision = 1;
+        if (coord_finish(s, op, &c, &tmp) != 0) {
+            shard_migration_recover_async(s);
+        }
+    }
+    coord_cleanup(&c);
+    shard_meta_release(m);
+    return ret;
+}
+
+static const char *const move_fields[] = {"toShard",
+                                          "min",
+                                          "max",
+                                          "waitForDelete",
+                                          "forceJumbo",
+                                          "secondaryThrottle",
+                                          "epoch",
+                                          "collectionTimestamp",
+                                          "maxChunkSizeBytes",
+                                          "fromShard",
+                                          NULL};
+
+/* _shardsvrMoveRange: ns, toShard, min, max, waitForDelete -- runs (or joins) the migration
+ * and replies when it has finished. */
+static int
+cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    move_args_t a;
+    bson_iter_t it;
+    bool found = false, join = false;
+    shard_donor_t *d = NULL;
+    shl_ns_t parsed;
+
+    (void)reply;
+    memset(&a, 0, sizeof(a));
+    SHL_ERR(shl_cmd_check_fields(cmd, move_fields, st));
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '_shardsvrMoveRange._shardsvrMoveRange' is the wrong type, "
+                 "expected type 'string'");
+    }
+    a.ns = bson_iter_utf8(&it, NULL);
+    SHL_ERR(shl_ns_parse(&parsed, a.ns, st));
+    SHL_ERR(shl_cmd_get_string(cmd, "toShard", &a.to, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_shardsvrMoveRange", "toShard", st));
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "min", &a.min, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_shardsvrMoveRange", "min", st));
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "max", &a.max, &found, st));
+    if (!found) {
+        SHL_ERR(shl_idl_missing("_shardsvrMoveRange", "max", st));
+    }
+    SHL_ERR(shl_cmd_get_bool(cmd, "waitForDelete", &a.wait_for_delete, st));
+    SHL_ERR(registry_donor(s, op, a.ns, &a.min, &a.max, a.to, &d, &join, st));
+    if (join) {
+        pthread_mutex_lock(&s->mig_mu);
+        while (!d->finished) {
+            pthread_mutex_unlock(&s->mig_mu);
+            ret = mig_sleep(op, 20, st);
+            pthread_mutex_lock(&s->mig_mu);
+            if (ret != 0) {
+                break;
+            }
+        }
+        if (ret == 0 && d->result != 0) {
+            *st = d->result_st;
+            ret = d->result;
+        }
+        donor_unref_locked(d);
+        pthread_mutex_unlock(&s->mig_mu);
+        goto done;
+    }
+    ret = run_donor(s, op, d, &a, st);
+    pthread_mutex_lock(&s->mig_mu);
+    d->finished = true;
+    d->result = ret;
+    if (ret != 0) {
+        d->result_st = *st;
+    }
+    /* Leave the registry. */
+    if (s->donor == d) {
+        s->donor = NULL;
+        donor_unref_locked(d);
+    }
+    donor_unref_locked(d);
+    pthread_cond_broadcast(&s->mig_cv);
+    pthread_mutex_unlock(&s->mig_mu);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+static void *
+recovery_main(void *arg)
+{
+    shard_state_t *s = arg;
+    shl_op_ctx_t op;
+
+    mig_internal_op(s, &op);
+    for (int attempt = 0; attempt < 600; attempt++) {
+        shl_status_t st = SHL_STATUS_INIT;
+        bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL, cur;
+        bson_iter_t it;
+        size_t n = 0;
+        int ret = 0;
+
+        if (shl_op_check_interrupt(&op, &st) != 0) {
+            bson_destroy(&cmd);
+            bson_destroy(&reply);
+            break;
+        }
+        BSON_APPEND_UTF8(&cmd, "find", COORD_COLL);
+        bson_destroy(&reply);
+        ret = shard_local_cmd(s, "config", &cmd, &reply, &st);
+        if (ret == 0 && bson_iter_init_find(&it, &reply, "cursor") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&cur, data, len);
+            n = mig_docs_of(&cur, "firstBatch", &docs);
+        }
+        for (size_t i = 0; ret == 0 && i < n; i++) {
+            coord_t c;
+            bool committed = false;
+            if (coord_parse(&docs[i], &c, &st) != 0) {
+                ret = 0; /* a malformed document cannot be recovered; leave it */
+                continue;
+            }
+            if (c.decision == 0) {
+                ret = ask_config_decision(s, &c, &committed, &st);
+                c.decision = committed ? 1 : -1;
+            }
+            if (ret == 0) {
+                SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(c.ns),
+                             "decision", BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
+                shard_meta_refresh(s, c.ns, NULL, &st);
+                shl_status_clear(&st);
+                ret = coord_finish(s, &op, &c, &st);
+            }
+            coord_cleanup(&c);
+        }
+        bson_free(docs);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+        if (ret == 0) {
+            break;
+        }
+        SHL_LOG_DEBUG(1, SHARDING, 4200206, "Migration recovery will retry", "error",
+                      BCON_UTF8(st.reason));
+        mig_sleep(&op, 500, &st);
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    s->recovery_started = false;
+    pthread_cond_broadcast(&s->mig_cv);
+    pthread_mutex_unlock(&s->mig_mu);
+    return NULL;
+}
+
+void
+shard_migration_recover_async(shard_state_t *s)
+{
+    pthread_t t;
+
+    pthread_mutex_lock(&s->mig_mu);
+    if (s->recovery_started) {
+        pthread_mutex_unlock(&s->mig_mu);
+        return;
+    }
+    s->recovery_started = true;
+    if (pthread_create(&t, NULL, recovery_main, s) == 0) {
+        pthread_detach(t);
+    } else {
+        s->recovery_started = false;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+}
+
+/* ---------------------------------------------------------------- registration */
+
+static const shl_command_t migration_commands[] = {
+    {.name = "_shardsvrMoveRange",
+     .run = cmd_shardsvr_move_range,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .help = "internal: donate a chunk to another shard (the donor runs the migration)"},
+    {.name = "_migrateClone",
+     .run = cmd_migrate_clone,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the next batch of documents of the migrating range"},
+    {.name = "_transferMods",
+     .run = cmd_transfer_mods,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the writes captured in the migrating range since the last call"},
+    {.name = "_recvChunkStart",
+     .run = mig_recv_chunk_start,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .help = "internal: start receiving a chunk from a donor shard"},
+    {.name = "_recvChunkStatus",
+     .run = mig_recv_chunk_status,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the state of the incoming migration"},
+    {.name = "_recvChunkCommit",
+     .run = mig_recv_chunk_commit,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: apply the last writes of the incoming migration"},
+    {.name = "_recvChunkAbort",
+     .run = mig_recv_chunk_abort,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: abort the incoming migration"},
+};
+
+void
+shard_migration_commands_register(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(migration_commands) / sizeof(migration_commands[0]); i++) {
+        shl_command_registry_add(reg, &migration_commands[i]);
+    }
+}

@@ -1,0 +1,608 @@
+"""Live chunk migration (issue 7 items 1, 2, 4, 5): moveChunk / moveRange through the
+router, the donor's and recipient's protocol (docs/design/sharding-protocol.md "Chunk
+migration"), what users see during and after a migration, and crash safety of the
+donor. Real processes: a config server, three shards, routers; pymongo on the router
+and, to check where documents really are, on each shard directly."""
+
+import threading
+import time
+
+import bson
+import pymongo
+import pytest
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
+from pymongo.errors import OperationFailure, PyMongoError
+
+from shale_fixtures import ShaleCluster, fail_point, wait_until
+
+N = 5000
+MAXK = bson.max_key.MaxKey()
+MINK = bson.min_key.MinKey()
+
+
+@pytest.fixture(scope="module")
+def mc(request):
+    failed_before = request.session.testsfailed
+    c = ShaleCluster(shards=3, shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"])
+    try:
+        c.start()
+    except Exception:
+        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+
+
+def _config(c):
+    return c.config_client().get_database("config", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+
+
+def _chunks(c, ns):
+    cfg = _config(c)
+    coll = cfg.collections.find_one({"_id": ns})
+    return list(cfg.chunks.find({"uuid": coll["uuid"]}).sort("min", 1))
+
+
+def _chunk_at(c, ns, x):
+    for ch in _chunks(c, ns):
+        lo, hi = ch["min"]["x"], ch["max"]["x"]
+        if (isinstance(lo, bson.min_key.MinKey) or lo <= x) and \
+                (isinstance(hi, bson.max_key.MaxKey) or x < hi):
+            return ch
+    raise AssertionError("no chunk holds x=%r" % x)
+
+
+def _setup(c, name, n=N, splits=(2500,)):
+    r = c.router_client()
+    ns = "mig." + name
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    for s in splits:
+        r.admin.command("split", ns, middle={"x": s})
+    r.mig[name].insert_many([{"_id": i, "x": i, "v": 0, "pad": "p" * 50} for i in range(n)])
+    return r, ns
+
+
+_entered = {}
+
+
+def _hang(client, name):
+    """Switch a "hang" fail point on, remembering how often it was entered before."""
+    _entered[name] = fail_point(client, name, "alwaysOn")["count"]
+
+
+def _wait_hung(client, name):
+    """Wait until the fail point switched on by _hang has been reached."""
+    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > _entered[name],
+               what="a migration to reach %s" % name)
+
+
+def _wait_writes(inserted, lock, n):
+    """Wait until the writers have had n more inserts acknowledged."""
+    with lock:
+        base = len(inserted)
+
+    def grown():
+        with lock:
+            return len(inserted) >= base + n
+    wait_until(grown, what="%d more acknowledged inserts" % n)
+
+
+def _direct(c, i, name):
+    return c.shard_client(i).mig[name]
+
+
+def test_move_chunk_moves_documents_and_bumps_versions(mc):
+    r, ns = _setup(mc, "basic")
+    before = _chunk_at(mc, ns, 3000)
+    low = _chunk_at(mc, ns, 0)
+    assert before["shard"] == "shard0" and low["shard"] == "shard0"
+    coll_major = max(ch["lastmod"].time for ch in _chunks(mc, ns))
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    moved = _chunk_at(mc, ns, 3000)
+    control = _chunk_at(mc, ns, 0)
+    assert moved["shard"] == "shard1"
+    assert (moved["lastmod"].time, moved["lastmod"].inc) == (coll_major + 1, 0)
+    assert (control["lastmod"].time, control["lastmod"].inc) == (coll_major + 1, 1)
+    assert moved["history"][0]["shard"] == "shard1"
+    # Through the router: every document once.
+    ids = [d["_id"] for d in r.mig.basic.find({}, {"_id": 1})]
+    assert len(ids) == N and len(set(ids)) == N
+    assert r.mig.basic.count_documents({"x": {"$gte": 2500}}) == N - 2500
+    # The recipient holds the range; the donor's orphans are filtered from versioned reads.
+    assert _direct(mc, 1, "basic").count_documents({"x": {"$gte": 2500}}) == N - 2500
+    assert r.mig.basic.find_one({"x": 4000})["_id"] == 4000
+    # The recipient's collection has the cluster-wide UUID.
+    uuid = _config(mc).collections.find_one({"_id": ns})["uuid"]
+    db1 = mc.shard_client(1).get_database("mig", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+    assert next(db1.list_collections(filter={"name": "basic"}))["info"]["uuid"] == uuid
+    # The changelog has the commit.
+    log = _config(mc).changelog.find_one({"what": "moveChunk.commit", "ns": ns})
+    assert log is not None and log["details"]["to"] == "shard1"
+
+
+def test_move_range_and_a_stale_router_after_several_migrations(mc):
+    r, ns = _setup(mc, "several", splits=(1000, 2500, 4000))
+    r2 = mc.add_router().client()
+    assert r2.mig.several.count_documents({}) == N  # r2 caches the routing now
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard2")
+    r.admin.command("moveRange", ns, min={"x": 2500}, max={"x": 4000}, toShard="shard1")
+    r.admin.command("moveChunk", ns, bounds=[{"x": 4000}, {"x": MAXK}], to="shard2")
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard1")
+    assert [ch["shard"] for ch in _chunks(mc, ns)] == ["shard0", "shard1", "shard1", "shard2"]
+    # A range inside a chunk is split out of it first.
+    r.admin.command("moveRange", ns, min={"x": 100}, max={"x": 200}, toShard="shard2")
+    r.admin.command("moveRange", ns, min={"x": 4500}, toShard="shard0")
+    assert [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)][1:3] == [
+        (100, "shard2"), (200, "shard0")]
+    assert [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)][-2:] == [
+        (4000, "shard2"), (4500, "shard0")]
+    # Versions stay unique and the collection version grew by one major per migration.
+    versions = [(ch["lastmod"].time, ch["lastmod"].inc) for ch in _chunks(mc, ns)]
+    assert len(set(versions)) == len(versions)
+    # The stale router still sees every document exactly once, and targeted reads work.
+    ids = [d["_id"] for d in r2.mig.several.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    assert r2.mig.several.find_one({"x": 3000})["_id"] == 3000
+    assert r2.mig.several.count_documents({"x": {"$gte": 900, "$lt": 4100}}) == 3200
+    assert r2.mig.several.count_documents({"x": {"$gte": 50, "$lt": 250}}) == 200
+    r2.mig.several.update_one({"x": 4200}, {"$set": {"v": 7}})
+    assert r.mig.several.find_one({"x": 4200})["v"] == 7
+    assert _direct(mc, 2, "several").find_one({"x": 4200})["v"] == 7
+
+
+def test_bad_migration_requests_get_errors(mc):
+    r, ns = _setup(mc, "bad")
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, find={"x": 1}, to="nosuchshard")
+    assert e.value.code == 70  # ShardNotFound
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, find={"x": 1}, to="shard0")  # already there
+    assert e.value.code == 20  # IllegalOperation
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", ns, to="shard1")
+    assert e.value.code == 2 or e.value.code == 72
+    with pytest.raises(OperationFailure) as e:  # spans two chunks
+        r.admin.command("moveRange", ns, min={"x": 17}, max={"x": 3000}, toShard="shard1")
+    assert e.value.code == 72  # InvalidOptions
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("moveChunk", "mig.unsharded_nope", find={"x": 1}, to="shard1")
+    assert r.mig.bad.count_documents({}) == N
+
+
+def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
+    r, ns = _setup(mc, "live")
+    donor = mc.shard_client(0)
+    stop = threading.Event()
+    errors = []
+    inserted, deleted, updated = set(), set(), {}
+    lock = threading.Lock()
+
+    def writer(k):
+        c = mc.router_client()
+        coll = c.mig.live
+        i = 0
+        while not stop.is_set():
+            nid = 100000 + k * 100000 + i
+            try:
+                # inserts into the moving range, updates of a non-key field, deletes
+                coll.insert_one({"_id": nid, "x": 2500 + (nid % 2500), "v": 0})
+                with lock:
+                    inserted.add(nid)
+                target = 2500 + k * 600 + (i % 600)
+                if i % 3 == 0:
+                    coll.find_one_and_update({"_id": target, "x": target}, {"$inc": {"v": 1}})
+                else:
+                    coll.update_one({"_id": target}, {"$inc": {"v": 1}})
+                with lock:
+                    updated[target] = updated.get(target, 0) + 1
+                if i % 5 == 0:
+                    victim = 2500 + k * 600 + 300 + (i // 5) % 300
+                    res = coll.delete_one({"_id": victim})
+                    with lock:
+                        deleted.add(victim)
+                        if res.deleted_count == 0 and victim not in deleted:
+                            errors.append("delete of %d found nothing" % victim)
+            except PyMongoError as e:
+                errors.append("writer %d: %r" % (k, e))
+                return
+            i += 1
+
+    stable = set(range(0, 2500))  # never written: must always be seen exactly once
+
+    def reader():
+        c = mc.router_client()
+        while not stop.is_set():
+            try:
+                ids = [d["_id"] for d in c.mig.live.find({}, {"_id": 1})]
+            except PyMongoError as e:
+                errors.append("reader: %r" % e)
+                return
+            if len(ids) != len(set(ids)):
+                errors.append("reader saw a document twice")
+                return
+            if not stable <= set(ids):
+                errors.append("reader missed documents")
+                return
+
+    _hang(donor, "moveChunkHangAtStep3")
+    _hang(donor, "moveChunkHangAtStep4")
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    mover_err = []
+
+    def mover():
+        try:
+            r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+        except PyMongoError as e:
+            mover_err.append(e)
+
+    m = threading.Thread(target=mover)
+    m.start()
+    try:
+        # writes land while the range is cloned, and while the recipient catches up
+        _wait_hung(donor, "moveChunkHangAtStep3")
+        _wait_writes(inserted, lock, 30)
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        _wait_hung(donor, "moveChunkHangAtStep4")
+        _wait_writes(inserted, lock, 30)
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+        m.join(60)
+        _wait_writes(inserted, lock, 30)  # after the commit, through the new routing
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not mover_err, mover_err
+    assert not errors, errors[:5]
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    docs = {d["_id"]: d for d in r.mig.live.find({})}
+    expect = (set(range(N)) | inserted) - deleted
+    assert set(docs) == expect
+    for k, n in updated.items():
+        if k not in deleted:
+            assert docs[k]["v"] == n, (k, docs[k], n)
+    assert len(inserted) > 0 and len(updated) > 0
+    # The writes made during the migration reached the recipient as captured mods.
+    status = mc.shard_client(1).admin.command("_recvChunkStatus", ns)
+    assert status["state"] == "done" and status["active"] is False
+    assert status["counts"]["cloned"] >= N - 2500
+    assert status["counts"]["catchup"] + status["counts"]["steady"] > 0
+    # the recipient has exactly the range's documents
+    on_recipient = {d["_id"] for d in _direct(mc, 1, "live").find({"x": {"$gte": 2500}})}
+    assert on_recipient == {i for i in expect if docs[i]["x"] >= 2500}
+
+
+def test_critical_section_holds_operations_then_sends_them_to_the_new_owner(mc):
+    r, ns = _setup(mc, "crit")
+    donor = mc.shard_client(0)
+    _hang(donor, "hangBeforeCommitMigration")
+    results, errs = {}, []
+
+    def run(name, fn):
+        try:
+            results[name] = fn(mc.router_client().mig.crit)
+        except PyMongoError as e:
+            errs.append(e)
+
+    mover = threading.Thread(target=run, args=("move", lambda c: r.admin.command(
+        "moveChunk", ns, find={"x": 3000}, to="shard1")))
+    mover.start()
+    try:
+        _wait_hung(donor, "hangBeforeCommitMigration")
+        ops = [threading.Thread(target=run, args=(
+                   "write", lambda c: c.update_one({"x": 3000}, {"$set": {"v": 5}}).modified_count)),
+               threading.Thread(target=run, args=(
+                   "read", lambda c: c.count_documents({"x": {"$gte": 2500}}))),
+               threading.Thread(target=run, args=(
+                   "other", lambda c: c.count_documents({"x": {"$lt": 2500}})))]
+        for t in ops:
+            t.start()
+        ops[0].join(0.5)
+        # Reads and writes of the migrating collection on the donor wait in its critical section.
+        assert ops[0].is_alive() and ops[1].is_alive() and ops[2].is_alive()
+    finally:
+        fail_point(donor, "hangBeforeCommitMigration", "off")
+    mover.join(60)
+    for t in ops:
+        t.join(60)
+    assert not errs, errs
+    assert results["write"] == 1 and results["read"] == N - 2500 and results["other"] == 2500
+    # The held write was retried on the new owner.
+    assert _direct(mc, 1, "crit").find_one({"x": 3000})["v"] == 5
+    assert r.mig.crit.find_one({"x": 3000})["v"] == 5
+
+
+def test_cursor_opened_before_the_commit_returns_the_donated_documents(mc):
+    r, ns = _setup(mc, "cursor")
+    cur = r.mig.cursor.find({"x": {"$gte": 2500}}).batch_size(100)
+    first = [next(cur) for _ in range(100)]
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    rest = list(cur)
+    ids = [d["_id"] for d in first + rest]
+    assert sorted(ids) == list(range(2500, N))
+
+
+def test_conflicting_migration_refused_and_the_same_one_joined(mc):
+    r, ns = _setup(mc, "conflict", splits=(1000, 2500))
+    ns2 = "mig.conflict2"
+    r.admin.command("shardCollection", ns2, key={"x": 1})
+    r.mig.conflict2.insert_many([{"x": i} for i in range(10)])
+    r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard2")
+    donor = mc.shard_client(0)
+    results = {}
+
+    def move(name, **kw):
+        try:
+            results[name] = mc.router_client().admin.command("moveChunk", ns, **kw)
+        except PyMongoError as e:
+            results[name] = e
+
+    _hang(donor, "moveChunkHangAtStep3")
+    try:
+        t1 = threading.Thread(target=move, args=("first",),
+                              kwargs=dict(find={"x": 3000}, to="shard1"))
+        t1.start()
+        _wait_hung(donor, "moveChunkHangAtStep3")
+        t2 = threading.Thread(target=move, args=("joined",),
+                              kwargs=dict(find={"x": 2600}, to="shard1"))
+        t2.start()
+        # Another chunk of the same donor: refused while the first one runs.
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("moveChunk", ns, find={"x": 10}, to="shard2")
+        assert e.value.code == 117  # ConflictingOperationInProgress
+        # The recipient is busy too (shard2 -> shard1).
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard1")
+        assert e.value.code == 117
+        t2.join(0.3)
+        assert t2.is_alive()  # joined: waits for the first one
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+    t1.join(60)
+    t2.join(60)
+    assert results["first"]["ok"] == 1, results
+    assert results["joined"]["ok"] == 1, results
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert sorted(d["_id"] for d in r.mig.conflict.find({}, {"_id": 1})) == list(range(N))
+
+
+_deleter = {}
+
+
+def test_donor_orphans_are_filtered_then_deleted(mc):
+    r, ns = _setup(mc, "orphans")
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    donor = _direct(mc, 0, "orphans")
+    assert donor.count_documents({"x": {"$gte": 2500}}) <= N - 2500  # deletion may have begun
+    # Versioned reads filter whatever the donor still holds of the range.
+    assert r.mig.orphans.count_documents({}) == N
+    assert r.mig.orphans.count_documents({"x": {"$gte": 2500}}) == N - 2500
+    task = mc.shard_client(0).config.rangeDeletions.find_one({"nss": ns})
+    assert task is None or not task.get("pending")
+    # orphanCleanupDelaySecs=0: the range deleter removes the donor's copies.
+    try:
+        wait_until(lambda: donor.count_documents({"x": {"$gte": 2500}}) == 0, timeout=10,
+                   what="the donor's orphans to be deleted")
+    except TimeoutError:
+        _deleter["missing"] = True
+        pytest.skip("no range deleter in this build yet (branch rangedel)")
+    wait_until(lambda: mc.shard_client(0).config.rangeDeletions.find_one({"nss": ns}) is None,
+               what="the donor's range deletion task to be removed")
+    assert donor.count_documents({}) == 2500
+    assert r.mig.orphans.count_documents({}) == N
+
+
+def test_wait_for_delete(mc):
+    if _deleter.get("missing"):
+        pytest.skip("no range deleter in this build yet (branch rangedel)")
+    r, ns = _setup(mc, "waitdel")
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard2", _waitForDelete=True)
+    assert _direct(mc, 0, "waitdel").count_documents({"x": {"$gte": 2500}}) == 0
+    assert r.mig.waitdel.count_documents({}) == N
+
+
+def test_commit_outcome_unknown_or_failed(mc):
+    r, ns = _setup(mc, "outcome")
+    donor = mc.shard_client(0)
+    # The commit's reply is lost: the donor asks the config server and finishes the commit.
+    fail_point(donor, "migrationCommitNetworkError", {"times": 1})
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert donor.config.migrationCoordinators.count_documents({}) == 0
+    # The commit fails: the migration is aborted, nothing moved, the copies are to be deleted.
+    fail_point(mc.shard_client(1), "failMigrationCommit", {"times": 1})
+    with pytest.raises(OperationFailure):
+        r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard2")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert mc.shard_client(1).config.migrationCoordinators.count_documents({}) == 0
+    pending = list(mc.shard_client(2).config.rangeDeletions.find({"nss": ns}))
+    assert all(not d.get("pending") for d in pending)
+    assert not mc.shard_client(1).config.rangeDeletions.find_one({"nss": ns, "pending": True})
+    assert sorted(d["_id"] for d in r.mig.outcome.find({}, {"_id": 1})) == list(range(N))
+    # The write path still works after the aborted critical section.
+    r.mig.outcome.update_one({"x": 3000}, {"$set": {"v": 1}})
+    assert r.mig.outcome.find_one({"x": 3000})["v"] == 1
+
+
+@pytest.mark.parametrize("step,committed", [
+    ("moveChunkHangAtStep3", False),      # cloning / catching up
+    ("hangBeforeCommitMigration", False),  # in the critical section, before the commit
+    ("moveChunkHangAtStep5", True),        # committed, coordinator not finished
+])
+def test_donor_killed_mid_migration_loses_and_duplicates_nothing(mc, step, committed):
+    name = "crash_" + step
+    r = mc.router_client()
+    ns = "mig." + name
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": 2500})
+    r.mig.get_collection(name, write_concern=pymongo.WriteConcern(j=True)).insert_many(
+        [{"_id": i, "x": i} for i in range(N)])
+    donor = mc.shard_client(0)
+    _hang(donor, step)
+    err = []
+
+    def move():
+        try:
+            mc.router_client().admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    _wait_hung(donor, step)
+    mc.shards[0].kill()
+    t.join(90)
+    assert err, "moveChunk succeeded although its donor was killed"
+    mc.restart_shard(0)
+    donor = mc.shard_client(0)
+    # Start-up recovery finishes the migration from its coordinator document.
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               what="the coordinator document to be finished")
+    owner = _chunk_at(mc, ns, 3000)["shard"]
+    assert owner == ("shard1" if committed else "shard0")
+    ids = [d["_id"] for d in r.mig[name].find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    assert r.mig[name].count_documents({"x": {"$gte": 2500}}) == N - 2500
+    # The range deletion tasks follow the decision: the loser's copy is to be deleted.
+    rd_donor = list(donor.config.rangeDeletions.find({"nss": ns}))
+    rd_recipient = list(mc.shard_client(1).config.rangeDeletions.find({"nss": ns}))
+    if committed:
+        assert all(not d.get("pending") for d in rd_donor)
+        assert rd_recipient == []
+    else:
+        assert rd_donor == []
+        assert all(not d.get("pending") for d in rd_recipient)
+        # The recipient's copies are deleted (whenToClean "now").
+        wait_until(lambda: _direct(mc, 1, name).count_documents({}) == 0,
+                   what="the aborted migration's copies to be deleted on the recipient")
+    # The shards take part in migrations again.
+    target = "shard0" if committed else "shard1"
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to=target)
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+
+
+def test_hashed_collection_chunk_moves(mc):
+    r = mc.router_client()
+    ns = "mig.hashed"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": "hashed"})
+    r.mig.hashed.insert_many([{"_id": i, "x": i} for i in range(N)])
+    chunks = _chunks(mc, ns)
+    src = next(ch for ch in chunks if ch["shard"] == "shard0")
+    before2 = _direct(mc, 2, "hashed").count_documents({})
+    r.admin.command("moveChunk", ns, bounds=[src["min"], src["max"]], to="shard2")
+    assert sorted(d["_id"] for d in r.mig.hashed.find({}, {"_id": 1})) == list(range(N))
+    assert _direct(mc, 2, "hashed").count_documents({}) > before2
+    # Once the donor's orphans are gone every document is on exactly one shard.
+    wait_until(lambda: sum(_direct(mc, i, "hashed").count_documents({})
+                           for i in range(3)) == N,
+               what="the donor's orphans to be deleted")
+    assert r.mig.hashed.find_one({"x": 1234})["_id"] == 1234
+
+
+def test_internal_migration_commands_reject_bad_input(mc):
+    r, ns = _setup(mc, "badinput")
+    shard, cfg = mc.shard_client(2), mc.config_client()
+    uuid = bson.binary.Binary(b"\x01" * 16, 4)
+    bad_shard = [
+        {"_shardsvrMoveRange": "mig.x"},
+        {"_shardsvrMoveRange": 5, "toShard": "shard1", "min": {}, "max": {}},
+        {"_shardsvrMoveRange": "mig.x", "toShard": "shard1", "min": 1, "max": {}},
+        {"_shardsvrMoveRange": "mig.x", "toShard": "shard1", "min": {"x": 0}, "max": {"x": 1}},
+        {"_migrateClone": "mig.x"},
+        {"_migrateClone": "mig.x", "sessionId": "nope"},
+        {"_transferMods": "mig.x", "sessionId": 3},
+        {"_recvChunkStart": "mig.x"},
+        {"_recvChunkStart": "mig.x", "sessionId": "s", "fromShardName": "shard0",
+         "toShardName": "shard2", "min": {"x": 0}, "max": {"x": 1},
+         "shardKeyPattern": {"x": 1}, "migrationId": "not a uuid", "uuid": uuid},
+        {"_recvChunkStart": "mig.x", "sessionId": "s", "fromShardName": "shard0",
+         "toShardName": "shard2", "min": {"x": 0}, "max": {"x": 1},
+         "shardKeyPattern": {"x": "bogus"}, "migrationId": uuid, "uuid": uuid},
+        {"_recvChunkCommit": "mig.x", "sessionId": "nope"},
+        {"_recvChunkAbort": "mig.x", "migrationId": 7},
+    ]
+    for cmd in bad_shard:
+        with pytest.raises(OperationFailure):
+            shard.admin.command(bson.SON(cmd))
+    assert shard.admin.command("_recvChunkStatus", "mig.x")["ok"] == 1
+    bad_config = [
+        {"_configsvrMoveRange": "mig.x", "toShard": "shard1", "min": {"x": 0}},
+        {"_configsvrMoveRange": ns},
+        {"_configsvrMoveRange": ns, "toShard": "shard1"},
+        {"_configsvrMoveRange": ns, "toShard": "shard1", "min": {"y": 0}},
+        {"_configsvrMoveRange": ns, "toShard": "shard1", "bounds": [{"x": 0}]},
+        {"_configsvrMoveRange": ns, "toShard": "shard1", "find": {"x": 1},
+         "min": {"x": 0}},
+        {"_configsvrCommitChunkMigration": ns},
+        {"_configsvrCommitChunkMigration": ns, "fromShard": "shard0",
+         "toShard": "shard1", "migratedChunk": {"min": {"x": 0}}},
+        {"_configsvrCommitChunkMigration": ns, "fromShard": "shard0",
+         "toShard": "shard1", "migratedChunk": {"min": {"x": 7}, "max": {"x": 8}}},
+    ]
+    for cmd in bad_config:
+        with pytest.raises(OperationFailure):
+            cfg.admin.command(bson.SON(cmd))
+    for cmd in [{"moveChunk": ns, "find": {"x": 1}},
+                {"moveChunk": ns, "find": {"x": 1}, "to": 5},
+                {"moveChunk": ns, "find": {"x": 1}, "bounds": [{}, {}], "to": "s"},
+                {"moveChunk": ns, "find": {"x": 1}, "to": "shard1", "bogus": 1},
+                {"moveRange": ns, "toShard": "shard1"},
+                {"moveRange": "nodot", "min": {"x": 1}, "toShard": "shard1"}]:
+        with pytest.raises(OperationFailure):
+            r.admin.command(bson.SON(cmd))
+    # Everything still works.
+    assert r.mig.badinput.count_documents({}) == N
+
+
+def test_large_documents_are_batched(mc):
+    r = mc.router_client()
+    ns = "mig.large"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    big = 4 * 1024 * 1024
+    for i in range(8):
+        r.mig.large.insert_one({"_id": i, "x": i, "v": 0, "blob": chr(65 + i) * big})
+    donor = mc.shard_client(0)
+    _hang(donor, "moveChunkHangAtStep4")
+    err = []
+
+    def move():
+        try:
+            mc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    try:
+        _wait_hung(donor, "moveChunkHangAtStep4")
+        # The recipient holds the clone but does not own it yet: versioned reads filter it.
+        assert _direct(mc, 1, "large").count_documents({}) == 8
+        assert r.mig.large.count_documents({}) == 8
+        assert len(list(r.mig.large.find({}, {"_id": 1}))) == 8
+        # Captured while the recipient is steady: four 4 MB documents to transfer again.
+        for i in range(4):
+            r.mig.large.update_one({"_id": i}, {"$set": {"v": 1, "blob": chr(97 + i) * big}})
+    finally:
+        fail_point(donor, "moveChunkHangAtStep4", "off")
+    t.join(120)
+    assert not err, err
+    assert _chunk_at(mc, ns, 0)["shard"] == "shard1"
+    status = mc.shard_client(1).admin.command("_recvChunkStatus", ns)
+    assert status["counts"]["cloned"] == 8 and status["counts"]["catchup"] + \
+        status["counts"]["steady"] >= 4
+    for d in r.mig.large.find({}):
+        i = d["_id"]
+        want = chr(97 + i) if i < 4 else chr(65 + i)
+        assert d["v"] == (1 if i < 4 else 0) and d["blob"] == want * big, i
