@@ -50,6 +50,7 @@ bench: release
 	bash bench/query.sh build-release
 	bash bench/agg.sh build-release
 	bash bench/cluster.sh build-release
+	bash bench/migration.sh build-release
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
