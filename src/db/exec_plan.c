@@ -86,6 +86,22 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         shl_storage_txn_opts_t o = {read_ts};
         SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
     }
+    if (p->coll != NULL) {
+        /* Plan from metadata read after the snapshot: a write that makes an index multikey
+         * publishes the flag before it commits, so every array this snapshot can show is
+         * known to the plan (no intersected bounds over it). Same collection and indexes
+         * (DDL is excluded by the caller's lock); only flags can have grown. */
+        shl_collection_t *latest;
+        SHL_ERR(shl_storage_txn_snapshot(p->txn, st));
+        latest = shl_catalog_get(eng, p->coll->ns);
+        if (latest != NULL && memcmp(latest->uuid, p->coll->uuid, 16) == 0 &&
+            latest->nindexes == p->coll->nindexes) {
+            shl_collection_release(p->coll);
+            p->coll = latest;
+        } else {
+            shl_collection_release(latest);
+        }
+    }
     {
         exec_ctx_t trial = {NULL, p->txn};
         ret =

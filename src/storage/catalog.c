@@ -243,6 +243,8 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         idx->multikey = c->indexes[i]->multikey;
         idx->multikey_paths = c->indexes[i]->multikey_paths;
         idx->num_types = c->indexes[i]->num_types;
+        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
+        idx->durable_num_types = c->indexes[i]->durable_num_types;
         coll_add_index(n, idx);
     }
     *out = n;
@@ -670,6 +672,8 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             /* Entries from before per-field paths: every field may hold arrays. */
             idx->multikey_paths = multikey ? (has_paths ? paths : ~(uint64_t)0) : 0;
             idx->num_types = num_types;
+            idx->durable_multikey_paths = idx->multikey_paths;
+            idx->durable_num_types = idx->num_types;
             coll_add_index(c, idx);
         }
     }
@@ -732,6 +736,65 @@ done:
     return ret;
 }
 
+/*
+ * Publish multikey paths / numeric types in the installed (in-memory) metadata now, before
+ * the writing transaction commits. A query plans from metadata it reads after its snapshot
+ * is taken (exec_plan_build); any document its snapshot shows was committed after this
+ * publication, so the plan never treats as non-multikey an index holding arrays the query
+ * can see. If the transaction aborts the flags stay set: conservative, and only in memory
+ * (the durable entry is written by the transaction). A compare-and-swap on the installed
+ * snapshot keeps concurrent publishers' flags.
+ */
+static void
+publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, const uint64_t *paths,
+                    const uint64_t *num_types)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        shl_collection_t *cur = shl_catalog_get(eng, coll->ns), *n = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_cat_entry_t *e;
+        bool need = false, swapped = false;
+
+        if (cur == NULL || memcmp(cur->uuid, coll->uuid, 16) != 0 ||
+            cur->nindexes != coll->nindexes) {
+            shl_collection_release(cur);
+            return;
+        }
+        for (size_t i = 0; i < cur->nindexes; i++) {
+            if ((paths[i] & ~cur->indexes[i]->multikey_paths) != 0 ||
+                (num_types[i] & ~cur->indexes[i]->num_types) != 0) {
+                need = true;
+            }
+        }
+        if (!need || coll_clone(eng, cur, NULL, NULL, &n, &st) != 0) {
+            shl_collection_release(cur);
+            return;
+        }
+        for (size_t i = 0; i < n->nindexes; i++) {
+            if (paths[i] != 0) {
+                n->indexes[i]->multikey = true;
+                n->indexes[i]->multikey_paths |= paths[i];
+            }
+            n->indexes[i]->num_types |= num_types[i];
+        }
+        pthread_mutex_lock(&eng->cat_mu);
+        for (e = eng->cat[ns_hash(coll->ns)]; e != NULL; e = e->next) {
+            if (e->coll == cur) {
+                shl_collection_release(e->coll);
+                e->coll = shl_collection_ref(n);
+                swapped = true;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&eng->cat_mu);
+        shl_collection_release(n);
+        shl_collection_release(cur);
+        if (swapped) {
+            return;
+        }
+    }
+}
+
 int
 shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
                           const uint64_t *paths, const uint64_t *num_types, shl_status_t *st)
@@ -756,13 +819,16 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
         cur = coll;
     }
     for (size_t i = 0; i < coll->nindexes; i++) {
-        if ((paths[i] & ~cur->indexes[i]->multikey_paths) != 0 ||
-            (num_types[i] & ~cur->indexes[i]->num_types) != 0) {
+        if ((paths[i] & ~cur->indexes[i]->durable_multikey_paths) != 0 ||
+            (num_types[i] & ~cur->indexes[i]->durable_num_types) != 0) {
             need = true;
         }
     }
     if (!need) {
         goto done;
+    }
+    if (txn->fixed_ts == 0) {
+        publish_flags_early(txn->eng, coll, paths, num_types);
     }
     SHL_ERR(coll_clone(txn->eng, cur, NULL, NULL, &n, st));
     for (size_t i = 0; i < n->nindexes; i++) {
@@ -771,6 +837,9 @@ shl_catalog_note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll,
             n->indexes[i]->multikey_paths |= paths[i];
         }
         n->indexes[i]->num_types |= num_types[i];
+        /* catalog_put writes every index's flags: that is what the entry will hold. */
+        n->indexes[i]->durable_multikey_paths = n->indexes[i]->multikey_paths;
+        n->indexes[i]->durable_num_types = n->indexes[i]->num_types;
     }
     SHL_ERR(catalog_put(txn, n, st));
     shl_txn_add_change(txn, n->ns, n);
@@ -1506,6 +1575,8 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     shl_record_cursor_close(rc);
     rc = NULL;
 built:
+    idx->durable_multikey_paths = idx->multikey_paths; /* written by catalog_put below */
+    idx->durable_num_types = idx->num_types;
     SHL_ERR(coll_clone(eng, c, NULL, NULL, &n, st));
     coll_add_index(n, idx);
     idx = NULL;

@@ -38,6 +38,11 @@ typedef struct shl_index {
                                 (MongoDB's multiKeyPaths, per field; "multikeyPaths") */
     uint64_t num_types;      /* numeric types ever indexed per key field (index.h
                                 SHL_NUM_TYPE_BIT; SHL_NUM_TYPES_UNKNOWN), "numTypes" */
+    /* What the durable catalog entry holds of the two above. The in-memory ones may be
+     * ahead: a write publishes its flags before it commits (even if it then aborts), so
+     * writers decide whether the entry needs rewriting from these. */
+    uint64_t durable_multikey_paths;
+    uint64_t durable_num_types;
 } shl_index_t;
 
 struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */

@@ -171,6 +171,14 @@ int shl_storage_txn_begin(shl_storage_engine_t *eng, const shl_storage_txn_opts_
  */
 int shl_storage_txn_commit(shl_storage_txn_t *txn, shl_status_t *st);
 
+/*
+ * shl_storage_txn_snapshot --
+ *     Make the transaction take its snapshot now (WiredTiger takes it at the first read):
+ *     what the caller learns afterwards (e.g. the catalog's in-memory metadata) is at least
+ *     as new as every write the snapshot shows. Errors: InternalError.
+ */
+int shl_storage_txn_snapshot(shl_storage_txn_t *txn, shl_status_t *st);
+
 /* shl_storage_txn_abort -- roll back and free 'txn' (cursors must be closed). NULL: no-op. */
 void shl_storage_txn_abort(shl_storage_txn_t *txn);
 

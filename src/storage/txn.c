@@ -320,3 +320,23 @@ shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *
     }
     return ret;
 }
+
+int
+shl_storage_txn_snapshot(shl_storage_txn_t *txn, shl_status_t *st)
+{
+    WT_CURSOR *c = NULL;
+    int ret = 0, wtret;
+
+    /* Any read allocates the snapshot; the oplog always exists. */
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
+    wtret = c->next(c);
+    if (wtret != 0 && wtret != WT_NOTFOUND) {
+        SHL_ERR(shl_wt_err(st, wtret, "snapshot"));
+    }
+done:
+    if (c != NULL) {
+        c->reset(c);
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    return ret;
+}

@@ -81,10 +81,12 @@ note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_ke
     for (size_t i = 0; i < coll->nindexes; i++) {
         /* Several keys without a reported path (a custom generator): every field. */
         multi[i] = ks[i].array_paths != 0 ? ks[i].array_paths : ks[i].n > 1 ? ~(uint64_t)0 : 0;
-        multi[i] &= ~coll->indexes[i]->multikey_paths;
-        types[i] = (coll->indexes[i]->num_types & SHL_NUM_TYPES_UNKNOWN) != 0
+        /* Against the durable entry: the in-memory flags may hold bits a write published
+         * before it aborted, which no catalog entry has. */
+        multi[i] &= ~coll->indexes[i]->durable_multikey_paths;
+        types[i] = (coll->indexes[i]->durable_num_types & SHL_NUM_TYPES_UNKNOWN) != 0
                        ? 0
-                       : ks[i].num_types & ~coll->indexes[i]->num_types;
+                       : ks[i].num_types & ~coll->indexes[i]->durable_num_types;
         any = any || multi[i] != 0 || types[i] != 0;
     }
     if (any) {
