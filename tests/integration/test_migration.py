@@ -606,3 +606,102 @@ def test_large_documents_are_batched(mc):
         i = d["_id"]
         want = chr(97 + i) if i < 4 else chr(65 + i)
         assert d["v"] == (1 if i < 4 else 0) and d["blob"] == want * big, i
+
+
+def _crash_setup(mc, name):
+    r = mc.router_client()
+    ns = "mig." + name
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": 2500})
+    r.mig.get_collection(name, write_concern=pymongo.WriteConcern(j=True)).insert_many(
+        [{"_id": i, "x": i} for i in range(N)])
+    return r, ns
+
+
+def _move_in_thread(mc, ns, err, to="shard1"):
+    def move():
+        try:
+            mc.router_client().admin.command("moveChunk", ns, find={"x": 3000}, to=to)
+        except PyMongoError as e:
+            err.append(e)
+    t = threading.Thread(target=move)
+    t.start()
+    return t
+
+
+def test_recipient_killed_mid_migration_aborts_and_cleans_up(mc):
+    # Item 4: kill -9 of the recipient while it clones; the donor aborts, the router still
+    # sees every document once, and the recipient's partial copy is deleted once it is back.
+    name = "crash_recipient"
+    r, ns = _crash_setup(mc, name)
+    donor = mc.shard_client(0)
+    _hang(donor, "moveChunkHangAtStep3")
+    err = []
+    t = _move_in_thread(mc, ns, err)
+    _wait_hung(donor, "moveChunkHangAtStep3")
+    mc.shards[1].kill()
+    fail_point(donor, "moveChunkHangAtStep3", "off")
+    t.join(120)
+    assert err, "moveChunk succeeded although its recipient was killed"
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+    mc.restart_shard(1)
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               timeout=60, what="the donor to finish the abort")
+    wait_until(lambda: _direct(mc, 1, name).count_documents({}) == 0, timeout=60,
+               what="the recipient's partial copy to be deleted")
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+
+
+def test_config_server_killed_before_the_commit_aborts_after_it_returns(mc):
+    # Item 4: kill -9 of the config server in the critical section, before the commit; when
+    # it is back the donor learns the commit never happened and aborts; nothing is lost.
+    name = "crash_config"
+    r, ns = _crash_setup(mc, name)
+    donor = mc.shard_client(0)
+    _hang(donor, "hangBeforeCommitMigration")
+    err = []
+    t = _move_in_thread(mc, ns, err)
+    _wait_hung(donor, "hangBeforeCommitMigration")
+    mc.config.kill()
+    fail_point(donor, "hangBeforeCommitMigration", "off")
+    t.join(120)
+    assert err, "moveChunk succeeded although the config server was killed"
+    mc.config.start()
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               timeout=120, what="the donor to resolve the migration with the config server")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
+    r = mc.router_client()
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+    wait_until(lambda: _direct(mc, 1, name).count_documents({}) == 0, timeout=60,
+               what="the recipient's copy to be deleted")
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+
+
+def test_config_server_killed_after_the_commit_finishes_the_commit(mc):
+    # Item 4: the config server committed, then dies before the donor finished; once it is
+    # back the donor completes the commit sequence (its refresh needs the config server).
+    name = "crash_config_after"
+    r, ns = _crash_setup(mc, name)
+    donor = mc.shard_client(0)
+    _hang(donor, "moveChunkHangAtStep5")
+    err = []
+    t = _move_in_thread(mc, ns, err)
+    _wait_hung(donor, "moveChunkHangAtStep5")
+    mc.config.kill()
+    fail_point(donor, "moveChunkHangAtStep5", "off")
+    t.join(120)
+    mc.config.start()
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               timeout=120, what="the donor to finish the committed migration")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    r = mc.router_client()
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
+    wait_until(lambda: _direct(mc, 0, name).count_documents({"x": {"$gte": 2500}}) == 0,
+               timeout=60, what="the donor's orphans to be deleted")
+    assert _direct(mc, 1, name).count_documents({}) == N - 2500
