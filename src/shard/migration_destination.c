@@ -16,6 +16,7 @@
 #include "net/service.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
+#include "storage/storage.h"
 
 static const char *const state_names[] = {"ready",       "clone", "catchup", "steady",
                                           "commitStart", "done",  "fail",    "abort"};
@@ -314,6 +315,10 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         set_state(r, MIG_STEADY);
         SHL_ERR(mig_sleep(op, 10, st));
     }
+    /* The donor commits the migration once we report done: from then on this shard owns
+     * the documents, so they must survive a kill -9 here (the local writes were j:false). */
+    SHL_ERR(shl_storage_wait_durable(r->s->svc->storage, shl_storage_clock_now(r->s->svc->storage),
+                                     st));
     set_state(r, MIG_DONE);
 done:
     bson_destroy(&cmd);

@@ -630,18 +630,21 @@ def _move_in_thread(mc, ns, err, to="shard1"):
     return t
 
 
-def test_recipient_killed_mid_migration_aborts_and_cleans_up(mc):
-    # Item 4: kill -9 of the recipient while it clones; the donor aborts, the router still
-    # sees every document once, and the recipient's partial copy is deleted once it is back.
-    name = "crash_recipient"
+@pytest.mark.parametrize("step", ["moveChunkHangAtStep3",   # the recipient clones
+                                  "moveChunkHangAtStep4"])  # it is caught up (steady)
+def test_recipient_killed_mid_migration_aborts_and_cleans_up(mc, step):
+    # Item 4: kill -9 of the recipient while it clones, or once it is caught up and the donor
+    # is in its critical section; the donor aborts, the router still sees every document
+    # once, and the recipient's partial copy is deleted once it is back.
+    name = "crash_recipient_" + step
     r, ns = _crash_setup(mc, name)
     donor = mc.shard_client(0)
-    _hang(donor, "moveChunkHangAtStep3")
+    _hang(donor, step)
     err = []
     t = _move_in_thread(mc, ns, err)
-    _wait_hung(donor, "moveChunkHangAtStep3")
+    _wait_hung(donor, step)
     mc.shards[1].kill()
-    fail_point(donor, "moveChunkHangAtStep3", "off")
+    fail_point(donor, step, "off")
     t.join(120)
     assert err, "moveChunk succeeded although its recipient was killed"
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
@@ -705,3 +708,28 @@ def test_config_server_killed_after_the_commit_finishes_the_commit(mc):
     wait_until(lambda: _direct(mc, 0, name).count_documents({"x": {"$gte": 2500}}) == 0,
                timeout=60, what="the donor's orphans to be deleted")
     assert _direct(mc, 1, name).count_documents({}) == N - 2500
+
+
+def test_recipient_killed_after_its_commit_keeps_the_documents(mc):
+    # The recipient has applied the last changes and answered _recvChunkCommit; the donor
+    # then commits. A kill -9 of the recipient right then must not lose what it now owns
+    # (it makes its writes durable before it answers).
+    name = "crash_recipient_after"
+    r, ns = _crash_setup(mc, name)
+    # The longest commit interval MongoDB allows: unjournaled writes would be lost.
+    mc.shard_client(1).admin.command("setParameter", 1, journalCommitInterval=500)
+    donor = mc.shard_client(0)
+    _hang(donor, "hangBeforeCommitMigration")
+    err = []
+    t = _move_in_thread(mc, ns, err)
+    _wait_hung(donor, "hangBeforeCommitMigration")
+    mc.shards[1].kill()
+    fail_point(donor, "hangBeforeCommitMigration", "off")
+    t.join(120)
+    mc.restart_shard(1)
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               timeout=120, what="the donor to finish the migration")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert _direct(mc, 1, name).count_documents({}) == N - 2500
+    r = mc.router_client()
+    assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
