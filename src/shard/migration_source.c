@@ -35,6 +35,9 @@ SHL_FAILPOINT_DEFINE(moveChunkHangAtStep4)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep5)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep6)
 SHL_FAILPOINT_DEFINE(hangBeforeCommitMigration)
+
+/* Captured changes a migration may hold before it aborts (MongoDB's 500 MB). */
+#define MIG_MODS_MAX_BYTES ((int64_t)500 * 1024 * 1024)
 SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
 SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
 SHL_FAILPOINT_DEFINE(failMigrationCommit)
@@ -58,6 +61,8 @@ typedef struct shard_donor {
     bool capturing;
     bson_t **mods; /* {_id: v} in the order written */
     size_t nmods, capmods;
+    int64_t mods_bytes; /* memory the captured _ids hold */
+    bool mods_overflow; /* past MIG_MODS_MAX_BYTES: the migration must abort */
     /* Clone cursor (used by one _migrateClone at a time: the recipient's thread). */
     int64_t cursor_id;
     bool cursor_open, cursor_done;
@@ -301,6 +306,13 @@ done:
 
 /* ---------------------------------------------------------------- op observer */
 
+/* The memory one captured _id holds (its document, the bson_t, the queue slot). */
+static int64_t
+mod_bytes(const bson_t *id)
+{
+    return (int64_t)id->len + (int64_t)sizeof(bson_t) + (int64_t)sizeof(bson_t *);
+}
+
 void
 shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson_t *post)
 {
@@ -318,8 +330,17 @@ shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson
         ((pre != NULL && mig_doc_in_range(&d->pattern, pre, d->min, d->max)) ||
          (post != NULL && mig_doc_in_range(&d->pattern, post, d->min, d->max))) &&
         bson_iter_init_find(&it, doc, "_id")) {
-        bson_t *id = bson_new();
+        bson_t *id;
+        if (d->mods_overflow || d->mods_bytes > MIG_MODS_MAX_BYTES) {
+            /* MongoDB aborts a migration whose captured changes pass 500 MB rather than
+             * let a write-heavy range exhaust the donor's memory. */
+            d->mods_overflow = true;
+            pthread_mutex_unlock(&s->mig_mu);
+            return;
+        }
+        id = bson_new();
         bson_append_value(id, "_id", 3, bson_iter_value(&it));
+        d->mods_bytes += mod_bytes(id);
         if (d->nmods == d->capmods) {
             d->capmods = d->capmods == 0 ? 256 : d->capmods * 2;
             d->mods = bson_realloc(d->mods, d->capmods * sizeof(*d->mods));
@@ -623,6 +644,9 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
         memcpy(ids, d->mods, nids * sizeof(*ids));
         memmove(d->mods, d->mods + nids, (d->nmods - nids) * sizeof(*d->mods));
         d->nmods -= nids;
+        for (size_t j = 0; j < nids; j++) {
+            d->mods_bytes -= mod_bytes(ids[j]);
+        }
     }
     pthread_mutex_unlock(&s->mig_mu);
     if (nids == 0) {
@@ -677,6 +701,9 @@ done:
         memmove(d->mods + left, d->mods, d->nmods * sizeof(*d->mods));
         memcpy(d->mods, ids + i, left * sizeof(*ids));
         d->nmods += left;
+        for (size_t j = i; j < i + left; j++) {
+            d->mods_bytes += mod_bytes(ids[j]);
+        }
         pthread_mutex_unlock(&s->mig_mu);
         nids = i;
     }
@@ -1011,7 +1038,8 @@ send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pa
 
 /* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. */
 static int
-wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shl_status_t *st)
+wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t *d,
+            shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -1021,6 +1049,16 @@ wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shl_status_t *
     BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
     for (;;) {
         const char *state = "";
+        bool overflow;
+        pthread_mutex_lock(&s->mig_mu);
+        overflow = d->mods_overflow;
+        pthread_mutex_unlock(&s->mig_mu);
+        if (overflow) {
+            SHL_FAIL(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                     "Aborting migration because of high memory usage: the writes captured "
+                     "during the clone passed %lld bytes",
+                     (long long)MIG_MODS_MAX_BYTES);
+        }
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
@@ -1210,7 +1248,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
     SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);
-    SHL_ERR(wait_steady(s, op, &c, st));
+    SHL_ERR(wait_steady(s, op, &c, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), op);
 
     /* Critical section: writes, then (after the recipient's last catch-up) reads. */
