@@ -686,6 +686,7 @@ done:
 typedef struct explain_args {
     const char *verbosity;
     bool is_count;
+    const bson_t *distinct; /* the user's distinct, sent as is; NULL otherwise */
     find_args_t find;
     count_args_t count;
 } explain_args_t;
@@ -699,7 +700,9 @@ build_explain(void *arg, const shl_router_routing_t *rr, const char *shard, bson
     (void)shard;
 
     BSON_APPEND_DOCUMENT_BEGIN(cmd, "explain", &inner);
-    if (e->is_count) {
+    if (e->distinct != NULL) {
+        router_copy_command(e->distinct, (const char *const[]){NULL}, &inner);
+    } else if (e->is_count) {
         build_count_body(&e->count, &inner);
     } else {
         build_find_body(&e->find, &inner);
@@ -869,7 +872,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
 {
     shl_router_t *r = shl_router_get(op);
     bson_iter_t it;
-    bson_t inner, agg = BSON_INITIALIZER;
+    bson_t inner, agg = BSON_INITIALIZER, distinct_query;
     bool found;
     const char *name, *stage;
     shl_ns_t ns;
@@ -911,6 +914,11 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         e.is_count = true;
         SHL_ERR(parse_count(&inner, &e.count, st));
         filter = e.count.has_query ? &e.count.query : NULL;
+    } else if (strcmp(name, "distinct") == 0) {
+        bool has_query = false;
+        e.distinct = &inner;
+        SHL_ERR(shl_cmd_get_doc(&inner, "query", &distinct_query, &has_query, st));
+        filter = has_query ? &distinct_query : NULL;
     } else {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_FOUND, "Explain failed due to unknown command: %s", name);
     }
@@ -933,11 +941,17 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         }
     }
     stage = nresults == 1 ? "SINGLE_SHARD"
-                          : (!e.is_count && e.find.sorted ? "SHARD_MERGE_SORT" : "SHARD_MERGE");
+                          : (!e.is_count && e.distinct == NULL && e.find.sorted ? "SHARD_MERGE_SORT"
+                                                                                : "SHARD_MERGE");
     append_cluster_explain(op, stage, results, nresults, strcmp(e.verbosity, "queryPlanner") != 0,
                            (shl_clock_mono_us() - t0) / 1000,
-                           e.is_count ? e.count.skip : e.find.skip,
-                           e.is_count ? e.count.limit : e.find.limit, &inner, reply);
+                           e.distinct != NULL ? 0
+                           : e.is_count       ? e.count.skip
+                                              : e.find.skip,
+                           e.distinct != NULL ? 0
+                           : e.is_count       ? e.count.limit
+                                              : e.find.limit,
+                           &inner, reply);
 done:
     bson_destroy(&agg);
     shl_router_scatter_results_free(results, nresults);
@@ -950,7 +964,7 @@ static const shl_command_t k_find_commands[] = {
     {"killCursors", {NULL}, cmd_kill_cursors, SHL_CMD_IN_TXN, "kill cursors"},
     {"count", {NULL}, cmd_count, 0, "count documents"},
     {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
-    {"explain", {NULL}, cmd_explain, 0, "explain a find, count or aggregate"},
+    {"explain", {NULL}, cmd_explain, 0, "explain a find, count, distinct or aggregate"},
     {"aggregate", {NULL}, router_cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
 };
 

@@ -233,3 +233,16 @@ def test_lookup_from_a_sharded_collection_is_refused_not_incomplete(sharded):
         {"$lookup": {"from": "other", "localField": "x", "foreignField": "x", "as": "m"}},
         {"$sort": {"_id": 1}}]))
     assert [d["m"][0]["v"] for d in got] == [0, 10, 20, 30, 40]
+
+
+def test_explain_distinct_through_the_router(sharded):
+    r = sharded.router_client()
+    from bson.son import SON
+    one = r.app.command(SON([("explain", SON([("distinct", "hashed"), ("key", "g"),
+                                                ("query", {"x": 77})])),
+                             ("verbosity", "queryPlanner")]))
+    assert one["queryPlanner"]["winningPlan"]["stage"] == "SINGLE_SHARD"
+    both = r.app.command(SON([("explain", SON([("distinct", "hashed"), ("key", "g")])),
+                              ("verbosity", "executionStats")]))
+    assert both["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
+    assert len(both["queryPlanner"]["winningPlan"]["shards"]) == 2
