@@ -471,6 +471,30 @@ expr_date_iso_string(int64_t ms, char *buf, size_t len)
     bson_string_free(s, true);
 }
 
+/*
+ * The 'format' (args[1], optional; a string of valid specifiers) and 'timezone' (args[2])
+ * arguments $dateToString and $dateFromString share. 'code' is the operator's error for a
+ * non-string format. *f is left missing when no format was given.
+ */
+static int
+eval_format_and_tz(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int code, const char *op,
+                   bson_value_t *f, tz_t *tz, bool *tznull, shl_status_t *st)
+{
+    int ret = 0;
+
+    SHL_ERR(expr_eval_opt(e->args[1], ctx, f, st));
+    if (!expr_nullish(f)) {
+        if (f->value_type != BSON_TYPE_UTF8) {
+            SHL_FAIL(st, code, "%s requires that 'format' be a string, found: %s", op,
+                     expr_type_name(f));
+        }
+        SHL_ERR(validate_format(f->value.v_utf8.str, f->value.v_utf8.len, st));
+    }
+    SHL_ERR(eval_tz(e->args[2], ctx, tz, tznull, st));
+done:
+    return ret;
+}
+
 EXPR_FN(expr_op_date_to_string)
 {
     static const char deflt[] = "%Y-%m-%dT%H:%M:%S.%LZ";
@@ -483,15 +507,7 @@ EXPR_FN(expr_op_date_to_string)
     expr_value_missing(&d);
     expr_value_missing(&f);
     SHL_ERR(shl_expr_evaluate(e->args[0], ctx, &d, st));
-    SHL_ERR(expr_eval_opt(e->args[1], ctx, &f, st));
-    if (!expr_nullish(&f)) {
-        if (f.value_type != BSON_TYPE_UTF8) {
-            SHL_FAIL(st, 18533, "$dateToString requires that 'format' be a string, found: %s",
-                     expr_type_name(&f));
-        }
-        SHL_ERR(validate_format(f.value.v_utf8.str, f.value.v_utf8.len, st));
-    }
-    SHL_ERR(eval_tz(e->args[2], ctx, &tz, &tznull, st));
+    SHL_ERR(eval_format_and_tz(e, ctx, 18533, "$dateToString", &f, &tz, &tznull, st));
     if (expr_nullish(&d)) {
         if (e->args[3] != NULL) {
             ret = shl_expr_evaluate(e->args[3], ctx, out, st);
@@ -768,15 +784,7 @@ EXPR_FN(expr_op_date_from_string)
     expr_value_missing(&s);
     expr_value_missing(&f);
     SHL_ERR(shl_expr_evaluate(e->args[0], ctx, &s, st));
-    SHL_ERR(expr_eval_opt(e->args[1], ctx, &f, st));
-    if (!expr_nullish(&f)) {
-        if (f.value_type != BSON_TYPE_UTF8) {
-            SHL_FAIL(st, 40684, "$dateFromString requires that 'format' be a string, found: %s",
-                     expr_type_name(&f));
-        }
-        SHL_ERR(validate_format(f.value.v_utf8.str, f.value.v_utf8.len, st));
-    }
-    SHL_ERR(eval_tz(e->args[2], ctx, &tz, &tznull, st));
+    SHL_ERR(eval_format_and_tz(e, ctx, 40684, "$dateFromString", &f, &tz, &tznull, st));
     if (expr_nullish(&s)) {
         if (e->args[3] != NULL) {
             ret = shl_expr_evaluate(e->args[3], ctx, out, st);
