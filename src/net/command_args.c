@@ -218,3 +218,65 @@ shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st)
     }
     return 0;
 }
+
+static void
+append_ids(bson_t *reply, const char *key, const int64_t *ids, size_t n)
+{
+    bson_t arr;
+    char k[16];
+    const char *kp;
+
+    BSON_APPEND_ARRAY_BEGIN(reply, key, &arr);
+    for (size_t i = 0; i < n; i++) {
+        bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+        bson_append_int64(&arr, kp, -1, ids[i]);
+    }
+    bson_append_array_end(reply, &arr);
+}
+
+int
+shl_cmd_kill_cursors(const bson_t *cmd, bool (*kill)(void *arg, int64_t id), void *arg,
+                     bson_t *reply, shl_status_t *st)
+{
+    static const char *const fields[] = {"cursors", NULL};
+    bson_t ids;
+    bool found;
+    bson_iter_t it;
+    int64_t *killed = NULL, *missing = NULL;
+    size_t nk = 0, nm = 0, cap;
+    int ret = 0;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, fields, st));
+    SHL_ERR(shl_cmd_get_array(cmd, "cursors", &ids, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'killCursors.cursors' is missing but a required field");
+    }
+    cap = bson_count_keys(&ids) + 1;
+    killed = bson_malloc(cap * sizeof(int64_t));
+    missing = bson_malloc(cap * sizeof(int64_t));
+    bson_iter_init(&it, &ids);
+    while (bson_iter_next(&it)) {
+        int64_t id;
+        if (!BSON_ITER_HOLDS_INT64(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'killCursors.cursors.%s' is the wrong type '%s', expected "
+                     "type 'long'",
+                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+        }
+        id = bson_iter_int64(&it);
+        if (kill(arg, id)) {
+            killed[nk++] = id;
+        } else {
+            missing[nm++] = id;
+        }
+    }
+    append_ids(reply, "cursorsKilled", killed, nk);
+    append_ids(reply, "cursorsNotFound", missing, nm);
+    append_ids(reply, "cursorsAlive", NULL, 0);
+    append_ids(reply, "cursorsUnknown", NULL, 0);
+done:
+    bson_free(killed);
+    bson_free(missing);
+    return ret;
+}

@@ -49,4 +49,14 @@ int shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *f
  */
 int shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st);
 
+/*
+ * shl_cmd_kill_cursors --
+ *     The killCursors command's body, shared by data nodes and routers: check its fields,
+ *     parse "cursors" (longs), call kill(arg, id) for each -- true when it killed one -- and
+ *     append MongoDB's reply fields cursorsKilled / cursorsNotFound / cursorsAlive /
+ *     cursorsUnknown. Errors: IDLUnknownField, IDLFailedToParse (no cursors), TypeMismatch.
+ */
+int shl_cmd_kill_cursors(const bson_t *cmd, bool (*kill)(void *arg, int64_t id), void *arg,
+                         bson_t *reply, shl_status_t *st);
+
 #endif

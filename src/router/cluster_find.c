@@ -410,68 +410,30 @@ done:
     return ret;
 }
 
-static void
-append_ids(bson_t *reply, const char *key, const int64_t *ids, size_t n)
+typedef struct kill_arg {
+    shl_router_t *router;
+    shl_ns_t ns;
+} kill_arg_t;
+
+static bool
+kill_one(void *arg, int64_t id)
 {
-    bson_t arr;
-    char k[16];
-    const char *kp;
-
-    BSON_APPEND_ARRAY_BEGIN(reply, key, &arr);
-    for (size_t i = 0; i < n; i++) {
-        bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
-        bson_append_int64(&arr, kp, -1, ids[i]);
-    }
-    bson_append_array_end(reply, &arr);
+    kill_arg_t *k = arg;
+    return shl_router_cursor_manager_kill(k->router->cursors, id, k->ns.full);
 }
-
-static const char *const kill_fields[] = {"cursors", NULL};
 
 static int
 cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    shl_router_t *r = shl_router_get(op);
-    shl_ns_t ns;
-    bson_t ids;
-    bool found;
-    bson_iter_t it;
-    int64_t *killed = NULL, *missing = NULL;
-    size_t nk = 0, nm = 0, cap;
+    kill_arg_t k;
     int ret = 0;
 
-    SHL_ERR(shl_cmd_check_fields(cmd, kill_fields, st));
-    SHL_ERR(cmd_ns(op, cmd, &ns, st));
-    SHL_ERR(shl_cmd_get_array(cmd, "cursors", &ids, &found, st));
-    if (!found) {
-        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                 "BSON field 'killCursors.cursors' is missing but a required field");
-    }
-    cap = bson_count_keys(&ids) + 1;
-    killed = bson_malloc(cap * sizeof(int64_t));
-    missing = bson_malloc(cap * sizeof(int64_t));
-    bson_iter_init(&it, &ids);
-    while (bson_iter_next(&it)) {
-        int64_t id;
-        if (!BSON_ITER_HOLDS_INT64(&it)) {
-            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                     "BSON field 'killCursors.cursors.%s' is the wrong type '%s', expected "
-                     "type 'long'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
-        }
-        id = bson_iter_int64(&it);
-        if (shl_router_cursor_manager_kill(r->cursors, id, ns.full)) {
-            killed[nk++] = id;
-        } else {
-            missing[nm++] = id;
-        }
-    }
-    append_ids(reply, "cursorsKilled", killed, nk);
-    append_ids(reply, "cursorsNotFound", missing, nm);
-    append_ids(reply, "cursorsAlive", NULL, 0);
-    append_ids(reply, "cursorsUnknown", NULL, 0);
+    memset(&k, 0, sizeof(k));
+    k.router = shl_router_get(op);
+
+    SHL_ERR(cmd_ns(op, cmd, &k.ns, st));
+    SHL_ERR(shl_cmd_kill_cursors(cmd, kill_one, &k, reply, st));
 done:
-    bson_free(killed);
-    bson_free(missing);
     return ret;
 }
 
