@@ -327,16 +327,18 @@ shl_storage_txn_snapshot(shl_storage_txn_t *txn, shl_status_t *st)
     WT_CURSOR *c = NULL;
     int ret = 0, wtret;
 
-    /* Any read allocates the snapshot; the oplog always exists. */
-    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
-    wtret = c->next(c);
+    /* Any read allocates the snapshot: one point lookup of a key no namespace has in the
+     * small catalog table (a scan of the oplog could walk truncated entries). */
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:_catalog", &c, st));
+    c->set_key(c, "");
+    wtret = c->search(c);
     if (wtret != 0 && wtret != WT_NOTFOUND) {
         SHL_ERR(shl_wt_err(st, wtret, "snapshot"));
     }
 done:
     if (c != NULL) {
         c->reset(c);
-        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+        shl_wt_cursor_put(txn->sess, "table:_catalog", c);
     }
     return ret;
 }
