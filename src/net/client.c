@@ -49,7 +49,12 @@ typedef struct op {
     uint8_t *out;
     size_t out_len, out_off;
     int32_t request_id;
-    uint8_t hdr[SHL_MSG_HEADER_LEN];
+    /*
+     * The reply's first bytes: one recv takes the header and, for a small reply, the
+     * whole body (one syscall, not two). A peer sends one message per request, so
+     * bytes beyond the header's length are a protocol error.
+     */
+    uint8_t head[1024];
     uint8_t *in;           /* the whole reply, header included */
     size_t in_len, in_off; /* in_len 0 until the header is read */
     phase_t phase;
@@ -561,7 +566,7 @@ op_check_header(engine_t *eng, op_t *op)
     shl_msg_header_t hdr;
     shl_status_t hst = SHL_STATUS_INIT;
 
-    shl_msg_header_read(op->hdr, &hdr);
+    shl_msg_header_read(op->head, &hdr);
     if (shl_msg_header_check(&hdr, &hst) != 0) {
         op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR, "Bad reply from %s: %s", op->host,
                     hst.reason);
@@ -573,9 +578,15 @@ op_check_header(engine_t *eng, op_t *op)
                     op->host, hdr.opcode, hdr.response_to, op->request_id);
         return false;
     }
+    if ((size_t)hdr.length < op->in_off) {
+        op_net_fail(eng, op, SHL_CODE_PROTOCOL_ERROR,
+                    "Bad reply from %s: %zu bytes arrived for a message of %d", op->host,
+                    op->in_off, hdr.length);
+        return false;
+    }
     op->in_len = (size_t)hdr.length;
     op->in = bson_malloc(op->in_len);
-    memcpy(op->in, op->hdr, SHL_MSG_HEADER_LEN);
+    memcpy(op->in, op->head, op->in_off);
     return true;
 }
 
@@ -624,6 +635,8 @@ op_step(engine_t *eng, op_t *op)
                 bson_free(op->out);
                 op->out = NULL;
                 op->phase = PH_RECEIVING;
+                /* The reply cannot be here yet: wait in poll, not in a recv that fails. */
+                return;
             }
             continue;
         }
@@ -633,8 +646,8 @@ op_step(engine_t *eng, op_t *op)
             size_t want;
             ssize_t r;
             if (op->in_len == 0) {
-                dst = op->hdr + op->in_off;
-                want = SHL_MSG_HEADER_LEN - op->in_off;
+                dst = op->head + op->in_off;
+                want = sizeof(op->head) - op->in_off;
             } else {
                 dst = op->in + op->in_off;
                 want = op->in_len - op->in_off;
@@ -656,11 +669,11 @@ op_step(engine_t *eng, op_t *op)
                 return;
             }
             op->in_off += (size_t)r;
-            if (op->in_len == 0 && op->in_off == SHL_MSG_HEADER_LEN) {
-                if (!op_check_header(eng, op)) {
-                    return;
-                }
-            } else if (op->in_len != 0 && op->in_off == op->in_len) {
+            if (op->in_len == 0 && op->in_off >= SHL_MSG_HEADER_LEN &&
+                !op_check_header(eng, op)) {
+                return;
+            }
+            if (op->in_len != 0 && op->in_off == op->in_len) {
                 op_on_message(eng, op);
             }
         }

@@ -18,6 +18,7 @@
 typedef struct shl_conn {
     int64_t id;
     int fd;
+    bool unix_socket; /* accepted on the Unix domain socket; read-only */
     char remote[64];
     char local[64];
     shl_service_ctx_t *svc;
