@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/str.h"
 
 static bool
 doc_view(const bson_iter_t *it, bson_t *view)
@@ -22,6 +23,51 @@ doc_view(const bson_iter_t *it, bson_t *view)
     return bson_init_static(view, data, len);
 }
 
+/* The generic arguments the op context reads; everything else is the command's. */
+typedef enum {
+    F_OTHER,
+    F_LSID,
+    F_TXN_NUMBER,
+    F_AUTOCOMMIT,
+    F_START_TXN,
+    F_READ_CONCERN,
+    F_WRITE_CONCERN,
+    F_SHARD_VERSION,
+    F_DATABASE_VERSION,
+    F_CLUSTER_TIME,
+    F_MAX_TIME_MS,
+} op_field_t;
+
+/* Which of them the key of 'len' bytes is: one compare at most (this runs per field). */
+static op_field_t
+op_field(const char *k, size_t len)
+{
+    static const struct {
+        const char *name;
+        size_t len;
+        op_field_t f;
+    } fields[] = {
+        {"lsid", 4, F_LSID},
+        {"txnNumber", 9, F_TXN_NUMBER},
+        {"autocommit", 10, F_AUTOCOMMIT},
+        {"startTransaction", 16, F_START_TXN},
+        {"readConcern", 11, F_READ_CONCERN},
+        {"writeConcern", 12, F_WRITE_CONCERN},
+        {"shardVersion", 12, F_SHARD_VERSION},
+        {"databaseVersion", 15, F_DATABASE_VERSION},
+        {"$clusterTime", 12, F_CLUSTER_TIME},
+        {"maxTimeMS", 9, F_MAX_TIME_MS},
+    };
+    op_field_t f = F_OTHER;
+    for (size_t i = 0; f == F_OTHER && i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if (fields[i].len == len && fields[i].name[0] == k[0] &&
+            memcmp(fields[i].name, k, len) == 0) {
+            f = fields[i].f;
+        }
+    }
+    return f;
+}
+
 int
 shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn, const bson_t *body,
                 const char *db, shl_status_t *st)
@@ -34,64 +80,64 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
     op->conn = conn;
     op->body = body;
     op->start_mono_us = shl_clock_mono_us();
-    snprintf(op->db, sizeof(op->db), "%s", db);
+    shl_str_copy(op->db, sizeof(op->db), db);
     if (!bson_iter_init(&it, body)) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command document");
     }
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (k[0] != 'l' && k[0] != 't' && k[0] != 'a' && k[0] != 's' && k[0] != 'r' &&
-            k[0] != 'w' && k[0] != 'm' && k[0] != 'd' && k[0] != '$') {
+        op_field_t f = op_field(k, bson_iter_key_len(&it));
+        if (f == F_OTHER) {
             continue;
         }
-        if (strcmp(k, "lsid") == 0) {
+        if (f == F_LSID) {
             if (!doc_view(&it, &op->lsid) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "lsid must be an object");
             }
             op->has_lsid = true;
-        } else if (strcmp(k, "txnNumber") == 0) {
+        } else if (f == F_TXN_NUMBER) {
             if (!BSON_ITER_HOLDS_INT(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "txnNumber must be an integer");
             }
             op->has_txn_number = true;
             op->txn_number = bson_iter_as_int64(&it);
-        } else if (strcmp(k, "autocommit") == 0) {
+        } else if (f == F_AUTOCOMMIT) {
             if (!BSON_ITER_HOLDS_BOOL(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "autocommit must be a boolean");
             }
             op->has_autocommit = true;
             op->autocommit = bson_iter_bool(&it);
-        } else if (strcmp(k, "startTransaction") == 0) {
+        } else if (f == F_START_TXN) {
             if (!BSON_ITER_HOLDS_BOOL(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "startTransaction must be a boolean");
             }
             op->start_transaction = bson_iter_bool(&it);
-        } else if (strcmp(k, "readConcern") == 0) {
+        } else if (f == F_READ_CONCERN) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->read_concern)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "readConcern must be an object");
             }
             op->has_read_concern = true;
-        } else if (strcmp(k, "writeConcern") == 0) {
+        } else if (f == F_WRITE_CONCERN) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->write_concern)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "writeConcern must be an object");
             }
             op->has_write_concern = true;
-        } else if (strcmp(k, "shardVersion") == 0) {
+        } else if (f == F_SHARD_VERSION) {
             if (!doc_view(&it, &op->shard_version)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "shardVersion must be an object");
             }
             op->has_shard_version = true;
-        } else if (strcmp(k, "databaseVersion") == 0) {
+        } else if (f == F_DATABASE_VERSION) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->database_version)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "databaseVersion must be an object");
             }
             op->has_database_version = true;
-        } else if (strcmp(k, "$clusterTime") == 0) {
+        } else if (f == F_CLUSTER_TIME) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->cluster_time)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$clusterTime must be an object");
             }
             op->has_cluster_time = true;
-        } else if (strcmp(k, "maxTimeMS") == 0) {
+        } else if (f == F_MAX_TIME_MS) {
             int64_t ms;
             if (!BSON_ITER_HOLDS_NUMBER(&it)) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "maxTimeMS must be a number");

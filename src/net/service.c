@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "base/str.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
 static bool
@@ -72,9 +73,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
     name = bson_iter_key(&it);
     if (db_in != NULL) {
-        snprintf(db, sizeof(db), "%s", db_in);
+        shl_str_copy(db, sizeof(db), db_in);
     } else if (bson_iter_init_find(&it, body, "$db") && BSON_ITER_HOLDS_UTF8(&it)) {
-        snprintf(db, sizeof(db), "%s", bson_iter_utf8(&it, NULL));
+        shl_str_copy(db, sizeof(db), bson_iter_utf8(&it, NULL));
     } else {
         SHL_FAIL(&st, 40571, "OP_MSG requests require a $db argument");
     }
