@@ -155,6 +155,80 @@ def test_move_range_and_a_stale_router_after_several_migrations(mc):
     assert _direct(mc, 2, "several").find_one({"x": 4200})["v"] == 7
 
 
+def _max_docs(mc, shard, name, max_bytes):
+    """Documents of about max_bytes on that shard: MongoDB's autoSplitVector estimate."""
+    stats = mc.shard_client(shard).mig.command("collStats", name)
+    return max_bytes // (stats["size"] // stats["count"])
+
+
+def test_move_range_with_one_bound_moves_about_a_chunk_size(mc):
+    r, ns = _setup(mc, "onebound", splits=(2500,))
+    per = _max_docs(mc, 0, "onebound", 20000)
+    assert 100 < per < 400
+    # min only: [1000, ~1000 + per) is split out of [MinKey, 2500) and moved.
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard1", maxChunkSizeBytes=20000)
+    bounds = [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)]
+    assert bounds[0] == (MINK, "shard0") and bounds[1][0] == 1000 and bounds[1][1] == "shard1"
+    hi = bounds[2][0]
+    assert abs((hi - 1000) - per) <= 2, (hi, per)
+    assert bounds[2][1] == "shard0" and bounds[3] == (2500, "shard0")
+    assert _direct(mc, 1, "onebound").count_documents({}) == hi - 1000
+    # max only: [~2500 - per, 2500) is split off the top of [hi, 2500) and moved.
+    r.admin.command("moveRange", ns, max={"x": 2500}, toShard="shard2", maxChunkSizeBytes=20000)
+    lo = _chunk_at(mc, ns, 2499)["min"]["x"]
+    assert abs((2500 - lo) - per) <= 2, (lo, per)
+    assert _chunk_at(mc, ns, 2499)["shard"] == "shard2"
+    assert _chunk_at(mc, ns, lo - 1)["shard"] == "shard0"
+    assert _chunk_at(mc, ns, lo - 1)["min"]["x"] == hi
+    assert _direct(mc, 2, "onebound").count_documents({}) == 2500 - lo
+    # A max that is inside a chunk bounds the range there too.
+    r.admin.command("moveRange", ns, max={"x": 4000}, toShard="shard2", maxChunkSizeBytes=20000)
+    assert _chunk_at(mc, ns, 3999)["shard"] == "shard2"
+    assert _chunk_at(mc, ns, 4000)["shard"] == "shard0"
+    lo2 = _chunk_at(mc, ns, 3999)["min"]["x"]
+    assert abs((4000 - lo2) - per) <= 2 and _chunk_at(mc, ns, lo2 - 1)["shard"] == "shard0"
+    # Less than a chunk size left in the chunk: the whole rest of it moves.
+    r.admin.command("moveRange", ns, min={"x": 4950}, toShard="shard1", maxChunkSizeBytes=20000)
+    assert _chunk_at(mc, ns, 4950)["max"]["x"] == MAXK
+    assert _chunk_at(mc, ns, 4950)["shard"] == "shard1"
+    # Every document once, each on the shard that owns its chunk.
+    ids = [d["_id"] for d in r.mig.onebound.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    for ch in _chunks(mc, ns):
+        lo_x = -1 if ch["min"]["x"] == MINK else ch["min"]["x"]
+        hi_x = N if ch["max"]["x"] == MAXK else ch["max"]["x"]
+        i = int(ch["shard"][-1])
+        assert _direct(mc, i, "onebound").count_documents(
+            {"x": {"$gte": lo_x, "$lt": hi_x}}) == hi_x - max(lo_x, 0), ch
+    log = _config(mc).changelog.find_one({"what": "split", "ns": ns,
+                                          "details.right.min.x": hi})
+    assert log is not None
+
+
+def test_move_range_with_one_bound_uses_the_configured_chunk_size(mc):
+    r = mc.router_client()
+    ns = "mig.chunksize"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.mig.chunksize.insert_many([{"_id": i, "x": i, "pad": "p" * 400} for i in range(N)])
+    per = _max_docs(mc, 0, "chunksize", 1024 * 1024)
+    assert per < N // 2
+    cfg = _config(mc)
+    cfg.settings.update_one({"_id": "chunksize"}, {"$set": {"value": 1}}, upsert=True)
+    try:
+        r.admin.command("moveRange", ns, min={"x": 0}, toShard="shard1")
+    finally:
+        cfg.settings.delete_one({"_id": "chunksize"})
+    moved = _chunk_at(mc, ns, 0)
+    assert moved["shard"] == "shard1" and abs(moved["max"]["x"] - per) <= 2, (moved, per)
+    assert _chunk_at(mc, ns, moved["max"]["x"])["shard"] == "shard0"
+    assert r.mig.chunksize.count_documents({}) == N
+    # Without a setting: 128 MB, more than the collection, so the whole chunk moves.
+    r.admin.command("moveRange", ns, min={"x": 4000}, toShard="shard2")
+    assert _chunk_at(mc, ns, 4000)["max"]["x"] == MAXK
+    assert _direct(mc, 2, "chunksize").count_documents({}) == N - 4000
+
+
 def test_bad_migration_requests_get_errors(mc):
     r, ns = _setup(mc, "bad")
     with pytest.raises(OperationFailure) as e:
