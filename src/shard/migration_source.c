@@ -7,7 +7,8 @@
  * _recvChunkCommit, _configsvrCommitChunkMigration, refresh) and the MigrationCoordinator's
  * commit / abort sequences, also run at start-up for coordinator documents a crash left.
  *
- * Cloner: _migrateClone serves the documents of the range from a local cursor; the op
+ * Cloner: _migrateClone serves the documents of the range, walking the shard key index over
+ * [min, max) (a local cursor over the whole collection when there is no such index); the op
  * observer (called by db after each write unit commits) records the _id of every document
  * written in the range from the moment cloning starts; _transferMods drains those _ids in order,
  * sending each one's current document when it is (still) in the range and its _id as a delete
@@ -23,10 +24,15 @@
 #include "base/clock.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
+#include "bson/keystring.h"
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
+#include "storage/catalog.h"
+#include "storage/index.h"
+#include "storage/record_store.h"
+#include "storage/storage.h"
 
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep1)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep2)
@@ -63,9 +69,13 @@ typedef struct shard_donor {
     size_t nmods, capmods;
     int64_t mods_bytes; /* memory the captured _ids hold */
     bool mods_overflow; /* past MIG_MODS_MAX_BYTES: the migration must abort */
-    /* Clone cursor (used by one _migrateClone at a time: the recipient's thread). */
+    /* Clone position (used by one _migrateClone at a time: the recipient's thread): the
+     * shard key index entry the walk stopped at, or a local find cursor without that index. */
     int64_t cursor_id;
     bool cursor_open, cursor_done;
+    bool clone_by_index;
+    uint8_t *clone_resume; /* the last index entry read (owned), NULL before the first */
+    size_t clone_resume_len;
     bson_t **pending; /* fetched documents of the range not sent yet (owned) */
     size_t npending, pending_pos;
     int64_t cloned;
@@ -233,6 +243,7 @@ static void
 donor_free(shard_donor_t *d)
 {
     pending_clear(d);
+    bson_free(d->clone_resume);
     for (size_t i = 0; i < d->nmods; i++) {
         bson_destroy(d->mods[i]);
     }
@@ -431,8 +442,120 @@ donor_release(shard_state_t *s, shard_donor_t *d)
     pthread_mutex_unlock(&s->mig_mu);
 }
 
-/* Fetch the next batch of the local cursor over the collection into d->pending (the
- * documents of the range, copied). */
+/* Index entries one clone fetch reads at most (the find path's batch size). */
+#define CLONE_FETCH_ENTRIES 1000
+
+/*
+ * Read the next entries of the shard key index over [min, max) into d->pending (the
+ * documents, copied): at most CLONE_FETCH_ENTRIES entries or MIG_BATCH_BYTES of documents
+ * (one at least), in a snapshot of their own, continuing after the entry the previous fetch
+ * stopped at. A later snapshot than the previous fetch's is safe: writes in the range are
+ * captured from before the first fetch, so a document the walk misses or sees twice is sent
+ * again by _transferMods (the recipient keeps the first copy of a cloned _id). *no_index: the
+ * collection has no such index (first fetch only; the caller scans the collection instead).
+ */
+static int
+clone_fetch_index(shard_state_t *s, shard_donor_t *d, bool *no_index, shl_status_t *st)
+{
+    int ret = 0;
+    shl_storage_engine_t *eng = s->svc->storage;
+    shl_coll_handle_t h;
+    bool locked = false;
+    const shl_index_t *idx = NULL;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *ic = NULL;
+    shl_keystring_t kmin, kmax;
+    size_t cap = 0, bytes = 0;
+    int64_t entries = 0;
+    uint8_t *last = NULL;
+    size_t last_len = 0;
+
+    *no_index = false;
+    shl_keystring_init(&kmin);
+    shl_keystring_init(&kmax);
+    memset(&h, 0, sizeof(h));
+    SHL_ERR(shl_storage_coll_acquire(eng, d->ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s was dropped during the migration", d->ns);
+    }
+    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
+        if (shard_key_index_serves(h.coll->indexes[i], &d->pattern.pattern)) {
+            idx = h.coll->indexes[i];
+        }
+    }
+    if (idx == NULL) {
+        if (!d->cursor_open) {
+            *no_index = true;
+            goto done;
+        }
+        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
+                 "the shard key index of %s was dropped during the migration", d->ns);
+    }
+    d->cursor_open = true;
+    d->clone_by_index = true;
+    shard_key_bound_keystring(d->min, &kmin);
+    shard_key_bound_keystring(d->max, &kmax);
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    {
+        shl_key_bound_t start = {kmin.data, kmin.len}, end = {kmax.data, kmax.len};
+        if (d->clone_resume != NULL) {
+            start.data = d->clone_resume;
+            start.len = d->clone_resume_len;
+        }
+        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
+    }
+    while (entries < CLONE_FETCH_ENTRIES && bytes < MIG_BATCH_BYTES) {
+        int64_t rid;
+        const uint8_t *k;
+        size_t klen;
+        bool eof, found = false;
+        bson_t doc;
+        SHL_ERR(shl_index_cursor_next(ic, &rid, &k, &klen, &eof, st));
+        if (eof) {
+            d->cursor_done = true;
+            break;
+        }
+        if (d->clone_resume != NULL && klen == d->clone_resume_len &&
+            memcmp(k, d->clone_resume, klen) == 0) {
+            continue; /* where the previous fetch stopped: sent already */
+        }
+        last = bson_realloc(last, klen);
+        memcpy(last, k, klen);
+        last_len = klen;
+        entries++;
+        ret = shl_record_get(txn, h.coll, rid, &doc, &found, st);
+        if (ret == 0 && found && mig_doc_in_range(&d->pattern, &doc, d->min, d->max)) {
+            if (d->npending == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                d->pending = bson_realloc(d->pending, cap * sizeof(*d->pending));
+            }
+            bytes += doc.len;
+            d->pending[d->npending++] = bson_copy(&doc);
+        }
+        bson_destroy(&doc);
+        SHL_ERR(ret);
+    }
+    if (last != NULL) {
+        bson_free(d->clone_resume);
+        d->clone_resume = last;
+        d->clone_resume_len = last_len;
+        last = NULL;
+    }
+done:
+    shl_index_cursor_close(ic);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    bson_free(last);
+    shl_keystring_cleanup(&kmin);
+    shl_keystring_cleanup(&kmax);
+    return ret;
+}
+
+/* Fetch the next documents of the range into d->pending (copied): by the shard key index
+ * when there is one (clone_fetch_index), else from a local cursor over the collection. */
 static int
 clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
 {
@@ -441,8 +564,18 @@ clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
     shl_ns_t ns;
     bson_iter_t it;
     size_t n = 0;
+    bool no_index = false;
 
     pending_clear(d);
+    if (!d->cursor_open || d->clone_by_index) {
+        SHL_ERR(clone_fetch_index(s, d, &no_index, st));
+        if (!no_index) {
+            goto done;
+        }
+        SHL_LOG_INFO(SHARDING, 4200208,
+                     "No shard key index: the migration clone scans the whole collection",
+                     "ns", BCON_UTF8(d->ns));
+    }
     SHL_ERR(shl_ns_parse(&ns, d->ns, st));
     if (!d->cursor_open) {
         bson_t filter = BSON_INITIALIZER;

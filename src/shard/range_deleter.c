@@ -744,10 +744,8 @@ sleep_unless_stopped(shard_state_t *s, int64_t ms)
     pthread_mutex_unlock(&s->rd.mu);
 }
 
-/* Does index 'idx' serve shard key pattern 'kp' (same leading fields, hashed alike,
- * ascending, holding every document)? */
-static bool
-shard_key_index(const shl_index_t *idx, const bson_t *kp)
+bool
+shard_key_index_serves(const shl_index_t *idx, const bson_t *kp)
 {
     bson_iter_t a, b;
 
@@ -777,9 +775,8 @@ shard_key_index(const shl_index_t *idx, const bson_t *kp)
     return true;
 }
 
-/* The KeyString of a range bound over the shard key's fields. */
-static void
-bound_key(const bson_t *bound, shl_keystring_t *ks)
+void
+shard_key_bound_keystring(const bson_t *bound, shl_keystring_t *ks)
 {
     bson_iter_t it;
 
@@ -1009,8 +1006,8 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     b.min = t->min;
     b.max = t->max;
     b.meta = meta;
-    bound_key(t->min, &b.kmin);
-    bound_key(t->max, &b.kmax);
+    shard_key_bound_keystring(t->min, &b.kmin);
+    shard_key_bound_keystring(t->max, &b.kmax);
 
     /* Resumed after a restart, a started task does not wait its delay again (journaled:
      * some of the range may be gone before a crash). */
@@ -1042,7 +1039,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
         b.coll = h.coll;
         b.idx = NULL;
         for (size_t i = 0; i < h.coll->nindexes && b.idx == NULL; i++) {
-            if (shard_key_index(h.coll->indexes[i], pattern)) {
+            if (shard_key_index_serves(h.coll->indexes[i], pattern)) {
                 b.idx = h.coll->indexes[i];
             }
         }

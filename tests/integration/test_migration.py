@@ -639,6 +639,18 @@ def test_internal_migration_commands_reject_bad_input(mc):
     assert r.mig.badinput.count_documents({}) == N
 
 
+def test_clone_without_a_shard_key_index_scans_the_collection(mc):
+    """The donor's clone walks the shard key index; without one (dropped on the shard
+    directly) it falls back to a collection scan and still moves exactly the range."""
+    r, ns = _setup(mc, "noindex")
+    _direct(mc, 0, "noindex").drop_index("x_1")
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _direct(mc, 1, "noindex").count_documents({}) == N - 2500
+    assert _direct(mc, 1, "noindex").count_documents({"x": {"$lt": 2500}}) == 0
+    ids = [d["_id"] for d in r.mig.noindex.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+
+
 def test_large_documents_are_batched(mc):
     r = mc.router_client()
     ns = "mig.large"
