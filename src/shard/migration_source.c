@@ -1043,6 +1043,96 @@ coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
 }
 
 /*
+ * The number of documents of c->ns in [c->min, c->max) on this shard: the entries of the
+ * shard key index there, else a collection scan. *out is -1 when the collection or its
+ * shard key are unknown here (the count is then left as it is).
+ */
+static int
+count_range_docs(shard_state_t *s, const coord_t *c, int64_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    shard_coll_meta_t *m = NULL;
+    shl_shard_key_pattern_t kp;
+    bool kp_init = false, locked = false;
+    shl_storage_engine_t *eng = s->svc->storage;
+    shl_coll_handle_t h;
+    const shl_index_t *idx = NULL;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *ic = NULL;
+    shl_record_cursor_t *rc = NULL;
+    shl_keystring_t kmin, kmax;
+    int64_t n = 0;
+
+    *out = -1;
+    memset(&h, 0, sizeof(h));
+    shl_keystring_init(&kmin);
+    shl_keystring_init(&kmax);
+    m = shard_meta_peek(s, c->ns);
+    if (m == NULL || m->rt == NULL) {
+        goto done;
+    }
+    SHL_ERR(shl_shard_key_pattern_init(&kp, &shl_routing_table_key_pattern(m->rt)->pattern, st));
+    kp_init = true;
+    SHL_ERR(shl_storage_coll_acquire(eng, c->ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL || memcmp(h.coll->uuid, c->coll_uuid.bytes, 16) != 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
+        if (shard_key_index_serves(h.coll->indexes[i], &kp.pattern)) {
+            idx = h.coll->indexes[i];
+        }
+    }
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    if (idx != NULL) {
+        shl_key_bound_t start, end;
+        shard_key_bound_keystring(c->min, &kmin);
+        shard_key_bound_keystring(c->max, &kmax);
+        start.data = kmin.data;
+        start.len = kmin.len;
+        end.data = kmax.data;
+        end.len = kmax.len;
+        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
+        for (;;) {
+            int64_t rid;
+            bool eof;
+            SHL_ERR(shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, st));
+            if (eof) {
+                break;
+            }
+            n++;
+        }
+    } else {
+        SHL_ERR(shl_record_cursor_open(txn, h.coll, true, &rc, st));
+        for (;;) {
+            int64_t rid;
+            bson_t view;
+            bool eof;
+            SHL_ERR(shl_record_cursor_next(rc, &rid, &view, &eof, st));
+            if (eof) {
+                break;
+            }
+            n += mig_doc_in_range(&kp, &view, c->min, c->max) ? 1 : 0;
+        }
+    }
+    *out = n;
+done:
+    shl_index_cursor_close(ic);
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    if (kp_init) {
+        shl_shard_key_pattern_cleanup(&kp);
+    }
+    shard_meta_release(m);
+    shl_keystring_cleanup(&kmin);
+    shl_keystring_cleanup(&kmax);
+    return ret;
+}
+
+/*
  * The commit sequence (decision committed): the recipient's task removed (a delete of its
  * config.rangeDeletions document, as MongoDB's donor sends), the donor's marked ready, the
  * coordinator document deleted. The abort sequence: the donor's task removed, the
@@ -1069,7 +1159,17 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-        ret = shl_range_deletion_mark_ready(op, &c->id, st);
+        {
+            /* The donated documents are this shard's orphans now: numOrphanDocs of the
+             * task (MongoDB copies the recipient's count; the donor's own count is the
+             * same, the range having been in the critical section until the commit). */
+            int64_t orphans = -1;
+            shl_status_t cst = SHL_STATUS_INIT;
+            if (count_range_docs(s, c, &orphans, &cst) != 0) {
+                orphans = -1;
+            }
+            ret = shl_range_deletion_mark_ready_orphans(op, &c->id, orphans, st);
+        }
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
             ret = 0;

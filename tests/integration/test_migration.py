@@ -475,6 +475,28 @@ def test_donor_orphans_are_filtered_then_deleted(mc):
     assert r.mig.orphans.count_documents({}) == N
 
 
+def test_donor_task_counts_the_donated_documents_as_orphans(mc):
+    """numOrphanDocs of the donor's range deletion task: the documents of the migrated
+    range (MongoDB's count), which the deleter then counts down to the task's removal."""
+    r, ns = _setup(mc, "numorphans")
+    donor = mc.shard_client(0)
+    donor.admin.command("configureFailPoint", "suspendRangeDeletion", mode="alwaysOn")
+    try:
+        r.admin.command("moveRange", ns, min={"x": 2500}, max={"x": 4000}, toShard="shard1")
+        task = donor.config.rangeDeletions.find_one({"nss": ns})
+        assert task is not None and "pending" not in task
+        assert task["numOrphanDocs"] == 1500
+        assert isinstance(task["numOrphanDocs"], int)
+        # The recipient's task went with the commit.
+        assert mc.shard_client(1).config.rangeDeletions.find_one({"nss": ns}) is None
+    finally:
+        donor.admin.command("configureFailPoint", "suspendRangeDeletion", mode="off")
+    wait_until(lambda: donor.config.rangeDeletions.find_one({"nss": ns}) is None,
+               what="the donor's range deletion task to be removed")
+    assert _direct(mc, 0, "numorphans").count_documents({}) == N - 1500
+    assert r.mig.numorphans.count_documents({}) == N
+
+
 def test_wait_for_delete(mc):
     if _deleter.get("missing"):
         pytest.skip("no range deleter in this build yet (branch rangedel)")
