@@ -7,6 +7,7 @@
 
 #include <bson/bson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "base/namespace.h"
@@ -47,6 +48,7 @@ typedef struct shard_recipient {
     int64_t cloned, cloned_bytes, catchup, steady;
     bool commit_requested;
     bool abort_requested;
+    atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */
     bool finished; /* the thread has ended (state done, fail or abort) */
     pthread_t thread;
 } shard_recipient_t;

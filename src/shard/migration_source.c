@@ -21,6 +21,7 @@
 
 #include "base/failpoint.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "base/clock.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
@@ -42,8 +43,13 @@ SHL_FAILPOINT_DEFINE(moveChunkHangAtStep5)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep6)
 SHL_FAILPOINT_DEFINE(hangBeforeCommitMigration)
 
-/* Captured changes a migration may hold before it aborts (MongoDB's 500 MB). */
-#define MIG_MODS_MAX_BYTES ((int64_t)500 * 1024 * 1024)
+/* Captured changes a migration may hold before it aborts: migrationCaptureMaxBytes
+ * (MongoDB's fixed 500 MB by default; lower it to test the abort). */
+static int64_t
+mods_max_bytes(void)
+{
+    return shl_opt_int(SHL_OPT_migrationCaptureMaxBytes);
+}
 SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
 SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
 SHL_FAILPOINT_DEFINE(failMigrationCommit)
@@ -68,7 +74,7 @@ typedef struct shard_donor {
     bson_t **mods; /* {_id: v} in the order written */
     size_t nmods, capmods;
     int64_t mods_bytes; /* memory the captured _ids hold */
-    bool mods_overflow; /* past MIG_MODS_MAX_BYTES: the migration must abort */
+    bool mods_overflow; /* past mods_max_bytes(): the migration must abort */
     /* Clone position (used by one _migrateClone at a time: the recipient's thread): the
      * shard key index entry the walk stopped at, or a local find cursor without that index. */
     int64_t cursor_id;
@@ -342,7 +348,7 @@ shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson
          (post != NULL && mig_doc_in_range(&d->pattern, post, d->min, d->max))) &&
         bson_iter_init_find(&it, doc, "_id")) {
         bson_t *id;
-        if (d->mods_overflow || d->mods_bytes > MIG_MODS_MAX_BYTES) {
+        if (d->mods_overflow || d->mods_bytes > mods_max_bytes()) {
             /* MongoDB aborts a migration whose captured changes pass 500 MB rather than
              * let a write-heavy range exhaust the donor's memory. */
             d->mods_overflow = true;
@@ -1269,6 +1275,27 @@ send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pa
     return ret;
 }
 
+/* ExceededMemoryLimit once the captured writes passed mods_max_bytes() (some were then
+ * not recorded, so the recipient could not catch up: the migration must abort). */
+static int
+check_mods_memory(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    bool overflow;
+
+    pthread_mutex_lock(&s->mig_mu);
+    overflow = d->mods_overflow;
+    pthread_mutex_unlock(&s->mig_mu);
+    if (overflow) {
+        SHL_FAIL(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                 "Aborting migration because of high memory usage: the writes captured in the "
+                 "range and not yet sent passed %lld bytes (migrationCaptureMaxBytes)",
+                 (long long)mods_max_bytes());
+    }
+done:
+    return ret;
+}
+
 /* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. */
 static int
 wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t *d,
@@ -1282,16 +1309,7 @@ wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t 
     BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
     for (;;) {
         const char *state = "";
-        bool overflow;
-        pthread_mutex_lock(&s->mig_mu);
-        overflow = d->mods_overflow;
-        pthread_mutex_unlock(&s->mig_mu);
-        if (overflow) {
-            SHL_FAIL(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
-                     "Aborting migration because of high memory usage: the writes captured "
-                     "during the clone passed %lld bytes",
-                     (long long)MIG_MODS_MAX_BYTES);
-        }
+        SHL_ERR(check_mods_memory(s, d, st));
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
@@ -1487,6 +1505,8 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     /* Critical section: writes, then (after the recipient's last catch-up) reads. */
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
     crit = true;
+    /* The last writes before the critical section may have passed the limit. */
+    SHL_ERR(check_mods_memory(s, d, st));
     {
         bson_t cmd = BSON_INITIALIZER, reply;
         BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);

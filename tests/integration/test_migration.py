@@ -738,6 +738,46 @@ def _move_in_thread(mc, ns, err, to="shard1"):
     return t
 
 
+def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
+    """MongoDB aborts a migration whose captured, unsent writes pass 500 MB (ExceededMemoryLimit
+    146); Shale's migrationCaptureMaxBytes lowers the limit. The recipient is held after its
+    clone (migrateThreadHangAtStep3), so nothing drains the writes made meanwhile."""
+    r, ns = _setup(mc, "memlimit")
+    donor, recipient = mc.shard_client(0), mc.shard_client(1)
+    assert donor.admin.command("getParameter", 1, migrationCaptureMaxBytes=1)[
+        "migrationCaptureMaxBytes"] == 500 * 1024 * 1024
+    donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=4000)
+    _hang(recipient, "migrateThreadHangAtStep3")
+    err = []
+    try:
+        t = _move_in_thread(mc, ns, err)
+        _wait_hung(recipient, "migrateThreadHangAtStep3")
+        for i in range(2500, 2800):
+            r.mig.memlimit.update_one({"x": i}, {"$set": {"v": 1}})
+        fail_point(recipient, "migrateThreadHangAtStep3", "off")
+        t.join(120)
+    finally:
+        fail_point(recipient, "migrateThreadHangAtStep3", "off")
+        donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=500 * 1024 * 1024)
+    assert err and getattr(err[0], "code", None) == 146, err  # ExceededMemoryLimit
+    assert "high memory usage" in str(err[0])
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
+    # Nothing lost, every write kept; the donor's state is cleaned up.
+    docs = {d["_id"]: d for d in r.mig.memlimit.find({})}
+    assert sorted(docs) == list(range(N))
+    assert sum(1 for d in docs.values() if d["v"] == 1) == 300
+    assert donor.config.migrationCoordinators.count_documents({}) == 0
+    assert donor.config.rangeDeletions.find_one({"nss": ns}) is None
+    # The recipient's partial copy is deleted.
+    wait_until(lambda: _direct(mc, 1, "memlimit").count_documents({}) == 0,
+               what="the recipient's partial copy to be deleted")
+    # The next attempt, within the limit, moves the chunk with the updated documents.
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert _direct(mc, 1, "memlimit").count_documents({"v": 1}) == 300
+    assert r.mig.memlimit.count_documents({}) == N
+
+
 @pytest.mark.parametrize("step", ["moveChunkHangAtStep3",   # the recipient clones
                                   "moveChunkHangAtStep4"])  # it is caught up (steady)
 def test_recipient_killed_mid_migration_aborts_and_cleans_up(mc, step):
