@@ -599,7 +599,8 @@ mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     pthread_mutex_unlock(&s->mig_mu);
     SHL_ERR(ret);
     if (has_mid) {
-        ret = shl_range_deletion_mark_ready(op, &mid, st);
+        /* What was copied is this shard's orphans: numOrphanDocs counts them. */
+        ret = mig_mark_task_ready_counted(s, op, &mid, st);
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
             ret = 0;

@@ -76,4 +76,13 @@ int mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
 /* Whether the shard is busy with another migration (mig_mu held): message in st. */
 int mig_check_idle_locked(shard_state_t *s, shl_status_t *st);
 
+/*
+ * mig_mark_task_ready_counted -- mark range deletion task 'id' ready (journaled), setting its
+ * numOrphanDocs to the documents of its range this shard holds when it was still pending
+ * (counted over the shard key index, else a collection scan). Errors: NoSuchKey when there is
+ * no such task; storage errors.
+ */
+int mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id,
+                                shl_status_t *st);
+
 #endif

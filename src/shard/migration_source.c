@@ -1049,15 +1049,15 @@ coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
 }
 
 /*
- * The number of documents of c->ns in [c->min, c->max) on this shard: the entries of the
- * shard key index there, else a collection scan. *out is -1 when the collection or its
- * shard key are unknown here (the count is then left as it is).
+ * The number of documents of ns (collection 'uuid') in [min, max) of shard key 'pattern' on
+ * this shard: the entries of the shard key index there, else a collection scan. *out is -1
+ * when the collection is gone or was recreated.
  */
 static int
-count_range_docs(shard_state_t *s, const coord_t *c, int64_t *out, shl_status_t *st)
+count_range_docs(shard_state_t *s, const char *ns, const shl_uuid_t *uuid, const bson_t *pattern,
+                 const bson_t *min, const bson_t *max, int64_t *out, shl_status_t *st)
 {
     int ret = 0;
-    shard_coll_meta_t *m = NULL;
     shl_shard_key_pattern_t kp;
     bool kp_init = false, locked = false;
     shl_storage_engine_t *eng = s->svc->storage;
@@ -1073,15 +1073,11 @@ count_range_docs(shard_state_t *s, const coord_t *c, int64_t *out, shl_status_t 
     memset(&h, 0, sizeof(h));
     shl_keystring_init(&kmin);
     shl_keystring_init(&kmax);
-    m = shard_meta_peek(s, c->ns);
-    if (m == NULL || m->rt == NULL) {
-        goto done;
-    }
-    SHL_ERR(shl_shard_key_pattern_init(&kp, &shl_routing_table_key_pattern(m->rt)->pattern, st));
+    SHL_ERR(shl_shard_key_pattern_init(&kp, pattern, st));
     kp_init = true;
-    SHL_ERR(shl_storage_coll_acquire(eng, c->ns, SHL_LOCK_SHARED, &h, st));
+    SHL_ERR(shl_storage_coll_acquire(eng, ns, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    if (h.coll == NULL || memcmp(h.coll->uuid, c->coll_uuid.bytes, 16) != 0) {
+    if (h.coll == NULL || memcmp(h.coll->uuid, uuid->bytes, 16) != 0) {
         goto done;
     }
     for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
@@ -1092,8 +1088,8 @@ count_range_docs(shard_state_t *s, const coord_t *c, int64_t *out, shl_status_t 
     SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
     if (idx != NULL) {
         shl_key_bound_t start, end;
-        shard_key_bound_keystring(c->min, &kmin);
-        shard_key_bound_keystring(c->max, &kmax);
+        shard_key_bound_keystring(min, &kmin);
+        shard_key_bound_keystring(max, &kmax);
         start.data = kmin.data;
         start.len = kmin.len;
         end.data = kmax.data;
@@ -1118,7 +1114,7 @@ count_range_docs(shard_state_t *s, const coord_t *c, int64_t *out, shl_status_t 
             if (eof) {
                 break;
             }
-            n += mig_doc_in_range(&kp, &view, c->min, c->max) ? 1 : 0;
+            n += mig_doc_in_range(&kp, &view, min, max) ? 1 : 0;
         }
     }
     *out = n;
@@ -1132,9 +1128,61 @@ done:
     if (kp_init) {
         shl_shard_key_pattern_cleanup(&kp);
     }
-    shard_meta_release(m);
     shl_keystring_cleanup(&kmin);
     shl_keystring_cleanup(&kmax);
+    return ret;
+}
+
+int
+mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id,
+                            shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, *docs = NULL;
+    bson_iter_t it;
+    size_t n = 0;
+    int64_t orphans = -1;
+    shl_range_task_t t;
+    bool parsed = false;
+    shard_coll_meta_t *m = NULL;
+
+    memset(&t, 0, sizeof(t));
+    BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    shl_uuid_append(&filter, "_id", id);
+    bson_append_document_end(&cmd, &filter);
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, "firstBatch", &docs);
+    }
+    if (n > 0 && shl_range_task_parse(&docs[0], &t, st) == 0) {
+        const bson_t *pattern = t.key_pattern;
+        parsed = true;
+        if (pattern == NULL && (m = shard_meta_peek(s, t.ns)) != NULL && m->rt != NULL) {
+            pattern = &shl_routing_table_key_pattern(m->rt)->pattern;
+        }
+        if (t.pending && pattern != NULL &&
+            count_range_docs(s, t.ns, &t.collection_uuid, pattern, t.min, t.max, &orphans,
+                             st) != 0) {
+            orphans = -1;
+        }
+    }
+    shl_status_clear(st); /* without a count the task is marked ready all the same */
+    ret = shl_range_deletion_mark_ready_orphans(op, id, orphans, st);
+done:
+    if (parsed) {
+        shl_range_task_cleanup(&t);
+    }
+    shard_meta_release(m);
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
     return ret;
 }
 
@@ -1165,17 +1213,10 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-        {
-            /* The donated documents are this shard's orphans now: numOrphanDocs of the
-             * task (MongoDB copies the recipient's count; the donor's own count is the
-             * same, the range having been in the critical section until the commit). */
-            int64_t orphans = -1;
-            shl_status_t cst = SHL_STATUS_INIT;
-            if (count_range_docs(s, c, &orphans, &cst) != 0) {
-                orphans = -1;
-            }
-            ret = shl_range_deletion_mark_ready_orphans(op, &c->id, orphans, st);
-        }
+        /* The donated documents are this shard's orphans now: numOrphanDocs of the task
+         * (MongoDB copies the recipient's count; the donor's own count is the same, the
+         * range having been in the critical section until the commit). */
+        ret = mig_mark_task_ready_counted(s, op, &c->id, st);
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
             ret = 0;

@@ -748,6 +748,7 @@ def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
         "migrationCaptureMaxBytes"] == 500 * 1024 * 1024
     donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=4000)
     _hang(recipient, "migrateThreadHangAtStep3")
+    fail_point(recipient, "suspendRangeDeletion", "alwaysOn")
     err = []
     try:
         t = _move_in_thread(mc, ns, err)
@@ -756,8 +757,12 @@ def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
             r.mig.memlimit.update_one({"x": i}, {"$set": {"v": 1}})
         fail_point(recipient, "migrateThreadHangAtStep3", "off")
         t.join(120)
+        # The recipient's task is ready and counts the documents it had cloned.
+        task = recipient.config.rangeDeletions.find_one({"nss": ns})
+        assert task is not None and "pending" not in task and task["numOrphanDocs"] == N - 2500
     finally:
         fail_point(recipient, "migrateThreadHangAtStep3", "off")
+        fail_point(recipient, "suspendRangeDeletion", "off")
         donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=500 * 1024 * 1024)
     assert err and getattr(err[0], "code", None) == 146, err  # ExceededMemoryLimit
     assert "high memory usage" in str(err[0])
