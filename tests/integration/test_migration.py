@@ -205,6 +205,39 @@ def test_move_range_with_one_bound_moves_about_a_chunk_size(mc):
     assert log is not None
 
 
+def test_auto_split_vector_on_a_shard(mc):
+    """autoSplitVector (what moveRange with one bound asks the owning shard): a key every
+    maxChunkSizeBytes / avgObjSize index entries, from min up or (forward: false) from max
+    down; MongoDB's errors."""
+    _setup(mc, "asv", splits=())
+    db = mc.shard_client(0).mig
+    per = _max_docs(mc, 0, "asv", 20000)
+
+    def asv(**kw):
+        args = dict(keyPattern={"x": 1}, min={"x": MINK}, max={"x": MAXK},
+                    maxChunkSizeBytes=20000)
+        args.update(kw)
+        return db.command("autoSplitVector", "asv", **args)["splitKeys"]
+
+    assert asv(limit=1) == [{"x": per - 1}]
+    assert asv(limit=1, max={"x": 2500}, forward=False) == [{"x": 2500 - per}]
+    assert asv(limit=1, min={"x": 100}) == [{"x": 100 + per - 1}]
+    keys = asv()
+    assert len(keys) in (N // per - 1, N // per) and keys[0] == {"x": per - 1}
+    assert [k["x"] for k in keys] == sorted(k["x"] for k in keys)
+    assert asv(limit=1, maxChunkSizeBytes=10 ** 9) == []  # the collection is smaller
+    assert asv(limit=1, min={"x": 4950}) == []  # less than a chunk size left
+    with pytest.raises(OperationFailure) as e:
+        asv(limit=0)
+    assert e.value.code == 72  # InvalidOptions
+    with pytest.raises(OperationFailure) as e:
+        asv(keyPattern={"nope": 1})
+    assert e.value.code == 27  # IndexNotFound
+    with pytest.raises(OperationFailure) as e:
+        db.command("autoSplitVector", "asv", keyPattern={"x": 1}, min={"x": 0})
+    assert e.value.code == 40414  # IDLFailedToParse: max, maxChunkSizeBytes missing
+
+
 def test_move_range_with_one_bound_uses_the_configured_chunk_size(mc):
     r = mc.router_client()
     ns = "mig.chunksize"
