@@ -637,6 +637,17 @@ def test_hashed_collection_chunk_moves(mc):
                            for i in range(3)) == N,
                what="the donor's orphans to be deleted")
     assert r.mig.hashed.find_one({"x": 1234})["_id"] == 1234
+    # moveRange with only min: a range of about the chunk size, in hashed key space.
+    src = next(ch for ch in _chunks(mc, ns) if ch["shard"] == "shard0")
+    owner = _direct(mc, 0, "hashed")
+    in_src = owner.count_documents({})
+    before1 = _direct(mc, 1, "hashed").count_documents({})
+    r.admin.command("moveRange", ns, min=src["min"], toShard="shard1", maxChunkSizeBytes=2000)
+    moved = next(ch for ch in _chunks(mc, ns) if ch["min"] == src["min"])
+    assert moved["shard"] == "shard1" and moved["max"] != src["max"]
+    got = _direct(mc, 1, "hashed").count_documents({}) - before1
+    assert 0 < got < in_src
+    assert sorted(d["_id"] for d in r.mig.hashed.find({}, {"_id": 1})) == list(range(N))
 
 
 def test_internal_migration_commands_reject_bad_input(mc):
