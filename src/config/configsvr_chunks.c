@@ -584,13 +584,12 @@ done:
  */
 static int
 compute_other_bound(const char *ns, const bson_t *cmd, const shl_routing_table_t *rt,
-                    const bson_t *min, const bson_t *max, bson_t *lo, bson_t *hi,
-                    shl_status_t *st)
+                    const bson_t *min, const bson_t *max, bson_t *lo, bson_t *hi, shl_status_t *st)
 {
     int ret = 0;
     const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rt);
-    bson_t given = BSON_INITIALIZER, cmin, cmax, req = BSON_INITIALIZER,
-           reply = BSON_INITIALIZER, arr, first;
+    bson_t given = BSON_INITIALIZER, cmin, cmax, req = BSON_INITIALIZER, reply = BSON_INITIALIZER,
+           arr, first;
     bool forward = max == NULL, have = false;
     size_t idx = 0, n = shl_routing_table_nchunks(rt);
     int64_t max_bytes = 0;
@@ -643,8 +642,8 @@ compute_other_bound(const char *ns, const bson_t *cmd, const shl_routing_table_t
         const uint8_t *data;
         uint32_t len;
         bson_iter_array(&it, &len, &data);
-        if (bson_init_static(&arr, data, len) && bson_iter_init(&it, &arr) &&
-            bson_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        if (bson_init_static(&arr, data, len) && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
+            BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_document(&it, &len, &data);
             if (bson_init_static(&first, data, len)) {
                 bson_t *side = forward ? hi : lo;

@@ -409,8 +409,7 @@ done:
 static int
 auto_split_points(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_index_t *idx,
                   const bson_t *pattern, const shl_keystring_t *k0, const shl_keystring_t *k1,
-                  int64_t max_bytes, int64_t limit, bool forward, key_list_t *pts,
-                  shl_status_t *st)
+                  int64_t max_bytes, int64_t limit, bool forward, key_list_t *pts, shl_status_t *st)
 {
     int ret = 0;
     int64_t nrec = shl_collection_num_records(coll), size = shl_collection_data_size(coll);
@@ -561,8 +560,8 @@ cmd_auto_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     bound_key(&pattern, &min, false, &k0);
     bound_key(&pattern, &max, true, &k1);
     SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
-    SHL_ERR(auto_split_points(txn, h.coll, idx, &pattern, &k0, &k1, max_bytes, limit, forward,
-                              &pts, st));
+    SHL_ERR(auto_split_points(txn, h.coll, idx, &pattern, &k0, &k1, max_bytes, limit, forward, &pts,
+                              st));
     for (size_t i = 0; i < pts.n; i++) {
         char key[24];
         snprintf(key, sizeof(key), "%zu", i);

@@ -49,7 +49,7 @@ typedef struct shard_recipient {
     bool commit_requested;
     bool abort_requested;
     atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */
-    bool finished; /* the thread has ended (state done, fail or abort) */
+    bool finished;      /* the thread has ended (state done, fail or abort) */
     pthread_t thread;
 } shard_recipient_t;
 

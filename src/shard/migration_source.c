@@ -579,8 +579,8 @@ clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
             goto done;
         }
         SHL_LOG_INFO(SHARDING, 4200208,
-                     "No shard key index: the migration clone scans the whole collection",
-                     "ns", BCON_UTF8(d->ns));
+                     "No shard key index: the migration clone scans the whole collection", "ns",
+                     BCON_UTF8(d->ns));
     }
     SHL_ERR(shl_ns_parse(&ns, d->ns, st));
     if (!d->cursor_open) {
@@ -1168,8 +1168,8 @@ mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t
             pattern = &shl_routing_table_key_pattern(m->rt)->pattern;
         }
         if (t.pending && pattern != NULL &&
-            count_range_docs(s, t.ns, &t.collection_uuid, pattern, t.min, t.max, &orphans,
-                             st) != 0) {
+            count_range_docs(s, t.ns, &t.collection_uuid, pattern, t.min, t.max, &orphans, st) !=
+                0) {
             orphans = -1;
         }
     }

@@ -437,8 +437,8 @@ shl_range_deletion_mark_ready(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status
 }
 
 int
-shl_range_deletion_mark_ready_orphans(shl_op_ctx_t *op, const shl_uuid_t *id,
-                                      int64_t num_orphans, shl_status_t *st)
+shl_range_deletion_mark_ready_orphans(shl_op_ctx_t *op, const shl_uuid_t *id, int64_t num_orphans,
+                                      shl_status_t *st)
 {
     int ret = 0;
     shard_state_t *s = op_shard(op, st);
