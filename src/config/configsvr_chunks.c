@@ -528,9 +528,141 @@ done:
     return ret;
 }
 
+/* The balancer's chunk size when neither the command nor the collection sets one (MB). */
+#define CFG_DEFAULT_CHUNK_SIZE_MB 128
+
 /*
- * _configsvrMoveRange: ns, toShard, and the range as `min` [+ `max`] (split out of its
- * chunk first when inside it; without max, up to the chunk's end), `find` (the chunk holding
+ * The chunk size a moveRange with one bound aims at: the command's maxChunkSizeBytes, else
+ * the collection's (config.collections maxChunkSizeBytes), else config.settings {_id:
+ * "chunksize"} value (MB), else 128 MB -- MongoDB's getMaxChunkSizeBytes.
+ */
+static int
+move_chunk_size_bytes(const char *ns, const bson_t *cmd, int64_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t v = 0;
+    bool found = false;
+    shl_collection_type_t coll;
+    bson_t filter = BSON_INITIALIZER, doc = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    memset(&coll, 0, sizeof(coll));
+    *out = (int64_t)CFG_DEFAULT_CHUNK_SIZE_MB * 1024 * 1024;
+    SHL_ERR(shl_cmd_get_int64(cmd, "maxChunkSizeBytes", &v, &found, st));
+    if (found) {
+        if (v <= 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "maxChunkSizeBytes must be positive");
+        }
+        *out = v;
+        goto done;
+    }
+    SHL_ERR(cfg_get_collection(ns, &coll, &found, st));
+    if (found && coll.has_max_chunk_size_bytes && coll.max_chunk_size_bytes > 0) {
+        *out = coll.max_chunk_size_bytes;
+        goto done;
+    }
+    BSON_APPEND_UTF8(&filter, "_id", "chunksize");
+    bson_destroy(&doc);
+    SHL_ERR(cfg_find_one("settings", &filter, &doc, &found, st));
+    if (found && bson_iter_init_find(&it, &doc, "value") && BSON_ITER_HOLDS_NUMBER(&it) &&
+        bson_iter_as_double(&it) > 0) {
+        *out = (int64_t)(bson_iter_as_double(&it) * 1024 * 1024);
+    }
+done:
+    shl_collection_type_cleanup(&coll);
+    bson_destroy(&filter);
+    bson_destroy(&doc);
+    return ret;
+}
+
+/*
+ * moveRange with one bound (MongoDB's computeOtherBound): the chunk holding `min` (or the one
+ * ending at `max`, else holding it) bounds the range; its owner walks its shard key index
+ * from the given bound (autoSplitVector, limit 1) for a key about `chunk size` bytes of
+ * documents away. *lo / *hi get the range (the chunk's own bound when the rest of the chunk
+ * is smaller). Errors: BadValue (not a shard key), the shard's errors.
+ */
+static int
+compute_other_bound(const char *ns, const bson_t *cmd, const shl_routing_table_t *rt,
+                    const bson_t *min, const bson_t *max, bson_t *lo, bson_t *hi, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rt);
+    bson_t given = BSON_INITIALIZER, cmin, cmax, req = BSON_INITIALIZER, reply = BSON_INITIALIZER,
+           arr, first;
+    bool forward = max == NULL, have = false;
+    size_t idx = 0, n = shl_routing_table_nchunks(rt);
+    int64_t max_bytes = 0;
+    shl_ns_t parsed;
+    bson_iter_t it;
+
+    bson_init(lo);
+    bson_init(hi);
+    bson_destroy(&given);
+    if (!shl_shard_key_normalize(p, forward ? min : max, &given)) {
+        bson_init(&given);
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the bounds of moveRange are not shard keys of %s", ns);
+    }
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    if (forward) {
+        SHL_ERR(shl_routing_table_find_chunk(rt, &given, &idx, st));
+        have = true;
+    } else {
+        /* The chunk ending at max, else the one holding it. */
+        for (size_t i = 0; i < n && !have; i++) {
+            shl_routing_table_chunk_bounds(rt, i, &cmin, &cmax);
+            if (shl_shard_key_compare(&cmax, &given) == 0 ||
+                (shl_shard_key_compare(&cmin, &given) <= 0 &&
+                 shl_shard_key_compare(&given, &cmax) < 0)) {
+                idx = i;
+                have = true;
+            }
+        }
+        if (!have) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "no chunk of %s ends at or holds the max bound",
+                     ns);
+        }
+    }
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    SHL_ERR(move_chunk_size_bytes(ns, cmd, &max_bytes, st));
+    BSON_APPEND_UTF8(&req, "autoSplitVector", parsed.coll);
+    BSON_APPEND_DOCUMENT(&req, "keyPattern", &p->pattern);
+    BSON_APPEND_DOCUMENT(&req, "min", forward ? &given : &cmin);
+    BSON_APPEND_DOCUMENT(&req, "max", forward ? &cmax : &given);
+    BSON_APPEND_INT64(&req, "maxChunkSizeBytes", max_bytes);
+    BSON_APPEND_INT32(&req, "limit", 1);
+    BSON_APPEND_BOOL(&req, "forward", forward);
+    bson_destroy(&reply);
+    SHL_ERR(cfg_shard_cmd(shl_routing_table_chunk_shard(rt, idx), parsed.db, &req, &reply, st));
+    bson_destroy(lo);
+    bson_destroy(hi);
+    bson_copy_to(forward ? &given : &cmin, lo);
+    bson_copy_to(forward ? &cmax : &given, hi);
+    if (bson_iter_init_find(&it, &reply, "splitKeys") && BSON_ITER_HOLDS_ARRAY(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_array(&it, &len, &data);
+        if (bson_init_static(&arr, data, len) && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
+            BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_iter_document(&it, &len, &data);
+            if (bson_init_static(&first, data, len)) {
+                bson_t *side = forward ? hi : lo;
+                bson_destroy(side);
+                bson_copy_to(&first, side);
+            }
+        }
+    }
+done:
+    bson_destroy(&given);
+    bson_destroy(&req);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * _configsvrMoveRange: ns, toShard, and the range as `min` and/or `max` (split out of its
+ * chunk first when inside it; with one bound, the other is about the collection's chunk size
+ * away inside the same chunk: compute_other_bound), `find` (the chunk holding
  * that shard key) or `bounds` (exactly a chunk). Checks under the namespace's mutex (the shard
  * exists, the chunk exists, it is not on toShard already), then has the donor run the migration
  * with _shardsvrMoveRange and replies when it has finished. The donor's registry serializes
@@ -564,9 +696,9 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(cfg_doc_field(cmd, "max", &max, &has_max, st));
     SHL_ERR(cfg_doc_field(cmd, "find", &find, &has_find, st));
     SHL_ERR(parse_bounds(cmd, "_configsvrMoveRange", &bmin, &bmax, &has_bounds, st));
-    if ((int)has_min + (int)has_find + (int)has_bounds != 1 || (has_max && !has_min)) {
+    if ((int)(has_min || has_max) + (int)has_find + (int)has_bounds != 1) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                 "need to specify exactly one of find, bounds, or min (with an optional max)");
+                 "need to specify exactly one of find, bounds, or min and/or max");
     }
     if (bson_iter_init_find(&it, cmd, "waitForDelete")) {
         wait_delete = bson_iter_as_bool(&it);
@@ -590,8 +722,18 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
         SHL_ERR(ret);
     } else if (has_bounds) {
         SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
+    } else if (has_min && has_max) {
+        SHL_ERR(split_for_move(op, ns, &rt, &min, &max, &idx, st));
     } else {
-        SHL_ERR(split_for_move(op, ns, &rt, &min, has_max ? &max : NULL, &idx, st));
+        bson_t lo, hi;
+        ret = compute_other_bound(ns, cmd, rt, has_min ? &min : NULL, has_max ? &max : NULL, &lo,
+                                  &hi, st);
+        if (ret == 0) {
+            ret = split_for_move(op, ns, &rt, &lo, &hi, &idx, st);
+        }
+        bson_destroy(&lo);
+        bson_destroy(&hi);
+        SHL_ERR(ret);
     }
     shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
     snprintf(from, sizeof(from), "%s", shl_routing_table_chunk_shard(rt, idx));

@@ -166,7 +166,7 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
     const char *ns = NULL;
     bson_t fwd = BSON_INITIALIZER;
     bson_iter_t it;
-    bool has_to = false, has_find = false, has_bounds = false, has_min = false;
+    bool has_to = false, has_find = false, has_bounds = false, has_min = false, has_max = false;
 
     SHL_ERR(ns_arg(cmd, &ns, st));
     BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
@@ -204,6 +204,7 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
         } else if (!is_move_chunk && (strcmp(k, "min") == 0 || strcmp(k, "max") == 0)) {
             bson_append_iter(&fwd, NULL, 0, &it);
             has_min |= strcmp(k, "min") == 0;
+            has_max |= strcmp(k, "max") == 0;
         } else if (strcmp(k, "maxTimeMS") == 0 || strcmp(k, "comment") == 0 ||
                    strcmp(k, "_secondaryThrottle") == 0) {
             /* generic or legacy: not forwarded */
@@ -220,8 +221,8 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "need to specify either a find query, or both lower and upper bounds.");
     }
-    if (!is_move_chunk && !has_min) {
-        SHL_ERR(shl_idl_missing("moveRange", "min", st));
+    if (!is_move_chunk && !has_min && !has_max) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Missing required parameter 'min' or 'max'");
     }
     {
         bson_t wc;

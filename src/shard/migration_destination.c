@@ -11,12 +11,16 @@
  */
 #include <string.h>
 
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
+
+/* MongoDB's: the recipient's thread after cloning, before catching up (an abort ends it). */
+SHL_FAILPOINT_DEFINE(migrateThreadHangAtStep3)
 
 static const char *const state_names[] = {"ready",       "clone", "catchup", "steady",
                                           "commitStart", "done",  "fail",    "abort"};
@@ -280,6 +284,11 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         pthread_mutex_unlock(&r->s->mig_mu);
     }
 
+    if (SHL_FAILPOINT_FIRES(migrateThreadHangAtStep3)) {
+        SHL_LOG_INFO(SHARDING, 4200302, "Hanging at a migration fail point", "failPoint",
+                     BCON_UTF8("migrateThreadHangAtStep3"));
+        shl_failpoint_pause_while_set(SHL_FAILPOINT(migrateThreadHangAtStep3), &r->cancel);
+    }
     set_state(r, MIG_CATCHUP);
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_transferMods", r->ns);
@@ -414,6 +423,7 @@ mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(shl_idl_read_uuid(&it, ctx, &cuuid, st));
 
     r = bson_malloc0(sizeof(*r));
+    atomic_init(&r->cancel, false);
     r->s = s;
     snprintf(r->ns, sizeof(r->ns), "%s", ns);
     snprintf(r->from, sizeof(r->from), "%s", from);
@@ -579,6 +589,7 @@ mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     r = recipient_for(s, cmd);
     if (r != NULL && (!has_mid || shl_uuid_eq(&r->migration_id, &mid))) {
         r->abort_requested = true;
+        atomic_store(&r->cancel, true);
         ret = wait_finished_locked(s, op, r, st);
         if (!has_mid) {
             mid = r->migration_id;
@@ -588,7 +599,8 @@ mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     pthread_mutex_unlock(&s->mig_mu);
     SHL_ERR(ret);
     if (has_mid) {
-        ret = shl_range_deletion_mark_ready(op, &mid, st);
+        /* What was copied is this shard's orphans: numOrphanDocs counts them. */
+        ret = mig_mark_task_ready_counted(s, op, &mid, st);
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
             ret = 0;
@@ -608,6 +620,7 @@ shard_recipient_shutdown(shard_state_t *s)
     s->recipient = NULL;
     if (r != NULL) {
         r->abort_requested = true;
+        atomic_store(&r->cancel, true);
     }
     pthread_mutex_unlock(&s->mig_mu);
     if (r != NULL) {

@@ -7,6 +7,7 @@
 
 #include <bson/bson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "base/namespace.h"
@@ -47,7 +48,8 @@ typedef struct shard_recipient {
     int64_t cloned, cloned_bytes, catchup, steady;
     bool commit_requested;
     bool abort_requested;
-    bool finished; /* the thread has ended (state done, fail or abort) */
+    atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */
+    bool finished;      /* the thread has ended (state done, fail or abort) */
     pthread_t thread;
 } shard_recipient_t;
 
@@ -73,5 +75,14 @@ int mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
 
 /* Whether the shard is busy with another migration (mig_mu held): message in st. */
 int mig_check_idle_locked(shard_state_t *s, shl_status_t *st);
+
+/*
+ * mig_mark_task_ready_counted -- mark range deletion task 'id' ready (journaled), setting its
+ * numOrphanDocs to the documents of its range this shard holds when it was still pending
+ * (counted over the shard key index, else a collection scan). Errors: NoSuchKey when there is
+ * no such task; storage errors.
+ */
+int mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id,
+                                shl_status_t *st);
 
 #endif

@@ -7,7 +7,8 @@
  * _recvChunkCommit, _configsvrCommitChunkMigration, refresh) and the MigrationCoordinator's
  * commit / abort sequences, also run at start-up for coordinator documents a crash left.
  *
- * Cloner: _migrateClone serves the documents of the range from a local cursor; the op
+ * Cloner: _migrateClone serves the documents of the range, walking the shard key index over
+ * [min, max) (a local cursor over the whole collection when there is no such index); the op
  * observer (called by db after each write unit commits) records the _id of every document
  * written in the range from the moment cloning starts; _transferMods drains those _ids in order,
  * sending each one's current document when it is (still) in the range and its _id as a delete
@@ -20,13 +21,19 @@
 
 #include "base/failpoint.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "base/clock.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
+#include "bson/keystring.h"
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
+#include "storage/catalog.h"
+#include "storage/index.h"
+#include "storage/record_store.h"
+#include "storage/storage.h"
 
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep1)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep2)
@@ -36,8 +43,13 @@ SHL_FAILPOINT_DEFINE(moveChunkHangAtStep5)
 SHL_FAILPOINT_DEFINE(moveChunkHangAtStep6)
 SHL_FAILPOINT_DEFINE(hangBeforeCommitMigration)
 
-/* Captured changes a migration may hold before it aborts (MongoDB's 500 MB). */
-#define MIG_MODS_MAX_BYTES ((int64_t)500 * 1024 * 1024)
+/* Captured changes a migration may hold before it aborts: migrationCaptureMaxBytes
+ * (MongoDB's fixed 500 MB by default; lower it to test the abort). */
+static int64_t
+mods_max_bytes(void)
+{
+    return shl_opt_int(SHL_OPT_migrationCaptureMaxBytes);
+}
 SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
 SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
 SHL_FAILPOINT_DEFINE(failMigrationCommit)
@@ -62,10 +74,14 @@ typedef struct shard_donor {
     bson_t **mods; /* {_id: v} in the order written */
     size_t nmods, capmods;
     int64_t mods_bytes; /* memory the captured _ids hold */
-    bool mods_overflow; /* past MIG_MODS_MAX_BYTES: the migration must abort */
-    /* Clone cursor (used by one _migrateClone at a time: the recipient's thread). */
+    bool mods_overflow; /* past mods_max_bytes(): the migration must abort */
+    /* Clone position (used by one _migrateClone at a time: the recipient's thread): the
+     * shard key index entry the walk stopped at, or a local find cursor without that index. */
     int64_t cursor_id;
     bool cursor_open, cursor_done;
+    bool clone_by_index;
+    uint8_t *clone_resume; /* the last index entry read (owned), NULL before the first */
+    size_t clone_resume_len;
     bson_t **pending; /* fetched documents of the range not sent yet (owned) */
     size_t npending, pending_pos;
     int64_t cloned;
@@ -233,6 +249,7 @@ static void
 donor_free(shard_donor_t *d)
 {
     pending_clear(d);
+    bson_free(d->clone_resume);
     for (size_t i = 0; i < d->nmods; i++) {
         bson_destroy(d->mods[i]);
     }
@@ -331,7 +348,7 @@ shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const bson
          (post != NULL && mig_doc_in_range(&d->pattern, post, d->min, d->max))) &&
         bson_iter_init_find(&it, doc, "_id")) {
         bson_t *id;
-        if (d->mods_overflow || d->mods_bytes > MIG_MODS_MAX_BYTES) {
+        if (d->mods_overflow || d->mods_bytes > mods_max_bytes()) {
             /* MongoDB aborts a migration whose captured changes pass 500 MB rather than
              * let a write-heavy range exhaust the donor's memory. */
             d->mods_overflow = true;
@@ -431,8 +448,120 @@ donor_release(shard_state_t *s, shard_donor_t *d)
     pthread_mutex_unlock(&s->mig_mu);
 }
 
-/* Fetch the next batch of the local cursor over the collection into d->pending (the
- * documents of the range, copied). */
+/* Index entries one clone fetch reads at most (the find path's batch size). */
+#define CLONE_FETCH_ENTRIES 1000
+
+/*
+ * Read the next entries of the shard key index over [min, max) into d->pending (the
+ * documents, copied): at most CLONE_FETCH_ENTRIES entries or MIG_BATCH_BYTES of documents
+ * (one at least), in a snapshot of their own, continuing after the entry the previous fetch
+ * stopped at. A later snapshot than the previous fetch's is safe: writes in the range are
+ * captured from before the first fetch, so a document the walk misses or sees twice is sent
+ * again by _transferMods (the recipient keeps the first copy of a cloned _id). *no_index: the
+ * collection has no such index (first fetch only; the caller scans the collection instead).
+ */
+static int
+clone_fetch_index(shard_state_t *s, shard_donor_t *d, bool *no_index, shl_status_t *st)
+{
+    int ret = 0;
+    shl_storage_engine_t *eng = s->svc->storage;
+    shl_coll_handle_t h;
+    bool locked = false;
+    const shl_index_t *idx = NULL;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *ic = NULL;
+    shl_keystring_t kmin, kmax;
+    size_t cap = 0, bytes = 0;
+    int64_t entries = 0;
+    uint8_t *last = NULL;
+    size_t last_len = 0;
+
+    *no_index = false;
+    shl_keystring_init(&kmin);
+    shl_keystring_init(&kmax);
+    memset(&h, 0, sizeof(h));
+    SHL_ERR(shl_storage_coll_acquire(eng, d->ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s was dropped during the migration", d->ns);
+    }
+    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
+        if (shard_key_index_serves(h.coll->indexes[i], &d->pattern.pattern)) {
+            idx = h.coll->indexes[i];
+        }
+    }
+    if (idx == NULL) {
+        if (!d->cursor_open) {
+            *no_index = true;
+            goto done;
+        }
+        SHL_FAIL(st, SHL_CODE_OPERATION_FAILED,
+                 "the shard key index of %s was dropped during the migration", d->ns);
+    }
+    d->cursor_open = true;
+    d->clone_by_index = true;
+    shard_key_bound_keystring(d->min, &kmin);
+    shard_key_bound_keystring(d->max, &kmax);
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    {
+        shl_key_bound_t start = {kmin.data, kmin.len}, end = {kmax.data, kmax.len};
+        if (d->clone_resume != NULL) {
+            start.data = d->clone_resume;
+            start.len = d->clone_resume_len;
+        }
+        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
+    }
+    while (entries < CLONE_FETCH_ENTRIES && bytes < MIG_BATCH_BYTES) {
+        int64_t rid;
+        const uint8_t *k;
+        size_t klen;
+        bool eof, found = false;
+        bson_t doc;
+        SHL_ERR(shl_index_cursor_next(ic, &rid, &k, &klen, &eof, st));
+        if (eof) {
+            d->cursor_done = true;
+            break;
+        }
+        if (d->clone_resume != NULL && klen == d->clone_resume_len &&
+            memcmp(k, d->clone_resume, klen) == 0) {
+            continue; /* where the previous fetch stopped: sent already */
+        }
+        last = bson_realloc(last, klen);
+        memcpy(last, k, klen);
+        last_len = klen;
+        entries++;
+        ret = shl_record_get(txn, h.coll, rid, &doc, &found, st);
+        if (ret == 0 && found && mig_doc_in_range(&d->pattern, &doc, d->min, d->max)) {
+            if (d->npending == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                d->pending = bson_realloc(d->pending, cap * sizeof(*d->pending));
+            }
+            bytes += doc.len;
+            d->pending[d->npending++] = bson_copy(&doc);
+        }
+        bson_destroy(&doc);
+        SHL_ERR(ret);
+    }
+    if (last != NULL) {
+        bson_free(d->clone_resume);
+        d->clone_resume = last;
+        d->clone_resume_len = last_len;
+        last = NULL;
+    }
+done:
+    shl_index_cursor_close(ic);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    bson_free(last);
+    shl_keystring_cleanup(&kmin);
+    shl_keystring_cleanup(&kmax);
+    return ret;
+}
+
+/* Fetch the next documents of the range into d->pending (copied): by the shard key index
+ * when there is one (clone_fetch_index), else from a local cursor over the collection. */
 static int
 clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
 {
@@ -441,8 +570,18 @@ clone_fetch(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
     shl_ns_t ns;
     bson_iter_t it;
     size_t n = 0;
+    bool no_index = false;
 
     pending_clear(d);
+    if (!d->cursor_open || d->clone_by_index) {
+        SHL_ERR(clone_fetch_index(s, d, &no_index, st));
+        if (!no_index) {
+            goto done;
+        }
+        SHL_LOG_INFO(SHARDING, 4200208,
+                     "No shard key index: the migration clone scans the whole collection", "ns",
+                     BCON_UTF8(d->ns));
+    }
     SHL_ERR(shl_ns_parse(&ns, d->ns, st));
     if (!d->cursor_open) {
         bson_t filter = BSON_INITIALIZER;
@@ -910,6 +1049,144 @@ coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
 }
 
 /*
+ * The number of documents of ns (collection 'uuid') in [min, max) of shard key 'pattern' on
+ * this shard: the entries of the shard key index there, else a collection scan. *out is -1
+ * when the collection is gone or was recreated.
+ */
+static int
+count_range_docs(shard_state_t *s, const char *ns, const shl_uuid_t *uuid, const bson_t *pattern,
+                 const bson_t *min, const bson_t *max, int64_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_shard_key_pattern_t kp;
+    bool kp_init = false, locked = false;
+    shl_storage_engine_t *eng = s->svc->storage;
+    shl_coll_handle_t h;
+    const shl_index_t *idx = NULL;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *ic = NULL;
+    shl_record_cursor_t *rc = NULL;
+    shl_keystring_t kmin, kmax;
+    int64_t n = 0;
+
+    *out = -1;
+    memset(&h, 0, sizeof(h));
+    shl_keystring_init(&kmin);
+    shl_keystring_init(&kmax);
+    SHL_ERR(shl_shard_key_pattern_init(&kp, pattern, st));
+    kp_init = true;
+    SHL_ERR(shl_storage_coll_acquire(eng, ns, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL || memcmp(h.coll->uuid, uuid->bytes, 16) != 0) {
+        goto done;
+    }
+    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
+        if (shard_key_index_serves(h.coll->indexes[i], &kp.pattern)) {
+            idx = h.coll->indexes[i];
+        }
+    }
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    if (idx != NULL) {
+        shl_key_bound_t start, end;
+        shard_key_bound_keystring(min, &kmin);
+        shard_key_bound_keystring(max, &kmax);
+        start.data = kmin.data;
+        start.len = kmin.len;
+        end.data = kmax.data;
+        end.len = kmax.len;
+        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
+        for (;;) {
+            int64_t rid;
+            bool eof;
+            SHL_ERR(shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, st));
+            if (eof) {
+                break;
+            }
+            n++;
+        }
+    } else {
+        SHL_ERR(shl_record_cursor_open(txn, h.coll, true, &rc, st));
+        for (;;) {
+            int64_t rid;
+            bson_t view;
+            bool eof;
+            SHL_ERR(shl_record_cursor_next(rc, &rid, &view, &eof, st));
+            if (eof) {
+                break;
+            }
+            n += mig_doc_in_range(&kp, &view, min, max) ? 1 : 0;
+        }
+    }
+    *out = n;
+done:
+    shl_index_cursor_close(ic);
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    if (kp_init) {
+        shl_shard_key_pattern_cleanup(&kp);
+    }
+    shl_keystring_cleanup(&kmin);
+    shl_keystring_cleanup(&kmax);
+    return ret;
+}
+
+int
+mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id,
+                            shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, *docs = NULL;
+    bson_iter_t it;
+    size_t n = 0;
+    int64_t orphans = -1;
+    shl_range_task_t t;
+    bool parsed = false;
+    shard_coll_meta_t *m = NULL;
+
+    memset(&t, 0, sizeof(t));
+    BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    shl_uuid_append(&filter, "_id", id);
+    bson_append_document_end(&cmd, &filter);
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, "firstBatch", &docs);
+    }
+    if (n > 0 && shl_range_task_parse(&docs[0], &t, st) == 0) {
+        const bson_t *pattern = t.key_pattern;
+        parsed = true;
+        if (pattern == NULL && (m = shard_meta_peek(s, t.ns)) != NULL && m->rt != NULL) {
+            pattern = &shl_routing_table_key_pattern(m->rt)->pattern;
+        }
+        if (t.pending && pattern != NULL &&
+            count_range_docs(s, t.ns, &t.collection_uuid, pattern, t.min, t.max, &orphans, st) !=
+                0) {
+            orphans = -1;
+        }
+    }
+    shl_status_clear(st); /* without a count the task is marked ready all the same */
+    ret = shl_range_deletion_mark_ready_orphans(op, id, orphans, st);
+done:
+    if (parsed) {
+        shl_range_task_cleanup(&t);
+    }
+    shard_meta_release(m);
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
  * The commit sequence (decision committed): the recipient's task removed (a delete of its
  * config.rangeDeletions document, as MongoDB's donor sends), the donor's marked ready, the
  * coordinator document deleted. The abort sequence: the donor's task removed, the
@@ -936,7 +1213,10 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-        ret = shl_range_deletion_mark_ready(op, &c->id, st);
+        /* The donated documents are this shard's orphans now: numOrphanDocs of the task
+         * (MongoDB copies the recipient's count; the donor's own count is the same, the
+         * range having been in the critical section until the commit). */
+        ret = mig_mark_task_ready_counted(s, op, &c->id, st);
         if (ret == SHL_CODE_NO_SUCH_KEY) {
             shl_status_clear(st);
             ret = 0;
@@ -1036,6 +1316,27 @@ send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pa
     return ret;
 }
 
+/* ExceededMemoryLimit once the captured writes passed mods_max_bytes() (some were then
+ * not recorded, so the recipient could not catch up: the migration must abort). */
+static int
+check_mods_memory(shard_state_t *s, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    bool overflow;
+
+    pthread_mutex_lock(&s->mig_mu);
+    overflow = d->mods_overflow;
+    pthread_mutex_unlock(&s->mig_mu);
+    if (overflow) {
+        SHL_FAIL(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                 "Aborting migration because of high memory usage: the writes captured in the "
+                 "range and not yet sent passed %lld bytes (migrationCaptureMaxBytes)",
+                 (long long)mods_max_bytes());
+    }
+done:
+    return ret;
+}
+
 /* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. */
 static int
 wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t *d,
@@ -1049,16 +1350,7 @@ wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t 
     BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
     for (;;) {
         const char *state = "";
-        bool overflow;
-        pthread_mutex_lock(&s->mig_mu);
-        overflow = d->mods_overflow;
-        pthread_mutex_unlock(&s->mig_mu);
-        if (overflow) {
-            SHL_FAIL(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
-                     "Aborting migration because of high memory usage: the writes captured "
-                     "during the clone passed %lld bytes",
-                     (long long)MIG_MODS_MAX_BYTES);
-        }
+        SHL_ERR(check_mods_memory(s, d, st));
         bson_destroy(&reply);
         SHL_ERR(
             shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
@@ -1254,6 +1546,8 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     /* Critical section: writes, then (after the recipient's last catch-up) reads. */
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
     crit = true;
+    /* The last writes before the critical section may have passed the limit. */
+    SHL_ERR(check_mods_memory(s, d, st));
     {
         bson_t cmd = BSON_INITIALIZER, reply;
         BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);

@@ -390,44 +390,80 @@ done:
     return ret;
 }
 
-int
-shl_range_deletion_mark_ready(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status_t *st)
+/* Unset 'pending' of task 'id' (only when still pending if 'only_pending'), setting
+ * numOrphanDocs too when num_orphans >= 0; *n gets the number of matched tasks. */
+static int
+unset_pending(shl_op_ctx_t *op, const shl_uuid_t *id, bool only_pending, int64_t num_orphans,
+              int64_t *n, shl_status_t *st)
 {
     int ret = 0;
-    shard_state_t *s = op_shard(op, st);
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, stmt, q, u, unset;
-    char ids[37];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, stmt, q, u, unset, set;
 
-    if (s == NULL) {
-        ret = st->code;
-        goto done;
-    }
     BSON_APPEND_UTF8(&cmd, "update", RD_COLL);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
     BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
     shl_uuid_append(&q, "_id", id);
+    if (only_pending) {
+        BSON_APPEND_BOOL(&q, "pending", true);
+    }
     bson_append_document_end(&stmt, &q);
     BSON_APPEND_DOCUMENT_BEGIN(&stmt, "u", &u);
     BSON_APPEND_DOCUMENT_BEGIN(&u, "$unset", &unset);
     BSON_APPEND_UTF8(&unset, "pending", "");
     bson_append_document_end(&u, &unset);
+    if (num_orphans >= 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
+        BSON_APPEND_INT64(&set, "numOrphanDocs", num_orphans);
+        bson_append_document_end(&u, &set);
+    }
     bson_append_document_end(&stmt, &u);
     bson_append_document_end(&arr, &stmt);
     bson_append_array_end(&cmd, &arr);
     append_wc(&cmd, true);
     bson_destroy(&reply);
     SHL_ERR(local_cmd(op->svc, &cmd, &reply, st));
+    *n = reply_n(&reply);
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+int
+shl_range_deletion_mark_ready(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status_t *st)
+{
+    return shl_range_deletion_mark_ready_orphans(op, id, -1, st);
+}
+
+int
+shl_range_deletion_mark_ready_orphans(shl_op_ctx_t *op, const shl_uuid_t *id, int64_t num_orphans,
+                                      shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = op_shard(op, st);
+    int64_t n = 0;
+    char ids[37];
+
+    if (s == NULL) {
+        ret = st->code;
+        goto done;
+    }
+    /* The count is set while the task is pending only: once ready, the deleter keeps it. */
+    if (num_orphans >= 0) {
+        SHL_ERR(unset_pending(op, id, true, num_orphans, &n, st));
+    }
+    if (n == 0) {
+        SHL_ERR(unset_pending(op, id, false, -1, &n, st));
+    }
     shl_uuid_to_string(id, ids);
-    if (reply_n(&reply) == 0) {
+    if (n == 0) {
         SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "No range deletion task with id %s", ids);
     }
     SHL_LOG_DEBUG(1, SHARDING, 7546502, "Marked range deletion task ready", "migrationId",
                   BCON_UTF8(ids));
     shard_range_deleter_wake(s);
 done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
     return ret;
 }
 
@@ -744,10 +780,8 @@ sleep_unless_stopped(shard_state_t *s, int64_t ms)
     pthread_mutex_unlock(&s->rd.mu);
 }
 
-/* Does index 'idx' serve shard key pattern 'kp' (same leading fields, hashed alike,
- * ascending, holding every document)? */
-static bool
-shard_key_index(const shl_index_t *idx, const bson_t *kp)
+bool
+shard_key_index_serves(const shl_index_t *idx, const bson_t *kp)
 {
     bson_iter_t a, b;
 
@@ -777,9 +811,8 @@ shard_key_index(const shl_index_t *idx, const bson_t *kp)
     return true;
 }
 
-/* The KeyString of a range bound over the shard key's fields. */
-static void
-bound_key(const bson_t *bound, shl_keystring_t *ks)
+void
+shard_key_bound_keystring(const bson_t *bound, shl_keystring_t *ks)
 {
     bson_iter_t it;
 
@@ -1009,8 +1042,8 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
     b.min = t->min;
     b.max = t->max;
     b.meta = meta;
-    bound_key(t->min, &b.kmin);
-    bound_key(t->max, &b.kmax);
+    shard_key_bound_keystring(t->min, &b.kmin);
+    shard_key_bound_keystring(t->max, &b.kmax);
 
     /* Resumed after a restart, a started task does not wait its delay again (journaled:
      * some of the range may be gone before a crash). */
@@ -1042,7 +1075,7 @@ delete_range(shard_state_t *s, const shl_range_task_t *t, const shard_coll_meta_
         b.coll = h.coll;
         b.idx = NULL;
         for (size_t i = 0; i < h.coll->nindexes && b.idx == NULL; i++) {
-            if (shard_key_index(h.coll->indexes[i], pattern)) {
+            if (shard_key_index_serves(h.coll->indexes[i], pattern)) {
                 b.idx = h.coll->indexes[i];
             }
         }

@@ -75,6 +75,12 @@ int shl_range_deletion_persist(shl_op_ctx_t *op, const shl_range_task_t *t, shl_
  * deleter; ok if it is already ready. Errors: NoSuchKey if no such task; storage errors. */
 int shl_range_deletion_mark_ready(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status_t *st);
 
+/* shl_range_deletion_mark_ready_orphans -- the same, also setting numOrphanDocs to
+ * 'num_orphans' (>= 0) in the same write when the task is still pending (a donor's count of
+ * the documents it just donated; a task already ready keeps the deleter's count). */
+int shl_range_deletion_mark_ready_orphans(shl_op_ctx_t *op, const shl_uuid_t *id,
+                                          int64_t num_orphans, shl_status_t *st);
+
 /* shl_range_deletion_remove -- delete task document 'id' without deleting its range
  * (journaled); ok if absent. */
 int shl_range_deletion_remove(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status_t *st);

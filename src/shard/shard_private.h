@@ -231,6 +231,18 @@ void shard_create_participant_register(shl_command_registry_t *reg);
 
 /* ---- range deletion (range_deleter.c) ---- */
 
+/*
+ * shard_key_index_serves -- does index 'idx' serve shard key pattern 'kp' (same leading
+ * fields, hashed alike, ascending, holding every document: not sparse, partial or collated)?
+ * shard_key_bound_keystring -- the KeyString of a range bound over the shard key's fields
+ * (appended to 'ks'): an index walk from min's up to max's covers exactly [min, max).
+ * Used by the range deleter and the migration donor's clone.
+ */
+struct shl_index;
+struct shl_keystring;
+bool shard_key_index_serves(const struct shl_index *idx, const bson_t *kp);
+void shard_key_bound_keystring(const bson_t *bound, struct shl_keystring *ks);
+
 /* shard_range_deleter_init / _start / _stop -- set up the state (in shl_shard_init), start
  * the thread (after the identity is loaded), stop and join it (shutdown; blocks until the
  * current batch ends). */

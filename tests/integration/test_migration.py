@@ -155,6 +155,113 @@ def test_move_range_and_a_stale_router_after_several_migrations(mc):
     assert _direct(mc, 2, "several").find_one({"x": 4200})["v"] == 7
 
 
+def _max_docs(mc, shard, name, max_bytes):
+    """Documents of about max_bytes on that shard: MongoDB's autoSplitVector estimate."""
+    stats = mc.shard_client(shard).mig.command("collStats", name)
+    return max_bytes // (stats["size"] // stats["count"])
+
+
+def test_move_range_with_one_bound_moves_about_a_chunk_size(mc):
+    r, ns = _setup(mc, "onebound", splits=(2500,))
+    per = _max_docs(mc, 0, "onebound", 20000)
+    assert 100 < per < 400
+    # min only: [1000, ~1000 + per) is split out of [MinKey, 2500) and moved.
+    r.admin.command("moveRange", ns, min={"x": 1000}, toShard="shard1", maxChunkSizeBytes=20000)
+    bounds = [(ch["min"]["x"], ch["shard"]) for ch in _chunks(mc, ns)]
+    assert bounds[0] == (MINK, "shard0") and bounds[1][0] == 1000 and bounds[1][1] == "shard1"
+    hi = bounds[2][0]
+    assert abs((hi - 1000) - per) <= 2, (hi, per)
+    assert bounds[2][1] == "shard0" and bounds[3] == (2500, "shard0")
+    assert _direct(mc, 1, "onebound").count_documents({}) == hi - 1000
+    # max only: [~2500 - per, 2500) is split off the top of [hi, 2500) and moved.
+    r.admin.command("moveRange", ns, max={"x": 2500}, toShard="shard2", maxChunkSizeBytes=20000)
+    lo = _chunk_at(mc, ns, 2499)["min"]["x"]
+    assert abs((2500 - lo) - per) <= 2, (lo, per)
+    assert _chunk_at(mc, ns, 2499)["shard"] == "shard2"
+    assert _chunk_at(mc, ns, lo - 1)["shard"] == "shard0"
+    assert _chunk_at(mc, ns, lo - 1)["min"]["x"] == hi
+    assert _direct(mc, 2, "onebound").count_documents({}) == 2500 - lo
+    # A max that is inside a chunk bounds the range there too.
+    r.admin.command("moveRange", ns, max={"x": 4000}, toShard="shard2", maxChunkSizeBytes=20000)
+    assert _chunk_at(mc, ns, 3999)["shard"] == "shard2"
+    assert _chunk_at(mc, ns, 4000)["shard"] == "shard0"
+    lo2 = _chunk_at(mc, ns, 3999)["min"]["x"]
+    assert abs((4000 - lo2) - per) <= 2 and _chunk_at(mc, ns, lo2 - 1)["shard"] == "shard0"
+    # Less than a chunk size left in the chunk: the whole rest of it moves.
+    r.admin.command("moveRange", ns, min={"x": 4950}, toShard="shard1", maxChunkSizeBytes=20000)
+    assert _chunk_at(mc, ns, 4950)["max"]["x"] == MAXK
+    assert _chunk_at(mc, ns, 4950)["shard"] == "shard1"
+    # Every document once, each on the shard that owns its chunk.
+    ids = [d["_id"] for d in r.mig.onebound.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
+    for ch in _chunks(mc, ns):
+        lo_x = -1 if ch["min"]["x"] == MINK else ch["min"]["x"]
+        hi_x = N if ch["max"]["x"] == MAXK else ch["max"]["x"]
+        i = int(ch["shard"][-1])
+        assert _direct(mc, i, "onebound").count_documents(
+            {"x": {"$gte": lo_x, "$lt": hi_x}}) == hi_x - max(lo_x, 0), ch
+    log = _config(mc).changelog.find_one({"what": "split", "ns": ns,
+                                          "details.right.min.x": hi})
+    assert log is not None
+
+
+def test_auto_split_vector_on_a_shard(mc):
+    """autoSplitVector (what moveRange with one bound asks the owning shard): a key every
+    maxChunkSizeBytes / avgObjSize index entries, from min up or (forward: false) from max
+    down; MongoDB's errors."""
+    _setup(mc, "asv", splits=())
+    db = mc.shard_client(0).mig
+    per = _max_docs(mc, 0, "asv", 20000)
+
+    def asv(**kw):
+        args = dict(keyPattern={"x": 1}, min={"x": MINK}, max={"x": MAXK},
+                    maxChunkSizeBytes=20000)
+        args.update(kw)
+        return db.command("autoSplitVector", "asv", **args)["splitKeys"]
+
+    assert asv(limit=1) == [{"x": per - 1}]
+    assert asv(limit=1, max={"x": 2500}, forward=False) == [{"x": 2500 - per}]
+    assert asv(limit=1, min={"x": 100}) == [{"x": 100 + per - 1}]
+    keys = asv()
+    assert len(keys) in (N // per - 1, N // per) and keys[0] == {"x": per - 1}
+    assert [k["x"] for k in keys] == sorted(k["x"] for k in keys)
+    assert asv(limit=1, maxChunkSizeBytes=10 ** 9) == []  # the collection is smaller
+    assert asv(limit=1, min={"x": 4950}) == []  # less than a chunk size left
+    with pytest.raises(OperationFailure) as e:
+        asv(limit=0)
+    assert e.value.code == 72  # InvalidOptions
+    with pytest.raises(OperationFailure) as e:
+        asv(keyPattern={"nope": 1})
+    assert e.value.code == 27  # IndexNotFound
+    with pytest.raises(OperationFailure) as e:
+        db.command("autoSplitVector", "asv", keyPattern={"x": 1}, min={"x": 0})
+    assert e.value.code == 40414  # IDLFailedToParse: max, maxChunkSizeBytes missing
+
+
+def test_move_range_with_one_bound_uses_the_configured_chunk_size(mc):
+    r = mc.router_client()
+    ns = "mig.chunksize"
+    r.admin.command("enableSharding", "mig", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.mig.chunksize.insert_many([{"_id": i, "x": i, "pad": "p" * 400} for i in range(N)])
+    per = _max_docs(mc, 0, "chunksize", 1024 * 1024)
+    assert per < N // 2
+    cfg = _config(mc)
+    cfg.settings.update_one({"_id": "chunksize"}, {"$set": {"value": 1}}, upsert=True)
+    try:
+        r.admin.command("moveRange", ns, min={"x": 0}, toShard="shard1")
+    finally:
+        cfg.settings.delete_one({"_id": "chunksize"})
+    moved = _chunk_at(mc, ns, 0)
+    assert moved["shard"] == "shard1" and abs(moved["max"]["x"] - per) <= 2, (moved, per)
+    assert _chunk_at(mc, ns, moved["max"]["x"])["shard"] == "shard0"
+    assert r.mig.chunksize.count_documents({}) == N
+    # Without a setting: 128 MB, more than the collection, so the whole chunk moves.
+    r.admin.command("moveRange", ns, min={"x": 4000}, toShard="shard2")
+    assert _chunk_at(mc, ns, 4000)["max"]["x"] == MAXK
+    assert _direct(mc, 2, "chunksize").count_documents({}) == N - 4000
+
+
 def test_bad_migration_requests_get_errors(mc):
     r, ns = _setup(mc, "bad")
     with pytest.raises(OperationFailure) as e:
@@ -401,6 +508,28 @@ def test_donor_orphans_are_filtered_then_deleted(mc):
     assert r.mig.orphans.count_documents({}) == N
 
 
+def test_donor_task_counts_the_donated_documents_as_orphans(mc):
+    """numOrphanDocs of the donor's range deletion task: the documents of the migrated
+    range (MongoDB's count), which the deleter then counts down to the task's removal."""
+    r, ns = _setup(mc, "numorphans")
+    donor = mc.shard_client(0)
+    donor.admin.command("configureFailPoint", "suspendRangeDeletion", mode="alwaysOn")
+    try:
+        r.admin.command("moveRange", ns, min={"x": 2500}, max={"x": 4000}, toShard="shard1")
+        task = donor.config.rangeDeletions.find_one({"nss": ns})
+        assert task is not None and "pending" not in task
+        assert task["numOrphanDocs"] == 1500
+        assert isinstance(task["numOrphanDocs"], int)
+        # The recipient's task went with the commit.
+        assert mc.shard_client(1).config.rangeDeletions.find_one({"nss": ns}) is None
+    finally:
+        donor.admin.command("configureFailPoint", "suspendRangeDeletion", mode="off")
+    wait_until(lambda: donor.config.rangeDeletions.find_one({"nss": ns}) is None,
+               what="the donor's range deletion task to be removed")
+    assert _direct(mc, 0, "numorphans").count_documents({}) == N - 1500
+    assert r.mig.numorphans.count_documents({}) == N
+
+
 def test_wait_for_delete(mc):
     if _deleter.get("missing"):
         pytest.skip("no range deleter in this build yet (branch rangedel)")
@@ -508,6 +637,17 @@ def test_hashed_collection_chunk_moves(mc):
                            for i in range(3)) == N,
                what="the donor's orphans to be deleted")
     assert r.mig.hashed.find_one({"x": 1234})["_id"] == 1234
+    # moveRange with only min: a range of about the chunk size, in hashed key space.
+    src = next(ch for ch in _chunks(mc, ns) if ch["shard"] == "shard0")
+    owner = _direct(mc, 0, "hashed")
+    in_src = owner.count_documents({})
+    before1 = _direct(mc, 1, "hashed").count_documents({})
+    r.admin.command("moveRange", ns, min=src["min"], toShard="shard1", maxChunkSizeBytes=2000)
+    moved = next(ch for ch in _chunks(mc, ns) if ch["min"] == src["min"])
+    assert moved["shard"] == "shard1" and moved["max"] != src["max"]
+    got = _direct(mc, 1, "hashed").count_documents({}) - before1
+    assert 0 < got < in_src
+    assert sorted(d["_id"] for d in r.mig.hashed.find({}, {"_id": 1})) == list(range(N))
 
 
 def test_internal_migration_commands_reject_bad_input(mc):
@@ -563,6 +703,18 @@ def test_internal_migration_commands_reject_bad_input(mc):
             r.admin.command(bson.SON(cmd))
     # Everything still works.
     assert r.mig.badinput.count_documents({}) == N
+
+
+def test_clone_without_a_shard_key_index_scans_the_collection(mc):
+    """The donor's clone walks the shard key index; without one (dropped on the shard
+    directly) it falls back to a collection scan and still moves exactly the range."""
+    r, ns = _setup(mc, "noindex")
+    _direct(mc, 0, "noindex").drop_index("x_1")
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _direct(mc, 1, "noindex").count_documents({}) == N - 2500
+    assert _direct(mc, 1, "noindex").count_documents({"x": {"$lt": 2500}}) == 0
+    ids = [d["_id"] for d in r.mig.noindex.find({}, {"_id": 1})]
+    assert sorted(ids) == list(range(N))
 
 
 def test_large_documents_are_batched(mc):
@@ -628,6 +780,51 @@ def _move_in_thread(mc, ns, err, to="shard1"):
     t = threading.Thread(target=move)
     t.start()
     return t
+
+
+def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
+    """MongoDB aborts a migration whose captured, unsent writes pass 500 MB (ExceededMemoryLimit
+    146); Shale's migrationCaptureMaxBytes lowers the limit. The recipient is held after its
+    clone (migrateThreadHangAtStep3), so nothing drains the writes made meanwhile."""
+    r, ns = _setup(mc, "memlimit")
+    donor, recipient = mc.shard_client(0), mc.shard_client(1)
+    assert donor.admin.command("getParameter", 1, migrationCaptureMaxBytes=1)[
+        "migrationCaptureMaxBytes"] == 500 * 1024 * 1024
+    donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=4000)
+    _hang(recipient, "migrateThreadHangAtStep3")
+    fail_point(recipient, "suspendRangeDeletion", "alwaysOn")
+    err = []
+    try:
+        t = _move_in_thread(mc, ns, err)
+        _wait_hung(recipient, "migrateThreadHangAtStep3")
+        for i in range(2500, 2800):
+            r.mig.memlimit.update_one({"x": i}, {"$set": {"v": 1}})
+        fail_point(recipient, "migrateThreadHangAtStep3", "off")
+        t.join(120)
+        # The recipient's task is ready and counts the documents it had cloned.
+        task = recipient.config.rangeDeletions.find_one({"nss": ns})
+        assert task is not None and "pending" not in task and task["numOrphanDocs"] == N - 2500
+    finally:
+        fail_point(recipient, "migrateThreadHangAtStep3", "off")
+        fail_point(recipient, "suspendRangeDeletion", "off")
+        donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=500 * 1024 * 1024)
+    assert err and getattr(err[0], "code", None) == 146, err  # ExceededMemoryLimit
+    assert "high memory usage" in str(err[0])
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
+    # Nothing lost, every write kept; the donor's state is cleaned up.
+    docs = {d["_id"]: d for d in r.mig.memlimit.find({})}
+    assert sorted(docs) == list(range(N))
+    assert sum(1 for d in docs.values() if d["v"] == 1) == 300
+    assert donor.config.migrationCoordinators.count_documents({}) == 0
+    assert donor.config.rangeDeletions.find_one({"nss": ns}) is None
+    # The recipient's partial copy is deleted.
+    wait_until(lambda: _direct(mc, 1, "memlimit").count_documents({}) == 0,
+               what="the recipient's partial copy to be deleted")
+    # The next attempt, within the limit, moves the chunk with the updated documents.
+    r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    assert _direct(mc, 1, "memlimit").count_documents({"v": 1}) == 300
+    assert r.mig.memlimit.count_documents({}) == N
 
 
 @pytest.mark.parametrize("step", ["moveChunkHangAtStep3",   # the recipient clones
