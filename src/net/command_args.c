@@ -48,12 +48,32 @@ static const char *const generic_args[] = {"$db",
 bool
 shl_cmd_is_generic_arg(const char *field)
 {
-    for (int i = 0; generic_args[i] != NULL; i++) {
-        if (strcmp(generic_args[i], field) == 0) {
-            return true;
+    /* Per field of every command: the first byte rules out most names before a strcmp. */
+    bool found = false;
+    for (int i = 0; !found && generic_args[i] != NULL; i++) {
+        found = generic_args[i][0] == field[0] && strcmp(generic_args[i], field) == 0;
+    }
+    return found;
+}
+
+uint32_t
+shl_cmd_fields_present(const bson_t *cmd, const char *const *names)
+{
+    uint32_t mask = 0;
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
+                if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
+                    mask |= 1u << i;
+                    break;
+                }
+            }
         }
     }
-    return false;
+    return mask;
 }
 
 const char *

@@ -23,6 +23,14 @@ bool shl_cmd_is_generic_arg(const char *field);
  */
 int shl_cmd_check_fields(const bson_t *cmd, const char *const *allowed, shl_status_t *st);
 
+/*
+ * shl_cmd_fields_present --
+ *     Bit i is set when 'cmd' has a field named names[i] (a NULL-terminated list of at
+ *     most 32 names): one pass over the command, so a parser asks the typed getters only
+ *     for the fields that are there instead of searching the command once per field.
+ */
+uint32_t shl_cmd_fields_present(const bson_t *cmd, const char *const *names);
+
 /* shl_cmd_name -- the command's name (its first field); "" if none. */
 const char *shl_cmd_name(const bson_t *cmd);
 

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "base/str.h"
 #include "router/cluster_routing.h"
 
 /* Bound on the killCursors sent when a router cursor ends early. */
@@ -28,9 +29,9 @@ shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db, cons
     shl_router_cursor_t *c = bson_malloc0(sizeof(*c));
 
     c->r = r;
-    snprintf(c->ns, sizeof(c->ns), "%s", ns);
-    snprintf(c->db, sizeof(c->db), "%s", db);
-    snprintf(c->coll, sizeof(c->coll), "%s", coll);
+    shl_str_copy(c->ns, sizeof(c->ns), ns);
+    shl_str_copy(c->db, sizeof(c->db), db);
+    shl_str_copy(c->coll, sizeof(c->coll), coll);
     bson_init(&c->projected);
     bson_init(&c->fixed);
     return c;
@@ -99,7 +100,7 @@ shl_router_cursor_add_remote(shl_router_cursor_t *c, const char *shard, const bs
     c->remotes = bson_realloc(c->remotes, (c->nremotes + 1) * sizeof(*c->remotes));
     rem = &c->remotes[c->nremotes++];
     memset(rem, 0, sizeof(*rem));
-    snprintf(rem->shard, sizeof(rem->shard), "%s", shard != NULL ? shard : "");
+    shl_str_copy(rem->shard, sizeof(rem->shard), shard != NULL ? shard : "");
     return take_batch(rem, reply, "firstBatch", st);
 }
 
@@ -109,7 +110,7 @@ remote_host(shl_router_cursor_t *c, const shl_router_remote_t *rem, char *host, 
             shl_status_t *st)
 {
     if (rem->shard[0] == '\0') {
-        snprintf(host, n, "%s", shl_shard_registry_config_host(c->r->registry));
+        shl_str_copy(host, n, shl_shard_registry_config_host(c->r->registry));
         return 0;
     }
     return shl_shard_registry_host_for(c->r->registry, rem->shard, host, n, st);
@@ -465,19 +466,19 @@ done:
     return ret;
 }
 
-/* killCursors on every remote still open (best effort). */
+/* killCursors on the 'open' remotes still open (best effort). */
 static void
-kill_remotes(shl_router_cursor_t *c)
+kill_open_remotes(shl_router_cursor_t *c, size_t open)
 {
     size_t n = 0;
-    shl_fanout_req_t *reqs = bson_malloc0((c->nremotes + 1) * sizeof(*reqs));
-    shl_fanout_result_t *res = bson_malloc0((c->nremotes + 1) * sizeof(*res));
-    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((c->nremotes + 1) * sizeof(*hosts));
-    bson_t *cmds = bson_malloc0((c->nremotes + 1) * sizeof(bson_t));
+    shl_fanout_req_t *reqs = bson_malloc0((open + 1) * sizeof(*reqs));
+    shl_fanout_result_t *res = bson_malloc0((open + 1) * sizeof(*res));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((open + 1) * sizeof(*hosts));
+    bson_t *cmds = bson_malloc0((open + 1) * sizeof(bson_t));
+    shl_status_t st;
 
     for (size_t i = 0; i < c->nremotes; i++) {
         shl_router_remote_t *rem = &c->remotes[i];
-        shl_status_t st = SHL_STATUS_INIT;
         bson_t ids;
         if (rem->cursor_id == 0 || remote_host(c, rem, hosts[n], sizeof(hosts[n]), &st) != 0) {
             continue;
@@ -507,6 +508,19 @@ kill_remotes(shl_router_cursor_t *c)
     bson_free(hosts);
     bson_free(res);
     bson_free(reqs);
+}
+
+static void
+kill_remotes(shl_router_cursor_t *c)
+{
+    size_t open = 0;
+    for (size_t i = 0; i < c->nremotes; i++) {
+        open += c->remotes[i].cursor_id != 0;
+    }
+    /* Usually every shard's cursor is exhausted and there is nothing to send. */
+    if (open > 0) {
+        kill_open_remotes(c, open);
+    }
 }
 
 static void

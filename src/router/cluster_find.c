@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/str.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
@@ -30,12 +31,11 @@ router_is_config_db(const char *db)
 static bool
 in_list(const char *k, const char *const *list)
 {
-    for (size_t i = 0; list != NULL && list[i] != NULL; i++) {
-        if (strcmp(k, list[i]) == 0) {
-            return true;
-        }
+    bool found = false;
+    for (size_t i = 0; !found && list != NULL && list[i] != NULL; i++) {
+        found = list[i][0] == k[0] && strcmp(k, list[i]) == 0;
     }
-    return false;
+    return found;
 }
 
 void
@@ -130,7 +130,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     char ns[SHL_NS_MAX + 1];
     int ret = 0;
 
-    snprintf(ns, sizeof(ns), "%s", c->ns);
+    shl_str_copy(ns, sizeof(ns), c->ns);
     if (!zero_batch) {
         SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, true, &arr, &exhausted, st));
     }
@@ -227,18 +227,64 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     bool found;
     int ret = 0;
 
+    static const char *const fields[] = {"filter",
+                                         "sort",
+                                         "projection",
+                                         "skip",
+                                         "limit",
+                                         "batchSize",
+                                         "singleBatch",
+                                         "noCursorTimeout",
+                                         "allowPartialResults",
+                                         "tailable",
+                                         "awaitData",
+                                         NULL};
+    enum {
+        F_FILTER,
+        F_SORT,
+        F_PROJECTION,
+        F_SKIP,
+        F_LIMIT,
+        F_BATCH_SIZE,
+        F_SINGLE_BATCH,
+        F_NO_TIMEOUT,
+        F_PARTIAL,
+        F_TAILABLE,
+        F_AWAIT_DATA
+    };
+    uint32_t has = shl_cmd_fields_present(cmd, fields);
+#define HAS(f) ((has & (1u << (f))) != 0)
+
     memset(a, 0, sizeof(*a));
     a->cmd = cmd;
-    SHL_ERR(shl_cmd_get_doc(cmd, "filter", &a->filter, &a->has_filter, st));
-    SHL_ERR(shl_cmd_get_doc(cmd, "sort", &a->sort, &a->has_sort, st));
-    SHL_ERR(shl_cmd_get_doc(cmd, "projection", &a->projection, &a->has_projection, st));
-    SHL_ERR(nonneg_field(cmd, "skip", &a->skip, &found, st));
-    SHL_ERR(nonneg_field(cmd, "limit", &a->limit, &found, st));
-    SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
-    SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
-    {
+    if (HAS(F_FILTER)) {
+        SHL_ERR(shl_cmd_get_doc(cmd, "filter", &a->filter, &a->has_filter, st));
+    }
+    if (HAS(F_SORT)) {
+        SHL_ERR(shl_cmd_get_doc(cmd, "sort", &a->sort, &a->has_sort, st));
+    }
+    if (HAS(F_PROJECTION)) {
+        SHL_ERR(shl_cmd_get_doc(cmd, "projection", &a->projection, &a->has_projection, st));
+    }
+    if (HAS(F_SKIP)) {
+        SHL_ERR(nonneg_field(cmd, "skip", &a->skip, &found, st));
+    }
+    if (HAS(F_LIMIT)) {
+        SHL_ERR(nonneg_field(cmd, "limit", &a->limit, &found, st));
+    }
+    if (HAS(F_BATCH_SIZE)) {
+        SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
+    }
+    if (HAS(F_SINGLE_BATCH)) {
+        SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
+    }
+    if (HAS(F_NO_TIMEOUT)) {
+        SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
+    }
+    if (HAS(F_PARTIAL)) {
+        SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
+    }
+    if (HAS(F_TAILABLE) || HAS(F_AWAIT_DATA)) {
         /* Data nodes serve tailable cursors, but router cursors do not follow them yet
          * (a merge would wait on every shard's awaitData): refuse, as before. */
         bool tailable = false, await_data = false;
@@ -249,6 +295,7 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
                      "find.tailable is not supported through the router yet");
         }
     }
+#undef HAS
     a->sorted = a->has_sort && !bson_empty(&a->sort);
     if (a->sorted) {
         /* {$natural: 1} is an order each shard applies itself: nothing to merge on. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/str.h"
 #include "bson/bson_compare.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
@@ -47,7 +48,7 @@ shl_router_routing_init(shl_router_t *r, const char *ns, bool create_db, shl_rou
 
     memset(out, 0, sizeof(*out));
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    snprintf(out->ns, sizeof(out->ns), "%s", ns);
+    shl_str_copy(out->ns, sizeof(out->ns), ns);
     ret = shl_catalog_cache_get_database(r->cache, parsed.db, &out->db, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && create_db) {
         SHL_ERR(shl_router_create_database(r, parsed.db, st));
@@ -327,8 +328,9 @@ shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
         return;
     }
     while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
         for (size_t i = 0; pass[i] != NULL; i++) {
-            if (strcmp(bson_iter_key(&it), pass[i]) == 0) {
+            if (pass[i][0] == k[0] && strcmp(k, pass[i]) == 0) {
                 bson_append_iter(cmd, NULL, 0, &it);
                 break;
             }
@@ -373,7 +375,7 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         bson_init(&results[i].reply);
         if (strcmp(reqs[i].shard, "config") == 0) {
             /* admin and config live on the config server (the catalog cache's primary). */
-            snprintf(hosts[i], sizeof(hosts[i]), "%s", shl_shard_registry_config_host(r->registry));
+            shl_str_copy(hosts[i], sizeof(hosts[i]), shl_shard_registry_config_host(r->registry));
         } else if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i],
                                                sizeof(hosts[i]), &st) != 0) {
             results[i].code = st.code;
@@ -503,7 +505,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
             ret = 0;
             *results = bson_malloc0((targets.n + 1) * sizeof(**results));
             for (size_t i = 0; i < targets.n; i++) {
-                snprintf((*results)[i].shard, sizeof((*results)[i].shard), "%s", targets.names[i]);
+                shl_str_copy((*results)[i].shard, sizeof((*results)[i].shard), targets.names[i]);
                 shl_router_result_move(&(*results)[i].res, &fres[i]);
             }
             *nresults = targets.n;

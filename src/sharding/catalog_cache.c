@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/str.h"
 #include "sharding/catalog_types.h"
 #include "sharding/config_reader.h"
 
@@ -162,8 +163,8 @@ load_database(shl_catalog_cache_t *cache, const char *db, shl_cached_database_t 
     }
     SHL_ERR(shl_database_type_parse(docs.docs[0], &t, st));
     memset(out, 0, sizeof(*out));
-    snprintf(out->name, sizeof(out->name), "%s", t.name);
-    snprintf(out->primary, sizeof(out->primary), "%s", t.primary);
+    shl_str_copy(out->name, sizeof(out->name), t.name);
+    shl_str_copy(out->primary, sizeof(out->primary), t.primary);
     out->version = t.version;
 done:
     shl_database_type_cleanup(&t);
@@ -182,7 +183,7 @@ shl_catalog_cache_get_database(shl_catalog_cache_t *cache, const char *db,
 
     memset(out, 0, sizeof(*out));
     if (strcmp(db, "admin") == 0 || strcmp(db, "config") == 0) {
-        snprintf(out->name, sizeof(out->name), "%s", db);
+        shl_str_copy(out->name, sizeof(out->name), db);
         snprintf(out->primary, sizeof(out->primary), "config");
         out->version = shl_database_version_fixed();
         goto done;

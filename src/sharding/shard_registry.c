@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/str.h"
 #include "sharding/catalog_types.h"
 #include "sharding/config_reader.h"
 
@@ -203,7 +204,7 @@ lookup_locked(const shl_shard_registry_t *reg, const char *name, char *out, size
     if (s == NULL) {
         return false;
     }
-    snprintf(out, n, "%s", s->host);
+    shl_str_copy(out, n, s->host);
     return true;
 }
 
