@@ -15,10 +15,11 @@ BUILD=${1:-build-release}
 case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 SHALE="$BUILD/src/main/shale"
 LOADGEN="$BUILD/bench/loadgen"
+HOP_FLOOR="$BUILD/bench/hop_floor"
 SECS=${BENCH_SECONDS:-5}
 KEYS=${BENCH_KEYS:-100000}
 CONNS=${BENCH_CONNS:-"1 8"}
-for b in "$SHALE" "$LOADGEN"; do
+for b in "$SHALE" "$LOADGEN" "$HOP_FLOOR"; do
   command -v "$b" >/dev/null || { echo "cluster bench: missing $b" >&2; exit 1; }
 done
 
@@ -102,10 +103,19 @@ for c in $CONNS; do
   run "insert 2 shards" "$r2" --threads "$c" --op insert --shard hashed
 done
 
+# The floor: what one extra process hop that does no work adds on this machine, now
+# (three runs, median), so the router's overhead can be read against it.
+for _ in 1 2 3; do "$HOP_FLOOR" 20000; done >"$work/hop.jsonl"
+
 echo "== results (JSON) and ratios"
-/usr/bin/python3 - "$results" <<'PY'
-import json, sys
+/usr/bin/python3 - "$results" "$work/hop.jsonl" <<'PY'
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+hops = [json.loads(l) for l in open(sys.argv[2])]
+for h in hops:
+    print(json.dumps(h))
+floor = statistics.median(h["hop_p50_us"] for h in hops)
+echo = statistics.median(h["direct_p50_us"] for h in hops)
 by = {(r["label"], r["threads"]): r for r in rows}
 for r in rows:
     print(json.dumps(r))
@@ -118,6 +128,11 @@ for c in sorted({r["threads"] for r in rows}):
               "<= 30%%: %s); throughput router/direct %.2f" % (
                   c, add, pct, "met" if pct <= 30 else "NOT met",
                   rt["ops_per_sec"] / d["ops_per_sec"]))
+        if c == 1:
+            print("c=1 floor: one extra hop doing no work adds %.1f us at p50 here (a bare TCP "
+                  "round trip is %.1f us) = %.0f%% of the direct find on its own; the router "
+                  "adds %.1f us above that floor" % (floor, echo, 100.0 * floor / d["p50_us"],
+                                                      add - floor))
     for what in ("scatter range", "insert"):
         one, two = by.get((what + " 1 shard", c)), by.get((what + " 2 shards", c))
         if one and two:
