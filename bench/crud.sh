@@ -17,13 +17,14 @@ case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 SHALE="$BUILD/src/main/shale"
 LOADGEN="$BUILD/bench/loadgen"
 WTB="$BUILD/bench/wt_baseline"
+HOP_FLOOR="$BUILD/bench/hop_floor"
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"1 32"}
 KEYS=${BENCH_KEYS:-100000}
 REQS=${REDIS_REQUESTS:-500000}
 DOC_BYTES=235 # the benchmark document's BSON size (loadgen.c, wt_baseline.c)
-for b in "$SHALE" "$LOADGEN" "$WTB" redis-server redis-benchmark redis-cli; do
+for b in "$SHALE" "$LOADGEN" "$WTB" "$HOP_FLOOR" redis-server redis-benchmark redis-cli; do
   command -v "$b" >/dev/null || { echo "crud bench: missing $b" >&2; exit 1; }
 done
 
@@ -108,10 +109,16 @@ for row in (r for r in csv.reader(open(sys.argv[6])) if r and r[0] != "test"):
 done
 done
 
+# The floor under any networked insert: a bare request/reply round trip over loopback TCP
+# with no work on either side (bench/hop_floor's "direct"), three runs.
+for _ in 1 2 3; do "$HOP_FLOOR" 20000; done >"$work/hop.jsonl"
+
 echo "== results (JSON), medians and ratios"
-/usr/bin/python3 - "$results" <<'PY'
+/usr/bin/python3 - "$results" "$work/hop.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+hops = [json.loads(l) for l in open(sys.argv[2])]
+rtt = statistics.median(h["direct_p50_us"] for h in hops)
 for r in rows:
     print(json.dumps(r))
 med = {}
@@ -148,6 +155,11 @@ for c in sorted({r["threads"] for r in rows}):
                                                     / shale["server_cpu_us_per_op"],
                                                     wt["server_cpu_us_per_op"],
                                                     shale["server_cpu_us_per_op"]))
+    if c == 1 and wt:
+        budget = 1e6 / (0.25 * wt["ops_per_sec"])
+        print("c=1 floor: the 0.25 target leaves %.1f us per acknowledged insert; a bare TCP "
+              "request/reply round trip with no work on either side takes %.1f us at p50 here"
+              % (budget, rtt))
     ratio("c=%d insert100 docs / wiredtiger" % c, med.get(("loadgen", "insert100", c)),
           med.get(("wt_baseline", "insert", c)), None, "docs_per_sec")
 PY
