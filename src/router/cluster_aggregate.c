@@ -4,7 +4,11 @@
  * merge part run at the router by the pipeline engine (src/query/pipeline.h) over the merged
  * shard cursors: $sort is merged by its key, $limit also pushed to the shards, $group split
  * into partial groups and a final group ($avg as sum and count), $count as $group+$project.
- * A pipeline that targets one shard runs there whole. Issue 6 item 3 ("reads").
+ * A pipeline that targets one shard runs there whole, unless it reads another collection
+ * ($lookup, $unionWith, $graphLookup, nested too) that is sharded or the shard is not the
+ * database's primary: a shard sees only its local copy, so those stages then run in the
+ * merger, whose environment reads the foreign collection through the router's own routing
+ * (as MongoDB 5.1+ does). Issue 6 item 3 ("reads").
  */
 #include <string.h>
 
@@ -885,7 +889,9 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                                        st));
     if (!p.single && shl_pipeline_output(check) != NULL) {
         /* The merger here cannot write; the shards' cursors die with 'c'. */
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s from a sharded collection is not supported yet",
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "%s from a sharded collection (or after a stage reading one) is not supported "
+                 "yet",
                  shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
     }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
