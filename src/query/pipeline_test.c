@@ -345,6 +345,15 @@ static const pcase_t cases[] = {
      "{'p': [{'$graphLookup': {'from': 'g', 'startWith': '$missing', 'connectFromField': 'to', "
      "'connectToField': '_id', 'as': 'r'}}]}",
      "{'r': [{'_id': 0, 'r': []}]}", 0},
+    {"{'d': [{'_id': 0}], 'mem': 300, 'c': {'g': [{'_id': 1, 'to': 2, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, "
+     "{'_id': 2, 'to': 3, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, "
+     "{'_id': 3, 'to': 1, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r'}}]}",
+     "{'r': []}", 40099},
     {"{'d': []}", "{'p': [{'$graphLookup': 4}]}", "{'r': []}", 9},
     {"{'d': []}",
      "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
@@ -574,6 +583,9 @@ run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *
     BSON_APPEND_ARRAY_BEGIN(res, "r", &arr);
     shl_pipeline_env_t env = {fake_open, fake_close, fake_stats, in};
     shl_pipeline_opts_t opts = {.env = &env};
+    if (bson_iter_init_find(&it, in, "mem")) {
+        opts.max_memory_bytes = bson_iter_as_int64(&it); /* a small per-stage limit */
+    }
     SHL_ERR(shl_pipeline_parse(&stages, &opts, &pl, st));
     shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
     for (;;) {
