@@ -11,7 +11,7 @@ and fx.ufr unsharded; fxref.* the reference copies."""
 import pytest
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import wait_until
+from shale_fixtures import fail_point, wait_until
 
 LOC = [{"_id": i, "k": i, "fk": i % 13, "tag": "t%d" % (i % 4),
         "fks": [i % 13, (i + 5) % 13] if i % 3 == 0 else i % 13}
@@ -247,6 +247,22 @@ def test_foreign_read_error_surfaces_with_its_code(fx):
                 {"$project": {"x": {"$toInt": "$tag"}}}], "as": "m"}}]):
         code = _error_code(r.fx, "loc", pipeline)
         assert code not in (0, 238) and code == _error_code(r.fxref, "loc", pipeline)
+
+
+def test_a_shard_error_on_the_foreign_read_surfaces_with_its_code(fx):
+    r = fx.router_client()
+    shard = fx.shard_client(1)
+    fail_point(shard, "failCommand", "alwaysOn", {
+        "failCommands": ["find"], "errorCode": 96, "failInternalCommands": True})
+    try:
+        for pipeline in ([LOOKUP_EQ], [{"$unionWith": "fr"}], [GRAPH]):
+            with pytest.raises(OperationFailure) as e:
+                list(r.fx.loc.aggregate([{"$project": {"k": 1, "fk": 1, "parent": "$k"}}] +
+                                        pipeline))
+            assert e.value.code == 96, pipeline
+    finally:
+        fail_point(shard, "failCommand", "off")
+    assert len(list(r.fx.loc.aggregate([{"$unionWith": "fr"}]))) == len(LOC) + len(FR)
 
 
 def test_a_stale_router_after_a_foreign_chunk_moved(fx):
