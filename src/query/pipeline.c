@@ -37,6 +37,7 @@ typedef enum {
     ST_FACET,
     ST_LOOKUP,
     ST_UNION_WITH,
+    ST_GRAPH_LOOKUP,
     ST_SAMPLE,
     ST_DOCUMENTS, /* also $collStats / $indexStats: documents made at the first pull */
     ST_OUTPUT,    /* $out / $merge: passes documents through; the caller writes them */
@@ -161,6 +162,11 @@ struct stage {
     void *cursor;
     bool cursor_open;
     bool src_done;
+    /* $graphLookup (from, as, expr = startWith; matcher = restrictSearchWithMatch) */
+    char *conn_from, *conn_to, *depth_field;
+    int64_t max_depth; /* -1: none */
+    bson_t restrict_spec;
+    bool has_restrict;
     /* $bucketAuto granularity: a preferred-number series (NULL + pow2 for POWERSOF2) */
     const struct granularity *gran;
     /* $documents ($expr) or $collStats/$indexStats (spec) */
@@ -1524,6 +1530,265 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- $graphLookup */
+
+/*
+ * A set of values in MongoDB's equality (1, 1.0 and NumberLong(1) are one value): open
+ * addressing over shl_bson_hash_fast. $graphLookup keeps the _ids it has visited and the
+ * values it has already searched for in two of them.
+ */
+typedef struct vset {
+    bson_value_t *vals;
+    size_t n;
+    size_t *slots; /* index + 1 into vals; 0 = empty */
+    size_t nslots; /* a power of two */
+} vset_t;
+
+static void
+vset_clear(vset_t *v)
+{
+    for (size_t i = 0; i < v->n; i++) {
+        bson_value_destroy(&v->vals[i]);
+    }
+    bson_free(v->vals);
+    bson_free(v->slots);
+    memset(v, 0, sizeof(*v));
+}
+
+static size_t
+vset_slot(const vset_t *v, const bson_value_t *x, bool *found)
+{
+    size_t i = (size_t)shl_bson_hash_fast(x) & (v->nslots - 1);
+    *found = false;
+    while (v->slots[i] != 0) {
+        if (shl_bson_value_compare(&v->vals[v->slots[i] - 1], x) == 0) {
+            *found = true;
+            break;
+        }
+        i = (i + 1) & (v->nslots - 1);
+    }
+    return i;
+}
+
+static bool
+vset_has(const vset_t *v, const bson_value_t *x)
+{
+    bool found = false;
+    if (v->n > 0) {
+        vset_slot(v, x, &found);
+    }
+    return found;
+}
+
+/* Add a copy of 'x'; false when it was there already. */
+static bool
+vset_add(vset_t *v, const bson_value_t *x)
+{
+    bool found;
+    size_t slot;
+
+    if (2 * (v->n + 1) > v->nslots) {
+        size_t ns = v->nslots ? v->nslots * 2 : 16;
+        bson_free(v->slots);
+        v->slots = bson_malloc0(ns * sizeof(*v->slots));
+        v->nslots = ns;
+        for (size_t i = 0; i < v->n; i++) {
+            slot = vset_slot(v, &v->vals[i], &found);
+            v->slots[slot] = i + 1;
+        }
+        v->vals = bson_realloc(v->vals, (ns / 2) * sizeof(*v->vals));
+    }
+    slot = vset_slot(v, x, &found);
+    if (found) {
+        return false;
+    }
+    bson_value_copy(x, &v->vals[v->n]);
+    v->slots[slot] = ++v->n;
+    return true;
+}
+
+/* Account 'bytes' more against the stage's memory limit: 40099 as MongoDB. */
+static int
+graph_mem(stage_t *s, int64_t bytes, shl_status_t *st)
+{
+    s->mem += bytes;
+    if (s->mem > s->pipe->opts.max_memory_bytes) {
+        return shl_status_set(st, 40099, "$graphLookup reached maximum memory consumption");
+    }
+    return 0;
+}
+
+/* Add the values of the array 'vals' not searched for yet to 'next'. */
+static int
+graph_frontier_add(stage_t *s, const vset_t *searched, vset_t *next, const bson_t *vals,
+                   shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    bson_iter_init(&it, vals);
+    while (bson_iter_next(&it)) {
+        const bson_value_t *x = bson_iter_value(&it);
+        if (!vset_has(searched, x) && vset_add(next, x)) {
+            int64_t bytes = 48;
+            if (x->value_type == BSON_TYPE_DOCUMENT || x->value_type == BSON_TYPE_ARRAY) {
+                bytes += x->value.v_doc.data_len;
+            } else if (x->value_type == BSON_TYPE_UTF8) {
+                bytes += x->value.v_utf8.len;
+            }
+            SHL_ERR(graph_mem(s, bytes, st));
+        }
+    }
+done:
+    return ret;
+}
+
+/*
+ * One search level: {connectToField: {$in: frontier}} (and restrictSearchWithMatch) on the
+ * foreign collection; documents not visited yet are kept with their depth, and their
+ * connectFromField values not searched for yet make the next frontier.
+ */
+static int
+graph_search(stage_t *s, vset_t *visited, vset_t *searched, vset_t *frontier, vset_t *next,
+             int64_t depth, shl_status_t *st)
+{
+    bson_t filter = BSON_INITIALIZER, *in_parent = &filter, and, c0, f, arr;
+    shl_pipeline_source_t src;
+    const bson_t *d;
+    int ret = 0;
+
+    if (s->has_restrict) {
+        BSON_APPEND_ARRAY_BEGIN(&filter, "$and", &and);
+        BSON_APPEND_DOCUMENT_BEGIN(&and, "0", &c0);
+        in_parent = &c0;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(in_parent, s->conn_to, &f);
+    BSON_APPEND_ARRAY_BEGIN(&f, "$in", &arr);
+    for (size_t i = 0; i < frontier->n; i++) {
+        char key[16];
+        const char *kp;
+        bson_uint32_to_string((uint32_t)i, &kp, key, sizeof(key));
+        query_append_value(&arr, kp, -1, &frontier->vals[i]);
+        vset_add(searched, &frontier->vals[i]);
+    }
+    bson_append_array_end(&f, &arr);
+    bson_append_document_end(in_parent, &f);
+    if (s->has_restrict) {
+        bson_append_document_end(&and, &c0);
+        BSON_APPEND_DOCUMENT(&and, "1", &s->restrict_spec);
+        bson_append_array_end(&filter, &and);
+    }
+    SHL_ERR(open_foreign(s, &filter, &src, st));
+    for (;;) {
+        bson_iter_t id;
+        bson_t *kept;
+        SHL_ERR(src.next(src.arg, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        if (!bson_iter_init_find(&id, d, "_id") || !vset_add(visited, bson_iter_value(&id))) {
+            continue;
+        }
+        kept = bson_new();
+        if (s->depth_field != NULL) {
+            bson_value_t dv;
+            dv.value_type = BSON_TYPE_INT64;
+            dv.value.v_int64 = depth;
+            copy_set_path(d, s->depth_field, &dv, kept);
+        } else {
+            bson_concat(kept, d);
+        }
+        if (s->ndocs == s->capdocs) {
+            s->capdocs = s->capdocs ? s->capdocs * 2 : 16;
+            s->docs = bson_realloc(s->docs, s->capdocs * sizeof(*s->docs));
+        }
+        s->docs[s->ndocs++] = kept;
+        SHL_ERR(graph_mem(s, (int64_t)kept->len + 64, st));
+        if (s->max_depth < 0 || depth < s->max_depth) {
+            bson_t vals = BSON_INITIALIZER;
+            uint32_t n = 0;
+            collect_path(d, s->conn_from, &vals, &n);
+            ret = graph_frontier_add(s, searched, next, &vals, st);
+            bson_destroy(&vals);
+            SHL_ERR(ret);
+        }
+    }
+done:
+    close_cursor(s);
+    bson_destroy(&filter);
+    return ret;
+}
+
+static int
+next_graph_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
+{
+    int ret = 0;
+    const bson_t *in;
+    shl_expr_ctx_t ctx;
+    bson_value_t v;
+    vset_t visited, searched, frontier, next;
+    bson_t arr = BSON_INITIALIZER, start = BSON_INITIALIZER;
+
+    memset(&visited, 0, sizeof(visited));
+    memset(&searched, 0, sizeof(searched));
+    memset(&frontier, 0, sizeof(frontier));
+    memset(&next, 0, sizeof(next));
+    v.value_type = BSON_TYPE_EOD;
+    *doc = NULL;
+    docs_clear(s);
+    s->mem = 0;
+    SHL_ERR(pull_src(s, &in, st));
+    if (in == NULL) {
+        goto done;
+    }
+    /* startWith: each element of an array, or the value itself (missing: nothing). */
+    eval_ctx(s, in, &ctx);
+    SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
+    if (v.value_type == BSON_TYPE_ARRAY) {
+        bson_t view;
+        if (bson_init_static(&view, v.value.v_doc.data, v.value.v_doc.data_len)) {
+            SHL_ERR(graph_frontier_add(s, &searched, &frontier, &view, st));
+        }
+    } else if (v.value_type != BSON_TYPE_EOD) {
+        query_append_value(&start, "0", 1, &v);
+        SHL_ERR(graph_frontier_add(s, &searched, &frontier, &start, st));
+    }
+    for (int64_t depth = 0; frontier.n > 0 && (s->max_depth < 0 || depth <= s->max_depth);
+         depth++) {
+        vset_t t;
+        SHL_ERR(graph_search(s, &visited, &searched, &frontier, &next, depth, st));
+        vset_clear(&frontier);
+        t = frontier;
+        frontier = next;
+        next = t;
+    }
+    for (size_t i = 0; i < s->ndocs; i++) {
+        char key[16];
+        const char *kp;
+        bson_uint32_to_string((uint32_t)i, &kp, key, sizeof(key));
+        bson_append_document(&arr, kp, -1, s->docs[i]);
+    }
+    {
+        bson_t wrap = BSON_INITIALIZER;
+        bson_iter_t wi;
+        BSON_APPEND_ARRAY(&wrap, "a", &arr);
+        bson_iter_init_find(&wi, &wrap, "a");
+        copy_set_path(in, s->as, bson_iter_value(&wi), stage_out(s));
+        bson_destroy(&wrap);
+    }
+    *doc = &s->out;
+done:
+    docs_clear(s);
+    vset_clear(&visited);
+    vset_clear(&searched);
+    vset_clear(&frontier);
+    vset_clear(&next);
+    bson_value_destroy(&v);
+    bson_destroy(&arr);
+    bson_destroy(&start);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- $bucketAuto granularity */
 
 /* Preferred-number series for one decade (scaled by powers of ten), as MongoDB's rounders. */
@@ -2021,6 +2286,8 @@ pull(stage_t *s, const bson_t **doc, shl_status_t *st)
         return next_lookup(s, doc, st);
     case ST_UNION_WITH:
         return next_union_with(s, doc, st);
+    case ST_GRAPH_LOOKUP:
+        return next_graph_lookup(s, doc, st);
     case ST_SAMPLE:
         return next_sample(s, doc, st);
     case ST_DOCUMENTS:
@@ -2100,6 +2367,10 @@ stage_destroy(stage_t *s)
     }
     bson_destroy(&s->merge_let);
     bson_destroy(&s->merge_pipe);
+    bson_free(s->conn_from);
+    bson_free(s->conn_to);
+    bson_free(s->depth_field);
+    bson_destroy(&s->restrict_spec);
     bson_free(s->name);
     bson_destroy(&s->spec);
     bson_free(s);
@@ -2120,6 +2391,8 @@ stage_new(shl_pipeline_t *p, stage_kind_t kind, const char *name, const bson_ite
     bson_init(&s->stats_spec);
     bson_init(&s->merge_let);
     bson_init(&s->merge_pipe);
+    bson_init(&s->restrict_spec);
+    s->max_depth = -1;
     if (arg != NULL) {
         bson_append_iter(&s->spec, name, -1, arg);
     }
@@ -2972,6 +3245,121 @@ done:
     return ret;
 }
 
+/* A $graphLookup field name argument: a string not starting with '$'. */
+static int
+graph_string(bson_iter_t *it, char **out, shl_status_t *st)
+{
+    const char *v;
+    int ret = 0;
+
+    if (!BSON_ITER_HOLDS_UTF8(it)) {
+        SHL_FAIL(st, 40103, "expected string as argument for $graphLookup, found: %s",
+                 shl_bson_type_name(bson_iter_type(it)));
+    }
+    v = bson_iter_utf8(it, NULL);
+    if (v[0] == '$') {
+        SHL_FAIL(st, 16410, "FieldPath field names may not start with '$'. Consider using "
+                            "$getField or $setField.");
+    }
+    if (v[0] == '\0') {
+        SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
+    }
+    bson_free(*out);
+    *out = bson_strdup(v);
+done:
+    return ret;
+}
+
+static int
+parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    bson_iter_t it, acopy = *arg;
+    stage_t *s = stage_new(p, ST_GRAPH_LOOKUP, "$graphLookup", arg);
+    shl_matcher_t *check = NULL;
+    bool has_start = false;
+
+    *out = NULL;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "the $graphLookup stage specification must be an object, but found %s",
+                 shl_bson_type_name(bson_iter_type(&acopy)));
+    }
+    bson_iter_init(&it, &view);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "from") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                         "$graphLookup 'from' field must be a string, but found %s",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            if (bson_iter_utf8(&it, NULL)[0] == '\0') {
+                SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "invalid $graphLookup namespace: ''");
+            }
+            bson_free(s->from);
+            s->from = bson_strdup(bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "as") == 0) {
+            SHL_ERR(graph_string(&it, &s->as, st));
+        } else if (strcmp(k, "connectFromField") == 0) {
+            SHL_ERR(graph_string(&it, &s->conn_from, st));
+        } else if (strcmp(k, "connectToField") == 0) {
+            SHL_ERR(graph_string(&it, &s->conn_to, st));
+        } else if (strcmp(k, "depthField") == 0) {
+            SHL_ERR(graph_string(&it, &s->depth_field, st));
+        } else if (strcmp(k, "startWith") == 0) {
+            shl_expr_destroy(s->expr);
+            s->expr = NULL;
+            SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
+            has_start = true;
+        } else if (strcmp(k, "maxDepth") == 0) {
+            double d;
+            if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+                SHL_FAIL(st, 40100, "maxDepth must be numeric, found type: %s",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            d = bson_iter_as_double(&it);
+            if (d < 0) {
+                SHL_FAIL(st, 40101, "maxDepth requires a nonnegative argument, found: %g", d);
+            }
+            if (d != (double)(int64_t)d || d > 9.2e18) {
+                SHL_FAIL(st, 40102, "maxDepth could not be represented as a long long: %g", d);
+            }
+            s->max_depth = (int64_t)d;
+        } else if (strcmp(k, "restrictSearchWithMatch") == 0) {
+            bson_t m;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &m)) {
+                SHL_FAIL(st, 40185, "restrictSearchWithMatch must be an object, found %s",
+                         shl_bson_type_name(bson_iter_type(&it)));
+            }
+            /* Parse it now so its errors come before any document is read. */
+            shl_matcher_destroy(check);
+            check = NULL;
+            SHL_ERR(shl_matcher_new(&m, SHL_MATCHER_DEFAULT, &check, st));
+            bson_reinit(&s->restrict_spec);
+            bson_concat(&s->restrict_spec, &m);
+            s->has_restrict = true;
+        } else {
+            SHL_FAIL(st, 40104, "Unknown argument to $graphLookup: %s", k);
+        }
+    }
+    if (s->from == NULL) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "must specify 'from' field for a $graphLookup");
+    }
+    if (s->as == NULL || !has_start || s->conn_from == NULL || s->conn_to == NULL) {
+        SHL_FAIL(st, 40105,
+                 "from, as, startWith, connectFromField and connectToField must all be "
+                 "specified");
+    }
+    *out = s;
+    s = NULL;
+done:
+    shl_matcher_destroy(check);
+    stage_destroy(s);
+    return ret;
+}
+
 static int
 parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
 {
@@ -3554,6 +3942,8 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         SHL_ERR(parse_lookup(p, &it, &s, st));
     } else if (strcmp(name, "$unionWith") == 0) {
         SHL_ERR(parse_union_with(p, &it, &s, st));
+    } else if (strcmp(name, "$graphLookup") == 0) {
+        SHL_ERR(parse_graph_lookup(p, &it, &s, st));
     } else if (strcmp(name, "$sample") == 0) {
         SHL_ERR(parse_sample(p, &it, &s, st));
     } else if (strcmp(name, "$out") == 0) {

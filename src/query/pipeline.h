@@ -25,9 +25,10 @@ typedef struct shl_pipeline_source {
 
 /*
  * shl_pipeline_env_t -- what the stages that read other collections or catalog data need
- * from the caller ($lookup, $unionWith, $collStats, $indexStats), so src/query stays free of
- * storage. Every callback is optional; a stage whose callback is missing fails at run time
- * with NotImplemented (the router's merger has none).
+ * from the caller ($lookup, $unionWith, $graphLookup, $collStats, $indexStats), so src/query
+ * stays free of storage and of routing. Every callback is optional; a stage whose callback
+ * is missing fails at run time with NotImplemented. src/db reads its storage; the router's
+ * merger reads through the router (a targeted, versioned find).
  *   open:  a source over collection 'coll' of the pipeline's database, restricted to the
  *          documents matching 'filter' (may be NULL = all; the caller may apply it with an
  *          index); a missing collection is an empty source. *cursor is handed back to
@@ -44,8 +45,9 @@ typedef struct shl_pipeline_env {
 } shl_pipeline_env_t;
 
 /* shl_pipeline_opts_t -- `let` variables (may be NULL), allowDiskUse, the per-stage
- * memory limit of buffering stages ($group, $sort, $bucketAuto, $facet, $sample; <= 0 means
- * 100 MB), and the environment (may be NULL; borrowed, must outlive the pipeline). */
+ * memory limit of buffering stages ($group, $sort, $bucketAuto, $facet, $sample,
+ * $graphLookup; <= 0 means 100 MB), and the environment (may be NULL; borrowed, must outlive
+ * the pipeline). */
 typedef struct shl_pipeline_opts {
     const bson_t *vars;
     bool allow_disk_use;

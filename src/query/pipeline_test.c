@@ -321,6 +321,76 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$unionWith': {'pipeline': [{'$match': {}}]}}]}", "{'r': []}", 9},
     {"{'d': []}", "{'p': [{'$unionWith': {'coll': 'u', 'pipeline': [{'$merge': 'x'}]}}]}",
      "{'r': []}", 31441},
+    /* $graphLookup: a cycle (1 -> 2 -> 3 -> 1), arrays of connections, depth, maxDepth */
+    {"{'d': [{'_id': 0, 's': 1}], 'c': {'g': [{'_id': 1, 'to': 2}, {'_id': 2, 'to': [3, 9]}, "
+     "{'_id': 3, 'to': 1}, {'_id': 4, 'to': 1}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': '$s', 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r', 'depthField': 'd'}}, {'$unwind': '$r'}, {'$sort': "
+     "{'r._id': 1}}, {'$project': {'_id': '$r._id', 'd': '$r.d'}}]}",
+     "{'r': [{'_id': 1, 'd': {'$numberLong': '0'}}, {'_id': 2, 'd': {'$numberLong': '1'}}, "
+     "{'_id': 3, 'd': {'$numberLong': '2'}}]}",
+     0},
+    {"{'d': [{'_id': 0}], 'c': {'g': [{'_id': 1, 'to': 2}, {'_id': 2, 'to': 3}, {'_id': 3}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': [1, 1.0], 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r', 'maxDepth': 1}}, {'$project': {'n': {'$size': "
+     "'$r'}}}]}",
+     "{'r': [{'_id': 0, 'n': 2}]}", 0},
+    {"{'d': [{'_id': 0, 's': 'a'}], 'c': {'g': [{'_id': 1, 'k': 'a', 'next': 'b', 'ok': true}, "
+     "{'_id': 2, 'k': 'b', 'next': 'c', 'ok': false}, {'_id': 3, 'k': 'c'}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': '$s', 'connectFromField': 'next', "
+     "'connectToField': 'k', 'as': 'r', 'restrictSearchWithMatch': {'ok': true}}}, "
+     "{'$project': {'r': '$r._id'}}]}",
+     "{'r': [{'_id': 0, 'r': [1]}]}", 0},
+    {"{'d': [{'_id': 0}], 'c': {'g': [{'_id': 1}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': '$missing', 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r'}}]}",
+     "{'r': [{'_id': 0, 'r': []}]}", 0},
+    {"{'d': [{'_id': 0}], 'mem': 300, 'c': {'g': [{'_id': 1, 'to': 2, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, "
+     "{'_id': 2, 'to': 3, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, "
+     "{'_id': 3, 'to': 1, 'pad': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r'}}]}",
+     "{'r': []}", 40099},
+    {"{'d': []}", "{'p': [{'$graphLookup': 4}]}", "{'r': []}", 9},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': 'r', 'maxDepth': 'x'}}]}",
+     "{'r': []}", 40100},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': 'r', 'maxDepth': -1}}]}",
+     "{'r': []}", 40101},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': 'r', 'maxDepth': 2.5}}]}",
+     "{'r': []}", 40102},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 0, "
+     "'connectToField': 'b', 'as': 'r'}}]}",
+     "{'r': []}", 40103},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': '$r'}}]}",
+     "{'r': []}", 16410},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': 'r', 'x': 1}}]}",
+     "{'r': []}", 40104},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'connectFromField': 'a', 'connectToField': 'b', "
+     "'as': 'r'}}]}",
+     "{'r': []}", 40105},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'startWith': 1, 'connectFromField': 'a', 'connectToField': 'b', "
+     "'as': 'r'}}]}",
+     "{'r': []}", 9},
+    {"{'d': []}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'a', "
+     "'connectToField': 'b', 'as': 'r', 'restrictSearchWithMatch': 'x'}}]}",
+     "{'r': []}", 40185},
     /* $collStats / $indexStats (fake environment) */
     {"{'d': [{'a': 1}]}", "{'p': [{'$collStats': {'count': {}}}]}",
      "{'r': [{'ns': 'test.d', 'count': 1}]}", 0},
@@ -513,6 +583,9 @@ run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *
     BSON_APPEND_ARRAY_BEGIN(res, "r", &arr);
     shl_pipeline_env_t env = {fake_open, fake_close, fake_stats, in};
     shl_pipeline_opts_t opts = {.env = &env};
+    if (bson_iter_init_find(&it, in, "mem")) {
+        opts.max_memory_bytes = bson_iter_as_int64(&it); /* a small per-stage limit */
+    }
     SHL_ERR(shl_pipeline_parse(&stages, &opts, &pl, st));
     shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
     for (;;) {
@@ -646,7 +719,7 @@ SHL_TEST(pipeline_stage_args_never_crash)
         "$sort",        "$limit",       "$skip",      "$count",      "$sortByCount", "$unwind",
         "$replaceRoot", "$replaceWith", "$bucket",    "$bucketAuto", "$facet",       "$lookup",
         "$unionWith",   "$sample",      "$documents", "$collStats",  "$indexStats",  "$out",
-        "$merge",       "$redact"};
+        "$merge",       "$redact",      "$graphLookup"};
     static const char *const args[] = {
         "null",
         "1",

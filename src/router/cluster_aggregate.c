@@ -4,7 +4,11 @@
  * merge part run at the router by the pipeline engine (src/query/pipeline.h) over the merged
  * shard cursors: $sort is merged by its key, $limit also pushed to the shards, $group split
  * into partial groups and a final group ($avg as sum and count), $count as $group+$project.
- * A pipeline that targets one shard runs there whole. Issue 6 item 3 ("reads").
+ * A pipeline that targets one shard runs there whole, unless it reads another collection
+ * ($lookup, $unionWith, $graphLookup, nested too) that is sharded or the shard is not the
+ * database's primary: a shard sees only its local copy, so those stages then run in the
+ * merger, whose environment reads the foreign collection through the router's own routing
+ * (as MongoDB 5.1+ does). Issue 6 item 3 ("reads").
  */
 #include <string.h>
 
@@ -44,6 +48,9 @@ typedef struct agg_plan {
     bson_t sort; /* static view of the split $sort's spec */
     bool explain;
     bool single; /* the last build sent the whole pipeline to one shard */
+    /* Stages reading other collections ($lookup, $unionWith, $graphLookup, nested too): */
+    bool has_foreign;     /* some stage reads another collection */
+    bool foreign_sharded; /* one of those collections is sharded */
 } agg_plan_t;
 
 static void
@@ -363,7 +370,11 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     (void)shard;
 
     shl_router_target_filter(rr, p->filter, &t);
-    p->single = t.n == 1;
+    /* A shard reads foreign collections from its local copy, which is complete only for an
+     * unsharded collection on the database's primary shard; otherwise the stages reading
+     * them run in the merger here, which reads them through the router. */
+    p->single = t.n == 1 && (!p->has_foreign || (!p->foreign_sharded &&
+                                                 strcmp(t.names[0], rr->db.primary) == 0));
     shl_router_shards_cleanup(&t);
     router_copy_command(p->cmd, skip, cmd);
     BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
@@ -545,20 +556,19 @@ done:
 }
 
 /*
- * Stages that read another collection ($lookup, $unionWith, $graphLookup, also inside the
- * sub-pipelines of $lookup, $unionWith and $facet) run on a shard against its local copy
- * only, so a sharded foreign collection would give silently incomplete results: refuse it.
- * Errors: NotImplemented; the catalog cache's.
+ * find_foreign --
+ *     Whether 'pipeline' has stages that read another collection ($lookup, $unionWith,
+ *     $graphLookup, also inside the sub-pipelines of $lookup, $unionWith and $facet), and
+ *     whether one of those collections is sharded (as the catalog cache knows it; a lookup
+ *     error counts as unsharded, as the shards then decide). Never fails.
  */
-static int
-check_foreign_unsharded(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
-                        shl_status_t *st)
+static void
+find_foreign(shl_router_t *r, const char *db, const bson_t *pipeline, int depth, agg_plan_t *p)
 {
     bson_iter_t it, stage, arg;
-    int ret = 0;
 
     if (depth > 20 || !bson_iter_init(&it, pipeline)) {
-        goto done;
+        return;
     }
     while (bson_iter_next(&it)) {
         const char *name, *from = NULL;
@@ -577,16 +587,21 @@ check_foreign_unsharded(shl_router_t *r, const char *db, const bson_t *pipeline,
         } else if (BSON_ITER_HOLDS_DOCUMENT(&stage) && bson_iter_recurse(&stage, &arg)) {
             while (bson_iter_next(&arg)) {
                 const char *k = bson_iter_key(&arg);
+                bson_iter_t sub;
                 if ((strcmp(k, "from") == 0 || strcmp(k, "coll") == 0) &&
                     BSON_ITER_HOLDS_UTF8(&arg)) {
                     from = bson_iter_utf8(&arg, NULL);
+                } else if (strcmp(k, "from") == 0 && BSON_ITER_HOLDS_DOCUMENT(&arg) &&
+                           bson_iter_recurse(&arg, &sub) && bson_iter_find(&sub, "coll") &&
+                           BSON_ITER_HOLDS_UTF8(&sub)) {
+                    from = bson_iter_utf8(&sub, NULL); /* from: {db, coll} */
                 } else if (BSON_ITER_HOLDS_ARRAY(&arg) &&
                            (strcmp(k, "pipeline") == 0 || strcmp(name, "$facet") == 0)) {
                     const uint8_t *data;
                     uint32_t len;
                     bson_iter_array(&arg, &len, &data);
                     if (bson_init_static(&view, data, len)) {
-                        SHL_ERR(check_foreign_unsharded(r, db, &view, depth + 1, st));
+                        find_foreign(r, db, &view, depth + 1, p);
                     }
                 }
             }
@@ -594,17 +609,164 @@ check_foreign_unsharded(shl_router_t *r, const char *db, const bson_t *pipeline,
         if (from != NULL && from[0] != '\0') {
             char ns[SHL_NS_MAX + 1];
             shl_routing_table_t *rt = NULL;
+            shl_status_t st = SHL_STATUS_INIT;
+            p->has_foreign = true;
             snprintf(ns, sizeof(ns), "%s.%s", db, from);
-            if (shl_catalog_cache_get_collection(r->cache, ns, &rt, st) == 0 && rt != NULL) {
+            if (shl_catalog_cache_get_collection(r->cache, ns, &rt, &st) == 0 && rt != NULL) {
                 shl_routing_table_release(rt);
-                SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
-                         "%s from the sharded collection %s is not supported yet", name, ns);
+                p->foreign_sharded = true;
             }
-            shl_status_clear(st);
         }
     }
-done:
+}
+
+/* ---------------------------------------------------------------- the merger's environment */
+
+/*
+ * The merger reads other collections as a find through the router would: routed with the
+ * catalog cache, targeted by the stage's filter (so an equality on the foreign shard key
+ * reaches one shard), sent with the versions it was routed with (the shards filter orphans
+ * and answer StaleConfig, which shl_router_scatter retries after a refresh), and merged by a
+ * router cursor that fetches more as the stage pulls. Reads run under the operation that is
+ * pulling the merge part: the owner cursor's op, set while it fills a batch.
+ */
+typedef struct agg_env {
+    shl_pipeline_env_t env;
+    shl_router_t *r;
+    char db[SHL_NS_MAX + 1];
+    bson_t generic; /* the user's arguments every foreign find carries (readConcern, lsid...) */
+    shl_router_cursor_t *owner;
+} agg_env_t;
+
+/* One open foreign read: a router cursor, or NULL for a database that does not exist. */
+typedef struct agg_foreign {
+    shl_router_cursor_t *c;
+    shl_router_cursor_t *owner;
+    shl_pipeline_source_t src;
+} agg_foreign_t;
+
+typedef struct foreign_find {
+    const char *coll;
+    const bson_t *filter;
+    const bson_t *generic;
+} foreign_find_t;
+
+static void
+build_foreign_find(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const foreign_find_t *f = arg;
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_UTF8(cmd, "find", f->coll);
+    if (f->filter != NULL) {
+        BSON_APPEND_DOCUMENT(cmd, "filter", f->filter);
+    }
+    bson_concat(cmd, f->generic);
+}
+
+static int
+foreign_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    agg_foreign_t *f = arg;
+    int ret;
+
+    *doc = NULL;
+    if (f->c == NULL) {
+        return 0;
+    }
+    f->c->op = f->owner->op;
+    ret = f->src.next(f->src.arg, doc, st);
+    f->c->op = NULL;
     return ret;
+}
+
+static int
+env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_t *src,
+         void **cursor, shl_status_t *st)
+{
+    agg_env_t *e = arg;
+    shl_op_ctx_t *op = e->owner->op;
+    agg_foreign_t *f = bson_malloc0(sizeof(*f));
+    foreign_find_t ff = {coll, filter, &e->generic};
+    shl_router_shard_result_t *results = NULL;
+    size_t nresults = 0;
+    shl_ns_t ns;
+    int ret = 0;
+
+    SHL_INVARIANT(op != NULL);
+    f->owner = e->owner;
+    SHL_ERR(shl_ns_make(&ns, e->db, coll, st));
+    ret = shl_router_scatter(e->r, op, ns.full, filter, build_foreign_find, &ff, NULL, &results,
+                             &nresults, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        /* No such database: an empty collection, as on a data node. */
+        shl_status_clear(st);
+        ret = 0;
+    } else {
+        SHL_ERR(ret);
+        SHL_ERR(router_cursor_from_results(op, e->r, ns.full, ns.db, ns.coll, results, nresults,
+                                           false, &f->c, st));
+        f->c->op = NULL;
+        f->src = shl_router_cursor_source(f->c);
+    }
+    src->next = foreign_next;
+    src->arg = f;
+    *cursor = f;
+    f = NULL;
+done:
+    bson_free(f);
+    shl_router_scatter_results_free(results, nresults);
+    return ret;
+}
+
+static void
+env_close(void *arg, void *cursor)
+{
+    agg_foreign_t *f = cursor;
+    (void)arg;
+    if (f != NULL) {
+        shl_router_cursor_destroy(f->c); /* kills what the shards still hold */
+        bson_free(f);
+    }
+}
+
+static void
+env_free(void *state)
+{
+    agg_env_t *e = state;
+    bson_destroy(&e->generic);
+    bson_free(e);
+}
+
+/* Give cursor 'c' (the merge part's owner) an environment; *out is borrowed from it. */
+static void
+install_env(shl_router_t *r, const char *db, const bson_t *cmd, shl_router_cursor_t *c,
+            const shl_pipeline_env_t **out)
+{
+    static const char *const pass[] = {"readConcern", "comment", "lsid", "txnNumber",
+                                       "autocommit", NULL};
+    agg_env_t *e = bson_malloc0(sizeof(*e));
+    bson_iter_t it;
+
+    e->r = r;
+    snprintf(e->db, sizeof(e->db), "%s", db);
+    e->owner = c;
+    bson_init(&e->generic);
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            for (size_t i = 0; pass[i] != NULL; i++) {
+                if (strcmp(bson_iter_key(&it), pass[i]) == 0) {
+                    bson_append_iter(&e->generic, NULL, 0, &it);
+                }
+            }
+        }
+    }
+    e->env.open = env_open;
+    e->env.close = env_close;
+    e->env.arg = e;
+    c->env_state = e;
+    c->env_state_free = env_free;
+    *out = &e->env;
 }
 
 int
@@ -703,7 +865,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             p.filter = &p.filter_view;
         }
     }
-    SHL_ERR(check_foreign_unsharded(r, ns.db, &p.pipeline, 0, st));
+    find_foreign(r, ns.db, &p.pipeline, 0, &p);
     ret =
         shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
@@ -727,7 +889,9 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                                        st));
     if (!p.single && shl_pipeline_output(check) != NULL) {
         /* The merger here cannot write; the shards' cursors die with 'c'. */
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s from a sharded collection is not supported yet",
+        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                 "%s from a sharded collection (or after a stage reading one) is not supported "
+                 "yet",
                  shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
     }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
@@ -743,6 +907,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         if (p.has_sort) {
             SHL_ERR(shl_sort_pattern_new(&p.sort, &c->sort, st));
         }
+        install_env(r, ns.db, cmd, c, &opts.env);
         SHL_ERR(shl_pipeline_parse(&p.merge_a, &opts, &ma, st));
         if (p.has_avg) {
             SHL_ERR(shl_pipeline_parse(&p.merge_b, &opts, &mb, st));

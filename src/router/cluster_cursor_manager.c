@@ -542,6 +542,9 @@ cursor_free(shl_router_cursor_t *c)
     if (c->fixup.fields != NULL) {
         bson_strfreev(c->fixup.fields);
     }
+    if (c->env_state != NULL) {
+        c->env_state_free(c->env_state);
+    }
     if (c->stash != NULL) {
         bson_destroy(c->stash);
     }

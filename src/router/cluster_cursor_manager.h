@@ -64,6 +64,10 @@ typedef struct shl_router_cursor {
     shl_router_avg_fixup_t fixup;
     bson_t fixed;    /* the last fixed-up document */
     bson_t *vars;    /* the command's `let`, owned (the pipelines borrow it) */
+    /* The merge part's environment (reads of other collections), owned: freed by
+     * env_state_free after the pipelines, whose stages may still close foreign reads. */
+    void *env_state;
+    void (*env_state_free)(void *state);
     bson_t *session; /* lsid/txnNumber/autocommit sent with getMore and killCursors, or NULL */
 
     bson_t *stash;    /* an output document that did not fit the last batch */
