@@ -168,7 +168,10 @@ shard_has_key_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bo
     for (size_t i = 0; i < d.n; i++) {
         if (cfg_index_backs_key(key, d.docs[i])) {
             *has = true;
-            if (bson_iter_init_find(&it, d.docs[i], "unique") && bson_iter_as_bool(&it)) {
+            /* The _id index is unique without saying so in its spec. */
+            if ((bson_iter_init_find(&it, d.docs[i], "unique") && bson_iter_as_bool(&it)) ||
+                (bson_iter_init_find(&it, d.docs[i], "name") && BSON_ITER_HOLDS_UTF8(&it) &&
+                 strcmp(bson_iter_utf8(&it, NULL), "_id_") == 0)) {
                 *unique = true;
             }
         }
@@ -180,6 +183,21 @@ done:
     return ret;
 }
 
+/* Whether 'key' is {_id: 1}: the _id index every collection has backs it. */
+static bool
+key_is_id(const bson_t *key)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, key) && bson_iter_next(&it) &&
+           strcmp(bson_iter_key(&it), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
+           bson_iter_as_double(&it) == 1.0 && !bson_iter_next(&it);
+}
+
+/*
+ * The shard key's index on 'shard' for a collection that may not exist yet (creating it).
+ * For {_id: 1} that is the _id index: only the collection is created (an existing one is
+ * fine), as a second index on {_id: 1} would conflict with _id_.
+ */
 static int
 shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bool unique,
                    shl_status_t *st)
@@ -188,6 +206,15 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     bson_t cmd = BSON_INITIALIZER, arr, spec, reply;
     char name[256];
 
+    if (key_is_id(key)) {
+        BSON_APPEND_UTF8(&cmd, "create", ns->coll);
+        ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+        if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+            shl_status_clear(st);
+            ret = 0;
+        }
+        goto done;
+    }
     cfg_index_name(key, name, sizeof(name));
     BSON_APPEND_UTF8(&cmd, "createIndexes", ns->coll);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
@@ -200,6 +227,7 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
     ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
+done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
     return ret;

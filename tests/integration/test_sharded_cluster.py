@@ -245,3 +245,21 @@ def test_explain_distinct_through_the_router(sharded):
                               ("verbosity", "executionStats")]))
     assert both["queryPlanner"]["winningPlan"]["stage"] == "SHARD_MERGE"
     assert len(both["queryPlanner"]["winningPlan"]["shards"]) == 2
+
+
+def test_shard_a_new_collection_on_id(cluster):
+    """{_id: 1} is backed by the _id index: sharding a collection that does not exist yet
+    creates it without a second, conflicting index on _id, and an existing one needs none."""
+    r, cfg = cluster.router_client(), cluster.config_client()
+    r.admin.command("enableSharding", "byid")
+    r.admin.command("shardCollection", "byid.fresh", key={"_id": 1})
+    r.byid.existing.insert_one({"_id": -1})
+    r.admin.command("shardCollection", "byid.existing", key={"_id": 1}, unique=True)
+    for name in ("fresh", "existing"):
+        names = [i["name"] for i in r.byid[name].list_indexes()]
+        assert names == ["_id_"], names
+        r.byid[name].insert_many([{"_id": i} for i in range(100)])
+        r.admin.command("split", "byid." + name, middle={"_id": 50})
+        _, chunks = _chunks(cfg, "byid." + name)
+        assert [c["min"]["_id"] for c in chunks][1] == 50
+        assert r.byid[name].count_documents({"_id": {"$gte": 40, "$lt": 60}}) == 20
