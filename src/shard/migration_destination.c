@@ -105,9 +105,8 @@ static int
 create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_status_t *st)
 {
     int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *specs = NULL, cur, create;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *specs = NULL, create;
     bson_t arr;
-    bson_iter_t it;
     size_t n = 0;
     char key[24];
     const char *ks;
@@ -115,13 +114,7 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
     BSON_APPEND_UTF8(&cmd, "listIndexes", ns->coll);
     bson_destroy(&reply);
     SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&cur, data, len);
-        n = mig_docs_of(&cur, "firstBatch", &specs);
-    }
+    n = mig_first_batch(&reply, &specs);
     bson_init(&create);
     BSON_APPEND_UTF8(&create, "_shardsvrCreateCollectionParticipant", ns->coll);
     shl_uuid_append(&create, "collectionUUID", &r->coll_uuid);

@@ -67,6 +67,9 @@ void mig_internal_op(shard_state_t *s, shl_op_ctx_t *op);
  * *out (caller frees the array). */
 size_t mig_docs_of(const bson_t *reply, const char *field, bson_t **out);
 
+/* The documents of a cursor reply's cursor.firstBatch, as mig_docs_of gives them. */
+size_t mig_first_batch(const bson_t *reply, bson_t **out);
+
 /* Recipient commands (migration_destination.c). */
 int mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 int mig_recv_chunk_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);

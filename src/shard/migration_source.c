@@ -159,6 +159,25 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
     return n;
 }
 
+size_t
+mig_first_batch(const bson_t *reply, bson_t **out)
+{
+    bson_iter_t it;
+    size_t n = 0;
+
+    *out = NULL;
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        if (bson_init_static(&cur, data, len)) {
+            n = mig_docs_of(&cur, "firstBatch", out);
+        }
+    }
+    return n;
+}
+
 int
 shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *reply,
                 shl_status_t *st)
@@ -1139,7 +1158,6 @@ mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, *docs = NULL;
-    bson_iter_t it;
     size_t n = 0;
     int64_t orphans = -1;
     shl_range_task_t t;
@@ -1153,14 +1171,7 @@ mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
     SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        bson_t cur;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&cur, data, len);
-        n = mig_docs_of(&cur, "firstBatch", &docs);
-    }
+    n = mig_first_batch(&reply, &docs);
     if (n > 0 && shl_range_task_parse(&docs[0], &t, st) == 0) {
         const bson_t *pattern = t.key_pattern;
         parsed = true;
@@ -1263,16 +1274,9 @@ ask_config_decision(shard_state_t *s, const coord_t *c, bool *committed, shl_sta
     }
     bson_destroy(&reply);
     SHL_ERR(shard_config_cmd(s, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        bson_t cur;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&cur, data, len);
-        n = mig_docs_of(&cur, "firstBatch", &docs);
-        if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
-            *committed = strcmp(bson_iter_utf8(&it, NULL), c->recipient) == 0;
-        }
+    n = mig_first_batch(&reply, &docs);
+    if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
+        *committed = strcmp(bson_iter_utf8(&it, NULL), c->recipient) == 0;
     }
 done:
     bson_free(docs);
@@ -1764,8 +1768,7 @@ recovery_main(void *arg)
     mig_internal_op(s, &op);
     for (int attempt = 0; attempt < 600; attempt++) {
         shl_status_t st = SHL_STATUS_INIT;
-        bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL, cur;
-        bson_iter_t it;
+        bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
         size_t n = 0;
         int ret = 0;
 
@@ -1777,13 +1780,8 @@ recovery_main(void *arg)
         BSON_APPEND_UTF8(&cmd, "find", COORD_COLL);
         bson_destroy(&reply);
         ret = shard_local_cmd(s, "config", &cmd, &reply, &st);
-        if (ret == 0 && bson_iter_init_find(&it, &reply, "cursor") &&
-            BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            const uint8_t *data;
-            uint32_t len;
-            bson_iter_document(&it, &len, &data);
-            bson_init_static(&cur, data, len);
-            n = mig_docs_of(&cur, "firstBatch", &docs);
+        if (ret == 0) {
+            n = mig_first_batch(&reply, &docs);
         }
         for (size_t i = 0; ret == 0 && i < n; i++) {
             coord_t c;
