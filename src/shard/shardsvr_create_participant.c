@@ -30,6 +30,56 @@ local_cmd(shl_op_ctx_t *op, const char *db, const bson_t *cmd, shl_status_t *st)
     return ret;
 }
 
+/*
+ * A copy that already exists (it held chunks before) may have missed a collMod sent only to
+ * the shards owning chunks at the time: bring its validator settings to the given options'.
+ */
+static int
+sync_validation_options(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_collection_t *existing,
+                        const bson_t *options, shl_status_t *st)
+{
+    static const char *const fields[] = {"validator", "validationLevel", "validationAction",
+                                         NULL};
+    bson_t cmd = BSON_INITIALIZER;
+    bool differs = false;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&cmd, "collMod", ns->coll);
+    for (int i = 0; fields[i] != NULL; i++) {
+        bson_iter_t want, have;
+        bool hw = bson_iter_init_find(&want, options, fields[i]);
+        bool hh = existing->options != NULL &&
+                  bson_iter_init_find(&have, existing->options, fields[i]);
+        bool same = hw == hh;
+        if (same && hw) {
+            bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
+            bson_append_iter(&a, "v", 1, &want);
+            bson_append_iter(&b, "v", 1, &have);
+            same = bson_equal(&a, &b);
+            bson_destroy(&a);
+            bson_destroy(&b);
+        }
+        if (same) {
+            continue;
+        }
+        differs = true;
+        if (hw) {
+            bson_append_iter(&cmd, fields[i], -1, &want);
+        } else if (strcmp(fields[i], "validator") == 0) {
+            bson_t empty = BSON_INITIALIZER;
+            BSON_APPEND_DOCUMENT(&cmd, "validator", &empty);
+        } else {
+            BSON_APPEND_UTF8(&cmd, fields[i],
+                             strcmp(fields[i], "validationLevel") == 0 ? "strict" : "error");
+        }
+    }
+    if (differs) {
+        ret = local_cmd(op, ns->db, &cmd, st);
+    }
+    bson_destroy(&cmd);
+    return ret;
+}
+
 static int
 cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -68,6 +118,9 @@ cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     if (existing != NULL) {
         if (memcmp(existing->uuid, uuid, 16) == 0) {
             create = false;
+            if (has_options) {
+                SHL_ERR(sync_validation_options(op, &ns, existing, &options, st));
+            }
         } else if (shl_collection_num_records(existing) == 0) {
             bson_t *drop = BCON_NEW("drop", BCON_UTF8(ns.coll));
             ret = local_cmd(op, ns.db, drop, st);
