@@ -298,10 +298,12 @@ void db_agg_env_init(db_agg_env_t *e, shl_op_ctx_t *op, const char *db, uint64_t
  *     (shl_pipeline_output(p) != NULL). $out: a temporary collection in the target database
  *     with the target's options and indexes, renamed over the target (dropTarget). $merge:
  *     one update/insert per document by the 'on' fields, which need a unique index (51183).
- *     Must be called without collection handles held. Errors: the writes' (DuplicateKey,
- *     ...), 51132 missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
+ *     The writes are validated against the target's validator unless 'bypass' (the
+ *     aggregate's bypassDocumentValidation). Must be called without collection handles
+ *     held. Errors: the writes' (DuplicateKey, DocumentValidationFailure, ...), 51132
+ *     missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
  */
 int db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db,
-                        const bson_t *docs, shl_status_t *st);
+                        const bson_t *docs, bool bypass, shl_status_t *st);
 
 #endif

@@ -220,6 +220,25 @@ def test_expr_validator_and_removing_the_validator(node):
     assert _options(db, "c")["validator"] == {}
 
 
+def test_aggregate_out_and_merge_are_validated_unless_bypassed(node):
+    db = node.client().test
+    db.src.insert_many([{"_id": 1, "qty": 1}, {"_id": 2, "qty": -1}])
+    db.create_collection("dst", validator={"qty": {"$gte": 0}})
+    with pytest.raises(OperationFailure) as e:
+        list(db.src.aggregate([{"$merge": {"into": "dst"}}]))
+    assert e.value.code == 121
+    with pytest.raises(OperationFailure) as e:
+        list(db.src.aggregate([{"$out": "dst"}]))
+    assert e.value.code == 121
+    assert _options(db, "dst") == {"validator": {"qty": {"$gte": 0}}}
+    list(db.src.aggregate([{"$out": "dst"}], bypassDocumentValidation=True))
+    assert db.dst.count_documents({}) == 2
+    assert _options(db, "dst") == {"validator": {"qty": {"$gte": 0}}}
+    db.src.update_one({"_id": 2}, {"$set": {"qty": -2}})
+    list(db.src.aggregate([{"$merge": {"into": "dst"}}], bypassDocumentValidation=True))
+    assert db.dst.find_one({"_id": 2})["qty"] == -2
+
+
 # ---------------------------------------------------------------- collMod
 
 def test_coll_mod_validator_then_existing_documents_stay(node):
@@ -469,3 +488,27 @@ def test_migration_is_not_validated_and_carries_the_validator(cluster):
     assert _options(cluster.shard_client(1).rvm, "m") == {"validator": {"v": {"$gte": 0}}}
     with pytest.raises(WriteError):
         db.m.insert_one({"_id": 50, "x": 50, "v": -1})
+
+
+def test_a_shard_that_missed_a_coll_mod_catches_up_when_it_receives_a_chunk(cluster):
+    """collMod goes to the shards owning chunks (and the primary); a shard that held chunks
+    before keeps its copy of the collection and gets the donor's validator on its next
+    chunk."""
+    r = cluster.router_client()
+    for i in range(2):
+        cluster.shard_client(i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
+    r.admin.command("enableSharding", "rvc", primaryShard=cluster.shard_name(0))
+    r.admin.command("shardCollection", "rvc.c", key={"x": 1})
+    r.admin.command("split", "rvc.c", middle={"x": 0})
+    r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(1),
+                    _waitForDelete=True)
+    r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(0),
+                    _waitForDelete=True)
+    r.rvc.command("collMod", "c", validator={"v": {"$gte": 0}})
+    assert "validator" not in _options(cluster.shard_client(1).rvc, "c")
+    r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(1),
+                    _waitForDelete=True)
+    assert _options(cluster.shard_client(1).rvc, "c") == {"validator": {"v": {"$gte": 0}}}
+    with pytest.raises(WriteError) as e:
+        r.rvc.c.insert_one({"_id": 1, "x": 5, "v": -1})
+    assert e.value.code == 121
