@@ -550,8 +550,8 @@ static const char *const coll_mod_fields[] = {"index",
                                               NULL};
 
 static const char *const coll_mod_index_fields[] = {
-    "keyPattern", "name", "expireAfterSeconds", "hidden", "prepareUnique", "unique",
-    "forceNonUnique", NULL};
+    "keyPattern",    "name",   "expireAfterSeconds", "hidden",
+    "prepareUnique", "unique", "forceNonUnique",     NULL};
 
 /* The 'index' option: its fields, types and ranges (the index itself is found by storage,
  * under the collection lock). */
@@ -646,9 +646,14 @@ done:
 static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    static const char *const refused[] = {"recordPreImages", "changeStreamPreAndPostImages",
-                                          "expireAfterSeconds", "timeseries", "dryRun",
-                                          "cappedSize", "cappedMax", NULL};
+    static const char *const refused[] = {"recordPreImages",
+                                          "changeStreamPreAndPostImages",
+                                          "expireAfterSeconds",
+                                          "timeseries",
+                                          "dryRun",
+                                          "cappedSize",
+                                          "cappedMax",
+                                          NULL};
     static const char *const applied[] = {"validator", "validationLevel", "validationAction",
                                           "index", NULL};
     int ret = 0;

@@ -303,7 +303,8 @@ insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     u->stop = false;
     for (size_t i = u->begin; i < u->end; i++) {
         bool invalid = db_validator_check(u->validator, NULL, item_doc(&u->items[i]), st) != 0;
-        ret = invalid ? st->code : shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
+        ret = invalid ? st->code
+                      : shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
         if (ret == 0) {
             shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, item_doc(&u->items[i]));
         }
@@ -736,9 +737,8 @@ typedef struct stmt_kind {
     size_t stmt_align;
     bool is_update;
     int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
-    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
-               bool bypass, shl_db_orphan_filter_t *filter, shl_write_result_t *res,
-               shl_status_t *st);
+    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
+               shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st);
 } stmt_kind_t;
 
 /* Parse every statement first (a malformed one fails the whole command, as MongoDB's IDL

@@ -32,8 +32,8 @@ static const char *const k_levels[] = {"off", "strict", "moderate", NULL};
 static const char *const k_actions[] = {"error", "warn", NULL};
 
 static int
-check_enum(const char *cmd_name, const bson_t *cmd, const char *field,
-           const char *const *values, shl_status_t *st)
+check_enum(const char *cmd_name, const bson_t *cmd, const char *field, const char *const *values,
+           shl_status_t *st)
 {
     bson_iter_t it;
     int ret = 0;

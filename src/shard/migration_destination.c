@@ -117,8 +117,7 @@ append_donor_options(shard_recipient_t *r, const shl_ns_t *ns, bson_t *create, s
         bson_init_static(&cur, data, len);
         n = mig_docs_of(&cur, "firstBatch", &infos);
     }
-    if (n == 1 && bson_iter_init_find(&it, &infos[0], "options") &&
-        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (n == 1 && bson_iter_init_find(&it, &infos[0], "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_append_iter(create, "options", -1, &it);
     }
 done:

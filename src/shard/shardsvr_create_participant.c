@@ -38,8 +38,7 @@ static int
 sync_validation_options(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_collection_t *existing,
                         const bson_t *options, shl_status_t *st)
 {
-    static const char *const fields[] = {"validator", "validationLevel", "validationAction",
-                                         NULL};
+    static const char *const fields[] = {"validator", "validationLevel", "validationAction", NULL};
     bson_t cmd = BSON_INITIALIZER;
     bool differs = false;
     int ret = 0;
@@ -48,8 +47,8 @@ sync_validation_options(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_collecti
     for (int i = 0; fields[i] != NULL; i++) {
         bson_iter_t want, have;
         bool hw = bson_iter_init_find(&want, options, fields[i]);
-        bool hh = existing->options != NULL &&
-                  bson_iter_init_find(&have, existing->options, fields[i]);
+        bool hh =
+            existing->options != NULL && bson_iter_init_find(&have, existing->options, fields[i]);
         bool same = hw == hh;
         if (same && hw) {
             bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
