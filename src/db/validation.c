@@ -185,13 +185,15 @@ db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t 
         }
     }
     if (v->warn) {
+        bson_t info = BSON_INITIALIZER;
         bson_iter_t it;
-        char *id = bson_iter_init_find(&it, new_doc, "_id")
-                       ? shl_bson_value_to_string(bson_iter_value(&it))
-                       : bson_strdup("(none)");
-        SHL_LOG_WARNING(WRITE, 20294, "Document would fail validation", "namespace",
-                        BCON_UTF8(v->ns), "document", BCON_UTF8(id));
-        bson_free(id);
+        if (bson_iter_init_find(&it, new_doc, "_id")) {
+            bson_append_value(&info, "failingDocumentId", -1, bson_iter_value(&it));
+        }
+        SHL_LOG_WARNING(STORAGE, 20294, "Document would fail validation", "namespace",
+                        BCON_UTF8(v->ns), "document", BCON_DOCUMENT(new_doc), "errInfo",
+                        BCON_DOCUMENT(&info));
+        bson_destroy(&info);
         goto done;
     }
     ret = validation_failure(new_doc, st);

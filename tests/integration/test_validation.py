@@ -5,6 +5,8 @@ bypassDocumentValidation), collMod of the validator and of an index's expireAfte
 / hidden, their durability across kill -9, bad input, and the same through a router on
 sharded and unsharded collections."""
 
+import json
+
 import pymongo
 import pytest
 from pymongo import ReturnDocument, WriteConcern
@@ -204,6 +206,12 @@ def test_validation_action_warn_logs_and_allows(node):
     assert db.c.find_one({"_id": "warned"})["qty"] == -2
     wait_until(lambda: "Document would fail validation" in node.read_log(),
                what="the validation warning in the log")
+    lines = [json.loads(line) for line in node.read_log().splitlines()
+             if "Document would fail validation" in line]
+    assert (lines[0]["c"], lines[0]["id"], lines[0]["s"]) == ("STORAGE", 20294, "W")
+    assert lines[0]["attr"]["namespace"] == "test.c"
+    assert lines[0]["attr"]["document"] == {"_id": "warned", "qty": -1}
+    assert lines[0]["attr"]["errInfo"] == {"failingDocumentId": "warned"}
     db.command("collMod", "c", validationAction="error")
     with pytest.raises(WriteError):
         db.c.insert_one({"_id": "refused", "qty": -1})
