@@ -67,7 +67,9 @@ def test_create_bad_validation_options(node):
         ({"validator": 5}, 14),
         ({"validator": {"a": {"$foo": 1}}}, 2),
         ({"validator": {"$where": "true"}}, None),
-        ({"validator": {"$jsonSchema": {"required": ["a"]}}}, 2),
+        ({"validator": {"$jsonSchema": {"required": "a"}}}, 14),
+        ({"validator": {"$jsonSchema": {"format": "email"}}}, 9),
+        ({"validator": {"$jsonSchema": {"nope": 1}}}, 9),
         ({"validationLevel": "sometimes"}, 2),
         ({"validationLevel": 1}, 14),
         ({"validationAction": "explode"}, 2),
@@ -245,6 +247,48 @@ def test_aggregate_out_and_merge_are_validated_unless_bypassed(node):
     db.src.update_one({"_id": 2}, {"$set": {"qty": -2}})
     list(db.src.aggregate([{"$merge": {"into": "dst"}}], bypassDocumentValidation=True))
     assert db.dst.find_one({"_id": 2})["qty"] == -2
+
+
+def test_json_schema_validator(node):
+    db = node.client().test
+    schema = {
+        "bsonType": "object",
+        "required": ["name", "year"],
+        "properties": {
+            "name": {"bsonType": "string", "description": "must be a string"},
+            "year": {"bsonType": "int", "minimum": 2017, "maximum": 3017},
+            "gpa": {"bsonType": ["double"], "minimum": 0},
+            "tags": {"bsonType": "array", "items": {"bsonType": "string"}, "uniqueItems": True},
+            "address": {"bsonType": "object", "required": ["city"],
+                        "properties": {"city": {"bsonType": "string", "minLength": 1}}},
+            "kind": {"enum": ["student", "teacher"]},
+        },
+    }
+    db.create_collection("s", validator={"$jsonSchema": schema})
+    assert _options(db, "s")["validator"] == {"$jsonSchema": schema}
+    db.s.insert_one({"_id": 1, "name": "Alice", "year": 2019, "gpa": 3.5, "tags": ["a", "b"],
+                     "address": {"city": "Lyon"}, "kind": "student"})
+    bad = [
+        {"_id": 2, "name": "Bob"},                                   # year missing
+        {"_id": 3, "name": "Bob", "year": 2000},                     # below minimum
+        {"_id": 4, "name": 5, "year": 2019},                         # wrong type
+        {"_id": 5, "name": "Bob", "year": 2019, "gpa": 3},           # int is not double
+        {"_id": 6, "name": "Bob", "year": 2019, "tags": ["a", "a"]},  # not unique
+        {"_id": 7, "name": "Bob", "year": 2019, "address": {"zip": 1}},
+        {"_id": 8, "name": "Bob", "year": 2019, "address": {"city": ""}},
+        {"_id": 9, "name": "Bob", "year": 2019, "kind": "parent"},
+    ]
+    for doc in bad:
+        with pytest.raises(WriteError) as e:
+            db.s.insert_one(doc)
+        assert e.value.code == 121, doc
+        assert e.value.details["errInfo"]["failingDocumentId"] == doc["_id"]
+    with pytest.raises(WriteError):
+        db.s.update_one({"_id": 1}, {"$unset": {"name": 1}})
+    db.s.update_one({"_id": 1}, {"$set": {"year": 2020}})
+    # the same operator in a query
+    assert [d["_id"] for d in db.s.find({"$jsonSchema": {"required": ["gpa"]}})] == [1]
+    assert db.s.count_documents({"$jsonSchema": {"properties": {"year": {"maximum": 2019}}}}) == 0
 
 
 # ---------------------------------------------------------------- collMod
