@@ -480,6 +480,7 @@ def test_router_unsharded_collection(cluster):
     db.u.create_index("t", expireAfterSeconds=50)
     reply = db.command("collMod", "u", index={"name": "t_1", "expireAfterSeconds": 5})
     assert reply["ok"] == 1
+    assert (reply["expireAfterSeconds_old"], reply["expireAfterSeconds_new"]) == (50, 5)
     assert _index(db.u, "t_1")["expireAfterSeconds"] == 5
     with pytest.raises(OperationFailure) as e:
         db.command("collMod", "nothere", validator={"a": 1})
@@ -516,7 +517,8 @@ def test_router_sharded_collection(cluster):
         assert opts["validationLevel"] == "moderate"
     assert _options(db, "s")["validationLevel"] == "moderate"
     db.s.create_index("h")
-    db.command("collMod", "s", index={"keyPattern": {"h": 1}, "hidden": True})
+    reply = db.command("collMod", "s", index={"keyPattern": {"h": 1}, "hidden": True})
+    assert (reply["hidden_old"], reply["hidden_new"]) == (False, True)
     for i in range(2):
         assert _index(cluster.shard_client(i).rvs.s, "h_1")["hidden"] is True
     # bypass through the router
