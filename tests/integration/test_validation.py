@@ -546,23 +546,31 @@ def test_migration_is_not_validated_and_carries_the_validator(cluster):
 
 def test_a_shard_that_missed_a_coll_mod_catches_up_when_it_receives_a_chunk(cluster):
     """collMod goes to the shards owning chunks (and the primary); a shard that held chunks
-    before keeps its copy of the collection and gets the donor's validator on its next
-    chunk."""
+    before keeps its copy of the collection and gets the donor's validator and index options
+    on its next chunk (its older TTL would otherwise conflict with the donor's index)."""
     r = cluster.router_client()
     for i in range(2):
         cluster.shard_client(i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
     r.admin.command("enableSharding", "rvc", primaryShard=cluster.shard_name(0))
     r.admin.command("shardCollection", "rvc.c", key={"x": 1})
+    r.rvc.c.create_index("t", expireAfterSeconds=1000)
+    r.rvc.c.create_index("h")
     r.admin.command("split", "rvc.c", middle={"x": 0})
     r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(1),
                     _waitForDelete=True)
     r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(0),
                     _waitForDelete=True)
     r.rvc.command("collMod", "c", validator={"v": {"$gte": 0}})
-    assert "validator" not in _options(cluster.shard_client(1).rvc, "c")
+    r.rvc.command("collMod", "c", index={"name": "t_1", "expireAfterSeconds": 5})
+    r.rvc.command("collMod", "c", index={"name": "h_1", "hidden": True})
+    s1 = cluster.shard_client(1).rvc
+    assert "validator" not in _options(s1, "c")
+    assert _index(s1.c, "t_1")["expireAfterSeconds"] == 1000
     r.admin.command("moveChunk", "rvc.c", find={"x": 1}, to=cluster.shard_name(1),
                     _waitForDelete=True)
-    assert _options(cluster.shard_client(1).rvc, "c") == {"validator": {"v": {"$gte": 0}}}
+    assert _options(s1, "c") == {"validator": {"v": {"$gte": 0}}}
+    assert _index(s1.c, "t_1")["expireAfterSeconds"] == 5
+    assert _index(s1.c, "h_1")["hidden"] is True
     with pytest.raises(WriteError) as e:
         r.rvc.c.insert_one({"_id": 1, "x": 5, "v": -1})
     assert e.value.code == 121
