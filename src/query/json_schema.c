@@ -186,8 +186,8 @@ nonneg_int(const char *kw, const bson_iter_t *it, int64_t *out, shl_status_t *st
     d = bson_iter_as_double(it);
     if (d < 0 || d != floor(d) || d > 9.2e18) {
         return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
-                              "$jsonSchema keyword '%s' must be a representable as a long integer "
-                              "and non-negative",
+                              "$jsonSchema keyword '%s' must be a non-negative integer "
+                              "representable as a long",
                               kw);
     }
     *out = (int64_t)d;
