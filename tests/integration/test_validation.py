@@ -574,3 +574,22 @@ def test_a_shard_that_missed_a_coll_mod_catches_up_when_it_receives_a_chunk(clus
     with pytest.raises(WriteError) as e:
         r.rvc.c.insert_one({"_id": 1, "x": 5, "v": -1})
     assert e.value.code == 121
+
+
+def test_hashed_shard_collection_gives_every_shard_the_validator(cluster):
+    """shardCollection of an empty collection on a hashed key spreads chunks at once: the
+    shards that get the collection then get its options from the primary too."""
+    r = cluster.router_client()
+    r.admin.command("enableSharding", "rvh", primaryShard=cluster.shard_name(0))
+    r.rvh.create_collection("h", validator={"n": {"$type": "int"}}, validationAction="error")
+    r.admin.command("shardCollection", "rvh.h", key={"k": "hashed"})
+    for i in range(2):
+        assert _options(cluster.shard_client(i).rvh, "h") == {
+            "validator": {"n": {"$type": "int"}}, "validationAction": "error"}, i
+    with pytest.raises(BulkWriteError) as e:
+        r.rvh.h.insert_many([{"_id": k, "k": k, "n": "x"} for k in range(20)], ordered=False)
+    assert e.value.details["nInserted"] == 0
+    assert len(e.value.details["writeErrors"]) == 20
+    assert {w["code"] for w in e.value.details["writeErrors"]} == {121}
+    r.rvh.h.insert_many([{"_id": k, "k": k, "n": k} for k in range(20)])
+    assert all(cluster.shard_client(i).rvh.h.count_documents({}) > 0 for i in range(2))
