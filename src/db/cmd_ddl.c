@@ -683,6 +683,10 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(db_validation_options_check("collMod", cmd, &ns, st));
     SHL_ERR(check_coll_mod_index(cmd, st));
+    if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&it, cmd, "index") &&
+        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "hidden")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Can't hide index on system collection: %s", ns.full);
+    }
     for (int i = 0; applied[i] != NULL; i++) {
         if (bson_iter_init_find(&it, cmd, applied[i])) {
             bson_append_iter(&mod, applied[i], -1, &it);

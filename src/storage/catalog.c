@@ -1336,6 +1336,9 @@ normalize_spec(const bson_t *spec, bson_t *out, shl_status_t *st)
             strcmp(k, "ns") == 0 || strcmp(k, "createIndexes") == 0) {
             continue;
         }
+        if (strcmp(k, "hidden") == 0 && !bson_iter_as_bool(&it)) {
+            continue; /* a visible index has no 'hidden' field, as in MongoDB */
+        }
         bson_append_iter(out, k, -1, &it);
     }
 done:

@@ -330,7 +330,10 @@ def test_coll_mod_ttl_change_is_used_by_the_ttl_monitor(shale_process):
     db = node.client().test
     db.c.create_index("t", expireAfterSeconds=10 ** 6)
     db.c.insert_one({"_id": 1, "t": datetime.datetime.utcnow() - datetime.timedelta(hours=1)})
-    db.command("collMod", "c", index={"name": "t_1", "expireAfterSeconds": 1})
+    # both at once; a hidden TTL index still expires documents
+    reply = db.command("collMod", "c", index={"name": "t_1", "expireAfterSeconds": 1,
+                                              "hidden": True})
+    assert (reply["expireAfterSeconds_new"], reply["hidden_new"]) == (1, True)
     wait_until(lambda: db.c.count_documents({}) == 0, what="the TTL monitor to delete")
 
 
@@ -343,10 +346,15 @@ def test_coll_mod_hidden_index(node):
     assert (reply["hidden_old"], reply["hidden_new"]) == (False, True)
     assert _index(db.c, "a_1")["hidden"] is True
     assert "IXSCAN" not in _winning_stage_names(db.c.find({"a": 3}).explain())
-    # a hidden index is still maintained (and used when hinted)
+    # a hidden index cannot be hinted, and is still maintained
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.find({"a": 3}).hint("a_1"))
+    assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.find({"a": 3}).hint([("a", 1)]))
+    assert e.value.code == 2
     db.c.insert_one({"_id": 1000, "a": 3})
     assert db.c.count_documents({"a": 3}) == 21
-    assert len(list(db.c.find({"a": 3}).hint("a_1"))) == 21
     # hiding a hidden index reports nothing
     reply = db.command("collMod", "c", index={"name": "a_1", "hidden": True})
     assert "hidden_old" not in reply and "hidden_new" not in reply
@@ -354,6 +362,12 @@ def test_coll_mod_hidden_index(node):
     assert (reply["hidden_old"], reply["hidden_new"]) == (True, False)
     assert "hidden" not in _index(db.c, "a_1")
     assert "IXSCAN" in _winning_stage_names(db.c.find({"a": 3}).explain())
+    assert len(list(db.c.find({"a": 3}).hint("a_1"))) == 21
+    # createIndexes may create a hidden index; hidden: false is not stored
+    db.command("createIndexes", "c", indexes=[{"key": {"b": 1}, "name": "b_1", "hidden": True},
+                                              {"key": {"y": 1}, "name": "y_1", "hidden": False}])
+    assert _index(db.c, "b_1")["hidden"] is True
+    assert "hidden" not in _index(db.c, "y_1")
     # unique indexes keep enforcing while hidden
     db.c.create_index("u", unique=True, sparse=True)
     db.command("collMod", "c", index={"name": "u_1", "hidden": True})
@@ -393,6 +407,8 @@ def test_coll_mod_bad_input(node):
         ({"validationAction": "shout"}, 2, None),
         ({"viewOn": "c", "pipeline": []}, 72, None),
         ({"cappedSize": 4096}, 72, None),
+        ({"index": {"name": "t_1", "expireAfterSeconds": 1, "hidden": True}, "bogus": 1}, 40415,
+         None),
     ]
     for opts, code, msg in cases:
         with pytest.raises(OperationFailure) as e:
@@ -410,6 +426,11 @@ def test_coll_mod_bad_input(node):
     assert e.value.code == 26
     assert e.value.details["codeName"] == "NamespaceNotFound"
     assert "missing" not in db.list_collection_names()
+    # indexes of system collections cannot be hidden
+    db.system.js.create_index("a")
+    with pytest.raises(OperationFailure) as e:
+        db.command("collMod", "system.js", index={"name": "a_1", "hidden": True})
+    assert e.value.code == 2
 
 
 def test_coll_mod_is_in_the_oplog(rs_node):
