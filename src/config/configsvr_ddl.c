@@ -91,10 +91,11 @@ first_batch(const bson_t *reply, cfg_docs_t *out)
     }
 }
 
-/* listCollections {name: coll} on a shard: *exists, *uuid, *is_view. */
+/* listCollections {name: coll} on a shard: *exists, *uuid, *is_view, and the collection's
+ * options into 'options' (reinitialised; may be NULL). */
 static int
 shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
-                      bool *is_view, shl_status_t *st)
+                      bool *is_view, bson_t *options, shl_status_t *st)
 {
     int ret = 0;
     bson_t *cmd =
@@ -105,10 +106,22 @@ shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_u
 
     *exists = false;
     *is_view = false;
+    if (options != NULL) {
+        bson_reinit(options);
+    }
     SHL_ERR(cfg_shard_cmd(shard, ns->db, cmd, &reply, st));
     first_batch(&reply, &d);
     if (d.n > 0) {
         *exists = true;
+        if (options != NULL && bson_iter_init_find(&it, d.docs[0], "options") &&
+            BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_t view;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&view, data, len);
+            bson_concat(options, &view);
+        }
         if (bson_iter_init_find(&it, d.docs[0], "type") && BSON_ITER_HOLDS_UTF8(&it) &&
             strcmp(bson_iter_utf8(&it, NULL), "view") == 0) {
             *is_view = true;
@@ -233,11 +246,12 @@ done:
     return ret;
 }
 
-/* _shardsvrCreateCollectionParticipant: the collection with UUID 'uuid' and the key's index
- * on a shard that receives chunks. */
+/* _shardsvrCreateCollectionParticipant: the collection with UUID 'uuid', the primary's
+ * options (so a validator holds on every shard) and the key's index on a shard that receives
+ * chunks. */
 static int
 shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t *uuid,
-                         const bson_t *key, bool unique, shl_status_t *st)
+                         const bson_t *options, const bson_t *key, bool unique, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, arr, spec, reply;
@@ -246,6 +260,7 @@ shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t
     cfg_index_name(key, name, sizeof(name));
     BSON_APPEND_UTF8(&cmd, "_shardsvrCreateCollectionParticipant", ns->coll);
     shl_uuid_append(&cmd, "collectionUUID", uuid);
+    BSON_APPEND_DOCUMENT(&cmd, "options", options);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &spec);
     BSON_APPEND_INT32(&spec, "v", 2);
@@ -573,6 +588,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     const char *ns_str = NULL;
     shl_ns_t ns;
     bson_t key, collation, coll_doc = BSON_INITIALIZER, details = BSON_INITIALIZER;
+    bson_t options = BSON_INITIALIZER;
     bool has_key = false, has_collation = false, unique = false, locked = false;
     bool pattern_ok = false, found = false, exists = false, is_view = false;
     int64_t num_initial = 0, ndocs = 0;
@@ -650,7 +666,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
 
     SHL_ERR(active_shards(&shards, &nshards, st));
-    SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+    SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
     if (is_view) {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,
                  "Namespace %s is a view, not a "
@@ -689,7 +705,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
         if (!has_index) {
             SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
-            SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, st));
+            SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
         }
     }
     if (!exists) {
@@ -768,9 +784,10 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_destroy(&gmax);
     }
     /* Shards other than the primary that receive chunks get the collection, with the
-     * primary's UUID (the one config.collections records), and the shard key's index. */
+     * primary's UUID (the one config.collections records) and options (its validator), and
+     * the shard key's index. */
     for (size_t r = 1; r < nreceivers; r++) {
-        SHL_ERR(shard_create_participant(receivers[r], &ns, &uuid, &key, unique, st));
+        SHL_ERR(shard_create_participant(receivers[r], &ns, &uuid, &options, &key, unique, st));
     }
 
     BSON_APPEND_DOCUMENT(&details, "shardKey", &key);
@@ -814,6 +831,7 @@ done:
     shl_database_type_cleanup(&db);
     bson_destroy(&coll_doc);
     bson_destroy(&details);
+    bson_destroy(&options);
     return ret;
 }
 

@@ -258,7 +258,8 @@ done:
 
 /* Insert 'docs' (an array) into db.coll in batches under the 16 MB message limit. */
 static int
-insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *docs, shl_status_t *st)
+insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *docs, bool bypass,
+           shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -272,6 +273,9 @@ insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *doc
         bson_reinit(&cmd);
         BSON_APPEND_UTF8(&cmd, "insert", coll);
         BSON_APPEND_BOOL(&cmd, "ordered", true);
+        if (bypass) {
+            BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+        }
         BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
         n = 0;
         while (more && n < 100000 && arr.len < 8 * 1024 * 1024) {
@@ -293,7 +297,7 @@ done:
 
 static int
 write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, const bson_t *docs,
-          shl_status_t *st)
+          bool bypass, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -347,7 +351,7 @@ write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, cons
         bson_destroy(&reply);
         SHL_ERR(run_command(op, target.db, &cmd, &reply, st));
     }
-    SHL_ERR(insert_all(op, target.db, tmp, docs, st));
+    SHL_ERR(insert_all(op, target.db, tmp, docs, bypass, st));
     snprintf(tmp_full, sizeof(tmp_full), "%s.%s", target.db, tmp);
     snprintf(target_full, sizeof(target_full), "%s", target.full);
     bson_reinit(&cmd);
@@ -399,7 +403,7 @@ index_supports_on(const shl_index_t *idx, const shl_pipeline_output_t *o)
 
 static int
 merge_one(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t *o,
-          const shl_ns_t *target, const bson_t *doc_in, shl_status_t *st)
+          const shl_ns_t *target, const bson_t *doc_in, bool bypass, shl_status_t *st)
 {
     int ret = 0;
     bson_t doc = BSON_INITIALIZER, q = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
@@ -435,7 +439,7 @@ merge_one(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t
     if (o->when_matched == SHL_MERGE_FAIL) {
         bson_t one = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&one, "0", &doc);
-        ret = insert_all(op, target->db, target->coll, &one, st);
+        ret = insert_all(op, target->db, target->coll, &one, bypass, st);
         bson_destroy(&one);
         if (ret == SHL_CODE_DUPLICATE_KEY) {
             SHL_FAIL(st, SHL_CODE_DUPLICATE_KEY,
@@ -452,6 +456,9 @@ merge_one(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t
     }
     BSON_APPEND_UTF8(&cmd, "update", target->coll);
     BSON_APPEND_BOOL(&cmd, "ordered", true);
+    if (bypass) {
+        BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+    }
     BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
     BSON_APPEND_DOCUMENT(&stmt, "q", &q);
@@ -493,7 +500,7 @@ merge_one(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t
         o->when_not_matched == SHL_MERGE_INSERT) {
         bson_t one = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&one, "0", &doc);
-        ret = insert_all(op, target->db, target->coll, &one, st);
+        ret = insert_all(op, target->db, target->coll, &one, bypass, st);
         bson_destroy(&one);
         SHL_ERR(ret);
     }
@@ -508,7 +515,7 @@ done:
 
 static int
 write_merge(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t *o,
-            const char *db, const bson_t *docs, shl_status_t *st)
+            const char *db, const bson_t *docs, bool bypass, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -534,7 +541,7 @@ write_merge(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output
         bson_iter_document(&it, &len, &data);
         bson_init_static(&d, data, len);
         SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(merge_one(op, p, o, &target, &d, st));
+        SHL_ERR(merge_one(op, p, o, &target, &d, bypass, st));
     }
 done:
     shl_collection_release(coll);
@@ -543,13 +550,13 @@ done:
 
 int
 db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, const bson_t *docs,
-                    shl_status_t *st)
+                    bool bypass, shl_status_t *st)
 {
     const shl_pipeline_output_t *o = shl_pipeline_output(p);
 
     SHL_INVARIANT(o != NULL);
     if (o->is_merge) {
-        return write_merge(op, p, o, db, docs, st);
+        return write_merge(op, p, o, db, docs, bypass, st);
     }
-    return write_out(op, o, db, docs, st);
+    return write_out(op, o, db, docs, bypass, st);
 }

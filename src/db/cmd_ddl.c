@@ -1,6 +1,6 @@
 /*
  * cmd_ddl.c -- collection and index DDL on a data node: create, drop, dropDatabase,
- * renameCollection, createIndexes, dropIndexes, with MongoDB 7.0's fields, errors and
+ * renameCollection, createIndexes, dropIndexes, collMod, with MongoDB 7.0's fields, errors and
  * replies. The storage catalog takes the collection locks exclusively (DDL excludes CRUD
  * on that collection only) and writes the oplog 'c' entries; here cursors on dropped or
  * renamed namespaces are killed and write concerns waited for.
@@ -67,9 +67,9 @@ static const char *const create_fields[] = {"capped",
                                             NULL};
 
 /* Options MongoDB has and Shale does not implement yet: refuse them rather than
- * pretend (a validator that is not enforced would be worse than an error). */
+ * pretend. The validator is checked here and enforced by every user write (validation.c). */
 static int
-check_create_options(const bson_t *cmd, shl_status_t *st)
+check_create_options(const bson_t *cmd, const shl_ns_t *ns, shl_status_t *st)
 {
     static const char *const refused[] = {
         "viewOn",          "pipeline",           "timeseries",          "clusteredIndex",
@@ -81,16 +81,10 @@ check_create_options(const bson_t *cmd, shl_status_t *st)
                                   refused[i]);
         }
     }
-    if (bson_iter_init_find(&it, cmd, "validator")) {
-        bson_t v;
-        bool found;
-        int ret = shl_cmd_get_doc(cmd, "validator", &v, &found, st);
+    {
+        int ret = db_validation_options_check("create", cmd, ns, st);
         if (ret != 0) {
             return ret;
-        }
-        if (!bson_empty(&v)) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                  "create.validator is not supported yet");
         }
     }
     if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
@@ -126,7 +120,7 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
-    SHL_ERR(check_create_options(cmd, st));
+    SHL_ERR(check_create_options(cmd, &ns, st));
     bson_destroy(&opts);
     command_options(cmd, &opts);
     ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
@@ -536,6 +530,182 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- collMod */
+
+static const char *const coll_mod_fields[] = {"index",
+                                              "validator",
+                                              "validationLevel",
+                                              "validationAction",
+                                              "viewOn",
+                                              "pipeline",
+                                              "recordPreImages",
+                                              "changeStreamPreAndPostImages",
+                                              "expireAfterSeconds",
+                                              "timeseries",
+                                              "dryRun",
+                                              "cappedSize",
+                                              "cappedMax",
+                                              "collectionUUID",
+                                              "isTimeseriesNamespace",
+                                              NULL};
+
+static const char *const coll_mod_index_fields[] = {
+    "keyPattern",    "name",   "expireAfterSeconds", "hidden",
+    "prepareUnique", "unique", "forceNonUnique",     NULL};
+
+/* The 'index' option: its fields, types and ranges (the index itself is found by storage,
+ * under the collection lock). */
+static int
+check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
+{
+    bson_iter_t it, f;
+    bool has_name = false, has_key = false, has_ttl = false, has_hidden = false;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, cmd, "index")) {
+        goto done;
+    }
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'collMod.index' is the wrong type '%s', expected type 'object'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    bson_iter_recurse(&it, &f);
+    while (bson_iter_next(&f)) {
+        const char *k = bson_iter_key(&f);
+        bool known = false;
+        for (int i = 0; coll_mod_index_fields[i] != NULL; i++) {
+            known = known || strcmp(k, coll_mod_index_fields[i]) == 0;
+        }
+        if (!known) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field 'collMod.index.%s' is an unknown field.", k);
+        }
+        if (strcmp(k, "prepareUnique") == 0 || strcmp(k, "unique") == 0 ||
+            strcmp(k, "forceNonUnique") == 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "collMod.index.%s is not supported yet", k);
+        }
+        if (strcmp(k, "name") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&f)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'collMod.index.name' is the wrong type '%s', expected type "
+                         "'string'",
+                         shl_bson_type_name(bson_iter_type(&f)));
+            }
+            has_name = true;
+        } else if (strcmp(k, "keyPattern") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'collMod.index.keyPattern' is the wrong type '%s', expected "
+                         "type 'object'",
+                         shl_bson_type_name(bson_iter_type(&f)));
+            }
+            has_key = true;
+        } else if (strcmp(k, "expireAfterSeconds") == 0) {
+            double secs;
+            if (!BSON_ITER_HOLDS_NUMBER(&f)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'collMod.index.expireAfterSeconds' is the wrong type '%s', "
+                         "expected types '[long, int, decimal, double]'",
+                         shl_bson_type_name(bson_iter_type(&f)));
+            }
+            secs = bson_iter_as_double(&f);
+            if (secs < 0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "TTL index 'expireAfterSeconds' option cannot be less than 0.");
+            }
+            if (!(secs <= (double)INT32_MAX)) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "TTL index 'expireAfterSeconds' option must be within an acceptable "
+                         "range, try a lower number.");
+            }
+            has_ttl = true;
+        } else if (strcmp(k, "hidden") == 0) {
+            if (!BSON_ITER_HOLDS_BOOL(&f)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'collMod.index.hidden' is the wrong type '%s', expected "
+                         "type 'bool'",
+                         shl_bson_type_name(bson_iter_type(&f)));
+            }
+            has_hidden = true;
+        }
+    }
+    if (has_name && has_key) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Cannot specify both key pattern and name.");
+    }
+    if (!has_name && !has_key) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Must specify either index name or key pattern.");
+    }
+    if (!has_ttl && !has_hidden) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "no expireAfterSeconds or hidden field");
+    }
+done:
+    return ret;
+}
+
+static int
+cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    static const char *const refused[] = {"recordPreImages",
+                                          "changeStreamPreAndPostImages",
+                                          "expireAfterSeconds",
+                                          "timeseries",
+                                          "dryRun",
+                                          "cappedSize",
+                                          "cappedMax",
+                                          NULL};
+    static const char *const applied[] = {"validator", "validationLevel", "validationAction",
+                                          "index", NULL};
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_ns_t ns;
+    shl_write_concern_t wc;
+    bson_t mod = BSON_INITIALIZER, info = BSON_INITIALIZER;
+    bson_iter_t it;
+    uint64_t ts = 0;
+
+    db_cmd_begin(op);
+    SHL_ERR(shl_cmd_check_fields(cmd, coll_mod_fields, st));
+    SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (db_ns_is_oplog(ns.full)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot modify the oplog");
+    }
+    if (bson_has_field(cmd, "viewOn") || bson_has_field(cmd, "pipeline")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "'%s' option only supported on a view",
+                 bson_has_field(cmd, "viewOn") ? "viewOn" : "pipeline");
+    }
+    for (int i = 0; refused[i] != NULL; i++) {
+        if (bson_has_field(cmd, refused[i])) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "collMod.%s is not supported yet", refused[i]);
+        }
+    }
+    SHL_ERR(db_validation_options_check("collMod", cmd, &ns, st));
+    SHL_ERR(check_coll_mod_index(cmd, st));
+    if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&it, cmd, "index") &&
+        bson_iter_recurse(&it, &it) && bson_iter_find(&it, "hidden")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Can't hide index on system collection: %s", ns.full);
+    }
+    for (int i = 0; applied[i] != NULL; i++) {
+        if (bson_iter_init_find(&it, cmd, applied[i])) {
+            bson_append_iter(&mod, applied[i], -1, &it);
+        }
+    }
+    bson_destroy(&info);
+    ret = shl_catalog_coll_mod(node->eng, ns.full, &mod, &info, &ts, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns.full);
+    }
+    SHL_ERR(ret);
+    bson_concat(reply, &info);
+    finish_ddl(op, &wc, ts, reply);
+done:
+    bson_destroy(&mod);
+    bson_destroy(&info);
+    return ret;
+}
+
 static const shl_command_t ddl_commands[] = {
     {"create", {NULL}, cmd_create, SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN, "create a collection"},
     {"drop", {NULL}, cmd_drop, SHL_CMD_NEEDS_PRIMARY, "drop a collection"},
@@ -555,6 +725,11 @@ static const shl_command_t ddl_commands[] = {
      cmd_drop_indexes,
      SHL_CMD_NEEDS_PRIMARY,
      "drop indexes"},
+    {"collMod",
+     {NULL},
+     cmd_coll_mod,
+     SHL_CMD_NEEDS_PRIMARY,
+     "modify a collection's validator or an index's expireAfterSeconds / hidden"},
 };
 
 void

@@ -1312,7 +1312,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     shl_ns_t ns;
     bson_t pipeline, let, arr;
     bool found, has_let = false, locked = false, explain = false, allow_disk = false;
-    bool collectionless = agg_collectionless(cmd), exhausted = false;
+    bool collectionless = agg_collectionless(cmd), exhausted = false, bypass = false;
     exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q)); /* plan owns */
     int64_t batch_size = 0, cursor_id = 0;
     db_read_concern_t rc;
@@ -1338,6 +1338,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
     if (!bson_has_field(cmd, "cursor") && !explain) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "The 'cursor' option is required, except for aggregate with the explain "
@@ -1448,7 +1449,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             locked = false;
         }
         if (shl_pipeline_output(pl) != NULL) {
-            SHL_ERR(db_agg_write_output(op, pl, op->db, docs, st));
+            SHL_ERR(db_agg_write_output(op, pl, op->db, docs, bypass, st));
             bson_reinit(docs);
         }
         db_reply_array_cursor(op, ns.full, docs, batch_size, reply);

@@ -35,6 +35,7 @@ typedef struct fam_unit {
     const char *ns;
     exec_query_t *q;
     const shl_update_t *upd; /* NULL for remove */
+    const db_validator_t *validator;
     bool remove, return_new, upsert;
     /* Results of the last run. */
     bool found, updated_existing, upserted;
@@ -96,6 +97,9 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         }
     }
     doc = fixed != NULL ? fixed : &out;
+    if (pre == NULL || changed) {
+        SHL_ERR(db_validator_check(u->validator, pre, doc, st));
+    }
     if (pre == NULL) {
         bson_iter_t it;
         SHL_ERR(shl_doc_insert(txn, u->coll, doc, NULL, NULL, st));
@@ -190,8 +194,9 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     shl_write_concern_t wc;
     bson_t query, sort, fields, afilters;
     bool has_query, has_sort, has_fields, has_af, found, locked = false;
-    bool remove = false, return_new = false, upsert = false;
+    bool remove = false, return_new = false, upsert = false, bypass = false;
     bson_iter_t uit;
+    db_validator_t validator;
     exec_query_t q;
     shl_update_t *upd = NULL;
     shl_projection_t *proj = NULL;
@@ -204,6 +209,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
+    memset(&validator, 0, sizeof(validator));
     SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
@@ -220,6 +226,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     SHL_ERR(shl_cmd_get_bool(cmd, "remove", &remove, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "new", &return_new, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "upsert", &upsert, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
     found = bson_iter_init_find(&uit, cmd, "update");
     if (found && !BSON_ITER_HOLDS_DOCUMENT(&uit) && !BSON_ITER_HOLDS_ARRAY(&uit)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
@@ -261,6 +268,8 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     }
     locked = true;
     if (h.coll != NULL) {
+        SHL_ERR(db_validator_init(&validator, h.coll, bypass || remove, st));
+        u.validator = &validator;
         u.op = op;
         u.coll = h.coll;
         u.ns = ns.full;
@@ -315,6 +324,7 @@ done:
         shl_storage_coll_release(&h);
     }
     fam_reset(&u);
+    db_validator_cleanup(&validator);
     shl_update_destroy(upd);
     shl_projection_destroy(proj);
     exec_query_cleanup(&q);

@@ -283,10 +283,11 @@ typedef struct insert_unit {
     insert_item_t *items;
     size_t begin, end;
     bool ordered;
+    const db_validator_t *validator;
     /* Results of the last run (reset on every retry). */
-    size_t done; /* items handled (inserted or failed with a duplicate) */
+    size_t done; /* items handled (inserted, or failed with a duplicate or validation) */
     size_t n_inserted;
-    size_t *dup_idx; /* items that hit a duplicate key */
+    size_t *dup_idx; /* items that failed without writing (duplicate key, validation) */
     shl_status_t *dup_st;
     size_t n_dup;
     bool stop; /* ordered and an error */
@@ -301,11 +302,13 @@ insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     u->done = u->n_inserted = u->n_dup = 0;
     u->stop = false;
     for (size_t i = u->begin; i < u->end; i++) {
-        ret = shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
+        bool invalid = db_validator_check(u->validator, NULL, item_doc(&u->items[i]), st) != 0;
+        ret = invalid ? st->code
+                      : shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
         if (ret == 0) {
             shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, item_doc(&u->items[i]));
         }
-        if (ret == SHL_CODE_DUPLICATE_KEY) {
+        if (ret == SHL_CODE_DUPLICATE_KEY || invalid) {
             /* Nothing of this insert stayed; the unit goes on (or stops, if ordered). */
             u->dup_idx[u->n_dup] = i;
             u->dup_st[u->n_dup] = *st;
@@ -342,11 +345,15 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_coll_handle_t h;
     insert_unit_t u;
     shl_db_orphan_filter_t *filter = NULL;
+    db_validator_t validator;
+    bool bypass = false;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
     memset(&u, 0, sizeof(u));
+    memset(&validator, 0, sizeof(validator));
     u.op = op;
+    u.validator = &validator;
     SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     /* Held until the inserts are done: a shard counts the writes in flight by it (a
@@ -355,6 +362,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
     SHL_ERR(shl_cmd_get_array(cmd, "documents", &docs, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -405,6 +413,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
                 break;
             }
             locked = true;
+            SHL_ERR(db_validator_init(&validator, h.coll, bypass, st));
         }
         for (j = i; j < n && j - i < INSERT_GROUP && !items[j].bad; j++) {
         }
@@ -464,6 +473,7 @@ done:
     bson_free(items);
     bson_free(u.dup_idx);
     bson_free(u.dup_st);
+    db_validator_cleanup(&validator);
     shl_write_result_cleanup(&res);
     shl_db_orphan_filter_release(filter);
     return ret;
@@ -487,6 +497,7 @@ typedef struct update_unit {
     const shl_update_stmt_t *stmt;
     exec_query_t *q;
     const shl_update_t *upd;
+    const db_validator_t *validator;
     /* Results of the last run. */
     int64_t n_matched, n_modified;
     bool upserted;
@@ -531,6 +542,7 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
     u->n_matched++;
     if (changed) {
         SHL_ERR(db_doc_after_update(doc, &out, &fixed, st));
+        SHL_ERR(db_validator_check(u->validator, doc, fixed != NULL ? fixed : &out, st));
         SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, NULL, st));
         shl_db_sharding_observe_write(u->op, u->coll->ns, doc, fixed != NULL ? fixed : &out);
         u->n_modified++;
@@ -587,7 +599,10 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         }
         if (ret == 0) {
             const bson_t *ins = fixed != NULL ? fixed : &newdoc;
-            ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
+            ret = db_validator_check(u->validator, NULL, ins, st);
+            if (ret == 0) {
+                ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
+            }
             if (ret == 0) {
                 shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, ins);
             }
@@ -646,7 +661,8 @@ done:
 /* Run one update statement; its outcome goes into 'res'. */
 static int
 run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
-                shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
+                bool bypass, shl_db_orphan_filter_t *filter, shl_write_result_t *res,
+                shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -657,9 +673,11 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     bool locked = false;
     update_unit_t u;
     uint64_t ts = 0;
+    db_validator_t validator;
 
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
+    memset(&validator, 0, sizeof(validator));
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
                             stmt->has_hint ? &stmt->hint : NULL, st));
     /* A versioned update leaves orphans alone, as MongoDB's write stages do. */
@@ -675,12 +693,14 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     if (h.coll == NULL) {
         goto done; /* nothing to update */
     }
+    SHL_ERR(db_validator_init(&validator, h.coll, bypass, st));
     u.op = op;
     u.coll = h.coll;
     u.ns = ns->full;
     u.stmt = stmt;
     u.q = &q;
     u.upd = upd;
+    u.validator = &validator;
     ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     if (ret == SHL_CODE_DUPLICATE_KEY && stmt->upsert) {
         /* Two upserts raced to insert the same key: the loser now finds the winner's
@@ -699,6 +719,7 @@ done:
         shl_storage_coll_release(&h);
     }
     update_unit_reset(&u);
+    db_validator_cleanup(&validator);
     shl_update_destroy(upd);
     exec_query_cleanup(&q);
     return ret;
@@ -716,7 +737,7 @@ typedef struct stmt_kind {
     size_t stmt_align;
     bool is_update;
     int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
-    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
                shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st);
 } stmt_kind_t;
 
@@ -730,7 +751,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     shl_ns_t ns;
     shl_write_concern_t wc;
     bson_t stmts;
-    bool found, ordered = true;
+    bool found, ordered = true, bypass = false;
     bson_iter_t it;
     shl_write_result_t res;
     uint8_t *parsed = NULL;
@@ -745,6 +766,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
     if (bson_has_field(cmd, "let")) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "%s.let is not supported yet", kind->cmd);
     }
@@ -775,7 +797,8 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, filter, &res, &err) != 0) {
+        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, bypass, filter, &res,
+                      &err) != 0) {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;
@@ -803,10 +826,10 @@ parse_update(const bson_t *doc, void *stmt, shl_status_t *st)
 }
 
 static int
-run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
            shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
-    return run_update_stmt(op, ns, stmt, index, filter, res, st);
+    return run_update_stmt(op, ns, stmt, index, bypass, filter, res, st);
 }
 
 static const stmt_kind_t update_kind = {
@@ -910,10 +933,11 @@ parse_delete(const bson_t *doc, void *stmt, shl_status_t *st)
 }
 
 static int
-run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
            shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
     (void)index;
+    (void)bypass; /* deletes are never validated */
     return run_delete_stmt(op, ns, stmt, filter, res, st);
 }
 

@@ -219,6 +219,50 @@ int db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **o
 int db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h,
                          shl_status_t *st);
 
+/* ---------------------------------------------------------------- validation (validation.c) */
+
+typedef struct shl_matcher shl_matcher_t;
+
+/* A collection's document validator as one write command applies it. */
+typedef struct db_validator {
+    shl_matcher_t *m; /* NULL: nothing to check (none, level off, or bypassed) */
+    bool moderate;    /* validationLevel moderate: updates of invalid documents pass */
+    bool warn;        /* validationAction warn: log instead of failing */
+    const char *ns;   /* borrowed from the collection snapshot */
+} db_validator_t;
+
+/*
+ * db_validation_options_check --
+ *     Check a create/collMod command's validator (an object, parsed by the matcher;
+ *     {} means none; refused in admin/local/config and on system.* collections),
+ *     validationLevel (off|strict|moderate) and validationAction (error|warn), with
+ *     MongoDB's errors: TypeMismatch (14), BadValue (2) "Enumeration value 'x' for field
+ *     'create.validationLevel' is not a valid value.", InvalidOptions (72), matcher errors.
+ */
+int db_validation_options_check(const char *cmd_name, const bson_t *cmd, const shl_ns_t *ns,
+                                shl_status_t *st);
+
+/*
+ * db_validator_init / db_validator_cleanup --
+ *     The validator of 'coll' (the snapshot the write holds; may be NULL) for one write;
+ *     'bypass' (bypassDocumentValidation) disables it. Errors: matcher errors for a
+ *     stored validator that no longer parses.
+ */
+int db_validator_init(db_validator_t *v, const shl_collection_t *coll, bool bypass,
+                      shl_status_t *st);
+void db_validator_cleanup(db_validator_t *v);
+
+/*
+ * db_validator_check --
+ *     Check 'new_doc' (with its _id) about to be written; 'old_doc' is the document it
+ *     replaces (NULL for an insert or upsert). Passes when it matches, when moderate and
+ *     'old_doc' did not match either, or with action warn (logged, id 20294). Errors:
+ *     DocumentValidationFailure (121) "Document failed validation" with extra
+ *     {errInfo: {failingDocumentId}}; $expr evaluation errors.
+ */
+int db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t *new_doc,
+                       shl_status_t *st);
+
 /* Command tables of each file, registered by node.c. */
 void db_register_find_commands(shl_command_registry_t *reg);
 void db_register_fam_commands(shl_command_registry_t *reg);
@@ -254,10 +298,12 @@ void db_agg_env_init(db_agg_env_t *e, shl_op_ctx_t *op, const char *db, uint64_t
  *     (shl_pipeline_output(p) != NULL). $out: a temporary collection in the target database
  *     with the target's options and indexes, renamed over the target (dropTarget). $merge:
  *     one update/insert per document by the 'on' fields, which need a unique index (51183).
- *     Must be called without collection handles held. Errors: the writes' (DuplicateKey,
- *     ...), 51132 missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
+ *     The writes are validated against the target's validator unless 'bypass' (the
+ *     aggregate's bypassDocumentValidation). Must be called without collection handles
+ *     held. Errors: the writes' (DuplicateKey, DocumentValidationFailure, ...), 51132
+ *     missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
  */
 int db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db,
-                        const bson_t *docs, shl_status_t *st);
+                        const bson_t *docs, bool bypass, shl_status_t *st);
 
 #endif

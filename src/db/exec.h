@@ -159,6 +159,8 @@ typedef struct exec_query {
     shl_projection_t *proj; /* owned, NULL without projection */
     bool has_hint;
     bson_value_t hint;     /* borrowed: index name or key pattern */
+    bool hint_hidden_ok;   /* internal (TTL): the hint may name a hidden index (users'
+                              hints of hidden indexes fail with BadValue, as MongoDB's) */
     int64_t skip;          /* 0: none */
     int64_t limit;         /* 0: none */
     bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */

@@ -874,8 +874,17 @@ bounds_doc(const shl_index_t *idx, const char *iv, bson_t *out)
     }
 }
 
-/* Whether the planner may use 'idx' for any query: not partial, sparse or hidden (their
- * entries may miss matching documents). */
+/* A hidden index (collMod / createIndexes hidden: true) is maintained but invisible to
+ * queries. */
+static bool
+index_hidden(const shl_index_t *idx)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it);
+}
+
+/* Whether the planner may use 'idx' for any query: not partial, sparse (their entries may
+ * miss matching documents) or hidden. */
 static bool
 plannable(const shl_index_t *idx)
 {
@@ -886,10 +895,7 @@ plannable(const shl_index_t *idx)
     if (bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it)) {
         return false;
     }
-    if (bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it)) {
-        return false;
-    }
-    return true;
+    return !index_hidden(idx);
 }
 
 /* The planner: the index whose first field has the most selective predicate (equality,
@@ -945,8 +951,8 @@ by_sort:
 /* ---------------------------------------------------------------- access path */
 
 static int
-hint_index(const shl_collection_t *coll, const bson_value_t *hint, const shl_index_t **idx,
-           int *natural, shl_status_t *st)
+hint_index(const shl_collection_t *coll, const bson_value_t *hint, bool hidden_ok,
+           const shl_index_t **idx, int *natural, shl_status_t *st)
 {
     int ret = 0;
 
@@ -973,6 +979,9 @@ hint_index(const shl_collection_t *coll, const bson_value_t *hint, const shl_ind
         if (coll != NULL) {
             *idx = shl_collection_find_index_by_key(coll, &pattern);
         }
+    }
+    if (*idx != NULL && !hidden_ok && index_hidden(*idx)) {
+        *idx = NULL; /* invisible to queries, hints included */
     }
     if (*idx == NULL && coll != NULL) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -1620,7 +1629,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     *sorted = false;
     *covered = false;
     if (q->has_hint) {
-        SHL_ERR(hint_index(coll, &q->hint, &idx, &natural, st));
+        SHL_ERR(hint_index(coll, &q->hint, q->hint_hidden_ok, &idx, &natural, st));
     }
     if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point)) {
         exec_stage_t *cs = count_scan(coll, q, idx);

@@ -67,6 +67,7 @@ ttl_delete(db_node_t *node, const char *ns, char *index, const char *field, int6
     bson_append_document_end(&filter, &cond);
     SHL_ERR(exec_query_init(&q, &filter, NULL, NULL, &st));
     q.has_hint = true;
+    q.hint_hidden_ok = true; /* a hidden TTL index still expires documents */
     q.hint.value_type = BSON_TYPE_UTF8;
     q.hint.value.v_utf8.str = index;
     q.hint.value.v_utf8.len = (uint32_t)strlen(index);

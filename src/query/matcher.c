@@ -42,6 +42,7 @@ typedef enum nkind {
     N_BITS_ANY_SET,
     N_BITS_ANY_CLEAR,
     N_EXPR,
+    N_JSON_SCHEMA,
 } nkind_t;
 
 typedef struct mnode mnode_t;
@@ -71,6 +72,8 @@ struct mnode {
     size_t npos;
     /* N_EXPR */
     shl_expr_t *expr;
+    /* N_JSON_SCHEMA */
+    shl_jschema_t *schema;
 };
 
 struct shl_matcher {
@@ -109,6 +112,7 @@ node_destroy(mnode_t *n)
     bson_free(n->flags);
     bson_free(n->positions);
     shl_expr_destroy(n->expr);
+    shl_jschema_destroy(n->schema);
     bson_free(n);
 }
 
@@ -1114,10 +1118,17 @@ parse_pathless(const char *key, const bson_value_t *v, const pctx_t *pc, level_t
         SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "text index required for $text query");
     }
     if (strcmp(key, "$jsonSchema") == 0) {
+        bson_t schema;
         if (v->value_type != BSON_TYPE_DOCUMENT) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$jsonSchema must be an object");
         }
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$jsonSchema is not supported by this server");
+        bson_init_static(&schema, v->value.v_doc.data, v->value.v_doc.data_len);
+        *out = node_new(N_JSON_SCHEMA, NULL);
+        if ((ret = shl_jschema_parse(&schema, &(*out)->schema, st)) != 0) {
+            node_destroy(*out);
+            *out = NULL;
+        }
+        return ret;
     }
     if (strcmp(key, "$sampleRate") == 0) {
         if (level == LEVEL_SUBDOC) {
@@ -1554,6 +1565,7 @@ match_single(const mnode_t *n, const bson_value_t *v, mctx_t *mc, bool *has_key,
         }
         return false;
     case N_EXPR:
+    case N_JSON_SCHEMA:
         return false;
     }
     return false;
@@ -1751,6 +1763,8 @@ match_doc(const mnode_t *n, const bson_t *doc, mctx_t *mc, bool *has_key, size_t
         mc->err = shl_expr_evaluate_bool(n->expr, &ec, &b, mc->st);
         return mc->err == 0 && b;
     }
+    case N_JSON_SCHEMA:
+        return shl_jschema_match_doc(n->schema, doc);
     default:
         return match_leaf(n, doc, mc, has_key, key);
     }

@@ -38,6 +38,18 @@
 #define QC_EXPR_BAD_ARGC 16020
 #define QC_EXPR_UNKNOWN 168
 
+/*
+ * $jsonSchema (json_schema.c): shl_jschema_parse compiles 'schema' (borrowed: the tree keeps
+ * views into it, so it must outlive the tree -- the matcher's own filter copy). Errors:
+ * FailedToParse (9) "Unknown $jsonSchema keyword: x" / "... is not currently supported",
+ * TypeMismatch (14), BadValue (2) for unknown type names. shl_jschema_match_doc is
+ * thread-safe.
+ */
+typedef struct jschema shl_jschema_t;
+int shl_jschema_parse(const bson_t *schema, shl_jschema_t **out, shl_status_t *st);
+bool shl_jschema_match_doc(const shl_jschema_t *s, const bson_t *doc);
+void shl_jschema_destroy(shl_jschema_t *s);
+
 #define QUERY_MAX_PATH_DEPTH 200
 #define QUERY_MAX_USER_DOC_SIZE (16 * 1024 * 1024)
 

@@ -327,9 +327,11 @@ done:
 
 /* ---- indexes and collMod ---- */
 
+/* Run 'cmd' on the shards owning the collection and its primary; 'fields' (NULL-terminated,
+ * may be NULL) are copied into the reply from the first shard that answered with them. */
 static int
 run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply,
-              const char *first_field, shl_status_t *st)
+              const char *const *fields, shl_status_t *st)
 {
     char ns[SHL_NS_MAX + 1];
     shl_router_shard_result_t *res = NULL;
@@ -343,10 +345,10 @@ run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply
     }
     SHL_ERR(ret);
     SHL_ERR(append_raw(shl_router_get(op), res, n, reply, st));
-    if (first_field != NULL) {
+    for (size_t f = 0; fields != NULL && fields[f] != NULL; f++) {
         for (size_t i = 0; i < n; i++) {
             bson_iter_t it;
-            if (res[i].res.code == 0 && bson_iter_init_find(&it, &res[i].res.reply, first_field)) {
+            if (res[i].res.code == 0 && bson_iter_init_find(&it, &res[i].res.reply, fields[f])) {
                 bson_append_iter(reply, NULL, 0, &it);
                 break;
             }
@@ -366,13 +368,17 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
 static int
 cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_on_owners(op, cmd, false, reply, "nIndexesWas", st);
+    static const char *const fields[] = {"nIndexesWas", NULL};
+    return run_on_owners(op, cmd, false, reply, fields, st);
 }
 
 static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_on_owners(op, cmd, false, reply, NULL, st);
+    /* What a data node reports about an index change, as one node would. */
+    static const char *const fields[] = {"expireAfterSeconds_old", "expireAfterSeconds_new",
+                                         "hidden_old", "hidden_new", NULL};
+    return run_on_owners(op, cmd, false, reply, fields, st);
 }
 
 /* ---- listing ---- */

@@ -98,9 +98,42 @@ done:
     return ret;
 }
 
-/* The collection created here with its cluster-wide UUID and the donor's indexes
+/* The donor's options of 'ns' (listCollections), so the recipient enforces the same
+ * validator; appended to 'create' as "options" when the donor has the collection. */
+static int
+append_donor_options(shard_recipient_t *r, const shl_ns_t *ns, bson_t *create, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, filter, cur, *infos = NULL;
+    bson_iter_t it;
+    size_t n = 0;
+
+    BSON_APPEND_INT32(&cmd, "listCollections", 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    BSON_APPEND_UTF8(&filter, "name", ns->coll);
+    bson_append_document_end(&cmd, &filter);
+    bson_destroy(&reply);
+    SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&cur, data, len);
+        n = mig_docs_of(&cur, "firstBatch", &infos);
+    }
+    if (n == 1 && bson_iter_init_find(&it, &infos[0], "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_append_iter(create, "options", -1, &it);
+    }
+done:
+    bson_free(infos);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* The collection created here with its cluster-wide UUID, the donor's indexes and options
  * (_shardsvrCreateCollectionParticipant, run locally), so the range deleter and the
- * filtering metadata agree on it. */
+ * filtering metadata agree on it and the recipient validates documents as the donor does. */
 static int
 create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_status_t *st)
 {
@@ -133,7 +166,10 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
         bson_append_document_end(&arr, &spec);
     }
     bson_append_array_end(&create, &arr);
-    ret = local_write(r, ns->db, &create, st);
+    ret = append_donor_options(r, ns, &create, st);
+    if (ret == 0) {
+        ret = local_write(r, ns->db, &create, st);
+    }
     bson_destroy(&create);
 done:
     bson_free(specs);
@@ -159,6 +195,8 @@ insert_docs(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *docs, size_t
     }
     bson_append_array_end(&cmd, &arr);
     BSON_APPEND_BOOL(&cmd, "ordered", false);
+    /* The donor's documents as they are: they were validated (or not) when written. */
+    BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
     ret = local_write(r, ns->db, &cmd, st);
     bson_destroy(&cmd);
     return ret;
@@ -196,6 +234,7 @@ apply_mods(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *reply, size_t
         }
         bson_append_array_end(&cmd, &arr);
         BSON_APPEND_BOOL(&cmd, "ordered", false);
+        BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
         SHL_ERR(local_write(r, ns->db, &cmd, st));
     }
     if (nd > 0) {

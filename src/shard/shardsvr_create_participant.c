@@ -30,6 +30,117 @@ local_cmd(shl_op_ctx_t *op, const char *db, const bson_t *cmd, shl_status_t *st)
     return ret;
 }
 
+/*
+ * A copy that already exists (it held chunks before) may have missed a collMod sent only to
+ * the shards owning chunks at the time: bring its validator settings to the given options'.
+ */
+static int
+sync_validation_options(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_collection_t *existing,
+                        const bson_t *options, shl_status_t *st)
+{
+    static const char *const fields[] = {"validator", "validationLevel", "validationAction", NULL};
+    bson_t cmd = BSON_INITIALIZER;
+    bool differs = false;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&cmd, "collMod", ns->coll);
+    for (int i = 0; fields[i] != NULL; i++) {
+        bson_iter_t want, have;
+        bool hw = bson_iter_init_find(&want, options, fields[i]);
+        bool hh =
+            existing->options != NULL && bson_iter_init_find(&have, existing->options, fields[i]);
+        bool same = hw == hh;
+        if (same && hw) {
+            bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
+            bson_append_iter(&a, "v", 1, &want);
+            bson_append_iter(&b, "v", 1, &have);
+            same = bson_equal(&a, &b);
+            bson_destroy(&a);
+            bson_destroy(&b);
+        }
+        if (same) {
+            continue;
+        }
+        differs = true;
+        if (hw) {
+            bson_append_iter(&cmd, fields[i], -1, &want);
+        } else if (strcmp(fields[i], "validator") == 0) {
+            bson_t empty = BSON_INITIALIZER;
+            BSON_APPEND_DOCUMENT(&cmd, "validator", &empty);
+        } else {
+            BSON_APPEND_UTF8(&cmd, fields[i],
+                             strcmp(fields[i], "validationLevel") == 0 ? "strict" : "error");
+        }
+    }
+    if (differs) {
+        ret = local_cmd(op, ns->db, &cmd, st);
+    }
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* Whether 'key' is in 'a' and 'b' alike (absent from both, or equal values). */
+static bool
+same_field(const bson_t *a, const bson_t *b, const char *key)
+{
+    bson_iter_t x, y;
+    bool hx = bson_iter_init_find(&x, a, key), hy = bson_iter_init_find(&y, b, key);
+    bool same = hx == hy;
+    if (same && hx) {
+        bson_t va = BSON_INITIALIZER, vb = BSON_INITIALIZER;
+        bson_append_iter(&va, "v", 1, &x);
+        bson_append_iter(&vb, "v", 1, &y);
+        same = bson_equal(&va, &vb);
+        bson_destroy(&va);
+        bson_destroy(&vb);
+    }
+    return same;
+}
+
+/*
+ * The same for an index the existing copy already has under the donor's name: its
+ * expireAfterSeconds and hidden may have been changed by a collMod this shard missed (they are
+ * what collMod changes); without this, createIndexes would find a conflicting spec.
+ */
+static int
+sync_index_options(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_collection_t *existing,
+                   const bson_t *spec, shl_status_t *st)
+{
+    bson_iter_t it;
+    const shl_index_t *idx;
+    bson_t cmd = BSON_INITIALIZER, ix;
+    bool differs = false;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, spec, "name") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        goto done;
+    }
+    idx = shl_collection_find_index(existing, bson_iter_utf8(&it, NULL));
+    if (idx == NULL) {
+        goto done;
+    }
+    BSON_APPEND_UTF8(&cmd, "collMod", ns->coll);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "index", &ix);
+    BSON_APPEND_UTF8(&ix, "name", idx->name);
+    if (!same_field(idx->spec, spec, "expireAfterSeconds") &&
+        bson_iter_init_find(&it, spec, "expireAfterSeconds")) {
+        bson_append_iter(&ix, "expireAfterSeconds", -1, &it);
+        differs = true;
+    }
+    if (!same_field(idx->spec, spec, "hidden")) {
+        BSON_APPEND_BOOL(&ix, "hidden",
+                         bson_iter_init_find(&it, spec, "hidden") && bson_iter_as_bool(&it));
+        differs = true;
+    }
+    bson_append_document_end(&cmd, &ix);
+    if (differs) {
+        ret = local_cmd(op, ns->db, &cmd, st);
+    }
+done:
+    bson_destroy(&cmd);
+    return ret;
+}
+
 static int
 cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -68,6 +179,9 @@ cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     if (existing != NULL) {
         if (memcmp(existing->uuid, uuid, 16) == 0) {
             create = false;
+            if (has_options) {
+                SHL_ERR(sync_validation_options(op, &ns, existing, &options, st));
+            }
         } else if (shl_collection_num_records(existing) == 0) {
             bson_t *drop = BCON_NEW("drop", BCON_UTF8(ns.coll));
             ret = local_cmd(op, ns.db, drop, st);
@@ -113,6 +227,13 @@ cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
             if (bson_iter_init_find(&name, &one, "name") && BSON_ITER_HOLDS_UTF8(&name) &&
                 strcmp(bson_iter_utf8(&name, NULL), "_id_") == 0) {
                 continue;
+            }
+            if (!create) {
+                ret = sync_index_options(op, &ns, existing, &one, st);
+                if (ret != 0) {
+                    bson_destroy(&create_ix);
+                    goto done;
+                }
             }
             bson_uint32_to_string(n++, &k, key, sizeof(key));
             BSON_APPEND_DOCUMENT(&arr, k, &one);

@@ -1336,6 +1336,9 @@ normalize_spec(const bson_t *spec, bson_t *out, shl_status_t *st)
             strcmp(k, "ns") == 0 || strcmp(k, "createIndexes") == 0) {
             continue;
         }
+        if (strcmp(k, "hidden") == 0 && !bson_iter_as_bool(&it)) {
+            continue; /* a visible index has no 'hidden' field, as in MongoDB */
+        }
         bson_append_iter(out, k, -1, &it);
     }
 done:
@@ -1645,6 +1648,234 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- collMod */
+
+/* A new copy of 'doc' with field 'key' replaced by (or, at the end, set to) 'v'; v NULL
+ * removes it. */
+static bson_t *
+doc_with_field(const bson_t *doc, const char *key, const bson_value_t *v)
+{
+    bson_t *out = bson_new();
+    bson_iter_t it;
+    bool done = false;
+
+    if (bson_iter_init(&it, doc)) {
+        while (bson_iter_next(&it)) {
+            if (strcmp(bson_iter_key(&it), key) != 0) {
+                bson_append_iter(out, bson_iter_key(&it), -1, &it);
+            } else if (v != NULL && !done) {
+                bson_append_value(out, key, -1, v);
+                done = true;
+            }
+        }
+    }
+    if (v != NULL && !done) {
+        bson_append_value(out, key, -1, v);
+    }
+    return out;
+}
+
+/* Replace *doc by a copy with field 'key' set to 'v' (removed when NULL). */
+static void
+doc_set_field(bson_t **doc, const char *key, const bson_value_t *v)
+{
+    bson_t *next = doc_with_field(*doc, key, v);
+    bson_destroy(*doc);
+    *doc = next;
+}
+
+/* The index a collMod's 'index' document names (by name or key pattern), or an error. */
+static int
+coll_mod_find_index(const shl_collection_t *c, const bson_t *ix, const shl_index_t **out,
+                    shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    *out = NULL;
+    if (bson_iter_init_find(&it, ix, "name") && BSON_ITER_HOLDS_UTF8(&it)) {
+        *out = shl_collection_find_index(c, bson_iter_utf8(&it, NULL));
+        if (*out == NULL) {
+            SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "cannot find index %s for ns %s",
+                     bson_iter_utf8(&it, NULL), c->ns);
+        }
+    } else if (bson_iter_init_find(&it, ix, "keyPattern") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t key;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&key, data, len);
+        *out = shl_collection_find_index_by_key(c, &key);
+        if (*out == NULL) {
+            char *s = bson_as_relaxed_extended_json(&key, NULL);
+            shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND, "cannot find index %s for ns %s", s,
+                           c->ns);
+            bson_free(s);
+            ret = SHL_CODE_INDEX_NOT_FOUND;
+        }
+    } else {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Must specify either index name or key pattern.");
+    }
+done:
+    return ret;
+}
+
+/*
+ * The index part of a collMod: the new spec of the named index in *spec_out, the fields the
+ * reply reports in 'info', and the oplog form of the change ({name, expireAfterSeconds?,
+ * hidden?}; a hidden value that changes nothing is left out, as MongoDB does) in 'entry'.
+ */
+static int
+coll_mod_index(const shl_collection_t *c, const bson_t *ix, const shl_index_t **idx_out,
+               bson_t **spec_out, bson_t *info, bson_t *entry, shl_status_t *st)
+{
+    const shl_index_t *idx = NULL;
+    bson_iter_t it, old;
+    bson_t *cur = NULL;
+    int ret = 0;
+
+    *spec_out = NULL;
+    *idx_out = NULL;
+    SHL_ERR(coll_mod_find_index(c, ix, &idx, st));
+    cur = bson_copy(idx->spec);
+    BSON_APPEND_UTF8(entry, "name", idx->name);
+    if (bson_iter_init_find(&it, ix, "expireAfterSeconds")) {
+        if (idx->is_id) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "the \"expireAfterSeconds\" option is not supported on the _id index");
+        }
+        if (bson_count_keys(idx->key_pattern) != 1) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "TTL indexes are single-field indexes, compound indexes do not support TTL");
+        }
+        if (bson_iter_init_find(&old, cur, "expireAfterSeconds")) {
+            if (!BSON_ITER_HOLDS_NUMBER(&old)) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                         "existing expireAfterSeconds field is not a number");
+            }
+            bson_append_value(info, "expireAfterSeconds_old", -1, bson_iter_value(&old));
+        }
+        bson_append_value(info, "expireAfterSeconds_new", -1, bson_iter_value(&it));
+        bson_append_value(entry, "expireAfterSeconds", -1, bson_iter_value(&it));
+        doc_set_field(&cur, "expireAfterSeconds", bson_iter_value(&it));
+    }
+    if (bson_iter_init_find(&it, ix, "hidden")) {
+        bool want = bson_iter_as_bool(&it);
+        bool was = bson_iter_init_find(&old, cur, "hidden") && bson_iter_as_bool(&old);
+        if (idx->is_id && want) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't hide _id index");
+        }
+        if (want != was) {
+            bson_value_t v;
+            memset(&v, 0, sizeof(v));
+            v.value_type = BSON_TYPE_BOOL;
+            v.value.v_bool = true;
+            BSON_APPEND_BOOL(info, "hidden_old", was);
+            BSON_APPEND_BOOL(info, "hidden_new", want);
+            BSON_APPEND_BOOL(entry, "hidden", want);
+            /* A visible index has no 'hidden' field, as after MongoDB's unhide. */
+            doc_set_field(&cur, "hidden", want ? &v : NULL);
+        }
+    }
+    *spec_out = cur;
+    cur = NULL;
+    *idx_out = idx;
+done:
+    if (cur != NULL) {
+        bson_destroy(cur);
+    }
+    return ret;
+}
+
+static int
+body_coll_mod(shl_storage_txn_t *txn, const char *ns, const bson_t *mod, bool missing_ok,
+              bson_t *info, shl_status_t *st)
+{
+    static const char *const coll_fields[] = {"validator", "validationLevel", "validationAction",
+                                              NULL};
+    shl_collection_t *c = NULL, *n = NULL;
+    const shl_index_t *idx = NULL;
+    shl_index_t *repl = NULL;
+    bson_t o = BSON_INITIALIZER, *opts = NULL, *spec = NULL, ix_entry = BSON_INITIALIZER;
+    bson_iter_t it;
+    uint64_t ts;
+    bool has_index = false;
+    int ret = 0;
+
+    c = shl_collection_current(txn, ns);
+    if (c == NULL || c->is_oplog) {
+        if (missing_ok && c == NULL) {
+            goto done;
+        }
+        SHL_FAIL(st, c == NULL ? SHL_CODE_NAMESPACE_NOT_FOUND : SHL_CODE_ILLEGAL_OPERATION,
+                 c == NULL ? "ns does not exist: %s" : "cannot modify %s", ns);
+    }
+    BSON_APPEND_UTF8(&o, "collMod", c->coll_name);
+    opts = bson_copy(c->options);
+    for (int i = 0; coll_fields[i] != NULL; i++) {
+        if (bson_iter_init_find(&it, mod, coll_fields[i])) {
+            doc_set_field(&opts, coll_fields[i], bson_iter_value(&it));
+            bson_append_value(&o, coll_fields[i], -1, bson_iter_value(&it));
+        }
+    }
+    if (bson_iter_init_find(&it, mod, "index") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t ix;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&ix, data, len);
+        ret = coll_mod_index(c, &ix, &idx, &spec, info, &ix_entry, st);
+        if (ret == SHL_CODE_INDEX_NOT_FOUND && missing_ok) {
+            ret = 0; /* replay: a later entry dropped it */
+            shl_status_clear(st);
+            idx = NULL;
+        }
+        SHL_ERR(ret);
+        has_index = idx != NULL;
+        if (has_index) {
+            BSON_APPEND_DOCUMENT(&o, "index", &ix_entry);
+        }
+    }
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    SHL_ERR(coll_clone(txn->eng, c, NULL, NULL, &n, st));
+    bson_destroy(n->options);
+    n->options = bson_copy(opts);
+    if (has_index) {
+        for (size_t i = 0; i < n->nindexes; i++) {
+            shl_index_t *old = n->indexes[i];
+            if (strcmp(old->name, idx->name) != 0) {
+                continue;
+            }
+            SHL_ERR(index_new(txn->eng, spec, old->ident, &repl, st));
+            repl->multikey = old->multikey;
+            repl->multikey_paths = old->multikey_paths;
+            repl->num_types = old->num_types;
+            repl->durable_multikey_paths = old->durable_multikey_paths;
+            repl->durable_num_types = old->durable_num_types;
+            n->indexes[i] = repl;
+            repl = old; /* freed below */
+            break;
+        }
+    }
+    SHL_ERR(catalog_put(txn, n, st));
+    SHL_ERR(ddl_oplog(txn, c->db, c->uuid, &o, NULL, ts, st));
+    shl_txn_add_change(txn, ns, n);
+    n = NULL;
+done:
+    shl_collection_release(c);
+    shl_collection_release(n);
+    index_free(repl);
+    bson_destroy(&o);
+    if (opts != NULL) {
+        bson_destroy(opts);
+    }
+    if (spec != NULL) {
+        bson_destroy(spec);
+    }
+    bson_destroy(&ix_entry);
+    return ret;
+}
+
 static int
 body_drop_database(shl_storage_txn_t *txn, const char *db, shl_status_t *st)
 {
@@ -1684,6 +1915,7 @@ typedef enum ddl_kind {
     DDL_CREATE_INDEX,
     DDL_DROP_INDEX,
     DDL_DROP_DB,
+    DDL_COLL_MOD,
 } ddl_kind_t;
 
 typedef struct ddl_req {
@@ -1695,6 +1927,7 @@ typedef struct ddl_req {
     const uint8_t *uuid; /* create: forced uuid */
     bool flag;           /* rename: drop_target */
     bool *created;
+    bson_t *info;       /* collMod: what the reply reports */
     uint64_t replay_ts; /* != 0: replaying an oplog entry at this ts */
 } ddl_req_t;
 
@@ -1728,6 +1961,10 @@ ddl_body(shl_storage_txn_t *txn, ddl_req_t *r, shl_status_t *st)
         break;
     case DDL_DROP_DB:
         ret = body_drop_database(txn, r->ns, st);
+        break;
+    case DDL_COLL_MOD:
+        bson_reinit(r->info);
+        ret = body_coll_mod(txn, r->ns, r->doc, replay, r->info, st);
         break;
     }
     return ret;
@@ -1854,6 +2091,15 @@ shl_catalog_drop_database(shl_storage_engine_t *eng, const char *db, uint64_t *t
     return ddl_run(eng, &r, ts, st);
 }
 
+int
+shl_catalog_coll_mod(shl_storage_engine_t *eng, const char *ns, const bson_t *mod, bson_t *info,
+                     uint64_t *ts, shl_status_t *st)
+{
+    ddl_req_t r = {.kind = DDL_COLL_MOD, .ns = ns, .doc = mod, .info = info};
+    bson_init(info);
+    return ddl_run(eng, &r, ts, st);
+}
+
 /* ---------------------------------------------------------------------------------
  * Replay of 'c' entries (recovery)
  * ------------------------------------------------------------------------------ */
@@ -1880,6 +2126,7 @@ shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint6
     uint8_t uuid[16];
     bool has_uuid = false;
     ddl_req_t r = {.replay_ts = ts};
+    bson_t info = BSON_INITIALIZER;
     int ret = 0;
 
     if (ns == NULL || !bson_iter_init_find(&it, entry, "o") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -1938,6 +2185,11 @@ shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint6
     } else if (strcmp(cmd, "dropDatabase") == 0) {
         r.kind = DDL_DROP_DB;
         r.ns = db;
+    } else if (strcmp(cmd, "collMod") == 0 && full != NULL) {
+        r.kind = DDL_COLL_MOD;
+        r.ns = full;
+        r.doc = &rest;
+        r.info = &info;
     } else {
         SHL_LOG_WARNING(RECOVERY, 5100201, "skipping unknown command oplog entry", "cmd",
                         BCON_UTF8(cmd));
@@ -1947,5 +2199,6 @@ shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint6
 done:
     bson_free(full);
     bson_destroy(&rest);
+    bson_destroy(&info);
     return ret;
 }

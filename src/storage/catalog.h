@@ -234,4 +234,23 @@ int shl_catalog_drop_index(shl_storage_engine_t *eng, const char *ns, const char
 int shl_catalog_drop_database(shl_storage_engine_t *eng, const char *db, uint64_t *ts,
                               shl_status_t *st);
 
+/*
+ * shl_catalog_coll_mod --
+ *     collMod on collection 'ns' ('mod' is checked by the caller): validator,
+ *     validationLevel and validationAction replace (or add) those fields of the
+ *     collection's options; index {name | keyPattern, expireAfterSeconds?, hidden?}
+ *     changes that index's spec (expireAfterSeconds set -- it may make a single-field index
+ *     a TTL index; hidden: true sets the field, false removes it). Nothing is rebuilt: the
+ *     index keeps its table and keys. 'c' entry {collMod: coll, <the fields>, index: {name,
+ *     <what changed>}} (a hidden value that changes nothing is left out of it and of the
+ *     reply). *info (always initialised, caller destroys) receives the reply's
+ *     expireAfterSeconds_old (when there was one) / expireAfterSeconds_new and hidden_old /
+ *     hidden_new (only when it changed). Errors: NamespaceNotFound (26); IndexNotFound (27)
+ *     "cannot find index <name|keyPattern> for ns <ns>"; InvalidOptions (72) neither name
+ *     nor keyPattern, expireAfterSeconds on _id or on a compound index; BadValue (2) "can't
+ *     hide _id index"; IllegalOperation for local.oplog.rs.
+ */
+int shl_catalog_coll_mod(shl_storage_engine_t *eng, const char *ns, const bson_t *mod, bson_t *info,
+                         uint64_t *ts, shl_status_t *st);
+
 #endif

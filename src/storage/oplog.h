@@ -61,7 +61,7 @@ void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *
  *     transaction (retried on WriteConflict), without appending to the oplog (startup
  *     recovery; later secondaries): 'i' upserts by _id, 'u' replaces by o2._id
  *     (upsert), 'd' deletes by _id if present, 'n' nothing, 'c' one of create / drop /
- *     createIndexes / dropIndexes / renameCollection / dropDatabase, each a no-op when
+ *     createIndexes / dropIndexes / renameCollection / collMod / dropDatabase, each a no-op when
  *     already in effect. Entries for unknown collections are skipped with a warning.
  *     Takes the collection locks the equivalent command would. The entry's ts must be
  *     above the stable timestamp. Errors: BadValue for a malformed entry;

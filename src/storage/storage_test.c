@@ -1541,6 +1541,96 @@ SHL_TEST(recovery_replay_sets_multikey)
 }
 
 static void
+coll_mod_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    bson_t info;
+    bool created;
+    /* The collection and its indexes are in the stable checkpoint; the collMods are not. */
+    shl_catalog_create_collection(eng, "cm.c", T("{'validator': {'a': 1}}"), NULL, NULL, &st);
+    shl_catalog_create_index(eng, "cm.c",
+                             T("{'key': {'t': 1}, 'name': 't_1', "
+                               "'expireAfterSeconds': 100}"),
+                             &created, NULL, &st);
+    shl_catalog_create_index(eng, "cm.c", T("{'key': {'h': 1}, 'name': 'h_1'}"), &created, NULL,
+                             &st);
+    shl_storage_checkpoint(eng, &st);
+    shl_catalog_coll_mod(eng, "cm.c",
+                         T("{'validator': {'b': 2}, 'validationLevel': 'moderate', "
+                           "'index': {'keyPattern': {'t': 1}, 'expireAfterSeconds': 7}}"),
+                         &info, NULL, &st);
+    bson_destroy(&info);
+    shl_catalog_coll_mod(eng, "cm.c", T("{'index': {'name': 'h_1', 'hidden': true}}"), &info, NULL,
+                         &st);
+    bson_destroy(&info);
+    shl_storage_wait_durable(eng, shl_storage_clock_now(eng), &st);
+}
+
+SHL_TEST(catalog_coll_mod_and_its_replay)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+    shl_collection_t *c;
+    shl_status_t st;
+    bson_t info;
+
+    crash_after(dir, coll_mod_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    c = shl_catalog_get(eng, "cm.c");
+    ASSERT(c != NULL);
+    ASSERT_BSON_EQ(c->options, "{'validator': {'b': 2}, 'validationLevel': 'moderate'}");
+    ASSERT_BSON_EQ(shl_collection_find_index(c, "t_1")->spec,
+                   "{'v': 2, 'key': {'t': 1}, 'name': 't_1', 'expireAfterSeconds': 7}");
+    ASSERT_BSON_EQ(shl_collection_find_index(c, "h_1")->spec,
+                   "{'v': 2, 'key': {'h': 1}, 'name': 'h_1', 'hidden': true}");
+    shl_collection_release(c);
+
+    /* The reply's fields; a hidden value that changes nothing reports nothing. */
+    ASSERT_INT_EQ(shl_catalog_coll_mod(eng, "cm.c",
+                                       T("{'index': {'name': 't_1', 'expireAfterSeconds': 9, "
+                                         "'hidden': false}}"),
+                                       &info, NULL, &st),
+                  0);
+    ASSERT_BSON_EQ(&info, "{'expireAfterSeconds_old': 7, 'expireAfterSeconds_new': 9}");
+    bson_destroy(&info);
+    ASSERT_INT_EQ(shl_catalog_coll_mod(eng, "cm.c",
+                                       T("{'index': {'name': 'h_1', 'hidden': false}}"), &info,
+                                       NULL, &st),
+                  0);
+    ASSERT_BSON_EQ(&info, "{'hidden_old': true, 'hidden_new': false}");
+    bson_destroy(&info);
+    c = shl_catalog_get(eng, "cm.c");
+    ASSERT_BSON_EQ(shl_collection_find_index(c, "h_1")->spec,
+                   "{'v': 2, 'key': {'h': 1}, 'name': 'h_1'}");
+    shl_collection_release(c);
+
+    /* Errors leave everything as it was. */
+    ASSERT_INT_EQ(shl_catalog_coll_mod(eng, "cm.nope", T("{'validator': {}}"), &info, NULL, &st),
+                  SHL_CODE_NAMESPACE_NOT_FOUND);
+    bson_destroy(&info);
+    ASSERT_INT_EQ(shl_catalog_coll_mod(eng, "cm.c",
+                                       T("{'validator': {}, 'index': {'name': 'zz', "
+                                         "'hidden': true}}"),
+                                       &info, NULL, &st),
+                  SHL_CODE_INDEX_NOT_FOUND);
+    ASSERT_STR_EQ(st.reason, "cannot find index zz for ns cm.c");
+    bson_destroy(&info);
+    ASSERT_INT_EQ(shl_catalog_coll_mod(eng, "cm.c",
+                                       T("{'index': {'name': '_id_', 'hidden': true}}"), &info,
+                                       NULL, &st),
+                  SHL_CODE_BAD_VALUE);
+    bson_destroy(&info);
+    c = shl_catalog_get(eng, "cm.c");
+    ASSERT_BSON_EQ(c->options, "{'validator': {'b': 2}, 'validationLevel': 'moderate'}");
+    shl_collection_release(c);
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
+static void
 orphan_then_crash(shl_storage_engine_t *eng)
 {
     shl_status_t st;
