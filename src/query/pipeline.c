@@ -784,7 +784,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
         if ((int64_t)a->nitems >= d->n) {
             break;
         }
-        /* fallthrough */
+        __attribute__((fallthrough));
     case ACC_LAST_N:
         if (missing) {
             item.val.value_type = BSON_TYPE_NULL;
