@@ -206,8 +206,8 @@ append_scaled_shard(const bson_t *stats, int64_t scale, bson_t *out)
                 bson_append_int64(&sizes, bson_iter_key(&idx), -1, bson_iter_as_int64(&idx) / scale);
             }
             bson_append_document_end(out, &sizes);
-        } else if (strcmp(k, "ok") != 0 && strcmp(k, "$clusterTime") != 0 &&
-                   strcmp(k, "operationTime") != 0) {
+        } else if (strcmp(k, "ok") != 0 && strcmp(k, "operationTime") != 0 && k[0] != '$') {
+            /* Not ok (appended last) nor the gossip ($clusterTime, $configTime, ...). */
             bson_append_iter(out, NULL, 0, &it);
         }
     }

@@ -184,6 +184,17 @@ def test_coll_stats_unsharded_goes_to_the_primary(stats):
     assert list(res["shards"]) == ["shard0"]
 
 
+def test_coll_stats_of_a_config_collection(stats):
+    """config.* lives on the config server: unsharded, its primary is "config"."""
+    res = stats.router_client().config.command("collStats", "shards")
+    assert res["sharded"] is False and res["primary"] == "config"
+    assert res["count"] == 2
+    assert list(res["shards"]) == ["config"]
+    # Each shard's entry is its statistics, without the gossip of its reply.
+    assert not [k for k in res["shards"]["config"] if k.startswith("$")]
+    assert "operationTime" not in res["shards"]["config"]
+
+
 def test_coll_stats_missing_collection(stats):
     r = stats.router_client()
     with pytest.raises(OperationFailure) as e:
