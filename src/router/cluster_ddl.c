@@ -12,6 +12,7 @@
 #include "query/matcher.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_private.h"
 #include "sharding/chunk_version.h"
 
 /* Which shards a collection command goes to. */
@@ -164,14 +165,10 @@ shard_conn_string(shl_router_t *r, const char *shard, char *out, size_t n)
     }
 }
 
-/*
- * mongos's reply to a command run on several shards: raw: {<shard conn string>: reply};
- * a failure on any shard fails the command with every shard's error in errmsg and the code
- * they share (or the first one's). Returns 0 or that code.
- */
-static int
-append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n, bson_t *reply,
-           shl_status_t *st)
+/* See router_private.h (shared with cluster_stats.c). */
+int
+router_append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n, bson_t *reply,
+                  shl_status_t *st)
 {
     bson_t raw;
     char cs[SHL_CLIENT_HOST_MAX + SHL_SHARD_ID_MAX + 2];
@@ -344,7 +341,7 @@ run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
     }
     SHL_ERR(ret);
-    SHL_ERR(append_raw(shl_router_get(op), res, n, reply, st));
+    SHL_ERR(router_append_raw(shl_router_get(op), res, n, reply, st));
     for (size_t f = 0; fields != NULL && fields[f] != NULL; f++) {
         for (size_t i = 0; i < n; i++) {
             bson_iter_t it;

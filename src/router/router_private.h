@@ -76,4 +76,13 @@ int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
 /* router_append_shard_host -- the host of shard 'name' ("" if unknown). */
 void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
 
+/*
+ * router_append_raw --
+ *     mongos's reply to a command run on several shards: raw: {<shard conn string>: reply}
+ *     appended to 'reply'; a failure on any shard fails the command with every shard's error
+ *     in errmsg and the code they share (or the first one's). Returns 0 or that code.
+ */
+int router_append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n, bson_t *reply,
+                      shl_status_t *st);
+
 #endif
