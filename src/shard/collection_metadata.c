@@ -474,6 +474,7 @@ typedef struct write_guard {
     shard_state_t *s;
     shard_csr_t *c;
     shard_coll_meta_t *m;
+    bool db_versioned; /* counted in c->inflight_db_writes too */
 } write_guard_t;
 
 static bool
@@ -485,10 +486,13 @@ guard_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
 }
 
 static void
-write_done(shard_state_t *s, shard_csr_t *c)
+write_done(shard_state_t *s, shard_csr_t *c, bool db_versioned)
 {
     pthread_mutex_lock(&s->mu);
     c->inflight_writes--;
+    if (db_versioned) {
+        c->inflight_db_writes--;
+    }
     pthread_cond_broadcast(&s->crit_cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -498,7 +502,7 @@ guard_destroy(shl_db_orphan_filter_t *f)
 {
     write_guard_t *g = (write_guard_t *)f;
 
-    write_done(g->s, g->c);
+    write_done(g->s, g->c, g->db_versioned);
     shard_meta_release(g->m);
     bson_free(g);
 }
@@ -568,6 +572,9 @@ crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_acces
     }
     if (ret == 0 && access == SHL_DB_SHARD_WRITE) {
         c->inflight_writes++;
+        if (op->has_database_version) {
+            c->inflight_db_writes++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return ret;
@@ -606,7 +613,8 @@ shard_crit_exit(shard_state_t *s, const char *ns)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The versioned writes in flight on the namespaces of 'db' (s->mu held). */
+/* The writes carrying a databaseVersion in flight on the namespaces of 'db' (s->mu held):
+ * writes to its sharded collections do not wait for a movePrimary. */
 static int
 db_inflight_locked(shard_state_t *s, const char *db)
 {
@@ -614,7 +622,7 @@ db_inflight_locked(shard_state_t *s, const char *db)
 
     for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
         if (name_in_db(c->ns, db)) {
-            n += c->inflight_writes;
+            n += c->inflight_db_writes;
         }
     }
     return n;
@@ -744,6 +752,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         g->filter.destroy = guard_destroy;
         g->s = s;
         g->c = c;
+        g->db_versioned = op->has_database_version;
         g->m = meta_ref(m);
         c = NULL;
         *filter = &g->filter;
@@ -752,7 +761,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     }
 done:
     if (c != NULL) {
-        write_done(s, c);
+        write_done(s, c, op->has_database_version);
     }
     shard_meta_release(m);
     return ret;

@@ -580,8 +580,8 @@ shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
             c.decision = committed ? 1 : -1;
         }
         if (ret == 0) {
-            SHL_LOG_INFO(SHARDING, 4200301, "Recovering a movePrimary", "db", BCON_UTF8(c.db),
-                         "to", BCON_UTF8(c.to), "decision",
+            SHL_LOG_INFO(SHARDING, 4200301, "Recovering a movePrimary", "db", BCON_UTF8(c.db), "to",
+                         BCON_UTF8(c.to), "decision",
                          BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
             shard_db_refresh(s, c.db, st);
             shl_status_clear(st);
@@ -616,6 +616,47 @@ done:
     bson_free(docs);
     bson_destroy(cmd);
     bson_destroy(&reply);
+    return ret;
+}
+
+/* Clone the unsharded collections of c->db that are not in c yet (recorded first). */
+static int
+clone_latecomers(shard_state_t *s, shl_op_ctx_t *op, mp_coord_t *c, int64_t *ndocs,
+                 shl_status_t *st)
+{
+    int ret = 0;
+    mp_coord_t now, late;
+
+    memset(&now, 0, sizeof(now));
+    memset(&late, 0, sizeof(late));
+    snprintf(late.db, sizeof(late.db), "%s", c->db);
+    snprintf(late.from, sizeof(late.from), "%s", c->from);
+    snprintf(late.to, sizeof(late.to), "%s", c->to);
+    SHL_ERR(list_unsharded(s, c->db, &now, st));
+    for (size_t i = 0; i < now.ncolls; i++) {
+        bool known = false;
+        for (size_t j = 0; j < c->ncolls && !known; j++) {
+            known = strcmp(now.colls[i], c->colls[j]) == 0;
+        }
+        if (!known) {
+            coord_add(&late, now.colls[i], now.options[i]);
+        }
+    }
+    if (late.ncolls == 0) {
+        goto done;
+    }
+    SHL_ERR(check_recipient(s, &late, st));
+    for (size_t i = 0; i < late.ncolls; i++) {
+        coord_add(c, late.colls[i], late.options[i]);
+    }
+    SHL_ERR(coord_write(s, c, 1, st));
+    for (size_t i = c->ncolls - late.ncolls; i < c->ncolls; i++) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(clone_collection(s, c, i, ndocs, st));
+    }
+done:
+    coord_cleanup(&now);
+    coord_cleanup(&late);
     return ret;
 }
 
@@ -691,8 +732,8 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
     SHL_ERR(check_recipient(s, &c, st));
     SHL_ERR(coord_write(s, &c, 0, st));
     persisted = true;
-    SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to",
-                 BCON_UTF8(to), "collections", BCON_INT64((int64_t)c.ncolls));
+    SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to", BCON_UTF8(to),
+                 "collections", BCON_INT64((int64_t)c.ncolls));
     for (size_t i = 0; i < c.ncolls; i++) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(clone_collection(s, &c, i, &ndocs, st));
@@ -700,13 +741,30 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
     /* Reads wait too from here: once the commit is sent the old primary's copies are
      * stale. */
     SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_ALL, st));
+    /* DDL does not count as in flight (only writes do), so a create that passed its
+     * version check just before the critical section may have finished meanwhile: clone
+     * what appeared too. */
+    SHL_ERR(clone_latecomers(s, op, &c, &ndocs, st));
     pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), op);
     SHL_ERR(shl_op_check_interrupt(op, st));
     ret = send_commit(s, &c, &have.version, st);
     if (ret != 0) {
-        /* The outcome may be unknown (a lost reply): the config server says. */
-        shl_status_t first = *st, again = SHL_STATUS_INIT;
-        if (ask_config_decision(s, &c, &committed, &again) != 0 || !committed) {
+        /* The outcome may be unknown (a lost reply): only the config server can say, so
+         * the critical section holds until it answers. Interrupted (shutdown) first, the
+         * document stays for the start-up recovery, which asks again. */
+        shl_status_t first = *st;
+        for (;;) {
+            shl_status_t again = SHL_STATUS_INIT;
+            if (ask_config_decision(s, &c, &committed, &again) == 0) {
+                break;
+            }
+            if (mig_sleep(op, 500, &again) != 0) {
+                persisted = false; /* not aborted: the outcome is unknown */
+                *st = first;
+                SHL_ERR(ret);
+            }
+        }
+        if (!committed) {
             *st = first;
             SHL_ERR(ret);
         }
@@ -781,8 +839,7 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     }
     if (s->move_primary_db != NULL) {
         ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                             "movePrimary of %s is in progress on this shard",
-                             s->move_primary_db);
+                             "movePrimary of %s is in progress on this shard", s->move_primary_db);
     } else {
         s->move_primary_db = bson_strdup(db);
         registered = true;

@@ -57,7 +57,8 @@ typedef struct shard_csr {
     /* A donor's critical section (guarded by the state's mu, waited on with crit_cv):
      * SHARD_CRIT_WRITES blocks versioned writes, SHARD_CRIT_ALL also reads. */
     int crit;
-    int inflight_writes; /* versioned writes that passed the check and have not finished */
+    int inflight_writes;    /* versioned writes that passed the check and have not finished */
+    int inflight_db_writes; /* those of them that carry a databaseVersion (movePrimary) */
     struct shard_csr *next;
 } shard_csr_t;
 

@@ -5,6 +5,7 @@ two routers; pymongo on the routers and, to see where collections really are, on
 shard directly."""
 
 import threading
+import time
 
 import pymongo
 import pytest
@@ -245,6 +246,7 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     db = "mp_writer"
     r.admin.command("enableSharding", db, primaryShard="shard0")
     r[db].w.insert_many([{"_id": -i - 1} for i in range(200)])
+    r.admin.command("shardCollection", db + ".sh", key={"_id": 1})
     donor = mc.shard_client(0)
     acked, errors, stop = [], [], threading.Event()
 
@@ -273,6 +275,12 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
             mc.router_client().admin.command("movePrimary", db, to="shard1")))
         mover.start()
         _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        # In the critical section: the unsharded collection's writes wait (none is
+        # acknowledged), the sharded collection's go on.
+        n0 = len(acked)
+        r[db].sh.insert_one({"_id": "during"})
+        time.sleep(0.5)
+        assert len(acked) == n0
         fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
         mover.join(60)
         assert res and res[0]["ok"] == 1
@@ -284,7 +292,8 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     have = {d["_id"] for d in mc.shard_client(1)[db].w.find({"_id": {"$gte": 0}}, {"_id": 1})}
     assert set(acked) <= have
     assert {d["_id"] for d in r[db].w.find({"_id": {"$gte": 0}})} == have
-    assert _names(donor, db) == []
+    assert _names(donor, db) == ["sh"]
+    assert r[db].sh.find_one({"_id": "during"}) is not None
 
 
 def test_donor_killed_before_commit_aborts(mc):
