@@ -177,6 +177,7 @@ int cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has,
 void cfg_register_shard_commands(shl_command_registry_t *reg);
 void cfg_register_ddl_commands(shl_command_registry_t *reg);
 void cfg_register_chunk_commands(shl_command_registry_t *reg);
+void cfg_register_move_primary_commands(shl_command_registry_t *reg);
 
 /* cfg_create_database -- _configsvrCreateDatabase's body (used by shardCollection too). */
 int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,

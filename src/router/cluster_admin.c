@@ -249,6 +249,30 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     return forward_move(op, cmd, false, reply, st);
 }
 
+/*
+ * movePrimary: db, to -> _configsvrMovePrimary (the config server checks and has the
+ * current primary shard move the data). Whatever the outcome, the router forgets its entry
+ * of the database, so its next request learns the primary anew.
+ */
+static int
+cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'movePrimary' must be of type string");
+    }
+    if (!bson_has_field(cmd, "to")) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'movePrimary.to' is missing but a required field");
+    }
+    ret = forward_renamed(op, cmd, "_configsvrMovePrimary", reply, st);
+    shl_catalog_cache_invalidate_database(shl_router_get(op)->cache, bson_iter_utf8(&it, NULL));
+done:
+    return ret;
+}
+
 static int
 cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -299,6 +323,11 @@ static const shl_command_t k_admin_commands[] = {
      "add suffix fields to a shard key"},
     {"moveChunk", {"movechunk"}, cmd_move_chunk, SHL_CMD_ADMIN_ONLY, "move a chunk to a shard"},
     {"moveRange", {NULL}, cmd_move_range, SHL_CMD_ADMIN_ONLY, "move a range to a shard"},
+    {"movePrimary",
+     {"moveprimary"},
+     cmd_move_primary,
+     SHL_CMD_ADMIN_ONLY,
+     "move a database's unsharded collections to another shard"},
     {"flushRouterConfig",
      {"flushrouterconfig"},
      cmd_flush_router_config,

@@ -402,6 +402,12 @@ shard_meta_destroy_all(shard_state_t *s)
         c = next;
     }
     s->csrs = NULL;
+    while (s->db_crits != NULL) {
+        shard_db_crit_t *d = s->db_crits;
+        s->db_crits = d->next;
+        bson_free(d->db);
+        bson_free(d);
+    }
     if (s->cache != NULL) {
         shl_catalog_cache_destroy(s->cache);
         s->cache = NULL;
@@ -468,6 +474,7 @@ typedef struct write_guard {
     shard_state_t *s;
     shard_csr_t *c;
     shard_coll_meta_t *m;
+    bool db_versioned; /* counted in c->inflight_db_writes too */
 } write_guard_t;
 
 static bool
@@ -479,10 +486,13 @@ guard_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
 }
 
 static void
-write_done(shard_state_t *s, shard_csr_t *c)
+write_done(shard_state_t *s, shard_csr_t *c, bool db_versioned)
 {
     pthread_mutex_lock(&s->mu);
     c->inflight_writes--;
+    if (db_versioned) {
+        c->inflight_db_writes--;
+    }
     pthread_cond_broadcast(&s->crit_cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -492,7 +502,7 @@ guard_destroy(shl_db_orphan_filter_t *f)
 {
     write_guard_t *g = (write_guard_t *)f;
 
-    write_done(g->s, g->c);
+    write_done(g->s, g->c, g->db_versioned);
     shard_meta_release(g->m);
     bson_free(g);
 }
@@ -509,23 +519,62 @@ timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
-/* Wait while a critical section blocks 'access' on c; a write then counts as in flight. */
+/* Whether namespace or database name 'name' belongs to database 'db'. */
+static bool
+name_in_db(const char *name, const char *db)
+{
+    size_t n = strlen(db);
+
+    return strncmp(name, db, n) == 0 && (name[n] == '\0' || name[n] == '.');
+}
+
+/* The level of the database critical section covering 'ns' (s->mu held). */
+static int
+db_crit_level_locked(shard_state_t *s, const char *ns)
+{
+    for (shard_db_crit_t *d = s->db_crits; d != NULL; d = d->next) {
+        if (name_in_db(ns, d->db)) {
+            return d->level;
+        }
+    }
+    return SHARD_CRIT_NONE;
+}
+
+static bool
+crit_blocks(int level, shl_db_shard_access_t access)
+{
+    return level == SHARD_CRIT_ALL || (level == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ);
+}
+
+/*
+ * Wait while a critical section blocks 'access' on c; a write then counts as in flight.
+ * The database's section is checked here too, under the same lock as the in-flight count,
+ * so a movePrimary entering it either sees this write in flight or blocks it; *db_waited
+ * tells the caller to check the database version again.
+ */
 static int
 crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_access_t access,
-          shl_status_t *st)
+          bool *db_waited, shl_status_t *st)
 {
     int ret = 0;
 
+    *db_waited = false;
     pthread_mutex_lock(&s->mu);
-    while (c->crit == SHARD_CRIT_ALL ||
-           (c->crit == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ)) {
+    while (crit_blocks(c->crit, access) ||
+           (op->has_database_version && crit_blocks(db_crit_level_locked(s, c->ns), access))) {
         if ((ret = shl_op_check_interrupt(op, st)) != 0) {
             break;
+        }
+        if (!crit_blocks(c->crit, access)) {
+            *db_waited = true;
         }
         timed_wait(&s->crit_cv, &s->mu, 100);
     }
     if (ret == 0 && access == SHL_DB_SHARD_WRITE) {
         c->inflight_writes++;
+        if (op->has_database_version) {
+            c->inflight_db_writes++;
+        }
     }
     pthread_mutex_unlock(&s->mu);
     return ret;
@@ -564,13 +613,105 @@ shard_crit_exit(shard_state_t *s, const char *ns)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The writes carrying a databaseVersion in flight on the namespaces of 'db' (s->mu held):
+ * writes to its sharded collections do not wait for a movePrimary. */
+static int
+db_inflight_locked(shard_state_t *s, const char *db)
+{
+    int n = 0;
+
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        if (name_in_db(c->ns, db)) {
+            n += c->inflight_db_writes;
+        }
+    }
+    return n;
+}
+
+int
+shard_db_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *db, int level, shl_status_t *st)
+{
+    int ret = 0;
+    shard_db_crit_t *d;
+    int was = SHARD_CRIT_NONE;
+
+    pthread_mutex_lock(&s->mu);
+    for (d = s->db_crits; d != NULL; d = d->next) {
+        if (strcmp(d->db, db) == 0) {
+            break;
+        }
+    }
+    if (d == NULL) {
+        d = bson_malloc0(sizeof(*d));
+        d->db = bson_strdup(db);
+        d->next = s->db_crits;
+        s->db_crits = d;
+    }
+    was = d->level;
+    d->level = level;
+    while (db_inflight_locked(s, db) > 0) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            d->level = was;
+            pthread_cond_broadcast(&s->crit_cv);
+            break;
+        }
+        timed_wait(&s->crit_cv, &s->mu, 100);
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (ret != 0 && was == SHARD_CRIT_NONE) {
+        shard_db_crit_exit(s, db);
+    }
+    return ret;
+}
+
+void
+shard_db_crit_exit(shard_state_t *s, const char *db)
+{
+    shard_db_crit_t **pp;
+
+    pthread_mutex_lock(&s->mu);
+    for (pp = &s->db_crits; *pp != NULL; pp = &(*pp)->next) {
+        if (strcmp((*pp)->db, db) == 0) {
+            shard_db_crit_t *d = *pp;
+            *pp = d->next;
+            bson_free(d->db);
+            bson_free(d);
+            break;
+        }
+    }
+    pthread_cond_broadcast(&s->crit_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Wait while the database critical section covering 'ns' blocks 'access' (requests that
+ * carry a databaseVersion; DDL waits like a write). */
+static int
+db_crit_gate(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+             shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&s->mu);
+    while (crit_blocks(db_crit_level_locked(s, ns), access)) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        timed_wait(&s->crit_cv, &s->mu, 100);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- version checks (2) */
+
+static int check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
 
 static int
 check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
                     shl_db_shard_access_t access, shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
     int ret = 0;
+    bool db_waited = false;
     bson_iter_t it;
     shl_shard_version_t received;
     shard_coll_meta_t *m = NULL;
@@ -582,9 +723,13 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     SHL_ERR(shl_shard_version_parse(&it, &received, st));
     if (access != SHL_DB_SHARD_DDL) {
         shard_csr_t *gate = csr_get(s, ns);
-        SHL_ERR(crit_gate(s, op, gate, access, st));
+        SHL_ERR(crit_gate(s, op, gate, access, &db_waited, st));
         if (access == SHL_DB_SHARD_WRITE) {
             c = gate; /* in flight from here: dropped below or by the guard */
+        }
+        if (db_waited) {
+            /* A movePrimary's critical section held it: the primary may have moved. */
+            SHL_ERR(check_db_version(s, op, ns, st));
         }
     }
     SHL_ERR(shard_meta_get(s, ns, &m, st));
@@ -607,6 +752,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         g->filter.destroy = guard_destroy;
         g->s = s;
         g->c = c;
+        g->db_versioned = op->has_database_version;
         g->m = meta_ref(m);
         c = NULL;
         *filter = &g->filter;
@@ -615,7 +761,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     }
 done:
     if (c != NULL) {
-        write_done(s, c);
+        write_done(s, c, op->has_database_version);
     }
     shard_meta_release(m);
     return ret;
@@ -703,6 +849,7 @@ shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_a
 
     *filter = NULL;
     if (op->has_database_version) {
+        SHL_ERR(db_crit_gate(s, op, ns, access, st));
         SHL_ERR(check_db_version(s, op, ns, st));
     }
     if (op->has_shard_version) {

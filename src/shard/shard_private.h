@@ -57,11 +57,20 @@ typedef struct shard_csr {
     /* A donor's critical section (guarded by the state's mu, waited on with crit_cv):
      * SHARD_CRIT_WRITES blocks versioned writes, SHARD_CRIT_ALL also reads. */
     int crit;
-    int inflight_writes; /* versioned writes that passed the check and have not finished */
+    int inflight_writes;    /* versioned writes that passed the check and have not finished */
+    int inflight_db_writes; /* those of them that carry a databaseVersion (movePrimary) */
     struct shard_csr *next;
 } shard_csr_t;
 
 enum { SHARD_CRIT_NONE = 0, SHARD_CRIT_WRITES = 1, SHARD_CRIT_ALL = 2 };
+
+/* A database's critical section (movePrimary, move_primary.c): requests carrying a
+ * databaseVersion for one of its namespaces wait at 'level' (SHARD_CRIT_*). */
+typedef struct shard_db_crit {
+    char *db;
+    int level;
+    struct shard_db_crit *next;
+} shard_db_crit_t;
 
 struct shard_donor;
 struct shard_recipient;
@@ -98,6 +107,7 @@ typedef struct shard_state {
     shl_catalog_cache_t *cache;
     shl_vector_clock_t clock;      /* gossip seen on the pool's replies (lock-free) */
     shard_csr_t *csrs;             /* ns -> filtering metadata */
+    shard_db_crit_t *db_crits;     /* databases in a critical section (movePrimary) */
     pthread_mutex_t identity_mu;   /* serializes _addShard's read-modify-write */
     pthread_mutex_t meta_mu;       /* guards the live list (taken after mu, never before) */
     shard_coll_meta_t *live_metas; /* every metadata object not yet destroyed */
@@ -111,6 +121,7 @@ typedef struct shard_state {
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
     bool recovery_started;
+    char *move_primary_db; /* the database a movePrimary moves now (guarded by mig_mu) */
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
 } shard_state_t;
@@ -194,6 +205,34 @@ int shard_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, int lev
 /* shard_crit_exit -- leave the critical section of 'ns'; the waiting operations go on
  * (checking their version against the metadata refreshed meanwhile). */
 void shard_crit_exit(shard_state_t *s, const char *ns);
+
+/*
+ * shard_db_crit_enter --
+ *     Enter database 'db''s critical section at 'level' (or raise it): requests carrying a
+ *     databaseVersion for a namespace of 'db' wait -- writes and DDL from SHARD_CRIT_WRITES,
+ *     reads too at SHARD_CRIT_ALL -- and then check their database version again. Waits
+ *     until the versioned writes in flight on the database's namespaces have finished.
+ *     Errors: the operation's interruption (the level is restored).
+ */
+int shard_db_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *db, int level,
+                        shl_status_t *st);
+
+/* shard_db_crit_exit -- leave 'db''s critical section; the waiting requests go on. */
+void shard_db_crit_exit(shard_state_t *s, const char *db);
+
+/* ---- movePrimary (move_primary.c) ---- */
+
+/* shard_move_primary_register -- _shardsvrMovePrimary. */
+void shard_move_primary_register(shl_command_registry_t *reg);
+
+/*
+ * shard_move_primary_recover --
+ *     Finish every movePrimary whose coordinator document (config.movePrimaryCoordinators)
+ *     survived a crash: before the commit, drop the recipient's clones (abort); after it,
+ *     drop this shard's stale copies. Called by the start-up recovery thread; blocks on the
+ *     config server and the recipient. Errors: theirs (the caller retries).
+ */
+int shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st);
 
 /* ---- migrations (migration_source.c, migration_destination.c) ---- */
 

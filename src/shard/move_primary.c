@@ -1,0 +1,872 @@
+/*
+ * move_primary.c -- the donor side of movePrimary (docs/design/sharding-protocol.md
+ * "movePrimary"): _shardsvrMovePrimary, run by the database's current primary shard. It
+ * blocks the database's versioned writes (a database critical section), clones every
+ * unsharded collection (options, indexes, documents) onto the recipient with ordinary
+ * commands, has the config server commit the new primary, refreshes, leaves the critical
+ * section and drops its own stale copies. A coordinator document in
+ * config.movePrimaryCoordinators makes a crash recoverable: before the commit the clones
+ * are dropped (abort), after it the stale copies.
+ */
+#include <string.h>
+
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "base/namespace.h"
+#include "shard/migration_private.h"
+#include "shard/shard_private.h"
+
+#define MP_COLL "movePrimaryCoordinators"
+#define MP_TIMEOUT_MS 60000
+/* An insert batch sent to the recipient stays below this many bytes (one document may be
+ * larger; the wire limit is far above the 16 MB document limit). */
+#define MP_BATCH_BYTES (8 * 1024 * 1024)
+
+/* Shale's fail points (MongoDB's coordinator has its own names): pause with the critical
+ * section held, before the config commit / after it, before the cleanup. */
+SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCommit)
+SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCleanup)
+
+/* The coordinator document: {_id: db, from, to, collections: [names], decision?}. */
+typedef struct mp_coord {
+    char db[SHL_DB_NAME_MAX + 1];
+    char from[SHL_SHARD_ID_MAX];
+    char to[SHL_SHARD_ID_MAX];
+    char **colls;
+    bson_t **options; /* each collection's listCollections 'options' (owned) */
+    size_t ncolls;
+    int decision; /* 0 none, 1 committed, -1 aborted */
+} mp_coord_t;
+
+static void
+coord_cleanup(mp_coord_t *c)
+{
+    for (size_t i = 0; i < c->ncolls; i++) {
+        bson_free(c->colls[i]);
+        if (c->options != NULL && c->options[i] != NULL) {
+            bson_destroy(c->options[i]);
+        }
+    }
+    bson_free(c->colls);
+    bson_free(c->options);
+    c->colls = NULL;
+    c->options = NULL;
+    c->ncolls = 0;
+}
+
+static void
+coord_add(mp_coord_t *c, const char *name, const bson_t *options)
+{
+    c->colls = bson_realloc(c->colls, (c->ncolls + 1) * sizeof(*c->colls));
+    c->options = bson_realloc(c->options, (c->ncolls + 1) * sizeof(*c->options));
+    c->colls[c->ncolls] = bson_strdup(name);
+    c->options[c->ncolls] = options != NULL ? bson_copy(options) : NULL;
+    c->ncolls++;
+}
+
+static void
+coord_to_bson(const mp_coord_t *c, bson_t *out)
+{
+    bson_t arr;
+    char key[24];
+
+    bson_init(out);
+    BSON_APPEND_UTF8(out, "_id", c->db);
+    BSON_APPEND_UTF8(out, "from", c->from);
+    BSON_APPEND_UTF8(out, "to", c->to);
+    BSON_APPEND_ARRAY_BEGIN(out, "collections", &arr);
+    for (size_t i = 0; i < c->ncolls; i++) {
+        snprintf(key, sizeof(key), "%zu", i);
+        BSON_APPEND_UTF8(&arr, key, c->colls[i]);
+    }
+    bson_append_array_end(out, &arr);
+    if (c->decision != 0) {
+        BSON_APPEND_UTF8(out, "decision", c->decision > 0 ? "committed" : "aborted");
+    }
+}
+
+static int
+coord_parse(const bson_t *doc, mp_coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, arr;
+
+    memset(c, 0, sizeof(*c));
+    if (!bson_iter_init(&it, doc)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed movePrimary coordinator document");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "_id") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->db, sizeof(c->db), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "from") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->from, sizeof(c->from), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "to") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snprintf(c->to, sizeof(c->to), "%s", bson_iter_utf8(&it, NULL));
+        } else if (strcmp(k, "decision") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            c->decision = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0 ? 1 : -1;
+        } else if (strcmp(k, "collections") == 0 && BSON_ITER_HOLDS_ARRAY(&it) &&
+                   bson_iter_recurse(&it, &arr)) {
+            while (bson_iter_next(&arr)) {
+                if (BSON_ITER_HOLDS_UTF8(&arr)) {
+                    coord_add(c, bson_iter_utf8(&arr, NULL), NULL);
+                }
+            }
+        }
+    }
+    if (c->db[0] == '\0' || c->to[0] == '\0') {
+        coord_cleanup(c);
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed movePrimary coordinator document");
+    }
+done:
+    return ret;
+}
+
+/* Insert (first write), replace, or delete the coordinator document, journaled. */
+static int
+coord_write(shard_state_t *s, const mp_coord_t *c, int how, shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, arr, stmt, doc, reply, wc;
+
+    coord_to_bson(c, &doc);
+    if (how == 0) {
+        BSON_APPEND_UTF8(&cmd, "insert", MP_COLL);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+        BSON_APPEND_DOCUMENT(&arr, "0", &doc);
+    } else {
+        bson_t q;
+        BSON_APPEND_UTF8(&cmd, how > 0 ? "update" : "delete", MP_COLL);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, how > 0 ? "updates" : "deletes", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+        BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+        BSON_APPEND_UTF8(&q, "_id", c->db);
+        bson_append_document_end(&stmt, &q);
+        if (how > 0) {
+            BSON_APPEND_DOCUMENT(&stmt, "u", &doc);
+        } else {
+            BSON_APPEND_INT32(&stmt, "limit", 1);
+        }
+        bson_append_document_end(&arr, &stmt);
+    }
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_BOOL(&wc, "j", true);
+    bson_append_document_end(&cmd, &wc);
+    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&doc);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* The first batch of a cursor reply as static views (*out freed with bson_free). */
+static size_t
+cursor_docs(const bson_t *reply, bson_t **out, int64_t *cursor_id)
+{
+    bson_iter_t it;
+    size_t n = 0;
+
+    *out = NULL;
+    if (cursor_id != NULL) {
+        *cursor_id = 0;
+        if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
+            *cursor_id = bson_iter_as_int64(&it);
+        }
+    }
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t cur;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        if (bson_init_static(&cur, data, len)) {
+            n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                            out);
+        }
+    }
+    return n;
+}
+
+/* A remote command whose reply's first writeError becomes the status. */
+static int
+remote_write(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
+             shl_status_t *st)
+{
+    int ret = 0;
+    bson_t reply;
+    bson_iter_t it, we, f;
+
+    SHL_ERR(shard_remote_cmd(s, shard, db, cmd, MP_TIMEOUT_MS, &reply, st));
+    if (bson_iter_init_find(&it, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
+        bson_iter_recurse(&we, &f)) {
+        int code = SHL_CODE_INTERNAL_ERROR;
+        char msg[256] = "write error";
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "code") == 0) {
+                code = (int)bson_iter_as_int64(&f);
+            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                snprintf(msg, sizeof(msg), "%s", bson_iter_utf8(&f, NULL));
+            }
+        }
+        bson_destroy(&reply);
+        SHL_FAIL(st, code, "%s", msg);
+    }
+    bson_destroy(&reply);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- what moves */
+
+/* Whether 'name' of 'db' is in config.collections (sharded). */
+static bool
+is_sharded(const bson_t *docs, size_t n, const char *db, const char *name)
+{
+    char ns[SHL_NS_MAX + 1];
+
+    snprintf(ns, sizeof(ns), "%s.%s", db, name);
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        if (bson_iter_init_find(&it, &docs[i], "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
+            strcmp(bson_iter_utf8(&it, NULL), ns) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The unsharded collections of 'db' on this shard, with their options, into c: every
+ * collection listCollections shows that config.collections does not name (views and
+ * system collections other than data ones are left out: Shale has no views yet).
+ */
+static int
+list_unsharded(shard_state_t *s, const char *db, mp_coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    char re[SHL_DB_NAME_MAX + 16];
+    bson_t *q = NULL, *lc = NULL, creply = BSON_INITIALIZER, lreply = BSON_INITIALIZER;
+    bson_t *sharded = NULL, *colls = NULL;
+    size_t nsharded = 0, ncolls = 0;
+
+    snprintf(re, sizeof(re), "^\\Q%s.\\E", db);
+    q = BCON_NEW("find", BCON_UTF8("collections"), "filter", "{", "_id", "{", "$regex",
+                 BCON_UTF8(re), "}", "}", "batchSize", BCON_INT32(100000));
+    bson_destroy(&creply);
+    SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &creply, st));
+    nsharded = cursor_docs(&creply, &sharded, NULL);
+    lc = BCON_NEW("listCollections", BCON_INT32(1));
+    bson_destroy(&lreply);
+    SHL_ERR(shard_local_cmd(s, db, lc, &lreply, st));
+    ncolls = cursor_docs(&lreply, &colls, NULL);
+    for (size_t i = 0; i < ncolls; i++) {
+        bson_iter_t it;
+        const char *name = NULL;
+        bson_t options = BSON_INITIALIZER;
+        bool is_view = false;
+        if (bson_iter_init_find(&it, &colls[i], "name") && BSON_ITER_HOLDS_UTF8(&it)) {
+            name = bson_iter_utf8(&it, NULL);
+        }
+        if (bson_iter_init_find(&it, &colls[i], "type") && BSON_ITER_HOLDS_UTF8(&it)) {
+            is_view = strcmp(bson_iter_utf8(&it, NULL), "collection") != 0;
+        }
+        if (bson_iter_init_find(&it, &colls[i], "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_destroy(&options);
+            bson_init_static(&options, data, len);
+        }
+        if (name != NULL && !is_view && strncmp(name, "system.", 7) != 0 &&
+            !is_sharded(sharded, nsharded, db, name)) {
+            coord_add(c, name, &options);
+        }
+        bson_destroy(&options);
+    }
+done:
+    bson_free(sharded);
+    bson_free(colls);
+    if (q != NULL) {
+        bson_destroy(q);
+    }
+    if (lc != NULL) {
+        bson_destroy(lc);
+    }
+    bson_destroy(&creply);
+    bson_destroy(&lreply);
+    return ret;
+}
+
+/*
+ * The recipient must not hold any of the collections already: an empty leftover is
+ * dropped, one with documents fails the move (NamespaceExists), as MongoDB refuses to
+ * overwrite a collection on the new primary.
+ */
+static int
+check_recipient(shard_state_t *s, const mp_coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t reply = BSON_INITIALIZER, *docs = NULL;
+    bson_t *lc = BCON_NEW("listCollections", BCON_INT32(1), "nameOnly", BCON_BOOL(true));
+    size_t n = 0;
+
+    bson_destroy(&reply);
+    SHL_ERR(shard_remote_cmd(s, c->to, c->db, lc, MP_TIMEOUT_MS, &reply, st));
+    n = cursor_docs(&reply, &docs, NULL);
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        const char *name;
+        bool listed = false;
+        if (!bson_iter_init_find(&it, &docs[i], "name") || !BSON_ITER_HOLDS_UTF8(&it)) {
+            continue;
+        }
+        name = bson_iter_utf8(&it, NULL);
+        for (size_t j = 0; j < c->ncolls && !listed; j++) {
+            listed = strcmp(c->colls[j], name) == 0;
+        }
+        if (listed) {
+            bson_t cr, *cnt = BCON_NEW("count", BCON_UTF8(name));
+            int64_t docs_there = 0;
+            ret = shard_remote_cmd(s, c->to, c->db, cnt, MP_TIMEOUT_MS, &cr, st);
+            if (ret == 0 && bson_iter_init_find(&it, &cr, "n")) {
+                docs_there = bson_iter_as_int64(&it);
+            }
+            bson_destroy(&cr);
+            bson_destroy(cnt);
+            SHL_ERR(ret);
+            if (docs_there > 0) {
+                SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS,
+                         "movePrimary of %s: collection %s.%s already exists with data on the "
+                         "recipient shard %s",
+                         c->db, c->db, name, c->to);
+            }
+            {
+                bson_t *drop = BCON_NEW("drop", BCON_UTF8(name));
+                ret = remote_write(s, c->to, c->db, drop, st);
+                bson_destroy(drop);
+                SHL_ERR(ret);
+            }
+        }
+    }
+done:
+    bson_free(docs);
+    bson_destroy(lc);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- clone */
+
+static int
+send_inserts(shard_state_t *s, const mp_coord_t *c, const char *coll, bson_t *docs, size_t n,
+             shl_status_t *st)
+{
+    int ret = 0;
+    size_t i = 0;
+
+    while (i < n) {
+        bson_t cmd = BSON_INITIALIZER, arr, wc;
+        size_t bytes = 0, k = 0;
+        char key[24];
+        BSON_APPEND_UTF8(&cmd, "insert", coll);
+        BSON_APPEND_BOOL(&cmd, "ordered", true);
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+        while (i < n && (k == 0 || bytes + docs[i].len <= MP_BATCH_BYTES)) {
+            snprintf(key, sizeof(key), "%zu", k++);
+            BSON_APPEND_DOCUMENT(&arr, key, &docs[i]);
+            bytes += docs[i].len;
+            i++;
+        }
+        bson_append_array_end(&cmd, &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+        BSON_APPEND_BOOL(&wc, "j", true);
+        bson_append_document_end(&cmd, &wc);
+        ret = remote_write(s, c->to, c->db, &cmd, st);
+        bson_destroy(&cmd);
+        SHL_ERR(ret);
+    }
+done:
+    return ret;
+}
+
+/* Create collection i on the recipient with its options and indexes, then copy its
+ * documents (the critical section keeps them from changing meanwhile). */
+static int
+clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs, shl_status_t *st)
+{
+    int ret = 0;
+    const char *coll = c->colls[i];
+    bson_t create = BSON_INITIALIZER, li = BSON_INITIALIZER, lreply = BSON_INITIALIZER;
+    bson_t ci = BSON_INITIALIZER, specs, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_t *idx = NULL, *docs = NULL;
+    size_t nidx = 0, nspecs = 0, n = 0;
+    int64_t cursor_id = 0;
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(&create, "create", coll);
+    if (c->options[i] != NULL && bson_iter_init(&it, c->options[i])) {
+        while (bson_iter_next(&it)) {
+            bson_append_iter(&create, NULL, 0, &it);
+        }
+    }
+    SHL_ERR(remote_write(s, c->to, c->db, &create, st));
+
+    BSON_APPEND_UTF8(&li, "listIndexes", coll);
+    bson_destroy(&lreply);
+    SHL_ERR(shard_local_cmd(s, c->db, &li, &lreply, st));
+    nidx = cursor_docs(&lreply, &idx, NULL);
+    BSON_APPEND_UTF8(&ci, "createIndexes", coll);
+    BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &specs);
+    for (size_t k = 0; k < nidx; k++) {
+        bson_t spec = BSON_INITIALIZER;
+        char key[24];
+        if (bson_iter_init_find(&it, &idx[k], "name") && BSON_ITER_HOLDS_UTF8(&it) &&
+            strcmp(bson_iter_utf8(&it, NULL), "_id_") == 0) {
+            bson_destroy(&spec);
+            continue; /* create made it, with the collection's collation */
+        }
+        if (bson_iter_init(&it, &idx[k])) {
+            while (bson_iter_next(&it)) {
+                if (strcmp(bson_iter_key(&it), "ns") != 0) {
+                    bson_append_iter(&spec, NULL, 0, &it);
+                }
+            }
+        }
+        snprintf(key, sizeof(key), "%zu", nspecs++);
+        BSON_APPEND_DOCUMENT(&specs, key, &spec);
+        bson_destroy(&spec);
+    }
+    bson_append_array_end(&ci, &specs);
+    if (nspecs > 0) {
+        SHL_ERR(remote_write(s, c->to, c->db, &ci, st));
+    }
+
+    BSON_APPEND_UTF8(&cmd, "find", coll);
+    BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+    for (;;) {
+        bson_destroy(&reply);
+        SHL_ERR(shard_local_cmd(s, c->db, &cmd, &reply, st));
+        bson_free(docs);
+        n = cursor_docs(&reply, &docs, &cursor_id);
+        SHL_ERR(send_inserts(s, c, coll, docs, n, st));
+        *ndocs += (int64_t)n;
+        if (cursor_id == 0) {
+            break;
+        }
+        bson_reinit(&cmd);
+        BSON_APPEND_INT64(&cmd, "getMore", cursor_id);
+        BSON_APPEND_UTF8(&cmd, "collection", coll);
+        BSON_APPEND_INT32(&cmd, "batchSize", 1000);
+    }
+    cursor_id = 0;
+done:
+    if (cursor_id != 0) {
+        bson_t kc = BSON_INITIALIZER, arr, kr;
+        shl_status_t ignored = SHL_STATUS_INIT;
+        BSON_APPEND_UTF8(&kc, "killCursors", coll);
+        BSON_APPEND_ARRAY_BEGIN(&kc, "cursors", &arr);
+        BSON_APPEND_INT64(&arr, "0", cursor_id);
+        bson_append_array_end(&kc, &arr);
+        shard_local_cmd(s, c->db, &kc, &kr, &ignored);
+        bson_destroy(&kr);
+        bson_destroy(&kc);
+    }
+    bson_free(idx);
+    bson_free(docs);
+    bson_destroy(&create);
+    bson_destroy(&li);
+    bson_destroy(&lreply);
+    bson_destroy(&ci);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Drop the listed collections on 'shard' (NULL: here). A missing one is fine. */
+static int
+drop_all(shard_state_t *s, const mp_coord_t *c, const char *shard, shl_status_t *st)
+{
+    int ret = 0;
+
+    for (size_t i = 0; i < c->ncolls; i++) {
+        bson_t *drop = BCON_NEW("drop", BCON_UTF8(c->colls[i]));
+        if (shard == NULL) {
+            bson_t reply;
+            ret = shard_local_cmd(s, c->db, drop, &reply, st);
+            bson_destroy(&reply);
+        } else {
+            ret = remote_write(s, shard, c->db, drop, st);
+        }
+        bson_destroy(drop);
+        if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+            shl_status_clear(st);
+            ret = 0;
+        }
+        SHL_ERR(ret);
+    }
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- commit, decision */
+
+/* Who is the primary of c->db now, by the config server? *committed when c->to. */
+static int
+ask_config_decision(shard_state_t *s, const mp_coord_t *c, bool *committed, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("find", BCON_UTF8("databases"), "filter", "{", "_id", BCON_UTF8(c->db),
+                         "}", "readConcern", "{", "level", BCON_UTF8("majority"), "}");
+    bson_t reply = BSON_INITIALIZER, *docs = NULL;
+    size_t n;
+    bson_iter_t it;
+
+    *committed = false;
+    bson_destroy(&reply);
+    SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &reply, st));
+    n = cursor_docs(&reply, &docs, NULL);
+    if (n > 0 && bson_iter_init_find(&it, &docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
+        *committed = strcmp(bson_iter_utf8(&it, NULL), c->to) == 0;
+    }
+done:
+    bson_free(docs);
+    bson_destroy(q);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * Finish a decided move: committed -- refresh, drop this shard's stale copies; aborted --
+ * drop the recipient's clones. Then the coordinator document goes. The caller leaves the
+ * critical section (a recovered move has none).
+ */
+static int
+coord_finish(shard_state_t *s, mp_coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (c->decision > 0) {
+        SHL_ERR(drop_all(s, c, NULL, st));
+    } else {
+        SHL_ERR(drop_all(s, c, c->to, st));
+    }
+    SHL_ERR(coord_write(s, c, -1, st));
+done:
+    return ret;
+}
+
+int
+shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
+    size_t n = 0;
+
+    (void)op;
+    BSON_APPEND_UTF8(&cmd, "find", MP_COLL);
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    n = cursor_docs(&reply, &docs, NULL);
+    for (size_t i = 0; i < n; i++) {
+        mp_coord_t c;
+        bool committed = false;
+        if (coord_parse(&docs[i], &c, st) != 0) {
+            shl_status_clear(st);
+            continue; /* a malformed document cannot be recovered; leave it */
+        }
+        if (c.decision == 0) {
+            ret = ask_config_decision(s, &c, &committed, st);
+            c.decision = committed ? 1 : -1;
+        }
+        if (ret == 0) {
+            SHL_LOG_INFO(SHARDING, 4200301, "Recovering a movePrimary", "db", BCON_UTF8(c.db), "to",
+                         BCON_UTF8(c.to), "decision",
+                         BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
+            shard_db_refresh(s, c.db, st);
+            shl_status_clear(st);
+            ret = coord_finish(s, &c, st);
+        }
+        coord_cleanup(&c);
+        SHL_ERR(ret);
+    }
+done:
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Recover a coordinator document left for 'db' (a failed cleanup) before a new move. */
+static int
+recover_leftover(shard_state_t *s, shl_op_ctx_t *op, const char *db, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *cmd = BCON_NEW("find", BCON_UTF8(MP_COLL), "filter", "{", "_id", BCON_UTF8(db), "}");
+    bson_t reply = BSON_INITIALIZER, *docs = NULL;
+    size_t n;
+
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
+    n = cursor_docs(&reply, &docs, NULL);
+    if (n > 0) {
+        SHL_ERR(shard_move_primary_recover(s, op, st));
+    }
+done:
+    bson_free(docs);
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Clone the unsharded collections of c->db that are not in c yet (recorded first). */
+static int
+clone_latecomers(shard_state_t *s, shl_op_ctx_t *op, mp_coord_t *c, int64_t *ndocs,
+                 shl_status_t *st)
+{
+    int ret = 0;
+    mp_coord_t now, late;
+
+    memset(&now, 0, sizeof(now));
+    memset(&late, 0, sizeof(late));
+    snprintf(late.db, sizeof(late.db), "%s", c->db);
+    snprintf(late.from, sizeof(late.from), "%s", c->from);
+    snprintf(late.to, sizeof(late.to), "%s", c->to);
+    SHL_ERR(list_unsharded(s, c->db, &now, st));
+    for (size_t i = 0; i < now.ncolls; i++) {
+        bool known = false;
+        for (size_t j = 0; j < c->ncolls && !known; j++) {
+            known = strcmp(now.colls[i], c->colls[j]) == 0;
+        }
+        if (!known) {
+            coord_add(&late, now.colls[i], now.options[i]);
+        }
+    }
+    if (late.ncolls == 0) {
+        goto done;
+    }
+    SHL_ERR(check_recipient(s, &late, st));
+    for (size_t i = 0; i < late.ncolls; i++) {
+        coord_add(c, late.colls[i], late.options[i]);
+    }
+    SHL_ERR(coord_write(s, c, 1, st));
+    for (size_t i = c->ncolls - late.ncolls; i < c->ncolls; i++) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(clone_collection(s, c, i, ndocs, st));
+    }
+done:
+    coord_cleanup(&now);
+    coord_cleanup(&late);
+    return ret;
+}
+
+static int
+send_commit(shard_state_t *s, const mp_coord_t *c, const shl_database_version_t *v,
+            shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, wc, reply;
+
+    BSON_APPEND_UTF8(&cmd, "_configsvrCommitMovePrimary", c->db);
+    BSON_APPEND_UTF8(&cmd, "from", c->from);
+    BSON_APPEND_UTF8(&cmd, "to", c->to);
+    shl_database_version_append(&cmd, "expectedDatabaseVersion", v);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&cmd, &wc);
+    ret = shard_config_cmd(s, "admin", &cmd, MP_TIMEOUT_MS, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+static void
+pause_at(shl_failpoint_t *fp, shl_op_ctx_t *op)
+{
+    if (atomic_load_explicit(&fp->active, memory_order_relaxed) &&
+        shl_failpoint_evaluate(fp, NULL, NULL, NULL)) {
+        SHL_LOG_INFO(SHARDING, 4200302, "Hanging at a movePrimary fail point", "failPoint",
+                     BCON_UTF8(fp->name));
+        shl_failpoint_pause_while_set(fp, &op->killed);
+    }
+}
+
+/* The move itself, with this shard's registry slot held. */
+static int
+run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bson_t *reply,
+         shl_status_t *st)
+{
+    int ret = 0;
+    shard_identity_t id;
+    shl_cached_database_t have;
+    mp_coord_t c;
+    bool in_crit = false, persisted = false, committed = false;
+    int64_t ndocs = 0;
+    char host[SHL_CLIENT_HOST_MAX];
+
+    memset(&c, 0, sizeof(c));
+    if (!shard_get_identity(s, &id)) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                 "Cannot accept sharding commands if sharding state has not been initialized");
+    }
+    SHL_ERR(recover_leftover(s, op, db, st));
+    SHL_ERR(shard_db_refresh(s, db, st));
+    SHL_ERR(shl_catalog_cache_get_database(s->cache, db, &have, st));
+    if (strcmp(have.primary, id.shard_name) != 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "movePrimary of %s: this shard (%s) is not its primary shard (%s)", db,
+                 id.shard_name, have.primary);
+    }
+    if (strcmp(to, id.shard_name) == 0) {
+        goto done; /* already there */
+    }
+    SHL_ERR(shl_shard_registry_host_for(s->registry, to, host, sizeof(host), st));
+    snprintf(c.db, sizeof(c.db), "%s", db);
+    snprintf(c.from, sizeof(c.from), "%s", id.shard_name);
+    snprintf(c.to, sizeof(c.to), "%s", to);
+
+    /* Versioned writes (and DDL) on the database wait from here; the ones in flight end. */
+    SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_WRITES, st));
+    in_crit = true;
+    SHL_ERR(list_unsharded(s, db, &c, st));
+    SHL_ERR(check_recipient(s, &c, st));
+    SHL_ERR(coord_write(s, &c, 0, st));
+    persisted = true;
+    SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to", BCON_UTF8(to),
+                 "collections", BCON_INT64((int64_t)c.ncolls));
+    for (size_t i = 0; i < c.ncolls; i++) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(clone_collection(s, &c, i, &ndocs, st));
+    }
+    /* Reads wait too from here: once the commit is sent the old primary's copies are
+     * stale. */
+    SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_ALL, st));
+    /* DDL does not count as in flight (only writes do), so a create that passed its
+     * version check just before the critical section may have finished meanwhile: clone
+     * what appeared too. */
+    SHL_ERR(clone_latecomers(s, op, &c, &ndocs, st));
+    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), op);
+    SHL_ERR(shl_op_check_interrupt(op, st));
+    ret = send_commit(s, &c, &have.version, st);
+    if (ret != 0) {
+        /* The outcome may be unknown (a lost reply): only the config server can say, so
+         * the critical section holds until it answers. Interrupted (shutdown) first, the
+         * document stays for the start-up recovery, which asks again. */
+        shl_status_t first = *st;
+        for (;;) {
+            shl_status_t again = SHL_STATUS_INIT;
+            if (ask_config_decision(s, &c, &committed, &again) == 0) {
+                break;
+            }
+            if (mig_sleep(op, 500, &again) != 0) {
+                persisted = false; /* not aborted: the outcome is unknown */
+                *st = first;
+                SHL_ERR(ret);
+            }
+        }
+        if (!committed) {
+            *st = first;
+            SHL_ERR(ret);
+        }
+        shl_status_clear(st);
+        ret = 0;
+    }
+    committed = true;
+    c.decision = 1;
+    /* From here the move stands: failures leave the document for recovery. */
+    if (coord_write(s, &c, 1, st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200304, "could not record the movePrimary decision", "db",
+                        BCON_UTF8(db), "error", BCON_UTF8(st->reason));
+        shl_status_clear(st);
+    }
+    if (shard_db_refresh(s, db, st) != 0) {
+        /* The waiting requests refresh themselves: the entry was forgotten first. */
+        shl_status_clear(st);
+    }
+    shard_db_crit_exit(s, db);
+    in_crit = false;
+    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCleanup), op);
+    if (coord_finish(s, &c, st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200305, "movePrimary cleanup failed; it resumes later", "db",
+                        BCON_UTF8(db), "error", BCON_UTF8(st->reason));
+        shl_status_clear(st);
+    }
+    SHL_LOG_INFO(SHARDING, 4200306, "movePrimary committed", "db", BCON_UTF8(db), "from",
+                 BCON_UTF8(c.from), "to", BCON_UTF8(to), "documents", BCON_INT64(ndocs));
+done:
+    if (ret != 0 && !committed && persisted) {
+        shl_status_t ast = SHL_STATUS_INIT;
+        c.decision = -1;
+        if (coord_finish(s, &c, &ast) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200307, "movePrimary abort incomplete; it resumes later",
+                            "db", BCON_UTF8(db), "error", BCON_UTF8(ast.reason));
+        }
+    }
+    if (in_crit) {
+        shard_db_crit_exit(s, db);
+    }
+    (void)reply;
+    coord_cleanup(&c);
+    return ret;
+}
+
+/* _shardsvrMovePrimary: db, to (admin db of the database's primary shard). */
+static int
+cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    bson_iter_t it;
+    const char *db = NULL, *to = NULL;
+    bool registered = false;
+
+    if (s == NULL) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED, "not a shard");
+    }
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_shardsvrMovePrimary must name a database");
+    }
+    db = bson_iter_utf8(&it, NULL);
+    if (!bson_iter_init_find(&it, cmd, "to") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '_shardsvrMovePrimary.to' is missing but a required field");
+    }
+    to = bson_iter_utf8(&it, NULL);
+    /* One move per database at a time; migrations recovered at start-up finish first. */
+    pthread_mutex_lock(&s->mig_mu);
+    while (s->recovery_started) {
+        pthread_cond_wait(&s->mig_cv, &s->mig_mu);
+    }
+    if (s->move_primary_db != NULL) {
+        ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                             "movePrimary of %s is in progress on this shard", s->move_primary_db);
+    } else {
+        s->move_primary_db = bson_strdup(db);
+        registered = true;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    SHL_ERR(ret);
+    SHL_ERR(run_move(s, op, db, to, reply, st));
+done:
+    if (registered) {
+        pthread_mutex_lock(&s->mig_mu);
+        bson_free(s->move_primary_db);
+        s->move_primary_db = NULL;
+        pthread_cond_broadcast(&s->mig_cv);
+        pthread_mutex_unlock(&s->mig_mu);
+    }
+    return ret;
+}
+
+static const shl_command_t move_primary_cmd = {
+    .name = "_shardsvrMovePrimary",
+    .run = cmd_shardsvr_move_primary,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+    .help = "internal: move a database's unsharded collections to another shard (its primary)",
+};
+
+void
+shard_move_primary_register(shl_command_registry_t *reg)
+{
+    shl_command_registry_add(reg, &move_primary_cmd);
+}

@@ -1,0 +1,364 @@
+"""movePrimary (docs/design/sharding-protocol.md "movePrimary"): the router's command, the
+config server's checks and commit, the donor's critical section, clone and cleanup, stale
+routers, failures and kill -9 of the donor. Real processes: a config server, two shards,
+two routers; pymongo on the routers and, to see where collections really are, on each
+shard directly."""
+
+import threading
+import time
+
+import pymongo
+import pytest
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
+from pymongo.errors import OperationFailure, PyMongoError
+
+from shale_fixtures import ShaleCluster, fail_point, wait_until
+
+
+@pytest.fixture(scope="module")
+def mc(request):
+    failed_before = request.session.testsfailed
+    c = ShaleCluster(shards=2)
+    try:
+        c.start()
+        c.add_router()
+    except Exception:
+        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
+        raise
+    yield c
+    failed = request.session.testsfailed > failed_before
+    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+
+
+def _config(c):
+    return c.config_client().get_database("config", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+
+
+def _dbentry(c, db):
+    return _config(c).databases.find_one({"_id": db})
+
+
+def _names(client, db):
+    return sorted(n for n in client[db].list_collection_names() if not n.startswith("system."))
+
+
+def _indexes(client, db, coll):
+    return sorted((i["name"], tuple(i["key"].items()), bool(i.get("unique")))
+                  for i in client[db][coll].list_indexes())
+
+
+def _hang(client, name):
+    return fail_point(client, name, "alwaysOn")["count"]
+
+
+def _wait_hung(client, name, before):
+    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > before,
+               what="movePrimary to reach %s" % name)
+
+
+def _populate(c, db):
+    """db on shard0 with two unsharded collections (data, secondary indexes, a capped one) and a sharded collection with a chunk on each shard."""
+    r = c.router_client()
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    d = r[db]
+    d.plain.insert_many([{"_id": i, "x": i, "y": -i, "s": "v%d" % i} for i in range(1000)])
+    d.plain.create_index([("x", 1)], unique=True, name="x_unique")
+    d.plain.create_index([("y", -1), ("s", 1)], name="y_s")
+    d.create_collection("capped", capped=True, size=65536, max=1000)  # no validators in Shale
+    d.capped.insert_many([{"k": i} for i in range(20)])
+    r.admin.command("shardCollection", db + ".sh", key={"x": 1})
+    r.admin.command("split", db + ".sh", middle={"x": 50})
+    d.sh.insert_many([{"x": i} for i in range(100)])
+    r.admin.command("moveChunk", db + ".sh", find={"x": 60}, to="shard1")
+    return r
+
+
+def test_move_primary_moves_unsharded_collections(mc):
+    db = "mp_basic"
+    r = _populate(mc, db)
+    r2 = mc.router_client(1)
+    # The second router caches the old primary before the move.
+    assert r2[db].plain.count_documents({}) == 1000
+    s0, s1 = mc.shard_client(0), mc.shard_client(1)
+    before = _dbentry(mc, db)
+    indexes = _indexes(s0, db, "plain")
+    chunks = sorted((ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
+                    for ch in _config(mc).chunks.find(
+                        {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+
+    r.admin.command("movePrimary", db, to="shard1")
+
+    after = _dbentry(mc, db)
+    assert after["primary"] == "shard1"
+    assert after["version"]["uuid"] == before["version"]["uuid"]
+    assert after["version"]["timestamp"] == before["version"]["timestamp"]
+    assert after["version"]["lastMod"] == before["version"]["lastMod"] + 1
+    whats = [e["what"] for e in _config(mc).changelog.find({"ns": db}).sort("time", 1)]
+    assert "movePrimary.start" in whats and "movePrimary.commit" in whats
+    assert whats.index("movePrimary.start") < whats.index("movePrimary.commit")
+
+    # The unsharded collections live on the new primary, with their indexes and options...
+    assert s1[db].plain.count_documents({}) == 1000
+    assert _indexes(s1, db, "plain") == indexes
+    opts = s1[db].capped.options()
+    assert opts.get("capped") is True and opts.get("size") == 65536
+    assert opts.get("max") == 1000
+    assert s1[db].capped.count_documents({}) == 20
+    # ...and are gone from the old one; the sharded collection stays where it was.
+    assert _names(s0, db) == ["sh"]
+    assert "plain" in _names(s1, db) and "capped" in _names(s1, db)
+    chunks_after = sorted(
+        (ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
+        for ch in _config(mc).chunks.find(
+            {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+    assert chunks_after == chunks
+    # (shard0 may still hold the moved chunk's orphans until its range deleter runs)
+    assert s0[db].sh.count_documents({"x": {"$lt": 50}}) == 50
+    assert s1[db].sh.count_documents({}) == 50
+    assert not s0.config.movePrimaryCoordinators.find_one({"_id": db})
+
+    # Both routers (the second one stale) read and write through the new primary.
+    for rc in (r, r2):
+        assert rc[db].plain.count_documents({}) == 1000
+        assert rc[db].sh.count_documents({}) == 100
+        assert rc[db].capped.count_documents({}) == 20
+    assert r2[db].plain.find_one({"x": 7})["s"] == "v7"
+    r2[db].plain.insert_one({"_id": 5000, "x": 5000, "y": 0, "s": "new"})
+    r2[db].plain.update_one({"_id": 3}, {"$set": {"s": "changed"}})
+    assert s1[db].plain.find_one({"_id": 5000})["s"] == "new"
+    assert s1[db].plain.find_one({"_id": 3})["s"] == "changed"
+    with pytest.raises(pymongo.errors.DuplicateKeyError):
+        r2[db].plain.insert_one({"_id": 6000, "x": 7})  # so did the unique index
+
+
+def test_stale_router_creates_and_lists_on_new_primary(mc):
+    db = "mp_stale"
+    r = mc.router_client()
+    r2 = mc.router_client(1)
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].one.insert_many([{"_id": i} for i in range(10)])
+    assert _names(r2, db) == ["one"]  # r2 caches shard0 as the primary
+    r.admin.command("movePrimary", db, to="shard1")
+    # A new collection through the stale router is created on the new primary.
+    r2[db].create_collection("made_after")
+    r2[db].implicit.insert_one({"_id": 1})
+    assert _names(r2, db) == ["implicit", "made_after", "one"]
+    assert _names(mc.shard_client(1), db) == ["implicit", "made_after", "one"]
+    assert _names(mc.shard_client(0), db) == []
+    assert sorted(d["_id"] for d in r2[db].one.find()) == list(range(10))
+    # And back again: the first router is the stale one now.
+    r2.admin.command("movePrimary", db, to="shard0")
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    r[db].one.insert_one({"_id": 10})
+    assert sorted(d["_id"] for d in r[db].one.find()) == list(range(11))
+    assert _names(mc.shard_client(0), db) == ["implicit", "made_after", "one"]
+    assert _names(mc.shard_client(1), db) == []
+
+
+def test_errors(mc):
+    r = mc.router_client()
+    db = "mp_errors"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].c.insert_one({"_id": 1})
+    version = _dbentry(mc, db)["version"]
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", db, to="nosuchshard")
+    assert e.value.code == 70  # ShardNotFound
+    for special in ("admin", "config", "local"):
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", special, to="shard1")
+        assert e.value.code == 72  # InvalidOptions
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", db)
+    assert e.value.code == 40414  # IDLFailedToParse: 'to' is required
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", db, to="")
+    assert e.value.code == 72
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", "a.b", to="shard1")
+    assert e.value.code == 73  # InvalidNamespace
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", "mp_no_such_db", to="shard1")
+    assert e.value.code == 26  # NamespaceNotFound
+    with pytest.raises(OperationFailure):
+        r[db].command("movePrimary", db, to="shard1")  # admin only
+    # To the shard that is already the primary: ok, nothing changes.
+    r.admin.command("movePrimary", db, to="shard0")
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    assert _dbentry(mc, db)["version"] == version
+    assert mc.shard_client(0)[db].c.count_documents({}) == 1
+    # Not a router command on a shard.
+    with pytest.raises(OperationFailure) as e:
+        mc.shard_client(0).admin.command("movePrimary", db, to="shard1")
+    assert e.value.code == 59  # CommandNotFound
+
+
+def test_recipient_with_data_in_the_way_fails_cleanly(mc):
+    r = mc.router_client()
+    db = "mp_conflict"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].a.insert_many([{"_id": i} for i in range(5)])
+    r[db].b.insert_many([{"_id": i} for i in range(5)])
+    mc.shard_client(1)[db].b.insert_one({"_id": "stray"})
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("movePrimary", db, to="shard1")
+    assert e.value.code == 48  # NamespaceExists
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    assert _names(mc.shard_client(1), db) == ["b"]
+    assert list(mc.shard_client(1)[db].b.find()) == [{"_id": "stray"}]
+    assert r[db].a.count_documents({}) == 5
+    r[db].a.insert_one({"_id": 5})  # writes work again after the critical section
+    assert mc.shard_client(0)[db].a.count_documents({}) == 6
+
+
+def test_failure_while_cloning_aborts_and_drops_the_clones(mc):
+    r = mc.router_client()
+    db = "mp_abort"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    for name in ("a", "b", "c"):
+        r[db][name].insert_many([{"_id": i} for i in range(50)])
+    recipient = mc.shard_client(1)
+    # The third insert the recipient receives fails: a and maybe b are cloned by then.
+    fail_point(recipient, "failCommand", {"skip": 2}, {
+        "failCommands": ["insert"], "errorCode": 8000, "failInternalCommands": True})
+    try:
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", db, to="shard1")
+        assert e.value.code == 8000
+    finally:
+        fail_point(recipient, "failCommand", "off")
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    assert _names(recipient, db) == []
+    assert not mc.shard_client(0).config.movePrimaryCoordinators.find_one({"_id": db})
+    for name in ("a", "b", "c"):
+        assert r[db][name].count_documents({}) == 50
+    r[db].a.insert_one({"_id": 50})
+    # A later attempt succeeds.
+    r.admin.command("movePrimary", db, to="shard1")
+    assert _names(recipient, db) == ["a", "b", "c"]
+    assert r[db].a.count_documents({}) == 51
+
+
+def test_concurrent_writer_loses_no_acknowledged_write(mc):
+    r = mc.router_client()
+    db = "mp_writer"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].w.insert_many([{"_id": -i - 1} for i in range(200)])
+    r.admin.command("shardCollection", db + ".sh", key={"_id": 1})
+    donor = mc.shard_client(0)
+    acked, errors, stop = [], [], threading.Event()
+
+    def writer():
+        w = mc.router_client(1)[db].w
+        i = 0
+        while not stop.is_set():
+            try:
+                w.insert_one({"_id": i})
+                acked.append(i)
+            except PyMongoError as e:
+                errors.append(e)
+            i += 1
+
+    def count_acked(n):
+        base = len(acked)
+        wait_until(lambda: len(acked) >= base + n, what="%d more acknowledged writes" % n)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        count_acked(20)
+        before = _hang(donor, "hangBeforeMovePrimaryCommit")
+        res = []
+        mover = threading.Thread(target=lambda: res.append(
+            mc.router_client().admin.command("movePrimary", db, to="shard1")))
+        mover.start()
+        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        # In the critical section: the unsharded collection's writes wait (none is
+        # acknowledged), the sharded collection's go on.
+        n0 = len(acked)
+        r[db].sh.insert_one({"_id": "during"})
+        time.sleep(0.5)
+        assert len(acked) == n0
+        fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
+        mover.join(60)
+        assert res and res[0]["ok"] == 1
+        count_acked(20)  # the writer goes on, on the new primary
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, errors[:3]
+    have = {d["_id"] for d in mc.shard_client(1)[db].w.find({"_id": {"$gte": 0}}, {"_id": 1})}
+    assert set(acked) <= have
+    assert {d["_id"] for d in r[db].w.find({"_id": {"$gte": 0}})} == have
+    assert _names(donor, db) == ["sh"]
+    assert r[db].sh.find_one({"_id": "during"}) is not None
+
+
+def test_donor_killed_before_commit_aborts(mc):
+    r = mc.router_client()
+    db = "mp_kill_before"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
+        [{"_id": i} for i in range(300)])
+    r[db].a.create_index([("x", 1)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeMovePrimaryCommit")
+    err = []
+
+    def move():
+        try:
+            mc.router_client().admin.command("movePrimary", db, to="shard1")
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+    # The clone reached the recipient; then the donor dies.
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    mc.shards[0].kill()
+    t.join(90)
+    assert err, "movePrimary succeeded although its donor was killed"
+    mc.restart_shard(0)
+    donor = mc.shard_client(0)
+    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
+               what="the movePrimary coordinator document to be finished")
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    assert _names(mc.shard_client(1), db) == []
+    assert r[db].a.count_documents({}) == 300
+    r[db].a.insert_one({"_id": 300})
+    assert donor[db].a.count_documents({}) == 301
+
+
+def test_donor_killed_after_commit_finishes_cleanup(mc):
+    r = mc.router_client()
+    db = "mp_kill_after"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
+        [{"_id": i} for i in range(300)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeMovePrimaryCleanup")
+    res, err = [], []
+
+    def move():
+        try:
+            res.append(mc.router_client().admin.command("movePrimary", db, to="shard1"))
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    _wait_hung(donor, "hangBeforeMovePrimaryCleanup", before)
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    mc.shards[0].kill()
+    t.join(90)
+    mc.restart_shard(0)
+    donor = mc.shard_client(0)
+    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
+               what="the movePrimary coordinator document to be finished")
+    assert _names(donor, db) == []
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    assert r[db].a.count_documents({}) == 300
+    assert mc.router_client(1)[db].a.count_documents({}) == 300
