@@ -66,8 +66,12 @@ def _populate(c, db):
     d.plain.insert_many([{"_id": i, "x": i, "y": -i, "s": "v%d" % i} for i in range(1000)])
     d.plain.create_index([("x", 1)], unique=True, name="x_unique")
     d.plain.create_index([("y", -1), ("s", 1)], name="y_s")
-    d.create_collection("capped", capped=True, size=65536, max=1000)  # no validators in Shale
+    d.create_collection("capped", capped=True, size=65536, max=1000)
     d.capped.insert_many([{"k": i} for i in range(20)])
+    # A validator added after documents that break it were stored (moderate level).
+    d.validated.insert_many([{"_id": i, "n": i if i % 2 else "not a number"} for i in range(10)])
+    d.command("collMod", "validated", validator={"n": {"$type": "number"}},
+              validationLevel="moderate")
     r.admin.command("shardCollection", db + ".sh", key={"x": 1})
     r.admin.command("split", db + ".sh", middle={"x": 50})
     d.sh.insert_many([{"x": i} for i in range(100)])
@@ -106,9 +110,16 @@ def test_move_primary_moves_unsharded_collections(mc):
     assert opts.get("capped") is True and opts.get("size") == 65536
     assert opts.get("max") == 1000
     assert s1[db].capped.count_documents({}) == 20
+    vopts = s1[db].validated.options()
+    assert vopts.get("validator") == {"n": {"$type": "number"}}
+    assert vopts.get("validationLevel") == "moderate"
+    assert s1[db].validated.count_documents({}) == 10  # the invalid ones too
+    with pytest.raises(pymongo.errors.WriteError) as e:
+        r[db].validated.insert_one({"_id": 100, "n": "text"})
+    assert e.value.code == 121
     # ...and are gone from the old one; the sharded collection stays where it was.
     assert _names(s0, db) == ["sh"]
-    assert "plain" in _names(s1, db) and "capped" in _names(s1, db)
+    assert {"plain", "capped", "validated"} <= set(_names(s1, db))
     chunks_after = sorted(
         (ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
         for ch in _config(mc).chunks.find(
