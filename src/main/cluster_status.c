@@ -503,9 +503,10 @@ shl_cluster_status_main(int argc, char **argv)
     }
     {
         bson_t view;
-        bool enabled = true;
+        bool enabled = false; /* as balancerStatus: no balancer runs unless one was started */
         bson_iter_t it;
         if (first_doc(&settings, &view)) {
+            enabled = true;
             if (bson_iter_init_find(&it, &view, "stopped") && bson_iter_as_bool(&it)) {
                 enabled = false;
             }
