@@ -5,8 +5,10 @@
  */
 #include <stdarg.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "base/clock.h"
+#include "base/options.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
 #include "db/db_private.h"
@@ -132,6 +134,16 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     BSON_APPEND_DOUBLE(reply, "indexSize", (double)(index_size / scale));
     BSON_APPEND_DOUBLE(reply, "totalSize", (double)((storage + index_size) / scale));
     BSON_APPEND_INT64(reply, "scaleFactor", scale);
+    {
+        /* The file system holding --dbpath, as mongod reports it. */
+        struct statvfs fs;
+        if (statvfs(shl_opt_str(SHL_OPT_dbpath), &fs) == 0) {
+            double frag = (double)fs.f_frsize;
+            BSON_APPEND_DOUBLE(reply, "fsUsedSize",
+                               (double)(fs.f_blocks - fs.f_bfree) * frag / (double)scale);
+            BSON_APPEND_DOUBLE(reply, "fsTotalSize", (double)fs.f_blocks * frag / (double)scale);
+        }
+    }
 done:
     shl_catalog_list_free(list, nl);
     return ret;

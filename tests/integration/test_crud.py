@@ -373,6 +373,9 @@ def test_stats_and_validate(db):
     assert s["ns"] == "test.c"
     d = db.command("dbStats")
     assert d["collections"] == 1 and d["objects"] == 100
+    assert 0 < d["fsUsedSize"] <= d["fsTotalSize"]  # the file system holding --dbpath
+    k = db.command("dbStats", scale=1024)
+    assert abs(k["fsTotalSize"] - d["fsTotalSize"] / 1024) < 1
     ds = db.command("dataSize", "test.c", keyPattern={"_id": 1}, min={"_id": 10},
                     max={"_id": 20})
     assert ds["numObjects"] == 10 and ds["size"] > 1000
