@@ -108,6 +108,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_migration_commands_register(reg);
     shard_range_deleter_commands_register(reg);
     shard_create_participant_register(reg);
+    shard_rename_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_identity_load(s, &id, &found, st));
     if (found) {

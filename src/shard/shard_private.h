@@ -226,6 +226,14 @@ int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_
 
 /* shard_recipient_abort_all -- shutdown: stop an incoming migration's thread. */
 void shard_recipient_shutdown(shard_state_t *s);
+/* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
+ * or as a recipient whose thread has not ended). Takes mig_mu. */
+bool shard_migration_active_on(shard_state_t *s, const char *ns);
+
+/* shard_rename_participant_register -- _shardsvrRenameCollectionParticipant and
+ * _shardsvrRenameCollectionUnblockParticipant (shardsvr_rename_participant.c). */
+void shard_rename_participant_register(shl_command_registry_t *reg);
+
 /* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
 void shard_create_participant_register(shl_command_registry_t *reg);
 
