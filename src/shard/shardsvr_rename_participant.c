@@ -48,6 +48,43 @@ done:
     return ret;
 }
 
+/* config.rangeDeletions {nss: from[, collectionUuid]} -> nss: to. Idempotent. */
+static int
+rename_range_deletions(shard_state_t *s, const shl_ns_t *from, const shl_ns_t *to,
+                       const uint8_t *uuid, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, updates, one, q, u, set;
+
+    BSON_APPEND_UTF8(&cmd, "update", "rangeDeletions");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&updates, "0", &one);
+    BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
+    BSON_APPEND_UTF8(&q, "nss", from->full);
+    if (uuid != NULL) {
+        bson_append_binary(&q, "collectionUuid", -1, BSON_SUBTYPE_UUID, uuid, 16);
+    }
+    bson_append_document_end(&one, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
+    BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
+    BSON_APPEND_UTF8(&set, "nss", to->full);
+    bson_append_document_end(&u, &set);
+    bson_append_document_end(&one, &u);
+    BSON_APPEND_BOOL(&one, "multi", true);
+    bson_append_document_end(&updates, &one);
+    bson_append_array_end(&cmd, &updates);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &u);
+    BSON_APPEND_INT32(&u, "w", 1);
+    BSON_APPEND_BOOL(&u, "j", true);
+    bson_append_document_end(&cmd, &u);
+    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+    shard_range_deleter_wake(s);
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 static int
 cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -102,6 +139,9 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         SHL_LOG_INFO(SHARDING, 4630101, "renamed the local collection", "from",
                      BCON_UTF8(from.full), "to", BCON_UTF8(to.full));
     }
+    /* The range deletion tasks of the collection follow it (MongoDB's participant moves
+     * them too), so the orphans it holds are still cleaned under the new name. */
+    SHL_ERR(rename_range_deletions(s, &from, &to, has_uuid ? uuid : NULL, st));
     /* Both sections stay held until the unblock command. */
     from_blocked = false;
     to_blocked = false;
