@@ -459,17 +459,25 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS,
                  "Sharded target collection %s exists but dropTarget is not set", r.to.full);
     }
-    /* An unsharded target: on the primary, but check every shard so that no participant
-     * can fail once the rename started. */
-    if (!found && !r.drop_target) {
-        SHL_ERR(cfg_get_shards(&shards, &nshards, st));
-        for (size_t i = 0; i < nshards; i++) {
-            shl_uuid_t ignored;
-            SHL_ERR(cfg_shard_collection_info(shards[i].name, &r.to, &exists, &ignored, &is_view,
+    /* Every shard, so that no participant fails once the rename started: an unsharded
+     * target (on the primary, or left on another shard) needs dropTarget, and a copy of the
+     * source must have the source's UUID (the participant refuses another one). */
+    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
+    for (size_t i = 0; i < nshards; i++) {
+        shl_uuid_t other;
+        if (!found && !r.drop_target) {
+            SHL_ERR(cfg_shard_collection_info(shards[i].name, &r.to, &exists, &other, &is_view,
                                               st));
             if (exists) {
                 SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "target namespace exists");
             }
+        }
+        memset(&other, 0, sizeof(other));
+        SHL_ERR(cfg_shard_collection_info(shards[i].name, &r.from, &exists, &other, &is_view, st));
+        if (exists && !shl_uuid_eq(&other, &r.uuid)) {
+            SHL_FAIL(st, SHL_CODE_COLLECTION_UUID_MISMATCH,
+                     "Collection %s on shard %s has another UUID than the one being renamed",
+                     r.from.full, shards[i].name);
         }
     }
 
