@@ -479,6 +479,14 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
                      "Collection %s on shard %s has another UUID than the one being renamed",
                      r.from.full, shards[i].name);
         }
+        /* No migration of either name runs there (none can start: moveRange checks under
+         * the namespace's lock, which this request holds). */
+        bson_reinit(&fwd);
+        BSON_APPEND_UTF8(&fwd, "_shardsvrRenameCollectionParticipant", r.from.coll);
+        BSON_APPEND_UTF8(&fwd, "to", r.to.full);
+        BSON_APPEND_BOOL(&fwd, "checkOnly", true);
+        bson_reinit(&freply);
+        SHL_ERR(cfg_shard_cmd(shards[i].name, r.from.db, &fwd, &freply, st));
     }
 
     /* The point of no return: from here the rename rolls forward. */

@@ -4,10 +4,11 @@
  * RenameParticipantInstance, driven here by the config server):
  *
  * {_shardsvrRenameCollectionParticipant: <coll>, to: "<db>.<coll>", dropTarget: bool,
- *  sourceUUID?: UUID} on the collection's database: blocks reads and writes of both
- * namespaces (the critical section a donor uses), then renames the local collection if this
- * shard holds it. Idempotent: a shard that already renamed (or never held the collection)
- * only blocks.
+ *  sourceUUID?: UUID, checkOnly?: bool} on the collection's database: blocks reads and writes
+ * of both namespaces (the critical section a donor uses), then renames the local collection
+ * if this shard holds it. Idempotent: a shard that already renamed (or never held the
+ * collection) only blocks. With checkOnly it only checks that no migration of either
+ * namespace runs here (ConflictingOperationInProgress), and blocks nothing.
  *
  * {_shardsvrRenameCollectionUnblockParticipant: <coll>, to: "<db>.<coll>"}: refreshes the
  * filtering metadata of both namespaces from the config server (the rename is committed
@@ -91,7 +92,8 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     int ret = 0;
     shard_state_t *s = shard_state(op);
     shl_ns_t from, to;
-    bool drop_target = false, has_uuid = false, from_blocked = false, to_blocked = false;
+    bool drop_target = false, check_only = false, has_uuid = false, from_blocked = false;
+    bool to_blocked = false;
     uint8_t uuid[16];
     bson_iter_t it;
     shl_collection_t *existing = NULL;
@@ -103,6 +105,7 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     }
     SHL_ERR(parse_names(op, cmd, "_shardsvrRenameCollectionParticipant", &from, &to, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "dropTarget", &drop_target, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "checkOnly", &check_only, st));
     if (bson_iter_init_find(&it, cmd, "sourceUUID") && BSON_ITER_HOLDS_BINARY(&it)) {
         bson_subtype_t sub;
         uint32_t len;
@@ -119,6 +122,9 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     if (shard_migration_active_on(s, from.full) || shard_migration_active_on(s, to.full)) {
         SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
                  "Cannot rename %s while a chunk migration of it is in progress", from.full);
+    }
+    if (check_only) {
+        goto done; /* the config server's check before it starts */
     }
     SHL_ERR(shard_crit_enter(s, op, from.full, SHARD_CRIT_ALL, st));
     from_blocked = true;

@@ -257,6 +257,36 @@ def test_pending_range_deletion_follows_the_rename(rc):
     assert r.rn.rd2.count_documents({}) == N
 
 
+def test_rename_refused_while_a_migration_runs(rc):
+    r, ns = _sharded(rc, "mg")
+    donor = rc.shard_client(0)
+    entered = fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"]
+    res = {}
+
+    def move():
+        try:
+            rc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
+            res["ok"] = True
+        except OperationFailure as e:
+            res["err"] = e
+    t = threading.Thread(target=move)
+    t.start()
+    try:
+        wait_until(lambda: fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"] >
+                   entered, what="the migration to reach moveChunkHangAtStep3")
+        assert _code(lambda: _rename(r, ns, "rn.mg2")) == 117  # ConflictingOperationInProgress
+        assert _config(rc).renameCollectionCoordinators.count_documents({}) == 0
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+    t.join(60)
+    assert res.get("ok"), res
+    # Nothing was renamed or blocked; once the migration is over the rename goes through.
+    assert r.rn.mg.count_documents({}) == N
+    _rename(r, ns, "rn.mg2")
+    assert r.rn.mg2.count_documents({}) == N
+    assert rc.shard_client(1).rn.mg2.count_documents({}) == N
+
+
 @pytest.mark.parametrize("point", ["hangRenameCollectionBeforeCommit",
                                    "hangRenameCollectionBeforeUnblock"])
 def test_config_server_killed_mid_rename_rolls_forward(rc, point):
