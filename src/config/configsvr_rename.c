@@ -22,6 +22,8 @@
 
 #define COORD_COLL "renameCollectionCoordinators"
 
+/* After the coordinator document is written, before anything else changes. */
+SHL_FAILPOINT_DEFINE(hangRenameCollectionAfterStart)
 /* After every shard blocked and renamed locally, before the config.* commit. */
 SHL_FAILPOINT_DEFINE(hangRenameCollectionBeforeCommit)
 /* After the config.* commit, before the shards are unblocked. */
@@ -498,6 +500,9 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_BOOL(&details, "dropTarget", r.drop_target);
     BSON_APPEND_BOOL(&details, "sharded", r.sharded);
     cfg_changelog(op, "renameCollection.start", r.from.full, &details);
+    if (SHL_FAILPOINT_FIRES(hangRenameCollectionAfterStart)) {
+        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangRenameCollectionAfterStart), &rec_stop);
+    }
     ret = run_locked(op, &r, st);
     if (ret != 0) {
         /* The document stays: the recovery thread retries until the rename is done. */

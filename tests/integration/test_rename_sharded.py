@@ -327,3 +327,56 @@ def test_config_server_killed_mid_rename_rolls_forward(rc, point):
         assert name not in rc.shard_client(i).rn.list_collection_names()
     # The request that died with the config server may be retried: the source is gone.
     assert _code(lambda: _rename(r, ns, ns + "2")) == 26
+
+
+def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
+    r, ns = _sharded(rc, "sd")
+    cfg = _config(rc)
+    cfg_client = rc.config_client()
+    # A shard down before the rename starts: refused by the checks, nothing changes.
+    rc.shards[1].stop()
+    try:
+        with pytest.raises(OperationFailure):
+            _rename(r, ns, "rn.sd2")
+        assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+        assert "sd" in rc.shard_client(0).rn.list_collection_names()
+    finally:
+        rc.restart_shard(1)
+    assert r.rn.sd.count_documents({}) == N
+    # A shard lost once the rename started: shard0 renames and blocks, shard1 cannot be
+    # reached; the request fails past the point of no return and the coordinator document
+    # stays for the recovery thread.
+    wait_hung = _hang(cfg_client, "hangRenameCollectionAfterStart")
+    res = {}
+
+    def rename():
+        try:
+            _rename(rc.router_client(), ns, "rn.sd2")
+            res["ok"] = True
+        except OperationFailure as e:
+            res["err"] = e
+    t = threading.Thread(target=rename)
+    t.start()
+    try:
+        wait_hung()
+        rc.shards[1].stop()
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionAfterStart", "off")
+    try:
+        t.join(60)
+        assert "err" in res, res
+        doc = cfg.renameCollectionCoordinators.find_one({"_id": ns})
+        assert doc is not None and doc["to"] == "rn.sd2"
+        assert cfg.collections.find_one({"_id": ns}) is not None  # not committed yet
+        assert "sd2" in rc.shard_client(0).rn.list_collection_names()
+    finally:
+        rc.restart_shard(1)
+    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
+               timeout=60, what="the recovery thread to finish the rename")
+    assert cfg.collections.find_one({"_id": ns}) is None
+    assert r.rn.sd2.count_documents({}) == N
+    assert r.rn.sd.count_documents({}) == 0
+    for i in (0, 1):
+        assert "sd" not in rc.shard_client(i).rn.list_collection_names()
+    r.rn.sd2.insert_one({"_id": "after", "x": N - 1})
+    assert rc.shard_client(1).rn.sd2.find_one({"_id": "after"}) is not None
