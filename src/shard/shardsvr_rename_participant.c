@@ -14,6 +14,9 @@
  * filtering metadata of both namespaces from the config server (the rename is committed
  * there by then), then leaves both critical sections; the waiting versioned requests then
  * get StaleConfig and their routers refresh.
+ *
+ * The sections are persisted in config.collection_critical_sections (journaled) while held,
+ * and restored by shl_shard_init after a restart, as MongoDB does.
  */
 #include <string.h>
 
@@ -23,6 +26,12 @@
 #include "net/service.h"
 #include "shard/shard_private.h"
 #include "storage/catalog.h"
+#include "storage/record_store.h"
+
+/* The critical sections a participant holds survive a restart (MongoDB's
+ * config.collection_critical_sections: {_id: ns, reason, blockReads}). */
+#define CRIT_COLL "collection_critical_sections"
+#define CRIT_NS "config." CRIT_COLL
 
 /* The two namespaces of a participant command (both in op's database). */
 static int
@@ -46,6 +55,91 @@ parse_names(shl_op_ctx_t *op, const bson_t *cmd, const char *name, shl_ns_t *fro
                  "Source and destination collections must be on the same database.");
     }
 done:
+    return ret;
+}
+
+/* Persist (or, with !block, remove) the critical-section documents of both namespaces,
+ * journaled. Idempotent. */
+static int
+persist_crit(shard_state_t *s, const shl_ns_t *from, const shl_ns_t *to, bool block,
+             shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, reason, wc;
+    const char *names[2] = {from->full, to->full};
+
+    BSON_APPEND_UTF8(&cmd, block ? "update" : "delete", CRIT_COLL);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, block ? "updates" : "deletes", &arr);
+    for (int i = 0; i < 2; i++) {
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, i == 0 ? "0" : "1", &one);
+        BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
+        BSON_APPEND_UTF8(&q, "_id", names[i]);
+        bson_append_document_end(&one, &q);
+        if (block) {
+            BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
+            BSON_APPEND_UTF8(&u, "_id", names[i]);
+            BSON_APPEND_DOCUMENT_BEGIN(&u, "reason", &reason);
+            BSON_APPEND_UTF8(&reason, "command", "rename");
+            BSON_APPEND_UTF8(&reason, "from", from->full);
+            BSON_APPEND_UTF8(&reason, "to", to->full);
+            bson_append_document_end(&u, &reason);
+            BSON_APPEND_BOOL(&u, "blockReads", true);
+            bson_append_document_end(&one, &u);
+            BSON_APPEND_BOOL(&one, "upsert", true);
+        } else {
+            BSON_APPEND_INT32(&one, "limit", 1);
+        }
+        bson_append_document_end(&arr, &one);
+    }
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_INT32(&wc, "w", 1);
+    BSON_APPEND_BOOL(&wc, "j", true);
+    bson_append_document_end(&cmd, &wc);
+    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+int
+shard_crit_sections_reload(shard_state_t *s, shl_status_t *st)
+{
+    int ret = 0;
+    shl_coll_handle_t h = {0};
+    shl_storage_txn_t *txn = NULL;
+    shl_record_cursor_t *c = NULL;
+    bool locked = false;
+
+    SHL_ERR(shl_storage_coll_acquire(s->svc->storage, CRIT_NS, SHL_LOCK_SHARED, &h, st));
+    locked = true;
+    if (h.coll == NULL) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_txn_begin(s->svc->storage, NULL, &txn, st));
+    SHL_ERR(shl_record_cursor_open(txn, h.coll, true, &c, st));
+    for (;;) {
+        bool eof = false;
+        int64_t rid;
+        bson_t view;
+        bson_iter_t it;
+        SHL_ERR(shl_record_cursor_next(c, &rid, &view, &eof, st));
+        if (eof) {
+            break;
+        }
+        if (bson_iter_init_find(&it, &view, "_id") && BSON_ITER_HOLDS_UTF8(&it)) {
+            shard_crit_block(s, bson_iter_utf8(&it, NULL));
+            SHL_LOG_INFO(SHARDING, 4630102, "critical section restored at start-up", "namespace",
+                         BCON_UTF8(bson_iter_utf8(&it, NULL)));
+        }
+    }
+done:
+    shl_record_cursor_close(c);
+    shl_storage_txn_abort(txn);
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
     return ret;
 }
 
@@ -130,6 +224,7 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     from_blocked = true;
     SHL_ERR(shard_crit_enter(s, op, to.full, SHARD_CRIT_ALL, st));
     to_blocked = true;
+    SHL_ERR(persist_crit(s, &from, &to, true, st));
 
     existing = shl_catalog_get(op->svc->storage, from.full);
     if (existing != NULL) {
@@ -187,6 +282,7 @@ cmd_rename_unblock(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     SHL_ERR(shard_meta_refresh(s, to.full, &m, st));
     shard_meta_release(m);
     m = NULL;
+    SHL_ERR(persist_crit(s, &from, &to, false, st));
     shard_crit_exit(s, from.full);
     shard_crit_exit(s, to.full);
 done:

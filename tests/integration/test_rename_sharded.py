@@ -380,3 +380,48 @@ def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
         assert "sd" not in rc.shard_client(i).rn.list_collection_names()
     r.rn.sd2.insert_one({"_id": "after", "x": N - 1})
     assert rc.shard_client(1).rn.sd2.find_one({"_id": "after"}) is not None
+
+
+def test_shard_restarted_mid_rename_stays_blocked(rc):
+    r, ns = _sharded(rc, "pc")
+    cfg = _config(rc)
+    cfg_client = rc.config_client()
+    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    res = {}
+
+    def rename():
+        try:
+            _rename(rc.router_client(), ns, "rn.pc2")
+            res["ok"] = True
+        except OperationFailure as e:  # a pooled connection to the restarted shard
+            res["err"] = e
+    t = threading.Thread(target=rename)
+    t.start()
+    reader = None
+    try:
+        wait_hung()
+        crit = rc.shard_client(1).config.collection_critical_sections
+        assert sorted(d["_id"] for d in crit.find()) == [ns, "rn.pc2"]
+        rc.shards[1].stop()
+        rc.restart_shard(1)
+        # The restarted shard restored its critical sections: a read targeted at it waits
+        # (without them it would answer from metadata that still calls rn.pc sharded while
+        # its copy is already renamed).
+
+        def read():
+            res["read"] = rc.router_client().rn.pc.find_one({"x": N - 1})
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(1.0)
+        assert "read" not in res
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+    t.join(60)
+    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
+               timeout=60, what="the rename to finish")
+    reader.join(60)
+    assert not reader.is_alive()
+    assert res["read"] is None  # the old name is an unsharded, missing collection now
+    assert rc.shard_client(1).config.collection_critical_sections.count_documents({}) == 0
+    assert r.rn.pc2.count_documents({}) == N
+    assert r.rn.pc2.find_one({"x": N - 1})["_id"] == N - 1
