@@ -94,7 +94,7 @@ first_batch(const bson_t *reply, cfg_docs_t *out)
 /* listCollections {name: coll} on a shard: *exists, *uuid, *is_view. */
 int
 cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
-                      bool *is_view, shl_status_t *st)
+                          bool *is_view, shl_status_t *st)
 {
     int ret = 0;
     bson_t *cmd =

@@ -262,9 +262,9 @@ finish_pending(shl_op_ctx_t *op, const char *a, const char *b, shl_status_t *st)
 {
     int ret = 0;
     cfg_docs_t d = {0};
-    bson_t *q = BCON_NEW("$or", "[", "{", "_id", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]",
-                         "}", "}", "{", "to", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]",
-                         "}", "}", "]");
+    bson_t *q =
+        BCON_NEW("$or", "[", "{", "_id", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]", "}", "}",
+                 "{", "to", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]", "}", "}", "]");
 
     SHL_ERR(cfg_find(COORD_COLL, q, NULL, &d, st));
     for (size_t i = 0; i < d.n; i++) {
@@ -468,8 +468,8 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     for (size_t i = 0; i < nshards; i++) {
         shl_uuid_t other;
         if (!found && !r.drop_target) {
-            SHL_ERR(cfg_shard_collection_info(shards[i].name, &r.to, &exists, &other, &is_view,
-                                              st));
+            SHL_ERR(
+                cfg_shard_collection_info(shards[i].name, &r.to, &exists, &other, &is_view, st));
             if (exists) {
                 SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "target namespace exists");
             }
@@ -506,8 +506,8 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     ret = run_locked(op, &r, st);
     if (ret != 0) {
         /* The document stays: the recovery thread retries until the rename is done. */
-        SHL_LOG_WARNING(SHARDING, 4200143, "rename failed past its start, will be finished",
-                        "from", BCON_UTF8(r.from.full), "error", BCON_UTF8(st->reason));
+        SHL_LOG_WARNING(SHARDING, 4200143, "rename failed past its start, will be finished", "from",
+                        BCON_UTF8(r.from.full), "error", BCON_UTF8(st->reason));
         cfg_rename_recover_start();
     }
 done:
