@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/namespace.h"
 #include "base/status.h"
 #include "sharding/vector_clock.h"
 #include "net/client.h"
@@ -182,6 +183,36 @@ void cfg_register_move_primary_commands(shl_command_registry_t *reg);
 /* cfg_create_database -- _configsvrCreateDatabase's body (used by shardCollection too). */
 int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
                         shl_database_type_t *out, shl_status_t *st);
+
+/*
+ * cfg_shard_collection_info --
+ *     listCollections {name: ns.coll} on 'shard': *exists, *uuid (when it exists and is not a
+ *     view), *is_view, and the collection's options into 'options' (reinitialised; may be
+ *     NULL). Errors: the shard's, network.
+ */
+int cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
+                              bool *is_view, bson_t *options, shl_status_t *st);
+
+/*
+ * cfg_drop_collection_locked --
+ *     Drop 'ns' on every shard (sharded) or its primary (unsharded) and remove its metadata
+ *     (config.chunks, config.tags, config.collections), with changelog entries and flushes.
+ *     The caller holds ns's lock. Errors: the shards', network, config.* writes.
+ */
+int cfg_drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st);
+
+/* Rename of sharded collections (configsvr_rename.c): _configsvrRenameCollection. */
+void cfg_register_rename_commands(shl_command_registry_t *reg);
+
+/*
+ * cfg_rename_recover_start / cfg_rename_recover_stop --
+ *     A thread that finishes the renames whose coordinator documents
+ *     (config.renameCollectionCoordinators) survived a crash or a failed request, retrying
+ *     each second until none is left; _start is called at start-up and after a rename
+ *     failed past its point of no return, _stop (joins) at shutdown.
+ */
+void cfg_rename_recover_start(void);
+void cfg_rename_recover_stop(void);
 
 /* ---- pure logic (config_logic.c) ---- */
 

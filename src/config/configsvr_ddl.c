@@ -91,11 +91,10 @@ first_batch(const bson_t *reply, cfg_docs_t *out)
     }
 }
 
-/* listCollections {name: coll} on a shard: *exists, *uuid, *is_view, and the collection's
- * options into 'options' (reinitialised; may be NULL). */
-static int
-shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
-                      bool *is_view, bson_t *options, shl_status_t *st)
+/* See config_private.h. */
+int
+cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
+                          bool *is_view, bson_t *options, shl_status_t *st)
 {
     int ret = 0;
     bson_t *cmd =
@@ -666,7 +665,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
 
     SHL_ERR(active_shards(&shards, &nshards, st));
-    SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
+    SHL_ERR(cfg_shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
     if (is_view) {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,
                  "Namespace %s is a view, not a "
@@ -705,7 +704,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
         if (!has_index) {
             SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
-            SHL_ERR(shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
+            SHL_ERR(cfg_shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
         }
     }
     if (!exists) {
@@ -984,8 +983,8 @@ done:
 /* ---------------------------------------------------------------- drop */
 
 /* Drop one collection everywhere and remove its metadata; caller holds the ns lock. */
-static int
-drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
+int
+cfg_drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
 {
     int ret = 0;
     shl_collection_type_t coll;
@@ -1049,7 +1048,7 @@ cmd_drop_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     SHL_ERR(cfg_cmd_string(cmd, &ns_str, st));
     SHL_ERR(shl_ns_parse(&ns, ns_str, st));
     cfg_lock_ns(ns.full);
-    ret = drop_collection_locked(op, &ns, st);
+    ret = cfg_drop_collection_locked(op, &ns, st);
     cfg_unlock_ns(ns.full);
 done:
     return ret;
@@ -1097,7 +1096,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
             continue;
         }
         cfg_lock_ns(ns.full);
-        ret = drop_collection_locked(op, &ns, st);
+        ret = cfg_drop_collection_locked(op, &ns, st);
         cfg_unlock_ns(ns.full);
         if (ret != 0) {
             goto done;

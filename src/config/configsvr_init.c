@@ -71,6 +71,7 @@ shutdown_hook(shl_service_ctx_t *svc)
 {
     cfg_state_t *cfg = cfg_get();
 
+    cfg_rename_recover_stop();
     if (node_shutdown != NULL) {
         node_shutdown(svc);
     }
@@ -193,6 +194,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     cfg_register_ddl_commands(reg);
     cfg_register_move_primary_commands(reg);
     cfg_register_chunk_commands(reg);
+    cfg_register_rename_commands(reg);
 
     node_append_hello = svc->hooks.append_hello;
     svc->hooks.append_hello = append_hello;
@@ -206,6 +208,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     SHL_ERR(create_indexes(st));
     SHL_ERR(ensure_version(cfg, st));
     SHL_ERR(load_topology_time(cfg, st));
+    cfg_rename_recover_start(); /* renames a crash left unfinished */
     bson_oid_to_string(&cfg->cluster_id, cid);
     SHL_LOG_INFO(SHARDING, 4200100, "config server ready", "clusterId", BCON_UTF8(cid),
                  "connectionString", BCON_UTF8(cfg->conn_string));

@@ -746,6 +746,44 @@ done:
 
 /* ---- renameCollection ---- */
 
+/* Whether 'ns' is sharded now: the cached entry is dropped first, so a collection sharded
+ * or renamed through another router is seen (renames are rare; one config read each). */
+static int
+fresh_routing(shl_router_t *r, const char *ns, bool create_db, shl_router_routing_t *out,
+              shl_status_t *st)
+{
+    shl_catalog_cache_invalidate_collection(r->cache, ns);
+    return shl_router_routing_init(r, ns, create_db, out, st);
+}
+
+/* A rename where the source or the target is sharded: the config server coordinates it
+ * (_configsvrRenameCollection, docs/design/sharding-protocol.md "Renaming a sharded
+ * collection"). */
+static int
+rename_sharded(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, const char *src,
+               const char *dst, bson_t *reply, shl_status_t *st)
+{
+    bson_t fwd = BSON_INITIALIZER, wc, cfg_reply = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&fwd, "_configsvrRenameCollection", src);
+    BSON_APPEND_UTF8(&fwd, "to", dst);
+    if (bson_iter_init_find(&it, cmd, "dropTarget")) {
+        BSON_APPEND_BOOL(&fwd, "dropTarget", bson_iter_as_bool(&it));
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&fwd, &wc);
+    ret = shl_router_forward_to_config(r, op, &fwd, &cfg_reply, st);
+    shl_catalog_cache_invalidate_collection(r->cache, src);
+    shl_catalog_cache_invalidate_collection(r->cache, dst);
+    (void)reply;
+    bson_destroy(&fwd);
+    bson_destroy(&cfg_reply);
+    return ret;
+}
+
 static int
 cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -755,6 +793,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     shl_fanout_result_t res;
     bson_iter_t it;
     const char *src, *dst;
+    shl_ns_t src_ns, dst_ns;
     bool sent = false;
     int ret = 0;
 
@@ -770,18 +809,30 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'to' must be of type string");
     }
     dst = bson_iter_utf8(&it, NULL);
-    ret = shl_router_routing_init(r, src, false, &from, st);
+    if (shl_ns_parse(&src_ns, src, st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid source namespace: %s", src);
+    }
+    if (shl_ns_parse(&dst_ns, dst, st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid target namespace: %s", dst);
+    }
+    ret = fresh_routing(r, src, false, &from, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Source collection %s does not exist", src);
     }
     SHL_ERR(ret);
-    if (from.rt != NULL) {
-        /* TODO(6): MongoDB 5.0+ renames sharded collections through the config server. */
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "You can't rename a sharded collection");
+    if (from.rt != NULL && strcmp(src_ns.db, dst_ns.db) != 0) {
+        /* MongoDB 5.0+: a sharded collection is renamed within its database only. */
+        SHL_FAIL(st, SHL_CODE_COMMAND_FAILED,
+                 "Source and destination collections must be on the same database.");
     }
-    SHL_ERR(shl_router_routing_init(r, dst, true, &to, st));
-    if (to.rt != NULL) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "You can't rename to a sharded collection");
+    SHL_ERR(fresh_routing(r, dst, true, &to, st));
+    if (from.rt != NULL || to.rt != NULL) {
+        if (strcmp(src_ns.db, dst_ns.db) != 0) {
+            SHL_FAIL(st, SHL_CODE_COMMAND_FAILED,
+                     "Source and destination collections must be on the same database.");
+        }
+        SHL_ERR(rename_sharded(r, op, cmd, src, dst, reply, st));
+        goto done;
     }
     if (strcmp(from.db.primary, to.db.primary) != 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
@@ -838,7 +889,7 @@ static const shl_command_t k_ddl_commands[] = {
      {"renamecollection"},
      cmd_rename_collection,
      SHL_CMD_ADMIN_ONLY,
-     "rename an unsharded collection"},
+     "rename a collection (sharded ones through the config server)"},
 };
 
 void

@@ -603,6 +603,17 @@ shard_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, int level, 
 }
 
 void
+shard_crit_block(shard_state_t *s, const char *ns)
+{
+    shard_csr_t *c = csr_get(s, ns);
+
+    pthread_mutex_lock(&s->mu);
+    c->crit = SHARD_CRIT_ALL;
+    pthread_cond_broadcast(&s->crit_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void
 shard_crit_exit(shard_state_t *s, const char *ns)
 {
     shard_csr_t *c = csr_get(s, ns);

@@ -1883,3 +1883,19 @@ shard_migration_commands_register(shl_command_registry_t *reg)
         shl_command_registry_add(reg, &migration_commands[i]);
     }
 }
+
+bool
+shard_migration_active_on(shard_state_t *s, const char *ns)
+{
+    bool active = false;
+
+    pthread_mutex_lock(&s->mig_mu);
+    if (s->donor != NULL && strcmp(s->donor->ns, ns) == 0) {
+        active = true;
+    }
+    if (s->recipient != NULL && !s->recipient->finished && strcmp(s->recipient->ns, ns) == 0) {
+        active = true;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    return active;
+}

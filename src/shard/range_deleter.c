@@ -1138,6 +1138,26 @@ done:
  * the caller starts a new pass. *next_ms is lowered to when a delayed task becomes due;
  * *waiting set when the task waits for queries using old metadata.
  */
+/* Whether task t's document now names another namespace (a rename moved it). */
+static bool
+task_renamed(shard_state_t *s, const shl_range_task_t *t)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    task_list_t l;
+    bool renamed = false;
+
+    if (load_tasks(s->svc->storage, &t->collection_uuid, &l, &st) != 0) {
+        return false;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        if (shl_uuid_eq(&l.v[i].id, &t->id) && strcmp(l.v[i].ns, t->ns) != 0) {
+            renamed = true;
+        }
+    }
+    task_list_cleanup(&l);
+    return renamed;
+}
+
 static bool
 try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *waiting)
 {
@@ -1218,6 +1238,13 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
         SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
                      "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
         ran = true;
+        goto done;
+    }
+    if (rc == SHL_CODE_RANGE_DELETION_ABANDONED_BECAUSE_COLLECTION_WITH_UUID_DOES_NOT_EXIST &&
+        task_renamed(s, t)) {
+        /* The collection was renamed under the task (shardsvr_rename_participant.c moved the
+         * task to the new name): the next pass deletes there. */
+        *next_ms = 0;
         goto done;
     }
     if (rc != 0 &&

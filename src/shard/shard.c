@@ -109,8 +109,12 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_range_deleter_commands_register(reg);
     shard_create_participant_register(reg);
     shard_move_primary_register(reg);
+    shard_rename_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_identity_load(s, &id, &found, st));
+    /* Renames a crash interrupted keep their namespaces blocked until the config server
+     * finishes them. */
+    SHL_ERR(shard_crit_sections_reload(s, st));
     if (found) {
         shard_become_aware(s, &id);
         /* Migrations a crash interrupted: finish them from their coordinator documents. */

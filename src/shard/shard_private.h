@@ -202,6 +202,10 @@ void shard_commands_register(shl_command_registry_t *reg);
 int shard_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, int level,
                      shl_status_t *st);
 
+/* shard_crit_block -- block reads and writes of 'ns' at once, without waiting for writes in
+ * flight (start-up: there are none). Leave with shard_crit_exit. */
+void shard_crit_block(shard_state_t *s, const char *ns);
+
 /* shard_crit_exit -- leave the critical section of 'ns'; the waiting operations go on
  * (checking their version against the metadata refreshed meanwhile). */
 void shard_crit_exit(shard_state_t *s, const char *ns);
@@ -265,6 +269,21 @@ int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_
 
 /* shard_recipient_abort_all -- shutdown: stop an incoming migration's thread. */
 void shard_recipient_shutdown(shard_state_t *s);
+/* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
+ * or as a recipient whose thread has not ended). Takes mig_mu. */
+bool shard_migration_active_on(shard_state_t *s, const char *ns);
+
+/*
+ * shard_crit_sections_reload --
+ *     Start-up: block every namespace of config.collection_critical_sections (the critical
+ *     sections a rename participant persisted and has not released). Errors: storage.
+ */
+int shard_crit_sections_reload(shard_state_t *s, shl_status_t *st);
+
+/* shard_rename_participant_register -- _shardsvrRenameCollectionParticipant and
+ * _shardsvrRenameCollectionUnblockParticipant (shardsvr_rename_participant.c). */
+void shard_rename_participant_register(shl_command_registry_t *reg);
+
 /* shard_create_participant_register -- _shardsvrCreateCollectionParticipant. */
 void shard_create_participant_register(shl_command_registry_t *reg);
 

@@ -1,0 +1,427 @@
+"""renameCollection of sharded collections through the router (MongoDB 5.0+ behaviour;
+docs/design/sharding-protocol.md "Renaming a sharded collection"): data on both shards
+under the new name, config metadata (same UUID, new epoch, chunks kept), targeting and
+indexes, dropTarget over sharded and unsharded targets, MongoDB's errors, a stale second
+router, and a kill -9 of the config server in the middle of a rename. Real processes: a
+config server, two shards, routers; pymongo on the router and on each shard directly."""
+
+import threading
+
+import pytest
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import ShaleCluster, fail_point, wait_until
+
+N = 400
+
+
+@pytest.fixture(scope="module")
+def rc(request):
+    failed_before = request.session.testsfailed
+    c = ShaleCluster(shards=2, shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"])
+    try:
+        c.start()
+    except Exception:
+        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
+        raise
+    c.router_client().admin.command("enableSharding", "rn", primaryShard="shard0")
+    yield c
+    failed = request.session.testsfailed > failed_before
+    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+
+
+def _config(c):
+    return c.config_client().get_database("config", codec_options=CodecOptions(
+        uuid_representation=STANDARD))
+
+
+def _sharded(c, name, n=N):
+    """rn.<name> sharded on {x: 1}, split at n/2, the upper chunk on shard1, n documents."""
+    r = c.router_client()
+    ns = "rn." + name
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": n // 2})
+    r.rn[name].insert_many([{"_id": i, "x": i, "v": "d%d" % i} for i in range(n)])
+    r.admin.command("moveChunk", ns, find={"x": n // 2}, to="shard1", _waitForDelete=True)
+    assert c.shard_client(0).rn[name].count_documents({}) == n // 2
+    assert c.shard_client(1).rn[name].count_documents({}) == n - n // 2
+    return r, ns
+
+
+def _rename(r, src, dst, **kw):
+    return r.admin.command("renameCollection", src, to=dst, **kw)
+
+
+def _code(fn):
+    with pytest.raises(OperationFailure) as e:
+        fn()
+    return e.value.code
+
+
+def test_rename_moves_data_metadata_and_targeting(rc):
+    r, ns = _sharded(rc, "a")
+    r.rn.a.create_index([("v", 1)], name="v_1")
+    cfg = _config(rc)
+    before = cfg.collections.find_one({"_id": ns})
+    chunks_before = sorted((ch["min"]["x"], ch["shard"]) for ch in
+                           cfg.chunks.find({"uuid": before["uuid"]}))
+    _rename(r, ns, "rn.a2")
+    # Every document under the new name, none under the old.
+    ids = sorted(d["_id"] for d in r.rn.a2.find({}, {"_id": 1}))
+    assert ids == list(range(N))
+    assert r.rn.a.count_documents({}) == 0
+    assert "a" not in r.rn.list_collection_names()
+    assert "a2" in r.rn.list_collection_names()
+    # Config metadata: same UUID under the new _id, a new generation, the chunks kept.
+    assert cfg.collections.find_one({"_id": ns}) is None
+    after = cfg.collections.find_one({"_id": "rn.a2"})
+    assert after["uuid"] == before["uuid"]
+    assert after["key"] == {"x": 1}
+    assert after["lastmodEpoch"] != before["lastmodEpoch"]
+    assert after["timestamp"] > before["timestamp"]
+    chunks_after = sorted((ch["min"]["x"], ch["shard"]) for ch in
+                          cfg.chunks.find({"uuid": after["uuid"]}))
+    assert chunks_after == chunks_before
+    assert cfg.changelog.find_one({"what": "renameCollection.end", "ns": ns}) is not None
+    assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+    # Each shard holds its part under the new name, with the same UUID and indexes.
+    for i, n in ((0, N // 2), (1, N - N // 2)):
+        db = rc.shard_client(i).get_database("rn", codec_options=CodecOptions(
+            uuid_representation=STANDARD))
+        assert db.a2.count_documents({}) == n
+        assert "a" not in db.list_collection_names()
+        assert next(db.list_collections(filter={"name": "a2"}))["info"]["uuid"] == after["uuid"]
+        assert {"_id_", "x_1", "v_1"} <= set(db.a2.index_information())
+    assert {"_id_", "x_1", "v_1"} <= set(r.rn.a2.index_information())
+    # The shard key still targets one shard.
+    exp = r.rn.command("explain", {"find": "a2", "filter": {"x": N - 1}},
+                       verbosity="queryPlanner")
+    plan = exp["queryPlanner"]["winningPlan"]
+    assert plan["stage"] == "SINGLE_SHARD", exp
+    assert plan["shards"][0]["shardName"] == "shard1"
+    # Writes under the new name go to the owning shard; chunks still move.
+    r.rn.a2.insert_one({"_id": N, "x": N + 5})
+    assert rc.shard_client(1).rn.a2.find_one({"_id": N}) is not None
+    assert r.rn.a2.update_one({"x": 3}, {"$set": {"v": "new"}}).modified_count == 1
+    r.admin.command("moveChunk", "rn.a2", find={"x": 0}, to="shard1")
+    assert r.rn.a2.count_documents({}) == N + 1
+    assert r.rn.a2.find_one({"x": 3})["v"] == "new"
+
+
+def test_drop_target_over_sharded_and_unsharded_targets(rc):
+    r, ns = _sharded(rc, "b")
+    _sharded(rc, "bt", n=100)
+    cfg = _config(rc)
+    old_target_uuid = cfg.collections.find_one({"_id": "rn.bt"})["uuid"]
+    # Without dropTarget: NamespaceExists, nothing changed.
+    assert _code(lambda: _rename(r, ns, "rn.bt")) == 48
+    assert r.rn.b.count_documents({}) == N and r.rn.bt.count_documents({}) == 100
+    _rename(r, ns, "rn.bt", dropTarget=True)
+    assert r.rn.bt.count_documents({}) == N
+    assert r.rn.b.count_documents({}) == 0
+    assert cfg.collections.find_one({"_id": ns}) is None
+    new = cfg.collections.find_one({"_id": "rn.bt"})
+    assert new["uuid"] != old_target_uuid
+    assert cfg.chunks.count_documents({"uuid": old_target_uuid}) == 0
+    for i in (0, 1):
+        assert "b" not in rc.shard_client(i).rn.list_collection_names()
+    assert rc.shard_client(0).rn.bt.count_documents({}) + \
+        rc.shard_client(1).rn.bt.count_documents({}) == N
+
+    # An unsharded target on the primary shard.
+    r.rn.plain.insert_many([{"_id": i} for i in range(7)])
+    assert _code(lambda: _rename(r, "rn.bt", "rn.plain")) == 48
+    _rename(r, "rn.bt", "rn.plain", dropTarget=True)
+    assert r.rn.plain.count_documents({}) == N
+    assert sorted(d["_id"] for d in r.rn.plain.find({}, {"_id": 1})) == list(range(N))
+    assert cfg.collections.find_one({"_id": "rn.plain"})["uuid"] == new["uuid"]
+
+    # An unsharded source over a sharded target.
+    _sharded(rc, "st", n=50)
+    r.rn.src.insert_many([{"_id": i, "x": i} for i in range(3)])
+    _rename(r, "rn.src", "rn.st", dropTarget=True)
+    assert cfg.collections.find_one({"_id": "rn.st"}) is None
+    assert r.rn.st.count_documents({}) == 3
+    assert rc.shard_client(1).rn.st.count_documents({}) == 0
+
+
+def test_errors(rc):
+    r, ns = _sharded(rc, "e", n=20)
+    r.rn.other.insert_one({"_id": 1})
+    assert _code(lambda: _rename(r, ns, "rn.other")) == 48
+    assert _code(lambda: _rename(r, ns, "elsewhere.e")) == 125  # CommandFailed
+    assert _code(lambda: _rename(r, "rn.missing", "rn.m2")) == 26
+    assert _code(lambda: _rename(r, "nodb.missing", "nodb.m2")) == 26
+    assert _code(lambda: _rename(r, ns, "config.e")) == 125
+    assert _code(lambda: _rename(r, ns, "rn.system.e")) == 20
+    assert _code(lambda: _rename(r, ns, ns)) == 20
+    # Nothing moved.
+    assert r.rn.e.count_documents({}) == 20 and r.rn.other.count_documents({}) == 1
+    assert _config(rc).collections.find_one({"_id": ns}) is not None
+    # Unsharded collections keep today's behaviour (the primary shard renames).
+    _rename(r, "rn.other", "rn.other2")
+    assert r.rn.other2.count_documents({}) == 1
+
+
+def test_stale_router_sees_the_rename(rc):
+    r, ns = _sharded(rc, "s")
+    r2 = rc.add_router().client()
+    # r2 caches the old name as sharded, and the new name as unsharded (absent).
+    assert r2.rn.s.count_documents({}) == N
+    assert r2.rn.s2.count_documents({}) == 0
+    _rename(r, ns, "rn.s2")
+    # Versioned reads and writes from the stale router get StaleConfig and refresh.
+    assert r2.rn.s2.count_documents({}) == N
+    assert r2.rn.s.count_documents({}) == 0
+    assert r2.rn.s2.find_one({"x": N - 1})["_id"] == N - 1
+    r2.rn.s2.insert_one({"_id": "new", "x": N + 1})
+    assert rc.shard_client(1).rn.s2.find_one({"_id": "new"}) is not None
+    assert r.rn.s2.count_documents({}) == N + 1
+    # A write to the old name creates a new unsharded collection, as in MongoDB.
+    r2.rn.s.insert_one({"_id": "fresh"})
+    assert r.rn.s.count_documents({}) == 1
+    assert _config(rc).collections.find_one({"_id": ns}) is None
+
+
+def _hang(client, name):
+    entered = fail_point(client, name, "alwaysOn")["count"]
+    return lambda: wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > entered,
+                              what="the rename to reach %s" % name)
+
+
+def test_crud_waits_for_the_rename(rc):
+    r, ns = _sharded(rc, "w")
+    cfg_client = rc.config_client()
+    r2 = rc.add_router().client()
+    assert r2.rn.w.count_documents({}) == N  # r2 routes rn.w as sharded
+    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    done = {}
+
+    def rename():
+        done["rename"] = _rename(rc.router_client(), ns, "rn.w2")
+    t = threading.Thread(target=rename)
+    t.start()
+    try:
+        wait_hung()
+        # Both shards hold the critical section: a versioned read and a versioned write of
+        # the old name wait.
+
+        def read():
+            done["read"] = r2.rn.w.count_documents({})
+
+        def write():
+            r2.rn.w.insert_one({"_id": "late", "x": 1})
+            done["write"] = True
+        readers = [threading.Thread(target=read), threading.Thread(target=write)]
+        for th in readers:
+            th.start()
+        # They have not finished while the rename is held (a bounded look: they must not
+        # complete, so no condition can be awaited).
+        for th in readers:
+            th.join(1.0)
+        assert "read" not in done and "write" not in done
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+    t.join(60)
+    for th in readers:
+        th.join(60)
+    assert done["rename"]["ok"] == 1
+    # After the rename they retried on the new metadata: the old name is unsharded (the
+    # read saw an empty or new collection, the write created it), the data is under w2.
+    assert done["read"] in (0, 1) and done["write"]
+    assert r.rn.w2.count_documents({}) == N
+    assert r.rn.w.find_one({"_id": "late"}) is not None
+    assert _config(rc).collections.find_one({"_id": ns}) is None
+
+
+def test_pending_range_deletion_follows_the_rename(rc):
+    r = rc.router_client()
+    ns = "rn.rd"
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": N // 2})
+    r.rn.rd.insert_many([{"_id": i, "x": i} for i in range(N)])
+    fail_point(rc.shard_client(0), "suspendRangeDeletion", "alwaysOn")
+    try:
+        r.admin.command("moveChunk", ns, find={"x": N // 2}, to="shard1")
+        # The donor still holds the moved range as orphans.
+        assert rc.shard_client(0).rn.rd.count_documents({}) == N
+        _rename(r, ns, "rn.rd2")
+        tasks = list(rc.shard_client(0).config.rangeDeletions.find({}))
+        assert [t["nss"] for t in tasks] == ["rn.rd2"]
+    finally:
+        fail_point(rc.shard_client(0), "suspendRangeDeletion", "off")
+    rc.shard_client(0).admin.command("cleanupOrphaned", "rn.rd2")
+    assert rc.shard_client(0).rn.rd2.count_documents({}) == N // 2
+    assert r.rn.rd2.count_documents({}) == N
+
+
+def test_rename_refused_while_a_migration_runs(rc):
+    r, ns = _sharded(rc, "mg")
+    donor = rc.shard_client(0)
+    entered = fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"]
+    res = {}
+
+    def move():
+        try:
+            rc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
+            res["ok"] = True
+        except OperationFailure as e:
+            res["err"] = e
+    t = threading.Thread(target=move)
+    t.start()
+    try:
+        wait_until(lambda: fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"] >
+                   entered, what="the migration to reach moveChunkHangAtStep3")
+        assert _code(lambda: _rename(r, ns, "rn.mg2")) == 117  # ConflictingOperationInProgress
+        assert _config(rc).renameCollectionCoordinators.count_documents({}) == 0
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+    t.join(60)
+    assert res.get("ok"), res
+    # Nothing was renamed or blocked; once the migration is over the rename goes through.
+    assert r.rn.mg.count_documents({}) == N
+    _rename(r, ns, "rn.mg2")
+    assert r.rn.mg2.count_documents({}) == N
+    assert rc.shard_client(1).rn.mg2.count_documents({}) == N
+
+
+@pytest.mark.parametrize("point", ["hangRenameCollectionBeforeCommit",
+                                   "hangRenameCollectionBeforeUnblock"])
+def test_config_server_killed_mid_rename_rolls_forward(rc, point):
+    name = "k" if point.endswith("Commit") else "ku"
+    r, ns = _sharded(rc, name)
+    cfg_client = rc.config_client()
+    wait_hung = _hang(cfg_client, point)
+    errors = []
+
+    def run():
+        try:
+            _rename(rc.router_client(), ns, ns + "2")
+        except Exception as e:  # the config server dies under the request
+            errors.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    wait_hung()
+    # The shards have renamed locally and hold their critical sections; the config.*
+    # commit is not done (or done, not yet unblocked). Crash the config server here.
+    rc.config.kill()
+    t.join(120)
+    assert not t.is_alive() and len(errors) == 1
+    rc.config.start()
+    cfg = _config(rc)
+    # The recovery thread finishes the rename: the new name everywhere, document gone.
+    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
+               timeout=60, what="the rename to be recovered")
+    assert cfg.collections.find_one({"_id": ns}) is None
+    assert cfg.collections.find_one({"_id": ns + "2"}) is not None
+    assert cfg.changelog.find_one({"what": "renameCollection.end", "ns": ns}) is not None
+    r = rc.router_client()
+    assert r.rn[name + "2"].count_documents({}) == N
+    assert r.rn[name].count_documents({}) == 0
+    # The shards are unblocked: writes under the new name go through.
+    r.rn[name + "2"].insert_one({"_id": "after", "x": 1})
+    assert r.rn[name + "2"].count_documents({}) == N + 1
+    for i in (0, 1):
+        assert name not in rc.shard_client(i).rn.list_collection_names()
+    # The request that died with the config server may be retried: the source is gone.
+    assert _code(lambda: _rename(r, ns, ns + "2")) == 26
+
+
+def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
+    r, ns = _sharded(rc, "sd")
+    cfg = _config(rc)
+    cfg_client = rc.config_client()
+    # A shard down before the rename starts: refused by the checks, nothing changes.
+    rc.shards[1].stop()
+    try:
+        with pytest.raises(OperationFailure):
+            _rename(r, ns, "rn.sd2")
+        assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+        assert "sd" in rc.shard_client(0).rn.list_collection_names()
+    finally:
+        rc.restart_shard(1)
+    assert r.rn.sd.count_documents({}) == N
+    # A shard lost once the rename started: shard0 renames and blocks, shard1 cannot be
+    # reached; the request fails past the point of no return and the coordinator document
+    # stays for the recovery thread.
+    wait_hung = _hang(cfg_client, "hangRenameCollectionAfterStart")
+    res = {}
+
+    def rename():
+        try:
+            _rename(rc.router_client(), ns, "rn.sd2")
+            res["ok"] = True
+        except OperationFailure as e:
+            res["err"] = e
+    t = threading.Thread(target=rename)
+    t.start()
+    try:
+        wait_hung()
+        rc.shards[1].stop()
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionAfterStart", "off")
+    try:
+        t.join(60)
+        assert "err" in res, res
+        doc = cfg.renameCollectionCoordinators.find_one({"_id": ns})
+        assert doc is not None and doc["to"] == "rn.sd2"
+        assert cfg.collections.find_one({"_id": ns}) is not None  # not committed yet
+        assert "sd2" in rc.shard_client(0).rn.list_collection_names()
+    finally:
+        rc.restart_shard(1)
+    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
+               timeout=60, what="the recovery thread to finish the rename")
+    assert cfg.collections.find_one({"_id": ns}) is None
+    assert r.rn.sd2.count_documents({}) == N
+    assert r.rn.sd.count_documents({}) == 0
+    for i in (0, 1):
+        assert "sd" not in rc.shard_client(i).rn.list_collection_names()
+    r.rn.sd2.insert_one({"_id": "after", "x": N - 1})
+    assert rc.shard_client(1).rn.sd2.find_one({"_id": "after"}) is not None
+
+
+def test_shard_restarted_mid_rename_stays_blocked(rc):
+    r, ns = _sharded(rc, "pc")
+    cfg = _config(rc)
+    cfg_client = rc.config_client()
+    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    res = {}
+
+    def rename():
+        try:
+            _rename(rc.router_client(), ns, "rn.pc2")
+            res["ok"] = True
+        except OperationFailure as e:  # a pooled connection to the restarted shard
+            res["err"] = e
+    t = threading.Thread(target=rename)
+    t.start()
+    reader = None
+    try:
+        wait_hung()
+        crit = rc.shard_client(1).config.collection_critical_sections
+        assert sorted(d["_id"] for d in crit.find()) == [ns, "rn.pc2"]
+        rc.shards[1].stop()
+        rc.restart_shard(1)
+        # The restarted shard restored its critical sections: a read targeted at it waits
+        # (without them it would answer from metadata that still calls rn.pc sharded while
+        # its copy is already renamed).
+
+        def read():
+            res["read"] = rc.router_client().rn.pc.find_one({"x": N - 1})
+        reader = threading.Thread(target=read)
+        reader.start()
+        reader.join(1.0)
+        assert "read" not in res
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+    t.join(60)
+    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
+               timeout=60, what="the rename to finish")
+    reader.join(60)
+    assert not reader.is_alive()
+    assert res["read"] is None  # the old name is an unsharded, missing collection now
+    assert rc.shard_client(1).config.collection_critical_sections.count_documents({}) == 0
+    assert r.rn.pc2.count_documents({}) == N
+    assert r.rn.pc2.find_one({"x": N - 1})["_id"] == N - 1
