@@ -48,18 +48,26 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
     shl_op_ctx_t sub;
     const shl_command_t *c;
     bson_iter_t it, we, e;
+    bson_t full = BSON_INITIALIZER;
+    const char *name;
 
     bson_init(reply);
     bson_iter_init(&it, cmd);
     bson_iter_next(&it);
-    c = shl_command_registry_find(op->svc->commands, bson_iter_key(&it));
+    name = bson_iter_key(&it);
+    c = shl_command_registry_find(op->svc->commands, name);
     SHL_INVARIANT(c != NULL);
-    SHL_ERR(shl_op_ctx_init(&sub, op->svc, NULL, cmd, db, st));
+    bson_concat(&full, cmd);
+    if (op->has_write_concern && strncmp(name, "list", 4) != 0) {
+        /* The writes are the aggregate's: they wait for its write concern. */
+        BSON_APPEND_DOCUMENT(&full, "writeConcern", &op->write_concern);
+    }
+    SHL_ERR(shl_op_ctx_init(&sub, op->svc, NULL, &full, db, st));
     sub.deadline_us = cleanup ? 0 : op->deadline_us;
     if (!cleanup) {
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
-    SHL_ERR(c->run(&sub, cmd, reply, st));
+    SHL_ERR(c->run(&sub, &full, reply, st));
     if (bson_iter_init_find(&we, reply, "writeErrors") && bson_iter_recurse(&we, &e) &&
         bson_iter_next(&e) && BSON_ITER_HOLDS_DOCUMENT(&e)) {
         bson_t err;
@@ -83,6 +91,7 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
         SHL_FAIL(st, code, "%s", msg);
     }
 done:
+    bson_destroy(&full);
     return ret;
 }
 

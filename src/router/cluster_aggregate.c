@@ -8,7 +8,9 @@
  * ($lookup, $unionWith, $graphLookup, nested too) that is sharded or the shard is not the
  * database's primary: a shard sees only its local copy, so those stages then run in the
  * merger, whose environment reads the foreign collection through the router's own routing
- * (as MongoDB 5.1+ does). Issue 6 item 3 ("reads").
+ * (as MongoDB 5.1+ does). A final $out/$merge is written by the router
+ * (cluster_agg_output.c) unless the one shard reached is where its target lives. Issue 6
+ * item 3 ("reads").
  */
 #include <string.h>
 

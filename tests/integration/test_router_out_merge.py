@@ -10,6 +10,7 @@ the reference. om2's primary is shard1, om's and omref's shard0."""
 
 import pytest
 from pymongo.errors import OperationFailure
+from pymongo.write_concern import WriteConcern
 
 SRC = [{"_id": i, "k": i, "g": i % 5, "v": i * 3, "name": "n%d" % (i % 7)} for i in range(60)]
 
@@ -73,6 +74,15 @@ def test_group_out_equals_reference(om):
     assert got == _sorted(r.omref.report.find())
     assert len(got) == 5
     assert _tmp_colls(r.om) == []
+
+
+def test_out_and_merge_with_write_concern(om):
+    r = om.router_client()
+    src = r.om.get_collection("src", write_concern=WriteConcern(w="majority", wtimeout=10000))
+    src.aggregate(GROUP + [{"$out": "wc_out"}])
+    src.aggregate(GROUP + [{"$merge": {"into": "wc_merge"}}])
+    assert r.om.wc_out.count_documents({}) == 5
+    assert r.om.wc_merge.count_documents({}) == 5
 
 
 def test_out_reply_is_empty_cursor(om):
