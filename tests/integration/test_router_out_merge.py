@@ -186,6 +186,23 @@ def test_out_failure_leaves_target_intact(om):
     assert "x_u" in r.om.keep.index_information()
 
 
+def test_out_and_merge_bypass_document_validation(om):
+    r = om.router_client()
+    for name in ("val_out", "val_merge"):
+        r.om.drop_collection(name)
+        r.om.create_collection(name, validator={"total": {"$lt": 0}})
+        r.om[name].insert_one({"_id": "keep", "total": -1})
+    # The temporary collection has the target's validator: the documents fail it.
+    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$out": "val_out"}])) == 121
+    assert list(r.om.val_out.find()) == [{"_id": "keep", "total": -1}]
+    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$merge": "val_merge"}])) == 121
+    r.om.src.aggregate(GROUP + [{"$out": "val_out"}], bypassDocumentValidation=True)
+    r.om.src.aggregate(GROUP + [{"$merge": "val_merge"}], bypassDocumentValidation=True)
+    assert r.om.val_out.count_documents({}) == 5
+    assert r.om.val_out.options()["validator"] == {"total": {"$lt": 0}}
+    assert r.om.val_merge.count_documents({}) == 6
+
+
 def test_out_capped_target_refused(om):
     r = om.router_client()
     r.om.drop_collection("capped")
