@@ -37,12 +37,11 @@ struct router_agg_out {
  *     Run the router's command 'cmd' on database 'db' as an internal operation (no session),
  *     under op's deadline and kill flag ('cleanup': neither, so a temporary collection is
  *     dropped even after the operation timed out). A reply with writeErrors becomes its first
- * error's status (and the error's index goes to *err_index when not NULL). *reply is always
- * initialised.
+ *     error's status. *reply is always initialised.
  */
 static int
 run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd, bson_t *reply,
-               int64_t *err_index, shl_status_t *st)
+               shl_status_t *st)
 {
     int ret = 0;
     shl_op_ctx_t sub;
@@ -84,10 +83,6 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
         if (bson_iter_init_find(&f, &err, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
             msg = bson_iter_utf8(&f, NULL);
         }
-        if (err_index != NULL && bson_iter_init_find(&f, &err, "index") &&
-            BSON_ITER_HOLDS_NUMBER(&f)) {
-            *err_index = bson_iter_as_int64(&f);
-        }
         SHL_FAIL(st, code, "%s", msg);
     }
 done:
@@ -96,10 +91,9 @@ done:
 }
 
 static int
-run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, int64_t *err_index,
-            shl_status_t *st)
+run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_command_ex(op, false, db, cmd, reply, err_index, st);
+    return run_command_ex(op, false, db, cmd, reply, st);
 }
 
 /* The documents of the first batch of a cursor reply (the router's listCollections and
@@ -143,7 +137,7 @@ list_indexes(router_agg_out_t *w, bson_t *specs, shl_status_t *st)
     bson_init(specs);
     BSON_APPEND_UTF8(&cmd, "listIndexes", w->target.coll);
     bson_destroy(&reply);
-    ret = run_command(w->op, w->target.db, &cmd, &reply, NULL, st);
+    ret = run_command(w->op, w->target.db, &cmd, &reply, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         shl_status_clear(st);
         ret = 0;
@@ -185,7 +179,7 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
     BSON_APPEND_UTF8(&filter, "name", w->target.coll);
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
-    SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, NULL, st));
+    SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, st));
     shl_uuid_gen(rnd);
     snprintf(w->tmp, sizeof(w->tmp), "tmp.agg_out.%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
              rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
@@ -219,7 +213,7 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
     bson_destroy(&specs);
     SHL_ERR(list_indexes(w, &specs, st));
     bson_destroy(&reply);
-    SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, NULL, st));
+    SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, st));
     w->tmp_created = true;
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "createIndexes", w->tmp);
@@ -246,7 +240,7 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
     bson_append_array_end(&cmd, &arr);
     if (n > 0) {
         bson_destroy(&reply);
-        SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, NULL, st));
+        SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, st));
     }
 done:
     if (rt != NULL) {
@@ -258,14 +252,12 @@ done:
     return ret;
 }
 
-/* Insert the array 'docs' into db.coll in ordered batches; *err_index: the failing one. */
+/* Insert the array 'docs' into the target's database's 'coll' in ordered batches. */
 static int
-insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, int64_t *err_index,
-            shl_status_t *st)
+insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, shl_status_t *st)
 {
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr;
     bson_iter_t it;
-    int64_t base = 0;
     bool more;
     int ret = 0;
 
@@ -273,7 +265,6 @@ insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, int64_t *
     more = bson_iter_next(&it);
     while (more) {
         uint32_t n = 0;
-        int64_t idx = -1;
         bson_reinit(&cmd);
         BSON_APPEND_UTF8(&cmd, "insert", coll);
         BSON_APPEND_BOOL(&cmd, "ordered", true);
@@ -290,12 +281,7 @@ insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, int64_t *
         }
         bson_append_array_end(&cmd, &arr);
         bson_destroy(&reply);
-        ret = run_command(w->op, w->target.db, &cmd, &reply, &idx, st);
-        if (ret != 0 && err_index != NULL && idx >= 0) {
-            *err_index = base + idx;
-        }
-        SHL_ERR(ret);
-        base += n;
+        SHL_ERR(run_command(w->op, w->target.db, &cmd, &reply, st));
     }
 done:
     bson_destroy(&cmd);
@@ -315,7 +301,7 @@ out_commit(router_agg_out_t *w, shl_status_t *st)
     BSON_APPEND_UTF8(&cmd, "to", w->target.full);
     BSON_APPEND_BOOL(&cmd, "dropTarget", true);
     bson_destroy(&reply);
-    SHL_ERR(run_command(w->op, "admin", &cmd, &reply, NULL, st));
+    SHL_ERR(run_command(w->op, "admin", &cmd, &reply, st));
     w->tmp_created = false;
 done:
     bson_destroy(&cmd);
@@ -525,7 +511,7 @@ send_updates(router_agg_out_t *w, bson_t *cmd, bson_t *arr, int64_t *matched, sh
     *matched = 0;
     bson_append_array_end(cmd, arr);
     bson_destroy(&reply);
-    SHL_ERR(run_command(w->op, w->target.db, cmd, &reply, NULL, st));
+    SHL_ERR(run_command(w->op, w->target.db, cmd, &reply, st));
     if (bson_iter_init_find(&it, &reply, "n") && BSON_ITER_HOLDS_NUMBER(&it)) {
         *matched = bson_iter_as_int64(&it);
     }
@@ -601,7 +587,7 @@ merge_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st)
             if (matched == 0) {
                 bson_t one = BSON_INITIALIZER;
                 BSON_APPEND_DOCUMENT(&one, "0", &doc);
-                ret = insert_docs(w, w->target.coll, &one, NULL, st);
+                ret = insert_docs(w, w->target.coll, &one, st);
                 bson_destroy(&one);
                 SHL_ERR(ret);
             }
@@ -617,7 +603,7 @@ merge_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st)
         }
     }
     if (o->when_matched == SHL_MERGE_FAIL) {
-        ret = insert_docs(w, w->target.coll, &inserts, NULL, st);
+        ret = insert_docs(w, w->target.coll, &inserts, st);
         if (ret == SHL_CODE_DUPLICATE_KEY) {
             SHL_FAIL(st, SHL_CODE_DUPLICATE_KEY,
                      "$merge with whenMatched: fail found an existing document with the same "
@@ -706,7 +692,7 @@ router_agg_out_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st)
     if (w->o->is_merge) {
         return merge_write(w, docs, st);
     }
-    return insert_docs(w, w->tmp, docs, NULL, st);
+    return insert_docs(w, w->tmp, docs, st);
 }
 
 int
@@ -729,7 +715,7 @@ router_agg_out_destroy(router_agg_out_t *w)
         shl_status_t ignored = SHL_STATUS_INIT;
         BSON_APPEND_UTF8(&cmd, "drop", w->tmp);
         /* Cleanup runs even past the deadline or after a kill. */
-        (void)run_command_ex(w->op, true, w->target.db, &cmd, &reply, NULL, &ignored);
+        (void)run_command_ex(w->op, true, w->target.db, &cmd, &reply, &ignored);
         shl_status_clear(&ignored);
         bson_destroy(&cmd);
         bson_destroy(&reply);

@@ -150,6 +150,28 @@ def test_out_from_single_shard_to_database_on_other_shard(om):
     assert "from_u" not in om.shard_client(0).om2.list_collection_names()
 
 
+def test_out_after_lookup_of_sharded_collection(om):
+    """An unsharded source whose $lookup reads the sharded om.src: the merger runs at the
+    router, and so does the $out."""
+    r = om.router_client()
+    r.om.usrc.aggregate([{"$match": {"k": {"$lt": 5}}},
+                         {"$lookup": {"from": "src", "localField": "g", "foreignField": "g",
+                                      "as": "m"}},
+                         {"$project": {"n": {"$size": "$m"}}}, {"$out": "lk"}])
+    assert _sorted(r.om.lk.find()) == [{"_id": i, "n": 12} for i in range(5)]
+
+
+def test_explain_writes_nothing(om):
+    r = om.router_client()
+    r.om.drop_collection("never")
+    res = r.om.command("aggregate", "src", pipeline=GROUP + [{"$out": "never"}], explain=True)
+    assert res["splitPipeline"]["mergerPart"][-1] == {"$out": "never"} or \
+        "$out" in res["splitPipeline"]["mergerPart"][-1]
+    assert "never" not in r.om.list_collection_names()
+    assert _code(lambda: r.om.command("aggregate", "src", pipeline=[{"$out": "ms"}],
+                                      explain=True)) == 28769
+
+
 def test_out_new_database(om):
     r = om.router_client()
     r.drop_database("omnew")
