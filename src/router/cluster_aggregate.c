@@ -8,7 +8,9 @@
  * ($lookup, $unionWith, $graphLookup, nested too) that is sharded or the shard is not the
  * database's primary: a shard sees only its local copy, so those stages then run in the
  * merger, whose environment reads the foreign collection through the router's own routing
- * (as MongoDB 5.1+ does). Issue 6 item 3 ("reads").
+ * (as MongoDB 5.1+ does). A final $out/$merge is written by the router
+ * (cluster_agg_output.c) unless the one shard reached is where its target lives. Issue 6
+ * item 3 ("reads").
  */
 #include <string.h>
 
@@ -51,6 +53,10 @@ typedef struct agg_plan {
     /* Stages reading other collections ($lookup, $unionWith, $graphLookup, nested too): */
     bool has_foreign;     /* some stage reads another collection */
     bool foreign_sharded; /* one of those collections is sharded */
+    /* A $out/$merge ending the pipeline: where its target lives (router_agg_out_locate). */
+    bool has_output;
+    bool out_sharded;
+    char out_primary[SHL_SHARD_ID_MAX]; /* "" when unknown */
 } agg_plan_t;
 
 static void
@@ -373,8 +379,12 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     /* A shard reads foreign collections from its local copy, which is complete only for an
      * unsharded collection on the database's primary shard; otherwise the stages reading
      * them run in the merger here, which reads them through the router. */
-    p->single = t.n == 1 && (!p->has_foreign || (!p->foreign_sharded &&
-                                                 strcmp(t.names[0], rr->db.primary) == 0));
+    p->single = t.n == 1 && (!p->has_foreign ||
+                             (!p->foreign_sharded && strcmp(t.names[0], rr->db.primary) == 0));
+    /* A data node writes $out/$merge to its local copy, which is the target only when that
+     * is unsharded and the shard is its database's primary; otherwise the router writes. */
+    p->single = p->single &&
+                (!p->has_output || (!p->out_sharded && strcmp(t.names[0], p->out_primary) == 0));
     shl_router_shards_cleanup(&t);
     router_copy_command(p->cmd, skip, cmd);
     BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
@@ -496,16 +506,17 @@ append_agg_explain(shl_op_ctx_t *op, const agg_plan_t *p, shl_router_shard_resul
  * collectionless_aggregate --
  *     `aggregate: 1` on a user database: a pipeline starting with $documents needs no shard,
  *     so it runs here whole (stages that read collections fail with NotImplemented) and the
- *     results come back in the first batch.
+ *     results come back in the first batch, or go to the target of a final $out/$merge.
  */
 static int
 collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     bson_t pipeline, let, docs = BSON_INITIALIZER;
-    bool found, has_let = false;
+    bool found, has_let = false, bypass = false;
     shl_pipeline_opts_t opts;
     shl_pipeline_t *pl = NULL;
+    router_agg_out_t *w = NULL;
     shl_ns_t ns;
     const char *first;
 
@@ -533,8 +544,8 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
                  "{aggregate: 1} is not valid for '%s'; a collection is required.", first);
     }
     if (shl_pipeline_output(pl) != NULL) {
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
-                 "$out and $merge after $documents are not supported through the router yet");
+        SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
+        SHL_ERR(router_agg_out_begin(op, pl, op->db, bypass, &w, st));
     }
     for (uint32_t n = 0;; n++) {
         const bson_t *d;
@@ -547,9 +558,16 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
         bson_uint32_to_string(n, &kp, k, sizeof(k));
         bson_append_document(&docs, kp, -1, d);
     }
+    if (w != NULL) {
+        /* The documents went to the target; the reply's cursor is empty, as MongoDB's. */
+        SHL_ERR(router_agg_out_write(w, &docs, st));
+        SHL_ERR(router_agg_out_commit(w, st));
+        bson_reinit(&docs);
+    }
     SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
     shl_router_cursor_reply(reply, ns.full, 0, true, &docs, false);
 done:
+    router_agg_out_destroy(w);
     shl_pipeline_destroy(pl);
     bson_destroy(&docs);
     return ret;
@@ -743,8 +761,8 @@ static void
 install_env(shl_router_t *r, const char *db, const bson_t *cmd, shl_router_cursor_t *c,
             const shl_pipeline_env_t **out)
 {
-    static const char *const pass[] = {"readConcern", "comment", "lsid", "txnNumber",
-                                       "autocommit", NULL};
+    static const char *const pass[] = {"readConcern", "comment",    "lsid",
+                                       "txnNumber",   "autocommit", NULL};
     agg_env_t *e = bson_malloc0(sizeof(*e));
     bson_iter_t it;
 
@@ -769,6 +787,35 @@ install_env(shl_router_t *r, const char *db, const bson_t *cmd, shl_router_curso
     *out = &e->env;
 }
 
+/*
+ * write_output --
+ *     Drain the merge part of 'c' (whose last stage, the $out/$merge of 'check', passes the
+ *     documents through) into the output's target, in batches, then commit ($out's rename).
+ *     A failure leaves an existing $out target as it was (the temporary collection is
+ *     dropped); $merge's writes before the failure stay, as MongoDB's.
+ */
+static int
+write_output(shl_op_ctx_t *op, shl_router_cursor_t *c, const shl_pipeline_t *check, const char *db,
+             bool bypass, shl_status_t *st)
+{
+    router_agg_out_t *w = NULL;
+    bson_t arr = BSON_INITIALIZER;
+    bool exhausted = false;
+    int ret = 0;
+
+    SHL_ERR(router_agg_out_begin(op, check, db, bypass, &w, st));
+    while (!exhausted) {
+        bson_reinit(&arr);
+        SHL_ERR(shl_router_cursor_fill_batch(op, c, 1000, false, &arr, &exhausted, st));
+        SHL_ERR(router_agg_out_write(w, &arr, st));
+    }
+    SHL_ERR(router_agg_out_commit(w, st));
+done:
+    router_agg_out_destroy(w);
+    bson_destroy(&arr);
+    return ret;
+}
+
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -777,7 +824,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     bson_iter_t it, first;
     shl_ns_t ns;
     bson_t let;
-    bool found, has_let = false, allow_disk = false, zero_batch = false;
+    bool found, has_let = false, allow_disk = false, zero_batch = false, bypass = false;
     int64_t batch_size = 0;
     shl_pipeline_opts_t opts;
     shl_pipeline_t *check = NULL, *ma = NULL, *mb = NULL;
@@ -866,6 +913,18 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
     }
     find_foreign(r, ns.db, &p.pipeline, 0, &p);
+    if (shl_pipeline_output(check) != NULL) {
+        const shl_pipeline_output_t *o = shl_pipeline_output(check);
+        p.has_output = true;
+        SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
+        router_agg_out_locate(r, o, ns.db, &p.out_sharded, p.out_primary, sizeof(p.out_primary));
+        if (p.out_sharded && !o->is_merge) {
+            /* Before any shard runs anything, as mongos checks it when parsing. */
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_CANNOT_BE_SHARDED,
+                     "$out cannot output to a sharded collection: %s.%s",
+                     o->db != NULL ? o->db : ns.db, o->coll);
+        }
+    }
     ret =
         shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
@@ -887,13 +946,6 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
                                        st));
-    if (!p.single && shl_pipeline_output(check) != NULL) {
-        /* The merger here cannot write; the shards' cursors die with 'c'. */
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
-                 "%s from a sharded collection (or after a stage reading one) is not supported "
-                 "yet",
-                 shl_pipeline_output(check)->is_merge ? "$merge" : "$out");
-    }
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {
@@ -915,6 +967,15 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         shl_router_cursor_set_merge(c, ma, mb, p.avg_fields);
         ma = mb = NULL;
         p.avg_fields = NULL;
+    }
+    if (!p.single && p.has_output) {
+        bson_t empty = BSON_INITIALIZER;
+        ret = write_output(op, c, check, ns.db, bypass, st);
+        if (ret == 0) {
+            shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
+        }
+        bson_destroy(&empty);
+        goto done;
     }
     ret = router_reply_cursor(op, c, batch_size, zero_batch, false, reply, st);
     c = NULL;

@@ -85,4 +85,33 @@ void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
 int router_append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n, bson_t *reply,
                       shl_status_t *st);
 
+/*
+ * router_agg_out_* -- $out/$merge of an aggregation whose end runs at the router
+ * (cluster_agg_output.c), written through the router's own commands.
+ *
+ * router_agg_out_locate: where the output of 'o' (aggregate database 'db') lives: whether
+ *     the target is sharded and its database's primary shard ("" when unknown or the
+ *     database does not exist). Never fails; errors read as "unknown".
+ * router_agg_out_begin: check the target and prepare the write for the pipeline 'p' (which
+ *     ends with the stage; borrowed until destroy): $out refuses a sharded target (28769), a
+ *     capped one (17152) or a view (166), then creates the temporary collection with the
+ *     target's options and indexes; $merge resolves 'on' (a sharded target's default is _id
+ *     and the shard key) and needs it to include the shard key and be backed by a unique
+ *     index (51190). Both refuse a transaction (OperationNotSupportedInTransaction).
+ * router_agg_out_write: write the documents of the array 'docs' (the temporary collection,
+ *     or $merge's updates/inserts: 13113 whenNotMatched fail, 11000 whenMatched fail, 51132
+ *     a bad 'on' value, and the write path's errors).
+ * router_agg_out_commit: $out renames the temporary collection over the target
+ *     (dropTarget); nothing for $merge.
+ * router_agg_out_destroy: drops the temporary collection if not committed. NULL is fine.
+ */
+typedef struct router_agg_out router_agg_out_t;
+void router_agg_out_locate(shl_router_t *r, const shl_pipeline_output_t *o, const char *db,
+                           bool *sharded, char *primary, size_t n);
+int router_agg_out_begin(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, bool bypass,
+                         router_agg_out_t **out, shl_status_t *st);
+int router_agg_out_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st);
+int router_agg_out_commit(router_agg_out_t *w, shl_status_t *st);
+void router_agg_out_destroy(router_agg_out_t *w);
+
 #endif

@@ -527,10 +527,13 @@ def test_lookup_union_out_on_unsharded_collection(cluster):
     db.u_out.drop()
 
 
-def test_out_from_sharded_collection_is_refused(cluster):
-    with pytest.raises(OperationFailure) as e:
-        list(cluster.rc.test.c.aggregate([{"$group": {"_id": "$a"}}, {"$out": "nope"}]))
-    assert e.value.code == 238
+def test_out_from_sharded_collection(cluster):
+    """The router writes the merged documents (test_router_out_merge.py has the details)."""
+    db = cluster.rc.test
+    group = [{"$group": {"_id": "$a", "n": {"$sum": 1}}}]
+    assert list(db.c.aggregate(group + [{"$out": "c_out"}])) == []
+    assert sorted(db.c_out.find(), key=repr) == sorted(db.c.aggregate(group), key=repr)
+    db.c_out.drop()
 
 
 def test_documents_through_router(cluster):
