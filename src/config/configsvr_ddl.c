@@ -507,7 +507,7 @@ static int
 insert_chunks(const shl_chunk_type_t *chunks, size_t n, shl_status_t *st)
 {
     int ret = 0;
-    bson_t *docs = bson_malloc0((n + 1) * sizeof(*docs));
+    bson_t *docs = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), (n + 1) * sizeof(*docs));
     const bson_t **ptrs = bson_malloc0((n + 1) * sizeof(*ptrs));
     size_t built = 0;
 
@@ -704,7 +704,8 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
         if (!has_index) {
             SHL_ERR(shard_create_index(db.primary, &ns, &key, unique, st));
-            SHL_ERR(cfg_shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
+            SHL_ERR(
+                cfg_shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
         }
     }
     if (!exists) {

@@ -1038,17 +1038,15 @@ static int
 explain_write_query(const char *name, const bson_t *inner, exec_query_t *q, const char **stage,
                     shl_status_t *st)
 {
-    bson_t stmts, stmt, filter = BSON_INITIALIZER, sort;
+    /* The plan keeps a view of the filter: it must point into 'inner' (an absent filter is
+     * the plan's own empty one), never into a document of this frame. */
+    bson_t stmts, stmt, filter, sort;
     bson_iter_t it, sit;
-    bool found = false, has_sort = false, remove = false;
+    bool found = false, has_sort = false, remove = false, has_filter = false;
     int ret = 0;
 
     if (strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {
-        bson_t view;
-        if (shl_bson_get_subdoc(inner, "query", &view)) {
-            bson_destroy(&filter);
-            bson_init_static(&filter, bson_get_data(&view), view.len);
-        }
+        has_filter = shl_bson_get_subdoc(inner, "query", &filter);
         has_sort = shl_bson_get_subdoc(inner, "sort", &sort);
         remove = bson_iter_init_find(&it, inner, "remove") && bson_iter_as_bool(&it);
         *stage = remove ? "DELETE" : "UPDATE";
@@ -1064,19 +1062,14 @@ explain_write_query(const char *name, const bson_t *inner, exec_query_t *q, cons
         {
             const uint8_t *data;
             uint32_t len;
-            bson_t view;
             bson_iter_document(&sit, &len, &data);
             bson_init_static(&stmt, data, len);
-            if (shl_bson_get_subdoc(&stmt, "q", &view)) {
-                bson_destroy(&filter);
-                bson_init_static(&filter, bson_get_data(&view), view.len);
-            }
+            has_filter = shl_bson_get_subdoc(&stmt, "q", &filter);
         }
     }
-    SHL_ERR(exec_query_init(q, &filter, has_sort ? &sort : NULL, NULL, st));
+    SHL_ERR(exec_query_init(q, has_filter ? &filter : NULL, has_sort ? &sort : NULL, NULL, st));
     SHL_ERR(db_cmd_get_hint(found ? &stmt : inner, &q->has_hint, &q->hint, st));
 done:
-    bson_destroy(&filter);
     return ret;
 }
 
@@ -1180,15 +1173,12 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
         SHL_ERR(parse_count(&inner, q, &fast, st));
     } else if (strcmp(name, "distinct") == 0) {
-        bson_t query = BSON_INITIALIZER, view;
+        /* The plan keeps a view of the filter: it must point into 'inner', not into a
+         * document of this block (an absent query is the plan's own empty filter). */
+        bson_t view;
+        bool has_query = shl_bson_get_subdoc(&inner, "query", &view);
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
-        if (shl_bson_get_subdoc(&inner, "query", &view)) {
-            bson_destroy(&query);
-            bson_init_static(&query, bson_get_data(&view), view.len);
-        }
-        ret = exec_query_init(q, &query, NULL, NULL, st);
-        bson_destroy(&query);
-        SHL_ERR(ret);
+        SHL_ERR(exec_query_init(q, has_query ? &view : NULL, NULL, NULL, st));
     } else if (strcmp(name, "update") == 0 || strcmp(name, "delete") == 0 ||
                strcmp(name, "findAndModify") == 0 || strcmp(name, "findandmodify") == 0) {
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));

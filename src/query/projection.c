@@ -1018,7 +1018,7 @@ static void
 computed_doc(actx_t *ac, const bson_t *cur, const pnode_t *node, bson_t *out)
 {
     size_t nk = node->nkids;
-    bson_t *holders = bson_malloc0((nk + 1) * sizeof(bson_t));
+    bson_t *holders = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), (nk + 1) * sizeof(bson_t));
     bson_value_t *vals = bson_malloc0((nk + 1) * sizeof(bson_value_t));
     bool *have = bson_malloc0((nk + 1) * sizeof(bool)),
          *used = bson_malloc0((nk + 1) * sizeof(bool));

@@ -151,7 +151,7 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
     shl_fanout_req_t *reqs = bson_malloc0((n + 1) * sizeof(*reqs));
     shl_fanout_result_t *res = bson_malloc0((n + 1) * sizeof(*res));
     char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
-    bson_t *cmds = bson_malloc0((n + 1) * sizeof(bson_t));
+    bson_t *cmds = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), (n + 1) * sizeof(bson_t));
     int64_t remaining = c->op != NULL ? shl_op_remaining_ms(c->op) : -1;
     size_t built = 0;
     int ret = 0;
@@ -474,7 +474,7 @@ kill_open_remotes(shl_router_cursor_t *c, size_t open)
     shl_fanout_req_t *reqs = bson_malloc0((open + 1) * sizeof(*reqs));
     shl_fanout_result_t *res = bson_malloc0((open + 1) * sizeof(*res));
     char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((open + 1) * sizeof(*hosts));
-    bson_t *cmds = bson_malloc0((open + 1) * sizeof(bson_t));
+    bson_t *cmds = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), (open + 1) * sizeof(bson_t));
     shl_status_t st;
 
     for (size_t i = 0; i < c->nremotes; i++) {

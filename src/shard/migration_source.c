@@ -144,7 +144,7 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
     if (cap == 0) {
         return 0;
     }
-    *out = bson_malloc0(cap * sizeof(**out));
+    *out = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), cap * sizeof(**out));
     while (bson_iter_next(&arr) && n < cap) {
         const uint8_t *data;
         uint32_t len;
