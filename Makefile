@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test unit integration asan tsan release fuzz bench format clean
+.PHONY: all deps build run test unit integration asan asan-integration tsan release fuzz bench format clean
 
 all: build
 
@@ -36,6 +36,11 @@ asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSHL_SANITIZE=address,undefined >/dev/null
 	cmake --build build-asan -j $(JOBS)
 	bash scripts/unit.sh build-asan
+
+# The integration suite on the sanitizer build: a process that logs a report fails the run.
+asan-integration: asan
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	SHALE_BIN=$(abspath build-asan)/src/main/shale bash scripts/integration.sh
 
 tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSHL_SANITIZE=thread >/dev/null

@@ -4,6 +4,7 @@ module), and `shale_process` to build others. Logs of failed tests are kept in l
 
 import pytest
 
+import shale_fixtures
 from shale_fixtures import ShaleCluster, ShaleProcess, fail_point  # noqa: F401
 
 _started = []
@@ -62,3 +63,14 @@ def cluster(request):
     yield c
     failed = request.session.testsfailed > failed_before
     c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run when any process logged a sanitizer report (make asan builds), even in a
+    test that passed: the bug is real whether or not the test's assertions noticed it."""
+    reports = shale_fixtures.SANITIZER_REPORTS
+    if reports:
+        print("\n%d sanitizer report(s) in process logs (kept in logs/):" % len(reports))
+        for r in reports:
+            print("  " + r)
+        session.exitstatus = 1

@@ -143,6 +143,12 @@ class ShaleProcess:
         self.kill()
         if getattr(self, "log", None):
             self.log.close()
+        report = sanitizer_report(self.read_log())
+        if report:
+            # A sanitizer build (make asan) found a bug in this process: keep its log and
+            # let the session fail (conftest.py), whatever the test itself saw.
+            SANITIZER_REPORTS.append("%s (%s): %s" % (self.name, self.logpath, report))
+            keep_log_as = keep_log_as or "sanitizer-%s-%d" % (self.name, self.port)
         if keep_log_as:
             os.makedirs(LOG_DIR, exist_ok=True)
             try:
@@ -155,6 +161,20 @@ class ShaleProcess:
             os.unlink(self.logpath)
         except OSError:
             pass
+
+
+# What sanitizer builds print when they find a bug (ASan, LSan, UBSan, TSan).
+SANITIZER_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error: ",
+                     "WARNING: ThreadSanitizer")
+SANITIZER_REPORTS = []
+
+
+def sanitizer_report(log):
+    """The first line of a sanitizer report in a process log, or None."""
+    for line in log.splitlines():
+        if any(m in line for m in SANITIZER_MARKERS):
+            return line.strip()
+    return None
 
 
 def stop_all(procs, timeout=30):
