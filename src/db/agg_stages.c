@@ -12,6 +12,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
+#include "db/sharding_hooks.h"
 #include "net/command_args.h"
 
 /* ---------------------------------------------------------------- reading other collections */
@@ -112,6 +113,8 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
     shl_collection_t *coll = shl_catalog_get(node->eng, e->ns);
     bson_t d;
     bson_iter_t it;
+    char shard[128];
+    bool have_shard = shl_db_shard_name(e->op, shard, sizeof(shard));
 
     if (strcmp(stage, "$collStats") == 0) {
         bool want_count = bson_has_field(spec, "count");
@@ -124,6 +127,9 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
         }
         BSON_APPEND_DOCUMENT_BEGIN(docs, "0", &d);
         BSON_APPEND_UTF8(&d, "ns", e->ns);
+        if (have_shard) {
+            BSON_APPEND_UTF8(&d, "shard", shard);
+        }
         BSON_APPEND_UTF8(&d, "host", e->op->svc->me);
         append_now(&d, "localTime");
         if (want_storage) {
@@ -152,7 +158,7 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
             if (count > 0) {
                 BSON_APPEND_INT64(&ss, "avgObjSize", size / count);
             }
-            BSON_APPEND_INT64(&ss, "numOrphanDocs", 0);
+            BSON_APPEND_INT64(&ss, "numOrphanDocs", shl_db_orphan_count(e->op, coll->uuid));
             BSON_APPEND_INT64(&ss, "storageSize", storage / scale);
             BSON_APPEND_INT64(&ss, "freeStorageSize", 0);
             BSON_APPEND_BOOL(&ss, "capped", coll->capped);
@@ -185,6 +191,9 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
             BSON_APPEND_UTF8(&d, "name", idx->name);
             BSON_APPEND_DOCUMENT(&d, "key", idx->key_pattern);
             BSON_APPEND_UTF8(&d, "host", e->op->svc->me);
+            if (have_shard) {
+                BSON_APPEND_UTF8(&d, "shard", shard);
+            }
             BSON_APPEND_DOCUMENT_BEGIN(&d, "accesses", &acc);
             BSON_APPEND_INT64(&acc, "ops", 0);
             append_now(&acc, "since");

@@ -13,6 +13,7 @@
 #include "bson/keystring.h"
 #include "db/db_private.h"
 #include "db/exec.h"
+#include "db/sharding_hooks.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 
@@ -61,7 +62,7 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     if (count > 0) {
         BSON_APPEND_INT64(reply, "avgObjSize", size / count);
     }
-    BSON_APPEND_INT64(reply, "numOrphanDocs", 0);
+    BSON_APPEND_INT64(reply, "numOrphanDocs", shl_db_orphan_count(op, coll->uuid));
     BSON_APPEND_INT64(reply, "storageSize", storage / scale);
     BSON_APPEND_INT64(reply, "freeStorageSize", 0);
     BSON_APPEND_BOOL(reply, "capped", coll->capped);

@@ -98,6 +98,26 @@ observed_reset(void)
     tl_n = 0;
 }
 
+bool
+shl_db_shard_name(const shl_op_ctx_t *op, char *out, size_t n)
+{
+    const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
+    return node != NULL && node->sharding.shard_name != NULL &&
+           node->sharding.shard_name(node->sharding.arg, out, n);
+}
+
+int64_t
+shl_db_orphan_count(const shl_op_ctx_t *op, const uint8_t uuid[16])
+{
+    const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
+    int64_t n = 0;
+
+    if (node != NULL && node->sharding.orphan_count != NULL) {
+        n = node->sharding.orphan_count(node->sharding.arg, uuid);
+    }
+    return n;
+}
+
 void
 shl_db_sharding_observe_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
                               const bson_t *post)

@@ -83,11 +83,28 @@ typedef void (*shl_db_write_observer_fn)(void *arg, const char *ns, const bson_t
  */
 typedef bool (*shl_db_write_observing_fn)(void *arg, const char *ns);
 
+/*
+ * shl_db_orphan_count_fn --
+ *     How many documents of the collection with 'uuid' this node holds as orphans (the
+ *     counts of its pending range deletions), for collStats' numOrphanDocs. Never fails:
+ *     0 when unknown. May run a local read.
+ */
+typedef int64_t (*shl_db_orphan_count_fn)(void *arg, const uint8_t uuid[16]);
+
+/*
+ * shl_db_shard_name_fn --
+ *     This node's shard name into out[n] (NUL-terminated); false when it is not (yet) a
+ *     shard. $collStats and $indexStats documents carry it as `shard`.
+ */
+typedef bool (*shl_db_shard_name_fn)(void *arg, char *out, size_t n);
+
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
     shl_db_write_observer_fn on_write;   /* may be NULL */
     shl_db_write_observing_fn observing; /* may be NULL: observe every write */
+    shl_db_orphan_count_fn orphan_count; /* may be NULL: no orphans */
+    shl_db_shard_name_fn shard_name;     /* may be NULL: not a shard */
 } shl_db_sharding_hooks_t;
 
 /*
@@ -108,6 +125,12 @@ void *shl_db_sharding_hooks_arg(const shl_service_ctx_t *svc);
  */
 int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                           shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+/* shl_db_shard_name -- the installed shard_name, or false. */
+bool shl_db_shard_name(const shl_op_ctx_t *op, char *out, size_t n);
+
+/* shl_db_orphan_count -- the installed orphan_count for the collection, or 0. */
+int64_t shl_db_orphan_count(const shl_op_ctx_t *op, const uint8_t uuid[16]);
 
 /*
  * shl_db_sharding_observe_write --

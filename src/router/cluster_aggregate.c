@@ -249,6 +249,12 @@ split_pipeline(agg_plan_t *p)
     bson_init(&p->shards_part);
     bson_init(&p->merge_a);
     bson_init(&p->merge_b);
+    if (n > 0 && (strcmp(s[0].name, "$collStats") == 0 || strcmp(s[0].name, "$indexStats") == 0)) {
+        /* One document per shard (and index), made by each shard: the merger only
+         * concatenates them, as mongos does. */
+        arr_push_stage(&p->shards_part, &p->nshards, s[0].name, &s[0].v);
+        i++;
+    }
     while (i < n && is_streaming(s[i].name)) {
         arr_push_stage(&p->shards_part, &p->nshards, s[i].name, &s[i].v);
         i++;

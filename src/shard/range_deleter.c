@@ -23,6 +23,7 @@
 #include "bson/keystring.h"
 #include "net/command_args.h"
 #include "net/service.h"
+#include "shard/migration_private.h"
 #include "shard/shard_private.h"
 #include "sharding/shard_key.h"
 #include "storage/catalog.h"
@@ -1338,6 +1339,42 @@ rd_main(void *arg)
     pthread_mutex_unlock(&s->rd.mu);
     delay_prune(s, NULL);
     return NULL;
+}
+
+int64_t
+shard_orphan_count(void *arg, const uint8_t uuid[16])
+{
+    shard_state_t *s = arg;
+    shl_status_t st;
+    shl_uuid_t u;
+    bson_t cmd = BSON_INITIALIZER, filter, proj, reply = BSON_INITIALIZER, *docs = NULL;
+    bson_iter_t it;
+    size_t n;
+    int64_t total = 0;
+
+    memcpy(u.bytes, uuid, sizeof(u.bytes));
+    BSON_APPEND_UTF8(&cmd, "find", "rangeDeletions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    shl_uuid_append(&filter, "collectionUuid", &u);
+    bson_append_document_end(&cmd, &filter);
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
+    BSON_APPEND_INT32(&proj, "numOrphanDocs", 1);
+    bson_append_document_end(&cmd, &proj);
+    BSON_APPEND_INT32(&cmd, "batchSize", 10000);
+    bson_destroy(&reply);
+    if (shard_local_cmd(s, "config", &cmd, &reply, &st) == 0) {
+        n = mig_first_batch(&reply, &docs);
+        for (size_t i = 0; i < n; i++) {
+            if (bson_iter_init_find(&it, &docs[i], "numOrphanDocs") &&
+                BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) > 0) {
+                total += bson_iter_as_int64(&it);
+            }
+        }
+    }
+    bson_free(docs);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return total;
 }
 
 void

@@ -150,6 +150,9 @@ void shard_become_aware(shard_state_t *s, const shard_identity_t *id);
 /* shard_get_identity -- copy the identity; false if not shard-aware. Takes s->mu. */
 bool shard_get_identity(shard_state_t *s, shard_identity_t *out);
 
+/* shard_name_of -- the db layer's shard_name hook ('arg' is the shard state). */
+bool shard_name_of(void *arg, char *out, size_t n);
+
 /* ---- filtering metadata (collection_metadata.c) ---- */
 
 /*
@@ -307,6 +310,13 @@ void shard_key_bound_keystring(const bson_t *bound, struct shl_keystring *ks);
 void shard_range_deleter_init(shard_state_t *s);
 void shard_range_deleter_start(shard_state_t *s);
 void shard_range_deleter_stop(shard_state_t *s);
+
+/*
+ * shard_orphan_count -- the orphan documents of the collection with 'uuid' on this shard:
+ * the sum of numOrphanDocs over its config.rangeDeletions tasks (the db layer's
+ * orphan_count hook, for collStats). 0 when there are none or the read fails.
+ */
+int64_t shard_orphan_count(void *arg, const uint8_t uuid[16]);
 
 /* shard_range_deleter_wake -- tell the thread and the waiters that tasks changed. */
 void shard_range_deleter_wake(shard_state_t *s);

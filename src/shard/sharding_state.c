@@ -241,3 +241,14 @@ shard_get_identity(shard_state_t *s, shard_identity_t *out)
     pthread_mutex_unlock(&s->mu);
     return aware;
 }
+
+bool
+shard_name_of(void *arg, char *out, size_t n)
+{
+    shard_identity_t id;
+    bool aware = shard_get_identity(arg, &id);
+    if (aware) {
+        snprintf(out, n, "%s", id.shard_name);
+    }
+    return aware;
+}

@@ -147,10 +147,20 @@ def test_coll_stats_counts_orphans_as_mongos_does(stats):
         assert res["shards"]["shard0"]["count"] == 200
         assert res["shards"]["shard1"]["count"] == 50
         assert r.st.orph.count_documents({}) == 200  # reads filter the orphans out
+        # The donor reports them as orphans (its range deletion task's count), as does
+        # $collStats, which mongosh's getShardDistribution reads.
+        assert res["shards"]["shard0"]["numOrphanDocs"] == 50
+        assert res["shards"]["shard1"]["numOrphanDocs"] == 0
+        assert res["numOrphanDocs"] == 50
+        per = {d["shard"]: d["storageStats"]
+               for d in r.st.orph.aggregate([{"$collStats": {"storageStats": {}}}])}
+        assert per["shard0"]["numOrphanDocs"] == 50 and per["shard0"]["count"] == 200
+        assert per["shard1"]["numOrphanDocs"] == 0
     finally:
         fail_point(donor, "suspendRangeDeletion", "off")
     wait_until(lambda: r.st.command("collStats", "orph")["count"] == 200,
                what="the donor's orphans to be deleted")
+    assert r.st.command("collStats", "orph")["numOrphanDocs"] == 0
 
 
 def test_coll_stats_scale(stats):
