@@ -335,6 +335,59 @@ build_find(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
     build_find_body(arg, cmd);
 }
 
+/*
+ * The common targeted find: one shard answered with its whole result (cursor id 0) and the
+ * router has nothing to apply (no merge sort, projection or skip, no zero first batch). The
+ * shard's firstBatch is then exactly the batch a router cursor would rebuild document by
+ * document, so it goes into the reply as it is, without a router cursor. True with *batch a
+ * view of that array (borrowed from the result); false when the general path must run, which
+ * also reports a malformed shard reply.
+ */
+static bool
+single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *res,
+                       size_t nresults, bson_t *batch)
+{
+    bson_iter_t it, cur, docs;
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
+    int64_t id = -1, ndocs = 0, max_docs = SHL_ROUTER_CURSOR_FIRST_BATCH;
+    bool have_id = false, have_batch = false, fits = true;
+
+    if (nresults != 1 || res[0].res.code != 0 || a->sorted || a->skip != 0 ||
+        (a->has_batch_size && a->batch_size == 0) ||
+        !bson_iter_init_find(&it, &res[0].res.reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !bson_iter_recurse(&it, &cur)) {
+        return false;
+    }
+    /* The same fields, and the same last-one-wins reading, as take_batch. */
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0 && BSON_ITER_HOLDS_NUMBER(&cur)) {
+            id = bson_iter_as_int64(&cur);
+            have_id = true;
+        } else if (strcmp(k, "firstBatch") == 0 && BSON_ITER_HOLDS_ARRAY(&cur)) {
+            bson_iter_array(&cur, &len, &data);
+            have_batch = true;
+        }
+    }
+    if (!have_id || id != 0 || !have_batch || !bson_init_static(batch, data, len) ||
+        !bson_iter_init(&docs, batch)) {
+        return false;
+    }
+    /* A router cursor would skip non-documents, stop at the batch size, and split a batch
+     * near the size limit: leave any of those to it. */
+    if (a->has_batch_size && a->batch_size < max_docs) {
+        max_docs = a->batch_size;
+    }
+    if (a->limit > 0 && a->limit < max_docs) {
+        max_docs = a->limit;
+    }
+    while (fits && bson_iter_next(&docs)) {
+        fits = BSON_ITER_HOLDS_DOCUMENT(&docs) && ++ndocs <= max_docs;
+    }
+    return fits && (uint64_t)len + 32 <= SHL_ROUTER_CURSOR_MAX_BATCH_BYTES;
+}
+
 static int
 cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -347,6 +400,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_sort_pattern_t *sort = NULL;
     shl_projection_t *proj = NULL;
     shl_matcher_t *matcher = NULL;
+    bson_t batch;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
@@ -377,6 +431,12 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         goto done;
     }
     SHL_ERR(ret);
+    if (single_exhausted_batch(&a, results, nresults, &batch)) {
+        /* What the general path checks before taking each document. */
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        shl_router_cursor_reply(reply, ns.full, 0, true, &batch, false);
+        goto done;
+    }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
                                        a.allow_partial, &c, st));
     c->sort = sort;
