@@ -49,12 +49,6 @@ typedef struct op {
     uint8_t *out;
     size_t out_len, out_off;
     int32_t request_id;
-    /*
-     * The reply's first bytes: one recv takes the header and, for a small reply, the
-     * whole body (one syscall, not two). A peer sends one message per request, so
-     * bytes beyond the header's length are a protocol error.
-     */
-    uint8_t head[1024];
     uint8_t *in;           /* the whole reply, header included */
     size_t in_len, in_off; /* in_len 0 until the header is read */
     phase_t phase;
@@ -62,7 +56,24 @@ typedef struct op {
     shl_status_t *st;
     bson_t *reply; /* initialised by the public entry points */
     int64_t *micros;
+    /*
+     * The reply's first bytes: one recv takes the header and, for a small reply, the
+     * whole body (one syscall, not two). A peer sends one message per request, so
+     * bytes beyond the header's length are a protocol error. Last, and never read before
+     * it is written, so op_clear leaves it alone.
+     */
+    uint8_t head[1024];
 } op_t;
+
+/* Fan-outs this wide or narrower keep their ops and poll set on the stack. */
+#define SMALL_FANOUT 4
+
+/* Zero an op's fields; 'head' is scratch space filled by recv before any read. */
+static void
+op_clear(op_t *op)
+{
+    memset(op, 0, offsetof(op_t, head));
+}
 
 typedef struct engine {
     shl_conn_pool_t *pool;
@@ -711,8 +722,10 @@ op_time_out(engine_t *eng, op_t *op)
 static void
 engine_run(engine_t *eng, op_t *ops, size_t n)
 {
-    struct pollfd *pfds = bson_malloc(n * sizeof(*pfds));
-    size_t *which = bson_malloc(n * sizeof(*which));
+    struct pollfd pfds_small[SMALL_FANOUT];
+    size_t which_small[SMALL_FANOUT];
+    struct pollfd *pfds = n <= SMALL_FANOUT ? pfds_small : bson_malloc(n * sizeof(*pfds));
+    size_t *which = n <= SMALL_FANOUT ? which_small : bson_malloc(n * sizeof(*which));
 
     for (size_t i = 0; i < n; i++) {
         op_begin(eng, &ops[i]);
@@ -769,8 +782,10 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
             }
         }
     }
-    bson_free(pfds);
-    bson_free(which);
+    if (pfds != pfds_small) {
+        bson_free(pfds);
+        bson_free(which);
+    }
 }
 
 int
@@ -787,7 +802,7 @@ shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, 
     client_pool_hooks(conn->pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = conn->host;
     op.db = db;
     op.cmd = cmd;
@@ -813,7 +828,7 @@ shl_conn_pool_checkout(shl_conn_pool_t *pool, const char *host, int64_t timeout_
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = host;
     op.conn_out = out;
     op.st = st;
@@ -836,7 +851,7 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = host;
     op.db = db;
     op.cmd = cmd;
@@ -851,12 +866,13 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
                   shl_fanout_result_t *results)
 {
     engine_t eng;
+    op_t ops_small[SMALL_FANOUT];
     op_t *ops;
 
     if (n == 0) {
         return;
     }
-    ops = bson_malloc0(n * sizeof(*ops));
+    ops = n <= SMALL_FANOUT ? ops_small : bson_malloc(n * sizeof(*ops));
     memset(&eng, 0, sizeof(eng));
     eng.pool = pool;
     client_pool_hooks(pool, &eng.hooks);
@@ -867,6 +883,7 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
         bson_init(&results[i].reply);
         results[i].code = 0;
         results[i].micros = 0;
+        op_clear(&ops[i]);
         ops[i].host = reqs[i].host;
         ops[i].db = reqs[i].db;
         ops[i].cmd = reqs[i].cmd;
@@ -878,7 +895,9 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
     for (size_t i = 0; i < n; i++) {
         results[i].code = ops[i].code;
     }
-    bson_free(ops);
+    if (ops != ops_small) {
+        bson_free(ops);
+    }
 }
 
 void
