@@ -119,7 +119,7 @@ shl_client_conn_failed(const shl_client_conn_t *conn)
 
 /*
  * Split "host:port", "[v6addr]:port" or "host" (port 27017) into name and port, with
- * MongoDB's FailedToParse for what cannot be a host.
+ * MongoDB's FailedToParse for what cannot be a host. With name NULL, only check it.
  */
 static int
 parse_host(const char *host, char *name, size_t namesz, char *port, size_t portsz, shl_status_t *st)
@@ -152,9 +152,13 @@ parse_host(const char *host, char *name, size_t namesz, char *port, size_t ports
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "Empty host component parsing HostAndPort from \"%s\"", host);
     }
-    snprintf(name, namesz, "%.*s", (int)(n_end - n_start), n_start);
+    if (name != NULL) {
+        snprintf(name, namesz, "%.*s", (int)(n_end - n_start), n_start);
+    }
     if (p_port == NULL) {
-        snprintf(port, portsz, "%s", DEFAULT_PORT);
+        if (name != NULL) {
+            snprintf(port, portsz, "%s", DEFAULT_PORT);
+        }
     } else {
         long v = 0;
         size_t i;
@@ -165,7 +169,9 @@ parse_host(const char *host, char *name, size_t namesz, char *port, size_t ports
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Port number \"%s\" out of range in \"%s\"",
                      p_port, host);
         }
-        snprintf(port, portsz, "%ld", v);
+        if (name != NULL) {
+            snprintf(port, portsz, "%ld", v);
+        }
     }
 done:
     return ret;
@@ -255,7 +261,11 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
         SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
     }
     op->cmd_name = bson_iter_key(&it);
-    bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+    if (bson_has_field(cmd, "$db")) {
+        bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+    } else {
+        bson_concat(&body, cmd); /* the same bytes, in one copy */
+    }
     if (eng->hooks.decorate != NULL) {
         eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
     }
@@ -440,8 +450,6 @@ op_start_connect(engine_t *eng, op_t *op)
 static void
 op_begin(engine_t *eng, op_t *op)
 {
-    char name[SHL_CLIENT_HOST_MAX], port[8];
-
     if (op->conn != NULL) {
         /* The caller's own checked-out connection. */
         if (op->conn->failed) {
@@ -453,7 +461,7 @@ op_begin(engine_t *eng, op_t *op)
         return;
     }
     /* Refuse bad host strings before they get a pool entry. */
-    if (parse_host(op->host, name, sizeof(name), port, sizeof(port), op->st) != 0) {
+    if (parse_host(op->host, NULL, 0, NULL, 0, op->st) != 0) {
         op_finish(eng, op, op->st->code);
         return;
     }
