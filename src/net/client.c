@@ -177,6 +177,15 @@ done:
     return ret;
 }
 
+/*
+ * A pooled connection given back this recently is used without a liveness check. The check
+ * (a MSG_PEEK recv) is a syscall on every routed request otherwise; a peer that went away
+ * within the window shows up as a network error on the request instead of a reconnect.
+ * MongoDB's own pool trusts a resting connection for far longer: mongos heartbeats one
+ * only after ShardingTaskExecutorPoolRefreshRequirementMS (60 s by default).
+ */
+#define RECENTLY_USED_US (10 * 1000)
+
 /* Whether an idle pooled socket is still usable: open, and holding no stray bytes. */
 static bool
 socket_alive(int fd)
@@ -468,7 +477,9 @@ op_begin(engine_t *eng, op_t *op)
     op->own_conn = true;
     for (;;) {
         op->conn = client_pool_acquire(eng->pool, op->host);
-        if (!op->conn->ready || socket_alive(op->conn->fd)) {
+        if (!op->conn->ready ||
+            shl_clock_mono_us() - op->conn->idle_since_us < RECENTLY_USED_US ||
+            socket_alive(op->conn->fd)) {
             break;
         }
         /* The peer closed it while it sat idle (e.g. it restarted): drop it, try again. */
