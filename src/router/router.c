@@ -43,14 +43,27 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
     static const uint8_t zero_hash[20] = {0};
     bson_t ct, sig;
+    bson_iter_t it;
+    bool has_op_time = false, has_cluster_time = false;
 
     if (ts == 0) {
         return;
     }
-    if (!bson_has_field(reply, "operationTime")) {
+    /* One pass over the reply's top level for both fields. */
+    if (bson_iter_init(&it, reply)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (k[0] == 'o' && strcmp(k, "operationTime") == 0) {
+                has_op_time = true;
+            } else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0) {
+                has_cluster_time = true;
+            }
+        }
+    }
+    if (!has_op_time) {
         BSON_APPEND_TIMESTAMP(reply, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
     }
-    if (!bson_has_field(reply, "$clusterTime")) {
+    if (!has_cluster_time) {
         BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
         BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
         BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
