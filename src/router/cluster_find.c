@@ -38,21 +38,47 @@ in_list(const char *k, const char *const *list)
     return found;
 }
 
+/* Generic arguments router_copy_command remembers in its one pass before falling back. */
+#define COPY_DEFER_MAX 8
+
+/* bson_iter_t is over-aligned, so an array of them needs a wrapper. */
+typedef struct deferred_field {
+    bson_iter_t it;
+} deferred_field_t;
+
 void
 router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out)
 {
     bson_iter_t it;
+    deferred_field_t deferred[COPY_DEFER_MAX];
+    size_t ndeferred = 0;
+    bool overflow = false;
 
+    /* One pass: the command's own fields now, the generic arguments the shard should see
+     * after them (as shl_router_append_generic would add them, in their order). */
     if (bson_iter_init(&it, cmd)) {
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
+            if (shl_router_generic_passes(k)) {
+                if (ndeferred < COPY_DEFER_MAX) {
+                    deferred[ndeferred++].it = it;
+                } else {
+                    overflow = true;
+                }
+            }
             if (shl_cmd_is_generic_arg(k) || strcmp(k, "allowDiskUse") == 0 || in_list(k, skip)) {
                 continue;
             }
             bson_append_iter(out, NULL, 0, &it);
         }
     }
-    shl_router_append_generic(cmd, out);
+    if (overflow) {
+        shl_router_append_generic(cmd, out);
+    } else {
+        for (size_t i = 0; i < ndeferred; i++) {
+            bson_append_iter(out, NULL, 0, &deferred[i].it);
+        }
+    }
 }
 
 int

@@ -316,24 +316,31 @@ shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bs
     }
 }
 
-void
-shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
+bool
+shl_router_generic_passes(const char *field)
 {
     static const char *const pass[] = {
         "writeConcern", "readConcern", "maxTimeMS",        "comment",      "lsid",
         "txnNumber",    "autocommit",  "startTransaction", "allowDiskUse", NULL};
+    bool found = false;
+
+    for (size_t i = 0; !found && pass[i] != NULL; i++) {
+        found = pass[i][0] == field[0] && strcmp(field, pass[i]) == 0;
+    }
+    return found;
+}
+
+void
+shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
+{
     bson_iter_t it;
 
     if (!bson_iter_init(&it, user_cmd)) {
         return;
     }
     while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        for (size_t i = 0; pass[i] != NULL; i++) {
-            if (pass[i][0] == k[0] && strcmp(k, pass[i]) == 0) {
-                bson_append_iter(cmd, NULL, 0, &it);
-                break;
-            }
+        if (shl_router_generic_passes(bson_iter_key(&it))) {
+            bson_append_iter(cmd, NULL, 0, &it);
         }
     }
 }
