@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_util.h"
 #include "net/client_private.h"
 #include "net/message.h"
 
@@ -270,7 +271,7 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
         SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
     }
     op->cmd_name = bson_iter_key(&it);
-    if (bson_has_field(cmd, "$db")) {
+    if (shl_bson_iter_find_key(&it, cmd, "$db")) {
         bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
     } else {
         bson_concat(&body, cmd); /* the same bytes, in one copy */

@@ -121,7 +121,7 @@ int
 shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *st)
 {
     bson_iter_t it;
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
@@ -139,7 +139,7 @@ shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *foun
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (!BSON_ITER_HOLDS_NUMBER(&it)) {
@@ -168,7 +168,7 @@ shl_cmd_get_string(const bson_t *cmd, const char *field, const char **out, bool 
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
@@ -192,7 +192,7 @@ get_container(const bson_t *cmd, const char *field, bson_t *out, bool *found, bo
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (array ? !BSON_ITER_HOLDS_ARRAY(&it) : !BSON_ITER_HOLDS_DOCUMENT(&it)) {

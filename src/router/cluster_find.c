@@ -218,7 +218,7 @@ nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, sh
 
     *found = false;
     *out = 0;
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         goto done;
     }
     if (!BSON_ITER_HOLDS_NUMBER(&it)) {
@@ -381,7 +381,7 @@ single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *re
 
     if (nresults != 1 || res[0].res.code != 0 || a->sorted || a->skip != 0 ||
         (a->has_batch_size && a->batch_size == 0) ||
-        !bson_iter_init_find(&it, &res[0].res.reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
+        !shl_bson_iter_find_key(&it, &res[0].res.reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
         !bson_iter_recurse(&it, &cur)) {
         return false;
     }
