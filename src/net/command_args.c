@@ -76,6 +76,29 @@ shl_cmd_fields_present(const bson_t *cmd, const char *const *names)
     return mask;
 }
 
+uint32_t
+shl_cmd_fields_find(const bson_t *cmd, const char *const *names, shl_cmd_field_t *found)
+{
+    uint32_t mask = 0;
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
+                if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
+                    if ((mask & (1u << i)) == 0) {
+                        found[i].it = it;
+                        mask |= 1u << i;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    return mask;
+}
+
 const char *
 shl_cmd_name(const bson_t *cmd)
 {
@@ -118,18 +141,24 @@ wrong_type(const bson_t *cmd, const bson_iter_t *it, const char *expected, shl_s
 }
 
 int
+shl_cmd_field_bool(const bson_t *cmd, const bson_iter_t *it, bool *out, shl_status_t *st)
+{
+    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
+    if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(cmd, it, "bool", st);
+    }
+    *out = bson_iter_as_bool(it);
+    return 0;
+}
+
+int
 shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *st)
 {
     bson_iter_t it;
     if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
-    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
-    if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
-        return wrong_type(cmd, &it, "bool", st);
-    }
-    *out = bson_iter_as_bool(&it);
-    return 0;
+    return shl_cmd_field_bool(cmd, &it, out, st);
 }
 
 int
@@ -208,6 +237,23 @@ get_container(const bson_t *cmd, const char *field, bson_t *out, bool *found, bo
     }
     if (found != NULL) {
         *found = true;
+    }
+    return 0;
+}
+
+int
+shl_cmd_field_doc(const bson_t *cmd, const bson_iter_t *it, bson_t *out, shl_status_t *st)
+{
+    const uint8_t *data;
+    uint32_t len;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return wrong_type(cmd, it, "object", st);
+    }
+    bson_iter_document(it, &len, &data);
+    if (!bson_init_static(out, data, len)) {
+        return shl_status_set(st, SHL_CODE_INVALID_BSON, "invalid BSON in field %s",
+                              bson_iter_key(it));
     }
     return 0;
 }

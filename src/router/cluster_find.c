@@ -209,6 +209,28 @@ done:
     return ret;
 }
 
+/* A non-negative integer field 'it' of 'cmd' (found already). */
+static int
+nonneg_iter(const bson_t *cmd, const bson_iter_t *it, int64_t *out, shl_status_t *st)
+{
+    const char *field = bson_iter_key(it);
+    int ret = 0;
+
+    *out = 0;
+    if (!BSON_ITER_HOLDS_NUMBER(it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s' is the wrong type '%s', expected type 'long'",
+                 shl_cmd_name(cmd), field, shl_bson_type_name(bson_iter_type(it)));
+    }
+    *out = bson_iter_as_int64(it);
+    if (*out < 0) {
+        SHL_FAIL(st, CODE_IDL_NEGATIVE, "BSON field '%s' value must be >= 0, actual value '%lld'",
+                 field, (long long)*out);
+    }
+done:
+    return ret;
+}
+
 /* A non-negative integer field; 'found' says whether it was present. */
 static int
 nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, shl_status_t *st)
@@ -221,17 +243,8 @@ nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, sh
     if (!shl_bson_iter_find_key(&it, cmd, field)) {
         goto done;
     }
-    if (!BSON_ITER_HOLDS_NUMBER(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field '%s.%s' is the wrong type '%s', expected type 'long'",
-                 shl_cmd_name(cmd), field, shl_bson_type_name(bson_iter_type(&it)));
-    }
-    *out = bson_iter_as_int64(&it);
     *found = true;
-    if (*out < 0) {
-        SHL_FAIL(st, CODE_IDL_NEGATIVE, "BSON field '%s' value must be >= 0, actual value '%lld'",
-                 field, (long long)*out);
-    }
+    ret = nonneg_iter(cmd, &it, out, st);
 done:
     return ret;
 }
@@ -250,7 +263,6 @@ typedef struct find_args {
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
 {
-    bool found;
     int ret = 0;
 
     static const char *const fields[] = {"filter",
@@ -278,44 +290,53 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
         F_TAILABLE,
         F_AWAIT_DATA
     };
-    uint32_t has = shl_cmd_fields_present(cmd, fields);
-#define HAS(f) ((has & (1u << (f))) != 0)
+    shl_cmd_field_t f[F_AWAIT_DATA + 1];
+    uint32_t has = shl_cmd_fields_find(cmd, fields, f);
+#define HAS(i) ((has & (1u << (i))) != 0)
 
     memset(a, 0, sizeof(*a));
     a->cmd = cmd;
     if (HAS(F_FILTER)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "filter", &a->filter, &a->has_filter, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_FILTER].it, &a->filter, st));
+        a->has_filter = true;
     }
     if (HAS(F_SORT)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "sort", &a->sort, &a->has_sort, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_SORT].it, &a->sort, st));
+        a->has_sort = true;
     }
     if (HAS(F_PROJECTION)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "projection", &a->projection, &a->has_projection, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_PROJECTION].it, &a->projection, st));
+        a->has_projection = true;
     }
     if (HAS(F_SKIP)) {
-        SHL_ERR(nonneg_field(cmd, "skip", &a->skip, &found, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_SKIP].it, &a->skip, st));
     }
     if (HAS(F_LIMIT)) {
-        SHL_ERR(nonneg_field(cmd, "limit", &a->limit, &found, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_LIMIT].it, &a->limit, st));
     }
     if (HAS(F_BATCH_SIZE)) {
-        SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_BATCH_SIZE].it, &a->batch_size, st));
+        a->has_batch_size = true;
     }
     if (HAS(F_SINGLE_BATCH)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_SINGLE_BATCH].it, &a->single_batch, st));
     }
     if (HAS(F_NO_TIMEOUT)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_NO_TIMEOUT].it, &a->no_cursor_timeout, st));
     }
     if (HAS(F_PARTIAL)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_PARTIAL].it, &a->allow_partial, st));
     }
     if (HAS(F_TAILABLE) || HAS(F_AWAIT_DATA)) {
         /* Data nodes serve tailable cursors, but router cursors do not follow them yet
          * (a merge would wait on every shard's awaitData): refuse, as before. */
         bool tailable = false, await_data = false;
-        SHL_ERR(shl_cmd_get_bool(cmd, "tailable", &tailable, st));
-        SHL_ERR(shl_cmd_get_bool(cmd, "awaitData", &await_data, st));
+        if (HAS(F_TAILABLE)) {
+            SHL_ERR(shl_cmd_field_bool(cmd, &f[F_TAILABLE].it, &tailable, st));
+        }
+        if (HAS(F_AWAIT_DATA)) {
+            SHL_ERR(shl_cmd_field_bool(cmd, &f[F_AWAIT_DATA].it, &await_data, st));
+        }
         if (tailable || await_data) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "find.tailable is not supported through the router yet");
