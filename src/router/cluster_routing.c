@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_util.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
 
@@ -246,7 +247,7 @@ shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
     out->names = bson_malloc0((shl_routing_table_nshard_names(rr->rt) + 1) * sizeof(char *));
     if (filter == NULL) {
         all = true;
-    } else if (bson_iter_init_find(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
+    } else if (shl_bson_iter_find_key(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
                bson_count_keys(filter) == 1 && bson_iter_recurse(&it, &branches)) {
         while (!all && bson_iter_next(&branches)) {
             const uint8_t *data;
