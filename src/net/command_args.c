@@ -5,53 +5,77 @@
 
 #include "bson/bson_util.h"
 
+#include <pthread.h>
 #include <string.h>
 
-static const char *const generic_args[] = {"$db",
-                                           "lsid",
-                                           "txnNumber",
-                                           "autocommit",
-                                           "startTransaction",
-                                           "stmtId",
-                                           "stmtIds",
-                                           "writeConcern",
-                                           "readConcern",
-                                           "$readPreference",
-                                           "$clusterTime",
-                                           "$configTime",
-                                           "$topologyTime",
-                                           "$audit",
-                                           "$client",
-                                           "$configServerState",
-                                           "comment",
-                                           "maxTimeMS",
-                                           "maxTimeMSOpOnly",
-                                           "apiVersion",
-                                           "apiStrict",
-                                           "apiDeprecationErrors",
-                                           "shardVersion",
-                                           "databaseVersion",
-                                           "clientOperationKey",
-                                           "mayBypassWriteBlocking",
-                                           "$queryOptions",
-                                           "readPreference",
-                                           "allowImplicitCollectionCreation",
-                                           "coordinator",
-                                           "txnRetryCounter",
-                                           "startOrContinueTransaction",
-                                           "$tenant",
-                                           "expectPrefix",
-                                           "help",
-                                           "versionContext",
-                                           NULL};
+/* MongoDB's generic command arguments, grouped by first byte (generic_index relies on it). */
+static const char *const generic_args[] = {
+    "$db",
+    "$readPreference",
+    "$clusterTime",
+    "$configTime",
+    "$topologyTime",
+    "$audit",
+    "$client",
+    "$configServerState",
+    "$queryOptions",
+    "$tenant",
+    "autocommit",
+    "apiVersion",
+    "apiStrict",
+    "apiDeprecationErrors",
+    "allowImplicitCollectionCreation",
+    "comment",
+    "clientOperationKey",
+    "coordinator",
+    "databaseVersion",
+    "expectPrefix",
+    "help",
+    "lsid",
+    "maxTimeMS",
+    "maxTimeMSOpOnly",
+    "mayBypassWriteBlocking",
+    "readConcern",
+    "readPreference",
+    "startTransaction",
+    "stmtId",
+    "stmtIds",
+    "shardVersion",
+    "startOrContinueTransaction",
+    "txnNumber",
+    "txnRetryCounter",
+    "versionContext",
+    "writeConcern",
+    NULL};
+
+/* Where each first byte's names start in generic_args, and how many there are. */
+static uint8_t generic_start[256], generic_count[256];
+static pthread_once_t generic_once = PTHREAD_ONCE_INIT;
+
+static void
+generic_index(void)
+{
+    for (uint8_t i = 0; generic_args[i] != NULL; i++) {
+        uint8_t c = (uint8_t)generic_args[i][0];
+        if (generic_count[c] == 0) {
+            generic_start[c] = i;
+        }
+        /* Grouped: a first byte's names are contiguous. */
+        SHL_INVARIANT(generic_start[c] + generic_count[c] == i);
+        generic_count[c]++;
+    }
+}
 
 bool
 shl_cmd_is_generic_arg(const char *field)
 {
-    /* Per field of every command: the first byte rules out most names before a strcmp. */
+    /* Per field of every command: only the names sharing its first byte are compared. */
+    uint8_t c = (uint8_t)field[0];
     bool found = false;
-    for (int i = 0; !found && generic_args[i] != NULL; i++) {
-        found = generic_args[i][0] == field[0] && strcmp(generic_args[i], field) == 0;
+
+    pthread_once(&generic_once, generic_index);
+    for (uint8_t i = generic_start[c]; !found && i < generic_start[c] + generic_count[c]; i++) {
+        found = strcmp(generic_args[i], field) == 0;
     }
     return found;
 }

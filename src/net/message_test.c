@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/unit_test.h"
+#include "net/command_args.h"
 #include "net/message.h"
 
 static void
@@ -367,4 +368,21 @@ SHL_TEST(op_msg_sequence_keeps_body_bytes)
     shl_msg_cleanup(&msg);
     bson_destroy(&body);
     bson_destroy(d1);
+}
+
+SHL_TEST(generic_args_by_first_byte)
+{
+    static const char *const generic[] = {"$db", "$clusterTime", "$tenant", "lsid", "txnNumber",
+                                          "txnRetryCounter", "autocommit", "apiVersion",
+                                          "stmtId", "stmtIds", "shardVersion",
+                                          "startOrContinueTransaction", "writeConcern",
+                                          "maxTimeMS", "maxTimeMSOpOnly", "versionContext", NULL};
+    static const char *const other[] = {"", "$", "find", "filter", "limit", "singleBatch",
+                                        "stmt", "maxTime", "lsids", "$DB", "Lsid", NULL};
+    for (size_t i = 0; generic[i] != NULL; i++) {
+        ASSERT(shl_cmd_is_generic_arg(generic[i]));
+    }
+    for (size_t i = 0; other[i] != NULL; i++) {
+        ASSERT(!shl_cmd_is_generic_arg(other[i]));
+    }
 }
