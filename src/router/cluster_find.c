@@ -391,8 +391,8 @@ build_find(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
  * also reports a malformed shard reply.
  */
 static bool
-single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *res,
-                       size_t nresults, bson_t *batch)
+single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *res, size_t nresults,
+                       bson_t *batch)
 {
     bson_iter_t it, cur, docs;
     const uint8_t *data = NULL;
@@ -402,8 +402,8 @@ single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *re
 
     if (nresults != 1 || res[0].res.code != 0 || a->sorted || a->skip != 0 ||
         (a->has_batch_size && a->batch_size == 0) ||
-        !shl_bson_iter_find_key(&it, &res[0].res.reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !bson_iter_recurse(&it, &cur)) {
+        !shl_bson_iter_find_key(&it, &res[0].res.reply, "cursor") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cur)) {
         return false;
     }
     /* The same fields, and the same last-one-wins reading, as take_batch. */
