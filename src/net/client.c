@@ -265,33 +265,44 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
     bson_t body;
     bson_iter_t it;
     int32_t max_msg = SHL_MAX_MESSAGE_SIZE;
+    size_t body_len;
+    bool has_db, direct;
 
     bson_init(&body);
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
         SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
     }
     op->cmd_name = bson_iter_key(&it);
-    if (shl_bson_iter_find_key(&it, cmd, "$db")) {
-        bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+    has_db = shl_bson_iter_find_key(&it, cmd, "$db");
+    /* Nothing to add but $db (the usual case): the message is written straight from cmd. */
+    direct = eng->hooks.decorate == NULL && !has_db;
+    if (direct) {
+        body_len = (size_t)cmd->len + 10 + strlen(db); /* the $db element's size */
     } else {
-        bson_concat(&body, cmd); /* the same bytes, in one copy */
+        if (has_db) {
+            bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+        } else {
+            bson_concat(&body, cmd); /* the same bytes, in one copy */
+        }
+        if (eng->hooks.decorate != NULL) {
+            eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
+        }
+        BSON_APPEND_UTF8(&body, "$db", db);
+        body_len = body.len;
     }
-    if (eng->hooks.decorate != NULL) {
-        eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
-    }
-    BSON_APPEND_UTF8(&body, "$db", db);
     if (op->conn->ready && op->conn->peer.max_message_size_bytes > 0) {
         max_msg = op->conn->peer.max_message_size_bytes;
     }
-    if (body.len > SHL_MAX_BSON_INTERNAL_SIZE ||
-        (size_t)body.len + SHL_MSG_HEADER_LEN + 5 > (size_t)max_msg) {
+    if (body_len > SHL_MAX_BSON_INTERNAL_SIZE ||
+        body_len + SHL_MSG_HEADER_LEN + 5 > (size_t)max_msg) {
         SHL_FAIL(op->st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
                  "command %s to %s is %u bytes, more than the limit", op->cmd_name, op->host,
-                 (unsigned)body.len);
+                 (unsigned)body_len);
     }
     op->request_id = atomic_fetch_add(&next_request_id, 1);
     bson_free(op->out);
-    op->out = shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
+    op->out = direct ? shl_msg_build_op_msg_db(op->request_id, cmd, db, &op->out_len)
+                     : shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
     op->out_off = 0;
     op->in_len = op->in_off = 0;
     op->phase = PH_SENDING;
@@ -478,8 +489,7 @@ op_begin(engine_t *eng, op_t *op)
     op->own_conn = true;
     for (;;) {
         op->conn = client_pool_acquire(eng->pool, op->host);
-        if (!op->conn->ready ||
-            shl_clock_mono_us() - op->conn->idle_since_us < RECENTLY_USED_US ||
+        if (!op->conn->ready || shl_clock_mono_us() - op->conn->idle_since_us < RECENTLY_USED_US ||
             socket_alive(op->conn->fd)) {
             break;
         }
@@ -700,8 +710,7 @@ op_step(engine_t *eng, op_t *op)
                 return;
             }
             op->in_off += (size_t)r;
-            if (op->in_len == 0 && op->in_off >= SHL_MSG_HEADER_LEN &&
-                !op_check_header(eng, op)) {
+            if (op->in_len == 0 && op->in_off >= SHL_MSG_HEADER_LEN && !op_check_header(eng, op)) {
                 return;
             }
             if (op->in_len != 0 && op->in_off == op->in_len) {
