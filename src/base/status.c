@@ -186,6 +186,18 @@ shl_status_from_reply(const bson_t *reply, shl_status_t *st)
         bson_destroy(&extra);
         return shl_status_set(st, SHL_CODE_INVALID_BSON, "invalid reply document");
     }
+    /* Most replies succeed: read only "ok" (the last one counts) before anything else. */
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (key[0] == 'o' && key[1] == 'k' && key[2] == '\0') {
+            ok = truthy(&it);
+        }
+    }
+    if (ok) {
+        bson_destroy(&extra);
+        return 0;
+    }
+    bson_iter_init(&it, reply);
     while (bson_iter_next(&it)) {
         const char *key = bson_iter_key(&it);
         if (strcmp(key, "ok") == 0) {

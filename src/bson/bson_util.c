@@ -536,3 +536,17 @@ shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view)
     bson_iter_document(&it, &len, &data);
     return bson_init_static(view, data, len);
 }
+
+bool
+shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
+{
+    bool found = false;
+
+    if (bson_iter_init(it, doc)) {
+        while (!found && bson_iter_next(it)) {
+            const char *k = bson_iter_key(it);
+            found = k[0] == key[0] && strcmp(k, key) == 0;
+        }
+    }
+    return found;
+}

@@ -113,6 +113,14 @@ bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value
  */
 bool shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view);
 
+/*
+ * shl_bson_iter_find_key --
+ *     What bson_iter_init_find does (a top-level field named exactly 'key', the first one;
+ *     a dot is an ordinary character), with less work per field than
+ *     libbson's (strlen and strncmp on every key), for lookups on every request.
+ */
+bool shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key);
+
 void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *skip);
 
 #endif

@@ -287,3 +287,19 @@ SHL_TEST(timestamps_and_append_helpers)
     bson_destroy(cmd);
     bson_destroy(&doc);
 }
+
+SHL_TEST(find_key_like_bson_iter_init_find)
+{
+    /* The same answer as libbson's lookup: first match, exact case, dots are characters. */
+    bson_t *doc = shl_test_bson("{'a': 1, 'a.b': 2, 'ab': 3, 'a': 4, 'B': 5, '': 6}");
+    static const char *const keys[] = {"a", "a.b", "ab", "b", "B", "abc", "$db", ""};
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        bson_iter_t mine, theirs;
+        bool found = shl_bson_iter_find_key(&mine, doc, keys[i]);
+        ASSERT(found == bson_iter_init_find(&theirs, doc, keys[i]));
+        if (found) {
+            ASSERT_INT_EQ(bson_iter_int32(&mine), bson_iter_int32(&theirs));
+        }
+    }
+    bson_destroy(doc);
+}

@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_util.h"
 #include "net/client_private.h"
 #include "net/message.h"
 
@@ -49,12 +50,6 @@ typedef struct op {
     uint8_t *out;
     size_t out_len, out_off;
     int32_t request_id;
-    /*
-     * The reply's first bytes: one recv takes the header and, for a small reply, the
-     * whole body (one syscall, not two). A peer sends one message per request, so
-     * bytes beyond the header's length are a protocol error.
-     */
-    uint8_t head[1024];
     uint8_t *in;           /* the whole reply, header included */
     size_t in_len, in_off; /* in_len 0 until the header is read */
     phase_t phase;
@@ -62,7 +57,24 @@ typedef struct op {
     shl_status_t *st;
     bson_t *reply; /* initialised by the public entry points */
     int64_t *micros;
+    /*
+     * The reply's first bytes: one recv takes the header and, for a small reply, the
+     * whole body (one syscall, not two). A peer sends one message per request, so
+     * bytes beyond the header's length are a protocol error. Last, and never read before
+     * it is written, so op_clear leaves it alone.
+     */
+    uint8_t head[1024];
 } op_t;
+
+/* Fan-outs this wide or narrower keep their ops and poll set on the stack. */
+#define SMALL_FANOUT 4
+
+/* Zero an op's fields; 'head' is scratch space filled by recv before any read. */
+static void
+op_clear(op_t *op)
+{
+    memset(op, 0, offsetof(op_t, head));
+}
 
 typedef struct engine {
     shl_conn_pool_t *pool;
@@ -108,7 +120,7 @@ shl_client_conn_failed(const shl_client_conn_t *conn)
 
 /*
  * Split "host:port", "[v6addr]:port" or "host" (port 27017) into name and port, with
- * MongoDB's FailedToParse for what cannot be a host.
+ * MongoDB's FailedToParse for what cannot be a host. With name NULL, only check it.
  */
 static int
 parse_host(const char *host, char *name, size_t namesz, char *port, size_t portsz, shl_status_t *st)
@@ -141,9 +153,13 @@ parse_host(const char *host, char *name, size_t namesz, char *port, size_t ports
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "Empty host component parsing HostAndPort from \"%s\"", host);
     }
-    snprintf(name, namesz, "%.*s", (int)(n_end - n_start), n_start);
+    if (name != NULL) {
+        snprintf(name, namesz, "%.*s", (int)(n_end - n_start), n_start);
+    }
     if (p_port == NULL) {
-        snprintf(port, portsz, "%s", DEFAULT_PORT);
+        if (name != NULL) {
+            snprintf(port, portsz, "%s", DEFAULT_PORT);
+        }
     } else {
         long v = 0;
         size_t i;
@@ -154,11 +170,22 @@ parse_host(const char *host, char *name, size_t namesz, char *port, size_t ports
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Port number \"%s\" out of range in \"%s\"",
                      p_port, host);
         }
-        snprintf(port, portsz, "%ld", v);
+        if (name != NULL) {
+            snprintf(port, portsz, "%ld", v);
+        }
     }
 done:
     return ret;
 }
+
+/*
+ * A pooled connection given back this recently is used without a liveness check. The check
+ * (a MSG_PEEK recv) is a syscall on every routed request otherwise; a peer that went away
+ * within the window shows up as a network error on the request instead of a reconnect.
+ * MongoDB's own pool trusts a resting connection for far longer: mongos heartbeats one
+ * only after ShardingTaskExecutorPoolRefreshRequirementMS (60 s by default).
+ */
+#define RECENTLY_USED_US (10 * 1000)
 
 /* Whether an idle pooled socket is still usable: open, and holding no stray bytes. */
 static bool
@@ -238,29 +265,44 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
     bson_t body;
     bson_iter_t it;
     int32_t max_msg = SHL_MAX_MESSAGE_SIZE;
+    size_t body_len;
+    bool has_db, direct;
 
     bson_init(&body);
     if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
         SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
     }
     op->cmd_name = bson_iter_key(&it);
-    bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
-    if (eng->hooks.decorate != NULL) {
-        eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
+    has_db = shl_bson_iter_find_key(&it, cmd, "$db");
+    /* Nothing to add but $db (the usual case): the message is written straight from cmd. */
+    direct = eng->hooks.decorate == NULL && !has_db;
+    if (direct) {
+        body_len = (size_t)cmd->len + 10 + strlen(db); /* the $db element's size */
+    } else {
+        if (has_db) {
+            bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
+        } else {
+            bson_concat(&body, cmd); /* the same bytes, in one copy */
+        }
+        if (eng->hooks.decorate != NULL) {
+            eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
+        }
+        BSON_APPEND_UTF8(&body, "$db", db);
+        body_len = body.len;
     }
-    BSON_APPEND_UTF8(&body, "$db", db);
     if (op->conn->ready && op->conn->peer.max_message_size_bytes > 0) {
         max_msg = op->conn->peer.max_message_size_bytes;
     }
-    if (body.len > SHL_MAX_BSON_INTERNAL_SIZE ||
-        (size_t)body.len + SHL_MSG_HEADER_LEN + 5 > (size_t)max_msg) {
+    if (body_len > SHL_MAX_BSON_INTERNAL_SIZE ||
+        body_len + SHL_MSG_HEADER_LEN + 5 > (size_t)max_msg) {
         SHL_FAIL(op->st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
                  "command %s to %s is %u bytes, more than the limit", op->cmd_name, op->host,
-                 (unsigned)body.len);
+                 (unsigned)body_len);
     }
     op->request_id = atomic_fetch_add(&next_request_id, 1);
     bson_free(op->out);
-    op->out = shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
+    op->out = direct ? shl_msg_build_op_msg_db(op->request_id, cmd, db, &op->out_len)
+                     : shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
     op->out_off = 0;
     op->in_len = op->in_off = 0;
     op->phase = PH_SENDING;
@@ -429,8 +471,6 @@ op_start_connect(engine_t *eng, op_t *op)
 static void
 op_begin(engine_t *eng, op_t *op)
 {
-    char name[SHL_CLIENT_HOST_MAX], port[8];
-
     if (op->conn != NULL) {
         /* The caller's own checked-out connection. */
         if (op->conn->failed) {
@@ -442,14 +482,15 @@ op_begin(engine_t *eng, op_t *op)
         return;
     }
     /* Refuse bad host strings before they get a pool entry. */
-    if (parse_host(op->host, name, sizeof(name), port, sizeof(port), op->st) != 0) {
+    if (parse_host(op->host, NULL, 0, NULL, 0, op->st) != 0) {
         op_finish(eng, op, op->st->code);
         return;
     }
     op->own_conn = true;
     for (;;) {
         op->conn = client_pool_acquire(eng->pool, op->host);
-        if (!op->conn->ready || socket_alive(op->conn->fd)) {
+        if (!op->conn->ready || shl_clock_mono_us() - op->conn->idle_since_us < RECENTLY_USED_US ||
+            socket_alive(op->conn->fd)) {
             break;
         }
         /* The peer closed it while it sat idle (e.g. it restarted): drop it, try again. */
@@ -669,8 +710,7 @@ op_step(engine_t *eng, op_t *op)
                 return;
             }
             op->in_off += (size_t)r;
-            if (op->in_len == 0 && op->in_off >= SHL_MSG_HEADER_LEN &&
-                !op_check_header(eng, op)) {
+            if (op->in_len == 0 && op->in_off >= SHL_MSG_HEADER_LEN && !op_check_header(eng, op)) {
                 return;
             }
             if (op->in_len != 0 && op->in_off == op->in_len) {
@@ -711,8 +751,10 @@ op_time_out(engine_t *eng, op_t *op)
 static void
 engine_run(engine_t *eng, op_t *ops, size_t n)
 {
-    struct pollfd *pfds = bson_malloc(n * sizeof(*pfds));
-    size_t *which = bson_malloc(n * sizeof(*which));
+    struct pollfd pfds_small[SMALL_FANOUT];
+    size_t which_small[SMALL_FANOUT];
+    struct pollfd *pfds = n <= SMALL_FANOUT ? pfds_small : bson_malloc(n * sizeof(*pfds));
+    size_t *which = n <= SMALL_FANOUT ? which_small : bson_malloc(n * sizeof(*which));
 
     for (size_t i = 0; i < n; i++) {
         op_begin(eng, &ops[i]);
@@ -769,8 +811,10 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
             }
         }
     }
-    bson_free(pfds);
-    bson_free(which);
+    if (pfds != pfds_small) {
+        bson_free(pfds);
+        bson_free(which);
+    }
 }
 
 int
@@ -787,7 +831,7 @@ shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, 
     client_pool_hooks(conn->pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = conn->host;
     op.db = db;
     op.cmd = cmd;
@@ -813,7 +857,7 @@ shl_conn_pool_checkout(shl_conn_pool_t *pool, const char *host, int64_t timeout_
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = host;
     op.conn_out = out;
     op.st = st;
@@ -836,7 +880,7 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    memset(&op, 0, sizeof(op));
+    op_clear(&op);
     op.host = host;
     op.db = db;
     op.cmd = cmd;
@@ -851,12 +895,13 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
                   shl_fanout_result_t *results)
 {
     engine_t eng;
+    op_t ops_small[SMALL_FANOUT];
     op_t *ops;
 
     if (n == 0) {
         return;
     }
-    ops = bson_malloc0(n * sizeof(*ops));
+    ops = n <= SMALL_FANOUT ? ops_small : bson_malloc(n * sizeof(*ops));
     memset(&eng, 0, sizeof(eng));
     eng.pool = pool;
     client_pool_hooks(pool, &eng.hooks);
@@ -867,6 +912,7 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
         bson_init(&results[i].reply);
         results[i].code = 0;
         results[i].micros = 0;
+        op_clear(&ops[i]);
         ops[i].host = reqs[i].host;
         ops[i].db = reqs[i].db;
         ops[i].cmd = reqs[i].cmd;
@@ -878,7 +924,9 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
     for (size_t i = 0; i < n; i++) {
         results[i].code = ops[i].code;
     }
-    bson_free(ops);
+    if (ops != ops_small) {
+        bson_free(ops);
+    }
 }
 
 void

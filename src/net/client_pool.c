@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "net/client_private.h"
 
@@ -201,6 +202,9 @@ client_pool_release(shl_conn_pool_t *pool, shl_client_conn_t *conn)
     pool_host_t *hp = conn->hp;
     bool keep;
 
+    if (conn->ready && !conn->failed) {
+        conn->idle_since_us = shl_clock_mono_us(); /* outside the lock */
+    }
     pthread_mutex_lock(&pool->lock);
     hp->stats.in_use--;
     pool->active_calls--;

@@ -22,6 +22,7 @@ struct shl_client_conn {
     bool ready;                   /* the handshake completed */
     bool failed;                  /* a network/protocol error happened: never reuse */
     bool is_unix;                 /* connected over the peer's Unix domain socket */
+    int64_t idle_since_us;        /* when it last went back to the idle list (monotonic) */
     struct shl_client_conn *next; /* the idle list; guarded by the pool lock */
 };
 

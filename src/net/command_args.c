@@ -5,17 +5,11 @@
 
 #include "bson/bson_util.h"
 
+#include <pthread.h>
 #include <string.h>
 
+/* MongoDB's generic command arguments, grouped by first byte (generic_index relies on it). */
 static const char *const generic_args[] = {"$db",
-                                           "lsid",
-                                           "txnNumber",
-                                           "autocommit",
-                                           "startTransaction",
-                                           "stmtId",
-                                           "stmtIds",
-                                           "writeConcern",
-                                           "readConcern",
                                            "$readPreference",
                                            "$clusterTime",
                                            "$configTime",
@@ -23,35 +17,64 @@ static const char *const generic_args[] = {"$db",
                                            "$audit",
                                            "$client",
                                            "$configServerState",
-                                           "comment",
-                                           "maxTimeMS",
-                                           "maxTimeMSOpOnly",
+                                           "$queryOptions",
+                                           "$tenant",
+                                           "autocommit",
                                            "apiVersion",
                                            "apiStrict",
                                            "apiDeprecationErrors",
-                                           "shardVersion",
-                                           "databaseVersion",
-                                           "clientOperationKey",
-                                           "mayBypassWriteBlocking",
-                                           "$queryOptions",
-                                           "readPreference",
                                            "allowImplicitCollectionCreation",
+                                           "comment",
+                                           "clientOperationKey",
                                            "coordinator",
-                                           "txnRetryCounter",
-                                           "startOrContinueTransaction",
-                                           "$tenant",
+                                           "databaseVersion",
                                            "expectPrefix",
                                            "help",
+                                           "lsid",
+                                           "maxTimeMS",
+                                           "maxTimeMSOpOnly",
+                                           "mayBypassWriteBlocking",
+                                           "readConcern",
+                                           "readPreference",
+                                           "startTransaction",
+                                           "stmtId",
+                                           "stmtIds",
+                                           "shardVersion",
+                                           "startOrContinueTransaction",
+                                           "txnNumber",
+                                           "txnRetryCounter",
                                            "versionContext",
+                                           "writeConcern",
                                            NULL};
+
+/* Where each first byte's names start in generic_args, and how many there are. */
+static uint8_t generic_start[256], generic_count[256];
+static pthread_once_t generic_once = PTHREAD_ONCE_INIT;
+
+static void
+generic_index(void)
+{
+    for (uint8_t i = 0; generic_args[i] != NULL; i++) {
+        uint8_t c = (uint8_t)generic_args[i][0];
+        if (generic_count[c] == 0) {
+            generic_start[c] = i;
+        }
+        /* Grouped: a first byte's names are contiguous. */
+        SHL_INVARIANT(generic_start[c] + generic_count[c] == i);
+        generic_count[c]++;
+    }
+}
 
 bool
 shl_cmd_is_generic_arg(const char *field)
 {
-    /* Per field of every command: the first byte rules out most names before a strcmp. */
+    /* Per field of every command: only the names sharing its first byte are compared. */
+    uint8_t c = (uint8_t)field[0];
     bool found = false;
-    for (int i = 0; !found && generic_args[i] != NULL; i++) {
-        found = generic_args[i][0] == field[0] && strcmp(generic_args[i], field) == 0;
+
+    pthread_once(&generic_once, generic_index);
+    for (uint8_t i = generic_start[c]; !found && i < generic_start[c] + generic_count[c]; i++) {
+        found = strcmp(generic_args[i], field) == 0;
     }
     return found;
 }
@@ -68,6 +91,29 @@ shl_cmd_fields_present(const bson_t *cmd, const char *const *names)
             for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
                 if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
                     mask |= 1u << i;
+                    break;
+                }
+            }
+        }
+    }
+    return mask;
+}
+
+uint32_t
+shl_cmd_fields_find(const bson_t *cmd, const char *const *names, shl_cmd_field_t *found)
+{
+    uint32_t mask = 0;
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
+                if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
+                    if ((mask & (1u << i)) == 0) {
+                        found[i].it = it;
+                        mask |= 1u << i;
+                    }
                     break;
                 }
             }
@@ -118,18 +164,24 @@ wrong_type(const bson_t *cmd, const bson_iter_t *it, const char *expected, shl_s
 }
 
 int
+shl_cmd_field_bool(const bson_t *cmd, const bson_iter_t *it, bool *out, shl_status_t *st)
+{
+    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
+    if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
+        return wrong_type(cmd, it, "bool", st);
+    }
+    *out = bson_iter_as_bool(it);
+    return 0;
+}
+
+int
 shl_cmd_get_bool(const bson_t *cmd, const char *field, bool *out, shl_status_t *st)
 {
     bson_iter_t it;
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
-    /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
-    if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
-        return wrong_type(cmd, &it, "bool", st);
-    }
-    *out = bson_iter_as_bool(&it);
-    return 0;
+    return shl_cmd_field_bool(cmd, &it, out, st);
 }
 
 int
@@ -139,7 +191,7 @@ shl_cmd_get_int64(const bson_t *cmd, const char *field, int64_t *out, bool *foun
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (!BSON_ITER_HOLDS_NUMBER(&it)) {
@@ -168,7 +220,7 @@ shl_cmd_get_string(const bson_t *cmd, const char *field, const char **out, bool 
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
@@ -192,7 +244,7 @@ get_container(const bson_t *cmd, const char *field, bson_t *out, bool *found, bo
     if (found != NULL) {
         *found = false;
     }
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         return 0;
     }
     if (array ? !BSON_ITER_HOLDS_ARRAY(&it) : !BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -208,6 +260,23 @@ get_container(const bson_t *cmd, const char *field, bson_t *out, bool *found, bo
     }
     if (found != NULL) {
         *found = true;
+    }
+    return 0;
+}
+
+int
+shl_cmd_field_doc(const bson_t *cmd, const bson_iter_t *it, bson_t *out, shl_status_t *st)
+{
+    const uint8_t *data;
+    uint32_t len;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return wrong_type(cmd, it, "object", st);
+    }
+    bson_iter_document(it, &len, &data);
+    if (!bson_init_static(out, data, len)) {
+        return shl_status_set(st, SHL_CODE_INVALID_BSON, "invalid BSON in field %s",
+                              bson_iter_key(it));
     }
     return 0;
 }

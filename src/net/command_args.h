@@ -31,6 +31,19 @@ int shl_cmd_check_fields(const bson_t *cmd, const char *const *allowed, shl_stat
  */
 uint32_t shl_cmd_fields_present(const bson_t *cmd, const char *const *names);
 
+/* A found field (bson_iter_t is over-aligned, so arrays of it need a wrapper). */
+typedef struct shl_cmd_field {
+    bson_iter_t it;
+} shl_cmd_field_t;
+
+/*
+ * shl_cmd_fields_find --
+ *     shl_cmd_fields_present that also keeps where each field is: for every bit i set,
+ *     found[i].it is at the first field named names[i] ('found' has room for as many
+ *     entries as 'names' has names). The parser then reads them with shl_cmd_field_*.
+ */
+uint32_t shl_cmd_fields_find(const bson_t *cmd, const char *const *names, shl_cmd_field_t *found);
+
 /* shl_cmd_name -- the command's name (its first field); "" if none. */
 const char *shl_cmd_name(const bson_t *cmd);
 
@@ -49,6 +62,11 @@ int shl_cmd_get_doc(const bson_t *cmd, const char *field, bson_t *out, bool *fou
                     shl_status_t *st);
 int shl_cmd_get_array(const bson_t *cmd, const char *field, bson_t *out, bool *found,
                       shl_status_t *st);
+
+/* The same getters on a field already found in 'cmd' (shl_cmd_fields_find): same checks,
+ * same errors. */
+int shl_cmd_field_bool(const bson_t *cmd, const bson_iter_t *it, bool *out, shl_status_t *st);
+int shl_cmd_field_doc(const bson_t *cmd, const bson_iter_t *it, bson_t *out, shl_status_t *st);
 
 /*
  * shl_cmd_collection_arg --

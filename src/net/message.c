@@ -509,6 +509,35 @@ shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags, co
 }
 
 uint8_t *
+shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const char *db, size_t *len)
+{
+    size_t dblen = strlen(db);
+    /* cmd without its EOO, then type, "$db\0", string length, db with its NUL, EOO. */
+    size_t body_len = cmd->len + 1 + 4 + 4 + dblen + 1;
+    size_t n = SHL_MSG_HEADER_LEN + 4 + 1 + body_len;
+    uint8_t *buf = bson_malloc(n);
+    uint8_t *p = buf + SHL_MSG_HEADER_LEN + 5;
+
+    write_header(buf, n, request_id, 0, SHL_OP_MSG);
+    wr_i32(buf + SHL_MSG_HEADER_LEN, 0);
+    buf[SHL_MSG_HEADER_LEN + 4] = KIND_BODY;
+    wr_i32(p, (int32_t)body_len);
+    memcpy(p + 4, bson_get_data(cmd) + 4, cmd->len - 5);
+    p += cmd->len - 1;
+    *p++ = BSON_TYPE_UTF8;
+    memcpy(p, "$db", 4);
+    p += 4;
+    wr_i32(p, (int32_t)(dblen + 1));
+    p += 4;
+    memcpy(p, db, dblen + 1);
+    p += dblen + 1;
+    *p++ = 0;
+    SHL_INVARIANT(p == buf + n);
+    *len = n;
+    return buf;
+}
+
+uint8_t *
 shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const bson_t *doc, size_t *len)
 {
     size_t n = SHL_MSG_HEADER_LEN + 20 + doc->len;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "base/unit_test.h"
+#include "net/command_args.h"
 #include "net/message.h"
 
 static void
@@ -367,4 +368,58 @@ SHL_TEST(op_msg_sequence_keeps_body_bytes)
     shl_msg_cleanup(&msg);
     bson_destroy(&body);
     bson_destroy(d1);
+}
+
+SHL_TEST(generic_args_by_first_byte)
+{
+    static const char *const generic[] = {"$db",
+                                          "$clusterTime",
+                                          "$tenant",
+                                          "lsid",
+                                          "txnNumber",
+                                          "txnRetryCounter",
+                                          "autocommit",
+                                          "apiVersion",
+                                          "stmtId",
+                                          "stmtIds",
+                                          "shardVersion",
+                                          "startOrContinueTransaction",
+                                          "writeConcern",
+                                          "maxTimeMS",
+                                          "maxTimeMSOpOnly",
+                                          "versionContext",
+                                          NULL};
+    static const char *const other[] = {"",      "$",           "find", "filter",
+                                        "limit", "singleBatch", "stmt", "maxTime",
+                                        "lsids", "$DB",         "Lsid", NULL};
+    for (size_t i = 0; generic[i] != NULL; i++) {
+        ASSERT(shl_cmd_is_generic_arg(generic[i]));
+    }
+    for (size_t i = 0; other[i] != NULL; i++) {
+        ASSERT(!shl_cmd_is_generic_arg(other[i]));
+    }
+}
+
+SHL_TEST(op_msg_with_db_written_directly)
+{
+    /* The same bytes as appending $db to a copy of the command and building from it. */
+    static const char *const dbs[] = {"test", "", "a-much-longer-database-name"};
+    bson_t *cmd = bson_new();
+    BSON_APPEND_UTF8(cmd, "find", "c");
+    BSON_APPEND_INT64(cmd, "limit", 1);
+    for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
+        bson_t body = BSON_INITIALIZER;
+        size_t n1, n2;
+        uint8_t *direct, *built;
+        bson_concat(&body, cmd);
+        BSON_APPEND_UTF8(&body, "$db", dbs[i]);
+        direct = shl_msg_build_op_msg_db(7, cmd, dbs[i], &n1);
+        built = shl_msg_build_op_msg(7, 0, 0, &body, &n2);
+        ASSERT_INT_EQ(n1, n2);
+        ASSERT(memcmp(direct, built, n1) == 0);
+        bson_free(direct);
+        bson_free(built);
+        bson_destroy(&body);
+    }
+    bson_destroy(cmd);
 }

@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_util.h"
 #include "base/str.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
@@ -74,7 +75,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     name = bson_iter_key(&it);
     if (db_in != NULL) {
         shl_str_copy(db, sizeof(db), db_in);
-    } else if (bson_iter_init_find(&it, body, "$db") && BSON_ITER_HOLDS_UTF8(&it)) {
+    } else if (shl_bson_iter_find_key(&it, body, "$db") && BSON_ITER_HOLDS_UTF8(&it)) {
         shl_str_copy(db, sizeof(db), bson_iter_utf8(&it, NULL));
     } else {
         SHL_FAIL(&st, 40571, "OP_MSG requests require a $db argument");
@@ -135,7 +136,7 @@ done:
         if (fc.fire && fc.has_wce) {
             BSON_APPEND_DOCUMENT(reply, "writeConcernError", &fc.write_concern_error);
         }
-        if (!bson_has_field(reply, "ok")) {
+        if (!shl_bson_iter_find_key(&it, reply, "ok")) {
             BSON_APPEND_DOUBLE(reply, "ok", 1.0);
         }
     }

@@ -38,21 +38,47 @@ in_list(const char *k, const char *const *list)
     return found;
 }
 
+/* Generic arguments router_copy_command remembers in its one pass before falling back. */
+#define COPY_DEFER_MAX 8
+
+/* bson_iter_t is over-aligned, so an array of them needs a wrapper. */
+typedef struct deferred_field {
+    bson_iter_t it;
+} deferred_field_t;
+
 void
 router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out)
 {
     bson_iter_t it;
+    deferred_field_t deferred[COPY_DEFER_MAX];
+    size_t ndeferred = 0;
+    bool overflow = false;
 
+    /* One pass: the command's own fields now, the generic arguments the shard should see
+     * after them (as shl_router_append_generic would add them, in their order). */
     if (bson_iter_init(&it, cmd)) {
         while (bson_iter_next(&it)) {
             const char *k = bson_iter_key(&it);
+            if (shl_router_generic_passes(k)) {
+                if (ndeferred < COPY_DEFER_MAX) {
+                    deferred[ndeferred++].it = it;
+                } else {
+                    overflow = true;
+                }
+            }
             if (shl_cmd_is_generic_arg(k) || strcmp(k, "allowDiskUse") == 0 || in_list(k, skip)) {
                 continue;
             }
             bson_append_iter(out, NULL, 0, &it);
         }
     }
-    shl_router_append_generic(cmd, out);
+    if (overflow) {
+        shl_router_append_generic(cmd, out);
+    } else {
+        for (size_t i = 0; i < ndeferred; i++) {
+            bson_append_iter(out, NULL, 0, &deferred[i].it);
+        }
+    }
 }
 
 int
@@ -183,6 +209,28 @@ done:
     return ret;
 }
 
+/* A non-negative integer field 'it' of 'cmd' (found already). */
+static int
+nonneg_iter(const bson_t *cmd, const bson_iter_t *it, int64_t *out, shl_status_t *st)
+{
+    const char *field = bson_iter_key(it);
+    int ret = 0;
+
+    *out = 0;
+    if (!BSON_ITER_HOLDS_NUMBER(it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.%s' is the wrong type '%s', expected type 'long'",
+                 shl_cmd_name(cmd), field, shl_bson_type_name(bson_iter_type(it)));
+    }
+    *out = bson_iter_as_int64(it);
+    if (*out < 0) {
+        SHL_FAIL(st, CODE_IDL_NEGATIVE, "BSON field '%s' value must be >= 0, actual value '%lld'",
+                 field, (long long)*out);
+    }
+done:
+    return ret;
+}
+
 /* A non-negative integer field; 'found' says whether it was present. */
 static int
 nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, shl_status_t *st)
@@ -192,20 +240,11 @@ nonneg_field(const bson_t *cmd, const char *field, int64_t *out, bool *found, sh
 
     *found = false;
     *out = 0;
-    if (!bson_iter_init_find(&it, cmd, field)) {
+    if (!shl_bson_iter_find_key(&it, cmd, field)) {
         goto done;
     }
-    if (!BSON_ITER_HOLDS_NUMBER(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field '%s.%s' is the wrong type '%s', expected type 'long'",
-                 shl_cmd_name(cmd), field, shl_bson_type_name(bson_iter_type(&it)));
-    }
-    *out = bson_iter_as_int64(&it);
     *found = true;
-    if (*out < 0) {
-        SHL_FAIL(st, CODE_IDL_NEGATIVE, "BSON field '%s' value must be >= 0, actual value '%lld'",
-                 field, (long long)*out);
-    }
+    ret = nonneg_iter(cmd, &it, out, st);
 done:
     return ret;
 }
@@ -224,7 +263,6 @@ typedef struct find_args {
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
 {
-    bool found;
     int ret = 0;
 
     static const char *const fields[] = {"filter",
@@ -252,44 +290,53 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
         F_TAILABLE,
         F_AWAIT_DATA
     };
-    uint32_t has = shl_cmd_fields_present(cmd, fields);
-#define HAS(f) ((has & (1u << (f))) != 0)
+    shl_cmd_field_t f[F_AWAIT_DATA + 1];
+    uint32_t has = shl_cmd_fields_find(cmd, fields, f);
+#define HAS(i) ((has & (1u << (i))) != 0)
 
     memset(a, 0, sizeof(*a));
     a->cmd = cmd;
     if (HAS(F_FILTER)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "filter", &a->filter, &a->has_filter, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_FILTER].it, &a->filter, st));
+        a->has_filter = true;
     }
     if (HAS(F_SORT)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "sort", &a->sort, &a->has_sort, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_SORT].it, &a->sort, st));
+        a->has_sort = true;
     }
     if (HAS(F_PROJECTION)) {
-        SHL_ERR(shl_cmd_get_doc(cmd, "projection", &a->projection, &a->has_projection, st));
+        SHL_ERR(shl_cmd_field_doc(cmd, &f[F_PROJECTION].it, &a->projection, st));
+        a->has_projection = true;
     }
     if (HAS(F_SKIP)) {
-        SHL_ERR(nonneg_field(cmd, "skip", &a->skip, &found, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_SKIP].it, &a->skip, st));
     }
     if (HAS(F_LIMIT)) {
-        SHL_ERR(nonneg_field(cmd, "limit", &a->limit, &found, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_LIMIT].it, &a->limit, st));
     }
     if (HAS(F_BATCH_SIZE)) {
-        SHL_ERR(nonneg_field(cmd, "batchSize", &a->batch_size, &a->has_batch_size, st));
+        SHL_ERR(nonneg_iter(cmd, &f[F_BATCH_SIZE].it, &a->batch_size, st));
+        a->has_batch_size = true;
     }
     if (HAS(F_SINGLE_BATCH)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "singleBatch", &a->single_batch, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_SINGLE_BATCH].it, &a->single_batch, st));
     }
     if (HAS(F_NO_TIMEOUT)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "noCursorTimeout", &a->no_cursor_timeout, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_NO_TIMEOUT].it, &a->no_cursor_timeout, st));
     }
     if (HAS(F_PARTIAL)) {
-        SHL_ERR(shl_cmd_get_bool(cmd, "allowPartialResults", &a->allow_partial, st));
+        SHL_ERR(shl_cmd_field_bool(cmd, &f[F_PARTIAL].it, &a->allow_partial, st));
     }
     if (HAS(F_TAILABLE) || HAS(F_AWAIT_DATA)) {
         /* Data nodes serve tailable cursors, but router cursors do not follow them yet
          * (a merge would wait on every shard's awaitData): refuse, as before. */
         bool tailable = false, await_data = false;
-        SHL_ERR(shl_cmd_get_bool(cmd, "tailable", &tailable, st));
-        SHL_ERR(shl_cmd_get_bool(cmd, "awaitData", &await_data, st));
+        if (HAS(F_TAILABLE)) {
+            SHL_ERR(shl_cmd_field_bool(cmd, &f[F_TAILABLE].it, &tailable, st));
+        }
+        if (HAS(F_AWAIT_DATA)) {
+            SHL_ERR(shl_cmd_field_bool(cmd, &f[F_AWAIT_DATA].it, &await_data, st));
+        }
         if (tailable || await_data) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "find.tailable is not supported through the router yet");
@@ -335,6 +382,59 @@ build_find(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
     build_find_body(arg, cmd);
 }
 
+/*
+ * The common targeted find: one shard answered with its whole result (cursor id 0) and the
+ * router has nothing to apply (no merge sort, projection or skip, no zero first batch). The
+ * shard's firstBatch is then exactly the batch a router cursor would rebuild document by
+ * document, so it goes into the reply as it is, without a router cursor. True with *batch a
+ * view of that array (borrowed from the result); false when the general path must run, which
+ * also reports a malformed shard reply.
+ */
+static bool
+single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *res, size_t nresults,
+                       bson_t *batch)
+{
+    bson_iter_t it, cur, docs;
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
+    int64_t id = -1, ndocs = 0, max_docs = SHL_ROUTER_CURSOR_FIRST_BATCH;
+    bool have_id = false, have_batch = false, fits = true;
+
+    if (nresults != 1 || res[0].res.code != 0 || a->sorted || a->skip != 0 ||
+        (a->has_batch_size && a->batch_size == 0) ||
+        !shl_bson_iter_find_key(&it, &res[0].res.reply, "cursor") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &cur)) {
+        return false;
+    }
+    /* The same fields, and the same last-one-wins reading, as take_batch. */
+    while (bson_iter_next(&cur)) {
+        const char *k = bson_iter_key(&cur);
+        if (strcmp(k, "id") == 0 && BSON_ITER_HOLDS_NUMBER(&cur)) {
+            id = bson_iter_as_int64(&cur);
+            have_id = true;
+        } else if (strcmp(k, "firstBatch") == 0 && BSON_ITER_HOLDS_ARRAY(&cur)) {
+            bson_iter_array(&cur, &len, &data);
+            have_batch = true;
+        }
+    }
+    if (!have_id || id != 0 || !have_batch || !bson_init_static(batch, data, len) ||
+        !bson_iter_init(&docs, batch)) {
+        return false;
+    }
+    /* A router cursor would skip non-documents, stop at the batch size, and split a batch
+     * near the size limit: leave any of those to it. */
+    if (a->has_batch_size && a->batch_size < max_docs) {
+        max_docs = a->batch_size;
+    }
+    if (a->limit > 0 && a->limit < max_docs) {
+        max_docs = a->limit;
+    }
+    while (fits && bson_iter_next(&docs)) {
+        fits = BSON_ITER_HOLDS_DOCUMENT(&docs) && ++ndocs <= max_docs;
+    }
+    return fits && (uint64_t)len + 32 <= SHL_ROUTER_CURSOR_MAX_BATCH_BYTES;
+}
+
 static int
 cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -347,6 +447,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_sort_pattern_t *sort = NULL;
     shl_projection_t *proj = NULL;
     shl_matcher_t *matcher = NULL;
+    bson_t batch;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
@@ -377,6 +478,12 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         goto done;
     }
     SHL_ERR(ret);
+    if (single_exhausted_batch(&a, results, nresults, &batch)) {
+        /* What the general path checks before taking each document. */
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        shl_router_cursor_reply(reply, ns.full, 0, true, &batch, false);
+        goto done;
+    }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
                                        a.allow_partial, &c, st));
     c->sort = sort;

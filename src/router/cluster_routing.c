@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_util.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
 
@@ -246,7 +247,7 @@ shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
     out->names = bson_malloc0((shl_routing_table_nshard_names(rr->rt) + 1) * sizeof(char *));
     if (filter == NULL) {
         all = true;
-    } else if (bson_iter_init_find(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
+    } else if (shl_bson_iter_find_key(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
                bson_count_keys(filter) == 1 && bson_iter_recurse(&it, &branches)) {
         while (!all && bson_iter_next(&branches)) {
             const uint8_t *data;
@@ -316,24 +317,31 @@ shl_router_append_versions(const shl_router_routing_t *rr, const char *shard, bs
     }
 }
 
-void
-shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
+bool
+shl_router_generic_passes(const char *field)
 {
     static const char *const pass[] = {
         "writeConcern", "readConcern", "maxTimeMS",        "comment",      "lsid",
         "txnNumber",    "autocommit",  "startTransaction", "allowDiskUse", NULL};
+    bool found = false;
+
+    for (size_t i = 0; !found && pass[i] != NULL; i++) {
+        found = pass[i][0] == field[0] && strcmp(field, pass[i]) == 0;
+    }
+    return found;
+}
+
+void
+shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
+{
     bson_iter_t it;
 
     if (!bson_iter_init(&it, user_cmd)) {
         return;
     }
     while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        for (size_t i = 0; pass[i] != NULL; i++) {
-            if (pass[i][0] == k[0] && strcmp(k, pass[i]) == 0) {
-                bson_append_iter(cmd, NULL, 0, &it);
-                break;
-            }
+        if (shl_router_generic_passes(bson_iter_key(&it))) {
+            bson_append_iter(cmd, NULL, 0, &it);
         }
     }
 }
@@ -358,28 +366,36 @@ shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n)
     }
 }
 
+/* Requests this many or fewer keep their host names on the stack. */
+#define SMALL_SEND 4
+
 void
 shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
                 size_t n, shl_fanout_result_t *results)
 {
-    shl_fanout_req_t *freqs = bson_malloc0((n + 1) * sizeof(*freqs));
-    char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
-    size_t *map = bson_malloc0((n + 1) * sizeof(size_t));
-    shl_fanout_result_t *fres = bson_malloc0((n + 1) * sizeof(*fres));
+    shl_fanout_req_t freqs_small[SMALL_SEND];
+    char hosts_small[SMALL_SEND][SHL_CLIENT_HOST_MAX];
+    size_t map_small[SMALL_SEND];
+    bool small = n <= SMALL_SEND;
+    shl_fanout_req_t *freqs = small ? freqs_small : bson_malloc((n + 1) * sizeof(*freqs));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] = small ? hosts_small : bson_malloc((n + 1) * sizeof(*hosts));
+    size_t *map = small ? map_small : bson_malloc((n + 1) * sizeof(size_t));
+    shl_fanout_result_t *fres = NULL;
     size_t nf = 0;
     int64_t remaining = shl_op_remaining_ms(op);
+    int64_t timeout = remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining);
 
     for (size_t i = 0; i < n; i++) {
-        shl_status_t st = SHL_STATUS_INIT;
-        memset(&results[i], 0, sizeof(results[i]));
+        results[i].code = 0;
+        shl_status_clear(&results[i].status);
         bson_init(&results[i].reply);
+        results[i].micros = 0;
         if (strcmp(reqs[i].shard, "config") == 0) {
             /* admin and config live on the config server (the catalog cache's primary). */
             shl_str_copy(hosts[i], sizeof(hosts[i]), shl_shard_registry_config_host(r->registry));
         } else if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i],
-                                               sizeof(hosts[i]), &st) != 0) {
-            results[i].code = st.code;
-            results[i].status = st;
+                                               sizeof(hosts[i]), &results[i].status) != 0) {
+            results[i].code = results[i].status.code;
             continue;
         }
         freqs[nf].host = hosts[i];
@@ -387,9 +403,12 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         freqs[nf].cmd = &reqs[i].cmd;
         map[nf++] = i;
     }
-    if (nf > 0) {
-        shl_client_fanout(r->pool, freqs, nf, remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
-                          fres);
+    if (nf == n) {
+        /* Every shard resolved (the usual case): the replies land in place. */
+        shl_client_fanout(r->pool, freqs, nf, timeout, results);
+    } else if (nf > 0) {
+        fres = bson_malloc(nf * sizeof(*fres));
+        shl_client_fanout(r->pool, freqs, nf, timeout, fres);
         for (size_t k = 0; k < nf; k++) {
             shl_fanout_result_t *dst = &results[map[k]];
             bson_destroy(&dst->reply);
@@ -397,9 +416,11 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         }
     }
     bson_free(fres);
-    bson_free(map);
-    bson_free(hosts);
-    bson_free(freqs);
+    if (!small) {
+        bson_free(map);
+        bson_free(hosts);
+        bson_free(freqs);
+    }
 }
 
 bool
@@ -479,7 +500,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
             shl_router_target_filter(&rr, d->filter, &targets);
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
-        fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
+        fres = bson_malloc((targets.n + 1) * sizeof(*fres)); /* shl_router_send fills it */
         for (size_t i = 0; i < targets.n; i++) {
             reqs[i].shard = targets.names[i];
             bson_init(&reqs[i].cmd);
@@ -503,7 +524,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
                 goto done; /* the last stale error */
             }
             ret = 0;
-            *results = bson_malloc0((targets.n + 1) * sizeof(**results));
+            *results = bson_malloc((targets.n + 1) * sizeof(**results)); /* filled below */
             for (size_t i = 0; i < targets.n; i++) {
                 shl_str_copy((*results)[i].shard, sizeof((*results)[i].shard), targets.names[i]);
                 shl_router_result_move(&(*results)[i].res, &fres[i]);

@@ -119,6 +119,9 @@ void shl_router_append_versions(const shl_router_routing_t *rr, const char *shar
  */
 void shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd);
 
+/* shl_router_generic_passes -- whether shl_router_append_generic copies field 'field'. */
+bool shl_router_generic_passes(const char *field);
+
 /* One request for one shard (what shl_router_send sends). */
 typedef struct shl_router_request {
     const char *shard; /* borrowed */

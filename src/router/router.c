@@ -6,6 +6,7 @@
  */
 #include "router/router.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -36,28 +37,55 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
 }
 
+/* The $clusterTime signature a router without keys sends: {hash: 20 zero bytes, keyId: 0}. */
+static bson_t unsigned_signature;
+static pthread_once_t unsigned_signature_once = PTHREAD_ONCE_INIT;
+
+static void
+unsigned_signature_init(void)
+{
+    static const uint8_t zero_hash[20] = {0};
+
+    bson_init(&unsigned_signature);
+    bson_append_binary(&unsigned_signature, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash,
+                       sizeof(zero_hash));
+    BSON_APPEND_INT64(&unsigned_signature, "keyId", 0);
+}
+
 static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-    static const uint8_t zero_hash[20] = {0};
-    bson_t ct, sig;
+    bson_t ct;
+    bson_iter_t it;
+    bool has_op_time = false, has_cluster_time = false;
 
     if (ts == 0) {
         return;
     }
-    if (!bson_has_field(reply, "operationTime")) {
+    /* One pass over the reply's top level for both fields. */
+    if (bson_iter_init(&it, reply)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (k[0] == 'o' && strcmp(k, "operationTime") == 0) {
+                has_op_time = true;
+            } else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0) {
+                has_cluster_time = true;
+            }
+        }
+    }
+    if (!has_op_time) {
         BSON_APPEND_TIMESTAMP(reply, "operationTime", (uint32_t)(ts >> 32), (uint32_t)ts);
     }
-    if (!bson_has_field(reply, "$clusterTime")) {
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
+    if (!has_cluster_time) {
+        /* Built beside the reply and appended whole: cheaper than nested appends. */
+        pthread_once(&unsigned_signature_once, unsigned_signature_init);
+        bson_init(&ct);
         BSON_APPEND_TIMESTAMP(&ct, "clusterTime", (uint32_t)(ts >> 32), (uint32_t)ts);
-        BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-        bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
-        BSON_APPEND_INT64(&sig, "keyId", 0);
-        bson_append_document_end(&ct, &sig);
-        bson_append_document_end(reply, &ct);
+        BSON_APPEND_DOCUMENT(&ct, "signature", &unsigned_signature);
+        BSON_APPEND_DOCUMENT(reply, "$clusterTime", &ct);
+        bson_destroy(&ct);
     }
 }
 

@@ -445,12 +445,12 @@ collect_clauses(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t
     }
 }
 
+/* The equalities among the fields 'it' is about to walk (one filter document's). */
 static void
-collect_equalities(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t *filter_doc)
+collect_fields(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t *fields)
 {
-    bson_iter_t it;
+    bson_iter_t it = *fields;
 
-    SHL_INVARIANT(bson_iter_recurse(filter_doc, &it));
     while (bson_iter_next(&it) && !s->failed) {
         const char *k = bson_iter_key(&it);
         if (strcmp(k, "$and") == 0) {
@@ -485,22 +485,30 @@ collect_equalities(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_ite
     }
 }
 
+static void
+collect_equalities(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t *filter_doc)
+{
+    bson_iter_t it;
+
+    SHL_INVARIANT(bson_iter_recurse(filter_doc, &it));
+    collect_fields(p, s, &it);
+}
+
 bool
 shl_shard_key_extract_from_query(const shl_shard_key_pattern_t *p, const bson_t *filter,
                                  bson_t *out)
 {
     eq_set_t s;
     bson_iter_t root;
-    bson_t wrapper = BSON_INITIALIZER;
     bool ok = false;
 
     bson_init(out);
     s.n = 0;
     s.failed = false;
-    /* Wrap the filter so the walk starts from an iterator like every nested clause. */
-    BSON_APPEND_DOCUMENT(&wrapper, "f", filter);
-    SHL_INVARIANT(bson_iter_init_find(&root, &wrapper, "f"));
-    collect_equalities(p, &s, &root);
+    if (!bson_iter_init(&root, filter)) {
+        goto done;
+    }
+    collect_fields(p, &s, &root);
     if (s.failed) {
         goto done;
     }
@@ -541,7 +549,6 @@ shl_shard_key_extract_from_query(const shl_shard_key_pattern_t *p, const bson_t 
     }
     ok = true;
 done:
-    bson_destroy(&wrapper);
     if (!ok) {
         bson_reinit(out);
     }
