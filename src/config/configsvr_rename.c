@@ -216,10 +216,13 @@ run_locked(shl_op_ctx_t *op, const rename_req_t *r, shl_status_t *st)
     BSON_APPEND_UTF8(&part, "to", r->to.full);
     BSON_APPEND_BOOL(&part, "dropTarget", r->drop_target);
     shl_uuid_append(&part, "sourceUUID", &r->uuid);
-    BSON_APPEND_DOCUMENT_BEGIN(&part, "writeConcern", &details);
-    BSON_APPEND_UTF8(&details, "w", "majority");
-    bson_append_document_end(&part, &details);
-    bson_reinit(&details);
+    {
+        /* A child of its own: reinitialising a finished child would write into 'part'. */
+        bson_t wc;
+        BSON_APPEND_DOCUMENT_BEGIN(&part, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(&part, &wc);
+    }
     SHL_ERR(all_shards_cmd(r->from.db, &part, st));
 
     if (SHL_FAILPOINT_FIRES(hangRenameCollectionBeforeCommit)) {
