@@ -8,7 +8,8 @@
 #  - a scatter find (range over a non-key indexed field, so every shard answers) on 2 shards
 #    vs 1 shard;
 #  - inserts through the router (bench.insert sharded by {_id: "hashed"}) with 1 and 2 shards.
-# Env: BENCH_SECONDS (default 5), BENCH_KEYS (default 100000), BENCH_CONNS ("1 8").
+# Env: BENCH_SECONDS (default 5), BENCH_KEYS (default 100000), BENCH_CONNS ("1 8"),
+# BENCH_ROUNDS (default 3: interleaved router/direct point-find runs, medians compared).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build-release}
@@ -19,6 +20,7 @@ HOP_FLOOR="$BUILD/bench/hop_floor"
 SECS=${BENCH_SECONDS:-5}
 KEYS=${BENCH_KEYS:-100000}
 CONNS=${BENCH_CONNS:-"1 8"}
+ROUNDS=${BENCH_ROUNDS:-3}
 for b in "$SHALE" "$LOADGEN" "$HOP_FLOOR"; do
   command -v "$b" >/dev/null || { echo "cluster bench: missing $b" >&2; exit 1; }
 done
@@ -95,8 +97,12 @@ print("%-26s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us" % (r["label"], r["thread
 "$LOADGEN" --uri "$r2" --threads 1 --seconds 0.2 --op range --preload "$KEYS" \
   --shard hashed >/dev/null
 for c in $CONNS; do
-  run "findid router" "$r1" --threads "$c" --op findid --keys "$KEYS"
-  run "findid direct" "$s1" --threads "$c" --op findid --keys "$KEYS"
+  # Router and direct alternate, ROUNDS times: the VM's speed drifts within minutes, so
+  # the comparison uses the medians of interleaved runs.
+  for _ in $(seq "$ROUNDS"); do
+    run "findid router" "$r1" --threads "$c" --op findid --keys "$KEYS"
+    run "findid direct" "$s1" --threads "$c" --op findid --keys "$KEYS"
+  done
   run "scatter range 1 shard" "$r1" --threads "$c" --op range --keys "$KEYS" --span 100
   run "scatter range 2 shards" "$r2" --threads "$c" --op range --keys "$KEYS" --span 100
   run "insert 1 shard" "$r1" --threads "$c" --op insert --shard hashed
@@ -116,7 +122,12 @@ for h in hops:
     print(json.dumps(h))
 floor = statistics.median(h["hop_p50_us"] for h in hops)
 echo = statistics.median(h["direct_p50_us"] for h in hops)
-by = {(r["label"], r["threads"]): r for r in rows}
+by = {}
+for r in rows:
+    by.setdefault((r["label"], r["threads"]), []).append(r)
+# Medians of the repeated runs (point finds), the single run otherwise.
+by = {k: {f: statistics.median(x[f] for x in rs) for f in ("p50_us", "p99_us", "ops_per_sec")}
+      for k, rs in by.items()}
 for r in rows:
     print(json.dumps(r))
 for c in sorted({r["threads"] for r in rows}):
@@ -124,10 +135,11 @@ for c in sorted({r["threads"] for r in rows}):
     if rt and d:
         add = rt["p50_us"] - d["p50_us"]
         pct = 100.0 * add / d["p50_us"]
+        runs = sum(1 for r in rows if r["label"] == "findid router" and r["threads"] == c)
         print("c=%d router overhead on a targeted point find: +%.1f us at p50 (%.0f%%; target "
-              "<= 30%%: %s); throughput router/direct %.2f" % (
+              "<= 30%%: %s); throughput router/direct %.2f (medians of %d interleaved runs)" % (
                   c, add, pct, "met" if pct <= 30 else "NOT met",
-                  rt["ops_per_sec"] / d["ops_per_sec"]))
+                  rt["ops_per_sec"] / d["ops_per_sec"], runs))
         if c == 1:
             print("c=1 floor: one extra hop doing no work adds %.1f us at p50 here (a bare TCP "
                   "round trip is %.1f us) = %.0f%% of the direct find on its own; the router "
