@@ -16,6 +16,7 @@
 
 #include "bson/bson_util.h"
 #include "net/command_args.h"
+#include "net/service.h"
 #include "router/router_private.h"
 
 /* Stages that run document by document and may run on each shard. */
@@ -579,6 +580,190 @@ done:
     return ret;
 }
 
+/* Whether the first stage of 'pipeline' (an array) is named 'name'. */
+static bool
+first_stage_is(const bson_t *pipeline, const char *name)
+{
+    bson_iter_t it, stage;
+    return bson_iter_init(&it, pipeline) && bson_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &stage) && bson_iter_next(&stage) &&
+           strcmp(bson_iter_key(&stage), name) == 0;
+}
+
+/* The documents of config.collections (the sharded collections), read through this router. */
+static size_t
+sharded_namespaces(shl_op_ctx_t *op, bson_t *reply, bson_t **docs)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    bson_iter_t it, cur, batch;
+    size_t n = 0, cap = 0;
+
+    *docs = NULL;
+    BSON_APPEND_UTF8(&cmd, "find", "collections");
+    BSON_APPEND_INT32(&cmd, "batchSize", 100000);
+    shl_service_run_command(op->svc, NULL, &cmd, "config", reply);
+    if (bson_iter_init_find(&it, reply, "cursor") && bson_iter_recurse(&it, &cur) &&
+        bson_iter_find(&cur, "firstBatch") && bson_iter_recurse(&cur, &batch)) {
+        while (bson_iter_next(&batch)) {
+            const uint8_t *data;
+            uint32_t len;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&batch)) {
+                continue;
+            }
+            if (n == cap) {
+                cap = cap == 0 ? 16 : cap * 2;
+                *docs = bson_realloc(*docs, cap * sizeof(**docs));
+            }
+            bson_iter_document(&batch, &len, &data);
+            bson_init_static(&(*docs)[n++], data, len);
+        }
+    }
+    bson_destroy(&cmd);
+    return n;
+}
+
+/*
+ * Append {ns, shards: [{shardName, numOrphanedDocs, numOwnedDocuments, ownedSizeBytes,
+ * orphanedSizeBytes}]} for the sharded collection 'ns' to 'out' under key 'key', from the
+ * router's own collStats (each shard's count, average size and orphan count). False when
+ * the collection is gone (dropped meanwhile).
+ */
+static bool
+append_distribution(shl_op_ctx_t *op, const char *ns, const char *key, bson_t *out)
+{
+    shl_ns_t n;
+    shl_status_t st;
+    bson_t cmd = BSON_INITIALIZER, reply, doc, arr;
+    bson_iter_t it, shards;
+    bool ok = false;
+    uint32_t i = 0;
+
+    bson_init(&reply);
+    if (shl_ns_parse(&n, ns, &st) == 0) {
+        BSON_APPEND_UTF8(&cmd, "collStats", n.coll);
+        bson_destroy(&reply);
+        shl_service_run_command(op->svc, NULL, &cmd, n.db, &reply);
+        ok = bson_iter_init_find(&it, &reply, "shards") && bson_iter_recurse(&it, &shards);
+    }
+    if (ok) {
+        BSON_APPEND_DOCUMENT_BEGIN(out, key, &doc);
+        BSON_APPEND_UTF8(&doc, "ns", ns);
+        BSON_APPEND_ARRAY_BEGIN(&doc, "shards", &arr);
+        while (bson_iter_next(&shards)) {
+            bson_iter_t f;
+            int64_t count = 0, orphans = 0, avg = 0;
+            char k[16];
+            const char *kp;
+            bson_t e;
+            if (!bson_iter_recurse(&shards, &f)) {
+                continue;
+            }
+            while (bson_iter_next(&f)) {
+                const char *fk = bson_iter_key(&f);
+                int64_t v = BSON_ITER_HOLDS_NUMBER(&f) ? bson_iter_as_int64(&f) : 0;
+                if (strcmp(fk, "count") == 0) {
+                    count = v;
+                } else if (strcmp(fk, "numOrphanDocs") == 0) {
+                    orphans = v;
+                } else if (strcmp(fk, "avgObjSize") == 0) {
+                    avg = v;
+                }
+            }
+            orphans = orphans > count ? count : orphans;
+            bson_uint32_to_string(i++, &kp, k, sizeof(k));
+            BSON_APPEND_DOCUMENT_BEGIN(&arr, kp, &e);
+            BSON_APPEND_UTF8(&e, "shardName", bson_iter_key(&shards));
+            BSON_APPEND_INT64(&e, "numOrphanedDocs", orphans);
+            BSON_APPEND_INT64(&e, "numOwnedDocuments", count - orphans);
+            BSON_APPEND_INT64(&e, "ownedSizeBytes", (count - orphans) * avg);
+            BSON_APPEND_INT64(&e, "orphanedSizeBytes", orphans * avg);
+            bson_append_document_end(&arr, &e);
+        }
+        bson_append_array_end(&doc, &arr);
+        bson_append_document_end(out, &doc);
+    }
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ok;
+}
+
+/*
+ * sharded_data_distribution --
+ *     `aggregate: 1` on admin starting with {$shardedDataDistribution: {}} (MongoDB 6.0.3+,
+ *     what mongosh's sh.status() shows): one document per sharded collection with, per
+ *     shard, its owned and orphaned documents and bytes (from the shards' collStats and
+ *     their range deletion tasks' orphan counts). The documents then go through the rest of
+ *     the pipeline here, as a $documents source. Errors: FailedToParse for a spec that is
+ *     not an empty object; the rest of the pipeline's.
+ */
+static int
+sharded_data_distribution(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
+                          bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t coll_reply = BSON_INITIALIZER, *colls = NULL, fwd = BSON_INITIALIZER, arr, src, docs;
+    bson_iter_t it, stage;
+    size_t n = 0;
+    uint32_t ndocs = 0, k = 0;
+
+    bson_iter_init(&it, pipeline);
+    bson_iter_next(&it);
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
+        !bson_iter_next(&stage) || !BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The $shardedDataDistribution stage specification must be an object");
+    }
+    {
+        bson_iter_t spec;
+        if (bson_iter_recurse(&stage, &spec) && bson_iter_next(&spec)) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field '$shardedDataDistribution.%s' is an unknown field.",
+                     bson_iter_key(&spec));
+        }
+    }
+    n = sharded_namespaces(op, &coll_reply, &colls);
+    /* The same command, its pipeline's first stage replaced by $documents of the result. */
+    bson_iter_init(&it, cmd);
+    while (bson_iter_next(&it)) {
+        const char *key = bson_iter_key(&it);
+        if (strcmp(key, "pipeline") != 0) {
+            bson_append_iter(&fwd, NULL, 0, &it);
+            continue;
+        }
+        BSON_APPEND_ARRAY_BEGIN(&fwd, "pipeline", &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &src);
+        BSON_APPEND_ARRAY_BEGIN(&src, "$documents", &docs);
+        for (size_t i = 0; i < n; i++) {
+            bson_iter_t id;
+            char key_buf[16];
+            const char *kp;
+            if (!bson_iter_init_find(&id, &colls[i], "_id") || !BSON_ITER_HOLDS_UTF8(&id)) {
+                continue;
+            }
+            bson_uint32_to_string(ndocs, &kp, key_buf, sizeof(key_buf));
+            ndocs += append_distribution(op, bson_iter_utf8(&id, NULL), kp, &docs) ? 1 : 0;
+        }
+        bson_append_array_end(&src, &docs);
+        bson_append_document_end(&arr, &src);
+        /* the stages after $shardedDataDistribution */
+        bson_iter_recurse(&it, &stage);
+        bson_iter_next(&stage);
+        while (bson_iter_next(&stage)) {
+            char key_buf[16];
+            const char *kp;
+            bson_uint32_to_string(++k, &kp, key_buf, sizeof(key_buf));
+            bson_append_value(&arr, kp, -1, bson_iter_value(&stage));
+        }
+        bson_append_array_end(&fwd, &arr);
+    }
+    ret = collectionless_aggregate(op, &fwd, reply, st);
+done:
+    bson_free(colls);
+    bson_destroy(&coll_reply);
+    bson_destroy(&fwd);
+    return ret;
+}
+
 /*
  * find_foreign --
  *     Whether 'pipeline' has stages that read another collection ($lookup, $unionWith,
@@ -848,6 +1033,19 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "invalid aggregate command");
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        bson_t pl;
+        bool has_pl = false;
+        SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pl, &has_pl, st));
+        if (has_pl && first_stage_is(&pl, "$shardedDataDistribution")) {
+            if (strcmp(op->db, "admin") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
+                bson_iter_as_double(&it) != 1.0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                         "$shardedDataDistribution must be run against the 'admin' database "
+                         "with {aggregate: 1}");
+            }
+            ret = sharded_data_distribution(op, cmd, &pl, reply, st);
+            goto done;
+        }
         if (router_is_config_db(op->db)) {
             /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
             char agg_ns[SHL_NS_MAX + 1];

@@ -280,3 +280,37 @@ def test_balancer_status_start_stop(stats):
     with pytest.raises(OperationFailure) as e:
         r.st.command("balancerStatus")
     assert e.value.code == 13
+
+
+def test_sharded_data_distribution(stats):
+    """$shardedDataDistribution (what mongosh's sh.status() shows): per sharded collection
+    and shard, owned and orphaned documents and bytes; later stages run on its output."""
+    r = stats.router_client()
+    r.admin.command("shardCollection", "st.dist", key={"x": 1})
+    r.st.dist.insert_many([{"_id": i, "x": i, "pad": "p" * 50} for i in range(100)])
+    r.admin.command("split", "st.dist", middle={"x": 60})
+    donor = stats.shard_client(0)
+    fail_point(donor, "suspendRangeDeletion", "alwaysOn")
+    try:
+        r.admin.command("moveChunk", "st.dist", find={"x": 70}, to="shard1")
+        got = list(r.admin.aggregate([{"$shardedDataDistribution": {}},
+                                      {"$match": {"ns": "st.dist"}}]))
+        assert len(got) == 1 and got[0]["ns"] == "st.dist"
+        per = {s["shardName"]: s for s in got[0]["shards"]}
+        assert per["shard0"]["numOwnedDocuments"] == 60
+        assert per["shard0"]["numOrphanedDocs"] == 40
+        assert per["shard1"]["numOwnedDocuments"] == 40
+        assert per["shard1"]["numOrphanedDocs"] == 0
+        assert per["shard0"]["ownedSizeBytes"] > 0 and per["shard0"]["orphanedSizeBytes"] > 0
+        assert per["shard1"]["orphanedSizeBytes"] == 0
+    finally:
+        fail_point(donor, "suspendRangeDeletion", "off")
+    # Every sharded collection appears (st.sh from the fixture too).
+    names = {d["ns"] for d in r.admin.aggregate([{"$shardedDataDistribution": {}}])}
+    assert {"st.dist", "st.sh"} <= names
+    with pytest.raises(OperationFailure) as e:
+        list(r.st.aggregate([{"$shardedDataDistribution": {}}]))
+    assert e.value.code == 73
+    with pytest.raises(OperationFailure) as e:
+        list(r.admin.aggregate([{"$shardedDataDistribution": {"x": 1}}]))
+    assert e.value.code == 40415
