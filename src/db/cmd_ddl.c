@@ -375,6 +375,14 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         bson_iter_document(&it, &len, &data);
         bson_init_static(&spec, data, len);
         SHL_ERR(check_index_spec(&spec, st));
+        {
+            bson_iter_t h;
+            if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&h, &spec, "hidden") &&
+                bson_iter_as_bool(&h)) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Can't hide index on system collection: %s",
+                         ns.full);
+            }
+        }
     }
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {

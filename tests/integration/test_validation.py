@@ -431,6 +431,10 @@ def test_coll_mod_bad_input(node):
     with pytest.raises(OperationFailure) as e:
         db.command("collMod", "system.js", index={"name": "a_1", "hidden": True})
     assert e.value.code == 2
+    with pytest.raises(OperationFailure) as e:
+        db.system.js.create_index("b", hidden=True)
+    assert e.value.code == 2
+    assert "b_1" not in [i["name"] for i in db.system.js.list_indexes()]
 
 
 def test_coll_mod_is_in_the_oplog(rs_node):
