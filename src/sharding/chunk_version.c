@@ -218,8 +218,14 @@ could_be_array(const bson_iter_t *outer)
 
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
     while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        /* A key not starting with a digit is no index: no number to format (the object
+         * form's "e" ends the check here on every versioned request). */
+        if (k[0] < '0' || k[0] > '9') {
+            return false;
+        }
         snprintf(want, sizeof(want), "%d", n++);
-        if (strcmp(bson_iter_key(&it), want) != 0) {
+        if (strcmp(k, want) != 0) {
             return false;
         }
     }
