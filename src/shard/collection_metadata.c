@@ -39,6 +39,12 @@ meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
 
     if (m->rt == NULL) {
         owns = true;
+    } else if (m->owns_all_chunks) {
+        /* Every key is in one of this shard's chunks (they cover MinKey to MaxKey): only
+         * a key that cannot be extracted is not owned -- no key built, hashed or looked up. */
+        owns = !shl_shard_key_doc_has_array(shl_routing_table_key_pattern(m->rt), doc);
+    } else if (m->owns_no_chunk) {
+        owns = false;
     } else {
         /* A document whose shard key cannot be extracted (an array on the key path)
          * belongs to no chunk, as MongoDB's keyBelongsToMe says. */
@@ -93,6 +99,8 @@ meta_new(shard_state_t *s, shl_routing_table_t *rt, const char *shard_name)
     if (rt != NULL) {
         m->shard_version = shl_routing_table_shard_version(rt, shard_name);
         m->coll_version = shl_routing_table_collection_version(rt);
+        m->owns_no_chunk = m->shard_version.major == 0;
+        m->owns_all_chunks = !m->owns_no_chunk && shl_routing_table_nshards_owning(rt) == 1;
     } else {
         m->shard_version = shl_chunk_version_unsharded();
         m->coll_version = shl_chunk_version_unsharded();

@@ -42,6 +42,9 @@ typedef struct shard_coll_meta {
     char shard_name[SHL_SHARD_ID_MAX];
     shl_chunk_version_t shard_version; /* this shard's version in rt (UNSHARDED if !rt) */
     shl_chunk_version_t coll_version;  /* the collection version (UNSHARDED if !rt) */
+    /* What every document's ownership comes down to, fixed per object (see meta_new):
+     * this shard owns every chunk of rt (all but array shard keys are owned) or none. */
+    bool owns_all_chunks, owns_no_chunk;
     /* MongoDB's CollectionMetadataTracker: every metadata object alive (held by the map,
      * a running query or a cursor) is on its shard's live list until its last release,
      * so the range deleter can wait for the queries that may still read a range. */

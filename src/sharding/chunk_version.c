@@ -218,8 +218,14 @@ could_be_array(const bson_iter_t *outer)
 
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
     while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        /* A key not starting with a digit is no index: no number to format (the object
+         * form's "e" ends the check here on every versioned request). */
+        if (k[0] < '0' || k[0] > '9') {
+            return false;
+        }
         snprintf(want, sizeof(want), "%d", n++);
-        if (strcmp(bson_iter_key(&it), want) != 0) {
+        if (strcmp(k, want) != 0) {
             return false;
         }
     }
@@ -382,10 +388,37 @@ shl_shard_version_equal(const shl_shard_version_t *a, const shl_shard_version_t 
     return !a->has_index_version || shl_ts_eq(a->index_version, b->index_version);
 }
 
+/* Timestamp(t, i) as BSON stores it: the increment, then the seconds, little-endian. */
+static void
+put_ts(uint8_t *at, uint32_t t, uint32_t i)
+{
+    uint64_t le = BSON_UINT64_TO_LE(((uint64_t)t << 32) | i);
+
+    memcpy(at, &le, sizeof(le));
+}
+
 void
 shl_shard_version_append(bson_t *b, const char *key, const shl_shard_version_t *v)
 {
     bson_t sub;
+
+    if (!v->has_index_version && !v->has_placement_conflict_time) {
+        /* {e: ObjectId, t: Timestamp, v: Timestamp} written as bytes and appended whole
+         * (every routed request carries one): the same bytes as the appends below. */
+        uint8_t raw[42] = {42, 0, 0, 0, BSON_TYPE_OID, 'e', 0};
+        bson_t view;
+
+        memcpy(raw + 7, v->placement.epoch.bytes, 12);
+        raw[19] = BSON_TYPE_TIMESTAMP;
+        raw[20] = 't';
+        put_ts(raw + 22, v->placement.timestamp.t, v->placement.timestamp.i);
+        raw[30] = BSON_TYPE_TIMESTAMP;
+        raw[31] = 'v';
+        put_ts(raw + 33, v->placement.major, v->placement.minor);
+        SHL_INVARIANT(bson_init_static(&view, raw, sizeof(raw)));
+        bson_append_document(b, key, -1, &view);
+        return;
+    }
     bson_append_document_begin(b, key, -1, &sub);
     append_placement_fields(&sub, &v->placement);
     if (v->has_index_version) {

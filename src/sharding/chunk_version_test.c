@@ -3,6 +3,8 @@
  * ones), special values, ordering, the bump rules of seeds/000, database versions and the
  * StaleConfig / StaleDbVersion extra info.
  */
+#include <string.h>
+
 #include "base/unit_test.h"
 #include "sharding/chunk_version.h"
 
@@ -58,6 +60,21 @@ SHL_TEST(chunk_version_wire_form)
             "'si': {'e': {'$oid': '5f1a2b3c4d5e6f7081920304'}, "
             "'t': {'$timestamp': {'t': 10, 'i': 1}}, 'v': {'$timestamp': {'t': 3, 'i': 4}}, "
             "'i': {'$timestamp': {'t': 7, 'i': 8}}}}");
+    bson_destroy(&b);
+}
+
+/* The shard version written as raw bytes is byte-identical to the appended chunk version. */
+SHL_TEST(shard_version_raw_form_same_bytes)
+{
+    shl_chunk_version_t v = cv(0xfffffffeu, 0x80000001u, 7);
+    shl_shard_version_t sv = shl_shard_version_make(&v);
+    bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
+
+    shl_chunk_version_append(&a, "shardVersion", &v);
+    shl_shard_version_append(&b, "shardVersion", &sv);
+    ASSERT_INT_EQ((int)a.len, (int)b.len);
+    ASSERT(memcmp(bson_get_data(&a), bson_get_data(&b), a.len) == 0);
+    bson_destroy(&a);
     bson_destroy(&b);
 }
 

@@ -302,6 +302,18 @@ append_key_value(bson_t *out, const char *name, const bson_value_t *v, bool hash
     }
 }
 
+bool
+shl_shard_key_doc_has_array(const shl_shard_key_pattern_t *p, const bson_t *doc)
+{
+    bson_iter_t it;
+    bool has = false;
+
+    for (size_t i = 0; i < p->nfields && !has; i++) {
+        has = find_dotted_or_array(doc, p->paths[i], &it) && BSON_ITER_HOLDS_ARRAY(&it);
+    }
+    return has;
+}
+
 int
 shl_shard_key_extract_from_doc(const shl_shard_key_pattern_t *p, const bson_t *doc, bson_t *out,
                                shl_status_t *st)

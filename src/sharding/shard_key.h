@@ -68,6 +68,13 @@ bool shl_shard_key_normalize(const shl_shard_key_pattern_t *p, const bson_t *key
 int shl_shard_key_check_storage(const bson_t *key, shl_status_t *st);
 
 /*
+ * shl_shard_key_doc_has_array --
+ *     Whether a path of 'p' meets an array in 'doc' (on the way or at the end): exactly when
+ *     shl_shard_key_extract_from_doc fails, without building or hashing the key.
+ */
+bool shl_shard_key_doc_has_array(const shl_shard_key_pattern_t *p, const bson_t *doc);
+
+/*
  * shl_shard_key_extract_from_doc --
  *     The shard key of document 'doc' (what an insert is routed by): each path is looked up
  *     through embedded documents; a missing field (or a path through a non-document) gives

@@ -110,6 +110,10 @@ check_doc(const char *pattern, const char *doc, const char *want, int line)
 
     SHL_INVARIANT(init_pattern(&p, pattern, &st) == 0);
     ret = shl_shard_key_extract_from_doc(&p, d, &out, &st);
+    if (shl_shard_key_doc_has_array(&p, d) != (want == NULL)) {
+        shl_test_fail_here(__FILE__, line, "%s / %s: shl_shard_key_doc_has_array disagrees",
+                           pattern, doc);
+    }
     if (want == NULL) {
         if (ret != SHL_CODE_SHARD_KEY_NOT_FOUND || !bson_empty(&out)) {
             shl_test_fail_here(__FILE__, line, "%s / %s: expected ShardKeyNotFound", pattern, doc);
@@ -143,6 +147,8 @@ SHL_TEST(shard_key_from_document)
     check_doc("{'a.b': 1}", "{'a': [{'b': 1}]}", NULL, __LINE__); /* array descendant */
     check_doc("{'a': 1}", "{'a': {'b': [1]}}", "{'a': {'b': [1]}}", __LINE__);
     check_doc("{'a': 1}", "{'a': {'$minKey': 1}}", "{'a': {'$minKey': 1}}", __LINE__);
+    check_doc("{'a': 1, 'b': 1}", "{'a': 1, 'b': [2]}", NULL, __LINE__); /* second path */
+    check_doc("{'a.b': 1}", "{'a': {'b': []}}", NULL, __LINE__);
 }
 
 SHL_TEST(shard_key_hashed_from_document)
