@@ -147,7 +147,7 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
     BSON_APPEND_UTF8(&cmd, "listIndexes", ns->coll);
     bson_destroy(&reply);
     SHL_ERR(shard_remote_cmd(r->s, r->from, ns->db, &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    n = mig_first_batch(&reply, &specs);
+    n = mig_cursor_docs(&reply, &specs);
     bson_init(&create);
     BSON_APPEND_UTF8(&create, "_shardsvrCreateCollectionParticipant", ns->coll);
     shl_uuid_append(&create, "collectionUUID", &r->coll_uuid);

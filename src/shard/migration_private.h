@@ -67,8 +67,12 @@ void mig_internal_op(shard_state_t *s, shl_op_ctx_t *op);
  * *out (caller frees the array). */
 size_t mig_docs_of(const bson_t *reply, const char *field, bson_t **out);
 
-/* The documents of a cursor reply's cursor.firstBatch, as mig_docs_of gives them. */
-size_t mig_first_batch(const bson_t *reply, bson_t **out);
+/* The documents of a cursor reply's batch (cursor.firstBatch or cursor.nextBatch), as
+ * mig_docs_of gives them. */
+size_t mig_cursor_docs(const bson_t *reply, bson_t **out);
+
+/* mig_cursor_id -- a cursor reply's cursor.id (0 when absent). */
+int64_t mig_cursor_id(const bson_t *reply);
 
 /* Recipient commands (migration_destination.c). */
 int mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);

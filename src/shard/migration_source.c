@@ -160,7 +160,7 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
 }
 
 size_t
-mig_first_batch(const bson_t *reply, bson_t **out)
+mig_cursor_docs(const bson_t *reply, bson_t **out)
 {
     bson_iter_t it;
     size_t n = 0;
@@ -172,10 +172,20 @@ mig_first_batch(const bson_t *reply, bson_t **out)
         uint32_t len;
         bson_iter_document(&it, &len, &data);
         if (bson_init_static(&cur, data, len)) {
-            n = mig_docs_of(&cur, "firstBatch", out);
+            n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
+                            out);
         }
     }
     return n;
+}
+
+int64_t
+mig_cursor_id(const bson_t *reply)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it)
+               ? bson_iter_as_int64(&it)
+               : 0;
 }
 
 int
@@ -1171,7 +1181,7 @@ mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
     SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-    n = mig_first_batch(&reply, &docs);
+    n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && shl_range_task_parse(&docs[0], &t, st) == 0) {
         const bson_t *pattern = t.key_pattern;
         parsed = true;
@@ -1274,7 +1284,7 @@ ask_config_decision(shard_state_t *s, const coord_t *c, bool *committed, shl_sta
     }
     bson_destroy(&reply);
     SHL_ERR(shard_config_cmd(s, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
-    n = mig_first_batch(&reply, &docs);
+    n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
         *committed = strcmp(bson_iter_utf8(&it, NULL), c->recipient) == 0;
     }
@@ -1781,7 +1791,7 @@ recovery_main(void *arg)
         bson_destroy(&reply);
         ret = shard_local_cmd(s, "config", &cmd, &reply, &st);
         if (ret == 0) {
-            n = mig_first_batch(&reply, &docs);
+            n = mig_cursor_docs(&reply, &docs);
         }
         for (size_t i = 0; ret == 0 && i < n; i++) {
             coord_t c;

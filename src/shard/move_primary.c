@@ -160,33 +160,6 @@ coord_write(shard_state_t *s, const mp_coord_t *c, int how, shl_status_t *st)
     return ret;
 }
 
-/* The first batch of a cursor reply as static views (*out freed with bson_free). */
-static size_t
-cursor_docs(const bson_t *reply, bson_t **out, int64_t *cursor_id)
-{
-    bson_iter_t it;
-    size_t n = 0;
-
-    *out = NULL;
-    if (cursor_id != NULL) {
-        *cursor_id = 0;
-        if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.id", &it)) {
-            *cursor_id = bson_iter_as_int64(&it);
-        }
-    }
-    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        bson_t cur;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        if (bson_init_static(&cur, data, len)) {
-            n = mig_docs_of(&cur, bson_has_field(&cur, "firstBatch") ? "firstBatch" : "nextBatch",
-                            out);
-        }
-    }
-    return n;
-}
-
 /* A remote command whose reply's first writeError becomes the status. */
 static int
 remote_write(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
@@ -255,11 +228,11 @@ list_unsharded(shard_state_t *s, const char *db, mp_coord_t *c, shl_status_t *st
                  BCON_UTF8(re), "}", "}", "batchSize", BCON_INT32(100000));
     bson_destroy(&creply);
     SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &creply, st));
-    nsharded = cursor_docs(&creply, &sharded, NULL);
+    nsharded = mig_cursor_docs(&creply, &sharded);
     lc = BCON_NEW("listCollections", BCON_INT32(1));
     bson_destroy(&lreply);
     SHL_ERR(shard_local_cmd(s, db, lc, &lreply, st));
-    ncolls = cursor_docs(&lreply, &colls, NULL);
+    ncolls = mig_cursor_docs(&lreply, &colls);
     for (size_t i = 0; i < ncolls; i++) {
         bson_iter_t it;
         const char *name = NULL;
@@ -313,7 +286,7 @@ check_recipient(shard_state_t *s, const mp_coord_t *c, shl_status_t *st)
 
     bson_destroy(&reply);
     SHL_ERR(shard_remote_cmd(s, c->to, c->db, lc, MP_TIMEOUT_MS, &reply, st));
-    n = cursor_docs(&reply, &docs, NULL);
+    n = mig_cursor_docs(&reply, &docs);
     for (size_t i = 0; i < n; i++) {
         bson_iter_t it;
         const char *name;
@@ -417,7 +390,7 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
     BSON_APPEND_UTF8(&li, "listIndexes", coll);
     bson_destroy(&lreply);
     SHL_ERR(shard_local_cmd(s, c->db, &li, &lreply, st));
-    nidx = cursor_docs(&lreply, &idx, NULL);
+    nidx = mig_cursor_docs(&lreply, &idx);
     BSON_APPEND_UTF8(&ci, "createIndexes", coll);
     BSON_APPEND_ARRAY_BEGIN(&ci, "indexes", &specs);
     for (size_t k = 0; k < nidx; k++) {
@@ -450,7 +423,8 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
         bson_destroy(&reply);
         SHL_ERR(shard_local_cmd(s, c->db, &cmd, &reply, st));
         bson_free(docs);
-        n = cursor_docs(&reply, &docs, &cursor_id);
+        n = mig_cursor_docs(&reply, &docs);
+        cursor_id = mig_cursor_id(&reply);
         SHL_ERR(send_inserts(s, c, coll, docs, n, st));
         *ndocs += (int64_t)n;
         if (cursor_id == 0) {
@@ -527,7 +501,7 @@ ask_config_decision(shard_state_t *s, const mp_coord_t *c, bool *committed, shl_
     *committed = false;
     bson_destroy(&reply);
     SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &reply, st));
-    n = cursor_docs(&reply, &docs, NULL);
+    n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && bson_iter_init_find(&it, &docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
         *committed = strcmp(bson_iter_utf8(&it, NULL), c->to) == 0;
     }
@@ -569,7 +543,7 @@ shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
     BSON_APPEND_UTF8(&cmd, "find", MP_COLL);
     bson_destroy(&reply);
     SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-    n = cursor_docs(&reply, &docs, NULL);
+    n = mig_cursor_docs(&reply, &docs);
     for (size_t i = 0; i < n; i++) {
         mp_coord_t c;
         bool committed = false;
@@ -610,7 +584,7 @@ recover_leftover(shard_state_t *s, shl_op_ctx_t *op, const char *db, shl_status_
 
     bson_destroy(&reply);
     SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
-    n = cursor_docs(&reply, &docs, NULL);
+    n = mig_cursor_docs(&reply, &docs);
     if (n > 0) {
         SHL_ERR(shard_move_primary_recover(s, op, st));
     }

@@ -1363,7 +1363,7 @@ shard_orphan_count(void *arg, const uint8_t uuid[16])
     BSON_APPEND_INT32(&cmd, "batchSize", 10000);
     bson_destroy(&reply);
     if (shard_local_cmd(s, "config", &cmd, &reply, &st) == 0) {
-        n = mig_first_batch(&reply, &docs);
+        n = mig_cursor_docs(&reply, &docs);
         for (size_t i = 0; i < n; i++) {
             if (bson_iter_init_find(&it, &docs[i], "numOrphanDocs") &&
                 BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_int64(&it) > 0) {
