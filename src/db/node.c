@@ -19,6 +19,7 @@
 #include "db/index_kinds.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
+#include "net/reply_times.h"
 
 /* MongoDB's clientCursorMonitor wakes every 4 seconds. */
 #define REAPER_PERIOD_MS 4000
@@ -54,59 +55,10 @@ reaper_main(void *arg)
 }
 
 static void
-append_cluster_time_at(bson_t *reply, uint64_t cluster_time)
-{
-    static const uint8_t zero_hash[20] = {0};
-    bson_t ct, sig;
-
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
-    db_append_ts(&ct, "clusterTime", cluster_time);
-    BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
-    BSON_APPEND_INT64(&sig, "keyId", 0);
-    bson_append_document_end(&ct, &sig);
-    bson_append_document_end(reply, &ct);
-}
-
-/* Both decorations of a reply as one document, {operationTime: T, $clusterTime:
- * {clusterTime: T, signature: {hash: <20 zero bytes>, keyId: 0}}}, built once; a reply
- * gets a copy with its two timestamps written at their offsets, appended in one concat --
- * the same bytes as appending the fields one by one. */
-static bson_t *decorations;
-static size_t op_time_off, cluster_time_off;
-static pthread_once_t decorations_once = PTHREAD_ONCE_INIT;
-
-static void
-decorations_init(void)
-{
-    bson_t *d = bson_new();
-    bson_iter_t it, child;
-
-    db_append_ts(d, "operationTime", 0);
-    append_cluster_time_at(d, 0);
-    SHL_INVARIANT(bson_iter_init_find(&it, d, "operationTime"));
-    op_time_off = it.d1;
-    SHL_INVARIANT(bson_iter_init(&it, d) &&
-                  bson_iter_find_descendant(&it, "$clusterTime.clusterTime", &child));
-    cluster_time_off = (size_t)(child.raw - bson_get_data(d)) + child.d1;
-    decorations = d;
-}
-
-static void
-put_ts(uint8_t *at, uint64_t ts)
-{
-    uint64_t le = BSON_UINT64_TO_LE(ts); /* increment, then seconds, as BSON stores it */
-
-    memcpy(at, &le, sizeof(le));
-}
-
-static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     db_node_t *node = db_node(op);
     uint64_t ts = db_op_take_write_ts();
-    bool has_op_time = false, has_cluster_time = false;
-    bson_iter_t it;
 
     if (!node->repl_set) {
         return; /* standalones return neither field, as MongoDB */
@@ -115,33 +67,7 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     if (ts == 0) {
         ts = shl_storage_all_durable(node->eng);
     }
-    /* One pass over the reply's top level for both fields. */
-    if (bson_iter_init(&it, reply)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
-            if (k[0] == 'o' && strcmp(k, "operationTime") == 0) {
-                has_op_time = true;
-            } else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0) {
-                has_cluster_time = true;
-            }
-        }
-    }
-    if (!has_op_time && !has_cluster_time) {
-        uint8_t buf[256]; /* 130 bytes */
-        bson_t view;
-
-        pthread_once(&decorations_once, decorations_init);
-        SHL_INVARIANT(decorations->len <= sizeof(buf));
-        memcpy(buf, bson_get_data(decorations), decorations->len);
-        put_ts(buf + op_time_off, ts);
-        put_ts(buf + cluster_time_off, shl_storage_clock_now(node->eng));
-        SHL_INVARIANT(bson_init_static(&view, buf, decorations->len));
-        bson_concat(reply, &view);
-    } else if (!has_op_time) {
-        db_append_ts(reply, "operationTime", ts);
-    } else if (!has_cluster_time) {
-        append_cluster_time_at(reply, shl_storage_clock_now(node->eng));
-    }
+    shl_reply_append_times(reply, ts, shl_storage_clock_now(node->eng));
 }
 
 static void
