@@ -245,3 +245,26 @@ shl_invariant_failed(const char *expr, const char *file, int line, const char *f
     backtrace_symbols_fd(frames, n, STDERR_FILENO);
     abort();
 }
+
+int
+shl_status_from_write_errors(const bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, we, f;
+
+    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
+        bson_iter_recurse(&we, &f)) {
+        int code = SHL_CODE_INTERNAL_ERROR;
+        const char *msg = "write error";
+        while (bson_iter_next(&f)) {
+            if (strcmp(bson_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
+                code = (int)bson_iter_as_int64(&f);
+            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                msg = bson_iter_utf8(&f, NULL);
+            }
+        }
+        ret = shl_status_set(st, code, "%s", msg);
+    }
+    return ret;
+}

@@ -135,6 +135,14 @@ void shl_status_append_reply(const shl_status_t *st, bson_t *reply);
 int shl_status_from_reply(const bson_t *reply, shl_status_t *st);
 
 /*
+ * shl_status_from_write_errors --
+ *     For a write command's reply that is ok: returns 0 when it has no writeErrors, else
+ *     fills 'st' from the first one (its code, InternalError if it has none, and errmsg)
+ *     and returns the code.
+ */
+int shl_status_from_write_errors(const bson_t *reply, shl_status_t *st);
+
+/*
  * Single-exit helpers (WiredTiger's WT_ERR pattern). A function declares
  * `int ret = 0;` and a `done:` label that releases everything on both paths.
  */

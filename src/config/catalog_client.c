@@ -71,29 +71,11 @@ int
 cfg_local_cmd(const char *db, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it, we;
+    bson_iter_t it;
 
     shl_service_run_command(g_cfg.svc, NULL, cmd, db, reply);
     SHL_ERR(shl_status_from_reply(reply, st));
-    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we)) {
-        bson_t doc;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&we, &len, &data);
-        if (bson_init_static(&doc, data, len)) {
-            bson_iter_t f;
-            int code = SHL_CODE_INTERNAL_ERROR;
-            const char *msg = "write error";
-            if (bson_iter_init_find(&f, &doc, "code")) {
-                code = (int)bson_iter_as_int64(&f);
-            }
-            if (bson_iter_init_find(&f, &doc, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
-                msg = bson_iter_utf8(&f, NULL);
-            }
-            SHL_FAIL(st, code, "%s", msg);
-        }
-    }
+    SHL_ERR(shl_status_from_write_errors(reply, st));
     if (bson_iter_init_find(&it, reply, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_iter_t f;
         int code = SHL_CODE_WRITE_CONCERN_TIMEOUT;

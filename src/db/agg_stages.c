@@ -233,7 +233,7 @@ run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, 
     int ret = 0;
     shl_op_ctx_t sub;
     const shl_command_t *c;
-    bson_iter_t it, we, e;
+    bson_iter_t it;
 
     bson_init(reply);
     bson_iter_init(&it, cmd);
@@ -243,24 +243,7 @@ run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, 
     SHL_ERR(shl_op_ctx_init(&sub, op->svc, NULL, cmd, db, st));
     sub.deadline_us = op->deadline_us;
     SHL_ERR(c->run(&sub, cmd, reply, st));
-    if (bson_iter_init_find(&we, reply, "writeErrors") && bson_iter_recurse(&we, &e) &&
-        bson_iter_next(&e) && BSON_ITER_HOLDS_DOCUMENT(&e)) {
-        bson_t err;
-        bson_iter_t f;
-        const uint8_t *data;
-        uint32_t len;
-        int code = SHL_CODE_UNKNOWN_ERROR;
-        const char *msg = "write error";
-        bson_iter_document(&e, &len, &data);
-        bson_init_static(&err, data, len);
-        if (bson_iter_init_find(&f, &err, "code") && BSON_ITER_HOLDS_NUMBER(&f)) {
-            code = (int)bson_iter_as_int64(&f);
-        }
-        if (bson_iter_init_find(&f, &err, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
-            msg = bson_iter_utf8(&f, NULL);
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    SHL_ERR(shl_status_from_write_errors(reply, st));
 done:
     return ret;
 }

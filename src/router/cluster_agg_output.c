@@ -46,7 +46,7 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
     int ret = 0;
     shl_op_ctx_t sub;
     const shl_command_t *c;
-    bson_iter_t it, we, e;
+    bson_iter_t it;
     bson_t full = BSON_INITIALIZER;
     const char *name;
 
@@ -67,24 +67,7 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     SHL_ERR(c->run(&sub, &full, reply, st));
-    if (bson_iter_init_find(&we, reply, "writeErrors") && bson_iter_recurse(&we, &e) &&
-        bson_iter_next(&e) && BSON_ITER_HOLDS_DOCUMENT(&e)) {
-        bson_t err;
-        bson_iter_t f;
-        const uint8_t *data;
-        uint32_t len;
-        int code = SHL_CODE_UNKNOWN_ERROR;
-        const char *msg = "write error";
-        bson_iter_document(&e, &len, &data);
-        bson_init_static(&err, data, len);
-        if (bson_iter_init_find(&f, &err, "code") && BSON_ITER_HOLDS_NUMBER(&f)) {
-            code = (int)bson_iter_as_int64(&f);
-        }
-        if (bson_iter_init_find(&f, &err, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
-            msg = bson_iter_utf8(&f, NULL);
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    SHL_ERR(shl_status_from_write_errors(reply, st));
 done:
     bson_destroy(&full);
     return ret;

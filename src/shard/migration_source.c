@@ -193,24 +193,10 @@ shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t *rep
                 shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it, we, f;
 
     shl_service_run_command(s->svc, NULL, cmd, db, reply);
     SHL_ERR(shl_status_from_reply(reply, st));
-    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
-        bson_iter_recurse(&we, &f)) {
-        int code = SHL_CODE_INTERNAL_ERROR;
-        const char *msg = "write error";
-        while (bson_iter_next(&f)) {
-            if (strcmp(bson_iter_key(&f), "code") == 0) {
-                code = (int)bson_iter_as_int64(&f);
-            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                msg = bson_iter_utf8(&f, NULL);
-            }
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    SHL_ERR(shl_status_from_write_errors(reply, st));
 done:
     return ret;
 }

@@ -167,24 +167,9 @@ remote_write(shard_state_t *s, const char *shard, const char *db, const bson_t *
 {
     int ret = 0;
     bson_t reply;
-    bson_iter_t it, we, f;
 
     SHL_ERR(shard_remote_cmd(s, shard, db, cmd, MP_TIMEOUT_MS, &reply, st));
-    if (bson_iter_init_find(&it, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
-        bson_iter_recurse(&we, &f)) {
-        int code = SHL_CODE_INTERNAL_ERROR;
-        char msg[256] = "write error";
-        while (bson_iter_next(&f)) {
-            if (strcmp(bson_iter_key(&f), "code") == 0) {
-                code = (int)bson_iter_as_int64(&f);
-            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                snprintf(msg, sizeof(msg), "%s", bson_iter_utf8(&f, NULL));
-            }
-        }
-        bson_destroy(&reply);
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    ret = shl_status_from_write_errors(&reply, st);
     bson_destroy(&reply);
 done:
     return ret;

@@ -263,24 +263,11 @@ static int
 local_cmd(shl_service_ctx_t *svc, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it, we, f;
+    bson_iter_t it, f;
 
     shl_service_run_command(svc, NULL, cmd, RD_DB, reply);
     SHL_ERR(shl_status_from_reply(reply, st));
-    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
-        bson_iter_recurse(&we, &f)) {
-        int code = SHL_CODE_INTERNAL_ERROR;
-        const char *msg = "write error";
-        while (bson_iter_next(&f)) {
-            if (strcmp(bson_iter_key(&f), "code") == 0) {
-                code = (int)bson_iter_as_int64(&f);
-            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                msg = bson_iter_utf8(&f, NULL);
-            }
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    SHL_ERR(shl_status_from_write_errors(reply, st));
     if (bson_iter_init_find(&it, reply, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         int code = SHL_CODE_WRITE_CONCERN_TIMEOUT;
         const char *msg = "write concern error";
