@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_private.h"
 
 int
@@ -258,12 +259,12 @@ shl_bson_value_compare(const bson_value_t *a, const bson_value_t *b)
 static int
 cmp_elements(bson_iter_t *a, bson_iter_t *b)
 {
-    int ca = shl_bson_canonical_type(bson_iter_type(a));
-    int cb = shl_bson_canonical_type(bson_iter_type(b));
+    int ca = shl_bson_canonical_type(shl_iter_type(a));
+    int cb = shl_bson_canonical_type(shl_iter_type(b));
     if (ca != cb) {
         return ca < cb ? -1 : 1;
     }
-    int c = sign_of(strcmp(bson_iter_key(a), bson_iter_key(b)));
+    int c = sign_of(strcmp(shl_iter_key(a), shl_iter_key(b)));
     if (c != 0) {
         return c;
     }
@@ -280,8 +281,8 @@ cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
     bool mb = bson_iter_init_from_data(&ib, b, blen);
 
     for (;;) {
-        ma = ma && bson_iter_next(&ia);
-        mb = mb && bson_iter_next(&ib);
+        ma = ma && shl_iter_next(&ia);
+        mb = mb && shl_iter_next(&ib);
         if (!ma || !mb) {
             return ma == mb ? 0 : ma ? 1 : -1;
         }

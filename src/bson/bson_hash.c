@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "bson/md5.h"
 
@@ -70,8 +71,8 @@ hash_doc(hash_sink_t *ctx, const uint8_t *data, uint32_t len)
 {
     bson_iter_t it;
     if (bson_iter_init_from_data(&it, data, len)) {
-        while (bson_iter_next(&it)) {
-            hash_element(ctx, bson_iter_value(&it), bson_iter_key(&it), bson_iter_key_len(&it));
+        while (shl_iter_next(&it)) {
+            hash_element(ctx, bson_iter_value(&it), shl_iter_key(&it), shl_iter_key_len(&it));
         }
     }
     add_le32(ctx, 0); /* EOO: canonical type 0, no field name, no value */

@@ -1,6 +1,7 @@
 /*
  * bson_path.c -- dotted-path lookup without array expansion (bson_path.h).
  */
+#include "bson/bson_iter.h"
 #include "bson/bson_path.h"
 
 #include <string.h>
@@ -23,8 +24,8 @@ shl_bson_path_is_array_index(const char *comp, size_t len)
 static bool
 find_exact(bson_iter_t *it, const char *comp, size_t len)
 {
-    while (bson_iter_next(it)) {
-        if (bson_iter_key_len(it) == len && memcmp(bson_iter_key(it), comp, len) == 0) {
+    while (shl_iter_next(it)) {
+        if (shl_iter_key_len(it) == len && memcmp(shl_iter_key(it), comp, len) == 0) {
             return true;
         }
     }
@@ -54,7 +55,7 @@ shl_bson_path_get_n(const bson_t *doc, const char *path, size_t len, bson_iter_t
             *out = it;
             return true;
         }
-        bson_type_t t = bson_iter_type(&it);
+        bson_type_t t = shl_iter_type(&it);
         bson_iter_t child;
         if ((t != BSON_TYPE_DOCUMENT && t != BSON_TYPE_ARRAY) || !bson_iter_recurse(&it, &child)) {
             return false;

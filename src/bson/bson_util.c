@@ -2,6 +2,7 @@
  * bson_util.c -- rendering, number conversions, ObjectId/UUID generation and append
  * helpers (bson_util.h).
  */
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 
 #include <errno.h>
@@ -192,13 +193,13 @@ render_doc(bson_string_t *s, const uint8_t *data, uint32_t len, bool is_array, i
         return;
     }
     bson_string_append(s, is_array ? "[ " : "{ ");
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (!first) {
             bson_string_append(s, ", ");
         }
         first = false;
         if (!is_array) {
-            bson_string_append(s, bson_iter_key(&it));
+            bson_string_append(s, shl_iter_key(&it));
             bson_string_append(s, ": ");
         }
         render_value(s, bson_iter_value(&it), depth);
@@ -448,7 +449,7 @@ shl_bson_iter_uuid(const bson_iter_t *it, uint8_t uuid[16])
     bson_subtype_t subtype;
     uint32_t len;
     const uint8_t *data;
-    if (bson_iter_type(it) != BSON_TYPE_BINARY) {
+    if (shl_iter_type(it) != BSON_TYPE_BINARY) {
         return false;
     }
     bson_iter_binary(it, &subtype, &len, &data);
@@ -471,7 +472,7 @@ uint64_t
 shl_bson_iter_timestamp_u64(const bson_iter_t *it)
 {
     uint32_t t = 0, i = 0;
-    if (bson_iter_type(it) == BSON_TYPE_TIMESTAMP) {
+    if (shl_iter_type(it) == BSON_TYPE_TIMESTAMP) {
         bson_iter_timestamp(it, &t, &i);
     }
     return shl_timestamp_pack(t, i);
@@ -509,10 +510,10 @@ shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *s
     if (!bson_iter_init(&it, src)) {
         return;
     }
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bool skipped = false;
         for (size_t i = 0; skip && skip[i]; i++) {
-            if (strcmp(skip[i], bson_iter_key(&it)) == 0) {
+            if (strcmp(skip[i], shl_iter_key(&it)) == 0) {
                 skipped = true;
                 break;
             }
@@ -543,8 +544,8 @@ shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
     bool found = false;
 
     if (bson_iter_init(it, doc)) {
-        while (!found && bson_iter_next(it)) {
-            const char *k = bson_iter_key(it);
+        while (!found && shl_iter_next(it)) {
+            const char *k = shl_iter_key(it);
             found = k[0] == key[0] && strcmp(k, key) == 0;
         }
     }

@@ -19,6 +19,7 @@
  *   CodeWScope  code (string), then the scope as an object body.
  * A RecordId is 8 bytes, big-endian with the sign bit flipped, never inverted.
  */
+#include "bson/bson_iter.h"
 #include "bson/keystring.h"
 
 #include <string.h>
@@ -210,10 +211,10 @@ put_doc(writer_t *w, const uint8_t *data, uint32_t len, bool is_array, int depth
 {
     bson_iter_t it;
     if (depth < KS_MAX_DEPTH && bson_iter_init_from_data(&it, data, len)) {
-        while (bson_iter_next(&it)) {
-            put(w, type_byte(bson_iter_type(&it)));
+        while (shl_iter_next(&it)) {
+            put(w, type_byte(shl_iter_type(&it)));
             if (!is_array) {
-                put_string(w, bson_iter_key(&it), bson_iter_key_len(&it));
+                put_string(w, shl_iter_key(&it), shl_iter_key_len(&it));
             }
             put_body(w, bson_iter_value(&it), depth + 1);
         }
@@ -311,7 +312,7 @@ shl_keystring_append_doc_values(shl_keystring_t *ks, const bson_t *values, const
     bson_iter_t it;
     size_t n = 0;
     if (bson_iter_init(&it, values)) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             shl_keystring_append_value(ks, bson_iter_value(&it), descending && descending[n]);
             n++;
         }

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "config/config_private.h"
 #include "net/server.h"
 #include "net/service.h"
@@ -109,11 +110,11 @@ append_batch(const bson_t *reply, const char *which, cfg_docs_t *out, int64_t *c
     if (!bson_iter_init_find(&it, reply, "cursor") || !bson_iter_recurse(&it, &cur)) {
         return;
     }
-    while (bson_iter_next(&cur)) {
-        if (strcmp(bson_iter_key(&cur), "id") == 0) {
+    while (shl_iter_next(&cur)) {
+        if (strcmp(shl_iter_key(&cur), "id") == 0) {
             *cursor_id = bson_iter_as_int64(&cur);
-        } else if (strcmp(bson_iter_key(&cur), which) == 0 && bson_iter_recurse(&cur, &batch)) {
-            while (bson_iter_next(&batch)) {
+        } else if (strcmp(shl_iter_key(&cur), which) == 0 && bson_iter_recurse(&cur, &batch)) {
+            while (shl_iter_next(&batch)) {
                 const uint8_t *data;
                 uint32_t len;
                 bson_t view;
@@ -552,11 +553,11 @@ cfg_cmd_string(const bson_t *cmd, const char **out, shl_status_t *st)
     int ret = 0;
     bson_iter_t it;
 
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "empty command");
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
-        SHL_ERR(shl_idl_wrong_type(&it, bson_iter_key(&it), "string", st));
+        SHL_ERR(shl_idl_wrong_type(&it, shl_iter_key(&it), "string", st));
     }
     *out = bson_iter_utf8(&it, NULL);
 done:

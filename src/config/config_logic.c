@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "config/config_private.h"
 
 void
@@ -89,8 +90,8 @@ cfg_index_backs_key(const bson_t *shard_key, const bson_t *spec)
         !bson_iter_init(&sk, shard_key)) {
         return false;
     }
-    while (bson_iter_next(&sk)) {
-        if (!bson_iter_next(&key) || strcmp(bson_iter_key(&key), bson_iter_key(&sk)) != 0 ||
+    while (shl_iter_next(&sk)) {
+        if (!shl_iter_next(&key) || strcmp(shl_iter_key(&key), shl_iter_key(&sk)) != 0 ||
             !same_kind(&key, &sk)) {
             return false;
         }
@@ -108,7 +109,7 @@ cfg_index_name(const bson_t *key, char *out, size_t n)
     if (!bson_iter_init(&it, key)) {
         return;
     }
-    while (bson_iter_next(&it) && off < n) {
+    while (shl_iter_next(&it) && off < n) {
         char val[32];
         if (BSON_ITER_HOLDS_UTF8(&it)) {
             snprintf(val, sizeof(val), "%s", bson_iter_utf8(&it, NULL));
@@ -116,7 +117,7 @@ cfg_index_name(const bson_t *key, char *out, size_t n)
             snprintf(val, sizeof(val), "%lld", (long long)bson_iter_as_int64(&it));
         }
         off += (size_t)snprintf(out + off, n - off, "%s%s_%s", off > 0 ? "_" : "",
-                                bson_iter_key(&it), val);
+                                shl_iter_key(&it), val);
     }
 }
 

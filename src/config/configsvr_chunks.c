@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
@@ -87,7 +88,7 @@ parse_bounds(const bson_t *cmd, const char *ctx, bson_t *min, bson_t *max, bool 
         SHL_ERR(shl_idl_wrong_type(&it, ctx, "array", st));
     }
     bson_iter_recurse(&it, &arr);
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         const uint8_t *data;
         uint32_t len;
         if (k >= 2 || !BSON_ITER_HOLDS_DOCUMENT(&arr)) {
@@ -165,7 +166,7 @@ median_of_chunk(const shl_routing_table_t *rt, size_t idx, bson_t *out, shl_stat
     BSON_APPEND_BOOL(&cmd, "force", true);
     SHL_ERR(cfg_shard_cmd(shard, "admin", &cmd, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "splitKeys") || !bson_iter_recurse(&it, &arr) ||
-        !bson_iter_next(&arr) || !BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+        !shl_iter_next(&arr) || !BSON_ITER_HOLDS_DOCUMENT(&arr)) {
         char *a = bson_as_relaxed_extended_json(&cmin, NULL);
         char *b = bson_as_relaxed_extended_json(&cmax, NULL);
         ret = shl_status_set(st, SHL_CODE_CANNOT_SPLIT,
@@ -642,7 +643,7 @@ compute_other_bound(const char *ns, const bson_t *cmd, const shl_routing_table_t
         const uint8_t *data;
         uint32_t len;
         bson_iter_array(&it, &len, &data);
-        if (bson_init_static(&arr, data, len) && bson_iter_init(&it, &arr) && bson_iter_next(&it) &&
+        if (bson_init_static(&arr, data, len) && bson_iter_init(&it, &arr) && shl_iter_next(&it) &&
             BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_document(&it, &len, &data);
             if (bson_init_static(&first, data, len)) {

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 
@@ -72,7 +73,7 @@ first_batch(const bson_t *reply, cfg_docs_t *out)
         !bson_iter_find(&cur, "firstBatch") || !bson_iter_recurse(&cur, &batch)) {
         return;
     }
-    while (bson_iter_next(&batch)) {
+    while (shl_iter_next(&batch)) {
         const uint8_t *data;
         uint32_t len;
         bson_t view;
@@ -200,9 +201,9 @@ static bool
 key_is_id(const bson_t *key)
 {
     bson_iter_t it;
-    return bson_iter_init(&it, key) && bson_iter_next(&it) &&
-           strcmp(bson_iter_key(&it), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
-           bson_iter_as_double(&it) == 1.0 && !bson_iter_next(&it);
+    return bson_iter_init(&it, key) && shl_iter_next(&it) &&
+           strcmp(shl_iter_key(&it), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&it) &&
+           bson_iter_as_double(&it) == 1.0 && !shl_iter_next(&it);
 }
 
 /*
@@ -556,11 +557,11 @@ same_pattern(const bson_t *a, const bson_t *b)
         return false;
     }
     for (;;) {
-        bool na = bson_iter_next(&ia), nb = bson_iter_next(&ib);
+        bool na = shl_iter_next(&ia), nb = shl_iter_next(&ib);
         if (!na || !nb) {
             return na == nb;
         }
-        if (strcmp(bson_iter_key(&ia), bson_iter_key(&ib)) != 0) {
+        if (strcmp(shl_iter_key(&ia), shl_iter_key(&ib)) != 0) {
             return false;
         }
         if (BSON_ITER_HOLDS_UTF8(&ia) != BSON_ITER_HOLDS_UTF8(&ib)) {
@@ -741,24 +742,24 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                 bson_iter_t f;
                 /* bounds: the hashed prefix at the point, MinKey for the other fields */
                 bson_iter_init(&f, &pattern.pattern);
-                for (size_t k = 0; bson_iter_next(&f); k++) {
+                for (size_t k = 0; shl_iter_next(&f); k++) {
                     if (k == 0) {
                         if (i == 0) {
-                            BSON_APPEND_MINKEY(&lo, bson_iter_key(&f));
+                            BSON_APPEND_MINKEY(&lo, shl_iter_key(&f));
                         } else {
-                            BSON_APPEND_INT64(&lo, bson_iter_key(&f), points[i - 1]);
+                            BSON_APPEND_INT64(&lo, shl_iter_key(&f), points[i - 1]);
                         }
                         if (i == npoints) {
-                            BSON_APPEND_MAXKEY(&hi, bson_iter_key(&f));
+                            BSON_APPEND_MAXKEY(&hi, shl_iter_key(&f));
                         } else {
-                            BSON_APPEND_INT64(&hi, bson_iter_key(&f), points[i]);
+                            BSON_APPEND_INT64(&hi, shl_iter_key(&f), points[i]);
                         }
                     } else {
-                        BSON_APPEND_MINKEY(&lo, bson_iter_key(&f));
+                        BSON_APPEND_MINKEY(&lo, shl_iter_key(&f));
                         if (i == npoints) {
-                            BSON_APPEND_MAXKEY(&hi, bson_iter_key(&f));
+                            BSON_APPEND_MAXKEY(&hi, shl_iter_key(&f));
                         } else {
-                            BSON_APPEND_MINKEY(&hi, bson_iter_key(&f));
+                            BSON_APPEND_MINKEY(&hi, shl_iter_key(&f));
                         }
                     }
                 }
@@ -848,12 +849,12 @@ extend_bound(const bson_t *bound, const bson_t *new_key, bson_t *out)
     bson_init(out);
     bson_copy_to_excluding_noinit(bound, out, "", NULL);
     bson_iter_init(&it, new_key);
-    while (bson_iter_next(&it)) {
-        if (!bson_has_field(bound, bson_iter_key(&it))) {
+    while (shl_iter_next(&it)) {
+        if (!bson_has_field(bound, shl_iter_key(&it))) {
             if (global_max) {
-                BSON_APPEND_MAXKEY(out, bson_iter_key(&it));
+                BSON_APPEND_MAXKEY(out, shl_iter_key(&it));
             } else {
-                BSON_APPEND_MINKEY(out, bson_iter_key(&it));
+                BSON_APPEND_MINKEY(out, shl_iter_key(&it));
             }
         }
     }

@@ -18,6 +18,7 @@
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
 #include "config/config_private.h"
 
 #define COORD_COLL "renameCollectionCoordinators"
@@ -449,8 +450,8 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             /* Nothing sharded (any more): the primary shard renames, as for an unsharded
              * collection. */
             bson_iter_init(&it, cmd);
-            while (bson_iter_next(&it)) {
-                const char *k = bson_iter_key(&it);
+            while (shl_iter_next(&it)) {
+                const char *k = shl_iter_key(&it);
                 if (strcmp(k, "_configsvrRenameCollection") == 0) {
                     BSON_APPEND_UTF8(&fwd, "renameCollection", r.from.full);
                 } else if (strcmp(k, "to") == 0 || strcmp(k, "dropTarget") == 0) {

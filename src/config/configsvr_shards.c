@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "config/config_private.h"
 #include "net/server.h"
 
@@ -109,7 +110,7 @@ check_databases(const char *host, const char *conn_string, shl_status_t *st)
     if (!bson_iter_init_find(&it, &reply, "databases") || !bson_iter_recurse(&it, &arr)) {
         goto done;
     }
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         const char *name;
         shl_database_type_t db;
         bool found = false;

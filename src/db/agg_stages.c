@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
@@ -237,8 +238,8 @@ run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, 
 
     bson_init(reply);
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
-    c = shl_command_registry_find(op->svc->commands, bson_iter_key(&it));
+    shl_iter_next(&it);
+    c = shl_command_registry_find(op->svc->commands, shl_iter_key(&it));
     SHL_INVARIANT(c != NULL);
     SHL_ERR(shl_op_ctx_init(&sub, op->svc, NULL, cmd, db, st));
     sub.deadline_us = op->deadline_us;
@@ -260,7 +261,7 @@ insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *doc
     bool more;
 
     bson_iter_init(&it, docs);
-    more = bson_iter_next(&it);
+    more = shl_iter_next(&it);
     while (more) {
         bson_reinit(&cmd);
         BSON_APPEND_UTF8(&cmd, "insert", coll);
@@ -275,7 +276,7 @@ insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *doc
             const char *kp;
             bson_uint32_to_string(n++, &kp, key, sizeof(key));
             bson_append_iter(&arr, kp, -1, &it);
-            more = bson_iter_next(&it);
+            more = shl_iter_next(&it);
         }
         bson_append_array_end(&cmd, &arr);
         bson_destroy(&reply);
@@ -315,8 +316,8 @@ write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, cons
     if (existing != NULL && existing->options != NULL) {
         bson_iter_t it;
         bson_iter_init(&it, existing->options);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strcmp(k, "idIndex") != 0 && strcmp(k, "uuid") != 0) {
                 bson_append_iter(&cmd, k, -1, &it);
             }
@@ -380,10 +381,10 @@ index_supports_on(const shl_index_t *idx, const shl_pipeline_output_t *o)
         return false;
     }
     bson_iter_init(&it, idx->key_pattern);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bool found = false;
         for (size_t i = 0; i < o->non; i++) {
-            found = found || strcmp(o->on[i], bson_iter_key(&it)) == 0;
+            found = found || strcmp(o->on[i], shl_iter_key(&it)) == 0;
         }
         if (!found || BSON_ITER_HOLDS_UTF8(&it)) { /* hashed, text, ... are not unique keys */
             return false;
@@ -526,7 +527,7 @@ write_merge(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output
         SHL_FAIL(st, 51183, "Cannot find index to verify that join fields will be unique");
     }
     bson_iter_init(&it, docs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t d;
         const uint8_t *data;
         uint32_t len;

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 
 #include "db/db_private.h"
@@ -66,8 +67,8 @@ parse_op(const bson_t *entry, size_t i, apply_op_t *out, shl_status_t *st)
         if (!out->has_o2 || !bson_iter_init_find(&it, &out->o2, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps[%zu]: an update needs o2._id", i);
         }
-        if (bson_iter_init(&first, &out->o) && bson_iter_next(&first) &&
-            bson_iter_key(&first)[0] == '$') {
+        if (bson_iter_init(&first, &out->o) && shl_iter_next(&first) &&
+            shl_iter_key(&first)[0] == '$') {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                      "applyOps[%zu]: only replacement-style updates are supported", i);
         }
@@ -156,7 +157,7 @@ cmd_apply_ops(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "ops has to be an array");
     }
     bson_iter_recurse(&it, &arr);
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         n++;
     }
     if (n > APPLY_OPS_MAX) {
@@ -165,7 +166,7 @@ cmd_apply_ops(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     a.ops = bson_malloc0((n + 1) * sizeof(apply_op_t));
     names = bson_malloc0((n + 1) * sizeof(char *));
     bson_iter_recurse(&it, &arr);
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         const uint8_t *data;
         uint32_t len;
         bson_t entry;

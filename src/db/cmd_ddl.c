@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
@@ -22,13 +23,13 @@ command_options(const bson_t *cmd, bson_t *out)
     bool first = true;
     bson_init(out);
     bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (first) {
             first = false;
             continue;
         }
-        if (!shl_cmd_is_generic_arg(bson_iter_key(&it))) {
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+        if (!shl_cmd_is_generic_arg(shl_iter_key(&it))) {
+            bson_append_iter(out, shl_iter_key(&it), -1, &it);
         }
     }
 }
@@ -204,7 +205,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, dropdb_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_NUMBER(&it) ||
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_NUMBER(&it) ||
         bson_iter_as_int64(&it) != 1) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "have to pass 1 as db parameter");
     }
@@ -237,12 +238,12 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, rename_fields, st));
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
+    shl_iter_next(&it);
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'renameCollection.renameCollection' is the wrong type '%s', "
                  "expected type 'string'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     from_s = bson_iter_utf8(&it, NULL);
     SHL_ERR(shl_cmd_get_string(cmd, "to", &to_s, &found, st));
@@ -362,7 +363,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Must specify at least one index to create");
     }
     bson_iter_init(&it, &specs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t spec;
         const uint8_t *data;
         uint32_t len;
@@ -370,7 +371,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'createIndexes.indexes.%s' is the wrong type '%s', expected "
                      "type 'object'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+                     shl_iter_key(&it), shl_bson_type_name(shl_iter_type(&it)));
         }
         bson_iter_document(&it, &len, &data);
         bson_init_static(&spec, data, len);
@@ -398,7 +399,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     }
     before = coll != NULL ? (int64_t)coll->nindexes : 0;
     bson_iter_init(&it, &specs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t spec;
         const uint8_t *data;
         uint32_t len;
@@ -498,7 +499,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         bson_iter_t sub;
         size_t cap = coll->nindexes + 1;
         bson_iter_recurse(&it, &sub);
-        while (bson_iter_next(&sub)) {
+        while (shl_iter_next(&sub)) {
             if (!BSON_ITER_HOLDS_UTF8(&sub)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "dropIndexes 'index' array must contain only strings");
@@ -519,7 +520,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'dropIndexes.index' is the wrong type '%s', expected types "
                  "'[string, object, array]'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     BSON_APPEND_INT32(reply, "nIndexesWas", (int32_t)coll->nindexes);
     for (size_t i = 0; i < nnames; i++) {
@@ -576,11 +577,11 @@ check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'collMod.index' is the wrong type '%s', expected type 'object'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_iter_recurse(&it, &f);
-    while (bson_iter_next(&f)) {
-        const char *k = bson_iter_key(&f);
+    while (shl_iter_next(&f)) {
+        const char *k = shl_iter_key(&f);
         bool known = false;
         for (int i = 0; coll_mod_index_fields[i] != NULL; i++) {
             known = known || strcmp(k, coll_mod_index_fields[i]) == 0;
@@ -598,7 +599,7 @@ check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'collMod.index.name' is the wrong type '%s', expected type "
                          "'string'",
-                         shl_bson_type_name(bson_iter_type(&f)));
+                         shl_bson_type_name(shl_iter_type(&f)));
             }
             has_name = true;
         } else if (strcmp(k, "keyPattern") == 0) {
@@ -606,7 +607,7 @@ check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'collMod.index.keyPattern' is the wrong type '%s', expected "
                          "type 'object'",
-                         shl_bson_type_name(bson_iter_type(&f)));
+                         shl_bson_type_name(shl_iter_type(&f)));
             }
             has_key = true;
         } else if (strcmp(k, "expireAfterSeconds") == 0) {
@@ -615,7 +616,7 @@ check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'collMod.index.expireAfterSeconds' is the wrong type '%s', "
                          "expected types '[long, int, decimal, double]'",
-                         shl_bson_type_name(bson_iter_type(&f)));
+                         shl_bson_type_name(shl_iter_type(&f)));
             }
             secs = bson_iter_as_double(&f);
             if (secs < 0) {
@@ -633,7 +634,7 @@ check_coll_mod_index(const bson_t *cmd, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'collMod.index.hidden' is the wrong type '%s', expected "
                          "type 'bool'",
-                         shl_bson_type_name(bson_iter_type(&f)));
+                         shl_bson_type_name(shl_iter_type(&f)));
             }
             has_hidden = true;
         }

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
@@ -125,7 +126,7 @@ wrong_type(const char *field, const bson_iter_t *it, const char *expected, shl_s
 {
     return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                           "BSON field 'find.%s' is the wrong type '%s', expected type '%s'", field,
-                          shl_bson_type_name(bson_iter_type(it)), expected);
+                          shl_bson_type_name(shl_iter_type(it)), expected);
 }
 
 static int
@@ -134,7 +135,7 @@ doc_field(const bson_iter_t *it, bson_t *out, bool *has, shl_status_t *st)
     const uint8_t *data;
     uint32_t len;
     if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
-        return wrong_type(bson_iter_key(it), it, "object", st);
+        return wrong_type(shl_iter_key(it), it, "object", st);
     }
     bson_iter_document(it, &len, &data);
     bson_init_static(out, data, len);
@@ -146,21 +147,21 @@ static int
 nonneg_iter(const bson_iter_t *it, int64_t *out, shl_status_t *st)
 {
     if (!BSON_ITER_HOLDS_NUMBER(it)) {
-        return wrong_type(bson_iter_key(it), it, "long", st);
+        return wrong_type(shl_iter_key(it), it, "long", st);
     }
     if (BSON_ITER_HOLDS_DOUBLE(it)) {
         double d = bson_iter_double(it);
         if (d != d || d >= 9.2233720368547758e18 || d < -9.2233720368547758e18) {
             return shl_status_set(st, SHL_CODE_BAD_VALUE,
                                   "BSON field 'find.%s' has a value out of range",
-                                  bson_iter_key(it));
+                                  shl_iter_key(it));
         }
     }
     *out = bson_iter_as_int64(it);
     if (*out < 0) {
         return shl_status_set(st, CODE_IDL_NEGATIVE,
                               "BSON field '%s' value must be >= 0, actual value '%lld'",
-                              bson_iter_key(it), (long long)*out);
+                              shl_iter_key(it), (long long)*out);
     }
     return 0;
 }
@@ -170,7 +171,7 @@ bool_iter(const bson_iter_t *it, bool *out, shl_status_t *st)
 {
     /* MongoDB's IDL accepts numbers for bool ("safeBool"). */
     if (!BSON_ITER_HOLDS_BOOL(it) && !BSON_ITER_HOLDS_NUMBER(it)) {
-        return wrong_type(bson_iter_key(it), it, "bool", st);
+        return wrong_type(shl_iter_key(it), it, "bool", st);
     }
     *out = bson_iter_as_bool(it);
     return 0;
@@ -190,9 +191,9 @@ check_tailable(const find_args_t *a, shl_status_t *st)
     }
     if (a->has_sort && !bson_empty(&a->sort)) {
         bson_iter_t it;
-        if (!bson_iter_init(&it, &a->sort) || !bson_iter_next(&it) ||
-            strcmp(bson_iter_key(&it), "$natural") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
-            bson_iter_as_int64(&it) != 1 || bson_iter_next(&it)) {
+        if (!bson_iter_init(&it, &a->sort) || !shl_iter_next(&it) ||
+            strcmp(shl_iter_key(&it), "$natural") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
+            bson_iter_as_int64(&it) != 1 || shl_iter_next(&it)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                      "cannot use tailable option with a sort other than {$natural: 1}");
         }
@@ -214,11 +215,11 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     bool b;
 
     memset(a, 0, sizeof(*a));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command");
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         switch (find_field_id(k)) {
         case F_FILTER:
             SHL_ERR(doc_field(&it, &a->filter, &a->has_filter, st));
@@ -297,12 +298,12 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
     /* exec_query_init's {_id: v} test, without building a matcher. */
     {
         bson_iter_t it, v;
-        if (!bson_iter_init(&it, &a->filter) || !bson_iter_next(&it) ||
-            strcmp(bson_iter_key(&it), "_id") != 0) {
+        if (!bson_iter_init(&it, &a->filter) || !shl_iter_next(&it) ||
+            strcmp(shl_iter_key(&it), "_id") != 0) {
             return false;
         }
         v = it;
-        if (bson_iter_next(&it)) {
+        if (shl_iter_next(&it)) {
             return false;
         }
         if (BSON_ITER_HOLDS_ARRAY(&v) || BSON_ITER_HOLDS_REGEX(&v) ||
@@ -311,8 +312,8 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
         }
         if (BSON_ITER_HOLDS_DOCUMENT(&v)) {
             bson_iter_t sub;
-            if (bson_iter_recurse(&v, &sub) && bson_iter_next(&sub) &&
-                bson_iter_key(&sub)[0] == '$') {
+            if (bson_iter_recurse(&v, &sub) && shl_iter_next(&sub) &&
+                shl_iter_key(&sub)[0] == '$') {
                 return false;
             }
         }
@@ -375,8 +376,8 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     int ret = 0;
     exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
     bson_iter_t it;
-    bool natural = a->has_sort && bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
-                   strcmp(bson_iter_key(&it), "$natural") == 0 && !bson_iter_next(&it);
+    bool natural = a->has_sort && bson_iter_init(&it, &a->sort) && shl_iter_next(&it) &&
+                   strcmp(shl_iter_key(&it), "$natural") == 0 && !shl_iter_next(&it);
 
     *out = NULL;
     ret = exec_query_init(q, a->has_filter ? &a->filter : NULL,
@@ -647,10 +648,10 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
 
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, getmore_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'getMore.getMore' is the wrong type '%s', expected type 'long'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     id = bson_iter_int64(&it);
     SHL_ERR(shl_cmd_get_string(cmd, "collection", &coll, &found, st));
@@ -917,7 +918,7 @@ distinct_collect(distinct_set_t *d, const bson_iter_t *it, const char *path, shl
     if (*path == '\0') {
         if (BSON_ITER_HOLDS_ARRAY(it)) {
             bson_iter_recurse(it, &sub);
-            while (bson_iter_next(&sub)) {
+            while (shl_iter_next(&sub)) {
                 SHL_ERR(distinct_add(d, bson_iter_value(&sub), st));
             }
         } else {
@@ -931,8 +932,8 @@ distinct_collect(distinct_set_t *d, const bson_iter_t *it, const char *path, shl
         size_t n = dot ? (size_t)(dot - path) : strlen(path);
         const char *rest = dot ? dot + 1 : path + n;
         bson_iter_recurse(it, &sub);
-        while (bson_iter_next(&sub)) {
-            if (strlen(bson_iter_key(&sub)) == n && memcmp(bson_iter_key(&sub), path, n) == 0) {
+        while (shl_iter_next(&sub)) {
+            if (strlen(shl_iter_key(&sub)) == n && memcmp(shl_iter_key(&sub), path, n) == 0) {
                 SHL_ERR(distinct_collect(d, &sub, rest, st));
                 break;
             }
@@ -940,7 +941,7 @@ distinct_collect(distinct_set_t *d, const bson_iter_t *it, const char *path, shl
     } else if (BSON_ITER_HOLDS_ARRAY(it)) {
         /* Implicit traversal: apply the remaining path to each document element. */
         bson_iter_recurse(it, &sub);
-        while (bson_iter_next(&sub)) {
+        while (shl_iter_next(&sub)) {
             if (BSON_ITER_HOLDS_DOCUMENT(&sub)) {
                 SHL_ERR(distinct_collect(d, &sub, path, st));
             }
@@ -1054,7 +1055,7 @@ explain_write_query(const char *name, const bson_t *inner, exec_query_t *q, cons
         const char *field = strcmp(name, "update") == 0 ? "updates" : "deletes";
         *stage = strcmp(name, "update") == 0 ? "UPDATE" : "DELETE";
         SHL_ERR(shl_cmd_get_array(inner, field, &stmts, &found, st));
-        if (!found || !bson_iter_init(&sit, &stmts) || !bson_iter_next(&sit) ||
+        if (!found || !bson_iter_init(&sit, &stmts) || !shl_iter_next(&sit) ||
             !BSON_ITER_HOLDS_DOCUMENT(&sit)) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "explain of %s needs one statement in '%s'",
                      name, field);
@@ -1095,14 +1096,14 @@ rewrite_for_write(const bson_t *in, const char *stage, int64_t n, bson_t *out)
     bson_iter_t it, sub;
 
     bson_iter_init(&it, in);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bool qp = strcmp(k, "queryPlanner") == 0, es = strcmp(k, "executionStats") == 0;
         if ((qp || es) && BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub)) {
             bson_t child;
             BSON_APPEND_DOCUMENT_BEGIN(out, k, &child);
-            while (bson_iter_next(&sub)) {
-                const char *sk = bson_iter_key(&sub);
+            while (shl_iter_next(&sub)) {
+                const char *sk = shl_iter_key(&sub);
                 if (((qp && strcmp(sk, "winningPlan") == 0) ||
                      (es && strcmp(sk, "executionStages") == 0)) &&
                     BSON_ITER_HOLDS_DOCUMENT(&sub)) {
@@ -1147,10 +1148,10 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
 
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, explain_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'explain.explain' is the wrong type '%s', expected type 'object'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     SHL_ERR(shl_cmd_get_doc(cmd, "explain", &inner, &found, st));
     SHL_ERR(shl_cmd_get_string(cmd, "verbosity", &verbosity, &found, st));
@@ -1188,9 +1189,9 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         bson_t agg = BSON_INITIALIZER;
         bson_iter_t ai;
         bson_iter_init(&ai, &inner);
-        while (bson_iter_next(&ai)) {
-            if (strcmp(bson_iter_key(&ai), "cursor") != 0 &&
-                strcmp(bson_iter_key(&ai), "explain") != 0) {
+        while (shl_iter_next(&ai)) {
+            if (strcmp(shl_iter_key(&ai), "cursor") != 0 &&
+                strcmp(shl_iter_key(&ai), "explain") != 0) {
                 bson_append_iter(&agg, NULL, 0, &ai);
             }
         }
@@ -1280,7 +1281,7 @@ static bool
 agg_collectionless(const bson_t *cmd)
 {
     bson_iter_t it;
-    return bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_NUMBER(&it) &&
+    return bson_iter_init(&it, cmd) && shl_iter_next(&it) && BSON_ITER_HOLDS_NUMBER(&it) &&
            bson_iter_as_double(&it) == 1.0;
 }
 
@@ -1403,7 +1404,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         bson_init(&described);
         shl_pipeline_describe(pl, &described);
         bson_iter_init(&dit, &described);
-        while (bson_iter_next(&dit)) {
+        while (shl_iter_next(&dit)) {
             char k[16];
             const char *kp;
             if (skip_first) {

@@ -11,6 +11,7 @@
 
 #include "base/namespace.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/keystring.h"
 #include "db/db_private.h"
 #include "db/exec.h"
@@ -29,9 +30,9 @@ index_has_prefix(const shl_index_t *idx, const bson_t *pattern)
     if (!bson_iter_init(&a, pattern) || !bson_iter_init(&b, idx->key_pattern)) {
         return false;
     }
-    while (bson_iter_next(&a)) {
+    while (shl_iter_next(&a)) {
         bool hashed_a = BSON_ITER_HOLDS_UTF8(&a), hashed_b;
-        if (!bson_iter_next(&b) || strcmp(bson_iter_key(&a), bson_iter_key(&b)) != 0) {
+        if (!shl_iter_next(&b) || strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0) {
             return false;
         }
         hashed_b = BSON_ITER_HOLDS_UTF8(&b);
@@ -56,8 +57,8 @@ bound_key(const bson_t *pattern, const bson_t *bound, bool is_max, shl_keystring
     bool more = bound != NULL && bson_iter_init(&b, bound);
 
     bson_iter_init(&p, pattern);
-    while (bson_iter_next(&p)) {
-        if (more && bson_iter_next(&b)) {
+    while (shl_iter_next(&p)) {
+        if (more && shl_iter_next(&b)) {
             shl_keystring_append_iter(ks, &b, false);
         } else {
             bson_value_t v;
@@ -83,7 +84,7 @@ decode_key(const shl_index_t *idx, const bson_t *pattern, const uint8_t *key, si
     bool ok;
 
     bson_iter_init(&it, idx->key_pattern);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         desc[i++] = BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) < 0;
     }
     ok = shl_keystring_decode(key, len, desc, nfields, &arr, idx->unique ? NULL : &rid);
@@ -92,8 +93,8 @@ decode_key(const shl_index_t *idx, const bson_t *pattern, const uint8_t *key, si
     if (ok) {
         bson_iter_init(&vals, &arr);
         bson_iter_init(&p, pattern);
-        while (bson_iter_next(&p) && bson_iter_next(&vals)) {
-            bson_append_value(out, bson_iter_key(&p), -1, bson_iter_value(&vals));
+        while (shl_iter_next(&p) && shl_iter_next(&vals)) {
+            bson_append_value(out, shl_iter_key(&p), -1, bson_iter_value(&vals));
         }
     }
     bson_destroy(&arr);
@@ -124,7 +125,7 @@ cmd_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     bson_init(&arr);
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, split_vector_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'splitVector.splitVector' is the wrong type, expected type "
                  "'string'");
@@ -503,7 +504,7 @@ cmd_auto_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     shl_keystring_init(&k1);
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, auto_split_vector_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'autoSplitVector.autoSplitVector' is the wrong type, expected "
                  "type 'string'");

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/options.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
 #include "db/db_private.h"
@@ -162,7 +163,7 @@ bound_key(const bson_t *pattern, const bson_t *bound, shl_keystring_t *ks)
     bson_iter_t p, b;
     bson_iter_init(&p, pattern);
     bson_iter_init(&b, bound);
-    while (bson_iter_next(&p) && bson_iter_next(&b)) {
+    while (shl_iter_next(&p) && shl_iter_next(&b)) {
         bool desc = BSON_ITER_HOLDS_NUMBER(&p) && bson_iter_as_double(&p) < 0;
         shl_keystring_append_iter(ks, &b, desc);
     }
@@ -188,11 +189,11 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     shl_keystring_init(&k1);
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, data_size_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'dataSize.dataSize' is the wrong type '%s', expected type "
                  "'string'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     SHL_ERR(shl_ns_parse(&ns, bson_iter_utf8(&it, NULL), st));
     SHL_ERR(shl_cmd_get_doc(cmd, "keyPattern", &pattern, &has_pattern, st));
@@ -225,8 +226,8 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             bool prefix = true;
             bson_iter_init(&a, &pattern);
             bson_iter_init(&b, h.coll->indexes[i]->key_pattern);
-            while (prefix && bson_iter_next(&a)) {
-                prefix = bson_iter_next(&b) && strcmp(bson_iter_key(&a), bson_iter_key(&b)) == 0;
+            while (prefix && shl_iter_next(&a)) {
+                prefix = shl_iter_next(&b) && strcmp(shl_iter_key(&a), shl_iter_key(&b)) == 0;
             }
             if (prefix) {
                 idx = h.coll->indexes[i];

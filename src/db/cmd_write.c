@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
@@ -33,7 +34,7 @@ depth_ok(const bson_t *doc, int depth)
     if (!bson_iter_init(&it, doc)) {
         return true;
     }
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
             bson_t sub;
             const uint8_t *data;
@@ -73,8 +74,8 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
                  "cannot insert document because it exceeds %d levels of nesting", MAX_USER_DEPTH);
     }
     bson_iter_init(&it, doc);
-    for (; bson_iter_next(&it); first = false) {
-        const char *k = bson_iter_key(&it);
+    for (; shl_iter_next(&it); first = false) {
+        const char *k = shl_iter_key(&it);
         if (BSON_ITER_HOLDS_TIMESTAMP(&it)) {
             uint32_t t, i;
             bson_iter_timestamp(&it, &t, &i);
@@ -95,12 +96,12 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
         if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_t sub;
             bson_iter_recurse(&it, &sub);
-            while (bson_iter_next(&sub)) {
-                if (bson_iter_key(&sub)[0] == '$') {
+            while (shl_iter_next(&sub)) {
+                if (shl_iter_key(&sub)[0] == '$') {
                     SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
                              "_id fields may not contain '$'-prefixed fields: %s is not valid "
                              "for storage.",
-                             bson_iter_key(&sub));
+                             shl_iter_key(&sub));
                 }
             }
         }
@@ -123,8 +124,8 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
         BSON_APPEND_OID(fixed, "_id", &oid);
     }
     bson_iter_init(&it, doc);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             continue;
         }
@@ -179,8 +180,8 @@ db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out, 
         ret = SHL_CODE_IMMUTABLE_FIELD;
         goto done;
     }
-    first_is_id = bson_iter_init(&it, new_doc) && bson_iter_next(&it) &&
-                  strcmp(bson_iter_key(&it), "_id") == 0;
+    first_is_id = bson_iter_init(&it, new_doc) && shl_iter_next(&it) &&
+                  strcmp(shl_iter_key(&it), "_id") == 0;
     if (first_is_id || (!has_old && !has_new)) {
         goto done;
     }
@@ -191,9 +192,9 @@ db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out, 
         bson_append_iter(fixed, "_id", 3, &oi);
     }
     bson_iter_init(&it, new_doc);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "_id") != 0) {
-            bson_append_iter(fixed, bson_iter_key(&it), -1, &it);
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "_id") != 0) {
+            bson_append_iter(fixed, shl_iter_key(&it), -1, &it);
         }
     }
     if (fixed->len > SHL_MAX_BSON_SIZE) {
@@ -372,7 +373,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(shl_write_batch_check("insert", "documents", (uint32_t)cap, st));
     items = bson_aligned_alloc0(BSON_ALIGNOF(insert_item_t), cap * sizeof(*items));
     bson_iter_init(&it, &docs);
-    while (bson_iter_next(&it) && n < cap) {
+    while (shl_iter_next(&it) && n < cap) {
         insert_item_t *item = &items[n++];
         const uint8_t *data;
         uint32_t len;
@@ -380,7 +381,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'insert.documents.%s' is the wrong type '%s', expected type "
                      "'object'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+                     shl_iter_key(&it), shl_bson_type_name(shl_iter_type(&it)));
         }
         bson_iter_document(&it, &len, &data);
         bson_init_static(&item->doc, data, len);
@@ -779,15 +780,15 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     SHL_ERR(shl_write_batch_check(kind->cmd, kind->field, (uint32_t)cap, st));
     parsed = bson_aligned_alloc0(kind->stmt_align, cap * kind->stmt_size);
     bson_iter_init(&it, &stmts);
-    while (bson_iter_next(&it) && n < cap) {
+    while (shl_iter_next(&it) && n < cap) {
         bson_t doc;
         const uint8_t *data;
         uint32_t len;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field '%s.%s.%s' is the wrong type '%s', expected type 'object'",
-                     kind->cmd, kind->field, bson_iter_key(&it),
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     kind->cmd, kind->field, shl_iter_key(&it),
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         bson_iter_document(&it, &len, &data);
         bson_init_static(&doc, data, len);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 
@@ -21,15 +22,15 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
     if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
         return 0;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "level") == 0) {
             const char *lv;
             if (!BSON_ITER_HOLDS_UTF8(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'readConcern.level' is the wrong type '%s', expected type "
                          "'string'",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             lv = bson_iter_utf8(&it, NULL);
             rc->has_level = true;
@@ -54,7 +55,7 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'readConcern.afterClusterTime' is the wrong type '%s', "
                          "expected type 'timestamp'",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             rc->after_cluster_time = shl_bson_iter_timestamp_u64(&it);
             if (rc->after_cluster_time == 0) {

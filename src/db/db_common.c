@@ -4,6 +4,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "net/command_args.h"
@@ -112,7 +113,7 @@ db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st)
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "BSON field '%s' is the wrong type '%s', expected type 'object'",
-                              field, shl_bson_type_name(bson_iter_type(&it)));
+                              field, shl_bson_type_name(shl_iter_type(&it)));
     }
     if (bson_iter_recurse(&it, &loc) && bson_iter_find(&loc, "locale") &&
         BSON_ITER_HOLDS_UTF8(&loc) && strcmp(bson_iter_utf8(&loc, NULL), "simple") == 0) {
@@ -166,7 +167,7 @@ array_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
     (void)op;
     (void)st;
     *doc = NULL;
-    while (bson_iter_next(&a->it)) {
+    while (shl_iter_next(&a->it)) {
         if (BSON_ITER_HOLDS_DOCUMENT(&a->it)) {
             bson_iter_document(&a->it, &len, &data);
             if (bson_init_static(&a->cur, data, len)) {
@@ -228,16 +229,16 @@ db_cursor_batch_size(const bson_t *cmd, int64_t *out, shl_status_t *st)
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "BSON field '%s.cursor' is the wrong type '%s', expected type "
                               "'object'",
-                              shl_cmd_name(cmd), shl_bson_type_name(bson_iter_type(&it)));
+                              shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_iter_recurse(&it, &sub);
-    while (bson_iter_next(&sub)) {
-        if (strcmp(bson_iter_key(&sub), "batchSize") == 0) {
+    while (shl_iter_next(&sub)) {
+        if (strcmp(shl_iter_key(&sub), "batchSize") == 0) {
             if (!BSON_ITER_HOLDS_NUMBER(&sub)) {
                 return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                                       "BSON field 'cursor.batchSize' is the wrong type '%s', "
                                       "expected types '[long, int, decimal, double]'",
-                                      shl_bson_type_name(bson_iter_type(&sub)));
+                                      shl_bson_type_name(shl_iter_type(&sub)));
             }
             *out = bson_iter_as_int64(&sub);
             if (*out < 0) {
@@ -249,7 +250,7 @@ db_cursor_batch_size(const bson_t *cmd, int64_t *out, shl_status_t *st)
         } else {
             return shl_status_set(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                                   "BSON field 'cursor.%s' is an unknown field.",
-                                  bson_iter_key(&sub));
+                                  shl_iter_key(&sub));
         }
     }
     return 0;

@@ -3,6 +3,7 @@
  * -> IDHACK; a hinted or chosen index -> IXSCAN (compound bounds and sort order on
  * non-multikey indexes, first-field bounds otherwise) + FETCH; else COLLSCAN.
  */
+#include "bson/bson_iter.h"
 #include "db/exec.h"
 
 #include <string.h>
@@ -15,8 +16,8 @@ static bool
 is_operator_doc(const bson_iter_t *it)
 {
     bson_iter_t sub;
-    return BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && bson_iter_next(&sub) &&
-           bson_iter_key(&sub)[0] == '$';
+    return BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && shl_iter_next(&sub) &&
+           shl_iter_key(&sub)[0] == '$';
 }
 
 /* A value that an index bound can be built from: not an array (array equality matches
@@ -32,25 +33,25 @@ static bool
 id_point_filter(const bson_t *filter, bson_value_t *out)
 {
     bson_iter_t it;
-    if (!bson_iter_init(&it, filter) || !bson_iter_next(&it) ||
-        strcmp(bson_iter_key(&it), "_id") != 0) {
+    if (!bson_iter_init(&it, filter) || !shl_iter_next(&it) ||
+        strcmp(shl_iter_key(&it), "_id") != 0) {
         return false;
     }
     {
         bson_iter_t v = it;
-        if (bson_iter_next(&it)) {
+        if (shl_iter_next(&it)) {
             return false; /* more than one field */
         }
         if (is_operator_doc(&v)) {
             bson_iter_t sub;
             bson_iter_recurse(&v, &sub);
-            bson_iter_next(&sub);
-            if (strcmp(bson_iter_key(&sub), "$eq") != 0 || !boundable(&sub)) {
+            shl_iter_next(&sub);
+            if (strcmp(shl_iter_key(&sub), "$eq") != 0 || !boundable(&sub)) {
                 return false;
             }
             {
                 bson_iter_t more = sub;
-                if (bson_iter_next(&more)) {
+                if (shl_iter_next(&more)) {
                     return false;
                 }
             }
@@ -155,8 +156,8 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
         bson_iter_t sub;
         int best = B_NONE;
         bson_iter_recurse(&it, &sub);
-        while (bson_iter_next(&sub)) {
-            int k = op_kind(bson_iter_key(&sub));
+        while (shl_iter_next(&sub)) {
+            int k = op_kind(shl_iter_key(&sub));
             if (k == B_NONE || !boundable(&sub)) {
                 continue;
             }
@@ -226,8 +227,8 @@ hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start, s
             found = true;
         }
     } else if (bson_iter_recurse(&it, &sub)) {
-        while (!found && bson_iter_next(&sub)) {
-            if (strcmp(bson_iter_key(&sub), "$eq") == 0 && boundable(&sub)) {
+        while (!found && shl_iter_next(&sub)) {
+            if (strcmp(shl_iter_key(&sub), "$eq") == 0 && boundable(&sub)) {
                 val = *bson_iter_value(&sub);
                 found = true;
             }
@@ -264,7 +265,7 @@ in_bounds(const bson_t *filter, const char *field, bool descending, shl_keystrin
         return false;
     }
     shl_keystring_init(&k);
-    while (ok && bson_iter_next(&vals)) {
+    while (ok && shl_iter_next(&vals)) {
         if (!boundable(&vals)) {
             ok = false;
             break;
@@ -361,11 +362,11 @@ index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
 
     *has0 = *has1 = false;
     snprintf(iv, iv_len, "[MinKey, MaxKey]");
-    if (!bson_iter_init(&kp, idx->key_pattern) || !bson_iter_next(&kp)) {
+    if (!bson_iter_init(&kp, idx->key_pattern) || !shl_iter_next(&kp)) {
         return 0;
     }
     if (BSON_ITER_HOLDS_UTF8(&kp)) {
-        hashed_bounds(filter, bson_iter_key(&kp), ks0, ks1, has0, has1, desc, desc_len);
+        hashed_bounds(filter, shl_iter_key(&kp), ks0, ks1, has0, has1, desc, desc_len);
         if (*has0) {
             snprintf(iv, iv_len, "%s", desc);
         }
@@ -373,16 +374,16 @@ index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
     }
     {
         bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
-        exec_bounds_for_field(filter, bson_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
+        exec_bounds_for_field(filter, shl_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
                               desc_len);
-        interval_from_desc(bson_iter_key(&kp), desc, descending, iv, iv_len);
+        interval_from_desc(shl_iter_key(&kp), desc, descending, iv, iv_len);
         if (*has0 && *has1) {
             return 3;
         }
         if (!*has0 && !*has1 &&
-            in_bounds(filter, bson_iter_key(&kp), descending, ks0, ks1, iv, iv_len)) {
+            in_bounds(filter, shl_iter_key(&kp), descending, ks0, ks1, iv, iv_len)) {
             *has0 = *has1 = true;
-            snprintf(desc, desc_len, "%s $in", bson_iter_key(&kp));
+            snprintf(desc, desc_len, "%s $in", shl_iter_key(&kp));
             return 2;
         }
         return *has0 || *has1 ? 1 : 0;
@@ -486,8 +487,8 @@ preds_from_value(field_preds_t *fp, const bson_iter_t *it)
         return;
     }
     bson_iter_recurse(it, &sub);
-    while (bson_iter_next(&sub)) {
-        const char *op = bson_iter_key(&sub);
+    while (shl_iter_next(&sub)) {
+        const char *op = shl_iter_key(&sub);
         int k = op_kind(op);
         if (k == B_EQ && boundable(&sub)) {
             preds_set_points(fp, bson_iter_value(&sub), 1, true);
@@ -500,8 +501,8 @@ preds_from_value(field_preds_t *fp, const bson_iter_t *it)
             bool only_ranges = true;
             memset(&r, 0, sizeof(r));
             bson_iter_recurse(&sub, &em);
-            while (bson_iter_next(&em)) {
-                int ek = op_kind(bson_iter_key(&em));
+            while (shl_iter_next(&em)) {
+                int ek = op_kind(shl_iter_key(&em));
                 if (ek == B_NONE || ek == B_EQ || !boundable(&em)) {
                     only_ranges = false;
                     break;
@@ -520,7 +521,7 @@ preds_from_value(field_preds_t *fp, const bson_iter_t *it)
             bson_value_t *buf = bson_malloc(sizeof(bson_value_t) * (CB_MAX_POINTS + 1));
             size_t n = 0;
             bool ok = bson_iter_recurse(&sub, &vals);
-            while (ok && bson_iter_next(&vals)) {
+            while (ok && shl_iter_next(&vals)) {
                 if (!boundable(&vals) || BSON_ITER_HOLDS_UNDEFINED(&vals) || n > CB_MAX_POINTS) {
                     ok = false;
                     break;
@@ -543,14 +544,14 @@ preds_collect(const bson_t *filter, const char *field, field_preds_t *fp, int de
     if (depth > 8 || !bson_iter_init(&it, filter)) {
         return;
     }
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         if (strcmp(key, field) == 0) {
             preds_from_value(fp, &it);
         } else if (strcmp(key, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&it)) {
             bson_iter_t el;
             bson_iter_recurse(&it, &el);
-            while (bson_iter_next(&el)) {
+            while (shl_iter_next(&el)) {
                 if (BSON_ITER_HOLDS_DOCUMENT(&el)) {
                     const uint8_t *d;
                     uint32_t l;
@@ -670,8 +671,8 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
     shl_keystring_init(&p->ivs[0].end);
     p->n = 1;
     bson_iter_init(&kp, idx->key_pattern);
-    while (bson_iter_next(&kp)) {
-        const char *field = bson_iter_key(&kp);
+    while (shl_iter_next(&kp)) {
+        const char *field = shl_iter_key(&kp);
         bool desc = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
         int use = 0; /* 1 points, 2 range */
         memset(fp, 0, sizeof(*fp));
@@ -801,19 +802,19 @@ sort_direction(const bson_t *sort, const shl_index_t *idx, uint64_t eq1)
     if (sort == NULL || !bson_iter_init(&si, sort) || !bson_iter_init(&kp, idx->key_pattern)) {
         return 0;
     }
-    have_kp = bson_iter_next(&kp);
-    while (bson_iter_next(&si)) {
+    have_kp = shl_iter_next(&kp);
+    while (shl_iter_next(&si)) {
         int sd, kd;
         if (!BSON_ITER_HOLDS_NUMBER(&si)) {
             return 0;
         }
         sd = bson_iter_as_double(&si) < 0 ? -1 : 1;
         while (have_kp && pos < 64 && (eq1 & (1ull << pos)) &&
-               strcmp(bson_iter_key(&kp), bson_iter_key(&si)) != 0) {
-            have_kp = bson_iter_next(&kp);
+               strcmp(shl_iter_key(&kp), shl_iter_key(&si)) != 0) {
+            have_kp = shl_iter_next(&kp);
             pos++;
         }
-        if (!have_kp || strcmp(bson_iter_key(&kp), bson_iter_key(&si)) != 0) {
+        if (!have_kp || strcmp(shl_iter_key(&kp), shl_iter_key(&si)) != 0) {
             return 0;
         }
         kd = bson_iter_as_double(&kp) < 0 ? -1 : 1;
@@ -822,7 +823,7 @@ sort_direction(const bson_t *sort, const shl_index_t *idx, uint64_t eq1)
         } else if (dir != sd * kd) {
             return 0;
         }
-        have_kp = bson_iter_next(&kp);
+        have_kp = shl_iter_next(&kp);
         pos++;
     }
     return dir;
@@ -836,7 +837,7 @@ compound_ok(const shl_index_t *idx)
     if (!bson_iter_init(&kp, idx->key_pattern)) {
         return false;
     }
-    while (bson_iter_next(&kp)) {
+    while (shl_iter_next(&kp)) {
         if (!BSON_ITER_HOLDS_NUMBER(&kp)) {
             return false;
         }
@@ -863,10 +864,10 @@ bounds_doc(const shl_index_t *idx, const char *iv, bson_t *out)
     if (!bson_iter_init(&kp, idx->key_pattern)) {
         return;
     }
-    while (bson_iter_next(&kp)) {
+    while (shl_iter_next(&kp)) {
         bson_t arr;
         bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
-        bson_append_array_begin(out, bson_iter_key(&kp), -1, &arr);
+        bson_append_array_begin(out, shl_iter_key(&kp), -1, &arr);
         BSON_APPEND_UTF8(&arr, "0",
                          first ? iv : (descending ? "[MaxKey, MinKey]" : "[MinKey, MaxKey]"));
         bson_append_array_end(out, &arr);
@@ -1109,7 +1110,7 @@ or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
         !bson_iter_recurse(&it, &el)) {
         return false;
     }
-    while (bson_iter_next(&el)) {
+    while (shl_iter_next(&el)) {
         const uint8_t *d;
         uint32_t l;
         const shl_index_t *best = NULL;
@@ -1145,11 +1146,11 @@ index_fields(const shl_index_t *idx, const char **fields, size_t max, size_t *n)
     if (!plain_ok(idx) || !bson_iter_init(&kp, idx->key_pattern)) {
         return false;
     }
-    while (bson_iter_next(&kp)) {
-        if (*n == max || strchr(bson_iter_key(&kp), '.') != NULL) {
+    while (shl_iter_next(&kp)) {
+        if (*n == max || strchr(shl_iter_key(&kp), '.') != NULL) {
             return false;
         }
-        fields[(*n)++] = bson_iter_key(&kp);
+        fields[(*n)++] = shl_iter_key(&kp);
     }
     return *n > 0;
 }
@@ -1176,14 +1177,14 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
     if (depth > 8 || !bson_iter_init(&it, filter)) {
         return false;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) {
             bson_iter_t el;
             if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &el)) {
                 return false;
             }
-            while (bson_iter_next(&el)) {
+            while (shl_iter_next(&el)) {
                 const uint8_t *d;
                 uint32_t l;
                 bson_t sub;
@@ -1204,8 +1205,8 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
         if (is_operator_doc(&it)) {
             bson_iter_t sub;
             bson_iter_recurse(&it, &sub);
-            while (bson_iter_next(&sub)) {
-                const char *op = bson_iter_key(&sub);
+            while (shl_iter_next(&sub)) {
+                const char *op = shl_iter_key(&sub);
                 if (op_kind(op) != B_NONE || strcmp(op, "$ne") == 0) {
                     if (!boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub)) {
                         return false;
@@ -1215,7 +1216,7 @@ filter_on_fields(const bson_t *filter, const char *const *fields, size_t n, int 
                     if (!BSON_ITER_HOLDS_ARRAY(&sub) || !bson_iter_recurse(&sub, &vals)) {
                         return false;
                     }
-                    while (bson_iter_next(&vals)) {
+                    while (shl_iter_next(&vals)) {
                         if (!boundable(&vals) || BSON_ITER_HOLDS_NULL(&vals)) {
                             return false;
                         }
@@ -1245,8 +1246,8 @@ coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
         !bson_iter_init(&it, &q->projection)) {
         return false;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bool on;
         if (!(BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it))) {
             return false;
@@ -1425,7 +1426,7 @@ cs_parse(const bson_iter_t *it, cs_pred_t *p)
     int b0 = 0, b1 = 0;
 
     memset(p, 0, sizeof(*p));
-    p->field = bson_iter_key(it);
+    p->field = shl_iter_key(it);
     if (!is_operator_doc(it)) {
         if (!boundable(it) || BSON_ITER_HOLDS_NULL(it) || BSON_ITER_HOLDS_UNDEFINED(it)) {
             return false;
@@ -1436,8 +1437,8 @@ cs_parse(const bson_iter_t *it, cs_pred_t *p)
         return true;
     }
     bson_iter_recurse(it, &sub);
-    while (bson_iter_next(&sub)) {
-        int k = op_kind(bson_iter_key(&sub));
+    while (shl_iter_next(&sub)) {
+        int k = op_kind(shl_iter_key(&sub));
         if (k == B_NONE || !boundable(&sub) || BSON_ITER_HOLDS_NULL(&sub) ||
             BSON_ITER_HOLDS_UNDEFINED(&sub)) {
             return false;
@@ -1515,8 +1516,8 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) || !bson_iter_init(&it, filter)) {
         return false;
     }
-    while (bson_iter_next(&it)) {
-        if (np == 32 || bson_iter_key(&it)[0] == '$' || !cs_parse(&it, &preds[np])) {
+    while (shl_iter_next(&it)) {
+        if (np == 32 || shl_iter_key(&it)[0] == '$' || !cs_parse(&it, &preds[np])) {
             return false;
         }
         for (size_t i = 0; i < np; i++) {
@@ -1529,8 +1530,8 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     bson_init(&sk);
     bson_init(&ek);
     bson_iter_init(&kp, idx->key_pattern);
-    while (ok && bson_iter_next(&kp)) {
-        const char *f = bson_iter_key(&kp);
+    while (ok && shl_iter_next(&kp)) {
+        const char *f = shl_iter_key(&kp);
         bool desc = bson_iter_as_double(&kp) < 0;
         cs_pred_t *p = NULL;
         for (size_t i = 0; i < np; i++) {
@@ -1751,14 +1752,14 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             bson_iter_t it, sub;
             if (bson_iter_init_find(&it, &q->filter, "ts") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
                 bson_iter_recurse(&it, &sub)) {
-                while (bson_iter_next(&sub)) {
+                while (shl_iter_next(&sub)) {
                     if (BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
                         uint32_t t, i;
                         bson_iter_timestamp(&sub, &t, &i);
-                        if (strcmp(bson_iter_key(&sub), "$gte") == 0 ||
-                            strcmp(bson_iter_key(&sub), "$eq") == 0) {
+                        if (strcmp(shl_iter_key(&sub), "$gte") == 0 ||
+                            strcmp(shl_iter_key(&sub), "$eq") == 0) {
                             min_rid = (int64_t)SHL_TS_MAKE(t, i);
-                        } else if (strcmp(bson_iter_key(&sub), "$gt") == 0) {
+                        } else if (strcmp(shl_iter_key(&sub), "$gt") == 0) {
                             min_rid = (int64_t)SHL_TS_MAKE(t, i) + 1;
                         }
                     }

@@ -3,6 +3,7 @@
  * with SORT, SKIP, LIMIT and PROJECTION as MongoDB stacks them, the snapshot the plan
  * reads in, explain output, and the plan as a cursor source.
  */
+#include "bson/bson_iter.h"
 #include "db/exec.h"
 
 #include <string.h>
@@ -17,8 +18,8 @@ projection_is_simple(const bson_t *spec)
     if (!bson_iter_init(&it, spec)) {
         return false;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] == '$' || strchr(k, '.') != NULL ||
             !(BSON_ITER_HOLDS_NUMBER(&it) || BSON_ITER_HOLDS_BOOL(&it))) {
             return false;

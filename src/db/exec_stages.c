@@ -3,6 +3,7 @@
  * MongoDB's explain counters; scans check the operation's deadline and kill flag every
  * so many records so maxTimeMS interrupts a long scan.
  */
+#include "bson/bson_iter.h"
 #include "db/exec.h"
 
 #include <string.h>
@@ -407,12 +408,12 @@ multikey_paths_explain(const shl_index_t *idx, bson_t *out)
     size_t i = 0;
     BSON_APPEND_DOCUMENT_BEGIN(out, "multiKeyPaths", &d);
     if (bson_iter_init(&kp, idx->key_pattern)) {
-        while (bson_iter_next(&kp)) {
+        while (shl_iter_next(&kp)) {
             bson_t arr;
             bool on = (idx->multikey_paths & (1ull << (i < 63 ? i : 63))) != 0;
-            bson_append_array_begin(&d, bson_iter_key(&kp), -1, &arr);
+            bson_append_array_begin(&d, shl_iter_key(&kp), -1, &arr);
             if (on) {
-                BSON_APPEND_UTF8(&arr, "0", bson_iter_key(&kp));
+                BSON_APPEND_UTF8(&arr, "0", shl_iter_key(&kp));
             }
             bson_append_array_end(&d, &arr);
             i++;
@@ -1123,7 +1124,7 @@ covered_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_s
             fetch = true;
         } else {
             if (bson_iter_init(&it, &vals)) {
-                while (bson_iter_next(&it) && i < c->nfields) {
+                while (shl_iter_next(&it) && i < c->nfields) {
                     bson_value_t v = *bson_iter_value(&it);
                     /* null may be a missing field; a number's BSON type is not kept. */
                     if (BSON_ITER_HOLDS_NULL(&it) || BSON_ITER_HOLDS_UNDEFINED(&it) ||
@@ -1209,9 +1210,9 @@ exec_projection_covered_new(exec_stage_t *ixscan, const shl_collection_t *coll,
     c->spec = spec;
     c->filter = filter;
     if (bson_iter_init(&kp, idx->key_pattern)) {
-        while (bson_iter_next(&kp) && c->nfields < COVER_MAX_FIELDS) {
+        while (shl_iter_next(&kp) && c->nfields < COVER_MAX_FIELDS) {
             size_t i = c->nfields++;
-            c->fields[i] = bson_iter_key(&kp);
+            c->fields[i] = shl_iter_key(&kp);
             c->descending[i] = bson_iter_as_double(&kp) < 0;
             c->projected[i] =
                 bson_iter_init_find(&it, spec, c->fields[i]) && bson_iter_as_bool(&it);

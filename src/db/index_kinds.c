@@ -4,6 +4,7 @@
  * partial indexes (partialFilterExpression through the query matcher), plus the
  * createIndexes spec validation with MongoDB 7.0's codes and messages.
  */
+#include "bson/bson_iter.h"
 #include "db/index_kinds.h"
 
 #include <math.h>
@@ -66,7 +67,7 @@ path_present(const bson_t *doc, const char *path)
             return true; /* positional component */
         }
         if (bson_iter_recurse(&it, &child)) {
-            while (!found && bson_iter_next(&child)) {
+            while (!found && shl_iter_next(&child)) {
                 if (BSON_ITER_HOLDS_DOCUMENT(&child)) {
                     bson_iter_document(&child, &len, &data);
                     bson_init_static(&sub, data, len);
@@ -132,8 +133,8 @@ set_path(const bson_t *doc, const char *path, const bson_value_t *v, bson_t *out
     bool done = false;
 
     if (doc != NULL && bson_iter_init(&it, doc)) {
-        while (bson_iter_next(&it)) {
-            const char *key = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *key = shl_iter_key(&it);
             if (done || strlen(key) != clen || memcmp(key, path, clen) != 0) {
                 bson_append_value(out, key, -1, bson_iter_value(&it));
                 continue;
@@ -276,8 +277,8 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
         return shl_keygen_default_factory(spec, out, st);
     }
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *name = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *name = shl_iter_key(&it);
         if (strcmp(name, "partialFilterExpression") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             const uint8_t *data;
             uint32_t len;
@@ -292,16 +293,16 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
         if (strcmp(name, "key") == 0) {
             bson_append_document_begin(&inner_spec, "key", 3, &key);
             bson_iter_recurse(&it, &kit);
-            while (bson_iter_next(&kit)) {
+            while (shl_iter_next(&kit)) {
                 nkeys++;
                 if (BSON_ITER_HOLDS_UTF8(&kit) &&
                     strcmp(bson_iter_utf8(&kit, NULL), "hashed") == 0 && hashed_path == NULL) {
-                    hashed_path = bson_strdup(bson_iter_key(&kit));
-                    BSON_APPEND_INT32(&key, bson_iter_key(&kit), 1);
+                    hashed_path = bson_strdup(shl_iter_key(&kit));
+                    BSON_APPEND_INT32(&key, shl_iter_key(&kit), 1);
                 } else {
                     others = bson_realloc(others, (nothers + 1) * sizeof(*others));
-                    others[nothers++] = bson_strdup(bson_iter_key(&kit));
-                    bson_append_value(&key, bson_iter_key(&kit), -1, bson_iter_value(&kit));
+                    others[nothers++] = bson_strdup(shl_iter_key(&kit));
+                    bson_append_value(&key, shl_iter_key(&kit), -1, bson_iter_value(&kit));
                 }
             }
             bson_append_document_end(&inner_spec, &key);
@@ -468,7 +469,7 @@ check_key_pattern(const bson_t *key, int *nhashed, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index keys cannot be empty.");
     }
     bson_iter_init(&it, key);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (BSON_ITER_HOLDS_UTF8(&it)) {
             const char *s = bson_iter_utf8(&it, NULL);
             if (s[0] == '\0') {
@@ -500,16 +501,16 @@ check_key_pattern(const bson_t *key, int *nhashed, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX,
                      "Values in v:2 index key pattern cannot be of type %s. Only numbers > 0, "
                      "numbers < 0, and strings are allowed.",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
-        SHL_ERR(check_key_field_name(bson_iter_key(&it), st));
+        SHL_ERR(check_key_field_name(shl_iter_key(&it), st));
         prev = it;
-        while (bson_iter_next(&prev)) {
-            if (strcmp(bson_iter_key(&prev), bson_iter_key(&it)) == 0) {
+        while (shl_iter_next(&prev)) {
+            if (strcmp(shl_iter_key(&prev), shl_iter_key(&it)) == 0) {
                 char *s = shl_bson_to_string(key);
                 shl_status_set(st, SHL_CODE_BAD_VALUE,
                                "The field '%s' appears multiple times in the index key pattern %s",
-                               bson_iter_key(&it), s);
+                               shl_iter_key(&it), s);
                 bson_free(s);
                 ret = SHL_CODE_BAD_VALUE;
                 goto done;
@@ -540,13 +541,13 @@ partial_expr_ok(const bson_t *filter, char *bad, size_t bad_len)
     bson_iter_t it, sub;
 
     bson_iter_init(&it, filter);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &sub)) {
                 return true; /* the matcher reports it */
             }
-            while (bson_iter_next(&sub)) {
+            while (shl_iter_next(&sub)) {
                 if (BSON_ITER_HOLDS_DOCUMENT(&sub)) {
                     const uint8_t *data;
                     uint32_t len;
@@ -568,10 +569,10 @@ partial_expr_ok(const bson_t *filter, char *bad, size_t bad_len)
             bson_snprintf(bad, bad_len, "%s $regex", k);
             return false;
         }
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub) &&
-            bson_iter_key(&sub)[0] == '$') {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
+            shl_iter_key(&sub)[0] == '$') {
             do {
-                const char *op = bson_iter_key(&sub);
+                const char *op = shl_iter_key(&sub);
                 bool ok = strcmp(op, "$eq") == 0 || strcmp(op, "$gt") == 0 ||
                           strcmp(op, "$gte") == 0 || strcmp(op, "$lt") == 0 ||
                           strcmp(op, "$lte") == 0 || strcmp(op, "$type") == 0 ||
@@ -581,7 +582,7 @@ partial_expr_ok(const bson_t *filter, char *bad, size_t bad_len)
                     bson_snprintf(bad, bad_len, "%s %s", k, op);
                     return false;
                 }
-            } while (bson_iter_next(&sub));
+            } while (shl_iter_next(&sub));
         }
     }
     return true;
@@ -597,13 +598,13 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
     int ret = 0;
 
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        if (!in_list(allowed_fields, bson_iter_key(&it))) {
+    while (shl_iter_next(&it)) {
+        if (!in_list(allowed_fields, shl_iter_key(&it))) {
             char prefix[256];
             bson_snprintf(prefix, sizeof(prefix),
                           "The field '%s' is not valid for an index specification. "
                           "Specification: ",
-                          bson_iter_key(&it));
+                          shl_iter_key(&it));
             ret =
                 fail_with_doc(st, SHL_CODE_INVALID_INDEX_SPECIFICATION_OPTION, prefix, spec, NULL);
             goto done;
@@ -620,17 +621,17 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
         bson_init_static(&key, data, len);
         nkeys = (int)bson_count_keys(&key);
         /* The _id index pattern ({_id: 1} exactly) takes fewer options. */
-        if (nkeys == 1 && bson_iter_init(&kit, &key) && bson_iter_next(&kit) &&
-            strcmp(bson_iter_key(&kit), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&kit) &&
+        if (nkeys == 1 && bson_iter_init(&kit, &key) && shl_iter_next(&kit) &&
+            strcmp(shl_iter_key(&kit), "_id") == 0 && BSON_ITER_HOLDS_NUMBER(&kit) &&
             bson_iter_as_double(&kit) == 1.0) {
             bson_iter_init(&kit, spec);
-            while (bson_iter_next(&kit)) {
-                if (!in_list(id_allowed_fields, bson_iter_key(&kit))) {
+            while (shl_iter_next(&kit)) {
+                if (!in_list(id_allowed_fields, shl_iter_key(&kit))) {
                     char prefix[256];
                     bson_snprintf(prefix, sizeof(prefix),
                                   "The field '%s' is not valid for an _id index specification. "
                                   "Specification: ",
-                                  bson_iter_key(&kit));
+                                  shl_iter_key(&kit));
                     ret = fail_with_doc(st, SHL_CODE_INVALID_INDEX_SPECIFICATION_OPTION, prefix,
                                         spec, NULL);
                     goto done;
@@ -658,7 +659,7 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "The field 'partialFilterExpression' must be an object, but got %s",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         has_pfe = true;
         bson_iter_document(&it, &len, &data);
@@ -681,7 +682,7 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
             bson_snprintf(prefix, sizeof(prefix),
                           "TTL index 'expireAfterSeconds' option must be numeric, but received a "
                           "type of '%s'. Index spec: ",
-                          shl_bson_type_name(bson_iter_type(&it)));
+                          shl_bson_type_name(shl_iter_type(&it)));
             ret = fail_with_doc(st, SHL_CODE_CANNOT_CREATE_INDEX, prefix, spec, NULL);
             goto done;
         }
@@ -722,9 +723,9 @@ db_index_ttl_seconds(const bson_t *spec, int64_t *secs, const char **field)
     }
     *secs = bson_iter_as_int64(&it);
     if (!bson_iter_init_find(&it, spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-        !bson_iter_recurse(&it, &kit) || !bson_iter_next(&kit) || BSON_ITER_HOLDS_UTF8(&kit)) {
+        !bson_iter_recurse(&it, &kit) || !shl_iter_next(&kit) || BSON_ITER_HOLDS_UTF8(&kit)) {
         return false;
     }
-    *field = bson_iter_key(&kit);
-    return !bson_iter_next(&kit);
+    *field = shl_iter_key(&kit);
+    return !shl_iter_next(&kit);
 }

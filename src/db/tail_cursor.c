@@ -3,6 +3,7 @@
  * cursor; it ends at the end of the data (the source then reports exhaustion, which a
  * tailable cursor survives) and the next call starts a new round after last_rid.
  */
+#include "bson/bson_iter.h"
 #include "db/tail_cursor.h"
 
 #include <string.h>
@@ -34,9 +35,9 @@ oplog_start(const bson_t *filter)
         !bson_iter_recurse(&it, &sub)) {
         return 0;
     }
-    while (bson_iter_next(&sub)) {
+    while (shl_iter_next(&sub)) {
         uint32_t t, i;
-        const char *k = bson_iter_key(&sub);
+        const char *k = shl_iter_key(&sub);
         if (!BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
             continue;
         }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/storage_api.h"
@@ -44,7 +45,7 @@ check_enum(const char *cmd_name, const bson_t *cmd, const char *field, const cha
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s' is the wrong type '%s', expected type 'string'", cmd_name,
-                 field, shl_bson_type_name(bson_iter_type(&it)));
+                 field, shl_bson_type_name(shl_iter_type(&it)));
     }
     if (!is_one_of(bson_iter_utf8(&it, NULL), values)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -71,7 +72,7 @@ db_validation_options_check(const char *cmd_name, const bson_t *cmd, const shl_n
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.validator' is the wrong type '%s', expected type 'object'",
-                 cmd_name, shl_bson_type_name(bson_iter_type(&it)));
+                 cmd_name, shl_bson_type_name(shl_iter_type(&it)));
     }
     {
         bson_t v;

@@ -1,6 +1,7 @@
 /*
  * write_ops.c -- see write_ops.h.
  */
+#include "bson/bson_iter.h"
 #include "db/write_ops.h"
 
 #include <string.h>
@@ -22,14 +23,14 @@ check_stmt_fields(const bson_t *stmt, const char *prefix, const char *const *all
     bson_iter_t it;
 
     bson_iter_init(&it, stmt);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bool ok = false;
         for (int i = 0; allowed[i] != NULL && !ok; i++) {
-            ok = strcmp(allowed[i], bson_iter_key(&it)) == 0;
+            ok = strcmp(allowed[i], shl_iter_key(&it)) == 0;
         }
         if (!ok) {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
-                     prefix, bson_iter_key(&it));
+                     prefix, shl_iter_key(&it));
         }
     }
 done:
@@ -60,7 +61,7 @@ view_field(const bson_t *stmt, const char *prefix, const char *field, bson_t *ou
     } else {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
-                              prefix, field, shl_bson_type_name(bson_iter_type(&it)));
+                              prefix, field, shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_init_static(out, data, len);
     *found = true;
@@ -90,8 +91,8 @@ is_replacement(const bson_t *u)
 {
     bson_iter_t it;
     bool repl = true;
-    if (bson_iter_init(&it, u) && bson_iter_next(&it)) {
-        repl = bson_iter_key(&it)[0] != '$';
+    if (bson_iter_init(&it, u) && shl_iter_next(&it)) {
+        repl = shl_iter_key(&it)[0] != '$';
     }
     return repl;
 }
@@ -147,7 +148,7 @@ shl_delete_stmt_parse(const bson_t *stmt, shl_delete_stmt_t *out, shl_status_t *
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'delete.deletes.limit' is the wrong type '%s', expected types "
                  "'[long, int, decimal, double]'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     {
         int64_t limit = bson_iter_as_int64(&it);
@@ -193,8 +194,8 @@ shl_write_result_add_error(shl_write_result_t *res, int32_t index, const shl_sta
     BSON_APPEND_INT32(&doc, "index", index);
     BSON_APPEND_INT32(&doc, "code", st->code);
     if (shl_status_extra_get(st, &extra) && bson_iter_init(&it, &extra)) {
-        while (bson_iter_next(&it)) {
-            bson_append_iter(&doc, bson_iter_key(&it), -1, &it);
+        while (shl_iter_next(&it)) {
+            bson_append_iter(&doc, shl_iter_key(&it), -1, &it);
         }
     }
     BSON_APPEND_UTF8(&doc, "errmsg", st->reason);

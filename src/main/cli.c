@@ -1,6 +1,7 @@
 /*
  * cli.c -- see cli.h.
  */
+#include "bson/bson_iter.h"
 #include "main/cli.h"
 
 #include <string.h>
@@ -58,7 +59,7 @@ build_parsed(bson_t *parsed, const bool *given, const bson_t *params)
                 bson_t one = BSON_INITIALIZER;
                 bson_iter_t it;
                 shl_opt_append((shl_opt_id_t)id, &one);
-                if (bson_iter_init(&it, &one) && bson_iter_next(&it)) {
+                if (bson_iter_init(&it, &one) && shl_iter_next(&it)) {
                     bson_append_iter(&doc, y->field, -1, &it);
                 }
                 bson_destroy(&one);
@@ -149,7 +150,7 @@ shl_cli_parse(int argc, char **argv, int first, bson_t **argv_out, bson_t **pars
             bson_iter_t it;
             shl_opt_append((shl_opt_id_t)id, &probe);
             bool is_bool =
-                bson_iter_init(&it, &probe) && bson_iter_next(&it) && BSON_ITER_HOLDS_BOOL(&it);
+                bson_iter_init(&it, &probe) && shl_iter_next(&it) && BSON_ITER_HOLDS_BOOL(&it);
             bson_destroy(&probe);
             if (is_bool) {
                 val = "true";

@@ -5,6 +5,7 @@
  * and --logpath going to DIR/<name>.log; cluster.json records them as soon as they
  * are forked, so `shale down` can stop a cluster whose `shale up` was interrupted.
  */
+#include "bson/bson_iter.h"
 #include "main/cluster_cli.h"
 
 #include <errno.h>
@@ -288,7 +289,7 @@ add_shards(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t 
         }
         if (bson_iter_init_find(&it, &reply, "shards") && BSON_ITER_HOLDS_ARRAY(&it) &&
             bson_iter_recurse(&it, &arr)) {
-            while (bson_iter_next(&arr)) {
+            while (shl_iter_next(&arr)) {
                 if (BSON_ITER_HOLDS_DOCUMENT(&arr) && bson_iter_recurse(&arr, &sh) &&
                     bson_iter_find(&sh, "_id") && BSON_ITER_HOLDS_UTF8(&sh) &&
                     strcmp(bson_iter_utf8(&sh, NULL), p->name) == 0) {

@@ -3,6 +3,7 @@
  * process per line, stable field order) so a person can read it, and parsed back with
  * libbson's JSON reader.
  */
+#include "bson/bson_iter.h"
 #include "main/cluster_layout.h"
 
 #include <errno.h>
@@ -234,7 +235,7 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
         !bson_iter_recurse(&it, &arr)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s: no \"processes\" array", path);
     }
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         shl_cluster_proc_t *p;
         if (lay->nprocs >= SHL_CLUSTER_MAX_PROCS || !BSON_ITER_HOLDS_DOCUMENT(&arr) ||
             !bson_iter_recurse(&arr, &pit)) {
@@ -243,8 +244,8 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
         p = &lay->procs[lay->nprocs++];
         memset(p, 0, sizeof(*p));
         p->role = SHL_CLUSTER_ROUTER;
-        while (bson_iter_next(&pit)) {
-            const char *k = bson_iter_key(&pit);
+        while (shl_iter_next(&pit)) {
+            const char *k = shl_iter_key(&pit);
             if (strcmp(k, "name") == 0 && BSON_ITER_HOLDS_UTF8(&pit)) {
                 snprintf(p->name, sizeof(p->name), "%s", bson_iter_utf8(&pit, NULL));
             } else if (strcmp(k, "role") == 0 && BSON_ITER_HOLDS_UTF8(&pit)) {

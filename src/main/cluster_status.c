@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "main/cluster_args.h"
 #include "main/cluster_cli.h"
 #include "main/cluster_layout.h"
@@ -79,13 +80,13 @@ find_all(status_ctx_t *c, const char *coll, const bson_t *filter, const bson_t *
                      coll);
         }
         cursor_id = 0;
-        while (bson_iter_next(&cur)) {
-            const char *k = bson_iter_key(&cur);
+        while (shl_iter_next(&cur)) {
+            const char *k = shl_iter_key(&cur);
             if (strcmp(k, "id") == 0) {
                 cursor_id = bson_iter_as_int64(&cur);
             } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
                        BSON_ITER_HOLDS_ARRAY(&cur) && bson_iter_recurse(&cur, &batch)) {
-                while (bson_iter_next(&batch)) {
+                while (shl_iter_next(&batch)) {
                     char buf[16];
                     const char *key;
                     bson_uint32_to_string((*n)++, &key, buf, sizeof(buf));
@@ -156,7 +157,7 @@ first_doc(const bson_t *arr, bson_t *view)
     const uint8_t *data;
     uint32_t len;
 
-    if (!bson_iter_init(&it, arr) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (!bson_iter_init(&it, arr) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         return false;
     }
     bson_iter_document(&it, &len, &data);
@@ -232,7 +233,7 @@ collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entr
     SHL_ERR(find_all(c, "tags", &filter, &sort, &tags, &ntags, st));
 
     bson_iter_init(&it, &chunks);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_iter_t f;
         if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "shard") && BSON_ITER_HOLDS_UTF8(&f)) {
             count_chunk(counts, &ncounts, (int)(sizeof(counts) / sizeof(counts[0])),
@@ -255,7 +256,7 @@ collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entr
     } else {
         uint32_t i = 0;
         bson_iter_init(&it, &chunks);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_iter_t f;
             append_key_u32(&arr, i++, &child, false);
             if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "min")) {
@@ -283,7 +284,7 @@ collection_entry(status_ctx_t *c, const bson_t *coll, bool verbose, bson_t *entr
     {
         uint32_t i = 0;
         bson_iter_init(&it, &tags);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_iter_t f;
             append_key_u32(&arr, i++, &child, false);
             if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "tag")) {
@@ -330,7 +331,7 @@ databases_section(status_ctx_t *c, bool verbose, bson_t *out, shl_status_t *st)
         nall = 1;
     }
     bson_iter_init(&it, &dbs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         char buf[16];
         const char *key;
         bson_uint32_to_string(nall++, &key, buf, sizeof(buf));
@@ -338,7 +339,7 @@ databases_section(status_ctx_t *c, bool verbose, bson_t *out, shl_status_t *st)
     }
 
     bson_iter_init(&it, &all);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t db, entry, collections;
         bson_iter_t f, cit;
         const char *name = "";
@@ -358,7 +359,7 @@ databases_section(status_ctx_t *c, bool verbose, bson_t *out, shl_status_t *st)
         BSON_APPEND_DOCUMENT(&entry, "database", &db);
         BSON_APPEND_DOCUMENT_BEGIN(&entry, "collections", &collections);
         bson_iter_init(&cit, &colls);
-        while (bson_iter_next(&cit)) {
+        while (shl_iter_next(&cit)) {
             bson_t coll, centry;
             const char *ns = "";
             bson_iter_document(&cit, &len, &data);
@@ -456,10 +457,10 @@ shl_cluster_status_main(int argc, char **argv)
             bson_iter_t it;
             /* mongosh shows the document without the legacy version fields. */
             bson_iter_init(&it, &view);
-            while (bson_iter_next(&it)) {
-                if (strcmp(bson_iter_key(&it), "minCompatibleVersion") != 0 &&
-                    strcmp(bson_iter_key(&it), "currentVersion") != 0) {
-                    bson_append_value(&clean, bson_iter_key(&it), -1, bson_iter_value(&it));
+            while (shl_iter_next(&it)) {
+                if (strcmp(shl_iter_key(&it), "minCompatibleVersion") != 0 &&
+                    strcmp(shl_iter_key(&it), "currentVersion") != 0) {
+                    bson_append_value(&clean, shl_iter_key(&it), -1, bson_iter_value(&it));
                 }
             }
             print_section_doc("shardingVersion", &clean, false, false);
@@ -476,7 +477,7 @@ shl_cluster_status_main(int argc, char **argv)
         char names[32][64];
         int counts[32], ng = 0;
         bson_iter_init(&it, &mongos);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             const char *ver = "unknown";
             int i;
             if (bson_iter_recurse(&it, &f) && bson_iter_find(&f, "mongoVersion") &&

@@ -3,6 +3,7 @@
  * util.inspect, breakLength 80 minus the indent) closely enough that `shale status`
  * reads like sh.status(); it is not a byte-exact copy.
  */
+#include "bson/bson_iter.h"
 #include "main/shell_print.h"
 
 #include <ctype.h>
@@ -142,16 +143,16 @@ render_doc(bson_string_t *out, const uint8_t *data, uint32_t len, bool is_array,
     }
     /* Try one line first; a nested value that broke across lines forces this one to. */
     flat = bson_string_new(is_array ? "[ " : "{ ");
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (!first) {
             bson_string_append(flat, ", ");
         }
         first = false;
         if (!is_array) {
-            if (is_identifier(bson_iter_key(&it))) {
-                bson_string_append(flat, bson_iter_key(&it));
+            if (is_identifier(shl_iter_key(&it))) {
+                bson_string_append(flat, shl_iter_key(&it));
             } else {
-                render_string(flat, bson_iter_key(&it), (uint32_t)strlen(bson_iter_key(&it)));
+                render_string(flat, shl_iter_key(&it), (uint32_t)strlen(shl_iter_key(&it)));
             }
             bson_string_append(flat, ": ");
         }
@@ -168,17 +169,17 @@ render_doc(bson_string_t *out, const uint8_t *data, uint32_t len, bool is_array,
     bson_string_append(out, is_array ? "[\n" : "{\n");
     first = true;
     bson_iter_init(&it, &doc);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (!first) {
             bson_string_append(out, ",\n");
         }
         first = false;
         bson_string_append_printf(out, "%*s", indent + 2, "");
         if (!is_array) {
-            if (is_identifier(bson_iter_key(&it))) {
-                bson_string_append(out, bson_iter_key(&it));
+            if (is_identifier(shl_iter_key(&it))) {
+                bson_string_append(out, shl_iter_key(&it));
             } else {
-                render_string(out, bson_iter_key(&it), (uint32_t)strlen(bson_iter_key(&it)));
+                render_string(out, shl_iter_key(&it), (uint32_t)strlen(shl_iter_key(&it)));
             }
             bson_string_append(out, ": ");
         }

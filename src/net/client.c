@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/client_private.h"
 #include "net/message.h"
@@ -269,10 +270,10 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
     bool has_db, direct;
 
     bson_init(&body);
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it)) {
         SHL_FAIL(op->st, SHL_CODE_BAD_VALUE, "empty command document sent to %s", op->host);
     }
-    op->cmd_name = bson_iter_key(&it);
+    op->cmd_name = shl_iter_key(&it);
     has_db = shl_bson_iter_find_key(&it, cmd, "$db");
     /* Nothing to add but $db (the usual case): the message is written straight from cmd. */
     direct = eng->hooks.decorate == NULL && !has_db;

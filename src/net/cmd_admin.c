@@ -16,6 +16,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/common_commands.h"
@@ -91,7 +92,7 @@ append_param_value(const param_t *p, bson_t *doc, const char *key)
         BSON_APPEND_INT32(doc, key, shl_log_get_verbosity());
     } else {
         shl_opt_append((shl_opt_id_t)p->opt, &tmp);
-        if (bson_iter_init(&it, &tmp) && bson_iter_next(&it)) {
+        if (bson_iter_init(&it, &tmp) && shl_iter_next(&it)) {
             bson_append_iter(doc, key, -1, &it);
         }
     }
@@ -127,14 +128,14 @@ parse_get_options(const bson_iter_t *first, get_options_t *o, shl_status_t *st)
     if (BSON_ITER_HOLDS_UTF8(first) && strcmp(bson_iter_utf8(first, NULL), "*") == 0) {
         o->all = true;
     } else if (BSON_ITER_HOLDS_DOCUMENT(first) && bson_iter_recurse(first, &it)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strcmp(k, "allParameters") == 0 || strcmp(k, "showDetails") == 0) {
                 if (!BSON_ITER_HOLDS_BOOL(&it)) {
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field 'getParameter.%s' is the wrong type '%s', expected "
                              "type 'bool'",
-                             k, shl_bson_type_name(bson_iter_type(&it)));
+                             k, shl_bson_type_name(shl_iter_type(&it)));
                 }
                 if (k[0] == 'a') {
                     o->all = bson_iter_bool(&it);
@@ -174,7 +175,7 @@ cmd_get_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     bool found = false;
 
     bson_iter_init(&first, cmd);
-    bson_iter_next(&first);
+    shl_iter_next(&first);
     SHL_ERR(parse_get_options(&first, &o, st));
     for (int i = 0; i < n; i++) {
         const param_t *p = &params[i];
@@ -212,14 +213,14 @@ check_new_value(const param_t *p, const bson_iter_t *v, shl_status_t *st)
 
     shl_opt_append((shl_opt_id_t)p->opt, &probe);
     bson_iter_init(&cur, &probe);
-    bson_iter_next(&cur);
+    shl_iter_next(&cur);
     if (BSON_ITER_HOLDS_INT(&cur)) {
         if (!BSON_ITER_HOLDS_NUMBER(v) ||
             (BSON_ITER_HOLDS_DOUBLE(v) &&
              bson_iter_double(v) != (double)(int64_t)bson_iter_double(v))) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for parameter %s: %s", p->name,
                      BSON_ITER_HOLDS_NUMBER(v) ? "not an integer"
-                                               : shl_bson_type_name(bson_iter_type(v)));
+                                               : shl_bson_type_name(shl_iter_type(v)));
         }
         if (p->opt == SHL_OPT_logLevel && bson_iter_as_int64(v) < 0) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Invalid value for logLevel: %" PRId64,
@@ -251,9 +252,9 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     bson_iter_t it;
 
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it); /* the command name itself */
-    while (bson_iter_next(&it)) {
-        const char *name = bson_iter_key(&it);
+    shl_iter_next(&it); /* the command name itself */
+    while (shl_iter_next(&it)) {
+        const char *name = shl_iter_key(&it);
         const param_t *p;
         if (shl_cmd_is_generic_arg(name)) {
             continue;
@@ -297,7 +298,7 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 
         append_param_value(p, &old, "was");
         bson_iter_init(&oldit, &old);
-        bson_iter_next(&oldit);
+        shl_iter_next(&oldit);
         if (i == 0) {
             /* Only the first parameter set reports its old value, as in MongoDB. */
             bson_append_iter(reply, "was", -1, &oldit);
@@ -580,11 +581,11 @@ cmd_get_log(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     (void)op;
 
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
+    shl_iter_next(&it);
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'getLog.getLog' is the wrong type '%s', expected type 'string'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     name = bson_iter_utf8(&it, NULL);
     if (strcmp(name, "*") == 0) {
@@ -624,11 +625,11 @@ cmd_session_noop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     (void)reply;
 
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
+    shl_iter_next(&it);
     if (!BSON_ITER_HOLDS_ARRAY(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s' is the wrong type '%s', expected type 'array'",
-                 bson_iter_key(&it), bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+                 shl_iter_key(&it), shl_iter_key(&it), shl_bson_type_name(shl_iter_type(&it)));
     }
 done:
     return ret;
@@ -653,7 +654,7 @@ cmd_shutdown(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         if (!BSON_ITER_HOLDS_BOOL(&it) && !BSON_ITER_HOLDS_NUMBER(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'shutdown.force' is the wrong type '%s', expected type 'bool'",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         force = bson_iter_as_bool(&it);
     }
@@ -662,7 +663,7 @@ cmd_shutdown(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'shutdown.timeoutSecs' is the wrong type '%s', expected types "
                      "'[long, int, decimal, double']",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         timeout_secs = bson_iter_as_int64(&it);
         if (timeout_secs < 0) {

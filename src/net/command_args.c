@@ -1,6 +1,7 @@
 /*
  * command_args.c -- see command_args.h.
  */
+#include "bson/bson_iter.h"
 #include "net/command_args.h"
 
 #include "bson/bson_util.h"
@@ -86,8 +87,8 @@ shl_cmd_fields_present(const bson_t *cmd, const char *const *names)
     bson_iter_t it;
 
     if (bson_iter_init(&it, cmd)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
                 if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
                     mask |= 1u << i;
@@ -106,8 +107,8 @@ shl_cmd_fields_find(const bson_t *cmd, const char *const *names, shl_cmd_field_t
     bson_iter_t it;
 
     if (bson_iter_init(&it, cmd)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             for (uint32_t i = 0; i < 32 && names[i] != NULL; i++) {
                 if (names[i][0] == k[0] && strcmp(names[i], k) == 0) {
                     if ((mask & (1u << i)) == 0) {
@@ -126,7 +127,7 @@ const char *
 shl_cmd_name(const bson_t *cmd)
 {
     bson_iter_t it;
-    return bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
+    return bson_iter_init(&it, cmd) && shl_iter_next(&it) ? shl_iter_key(&it) : "";
 }
 
 int
@@ -139,8 +140,8 @@ shl_cmd_check_fields(const bson_t *cmd, const char *const *allowed, shl_status_t
     if (!bson_iter_init(&it, cmd)) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command");
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bool ok = first || shl_cmd_is_generic_arg(k);
         first = false;
         for (int i = 0; !ok && allowed != NULL && allowed[i] != NULL; i++) {
@@ -160,7 +161,7 @@ wrong_type(const bson_t *cmd, const bson_iter_t *it, const char *expected, shl_s
 {
     return shl_status_set(
         st, SHL_CODE_TYPE_MISMATCH, "BSON field '%s.%s' is the wrong type '%s', expected type '%s'",
-        shl_cmd_name(cmd), bson_iter_key(it), shl_bson_type_name(bson_iter_type(it)), expected);
+        shl_cmd_name(cmd), shl_iter_key(it), shl_bson_type_name(shl_iter_type(it)), expected);
 }
 
 int
@@ -276,7 +277,7 @@ shl_cmd_field_doc(const bson_t *cmd, const bson_iter_t *it, bson_t *out, shl_sta
     bson_iter_document(it, &len, &data);
     if (!bson_init_static(out, data, len)) {
         return shl_status_set(st, SHL_CODE_INVALID_BSON, "invalid BSON in field %s",
-                              bson_iter_key(it));
+                              shl_iter_key(it));
     }
     return 0;
 }
@@ -297,9 +298,9 @@ int
 shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st)
 {
     bson_iter_t it;
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type %s",
-                              shl_bson_type_name(bson_iter_type(&it)));
+                              shl_bson_type_name(shl_iter_type(&it)));
     }
     *out = bson_iter_utf8(&it, NULL);
     if ((*out)[0] == '\0') {
@@ -345,13 +346,13 @@ shl_cmd_kill_cursors(const bson_t *cmd, bool (*kill)(void *arg, int64_t id), voi
     killed = bson_malloc(cap * sizeof(int64_t));
     missing = bson_malloc(cap * sizeof(int64_t));
     bson_iter_init(&it, &ids);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         int64_t id;
         if (!BSON_ITER_HOLDS_INT64(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'killCursors.cursors.%s' is the wrong type '%s', expected "
                      "type 'long'",
-                     bson_iter_key(&it), shl_bson_type_name(bson_iter_type(&it)));
+                     shl_iter_key(&it), shl_bson_type_name(shl_iter_type(&it)));
         }
         id = bson_iter_int64(&it);
         if (kill(arg, id)) {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/failpoint.h"
+#include "bson/bson_iter.h"
 #include "net/common_commands.h"
 #include "net/service.h"
 
@@ -25,7 +26,7 @@ array_has_string(const bson_t *data, const char *field, const char *s)
         !bson_iter_recurse(&it, &child)) {
         return false;
     }
-    while (bson_iter_next(&child)) {
+    while (shl_iter_next(&child)) {
         if (BSON_ITER_HOLDS_UTF8(&child) && strcmp(bson_iter_utf8(&child, NULL), s) == 0) {
             return true;
         }

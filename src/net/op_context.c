@@ -1,6 +1,7 @@
 /*
  * op_context.c -- generic command arguments and interruption (see op_context.h).
  */
+#include "bson/bson_iter.h"
 #include "net/op_context.h"
 
 #include <string.h>
@@ -84,9 +85,9 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
     if (!bson_iter_init(&it, body)) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid command document");
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
-        op_field_t f = op_field(k, bson_iter_key_len(&it));
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        op_field_t f = op_field(k, shl_iter_key_len(&it));
         if (f == F_OTHER) {
             continue;
         }

@@ -1,6 +1,7 @@
 /*
  * reply_times.c -- see reply_times.h.
  */
+#include "bson/bson_iter.h"
 #include "net/reply_times.h"
 
 #include <pthread.h>
@@ -64,8 +65,8 @@ shl_reply_append_times(bson_t *reply, uint64_t op_time, uint64_t cluster_time)
     bson_iter_t it;
 
     if (bson_iter_init(&it, reply)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (k[0] == 'o' && strcmp(k, "operationTime") == 0) {
                 has_op_time = true;
             } else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0) {

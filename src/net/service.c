@@ -3,6 +3,7 @@
  * flag checks, generic arguments, failCommand, running the command, and building
  * the reply from its status.
  */
+#include "bson/bson_iter.h"
 #include "net/service.h"
 
 #include <string.h>
@@ -21,8 +22,8 @@ unwrap_legacy_query(const bson_t *in, bson_t *view)
     const uint8_t *data;
     uint32_t len;
 
-    if (bson_iter_init(&it, in) && bson_iter_next(&it) &&
-        (strcmp(bson_iter_key(&it), "$query") == 0 || strcmp(bson_iter_key(&it), "query") == 0) &&
+    if (bson_iter_init(&it, in) && shl_iter_next(&it) &&
+        (strcmp(shl_iter_key(&it), "$query") == 0 || strcmp(shl_iter_key(&it), "query") == 0) &&
         BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_iter_document(&it, &len, &data);
         return bson_init_static(view, data, len);
@@ -69,10 +70,10 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     memset(&fc, 0, sizeof(fc));
     memset(&op, 0, sizeof(op));
     bson_init(reply);
-    if (!bson_iter_init(&it, body) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, body) || !shl_iter_next(&it)) {
         SHL_FAIL(&st, SHL_CODE_INVALID_OPTIONS, "no command name found in request");
     }
-    name = bson_iter_key(&it);
+    name = shl_iter_key(&it);
     if (db_in != NULL) {
         shl_str_copy(db, sizeof(db), db_in);
     } else if (shl_bson_iter_find_key(&it, body, "$db") && BSON_ITER_HOLDS_UTF8(&it)) {

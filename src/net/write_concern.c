@@ -1,6 +1,7 @@
 /*
  * write_concern.c -- see write_concern.h.
  */
+#include "bson/bson_iter.h"
 #include "net/write_concern.h"
 
 #include <math.h>
@@ -18,8 +19,8 @@ shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t
     if (doc == NULL || !bson_iter_init(&it, doc)) {
         return 0;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "w") == 0) {
             if (BSON_ITER_HOLDS_NUMBER(&it)) {
                 double d = bson_iter_as_double(&it);

@@ -4,6 +4,7 @@
  * $zip $arrayToObject $objectToArray $sortArray, the set operators, $mergeObjects,
  * $getField, $setField and $unsetField. Semantics and codes follow MongoDB 7.0.
  */
+#include "bson/bson_iter.h"
 #include "query/expression_private.h"
 
 #include <stdlib.h>
@@ -629,18 +630,18 @@ EXPR_PARSE(expr_parse_zip)
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "inputs") == 0 || strcmp(k, "defaults") == 0) {
             ptrvec_t *pv = k[0] == 'i' ? &inputs : &defaults;
             if (!BSON_ITER_HOLDS_ARRAY(&it)) {
                 SHL_FAIL(st, k[0] == 'i' ? 34461 : 34462,
                          "%s must be an array of expressions, found %s", k,
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             query_bson_view(bson_iter_value(&it), &sub);
             bson_iter_init(&sit, &sub);
-            while (bson_iter_next(&sit)) {
+            while (shl_iter_next(&sit)) {
                 shl_expr_t *x = NULL;
                 SHL_ERR(expr_parse_operand(bson_iter_value(&sit), &x, st));
                 ptrvec_push(pv, x);
@@ -648,7 +649,7 @@ EXPR_PARSE(expr_parse_zip)
         } else if (strcmp(k, "useLongestLength") == 0) {
             if (!BSON_ITER_HOLDS_BOOL(&it)) {
                 SHL_FAIL(st, 34463, "useLongestLength must be a bool, found %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             e->flags = bson_iter_bool(&it);
         } else {
@@ -771,14 +772,14 @@ doc_set(bson_t *doc, const char *key, size_t klen, const bson_value_t *v)
     bson_t tmp = BSON_INITIALIZER;
     bool replaced = false;
     if (bson_iter_init(&it, doc)) {
-        while (bson_iter_next(&it)) {
-            if (bson_iter_key_len(&it) == klen && memcmp(bson_iter_key(&it), key, klen) == 0) {
+        while (shl_iter_next(&it)) {
+            if (shl_iter_key_len(&it) == klen && memcmp(shl_iter_key(&it), key, klen) == 0) {
                 if (!replaced && v->value_type != BSON_TYPE_EOD) {
                     bson_append_value(&tmp, key, (int)klen, v);
                 }
                 replaced = true;
             } else {
-                bson_append_value(&tmp, bson_iter_key(&it), (int)bson_iter_key_len(&it),
+                bson_append_value(&tmp, shl_iter_key(&it), (int)shl_iter_key_len(&it),
                                   bson_iter_value(&it));
             }
         }
@@ -1017,10 +1018,10 @@ EXPR_FN(expr_op_object_to_array)
         bson_iter_t it;
         query_bson_view(&v, &d);
         bson_iter_init(&it, &d);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_t kv = BSON_INITIALIZER;
             bson_value_t x;
-            bson_append_utf8(&kv, "k", 1, bson_iter_key(&it), (int)bson_iter_key_len(&it));
+            bson_append_utf8(&kv, "k", 1, shl_iter_key(&it), (int)shl_iter_key_len(&it));
             bson_append_value(&kv, "v", 1, bson_iter_value(&it));
             expr_value_take_bson(&kv, BSON_TYPE_DOCUMENT, &x);
             expr_arr_append(&arr, &x);
@@ -1489,8 +1490,8 @@ EXPR_FN(expr_op_merge_objects)
         }
         query_bson_view(&vals[i], &d);
         bson_iter_init(&it, &d);
-        while (bson_iter_next(&it)) {
-            objb_add(&ob, bson_iter_key(&it), bson_iter_key_len(&it), bson_iter_value(&it));
+        while (shl_iter_next(&it)) {
+            objb_add(&ob, shl_iter_key(&it), shl_iter_key_len(&it), bson_iter_value(&it));
         }
     }
     ret = objb_finish(&ob, "$mergeObjects", out, st);
@@ -1513,7 +1514,7 @@ EXPR_PARSE(expr_parse_get_field)
     bool named = false;
     if (arg->value_type == BSON_TYPE_DOCUMENT) {
         query_bson_view(arg, &view);
-        named = bson_iter_init(&it, &view) && bson_iter_next(&it) && bson_iter_key(&it)[0] != '$';
+        named = bson_iter_init(&it, &view) && shl_iter_next(&it) && shl_iter_key(&it)[0] != '$';
     }
     if (!named) {
         e->args = bson_malloc0(2 * sizeof(shl_expr_t *));

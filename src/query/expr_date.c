@@ -5,6 +5,7 @@
  * names from the system tz database (expr_tz.c); an unknown name fails with MongoDB's 40485.
  * Calendar arithmetic is proleptic Gregorian on days since the epoch, in 128-bit integers.
  */
+#include "bson/bson_iter.h"
 #include "query/expression_private.h"
 
 #include <ctype.h>
@@ -251,15 +252,15 @@ EXPR_PARSE(expr_parse_date_part)
     e->nargs = 2;
     if (arg->value_type == BSON_TYPE_DOCUMENT) {
         query_bson_view(arg, &view);
-        if (bson_iter_init(&it, &view) && bson_iter_next(&it) && bson_iter_key(&it)[0] != '$') {
+        if (bson_iter_init(&it, &view) && shl_iter_next(&it) && shl_iter_key(&it)[0] != '$') {
             bson_iter_init(&it, &view);
-            while (bson_iter_next(&it)) {
-                int k = strcmp(bson_iter_key(&it), "date") == 0
+            while (shl_iter_next(&it)) {
+                int k = strcmp(shl_iter_key(&it), "date") == 0
                             ? 0
-                            : (strcmp(bson_iter_key(&it), "timezone") == 0 ? 1 : -1);
+                            : (strcmp(shl_iter_key(&it), "timezone") == 0 ? 1 : -1);
                 if (k < 0) {
                     SHL_FAIL(st, 40535, "unrecognized option to %s: \"%s\"", op->name,
-                             bson_iter_key(&it));
+                             shl_iter_key(&it));
                 }
                 shl_expr_destroy(e->args[k]);
                 e->args[k] = NULL;
@@ -280,7 +281,7 @@ EXPR_PARSE(expr_parse_date_part)
                      op->name, bson_count_keys(&view));
         }
         bson_iter_init(&it, &view);
-        bson_iter_next(&it);
+        shl_iter_next(&it);
         SHL_ERR(expr_parse_operand(bson_iter_value(&it), &e->args[0], st));
         goto done;
     }
@@ -921,15 +922,15 @@ EXPR_PARSE(expr_parse_date_add)
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bool known = false;
         for (int i = 0; i < 4; i++) {
-            known = known || strcmp(bson_iter_key(&it), keys[i]) == 0;
+            known = known || strcmp(shl_iter_key(&it), keys[i]) == 0;
         }
         if (!known) {
             e->args = bson_malloc0(4 * sizeof(shl_expr_t *));
             e->nargs = 4;
-            SHL_FAIL(st, 5166401, "Unrecognized argument to %s: %s", op->name, bson_iter_key(&it));
+            SHL_FAIL(st, 5166401, "Unrecognized argument to %s: %s", op->name, shl_iter_key(&it));
         }
     }
     SHL_ERR(expr_parse_named(op, arg, keys, 4, e, 5166400, 5166401, st));

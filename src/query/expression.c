@@ -5,6 +5,7 @@
  * $ifNull, $add, $multiply, $concat, $size, $literal. The aggregation engine adds more
  * rows to the operator table below.
  */
+#include "bson/bson_iter.h"
 #include "query/expression_private.h"
 
 #include <math.h>
@@ -304,7 +305,7 @@ expr_array_values(const bson_value_t *arr, size_t *n)
     size_t cap = 8, k = 0;
     bson_value_t *v = bson_malloc(cap * sizeof(*v));
     if (query_bson_view(arr, &view) && bson_iter_init(&it, &view)) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             if (k == cap) {
                 cap *= 2;
                 v = bson_realloc(v, cap * sizeof(*v));
@@ -550,10 +551,10 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
         static const char *keys[3] = {"if", "then", "else"};
         query_bson_view(arg, &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             int k = -1;
             for (int i = 0; i < 3; i++) {
-                if (strcmp(bson_iter_key(&it), keys[i]) == 0) {
+                if (strcmp(shl_iter_key(&it), keys[i]) == 0) {
                     k = i;
                 }
             }
@@ -562,7 +563,7 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
                     shl_expr_destroy(parts[i]);
                 }
                 SHL_FAIL(st, QC_COND_UNKNOWN_ARG, "Unrecognized parameter to $cond: %s",
-                         bson_iter_key(&it));
+                         shl_iter_key(&it));
             }
             shl_expr_destroy(parts[k]);
             parts[k] = NULL;
@@ -590,7 +591,7 @@ parse_op(const char *name, const bson_value_t *arg, shl_expr_t **out, shl_status
     if (arg->value_type == BSON_TYPE_ARRAY) {
         query_bson_view(arg, &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             shl_expr_t *a = NULL;
             SHL_ERR(parse_value(bson_iter_value(&it), &a, st));
             ptrvec_push(&args, a);
@@ -683,16 +684,16 @@ expr_parse_named(const expr_op_t *op, const bson_value_t *arg, const char *const
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         size_t k = nkeys;
         for (size_t i = 0; i < nkeys; i++) {
-            if (strcmp(bson_iter_key(&it), keys[i]) == 0) {
+            if (strcmp(shl_iter_key(&it), keys[i]) == 0) {
                 k = i;
             }
         }
         if (k == nkeys) {
             SHL_FAIL(st, unknown_code, "%s found an unknown argument: %s", op->name,
-                     bson_iter_key(&it));
+                     shl_iter_key(&it));
         }
         shl_expr_destroy(e->args[k]);
         e->args[k] = NULL;
@@ -720,8 +721,8 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         break;
     case BSON_TYPE_DOCUMENT: {
         query_bson_view(spec, &view);
-        if (bson_iter_init(&it, &view) && bson_iter_next(&it) && bson_iter_key(&it)[0] == '$') {
-            const char *opname = bson_iter_key(&it);
+        if (bson_iter_init(&it, &view) && shl_iter_next(&it) && shl_iter_key(&it)[0] == '$') {
+            const char *opname = shl_iter_key(&it);
             if (bson_count_keys(&view) != 1) {
                 SHL_FAIL(st, QC_EXPR_OBJECT_ONE_FIELD,
                          "an expression specification must contain exactly one field, the name "
@@ -733,9 +734,9 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         /* An object expression: every field is an expression. */
         e = expr_new(EXPR_OBJECT);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             shl_expr_t *m = NULL;
-            const char *key = bson_iter_key(&it);
+            const char *key = shl_iter_key(&it);
             /* FieldPath::uassertValidFieldName, then no duplicates (16406). */
             if (key[0] == '\0') {
                 SHL_FAIL(st, QC_FIELDPATH_EMPTY_COMPONENT,
@@ -746,7 +747,7 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
                          "FieldPath field names may not start with '$'. Consider using $getField "
                          "or $setField.");
             }
-            if (strlen(key) != bson_iter_key_len(&it)) {
+            if (strlen(key) != shl_iter_key_len(&it)) {
                 SHL_FAIL(st, QC_FIELDPATH_NULL_BYTE,
                          "FieldPath field names may not contain '\\0'.");
             }
@@ -757,7 +758,7 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
             }
             SHL_ERR(parse_value(bson_iter_value(&it), &m, st));
             ptrvec_push(&members, m);
-            ptrvec_push(&names, bson_strdup(bson_iter_key(&it)));
+            ptrvec_push(&names, bson_strdup(shl_iter_key(&it)));
         }
         if (names.n > 1) {
             /* Duplicates, found by sorting a copy of the names (objects may be large). */
@@ -782,7 +783,7 @@ parse_value_inner(const bson_value_t *spec, shl_expr_t **out, shl_status_t *st)
         e = expr_new(EXPR_ARRAY);
         query_bson_view(spec, &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             shl_expr_t *m = NULL;
             SHL_ERR(parse_value(bson_iter_value(&it), &m, st));
             ptrvec_push(&members, m);
@@ -870,7 +871,7 @@ eval_path_array(const bson_value_t *arr, const qpath_t *p, size_t idx, bson_valu
 
     query_bson_view(arr, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_value_t nested;
         bson_t sub;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -1409,15 +1410,15 @@ static EXPR_PARSE(parse_let)
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "vars") == 0) {
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "vars") == 0) {
             vars_it = it;
             varsv = bson_iter_value(&vars_it);
-        } else if (strcmp(bson_iter_key(&it), "in") == 0) {
+        } else if (strcmp(shl_iter_key(&it), "in") == 0) {
             in_it = it;
             inv = bson_iter_value(&in_it);
         } else {
-            SHL_FAIL(st, 16875, "Unrecognized parameter to $let: %s", bson_iter_key(&it));
+            SHL_FAIL(st, 16875, "Unrecognized parameter to $let: %s", shl_iter_key(&it));
         }
     }
     if (varsv == NULL) {
@@ -1431,12 +1432,12 @@ static EXPR_PARSE(parse_let)
     }
     query_bson_view(varsv, &vars);
     bson_iter_init(&it, &vars);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         shl_expr_t *a = NULL;
-        SHL_ERR(expr_check_user_var_name(bson_iter_key(&it), st));
+        SHL_ERR(expr_check_user_var_name(shl_iter_key(&it), st));
         SHL_ERR(parse_value(bson_iter_value(&it), &a, st));
         ptrvec_push(&args, a);
-        ptrvec_push(&names, bson_strdup(bson_iter_key(&it)));
+        ptrvec_push(&names, bson_strdup(shl_iter_key(&it)));
     }
     {
         shl_expr_t *a = NULL;
@@ -1498,34 +1499,34 @@ static EXPR_PARSE(parse_switch)
     }
     query_bson_view(arg, &view);
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         if (strcmp(key, "branches") == 0) {
             if (!BSON_ITER_HOLDS_ARRAY(&it)) {
                 SHL_FAIL(st, 40061, "$switch expected an array for 'branches', found: %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             query_bson_view(bson_iter_value(&it), &branches);
             bson_iter_init(&bit, &branches);
-            while (bson_iter_next(&bit)) {
+            while (shl_iter_next(&bit)) {
                 shl_expr_t *c = NULL, *t = NULL;
                 if (!BSON_ITER_HOLDS_DOCUMENT(&bit)) {
                     SHL_FAIL(st, 40062, "$switch expected each branch to be an object, found: %s",
-                             shl_bson_type_name(bson_iter_type(&bit)));
+                             shl_bson_type_name(shl_iter_type(&bit)));
                 }
                 query_bson_view(bson_iter_value(&bit), &br);
                 bson_iter_init(&kit, &br);
-                while (bson_iter_next(&kit)) {
+                while (shl_iter_next(&kit)) {
                     shl_expr_t **slot = NULL;
-                    if (strcmp(bson_iter_key(&kit), "case") == 0) {
+                    if (strcmp(shl_iter_key(&kit), "case") == 0) {
                         slot = &c;
-                    } else if (strcmp(bson_iter_key(&kit), "then") == 0) {
+                    } else if (strcmp(shl_iter_key(&kit), "then") == 0) {
                         slot = &t;
                     } else {
                         shl_expr_destroy(c);
                         shl_expr_destroy(t);
                         SHL_FAIL(st, 40063, "$switch found an unknown argument to a branch: %s",
-                                 bson_iter_key(&kit));
+                                 shl_iter_key(&kit));
                     }
                     shl_expr_destroy(*slot);
                     *slot = NULL;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "query/query_private.h"
 
 #define JS_MAX_DEPTH 100
@@ -156,13 +157,13 @@ schema_array(const char *kw, const bson_iter_t *it, int depth, bool allow_empty,
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$jsonSchema keyword '%s' must be an array", kw);
     }
     bson_iter_recurse(it, &sub);
-    while (bson_iter_next(&sub)) {
+    while (shl_iter_next(&sub)) {
         jschema_t *s = NULL;
         if (!BSON_ITER_HOLDS_DOCUMENT(&sub)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "$jsonSchema keyword '%s' must be an array of objects, but found an element "
                      "of type %s",
-                     kw, shl_bson_type_name(bson_iter_type(&sub)));
+                     kw, shl_bson_type_name(shl_iter_type(&sub)));
         }
         SHL_ERR(sub_schema(kw, &sub, depth, &s, st));
         *out = bson_realloc(*out, (*n + 1) * sizeof(**out));
@@ -265,7 +266,7 @@ parse_type(jschema_t *s, const char *kw, const bson_iter_t *it, shl_status_t *st
                  "$jsonSchema keyword '%s' must be either a string or an array of strings", kw);
     }
     bson_iter_recurse(it, &sub);
-    if (!bson_iter_next(&sub)) {
+    if (!shl_iter_next(&sub)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "$jsonSchema keyword '%s' must name at least one type", kw);
     }
@@ -275,7 +276,7 @@ parse_type(jschema_t *s, const char *kw, const bson_iter_t *it, shl_status_t *st
                      "$jsonSchema keyword '%s' array elements must be strings", kw);
         }
         SHL_ERR(add_type_name(s, kw, bson_iter_utf8(&sub, NULL), json, st));
-    } while (bson_iter_next(&sub));
+    } while (shl_iter_next(&sub));
 done:
     return ret;
 }
@@ -310,12 +311,12 @@ parse_prop_map(const char *kw, const bson_iter_t *it, int depth, jprop_t **out, 
 
     SHL_ERR(want_doc(kw, it, &doc, st));
     bson_iter_init(&sub, &doc);
-    while (bson_iter_next(&sub)) {
+    while (shl_iter_next(&sub)) {
         jprop_t *p;
         *out = bson_realloc(*out, (*n + 1) * sizeof(**out));
         p = &(*out)[(*n)++];
         memset(p, 0, sizeof(*p));
-        p->name = bson_strdup(bson_iter_key(&sub));
+        p->name = bson_strdup(shl_iter_key(&sub));
         if (patterns) {
             SHL_ERR(compile(kw, p->name, &p->re, st));
         }
@@ -329,7 +330,7 @@ parse_prop_map(const char *kw, const bson_iter_t *it, int depth, jprop_t **out, 
             p->deps_len = len;
             bson_init_static(&list, data, len);
             bson_iter_init(&f, &list);
-            while (bson_iter_next(&f)) {
+            while (shl_iter_next(&f)) {
                 if (!BSON_ITER_HOLDS_UTF8(&f)) {
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "property '%s' in $jsonSchema keyword 'dependencies' must be an "
@@ -387,8 +388,8 @@ parse_schema(const bson_t *doc, int depth, jschema_t **out, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$jsonSchema is nested too deeply");
     }
     bson_iter_init(&it, doc);
-    while (bson_iter_next(&it)) {
-        const char *kw = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *kw = shl_iter_key(&it);
         for (int i = 0; k_unsupported[i] != NULL; i++) {
             if (strcmp(kw, k_unsupported[i]) == 0) {
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
@@ -466,7 +467,7 @@ parse_schema(const bson_t *doc, int depth, jschema_t **out, shl_status_t *st)
                          "$jsonSchema keyword 'required' must be an array");
             }
             bson_iter_recurse(&it, &sub);
-            while (bson_iter_next(&sub)) {
+            while (shl_iter_next(&sub)) {
                 if (!BSON_ITER_HOLDS_UTF8(&sub)) {
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "$jsonSchema keyword 'required' must contain only strings");
@@ -510,7 +511,7 @@ parse_schema(const bson_t *doc, int depth, jschema_t **out, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$jsonSchema keyword 'enum' must be an array");
             }
             bson_iter_recurse(&it, &sub);
-            while (bson_iter_next(&sub)) {
+            while (shl_iter_next(&sub)) {
                 vals = bson_realloc(vals, (n + 1) * sizeof(*vals));
                 vals[n++] = *bson_iter_value(&sub);
             }
@@ -625,8 +626,8 @@ object_ok(const jschema_t *s, const bson_t *obj)
         }
     }
     bson_iter_init(&it, obj);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bool named = false;
         nfields++;
         for (size_t i = 0; i < s->nprops; i++) {
@@ -662,7 +663,7 @@ object_ok(const jschema_t *s, const bson_t *obj)
                 bson_t list;
                 bson_init_static(&list, d->deps_data, d->deps_len);
                 bson_iter_init(&f, &list);
-                while (bson_iter_next(&f)) {
+                while (shl_iter_next(&f)) {
                     if (!bson_iter_init_find(&g, obj, bson_iter_utf8(&f, NULL))) {
                         return false;
                     }
@@ -695,7 +696,7 @@ array_ok(const jschema_t *s, const bson_t *arr)
     int64_t n = 0;
 
     bson_iter_init(&it, arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *e = bson_iter_value(&it);
         if (s->items != NULL && !match_value(s->items, e)) {
             return false;
@@ -714,7 +715,7 @@ array_ok(const jschema_t *s, const bson_t *arr)
         if (s->unique_items) {
             bson_iter_t prev;
             bson_iter_init(&prev, arr);
-            for (int64_t j = 0; j < n && bson_iter_next(&prev); j++) {
+            for (int64_t j = 0; j < n && shl_iter_next(&prev); j++) {
                 if (shl_bson_value_compare(bson_iter_value(&prev), e) == 0) {
                     return false;
                 }

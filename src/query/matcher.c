@@ -6,6 +6,7 @@
  * traversed implicitly and numeric components also selecting array positions.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "bson/bson_iter.h"
 #include "query/matcher.h"
 
 #include <math.h>
@@ -256,8 +257,8 @@ is_dbref_doc(const bson_t *obj, bool allow_incomplete)
     bson_iter_t it;
     bool ref = false, id = false, db = false;
     bson_iter_init(&it, obj);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "$ref") == 0) {
             ref = true;
         } else if (strcmp(k, "$id") == 0) {
@@ -277,10 +278,10 @@ is_expression_doc(const bson_value_t *v, bool allow_incomplete_dbref)
     if (v->value_type != BSON_TYPE_DOCUMENT || !query_bson_view(v, &obj)) {
         return false;
     }
-    if (!bson_iter_init(&it, &obj) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, &obj) || !shl_iter_next(&it)) {
         return false;
     }
-    if (bson_iter_key(&it)[0] != '$') {
+    if (shl_iter_key(&it)[0] != '$') {
         return false;
     }
     return !is_dbref_doc(&obj, allow_incomplete_dbref);
@@ -393,7 +394,7 @@ parse_in(const char *name, const bson_value_t *arr, mnode_t **out, shl_status_t 
     cap = bson_count_keys(&view);
     n->eqs = bson_malloc((cap + 1) * sizeof(bson_value_t));
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *e = bson_iter_value(&it);
         if (is_expression_doc(e, false)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "cannot nest $ under $in");
@@ -497,7 +498,7 @@ parse_type(const char *name, const bson_value_t *v, mnode_t **out, shl_status_t 
     if (v->value_type == BSON_TYPE_ARRAY) {
         query_bson_view(v, &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             SHL_ERR(type_add(n, bson_iter_value(&it), st));
         }
     } else {
@@ -559,21 +560,21 @@ parse_mod(const char *name, const bson_value_t *v, mnode_t **out, shl_status_t *
     }
     query_bson_view(v, &view);
     bson_iter_init(&it, &view);
-    if (!bson_iter_next(&it)) {
+    if (!shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, not enough elements");
     }
     dv = *bson_iter_value(&it);
     if (!query_value_is_number(d)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, divisor not a number");
     }
-    if (!bson_iter_next(&it)) {
+    if (!shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, not enough elements");
     }
     rv = *bson_iter_value(&it);
     if (!query_value_is_number(r)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, remainder not a number");
     }
-    if (bson_iter_next(&it)) {
+    if (shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed mod, too many elements");
     }
     n = node_new(N_MOD, name);
@@ -605,8 +606,8 @@ parse_bits(const char *name, const char *op, nkind_t kind, const bson_value_t *v
         query_bson_view(v, &view);
         n->positions = bson_malloc((bson_count_keys(&view) + 1) * sizeof(uint32_t));
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
-            if (query_parse_int64(bson_iter_value(&it), &x, bson_iter_key(&it), &tmp) != 0) {
+        while (shl_iter_next(&it)) {
+            if (query_parse_int64(bson_iter_value(&it), &x, shl_iter_key(&it), &tmp) != 0) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Failed to parse bit position. %s", tmp.reason);
             }
             if (x < 0) {
@@ -614,7 +615,7 @@ parse_bits(const char *name, const char *op, nkind_t kind, const bson_value_t *v
                 ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
                                      "Failed to parse bit position. Expected a positive number "
                                      "in: %s: %s",
-                                     bson_iter_key(&it), js);
+                                     shl_iter_key(&it), js);
                 bson_free(js);
                 goto done;
             }
@@ -688,8 +689,8 @@ parse_regex_doc(const char *name, const bson_t *context, mnode_t **out, shl_stat
     int ret = 0;
 
     bson_iter_init(&it, context);
-    while (bson_iter_next(&it)) {
-        kw_t kw = path_keyword(bson_iter_key(&it));
+    while (shl_iter_next(&it)) {
+        kw_t kw = path_keyword(shl_iter_key(&it));
         if (kw == KW_REGEX) {
             if (BSON_ITER_HOLDS_UTF8(&it)) {
                 uint32_t l;
@@ -744,8 +745,8 @@ parse_elem_match(const char *name, const bson_value_t *v, const pctx_t *pc, mnod
     query_bson_view(v, &obj);
     if (is_expression_doc(v, true)) {
         bson_iter_init(&it, &obj);
-        bson_iter_next(&it);
-        value_case = !is_pathless_op(bson_iter_key(&it));
+        shl_iter_next(&it);
+        value_case = !is_pathless_op(shl_iter_key(&it));
     }
     if (value_case) {
         n = node_new(N_ELEM_VAL, name);
@@ -781,15 +782,15 @@ parse_all(const char *name, const bson_value_t *v, const pctx_t *pc, mnode_t **o
     query_bson_view(v, &arr);
     and = node_new(N_AND, NULL);
     bson_iter_init(&it, &arr);
-    if (bson_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (shl_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         query_bson_view(bson_iter_value(&it), &first);
-        if (bson_iter_init(&fi, &first) && bson_iter_next(&fi) &&
-            strcmp(bson_iter_key(&fi), "$elemMatch") == 0) {
+        if (bson_iter_init(&fi, &first) && shl_iter_next(&fi) &&
+            strcmp(shl_iter_key(&fi), "$elemMatch") == 0) {
             elem_match_form = true;
         }
     }
     bson_iter_init(&it, &arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *e = bson_iter_value(&it);
         if (elem_match_form) {
             bson_t eo;
@@ -797,8 +798,8 @@ parse_all(const char *name, const bson_value_t *v, const pctx_t *pc, mnode_t **o
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$all/$elemMatch has to be consistent");
             }
             query_bson_view(e, &eo);
-            if (!bson_iter_init(&fi, &eo) || !bson_iter_next(&fi) ||
-                strcmp(bson_iter_key(&fi), "$elemMatch") != 0) {
+            if (!bson_iter_init(&fi, &eo) || !shl_iter_next(&fi) ||
+                strcmp(shl_iter_key(&fi), "$elemMatch") != 0) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$all/$elemMatch has to be consistent");
             }
             SHL_ERR(parse_elem_match(name, bson_iter_value(&fi), pc, &kid, st));
@@ -807,8 +808,8 @@ parse_all(const char *name, const bson_value_t *v, const pctx_t *pc, mnode_t **o
         } else if (e->value_type == BSON_TYPE_DOCUMENT) {
             bson_t eo;
             query_bson_view(e, &eo);
-            if (bson_iter_init(&fi, &eo) && bson_iter_next(&fi) &&
-                path_keyword(bson_iter_key(&fi)) != KW_NONE) {
+            if (bson_iter_init(&fi, &eo) && shl_iter_next(&fi) &&
+                path_keyword(shl_iter_key(&fi)) != KW_NONE) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "no $ expressions in $all");
             }
             SHL_ERR(parse_comparison(name, N_EQ, e, &kid, st));
@@ -863,7 +864,7 @@ static int
 parse_sub_field(const bson_t *context, const char *name, const bson_iter_t *e, const pctx_t *pc,
                 level_t level, mnode_t **out, shl_status_t *st)
 {
-    const char *op = bson_iter_key(e);
+    const char *op = shl_iter_key(e);
     bson_iter_t ecopy = *e;
     const bson_value_t *v = bson_iter_value(&ecopy);
     mnode_t *n = NULL;
@@ -952,8 +953,8 @@ parse_sub_field(const bson_t *context, const char *name, const bson_iter_t *e, c
         return parse_mod(name, v, out, st);
     case KW_OPTIONS:
         bson_iter_init(&it, context);
-        while (bson_iter_next(&it)) {
-            if (path_keyword(bson_iter_key(&it)) == KW_REGEX) {
+        while (shl_iter_next(&it)) {
+            if (path_keyword(shl_iter_key(&it)) == KW_REGEX) {
                 return 0; /* handled with the $regex */
             }
         }
@@ -994,8 +995,8 @@ parse_sub(const char *name, const bson_t *sub, mnode_t *root, const pctx_t *pc, 
     int ret = 0;
 
     /* $near takes sibling modifiers ($maxDistance), so it is parsed as a whole. */
-    if (bson_iter_init(&it, sub) && bson_iter_next(&it) &&
-        path_keyword(bson_iter_key(&it)) == KW_GEO_NEAR) {
+    if (bson_iter_init(&it, sub) && shl_iter_next(&it) &&
+        path_keyword(shl_iter_key(&it)) == KW_GEO_NEAR) {
         if (!(pc->flags & SHL_MATCHER_ALLOW_GEO_NEAR)) {
             SHL_FAIL(st, 5626500,
                      "$geoNear, $near, and $nearSphere are not allowed in this context");
@@ -1005,7 +1006,7 @@ parse_sub(const char *name, const bson_t *sub, mnode_t *root, const pctx_t *pc, 
                  "index for $geoNear query");
     }
     bson_iter_init(&it, sub);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         SHL_ERR(parse_sub_field(sub, name, &it, pc, level, &n, st));
         if (n != NULL) {
             node_add(root, n);
@@ -1034,7 +1035,7 @@ parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t
     }
     n = node_new(kind, NULL);
     bson_iter_init(&it, &arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
         }
@@ -1163,8 +1164,8 @@ parse_doc(const bson_t *obj, const pctx_t *pc, level_t level, mnode_t **out, shl
 
     *out = NULL;
     bson_iter_init(&it, obj);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         size_t depth = 1;
 
@@ -1541,7 +1542,7 @@ match_single(const mnode_t *n, const bson_value_t *v, mctx_t *mc, bool *has_key,
         }
         query_bson_view(v, &view);
         bson_iter_init(&it, &view);
-        for (k = 0; bson_iter_next(&it); k++) {
+        for (k = 0; shl_iter_next(&it); k++) {
             const bson_value_t *e = bson_iter_value(&it);
             bool ok = true;
             if (n->kind == N_ELEM_OBJ) {
@@ -1618,9 +1619,9 @@ walk_array(walk_t *w, const bson_value_t *arr, size_t j, long outer)
 
     query_bson_view(arr, &view);
     bson_iter_init(&it, &view);
-    for (k = 0; bson_iter_next(&it); k++) {
+    for (k = 0; shl_iter_next(&it); k++) {
         const bson_value_t *e = bson_iter_value(&it);
-        bool offset_match = p->numeric[j] && strcmp(bson_iter_key(&it), p->parts[j]) == 0;
+        bool offset_match = p->numeric[j] && strcmp(shl_iter_key(&it), p->parts[j]) == 0;
         if (e->value_type == BSON_TYPE_DOCUMENT) {
             query_bson_view(e, &sub);
             if (walk_doc(w, &sub, j, outer >= 0 ? outer : k)) {
@@ -1668,7 +1669,7 @@ walk_start(walk_t *w, const bson_value_t *v, size_t i, long outer)
         }
         query_bson_view(v, &view);
         bson_iter_init(&it, &view);
-        for (k = 0; bson_iter_next(&it); k++) {
+        for (k = 0; shl_iter_next(&it); k++) {
             if (emit(w, bson_iter_value(&it), k, outer)) {
                 return true;
             }
@@ -1913,8 +1914,8 @@ add_equality(bson_t *out, const char *path, const bson_value_t *v, shl_status_t 
     int ret = 0;
 
     bson_iter_init(&it, out);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         size_t klen = strlen(k);
         if (klen == plen && strcmp(k, path) == 0) {
             SHL_FAIL(st, SHL_CODE_NOT_SINGLE_VALUE_FIELD,

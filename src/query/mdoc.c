@@ -1,6 +1,7 @@
 /*
  * mdoc.c -- the mutable BSON tree of mdoc.h.
  */
+#include "bson/bson_iter.h"
 #include "query/mdoc.h"
 
 #include <string.h>
@@ -30,8 +31,8 @@ fill_container(mv_t *m, const bson_t *b)
 {
     bson_iter_t it;
     bson_iter_init(&it, b);
-    while (bson_iter_next(&it)) {
-        mv_append(m, m->type == BSON_TYPE_DOCUMENT ? bson_iter_key(&it) : NULL,
+    while (shl_iter_next(&it)) {
+        mv_append(m, m->type == BSON_TYPE_DOCUMENT ? shl_iter_key(&it) : NULL,
                   mv_from_value(bson_iter_value(&it)));
     }
 }

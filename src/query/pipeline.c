@@ -4,6 +4,7 @@
  * first call. Stages that MongoDB defines as sugar ($count, $sortByCount, $set, $unset,
  * $replaceWith) are rewritten into the core ones at parse time.
  */
+#include "bson/bson_iter.h"
 #include "query/pipeline.h"
 
 #include <math.h>
@@ -239,8 +240,8 @@ copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, bson_t
     bson_iter_t it;
 
     if (src != NULL && bson_iter_init(&it, src)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (!done && strlen(k) == len && strncmp(k, path, len) == 0) {
                 done = true;
                 if (dot == NULL) {
@@ -403,7 +404,7 @@ next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
     *doc = NULL;
     for (;;) {
         if (s->have_in) {
-            if (bson_iter_next(&s->arr_it)) {
+            if (shl_iter_next(&s->arr_it)) {
                 bson_t *o = stage_out(s);
                 const bson_value_t *ev = bson_iter_value(&s->arr_it);
                 if (s->index_field == NULL) {
@@ -430,7 +431,7 @@ next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
         bool has = bson_iter_init(&it, in) && bson_iter_find_descendant(&it, s->path, &found);
         if (has && BSON_ITER_HOLDS_ARRAY(&found)) {
             bson_iter_t ai;
-            if (bson_iter_recurse(&found, &ai) && bson_iter_next(&ai)) {
+            if (bson_iter_recurse(&found, &ai) && shl_iter_next(&ai)) {
                 bson_copy_to(in, &s->cur_in);
                 s->have_in = true;
                 bson_iter_recurse(&found, &s->arr_it);
@@ -649,17 +650,17 @@ merge_objects_add(accstate_t *a, const bson_value_t *v, int64_t *grow, shl_statu
         goto done;
     }
     bson_iter_init(&it, a->arr);
-    while (bson_iter_next(&it)) {
-        if (bson_iter_init_find(&nit, &view, bson_iter_key(&it))) {
-            bson_append_iter(&merged, bson_iter_key(&it), -1, &nit);
+    while (shl_iter_next(&it)) {
+        if (bson_iter_init_find(&nit, &view, shl_iter_key(&it))) {
+            bson_append_iter(&merged, shl_iter_key(&it), -1, &nit);
         } else {
-            bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+            bson_append_iter(&merged, shl_iter_key(&it), -1, &it);
         }
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        if (!bson_has_field(a->arr, bson_iter_key(&it))) {
-            bson_append_iter(&merged, bson_iter_key(&it), -1, &it);
+    while (shl_iter_next(&it)) {
+        if (!bson_has_field(a->arr, shl_iter_key(&it))) {
+            bson_append_iter(&merged, shl_iter_key(&it), -1, &it);
         }
     }
     *grow += (int64_t)merged.len - (int64_t)a->arr->len;
@@ -761,7 +762,7 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
             bson_iter_t it;
             bool dup = false;
             bson_iter_init(&it, a->arr);
-            while (!dup && bson_iter_next(&it)) {
+            while (!dup && shl_iter_next(&it)) {
                 dup = shl_bson_value_compare(bson_iter_value(&it), v) == 0;
             }
             if (dup) {
@@ -1142,13 +1143,13 @@ next_documents(stage_t *s, const bson_t **doc, shl_status_t *st)
             SHL_ERR(env->stats(env->arg, s->name, &s->stats_spec, &arr, st));
         }
         bson_iter_init(&it, &arr);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_t view;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
                 SHL_FAIL(st, 40228,
                          "'newRoot' expression must evaluate to an object, but resulting value "
                          "was of type: %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             SHL_ERR(docs_push(s, bson_copy(&view), st));
         }
@@ -1284,14 +1285,14 @@ collect_path(const bson_t *doc, const char *path, bson_t *arr, uint32_t *n)
     if (!bson_iter_init(&it, doc)) {
         return;
     }
-    while (bson_iter_next(&it)) {
-        if (strlen(bson_iter_key(&it)) != len || strncmp(bson_iter_key(&it), path, len) != 0) {
+    while (shl_iter_next(&it)) {
+        if (strlen(shl_iter_key(&it)) != len || strncmp(shl_iter_key(&it), path, len) != 0) {
             continue;
         }
         if (BSON_ITER_HOLDS_ARRAY(&it)) {
             bson_iter_t a;
             bson_iter_recurse(&it, &a);
-            while (bson_iter_next(&a)) {
+            while (shl_iter_next(&a)) {
                 if (dot == NULL) {
                     char key[16];
                     const char *kp;
@@ -1337,7 +1338,7 @@ lookup_filter(const stage_t *s, const bson_t *in, bson_t *filter)
         goto done;
     }
     bson_iter_init(&it, &vals);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         nre += BSON_ITER_HOLDS_REGEX(&it) ? 1 : 0;
     }
     /* Without regexes the filter is a plain $in, which the planner can serve with an index. */
@@ -1350,7 +1351,7 @@ lookup_filter(const stage_t *s, const bson_t *in, bson_t *filter)
     BSON_APPEND_DOCUMENT_BEGIN(parent, s->foreign, &f);
     BSON_APPEND_ARRAY_BEGIN(&f, "$in", &arr);
     bson_iter_init(&it, &vals);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         char key[16];
         const char *kp;
         if (BSON_ITER_HOLDS_REGEX(&it)) {
@@ -1367,7 +1368,7 @@ lookup_filter(const stage_t *s, const bson_t *in, bson_t *filter)
     bson_append_document_end(&ors, &clause);
     i = 1;
     bson_iter_init(&it, &vals);
-    while (nre > 0 && bson_iter_next(&it)) {
+    while (nre > 0 && shl_iter_next(&it)) {
         char key[16];
         const char *kp;
         if (!BSON_ITER_HOLDS_REGEX(&it)) {
@@ -1446,13 +1447,13 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
         if (s->pipe->opts.vars != NULL) {
             bson_iter_t it;
             bson_iter_init(&it, s->pipe->opts.vars);
-            while (bson_iter_next(&it)) {
+            while (shl_iter_next(&it)) {
                 bool shadowed = false;
                 for (size_t i = 0; i < s->nlet; i++) {
-                    shadowed = shadowed || strcmp(s->let_names[i], bson_iter_key(&it)) == 0;
+                    shadowed = shadowed || strcmp(s->let_names[i], shl_iter_key(&it)) == 0;
                 }
                 if (!shadowed) {
-                    bson_append_iter(&s->lvars, bson_iter_key(&it), -1, &it);
+                    bson_append_iter(&s->lvars, shl_iter_key(&it), -1, &it);
                 }
             }
         }
@@ -1627,7 +1628,7 @@ graph_frontier_add(stage_t *s, const vset_t *searched, vset_t *next, const bson_
     int ret = 0;
 
     bson_iter_init(&it, vals);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *x = bson_iter_value(&it);
         if (!vset_has(searched, x) && vset_add(next, x)) {
             int64_t bytes = 48;
@@ -2104,7 +2105,7 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
         docs_clear(s);
         bson_iter_init(&s->buf_it, &s->buf);
     }
-    if (s->have_buf && bson_iter_next(&s->buf_it)) {
+    if (s->have_buf && shl_iter_next(&s->buf_it)) {
         query_bson_view(bson_iter_value(&s->buf_it), &s->buf_cur);
         *doc = &s->buf_cur;
     }
@@ -2133,7 +2134,7 @@ redact_array(stage_t *s, const bson_t *arr, bson_t *out, shl_status_t *st)
     uint32_t n = 0;
 
     bson_iter_init(&it, arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         char key[16];
         const char *kp;
         bson_t sub;
@@ -2184,9 +2185,9 @@ redact_doc(stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t 
     } else if (v.value_type == BSON_TYPE_UTF8 && strcmp(v.value.v_utf8.str, REDACT_DESCEND) == 0) {
         *kept = true;
         bson_iter_init(&it, doc);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_t sub;
-            const char *k = bson_iter_key(&it);
+            const char *k = shl_iter_key(&it);
             if (BSON_ITER_HOLDS_DOCUMENT(&it) && query_bson_view(bson_iter_value(&it), &sub)) {
                 bson_t child = BSON_INITIALIZER;
                 bool ck = false;
@@ -2231,8 +2232,8 @@ next_redact(stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_iter_t it;
         s->drained = true;
         if (s->pipe->opts.vars != NULL && bson_iter_init(&it, s->pipe->opts.vars)) {
-            while (bson_iter_next(&it)) {
-                bson_append_iter(&s->lvars, bson_iter_key(&it), -1, &it);
+            while (shl_iter_next(&it)) {
+                bson_append_iter(&s->lvars, shl_iter_key(&it), -1, &it);
             }
         }
         BSON_APPEND_UTF8(&s->lvars, "KEEP", REDACT_KEEP);
@@ -2468,7 +2469,7 @@ parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t 
 {
     int ret = 0;
     bson_iter_t acopy = *a_in, *a = &acopy;
-    const char *op = bson_iter_key(a);
+    const char *op = shl_iter_key(a);
     static const struct {
         const char *name;
         acc_kind_t kind;
@@ -2535,8 +2536,8 @@ parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t 
         goto done;
     }
     bson_iter_init(&f, &view);
-    while (bson_iter_next(&f)) {
-        const char *k = bson_iter_key(&f);
+    while (shl_iter_next(&f)) {
+        const char *k = shl_iter_key(&f);
         if (!single && strcmp(k, "n") == 0) {
             nv = *bson_iter_value(&f);
             n = &nv;
@@ -2599,14 +2600,14 @@ parse_acc_fields(shl_pipeline_t *p, stage_t *s, const char *k, const bson_iter_t
     if (k[0] == '$') {
         SHL_FAIL(st, 40236, "The field name '%s' cannot be an operator name", k);
     }
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &a) || !bson_iter_next(&a)) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &a) || !shl_iter_next(&a)) {
         SHL_FAIL(st, 40234, "The field '%s' must be an accumulator object", k);
     }
     accdef_t *d = &s->accs[s->naccs];
     d->field = bson_strdup(k);
     s->naccs++;
     SHL_ERR(parse_acc(p, &a, d, st));
-    if (bson_iter_next(&a)) {
+    if (shl_iter_next(&a)) {
         SHL_FAIL(st, 40238, "The field '%s' must specify one accumulator", k);
     }
 done:
@@ -2627,8 +2628,8 @@ parse_group(shl_pipeline_t *p, const bson_t *spec, stage_t **out, shl_status_t *
     s->buckets = bson_malloc0(s->nbuckets * sizeof(*s->buckets));
     s->accs = bson_malloc0((bson_count_keys(spec) + 1) * sizeof(*s->accs));
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
             have_id = true;
@@ -2757,11 +2758,11 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 40201, "Argument to $bucket stage must be an object, but found type: %s.",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "groupBy") == 0) {
             gv = *bson_iter_value(&it);
             group_by = &gv;
@@ -2779,7 +2780,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
             if (!BSON_ITER_HOLDS_ARRAY(&it)) {
                 SHL_FAIL(st, 40200,
                          "The $bucket 'boundaries' field must be an array, but found type: %s.",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
         } else if (strcmp(k, "default") == 0) {
             dv = *bson_iter_value(&it);
@@ -2789,7 +2790,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
                 !query_bson_view(bson_iter_value(&it), &outspec)) {
                 SHL_FAIL(st, 40196,
                          "The $bucket 'output' field must be an object, but found type: %s.",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             have_out = true;
         } else {
@@ -2813,7 +2814,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
         bool have_prev = false;
         uint32_t i = 0;
         bson_iter_init(&b, &barr);
-        while (bson_iter_next(&b)) {
+        while (shl_iter_next(&b)) {
             const bson_value_t *cur = bson_iter_value(&b);
             if (have_prev) {
                 if (shl_bson_canonical_type(prev.value_type) !=
@@ -2842,13 +2843,13 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     if (def != NULL) {
         bson_iter_t first, last;
         bson_iter_init(&first, &barr);
-        bson_iter_next(&first);
+        shl_iter_next(&first);
         bson_iter_init(&last, &barr);
-        while (bson_iter_next(&last)) {
+        while (shl_iter_next(&last)) {
             b = last;
         }
         if (shl_bson_canonical_type(def->value_type) ==
-                shl_bson_canonical_type(bson_iter_type(&first)) &&
+                shl_bson_canonical_type(shl_iter_type(&first)) &&
             shl_bson_value_compare(def, bson_iter_value(&first)) >= 0 &&
             shl_bson_value_compare(def, bson_iter_value(&b)) < 0) {
             SHL_FAIL(st, 40199,
@@ -2866,8 +2867,8 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
         uint32_t i = 0;
         bson_iter_init(&lo, &barr);
         bson_iter_init(&hi, &barr);
-        bson_iter_next(&hi);
-        while (bson_iter_next(&lo) && bson_iter_next(&hi)) {
+        shl_iter_next(&hi);
+        while (shl_iter_next(&lo) && shl_iter_next(&hi)) {
             bson_t br, cs, and, ge, gea, lt, lta, lit;
             char key[16];
             const char *kp;
@@ -2948,12 +2949,12 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_
     *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 40240, "The argument to $bucketAuto must be an object, but found type: %s.",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     s->accs = bson_malloc0((bson_count_keys(&view) + 2) * sizeof(*s->accs));
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "groupBy") == 0) {
             bson_value_t gv = *bson_iter_value(&it);
             if (!((gv.value_type == BSON_TYPE_UTF8 && gv.value.v_utf8.str[0] == '$') ||
@@ -2993,18 +2994,18 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &o)) {
                 SHL_FAIL(st, 40244,
                          "The $bucketAuto 'output' field must be an object, but found type: %s.",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             bson_iter_init(&f, &o);
-            while (bson_iter_next(&f)) {
-                SHL_ERR(parse_acc_fields(p, s, bson_iter_key(&f), &f, st));
+            while (shl_iter_next(&f)) {
+                SHL_ERR(parse_acc_fields(p, s, shl_iter_key(&f), &f, st));
             }
         } else if (strcmp(k, "granularity") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it)) {
                 SHL_FAIL(st, 40261,
                          "The $bucketAuto 'granularity' field must be a string, but found type: "
                          "%s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             const char *gname = bson_iter_utf8(&it, NULL);
             for (size_t g = 0; g < sizeof(granularities) / sizeof(granularities[0]); g++) {
@@ -3049,7 +3050,7 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
     *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 15947, "the $facet specification must be a non-empty object, but found: %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     if (bson_empty(&view)) {
         SHL_FAIL(st, 40169, "the $facet specification must be a non-empty object");
@@ -3058,8 +3059,8 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
     s->subs = bson_malloc0(bson_count_keys(&view) * sizeof(*s->subs));
     s->sub_names = bson_malloc0(bson_count_keys(&view) * sizeof(*s->sub_names));
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bson_t arr;
         if (k[0] == '\0' || k[0] == '$' || strchr(k, '.') != NULL) {
             SHL_FAIL(st, 40352, "FieldPath field names may not start with '$' or contain '.': %s",
@@ -3067,7 +3068,7 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
         }
         if (!BSON_ITER_HOLDS_ARRAY(&it) || !query_bson_view(bson_iter_value(&it), &arr)) {
             SHL_FAIL(st, 40170, "arguments to $facet must be arrays, %s is type %s", k,
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         if (bson_empty(&arr)) {
             SHL_FAIL(st, 40171, "sub-pipeline in $facet stage cannot be empty: %s", k);
@@ -3094,8 +3095,8 @@ parse_let(stage_t *s, const bson_t *let, shl_status_t *st)
     s->let_names = bson_malloc0((n + 1) * sizeof(char *));
     s->let_exprs = bson_malloc0((n + 1) * sizeof(shl_expr_t *));
     bson_iter_init(&it, let);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (!(k[0] >= 'a' && k[0] <= 'z') && !((unsigned char)k[0] >= 0x80)) {
             SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name",
                      k);
@@ -3122,7 +3123,7 @@ lookup_string(bson_iter_t *it, char **out, shl_status_t *st)
         char *json = query_value_to_json(bson_iter_value(it));
         int ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                                  "$lookup argument '%s' must be a string, found %s: %s",
-                                 bson_iter_key(it), json, shl_bson_type_name(bson_iter_type(it)));
+                                 shl_iter_key(it), json, shl_bson_type_name(shl_iter_type(it)));
         bson_free(json);
         return ret;
     }
@@ -3145,11 +3146,11 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $lookup specification must be an Object, but found %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "from") == 0) {
             if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 /* {db, coll}: only the aggregate's own database here. */
@@ -3177,7 +3178,7 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &let)) {
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                          "$lookup argument 'let' must be an object, is type %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             has_let = true;
         } else if (strcmp(k, "pipeline") == 0) {
@@ -3185,7 +3186,7 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
             if (!BSON_ITER_HOLDS_ARRAY(&it) || !query_bson_view(bson_iter_value(&it), &arr)) {
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                          "$lookup argument 'pipeline' must be an array, is type %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             bson_reinit(&s->sub_spec);
             bson_concat(&s->sub_spec, &arr);
@@ -3214,9 +3215,9 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     if (s->from == NULL) {
         /* Without 'from' the sub-pipeline must make its own documents. */
         bson_iter_t f, st0;
-        bool docs = s->has_sub && bson_iter_init(&f, &s->sub_spec) && bson_iter_next(&f) &&
+        bool docs = s->has_sub && bson_iter_init(&f, &s->sub_spec) && shl_iter_next(&f) &&
                     BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &st0) &&
-                    bson_iter_next(&st0) && strcmp(bson_iter_key(&st0), "$documents") == 0;
+                    shl_iter_next(&st0) && strcmp(shl_iter_key(&st0), "$documents") == 0;
         if (!docs) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "must specify 'from' field for a $lookup");
         }
@@ -3254,7 +3255,7 @@ graph_string(bson_iter_t *it, char **out, shl_status_t *st)
 
     if (!BSON_ITER_HOLDS_UTF8(it)) {
         SHL_FAIL(st, 40103, "expected string as argument for $graphLookup, found: %s",
-                 shl_bson_type_name(bson_iter_type(it)));
+                 shl_bson_type_name(shl_iter_type(it)));
     }
     v = bson_iter_utf8(it, NULL);
     if (v[0] == '$') {
@@ -3284,16 +3285,16 @@ parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $graphLookup stage specification must be an object, but found %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "from") == 0) {
             if (!BSON_ITER_HOLDS_UTF8(&it)) {
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                          "$graphLookup 'from' field must be a string, but found %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             if (bson_iter_utf8(&it, NULL)[0] == '\0') {
                 SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "invalid $graphLookup namespace: ''");
@@ -3317,7 +3318,7 @@ parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl
             double d;
             if (!BSON_ITER_HOLDS_NUMBER(&it)) {
                 SHL_FAIL(st, 40100, "maxDepth must be numeric, found type: %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             d = bson_iter_as_double(&it);
             if (d < 0) {
@@ -3331,7 +3332,7 @@ parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl
             bson_t m;
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &m)) {
                 SHL_FAIL(st, 40185, "restrictSearchWithMatch must be an object, found %s",
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             /* Parse it now so its errors come before any document is read. */
             shl_matcher_destroy(check);
@@ -3374,14 +3375,14 @@ parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_s
         bson_t view;
         query_bson_view(bson_iter_value(&acopy), &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strcmp(k, "coll") == 0) {
                 if (!BSON_ITER_HOLDS_UTF8(&it)) {
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field '$unionWith.coll' is the wrong type '%s', expected type "
                              "'string'",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
                 s->from = bson_strdup(bson_iter_utf8(&it, NULL));
             } else if (strcmp(k, "pipeline") == 0) {
@@ -3390,7 +3391,7 @@ parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_s
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field '$unionWith.pipeline' is the wrong type '%s', expected "
                              "type 'array'",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
                 bson_reinit(&s->sub_spec);
                 bson_concat(&s->sub_spec, &arr);
@@ -3407,7 +3408,7 @@ parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_s
     } else {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $unionWith stage specification must be an object or string, but found %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     SHL_ERR(sub_parse(p, &s->sub_spec, CTX_UNION_WITH, NULL, &s->run, st));
     if (s->from == NULL && !shl_pipeline_generates_input(s->run)) {
@@ -3436,9 +3437,9 @@ parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
         SHL_FAIL(st, 28745, "the $sample stage specification must be an object");
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "size") != 0) {
-            SHL_FAIL(st, 28748, "unrecognized option to $sample: %s", bson_iter_key(&it));
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "size") != 0) {
+            SHL_FAIL(st, 28748, "unrecognized option to $sample: %s", shl_iter_key(&it));
         }
         if (!query_value_is_number(bson_iter_value(&it))) {
             SHL_FAIL(st, 28746, "size argument to $sample must be a number");
@@ -3475,8 +3476,8 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t
         bson_t view;
         query_bson_view(bson_iter_value(&acopy), &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             char **dst =
                 strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
             if (dst == NULL) {
@@ -3486,7 +3487,7 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t
             if (!BSON_ITER_HOLDS_UTF8(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field '$out.%s' is the wrong type '%s', expected type 'string'", k,
-                         shl_bson_type_name(bson_iter_type(&it)));
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             *dst = bson_strdup(bson_iter_utf8(&it, NULL));
         }
@@ -3500,7 +3501,7 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t
         }
     } else {
         SHL_FAIL(st, 16990, "$out only supports a string or object argument, but found %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     if (s->out_coll[0] == '\0' || (s->out_db != NULL && s->out_db[0] == '\0')) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid $out target namespace, %s.%s",
@@ -3531,8 +3532,8 @@ merge_into(stage_t *s, bson_iter_t *it, shl_status_t *st)
         bson_iter_t f;
         query_bson_view(bson_iter_value(it), &view);
         bson_iter_init(&f, &view);
-        while (bson_iter_next(&f)) {
-            const char *k = bson_iter_key(&f);
+        while (shl_iter_next(&f)) {
+            const char *k = shl_iter_key(&f);
             char **dst =
                 strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
             if (dst == NULL) {
@@ -3542,7 +3543,7 @@ merge_into(stage_t *s, bson_iter_t *it, shl_status_t *st)
             if (!BSON_ITER_HOLDS_UTF8(&f)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'into.%s' is the wrong type '%s', expected type 'string'", k,
-                         shl_bson_type_name(bson_iter_type(&f)));
+                         shl_bson_type_name(shl_iter_type(&f)));
             }
             bson_free(*dst);
             *dst = bson_strdup(bson_iter_utf8(&f, NULL));
@@ -3554,7 +3555,7 @@ merge_into(stage_t *s, bson_iter_t *it, shl_status_t *st)
     } else {
         SHL_FAIL(st, 51178,
                  "$merge 'into' field  must be either a string or an object, but found %s",
-                 shl_bson_type_name(bson_iter_type(it)));
+                 shl_bson_type_name(shl_iter_type(it)));
     }
     if (s->out_coll[0] == '\0') {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid $merge target namespace: ''");
@@ -3584,8 +3585,8 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
         bson_t view;
         query_bson_view(bson_iter_value(&acopy), &view);
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strcmp(k, "into") == 0) {
                 SHL_ERR(merge_into(s, &it, st));
                 have_into = true;
@@ -3605,12 +3606,12 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
                     }
                     s->on_fields = bson_malloc0((bson_count_keys(&arr) + 1) * sizeof(char *));
                     bson_iter_init(&a, &arr);
-                    while (bson_iter_next(&a)) {
+                    while (shl_iter_next(&a)) {
                         if (!BSON_ITER_HOLDS_UTF8(&a)) {
                             SHL_FAIL(st, 51134,
                                      "Array passed to $merge 'on' must contain only strings, but "
                                      "found %s",
-                                     shl_bson_type_name(bson_iter_type(&a)));
+                                     shl_bson_type_name(shl_iter_type(&a)));
                         }
                         s->on_fields[n++] = bson_strdup(bson_iter_utf8(&a, NULL));
                     }
@@ -3618,7 +3619,7 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
                     SHL_FAIL(st, 51186,
                              "$merge 'on' field  must be either a string or an array of strings, "
                              "but found %s",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
                 o->non = n;
                 o->on_given = true;
@@ -3628,7 +3629,7 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field '$merge.let' is the wrong type '%s', expected type "
                              "'object'",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
                 bson_concat(&s->merge_let, &lv);
                 s->has_merge_let = true;
@@ -3645,14 +3646,14 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
                     SHL_FAIL(st, 51191,
                              "$merge 'whenMatched' field  must be either a string or an array, "
                              "but found %s",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
             } else if (strcmp(k, "whenNotMatched") == 0) {
                 if (!BSON_ITER_HOLDS_UTF8(&it)) {
                     SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                              "BSON field '$merge.whenNotMatched' is the wrong type '%s', expected "
                              "type 'string'",
-                             shl_bson_type_name(bson_iter_type(&it)));
+                             shl_bson_type_name(shl_iter_type(&it)));
                 }
                 wnm = bson_iter_utf8(&it, NULL);
             } else {
@@ -3662,7 +3663,7 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
         }
     } else {
         SHL_FAIL(st, 51182, "$merge only supports a string or object argument, but found %s",
-                 shl_bson_type_name(bson_iter_type(&acopy)));
+                 shl_bson_type_name(shl_iter_type(&acopy)));
     }
     if (!have_into) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -3706,10 +3707,10 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status
         /* Validate the update pipeline's stages (MongoDB allows only the update stages). */
         bson_iter_t ps, f;
         bson_iter_init(&ps, &s->merge_pipe);
-        while (bson_iter_next(&ps)) {
+        while (shl_iter_next(&ps)) {
             const char *nm = "";
-            if (BSON_ITER_HOLDS_DOCUMENT(&ps) && bson_iter_recurse(&ps, &f) && bson_iter_next(&f)) {
-                nm = bson_iter_key(&f);
+            if (BSON_ITER_HOLDS_DOCUMENT(&ps) && bson_iter_recurse(&ps, &f) && shl_iter_next(&f)) {
+                nm = shl_iter_key(&f);
             }
             if (strcmp(nm, "$addFields") != 0 && strcmp(nm, "$set") != 0 &&
                 strcmp(nm, "$project") != 0 && strcmp(nm, "$unset") != 0 &&
@@ -3746,11 +3747,11 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     const char *name;
 
     if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) ||
-        !bson_iter_next(&it)) {
+        !shl_iter_next(&it)) {
         SHL_FAIL(st, 40323,
                  "A pipeline stage specification object must contain exactly one field.");
     }
-    name = bson_iter_key(&it);
+    name = shl_iter_key(&it);
     if (strcmp(name, "$match") == 0) {
         SHL_ERR(
             arg_doc(&it, &view, 15959, "the match filter must be an expression in an object", st));
@@ -3775,7 +3776,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
             bson_iter_t a;
             bson_iter_recurse(&it, &a);
-            while (bson_iter_next(&a)) {
+            while (shl_iter_next(&a)) {
                 if (!BSON_ITER_HOLDS_UTF8(&a)) {
                     SHL_FAIL(st, 31120,
                              "$unset specification must be a string or an array containing only "
@@ -3828,7 +3829,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
                   BSON_ITER_HOLDS_DOCUMENT(&it);
         if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_t d;
-            ok = bson_iter_recurse(&it, &d) && bson_iter_next(&d) && bson_iter_key(&d)[0] == '$';
+            ok = bson_iter_recurse(&it, &d) && shl_iter_next(&d) && shl_iter_key(&d)[0] == '$';
         }
         if (!ok) {
             SHL_FAIL(st, 40148,
@@ -3855,8 +3856,8 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
             bson_iter_t d;
             bson_iter_recurse(&it, &d);
-            while (bson_iter_next(&d)) {
-                const char *k = bson_iter_key(&d);
+            while (shl_iter_next(&d)) {
+                const char *k = shl_iter_key(&d);
                 if (strcmp(k, "path") == 0) {
                     if (!BSON_ITER_HOLDS_UTF8(&d)) {
                         SHL_FAIL(st, 28808, "expected a string as the path for $unwind stage");
@@ -3916,10 +3917,10 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
             SHL_ERR(arg_doc(&it, &view, 40228,
                             "expected an object as specification for $replaceRoot stage", st));
             bson_iter_init(&d, &view);
-            while (bson_iter_next(&d)) {
-                if (strcmp(bson_iter_key(&d), "newRoot") != 0) {
+            while (shl_iter_next(&d)) {
+                if (strcmp(shl_iter_key(&d), "newRoot") != 0) {
                     SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.",
-                             bson_iter_key(&d));
+                             shl_iter_key(&d));
                 }
                 root = bson_iter_value(&d);
             }
@@ -3956,12 +3957,12 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     } else if (strcmp(name, "$collStats") == 0) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
             SHL_FAIL(st, 5447000, "$collStats must take a nested object but found: %s",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         bson_iter_t f;
         bson_iter_init(&f, &view);
-        while (bson_iter_next(&f)) {
-            const char *k = bson_iter_key(&f);
+        while (shl_iter_next(&f)) {
+            const char *k = shl_iter_key(&f);
             if (strcmp(k, "count") != 0 && strcmp(k, "storageStats") != 0 &&
                 strcmp(k, "latencyStats") != 0 && strcmp(k, "queryExecStats") != 0) {
                 SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
@@ -3971,7 +3972,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field '$collStats.%s' is the wrong type '%s', expected type "
                          "'object'",
-                         k, shl_bson_type_name(bson_iter_type(&f)));
+                         k, shl_bson_type_name(shl_iter_type(&f)));
             }
         }
         s = stage_new(p, ST_DOCUMENTS, name, &it);
@@ -4020,7 +4021,7 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
         p->opts.max_memory_bytes = PIPE_DEFAULT_MAX_MEMORY;
     }
     bson_iter_init(&it, stages);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t view;
         SHL_ERR(arg_doc(&it, &view, 40323,
                         "A pipeline stage specification object must contain exactly one field.",
@@ -4111,11 +4112,11 @@ shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
         goto done;
     }
     bson_iter_init(&it, &s->merge_let);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         SHL_ERR(shl_expr_parse(bson_iter_value(&it), &e, st));
         SHL_ERR(shl_expr_evaluate(e, &ctx, &v, st));
         if (v.value_type != BSON_TYPE_EOD) {
-            query_append_value(out, bson_iter_key(&it), -1, &v);
+            query_append_value(out, shl_iter_key(&it), -1, &v);
         }
         bson_value_destroy(&v);
         v.value_type = BSON_TYPE_EOD;

@@ -6,6 +6,7 @@
  * input document's order, then computed fields (expressions, $elemMatch, positional) in
  * the specification's order, replacing in place or appending.
  */
+#include "bson/bson_iter.h"
 #include "query/projection.h"
 
 #include <string.h>
@@ -222,8 +223,8 @@ query_has_field(const bson_t *query, const char *field)
         return false;
     }
     bson_iter_init(&it, query);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] == '$') {
             if ((strcmp(k, "$and") == 0 || strcmp(k, "$or") == 0 || strcmp(k, "$nor") == 0) &&
                 BSON_ITER_HOLDS_ARRAY(&it)) {
@@ -231,7 +232,7 @@ query_has_field(const bson_t *query, const char *field)
                 bson_iter_t ai;
                 query_bson_view(bson_iter_value(&it), &arr);
                 bson_iter_init(&ai, &arr);
-                while (bson_iter_next(&ai)) {
+                while (shl_iter_next(&ai)) {
                     if (query_bson_view(bson_iter_value(&ai), &sub) &&
                         query_has_field(&sub, field)) {
                         return true;
@@ -291,14 +292,14 @@ parse_find_slice(pctx_t *ctx, const char *key, const bson_value_t *arg, pnode_t 
             SHL_FAIL(st, 31272, "$slice array argument should be of form [skip, limit]");
         }
         bson_iter_init(&it, &arr);
-        bson_iter_next(&it);
+        shl_iter_next(&it);
         skip = bson_iter_value(&it);
         if (!query_value_is_number(skip)) {
             SHL_FAIL(st, 31257, "$slice expects the skip argument to be a number, got %s",
                      shl_bson_type_name(skip->value_type));
         }
         n->skip = number_int(skip);
-        bson_iter_next(&it);
+        shl_iter_next(&it);
         limit = bson_iter_value(&it);
         if (!query_value_is_number(limit)) {
             SHL_FAIL(st, 31258, "$slice expects the limit argument to be a number, got %s",
@@ -331,9 +332,9 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
     int ret = 0;
 
     query_bson_view(v, &obj);
-    if (bson_count_keys(&obj) == 1 && bson_iter_init(&it, &obj) && bson_iter_next(&it) &&
-        bson_iter_key(&it)[0] == '$') {
-        const char *op = bson_iter_key(&it);
+    if (bson_count_keys(&obj) == 1 && bson_iter_init(&it, &obj) && shl_iter_next(&it) &&
+        shl_iter_key(&it)[0] == '$') {
+        const char *op = shl_iter_key(&it);
         const bson_value_t *arg = bson_iter_value(&it);
         if (strcmp(op, "$slice") == 0) {
             return parse_find_slice(ctx, key, arg, parent, st);
@@ -400,8 +401,8 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
     }
     full = parent_path ? bson_strdup_printf("%s.%s", parent_path, key) : bson_strdup(key);
     bson_iter_init(&it, &obj);
-    while (bson_iter_next(&it)) {
-        SHL_ERR(parse_element(ctx, bson_iter_key(&it), bson_iter_value(&it), full, sub, false, st));
+    while (shl_iter_next(&it)) {
+        SHL_ERR(parse_element(ctx, shl_iter_key(&it), bson_iter_value(&it), full, sub, false, st));
     }
 done:
     bson_free(full);
@@ -558,8 +559,8 @@ shl_projection_new(const bson_t *spec, const bson_t *query, shl_projection_t **o
     p->root = pnode_new("", 0, P_PATH);
     p->identity = bson_count_keys(spec) == 0;
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         ctx.id_specified |= strcmp(key, "_id") == 0 || strncmp(key, "_id.", 4) == 0;
         SHL_ERR(parse_element(&ctx, key, bson_iter_value(&it), NULL, p->root, true, st));
     }
@@ -668,7 +669,7 @@ append_sliced(bson_t *out, const char *key, const pnode_t *n, const bson_value_t
         count = len;
     }
     bson_iter_init(&it, &arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (i >= start && i < start + count) {
             append_array_key(&res, &k, bson_iter_value(&it));
         }
@@ -690,7 +691,7 @@ excl_array(const bson_value_t *v, const pnode_t *node, bson_t *out)
     uint32_t k = 0;
     query_bson_view(v, &arr);
     bson_iter_init(&it, &arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *e = bson_iter_value(&it);
         if (e->value_type == BSON_TYPE_DOCUMENT) {
             bson_t sub, res = BSON_INITIALIZER;
@@ -720,8 +721,8 @@ excl_doc(const bson_t *in, const pnode_t *node, bson_t *out)
 {
     bson_iter_t it;
     bson_iter_init(&it, in);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         const pnode_t *kid = pnode_find(node, key);
         if (kid == NULL || kid->kind == P_INCLUDE) {
@@ -770,7 +771,7 @@ incl_value(const bson_value_t *v, const pnode_t *node, bson_t *res, bool *is_arr
     *is_array = true;
     query_bson_view(v, &sub);
     bson_iter_init(&it, &sub);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t er = BSON_INITIALIZER;
         bool ea;
         if (incl_value(bson_iter_value(&it), node, &er, &ea)) {
@@ -789,8 +790,8 @@ incl_doc(const bson_t *in, const pnode_t *node, bson_t *out)
 {
     bson_iter_t it;
     bson_iter_init(&it, in);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         const pnode_t *kid = pnode_find(node, key);
         if (kid == NULL) {
@@ -844,7 +845,7 @@ positional_value(actx_t *ac, const bson_value_t *v, const qpath_t *p, size_t i, 
         *narrowed = true;
         query_bson_view(v, &arr);
         bson_iter_init(&it, &arr);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             if (n++ != idx) {
                 continue;
             }
@@ -943,7 +944,7 @@ compute_value(actx_t *ac, const pnode_t *kid, const bson_t *cur, bson_value_t *o
         uint32_t k = 0;
         query_bson_view(bson_iter_value(&it), &arr);
         bson_iter_init(&ai, &arr);
-        while (bson_iter_next(&ai)) {
+        while (shl_iter_next(&ai)) {
             if (n++ == d.key) {
                 append_array_key(&res, &k, bson_iter_value(&ai));
             }
@@ -982,7 +983,7 @@ compute_value(actx_t *ac, const pnode_t *kid, const bson_t *cur, bson_value_t *o
         uint32_t k = 0;
         query_bson_view(existing, &arr);
         bson_iter_init(&ai, &arr);
-        while (bson_iter_next(&ai)) {
+        while (shl_iter_next(&ai)) {
             /* Each element is handled as if it were the field's value. */
             bson_t one = BSON_INITIALIZER, oneout = BSON_INITIALIZER, h = BSON_INITIALIZER;
             bson_value_t ev;
@@ -1032,8 +1033,8 @@ computed_doc(actx_t *ac, const bson_t *cur, const pnode_t *node, bson_t *out)
     }
     if (cur != NULL) {
         bson_iter_init(&it, cur);
-        while (bson_iter_next(&it)) {
-            const char *key = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *key = shl_iter_key(&it);
             size_t i;
             for (i = 0; i < nk; i++) {
                 if (node->kids[i]->computed && strcmp(node->kids[i]->name, key) == 0) {
@@ -1111,8 +1112,8 @@ query_addfields_new(const bson_t *spec, shl_projection_t **out, shl_status_t *st
     p->root = pnode_new("", 0, P_PATH);
     p->add_fields = true;
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         n = pnode_new(key, strlen(key), P_EXPR);
         SHL_ERR(shl_expr_parse(bson_iter_value(&it), &n->expr, st));
         SHL_ERR(add_at_path(p->root, key, strlen(key), n, st));

@@ -4,6 +4,7 @@
  * empty leaf array -> undefined, arrays on the way expanded, numeric components select
  * positions), then take the smallest (ascending) or largest (descending) value.
  */
+#include "bson/bson_iter.h"
 #include "query/sort.h"
 
 #include <stdlib.h>
@@ -62,8 +63,8 @@ shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t 
     *out = NULL;
     p->fields = bson_malloc0((bson_count_keys(spec) + 1) * sizeof(sort_field_t));
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         int64_t dir;
 
@@ -71,8 +72,8 @@ shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t 
             bson_t obj;
             bson_iter_t mi;
             query_bson_view(v, &obj);
-            if (!bson_iter_init(&mi, &obj) || !bson_iter_next(&mi) ||
-                strcmp(bson_iter_key(&mi), "$meta") != 0) {
+            if (!bson_iter_init(&mi, &obj) || !shl_iter_next(&mi) ||
+                strcmp(shl_iter_key(&mi), "$meta") != 0) {
                 SHL_FAIL(st, QC_SORT_META_ONLY,
                          "$meta is the only expression supported by $sort right now");
             }
@@ -186,7 +187,7 @@ keys_from_value(keysel_t *ks, const bson_value_t *v, const qpath_t *p, size_t i)
                 return;
             }
             bson_iter_init(&it, &view);
-            while (bson_iter_next(&it)) {
+            while (shl_iter_next(&it)) {
                 offer(ks, bson_iter_value(&it));
             }
             return;
@@ -211,7 +212,7 @@ keys_from_value(keysel_t *ks, const bson_value_t *v, const qpath_t *p, size_t i)
             return;
         }
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             const bson_value_t *e = bson_iter_value(&it);
             if (e->value_type == BSON_TYPE_DOCUMENT) {
                 bson_t sub;
@@ -260,7 +261,7 @@ shl_sort_key_compare(const shl_sort_pattern_t *p, const bson_t *a, const bson_t 
     size_t i = 0;
     bson_iter_init(&ia, a);
     bson_iter_init(&ib, b);
-    while (bson_iter_next(&ia) && bson_iter_next(&ib) && i < p->n) {
+    while (shl_iter_next(&ia) && shl_iter_next(&ib) && i < p->n) {
         int c = shl_bson_iter_compare(&ia, &ib);
         if (c != 0) {
             return p->fields[i].dir > 0 ? c : -c;

@@ -7,6 +7,7 @@
  * fields where the operator does. Replacements and pipelines produce a whole new document
  * whose _id must not change.
  */
+#include "bson/bson_iter.h"
 #include "query/update.h"
 
 #include <math.h>
@@ -338,8 +339,8 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
 
     query_bson_view(arg, &obj);
     bson_iter_init(&it, &obj);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         if (strcmp(k, "$each") == 0) {
             if (v->value_type != BSON_TYPE_ARRAY) {
@@ -398,7 +399,7 @@ parse_each_modifiers(unode_t *leaf, const bson_value_t *arg, bool is_push, shl_s
                              "a set of fields.");
                 }
                 bson_iter_init(&si, &spec);
-                while (bson_iter_next(&si)) {
+                while (shl_iter_next(&si)) {
                     double d = BSON_ITER_HOLDS_NUMBER(&si) ? bson_iter_as_double(&si) : 0;
                     if (d != 1 && d != -1) {
                         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -486,8 +487,8 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path, cons
             bson_iter_t it;
             query_bson_view(arg, &obj);
             bson_iter_init(&it, &obj);
-            if (bson_count_keys(&obj) != 1 || !bson_iter_next(&it) ||
-                strcmp(bson_iter_key(&it), "$type") != 0) {
+            if (bson_count_keys(&obj) != 1 || !shl_iter_next(&it) ||
+                strcmp(shl_iter_key(&it), "$type") != 0) {
                 js = query_value_to_json(arg);
                 ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
                                      "The only valid field of the option is '$type': %s: %s", path,
@@ -527,8 +528,8 @@ parse_leaf(shl_update_t *u, uop_t op, const char *opname, const char *path, cons
             bool op_first = false;
             if (arg->value_type == BSON_TYPE_DOCUMENT) {
                 query_bson_view(arg, &obj);
-                if (bson_iter_init(&it, &obj) && bson_iter_next(&it)) {
-                    const char *k = bson_iter_key(&it);
+                if (bson_iter_init(&it, &obj) && shl_iter_next(&it)) {
+                    const char *k = shl_iter_key(&it);
                     op_first = k[0] == '$' && strcmp(k, "$and") != 0 && strcmp(k, "$or") != 0 &&
                                strcmp(k, "$nor") != 0 && strcmp(k, "$expr") != 0 &&
                                strcmp(k, "$comment") != 0;
@@ -624,8 +625,8 @@ parse_operators(shl_update_t *u, const bson_t *spec, shl_status_t *st)
 
     u->root = unode_new(UN_OBJECT, "");
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *opname = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *opname = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         bson_t args;
         int op = -1;
@@ -656,8 +657,8 @@ parse_operators(shl_update_t *u, const bson_t *spec, shl_status_t *st)
                      opname, opname);
         }
         bson_iter_init(&fi, &args);
-        while (bson_iter_next(&fi)) {
-            SHL_ERR(parse_leaf(u, (uop_t)op, opname, bson_iter_key(&fi), bson_iter_value(&fi), st));
+        while (shl_iter_next(&fi)) {
+            SHL_ERR(parse_leaf(u, (uop_t)op, opname, shl_iter_key(&fi), bson_iter_value(&fi), st));
         }
     }
     unode_sort(u->root);
@@ -671,8 +672,8 @@ parse_replacement(const bson_t *spec, shl_status_t *st)
     bson_iter_t it;
     int ret = 0;
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] == '$') {
             SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
                      "The dollar ($) prefixed field '%s' in '%s' is not allowed in the context of "
@@ -694,7 +695,7 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
 
     u->stages = bson_malloc0((cap + 1) * sizeof(pstage_t));
     bson_iter_init(&it, arr);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t stage, spec;
         pstage_t *ps = &u->stages[u->nstages];
         const char *name;
@@ -711,8 +712,8 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
                      "field.");
         }
         bson_iter_init(&si, &stage);
-        bson_iter_next(&si);
-        name = bson_iter_key(&si);
+        shl_iter_next(&si);
+        name = shl_iter_key(&si);
         v = bson_iter_value(&si);
         ps->name = name;
         if (strcmp(name, "$set") == 0 || strcmp(name, "$addFields") == 0) {
@@ -733,7 +734,7 @@ parse_pipeline(shl_update_t *u, const bson_t *arr, shl_status_t *st)
                     bson_iter_t ai;
                     query_bson_view(v, &spec);
                     bson_iter_init(&ai, &spec);
-                    while (bson_iter_next(&ai)) {
+                    while (shl_iter_next(&ai)) {
                         if (!BSON_ITER_HOLDS_UTF8(&ai)) {
                             bson_destroy(&proj);
                             SHL_FAIL(st, 31120,
@@ -818,7 +819,7 @@ parse_filters(shl_update_t *u, const bson_t *array_filters, shl_status_t *st)
 
     u->filters = bson_malloc0((cap + 1) * sizeof(afilter_t));
     bson_iter_init(&it, array_filters);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t f;
         shl_matcher_t *m = NULL;
         const char *ph;
@@ -895,7 +896,7 @@ shl_update_new(const bson_value_t *uv, const bson_t *array_filters, shl_update_t
                      "arrayFilters may not be specified for pipeline-style updates");
         }
         SHL_ERR(parse_pipeline(u, &spec, st));
-    } else if (bson_iter_init(&it, &spec) && bson_iter_next(&it) && bson_iter_key(&it)[0] == '$') {
+    } else if (bson_iter_init(&it, &spec) && shl_iter_next(&it) && shl_iter_key(&it)[0] == '$') {
         u->kind = SHL_UPDATE_OPERATORS;
         SHL_ERR(parse_operators(u, &spec, st));
     } else {
@@ -1259,7 +1260,7 @@ push_into(const unode_t *leaf, mv_t *arr)
         mv_insert(arr, pos, NULL, mv_scalar(&leaf->arg));
     } else {
         bson_iter_init(&it, &view);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             mv_insert(arr, pos++, NULL, mv_scalar(bson_iter_value(&it)));
         }
     }
@@ -1301,7 +1302,7 @@ add_to_set_into(const unode_t *leaf, mv_t *arr)
         return;
     }
     bson_iter_init(&it, &view);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const bson_value_t *v = bson_iter_value(&it);
         bool found = false;
         for (size_t i = 0; i < arr->n && !found; i++) {
@@ -1576,7 +1577,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
                 bson_iter_t it;
                 query_bson_view(&leaf->arg, &vals);
                 bson_iter_init(&it, &vals);
-                while (!m && bson_iter_next(&it)) {
+                while (!m && shl_iter_next(&it)) {
                     m = mv_compare_value(old->kids[i - 1], bson_iter_value(&it)) == 0;
                 }
             }
@@ -1714,14 +1715,14 @@ validate_storage(const bson_t *doc, shl_status_t *st)
                  QUERY_MAX_USER_DOC_SIZE);
     }
     bson_iter_init(&it, doc);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] == '$') {
             SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
                      "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", k, k);
         }
         if (strcmp(k, "_id") == 0) {
-            bson_type_t t = bson_iter_type(&it);
+            bson_type_t t = shl_iter_type(&it);
             if (t == BSON_TYPE_ARRAY || t == BSON_TYPE_REGEX || t == BSON_TYPE_UNDEFINED) {
                 SHL_FAIL(st, SHL_CODE_INVALID_ID_FIELD, "The '_id' value cannot be of type %s",
                          shl_bson_type_name(t));
@@ -1948,8 +1949,8 @@ shl_update_upsert_doc(const shl_update_t *u, const shl_matcher_t *query,
             goto done;
         }
         bson_iter_init(&it, &eq);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (u->kind == SHL_UPDATE_REPLACEMENT && strcmp(k, "_id") != 0) {
                 continue;
             }
@@ -1979,9 +1980,9 @@ shl_update_upsert_doc(const shl_update_t *u, const shl_matcher_t *query,
         bson_append_oid(out, "_id", 3, &oid);
     }
     bson_iter_init(&it, &applied);
-    while (bson_iter_next(&it)) {
-        if (strcmp(bson_iter_key(&it), "_id") != 0) {
-            bson_append_value(out, bson_iter_key(&it), -1, bson_iter_value(&it));
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "_id") != 0) {
+            bson_append_value(out, shl_iter_key(&it), -1, bson_iter_value(&it));
         }
     }
     SHL_ERR(validate_storage(out, st));

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 
@@ -36,11 +37,11 @@ forward_renamed(shl_op_ctx_t *op, const bson_t *cmd, const char *name, bson_t *r
     int ret = 0;
 
     if (bson_iter_init(&it, cmd)) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             if (first) {
                 bson_append_value(&fwd, name, -1, bson_iter_value(&it));
                 first = false;
-            } else if (!is_dropped_field(bson_iter_key(&it))) {
+            } else if (!is_dropped_field(shl_iter_key(&it))) {
                 bson_append_iter(&fwd, NULL, 0, &it);
             }
         }
@@ -62,7 +63,7 @@ ns_arg(const bson_t *cmd, const char **ns, shl_status_t *st)
     int ret = 0;
 
     *ns = NULL;
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "the namespace must be of type string");
     }
     *ns = bson_iter_utf8(&it, NULL);
@@ -100,7 +101,7 @@ cmd_enable_sharding(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     bson_iter_t it;
     int ret = 0;
 
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'enableSharding' must be of type string");
     }
     SHL_ERR(forward_renamed(op, cmd, "_configsvrCreateDatabase", &ignored, st));
@@ -171,9 +172,9 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
     SHL_ERR(ns_arg(cmd, &ns, st));
     BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    shl_iter_next(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (is_dropped_field(k)) {
             continue;
         }
@@ -260,7 +261,7 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     bson_iter_t it;
     int ret = 0;
 
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'movePrimary' must be of type string");
     }
     if (!bson_has_field(cmd, "to")) {
@@ -280,7 +281,7 @@ cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     bson_iter_t it;
     (void)st;
 
-    if (bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)) {
+    if (bson_iter_init(&it, cmd) && shl_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)) {
         const char *what = bson_iter_utf8(&it, NULL);
         if (strchr(what, '.') != NULL) {
             shl_catalog_cache_invalidate_collection(r->cache, what);

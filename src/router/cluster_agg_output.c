@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command.h"
 #include "router/cluster_routing.h"
@@ -52,8 +53,8 @@ run_command_ex(shl_op_ctx_t *op, bool cleanup, const char *db, const bson_t *cmd
 
     bson_init(reply);
     bson_iter_init(&it, cmd);
-    bson_iter_next(&it);
-    name = bson_iter_key(&it);
+    shl_iter_next(&it);
+    name = shl_iter_key(&it);
     c = shl_command_registry_find(op->svc->commands, name);
     SHL_INVARIANT(c != NULL);
     bson_concat(&full, cmd);
@@ -168,7 +169,7 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
              rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "create", w->tmp);
-    if (first_batch(&reply, &batch) && bson_iter_init(&it, &batch) && bson_iter_next(&it) &&
+    if (first_batch(&reply, &batch) && bson_iter_init(&it, &batch) && shl_iter_next(&it) &&
         BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_t info, opts;
         iter_doc(&it, &info);
@@ -181,8 +182,8 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
             bson_iter_t o;
             iter_doc(&f, &opts);
             bson_iter_init(&o, &opts);
-            while (bson_iter_next(&o)) {
-                const char *k = bson_iter_key(&o);
+            while (shl_iter_next(&o)) {
+                const char *k = shl_iter_key(&o);
                 if (strcmp(k, "capped") == 0 && bson_iter_as_bool(&o)) {
                     SHL_FAIL(st, 17152, "namespace '%s' is capped so it can't be used for $out",
                              w->target.full);
@@ -202,7 +203,7 @@ out_begin(router_agg_out_t *w, shl_status_t *st)
     BSON_APPEND_UTF8(&cmd, "createIndexes", w->tmp);
     BSON_APPEND_ARRAY_BEGIN(&cmd, "indexes", &arr);
     bson_iter_init(&it, &specs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t spec, copy = BSON_INITIALIZER;
         char key[16];
         const char *kp;
@@ -245,7 +246,7 @@ insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, shl_statu
     int ret = 0;
 
     bson_iter_init(&it, docs);
-    more = bson_iter_next(&it);
+    more = shl_iter_next(&it);
     while (more) {
         uint32_t n = 0;
         bson_reinit(&cmd);
@@ -260,7 +261,7 @@ insert_docs(router_agg_out_t *w, const char *coll, const bson_t *docs, shl_statu
             const char *kp;
             bson_uint32_to_string(n++, &kp, key, sizeof(key));
             bson_append_iter(&arr, kp, -1, &it);
-            more = bson_iter_next(&it);
+            more = shl_iter_next(&it);
         }
         bson_append_array_end(&cmd, &arr);
         bson_destroy(&reply);
@@ -307,10 +308,10 @@ index_supports_on(const bson_t *spec, char **on, size_t non)
         !bson_iter_recurse(&it, &k)) {
         return false;
     }
-    while (bson_iter_next(&k)) {
+    while (shl_iter_next(&k)) {
         bool found = false;
         for (size_t i = 0; i < non; i++) {
-            found = found || strcmp(on[i], bson_iter_key(&k)) == 0;
+            found = found || strcmp(on[i], shl_iter_key(&k)) == 0;
         }
         if (!found || BSON_ITER_HOLDS_UTF8(&k)) { /* hashed, text, ... are not unique keys */
             return false;
@@ -383,7 +384,7 @@ merge_begin(router_agg_out_t *w, shl_status_t *st)
         bson_destroy(&specs);
         SHL_ERR(list_indexes(w, &specs, st));
         bson_iter_init(&it, &specs);
-        while (!supported && bson_iter_next(&it)) {
+        while (!supported && shl_iter_next(&it)) {
             bson_t spec;
             if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 iter_doc(&it, &spec);
@@ -548,7 +549,7 @@ merge_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st)
     bson_init(&q);
     start_updates(w, &cmd, &arr);
     bson_iter_init(&it, docs);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bson_t in;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
             continue;

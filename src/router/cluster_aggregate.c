@@ -14,6 +14,7 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/service.h"
@@ -138,8 +139,8 @@ split_group(const bson_t *spec, bson_t *partial, bson_t *merge, char ***avg_fiel
 
     *avg_fields = NULL;
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *f = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *f = shl_iter_key(&it);
         const char *op;
         const bson_value_t *e;
         char nname[SHL_NS_MAX + 32];
@@ -150,10 +151,10 @@ split_group(const bson_t *spec, bson_t *partial, bson_t *merge, char ***avg_fiel
             continue;
         }
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &acc) ||
-            !bson_iter_next(&acc)) {
+            !shl_iter_next(&acc)) {
             return false;
         }
-        op = bson_iter_key(&acc);
+        op = shl_iter_key(&acc);
         e = bson_iter_value(&acc);
         if (strcmp(op, "$sum") == 0 || strcmp(op, "$count") == 0) {
             bson_t pf;
@@ -206,9 +207,9 @@ list_stages(const bson_t *pipeline, stage_ref_t **out)
 
     *out = bson_malloc0(cap * sizeof(**out));
     bson_iter_init(&it, pipeline);
-    while (bson_iter_next(&it)) {
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &s) && bson_iter_next(&s)) {
-            (*out)[n].name = bson_iter_key(&s);
+    while (shl_iter_next(&it)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &s) && shl_iter_next(&s)) {
+            (*out)[n].name = shl_iter_key(&s);
             (*out)[n].v = *bson_iter_value(&s);
             n++;
         }
@@ -418,7 +419,7 @@ cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'aggregate.cursor' is the wrong type '%s', expected type 'object'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_iter_recurse(&it, &sub);
     if (bson_iter_find(&sub, "batchSize")) {
@@ -426,7 +427,7 @@ cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'cursor.batchSize' is the wrong type '%s', expected types "
                      "'[long, int, decimal, double]'",
-                     shl_bson_type_name(bson_iter_type(&sub)));
+                     shl_bson_type_name(shl_iter_type(&sub)));
         }
         *out = bson_iter_as_int64(&sub);
         if (*out < 0) {
@@ -450,7 +451,7 @@ merger_part(const agg_plan_t *p, bson_t *out)
     bson_init(out);
     for (size_t k = 0; k < 2; k++) {
         bson_iter_init(&it, parts[k]);
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             char key[16];
             const char *kp;
             bson_uint32_to_string(nm++, &kp, key, sizeof(key));
@@ -585,9 +586,9 @@ static bool
 first_stage_is(const bson_t *pipeline, const char *name)
 {
     bson_iter_t it, stage;
-    return bson_iter_init(&it, pipeline) && bson_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-           bson_iter_recurse(&it, &stage) && bson_iter_next(&stage) &&
-           strcmp(bson_iter_key(&stage), name) == 0;
+    return bson_iter_init(&it, pipeline) && shl_iter_next(&it) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           bson_iter_recurse(&it, &stage) && shl_iter_next(&stage) &&
+           strcmp(shl_iter_key(&stage), name) == 0;
 }
 
 /* The documents of config.collections (the sharded collections), read through this router. */
@@ -604,7 +605,7 @@ sharded_namespaces(shl_op_ctx_t *op, bson_t *reply, bson_t **docs)
     shl_service_run_command(op->svc, NULL, &cmd, "config", reply);
     if (bson_iter_init_find(&it, reply, "cursor") && bson_iter_recurse(&it, &cur) &&
         bson_iter_find(&cur, "firstBatch") && bson_iter_recurse(&cur, &batch)) {
-        while (bson_iter_next(&batch)) {
+        while (shl_iter_next(&batch)) {
             const uint8_t *data;
             uint32_t len;
             if (!BSON_ITER_HOLDS_DOCUMENT(&batch)) {
@@ -649,7 +650,7 @@ append_distribution(shl_op_ctx_t *op, const char *ns, const char *key, bson_t *o
         BSON_APPEND_DOCUMENT_BEGIN(out, key, &doc);
         BSON_APPEND_UTF8(&doc, "ns", ns);
         BSON_APPEND_ARRAY_BEGIN(&doc, "shards", &arr);
-        while (bson_iter_next(&shards)) {
+        while (shl_iter_next(&shards)) {
             bson_iter_t f;
             int64_t count = 0, orphans = 0, avg = 0;
             char k[16];
@@ -658,8 +659,8 @@ append_distribution(shl_op_ctx_t *op, const char *ns, const char *key, bson_t *o
             if (!bson_iter_recurse(&shards, &f)) {
                 continue;
             }
-            while (bson_iter_next(&f)) {
-                const char *fk = bson_iter_key(&f);
+            while (shl_iter_next(&f)) {
+                const char *fk = shl_iter_key(&f);
                 int64_t v = BSON_ITER_HOLDS_NUMBER(&f) ? bson_iter_as_int64(&f) : 0;
                 if (strcmp(fk, "count") == 0) {
                     count = v;
@@ -672,7 +673,7 @@ append_distribution(shl_op_ctx_t *op, const char *ns, const char *key, bson_t *o
             orphans = orphans > count ? count : orphans;
             bson_uint32_to_string(i++, &kp, k, sizeof(k));
             BSON_APPEND_DOCUMENT_BEGIN(&arr, kp, &e);
-            BSON_APPEND_UTF8(&e, "shardName", bson_iter_key(&shards));
+            BSON_APPEND_UTF8(&e, "shardName", shl_iter_key(&shards));
             BSON_APPEND_INT64(&e, "numOrphanedDocs", orphans);
             BSON_APPEND_INT64(&e, "numOwnedDocuments", count - orphans);
             BSON_APPEND_INT64(&e, "ownedSizeBytes", (count - orphans) * avg);
@@ -707,25 +708,25 @@ sharded_data_distribution(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pip
     uint32_t ndocs = 0, k = 0;
 
     bson_iter_init(&it, pipeline);
-    bson_iter_next(&it);
+    shl_iter_next(&it);
     if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
-        !bson_iter_next(&stage) || !BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+        !shl_iter_next(&stage) || !BSON_ITER_HOLDS_DOCUMENT(&stage)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "The $shardedDataDistribution stage specification must be an object");
     }
     {
         bson_iter_t spec;
-        if (bson_iter_recurse(&stage, &spec) && bson_iter_next(&spec)) {
+        if (bson_iter_recurse(&stage, &spec) && shl_iter_next(&spec)) {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                      "BSON field '$shardedDataDistribution.%s' is an unknown field.",
-                     bson_iter_key(&spec));
+                     shl_iter_key(&spec));
         }
     }
     n = sharded_namespaces(op, &coll_reply, &colls);
     /* The same command, its pipeline's first stage replaced by $documents of the result. */
     bson_iter_init(&it, cmd);
-    while (bson_iter_next(&it)) {
-        const char *key = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *key = shl_iter_key(&it);
         if (strcmp(key, "pipeline") != 0) {
             bson_append_iter(&fwd, NULL, 0, &it);
             continue;
@@ -747,8 +748,8 @@ sharded_data_distribution(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pip
         bson_append_document_end(&arr, &src);
         /* the stages after $shardedDataDistribution */
         bson_iter_recurse(&it, &stage);
-        bson_iter_next(&stage);
-        while (bson_iter_next(&stage)) {
+        shl_iter_next(&stage);
+        while (shl_iter_next(&stage)) {
             char key_buf[16];
             const char *kp;
             bson_uint32_to_string(++k, &kp, key_buf, sizeof(key_buf));
@@ -779,14 +780,14 @@ find_foreign(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
     if (depth > 20 || !bson_iter_init(&it, pipeline)) {
         return;
     }
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         const char *name, *from = NULL;
         bson_t view;
         if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &stage) ||
-            !bson_iter_next(&stage)) {
+            !shl_iter_next(&stage)) {
             continue;
         }
-        name = bson_iter_key(&stage);
+        name = shl_iter_key(&stage);
         if (strcmp(name, "$lookup") != 0 && strcmp(name, "$unionWith") != 0 &&
             strcmp(name, "$graphLookup") != 0 && strcmp(name, "$facet") != 0) {
             continue;
@@ -794,8 +795,8 @@ find_foreign(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
         if (BSON_ITER_HOLDS_UTF8(&stage)) {
             from = bson_iter_utf8(&stage, NULL); /* {$unionWith: "coll"} */
         } else if (BSON_ITER_HOLDS_DOCUMENT(&stage) && bson_iter_recurse(&stage, &arg)) {
-            while (bson_iter_next(&arg)) {
-                const char *k = bson_iter_key(&arg);
+            while (shl_iter_next(&arg)) {
+                const char *k = shl_iter_key(&arg);
                 bson_iter_t sub;
                 if ((strcmp(k, "from") == 0 || strcmp(k, "coll") == 0) &&
                     BSON_ITER_HOLDS_UTF8(&arg)) {
@@ -962,9 +963,9 @@ install_env(shl_router_t *r, const char *db, const bson_t *cmd, shl_router_curso
     e->owner = c;
     bson_init(&e->generic);
     if (bson_iter_init(&it, cmd)) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             for (size_t i = 0; pass[i] != NULL; i++) {
-                if (strcmp(bson_iter_key(&it), pass[i]) == 0) {
+                if (strcmp(shl_iter_key(&it), pass[i]) == 0) {
                     bson_append_iter(&e->generic, NULL, 0, &it);
                 }
             }
@@ -1029,7 +1030,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     bson_init(&p.merge_a);
     bson_init(&p.merge_b);
     p.cmd = cmd;
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "invalid aggregate command");
     }
     if (!BSON_ITER_HOLDS_UTF8(&it)) {
@@ -1102,7 +1103,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     bson_destroy(&p.merge_a);
     bson_destroy(&p.merge_b);
     split_pipeline(&p);
-    if (bson_iter_init(&first, &p.pipeline) && bson_iter_next(&first) &&
+    if (bson_iter_init(&first, &p.pipeline) && shl_iter_next(&first) &&
         BSON_ITER_HOLDS_DOCUMENT(&first)) {
         bson_t stage;
         bson_iter_t m;

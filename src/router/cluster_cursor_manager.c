@@ -3,6 +3,7 @@
  * shards' batches, global skip/limit/projection, an aggregation's merge part, getMore to
  * the shards as buffers drain) and the manager that keeps them between getMores.
  */
+#include "bson/bson_iter.h"
 #include "router/cluster_cursor_manager.h"
 
 #include <pthread.h>
@@ -70,11 +71,11 @@ take_batch(shl_router_remote_t *rem, const bson_t *reply, const char *key, shl_s
         return shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                               "a shard's reply has no cursor document");
     }
-    while (bson_iter_next(&cur)) {
-        if (strcmp(bson_iter_key(&cur), "id") == 0 && BSON_ITER_HOLDS_NUMBER(&cur)) {
+    while (shl_iter_next(&cur)) {
+        if (strcmp(shl_iter_key(&cur), "id") == 0 && BSON_ITER_HOLDS_NUMBER(&cur)) {
             rem->cursor_id = bson_iter_as_int64(&cur);
             have_id = true;
-        } else if (strcmp(bson_iter_key(&cur), key) == 0 && BSON_ITER_HOLDS_ARRAY(&cur)) {
+        } else if (strcmp(shl_iter_key(&cur), key) == 0 && BSON_ITER_HOLDS_ARRAY(&cur)) {
             const uint8_t *data;
             uint32_t len;
             bson_iter_array(&cur, &len, &data);
@@ -126,7 +127,7 @@ load_head(shl_router_remote_t *rem)
     if (rem->batch == NULL) {
         return false;
     }
-    while (bson_iter_next(&rem->it)) {
+    while (shl_iter_next(&rem->it)) {
         const uint8_t *data;
         uint32_t len;
         if (!BSON_ITER_HOLDS_DOCUMENT(&rem->it)) {
@@ -300,8 +301,8 @@ fixup_next(void *arg, const bson_t **doc, shl_status_t *st)
     }
     bson_reinit(&c->fixed);
     bson_iter_init(&it, in);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         bool is_avg = false;
         if (strncmp(k, "__shl_avgn_", 11) == 0) {
             continue;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "query/matcher.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -47,8 +48,8 @@ copy_passthrough(const bson_t *cmd, bson_t *out)
     if (!bson_iter_init(&it, cmd)) {
         return;
     }
-    while (bson_iter_next(&it)) {
-        if (!is_router_field(bson_iter_key(&it))) {
+    while (shl_iter_next(&it)) {
+        if (!is_router_field(shl_iter_key(&it))) {
             bson_append_iter(out, NULL, 0, &it);
         }
     }
@@ -62,7 +63,7 @@ coll_ns(shl_op_ctx_t *op, const bson_t *cmd, char *ns, size_t n, shl_status_t *s
     shl_ns_t parsed;
     int ret = 0;
 
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
     }
     snprintf(ns, n, "%s.%s", op->db, bson_iter_utf8(&it, NULL));
@@ -403,8 +404,8 @@ drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "shard %s replied without a cursor", shard);
         }
         id = 0;
-        while (bson_iter_next(&cur)) {
-            const char *k = bson_iter_key(&cur);
+        while (shl_iter_next(&cur)) {
+            const char *k = shl_iter_key(&cur);
             if (strcmp(k, "id") == 0) {
                 id = bson_iter_as_int64(&cur);
             } else if (strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&cur) && is_first) {
@@ -415,7 +416,7 @@ drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *
                        BSON_ITER_HOLDS_ARRAY(&cur)) {
                 bson_iter_t docs;
                 bson_iter_recurse(&cur, &docs);
-                while (bson_iter_next(&docs)) {
+                while (shl_iter_next(&docs)) {
                     char key[16];
                     const char *ks;
                     bson_uint32_to_string((*count)++, &ks, key, sizeof(key));
@@ -599,7 +600,7 @@ fold_databases(const bson_t *reply, const char *shard, bool only_internal, db_en
         !bson_iter_recurse(&it, &dbs)) {
         return;
     }
-    while (bson_iter_next(&dbs)) {
+    while (shl_iter_next(&dbs)) {
         const char *name = NULL;
         int64_t size = 0;
         bool empty = true, internal;
@@ -607,8 +608,8 @@ fold_databases(const bson_t *reply, const char *shard, bool only_internal, db_en
         if (!BSON_ITER_HOLDS_DOCUMENT(&dbs) || !bson_iter_recurse(&dbs, &f)) {
             continue;
         }
-        while (bson_iter_next(&f)) {
-            const char *k = bson_iter_key(&f);
+        while (shl_iter_next(&f)) {
+            const char *k = shl_iter_key(&f);
             if (strcmp(k, "name") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                 name = bson_iter_utf8(&f, NULL);
             } else if (strcmp(k, "sizeOnDisk") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
@@ -801,7 +802,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     memset(&to, 0, sizeof(to));
     memset(&req, 0, sizeof(req));
     bson_init(&req.cmd);
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'renameCollection' must be of type string");
     }
     src = bson_iter_utf8(&it, NULL);

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/str.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "router/router_commands.h"
@@ -57,8 +58,8 @@ router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out)
     /* One pass: the command's own fields now, the generic arguments the shard should see
      * after them (as shl_router_append_generic would add them, in their order). */
     if (bson_iter_init(&it, cmd)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (shl_router_generic_passes(k)) {
                 if (ndeferred < COPY_DEFER_MAX) {
                     deferred[ndeferred++].it = it;
@@ -213,14 +214,14 @@ done:
 static int
 nonneg_iter(const bson_t *cmd, const bson_iter_t *it, int64_t *out, shl_status_t *st)
 {
-    const char *field = bson_iter_key(it);
+    const char *field = shl_iter_key(it);
     int ret = 0;
 
     *out = 0;
     if (!BSON_ITER_HOLDS_NUMBER(it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s' is the wrong type '%s', expected type 'long'",
-                 shl_cmd_name(cmd), field, shl_bson_type_name(bson_iter_type(it)));
+                 shl_cmd_name(cmd), field, shl_bson_type_name(shl_iter_type(it)));
     }
     *out = bson_iter_as_int64(it);
     if (*out < 0) {
@@ -347,8 +348,8 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
     if (a->sorted) {
         /* {$natural: 1} is an order each shard applies itself: nothing to merge on. */
         bson_iter_t it;
-        a->sorted = !(bson_iter_init(&it, &a->sort) && bson_iter_next(&it) &&
-                      strcmp(bson_iter_key(&it), "$natural") == 0);
+        a->sorted = !(bson_iter_init(&it, &a->sort) && shl_iter_next(&it) &&
+                      strcmp(shl_iter_key(&it), "$natural") == 0);
     }
 done:
     return ret;
@@ -407,8 +408,8 @@ single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *re
         return false;
     }
     /* The same fields, and the same last-one-wins reading, as take_batch. */
-    while (bson_iter_next(&cur)) {
-        const char *k = bson_iter_key(&cur);
+    while (shl_iter_next(&cur)) {
+        const char *k = shl_iter_key(&cur);
         if (strcmp(k, "id") == 0 && BSON_ITER_HOLDS_NUMBER(&cur)) {
             id = bson_iter_as_int64(&cur);
             have_id = true;
@@ -429,7 +430,7 @@ single_exhausted_batch(const find_args_t *a, const shl_router_shard_result_t *re
     if (a->limit > 0 && a->limit < max_docs) {
         max_docs = a->limit;
     }
-    while (fits && bson_iter_next(&docs)) {
+    while (fits && shl_iter_next(&docs)) {
         fits = BSON_ITER_HOLDS_DOCUMENT(&docs) && ++ndocs <= max_docs;
     }
     return fits && (uint64_t)len + 32 <= SHL_ROUTER_CURSOR_MAX_BATCH_BYTES;
@@ -534,10 +535,10 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     int ret = 0;
 
     SHL_ERR(shl_cmd_check_fields(cmd, getmore_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_INT64(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'getMore.getMore' is the wrong type '%s', expected type 'long'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     id = bson_iter_int64(&it);
     SHL_ERR(shl_cmd_get_string(cmd, "collection", &coll, &found, st));
@@ -615,7 +616,7 @@ parse_count(const bson_t *cmd, count_args_t *a, shl_status_t *st)
         if (!BSON_ITER_HOLDS_NUMBER(&it)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field 'count.limit' is the wrong type '%s', expected type 'long'",
-                     shl_bson_type_name(bson_iter_type(&it)));
+                     shl_bson_type_name(shl_iter_type(&it)));
         }
         /* A negative limit counts like its absolute value. */
         a->limit = bson_iter_as_int64(&it);
@@ -765,7 +766,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
             !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &v)) {
             continue;
         }
-        while (bson_iter_next(&v)) {
+        while (shl_iter_next(&v)) {
             if (nvals == cap) {
                 cap = cap ? cap * 2 : 64;
                 vals = bson_realloc(vals, cap * sizeof(*vals));
@@ -1002,10 +1003,10 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     memset(&e, 0, sizeof(e));
     e.verbosity = "allPlansExecution";
     SHL_ERR(shl_cmd_check_fields(cmd, explain_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'explain.explain' is the wrong type '%s', expected type 'object'",
-                 shl_bson_type_name(bson_iter_type(&it)));
+                 shl_bson_type_name(shl_iter_type(&it)));
     }
     SHL_ERR(shl_cmd_get_doc(cmd, "explain", &inner, &found, st));
     SHL_ERR(shl_cmd_get_string(cmd, "verbosity", &e.verbosity, &found, st));

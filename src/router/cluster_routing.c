@@ -2,6 +2,7 @@
  * cluster_routing.c -- see cluster_routing.h: routing lookups, targeting, versions, sending,
  * and the stale-version retry loop every routed command shares.
  */
+#include "bson/bson_iter.h"
 #include "router/cluster_routing.h"
 
 #include <string.h>
@@ -176,14 +177,14 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
         bson_iter_find(&ops, "$in") && BSON_ITER_HOLDS_ARRAY(&ops)) {
         return false; /* TODO(6): $in over a key with a later hashed field */
     }
-    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &ops) && bson_iter_next(&ops) &&
-        bson_iter_key(&ops)[0] == '$') {
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &ops) && shl_iter_next(&ops) &&
+        shl_iter_key(&ops)[0] == '$') {
         const bson_value_t *lo = NULL, *hi = NULL;
         bson_value_t lo_v, hi_v;
         bson_t min, max;
         bson_iter_recurse(&it, &ops);
-        while (bson_iter_next(&ops)) {
-            const char *op = bson_iter_key(&ops);
+        while (shl_iter_next(&ops)) {
+            const char *op = shl_iter_key(&ops);
             if (strcmp(op, "$gt") == 0 || strcmp(op, "$gte") == 0) {
                 lo_v = *bson_iter_value(&ops);
                 lo = &lo_v;
@@ -197,7 +198,7 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
             } else if (strcmp(op, "$in") == 0 && BSON_ITER_HOLDS_ARRAY(&ops)) {
                 bson_iter_t vals;
                 bson_iter_recurse(&ops, &vals);
-                while (bson_iter_next(&vals)) {
+                while (shl_iter_next(&vals)) {
                     if (BSON_ITER_HOLDS_ARRAY(&vals) || BSON_ITER_HOLDS_REGEX(&vals)) {
                         return false;
                     }
@@ -249,7 +250,7 @@ shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
         all = true;
     } else if (shl_bson_iter_find_key(&it, filter, "$or") && BSON_ITER_HOLDS_ARRAY(&it) &&
                bson_count_keys(filter) == 1 && bson_iter_recurse(&it, &branches)) {
-        while (!all && bson_iter_next(&branches)) {
+        while (!all && shl_iter_next(&branches)) {
             const uint8_t *data;
             uint32_t len;
             bson_t branch;
@@ -339,8 +340,8 @@ shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd)
     if (!bson_iter_init(&it, user_cmd)) {
         return;
     }
-    while (bson_iter_next(&it)) {
-        if (shl_router_generic_passes(bson_iter_key(&it))) {
+    while (shl_iter_next(&it)) {
+        if (shl_router_generic_passes(shl_iter_key(&it))) {
             bson_append_iter(cmd, NULL, 0, &it);
         }
     }
@@ -588,10 +589,10 @@ shl_router_copy_reply_fields(const bson_t *from, bson_t *to)
     if (!bson_iter_init(&it, from)) {
         return;
     }
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         bool keep = true;
         for (size_t i = 0; skip[i] != NULL; i++) {
-            if (strcmp(bson_iter_key(&it), skip[i]) == 0) {
+            if (strcmp(shl_iter_key(&it), skip[i]) == 0) {
                 keep = false;
                 break;
             }

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/str.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "router/cluster_routing.h"
@@ -27,9 +28,9 @@ copy_renamed(const bson_t *cmd, const char *name, const char *const *skip, bson_
     bson_iter_t it;
 
     router_copy_command(cmd, skip, &tmp);
-    if (bson_iter_init(&it, &tmp) && bson_iter_next(&it)) {
+    if (bson_iter_init(&it, &tmp) && shl_iter_next(&it)) {
         bson_append_value(out, name, -1, bson_iter_value(&it));
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_append_iter(out, NULL, 0, &it);
         }
     }
@@ -192,8 +193,8 @@ append_scaled_shard(const bson_t *stats, int64_t scale, bson_t *out)
     if (!bson_iter_init(&it, stats)) {
         return;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (is_any(k, k_scaled) && BSON_ITER_HOLDS_NUMBER(&it)) {
             BSON_APPEND_INT64(out, k, bson_iter_as_int64(&it) / scale);
         } else if (strcmp(k, "scaleFactor") == 0) {
@@ -202,8 +203,8 @@ append_scaled_shard(const bson_t *stats, int64_t scale, bson_t *out)
                    bson_iter_recurse(&it, &idx)) {
             bson_t sizes;
             BSON_APPEND_DOCUMENT_BEGIN(out, k, &sizes);
-            while (bson_iter_next(&idx)) {
-                bson_append_int64(&sizes, bson_iter_key(&idx), -1, bson_iter_as_int64(&idx) / scale);
+            while (shl_iter_next(&idx)) {
+                bson_append_int64(&sizes, shl_iter_key(&idx), -1, bson_iter_as_int64(&idx) / scale);
             }
             bson_append_document_end(out, &sizes);
         } else if (strcmp(k, "ok") != 0 && strcmp(k, "operationTime") != 0 && k[0] != '$') {
@@ -311,9 +312,9 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type %s",
-                 bson_iter_key(&it)[0] != '\0' ? shl_bson_type_name(bson_iter_type(&it)) : "");
+                 shl_iter_key(&it)[0] != '\0' ? shl_bson_type_name(shl_iter_type(&it)) : "");
     }
     snprintf(ns, sizeof(ns), "%s.%s", op->db, bson_iter_utf8(&it, NULL));
     SHL_ERR(coll_stats_scale(cmd, &scale, st));
@@ -332,8 +333,8 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
             SHL_ERR(st->code);
         }
         bson_iter_init(&it, b);
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             size_t s;
             for (s = 0; s < N_SUMMED && strcmp(k, k_summed[s]) != 0; s++) {
             }
@@ -351,8 +352,8 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
             } else if (strcmp(k, "indexSizes") == 0 && BSON_ITER_HOLDS_DOCUMENT(&it)) {
                 bson_iter_t idx;
                 bson_iter_recurse(&it, &idx);
-                while (bson_iter_next(&idx)) {
-                    index_size_add(&sizes, &nsizes, bson_iter_key(&idx), bson_iter_as_int64(&idx));
+                while (shl_iter_next(&idx)) {
+                    index_size_add(&sizes, &nsizes, shl_iter_key(&idx), bson_iter_as_int64(&idx));
                 }
             } else if (strcmp(k, "nindexes") == 0) {
                 int32_t mine = (int32_t)bson_iter_as_int64(&it);
@@ -445,15 +446,15 @@ cmd_get_shard_map(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     SHL_ERR(shl_router_forward_to_config(r, op, &list_cmd, &listed, st));
     if (bson_iter_init_find(&it, &listed, "shards") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &shards)) {
-        while (bson_iter_next(&shards)) {
+        while (shl_iter_next(&shards)) {
             const char *name = NULL, *host = NULL;
             if (!BSON_ITER_HOLDS_DOCUMENT(&shards) || !bson_iter_recurse(&shards, &f)) {
                 continue;
             }
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "_id") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "_id") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     name = bson_iter_utf8(&f, NULL);
-                } else if (strcmp(bson_iter_key(&f), "host") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                } else if (strcmp(shl_iter_key(&f), "host") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     host = bson_iter_utf8(&f, NULL);
                 }
             }
@@ -509,11 +510,11 @@ balancer_mode(shl_op_ctx_t *op, const char **mode, shl_status_t *st)
         BSON_ITER_HOLDS_DOCUMENT(&doc) && bson_iter_recurse(&doc, &it)) {
         bool has_stopped = false, stopped = false;
         const char *set = NULL;
-        while (bson_iter_next(&it)) {
-            if (strcmp(bson_iter_key(&it), "stopped") == 0) {
+        while (shl_iter_next(&it)) {
+            if (strcmp(shl_iter_key(&it), "stopped") == 0) {
                 has_stopped = true;
                 stopped = bson_iter_as_bool(&it);
-            } else if (strcmp(bson_iter_key(&it), "mode") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            } else if (strcmp(shl_iter_key(&it), "mode") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
                 set = bson_iter_utf8(&it, NULL);
             }
         }
@@ -589,10 +590,10 @@ balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
         int code = SHL_CODE_OPERATION_FAILED;
         const char *msg = "could not write the balancer setting";
         if (BSON_ITER_HOLDS_DOCUMENT(&err) && bson_iter_recurse(&err, &f)) {
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
                     code = (int)bson_iter_as_int64(&f);
-                } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     msg = bson_iter_utf8(&f, NULL);
                 }
             }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -83,8 +84,8 @@ is_exact_value(const bson_iter_t *it)
     if (BSON_ITER_HOLDS_ARRAY(it) || BSON_ITER_HOLDS_REGEX(it)) {
         return false;
     }
-    if (BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && bson_iter_next(&sub) &&
-        bson_iter_key(&sub)[0] == '$') {
+    if (BSON_ITER_HOLDS_DOCUMENT(it) && bson_iter_recurse(it, &sub) && shl_iter_next(&sub) &&
+        shl_iter_key(&sub)[0] == '$') {
         return false;
     }
     return true;
@@ -98,9 +99,9 @@ is_exact_id_query(const bson_t *q)
     if (!bson_iter_init_find(&it, q, "_id")) {
         return false;
     }
-    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub) &&
-        strcmp(bson_iter_key(&sub), "$eq") == 0) {
-        return !bson_iter_next(&sub) && is_exact_value(&sub);
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
+        strcmp(shl_iter_key(&sub), "$eq") == 0) {
+        return !shl_iter_next(&sub) && is_exact_value(&sub);
     }
     return is_exact_value(&it);
 }
@@ -134,7 +135,7 @@ static bool
 is_replacement(const bson_t *u)
 {
     bson_iter_t it;
-    return bson_iter_init(&it, u) && (!bson_iter_next(&it) || bson_iter_key(&it)[0] != '$');
+    return bson_iter_init(&it, u) && (!shl_iter_next(&it) || shl_iter_key(&it)[0] != '$');
 }
 
 /* Build an error document {code, codeName?, errmsg, extra...} from a status. */
@@ -233,9 +234,9 @@ post_update_shard(const shl_router_routing_t *rr, const bson_t *q, const bson_t 
         if (!bson_iter_init_find(&it, q, p->paths[i])) {
             goto done;
         }
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && bson_iter_next(&sub) &&
-            bson_iter_key(&sub)[0] == '$') {
-            if (strcmp(bson_iter_key(&sub), "$eq") != 0) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
+            shl_iter_key(&sub)[0] == '$') {
+            if (strcmp(shl_iter_key(&sub), "$eq") != 0) {
                 goto done;
             }
             bson_append_value(&doc, p->paths[i], -1, bson_iter_value(&sub));
@@ -679,14 +680,14 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
     }
     if (bson_iter_init_find(&it, &res->reply, "upserted") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &arr)) {
-        while (bson_iter_next(&arr)) {
+        while (shl_iter_next(&arr)) {
             bson_iter_t f;
             int64_t k = -1;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
                 continue;
             }
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "index") == 0) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "index") == 0) {
                     k = bson_iter_as_int64(&f);
                 }
             }
@@ -703,7 +704,7 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
     }
     if (bson_iter_init_find(&it, &res->reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &arr)) {
-        while (bson_iter_next(&arr)) {
+        while (shl_iter_next(&arr)) {
             bson_t edoc, rest = BSON_INITIALIZER;
             int64_t k = -1;
             shl_status_t est = SHL_STATUS_INIT;
@@ -719,8 +720,8 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
             bson_iter_document(&arr, &len, &data);
             bson_init_static(&edoc, data, len);
             bson_iter_init(&e, &edoc);
-            while (bson_iter_next(&e)) {
-                const char *key = bson_iter_key(&e);
+            while (shl_iter_next(&e)) {
+                const char *key = shl_iter_key(&e);
                 if (strcmp(key, "index") == 0) {
                     k = bson_iter_as_int64(&e);
                 } else if (strcmp(key, "code") == 0) {
@@ -940,10 +941,10 @@ check_field(const bson_t *stmt, const char *cmd, const char *arr, const char *fi
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field '%s.%s.%s' is missing but a required field", cmd, arr, field);
     }
-    if (bson_iter_type(&it) != t1 && bson_iter_type(&it) != t2) {
+    if (shl_iter_type(&it) != t1 && shl_iter_type(&it) != t2) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s.%s' is the wrong type '%s', expected type %s", cmd, arr, field,
-                 shl_bson_type_name(bson_iter_type(&it)), want);
+                 shl_bson_type_name(shl_iter_type(&it)), want);
     }
 done:
     return ret;
@@ -994,7 +995,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     op->user_cmd = cmd;
     op->ordered = true;
     snprintf(op->db, sizeof(op->db), "%s", opctx->db);
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type %s",
                  "(not a string)");
     }
@@ -1019,12 +1020,12 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     }
     {
         bson_iter_t count = arr;
-        while (bson_iter_next(&count)) {
+        while (shl_iter_next(&count)) {
             cap++;
         }
         op->items = bson_malloc0((cap + 1) * sizeof(item_t));
     }
-    while (bson_iter_next(&arr)) {
+    while (shl_iter_next(&arr)) {
         item_t *item;
         const uint8_t *data;
         uint32_t len;
@@ -1033,7 +1034,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
         if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "BSON field '%s.%s' is the wrong type '%s', expected type 'object'",
-                     kind_cmd(kind), kind_field(kind), shl_bson_type_name(bson_iter_type(&arr)));
+                     kind_cmd(kind), kind_field(kind), shl_bson_type_name(shl_iter_type(&arr)));
         }
         bson_iter_document(&arr, &len, &data);
         bson_init_static(&view, data, len);
@@ -1168,7 +1169,7 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
     }
     snprintf(ns, sizeof(ns), "%s.%s", opctx->db, bson_iter_utf8(&it, NULL));
@@ -1197,8 +1198,8 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
             reqs[i].shard = targets.names[i];
             bson_init(&reqs[i].cmd);
             bson_iter_init(&f, cmd);
-            while (bson_iter_next(&f)) {
-                const char *k = bson_iter_key(&f);
+            while (shl_iter_next(&f)) {
+                const char *k = shl_iter_key(&f);
                 if (strcmp(k, "$db") == 0 || strcmp(k, "lsid") == 0 ||
                     strcmp(k, "$clusterTime") == 0 || strcmp(k, "$readPreference") == 0 ||
                     strcmp(k, "txnNumber") == 0 || strcmp(k, "writeConcern") == 0 ||

@@ -13,6 +13,7 @@
 
 #include "base/failpoint.h"
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
@@ -75,16 +76,16 @@ local_write(shard_recipient_t *r, const char *db, const bson_t *cmd, shl_status_
     SHL_ERR(shl_status_from_reply(&reply, st));
     if (bson_iter_init_find(&it, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &we)) {
-        while (bson_iter_next(&we)) {
+        while (shl_iter_next(&we)) {
             int code = 0;
             const char *msg = "write error";
             if (!BSON_ITER_HOLDS_DOCUMENT(&we) || !bson_iter_recurse(&we, &f)) {
                 continue;
             }
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "code") == 0) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "code") == 0) {
                     code = (int)bson_iter_as_int64(&f);
-                } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     msg = bson_iter_utf8(&f, NULL);
                 }
             }
@@ -158,8 +159,8 @@ create_collection_like_donor(shard_recipient_t *r, const shl_ns_t *ns, shl_statu
         bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
         BSON_APPEND_DOCUMENT_BEGIN(&arr, ks, &spec);
         bson_iter_init(&f, &specs[i]);
-        while (bson_iter_next(&f)) {
-            if (strcmp(bson_iter_key(&f), "v") != 0 && strcmp(bson_iter_key(&f), "ns") != 0) {
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "v") != 0 && strcmp(shl_iter_key(&f), "ns") != 0) {
                 bson_append_iter(&spec, NULL, 0, &f);
             }
         }
@@ -434,7 +435,7 @@ mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     shl_ns_t parsed;
     bool locked = false;
 
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_recvChunkStart needs a namespace string");
     }
     ns = bson_iter_utf8(&it, NULL);

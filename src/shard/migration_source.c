@@ -24,6 +24,7 @@
 #include "base/options.h"
 #include "base/clock.h"
 #include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
 #include "net/command_args.h"
@@ -137,7 +138,7 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
     /* Count first: a static bson_t points into itself, so the array is never moved. */
     {
         bson_iter_t c = arr;
-        while (bson_iter_next(&c)) {
+        while (shl_iter_next(&c)) {
             cap += BSON_ITER_HOLDS_DOCUMENT(&c) ? 1 : 0;
         }
     }
@@ -145,7 +146,7 @@ mig_docs_of(const bson_t *reply, const char *field, bson_t **out)
         return 0;
     }
     *out = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), cap * sizeof(**out));
-    while (bson_iter_next(&arr) && n < cap) {
+    while (shl_iter_next(&arr) && n < cap) {
         const uint8_t *data;
         uint32_t len;
         if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
@@ -971,8 +972,8 @@ coord_parse(const bson_t *doc, coord_t *c, shl_status_t *st)
     if (!bson_iter_init(&it, doc)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "corrupt migration coordinator document");
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             SHL_ERR(shl_idl_read_uuid(&it, ctx, &c->id, st));
         } else if (strcmp(k, "collectionUuid") == 0) {
@@ -1695,7 +1696,7 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     (void)reply;
     memset(&a, 0, sizeof(a));
     SHL_ERR(shl_cmd_check_fields(cmd, move_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '_shardsvrMoveRange._shardsvrMoveRange' is the wrong type, "
                  "expected type 'string'");

@@ -13,6 +13,7 @@
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
 #include "shard/migration_private.h"
 #include "shard/shard_private.h"
 
@@ -95,8 +96,8 @@ coord_parse(const bson_t *doc, mp_coord_t *c, shl_status_t *st)
     if (!bson_iter_init(&it, doc)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed movePrimary coordinator document");
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
             snprintf(c->db, sizeof(c->db), "%s", bson_iter_utf8(&it, NULL));
         } else if (strcmp(k, "from") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
@@ -107,7 +108,7 @@ coord_parse(const bson_t *doc, mp_coord_t *c, shl_status_t *st)
             c->decision = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0 ? 1 : -1;
         } else if (strcmp(k, "collections") == 0 && BSON_ITER_HOLDS_ARRAY(&it) &&
                    bson_iter_recurse(&it, &arr)) {
-            while (bson_iter_next(&arr)) {
+            while (shl_iter_next(&arr)) {
                 if (BSON_ITER_HOLDS_UTF8(&arr)) {
                     coord_add(c, bson_iter_utf8(&arr, NULL), NULL);
                 }
@@ -366,7 +367,7 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
 
     BSON_APPEND_UTF8(&create, "create", coll);
     if (c->options[i] != NULL && bson_iter_init(&it, c->options[i])) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_append_iter(&create, NULL, 0, &it);
         }
     }
@@ -387,8 +388,8 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
             continue; /* create made it, with the collection's collation */
         }
         if (bson_iter_init(&it, &idx[k])) {
-            while (bson_iter_next(&it)) {
-                if (strcmp(bson_iter_key(&it), "ns") != 0) {
+            while (shl_iter_next(&it)) {
+                if (strcmp(shl_iter_key(&it), "ns") != 0) {
                     bson_append_iter(&spec, NULL, 0, &it);
                 }
             }
@@ -784,7 +785,7 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     if (s == NULL) {
         SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED, "not a shard");
     }
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_shardsvrMovePrimary must name a database");
     }
     db = bson_iter_utf8(&it, NULL);

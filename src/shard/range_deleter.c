@@ -8,6 +8,7 @@
  * range in batches through the storage write path (oplog entries carry fromMigrate: true),
  * then remove the task document.
  */
+#include "bson/bson_iter.h"
 #include "shard/range_deleter.h"
 
 #include <limits.h>
@@ -116,9 +117,9 @@ parse_range(const bson_iter_t *it, shl_range_task_t *out, shl_status_t *st)
 
     SHL_ERR(shl_idl_read_doc(it, RD_CTX, &range, st));
     bson_iter_init(&r, &range);
-    while (bson_iter_next(&r)) {
+    while (shl_iter_next(&r)) {
         bson_t v;
-        const char *k = bson_iter_key(&r);
+        const char *k = shl_iter_key(&r);
         if (strcmp(k, "min") != 0 && strcmp(k, "max") != 0) {
             continue;
         }
@@ -155,8 +156,8 @@ shl_range_task_parse(const bson_t *doc, shl_range_task_t *out, shl_status_t *st)
 
     memset(out, 0, sizeof(*out));
     bson_iter_init(&it, doc);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             SHL_ERR(shl_idl_read_uuid(&it, RD_CTX, &out->id, st));
             have_id = true;
@@ -272,10 +273,10 @@ local_cmd(shl_service_ctx_t *svc, const bson_t *cmd, bson_t *reply, shl_status_t
         int code = SHL_CODE_WRITE_CONCERN_TIMEOUT;
         const char *msg = "write concern error";
         bson_iter_recurse(&it, &f);
-        while (bson_iter_next(&f)) {
-            if (strcmp(bson_iter_key(&f), "code") == 0) {
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "code") == 0) {
                 code = (int)bson_iter_as_int64(&f);
-            } else if (strcmp(bson_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+            } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                 msg = bson_iter_utf8(&f, NULL);
             }
         }
@@ -781,9 +782,9 @@ shard_key_index_serves(const shl_index_t *idx, const bson_t *kp)
     if (!bson_iter_init(&a, kp) || !bson_iter_init(&b, idx->key_pattern)) {
         return false;
     }
-    while (bson_iter_next(&a)) {
+    while (shl_iter_next(&a)) {
         bool hashed_a = BSON_ITER_HOLDS_UTF8(&a);
-        if (!bson_iter_next(&b) || strcmp(bson_iter_key(&a), bson_iter_key(&b)) != 0) {
+        if (!shl_iter_next(&b) || strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0) {
             return false;
         }
         if (hashed_a != BSON_ITER_HOLDS_UTF8(&b)) {
@@ -805,7 +806,7 @@ shard_key_bound_keystring(const bson_t *bound, shl_keystring_t *ks)
     bson_iter_t it;
 
     bson_iter_init(&it, bound);
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         shl_keystring_append_iter(ks, &it, false);
     }
 }

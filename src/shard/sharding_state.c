@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "db/storage_api.h"
 #include "shard/shard_private.h"
 #include "sharding/sharding_types.h"
@@ -27,8 +28,8 @@ shard_identity_parse(const bson_t *doc, const char *ctx, shard_identity_t *out, 
     if (!bson_iter_init(&it, doc)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed %s document", ctx);
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "shardName") == 0 || strcmp(k, "configsvrConnectionString") == 0) {
             uint32_t len;
             const char *v;

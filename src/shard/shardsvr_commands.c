@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "shard/shard_private.h"
@@ -90,7 +91,7 @@ shardsvr_flush_routing(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
 
     (void)reply;
     SHL_ERR(shl_cmd_check_fields(cmd, flush_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '_flushRoutingTableCacheUpdates._flushRoutingTableCacheUpdates' "
                  "is the wrong type, expected type 'string'");
@@ -116,7 +117,7 @@ shardsvr_flush_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
 
     (void)reply;
     SHL_ERR(shl_cmd_check_fields(cmd, flush_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '_flushDatabaseCacheUpdates._flushDatabaseCacheUpdates' is the "
                  "wrong type, expected type 'string'");
@@ -183,7 +184,7 @@ cmd_get_shard_version(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
 
     SHL_ERR(shl_cmd_check_fields(cmd, gsv_fields, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "fullMetadata", &full, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field 'getShardVersion.getShardVersion' is the wrong type, expected "
                  "type 'string'");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/shard_private.h"
@@ -213,7 +214,7 @@ cmd_create_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         BSON_APPEND_UTF8(&create_ix, "createIndexes", ns.coll);
         BSON_APPEND_ARRAY_BEGIN(&create_ix, "indexes", &arr);
         bson_iter_init(&ix, &indexes);
-        while (bson_iter_next(&ix)) {
+        while (shl_iter_next(&ix)) {
             const uint8_t *data;
             uint32_t len;
             bson_iter_t name;

@@ -9,6 +9,7 @@
 
 #include "base/log.h"
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "shard/range_deleter.h"
 #include "shard/shard_private.h"
@@ -36,7 +37,7 @@ cmd_cleanup_orphaned(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     (void)reply;
     SHL_INVARIANT(s != NULL);
     SHL_ERR(shl_cmd_check_fields(cmd, cleanup_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         /* MongoDB's FieldParser message (an errmsg-only reply there). */
         SHL_FAIL(st, SHL_CODE_UNKNOWN_ERROR,
                  "wrong type for 'cleanupOrphaned' field, expected string");
@@ -118,7 +119,7 @@ cmd_test_range_deletion(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     (void)reply;
     memset(&t, 0, sizeof(t));
     SHL_ERR(shl_cmd_check_fields(cmd, test_fields, st));
-    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "_shardsvrTestRangeDeletion takes \"persist\", \"markReady\", \"remove\" or "
                  "\"waitOverlapping\"");

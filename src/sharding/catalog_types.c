@@ -4,6 +4,7 @@
  * (IDL-generated parsers for databases/collections, bsonExtract-style checks for shards and
  * chunks), facts only.
  */
+#include "bson/bson_iter.h"
 #include "sharding/catalog_types.h"
 
 #include <string.h>
@@ -23,8 +24,8 @@ static int
 extract_wrong_type(const bson_iter_t *it, const char *want, shl_status_t *st)
 {
     return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
-                          "\"%s\" had the wrong type. Expected %s, found %s", bson_iter_key(it),
-                          want, shl_bson_type_name(bson_iter_type(it)));
+                          "\"%s\" had the wrong type. Expected %s, found %s", shl_iter_key(it),
+                          want, shl_bson_type_name(shl_iter_type(it)));
 }
 
 static int
@@ -59,8 +60,8 @@ append_others(bson_t *out, const bson_t *others)
         return;
     }
     SHL_INVARIANT(bson_iter_init(&it, others));
-    while (bson_iter_next(&it)) {
-        bson_append_iter(out, bson_iter_key(&it), -1, &it);
+    while (shl_iter_next(&it)) {
+        bson_append_iter(out, shl_iter_key(&it), -1, &it);
     }
 }
 
@@ -93,16 +94,16 @@ shl_shard_type_parse(const bson_t *doc, shl_shard_type_t *out, shl_status_t *st)
             SHL_ERR(extract_wrong_type(&it, "array", st));
         }
         SHL_INVARIANT(bson_iter_recurse(&it, &sub));
-        while (bson_iter_next(&sub)) {
+        while (shl_iter_next(&sub)) {
             n++;
         }
         out->tags = bson_malloc0((n + 1) * sizeof(char *));
         SHL_INVARIANT(bson_iter_recurse(&it, &sub));
-        while (bson_iter_next(&sub)) {
+        while (shl_iter_next(&sub)) {
             if (!BSON_ITER_HOLDS_UTF8(&sub)) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                          "Elements in \"tags\" array must be strings but found %s",
-                         shl_bson_type_name(bson_iter_type(&sub)));
+                         shl_bson_type_name(shl_iter_type(&sub)));
             }
             out->tags[out->ntags++] = bson_strdup(bson_iter_utf8(&sub, NULL));
         }
@@ -208,8 +209,8 @@ shl_database_type_parse(const bson_t *doc, shl_database_type_t *out, shl_status_
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_init(&it, doc));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             SHL_ERR(idl_string(&it, ctx, &out->name, st));
         } else if (strcmp(k, "primary") == 0) {
@@ -276,7 +277,7 @@ idl_int64(const bson_iter_t *it, const char *ctx, int64_t *out, shl_status_t *st
     return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                           "BSON field '%s.%s' is the wrong type '%s', expected types '[long, "
                           "int, decimal, double]'",
-                          ctx, bson_iter_key(it), shl_bson_type_name(bson_iter_type(it)));
+                          ctx, shl_iter_key(it), shl_bson_type_name(shl_iter_type(it)));
 }
 
 int
@@ -290,8 +291,8 @@ shl_collection_type_parse(const bson_t *doc, shl_collection_type_t *out, shl_sta
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_init(&it, doc));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "_id") == 0) {
             SHL_ERR(idl_string(&it, ctx, &out->ns, st));
         } else if (strcmp(k, "lastmodEpoch") == 0) {
@@ -468,28 +469,28 @@ parse_chunk_base(const bson_t *doc, const shl_chunk_version_t *generation, shl_c
             SHL_ERR(extract_wrong_type(&it, "array", st));
         }
         SHL_INVARIANT(bson_iter_recurse(&it, &arr));
-        while (bson_iter_next(&arr)) {
+        while (shl_iter_next(&arr)) {
             n++;
         }
         out->history = n > 0 ? bson_malloc0(n * sizeof(shl_chunk_history_t)) : NULL;
         SHL_INVARIANT(bson_iter_recurse(&it, &arr));
-        while (bson_iter_next(&arr)) {
+        while (shl_iter_next(&arr)) {
             bson_t entry;
             bson_iter_t f;
             shl_chunk_history_t *h = &out->history[out->nhistory];
             bool have_va = false;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "array element does not have the object type: %d",
-                         (int)bson_iter_type(&arr));
+                         (int)shl_iter_type(&arr));
             }
             SHL_ERR(shl_idl_read_doc(&arr, "chunk history array", &entry, st));
             out->nhistory++;
             SHL_INVARIANT(bson_iter_init(&f, &entry));
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "validAfter") == 0) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "validAfter") == 0) {
                     SHL_ERR(shl_idl_read_ts(&f, "ChunkHistoryBase", &h->valid_after, st));
                     have_va = true;
-                } else if (strcmp(bson_iter_key(&f), "shard") == 0) {
+                } else if (strcmp(shl_iter_key(&f), "shard") == 0) {
                     SHL_ERR(idl_string(&f, "ChunkHistoryBase", &h->shard, st));
                 }
             }

@@ -2,6 +2,7 @@
  * chunk_version.c -- see chunk_version.h. Wire forms follow MongoDB 7.0's ShardVersion,
  * ChunkVersion, DatabaseVersion, StaleConfigInfo and StaleDbRoutingVersion (facts only).
  */
+#include "bson/bson_iter.h"
 #include "sharding/chunk_version.h"
 
 #include <stdarg.h>
@@ -174,25 +175,25 @@ parse_positional(const bson_iter_t *outer, shl_chunk_version_t *out, shl_status_
 
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
     memset(out, 0, sizeof(*out));
-    if (!bson_iter_next(&it)) {
+    if (!shl_iter_next(&it)) {
         return shl_status_set(st, SHL_CODE_BAD_VALUE, "Unexpected empty version array");
     }
     if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "Invalid type %s for version major and minor part.",
-                              shl_bson_type_name(bson_iter_type(&it)));
+                              shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_iter_timestamp(&it, &out->major, &out->minor);
-    bool more = bson_iter_next(&it);
+    bool more = shl_iter_next(&it);
     if (!more || !BSON_ITER_HOLDS_OID(&it)) {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH, "Invalid type %s for version epoch part.",
-                              shl_bson_type_name(more ? bson_iter_type(&it) : BSON_TYPE_EOD));
+                              shl_bson_type_name(more ? shl_iter_type(&it) : BSON_TYPE_EOD));
     }
     bson_oid_copy(bson_iter_oid(&it), &out->epoch);
-    more = bson_iter_next(&it);
+    more = shl_iter_next(&it);
     if (more && BSON_ITER_HOLDS_BOOL(&it)) {
         /* A 5.0 router's canThrowSSVOnIgnored; parsed and ignored, as MongoDB does. */
-        more = bson_iter_next(&it);
+        more = shl_iter_next(&it);
     }
     if (more && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
         bson_iter_timestamp(&it, &out->timestamp.t, &out->timestamp.i);
@@ -203,7 +204,7 @@ parse_positional(const bson_iter_t *outer, shl_chunk_version_t *out, shl_status_
     } else {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "Invalid type %s for version timestamp part.",
-                              shl_bson_type_name(more ? bson_iter_type(&it) : BSON_TYPE_EOD));
+                              shl_bson_type_name(more ? shl_iter_type(&it) : BSON_TYPE_EOD));
     }
     return 0;
 }
@@ -217,8 +218,8 @@ could_be_array(const bson_iter_t *outer)
     char want[16];
 
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         /* A key not starting with a digit is no index: no number to format (the object
          * form's "e" ends the check here on every versioned request). */
         if (k[0] < '0' || k[0] > '9') {
@@ -243,8 +244,8 @@ parse_object_form(const bson_iter_t *outer, const char *ctx, shl_shard_version_t
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "e") == 0) {
             SHL_ERR(shl_idl_read_oid(&it, ctx, &out->placement.epoch, st));
             have_e = true;
@@ -288,7 +289,7 @@ parse_any(const bson_iter_t *it, const char *ctx, shl_shard_version_t *out, shl_
     if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "BSON field '%s' is the wrong type '%s', expected type 'object'",
-                              bson_iter_key(it), shl_bson_type_name(bson_iter_type(it)));
+                              shl_iter_key(it), shl_bson_type_name(shl_iter_type(it)));
     }
     if (could_be_array(it)) {
         return parse_positional(it, &out->placement, st);
@@ -517,8 +518,8 @@ shl_database_version_parse_doc(const bson_t *doc, shl_database_version_t *out, s
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_init(&it, doc));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "uuid") == 0) {
             SHL_ERR(shl_idl_read_uuid(&it, ctx, &out->uuid, st));
             have_uuid = true;
@@ -584,7 +585,7 @@ read_string_into(const bson_iter_t *it, const char *ctx, char *buf, size_t cap, 
     s = bson_iter_utf8(it, &len);
     if (len >= cap) {
         return shl_status_set(st, SHL_CODE_BAD_VALUE, "%s.%s is too long (%u bytes)", ctx,
-                              bson_iter_key(it), len);
+                              shl_iter_key(it), len);
     }
     memcpy(buf, s, (size_t)len + 1);
     return 0;
@@ -600,8 +601,8 @@ shl_stale_config_info_parse(const bson_t *extra, shl_stale_config_info_t *out, s
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_init(&it, extra));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "ns") == 0) {
             SHL_ERR(read_string_into(&it, ctx, out->ns, sizeof(out->ns), st));
             have_ns = true;
@@ -677,8 +678,8 @@ shl_stale_db_info_parse(const bson_t *extra, shl_stale_db_info_t *out, shl_statu
 
     memset(out, 0, sizeof(*out));
     SHL_INVARIANT(bson_iter_init(&it, extra));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "db") == 0) {
             SHL_ERR(read_string_into(&it, ctx, out->db, sizeof(out->db), st));
             have_db = true;

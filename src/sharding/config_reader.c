@@ -2,6 +2,7 @@
  * config_reader.c -- see config_reader.h. A find with a large batch size, then getMore
  * while the server keeps the cursor open.
  */
+#include "bson/bson_iter.h"
 #include "sharding/config_reader.h"
 
 #include <string.h>
@@ -29,13 +30,13 @@ take_batch(const bson_t *reply, const char *batch_field, shl_config_docs_t *out,
         !bson_iter_recurse(&it, &cur)) {
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "config server reply without a cursor");
     }
-    while (bson_iter_next(&cur)) {
-        const char *k = bson_iter_key(&cur);
+    while (shl_iter_next(&cur)) {
+        const char *k = shl_iter_key(&cur);
         if (strcmp(k, "id") == 0 && BSON_ITER_HOLDS_INT64(&cur)) {
             *cursor_id = bson_iter_int64(&cur);
         } else if (strcmp(k, batch_field) == 0 && BSON_ITER_HOLDS_ARRAY(&cur) &&
                    bson_iter_recurse(&cur, &batch)) {
-            while (bson_iter_next(&batch)) {
+            while (shl_iter_next(&batch)) {
                 const uint8_t *data;
                 uint32_t len;
                 bson_t doc;

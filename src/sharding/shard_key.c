@@ -2,6 +2,7 @@
  * shard_key.c -- see shard_key.h. Rules follow MongoDB 7.0's ShardKeyPattern and the
  * equality extraction of pathsupport::extractFullEqualityMatches (facts, not code).
  */
+#include "bson/bson_iter.h"
 #include "sharding/shard_key.h"
 
 #include <math.h>
@@ -31,7 +32,7 @@ is_hashed_value(const bson_iter_t *it)
 static bool
 is_one(const bson_iter_t *it)
 {
-    switch (bson_iter_type(it)) {
+    switch (shl_iter_type(it)) {
     case BSON_TYPE_INT32:
         return bson_iter_int32(it) == 1;
     case BSON_TYPE_INT64:
@@ -75,8 +76,8 @@ shl_shard_key_pattern_init(shl_shard_key_pattern_t *p, const bson_t *pattern, sh
     p->paths = bson_malloc0(p->nfields * sizeof(char *));
 
     SHL_INVARIANT(bson_iter_init(&it, pattern));
-    while (bson_iter_next(&it)) {
-        const char *name = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *name = shl_iter_key(&it);
         size_t len = strlen(name);
         bool hashed = is_hashed_value(&it);
 
@@ -195,8 +196,8 @@ has_dollar_field(const bson_iter_t *outer)
 {
     bson_iter_t it;
     SHL_INVARIANT(bson_iter_recurse(outer, &it));
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] == '$' && strcmp(k, "$ref") != 0 && strcmp(k, "$id") != 0 &&
             strcmp(k, "$db") != 0) {
             return true;
@@ -212,7 +213,7 @@ has_dollar_field(const bson_iter_t *outer)
 static bool
 valid_for_storage(const bson_iter_t *it)
 {
-    switch (bson_iter_type(it)) {
+    switch (shl_iter_type(it)) {
     case BSON_TYPE_EOD:
     case BSON_TYPE_ARRAY:
     case BSON_TYPE_REGEX:
@@ -232,10 +233,10 @@ shl_shard_key_check_storage(const bson_t *key, shl_status_t *st)
     char *json = NULL;
 
     SHL_INVARIANT(bson_iter_init(&it, key));
-    while (bson_iter_next(&it)) {
+    while (shl_iter_next(&it)) {
         if (!valid_for_storage(&it)) {
             bson_t one = BSON_INITIALIZER;
-            bson_append_iter(&one, bson_iter_key(&it), -1, &it);
+            bson_append_iter(&one, shl_iter_key(&it), -1, &it);
             json = shl_bson_to_string(&one);
             bson_destroy(&one);
             /* MongoDB prints the element, "b: [ 1 ]": the document without its braces. */
@@ -269,8 +270,8 @@ find_dotted_or_array(const bson_t *doc, const char *path, bson_iter_t *out)
         const char *dot = strchr(part, '.');
         size_t len = dot ? (size_t)(dot - part) : strlen(part);
         bool found = false;
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strlen(k) == len && memcmp(k, part, len) == 0) {
                 found = true;
                 break;
@@ -416,24 +417,24 @@ static bool
 single_in(const bson_iter_t *in, bson_iter_t *x)
 {
     bson_iter_t arr;
-    if (!BSON_ITER_HOLDS_ARRAY(in) || !bson_iter_recurse(in, &arr) || !bson_iter_next(&arr)) {
+    if (!BSON_ITER_HOLDS_ARRAY(in) || !bson_iter_recurse(in, &arr) || !shl_iter_next(&arr)) {
         return false;
     }
     *x = arr;
     if (BSON_ITER_HOLDS_REGEX(x)) {
         return false;
     }
-    return !bson_iter_next(&arr);
+    return !shl_iter_next(&arr);
 }
 
 static bool
 is_operator_object(const bson_iter_t *it)
 {
     bson_iter_t sub;
-    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &sub) || !bson_iter_next(&sub)) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(it) || !bson_iter_recurse(it, &sub) || !shl_iter_next(&sub)) {
         return false;
     }
-    return bson_iter_key(&sub)[0] == '$';
+    return shl_iter_key(&sub)[0] == '$';
 }
 
 static void collect_equalities(const shl_shard_key_pattern_t *p, eq_set_t *s,
@@ -448,7 +449,7 @@ collect_clauses(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t
         s->failed = true;
         return;
     }
-    while (bson_iter_next(&clause)) {
+    while (shl_iter_next(&clause)) {
         if (!BSON_ITER_HOLDS_DOCUMENT(&clause)) {
             s->failed = true;
             return;
@@ -463,8 +464,8 @@ collect_fields(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t 
 {
     bson_iter_t it = *fields;
 
-    while (bson_iter_next(&it) && !s->failed) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it) && !s->failed) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "$and") == 0) {
             collect_clauses(p, s, &it);
         } else if (strcmp(k, "$or") == 0) {
@@ -483,8 +484,8 @@ collect_fields(const shl_shard_key_pattern_t *p, eq_set_t *s, const bson_iter_t 
         } else if (is_operator_object(&it)) {
             bson_iter_t op, x;
             SHL_INVARIANT(bson_iter_recurse(&it, &op));
-            while (bson_iter_next(&op) && !s->failed) {
-                const char *name = bson_iter_key(&op);
+            while (shl_iter_next(&op) && !s->failed) {
+                const char *name = shl_iter_key(&op);
                 if (strcmp(name, "$eq") == 0) {
                     add_equality(p, s, k, &op);
                 } else if (strcmp(name, "$in") == 0 && single_in(&op, &x)) {
@@ -575,7 +576,7 @@ shl_shard_key_compare(const bson_t *a, const bson_t *b)
     bson_iter_t ia, ib;
     SHL_INVARIANT(bson_iter_init(&ia, a) && bson_iter_init(&ib, b));
     for (;;) {
-        bool ma = bson_iter_next(&ia), mb = bson_iter_next(&ib);
+        bool ma = shl_iter_next(&ia), mb = shl_iter_next(&ib);
         if (!ma || !mb) {
             return ma == mb ? 0 : (ma ? 1 : -1);
         }
@@ -591,8 +592,8 @@ shl_shard_key_all_of_type(const bson_t *key, bson_type_t t)
 {
     bson_iter_t it;
     SHL_INVARIANT(bson_iter_init(&it, key));
-    while (bson_iter_next(&it)) {
-        if (bson_iter_type(&it) != t) {
+    while (shl_iter_next(&it)) {
+        if (shl_iter_type(&it) != t) {
             return false;
         }
     }
@@ -607,9 +608,9 @@ shl_shard_key_is_extended_by(const shl_shard_key_pattern_t *p, const shl_shard_k
         return false;
     }
     SHL_INVARIANT(bson_iter_init(&a, &p->pattern) && bson_iter_init(&b, &q->pattern));
-    while (bson_iter_next(&a)) {
-        SHL_INVARIANT(bson_iter_next(&b));
-        if (strcmp(bson_iter_key(&a), bson_iter_key(&b)) != 0 ||
+    while (shl_iter_next(&a)) {
+        SHL_INVARIANT(shl_iter_next(&b));
+        if (strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0 ||
             shl_bson_iter_compare(&a, &b) != 0) {
             return false;
         }
@@ -621,15 +622,15 @@ bool
 shl_shard_key_is_unique_index_compatible(const shl_shard_key_pattern_t *p, const bson_t *index_key)
 {
     bson_iter_t it;
-    if (bson_iter_init(&it, index_key) && bson_iter_next(&it) &&
-        strcmp(bson_iter_key(&it), "_id") == 0) {
+    if (bson_iter_init(&it, index_key) && shl_iter_next(&it) &&
+        strcmp(shl_iter_key(&it), "_id") == 0) {
         return true;
     }
     if (!bson_iter_init(&it, index_key)) {
         return false;
     }
     for (size_t i = 0; i < p->nfields; i++) {
-        if (!bson_iter_next(&it) || strcmp(bson_iter_key(&it), p->paths[i]) != 0) {
+        if (!shl_iter_next(&it) || strcmp(shl_iter_key(&it), p->paths[i]) != 0) {
             return false;
         }
     }

@@ -2,6 +2,7 @@
  * sharding_types.c -- see sharding_types.h. The IDL-style readers reproduce the error texts
  * MongoDB's generated parsers give for the config.* and version documents.
  */
+#include "bson/bson_iter.h"
 #include "sharding/sharding_types.h"
 
 #include <stdio.h>
@@ -61,7 +62,7 @@ shl_idl_wrong_type(const bson_iter_t *it, const char *ctx, const char *want, shl
 {
     return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                           "BSON field '%s.%s' is the wrong type '%s', expected type '%s'", ctx,
-                          bson_iter_key(it), shl_bson_type_name(bson_iter_type(it)), want);
+                          shl_iter_key(it), shl_bson_type_name(shl_iter_type(it)), want);
 }
 
 int
@@ -96,7 +97,7 @@ shl_idl_read_uuid(const bson_iter_t *it, const char *ctx, shl_uuid_t *out, shl_s
         return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
                               "BSON field '%s.%s' is the wrong binData type '%d', expected type "
                               "'%d'",
-                              ctx, bson_iter_key(it), (int)sub, (int)BSON_SUBTYPE_UUID);
+                              ctx, shl_iter_key(it), (int)sub, (int)BSON_SUBTYPE_UUID);
     }
     if (len != sizeof(out->bytes)) {
         return shl_status_set(st, SHL_CODE_INVALID_UUID,

@@ -1,6 +1,7 @@
 /*
  * vector_clock.c -- see vector_clock.h.
  */
+#include "bson/bson_iter.h"
 #include "sharding/vector_clock.h"
 
 #include <string.h>
@@ -55,8 +56,8 @@ shl_vector_clock_observe(shl_vector_clock_t *vc, const bson_t *msg)
     if (!bson_iter_init(&it, msg)) {
         return 0;
     }
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (k[0] != '$') {
             continue;
         }

@@ -5,6 +5,7 @@
  * each one WT transaction holding the catalog change, the tables' contents and the
  * oplog 'c' entry; and the replay of 'c' entries for recovery. See catalog.h.
  */
+#include "bson/bson_iter.h"
 #include "storage/storage_private.h"
 
 #include <errno.h>
@@ -288,12 +289,12 @@ key_pattern_equal(const bson_t *a, const bson_t *b)
         return false;
     }
     for (;;) {
-        mx = bson_iter_next(&x);
-        my = bson_iter_next(&y);
+        mx = shl_iter_next(&x);
+        my = shl_iter_next(&y);
         if (!mx || !my) {
             return mx == my;
         }
-        if (strcmp(bson_iter_key(&x), bson_iter_key(&y)) != 0) {
+        if (strcmp(shl_iter_key(&x), shl_iter_key(&y)) != 0) {
             return false;
         }
         if (BSON_ITER_HOLDS_NUMBER(&x) && BSON_ITER_HOLDS_NUMBER(&y)) {
@@ -637,7 +638,7 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
     c = coll_alloc(ns, uuid, &options, ident, rs);
     if (bson_iter_init_find(&it, doc, "indexes") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &arr)) {
-        while (bson_iter_next(&arr)) {
+        while (shl_iter_next(&arr)) {
             bson_iter_t f;
             bson_t spec;
             const char *iident = NULL;
@@ -648,19 +649,19 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
                 continue;
             }
             bson_init(&spec);
-            while (bson_iter_next(&f)) {
-                if (strcmp(bson_iter_key(&f), "spec") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "spec") == 0 && BSON_ITER_HOLDS_DOCUMENT(&f)) {
                     bson_iter_document(&f, &len, &data);
                     bson_destroy(&spec);
                     bson_init_static(&spec, data, len);
-                } else if (strcmp(bson_iter_key(&f), "ident") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                } else if (strcmp(shl_iter_key(&f), "ident") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
                     iident = bson_iter_utf8(&f, NULL);
-                } else if (strcmp(bson_iter_key(&f), "multikey") == 0) {
+                } else if (strcmp(shl_iter_key(&f), "multikey") == 0) {
                     multikey = bson_iter_as_bool(&f);
-                } else if (strcmp(bson_iter_key(&f), "multikeyPaths") == 0) {
+                } else if (strcmp(shl_iter_key(&f), "multikeyPaths") == 0) {
                     paths = (uint64_t)bson_iter_as_int64(&f);
                     has_paths = true;
-                } else if (strcmp(bson_iter_key(&f), "numTypes") == 0) {
+                } else if (strcmp(shl_iter_key(&f), "numTypes") == 0) {
                     num_types = (uint64_t)bson_iter_as_int64(&f);
                 }
             }
@@ -1114,8 +1115,8 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     }
     /* Stored options: everything but the command name and idIndex. */
     if (options != NULL && bson_iter_init(&it, options)) {
-        while (bson_iter_next(&it)) {
-            const char *k = bson_iter_key(&it);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
             if (strcmp(k, "create") == 0 || strcmp(k, "idIndex") == 0) {
                 continue;
             }
@@ -1168,8 +1169,8 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     SHL_ERR(catalog_put(txn, c, st));
     BSON_APPEND_UTF8(&o, "create", c->coll_name);
     if (bson_iter_init(&it, &opts)) {
-        while (bson_iter_next(&it)) {
-            bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+        while (shl_iter_next(&it)) {
+            bson_append_iter(&o, shl_iter_key(&it), -1, &it);
         }
     }
     append_id_index(&o, "idIndex");
@@ -1330,8 +1331,8 @@ normalize_spec(const bson_t *spec, bson_t *out, shl_status_t *st)
     BSON_APPEND_DOCUMENT(out, "key", &key);
     BSON_APPEND_UTF8(out, "name", name);
     bson_iter_init(&it, spec);
-    while (bson_iter_next(&it)) {
-        const char *k = bson_iter_key(&it);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
         if (strcmp(k, "v") == 0 || strcmp(k, "key") == 0 || strcmp(k, "name") == 0 ||
             strcmp(k, "ns") == 0 || strcmp(k, "createIndexes") == 0) {
             continue;
@@ -1586,8 +1587,8 @@ built:
     SHL_ERR(catalog_put(txn, n, st));
     BSON_APPEND_UTF8(&o, "createIndexes", c->coll_name);
     bson_iter_init(&it, &norm);
-    while (bson_iter_next(&it)) {
-        bson_append_iter(&o, bson_iter_key(&it), -1, &it);
+    while (shl_iter_next(&it)) {
+        bson_append_iter(&o, shl_iter_key(&it), -1, &it);
     }
     SHL_ERR(ddl_oplog(txn, c->db, c->uuid, &o, NULL, ts, st));
     shl_txn_add_change(txn, ns, n);
@@ -1660,9 +1661,9 @@ doc_with_field(const bson_t *doc, const char *key, const bson_value_t *v)
     bool done = false;
 
     if (bson_iter_init(&it, doc)) {
-        while (bson_iter_next(&it)) {
-            if (strcmp(bson_iter_key(&it), key) != 0) {
-                bson_append_iter(out, bson_iter_key(&it), -1, &it);
+        while (shl_iter_next(&it)) {
+            if (strcmp(shl_iter_key(&it), key) != 0) {
+                bson_append_iter(out, shl_iter_key(&it), -1, &it);
             } else if (v != NULL && !done) {
                 bson_append_value(out, key, -1, v);
                 done = true;
@@ -2143,17 +2144,17 @@ shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint6
         }
     }
     db_of(ns, db, sizeof(db));
-    if (!bson_iter_init(&it, &o) || !bson_iter_next(&it)) {
+    if (!bson_iter_init(&it, &o) || !shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "empty command oplog entry");
     }
-    cmd = bson_iter_key(&it);
+    cmd = shl_iter_key(&it);
     arg = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
     if (arg != NULL) {
         full = bson_strdup_printf("%s.%s", db, arg);
     }
     /* The rest of 'o' after the command name: options / index spec. */
-    while (bson_iter_next(&it)) {
-        bson_append_iter(&rest, bson_iter_key(&it), -1, &it);
+    while (shl_iter_next(&it)) {
+        bson_append_iter(&rest, shl_iter_key(&it), -1, &it);
     }
     if (strcmp(cmd, "create") == 0 && full != NULL) {
         r.kind = DDL_CREATE;

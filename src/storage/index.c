@@ -4,6 +4,7 @@
  * errors in MongoDB's words, key insert/remove with unique enforcement, lookups and
  * bounded cursors. See index.h; DESIGN.md section 5.
  */
+#include "bson/bson_iter.h"
 #include "storage/storage_private.h"
 
 #include <inttypes.h>
@@ -199,7 +200,7 @@ collect_path(bson_iter_t *it, const char *path, kg_values_t *vals)
             size_t before = vals->n;
             vals->from_array = true;
             if (bson_iter_recurse(it, &child)) {
-                while (bson_iter_next(&child)) {
+                while (shl_iter_next(&child)) {
                     values_add(vals, bson_iter_value(&child));
                 }
             }
@@ -230,7 +231,7 @@ collect_path(bson_iter_t *it, const char *path, kg_values_t *vals)
         }
         vals->from_array = true;
         if (bson_iter_recurse(it, &child)) {
-            while (bson_iter_next(&child)) {
+            while (shl_iter_next(&child)) {
                 bson_iter_t sub;
                 if (BSON_ITER_HOLDS_DOCUMENT(&child) && bson_iter_recurse(&child, &sub)) {
                     collect_path(&sub, next, vals);
@@ -366,7 +367,7 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
     }
     {
         bson_iter_t cnt = key;
-        while (bson_iter_next(&cnt)) {
+        while (shl_iter_next(&cnt)) {
             n++;
         }
     }
@@ -374,7 +375,7 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
         SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index keys cannot be empty.");
     }
     s->f = bson_malloc0(n * sizeof(*s->f));
-    while (bson_iter_next(&key)) {
+    while (shl_iter_next(&key)) {
         if (BSON_ITER_HOLDS_UTF8(&key)) {
             SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index type '%s' is not supported yet",
                      bson_iter_utf8(&key, NULL));
@@ -382,9 +383,9 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
         if (!BSON_ITER_HOLDS_NUMBER(&key) && !BSON_ITER_HOLDS_DECIMAL128(&key)) {
             SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX,
                      "Values in index key pattern must be numbers or strings: %s",
-                     bson_iter_key(&key));
+                     shl_iter_key(&key));
         }
-        s->f[s->n].path = bson_strdup(bson_iter_key(&key));
+        s->f[s->n].path = bson_strdup(shl_iter_key(&key));
         s->f[s->n].descending = BSON_ITER_HOLDS_NUMBER(&key) && bson_iter_as_double(&key) < 0;
         s->n++;
     }
@@ -451,11 +452,11 @@ append_doc_str(bson_string_t *s, const uint8_t *data, uint32_t len, bool array)
 
     bson_string_append(s, array ? "[" : "{");
     if (bson_init_static(&doc, data, len) && bson_iter_init(&it, &doc)) {
-        while (bson_iter_next(&it)) {
+        while (shl_iter_next(&it)) {
             bson_string_append(s, first ? " " : ", ");
             first = false;
             if (!array) {
-                bson_string_append_printf(s, "%s: ", bson_iter_key(&it));
+                bson_string_append_printf(s, "%s: ", shl_iter_key(&it));
             }
             append_value_str(s, bson_iter_value(&it));
         }
@@ -553,8 +554,8 @@ shl_index_dup_key_status(const char *ns, const shl_index_t *idx, const bson_t *d
     idx->keygen->dup_key_value(idx->keygen, doc, &value);
     bson_string_append(msg, "{");
     if (bson_iter_init(&it, &value)) {
-        while (bson_iter_next(&it)) {
-            bson_string_append_printf(msg, "%s%s: ", first ? " " : ", ", bson_iter_key(&it));
+        while (shl_iter_next(&it)) {
+            bson_string_append_printf(msg, "%s%s: ", first ? " " : ", ", shl_iter_key(&it));
             append_value_str(msg, bson_iter_value(&it));
             first = false;
         }

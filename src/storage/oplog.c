@@ -2,6 +2,7 @@
  * oplog.c -- oplog entries in MongoDB's format, readers bounded by the no-holes point,
  * and idempotent application of entries (startup recovery). See oplog.h.
  */
+#include "bson/bson_iter.h"
 #include "storage/storage_private.h"
 
 #include <string.h>
@@ -40,8 +41,8 @@ shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
     BSON_APPEND_INT64(out, "v", 2);
     BSON_APPEND_DATE_TIME(out, "wall", wall_ms);
     if (extra != NULL && bson_iter_init(&it, extra)) {
-        while (bson_iter_next(&it)) {
-            bson_append_iter(out, bson_iter_key(&it), -1, &it);
+        while (shl_iter_next(&it)) {
+            bson_append_iter(out, shl_iter_key(&it), -1, &it);
         }
     }
 }
@@ -139,8 +140,8 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         }
         {
             bson_iter_t first;
-            if (bson_iter_init(&first, &a->o) && bson_iter_next(&first) &&
-                bson_iter_key(&first)[0] == '$') {
+            if (bson_iter_init(&first, &a->o) && shl_iter_next(&first) &&
+                shl_iter_key(&first)[0] == '$') {
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style updates can be applied");
             }
         }
