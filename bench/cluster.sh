@@ -71,21 +71,43 @@ up two 2
 r1="mongodb://127.0.0.1:$port_one/"
 r2="mongodb://127.0.0.1:$port_two/"
 s1="mongodb://127.0.0.1:$((port_one + 2))/" # the one-shard cluster's shard
+router1_pid=$(cat "$work/one/router.pid")
+shard1_pid=$(cat "$work/one/shard0.pid")
 echo "== $(nproc) cores; 1-shard cluster router $port_one (shard $((port_one + 2))), 2-shard" \
   "cluster router $port_two; ${SECS}s per run, $KEYS keys"
 
 results="$work/results.jsonl"
 : >"$results"
+# cpu_ticks PID...: "utime stime" clock ticks of each process, space-separated.
+cpu_ticks() {
+  local pid
+  for pid in "$@"; do
+    awk '{printf "%s %s ", $14, $15}' "/proc/$pid/stat"
+  done
+}
+
 run() { # LABEL URI ARGS...: one loadgen run, its JSON line tagged with LABEL
-  local label=$1 uri=$2
+  local label=$1 uri=$2 before after
   shift 2
-  "$LOADGEN" --uri "$uri" --seconds "$SECS" "$@" | sed -n '1p' |
-    /usr/bin/python3 -c '
-import json, sys
-r = json.loads(sys.stdin.read()); r["label"] = sys.argv[1]
+  # The CPU the one-shard cluster's router and shard spend per operation (kernel and user
+  # time from /proc, so the router's share can be told from the VM's wake-up costs).
+  before=$(cpu_ticks "$router1_pid" "$shard1_pid")
+  "$LOADGEN" --uri "$uri" --seconds "$SECS" "$@" | sed -n '1p' >"$work/run.json"
+  after=$(cpu_ticks "$router1_pid" "$shard1_pid")
+  /usr/bin/python3 -c '
+import json, os, sys
+r = json.load(open(sys.argv[2])); r["label"] = sys.argv[1]
+before, after = sys.argv[3].split(), sys.argv[4].split()
+tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
+names = ["router_user", "router_sys", "shard_user", "shard_sys"]
+for i, n in enumerate(names):
+    r[n + "_us_per_op"] = round((int(after[i]) - int(before[i])) * tick_us / max(r["ops"], 1), 2)
 print(json.dumps(r))
-print("%-26s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us" % (r["label"], r["threads"],
-      r["ops_per_sec"], r["p50_us"], r["p99_us"]), file=sys.stderr)' "$label" >>"$results"
+print("%-26s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; CPU us/op router %.1f+%.1f, "
+      "shard %.1f+%.1f (user+sys)" % (r["label"], r["threads"], r["ops_per_sec"], r["p50_us"],
+      r["p99_us"], r["router_user_us_per_op"], r["router_sys_us_per_op"],
+      r["shard_user_us_per_op"], r["shard_sys_us_per_op"]), file=sys.stderr)' \
+    "$label" "$work/run.json" "$before" "$after" >>"$results"
 }
 
 # Point finds: load through the router (sharded, all chunks on the one shard), then read
@@ -126,8 +148,9 @@ by = {}
 for r in rows:
     by.setdefault((r["label"], r["threads"]), []).append(r)
 # Medians of the repeated runs (point finds), the single run otherwise.
-by = {k: {f: statistics.median(x[f] for x in rs) for f in ("p50_us", "p99_us", "ops_per_sec")}
-      for k, rs in by.items()}
+fields = ("p50_us", "p99_us", "ops_per_sec", "router_user_us_per_op", "router_sys_us_per_op",
+          "shard_user_us_per_op", "shard_sys_us_per_op", "client_cpu_us_per_op")
+by = {k: {f: statistics.median(x.get(f, 0) for x in rs) for f in fields} for k, rs in by.items()}
 for r in rows:
     print(json.dumps(r))
 for c in sorted({r["threads"] for r in rows}):
@@ -140,6 +163,12 @@ for c in sorted({r["threads"] for r in rows}):
               "<= 30%%: %s); throughput router/direct %.2f (medians of %d interleaved runs)" % (
                   c, add, pct, "met" if pct <= 30 else "NOT met",
                   rt["ops_per_sec"] / d["ops_per_sec"], runs))
+        print("c=%d CPU per point find (medians, us, user+sys): router %.1f+%.1f; shard %.1f+%.1f "
+              "via the router vs %.1f+%.1f direct; client %.1f vs %.1f" % (
+                  c, rt["router_user_us_per_op"], rt["router_sys_us_per_op"],
+                  rt["shard_user_us_per_op"], rt["shard_sys_us_per_op"],
+                  d["shard_user_us_per_op"], d["shard_sys_us_per_op"],
+                  rt["client_cpu_us_per_op"], d["client_cpu_us_per_op"]))
         if c == 1:
             print("c=1 floor: one extra hop doing no work adds %.1f us at p50 here (a bare TCP "
                   "round trip is %.1f us) = %.0f%% of the direct find on its own; the router "
