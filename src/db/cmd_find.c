@@ -1248,11 +1248,19 @@ done:
 
 /* ---------------------------------------------------------------- aggregate */
 
-static const char *const aggregate_fields[] = {
-    "pipeline",     "cursor",    "explain",
-    "allowDiskUse", "collation", "hint",
-    "readConcern",  "let",       "bypassDocumentValidation",
-    "comment",      "maxTimeMS", NULL};
+static const char *const aggregate_fields[] = {"pipeline",
+                                               "cursor",
+                                               "explain",
+                                               "allowDiskUse",
+                                               "collation",
+                                               "hint",
+                                               "readConcern",
+                                               "let",
+                                               "bypassDocumentValidation",
+                                               "comment",
+                                               "maxTimeMS",
+                                               SHL_INVOLVED_VERSIONS_FIELD,
+                                               NULL};
 
 /* Run 'pl' to the end, appending its documents to the array 'docs'. */
 static int
@@ -1362,6 +1370,8 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                  "%s cannot be used in a transaction",
                  shl_pipeline_output(pl)->is_merge ? "$merge" : "$out");
     }
+    /* The other collections the router routed as unsharded to this shard: still so here? */
+    SHL_ERR(shl_db_sharding_check_involved(op, cmd, st));
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (filter != NULL) {
