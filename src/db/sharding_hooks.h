@@ -145,10 +145,11 @@ int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_
 
 /*
  * shl_db_sharding_check_involved --
- *     What aggregate calls: checks each entry of the command's SHL_INVOLVED_VERSIONS_FIELD
- *     (absent: nothing to do) with the installed check_involved; without one (standalone,
- *     config server) the field is only validated. Errors: TypeMismatch / FailedToParse /
- *     InvalidNamespace for a malformed field; as shl_db_sharding_check_involved_fn.
+ *     What aggregate (and each getMore of its cursor) calls: checks each entry of the
+ *     field SHL_INVOLVED_VERSIONS_FIELD of 'cmd' (absent: nothing to do) with the installed
+ *     check_involved; without one (standalone, config server) the field is only validated. Errors:
+ * TypeMismatch / FailedToParse / InvalidNamespace for a malformed field; as
+ * shl_db_sharding_check_involved_fn.
  */
 int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
 

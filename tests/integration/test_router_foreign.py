@@ -366,6 +366,31 @@ def test_a_router_that_missed_the_foreign_collection_being_sharded(fx, routers, 
     assert explain.get("mergeType") == "mongos", explain
 
 
+def test_a_foreign_collection_sharded_while_a_cursor_is_open(fx, routers):
+    # The shard runs the $lookup batch by batch; when the foreign collection gets sharded
+    # and split across the shards between two getMores, the next getMore fails with
+    # StaleConfig rather than return lookups over the primary's part only.
+    a, b = routers
+    db = "stalefr_getmore"
+    a.admin.command("enableSharding", db, primaryShard="shard0")
+    loc = [{"_id": i, "k": i, "fk": i % 10} for i in range(400)]
+    a[db].loc.insert_many(loc)
+    a[db].fr.insert_many(STALE_FR[:20])
+    cursor = b[db].loc.aggregate(STALE_STAGES["lookup"], batchSize=5)
+    first = [next(cursor) for _ in range(5)]
+    assert all(d["m"] for d in first)
+    a[db].fr.create_index([("fk", 1)])
+    a.admin.command("shardCollection", db + ".fr", key={"fk": 1})
+    a.admin.command("split", db + ".fr", middle={"fk": 5})
+    a.admin.command("moveChunk", db + ".fr", find={"fk": 5}, to="shard1")
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 13388, e.value.details
+    # A new aggregate through B is complete.
+    _same(list(b[db].loc.aggregate(STALE_STAGES["lookup"])),
+          _expected("lookup", loc, STALE_FR[:20]))
+
+
 def test_a_stale_router_whose_pipeline_targets_the_primary_of_a_sharded_collection(fx, routers):
     # The aggregate's own collection is sharded too, and the pipeline reaches only the
     # primary shard's chunk: B sent the whole pipeline there (fr looked unsharded).
