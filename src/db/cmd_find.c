@@ -539,6 +539,11 @@ typedef struct agg_state {
     agg_source_t src;
     db_agg_env_t env;
     bson_t *let;
+    /* {SHL_INVOLVED_VERSIONS_FIELD: [...]} of the aggregate (NULL: none): the collections
+     * its stages read or write over local copies because the router routed them as
+     * unsharded, checked again by every getMore -- a collection sharded meanwhile ends the
+     * cursor with StaleConfig instead of returning the local part of it. */
+    bson_t *involved;
 } agg_state_t;
 
 static int
@@ -562,6 +567,9 @@ agg_state_destroy(void *state)
     exec_plan_destroy(a->plan);
     if (a->let != NULL) {
         bson_destroy(a->let);
+    }
+    if (a->involved != NULL) {
+        bson_destroy(a->involved);
     }
     bson_free(a);
 }
@@ -675,6 +683,10 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         op->deadline_us = 0;
     }
     is_tail = c->ops == &db_tail_cursor_ops;
+    if (c->ops == &agg_cursor_ops && ((const agg_state_t *)c->state)->involved != NULL) {
+        /* Before the lock: it may refresh from the config server. */
+        SHL_ERR(shl_db_sharding_check_involved(op, ((const agg_state_t *)c->state)->involved, st));
+    }
     for (;;) {
         uint64_t seq = 0;
         bool woken = false;
@@ -1249,11 +1261,19 @@ done:
 
 /* ---------------------------------------------------------------- aggregate */
 
-static const char *const aggregate_fields[] = {
-    "pipeline",     "cursor",    "explain",
-    "allowDiskUse", "collation", "hint",
-    "readConcern",  "let",       "bypassDocumentValidation",
-    "comment",      "maxTimeMS", NULL};
+static const char *const aggregate_fields[] = {"pipeline",
+                                               "cursor",
+                                               "explain",
+                                               "allowDiskUse",
+                                               "collation",
+                                               "hint",
+                                               "readConcern",
+                                               "let",
+                                               "bypassDocumentValidation",
+                                               "comment",
+                                               "maxTimeMS",
+                                               SHL_INVOLVED_VERSIONS_FIELD,
+                                               NULL};
 
 /* Run 'pl' to the end, appending its documents to the array 'docs'. */
 static int
@@ -1314,6 +1334,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     bson_t *docs = NULL;
     const bson_t *filter;
     shl_pipeline_opts_t opts;
+    bson_iter_t it_involved;
 
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
@@ -1362,6 +1383,12 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
                  "%s cannot be used in a transaction",
                  shl_pipeline_output(pl)->is_merge ? "$merge" : "$out");
+    }
+    /* The other collections the router routed as unsharded to this shard: still so here? */
+    SHL_ERR(shl_db_sharding_check_involved(op, cmd, st));
+    if (bson_iter_init_find(&it_involved, cmd, SHL_INVOLVED_VERSIONS_FIELD)) {
+        a->involved = bson_new();
+        bson_append_iter(a->involved, NULL, 0, &it_involved);
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));

@@ -4,6 +4,10 @@
  */
 #include "db/sharding_hooks.h"
 
+#include <string.h>
+
+#include "base/namespace.h"
+#include "bson/bson_util.h"
 #include "db/db_private.h"
 
 shl_db_orphan_filter_t *
@@ -58,6 +62,59 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
         return 0;
     }
     return node->sharding.check(node->sharding.arg, op, ns, access, filter, st);
+}
+
+int
+shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it, arr, entry;
+    const char *f = SHL_INVOLVED_VERSIONS_FIELD;
+
+    if (!bson_iter_init_find(&it, cmd, f)) {
+        goto done;
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s' is the wrong type '%s', expected type 'array'", f,
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    while (bson_iter_next(&arr)) {
+        bson_iter_t sv, dbv;
+        bool has_sv = false, has_dbv = false;
+        const char *ns = NULL;
+        shl_ns_t parsed;
+        memset(&sv, 0, sizeof(sv));
+        memset(&dbv, 0, sizeof(dbv));
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &entry)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "%s entries must be objects", f);
+        }
+        while (bson_iter_next(&entry)) {
+            const char *k = bson_iter_key(&entry);
+            if (strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&entry)) {
+                ns = bson_iter_utf8(&entry, NULL);
+            } else if (strcmp(k, "shardVersion") == 0) {
+                sv = entry;
+                has_sv = true;
+            } else if (strcmp(k, "databaseVersion") == 0) {
+                dbv = entry;
+                has_dbv = true;
+            } else {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s: unknown or malformed field '%s'", f, k);
+            }
+        }
+        if (ns == NULL || !has_sv) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s entries need 'ns' and 'shardVersion'", f);
+        }
+        SHL_ERR(shl_ns_parse(&parsed, ns, st));
+        if (node != NULL && node->sharding.check_involved != NULL) {
+            SHL_ERR(node->sharding.check_involved(node->sharding.arg, op, ns, &sv,
+                                                  has_dbv ? &dbv : NULL, st));
+        }
+    }
+done:
+    return ret;
 }
 
 int

@@ -64,6 +64,22 @@ typedef int (*shl_db_sharding_check_fn)(void *arg, shl_op_ctx_t *op, const char 
                                         shl_db_orphan_filter_t **filter, shl_status_t *st);
 
 /*
+ * shl_db_sharding_check_involved_fn --
+ *     Check another namespace 'ns' ("db.coll") a request reads or writes besides its own,
+ *     against the versions the router routed it with: 'shard_version' (an iterator on a
+ *     shardVersion value) and 'database_version' (on a databaseVersion value; NULL: none).
+ *     The same verdicts and refreshes as the check of the request's own namespace, but
+ *     nothing to filter: the router lists only namespaces it routed as unsharded (see
+ *     SHL_INVOLVED_VERSIONS_FIELD). May block on a refresh. Errors: StaleConfig naming 'ns',
+ *     StaleDbVersion naming its database; the config server's errors; BadValue /
+ *     TypeMismatch for a malformed version.
+ */
+typedef int (*shl_db_sharding_check_involved_fn)(void *arg, shl_op_ctx_t *op, const char *ns,
+                                                 const bson_iter_t *shard_version,
+                                                 const bson_iter_t *database_version,
+                                                 shl_status_t *st);
+
+/*
  * shl_db_write_observer_fn --
  *     The op observer: db calls it for each document a user or internal write command
  *     inserted ('pre' NULL), updated (both) or deleted ('post' NULL) on collection 'ns',
@@ -101,10 +117,11 @@ typedef bool (*shl_db_shard_name_fn)(void *arg, char *out, size_t n);
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
-    shl_db_write_observer_fn on_write;   /* may be NULL */
-    shl_db_write_observing_fn observing; /* may be NULL: observe every write */
-    shl_db_orphan_count_fn orphan_count; /* may be NULL: no orphans */
-    shl_db_shard_name_fn shard_name;     /* may be NULL: not a shard */
+    shl_db_sharding_check_involved_fn check_involved; /* may be NULL: not checked */
+    shl_db_write_observer_fn on_write;                /* may be NULL */
+    shl_db_write_observing_fn observing;              /* may be NULL: observe every write */
+    shl_db_orphan_count_fn orphan_count;              /* may be NULL: no orphans */
+    shl_db_shard_name_fn shard_name;                  /* may be NULL: not a shard */
 } shl_db_sharding_hooks_t;
 
 /*
@@ -125,6 +142,16 @@ void *shl_db_sharding_hooks_arg(const shl_service_ctx_t *svc);
  */
 int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                           shl_db_orphan_filter_t **filter, shl_status_t *st);
+
+/*
+ * shl_db_sharding_check_involved --
+ *     What aggregate (and each getMore of its cursor) calls: checks each entry of the
+ *     field SHL_INVOLVED_VERSIONS_FIELD of 'cmd' (absent: nothing to do) with the installed
+ *     check_involved; without one (standalone, config server) the field is only validated. Errors:
+ * TypeMismatch / FailedToParse / InvalidNamespace for a malformed field; as
+ * shl_db_sharding_check_involved_fn.
+ */
+int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
 
 /* shl_db_shard_name -- the installed shard_name, or false. */
 bool shl_db_shard_name(const shl_op_ctx_t *op, char *out, size_t n);

@@ -14,6 +14,18 @@
 #include "base/status.h"
 #include "net/service_context.h"
 
+/*
+ * SHL_INVOLVED_VERSIONS_FIELD -- an internal argument of the aggregate a router sends to a
+ * shard: [{ns: "db.coll", shardVersion, databaseVersion?}, ...], the versions the router
+ * routed with for the other namespaces the pipeline reads ($lookup, $unionWith,
+ * $graphLookup) or writes ($out, $merge) on that shard -- UNSHARDED, as a shard runs those
+ * stages over its local copy only for collections the router believes unsharded. The
+ * shard checks each like the request's own shardVersion (StaleConfig / StaleDbVersion
+ * naming that namespace), so a router that missed a shardCollection refreshes it and
+ * retries (docs/design/sharding-protocol.md "Router -> shard").
+ */
+#define SHL_INVOLVED_VERSIONS_FIELD "$_involvedNamespaceVersions"
+
 struct shl_conn;
 
 typedef struct shl_op_ctx {

@@ -613,7 +613,7 @@ done:
 
 void
 router_agg_out_locate(shl_router_t *r, const shl_pipeline_output_t *o, const char *db,
-                      bool *sharded, char *primary, size_t n)
+                      bool *sharded, char *primary, size_t n, shl_database_version_t *dbv)
 {
     shl_cached_database_t info;
     shl_routing_table_t *rt = NULL;
@@ -628,6 +628,7 @@ router_agg_out_locate(shl_router_t *r, const shl_pipeline_output_t *o, const cha
         return;
     }
     snprintf(primary, n, "%s", info.primary);
+    *dbv = info.version;
     snprintf(ns, sizeof(ns), "%s.%s", tdb, o->coll);
     if (shl_catalog_cache_get_collection(r->cache, ns, &rt, &st) != 0) {
         shl_status_clear(&st);

@@ -52,13 +52,23 @@ typedef struct agg_plan {
     bson_t sort; /* static view of the split $sort's spec */
     bool explain;
     bool single; /* the last build sent the whole pipeline to one shard */
+    /* Where the other namespaces live, as the catalog cache knows it: computed by
+     * plan_routing before each attempt (the previous one's stale error may have refreshed
+     * one of them). */
+    shl_router_t *r;
+    const char *db;                   /* the aggregate's database */
+    const shl_pipeline_output_t *out; /* the final $out/$merge, or NULL */
     /* Stages reading other collections ($lookup, $unionWith, $graphLookup, nested too): */
     bool has_foreign;     /* some stage reads another collection */
     bool foreign_sharded; /* one of those collections is sharded */
+    char **unsharded;     /* the others ("db.coll", once each; bson_strfreev) */
+    size_t nunsharded;
     /* A $out/$merge ending the pipeline: where its target lives (router_agg_out_locate). */
     bool has_output;
     bool out_sharded;
     char out_primary[SHL_SHARD_ID_MAX]; /* "" when unknown */
+    char out_ns[SHL_NS_MAX + 1];
+    shl_database_version_t out_db_version; /* of the target's database, when out_primary */
 } agg_plan_t;
 
 static void
@@ -364,8 +374,20 @@ done:
 }
 
 static void
+unsharded_clear(agg_plan_t *p)
+{
+    for (size_t i = 0; i < p->nunsharded; i++) {
+        bson_free(p->unsharded[i]);
+    }
+    bson_free(p->unsharded);
+    p->unsharded = NULL;
+    p->nunsharded = 0;
+}
+
+static void
 plan_cleanup(agg_plan_t *p)
 {
+    unsharded_clear(p);
     bson_destroy(&p->shards_part);
     bson_destroy(&p->merge_a);
     bson_destroy(&p->merge_b);
@@ -374,10 +396,31 @@ plan_cleanup(agg_plan_t *p)
     }
 }
 
+/* One entry of SHL_INVOLVED_VERSIONS_FIELD: 'ns' routed as unsharded in a database of
+ * version 'dbv'. */
+static void
+append_involved(bson_t *arr, uint32_t *n, const char *ns, const shl_database_version_t *dbv)
+{
+    char key[16];
+    const char *kp;
+    bson_t e;
+    shl_shard_version_t sv = shl_shard_version_unsharded();
+
+    bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+    BSON_APPEND_DOCUMENT_BEGIN(arr, kp, &e);
+    BSON_APPEND_UTF8(&e, "ns", ns);
+    shl_shard_version_append(&e, "shardVersion", &sv);
+    if (!shl_database_version_is_fixed(dbv)) {
+        shl_database_version_append(&e, "databaseVersion", dbv);
+    }
+    bson_append_document_end(arr, &e);
+}
+
 static void
 build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
 {
-    static const char *const skip[] = {"pipeline", "cursor", "explain", NULL};
+    static const char *const skip[] = {"pipeline", "cursor", "explain", SHL_INVOLVED_VERSIONS_FIELD,
+                                       NULL};
     agg_plan_t *p = arg;
     shl_router_shards_t t;
     bson_t cur;
@@ -396,6 +439,22 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     shl_router_shards_cleanup(&t);
     router_copy_command(p->cmd, skip, cmd);
     BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
+    if (p->single && (p->nunsharded > 0 || p->has_output)) {
+        /* The shard reads and writes these over its local copies because this router's
+         * cache says they are unsharded (and the shard their primary): the shard checks
+         * that, so a shardCollection this router missed comes back as StaleConfig naming
+         * the collection, which the retry refreshes and re-plans with (plan_routing). */
+        bson_t arr;
+        uint32_t n = 0;
+        BSON_APPEND_ARRAY_BEGIN(cmd, SHL_INVOLVED_VERSIONS_FIELD, &arr);
+        for (size_t i = 0; i < p->nunsharded; i++) {
+            append_involved(&arr, &n, p->unsharded[i], &rr->db.version);
+        }
+        if (p->has_output) {
+            append_involved(&arr, &n, p->out_ns, &p->out_db_version);
+        }
+        bson_append_array_end(cmd, &arr);
+    }
     if (p->explain) {
         BSON_APPEND_BOOL(cmd, "explain", true);
     } else {
@@ -770,7 +829,8 @@ done:
  *     Whether 'pipeline' has stages that read another collection ($lookup, $unionWith,
  *     $graphLookup, also inside the sub-pipelines of $lookup, $unionWith and $facet), and
  *     whether one of those collections is sharded (as the catalog cache knows it; a lookup
- *     error counts as unsharded, as the shards then decide). Never fails.
+ *     error counts as unsharded, as the shards then decide); the others are listed in
+ *     p->unsharded, for the shard to check. Never fails.
  */
 static void
 find_foreign(shl_router_t *r, const char *db, const bson_t *pipeline, int depth, agg_plan_t *p)
@@ -820,11 +880,20 @@ find_foreign(shl_router_t *r, const char *db, const bson_t *pipeline, int depth,
             char ns[SHL_NS_MAX + 1];
             shl_routing_table_t *rt = NULL;
             shl_status_t st = SHL_STATUS_INIT;
+            bool known = false;
             p->has_foreign = true;
             snprintf(ns, sizeof(ns), "%s.%s", db, from);
             if (shl_catalog_cache_get_collection(r->cache, ns, &rt, &st) == 0 && rt != NULL) {
                 shl_routing_table_release(rt);
                 p->foreign_sharded = true;
+                continue;
+            }
+            for (size_t i = 0; i < p->nunsharded && !known; i++) {
+                known = strcmp(p->unsharded[i], ns) == 0;
+            }
+            if (!known) {
+                p->unsharded = bson_realloc(p->unsharded, (p->nunsharded + 1) * sizeof(char *));
+                p->unsharded[p->nunsharded++] = bson_strdup(ns);
             }
         }
     }
@@ -1008,6 +1077,39 @@ done:
     return ret;
 }
 
+/*
+ * plan_routing --
+ *     Where the other namespaces of the pipeline live, from the catalog cache: its foreign
+ *     collections (find_foreign) and its output's target. Run before the first attempt and
+ *     again before each retry (shl_router_dispatch's 'prepare'), as a StaleConfig naming one
+ *     of them refreshed it meanwhile. Errors: $out to a sharded target (28769), before any
+ *     shard runs anything, as mongos checks it when parsing.
+ */
+static int
+plan_routing(void *arg, const shl_router_routing_t *rr, shl_status_t *st)
+{
+    agg_plan_t *p = arg;
+    int ret = 0;
+    (void)rr;
+
+    p->has_foreign = p->foreign_sharded = false;
+    unsharded_clear(p);
+    find_foreign(p->r, p->db, &p->pipeline, 0, p);
+    if (p->out != NULL) {
+        const char *tdb = p->out->db != NULL ? p->out->db : p->db;
+        p->has_output = true;
+        snprintf(p->out_ns, sizeof(p->out_ns), "%s.%s", tdb, p->out->coll);
+        router_agg_out_locate(p->r, p->out, p->db, &p->out_sharded, p->out_primary,
+                              sizeof(p->out_primary), &p->out_db_version);
+        if (p->out_sharded && !p->out->is_merge) {
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_CANNOT_BE_SHARDED,
+                     "$out cannot output to a sharded collection: %s", p->out_ns);
+        }
+    }
+done:
+    return ret;
+}
+
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -1117,21 +1219,24 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             p.filter = &p.filter_view;
         }
     }
-    find_foreign(r, ns.db, &p.pipeline, 0, &p);
-    if (shl_pipeline_output(check) != NULL) {
-        const shl_pipeline_output_t *o = shl_pipeline_output(check);
-        p.has_output = true;
+    p.r = r;
+    p.db = ns.db;
+    p.out = shl_pipeline_output(check);
+    if (p.out != NULL) {
         SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
-        router_agg_out_locate(r, o, ns.db, &p.out_sharded, p.out_primary, sizeof(p.out_primary));
-        if (p.out_sharded && !o->is_merge) {
-            /* Before any shard runs anything, as mongos checks it when parsing. */
-            SHL_FAIL(st, SHL_CODE_NAMESPACE_CANNOT_BE_SHARDED,
-                     "$out cannot output to a sharded collection: %s.%s",
-                     o->db != NULL ? o->db : ns.db, o->coll);
-        }
     }
-    ret =
-        shl_router_scatter(r, op, ns.full, p.filter, build_agg, &p, NULL, &results, &nresults, st);
+    /* Once here, so that $out's error comes before the routing of the aggregate's own
+     * namespace (a missing database), and again before each attempt. */
+    SHL_ERR(plan_routing(&p, NULL, st));
+    {
+        shl_router_dispatch_t d = {.prepare = plan_routing,
+                                   .prepare_arg = &p,
+                                   .filter = p.filter,
+                                   .build = build_agg,
+                                   .build_arg = &p,
+                                   .versions = SHL_ROUTER_VERSIONS_FULL};
+        ret = shl_router_dispatch(r, op, ns.full, &d, NULL, &results, &nresults, st);
+    }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
         bson_t empty = BSON_INITIALIZER;
         shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);

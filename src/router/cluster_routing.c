@@ -429,14 +429,18 @@ shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st)
 {
     bool stale = true;
 
+    /* What went stale is what the error names: a request also carries versions for other
+     * namespaces than its own (an aggregate's SHL_INVOLVED_VERSIONS_FIELD), and a shard
+     * answers for the one that failed its check. 'ns' only when the error names nothing. */
     switch (st->code) {
     case SHL_CODE_STALE_CONFIG: {
         shl_stale_config_info_t info;
         shl_status_t ignored = SHL_STATUS_INIT;
         bson_t extra;
         if (shl_status_extra_get(st, &extra) &&
-            shl_stale_config_info_parse(&extra, &info, &ignored) == 0 && info.has_wanted) {
-            shl_catalog_cache_on_stale_shard(r->cache, ns, &info.wanted.placement);
+            shl_stale_config_info_parse(&extra, &info, &ignored) == 0) {
+            shl_catalog_cache_on_stale_shard(r->cache, info.ns[0] != '\0' ? info.ns : ns,
+                                             info.has_wanted ? &info.wanted.placement : NULL);
         } else {
             shl_catalog_cache_on_stale_shard(r->cache, ns, NULL);
         }
@@ -447,8 +451,13 @@ shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st)
         break;
     case SHL_CODE_STALE_DB_VERSION: {
         shl_ns_t parsed;
+        shl_stale_db_info_t info;
         shl_status_t ignored = SHL_STATUS_INIT;
-        if (shl_ns_parse(&parsed, ns, &ignored) == 0) {
+        bson_t extra;
+        if (shl_status_extra_get(st, &extra) &&
+            shl_stale_db_info_parse(&extra, &info, &ignored) == 0 && info.db[0] != '\0') {
+            shl_catalog_cache_invalidate_database(r->cache, info.db);
+        } else if (shl_ns_parse(&parsed, ns, &ignored) == 0) {
             shl_catalog_cache_invalidate_database(r->cache, parsed.db);
         }
         break;
@@ -495,6 +504,9 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         bool stale = false;
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(shl_router_routing_init(r, ns, d->create_db, &rr, st));
+        if (d->prepare != NULL) {
+            SHL_ERR(d->prepare(d->prepare_arg, &rr, st));
+        }
         if (d->target != NULL) {
             d->target(d->target_arg, &rr, &targets);
         } else {

@@ -154,7 +154,9 @@ void shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n);
  * shl_router_is_stale --
  *     Whether 'st' is a stale-routing error the router retries after a refresh (StaleConfig,
  *     StaleDbVersion, StaleEpoch, ShardNotFound). If so, tell the cache what went stale
- *     (the collection of 'ns', or the database) so the next routing lookup refreshes.
+ *     so the next routing lookup refreshes: the collection (StaleConfig's `ns`) or the
+ *     database (StaleDbVersion's `db`) the error names -- which may be another namespace
+ *     than the request's own -- else the collection of 'ns' or its database.
  */
 bool shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st);
 
@@ -187,8 +189,12 @@ void shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t 
  *     The general form of shl_router_scatter: 'target' (NULL: shl_router_target_filter with
  *     'filter') picks the shards from the routing; 'build' writes each shard's command; the
  *     versions attached are the full ones (shardVersion, or UNSHARDED + databaseVersion) or
- *     only the database version; 'create_db' creates a missing database first. Same retry,
- *     results and errors as shl_router_scatter.
+ *     only the database version; 'create_db' creates a missing database first. 'prepare'
+ *     (may be NULL) runs at the start of every attempt, after the routing lookup and before
+ *     targeting: a command whose plan depends on other namespaces' routing (an aggregate's
+ *     foreign collections and output target) re-plans there from the cache the previous
+ *     attempt's stale error refreshed; its error ends the dispatch. Same retry, results and
+ *     errors as shl_router_scatter.
  */
 typedef void (*shl_router_target_fn)(void *arg, const shl_router_routing_t *rr,
                                      shl_router_shards_t *out);
@@ -198,8 +204,12 @@ typedef enum shl_router_versions {
     SHL_ROUTER_VERSIONS_DB_ONLY /* databaseVersion only (database-level DDL) */
 } shl_router_versions_t;
 
+typedef int (*shl_router_prepare_fn)(void *arg, const shl_router_routing_t *rr, shl_status_t *st);
+
 typedef struct shl_router_dispatch {
     bool create_db;
+    shl_router_prepare_fn prepare; /* may be NULL */
+    void *prepare_arg;
     shl_router_target_fn target;
     void *target_arg;
     const bson_t *filter;

@@ -91,7 +91,8 @@ int router_append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n,
  *
  * router_agg_out_locate: where the output of 'o' (aggregate database 'db') lives: whether
  *     the target is sharded and its database's primary shard ("" when unknown or the
- *     database does not exist). Never fails; errors read as "unknown".
+ *     database does not exist) and version (*dbv, set when the primary is). Never fails;
+ *     errors read as "unknown".
  * router_agg_out_begin: check the target and prepare the write for the pipeline 'p' (which
  *     ends with the stage; borrowed until destroy): $out refuses a sharded target (28769), a
  *     capped one (17152) or a view (166), then creates the temporary collection with the
@@ -107,7 +108,7 @@ int router_append_raw(shl_router_t *r, shl_router_shard_result_t *res, size_t n,
  */
 typedef struct router_agg_out router_agg_out_t;
 void router_agg_out_locate(shl_router_t *r, const shl_pipeline_output_t *o, const char *db,
-                           bool *sharded, char *primary, size_t n);
+                           bool *sharded, char *primary, size_t n, shl_database_version_t *dbv);
 int router_agg_out_begin(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, bool bypass,
                          router_agg_out_t **out, shl_status_t *st);
 int router_agg_out_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *st);

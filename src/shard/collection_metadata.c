@@ -562,14 +562,14 @@ crit_blocks(int level, shl_db_shard_access_t access)
  */
 static int
 crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_access_t access,
-          bool *db_waited, shl_status_t *st)
+          bool db_versioned, bool *db_waited, shl_status_t *st)
 {
     int ret = 0;
 
     *db_waited = false;
     pthread_mutex_lock(&s->mu);
     while (crit_blocks(c->crit, access) ||
-           (op->has_database_version && crit_blocks(db_crit_level_locked(s, c->ns), access))) {
+           (db_versioned && crit_blocks(db_crit_level_locked(s, c->ns), access))) {
         if ((ret = shl_op_check_interrupt(op, st)) != 0) {
             break;
         }
@@ -580,7 +580,7 @@ crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_acces
     }
     if (ret == 0 && access == SHL_DB_SHARD_WRITE) {
         c->inflight_writes++;
-        if (op->has_database_version) {
+        if (db_versioned) {
             c->inflight_db_writes++;
         }
     }
@@ -723,32 +723,36 @@ db_crit_gate(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_db_shard_ac
 
 /* ---------------------------------------------------------------- version checks (2) */
 
-static int check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+static int check_db_version(shard_state_t *s, const char *ns,
+                            const shl_database_version_t *received, shl_status_t *st);
 
+/*
+ * The shard version check of 'ns' against 'received', which the request carries for it
+ * (its own namespace: `shardVersion`; another one it reads or writes: an entry of
+ * `$_involvedNamespaceVersions`). 'db_received' (NULL: none) is the databaseVersion sent
+ * with it, checked again when a movePrimary's critical section held the request.
+ */
 static int
 check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
-                    shl_db_shard_access_t access, shl_db_orphan_filter_t **filter, shl_status_t *st)
+                    shl_db_shard_access_t access, const shl_shard_version_t *sv,
+                    const shl_database_version_t *db_received, shl_db_orphan_filter_t **filter,
+                    shl_status_t *st)
 {
     int ret = 0;
     bool db_waited = false;
-    bson_iter_t it;
-    shl_shard_version_t received;
+    shl_shard_version_t received = *sv;
     shard_coll_meta_t *m = NULL;
     shard_csr_t *c = NULL;
 
-    if (!bson_iter_init_find(&it, op->body, "shardVersion")) {
-        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "shardVersion vanished from the request");
-    }
-    SHL_ERR(shl_shard_version_parse(&it, &received, st));
     if (access != SHL_DB_SHARD_DDL) {
         shard_csr_t *gate = csr_get(s, ns);
-        SHL_ERR(crit_gate(s, op, gate, access, &db_waited, st));
+        SHL_ERR(crit_gate(s, op, gate, access, db_received != NULL, &db_waited, st));
         if (access == SHL_DB_SHARD_WRITE) {
             c = gate; /* in flight from here: dropped below or by the guard */
         }
         if (db_waited) {
             /* A movePrimary's critical section held it: the primary may have moved. */
-            SHL_ERR(check_db_version(s, op, ns, st));
+            SHL_ERR(check_db_version(s, ns, db_received, st));
         }
     }
     SHL_ERR(shard_meta_get(s, ns, &m, st));
@@ -771,7 +775,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         g->filter.destroy = guard_destroy;
         g->s = s;
         g->c = c;
-        g->db_versioned = op->has_database_version;
+        g->db_versioned = db_received != NULL;
         g->m = meta_ref(m);
         c = NULL;
         *filter = &g->filter;
@@ -780,7 +784,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     }
 done:
     if (c != NULL) {
-        write_done(s, c, op->has_database_version);
+        write_done(s, c, db_received != NULL);
     }
     shard_meta_release(m);
     return ret;
@@ -805,11 +809,11 @@ stale_db(const char *db, const shl_database_version_t *received, const shl_cache
 /* The database version: equal to config.databases' (refreshed once if not) and this
  * shard the primary. */
 static int
-check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+check_db_version(shard_state_t *s, const char *ns, const shl_database_version_t *db_received,
+                 shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it;
-    shl_database_version_t received;
+    shl_database_version_t received = *db_received;
     shl_catalog_cache_t *cache = NULL;
     shl_cached_database_t have;
     char db[SHL_DB_NAME_MAX], shard_name[SHL_SHARD_ID_MAX];
@@ -821,10 +825,6 @@ check_db_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_
     }
     memcpy(db, ns, n);
     db[n] = '\0';
-    if (!bson_iter_init_find(&it, op->body, "databaseVersion")) {
-        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "databaseVersion vanished from the request");
-    }
-    SHL_ERR(shl_database_version_parse(&it, &received, st));
     SHL_ERR(get_cache(s, &cache, shard_name, st));
     for (int attempt = 0; attempt < 2; attempt++) {
         if (attempt == 1) {
@@ -859,21 +859,73 @@ done:
     return ret;
 }
 
+/* The version 'op' carries as 'field' ("shardVersion" or "databaseVersion"), which
+ * op_context.c saw: into *sv or *dbv (the other NULL). */
+static int
+request_version(const shl_op_ctx_t *op, const char *field, shl_shard_version_t *sv,
+                shl_database_version_t *dbv, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+
+    if (!bson_iter_init_find(&it, op->body, field)) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "%s vanished from the request", field);
+    }
+    if (sv != NULL) {
+        SHL_ERR(shl_shard_version_parse(&it, sv, st));
+    } else {
+        SHL_ERR(shl_database_version_parse(&it, dbv, st));
+    }
+done:
+    return ret;
+}
+
 int
 shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                      shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
     int ret = 0;
     shard_state_t *s = arg;
+    shl_shard_version_t sv;
+    shl_database_version_t dbv;
 
     *filter = NULL;
     if (op->has_database_version) {
         SHL_ERR(db_crit_gate(s, op, ns, access, st));
-        SHL_ERR(check_db_version(s, op, ns, st));
+        SHL_ERR(request_version(op, "databaseVersion", NULL, &dbv, st));
+        SHL_ERR(check_db_version(s, ns, &dbv, st));
     }
     if (op->has_shard_version) {
-        SHL_ERR(check_shard_version(s, op, ns, access, filter, st));
+        SHL_ERR(request_version(op, "shardVersion", &sv, NULL, st));
+        SHL_ERR(check_shard_version(s, op, ns, access, &sv, op->has_database_version ? &dbv : NULL,
+                                    filter, st));
     }
 done:
+    return ret;
+}
+
+int
+shard_check_involved(void *arg, shl_op_ctx_t *op, const char *ns, const bson_iter_t *shard_version,
+                     const bson_iter_t *database_version, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = arg;
+    shl_shard_version_t sv;
+    shl_database_version_t dbv;
+    shl_db_orphan_filter_t *filter = NULL;
+
+    SHL_ERR(shl_shard_version_parse(shard_version, &sv, st));
+    if (database_version != NULL) {
+        SHL_ERR(shl_database_version_parse(database_version, &dbv, st));
+        SHL_ERR(db_crit_gate(s, op, ns, SHL_DB_SHARD_READ, st));
+        SHL_ERR(check_db_version(s, ns, &dbv, st));
+    }
+    /* The same verdict as for the request's own namespace: a namespace this shard does not
+     * know yet is loaded from the config server, and an UNSHARDED received against another
+     * UNSHARDED passes without asking, as the shard is told of every shardCollection. */
+    SHL_ERR(check_shard_version(s, op, ns, SHL_DB_SHARD_READ, &sv,
+                                database_version != NULL ? &dbv : NULL, &filter, st));
+done:
+    shl_db_orphan_filter_release(filter);
     return ret;
 }

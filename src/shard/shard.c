@@ -97,6 +97,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_range_deleter_init(s);
     hooks.arg = s;
     hooks.check = shard_check_versions;
+    hooks.check_involved = shard_check_involved;
     hooks.on_write = shard_migration_observe;
     hooks.observing = shard_migration_observing;
     hooks.orphan_count = shard_orphan_count;

@@ -184,6 +184,12 @@ void shard_meta_release(shard_coll_meta_t *m);
 int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                          shl_db_orphan_filter_t **filter, shl_status_t *st);
 
+/* shard_check_involved -- the db hook for another namespace a request reads or writes
+ * (shl_db_sharding_check_involved_fn). */
+int shard_check_involved(void *arg, shl_op_ctx_t *op, const char *ns,
+                         const bson_iter_t *shard_version, const bson_iter_t *database_version,
+                         shl_status_t *st);
+
 /* shard_meta_destroy_all -- drop the map (shutdown). */
 void shard_meta_destroy_all(shard_state_t *s);
 

@@ -9,6 +9,9 @@ with chunks moved so both shards hold data), fx.tree sharded on {_id: "hashed"};
 and fx.ufr unsharded; fxref.* the reference copies."""
 
 import pytest
+from bson import ObjectId, Timestamp
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure
 
 from shale_fixtures import fail_point, wait_until
@@ -285,3 +288,192 @@ def test_a_stale_router_after_a_foreign_chunk_moved(fx):
     _same(got, want)
     got = list(r2.fx.uloc.aggregate([{"$match": {"k": 10}}, LOOKUP_EQ]))
     assert sorted(x["_id"] for x in got[0]["m"]) == [d["_id"] for d in FR if d["fk"] == 10]
+
+
+# ---------------------------------------------------------------- a router that missed a
+# shardCollection of the foreign collection
+#
+# Router B caches a database and its collections as unsharded; router A then shards the
+# foreign collection and moves a chunk of it to the other shard. B still believes it is
+# unsharded and sends the whole pipeline to the primary shard, which would read only its
+# own part. The shard checks the version B assumed for the foreign collection (UNSHARDED,
+# in $_involvedNamespaceVersions) and answers StaleConfig naming it, so B refreshes that
+# collection and runs the stage in its merger.
+
+STALE_LOC = [{"_id": i, "k": i, "fk": i % 10} for i in range(30)]
+STALE_FR = [{"_id": 100 + j, "fk": j % 10, "w": j} for j in range(40)]
+STALE_STAGES = {
+    "lookup": [{"$lookup": {"from": "fr", "localField": "fk", "foreignField": "fk",
+                            "as": "m"}}],
+    "lookup_pipeline": [{"$lookup": {"from": "fr", "let": {"f": "$fk"}, "pipeline": [
+        {"$match": {"$expr": {"$eq": ["$fk", "$$f"]}}}], "as": "m"}}],
+    "union": [{"$unionWith": "fr"}],
+    "union_in_facet": [{"$facet": {"all": [{"$unionWith": {"coll": "fr", "pipeline": [
+        {"$match": {"w": {"$gte": 0}}}]}}]}}],
+    "graph": [{"$graphLookup": {"from": "fr", "startWith": "$fk", "connectFromField": "fk",
+                                "connectToField": "fk", "as": "m", "maxDepth": 0}}],
+}
+
+
+@pytest.fixture(scope="module")
+def routers(fx):
+    """Routers A (the fixture's) and B (another one, started once for these tests)."""
+    return fx.router_client(), fx.add_router().client()
+
+
+def _expected(stage, loc, fr):
+    """What the pipeline returns over complete collections, computed here."""
+    by_fk = {}
+    for d in fr:
+        by_fk.setdefault(d["fk"], []).append(d)
+    if stage in ("lookup", "lookup_pipeline", "graph"):
+        return [dict(d, m=by_fk.get(d["fk"], [])) for d in loc]
+    if stage == "union":
+        return loc + fr
+    return [{"all": loc + fr}]
+
+
+def _set_up_stale_b(a, b, db, stage):
+    """Database 'db' (primary shard0) with unsharded loc and fr, cached so by B; then A
+    shards fr on {fk: 1} with fk >= 5 on shard1 and inserts more documents on both."""
+    a.admin.command("enableSharding", db, primaryShard="shard0")
+    a[db].loc.insert_many(STALE_LOC)
+    a[db].fr.insert_many(STALE_FR[:20])
+    pipeline = STALE_STAGES[stage]
+    _same(list(b[db].loc.aggregate(pipeline)), _expected(stage, STALE_LOC, STALE_FR[:20]))
+    a[db].fr.create_index([("fk", 1)])
+    a.admin.command("shardCollection", db + ".fr", key={"fk": 1})
+    a.admin.command("split", db + ".fr", middle={"fk": 5})
+    a.admin.command("moveChunk", db + ".fr", find={"fk": 5}, to="shard1")
+    a[db].fr.insert_many(STALE_FR[20:])
+    return pipeline
+
+
+@pytest.mark.parametrize("stage", sorted(STALE_STAGES))
+def test_a_router_that_missed_the_foreign_collection_being_sharded(fx, routers, stage):
+    a, b = routers
+    db = "stalefr_" + stage
+    pipeline = _set_up_stale_b(a, b, db, stage)
+    # Both shards hold part of the foreign collection now.
+    on1 = fx.shard_client(1)[db].fr.count_documents({})
+    assert on1 == sum(1 for d in STALE_FR if d["fk"] >= 5)
+    assert fx.shard_client(0)[db].fr.count_documents({"fk": {"$lt": 5}}) == \
+        sum(1 for d in STALE_FR if d["fk"] < 5)
+    got = list(b[db].loc.aggregate(pipeline))
+    _same(got, _expected(stage, STALE_LOC, STALE_FR))
+    # B's routing of the foreign collection is fresh now: it runs the stage in its merger.
+    explain = b[db].command("aggregate", "loc", pipeline=pipeline, explain=True)
+    assert explain.get("mergeType") == "mongos", explain
+
+
+def test_a_foreign_collection_sharded_while_a_cursor_is_open(fx, routers):
+    # The shard runs the $lookup batch by batch; when the foreign collection gets sharded
+    # and split across the shards between two getMores, the next getMore fails with
+    # StaleConfig rather than return lookups over the primary's part only.
+    a, b = routers
+    db = "stalefr_getmore"
+    a.admin.command("enableSharding", db, primaryShard="shard0")
+    loc = [{"_id": i, "k": i, "fk": i % 10} for i in range(400)]
+    a[db].loc.insert_many(loc)
+    a[db].fr.insert_many(STALE_FR[:20])
+    cursor = b[db].loc.aggregate(STALE_STAGES["lookup"], batchSize=5)
+    first = [next(cursor) for _ in range(5)]
+    assert all(d["m"] for d in first)
+    a[db].fr.create_index([("fk", 1)])
+    a.admin.command("shardCollection", db + ".fr", key={"fk": 1})
+    a.admin.command("split", db + ".fr", middle={"fk": 5})
+    a.admin.command("moveChunk", db + ".fr", find={"fk": 5}, to="shard1")
+    with pytest.raises(OperationFailure) as e:
+        list(cursor)
+    assert e.value.code == 13388, e.value.details
+    # A new aggregate through B is complete.
+    _same(list(b[db].loc.aggregate(STALE_STAGES["lookup"])),
+          _expected("lookup", loc, STALE_FR[:20]))
+
+
+def test_a_stale_router_whose_pipeline_targets_the_primary_of_a_sharded_collection(fx, routers):
+    # The aggregate's own collection is sharded too, and the pipeline reaches only the
+    # primary shard's chunk: B sent the whole pipeline there (fr looked unsharded).
+    a, b = routers
+    db = "stalefr_sharded_local"
+    a.admin.command("enableSharding", db, primaryShard="shard0")
+    a.admin.command("shardCollection", db + ".loc", key={"k": 1})
+    a.admin.command("split", db + ".loc", middle={"k": 20})
+    a.admin.command("moveChunk", db + ".loc", find={"k": 25}, to="shard1")
+    a[db].loc.insert_many(STALE_LOC)
+    a[db].fr.insert_many(STALE_FR[:20])
+    pipeline = [{"$match": {"k": {"$lt": 10}}}] + STALE_STAGES["lookup"]
+    want_loc = [d for d in STALE_LOC if d["k"] < 10]
+    _same(list(b[db].loc.aggregate(pipeline)), _expected("lookup", want_loc, STALE_FR[:20]))
+    a[db].fr.create_index([("fk", 1)])
+    a.admin.command("shardCollection", db + ".fr", key={"fk": 1})
+    a.admin.command("split", db + ".fr", middle={"fk": 5})
+    a.admin.command("moveChunk", db + ".fr", find={"fk": 5}, to="shard1")
+    a[db].fr.insert_many(STALE_FR[20:])
+    _same(list(b[db].loc.aggregate(pipeline)), _expected("lookup", want_loc, STALE_FR))
+
+
+def test_a_stale_router_after_the_foreign_collection_was_recreated_unsharded(fx, routers):
+    # The reverse: B caches fr as sharded; A drops it and re-creates it unsharded. B's
+    # merger reads it with versioned finds, whose StaleConfig refreshes B.
+    a, b = routers
+    db = "stalefr_recreated"
+    a.admin.command("enableSharding", db, primaryShard="shard0")
+    a[db].loc.insert_many(STALE_LOC)
+    a.admin.command("shardCollection", db + ".fr", key={"fk": 1})
+    a.admin.command("split", db + ".fr", middle={"fk": 5})
+    a.admin.command("moveChunk", db + ".fr", find={"fk": 5}, to="shard1")
+    a[db].fr.insert_many(STALE_FR)
+    for stage in ("lookup", "union"):
+        _same(list(b[db].loc.aggregate(STALE_STAGES[stage])),
+              _expected(stage, STALE_LOC, STALE_FR))
+    a[db].fr.drop()
+    a[db].fr.insert_many(STALE_FR[:15])
+    assert fx.shard_client(1)[db].fr.count_documents({}) == 0
+    for stage in ("lookup", "union"):
+        _same(list(b[db].loc.aggregate(STALE_STAGES[stage])),
+              _expected(stage, STALE_LOC, STALE_FR[:15]))
+
+
+UNSHARDED = {"e": ObjectId("000000000000000000000000"), "t": Timestamp(0, 0),
+             "v": Timestamp(0, 0)}
+STD = CodecOptions(uuid_representation=STANDARD)  # databaseVersion.uuid is binData 4
+
+
+def _involved_error(shard_db, coll, pipeline, involved, **versions):
+    with pytest.raises(OperationFailure) as e:
+        shard_db.command("aggregate", coll, pipeline=pipeline, cursor={}, codec_options=STD,
+                         **{"$_involvedNamespaceVersions": involved}, **versions)
+    return e.value
+
+
+def test_the_shard_checks_the_involved_namespaces(fx):
+    """The shard side of $_involvedNamespaceVersions, sent directly to the primary shard of
+    fx: each entry is checked like the request's own versions, and the error names it."""
+    s0 = fx.shard_client(0, uuidRepresentation="standard").fx
+    dbv = fx.config_client(uuidRepresentation="standard").config.databases.find_one({"_id": "fx"})["version"]
+    own = {"shardVersion": UNSHARDED, "databaseVersion": dbv}
+    pipeline = [{"$match": {"k": 1}}, {"$lookup": {"from": "ufr", "localField": "fk",
+                                                   "foreignField": "fk", "as": "m"}}]
+    ok = [{"ns": "fx.ufr", "shardVersion": UNSHARDED, "databaseVersion": dbv}]
+    r = s0.command("aggregate", "uloc", pipeline=pipeline, cursor={}, codec_options=STD,
+                   **{"$_involvedNamespaceVersions": ok}, **own)
+    assert len(r["cursor"]["firstBatch"]) == 1
+    # fx.fr is sharded: StaleConfig for fx.fr, not for the aggregate's own fx.uloc.
+    err = _involved_error(s0, "uloc", pipeline, ok + [
+        {"ns": "fx.fr", "shardVersion": UNSHARDED, "databaseVersion": dbv}], **own)
+    assert err.code == 13388, err.details
+    assert err.details["ns"] == "fx.fr" and err.details["shardId"] == "shard0"
+    assert err.details["vReceived"] == UNSHARDED
+    assert err.details["vWanted"]["e"] != UNSHARDED["e"]
+    # A database version other than the config server's: StaleDbVersion.
+    other = dict(dbv, lastMod=dbv["lastMod"] + 1)
+    err = _involved_error(s0, "uloc", pipeline, [
+        {"ns": "fx.ufr", "shardVersion": UNSHARDED, "databaseVersion": other}], **own)
+    assert err.code == 249 and err.details["db"] == "fx", err.details
+    # shard1 is not the primary of fx: its copy of fx.ufr is not the collection.
+    err = _involved_error(fx.shard_client(1, uuidRepresentation="standard").fx, "loc", [], ok)
+    assert err.code == 249, err.details
+    # Malformed.
+    assert _involved_error(s0, "uloc", [], "x").code == 14
+    assert _involved_error(s0, "uloc", [], [{"ns": "fx.ufr"}]).code == 9

@@ -417,3 +417,82 @@ def test_documents_out_and_merge(om):
     assert r.om.ms.find_one({"_id": 0}) == {"_id": 0, "z": 1}
     assert r.om.ms.find_one({"_id": 4}) == {"_id": 4, "z": 4}
     assert om.shard_client(1).om.ms.count_documents({"_id": 4}) == 1
+
+
+# ---------------------------------------------------------------- a router that missed the
+# target being sharded
+#
+# Router B caches the target as unsharded, router A then shards it and moves a chunk. B
+# would send the whole pipeline to the primary shard, which would write every document
+# into its local copy ($merge: orphans no router returns) or $out over a sharded
+# collection. The shard checks the version B assumed for the target (UNSHARDED, in
+# $_involvedNamespaceVersions) and answers StaleConfig naming it: B refreshes the target and
+# answers as a router that knew ($merge routed by the shard key, $out refused).
+
+STALE_SRC = [{"_id": i, "k": i * 2} for i in range(100)]
+
+
+@pytest.fixture(scope="module")
+def stale(om):
+    a = om.router_client()
+    b = om.add_router().client()
+    a.admin.command("enableSharding", "omstale", primaryShard="shard0")
+    a.omstale.src.insert_many(STALE_SRC)
+    return a, b
+
+
+def _shard_target(a, ns):
+    a.admin.command("shardCollection", ns, key={"_id": 1})
+    a.admin.command("split", ns, middle={"_id": 50})
+    a.admin.command("moveChunk", ns, find={"_id": 60}, to="shard1")
+
+
+def test_merge_by_a_router_that_missed_the_target_being_sharded(om, stale):
+    a, b = stale
+    b.omstale.src.aggregate([{"$match": {"_id": {"$lt": 10}}}, {"$merge": {"into": "mt"}}])
+    assert _sorted(a.omstale.mt.find()) == _sorted(STALE_SRC[:10])  # B caches mt as unsharded
+    _shard_target(a, "omstale.mt")
+    b.omstale.src.aggregate([{"$set": {"x": 1}},
+                             {"$merge": {"into": "mt", "whenMatched": "merge"}}])
+    want = [dict(d, x=1) for d in STALE_SRC]
+    assert _sorted(a.omstale.mt.find()) == _sorted(want)
+    assert _sorted(b.omstale.mt.find()) == _sorted(want)
+    # Each document went to the shard owning its _id: none was left on the primary shard
+    # as an orphan that no router returns.
+    s0, s1 = om.shard_client(0).omstale.mt, om.shard_client(1).omstale.mt
+    assert _sorted(s0.find()) == _sorted(want[:50])
+    assert _sorted(s1.find()) == _sorted(want[50:])
+
+
+def test_merge_with_a_lookup_by_a_router_that_missed_both_being_sharded(om, stale):
+    a, b = stale
+    a.omstale.fr.insert_many([{"_id": i, "w": i} for i in range(100)])
+    pipeline = [{"$lookup": {"from": "fr", "localField": "_id", "foreignField": "_id",
+                             "as": "m"}},
+                {"$set": {"w": {"$first": "$m.w"}}}, {"$unset": "m"},
+                {"$merge": {"into": "mlt"}}]
+    b.omstale.src.aggregate([{"$match": {"_id": {"$lt": 3}}}] + pipeline)
+    assert a.omstale.mlt.count_documents({}) == 3
+    a.omstale.fr.create_index([("w", 1)])
+    a.admin.command("shardCollection", "omstale.fr", key={"w": 1})
+    a.admin.command("split", "omstale.fr", middle={"w": 50})
+    a.admin.command("moveChunk", "omstale.fr", find={"w": 60}, to="shard1")
+    _shard_target(a, "omstale.mlt")
+    b.omstale.src.aggregate(pipeline)
+    want = [dict(d, w=d["_id"]) for d in STALE_SRC]
+    assert _sorted(a.omstale.mlt.find()) == _sorted(want)
+    assert om.shard_client(0).omstale.mlt.count_documents({"_id": {"$gte": 50}}) == 0
+    assert om.shard_client(1).omstale.mlt.count_documents({}) == 50
+
+
+def test_out_by_a_router_that_missed_the_target_being_sharded(om, stale):
+    a, b = stale
+    b.omstale.src.aggregate([{"$match": {"_id": {"$lt": 10}}}, {"$out": "ot"}])
+    assert _sorted(a.omstale.ot.find()) == _sorted(STALE_SRC[:10])  # B caches ot as unsharded
+    _shard_target(a, "omstale.ot")
+    before = _sorted(a.omstale.ot.find())
+    # As through a router that knows (test_out_to_sharded_target_refused).
+    assert _code(lambda: b.omstale.src.aggregate([{"$out": "ot"}])) == 28769
+    assert _sorted(a.omstale.ot.find()) == before
+    assert _tmp_colls(om.shard_client(0).omstale) == []
+    assert _code(lambda: b.omstale.src.aggregate([{"$out": "ot"}])) == 28769
