@@ -103,6 +103,12 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     SHL_ERR(shl_op_ctx_init(&op, svc, conn, body, db, &st));
     op_init = true;
     op.cmd_name = cmd->name;
+    /* Until transactions exist, a statement of one must not run as an ordinary write that
+     * the client later believes aborted (or committed with the others). */
+    if (op.has_autocommit || op.start_transaction) {
+        SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
+                 "multi-document transactions are not supported by Shale yet");
+    }
 
     if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {
         shl_fail_command_check(&op, name, &fc);

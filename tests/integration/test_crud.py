@@ -413,3 +413,19 @@ def test_oplog_is_readable(rs_node):
     assert ops[0]["ts"] < ops[1]["ts"] < ops[2]["ts"]
     # pymongo 3.11 decodes BinData subtype 4 as uuid.UUID.
     assert isinstance(ops[0]["ui"], (uuid.UUID, bson.binary.Binary))
+
+
+def test_transaction_statements_are_refused_on_a_replica_set_member(rs_node):
+    client = rs_node.client()
+    coll = client.test.txn_refused
+    with client.start_session() as s:
+        with pytest.raises(OperationFailure) as e:
+            with s.start_transaction():
+                coll.insert_one({"a": 1}, session=s)
+        assert e.value.code == 20
+    assert coll.count_documents({}) == 0
+    # A raw statement continuing a transaction (autocommit: false) is refused too.
+    with pytest.raises(OperationFailure) as e:
+        client.test.command("find", "txn_refused", lsid={"id": bson.Binary(uuid.uuid4().bytes, 4)},
+                            txnNumber=1, autocommit=False)
+    assert e.value.code == 20
