@@ -22,8 +22,10 @@
  * larger; the wire limit is far above the 16 MB document limit). */
 #define MP_BATCH_BYTES (8 * 1024 * 1024)
 
-/* Shale's fail points (MongoDB's coordinator has its own names): pause with the critical
- * section held, before the config commit / after it, before the cleanup. */
+/* Pause with writes blocked and the coordinator document written, before the clone
+ * (MongoDB's name), then -- Shale's names -- with reads blocked too before the config
+ * commit, and after the commit before the cleanup. */
+SHL_FAILPOINT_DEFINE(hangBeforeCloningData)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCommit)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCleanup)
 
@@ -695,6 +697,7 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
     persisted = true;
     SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to", BCON_UTF8(to),
                  "collections", BCON_INT64((int64_t)c.ncolls));
+    pause_at(SHL_FAILPOINT(hangBeforeCloningData), op);
     for (size_t i = 0; i < c.ncolls; i++) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(clone_collection(s, &c, i, &ndocs, st));

@@ -373,3 +373,108 @@ def test_donor_killed_after_commit_finishes_cleanup(mc):
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     assert r[db].a.count_documents({}) == 300
     assert mc.router_client(1)[db].a.count_documents({}) == 300
+
+
+# ---------------------------------------------------------------- reads during the clone
+
+def _move_in_thread(mc, db, to, res, err):
+    def move():
+        try:
+            res.append(mc.router_client().admin.command("movePrimary", db, to=to))
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    return t
+
+
+def test_reads_go_on_while_cloning_writes_wait(mc):
+    # Like MongoDB's movePrimary, the donor blocks only writes (and DDL) while it clones;
+    # find, listCollections and listIndexes answer until the short commit phase, which
+    # blocks reads too.
+    r = mc.router_client()
+    db = "mp_reads"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].a.insert_many([{"_id": i, "x": i} for i in range(100)])
+    r[db].a.create_index([("x", 1)], name="x_1")
+    r[db].b.insert_many([{"_id": i} for i in range(10)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeCloningData")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeCloningData", before)
+        wrote, write_err = threading.Event(), []
+
+        def write():
+            try:
+                mc.router_client(1)[db].a.insert_one({"_id": 1000, "x": 1000})
+            except PyMongoError as e:
+                write_err.append(e)
+            wrote.set()
+
+        w = threading.Thread(target=write)
+        w.start()
+        # A hang would fail these: the shard (or router) gives up at maxTimeMS.
+        for rc in (r, mc.router_client(1)):
+            d = rc[db]
+            assert sorted(x["_id"] for x in d.a.find().max_time_ms(5000)) == list(range(100))
+            assert d.a.count_documents({"x": {"$gte": 50}}, maxTimeMS=5000) == 50
+            lc = d.command("listCollections", maxTimeMS=5000)["cursor"]["firstBatch"]
+            assert sorted(c["name"] for c in lc) == ["a", "b"]
+            li = d.command("listIndexes", "a", maxTimeMS=5000)["cursor"]["firstBatch"]
+            assert sorted(i["name"] for i in li) == ["_id_", "x_1"]
+        # Writes wait in the critical section: one with a time limit runs out...
+        reply = r[db].command("insert", "a", documents=[{"_id": 2000}], maxTimeMS=300)
+        assert [x["code"] for x in reply.get("writeErrors", [])] == [50], reply  # MaxTimeMSExpired
+        with pytest.raises(OperationFailure) as e:
+            r[db].command("createIndexes", "b", indexes=[{"key": {"y": 1}, "name": "y_1"}],
+                          maxTimeMS=300)
+        assert e.value.code == 50
+        assert not wrote.is_set()  # ...and one without waits for the move
+        fail_point(donor, "hangBeforeCloningData", "off")
+        w.join(60)
+        assert wrote.is_set() and not write_err, write_err
+        t.join(60)
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+        t.join(60)
+    assert res and not err, err
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    s0, s1 = mc.shard_client(0), mc.shard_client(1)
+    assert _names(s0, db) == []
+    assert _names(s1, db) == ["a", "b"]
+    assert sorted(x["_id"] for x in s1[db].a.find()) == list(range(100)) + [1000]
+    assert _indexes(s1, db, "a") == [("_id_", (("_id", 1),), False), ("x_1", (("x", 1),), False)]
+    for rc in (r, mc.router_client(1)):
+        assert rc[db].a.count_documents({}) == 101
+        assert rc[db].a.find_one({"_id": 2000}) is None
+        assert _names(rc, db) == ["a", "b"]
+
+
+def test_commit_phase_blocks_catalog_reads(mc):
+    # In the commit phase reads wait, listCollections included (it carries the database
+    # version): a listing of the old primary's catalog would be stale once it commits.
+    r = mc.router_client()
+    db = "mp_commit_reads"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].a.insert_many([{"_id": i} for i in range(10)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeMovePrimaryCommit")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        for cmd in ({"listCollections": 1}, {"listIndexes": "a"}, {"find": "a"}):
+            with pytest.raises(OperationFailure) as e:
+                r[db].command(dict(cmd, maxTimeMS=300))
+            assert e.value.code == 50, cmd
+    finally:
+        fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
+        t.join(60)
+    assert res and not err, err
+    lc = r[db].command("listCollections")["cursor"]["firstBatch"]
+    assert [c["name"] for c in lc] == ["a"]
+    assert r[db].a.count_documents({}) == 10
+
