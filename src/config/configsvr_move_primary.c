@@ -8,12 +8,17 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/namespace.h"
 #include "config/config_private.h"
 
 /* The config server waits this long for the primary shard's move (_shardsvrMovePrimary). */
 #define CFG_MOVE_PRIMARY_TIMEOUT_MS (30 * 60 * 1000)
+
+/* Shale's: the commit is written (majority) but not answered yet -- a kill -9 here loses the
+ * reply, not the commit. */
+SHL_FAILPOINT_DEFINE(hangBeforeReplyingCommitMovePrimary)
 
 /* The 'to' field: a non-empty string. */
 static int
@@ -178,6 +183,10 @@ cmd_commit_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     cfg_changelog(op, "movePrimary.commit", dbname, &details);
     SHL_LOG_INFO(SHARDING, 4200131, "movePrimary committed", "db", BCON_UTF8(dbname), "from",
                  BCON_UTF8(from), "to", BCON_UTF8(to));
+    if (SHL_FAILPOINT_FIRES(hangBeforeReplyingCommitMovePrimary)) {
+        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangBeforeReplyingCommitMovePrimary),
+                                      &op->killed);
+    }
 done:
     (void)reply;
     shl_database_type_cleanup(&db);

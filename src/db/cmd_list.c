@@ -156,6 +156,9 @@ cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(shl_cmd_get_bool(cmd, "authorizedCollections", &auth, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "includePendingDrops", &pending, st));
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
+    /* A router's request carries the databaseVersion: this shard must still be the
+     * primary (a movePrimary's commit phase holds it; a stale router gets StaleDbVersion). */
+    SHL_ERR(db_sharding_check_no_filter(op, op->db, SHL_DB_SHARD_CATALOG, st));
     if (has_filter) {
         SHL_ERR(shl_matcher_new(&filter, SHL_MATCHER_NO_SPECIAL, &m, st));
     }
@@ -209,7 +212,7 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, list_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
-    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_CATALOG, st));
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {

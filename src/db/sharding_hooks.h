@@ -46,13 +46,17 @@ bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *do
 typedef enum shl_db_shard_access {
     SHL_DB_SHARD_READ,  /* find, count, distinct, aggregate, explain: orphan filter */
     SHL_DB_SHARD_WRITE, /* insert, update, delete, findAndModify: orphan filter */
-    SHL_DB_SHARD_DDL,   /* createIndexes, listIndexes, dropIndexes, create, drop: none */
+    SHL_DB_SHARD_DDL,   /* createIndexes, dropIndexes, create, drop: none */
+    /* listCollections, listIndexes: no filter; a database critical section blocks them
+     * only in its commit phase (like a read), as MongoDB's catalog reads. */
+    SHL_DB_SHARD_CATALOG,
 } shl_db_shard_access_t;
 
 /*
  * shl_db_sharding_check_fn --
  *     Check the request's shardVersion / databaseVersion (op->has_shard_version,
- *     op->has_database_version) for 'ns' ("db.coll"). On success *filter is NULL (no
+ *     op->has_database_version) for 'ns' ("db.coll"; listCollections passes the bare
+ *     database name, with a databaseVersion only). On success *filter is NULL (no
  *     filtering: unversioned request, unsharded collection, DDL) or one reference
  *     the caller releases. May block on a refresh from the config server. Errors:
  *     StaleConfig (13388), StaleDbVersion (249) with their extra info; the config

@@ -179,6 +179,7 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
     }
     shl_client_fanout(c->r->pool, reqs, n, remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
                       res);
+    shl_router_deadline_results(c->op, res, n);
     for (size_t i = 0; i < n; i++) {
         shl_router_remote_t *rem = &c->remotes[which[i]];
         if (res[i].code != 0) {

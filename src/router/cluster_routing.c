@@ -367,6 +367,20 @@ shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n)
     }
 }
 
+void
+shl_router_deadline_results(shl_op_ctx_t *op, shl_fanout_result_t *results, size_t n)
+{
+    if (op == NULL || op->deadline_us == 0 || shl_op_remaining_ms(op) > 0) {
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (results[i].code == SHL_CODE_NETWORK_TIMEOUT) {
+            results[i].code = shl_status_set(&results[i].status, SHL_CODE_MAX_TIME_MS_EXPIRED,
+                                             "operation exceeded time limit");
+        }
+    }
+}
+
 /* Requests this many or fewer keep their host names on the stack. */
 #define SMALL_SEND 4
 
@@ -417,6 +431,7 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         }
     }
     bson_free(fres);
+    shl_router_deadline_results(op, results, n);
     if (!small) {
         bson_free(map);
         bson_free(hosts);

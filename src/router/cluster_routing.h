@@ -122,6 +122,14 @@ void shl_router_append_generic(const bson_t *user_cmd, bson_t *cmd);
 /* shl_router_generic_passes -- whether shl_router_append_generic copies field 'field'. */
 bool shl_router_generic_passes(const char *field);
 
+/*
+ * shl_router_deadline_results --
+ *     Results that timed out (NetworkTimeout) because the operation's maxTimeMS ran out
+ *     -- the network timeout of a remote request is the time the operation has left --
+ *     become MaxTimeMSExpired, as mongos answers. Others are left alone.
+ */
+void shl_router_deadline_results(shl_op_ctx_t *op, shl_fanout_result_t *results, size_t n);
+
 /* One request for one shard (what shl_router_send sends). */
 typedef struct shl_router_request {
     const char *shard; /* borrowed */
@@ -134,7 +142,8 @@ typedef struct shl_router_request {
  *     reqs[i]; always initialised, clean up with shl_fanout_results_cleanup). Shard hosts come
  *     from the registry ("config" is the config server, the primary of admin and config);
  *     an unknown shard gives ShardNotFound in its result. The call is
- *     bounded by the operation's deadline. Blocks.
+ *     bounded by the operation's deadline: a shard cut off by it gives MaxTimeMSExpired
+ *     (shl_router_deadline_results). Blocks.
  */
 void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
                      const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results);

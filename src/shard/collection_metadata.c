@@ -551,7 +551,9 @@ db_crit_level_locked(shard_state_t *s, const char *ns)
 static bool
 crit_blocks(int level, shl_db_shard_access_t access)
 {
-    return level == SHARD_CRIT_ALL || (level == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ);
+    /* Catalog reads are reads: MongoDB's catch-up phase blocks writes and DDL only. */
+    return level == SHARD_CRIT_ALL || (level == SHARD_CRIT_WRITES && access != SHL_DB_SHARD_READ &&
+                                       access != SHL_DB_SHARD_CATALOG);
 }
 
 /*
@@ -744,7 +746,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
     shard_coll_meta_t *m = NULL;
     shard_csr_t *c = NULL;
 
-    if (access != SHL_DB_SHARD_DDL) {
+    if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG) {
         shard_csr_t *gate = csr_get(s, ns);
         SHL_ERR(crit_gate(s, op, gate, access, db_received != NULL, &db_waited, st));
         if (access == SHL_DB_SHARD_WRITE) {
@@ -779,7 +781,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         g->m = meta_ref(m);
         c = NULL;
         *filter = &g->filter;
-    } else if (access != SHL_DB_SHARD_DDL && m->rt != NULL) {
+    } else if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }
 done:

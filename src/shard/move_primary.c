@@ -6,7 +6,8 @@
  * commands, has the config server commit the new primary, refreshes, leaves the critical
  * section and drops its own stale copies. A coordinator document in
  * config.movePrimaryCoordinators makes a crash recoverable: before the commit the clones
- * are dropped (abort), after it the stale copies.
+ * are dropped (abort), after it the stale copies. A config server that is down meanwhile
+ * (kill -9, restart) is waited for with the critical section held, and the move completes.
  */
 #include <string.h>
 
@@ -23,8 +24,10 @@
  * larger; the wire limit is far above the 16 MB document limit). */
 #define MP_BATCH_BYTES (8 * 1024 * 1024)
 
-/* Shale's fail points (MongoDB's coordinator has its own names): pause with the critical
- * section held, before the config commit / after it, before the cleanup. */
+/* Pause with writes blocked and the coordinator document written, before the clone
+ * (MongoDB's name), then -- Shale's names -- with reads blocked too before the config
+ * commit, and after the commit before the cleanup. */
+SHL_FAILPOINT_DEFINE(hangBeforeCloningData)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCommit)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCleanup)
 
@@ -176,6 +179,40 @@ done:
     return ret;
 }
 
+/* Whether the config server could not answer at all (down, restarting, not primary yet,
+ * a timeout): it may answer the same request later. */
+static bool
+config_unreachable(int code)
+{
+    return shl_code_in_category(code, SHL_CAT_NETWORK_ERROR | SHL_CAT_NOT_PRIMARY_ERROR |
+                                          SHL_CAT_SHUTDOWN_ERROR | SHL_CAT_RETRIABLE_ERROR);
+}
+
+/* A read from the config server once the move holds its critical section: while the
+ * config server cannot be reached (a kill -9 and restart) it is asked again every half
+ * second rather than throwing the clone away. Interrupted (shutdown) ends the wait. */
+static int
+config_read(shard_state_t *s, shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+
+    for (;;) {
+        shl_status_t again = SHL_STATUS_INIT;
+        ret = shard_config_cmd(s, "config", cmd, MP_TIMEOUT_MS, reply, st);
+        if (ret == 0 || !config_unreachable(ret)) {
+            break;
+        }
+        if (mig_sleep(op, 500, &again) != 0) {
+            *st = again;
+            ret = again.code;
+            break; /* *reply stays initialised, as the caller expects */
+        }
+        bson_destroy(reply);
+        shl_status_clear(st);
+    }
+    return ret;
+}
+
 /* ---------------------------------------------------------------- what moves */
 
 /* Whether 'name' of 'db' is in config.collections (sharded). */
@@ -201,7 +238,7 @@ is_sharded(const bson_t *docs, size_t n, const char *db, const char *name)
  * system collections other than data ones are left out: Shale has no views yet).
  */
 static int
-list_unsharded(shard_state_t *s, const char *db, mp_coord_t *c, shl_status_t *st)
+list_unsharded(shard_state_t *s, shl_op_ctx_t *op, const char *db, mp_coord_t *c, shl_status_t *st)
 {
     int ret = 0;
     char re[SHL_DB_NAME_MAX + 16];
@@ -213,7 +250,7 @@ list_unsharded(shard_state_t *s, const char *db, mp_coord_t *c, shl_status_t *st
     q = BCON_NEW("find", BCON_UTF8("collections"), "filter", "{", "_id", "{", "$regex",
                  BCON_UTF8(re), "}", "}", "batchSize", BCON_INT32(100000));
     bson_destroy(&creply);
-    SHL_ERR(shard_config_cmd(s, "config", q, MP_TIMEOUT_MS, &creply, st));
+    SHL_ERR(config_read(s, op, q, &creply, st));
     nsharded = mig_cursor_docs(&creply, &sharded);
     lc = BCON_NEW("listCollections", BCON_INT32(1));
     bson_destroy(&lreply);
@@ -594,7 +631,7 @@ clone_latecomers(shard_state_t *s, shl_op_ctx_t *op, mp_coord_t *c, int64_t *ndo
     snprintf(late.db, sizeof(late.db), "%s", c->db);
     snprintf(late.from, sizeof(late.from), "%s", c->from);
     snprintf(late.to, sizeof(late.to), "%s", c->to);
-    SHL_ERR(list_unsharded(s, c->db, &now, st));
+    SHL_ERR(list_unsharded(s, op, c->db, &now, st));
     for (size_t i = 0; i < now.ncolls; i++) {
         bool known = false;
         for (size_t j = 0; j < c->ncolls && !known; j++) {
@@ -639,6 +676,66 @@ send_commit(shard_state_t *s, const mp_coord_t *c, const shl_database_version_t 
     ret = shard_config_cmd(s, "admin", &cmd, MP_TIMEOUT_MS, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
+    return ret;
+}
+
+/*
+ * Commit the move on the config server. While it cannot be reached (a kill -9 and
+ * restart of the config server), the same commit is sent again every half second: the
+ * critical section holds meanwhile and the commit is idempotent (the primary already
+ * 'to': ok), so the move completes once the config server is back rather than being
+ * thrown away. When it answers with an error, that answer may follow a lost reply to an
+ * earlier attempt: the database entry decides (*committed). Returns 0 when committed;
+ * the config server's error with *committed false; Interrupted / InterruptedAtShutdown
+ * when the wait is interrupted before any answer (the outcome is then unknown).
+ */
+static int
+commit_on_config(shard_state_t *s, shl_op_ctx_t *op, const mp_coord_t *c,
+                 const shl_database_version_t *v, bool *committed, shl_status_t *st)
+{
+    int ret = 0;
+    bool logged = false;
+
+    *committed = false;
+    for (;;) {
+        shl_status_t again = SHL_STATUS_INIT;
+        ret = send_commit(s, c, v, st);
+        if (ret == 0) {
+            *committed = true;
+            goto done;
+        }
+        if (!config_unreachable(ret)) {
+            break;
+        }
+        if (!logged) {
+            SHL_LOG_WARNING(SHARDING, 4200308,
+                            "movePrimary: the config server did not answer the commit; retrying",
+                            "db", BCON_UTF8(c->db), "error", BCON_UTF8(st->reason));
+            logged = true;
+        }
+        if (mig_sleep(op, 500, &again) != 0) {
+            *st = again;
+            SHL_ERR(again.code);
+        }
+        shl_status_clear(st);
+    }
+    /* An answer, but maybe to a retry of a commit that went through: ask, until the
+     * config server answers that too. */
+    for (;;) {
+        shl_status_t again = SHL_STATUS_INIT;
+        if (ask_config_decision(s, c, committed, &again) == 0) {
+            break;
+        }
+        if (mig_sleep(op, 500, &again) != 0) {
+            *st = again;
+            SHL_ERR(again.code);
+        }
+    }
+    if (*committed) {
+        shl_status_clear(st);
+        ret = 0;
+    }
+done:
     return ret;
 }
 
@@ -690,12 +787,13 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
     /* Versioned writes (and DDL) on the database wait from here; the ones in flight end. */
     SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_WRITES, st));
     in_crit = true;
-    SHL_ERR(list_unsharded(s, db, &c, st));
+    SHL_ERR(list_unsharded(s, op, db, &c, st));
     SHL_ERR(check_recipient(s, &c, st));
     SHL_ERR(coord_write(s, &c, 0, st));
     persisted = true;
     SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to", BCON_UTF8(to),
                  "collections", BCON_INT64((int64_t)c.ncolls));
+    pause_at(SHL_FAILPOINT(hangBeforeCloningData), op);
     for (size_t i = 0; i < c.ncolls; i++) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(clone_collection(s, &c, i, &ndocs, st));
@@ -709,30 +807,16 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
     SHL_ERR(clone_latecomers(s, op, &c, &ndocs, st));
     pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), op);
     SHL_ERR(shl_op_check_interrupt(op, st));
-    ret = send_commit(s, &c, &have.version, st);
-    if (ret != 0) {
-        /* The outcome may be unknown (a lost reply): only the config server can say, so
-         * the critical section holds until it answers. Interrupted (shutdown) first, the
-         * document stays for the start-up recovery, which asks again. */
-        shl_status_t first = *st;
-        for (;;) {
-            shl_status_t again = SHL_STATUS_INIT;
-            if (ask_config_decision(s, &c, &committed, &again) == 0) {
-                break;
-            }
-            if (mig_sleep(op, 500, &again) != 0) {
-                persisted = false; /* not aborted: the outcome is unknown */
-                *st = first;
-                SHL_ERR(ret);
-            }
-        }
-        if (!committed) {
-            *st = first;
-            SHL_ERR(ret);
-        }
-        shl_status_clear(st);
-        ret = 0;
+    ret = commit_on_config(s, op, &c, &have.version, &committed, st);
+    if (ret != 0 && !committed) {
+        /* Interrupted (shutdown) before the config server answered, the outcome is
+         * unknown: not aborted, the document stays for the start-up recovery. */
+        persisted = persisted && st->code != SHL_CODE_INTERRUPTED &&
+                    st->code != SHL_CODE_INTERRUPTED_AT_SHUTDOWN;
+        SHL_ERR(ret);
     }
+    shl_status_clear(st);
+    ret = 0;
     committed = true;
     c.decision = 1;
     /* From here the move stands: failures leave the document for recovery. */
@@ -758,6 +842,8 @@ run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bso
 done:
     if (ret != 0 && !committed && persisted) {
         shl_status_t ast = SHL_STATUS_INIT;
+        SHL_LOG_INFO(SHARDING, 4200309, "movePrimary aborted", "db", BCON_UTF8(db), "to",
+                     BCON_UTF8(to), "error", BCON_UTF8(st->reason));
         c.decision = -1;
         if (coord_finish(s, &c, &ast) != 0) {
             SHL_LOG_WARNING(SHARDING, 4200307, "movePrimary abort incomplete; it resumes later",

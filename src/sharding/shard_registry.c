@@ -224,7 +224,17 @@ shl_shard_registry_host_for(shl_shard_registry_t *reg, const char *name, char *o
     if (found && !stale) {
         goto done;
     }
-    SHL_ERR(reload_if(reg, seen, st));
+    if ((ret = reload_if(reg, seen, st)) != 0 && found) {
+        /* Only old: while the config server cannot be reached (a restart), the last list
+         * still names the shard -- MongoDB's registry serves its cached data too -- so
+         * shard-to-shard work (a migration, a movePrimary clone) goes on without it. */
+        SHL_LOG_DEBUG(1, SHARDING, 4620002, "shard registry reload failed; using the last list",
+                      "shard", BCON_UTF8(name), "error", BCON_UTF8(st->reason));
+        shl_status_clear(st);
+        ret = 0;
+        goto done;
+    }
+    SHL_ERR(ret);
     pthread_mutex_lock(&reg->mu);
     found = lookup_locked(reg, name, out, n);
     pthread_mutex_unlock(&reg->mu);
@@ -247,8 +257,15 @@ shl_shard_registry_list(shl_shard_registry_t *reg, char ***names, shl_status_t *
     stale = is_stale_locked(reg);
     seen = reg->loaded_ms;
     pthread_mutex_unlock(&reg->mu);
-    if (stale) {
-        SHL_ERR(reload_if(reg, seen, st));
+    if (stale && (ret = reload_if(reg, seen, st)) != 0) {
+        pthread_mutex_lock(&reg->mu);
+        stale = reg->snap == NULL;
+        pthread_mutex_unlock(&reg->mu);
+        if (stale) {
+            goto done;
+        }
+        shl_status_clear(st); /* the last list, as in shl_shard_registry_host_for */
+        ret = 0;
     }
     pthread_mutex_lock(&reg->mu);
     {

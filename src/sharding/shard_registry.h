@@ -50,15 +50,18 @@ shl_conn_pool_t *shl_shard_registry_pool(const shl_shard_registry_t *reg);
  * shl_shard_registry_host_for --
  *     The "host:port" to send to for shard 'name' into 'out' (size 'n'), reloading once if
  *     the name is unknown or the registry is older than SHL_SHARD_REGISTRY_RELOAD_MS.
- *     Errors: ShardNotFound (70) "Shard <name> not found"; the config server's errors.
+ *     When that reload fails, a shard the old list names is still answered from it.
+ *     Errors: ShardNotFound (70) "Shard <name> not found"; the config server's errors
+ *     (only for a name the list does not hold).
  */
 int shl_shard_registry_host_for(shl_shard_registry_t *reg, const char *name, char *out, size_t n,
                                 shl_status_t *st);
 
 /*
  * shl_shard_registry_list --
- *     The names of all shards (sorted), reloading if stale. *names is a NULL-terminated
- *     array the caller frees with bson_strfreev. Errors: the config server's.
+ *     The names of all shards (sorted), reloading if stale (a failed reload falls back on
+ *     the last list). *names is a NULL-terminated array the caller frees with
+ *     bson_strfreev. Errors: the config server's, when there is no list yet.
  */
 int shl_shard_registry_list(shl_shard_registry_t *reg, char ***names, shl_status_t *st);
 

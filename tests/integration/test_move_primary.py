@@ -373,3 +373,249 @@ def test_donor_killed_after_commit_finishes_cleanup(mc):
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     assert r[db].a.count_documents({}) == 300
     assert mc.router_client(1)[db].a.count_documents({}) == 300
+
+
+# ---------------------------------------------------------------- reads during the clone
+
+def _move_in_thread(mc, db, to, res, err):
+    def move():
+        try:
+            res.append(mc.router_client().admin.command("movePrimary", db, to=to))
+        except PyMongoError as e:
+            err.append(e)
+
+    t = threading.Thread(target=move)
+    t.start()
+    return t
+
+
+def test_reads_go_on_while_cloning_writes_wait(mc):
+    # Like MongoDB's movePrimary, the donor blocks only writes (and DDL) while it clones;
+    # find, listCollections and listIndexes answer until the short commit phase, which
+    # blocks reads too.
+    r = mc.router_client()
+    db = "mp_reads"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].a.insert_many([{"_id": i, "x": i} for i in range(100)])
+    r[db].a.create_index([("x", 1)], name="x_1")
+    r[db].b.insert_many([{"_id": i} for i in range(10)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeCloningData")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeCloningData", before)
+        wrote, write_err = threading.Event(), []
+
+        def write():
+            try:
+                mc.router_client(1)[db].a.insert_one({"_id": 1000, "x": 1000})
+            except PyMongoError as e:
+                write_err.append(e)
+            wrote.set()
+
+        w = threading.Thread(target=write)
+        w.start()
+        # A hang would fail these: the shard (or router) gives up at maxTimeMS.
+        for rc in (r, mc.router_client(1)):
+            d = rc[db]
+            assert sorted(x["_id"] for x in d.a.find().max_time_ms(5000)) == list(range(100))
+            assert d.a.count_documents({"x": {"$gte": 50}}, maxTimeMS=5000) == 50
+            lc = d.command("listCollections", maxTimeMS=5000)["cursor"]["firstBatch"]
+            assert sorted(c["name"] for c in lc) == ["a", "b"]
+            li = d.command("listIndexes", "a", maxTimeMS=5000)["cursor"]["firstBatch"]
+            assert sorted(i["name"] for i in li) == ["_id_", "x_1"]
+        # Writes wait in the critical section: one with a time limit runs out...
+        reply = r[db].command("insert", "a", documents=[{"_id": 2000}], maxTimeMS=300)
+        assert [x["code"] for x in reply.get("writeErrors", [])] == [50], reply  # MaxTimeMSExpired
+        with pytest.raises(OperationFailure) as e:
+            r[db].command("createIndexes", "b", indexes=[{"key": {"y": 1}, "name": "y_1"}],
+                          maxTimeMS=300)
+        assert e.value.code == 50
+        assert not wrote.is_set()  # ...and one without waits for the move
+        fail_point(donor, "hangBeforeCloningData", "off")
+        w.join(60)
+        assert wrote.is_set() and not write_err, write_err
+        t.join(60)
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+        t.join(60)
+    assert res and not err, err
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    s0, s1 = mc.shard_client(0), mc.shard_client(1)
+    assert _names(s0, db) == []
+    assert _names(s1, db) == ["a", "b"]
+    assert sorted(x["_id"] for x in s1[db].a.find()) == list(range(100)) + [1000]
+    assert _indexes(s1, db, "a") == [("_id_", (("_id", 1),), False), ("x_1", (("x", 1),), False)]
+    for rc in (r, mc.router_client(1)):
+        assert rc[db].a.count_documents({}) == 101
+        assert rc[db].a.find_one({"_id": 2000}) is None
+        assert _names(rc, db) == ["a", "b"]
+
+
+def test_commit_phase_blocks_catalog_reads(mc):
+    # In the commit phase reads wait, listCollections included (it carries the database
+    # version): a listing of the old primary's catalog would be stale once it commits.
+    r = mc.router_client()
+    db = "mp_commit_reads"
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r[db].a.insert_many([{"_id": i} for i in range(10)])
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeMovePrimaryCommit")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        for cmd in ({"listCollections": 1}, {"listIndexes": "a"}, {"find": "a"}):
+            with pytest.raises(OperationFailure) as e:
+                r[db].command(dict(cmd, maxTimeMS=300))
+            assert e.value.code == 50, cmd
+    finally:
+        fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
+        t.join(60)
+    assert res and not err, err
+    lc = r[db].command("listCollections")["cursor"]["firstBatch"]
+    assert [c["name"] for c in lc] == ["a"]
+    assert r[db].a.count_documents({}) == 10
+
+
+# ---------------------------------------------------------------- kill -9 of the config server
+
+def _config_kill_setup(mc, db):
+    r = mc.router_client()
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    j = pymongo.WriteConcern(j=True)
+    r[db].get_collection("a", write_concern=j).insert_many([{"_id": i} for i in range(300)])
+    r[db].a.create_index([("x", 1)], name="x_1")
+    r[db].get_collection("b", write_concern=j).insert_many([{"_id": i} for i in range(50)])
+    r.admin.command("shardCollection", db + ".sh", key={"_id": 1})
+    r[db].get_collection("sh", write_concern=j).insert_many([{"_id": i} for i in range(20)])
+    return r
+
+
+def _check_settled(mc, db, primary, extra=0):
+    """The move is over (no coordinator document on either shard), config.databases names
+    'primary', the unsharded collections are there and only there, nothing is lost or
+    doubled (through both routers and on each shard), and writes are accepted again."""
+    for i in (0, 1):
+        wait_until(lambda: mc.shard_client(i).config.movePrimaryCoordinators.count_documents(
+            {"_id": db}) == 0, timeout=120, what="shard%d to finish the movePrimary" % i)
+    assert _dbentry(mc, db)["primary"] == primary
+    other = 1 - int(primary[-1])
+    have, gone = mc.shard_client(int(primary[-1])), mc.shard_client(other)
+    want_a = list(range(300 + extra))
+    assert sorted(d["_id"] for d in have[db].a.find({}, {"_id": 1})) == want_a
+    assert sorted(d["_id"] for d in have[db].b.find({}, {"_id": 1})) == list(range(50))
+    assert "x_1" in [i["name"] for i in have[db].a.list_indexes()]
+    assert _names(gone, db) in ([], ["sh"])
+    for k in (0, 1):
+        rc = mc.router_client(k, socketTimeoutMS=30000)
+        assert sorted(d["_id"] for d in rc[db].a.find({}, {"_id": 1})) == want_a
+        assert rc[db].b.count_documents({}) == 50
+        assert rc[db].sh.count_documents({}) == 20
+        # (the sharded collection is listed only where it has chunks: not moved)
+        assert [n for n in _names(rc, db) if n != "sh"] == ["a", "b"]
+    # The donor's critical section is gone: a write with a time limit goes through.
+    r = mc.router_client()
+    reply = r[db].command("insert", "a", documents=[{"_id": 300 + extra}], maxTimeMS=10000)
+    assert reply["n"] == 1 and "writeErrors" not in reply, reply
+    assert have[db].a.count_documents({"_id": 300 + extra}) == 1
+    assert gone[db].a.count_documents({}) == 0
+
+
+def _restart_config(mc):
+    mc.config.start()
+    # The routers see the config server again.
+    wait_until(lambda: _ping_routers(mc), timeout=60, what="the routers to reach the config server")
+
+
+def _ping_routers(mc):
+    try:
+        for k in (0, 1):
+            mc.router_client(k, serverSelectionTimeoutMS=2000).admin.command("listShards")
+        return True
+    except PyMongoError:
+        return False
+
+
+def test_config_server_killed_before_the_clone(mc):
+    # The donor has blocked writes and written its coordinator document; the config server
+    # dies before the clone. The donor clones, then retries the commit until the config
+    # server is back: the move completes and a later one works.
+    db = "mp_cfg_kill_clone"
+    _config_kill_setup(mc, db)
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeCloningData")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeCloningData", before)
+        assert donor.config.movePrimaryCoordinators.find_one({"_id": db})["to"] == "shard1"
+        mc.config.kill()
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+    t.join(90)
+    assert err and not res, "movePrimary succeeded although the config server was killed"
+    # The clone reaches the recipient while the config server is down.
+    wait_until(lambda: mc.shard_client(1)[db].b.count_documents({}) == 50, timeout=60,
+               what="the clone to reach the recipient")
+    _restart_config(mc)
+    _check_settled(mc, db, "shard1")
+    mc.router_client().admin.command("movePrimary", db, to="shard0")
+    _check_settled(mc, db, "shard0", extra=1)
+
+
+def test_config_server_killed_before_answering_the_commit(mc):
+    # The config server has written the commit (majority) and dies before answering the
+    # donor: the donor keeps its critical section, asks again once the config server is
+    # back, learns the move committed and finishes it.
+    db = "mp_cfg_kill_commit"
+    _config_kill_setup(mc, db)
+    cfg = mc.config_client()
+    before = _hang(cfg, "hangBeforeReplyingCommitMovePrimary")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    _wait_hung(cfg, "hangBeforeReplyingCommitMovePrimary", before)
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    mc.config.kill()
+    t.join(90)
+    assert err and not res
+    # The donor still holds its critical section: a write cannot slip in on it (it times
+    # out there, or fails earlier on the router without the config server).
+    try:
+        reply = mc.router_client()[db].command("insert", "a", documents=[{"_id": "lost?"}],
+                                               maxTimeMS=500)
+        assert reply.get("n", 0) == 0, reply
+    except OperationFailure:
+        pass
+    assert mc.shard_client(0)[db].a.count_documents({"_id": "lost?"}) == 0
+    _restart_config(mc)
+    _check_settled(mc, db, "shard1")
+    mc.router_client().admin.command("movePrimary", db, to="shard0")
+    _check_settled(mc, db, "shard0", extra=1)
+
+
+def test_config_server_killed_before_the_cleanup(mc):
+    # The move committed and the donor left its critical section; the config server dies
+    # while waiting for the donor's answer. The donor's cleanup needs no config server.
+    db = "mp_cfg_kill_cleanup"
+    _config_kill_setup(mc, db)
+    donor = mc.shard_client(0)
+    before = _hang(donor, "hangBeforeMovePrimaryCleanup")
+    res, err = [], []
+    t = _move_in_thread(mc, db, "shard1", res, err)
+    try:
+        _wait_hung(donor, "hangBeforeMovePrimaryCleanup", before)
+        assert _dbentry(mc, db)["primary"] == "shard1"
+        mc.config.kill()
+    finally:
+        fail_point(donor, "hangBeforeMovePrimaryCleanup", "off")
+    t.join(90)
+    assert err and not res
+    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({"_id": db}) == 0,
+               timeout=60, what="the donor's cleanup without the config server")
+    assert _names(donor, db) == ["sh"]
+    _restart_config(mc)
+    _check_settled(mc, db, "shard1")
+    mc.router_client().admin.command("movePrimary", db, to="shard0")
+    _check_settled(mc, db, "shard0", extra=1)
