@@ -13,6 +13,7 @@
 
 #include "base/failpoint.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/service.h"
@@ -269,7 +270,11 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
 
     SHL_ERR(shl_ns_parse(&ns, r->ns, st));
-    SHL_ERR(shl_range_deletion_wait_overlapping(op, &r->coll_uuid, r->min, r->max, st));
+    /* Orphans of an earlier migration of this range must go first; MongoDB's recipient
+     * waits for them only so long, then fails the migration. */
+    SHL_ERR(shl_range_deletion_wait_overlapping(
+        op, &r->coll_uuid, r->min, r->max,
+        shl_opt_int(SHL_OPT_receiveChunkWaitForRangeDeleterTimeoutMS), st));
     {
         shl_range_task_t t;
         memset(&t, 0, sizeof(t));

@@ -628,14 +628,16 @@ timed_wait_locked(shard_state_t *s, int64_t ms)
 
 /*
  * Block 'op' until no task of 'uuid' overlapping [min, max) remains (any range when min
- * is NULL). Wakes on every task change, and checks the operation's interruption.
+ * is NULL), for at most 'timeout_ms' (< 0: no limit but the operation's). Wakes on every
+ * task change, and checks the operation's interruption.
  */
 static int
 wait_no_tasks(shl_op_ctx_t *op, shard_state_t *s, const shl_uuid_t *uuid, const bson_t *min,
-              const bson_t *max, shl_status_t *st)
+              const bson_t *max, int64_t timeout_ms, shl_status_t *st)
 {
     int ret = 0;
     bool logged = false;
+    int64_t give_up_us = timeout_ms >= 0 ? shl_clock_mono_us() + timeout_ms * 1000 : 0;
 
     for (;;) {
         task_list_t l;
@@ -663,6 +665,16 @@ wait_no_tasks(shl_op_ctx_t *op, shard_state_t *s, const shl_uuid_t *uuid, const 
             logged = true;
         }
         SHL_ERR(shl_op_check_interrupt(op, st));
+        if (give_up_us != 0 && shl_clock_mono_us() >= give_up_us) {
+            char u[37];
+            shl_uuid_to_string(uuid, u);
+            SHL_FAIL(st, SHL_CODE_EXCEEDED_TIME_LIMIT,
+                     "timed out after %lld ms waiting for the deletion of %zu range(s) of "
+                     "collection %s that overlap the incoming range (orphans of an earlier "
+                     "migration; see orphanCleanupDelaySecs and "
+                     "receiveChunkWaitForRangeDeleterTimeoutMS)",
+                     (long long)timeout_ms, n, u);
+        }
         pthread_mutex_lock(&s->rd.mu);
         if (s->rd.gen == gen) {
             int64_t left = shl_op_remaining_ms(op);
@@ -676,7 +688,8 @@ done:
 
 int
 shl_range_deletion_wait_overlapping(shl_op_ctx_t *op, const shl_uuid_t *collection_uuid,
-                                    const bson_t *min, const bson_t *max, shl_status_t *st)
+                                    const bson_t *min, const bson_t *max, int64_t timeout_ms,
+                                    shl_status_t *st)
 {
     int ret = 0;
     shard_state_t *s = op_shard(op, st);
@@ -685,7 +698,7 @@ shl_range_deletion_wait_overlapping(shl_op_ctx_t *op, const shl_uuid_t *collecti
         ret = st->code;
         goto done;
     }
-    SHL_ERR(wait_no_tasks(op, s, collection_uuid, min, max, st));
+    SHL_ERR(wait_no_tasks(op, s, collection_uuid, min, max, timeout_ms, st));
 done:
     return ret;
 }

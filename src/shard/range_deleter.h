@@ -88,10 +88,14 @@ int shl_range_deletion_remove(shl_op_ctx_t *op, const shl_uuid_t *id, shl_status
 /*
  * shl_range_deletion_wait_overlapping --
  *     Block until no task (pending or not) of collection 'collection_uuid' overlaps
- *     [min, max) -- what a recipient does before it clones a range. Errors: MaxTimeMSExpired,
- *     Interrupted, InterruptedAtShutdown (the operation's deadline and kill flag).
+ *     [min, max) -- what a recipient does before it clones a range. 'timeout_ms' < 0 waits
+ *     as long as the operation may; otherwise the wait gives up after it with
+ *     ExceededTimeLimit (a recipient's receiveChunkWaitForRangeDeleterTimeoutMS). Other errors:
+ *     MaxTimeMSExpired, Interrupted, InterruptedAtShutdown (the operation's deadline and kill
+ *     flag).
  */
 int shl_range_deletion_wait_overlapping(shl_op_ctx_t *op, const shl_uuid_t *collection_uuid,
-                                        const bson_t *min, const bson_t *max, shl_status_t *st);
+                                        const bson_t *min, const bson_t *max, int64_t timeout_ms,
+                                        shl_status_t *st);
 
 #endif

@@ -78,7 +78,7 @@ cmd_cleanup_orphaned(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                  "Could not cleanup orphaned data because start key does not match shard key "
                  "pattern");
     }
-    SHL_ERR(shl_range_deletion_wait_overlapping(op, &uuid, NULL, NULL, st));
+    SHL_ERR(shl_range_deletion_wait_overlapping(op, &uuid, NULL, NULL, -1, st));
 done:
     if (locked) {
         shl_storage_coll_release(&h);
@@ -145,7 +145,7 @@ cmd_test_range_deletion(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         if (!has_min || !has_max) {
             SHL_ERR(shl_idl_missing("_shardsvrTestRangeDeletion", has_min ? "max" : "min", st));
         }
-        SHL_ERR(shl_range_deletion_wait_overlapping(op, &id, &min, &max, st));
+        SHL_ERR(shl_range_deletion_wait_overlapping(op, &id, &min, &max, -1, st));
     } else {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "unknown _shardsvrTestRangeDeletion action '%s'", action);
     }

@@ -390,3 +390,42 @@ def test_started_task_counts_orphans_and_resumes_without_delay_after_kill9(rd):
         "orphanCleanupDelaySecs"] == 3600
     wait_until(lambda: rd.task_gone(tid), 20, "the resumed processing task")
     assert rd.xs() == list(range(-5, 0)) + list(range(10, 20))
+
+
+def test_recipient_gives_up_on_orphans_still_waiting_for_deletion(cluster):
+    """A chunk moved back to the shard it left, while that shard's deletion of the same range
+    still waits out orphanCleanupDelaySecs: the recipient waits
+    receiveChunkWaitForRangeDeleterTimeoutMS for it, then the migration fails with
+    OperationFailed (MongoDB's "Data transfer error"), nothing lost; once the orphans are
+    deleted, the move succeeds."""
+    r = cluster.router_client(uuidRepresentation="standard")
+    r.admin.command("enableSharding", "rdback")
+    r.admin.command("shardCollection", "rdback.c", key={"_id": 1})
+    r.rdback.c.insert_many([{"_id": i} for i in range(100)])
+    r.admin.command("split", "rdback.c", middle={"_id": 50})
+    conf = cluster.config_client(uuidRepresentation="standard").config
+    home = conf.chunks.find_one({"min": {"_id": 50}})["shard"]
+    away = "shard1" if home == "shard0" else "shard0"
+    home_admin = cluster.shard_client(int(home[-1])).admin
+    old = home_admin.command("getParameter", 1, orphanCleanupDelaySecs=1,
+                             receiveChunkWaitForRangeDeleterTimeoutMS=1)
+    home_admin.command("setParameter", 1, orphanCleanupDelaySecs=3600,
+                       receiveChunkWaitForRangeDeleterTimeoutMS=500)
+    try:
+        r.admin.command("moveChunk", "rdback.c", find={"_id": 60}, to=away)
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("moveChunk", "rdback.c", find={"_id": 60}, to=home)
+        assert e.value.code == 96
+        assert "receiveChunkWaitForRangeDeleterTimeoutMS" in str(e.value)
+        assert conf.chunks.find_one({"min": {"_id": 50}})["shard"] == away
+        assert sorted(d["_id"] for d in r.rdback.c.find()) == list(range(100))
+        # Let the deleter go: the orphans leave, and the same move then succeeds.
+        home_admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
+        home_admin.command("cleanupOrphaned", "rdback.c")
+        r.admin.command("moveChunk", "rdback.c", find={"_id": 60}, to=home)
+        assert conf.chunks.find_one({"min": {"_id": 50}})["shard"] == home
+        assert sorted(d["_id"] for d in r.rdback.c.find()) == list(range(100))
+    finally:
+        home_admin.command("setParameter", 1, orphanCleanupDelaySecs=old["orphanCleanupDelaySecs"],
+                           receiveChunkWaitForRangeDeleterTimeoutMS=old[
+                               "receiveChunkWaitForRangeDeleterTimeoutMS"])
