@@ -639,8 +639,10 @@ shl_router_forward_to_config(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cm
     int ret = 0;
 
     bson_destroy(&res);
+    /* A sharding admin command or DDL runs as long as it takes (a migration waiting for
+     * orphans, a large clone), as mongos waits for it: only the user's maxTimeMS bounds it. */
     ret = shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "admin", cmd,
-                         remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : remaining, &res, st);
+                         remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining), &res, st);
     if (ret == 0) {
         shl_router_copy_reply_fields(&res, reply);
     }

@@ -235,6 +235,7 @@ int shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
  * shl_router_forward_to_config --
  *     Run 'cmd' on the config server's admin database and copy the reply's fields (except
  *     ok, $clusterTime, operationTime) into 'reply'. Returns the reply's error as a status.
+ *     Waits as long as the operation's maxTimeMS allows, without limit when it has none.
  */
 int shl_router_forward_to_config(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd,
                                  bson_t *reply, shl_status_t *st);
