@@ -2,9 +2,11 @@
 docs/design/sharding-protocol.md "Renaming a sharded collection"): data on both shards
 under the new name, config metadata (same UUID, new epoch, chunks kept), targeting and
 indexes, dropTarget over sharded and unsharded targets, MongoDB's errors, a stale second
-router, and a kill -9 of the config server in the middle of a rename. Real processes: a
-config server, two shards, routers; pymongo on the router and on each shard directly."""
+router, a kill -9 of the config server in the middle of a rename, and retries that join a
+running rename (or conflict with it: 117). Real processes: a config server, two shards,
+routers; pymongo on the router and on each shard directly."""
 
+import json
 import threading
 
 import pytest
@@ -425,3 +427,121 @@ def test_shard_restarted_mid_rename_stays_blocked(rc):
     assert rc.shard_client(1).config.collection_critical_sections.count_documents({}) == 0
     assert r.rn.pc2.count_documents({}) == N
     assert r.rn.pc2.find_one({"x": N - 1})["_id"] == N - 1
+
+
+def _assert_renamed(rc, name, new, n=N):
+    """Every document under rn.<new> on the shards that own them, nothing left of rn.<name>,
+    the metadata under the new name, no coordinator document."""
+    cfg = _config(rc)
+    r = rc.router_client()
+    assert sorted(d["_id"] for d in r.rn[new].find({}, {"_id": 1})) == list(range(n))
+    assert r.rn[name].count_documents({}) == 0
+    assert cfg.collections.find_one({"_id": "rn." + name}) is None
+    assert cfg.collections.find_one({"_id": "rn." + new})["key"] == {"x": 1}
+    assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+    for i, part in ((0, n // 2), (1, n - n // 2)):
+        db = rc.shard_client(i).rn
+        assert db[new].count_documents({}) == part
+        assert name not in db.list_collection_names()
+    # The shards are unblocked: a write under the new name goes through.
+    r.rn[new].insert_one({"_id": "after", "x": n - 1})
+    assert rc.shard_client(1).rn[new].find_one({"_id": "after"}) is not None
+
+
+def _logged(proc, log_id, ns):
+    """Whether proc's log has an event 'log_id' about the rename of 'ns' (a line of JSON)."""
+    for line in proc.read_log().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("id") == log_id and e.get("attr", {}).get("from") == ns:
+            return True
+    return False
+
+
+def _conflicts(r, ns, to, **kw):
+    """A rename of the running rename's source with other arguments: 117, at once."""
+    with pytest.raises(OperationFailure) as e:
+        _rename(r, ns, to, **kw)
+    assert e.value.code == 117, e.value.details
+    assert "already running with different arguments" in str(e.value), e.value.details
+
+
+def test_retry_joins_the_running_rename(rc):
+    r, ns = _sharded(rc, "j")
+    cfg_client = rc.config_client()
+    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    first, retry = {}, {}
+
+    def run(out, **kw):
+        try:
+            out["reply"] = _rename(rc.router_client(), ns, "rn.j2", **kw)
+        except OperationFailure as e:
+            out["err"] = e
+    # The first request gives up while the coordinator is held: the router stops waiting
+    # for the config server (maxTimeMS), which keeps running the rename.
+    t1 = threading.Thread(target=run, args=(first,), kwargs={"maxTimeMS": 1000})
+    t1.start()
+    t2 = None
+    try:
+        wait_hung()
+        t1.join(60)
+        assert not t1.is_alive() and "err" in first, first
+        assert _config(rc).renameCollectionCoordinators.count_documents({"_id": ns}) == 1
+        # The client retries the same rename: it joins the running coordinator and waits.
+        t2 = threading.Thread(target=run, args=(retry,))
+        t2.start()
+        wait_until(lambda: _logged(rc.config, 4200144, ns),
+                   what="the retry to join the running rename")
+        assert not retry
+        # Other arguments for the same source conflict (and do not wait for the locks).
+        _conflicts(r, ns, "rn.elsewhere")
+        _conflicts(r, ns, "rn.j2", dropTarget=True)
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+    t2.join(60)
+    assert not t2.is_alive()
+    assert retry.get("reply", {}).get("ok") == 1, retry
+    _assert_renamed(rc, "j", "j2")
+    # A retry after the rename finished finds the source gone, as in MongoDB.
+    assert _code(lambda: _rename(r, ns, "rn.j2")) == 26
+
+
+def test_retry_after_config_server_restart_joins_the_recovery(rc):
+    r, ns = _sharded(rc, "jr")
+    cfg_client = rc.config_client()
+    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    first, retry = {}, {}
+
+    def run(out):
+        try:
+            out["reply"] = _rename(rc.router_client(), ns, "rn.jr2")
+        except Exception as e:  # the config server dies under the first request
+            out["err"] = e
+    t1 = threading.Thread(target=run, args=(first,))
+    t1.start()
+    wait_hung()
+    rc.config.kill()
+    t1.join(120)
+    assert not t1.is_alive() and "err" in first, first
+    # With shard1 down the recovered coordinator cannot finish: it stays running.
+    rc.shards[1].stop()
+    t2 = None
+    try:
+        rc.config.start()
+        cfg = _config(rc)
+        assert cfg.renameCollectionCoordinators.find_one({"_id": ns})["to"] == "rn.jr2"
+        t2 = threading.Thread(target=run, args=(retry,))
+        t2.start()
+        wait_until(lambda: _logged(rc.config, 4200144, ns) or _logged(rc.config, 4200145, ns),
+                   what="the retry to join the recovered rename")
+        _conflicts(r, ns, "rn.other")
+        assert not retry
+        assert cfg.renameCollectionCoordinators.count_documents({"_id": ns}) == 1
+    finally:
+        rc.restart_shard(1)
+    t2.join(90)
+    assert not t2.is_alive()
+    assert retry.get("reply", {}).get("ok") == 1, retry
+    _assert_renamed(rc, "jr", "jr2")
