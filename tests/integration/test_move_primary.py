@@ -9,35 +9,19 @@ import time
 
 import pymongo
 import pytest
-from bson.binary import STANDARD
-from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import ShaleCluster, fail_point, wait_until
+from shale_fixtures import config_db, fail_point, module_cluster, run_to_fail_point, wait_until
 
 
 @pytest.fixture(scope="module")
 def mc(request):
-    failed_before = request.session.testsfailed
-    c = ShaleCluster(shards=2)
-    try:
-        c.start()
-        c.add_router()
-    except Exception:
-        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
-
-
-def _config(c):
-    return c.config_client().get_database("config", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    with module_cluster(request, shards=2, routers=2) as c:
+        yield c
 
 
 def _dbentry(c, db):
-    return _config(c).databases.find_one({"_id": db})
+    return config_db(c).databases.find_one({"_id": db})
 
 
 def _names(client, db):
@@ -49,17 +33,14 @@ def _indexes(client, db, coll):
                   for i in client[db][coll].list_indexes())
 
 
-def _hang(client, name):
-    return fail_point(client, name, "alwaysOn")["count"]
-
-
-def _wait_hung(client, name, before):
-    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > before,
-               what="movePrimary to reach %s" % name)
+def _mover(mc, db, to="shard1"):
+    """A function that moves db's primary (for a Background)."""
+    return lambda: mc.router_client().admin.command("movePrimary", db, to=to)
 
 
 def _populate(c, db):
-    """db on shard0 with two unsharded collections (data, secondary indexes, a capped one) and a sharded collection with a chunk on each shard."""
+    """db on shard0 with two unsharded collections (data, secondary indexes, a capped one)
+    and a sharded collection with a chunk on each shard."""
     r = c.router_client()
     r.admin.command("enableSharding", db, primaryShard="shard0")
     d = r[db]
@@ -89,8 +70,8 @@ def test_move_primary_moves_unsharded_collections(mc):
     before = _dbentry(mc, db)
     indexes = _indexes(s0, db, "plain")
     chunks = sorted((ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
-                    for ch in _config(mc).chunks.find(
-                        {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+                    for ch in config_db(mc).chunks.find(
+                        {"uuid": config_db(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
 
     r.admin.command("movePrimary", db, to="shard1")
 
@@ -99,7 +80,7 @@ def test_move_primary_moves_unsharded_collections(mc):
     assert after["version"]["uuid"] == before["version"]["uuid"]
     assert after["version"]["timestamp"] == before["version"]["timestamp"]
     assert after["version"]["lastMod"] == before["version"]["lastMod"] + 1
-    whats = [e["what"] for e in _config(mc).changelog.find({"ns": db}).sort("time", 1)]
+    whats = [e["what"] for e in config_db(mc).changelog.find({"ns": db}).sort("time", 1)]
     assert "movePrimary.start" in whats and "movePrimary.commit" in whats
     assert whats.index("movePrimary.start") < whats.index("movePrimary.commit")
 
@@ -122,8 +103,8 @@ def test_move_primary_moves_unsharded_collections(mc):
     assert {"plain", "capped", "validated"} <= set(_names(s1, db))
     chunks_after = sorted(
         (ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
-        for ch in _config(mc).chunks.find(
-            {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+        for ch in config_db(mc).chunks.find(
+            {"uuid": config_db(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
     assert chunks_after == chunks
     # (shard0 may still hold the moved chunk's orphans until its range deleter runs)
     assert s0[db].sh.count_documents({"x": {"$lt": 50}}) == 50
@@ -280,12 +261,8 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     t.start()
     try:
         count_acked(20)
-        before = _hang(donor, "hangBeforeMovePrimaryCommit")
-        res = []
-        mover = threading.Thread(target=lambda: res.append(
-            mc.router_client().admin.command("movePrimary", db, to="shard1")))
-        mover.start()
-        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        mover = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db),
+                                  catch=())
         # In the critical section: the unsharded collection's writes wait (none is
         # acknowledged), the sharded collection's go on.
         n0 = len(acked)
@@ -294,7 +271,7 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
         assert len(acked) == n0
         fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
         mover.join(60)
-        assert res and res[0]["ok"] == 1
+        assert mover.done and mover.result["ok"] == 1
         count_acked(20)  # the writer goes on, on the new primary
     finally:
         stop.set()
@@ -307,31 +284,26 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     assert r[db].sh.find_one({"_id": "during"}) is not None
 
 
-def test_donor_killed_before_commit_aborts(mc):
+def _crash_setup(mc, db):
+    """db on shard0 with 300 journaled documents in db.a (they survive a kill -9)."""
     r = mc.router_client()
-    db = "mp_kill_before"
     r.admin.command("enableSharding", db, primaryShard="shard0")
     r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
         [{"_id": i} for i in range(300)])
+    return r
+
+
+def test_donor_killed_before_commit_aborts(mc):
+    db = "mp_kill_before"
+    r = _crash_setup(mc, db)
     r[db].a.create_index([("x", 1)])
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCommit")
-    err = []
-
-    def move():
-        try:
-            mc.router_client().admin.command("movePrimary", db, to="shard1")
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
-    _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db), catch=PyMongoError)
     # The clone reached the recipient; then the donor dies.
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     mc.shards[0].kill()
     t.join(90)
-    assert err, "movePrimary succeeded although its donor was killed"
+    assert t.error is not None, "movePrimary succeeded although its donor was killed"
     mc.restart_shard(0)
     donor = mc.shard_client(0)
     wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
@@ -344,24 +316,10 @@ def test_donor_killed_before_commit_aborts(mc):
 
 
 def test_donor_killed_after_commit_finishes_cleanup(mc):
-    r = mc.router_client()
     db = "mp_kill_after"
-    r.admin.command("enableSharding", db, primaryShard="shard0")
-    r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
-        [{"_id": i} for i in range(300)])
+    r = _crash_setup(mc, db)
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCleanup")
-    res, err = [], []
-
-    def move():
-        try:
-            res.append(mc.router_client().admin.command("movePrimary", db, to="shard1"))
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
-    _wait_hung(donor, "hangBeforeMovePrimaryCleanup", before)
+    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCleanup", _mover(mc, db), catch=PyMongoError)
     assert _dbentry(mc, db)["primary"] == "shard1"
     mc.shards[0].kill()
     t.join(90)
