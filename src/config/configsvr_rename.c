@@ -226,7 +226,6 @@ coord_wait(shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
 
     pthread_mutex_lock(&coord_mu);
     while (!c->done && ret == 0) {
-        struct timespec ts;
         if (atomic_load(&rec_stop)) {
             ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
                                  "interrupted at shutdown while waiting for the rename of %s",
@@ -237,13 +236,7 @@ coord_wait(shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
             ret = st->code;
             break;
         }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&coord_cv, &coord_mu, &ts);
+        shl_cond_timedwait_ms(&coord_cv, &coord_mu, 100);
     }
     if (ret == 0 && c->code != 0) {
         *st = c->st;
