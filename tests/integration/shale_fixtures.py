@@ -3,6 +3,7 @@ folders, wait until they answer, and stop them by pid. Modelled on MongoDB's
 ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
 
 import contextlib
+import json
 import os
 import resource
 import shutil
@@ -355,6 +356,20 @@ def run_to_fail_point(client, name, fn, catch=Exception):
     t = Background(fn, catch=catch)
     wait()
     return t
+
+
+def logged(proc, log_id, **attr):
+    """Whether proc's log (one JSON event a line) has an event 'log_id' whose attr holds
+    every given field with the given value."""
+    for line in proc.read_log().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("id") == log_id and all(e.get("attr", {}).get(k) == v
+                                         for k, v in attr.items()):
+            return True
+    return False
 
 
 def error_code(fn):

@@ -1,8 +1,8 @@
 """movePrimary (docs/design/sharding-protocol.md "movePrimary"): the router's command, the
 config server's checks and commit, the donor's critical section, clone and cleanup, stale
-routers, failures and kill -9 of the donor. Real processes: a config server, two shards,
-two routers; pymongo on the routers and, to see where collections really are, on each
-shard directly."""
+routers, failures and kill -9 of the donor, retries that join a running move (or conflict
+with it: 117). Real processes: a config server, two shards, two routers; pymongo on the
+routers and, to see where collections really are, on each shard directly."""
 
 import threading
 import time
@@ -11,7 +11,8 @@ import pymongo
 import pytest
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import config_db, fail_point, module_cluster, run_to_fail_point, wait_until
+from shale_fixtures import (Background, config_db, fail_point, logged, module_cluster,
+                            run_to_fail_point, wait_until)
 
 
 @pytest.fixture(scope="module")
@@ -331,3 +332,62 @@ def test_donor_killed_after_commit_finishes_cleanup(mc):
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     assert r[db].a.count_documents({}) == 300
     assert mc.router_client(1)[db].a.count_documents({}) == 300
+
+
+def _retry_joins(mc, r, db, proc, log_id):
+    """With the donor held before the commit and the first request gone: a retry (same
+    target) joins the running move (event 'log_id' in proc's log) and waits; another target
+    gets 117 at once. Once the donor goes on, the retry answers ok: db's primary is shard1,
+    db.a's 300 documents are there and gone from shard0, no coordinator document is left."""
+    donor = mc.shard_client(0)
+    retry = None
+    try:
+        retry = Background(_mover(mc, db), catch=PyMongoError)
+        wait_until(lambda: logged(proc, log_id, db=db), what="the retry to join the move")
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", db, to="shard0")
+        assert e.value.code == 117  # ConflictingOperationInProgress
+        assert "already running with different arguments" in str(e.value)
+        assert not retry.done and retry.error is None
+    finally:
+        fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
+    retry.join(90)
+    assert not retry.is_alive()
+    assert retry.done and retry.result["ok"] == 1, retry.error
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    assert _names(mc.shard_client(0), db) == []
+    assert not mc.shard_client(0).config.movePrimaryCoordinators.find_one({"_id": db})
+    assert r[db].a.count_documents({}) == 300
+    r[db].a.insert_one({"_id": 300})
+    assert mc.shard_client(1)[db].a.count_documents({}) == 301
+
+
+def test_retry_joins_the_running_move(mc):
+    db = "mp_join"
+    r = _crash_setup(mc, db)
+    # The first request gives up while the donor is held before the commit: the router stops
+    # waiting (maxTimeMS); the config server and the donor go on.
+    first = run_to_fail_point(
+        mc.shard_client(0), "hangBeforeMovePrimaryCommit",
+        lambda: mc.router_client().admin.command("movePrimary", db, to="shard1", maxTimeMS=1000),
+        catch=PyMongoError)
+    first.join(60)
+    assert not first.is_alive() and first.error is not None, first.result
+    # The retry waits for the config server's request of the first one.
+    _retry_joins(mc, r, db, mc.config, 4200132)
+
+
+def test_retry_after_config_server_restart_joins_the_move_on_the_donor(mc):
+    db = "mp_join_restart"
+    r = _crash_setup(mc, db)
+    # The config server dies under the first request; the donor, held before the commit,
+    # goes on.
+    first = run_to_fail_point(mc.shard_client(0), "hangBeforeMovePrimaryCommit", _mover(mc, db),
+                              catch=PyMongoError)
+    mc.config.kill()
+    first.join(90)
+    assert not first.is_alive() and first.error is not None, first.result
+    mc.config.start()
+    # The retry reaches the donor, which is still moving the database: it joins there.
+    _retry_joins(mc, r, db, mc.shards[0], 4200308)

@@ -6,13 +6,11 @@ router, a kill -9 of the config server in the middle of a rename, and retries th
 running rename (or conflict with it: 117). Real processes: a config server, two shards,
 routers; pymongo on the router and on each shard directly."""
 
-import json
-
 import pytest
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import (Background, config_db, error_code, fail_point, hang, module_cluster,
-                            run_to_fail_point, standard_uuid_db, wait_until)
+from shale_fixtures import (Background, config_db, error_code, fail_point, hang, logged,
+                            module_cluster, run_to_fail_point, standard_uuid_db, wait_until)
 
 N = 400
 
@@ -372,18 +370,6 @@ def _assert_renamed(rc, name, new, n=N):
     assert rc.shard_client(1).rn[new].find_one({"_id": "after"}) is not None
 
 
-def _logged(proc, log_id, ns):
-    """Whether proc's log has an event 'log_id' about the rename of 'ns' (a line of JSON)."""
-    for line in proc.read_log().splitlines():
-        try:
-            e = json.loads(line)
-        except ValueError:
-            continue
-        if e.get("id") == log_id and e.get("attr", {}).get("from") == ns:
-            return True
-    return False
-
-
 def _conflicts(r, ns, to, **kw):
     """A rename of the running rename's source with other arguments: 117, at once."""
     with pytest.raises(OperationFailure) as e:
@@ -411,7 +397,7 @@ def test_retry_joins_the_running_rename(rc):
         assert config_db(rc).renameCollectionCoordinators.count_documents({"_id": ns}) == 1
         # The client retries the same rename: it joins the running coordinator and waits.
         t2 = run()
-        wait_until(lambda: _logged(rc.config, 4200144, ns),
+        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}),
                    what="the retry to join the running rename")
         assert not t2.done and t2.error is None
         # Other arguments for the same source conflict (and do not wait for the locks).
@@ -445,7 +431,8 @@ def test_retry_after_config_server_restart_joins_the_recovery(rc):
         cfg = config_db(rc)
         assert cfg.renameCollectionCoordinators.find_one({"_id": ns})["to"] == "rn.jr2"
         t2 = Background(rename)
-        wait_until(lambda: _logged(rc.config, 4200144, ns) or _logged(rc.config, 4200145, ns),
+        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}) or
+                   logged(rc.config, 4200145, **{"from": ns}),
                    what="the retry to join the recovered rename")
         _conflicts(r, ns, "rn.other")
         assert not t2.done and t2.error is None
