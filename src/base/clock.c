@@ -35,6 +35,21 @@ shl_clock_set_fake_wall_ms(int64_t ms)
     atomic_store(&fake_wall_ms, ms);
 }
 
+int
+shl_cond_timedwait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(cv, mu, &ts);
+}
+
 void
 shl_sleep_ms(int64_t ms)
 {

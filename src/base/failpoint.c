@@ -6,7 +6,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "base/clock.h"
 
 /* Written only by load-time constructors (single-threaded), read afterwards. */
 static shl_failpoint_t *registry;
@@ -167,14 +168,7 @@ shl_failpoint_pause_while_set(shl_failpoint_t *fp, const atomic_bool *cancel)
 {
     pthread_mutex_lock(&fp->lock);
     while (fp->mode != SHL_FP_OFF && (cancel == NULL || !atomic_load(cancel))) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&fp->changed, &fp->lock, &ts);
+        shl_cond_timedwait_ms(&fp->changed, &fp->lock, 100);
     }
     pthread_mutex_unlock(&fp->lock);
 }

@@ -4,6 +4,8 @@
  * request against the catalog under the database's mutex and has the current primary shard
  * run the move (_shardsvrMovePrimary); _configsvrCommitMovePrimary, which that shard sends
  * with its writes blocked, makes the recipient the primary and bumps the database version.
+ * A request with another target than the one in flight for the database gets
+ * ConflictingOperationInProgress; one with the same target waits for it (a retry joins).
  */
 #include <string.h>
 #include <strings.h>
@@ -19,6 +21,76 @@
 /* Shale's: the commit is written (majority) but not answered yet -- a kill -9 here loses the
  * reply, not the commit. */
 SHL_FAILPOINT_DEFINE(hangBeforeReplyingCommitMovePrimary)
+
+/*
+ * The movePrimary requests in flight, per database (guarded by mp_mu, a leaf): a request with
+ * the target of the running one waits for the database's mutex and finds the move done (or
+ * joins it on the shard, or runs it again if it failed), as MongoDB's coordinator is joined;
+ * one with another target fails at once with ConflictingOperationInProgress instead of
+ * moving the primary again once the first is over.
+ */
+typedef struct mp_req {
+    char *db, *to;
+    int n; /* requests with these arguments in flight */
+    struct mp_req *next;
+} mp_req_t;
+
+static pthread_mutex_t mp_mu = PTHREAD_MUTEX_INITIALIZER;
+static mp_req_t *mp_reqs; /* guarded by mp_mu */
+
+/* Count this request in for (db, to). Errors: ConflictingOperationInProgress while a
+ * request for db with another target is in flight. */
+static int
+mp_claim(const char *db, const char *to, shl_status_t *st)
+{
+    int ret = 0;
+    mp_req_t *r = NULL;
+
+    pthread_mutex_lock(&mp_mu);
+    r = mp_reqs;
+    while (r != NULL && strcmp(r->db, db) != 0) {
+        r = r->next;
+    }
+    if (r != NULL && strcmp(r->to, to) != 0) {
+        ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                             "Another movePrimary of %s is already running with different "
+                             "arguments (to: %s); this request has to: %s",
+                             db, r->to, to);
+    } else if (r != NULL) {
+        SHL_LOG_INFO(SHARDING, 4200132, "movePrimary request joins the running one", "db",
+                     BCON_UTF8(db), "to", BCON_UTF8(to));
+        r->n++;
+    } else {
+        r = bson_malloc0(sizeof(*r));
+        r->db = bson_strdup(db);
+        r->to = bson_strdup(to);
+        r->n = 1;
+        r->next = mp_reqs;
+        mp_reqs = r;
+    }
+    pthread_mutex_unlock(&mp_mu);
+    return ret;
+}
+
+/* Count this request of db out (it claimed). */
+static void
+mp_release(const char *db)
+{
+    mp_req_t **p = &mp_reqs;
+
+    pthread_mutex_lock(&mp_mu);
+    while (strcmp((*p)->db, db) != 0) {
+        p = &(*p)->next;
+    }
+    if (--(*p)->n == 0) {
+        mp_req_t *r = *p;
+        *p = r->next;
+        bson_free(r->db);
+        bson_free(r->to);
+        bson_free(r);
+    }
+    pthread_mutex_unlock(&mp_mu);
+}
 
 /* The 'to' field: a non-empty string. */
 static int
@@ -73,7 +145,7 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     int ret = 0;
     const char *dbname = NULL, *to = NULL;
     char lockname[SHL_DB_NAME_MAX + 8];
-    bool locked = false, found = false;
+    bool locked = false, found = false, claimed = false;
     shl_database_type_t db;
     shl_shard_type_t target, donor;
     bson_t fwd = BSON_INITIALIZER, wc, details = BSON_INITIALIZER, sreply = BSON_INITIALIZER;
@@ -85,6 +157,8 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     memset(&donor, 0, sizeof(donor));
     SHL_ERR(db_field(cmd, &dbname, st));
     SHL_ERR(to_field(cmd, "_configsvrMovePrimary", &to, st));
+    SHL_ERR(mp_claim(dbname, to, st));
+    claimed = true;
     snprintf(lockname, sizeof(lockname), "db:%s", dbname);
     cfg_lock_ns(lockname);
     locked = true;
@@ -114,6 +188,9 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 done:
     if (locked) {
         cfg_unlock_ns(lockname);
+    }
+    if (claimed) {
+        mp_release(dbname);
     }
     shl_database_type_cleanup(&db);
     shl_shard_type_cleanup(&target);

@@ -8,7 +8,8 @@
  * moves to the new name with the same UUID and a new epoch/timestamp (config.chunks is keyed
  * by UUID and stays), config.tags follow, every shard refreshes and unblocks, the document
  * is removed. Past the document the rename only rolls forward: every step is idempotent, and
- * a crash or a failure leaves the document for the recovery thread, which runs it again.
+ * a crash or a failure leaves the document for the recovery thread, which runs it again. A
+ * retry of a running rename joins it (MongoDB's DDL coordinators): see "running renames".
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -43,6 +44,231 @@ static pthread_mutex_t rec_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool rec_running, rec_again, rec_joinable;
 static pthread_t rec_thread;
 static atomic_bool rec_stop;
+
+/* ---------------------------------------------------------------- running renames */
+
+/*
+ * One record per source namespace whose rename is running, so that a retry of the same
+ * request joins it (MongoDB's DDL coordinators: the retry waits for the running coordinator
+ * and gets its result) and a request with other arguments fails fast with
+ * ConflictingOperationInProgress instead of queueing behind the namespace locks. A record is
+ * 'driven' while a request or the recovery thread works on it; a request that failed past the
+ * point of no return leaves it undriven and the recovery thread takes it over; it ends, with
+ * the rename's result, once the coordinator document is gone (or the request failed before
+ * writing one). Guarded by coord_mu; freed when unlinked and no waiter holds it.
+ */
+typedef struct coord {
+    rename_req_t r; /* from, to, drop_target: what a retry must match */
+    bool driven, done, linked;
+    int refs;        /* requests waiting on it, plus its driver */
+    int code;        /* the result once done */
+    shl_status_t st; /* likewise */
+    struct coord *next;
+} coord_t;
+
+static pthread_mutex_t coord_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t coord_cv = PTHREAD_COND_INITIALIZER;
+static coord_t *coords; /* guarded by coord_mu */
+
+static bool
+same_args(const rename_req_t *a, const rename_req_t *b)
+{
+    return strcmp(a->from.full, b->from.full) == 0 && strcmp(a->to.full, b->to.full) == 0 &&
+           a->drop_target == b->drop_target;
+}
+
+/* The record of 'from', or NULL. The caller holds coord_mu. */
+static coord_t *
+coord_find(const char *from)
+{
+    coord_t *c = coords;
+
+    while (c != NULL && strcmp(c->r.from.full, from) != 0) {
+        c = c->next;
+    }
+    return c;
+}
+
+static void
+coord_unlink(coord_t *c)
+{
+    coord_t **p = &coords;
+
+    while (*p != c) {
+        p = &(*p)->next;
+    }
+    *p = c->next;
+    c->linked = false;
+}
+
+/* Drop one reference; the caller holds coord_mu. */
+static void
+coord_put(coord_t *c)
+{
+    c->refs--;
+    if (c->refs == 0 && !c->linked) {
+        bson_free(c);
+    }
+}
+
+/* ConflictingOperationInProgress: 'r' names the source of the running rename 'running'. */
+static int
+conflict(const rename_req_t *running, const rename_req_t *r, shl_status_t *st)
+{
+    return shl_status_set(
+        st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+        "Another renameCollection of %s is already running with different arguments "
+        "(to: %s, dropTarget: %s); this request has to: %s, dropTarget: %s",
+        running->from.full, running->to.full, running->drop_target ? "true" : "false", r->to.full,
+        r->drop_target ? "true" : "false");
+}
+
+/*
+ * A request's claim on r->from: a new record it drives (*joined false), or the running
+ * record with the same arguments, to wait for (*joined true). Either way the caller holds a
+ * reference (coord_end or coord_wait drops it). Errors: ConflictingOperationInProgress when
+ * the running one has other arguments.
+ */
+static int
+coord_claim(const rename_req_t *r, coord_t **out, bool *joined, shl_status_t *st)
+{
+    int ret = 0;
+    coord_t *c = NULL;
+    bool kick = false;
+
+    *out = NULL;
+    *joined = false;
+    pthread_mutex_lock(&coord_mu);
+    c = coord_find(r->from.full);
+    if (c != NULL && !same_args(&c->r, r)) {
+        ret = conflict(&c->r, r, st);
+    } else if (c != NULL) {
+        kick = !c->driven; /* the recovery thread finishes it */
+        c->refs++;
+        *joined = true;
+        *out = c;
+    } else {
+        c = bson_malloc0(sizeof(*c));
+        c->r = *r;
+        c->driven = true;
+        c->linked = true;
+        c->refs = 1;
+        c->next = coords;
+        coords = c;
+        *out = c;
+    }
+    pthread_mutex_unlock(&coord_mu);
+    if (kick) {
+        cfg_rename_recover_start();
+    }
+    return ret;
+}
+
+/*
+ * The recovery thread's claim on a pending rename: the record (created if none) becomes
+ * driven by it and it holds a reference. False, and nothing held, when a request drives it
+ * now (the thread comes back to it later).
+ */
+static bool
+coord_adopt(const rename_req_t *r, coord_t **out)
+{
+    coord_t *c = NULL;
+    bool ok = false;
+
+    *out = NULL;
+    pthread_mutex_lock(&coord_mu);
+    c = coord_find(r->from.full);
+    if (c == NULL) {
+        c = bson_malloc0(sizeof(*c));
+        c->r = *r;
+        c->linked = true;
+        c->next = coords;
+        coords = c;
+    }
+    if (!c->driven) {
+        c->driven = true;
+        c->refs++;
+        *out = c;
+        ok = true;
+    }
+    pthread_mutex_unlock(&coord_mu);
+    return ok;
+}
+
+/*
+ * The driver lets go of its record: with 'pending' (its coordinator document is left for
+ * the recovery thread) the record stays, undriven, for the waiters; otherwise the rename is
+ * over and every waiter gets 'code'/'st'. Drops the driver's reference.
+ */
+static void
+coord_end(coord_t *c, int code, const shl_status_t *st, bool pending)
+{
+    pthread_mutex_lock(&coord_mu);
+    c->driven = false;
+    if (!pending) {
+        c->done = true;
+        c->code = code;
+        if (code != 0) {
+            c->st = *st;
+        }
+        coord_unlink(c);
+        pthread_cond_broadcast(&coord_cv);
+    }
+    coord_put(c);
+    pthread_mutex_unlock(&coord_mu);
+}
+
+/* Wait for the rename of 'c' to end and return its result; drops the caller's reference.
+ * Errors: the rename's, or the request's interruption (maxTimeMS, killOp, shutdown). */
+static int
+coord_wait(shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&coord_mu);
+    while (!c->done && ret == 0) {
+        if (atomic_load(&rec_stop)) {
+            ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                                 "interrupted at shutdown while waiting for the rename of %s",
+                                 c->r.from.full);
+            break;
+        }
+        if (op != NULL && shl_op_check_interrupt(op, st) != 0) {
+            ret = st->code;
+            break;
+        }
+        shl_cond_timedwait_ms(&coord_cv, &coord_mu, 100);
+    }
+    if (ret == 0 && c->code != 0) {
+        *st = c->st;
+        ret = c->code;
+    }
+    coord_put(c);
+    pthread_mutex_unlock(&coord_mu);
+    return ret;
+}
+
+/* The sources of the undriven records (a request failed past the start): the recovery
+ * thread visits them even when their document is gone, to end them. Caller frees. */
+static size_t
+coord_undriven(rename_req_t **out)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&coord_mu);
+    for (coord_t *c = coords; c != NULL; c = c->next) {
+        n += c->driven ? 0 : 1;
+    }
+    *out = bson_malloc0((n + 1) * sizeof(**out));
+    n = 0;
+    for (coord_t *c = coords; c != NULL; c = c->next) {
+        if (!c->driven) {
+            (*out)[n++] = c->r;
+        }
+    }
+    pthread_mutex_unlock(&coord_mu);
+    return n;
+}
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -259,21 +485,39 @@ done:
     return ret;
 }
 
-/* Finish the coordinator documents that name 'a' or 'b' (source or target); the caller
- * holds both locks (a document naming them was written under the same locks). */
+/*
+ * Finish the coordinator documents that name req's source or target; the caller holds both
+ * locks (a document naming them was written under the same locks). The document of this very
+ * rename (same source, target and dropTarget: a retry of a request whose first run did not
+ * answer, e.g. across a config server restart) is run to its end with *adopted set: its
+ * result is the request's. Errors: ConflictingOperationInProgress for a rename of the same
+ * source with other arguments, or one that names only one of the two; run_locked's.
+ */
 static int
-finish_pending(shl_op_ctx_t *op, const char *a, const char *b, shl_status_t *st)
+finish_pending(shl_op_ctx_t *op, const rename_req_t *req, bool *adopted, shl_status_t *st)
 {
     int ret = 0;
     cfg_docs_t d = {0};
+    const char *a = req->from.full, *b = req->to.full;
     bson_t *q =
         BCON_NEW("$or", "[", "{", "_id", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]", "}", "}",
                  "{", "to", "{", "$in", "[", BCON_UTF8(a), BCON_UTF8(b), "]", "}", "}", "]");
 
+    *adopted = false;
     SHL_ERR(cfg_find(COORD_COLL, q, NULL, &d, st));
     for (size_t i = 0; i < d.n; i++) {
         rename_req_t r;
         SHL_ERR(req_from_doc(d.docs[i], &r, st));
+        if (strcmp(r.from.full, a) == 0) {
+            if (!same_args(&r, req)) {
+                SHL_ERR(conflict(&r, req, st));
+            }
+            *adopted = true;
+            SHL_LOG_INFO(SHARDING, 4200145, "rename request resumes its pending coordinator",
+                         "from", BCON_UTF8(r.from.full), "to", BCON_UTF8(r.to.full));
+            ret = run_locked(op, &r, st);
+            goto done; /* no other document names the pair while this one is pending */
+        }
         /* Same two names (a pending document always names the pair it locked). */
         if (!((strcmp(r.from.full, a) == 0 && strcmp(r.to.full, b) == 0) ||
               (strcmp(r.from.full, b) == 0 && strcmp(r.to.full, a) == 0))) {
@@ -290,6 +534,61 @@ done:
 
 /* ---------------------------------------------------------------- recovery thread */
 
+/*
+ * Finish the rename of 'want' if its coordinator document is still there, and end its record
+ * (a waiting retry gets the result). 0 when nothing is left of it; otherwise the thread comes
+ * back to it: a request drives it now, or this run failed.
+ */
+static int
+recover_one(const rename_req_t *want)
+{
+    int ret = 0;
+    coord_t *c = NULL;
+    rename_req_t r;
+    bson_t *q = NULL, one;
+    bool found = false;
+    shl_status_t st;
+
+    shl_status_clear(&st);
+    bson_init(&one);
+    if (!coord_adopt(want, &c)) {
+        ret = 1;
+        goto done;
+    }
+    lock_pair(want);
+    /* Still pending? A request may have finished it meanwhile. */
+    q = BCON_NEW("_id", BCON_UTF8(want->from.full));
+    bson_destroy(&one);
+    ret = cfg_find_one(COORD_COLL, q, &one, &found, &st);
+    if (ret == 0 && found) {
+        ret = req_from_doc(&one, &r, &st);
+        /* Another document for the source means this rename ended and another started
+         * (records are per source, documents written under them): end this one, and come
+         * back for the new document under its own locks. */
+        if (ret == 0 && !same_args(&r, want)) {
+            coord_end(c, 0, &st, false);
+            c = NULL;
+            ret = 1;
+        } else if (ret == 0) {
+            ret = run_locked(NULL, &r, &st);
+        }
+        if (ret != 0 && c != NULL) {
+            SHL_LOG_WARNING(SHARDING, 4200142, "rename recovery failed, will retry", "from",
+                            BCON_UTF8(want->from.full), "error", BCON_UTF8(st.reason));
+        }
+    }
+    unlock_pair(want);
+    if (c != NULL) {
+        coord_end(c, ret, &st, ret != 0 && found);
+    }
+done:
+    if (q != NULL) {
+        bson_destroy(q);
+    }
+    bson_destroy(&one);
+    return ret;
+}
+
 static void *
 recover_main(void *arg)
 {
@@ -297,7 +596,8 @@ recover_main(void *arg)
     for (;;) {
         cfg_docs_t d = {0};
         shl_status_t st;
-        size_t left = 0;
+        size_t left = 0, n = 0, nund = 0;
+        rename_req_t *todo = NULL, *und = NULL;
 
         shl_status_clear(&st);
         pthread_mutex_lock(&rec_mu);
@@ -306,28 +606,34 @@ recover_main(void *arg)
         if (cfg_find(COORD_COLL, NULL, NULL, &d, &st) != 0) {
             left = 1;
         }
-        for (size_t i = 0; i < d.n && !atomic_load(&rec_stop); i++) {
-            rename_req_t r;
-            bson_t *q = NULL, one;
-            bool found = false;
-            if (req_from_doc(d.docs[i], &r, &st) != 0) {
+        /* The documents, and the records a failed request left (their document may be gone
+         * already, finished by another request: the visit ends them). */
+        nund = coord_undriven(&und);
+        todo = bson_malloc0((d.n + nund + 1) * sizeof(*todo));
+        for (size_t i = 0; i < d.n; i++) {
+            if (req_from_doc(d.docs[i], &todo[n], &st) != 0) {
                 SHL_LOG_WARNING(SHARDING, 4200141, "bad rename coordinator document", "error",
                                 BCON_UTF8(st.reason));
                 continue;
             }
-            lock_pair(&r);
-            /* Still pending? A request may have finished it meanwhile. */
-            q = BCON_NEW("_id", BCON_UTF8(r.from.full));
-            if (cfg_find_one(COORD_COLL, q, &one, &found, &st) == 0 && found &&
-                run_locked(NULL, &r, &st) != 0) {
-                left++;
-                SHL_LOG_WARNING(SHARDING, 4200142, "rename recovery failed, will retry", "from",
-                                BCON_UTF8(r.from.full), "error", BCON_UTF8(st.reason));
-            }
-            bson_destroy(&one);
-            bson_destroy(q);
-            unlock_pair(&r);
+            n++;
         }
+        for (size_t i = 0; i < nund; i++) {
+            bool seen = false;
+            for (size_t j = 0; j < n && !seen; j++) {
+                seen = strcmp(todo[j].from.full, und[i].from.full) == 0;
+            }
+            if (!seen) {
+                todo[n++] = und[i];
+            }
+        }
+        for (size_t i = 0; i < n && !atomic_load(&rec_stop); i++) {
+            if (recover_one(&todo[i]) != 0) {
+                left++;
+            }
+        }
+        bson_free(todo);
+        bson_free(und);
         cfg_docs_cleanup(&d);
         pthread_mutex_lock(&rec_mu);
         if ((left == 0 && !rec_again) || atomic_load(&rec_stop)) {
@@ -389,6 +695,8 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     rename_req_t r;
     bson_iter_t it;
     bool locked = false, found = false, found_db = false, exists = false, is_view = false;
+    bool joined = false, adopted = false, started = false;
+    coord_t *c = NULL;
     shl_collection_type_t src, dst;
     shl_database_type_t db;
     shl_shard_type_t *shards = NULL;
@@ -426,9 +734,22 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
                  "Can't rename a sharded collection to or from a system namespace (%s -> %s)",
                  r.from.full, r.to.full);
     }
+    /* A retry of a running rename waits for it; other arguments for its source conflict. */
+    SHL_ERR(coord_claim(&r, &c, &joined, st));
+    if (joined) {
+        SHL_LOG_INFO(SHARDING, 4200144, "rename request joins the running rename", "from",
+                     BCON_UTF8(r.from.full), "to", BCON_UTF8(r.to.full));
+        ret = coord_wait(op, c, st);
+        c = NULL;
+        goto done;
+    }
     lock_pair(&r);
     locked = true;
-    SHL_ERR(finish_pending(op, r.from.full, r.to.full, st));
+    ret = finish_pending(op, &r, &adopted, st);
+    if (ret != 0 || adopted) {
+        started = adopted;
+        goto done;
+    }
 
     SHL_ERR(cfg_get_database(r.from.db, &db, &found_db, st));
     if (!found_db) {
@@ -501,6 +822,7 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     req_to_doc(&r, &doc);
     q = BCON_NEW("_id", BCON_UTF8(r.from.full));
     SHL_ERR(cfg_update(COORD_COLL, q, &doc, true, false, NULL, st));
+    started = true;
     BSON_APPEND_UTF8(&details, "from", r.from.full);
     BSON_APPEND_UTF8(&details, "to", r.to.full);
     BSON_APPEND_BOOL(&details, "dropTarget", r.drop_target);
@@ -514,11 +836,28 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         /* The document stays: the recovery thread retries until the rename is done. */
         SHL_LOG_WARNING(SHARDING, 4200143, "rename failed past its start, will be finished", "from",
                         BCON_UTF8(r.from.full), "error", BCON_UTF8(st->reason));
-        cfg_rename_recover_start();
     }
 done:
     if (locked) {
         unlock_pair(&r);
+    }
+    if (c != NULL) {
+        /* Failed past the start: the document stays and the recovery thread retries until
+         * the rename is done. The request that started it answers with its error (as
+         * before); one that took over a pending document is a retry: it waits for the end. */
+        bool pending = started && ret != 0, wait = pending && adopted;
+        if (wait) {
+            pthread_mutex_lock(&coord_mu);
+            c->refs++;
+            pthread_mutex_unlock(&coord_mu);
+        }
+        coord_end(c, ret, st, pending);
+        if (pending) {
+            cfg_rename_recover_start();
+        }
+        if (wait) {
+            ret = coord_wait(op, c, st);
+        }
     }
     if (shards != NULL) {
         cfg_shards_free(shards, nshards);

@@ -301,7 +301,6 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
 {
     int64_t timeout_ms = atomic_load(&srv->shutdown_timeout_ms);
     int64_t deadline = shl_clock_mono_us() + timeout_ms * 1000;
-    struct timespec ts;
 
     SHL_LOG_INFO(CONTROL, 4784900, "Shutting down", "timeoutMillis", BCON_INT64(timeout_ms));
     atomic_store(&svc->shutting_down, true);
@@ -314,13 +313,7 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     /* Let running operations finish, up to the bound. */
     pthread_mutex_lock(&srv->lock);
     while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&srv->cond, &srv->lock, &ts);
+        shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
     }
     /* Wake every connection thread and wait for all of them to leave. */
     for (shl_conn_t *c = srv->conns; c != NULL; c = c->next) {
@@ -329,13 +322,7 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     }
     deadline = shl_clock_mono_us() + 10 * 1000 * 1000;
     while (srv->conns != NULL && shl_clock_mono_us() < deadline) {
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&srv->cond, &srv->lock, &ts);
+        shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
     }
     pthread_mutex_unlock(&srv->lock);
     if (svc->hooks.shutdown != NULL) {

@@ -12,8 +12,8 @@
  * keep filtering with it.
  */
 #include <string.h>
-#include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "sharding/shard_key.h"
 #include "shard/shard_private.h"
@@ -518,13 +518,7 @@ guard_destroy(shl_db_orphan_filter_t *f)
 static void
 timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
-    ts.tv_nsec %= 1000000000L;
-    pthread_cond_timedwait(cv, mu, &ts);
+    shl_cond_timedwait_ms(cv, mu, ms);
 }
 
 /* Whether namespace or database name 'name' belongs to database 'db'. */

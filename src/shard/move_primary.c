@@ -8,9 +8,12 @@
  * config.movePrimaryCoordinators makes a crash recoverable: before the commit the clones
  * are dropped (abort), after it the stale copies. A config server that is down meanwhile
  * (kill -9, restart) is waited for with the critical section held, and the move completes.
+ * A retry of the running move (same database and target) joins it and answers with its
+ * result.
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "base/namespace.h"
@@ -858,6 +861,42 @@ done:
     return ret;
 }
 
+/*
+ * A retry of the move running now (same database and target: its config server request was
+ * lost, e.g. the config server restarted) waits for it and takes its result, as MongoDB's
+ * movePrimary coordinator is joined. The caller holds mig_mu. Errors: the move's; the
+ * request's interruption; ConflictingOperationInProgress if another move ended meanwhile
+ * and the result is gone.
+ */
+static int
+join_move(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    uint64_t gen = s->move_primary_gen;
+    char db[SHL_DB_NAME_MAX + 1];
+
+    snprintf(db, sizeof(db), "%s", s->move_primary_db);
+    SHL_LOG_INFO(SHARDING, 4200308, "movePrimary request joins the running move", "db",
+                 BCON_UTF8(db), "to", BCON_UTF8(s->move_primary_to));
+    while (s->move_primary_done_gen < gen) {
+        if (shl_op_check_interrupt(op, st) != 0) {
+            ret = st->code;
+            goto done;
+        }
+        shl_cond_timedwait_ms(&s->mig_cv, &s->mig_mu, 100);
+    }
+    if (s->move_primary_done_gen != gen) {
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "the movePrimary of %s this request joined has ended, its result is gone", db);
+    }
+    if (s->move_primary_code != 0) {
+        *st = s->move_primary_st;
+        ret = s->move_primary_code;
+    }
+done:
+    return ret;
+}
+
 /* _shardsvrMovePrimary: db, to (admin db of the database's primary shard). */
 static int
 cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -867,6 +906,7 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     bson_iter_t it;
     const char *db = NULL, *to = NULL;
     bool registered = false;
+    uint64_t gen = 0;
 
     if (s == NULL) {
         SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED, "not a shard");
@@ -885,11 +925,20 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     while (s->recovery_started) {
         pthread_cond_wait(&s->mig_cv, &s->mig_mu);
     }
+    if (s->move_primary_db != NULL && strcmp(s->move_primary_db, db) == 0 &&
+        strcmp(s->move_primary_to, to) == 0) {
+        ret = join_move(s, op, st);
+        pthread_mutex_unlock(&s->mig_mu);
+        goto done;
+    }
     if (s->move_primary_db != NULL) {
         ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                             "movePrimary of %s is in progress on this shard", s->move_primary_db);
+                             "movePrimary of %s to %s is in progress on this shard",
+                             s->move_primary_db, s->move_primary_to);
     } else {
         s->move_primary_db = bson_strdup(db);
+        s->move_primary_to = bson_strdup(to);
+        gen = ++s->move_primary_gen;
         registered = true;
     }
     pthread_mutex_unlock(&s->mig_mu);
@@ -899,7 +948,14 @@ done:
     if (registered) {
         pthread_mutex_lock(&s->mig_mu);
         bson_free(s->move_primary_db);
+        bson_free(s->move_primary_to);
         s->move_primary_db = NULL;
+        s->move_primary_to = NULL;
+        s->move_primary_done_gen = gen;
+        s->move_primary_code = ret;
+        if (ret != 0) {
+            s->move_primary_st = *st;
+        }
         pthread_cond_broadcast(&s->mig_cv);
         pthread_mutex_unlock(&s->mig_mu);
     }

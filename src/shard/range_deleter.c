@@ -614,16 +614,7 @@ shard_range_deleter_wake(shard_state_t *s)
 static void
 timed_wait_locked(shard_state_t *s, int64_t ms)
 {
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(&s->rd.cv, &s->rd.mu, &ts);
+    shl_cond_timedwait_ms(&s->rd.cv, &s->rd.mu, ms);
 }
 
 /*

@@ -124,7 +124,12 @@ typedef struct shard_state {
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
     bool recovery_started;
-    char *move_primary_db; /* the database a movePrimary moves now (guarded by mig_mu) */
+    /* The movePrimary this shard runs now (NULL when none), how many started, and the
+     * result of the last one that ended, kept for the retries that joined it (mig_mu). */
+    char *move_primary_db, *move_primary_to;
+    uint64_t move_primary_gen, move_primary_done_gen;
+    int move_primary_code;
+    shl_status_t move_primary_st;
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
 } shard_state_t;

@@ -5,7 +5,7 @@ module), and `shale_process` to build others. Logs of failed tests are kept in l
 import pytest
 
 import shale_fixtures
-from shale_fixtures import ShaleCluster, ShaleProcess, fail_point  # noqa: F401
+from shale_fixtures import ShaleCluster, ShaleProcess, fail_point, module_cluster  # noqa: F401
 
 _started = []
 
@@ -53,16 +53,8 @@ def rs_node(shale_process):
 def cluster(request):
     """A started ShaleCluster with 2 shards, shared by the tests of one module. Its logs
     are kept in logs/ when any test of the module failed."""
-    failed_before = request.session.testsfailed
-    c = ShaleCluster(shards=2)
-    try:
-        c.start()
-    except Exception:
-        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+    with module_cluster(request, shards=2) as c:
+        yield c
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -2,6 +2,8 @@
 folders, wait until they answer, and stop them by pid. Modelled on MongoDB's
 ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
 
+import contextlib
+import json
 import os
 import resource
 import shutil
@@ -9,9 +11,13 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 import pymongo
+import pytest
+from bson.binary import STANDARD
+from bson.codec_options import CodecOptions
 
 SHALE_BIN = os.environ.get("SHALE_BIN", os.path.join(
     os.path.dirname(__file__), "..", "..", "build", "src", "main", "shale"))
@@ -300,3 +306,106 @@ def fail_point(client, name, mode, data=None):
     if data is not None:
         cmd["data"] = data
     return client.admin.command(cmd)
+
+
+def hang(client, name, what=None):
+    """Switch the fail point 'name' on (alwaysOn) on the process behind 'client'; returns a
+    function wait(timeout=30) that waits until the fail point has been reached since (its
+    count went up), 'what' naming the wait in its timeout error."""
+    entered = fail_point(client, name, "alwaysOn")["count"]
+
+    def wait(timeout=30.0):
+        wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > entered,
+                   timeout=timeout, what=what or "the operation to reach %s" % name)
+    return wait
+
+
+class Background:
+    """fn() in a thread of its own, started at once (a command that hangs in a fail point
+    or dies with the process it talks to). Once fn returned, .done is true and .result
+    holds what it returned; .error holds the exception it raised when that is of a type in
+    'catch' (another one ends the thread as an uncaught exception would)."""
+
+    def __init__(self, fn, catch=Exception):
+        self.done = False
+        self.result = None
+        self.error = None
+
+        def run():
+            try:
+                self.result = fn()
+                self.done = True
+            except catch as e:
+                self.error = e
+        self.thread = threading.Thread(target=run)
+        self.thread.start()
+
+    def join(self, timeout=None):
+        self.thread.join(timeout)
+        return self
+
+    def is_alive(self):
+        return self.thread.is_alive()
+
+
+def run_to_fail_point(client, name, fn, catch=Exception):
+    """Switch the fail point 'name' on (alwaysOn) on the process behind 'client', run fn() in
+    the background and wait until it is held there; returns its Background (the caller
+    switches the fail point off, or kills the process)."""
+    wait = hang(client, name)
+    t = Background(fn, catch=catch)
+    wait()
+    return t
+
+
+def logged(proc, log_id, **attr):
+    """Whether proc's log (one JSON event a line) has an event 'log_id' whose attr holds
+    every given field with the given value."""
+    for line in proc.read_log().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if e.get("id") == log_id and all(e.get("attr", {}).get(k) == v
+                                         for k, v in attr.items()):
+            return True
+    return False
+
+
+def error_code(fn):
+    """The code of the OperationFailure fn() raises (the test fails if it raises none)."""
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        fn()
+    return e.value.code
+
+
+def standard_uuid_db(client, name):
+    """Database 'name' of 'client' with UUIDs decoded as standard (subtype 4) UUIDs, as the
+    config.* collections and listCollections' info.uuid hold them."""
+    return client.get_database(name, codec_options=CodecOptions(uuid_representation=STANDARD))
+
+
+def config_db(cluster):
+    """config on the cluster's config server (standard UUIDs)."""
+    return standard_uuid_db(cluster.config_client(), "config")
+
+
+@contextlib.contextmanager
+def module_cluster(request, routers=1, **kw):
+    """A started ShaleCluster(**kw) with 'routers' routers, for a fixture of one test module
+    (`with module_cluster(request) as c: yield c`); stopped at the end, its logs kept in logs/
+    (named after the module) when any test of the module failed, or when it failed to start."""
+    failed_before = request.session.testsfailed
+    c = ShaleCluster(**kw)
+    try:
+        c.start()
+        for _ in range(routers - 1):
+            c.add_router()
+    except Exception:
+        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
+        raise
+    try:
+        yield c
+    finally:
+        failed = request.session.testsfailed > failed_before
+        c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)

@@ -5,16 +5,14 @@ donor. Real processes: a config server, three shards, routers; pymongo on the ro
 and, to check where documents really are, on each shard directly."""
 
 import threading
-import time
 
 import bson
 import pymongo
 import pytest
-from bson.binary import STANDARD
-from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import ShaleCluster, fail_point, wait_until
+from shale_fixtures import (Background, config_db, error_code, fail_point, hang, module_cluster,
+                            run_to_fail_point, standard_uuid_db, wait_until)
 
 N = 5000
 MAXK = bson.max_key.MaxKey()
@@ -23,25 +21,13 @@ MINK = bson.min_key.MinKey()
 
 @pytest.fixture(scope="module")
 def mc(request):
-    failed_before = request.session.testsfailed
-    c = ShaleCluster(shards=3, shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"])
-    try:
-        c.start()
-    except Exception:
-        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
-
-
-def _config(c):
-    return c.config_client().get_database("config", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    with module_cluster(request, shards=3,
+                        shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"]) as c:
+        yield c
 
 
 def _chunks(c, ns):
-    cfg = _config(c)
+    cfg = config_db(c)
     coll = cfg.collections.find_one({"_id": ns})
     return list(cfg.chunks.find({"uuid": coll["uuid"]}).sort("min", 1))
 
@@ -64,20 +50,6 @@ def _setup(c, name, n=N, splits=(2500,)):
         r.admin.command("split", ns, middle={"x": s})
     r.mig[name].insert_many([{"_id": i, "x": i, "v": 0, "pad": "p" * 50} for i in range(n)])
     return r, ns
-
-
-_entered = {}
-
-
-def _hang(client, name):
-    """Switch a "hang" fail point on, remembering how often it was entered before."""
-    _entered[name] = fail_point(client, name, "alwaysOn")["count"]
-
-
-def _wait_hung(client, name):
-    """Wait until the fail point switched on by _hang has been reached."""
-    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > _entered[name],
-               what="a migration to reach %s" % name)
 
 
 def _wait_writes(inserted, lock, n):
@@ -116,12 +88,11 @@ def test_move_chunk_moves_documents_and_bumps_versions(mc):
     assert _direct(mc, 1, "basic").count_documents({"x": {"$gte": 2500}}) == N - 2500
     assert r.mig.basic.find_one({"x": 4000})["_id"] == 4000
     # The recipient's collection has the cluster-wide UUID.
-    uuid = _config(mc).collections.find_one({"_id": ns})["uuid"]
-    db1 = mc.shard_client(1).get_database("mig", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    uuid = config_db(mc).collections.find_one({"_id": ns})["uuid"]
+    db1 = standard_uuid_db(mc.shard_client(1), "mig")
     assert next(db1.list_collections(filter={"name": "basic"}))["info"]["uuid"] == uuid
     # The changelog has the commit.
-    log = _config(mc).changelog.find_one({"what": "moveChunk.commit", "ns": ns})
+    log = config_db(mc).changelog.find_one({"what": "moveChunk.commit", "ns": ns})
     assert log is not None and log["details"]["to"] == "shard1"
 
 
@@ -200,7 +171,7 @@ def test_move_range_with_one_bound_moves_about_a_chunk_size(mc):
         i = int(ch["shard"][-1])
         assert _direct(mc, i, "onebound").count_documents(
             {"x": {"$gte": lo_x, "$lt": hi_x}}) == hi_x - max(lo_x, 0), ch
-    log = _config(mc).changelog.find_one({"what": "split", "ns": ns,
+    log = config_db(mc).changelog.find_one({"what": "split", "ns": ns,
                                           "details.right.min.x": hi})
     assert log is not None
 
@@ -246,7 +217,7 @@ def test_move_range_with_one_bound_uses_the_configured_chunk_size(mc):
     r.mig.chunksize.insert_many([{"_id": i, "x": i, "pad": "p" * 400} for i in range(N)])
     per = _max_docs(mc, 0, "chunksize", 1024 * 1024)
     assert per < N // 2
-    cfg = _config(mc)
+    cfg = config_db(mc)
     cfg.settings.update_one({"_id": "chunksize"}, {"$set": {"value": 1}}, upsert=True)
     try:
         r.admin.command("moveRange", ns, min={"x": 0}, toShard="shard1")
@@ -336,28 +307,20 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
                 errors.append("reader missed documents")
                 return
 
-    _hang(donor, "moveChunkHangAtStep3")
-    _hang(donor, "moveChunkHangAtStep4")
+    wait_step3 = hang(donor, "moveChunkHangAtStep3")
+    wait_step4 = hang(donor, "moveChunkHangAtStep4")
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
     threads.append(threading.Thread(target=reader))
     for t in threads:
         t.start()
-    mover_err = []
-
-    def mover():
-        try:
-            r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
-        except PyMongoError as e:
-            mover_err.append(e)
-
-    m = threading.Thread(target=mover)
-    m.start()
+    m = Background(lambda: r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1"),
+                   catch=PyMongoError)
     try:
         # writes land while the range is cloned, and while the recipient catches up
-        _wait_hung(donor, "moveChunkHangAtStep3")
+        wait_step3()
         _wait_writes(inserted, lock, 30)
         fail_point(donor, "moveChunkHangAtStep3", "off")
-        _wait_hung(donor, "moveChunkHangAtStep4")
+        wait_step4()
         _wait_writes(inserted, lock, 30)
         fail_point(donor, "moveChunkHangAtStep4", "off")
         m.join(60)
@@ -368,7 +331,7 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
         stop.set()
         for t in threads:
             t.join(30)
-    assert not mover_err, mover_err
+    assert m.error is None, m.error
     assert not errors, errors[:5]
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
     docs = {d["_id"]: d for d in r.mig.live.find({})}
@@ -391,28 +354,17 @@ def test_concurrent_writers_and_readers_see_every_acknowledged_write_once(mc):
 def test_critical_section_holds_operations_then_sends_them_to_the_new_owner(mc):
     r, ns = _setup(mc, "crit")
     donor = mc.shard_client(0)
-    _hang(donor, "hangBeforeCommitMigration")
-    results, errs = {}, []
+    wait_commit = hang(donor, "hangBeforeCommitMigration")
 
-    def run(name, fn):
-        try:
-            results[name] = fn(mc.router_client().mig.crit)
-        except PyMongoError as e:
-            errs.append(e)
+    def run(fn):
+        return Background(lambda: fn(mc.router_client().mig.crit), catch=PyMongoError)
 
-    mover = threading.Thread(target=run, args=("move", lambda c: r.admin.command(
-        "moveChunk", ns, find={"x": 3000}, to="shard1")))
-    mover.start()
+    mover = run(lambda c: r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1"))
     try:
-        _wait_hung(donor, "hangBeforeCommitMigration")
-        ops = [threading.Thread(target=run, args=(
-                   "write", lambda c: c.update_one({"x": 3000}, {"$set": {"v": 5}}).modified_count)),
-               threading.Thread(target=run, args=(
-                   "read", lambda c: c.count_documents({"x": {"$gte": 2500}}))),
-               threading.Thread(target=run, args=(
-                   "other", lambda c: c.count_documents({"x": {"$lt": 2500}})))]
-        for t in ops:
-            t.start()
+        wait_commit()
+        ops = [run(lambda c: c.update_one({"x": 3000}, {"$set": {"v": 5}}).modified_count),
+               run(lambda c: c.count_documents({"x": {"$gte": 2500}})),
+               run(lambda c: c.count_documents({"x": {"$lt": 2500}}))]
         ops[0].join(0.5)
         # Reads and writes of the migrating collection on the donor wait in its critical section.
         assert ops[0].is_alive() and ops[1].is_alive() and ops[2].is_alive()
@@ -421,8 +373,9 @@ def test_critical_section_holds_operations_then_sends_them_to_the_new_owner(mc):
     mover.join(60)
     for t in ops:
         t.join(60)
+    errs = [t.error for t in [mover] + ops if t.error is not None]
     assert not errs, errs
-    assert results["write"] == 1 and results["read"] == N - 2500 and results["other"] == 2500
+    assert [t.result for t in ops] == [1, N - 2500, 2500]
     # The held write was retried on the new owner.
     assert _direct(mc, 1, "crit").find_one({"x": 3000})["v"] == 5
     assert r.mig.crit.find_one({"x": 3000})["v"] == 5
@@ -445,39 +398,30 @@ def test_conflicting_migration_refused_and_the_same_one_joined(mc):
     r.mig.conflict2.insert_many([{"x": i} for i in range(10)])
     r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard2")
     donor = mc.shard_client(0)
-    results = {}
 
-    def move(name, **kw):
-        try:
-            results[name] = mc.router_client().admin.command("moveChunk", ns, **kw)
-        except PyMongoError as e:
-            results[name] = e
+    def move(**kw):
+        return Background(lambda: mc.router_client().admin.command("moveChunk", ns, **kw),
+                          catch=PyMongoError)
 
-    _hang(donor, "moveChunkHangAtStep3")
+    wait_step3 = hang(donor, "moveChunkHangAtStep3")
     try:
-        t1 = threading.Thread(target=move, args=("first",),
-                              kwargs=dict(find={"x": 3000}, to="shard1"))
-        t1.start()
-        _wait_hung(donor, "moveChunkHangAtStep3")
-        t2 = threading.Thread(target=move, args=("joined",),
-                              kwargs=dict(find={"x": 2600}, to="shard1"))
-        t2.start()
+        t1 = move(find={"x": 3000}, to="shard1")
+        wait_step3()
+        t2 = move(find={"x": 2600}, to="shard1")
         # Another chunk of the same donor: refused while the first one runs.
-        with pytest.raises(OperationFailure) as e:
-            r.admin.command("moveChunk", ns, find={"x": 10}, to="shard2")
-        assert e.value.code == 117  # ConflictingOperationInProgress
+        assert error_code(lambda: r.admin.command("moveChunk", ns, find={"x": 10},
+                                                  to="shard2")) == 117  # ConflictingOperation...
         # The recipient is busy too (shard2 -> shard1).
-        with pytest.raises(OperationFailure) as e:
-            r.admin.command("moveChunk", ns2, find={"x": 1}, to="shard1")
-        assert e.value.code == 117
+        assert error_code(lambda: r.admin.command("moveChunk", ns2, find={"x": 1},
+                                                  to="shard1")) == 117
         t2.join(0.3)
         assert t2.is_alive()  # joined: waits for the first one
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
     t1.join(60)
     t2.join(60)
-    assert results["first"]["ok"] == 1, results
-    assert results["joined"]["ok"] == 1, results
+    assert t1.done and t1.result["ok"] == 1, t1.error
+    assert t2.done and t2.result["ok"] == 1, t2.error
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
     assert sorted(d["_id"] for d in r.mig.conflict.find({}, {"_id": 1})) == list(range(N))
 
@@ -569,29 +513,12 @@ def test_commit_outcome_unknown_or_failed(mc):
 ])
 def test_donor_killed_mid_migration_loses_and_duplicates_nothing(mc, step, committed):
     name = "crash_" + step
-    r = mc.router_client()
-    ns = "mig." + name
-    r.admin.command("enableSharding", "mig", primaryShard="shard0")
-    r.admin.command("shardCollection", ns, key={"x": 1})
-    r.admin.command("split", ns, middle={"x": 2500})
-    r.mig.get_collection(name, write_concern=pymongo.WriteConcern(j=True)).insert_many(
-        [{"_id": i, "x": i} for i in range(N)])
+    r, ns = _crash_setup(mc, name)
     donor = mc.shard_client(0)
-    _hang(donor, step)
-    err = []
-
-    def move():
-        try:
-            mc.router_client().admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
-    _wait_hung(donor, step)
+    t = run_to_fail_point(donor, step, _mover(mc, ns), catch=PyMongoError)
     mc.shards[0].kill()
     t.join(90)
-    assert err, "moveChunk succeeded although its donor was killed"
+    assert t.error is not None, "moveChunk succeeded although its donor was killed"
     mc.restart_shard(0)
     donor = mc.shard_client(0)
     # Start-up recovery finishes the migration from its coordinator document.
@@ -726,19 +653,10 @@ def test_large_documents_are_batched(mc):
     for i in range(8):
         r.mig.large.insert_one({"_id": i, "x": i, "v": 0, "blob": chr(65 + i) * big})
     donor = mc.shard_client(0)
-    _hang(donor, "moveChunkHangAtStep4")
-    err = []
-
-    def move():
-        try:
-            mc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
+    wait_step4 = hang(donor, "moveChunkHangAtStep4")
+    t = Background(_mover(mc, ns, x=0), catch=PyMongoError)
     try:
-        _wait_hung(donor, "moveChunkHangAtStep4")
+        wait_step4()
         # The recipient holds the clone but does not own it yet: versioned reads filter it.
         assert _direct(mc, 1, "large").count_documents({}) == 8
         assert r.mig.large.count_documents({}) == 8
@@ -749,7 +667,7 @@ def test_large_documents_are_batched(mc):
     finally:
         fail_point(donor, "moveChunkHangAtStep4", "off")
     t.join(120)
-    assert not err, err
+    assert t.error is None, t.error
     assert _chunk_at(mc, ns, 0)["shard"] == "shard1"
     status = mc.shard_client(1).admin.command("_recvChunkStatus", ns)
     assert status["counts"]["cloned"] == 8 and status["counts"]["catchup"] + \
@@ -771,15 +689,9 @@ def _crash_setup(mc, name):
     return r, ns
 
 
-def _move_in_thread(mc, ns, err, to="shard1"):
-    def move():
-        try:
-            mc.router_client().admin.command("moveChunk", ns, find={"x": 3000}, to=to)
-        except PyMongoError as e:
-            err.append(e)
-    t = threading.Thread(target=move)
-    t.start()
-    return t
+def _mover(mc, ns, x=3000, to="shard1"):
+    """A function that moves the chunk holding x (for a Background)."""
+    return lambda: mc.router_client().admin.command("moveChunk", ns, find={"x": x}, to=to)
 
 
 def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
@@ -791,12 +703,11 @@ def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
     assert donor.admin.command("getParameter", 1, migrationCaptureMaxBytes=1)[
         "migrationCaptureMaxBytes"] == 500 * 1024 * 1024
     donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=4000)
-    _hang(recipient, "migrateThreadHangAtStep3")
+    wait_recipient_step3 = hang(recipient, "migrateThreadHangAtStep3")
     fail_point(recipient, "suspendRangeDeletion", "alwaysOn")
-    err = []
     try:
-        t = _move_in_thread(mc, ns, err)
-        _wait_hung(recipient, "migrateThreadHangAtStep3")
+        t = Background(_mover(mc, ns), catch=PyMongoError)
+        wait_recipient_step3()
         for i in range(2500, 2800):
             r.mig.memlimit.update_one({"x": i}, {"$set": {"v": 1}})
         fail_point(recipient, "migrateThreadHangAtStep3", "off")
@@ -808,8 +719,8 @@ def test_captured_writes_past_the_memory_limit_abort_the_migration(mc):
         fail_point(recipient, "migrateThreadHangAtStep3", "off")
         fail_point(recipient, "suspendRangeDeletion", "off")
         donor.admin.command("setParameter", 1, migrationCaptureMaxBytes=500 * 1024 * 1024)
-    assert err and getattr(err[0], "code", None) == 146, err  # ExceededMemoryLimit
-    assert "high memory usage" in str(err[0])
+    assert getattr(t.error, "code", None) == 146, t.error  # ExceededMemoryLimit
+    assert "high memory usage" in str(t.error)
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
     # Nothing lost, every write kept; the donor's state is cleaned up.
     docs = {d["_id"]: d for d in r.mig.memlimit.find({})}
@@ -836,14 +747,11 @@ def test_recipient_killed_mid_migration_aborts_and_cleans_up(mc, step):
     name = "crash_recipient_" + step
     r, ns = _crash_setup(mc, name)
     donor = mc.shard_client(0)
-    _hang(donor, step)
-    err = []
-    t = _move_in_thread(mc, ns, err)
-    _wait_hung(donor, step)
+    t = run_to_fail_point(donor, step, _mover(mc, ns), catch=PyMongoError)
     mc.shards[1].kill()
     fail_point(donor, step, "off")
     t.join(120)
-    assert err, "moveChunk succeeded although its recipient was killed"
+    assert t.error is not None, "moveChunk succeeded although its recipient was killed"
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard0"
     assert sorted(d["_id"] for d in r.mig[name].find({}, {"_id": 1})) == list(range(N))
     mc.restart_shard(1)
@@ -863,14 +771,11 @@ def test_config_server_killed_before_the_commit_aborts_after_it_returns(mc):
     name = "crash_config"
     r, ns = _crash_setup(mc, name)
     donor = mc.shard_client(0)
-    _hang(donor, "hangBeforeCommitMigration")
-    err = []
-    t = _move_in_thread(mc, ns, err)
-    _wait_hung(donor, "hangBeforeCommitMigration")
+    t = run_to_fail_point(donor, "hangBeforeCommitMigration", _mover(mc, ns), catch=PyMongoError)
     mc.config.kill()
     fail_point(donor, "hangBeforeCommitMigration", "off")
     t.join(120)
-    assert err, "moveChunk succeeded although the config server was killed"
+    assert t.error is not None, "moveChunk succeeded although the config server was killed"
     mc.config.start()
     wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
                timeout=120, what="the donor to resolve the migration with the config server")
@@ -889,10 +794,7 @@ def test_config_server_killed_after_the_commit_finishes_the_commit(mc):
     name = "crash_config_after"
     r, ns = _crash_setup(mc, name)
     donor = mc.shard_client(0)
-    _hang(donor, "moveChunkHangAtStep5")
-    err = []
-    t = _move_in_thread(mc, ns, err)
-    _wait_hung(donor, "moveChunkHangAtStep5")
+    t = run_to_fail_point(donor, "moveChunkHangAtStep5", _mover(mc, ns), catch=PyMongoError)
     mc.config.kill()
     fail_point(donor, "moveChunkHangAtStep5", "off")
     t.join(120)
@@ -916,10 +818,7 @@ def test_recipient_killed_after_its_commit_keeps_the_documents(mc):
     # The longest commit interval MongoDB allows: unjournaled writes would be lost.
     mc.shard_client(1).admin.command("setParameter", 1, journalCommitInterval=500)
     donor = mc.shard_client(0)
-    _hang(donor, "hangBeforeCommitMigration")
-    err = []
-    t = _move_in_thread(mc, ns, err)
-    _wait_hung(donor, "hangBeforeCommitMigration")
+    t = run_to_fail_point(donor, "hangBeforeCommitMigration", _mover(mc, ns), catch=PyMongoError)
     mc.shards[1].kill()
     fail_point(donor, "hangBeforeCommitMigration", "off")
     t.join(120)

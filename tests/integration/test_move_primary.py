@@ -1,43 +1,28 @@
 """movePrimary (docs/design/sharding-protocol.md "movePrimary"): the router's command, the
 config server's checks and commit, the donor's critical section, clone and cleanup, stale
-routers, failures and kill -9 of the donor. Real processes: a config server, two shards,
-two routers; pymongo on the routers and, to see where collections really are, on each
-shard directly."""
+routers, failures and kill -9 of the donor, retries that join a running move (or conflict
+with it: 117). Real processes: a config server, two shards, two routers; pymongo on the
+routers and, to see where collections really are, on each shard directly."""
 
 import threading
 import time
 
 import pymongo
 import pytest
-from bson.binary import STANDARD
-from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import ShaleCluster, fail_point, wait_until
+from shale_fixtures import (Background, config_db, fail_point, hang, logged, module_cluster,
+                            run_to_fail_point, wait_until)
 
 
 @pytest.fixture(scope="module")
 def mc(request):
-    failed_before = request.session.testsfailed
-    c = ShaleCluster(shards=2)
-    try:
-        c.start()
-        c.add_router()
-    except Exception:
-        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
-        raise
-    yield c
-    failed = request.session.testsfailed > failed_before
-    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
-
-
-def _config(c):
-    return c.config_client().get_database("config", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    with module_cluster(request, shards=2, routers=2) as c:
+        yield c
 
 
 def _dbentry(c, db):
-    return _config(c).databases.find_one({"_id": db})
+    return config_db(c).databases.find_one({"_id": db})
 
 
 def _names(client, db):
@@ -49,17 +34,14 @@ def _indexes(client, db, coll):
                   for i in client[db][coll].list_indexes())
 
 
-def _hang(client, name):
-    return fail_point(client, name, "alwaysOn")["count"]
-
-
-def _wait_hung(client, name, before):
-    wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > before,
-               what="movePrimary to reach %s" % name)
+def _mover(mc, db, to="shard1"):
+    """A function that moves db's primary (for a Background)."""
+    return lambda: mc.router_client().admin.command("movePrimary", db, to=to)
 
 
 def _populate(c, db):
-    """db on shard0 with two unsharded collections (data, secondary indexes, a capped one) and a sharded collection with a chunk on each shard."""
+    """db on shard0 with two unsharded collections (data, secondary indexes, a capped one)
+    and a sharded collection with a chunk on each shard."""
     r = c.router_client()
     r.admin.command("enableSharding", db, primaryShard="shard0")
     d = r[db]
@@ -89,8 +71,8 @@ def test_move_primary_moves_unsharded_collections(mc):
     before = _dbentry(mc, db)
     indexes = _indexes(s0, db, "plain")
     chunks = sorted((ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
-                    for ch in _config(mc).chunks.find(
-                        {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+                    for ch in config_db(mc).chunks.find(
+                        {"uuid": config_db(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
 
     r.admin.command("movePrimary", db, to="shard1")
 
@@ -99,7 +81,7 @@ def test_move_primary_moves_unsharded_collections(mc):
     assert after["version"]["uuid"] == before["version"]["uuid"]
     assert after["version"]["timestamp"] == before["version"]["timestamp"]
     assert after["version"]["lastMod"] == before["version"]["lastMod"] + 1
-    whats = [e["what"] for e in _config(mc).changelog.find({"ns": db}).sort("time", 1)]
+    whats = [e["what"] for e in config_db(mc).changelog.find({"ns": db}).sort("time", 1)]
     assert "movePrimary.start" in whats and "movePrimary.commit" in whats
     assert whats.index("movePrimary.start") < whats.index("movePrimary.commit")
 
@@ -122,8 +104,8 @@ def test_move_primary_moves_unsharded_collections(mc):
     assert {"plain", "capped", "validated"} <= set(_names(s1, db))
     chunks_after = sorted(
         (ch["min"]["x"] if isinstance(ch["min"]["x"], int) else -1, ch["shard"])
-        for ch in _config(mc).chunks.find(
-            {"uuid": _config(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
+        for ch in config_db(mc).chunks.find(
+            {"uuid": config_db(mc).collections.find_one({"_id": db + ".sh"})["uuid"]}))
     assert chunks_after == chunks
     # (shard0 may still hold the moved chunk's orphans until its range deleter runs)
     assert s0[db].sh.count_documents({"x": {"$lt": 50}}) == 50
@@ -280,12 +262,8 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     t.start()
     try:
         count_acked(20)
-        before = _hang(donor, "hangBeforeMovePrimaryCommit")
-        res = []
-        mover = threading.Thread(target=lambda: res.append(
-            mc.router_client().admin.command("movePrimary", db, to="shard1")))
-        mover.start()
-        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        mover = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db),
+                                  catch=())
         # In the critical section: the unsharded collection's writes wait (none is
         # acknowledged), the sharded collection's go on.
         n0 = len(acked)
@@ -294,7 +272,7 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
         assert len(acked) == n0
         fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
         mover.join(60)
-        assert res and res[0]["ok"] == 1
+        assert mover.done and mover.result["ok"] == 1
         count_acked(20)  # the writer goes on, on the new primary
     finally:
         stop.set()
@@ -307,31 +285,26 @@ def test_concurrent_writer_loses_no_acknowledged_write(mc):
     assert r[db].sh.find_one({"_id": "during"}) is not None
 
 
-def test_donor_killed_before_commit_aborts(mc):
+def _crash_setup(mc, db):
+    """db on shard0 with 300 journaled documents in db.a (they survive a kill -9)."""
     r = mc.router_client()
-    db = "mp_kill_before"
     r.admin.command("enableSharding", db, primaryShard="shard0")
     r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
         [{"_id": i} for i in range(300)])
+    return r
+
+
+def test_donor_killed_before_commit_aborts(mc):
+    db = "mp_kill_before"
+    r = _crash_setup(mc, db)
     r[db].a.create_index([("x", 1)])
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCommit")
-    err = []
-
-    def move():
-        try:
-            mc.router_client().admin.command("movePrimary", db, to="shard1")
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
-    _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db), catch=PyMongoError)
     # The clone reached the recipient; then the donor dies.
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     mc.shards[0].kill()
     t.join(90)
-    assert err, "movePrimary succeeded although its donor was killed"
+    assert t.error is not None, "movePrimary succeeded although its donor was killed"
     mc.restart_shard(0)
     donor = mc.shard_client(0)
     wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
@@ -344,24 +317,10 @@ def test_donor_killed_before_commit_aborts(mc):
 
 
 def test_donor_killed_after_commit_finishes_cleanup(mc):
-    r = mc.router_client()
     db = "mp_kill_after"
-    r.admin.command("enableSharding", db, primaryShard="shard0")
-    r[db].get_collection("a", write_concern=pymongo.WriteConcern(j=True)).insert_many(
-        [{"_id": i} for i in range(300)])
+    r = _crash_setup(mc, db)
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCleanup")
-    res, err = [], []
-
-    def move():
-        try:
-            res.append(mc.router_client().admin.command("movePrimary", db, to="shard1"))
-        except PyMongoError as e:
-            err.append(e)
-
-    t = threading.Thread(target=move)
-    t.start()
-    _wait_hung(donor, "hangBeforeMovePrimaryCleanup", before)
+    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCleanup", _mover(mc, db), catch=PyMongoError)
     assert _dbentry(mc, db)["primary"] == "shard1"
     mc.shards[0].kill()
     t.join(90)
@@ -400,11 +359,11 @@ def test_reads_go_on_while_cloning_writes_wait(mc):
     r[db].a.create_index([("x", 1)], name="x_1")
     r[db].b.insert_many([{"_id": i} for i in range(10)])
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeCloningData")
+    wait_hung = hang(donor, "hangBeforeCloningData")
     res, err = [], []
     t = _move_in_thread(mc, db, "shard1", res, err)
     try:
-        _wait_hung(donor, "hangBeforeCloningData", before)
+        wait_hung()
         wrote, write_err = threading.Event(), []
 
         def write():
@@ -461,11 +420,11 @@ def test_commit_phase_blocks_catalog_reads(mc):
     r.admin.command("enableSharding", db, primaryShard="shard0")
     r[db].a.insert_many([{"_id": i} for i in range(10)])
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCommit")
+    wait_hung = hang(donor, "hangBeforeMovePrimaryCommit")
     res, err = [], []
     t = _move_in_thread(mc, db, "shard1", res, err)
     try:
-        _wait_hung(donor, "hangBeforeMovePrimaryCommit", before)
+        wait_hung()
         for cmd in ({"listCollections": 1}, {"listIndexes": "a"}, {"find": "a"}):
             with pytest.raises(OperationFailure) as e:
                 r[db].command(dict(cmd, maxTimeMS=300))
@@ -545,11 +504,11 @@ def test_config_server_killed_before_the_clone(mc):
     db = "mp_cfg_kill_clone"
     _config_kill_setup(mc, db)
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeCloningData")
+    wait_hung = hang(donor, "hangBeforeCloningData")
     res, err = [], []
     t = _move_in_thread(mc, db, "shard1", res, err)
     try:
-        _wait_hung(donor, "hangBeforeCloningData", before)
+        wait_hung()
         assert donor.config.movePrimaryCoordinators.find_one({"_id": db})["to"] == "shard1"
         mc.config.kill()
     finally:
@@ -572,10 +531,10 @@ def test_config_server_killed_before_answering_the_commit(mc):
     db = "mp_cfg_kill_commit"
     _config_kill_setup(mc, db)
     cfg = mc.config_client()
-    before = _hang(cfg, "hangBeforeReplyingCommitMovePrimary")
+    wait_hung = hang(cfg, "hangBeforeReplyingCommitMovePrimary")
     res, err = [], []
     t = _move_in_thread(mc, db, "shard1", res, err)
-    _wait_hung(cfg, "hangBeforeReplyingCommitMovePrimary", before)
+    wait_hung()
     assert _dbentry(mc, db)["primary"] == "shard1"
     mc.config.kill()
     t.join(90)
@@ -601,11 +560,11 @@ def test_config_server_killed_before_the_cleanup(mc):
     db = "mp_cfg_kill_cleanup"
     _config_kill_setup(mc, db)
     donor = mc.shard_client(0)
-    before = _hang(donor, "hangBeforeMovePrimaryCleanup")
+    wait_hung = hang(donor, "hangBeforeMovePrimaryCleanup")
     res, err = [], []
     t = _move_in_thread(mc, db, "shard1", res, err)
     try:
-        _wait_hung(donor, "hangBeforeMovePrimaryCleanup", before)
+        wait_hung()
         assert _dbentry(mc, db)["primary"] == "shard1"
         mc.config.kill()
     finally:
@@ -619,3 +578,61 @@ def test_config_server_killed_before_the_cleanup(mc):
     _check_settled(mc, db, "shard1")
     mc.router_client().admin.command("movePrimary", db, to="shard0")
     _check_settled(mc, db, "shard0", extra=1)
+
+def _retry_joins(mc, r, db, proc, log_id):
+    """With the donor held before the commit and the first request gone: a retry (same
+    target) joins the running move (event 'log_id' in proc's log) and waits; another target
+    gets 117 at once. Once the donor goes on, the retry answers ok: db's primary is shard1,
+    db.a's 300 documents are there and gone from shard0, no coordinator document is left."""
+    donor = mc.shard_client(0)
+    retry = None
+    try:
+        retry = Background(_mover(mc, db), catch=PyMongoError)
+        wait_until(lambda: logged(proc, log_id, db=db), what="the retry to join the move")
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", db, to="shard0")
+        assert e.value.code == 117  # ConflictingOperationInProgress
+        assert "already running with different arguments" in str(e.value)
+        assert not retry.done and retry.error is None
+    finally:
+        fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
+    retry.join(90)
+    assert not retry.is_alive()
+    assert retry.done and retry.result["ok"] == 1, retry.error
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    assert _names(mc.shard_client(0), db) == []
+    assert not mc.shard_client(0).config.movePrimaryCoordinators.find_one({"_id": db})
+    assert r[db].a.count_documents({}) == 300
+    r[db].a.insert_one({"_id": 300})
+    assert mc.shard_client(1)[db].a.count_documents({}) == 301
+
+
+def test_retry_joins_the_running_move(mc):
+    db = "mp_join"
+    r = _crash_setup(mc, db)
+    # The first request gives up while the donor is held before the commit: the router stops
+    # waiting (maxTimeMS); the config server and the donor go on.
+    first = run_to_fail_point(
+        mc.shard_client(0), "hangBeforeMovePrimaryCommit",
+        lambda: mc.router_client().admin.command("movePrimary", db, to="shard1", maxTimeMS=1000),
+        catch=PyMongoError)
+    first.join(60)
+    assert not first.is_alive() and first.error is not None, first.result
+    # The retry waits for the config server's request of the first one.
+    _retry_joins(mc, r, db, mc.config, 4200132)
+
+
+def test_retry_after_config_server_restart_joins_the_move_on_the_donor(mc):
+    db = "mp_join_restart"
+    r = _crash_setup(mc, db)
+    # The config server dies under the first request; the donor, held before the commit,
+    # goes on.
+    first = run_to_fail_point(mc.shard_client(0), "hangBeforeMovePrimaryCommit", _mover(mc, db),
+                              catch=PyMongoError)
+    mc.config.kill()
+    first.join(90)
+    assert not first.is_alive() and first.error is not None, first.result
+    mc.config.start()
+    # The retry reaches the donor, which is still moving the database: it joins there.
+    _retry_joins(mc, r, db, mc.shards[0], 4200308)

@@ -2,39 +2,25 @@
 docs/design/sharding-protocol.md "Renaming a sharded collection"): data on both shards
 under the new name, config metadata (same UUID, new epoch, chunks kept), targeting and
 indexes, dropTarget over sharded and unsharded targets, MongoDB's errors, a stale second
-router, and a kill -9 of the config server in the middle of a rename. Real processes: a
-config server, two shards, routers; pymongo on the router and on each shard directly."""
-
-import threading
+router, a kill -9 of the config server in the middle of a rename, and retries that join a
+running rename (or conflict with it: 117). Real processes: a config server, two shards,
+routers; pymongo on the router and on each shard directly."""
 
 import pytest
-from bson.binary import STANDARD
-from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import ShaleCluster, fail_point, wait_until
+from shale_fixtures import (Background, config_db, error_code, fail_point, hang, logged,
+                            module_cluster, run_to_fail_point, standard_uuid_db, wait_until)
 
 N = 400
 
 
 @pytest.fixture(scope="module")
 def rc(request):
-    failed_before = request.session.testsfailed
-    c = ShaleCluster(shards=2, shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"])
-    try:
-        c.start()
-    except Exception:
-        c.cleanup(keep_logs_prefix="%s-start" % request.module.__name__)
-        raise
-    c.router_client().admin.command("enableSharding", "rn", primaryShard="shard0")
-    yield c
-    failed = request.session.testsfailed > failed_before
-    c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
-
-
-def _config(c):
-    return c.config_client().get_database("config", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    with module_cluster(request, shards=2,
+                        shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"]) as c:
+        c.router_client().admin.command("enableSharding", "rn", primaryShard="shard0")
+        yield c
 
 
 def _sharded(c, name, n=N):
@@ -54,16 +40,10 @@ def _rename(r, src, dst, **kw):
     return r.admin.command("renameCollection", src, to=dst, **kw)
 
 
-def _code(fn):
-    with pytest.raises(OperationFailure) as e:
-        fn()
-    return e.value.code
-
-
 def test_rename_moves_data_metadata_and_targeting(rc):
     r, ns = _sharded(rc, "a")
     r.rn.a.create_index([("v", 1)], name="v_1")
-    cfg = _config(rc)
+    cfg = config_db(rc)
     before = cfg.collections.find_one({"_id": ns})
     chunks_before = sorted((ch["min"]["x"], ch["shard"]) for ch in
                            cfg.chunks.find({"uuid": before["uuid"]}))
@@ -88,8 +68,7 @@ def test_rename_moves_data_metadata_and_targeting(rc):
     assert cfg.renameCollectionCoordinators.count_documents({}) == 0
     # Each shard holds its part under the new name, with the same UUID and indexes.
     for i, n in ((0, N // 2), (1, N - N // 2)):
-        db = rc.shard_client(i).get_database("rn", codec_options=CodecOptions(
-            uuid_representation=STANDARD))
+        db = standard_uuid_db(rc.shard_client(i), "rn")
         assert db.a2.count_documents({}) == n
         assert "a" not in db.list_collection_names()
         assert next(db.list_collections(filter={"name": "a2"}))["info"]["uuid"] == after["uuid"]
@@ -113,10 +92,10 @@ def test_rename_moves_data_metadata_and_targeting(rc):
 def test_drop_target_over_sharded_and_unsharded_targets(rc):
     r, ns = _sharded(rc, "b")
     _sharded(rc, "bt", n=100)
-    cfg = _config(rc)
+    cfg = config_db(rc)
     old_target_uuid = cfg.collections.find_one({"_id": "rn.bt"})["uuid"]
     # Without dropTarget: NamespaceExists, nothing changed.
-    assert _code(lambda: _rename(r, ns, "rn.bt")) == 48
+    assert error_code(lambda: _rename(r, ns, "rn.bt")) == 48
     assert r.rn.b.count_documents({}) == N and r.rn.bt.count_documents({}) == 100
     _rename(r, ns, "rn.bt", dropTarget=True)
     assert r.rn.bt.count_documents({}) == N
@@ -132,7 +111,7 @@ def test_drop_target_over_sharded_and_unsharded_targets(rc):
 
     # An unsharded target on the primary shard.
     r.rn.plain.insert_many([{"_id": i} for i in range(7)])
-    assert _code(lambda: _rename(r, "rn.bt", "rn.plain")) == 48
+    assert error_code(lambda: _rename(r, "rn.bt", "rn.plain")) == 48
     _rename(r, "rn.bt", "rn.plain", dropTarget=True)
     assert r.rn.plain.count_documents({}) == N
     assert sorted(d["_id"] for d in r.rn.plain.find({}, {"_id": 1})) == list(range(N))
@@ -150,16 +129,16 @@ def test_drop_target_over_sharded_and_unsharded_targets(rc):
 def test_errors(rc):
     r, ns = _sharded(rc, "e", n=20)
     r.rn.other.insert_one({"_id": 1})
-    assert _code(lambda: _rename(r, ns, "rn.other")) == 48
-    assert _code(lambda: _rename(r, ns, "elsewhere.e")) == 125  # CommandFailed
-    assert _code(lambda: _rename(r, "rn.missing", "rn.m2")) == 26
-    assert _code(lambda: _rename(r, "nodb.missing", "nodb.m2")) == 26
-    assert _code(lambda: _rename(r, ns, "config.e")) == 125
-    assert _code(lambda: _rename(r, ns, "rn.system.e")) == 20
-    assert _code(lambda: _rename(r, ns, ns)) == 20
+    assert error_code(lambda: _rename(r, ns, "rn.other")) == 48
+    assert error_code(lambda: _rename(r, ns, "elsewhere.e")) == 125  # CommandFailed
+    assert error_code(lambda: _rename(r, "rn.missing", "rn.m2")) == 26
+    assert error_code(lambda: _rename(r, "nodb.missing", "nodb.m2")) == 26
+    assert error_code(lambda: _rename(r, ns, "config.e")) == 125
+    assert error_code(lambda: _rename(r, ns, "rn.system.e")) == 20
+    assert error_code(lambda: _rename(r, ns, ns)) == 20
     # Nothing moved.
     assert r.rn.e.count_documents({}) == 20 and r.rn.other.count_documents({}) == 1
-    assert _config(rc).collections.find_one({"_id": ns}) is not None
+    assert config_db(rc).collections.find_one({"_id": ns}) is not None
     # Unsharded collections keep today's behaviour (the primary shard renames).
     _rename(r, "rn.other", "rn.other2")
     assert r.rn.other2.count_documents({}) == 1
@@ -182,13 +161,7 @@ def test_stale_router_sees_the_rename(rc):
     # A write to the old name creates a new unsharded collection, as in MongoDB.
     r2.rn.s.insert_one({"_id": "fresh"})
     assert r.rn.s.count_documents({}) == 1
-    assert _config(rc).collections.find_one({"_id": ns}) is None
-
-
-def _hang(client, name):
-    entered = fail_point(client, name, "alwaysOn")["count"]
-    return lambda: wait_until(lambda: fail_point(client, name, "alwaysOn")["count"] > entered,
-                              what="the rename to reach %s" % name)
+    assert config_db(rc).collections.find_one({"_id": ns}) is None
 
 
 def test_crud_waits_for_the_rename(rc):
@@ -196,44 +169,32 @@ def test_crud_waits_for_the_rename(rc):
     cfg_client = rc.config_client()
     r2 = rc.add_router().client()
     assert r2.rn.w.count_documents({}) == N  # r2 routes rn.w as sharded
-    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
-    done = {}
-
-    def rename():
-        done["rename"] = _rename(rc.router_client(), ns, "rn.w2")
-    t = threading.Thread(target=rename)
-    t.start()
+    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    t = Background(lambda: _rename(rc.router_client(), ns, "rn.w2"), catch=())
     try:
         wait_hung()
         # Both shards hold the critical section: a versioned read and a versioned write of
         # the old name wait.
-
-        def read():
-            done["read"] = r2.rn.w.count_documents({})
-
-        def write():
-            r2.rn.w.insert_one({"_id": "late", "x": 1})
-            done["write"] = True
-        readers = [threading.Thread(target=read), threading.Thread(target=write)]
-        for th in readers:
-            th.start()
+        read = Background(lambda: r2.rn.w.count_documents({}), catch=())
+        write = Background(lambda: r2.rn.w.insert_one({"_id": "late", "x": 1}), catch=())
+        readers = [read, write]
         # They have not finished while the rename is held (a bounded look: they must not
         # complete, so no condition can be awaited).
         for th in readers:
             th.join(1.0)
-        assert "read" not in done and "write" not in done
+        assert not read.done and not write.done
     finally:
         fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
     t.join(60)
     for th in readers:
         th.join(60)
-    assert done["rename"]["ok"] == 1
+    assert t.result["ok"] == 1
     # After the rename they retried on the new metadata: the old name is unsharded (the
     # read saw an empty or new collection, the write created it), the data is under w2.
-    assert done["read"] in (0, 1) and done["write"]
+    assert read.result in (0, 1) and write.done
     assert r.rn.w2.count_documents({}) == N
     assert r.rn.w.find_one({"_id": "late"}) is not None
-    assert _config(rc).collections.find_one({"_id": ns}) is None
+    assert config_db(rc).collections.find_one({"_id": ns}) is None
 
 
 def test_pending_range_deletion_follows_the_rename(rc):
@@ -260,26 +221,18 @@ def test_pending_range_deletion_follows_the_rename(rc):
 def test_rename_refused_while_a_migration_runs(rc):
     r, ns = _sharded(rc, "mg")
     donor = rc.shard_client(0)
-    entered = fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"]
-    res = {}
-
-    def move():
-        try:
-            rc.router_client().admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
-            res["ok"] = True
-        except OperationFailure as e:
-            res["err"] = e
-    t = threading.Thread(target=move)
-    t.start()
+    wait_hung = hang(donor, "moveChunkHangAtStep3")
+    t = Background(lambda: rc.router_client().admin.command("moveChunk", ns, find={"x": 0},
+                                                            to="shard1"),
+                   catch=OperationFailure)
     try:
-        wait_until(lambda: fail_point(donor, "moveChunkHangAtStep3", "alwaysOn")["count"] >
-                   entered, what="the migration to reach moveChunkHangAtStep3")
-        assert _code(lambda: _rename(r, ns, "rn.mg2")) == 117  # ConflictingOperationInProgress
-        assert _config(rc).renameCollectionCoordinators.count_documents({}) == 0
+        wait_hung()
+        assert error_code(lambda: _rename(r, ns, "rn.mg2")) == 117  # ConflictingOperationInProgress
+        assert config_db(rc).renameCollectionCoordinators.count_documents({}) == 0
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
     t.join(60)
-    assert res.get("ok"), res
+    assert t.done, t.error
     # Nothing was renamed or blocked; once the migration is over the rename goes through.
     assert r.rn.mg.count_documents({}) == N
     _rename(r, ns, "rn.mg2")
@@ -292,25 +245,16 @@ def test_rename_refused_while_a_migration_runs(rc):
 def test_config_server_killed_mid_rename_rolls_forward(rc, point):
     name = "k" if point.endswith("Commit") else "ku"
     r, ns = _sharded(rc, name)
-    cfg_client = rc.config_client()
-    wait_hung = _hang(cfg_client, point)
-    errors = []
-
-    def run():
-        try:
-            _rename(rc.router_client(), ns, ns + "2")
-        except Exception as e:  # the config server dies under the request
-            errors.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    wait_hung()
+    # The config server dies under the request.
+    t = run_to_fail_point(rc.config_client(), point,
+                          lambda: _rename(rc.router_client(), ns, ns + "2"))
     # The shards have renamed locally and hold their critical sections; the config.*
     # commit is not done (or done, not yet unblocked). Crash the config server here.
     rc.config.kill()
     t.join(120)
-    assert not t.is_alive() and len(errors) == 1
+    assert not t.is_alive() and t.error is not None
     rc.config.start()
-    cfg = _config(rc)
+    cfg = config_db(rc)
     # The recovery thread finishes the rename: the new name everywhere, document gone.
     wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
                timeout=60, what="the rename to be recovered")
@@ -326,12 +270,12 @@ def test_config_server_killed_mid_rename_rolls_forward(rc, point):
     for i in (0, 1):
         assert name not in rc.shard_client(i).rn.list_collection_names()
     # The request that died with the config server may be retried: the source is gone.
-    assert _code(lambda: _rename(r, ns, ns + "2")) == 26
+    assert error_code(lambda: _rename(r, ns, ns + "2")) == 26
 
 
 def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
     r, ns = _sharded(rc, "sd")
-    cfg = _config(rc)
+    cfg = config_db(rc)
     cfg_client = rc.config_client()
     # A shard down before the rename starts: refused by the checks, nothing changes.
     rc.shards[1].stop()
@@ -346,17 +290,8 @@ def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
     # A shard lost once the rename started: shard0 renames and blocks, shard1 cannot be
     # reached; the request fails past the point of no return and the coordinator document
     # stays for the recovery thread.
-    wait_hung = _hang(cfg_client, "hangRenameCollectionAfterStart")
-    res = {}
-
-    def rename():
-        try:
-            _rename(rc.router_client(), ns, "rn.sd2")
-            res["ok"] = True
-        except OperationFailure as e:
-            res["err"] = e
-    t = threading.Thread(target=rename)
-    t.start()
+    wait_hung = hang(cfg_client, "hangRenameCollectionAfterStart")
+    t = Background(lambda: _rename(rc.router_client(), ns, "rn.sd2"), catch=OperationFailure)
     try:
         wait_hung()
         rc.shards[1].stop()
@@ -364,7 +299,7 @@ def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
         fail_point(cfg_client, "hangRenameCollectionAfterStart", "off")
     try:
         t.join(60)
-        assert "err" in res, res
+        assert t.error is not None, t.result
         doc = cfg.renameCollectionCoordinators.find_one({"_id": ns})
         assert doc is not None and doc["to"] == "rn.sd2"
         assert cfg.collections.find_one({"_id": ns}) is not None  # not committed yet
@@ -384,19 +319,11 @@ def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
 
 def test_shard_restarted_mid_rename_stays_blocked(rc):
     r, ns = _sharded(rc, "pc")
-    cfg = _config(rc)
+    cfg = config_db(rc)
     cfg_client = rc.config_client()
-    wait_hung = _hang(cfg_client, "hangRenameCollectionBeforeCommit")
-    res = {}
-
-    def rename():
-        try:
-            _rename(rc.router_client(), ns, "rn.pc2")
-            res["ok"] = True
-        except OperationFailure as e:  # a pooled connection to the restarted shard
-            res["err"] = e
-    t = threading.Thread(target=rename)
-    t.start()
+    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    # It may fail: a pooled connection to the restarted shard.
+    t = Background(lambda: _rename(rc.router_client(), ns, "rn.pc2"), catch=OperationFailure)
     reader = None
     try:
         wait_hung()
@@ -407,13 +334,9 @@ def test_shard_restarted_mid_rename_stays_blocked(rc):
         # The restarted shard restored its critical sections: a read targeted at it waits
         # (without them it would answer from metadata that still calls rn.pc sharded while
         # its copy is already renamed).
-
-        def read():
-            res["read"] = rc.router_client().rn.pc.find_one({"x": N - 1})
-        reader = threading.Thread(target=read)
-        reader.start()
+        reader = Background(lambda: rc.router_client().rn.pc.find_one({"x": N - 1}), catch=())
         reader.join(1.0)
-        assert "read" not in res
+        assert not reader.done
     finally:
         fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
     t.join(60)
@@ -421,7 +344,102 @@ def test_shard_restarted_mid_rename_stays_blocked(rc):
                timeout=60, what="the rename to finish")
     reader.join(60)
     assert not reader.is_alive()
-    assert res["read"] is None  # the old name is an unsharded, missing collection now
+    # The old name is an unsharded, missing collection now.
+    assert reader.done and reader.result is None
     assert rc.shard_client(1).config.collection_critical_sections.count_documents({}) == 0
     assert r.rn.pc2.count_documents({}) == N
     assert r.rn.pc2.find_one({"x": N - 1})["_id"] == N - 1
+
+
+def _assert_renamed(rc, name, new, n=N):
+    """Every document under rn.<new> on the shards that own them, nothing left of rn.<name>,
+    the metadata under the new name, no coordinator document."""
+    cfg = config_db(rc)
+    r = rc.router_client()
+    assert sorted(d["_id"] for d in r.rn[new].find({}, {"_id": 1})) == list(range(n))
+    assert r.rn[name].count_documents({}) == 0
+    assert cfg.collections.find_one({"_id": "rn." + name}) is None
+    assert cfg.collections.find_one({"_id": "rn." + new})["key"] == {"x": 1}
+    assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+    for i, part in ((0, n // 2), (1, n - n // 2)):
+        db = rc.shard_client(i).rn
+        assert db[new].count_documents({}) == part
+        assert name not in db.list_collection_names()
+    # The shards are unblocked: a write under the new name goes through.
+    r.rn[new].insert_one({"_id": "after", "x": n - 1})
+    assert rc.shard_client(1).rn[new].find_one({"_id": "after"}) is not None
+
+
+def _conflicts(r, ns, to, **kw):
+    """A rename of the running rename's source with other arguments: 117, at once."""
+    with pytest.raises(OperationFailure) as e:
+        _rename(r, ns, to, **kw)
+    assert e.value.code == 117, e.value.details
+    assert "already running with different arguments" in str(e.value), e.value.details
+
+
+def test_retry_joins_the_running_rename(rc):
+    r, ns = _sharded(rc, "j")
+    cfg_client = rc.config_client()
+    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+
+    def run(**kw):
+        return Background(lambda: _rename(rc.router_client(), ns, "rn.j2", **kw),
+                          catch=OperationFailure)
+    # The first request gives up while the coordinator is held: the router stops waiting
+    # for the config server (maxTimeMS), which keeps running the rename.
+    t1 = run(maxTimeMS=1000)
+    t2 = None
+    try:
+        wait_hung()
+        t1.join(60)
+        assert not t1.is_alive() and t1.error is not None, t1.result
+        assert config_db(rc).renameCollectionCoordinators.count_documents({"_id": ns}) == 1
+        # The client retries the same rename: it joins the running coordinator and waits.
+        t2 = run()
+        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}),
+                   what="the retry to join the running rename")
+        assert not t2.done and t2.error is None
+        # Other arguments for the same source conflict (and do not wait for the locks).
+        _conflicts(r, ns, "rn.elsewhere")
+        _conflicts(r, ns, "rn.j2", dropTarget=True)
+    finally:
+        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+    t2.join(60)
+    assert not t2.is_alive()
+    assert t2.done and t2.result["ok"] == 1, t2.error
+    _assert_renamed(rc, "j", "j2")
+    # A retry after the rename finished finds the source gone, as in MongoDB.
+    assert error_code(lambda: _rename(r, ns, "rn.j2")) == 26
+
+
+def test_retry_after_config_server_restart_joins_the_recovery(rc):
+    r, ns = _sharded(rc, "jr")
+
+    def rename():
+        return _rename(rc.router_client(), ns, "rn.jr2")
+    # The config server dies under the first request.
+    t1 = run_to_fail_point(rc.config_client(), "hangRenameCollectionBeforeCommit", rename)
+    rc.config.kill()
+    t1.join(120)
+    assert not t1.is_alive() and t1.error is not None, t1.result
+    # With shard1 down the recovered coordinator cannot finish: it stays running.
+    rc.shards[1].stop()
+    t2 = None
+    try:
+        rc.config.start()
+        cfg = config_db(rc)
+        assert cfg.renameCollectionCoordinators.find_one({"_id": ns})["to"] == "rn.jr2"
+        t2 = Background(rename)
+        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}) or
+                   logged(rc.config, 4200145, **{"from": ns}),
+                   what="the retry to join the recovered rename")
+        _conflicts(r, ns, "rn.other")
+        assert not t2.done and t2.error is None
+        assert cfg.renameCollectionCoordinators.count_documents({"_id": ns}) == 1
+    finally:
+        rc.restart_shard(1)
+    t2.join(90)
+    assert not t2.is_alive()
+    assert t2.done and t2.result["ok"] == 1, t2.error
+    _assert_renamed(rc, "jr", "jr2")

@@ -12,6 +12,8 @@ import pytest
 from pymongo.errors import OperationFailure
 from pymongo.write_concern import WriteConcern
 
+from shale_fixtures import error_code
+
 SRC = [{"_id": i, "k": i, "g": i % 5, "v": i * 3, "name": "n%d" % (i % 7)} for i in range(60)]
 
 GROUP = [{"$group": {"_id": "$g", "total": {"$sum": "$v"}, "avg": {"$avg": "$v"},
@@ -54,12 +56,6 @@ def _sorted(docs):
 
 def _tmp_colls(db):
     return [n for n in db.list_collection_names() if n.startswith("tmp.agg_out")]
-
-
-def _code(fn):
-    with pytest.raises(OperationFailure) as e:
-        fn()
-    return e.value.code
 
 
 # ---------------------------------------------------------------- $out
@@ -168,7 +164,7 @@ def test_explain_writes_nothing(om):
     assert res["splitPipeline"]["mergerPart"][-1] == {"$out": "never"} or \
         "$out" in res["splitPipeline"]["mergerPart"][-1]
     assert "never" not in r.om.list_collection_names()
-    assert _code(lambda: r.om.command("aggregate", "src", pipeline=[{"$out": "ms"}],
+    assert error_code(lambda: r.om.command("aggregate", "src", pipeline=[{"$out": "ms"}],
                                       explain=True)) == 28769
 
 
@@ -182,8 +178,8 @@ def test_out_new_database(om):
 def test_out_to_sharded_target_refused(om):
     r = om.router_client()
     before = _sorted(r.om.ms.find())
-    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$out": "ms"}])) == 28769
-    assert _code(lambda: r.om.usrc.aggregate([{"$out": "ms"}])) == 28769
+    assert error_code(lambda: r.om.src.aggregate(GROUP + [{"$out": "ms"}])) == 28769
+    assert error_code(lambda: r.om.usrc.aggregate([{"$out": "ms"}])) == 28769
     assert _sorted(r.om.ms.find()) == before
 
 
@@ -194,12 +190,12 @@ def test_out_failure_leaves_target_intact(om):
     r.om.keep.create_index([("x", 1)], unique=True, name="x_u")
     # Every output document has x: 1: the unique index (copied to the temporary
     # collection) refuses the second one.
-    code = _code(lambda: r.om.src.aggregate(GROUP + [{"$set": {"x": 1}}, {"$out": "keep"}]))
+    code = error_code(lambda: r.om.src.aggregate(GROUP + [{"$set": {"x": 1}}, {"$out": "keep"}]))
     assert code == 11000
     assert _sorted(r.om.keep.find()) == [{"_id": i, "x": i} for i in range(3)]
     assert _tmp_colls(r.om) == []
     # A runtime error in the merger after the temporary collection exists.
-    code = _code(lambda: r.om.src.aggregate(
+    code = error_code(lambda: r.om.src.aggregate(
         GROUP + [{"$set": {"bad": {"$divide": ["$total", {"$subtract": ["$_id", 3]}]}}},
                  {"$out": "keep"}]))
     assert code not in (0, 238)
@@ -215,9 +211,9 @@ def test_out_and_merge_bypass_document_validation(om):
         r.om.create_collection(name, validator={"total": {"$lt": 0}})
         r.om[name].insert_one({"_id": "keep", "total": -1})
     # The temporary collection has the target's validator: the documents fail it.
-    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$out": "val_out"}])) == 121
+    assert error_code(lambda: r.om.src.aggregate(GROUP + [{"$out": "val_out"}])) == 121
     assert list(r.om.val_out.find()) == [{"_id": "keep", "total": -1}]
-    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$merge": "val_merge"}])) == 121
+    assert error_code(lambda: r.om.src.aggregate(GROUP + [{"$merge": "val_merge"}])) == 121
     r.om.src.aggregate(GROUP + [{"$out": "val_out"}], bypassDocumentValidation=True)
     r.om.src.aggregate(GROUP + [{"$merge": "val_merge"}], bypassDocumentValidation=True)
     assert r.om.val_out.count_documents({}) == 5
@@ -229,7 +225,7 @@ def test_out_capped_target_refused(om):
     r = om.router_client()
     r.om.drop_collection("capped")
     r.om.create_collection("capped", capped=True, size=4096)
-    assert _code(lambda: r.om.src.aggregate(GROUP + [{"$out": "capped"}])) == 17152
+    assert error_code(lambda: r.om.src.aggregate(GROUP + [{"$out": "capped"}])) == 17152
 
 
 def test_out_in_transaction_refused(om):
@@ -244,7 +240,7 @@ def test_out_in_transaction_refused(om):
             # Leaving the block by an exception aborts (pymongo ignores the abort's errors).
             with pytest.raises(Leave):
                 with s.start_transaction():
-                    codes.append(_code(lambda: r.om.src.aggregate(GROUP + [stage], session=s)))
+                    codes.append(error_code(lambda: r.om.src.aggregate(GROUP + [stage], session=s)))
                     raise Leave()
     # No transactions yet: every statement of one is refused (IllegalOperation) before
     # $out/$merge's own OperationNotSupportedInTransaction (263) could apply.
@@ -349,7 +345,7 @@ def test_merge_sharded_target_other_key(om):
     assert r.om.mk.count_documents({"again": 1}) == 5
     for i in range(2):
         assert om.shard_client(i).om.mk.count_documents({}) > 0
-    code = _code(lambda: r.om.src.aggregate(
+    code = error_code(lambda: r.om.src.aggregate(
         pipeline + [{"$merge": {"into": "mk", "on": "_id"}}]))
     assert code == 51190
 
@@ -360,7 +356,7 @@ def test_merge_on_needs_unique_index(om):
     r.om.mon.insert_one({"_id": "x", "name": "zzz"})
     pipeline = [{"$group": {"_id": "$name", "c": {"$sum": 1}}},
                 {"$project": {"_id": 0, "name": "$_id", "c": 1}}]
-    code = _code(lambda: r.om.src.aggregate(pipeline + [{"$merge": {"into": "mon",
+    code = error_code(lambda: r.om.src.aggregate(pipeline + [{"$merge": {"into": "mon",
                                                                     "on": "name"}}]))
     assert code in (51183, 51190)
     r.om.mon.create_index([("name", 1)], unique=True)
@@ -375,7 +371,7 @@ def test_merge_on_field_missing(om):
     r = om.router_client()
     r.om.drop_collection("mon2")
     r.om.mon2.create_index([("name", 1)], unique=True)
-    code = _code(lambda: r.om.src.aggregate(GROUP + [{"$merge": {"into": "mon2",
+    code = error_code(lambda: r.om.src.aggregate(GROUP + [{"$merge": {"into": "mon2",
                                                                  "on": "name"}}]))
     assert code == 51132
 

@@ -7,19 +7,16 @@ import random
 import bson
 import pymongo
 import pytest
-from bson.binary import STANDARD
-from bson.codec_options import CodecOptions
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import wait_until  # noqa: F401
+from shale_fixtures import standard_uuid_db, wait_until  # noqa: F401
 
 N_DOCS = 20000
 
 
 def _chunks(cfg, ns):
     # pymongo 3.11 re-encodes uuid.UUID as legacy subtype 3 unless told otherwise
-    config = cfg.get_database("config", codec_options=CodecOptions(
-        uuid_representation=STANDARD))
+    config = standard_uuid_db(cfg, "config")
     coll = config.collections.find_one({"_id": ns})
     assert coll is not None, "no config.collections entry for %s" % ns
     return coll, list(config.chunks.find({"uuid": coll["uuid"]}).sort("min", 1))
