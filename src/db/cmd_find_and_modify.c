@@ -97,6 +97,11 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         }
     }
     doc = fixed != NULL ? fixed : &out;
+    if (pre == NULL) {
+        SHL_ERR(shl_db_check_upsert_owned(u->op, u->q->orphan_filter, doc, st));
+    } else if (changed) {
+        SHL_ERR(shl_db_check_shard_key_update(u->op, u->q->orphan_filter, false, pre, doc, st));
+    }
     if (pre == NULL || changed) {
         SHL_ERR(db_validator_check(u->validator, pre, doc, st));
     }

@@ -543,6 +543,8 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
     u->n_matched++;
     if (changed) {
         SHL_ERR(db_doc_after_update(doc, &out, &fixed, st));
+        SHL_ERR(shl_db_check_shard_key_update(u->op, u->q->orphan_filter, u->stmt->multi, doc,
+                                              fixed != NULL ? fixed : &out, st));
         SHL_ERR(db_validator_check(u->validator, doc, fixed != NULL ? fixed : &out, st));
         SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, NULL, st));
         shl_db_sharding_observe_write(u->op, u->coll->ns, doc, fixed != NULL ? fixed : &out);
@@ -600,7 +602,10 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         }
         if (ret == 0) {
             const bson_t *ins = fixed != NULL ? fixed : &newdoc;
-            ret = db_validator_check(u->validator, NULL, ins, st);
+            ret = shl_db_check_upsert_owned(u->op, u->q->orphan_filter, ins, st);
+            if (ret == 0) {
+                ret = db_validator_check(u->validator, NULL, ins, st);
+            }
             if (ret == 0) {
                 ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
             }

@@ -33,6 +33,58 @@ shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     return f == NULL || f->owns(f, doc);
 }
 
+int
+shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f, bool multi,
+                              const bson_t *pre, const bson_t *post, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (f == NULL || f->same_key(f, pre, post)) {
+        goto done;
+    }
+    if (!f->owns(f, pre)) {
+        goto done; /* an orphan is not the user's document: the write skips it anyway */
+    }
+    if (!f->same_key(f, post, post)) { /* only an array on a key path compares unequal */
+        SHL_FAIL(st, SHL_CODE_NOT_SINGLE_VALUE_FIELD,
+                 "After applying the update, the shard key was found to be an array or array "
+                 "descendant.");
+    }
+    if (multi) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Multi-update operations are not allowed when updating the shard key field.");
+    }
+    if (!op->has_txn_number) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "Must run update to shard key field in a multi-statement transaction or with "
+                 "retryWrites: true.");
+    }
+    if (!f->owns(f, post)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "This update would cause the document to change owning shards, which needs a "
+                 "transaction; Shale does not support transactions yet.");
+    }
+done:
+    return ret;
+}
+
+int
+shl_db_check_upsert_owned(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
+                          const bson_t *doc, shl_status_t *st)
+{
+    int ret = 0;
+
+    (void)op;
+    if (f != NULL && !f->owns(f, doc)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "The upsert document could not be inserted onto the shard targeted by the "
+                 "query, since its shard key belongs on a different shard. Cross-shard upserts "
+                 "need a transaction, which Shale does not support yet.");
+    }
+done:
+    return ret;
+}
+
 void
 shl_db_sharding_hooks_install(shl_service_ctx_t *svc, const shl_db_sharding_hooks_t *hooks)
 {

@@ -29,6 +29,9 @@ typedef struct shl_db_orphan_filter {
     atomic_int refs;
     /* true when this shard owns 'doc' (a whole document). Thread-safe, never blocks. */
     bool (*owns)(const struct shl_db_orphan_filter *f, const bson_t *doc);
+    /* true when documents 'a' and 'b' have the same shard key value (always, for an
+     * unsharded collection). Thread-safe, never blocks. */
+    bool (*same_key)(const struct shl_db_orphan_filter *f, const bson_t *a, const bson_t *b);
     /* frees the filter; called by the last release. */
     void (*destroy)(struct shl_db_orphan_filter *f);
 } shl_db_orphan_filter_t;
@@ -39,6 +42,29 @@ void shl_db_orphan_filter_release(shl_db_orphan_filter_t *f);
 
 /* shl_db_orphan_filter_owns -- true when 'f' is NULL (no filtering) or owns 'doc'. */
 bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc);
+
+/*
+ * shl_db_check_shard_key_update --
+ *     MongoDB's rules for a user's update that turned 'pre' into 'post' under the write filter
+ *     'f' (NULL: unversioned or unsharded, nothing to check), when the document's shard key
+ *     value changed: NotSingleValueField when the new key holds an array; InvalidOptions for a
+ *     multi-update; IllegalOperation outside a retryable write (no txnNumber); and
+ *     IllegalOperation when the new key belongs to another shard (MongoDB then moves the
+ *     document in a transaction, which Shale does not have yet). A change that keeps the
+ *     document on this shard, in a retryable write, passes.
+ */
+int shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
+                                  bool multi, const bson_t *pre, const bson_t *post,
+                                  shl_status_t *st);
+
+/*
+ * shl_db_check_upsert_owned --
+ *     An upsert's new document 'doc' under the write filter 'f' (NULL: nothing to check) must
+ *     belong to this shard: IllegalOperation otherwise (MongoDB inserts it on its shard in a
+ *     transaction, for retryable writes only).
+ */
+int shl_db_check_upsert_owned(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
+                              const bson_t *doc, shl_status_t *st);
 
 /* What the command does with the namespace. Reads return only owned documents; updates,
  * deletes and findAndModify leave orphans alone (MongoDB's write stages skip them when

@@ -194,89 +194,6 @@ set_one(shl_router_shards_t *out, const char *shard)
     out->n = 1;
 }
 
-/*
- * The shard a single-document update would move its document to, when the router can tell
- * (replacement documents; $set of top-level shard key fields with every key field pinned by
- * the filter). NULL when it cannot tell or the new key is not targetable.
- */
-static const char *
-post_update_shard(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u)
-{
-    const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rr->rt);
-    const char *shard = NULL;
-    shl_status_t st = SHL_STATUS_INIT;
-    bson_t doc = BSON_INITIALIZER, set;
-    bool has_set, touches = false;
-
-    if (is_replacement(u)) {
-        bson_iter_t it;
-        /* MongoDB keeps the _id of the matched document in a replacement. */
-        if (!bson_has_field(u, "_id") && bson_iter_init_find(&it, q, "_id")) {
-            bson_append_iter(&doc, NULL, 0, &it);
-        }
-        bson_concat(&doc, u);
-        if (shl_router_target_doc(rr, &doc, &shard, &st) != 0) {
-            shard = NULL;
-        }
-        goto done;
-    }
-    has_set = get_doc(u, "$set", &set);
-    for (size_t i = 0; i < p->nfields; i++) {
-        bson_iter_t it, sub;
-        if (strchr(p->paths[i], '.') != NULL) {
-            goto done; /* dotted keys: the shard checks */
-        }
-        if (has_set && bson_iter_init_find(&it, &set, p->paths[i])) {
-            touches = true;
-            bson_append_iter(&doc, NULL, 0, &it);
-            continue;
-        }
-        if (!bson_iter_init_find(&it, q, p->paths[i])) {
-            goto done;
-        }
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
-            shl_iter_key(&sub)[0] == '$') {
-            if (strcmp(shl_iter_key(&sub), "$eq") != 0) {
-                goto done;
-            }
-            bson_append_value(&doc, p->paths[i], -1, bson_iter_value(&sub));
-        } else {
-            bson_append_iter(&doc, NULL, 0, &it);
-        }
-    }
-    if (touches && shl_router_target_doc(rr, &doc, &shard, &st) != 0) {
-        shard = NULL;
-    }
-    if (!touches) {
-        shard = NULL;
-    }
-done:
-    bson_destroy(&doc);
-    return shard;
-}
-
-/* A single-document update targeted at 'shard' may not move its document to another shard. */
-static int
-check_shard_key_change(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u,
-                       const char *shard, shl_status_t *st)
-{
-    const char *to;
-    int ret = 0;
-
-    if (rr->rt == NULL) {
-        goto done;
-    }
-    to = post_update_shard(rr, q, u);
-    if (to != NULL && strcmp(to, shard) != 0) {
-        /* TODO(6): MongoDB moves the document in a transaction for retryable writes. */
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "Must run update to shard key field in a multi-statement transaction or with "
-                 "retryWrites: true.");
-    }
-done:
-    return ret;
-}
-
 /* The shard key pattern as text for error messages. */
 static char *
 key_pattern_json(const shl_router_routing_t *rr)
@@ -331,11 +248,11 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         }
         SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st));
         set_one(out, shard);
-        goto check;
+        goto done;
     }
     shl_router_target_filter(rr, &q, out);
     if (out->n == 1) {
-        goto check;
+        goto done;
     }
     if (BSON_ITER_HOLDS_DOCUMENT(&it) && is_replacement(&u)) {
         bson_t doc = BSON_INITIALIZER;
@@ -353,7 +270,7 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         }
         shl_router_shards_cleanup(out);
         set_one(out, shard);
-        goto check;
+        goto done;
     }
     if (!multi && !is_exact_id_query(&q)) {
         json = bson_as_relaxed_extended_json(stmt, NULL);
@@ -364,11 +281,6 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
                  "have the simple collation), but this update targeted %zu shards. Update "
                  "request: %s, shard key pattern: %s",
                  out->n, json, kp);
-    }
-    goto done;
-check:
-    if (!multi && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        SHL_ERR(check_shard_key_change(rr, &q, &u, out->names[0], st));
     }
 done:
     if (ret != 0) {
@@ -1116,8 +1028,8 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
  * reaches (at most one holds the document). Otherwise MongoDB 7.0's ShardKeyNotFound.
  */
 static int
-target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, const bson_t *u,
-                       bool upsert, shl_router_shards_t *out, shl_status_t *st)
+target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert,
+                       shl_router_shards_t *out, shl_status_t *st)
 {
     bson_t key = BSON_INITIALIZER;
     const char *shard;
@@ -1142,9 +1054,6 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, const bs
                      "Query for sharded findAndModify must contain the shard key");
         }
     }
-    if (u != NULL && out->n == 1) {
-        SHL_ERR(check_shard_key_change(rr, q, u, out->names[0], st));
-    }
 done:
     if (ret != 0) {
         shl_router_shards_cleanup(out);
@@ -1162,8 +1071,7 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
     shl_router_request_t *reqs = NULL;
     shl_fanout_result_t *fres = NULL;
     char ns[SHL_NS_MAX + 1];
-    bson_t q = BSON_INITIALIZER, u_view;
-    const bson_t *u = NULL;
+    bson_t q = BSON_INITIALIZER;
     bson_iter_t it;
     bool upsert;
     int ret = 0;
@@ -1180,9 +1088,6 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
             bson_init_static(&q, bson_get_data(&view), view.len);
         }
     }
-    if (get_doc(cmd, "update", &u_view)) {
-        u = &u_view;
-    }
     upsert = get_bool(cmd, "upsert", false);
     for (int attempt = 1;; attempt++) {
         size_t hit = SIZE_MAX, first_err = SIZE_MAX;
@@ -1190,7 +1095,7 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(shl_router_routing_init(r, ns, true, &rr, st));
-        SHL_ERR(target_find_and_modify(&rr, &q, u, upsert, &targets, st));
+        SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, st));
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
         for (size_t i = 0; i < targets.n; i++) {

@@ -58,6 +58,15 @@ meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     return owns;
 }
 
+static bool
+meta_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
+{
+    const shard_coll_meta_t *m = (const shard_coll_meta_t *)f;
+
+    return m->rt == NULL ||
+           shl_shard_key_values_equal(shl_routing_table_key_pattern(m->rt), a, b);
+}
+
 static void
 meta_destroy(shl_db_orphan_filter_t *f)
 {
@@ -93,6 +102,7 @@ meta_new(shard_state_t *s, shl_routing_table_t *rt, const char *shard_name)
 
     atomic_init(&m->filter.refs, 1);
     m->filter.owns = meta_owns;
+    m->filter.same_key = meta_same_key;
     m->filter.destroy = meta_destroy;
     m->rt = rt;
     snprintf(m->shard_name, sizeof(m->shard_name), "%s", shard_name);
@@ -493,6 +503,14 @@ guard_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     return meta_owns(&g->m->filter, doc);
 }
 
+static bool
+guard_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
+{
+    const write_guard_t *g = (const write_guard_t *)f;
+
+    return meta_same_key(&g->m->filter, a, b);
+}
+
 static void
 write_done(shard_state_t *s, shard_csr_t *c, bool db_versioned)
 {
@@ -768,6 +786,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         write_guard_t *g = bson_malloc0(sizeof(*g));
         atomic_init(&g->filter.refs, 1);
         g->filter.owns = guard_owns;
+        g->filter.same_key = guard_same_key;
         g->filter.destroy = guard_destroy;
         g->s = s;
         g->c = c;

@@ -341,6 +341,43 @@ done:
     return ret;
 }
 
+/* The value at 'path' in 'doc' into *v (null when missing); false on an array. */
+static bool
+key_value_at(const bson_t *doc, const char *path, bson_iter_t *it, const bson_value_t **v)
+{
+    static const bson_value_t null_value = {.value_type = BSON_TYPE_NULL};
+    bool ok = true;
+
+    *v = &null_value;
+    if (find_dotted_or_array(doc, path, it)) {
+        ok = !BSON_ITER_HOLDS_ARRAY(it);
+        *v = bson_iter_value(it);
+    }
+    return ok;
+}
+
+bool
+shl_shard_key_values_equal(const shl_shard_key_pattern_t *p, const bson_t *a, const bson_t *b)
+{
+    bool equal = true;
+
+    for (size_t i = 0; i < p->nfields && equal; i++) {
+        bson_iter_t ia, ib;
+        const bson_value_t *va, *vb;
+        bson_t da = BSON_INITIALIZER, db = BSON_INITIALIZER;
+        equal = key_value_at(a, p->paths[i], &ia, &va) && key_value_at(b, p->paths[i], &ib, &vb);
+        if (equal) {
+            /* Type and bytes: one element each, compared as written. */
+            bson_append_value(&da, "", 0, va);
+            bson_append_value(&db, "", 0, vb);
+            equal = da.len == db.len && memcmp(bson_get_data(&da), bson_get_data(&db), da.len) == 0;
+        }
+        bson_destroy(&da);
+        bson_destroy(&db);
+    }
+    return equal;
+}
+
 /* ---- queries ---- */
 
 /* One equality found in a filter: the dotted path and the iterator on its value. */

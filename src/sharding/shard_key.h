@@ -86,6 +86,14 @@ int shl_shard_key_extract_from_doc(const shl_shard_key_pattern_t *p, const bson_
                                    shl_status_t *st);
 
 /*
+ * shl_shard_key_values_equal --
+ *     Whether documents 'a' and 'b' have the same shard key value: at every path of 'p' the
+ *     same BSON type and bytes, a missing field counting as null (MongoDB's binary comparison
+ *     of the extracted keys, before any hashing). False when a path meets an array in either.
+ */
+bool shl_shard_key_values_equal(const shl_shard_key_pattern_t *p, const bson_t *a, const bson_t *b);
+
+/*
  * shl_shard_key_extract_from_query --
  *     The exact shard key 'filter' pins, if every shard key path is fixed by an equality:
  *     top-level {a: 5}, {a: {$eq: 5}}, {a: {$in: [5]}}, {"a.b": 5} or {a: {b: 5}} for key

@@ -489,3 +489,59 @@ def test_transaction_statements_are_refused_not_run_outside_one(cluster):
     # The same session and client keep working outside transactions.
     coll.insert_one({"x": 8})
     assert [d["x"] for d in coll.find({}, {"_id": 0})] == [8]
+
+
+def test_shard_key_changes_follow_mongodb_rules(cluster):
+    """The shard decides, for every update form (operators, pipelines, replacements,
+    findAndModify, upserts): a multi-update may not change a shard key value (72); a single
+    one only as a retryable write (20 otherwise), and only while the document stays on its
+    shard (moving it needs a transaction); nothing is written when refused, so no document
+    ends up on a shard that does not own it."""
+    db = cluster.router_client[DB]
+    plain = cluster.router.client(retryWrites=False)[DB]
+    db.upd.delete_many({})
+    db.upd.insert_many([{"_id": "m1", "x": 10, "g": 1}, {"_id": "m2", "x": 20, "g": 1}])
+
+    def where():
+        return {i: sorted((d["_id"], d["x"]) for d in cluster.on_shard(i, "upd").find())
+                for i in (0, 1)}
+
+    before = where()
+    assert before == {0: [], 1: [("m1", 10), ("m2", 20)]}
+    for update in ({"$set": {"x": 150}}, [{"$set": {"x": {"$add": ["$x", 200]}}}],
+                   {"$inc": {"x": 1}}):
+        with pytest.raises(WriteError) as e:
+            db.upd.update_many({"g": 1}, update)
+        assert e.value.code == 72, update
+        assert "Multi-update operations are not allowed when updating the shard key" in str(
+            e.value)
+    # A multi-update that leaves the key alone is fine.
+    assert db.upd.update_many({"g": 1}, {"$set": {"y": 1}}).modified_count == 2
+    # Without retryWrites, even a change within the shard is refused.
+    with pytest.raises(WriteError) as e:
+        plain.upd.update_one({"x": 10}, {"$set": {"x": 11}})
+    assert e.value.code == 20 and "retryWrites: true" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        plain.upd.find_one_and_update({"x": 10}, {"$set": {"x": 11}})
+    assert e.value.code == 20
+    # As a retryable write it works while the document stays on its shard...
+    db.upd.replace_one({"x": 10}, {"x": 12, "g": 1})
+    # ...but not when it would move (no transactions yet).
+    for f in (lambda: db.upd.update_one({"x": 12}, {"$set": {"x": 500}}),
+              lambda: db.upd.replace_one({"x": 12}, {"x": 500, "g": 1})):
+        with pytest.raises(WriteError) as e:
+            f()
+        assert e.value.code == 20 and "change owning shards" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        db.upd.find_one_and_update({"x": 12}, {"$set": {"x": -5}})
+    assert e.value.code == 20
+    # An upsert whose new document belongs to another shard is refused too.
+    with pytest.raises(WriteError) as e:
+        db.upd.update_one({"x": 30}, {"$set": {"x": 130}}, upsert=True)
+    assert e.value.code == 20 and "upsert document" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        db.upd.find_one_and_update({"x": 31}, {"$set": {"x": 131}}, upsert=True)
+    assert e.value.code == 20
+    assert where() == {0: [], 1: [("m1", 12), ("m2", 20)]}
+    assert sorted(d["_id"] for d in db.upd.find()) == ["m1", "m2"]
+    db.upd.delete_many({})
