@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/namespace.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 
@@ -164,12 +165,16 @@ shard_has_key_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bo
 {
     int ret = 0;
     bson_t *cmd = BCON_NEW("listIndexes", BCON_UTF8(ns->coll));
-    bson_t reply;
+    bson_t reply = BSON_INITIALIZER;
     cfg_docs_t d = {0};
     bson_iter_t it;
+    shl_shard_key_pattern_t p;
+    bool p_ok = false;
 
     *has = false;
     *unique = false;
+    SHL_ERR(shl_shard_key_pattern_init(&p, key, st));
+    p_ok = true;
     if (cfg_shard_cmd(shard, ns->db, cmd, &reply, st) != 0) {
         if (st->code != SHL_CODE_NAMESPACE_NOT_FOUND) {
             ret = st->code;
@@ -178,6 +183,30 @@ shard_has_key_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bo
         goto done;
     }
     first_batch(&reply, &d);
+    /* Uniqueness across shards holds only for unique indexes prefixed by the shard key
+     * (or by _id): MongoDB refuses to shard under any other. */
+    for (size_t i = 0; i < d.n; i++) {
+        bson_iter_t k;
+        bson_t ikey;
+        uint32_t len;
+        const uint8_t *data;
+        if (bson_iter_init_find(&it, d.docs[i], "unique") && bson_iter_as_bool(&it) &&
+            bson_iter_init_find(&k, d.docs[i], "key") && BSON_ITER_HOLDS_DOCUMENT(&k)) {
+            bson_iter_document(&k, &len, &data);
+            if (bson_init_static(&ikey, data, len) &&
+                !shl_shard_key_is_unique_index_compatible(&p, &ikey)) {
+                char *a = shl_bson_to_string(&ikey), *b = shl_bson_to_string(key);
+                ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
+                                     "can't shard collection '%s' with unique index on %s and "
+                                     "proposed shard key %s. Uniqueness can't be maintained "
+                                     "unless shard key is a prefix",
+                                     ns->full, a, b);
+                bson_free(a);
+                bson_free(b);
+                goto done;
+            }
+        }
+    }
     for (size_t i = 0; i < d.n; i++) {
         if (cfg_index_backs_key(key, d.docs[i])) {
             *has = true;
@@ -190,6 +219,9 @@ shard_has_key_index(const char *shard, const shl_ns_t *ns, const bson_t *key, bo
         }
     }
 done:
+    if (p_ok) {
+        shl_shard_key_pattern_cleanup(&p);
+    }
     cfg_docs_cleanup(&d);
     bson_destroy(cmd);
     bson_destroy(&reply);

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "query/matcher.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -114,12 +115,6 @@ targets_for(const shl_router_routing_t *rr, ddl_target_t which, shl_router_shard
     add_target(out, rr->db.primary);
 }
 
-/*
- * Send 'cmd' (the user's, passed through) for 'ns' to the shards 'which' selects, with
- * versions, retrying on stale errors. On success *results hold one reply per shard (errors
- * included); 'rr_out' (if not NULL) receives the routing used. Errors: routing errors, the
- * last stale error.
- */
 /* ddl_send's adapters to the core's dispatch callbacks. */
 static void
 ddl_target(void *arg, const shl_router_routing_t *rr, shl_router_shards_t *out)
@@ -135,13 +130,22 @@ ddl_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     copy_passthrough(arg, cmd);
 }
 
+/*
+ * Send 'cmd' (the user's, passed through) for 'ns' to the shards 'which' selects, with
+ * versions, retrying on stale errors; 'prepare' (may be NULL) checks 'cmd' against the
+ * routing at every attempt (its error ends the send). On success *results hold one reply per
+ * shard (errors included); 'rr_out' (if not NULL) receives the routing used. Errors: routing
+ * errors, prepare's, the last stale error.
+ */
 static int
 ddl_send(shl_op_ctx_t *op, const char *ns, bool create_db, ddl_target_t which, ddl_versions_t vers,
-         const bson_t *cmd, shl_router_routing_t *rr_out, shl_router_shard_result_t **results,
-         size_t *nresults, shl_status_t *st)
+         const bson_t *cmd, shl_router_prepare_fn prepare, shl_router_routing_t *rr_out,
+         shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)
 {
     shl_router_dispatch_t d = {
         .create_db = create_db,
+        .prepare = prepare,
+        .prepare_arg = (void *)(uintptr_t)cmd,
         .target = ddl_target,
         .target_arg = &which,
         .build = ddl_build,
@@ -226,7 +230,7 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     int ret = 0;
 
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    SHL_ERR(ddl_send(op, ns, true, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, &res, &n, st));
+    SHL_ERR(ddl_send(op, ns, true, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, NULL, &res, &n, st));
     if (res[0].res.code != 0) {
         *st = res[0].res.status;
         SHL_ERR(st->code);
@@ -267,7 +271,7 @@ cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         BSON_APPEND_UTF8(reply, "ns", ns);
         goto done;
     }
-    ret = ddl_send(op, ns, false, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, &res, &n, st);
+    ret = ddl_send(op, ns, false, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, NULL, &res, &n, st);
     shl_catalog_cache_invalidate_collection(r->cache, ns);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         ret = 0;
@@ -329,7 +333,7 @@ done:
  * may be NULL) are copied into the reply from the first shard that answered with them. */
 static int
 run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply,
-              const char *const *fields, shl_status_t *st)
+              const char *const *fields, shl_router_prepare_fn prepare, shl_status_t *st)
 {
     char ns[SHL_NS_MAX + 1];
     shl_router_shard_result_t *res = NULL;
@@ -337,7 +341,8 @@ run_on_owners(shl_op_ctx_t *op, const bson_t *cmd, bool create_db, bson_t *reply
     int ret = 0;
 
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    ret = ddl_send(op, ns, create_db, TO_OWNERS_AND_PRIMARY, VERS_FULL, cmd, NULL, &res, &n, st);
+    ret = ddl_send(op, ns, create_db, TO_OWNERS_AND_PRIMARY, VERS_FULL, cmd, prepare, NULL, &res,
+                   &n, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
     }
@@ -357,17 +362,64 @@ done:
     return ret;
 }
 
+/*
+ * createIndexes' check at every routing attempt: on a sharded collection a unique index must
+ * start with the shard key (or _id), or uniqueness could not hold across shards.
+ */
+static int
+unique_indexes_fit_key(void *arg, const shl_router_routing_t *rr, shl_status_t *st)
+{
+    const bson_t *cmd = arg;
+    bson_iter_t it, specs;
+    int ret = 0;
+
+    if (rr->rt == NULL || !bson_iter_init_find(&it, cmd, "indexes") ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &specs)) {
+        goto done; /* unsharded; a malformed list is the shards' to refuse */
+    }
+    while (shl_iter_next(&specs)) {
+        bson_iter_t f, k;
+        bson_t spec, key;
+        uint32_t len;
+        const uint8_t *data;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&specs)) {
+            continue;
+        }
+        bson_iter_document(&specs, &len, &data);
+        if (!bson_init_static(&spec, data, len) || !bson_iter_init_find(&f, &spec, "unique") ||
+            !bson_iter_as_bool(&f) || !bson_iter_init_find(&k, &spec, "key") ||
+            !BSON_ITER_HOLDS_DOCUMENT(&k)) {
+            continue;
+        }
+        bson_iter_document(&k, &len, &data);
+        if (bson_init_static(&key, data, len) &&
+            !shl_shard_key_is_unique_index_compatible(shl_routing_table_key_pattern(rr->rt),
+                                                      &key)) {
+            char *a = shl_bson_to_string(&key);
+            char *b = shl_bson_to_string(&shl_routing_table_key_pattern(rr->rt)->pattern);
+            ret = shl_status_set(st, SHL_CODE_CANNOT_CREATE_INDEX,
+                                 "cannot create unique index over %s with shard key pattern %s",
+                                 a, b);
+            bson_free(a);
+            bson_free(b);
+            goto done;
+        }
+    }
+done:
+    return ret;
+}
+
 static int
 cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_on_owners(op, cmd, true, reply, NULL, st);
+    return run_on_owners(op, cmd, true, reply, NULL, unique_indexes_fit_key, st);
 }
 
 static int
 cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     static const char *const fields[] = {"nIndexesWas", NULL};
-    return run_on_owners(op, cmd, false, reply, fields, st);
+    return run_on_owners(op, cmd, false, reply, fields, NULL, st);
 }
 
 static int
@@ -376,7 +428,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     /* What a data node reports about an index change, as one node would. */
     static const char *const fields[] = {"expireAfterSeconds_old", "expireAfterSeconds_new",
                                          "hidden_old", "hidden_new", NULL};
-    return run_on_owners(op, cmd, false, reply, fields, st);
+    return run_on_owners(op, cmd, false, reply, fields, NULL, st);
 }
 
 /* ---- listing ---- */
@@ -485,7 +537,7 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 
     strip_cursor(cmd, &fwd);
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    ret = ddl_send(op, ns, false, TO_ONE_OWNER, VERS_FULL, &fwd, NULL, &res, &n, st);
+    ret = ddl_send(op, ns, false, TO_ONE_OWNER, VERS_FULL, &fwd, NULL, NULL, &res, &n, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);
     }

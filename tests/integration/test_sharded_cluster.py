@@ -260,3 +260,31 @@ def test_shard_a_new_collection_on_id(cluster):
         _, chunks = _chunks(cfg, "byid." + name)
         assert [c["min"]["_id"] for c in chunks][1] == 50
         assert r.byid[name].count_documents({"_id": {"$gte": 40, "$lt": 60}}) == 20
+
+
+def test_unique_indexes_must_start_with_the_shard_key(cluster):
+    """Uniqueness holds across shards only for unique indexes prefixed by the shard key (or
+    by _id): MongoDB refuses the others when sharding (InvalidOptions) and when creating an
+    index on a sharded collection (CannotCreateIndex); compatible ones are fine."""
+    r = cluster.router_client()
+    r.admin.command("enableSharding", "uniq")
+    r.uniq.pre.create_index([("y", 1)], unique=True)
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("shardCollection", "uniq.pre", key={"k": 1})
+    assert e.value.code == 72
+    assert ("can't shard collection 'uniq.pre' with unique index on { y: 1 } and proposed shard "
+            "key { k: 1 }. Uniqueness can't be maintained unless shard key is a prefix"
+            in str(e.value))
+    assert cluster.config_client().config.collections.find_one({"_id": "uniq.pre"}) is None
+    r.admin.command("shardCollection", "uniq.c", key={"k": 1})
+    for key in ([("x", 1)], [("x", 1), ("k", 1)]):
+        with pytest.raises(OperationFailure) as e:
+            r.uniq.c.create_index(key, unique=True)
+        assert e.value.code == 67
+        assert "cannot create unique index over" in str(e.value)
+        assert "with shard key pattern { k: 1 }" in str(e.value)
+    for key in ([("k", 1), ("x", 1)], [("_id", 1), ("z", 1)], [("x", 1)]):
+        unique = key != [("x", 1)]  # a non-unique index on any field is fine
+        r.uniq.c.create_index(key, unique=unique)
+    names = sorted(i["name"] for i in r.uniq.c.list_indexes())
+    assert names == ["_id_", "_id_1_z_1", "k_1", "k_1_x_1", "x_1"], names
