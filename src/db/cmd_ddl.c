@@ -7,10 +7,12 @@
  */
 #include <string.h>
 
+#include "bson/bson_compare.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
+#include "db/sharding_hooks.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 
@@ -442,6 +444,89 @@ drop_one_index(db_node_t *node, const shl_ns_t *ns, const char *name, shl_status
     return ret;
 }
 
+/*
+ * Whether 'idx' can serve shard key 'key' (what migrations and range deletions scan): its key
+ * pattern starts with the shard key's fields and values, and it is complete (not sparse,
+ * partial or hidden), uses the simple collation and is not multikey -- MongoDB's rules for
+ * the index that may not be dropped.
+ */
+static bool
+index_serves_shard_key(const shl_index_t *idx, const bson_t *key)
+{
+    bson_iter_t a, b;
+    bool fits = bson_iter_init(&a, key) && bson_iter_init(&b, idx->key_pattern);
+
+    while (fits && shl_iter_next(&a)) {
+        fits = shl_iter_next(&b) && strcmp(shl_iter_key(&a), shl_iter_key(&b)) == 0 &&
+               shl_bson_iter_compare(&a, &b) == 0;
+    }
+    if (fits) {
+        bson_iter_t f;
+        fits = !idx->multikey && !bson_has_field(idx->spec, "partialFilterExpression") &&
+               !bson_has_field(idx->spec, "collation") &&
+               !(bson_iter_init_find(&f, idx->spec, "sparse") && bson_iter_as_bool(&f)) &&
+               !(bson_iter_init_find(&f, idx->spec, "hidden") && bson_iter_as_bool(&f));
+    }
+    return fits;
+}
+
+static bool
+name_listed(char **names, size_t n, const char *name)
+{
+    bool found = false;
+    for (size_t i = 0; i < n && !found; i++) {
+        found = strcmp(names[i], name) == 0;
+    }
+    return found;
+}
+
+/*
+ * On a sharded collection the last index serving the shard key stays: "*" keeps every such
+ * index, and a named drop that would remove the last one fails with CannotDropShardKeyIndex.
+ * Drops the kept names from 'names'. Applies to requests a router sent (versioned); an
+ * administrator connected to the shard itself may still drop it (to rebuild it, say) -- the
+ * donor's clone then scans the collection.
+ */
+static int
+keep_shard_key_index(shl_op_ctx_t *op, const shl_collection_t *coll, bool all, char **names,
+                     size_t *nnames, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t key = BSON_INITIALIZER;
+    bool dropping = false, remains = false;
+
+    if (!op->has_shard_version || !shl_db_shard_key(op, coll->ns, &key)) {
+        goto done;
+    }
+    for (size_t i = 0; i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        if (!index_serves_shard_key(idx, &key)) {
+            continue;
+        }
+        if (!name_listed(names, *nnames, idx->name)) {
+            remains = true;
+        } else if (all) {
+            /* "*" leaves the indexes serving the shard key. */
+            for (size_t j = 0; j < *nnames; j++) {
+                if (strcmp(names[j], idx->name) == 0) {
+                    bson_free(names[j]);
+                    names[j] = names[--*nnames];
+                    break;
+                }
+            }
+        } else {
+            dropping = true;
+        }
+    }
+    if (dropping && !remains) {
+        SHL_FAIL(st, SHL_CODE_CANNOT_DROP_SHARD_KEY_INDEX,
+                 "Cannot drop the only compatible index for this collection's shard key");
+    }
+done:
+    bson_destroy(&key);
+    return ret;
+}
+
 static int
 cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -522,6 +607,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
                  "'[string, object, array]'",
                  shl_bson_type_name(shl_iter_type(&it)));
     }
+    SHL_ERR(keep_shard_key_index(op, coll, all, names, &nnames, st));
     BSON_APPEND_INT32(reply, "nIndexesWas", (int32_t)coll->nindexes);
     for (size_t i = 0; i < nnames; i++) {
         SHL_ERR(drop_one_index(node, &ns, names[i], st));

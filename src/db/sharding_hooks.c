@@ -290,3 +290,15 @@ db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn f
     observed_reset();
     return ret;
 }
+
+bool
+shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out)
+{
+    db_node_t *node = db_node(op);
+
+    if (node != NULL && node->sharding.shard_key != NULL) {
+        return node->sharding.shard_key(node->sharding.arg, ns, out);
+    }
+    bson_init(out);
+    return false;
+}

@@ -144,6 +144,14 @@ typedef int64_t (*shl_db_orphan_count_fn)(void *arg, const uint8_t uuid[16]);
  */
 typedef bool (*shl_db_shard_name_fn)(void *arg, char *out, size_t n);
 
+/*
+ * shl_db_shard_key_fn --
+ *     The shard key pattern of collection 'ns' into 'out' (initialised here; empty when
+ *     false) when this shard's filtering metadata knows it sharded; false when unsharded or
+ *     not known. Never loads: it answers from what the request's version check left.
+ */
+typedef bool (*shl_db_shard_key_fn)(void *arg, const char *ns, bson_t *out);
+
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
@@ -152,6 +160,7 @@ typedef struct shl_db_sharding_hooks {
     shl_db_write_observing_fn observing;              /* may be NULL: observe every write */
     shl_db_orphan_count_fn orphan_count;              /* may be NULL: no orphans */
     shl_db_shard_name_fn shard_name;                  /* may be NULL: not a shard */
+    shl_db_shard_key_fn shard_key;                    /* may be NULL: nothing is sharded */
 } shl_db_sharding_hooks_t;
 
 /*
@@ -182,6 +191,9 @@ int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_
  * shl_db_sharding_check_involved_fn.
  */
 int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
+
+/* shl_db_shard_key -- the installed shard_key, or false (with 'out' empty). */
+bool shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out);
 
 /* shl_db_shard_name -- the installed shard_name, or false. */
 bool shl_db_shard_name(const shl_op_ctx_t *op, char *out, size_t n);

@@ -67,6 +67,21 @@ meta_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
            shl_shard_key_values_equal(shl_routing_table_key_pattern(m->rt), a, b);
 }
 
+bool
+shard_key_of(void *arg, const char *ns, bson_t *out)
+{
+    shard_coll_meta_t *m = shard_meta_peek(arg, ns);
+    bool sharded = m != NULL && m->rt != NULL;
+
+    if (sharded) {
+        bson_copy_to(&shl_routing_table_key_pattern(m->rt)->pattern, out);
+    } else {
+        bson_init(out);
+    }
+    shard_meta_release(m);
+    return sharded;
+}
+
 static void
 meta_destroy(shl_db_orphan_filter_t *f)
 {

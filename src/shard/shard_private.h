@@ -158,6 +158,9 @@ void shard_become_aware(shard_state_t *s, const shard_identity_t *id);
 /* shard_get_identity -- copy the identity; false if not shard-aware. Takes s->mu. */
 bool shard_get_identity(shard_state_t *s, shard_identity_t *out);
 
+/* shard_key_of -- the db layer's shard_key hook ('arg' is the shard state). */
+bool shard_key_of(void *arg, const char *ns, bson_t *out);
+
 /* shard_name_of -- the db layer's shard_name hook ('arg' is the shard state). */
 bool shard_name_of(void *arg, char *out, size_t n);
 

@@ -288,3 +288,29 @@ def test_unique_indexes_must_start_with_the_shard_key(cluster):
         r.uniq.c.create_index(key, unique=unique)
     names = sorted(i["name"] for i in r.uniq.c.list_indexes())
     assert names == ["_id_", "_id_1_z_1", "k_1", "k_1_x_1", "x_1"], names
+
+
+def test_the_last_shard_key_index_stays(cluster):
+    """MongoDB 6.0+: dropIndexes never removes the last index serving the shard key
+    (CannotDropShardKeyIndex); "*" keeps every such index; with another one present, either
+    may go."""
+    r = cluster.router_client()
+    r.admin.command("enableSharding", "keepidx")
+    r.admin.command("shardCollection", "keepidx.c", key={"k": 1})
+    c = r.keepidx.c
+    c.insert_many([{"k": i, "x": i} for i in range(10)])
+    c.create_index([("x", 1)])
+    c.create_index([("k", 1), ("x", 1)], name="k_x")
+    c.create_index([("k", 1), ("y", 1)], name="k_y_sparse", sparse=True)  # serves nothing
+    c.drop_index("k_1")  # k_x still serves the key
+    with pytest.raises(OperationFailure) as e:
+        c.drop_index("k_x")
+    assert e.value.code == 370
+    assert "Cannot drop the only compatible index for this collection's shard key" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        r.keepidx.command("dropIndexes", "c", index=["x_1", "k_x"])
+    assert e.value.code == 370
+    assert sorted(i["name"] for i in c.list_indexes()) == ["_id_", "k_x", "k_y_sparse", "x_1"]
+    r.keepidx.command("dropIndexes", "c", index="*")
+    assert sorted(i["name"] for i in c.list_indexes()) == ["_id_", "k_x"]
+    assert c.count_documents({"k": {"$gte": 5}}) == 5
