@@ -25,6 +25,14 @@ bool router_is_config_db(const char *db);
 void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out);
 
 /*
+ * router_copy_command_as --
+ *     router_copy_command under the command's own name 'name' (the first field renamed):
+ *     lower-case aliases such as dbstats or datasize are the router's to accept.
+ */
+void router_copy_command_as(const bson_t *cmd, const char *name, const char *const *skip,
+                            bson_t *out);
+
+/*
  * router_run_on_config --
  *     Run 'cmd' (the user's, generic fields stripped) on the config server's database 'db';
  *     *reply is always initialised (caller destroys). Errors: the config server's.

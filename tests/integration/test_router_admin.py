@@ -1,0 +1,198 @@
+"""Administration and diagnostic commands through the router, in mongos's reply shapes:
+isdbgrid, getShardVersion, validate, dataSize, currentOp / $currentOp / killOp, fsync,
+getDefaultRWConcern / setDefaultRWConcern, connPoolStats / shardConnPoolStats, logRotate.
+Each answer is checked against what the shards themselves say."""
+
+import socket
+
+import pytest
+from bson import ObjectId, Timestamp
+from pymongo.errors import OperationFailure
+
+N = 600
+
+
+@pytest.fixture(scope="module")
+def adm(cluster):
+    """db 'adm' (primary shard0): 'sh' sharded on {x: 1}, split at 300, [300, max) on
+    shard1; 'plain' unsharded."""
+    r = cluster.router_client()
+    for i in range(2):  # the range deleter removes a donor's copies without waiting
+        cluster.shard_client(i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
+    r.admin.command("enableSharding", "adm", primaryShard="shard0")
+    r.admin.command("shardCollection", "adm.sh", key={"x": 1})
+    r.adm.sh.insert_many([{"_id": i, "x": i, "pad": "p" * (i % 40)} for i in range(N)])
+    r.admin.command("split", "adm.sh", middle={"x": 300})
+    r.admin.command("moveChunk", "adm.sh", find={"x": 400}, to="shard1", _waitForDelete=True)
+    r.adm.plain.insert_many([{"_id": i, "v": i} for i in range(100)])
+    r.adm.plain.create_index("v")
+    return cluster
+
+
+def _direct(cluster, i, db, *cmd, **kw):
+    return cluster.shard_client(i)[db].command(*cmd, **kw)
+
+
+# ---- isdbgrid ----
+
+
+def test_isdbgrid(adm):
+    res = adm.router_client().admin.command("isdbgrid")
+    assert res["ok"] == 1
+    assert res["isdbgrid"] == 1
+    assert res["hostname"] == socket.gethostname()
+    # Any database will do, as on mongos.
+    assert adm.router_client().adm.command("isdbgrid")["isdbgrid"] == 1
+
+
+def test_isdbgrid_is_not_on_data_nodes(adm):
+    # A data node does not know it: that is how tools tell a router apart.
+    with pytest.raises(OperationFailure) as e:
+        adm.shard_client(0).admin.command("isdbgrid")
+    assert e.value.code == 59
+
+
+# ---- getShardVersion ----
+
+
+def _config_chunks(cluster, ns):
+    cfg = cluster.config_client().config
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+    # Shard key order is numeric here: sort by the bound in Python (MinKey first).
+    mine = [c for c in cfg.chunks.find() if c["uuid"] == uuid]
+    return sorted(mine, key=lambda c: -1e18 if not isinstance(c["min"]["x"], int) else c["min"]["x"])
+
+
+def test_get_shard_version_collection(adm):
+    r = adm.router_client()
+    res = r.admin.command("getShardVersion", "adm.sh")
+    coll = adm.config_client().config.collections.find_one({"_id": "adm.sh"})
+    chunks = _config_chunks(adm, "adm.sh")
+    top = max(c["lastmod"] for c in chunks)
+    assert isinstance(res["version"], Timestamp)
+    assert res["version"] == top
+    assert res["versionEpoch"] == coll["lastmodEpoch"]
+    assert isinstance(res["versionEpoch"], ObjectId)
+    assert res["versionTimestamp"] == coll["timestamp"]
+    assert "chunks" not in res
+
+
+def test_get_shard_version_full_metadata(adm):
+    res = adm.router_client().admin.command("getShardVersion", "adm.sh", fullMetadata=True)
+    chunks = _config_chunks(adm, "adm.sh")
+    assert res["chunks"] == [[c["min"], c["max"]] for c in chunks]
+    assert len(res["chunks"]) == 2
+    assert res["chunks"][0][1] == {"x": 300}
+
+
+def test_get_shard_version_database(adm):
+    res = adm.router_client().admin.command("getShardVersion", "adm")
+    db = adm.config_client().config.databases.find_one({"_id": "adm"})
+    assert res["primaryShard"] == "shard0"
+    assert res["version"]["uuid"] == db["version"]["uuid"]
+    assert res["version"]["lastMod"] == db["version"]["lastMod"]
+    assert res["version"]["timestamp"] == db["version"]["timestamp"]
+
+
+def test_get_shard_version_errors(adm):
+    admin = adm.router_client().admin
+    with pytest.raises(OperationFailure) as e:
+        admin.command("getShardVersion", "adm.plain")
+    assert e.value.code == 118  # NamespaceNotSharded
+    assert "adm.plain is not sharded" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        admin.command("getShardVersion", "nosuchdb.c")
+    assert e.value.code == 26  # NamespaceNotFound
+    with pytest.raises(OperationFailure) as e:
+        admin.command("getShardVersion", 5)
+    assert e.value.code == 2  # BadValue: namespace has invalid type
+    assert "namespace has invalid type" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        adm.router_client().adm.command("getShardVersion", "adm.sh")
+    assert e.value.code == 13  # admin only
+
+
+# ---- validate ----
+
+
+def test_validate_sharded(adm):
+    res = adm.router_client().adm.command("validate", "sh")
+    assert res["ok"] == 1
+    assert res["valid"] is True
+    assert set(res["raw"]) == {"shard0", "shard1"}
+    total = 0
+    for i in range(2):
+        one = res["raw"]["shard%d" % i]
+        direct = _direct(adm, i, "adm", "validate", "sh")
+        assert one["ok"] == 1 and one["valid"] is True
+        assert one["ns"] == "adm.sh"
+        assert one["nrecords"] == direct["nrecords"]
+        total += one["nrecords"]
+    assert total == N
+    # A sharded collection's reply is only valid + raw, as on mongos.
+    assert "nrecords" not in res
+
+
+def test_validate_unsharded(adm):
+    res = adm.router_client().adm.command("validate", "plain", full=True)
+    assert res["valid"] is True
+    assert res["ns"] == "adm.plain"
+    assert res["nrecords"] == 100
+    assert res["nIndexes"] == 2
+    assert res["keysPerIndex"] == {"_id_": 100, "v_1": 100}
+    assert list(res["raw"]) == ["shard0"]
+    assert res["raw"]["shard0"]["nrecords"] == 100
+
+
+def test_validate_errors(adm):
+    db = adm.router_client().adm
+    with pytest.raises(OperationFailure) as e:
+        db.command("validate", "nosuch")
+    assert e.value.code == 26
+    with pytest.raises(OperationFailure) as e:
+        db.command("validate", 12)
+    assert e.value.code == 73  # InvalidNamespace
+    assert "collection name has invalid type" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        adm.router_client().nosuchdb.command("validate", "c")
+    assert e.value.code == 26
+
+
+# ---- dataSize ----
+
+
+def test_data_size_sharded_sums_shards(adm):
+    res = adm.router_client().adm.command("dataSize", "adm.sh")
+    per = [_direct(adm, i, "adm", "dataSize", "adm.sh") for i in range(2)]
+    assert res["ok"] == 1
+    assert res["numObjects"] == N == sum(p["numObjects"] for p in per)
+    assert res["size"] == sum(p["size"] for p in per) > 0
+    assert res["millis"] >= 0
+
+
+def test_data_size_range_and_alias(adm):
+    # The range is each shard's: min/max/keyPattern do not narrow the shards on mongos.
+    res = adm.router_client().adm.command(
+        {"datasize": "adm.sh", "keyPattern": {"x": 1}, "min": {"x": 250}, "max": {"x": 350}})
+    assert res["numObjects"] == 100
+
+
+def test_data_size_unsharded_and_missing(adm):
+    db = adm.router_client().adm
+    assert db.command("dataSize", "adm.plain")["numObjects"] == 100
+    # A missing collection of a known database answers zeros (the primary's answer).
+    res = db.command("dataSize", "adm.nosuch")
+    assert (res["size"], res["numObjects"]) == (0, 0)
+
+
+def test_data_size_errors(adm):
+    db = adm.router_client().adm
+    with pytest.raises(OperationFailure) as e:
+        db.command("dataSize", 3)
+    assert e.value.code == 14  # TypeMismatch
+    with pytest.raises(OperationFailure) as e:
+        db.command("dataSize", "nosuchdb.c")
+    assert e.value.code == 26
+    with pytest.raises(OperationFailure) as e:
+        db.command("dataSize", "adm.sh", min={"x": 1})
+    assert e.value.code == 2  # only one of min or max
