@@ -81,6 +81,16 @@ void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merge
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
+/*
+ * router_current_op_aggregate --
+ *     {aggregate: 1, pipeline: [{$currentOp: {...}}, ...]} on admin (cluster_current_op.c):
+ *     the operations in progress (every shard's, tagged; or the router's own with localOps)
+ *     through the rest of the pipeline, answered in one batch. Errors: FailedToParse for bad
+ *     options, 40602 a second $currentOp, the shards' and the pipeline's errors.
+ */
+int router_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
+                                bson_t *reply, shl_status_t *st);
+
 /* router_append_shard_host -- the host of shard 'name' ("" if unknown). */
 void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
 

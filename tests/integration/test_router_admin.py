@@ -4,10 +4,13 @@ getDefaultRWConcern / setDefaultRWConcern, connPoolStats / shardConnPoolStats, l
 Each answer is checked against what the shards themselves say."""
 
 import socket
+import threading
 
 import pytest
-from bson import ObjectId, Timestamp
+from bson import SON, ObjectId, Timestamp
 from pymongo.errors import OperationFailure
+
+from shale_fixtures import fail_point, wait_until
 
 N = 600
 
@@ -196,3 +199,172 @@ def test_data_size_errors(adm):
     with pytest.raises(OperationFailure) as e:
         db.command("dataSize", "adm.sh", min={"x": 1})
     assert e.value.code == 2  # only one of min or max
+
+
+# ---- currentOp / $currentOp / killOp ----
+
+
+class BlockedFind:
+    """A find on adm.plain through the router with a comment, held on shard0 by MongoDB's
+    waitInFindBeforeMakingBatch fail point until killed or released."""
+
+    def __init__(self, cluster, comment):
+        self.cluster = cluster
+        self.comment = comment
+        self.error = None
+        self.result = None
+        fail_point(cluster.shard_client(0), "waitInFindBeforeMakingBatch", "alwaysOn",
+                   {"nss": "adm.plain"})
+        self.client = cluster.router_client()
+        self.thread = threading.Thread(target=self._run)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.result = list(self.client.adm.plain.find({"v": {"$gte": 0}}, comment=self.comment))
+        except OperationFailure as e:
+            self.error = e
+
+    def release(self):
+        fail_point(self.cluster.shard_client(0), "waitInFindBeforeMakingBatch", "off")
+        self.thread.join(30)
+        self.client.close()
+
+
+def _ops(client, comment):
+    """currentOp filtered by the operation's comment (the filter is the command's fields)."""
+    return client.admin.command(SON([("currentOp", 1), ("command.comment", comment)]))["inprog"]
+
+
+def test_current_op_lists_shard_ops_tagged(adm):
+    b = BlockedFind(adm, "cop-list")
+    try:
+        r = adm.router_client()
+        ops = wait_until(lambda: [o for o in r.admin.command("currentOp")["inprog"]
+                                  if o.get("command", {}).get("comment") == "cop-list"])
+        assert len(ops) == 1
+        o = ops[0]
+        assert o["shard"] == "shard0"
+        shard, _, num = o["opid"].partition(":")
+        assert shard == "shard0" and int(num) > 0
+        assert "client_s" in o and "client" not in o
+        assert o["ns"] == "adm.plain"
+        assert o["op"] == "query"
+        assert o["active"] is True
+        assert o["command"]["find"] == "plain"
+        assert o["secs_running"] >= 0 and o["microsecs_running"] >= 0
+        # The filter is the command's other fields; the shard's own view has the plain opid.
+        assert [x["opid"] for x in _ops(r, "cop-list")] == [o["opid"]]
+        direct = _ops(adm.shard_client(0), "cop-list")
+        assert [x["opid"] for x in direct] == [int(num)]
+        assert "shard" not in direct[0] and "client" in direct[0]
+        assert _ops(r, "no-such-comment") == []
+    finally:
+        b.release()
+    assert b.error is None and len(b.result) == 100
+
+
+def test_current_op_aggregation_stage(adm):
+    b = BlockedFind(adm, "cop-agg")
+    try:
+        r = adm.router_client()
+        pipeline = [{"$currentOp": {"allUsers": True, "idleConnections": False}},
+                    {"$match": {"command.comment": "cop-agg"}},
+                    {"$project": {"shard": 1, "opid": 1, "ns": 1}}]
+        ops = wait_until(lambda: list(r.admin.aggregate(pipeline)))
+        assert len(ops) == 1
+        assert ops[0]["shard"] == "shard0" and ops[0]["ns"] == "adm.plain"
+        assert ops[0]["opid"].startswith("shard0:")
+        # localOps: the router's own operations -- the routed find is one of them.
+        local = list(r.admin.aggregate([{"$currentOp": {"localOps": True}},
+                                        {"$match": {"command.comment": "cop-agg"}}]))
+        assert len(local) == 1
+        assert isinstance(local[0]["opid"], int) and "shard" not in local[0]
+        assert local[0]["ns"] == "adm.plain"
+        assert local[0]["host"] == adm.router.host
+    finally:
+        b.release()
+    assert b.error is None
+
+
+def test_kill_op_through_router(adm):
+    b = BlockedFind(adm, "cop-kill")
+    try:
+        r = adm.router_client()
+        ops = wait_until(lambda: _ops(r, "cop-kill"))
+        res = r.admin.command("killOp", op=ops[0]["opid"])
+        assert res["ok"] == 1
+        assert res["shard"] == "shard0"
+        assert res["shardid"] == int(ops[0]["opid"].split(":")[1])
+        b.thread.join(30)
+        assert not b.thread.is_alive()
+        assert b.error is not None and b.error.code == 11601  # Interrupted
+        assert _ops(r, "cop-kill") == []
+    finally:
+        b.release()
+
+
+def test_kill_op_on_data_node(adm):
+    shard = adm.shard_client(0)
+    fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
+    errors = []
+
+    def run():
+        try:
+            list(adm.shard_client(0).adm.plain.find({}, comment="cop-direct"))
+        except OperationFailure as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        ops = wait_until(lambda: _ops(shard, "cop-direct"))
+        assert shard.admin.command("killOp", op=ops[0]["opid"])["ok"] == 1
+        t.join(30)
+        assert [e.code for e in errors] == [11601]
+    finally:
+        fail_point(shard, "waitInFindBeforeMakingBatch", "off")
+        t.join(30)
+
+
+def test_current_op_and_kill_op_errors(adm):
+    r = adm.router_client()
+    with pytest.raises(OperationFailure) as e:
+        r.adm.command("currentOp")
+    assert e.value.code == 13  # admin only
+    with pytest.raises(OperationFailure) as e:
+        r.adm.command("aggregate", "plain", pipeline=[{"$currentOp": {}}], cursor={})
+    assert e.value.code == 73
+    with pytest.raises(OperationFailure) as e:
+        r.adm.command("aggregate", 1, pipeline=[{"$currentOp": {}}], cursor={})
+    assert e.value.code == 73
+    with pytest.raises(OperationFailure) as e:
+        list(r.admin.aggregate([{"$currentOp": {"bogus": True}}]))
+    assert e.value.code == 9
+    with pytest.raises(OperationFailure) as e:
+        list(r.admin.aggregate([{"$currentOp": {"localOps": 1}}]))
+    assert e.value.code == 9
+    with pytest.raises(OperationFailure) as e:
+        list(r.admin.aggregate([{"$currentOp": {}}, {"$currentOp": {}}]))
+    assert e.value.code == 40602
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("killOp")
+    assert e.value.code == 50759
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("killOp", op="shard0")
+    assert e.value.code == 28625
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("killOp", op=[1])
+    assert e.value.code == 50760
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("killOp", op="nosuchshard:12")
+    assert e.value.code == 70  # ShardNotFound
+    # A router opid that is not running: success, as on mongos.
+    assert r.admin.command("killOp", op=123456789)["ok"] == 1
+    shard = adm.shard_client(0)
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("killOp")
+    assert e.value.code == 4  # NoSuchKey
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("killOp", op="x")
+    assert e.value.code == 14
