@@ -255,6 +255,74 @@ done:
     return ret;
 }
 
+/* ---- fsync ---- */
+
+/*
+ * fsync as mongos runs it: sent unversioned to the config server and every shard; the reply
+ * is numFiles: 1 (a fixed value since MMAPv1) and all: {raw: {<conn string>: reply}}. Any
+ * failure fails the command with every failing node's error. fsync with lock: true is
+ * refused as MongoDB 7.0's mongos refuses it (data nodes cannot lock either).
+ */
+static int
+cmd_fsync(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    char **names = NULL;
+    size_t n = 0, nshards = 0;
+    shl_router_request_t *reqs = NULL;
+    shl_fanout_result_t *fres = NULL;
+    shl_router_shard_result_t *res = NULL;
+    bson_t all = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret = 0;
+
+    if (bson_iter_init_find(&it, cmd, "lock") && bson_iter_as_bool(&it)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "can't do lock through mongos: fsync lock is not supported by Shale");
+    }
+    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
+    while (names[nshards] != NULL) {
+        nshards++;
+    }
+    n = nshards + 1;
+    reqs = bson_malloc0(n * sizeof(*reqs));
+    fres = bson_malloc0(n * sizeof(*fres));
+    res = bson_malloc0(n * sizeof(*res));
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].shard = i == 0 ? "config" : names[i - 1];
+        bson_init(&reqs[i].cmd);
+        router_copy_command_as(cmd, "fsync", NULL, &reqs[i].cmd);
+    }
+    shl_router_send(r, op, "admin", reqs, n, fres);
+    for (size_t i = 0; i < n; i++) {
+        shl_str_copy(res[i].shard, sizeof(res[i].shard), reqs[i].shard);
+        shl_router_result_move(&res[i].res, &fres[i]);
+    }
+    bson_free(fres);
+    fres = NULL;
+    ret = router_append_raw(r, res, n, &all, st);
+    SHL_ERR(ret);
+    BSON_APPEND_INT32(reply, "numFiles", 1);
+    BSON_APPEND_DOCUMENT(reply, "all", &all);
+done:
+    if (res != NULL) {
+        shl_router_scatter_results_free(res, n);
+    }
+    if (fres != NULL) {
+        shl_fanout_results_cleanup(fres, n);
+        bson_free(fres);
+    }
+    if (reqs != NULL) {
+        shl_router_requests_cleanup(reqs, n);
+        bson_free(reqs);
+    }
+    if (names != NULL) {
+        bson_strfreev(names);
+    }
+    bson_destroy(&all);
+    return ret;
+}
+
 static const shl_command_t k_diag_commands[] = {
     {"isdbgrid", {NULL}, cmd_isdbgrid, 0, "whether this process is a router (it is)"},
     {"getShardVersion",
@@ -264,6 +332,11 @@ static const shl_command_t k_diag_commands[] = {
      "the router's version of a collection or database (fullMetadata: its chunks)"},
     {"validate", {NULL}, cmd_validate, 0, "validate a collection on every shard that holds it"},
     {"dataSize", {"datasize"}, cmd_data_size, 0, "bytes and documents of a collection, summed"},
+    {"fsync",
+     {NULL},
+     cmd_fsync,
+     SHL_CMD_ADMIN_ONLY,
+     "invoke fsync on the config server and every shard"},
 };
 
 void

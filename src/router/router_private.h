@@ -97,6 +97,7 @@ void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
 /*
  * router_append_raw --
  *     mongos's reply to a command run on several shards: raw: {<shard conn string>: reply}
+ *     (shard "config": the config server's connection string)
  *     appended to 'reply'; a failure on any shard fails the command with every shard's error
  *     in errmsg and the code they share (or the first one's). Returns 0 or that code.
  */

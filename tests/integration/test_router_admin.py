@@ -3,6 +3,8 @@ isdbgrid, getShardVersion, validate, dataSize, currentOp / $currentOp / killOp, 
 getDefaultRWConcern / setDefaultRWConcern, connPoolStats / shardConnPoolStats, logRotate.
 Each answer is checked against what the shards themselves say."""
 
+import glob
+import os
 import socket
 import threading
 
@@ -368,3 +370,40 @@ def test_current_op_and_kill_op_errors(adm):
     with pytest.raises(OperationFailure) as e:
         shard.admin.command("killOp", op="x")
     assert e.value.code == 14
+
+
+# ---- fsync ----
+
+
+def test_fsync_every_node(adm):
+    res = adm.router_client().admin.command("fsync")
+    assert res["ok"] == 1
+    assert res["numFiles"] == 1
+    raw = res["all"]["raw"]
+    assert set(raw) == {adm.configdb, adm.shard_conn_string(0), adm.shard_conn_string(1)}
+    for one in raw.values():
+        assert one["ok"] == 1 and one["numFiles"] == 1
+
+
+def test_fsync_data_node(adm):
+    res = adm.shard_client(1).admin.command("fsync")
+    assert res["ok"] == 1 and res["numFiles"] == 1
+    with pytest.raises(OperationFailure) as e:
+        adm.shard_client(1).admin.command("fsync", lock=True)
+    assert e.value.code == 115  # CommandNotSupported: no fsync lock on data nodes
+    with pytest.raises(OperationFailure) as e:
+        adm.shard_client(1).admin.command("fsyncUnlock")
+    assert e.value.code == 20
+    assert "not locked" in str(e.value)
+
+
+def test_fsync_errors(adm):
+    r = adm.router_client()
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("fsync", lock=True)
+    assert e.value.code == 20  # IllegalOperation
+    assert "can't do lock through mongos" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        r.adm.command("fsync")
+    assert e.value.code == 13  # admin only
+
