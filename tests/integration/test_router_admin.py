@@ -407,3 +407,47 @@ def test_fsync_errors(adm):
         r.adm.command("fsync")
     assert e.value.code == 13  # admin only
 
+
+# ---- logRotate ----
+
+
+def _rotated(path):
+    return sorted(glob.glob(path + ".*"))
+
+
+def test_log_rotate_data_node(shale_process, tmp_path):
+    path = str(tmp_path / "node.log")
+    p = shale_process(["node", "--logpath", path], name="logrotate")
+    c = p.client()
+    assert c.admin.command("logRotate", 1)["ok"] == 1
+    first = _rotated(path)
+    assert len(first) == 1 and os.path.getsize(first[0]) > 0
+    c.admin.command("ping")  # still logs, to the new file
+    assert c.admin.command("logRotate", "server")["ok"] == 1
+    assert len(_rotated(path)) == 2  # twice within a second keeps both
+    assert os.path.exists(path)
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("logRotate", "audit")
+    assert e.value.code == 4
+    with pytest.raises(OperationFailure) as e:
+        c.test.command("logRotate", 1)
+    assert e.value.code == 13
+
+
+def test_log_rotate_router(adm, shale_process, tmp_path):
+    path = str(tmp_path / "router.log")
+    p = shale_process(["router", "--configdb", adm.configdb, "--logpath", path],
+                      dbpath=str(tmp_path / "r"), name="logrotate-router")
+    c = p.client()
+    before = os.path.getsize(path)
+    assert before > 0
+    assert c.admin.command("logRotate", 1)["ok"] == 1
+    rotated = _rotated(path)
+    assert len(rotated) == 1 and os.path.getsize(rotated[0]) >= before
+    # The router's own log only: the shards' logs are untouched (mongos rotates its own).
+    assert os.path.exists(path)
+
+
+def test_log_rotate_without_logpath(adm):
+    # Logging to stderr: nothing to rotate, and that is not an error.
+    assert adm.router_client().admin.command("logRotate", 1)["ok"] == 1
