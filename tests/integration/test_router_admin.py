@@ -3,6 +3,7 @@ isdbgrid, getShardVersion, validate, dataSize, currentOp / $currentOp / killOp, 
 getDefaultRWConcern / setDefaultRWConcern, connPoolStats / shardConnPoolStats, logRotate.
 Each answer is checked against what the shards themselves say."""
 
+import datetime
 import glob
 import os
 import socket
@@ -451,3 +452,73 @@ def test_log_rotate_router(adm, shale_process, tmp_path):
 def test_log_rotate_without_logpath(adm):
     # Logging to stderr: nothing to rotate, and that is not an error.
     assert adm.router_client().admin.command("logRotate", 1)["ok"] == 1
+
+
+# ---- getDefaultRWConcern / setDefaultRWConcern ----
+
+
+def test_get_default_rw_concern_implicit(adm):
+    res = adm.router_client().admin.command("getDefaultRWConcern")
+    assert res["ok"] == 1
+    assert res["defaultReadConcern"] == {"level": "local"}
+    assert res["defaultWriteConcern"] == {"w": "majority", "wtimeout": 0}
+    assert res["defaultReadConcernSource"] == "implicit"
+    assert res["defaultWriteConcernSource"] == "implicit"
+    assert isinstance(res["localUpdateWallClockTime"], datetime.datetime)
+    assert "updateOpTime" not in res and "updateWallClockTime" not in res
+    assert adm.router_client().admin.command("getDefaultRWConcern", inMemory=True)["ok"] == 1
+
+
+def test_set_default_rw_concern(adm):
+    admin = adm.router_client().admin
+    res = admin.command("setDefaultRWConcern", defaultReadConcern={"level": "majority"})
+    assert res["defaultReadConcern"] == {"level": "majority"}
+    assert res["defaultReadConcernSource"] == "global"
+    assert res["defaultWriteConcernSource"] == "implicit"
+    assert isinstance(res["updateOpTime"], Timestamp)
+    assert isinstance(res["updateWallClockTime"], datetime.datetime)
+    # Stored on the config server in MongoDB's document.
+    doc = adm.config_client().config.settings.find_one({"_id": "ReadWriteConcernDefaults"})
+    assert doc["defaultReadConcern"] == {"level": "majority"}
+    assert "defaultWriteConcern" not in doc
+    res = admin.command("setDefaultRWConcern", defaultWriteConcern={"w": 1})
+    assert res["defaultWriteConcern"] == {"w": 1, "wtimeout": 0}
+    assert res["defaultWriteConcernSource"] == "global"
+    assert res["defaultReadConcern"] == {"level": "majority"}  # kept
+    # What every router reads back.
+    got = admin.command("getDefaultRWConcern")
+    for f in ("defaultReadConcern", "defaultWriteConcern", "updateOpTime",
+              "defaultReadConcernSource", "defaultWriteConcernSource"):
+        assert got[f] == res[f], f
+    # {} unsets the read concern...
+    res = admin.command("setDefaultRWConcern", defaultReadConcern={})
+    assert res["defaultReadConcern"] == {"level": "local"}
+    assert res["defaultReadConcernSource"] == "implicit"
+    assert res["defaultWriteConcern"] == {"w": 1, "wtimeout": 0}
+    # ...but a write concern once set cannot be unset.
+    with pytest.raises(OperationFailure) as e:
+        admin.command("setDefaultRWConcern", defaultWriteConcern={})
+    assert e.value.code == 20
+    res = admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority",
+                                                                    "wtimeout": 5000})
+    assert res["defaultWriteConcern"] == {"w": "majority", "wtimeout": 5000}
+
+
+def test_set_default_rw_concern_errors(adm):
+    admin = adm.router_client().admin
+    cases = [
+        ({}, 2),
+        ({"defaultReadConcern": {"level": "snapshot"}}, 2),
+        ({"defaultReadConcern": {"level": "linearizable"}}, 2),
+        ({"defaultReadConcern": {"afterClusterTime": Timestamp(1, 1)}}, 2),
+        ({"defaultWriteConcern": {"w": 0}}, 2),
+        ({"defaultWriteConcern": {"j": True}}, 2),
+        ({"bogus": 1}, 40415),
+    ]
+    for extra, code in cases:
+        with pytest.raises(OperationFailure) as e:
+            admin.command(SON([("setDefaultRWConcern", 1)] + list(extra.items())))
+        assert e.value.code == code, extra
+    with pytest.raises(OperationFailure) as e:
+        adm.router_client().adm.command("getDefaultRWConcern")
+    assert e.value.code == 13
