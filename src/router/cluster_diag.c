@@ -323,6 +323,77 @@ done:
     return ret;
 }
 
+/* ---- connPoolStats / shardConnPoolStats ---- */
+
+/*
+ * The router's connection pool to the config server and the shards, per host and in total,
+ * with connPoolStats's field names. Shale has one pool and no connection refreshing or
+ * leasing, so those counts are 0. 'legacy' gives shardConnPoolStats's (pre-5.0) shape.
+ */
+static void
+append_pool_stats(shl_router_t *r, bool legacy, bson_t *reply)
+{
+    char **hosts = shl_conn_pool_hosts(r->pool);
+    shl_conn_pool_stats_t total;
+    bson_t h, one;
+
+    shl_conn_pool_stats_get(r->pool, NULL, &total);
+    if (!legacy) {
+        BSON_APPEND_INT32(reply, "numClientConnections", 0);
+        BSON_APPEND_INT32(reply, "numAScopedConnections", 0);
+    }
+    BSON_APPEND_INT64(reply, "totalInUse", total.in_use);
+    BSON_APPEND_INT64(reply, "totalAvailable", total.idle);
+    if (!legacy) {
+        BSON_APPEND_INT64(reply, "totalLeased", 0);
+    }
+    BSON_APPEND_INT64(reply, "totalCreated", total.opened);
+    BSON_APPEND_INT64(reply, "totalRefreshing", 0);
+    if (!legacy) {
+        BSON_APPEND_INT64(reply, "totalRefreshed", 0);
+        BSON_APPEND_UTF8(reply, "replicaSetMatchingStrategy", "disabled");
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "hosts", &h);
+    for (size_t i = 0; hosts[i] != NULL; i++) {
+        shl_conn_pool_stats_t s;
+        shl_conn_pool_stats_get(r->pool, hosts[i], &s);
+        BSON_APPEND_DOCUMENT_BEGIN(&h, hosts[i], &one);
+        BSON_APPEND_INT64(&one, "inUse", s.in_use);
+        BSON_APPEND_INT64(&one, "available", s.idle);
+        if (!legacy) {
+            BSON_APPEND_INT64(&one, "leased", 0);
+        }
+        BSON_APPEND_INT64(&one, "created", s.opened);
+        BSON_APPEND_INT64(&one, "refreshing", 0);
+        bson_append_document_end(&h, &one);
+    }
+    bson_append_document_end(reply, &h);
+    if (legacy) {
+        bson_t threads;
+        BSON_APPEND_ARRAY_BEGIN(reply, "threads", &threads);
+        bson_append_array_end(reply, &threads);
+    }
+    bson_strfreev(hosts);
+}
+
+static int
+cmd_conn_pool_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)cmd;
+    (void)st;
+    append_pool_stats(shl_router_get(op), false, reply);
+    return 0;
+}
+
+static int
+cmd_shard_conn_pool_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)cmd;
+    (void)st;
+    append_pool_stats(shl_router_get(op), true, reply);
+    return 0;
+}
+
 static const shl_command_t k_diag_commands[] = {
     {"isdbgrid", {NULL}, cmd_isdbgrid, 0, "whether this process is a router (it is)"},
     {"getShardVersion",
@@ -337,6 +408,12 @@ static const shl_command_t k_diag_commands[] = {
      cmd_fsync,
      SHL_CMD_ADMIN_ONLY,
      "invoke fsync on the config server and every shard"},
+    {"connPoolStats", {NULL}, cmd_conn_pool_stats, 0, "the router's connections to the cluster"},
+    {"shardConnPoolStats",
+     {NULL},
+     cmd_shard_conn_pool_stats,
+     0,
+     "the router's connections to the cluster (the pre-5.0 shape)"},
 };
 
 void

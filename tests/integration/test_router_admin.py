@@ -522,3 +522,43 @@ def test_set_default_rw_concern_errors(adm):
     with pytest.raises(OperationFailure) as e:
         adm.router_client().adm.command("getDefaultRWConcern")
     assert e.value.code == 13
+
+
+# ---- connPoolStats / shardConnPoolStats ----
+
+
+def test_conn_pool_stats(adm):
+    r = adm.router_client()
+    list(r.adm.sh.find())  # reaches both shards
+    res = r.admin.command("connPoolStats")
+    hosts = res["hosts"]
+    for p in [adm.config] + adm.shards:
+        assert p.host in hosts, p.host
+        one = hosts[p.host]
+        assert one["created"] >= 1
+        assert one["inUse"] >= 0 and one["available"] >= 0
+        assert one["inUse"] + one["available"] <= one["created"]
+    assert res["totalCreated"] == sum(h["created"] for h in hosts.values())
+    assert res["totalAvailable"] == sum(h["available"] for h in hosts.values())
+    assert res["totalInUse"] == sum(h["inUse"] for h in hosts.values())
+    assert res["totalAvailable"] >= 1  # the find's connections went back to the pool
+    # Any database will do.
+    assert r.adm.command("connPoolStats")["ok"] == 1
+
+
+def test_shard_conn_pool_stats(adm):
+    r = adm.router_client()
+    res = r.admin.command("shardConnPoolStats")
+    assert res["ok"] == 1
+    assert set(res["hosts"]) >= {p.host for p in adm.shards}
+    for one in res["hosts"].values():
+        assert set(one) >= {"available", "created"}
+    assert res["totalCreated"] == sum(h["created"] for h in res["hosts"].values())
+    assert res["threads"] == []
+
+
+def test_conn_pool_stats_not_on_data_nodes(adm):
+    # Data nodes keep no such pool report yet: they answer as for any unknown command.
+    with pytest.raises(OperationFailure) as e:
+        adm.shard_client(0).admin.command("shardConnPoolStats")
+    assert e.value.code == 59
