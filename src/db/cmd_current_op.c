@@ -80,8 +80,7 @@ cmd_kill_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
         SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Missing expected field \"op\"");
     }
     if (!BSON_ITER_HOLDS_NUMBER(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "\"op\" had the wrong type. Expected number, found %s",
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "\"op\" had the wrong type. Expected number, found %s",
                  shl_bson_type_name(shl_iter_type(&it)));
     }
     id = bson_iter_as_int64(&it);

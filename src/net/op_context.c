@@ -194,7 +194,6 @@ shl_op_register(shl_op_ctx_t *op)
 {
     shl_service_ctx_t *svc = op->svc;
 
-    op->start_wall_ms = shl_clock_wall_ms();
     /* app_name is written by the connection's first hello, on this thread, before
      * hello_seen; from then on it never changes, so other threads may read it. */
     op->app_name = op->conn != NULL && op->conn->hello_seen && op->conn->app_name[0] != '\0'
@@ -257,9 +256,9 @@ shl_op_kill(shl_service_ctx_t *svc, int64_t opid)
 static const char *
 op_type(const char *cmd_name)
 {
-    static const char *const map[][2] = {{"find", "query"},      {"getMore", "getmore"},
-                                         {"insert", "insert"},   {"update", "update"},
-                                         {"delete", "remove"},   {NULL, NULL}};
+    static const char *const map[][2] = {{"find", "query"},    {"getMore", "getmore"},
+                                         {"insert", "insert"}, {"update", "update"},
+                                         {"delete", "remove"}, {NULL, NULL}};
     for (size_t i = 0; map[i][0] != NULL; i++) {
         if (strcmp(cmd_name, map[i][0]) == 0) {
             return map[i][1];

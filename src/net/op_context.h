@@ -61,9 +61,8 @@ typedef struct shl_op_ctx {
 
     /* The in-progress list (currentOp / killOp); set by shl_op_register, guarded by
      * svc->ops_mu while registered. */
-    int32_t opid;             /* 0 when not registered */
-    int64_t start_wall_ms;    /* for currentOp's age */
-    const char *app_name;     /* the connection's appName as of registration, or NULL */
+    int32_t opid;          /* 0 when not registered */
+    const char *app_name;  /* the connection's appName as of registration, or NULL */
     struct shl_op_ctx *ops_prev, *ops_next;
 } shl_op_ctx_t;
 

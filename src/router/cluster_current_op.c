@@ -56,8 +56,7 @@ append_tagged(const char *name, const bson_t *d, const char *key, bson_t *out)
  * the listing with its error.
  */
 static int
-current_op_docs(shl_op_ctx_t *op, const cop_opts_t *o, bson_t *docs, uint32_t *n,
-                shl_status_t *st)
+current_op_docs(shl_op_ctx_t *op, const cop_opts_t *o, bson_t *docs, uint32_t *n, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     char **names = NULL;
@@ -185,7 +184,7 @@ done:
 static int
 parse_stage(const bson_iter_t *stage, cop_opts_t *o, shl_status_t *st)
 {
-    static const char *const known[] = {"allUsers",    "idleConnections", "idleCursors",
+    static const char *const known[] = {"allUsers",     "idleConnections", "idleCursors",
                                         "idleSessions", "localOps",        "truncateOps",
                                         "backtrace",    "targetAllNodes",  NULL};
     bson_iter_t spec;
@@ -350,8 +349,7 @@ static const shl_command_t k_current_op_commands[] = {
 void
 shl_cluster_current_op_commands_register(shl_command_registry_t *reg)
 {
-    for (size_t i = 0; i < sizeof(k_current_op_commands) / sizeof(k_current_op_commands[0]);
-         i++) {
+    for (size_t i = 0; i < sizeof(k_current_op_commands) / sizeof(k_current_op_commands[0]); i++) {
         shl_command_registry_add(reg, &k_current_op_commands[i]);
     }
 }

@@ -229,10 +229,9 @@ store_defaults(shl_op_ctx_t *op, const bson_t *doc, shl_status_t *st)
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&upd, &wc);
     bson_destroy(&res);
-    SHL_ERR(shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
-                           remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS
-                                         : (remaining == 0 ? 1 : remaining),
-                           &res, st));
+    SHL_ERR(shl_client_run(
+        r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
+        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), &res, st));
     if ((bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "writeErrors.0", &err)) ||
         bson_iter_init_find(&err, &res, "writeConcernError")) {
         bson_iter_t f;
