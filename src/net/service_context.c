@@ -28,7 +28,8 @@ shl_service_ctx_cleanup(shl_service_ctx_t *svc)
     }
     svc->cmdline_argv = NULL;
     svc->cmdline_parsed = NULL;
-    pthread_mutex_destroy(&svc->ops_mu);
+    /* ops_mu stays: a connection thread that outlived the shutdown bound may still
+     * unregister its operation on the way out. */
 }
 
 bool
