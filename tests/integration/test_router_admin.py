@@ -62,11 +62,9 @@ def test_isdbgrid_is_not_on_data_nodes(adm):
 
 
 def _config_chunks(cluster, ns):
-    cfg = cluster.config_client().config
+    cfg = cluster.config_client(uuidRepresentation="standard").config
     uuid = cfg.collections.find_one({"_id": ns})["uuid"]
-    # Shard key order is numeric here: sort by the bound in Python (MinKey first).
-    mine = [c for c in cfg.chunks.find() if c["uuid"] == uuid]
-    return sorted(mine, key=lambda c: -1e18 if not isinstance(c["min"]["x"], int) else c["min"]["x"])
+    return list(cfg.chunks.find({"uuid": uuid}).sort("min", 1))
 
 
 def test_get_shard_version_collection(adm):
