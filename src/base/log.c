@@ -21,6 +21,10 @@
 #define RECENT_MAX 1024
 
 static int log_fd = STDERR_FILENO;
+static char *log_path; /* --logpath, set once at start-up; NULL: stderr */
+
+/* Serialises rotations (the fd number log_fd never changes: dup2 swaps the file under it). */
+static pthread_mutex_t rotate_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int verbosity;
 static _Thread_local char thread_ctx[32] = "main";
 
@@ -46,8 +50,49 @@ shl_log_open(const char *path)
             ret = errno;
         } else {
             log_fd = fd;
+            log_path = bson_strdup(path);
         }
     }
+    return ret;
+}
+
+int
+shl_log_rotate(char *renamed, size_t n, bool *rotated)
+{
+    char when[32], target[4096];
+    struct tm tm;
+    time_t now = time(NULL);
+    int ret = 0, fd = -1;
+
+    *rotated = false;
+    if (n > 0) {
+        renamed[0] = '\0';
+    }
+    if (log_path == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&rotate_lock);
+    gmtime_r(&now, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H-%M-%S", &tm);
+    snprintf(target, sizeof(target), "%s.%s", log_path, when);
+    /* Two rotations within a second keep both files. */
+    for (int i = 1; access(target, F_OK) == 0 && i < 1000; i++) {
+        snprintf(target, sizeof(target), "%s.%s.%d", log_path, when, i);
+    }
+    if (rename(log_path, target) != 0) {
+        ret = errno;
+    } else if ((fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) < 0) {
+        ret = errno;
+    } else if (dup2(fd, log_fd) < 0) {
+        ret = errno;
+    } else {
+        *rotated = true;
+        snprintf(renamed, n, "%s", target);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    pthread_mutex_unlock(&rotate_lock);
     return ret;
 }
 

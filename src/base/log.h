@@ -43,6 +43,16 @@ typedef enum shl_log_severity {
  */
 int shl_log_open(const char *path);
 
+/*
+ * shl_log_rotate --
+ *     MongoDB's logRotate (--logRotate rename): rename the log file to
+ *     <path>.<YYYY-MM-DDTHH-MM-SS> (".<n>" appended if that exists) and reopen <path>, so
+ *     later lines go to a fresh file; *rotated says whether it happened and 'renamed'
+ *     (size 'n') receives the old file's new name. Without --logpath (stderr) nothing is
+ *     rotated. Thread-safe. Returns 0 or an errno value.
+ */
+int shl_log_rotate(char *renamed, size_t n, bool *rotated);
+
 /* shl_log_set_verbosity -- 0 = info; 1..3 enable debug levels (logLevel parameter). */
 void shl_log_set_verbosity(int level);
 int shl_log_get_verbosity(void);

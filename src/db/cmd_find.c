@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
@@ -17,6 +18,20 @@
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
+
+/*
+ * MongoDB's waitInFindBeforeMakingBatch: a find (of data.nss only, when given) waits here
+ * until the fail point is switched off or the operation is killed (killOp, shutdown).
+ */
+SHL_FAILPOINT_DEFINE(waitInFindBeforeMakingBatch)
+
+static bool
+nss_filter(const bson_t *data, void *arg)
+{
+    bson_iter_t it;
+    return !bson_iter_init_find(&it, data, "nss") || !BSON_ITER_HOLDS_UTF8(&it) ||
+           strcmp(bson_iter_utf8(&it, NULL), (const char *)arg) == 0;
+}
 
 /* IDL's "value must be >= 0" validator code. */
 #define CODE_IDL_NEGATIVE 51024
@@ -425,6 +440,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
+    if (atomic_load_explicit(&SHL_FAILPOINT(waitInFindBeforeMakingBatch)->active,
+                             memory_order_relaxed) &&
+        shl_failpoint_evaluate(SHL_FAILPOINT(waitInFindBeforeMakingBatch), nss_filter, ns.full,
+                               NULL)) {
+        shl_failpoint_pause_while_set(SHL_FAILPOINT(waitInFindBeforeMakingBatch), &op->killed);
+        SHL_ERR(shl_op_check_interrupt(op, st));
+    }
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &filter, st));
     read_ts = db_read_timestamp(node, &rc);

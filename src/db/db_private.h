@@ -270,6 +270,8 @@ void db_register_write_commands(shl_command_registry_t *reg);
 void db_register_ddl_commands(shl_command_registry_t *reg);
 void db_register_list_commands(shl_command_registry_t *reg);
 void db_register_stats_commands(shl_command_registry_t *reg);
+void db_register_current_op_commands(shl_command_registry_t *reg);
+void db_register_fsync_commands(shl_command_registry_t *reg);
 void db_register_split_vector_command(shl_command_registry_t *reg);
 void db_register_apply_ops_command(shl_command_registry_t *reg);
 

@@ -190,6 +190,8 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_ddl_commands(reg);
     db_register_list_commands(reg);
     db_register_stats_commands(reg);
+    db_register_current_op_commands(reg);
+    db_register_fsync_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
 

@@ -138,6 +138,13 @@ void shl_conn_pool_drop_host(shl_conn_pool_t *pool, const char *host);
 void shl_conn_pool_stats_get(shl_conn_pool_t *pool, const char *host, shl_conn_pool_stats_t *out);
 
 /*
+ * shl_conn_pool_hosts --
+ *     The hosts the pool has connected to (or tried), sorted; a NULL-terminated array the
+ *     caller frees with bson_strfreev. Takes the pool lock briefly.
+ */
+char **shl_conn_pool_hosts(shl_conn_pool_t *pool);
+
+/*
  * shl_client_conn_run --
  *     Run 'cmd' on database 'db' over a checked-out connection: add the decorate hook's
  *     fields and $db, send one OP_MSG, wait for its reply for at most 'timeout_ms'

@@ -5,6 +5,7 @@
  * all happen outside it, so a slow or dead host never stalls callers of other hosts.
  */
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -275,4 +276,28 @@ shl_conn_pool_stats_get(shl_conn_pool_t *pool, const char *host, shl_conn_pool_s
         }
     }
     pthread_mutex_unlock(&pool->lock);
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+char **
+shl_conn_pool_hosts(shl_conn_pool_t *pool)
+{
+    char **out;
+    size_t n = 0;
+
+    pthread_mutex_lock(&pool->lock);
+    out = bson_malloc0((pool->nhosts + 1) * sizeof(*out));
+    for (size_t i = 0; i < pool->nbuckets; i++) {
+        for (pool_host_t *hp = pool->buckets[i]; hp != NULL && n < pool->nhosts; hp = hp->chain) {
+            out[n++] = bson_strdup(hp->key);
+        }
+    }
+    pthread_mutex_unlock(&pool->lock);
+    qsort(out, n, sizeof(*out), cmp_str);
+    return out;
 }

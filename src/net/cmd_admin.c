@@ -683,6 +683,36 @@ done:
 
 /* ---------------------------------------------------------------- registry */
 
+/*
+ * {logRotate: 1 | "server"}: rotate this process's log file (routers rotate only their own,
+ * as mongos does). "audit" names a log Shale does not have. Errors: FileRenameFailed.
+ */
+static int
+cmd_log_rotate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it;
+    char renamed[4200];
+    bool rotated = false;
+    int err, ret = 0;
+    (void)op;
+    (void)reply;
+
+    if (bson_iter_init(&it, cmd) && shl_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), "server") != 0) {
+        SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Unknown log type for rotate: %s",
+                 bson_iter_utf8(&it, NULL));
+    }
+    err = shl_log_rotate(renamed, sizeof(renamed), &rotated);
+    if (err != 0) {
+        SHL_FAIL(st, SHL_CODE_FILE_RENAME_FAILED, "Log rotation failed: %s", strerror(err));
+    }
+    if (rotated) {
+        SHL_LOG_INFO(CONTROL, 23166, "Log rotation initiated", "renamedTo", BCON_UTF8(renamed));
+    }
+done:
+    return ret;
+}
+
 static const shl_command_t admin_cmds[] = {
     {.name = "getParameter",
      .run = cmd_get_parameter,
@@ -720,6 +750,10 @@ static const shl_command_t admin_cmds[] = {
      .run = cmd_session_noop,
      .help = "kill a logical session and its operations"},
     {.name = "refreshSessions", .run = cmd_session_noop, .help = "renew a set of logical sessions"},
+    {.name = "logRotate",
+     .run = cmd_log_rotate,
+     .flags = SHL_CMD_ADMIN_ONLY,
+     .help = "rotate the log file (--logpath): rename it and open a new one"},
     {.name = "shutdown",
      .run = cmd_shutdown,
      .flags = SHL_CMD_ADMIN_ONLY,

@@ -5,9 +5,11 @@
 #include "net/op_context.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/str.h"
+#include "net/server.h"
 
 static bool
 doc_view(const bson_iter_t *it, bson_t *view)
@@ -183,4 +185,172 @@ shl_op_remaining_ms(const shl_op_ctx_t *op)
     }
     left = (op->deadline_us - shl_clock_mono_us()) / 1000;
     return left > 0 ? left : 0;
+}
+
+/* ---------------------------------------------------------------- in-progress list */
+
+void
+shl_op_register(shl_op_ctx_t *op)
+{
+    shl_service_ctx_t *svc = op->svc;
+
+    /* app_name is written by the connection's first hello, on this thread, before
+     * hello_seen; from then on it never changes, so other threads may read it. */
+    op->app_name = op->conn != NULL && op->conn->hello_seen && op->conn->app_name[0] != '\0'
+                       ? op->conn->app_name
+                       : NULL;
+    pthread_mutex_lock(&svc->ops_mu);
+    if (svc->next_opid <= 0 || svc->next_opid == INT32_MAX) {
+        svc->next_opid = 1;
+    }
+    op->opid = svc->next_opid++;
+    op->ops_prev = NULL;
+    op->ops_next = svc->ops;
+    if (svc->ops != NULL) {
+        svc->ops->ops_prev = op;
+    }
+    svc->ops = op;
+    pthread_mutex_unlock(&svc->ops_mu);
+}
+
+void
+shl_op_unregister(shl_op_ctx_t *op)
+{
+    shl_service_ctx_t *svc = op->svc;
+
+    if (op->opid == 0) {
+        return;
+    }
+    pthread_mutex_lock(&svc->ops_mu);
+    if (op->ops_prev != NULL) {
+        op->ops_prev->ops_next = op->ops_next;
+    } else {
+        svc->ops = op->ops_next;
+    }
+    if (op->ops_next != NULL) {
+        op->ops_next->ops_prev = op->ops_prev;
+    }
+    op->ops_prev = op->ops_next = NULL;
+    op->opid = 0;
+    pthread_mutex_unlock(&svc->ops_mu);
+}
+
+bool
+shl_op_kill(shl_service_ctx_t *svc, int64_t opid)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        if (o->opid == opid) {
+            atomic_store(&o->killed, true);
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+    return found;
+}
+
+/* MongoDB's `op` of a command: the legacy operation type it stands for. */
+static const char *
+op_type(const char *cmd_name)
+{
+    static const char *const map[][2] = {{"find", "query"},    {"getMore", "getmore"},
+                                         {"insert", "insert"}, {"update", "update"},
+                                         {"delete", "remove"}, {NULL, NULL}};
+    for (size_t i = 0; map[i][0] != NULL; i++) {
+        if (strcmp(cmd_name, map[i][0]) == 0) {
+            return map[i][1];
+        }
+    }
+    return "command";
+}
+
+/* The namespace currentOp shows: db.coll when the command names a collection, else db.$cmd. */
+static void
+op_ns(const shl_op_ctx_t *op, char *out, size_t n)
+{
+    bson_iter_t it;
+
+    if (op->body != NULL && bson_iter_init(&it, op->body) && shl_iter_next(&it) &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *v = bson_iter_utf8(&it, NULL);
+        if (strchr(v, '.') != NULL && strcmp(op->db, "admin") == 0) {
+            shl_str_copy(out, n, v); /* getShardVersion, dataSize, ...: a full namespace */
+        } else {
+            snprintf(out, n, "%s.%s", op->db, v);
+        }
+    } else {
+        snprintf(out, n, "%s.$cmd", op->db);
+    }
+}
+
+/* ISO-8601 with milliseconds and the +00:00 offset, as MongoDB prints currentOpTime. */
+static void
+iso_time(int64_t ms, char *out, size_t n)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    char buf[32];
+
+    gmtime_r(&secs, &tm);
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, n, "%s.%03d+00:00", buf, (int)(ms % 1000));
+}
+
+void
+shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
+{
+    int64_t now_us = shl_clock_mono_us();
+    char now[48], ns[300], key[16];
+
+    iso_time(shl_clock_wall_ms(), now, sizeof(now));
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        int64_t us = now_us - o->start_mono_us;
+        const char *kp;
+        char desc[32];
+        bson_t d, locks;
+
+        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+        BSON_APPEND_DOCUMENT_BEGIN(arr, kp, &d);
+        BSON_APPEND_UTF8(&d, "type", "op");
+        BSON_APPEND_UTF8(&d, "host", svc->me);
+        if (o->conn != NULL) {
+            snprintf(desc, sizeof(desc), "conn%lld", (long long)o->conn->id);
+            BSON_APPEND_UTF8(&d, "desc", desc);
+            BSON_APPEND_INT64(&d, "connectionId", o->conn->id);
+            BSON_APPEND_UTF8(&d, "client", o->conn->remote);
+        }
+        if (o->app_name != NULL) {
+            BSON_APPEND_UTF8(&d, "appName", o->app_name);
+        }
+        BSON_APPEND_BOOL(&d, "active", true);
+        BSON_APPEND_UTF8(&d, "currentOpTime", now);
+        BSON_APPEND_INT32(&d, "opid", o->opid);
+        if (o->has_lsid) {
+            BSON_APPEND_DOCUMENT(&d, "lsid", &o->lsid);
+        }
+        if (o->has_txn_number) {
+            BSON_APPEND_INT64(&d, "txnNumber", o->txn_number);
+        }
+        BSON_APPEND_INT64(&d, "secs_running", us / 1000000);
+        BSON_APPEND_INT64(&d, "microsecs_running", us);
+        BSON_APPEND_UTF8(&d, "op", op_type(o->cmd_name != NULL ? o->cmd_name : ""));
+        op_ns(o, ns, sizeof(ns));
+        BSON_APPEND_UTF8(&d, "ns", ns);
+        if (o->body != NULL) {
+            BSON_APPEND_DOCUMENT(&d, "command", o->body);
+        }
+        BSON_APPEND_INT32(&d, "numYields", 0);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "locks", &locks);
+        bson_append_document_end(&d, &locks);
+        BSON_APPEND_BOOL(&d, "waitingForLock", false);
+        if (atomic_load(&o->killed)) {
+            BSON_APPEND_BOOL(&d, "killPending", true);
+        }
+        bson_append_document_end(arr, &d);
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
 }

@@ -58,6 +58,12 @@ typedef struct shl_op_ctx {
     int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
     atomic_bool killed;  /* set by killOp or shutdown */
     int64_t start_mono_us;
+
+    /* The in-progress list (currentOp / killOp); set by shl_op_register, guarded by
+     * svc->ops_mu while registered. */
+    int32_t opid;          /* 0 when not registered */
+    const char *app_name;  /* the connection's appName as of registration, or NULL */
+    struct shl_op_ctx *ops_prev, *ops_next;
 } shl_op_ctx_t;
 
 /*
@@ -75,6 +81,32 @@ int shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *c
  *     Interrupted if killed, InterruptedAtShutdown during shutdown.
  */
 int shl_op_check_interrupt(shl_op_ctx_t *op, shl_status_t *st);
+
+/*
+ * shl_op_register / shl_op_unregister --
+ *     Add the operation to its process's in-progress list with a new opid (positive, unique
+ *     for the process's life until it wraps at 2^31), so that currentOp lists it and killOp
+ *     can set its kill flag; remove it before its request (op->body) is freed. Takes
+ *     svc->ops_mu briefly.
+ */
+void shl_op_register(shl_op_ctx_t *op);
+void shl_op_unregister(shl_op_ctx_t *op);
+
+/*
+ * shl_op_kill --
+ *     Set the kill flag of the in-progress operation 'opid' of 'svc' (blocking waits see
+ *     it through shl_op_check_interrupt). Returns whether such an operation was running.
+ */
+bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
+
+/*
+ * shl_op_list_append --
+ *     Append to the array 'arr' one currentOp document per in-progress operation of 'svc'
+ *     (type, host, desc, connectionId, client, appName, active, currentOpTime, opid,
+ *     secs_running, microsecs_running, op, ns, command, numYields, locks, waitingForLock,
+ *     killPending), numbering them from *n (advanced). Takes svc->ops_mu.
+ */
+void shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n);
 
 /* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
 int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);

@@ -103,6 +103,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     SHL_ERR(shl_op_ctx_init(&op, svc, conn, body, db, &st));
     op_init = true;
     op.cmd_name = cmd->name;
+    shl_op_register(&op);
     /* Until transactions exist, a statement of one must not run as an ordinary write that
      * the client later believes aborted (or committed with the others). */
     if (op.has_autocommit || op.start_transaction) {
@@ -149,6 +150,9 @@ done:
     }
     if (op_init && svc->hooks.decorate_reply != NULL) {
         svc->hooks.decorate_reply(&op, reply);
+    }
+    if (op_init) {
+        shl_op_unregister(&op);
     }
     shl_fail_command_action_cleanup(&fc);
 }

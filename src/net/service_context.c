@@ -14,6 +14,7 @@ shl_service_ctx_init(shl_service_ctx_t *svc, shl_role_t role)
     svc->role = role;
     svc->start_wall_ms = shl_clock_wall_ms();
     svc->start_mono_us = shl_clock_mono_us();
+    pthread_mutex_init(&svc->ops_mu, NULL);
 }
 
 void
@@ -27,6 +28,8 @@ shl_service_ctx_cleanup(shl_service_ctx_t *svc)
     }
     svc->cmdline_argv = NULL;
     svc->cmdline_parsed = NULL;
+    /* ops_mu stays: a connection thread that outlived the shutdown bound may still
+     * unregister its operation on the way out. */
 }
 
 bool

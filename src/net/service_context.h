@@ -71,6 +71,11 @@ typedef struct shl_service_ctx {
     atomic_bool shutting_down; /* set once by shutdown */
     atomic_int shutdown_exit_code;
 
+    /* Operations in progress (currentOp / killOp; net/op_context.h). */
+    pthread_mutex_t ops_mu;
+    struct shl_op_ctx *ops; /* guarded by ops_mu */
+    int32_t next_opid;      /* guarded by ops_mu */
+
     struct shl_storage_engine *storage; /* data nodes; NULL on the router */
     void *role_state;                   /* owned by the role's module */
 } shl_service_ctx_t;

@@ -4201,3 +4201,68 @@ shl_pipeline_destroy(shl_pipeline_t *p)
     bson_free(p->stages);
     bson_free(p);
 }
+
+/* ---------------------------------------------------------------- array source */
+
+typedef struct array_source {
+    bson_iter_t it;
+    bool ok;
+    bson_t cur;
+} array_source_t;
+
+static int
+array_source_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    array_source_t *a = arg;
+    (void)st;
+
+    *doc = NULL;
+    while (a->ok && shl_iter_next(&a->it)) {
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&a->it)) {
+            continue;
+        }
+        bson_iter_document(&a->it, &len, &data);
+        if (bson_init_static(&a->cur, data, len)) {
+            *doc = &a->cur;
+            break;
+        }
+    }
+    return 0;
+}
+
+int
+shl_pipeline_run_array(const bson_t *docs, const bson_t *stages, bson_t *out, uint32_t *n,
+                       shl_status_t *st)
+{
+    shl_pipeline_t *p = NULL;
+    array_source_t a;
+    shl_pipeline_source_t src;
+    int ret = 0;
+
+    memset(&a, 0, sizeof(a));
+    a.ok = bson_iter_init(&a.it, docs);
+    SHL_ERR(shl_pipeline_parse(stages, NULL, &p, st));
+    if (shl_pipeline_output(p) != NULL) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "$out and $merge are not supported over this stage's documents");
+    }
+    src.next = array_source_next;
+    src.arg = &a;
+    shl_pipeline_set_source(p, &src);
+    for (;;) {
+        const bson_t *d;
+        char key[16];
+        const char *kp;
+        SHL_ERR(shl_pipeline_next(p, &d, st));
+        if (d == NULL) {
+            break;
+        }
+        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+        bson_append_document(out, kp, -1, d);
+    }
+done:
+    shl_pipeline_destroy(p);
+    return ret;
+}

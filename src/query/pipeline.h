@@ -146,4 +146,16 @@ void shl_pipeline_describe(const shl_pipeline_t *p, bson_t *arr);
 
 void shl_pipeline_destroy(shl_pipeline_t *p);
 
+/*
+ * shl_pipeline_run_array --
+ *     Run the documents of the BSON array 'docs' (borrowed) through 'stages' (a BSON array of
+ *     stage documents, e.g. [{$match: ...}, {$sort: ...}]; an empty one passes everything)
+ *     and append the results to the array 'out' from key *n on (advanced). For documents a
+ *     process makes itself (currentOp's), which may hold `$`-prefixed field names that a
+ *     $documents expression would refuse. A stage writing output ($out, $merge) is refused
+ *     (IllegalOperation). Errors: shl_pipeline_parse's and shl_pipeline_next's.
+ */
+int shl_pipeline_run_array(const bson_t *docs, const bson_t *stages, bson_t *out, uint32_t *n,
+                           shl_status_t *st);
+
 #endif

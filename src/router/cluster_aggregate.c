@@ -1149,6 +1149,16 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             ret = sharded_data_distribution(op, cmd, &pl, reply, st);
             goto done;
         }
+        if (has_pl && first_stage_is(&pl, "$currentOp")) {
+            if (strcmp(op->db, "admin") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
+                bson_iter_as_double(&it) != 1.0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                         "$currentOp must be run against the 'admin' database with {aggregate: "
+                         "1}");
+            }
+            ret = router_current_op_aggregate(op, cmd, &pl, reply, st);
+            goto done;
+        }
         if (router_is_config_db(op->db)) {
             /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
             char agg_ns[SHL_NS_MAX + 1];
@@ -1171,6 +1181,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (first_stage_is(&p.pipeline, "$currentOp")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "$currentOp must be run against the 'admin' database with {aggregate: 1}");
     }
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &p.explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));

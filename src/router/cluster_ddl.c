@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/str.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "query/matcher.h"
@@ -163,7 +164,9 @@ shard_conn_string(shl_router_t *r, const char *shard, char *out, size_t n)
     char host[SHL_CLIENT_HOST_MAX];
     shl_status_t ignored = SHL_STATUS_INIT;
 
-    if (shl_shard_registry_host_for(r->registry, shard, host, sizeof(host), &ignored) == 0) {
+    if (strcmp(shard, "config") == 0) {
+        shl_str_copy(out, n, r->configdb); /* the config server's "csrs/host:port" */
+    } else if (shl_shard_registry_host_for(r->registry, shard, host, sizeof(host), &ignored) == 0) {
         snprintf(out, n, "%s/%s", shard, host);
     } else {
         snprintf(out, n, "%s", shard);

@@ -17,12 +17,8 @@
 #include "router/router_commands.h"
 #include "router/router_private.h"
 
-/*
- * The user's command as a shard should see it (see router_copy_command), under the command's
- * own name 'name': the lower-case aliases (dbstats, collstats) are the router's to accept.
- */
-static void
-copy_renamed(const bson_t *cmd, const char *name, const char *const *skip, bson_t *out)
+void
+router_copy_command_as(const bson_t *cmd, const char *name, const char *const *skip, bson_t *out)
 {
     bson_t tmp = BSON_INITIALIZER;
     bson_iter_t it;
@@ -95,7 +91,7 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     for (size_t i = 0; i < n; i++) {
         reqs[i].shard = names[i];
         bson_init(&reqs[i].cmd);
-        copy_renamed(cmd, "dbStats", NULL, &reqs[i].cmd);
+        router_copy_command_as(cmd, "dbStats", NULL, &reqs[i].cmd);
     }
     shl_router_send(r, op, op->db, reqs, n, fres);
     res = bson_malloc0((n + 1) * sizeof(*res));
@@ -284,7 +280,7 @@ coll_stats_build(void *arg, const shl_router_routing_t *rr, const char *shard, b
     static const char *const skip[] = {"scale", NULL};
     (void)rr;
     (void)shard;
-    copy_renamed(arg, "collStats", skip, cmd);
+    router_copy_command_as(arg, "collStats", skip, cmd);
 }
 
 /*

@@ -11,4 +11,7 @@ shl_router_commands_register(shl_command_registry_t *reg)
     shl_cluster_find_commands_register(reg);
     shl_cluster_ddl_commands_register(reg);
     shl_cluster_stats_commands_register(reg);
+    shl_cluster_diag_commands_register(reg);
+    shl_cluster_current_op_commands_register(reg);
+    shl_cluster_rw_defaults_commands_register(reg);
 }

@@ -25,6 +25,14 @@ bool router_is_config_db(const char *db);
 void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out);
 
 /*
+ * router_copy_command_as --
+ *     router_copy_command under the command's own name 'name' (the first field renamed):
+ *     lower-case aliases such as dbstats or datasize are the router's to accept.
+ */
+void router_copy_command_as(const bson_t *cmd, const char *name, const char *const *skip,
+                            bson_t *out);
+
+/*
  * router_run_on_config --
  *     Run 'cmd' (the user's, generic fields stripped) on the config server's database 'db';
  *     *reply is always initialised (caller destroys). Errors: the config server's.
@@ -73,12 +81,23 @@ void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merge
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
+/*
+ * router_current_op_aggregate --
+ *     {aggregate: 1, pipeline: [{$currentOp: {...}}, ...]} on admin (cluster_current_op.c):
+ *     the operations in progress (every shard's, tagged; or the router's own with localOps)
+ *     through the rest of the pipeline, answered in one batch. Errors: FailedToParse for bad
+ *     options, 40602 a second $currentOp, the shards' and the pipeline's errors.
+ */
+int router_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
+                                bson_t *reply, shl_status_t *st);
+
 /* router_append_shard_host -- the host of shard 'name' ("" if unknown). */
 void router_shard_host(shl_router_t *r, const char *name, char *out, size_t n);
 
 /*
  * router_append_raw --
  *     mongos's reply to a command run on several shards: raw: {<shard conn string>: reply}
+ *     (shard "config": the config server's connection string)
  *     appended to 'reply'; a failure on any shard fails the command with every shard's error
  *     in errmsg and the code they share (or the first one's). Returns 0 or that code.
  */

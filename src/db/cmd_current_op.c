@@ -1,0 +1,108 @@
+/*
+ * cmd_current_op.c -- currentOp and killOp on a data node: the operations in progress are
+ * the ones the dispatcher registered (net/op_context.h shl_op_register); killOp sets an
+ * operation's kill flag, which its blocking waits and scans check (shl_op_check_interrupt).
+ * Idle connections, cursors and sessions are not listed ($all lists active operations only).
+ */
+#include <string.h>
+
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "net/command_args.h"
+#include "query/pipeline.h"
+
+/* currentOp's own fields; everything else that is not a generic argument is the filter. */
+static bool
+is_option(const char *k)
+{
+    return strcmp(k, "currentOp") == 0 || strcmp(k, "$all") == 0 || strcmp(k, "$ownOps") == 0 ||
+           strcmp(k, "$truncateOps") == 0 || strcmp(k, "$db") == 0;
+}
+
+/* The $match stage (a one-stage array in 'stages') made of currentOp's remaining fields. */
+static void
+filter_stage(const bson_t *cmd, bson_t *stages)
+{
+    bson_iter_t it;
+    bson_t stage, match;
+
+    BSON_APPEND_DOCUMENT_BEGIN(stages, "0", &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match);
+    if (bson_iter_init(&it, cmd)) {
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
+            if (!is_option(k) && !shl_cmd_is_generic_arg(k)) {
+                bson_append_iter(&match, NULL, 0, &it);
+            }
+        }
+    }
+    bson_append_document_end(&stage, &match);
+    bson_append_document_end(stages, &stage);
+}
+
+/* {currentOp: 1, $all?, $ownOps?, <filter>...} -> {inprog: [...]}. */
+static int
+cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_t all = BSON_INITIALIZER, stages = BSON_INITIALIZER, inprog;
+    uint32_t n = 0, k = 0;
+    bool flag = false;
+    int ret = 0;
+
+    SHL_ERR(shl_cmd_get_bool(cmd, "$all", &flag, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "$ownOps", &flag, st));
+    shl_op_list_append(op->svc, &all, &n);
+    filter_stage(cmd, &stages);
+    BSON_APPEND_ARRAY_BEGIN(reply, "inprog", &inprog);
+    ret = shl_pipeline_run_array(&all, &stages, &inprog, &k, st);
+    bson_append_array_end(reply, &inprog);
+    SHL_ERR(ret);
+done:
+    bson_destroy(&all);
+    bson_destroy(&stages);
+    return ret;
+}
+
+/*
+ * {killOp: 1, op: <opid>}: sets the operation's kill flag. As MongoDB's, it succeeds
+ * whether or not the operation still runs. Errors: NoSuchKey without op, TypeMismatch for
+ * a non-number, 26823 outside 32 bits.
+ */
+static int
+cmd_kill_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it;
+    int64_t id;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, cmd, "op")) {
+        SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Missing expected field \"op\"");
+    }
+    if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "\"op\" had the wrong type. Expected number, found %s",
+                 shl_bson_type_name(shl_iter_type(&it)));
+    }
+    id = bson_iter_as_int64(&it);
+    if (id < INT32_MIN || id > INT32_MAX) {
+        SHL_FAIL(st, 26823, "invalid op : %lld. Op ID cannot be represented with 32 bits",
+                 (long long)id);
+    }
+    (void)shl_op_kill(op->svc, id);
+    BSON_APPEND_UTF8(reply, "info", "attempting to kill op");
+done:
+    return ret;
+}
+
+static const shl_command_t current_op_commands[] = {
+    {"currentOp", {NULL}, cmd_current_op, SHL_CMD_ADMIN_ONLY, "operations in progress"},
+    {"killOp", {NULL}, cmd_kill_op, SHL_CMD_ADMIN_ONLY, "interrupt an operation by opid"},
+};
+
+void
+db_register_current_op_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(current_op_commands) / sizeof(current_op_commands[0]); i++) {
+        shl_command_registry_add(reg, &current_op_commands[i]);
+    }
+}

@@ -1,0 +1,337 @@
+/*
+ * cluster_rw_defaults.c -- getDefaultRWConcern / setDefaultRWConcern through the router: the
+ * cluster-wide defaults live on the config server in config.settings
+ * {_id: "ReadWriteConcernDefaults", defaultReadConcern, defaultWriteConcern, updateOpTime,
+ * updateWallClockTime}, as MongoDB keeps them; without a document the implicit defaults are
+ * answered ({level: "local"}, {w: "majority", wtimeout: 0}, sources "implicit").
+ * The router reads the document on every get (no cache yet), and does not yet apply the
+ * defaults to requests that carry no read or write concern.
+ */
+#include <string.h>
+
+#include "base/clock.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "net/command_args.h"
+#include "router/cluster_routing.h"
+#include "router/router_commands.h"
+#include "router/router_private.h"
+
+#define RWC_DOC_ID "ReadWriteConcernDefaults"
+
+/* The stored defaults document into *doc (empty when there is none). */
+static int
+load_defaults(shl_op_ctx_t *op, bson_t *doc, shl_status_t *st)
+{
+    bson_t find = BSON_INITIALIZER, filter, res = BSON_INITIALIZER;
+    bson_iter_t it, d;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&find, "find", "settings");
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+    BSON_APPEND_UTF8(&filter, "_id", RWC_DOC_ID);
+    bson_append_document_end(&find, &filter);
+    BSON_APPEND_INT32(&find, "limit", 1);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    bson_destroy(&res);
+    SHL_ERR(router_run_on_config(op, "config", &find, &res, st));
+    if (bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
+        BSON_ITER_HOLDS_DOCUMENT(&d)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t view;
+        bson_iter_document(&d, &len, &data);
+        if (bson_init_static(&view, data, len)) {
+            bson_concat(doc, &view);
+        }
+    }
+done:
+    bson_destroy(&find);
+    bson_destroy(&res);
+    return ret;
+}
+
+/* Whether 'doc' holds a non-empty document at 'key' (into *out, a view into 'doc'). */
+static bool
+sub_doc(const bson_t *doc, const char *key, bson_t *out)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (!bson_iter_init_find(&it, doc, key) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return false;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(out, data, len) && !bson_empty(out);
+}
+
+/* getDefaultRWConcern's reply from the stored document 'doc' (may be empty). */
+static void
+append_defaults(const bson_t *doc, bson_t *reply)
+{
+    bson_t rc, wc, sub;
+    bson_iter_t it;
+    bool has_rc = sub_doc(doc, "defaultReadConcern", &rc);
+    bool has_wc = sub_doc(doc, "defaultWriteConcern", &wc);
+
+    if (has_rc) {
+        BSON_APPEND_DOCUMENT(reply, "defaultReadConcern", &rc);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "defaultReadConcern", &sub);
+        BSON_APPEND_UTF8(&sub, "level", "local");
+        bson_append_document_end(reply, &sub);
+    }
+    if (has_wc) {
+        BSON_APPEND_DOCUMENT(reply, "defaultWriteConcern", &wc);
+    } else {
+        /* Every shard and the config server are replica sets without arbiters: majority. */
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "defaultWriteConcern", &sub);
+        BSON_APPEND_UTF8(&sub, "w", "majority");
+        BSON_APPEND_INT32(&sub, "wtimeout", 0);
+        bson_append_document_end(reply, &sub);
+    }
+    if (bson_iter_init_find(&it, doc, "updateOpTime")) {
+        bson_append_iter(reply, NULL, 0, &it);
+    }
+    if (bson_iter_init_find(&it, doc, "updateWallClockTime")) {
+        bson_append_iter(reply, NULL, 0, &it);
+    }
+    BSON_APPEND_UTF8(reply, "defaultWriteConcernSource", has_wc ? "global" : "implicit");
+    BSON_APPEND_UTF8(reply, "defaultReadConcernSource", has_rc ? "global" : "implicit");
+    BSON_APPEND_DATE_TIME(reply, "localUpdateWallClockTime", shl_clock_wall_ms());
+}
+
+static int
+cmd_get_default_rw_concern(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    static const char *const fields[] = {"inMemory", NULL};
+    bson_t doc = BSON_INITIALIZER;
+    bool in_memory = false;
+    int ret = 0;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, fields, st));
+    SHL_ERR(shl_cmd_get_bool(cmd, "inMemory", &in_memory, st));
+    SHL_ERR(load_defaults(op, &doc, st));
+    append_defaults(&doc, reply);
+    if (in_memory) {
+        BSON_APPEND_BOOL(reply, "inMemory", true);
+    }
+done:
+    bson_destroy(&doc);
+    return ret;
+}
+
+/* A default read concern: {level} of local, available or majority, nothing else. */
+static int
+check_read_concern(const bson_t *rc, bson_t *out, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    bson_iter_init(&it, rc);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "level") == 0) {
+            const char *level;
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'ReadConcern.level' is the wrong type '%s', expected type "
+                         "'string'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            level = bson_iter_utf8(&it, NULL);
+            if (strcmp(level, "snapshot") == 0 || strcmp(level, "linearizable") == 0) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                         "level: '%s' is not suitable for the default read concern", level);
+            }
+            if (strcmp(level, "local") != 0 && strcmp(level, "available") != 0 &&
+                strcmp(level, "majority") != 0) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                         "BSON field 'ReadConcern.level' has an invalid value '%s'", level);
+            }
+            BSON_APPEND_UTF8(out, "level", level);
+        } else if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "afterClusterTime") == 0 ||
+                   strcmp(k, "atClusterTime") == 0) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "'%s' is not suitable for the default read concern",
+                     k);
+        } else if (strcmp(k, "provenance") == 0) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "'provenance' must be unset in default read concern");
+        } else {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field 'ReadConcern.%s' is an unknown field.", k);
+        }
+    }
+done:
+    return ret;
+}
+
+/* A default write concern: acknowledged, with a 'w'; stored as {w, j?, wtimeout}. */
+static int
+check_write_concern(const bson_t *wc, bson_t *out, shl_status_t *st)
+{
+    bson_iter_t w, it;
+    int64_t wtimeout = 0;
+    int ret = 0;
+
+    if (bson_iter_init_find(&it, wc, "provenance")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "'provenance' must be unset in default write concern");
+    }
+    if (!bson_iter_init_find(&w, wc, "w")) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "The global default write concern must specify 'w' (a number or a mode)");
+    }
+    if (BSON_ITER_HOLDS_NUMBER(&w)) {
+        if (bson_iter_as_int64(&w) < 1) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "Unacknowledged write concern is not suitable for the default write "
+                     "concern");
+        }
+        BSON_APPEND_INT32(out, "w", (int32_t)bson_iter_as_int64(&w));
+    } else if (BSON_ITER_HOLDS_UTF8(&w)) {
+        BSON_APPEND_UTF8(out, "w", bson_iter_utf8(&w, NULL));
+    } else {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "w has to be a number or string; found: %s",
+                 shl_bson_type_name(shl_iter_type(&w)));
+    }
+    if (bson_iter_init_find(&it, wc, "j")) {
+        BSON_APPEND_BOOL(out, "j", bson_iter_as_bool(&it));
+    }
+    if (bson_iter_init_find(&it, wc, "wtimeout") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        wtimeout = bson_iter_as_int64(&it);
+    }
+    BSON_APPEND_INT32(out, "wtimeout", (int32_t)wtimeout);
+done:
+    return ret;
+}
+
+/* Replace the defaults document on the config server (upsert, w: majority). */
+static int
+store_defaults(shl_op_ctx_t *op, const bson_t *doc, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    bson_t upd = BSON_INITIALIZER, res = BSON_INITIALIZER, arr, one, q, wc;
+    bson_iter_t it, err;
+    int64_t remaining = shl_op_remaining_ms(op);
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&upd, "update", "settings");
+    BSON_APPEND_ARRAY_BEGIN(&upd, "updates", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &one);
+    BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
+    BSON_APPEND_UTF8(&q, "_id", RWC_DOC_ID);
+    bson_append_document_end(&one, &q);
+    BSON_APPEND_DOCUMENT(&one, "u", doc);
+    BSON_APPEND_BOOL(&one, "upsert", true);
+    bson_append_document_end(&arr, &one);
+    bson_append_array_end(&upd, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&upd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&upd, &wc);
+    bson_destroy(&res);
+    SHL_ERR(shl_client_run(
+        r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
+        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), &res, st));
+    if ((bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "writeErrors.0", &err)) ||
+        bson_iter_init_find(&err, &res, "writeConcernError")) {
+        bson_iter_t f;
+        int code = SHL_CODE_OPERATION_FAILED;
+        const char *msg = "could not write the default read/write concern";
+        if (BSON_ITER_HOLDS_DOCUMENT(&err) && bson_iter_recurse(&err, &f)) {
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
+                    code = (int)bson_iter_as_int64(&f);
+                } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                    msg = bson_iter_utf8(&f, NULL);
+                }
+            }
+        }
+        SHL_FAIL(st, code, "%s", msg);
+    }
+done:
+    bson_destroy(&upd);
+    bson_destroy(&res);
+    return ret;
+}
+
+/*
+ * setDefaultRWConcern as MongoDB's config server runs it: at least one of defaultReadConcern
+ * / defaultWriteConcern; a given one replaces the stored one ({} unsets the read concern,
+ * but a write concern once set cannot be unset: IllegalOperation), the other is kept;
+ * updateOpTime is the cluster time, updateWallClockTime now. Replies like
+ * getDefaultRWConcern with the new defaults.
+ */
+static int
+cmd_set_default_rw_concern(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    static const char *const fields[] = {"defaultReadConcern", "defaultWriteConcern", NULL};
+    shl_router_t *r = shl_router_get(op);
+    bson_t cur = BSON_INITIALIZER, next = BSON_INITIALIZER, rc, wc, sub, cur_sub;
+    bool has_rc = false, has_wc = false;
+    uint64_t now_ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+    int ret = 0;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, fields, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "defaultReadConcern", &rc, &has_rc, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "defaultWriteConcern", &wc, &has_wc, st));
+    if (!has_rc && !has_wc) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "At least one of the \"defaultReadConcern\" or \"defaultWriteConcern\" fields "
+                 "must be present");
+    }
+    SHL_ERR(load_defaults(op, &cur, st));
+    BSON_APPEND_UTF8(&next, "_id", RWC_DOC_ID);
+    if (has_rc && !bson_empty(&rc)) {
+        BSON_APPEND_DOCUMENT_BEGIN(&next, "defaultReadConcern", &sub);
+        ret = check_read_concern(&rc, &sub, st);
+        bson_append_document_end(&next, &sub);
+        SHL_ERR(ret);
+    } else if (!has_rc && sub_doc(&cur, "defaultReadConcern", &cur_sub)) {
+        BSON_APPEND_DOCUMENT(&next, "defaultReadConcern", &cur_sub);
+    }
+    if (has_wc && !bson_empty(&wc)) {
+        BSON_APPEND_DOCUMENT_BEGIN(&next, "defaultWriteConcern", &sub);
+        ret = check_write_concern(&wc, &sub, st);
+        bson_append_document_end(&next, &sub);
+        SHL_ERR(ret);
+    } else if (sub_doc(&cur, "defaultWriteConcern", &cur_sub)) {
+        if (has_wc) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "The global default write concern cannot be unset once it is set.");
+        }
+        BSON_APPEND_DOCUMENT(&next, "defaultWriteConcern", &cur_sub);
+    }
+    if (now_ts == 0) {
+        now_ts = ((uint64_t)(shl_clock_wall_ms() / 1000)) << 32;
+    }
+    shl_bson_append_timestamp_u64(&next, "updateOpTime", now_ts);
+    BSON_APPEND_DATE_TIME(&next, "updateWallClockTime", shl_clock_wall_ms());
+    SHL_ERR(store_defaults(op, &next, st));
+    append_defaults(&next, reply);
+done:
+    bson_destroy(&cur);
+    bson_destroy(&next);
+    return ret;
+}
+
+static const shl_command_t k_rw_defaults_commands[] = {
+    {"getDefaultRWConcern",
+     {NULL},
+     cmd_get_default_rw_concern,
+     SHL_CMD_ADMIN_ONLY,
+     "the cluster-wide default read and write concern"},
+    {"setDefaultRWConcern",
+     {NULL},
+     cmd_set_default_rw_concern,
+     SHL_CMD_ADMIN_ONLY,
+     "set the cluster-wide default read and/or write concern (config.settings)"},
+};
+
+void
+shl_cluster_rw_defaults_commands_register(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(k_rw_defaults_commands) / sizeof(k_rw_defaults_commands[0]);
+         i++) {
+        shl_command_registry_add(reg, &k_rw_defaults_commands[i]);
+    }
+}
