@@ -4,12 +4,14 @@
 # shard and two shards -- and runs loadgen (libmongoc) against them:
 #  - point find by shard key (findid, bench.findid sharded by {_id: "hashed"}) through the
 #    1-shard cluster's router vs directly on its shard (same data, same process): prints the
-#    router's added latency in us and the ratio (target: router adds <= 30% at p50);
+#    router's added latency in us and the ratio (target: router adds <= 30% at p50), and
+#    through a do-nothing router (bench/wire_relay.c) in the same place: the floor any
+#    router pays for the extra hop on this machine;
 #  - a scatter find (range over a non-key indexed field, so every shard answers) on 2 shards
 #    vs 1 shard;
 #  - inserts through the router (bench.insert sharded by {_id: "hashed"}) with 1 and 2 shards.
 # Env: BENCH_SECONDS (default 5), BENCH_KEYS (default 100000), BENCH_CONNS ("1 8"),
-# BENCH_ROUNDS (default 3: interleaved router/direct point-find runs, medians compared).
+# BENCH_ROUNDS (default 3: interleaved router/relay/direct point-find runs, medians compared).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build-release}
@@ -17,11 +19,12 @@ case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 SHALE="$BUILD/src/main/shale"
 LOADGEN="$BUILD/bench/loadgen"
 HOP_FLOOR="$BUILD/bench/hop_floor"
+WIRE_RELAY="$BUILD/bench/wire_relay"
 SECS=${BENCH_SECONDS:-5}
 KEYS=${BENCH_KEYS:-100000}
 CONNS=${BENCH_CONNS:-"1 8"}
 ROUNDS=${BENCH_ROUNDS:-3}
-for b in "$SHALE" "$LOADGEN" "$HOP_FLOOR"; do
+for b in "$SHALE" "$LOADGEN" "$HOP_FLOOR" "$WIRE_RELAY"; do
   command -v "$b" >/dev/null || { echo "cluster bench: missing $b" >&2; exit 1; }
 done
 
@@ -73,6 +76,14 @@ r2="mongodb://127.0.0.1:$port_two/"
 s1="mongodb://127.0.0.1:$((port_one + 2))/" # the one-shard cluster's shard
 router1_pid=$(cat "$work/one/router.pid")
 shard1_pid=$(cat "$work/one/shard0.pid")
+# The floor in the real topology: a do-nothing router (bench/wire_relay.c) between the same
+# driver and the same shard, on the shard's Unix socket as the router connects.
+relay_port=$(free_port)
+"$WIRE_RELAY" "$relay_port" "$((port_one + 2))" >/dev/null &
+relay_pid=$!
+bench_pids="$bench_pids $relay_pid"
+wait_port "$relay_port" "$relay_pid"
+rl="mongodb://127.0.0.1:$relay_port/"
 echo "== $(nproc) cores; 1-shard cluster router $port_one (shard $((port_one + 2))), 2-shard" \
   "cluster router $port_two; ${SECS}s per run, $KEYS keys"
 
@@ -91,21 +102,22 @@ run() { # LABEL URI ARGS...: one loadgen run, its JSON line tagged with LABEL
   shift 2
   # The CPU the one-shard cluster's router and shard spend per operation (kernel and user
   # time from /proc, so the router's share can be told from the VM's wake-up costs).
-  before=$(cpu_ticks "$router1_pid" "$shard1_pid")
+  before=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid")
   "$LOADGEN" --uri "$uri" --seconds "$SECS" "$@" | sed -n '1p' >"$work/run.json"
-  after=$(cpu_ticks "$router1_pid" "$shard1_pid")
+  after=$(cpu_ticks "$router1_pid" "$shard1_pid" "$relay_pid")
   /usr/bin/python3 -c '
 import json, os, sys
 r = json.load(open(sys.argv[2])); r["label"] = sys.argv[1]
 before, after = sys.argv[3].split(), sys.argv[4].split()
 tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
-names = ["router_user", "router_sys", "shard_user", "shard_sys"]
+names = ["router_user", "router_sys", "shard_user", "shard_sys", "relay_user", "relay_sys"]
 for i, n in enumerate(names):
     r[n + "_us_per_op"] = round((int(after[i]) - int(before[i])) * tick_us / max(r["ops"], 1), 2)
 print(json.dumps(r))
 print("%-26s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; CPU us/op router %.1f+%.1f, "
-      "shard %.1f+%.1f (user+sys)" % (r["label"], r["threads"], r["ops_per_sec"], r["p50_us"],
-      r["p99_us"], r["router_user_us_per_op"], r["router_sys_us_per_op"],
+      "relay %.1f+%.1f, shard %.1f+%.1f (user+sys)" % (r["label"], r["threads"],
+      r["ops_per_sec"], r["p50_us"], r["p99_us"], r["router_user_us_per_op"],
+      r["router_sys_us_per_op"], r["relay_user_us_per_op"], r["relay_sys_us_per_op"],
       r["shard_user_us_per_op"], r["shard_sys_us_per_op"]), file=sys.stderr)' \
     "$label" "$work/run.json" "$before" "$after" >>"$results"
 }
@@ -123,6 +135,7 @@ for c in $CONNS; do
   # the comparison uses the medians of interleaved runs.
   for _ in $(seq "$ROUNDS"); do
     run "findid router" "$r1" --threads "$c" --op findid --keys "$KEYS"
+    run "findid relay" "$rl" --threads "$c" --op findid --keys "$KEYS"
     run "findid direct" "$s1" --threads "$c" --op findid --keys "$KEYS"
   done
   run "scatter range 1 shard" "$r1" --threads "$c" --op range --keys "$KEYS" --span 100
@@ -149,7 +162,8 @@ for r in rows:
     by.setdefault((r["label"], r["threads"]), []).append(r)
 # Medians of the repeated runs (point finds), the single run otherwise.
 fields = ("p50_us", "p99_us", "ops_per_sec", "router_user_us_per_op", "router_sys_us_per_op",
-          "shard_user_us_per_op", "shard_sys_us_per_op", "client_cpu_us_per_op")
+          "shard_user_us_per_op", "shard_sys_us_per_op", "relay_user_us_per_op",
+          "relay_sys_us_per_op", "client_cpu_us_per_op")
 by = {k: {f: statistics.median(x.get(f, 0) for x in rs) for f in fields} for k, rs in by.items()}
 for r in rows:
     print(json.dumps(r))
@@ -163,6 +177,14 @@ for c in sorted({r["threads"] for r in rows}):
               "<= 30%%: %s); throughput router/direct %.2f (medians of %d interleaved runs)" % (
                   c, add, pct, "met" if pct <= 30 else "NOT met",
                   rt["ops_per_sec"] / d["ops_per_sec"], runs))
+        rl = by.get(("findid relay", c))
+        if rl:
+            radd = rl["p50_us"] - d["p50_us"]
+            print("c=%d a do-nothing router (wire_relay) in the same place adds +%.1f us at p50 "
+                  "(%.0f%% of the direct find): Shale's router adds %.1f us above it; relay CPU "
+                  "%.1f+%.1f us per find (user+sys)" % (
+                      c, radd, 100.0 * radd / d["p50_us"], add - radd,
+                      rl["relay_user_us_per_op"], rl["relay_sys_us_per_op"]))
         print("c=%d CPU per point find (medians, us, user+sys): router %.1f+%.1f; shard %.1f+%.1f "
               "via the router vs %.1f+%.1f direct; client %.1f vs %.1f" % (
                   c, rt["router_user_us_per_op"], rt["router_sys_us_per_op"],
