@@ -55,41 +55,38 @@ append_tagged(const char *name, const bson_t *d, const char *key, bson_t *out)
  * (localOps), or every shard's, asked with currentOp in parallel. A shard's failure fails
  * the listing with its error.
  */
+/* What each shard is asked: its currentOp, with the user's $all. */
+static void
+current_op_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_INT32(cmd, "currentOp", 1);
+    BSON_APPEND_BOOL(cmd, "$all", ((const cop_opts_t *)arg)->all);
+}
+
 static int
 current_op_docs(shl_op_ctx_t *op, const cop_opts_t *o, bson_t *docs, uint32_t *n, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    char **names = NULL;
     size_t ns = 0;
-    shl_router_request_t *reqs = NULL;
-    shl_fanout_result_t *res = NULL;
+    shl_router_shard_result_t *res = NULL;
     int ret = 0;
 
     if (o->local) {
         shl_op_list_append(op->svc, docs, n);
         goto done;
     }
-    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
-    while (names[ns] != NULL) {
-        ns++;
-    }
-    reqs = bson_malloc0((ns + 1) * sizeof(*reqs));
-    res = bson_malloc0((ns + 1) * sizeof(*res));
-    for (size_t i = 0; i < ns; i++) {
-        reqs[i].shard = names[i];
-        bson_init(&reqs[i].cmd);
-        BSON_APPEND_INT32(&reqs[i].cmd, "currentOp", 1);
-        BSON_APPEND_BOOL(&reqs[i].cmd, "$all", o->all);
-    }
-    shl_router_send(r, op, "admin", reqs, ns, res);
+    SHL_ERR(shl_router_send_to_all(r, op, "admin", false, current_op_build, (void *)(uintptr_t)o,
+                                   &res, &ns, st));
     for (size_t i = 0; i < ns; i++) {
         bson_iter_t it, arr;
-        if (res[i].code != 0) {
-            *st = res[i].status;
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
             SHL_ERR(st->code);
         }
-        if (!bson_iter_init_find(&it, &res[i].reply, "inprog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-            !bson_iter_recurse(&it, &arr)) {
+        if (!bson_iter_init_find(&it, &res[i].res.reply, "inprog") ||
+            !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr)) {
             continue;
         }
         while (shl_iter_next(&arr)) {
@@ -106,21 +103,11 @@ current_op_docs(shl_op_ctx_t *op, const cop_opts_t *o, bson_t *docs, uint32_t *n
                 continue;
             }
             bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
-            append_tagged(names[i], &d, kp, docs);
+            append_tagged(res[i].shard, &d, kp, docs);
         }
     }
 done:
-    if (res != NULL) {
-        shl_fanout_results_cleanup(res, ns);
-        bson_free(res);
-    }
-    if (reqs != NULL) {
-        shl_router_requests_cleanup(reqs, ns);
-        bson_free(reqs);
-    }
-    if (names != NULL) {
-        bson_strfreev(names);
-    }
+    shl_router_scatter_results_free(res, ns);
     return ret;
 }
 

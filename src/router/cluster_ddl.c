@@ -687,14 +687,25 @@ fold_databases(const bson_t *reply, const char *shard, bool only_internal, db_en
     }
 }
 
+/* What each shard is asked: listDatabases, names only when the router needs no sizes. */
+static void
+list_databases_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_INT32(cmd, "listDatabases", 1);
+    if (*(const bool *)arg) {
+        BSON_APPEND_BOOL(cmd, "nameOnly", true);
+    }
+}
+
 static int
 cmd_list_databases(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    char **names = NULL;
     size_t nshards = 0, ndb = 0;
-    shl_router_request_t *reqs = NULL;
-    shl_fanout_result_t *fres = NULL;
+    shl_router_shard_result_t *res = NULL;
+    bool names_only;
     db_entry_t *list = NULL;
     shl_matcher_t *m = NULL;
     bson_t cfg_cmd = BSON_INITIALIZER, cfg_reply = BSON_INITIALIZER, arr, filter;
@@ -718,27 +729,15 @@ cmd_list_databases(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         bson_init_static(&filter, data, len);
         SHL_ERR(shl_matcher_new(&filter, 0, &m, st));
     }
-    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
-    while (names[nshards] != NULL) {
-        nshards++;
-    }
-    reqs = bson_malloc0((nshards + 1) * sizeof(*reqs));
-    fres = bson_malloc0((nshards + 1) * sizeof(*fres));
+    names_only = name_only && m == NULL;
+    SHL_ERR(shl_router_send_to_all(r, op, "admin", false, list_databases_build, &names_only, &res,
+                                   &nshards, st));
     for (size_t i = 0; i < nshards; i++) {
-        reqs[i].shard = names[i];
-        bson_init(&reqs[i].cmd);
-        BSON_APPEND_INT32(&reqs[i].cmd, "listDatabases", 1);
-        if (name_only && m == NULL) {
-            BSON_APPEND_BOOL(&reqs[i].cmd, "nameOnly", true);
-        }
-    }
-    shl_router_send(r, op, "admin", reqs, nshards, fres);
-    for (size_t i = 0; i < nshards; i++) {
-        if (fres[i].code != 0) {
-            *st = fres[i].status;
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
             SHL_ERR(st->code);
         }
-        fold_databases(&fres[i].reply, names[i], false, &list, &ndb);
+        fold_databases(&res[i].res.reply, res[i].shard, false, &list, &ndb);
     }
     BSON_APPEND_INT32(&cfg_cmd, "listDatabases", 1);
     SHL_ERR(shl_router_forward_to_config(r, op, &cfg_cmd, &cfg_reply, st));
@@ -781,17 +780,7 @@ done:
         bson_destroy(list[i].shards);
     }
     bson_free(list);
-    if (fres != NULL) {
-        shl_fanout_results_cleanup(fres, nshards);
-        bson_free(fres);
-    }
-    if (reqs != NULL) {
-        shl_router_requests_cleanup(reqs, nshards);
-        bson_free(reqs);
-    }
-    if (names != NULL) {
-        bson_strfreev(names);
-    }
+    shl_router_scatter_results_free(res, nshards);
     if (m != NULL) {
         shl_matcher_destroy(m);
     }

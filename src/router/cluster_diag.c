@@ -267,11 +267,9 @@ static int
 cmd_fsync(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    char **names = NULL;
-    size_t n = 0, nshards = 0;
-    shl_router_request_t *reqs = NULL;
-    shl_fanout_result_t *fres = NULL;
+    size_t n = 0;
     shl_router_shard_result_t *res = NULL;
+    router_copy_as_t as = {cmd, "fsync"};
     bson_t all = BSON_INITIALIZER;
     bson_iter_t it;
     int ret = 0;
@@ -280,45 +278,13 @@ cmd_fsync(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
                  "can't do lock through mongos: fsync lock is not supported by Shale");
     }
-    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
-    while (names[nshards] != NULL) {
-        nshards++;
-    }
-    n = nshards + 1;
-    reqs = bson_malloc0(n * sizeof(*reqs));
-    fres = bson_malloc0(n * sizeof(*fres));
-    res = bson_malloc0(n * sizeof(*res));
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].shard = i == 0 ? "config" : names[i - 1];
-        bson_init(&reqs[i].cmd);
-        router_copy_command_as(cmd, "fsync", NULL, &reqs[i].cmd);
-    }
-    shl_router_send(r, op, "admin", reqs, n, fres);
-    for (size_t i = 0; i < n; i++) {
-        shl_str_copy(res[i].shard, sizeof(res[i].shard), reqs[i].shard);
-        shl_router_result_move(&res[i].res, &fres[i]);
-    }
-    bson_free(fres);
-    fres = NULL;
+    SHL_ERR(shl_router_send_to_all(r, op, "admin", true, router_build_copy_as, &as, &res, &n, st));
     ret = router_append_raw(r, res, n, &all, st);
     SHL_ERR(ret);
     BSON_APPEND_INT32(reply, "numFiles", 1);
     BSON_APPEND_DOCUMENT(reply, "all", &all);
 done:
-    if (res != NULL) {
-        shl_router_scatter_results_free(res, n);
-    }
-    if (fres != NULL) {
-        shl_fanout_results_cleanup(fres, n);
-        bson_free(fres);
-    }
-    if (reqs != NULL) {
-        shl_router_requests_cleanup(reqs, n);
-        bson_free(reqs);
-    }
-    if (names != NULL) {
-        bson_strfreev(names);
-    }
+    shl_router_scatter_results_free(res, n);
     bson_destroy(&all);
     return ret;
 }

@@ -497,6 +497,49 @@ shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n)
 }
 
 int
+shl_router_send_to_all(shl_router_t *r, shl_op_ctx_t *op, const char *db, bool with_config,
+                       shl_router_build_fn build, void *arg, shl_router_shard_result_t **results,
+                       size_t *nresults, shl_status_t *st)
+{
+    char **names = NULL;
+    size_t n = with_config ? 1 : 0, first = n;
+    shl_router_request_t *reqs = NULL;
+    shl_fanout_result_t *fres = NULL;
+    int ret = 0;
+
+    *results = NULL;
+    *nresults = 0;
+    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
+    while (names[n - first] != NULL) {
+        n++;
+    }
+    reqs = bson_malloc0((n + 1) * sizeof(*reqs));
+    fres = bson_malloc0((n + 1) * sizeof(*fres));
+    for (size_t i = 0; i < n; i++) {
+        reqs[i].shard = i < first ? "config" : names[i - first];
+        bson_init(&reqs[i].cmd);
+        build(arg, NULL, reqs[i].shard, &reqs[i].cmd);
+    }
+    shl_router_send(r, op, db, reqs, n, fres);
+    *results = bson_malloc0((n + 1) * sizeof(**results));
+    for (size_t i = 0; i < n; i++) {
+        shl_str_copy((*results)[i].shard, sizeof((*results)[i].shard), reqs[i].shard);
+        shl_router_result_move(&(*results)[i].res, &fres[i]);
+    }
+    *nresults = n;
+done:
+    if (reqs != NULL) {
+        shl_router_requests_cleanup(reqs, n);
+        bson_free(reqs);
+    }
+    bson_free(fres);
+    if (names != NULL) {
+        bson_strfreev(names);
+    }
+    return ret;
+}
+
+int
 shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
                     const shl_router_dispatch_t *d, shl_router_routing_t *rr_out,
                     shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st)

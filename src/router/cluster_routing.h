@@ -194,6 +194,18 @@ int shl_router_scatter(shl_router_t *r, shl_op_ctx_t *op, const char *ns, const 
 void shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t n);
 
 /*
+ * shl_router_send_to_all --
+ *     Send a command, without versions, to every shard in the registry on database 'db' (with
+ *     'with_config', to the config server first, named "config"), in one fan-out; 'build'
+ *     writes each target's command (its 'rr' is NULL). *results: one per target in that order,
+ *     errors included (shl_router_scatter_results_free). Errors: the registry's.
+ */
+int shl_router_send_to_all(shl_router_t *r, shl_op_ctx_t *op, const char *db, bool with_config,
+                           shl_router_build_fn build, void *arg,
+                           shl_router_shard_result_t **results, size_t *nresults,
+                           shl_status_t *st);
+
+/*
  * shl_router_dispatch --
  *     The general form of shl_router_scatter: 'target' (NULL: shl_router_target_filter with
  *     'filter') picks the shards from the routing; 'build' writes each shard's command; the

@@ -33,6 +33,16 @@ router_copy_command_as(const bson_t *cmd, const char *name, const char *const *s
     bson_destroy(&tmp);
 }
 
+void
+router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const router_copy_as_t *a = arg;
+
+    (void)rr;
+    (void)shard;
+    router_copy_command_as(a->cmd, a->name, NULL, cmd);
+}
+
 /* ---- dbStats ---- */
 
 /* The number a shard's reply holds at 'key' (0 if absent or not a number). */
@@ -66,11 +76,9 @@ static int
 cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    char **names = NULL;
     size_t n = 0;
-    shl_router_request_t *reqs = NULL;
-    shl_fanout_result_t *fres = NULL;
     shl_router_shard_result_t *res = NULL;
+    router_copy_as_t as = {cmd, "dbStats"};
     bson_t raw = BSON_INITIALIZER;
     int64_t scale = 1, collections = 0, views = 0, objects = 0, indexes = 0;
     double unscaled = 0, data = 0, storage = 0, total = 0, index_size = 0, fs_used = 0,
@@ -82,25 +90,7 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     if (found && scale <= 0) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Scale must be greater than zero");
     }
-    SHL_ERR(shl_shard_registry_list(r->registry, &names, st));
-    while (names[n] != NULL) {
-        n++;
-    }
-    reqs = bson_malloc0((n + 1) * sizeof(*reqs));
-    fres = bson_malloc0((n + 1) * sizeof(*fres));
-    for (size_t i = 0; i < n; i++) {
-        reqs[i].shard = names[i];
-        bson_init(&reqs[i].cmd);
-        router_copy_command_as(cmd, "dbStats", NULL, &reqs[i].cmd);
-    }
-    shl_router_send(r, op, op->db, reqs, n, fres);
-    res = bson_malloc0((n + 1) * sizeof(*res));
-    for (size_t i = 0; i < n; i++) {
-        shl_str_copy(res[i].shard, sizeof(res[i].shard), names[i]);
-        shl_router_result_move(&res[i].res, &fres[i]);
-    }
-    bson_free(fres);
-    fres = NULL;
+    SHL_ERR(shl_router_send_to_all(r, op, op->db, false, router_build_copy_as, &as, &res, &n, st));
     if (router_append_raw(r, res, n, &raw, st) != 0) {
         /* mongos: every shard's error in errmsg, as OperationFailed. */
         SHL_FAIL(st, SHL_CODE_OPERATION_FAILED, "%s", st->reason);
@@ -135,20 +125,7 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     BSON_APPEND_DOUBLE(reply, "fsUsedSize", fs_used);
     BSON_APPEND_DOUBLE(reply, "fsTotalSize", fs_total);
 done:
-    if (res != NULL) {
-        shl_router_scatter_results_free(res, n);
-    }
-    if (fres != NULL) {
-        shl_fanout_results_cleanup(fres, n);
-        bson_free(fres);
-    }
-    if (reqs != NULL) {
-        shl_router_requests_cleanup(reqs, n);
-        bson_free(reqs);
-    }
-    if (names != NULL) {
-        bson_strfreev(names);
-    }
+    shl_router_scatter_results_free(res, n);
     bson_destroy(&raw);
     return ret;
 }

@@ -32,6 +32,17 @@ void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out
 void router_copy_command_as(const bson_t *cmd, const char *name, const char *const *skip,
                             bson_t *out);
 
+/* The argument of router_build_copy_as: the user's command and the name to send it as. */
+typedef struct router_copy_as {
+    const bson_t *cmd;
+    const char *name;
+} router_copy_as_t;
+
+/* router_build_copy_as -- a build callback (shl_router_build_fn) writing
+ * router_copy_command_as(arg->cmd, arg->name) for every target. */
+void router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char *shard,
+                          bson_t *cmd);
+
 /*
  * router_run_on_config --
  *     Run 'cmd' (the user's, generic fields stripped) on the config server's database 'db';
