@@ -551,3 +551,21 @@ shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
     }
     return found;
 }
+
+int64_t
+shl_bson_int64_at(const bson_t *doc, const char *key)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)
+               ? bson_iter_as_int64(&it)
+               : 0;
+}
+
+double
+shl_bson_double_at(const bson_t *doc, const char *key)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)
+               ? bson_iter_as_double(&it)
+               : 0.0;
+}

@@ -28,6 +28,11 @@ const char *shl_bson_type_name(bson_type_t t);
 
 /* ---- numbers ---- */
 
+/* shl_bson_int64_at / shl_bson_double_at -- the number at top-level 'key' of 'doc' as int64
+ * (bson_iter_as_int64) or double; 0 when absent or not a number. */
+int64_t shl_bson_int64_at(const bson_t *doc, const char *key);
+double shl_bson_double_at(const bson_t *doc, const char *key);
+
 /* shl_bson_type_is_number -- int32, int64, double or decimal128. */
 bool shl_bson_type_is_number(bson_type_t t);
 

@@ -203,16 +203,6 @@ data_size_build(void *arg, const shl_router_routing_t *rr, const char *shard, bs
     router_copy_command_as(arg, "dataSize", NULL, cmd);
 }
 
-static int64_t
-int_field(const bson_t *doc, const char *key)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
-        return bson_iter_as_int64(&it);
-    }
-    return 0;
-}
-
 /*
  * dataSize as mongos runs it: the namespace (a full "db.coll") is routed like a read of the
  * whole collection -- min/max/keyPattern do not narrow the shards -- sent versioned, and
@@ -243,9 +233,9 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             *st = res[i].res.status;
             SHL_ERR(st->code);
         }
-        size += int_field(b, "size");
-        objects += int_field(b, "numObjects");
-        millis += int_field(b, "millis");
+        size += shl_bson_int64_at(b, "size");
+        objects += shl_bson_int64_at(b, "numObjects");
+        millis += shl_bson_int64_at(b, "millis");
     }
     BSON_APPEND_INT64(reply, "size", size);
     BSON_APPEND_INT64(reply, "numObjects", objects);

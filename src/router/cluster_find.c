@@ -828,16 +828,6 @@ build_explain(void *arg, const shl_router_routing_t *rr, const char *shard, bson
     BSON_APPEND_UTF8(cmd, "verbosity", e->verbosity);
 }
 
-static int64_t
-doc_int(const bson_t *doc, const char *field)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, field) && BSON_ITER_HOLDS_NUMBER(&it)) {
-        return bson_iter_as_int64(&it);
-    }
-    return 0;
-}
-
 /* A sub-document of 'doc' as a static view; false when absent. */
 static bool
 doc_sub(const bson_t *doc, const char *field, bson_t *out)
@@ -905,13 +895,13 @@ append_cluster_explain(shl_op_ctx_t *op, const char *stage, shl_router_shard_res
             if (!doc_sub(&results[i].res.reply, "executionStats", &sub)) {
                 continue;
             }
-            nret += doc_int(&sub, "nReturned");
-            keys += doc_int(&sub, "totalKeysExamined");
-            docs += doc_int(&sub, "totalDocsExamined");
-            child_ms += doc_int(&sub, "executionTimeMillis");
+            nret += shl_bson_int64_at(&sub, "nReturned");
+            keys += shl_bson_int64_at(&sub, "totalKeysExamined");
+            docs += shl_bson_int64_at(&sub, "totalDocsExamined");
+            child_ms += shl_bson_int64_at(&sub, "executionTimeMillis");
             has_all = has_all || bson_has_field(&sub, "allPlansExecution");
             if (doc_sub(&sub, "executionStages", &ex) && bson_has_field(&ex, "nCounted")) {
-                counted += doc_int(&ex, "nCounted");
+                counted += shl_bson_int64_at(&ex, "nCounted");
                 has_counted = true;
             }
         }

@@ -45,27 +45,6 @@ router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char *shar
 
 /* ---- dbStats ---- */
 
-/* The number a shard's reply holds at 'key' (0 if absent or not a number). */
-static double
-num_field(const bson_t *doc, const char *key)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
-        return bson_iter_as_double(&it);
-    }
-    return 0.0;
-}
-
-static int64_t
-int_field(const bson_t *doc, const char *key)
-{
-    bson_iter_t it;
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_NUMBER(&it)) {
-        return bson_iter_as_int64(&it);
-    }
-    return 0;
-}
-
 /*
  * dbStats as mongos runs it: sent unversioned to every shard in the registry (a database
  * that does not exist answers zeros on each, so it answers zeros here too); any shard's
@@ -97,18 +76,18 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     for (size_t i = 0; i < n; i++) {
         const bson_t *b = &res[i].res.reply;
-        int64_t objs = int_field(b, "objects");
-        collections += int_field(b, "collections");
-        views += int_field(b, "views");
+        int64_t objs = shl_bson_int64_at(b, "objects");
+        collections += shl_bson_int64_at(b, "collections");
+        views += shl_bson_int64_at(b, "views");
         objects += objs;
-        unscaled += num_field(b, "avgObjSize") * (double)objs;
-        data += num_field(b, "dataSize");
-        storage += num_field(b, "storageSize");
-        total += num_field(b, "totalSize");
-        indexes += int_field(b, "indexes");
-        index_size += num_field(b, "indexSize");
-        fs_used += num_field(b, "fsUsedSize");
-        fs_total += num_field(b, "fsTotalSize");
+        unscaled += shl_bson_double_at(b, "avgObjSize") * (double)objs;
+        data += shl_bson_double_at(b, "dataSize");
+        storage += shl_bson_double_at(b, "storageSize");
+        total += shl_bson_double_at(b, "totalSize");
+        indexes += shl_bson_int64_at(b, "indexes");
+        index_size += shl_bson_double_at(b, "indexSize");
+        fs_used += shl_bson_double_at(b, "fsUsedSize");
+        fs_total += shl_bson_double_at(b, "fsTotalSize");
     }
     bson_concat(reply, &raw);
     BSON_APPEND_UTF8(reply, "db", op->db);
@@ -299,7 +278,7 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(ret);
     for (size_t i = 0; i < n; i++) {
         const bson_t *b = &res[i].res.reply;
-        int64_t count = int_field(b, "count");
+        int64_t count = shl_bson_int64_at(b, "count");
         bson_t one;
         if (res[i].res.code != 0) {
             *st = res[i].res.status;
