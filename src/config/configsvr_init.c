@@ -175,6 +175,34 @@ done:
     return ret;
 }
 
+/*
+ * config.settings {_id: "balancer"}: a new cluster's says the balancer is stopped, because
+ * Shale has none yet (nothing moves chunks unless a user does). MongoDB's tools read this
+ * document: without it, mongosh's sh.status() and sh.getBalancerState() would call the
+ * balancer enabled while balancerStatus answers mode "off". An existing document is kept.
+ */
+static int
+ensure_balancer_setting(shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("balancer"));
+    bson_t *doc = BCON_NEW("_id", BCON_UTF8("balancer"), "mode", BCON_UTF8("off"), "stopped",
+                           BCON_BOOL(true));
+    bson_t found_doc;
+    bool found = false;
+    const bson_t *docs[1] = {doc};
+
+    SHL_ERR(cfg_find_one("settings", q, &found_doc, &found, st));
+    bson_destroy(&found_doc);
+    if (!found) {
+        ret = cfg_insert("settings", docs, 1, st);
+    }
+done:
+    bson_destroy(q);
+    bson_destroy(doc);
+    return ret;
+}
+
 int
 shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {
@@ -207,6 +235,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     SHL_ERR(ensure_changelog(st));
     SHL_ERR(create_indexes(st));
     SHL_ERR(ensure_version(cfg, st));
+    SHL_ERR(ensure_balancer_setting(st));
     SHL_ERR(load_topology_time(cfg, st));
     cfg_rename_recover_start(); /* renames a crash left unfinished */
     bson_oid_to_string(&cfg->cluster_id, cid);

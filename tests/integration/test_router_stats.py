@@ -258,6 +258,11 @@ def test_get_shard_map(stats):
 def test_balancer_status_start_stop(stats):
     r = stats.router_client()
     settings = stats.config_client().config.settings
+    # A new cluster says its (absent) balancer is stopped where mongosh's sh.status() and
+    # sh.getBalancerState() look, consistent with balancerStatus.
+    doc = settings.find_one({"_id": "balancer"})
+    assert doc["mode"] == "off" and doc["stopped"] is True
+    assert r.admin.command("balancerStatus")["mode"] == "off"
     settings.delete_one({"_id": "balancer"})
     res = r.admin.command("balancerStatus")
     # No balancer runs in Shale: with no setting the mode says so.
