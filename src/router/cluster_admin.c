@@ -296,6 +296,47 @@ cmd_flush_router_config(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     return 0;
 }
 
+/* addShardToZone / removeShardFromZone: shard, zone -> the config server's _configsvr* form;
+ * the shards' zones are in config.shards, which the router does not cache. */
+static int
+cmd_add_shard_to_zone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_renamed(op, cmd, "_configsvrAddShardToZone", reply, st);
+}
+
+static int
+cmd_remove_shard_from_zone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_renamed(op, cmd, "_configsvrRemoveShardFromZone", reply, st);
+}
+
+/* updateZoneKeyRange: ns, min, max, zone (null removes the range) -> config.tags. Routing is
+ * unchanged (zones only guide the balancer), so nothing cached is dropped. */
+static int
+cmd_update_zone_key_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    const char *ns;
+    int ret = 0;
+
+    SHL_ERR(ns_arg(cmd, &ns, st));
+    ret = forward_renamed(op, cmd, "_configsvrUpdateZoneKeyRange", reply, st);
+done:
+    return ret;
+}
+
+/* balancerCollectionStatus: ns -> {chunkSize, balancerCompliant, firstComplianceViolation?}. */
+static int
+cmd_balancer_collection_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    const char *ns;
+    int ret = 0;
+
+    SHL_ERR(ns_arg(cmd, &ns, st));
+    ret = forward_renamed(op, cmd, "_configsvrBalancerCollectionStatus", reply, st);
+done:
+    return ret;
+}
+
 static const shl_command_t k_admin_commands[] = {
     {"addShard", {"addshard"}, cmd_add_shard, SHL_CMD_ADMIN_ONLY, "add a shard to the cluster"},
     {"listShards", {"listshards"}, cmd_list_shards, SHL_CMD_ADMIN_ONLY, "list the shards"},
@@ -329,6 +370,26 @@ static const shl_command_t k_admin_commands[] = {
      cmd_move_primary,
      SHL_CMD_ADMIN_ONLY,
      "move a database's unsharded collections to another shard"},
+    {"addShardToZone",
+     {"addshardtozone"},
+     cmd_add_shard_to_zone,
+     SHL_CMD_ADMIN_ONLY,
+     "add a shard to a zone"},
+    {"removeShardFromZone",
+     {"removeshardfromzone"},
+     cmd_remove_shard_from_zone,
+     SHL_CMD_ADMIN_ONLY,
+     "remove a shard from a zone"},
+    {"updateZoneKeyRange",
+     {"updatezonekeyrange"},
+     cmd_update_zone_key_range,
+     SHL_CMD_ADMIN_ONLY,
+     "assign a range of a collection's shard key to a zone, or remove it"},
+    {"balancerCollectionStatus",
+     {NULL},
+     cmd_balancer_collection_status,
+     SHL_CMD_ADMIN_ONLY,
+     "whether a collection's chunks are where the balancer wants them"},
     {"flushRouterConfig",
      {"flushrouterconfig"},
      cmd_flush_router_config,

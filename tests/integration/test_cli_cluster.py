@@ -298,7 +298,8 @@ def test_status_prints_sharded_collections(shale_process):
     buuid = Binary(uuid.bytes, UUID_SUBTYPE)
     cfg.version.insert_one({"_id": 1, "clusterId": ObjectId("0123456789abcdef01234567")})
     cfg.shards.insert_many([{"_id": "shard0", "host": "shard0/127.0.0.1:1", "state": 1},
-                            {"_id": "shard1", "host": "shard1/127.0.0.1:2", "state": 1}])
+                            {"_id": "shard1", "host": "shard1/127.0.0.1:2", "state": 1,
+                             "tags": ["EU"]}])
     cfg.databases.insert_one({"_id": "app", "primary": "shard1",
                               "version": {"uuid": buuid, "lastMod": 1}})
     cfg.collections.insert_many([
@@ -313,6 +314,12 @@ def test_status_prints_sharded_collections(shale_process):
          "lastmod": Timestamp(1, 1)},
         {"uuid": buuid, "min": {"uid": 50}, "max": {"uid": 100}, "shard": "shard0",
          "lastmod": Timestamp(1, 2)},
+    ])
+    # Zone ranges (config.tags), listed per collection as sh.status() does.
+    cfg.tags.insert_many([
+        {"_id": ObjectId(), "ns": "app.users", "min": {"uid": 100}, "max": {"uid": MaxKey()},
+         "tag": "EU"},
+        {"_id": ObjectId(), "ns": "app.other", "min": {"uid": 0}, "max": {"uid": 1}, "tag": "X"},
     ])
     r = shale("status", "--host", n.host)
     assert r.returncode == 0, r.stderr
@@ -337,6 +344,10 @@ def test_status_prints_sharded_collections(shale_process):
     assert i0 < i1 < i2
     assert "'on shard': 'shard1'" in out
     assert "'last modified': Timestamp({ t: 1, i: 1 })" in out
+    # The shard's zones, and the collection's one range (not the other namespace's).
+    assert "{ _id: 'shard1', host: 'shard1/127.0.0.1:2', state: 1, tags: [ 'EU' ] }" in out
+    assert "tags: [ { tag: 'EU', min: { uid: 100 }, max: { uid: MaxKey() } } ]" in out
+    assert "tag: 'X'" not in out
 
     # 20 chunks or more: counted, not listed (unless --verbose).
     cfg.chunks.insert_many([
