@@ -14,6 +14,7 @@ void shl_common_commands_register(shl_command_registry_t *reg);
 void shl_hello_commands_register(shl_command_registry_t *reg);
 void shl_admin_commands_register(shl_command_registry_t *reg);
 void shl_failpoint_commands_register(shl_command_registry_t *reg);
+void shl_profile_commands_register(shl_command_registry_t *reg);
 
 /* Wire limits and versions advertised in hello. */
 #define SHL_MIN_WIRE_VERSION 0

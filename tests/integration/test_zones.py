@@ -1,7 +1,8 @@
 """Zone sharding through the router, as mongos answers mongosh's sh.addShardTag /
 sh.removeShardTag / sh.addTagRange / sh.updateZoneKeyRange / sh.removeRangeFromZone:
 addShardToZone / removeShardFromZone (config.shards `tags`), updateZoneKeyRange (config.tags
-{_id, ns, min, max, tag}), balancerCollectionStatus for compliant and violating layouts."""
+{_id, ns, min, max, tag}), balancerCollectionStatus for compliant and violating layouts, and
+`profile` on the router (mongos: levels 0 and -1 only) and on a data node."""
 
 import pytest
 from bson.int64 import Int64
@@ -325,3 +326,40 @@ def test_balancer_collection_status_draining(zc):
         shards.update_one({"_id": "shard0"}, {"$unset": {"draining": 1}})
     assert _status(zc, "zdb.dr")["balancerCompliant"] is True
 
+
+# ---- profile ----
+
+
+def test_profile_on_the_router(zc):
+    db = zc.router_client().zdb
+    res = db.command("profile", -1)
+    assert res["ok"] == 1 and res["was"] == 0
+    assert res["slowms"] == 100 and res["sampleRate"] == 1.0
+    res = db.command("profile", 0, slowms=250, sampleRate=0.5)
+    assert (res["was"], res["slowms"], res["sampleRate"]) == (0, 100, 1.0)
+    res = db.command("profile", -1)
+    assert (res["was"], res["slowms"], res["sampleRate"]) == (0, 250, 0.5)
+    res = db.command("profile", 0, filter={"millis": {"$gt": 5}})
+    assert "note" in res and "filter" not in res
+    res = db.command("profile", 0, filter="unset", slowms=100, sampleRate=1.0)
+    assert res["filter"] == {"millis": {"$gt": 5}} and "note" in res
+    res = db.command("profile", -1)
+    assert "filter" not in res and res["slowms"] == 100
+    for level in (1, 2, 5):
+        _fails(lambda: db.command("profile", level), 2,
+               "Profiling is not permitted on mongoS")
+    _fails(lambda: db.command("profile", 0, sampleRate=2.0), 2,
+           "'sampleRate' must be between 0.0 and 1.0 inclusive")
+    _fails(lambda: db.command("profile", "x"), 14)
+
+
+def test_profile_on_a_data_node(zc):
+    db = zc.shard_client(0).zdb
+    res = db.command("profile", -1)
+    assert (res["was"], res["slowms"], res["sampleRate"]) == (0, 100, 1.0)
+    db.command("profile", 0, slowms=30)
+    assert db.command("profile", -1)["slowms"] == 30
+    db.command("profile", 0, slowms=100)
+    for level in (1, 2):
+        _fails(lambda: db.command("profile", level), 2, "no system.profile collection")
+    _fails(lambda: db.command("profile", 3), 2)
