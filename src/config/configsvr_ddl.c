@@ -907,6 +907,7 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bson_oid_t epoch;
     shl_ts_t ts;
     bool has_index = false, index_unique = false, found_db = false;
+    cfg_docs_t tags = {0};
 
     (void)reply;
     memset(&coll, 0, sizeof(coll));
@@ -953,6 +954,14 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_DOCUMENT(&details, "oldKey", coll.key);
     BSON_APPEND_DOCUMENT(&details, "newKey", &key);
     cfg_changelog(op, "refineCollectionShardKey.start", ns.full, &details);
+    {
+        bson_t *tq = BCON_NEW("ns", BCON_UTF8(ns.full));
+        ret = cfg_find("tags", tq, NULL, &tags, st);
+        bson_destroy(tq);
+        if (ret != 0) {
+            goto done;
+        }
+    }
     /* Chunks: bounds extended with MinKey, versions in the new generation (config.chunks
      * stores only major/minor, so lastmod is unchanged); the collection entry gets the new
      * key and generation. All in one applyOps: a crash leaves the old key or the new one. */
@@ -977,6 +986,25 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             bson_destroy(&nmin);
             bson_destroy(&nmax);
             shl_chunk_type_cleanup(&c);
+        }
+        /* Zone ranges follow the key as the chunks do (MongoDB 7.0 refines config.tags). */
+        for (size_t i = 0; i < tags.n; i++) {
+            bson_t tmin, tmax, nmin, nmax, tdoc = BSON_INITIALIZER;
+            bson_iter_t it;
+            if (!shl_bson_get_subdoc(tags.docs[i], "min", &tmin) ||
+                !shl_bson_get_subdoc(tags.docs[i], "max", &tmax) ||
+                !bson_iter_init_find(&it, tags.docs[i], "_id")) {
+                continue;
+            }
+            extend_bound(&tmin, &key, &nmin);
+            extend_bound(&tmax, &key, &nmax);
+            bson_copy_to_excluding_noinit(tags.docs[i], &tdoc, "min", "max", NULL);
+            BSON_APPEND_DOCUMENT(&tdoc, "min", &nmin);
+            BSON_APPEND_DOCUMENT(&tdoc, "max", &nmax);
+            cfg_batch_upsert(&b, "tags", &tdoc);
+            bson_destroy(&tdoc);
+            bson_destroy(&nmin);
+            bson_destroy(&nmax);
         }
         bson_destroy(coll.key);
         coll.key = bson_copy(&key);
@@ -1010,6 +1038,7 @@ done:
     }
     shl_collection_type_cleanup(&coll);
     shl_database_type_cleanup(&db);
+    cfg_docs_cleanup(&tags);
     bson_destroy(&details);
     return ret;
 }

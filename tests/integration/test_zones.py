@@ -227,6 +227,28 @@ def test_unsharded_namespace_takes_ranges_as_given(zc):
     assert _ranges(zc, "zdb.later") == []
 
 
+def test_refine_shard_key_extends_zone_ranges(zc):
+    """refineCollectionShardKey extends config.tags bounds as it extends the chunks': MinKey
+    for the new fields, MaxKey for a range that ends at the global max."""
+    r = zc.router_client()
+    a = r.admin
+    a.command("shardCollection", "zdb.refz", key={"a": 1})
+    a.command("updateZoneKeyRange", "zdb.refz", min={"a": 0}, max={"a": 10}, zone="LOW")
+    a.command("updateZoneKeyRange", "zdb.refz", min={"a": 10}, max={"a": MaxKey()},
+              zone="HIGH")
+    before = {d["tag"]: d["_id"] for d in _ranges(zc, "zdb.refz")}
+    r.zdb.refz.create_index([("a", 1), ("b", 1)])
+    a.command("refineCollectionShardKey", "zdb.refz", key={"a": 1, "b": 1})
+    docs = _ranges(zc, "zdb.refz")
+    assert [(d["min"], d["max"], d["tag"]) for d in docs] == [
+        ({"a": 0, "b": MinKey()}, {"a": 10, "b": MinKey()}, "LOW"),
+        ({"a": 10, "b": MinKey()}, {"a": MaxKey(), "b": MaxKey()}, "HIGH")]
+    assert {d["tag"]: d["_id"] for d in docs} == before
+    # The refined ranges are the ranges: the same range again is no overlap.
+    a.command("updateZoneKeyRange", "zdb.refz", min={"a": 0}, max={"a": 10}, zone="LOW")
+    assert len(_ranges(zc, "zdb.refz")) == 2
+
+
 def test_drop_removes_zone_ranges(zc):
     r = zc.router_client()
     r.admin.command("shardCollection", "zdb.dropme", key={"x": 1})
