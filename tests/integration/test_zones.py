@@ -46,6 +46,10 @@ def _ranges(c, ns):
 
 def test_add_shard_to_zone_is_idempotent(zc):
     a = zc.router_client().admin
+    # A shard in no zone has no tags field, and removing it from a zone does not add one.
+    assert _tags(zc, "shard0") is None
+    a.command("removeShardFromZone", "shard0", zone="Z1")
+    assert _tags(zc, "shard0") is None
     res = a.command("addShardToZone", "shard0", zone="Z1")
     assert res["ok"] == 1
     assert _tags(zc, "shard0") == ["Z1"]
