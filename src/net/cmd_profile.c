@@ -2,9 +2,9 @@
  * cmd_profile.c -- the `profile` command on every process. Shale keeps no system.profile
  * collection, so the profiling level stays 0 everywhere: a router answers as mongos (levels
  * 0 and -1 only, BadValue otherwise), a data node refuses levels 1 and 2 the same way.
- * Level 0 sets this process's slowms / sampleRate / filter (the slow-operation settings);
- * -1 only reads them. Reply {was, slowms, sampleRate, filter?, note?} with the old values,
- * as MongoDB 7.0's ProfileCmdBase.
+ * Level 0 sets this process's slowms / sampleRate (process-wide) and the database's filter
+ * (per database, as MongoDB 7.0); -1 only reads them. Reply {was, slowms, sampleRate, filter?,
+ * note?} with the old values, as MongoDB 7.0's ProfileCmdBase.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,11 +16,38 @@
 #include "net/common_commands.h"
 #include "net/service_context.h"
 
-/* The process's settings; 'g_filter' and 'g_sample_rate' are guarded by 'g_mu'. */
+/* A database's profile filter (kept for the process's life once set). */
+typedef struct db_filter {
+    struct db_filter *next;
+    char db[128];
+    bson_t *filter; /* NULL: none */
+} db_filter_t;
+
+/* The process's settings; 'g_filters' and 'g_sample_rate' are guarded by 'g_mu'. */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int g_slowms = 100;
 static double g_sample_rate = 1.0;
-static bson_t *g_filter; /* NULL: none */
+static db_filter_t *g_filters;
+
+/* The entry of 'db', created if 'create'; NULL otherwise. Called with g_mu held. */
+static db_filter_t *
+filter_entry(const char *db, bool create)
+{
+    db_filter_t *f;
+
+    for (f = g_filters; f != NULL; f = f->next) {
+        if (strcmp(f->db, db) == 0) {
+            return f;
+        }
+    }
+    if (create) {
+        f = bson_malloc0(sizeof(*f));
+        snprintf(f->db, sizeof(f->db), "%s", db);
+        f->next = g_filters;
+        g_filters = f;
+    }
+    return f;
+}
 
 /* A number field as int64 / double; TypeMismatch for anything else. */
 static int
@@ -103,31 +130,36 @@ cmd_profile(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     }
 
     pthread_mutex_lock(&g_mu);
-    BSON_APPEND_INT32(reply, "was", 0);
-    BSON_APPEND_INT32(reply, "slowms", atomic_load(&g_slowms));
-    BSON_APPEND_DOUBLE(reply, "sampleRate", g_sample_rate);
-    if (g_filter != NULL) {
-        BSON_APPEND_DOCUMENT(reply, "filter", g_filter);
-    }
-    if (g_filter != NULL || (has_filter && !unset_filter)) {
-        BSON_APPEND_UTF8(reply, "note",
-                         "When a filter expression is set, slowms and sampleRate are not used for "
-                         "profiling and slow-query log lines.");
-    }
-    /* As MongoDB, slowms / sampleRate / filter apply with -1 too; the level stays 0. */
-    if (has_slowms) {
-        atomic_store(&g_slowms, slowms);
-    }
-    if (has_rate) {
-        g_sample_rate = rate;
-    }
-    if (has_filter) {
-        if (g_filter != NULL) {
-            bson_destroy(g_filter);
-            g_filter = NULL;
+    {
+        db_filter_t *f = filter_entry(op->db, has_filter);
+        const bson_t *old_filter = f != NULL ? f->filter : NULL;
+
+        BSON_APPEND_INT32(reply, "was", 0);
+        BSON_APPEND_INT32(reply, "slowms", atomic_load(&g_slowms));
+        BSON_APPEND_DOUBLE(reply, "sampleRate", g_sample_rate);
+        if (old_filter != NULL) {
+            BSON_APPEND_DOCUMENT(reply, "filter", old_filter);
         }
-        if (!unset_filter) {
-            g_filter = bson_copy(&filter_view);
+        if (old_filter != NULL || (has_filter && !unset_filter)) {
+            BSON_APPEND_UTF8(reply, "note",
+                             "When a filter expression is set, slowms and sampleRate are not used "
+                             "for profiling and slow-query log lines.");
+        }
+        /* As MongoDB, slowms / sampleRate / filter apply with -1 too; the level stays 0. */
+        if (has_slowms) {
+            atomic_store(&g_slowms, slowms);
+        }
+        if (has_rate) {
+            g_sample_rate = rate;
+        }
+        if (has_filter) {
+            if (f->filter != NULL) {
+                bson_destroy(f->filter);
+                f->filter = NULL;
+            }
+            if (!unset_filter) {
+                f->filter = bson_copy(&filter_view);
+            }
         }
     }
     pthread_mutex_unlock(&g_mu);

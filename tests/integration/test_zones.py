@@ -367,6 +367,10 @@ def test_profile_on_the_router(zc):
     assert (res["was"], res["slowms"], res["sampleRate"]) == (0, 250, 0.5)
     res = db.command("profile", 0, filter={"millis": {"$gt": 5}})
     assert "note" in res and "filter" not in res
+    # The filter is the database's (slowms and sampleRate are the process's).
+    other = zc.router_client().otherdb.command("profile", -1)
+    assert "filter" not in other and "note" not in other
+    assert db.command("profile", -1)["filter"] == {"millis": {"$gt": 5}}
     res = db.command("profile", 0, filter="unset", slowms=100, sampleRate=1.0)
     assert res["filter"] == {"millis": {"$gt": 5}} and "note" in res
     res = db.command("profile", -1)
