@@ -103,27 +103,30 @@ done:
     return ret;
 }
 
-/* Whether removing 'zone' from 'shard' would leave ranges of config.tags with no shard:
- * no other shard is in the zone and some range still names it. */
+/* Whether 'shard' is the zone's only shard while config.tags still has a range of the zone
+ * (MongoDB's _isShardRequiredByZoneStillInUse: a zone no shard has is not in use). */
 static int
 zone_needs_shard(const char *shard, const char *zone, bool *needed, shl_status_t *st)
 {
     int ret = 0;
-    bson_t *q = BCON_NEW("tags", BCON_UTF8(zone), "_id", "{", "$ne", BCON_UTF8(shard), "}");
+    bson_t *q = BCON_NEW("tags", BCON_UTF8(zone));
     bson_t one = BSON_INITIALIZER;
+    cfg_docs_t d = {0};
+    bson_iter_t it;
     bool found = false;
 
     *needed = false;
-    SHL_ERR(cfg_find_one("shards", q, &one, &found, st));
-    if (found) {
+    SHL_ERR(cfg_find("shards", q, NULL, &d, st));
+    if (d.n != 1 || !bson_iter_init_find(&it, d.docs[0], "_id") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), shard) != 0) {
         goto done;
     }
     bson_destroy(q);
     q = BCON_NEW("tag", BCON_UTF8(zone));
-    bson_destroy(&one);
     SHL_ERR(cfg_find_one("tags", q, &one, &found, st));
     *needed = found;
 done:
+    cfg_docs_cleanup(&d);
     bson_destroy(q);
     bson_destroy(&one);
     return ret;
