@@ -4,6 +4,8 @@
 #include "bson/bson_iter.h"
 #include "net/op_context.h"
 
+#include <endian.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -39,6 +41,7 @@ typedef enum {
     F_DATABASE_VERSION,
     F_CLUSTER_TIME,
     F_MAX_TIME_MS,
+    F_CLIENT_OP_KEY,
 } op_field_t;
 
 /* Which of them the key of 'len' bytes is: one compare at most (this runs per field). */
@@ -60,6 +63,7 @@ op_field(const char *k, size_t len)
         {"databaseVersion", 15, F_DATABASE_VERSION},
         {"$clusterTime", 12, F_CLUSTER_TIME},
         {"maxTimeMS", 9, F_MAX_TIME_MS},
+        {"clientOperationKey", 18, F_CLIENT_OP_KEY},
     };
     op_field_t f = F_OTHER;
     for (size_t i = 0; f == F_OTHER && i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -156,6 +160,19 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             if (ms > 0) {
                 op->deadline_us = op->start_mono_us + ms * 1000;
             }
+        } else if (f == F_CLIENT_OP_KEY) {
+            bson_subtype_t sub;
+            uint32_t len = 0;
+            const uint8_t *data = NULL;
+            if (BSON_ITER_HOLDS_BINARY(&it)) {
+                bson_iter_binary(&it, &sub, &len, &data);
+            }
+            if (data == NULL || sub != BSON_SUBTYPE_UUID || len != SHL_OP_KEY_LEN) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'clientOperationKey' is the wrong type, expected a UUID");
+            }
+            memcpy(op->op_key, data, SHL_OP_KEY_LEN);
+            op->has_op_key = true;
         }
     }
 done:
@@ -250,6 +267,55 @@ shl_op_kill(shl_service_ctx_t *svc, int64_t opid)
     }
     pthread_mutex_unlock(&svc->ops_mu);
     return found;
+}
+
+int
+shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        if (o->has_op_key && memcmp(o->op_key, key, SHL_OP_KEY_LEN) == 0) {
+            atomic_store(&o->killed, true);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+    return n;
+}
+
+/* Process-wide parts of the remote keys: a random half fixed at first use, and a counter. */
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static uint8_t key_nonce[8];
+static atomic_uint_fast64_t key_counter;
+
+static void
+key_init(void)
+{
+    bson_oid_t oid;
+    int64_t t = shl_clock_mono_us();
+
+    /* libbson's ObjectId has 5 random bytes per process; mix in the clock for the rest. */
+    bson_oid_init(&oid, NULL);
+    memcpy(key_nonce, oid.bytes + 4, 5);
+    memcpy(key_nonce + 5, &t, 3);
+    /* Shaped as a version 4 UUID, as MongoDB's keys are: the version nibble in byte 6. */
+    key_nonce[6] = (uint8_t)((key_nonce[6] & 0x0f) | 0x40);
+}
+
+const uint8_t *
+shl_op_remote_key(shl_op_ctx_t *op)
+{
+    if (!op->has_remote_key) {
+        /* The random half, then the UUID variant byte and 56 bits of the counter. */
+        uint64_t tail = htole64((atomic_fetch_add(&key_counter, 1) << 8) | 0x80);
+        pthread_once(&key_once, key_init);
+        memcpy(op->remote_key, key_nonce, 8);
+        memcpy(op->remote_key + 8, &tail, 8);
+        op->has_remote_key = true;
+    }
+    return op->remote_key;
 }
 
 /* MongoDB's `op` of a command: the legacy operation type it stands for. */

@@ -28,6 +28,9 @@
 
 struct shl_conn;
 
+/* An operation key (MongoDB's clientOperationKey) is a UUID: BSON binary subtype 4. */
+#define SHL_OP_KEY_LEN 16
+
 typedef struct shl_op_ctx {
     shl_service_ctx_t *svc;
     struct shl_conn *conn; /* NULL for operations started internally */
@@ -54,6 +57,13 @@ typedef struct shl_op_ctx {
     bool has_cluster_time;
     bson_t cluster_time;      /* static view of $clusterTime */
     const char *comment_json; /* NULL when absent; never used for logic */
+
+    /* clientOperationKey: the key the sender gave this operation (_killOperations names it). */
+    bool has_op_key;
+    uint8_t op_key[SHL_OP_KEY_LEN];
+    /* The key this operation gives the requests it sends (shl_op_remote_key), or none. */
+    bool has_remote_key;
+    uint8_t remote_key[SHL_OP_KEY_LEN];
 
     int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
     atomic_bool killed;  /* set by killOp or shutdown */
@@ -98,6 +108,24 @@ void shl_op_unregister(shl_op_ctx_t *op);
  *     it through shl_op_check_interrupt). Returns whether such an operation was running.
  */
 bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
+
+/*
+ * shl_op_kill_by_key --
+ *     Set the kill flag of every in-progress operation of 'svc' whose clientOperationKey is
+ *     'key' (SHL_OP_KEY_LEN bytes), as _killOperations does. Returns how many there were.
+ *     Takes svc->ops_mu.
+ */
+int shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key);
+
+/*
+ * shl_op_remote_key --
+ *     The operation key 'op' attaches to the requests it sends to other nodes (as
+ *     clientOperationKey), made on first use: unique for the process's life and never the
+ *     key 'op' itself received, since a node may be sent several requests for one operation.
+ *     Killing the operation can then kill its remote parts with _killOperations. Borrowed
+ *     for the op's life; the operation's own thread only.
+ */
+const uint8_t *shl_op_remote_key(shl_op_ctx_t *op);
 
 /*
  * shl_op_list_append --

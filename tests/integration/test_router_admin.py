@@ -305,6 +305,74 @@ def test_kill_op_through_router(adm):
         b.release()
 
 
+def _local_ops(client, comment):
+    """The router's own operations ($currentOp localOps) with this comment."""
+    return list(client.admin.aggregate([{"$currentOp": {"localOps": True}},
+                                        {"$match": {"command.comment": comment}}]))
+
+
+def test_kill_op_of_router_op_interrupts_its_wait_and_the_shard_op(adm):
+    # The find is held on shard0; killing the ROUTER's operation (a plain opid) must end the
+    # router's wait for the shard at once -- the fail point stays on -- and, as mongos does
+    # with _killOperations, the shard's part of it too.
+    b = BlockedFind(adm, "cop-kill-local")
+    try:
+        r = adm.router_client()
+        shard = adm.shard_client(0)
+        wait_until(lambda: _ops(shard, "cop-kill-local"), what="the shard's find")
+        local = wait_until(lambda: _local_ops(r, "cop-kill-local"), what="the router's find")
+        assert len(local) == 1 and isinstance(local[0]["opid"], int)
+        assert r.admin.command("killOp", op=local[0]["opid"])["ok"] == 1
+        b.thread.join(10)
+        assert not b.thread.is_alive(), "the router kept waiting for the shard"
+        assert b.error is not None and b.error.code == 11601  # Interrupted
+        assert b.error.details["codeName"] == "Interrupted"
+        # The shard's operation was killed as well, though its fail point is still on.
+        wait_until(lambda: _ops(shard, "cop-kill-local") == [], what="the shard op to end")
+        assert _local_ops(r, "cop-kill-local") == []
+    finally:
+        b.release()
+    # The router's connections to the shard still work after one was cut mid-request.
+    assert len(list(adm.router_client().adm.plain.find({"v": {"$lt": 5}}))) == 5
+
+
+def test_kill_operations_by_key(adm):
+    # _killOperations (what the router sends) kills the operations carrying those keys.
+    import uuid
+    from bson.binary import Binary, UuidRepresentation
+    shard = adm.shard_client(0)
+    fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
+    key = Binary.from_uuid(uuid.uuid4(), UuidRepresentation.STANDARD)
+    errors = []
+
+    def run():
+        try:
+            adm.shard_client(0).adm.command(SON([("find", "plain"), ("comment", "cop-key"),
+                                                 ("clientOperationKey", key)]))
+        except OperationFailure as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        wait_until(lambda: _ops(shard, "cop-key"))
+        other = Binary.from_uuid(uuid.uuid4(), UuidRepresentation.STANDARD)
+        assert shard.admin.command("_killOperations", operationKeys=[other])["ok"] == 1
+        assert len(_ops(shard, "cop-key")) == 1
+        assert shard.admin.command("_killOperations", operationKeys=[key])["ok"] == 1
+        t.join(10)
+        assert [e.code for e in errors] == [11601]
+    finally:
+        fail_point(shard, "waitInFindBeforeMakingBatch", "off")
+        t.join(30)
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("_killOperations", 1)
+    assert e.value.code == 40414
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("_killOperations", operationKeys=["x"])
+    assert e.value.code == 14
+
+
 def test_kill_op_on_data_node(adm):
     shard = adm.shard_client(0)
     fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
