@@ -38,9 +38,9 @@ typedef enum phase {
 typedef struct op {
     const char *host;
     const char *db;
-    const bson_t *cmd;    /* NULL: connect and handshake only (checkout) */
+    const bson_t *cmd;     /* NULL: connect and handshake only (checkout) */
     const uint8_t *op_key; /* NULL, or the clientOperationKey 'cmd' is sent with */
-    const char *cmd_name; /* the exchange in flight, for messages */
+    const char *cmd_name;  /* the exchange in flight, for messages */
     shl_client_conn_t *conn;
     bool own_conn;                /* acquired here: release to the pool when done */
     shl_client_conn_t **conn_out; /* checkout: hand the connection over on success */
@@ -83,7 +83,7 @@ typedef struct engine {
     shl_conn_pool_t *pool;
     shl_client_hooks_t hooks;
     int64_t start_us;
-    int64_t deadline_us;                 /* 0: none */
+    int64_t deadline_us;                /* 0: none */
     const shl_client_interrupt_t *intr; /* NULL: only the deadline ends the wait */
 } engine_t;
 
@@ -773,8 +773,9 @@ op_interrupt(engine_t *eng, op_t *op, const shl_status_t *why)
     *op->st = *why;
     op->cut = true;
     SHL_LOG_DEBUG(1, NETWORK, 4616102, "internal client request interrupted", "hostAndPort",
-                  BCON_UTF8(op->host), "command", BCON_UTF8(op->cmd_name != NULL ? op->cmd_name : ""),
-                  "error", BCON_UTF8(why->reason));
+                  BCON_UTF8(op->host), "command",
+                  BCON_UTF8(op->cmd_name != NULL ? op->cmd_name : ""), "error",
+                  BCON_UTF8(why->reason));
     op_finish(eng, op, why->code);
 }
 

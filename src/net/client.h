@@ -222,9 +222,10 @@ void shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size
  *     keep their replies. No syscall is added to a call whose replies arrive within the
  *     first interval. Returns how many requests were cut off. Blocks; thread-safe.
  */
-size_t shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
-                                     int64_t timeout_ms, const shl_client_interrupt_t *intr,
-                                     shl_fanout_result_t *results);
+size_t shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs,
+                                       size_t n, int64_t timeout_ms,
+                                       const shl_client_interrupt_t *intr,
+                                       shl_fanout_result_t *results);
 
 /* shl_fanout_results_cleanup -- destroy the replies of n results. */
 void shl_fanout_results_cleanup(shl_fanout_result_t *results, size_t n);

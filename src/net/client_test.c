@@ -720,8 +720,7 @@ static int
 countdown_check(void *arg, shl_status_t *st)
 {
     countdown_t *c = arg;
-    return ++c->checked > c->calls ? shl_status_set(st, SHL_CODE_INTERRUPTED, "interrupted")
-                                   : 0;
+    return ++c->checked > c->calls ? shl_status_set(st, SHL_CODE_INTERRUPTED, "interrupted") : 0;
 }
 
 SHL_TEST(client_fanout_interruptible_cuts_only_the_waiting)

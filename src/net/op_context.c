@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/str.h"
+#include "bson/bson_util.h"
 #include "net/server.h"
 
 static bool
@@ -318,6 +319,67 @@ shl_op_remote_key(shl_op_ctx_t *op)
     return op->remote_key;
 }
 
+int
+shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_current_op_spec_t *out,
+                          shl_status_t *st)
+{
+    static const char *const names[] = {"allUsers",     "idleConnections", "idleCursors",
+                                        "idleSessions", "localOps",        "truncateOps",
+                                        "backtrace",    "targetAllNodes",  NULL};
+    bool *const fields[] = {&out->all_users,     &out->idle_connections, &out->idle_cursors,
+                            &out->idle_sessions, &out->local_ops,        &out->truncate_ops,
+                            &out->backtrace,     &out->target_all_nodes};
+    bson_iter_t spec;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!BSON_ITER_HOLDS_DOCUMENT(stage) || !bson_iter_recurse(stage, &spec)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "$currentOp options must be specified in an object, but found: %s",
+                 shl_bson_type_name(shl_iter_type(stage)));
+    }
+    /* The lite parse (before the stage is built) looks only at allUsers and localOps. */
+    while (shl_iter_next(&spec)) {
+        const char *k = shl_iter_key(&spec);
+        if ((strcmp(k, "allUsers") == 0 || strcmp(k, "localOps") == 0) &&
+            !BSON_ITER_HOLDS_BOOL(&spec)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "The '%s' parameter of the $currentOp stage must be a boolean value, but "
+                     "found: %s",
+                     k, shl_bson_type_name(shl_iter_type(&spec)));
+        }
+    }
+    bson_iter_recurse(stage, &spec);
+    while (shl_iter_next(&spec)) {
+        const char *k = shl_iter_key(&spec);
+        size_t i;
+        for (i = 0; names[i] != NULL && strcmp(k, names[i]) != 0; i++) {
+        }
+        if (names[i] == NULL) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Unrecognized option '%s' in $currentOp stage.",
+                     k);
+        }
+        if (!BSON_ITER_HOLDS_BOOL(&spec)) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "The '%s' parameter of the $currentOp stage must be a boolean value, but "
+                     "found: %s",
+                     k, shl_bson_type_name(shl_iter_type(&spec)));
+        }
+        *fields[i] = bson_iter_bool(&spec);
+    }
+    if (out->local_ops && out->target_all_nodes) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'localOps' parameter of the $currentOp stage cannot be true when "
+                 "'targetAllNodes' is also true");
+    }
+    if (out->target_all_nodes && !in_cluster) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "$currentOp supports targetAllNodes parameter only for sharded clusters");
+    }
+done:
+    return ret;
+}
+
 /* MongoDB's `op` of a command: the legacy operation type it stands for. */
 static const char *
 op_type(const char *cmd_name)
@@ -333,7 +395,8 @@ op_type(const char *cmd_name)
     return "command";
 }
 
-/* The namespace currentOp shows: db.coll when the command names a collection, else db.$cmd. */
+/* The namespace currentOp shows: db.coll when the command names a collection, else db.$cmd
+ * (db.$cmd.aggregate for a collection-less aggregate). */
 static void
 op_ns(const shl_op_ctx_t *op, char *out, size_t n)
 {
@@ -347,6 +410,8 @@ op_ns(const shl_op_ctx_t *op, char *out, size_t n)
         } else {
             snprintf(out, n, "%s.%s", op->db, v);
         }
+    } else if (op->cmd_name != NULL && strcmp(op->cmd_name, "aggregate") == 0) {
+        snprintf(out, n, "%s.$cmd.aggregate", op->db); /* {aggregate: 1}, as MongoDB shows it */
     } else {
         snprintf(out, n, "%s.$cmd", op->db);
     }

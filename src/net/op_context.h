@@ -71,8 +71,8 @@ typedef struct shl_op_ctx {
 
     /* The in-progress list (currentOp / killOp); set by shl_op_register, guarded by
      * svc->ops_mu while registered. */
-    int32_t opid;          /* 0 when not registered */
-    const char *app_name;  /* the connection's appName as of registration, or NULL */
+    int32_t opid;         /* 0 when not registered */
+    const char *app_name; /* the connection's appName as of registration, or NULL */
     struct shl_op_ctx *ops_prev, *ops_next;
 } shl_op_ctx_t;
 
@@ -135,6 +135,29 @@ const uint8_t *shl_op_remote_key(shl_op_ctx_t *op);
  *     killPending), numbering them from *n (advanced). Takes svc->ops_mu.
  */
 void shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n);
+
+/* The options of a $currentOp stage (all false when absent). */
+typedef struct shl_current_op_spec {
+    bool all_users;
+    bool idle_connections;
+    bool idle_cursors;
+    bool idle_sessions;
+    bool local_ops;
+    bool truncate_ops;
+    bool backtrace;
+    bool target_all_nodes;
+} shl_current_op_spec_t;
+
+/*
+ * shl_current_op_spec_parse --
+ *     Parse the value of a $currentOp stage ('stage' is at the "$currentOp" element) as
+ *     MongoDB does: first the checks its lite parse makes (TypeMismatch for a non-object, a
+ *     non-boolean allUsers or localOps), then the full parse's (FailedToParse for another
+ *     non-boolean option, an unknown one, localOps with targetAllNodes, or targetAllNodes
+ *     outside a cluster -- 'in_cluster' is false on a data node asked directly).
+ */
+int shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_current_op_spec_t *out,
+                              shl_status_t *st);
 
 /* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
 int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);

@@ -188,8 +188,8 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
     /* A killOp of the getMore ends the wait for the shards (their cursors are killed with the
      * router's cursor, as the failed getMore ends it). */
     (void)shl_client_fanout_interruptible(c->r->pool, reqs, n,
-                                    remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
-                                    c->op != NULL ? &intr : NULL, res);
+                                          remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
+                                          c->op != NULL ? &intr : NULL, res);
     shl_router_deadline_results(c->op, res, n);
     for (size_t i = 0; i < n; i++) {
         shl_router_remote_t *rem = &c->remotes[which[i]];

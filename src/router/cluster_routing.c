@@ -433,8 +433,8 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
             kreqs[nk++].cmd = &cmd;
         }
     }
-    SHL_LOG_INFO(SHARDING, 4625501, "Operation interrupted; killing its remote operations",
-                 "opId", BCON_INT32(op->opid), "nRemotes", BCON_INT64((int64_t)nk));
+    SHL_LOG_INFO(SHARDING, 4625501, "Operation interrupted; killing its remote operations", "opId",
+                 BCON_INT32(op->opid), "nRemotes", BCON_INT64((int64_t)nk));
     shl_client_fanout(r->pool, kreqs, nk, KILL_REMOTE_TIMEOUT_MS, kres);
     shl_fanout_results_cleanup(kres, nk);
     bson_free(kres);

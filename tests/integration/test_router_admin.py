@@ -396,6 +396,72 @@ def test_kill_op_on_data_node(adm):
         t.join(30)
 
 
+def test_current_op_aggregation_stage_on_data_node(adm):
+    # $currentOp sent to a data node directly: the same documents as its currentOp command.
+    shard = adm.shard_client(0)
+    fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
+    errors = []
+
+    def run():
+        try:
+            list(adm.shard_client(0).adm.plain.find({}, comment="cop-node-agg"))
+        except OperationFailure as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        cmd_ops = wait_until(lambda: _ops(shard, "cop-node-agg"))
+        agg = list(shard.admin.aggregate([{"$currentOp": {"allUsers": True}},
+                                          {"$match": {"command.comment": "cop-node-agg"}}]))
+        assert len(agg) == 1 and len(cmd_ops) == 1
+        moving = {"currentOpTime", "secs_running", "microsecs_running"}
+        assert set(agg[0]) == set(cmd_ops[0])
+        for f in set(agg[0]) - moving:
+            assert agg[0][f] == cmd_ops[0][f], f
+        assert isinstance(agg[0]["opid"], int) and "shard" not in agg[0]
+        assert agg[0]["ns"] == "adm.plain" and agg[0]["op"] == "query"
+        # The aggregate is in progress too; the later stages run over the list.
+        mine = list(shard.admin.aggregate([{"$currentOp": {}},
+                                           {"$match": {"command.aggregate": 1}},
+                                           {"$project": {"ns": 1, "_id": 0}}]))
+        assert mine == [{"ns": "admin.$cmd.aggregate"}]
+        # localOps (a router's option) is accepted and changes nothing here.
+        assert len(list(shard.admin.aggregate([{"$currentOp": {"localOps": True}},
+                                               {"$match": {"command.comment": "cop-node-agg"}}]))) == 1
+        # The opid it shows is the one killOp takes.
+        assert shard.admin.command("killOp", op=agg[0]["opid"])["ok"] == 1
+        t.join(30)
+        assert [e.code for e in errors] == [11601]
+    finally:
+        fail_point(shard, "waitInFindBeforeMakingBatch", "off")
+        t.join(30)
+
+
+def test_current_op_aggregation_stage_errors_on_data_node(adm):
+    shard = adm.shard_client(0)
+    cases = [
+        (shard.adm, "plain", [{"$currentOp": {}}], 73),  # not admin
+        (shard.adm, 1, [{"$currentOp": {}}], 73),
+        (shard.admin, "plain", [{"$currentOp": {}}], 73),  # a collection
+        (shard.admin, 1, [{"$currentOp": {}}, {"$currentOp": {}}], 40602),
+        (shard.admin, 1, [{"$match": {}}, {"$currentOp": {}}], 40602),
+        (shard.admin, 1, [{"$currentOp": 1}], 14),
+        (shard.admin, 1, [{"$currentOp": {"allUsers": 1}}], 14),
+        (shard.admin, 1, [{"$currentOp": {"idleConnections": 1}}], 9),
+        (shard.admin, 1, [{"$currentOp": {"bogus": True}}], 9),
+        (shard.admin, 1, [{"$currentOp": {"targetAllNodes": True}}], 9),  # not a cluster
+        (shard.admin, 1, [{"$currentOp": {}}, {"$bogus": {}}], 40324),
+    ]
+    for db, target, pipeline, code in cases:
+        with pytest.raises(OperationFailure) as e:
+            db.command("aggregate", target, pipeline=pipeline, cursor={})
+        assert e.value.code == code, (db.name, target, pipeline)
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("aggregate", 1, pipeline=[{"$currentOp": {}}])
+    assert e.value.code == 9  # the cursor option is required
+
+
 def test_current_op_and_kill_op_errors(adm):
     r = adm.router_client()
     with pytest.raises(OperationFailure) as e:
@@ -412,7 +478,7 @@ def test_current_op_and_kill_op_errors(adm):
     assert e.value.code == 9
     with pytest.raises(OperationFailure) as e:
         list(r.admin.aggregate([{"$currentOp": {"localOps": 1}}]))
-    assert e.value.code == 9
+    assert e.value.code == 14  # TypeMismatch: checked before the stage is built, as MongoDB
     with pytest.raises(OperationFailure) as e:
         list(r.admin.aggregate([{"$currentOp": {}}, {"$currentOp": {}}]))
     assert e.value.code == 40602
