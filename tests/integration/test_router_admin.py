@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from bson import SON, ObjectId, Timestamp
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, WriteConcernError
 
 from shale_fixtures import fail_point, wait_until
 
@@ -634,6 +634,114 @@ def test_set_default_rw_concern(adm):
     res = admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority",
                                                                     "wtimeout": 5000})
     assert res["defaultWriteConcern"] == {"w": "majority", "wtimeout": 5000}
+
+
+def _restore_default_wc(admin, before):
+    # A default write concern cannot be unset once set: put the previous one back.
+    if before["defaultWriteConcernSource"] == "global":
+        admin.command("setDefaultRWConcern", defaultWriteConcern=before["defaultWriteConcern"])
+    else:
+        admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority"})
+
+
+def test_default_write_concern_applies_through_router(adm):
+    r = adm.router_client()
+    admin = r.admin
+    before = admin.command("getDefaultRWConcern")
+    try:
+        admin.command("setDefaultRWConcern", defaultWriteConcern={"w": 5})
+        # Applied at once by the router it was set through, and what get reports.
+        got = admin.command("getDefaultRWConcern")
+        assert got["defaultWriteConcern"] == {"w": 5, "wtimeout": 0}
+        assert got["defaultWriteConcernSource"] == "global"
+        cached = admin.command("getDefaultRWConcern", inMemory=True)
+        assert cached["defaultWriteConcern"] == {"w": 5, "wtimeout": 0} and cached["inMemory"]
+        # A write without a writeConcern gets the default: the shards (sets of one) cannot
+        # satisfy w: 5, and say where the concern came from.
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-1", "v": -1}])
+        assert res["n"] == 1
+        wce = res["writeConcernError"]
+        assert wce["code"] == 100 and wce["codeName"] == "UnsatisfiableWriteConcern"
+        assert wce["errInfo"]["writeConcern"] == {"w": 5, "wtimeout": 0,
+                                                  "provenance": "customDefault"}
+        # So does a driver write that leaves the concern to the server.
+        with pytest.raises(WriteConcernError) as e:
+            r.adm.sh.insert_one({"_id": "rwc-2", "x": 450})
+        assert e.value.code == 100
+        res = r.adm.command("update", "sh", updates=[{"q": {"x": 450}, "u": {"$set": {"y": 1}}}])
+        assert res["nModified"] == 1 and res["writeConcernError"]["code"] == 100
+        # An explicit writeConcern wins over the default.
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-3", "v": -1}],
+                            writeConcern={"w": 1})
+        assert res["n"] == 1 and "writeConcernError" not in res
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-4", "v": -1}],
+                            writeConcern={"w": 2})
+        assert res["writeConcernError"]["errInfo"]["writeConcern"] == {
+            "w": 2, "wtimeout": 0, "provenance": "clientSupplied"}
+        # Reads take no write concern; a shard asked directly applies its own implicit default
+        # (mongod reads the defaults from its own config.settings, which a shard never holds).
+        assert r.adm.plain.count_documents({"v": -1}) == 3
+        res = adm.shard_client(0).adm.command("insert", "plain",
+                                              documents=[{"_id": "rwc-5", "v": -1}])
+        assert "writeConcernError" not in res
+    finally:
+        _restore_default_wc(admin, before)
+        r.adm.plain.delete_many({"v": -1})
+        r.adm.sh.delete_many({"_id": "rwc-2"})
+    res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-6", "v": -1}])
+    assert "writeConcernError" not in res
+    r.adm.plain.delete_many({"v": -1})
+
+
+def test_default_read_concern_applies_through_router(adm):
+    # The read concern the router sends a shard shows in the shard's currentOp.
+    admin = adm.router_client().admin
+    admin.command("setDefaultRWConcern", defaultReadConcern={"level": "majority"})
+    try:
+        b = BlockedFind(adm, "rwc-read")
+        try:
+            ops = wait_until(lambda: _ops(adm.shard_client(0), "rwc-read"))
+            assert ops[0]["command"]["readConcern"] == {"level": "majority",
+                                                        "provenance": "customDefault"}
+        finally:
+            b.release()
+        assert b.error is None and len(b.result) == 100
+        # A readConcern of the request's own is sent as it is.
+        fail_point(adm.shard_client(0), "waitInFindBeforeMakingBatch", "alwaysOn",
+                   {"nss": "adm.plain"})
+        c = adm.router_client()
+        t = threading.Thread(target=lambda: c.adm.command(
+            "find", "plain", comment="rwc-read-own", readConcern={"level": "local"}))
+        t.start()
+        try:
+            ops = wait_until(lambda: _ops(adm.shard_client(0), "rwc-read-own"))
+            assert ops[0]["command"]["readConcern"] == {"level": "local"}
+        finally:
+            fail_point(adm.shard_client(0), "waitInFindBeforeMakingBatch", "off")
+            t.join(30)
+            c.close()
+    finally:
+        admin.command("setDefaultRWConcern", defaultReadConcern={})
+    assert admin.command("getDefaultRWConcern")["defaultReadConcernSource"] == "implicit"
+
+
+def test_default_rw_concern_reaches_other_routers_by_periodic_refresh(adm):
+    # Another router learns a change made through this one from its periodic refresh of
+    # the defaults cache (every 30 s, as mongos's), without being asked for them.
+    other = adm.add_router()
+    try:
+        o = other.client()
+        assert o.admin.command("getDefaultRWConcern", inMemory=True)[
+            "defaultReadConcernSource"] == "implicit"
+        adm.router_client().admin.command("setDefaultRWConcern",
+                                          defaultReadConcern={"level": "majority"})
+        wait_until(lambda: o.admin.command("getDefaultRWConcern", inMemory=True)[
+            "defaultReadConcern"] == {"level": "majority"}, timeout=45,
+            what="the other router's refresh")
+        o.close()
+    finally:
+        adm.router_client().admin.command("setDefaultRWConcern", defaultReadConcern={})
+        other.stop()
 
 
 def test_set_default_rw_concern_errors(adm):
