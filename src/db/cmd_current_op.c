@@ -64,6 +64,70 @@ done:
     return ret;
 }
 
+int
+db_pipeline_current_op(const bson_t *pipeline)
+{
+    bson_iter_t it, inner;
+    int where = 0, i = 0;
+
+    if (!bson_iter_init(&it, pipeline)) {
+        return 0;
+    }
+    while (where == 0 && shl_iter_next(&it)) {
+        i++;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &inner) &&
+            shl_iter_next(&inner) && strcmp(shl_iter_key(&inner), "$currentOp") == 0) {
+            where = i == 1 ? 1 : 2;
+        }
+    }
+    return where;
+}
+
+int
+db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline, bson_t *reply,
+                        shl_status_t *st)
+{
+    bson_t all = BSON_INITIALIZER, rest = BSON_INITIALIZER, out = BSON_INITIALIZER;
+    bson_iter_t it, stage;
+    shl_current_op_spec_t spec;
+    uint32_t n = 0, k = 0, r = 0;
+    int ret = 0;
+
+    /* MongoDB's order: the namespace (aggregate: 1 on admin), the stage's options, then the
+     * stages after it. */
+    if (strcmp(op->db, "admin") != 0 || !bson_iter_init(&it, cmd) || !shl_iter_next(&it) ||
+        !BSON_ITER_HOLDS_NUMBER(&it) || bson_iter_as_double(&it) != 1.0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
+                 "$currentOp must be run against the 'admin' database with {aggregate: 1}");
+    }
+    bson_iter_init(&it, pipeline);
+    shl_iter_next(&it);
+    bson_iter_recurse(&it, &stage);
+    shl_iter_next(&stage);
+    SHL_ERR(shl_current_op_spec_parse(&stage, false, &spec, st));
+    while (shl_iter_next(&it)) {
+        char key[16];
+        const char *kp;
+        bson_iter_t inner;
+        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &inner) &&
+            shl_iter_next(&inner) && strcmp(shl_iter_key(&inner), "$currentOp") == 0) {
+            SHL_FAIL(st, 40602, "$currentOp is only valid as the first stage in a pipeline");
+        }
+        bson_uint32_to_string(r++, &kp, key, sizeof(key));
+        bson_append_value(&rest, kp, -1, bson_iter_value(&it));
+    }
+    /* The same documents as the currentOp command's inprog (this aggregate among them). */
+    shl_op_list_append(op->svc, &all, &n);
+    SHL_ERR(shl_pipeline_run_array(&all, &rest, &out, &k, st));
+    /* One batch, as the router answers it: a node's operations fit a reply. */
+    shl_cursor_reply(reply, "admin.$cmd.aggregate", 0, true, &out);
+done:
+    bson_destroy(&all);
+    bson_destroy(&rest);
+    bson_destroy(&out);
+    return ret;
+}
+
 /*
  * {killOp: 1, op: <opid>}: sets the operation's kill flag. As MongoDB's, it succeeds
  * whether or not the operation still runs. Errors: NoSuchKey without op, TypeMismatch for

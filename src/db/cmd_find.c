@@ -1378,6 +1378,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                  "The 'cursor' option is required, except for aggregate with the explain "
                  "argument");
     }
+    switch (db_pipeline_current_op(&pipeline)) {
+    case 1:
+        ret = db_current_op_aggregate(op, cmd, &pipeline, reply, st);
+        goto done;
+    case 2:
+        SHL_FAIL(st, 40602, "$currentOp is only valid as the first stage in a pipeline");
+    default:
+        break;
+    }
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));

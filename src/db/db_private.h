@@ -271,6 +271,24 @@ void db_register_ddl_commands(shl_command_registry_t *reg);
 void db_register_list_commands(shl_command_registry_t *reg);
 void db_register_stats_commands(shl_command_registry_t *reg);
 void db_register_current_op_commands(shl_command_registry_t *reg);
+
+/*
+ * db_pipeline_current_op --
+ *     Where $currentOp stands in the aggregate pipeline 'pipeline': 1 first, 2 later (only the
+ *     first stage may be $currentOp), 0 nowhere.
+ */
+int db_pipeline_current_op(const bson_t *pipeline);
+
+/*
+ * db_current_op_aggregate --
+ *     {aggregate: 1, pipeline: [{$currentOp: {...}}, ...], cursor} on the admin database:
+ *     the node's operations in progress, as the currentOp command lists them, through the
+ *     rest of the pipeline, in one batch of a cursor on admin.$cmd.aggregate. Errors:
+ *     InvalidNamespace outside admin / aggregate: 1, 40602 for a later $currentOp, the
+ *     stage's option errors (shl_current_op_spec_parse), the rest of the pipeline's.
+ */
+int db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
+                            bson_t *reply, shl_status_t *st);
 void db_register_fsync_commands(shl_command_registry_t *reg);
 void db_register_split_vector_command(shl_command_registry_t *reg);
 void db_register_apply_ops_command(shl_command_registry_t *reg);

@@ -38,8 +38,9 @@ typedef enum phase {
 typedef struct op {
     const char *host;
     const char *db;
-    const bson_t *cmd;    /* NULL: connect and handshake only (checkout) */
-    const char *cmd_name; /* the exchange in flight, for messages */
+    const bson_t *cmd;     /* NULL: connect and handshake only (checkout) */
+    const uint8_t *op_key; /* NULL, or the clientOperationKey 'cmd' is sent with */
+    const char *cmd_name;  /* the exchange in flight, for messages */
     shl_client_conn_t *conn;
     bool own_conn;                /* acquired here: release to the pool when done */
     shl_client_conn_t **conn_out; /* checkout: hand the connection over on success */
@@ -58,6 +59,7 @@ typedef struct op {
     shl_status_t *st;
     bson_t *reply; /* initialised by the public entry points */
     int64_t *micros;
+    bool cut; /* ended by the caller's interruption before its reply arrived */
     /*
      * The reply's first bytes: one recv takes the header and, for a small reply, the
      * whole body (one syscall, not two). A peer sends one message per request, so
@@ -81,8 +83,16 @@ typedef struct engine {
     shl_conn_pool_t *pool;
     shl_client_hooks_t hooks;
     int64_t start_us;
-    int64_t deadline_us; /* 0: none */
+    int64_t deadline_us;                /* 0: none */
+    const shl_client_interrupt_t *intr; /* NULL: only the deadline ends the wait */
 } engine_t;
+
+/*
+ * How long an interruptible call sleeps in poll(2) before it asks whether its operation was
+ * killed. A reply that arrives sooner costs nothing extra (no syscall, no check); a call
+ * that waits longer wakes this often, and a kill ends it within about this time.
+ */
+#define INTERRUPT_CHECK_US (20 * 1000)
 
 static atomic_int next_request_id = 1;
 
@@ -260,7 +270,7 @@ op_errno_fail(engine_t *eng, op_t *op, const char *what, int err)
 
 /* Build the wire message for 'body' (caller's fields, the decorate hook's, then $db). */
 static int
-op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
+op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const uint8_t *key, const char *db)
 {
     int ret = 0;
     bson_t body;
@@ -278,7 +288,8 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
     /* Nothing to add but $db (the usual case): the message is written straight from cmd. */
     direct = eng->hooks.decorate == NULL && !has_db;
     if (direct) {
-        body_len = (size_t)cmd->len + 10 + strlen(db); /* the $db element's size */
+        /* The $db element's size, and the key's (type, name, length, subtype, bytes). */
+        body_len = (size_t)cmd->len + 10 + strlen(db) + (key != NULL ? 41 : 0);
     } else {
         if (has_db) {
             bson_copy_to_excluding_noinit(cmd, &body, "$db", NULL);
@@ -287,6 +298,10 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
         }
         if (eng->hooks.decorate != NULL) {
             eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
+        }
+        if (key != NULL) {
+            bson_append_binary(&body, "clientOperationKey", 18, BSON_SUBTYPE_UUID, key,
+                               SHL_CLIENT_OP_KEY_LEN);
         }
         BSON_APPEND_UTF8(&body, "$db", db);
         body_len = body.len;
@@ -302,7 +317,7 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const char *db)
     }
     op->request_id = atomic_fetch_add(&next_request_id, 1);
     bson_free(op->out);
-    op->out = direct ? shl_msg_build_op_msg_db(op->request_id, cmd, db, &op->out_len)
+    op->out = direct ? shl_msg_build_op_msg_db(op->request_id, cmd, key, db, &op->out_len)
                      : shl_msg_build_op_msg(op->request_id, 0, 0, &body, &op->out_len);
     op->out_off = 0;
     op->in_len = op->in_off = 0;
@@ -323,7 +338,7 @@ op_start_command(engine_t *eng, op_t *op)
         op_finish(eng, op, 0);
         return;
     }
-    ret = op_prepare_message(eng, op, op->cmd, op->db);
+    ret = op_prepare_message(eng, op, op->cmd, op->op_key, op->db);
     if (ret != 0) {
         /* Nothing was sent: the connection is still good. */
         op_finish(eng, op, ret);
@@ -352,7 +367,7 @@ op_connected(engine_t *eng, op_t *op)
     BSON_APPEND_INT32(&ic, "maxWireVersion", SHL_CLIENT_MAX_WIRE_VERSION);
     bson_append_document_end(&hello, &ic);
     op->handshake = true;
-    ret = op_prepare_message(eng, op, &hello, "admin");
+    ret = op_prepare_message(eng, op, &hello, NULL, "admin");
     bson_destroy(&hello);
     op->cmd_name = "hello"; /* the pointer into 'hello' is gone */
     if (ret != 0) {
@@ -746,6 +761,25 @@ op_time_out(engine_t *eng, op_t *op)
 }
 
 /*
+ * The caller's operation was interrupted while 'op' was still in flight: the reply (if any
+ * comes) would arrive on a stream nobody reads, so the connection is closed, not pooled.
+ */
+static void
+op_interrupt(engine_t *eng, op_t *op, const shl_status_t *why)
+{
+    if (op->conn != NULL) {
+        op->conn->failed = true;
+    }
+    *op->st = *why;
+    op->cut = true;
+    SHL_LOG_DEBUG(1, NETWORK, 4616102, "internal client request interrupted", "hostAndPort",
+                  BCON_UTF8(op->host), "command",
+                  BCON_UTF8(op->cmd_name != NULL ? op->cmd_name : ""), "error",
+                  BCON_UTF8(why->reason));
+    op_finish(eng, op, why->code);
+}
+
+/*
  * Drive ops[0..n): start them all (connect or send), then poll every socket that is
  * still busy until each op is done or past its deadline.
  */
@@ -756,6 +790,8 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
     size_t which_small[SMALL_FANOUT];
     struct pollfd *pfds = n <= SMALL_FANOUT ? pfds_small : bson_malloc(n * sizeof(*pfds));
     size_t *which = n <= SMALL_FANOUT ? which_small : bson_malloc(n * sizeof(*which));
+    /* The first kill check comes one slice in: a fast reply never pays for it. */
+    int64_t next_check = eng->intr != NULL ? eng->start_us + INTERRUPT_CHECK_US : 0;
 
     for (size_t i = 0; i < n; i++) {
         op_begin(eng, &ops[i]);
@@ -768,7 +804,19 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
         int64_t now = shl_clock_mono_us(), wake = 0;
         size_t k = 0;
         int timeout_ms, r;
+        shl_status_t why;
 
+        if (next_check != 0 && now >= next_check) {
+            if (eng->intr->check(eng->intr->arg, &why) != 0) {
+                for (size_t i = 0; i < n; i++) {
+                    if (ops[i].phase != PH_DONE) {
+                        op_interrupt(eng, &ops[i], &why);
+                    }
+                }
+                break;
+            }
+            next_check = now + INTERRUPT_CHECK_US;
+        }
         for (size_t i = 0; i < n; i++) {
             op_t *op = &ops[i];
             int64_t d;
@@ -790,6 +838,9 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
         }
         if (k == 0) {
             break;
+        }
+        if (next_check != 0 && (wake == 0 || next_check < wake)) {
+            wake = next_check;
         }
         /* Round up so we never wake just before a deadline and spin. */
         if (wake == 0) {
@@ -895,12 +946,21 @@ void
 shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
                   shl_fanout_result_t *results)
 {
+    (void)shl_client_fanout_interruptible(pool, reqs, n, timeout_ms, NULL, results);
+}
+
+size_t
+shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
+                                int64_t timeout_ms, const shl_client_interrupt_t *intr,
+                                shl_fanout_result_t *results)
+{
     engine_t eng;
     op_t ops_small[SMALL_FANOUT];
     op_t *ops;
+    size_t cut = 0;
 
     if (n == 0) {
-        return;
+        return 0;
     }
     ops = n <= SMALL_FANOUT ? ops_small : bson_malloc(n * sizeof(*ops));
     memset(&eng, 0, sizeof(eng));
@@ -908,15 +968,18 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
+    eng.intr = intr;
     for (size_t i = 0; i < n; i++) {
         shl_status_clear(&results[i].status);
         bson_init(&results[i].reply);
         results[i].code = 0;
         results[i].micros = 0;
+        results[i].interrupted = false;
         op_clear(&ops[i]);
         ops[i].host = reqs[i].host;
         ops[i].db = reqs[i].db;
         ops[i].cmd = reqs[i].cmd;
+        ops[i].op_key = reqs[i].op_key;
         ops[i].st = &results[i].status;
         ops[i].reply = &results[i].reply;
         ops[i].micros = &results[i].micros;
@@ -924,10 +987,13 @@ shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
     engine_run(&eng, ops, n);
     for (size_t i = 0; i < n; i++) {
         results[i].code = ops[i].code;
+        results[i].interrupted = ops[i].cut;
+        cut += ops[i].cut ? 1 : 0;
     }
     if (ops != ops_small) {
         bson_free(ops);
     }
+    return cut;
 }
 
 void

@@ -19,6 +19,9 @@
 #define SHL_CLIENT_MIN_WIRE_VERSION 0
 #define SHL_CLIENT_MAX_WIRE_VERSION 21
 
+/* An operation key (clientOperationKey) is a UUID of this many bytes. */
+#define SHL_CLIENT_OP_KEY_LEN 16
+
 /* "host:port" longer than this is refused with FailedToParse. */
 #define SHL_CLIENT_HOST_MAX 256
 
@@ -69,6 +72,9 @@ typedef struct shl_fanout_req {
     const char *host;  /* "host:port" */
     const char *db;    /* the command's $db */
     const bson_t *cmd; /* the command; a $db in it is replaced by db */
+    /* NULL, or SHL_CLIENT_OP_KEY_LEN bytes sent as the command's clientOperationKey (a UUID,
+     * which _killOperations can name later); 'cmd' must not hold that field then. */
+    const uint8_t *op_key;
 } shl_fanout_req_t;
 
 /* One result of a fan-out; release with shl_fanout_results_cleanup. */
@@ -77,7 +83,20 @@ typedef struct shl_fanout_result {
     shl_status_t status; /* network error, or the reply's error (code, errmsg, labels, extra) */
     bson_t reply;        /* the reply document; empty if none arrived. Always initialised. */
     int64_t micros;      /* time from the start of the call to this result */
+    bool interrupted;    /* cut off by the call's interruption (shl_client_interrupt_t) before
+                          * its reply arrived: the request may still be running remotely */
 } shl_fanout_result_t;
+
+/*
+ * An interruption source for a call: 'check' returns 0 while the call may go on, else an
+ * error code with *st filled (e.g. Interrupted when the caller's operation was killed). It
+ * runs on the calling thread, only while the call is waiting (never on a reply that arrives
+ * within the first check interval), and must not block or call back into the client.
+ */
+typedef struct shl_client_interrupt {
+    int (*check)(void *arg, shl_status_t *st);
+    void *arg;
+} shl_client_interrupt_t;
 
 /*
  * shl_conn_pool_new --
@@ -193,6 +212,20 @@ int shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, cons
  */
 void shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
                        int64_t timeout_ms, shl_fanout_result_t *results);
+
+/*
+ * shl_client_fanout_interruptible --
+ *     shl_client_fanout, also ended by 'intr' (NULL: never): while replies are outstanding
+ *     the call asks intr->check about every 20 ms, and once it answers an error every request
+ *     still in flight ends with that error and 'interrupted' set, its connection closed (a
+ *     late reply must not be read by the connection's next user). Requests answered before
+ *     keep their replies. No syscall is added to a call whose replies arrive within the
+ *     first interval. Returns how many requests were cut off. Blocks; thread-safe.
+ */
+size_t shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs,
+                                       size_t n, int64_t timeout_ms,
+                                       const shl_client_interrupt_t *intr,
+                                       shl_fanout_result_t *results);
 
 /* shl_fanout_results_cleanup -- destroy the replies of n results. */
 void shl_fanout_results_cleanup(shl_fanout_result_t *results, size_t n);

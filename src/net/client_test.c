@@ -631,10 +631,10 @@ SHL_TEST(client_fanout_partial_failure)
 
     ASSERT(a != NULL && b != NULL);
     snprintf(dead, sizeof(dead), "127.0.0.1:%d", free_port());
-    reqs[0] = (shl_fanout_req_t){a->host, "admin", hello};
-    reqs[1] = (shl_fanout_req_t){dead, "admin", hello};
-    reqs[2] = (shl_fanout_req_t){b->host, "admin", hello};
-    reqs[3] = (shl_fanout_req_t){a->host, "admin", bad};
+    reqs[0] = (shl_fanout_req_t){a->host, "admin", hello, NULL};
+    reqs[1] = (shl_fanout_req_t){dead, "admin", hello, NULL};
+    reqs[2] = (shl_fanout_req_t){b->host, "admin", hello, NULL};
+    reqs[3] = (shl_fanout_req_t){a->host, "admin", bad, NULL};
     shl_client_fanout(pool, reqs, 4, 5000, res);
     ASSERT_INT_EQ(res[0].code, 0);
     ASSERT_INT_EQ(doc_int(&res[0].reply, "ok"), 1);
@@ -668,7 +668,7 @@ SHL_TEST(client_fanout_is_one_round_trip)
                                    "{'failCommands': ['ping'], 'blockConnection': true, "
                                    "'blockTimeMS': 300, 'failInternalCommands': true}"),
                       0);
-        reqs[i] = (shl_fanout_req_t){ns[i]->host, "admin", ping};
+        reqs[i] = (shl_fanout_req_t){ns[i]->host, "admin", ping, NULL};
     }
     t0 = shl_clock_mono_us();
     shl_client_fanout(pool, reqs, 3, 5000, res);
@@ -699,13 +699,69 @@ SHL_TEST(client_fanout_timeout_is_per_request)
                                "{'failCommands': ['ping'], 'blockConnection': true, "
                                "'blockTimeMS': 1500, 'failInternalCommands': true}"),
                   0);
-    reqs[0] = (shl_fanout_req_t){a->host, "admin", ping};
-    reqs[1] = (shl_fanout_req_t){b->host, "admin", ping};
+    reqs[0] = (shl_fanout_req_t){a->host, "admin", ping, NULL};
+    reqs[1] = (shl_fanout_req_t){b->host, "admin", ping, NULL};
     shl_client_fanout(pool, reqs, 2, 300, res);
     ASSERT_INT_EQ(res[0].code, SHL_CODE_NETWORK_TIMEOUT);
     ASSERT_INT_EQ(res[1].code, 0);
     ASSERT(res[1].micros < 300 * 1000);
     shl_fanout_results_cleanup(res, 2);
+    bson_destroy(ping);
+    shl_conn_pool_destroy(pool);
+}
+
+/* An interruption source that fires after its first 'calls' checks. */
+typedef struct countdown {
+    int calls;
+    int checked;
+} countdown_t;
+
+static int
+countdown_check(void *arg, shl_status_t *st)
+{
+    countdown_t *c = arg;
+    return ++c->checked > c->calls ? shl_status_set(st, SHL_CODE_INTERRUPTED, "interrupted") : 0;
+}
+
+SHL_TEST(client_fanout_interruptible_cuts_only_the_waiting)
+{
+    node_t *a = node_get(0), *b = node_get(1);
+    shl_conn_pool_t *pool = shl_conn_pool_new(NULL);
+    bson_t *ping = shl_test_bson("{'ping': 1}");
+    static const uint8_t key[SHL_CLIENT_OP_KEY_LEN] = {1, 2, 3, 4, 5, 6, 0x47, 8, 0x89};
+    shl_fanout_req_t reqs[2];
+    shl_fanout_result_t res[2];
+    countdown_t cd = {2, 0};
+    shl_client_interrupt_t intr = {countdown_check, &cd};
+    shl_conn_pool_stats_t before, after;
+
+    ASSERT(a != NULL && b != NULL);
+    ASSERT_INT_EQ(fail_command(pool, a->host, "{'times': 1}",
+                               "{'failCommands': ['ping'], 'blockConnection': true, "
+                               "'blockTimeMS': 3000, 'failInternalCommands': true}"),
+                  0);
+    reqs[0] = (shl_fanout_req_t){a->host, "admin", ping, key};
+    reqs[1] = (shl_fanout_req_t){b->host, "admin", ping, NULL};
+    shl_conn_pool_stats_get(pool, a->host, &before);
+    shl_client_fanout_interruptible(pool, reqs, 2, 0, &intr, res);
+    /* The blocked request ends at the third check (about 60 ms), not after 3 s. */
+    ASSERT_INT_EQ(res[0].code, SHL_CODE_INTERRUPTED);
+    ASSERT(res[0].interrupted);
+    ASSERT(res[0].micros < 2000 * 1000);
+    ASSERT_INT_EQ(cd.checked, 3);
+    /* The quick one kept its reply. */
+    ASSERT_INT_EQ(res[1].code, 0);
+    ASSERT(!res[1].interrupted);
+    /* The cut connection is closed, not pooled: its reply may still come. */
+    shl_conn_pool_stats_get(pool, a->host, &after);
+    ASSERT_INT_EQ(after.discarded, before.discarded + 1);
+    shl_fanout_results_cleanup(res, 2);
+    /* A reply within the first interval never asks. */
+    cd.checked = 0;
+    shl_client_fanout_interruptible(pool, &reqs[1], 1, 0, &intr, res);
+    ASSERT_INT_EQ(res[0].code, 0);
+    ASSERT_INT_EQ(cd.checked, 0);
+    shl_fanout_results_cleanup(res, 1);
     bson_destroy(ping);
     shl_conn_pool_destroy(pool);
 }

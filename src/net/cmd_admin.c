@@ -713,6 +713,47 @@ done:
     return ret;
 }
 
+/*
+ * {_killOperations: 1, operationKeys: [UUID, ...]}: kill the operations in progress that
+ * carry one of those clientOperationKeys (what a router sends when the operation that sent
+ * them is killed). As MongoDB's, it succeeds whether or not any such operation runs.
+ * Errors: IDL's for a missing or malformed operationKeys (40414, TypeMismatch).
+ */
+static int
+cmd_kill_operations(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it, keys;
+    int ret = 0;
+
+    (void)reply;
+    if (!bson_iter_init_find(&it, cmd, "operationKeys")) {
+        SHL_FAIL(st, 40414,
+                 "BSON field 'KillOperationsRequest.operationKeys' is missing but a required "
+                 "field");
+    }
+    if (!BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &keys)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'KillOperationsRequest.operationKeys' is the wrong type '%s', "
+                 "expected type 'array'",
+                 shl_bson_type_name(shl_iter_type(&it)));
+    }
+    while (shl_iter_next(&keys)) {
+        bson_subtype_t sub = BSON_SUBTYPE_BINARY;
+        uint32_t len = 0;
+        const uint8_t *data = NULL;
+        if (BSON_ITER_HOLDS_BINARY(&keys)) {
+            bson_iter_binary(&keys, &sub, &len, &data);
+        }
+        if (data == NULL || sub != BSON_SUBTYPE_UUID || len != SHL_OP_KEY_LEN) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'KillOperationsRequest.operationKeys' items must be UUIDs");
+        }
+        (void)shl_op_kill_by_key(op->svc, data);
+    }
+done:
+    return ret;
+}
+
 static const shl_command_t admin_cmds[] = {
     {.name = "getParameter",
      .run = cmd_get_parameter,
@@ -750,6 +791,10 @@ static const shl_command_t admin_cmds[] = {
      .run = cmd_session_noop,
      .help = "kill a logical session and its operations"},
     {.name = "refreshSessions", .run = cmd_session_noop, .help = "renew a set of logical sessions"},
+    {.name = "_killOperations",
+     .run = cmd_kill_operations,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "kill the operations that carry the given clientOperationKeys"},
     {.name = "logRotate",
      .run = cmd_log_rotate,
      .flags = SHL_CMD_ADMIN_ONLY,

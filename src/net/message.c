@@ -509,11 +509,15 @@ shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags, co
 }
 
 uint8_t *
-shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const char *db, size_t *len)
+shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const uint8_t *key, const char *db,
+                        size_t *len)
 {
+    static const char key_name[] = "clientOperationKey";
     size_t dblen = strlen(db);
-    /* cmd without its EOO, then type, "$db\0", string length, db with its NUL, EOO. */
-    size_t body_len = cmd->len + 1 + 4 + 4 + dblen + 1;
+    /* The key element: type, name with its NUL, binary length, subtype, 16 bytes. */
+    size_t key_len = key != NULL ? 1 + sizeof(key_name) + 4 + 1 + 16 : 0;
+    /* cmd without its EOO, the key, then type, "$db\0", string length, db with its NUL, EOO. */
+    size_t body_len = cmd->len + key_len + 1 + 4 + 4 + dblen + 1;
     size_t n = SHL_MSG_HEADER_LEN + 4 + 1 + body_len;
     uint8_t *buf = bson_malloc(n);
     uint8_t *p = buf + SHL_MSG_HEADER_LEN + 5;
@@ -524,6 +528,16 @@ shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const char *db, s
     wr_i32(p, (int32_t)body_len);
     memcpy(p + 4, bson_get_data(cmd) + 4, cmd->len - 5);
     p += cmd->len - 1;
+    if (key != NULL) {
+        *p++ = BSON_TYPE_BINARY;
+        memcpy(p, key_name, sizeof(key_name));
+        p += sizeof(key_name);
+        wr_i32(p, 16);
+        p += 4;
+        *p++ = BSON_SUBTYPE_UUID;
+        memcpy(p, key, 16);
+        p += 16;
+    }
     *p++ = BSON_TYPE_UTF8;
     memcpy(p, "$db", 4);
     p += 4;

@@ -86,11 +86,12 @@ uint8_t *shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t 
 /*
  * shl_msg_build_op_msg_db --
  *     shl_msg_build_op_msg(request_id, 0, 0, body) for the body 'cmd' followed by
- *     `$db: db`, written straight into the message (no bson_t in between). 'cmd' must not
- *     hold a $db field. The body is *len - SHL_MSG_HEADER_LEN - 5 bytes long.
+ *     `clientOperationKey: UUID(key)` when 'key' (16 bytes) is not NULL, then `$db: db`,
+ *     written straight into the message (no bson_t in between). 'cmd' must hold neither
+ *     field. The body is *len - SHL_MSG_HEADER_LEN - 5 bytes long.
  */
-uint8_t *shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const char *db,
-                                 size_t *len);
+uint8_t *shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const uint8_t *key,
+                                 const char *db, size_t *len);
 
 /*
  * shl_msg_build_op_reply --

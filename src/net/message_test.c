@@ -403,17 +403,24 @@ SHL_TEST(generic_args_by_first_byte)
 SHL_TEST(op_msg_with_db_written_directly)
 {
     /* The same bytes as appending $db to a copy of the command and building from it. */
+    /* With a clientOperationKey too: the key's element comes before $db. */
     static const char *const dbs[] = {"test", "", "a-much-longer-database-name"};
+    static const uint8_t key[16] = {1, 2, 3, 4, 5, 6, 0x47, 8, 0x89, 10, 11, 12, 13, 14, 15, 16};
     bson_t *cmd = bson_new();
     BSON_APPEND_UTF8(cmd, "find", "c");
     BSON_APPEND_INT64(cmd, "limit", 1);
-    for (size_t i = 0; i < sizeof(dbs) / sizeof(dbs[0]); i++) {
+    for (size_t i = 0; i < 2 * sizeof(dbs) / sizeof(dbs[0]); i++) {
         bson_t body = BSON_INITIALIZER;
         size_t n1, n2;
         uint8_t *direct, *built;
+        const uint8_t *k = i % 2 == 1 ? key : NULL;
+        const char *db = dbs[i / 2];
         bson_concat(&body, cmd);
-        BSON_APPEND_UTF8(&body, "$db", dbs[i]);
-        direct = shl_msg_build_op_msg_db(7, cmd, dbs[i], &n1);
+        if (k != NULL) {
+            bson_append_binary(&body, "clientOperationKey", -1, BSON_SUBTYPE_UUID, k, 16);
+        }
+        BSON_APPEND_UTF8(&body, "$db", db);
+        direct = shl_msg_build_op_msg_db(7, cmd, k, db, &n1);
         built = shl_msg_build_op_msg(7, 0, 0, &body, &n2);
         ASSERT_INT_EQ(n1, n2);
         ASSERT(memcmp(direct, built, n1) == 0);

@@ -4,11 +4,14 @@
 #include "bson/bson_iter.h"
 #include "net/op_context.h"
 
+#include <endian.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
 #include "base/clock.h"
 #include "base/str.h"
+#include "bson/bson_util.h"
 #include "net/server.h"
 
 static bool
@@ -39,6 +42,7 @@ typedef enum {
     F_DATABASE_VERSION,
     F_CLUSTER_TIME,
     F_MAX_TIME_MS,
+    F_CLIENT_OP_KEY,
 } op_field_t;
 
 /* Which of them the key of 'len' bytes is: one compare at most (this runs per field). */
@@ -60,6 +64,7 @@ op_field(const char *k, size_t len)
         {"databaseVersion", 15, F_DATABASE_VERSION},
         {"$clusterTime", 12, F_CLUSTER_TIME},
         {"maxTimeMS", 9, F_MAX_TIME_MS},
+        {"clientOperationKey", 18, F_CLIENT_OP_KEY},
     };
     op_field_t f = F_OTHER;
     for (size_t i = 0; f == F_OTHER && i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -156,6 +161,19 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             if (ms > 0) {
                 op->deadline_us = op->start_mono_us + ms * 1000;
             }
+        } else if (f == F_CLIENT_OP_KEY) {
+            bson_subtype_t sub;
+            uint32_t len = 0;
+            const uint8_t *data = NULL;
+            if (BSON_ITER_HOLDS_BINARY(&it)) {
+                bson_iter_binary(&it, &sub, &len, &data);
+            }
+            if (data == NULL || sub != BSON_SUBTYPE_UUID || len != SHL_OP_KEY_LEN) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'clientOperationKey' is the wrong type, expected a UUID");
+            }
+            memcpy(op->op_key, data, SHL_OP_KEY_LEN);
+            op->has_op_key = true;
         }
     }
 done:
@@ -252,6 +270,116 @@ shl_op_kill(shl_service_ctx_t *svc, int64_t opid)
     return found;
 }
 
+int
+shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        if (o->has_op_key && memcmp(o->op_key, key, SHL_OP_KEY_LEN) == 0) {
+            atomic_store(&o->killed, true);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+    return n;
+}
+
+/* Process-wide parts of the remote keys: a random half fixed at first use, and a counter. */
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static uint8_t key_nonce[8];
+static atomic_uint_fast64_t key_counter;
+
+static void
+key_init(void)
+{
+    bson_oid_t oid;
+    int64_t t = shl_clock_mono_us();
+
+    /* libbson's ObjectId has 5 random bytes per process; mix in the clock for the rest. */
+    bson_oid_init(&oid, NULL);
+    memcpy(key_nonce, oid.bytes + 4, 5);
+    memcpy(key_nonce + 5, &t, 3);
+    /* Shaped as a version 4 UUID, as MongoDB's keys are: the version nibble in byte 6. */
+    key_nonce[6] = (uint8_t)((key_nonce[6] & 0x0f) | 0x40);
+}
+
+const uint8_t *
+shl_op_remote_key(shl_op_ctx_t *op)
+{
+    if (!op->has_remote_key) {
+        /* The random half, then the UUID variant byte and 56 bits of the counter. */
+        uint64_t tail = htole64((atomic_fetch_add(&key_counter, 1) << 8) | 0x80);
+        pthread_once(&key_once, key_init);
+        memcpy(op->remote_key, key_nonce, 8);
+        memcpy(op->remote_key + 8, &tail, 8);
+        op->has_remote_key = true;
+    }
+    return op->remote_key;
+}
+
+int
+shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_current_op_spec_t *out,
+                          shl_status_t *st)
+{
+    static const char *const names[] = {"allUsers",     "idleConnections", "idleCursors",
+                                        "idleSessions", "localOps",        "truncateOps",
+                                        "backtrace",    "targetAllNodes",  NULL};
+    bool *const fields[] = {&out->all_users,     &out->idle_connections, &out->idle_cursors,
+                            &out->idle_sessions, &out->local_ops,        &out->truncate_ops,
+                            &out->backtrace,     &out->target_all_nodes};
+    bson_iter_t spec;
+    int ret = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!BSON_ITER_HOLDS_DOCUMENT(stage) || !bson_iter_recurse(stage, &spec)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "$currentOp options must be specified in an object, but found: %s",
+                 shl_bson_type_name(shl_iter_type(stage)));
+    }
+    /* The lite parse (before the stage is built) looks only at allUsers and localOps. */
+    while (shl_iter_next(&spec)) {
+        const char *k = shl_iter_key(&spec);
+        if ((strcmp(k, "allUsers") == 0 || strcmp(k, "localOps") == 0) &&
+            !BSON_ITER_HOLDS_BOOL(&spec)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "The '%s' parameter of the $currentOp stage must be a boolean value, but "
+                     "found: %s",
+                     k, shl_bson_type_name(shl_iter_type(&spec)));
+        }
+    }
+    bson_iter_recurse(stage, &spec);
+    while (shl_iter_next(&spec)) {
+        const char *k = shl_iter_key(&spec);
+        size_t i;
+        for (i = 0; names[i] != NULL && strcmp(k, names[i]) != 0; i++) {
+        }
+        if (names[i] == NULL) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Unrecognized option '%s' in $currentOp stage.",
+                     k);
+        }
+        if (!BSON_ITER_HOLDS_BOOL(&spec)) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "The '%s' parameter of the $currentOp stage must be a boolean value, but "
+                     "found: %s",
+                     k, shl_bson_type_name(shl_iter_type(&spec)));
+        }
+        *fields[i] = bson_iter_bool(&spec);
+    }
+    if (out->local_ops && out->target_all_nodes) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "The 'localOps' parameter of the $currentOp stage cannot be true when "
+                 "'targetAllNodes' is also true");
+    }
+    if (out->target_all_nodes && !in_cluster) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "$currentOp supports targetAllNodes parameter only for sharded clusters");
+    }
+done:
+    return ret;
+}
+
 /* MongoDB's `op` of a command: the legacy operation type it stands for. */
 static const char *
 op_type(const char *cmd_name)
@@ -267,7 +395,8 @@ op_type(const char *cmd_name)
     return "command";
 }
 
-/* The namespace currentOp shows: db.coll when the command names a collection, else db.$cmd. */
+/* The namespace currentOp shows: db.coll when the command names a collection, else db.$cmd
+ * (db.$cmd.aggregate for a collection-less aggregate). */
 static void
 op_ns(const shl_op_ctx_t *op, char *out, size_t n)
 {
@@ -281,6 +410,8 @@ op_ns(const shl_op_ctx_t *op, char *out, size_t n)
         } else {
             snprintf(out, n, "%s.%s", op->db, v);
         }
+    } else if (op->cmd_name != NULL && strcmp(op->cmd_name, "aggregate") == 0) {
+        snprintf(out, n, "%s.$cmd.aggregate", op->db); /* {aggregate: 1}, as MongoDB shows it */
     } else {
         snprintf(out, n, "%s.$cmd", op->db);
     }

@@ -28,6 +28,9 @@
 
 struct shl_conn;
 
+/* An operation key (MongoDB's clientOperationKey) is a UUID: BSON binary subtype 4. */
+#define SHL_OP_KEY_LEN 16
+
 typedef struct shl_op_ctx {
     shl_service_ctx_t *svc;
     struct shl_conn *conn; /* NULL for operations started internally */
@@ -55,14 +58,21 @@ typedef struct shl_op_ctx {
     bson_t cluster_time;      /* static view of $clusterTime */
     const char *comment_json; /* NULL when absent; never used for logic */
 
+    /* clientOperationKey: the key the sender gave this operation (_killOperations names it). */
+    bool has_op_key;
+    uint8_t op_key[SHL_OP_KEY_LEN];
+    /* The key this operation gives the requests it sends (shl_op_remote_key), or none. */
+    bool has_remote_key;
+    uint8_t remote_key[SHL_OP_KEY_LEN];
+
     int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
     atomic_bool killed;  /* set by killOp or shutdown */
     int64_t start_mono_us;
 
     /* The in-progress list (currentOp / killOp); set by shl_op_register, guarded by
      * svc->ops_mu while registered. */
-    int32_t opid;          /* 0 when not registered */
-    const char *app_name;  /* the connection's appName as of registration, or NULL */
+    int32_t opid;         /* 0 when not registered */
+    const char *app_name; /* the connection's appName as of registration, or NULL */
     struct shl_op_ctx *ops_prev, *ops_next;
 } shl_op_ctx_t;
 
@@ -100,6 +110,24 @@ void shl_op_unregister(shl_op_ctx_t *op);
 bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
 
 /*
+ * shl_op_kill_by_key --
+ *     Set the kill flag of every in-progress operation of 'svc' whose clientOperationKey is
+ *     'key' (SHL_OP_KEY_LEN bytes), as _killOperations does. Returns how many there were.
+ *     Takes svc->ops_mu.
+ */
+int shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key);
+
+/*
+ * shl_op_remote_key --
+ *     The operation key 'op' attaches to the requests it sends to other nodes (as
+ *     clientOperationKey), made on first use: unique for the process's life and never the
+ *     key 'op' itself received, since a node may be sent several requests for one operation.
+ *     Killing the operation can then kill its remote parts with _killOperations. Borrowed
+ *     for the op's life; the operation's own thread only.
+ */
+const uint8_t *shl_op_remote_key(shl_op_ctx_t *op);
+
+/*
  * shl_op_list_append --
  *     Append to the array 'arr' one currentOp document per in-progress operation of 'svc'
  *     (type, host, desc, connectionId, client, appName, active, currentOpTime, opid,
@@ -107,6 +135,29 @@ bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
  *     killPending), numbering them from *n (advanced). Takes svc->ops_mu.
  */
 void shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n);
+
+/* The options of a $currentOp stage (all false when absent). */
+typedef struct shl_current_op_spec {
+    bool all_users;
+    bool idle_connections;
+    bool idle_cursors;
+    bool idle_sessions;
+    bool local_ops;
+    bool truncate_ops;
+    bool backtrace;
+    bool target_all_nodes;
+} shl_current_op_spec_t;
+
+/*
+ * shl_current_op_spec_parse --
+ *     Parse the value of a $currentOp stage ('stage' is at the "$currentOp" element) as
+ *     MongoDB does: first the checks its lite parse makes (TypeMismatch for a non-object, a
+ *     non-boolean allUsers or localOps), then the full parse's (FailedToParse for another
+ *     non-boolean option, an unknown one, localOps with targetAllNodes, or targetAllNodes
+ *     outside a cluster -- 'in_cluster' is false on a data node asked directly).
+ */
+int shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_current_op_spec_t *out,
+                              shl_status_t *st);
 
 /* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
 int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);

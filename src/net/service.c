@@ -66,6 +66,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     char db[128] = "";
     shl_fail_command_action_t fc;
     bool op_init = false;
+    bson_t *rewritten = NULL;
 
     memset(&fc, 0, sizeof(fc));
     memset(&op, 0, sizeof(op));
@@ -101,6 +102,11 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
                  cmd->name);
     }
     SHL_ERR(shl_op_ctx_init(&op, svc, conn, body, db, &st));
+    if (svc->hooks.rewrite_request != NULL &&
+        (rewritten = svc->hooks.rewrite_request(&op, cmd)) != NULL) {
+        body = rewritten;
+        SHL_ERR(shl_op_ctx_init(&op, svc, conn, body, db, &st));
+    }
     op_init = true;
     op.cmd_name = cmd->name;
     shl_op_register(&op);
@@ -153,6 +159,9 @@ done:
     }
     if (op_init) {
         shl_op_unregister(&op);
+    }
+    if (rewritten != NULL) {
+        bson_destroy(rewritten);
     }
     shl_fail_command_action_cleanup(&fc);
 }

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct shl_command;
 struct shl_command_registry;
 struct shl_op_ctx;
 struct shl_conn;
@@ -49,6 +50,13 @@ typedef struct shl_counters {
 typedef struct shl_service_hooks {
     /* Role-specific fields of hello/isMaster (setName, hosts, msg: "isdbgrid", ...). */
     void (*append_hello)(struct shl_op_ctx *op, bson_t *reply);
+    /*
+     * A new request body to run instead of the one received, or NULL to run it as sent (the
+     * router adds the cluster-wide default read/write concern to a command that carries
+     * none). Called once the op's generic arguments are read and before it is registered;
+     * the dispatcher re-reads them from the new body and destroys it after the command.
+     */
+    bson_t *(*rewrite_request)(struct shl_op_ctx *op, const struct shl_command *cmd);
     /* Fields every reply carries ($clusterTime, operationTime, ...). */
     void (*decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
     /* Extra serverStatus sections (storage engine, sharding, ...). */

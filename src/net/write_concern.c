@@ -16,6 +16,7 @@ shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t
     memset(wc, 0, sizeof(*wc));
     wc->w = 1;
     wc->is_default = doc == NULL;
+    wc->provenance = doc == NULL ? "implicitDefault" : "clientSupplied";
     if (doc == NULL || !bson_iter_init(&it, doc)) {
         return 0;
     }
@@ -58,7 +59,25 @@ shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t
                 wc->j = true;
                 wc->has_j = true;
             }
-        } else if (strcmp(k, "getLastError") != 0 && strcmp(k, "provenance") != 0) {
+        } else if (strcmp(k, "provenance") == 0) {
+            static const char *const known[] = {"clientSupplied",       "implicitDefault",
+                                                "customDefault",        "getLastErrorDefaults",
+                                                "internalWriteDefault", NULL};
+            size_t i = 0;
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'provenance' is the wrong type, expected type 'string'");
+            }
+            while (known[i] != NULL && strcmp(known[i], bson_iter_utf8(&it, NULL)) != 0) {
+                i++;
+            }
+            if (known[i] == NULL) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                         "Enumeration value '%s' for field 'provenance' is not a valid value.",
+                         bson_iter_utf8(&it, NULL));
+            }
+            wc->provenance = known[i];
+        } else if (strcmp(k, "getLastError") != 0) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "unrecognized write concern field: %s", k);
         }
     }
@@ -94,5 +113,8 @@ shl_write_concern_append(const shl_write_concern_t *wc, bson_t *out, const char 
         BSON_APPEND_BOOL(&doc, "j", wc->j);
     }
     BSON_APPEND_INT32(&doc, "wtimeout", (int32_t)wc->wtimeout_ms);
+    if (wc->provenance != NULL) {
+        BSON_APPEND_UTF8(&doc, "provenance", wc->provenance);
+    }
     bson_append_document_end(out, &doc);
 }

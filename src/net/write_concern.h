@@ -19,12 +19,18 @@ typedef struct shl_write_concern {
     bool has_j;
     int64_t wtimeout_ms; /* 0 = no timeout */
     bool is_default;     /* the client sent no writeConcern */
+    /* Where it came from, as MongoDB reports it: "clientSupplied", "implicitDefault",
+     * "customDefault" (a router applied the cluster-wide default), ... Static storage. */
+    const char *provenance;
 } shl_write_concern_t;
 
 /*
  * shl_write_concern_parse --
- *     Parse 'doc' (may be NULL: the default {w: 1}). Errors: FailedToParse (9) for
- *     a bad w/j/wtimeout type or value, with MongoDB's messages.
+ *     Parse 'doc' (may be NULL: the default {w: 1}, provenance "implicitDefault"). A
+ *     'provenance' field (what a router sends with a default it applied) is kept; without
+ *     one the provenance is "clientSupplied". Errors: FailedToParse (9) for a bad
+ *     w/j/wtimeout type or value, BadValue for an unknown provenance, with MongoDB's
+ *     messages.
  */
 int shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t *st);
 
@@ -34,7 +40,7 @@ bool shl_write_concern_unacknowledged(const shl_write_concern_t *wc);
 /* shl_write_concern_needs_journal -- j:true or w:"majority" (durable before acknowledging). */
 bool shl_write_concern_needs_journal(const shl_write_concern_t *wc);
 
-/* shl_write_concern_append -- the concern as a document {w, j?, wtimeout} under 'key'. */
+/* shl_write_concern_append -- the concern as {w, j?, wtimeout, provenance} under 'key'. */
 void shl_write_concern_append(const shl_write_concern_t *wc, bson_t *out, const char *key);
 
 #endif

@@ -167,47 +167,6 @@ done:
 
 /* ---- $currentOp ---- */
 
-/* $currentOp's options as MongoDB parses them: booleans; anything else is FailedToParse. */
-static int
-parse_stage(const bson_iter_t *stage, cop_opts_t *o, shl_status_t *st)
-{
-    static const char *const known[] = {"allUsers",     "idleConnections", "idleCursors",
-                                        "idleSessions", "localOps",        "truncateOps",
-                                        "backtrace",    "targetAllNodes",  NULL};
-    bson_iter_t spec;
-    int ret = 0;
-
-    if (!BSON_ITER_HOLDS_DOCUMENT(stage)) {
-        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
-                 "$currentOp options must be specified in an object, but found: %s",
-                 shl_bson_type_name(shl_iter_type(stage)));
-    }
-    bson_iter_recurse(stage, &spec);
-    while (shl_iter_next(&spec)) {
-        const char *k = shl_iter_key(&spec);
-        size_t i;
-        for (i = 0; known[i] != NULL && strcmp(k, known[i]) != 0; i++) {
-        }
-        if (known[i] == NULL) {
-            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Unrecognized option '%s' in $currentOp stage.",
-                     k);
-        }
-        if (!BSON_ITER_HOLDS_BOOL(&spec)) {
-            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
-                     "The '%s' parameter of the $currentOp stage must be a boolean value, but "
-                     "found: %s",
-                     k, shl_bson_type_name(shl_iter_type(&spec)));
-        }
-        if (strcmp(k, "idleConnections") == 0) {
-            o->all = bson_iter_bool(&spec);
-        } else if (strcmp(k, "localOps") == 0) {
-            o->local = bson_iter_bool(&spec);
-        }
-    }
-done:
-    return ret;
-}
-
 int
 router_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
                             bson_t *reply, shl_status_t *st)
@@ -215,6 +174,7 @@ router_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *p
     bson_t docs = BSON_INITIALIZER, rest = BSON_INITIALIZER, out = BSON_INITIALIZER;
     bson_iter_t it, stage;
     cop_opts_t o = {false, false};
+    shl_current_op_spec_t spec;
     uint32_t n = 0, k = 0, r = 0;
     int ret = 0;
 
@@ -229,7 +189,9 @@ router_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *p
         !shl_iter_next(&stage)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "invalid $currentOp stage");
     }
-    SHL_ERR(parse_stage(&stage, &o, st));
+    SHL_ERR(shl_current_op_spec_parse(&stage, true, &spec, st));
+    o.all = spec.idle_connections;
+    o.local = spec.local_ops;
     while (shl_iter_next(&it)) {
         char key[16];
         const char *kp;

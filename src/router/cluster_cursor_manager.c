@@ -142,6 +142,13 @@ load_head(shl_router_remote_t *rem)
     return false;
 }
 
+/* The getMore's wait for the shards ends when its operation is killed or times out. */
+static int
+cursor_op_interrupted(void *arg, shl_status_t *st)
+{
+    return shl_op_check_interrupt(arg, st);
+}
+
 /*
  * getMore on every remote in 'which' (indexes into c->remotes) at once. The first error is
  * returned; remotes that answered keep their new batches.
@@ -154,6 +161,7 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
     char(*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0((n + 1) * sizeof(*hosts));
     bson_t *cmds = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), (n + 1) * sizeof(bson_t));
     int64_t remaining = c->op != NULL ? shl_op_remaining_ms(c->op) : -1;
+    shl_client_interrupt_t intr = {cursor_op_interrupted, c->op};
     size_t built = 0;
     int ret = 0;
 
@@ -177,14 +185,21 @@ fetch_more(shl_router_cursor_t *c, const size_t *which, size_t n, shl_status_t *
         reqs[i].db = c->db;
         reqs[i].cmd = &cmds[i];
     }
-    shl_client_fanout(c->r->pool, reqs, n, remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
-                      res);
+    /* A killOp of the getMore ends the wait for the shards (their cursors are killed with the
+     * router's cursor, as the failed getMore ends it). */
+    (void)shl_client_fanout_interruptible(c->r->pool, reqs, n,
+                                          remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining),
+                                          c->op != NULL ? &intr : NULL, res);
     shl_router_deadline_results(c->op, res, n);
     for (size_t i = 0; i < n; i++) {
         shl_router_remote_t *rem = &c->remotes[which[i]];
         if (res[i].code != 0) {
-            /* A failed getMore ends that remote cursor. */
-            rem->cursor_id = 0;
+            /* A failed getMore ends that remote cursor -- unless it was cut off by the
+             * getMore's own interruption: then the shard's cursor lives on, and killing the
+             * router's cursor sends it killCursors. */
+            if (!res[i].interrupted) {
+                rem->cursor_id = 0;
+            }
             if (c->allow_partial && shl_router_partial_ok(res[i].code)) {
                 c->partial = true;
                 if (rem->batch != NULL) {

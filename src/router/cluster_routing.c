@@ -353,6 +353,7 @@ shl_router_result_move(shl_fanout_result_t *dst, shl_fanout_result_t *src)
     dst->code = src->code;
     dst->status = src->status;
     dst->micros = src->micros;
+    dst->interrupted = src->interrupted;
     if (!bson_steal(&dst->reply, &src->reply)) {
         bson_copy_to(&src->reply, &dst->reply);
         bson_destroy(&src->reply);
@@ -384,6 +385,63 @@ shl_router_deadline_results(shl_op_ctx_t *op, shl_fanout_result_t *results, size
 /* Requests this many or fewer keep their host names on the stack. */
 #define SMALL_SEND 4
 
+/* How long the router waits for the shards to acknowledge _killOperations. */
+#define KILL_REMOTE_TIMEOUT_MS 1000
+
+/* A routed call's wait ends when its operation is killed (killOp, shutdown) or times out. */
+static int
+op_interrupted(void *arg, shl_status_t *st)
+{
+    return shl_op_check_interrupt(arg, st);
+}
+
+/*
+ * The operation was interrupted while the requests marked 'interrupted' in res[0..n) were in
+ * flight: ask their hosts to kill what runs there under the operation's key, as mongos does
+ * (_killOperations with the clientOperationKey its requests carried). Best effort: the
+ * replies are not read beyond the wait, and a host that does not answer keeps running the
+ * request until it notices otherwise.
+ */
+static void
+kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs,
+                const shl_fanout_result_t *res, size_t n)
+{
+    shl_fanout_req_t *kreqs;
+    shl_fanout_result_t *kres;
+    bson_t cmd, keys;
+    size_t nk = 0;
+
+    if (!op->has_remote_key) {
+        return; /* its requests carried no key: nothing names them on the shards */
+    }
+    for (size_t i = 0; i < n; i++) {
+        nk += res[i].interrupted ? 1 : 0;
+    }
+    bson_init(&cmd);
+    BSON_APPEND_INT32(&cmd, "_killOperations", 1);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "operationKeys", &keys);
+    bson_append_binary(&keys, "0", 1, BSON_SUBTYPE_UUID, op->remote_key, SHL_OP_KEY_LEN);
+    bson_append_array_end(&cmd, &keys);
+    kreqs = bson_malloc(nk * sizeof(*kreqs));
+    kres = bson_malloc(nk * sizeof(*kres));
+    nk = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (res[i].interrupted) {
+            kreqs[nk].host = freqs[i].host;
+            kreqs[nk].db = "admin";
+            kreqs[nk].op_key = NULL;
+            kreqs[nk++].cmd = &cmd;
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 4625501, "Operation interrupted; killing its remote operations", "opId",
+                 BCON_INT32(op->opid), "nRemotes", BCON_INT64((int64_t)nk));
+    shl_client_fanout(r->pool, kreqs, nk, KILL_REMOTE_TIMEOUT_MS, kres);
+    shl_fanout_results_cleanup(kres, nk);
+    bson_free(kres);
+    bson_free(kreqs);
+    bson_destroy(&cmd);
+}
+
 void
 shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
                 size_t n, shl_fanout_result_t *results)
@@ -399,12 +457,14 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
     size_t nf = 0;
     int64_t remaining = shl_op_remaining_ms(op);
     int64_t timeout = remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining);
+    shl_client_interrupt_t intr = {op_interrupted, op};
 
     for (size_t i = 0; i < n; i++) {
         results[i].code = 0;
         shl_status_clear(&results[i].status);
         bson_init(&results[i].reply);
         results[i].micros = 0;
+        results[i].interrupted = false;
         if (strcmp(reqs[i].shard, "config") == 0) {
             /* admin and config live on the config server (the catalog cache's primary). */
             shl_str_copy(hosts[i], sizeof(hosts[i]), shl_shard_registry_config_host(r->registry));
@@ -416,14 +476,19 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
         freqs[nf].host = hosts[i];
         freqs[nf].db = db;
         freqs[nf].cmd = &reqs[i].cmd;
+        freqs[nf].op_key = op->has_remote_key ? op->remote_key : NULL;
         map[nf++] = i;
     }
     if (nf == n) {
         /* Every shard resolved (the usual case): the replies land in place. */
-        shl_client_fanout(r->pool, freqs, nf, timeout, results);
+        if (shl_client_fanout_interruptible(r->pool, freqs, nf, timeout, &intr, results) > 0) {
+            kill_remote_ops(r, op, freqs, results, nf);
+        }
     } else if (nf > 0) {
         fres = bson_malloc(nf * sizeof(*fres));
-        shl_client_fanout(r->pool, freqs, nf, timeout, fres);
+        if (shl_client_fanout_interruptible(r->pool, freqs, nf, timeout, &intr, fres) > 0) {
+            kill_remote_ops(r, op, freqs, fres, nf);
+        }
         for (size_t k = 0; k < nf; k++) {
             shl_fanout_result_t *dst = &results[map[k]];
             bson_destroy(&dst->reply);
@@ -572,6 +637,9 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc((targets.n + 1) * sizeof(*fres)); /* shl_router_send fills it */
+        /* As mongos's establishCursors: the requests carry a key (shl_router_send adds it)
+         * that lets a kill of this operation reach their parts on the shards. */
+        (void)shl_op_remote_key(op);
         for (size_t i = 0; i < targets.n; i++) {
             reqs[i].shard = targets.names[i];
             bson_init(&reqs[i].cmd);

@@ -29,6 +29,7 @@
 #define SHL_CONFIG_CMD_TIMEOUT_MS 60000
 
 struct shl_router_cursor_manager;
+struct shl_router_rwc;
 
 /* The router's components (svc->role_state); created at start, read-only afterwards. */
 typedef struct shl_router {
@@ -39,6 +40,7 @@ typedef struct shl_router {
     char configdb[512];
     shl_vector_clock_t clock;         /* highest times gossiped by any node (lock-free) */
     struct shl_router_uptime *uptime; /* config.mongos reporter */
+    struct shl_router_rwc *rwc;       /* cluster-wide default read/write concerns (cache) */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

@@ -4,12 +4,17 @@
  * {_id: "ReadWriteConcernDefaults", defaultReadConcern, defaultWriteConcern, updateOpTime,
  * updateWallClockTime}, as MongoDB keeps them; without a document the implicit defaults are
  * answered ({level: "local"}, {w: "majority", wtimeout: 0}, sources "implicit").
- * The router reads the document on every get (no cache yet), and does not yet apply the
- * defaults to requests that carry no read or write concern.
+ * The router keeps them in a cache (router_private.h "cluster-wide default read and write
+ * concerns") and applies them, as mongos does, to the requests that carry no read or write
+ * concern of their own. Shards do not apply them to requests sent to them directly: a
+ * mongod reads the defaults from its own config.settings, which a shard never holds.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
@@ -19,37 +24,22 @@
 
 #define RWC_DOC_ID "ReadWriteConcernDefaults"
 
-/* The stored defaults document into *doc (empty when there is none). */
-static int
-load_defaults(shl_op_ctx_t *op, bson_t *doc, shl_status_t *st)
-{
-    bson_t find = BSON_INITIALIZER, filter, res = BSON_INITIALIZER;
-    bson_iter_t it, d;
-    int ret = 0;
+/* A failed first load is retried by requests no more often than this. */
+#define RWC_RETRY_US (1000 * 1000)
 
-    BSON_APPEND_UTF8(&find, "find", "settings");
-    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-    BSON_APPEND_UTF8(&filter, "_id", RWC_DOC_ID);
-    bson_append_document_end(&find, &filter);
-    BSON_APPEND_INT32(&find, "limit", 1);
-    BSON_APPEND_BOOL(&find, "singleBatch", true);
-    bson_destroy(&res);
-    SHL_ERR(router_run_on_config(op, "config", &find, &res, st));
-    if (bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
-        BSON_ITER_HOLDS_DOCUMENT(&d)) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_t view;
-        bson_iter_document(&d, &len, &data);
-        if (bson_init_static(&view, data, len)) {
-            bson_concat(doc, &view);
-        }
-    }
-done:
-    bson_destroy(&find);
-    bson_destroy(&res);
-    return ret;
-}
+/* Bound on the periodic refresh's read from the config server. */
+#define RWC_REFRESH_TIMEOUT_MS 10000
+
+struct shl_router_rwc {
+    pthread_mutex_t mu;
+    bson_t *rc;  /* {level, provenance: "customDefault"}, or NULL when unset; guarded by mu */
+    bson_t *wc;  /* {w, j?, wtimeout, provenance: "customDefault"}, or NULL; guarded by mu */
+    bson_t *doc; /* the stored document as last read (empty: none); guarded by mu */
+    atomic_bool loaded;           /* read from the config server at least once */
+    atomic_bool has_custom;       /* rc or wc is set: requests may need rewriting */
+    atomic_llong next_try_us;     /* first load failed: not before then again */
+    atomic_llong local_update_ms; /* wall time of the last install (localUpdateWallClockTime) */
+};
 
 /* Whether 'doc' holds a non-empty document at 'key' (into *out, a view into 'doc'). */
 static bool
@@ -66,9 +56,183 @@ sub_doc(const bson_t *doc, const char *key, bson_t *out)
     return bson_init_static(out, data, len) && !bson_empty(out);
 }
 
-/* getDefaultRWConcern's reply from the stored document 'doc' (may be empty). */
+struct shl_router_rwc *
+router_rwc_new(void)
+{
+    struct shl_router_rwc *c = bson_malloc0(sizeof(*c));
+
+    pthread_mutex_init(&c->mu, NULL);
+    c->doc = bson_new();
+    return c;
+}
+
+void
+router_rwc_destroy(struct shl_router_rwc *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    if (c->rc != NULL) {
+        bson_destroy(c->rc);
+    }
+    if (c->wc != NULL) {
+        bson_destroy(c->wc);
+    }
+    bson_destroy(c->doc);
+    pthread_mutex_destroy(&c->mu);
+    bson_free(c);
+}
+
+/* A stored default as applied to a request: its fields and provenance "customDefault". */
+static bson_t *
+applied_concern(const bson_t *doc, const char *key)
+{
+    bson_t sub, *out;
+
+    if (!sub_doc(doc, key, &sub)) {
+        return NULL;
+    }
+    out = bson_new();
+    bson_copy_to_excluding_noinit(&sub, out, "provenance", NULL);
+    BSON_APPEND_UTF8(out, "provenance", "customDefault");
+    return out;
+}
+
+/* Make 'doc' (the stored document, possibly empty) the cached defaults. */
 static void
-append_defaults(const bson_t *doc, bson_t *reply)
+rwc_install(struct shl_router_rwc *c, const bson_t *doc)
+{
+    bson_t *rc = applied_concern(doc, "defaultReadConcern");
+    bson_t *wc = applied_concern(doc, "defaultWriteConcern");
+    bson_t *copy = bson_copy(doc);
+    bson_t *t;
+
+    pthread_mutex_lock(&c->mu);
+    t = c->rc, c->rc = rc, rc = t;
+    t = c->wc, c->wc = wc, wc = t;
+    t = c->doc, c->doc = copy, copy = t;
+    atomic_store(&c->has_custom, c->rc != NULL || c->wc != NULL);
+    atomic_store(&c->local_update_ms, shl_clock_wall_ms());
+    atomic_store(&c->loaded, true);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != NULL) {
+        bson_destroy(rc);
+    }
+    if (wc != NULL) {
+        bson_destroy(wc);
+    }
+    bson_destroy(copy);
+}
+
+/* The stored defaults document into *doc (empty when there is none), within timeout_ms. */
+static int
+fetch_defaults(shl_router_t *r, int64_t timeout_ms, bson_t *doc, shl_status_t *st)
+{
+    bson_t find = BSON_INITIALIZER, filter, res = BSON_INITIALIZER;
+    bson_iter_t it, d;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&find, "find", "settings");
+    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
+    BSON_APPEND_UTF8(&filter, "_id", RWC_DOC_ID);
+    bson_append_document_end(&find, &filter);
+    BSON_APPEND_INT32(&find, "limit", 1);
+    BSON_APPEND_BOOL(&find, "singleBatch", true);
+    bson_destroy(&res);
+    SHL_ERR(shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", &find,
+                           timeout_ms, &res, st));
+    if (bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &d) &&
+        BSON_ITER_HOLDS_DOCUMENT(&d)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t view;
+        bson_iter_document(&d, &len, &data);
+        if (bson_init_static(&view, data, len)) {
+            bson_concat(doc, &view);
+        }
+    }
+done:
+    bson_destroy(&find);
+    bson_destroy(&res);
+    return ret;
+}
+
+/* The stored defaults for a command (bounded by its deadline), installed in the cache. */
+static int
+load_defaults(shl_op_ctx_t *op, bson_t *doc, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    int64_t remaining = shl_op_remaining_ms(op);
+    int ret = 0;
+
+    SHL_ERR(fetch_defaults(
+        r, remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), doc, st));
+    rwc_install(r->rwc, doc);
+done:
+    return ret;
+}
+
+void
+router_rwc_refresh(shl_router_t *r)
+{
+    bson_t doc = BSON_INITIALIZER;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (fetch_defaults(r, RWC_REFRESH_TIMEOUT_MS, &doc, &st) == 0) {
+        rwc_install(r->rwc, &doc);
+    } else {
+        atomic_store(&r->rwc->next_try_us, shl_clock_mono_us() + RWC_RETRY_US);
+        SHL_LOG_DEBUG(1, SHARDING, 4620040, "cannot refresh the default read/write concerns",
+                      "error", BCON_UTF8(st.reason));
+    }
+    bson_destroy(&doc);
+}
+
+/* The commands a default read concern applies to (those that take one, getMore aside). */
+static bool
+takes_read_concern(const char *name)
+{
+    return strcmp(name, "find") == 0 || strcmp(name, "aggregate") == 0 ||
+           strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0;
+}
+
+bson_t *
+router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd)
+{
+    struct shl_router_rwc *c = r->rwc;
+    bool want_wc, want_rc;
+    bson_t *body = NULL;
+
+    if (!atomic_load_explicit(&c->loaded, memory_order_acquire) &&
+        shl_clock_mono_us() >= atomic_load(&c->next_try_us)) {
+        router_rwc_refresh(r); /* the first request before the periodic thread's first read */
+    }
+    if (!atomic_load_explicit(&c->has_custom, memory_order_acquire)) {
+        return NULL;
+    }
+    want_wc = (cmd->flags & SHL_CMD_WRITE) != 0 && !op->has_write_concern;
+    want_rc = !op->has_read_concern && takes_read_concern(cmd->name);
+    if (!want_wc && !want_rc) {
+        return NULL;
+    }
+    pthread_mutex_lock(&c->mu);
+    if ((want_wc && c->wc != NULL) || (want_rc && c->rc != NULL)) {
+        body = bson_copy(op->body);
+        if (want_wc && c->wc != NULL) {
+            BSON_APPEND_DOCUMENT(body, "writeConcern", c->wc);
+        }
+        if (want_rc && c->rc != NULL) {
+            BSON_APPEND_DOCUMENT(body, "readConcern", c->rc);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return body;
+}
+
+/* getDefaultRWConcern's reply from the stored document 'doc' (may be empty), as this
+ * router's cache holds it since 'local_ms' (localUpdateWallClockTime). */
+static void
+append_defaults(const bson_t *doc, int64_t local_ms, bson_t *reply)
 {
     bson_t rc, wc, sub;
     bson_iter_t it;
@@ -99,21 +263,29 @@ append_defaults(const bson_t *doc, bson_t *reply)
     }
     BSON_APPEND_UTF8(reply, "defaultWriteConcernSource", has_wc ? "global" : "implicit");
     BSON_APPEND_UTF8(reply, "defaultReadConcernSource", has_rc ? "global" : "implicit");
-    BSON_APPEND_DATE_TIME(reply, "localUpdateWallClockTime", shl_clock_wall_ms());
+    BSON_APPEND_DATE_TIME(reply, "localUpdateWallClockTime", local_ms);
 }
 
 static int
 cmd_get_default_rw_concern(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     static const char *const fields[] = {"inMemory", NULL};
+    shl_router_t *r = shl_router_get(op);
     bson_t doc = BSON_INITIALIZER;
     bool in_memory = false;
     int ret = 0;
 
     SHL_ERR(shl_cmd_check_fields(cmd, fields, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "inMemory", &in_memory, st));
-    SHL_ERR(load_defaults(op, &doc, st));
-    append_defaults(&doc, reply);
+    if (in_memory && atomic_load(&r->rwc->loaded)) {
+        /* What this router applies now: its cache. */
+        pthread_mutex_lock(&r->rwc->mu);
+        bson_concat(&doc, r->rwc->doc);
+        pthread_mutex_unlock(&r->rwc->mu);
+    } else {
+        SHL_ERR(load_defaults(op, &doc, st));
+    }
+    append_defaults(&doc, atomic_load(&r->rwc->local_update_ms), reply);
     if (in_memory) {
         BSON_APPEND_BOOL(reply, "inMemory", true);
     }
@@ -307,7 +479,9 @@ cmd_set_default_rw_concern(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, s
     shl_bson_append_timestamp_u64(&next, "updateOpTime", now_ts);
     BSON_APPEND_DATE_TIME(&next, "updateWallClockTime", shl_clock_wall_ms());
     SHL_ERR(store_defaults(op, &next, st));
-    append_defaults(&next, reply);
+    /* This router applies the new defaults from the next request on, as mongos does. */
+    rwc_install(r->rwc, &next);
+    append_defaults(&next, atomic_load(&r->rwc->local_update_ms), reply);
 done:
     bson_destroy(&cur);
     bson_destroy(&next);

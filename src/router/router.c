@@ -15,6 +15,7 @@
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_private.h"
 #include "router/router_uptime.h"
 #include "sharding/sharding_types.h"
 
@@ -49,6 +50,12 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     }
 }
 
+static bson_t *
+rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
+{
+    return router_rwc_apply(shl_router_get(op), op, cmd);
+}
+
 static void
 shutdown_router(shl_service_ctx_t *svc)
 {
@@ -59,6 +66,7 @@ shutdown_router(shl_service_ctx_t *svc)
     }
     shl_router_uptime_stop(r->uptime);
     shl_router_cursor_manager_destroy(r->cursors);
+    router_rwc_destroy(r->rwc);
     shl_catalog_cache_destroy(r->cache);
     shl_shard_registry_destroy(r->registry);
     shl_conn_pool_destroy(r->pool);
@@ -88,9 +96,11 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     r->registry = shl_shard_registry_new(r->pool, configdb);
     r->cache = shl_catalog_cache_new(r->registry);
     r->cursors = shl_router_cursor_manager_new();
+    r->rwc = router_rwc_new();
     svc->role_state = r;
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.rewrite_request = rewrite_request;
     svc->hooks.shutdown = shutdown_router;
     r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);

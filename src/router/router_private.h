@@ -145,4 +145,34 @@ int router_agg_out_write(router_agg_out_t *w, const bson_t *docs, shl_status_t *
 int router_agg_out_commit(router_agg_out_t *w, shl_status_t *st);
 void router_agg_out_destroy(router_agg_out_t *w);
 
+/*
+ * The cluster-wide default read and write concerns (cluster_rw_defaults.c): a cache of the
+ * config server's config.settings {_id: "ReadWriteConcernDefaults"} document, read on first
+ * use, refreshed every 30 s by the router's periodic thread (as mongos refreshes its RWC
+ * defaults cache) and at once when this router changes or reads them.
+ */
+
+/* router_rwc_new / router_rwc_destroy -- an empty, not yet loaded cache. */
+struct shl_router_rwc *router_rwc_new(void);
+void router_rwc_destroy(struct shl_router_rwc *c);
+
+/*
+ * router_rwc_refresh --
+ *     Read the defaults document from the config server and install it. Blocks on the
+ *     config server (bounded); failures are logged and leave the cache as it was.
+ */
+void router_rwc_refresh(shl_router_t *r);
+
+/*
+ * router_rwc_apply --
+ *     The request body to run instead of op->body when a cluster-wide default applies, or
+ *     NULL: a write command (SHL_CMD_WRITE) without writeConcern gets the default write
+ *     concern, a read (find, aggregate, count, distinct) without readConcern the default
+ *     read concern, each with provenance "customDefault" (which the shards report back in
+ *     errInfo). Only set defaults apply: without one the command runs as sent and the node
+ *     that runs it applies its implicit default, as with mongos. Costs two atomic loads
+ *     when no default is set; may block once on the first load. The caller owns the body.
+ */
+bson_t *router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd);
+
 #endif

@@ -2,7 +2,8 @@
  * router_uptime.c -- the router's entry in config.mongos (MongoDB's MongosType): at start and
  * every 30 s the router upserts {_id: "host:port", ping, up, waiting, mongoVersion,
  * advisoryHostFQDNs, created} on the config server, which is how sh.status() lists the
- * "most recently active mongoses". Failures are logged and retried on the next round.
+ * "most recently active mongoses". Failures are logged and retried on the next round. The
+ * same thread refreshes the cluster-wide default read/write concerns (router_private.h).
  */
 #include "router/router_uptime.h"
 
@@ -14,6 +15,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "net/common_commands.h"
+#include "router/router_private.h"
 
 #define UPTIME_PERIOD_MS 30000
 
@@ -61,6 +63,8 @@ uptime_main(void *arg)
         struct timespec ts;
         pthread_mutex_unlock(&u->mu);
         report(u);
+        /* The same period as mongos's refresh of its default read/write concerns cache. */
+        router_rwc_refresh(u->router);
         pthread_mutex_lock(&u->mu);
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += UPTIME_PERIOD_MS / 1000;

@@ -42,7 +42,8 @@ def test_set_of_one_reports_unsatisfiable_and_unknown_mode(rs_node):
     assert r["n"] == 1
     assert r["writeConcernError"]["code"] == 100
     assert r["writeConcernError"]["codeName"] == "UnsatisfiableWriteConcern"
-    assert r["writeConcernError"]["errInfo"]["writeConcern"]["w"] == 2
+    assert r["writeConcernError"]["errInfo"]["writeConcern"] == {
+        "w": 2, "wtimeout": 100, "provenance": "clientSupplied"}
     r = db.command("update", "c", updates=[{"q": {"_id": 1}, "u": {"$set": {"a": 1}}}],
                    writeConcern={"w": "dc1"})
     assert r["nModified"] == 1

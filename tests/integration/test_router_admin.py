@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from bson import SON, ObjectId, Timestamp
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, WriteConcernError
 
 from shale_fixtures import fail_point, wait_until
 
@@ -305,6 +305,74 @@ def test_kill_op_through_router(adm):
         b.release()
 
 
+def _local_ops(client, comment):
+    """The router's own operations ($currentOp localOps) with this comment."""
+    return list(client.admin.aggregate([{"$currentOp": {"localOps": True}},
+                                        {"$match": {"command.comment": comment}}]))
+
+
+def test_kill_op_of_router_op_interrupts_its_wait_and_the_shard_op(adm):
+    # The find is held on shard0; killing the ROUTER's operation (a plain opid) must end the
+    # router's wait for the shard at once -- the fail point stays on -- and, as mongos does
+    # with _killOperations, the shard's part of it too.
+    b = BlockedFind(adm, "cop-kill-local")
+    try:
+        r = adm.router_client()
+        shard = adm.shard_client(0)
+        wait_until(lambda: _ops(shard, "cop-kill-local"), what="the shard's find")
+        local = wait_until(lambda: _local_ops(r, "cop-kill-local"), what="the router's find")
+        assert len(local) == 1 and isinstance(local[0]["opid"], int)
+        assert r.admin.command("killOp", op=local[0]["opid"])["ok"] == 1
+        b.thread.join(10)
+        assert not b.thread.is_alive(), "the router kept waiting for the shard"
+        assert b.error is not None and b.error.code == 11601  # Interrupted
+        assert b.error.details["codeName"] == "Interrupted"
+        # The shard's operation was killed as well, though its fail point is still on.
+        wait_until(lambda: _ops(shard, "cop-kill-local") == [], what="the shard op to end")
+        assert _local_ops(r, "cop-kill-local") == []
+    finally:
+        b.release()
+    # The router's connections to the shard still work after one was cut mid-request.
+    assert len(list(adm.router_client().adm.plain.find({"v": {"$lt": 5}}))) == 5
+
+
+def test_kill_operations_by_key(adm):
+    # _killOperations (what the router sends) kills the operations carrying those keys.
+    import uuid
+    from bson.binary import Binary, UuidRepresentation
+    shard = adm.shard_client(0)
+    fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
+    key = Binary.from_uuid(uuid.uuid4(), UuidRepresentation.STANDARD)
+    errors = []
+
+    def run():
+        try:
+            adm.shard_client(0).adm.command(SON([("find", "plain"), ("comment", "cop-key"),
+                                                 ("clientOperationKey", key)]))
+        except OperationFailure as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        wait_until(lambda: _ops(shard, "cop-key"))
+        other = Binary.from_uuid(uuid.uuid4(), UuidRepresentation.STANDARD)
+        assert shard.admin.command("_killOperations", operationKeys=[other])["ok"] == 1
+        assert len(_ops(shard, "cop-key")) == 1
+        assert shard.admin.command("_killOperations", operationKeys=[key])["ok"] == 1
+        t.join(10)
+        assert [e.code for e in errors] == [11601]
+    finally:
+        fail_point(shard, "waitInFindBeforeMakingBatch", "off")
+        t.join(30)
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("_killOperations", 1)
+    assert e.value.code == 40414
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("_killOperations", operationKeys=["x"])
+    assert e.value.code == 14
+
+
 def test_kill_op_on_data_node(adm):
     shard = adm.shard_client(0)
     fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
@@ -328,6 +396,72 @@ def test_kill_op_on_data_node(adm):
         t.join(30)
 
 
+def test_current_op_aggregation_stage_on_data_node(adm):
+    # $currentOp sent to a data node directly: the same documents as its currentOp command.
+    shard = adm.shard_client(0)
+    fail_point(shard, "waitInFindBeforeMakingBatch", "alwaysOn", {"nss": "adm.plain"})
+    errors = []
+
+    def run():
+        try:
+            list(adm.shard_client(0).adm.plain.find({}, comment="cop-node-agg"))
+        except OperationFailure as e:
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        cmd_ops = wait_until(lambda: _ops(shard, "cop-node-agg"))
+        agg = list(shard.admin.aggregate([{"$currentOp": {"allUsers": True}},
+                                          {"$match": {"command.comment": "cop-node-agg"}}]))
+        assert len(agg) == 1 and len(cmd_ops) == 1
+        moving = {"currentOpTime", "secs_running", "microsecs_running"}
+        assert set(agg[0]) == set(cmd_ops[0])
+        for f in set(agg[0]) - moving:
+            assert agg[0][f] == cmd_ops[0][f], f
+        assert isinstance(agg[0]["opid"], int) and "shard" not in agg[0]
+        assert agg[0]["ns"] == "adm.plain" and agg[0]["op"] == "query"
+        # The aggregate is in progress too; the later stages run over the list.
+        mine = list(shard.admin.aggregate([{"$currentOp": {}},
+                                           {"$match": {"command.aggregate": 1}},
+                                           {"$project": {"ns": 1, "_id": 0}}]))
+        assert mine == [{"ns": "admin.$cmd.aggregate"}]
+        # localOps (a router's option) is accepted and changes nothing here.
+        assert len(list(shard.admin.aggregate([{"$currentOp": {"localOps": True}},
+                                               {"$match": {"command.comment": "cop-node-agg"}}]))) == 1
+        # The opid it shows is the one killOp takes.
+        assert shard.admin.command("killOp", op=agg[0]["opid"])["ok"] == 1
+        t.join(30)
+        assert [e.code for e in errors] == [11601]
+    finally:
+        fail_point(shard, "waitInFindBeforeMakingBatch", "off")
+        t.join(30)
+
+
+def test_current_op_aggregation_stage_errors_on_data_node(adm):
+    shard = adm.shard_client(0)
+    cases = [
+        (shard.adm, "plain", [{"$currentOp": {}}], 73),  # not admin
+        (shard.adm, 1, [{"$currentOp": {}}], 73),
+        (shard.admin, "plain", [{"$currentOp": {}}], 73),  # a collection
+        (shard.admin, 1, [{"$currentOp": {}}, {"$currentOp": {}}], 40602),
+        (shard.admin, 1, [{"$match": {}}, {"$currentOp": {}}], 40602),
+        (shard.admin, 1, [{"$currentOp": 1}], 14),
+        (shard.admin, 1, [{"$currentOp": {"allUsers": 1}}], 14),
+        (shard.admin, 1, [{"$currentOp": {"idleConnections": 1}}], 9),
+        (shard.admin, 1, [{"$currentOp": {"bogus": True}}], 9),
+        (shard.admin, 1, [{"$currentOp": {"targetAllNodes": True}}], 9),  # not a cluster
+        (shard.admin, 1, [{"$currentOp": {}}, {"$bogus": {}}], 40324),
+    ]
+    for db, target, pipeline, code in cases:
+        with pytest.raises(OperationFailure) as e:
+            db.command("aggregate", target, pipeline=pipeline, cursor={})
+        assert e.value.code == code, (db.name, target, pipeline)
+    with pytest.raises(OperationFailure) as e:
+        shard.admin.command("aggregate", 1, pipeline=[{"$currentOp": {}}])
+    assert e.value.code == 9  # the cursor option is required
+
+
 def test_current_op_and_kill_op_errors(adm):
     r = adm.router_client()
     with pytest.raises(OperationFailure) as e:
@@ -344,7 +478,7 @@ def test_current_op_and_kill_op_errors(adm):
     assert e.value.code == 9
     with pytest.raises(OperationFailure) as e:
         list(r.admin.aggregate([{"$currentOp": {"localOps": 1}}]))
-    assert e.value.code == 9
+    assert e.value.code == 14  # TypeMismatch: checked before the stage is built, as MongoDB
     with pytest.raises(OperationFailure) as e:
         list(r.admin.aggregate([{"$currentOp": {}}, {"$currentOp": {}}]))
     assert e.value.code == 40602
@@ -500,6 +634,114 @@ def test_set_default_rw_concern(adm):
     res = admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority",
                                                                     "wtimeout": 5000})
     assert res["defaultWriteConcern"] == {"w": "majority", "wtimeout": 5000}
+
+
+def _restore_default_wc(admin, before):
+    # A default write concern cannot be unset once set: put the previous one back.
+    if before["defaultWriteConcernSource"] == "global":
+        admin.command("setDefaultRWConcern", defaultWriteConcern=before["defaultWriteConcern"])
+    else:
+        admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority"})
+
+
+def test_default_write_concern_applies_through_router(adm):
+    r = adm.router_client()
+    admin = r.admin
+    before = admin.command("getDefaultRWConcern")
+    try:
+        admin.command("setDefaultRWConcern", defaultWriteConcern={"w": 5})
+        # Applied at once by the router it was set through, and what get reports.
+        got = admin.command("getDefaultRWConcern")
+        assert got["defaultWriteConcern"] == {"w": 5, "wtimeout": 0}
+        assert got["defaultWriteConcernSource"] == "global"
+        cached = admin.command("getDefaultRWConcern", inMemory=True)
+        assert cached["defaultWriteConcern"] == {"w": 5, "wtimeout": 0} and cached["inMemory"]
+        # A write without a writeConcern gets the default: the shards (sets of one) cannot
+        # satisfy w: 5, and say where the concern came from.
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-1", "v": -1}])
+        assert res["n"] == 1
+        wce = res["writeConcernError"]
+        assert wce["code"] == 100 and wce["codeName"] == "UnsatisfiableWriteConcern"
+        assert wce["errInfo"]["writeConcern"] == {"w": 5, "wtimeout": 0,
+                                                  "provenance": "customDefault"}
+        # So does a driver write that leaves the concern to the server.
+        with pytest.raises(WriteConcernError) as e:
+            r.adm.sh.insert_one({"_id": "rwc-2", "x": 450})
+        assert e.value.code == 100
+        res = r.adm.command("update", "sh", updates=[{"q": {"x": 450}, "u": {"$set": {"y": 1}}}])
+        assert res["nModified"] == 1 and res["writeConcernError"]["code"] == 100
+        # An explicit writeConcern wins over the default.
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-3", "v": -1}],
+                            writeConcern={"w": 1})
+        assert res["n"] == 1 and "writeConcernError" not in res
+        res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-4", "v": -1}],
+                            writeConcern={"w": 2})
+        assert res["writeConcernError"]["errInfo"]["writeConcern"] == {
+            "w": 2, "wtimeout": 0, "provenance": "clientSupplied"}
+        # Reads take no write concern; a shard asked directly applies its own implicit default
+        # (mongod reads the defaults from its own config.settings, which a shard never holds).
+        assert r.adm.plain.count_documents({"v": -1}) == 3
+        res = adm.shard_client(0).adm.command("insert", "plain",
+                                              documents=[{"_id": "rwc-5", "v": -1}])
+        assert "writeConcernError" not in res
+    finally:
+        _restore_default_wc(admin, before)
+        r.adm.plain.delete_many({"v": -1})
+        r.adm.sh.delete_many({"_id": "rwc-2"})
+    res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-6", "v": -1}])
+    assert "writeConcernError" not in res
+    r.adm.plain.delete_many({"v": -1})
+
+
+def test_default_read_concern_applies_through_router(adm):
+    # The read concern the router sends a shard shows in the shard's currentOp.
+    admin = adm.router_client().admin
+    admin.command("setDefaultRWConcern", defaultReadConcern={"level": "majority"})
+    try:
+        b = BlockedFind(adm, "rwc-read")
+        try:
+            ops = wait_until(lambda: _ops(adm.shard_client(0), "rwc-read"))
+            assert ops[0]["command"]["readConcern"] == {"level": "majority",
+                                                        "provenance": "customDefault"}
+        finally:
+            b.release()
+        assert b.error is None and len(b.result) == 100
+        # A readConcern of the request's own is sent as it is.
+        fail_point(adm.shard_client(0), "waitInFindBeforeMakingBatch", "alwaysOn",
+                   {"nss": "adm.plain"})
+        c = adm.router_client()
+        t = threading.Thread(target=lambda: c.adm.command(
+            "find", "plain", comment="rwc-read-own", readConcern={"level": "local"}))
+        t.start()
+        try:
+            ops = wait_until(lambda: _ops(adm.shard_client(0), "rwc-read-own"))
+            assert ops[0]["command"]["readConcern"] == {"level": "local"}
+        finally:
+            fail_point(adm.shard_client(0), "waitInFindBeforeMakingBatch", "off")
+            t.join(30)
+            c.close()
+    finally:
+        admin.command("setDefaultRWConcern", defaultReadConcern={})
+    assert admin.command("getDefaultRWConcern")["defaultReadConcernSource"] == "implicit"
+
+
+def test_default_rw_concern_reaches_other_routers_by_periodic_refresh(adm):
+    # Another router learns a change made through this one from its periodic refresh of
+    # the defaults cache (every 30 s, as mongos's), without being asked for them.
+    other = adm.add_router()
+    try:
+        o = other.client()
+        assert o.admin.command("getDefaultRWConcern", inMemory=True)[
+            "defaultReadConcernSource"] == "implicit"
+        adm.router_client().admin.command("setDefaultRWConcern",
+                                          defaultReadConcern={"level": "majority"})
+        wait_until(lambda: o.admin.command("getDefaultRWConcern", inMemory=True)[
+            "defaultReadConcern"] == {"level": "majority"}, timeout=45,
+            what="the other router's refresh")
+        o.close()
+    finally:
+        adm.router_client().admin.command("setDefaultRWConcern", defaultReadConcern={})
+        other.stop()
 
 
 def test_set_default_rw_concern_errors(adm):
