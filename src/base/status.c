@@ -246,17 +246,15 @@ shl_invariant_failed(const char *expr, const char *file, int line, const char *f
     abort();
 }
 
-int
-shl_status_from_write_errors(const bson_t *reply, shl_status_t *st)
+/* The status of an error document {code, errmsg, ...} ('what' when it has no errmsg). */
+static int
+status_from_error_doc(bson_iter_t *doc, const char *what, shl_status_t *st)
 {
-    int ret = 0;
-    bson_iter_t it, we, f;
+    bson_iter_t f;
+    int code = SHL_CODE_INTERNAL_ERROR;
+    const char *msg = what;
 
-    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we) &&
-        bson_iter_recurse(&we, &f)) {
-        int code = SHL_CODE_INTERNAL_ERROR;
-        const char *msg = "write error";
+    if (bson_iter_recurse(doc, &f)) {
         while (bson_iter_next(&f)) {
             if (strcmp(bson_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
                 code = (int)bson_iter_as_int64(&f);
@@ -264,7 +262,31 @@ shl_status_from_write_errors(const bson_t *reply, shl_status_t *st)
                 msg = bson_iter_utf8(&f, NULL);
             }
         }
-        ret = shl_status_set(st, code, "%s", msg);
+    }
+    return shl_status_set(st, code, "%s", msg);
+}
+
+int
+shl_status_from_write_errors(const bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, we;
+
+    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &we) && bson_iter_next(&we) && BSON_ITER_HOLDS_DOCUMENT(&we)) {
+        ret = status_from_error_doc(&we, "write error", st);
+    }
+    return ret;
+}
+
+int
+shl_status_from_write_concern_error(const bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, reply, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        ret = status_from_error_doc(&it, "write concern error", st);
     }
     return ret;
 }

@@ -143,6 +143,13 @@ int shl_status_from_reply(const bson_t *reply, shl_status_t *st);
 int shl_status_from_write_errors(const bson_t *reply, shl_status_t *st);
 
 /*
+ * shl_status_from_write_concern_error --
+ *     The same for a reply's writeConcernError: 0 when there is none, else its code (or
+ *     InternalError) and errmsg in 'st', and the code returned.
+ */
+int shl_status_from_write_concern_error(const bson_t *reply, shl_status_t *st);
+
+/*
  * Single-exit helpers (WiredTiger's WT_ERR pattern). A function declares
  * `int ret = 0;` and a `done:` label that releases everything on both paths.
  */

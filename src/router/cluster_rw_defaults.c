@@ -381,49 +381,7 @@ done:
 static int
 store_defaults(shl_op_ctx_t *op, const bson_t *doc, shl_status_t *st)
 {
-    shl_router_t *r = shl_router_get(op);
-    bson_t upd = BSON_INITIALIZER, res = BSON_INITIALIZER, arr, one, q, wc;
-    bson_iter_t it, err;
-    int64_t remaining = shl_op_remaining_ms(op);
-    int ret = 0;
-
-    BSON_APPEND_UTF8(&upd, "update", "settings");
-    BSON_APPEND_ARRAY_BEGIN(&upd, "updates", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &one);
-    BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-    BSON_APPEND_UTF8(&q, "_id", RWC_DOC_ID);
-    bson_append_document_end(&one, &q);
-    BSON_APPEND_DOCUMENT(&one, "u", doc);
-    BSON_APPEND_BOOL(&one, "upsert", true);
-    bson_append_document_end(&arr, &one);
-    bson_append_array_end(&upd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&upd, "writeConcern", &wc);
-    BSON_APPEND_UTF8(&wc, "w", "majority");
-    bson_append_document_end(&upd, &wc);
-    bson_destroy(&res);
-    SHL_ERR(shl_client_run(
-        r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
-        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), &res, st));
-    if ((bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "writeErrors.0", &err)) ||
-        bson_iter_init_find(&err, &res, "writeConcernError")) {
-        bson_iter_t f;
-        int code = SHL_CODE_OPERATION_FAILED;
-        const char *msg = "could not write the default read/write concern";
-        if (BSON_ITER_HOLDS_DOCUMENT(&err) && bson_iter_recurse(&err, &f)) {
-            while (shl_iter_next(&f)) {
-                if (strcmp(shl_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
-                    code = (int)bson_iter_as_int64(&f);
-                } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    msg = bson_iter_utf8(&f, NULL);
-                }
-            }
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
-done:
-    bson_destroy(&upd);
-    bson_destroy(&res);
-    return ret;
+    return router_write_setting(op, RWC_DOC_ID, doc, st);
 }
 
 /*

@@ -502,13 +502,11 @@ done:
     return ret;
 }
 
-/* Write the balancer setting as MongoDB's _configsvrBalancerStart/Stop do (mode + stopped). */
-static int
-balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
+int
+router_write_setting(shl_op_ctx_t *op, const char *id, const bson_t *u, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t upd = BSON_INITIALIZER, res = BSON_INITIALIZER, arr, one, q, u, set, wc;
-    bson_iter_t it, err;
+    bson_t upd = BSON_INITIALIZER, res = BSON_INITIALIZER, arr, one, q, wc;
     int64_t remaining = shl_op_remaining_ms(op);
     int ret = 0;
 
@@ -516,14 +514,9 @@ balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
     BSON_APPEND_ARRAY_BEGIN(&upd, "updates", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &one);
     BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-    BSON_APPEND_UTF8(&q, "_id", "balancer");
+    BSON_APPEND_UTF8(&q, "_id", id);
     bson_append_document_end(&one, &q);
-    BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
-    BSON_APPEND_DOCUMENT_BEGIN(&u, "$set", &set);
-    BSON_APPEND_UTF8(&set, "mode", start ? "full" : "off");
-    BSON_APPEND_BOOL(&set, "stopped", !start);
-    bson_append_document_end(&u, &set);
-    bson_append_document_end(&one, &u);
+    BSON_APPEND_DOCUMENT(&one, "u", u);
     BSON_APPEND_BOOL(&one, "upsert", true);
     bson_append_document_end(&arr, &one);
     bson_append_array_end(&upd, &arr);
@@ -531,30 +524,26 @@ balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&upd, &wc);
     bson_destroy(&res);
-    SHL_ERR(shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
-                           remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS
-                                         : (remaining == 0 ? 1 : remaining),
-                           &res, st));
-    /* A write error or a write concern error fails the command with its code. */
-    if ((bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "writeErrors.0", &err)) ||
-        bson_iter_init_find(&err, &res, "writeConcernError")) {
-        bson_iter_t f;
-        int code = SHL_CODE_OPERATION_FAILED;
-        const char *msg = "could not write the balancer setting";
-        if (BSON_ITER_HOLDS_DOCUMENT(&err) && bson_iter_recurse(&err, &f)) {
-            while (shl_iter_next(&f)) {
-                if (strcmp(shl_iter_key(&f), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&f)) {
-                    code = (int)bson_iter_as_int64(&f);
-                } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
-                    msg = bson_iter_utf8(&f, NULL);
-                }
-            }
-        }
-        SHL_FAIL(st, code, "%s", msg);
-    }
+    SHL_ERR(shl_client_run(
+        r->pool, shl_shard_registry_config_host(r->registry), "config", &upd,
+        remaining < 0 ? SHL_CONFIG_CMD_TIMEOUT_MS : (remaining == 0 ? 1 : remaining), &res, st));
+    SHL_ERR(shl_status_from_write_errors(&res, st));
+    SHL_ERR(shl_status_from_write_concern_error(&res, st));
 done:
     bson_destroy(&upd);
     bson_destroy(&res);
+    return ret;
+}
+
+/* Write the balancer setting as MongoDB's _configsvrBalancerStart/Stop do (mode + stopped). */
+static int
+balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
+{
+    bson_t *u = BCON_NEW("$set", "{", "mode", BCON_UTF8(start ? "full" : "off"), "stopped",
+                         BCON_BOOL(!start), "}");
+    int ret = router_write_setting(op, "balancer", u, st);
+
+    bson_destroy(u);
     return ret;
 }
 

@@ -44,6 +44,14 @@ void router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char 
                           bson_t *cmd);
 
 /*
+ * router_write_setting --
+ *     Upsert config.settings {_id: id} on the config server with update 'u' (a replacement or
+ *     operators), w: "majority", under the operation's maxTimeMS. Errors: the config server's,
+ *     a write error's or a write concern error's code.
+ */
+int router_write_setting(shl_op_ctx_t *op, const char *id, const bson_t *u, shl_status_t *st);
+
+/*
  * router_run_on_config --
  *     Run 'cmd' (the user's, generic fields stripped) on the config server's database 'db';
  *     *reply is always initialised (caller destroys). Errors: the config server's.
