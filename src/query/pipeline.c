@@ -626,8 +626,8 @@ done:
 /* Fold 'v' (owned by the caller; EOD = missing) into 'a'; 'root' is the input document (the
  * sort key of $top/$bottom); *grow gets the added bytes. */
 int
-query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root, int64_t *grow,
-        shl_status_t *st)
+query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root,
+              int64_t *grow, shl_status_t *st)
 {
     int ret = 0;
     bool missing = v->value_type == BSON_TYPE_EOD;

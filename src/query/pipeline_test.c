@@ -456,16 +456,19 @@ static const pcase_t cases[] = {
     /* documents windows, sliding, and empty at the edges */
     {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}, {'x': 4}]}",
      "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'m': {'$max': '$x', 'window': "
-     "{'documents': [-1, 0]}}, 'f': {'$first': '$x', 'window': {'documents': [1, 2]}}, 'a': {'$avg': "
+     "{'documents': [-1, 0]}}, 'f': {'$first': '$x', 'window': {'documents': [1, 2]}}, 'a': "
+     "{'$avg': "
      "'$x', 'window': {'documents': [-1, 1]}}}}}, {'$project': {'_id': 0}}]}",
-     "{'r': [{'x': 1, 'm': 1, 'f': 2, 'a': 1.5}, {'x': 2, 'm': 2, 'f': 3, 'a': 2.0}, {'x': 3, 'm': 3, "
+     "{'r': [{'x': 1, 'm': 1, 'f': 2, 'a': 1.5}, {'x': 2, 'm': 2, 'f': 3, 'a': 2.0}, {'x': 3, 'm': "
+     "3, "
      "'f': 4, 'a': 3.0}, {'x': 4, 'm': 4, 'f': null, 'a': 3.5}]}",
      0},
     /* range windows: ties are in, 'current' is the document; descending sorts */
     {"{'d': [{'x': 0}, {'x': 1}, {'x': 1.5}, {'x': 2}, {'x': 100}, {'x': 100}]}",
      "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'y': {'$push': '$x', 'window': "
      "{'range': [-1, 0]}}}}}]}",
-     "{'r': [{'x': 0, 'y': [0]}, {'x': 1, 'y': [0, 1]}, {'x': 1.5, 'y': [1, 1.5]}, {'x': 2, 'y': [1, "
+     "{'r': [{'x': 0, 'y': [0]}, {'x': 1, 'y': [0, 1]}, {'x': 1.5, 'y': [1, 1.5]}, {'x': 2, 'y': "
+     "[1, "
      "1.5, 2]}, {'x': 100, 'y': [100, 100]}, {'x': 100, 'y': [100, 100]}]}",
      0},
     {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}]}",
@@ -501,8 +504,8 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$setWindowFields': {'partitionBy': '$a'}}]}", NULL, 40414},
     {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$summ': 1}}}}]}", NULL, 9},
     {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'b': 1}}}}]}", NULL, 9},
-    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$mergeObjects': '$a'}}}}]}",
-     NULL, 9},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$mergeObjects': '$a'}}}}]}", NULL,
+     9},
     {"{'d': []}",
      "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$sum': 1, 'window': "
      "{'documents': [1, -1]}}}}}]}",
@@ -524,8 +527,9 @@ static const pcase_t cases[] = {
      "{'documents': [0, 1]}}}}}]}",
      NULL, 5371601},
     {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$rank': {}}}}}]}", NULL, 5371602},
-    {"{'d': []}", "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$rank': 1}}}}]}",
-     NULL, 5371603},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$rank': 1}}}}]}", NULL,
+     5371603},
     {"{'d': []}",
      "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$shift': {'output': '$a', "
      "'by': 1.5}}}}}]}",
@@ -534,8 +538,9 @@ static const pcase_t cases[] = {
      "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$shift': {'output': '$a', "
      "'by': 1, 'default': '$a'}}}}}]}",
      NULL, 9},
-    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'a': {'$sum': 1}, 'a.b': {'$sum': 1}}}}]}",
-     NULL, 6307900},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'output': {'a': {'$sum': 1}, 'a.b': {'$sum': 1}}}}]}", NULL,
+     6307900},
     {"{'d': [{'a': [1, 2]}]}",
      "{'p': [{'$setWindowFields': {'partitionBy': '$a', 'output': {'n': {'$sum': 1}}}}]}", NULL,
      14},
@@ -557,16 +562,20 @@ static const pcase_t cases[] = {
      "{'p': [{'$densify': {'field': 't', 'range': {'step': 1, 'unit': 'month', 'bounds': "
      "'full'}}}]}",
      "{'r': [{'t': {'$date': 0}}, {'t': {'$date': 2678400000}}, {'t': {'$date': 5097600000}}]}", 0},
-    {"{'d': [{'v': 'x'}]}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
-     "'full'}}}]}", NULL, 5733201},
+    {"{'d': [{'v': 'x'}]}",
+     "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
+     "'full'}}}]}",
+     NULL, 5733201},
     {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': -1, 'bounds': 'full'}}}]}",
      NULL, 5733401},
     {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': [2, 1]}}}]}",
      NULL, 5733402},
     {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': [1]}}}]}",
      NULL, 5733403},
-    {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
-     "'partition'}}}]}", NULL, 5733408},
+    {"{'d': []}",
+     "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
+     "'partition'}}}]}",
+     NULL, 5733408},
     {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1}}}]}", NULL, 40414},
     {"{'d': []}", "{'p': [{'$densify': {'field': 1, 'range': {'step': 1, 'bounds': 'full'}}}]}",
      NULL, 14},
@@ -587,7 +596,8 @@ static const pcase_t cases[] = {
     {"{'d': []}", "{'p': [{'$fill': {'output': {'a': 'x'}}}]}", NULL, 6050200},
     {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'locf', 'b': 1}}}}]}", NULL, 40415},
     {"{'d': []}",
-     "{'p': [{'$fill': {'partitionBy': '$a', 'partitionByFields': ['a'], 'output': {'a': {'method': "
+     "{'p': [{'$fill': {'partitionBy': '$a', 'partitionByFields': ['a'], 'output': {'a': "
+     "{'method': "
      "'locf'}}}}]}",
      NULL, 6050204},
     {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'linear'}}}}]}", NULL, 605001},
@@ -867,10 +877,10 @@ SHL_TEST(pipeline_group_many_keys)
 SHL_TEST(pipeline_stage_args_never_crash)
 {
     static const char *const stages[] = {
-        "$match",       "$project",     "$addFields", "$set",        "$unset",       "$group",
-        "$sort",        "$limit",       "$skip",      "$count",      "$sortByCount", "$unwind",
-        "$replaceRoot", "$replaceWith", "$bucket",    "$bucketAuto", "$facet",       "$lookup",
-        "$unionWith",   "$sample",      "$documents", "$collStats",  "$indexStats",  "$out",
+        "$match",       "$project",     "$addFields",  "$set",        "$unset",       "$group",
+        "$sort",        "$limit",       "$skip",       "$count",      "$sortByCount", "$unwind",
+        "$replaceRoot", "$replaceWith", "$bucket",     "$bucketAuto", "$facet",       "$lookup",
+        "$unionWith",   "$sample",      "$documents",  "$collStats",  "$indexStats",  "$out",
         "$merge",       "$redact",      "$graphLookup"};
     static const char *const args[] = {
         "null",
