@@ -1389,7 +1389,11 @@ densify_pkey(const query_wstage_t *w, const bson_t *doc, bson_t *key)
         bson_value_t v;
         path_value(doc, w->pfields[i], &v);
         if (v.value_type != BSON_TYPE_EOD) {
-            query_append_value(key, w->pfields[i], -1, &v);
+            /* dotted fields make nested documents, as in the generated documents */
+            bson_t next = BSON_INITIALIZER;
+            query_copy_set_path(key, w->pfields[i], &v, &next);
+            bson_destroy(key);
+            bson_steal(key, &next);
         }
     }
 }
