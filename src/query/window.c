@@ -18,6 +18,20 @@
 
 #define WIN_MEM_EXCEEDED 5643011
 
+__extension__ typedef __int128 i128;
+
+/* The state of a removable accumulator ($sum, $avg, $count, $stdDevPop, $stdDevSamp): values
+ * leave as well as enter, so a sliding window costs O(1) per document instead of refolding. */
+typedef struct rstate {
+    i128 isum;   /* the integers, exactly */
+    double dsum; /* the other numbers, with dcomp: Neumaier's compensated sum */
+    double dcomp;
+    int64_t nlong;  /* int64 values in the window */
+    int64_t nother; /* non-integer numbers in the window */
+    int64_t count;  /* numbers in the window */
+    double mean, m2;
+} rstate_t;
+
 typedef enum { WK_SWF, WK_DENSIFY } wkind_t;
 
 typedef enum {
@@ -55,6 +69,8 @@ typedef struct wfunc {
     accstate_t st;
     bool st_init;
     int64_t st_lo, st_hi, st_mem;
+    bool removable;
+    rstate_t rs;
 } wfunc_t;
 
 struct query_wstage {
@@ -189,6 +205,13 @@ refers_to_doc(const bson_value_t *v)
 }
 
 /* ---------------------------------------------------------------- $setWindowFields: parsing */
+
+static bool
+acc_removable(const accdef_t *d)
+{
+    return d->kind == ACC_SUM || d->kind == ACC_AVG || d->kind == ACC_STDDEV_POP ||
+           d->kind == ACC_STDDEV_SAMP;
+}
 
 /* Parse one bound ("unbounded", "current" or a constant number) into 'b'. */
 static int
@@ -457,6 +480,7 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     f->kind = WF_ACC;
     f->acc.field = bson_strdup("v");
     SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
+    f->removable = acc_removable(&f->acc);
     if (have_win) {
         SHL_ERR(parse_window(w->vars, &win, f, st));
         bool whole = f->lo.kind == BK_UNBOUNDED && f->hi.kind == BK_UNBOUNDED;
@@ -669,7 +693,7 @@ wrap_parts(const bson_t *wrap, bson_value_t *key, bson_t *doc)
 static void
 func_reset(query_wstage_t *w, wfunc_t *f)
 {
-    if (f->st_init) {
+    if (f->st_init && !f->removable) {
         query_acc_cleanup(&f->st, &f->acc);
         w->mem -= f->st_mem;
     }
@@ -829,6 +853,118 @@ done:
     return ret;
 }
 
+/* Add (sign 1) or remove (sign -1) the value 'v' in 'r'. */
+static void
+rstate_apply(rstate_t *r, const bson_value_t *v, int sign)
+{
+    if (!query_value_is_number(v)) {
+        return;
+    }
+    double x = query_value_as_double(v);
+    if (v->value_type == BSON_TYPE_INT32 || v->value_type == BSON_TYPE_INT64) {
+        int64_t n = v->value_type == BSON_TYPE_INT32 ? v->value.v_int32 : v->value.v_int64;
+        r->isum += sign > 0 ? (i128)n : -(i128)n;
+        r->nlong += v->value_type == BSON_TYPE_INT64 ? sign : 0;
+    } else {
+        double y = sign > 0 ? x : -x, t = r->dsum + y;
+        r->dcomp += fabs(r->dsum) >= fabs(y) ? (r->dsum - t) + y : (y - t) + r->dsum;
+        r->dsum = t;
+        r->nother += sign;
+    }
+    /* Welford's update, and its inverse for a value leaving. */
+    if (sign > 0) {
+        r->count++;
+        double delta = x - r->mean;
+        r->mean += delta / (double)r->count;
+        r->m2 += delta * (x - r->mean);
+    } else if (r->count <= 1) {
+        r->count = 0;
+        r->mean = r->m2 = 0;
+    } else {
+        double mean = ((double)r->count * r->mean - x) / (double)(r->count - 1);
+        r->m2 -= (x - r->mean) * (x - mean);
+        r->mean = mean;
+        r->count--;
+        if (r->m2 < 0 || r->count == 1) {
+            r->m2 = 0; /* one value left: no spread, whatever rounding says */
+        }
+    }
+    if (r->nother == 0) {
+        r->dsum = r->dcomp = 0; /* no rounding left behind by values that came and went */
+    }
+}
+
+/* {v: result} of a removable accumulator, typed as $group's would be. */
+static void
+rstate_result(const rstate_t *r, const accdef_t *d, bson_t *res)
+{
+    double total = (double)r->isum + (r->dsum + r->dcomp);
+
+    switch (d->kind) {
+    case ACC_SUM:
+        if (r->nother > 0 || r->isum > INT64_MAX || r->isum < INT64_MIN) {
+            BSON_APPEND_DOUBLE(res, "v", total);
+        } else if (r->nlong == 0 && r->isum >= INT32_MIN && r->isum <= INT32_MAX) {
+            BSON_APPEND_INT32(res, "v", (int32_t)r->isum);
+        } else {
+            BSON_APPEND_INT64(res, "v", (int64_t)r->isum);
+        }
+        break;
+    case ACC_AVG:
+        if (r->count == 0) {
+            BSON_APPEND_NULL(res, "v");
+        } else {
+            BSON_APPEND_DOUBLE(res, "v", total / (double)r->count);
+        }
+        break;
+    default: {
+        int64_t div = d->kind == ACC_STDDEV_POP ? r->count : r->count - 1;
+        if (div <= 0) {
+            BSON_APPEND_NULL(res, "v");
+        } else {
+            BSON_APPEND_DOUBLE(res, "v", sqrt(r->m2 / (double)div));
+        }
+        break;
+    }
+    }
+}
+
+/* Slide the removable state of 'f' to the window [a, b] (both ends only move forward). */
+static int
+eval_removable(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    bson_value_t v;
+
+    v.value_type = BSON_TYPE_EOD;
+    if (!f->st_init || a < f->st_lo || b < f->st_hi || a > f->st_hi + 1) {
+        memset(&f->rs, 0, sizeof(f->rs));
+        f->st_init = true;
+        f->st_lo = a;
+        f->st_hi = a - 1;
+    }
+    for (int64_t j = f->st_hi + 1; j <= b; j++) {
+        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
+        rstate_apply(&f->rs, &v, 1);
+        bson_value_destroy(&v);
+        v.value_type = BSON_TYPE_EOD;
+        f->st_hi = j;
+    }
+    for (int64_t j = f->st_lo; j < a; j++) {
+        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
+        rstate_apply(&f->rs, &v, -1);
+        bson_value_destroy(&v);
+        v.value_type = BSON_TYPE_EOD;
+    }
+    f->st_lo = a;
+    rstate_result(&f->rs, &f->acc, res);
+done:
+    bson_value_destroy(&v);
+    return ret;
+}
+
 /* The accumulator of 'f' over the window of document i, appended as {v: result} to 'res'. */
 static int
 eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
@@ -842,6 +978,10 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
     if (a > b) {
         a = 0;
         b = -1;
+    }
+    if (f->removable) {
+        SHL_ERR(eval_removable(w, f, a, b, res, st));
+        goto done;
     }
     /* Windows only move forward in a sorted partition: extend the folded state when the
      * window keeps its start, else fold again from the start. */
@@ -1777,7 +1917,7 @@ query_wstage_destroy(query_wstage_t *w)
     bson_free(w->sort_path);
     for (size_t i = 0; i < w->nfuncs; i++) {
         wfunc_t *f = &w->funcs[i];
-        if (f->st_init) {
+        if (f->st_init && !f->removable) {
             query_acc_cleanup(&f->st, &f->acc);
         }
         bson_free(f->field);
