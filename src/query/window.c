@@ -473,6 +473,15 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
         for (size_t i = 0; accs[i] != NULL; i++) {
             known = known || strcmp(accs[i], name) == 0;
         }
+        static const char *const later[] = {
+            "$expMovingAvg",   "$derivative", "$integral", "$covariancePop",
+            "$covarianceSamp", "$percentile", "$median",   NULL};
+        for (size_t i = 0; !known && later[i] != NULL; i++) {
+            if (strcmp(later[i], name) == 0) {
+                SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
+                         "The window function %s is not supported by Shale yet", name);
+            }
+        }
         if (!known) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Unrecognized window function, %s", name);
         }
