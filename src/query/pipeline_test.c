@@ -488,6 +488,18 @@ static const pcase_t cases[] = {
      "{'p': [{'$setWindowFields': {'sortBy': {'t': 1}, 'output': {'n': {'$count': {}, 'window': "
      "{'range': [-1, 0], 'unit': 'hour'}}}}}]}",
      NULL, 5429513},
+    /* bounds far past the partition or the dates' range saturate */
+    {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'s': {'$sum': '$x', 'window': "
+     "{'documents': [{'$numberLong': '-9223372036854775807'}, {'$numberLong': "
+     "'9223372036854775807'}]}}, 'c': {'$count': {}, 'window': {'documents': [1, {'$numberLong': "
+     "'9223372036854775807'}]}}}}}, {'$project': {'_id': 0}}]}",
+     "{'r': [{'x': 1, 's': 6, 'c': 2}, {'x': 2, 's': 6, 'c': 1}, {'x': 3, 's': 6, 'c': 0}]}", 0},
+    {"{'d': [{'t': {'$date': 0}}, {'t': {'$date': 1000}}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'t': -1}, 'output': {'a': {'$count': {}, 'window': "
+     "{'range': [-1000000000, 0], 'unit': 'year'}}, 'b': {'$count': {}, 'window': {'range': "
+     "[1000000000, 'unbounded'], 'unit': 'year'}}}}}, {'$project': {'_id': 0, 'a': 1, 'b': 1}}]}",
+     "{'r': [{'a': 1, 'b': 0}, {'a': 2, 'b': 0}]}", 0},
     /* rank style functions and $shift */
     {"{'d': [{'s': 5}, {'s': 1}, {'s': 5}, {'s': 7}]}",
      "{'p': [{'$setWindowFields': {'sortBy': {'s': 1}, 'output': {'r': {'$rank': {}}, 'd': "

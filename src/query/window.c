@@ -814,6 +814,16 @@ lower_index(const query_wstage_t *w, const bson_value_t *x, bool inclusive)
     return lo;
 }
 
+static int64_t
+sat_add(int64_t x, int64_t y)
+{
+    int64_t r = 0;
+    if (__builtin_add_overflow(x, y, &r)) {
+        r = y > 0 ? INT64_MAX : INT64_MIN;
+    }
+    return r;
+}
+
 /* The window [*a, *b] of document i (empty when *a > *b). */
 static int
 window_of(query_wstage_t *w, const wfunc_t *f, size_t i, int64_t *a, int64_t *b, shl_status_t *st)
@@ -822,8 +832,11 @@ window_of(query_wstage_t *w, const wfunc_t *f, size_t i, int64_t *a, int64_t *b,
     int64_t n = (int64_t)w->npart, ii = (int64_t)i;
 
     if (!f->range) {
-        *a = f->lo.kind == BK_UNBOUNDED ? 0 : (f->lo.kind == BK_CURRENT ? ii : ii + f->lo.i);
-        *b = f->hi.kind == BK_UNBOUNDED ? n - 1 : (f->hi.kind == BK_CURRENT ? ii : ii + f->hi.i);
+        /* Offsets may be any int64: saturate instead of overflowing. */
+        *a =
+            f->lo.kind == BK_UNBOUNDED ? 0 : (f->lo.kind == BK_CURRENT ? ii : sat_add(ii, f->lo.i));
+        *b = f->hi.kind == BK_UNBOUNDED ? n - 1
+                                        : (f->hi.kind == BK_CURRENT ? ii : sat_add(ii, f->hi.i));
         if (*a < 0) {
             *a = 0;
         }
@@ -845,7 +858,8 @@ window_of(query_wstage_t *w, const wfunc_t *f, size_t i, int64_t *a, int64_t *b,
     } else if (f->lo.kind == BK_CURRENT) {
         *a = ii;
     } else if (!shift_value(f, v, &f->lo, w->sort_desc, &x)) {
-        *a = 0;
+        /* past the dates' range: the bound is before or after everything in sort order */
+        *a = f->lo.i < 0 ? 0 : n;
     } else {
         *a = (int64_t)lower_index(w, &x, true);
     }
@@ -854,7 +868,7 @@ window_of(query_wstage_t *w, const wfunc_t *f, size_t i, int64_t *a, int64_t *b,
     } else if (f->hi.kind == BK_CURRENT) {
         *b = ii;
     } else if (!shift_value(f, v, &f->hi, w->sort_desc, &x)) {
-        *b = n - 1;
+        *b = f->hi.i > 0 ? n - 1 : -1;
     } else {
         *b = (int64_t)lower_index(w, &x, false) - 1;
     }
