@@ -889,11 +889,12 @@ SHL_TEST(pipeline_group_many_keys)
 SHL_TEST(pipeline_stage_args_never_crash)
 {
     static const char *const stages[] = {
-        "$match",       "$project",     "$addFields",  "$set",        "$unset",       "$group",
-        "$sort",        "$limit",       "$skip",       "$count",      "$sortByCount", "$unwind",
-        "$replaceRoot", "$replaceWith", "$bucket",     "$bucketAuto", "$facet",       "$lookup",
-        "$unionWith",   "$sample",      "$documents",  "$collStats",  "$indexStats",  "$out",
-        "$merge",       "$redact",      "$graphLookup"};
+        "$match",       "$project",     "$addFields",       "$set",         "$unset",
+        "$group",       "$sort",        "$limit",           "$skip",        "$count",
+        "$sortByCount", "$unwind",      "$replaceRoot",     "$replaceWith", "$bucket",
+        "$bucketAuto",  "$facet",       "$lookup",          "$unionWith",   "$sample",
+        "$documents",   "$collStats",   "$indexStats",      "$out",         "$merge",
+        "$redact",      "$graphLookup", "$setWindowFields", "$densify",     "$fill"};
     static const char *const args[] = {
         "null",
         "1",
@@ -921,7 +922,19 @@ SHL_TEST(pipeline_stage_args_never_crash)
         "{'$cond': [true, '$$DESCEND', '$$PRUNE']}",
         "{'path': '$a', 'includeArrayIndex': 'i'}",
         "{'newRoot': '$a'}",
-        "{'a': {'$sum': 1}}"};
+        "{'a': {'$sum': 1}}",
+        "{'partitionBy': '$a', 'sortBy': {'a': 1}, 'output': {'r': {'$rank': {}}, 's': {'$sum': "
+        "'$a', 'window': {'range': [-1, 'current']}}, 'h': {'$shift': {'output': '$a', 'by': "
+        "-1}}}}",
+        "{'sortBy': {'a': -1}, 'output': {'m': {'$max': '$a', 'window': {'documents': [-1, 1]}}, "
+        "'l': {'$linearFill': '$a'}, 'f': {'$locf': '$a'}}}",
+        "{'sortBy': {'a': 1}, 'output': {'d': {'$push': '$a', 'window': {'range': [-1, 1], "
+        "'unit': 'day'}}}}",
+        "{'field': 'a', 'partitionByFields': ['b'], 'range': {'step': 1, 'bounds': 'full'}}",
+        "{'field': 'a', 'range': {'step': 2, 'bounds': [0, 5]}}",
+        "{'field': 'a', 'range': {'step': 1, 'unit': 'day', 'bounds': 'full'}}",
+        "{'sortBy': {'a': 1}, 'output': {'a': {'method': 'linear'}, 'b': {'value': 1}}}",
+        "{'partitionByFields': ['b'], 'output': {'a': {'method': 'locf'}}}"};
     char stage_json[2048];
     int ran = 0;
 
@@ -930,9 +943,11 @@ SHL_TEST(pipeline_stage_args_never_crash)
             shl_status_t st = SHL_STATUS_INIT;
             bson_t res;
             snprintf(stage_json, sizeof(stage_json), "{'p': [{'%s': %s}]}", stages[i], args[j]);
-            int code = run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}], 'c': "
-                                "{'f': [{'a': 3}, {'a': null}]}}",
-                                stage_json, &res, &st);
+            int code =
+                run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}, {'a': {'$date': "
+                         "0}, 'b': 1}, {'a': 2.5, 'b': 1}], 'c': "
+                         "{'f': [{'a': 3}, {'a': null}]}}",
+                         stage_json, &res, &st);
             ASSERT(code >= 0);
             ran += code == 0;
             bson_destroy(&res);
