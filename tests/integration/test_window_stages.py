@@ -552,3 +552,25 @@ def test_sharded_collection_matches_unsharded(wx, cluster):
         list(wx.sh.aggregate([{"$setWindowFields": {
             "sortBy": {"tick": 1}, "output": {"v": {"$sum": 1, "window": {"range": [0, 1]}}}}}]))
     assert e.value.code == 5429414
+
+
+def test_router_runs_window_stages_in_its_merger(wx):
+    for stage in [{"$setWindowFields": {"sortBy": {"x": 1}, "output": {"r": {"$rank": {}}}}},
+                  {"$densify": {"field": "x", "range": {"step": 1, "bounds": "full"}}},
+                  {"$fill": {"output": {"price": {"value": 0}}}}]:
+        name = next(iter(stage))
+        e = wx.command("aggregate", "sh", pipeline=[{"$match": {"x": {"$gte": 5}}}, stage],
+                       explain=True)
+        assert e["mergeType"] == "mongos"
+        assert e["splitPipeline"]["shardsPart"] == [{"$match": {"x": {"$gte": 5}}}]
+        assert list(e["splitPipeline"]["mergerPart"][0]) == [name]
+    # Inside $facet and $unionWith too.
+    pipeline = [{"$facet": {"w": [{"$setWindowFields": {
+        "partitionBy": "$tick", "sortBy": {"x": 1},
+        "output": {"s": {"$sum": "$x", "window": {"documents": [-1, 0]}}}}}]}}]
+    assert list(wx.sh.aggregate(pipeline)) == list(wx.ref.aggregate(pipeline))
+    pipeline = [{"$match": {"_id": {"$lt": 3}}}, {"$unionWith": {"coll": "sh", "pipeline": [
+        {"$densify": {"field": "x", "range": {"step": 50, "bounds": [0, 200]}}},
+        {"$match": {"_id": {"$exists": False}}}]}}, {"$project": {"_id": 1, "x": 1}}]
+    got = list(wx.ref.aggregate(pipeline))
+    assert [d.get("x") for d in got[3:]] == [100, 150] and len(got) == 5  # 0, 50 exist
