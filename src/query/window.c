@@ -71,6 +71,12 @@ typedef struct wfunc {
     int64_t st_lo, st_hi, st_mem;
     bool removable;
     rstate_t rs;
+    /* $first/$last read the window's end; $min/$max keep a monotonic deque of the window's
+     * candidates (indices and values, owned), so sliding windows stay O(1) per document */
+    bool endpoint, deque;
+    int64_t *dq_idx;
+    bson_value_t *dq_val;
+    size_t dq_head, dq_tail, dq_cap;
 } wfunc_t;
 
 struct query_wstage {
@@ -490,6 +496,8 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     f->acc.field = bson_strdup("v");
     SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
     f->removable = acc_removable(&f->acc);
+    f->endpoint = f->acc.kind == ACC_FIRST || f->acc.kind == ACC_LAST;
+    f->deque = f->acc.kind == ACC_MIN || f->acc.kind == ACC_MAX;
     if (have_win) {
         SHL_ERR(parse_window(w->vars, &win, f, st));
         bool whole = f->lo.kind == BK_UNBOUNDED && f->hi.kind == BK_UNBOUNDED;
@@ -700,10 +708,22 @@ wrap_parts(const bson_t *wrap, bson_value_t *key, bson_t *doc)
 }
 
 static void
+deque_clear(wfunc_t *f)
+{
+    for (size_t k = f->dq_head; k < f->dq_tail; k++) {
+        bson_value_destroy(&f->dq_val[k]);
+    }
+    f->dq_head = f->dq_tail = 0;
+}
+
+static void
 func_reset(query_wstage_t *w, wfunc_t *f)
 {
-    if (f->st_init && !f->removable) {
+    if (f->st_init && !f->removable && !f->endpoint && !f->deque) {
         query_acc_cleanup(&f->st, &f->acc);
+    }
+    deque_clear(f);
+    if (f->st_init) {
         w->mem -= f->st_mem;
     }
     f->st_init = false;
@@ -988,6 +1008,101 @@ done:
     return ret;
 }
 
+/* $first / $last: the value at the window's first or last document (null: none, missing). */
+static int
+eval_endpoint(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    bson_value_t v;
+
+    v.value_type = BSON_TYPE_EOD;
+    if (a <= b) {
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[f->acc.kind == ACC_FIRST ? a : b], .vars = w->vars, .now_ms = 0};
+        SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
+    }
+    if (v.value_type == BSON_TYPE_EOD) {
+        BSON_APPEND_NULL(res, "v");
+    } else {
+        query_append_value(res, "v", 1, &v);
+    }
+done:
+    bson_value_destroy(&v);
+    return ret;
+}
+
+/* $min / $max over [a, b]: the deque holds, in window order, the values that may still be the
+ * answer (each strictly better than those after it is not kept), so its front is the result.
+ * Equal values stay, and the earliest is reported, as $group's first-seen tie rule. */
+static int
+eval_deque(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    bson_value_t v;
+    int dir = f->acc.kind == ACC_MAX ? 1 : -1;
+
+    v.value_type = BSON_TYPE_EOD;
+    if (!f->st_init || a < f->st_lo || b < f->st_hi) {
+        func_reset(w, f);
+        f->st_init = true;
+        f->st_lo = a;
+        f->st_hi = a - 1;
+    }
+    for (int64_t j = f->st_hi < a - 1 ? a : f->st_hi + 1; j <= b; j++) {
+        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
+        f->st_hi = j;
+        if (nullish(&v)) {
+            bson_value_destroy(&v);
+            v.value_type = BSON_TYPE_EOD;
+            continue;
+        }
+        while (f->dq_tail > f->dq_head &&
+               dir * shl_expr_compare(&f->dq_val[f->dq_tail - 1], &v) < 0) {
+            f->dq_tail--;
+            f->st_mem -= query_value_size(&f->dq_val[f->dq_tail]);
+            w->mem -= query_value_size(&f->dq_val[f->dq_tail]);
+            bson_value_destroy(&f->dq_val[f->dq_tail]);
+        }
+        if (f->dq_tail == f->dq_cap) {
+            /* Slide the live entries down before growing. */
+            size_t live = f->dq_tail - f->dq_head;
+            if (f->dq_head > 0 && live < f->dq_cap / 2) {
+                memmove(f->dq_idx, f->dq_idx + f->dq_head, live * sizeof(*f->dq_idx));
+                memmove(f->dq_val, f->dq_val + f->dq_head, live * sizeof(*f->dq_val));
+                f->dq_head = 0;
+                f->dq_tail = live;
+            } else {
+                f->dq_cap = f->dq_cap ? f->dq_cap * 2 : 16;
+                f->dq_idx = bson_realloc(f->dq_idx, f->dq_cap * sizeof(*f->dq_idx));
+                f->dq_val = bson_realloc(f->dq_val, f->dq_cap * sizeof(*f->dq_val));
+            }
+        }
+        f->dq_idx[f->dq_tail] = j;
+        f->dq_val[f->dq_tail++] = v; /* moved */
+        f->st_mem += query_value_size(&v);
+        w->mem += query_value_size(&v);
+        v.value_type = BSON_TYPE_EOD;
+        if (w->mem > w->max_bytes) {
+            SHL_ERR(mem_exceeded(w, st));
+        }
+    }
+    while (f->dq_head < f->dq_tail && f->dq_idx[f->dq_head] < a) {
+        f->st_mem -= query_value_size(&f->dq_val[f->dq_head]);
+        w->mem -= query_value_size(&f->dq_val[f->dq_head]);
+        bson_value_destroy(&f->dq_val[f->dq_head++]);
+    }
+    f->st_lo = a;
+    if (f->dq_head < f->dq_tail && a <= b) {
+        query_append_value(res, "v", 1, &f->dq_val[f->dq_head]);
+    } else {
+        BSON_APPEND_NULL(res, "v");
+    }
+done:
+    bson_value_destroy(&v);
+    return ret;
+}
+
 /* The accumulator of 'f' over the window of document i, appended as {v: result} to 'res'. */
 static int
 eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
@@ -1004,6 +1119,14 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
     }
     if (f->removable) {
         SHL_ERR(eval_removable(w, f, a, b, res, st));
+        goto done;
+    }
+    if (f->endpoint) {
+        SHL_ERR(eval_endpoint(w, f, a, b, res, st));
+        goto done;
+    }
+    if (f->deque) {
+        SHL_ERR(eval_deque(w, f, a, b, res, st));
         goto done;
     }
     /* Windows only move forward in a sorted partition: extend the folded state when the
@@ -1940,9 +2063,12 @@ query_wstage_destroy(query_wstage_t *w)
     bson_free(w->sort_path);
     for (size_t i = 0; i < w->nfuncs; i++) {
         wfunc_t *f = &w->funcs[i];
-        if (f->st_init && !f->removable) {
+        if (f->st_init && !f->removable && !f->endpoint && !f->deque) {
             query_acc_cleanup(&f->st, &f->acc);
         }
+        deque_clear(f);
+        bson_free(f->dq_idx);
+        bson_free(f->dq_val);
         bson_free(f->field);
         bson_free(f->acc.field);
         shl_expr_destroy(f->acc.arg);

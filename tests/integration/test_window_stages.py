@@ -194,7 +194,9 @@ def test_range_windows_numbers_and_dates(db):
         got = {d["_id"]: d for d in db.c.aggregate([{"$setWindowFields": {
             "partitionBy": "$p", "sortBy": {"x": 1},
             "output": {"s": {"$sum": "$v", "window": {"range": [lo, hi]}},
-                       "n": {"$count": {}, "window": {"range": [lo, hi]}}}}}])}
+                       "n": {"$count": {}, "window": {"range": [lo, hi]}},
+                       "mn": {"$min": "$v", "window": {"range": [lo, hi]}},
+                       "l": {"$last": "$v", "window": {"range": [lo, hi]}}}}}])}
         for rows in parts.values():
             # 'current' depends on the position among ties: read it from the server's order.
             order = [d for d in db.c.aggregate([{"$match": {"p": rows[0]["p"]}},
@@ -205,6 +207,8 @@ def test_range_windows_numbers_and_dates(db):
                 js = range_window(order, i, lo, hi, "x")
                 assert got[d["_id"]]["s"] == sum(order[j]["v"] for j in js), (lo, hi, d)
                 assert got[d["_id"]]["n"] == len(js), (lo, hi, d)
+                assert got[d["_id"]]["mn"] == (min(order[j]["v"] for j in js) if js else None)
+                assert got[d["_id"]]["l"] == (order[js[-1]]["v"] if js else None)
     # A descending sortBy: bounds count in the sort's direction.
     got = [d["y"] for d in db.c.aggregate([
         {"$match": {"p": 0}}, {"$group": {"_id": "$x"}}, {"$project": {"x": "$_id"}},
