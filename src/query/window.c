@@ -586,6 +586,9 @@ parse_swf(query_wstage_t *w, const bson_iter_t *arg, shl_status_t *st)
     bson_iter_init(&it, &out_view);
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
+        if (k[0] == '\0') {
+            SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
+        }
         if (k[0] == '$') {
             SHL_FAIL(st, 16410,
                      "FieldPath field names may not start with '$'. Consider using "

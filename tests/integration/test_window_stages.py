@@ -310,6 +310,8 @@ SWF_ERRORS = [
                                                       "default": "$a"}}}}, 9),
     ({"output": {"v": {"$shift": {"output": "$a", "by": 1}}}}, 9),
     ({"output": {"a": {"$sum": 1}, "a.b": {"$sum": 1}}}, 6307900),
+    ({"output": {"": {"$sum": 1}}}, 40352),
+    ({"output": {"$a": {"$sum": 1}}}, 16410),
     # MongoDB's window functions Shale does not have yet.
     ({"sortBy": {"a": 1}, "output": {"v": {"$derivative": {"input": "$a"}}}}, 238),
 ]
