@@ -98,6 +98,7 @@ struct query_wstage {
     shl_sorter_t *sorter;
     bson_t **inbuf; /* without a sort: the wrappers in input order (owned) */
     size_t nin, capin, inpos;
+    int64_t in_mem;
     const bson_t *next_wrap; /* the first wrapper of the next partition */
     /* the current partition: views into the wrappers */
     bson_t *part;          /* views made once the partition is loaded (never moved after) */
@@ -678,6 +679,7 @@ swf_drain(query_wstage_t *w, const shl_pipeline_source_t *in, shl_status_t *st)
     if (w->sorter != NULL) {
         shl_sorter_finish(w->sorter);
     }
+    w->in_mem = mem;
     w->drained = true;
 done:
     if (wrap != NULL) {
@@ -758,7 +760,8 @@ load_partition(query_wstage_t *w, shl_status_t *st)
     if (wr == NULL) {
         goto done;
     }
-    w->mem = 0;
+    /* Without a sort the one partition was counted as it was read. */
+    w->mem = w->sorter != NULL ? 0 : w->in_mem;
     bson_t first;
     wrap_parts(wr, &key, &first);
     while (wr != NULL) {

@@ -354,6 +354,12 @@ def test_set_window_fields_memory_limit(db, node):
             list(db.c.aggregate([{"$setWindowFields": {"sortBy": {"_id": 1},
                                                        "output": {"v": {"$sum": "$_id"}}}}]))
         assert e.value.code == 5643011
+        # Without partitionBy and sortBy the input is the one partition.
+        with pytest.raises(OperationFailure) as e:
+            list(db.c.aggregate([{"$setWindowFields": {"output": {"v": {"$count": {}}}}}]))
+        assert e.value.code == 5643011
+        assert len(list(db.c.aggregate([{"$match": {"k": 1}}, {"$setWindowFields": {
+            "output": {"v": {"$count": {}}}}}]))) == 10
         # So do the values a window function keeps.
         with pytest.raises(OperationFailure) as e:
             list(db.c.aggregate([{"$setWindowFields": {
