@@ -574,6 +574,11 @@ static const pcase_t cases[] = {
      "{'p': [{'$densify': {'field': 't', 'range': {'step': 1, 'unit': 'month', 'bounds': "
      "'full'}}}]}",
      "{'r': [{'t': {'$date': 0}}, {'t': {'$date': 2678400000}}, {'t': {'$date': 5097600000}}]}", 0},
+    /* a missing partition field is its own partition, apart from null */
+    {"{'d': [{'k': null, 'v': 1}, {'v': 2}, {'k': null, 'v': 3}]}",
+     "{'p': [{'$densify': {'field': 'v', 'partitionByFields': ['k'], 'range': {'step': 1, "
+     "'bounds': 'partition'}}}]}",
+     "{'r': [{'v': 2}, {'k': null, 'v': 1}, {'k': null, 'v': 2}, {'k': null, 'v': 3}]}", 0},
     {"{'d': [{'v': 'x'}]}",
      "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
      "'full'}}}]}",

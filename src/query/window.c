@@ -130,7 +130,8 @@ struct query_wstage {
     bool gen_done;
     bson_t cur_pkey; /* the partition's {field: value} of the partition fields */
     bool have_pkey;
-    const bson_t *pending; /* an input document waiting behind generated ones */
+    const bson_t *pending; /* an input wrapper waiting behind generated ones */
+    bson_t pend_doc;       /* its document (a view; the stage does not move) */
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -1602,11 +1603,15 @@ parse_densify(query_wstage_t *w, const bson_iter_t *arg, shl_status_t *st)
                  "one may not specify the bounds as 'partition' without specifying a non-empty "
                  "array of partitionByFields. You may have meant to specify 'full' bounds.");
     }
-    /* The input sorted by the partition fields, then the field (MongoDB's desugared $sort). */
-    for (size_t i = 0; i < w->npfields; i++) {
-        BSON_APPEND_INT32(&sort, w->pfields[i], 1);
+    /* The input wrapped as {p: partition key, d: doc}, sorted by the key, then the field
+     * (MongoDB's desugared $sort; the key document keeps a missing partition field apart from
+     * a null one, where sorting by the fields themselves would interleave them). */
+    BSON_APPEND_INT32(&sort, "p", 1);
+    {
+        char *k = bson_strdup_printf("d.%s", w->field);
+        BSON_APPEND_INT32(&sort, k, 1);
+        bson_free(k);
     }
-    BSON_APPEND_INT32(&sort, w->field, 1);
     SHL_ERR(shl_sort_pattern_new(&sort, &w->wrap_pat, st));
 done:
     bson_destroy(&sort);
@@ -1639,6 +1644,24 @@ done:
     return ret;
 }
 
+/* The partition key of 'doc': {f1: v1, ...} over the partition fields (missing ones left out). */
+static void
+densify_pkey(const query_wstage_t *w, const bson_t *doc, bson_t *key)
+{
+    bson_init(key);
+    for (size_t i = 0; i < w->npfields; i++) {
+        bson_value_t v;
+        path_value(doc, w->pfields[i], &v);
+        if (v.value_type != BSON_TYPE_EOD) {
+            /* dotted fields make nested documents, as in the generated documents */
+            bson_t next = BSON_INITIALIZER;
+            query_copy_set_path(key, w->pfields[i], &v, &next);
+            bson_destroy(key);
+            bson_steal(key, &next);
+        }
+    }
+}
+
 static int
 densify_drain(query_wstage_t *w, const shl_pipeline_source_t *in, shl_status_t *st)
 {
@@ -1664,30 +1687,21 @@ densify_drain(query_wstage_t *w, const shl_pipeline_source_t *in, shl_status_t *
             }
             w->have_gmin = true;
         }
-        SHL_ERR(shl_sorter_add(w->sorter, doc, st));
+        bson_t key, wrap = BSON_INITIALIZER;
+        densify_pkey(w, doc, &key);
+        BSON_APPEND_DOCUMENT(&wrap, "p", &key);
+        BSON_APPEND_DOCUMENT(&wrap, "d", doc);
+        bson_destroy(&key);
+        ret = shl_sorter_add(w->sorter, &wrap, st);
+        bson_destroy(&wrap);
+        if (ret != 0) {
+            goto done;
+        }
     }
     shl_sorter_finish(w->sorter);
     w->drained = true;
 done:
     return ret;
-}
-
-/* The partition key of 'doc': {f1: v1, ...} over the partition fields (missing ones left out). */
-static void
-densify_pkey(const query_wstage_t *w, const bson_t *doc, bson_t *key)
-{
-    bson_init(key);
-    for (size_t i = 0; i < w->npfields; i++) {
-        bson_value_t v;
-        path_value(doc, w->pfields[i], &v);
-        if (v.value_type != BSON_TYPE_EOD) {
-            /* dotted fields make nested documents, as in the generated documents */
-            bson_t next = BSON_INITIALIZER;
-            query_copy_set_path(key, w->pfields[i], &v, &next);
-            bson_destroy(key);
-            bson_steal(key, &next);
-        }
-    }
 }
 
 /* cur + step into *out (cur's type kept for integers, double otherwise; dates by unit). */
@@ -1788,6 +1802,22 @@ densify_start(query_wstage_t *w)
     }
 }
 
+/* The pending wrapper's partition key (a view into it) and its document (w->pend_doc). */
+static void
+pending_parts(query_wstage_t *w, bson_t *key)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    bson_iter_init_find(&it, w->pending, "p");
+    bson_iter_document(&it, &len, &data);
+    bson_init_static(key, data, len);
+    bson_iter_init_find(&it, w->pending, "d");
+    bson_iter_document(&it, &len, &data);
+    bson_init_static(&w->pend_doc, data, len);
+}
+
 static int
 densify_next(query_wstage_t *w, const shl_pipeline_source_t *in, const bson_t **doc,
              shl_status_t *st)
@@ -1800,7 +1830,9 @@ densify_next(query_wstage_t *w, const shl_pipeline_source_t *in, const bson_t **
         SHL_ERR(densify_drain(w, in, st));
         w->pending = shl_sorter_next(w->sorter);
         if (w->pending != NULL) {
-            densify_pkey(w, w->pending, &w->cur_pkey);
+            bson_t pk;
+            pending_parts(w, &pk);
+            bson_copy_to(&pk, &w->cur_pkey);
             w->have_pkey = true;
             densify_start(w);
         } else if (w->bounds_mode == 2 && w->npfields == 0) {
@@ -1817,20 +1849,17 @@ densify_next(query_wstage_t *w, const shl_pipeline_source_t *in, const bson_t **
             goto done;
         }
         bson_t key;
-        densify_pkey(w, w->pending, &key);
-        if (!bson_equal(&key, &w->cur_pkey)) {
+        pending_parts(w, &key);
+        if (shl_bson_doc_compare(&key, &w->cur_pkey) != 0) {
             if (densify_wants(w, NULL)) {
-                bson_destroy(&key);
                 SHL_ERR(densify_emit(w, doc, st));
                 goto done;
             }
             bson_destroy(&w->cur_pkey);
-            bson_steal(&w->cur_pkey, &key);
+            bson_copy_to(&key, &w->cur_pkey);
             densify_start(w);
-        } else {
-            bson_destroy(&key);
         }
-        SHL_ERR(densify_value(w, w->pending, &v, st));
+        SHL_ERR(densify_value(w, &w->pend_doc, &v, st));
         if (!nullish(&v)) {
             if (w->cur.value_type == BSON_TYPE_EOD && w->bounds_mode == 1) {
                 w->cur = v; /* "partition": from the partition's first value */
@@ -1850,7 +1879,7 @@ densify_next(query_wstage_t *w, const shl_pipeline_source_t *in, const bson_t **
                 }
             }
         }
-        *doc = w->pending;
+        *doc = &w->pend_doc;
         w->pending = shl_sorter_next(w->sorter);
         goto done;
     }
