@@ -367,7 +367,7 @@ parse_shift(const bson_t *vars, const bson_iter_t *a, wfunc_t *f, shl_status_t *
             if (!query_value_is_number(v) || !shl_bson_value_as_int64_exact(v, &f->by) ||
                 f->by < INT32_MIN || f->by > INT32_MAX) {
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
-                         "'$shift:by' field must be an integer, but found  %s",
+                         "'$shift:by' field must be an integer, but found %s",
                          shl_bson_type_name(v->value_type));
             }
             have_by = true;
@@ -1894,7 +1894,7 @@ query_fill_desugar(const bson_iter_t *arg, bson_t *stages, uint32_t *n, shl_stat
 {
     int ret = 0;
     bson_t view, out_view, swf = BSON_INITIALIZER, swf_out = BSON_INITIALIZER,
-                           add = BSON_INITIALIZER;
+                           add = BSON_INITIALIZER, pkey = BSON_INITIALIZER;
     bson_iter_t it, o;
     const bson_value_t *part = NULL, *sort_by = NULL;
     bson_value_t pv, sv;
@@ -2004,13 +2004,9 @@ query_fill_desugar(const bson_iter_t *arg, bson_t *stages, uint32_t *n, shl_stat
     }
     if (!bson_empty(&swf_out)) {
         bson_t body;
-        BSON_APPEND_DOCUMENT_BEGIN(&swf, "$setWindowFields", &body);
-        if (part != NULL) {
-            bson_append_value(&body, "partitionBy", -1, part);
-        } else if (have_pf && !bson_empty(&pfields)) {
-            bson_t pdoc;
+        /* partitionByFields [a, "b.c"] is partitionBy {a: "$a", b: {c: "$b.c"}} */
+        if (part == NULL && have_pf && !bson_empty(&pfields)) {
             bson_iter_t p;
-            BSON_APPEND_DOCUMENT_BEGIN(&body, "partitionBy", &pdoc);
             bson_iter_init(&p, &pfields);
             while (shl_iter_next(&p)) {
                 if (!BSON_ITER_HOLDS_UTF8(&p)) {
@@ -2022,10 +2018,21 @@ query_fill_desugar(const bson_iter_t *arg, bson_t *stages, uint32_t *n, shl_stat
                 const char *pf = bson_iter_utf8(&p, NULL);
                 SHL_ERR(field_path_check(pf, st));
                 char *pp = bson_strdup_printf("$%s", pf);
-                BSON_APPEND_UTF8(&pdoc, pf, pp);
+                bson_value_t pv2 = {.value_type = BSON_TYPE_UTF8};
+                bson_t next = BSON_INITIALIZER;
+                pv2.value.v_utf8.str = pp;
+                pv2.value.v_utf8.len = (uint32_t)strlen(pp);
+                query_copy_set_path(&pkey, pf, &pv2, &next);
+                bson_destroy(&pkey);
+                bson_steal(&pkey, &next);
                 bson_free(pp);
             }
-            bson_append_document_end(&body, &pdoc);
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(&swf, "$setWindowFields", &body);
+        if (part != NULL) {
+            bson_append_value(&body, "partitionBy", -1, part);
+        } else if (!bson_empty(&pkey)) {
+            BSON_APPEND_DOCUMENT(&body, "partitionBy", &pkey);
         }
         if (sort_by != NULL) {
             bson_append_value(&body, "sortBy", -1, sort_by);
@@ -2046,6 +2053,7 @@ done:
     bson_destroy(&swf);
     bson_destroy(&swf_out);
     bson_destroy(&add);
+    bson_destroy(&pkey);
     return ret;
 }
 
