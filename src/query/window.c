@@ -41,7 +41,8 @@ typedef enum {
     WF_DOC_NUMBER,
     WF_SHIFT,
     WF_LOCF,
-    WF_LINEAR
+    WF_LINEAR,
+    WF_EMA
 } wf_kind_t;
 
 typedef enum { BK_UNBOUNDED, BK_CURRENT, BK_VALUE } bkind_t;
@@ -62,6 +63,7 @@ typedef struct wfunc {
     shl_expr_t *arg; /* $shift output, $locf / $linearFill input */
     int64_t by;
     bson_value_t def; /* $shift default */
+    double alpha;     /* $expMovingAvg */
     bool range;       /* a range window (else documents) */
     int unit;         /* range window's time unit, -1: none */
     bound_t lo, hi;   /* [unbounded, unbounded] by default */
@@ -392,6 +394,61 @@ done:
     return ret;
 }
 
+/* $expMovingAvg: {input: <expr>, N: <positive integer>} or {input, alpha: (0, 1)}. */
+static int
+parse_ema(const bson_t *vars, const bson_iter_t *a, wfunc_t *f, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    bson_iter_t it;
+    bool have_n = false, have_alpha = false;
+
+    (void)vars;
+    if (!view_of(a, &view)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "$expMovingAvg must have exactly one argument that is an object");
+    }
+    bson_iter_init(&it, &view);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        const bson_value_t *v = bson_iter_value(&it);
+        if (strcmp(k, "input") == 0) {
+            shl_expr_destroy(f->arg);
+            f->arg = NULL;
+            SHL_ERR(shl_expr_parse(v, &f->arg, st));
+        } else if (strcmp(k, "N") == 0) {
+            int64_t n = 0;
+            if (!query_value_is_number(v) || !shl_bson_value_as_int64_exact(v, &n) || n <= 0) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                         "'N' field must be an integer, but found type %s",
+                         shl_bson_type_name(v->value_type));
+            }
+            f->alpha = 2.0 / ((double)n + 1.0);
+            have_n = true;
+        } else if (strcmp(k, "alpha") == 0) {
+            double x = query_value_is_number(v) ? query_value_as_double(v) : 0;
+            if (!query_value_is_number(v) || !(x > 0 && x < 1)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                         "'alpha' must be between 0 and 1 (exclusive)");
+            }
+            f->alpha = x;
+            have_alpha = true;
+        } else {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Got unrecognized field in $expMovingAvg: %s",
+                     k);
+        }
+    }
+    if (f->arg == NULL) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$expMovingAvg requires an 'input' expression");
+    }
+    if (have_n == have_alpha) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                 "$expMovingAvg must have exactly one of 'N' and 'alpha' specified");
+    }
+done:
+    return ret;
+}
+
 /* Parse one output field {<$fn>: arg, window: {...}} into 'f'. */
 static int
 parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t *f,
@@ -461,6 +518,18 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
         }
         goto done;
     }
+    if (strcmp(name, "$expMovingAvg") == 0) {
+        f->kind = WF_EMA;
+        if (have_win) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "$expMovingAvg does not accept a 'window' field");
+        }
+        SHL_ERR(parse_ema(w->vars, &fn, f, st));
+        if (w->nsort == 0) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$expMovingAvg requires an explicit 'sortBy'");
+        }
+        goto done;
+    }
     if (strcmp(name, "$locf") == 0 || strcmp(name, "$linearFill") == 0) {
         f->kind = name[1] == 'l' && name[2] == 'o' ? WF_LOCF : WF_LINEAR;
         if (have_win) {
@@ -482,8 +551,8 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
             known = known || strcmp(accs[i], name) == 0;
         }
         static const char *const later[] = {
-            "$expMovingAvg",   "$derivative", "$integral", "$covariancePop",
-            "$covarianceSamp", "$percentile", "$median",   NULL};
+            "$derivative", "$integral", "$covariancePop", "$covarianceSamp", "$percentile",
+            "$median",     NULL};
         for (size_t i = 0; !known && later[i] != NULL; i++) {
             if (strcmp(later[i], name) == 0) {
                 SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
@@ -1280,6 +1349,25 @@ eval_func(query_wstage_t *w, size_t fi, size_t i, bson_value_t *out, shl_status_
         } else {
             bson_value_destroy(&w->locf[fi]);
             bson_value_copy(out, &w->locf[fi]);
+        }
+        break;
+    case WF_EMA:
+        /* Numbers move the average (the first one starts it); other values leave it. */
+        SHL_ERR(shl_expr_evaluate(f->arg, &ctx, out, st));
+        if (query_value_is_number(out)) {
+            double x = query_value_as_double(out);
+            bson_value_t *m = &w->locf[fi];
+            if (m->value_type == BSON_TYPE_DOUBLE) {
+                m->value.v_double = x * f->alpha + m->value.v_double * (1 - f->alpha);
+            } else {
+                m->value_type = BSON_TYPE_DOUBLE;
+                m->value.v_double = x;
+            }
+        }
+        bson_value_destroy(out);
+        out->value_type = BSON_TYPE_NULL;
+        if (w->locf[fi].value_type == BSON_TYPE_DOUBLE) {
+            *out = w->locf[fi];
         }
         break;
     case WF_LINEAR:

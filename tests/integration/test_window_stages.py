@@ -272,6 +272,38 @@ def test_locf_and_linear_fill_functions(db):
     assert [d["lin"] for d in got] == [10, 17.5, 32.5, 40, None]
 
 
+def test_exp_moving_avg(db):
+    prices = [10, 12.5, "x", 9, None, 20, 7]
+    db.c.insert_many([{"_id": i, "g": i % 2, "p": v} for i, v in enumerate(prices)])
+    for arg, alpha in [({"N": 3}, 0.5), ({"alpha": 0.279}, 0.279)]:
+        got = [d["e"] for d in db.c.aggregate([{"$setWindowFields": {
+            "sortBy": {"_id": 1},
+            "output": {"e": {"$expMovingAvg": dict(input="$p", **arg)}}}}])]
+        want, cur = [], None
+        for v in prices:
+            if is_num(v):
+                cur = v if cur is None else v * alpha + cur * (1 - alpha)
+            want.append(cur)
+        assert len(got) == len(want) and all(same(g, w) for g, w in zip(got, want)), (got, want)
+    # Per partition, and null while no number was seen.
+    got = [(d["g"], d["e"]) for d in db.c.aggregate([
+        {"$addFields": {"p": {"$cond": [{"$eq": ["$g", 0]}, "$p", "s"]}}},
+        {"$setWindowFields": {"partitionBy": "$g", "sortBy": {"_id": 1},
+                              "output": {"e": {"$expMovingAvg": {"input": "$p", "N": 1}}}}}])]
+    assert got == [(0, 10), (0, 10), (0, 10), (0, 7), (1, None), (1, None), (1, None)]
+    for spec in [{"input": "$p", "alpha": 0.5, "N": 2}, {"input": "$p", "N": 0.5},
+                 {"input": "$p", "N": "food"}, {"str": "$p", "N": 2}, "$p",
+                 {"input": "$p", "alpha": 1.0}, {"input": "$p", "alpha": 0}]:
+        with pytest.raises(OperationFailure) as e:
+            list(db.c.aggregate([{"$setWindowFields": {
+                "sortBy": {"_id": 1}, "output": {"e": {"$expMovingAvg": spec}}}}]))
+        assert e.value.code == 9, spec
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.aggregate([{"$setWindowFields": {
+            "output": {"e": {"$expMovingAvg": {"input": "$p", "N": 2}}}}}]))
+    assert e.value.code == 9
+
+
 SWF_ERRORS = [
     ("invalid", 9),
     ({"sortBy": "invalid", "output": {}}, 14),
