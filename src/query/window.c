@@ -30,6 +30,7 @@ typedef struct rstate {
     int64_t nother; /* non-integer numbers in the window */
     int64_t count;  /* numbers in the window */
     double mean, m2;
+    double my, c; /* $covariance*: the mean of y (mean is x's) and the co-moment */
 } rstate_t;
 
 typedef enum { WK_SWF, WK_DENSIFY } wkind_t;
@@ -64,6 +65,8 @@ typedef struct wfunc {
     int64_t by;
     bson_value_t def; /* $shift default */
     double alpha;     /* $expMovingAvg */
+    shl_expr_t *arg2; /* $covariance*: y (arg is x) */
+    int cov;          /* 1 $covariancePop, 2 $covarianceSamp */
     bool range;       /* a range window (else documents) */
     int unit;         /* range window's time unit, -1: none */
     bound_t lo, hi;   /* [unbounded, unbounded] by default */
@@ -542,10 +545,14 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
         goto done;
     }
     {
-        static const char *const accs[] = {
-            "$sum",     "$avg",    "$min",       "$max",        "$count", "$push",   "$addToSet",
-            "$first",   "$last",   "$stdDevPop", "$stdDevSamp", "$top",   "$bottom", "$topN",
-            "$bottomN", "$firstN", "$lastN",     "$maxN",       "$minN",  NULL};
+        static const char *const accs[] = {"$sum",       "$avg",           "$min",
+                                           "$max",       "$count",         "$push",
+                                           "$addToSet",  "$first",         "$last",
+                                           "$stdDevPop", "$stdDevSamp",    "$top",
+                                           "$bottom",    "$topN",          "$bottomN",
+                                           "$firstN",    "$lastN",         "$maxN",
+                                           "$minN",      "$covariancePop", "$covarianceSamp",
+                                           NULL};
         bool known = false;
         for (size_t i = 0; accs[i] != NULL; i++) {
             known = known || strcmp(accs[i], name) == 0;
@@ -565,8 +572,24 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     }
     f->kind = WF_ACC;
     f->acc.field = bson_strdup("v");
-    SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
-    f->removable = acc_removable(&f->acc);
+    if (strcmp(name, "$covariancePop") == 0 || strcmp(name, "$covarianceSamp") == 0) {
+        bson_t arr;
+        bson_iter_t e;
+        f->cov = name[11] == 'P' ? 1 : 2;
+        if (!BSON_ITER_HOLDS_ARRAY(&fn) || !query_bson_view(bson_iter_value(&fn), &arr) ||
+            bson_count_keys(&arr) != 2) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "%s requires an array of exactly two expressions", name);
+        }
+        bson_iter_init(&e, &arr);
+        shl_iter_next(&e);
+        SHL_ERR(shl_expr_parse(bson_iter_value(&e), &f->arg, st));
+        shl_iter_next(&e);
+        SHL_ERR(shl_expr_parse(bson_iter_value(&e), &f->arg2, st));
+    } else {
+        SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
+    }
+    f->removable = f->cov == 0 && acc_removable(&f->acc);
     f->endpoint = f->acc.kind == ACC_FIRST || f->acc.kind == ACC_LAST;
     f->deque = f->acc.kind == ACC_MIN || f->acc.kind == ACC_MAX;
     if (have_win) {
@@ -794,7 +817,7 @@ deque_clear(wfunc_t *f)
 static void
 func_reset(query_wstage_t *w, wfunc_t *f)
 {
-    if (f->st_init && !f->removable && !f->endpoint && !f->deque) {
+    if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0) {
         query_acc_cleanup(&f->st, &f->acc);
     }
     deque_clear(f);
@@ -1179,6 +1202,93 @@ done:
     return ret;
 }
 
+/* Add (sign 1) or remove (sign -1) the pair (x, y) in the covariance state (Welford's online
+ * co-moment and its inverse). */
+static void
+cov_apply(rstate_t *r, double x, double y, int sign)
+{
+    if (sign > 0) {
+        r->count++;
+        double dx = x - r->mean;
+        r->mean += dx / (double)r->count;
+        r->my += (y - r->my) / (double)r->count;
+        r->c += dx * (y - r->my);
+    } else if (r->count <= 1) {
+        memset(r, 0, sizeof(*r));
+    } else {
+        double mx = ((double)r->count * r->mean - x) / (double)(r->count - 1);
+        r->c -= (x - mx) * (y - r->my);
+        r->my = ((double)r->count * r->my - y) / (double)(r->count - 1);
+        r->mean = mx;
+        r->count--;
+        if (r->count == 1) {
+            r->c = 0;
+        }
+    }
+}
+
+/* The pair of document j, when both values are numbers. */
+static int
+cov_pair(query_wstage_t *w, const wfunc_t *f, int64_t j, double *x, double *y, bool *ok,
+         shl_status_t *st)
+{
+    int ret = 0;
+    bson_value_t vx, vy;
+    shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+
+    vx.value_type = vy.value_type = BSON_TYPE_EOD;
+    *ok = false;
+    SHL_ERR(shl_expr_evaluate(f->arg, &ctx, &vx, st));
+    SHL_ERR(shl_expr_evaluate(f->arg2, &ctx, &vy, st));
+    if (query_value_is_number(&vx) && query_value_is_number(&vy)) {
+        *x = query_value_as_double(&vx);
+        *y = query_value_as_double(&vy);
+        *ok = true;
+    }
+done:
+    bson_value_destroy(&vx);
+    bson_value_destroy(&vy);
+    return ret;
+}
+
+/* $covariancePop / $covarianceSamp over [a, b], sliding like the removable accumulators. */
+static int
+eval_cov(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    double x = 0, y = 0;
+    bool ok = false;
+
+    if (!f->st_init || a < f->st_lo || b < f->st_hi || a > f->st_hi + 1) {
+        memset(&f->rs, 0, sizeof(f->rs));
+        f->st_init = true;
+        f->st_lo = a;
+        f->st_hi = a - 1;
+    }
+    for (int64_t j = f->st_hi + 1; j <= b; j++) {
+        SHL_ERR(cov_pair(w, f, j, &x, &y, &ok, st));
+        if (ok) {
+            cov_apply(&f->rs, x, y, 1);
+        }
+        f->st_hi = j;
+    }
+    for (int64_t j = f->st_lo; j < a; j++) {
+        SHL_ERR(cov_pair(w, f, j, &x, &y, &ok, st));
+        if (ok) {
+            cov_apply(&f->rs, x, y, -1);
+        }
+    }
+    f->st_lo = a;
+    int64_t div = f->cov == 1 ? f->rs.count : f->rs.count - 1;
+    if (div <= 0) {
+        BSON_APPEND_NULL(res, "v");
+    } else {
+        BSON_APPEND_DOUBLE(res, "v", f->rs.c / (double)div);
+    }
+done:
+    return ret;
+}
+
 /* The accumulator of 'f' over the window of document i, appended as {v: result} to 'res'. */
 static int
 eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
@@ -1192,6 +1302,10 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
     if (a > b) {
         a = 0;
         b = -1;
+    }
+    if (f->cov != 0) {
+        SHL_ERR(eval_cov(w, f, a, b, res, st));
+        goto done;
     }
     if (f->removable) {
         SHL_ERR(eval_removable(w, f, a, b, res, st));
@@ -2194,9 +2308,10 @@ query_wstage_destroy(query_wstage_t *w)
     bson_free(w->sort_path);
     for (size_t i = 0; i < w->nfuncs; i++) {
         wfunc_t *f = &w->funcs[i];
-        if (f->st_init && !f->removable && !f->endpoint && !f->deque) {
+        if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0) {
             query_acc_cleanup(&f->st, &f->acc);
         }
+        shl_expr_destroy(f->arg2);
         deque_clear(f);
         bson_free(f->dq_idx);
         bson_free(f->dq_val);

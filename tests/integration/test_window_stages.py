@@ -264,12 +264,38 @@ def test_rank_functions_and_shift(db):
 
 
 def test_locf_and_linear_fill_functions(db):
-    db.c.insert_many([{"_id": 1, "t": 1, "v": 10}, {"_id": 2, "t": 2}, {"_id": 3, "t": 4, "v": None},
-                      {"_id": 4, "t": 5, "v": 40}, {"_id": 5, "t": 6}])
+    db.c.insert_many([{"_id": 1, "t": 1, "v": 10}, {"_id": 2, "t": 2},
+                      {"_id": 3, "t": 4, "v": None}, {"_id": 4, "t": 5, "v": 40},
+                      {"_id": 5, "t": 6}])
     got = list(db.c.aggregate([{"$setWindowFields": {
         "sortBy": {"t": 1}, "output": {"l": {"$locf": "$v"}, "lin": {"$linearFill": "$v"}}}}]))
     assert [d["l"] for d in got] == [10, 10, 10, 40, 40]
     assert [d["lin"] for d in got] == [10, 17.5, 32.5, 40, None]
+
+
+def test_covariance(db):
+    rnd = random.Random(5)
+    docs = [{"_id": i, "x": rnd.uniform(-5, 5), "y": rnd.randint(-9, 9)} for i in range(30)]
+    docs[4]["x"] = "skip"
+    del docs[9]["y"]
+    db.c.insert_many(docs)
+    for lo, hi in DOC_BOUNDS:
+        got = list(db.c.aggregate([{"$setWindowFields": {"sortBy": {"_id": 1}, "output": {
+            "p": {"$covariancePop": ["$x", "$y"], "window": {"documents": [lo, hi]}},
+            "s": {"$covarianceSamp": ["$x", "$y"], "window": {"documents": [lo, hi]}}}}}]))
+        for i, d in enumerate(got):
+            pairs = [(docs[j]["x"], docs[j]["y"]) for j in doc_window(len(docs), i, lo, hi)
+                     if is_num(docs[j]["x"]) and is_num(docs[j].get("y"))]
+            n = len(pairs)
+            mx = sum(p[0] for p in pairs) / n if n else 0
+            my = sum(p[1] for p in pairs) / n if n else 0
+            c = sum((p[0] - mx) * (p[1] - my) for p in pairs)
+            for got_v, want in [(d["p"], c / n if n >= 1 else None),
+                                 (d["s"], c / (n - 1) if n >= 2 else None)]:
+                assert (got_v is None and want is None) or abs(got_v - want) < 1e-9, (lo, hi, i)
+    with pytest.raises(OperationFailure) as e:
+        list(db.c.aggregate([{"$setWindowFields": {"output": {"v": {"$covariancePop": "$x"}}}}]))
+    assert e.value.code == 9
 
 
 def test_exp_moving_avg(db):
