@@ -67,6 +67,8 @@ typedef struct wfunc {
     double alpha;     /* $expMovingAvg */
     shl_expr_t *arg2; /* $covariance*: y (arg is x) */
     int cov;          /* 1 $covariancePop, 2 $covarianceSamp */
+    bool deriv;       /* $derivative (arg is the input, unit the output's time unit) */
+    int deriv_unit;   /* -1: none */
     bool range;       /* a range window (else documents) */
     int unit;         /* range window's time unit, -1: none */
     bound_t lo, hi;   /* [unbounded, unbounded] by default */
@@ -452,6 +454,52 @@ done:
     return ret;
 }
 
+/* $derivative: {input: <expr>, unit?: "week" or smaller}. */
+static int
+parse_derivative(const bson_iter_t *a, wfunc_t *f, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    bson_iter_t it;
+
+    f->deriv = true;
+    if (!view_of(a, &view)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$derivative expects an object, but got a %s",
+                 shl_bson_type_name(shl_iter_type(a)));
+    }
+    bson_iter_init(&it, &view);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "input") == 0) {
+            shl_expr_destroy(f->arg);
+            f->arg = NULL;
+            SHL_ERR(shl_expr_parse(bson_iter_value(&it), &f->arg, st));
+        } else if (strcmp(k, "unit") == 0) {
+            if (!BSON_ITER_HOLDS_UTF8(&it)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                         "$derivative expects 'unit' to be a string, but got %s",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            f->deriv_unit = query_date_unit(bson_iter_utf8(&it, NULL));
+            if (f->deriv_unit < 0) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "unknown time unit value: %s",
+                         bson_iter_utf8(&it, NULL));
+            }
+            if (f->deriv_unit > 5) { /* month, quarter, year: no fixed length */
+                SHL_FAIL(st, 5490710, "$derivative with unit '%s' is not supported",
+                         bson_iter_utf8(&it, NULL));
+            }
+        } else {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$derivative got unexpected argument: %s", k);
+        }
+    }
+    if (f->arg == NULL) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$derivative requires an 'input' expression");
+    }
+done:
+    return ret;
+}
+
 /* Parse one output field {<$fn>: arg, window: {...}} into 'f'. */
 static int
 parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t *f,
@@ -545,21 +593,34 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
         goto done;
     }
     {
-        static const char *const accs[] = {"$sum",       "$avg",           "$min",
-                                           "$max",       "$count",         "$push",
-                                           "$addToSet",  "$first",         "$last",
-                                           "$stdDevPop", "$stdDevSamp",    "$top",
-                                           "$bottom",    "$topN",          "$bottomN",
-                                           "$firstN",    "$lastN",         "$maxN",
-                                           "$minN",      "$covariancePop", "$covarianceSamp",
+        static const char *const accs[] = {"$sum",
+                                           "$avg",
+                                           "$min",
+                                           "$max",
+                                           "$count",
+                                           "$push",
+                                           "$addToSet",
+                                           "$first",
+                                           "$last",
+                                           "$stdDevPop",
+                                           "$stdDevSamp",
+                                           "$top",
+                                           "$bottom",
+                                           "$topN",
+                                           "$bottomN",
+                                           "$firstN",
+                                           "$lastN",
+                                           "$maxN",
+                                           "$minN",
+                                           "$covariancePop",
+                                           "$covarianceSamp",
+                                           "$derivative",
                                            NULL};
         bool known = false;
         for (size_t i = 0; accs[i] != NULL; i++) {
             known = known || strcmp(accs[i], name) == 0;
         }
-        static const char *const later[] = {
-            "$derivative", "$integral", "$covariancePop", "$covarianceSamp", "$percentile",
-            "$median",     NULL};
+        static const char *const later[] = {"$integral", "$percentile", "$median", NULL};
         for (size_t i = 0; !known && later[i] != NULL; i++) {
             if (strcmp(later[i], name) == 0) {
                 SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
@@ -572,7 +633,17 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     }
     f->kind = WF_ACC;
     f->acc.field = bson_strdup("v");
-    if (strcmp(name, "$covariancePop") == 0 || strcmp(name, "$covarianceSamp") == 0) {
+    f->deriv_unit = -1;
+    if (strcmp(name, "$derivative") == 0) {
+        SHL_ERR(parse_derivative(&fn, f, st));
+        if (!have_win) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$derivative requires explicit window bounds");
+        }
+        if (w->nsort != 1) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "$derivative requires a sortBy that consists of exactly one field");
+        }
+    } else if (strcmp(name, "$covariancePop") == 0 || strcmp(name, "$covarianceSamp") == 0) {
         bson_t arr;
         bson_iter_t e;
         f->cov = name[11] == 'P' ? 1 : 2;
@@ -589,7 +660,7 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     } else {
         SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
     }
-    f->removable = f->cov == 0 && acc_removable(&f->acc);
+    f->removable = f->cov == 0 && !f->deriv && acc_removable(&f->acc);
     f->endpoint = f->acc.kind == ACC_FIRST || f->acc.kind == ACC_LAST;
     f->deque = f->acc.kind == ACC_MIN || f->acc.kind == ACC_MAX;
     if (have_win) {
@@ -817,7 +888,7 @@ deque_clear(wfunc_t *f)
 static void
 func_reset(query_wstage_t *w, wfunc_t *f)
 {
-    if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0) {
+    if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0 && !f->deriv) {
         query_acc_cleanup(&f->st, &f->acc);
     }
     deque_clear(f);
@@ -1289,6 +1360,67 @@ done:
     return ret;
 }
 
+/* The x of $derivative: the sortBy value, a Date with 'unit' (in those units), else a number. */
+static int
+deriv_x(const query_wstage_t *w, const wfunc_t *f, int64_t j, double *x, shl_status_t *st)
+{
+    int ret = 0;
+    const bson_value_t *v = &w->vals[j];
+    static const double unit_ms[] = {1, 1000, 60000, 3600000, 86400000, 604800000};
+
+    if (f->deriv_unit >= 0) {
+        if (v->value_type != BSON_TYPE_DATE_TIME) {
+            SHL_FAIL(st, 5624900,
+                     "$derivative with unit expects the sortBy field to be a Date, but it was %s",
+                     type_name(v));
+        }
+        *x = (double)v->value.v_datetime / unit_ms[f->deriv_unit];
+    } else {
+        if (!query_value_is_number(v)) {
+            SHL_FAIL(st, 5624901,
+                     "$derivative where the sortBy is a Date requires an 'unit', or the sortBy "
+                     "must be a number, but it was %s",
+                     type_name(v));
+        }
+        *x = query_value_as_double(v);
+    }
+done:
+    return ret;
+}
+
+/* $derivative over [a, b]: the slope between the window's first and last documents. */
+static int
+eval_derivative(query_wstage_t *w, wfunc_t *f, size_t i, int64_t a, int64_t b, bson_t *res,
+                shl_status_t *st)
+{
+    int ret = 0;
+    double x0 = 0, x1 = 0;
+    bson_value_t y0, y1;
+
+    y0.value_type = y1.value_type = BSON_TYPE_EOD;
+    SHL_ERR(deriv_x(w, f, (int64_t)i, &x0, st));
+    if (a >= b) {
+        BSON_APPEND_NULL(res, "v");
+        goto done;
+    }
+    SHL_ERR(deriv_x(w, f, a, &x0, st));
+    SHL_ERR(deriv_x(w, f, b, &x1, st));
+    shl_expr_ctx_t c0 = {.root = &w->part[a], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t c1 = {.root = &w->part[b], .vars = w->vars, .now_ms = 0};
+    SHL_ERR(shl_expr_evaluate(f->arg, &c0, &y0, st));
+    SHL_ERR(shl_expr_evaluate(f->arg, &c1, &y1, st));
+    if (!query_value_is_number(&y0) || !query_value_is_number(&y1) || x1 == x0) {
+        BSON_APPEND_NULL(res, "v");
+    } else {
+        BSON_APPEND_DOUBLE(res, "v",
+                           (query_value_as_double(&y1) - query_value_as_double(&y0)) / (x1 - x0));
+    }
+done:
+    bson_value_destroy(&y0);
+    bson_value_destroy(&y1);
+    return ret;
+}
+
 /* The accumulator of 'f' over the window of document i, appended as {v: result} to 'res'. */
 static int
 eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
@@ -1302,6 +1434,10 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
     if (a > b) {
         a = 0;
         b = -1;
+    }
+    if (f->deriv) {
+        SHL_ERR(eval_derivative(w, f, i, a, b, res, st));
+        goto done;
     }
     if (f->cov != 0) {
         SHL_ERR(eval_cov(w, f, a, b, res, st));

@@ -298,6 +298,47 @@ def test_covariance(db):
     assert e.value.code == 9
 
 
+def test_derivative(db):
+    db.c.insert_many([{"t": t, "y": y} for t, y in
+                      [(0, 100), (1, 105), (2, 108), (3, 108), (4, 115), (5, 115), (6, 118),
+                       (7, 118)]])
+
+    def run(sort, window, coll=None, unit=None):
+        fn = {"input": "$y"}
+        if unit:
+            fn["unit"] = unit
+        return [d["dy"] for d in (coll or db.c).aggregate([
+            {"$setWindowFields": {"sortBy": sort, "output": {
+                "dy": {"$derivative": fn, "window": window}}}}, {"$sort": {"t": 1}}])]
+    want = [5, 8 / 2, 8 / 3, 15 / 4, 10 / 4, 10 / 4, 10 / 4, 3 / 3]
+    assert run({"t": 1}, {"documents": [-3, 1]}) == want
+    assert run({"t": -1}, {"documents": [-1, 3]}) == want
+    assert run({"t": 1}, {"documents": [-1, 0]})[:3] == [None, 5, 3]
+    db.r.insert_many([{"t": t, "y": y} for t, y in
+                      [(0, 10), (10, 12), (11, 15), (12, 19), (13, 24), (20, 30)]])
+    assert run({"t": 1}, {"range": [-10, 0]}, db.r) == [None, 0.2, 3, 3.5, 4, 1.8]
+    # Dates need a unit (week or smaller), in which the slope is expressed.
+    base = datetime.datetime(2020, 1, 1)
+    db.d.insert_many([{"t": base + datetime.timedelta(minutes=i), "y": y}
+                      for i, y in enumerate([5, 4, 6, 5])])
+    assert run({"t": 1}, {"documents": [-1, 0]}, db.d, "minute") == [None, -1, 2, -1]
+    got = run({"t": 1}, {"documents": [-1, 0]}, db.d, "millisecond")
+    assert got[1] == pytest.approx(-1 / 60000)
+    for coll, unit, code in [(db.d, None, 5624901), (db.c, "second", 5624900),
+                             (db.d, "month", 5490710)]:
+        with pytest.raises(OperationFailure) as e:
+            run({"t": 1}, {"documents": [-1, 0]}, coll, unit)
+        assert e.value.code == code
+    for spec in [{"sortBy": {"t": 1}, "output": {"v": {"$derivative": {"input": "$y"}}}},
+                 {"output": {"v": {"$derivative": {"input": "$y"},
+                                   "window": {"documents": [-1, 0]}}}},
+                 {"sortBy": {"t": 1}, "output": {"v": {"$derivative": {"x": "$y"},
+                                                       "window": {"documents": [-1, 0]}}}}]:
+        with pytest.raises(OperationFailure) as e:
+            list(db.c.aggregate([{"$setWindowFields": spec}]))
+        assert e.value.code in (9, 5339901), spec
+
+
 def test_exp_moving_avg(db):
     prices = [10, 12.5, "x", 9, None, 20, 7]
     db.c.insert_many([{"_id": i, "g": i % 2, "p": v} for i, v in enumerate(prices)])
@@ -371,7 +412,7 @@ SWF_ERRORS = [
     ({"output": {"": {"$sum": 1}}}, 40352),
     ({"output": {"$a": {"$sum": 1}}}, 16410),
     # MongoDB's window functions Shale does not have yet.
-    ({"sortBy": {"a": 1}, "output": {"v": {"$derivative": {"input": "$a"}}}}, 238),
+    ({"sortBy": {"a": 1}, "output": {"v": {"$integral": {"input": "$a"}}}}, 238),
 ]
 
 
