@@ -68,6 +68,7 @@ typedef struct wfunc {
     shl_expr_t *arg2; /* $covariance*: y (arg is x) */
     int cov;          /* 1 $covariancePop, 2 $covarianceSamp */
     bool deriv;       /* $derivative (arg is the input, unit the output's time unit) */
+    bool integral;    /* $integral (likewise) */
     int deriv_unit;   /* -1: none */
     bool range;       /* a range window (else documents) */
     int unit;         /* range window's time unit, -1: none */
@@ -593,34 +594,19 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
         goto done;
     }
     {
-        static const char *const accs[] = {"$sum",
-                                           "$avg",
-                                           "$min",
-                                           "$max",
-                                           "$count",
-                                           "$push",
-                                           "$addToSet",
-                                           "$first",
-                                           "$last",
-                                           "$stdDevPop",
-                                           "$stdDevSamp",
-                                           "$top",
-                                           "$bottom",
-                                           "$topN",
-                                           "$bottomN",
-                                           "$firstN",
-                                           "$lastN",
-                                           "$maxN",
-                                           "$minN",
-                                           "$covariancePop",
-                                           "$covarianceSamp",
-                                           "$derivative",
-                                           NULL};
+        static const char *const accs[] = {"$sum",        "$avg",           "$min",
+                                           "$max",        "$count",         "$push",
+                                           "$addToSet",   "$first",         "$last",
+                                           "$stdDevPop",  "$stdDevSamp",    "$top",
+                                           "$bottom",     "$topN",          "$bottomN",
+                                           "$firstN",     "$lastN",         "$maxN",
+                                           "$minN",       "$covariancePop", "$covarianceSamp",
+                                           "$derivative", "$integral",      NULL};
         bool known = false;
         for (size_t i = 0; accs[i] != NULL; i++) {
             known = known || strcmp(accs[i], name) == 0;
         }
-        static const char *const later[] = {"$integral", "$percentile", "$median", NULL};
+        static const char *const later[] = {"$percentile", "$median", NULL};
         for (size_t i = 0; !known && later[i] != NULL; i++) {
             if (strcmp(later[i], name) == 0) {
                 SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED,
@@ -634,7 +620,15 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     f->kind = WF_ACC;
     f->acc.field = bson_strdup("v");
     f->deriv_unit = -1;
-    if (strcmp(name, "$derivative") == 0) {
+    if (strcmp(name, "$integral") == 0) {
+        SHL_ERR(parse_derivative(&fn, f, st));
+        f->deriv = false;
+        f->integral = true;
+        if (w->nsort != 1) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "$integral requires a sortBy that consists of exactly one field");
+        }
+    } else if (strcmp(name, "$derivative") == 0) {
         SHL_ERR(parse_derivative(&fn, f, st));
         if (!have_win) {
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$derivative requires explicit window bounds");
@@ -660,7 +654,7 @@ parse_func(query_wstage_t *w, const char *field, const bson_iter_t *fit, wfunc_t
     } else {
         SHL_ERR(query_acc_parse(w->vars, &fn, &f->acc, st));
     }
-    f->removable = f->cov == 0 && !f->deriv && acc_removable(&f->acc);
+    f->removable = f->cov == 0 && !f->deriv && !f->integral && acc_removable(&f->acc);
     f->endpoint = f->acc.kind == ACC_FIRST || f->acc.kind == ACC_LAST;
     f->deque = f->acc.kind == ACC_MIN || f->acc.kind == ACC_MAX;
     if (have_win) {
@@ -888,7 +882,8 @@ deque_clear(wfunc_t *f)
 static void
 func_reset(query_wstage_t *w, wfunc_t *f)
 {
-    if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0 && !f->deriv) {
+    if (f->st_init && !f->removable && !f->endpoint && !f->deque && f->cov == 0 && !f->deriv &&
+        !f->integral) {
         query_acc_cleanup(&f->st, &f->acc);
     }
     deque_clear(f);
@@ -1370,17 +1365,17 @@ deriv_x(const query_wstage_t *w, const wfunc_t *f, int64_t j, double *x, shl_sta
 
     if (f->deriv_unit >= 0) {
         if (v->value_type != BSON_TYPE_DATE_TIME) {
-            SHL_FAIL(st, 5624900,
-                     "$derivative with unit expects the sortBy field to be a Date, but it was %s",
-                     type_name(v));
+            SHL_FAIL(st, f->integral ? 5423901 : 5624900,
+                     "%s with unit expects the sortBy field to be a Date, but it was %s",
+                     f->integral ? "$integral" : "$derivative", type_name(v));
         }
         *x = (double)v->value.v_datetime / unit_ms[f->deriv_unit];
     } else {
         if (!query_value_is_number(v)) {
-            SHL_FAIL(st, 5624901,
-                     "$derivative where the sortBy is a Date requires an 'unit', or the sortBy "
-                     "must be a number, but it was %s",
-                     type_name(v));
+            SHL_FAIL(st, f->integral ? 5423902 : 5624901,
+                     "%s where the sortBy is a Date requires an 'unit', or the sortBy must be a "
+                     "number, but it was %s",
+                     f->integral ? "$integral" : "$derivative", type_name(v));
         }
         *x = query_value_as_double(v);
     }
@@ -1421,6 +1416,66 @@ done:
     return ret;
 }
 
+/* The trapezoid between documents j and j + 1 (0 when either value is not a number). */
+static int
+trapezoid(query_wstage_t *w, const wfunc_t *f, int64_t j, double *area, shl_status_t *st)
+{
+    int ret = 0;
+    double x0 = 0, x1 = 0;
+    bson_value_t y0, y1;
+    shl_expr_ctx_t c0 = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t c1 = {.root = &w->part[j + 1], .vars = w->vars, .now_ms = 0};
+
+    y0.value_type = y1.value_type = BSON_TYPE_EOD;
+    *area = 0;
+    SHL_ERR(deriv_x(w, f, j, &x0, st));
+    SHL_ERR(deriv_x(w, f, j + 1, &x1, st));
+    SHL_ERR(shl_expr_evaluate(f->arg, &c0, &y0, st));
+    SHL_ERR(shl_expr_evaluate(f->arg, &c1, &y1, st));
+    if (query_value_is_number(&y0) && query_value_is_number(&y1)) {
+        *area = (x1 - x0) * (query_value_as_double(&y0) + query_value_as_double(&y1)) / 2;
+    }
+done:
+    bson_value_destroy(&y0);
+    bson_value_destroy(&y1);
+    return ret;
+}
+
+/* $integral over [a, b]: the trapezoidal rule, sliding (a trapezoid enters with its right
+ * document and leaves with its left one). */
+static int
+eval_integral(query_wstage_t *w, wfunc_t *f, size_t i, int64_t a, int64_t b, bson_t *res,
+              shl_status_t *st)
+{
+    int ret = 0;
+    double x = 0, area = 0;
+
+    SHL_ERR(deriv_x(w, f, (int64_t)i, &x, st));
+    if (!f->st_init || a < f->st_lo || b < f->st_hi || a > f->st_hi) {
+        memset(&f->rs, 0, sizeof(f->rs));
+        f->st_init = true;
+        f->st_lo = a;
+        f->st_hi = a; /* one document: no area yet */
+    }
+    for (int64_t j = f->st_hi + 1; j <= b; j++) {
+        SHL_ERR(trapezoid(w, f, j - 1, &area, st));
+        f->rs.dsum += area;
+        f->st_hi = j;
+    }
+    for (int64_t j = f->st_lo; j < a; j++) {
+        SHL_ERR(trapezoid(w, f, j, &area, st));
+        f->rs.dsum -= area;
+    }
+    f->st_lo = a;
+    if (a > b) {
+        BSON_APPEND_NULL(res, "v");
+    } else {
+        BSON_APPEND_DOUBLE(res, "v", a == b ? 0.0 : f->rs.dsum);
+    }
+done:
+    return ret;
+}
+
 /* The accumulator of 'f' over the window of document i, appended as {v: result} to 'res'. */
 static int
 eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
@@ -1437,6 +1492,10 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
     }
     if (f->deriv) {
         SHL_ERR(eval_derivative(w, f, i, a, b, res, st));
+        goto done;
+    }
+    if (f->integral) {
+        SHL_ERR(eval_integral(w, f, i, a, b, res, st));
         goto done;
     }
     if (f->cov != 0) {
