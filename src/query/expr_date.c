@@ -1229,3 +1229,27 @@ done:
     bson_value_destroy(&sw);
     return ret;
 }
+
+/* ---- for the window stages (window.c): $dateAdd's units and arithmetic in UTC ---- */
+
+int
+query_date_unit(const char *name)
+{
+    static const char *const names[] = {"millisecond", "second", "minute",  "hour", "day",
+                                        "week",        "month",  "quarter", "year"};
+    int ret = -1;
+
+    for (int i = 0; i < 9; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            ret = i;
+        }
+    }
+    return ret;
+}
+
+bool
+query_date_add_utc(int64_t ms, int unit, int64_t amount, int64_t *out)
+{
+    tz_t utc = {0, NULL};
+    return date_add(ms, (unit_t)unit, amount, &utc, out);
+}

@@ -19,6 +19,7 @@
 #include "query/expression.h"
 #include "query/matcher.h"
 #include "query/projection.h"
+#include "query/pipeline_private.h"
 #include "query/query_private.h"
 #include "query/sort.h"
 
@@ -42,63 +43,12 @@ typedef enum {
     ST_SAMPLE,
     ST_DOCUMENTS, /* also $collStats / $indexStats: documents made at the first pull */
     ST_OUTPUT,    /* $out / $merge: passes documents through; the caller writes them */
-    ST_REDACT
+    ST_REDACT,
+    ST_WINDOW /* $setWindowFields, $densify (window.c) */
 } stage_kind_t;
 
 /* Where a pipeline is parsed: sub-pipelines refuse some stages. */
 typedef enum { CTX_TOP, CTX_FACET, CTX_LOOKUP, CTX_UNION_WITH } pipe_ctx_t;
-
-typedef enum {
-    ACC_SUM,
-    ACC_AVG,
-    ACC_MIN,
-    ACC_MAX,
-    ACC_FIRST,
-    ACC_LAST,
-    ACC_PUSH,
-    ACC_ADDTOSET,
-    ACC_STDDEV_POP,
-    ACC_STDDEV_SAMP,
-    ACC_MERGE_OBJECTS,
-    ACC_TOP,
-    ACC_BOTTOM,
-    ACC_TOP_N,
-    ACC_BOTTOM_N,
-    ACC_FIRST_N,
-    ACC_LAST_N,
-    ACC_MAX_N,
-    ACC_MIN_N
-} acc_kind_t;
-
-typedef struct accdef {
-    char *field;
-    acc_kind_t kind;
-    shl_expr_t *arg;             /* the input ('output' of $top/$bottom) */
-    int64_t n;                   /* the N accumulators */
-    shl_sort_pattern_t *sort_by; /* $top/$bottom/$topN/$bottomN */
-} accdef_t;
-
-/* One retained value of an N accumulator, with its sort key for $top/$bottom. */
-typedef struct accitem {
-    bson_t key;
-    bool has_key;
-    bson_value_t val;
-} accitem_t;
-
-/* Running state of one accumulator in one group. */
-typedef struct accstate {
-    int64_t isum;
-    double dsum;
-    int ntype; /* 0 int32, 1 int64, 2 double */
-    int64_t count;
-    bool seen;
-    bson_value_t val; /* min/max/first/last */
-    bson_t *arr;      /* push/addToSet, mergeObjects; NULL for the others (keeps groups small) */
-    uint32_t narr;
-    double mean, m2;  /* stdDev (Welford) */
-    accitem_t *items; /* N accumulators, in order */
-    size_t nitems, capitems;
-} accstate_t;
 
 typedef struct group {
     struct group *hnext;
@@ -178,6 +128,8 @@ struct stage {
     char **on_fields;
     bson_t merge_let, merge_pipe;
     bool has_merge_let, has_merge_pipe;
+    /* $setWindowFields / $densify */
+    query_wstage_t *win;
 };
 
 struct shl_pipeline {
@@ -231,8 +183,8 @@ eval_ctx(const stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
  *     Copy 'src' into 'out' with the dotted 'path' set to 'v' (appended where missing;
  *     intermediate documents created).
  */
-static void
-copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, bson_t *out)
+void
+query_copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, bson_t *out)
 {
     const char *dot = strchr(path, '.');
     size_t len = dot ? (size_t)(dot - path) : strlen(path);
@@ -258,7 +210,7 @@ copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, bson_t
                         have = bson_init_static(&sub, data, dlen);
                     }
                     bson_append_document_begin(out, k, -1, &child);
-                    copy_set_path(have ? &sub : NULL, dot + 1, v, &child);
+                    query_copy_set_path(have ? &sub : NULL, dot + 1, v, &child);
                     bson_append_document_end(out, &child);
                 }
                 continue;
@@ -272,7 +224,7 @@ copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, bson_t
         } else {
             bson_t child;
             bson_append_document_begin(out, path, (int)len, &child);
-            copy_set_path(NULL, dot + 1, v, &child);
+            query_copy_set_path(NULL, dot + 1, v, &child);
             bson_append_document_end(out, &child);
         }
     }
@@ -408,13 +360,13 @@ next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
                 bson_t *o = stage_out(s);
                 const bson_value_t *ev = bson_iter_value(&s->arr_it);
                 if (s->index_field == NULL) {
-                    copy_set_path(&s->cur_in, s->path, ev, o);
+                    query_copy_set_path(&s->cur_in, s->path, ev, o);
                 } else {
                     bson_t tmp = BSON_INITIALIZER;
                     bson_value_t iv = {.value_type = BSON_TYPE_INT64};
                     iv.value.v_int64 = s->arr_idx;
-                    copy_set_path(&s->cur_in, s->path, ev, &tmp);
-                    copy_set_path(&tmp, s->index_field, &iv, o);
+                    query_copy_set_path(&s->cur_in, s->path, ev, &tmp);
+                    query_copy_set_path(&tmp, s->index_field, &iv, o);
                     bson_destroy(&tmp);
                 }
                 s->arr_idx++;
@@ -447,11 +399,11 @@ next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
             if (s->index_field != NULL) {
                 bson_t tmp = BSON_INITIALIZER;
                 bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-                copy_set_path(in, s->path, &gone, &tmp);
-                copy_set_path(&tmp, s->index_field, &nv, o);
+                query_copy_set_path(in, s->path, &gone, &tmp);
+                query_copy_set_path(&tmp, s->index_field, &nv, o);
                 bson_destroy(&tmp);
             } else {
-                copy_set_path(in, s->path, &gone, o);
+                query_copy_set_path(in, s->path, &gone, o);
             }
             *doc = o;
             goto done;
@@ -463,7 +415,7 @@ next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
         /* A non-array value unwinds to itself (index null); null/missing only if preserved. */
         if (s->index_field != NULL) {
             bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-            copy_set_path(in, s->index_field, &nv, stage_out(s));
+            query_copy_set_path(in, s->index_field, &nv, stage_out(s));
             *doc = &s->out;
         } else {
             *doc = in;
@@ -506,8 +458,8 @@ acc_uses_arr(const accdef_t *d)
     return d->kind == ACC_PUSH || d->kind == ACC_ADDTOSET || d->kind == ACC_MERGE_OBJECTS;
 }
 
-static void
-acc_init(accstate_t *a, const accdef_t *d)
+void
+query_acc_init(accstate_t *a, const accdef_t *d)
 {
     memset(a, 0, sizeof(*a));
     a->val.value_type = BSON_TYPE_EOD;
@@ -525,8 +477,8 @@ item_cleanup(accitem_t *it)
     bson_value_destroy(&it->val);
 }
 
-static void
-acc_cleanup(accstate_t *a, const accdef_t *d)
+void
+query_acc_cleanup(accstate_t *a, const accdef_t *d)
 {
     bson_value_destroy(&a->val);
     if (acc_uses_arr(d)) {
@@ -538,8 +490,8 @@ acc_cleanup(accstate_t *a, const accdef_t *d)
     bson_free(a->items);
 }
 
-static int64_t
-value_size(const bson_value_t *v)
+int64_t
+query_value_size(const bson_value_t *v)
 {
     switch (v->value_type) {
     case BSON_TYPE_UTF8:
@@ -614,18 +566,18 @@ items_keep_n(accstate_t *a, const accdef_t *d, accitem_t *it, bool keep_low, int
                 item_cleanup(it);
                 return;
             }
-            *grow -= value_size(&a->items[a->nitems - 1].val);
+            *grow -= query_value_size(&a->items[a->nitems - 1].val);
             items_remove(a, a->nitems - 1);
         } else {
             if (item_cmp(d, it, &a->items[0]) <= 0) {
                 item_cleanup(it);
                 return;
             }
-            *grow -= value_size(&a->items[0].val);
+            *grow -= query_value_size(&a->items[0].val);
             items_remove(a, 0);
         }
     }
-    *grow += value_size(&it->val) + (it->has_key ? it->key.len : 0) + (int64_t)sizeof(*it);
+    *grow += query_value_size(&it->val) + (it->has_key ? it->key.len : 0) + (int64_t)sizeof(*it);
     items_insert(a, items_upper_bound(a, d, it), it);
 }
 
@@ -673,9 +625,9 @@ done:
 
 /* Fold 'v' (owned by the caller; EOD = missing) into 'a'; 'root' is the input document (the
  * sort key of $top/$bottom); *grow gets the added bytes. */
-static int
-acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root, int64_t *grow,
-        shl_status_t *st)
+int
+query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *root,
+              int64_t *grow, shl_status_t *st)
 {
     int ret = 0;
     bool missing = v->value_type == BSON_TYPE_EOD;
@@ -793,10 +745,10 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
             bson_value_copy(v, &item.val);
         }
         if (d->kind == ACC_LAST_N && (int64_t)a->nitems >= d->n) {
-            *grow -= value_size(&a->items[0].val);
+            *grow -= query_value_size(&a->items[0].val);
             items_remove(a, 0);
         }
-        *grow += value_size(&item.val) + (int64_t)sizeof(item);
+        *grow += query_value_size(&item.val) + (int64_t)sizeof(item);
         items_insert(a, a->nitems, &item);
         break;
     case ACC_MIN_N:
@@ -824,8 +776,8 @@ acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bson_t *r
     return ret;
 }
 
-static void
-acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
+void
+query_acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
 {
     switch (d->kind) {
     case ACC_SUM:
@@ -955,7 +907,7 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
         g->hash = h;
         bson_value_copy(&key, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
-            acc_init(&g->acc[i], &s->accs[i]);
+            query_acc_init(&g->acc[i], &s->accs[i]);
         }
         /* Grow before linking 'g' so the rehash does not see it. */
         if (++s->ngroups > s->nbuckets) {
@@ -978,7 +930,7 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
     }
     for (size_t i = 0; i < s->naccs; i++) {
         SHL_ERR(shl_expr_evaluate(s->accs[i].arg, &ctx, &v, st));
-        SHL_ERR(acc_add(&g->acc[i], &s->accs[i], &v, in, &grow, st));
+        SHL_ERR(query_acc_add(&g->acc[i], &s->accs[i], &v, in, &grow, st));
         bson_value_destroy(&v);
         v.value_type = BSON_TYPE_EOD;
     }
@@ -1017,7 +969,7 @@ next_group(stage_t *s, const bson_t **doc, shl_status_t *st)
         group_t *g = s->ocur;
         query_append_value(o, "_id", 3, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
-            acc_result(&g->acc[i], &s->accs[i], o);
+            query_acc_result(&g->acc[i], &s->accs[i], o);
         }
         s->ocur = g->onext;
         *doc = o;
@@ -1492,7 +1444,7 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
         BSON_APPEND_ARRAY(&wrap, "a", &arr);
         bson_iter_init_find(&wi, &wrap, "a");
         av = *bson_iter_value(&wi);
-        copy_set_path(in, s->as, &av, stage_out(s));
+        query_copy_set_path(in, s->as, &av, stage_out(s));
         bson_destroy(&wrap);
     }
     *doc = &s->out;
@@ -1695,7 +1647,7 @@ graph_search(stage_t *s, vset_t *visited, vset_t *searched, vset_t *frontier, vs
             bson_value_t dv;
             dv.value_type = BSON_TYPE_INT64;
             dv.value.v_int64 = depth;
-            copy_set_path(d, s->depth_field, &dv, kept);
+            query_copy_set_path(d, s->depth_field, &dv, kept);
         } else {
             bson_concat(kept, d);
         }
@@ -1774,7 +1726,7 @@ next_graph_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_iter_t wi;
         BSON_APPEND_ARRAY(&wrap, "a", &arr);
         bson_iter_init_find(&wi, &wrap, "a");
-        copy_set_path(in, s->as, bson_iter_value(&wi), stage_out(s));
+        query_copy_set_path(in, s->as, bson_iter_value(&wi), stage_out(s));
         bson_destroy(&wrap);
     }
     *doc = &s->out;
@@ -1963,14 +1915,14 @@ bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, const 
 
     v.value_type = BSON_TYPE_EOD;
     for (size_t i = 0; i < s->naccs; i++) {
-        acc_init(&acc[i], &s->accs[i]);
+        query_acc_init(&acc[i], &s->accs[i]);
     }
     for (size_t k = from; k < to; k++) {
         shl_expr_ctx_t ctx;
         eval_ctx(s, s->docs[order[k]], &ctx);
         for (size_t i = 0; i < s->naccs; i++) {
             SHL_ERR(shl_expr_evaluate(s->accs[i].arg, &ctx, &v, st));
-            SHL_ERR(acc_add(&acc[i], &s->accs[i], &v, s->docs[order[k]], &grow, st));
+            SHL_ERR(query_acc_add(&acc[i], &s->accs[i], &v, s->docs[order[k]], &grow, st));
             bson_value_destroy(&v);
             v.value_type = BSON_TYPE_EOD;
         }
@@ -1980,7 +1932,7 @@ bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, const 
     query_append_value(&id, "max", 3, max);
     bson_append_document_end(&o, &id);
     for (size_t i = 0; i < s->naccs; i++) {
-        acc_result(&acc[i], &s->accs[i], &o);
+        query_acc_result(&acc[i], &s->accs[i], &o);
     }
     {
         char key[16];
@@ -1990,7 +1942,7 @@ bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, const 
     }
 done:
     for (size_t i = 0; i < s->naccs; i++) {
-        acc_cleanup(&acc[i], &s->accs[i]);
+        query_acc_cleanup(&acc[i], &s->accs[i]);
     }
     bson_free(acc);
     bson_value_destroy(&v);
@@ -2046,7 +1998,7 @@ next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
             s->vals = bson_realloc(s->vals, (s->ndocs + 1) * sizeof(*s->vals));
             s->vals[s->ndocs] = v;
             v.value_type = BSON_TYPE_EOD;
-            s->mem += value_size(&s->vals[s->ndocs]);
+            s->mem += query_value_size(&s->vals[s->ndocs]);
             SHL_ERR(docs_push(s, bson_copy(in), st));
         }
         if (s->ndocs > 0) {
@@ -2258,6 +2210,13 @@ done:
 
 /* ---------------------------------------------------------------- dispatch */
 
+/* A stage's input as a source, for the stages in window.c. */
+static int
+stage_src_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    return pull_src(arg, doc, st);
+}
+
 static int
 pull(stage_t *s, const bson_t **doc, shl_status_t *st)
 {
@@ -2297,6 +2256,10 @@ pull(stage_t *s, const bson_t **doc, shl_status_t *st)
         return pull_src(s, doc, st);
     case ST_REDACT:
         return next_redact(s, doc, st);
+    case ST_WINDOW: {
+        shl_pipeline_source_t in = {.next = stage_src_next, .arg = s};
+        return query_wstage_next(s->win, &in, doc, st);
+    }
     }
     *doc = NULL;
     return 0;
@@ -2319,7 +2282,7 @@ stage_destroy(stage_t *s)
     for (group_t *g = s->ofirst, *n; g != NULL; g = n) {
         n = g->onext;
         for (size_t i = 0; i < s->naccs; i++) {
-            acc_cleanup(&g->acc[i], &s->accs[i]);
+            query_acc_cleanup(&g->acc[i], &s->accs[i]);
         }
         bson_value_destroy(&g->key);
         bson_free(g);
@@ -2372,6 +2335,7 @@ stage_destroy(stage_t *s)
     bson_free(s->conn_to);
     bson_free(s->depth_field);
     bson_destroy(&s->restrict_spec);
+    query_wstage_destroy(s->win);
     bson_free(s->name);
     bson_destroy(&s->spec);
     bson_free(s);
@@ -2423,13 +2387,13 @@ arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_stat
 
 /* Evaluate and validate the 'n' of an N accumulator (MongoDB's AccumulatorN::validateN). */
 static int
-parse_acc_n(shl_pipeline_t *p, const bson_value_t *spec, int64_t *n, shl_status_t *st)
+parse_acc_n(const bson_t *vars, const bson_value_t *spec, int64_t *n, shl_status_t *st)
 {
     int ret = 0;
     shl_expr_t *e = NULL;
     bson_value_t v;
     bson_t empty = BSON_INITIALIZER;
-    shl_expr_ctx_t ctx = {.root = &empty, .vars = p->opts.vars, .now_ms = 0};
+    shl_expr_ctx_t ctx = {.root = &empty, .vars = vars, .now_ms = 0};
     char *json = NULL;
 
     v.value_type = BSON_TYPE_EOD;
@@ -2457,15 +2421,15 @@ done:
 }
 
 /*
- * parse_acc --
+ * query_acc_parse --
  *     Parse the accumulator 'a' (iterator on {$op: <arg>}'s only field) into 'd' (d->field set
  *     by the caller). MongoDB's codes: 15952 unknown operator, 40237 unary operators given an
  *     array, 5787900/5787801/5788001 N-accumulator arguments not objects, 5787901/5788002
  *     unknown arguments, 5787906/5788003 missing n, 5787907 missing input, 5788004 missing
  *     output, 5788005 missing sortBy.
  */
-static int
-parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t *st)
+int
+query_acc_parse(const bson_t *vars, const bson_iter_t *a_in, accdef_t *d, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t acopy = *a_in, *a = &acopy;
@@ -2568,7 +2532,7 @@ parse_acc(shl_pipeline_t *p, const bson_iter_t *a_in, accdef_t *d, shl_status_t 
     if (single) {
         d->n = 1;
     } else {
-        SHL_ERR(parse_acc_n(p, n, &d->n, st));
+        SHL_ERR(parse_acc_n(vars, n, &d->n, st));
     }
     if (top) {
         bson_t sview;
@@ -2606,7 +2570,7 @@ parse_acc_fields(shl_pipeline_t *p, stage_t *s, const char *k, const bson_iter_t
     accdef_t *d = &s->accs[s->naccs];
     d->field = bson_strdup(k);
     s->naccs++;
-    SHL_ERR(parse_acc(p, &a, d, st));
+    SHL_ERR(query_acc_parse(p->opts.vars, &a, d, st));
     if (shl_iter_next(&a)) {
         SHL_FAIL(st, 40238, "The field '%s' must specify one accumulator", k);
     }
@@ -3986,8 +3950,23 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     } else if (strcmp(name, "$redact") == 0) {
         s = stage_new(p, ST_REDACT, name, &it);
         SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    } else if (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0 ||
-               strcmp(name, "$densify") == 0 || strcmp(name, "$fill") == 0) {
+    } else if (strcmp(name, "$setWindowFields") == 0 || strcmp(name, "$densify") == 0) {
+        s = stage_new(p, ST_WINDOW, name, &it);
+        SHL_ERR(query_wstage_parse(name, &it, p->opts.vars, p->opts.max_memory_bytes, &s->win, st));
+    } else if (strcmp(name, "$fill") == 0) {
+        /* Rewritten into $setWindowFields + $addFields, as MongoDB does. */
+        uint32_t nf = 0;
+        bson_iter_t f;
+        SHL_ERR(query_fill_desugar(&it, &tmp, &nf, st));
+        bson_iter_init(&f, &tmp);
+        while (shl_iter_next(&f)) {
+            bson_t fst;
+            bool ok = query_bson_view(bson_iter_value(&f), &fst);
+            SHL_INVARIANT(ok);
+            SHL_ERR(parse_stage(p, &fst, st));
+        }
+        goto done;
+    } else if (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0) {
         SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s is not supported by Shale yet", name);
     } else {
         SHL_FAIL(st, 40324, "Unrecognized pipeline stage name: '%s'", name);

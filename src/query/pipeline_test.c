@@ -440,6 +440,189 @@ static const pcase_t cases[] = {
      "{'r': [{'_id': 'b', 'n': 2}]}", 0},
     {"{'d': []}", "{'p': [{'$bogus': {}}]}", "{'r': []}", 40324},
     {"{'d': []}", "{'p': [{'$match': {}, '$limit': 1}]}", "{'r': []}", 40323},
+    /* $setWindowFields (window.c) */
+    {"{'d': [{'x': 2, 'v': 20}, {'x': 1, 'v': 10}, {'x': 3, 'v': 30}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'s': {'$sum': '$v', 'window': "
+     "{'documents': ['unbounded', 'current']}}}}}]}",
+     "{'r': [{'x': 1, 'v': 10, 's': 10}, {'x': 2, 'v': 20, 's': 30}, {'x': 3, 'v': 30, 's': 60}]}",
+     0},
+    /* partitions: missing and null share one; no window is the whole partition */
+    {"{'d': [{'k': 'a', 'v': 1}, {'v': 2}, {'k': null, 'v': 3}, {'k': 'a', 'v': 4}]}",
+     "{'p': [{'$setWindowFields': {'partitionBy': '$k', 'output': {'n': {'$count': {}}, 'p': "
+     "{'$push': '$v'}}}}]}",
+     "{'r': [{'v': 2, 'n': 2, 'p': [2, 3]}, {'k': null, 'v': 3, 'n': 2, 'p': [2, 3]}, {'k': 'a', "
+     "'v': 1, 'n': 2, 'p': [1, 4]}, {'k': 'a', 'v': 4, 'n': 2, 'p': [1, 4]}]}",
+     0},
+    /* documents windows, sliding, and empty at the edges */
+    {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}, {'x': 4}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'m': {'$max': '$x', 'window': "
+     "{'documents': [-1, 0]}}, 'f': {'$first': '$x', 'window': {'documents': [1, 2]}}, 'a': "
+     "{'$avg': "
+     "'$x', 'window': {'documents': [-1, 1]}}}}}, {'$project': {'_id': 0}}]}",
+     "{'r': [{'x': 1, 'm': 1, 'f': 2, 'a': 1.5}, {'x': 2, 'm': 2, 'f': 3, 'a': 2.0}, {'x': 3, 'm': "
+     "3, "
+     "'f': 4, 'a': 3.0}, {'x': 4, 'm': 4, 'f': null, 'a': 3.5}]}",
+     0},
+    /* range windows: ties are in, 'current' is the document; descending sorts */
+    {"{'d': [{'x': 0}, {'x': 1}, {'x': 1.5}, {'x': 2}, {'x': 100}, {'x': 100}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'y': {'$push': '$x', 'window': "
+     "{'range': [-1, 0]}}}}}]}",
+     "{'r': [{'x': 0, 'y': [0]}, {'x': 1, 'y': [0, 1]}, {'x': 1.5, 'y': [1, 1.5]}, {'x': 2, 'y': "
+     "[1, "
+     "1.5, 2]}, {'x': 100, 'y': [100, 100]}, {'x': 100, 'y': [100, 100]}]}",
+     0},
+    {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': -1}, 'output': {'y': {'$push': '$x', 'window': "
+     "{'range': [-1, 0]}}}}}]}",
+     "{'r': [{'x': 3, 'y': [3]}, {'x': 2, 'y': [3, 2]}, {'x': 1, 'y': [2, 1]}]}", 0},
+    {"{'d': [{'x': 1}, {'x': 'a'}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'y': {'$sum': 1, 'window': "
+     "{'range': ['unbounded', 'unbounded']}}}}}]}",
+     NULL, 5429414},
+    /* time ranges */
+    {"{'d': [{'t': {'$date': 0}}, {'t': {'$date': 3600000}}, {'t': {'$date': 9000000}}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'t': 1}, 'output': {'n': {'$count': {}, 'window': "
+     "{'range': [-1, 0], 'unit': 'hour'}}}}}, {'$project': {'_id': 0, 'n': 1}}]}",
+     "{'r': [{'n': 1}, {'n': 2}, {'n': 1}]}", 0},
+    {"{'d': [{'t': 1}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'t': 1}, 'output': {'n': {'$count': {}, 'window': "
+     "{'range': [-1, 0], 'unit': 'hour'}}}}}]}",
+     NULL, 5429513},
+    /* bounds far past the partition or the dates' range saturate */
+    {"{'d': [{'x': 1}, {'x': 2}, {'x': 3}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'x': 1}, 'output': {'s': {'$sum': '$x', 'window': "
+     "{'documents': [{'$numberLong': '-9223372036854775807'}, {'$numberLong': "
+     "'9223372036854775807'}]}}, 'c': {'$count': {}, 'window': {'documents': [1, {'$numberLong': "
+     "'9223372036854775807'}]}}}}}, {'$project': {'_id': 0}}]}",
+     "{'r': [{'x': 1, 's': 6, 'c': 2}, {'x': 2, 's': 6, 'c': 1}, {'x': 3, 's': 6, 'c': 0}]}", 0},
+    {"{'d': [{'t': {'$date': 0}}, {'t': {'$date': 1000}}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'t': -1}, 'output': {'a': {'$count': {}, 'window': "
+     "{'range': [-1000000000, 0], 'unit': 'year'}}, 'b': {'$count': {}, 'window': {'range': "
+     "[1000000000, 'unbounded'], 'unit': 'year'}}}}}, {'$project': {'_id': 0, 'a': 1, 'b': 1}}]}",
+     "{'r': [{'a': 1, 'b': 0}, {'a': 2, 'b': 0}]}", 0},
+    /* rank style functions and $shift */
+    {"{'d': [{'s': 5}, {'s': 1}, {'s': 5}, {'s': 7}]}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'s': 1}, 'output': {'r': {'$rank': {}}, 'd': "
+     "{'$denseRank': {}}, 'n': {'$documentNumber': {}}, 'prev': {'$shift': {'output': '$s', 'by': "
+     "-1, 'default': 'none'}}}}}]}",
+     "{'r': [{'s': 1, 'r': 1, 'd': 1, 'n': 1, 'prev': 'none'}, {'s': 5, 'r': 2, 'd': 2, 'n': 2, "
+     "'prev': 1}, {'s': 5, 'r': 2, 'd': 2, 'n': 3, 'prev': 5}, {'s': 7, 'r': 4, 'd': 3, 'n': 4, "
+     "'prev': 5}]}",
+     0},
+    /* parse errors */
+    {"{'d': []}", "{'p': [{'$setWindowFields': 'x'}]}", NULL, 9},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'sortBy': 'x', 'output': {}}}]}", NULL, 14},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'what': 1}}]}", NULL, 40415},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'partitionBy': '$a'}}]}", NULL, 40414},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$summ': 1}}}}]}", NULL, 9},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'b': 1}}}}]}", NULL, 9},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$mergeObjects': '$a'}}}}]}", NULL,
+     9},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$sum': 1, 'window': "
+     "{'documents': [1, -1]}}}}}]}",
+     NULL, 5339900},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'output': {'v': {'$sum': 1, 'window': {'documents': "
+     "['unbounded', 'current']}}}}}]}",
+     NULL, 5339901},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1, 'b': 1}, 'output': {'v': {'$sum': 1, "
+     "'window': {'range': [-1, 1]}}}}}]}",
+     NULL, 5339902},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$sum': 1, 'window': "
+     "{'documents': [0.5, 1]}}}}}]}",
+     NULL, 9},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$rank': {}, 'window': "
+     "{'documents': [0, 1]}}}}}]}",
+     NULL, 5371601},
+    {"{'d': []}", "{'p': [{'$setWindowFields': {'output': {'v': {'$rank': {}}}}}]}", NULL, 5371602},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$rank': 1}}}}]}", NULL,
+     5371603},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$shift': {'output': '$a', "
+     "'by': 1.5}}}}}]}",
+     NULL, 9},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'sortBy': {'a': 1}, 'output': {'v': {'$shift': {'output': '$a', "
+     "'by': 1, 'default': '$a'}}}}}]}",
+     NULL, 9},
+    {"{'d': []}",
+     "{'p': [{'$setWindowFields': {'output': {'a': {'$sum': 1}, 'a.b': {'$sum': 1}}}}]}", NULL,
+     6307900},
+    {"{'d': [{'a': [1, 2]}]}",
+     "{'p': [{'$setWindowFields': {'partitionBy': '$a', 'output': {'n': {'$sum': 1}}}}]}", NULL,
+     14},
+    /* $densify (window.c) */
+    {"{'d': [{'v': 1}, {'v': 4}, {}]}",
+     "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': 'full'}}}]}",
+     "{'r': [{}, {'v': 1}, {'v': 2}, {'v': 3}, {'v': 4}]}", 0},
+    {"{'d': [{'v': 3, 'k': 'a'}, {'v': 0, 'k': 'b'}]}",
+     "{'p': [{'$densify': {'field': 'v', 'partitionByFields': ['k'], 'range': {'step': 2, "
+     "'bounds': [0, 5]}}}]}",
+     "{'r': [{'k': 'a', 'v': 0}, {'k': 'a', 'v': 2}, {'v': 3, 'k': 'a'}, {'k': 'a', 'v': 4}, {'v': "
+     "0, 'k': 'b'}, {'k': 'b', 'v': 2}, {'k': 'b', 'v': 4}]}",
+     0},
+    {"{'d': [{'v': 0, 'k': 1}, {'v': 2, 'k': 1}, {'v': 7, 'k': 2}, {'v': 9, 'k': 2}]}",
+     "{'p': [{'$densify': {'field': 'v', 'partitionByFields': ['k'], 'range': {'step': 1, "
+     "'bounds': 'partition'}}}, {'$project': {'v': 1}}]}",
+     "{'r': [{'v': 0}, {'v': 1}, {'v': 2}, {'v': 7}, {'v': 8}, {'v': 9}]}", 0},
+    {"{'d': [{'t': {'$date': 0}}, {'t': {'$date': 5097600000}}]}",
+     "{'p': [{'$densify': {'field': 't', 'range': {'step': 1, 'unit': 'month', 'bounds': "
+     "'full'}}}]}",
+     "{'r': [{'t': {'$date': 0}}, {'t': {'$date': 2678400000}}, {'t': {'$date': 5097600000}}]}", 0},
+    /* a missing partition field is its own partition, apart from null */
+    {"{'d': [{'k': null, 'v': 1}, {'v': 2}, {'k': null, 'v': 3}]}",
+     "{'p': [{'$densify': {'field': 'v', 'partitionByFields': ['k'], 'range': {'step': 1, "
+     "'bounds': 'partition'}}}]}",
+     "{'r': [{'v': 2}, {'k': null, 'v': 1}, {'k': null, 'v': 2}, {'k': null, 'v': 3}]}", 0},
+    {"{'d': [{'v': 'x'}]}",
+     "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
+     "'full'}}}]}",
+     NULL, 5733201},
+    {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': -1, 'bounds': 'full'}}}]}",
+     NULL, 5733401},
+    {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': [2, 1]}}}]}",
+     NULL, 5733402},
+    {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': [1]}}}]}",
+     NULL, 5733403},
+    {"{'d': []}",
+     "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1, 'bounds': "
+     "'partition'}}}]}",
+     NULL, 5733408},
+    {"{'d': []}", "{'p': [{'$densify': {'field': 'v', 'range': {'step': 1}}}]}", NULL, 40414},
+    {"{'d': []}", "{'p': [{'$densify': {'field': 1, 'range': {'step': 1, 'bounds': 'full'}}}]}",
+     NULL, 14},
+    /* $fill: rewritten into $setWindowFields + $addFields */
+    {"{'d': [{'t': 1, 'a': 1}, {'t': 2}, {'t': 3, 'a': 5}, {'t': 4, 'a': null}]}",
+     "{'p': [{'$fill': {'sortBy': {'t': 1}, 'output': {'a': {'method': 'linear'}, 'b': {'value': "
+     "0}}}}, {'$project': {'_id': 0, 'a': 1, 'b': 1}}]}",
+     "{'r': [{'a': 1, 'b': 0}, {'a': 3.0, 'b': 0}, {'a': 5, 'b': 0}, {'a': null, 'b': 0}]}", 0},
+    {"{'d': [{'t': 2, 'k': 1}, {'t': 1, 'k': 1, 'a': 'x'}, {'t': 1, 'k': 2}]}",
+     "{'p': [{'$fill': {'sortBy': {'t': 1}, 'partitionByFields': ['k'], 'output': {'a': {'method': "
+     "'locf'}}}}, {'$project': {'_id': 0}}]}",
+     "{'r': [{'t': 1, 'k': 1, 'a': 'x'}, {'t': 2, 'k': 1, 'a': 'x'}, {'t': 1, 'k': 2, 'a': null}]}",
+     0},
+    {"{'d': [{'k': {'a': 1}, 't': 1, 'v': 5}, {'k': {'a': 1}, 't': 2}, {'k': {'a': 2}, 't': 3}]}",
+     "{'p': [{'$fill': {'sortBy': {'t': 1}, 'partitionByFields': ['k.a'], 'output': {'v': "
+     "{'method': 'locf'}}}}, {'$project': {'_id': 0, 't': 1, 'v': 1}}]}",
+     "{'r': [{'t': 1, 'v': 5}, {'t': 2, 'v': 5}, {'t': 3, 'v': null}]}", 0},
+    {"{'d': []}", "{'p': [{'$fill': 'x'}]}", NULL, 9},
+    {"{'d': []}", "{'p': [{'$fill': {}}]}", NULL, 40414},
+    {"{'d': []}", "{'p': [{'$fill': {'output': {}}}]}", NULL, 6050203},
+    {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'x'}}}}]}", NULL, 6050202},
+    {"{'d': []}", "{'p': [{'$fill': {'output': {'a': 'x'}}}]}", NULL, 6050200},
+    {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'locf', 'b': 1}}}}]}", NULL, 40415},
+    {"{'d': []}",
+     "{'p': [{'$fill': {'partitionBy': '$a', 'partitionByFields': ['a'], 'output': {'a': "
+     "{'method': "
+     "'locf'}}}}]}",
+     NULL, 6050204},
+    {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'linear'}}}}]}", NULL, 605001},
+
 };
 
 typedef struct arrsrc {
@@ -715,11 +898,12 @@ SHL_TEST(pipeline_group_many_keys)
 SHL_TEST(pipeline_stage_args_never_crash)
 {
     static const char *const stages[] = {
-        "$match",       "$project",     "$addFields", "$set",        "$unset",       "$group",
-        "$sort",        "$limit",       "$skip",      "$count",      "$sortByCount", "$unwind",
-        "$replaceRoot", "$replaceWith", "$bucket",    "$bucketAuto", "$facet",       "$lookup",
-        "$unionWith",   "$sample",      "$documents", "$collStats",  "$indexStats",  "$out",
-        "$merge",       "$redact",      "$graphLookup"};
+        "$match",       "$project",     "$addFields",       "$set",         "$unset",
+        "$group",       "$sort",        "$limit",           "$skip",        "$count",
+        "$sortByCount", "$unwind",      "$replaceRoot",     "$replaceWith", "$bucket",
+        "$bucketAuto",  "$facet",       "$lookup",          "$unionWith",   "$sample",
+        "$documents",   "$collStats",   "$indexStats",      "$out",         "$merge",
+        "$redact",      "$graphLookup", "$setWindowFields", "$densify",     "$fill"};
     static const char *const args[] = {
         "null",
         "1",
@@ -747,7 +931,19 @@ SHL_TEST(pipeline_stage_args_never_crash)
         "{'$cond': [true, '$$DESCEND', '$$PRUNE']}",
         "{'path': '$a', 'includeArrayIndex': 'i'}",
         "{'newRoot': '$a'}",
-        "{'a': {'$sum': 1}}"};
+        "{'a': {'$sum': 1}}",
+        "{'partitionBy': '$a', 'sortBy': {'a': 1}, 'output': {'r': {'$rank': {}}, 's': {'$sum': "
+        "'$a', 'window': {'range': [-1, 'current']}}, 'h': {'$shift': {'output': '$a', 'by': "
+        "-1}}}}",
+        "{'sortBy': {'a': -1}, 'output': {'m': {'$max': '$a', 'window': {'documents': [-1, 1]}}, "
+        "'l': {'$linearFill': '$a'}, 'f': {'$locf': '$a'}}}",
+        "{'sortBy': {'a': 1}, 'output': {'d': {'$push': '$a', 'window': {'range': [-1, 1], "
+        "'unit': 'day'}}}}",
+        "{'field': 'a', 'partitionByFields': ['b'], 'range': {'step': 1, 'bounds': 'full'}}",
+        "{'field': 'a', 'range': {'step': 2, 'bounds': [0, 5]}}",
+        "{'field': 'a', 'range': {'step': 1, 'unit': 'day', 'bounds': 'full'}}",
+        "{'sortBy': {'a': 1}, 'output': {'a': {'method': 'linear'}, 'b': {'value': 1}}}",
+        "{'partitionByFields': ['b'], 'output': {'a': {'method': 'locf'}}}"};
     char stage_json[2048];
     int ran = 0;
 
@@ -756,9 +952,11 @@ SHL_TEST(pipeline_stage_args_never_crash)
             shl_status_t st = SHL_STATUS_INIT;
             bson_t res;
             snprintf(stage_json, sizeof(stage_json), "{'p': [{'%s': %s}]}", stages[i], args[j]);
-            int code = run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}], 'c': "
-                                "{'f': [{'a': 3}, {'a': null}]}}",
-                                stage_json, &res, &st);
+            int code =
+                run_case("{'d': [{'a': 3}, {'a': [1, {'b': 2}]}, {}, {'a': 'x'}, {'a': {'$date': "
+                         "0}, 'b': 1}, {'a': 2.5, 'b': 1}], 'c': "
+                         "{'f': [{'a': 3}, {'a': null}]}}",
+                         stage_json, &res, &st);
             ASSERT(code >= 0);
             ran += code == 0;
             bson_destroy(&res);

@@ -115,4 +115,10 @@ int query_parse_int64(const bson_value_t *v, int64_t *out, const char *what, shl
 struct shl_projection;
 int query_addfields_new(const bson_t *spec, struct shl_projection **out, shl_status_t *st);
 
+/* $dateAdd's units (expr_date.c): query_date_unit gives 0 ("millisecond") .. 8 ("year") or -1
+ * for an unknown name; query_date_add_utc adds 'amount' units to 'ms' in UTC (months clamp the
+ * day to the month's length), false on overflow. */
+int query_date_unit(const char *name);
+bool query_date_add_utc(int64_t ms, int unit, int64_t amount, int64_t *out);
+
 #endif
