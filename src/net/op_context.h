@@ -100,6 +100,15 @@ void shl_op_unregister(shl_op_ctx_t *op);
 bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
 
 /*
+ * shl_op_kill_all --
+ *     Set the kill flag of every in-progress operation of 'svc' (the shutdown does, once
+ *     running operations had their time to finish): blocking waits and hang fail points end
+ *     with InterruptedAtShutdown once svc->shutting_down is set. Returns how many were
+ *     flagged. Takes svc->ops_mu briefly.
+ */
+int shl_op_kill_all(shl_service_ctx_t *svc);
+
+/*
  * shl_op_list_append --
  *     Append to the array 'arr' one currentOp document per in-progress operation of 'svc'
  *     (type, host, desc, connectionId, client, appName, active, currentOpTime, opid,

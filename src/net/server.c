@@ -23,10 +23,13 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "net/op_context.h"
 #include "net/service.h"
 
 #define MAX_LISTENERS 8
 #define CONN_STACK_SIZE (4 * 1024 * 1024)
+/* How long operations the shutdown interrupted get to send their replies. */
+#define KILLED_OPS_WAIT_MS 1000
 
 typedef struct server {
     int listen_fds[MAX_LISTENERS];
@@ -314,6 +317,23 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     pthread_mutex_lock(&srv->lock);
     while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
         shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
+    }
+    if (any_op_running(srv)) {
+        /*
+         * Interrupt what still runs, as MongoDB kills every operation at shutdown: one
+         * blocked where only its kill flag is watched (a hang fail point, a wait for another
+         * node) would otherwise keep its thread past the wait below, and storage would
+         * close under it. They get a moment to send their InterruptedAtShutdown replies.
+         */
+        pthread_mutex_unlock(&srv->lock);
+        int killed = shl_op_kill_all(svc);
+        SHL_LOG_INFO(CONTROL, 4615640, "Interrupting operations at shutdown", "count",
+                     BCON_INT32(killed));
+        pthread_mutex_lock(&srv->lock);
+        deadline = shl_clock_mono_us() + KILLED_OPS_WAIT_MS * 1000;
+        while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
+            shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
+        }
     }
     /* Wake every connection thread and wait for all of them to leave. */
     for (shl_conn_t *c = srv->conns; c != NULL; c = c->next) {
