@@ -23,6 +23,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "net/client.h"
 #include "net/op_context.h"
 #include "net/service.h"
 
@@ -318,13 +319,18 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
         shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
     }
+    /*
+     * Interrupt what still runs, as MongoDB kills every operation at shutdown: one blocked
+     * where only its kill flag is watched (a hang fail point) or waiting for another node
+     * (a router's forwarded command; also a background thread's call, which the role's
+     * shutdown hook then joins) would otherwise keep its thread past the wait below, and
+     * storage or the connection pools would go under it. Operations get a moment to send
+     * their InterruptedAtShutdown replies.
+     */
+    pthread_mutex_unlock(&srv->lock);
+    shl_client_interrupt_all();
+    pthread_mutex_lock(&srv->lock);
     if (any_op_running(srv)) {
-        /*
-         * Interrupt what still runs, as MongoDB kills every operation at shutdown: one
-         * blocked where only its kill flag is watched (a hang fail point, a wait for another
-         * node) would otherwise keep its thread past the wait below, and storage would
-         * close under it. They get a moment to send their InterruptedAtShutdown replies.
-         */
         pthread_mutex_unlock(&srv->lock);
         int killed = shl_op_kill_all(svc);
         SHL_LOG_INFO(CONTROL, 4615640, "Interrupting operations at shutdown", "count",
