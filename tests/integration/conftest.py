@@ -60,14 +60,14 @@ def cluster(request):
 
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run when any process logged a sanitizer report (make asan builds; leaks are
-    reported when a process exits after SIGTERM) or did not exit within its bound after
-    SIGTERM, even in a test that passed: the bug is real whether or not the test's
-    assertions noticed it."""
+    reported when a process exits after SIGTERM), or hung or crashed in the shutdown a
+    teardown asked for, even in a test that passed: the bug is real whether or not the
+    test's assertions noticed it."""
     shale_fixtures.wait_reaped()
     for what, reports in (("sanitizer report(s) in process logs",
                            shale_fixtures.SANITIZER_REPORTS),
-                          ("process(es) that hung in their shutdown",
-                           shale_fixtures.SHUTDOWN_HANGS)):
+                          ("process(es) that hung or crashed in their shutdown",
+                           shale_fixtures.SHUTDOWN_FAILURES)):
         if reports:
             print("\n%d %s (logs kept in logs/):" % (len(reports), what))
             for r in reports:

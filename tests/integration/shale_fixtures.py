@@ -66,7 +66,7 @@ class ShaleProcess:
         self.logpath = os.path.join(self.dbpath, "..", os.path.basename(self.dbpath) + ".log")
         self.logpath = os.path.abspath(self.logpath)
         self.proc = None
-        self.hung = False  # set when it ignored SIGTERM at a stop (SHUTDOWN_HANGS)
+        self.bad_exit = False  # set when a stop went wrong (SHUTDOWN_FAILURES)
 
     @property
     def host(self):
@@ -149,7 +149,7 @@ class ShaleProcess:
 
     def cleanup(self, keep_log_as=None):
         """Stop the process the way an operator does (SIGTERM, a bounded wait for a clean
-        exit, SIGKILL after SHUTDOWN_TIMEOUT as a recorded hang) -- a test that wanted a
+        exit, SIGKILL after SHUTDOWN_TIMEOUT; a hang or crash is recorded) -- a test that wanted a
         crash has already called kill() -- so a sanitizer build runs its exit-time leak
         check; then collect any sanitizer report from the log and remove the folder."""
         stop_all([self])
@@ -161,8 +161,8 @@ class ShaleProcess:
             # let the session fail (conftest.py), whatever the test itself saw.
             SANITIZER_REPORTS.append("%s (%s): %s" % (self.name, self.logpath, report))
             keep_log_as = keep_log_as or "sanitizer-%s-%d" % (self.name, self.port)
-        if getattr(self, "hung", False):
-            keep_log_as = keep_log_as or "hang-%s-%d" % (self.name, self.port)
+        if self.bad_exit:
+            keep_log_as = keep_log_as or "shutdown-%s-%d" % (self.name, self.port)
         if keep_log_as:
             os.makedirs(LOG_DIR, exist_ok=True)
             try:
@@ -195,34 +195,40 @@ def sanitizer_report(log):
 # most shutdownTimeoutMillisForSignaledShutdown (15 s) for running operations and 10 s for
 # its connections to leave, so a process still alive after this is stuck in its shutdown.
 SHUTDOWN_TIMEOUT = 30
-# Processes that did not exit within their bound after SIGTERM ("name (log): what").
-SHUTDOWN_HANGS = []
+# Processes that hung or failed in their shutdown ("name (log): what").
+SHUTDOWN_FAILURES = []
 
 
-def _wait_or_kill(p, timeout):
-    """Wait up to 'timeout' seconds for p's process to exit; past that, record a shutdown
-    hang, keep its log and SIGKILL it. Whether it exited by itself."""
+def _wait_or_kill(p, timeout, check_code=False):
+    """Wait up to 'timeout' seconds for p's process to exit after the SIGTERM it was sent;
+    past that, record a shutdown hang, keep its log and SIGKILL it. With check_code, an exit
+    code other than 0 (a crash in the shutdown) is recorded too. Whether it exited by
+    itself."""
     try:
         p.proc.wait(timeout)
-        return True
     except subprocess.TimeoutExpired:
-        SHUTDOWN_HANGS.append("%s (%s): still running %d s after SIGTERM" %
-                              (p.name, p.logpath, timeout))
-        p.hung = True
+        SHUTDOWN_FAILURES.append("%s (%s): still running %d s after SIGTERM" %
+                                 (p.name, p.logpath, timeout))
+        p.bad_exit = True
         p.proc.kill()
         p.proc.wait()
         return False
+    if check_code and p.proc.returncode != 0:
+        SHUTDOWN_FAILURES.append("%s (%s): exited with code %d after SIGTERM" %
+                                 (p.name, p.logpath, p.proc.returncode))
+        p.bad_exit = True
+    return True
 
 
 def stop_all(procs, timeout=SHUTDOWN_TIMEOUT):
-    """SIGTERM every process at once, then wait for each (SIGKILL after timeout, recorded
-    as a shutdown hang): data nodes take a checkpoint on the way out, so stopping them
-    together saves time."""
+    """SIGTERM every process at once, then wait for each (SIGKILL after timeout; that, or an
+    exit code other than 0, is recorded as a failed shutdown): data nodes take a checkpoint
+    on the way out, so stopping them together saves time."""
     live = [p for p in procs if p.proc is not None and p.proc.poll() is None]
     for p in live:
         p.proc.send_signal(signal.SIGTERM)
     for p in live:
-        _wait_or_kill(p, timeout)
+        _wait_or_kill(p, timeout, check_code=True)
 
 
 # Processes a test's teardown stopped but did not wait for: (process, keep_log_as).
@@ -235,7 +241,7 @@ def _reap_forever():
         p, keep_log_as = _reap_queue.get()
         try:
             if p.proc is not None and p.proc.poll() is None:
-                _wait_or_kill(p, SHUTDOWN_TIMEOUT)
+                _wait_or_kill(p, SHUTDOWN_TIMEOUT, check_code=True)
             p.cleanup(keep_log_as=keep_log_as)
         finally:
             _reap_queue.task_done()

@@ -87,7 +87,7 @@ class Cli:
         pids = self.pids()
         r = shale("down", "--dbpath", self.dir)
         if "ignored SIGTERM" in r.stderr:
-            shale_fixtures.SHUTDOWN_HANGS.append("shale down: " + r.stderr.strip())
+            shale_fixtures.SHUTDOWN_FAILURES.append("shale down: " + r.stderr.strip())
             failed = True
         for pid in pids.values():
             if pid_alive(pid):
