@@ -43,6 +43,7 @@ typedef struct server {
     shl_conn_t *conns;    /* guarded by lock */
     int64_t next_conn_id; /* guarded by lock */
     bool done;            /* guarded by lock */
+    /* The shutdown command's timeout; -1: the option's, read when the shutdown starts. */
     atomic_llong shutdown_timeout_ms;
 } server_t;
 
@@ -304,7 +305,14 @@ static void
 shut_down(server_t *srv, shl_service_ctx_t *svc)
 {
     int64_t timeout_ms = atomic_load(&srv->shutdown_timeout_ms);
-    int64_t deadline = shl_clock_mono_us() + timeout_ms * 1000;
+    int64_t deadline;
+
+    if (timeout_ms < 0) {
+        /* A signal: the option as it is now (setParameter may have changed it since the
+         * start; the signal handler cannot read options). */
+        timeout_ms = shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown);
+    }
+    deadline = shl_clock_mono_us() + timeout_ms * 1000;
 
     SHL_LOG_INFO(CONTROL, 4784900, "Shutting down", "timeoutMillis", BCON_INT64(timeout_ms));
     atomic_store(&svc->shutting_down, true);
@@ -488,8 +496,7 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
 
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
-    atomic_store(&srv->shutdown_timeout_ms,
-                 shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown));
+    atomic_store(&srv->shutdown_timeout_ms, -1);
     if (pipe2(srv->wake_pipe, O_CLOEXEC) != 0) {
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "pipe(): %s", strerror(errno));
     }
