@@ -814,7 +814,9 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         BSON_APPEND_UTF8(&fwd, "_shardsvrRenameCollectionParticipant", r.from.coll);
         BSON_APPEND_UTF8(&fwd, "to", r.to.full);
         BSON_APPEND_BOOL(&fwd, "checkOnly", true);
-        bson_reinit(&freply);
+        /* cfg_shard_cmd initialises its reply: reinitialising the last one here would lose
+         * its buffer when the call initialises it again. */
+        bson_destroy(&freply);
         SHL_ERR(cfg_shard_cmd(shards[i].name, r.from.db, &fwd, &freply, st));
     }
 
