@@ -48,6 +48,25 @@ static atomic_bool rec_stop;
 /* ---------------------------------------------------------------- running renames */
 
 /*
+ * Hold at a hang fail point until it is switched off or the rename's driver is told to
+ * stop: a request's operation when it is killed (killOp, or the shutdown, which kills every
+ * operation still running after its grace period -- waiting for the recovery thread's stop
+ * flag instead kept the request running past the shutdown, into closed storage); the
+ * recovery thread (op NULL) when it is stopped. 0, or the operation's interruption.
+ */
+static int
+rename_pause(shl_failpoint_t *fp, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+
+    shl_failpoint_pause_while_set(fp, op != NULL ? &op->killed : &rec_stop);
+    if (op != NULL) {
+        ret = shl_op_check_interrupt(op, st);
+    }
+    return ret;
+}
+
+/*
  * One record per source namespace whose rename is running, so that a retry of the same
  * request joins it (MongoDB's DDL coordinators: the retry waits for the running coordinator
  * and gets its result) and a request with other arguments fails fast with
@@ -453,13 +472,13 @@ run_locked(shl_op_ctx_t *op, const rename_req_t *r, shl_status_t *st)
     SHL_ERR(all_shards_cmd(r->from.db, &part, st));
 
     if (SHL_FAILPOINT_FIRES(hangRenameCollectionBeforeCommit)) {
-        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangRenameCollectionBeforeCommit), &rec_stop);
+        SHL_ERR(rename_pause(SHL_FAILPOINT(hangRenameCollectionBeforeCommit), op, st));
     }
     if (r->sharded) {
         SHL_ERR(commit_metadata(op, r, st));
     }
     if (SHL_FAILPOINT_FIRES(hangRenameCollectionBeforeUnblock)) {
-        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangRenameCollectionBeforeUnblock), &rec_stop);
+        SHL_ERR(rename_pause(SHL_FAILPOINT(hangRenameCollectionBeforeUnblock), op, st));
     }
 
     BSON_APPEND_UTF8(&unblock, "_shardsvrRenameCollectionUnblockParticipant", r->from.coll);
@@ -814,7 +833,9 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         BSON_APPEND_UTF8(&fwd, "_shardsvrRenameCollectionParticipant", r.from.coll);
         BSON_APPEND_UTF8(&fwd, "to", r.to.full);
         BSON_APPEND_BOOL(&fwd, "checkOnly", true);
-        bson_reinit(&freply);
+        /* cfg_shard_cmd initialises its reply: reinitialising the last one here would lose
+         * its buffer when the call initialises it again. */
+        bson_destroy(&freply);
         SHL_ERR(cfg_shard_cmd(shards[i].name, r.from.db, &fwd, &freply, st));
     }
 
@@ -829,9 +850,11 @@ cmd_rename(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_BOOL(&details, "sharded", r.sharded);
     cfg_changelog(op, "renameCollection.start", r.from.full, &details);
     if (SHL_FAILPOINT_FIRES(hangRenameCollectionAfterStart)) {
-        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangRenameCollectionAfterStart), &rec_stop);
+        ret = rename_pause(SHL_FAILPOINT(hangRenameCollectionAfterStart), op, st);
     }
-    ret = run_locked(op, &r, st);
+    if (ret == 0) {
+        ret = run_locked(op, &r, st);
+    }
     if (ret != 0) {
         /* The document stays: the recovery thread retries until the rename is done. */
         SHL_LOG_WARNING(SHARDING, 4200143, "rename failed past its start, will be finished", "from",

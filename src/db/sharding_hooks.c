@@ -288,6 +288,12 @@ db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn f
         }
     }
     observed_reset();
+    /* The array dies with the unit: a thread-local one kept for the next unit would be lost
+     * when the connection's thread ends (one leak per connection that wrote during a
+     * migration). It only exists while a migration captures writes, so this costs little. */
+    bson_free(tl_obs);
+    tl_obs = NULL;
+    tl_cap = 0;
     return ret;
 }
 

@@ -9,7 +9,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -95,6 +97,37 @@ typedef struct engine {
 #define INTERRUPT_CHECK_US (20 * 1000)
 
 static atomic_int next_request_id = 1;
+
+/*
+ * The shutdown's interrupt (shl_client_interrupt_all): the flag fails calls, and a byte
+ * written to the pipe, which every poll also waits on and nobody reads, wakes those
+ * already waiting. Both are set once and never reset.
+ */
+static atomic_bool interrupted;
+static int interrupt_pipe[2] = {-1, -1};
+static pthread_once_t interrupt_once = PTHREAD_ONCE_INIT;
+
+static void
+interrupt_pipe_init(void)
+{
+    /* Without a pipe (out of descriptors) the flag still ends calls at their next wake. */
+    if (pipe2(interrupt_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        interrupt_pipe[0] = interrupt_pipe[1] = -1;
+    }
+}
+
+void
+shl_client_interrupt_all(void)
+{
+    char c = 1;
+
+    pthread_once(&interrupt_once, interrupt_pipe_init);
+    atomic_store(&interrupted, true);
+    if (interrupt_pipe[1] >= 0) {
+        ssize_t w = write(interrupt_pipe[1], &c, 1);
+        (void)w;
+    }
+}
 
 static int64_t
 elapsed_ms(const engine_t *eng)
@@ -786,13 +819,15 @@ op_interrupt(engine_t *eng, op_t *op, const shl_status_t *why)
 static void
 engine_run(engine_t *eng, op_t *ops, size_t n)
 {
-    struct pollfd pfds_small[SMALL_FANOUT];
+    /* One more poll entry than ops: the shutdown's interrupt pipe. */
+    struct pollfd pfds_small[SMALL_FANOUT + 1];
     size_t which_small[SMALL_FANOUT];
-    struct pollfd *pfds = n <= SMALL_FANOUT ? pfds_small : bson_malloc(n * sizeof(*pfds));
+    struct pollfd *pfds = n <= SMALL_FANOUT ? pfds_small : bson_malloc((n + 1) * sizeof(*pfds));
     size_t *which = n <= SMALL_FANOUT ? which_small : bson_malloc(n * sizeof(*which));
     /* The first kill check comes one slice in: a fast reply never pays for it. */
     int64_t next_check = eng->intr != NULL ? eng->start_us + INTERRUPT_CHECK_US : 0;
 
+    pthread_once(&interrupt_once, interrupt_pipe_init);
     for (size_t i = 0; i < n; i++) {
         op_begin(eng, &ops[i]);
         if (ops[i].phase == PH_SENDING) {
@@ -823,6 +858,11 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
             if (op->phase == PH_DONE) {
                 continue;
             }
+            if (atomic_load(&interrupted)) {
+                op_net_fail(eng, op, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                            "interrupted at shutdown waiting for %s", op->host);
+                continue;
+            }
             d = op_deadline_us(eng, op);
             if (d != 0 && now >= d) {
                 op_time_out(eng, op);
@@ -850,7 +890,10 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
         } else {
             timeout_ms = (int)((wake - now + 999) / 1000);
         }
-        r = poll(pfds, (nfds_t)k, timeout_ms);
+        pfds[k].fd = interrupt_pipe[0]; /* -1 (ignored by poll) if there is no pipe */
+        pfds[k].events = POLLIN;
+        pfds[k].revents = 0;
+        r = poll(pfds, (nfds_t)k + 1, timeout_ms);
         if (r < 0 && errno != EINTR) {
             for (size_t j = 0; j < k; j++) {
                 op_errno_fail(eng, &ops[which[j]], "polling the connection to", errno);

@@ -230,4 +230,14 @@ size_t shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_r
 /* shl_fanout_results_cleanup -- destroy the replies of n results. */
 void shl_fanout_results_cleanup(shl_fanout_result_t *results, size_t n);
 
+/*
+ * shl_client_interrupt_all --
+ *     The process is shutting down: every call in flight, on any pool and thread, ends at
+ *     once with InterruptedAtShutdown (its connections marked failed), and so does every
+ *     later call. For the server's shutdown, once running operations had their grace
+ *     period: a thread waiting on another node then cannot outlive the shutdown. Never
+ *     blocks; thread-safe; irreversible.
+ */
+void shl_client_interrupt_all(void);
+
 #endif

@@ -184,8 +184,11 @@ int
 shl_op_check_interrupt(shl_op_ctx_t *op, shl_status_t *st)
 {
     int ret = 0;
-    if (atomic_load(&op->killed)) {
+    if (atomic_load(&op->killed) && !atomic_load(&op->svc->shutting_down)) {
         ret = shl_status_set(st, SHL_CODE_INTERRUPTED, "operation was interrupted");
+    } else if (atomic_load(&op->killed)) {
+        /* The shutdown kills what still runs when its grace period ends. */
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "interrupted at shutdown");
     } else if (op->deadline_us != 0 && shl_clock_mono_us() >= op->deadline_us) {
         ret = shl_status_set(st, SHL_CODE_MAX_TIME_MS_EXPIRED, "operation exceeded time limit");
     } else if (atomic_load(&op->svc->shutting_down)) {
@@ -268,6 +271,20 @@ shl_op_kill(shl_service_ctx_t *svc, int64_t opid)
     }
     pthread_mutex_unlock(&svc->ops_mu);
     return found;
+}
+
+int
+shl_op_kill_all(shl_service_ctx_t *svc)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        atomic_store(&o->killed, true);
+        n++;
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+    return n;
 }
 
 int

@@ -128,6 +128,15 @@ int shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key);
 const uint8_t *shl_op_remote_key(shl_op_ctx_t *op);
 
 /*
+ * shl_op_kill_all --
+ *     Set the kill flag of every in-progress operation of 'svc' (the shutdown does, once
+ *     running operations had their time to finish): blocking waits and hang fail points end
+ *     with InterruptedAtShutdown once svc->shutting_down is set. Returns how many were
+ *     flagged. Takes svc->ops_mu briefly.
+ */
+int shl_op_kill_all(shl_service_ctx_t *svc);
+
+/*
  * shl_op_list_append --
  *     Append to the array 'arr' one currentOp document per in-progress operation of 'svc'
  *     (type, host, desc, connectionId, client, appName, active, currentOpTime, opid,

@@ -23,10 +23,14 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "net/client.h"
+#include "net/op_context.h"
 #include "net/service.h"
 
 #define MAX_LISTENERS 8
 #define CONN_STACK_SIZE (4 * 1024 * 1024)
+/* How long operations the shutdown interrupted get to send their replies. */
+#define KILLED_OPS_WAIT_MS 1000
 
 typedef struct server {
     int listen_fds[MAX_LISTENERS];
@@ -39,6 +43,7 @@ typedef struct server {
     shl_conn_t *conns;    /* guarded by lock */
     int64_t next_conn_id; /* guarded by lock */
     bool done;            /* guarded by lock */
+    /* The shutdown command's timeout; -1: the option's, read when the shutdown starts. */
     atomic_llong shutdown_timeout_ms;
 } server_t;
 
@@ -300,7 +305,14 @@ static void
 shut_down(server_t *srv, shl_service_ctx_t *svc)
 {
     int64_t timeout_ms = atomic_load(&srv->shutdown_timeout_ms);
-    int64_t deadline = shl_clock_mono_us() + timeout_ms * 1000;
+    int64_t deadline;
+
+    if (timeout_ms < 0) {
+        /* A signal: the option as it is now (setParameter may have changed it since the
+         * start; the signal handler cannot read options). */
+        timeout_ms = shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown);
+    }
+    deadline = shl_clock_mono_us() + timeout_ms * 1000;
 
     SHL_LOG_INFO(CONTROL, 4784900, "Shutting down", "timeoutMillis", BCON_INT64(timeout_ms));
     atomic_store(&svc->shutting_down, true);
@@ -314,6 +326,28 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     pthread_mutex_lock(&srv->lock);
     while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
         shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
+    }
+    /*
+     * Interrupt what still runs, as MongoDB kills every operation at shutdown: one blocked
+     * where only its kill flag is watched (a hang fail point) or waiting for another node
+     * (a router's forwarded command; also a background thread's call, which the role's
+     * shutdown hook then joins) would otherwise keep its thread past the wait below, and
+     * storage or the connection pools would go under it. Operations get a moment to send
+     * their InterruptedAtShutdown replies.
+     */
+    pthread_mutex_unlock(&srv->lock);
+    shl_client_interrupt_all();
+    pthread_mutex_lock(&srv->lock);
+    if (any_op_running(srv)) {
+        pthread_mutex_unlock(&srv->lock);
+        int killed = shl_op_kill_all(svc);
+        SHL_LOG_INFO(CONTROL, 4615640, "Interrupting operations at shutdown", "count",
+                     BCON_INT32(killed));
+        pthread_mutex_lock(&srv->lock);
+        deadline = shl_clock_mono_us() + KILLED_OPS_WAIT_MS * 1000;
+        while (any_op_running(srv) && shl_clock_mono_us() < deadline) {
+            shl_cond_timedwait_ms(&srv->cond, &srv->lock, 50);
+        }
     }
     /* Wake every connection thread and wait for all of them to leave. */
     for (shl_conn_t *c = srv->conns; c != NULL; c = c->next) {
@@ -462,8 +496,7 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
 
     pthread_mutex_init(&srv->lock, NULL);
     pthread_cond_init(&srv->cond, NULL);
-    atomic_store(&srv->shutdown_timeout_ms,
-                 shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown));
+    atomic_store(&srv->shutdown_timeout_ms, -1);
     if (pipe2(srv->wake_pipe, O_CLOEXEC) != 0) {
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "pipe(): %s", strerror(errno));
     }

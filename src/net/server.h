@@ -1,7 +1,7 @@
 /*
  * server.h -- the listener and the thread-per-connection service loop (MongoDB's own
  * model), and graceful shutdown: stop accepting, let running operations finish within
- * a bound, close connections, run the role's shutdown hook.
+ * a bound, interrupt those still running, close connections, run the role's shutdown hook.
  */
 #ifndef SHL_NET_SERVER_H
 #define SHL_NET_SERVER_H

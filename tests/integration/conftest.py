@@ -6,6 +6,7 @@ import pytest
 
 import shale_fixtures
 from shale_fixtures import ShaleCluster, ShaleProcess, fail_point, module_cluster  # noqa: F401
+from shale_fixtures import cleanup_later
 
 _started = []
 
@@ -20,8 +21,8 @@ def pytest_runtest_makereport(item, call):
 
 def _finish(request, procs):
     failed = getattr(request.node, "rep_failed", False)
-    for i, p in enumerate(procs):
-        p.cleanup(keep_log_as=("%s-%s-%d" % (request.node.name, p.name, i)) if failed else None)
+    name = request.node.name
+    cleanup_later(procs, lambda i, p: ("%s-%s-%d" % (name, p.name, i)) if failed else None)
 
 
 @pytest.fixture
@@ -58,11 +59,17 @@ def cluster(request):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run when any process logged a sanitizer report (make asan builds), even in a
-    test that passed: the bug is real whether or not the test's assertions noticed it."""
-    reports = shale_fixtures.SANITIZER_REPORTS
-    if reports:
-        print("\n%d sanitizer report(s) in process logs (kept in logs/):" % len(reports))
-        for r in reports:
-            print("  " + r)
-        session.exitstatus = 1
+    """Fail the run when any process logged a sanitizer report (make asan builds; leaks are
+    reported when a process exits after SIGTERM), or hung or crashed in the shutdown a
+    teardown asked for, even in a test that passed: the bug is real whether or not the
+    test's assertions noticed it."""
+    shale_fixtures.wait_reaped()
+    for what, reports in (("sanitizer report(s) in process logs",
+                           shale_fixtures.SANITIZER_REPORTS),
+                          ("process(es) that hung or crashed in their shutdown",
+                           shale_fixtures.SHUTDOWN_FAILURES)):
+        if reports:
+            print("\n%d %s (logs kept in logs/):" % (len(reports), what))
+            for r in reports:
+                print("  " + r)
+            session.exitstatus = 1

@@ -5,6 +5,7 @@ ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
 import contextlib
 import json
 import os
+import queue
 import resource
 import shutil
 import signal
@@ -65,6 +66,7 @@ class ShaleProcess:
         self.logpath = os.path.join(self.dbpath, "..", os.path.basename(self.dbpath) + ".log")
         self.logpath = os.path.abspath(self.logpath)
         self.proc = None
+        self.bad_exit = False  # set when a stop went wrong (SHUTDOWN_FAILURES)
 
     @property
     def host(self):
@@ -146,7 +148,11 @@ class ShaleProcess:
             self.proc.wait()
 
     def cleanup(self, keep_log_as=None):
-        self.kill()
+        """Stop the process the way an operator does (SIGTERM, a bounded wait for a clean
+        exit, SIGKILL after SHUTDOWN_TIMEOUT; a hang or crash is recorded) -- a test that wanted a
+        crash has already called kill() -- so a sanitizer build runs its exit-time leak
+        check; then collect any sanitizer report from the log and remove the folder."""
+        stop_all([self])
         if getattr(self, "log", None):
             self.log.close()
         report = sanitizer_report(self.read_log())
@@ -155,6 +161,8 @@ class ShaleProcess:
             # let the session fail (conftest.py), whatever the test itself saw.
             SANITIZER_REPORTS.append("%s (%s): %s" % (self.name, self.logpath, report))
             keep_log_as = keep_log_as or "sanitizer-%s-%d" % (self.name, self.port)
+        if self.bad_exit:
+            keep_log_as = keep_log_as or "shutdown-%s-%d" % (self.name, self.port)
         if keep_log_as:
             os.makedirs(LOG_DIR, exist_ok=True)
             try:
@@ -183,18 +191,83 @@ def sanitizer_report(log):
     return None
 
 
-def stop_all(procs, timeout=30):
-    """SIGTERM every process at once, then wait for each (SIGKILL after timeout): data
-    nodes take a checkpoint on the way out, so stopping them together saves time."""
+# Seconds a process gets to exit cleanly after SIGTERM at teardown. A data node waits at
+# most shutdownTimeoutMillisForSignaledShutdown (15 s) for running operations and 10 s for
+# its connections to leave, so a process still alive after this is stuck in its shutdown.
+SHUTDOWN_TIMEOUT = 30
+# Processes that hung or failed in their shutdown ("name (log): what").
+SHUTDOWN_FAILURES = []
+
+
+def _wait_or_kill(p, timeout, check_code=False):
+    """Wait up to 'timeout' seconds for p's process to exit after the SIGTERM it was sent;
+    past that, record a shutdown hang, keep its log and SIGKILL it. With check_code, an exit
+    code other than 0 (a crash in the shutdown) is recorded too. Whether it exited by
+    itself."""
+    try:
+        p.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        SHUTDOWN_FAILURES.append("%s (%s): still running %d s after SIGTERM" %
+                                 (p.name, p.logpath, timeout))
+        p.bad_exit = True
+        p.proc.kill()
+        p.proc.wait()
+        return False
+    if check_code and p.proc.returncode != 0:
+        SHUTDOWN_FAILURES.append("%s (%s): exited with code %d after SIGTERM" %
+                                 (p.name, p.logpath, p.proc.returncode))
+        p.bad_exit = True
+    return True
+
+
+def stop_all(procs, timeout=SHUTDOWN_TIMEOUT):
+    """SIGTERM every process at once, then wait for each (SIGKILL after timeout; that, or an
+    exit code other than 0, is recorded as a failed shutdown): data nodes take a checkpoint
+    on the way out, so stopping them together saves time."""
     live = [p for p in procs if p.proc is not None and p.proc.poll() is None]
     for p in live:
         p.proc.send_signal(signal.SIGTERM)
     for p in live:
+        _wait_or_kill(p, timeout, check_code=True)
+
+
+# Processes a test's teardown stopped but did not wait for: (process, keep_log_as).
+_reap_queue = queue.Queue()
+_reaper = None
+
+
+def _reap_forever():
+    while True:
+        p, keep_log_as = _reap_queue.get()
         try:
-            p.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.proc.kill()
-            p.proc.wait()
+            if p.proc is not None and p.proc.poll() is None:
+                _wait_or_kill(p, SHUTDOWN_TIMEOUT, check_code=True)
+            p.cleanup(keep_log_as=keep_log_as)
+        finally:
+            _reap_queue.task_done()
+
+
+def cleanup_later(procs, keep_log_as):
+    """A test's teardown: SIGTERM every process now and leave waiting for their exits, the
+    sanitizer check of their logs and the removal of their folders (cleanup()) to a reaper
+    thread, so the next test starts while these take their shutdown checkpoint (a data
+    node's clean exit would otherwise add tens of milliseconds to every test).
+    keep_log_as(i, p) names the kept log of procs[i] or returns None. wait_reaped()
+    waits for all of them (the session's end does)."""
+    global _reaper
+    for p in procs:
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.send_signal(signal.SIGTERM)
+    if _reaper is None:
+        _reaper = threading.Thread(target=_reap_forever, name="shale-reaper", daemon=True)
+        _reaper.start()
+    for i, p in enumerate(procs):
+        _reap_queue.put((p, keep_log_as(i, p)))
+
+
+def wait_reaped():
+    """Wait until every process given to cleanup_later() exited and was cleaned up."""
+    _reap_queue.join()
 
 
 class ShaleCluster:
@@ -282,7 +355,7 @@ class ShaleCluster:
     def uri(self, i=0, **opts):
         return self.routers[i].uri(**opts)
 
-    def stop(self, timeout=30):
+    def stop(self, timeout=SHUTDOWN_TIMEOUT):
         """Stop the routers, then every data node (SIGTERM, waited for, by pid)."""
         stop_all(self.routers, timeout)
         stop_all([self.config] + self.shards, timeout)

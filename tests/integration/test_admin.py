@@ -18,7 +18,7 @@ from bson.binary import UUID_SUBTYPE, Binary
 from bson.int64 import Int64
 
 import wire_util as w
-from shale_fixtures import fail_point, wait_until
+from shale_fixtures import fail_point, run_to_fail_point, wait_until
 
 ADMIN_ONLY = ["getParameter", "setParameter", "getCmdLineOpts", "getLog", "shutdown"]
 ALL_COMMANDS = ADMIN_ONLY + ["serverStatus", "hostInfo", "whatsmyuri", "connectionStatus",
@@ -393,3 +393,32 @@ def test_sigterm_exits_cleanly_when_idle(node):
     node.client().admin.command("ping")
     assert node.stop() == 0
     assert last_log_message(node) == "Now exiting"
+
+
+def test_sigterm_interrupts_what_outlives_the_grace_period(shale_process):
+    # A find held in a hang fail point watches only its kill flag: once the grace period
+    # (shutdownTimeoutMillisForSignaledShutdown) is over, the shutdown interrupts it, so its
+    # connection ends before storage closes, instead of the shutdown waiting 10 s more for
+    # that connection and then closing WiredTiger under the running find.
+    node = shale_process(["node"], name="node", start=False)
+    node.start(extra=["--setParameter", "shutdownTimeoutMillisForSignaledShutdown=500"])
+    c = node.client(retryReads=False)
+    c.test.c.insert_one({"_id": 1})
+    held = run_to_fail_point(c, "waitInFindBeforeMakingBatch", lambda: list(c.test.c.find()))
+    t0 = time.monotonic()
+    node.proc.send_signal(signal.SIGTERM)
+    assert node.proc.wait(30) == 0
+    assert time.monotonic() - t0 < 8
+    held.join(30)
+    # The find is answered InterruptedAtShutdown (pymongo raises it as NotMasterError).
+    assert isinstance(held.error, pymongo.errors.PyMongoError), held.error
+    assert held.error.details["code"] == 11600, held.error
+    events = [json.loads(line) for line in log_lines(node)]
+    msgs = [e["msg"] for e in events]
+    assert msgs[-1] == "Now exiting"
+    assert any(e["msg"] == "Interrupting operations at shutdown" and e["attr"]["count"] == 1
+               for e in events)
+    # Every connection ended before storage closed.
+    closed = msgs.index("WiredTiger closed")
+    assert msgs.count("Connection accepted") == msgs[:closed].count("Connection ended")
+    # (Not c.close(): its endSessions would wait for the stopped node to come back.)

@@ -13,6 +13,7 @@ import tempfile
 import pymongo
 import pytest
 
+import shale_fixtures
 from shale_fixtures import LOG_DIR, SHALE_BIN, ShaleProcess, wait_until
 
 
@@ -38,8 +39,13 @@ def port_range(n):
 
 
 def shale(*args, timeout=120):
-    return subprocess.run([SHALE_BIN] + [str(a) for a in args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, timeout=timeout, universal_newlines=True)
+    r = subprocess.run([SHALE_BIN] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout, universal_newlines=True)
+    # The CLI process's own sanitizer report (a leak is reported as it exits) fails the run.
+    report = shale_fixtures.sanitizer_report(r.stderr)
+    if report:
+        shale_fixtures.SANITIZER_REPORTS.append("shale %s: %s" % (args[0], report))
+    return r
 
 
 def pid_alive(pid):
@@ -79,10 +85,23 @@ class Cli:
     def finish(self):
         failed = getattr(self.request.node, "rep_failed", False)
         pids = self.pids()
-        shale("down", "--dbpath", self.dir)
+        r = shale("down", "--dbpath", self.dir)
+        if "ignored SIGTERM" in r.stderr:
+            shale_fixtures.SHUTDOWN_FAILURES.append("shale down: " + r.stderr.strip())
+            failed = True
         for pid in pids.values():
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        # The processes' stderr goes to DIR/<name>.log: a sanitizer report there (leaks are
+        # reported at the exit `down` asked for) fails the run.
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.dir, name), "rb") as f:
+                    report = shale_fixtures.sanitizer_report(f.read().decode("utf-8", "replace"))
+                if report:
+                    shale_fixtures.SANITIZER_REPORTS.append("%s (%s): %s" %
+                                                            (name, self.dir, report))
+                    failed = True
         if failed:
             os.makedirs(LOG_DIR, exist_ok=True)
             for name in os.listdir(self.dir):

@@ -9,7 +9,7 @@ import pymongo
 import pytest
 from bson import MaxKey, MinKey, ObjectId, Timestamp
 
-from shale_fixtures import ShaleProcess
+from shale_fixtures import ShaleProcess, stop_all
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,7 @@ def cfgc(request):
         yield cs, shards, c
     finally:
         keep = request.session.testsfailed > failed_before
+        stop_all(procs)
         for p in procs:
             p.cleanup(keep_log_as=("configsvr-" + p.name) if keep else None)
 
@@ -426,5 +427,6 @@ def test_add_shard_refuses_what_is_not_a_shard(cfgc):
         assert e.code == 2
         assert c.config.shards.count_documents({"host": {"$regex": "csrs2|standalone"}}) == 0
     finally:
+        stop_all(others)
         for p in others:
             p.cleanup()

@@ -6,6 +6,8 @@ router, a kill -9 of the config server in the middle of a rename, and retries th
 running rename (or conflict with it: 117). Real processes: a config server, two shards,
 routers; pymongo on the router and on each shard directly."""
 
+import time
+
 import pytest
 from pymongo.errors import OperationFailure
 
@@ -240,17 +242,29 @@ def test_rename_refused_while_a_migration_runs(rc):
     assert rc.shard_client(1).rn.mg2.count_documents({}) == N
 
 
-@pytest.mark.parametrize("point", ["hangRenameCollectionBeforeCommit",
-                                   "hangRenameCollectionBeforeUnblock"])
-def test_config_server_killed_mid_rename_rolls_forward(rc, point):
-    name = "k" if point.endswith("Commit") else "ku"
+@pytest.mark.parametrize("point,how", [("hangRenameCollectionBeforeCommit", "kill"),
+                                       ("hangRenameCollectionBeforeUnblock", "kill"),
+                                       ("hangRenameCollectionBeforeCommit", "sigterm")])
+def test_config_server_killed_mid_rename_rolls_forward(rc, point, how):
+    name = ("k" if point.endswith("Commit") else "ku") + ("t" if how == "sigterm" else "")
     r, ns = _sharded(rc, name)
     # The config server dies under the request.
     t = run_to_fail_point(rc.config_client(), point,
                           lambda: _rename(rc.router_client(), ns, ns + "2"))
     # The shards have renamed locally and hold their critical sections; the config.*
-    # commit is not done (or done, not yet unblocked). Crash the config server here.
-    rc.config.kill()
+    # commit is not done (or done, not yet unblocked). Crash the config server here, or
+    # stop it cleanly.
+    if how == "kill":
+        rc.config.kill()
+    else:
+        # Once the grace period is over the shutdown interrupts the held request and exits
+        # 0 (the request used to wait for the recovery thread's stop flag, then run on into
+        # the closed storage and crash the config server).
+        rc.config_client().admin.command("setParameter", 1,
+                                         shutdownTimeoutMillisForSignaledShutdown=500)
+        t0 = time.monotonic()
+        assert rc.config.stop() == 0
+        assert time.monotonic() - t0 < 8
     t.join(120)
     assert not t.is_alive() and t.error is not None
     rc.config.start()

@@ -6,14 +6,16 @@ Each answer is checked against what the shards themselves say."""
 import datetime
 import glob
 import os
+import signal
 import socket
 import threading
+import time
 
 import pytest
 from bson import SON, ObjectId, Timestamp
-from pymongo.errors import OperationFailure, WriteConcernError
+from pymongo.errors import OperationFailure, PyMongoError, WriteConcernError
 
-from shale_fixtures import fail_point, wait_until
+from shale_fixtures import fail_point, run_to_fail_point, wait_until
 
 N = 600
 
@@ -802,3 +804,32 @@ def test_conn_pool_stats_not_on_data_nodes(adm):
     with pytest.raises(OperationFailure) as e:
         adm.shard_client(0).admin.command("shardConnPoolStats")
     assert e.value.code == 59
+
+
+def test_sigterm_interrupts_a_command_waiting_for_a_shard(cluster, shale_process):
+    # A find the router forwarded waits for a shard that holds it (a hang fail point):
+    # once the grace period is over, the router's shutdown interrupts the wait, answers
+    # InterruptedAtShutdown and exits 0 at once (it used to wait 10 s for the connection,
+    # then abort in its connection pool's teardown with the call still running).
+    r = shale_process(["router", "--configdb", cluster.configdb], name="router-stop",
+                      start=False)
+    r.start(extra=["--setParameter", "shutdownTimeoutMillisForSignaledShutdown=500"])
+    c = r.client(retryReads=False)
+    c.admin.command("enableSharding", "stopdb", primaryShard="shard0")
+    c.stopdb.c.insert_one({"_id": 1})
+    s0 = cluster.shard_client(0)
+    try:
+        held = run_to_fail_point(s0, "waitInFindBeforeMakingBatch",
+                                 lambda: list(c.stopdb.c.find()))
+        t0 = time.monotonic()
+        r.proc.send_signal(signal.SIGTERM)
+        assert r.proc.wait(30) == 0
+        assert time.monotonic() - t0 < 8
+        held.join(30)
+    finally:
+        fail_point(s0, "waitInFindBeforeMakingBatch", "off")
+    # pymongo raises InterruptedAtShutdown as NotMasterError.
+    assert isinstance(held.error, PyMongoError), held.error
+    assert held.error.details["code"] == 11600, held.error
+    # The shard's find, released, ends; the shard still serves the collection.
+    assert s0.stopdb.c.find_one({"_id": 1}) == {"_id": 1}

@@ -14,7 +14,7 @@ import pytest
 from bson import Binary, Int64, MaxKey, MinKey, ObjectId, Timestamp
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import ShaleProcess, wait_until
+from shale_fixtures import ShaleProcess, stop_all, wait_until
 
 COLL_TS = Timestamp(1700000000, 1)
 
@@ -108,6 +108,7 @@ class Cluster:
     def close(self, failed):
         self.rc.close()
         self.ref.close()
+        stop_all(self.procs)
         for i, p in enumerate(self.procs):
             p.cleanup(keep_log_as=("router_reads-%s-%d" % (p.name, i)) if failed else None)
 

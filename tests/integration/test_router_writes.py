@@ -17,7 +17,7 @@ from bson.max_key import MaxKey
 from bson.min_key import MinKey
 from pymongo.errors import BulkWriteError, OperationFailure, WriteError
 
-from shale_fixtures import ShaleProcess
+from shale_fixtures import ShaleProcess, stop_all
 
 DB = "rw"
 
@@ -88,6 +88,7 @@ class HandCluster:
         self.cfgc.close()
         for c in self.clients:
             c.close()
+        stop_all(self.procs)
         for p in reversed(self.procs):
             p.cleanup(keep_log_as=("router_writes-%s" % p.name) if failed else None)
 
