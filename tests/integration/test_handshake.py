@@ -54,18 +54,24 @@ def test_unix_domain_socket_like_mongod(shale_process):
     import tempfile
     import urllib.parse
     import pymongo
+    import shutil
+    # Short and under /tmp: a socket path must fit sun_path's 108 bytes.
     prefix = tempfile.mkdtemp(prefix="shale-sock-")
-    node = shale_process(["node", "--unixSocketPrefix", prefix], name="unixsock")
-    path = os.path.join(prefix, "mongodb-%d.sock" % node.port)
-    assert stat.S_ISSOCK(os.stat(path).st_mode)
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
-    c = pymongo.MongoClient("mongodb://" + urllib.parse.quote_plus(path),
-                            serverSelectionTimeoutMS=5000)
-    c.test.c.insert_one({"_id": 1})
-    assert c.test.c.find_one() == {"_id": 1}
-    assert c.admin.command("whatsmyuri")["you"]  # a unix peer has a name too
-    c.close()
-    assert node.stop() == 0
-    assert not os.path.exists(path)
-    off = shale_process(["node", "--unixSocketPrefix", prefix, "--nounixsocket"], name="nosock")
-    assert not os.path.exists(os.path.join(prefix, "mongodb-%d.sock" % off.port))
+    try:
+        node = shale_process(["node", "--unixSocketPrefix", prefix], name="unixsock")
+        path = os.path.join(prefix, "mongodb-%d.sock" % node.port)
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+        c = pymongo.MongoClient("mongodb://" + urllib.parse.quote_plus(path),
+                                serverSelectionTimeoutMS=5000)
+        c.test.c.insert_one({"_id": 1})
+        assert c.test.c.find_one() == {"_id": 1}
+        assert c.admin.command("whatsmyuri")["you"]  # a unix peer has a name too
+        c.close()
+        assert node.stop() == 0
+        assert not os.path.exists(path)
+        off = shale_process(["node", "--unixSocketPrefix", prefix, "--nounixsocket"],
+                            name="nosock")
+        assert not os.path.exists(os.path.join(prefix, "mongodb-%d.sock" % off.port))
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
