@@ -447,8 +447,8 @@ drop_one_index(db_node_t *node, const shl_ns_t *ns, const char *name, shl_status
 /*
  * Whether 'idx' can serve shard key 'key' (what migrations and range deletions scan): its key
  * pattern starts with the shard key's fields and values, and it is complete (not sparse,
- * partial or hidden), uses the simple collation and is not multikey -- MongoDB's rules for
- * the index that may not be dropped.
+ * partial or hidden) and uses the simple collation -- MongoDB's rules for the index that may
+ * not be dropped (a multikey one still counts there).
  */
 static bool
 index_serves_shard_key(const shl_index_t *idx, const bson_t *key)
@@ -462,12 +462,27 @@ index_serves_shard_key(const shl_index_t *idx, const bson_t *key)
     }
     if (fits) {
         bson_iter_t f;
-        fits = !idx->multikey && !bson_has_field(idx->spec, "partialFilterExpression") &&
+        fits = !bson_has_field(idx->spec, "partialFilterExpression") &&
                !bson_has_field(idx->spec, "collation") &&
                !(bson_iter_init_find(&f, idx->spec, "sparse") && bson_iter_as_bool(&f)) &&
                !(bson_iter_init_find(&f, idx->spec, "hidden") && bson_iter_as_bool(&f));
     }
     return fits;
+}
+
+/* Whether a key pattern has a hashed field. */
+static bool
+key_is_hashed(const bson_t *key)
+{
+    bson_iter_t it;
+    bool hashed = false;
+
+    if (bson_iter_init(&it, key)) {
+        while (!hashed && shl_iter_next(&it)) {
+            hashed = BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "hashed") == 0;
+        }
+    }
+    return hashed;
 }
 
 static bool
@@ -481,8 +496,9 @@ name_listed(char **names, size_t n, const char *name)
 }
 
 /*
- * On a sharded collection the last index serving the shard key stays: "*" keeps every such
- * index, and a named drop that would remove the last one fails with CannotDropShardKeyIndex.
+ * On a collection sharded by a ranged key (MongoDB lets hashed shard key indexes go) the last
+ * index serving the shard key stays: "*" keeps every such index, and a named drop that would
+ * remove the last one fails with CannotDropShardKeyIndex.
  * Drops the kept names from 'names'. Applies to requests a router sent (versioned); an
  * administrator connected to the shard itself may still drop it (to rebuild it, say) -- the
  * donor's clone then scans the collection.
@@ -495,7 +511,7 @@ keep_shard_key_index(shl_op_ctx_t *op, const shl_collection_t *coll, bool all, c
     bson_t key = BSON_INITIALIZER;
     bool dropping = false, remains = false;
 
-    if (!op->has_shard_version || !shl_db_shard_key(op, coll->ns, &key)) {
+    if (!op->has_shard_version || !shl_db_shard_key(op, coll->ns, &key) || key_is_hashed(&key)) {
         goto done;
     }
     for (size_t i = 0; i < coll->nindexes; i++) {

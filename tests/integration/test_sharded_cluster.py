@@ -314,3 +314,9 @@ def test_the_last_shard_key_index_stays(cluster):
     r.keepidx.command("dropIndexes", "c", index="*")
     assert sorted(i["name"] for i in c.list_indexes()) == ["_id_", "k_x"]
     assert c.count_documents({"k": {"$gte": 5}}) == 5
+    # MongoDB lets a hashed shard key's index go.
+    r.admin.command("shardCollection", "keepidx.h", key={"k": "hashed"})
+    r.keepidx.h.insert_many([{"k": i} for i in range(10)])
+    r.keepidx.h.drop_index("k_hashed")
+    assert [i["name"] for i in r.keepidx.h.list_indexes()] == ["_id_"]
+    assert r.keepidx.h.count_documents({}) == 10
