@@ -12,35 +12,6 @@
 #include "net/command_args.h"
 #include "query/pipeline.h"
 
-/* currentOp's own fields; everything else that is not a generic argument is the filter. */
-static bool
-is_option(const char *k)
-{
-    return strcmp(k, "currentOp") == 0 || strcmp(k, "$all") == 0 || strcmp(k, "$ownOps") == 0 ||
-           strcmp(k, "$truncateOps") == 0 || strcmp(k, "$db") == 0;
-}
-
-/* The $match stage (a one-stage array in 'stages') made of currentOp's remaining fields. */
-static void
-filter_stage(const bson_t *cmd, bson_t *stages)
-{
-    bson_iter_t it;
-    bson_t stage, match;
-
-    BSON_APPEND_DOCUMENT_BEGIN(stages, "0", &stage);
-    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match);
-    if (bson_iter_init(&it, cmd)) {
-        while (shl_iter_next(&it)) {
-            const char *k = shl_iter_key(&it);
-            if (!is_option(k) && !shl_cmd_is_generic_arg(k)) {
-                bson_append_iter(&match, NULL, 0, &it);
-            }
-        }
-    }
-    bson_append_document_end(&stage, &match);
-    bson_append_document_end(stages, &stage);
-}
-
 /* {currentOp: 1, $all?, $ownOps?, <filter>...} -> {inprog: [...]}. */
 static int
 cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -53,7 +24,7 @@ cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(shl_cmd_get_bool(cmd, "$all", &flag, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "$ownOps", &flag, st));
     shl_op_list_append(op->svc, &all, &n);
-    filter_stage(cmd, &stages);
+    shl_current_op_append_match(cmd, "0", &stages);
     BSON_APPEND_ARRAY_BEGIN(reply, "inprog", &inprog);
     ret = shl_pipeline_run_array(&all, &stages, &inprog, &k, st);
     bson_append_array_end(reply, &inprog);

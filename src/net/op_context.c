@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/str.h"
 #include "bson/bson_util.h"
+#include "net/command_args.h"
 #include "net/server.h"
 
 static bool
@@ -334,6 +335,28 @@ shl_op_remote_key(shl_op_ctx_t *op)
         op->has_remote_key = true;
     }
     return op->remote_key;
+}
+
+void
+shl_current_op_append_match(const bson_t *cmd, const char *key, bson_t *stages)
+{
+    bson_iter_t it;
+    bson_t stage, match;
+
+    BSON_APPEND_DOCUMENT_BEGIN(stages, key, &stage);
+    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match);
+    if (bson_iter_init(&it, cmd)) {
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
+            if (strcmp(k, "currentOp") != 0 && strcmp(k, "$all") != 0 &&
+                strcmp(k, "$ownOps") != 0 && strcmp(k, "$truncateOps") != 0 &&
+                !shl_cmd_is_generic_arg(k)) {
+                bson_append_iter(&match, NULL, 0, &it);
+            }
+        }
+    }
+    bson_append_document_end(&stage, &match);
+    bson_append_document_end(stages, &stage);
 }
 
 int

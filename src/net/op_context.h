@@ -158,6 +158,14 @@ typedef struct shl_current_op_spec {
 } shl_current_op_spec_t;
 
 /*
+ * shl_current_op_append_match --
+ *     Append to the pipeline array 'stages', at index 'key', the $match stage the currentOp
+ *     command's filter makes: every field but currentOp's own ($all, $ownOps, $truncateOps)
+ *     and the generic arguments, as MongoDB turns the command into $currentOp + $match.
+ */
+void shl_current_op_append_match(const bson_t *cmd, const char *key, bson_t *stages);
+
+/*
  * shl_current_op_spec_parse --
  *     Parse the value of a $currentOp stage ('stage' is at the "$currentOp" element) as
  *     MongoDB does: first the checks its lite parse makes (TypeMismatch for a non-object, a

@@ -113,13 +113,6 @@ done:
 
 /* ---- currentOp ---- */
 
-static bool
-is_option(const char *k)
-{
-    return strcmp(k, "currentOp") == 0 || strcmp(k, "$all") == 0 || strcmp(k, "$ownOps") == 0 ||
-           strcmp(k, "$truncateOps") == 0;
-}
-
 /*
  * {currentOp: 1, $all?, $ownOps?, <filter>...}: every shard's operations matching the
  * filter, sorted by shard (mongos runs it as $currentOp + $match + $sort {shard: 1}), in
@@ -128,8 +121,7 @@ is_option(const char *k)
 static int
 cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    bson_t docs = BSON_INITIALIZER, stages = BSON_INITIALIZER, stage, match, sort, inprog;
-    bson_iter_t it;
+    bson_t docs = BSON_INITIALIZER, stages = BSON_INITIALIZER, stage, sort, inprog;
     cop_opts_t o = {false, false};
     uint32_t n = 0, k = 0;
     bool own = false;
@@ -138,18 +130,7 @@ cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(shl_cmd_get_bool(cmd, "$all", &o.all, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "$ownOps", &own, st));
     SHL_ERR(current_op_docs(op, &o, &docs, &n, st));
-    BSON_APPEND_DOCUMENT_BEGIN(&stages, "0", &stage);
-    BSON_APPEND_DOCUMENT_BEGIN(&stage, "$match", &match);
-    if (bson_iter_init(&it, cmd)) {
-        while (shl_iter_next(&it)) {
-            const char *key = shl_iter_key(&it);
-            if (!is_option(key) && !shl_cmd_is_generic_arg(key)) {
-                bson_append_iter(&match, NULL, 0, &it);
-            }
-        }
-    }
-    bson_append_document_end(&stage, &match);
-    bson_append_document_end(&stages, &stage);
+    shl_current_op_append_match(cmd, "0", &stages);
     BSON_APPEND_DOCUMENT_BEGIN(&stages, "1", &stage);
     BSON_APPEND_DOCUMENT_BEGIN(&stage, "$sort", &sort);
     BSON_APPEND_INT32(&sort, "shard", 1);
