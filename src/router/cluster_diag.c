@@ -119,14 +119,6 @@ done:
     return ret;
 }
 
-static void
-validate_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
-{
-    (void)rr;
-    (void)shard;
-    router_copy_command_as(arg, "validate", NULL, cmd);
-}
-
 /*
  * validate as mongos runs it: sent, versioned, to the primary of an unsharded collection or
  * every shard owning chunks of a sharded one. `raw` holds each shard's reply by shard name
@@ -138,6 +130,7 @@ static int
 cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
+    router_copy_as_t as = {cmd, "validate", NULL};
     shl_router_routing_t rr;
     shl_router_shard_result_t *res = NULL;
     size_t n = 0;
@@ -149,7 +142,7 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
 
     memset(&rr, 0, sizeof(rr));
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    SHL_ERR(shl_router_scatter(r, op, ns, NULL, validate_build, (void *)(uintptr_t)cmd, &rr, &res,
+    SHL_ERR(shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res,
                                &n, st));
     for (size_t i = 0; i < n; i++) {
         const shl_fanout_result_t *f = &res[i].res;
@@ -195,14 +188,6 @@ done:
 
 /* ---- dataSize ---- */
 
-static void
-data_size_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
-{
-    (void)rr;
-    (void)shard;
-    router_copy_command_as(arg, "dataSize", NULL, cmd);
-}
-
 /*
  * dataSize as mongos runs it: the namespace (a full "db.coll") is routed like a read of the
  * whole collection -- min/max/keyPattern do not narrow the shards -- sent versioned, and
@@ -212,6 +197,7 @@ static int
 cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
+    router_copy_as_t as = {cmd, "dataSize", NULL};
     shl_router_shard_result_t *res = NULL;
     size_t n = 0;
     bson_iter_t it;
@@ -225,7 +211,7 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                  shl_bson_type_name(shl_iter_type(&it)));
     }
     SHL_ERR(shl_ns_parse(&ns, bson_iter_utf8(&it, NULL), st));
-    SHL_ERR(shl_router_scatter(r, op, ns.full, NULL, data_size_build, (void *)(uintptr_t)cmd, NULL,
+    SHL_ERR(shl_router_scatter(r, op, ns.full, NULL, router_build_copy_as, &as, NULL,
                                &res, &n, st));
     for (size_t i = 0; i < n; i++) {
         const bson_t *b = &res[i].res.reply;
@@ -259,7 +245,7 @@ cmd_fsync(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_router_t *r = shl_router_get(op);
     size_t n = 0;
     shl_router_shard_result_t *res = NULL;
-    router_copy_as_t as = {cmd, "fsync"};
+    router_copy_as_t as = {cmd, "fsync", NULL};
     bson_t all = BSON_INITIALIZER;
     bson_iter_t it;
     int ret = 0;

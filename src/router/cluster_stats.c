@@ -40,7 +40,7 @@ router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char *shar
 
     (void)rr;
     (void)shard;
-    router_copy_command_as(a->cmd, a->name, NULL, cmd);
+    router_copy_command_as(a->cmd, a->name, a->skip, cmd);
 }
 
 /* ---- dbStats ---- */
@@ -57,7 +57,7 @@ cmd_db_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     shl_router_t *r = shl_router_get(op);
     size_t n = 0;
     shl_router_shard_result_t *res = NULL;
-    router_copy_as_t as = {cmd, "dbStats"};
+    router_copy_as_t as = {cmd, "dbStats", NULL};
     bson_t raw = BSON_INITIALIZER;
     int64_t scale = 1, collections = 0, views = 0, objects = 0, indexes = 0;
     double unscaled = 0, data = 0, storage = 0, total = 0, index_size = 0, fs_used = 0,
@@ -230,15 +230,6 @@ done:
     return ret;
 }
 
-static void
-coll_stats_build(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
-{
-    static const char *const skip[] = {"scale", NULL};
-    (void)rr;
-    (void)shard;
-    router_copy_command_as(arg, "collStats", skip, cmd);
-}
-
 /*
  * collStats as mongos runs it: routed like a read of the whole collection (the primary for
  * an unsharded one, every shard owning chunks for a sharded one), versioned, without the
@@ -250,6 +241,8 @@ static int
 cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
+    static const char *const skip[] = {"scale", NULL};
+    router_copy_as_t as = {cmd, "collStats", skip};
     shl_router_routing_t rr;
     shl_router_shard_result_t *res = NULL;
     size_t n = 0, nsizes = 0;
@@ -270,7 +263,7 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     }
     snprintf(ns, sizeof(ns), "%s.%s", op->db, bson_iter_utf8(&it, NULL));
     SHL_ERR(coll_stats_scale(cmd, &scale, st));
-    ret = shl_router_scatter(r, op, ns, NULL, coll_stats_build, (void *)(uintptr_t)cmd, &rr, &res,
+    ret = shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res,
                              &n, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Collection [%s] not found.", ns);

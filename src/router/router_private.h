@@ -32,14 +32,16 @@ void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out
 void router_copy_command_as(const bson_t *cmd, const char *name, const char *const *skip,
                             bson_t *out);
 
-/* The argument of router_build_copy_as: the user's command and the name to send it as. */
+/* The argument of router_build_copy_as: the user's command, the name to send it as and the
+ * fields to leave out (NULL-terminated; NULL: none). */
 typedef struct router_copy_as {
     const bson_t *cmd;
     const char *name;
+    const char *const *skip;
 } router_copy_as_t;
 
 /* router_build_copy_as -- a build callback (shl_router_build_fn) writing
- * router_copy_command_as(arg->cmd, arg->name) for every target. */
+ * router_copy_command_as(arg->cmd, arg->name, arg->skip) for every target. */
 void router_build_copy_as(void *arg, const shl_router_routing_t *rr, const char *shard,
                           bson_t *cmd);
 
