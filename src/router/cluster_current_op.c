@@ -85,8 +85,8 @@ current_op_docs(shl_op_ctx_t *op, const cop_opts_t *o, bson_t *docs, uint32_t *n
             *st = res[i].res.status;
             SHL_ERR(st->code);
         }
-        if (!bson_iter_init_find(&it, &res[i].res.reply, "inprog") ||
-            !BSON_ITER_HOLDS_ARRAY(&it) || !bson_iter_recurse(&it, &arr)) {
+        if (!bson_iter_init_find(&it, &res[i].res.reply, "inprog") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+            !bson_iter_recurse(&it, &arr)) {
             continue;
         }
         while (shl_iter_next(&arr)) {

@@ -395,14 +395,13 @@ unique_indexes_fit_key(void *arg, const shl_router_routing_t *rr, shl_status_t *
             continue;
         }
         bson_iter_document(&k, &len, &data);
-        if (bson_init_static(&key, data, len) &&
-            !shl_shard_key_is_unique_index_compatible(shl_routing_table_key_pattern(rr->rt),
-                                                      &key)) {
+        if (bson_init_static(&key, data, len) && !shl_shard_key_is_unique_index_compatible(
+                                                     shl_routing_table_key_pattern(rr->rt), &key)) {
             char *a = shl_bson_to_string(&key);
             char *b = shl_bson_to_string(&shl_routing_table_key_pattern(rr->rt)->pattern);
             ret = shl_status_set(st, SHL_CODE_CANNOT_CREATE_INDEX,
-                                 "cannot create unique index over %s with shard key pattern %s",
-                                 a, b);
+                                 "cannot create unique index over %s with shard key pattern %s", a,
+                                 b);
             bson_free(a);
             bson_free(b);
             goto done;

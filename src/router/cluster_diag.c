@@ -142,8 +142,7 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
 
     memset(&rr, 0, sizeof(rr));
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    SHL_ERR(shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res,
-                               &n, st));
+    SHL_ERR(shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res, &n, st));
     for (size_t i = 0; i < n; i++) {
         const shl_fanout_result_t *f = &res[i].res;
         bson_t one;
@@ -211,8 +210,8 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                  shl_bson_type_name(shl_iter_type(&it)));
     }
     SHL_ERR(shl_ns_parse(&ns, bson_iter_utf8(&it, NULL), st));
-    SHL_ERR(shl_router_scatter(r, op, ns.full, NULL, router_build_copy_as, &as, NULL,
-                               &res, &n, st));
+    SHL_ERR(
+        shl_router_scatter(r, op, ns.full, NULL, router_build_copy_as, &as, NULL, &res, &n, st));
     for (size_t i = 0; i < n; i++) {
         const bson_t *b = &res[i].res.reply;
         if (res[i].res.code != 0) {

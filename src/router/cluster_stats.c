@@ -124,8 +124,8 @@ is_any(const char *k, const char *const *list)
 }
 
 /* Sizes the router scales (the shards answer unscaled: the router sends no scale). */
-static const char *const k_scaled[] = {"size", "maxSize", "storageSize", "totalIndexSize",
-                                       "totalSize", NULL};
+static const char *const k_scaled[] = {"size",           "maxSize",   "storageSize",
+                                       "totalIndexSize", "totalSize", NULL};
 
 /* Summed over the shards, in the order mongos prints them (its map is sorted by name). */
 static const char *const k_summed[] = {"count",          "numOrphanDocs", "size", "storageSize",
@@ -133,7 +133,7 @@ static const char *const k_summed[] = {"count",          "numOrphanDocs", "size"
 #define N_SUMMED 6
 
 /* Copied from the first shard that has them: they must match across shards. */
-static const char *const k_first[] = {"userFlags", "capped",      "max",       "paddingFactorNote",
+static const char *const k_first[] = {"userFlags",    "capped",     "max", "paddingFactorNote",
                                       "indexDetails", "wiredTiger", NULL};
 
 /* One shard's collStats with the router's scale applied (mongos's per-shard entry). */
@@ -263,8 +263,7 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     }
     snprintf(ns, sizeof(ns), "%s.%s", op->db, bson_iter_utf8(&it, NULL));
     SHL_ERR(coll_stats_scale(cmd, &scale, st));
-    ret = shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res,
-                             &n, st);
+    ret = shl_router_scatter(r, op, ns, NULL, router_build_copy_as, &as, &rr, &res, &n, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Collection [%s] not found.", ns);
     }
@@ -318,7 +317,8 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     }
     bson_concat(reply, &first);
     if (warned) {
-        BSON_APPEND_UTF8(reply, "warning", "indexes don't all match - ok if ensureIndex is running");
+        BSON_APPEND_UTF8(reply, "warning",
+                         "indexes don't all match - ok if ensureIndex is running");
     }
     BSON_APPEND_UTF8(reply, "ns", ns);
     for (size_t s = 0; s < N_SUMMED; s++) {
@@ -467,8 +467,9 @@ balancer_mode(shl_op_ctx_t *op, const char **mode, shl_status_t *st)
             *mode = "off";
         } else if (set != NULL && (strcmp(set, "full") == 0 || strcmp(set, "off") == 0 ||
                                    strcmp(set, "autoSplitOnly") == 0)) {
-            *mode = strcmp(set, "full") == 0 ? "full" : strcmp(set, "off") == 0 ? "off"
-                                                                                : "autoSplitOnly";
+            *mode = strcmp(set, "full") == 0  ? "full"
+                    : strcmp(set, "off") == 0 ? "off"
+                                              : "autoSplitOnly";
         } else if (has_stopped) {
             *mode = "full";
         }
