@@ -73,7 +73,8 @@ tcp_listener(int *port)
 static int
 tcp_connect(int port)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
                              .sin_port = htons((uint16_t)port)};
     int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
@@ -114,7 +115,8 @@ run_echo(int tcp_lfd, int unix_fd)
     while (io_all(fd, req, sizeof(req), 0) == 0 && io_all(fd, rep, sizeof(rep), 1) == 0) {
     }
     close(fd);
-    while (recv_polled(unix_fd, req, sizeof(req)) == 0 && io_all(unix_fd, rep, sizeof(rep), 1) == 0) {
+    while (recv_polled(unix_fd, req, sizeof(req)) == 0 &&
+           io_all(unix_fd, rep, sizeof(rep), 1) == 0) {
     }
     exit(0);
 }
@@ -160,7 +162,8 @@ main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 20000;
     int echo_port, relay_port, sv[2], fd;
     int echo_lfd = tcp_listener(&echo_port), relay_lfd = tcp_listener(&relay_port);
-    int64_t *direct = calloc((size_t)n, sizeof(int64_t)), *relayed = calloc((size_t)n, sizeof(int64_t));
+    int64_t *direct = calloc((size_t)n, sizeof(int64_t)),
+            *relayed = calloc((size_t)n, sizeof(int64_t));
     pid_t echo_pid, relay_pid;
 
     if (n < 100 || direct == NULL || relayed == NULL ||
@@ -195,9 +198,8 @@ main(int argc, char **argv)
     printf("{\"tool\": \"hop_floor\", \"iterations\": %d, \"direct_p50_us\": %lld, "
            "\"direct_p99_us\": %lld, \"relayed_p50_us\": %lld, \"relayed_p99_us\": %lld, "
            "\"hop_p50_us\": %lld}\n",
-           n, (long long)direct[n / 2], (long long)direct[n * 99 / 100],
-           (long long)relayed[n / 2], (long long)relayed[n * 99 / 100],
-           (long long)(relayed[n / 2] - direct[n / 2]));
+           n, (long long)direct[n / 2], (long long)direct[n * 99 / 100], (long long)relayed[n / 2],
+           (long long)relayed[n * 99 / 100], (long long)(relayed[n / 2] - direct[n / 2]));
     free(direct);
     free(relayed);
     return 0;

@@ -102,7 +102,8 @@ serve(void *arg)
     if (shard >= 0 && buf != NULL && connect(shard, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
         while ((n = read_message(client, &buf, &cap, 0)) > 0 &&
                write_all(shard, buf, (size_t)n) == 0 &&
-               (n = read_message(shard, &buf, &cap, 1)) > 0 && write_all(client, buf, (size_t)n) == 0) {
+               (n = read_message(shard, &buf, &cap, 1)) > 0 &&
+               write_all(client, buf, (size_t)n) == 0) {
         }
     }
     if (shard >= 0) {

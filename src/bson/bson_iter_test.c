@@ -35,8 +35,12 @@ steps_agree(const uint8_t *data, uint32_t len, int *elements)
         more_ours = shl_iter_next(&ours);
         same = more_lib == more_ours && same_state(&lib, &ours);
         if (!same && getenv("SHL_ITER_DEBUG") != NULL) {
-            fprintf(stderr, "lib %d off %u type %u key %u d %u %u %u %u next %u err %u raw %p\n", more_lib, lib.off, lib.type, lib.key, lib.d1, lib.d2, lib.d3, lib.d4, lib.next_off, lib.err_off, (const void *)lib.raw);
-            fprintf(stderr, "our %d off %u type %u key %u d %u %u %u %u next %u err %u raw %p\n", more_ours, ours.off, ours.type, ours.key, ours.d1, ours.d2, ours.d3, ours.d4, ours.next_off, ours.err_off, (const void *)ours.raw);
+            fprintf(stderr, "lib %d off %u type %u key %u d %u %u %u %u next %u err %u raw %p\n",
+                    more_lib, lib.off, lib.type, lib.key, lib.d1, lib.d2, lib.d3, lib.d4,
+                    lib.next_off, lib.err_off, (const void *)lib.raw);
+            fprintf(stderr, "our %d off %u type %u key %u d %u %u %u %u next %u err %u raw %p\n",
+                    more_ours, ours.off, ours.type, ours.key, ours.d1, ours.d2, ours.d3, ours.d4,
+                    ours.next_off, ours.err_off, (const void *)ours.raw);
         }
         if (same && more_lib) {
             same = shl_iter_type(&ours) == bson_iter_type(&lib) &&
@@ -102,8 +106,8 @@ SHL_TEST(iter_next_matches_libbson_on_corrupt_documents)
     bson_t *doc = every_type();
     uint32_t len = doc->len;
     uint8_t *copy = bson_malloc(len);
-    static const uint8_t values[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x0c, 0x0d, 0x0f, 0x13,
-                                     0x20, 0x7f, 0x80, 0xfe, 0xff};
+    static const uint8_t values[] = {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x0c, 0x0d,
+                                     0x0f, 0x13, 0x20, 0x7f, 0x80, 0xfe, 0xff};
     uint64_t x = 88172645463325252ull;
     int n;
 

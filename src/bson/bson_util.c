@@ -569,3 +569,20 @@ shl_bson_double_at(const bson_t *doc, const char *key)
                ? bson_iter_as_double(&it)
                : 0.0;
 }
+
+size_t
+shl_bson_array_element_len(uint32_t index, size_t value_len)
+{
+    size_t digits = 1;
+
+    for (uint32_t i = index; i >= 10; i /= 10) {
+        digits++;
+    }
+    return 1 + digits + 1 + value_len;
+}
+
+bool
+shl_bson_array_has_room(const bson_t *arr, uint32_t index, size_t doc_len, size_t max_len)
+{
+    return index == 0 || arr->len + shl_bson_array_element_len(index, doc_len) <= max_len;
+}

@@ -128,4 +128,23 @@ bool shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
 
 void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *const *skip);
 
+/* ---- sizes ---- */
+
+/*
+ * shl_bson_array_element_len --
+ *     The bytes a value of 'value_len' bytes takes as element 'index' of an array: its type
+ *     byte, its decimal key with the NUL, and the value itself.
+ */
+size_t shl_bson_array_element_len(uint32_t index, size_t value_len);
+
+/*
+ * shl_bson_array_has_room --
+ *     Whether 'arr', an array being built whose next element is 'index', can take a document
+ *     of 'doc_len' bytes and stay within 'max_len' bytes. Always true for the first element:
+ *     a lone oversized document goes out alone (the receiver's own limit decides). Every
+ *     batch that fills a reply or a command with documents asks this, so what it counts is
+ *     what is sent.
+ */
+bool shl_bson_array_has_room(const bson_t *arr, uint32_t index, size_t doc_len, size_t max_len);
+
 #endif

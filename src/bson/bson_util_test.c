@@ -303,3 +303,33 @@ SHL_TEST(find_key_like_bson_iter_init_find)
     }
     bson_destroy(doc);
 }
+
+SHL_TEST(array_room_counts_what_is_appended)
+{
+    /* The predicted element sizes match what libbson appends, across key widths. */
+    bson_t doc = BSON_INITIALIZER, arr, *small = shl_test_bson("{'_id': 'w-1-2'}");
+    char key[16];
+    const char *k;
+    const size_t max_len = 64 * 1024;
+    uint32_t n = 0;
+
+    ASSERT(bson_append_array_begin(&doc, "a", 1, &arr));
+    while (shl_bson_array_has_room(&arr, n, small->len, max_len)) {
+        uint32_t before = arr.len;
+        bson_uint32_to_string(n, &k, key, sizeof(key));
+        ASSERT(bson_append_document(&arr, k, -1, small));
+        ASSERT_INT_EQ(arr.len - before, shl_bson_array_element_len(n, small->len));
+        n++;
+    }
+    /* Full: it stopped at the last element that fits, not one earlier. */
+    ASSERT(arr.len <= max_len);
+    ASSERT(arr.len + shl_bson_array_element_len(n, small->len) > max_len);
+    ASSERT_INT_EQ(shl_bson_array_element_len(9, 5), 8);
+    ASSERT_INT_EQ(shl_bson_array_element_len(10, 5), 9);
+    ASSERT_INT_EQ(shl_bson_array_element_len(1000000, 5), 14);
+    /* The first element always fits, however large. */
+    ASSERT(shl_bson_array_has_room(&arr, 0, max_len * 2, max_len));
+    bson_append_array_end(&doc, &arr);
+    bson_destroy(&doc);
+    bson_destroy(small);
+}

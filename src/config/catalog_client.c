@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "config/config_private.h"
+#include "net/stmt_batch.h"
 #include "net/server.h"
 #include "net/service.h"
 #include "storage/storage.h"
@@ -200,24 +201,41 @@ append_majority(bson_t *cmd)
     bson_append_document_end(cmd, &wc);
 }
 
+/* Insert the statements of 'b' into config.coll (majority), then empty it. */
+static int
+flush_inserts(const char *coll, shl_stmt_batch_t *b, shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, reply;
+
+    BSON_APPEND_UTF8(&cmd, "insert", coll);
+    shl_stmt_batch_append_to(b, &cmd, "documents");
+    append_majority(&cmd);
+    ret = cfg_local_cmd("config", &cmd, &reply, st);
+    shl_stmt_batch_clear(b);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 int
 cfg_insert(const char *coll, const bson_t *const *docs, size_t n, shl_status_t *st)
 {
     int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply, arr;
-    char key[24];
+    shl_stmt_batch_t b;
 
-    BSON_APPEND_UTF8(&cmd, "insert", coll);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
+    shl_stmt_batch_init(&b);
     for (size_t i = 0; i < n; i++) {
-        snprintf(key, sizeof(key), "%zu", i);
-        BSON_APPEND_DOCUMENT(&arr, key, docs[i]);
+        if (!shl_stmt_batch_has_room(&b, docs[i]->len)) {
+            SHL_ERR(flush_inserts(coll, &b, st));
+        }
+        shl_stmt_batch_append(&b, docs[i]);
     }
-    bson_append_array_end(&cmd, &arr);
-    append_majority(&cmd);
-    ret = cfg_local_cmd("config", &cmd, &reply, st);
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
+    if (b.n > 0) {
+        SHL_ERR(flush_inserts(coll, &b, st));
+    }
+done:
+    shl_stmt_batch_cleanup(&b);
     return ret;
 }
 

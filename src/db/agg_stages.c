@@ -15,6 +15,7 @@
 #include "db/exec.h"
 #include "db/sharding_hooks.h"
 #include "net/command_args.h"
+#include "net/stmt_batch.h"
 
 /* ---------------------------------------------------------------- reading other collections */
 
@@ -249,63 +250,86 @@ done:
     return ret;
 }
 
-/* Insert 'docs' (an array) into db.coll in batches under the 16 MB message limit. */
+/* Insert the statements of 'b' into db.coll (ordered), then empty it. */
+static int
+flush_inserts(shl_op_ctx_t *op, const char *db, const char *coll, shl_stmt_batch_t *b, bool bypass,
+              shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, reply;
+
+    BSON_APPEND_UTF8(&cmd, "insert", coll);
+    BSON_APPEND_BOOL(&cmd, "ordered", true);
+    if (bypass) {
+        BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+    }
+    shl_stmt_batch_append_to(b, &cmd, "documents");
+    ret = run_command(op, db, &cmd, &reply, st);
+    shl_stmt_batch_clear(b);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* Insert the documents of the array 'docs' into db.coll in batches an insert accepts. */
 static int
 insert_all(shl_op_ctx_t *op, const char *db, const char *coll, const bson_t *docs, bool bypass,
            shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
-    bson_t cmd = BSON_INITIALIZER, arr, reply = BSON_INITIALIZER;
-    uint32_t n = 0;
-    bool more;
+    shl_stmt_batch_t b;
 
+    shl_stmt_batch_init(&b);
     bson_iter_init(&it, docs);
-    more = shl_iter_next(&it);
-    while (more) {
-        bson_reinit(&cmd);
-        BSON_APPEND_UTF8(&cmd, "insert", coll);
-        BSON_APPEND_BOOL(&cmd, "ordered", true);
-        if (bypass) {
-            BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+    while (shl_iter_next(&it)) {
+        bson_t d;
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
         }
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-        n = 0;
-        while (more && n < 100000 && arr.len < 8 * 1024 * 1024) {
-            char key[16];
-            const char *kp;
-            bson_uint32_to_string(n++, &kp, key, sizeof(key));
-            bson_append_iter(&arr, kp, -1, &it);
-            more = shl_iter_next(&it);
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&d, data, len);
+        if (!shl_stmt_batch_has_room(&b, d.len)) {
+            SHL_ERR(flush_inserts(op, db, coll, &b, bypass, st));
         }
-        bson_append_array_end(&cmd, &arr);
-        bson_destroy(&reply);
-        SHL_ERR(run_command(op, db, &cmd, &reply, st));
+        shl_stmt_batch_append(&b, &d);
+    }
+    if (b.n > 0) {
+        SHL_ERR(flush_inserts(op, db, coll, &b, bypass, st));
     }
 done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
+    shl_stmt_batch_cleanup(&b);
     return ret;
 }
 
+/* $out or $merge under way (db_agg_out_begin .. db_agg_out_destroy). */
+struct db_agg_out {
+    shl_op_ctx_t *op;
+    const shl_pipeline_t *p;
+    const shl_pipeline_output_t *o;
+    shl_ns_t target;
+    bool bypass;
+    char tmp[64]; /* $out: the temporary collection, while it exists ("" otherwise) */
+};
+
+/* $out: create the temporary collection with the target's options and indexes. */
 static int
-write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, const bson_t *docs,
-          bool bypass, shl_status_t *st)
+out_begin(db_agg_out_t *w, shl_status_t *st)
 {
     int ret = 0;
+    shl_op_ctx_t *op = w->op;
     db_node_t *node = db_node(op);
-    shl_ns_t target;
     shl_collection_t *existing = NULL;
-    char tmp[64], tmp_full[SHL_NS_MAX + 80], target_full[SHL_NS_MAX + 1];
+    char tmp[64];
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-    bool created = false;
     uint8_t rnd[16];
 
-    SHL_ERR(shl_ns_make(&target, o->db != NULL ? o->db : db, o->coll, st));
-    SHL_ERR(db_check_user_write_ns(&target, st));
-    existing = shl_catalog_get(node->eng, target.full);
+    existing = shl_catalog_get(node->eng, w->target.full);
     if (existing != NULL && existing->capped) {
-        SHL_FAIL(st, 17152, "namespace '%s' is capped so it can't be used for $out", target.full);
+        SHL_FAIL(st, 17152, "namespace '%s' is capped so it can't be used for $out",
+                 w->target.full);
     }
     shl_uuid_gen(rnd);
     snprintf(tmp, sizeof(tmp), "tmp.agg_out.%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
@@ -323,8 +347,8 @@ write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, cons
             }
         }
     }
-    SHL_ERR(run_command(op, target.db, &cmd, &reply, st));
-    created = true;
+    SHL_ERR(run_command(op, w->target.db, &cmd, &reply, st));
+    snprintf(w->tmp, sizeof(w->tmp), "%s", tmp);
     if (existing != NULL && existing->nindexes > 1) {
         bson_t arr;
         uint32_t n = 0;
@@ -342,28 +366,31 @@ write_out(shl_op_ctx_t *op, const shl_pipeline_output_t *o, const char *db, cons
         }
         bson_append_array_end(&cmd, &arr);
         bson_destroy(&reply);
-        SHL_ERR(run_command(op, target.db, &cmd, &reply, st));
+        SHL_ERR(run_command(op, w->target.db, &cmd, &reply, st));
     }
-    SHL_ERR(insert_all(op, target.db, tmp, docs, bypass, st));
-    snprintf(tmp_full, sizeof(tmp_full), "%s.%s", target.db, tmp);
-    snprintf(target_full, sizeof(target_full), "%s", target.full);
-    bson_reinit(&cmd);
-    BSON_APPEND_UTF8(&cmd, "renameCollection", tmp_full);
-    BSON_APPEND_UTF8(&cmd, "to", target_full);
-    BSON_APPEND_BOOL(&cmd, "dropTarget", true);
-    bson_destroy(&reply);
-    SHL_ERR(run_command(op, "admin", &cmd, &reply, st));
-    created = false;
 done:
-    if (created) {
-        shl_status_t ignored = SHL_STATUS_INIT;
-        bson_reinit(&cmd);
-        BSON_APPEND_UTF8(&cmd, "drop", tmp);
-        bson_destroy(&reply);
-        (void)run_command(op, target.db, &cmd, &reply, &ignored);
-        shl_status_clear(&ignored);
-    }
     shl_collection_release(existing);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* $out: rename the temporary collection over the target. */
+static int
+out_commit(db_agg_out_t *w, shl_status_t *st)
+{
+    int ret;
+    char tmp_full[SHL_NS_MAX + 80];
+    bson_t cmd = BSON_INITIALIZER, reply;
+
+    snprintf(tmp_full, sizeof(tmp_full), "%s.%s", w->target.db, w->tmp);
+    BSON_APPEND_UTF8(&cmd, "renameCollection", tmp_full);
+    BSON_APPEND_UTF8(&cmd, "to", w->target.full);
+    BSON_APPEND_BOOL(&cmd, "dropTarget", true);
+    ret = run_command(w->op, "admin", &cmd, &reply, st);
+    if (ret == 0) {
+        w->tmp[0] = '\0';
+    }
     bson_destroy(&cmd);
     bson_destroy(&reply);
     return ret;
@@ -506,50 +533,103 @@ done:
     return ret;
 }
 
+/* $merge: the 'on' fields need a unique index on the target (or are just _id). */
 static int
-write_merge(shl_op_ctx_t *op, const shl_pipeline_t *p, const shl_pipeline_output_t *o,
-            const char *db, const bson_t *docs, bool bypass, shl_status_t *st)
+merge_begin(db_agg_out_t *w, shl_status_t *st)
 {
     int ret = 0;
-    db_node_t *node = db_node(op);
-    shl_ns_t target;
-    shl_collection_t *coll = NULL;
-    bson_iter_t it;
-    bool supported = o->non == 1 && strcmp(o->on[0], "_id") == 0;
+    db_node_t *node = db_node(w->op);
+    shl_collection_t *coll = shl_catalog_get(node->eng, w->target.full);
+    bool supported = w->o->non == 1 && strcmp(w->o->on[0], "_id") == 0;
 
-    SHL_ERR(shl_ns_make(&target, o->db != NULL ? o->db : db, o->coll, st));
-    SHL_ERR(db_check_user_write_ns(&target, st));
-    coll = shl_catalog_get(node->eng, target.full);
     for (size_t i = 0; !supported && coll != NULL && i < coll->nindexes; i++) {
-        supported = index_supports_on(coll->indexes[i], o);
+        supported = index_supports_on(coll->indexes[i], w->o);
     }
     if (!supported) {
         SHL_FAIL(st, 51183, "Cannot find index to verify that join fields will be unique");
-    }
-    bson_iter_init(&it, docs);
-    while (shl_iter_next(&it)) {
-        bson_t d;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&d, data, len);
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(merge_one(op, p, o, &target, &d, bypass, st));
     }
 done:
     shl_collection_release(coll);
     return ret;
 }
 
-int
-db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, const bson_t *docs,
-                    bool bypass, shl_status_t *st)
+static int
+merge_write(db_agg_out_t *w, const bson_t *docs, shl_status_t *st)
 {
-    const shl_pipeline_output_t *o = shl_pipeline_output(p);
+    int ret = 0;
+    bson_iter_t it;
 
-    SHL_INVARIANT(o != NULL);
-    if (o->is_merge) {
-        return write_merge(op, p, o, db, docs, bypass, st);
+    bson_iter_init(&it, docs);
+    while (shl_iter_next(&it)) {
+        bson_t d;
+        const uint8_t *data;
+        uint32_t len;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&d, data, len);
+        SHL_ERR(shl_op_check_interrupt(w->op, st));
+        SHL_ERR(merge_one(w->op, w->p, w->o, &w->target, &d, w->bypass, st));
     }
-    return write_out(op, o, db, docs, bypass, st);
+done:
+    return ret;
+}
+
+int
+db_agg_out_begin(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, bool bypass,
+                 db_agg_out_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    db_agg_out_t *w = bson_malloc0(sizeof(*w));
+
+    w->op = op;
+    w->p = p;
+    w->o = shl_pipeline_output(p);
+    w->bypass = bypass;
+    SHL_INVARIANT(w->o != NULL);
+    SHL_ERR(shl_ns_make(&w->target, w->o->db != NULL ? w->o->db : db, w->o->coll, st));
+    SHL_ERR(db_check_user_write_ns(&w->target, st));
+    SHL_ERR(w->o->is_merge ? merge_begin(w, st) : out_begin(w, st));
+done:
+    if (ret != 0) {
+        db_agg_out_destroy(w);
+        w = NULL;
+    }
+    *out = w;
+    return ret;
+}
+
+int
+db_agg_out_write(db_agg_out_t *w, const bson_t *docs, shl_status_t *st)
+{
+    if (w->o->is_merge) {
+        return merge_write(w, docs, st);
+    }
+    return insert_all(w->op, w->target.db, w->tmp, docs, w->bypass, st);
+}
+
+int
+db_agg_out_commit(db_agg_out_t *w, shl_status_t *st)
+{
+    return w->o->is_merge ? 0 : out_commit(w, st);
+}
+
+void
+db_agg_out_destroy(db_agg_out_t *w)
+{
+    if (w == NULL) {
+        return;
+    }
+    if (w->tmp[0] != '\0') {
+        /* Not committed: the temporary collection goes (even after a kill or timeout). */
+        shl_status_t ignored = SHL_STATUS_INIT;
+        bson_t cmd = BSON_INITIALIZER, reply;
+        BSON_APPEND_UTF8(&cmd, "drop", w->tmp);
+        (void)run_command(w->op, w->target.db, &cmd, &reply, &ignored);
+        shl_status_clear(&ignored);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+    }
+    bson_free(w);
 }

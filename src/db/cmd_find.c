@@ -1318,6 +1318,49 @@ done:
     return ret;
 }
 
+/*
+ * Run the pipeline of cursor 'c' (an aggregate's, ending in $out/$merge) to the end, feeding
+ * its writes batch by batch: each batch is read under the collection lock, as a getMore's,
+ * and written after the lock is released (the target may be the collection read), so
+ * neither memory nor the write commands grow with the output.
+ */
+static int
+agg_write_output(shl_op_ctx_t *op, const shl_ns_t *ns, shl_cursor_t *c, bool collectionless,
+                 bool bypass, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    const agg_state_t *a = c->state;
+    db_agg_out_t *w = NULL;
+    bson_t arr = BSON_INITIALIZER;
+    shl_coll_handle_t h;
+    bool locked = false, exhausted = false;
+
+    SHL_ERR(db_agg_out_begin(op, a->pl, op->db, bypass, &w, st));
+    while (!exhausted) {
+        bson_reinit(&arr);
+        if (!collectionless) {
+            SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
+            locked = true;
+            SHL_ERR(check_plan_cursor(c, &h, st));
+        }
+        SHL_ERR(shl_cursor_fill_batch(op, c, SHL_MAX_WRITE_BATCH, false, &arr, &exhausted, st));
+        if (locked) {
+            shl_storage_coll_release(&h);
+            locked = false;
+        }
+        SHL_ERR(db_agg_out_write(w, &arr, st));
+    }
+    SHL_ERR(db_agg_out_commit(w, st));
+done:
+    if (locked) {
+        shl_storage_coll_release(&h);
+    }
+    db_agg_out_destroy(w);
+    bson_destroy(&arr);
+    return ret;
+}
+
 /* Whether the command's first field is the number 1 (`aggregate: 1`, no collection). */
 static bool
 agg_collectionless(const bson_t *cmd)
@@ -1332,10 +1375,10 @@ agg_collectionless(const bson_t *cmd)
  *     Run a pipeline (src/query/pipeline.h) over the collection: a leading $match becomes
  *     the executor's filter (so the planner can use indexes), the rest pulls from the plan;
  *     $lookup/$unionWith/$collStats/$indexStats use the node's environment (agg_stages.c).
- *     Results are materialised under the collection lock and served by the cursor manager
- *     (batchSize, getMore); a pipeline ending in $out/$merge writes them after the lock is
- *     released and replies with an empty cursor. `aggregate: 1` runs collection-less
- *     pipelines ($documents). explain: true describes the stages without running them.
+ *     Results stream under the collection lock and are served by the cursor manager
+ *     (batchSize, getMore); a pipeline ending in $out/$merge writes them batch by batch,
+ *     each after the lock is released, and replies with an empty cursor. `aggregate: 1` runs
+ * collection-less pipelines ($documents). explain: true describes the stages without running them.
  */
 static int
 cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
@@ -1489,18 +1532,25 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         a->src.op = op;
         shl_pipeline_set_source(pl, &(shl_pipeline_source_t){agg_source_next, &a->src});
     }
-    if (shl_pipeline_output(pl) != NULL || collectionless) {
-        /* Everything at once: $out/$merge write after the collection handle is released. */
-        docs = bson_new();
-        SHL_ERR(agg_materialise(pl, docs, st));
+    if (shl_pipeline_output(pl) != NULL) {
+        /* $out/$merge: the documents go to the target as they come; the reply's cursor is
+         * empty, as MongoDB's. */
         if (locked) {
             shl_storage_coll_release(&h);
             locked = false;
         }
-        if (shl_pipeline_output(pl) != NULL) {
-            SHL_ERR(db_agg_write_output(op, pl, op->db, docs, bypass, st));
-            bson_reinit(docs);
-        }
+        cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
+        a = NULL;
+        ret = agg_write_output(op, &ns, cur, collectionless, bypass, st);
+        shl_cursor_destroy(cur);
+        cur = NULL;
+        SHL_ERR(ret);
+        db_reply_array_cursor(op, ns.full, bson_new(), batch_size, reply);
+        goto done;
+    }
+    if (collectionless) {
+        docs = bson_new();
+        SHL_ERR(agg_materialise(pl, docs, st));
         db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
         docs = NULL;
         goto done;

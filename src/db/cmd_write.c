@@ -180,8 +180,8 @@ db_doc_after_update(const bson_t *old_doc, const bson_t *new_doc, bson_t **out, 
         ret = SHL_CODE_IMMUTABLE_FIELD;
         goto done;
     }
-    first_is_id = bson_iter_init(&it, new_doc) && shl_iter_next(&it) &&
-                  strcmp(shl_iter_key(&it), "_id") == 0;
+    first_is_id =
+        bson_iter_init(&it, new_doc) && shl_iter_next(&it) && strcmp(shl_iter_key(&it), "_id") == 0;
     if (first_is_id || (!has_old && !has_new)) {
         goto done;
     }

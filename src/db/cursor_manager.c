@@ -9,6 +9,7 @@
 #include <sys/random.h>
 
 #include "base/clock.h"
+#include "bson/bson_util.h"
 
 #define BUCKETS 1024
 
@@ -281,7 +282,6 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
     int ret = 0;
     int64_t limit = batch_size > 0 ? batch_size : (first ? SHL_CURSOR_DEFAULT_FIRST_BATCH : -1);
     int64_t n = 0;
-    size_t bytes = 0;
     char key[16];
     const char *k;
 
@@ -303,9 +303,10 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
             *exhausted = true;
             break;
         }
-        /* The batch must leave room for the reply's envelope; a lone oversized document
-         * still goes out alone. */
-        if (n > 0 && bytes + doc->len > SHL_CURSOR_MAX_BATCH_BYTES) {
+        /* The batch counts what the reply carries (each document with its array key), so
+         * the reply stays within the internal limit with room for its envelope; a lone
+         * oversized document still goes out alone. */
+        if (!shl_bson_array_has_room(arr, (uint32_t)n, doc->len, SHL_CURSOR_MAX_BATCH_BYTES)) {
             if (c->stash == NULL) {
                 c->stash = bson_copy(doc);
             }
@@ -313,7 +314,6 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
         }
         bson_uint32_to_string((uint32_t)n, &k, key, sizeof(key));
         bson_append_document(arr, k, -1, doc);
-        bytes += doc->len;
         n++;
         if (c->stash != NULL) {
             bson_destroy(c->stash);

@@ -113,6 +113,35 @@ SHL_TEST(batches_stop_at_16mib_and_stash)
     bson_destroy(&arr);
 }
 
+SHL_TEST(batches_of_tiny_documents_count_their_keys)
+{
+    /* 2,000,000 documents of 14 bytes: with its array keys a 16 MiB batch of them would be
+     * about 70% larger than the documents alone. The reply (batch plus envelope) must stay
+     * within the internal limit every receiver checks. */
+    shl_service_ctx_t svc;
+    shl_op_ctx_t op;
+    shl_status_t st;
+    bool destroyed, exhausted = false;
+    shl_cursor_t *c = make_cursor(2000000, 0, &destroyed);
+    bson_t arr = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    int64_t total = 0;
+
+    fake_op(&op, &svc);
+    while (!exhausted) {
+        bson_reinit(&arr);
+        bson_reinit(&reply);
+        ASSERT_INT_EQ(shl_cursor_fill_batch(&op, c, 0, false, &arr, &exhausted, &st), 0);
+        ASSERT(arr.len <= SHL_CURSOR_MAX_BATCH_BYTES);
+        total += bson_count_keys(&arr);
+        shl_cursor_reply(&reply, "test.c", 1234567890123LL, false, &arr);
+        ASSERT(reply.len <= SHL_CURSOR_MAX_BATCH_BYTES + 16 * 1024);
+    }
+    ASSERT_INT_EQ(total, 2000000);
+    shl_cursor_destroy(c);
+    bson_destroy(&arr);
+    bson_destroy(&reply);
+}
+
 SHL_TEST(pin_kill_and_reap)
 {
     shl_cursor_manager_t *mgr = shl_cursor_manager_new();

@@ -313,17 +313,26 @@ typedef struct db_agg_env {
 void db_agg_env_init(db_agg_env_t *e, shl_op_ctx_t *op, const char *db, uint64_t read_ts);
 
 /*
- * db_agg_write_output --
- *     Write the results 'docs' (an array) of a pipeline ending in $out or $merge
- *     (shl_pipeline_output(p) != NULL). $out: a temporary collection in the target database
- *     with the target's options and indexes, renamed over the target (dropTarget). $merge:
- *     one update/insert per document by the 'on' fields, which need a unique index (51183).
- *     The writes are validated against the target's validator unless 'bypass' (the
- *     aggregate's bypassDocumentValidation). Must be called without collection handles
- *     held. Errors: the writes' (DuplicateKey, DocumentValidationFailure, ...), 51132
- *     missing 'on' fields, 13113 whenNotMatched: fail, 17152 capped $out target.
+ * db_agg_out_* -- the writes of a pipeline ending in $out or $merge (shl_pipeline_output(p)
+ * != NULL), fed batch by batch as the pipeline produces them.
+ *   begin: check the target and prepare. $out creates a temporary collection in the target
+ *     database with the target's options and indexes; $merge checks that the 'on' fields
+ *     have a unique index (51183). *out is NULL on error.
+ *   write: write the documents of the array 'docs' ($out: into the temporary collection, in
+ *     insert batches cut to the command's limits; $merge: one update/insert per document by
+ *     the 'on' fields).
+ *   commit: $out renames the temporary collection over the target (dropTarget).
+ *   destroy: drops a temporary collection not committed. NULL is fine.
+ * The writes are validated against the target's validator unless 'bypass' (the aggregate's
+ * bypassDocumentValidation). Call without collection handles held. Errors: the writes'
+ * (DuplicateKey, DocumentValidationFailure, ...), 51132 missing 'on' fields, 13113
+ * whenNotMatched: fail, 17152 capped $out target.
  */
-int db_agg_write_output(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db,
-                        const bson_t *docs, bool bypass, shl_status_t *st);
+typedef struct db_agg_out db_agg_out_t;
+int db_agg_out_begin(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, bool bypass,
+                     db_agg_out_t **out, shl_status_t *st);
+int db_agg_out_write(db_agg_out_t *w, const bson_t *docs, shl_status_t *st);
+int db_agg_out_commit(db_agg_out_t *w, shl_status_t *st);
+void db_agg_out_destroy(db_agg_out_t *w);
 
 #endif

@@ -3223,8 +3223,9 @@ graph_string(bson_iter_t *it, char **out, shl_status_t *st)
     }
     v = bson_iter_utf8(it, NULL);
     if (v[0] == '$') {
-        SHL_FAIL(st, 16410, "FieldPath field names may not start with '$'. Consider using "
-                            "$getField or $setField.");
+        SHL_FAIL(st, 16410,
+                 "FieldPath field names may not start with '$'. Consider using "
+                 "$getField or $setField.");
     }
     if (v[0] == '\0') {
         SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
@@ -3710,8 +3711,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     stage_t *s = NULL;
     const char *name;
 
-    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) ||
-        !shl_iter_next(&it)) {
+    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) || !shl_iter_next(&it)) {
         SHL_FAIL(st, 40323,
                  "A pipeline stage specification object must contain exactly one field.");
     }

@@ -614,6 +614,9 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
         SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
         SHL_ERR(router_agg_out_begin(op, pl, op->db, bypass, &w, st));
     }
+    /* With $out/$merge the documents go to the target a batch at a time and the reply's
+     * cursor is empty, as MongoDB's; without, they all come back in the first batch, which
+     * must fit in a reply. */
     for (uint32_t n = 0;; n++) {
         const bson_t *d;
         char k[16];
@@ -622,11 +625,20 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
         if (d == NULL) {
             break;
         }
+        if (!shl_bson_array_has_room(&docs, n, d->len, SHL_ROUTER_CURSOR_MAX_BATCH_BYTES)) {
+            if (w == NULL) {
+                SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                         "the results of a collection-less aggregate exceed %d bytes",
+                         SHL_ROUTER_CURSOR_MAX_BATCH_BYTES);
+            }
+            SHL_ERR(router_agg_out_write(w, &docs, st));
+            bson_reinit(&docs);
+            n = 0;
+        }
         bson_uint32_to_string(n, &kp, k, sizeof(k));
         bson_append_document(&docs, kp, -1, d);
     }
     if (w != NULL) {
-        /* The documents went to the target; the reply's cursor is empty, as MongoDB's. */
         SHL_ERR(router_agg_out_write(w, &docs, st));
         SHL_ERR(router_agg_out_commit(w, st));
         bson_reinit(&docs);

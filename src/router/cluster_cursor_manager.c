@@ -4,6 +4,7 @@
  * the shards as buffers drain) and the manager that keeps them between getMores.
  */
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "router/cluster_cursor_manager.h"
 
 #include <pthread.h>
@@ -454,7 +455,7 @@ shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t b
             *exhausted = true;
             break;
         }
-        if (n > 0 && arr->len + d->len + 32 > SHL_ROUTER_CURSOR_MAX_BATCH_BYTES) {
+        if (!shl_bson_array_has_room(arr, (uint32_t)n, d->len, SHL_ROUTER_CURSOR_MAX_BATCH_BYTES)) {
             c->stash = owned != NULL ? owned : bson_copy(d);
             break;
         }

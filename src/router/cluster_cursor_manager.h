@@ -62,8 +62,8 @@ typedef struct shl_router_cursor {
     /* Aggregate: the merge part (first half, fix-up, second half), pulling from the merge. */
     shl_pipeline_t *merge_a, *merge_b;
     shl_router_avg_fixup_t fixup;
-    bson_t fixed;    /* the last fixed-up document */
-    bson_t *vars;    /* the command's `let`, owned (the pipelines borrow it) */
+    bson_t fixed; /* the last fixed-up document */
+    bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
     /* The merge part's environment (reads of other collections), owned: freed by
      * env_state_free after the pipelines, whose stages may still close foreign reads. */
     void *env_state;

@@ -204,8 +204,7 @@ void shl_router_scatter_results_free(shl_router_shard_result_t *results, size_t 
  */
 int shl_router_send_to_all(shl_router_t *r, shl_op_ctx_t *op, const char *db, bool with_config,
                            shl_router_build_fn build, void *arg,
-                           shl_router_shard_result_t **results, size_t *nresults,
-                           shl_status_t *st);
+                           shl_router_shard_result_t **results, size_t *nresults, shl_status_t *st);
 
 /*
  * shl_router_dispatch --

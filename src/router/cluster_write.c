@@ -11,13 +11,16 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "net/stmt_batch.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "sharding/shard_key.h"
 
-/* A sub-batch stays below the 16 MB document limit with room for the command's own fields. */
-#define SUB_BATCH_MAX_BYTES (15 * 1024 * 1024)
-#define SUB_BATCH_MAX_ITEMS 100000
+/* A sub-batch is a write command a shard accepts (net/stmt_batch.h): its statements' array
+ * within SHL_STMT_BATCH_MAX_BYTES (each counted with its widest array key), at most
+ * SHL_MAX_WRITE_BATCH of them. */
+#define SUB_BATCH_MAX_BYTES SHL_STMT_BATCH_MAX_BYTES
+#define SUB_BATCH_MAX_ITEMS SHL_MAX_WRITE_BATCH
 
 typedef enum { KIND_INSERT, KIND_UPDATE, KIND_DELETE } write_kind_t;
 
@@ -458,7 +461,7 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
     }
     for (size_t i = op->scan_from; i < op->n; i++) {
         item_t *it = &op->items[i];
-        size_t bytes = it->doc.len;
+        size_t bytes = shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, it->doc.len);
         if (it->state == ITEM_ERROR && op->ordered) {
             break;
         }

@@ -63,8 +63,7 @@ meta_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
 {
     const shard_coll_meta_t *m = (const shard_coll_meta_t *)f;
 
-    return m->rt == NULL ||
-           shl_shard_key_values_equal(shl_routing_table_key_pattern(m->rt), a, b);
+    return m->rt == NULL || shl_shard_key_values_equal(shl_routing_table_key_pattern(m->rt), a, b);
 }
 
 bool

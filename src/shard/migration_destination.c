@@ -17,6 +17,7 @@
 #include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/service.h"
+#include "net/stmt_batch.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
@@ -180,85 +181,103 @@ done:
     return ret;
 }
 
+/* Send the statements of 'b' as one local write ({verb: coll, field: [...]}, unordered),
+ * then empty it. The donor's documents go as they are: they were validated (or not) when
+ * written. */
 static int
-insert_docs(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *docs, size_t n,
-            shl_status_t *st)
+flush_stmts(shard_recipient_t *r, const shl_ns_t *ns, const char *verb, const char *field,
+            shl_stmt_batch_t *b, shl_status_t *st)
 {
-    int ret;
-    bson_t cmd = BSON_INITIALIZER, arr;
-    char key[24];
-    const char *k;
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER;
 
-    BSON_APPEND_UTF8(&cmd, "insert", ns->coll);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-    for (size_t i = 0; i < n; i++) {
-        bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
-        BSON_APPEND_DOCUMENT(&arr, k, &docs[i]);
+    if (b->n > 0) {
+        BSON_APPEND_UTF8(&cmd, verb, ns->coll);
+        shl_stmt_batch_append_to(b, &cmd, field);
+        BSON_APPEND_BOOL(&cmd, "ordered", false);
+        if (strcmp(verb, "delete") != 0) {
+            BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+        }
+        ret = local_write(r, ns->db, &cmd, st);
+        shl_stmt_batch_clear(b);
     }
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_BOOL(&cmd, "ordered", false);
-    /* The donor's documents as they are: they were validated (or not) when written. */
-    BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
-    ret = local_write(r, ns->db, &cmd, st);
     bson_destroy(&cmd);
     return ret;
 }
 
-/* Apply one _transferMods reply; *n gets the number of changes. */
+/* Add a statement to 'b', first sending what 'b' holds when the statement would not fit. */
+static int
+add_stmt(shard_recipient_t *r, const shl_ns_t *ns, const char *verb, const char *field,
+         shl_stmt_batch_t *b, const bson_t *stmt, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (!shl_stmt_batch_has_room(b, stmt->len)) {
+        ret = flush_stmts(r, ns, verb, field, b, st);
+    }
+    if (ret == 0) {
+        shl_stmt_batch_append(b, stmt);
+    }
+    return ret;
+}
+
+static int
+insert_docs(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *docs, size_t n,
+            shl_status_t *st)
+{
+    int ret = 0;
+    shl_stmt_batch_t b;
+
+    shl_stmt_batch_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        SHL_ERR(add_stmt(r, ns, "insert", "documents", &b, &docs[i], st));
+    }
+    SHL_ERR(flush_stmts(r, ns, "insert", "documents", &b, st));
+done:
+    shl_stmt_batch_cleanup(&b);
+    return ret;
+}
+
+/* Apply one _transferMods reply (upserts of 'reload', deletes of 'deleted', in write
+ * batches the local commands accept); *n gets the number of changes. */
 static int
 apply_mods(shard_recipient_t *r, const shl_ns_t *ns, const bson_t *reply, size_t *n,
            shl_status_t *st)
 {
     int ret = 0;
-    bson_t *reload = NULL, *deleted = NULL, cmd = BSON_INITIALIZER, arr;
+    bson_t *reload = NULL, *deleted = NULL, stmt = BSON_INITIALIZER;
     size_t nr = mig_docs_of(reply, "reload", &reload);
     size_t nd = mig_docs_of(reply, "deleted", &deleted);
-    char key[24];
-    const char *k;
+    shl_stmt_batch_t b;
 
+    shl_stmt_batch_init(&b);
     *n = nr + nd;
-    if (nr > 0) {
-        BSON_APPEND_UTF8(&cmd, "update", ns->coll);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
-        for (size_t i = 0; i < nr; i++) {
-            bson_t stmt, q;
-            bson_iter_t it;
-            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
-            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &stmt);
-            BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
-            if (bson_iter_init_find(&it, &reload[i], "_id")) {
-                bson_append_value(&q, "_id", 3, bson_iter_value(&it));
-            }
-            bson_append_document_end(&stmt, &q);
-            BSON_APPEND_DOCUMENT(&stmt, "u", &reload[i]);
-            BSON_APPEND_BOOL(&stmt, "upsert", true);
-            bson_append_document_end(&arr, &stmt);
+    for (size_t i = 0; i < nr; i++) {
+        bson_t q;
+        bson_iter_t it;
+        bson_reinit(&stmt);
+        BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+        if (bson_iter_init_find(&it, &reload[i], "_id")) {
+            bson_append_value(&q, "_id", 3, bson_iter_value(&it));
         }
-        bson_append_array_end(&cmd, &arr);
-        BSON_APPEND_BOOL(&cmd, "ordered", false);
-        BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
-        SHL_ERR(local_write(r, ns->db, &cmd, st));
+        bson_append_document_end(&stmt, &q);
+        BSON_APPEND_DOCUMENT(&stmt, "u", &reload[i]);
+        BSON_APPEND_BOOL(&stmt, "upsert", true);
+        SHL_ERR(add_stmt(r, ns, "update", "updates", &b, &stmt, st));
     }
-    if (nd > 0) {
-        bson_reinit(&cmd);
-        BSON_APPEND_UTF8(&cmd, "delete", ns->coll);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
-        for (size_t i = 0; i < nd; i++) {
-            bson_t stmt;
-            bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
-            BSON_APPEND_DOCUMENT_BEGIN(&arr, k, &stmt);
-            BSON_APPEND_DOCUMENT(&stmt, "q", &deleted[i]);
-            BSON_APPEND_INT32(&stmt, "limit", 1);
-            bson_append_document_end(&arr, &stmt);
-        }
-        bson_append_array_end(&cmd, &arr);
-        BSON_APPEND_BOOL(&cmd, "ordered", false);
-        SHL_ERR(local_write(r, ns->db, &cmd, st));
+    SHL_ERR(flush_stmts(r, ns, "update", "updates", &b, st));
+    for (size_t i = 0; i < nd; i++) {
+        bson_reinit(&stmt);
+        BSON_APPEND_DOCUMENT(&stmt, "q", &deleted[i]);
+        BSON_APPEND_INT32(&stmt, "limit", 1);
+        SHL_ERR(add_stmt(r, ns, "delete", "deletes", &b, &stmt, st));
     }
+    SHL_ERR(flush_stmts(r, ns, "delete", "deletes", &b, st));
 done:
+    shl_stmt_batch_cleanup(&b);
     bson_free(reload);
     bson_free(deleted);
-    bson_destroy(&cmd);
+    bson_destroy(&stmt);
     return ret;
 }
 

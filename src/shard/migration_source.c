@@ -673,7 +673,7 @@ cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         }
         {
             bson_t *doc = d->pending[d->pending_pos];
-            if (nobj > 0 && bytes + doc->len > MIG_BATCH_BYTES) {
+            if (!shl_bson_array_has_room(&objects, (uint32_t)nobj, doc->len, MIG_BATCH_BYTES)) {
                 full = true;
                 break;
             }
@@ -830,18 +830,19 @@ drain_mods(shard_state_t *s, shard_donor_t *d, bson_t *reload, bson_t *deleted, 
             }
         }
         if (hit != NULL && mig_doc_in_range(&d->pattern, hit, d->min, d->max)) {
-            if (*nrel + *ndel > 0 && *bytes + hit->len > MIG_BATCH_BYTES) {
+            size_t len = shl_bson_array_element_len((uint32_t)*nrel, hit->len);
+            if (*nrel + *ndel > 0 && *bytes + len > MIG_BATCH_BYTES) {
                 break; /* the next reply sends it */
             }
             bson_uint32_to_string((uint32_t)*nrel, &k, key, sizeof(key));
             BSON_APPEND_DOCUMENT(reload, k, hit);
             (*nrel)++;
-            *bytes += hit->len;
+            *bytes += len;
         } else {
             bson_uint32_to_string((uint32_t)*ndel, &k, key, sizeof(key));
             BSON_APPEND_DOCUMENT(deleted, k, ids[i]);
+            *bytes += shl_bson_array_element_len((uint32_t)*ndel, ids[i]->len);
             (*ndel)++;
-            *bytes += ids[i]->len;
         }
     }
 done:

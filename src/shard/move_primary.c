@@ -18,14 +18,12 @@
 #include "base/log.h"
 #include "base/namespace.h"
 #include "bson/bson_iter.h"
+#include "net/stmt_batch.h"
 #include "shard/migration_private.h"
 #include "shard/shard_private.h"
 
 #define MP_COLL "movePrimaryCoordinators"
 #define MP_TIMEOUT_MS 60000
-/* An insert batch sent to the recipient stays below this many bytes (one document may be
- * larger; the wire limit is far above the 16 MB document limit). */
-#define MP_BATCH_BYTES (8 * 1024 * 1024)
 
 /* Pause with writes blocked and the coordinator document written, before the clone
  * (MongoDB's name), then -- Shale's names -- with reads blocked too before the config
@@ -357,37 +355,47 @@ done:
 
 /* ---------------------------------------------------------------- clone */
 
+/* Insert the statements of 'b' on the recipient, journaled, then empty it. */
+static int
+flush_inserts(shard_state_t *s, const mp_coord_t *c, const char *coll, shl_stmt_batch_t *b,
+              shl_status_t *st)
+{
+    int ret;
+    bson_t cmd = BSON_INITIALIZER, wc;
+
+    BSON_APPEND_UTF8(&cmd, "insert", coll);
+    BSON_APPEND_BOOL(&cmd, "ordered", true);
+    /* Copies, not new writes: documents stored before a validator existed move too. */
+    BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
+    shl_stmt_batch_append_to(b, &cmd, "documents");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
+    BSON_APPEND_BOOL(&wc, "j", true);
+    bson_append_document_end(&cmd, &wc);
+    ret = remote_write(s, c->to, c->db, &cmd, st);
+    bson_destroy(&cmd);
+    shl_stmt_batch_clear(b);
+    return ret;
+}
+
 static int
 send_inserts(shard_state_t *s, const mp_coord_t *c, const char *coll, bson_t *docs, size_t n,
              shl_status_t *st)
 {
     int ret = 0;
-    size_t i = 0;
+    shl_stmt_batch_t b;
 
-    while (i < n) {
-        bson_t cmd = BSON_INITIALIZER, arr, wc;
-        size_t bytes = 0, k = 0;
-        char key[24];
-        BSON_APPEND_UTF8(&cmd, "insert", coll);
-        BSON_APPEND_BOOL(&cmd, "ordered", true);
-        /* Copies, not new writes: documents stored before a validator existed move too. */
-        BSON_APPEND_BOOL(&cmd, "bypassDocumentValidation", true);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-        while (i < n && (k == 0 || bytes + docs[i].len <= MP_BATCH_BYTES)) {
-            snprintf(key, sizeof(key), "%zu", k++);
-            BSON_APPEND_DOCUMENT(&arr, key, &docs[i]);
-            bytes += docs[i].len;
-            i++;
+    shl_stmt_batch_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        if (!shl_stmt_batch_has_room(&b, docs[i].len)) {
+            SHL_ERR(flush_inserts(s, c, coll, &b, st));
         }
-        bson_append_array_end(&cmd, &arr);
-        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-        BSON_APPEND_BOOL(&wc, "j", true);
-        bson_append_document_end(&cmd, &wc);
-        ret = remote_write(s, c->to, c->db, &cmd, st);
-        bson_destroy(&cmd);
-        SHL_ERR(ret);
+        shl_stmt_batch_append(&b, &docs[i]);
+    }
+    if (b.n > 0) {
+        SHL_ERR(flush_inserts(s, c, coll, &b, st));
     }
 done:
+    shl_stmt_batch_cleanup(&b);
     return ret;
 }
 

@@ -647,8 +647,7 @@ shl_shard_key_is_extended_by(const shl_shard_key_pattern_t *p, const shl_shard_k
     SHL_INVARIANT(bson_iter_init(&a, &p->pattern) && bson_iter_init(&b, &q->pattern));
     while (shl_iter_next(&a)) {
         SHL_INVARIANT(shl_iter_next(&b));
-        if (strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0 ||
-            shl_bson_iter_compare(&a, &b) != 0) {
+        if (strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0 || shl_bson_iter_compare(&a, &b) != 0) {
             return false;
         }
     }

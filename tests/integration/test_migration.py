@@ -678,6 +678,31 @@ def test_large_documents_are_batched(mc):
         assert d["v"] == (1 if i < 4 else 0) and d["blob"] == want * big, i
 
 
+def test_captured_writes_over_a_write_batch_are_applied_in_batches(mc):
+    """Issue 23: 150,000 small documents inserted into the range while the recipient is held
+    after its clone all reach it through _transferMods, which must apply them in write
+    batches of at most 100,000 statements (one batch used to fail the migration with
+    "Write batch sizes must be between 1 and 100000", and every later one too)."""
+    r, ns = _setup(mc, "manymods", n=10)
+    recipient = mc.shard_client(1)
+    wait_recipient_step3 = hang(recipient, "migrateThreadHangAtStep3")
+    try:
+        t = Background(_mover(mc, ns), catch=PyMongoError)
+        wait_recipient_step3()
+        extra = 150000
+        r.mig.manymods.insert_many([{"_id": 10 + i, "x": 3000 + i} for i in range(extra)],
+                                   ordered=False)
+    finally:
+        fail_point(recipient, "migrateThreadHangAtStep3", "off")
+    t.join(300)
+    assert t.error is None, t.error
+    assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+    status = recipient.admin.command("_recvChunkStatus", ns)
+    assert status["counts"]["catchup"] + status["counts"]["steady"] >= extra
+    assert _direct(mc, 1, "manymods").count_documents({}) == extra  # x 0..9 stay
+    assert r.mig.manymods.count_documents({}) == extra + 10
+
+
 def _crash_setup(mc, name):
     r = mc.router_client()
     ns = "mig." + name

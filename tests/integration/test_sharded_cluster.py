@@ -320,3 +320,24 @@ def test_the_last_shard_key_index_stays(cluster):
     r.keepidx.h.drop_index("k_hashed")
     assert [i["name"] for i in r.keepidx.h.list_indexes()] == ["_id_"]
     assert r.keepidx.h.count_documents({}) == 10
+
+
+def test_full_batches_through_the_router_stay_within_the_reply_limit(cluster):
+    """Issue 23: a shard's getMore batch counted only its documents' bytes, not their array
+    keys, so 16 MiB of documents made a reply over the 16 MiB + 16 KiB every internal reader
+    accepts, and the router failed the read ("BSONObj size ... is invalid"). 20,000
+    documents of 1 KiB are enough to fill such a batch; the scale suite reads 5,000,000."""
+    r = cluster.router_client()
+    coll = r.bigbatch.c
+    pad = "p" * 1000
+    for lo in range(0, 20000, 5000):
+        coll.insert_many([{"_id": i, "pad": pad} for i in range(lo, lo + 5000)])
+    seen = 0
+    for i, d in enumerate(coll.find({}, batch_size=0)):
+        assert d["_id"] == i and len(d["pad"]) == 1000
+        seen += 1
+    assert seen == 20000
+    # The same through an aggregation's cursor, and with a projection at the shard.
+    assert sum(1 for _ in coll.aggregate([{"$match": {}}])) == 20000
+    assert sum(1 for _ in coll.find({}, {"pad": 1, "_id": 0})) == 20000
+    coll.drop()
