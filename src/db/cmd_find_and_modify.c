@@ -341,7 +341,7 @@ static const shl_command_t fam_commands[] = {
     {"findAndModify",
      {"findandmodify", NULL},
      cmd_find_and_modify,
-     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     SHL_CMD_NEEDS_PRIMARY | SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE,
      "find a document and update or remove it"},
 };
 

@@ -20,6 +20,7 @@
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 #include "net/reply_times.h"
+#include "session/session_args.h"
 
 /* MongoDB's clientCursorMonitor wakes every 4 seconds. */
 #define REAPER_PERIOD_MS 4000
@@ -129,6 +130,16 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &metrics);
 }
 
+/* The session arguments of a request: checked as every role checks them (a standalone
+ * refuses txnNumbers). */
+static int
+session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
+{
+    db_node_t *node = op->svc->role_state;
+
+    return shl_session_check_args(op, cmd, node->repl_set, st);
+}
+
 static void
 node_shutdown(shl_service_ctx_t *svc)
 {
@@ -198,6 +209,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.append_hello = append_hello;
     svc->hooks.append_server_status = append_server_status;
+    svc->hooks.session_begin = session_begin;
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {

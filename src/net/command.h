@@ -19,6 +19,9 @@
 #define SHL_CMD_WRITE (1u << 5)          /* counts as a write (retryable write candidate) */
 #define SHL_CMD_NO_FAILCOMMAND (1u << 6) /* failCommand never fails it */
 #define SHL_CMD_HANDSHAKE (1u << 7)      /* allowed over legacy OP_QUERY */
+/* A retryable write (insert, update, delete, findAndModify): accepts a txnNumber outside a
+ * transaction, and its retryable errors carry the RetryableWriteError label. */
+#define SHL_CMD_RETRYABLE_WRITE (1u << 8)
 
 /*
  * A command's run function: 'cmd' is the request body; 'reply' is an empty document

@@ -100,13 +100,20 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             continue;
         }
         if (f == F_LSID) {
-            if (!doc_view(&it, &op->lsid) || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "lsid must be an object");
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->lsid)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'OperationSessionInfo.lsid' is the wrong type '%s', "
+                         "expected type 'object'",
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
+            SHL_ERR(shl_lsid_parse(&op->lsid, &op->lsid_key, st));
             op->has_lsid = true;
         } else if (f == F_TXN_NUMBER) {
             if (!BSON_ITER_HOLDS_INT(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "txnNumber must be an integer");
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'OperationSessionInfo.txnNumber' is the wrong type '%s', "
+                         "expected type 'long'",
+                         shl_bson_type_name(shl_iter_type(&it)));
             }
             op->has_txn_number = true;
             op->txn_number = bson_iter_as_int64(&it);

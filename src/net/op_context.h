@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "net/lsid.h"
 #include "net/service_context.h"
 
 /*
@@ -40,7 +41,8 @@ typedef struct shl_op_ctx {
 
     /* Generic arguments; each 'has_' says whether the field was present. */
     bool has_lsid;
-    bson_t lsid; /* static view into body when has_lsid */
+    bson_t lsid;         /* static view into body when has_lsid */
+    shl_lsid_t lsid_key; /* the lsid parsed, uid filled in, when has_lsid */
     bool has_txn_number;
     int64_t txn_number;
     bool has_autocommit;
@@ -64,6 +66,10 @@ typedef struct shl_op_ctx {
     /* The key this operation gives the requests it sends (shl_op_remote_key), or none. */
     bool has_remote_key;
     uint8_t remote_key[SHL_OP_KEY_LEN];
+
+    /* The session this operation checked out (a data node's retryable write), owned by the
+     * role's session catalog; set and cleared by the service's session hooks. */
+    void *session;
 
     int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
     atomic_bool killed;  /* set by killOp or shutdown */

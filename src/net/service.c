@@ -49,6 +49,54 @@ count_op(shl_service_ctx_t *svc, const char *name)
     atomic_fetch_add(c, 1);
 }
 
+/* Whether 'op' runs 'cmd' as a retryable write: a txnNumber outside a transaction. */
+static bool
+is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
+{
+    return cmd != NULL && (cmd->flags & SHL_CMD_RETRYABLE_WRITE) && op->has_txn_number &&
+           !op->has_autocommit;
+}
+
+/*
+ * Whether an error 'code' of a retryable write gets the RetryableWriteError label here, as
+ * MongoDB attaches it: the retriable codes (not-primary, network, interruption by a state
+ * change...), shutdown codes only while this process is really shutting down. A router
+ * passes the labels of the shards' and config server's errors through and adds none of its
+ * own to them.
+ */
+static bool
+retryable_write_error(const shl_service_ctx_t *svc, int code)
+{
+    if (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR)) {
+        return atomic_load(&svc->shutting_down);
+    }
+    return svc->role != SHL_ROLE_ROUTER && shl_code_in_category(code, SHL_CAT_RETRIABLE_ERROR);
+}
+
+/* A successful retryable write's writeConcernError with a retriable code: the label goes at
+ * the reply's top level. */
+static void
+label_write_concern_error(const shl_service_ctx_t *svc, bson_t *reply)
+{
+    bson_iter_t it, f;
+    int code = 0;
+
+    if (!shl_bson_iter_find_key(&it, reply, "writeConcernError") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &f) ||
+        shl_bson_iter_find_key(&it, reply, "errorLabels")) {
+        return;
+    }
+    if (bson_iter_find(&f, "code") && BSON_ITER_HOLDS_NUMBER(&f)) {
+        code = (int)bson_iter_as_int64(&f);
+    }
+    if (code != 0 && retryable_write_error(svc, code)) {
+        bson_t labels;
+        BSON_APPEND_ARRAY_BEGIN(reply, "errorLabels", &labels);
+        BSON_APPEND_UTF8(&labels, "0", shl_label_name(SHL_LABEL_BIT_RETRYABLE_WRITE_ERROR));
+        bson_append_array_end(reply, &labels);
+    }
+}
+
 /*
  * Run the command in 'body' and build its whole reply. *close_conn is set when
  * failCommand asks for the connection to be closed.
@@ -65,7 +113,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     const shl_command_t *cmd = NULL;
     char db[128] = "";
     shl_fail_command_action_t fc;
-    bool op_init = false;
+    bool op_init = false, in_session = false;
     bson_t *rewritten = NULL;
 
     memset(&fc, 0, sizeof(fc));
@@ -116,6 +164,10 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
                  "multi-document transactions are not supported by Shale yet");
     }
+    if (svc->hooks.session_begin != NULL) {
+        SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
+        in_session = true;
+    }
 
     if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {
         shl_fail_command_check(&op, name, &fc);
@@ -135,6 +187,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     ret = cmd->run(&op, body, reply, &st);
 
 done:
+    if (in_session && svc->hooks.session_end != NULL) {
+        svc->hooks.session_end(&op);
+    }
     if (ret != 0) {
         bson_reinit(reply);
         if (fc.fire && fc.has_labels) {
@@ -142,6 +197,9 @@ done:
             shl_status_append_reply(&st, reply);
             BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
         } else {
+            if (op_init && is_retryable_write(&op, cmd) && retryable_write_error(svc, st.code)) {
+                shl_status_add_label(&st, SHL_LABEL(RETRYABLE_WRITE_ERROR));
+            }
             shl_status_append_reply(&st, reply);
         }
         SHL_LOG_DEBUG(1, COMMAND, 51803, "command failed", "command", BCON_UTF8(name), "code",
@@ -149,6 +207,13 @@ done:
     } else if (!*close_conn) {
         if (fc.fire && fc.has_wce) {
             BSON_APPEND_DOCUMENT(reply, "writeConcernError", &fc.write_concern_error);
+            if (fc.has_labels) {
+                /* failCommand's labels replace the ones the server would attach. */
+                BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
+            }
+        }
+        if (is_retryable_write(&op, cmd)) {
+            label_write_concern_error(svc, reply);
         }
         if (!shl_bson_iter_find_key(&it, reply, "ok")) {
             BSON_APPEND_DOUBLE(reply, "ok", 1.0);

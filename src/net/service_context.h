@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/status.h"
+
 struct shl_command;
 struct shl_command_registry;
 struct shl_op_ctx;
@@ -57,6 +59,15 @@ typedef struct shl_service_hooks {
      * the dispatcher re-reads them from the new body and destroys it after the command.
      */
     bson_t *(*rewrite_request)(struct shl_op_ctx *op, const struct shl_command *cmd);
+    /*
+     * The session arguments of a request (lsid, txnNumber, autocommit), once its generic
+     * arguments are read and it is registered: the role checks them (an error fails the
+     * command), records the session in its logical session cache and, on a data node,
+     * checks the session out for a retryable write (op->session). session_end runs after
+     * the command whenever session_begin succeeded.
+     */
+    int (*session_begin)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
+    void (*session_end)(struct shl_op_ctx *op);
     /* Fields every reply carries ($clusterTime, operationTime, ...). */
     void (*decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
     /* Extra serverStatus sections (storage engine, sharding, ...). */

@@ -1193,13 +1193,13 @@ done:
 }
 
 static const shl_command_t k_write_commands[] = {
-    {"insert", {NULL}, cmd_insert, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "insert documents"},
-    {"update", {NULL}, cmd_update, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "update documents"},
-    {"delete", {NULL}, cmd_delete, SHL_CMD_WRITE | SHL_CMD_IN_TXN, "delete documents"},
+    {"insert", {NULL}, cmd_insert, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "insert documents"},
+    {"update", {NULL}, cmd_update, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "update documents"},
+    {"delete", {NULL}, cmd_delete, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "delete documents"},
     {"findAndModify",
      {"findandmodify"},
      cmd_find_and_modify,
-     SHL_CMD_WRITE | SHL_CMD_IN_TXN,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE,
      "modify and return a single document"},
 };
 

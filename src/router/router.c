@@ -17,6 +17,7 @@
 #include "router/router_commands.h"
 #include "router/router_private.h"
 #include "router/router_uptime.h"
+#include "session/session_args.h"
 #include "sharding/sharding_types.h"
 
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
@@ -54,6 +55,13 @@ static bson_t *
 rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 {
     return router_rwc_apply(shl_router_get(op), op, cmd);
+}
+
+/* The session arguments every request is checked for (a router is never a standalone). */
+static int
+session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
+{
+    return shl_session_check_args(op, cmd, true, st);
 }
 
 static void
@@ -101,6 +109,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.rewrite_request = rewrite_request;
+    svc->hooks.session_begin = session_begin;
     svc->hooks.shutdown = shutdown_router;
     r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);

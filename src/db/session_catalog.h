@@ -1,0 +1,136 @@
+/*
+ * session_catalog.h -- a data node's session catalog and its retryable-write state
+ * (seeds/001 "The logical session catalog", "The transactions table", "Retryable writes";
+ * MongoDB's SessionCatalog + TransactionParticipant for retryable writes).
+ *
+ * An operation that carries lsid + txnNumber checks its session out for the whole command;
+ * another operation on the same session waits (interruptibly) until it is checked in. The
+ * session remembers, for its current txnNumber, the oplog timestamp of every statement
+ * (stmtId) that wrote, loaded on first use from config.transactions ({_id: lsid, txnNum,
+ * lastWriteOpTime, lastWriteDate}) and the chain of oplog entries it points to (each
+ * entry's prevOpTime). A retried statement is answered from its oplog entry and not run
+ * again. The write that records a statement writes its oplog entry with lsid, txnNumber,
+ * stmtId and prevOpTime, and the config.transactions document, in the same storage
+ * transaction; recovery re-derives config.transactions from the replayed entries
+ * (db_session_replay_derive), as a MongoDB secondary does.
+ *
+ * Locking: the catalog's mutex guards its table and each session's checkout state; a
+ * session's retryable state is touched only by the operation that has it checked out.
+ */
+#ifndef SHL_DB_SESSION_CATALOG_H
+#define SHL_DB_SESSION_CATALOG_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/lsid.h"
+#include "net/op_context.h"
+#include "storage/storage.h"
+#include "storage/write.h"
+
+/* MongoDB's kIncompleteHistoryStmtId: the statement id of a history dead end. */
+#define DB_INCOMPLETE_HISTORY_STMT_ID (-1)
+
+#define DB_TRANSACTIONS_NS "config.transactions"
+#define DB_IMAGE_COLLECTION_NS "config.image_collection"
+
+typedef struct db_session_catalog db_session_catalog_t;
+typedef struct db_session db_session_t;
+
+/* db_session_catalog_new / _destroy -- the node's catalog (no session may be checked out). */
+db_session_catalog_t *db_session_catalog_new(shl_storage_engine_t *eng);
+void db_session_catalog_destroy(db_session_catalog_t *cat);
+
+/*
+ * db_session_checkout --
+ *     Check out the session of 'op' (op->lsid_key) for its retryable write op->txn_number:
+ *     wait while another operation has it (interruptible: MaxTimeMSExpired, Interrupted);
+ *     load its state on first use; then a lower txnNumber than the session's is
+ *     TransactionTooOld (225) and a higher one starts a new retryable write (the statements
+ *     of the old one are forgotten). On success op->session is set; check it in with
+ *     db_session_checkin.
+ */
+int db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st);
+void db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op);
+
+/*
+ * db_session_catalog_forget --
+ *     Drop the in-memory state of 'lsid' (after its config.transactions document was
+ *     removed by the reaper), unless it is checked out or awaited: then false.
+ */
+bool db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid);
+
+/* ---------------------------------------------------------------- statements */
+
+/*
+ * db_session_stmt_executed --
+ *     Whether statement 'stmt_id' of the checked-out session's retryable write already
+ *     wrote; *ts is then its oplog entry's timestamp. Errors: IncompleteTransactionHistory
+ *     (217) when it is not known and the session's history is incomplete (truncated oplog,
+ *     or a migrated session whose history did not come along).
+ */
+int db_session_stmt_executed(const shl_op_ctx_t *op, int32_t stmt_id, uint64_t *ts, bool *executed,
+                             shl_status_t *st);
+
+/*
+ * db_session_read_entry --
+ *     The oplog entry at 'ts' of a retried statement (copied into *out, always initialised).
+ *     A migrated statement's no-op entry is unwrapped: *out is the original write (its o2).
+ *     Errors: IncompleteTransactionHistory when the entry is gone.
+ */
+int db_session_read_entry(const shl_op_ctx_t *op, uint64_t ts, bson_t *out, shl_status_t *st);
+
+/*
+ * The statements one write unit (storage transaction) records for a retryable write: begin
+ * it at the start of every attempt of the unit, build each write's oplog fields with
+ * _oplog_fields, note each write with _wrote, write the config.transactions document with
+ * _finish (same transaction, last), and after the unit committed publish it with _commit.
+ * With op->session NULL (not a retryable write) every call does nothing.
+ */
+typedef struct db_stmt_recorder {
+    shl_op_ctx_t *op;
+    db_session_t *s;
+    uint64_t prev_ts;  /* the prevOpTime of the next entry */
+    int32_t *stmt_ids; /* statements written in this attempt */
+    uint64_t *ts;      /* and their entries' timestamps */
+    size_t n, cap;
+    bson_t fields;     /* the oplog fields of the current write */
+    uint64_t write_ts; /* receives the current write's entry timestamp (shl_write_opts_t) */
+} db_stmt_recorder_t;
+
+void db_stmt_recorder_init(db_stmt_recorder_t *r, shl_op_ctx_t *op);
+void db_stmt_recorder_cleanup(db_stmt_recorder_t *r);
+void db_stmt_recorder_begin(db_stmt_recorder_t *r);
+
+/*
+ * db_stmt_recorder_opts --
+ *     The write options for the next write of statement 'stmt_id' (NULL when the op is not
+ *     a retryable write): oplog fields {lsid, txnNumber, stmtId, prevOpTime} and where the
+ *     entry's timestamp goes. Borrowed until the next call.
+ */
+const shl_write_opts_t *db_stmt_recorder_opts(db_stmt_recorder_t *r, int32_t stmt_id,
+                                              shl_write_opts_t *wo);
+
+/* db_stmt_recorder_wrote -- the write made with the last options succeeded. */
+void db_stmt_recorder_wrote(db_stmt_recorder_t *r, int32_t stmt_id);
+
+/* db_stmt_recorder_finish -- upsert config.transactions in 'txn' if anything was written. */
+int db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_status_t *st);
+
+/* db_stmt_recorder_commit -- the unit committed: the session knows its statements now. */
+void db_stmt_recorder_commit(db_stmt_recorder_t *r);
+
+/* ---------------------------------------------------------------- recovery */
+
+/*
+ * db_session_replay_derive --
+ *     Storage's replay hook (shl_storage_options_t.replay_derive): for a replayed oplog entry
+ *     of a retryable write (lsid + txnNumber), upsert its config.transactions document in
+ *     'txn' (at the entry's timestamp) unless a newer write of the session is recorded.
+ */
+int db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg,
+                             shl_status_t *st);
+
+#endif

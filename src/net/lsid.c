@@ -1,0 +1,112 @@
+/*
+ * lsid.c -- logical session ids (lsid.h).
+ */
+#include "net/lsid.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+
+/* SHA-256 of the empty string: the uid of every session while there is no authentication
+ * (MongoDB digests the logged-in user's name; no user is the empty name). */
+static const uint8_t empty_user_digest[SHL_LSID_UID_LEN] = {
+    0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
+    0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
+
+int
+shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool has_id = false;
+
+    memset(out, 0, sizeof(*out));
+    memcpy(out->uid, empty_user_digest, sizeof(out->uid));
+    if (!bson_iter_init(&it, doc)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "invalid lsid");
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        bson_subtype_t sub = BSON_SUBTYPE_BINARY;
+        uint32_t len = 0;
+        const uint8_t *data = NULL;
+        if (BSON_ITER_HOLDS_BINARY(&it)) {
+            bson_iter_binary(&it, &sub, &len, &data);
+        }
+        if (strcmp(k, "id") == 0) {
+            if (data == NULL || sub != BSON_SUBTYPE_UUID || len != 16) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'LogicalSessionFromClient.id' is the wrong type '%s', "
+                         "expected type 'uuid'",
+                         data != NULL ? "binData" : shl_bson_type_name(shl_iter_type(&it)));
+            }
+            memcpy(out->id, data, 16);
+            has_id = true;
+        } else if (strcmp(k, "uid") == 0) {
+            if (data == NULL || sub != BSON_SUBTYPE_BINARY || len != SHL_LSID_UID_LEN) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'LogicalSessionFromClient.uid' is the wrong type '%s', "
+                         "expected a 32-byte binData",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            memcpy(out->uid, data, SHL_LSID_UID_LEN);
+        } else {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field 'LogicalSessionFromClient.%s' is an unknown field.", k);
+        }
+    }
+    if (!has_id) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'LogicalSessionFromClient.id' is missing but a required field");
+    }
+done:
+    return ret;
+}
+
+void
+shl_lsid_append(bson_t *doc, const char *key, const shl_lsid_t *lsid)
+{
+    bson_t sub;
+
+    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub);
+    bson_append_binary(&sub, "id", 2, BSON_SUBTYPE_UUID, lsid->id, 16);
+    bson_append_binary(&sub, "uid", 3, BSON_SUBTYPE_BINARY, lsid->uid, SHL_LSID_UID_LEN);
+    bson_append_document_end(doc, &sub);
+}
+
+bool
+shl_lsid_equal(const shl_lsid_t *a, const shl_lsid_t *b)
+{
+    return memcmp(a->id, b->id, sizeof(a->id)) == 0 && memcmp(a->uid, b->uid, sizeof(a->uid)) == 0;
+}
+
+uint64_t
+shl_lsid_hash(const shl_lsid_t *lsid)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the id (random: enough) */
+
+    for (size_t i = 0; i < sizeof(lsid->id); i++) {
+        h = (h ^ lsid->id[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+void
+shl_lsid_id_string(const shl_lsid_t *lsid, char buf[37])
+{
+    const uint8_t *u = lsid->id;
+
+    snprintf(buf, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
+}
+
+void
+shl_lsid_new(shl_lsid_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    shl_uuid_gen(out->id);
+    memcpy(out->uid, empty_user_digest, sizeof(out->uid));
+}
