@@ -6,10 +6,13 @@
  */
 #include <string.h>
 
+#include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/exec.h"
+#include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
+#include "session/session_args.h"
 #include "query/update.h"
 
 static const char *const fam_fields[] = {"query",
@@ -27,6 +30,7 @@ static const char *const fam_fields[] = {"query",
                                          "collectionUUID",
                                          "isTimeseriesNamespace",
                                          "encryptionInformation",
+                                         "stmtId",
                                          NULL};
 
 typedef struct fam_unit {
@@ -37,6 +41,8 @@ typedef struct fam_unit {
     const shl_update_t *upd; /* NULL for remove */
     const db_validator_t *validator;
     bool remove, return_new, upsert;
+    int32_t stmt_id;
+    db_stmt_recorder_t *rec;
     /* Results of the last run. */
     bool found, updated_existing, upserted;
     bson_t *value; /* the document to return (before projection), or NULL */
@@ -107,14 +113,23 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
     }
     if (pre == NULL) {
         bson_iter_t it;
-        SHL_ERR(shl_doc_insert(txn, u->coll, doc, NULL, NULL, st));
+        shl_write_opts_t wo;
+        /* A retry answers an upsert from its insert entry: no image needed. */
+        const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+        SHL_ERR(shl_doc_insert(txn, u->coll, doc, wop, NULL, st));
+        db_stmt_recorder_wrote(u->rec, u->stmt_id);
         shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, doc);
         if (bson_iter_init_find(&it, doc, "_id")) {
             bson_value_copy(bson_iter_value(&it), &u->upserted_id);
             u->upserted = true;
         }
     } else if (changed) {
-        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, NULL, st));
+        shl_write_opts_t wo;
+        const char *kind = u->return_new ? "postImage" : "preImage";
+        const shl_write_opts_t *wop = db_stmt_recorder_opts_image(u->rec, u->stmt_id, kind, &wo);
+        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, wop, st));
+        db_stmt_recorder_wrote(u->rec, u->stmt_id);
+        SHL_ERR(db_stmt_recorder_image(u->rec, txn, kind, u->return_new ? doc : pre, st));
         shl_db_sharding_observe_write(u->op, u->coll->ns, pre, doc);
     }
     if (u->return_new) {
@@ -144,6 +159,7 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     int64_t rid = 0;
 
     fam_reset(u);
+    db_stmt_recorder_begin(u->rec);
     u->q->limit = 1;
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
@@ -172,7 +188,12 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     if (pre != NULL) {
         u->found = true;
         if (u->remove) {
-            SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, NULL, st));
+            shl_write_opts_t wo;
+            const shl_write_opts_t *wop =
+                db_stmt_recorder_opts_image(u->rec, u->stmt_id, "preImage", &wo);
+            SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, wop, st));
+            db_stmt_recorder_wrote(u->rec, u->stmt_id);
+            SHL_ERR(db_stmt_recorder_image(u->rec, txn, "preImage", pre, st));
             shl_db_sharding_observe_write(u->op, u->coll->ns, pre, NULL);
             u->value = pre;
             pre = NULL;
@@ -182,11 +203,61 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     } else if (u->upsert) {
         SHL_ERR(fam_write_doc(u, txn, 0, NULL, st));
     }
+    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
 done:
     exec_plan_destroy(plan);
     if (pre != NULL) {
         bson_destroy(pre);
     }
+    return ret;
+}
+
+/*
+ * A retried findAndModify that already wrote: its outcome from the oplog entry at 'ts' (a
+ * delete, an update or an upsert's insert) and the document it returned from the image
+ * stored with it, as the original reply had them.
+ */
+static int
+fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t entry, o, image = BSON_INITIALIZER;
+    bson_iter_t it;
+    const char *kind = "", *image_kind = NULL;
+
+    SHL_ERR(db_session_read_entry(op, ts, &entry, st));
+    if (bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
+        kind = bson_iter_utf8(&it, NULL);
+    }
+    if (bson_iter_init_find(&it, &entry, "needsRetryImage") && BSON_ITER_HOLDS_UTF8(&it)) {
+        image_kind = bson_iter_utf8(&it, NULL);
+    }
+    u->found = true;
+    if (strcmp(kind, "i") == 0) {
+        /* An upsert: the inserted document is the entry's. */
+        u->found = false;
+        if (shl_bson_get_subdoc(&entry, "o", &o)) {
+            if (bson_iter_init_find(&it, &o, "_id")) {
+                bson_value_copy(bson_iter_value(&it), &u->upserted_id);
+                u->upserted = true;
+            }
+            if (u->return_new) {
+                u->value = bson_copy(&o);
+            }
+        }
+    } else if (image_kind != NULL) {
+        u->updated_existing = strcmp(kind, "u") == 0;
+        bson_destroy(&image);
+        SHL_ERR(db_session_find_image(op, ts, image_kind, &image, st));
+        u->value = bson_copy(&image);
+    } else {
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "findAndModify retry: the original write's image was not recorded");
+    }
+    db_op_note_write_ts(ts);
+done:
+    bson_destroy(&entry);
+    bson_destroy(&image);
     return ret;
 }
 
@@ -210,11 +281,16 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     uint64_t ts = 0;
     bson_t leo;
     shl_db_orphan_filter_t *filter = NULL;
+    db_stmt_recorder_t rec;
+    int32_t *stmt_id = NULL;
+    uint64_t retried_ts = 0;
+    bool retried = false;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
     memset(&validator, 0, sizeof(validator));
+    db_stmt_recorder_init(&rec, op);
     SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
@@ -266,6 +342,15 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     if (!remove) {
         SHL_ERR(shl_update_new(bson_iter_value(&uit), has_af ? &afilters : NULL, &upd, st));
     }
+    SHL_ERR(shl_session_stmt_ids(cmd, 1, &stmt_id, st));
+    SHL_ERR(db_session_stmt_executed(op, stmt_id[0], &retried_ts, &retried, st));
+    u.remove = remove;
+    u.return_new = return_new;
+    if (retried) {
+        /* A retried retryable write that ran: answered from its history, not run again. */
+        SHL_ERR(fam_retried(op, retried_ts, &u, st));
+        goto reply;
+    }
     if (upsert) {
         SHL_ERR(db_ensure_collection(op, &ns, &h, st));
     } else {
@@ -280,19 +365,21 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         u.ns = ns.full;
         u.q = &q;
         u.upd = upd;
-        u.remove = remove;
-        u.return_new = return_new;
         u.upsert = upsert;
+        u.stmt_id = stmt_id[0];
+        u.rec = &rec;
         ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         if (ret == SHL_CODE_DUPLICATE_KEY && upsert && !u.found) {
             ret = db_write_retry(op, node->eng, fam_unit_fn, &u, &ts, st);
         }
         SHL_ERR(ret);
+        db_stmt_recorder_commit(&rec);
         db_op_note_write_ts(ts);
     }
     shl_storage_coll_release(&h);
     locked = false;
 
+reply:
     BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
     BSON_APPEND_INT32(&leo, "n", (u.found || u.upserted) ? 1 : 0);
     if (!remove) {
@@ -329,6 +416,8 @@ done:
         shl_storage_coll_release(&h);
     }
     fam_reset(&u);
+    db_stmt_recorder_cleanup(&rec);
+    bson_free(stmt_id);
     db_validator_cleanup(&validator);
     shl_update_destroy(upd);
     shl_projection_destroy(proj);

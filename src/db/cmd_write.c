@@ -15,7 +15,9 @@
 #include "db/db_private.h"
 #include "db/exec.h"
 #include "db/storage_api.h"
+#include "db/session_catalog.h"
 #include "db/write_ops.h"
+#include "session/session_args.h"
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/update.h"
@@ -262,6 +264,8 @@ static const char *const insert_fields[] = {"documents",
                                             "collectionUUID",
                                             "isTimeseriesNamespace",
                                             "encryptionInformation",
+                                            "stmtId",
+                                            "stmtIds",
                                             NULL};
 
 typedef struct insert_item {
@@ -269,6 +273,7 @@ typedef struct insert_item {
     bson_t *fixed;    /* owned when db_doc_for_insert rewrote it */
     shl_status_t err; /* when 'bad' */
     bool bad;
+    bool retried; /* a retryable write's statement that already ran: not run again */
 } insert_item_t;
 
 static const bson_t *
@@ -285,6 +290,8 @@ typedef struct insert_unit {
     size_t begin, end;
     bool ordered;
     const db_validator_t *validator;
+    const int32_t *stmt_ids; /* the items' statement ids (retryable writes) */
+    db_stmt_recorder_t *rec; /* records them */
     /* Results of the last run (reset on every retry). */
     size_t done; /* items handled (inserted, or failed with a duplicate or validation) */
     size_t n_inserted;
@@ -302,12 +309,16 @@ insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 
     u->done = u->n_inserted = u->n_dup = 0;
     u->stop = false;
+    db_stmt_recorder_begin(u->rec);
     for (size_t i = u->begin; i < u->end; i++) {
         bool invalid = db_validator_check(u->validator, NULL, item_doc(&u->items[i]), st) != 0;
+        shl_write_opts_t wo;
+        const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_ids[i], &wo);
         ret = invalid ? st->code
-                      : shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), NULL, NULL, st);
+                      : shl_doc_insert(txn, u->coll, item_doc(&u->items[i]), wop, NULL, st);
         if (ret == 0) {
             shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, item_doc(&u->items[i]));
+            db_stmt_recorder_wrote(u->rec, u->stmt_ids[i]);
         }
         if (ret == SHL_CODE_DUPLICATE_KEY || invalid) {
             /* Nothing of this insert stayed; the unit goes on (or stops, if ordered). */
@@ -326,6 +337,7 @@ insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         u->n_inserted++;
         u->done++;
     }
+    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
 done:
     return ret;
 }
@@ -348,13 +360,17 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_db_orphan_filter_t *filter = NULL;
     db_validator_t validator;
     bool bypass = false;
+    int32_t *stmt_ids = NULL;
+    db_stmt_recorder_t rec;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
+    db_stmt_recorder_init(&rec, op);
     memset(&u, 0, sizeof(u));
     memset(&validator, 0, sizeof(validator));
     u.op = op;
     u.validator = &validator;
+    u.rec = &rec;
     SHL_ERR(shl_cmd_check_fields(cmd, insert_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     /* Held until the inserts are done: a shard counts the writes in flight by it (a
@@ -389,7 +405,19 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             item->bad = true;
         }
     }
+    SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
+    /* A retried retryable write: the statements that ran are answered, not run again. */
+    for (size_t i = 0; op->session != NULL && i < n; i++) {
+        uint64_t ts = 0;
+        SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &items[i].retried, st));
+        if (items[i].retried) {
+            res.n++;
+            shl_write_result_add_retried(&res, stmt_ids[i]);
+            db_op_note_write_ts(ts);
+        }
+    }
     u.items = items;
+    u.stmt_ids = stmt_ids;
     u.ordered = ordered;
     u.dup_idx = bson_malloc(INSERT_GROUP * sizeof(size_t));
     u.dup_st = bson_malloc(INSERT_GROUP * sizeof(shl_status_t));
@@ -401,6 +429,10 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 
         /* Interruptions fail the whole batch, as in MongoDB (not a writeError). */
         SHL_ERR(shl_op_check_interrupt(op, st));
+        if (items[i].retried) {
+            i++;
+            continue;
+        }
         if (items[i].bad) {
             add_error(&res, (int32_t)i, &items[i].err);
             stop = ordered;
@@ -416,13 +448,14 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             locked = true;
             SHL_ERR(db_validator_init(&validator, h.coll, bypass, st));
         }
-        for (j = i; j < n && j - i < INSERT_GROUP && !items[j].bad; j++) {
+        for (j = i; j < n && j - i < INSERT_GROUP && !items[j].bad && !items[j].retried; j++) {
         }
         u.coll = h.coll;
         u.begin = i;
         u.end = j;
         rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
         if (rc == 0) {
+            db_stmt_recorder_commit(&rec);
             db_op_note_write_ts(ts);
             res.n += (int64_t)u.n_inserted;
             for (size_t d = 0; d < u.n_dup; d++) {
@@ -440,6 +473,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             ts = 0;
             rc = db_write_retry(op, node->eng, insert_unit_fn, &u, &ts, st);
             if (rc == 0) {
+                db_stmt_recorder_commit(&rec);
                 db_op_note_write_ts(ts);
                 res.n += (int64_t)u.n_inserted;
                 for (size_t d = 0; d < u.n_dup; d++) {
@@ -472,6 +506,8 @@ done:
         }
     }
     bson_free(items);
+    bson_free(stmt_ids);
+    db_stmt_recorder_cleanup(&rec);
     bson_free(u.dup_idx);
     bson_free(u.dup_st);
     db_validator_cleanup(&validator);
@@ -489,6 +525,8 @@ static const char *const update_fields[] = {"updates",
                                             "collectionUUID",
                                             "isTimeseriesNamespace",
                                             "encryptionInformation",
+                                            "stmtId",
+                                            "stmtIds",
                                             NULL};
 
 typedef struct update_unit {
@@ -499,6 +537,8 @@ typedef struct update_unit {
     exec_query_t *q;
     const shl_update_t *upd;
     const db_validator_t *validator;
+    int32_t stmt_id;
+    db_stmt_recorder_t *rec;
     /* Results of the last run. */
     int64_t n_matched, n_modified;
     bool upserted;
@@ -546,7 +586,12 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
         SHL_ERR(shl_db_check_shard_key_update(u->op, u->q->orphan_filter, u->stmt->multi, doc,
                                               fixed != NULL ? fixed : &out, st));
         SHL_ERR(db_validator_check(u->validator, doc, fixed != NULL ? fixed : &out, st));
-        SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, NULL, st));
+        {
+            shl_write_opts_t wo;
+            const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+            SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, wop, st));
+        }
+        db_stmt_recorder_wrote(u->rec, u->stmt_id);
         shl_db_sharding_observe_write(u->op, u->coll->ns, doc, fixed != NULL ? fixed : &out);
         u->n_modified++;
     }
@@ -569,6 +614,7 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     bson_t *copy = NULL;
 
     update_unit_reset(u);
+    db_stmt_recorder_begin(u->rec);
     u->q->limit = u->stmt->multi ? 0 : 1;
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     for (;;) {
@@ -607,9 +653,12 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
                 ret = db_validator_check(u->validator, NULL, ins, st);
             }
             if (ret == 0) {
-                ret = shl_doc_insert(txn, u->coll, ins, NULL, NULL, st);
+                shl_write_opts_t wo;
+                const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+                ret = shl_doc_insert(txn, u->coll, ins, wop, NULL, st);
             }
             if (ret == 0) {
+                db_stmt_recorder_wrote(u->rec, u->stmt_id);
                 shl_db_sharding_observe_write(u->op, u->coll->ns, NULL, ins);
             }
             if (ret == 0 && bson_iter_init_find(&it, ins, "_id")) {
@@ -623,6 +672,7 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         }
         SHL_ERR(ret);
     }
+    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
 done:
     if (copy != NULL) {
         bson_destroy(copy);
@@ -667,8 +717,8 @@ done:
 /* Run one update statement; its outcome goes into 'res'. */
 static int
 run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *stmt, int32_t index,
-                bool bypass, shl_db_orphan_filter_t *filter, shl_write_result_t *res,
-                shl_status_t *st)
+                int32_t stmt_id, bool bypass, shl_db_orphan_filter_t *filter,
+                shl_write_result_t *res, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -680,10 +730,16 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     update_unit_t u;
     uint64_t ts = 0;
     db_validator_t validator;
+    db_stmt_recorder_t rec;
 
     memset(&q, 0, sizeof(q));
     memset(&u, 0, sizeof(u));
     memset(&validator, 0, sizeof(validator));
+    db_stmt_recorder_init(&rec, op);
+    if (stmt->multi && op->session != NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Cannot use (or request) retryable writes with multi=true");
+    }
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
                             stmt->has_hint ? &stmt->hint : NULL, st));
     /* A versioned update leaves orphans alone, as MongoDB's write stages do. */
@@ -707,6 +763,8 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
     u.q = &q;
     u.upd = upd;
     u.validator = &validator;
+    u.stmt_id = stmt_id;
+    u.rec = &rec;
     ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     if (ret == SHL_CODE_DUPLICATE_KEY && stmt->upsert) {
         /* Two upserts raced to insert the same key: the loser now finds the winner's
@@ -714,6 +772,7 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
         ret = db_write_retry(op, node->eng, update_unit_fn, &u, &ts, st);
     }
     SHL_ERR(ret);
+    db_stmt_recorder_commit(&rec);
     db_op_note_write_ts(ts);
     res->n += u.n_matched + (u.upserted ? 1 : 0);
     res->n_modified += u.n_modified;
@@ -725,6 +784,7 @@ done:
         shl_storage_coll_release(&h);
     }
     update_unit_reset(&u);
+    db_stmt_recorder_cleanup(&rec);
     db_validator_cleanup(&validator);
     shl_update_destroy(upd);
     exec_query_cleanup(&q);
@@ -743,9 +803,42 @@ typedef struct stmt_kind {
     size_t stmt_align;
     bool is_update;
     int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
-    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
-               shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st);
+    int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
+               int32_t stmt_id, bool bypass, shl_db_orphan_filter_t *filter,
+               shl_write_result_t *res, shl_status_t *st);
 } stmt_kind_t;
+
+/*
+ * The result of statement 'index' of a retried retryable write, rebuilt from its oplog entry
+ * at 'ts' as MongoDB rebuilds it: an insert entry of an update is its upsert, an update entry
+ * one modified document, a delete entry one deleted document.
+ */
+static int
+retried_result(shl_op_ctx_t *op, int32_t index, int32_t stmt_id, uint64_t ts,
+               shl_write_result_t *res, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t entry, o;
+    bson_iter_t it;
+    const char *kind = "";
+
+    SHL_ERR(db_session_read_entry(op, ts, &entry, st));
+    if (bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
+        kind = bson_iter_utf8(&it, NULL);
+    }
+    res->n++;
+    if (strcmp(kind, "u") == 0) {
+        res->n_modified++;
+    } else if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&entry, "o", &o) &&
+               bson_iter_init_find(&it, &o, "_id")) {
+        shl_write_result_add_upserted(res, index, bson_iter_value(&it));
+    }
+    shl_write_result_add_retried(res, stmt_id);
+    db_op_note_write_ts(ts);
+done:
+    bson_destroy(&entry);
+    return ret;
+}
 
 /* Parse every statement first (a malformed one fails the whole command, as MongoDB's IDL
  * does), then run them in order: ordered batches stop at the first failure. */
@@ -763,6 +856,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     uint8_t *parsed = NULL;
     size_t n = 0, cap;
     shl_db_orphan_filter_t *filter = NULL;
+    int32_t *stmt_ids = NULL;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
@@ -800,11 +894,20 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         SHL_ERR(kind->parse(&doc, parsed + n * kind->stmt_size, st));
         n++;
     }
+    SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
+        uint64_t ts = 0;
+        bool executed = false;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, bypass, filter, &res,
-                      &err) != 0) {
+        /* A retried retryable write: a statement that ran is answered, not run again. */
+        SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &executed, st));
+        if (executed) {
+            SHL_ERR(retried_result(op, (int32_t)i, stmt_ids[i], ts, &res, st));
+            continue;
+        }
+        if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, stmt_ids[i], bypass,
+                      filter, &res, &err) != 0) {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;
@@ -821,6 +924,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
 done:
     shl_db_orphan_filter_release(filter);
     bson_free(parsed);
+    bson_free(stmt_ids);
     shl_write_result_cleanup(&res);
     return ret;
 }
@@ -832,10 +936,10 @@ parse_update(const bson_t *doc, void *stmt, shl_status_t *st)
 }
 
 static int
-run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
-           shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
+run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, int32_t stmt_id,
+           bool bypass, shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
-    return run_update_stmt(op, ns, stmt, index, bypass, filter, res, st);
+    return run_update_stmt(op, ns, stmt, index, stmt_id, bypass, filter, res, st);
 }
 
 static const stmt_kind_t update_kind = {
@@ -859,13 +963,15 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 
 static const char *const delete_fields[] = {
     "deletes", "ordered", "let", "collectionUUID", "isTimeseriesNamespace", "encryptionInformation",
-    NULL};
+    "stmtId",  "stmtIds", NULL};
 
 typedef struct delete_unit {
     shl_op_ctx_t *op;
     shl_collection_t *coll;
     const char *ns;
     exec_query_t *q;
+    int32_t stmt_id;
+    db_stmt_recorder_t *rec;
     int64_t n; /* documents deleted by the last run */
 } delete_unit_t;
 
@@ -877,18 +983,24 @@ delete_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     exec_plan_t *plan = NULL;
 
     u->n = 0;
+    db_stmt_recorder_begin(u->rec);
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
+        shl_write_opts_t wo;
+        const shl_write_opts_t *wop;
         SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
         if (eof) {
             break;
         }
-        SHL_ERR(shl_doc_delete(txn, u->coll, row.rid, row.doc, NULL, st));
+        wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+        SHL_ERR(shl_doc_delete(txn, u->coll, row.rid, row.doc, wop, st));
+        db_stmt_recorder_wrote(u->rec, u->stmt_id);
         shl_db_sharding_observe_write(u->op, u->coll->ns, row.doc, NULL);
         u->n++;
     }
+    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
 done:
     exec_plan_destroy(plan);
     return ret;
@@ -896,7 +1008,8 @@ done:
 
 static int
 run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *stmt,
-                shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
+                int32_t stmt_id, shl_db_orphan_filter_t *filter, shl_write_result_t *res,
+                shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
@@ -905,8 +1018,14 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     bool locked = false;
     delete_unit_t u;
     uint64_t ts = 0;
+    db_stmt_recorder_t rec;
 
     memset(&q, 0, sizeof(q));
+    db_stmt_recorder_init(&rec, op);
+    if (stmt->limit == 0 && op->session != NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Cannot use (or request) retryable writes with limit=0");
+    }
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
                             stmt->has_hint ? &stmt->hint : NULL, st));
     q.limit = stmt->limit;
@@ -921,13 +1040,17 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
     u.ns = ns->full;
     u.q = &q;
     u.n = 0;
+    u.stmt_id = stmt_id;
+    u.rec = &rec;
     SHL_ERR(db_write_retry(op, node->eng, delete_unit_fn, &u, &ts, st));
+    db_stmt_recorder_commit(&rec);
     db_op_note_write_ts(ts);
     res->n += u.n;
 done:
     if (locked) {
         shl_storage_coll_release(&h);
     }
+    db_stmt_recorder_cleanup(&rec);
     exec_query_cleanup(&q);
     return ret;
 }
@@ -939,12 +1062,12 @@ parse_delete(const bson_t *doc, void *stmt, shl_status_t *st)
 }
 
 static int
-run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, bool bypass,
-           shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
+run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index, int32_t stmt_id,
+           bool bypass, shl_db_orphan_filter_t *filter, shl_write_result_t *res, shl_status_t *st)
 {
     (void)index;
     (void)bypass; /* deletes are never validated */
-    return run_delete_stmt(op, ns, stmt, filter, res, st);
+    return run_delete_stmt(op, ns, stmt, stmt_id, filter, res, st);
 }
 
 static const stmt_kind_t delete_kind = {

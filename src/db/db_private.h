@@ -44,6 +44,9 @@ typedef struct db_node {
 
     /* Installed by the shard role before serving (sharding_hooks.h); zero otherwise. */
     shl_db_sharding_hooks_t sharding;
+
+    /* Sessions checked out by retryable writes (replica set members; NULL otherwise). */
+    struct db_session_catalog *sessions;
 } db_node_t;
 
 /*

@@ -17,6 +17,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
+#include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 #include "net/reply_times.h"
@@ -136,8 +137,48 @@ static int
 session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 {
     db_node_t *node = op->svc->role_state;
+    int ret = 0;
 
-    return shl_session_check_args(op, cmd, node->repl_set, st);
+    SHL_ERR(shl_session_check_args(op, cmd, node->repl_set, st));
+    /* A retryable write has its session to itself until it is done. */
+    if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
+        SHL_ERR(db_session_checkout(node->sessions, op, st));
+    }
+done:
+    return ret;
+}
+
+static void
+session_end(shl_op_ctx_t *op)
+{
+    db_node_t *node = op->svc->role_state;
+
+    if (op->session != NULL) {
+        db_session_checkin(node->sessions, op);
+    }
+}
+
+/* config.transactions and config.image_collection, which retryable writes write. */
+static int
+create_session_collections(db_node_t *node, shl_status_t *st)
+{
+    static const char *const names[] = {DB_TRANSACTIONS_NS, DB_IMAGE_COLLECTION_NS};
+    int ret = 0;
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        shl_collection_t *c = shl_catalog_get(node->eng, names[i]);
+        if (c == NULL) {
+            ret = shl_catalog_create_collection(node->eng, names[i], NULL, NULL, NULL, st);
+            if (ret == SHL_CODE_NAMESPACE_EXISTS) {
+                shl_status_clear(st);
+                ret = 0;
+            }
+        }
+        shl_collection_release(c);
+        SHL_ERR(ret);
+    }
+done:
+    return ret;
 }
 
 static void
@@ -163,6 +204,8 @@ node_shutdown(shl_service_ctx_t *svc)
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
     shl_cursor_manager_destroy(node->cursors);
     node->cursors = NULL;
+    db_session_catalog_destroy(node->sessions);
+    node->sessions = NULL;
     shl_storage_close(node->eng);
     node->eng = NULL;
     svc->storage = NULL;
@@ -190,8 +233,13 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     so.keygen_factory = db_keygen_factory;
+    so.replay_derive = db_session_replay_derive;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     node->cursors = shl_cursor_manager_new();
+    if (node->repl_set) {
+        SHL_ERR(create_session_collections(node, st));
+        node->sessions = db_session_catalog_new(node->eng);
+    }
     svc->storage = node->eng;
     svc->role_state = node;
 
@@ -210,6 +258,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.append_hello = append_hello;
     svc->hooks.append_server_status = append_server_status;
     svc->hooks.session_begin = session_begin;
+    svc->hooks.session_end = session_end;
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {

@@ -113,8 +113,37 @@ void db_stmt_recorder_begin(db_stmt_recorder_t *r);
 const shl_write_opts_t *db_stmt_recorder_opts(db_stmt_recorder_t *r, int32_t stmt_id,
                                               shl_write_opts_t *wo);
 
+/*
+ * db_stmt_recorder_opts_image --
+ *     As db_stmt_recorder_opts, for a findAndModify whose retry needs the document it
+ *     returned: the entry says which (needsRetryImage: "preImage" / "postImage"), and
+ *     db_stmt_recorder_image stores it once the write succeeded.
+ */
+const shl_write_opts_t *db_stmt_recorder_opts_image(db_stmt_recorder_t *r, int32_t stmt_id,
+                                                    const char *image_kind, shl_write_opts_t *wo);
+
 /* db_stmt_recorder_wrote -- the write made with the last options succeeded. */
 void db_stmt_recorder_wrote(db_stmt_recorder_t *r, int32_t stmt_id);
+
+/*
+ * db_stmt_recorder_image --
+ *     Store 'doc' as the image of kind 'image_kind' of the statement just recorded, in
+ *     config.image_collection ({_id: lsid, txnNum, ts, imageKind, image, invalidated:
+ *     false}; one per session, replaced by the next) in 'txn', journaled with it. Nothing
+ *     when the op is not a retryable write.
+ */
+int db_stmt_recorder_image(db_stmt_recorder_t *r, shl_storage_txn_t *txn, const char *image_kind,
+                           const bson_t *doc, shl_status_t *st);
+
+/*
+ * db_session_find_image --
+ *     The image (*out, always initialised) a retried findAndModify returns: the document
+ *     stored for the checked-out session's retryable write at entry 'ts' with kind
+ *     'image_kind'. Errors: IncompleteTransactionHistory (217) when it is missing, of
+ *     another write, or invalidated.
+ */
+int db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                          shl_status_t *st);
 
 /* db_stmt_recorder_finish -- upsert config.transactions in 'txn' if anything was written. */
 int db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_status_t *st);

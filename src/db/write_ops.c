@@ -172,6 +172,7 @@ shl_write_result_init(shl_write_result_t *res)
     memset(res, 0, sizeof(*res));
     bson_init(&res->upserted);
     bson_init(&res->write_errors);
+    bson_init(&res->retried);
 }
 
 void
@@ -179,6 +180,17 @@ shl_write_result_cleanup(shl_write_result_t *res)
 {
     bson_destroy(&res->upserted);
     bson_destroy(&res->write_errors);
+    bson_destroy(&res->retried);
+}
+
+void
+shl_write_result_add_retried(shl_write_result_t *res, int32_t stmt_id)
+{
+    char key[16];
+    const char *k;
+
+    bson_uint32_to_string(res->n_retried++, &k, key, sizeof(key));
+    bson_append_int32(&res->retried, k, -1, stmt_id);
 }
 
 void
@@ -228,6 +240,9 @@ shl_write_result_append(const shl_write_result_t *res, bool is_update, bson_t *r
     }
     if (res->n_errors > 0) {
         BSON_APPEND_ARRAY(reply, "writeErrors", &res->write_errors);
+    }
+    if (res->n_retried > 0) {
+        BSON_APPEND_ARRAY(reply, "retriedStmtIds", &res->retried);
     }
 }
 

@@ -58,6 +58,8 @@ typedef struct shl_write_result {
     uint32_t n_upserted;
     bson_t write_errors; /* array of {index, code, errmsg, ...extra} */
     uint32_t n_errors;
+    bson_t retried; /* array of the statement ids a retryable write answered from history */
+    uint32_t n_retried;
 } shl_write_result_t;
 
 void shl_write_result_init(shl_write_result_t *res);
@@ -69,10 +71,13 @@ void shl_write_result_add_error(shl_write_result_t *res, int32_t index, const sh
 /* shl_write_result_add_upserted -- record statement 'index' upserted a document with 'id'. */
 void shl_write_result_add_upserted(shl_write_result_t *res, int32_t index, const bson_value_t *id);
 
+/* shl_write_result_add_retried -- statement 'stmt_id' had run before: its result was reused. */
+void shl_write_result_add_retried(shl_write_result_t *res, int32_t stmt_id);
+
 /*
  * shl_write_result_append --
- *     Append n, [nModified], [upserted], [writeErrors] to 'reply' ('is_update' adds
- *     nModified and upserted as MongoDB's update reply has them).
+ *     Append n, [nModified], [upserted], [writeErrors], [retriedStmtIds] to 'reply'
+ *     ('is_update' adds nModified and upserted as MongoDB's update reply has them).
  */
 void shl_write_result_append(const shl_write_result_t *res, bool is_update, bson_t *reply);
 

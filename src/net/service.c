@@ -59,16 +59,16 @@ is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
 
 /*
  * Whether an error 'code' of a retryable write gets the RetryableWriteError label here, as
- * MongoDB attaches it: the retriable codes (not-primary, network, interruption by a state
- * change...), shutdown codes only while this process is really shutting down. A router
- * passes the labels of the shards' and config server's errors through and adds none of its
- * own to them.
+ * MongoDB attaches it: a data node labels the retriable codes (not-primary, network,
+ * shutdown, interruption by a state change...); a router passes the labels of the shards'
+ * and config server's errors through and labels only a shutdown code while it is itself
+ * shutting down.
  */
 static bool
 retryable_write_error(const shl_service_ctx_t *svc, int code)
 {
-    if (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR)) {
-        return atomic_load(&svc->shutting_down);
+    if (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) && atomic_load(&svc->shutting_down)) {
+        return true;
     }
     return svc->role != SHL_ROLE_ROUTER && shl_code_in_category(code, SHL_CAT_RETRIABLE_ERROR);
 }

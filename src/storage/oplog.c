@@ -94,27 +94,6 @@ typedef struct apply_arg {
     bool has_o2;
 } apply_arg_t;
 
-/* 'i' and 'u': make the document with this _id equal 'doc' (upsert). */
-static int
-apply_upsert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
-             const bson_value_t *id, shl_status_t *st)
-{
-    bson_t cur;
-    int64_t rid = 0;
-    bool found = false;
-    int ret = 0;
-
-    SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &rid, &found, st));
-    if (found) {
-        SHL_ERR(shl_doc_update(txn, coll, rid, &cur, doc, NULL, st));
-    } else {
-        SHL_ERR(shl_doc_insert(txn, coll, doc, NULL, NULL, st));
-    }
-done:
-    bson_destroy(&cur);
-    return ret;
-}
-
 static int
 apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 {
@@ -132,7 +111,7 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         if (!bson_iter_init_find(&it, &a->o, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "insert oplog entry without _id");
         }
-        SHL_ERR(apply_upsert(txn, a->coll, &a->o, bson_iter_value(&it), st));
+        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), st));
         break;
     case 'u':
         if (!a->has_o2 || !bson_iter_init_find(&it, &a->o2, "_id")) {
@@ -145,7 +124,7 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style updates can be applied");
             }
         }
-        SHL_ERR(apply_upsert(txn, a->coll, &a->o, bson_iter_value(&it), st));
+        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), st));
         break;
     case 'd':
         if (!bson_iter_init_find(&it, &a->o, "_id")) {

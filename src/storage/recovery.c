@@ -34,6 +34,21 @@ query_ts(shl_storage_engine_t *eng, const char *what, uint64_t *ts, shl_status_t
     return 0;
 }
 
+typedef struct derive_arg {
+    shl_storage_engine_t *eng;
+    const bson_t *entry;
+    uint64_t ts;
+} derive_arg_t;
+
+static int
+derive_fn(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+{
+    derive_arg_t *d = varg;
+
+    txn->fixed_ts = d->ts;
+    return d->eng->opts.replay_derive(txn, d->entry, d->eng->opts.replay_derive_arg, st);
+}
+
 static int
 replay(shl_storage_engine_t *eng, uint64_t after, int64_t *applied, shl_status_t *st)
 {
@@ -63,6 +78,10 @@ replay(shl_storage_engine_t *eng, uint64_t after, int64_t *applied, shl_status_t
         /* The apply runs other transactions; keep our own copy of the entry. */
         bson_copy_to(&entry, &copy);
         ret = shl_oplog_apply(eng, &copy, st);
+        if (ret == 0 && eng->opts.replay_derive != NULL) {
+            derive_arg_t d = {eng, &copy, (uint64_t)key};
+            ret = shl_storage_write_retry(eng, derive_fn, &d, NULL, st);
+        }
         bson_destroy(&copy);
         if (ret != 0) {
             SHL_LOG_ERROR(RECOVERY, 5100301, "failed to apply oplog entry during recovery", "ts",

@@ -52,6 +52,15 @@ typedef struct shl_storage_options {
     int64_t oplog_max_bytes;    /* [options table oplogSize MB, else 5% of the disk's free space
                                  * bounded to 990 MB..50 GB, MongoDB's rule] */
     shl_keygen_factory_fn keygen_factory; /* [shl_keygen_default_factory] */
+    /*
+     * Called by startup recovery for every oplog entry it replays, once the entry is
+     * applied, in a write unit of its own at the entry's timestamp (its writes append no
+     * entry): the role re-derives what the entry implies beyond its own write, as
+     * config.transactions for a retryable write's entry. NULL: nothing to derive.
+     */
+    int (*replay_derive)(struct shl_storage_txn *txn, const bson_t *entry, void *arg,
+                         shl_status_t *st);
+    void *replay_derive_arg;
 } shl_storage_options_t;
 
 /*

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "storage/oplog.h"
+#include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
 
@@ -265,6 +266,9 @@ shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_
     if (txn->fixed_ts == 0) {
         SHL_ERR(shl_write_oplog_entry(txn, 'i', coll->ns, coll->uuid, doc, &o2,
                                       wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        if (wo != NULL && wo->ts != NULL) {
+            *wo->ts = ts;
+        }
         if (coll->capped) {
             SHL_ERR(capped_trim(txn, coll, rid, st));
         }
@@ -335,6 +339,9 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     if (txn->fixed_ts == 0) {
         SHL_ERR(shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2,
                                       wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        if (wo != NULL && wo->ts != NULL) {
+            *wo->ts = ts;
+        }
     }
 done:
     keysets_cleanup(oldk, n);
@@ -377,11 +384,54 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     if (txn->fixed_ts == 0) {
         SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL,
                                       wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        if (wo != NULL && wo->ts != NULL) {
+            *wo->ts = ts;
+        }
     }
 done:
     keysets_cleanup(keys, coll->nindexes);
     bson_destroy(&read);
     bson_destroy(&o);
+    return ret;
+}
+
+int
+shl_doc_upsert_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+                     const bson_value_t *id, shl_status_t *st)
+{
+    bson_t cur = BSON_INITIALIZER;
+    int64_t rid = 0;
+    bool found = false;
+    int ret = 0;
+
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &rid, &found, st));
+    if (found) {
+        SHL_ERR(shl_doc_update(txn, coll, rid, &cur, doc, NULL, st));
+    } else {
+        SHL_ERR(shl_doc_insert(txn, coll, doc, NULL, NULL, st));
+    }
+done:
+    bson_destroy(&cur);
+    return ret;
+}
+
+int
+shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+                       shl_status_t *st)
+{
+    uint64_t fixed = txn->fixed_ts;
+    bson_iter_t it;
+    int ret;
+
+    if (!bson_iter_init_find(&it, doc, "_id")) {
+        return shl_status_set(st, SHL_CODE_BAD_VALUE, "document to upsert has no _id");
+    }
+    SHL_INVARIANT(txn->last_ts != 0 || fixed != 0);
+    /* Replay mode for this one write: the last write's timestamp, no entry appended. */
+    txn->fixed_ts = fixed != 0 ? fixed : txn->last_ts;
+    ret = shl_doc_upsert_by_id(txn, coll, doc, bson_iter_value(&it), st);
+    txn->fixed_ts = fixed;
     return ret;
 }
 

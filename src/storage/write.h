@@ -23,6 +23,9 @@ typedef struct shl_write_opts {
      * stmtId, prevOpTime for retryable writes; fromMigrate ...). Borrowed.
      */
     const bson_t *oplog_extra;
+    /* Receives the timestamp of the write's own oplog entry when not NULL (a capped
+     * insert's trimming deletes come after it with timestamps of their own). */
+    uint64_t *ts;
 } shl_write_opts_t;
 
 /*
@@ -59,6 +62,18 @@ int shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t
  */
 int shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
                    const bson_t *old_doc, const shl_write_opts_t *wo, shl_status_t *st);
+
+/*
+ * shl_doc_upsert_derived --
+ *     Make the document with doc's _id in 'coll' equal 'doc' (replace or insert), at the
+ *     timestamp of the txn's last write and without an oplog entry of its own: for tables
+ *     whose content follows from another entry of the same transaction and that recovery
+ *     re-derives from it (config.transactions after a retryable write's entry, through
+ *     shl_storage_options_t.replay_derive). The txn must have written (or be replaying) an
+ *     entry already. Errors: as shl_doc_update / shl_doc_insert; BadValue without _id.
+ */
+int shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+                           shl_status_t *st);
 
 /*
  * shl_oplog_append --

@@ -1,0 +1,737 @@
+/*
+ * session_catalog.c -- a data node's session catalog and retryable-write state
+ * (session_catalog.h; seeds/001 "The logical session catalog", "Retryable writes").
+ */
+#include "db/session_catalog.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "storage/catalog.h"
+#include "storage/index.h"
+#include "storage/oplog.h"
+#include "storage/record_store.h"
+
+/* How long a waiting checkout sleeps between looks at its operation's kill flag. */
+#define CHECKOUT_SLICE_MS 100
+
+/* stmtId -> oplog timestamp of the statements of the session's current retryable write
+ * (open addressing; 0 is never a timestamp, so ts 0 marks a free slot). */
+typedef struct stmt_map {
+    int32_t *ids;
+    uint64_t *ts;
+    size_t cap, n; /* cap is 0 or a power of two */
+} stmt_map_t;
+
+struct db_session {
+    shl_lsid_t lsid;
+    struct db_session *next; /* hash chain; guarded by the catalog's mu */
+
+    /* Checkout state, guarded by the catalog's mu. */
+    bool checked_out;
+    int waiters;
+
+    /* Retryable-write state: only the operation that has the session checked out reads or
+     * writes these (so no lock). */
+    bool loaded;
+    int64_t txn_number;     /* -1: none yet */
+    uint64_t last_write_ts; /* the newest entry of txn_number: the next prevOpTime */
+    bool incomplete;        /* some of txn_number's history is missing */
+    stmt_map_t stmts;
+};
+
+struct db_session_catalog {
+    shl_storage_engine_t *eng;
+    pthread_mutex_t mu; /* guards the table and every session's checkout state */
+    pthread_cond_t cv;  /* a session was checked in */
+    db_session_t **buckets;
+    size_t nbuckets, count;
+};
+
+/* ---------------------------------------------------------------- statement map */
+
+static uint64_t
+stmt_hash(int32_t id)
+{
+    return (uint64_t)(uint32_t)id * 0x9E3779B97F4A7C15ULL;
+}
+
+static void stmt_map_put(stmt_map_t *m, int32_t id, uint64_t ts);
+
+static void
+stmt_map_grow(stmt_map_t *m)
+{
+    stmt_map_t old = *m;
+
+    m->cap = old.cap != 0 ? old.cap * 2 : 16;
+    m->n = 0;
+    m->ids = bson_malloc0(m->cap * sizeof(*m->ids));
+    m->ts = bson_malloc0(m->cap * sizeof(*m->ts));
+    for (size_t i = 0; i < old.cap; i++) {
+        if (old.ts[i] != 0) {
+            stmt_map_put(m, old.ids[i], old.ts[i]);
+        }
+    }
+    bson_free(old.ids);
+    bson_free(old.ts);
+}
+
+static void
+stmt_map_put(stmt_map_t *m, int32_t id, uint64_t ts)
+{
+    size_t i;
+
+    if ((m->n + 1) * 2 > m->cap) {
+        stmt_map_grow(m);
+    }
+    i = stmt_hash(id) & (m->cap - 1);
+    while (m->ts[i] != 0 && m->ids[i] != id) {
+        i = (i + 1) & (m->cap - 1);
+    }
+    if (m->ts[i] == 0) {
+        m->n++;
+    }
+    m->ids[i] = id;
+    m->ts[i] = ts;
+}
+
+static uint64_t
+stmt_map_get(const stmt_map_t *m, int32_t id)
+{
+    size_t i;
+
+    if (m->cap == 0) {
+        return 0;
+    }
+    i = stmt_hash(id) & (m->cap - 1);
+    while (m->ts[i] != 0) {
+        if (m->ids[i] == id) {
+            return m->ts[i];
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    return 0;
+}
+
+static void
+stmt_map_clear(stmt_map_t *m)
+{
+    bson_free(m->ids);
+    bson_free(m->ts);
+    memset(m, 0, sizeof(*m));
+}
+
+/* ---------------------------------------------------------------- catalog */
+
+db_session_catalog_t *
+db_session_catalog_new(shl_storage_engine_t *eng)
+{
+    db_session_catalog_t *cat = bson_malloc0(sizeof(*cat));
+
+    cat->eng = eng;
+    pthread_mutex_init(&cat->mu, NULL);
+    pthread_cond_init(&cat->cv, NULL);
+    cat->nbuckets = 1024;
+    cat->buckets = bson_malloc0(cat->nbuckets * sizeof(*cat->buckets));
+    return cat;
+}
+
+static void
+session_free(db_session_t *s)
+{
+    stmt_map_clear(&s->stmts);
+    bson_free(s);
+}
+
+void
+db_session_catalog_destroy(db_session_catalog_t *cat)
+{
+    if (cat == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < cat->nbuckets; i++) {
+        db_session_t *s = cat->buckets[i];
+        while (s != NULL) {
+            db_session_t *next = s->next;
+            SHL_INVARIANT(!s->checked_out);
+            session_free(s);
+            s = next;
+        }
+    }
+    bson_free(cat->buckets);
+    pthread_mutex_destroy(&cat->mu);
+    pthread_cond_destroy(&cat->cv);
+    bson_free(cat);
+}
+
+/* The session of 'lsid', created when absent. Caller holds cat->mu. */
+static db_session_t *
+session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
+{
+    size_t b = shl_lsid_hash(lsid) & (cat->nbuckets - 1);
+    db_session_t *s = cat->buckets[b];
+
+    while (s != NULL && !shl_lsid_equal(&s->lsid, lsid)) {
+        s = s->next;
+    }
+    if (s == NULL) {
+        s = bson_malloc0(sizeof(*s));
+        s->lsid = *lsid;
+        s->txn_number = -1;
+        s->next = cat->buckets[b];
+        cat->buckets[b] = s;
+        cat->count++;
+    }
+    return s;
+}
+
+bool
+db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid)
+{
+    size_t b = shl_lsid_hash(lsid) & (cat->nbuckets - 1);
+    db_session_t **pp, *s = NULL;
+    bool gone = true;
+
+    pthread_mutex_lock(&cat->mu);
+    for (pp = &cat->buckets[b]; *pp != NULL; pp = &(*pp)->next) {
+        if (shl_lsid_equal(&(*pp)->lsid, lsid)) {
+            s = *pp;
+            break;
+        }
+    }
+    if (s != NULL && (s->checked_out || s->waiters > 0)) {
+        gone = false;
+    } else if (s != NULL) {
+        *pp = s->next;
+        cat->count--;
+        session_free(s);
+    }
+    pthread_mutex_unlock(&cat->mu);
+    return gone;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+/* The timestamp of {ts, t} at 'key' of 'doc' (0 when absent or null). */
+static uint64_t
+optime_ts(const bson_t *doc, const char *key)
+{
+    bson_iter_t it, f;
+
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+        return shl_bson_iter_timestamp_u64(&f);
+    }
+    return 0;
+}
+
+/*
+ * Add the statement ids of oplog entry 'e' (its stmtId: an int, or an array of them) at
+ * 'ts' to the session. A dead-end marker (DB_INCOMPLETE_HISTORY_STMT_ID) makes its history
+ * incomplete.
+ */
+static void
+note_entry_stmts(db_session_t *s, const bson_t *e, uint64_t ts)
+{
+    bson_iter_t it, arr;
+
+    if (!bson_iter_init_find(&it, e, "stmtId")) {
+        return;
+    }
+    if (BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
+        while (shl_iter_next(&arr)) {
+            int32_t id = (int32_t)bson_iter_as_int64(&arr);
+            if (id == DB_INCOMPLETE_HISTORY_STMT_ID) {
+                s->incomplete = true;
+            } else {
+                stmt_map_put(&s->stmts, id, ts);
+            }
+        }
+    } else if (BSON_ITER_HOLDS_NUMBER(&it)) {
+        int32_t id = (int32_t)bson_iter_as_int64(&it);
+        if (id == DB_INCOMPLETE_HISTORY_STMT_ID) {
+            s->incomplete = true;
+        } else {
+            stmt_map_put(&s->stmts, id, ts);
+        }
+    }
+}
+
+/*
+ * Load the session's state from its config.transactions document and the chain of oplog
+ * entries it points to (newest first, each entry's prevOpTime leading to the one before);
+ * a link the oplog no longer has leaves the history incomplete.
+ */
+static int
+session_load(db_session_catalog_t *cat, db_session_t *s, shl_status_t *st)
+{
+    int ret = 0;
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *tc = shl_catalog_get(cat->eng, DB_TRANSACTIONS_NS);
+    shl_collection_t *oplog = shl_oplog_collection(cat->eng);
+    bson_t key = BSON_INITIALIZER, doc = BSON_INITIALIZER, entry = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0;
+    bool found = false;
+    uint64_t ts;
+
+    s->txn_number = -1;
+    s->last_write_ts = 0;
+    s->incomplete = false;
+    stmt_map_clear(&s->stmts);
+    if (tc == NULL) {
+        goto loaded;
+    }
+    SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
+    shl_lsid_append(&key, "_id", &s->lsid);
+    bson_iter_init_find(&it, &key, "_id");
+    bson_destroy(&doc);
+    SHL_ERR(shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &doc, &rid, &found, st));
+    if (!found) {
+        goto loaded;
+    }
+    s->txn_number = shl_bson_int64_at(&doc, "txnNum");
+    s->last_write_ts = optime_ts(&doc, "lastWriteOpTime");
+    for (ts = s->last_write_ts; ts != 0 && oplog != NULL;) {
+        bson_destroy(&entry);
+        SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &found, st));
+        if (!found || shl_bson_int64_at(&entry, "txnNumber") != s->txn_number) {
+            /* Truncated, or a chain that leads elsewhere: what is older is unknown. */
+            s->incomplete = s->incomplete || !found;
+            break;
+        }
+        note_entry_stmts(s, &entry, ts);
+        ts = optime_ts(&entry, "prevOpTime");
+    }
+loaded:
+    s->loaded = true;
+done:
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(tc);
+    shl_collection_release(oplog);
+    bson_destroy(&key);
+    bson_destroy(&doc);
+    bson_destroy(&entry);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- checkout */
+
+int
+db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    db_session_t *s;
+    bool mine = false;
+    char id[37];
+
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &op->lsid_key);
+    s->waiters++;
+    while (s->checked_out) {
+        ret = shl_op_check_interrupt(op, st);
+        if (ret != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&cat->cv, &cat->mu, CHECKOUT_SLICE_MS);
+    }
+    s->waiters--;
+    if (ret == 0) {
+        s->checked_out = true;
+        mine = true;
+    }
+    pthread_mutex_unlock(&cat->mu);
+    SHL_ERR(ret);
+    if (!s->loaded) {
+        SHL_ERR(session_load(cat, s, st));
+    }
+    if (op->txn_number < s->txn_number) {
+        shl_lsid_id_string(&s->lsid, id);
+        SHL_FAIL(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                 "Retryable write with txnNumber %lld is prohibited on session %s because a "
+                 "newer retryable write with txnNumber %lld has already started on this session.",
+                 (long long)op->txn_number, id, (long long)s->txn_number);
+    }
+    if (op->txn_number > s->txn_number) {
+        s->txn_number = op->txn_number;
+        s->last_write_ts = 0;
+        s->incomplete = false;
+        stmt_map_clear(&s->stmts);
+    }
+    op->session = s;
+done:
+    if (ret != 0 && mine) {
+        pthread_mutex_lock(&cat->mu);
+        s->checked_out = false;
+        pthread_cond_broadcast(&cat->cv);
+        pthread_mutex_unlock(&cat->mu);
+    }
+    return ret;
+}
+
+void
+db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
+{
+    db_session_t *s = op->session;
+
+    if (s == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&cat->mu);
+    s->checked_out = false;
+    pthread_cond_broadcast(&cat->cv);
+    pthread_mutex_unlock(&cat->mu);
+    op->session = NULL;
+}
+
+/* ---------------------------------------------------------------- statements */
+
+static int
+incomplete_history(const db_session_t *s, shl_status_t *st)
+{
+    char id[37];
+
+    shl_lsid_id_string(&s->lsid, id);
+    return shl_status_set(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                          "Incomplete history detected for transaction %lld on session %s",
+                          (long long)s->txn_number, id);
+}
+
+int
+db_session_stmt_executed(const shl_op_ctx_t *op, int32_t stmt_id, uint64_t *ts, bool *executed,
+                         shl_status_t *st)
+{
+    const db_session_t *s = op->session;
+    int ret = 0;
+
+    *executed = false;
+    *ts = 0;
+    if (s == NULL) {
+        goto done;
+    }
+    *ts = stmt_map_get(&s->stmts, stmt_id);
+    *executed = *ts != 0;
+    if (!*executed && s->incomplete) {
+        ret = incomplete_history(s, st);
+    }
+done:
+    return ret;
+}
+
+int
+db_session_read_entry(const shl_op_ctx_t *op, uint64_t ts, bson_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    const db_session_t *s = op->session;
+    shl_storage_engine_t *eng = op->svc->storage;
+    shl_collection_t *oplog = shl_oplog_collection(eng);
+    shl_storage_txn_t *txn = NULL;
+    bson_t entry = BSON_INITIALIZER, o2;
+    bson_iter_t it;
+    bool found = false;
+
+    bson_init(out);
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    bson_destroy(&entry);
+    SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &found, st));
+    if (!found) {
+        SHL_ERR(incomplete_history(s, st));
+    }
+    bson_destroy(out);
+    /* A migrated statement is a no-op whose o2 is the original write. */
+    if (bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && shl_bson_get_subdoc(&entry, "o2", &o2)) {
+        bson_copy_to(&o2, out);
+    } else {
+        bson_copy_to(&entry, out);
+    }
+done:
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(oplog);
+    bson_destroy(&entry);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- recording */
+
+void
+db_stmt_recorder_init(db_stmt_recorder_t *r, shl_op_ctx_t *op)
+{
+    memset(r, 0, sizeof(*r));
+    r->op = op;
+    r->s = op->session;
+    bson_init(&r->fields);
+}
+
+void
+db_stmt_recorder_cleanup(db_stmt_recorder_t *r)
+{
+    bson_free(r->stmt_ids);
+    bson_free(r->ts);
+    bson_destroy(&r->fields);
+    r->stmt_ids = NULL;
+    r->ts = NULL;
+}
+
+void
+db_stmt_recorder_begin(db_stmt_recorder_t *r)
+{
+    r->n = 0;
+    r->prev_ts = r->s != NULL ? r->s->last_write_ts : 0;
+}
+
+static void
+append_optime(bson_t *doc, const char *key, uint64_t ts, int64_t term)
+{
+    bson_t sub;
+
+    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub);
+    shl_bson_append_timestamp_u64(&sub, "ts", ts);
+    BSON_APPEND_INT64(&sub, "t", term);
+    bson_append_document_end(doc, &sub);
+}
+
+const shl_write_opts_t *
+db_stmt_recorder_opts(db_stmt_recorder_t *r, int32_t stmt_id, shl_write_opts_t *wo)
+{
+    return db_stmt_recorder_opts_image(r, stmt_id, NULL, wo);
+}
+
+const shl_write_opts_t *
+db_stmt_recorder_opts_image(db_stmt_recorder_t *r, int32_t stmt_id, const char *image_kind,
+                            shl_write_opts_t *wo)
+{
+    int64_t term;
+
+    if (r->s == NULL) {
+        return NULL;
+    }
+    term = shl_storage_term(r->op->svc->storage);
+    bson_reinit(&r->fields);
+    shl_lsid_append(&r->fields, "lsid", &r->s->lsid);
+    BSON_APPEND_INT64(&r->fields, "txnNumber", r->s->txn_number);
+    BSON_APPEND_INT32(&r->fields, "stmtId", stmt_id);
+    /* The first write of a retryable write links to nothing: {ts: Timestamp(0, 0), t: -1}. */
+    append_optime(&r->fields, "prevOpTime", r->prev_ts, r->prev_ts != 0 ? term : -1);
+    if (image_kind != NULL) {
+        BSON_APPEND_UTF8(&r->fields, "needsRetryImage", image_kind);
+    }
+    memset(wo, 0, sizeof(*wo));
+    wo->oplog_extra = &r->fields;
+    wo->ts = &r->write_ts;
+    r->write_ts = 0;
+    return wo;
+}
+
+void
+db_stmt_recorder_wrote(db_stmt_recorder_t *r, int32_t stmt_id)
+{
+    if (r->s == NULL || r->write_ts == 0) {
+        return;
+    }
+    if (r->n == r->cap) {
+        r->cap = r->cap != 0 ? r->cap * 2 : 8;
+        r->stmt_ids = bson_realloc(r->stmt_ids, r->cap * sizeof(*r->stmt_ids));
+        r->ts = bson_realloc(r->ts, r->cap * sizeof(*r->ts));
+    }
+    r->stmt_ids[r->n] = stmt_id;
+    r->ts[r->n] = r->write_ts;
+    r->n++;
+    r->prev_ts = r->write_ts;
+    r->write_ts = 0;
+}
+
+int
+db_stmt_recorder_image(db_stmt_recorder_t *r, shl_storage_txn_t *txn, const char *image_kind,
+                       const bson_t *doc, shl_status_t *st)
+{
+    int ret = 0;
+    shl_collection_t *ic = NULL;
+    bson_t img = BSON_INITIALIZER, cur = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0;
+    bool found = false;
+
+    if (r->s == NULL || r->n == 0) {
+        goto done;
+    }
+    ic = shl_catalog_get(r->op->svc->storage, DB_IMAGE_COLLECTION_NS);
+    if (ic == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s does not exist", DB_IMAGE_COLLECTION_NS);
+    }
+    shl_lsid_append(&img, "_id", &r->s->lsid);
+    BSON_APPEND_INT64(&img, "txnNum", r->s->txn_number);
+    shl_bson_append_timestamp_u64(&img, "ts", r->ts[r->n - 1]);
+    BSON_APPEND_UTF8(&img, "imageKind", image_kind);
+    BSON_APPEND_DOCUMENT(&img, "image", doc);
+    BSON_APPEND_BOOL(&img, "invalidated", false);
+    bson_iter_init_find(&it, &img, "_id");
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, ic, bson_iter_value(&it), &cur, &rid, &found, st));
+    if (found) {
+        SHL_ERR(shl_doc_update(txn, ic, rid, &cur, &img, NULL, st));
+    } else {
+        SHL_ERR(shl_doc_insert(txn, ic, &img, NULL, NULL, st));
+    }
+done:
+    shl_collection_release(ic);
+    bson_destroy(&img);
+    bson_destroy(&cur);
+    return ret;
+}
+
+int
+db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                      shl_status_t *st)
+{
+    int ret = 0;
+    const db_session_t *s = op->session;
+    shl_storage_engine_t *eng = op->svc->storage;
+    shl_collection_t *ic = shl_catalog_get(eng, DB_IMAGE_COLLECTION_NS);
+    shl_storage_txn_t *txn = NULL;
+    bson_t key = BSON_INITIALIZER, img = BSON_INITIALIZER, image;
+    bson_iter_t it;
+    bool found = false, ok = false;
+
+    bson_init(out);
+    if (ic != NULL) {
+        SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+        shl_lsid_append(&key, "_id", &s->lsid);
+        bson_iter_init_find(&it, &key, "_id");
+        bson_destroy(&img);
+        SHL_ERR(shl_doc_find_by_id(txn, ic, bson_iter_value(&it), &img, NULL, &found, st));
+    }
+    if (found && shl_bson_int64_at(&img, "txnNum") == s->txn_number &&
+        bson_iter_init_find(&it, &img, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it) &&
+        shl_bson_iter_timestamp_u64(&it) == ts && bson_iter_init_find(&it, &img, "imageKind") &&
+        BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), image_kind) == 0 &&
+        !(bson_iter_init_find(&it, &img, "invalidated") && bson_iter_as_bool(&it)) &&
+        shl_bson_get_subdoc(&img, "image", &image)) {
+        bson_destroy(out);
+        bson_copy_to(&image, out);
+        ok = true;
+    }
+    if (!ok) {
+        SHL_ERR(incomplete_history(s, st));
+    }
+done:
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(ic);
+    bson_destroy(&key);
+    bson_destroy(&img);
+    return ret;
+}
+
+/* config.transactions {_id: lsid, txnNum, lastWriteOpTime: {ts, t}, lastWriteDate} */
+static void
+txn_record_build(bson_t *out, const shl_lsid_t *lsid, int64_t txn_number, uint64_t ts, int64_t term,
+                 int64_t wall_ms)
+{
+    bson_init(out);
+    shl_lsid_append(out, "_id", lsid);
+    BSON_APPEND_INT64(out, "txnNum", txn_number);
+    append_optime(out, "lastWriteOpTime", ts, term);
+    BSON_APPEND_DATE_TIME(out, "lastWriteDate", wall_ms);
+}
+
+int
+db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_status_t *st)
+{
+    int ret = 0;
+    shl_collection_t *tc = NULL;
+    bson_t rec = BSON_INITIALIZER;
+
+    if (r->s == NULL || r->n == 0) {
+        goto done;
+    }
+    tc = shl_catalog_get(r->op->svc->storage, DB_TRANSACTIONS_NS);
+    if (tc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s does not exist", DB_TRANSACTIONS_NS);
+    }
+    bson_destroy(&rec);
+    txn_record_build(&rec, &r->s->lsid, r->s->txn_number, r->ts[r->n - 1],
+                     shl_storage_term(r->op->svc->storage), shl_clock_wall_ms());
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, st));
+done:
+    shl_collection_release(tc);
+    bson_destroy(&rec);
+    return ret;
+}
+
+void
+db_stmt_recorder_commit(db_stmt_recorder_t *r)
+{
+    if (r->s == NULL || r->n == 0) {
+        return;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+        stmt_map_put(&r->s->stmts, r->stmt_ids[i], r->ts[i]);
+    }
+    r->s->last_write_ts = r->ts[r->n - 1];
+    r->n = 0;
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+int
+db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg, shl_status_t *st)
+{
+    int ret = 0;
+    shl_storage_engine_t *eng = shl_storage_txn_engine(txn);
+    shl_collection_t *tc = NULL;
+    bson_t lsid_doc, cur = BSON_INITIALIZER, rec = BSON_INITIALIZER;
+    bson_iter_t it;
+    shl_lsid_t lsid;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    int64_t txn_number, rid = 0;
+    uint64_t ts;
+    bool found = false;
+
+    (void)arg;
+    if (!shl_bson_get_subdoc(entry, "lsid", &lsid_doc) || !bson_has_field(entry, "txnNumber") ||
+        shl_lsid_parse(&lsid_doc, &lsid, &ignored) != 0) {
+        goto done;
+    }
+    tc = shl_catalog_get(eng, DB_TRANSACTIONS_NS);
+    if (tc == NULL) {
+        goto done;
+    }
+    txn_number = shl_bson_int64_at(entry, "txnNumber");
+    ts = 0;
+    if (bson_iter_init_find(&it, entry, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        ts = shl_bson_iter_timestamp_u64(&it);
+    }
+    shl_lsid_append(&rec, "_id", &lsid);
+    bson_iter_init_find(&it, &rec, "_id");
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &cur, &rid, &found, st));
+    if (found && (shl_bson_int64_at(&cur, "txnNum") > txn_number ||
+                  (shl_bson_int64_at(&cur, "txnNum") == txn_number &&
+                   optime_ts(&cur, "lastWriteOpTime") >= ts))) {
+        goto done; /* a newer write of the session is recorded already */
+    }
+    bson_destroy(&rec);
+    {
+        int64_t wall = 0;
+        if (bson_iter_init_find(&it, entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+            wall = bson_iter_date_time(&it);
+        }
+        txn_record_build(&rec, &lsid, txn_number, ts, shl_bson_int64_at(entry, "t"), wall);
+    }
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, st));
+done:
+    shl_collection_release(tc);
+    bson_destroy(&cur);
+    bson_destroy(&rec);
+    return ret;
+}
