@@ -231,6 +231,33 @@ fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
     }
     if (bson_iter_init_find(&it, &entry, "needsRetryImage") && BSON_ITER_HOLDS_UTF8(&it)) {
         image_kind = bson_iter_utf8(&it, NULL);
+    } else if (bson_has_field(&entry, "preImageOpTime")) {
+        image_kind = "preImage"; /* migrated from a donor, which sent the image along */
+    } else if (bson_has_field(&entry, "postImageOpTime")) {
+        image_kind = "postImage";
+    }
+    /* The retry must ask for what the original did (MongoDB's compatibility checks). */
+    if (strcmp(kind, "d") == 0 && !u->remove) {
+        SHL_FAIL(st, 40606,
+                 "findAndModify retry request is not compatible with previous write in the "
+                 "transaction of type: d");
+    }
+    if (strcmp(kind, "i") == 0 && !u->upsert) {
+        SHL_FAIL(st, 40608,
+                 "findAndModify retry request is not compatible with previous write in the "
+                 "transaction of type: i");
+    }
+    if (strcmp(kind, "u") == 0 && u->remove) {
+        SHL_FAIL(st, 40609,
+                 "findAndModify retry request is not compatible with previous write in the "
+                 "transaction of type: u");
+    }
+    if (strcmp(kind, "u") == 0 && image_kind != NULL &&
+        u->return_new != (strcmp(image_kind, "postImage") == 0)) {
+        SHL_FAIL(st, u->return_new ? 40611 : 40612,
+                 "findAndModify retry request wants the document %s update returned, but only %s "
+                 "update document is stored",
+                 u->return_new ? "after" : "before", u->return_new ? "before" : "after");
     }
     u->found = true;
     if (strcmp(kind, "i") == 0) {
@@ -251,8 +278,7 @@ fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
         SHL_ERR(db_session_find_image(op, ts, image_kind, &image, st));
         u->value = bson_copy(&image);
     } else {
-        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
-                 "findAndModify retry: the original write's image was not recorded");
+        SHL_FAIL(st, 40607, "No pre-image available for findAndModify retry request");
     }
     db_op_note_write_ts(ts);
 done:
@@ -346,6 +372,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     SHL_ERR(db_session_stmt_executed(op, stmt_id[0], &retried_ts, &retried, st));
     u.remove = remove;
     u.return_new = return_new;
+    u.upsert = upsert;
     if (retried) {
         /* A retried retryable write that ran: answered from its history, not run again. */
         SHL_ERR(fam_retried(op, retried_ts, &u, st));
@@ -409,6 +436,9 @@ reply:
         SHL_ERR(ret);
     } else {
         BSON_APPEND_DOCUMENT(reply, "value", u.value);
+    }
+    if (retried) {
+        BSON_APPEND_INT32(reply, "retriedStmtId", stmt_id[0]);
     }
     db_write_concern_wait(op, &wc, reply);
 done:

@@ -809,29 +809,37 @@ typedef struct stmt_kind {
 } stmt_kind_t;
 
 /*
- * The result of statement 'index' of a retried retryable write, rebuilt from its oplog entry
- * at 'ts' as MongoDB rebuilds it: an insert entry of an update is its upsert, an update entry
- * one modified document, a delete entry one deleted document.
+ * The result of statement 'index' of a retried retryable write, as MongoDB rebuilds it: a
+ * delete deleted one document; an update is read from its oplog entry at 'ts' (an insert
+ * entry is its upsert, an update entry one modified document).
  */
 static int
-retried_result(shl_op_ctx_t *op, int32_t index, int32_t stmt_id, uint64_t ts,
+retried_result(shl_op_ctx_t *op, bool is_update, int32_t index, int32_t stmt_id, uint64_t ts,
                shl_write_result_t *res, shl_status_t *st)
 {
     int ret = 0;
-    bson_t entry, o;
+    bson_t entry = BSON_INITIALIZER, o;
     bson_iter_t it;
-    const char *kind = "";
+    const char *kind = "d";
 
-    SHL_ERR(db_session_read_entry(op, ts, &entry, st));
+    if (is_update) {
+        bson_destroy(&entry);
+        SHL_ERR(db_session_read_entry(op, ts, &entry, st));
+    }
     if (bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
         kind = bson_iter_utf8(&it, NULL);
     }
     res->n++;
-    if (strcmp(kind, "u") == 0) {
+    if (is_update && strcmp(kind, "u") == 0) {
         res->n_modified++;
-    } else if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&entry, "o", &o) &&
+    } else if (is_update && strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&entry, "o", &o) &&
                bson_iter_init_find(&it, &o, "_id")) {
         shl_write_result_add_upserted(res, index, bson_iter_value(&it));
+    } else if (is_update) {
+        SHL_FAIL(st, 40638,
+                 "update retry request is not compatible with previous write in the transaction "
+                 "of type: %s",
+                 kind);
     }
     shl_write_result_add_retried(res, stmt_id);
     db_op_note_write_ts(ts);
@@ -903,7 +911,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         /* A retried retryable write: a statement that ran is answered, not run again. */
         SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &executed, st));
         if (executed) {
-            SHL_ERR(retried_result(op, (int32_t)i, stmt_ids[i], ts, &res, st));
+            SHL_ERR(retried_result(op, kind->is_update, (int32_t)i, stmt_ids[i], ts, &res, st));
             continue;
         }
         if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, stmt_ids[i], bypass,

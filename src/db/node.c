@@ -215,6 +215,14 @@ node_shutdown(shl_service_ctx_t *svc)
     bson_free(node);
 }
 
+struct db_session_catalog *
+shl_node_session_catalog(const shl_service_ctx_t *svc)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node != NULL ? node->sessions : NULL;
+}
+
 int
 shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {

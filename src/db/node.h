@@ -16,4 +16,11 @@
  */
 int shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st);
 
+/*
+ * shl_node_session_catalog --
+ *     The data node's session catalog (src/db/session_catalog.h), NULL on a standalone
+ *     (which takes no retryable writes). Borrowed; lives until the node shuts down.
+ */
+struct db_session_catalog *shl_node_session_catalog(const shl_service_ctx_t *svc);
+
 #endif

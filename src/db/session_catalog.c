@@ -323,16 +323,17 @@ done:
 
 /* ---------------------------------------------------------------- checkout */
 
-int
-db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
+/* Check out the session of 'lsid' for 'op' (waiting while another has it) and load it. */
+static int
+session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+                db_session_t **out, shl_status_t *st)
 {
     int ret = 0;
     db_session_t *s;
-    bool mine = false;
-    char id[37];
 
+    *out = NULL;
     pthread_mutex_lock(&cat->mu);
-    s = session_get(cat, &op->lsid_key);
+    s = session_get(cat, lsid);
     s->waiters++;
     while (s->checked_out) {
         ret = shl_op_check_interrupt(op, st);
@@ -344,12 +345,48 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     s->waiters--;
     if (ret == 0) {
         s->checked_out = true;
-        mine = true;
     }
     pthread_mutex_unlock(&cat->mu);
     SHL_ERR(ret);
+    *out = s;
     if (!s->loaded) {
         SHL_ERR(session_load(cat, s, st));
+    }
+done:
+    return ret;
+}
+
+static void
+session_release(db_session_catalog_t *cat, db_session_t *s)
+{
+    pthread_mutex_lock(&cat->mu);
+    s->checked_out = false;
+    pthread_cond_broadcast(&cat->cv);
+    pthread_mutex_unlock(&cat->mu);
+}
+
+/* Move the session to retryable write 'txn_number' when it is newer than its own. */
+static void
+session_begin_txn(db_session_t *s, int64_t txn_number)
+{
+    if (txn_number > s->txn_number) {
+        s->txn_number = txn_number;
+        s->last_write_ts = 0;
+        s->incomplete = false;
+        stmt_map_clear(&s->stmts);
+    }
+}
+
+int
+db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+    db_session_t *s = NULL;
+    char id[37];
+
+    ret = session_acquire(cat, op, &op->lsid_key, &s, st);
+    if (ret != 0) {
+        goto done;
     }
     if (op->txn_number < s->txn_number) {
         shl_lsid_id_string(&s->lsid, id);
@@ -358,19 +395,11 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
                  "newer retryable write with txnNumber %lld has already started on this session.",
                  (long long)op->txn_number, id, (long long)s->txn_number);
     }
-    if (op->txn_number > s->txn_number) {
-        s->txn_number = op->txn_number;
-        s->last_write_ts = 0;
-        s->incomplete = false;
-        stmt_map_clear(&s->stmts);
-    }
+    session_begin_txn(s, op->txn_number);
     op->session = s;
 done:
-    if (ret != 0 && mine) {
-        pthread_mutex_lock(&cat->mu);
-        s->checked_out = false;
-        pthread_cond_broadcast(&cat->cv);
-        pthread_mutex_unlock(&cat->mu);
+    if (ret != 0 && s != NULL) {
+        session_release(cat, s);
     }
     return ret;
 }
@@ -378,16 +407,10 @@ done:
 void
 db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
 {
-    db_session_t *s = op->session;
-
-    if (s == NULL) {
-        return;
+    if (op->session != NULL) {
+        session_release(cat, op->session);
+        op->session = NULL;
     }
-    pthread_mutex_lock(&cat->mu);
-    s->checked_out = false;
-    pthread_cond_broadcast(&cat->cv);
-    pthread_mutex_unlock(&cat->mu);
-    op->session = NULL;
 }
 
 /* ---------------------------------------------------------------- statements */
@@ -599,33 +622,46 @@ db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kin
     shl_storage_txn_t *txn = NULL;
     bson_t key = BSON_INITIALIZER, img = BSON_INITIALIZER, image;
     bson_iter_t it;
-    bool found = false, ok = false;
+    bool found = false;
+    char *lsid_str = NULL;
 
     bson_init(out);
+    shl_lsid_append(&key, "_id", &s->lsid);
     if (ic != NULL) {
         SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
-        shl_lsid_append(&key, "_id", &s->lsid);
         bson_iter_init_find(&it, &key, "_id");
         bson_destroy(&img);
         SHL_ERR(shl_doc_find_by_id(txn, ic, bson_iter_value(&it), &img, NULL, &found, st));
     }
-    if (found && shl_bson_int64_at(&img, "txnNum") == s->txn_number &&
-        bson_iter_init_find(&it, &img, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it) &&
-        shl_bson_iter_timestamp_u64(&it) == ts && bson_iter_init_find(&it, &img, "imageKind") &&
-        BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), image_kind) == 0 &&
-        !(bson_iter_init_find(&it, &img, "invalidated") && bson_iter_as_bool(&it)) &&
-        shl_bson_get_subdoc(&img, "image", &image)) {
-        bson_destroy(out);
-        bson_copy_to(&image, out);
-        ok = true;
+    if (!found || shl_bson_int64_at(&img, "txnNum") != s->txn_number ||
+        !bson_iter_init_find(&it, &img, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it) ||
+        shl_bson_iter_timestamp_u64(&it) != ts) {
+        bson_t view;
+        shl_bson_get_subdoc(&key, "_id", &view);
+        lsid_str = shl_bson_to_string(&view);
+        SHL_FAIL(st, found ? 5637602 : 5637601,
+                 "image collection no longer contains the complete write history of this "
+                 "transaction, record with sessionId: %s cannot be found",
+                 lsid_str);
     }
-    if (!ok) {
-        SHL_ERR(incomplete_history(s, st));
+    if ((bson_iter_init_find(&it, &img, "invalidated") && bson_iter_as_bool(&it)) ||
+        !bson_iter_init_find(&it, &img, "imageKind") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), image_kind) != 0 ||
+        !shl_bson_get_subdoc(&img, "image", &image)) {
+        bson_t view;
+        shl_bson_get_subdoc(&key, "_id", &view);
+        lsid_str = shl_bson_to_string(&view);
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "Incomplete transaction history for sessionId: %s txnNumber: %lld", lsid_str,
+                 (long long)s->txn_number);
     }
+    bson_destroy(out);
+    bson_copy_to(&image, out);
 done:
     if (txn != NULL) {
         shl_storage_txn_abort(txn);
     }
+    bson_free(lsid_str);
     shl_collection_release(ic);
     bson_destroy(&key);
     bson_destroy(&img);
@@ -679,6 +715,113 @@ db_stmt_recorder_commit(db_stmt_recorder_t *r)
     }
     r->s->last_write_ts = r->ts[r->n - 1];
     r->n = 0;
+}
+
+/* ---------------------------------------------------------------- migration */
+
+typedef struct migrate_unit {
+    db_stmt_recorder_t *rec;
+    const bson_t *entry; /* the no-op's o2 */
+    bson_t o2;           /* a view, when 'entry' is an incoming no-op's o2 */
+    const bson_t *image;
+    const char *image_kind;
+    const char *ns;
+    int32_t stmt_id;
+} migrate_unit_t;
+
+static int
+migrate_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    migrate_unit_t *u = arg;
+    int ret = 0;
+    bson_t o = BSON_INITIALIZER, fields = BSON_INITIALIZER;
+    shl_write_opts_t wo;
+    const shl_write_opts_t *wop;
+
+    db_stmt_recorder_begin(u->rec);
+    BSON_APPEND_INT32(&o, "$sessionMigrateInfo", 1);
+    wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+    bson_concat(&fields, wop->oplog_extra);
+    BSON_APPEND_BOOL(&fields, "fromMigrate", true);
+    wo.oplog_extra = &fields;
+    SHL_ERR(shl_oplog_append(txn, 'n', u->ns, NULL, &o, u->entry, &wo, &u->rec->write_ts, st));
+    db_stmt_recorder_wrote(u->rec, u->stmt_id);
+    if (u->image != NULL) {
+        SHL_ERR(db_stmt_recorder_image(u->rec, txn, u->image_kind, u->image, st));
+    }
+    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
+done:
+    bson_destroy(&o);
+    bson_destroy(&fields);
+    return ret;
+}
+
+int
+db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const bson_t *entry,
+                      const bson_t *image, shl_status_t *st)
+{
+    int ret = 0;
+    db_session_t *s = NULL;
+    bson_t lsid_doc;
+    bson_iter_t it;
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    int32_t stmt_id = DB_INCOMPLETE_HISTORY_STMT_ID;
+    db_stmt_recorder_t rec;
+    migrate_unit_t u;
+    const char *ns = "";
+
+    db_stmt_recorder_init(&rec, op);
+    if (!shl_bson_get_subdoc(entry, "lsid", &lsid_doc) || !bson_has_field(entry, "txnNumber") ||
+        !bson_iter_init_find(&it, entry, "stmtId") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+        SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT,
+                 "oplog entry does not have sessionId, txnNumber and stmtId");
+    }
+    stmt_id = (int32_t)bson_iter_as_int64(&it);
+    SHL_ERR(shl_lsid_parse(&lsid_doc, &lsid, st));
+    txn_number = shl_bson_int64_at(entry, "txnNumber");
+    if (bson_iter_init_find(&it, entry, "ns") && BSON_ITER_HOLDS_UTF8(&it)) {
+        ns = bson_iter_utf8(&it, NULL);
+    }
+    SHL_ERR(session_acquire(cat, op, &lsid, &s, st));
+    if (txn_number < s->txn_number ||
+        (txn_number == s->txn_number && stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID &&
+         stmt_map_get(&s->stmts, stmt_id) != 0)) {
+        goto done; /* an older write, or one this node knows already */
+    }
+    session_begin_txn(s, txn_number);
+    rec.s = s;
+    memset(&u, 0, sizeof(u));
+    u.rec = &rec;
+    u.entry = entry;
+    {
+        /* A no-op (a sentinel, or an entry migrated here before) keeps its own o2. */
+        bson_t o2;
+        if (bson_iter_init_find(&it, entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+            strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && shl_bson_get_subdoc(entry, "o2", &o2)) {
+            bson_init_static(&u.o2, bson_get_data(&o2), o2.len);
+            u.entry = &u.o2;
+        }
+    }
+    u.ns = ns;
+    u.stmt_id = stmt_id;
+    if (image != NULL) {
+        u.image = image;
+        u.image_kind = bson_has_field(entry, "postImageOpTime") ? "postImage" : "preImage";
+    }
+    SHL_ERR(shl_storage_write_retry(cat->eng, migrate_unit_fn, &u, NULL, st));
+    if (stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID) {
+        s->incomplete = true;
+        s->last_write_ts = rec.ts[rec.n - 1];
+    } else {
+        db_stmt_recorder_commit(&rec);
+    }
+done:
+    db_stmt_recorder_cleanup(&rec);
+    if (s != NULL) {
+        session_release(cat, s);
+    }
+    return ret;
 }
 
 /* ---------------------------------------------------------------- recovery */

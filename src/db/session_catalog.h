@@ -31,7 +31,7 @@
 #include "storage/write.h"
 
 /* MongoDB's kIncompleteHistoryStmtId: the statement id of a history dead end. */
-#define DB_INCOMPLETE_HISTORY_STMT_ID (-1)
+#define DB_INCOMPLETE_HISTORY_STMT_ID (-2)
 
 #define DB_TRANSACTIONS_NS "config.transactions"
 #define DB_IMAGE_COLLECTION_NS "config.image_collection"
@@ -150,6 +150,26 @@ int db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_s
 
 /* db_stmt_recorder_commit -- the unit committed: the session knows its statements now. */
 void db_stmt_recorder_commit(db_stmt_recorder_t *r);
+
+/* ---------------------------------------------------------------- migration */
+
+/*
+ * db_session_migrate_in --
+ *     Take one entry of a donor's retryable-write history into this node's (MongoDB's
+ *     SessionCatalogMigrationDestination; seeds/000 "Supporting retryability across chunk
+ *     migration"): 'entry' is the original oplog entry of a write (lsid, txnNumber, stmtId),
+ *     or a dead-end sentinel (stmtId DB_INCOMPLETE_HISTORY_STMT_ID); 'image' (may be NULL)
+ *     the document a findAndModify returned (the entry carries preImageOpTime or
+ *     postImageOpTime). Checks the session out (waiting as an operation would: 'op' is the
+ *     migration's), skips what is older than the session's txnNumber or already known, and
+ *     writes a no-op entry {op: 'n', ns, o: {$sessionMigrateInfo: 1}, o2: entry (a no-op's own
+ *     o2: a migrated entry or a sentinel), lsid, txnNumber, stmtId, prevOpTime, fromMigrate:
+ *     true} with its config.transactions record (and the image), so a retry sent here is
+ *     answered from it. Errors: UnsupportedFormat (12) for an entry without lsid, txnNumber
+ *     or stmtId; storage errors.
+ */
+int db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const bson_t *entry,
+                          const bson_t *image, shl_status_t *st);
 
 /* ---------------------------------------------------------------- recovery */
 

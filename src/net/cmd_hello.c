@@ -159,27 +159,27 @@ cmd_build_info(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
 static const shl_command_t hello_cmd = {
     .name = "hello",
     .run = cmd_hello,
-    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN,
+    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN | SHL_CMD_NO_AUTH,
     .help = "describe this server's role and limits (the driver handshake)",
 };
 static const shl_command_t is_master_cmd = {
     .name = "isMaster",
     .aliases = {"ismaster"},
     .run = cmd_is_master,
-    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN,
+    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN | SHL_CMD_NO_AUTH,
     .help = "legacy name of hello",
 };
 static const shl_command_t ping_cmd = {
     .name = "ping",
     .run = cmd_ping,
-    .flags = SHL_CMD_IN_TXN, /* not over OP_QUERY: MongoDB 7.0 allows only the handshake */
+    .flags = SHL_CMD_IN_TXN | SHL_CMD_NO_AUTH, /* not over OP_QUERY: only the handshake is */
     .help = "a no-op to test whether the server is responding",
 };
 static const shl_command_t build_info_cmd = {
     .name = "buildInfo",
     .aliases = {"buildinfo"},
     .run = cmd_build_info,
-    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN,
+    .flags = SHL_CMD_HANDSHAKE | SHL_CMD_IN_TXN | SHL_CMD_NO_AUTH,
     .help = "version and build details",
 };
 

@@ -15,6 +15,30 @@ static const uint8_t empty_user_digest[SHL_LSID_UID_LEN] = {
     0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
     0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
 
+/* MongoDB's names of BinData subtypes, as its IDL errors print them. */
+static const char *
+binary_subtype_name(bson_subtype_t sub)
+{
+    switch (sub) {
+    case BSON_SUBTYPE_BINARY:
+        return "general";
+    case BSON_SUBTYPE_FUNCTION:
+        return "function";
+    case BSON_SUBTYPE_BINARY_DEPRECATED:
+        return "byte(deprecated)";
+    case BSON_SUBTYPE_UUID_DEPRECATED:
+        return "UUID(deprecated)";
+    case BSON_SUBTYPE_UUID:
+        return "UUID";
+    case BSON_SUBTYPE_MD5:
+        return "MD5";
+    case BSON_SUBTYPE_ENCRYPTED:
+        return "encrypt";
+    default:
+        return "Custom";
+    }
+}
+
 int
 shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
 {
@@ -36,30 +60,44 @@ shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
             bson_iter_binary(&it, &sub, &len, &data);
         }
         if (strcmp(k, "id") == 0) {
-            if (data == NULL || sub != BSON_SUBTYPE_UUID || len != 16) {
+            if (data == NULL) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'LogicalSessionFromClient.id' is the wrong type '%s', "
-                         "expected type 'uuid'",
-                         data != NULL ? "binData" : shl_bson_type_name(shl_iter_type(&it)));
+                         "BSON field 'OperationSessionInfo.lsid.id' is the wrong type '%s', "
+                         "expected type 'binData'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            if (sub != BSON_SUBTYPE_UUID) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'OperationSessionInfo.lsid.id' is the wrong binData type "
+                         "'%s', expected type 'UUID'",
+                         binary_subtype_name(sub));
+            }
+            if (len != 16) {
+                SHL_FAIL(st, SHL_CODE_INVALID_UUID,
+                         "uuid must be a 16-byte binary field with UUID (4) subtype");
             }
             memcpy(out->id, data, 16);
             has_id = true;
         } else if (strcmp(k, "uid") == 0) {
-            if (data == NULL || sub != BSON_SUBTYPE_BINARY || len != SHL_LSID_UID_LEN) {
+            if (data == NULL) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'LogicalSessionFromClient.uid' is the wrong type '%s', "
-                         "expected a 32-byte binData",
+                         "BSON field 'OperationSessionInfo.lsid.uid' is the wrong type '%s', "
+                         "expected type 'binData'",
                          shl_bson_type_name(shl_iter_type(&it)));
+            }
+            if (len != SHL_LSID_UID_LEN) {
+                SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT, "Unsupported SHA256Block hash length: %u",
+                         len);
             }
             memcpy(out->uid, data, SHL_LSID_UID_LEN);
         } else {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                     "BSON field 'LogicalSessionFromClient.%s' is an unknown field.", k);
+                     "BSON field 'OperationSessionInfo.lsid.%s' is an unknown field.", k);
         }
     }
     if (!has_id) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                 "BSON field 'LogicalSessionFromClient.id' is missing but a required field");
+                 "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field");
     }
 done:
     return ret;

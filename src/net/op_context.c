@@ -99,6 +99,10 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
         if (f == F_OTHER) {
             continue;
         }
+        if ((f == F_LSID || f == F_TXN_NUMBER) &&
+            (BSON_ITER_HOLDS_NULL(&it) || BSON_ITER_HOLDS_UNDEFINED(&it))) {
+            continue; /* MongoDB's parser takes a null session field as an absent one */
+        }
         if (f == F_LSID) {
             if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->lsid)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
@@ -109,7 +113,7 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             SHL_ERR(shl_lsid_parse(&op->lsid, &op->lsid_key, st));
             op->has_lsid = true;
         } else if (f == F_TXN_NUMBER) {
-            if (!BSON_ITER_HOLDS_INT(&it)) {
+            if (!BSON_ITER_HOLDS_INT64(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'OperationSessionInfo.txnNumber' is the wrong type '%s', "
                          "expected type 'long'",

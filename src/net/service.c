@@ -57,6 +57,14 @@ is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
            !op->has_autocommit;
 }
 
+/* Whether a retryable write's errors are labelled for this client: never for another
+ * cluster process (it sent internalClient in its hello) nor for in-process commands. */
+static bool
+labels_retryable_writes(const shl_op_ctx_t *op, const shl_command_t *cmd)
+{
+    return is_retryable_write(op, cmd) && op->conn != NULL && !op->conn->internal;
+}
+
 /*
  * Whether an error 'code' of a retryable write gets the RetryableWriteError label here, as
  * MongoDB attaches it: a data node labels the retriable codes (not-primary, network,
@@ -197,7 +205,8 @@ done:
             shl_status_append_reply(&st, reply);
             BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
         } else {
-            if (op_init && is_retryable_write(&op, cmd) && retryable_write_error(svc, st.code)) {
+            if (op_init && labels_retryable_writes(&op, cmd) &&
+                retryable_write_error(svc, st.code)) {
                 shl_status_add_label(&st, SHL_LABEL(RETRYABLE_WRITE_ERROR));
             }
             shl_status_append_reply(&st, reply);
@@ -212,7 +221,7 @@ done:
                 BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
             }
         }
-        if (is_retryable_write(&op, cmd)) {
+        if (labels_retryable_writes(&op, cmd)) {
             label_write_concern_error(svc, reply);
         }
         if (!shl_bson_iter_find_key(&it, reply, "ok")) {

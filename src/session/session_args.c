@@ -17,16 +17,20 @@ shl_session_check_args(const shl_op_ctx_t *op, const shl_command_t *cmd, bool re
     if (!op->has_txn_number) {
         goto done;
     }
+    /* MongoDB's order: initializeOperationSessionInfo's checks, then validateSessionOptions. */
+    if (cmd->flags & SHL_CMD_NO_AUTH) {
+        SHL_FAIL(st, 50889, "It is illegal to provide a txnNumber for this command");
+    }
     if (!op->has_lsid) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Transaction number requires a session ID to also be specified");
     }
-    if (op->txn_number < 0) {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "TxnNumber cannot be negative");
-    }
     if (!replicated) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
                  "Transaction numbers are only allowed on a replica set member or mongos");
+    }
+    if (op->txn_number < 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Transaction number cannot be negative");
     }
     if (!op->has_autocommit && !(cmd->flags & SHL_CMD_RETRYABLE_WRITE)) {
         SHL_FAIL(st, SHL_CODE_NOT_A_RETRYABLE_WRITE_COMMAND,
@@ -65,9 +69,6 @@ shl_session_stmt_ids(const bson_t *cmd, uint32_t n, int32_t **out, shl_status_t 
                      "BSON field 'stmtIds' is the wrong type '%s', expected type 'array'",
                      shl_bson_type_name(shl_iter_type(&it)));
         }
-        if (has_first) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "May not specify both stmtId and stmtIds");
-        }
         has_array = true;
         while (shl_iter_next(&arr)) {
             if (!BSON_ITER_HOLDS_INT32(&arr)) {
@@ -80,11 +81,16 @@ shl_session_stmt_ids(const bson_t *cmd, uint32_t n, int32_t **out, shl_status_t 
             }
             i++;
         }
+        /* MongoDB checks the count first, then that stmtId is not given too. */
         if (i != n) {
             SHL_FAIL(st, SHL_CODE_INVALID_LENGTH,
                      "Number of statement ids must match the number of batch entries. Got %u "
-                     "statement ids but %u operations. Statement ids: [...]. Write command: ...",
+                     "statement ids but %u operations.",
                      i, n);
+        }
+        if (has_first) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "May not specify both stmtId and stmtIds in write command.");
         }
     }
     if (!has_array) {

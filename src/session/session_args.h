@@ -18,9 +18,10 @@
  * shl_session_check_args --
  *     Whether the lsid / txnNumber of 'op' are acceptable for 'cmd' on this process
  *     ('replicated': a replica set member or a router; a standalone refuses txnNumbers).
- *     Errors: InvalidOptions (72) for a txnNumber without lsid; BadValue (2) for a negative
- *     txnNumber; IllegalOperation (20) on a standalone; NotARetryableWriteCommand (50768)
- *     for a txnNumber on a command that is not a retryable write.
+ *     Checked in MongoDB's order. Errors: 50889 for a txnNumber on a command that runs
+ *     without authentication (hello, ping); InvalidOptions (72) for a txnNumber without lsid
+ *     or a negative one; IllegalOperation (20) on a standalone; NotARetryableWriteCommand
+ *     (50768) for a txnNumber on a command that is not a retryable write.
  */
 int shl_session_check_args(const shl_op_ctx_t *op, const shl_command_t *cmd, bool replicated,
                            shl_status_t *st);

@@ -281,6 +281,26 @@ done:
     return ret;
 }
 
+/* One _getNextSessionMods round: the donor's next entries of the range's retryable-write
+ * history into this shard's session catalog; *n gets how many came. */
+static int
+transfer_session_mods(shard_recipient_t *r, shl_op_ctx_t *op, size_t *n, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    *n = 0;
+    BSON_APPEND_UTF8(&cmd, "_getNextSessionMods", r->ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", r->session_id);
+    bson_destroy(&reply);
+    SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(mig_session_apply(r->s, op, &reply, n, st));
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
 static int
 run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
 {
@@ -335,6 +355,10 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         if (n == 0) {
             break;
         }
+        {
+            size_t ns_n;
+            SHL_ERR(transfer_session_mods(r, op, &ns_n, st));
+        }
         pthread_mutex_lock(&r->s->mig_mu);
         r->cloned += (int64_t)n;
         r->cloned_bytes += (int64_t)bytes;
@@ -352,7 +376,7 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
     BSON_APPEND_UTF8(&cmd, "sessionId", r->session_id);
     for (;;) {
         bool commit;
-        size_t n = 0;
+        size_t n = 0, n_sessions = 0;
         if (abort_requested(r)) {
             SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "migration aborted");
         }
@@ -365,6 +389,9 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         bson_destroy(&reply);
         SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
         SHL_ERR(apply_mods(r, &ns, &reply, &n, st));
+        /* The history goes with the documents: once the donor commits, a retry may come
+         * here. */
+        SHL_ERR(transfer_session_mods(r, op, &n_sessions, st));
         pthread_mutex_lock(&r->s->mig_mu);
         if (r->state == MIG_CATCHUP || r->state == MIG_COMMIT_START) {
             r->catchup += (int64_t)n;
@@ -372,7 +399,7 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
             r->steady += (int64_t)n;
         }
         pthread_mutex_unlock(&r->s->mig_mu);
-        if (n > 0) {
+        if (n > 0 || n_sessions > 0) {
             continue;
         }
         if (commit) {

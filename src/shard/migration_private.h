@@ -92,4 +92,25 @@ int mig_check_idle_locked(shard_state_t *s, shl_status_t *st);
 int mig_mark_task_ready_counted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id,
                                 shl_status_t *st);
 
+/*
+ * The retryable-write history of a migrated range (migration_session.c).
+ *   mig_session_source_new: the donor's source for ns's documents in [min, max) of
+ *     'pattern' (all of ns when 'pattern' is NULL); the arguments are borrowed and must
+ *     outlive it. 'follow': after the history as of the first call, the writes made since
+ *     (a chunk migration; movePrimary blocks writes and sends the history only).
+ *   mig_session_source_next: append to the array 'arr' (within MIG_BATCH_BYTES) the next
+ *     entries to send; empty when the donor has nothing more for now. Reads storage; one
+ *     caller at a time.
+ *   mig_session_apply: the recipient takes the entries of a _getNextSessionMods reply into
+ *     its session catalog; *n gets how many the reply held.
+ */
+typedef struct mig_session_source mig_session_source_t;
+mig_session_source_t *mig_session_source_new(const char *ns, const shl_shard_key_pattern_t *pattern,
+                                             const bson_t *min, const bson_t *max, bool follow);
+void mig_session_source_destroy(mig_session_source_t *src);
+int mig_session_source_next(shard_state_t *s, mig_session_source_t *src, bson_t *arr,
+                            shl_status_t *st);
+int mig_session_apply(shard_state_t *s, shl_op_ctx_t *op, const bson_t *reply, size_t *n,
+                      shl_status_t *st);
+
 #endif

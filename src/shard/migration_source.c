@@ -86,6 +86,8 @@ typedef struct shard_donor {
     bson_t **pending; /* fetched documents of the range not sent yet (owned) */
     size_t npending, pending_pos;
     int64_t cloned;
+    /* The range's retryable-write history (_getNextSessionMods, the recipient's thread). */
+    mig_session_source_t *sessions;
 } shard_donor_t;
 
 /* ---------------------------------------------------------------- helpers */
@@ -265,6 +267,7 @@ static void
 donor_free(shard_donor_t *d)
 {
     pending_clear(d);
+    mig_session_source_destroy(d->sessions);
     bson_free(d->clone_resume);
     for (size_t i = 0; i < d->nmods; i++) {
         bson_destroy(d->mods[i]);
@@ -874,6 +877,31 @@ done:
         bson_destroy(docs[j]);
     }
     bson_free(docs);
+    return ret;
+}
+
+/* _getNextSessionMods: {oplog: [entries]}, the range's retryable-write history
+ * (migration_session.c); empty when the donor has nothing more for now. */
+static int
+cmd_get_next_session_mods(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    shard_donor_t *d = NULL;
+    bson_t arr = BSON_INITIALIZER;
+
+    SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
+    SHL_ERR(donor_for_session(s, cmd, "_getNextSessionMods", &d, st));
+    if (d->sessions == NULL) {
+        d->sessions = mig_session_source_new(d->ns, &d->pattern, d->min, d->max, true);
+    }
+    SHL_ERR(mig_session_source_next(s, d->sessions, &arr, st));
+    BSON_APPEND_ARRAY(reply, "oplog", &arr);
+done:
+    if (d != NULL) {
+        donor_release(s, d);
+    }
+    bson_destroy(&arr);
     return ret;
 }
 
@@ -1856,9 +1884,16 @@ static const shl_command_t migration_commands[] = {
      .run = cmd_transfer_mods,
      .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
      .help = "internal: the writes captured in the migrating range since the last call"},
+    {.name = "_getNextSessionMods",
+     .run = cmd_get_next_session_mods,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the retryable-write history of the migrating range"},
+    /* Sent with the migration's session (lsid + txnNumber), as MongoDB's donor sends it:
+     * MongoDB counts it among the retryable write commands. */
     {.name = "_recvChunkStart",
      .run = mig_recv_chunk_start,
-     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .flags =
+         SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_RETRYABLE_WRITE,
      .help = "internal: start receiving a chunk from a donor shard"},
     {.name = "_recvChunkStatus",
      .run = mig_recv_chunk_status,

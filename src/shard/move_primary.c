@@ -18,6 +18,7 @@
 #include "base/log.h"
 #include "base/namespace.h"
 #include "bson/bson_iter.h"
+#include "net/command_args.h"
 #include "net/stmt_batch.h"
 #include "shard/migration_private.h"
 #include "shard/shard_private.h"
@@ -399,8 +400,39 @@ done:
     return ret;
 }
 
+/* The collection's retryable-write history to the recipient, so a retry of a write made
+ * here is answered there once it is the primary (writes are blocked: the history is whole). */
+static int
+send_session_history(shard_state_t *s, const mp_coord_t *c, const char *coll, shl_status_t *st)
+{
+    int ret = 0;
+    char ns[SHL_NS_MAX + 1];
+    mig_session_source_t *src;
+    bson_t arr = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+
+    snprintf(ns, sizeof(ns), "%s.%s", c->db, coll);
+    src = mig_session_source_new(ns, NULL, NULL, NULL, false);
+    for (;;) {
+        bson_reinit(&arr);
+        SHL_ERR(mig_session_source_next(s, src, &arr, st));
+        if (bson_empty(&arr)) {
+            break;
+        }
+        bson_reinit(&cmd);
+        BSON_APPEND_INT32(&cmd, "_shardsvrReceiveSessionHistory", 1);
+        BSON_APPEND_ARRAY(&cmd, "oplog", &arr);
+        SHL_ERR(remote_write(s, c->to, "admin", &cmd, st));
+    }
+done:
+    mig_session_source_destroy(src);
+    bson_destroy(&arr);
+    bson_destroy(&cmd);
+    return ret;
+}
+
 /* Create collection i on the recipient with its options and indexes, then copy its
- * documents (the critical section keeps them from changing meanwhile). */
+ * documents (the critical section keeps them from changing meanwhile) and their
+ * retryable-write history. */
 static int
 clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs, shl_status_t *st)
 {
@@ -470,6 +502,7 @@ clone_collection(shard_state_t *s, const mp_coord_t *c, size_t i, int64_t *ndocs
         BSON_APPEND_INT32(&cmd, "batchSize", 1000);
     }
     cursor_id = 0;
+    SHL_ERR(send_session_history(s, c, coll, st));
 done:
     if (cursor_id != 0) {
         bson_t kc = BSON_INITIALIZER, arr, kr;
@@ -970,15 +1003,38 @@ done:
     return ret;
 }
 
-static const shl_command_t move_primary_cmd = {
-    .name = "_shardsvrMovePrimary",
-    .run = cmd_shardsvr_move_primary,
-    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
-    .help = "internal: move a database's unsharded collections to another shard (its primary)",
+/* _shardsvrReceiveSessionHistory: {oplog: [entries]} of a moved collection's retryable-write
+ * history (the recipient of a movePrimary), taken into this shard's session catalog. */
+static int
+cmd_receive_session_history(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    size_t n = 0;
+    static const char *const fields[] = {"oplog", NULL};
+
+    SHL_ERR(shl_cmd_check_fields(cmd, fields, st));
+    SHL_ERR(mig_session_apply(s, op, cmd, &n, st));
+    BSON_APPEND_INT64(reply, "n", (int64_t)n);
+done:
+    return ret;
+}
+
+static const shl_command_t move_primary_cmds[] = {
+    {.name = "_shardsvrMovePrimary",
+     .run = cmd_shardsvr_move_primary,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .help = "internal: move a database's unsharded collections to another shard (its primary)"},
+    {.name = "_shardsvrReceiveSessionHistory",
+     .run = cmd_receive_session_history,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .help = "internal: the retryable-write history of collections moved here"},
 };
 
 void
 shard_move_primary_register(shl_command_registry_t *reg)
 {
-    shl_command_registry_add(reg, &move_primary_cmd);
+    for (size_t i = 0; i < sizeof(move_primary_cmds) / sizeof(move_primary_cmds[0]); i++) {
+        shl_command_registry_add(reg, &move_primary_cmds[i]);
+    }
 }

@@ -43,9 +43,11 @@ class Raw:
 
 
 def _same(first, second):
-    """A retry's reply is the original's plus retriedStmtIds."""
+    """A retry's reply is the original's plus retriedStmtIds (retriedStmtId for
+    findAndModify)."""
     second = dict(second)
     second.pop("retriedStmtIds", None)
+    second.pop("retriedStmtId", None)
     return first == second
 
 
@@ -144,7 +146,8 @@ def test_find_and_modify_retries_return_the_original_document(rs):
         cmd = dict(cmd, txnNumber=Int64(20 + i))
         first = raw(cmd)
         again = raw(cmd)
-        assert first["ok"] == 1 and first == again, (cmd, first, again)
+        assert first["ok"] == 1 and _same(first, again), (cmd, first, again)
+        assert "retriedStmtId" not in first and again["retriedStmtId"] == 0
         replies.append(first)
     assert replies[0]["value"] == {"_id": 1, "v": 1}
     assert replies[1]["value"] == {"v": 21}
@@ -153,10 +156,19 @@ def test_find_and_modify_retries_return_the_original_document(rs):
                                                                                           "x": 1}
     assert replies[4]["value"] is None
     assert sorted((d["_id"], d.get("v")) for d in coll.find()) == [(1, 21), (5, None), (6, None)]
+    # A retry that asks for something else than the original did is refused.
+    r = raw(dict(cases[4], txnNumber=Int64(24), upsert=False))
+    assert r["code"] == 40608
+    assert raw(dict(cases[0], txnNumber=Int64(25)))["value"] == {"_id": 1, "v": 21}
+    assert raw(dict(cases[0], txnNumber=Int64(25), new=True))["code"] == 40611
+    remove = {k: v for k, v in cases[0].items() if k != "update"}
+    assert raw(dict(remove, txnNumber=Int64(25), remove=True))["code"] == 40609
+    assert coll.find_one({"_id": 1})["v"] == 31
     # The image is kept as MongoDB keeps it, in config.image_collection.
     img = rs.client(uuidRepresentation="standard").config.image_collection.find_one(
         {"_id.id": uuid.UUID(bytes=bytes(raw.lsid["id"]))})
-    assert img["imageKind"] == "preImage" and img["image"] == {"_id": 2, "v": 2}
+    assert img["imageKind"] == "preImage" and img["image"] == {"_id": 1, "v": 21}
+    assert img["txnNum"] == 25 and img["invalidated"] is False
     raw.close()
 
 
@@ -170,10 +182,16 @@ def test_bad_session_arguments_get_mongodb_errors_and_write_nothing(rs, shale_pr
     sock = wire_util.connect(rs.port)
     r = wire_util.command(sock, dict(ins, txnNumber=Int64(1), **{"$db": "test"}))
     assert r["code"] == 72 and "requires a session ID" in r["errmsg"]
-    assert code(ins, txnNumber=Int64(-1))[0] == 2
+    assert code(ins, txnNumber=Int64(-1)) == (72, "Transaction number cannot be negative")
     assert code(ins, txnNumber="1")[0] == 14
+    assert code(ins, txnNumber=1)[0] == 14  # an int32: MongoDB takes only a long
+    assert code({"ping": 1}, txnNumber=Int64(1))[0] == 50889
     assert code(ins, lsid="x")[0] == 14
-    assert code(ins, lsid={"id": "not a uuid"})[0] == 14
+    assert code(ins, lsid={"id": "not a uuid"}) == (
+        14, "BSON field 'OperationSessionInfo.lsid.id' is the wrong type 'string', expected type "
+            "'binData'")
+    assert code(ins, lsid={"id": Binary(uuid.uuid4().bytes, 0)})[0] == 14
+    assert code(ins, lsid={"id": Binary(b"short", 4)})[0] == 207
     assert code(ins, lsid={})[0] == 40414
     assert code(ins, lsid={"id": Binary(uuid.uuid4().bytes, 4), "extra": 1})[0] == 40415
     assert code({"find": "bad"}, txnNumber=Int64(1))[0] == 50768
@@ -304,7 +322,7 @@ def test_history_survives_kill9_and_restart(shale_process):
     raw, raw2 = Raw(node, raw.lsid), Raw(node, raw2.lsid)
     r = raw(ins)
     assert r["n"] == 5 and r["retriedStmtIds"] == [0, 1, 2, 3, 4] and "writeErrors" not in r
-    assert raw2(fam) == first
+    assert _same(first, raw2(fam))
     assert raw(dict(ins, txnNumber=Int64(6)))["code"] == 225
     assert node.client().test.k.count_documents({}) == 5
     assert node.client().test.k.find_one({"_id": 1}) == {"_id": 1, "x": 1}
