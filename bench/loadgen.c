@@ -39,6 +39,7 @@ typedef struct worker {
     uint64_t errors;
     uint64_t docs; /* findeq/range: documents returned */
     int64_t last_end_ns;
+    uint8_t lsid[16]; /* rawins/retryins: this thread's session id */
     char first_error[sizeof(((bson_error_t *)0)->message)];
 } worker_t;
 
@@ -62,7 +63,9 @@ typedef enum op_kind {
     OP_FINDID,
     OP_FINDEQ,
     OP_RANGE,
-    OP_INSERTIDX
+    OP_INSERTIDX,
+    OP_RAWINS,  /* the insert command with this thread's lsid and a new txnNumber each time */
+    OP_RETRYINS /* the same command again and again: a retry the server answers from history */
 } op_kind_t;
 
 #define BENCH_DB "bench"
@@ -297,6 +300,35 @@ run_op(worker_t *w, mongoc_client_t *client, mongoc_collection_t *coll, const bs
         ok = find_all(coll, &filter, &opts, &w->docs, error);
         break;
     }
+    case OP_RAWINS:
+    case OP_RETRYINS: {
+        /* {insert, documents: [doc], lsid: {id: thread's UUID}, txnNumber, writeConcern}: a
+         * retryable write as a driver sends it, with the session the benchmark chose, so a
+         * retry is exactly the first attempt's bytes. */
+        bson_t ins = BSON_INITIALIZER, arr, lsid, wcd;
+        uint64_t n = op_kind == OP_RETRYINS ? 0 : seq;
+        set_id(&docs[0], ((int64_t)w->id << 40) | (int64_t)n);
+        BSON_APPEND_UTF8(&ins, "insert", coll_name());
+        BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
+        BSON_APPEND_DOCUMENT(&arr, "0", &docs[0]);
+        bson_append_array_end(&ins, &arr);
+        BSON_APPEND_DOCUMENT_BEGIN(&ins, "lsid", &lsid);
+        bson_append_binary(&lsid, "id", 2, BSON_SUBTYPE_UUID, w->lsid, 16);
+        bson_append_document_end(&ins, &lsid);
+        BSON_APPEND_INT64(&ins, "txnNumber", (int64_t)n + 1);
+        BSON_APPEND_DOCUMENT_BEGIN(&ins, "writeConcern", &wcd);
+        BSON_APPEND_INT32(&wcd, "w", 1);
+        BSON_APPEND_BOOL(&wcd, "j", false);
+        bson_append_document_end(&ins, &wcd);
+        ok = mongoc_client_command_simple(client, BENCH_DB, &ins, NULL, &reply, error);
+        if (ok && op_kind == OP_RETRYINS && seq > 0 && !bson_has_field(&reply, "retriedStmtIds")) {
+            snprintf(error->message, sizeof(error->message), "retryins: not answered as a retry");
+            ok = false;
+        }
+        bson_destroy(&reply);
+        bson_destroy(&ins);
+        break;
+    }
     case OP_INSERTIDX: {
         uint64_t r = next_rand(rng);
         set_qfields(&docs[0], ((int64_t)w->id << 40) | (int64_t)seq, (int32_t)(r >> 33),
@@ -326,6 +358,15 @@ worker_main(void *arg)
     uint64_t seq = 0, rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
     int ndocs = op_kind == OP_INSERT100 ? BATCH : 1;
 
+    {
+        /* A fresh session each run: the server remembers the last run's txnNumbers. */
+        uint64_t r = rng ^ (uint64_t)now_ns();
+        for (int i = 0; i < 16; i++) {
+            w->lsid[i] = (uint8_t)(next_rand(&r) >> 56);
+        }
+    }
+    w->lsid[6] = (uint8_t)((w->lsid[6] & 0x0f) | 0x40); /* a version 4 UUID */
+    w->lsid[8] = (uint8_t)((w->lsid[8] & 0x3f) | 0x80);
     for (int i = 0; i < ndocs; i++) {
         if (op_kind == OP_INSERTIDX) {
             make_qdoc(&docs[i], 0, 0, 0);
@@ -408,7 +449,8 @@ usage(FILE *out)
 {
     fprintf(out,
             "usage: loadgen [--uri URI] [--threads C] [--seconds T]\n"
-            "               [--op ping|hello|insert|insert100|findid] [--preload N] [--keys N]\n"
+            "               [--op ping|hello|insert|insert100|findid|rawins|retryins]\n"
+            "               [--preload N] [--keys N]\n"
             "  C threads, each with its own mongoc_client_t, run the operation back to\n"
             "  back for T seconds; prints ops/s and p50/p99 latency (us).\n"
             "  insert: insert_one of a 229-byte document, j:false (bench.insert, dropped\n"
@@ -486,6 +528,10 @@ parse_args(int argc, char **argv)
         op_kind = OP_RANGE;
     } else if (strcmp(cfg.op, "insertidx") == 0) {
         op_kind = OP_INSERTIDX;
+    } else if (strcmp(cfg.op, "rawins") == 0) {
+        op_kind = OP_RAWINS;
+    } else if (strcmp(cfg.op, "retryins") == 0) {
+        op_kind = OP_RETRYINS;
     } else if (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0) {
         cfg.threads = 0; /* unknown op */
     }
@@ -651,7 +697,8 @@ prepare(void)
         if (cfg.indexes > 0 && !create_indexes(client, coll_name(), ikeys, cfg.indexes)) {
             goto done;
         }
-    } else if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || cfg.preload > 0) {
+    } else if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || op_kind == OP_RAWINS ||
+               op_kind == OP_RETRYINS || cfg.preload > 0) {
         /* "ns not found" is fine: the collection may not exist yet. */
         (void)mongoc_collection_drop(coll, &error);
         if (!shard_collection(client, coll_name())) {

@@ -42,6 +42,7 @@ struct db_session {
     uint64_t last_write_ts; /* the newest entry of txn_number: the next prevOpTime */
     bool incomplete;        /* some of txn_number's history is missing */
     stmt_map_t stmts;
+    int64_t record_rid; /* the RecordId of its config.transactions document, 0: unknown */
 };
 
 struct db_session_catalog {
@@ -296,6 +297,7 @@ session_load(db_session_catalog_t *cat, db_session_t *s, shl_status_t *st)
     }
     s->txn_number = shl_bson_int64_at(&doc, "txnNum");
     s->last_write_ts = optime_ts(&doc, "lastWriteOpTime");
+    s->record_rid = rid;
     for (ts = s->last_write_ts; ts != 0 && oplog != NULL;) {
         bson_destroy(&entry);
         SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &found, st));
@@ -511,15 +513,31 @@ db_stmt_recorder_begin(db_stmt_recorder_t *r)
     r->prev_ts = r->s != NULL ? r->s->last_write_ts : 0;
 }
 
+/* {ts: Timestamp, t: long} as field 'key' of 'doc', laid out by hand (every retryable write
+ * appends two). */
 static void
 append_optime(bson_t *doc, const char *key, uint64_t ts, int64_t term)
 {
+    uint8_t buf[4 + (1 + 3 + 8) + (1 + 2 + 8) + 1];
+    uint8_t *p = buf;
+    uint32_t len = sizeof(buf);
     bson_t sub;
 
-    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub);
-    shl_bson_append_timestamp_u64(&sub, "ts", ts);
-    BSON_APPEND_INT64(&sub, "t", term);
-    bson_append_document_end(doc, &sub);
+    memcpy(p, &len, 4);
+    p += 4;
+    *p++ = BSON_TYPE_TIMESTAMP;
+    memcpy(p, "ts", 3);
+    p += 3;
+    memcpy(p, &ts, 8); /* a Timestamp is increment then seconds, little-endian: our packing */
+    p += 8;
+    *p++ = BSON_TYPE_INT64;
+    memcpy(p, "t", 2);
+    p += 2;
+    memcpy(p, &term, 8);
+    p += 8;
+    *p++ = 0;
+    SHL_INVARIANT(p == buf + sizeof(buf) && bson_init_static(&sub, buf, sizeof(buf)));
+    bson_append_document(doc, key, -1, &sub);
 }
 
 const shl_write_opts_t *
@@ -697,7 +715,7 @@ db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_statu
     bson_destroy(&rec);
     txn_record_build(&rec, &r->s->lsid, r->s->txn_number, r->ts[r->n - 1],
                      shl_storage_term(r->op->svc->storage), shl_clock_wall_ms());
-    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, st));
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, &r->s->record_rid, st));
 done:
     shl_collection_release(tc);
     bson_destroy(&rec);
@@ -871,7 +889,7 @@ db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg,
         }
         txn_record_build(&rec, &lsid, txn_number, ts, shl_bson_int64_at(entry, "t"), wall);
     }
-    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, st));
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, NULL, st));
 done:
     shl_collection_release(tc);
     bson_destroy(&cur);

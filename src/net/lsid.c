@@ -103,15 +103,39 @@ done:
     return ret;
 }
 
+/* The document {id: BinData(4, 16 bytes), uid: BinData(0, 32 bytes)}, laid out by hand:
+ * every retryable write appends it twice (its oplog entry, config.transactions). */
+#define LSID_DOC_LEN (4 + (1 + 3 + 4 + 1 + 16) + (1 + 4 + 4 + 1 + SHL_LSID_UID_LEN) + 1)
+
 void
 shl_lsid_append(bson_t *doc, const char *key, const shl_lsid_t *lsid)
 {
+    uint8_t buf[LSID_DOC_LEN];
+    uint8_t *p = buf;
     bson_t sub;
+    uint32_t len = LSID_DOC_LEN, n16 = 16, n32 = SHL_LSID_UID_LEN;
 
-    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub);
-    bson_append_binary(&sub, "id", 2, BSON_SUBTYPE_UUID, lsid->id, 16);
-    bson_append_binary(&sub, "uid", 3, BSON_SUBTYPE_BINARY, lsid->uid, SHL_LSID_UID_LEN);
-    bson_append_document_end(doc, &sub);
+    memcpy(p, &len, 4); /* little-endian, as every target of this code is */
+    p += 4;
+    *p++ = BSON_TYPE_BINARY;
+    memcpy(p, "id", 3);
+    p += 3;
+    memcpy(p, &n16, 4);
+    p += 4;
+    *p++ = BSON_SUBTYPE_UUID;
+    memcpy(p, lsid->id, 16);
+    p += 16;
+    *p++ = BSON_TYPE_BINARY;
+    memcpy(p, "uid", 4);
+    p += 4;
+    memcpy(p, &n32, 4);
+    p += 4;
+    *p++ = BSON_SUBTYPE_BINARY;
+    memcpy(p, lsid->uid, SHL_LSID_UID_LEN);
+    p += SHL_LSID_UID_LEN;
+    *p++ = 0;
+    SHL_INVARIANT(p == buf + LSID_DOC_LEN && bson_init_static(&sub, buf, LSID_DOC_LEN));
+    bson_append_document(doc, key, -1, &sub);
 }
 
 bool

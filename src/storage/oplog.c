@@ -19,7 +19,6 @@ shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
                       const bson_t *extra)
 {
     char opstr[2] = {op, '\0'};
-    bson_iter_t it;
 
     bson_init(out);
     BSON_APPEND_UTF8(out, "op", opstr);
@@ -40,10 +39,8 @@ shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
     BSON_APPEND_INT64(out, "t", term);
     BSON_APPEND_INT64(out, "v", 2);
     BSON_APPEND_DATE_TIME(out, "wall", wall_ms);
-    if (extra != NULL && bson_iter_init(&it, extra)) {
-        while (shl_iter_next(&it)) {
-            bson_append_iter(out, shl_iter_key(&it), -1, &it);
-        }
+    if (extra != NULL) {
+        bson_concat(out, extra); /* its fields, copied as one block */
     }
 }
 
@@ -111,7 +108,7 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         if (!bson_iter_init_find(&it, &a->o, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "insert oplog entry without _id");
         }
-        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), st));
+        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), NULL, st));
         break;
     case 'u':
         if (!a->has_o2 || !bson_iter_init_find(&it, &a->o2, "_id")) {
@@ -124,7 +121,7 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style updates can be applied");
             }
         }
-        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), st));
+        SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), NULL, st));
         break;
     case 'd':
         if (!bson_iter_init_find(&it, &a->o, "_id")) {

@@ -246,7 +246,7 @@ void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, 
 /* Make the document with _id 'id' in 'coll' equal 'doc' (replace or insert); oplog
  * replay and shl_doc_upsert_derived. */
 int shl_doc_upsert_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
-                         const bson_value_t *id, shl_status_t *st);
+                         const bson_value_t *id, int64_t *rid, shl_status_t *st);
 
 int shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
                           const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,

@@ -397,7 +397,7 @@ done:
 
 int
 shl_doc_upsert_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
-                     const bson_value_t *id, shl_status_t *st)
+                     const bson_value_t *id, int64_t *rid_out, shl_status_t *st)
 {
     bson_t cur = BSON_INITIALIZER;
     int64_t rid = 0;
@@ -409,7 +409,10 @@ shl_doc_upsert_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const
     if (found) {
         SHL_ERR(shl_doc_update(txn, coll, rid, &cur, doc, NULL, st));
     } else {
-        SHL_ERR(shl_doc_insert(txn, coll, doc, NULL, NULL, st));
+        SHL_ERR(shl_doc_insert(txn, coll, doc, NULL, &rid, st));
+    }
+    if (rid_out != NULL) {
+        *rid_out = rid;
     }
 done:
     bson_destroy(&cur);
@@ -418,11 +421,11 @@ done:
 
 int
 shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
-                       shl_status_t *st)
+                       int64_t *rid, shl_status_t *st)
 {
     uint64_t fixed = txn->fixed_ts;
     bson_iter_t it;
-    int ret;
+    int ret = 0;
 
     if (!bson_iter_init_find(&it, doc, "_id")) {
         return shl_status_set(st, SHL_CODE_BAD_VALUE, "document to upsert has no _id");
@@ -430,7 +433,20 @@ shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, con
     SHL_INVARIANT(txn->last_ts != 0 || fixed != 0);
     /* Replay mode for this one write: the last write's timestamp, no entry appended. */
     txn->fixed_ts = fixed != 0 ? fixed : txn->last_ts;
-    ret = shl_doc_upsert_by_id(txn, coll, doc, bson_iter_value(&it), st);
+    if (rid != NULL && *rid != 0 && coll->nindexes == 1) {
+        SHL_ERR(shl_txn_set_ts(txn, txn->fixed_ts, st));
+        ret = shl_record_update(txn, coll, *rid, doc, st);
+        if (ret == SHL_CODE_NO_SUCH_KEY) {
+            shl_status_clear(st);
+            *rid = 0; /* gone (reaped): insert it again below */
+            ret = 0;
+        }
+        SHL_ERR(ret);
+    }
+    if (rid == NULL || *rid == 0 || coll->nindexes != 1) {
+        SHL_ERR(shl_doc_upsert_by_id(txn, coll, doc, bson_iter_value(&it), rid, st));
+    }
+done:
     txn->fixed_ts = fixed;
     return ret;
 }

@@ -70,10 +70,14 @@ int shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t
  *     whose content follows from another entry of the same transaction and that recovery
  *     re-derives from it (config.transactions after a retryable write's entry, through
  *     shl_storage_options_t.replay_derive). The txn must have written (or be replaying) an
- *     entry already. Errors: as shl_doc_update / shl_doc_insert; BadValue without _id.
+ *     entry already. 'rid' (may be NULL) is a hint in and out: the record that held the
+ *     document last time (0: unknown), and where it is now. With a hint, a collection whose
+ *     only index is _id has the record replaced in place, without the _id lookup and key
+ *     maintenance (its _id key cannot change); a record gone since falls back to the full
+ *     upsert. Errors: as shl_doc_update / shl_doc_insert; BadValue without _id.
  */
 int shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
-                           shl_status_t *st);
+                           int64_t *rid, shl_status_t *st);
 
 /*
  * shl_oplog_append --
