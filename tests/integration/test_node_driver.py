@@ -41,3 +41,18 @@ def test_node_driver_through_a_router(cluster):
     assert r["distinct"] == 10
     assert r["iterated"] == 999
     assert r["shards"] == 2
+
+
+def _retryable(uri, fp_uri):
+    out = subprocess.run([node_binary(), os.path.join(HERE, "retryable.js"), uri, fp_uri],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    # Three increments, each applied once although two were retried after they ran.
+    assert r["counter"] == 3 and r["fam_before"] == 2
+    assert r["deleted"] == 1 and r["inserted"] == 2
+    assert r["ids"] == ["b", "c", "counter"]
+
+
+def test_node_driver_retries_writes_exactly_once_on_a_replica_set(rs_node):
+    _retryable(rs_node.uri(directConnection="true"), rs_node.uri())
