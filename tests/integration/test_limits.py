@@ -1,0 +1,122 @@
+"""Every buffer that grows with the data is bounded, and passing a bound answers MongoDB's
+error (docs/limits.md). Knobs are lowered to keep the data small; each test sets back what it
+lowered or runs on a node of its own."""
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import error_code
+
+MB = 1024 * 1024
+DEFAULT = 100 * MB
+
+
+def _set(db, **knobs):
+    db.client.admin.command("setParameter", 1, **knobs)
+
+
+def _agg(coll, pipeline, **kw):
+    return list(coll.aggregate(pipeline, **kw))
+
+
+def test_knobs_have_mongodb_names_and_defaults(node):
+    admin = node.client().admin
+    for name in ("internalQueryMaxBlockingSortMemoryUsageBytes",
+                 "internalDocumentSourceGroupMaxMemoryBytes",
+                 "internalDocumentSourceBucketAutoMaxMemoryBytes",
+                 "internalDocumentSourceGraphLookupMaxMemoryBytes",
+                 "internalLookupStageIntermediateDocumentMaxSizeBytes",
+                 "internalQueryFacetBufferSizeBytes",
+                 "internalQueryFacetMaxOutputDocSizeBytes",
+                 "internalQueryMaxPushBytes",
+                 "internalQueryMaxAddToSetBytes",
+                 "internalDocumentSourceSetWindowFieldsMaxMemoryBytes"):
+        assert admin.command("getParameter", 1, **{name: 1})[name] == DEFAULT, name
+
+
+def test_push_and_add_to_set_are_bounded_per_accumulator(node):
+    """MongoDB bounds each $push / $addToSet on its own (ExceededMemoryLimit), below the
+    $group's limit."""
+    db = node.client().test
+    db.c.insert_many([{"k": 1, "s": "%04d" % i + "x" * 60} for i in range(100)])
+    _set(db, internalQueryMaxPushBytes=2000, internalQueryMaxAddToSetBytes=2000)
+    for acc in ("$push", "$addToSet"):
+        code = error_code(lambda: _agg(db.c, [{"$group": {"_id": "$k", "a": {acc: "$s"}}}]))
+        assert code == 146, acc
+        # The same accumulator over less data, and the $group itself, are fine.
+        out = _agg(db.c, [{"$match": {"s": {"$lt": "0010"}}},
+                          {"$group": {"_id": "$k", "a": {acc: "$s"}}}])
+        assert len(out[0]["a"]) == 10
+    # $setWindowFields' $push folds through the same accumulator.
+    code = error_code(lambda: _agg(db.c, [{"$setWindowFields": {
+        "sortBy": {"s": 1}, "output": {"a": {"$push": "$s"}}}}]))
+    assert code == 146
+
+
+def test_stage_memory_knobs(node):
+    """Each buffering stage reads its MongoDB knob: 292 past it, allowDiskUse or not (Shale
+    does not spill; the message says so)."""
+    db = node.client().test
+    db.c.insert_many([{"_id": i, "k": i, "s": "x" * 100} for i in range(200)])
+    _set(db, internalDocumentSourceGroupMaxMemoryBytes=4000)
+    assert error_code(lambda: _agg(db.c, [{"$group": {"_id": "$k"}}])) == 292
+    with pytest.raises(OperationFailure) as e:
+        _agg(db.c, [{"$group": {"_id": "$k"}}], allowDiskUse=True)
+    assert e.value.code == 292
+    assert "internalDocumentSourceGroupMaxMemoryBytes" in str(e.value)
+    _set(db, internalDocumentSourceGroupMaxMemoryBytes=DEFAULT)
+    assert len(_agg(db.c, [{"$group": {"_id": "$k"}}])) == 200
+    # The blocking sort knob bounds the pipeline's $sort (which ignored it) and find's sort.
+    _set(db, internalQueryMaxBlockingSortMemoryUsageBytes=4000)
+    assert error_code(lambda: _agg(db.c, [{"$sort": {"s": 1, "k": -1}}])) == 292
+    assert error_code(lambda: list(db.c.find().sort([("s", 1), ("k", -1)]))) == 292
+    assert error_code(lambda: _agg(db.c, [{"$sample": {"size": 150}}])) == 292
+    _set(db, internalQueryMaxBlockingSortMemoryUsageBytes=DEFAULT)
+    _set(db, internalDocumentSourceBucketAutoMaxMemoryBytes=4000)
+    assert error_code(lambda: _agg(db.c, [{"$bucketAuto": {"groupBy": "$k",
+                                                           "buckets": 2}}])) == 292
+    _set(db, internalDocumentSourceBucketAutoMaxMemoryBytes=DEFAULT)
+    _set(db, internalDocumentSourceGraphLookupMaxMemoryBytes=4000)
+    db.g.insert_many([{"_id": i, "to": i + 1, "s": "x" * 100} for i in range(100)])
+    assert error_code(lambda: _agg(db.c, [{"$limit": 1}, {"$graphLookup": {
+        "from": "g", "startWith": 0, "connectFromField": "to", "connectToField": "_id",
+        "as": "r"}}])) == 40099
+
+
+def test_lookup_joined_documents_are_bounded(node):
+    """4568 past internalLookupStageIntermediateDocumentMaxSizeBytes, with localField and with
+    a pipeline (one form had no bound at all: the array could pass libbson's 2 GiB)."""
+    db = node.client().test
+    db.local.insert_one({"_id": 0, "k": 1})
+    db.foreign.insert_many([{"fk": 1, "s": "x" * 100} for _ in range(100)])
+    _set(db, internalLookupStageIntermediateDocumentMaxSizeBytes=5000)
+    code = error_code(lambda: _agg(db.local, [{"$lookup": {
+        "from": "foreign", "localField": "k", "foreignField": "fk", "as": "j"}}]))
+    assert code == 4568
+    code = error_code(lambda: _agg(db.local, [{"$lookup": {
+        "from": "foreign", "pipeline": [{"$match": {"fk": 1}}], "as": "j"}}]))
+    assert code == 4568
+    _set(db, internalLookupStageIntermediateDocumentMaxSizeBytes=DEFAULT)
+    out = _agg(db.local, [{"$lookup": {"from": "foreign", "localField": "k",
+                                       "foreignField": "fk", "as": "j"}},
+                          {"$project": {"n": {"$size": "$j"}}}])
+    assert out == [{"_id": 0, "n": 100}]
+
+
+def _one_mib_docs(coll, n, extra=0):
+    coll.insert_many([{"_id": i, "s": "x" * (MB + extra)} for i in range(n)])
+
+
+def test_facet_output_bounded_by_its_knob_not_by_16_mib(node):
+    """A $facet's document may pass 16 MiB inside the pipeline (MongoDB: up to
+    internalQueryFacetMaxOutputDocSizeBytes, 4031700 past it); Shale failed it at 16 MiB."""
+    db = node.client().test
+    _one_mib_docs(db.c, 17)
+    facet = [{"$facet": {"a": [{"$match": {}}]}}, {"$project": {"n": {"$size": "$a"}}}]
+    assert _agg(db.c, facet) == [{"n": 17}]
+    _set(db, internalQueryFacetMaxOutputDocSizeBytes=10 * MB)
+    assert error_code(lambda: _agg(db.c, facet)) == 4031700
+    _set(db, internalQueryFacetMaxOutputDocSizeBytes=DEFAULT,
+         internalQueryFacetBufferSizeBytes=10 * MB)
+    assert error_code(lambda: _agg(db.c, facet)) == 146
+    _set(db, internalQueryFacetBufferSizeBytes=DEFAULT)
