@@ -625,6 +625,7 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
         if (d == NULL) {
             break;
         }
+        SHL_ERR(shl_msg_reply_doc_check(d->len, st));
         if (!shl_bson_array_has_room(&docs, n, d->len, SHL_ROUTER_CURSOR_MAX_BATCH_BYTES)) {
             if (w == NULL) {
                 SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,

@@ -120,3 +120,18 @@ def test_facet_output_bounded_by_its_knob_not_by_16_mib(node):
          internalQueryFacetBufferSizeBytes=10 * MB)
     assert error_code(lambda: _agg(db.c, facet)) == 146
     _set(db, internalQueryFacetBufferSizeBytes=DEFAULT)
+
+
+def test_result_document_no_reply_can_carry(node):
+    """A pipeline may build a 17 MiB document; returning it is BSONObjectTooLarge, as in
+    MongoDB, not a 17 MiB reply (the router refuses one from a shard). A document just over
+    16 MiB still comes back, as MongoDB's does."""
+    client = node.client()
+    db = client.test
+    _one_mib_docs(db.c, 17)
+    code = error_code(lambda: _agg(db.c, [{"$group": {"_id": None, "a": {"$push": "$s"}}}]))
+    assert code == 10334
+    assert client.admin.command("ping")["ok"] == 1.0
+    db.d.insert_many([{"_id": i, "s": "y" * (MB + 600)} for i in range(16)])
+    out = _agg(db.d, [{"$group": {"_id": None, "a": {"$push": "$s"}}}])
+    assert len(out[0]["a"]) == 16
