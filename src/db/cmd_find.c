@@ -931,12 +931,11 @@ distinct_add(distinct_set_t *d, const bson_value_t *v, shl_status_t *st)
     bson_value_copy(v, &d->vals[d->n]);
     memmove(&d->order[lo + 1], &d->order[lo], (d->n - lo) * sizeof(size_t));
     d->order[lo] = d->n;
+    /* The reply's values array grows by exactly this element (its key depends only on the
+     * count, not on the order), so the reply stays within the user limit as MongoDB's. */
+    d->bytes += shl_bson_array_element_len((uint32_t)d->n, shl_bson_value_len(v));
     d->n++;
-    d->bytes += 16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
-                (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY
-                     ? v->value.v_doc.data_len
-                     : 0);
-    if (d->bytes > SHL_MAX_BSON_SIZE) {
+    if (d->bytes + 5 > SHL_MAX_BSON_SIZE) {
         return shl_status_set(st, 17217, "distinct too big, 16mb cap");
     }
     return 0;

@@ -3,6 +3,7 @@ error (docs/limits.md). Knobs are lowered to keep the data small; each test sets
 lowered or runs on a node of its own."""
 
 import pytest
+from bson import ObjectId
 from pymongo.errors import OperationFailure
 
 from shale_fixtures import error_code
@@ -135,3 +136,38 @@ def test_result_document_no_reply_can_carry(node):
     db.d.insert_many([{"_id": i, "s": "y" * (MB + 600)} for i in range(16)])
     out = _agg(db.d, [{"$group": {"_id": None, "a": {"$push": "$s"}}}])
     assert len(out[0]["a"]) == 16
+
+
+def _oid_arrays(n_docs, per_doc):
+    return [[ObjectId() for _ in range(per_doc)] for _ in range(n_docs)]
+
+
+def test_distinct_counts_the_reply_it_builds(node):
+    """distinct's 16 MiB cap (17217) counts each value as the reply holds it: ObjectIds were
+    counted 16 bytes for their 20, so 900,000 of them made an 18 MiB reply."""
+    db = node.client().test
+    for i, arr in enumerate(_oid_arrays(2, 450000)):
+        db.c.insert_one({"_id": i, "v": arr})
+    assert error_code(lambda: db.c.distinct("v")) == 17217
+    assert len(db.c.distinct("v", {"_id": 0})) == 450000
+
+
+# ---------------------------------------------------------------- through the router
+
+
+def test_router_distinct_union_is_capped(cluster):
+    """Each shard's distinct fits; their union is checked against the same 16 MiB cap
+    (17217) instead of going out as a 21 MiB reply."""
+    r = cluster.router_client()
+    ns = "lim.d"
+    r.admin.command("enableSharding", "lim", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"k": 1})
+    r.admin.command("split", ns, middle={"k": 0})
+    r.admin.command("moveChunk", ns, find={"k": 0}, to="shard1")
+    arrays = _oid_arrays(4, 250000)
+    for k, arr in zip((-2, -1, 1, 2), arrays):
+        r.lim.d.insert_one({"k": k, "v": arr})
+    assert len(cluster.shard_client(0).lim.d.distinct("v")) == 500000
+    assert len(cluster.shard_client(1).lim.d.distinct("v")) == 500000
+    assert error_code(lambda: r.lim.d.distinct("v")) == 17217
+    assert len(r.lim.d.distinct("v", {"k": {"$lt": 0}})) == 500000
