@@ -152,6 +152,28 @@ def test_distinct_counts_the_reply_it_builds(node):
     assert len(db.c.distinct("v", {"_id": 0})) == 450000
 
 
+def test_collectionless_aggregate_streams(node):
+    """aggregate: 1 ($documents) is served batch by batch like any aggregate, not computed
+    whole into memory first: a late error comes with the getMore that reaches it."""
+    db = node.client().test
+    db.c.insert_many([{"_id": i, "d": 0 if i == 19 else 1} for i in range(20)])
+    pipeline = [{"$documents": [{"_id": -1, "d": 1}]}, {"$unionWith": "c"},
+                {"$project": {"x": {"$divide": [1, "$d"]}}}]
+    first = db.command("aggregate", 1, pipeline=pipeline, cursor={"batchSize": 5})
+    assert first["cursor"]["id"] != 0
+    assert first["cursor"]["ns"] == "test.$cmd.aggregate"
+    assert [d["_id"] for d in first["cursor"]["firstBatch"]] == [-1, 0, 1, 2, 3]
+    more = db.command("getMore", first["cursor"]["id"], collection="$cmd.aggregate",
+                      batchSize=5)
+    assert [d["_id"] for d in more["cursor"]["nextBatch"]] == [4, 5, 6, 7, 8]
+    code = error_code(lambda: db.command("getMore", first["cursor"]["id"],
+                                         collection="$cmd.aggregate"))
+    assert code == 16608
+    # Without the failing document, the whole result comes through the cursor.
+    db.c.delete_one({"_id": 19})
+    assert len(list(db.aggregate(pipeline, batchSize=3))) == 20
+
+
 # ---------------------------------------------------------------- through the router
 
 
