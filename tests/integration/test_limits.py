@@ -193,3 +193,40 @@ def test_router_distinct_union_is_capped(cluster):
     assert len(cluster.shard_client(1).lim.d.distinct("v")) == 500000
     assert error_code(lambda: r.lim.d.distinct("v")) == 17217
     assert len(r.lim.d.distinct("v", {"k": {"$lt": 0}})) == 500000
+
+
+def test_router_listings_are_cursors(cluster):
+    """listCollections and listIndexes through the router are served batch by batch from
+    the shard's cursor (they were gathered into one reply, unbounded)."""
+    r = cluster.router_client()
+    db = r.many
+    names = {"c%03d" % i for i in range(120)}
+    for n in sorted(names):
+        db.create_collection(n)
+    first = db.command("listCollections", 1, nameOnly=True, cursor={"batchSize": 10})
+    assert first["cursor"]["id"] != 0
+    assert first["cursor"]["ns"] == "many.$cmd.listCollections"
+    assert len(first["cursor"]["firstBatch"]) == 10
+    assert set(db.list_collection_names()) == names
+    seen = [c["name"] for c in first["cursor"]["firstBatch"]]
+    cursor_id = first["cursor"]["id"]
+    while cursor_id != 0:
+        more = db.command("getMore", cursor_id, collection="$cmd.listCollections", batchSize=7)
+        assert len(more["cursor"]["nextBatch"]) <= 7
+        seen += [c["name"] for c in more["cursor"]["nextBatch"]]
+        cursor_id = more["cursor"]["id"]
+    assert sorted(seen) == sorted(names)
+    empty = db.command("listCollections", 1, cursor={"batchSize": 0})
+    assert empty["cursor"]["firstBatch"] == [] and empty["cursor"]["id"] != 0
+    more = db.command("getMore", empty["cursor"]["id"], collection="$cmd.listCollections")
+    assert len(more["cursor"]["nextBatch"]) == 120 and more["cursor"]["id"] == 0
+    for i in range(6):
+        db.c000.create_index("f%d" % i)
+    first = db.command("listIndexes", "c000", cursor={"batchSize": 2})
+    assert first["cursor"]["id"] != 0 and len(first["cursor"]["firstBatch"]) == 2
+    assert len(list(db.c000.list_indexes())) == 7
+    # The config server's databases are listed through the same cursors.
+    assert "collections" in r.config.list_collection_names()
+    assert error_code(lambda: db.command("listCollections", 1, cursor={"batchSize": -1})) \
+        == 51024
+    assert r.nosuchdb.list_collection_names() == []
