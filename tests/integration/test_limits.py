@@ -230,3 +230,19 @@ def test_router_listings_are_cursors(cluster):
     assert error_code(lambda: db.command("listCollections", 1, cursor={"batchSize": -1})) \
         == 51024
     assert r.nosuchdb.list_collection_names() == []
+
+
+def test_move_primary_moves_more_collections_than_one_batch(cluster):
+    """movePrimary lists the database's collections with listCollections: all of them, not
+    the first batch of 101 (the others stayed behind, invisible through the router)."""
+    r = cluster.router_client()
+    r.admin.command("enableSharding", "mp", primaryShard="shard0")
+    names = ["c%03d" % i for i in range(130)]
+    for n in names:
+        r.mp[n].insert_one({"_id": n})
+    r.admin.command("movePrimary", "mp", to="shard1")
+    moved = cluster.shard_client(1).mp.list_collection_names()
+    assert sorted(n for n in moved if not n.startswith("system.")) == names
+    assert [n for n in cluster.shard_client(0).mp.list_collection_names()
+            if not n.startswith("system.")] == []
+    assert all(r.mp[n].find_one() == {"_id": n} for n in names)
