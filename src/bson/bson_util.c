@@ -586,3 +586,45 @@ shl_bson_array_has_room(const bson_t *arr, uint32_t index, size_t doc_len, size_
 {
     return index == 0 || arr->len + shl_bson_array_element_len(index, doc_len) <= max_len;
 }
+
+size_t
+shl_bson_value_len(const bson_value_t *v)
+{
+    switch (v->value_type) {
+    case BSON_TYPE_DOUBLE:
+    case BSON_TYPE_DATE_TIME:
+    case BSON_TYPE_TIMESTAMP:
+    case BSON_TYPE_INT64:
+        return 8;
+    case BSON_TYPE_UTF8:
+        return 4 + (size_t)v->value.v_utf8.len + 1;
+    case BSON_TYPE_SYMBOL:
+        return 4 + (size_t)v->value.v_symbol.len + 1;
+    case BSON_TYPE_CODE:
+        return 4 + (size_t)v->value.v_code.code_len + 1;
+    case BSON_TYPE_DOCUMENT:
+    case BSON_TYPE_ARRAY:
+        return v->value.v_doc.data_len;
+    case BSON_TYPE_BINARY:
+        /* The old binary subtype repeats the length inside the data. */
+        return 4 + 1 + (size_t)v->value.v_binary.data_len +
+               (v->value.v_binary.subtype == BSON_SUBTYPE_BINARY_DEPRECATED ? 4 : 0);
+    case BSON_TYPE_OID:
+        return 12;
+    case BSON_TYPE_BOOL:
+        return 1;
+    case BSON_TYPE_REGEX:
+        return strlen(v->value.v_regex.regex) + 1 +
+               (v->value.v_regex.options != NULL ? strlen(v->value.v_regex.options) : 0) + 1;
+    case BSON_TYPE_DBPOINTER:
+        return 4 + (size_t)v->value.v_dbpointer.collection_len + 1 + 12;
+    case BSON_TYPE_CODEWSCOPE:
+        return 4 + 4 + (size_t)v->value.v_codewscope.code_len + 1 + v->value.v_codewscope.scope_len;
+    case BSON_TYPE_INT32:
+        return 4;
+    case BSON_TYPE_DECIMAL128:
+        return 16;
+    default: /* EOD, undefined, null, minKey, maxKey */
+        return 0;
+    }
+}

@@ -138,6 +138,13 @@ void shl_bson_copy_fields_except(bson_t *dst, const bson_t *src, const char *con
 size_t shl_bson_array_element_len(uint32_t index, size_t value_len);
 
 /*
+ * shl_bson_value_len --
+ *     The bytes 'v' takes in a document after its type byte and key: what an element of it
+ *     adds besides those (with shl_bson_array_element_len, the exact growth of an array).
+ */
+size_t shl_bson_value_len(const bson_value_t *v);
+
+/*
  * shl_bson_array_has_room --
  *     Whether 'arr', an array being built whose next element is 'index', can take a document
  *     of 'doc_len' bytes and stay within 'max_len' bytes. Always true for the first element:

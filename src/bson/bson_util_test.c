@@ -333,3 +333,60 @@ SHL_TEST(array_room_counts_what_is_appended)
     bson_destroy(&doc);
     bson_destroy(small);
 }
+
+SHL_TEST(value_len_is_what_an_element_adds)
+{
+    /* For every type: appending the value under a one-byte key adds its type byte, the key
+     * with its NUL and exactly shl_bson_value_len bytes. */
+    bson_t *doc = bson_new(), child = BSON_INITIALIZER, arr = BSON_INITIALIZER;
+    bson_oid_t oid;
+    bson_decimal128_t dec = {.high = 0x3040000000000000ull, .low = 7};
+    static const uint8_t bin[] = {1, 2, 3, 4, 5};
+    bson_iter_t it;
+    int n = 0;
+
+    bson_oid_init_from_string(&oid, "0123456789abcdef01234567");
+    BSON_APPEND_INT32(&child, "a", 1);
+    BSON_APPEND_UTF8(&arr, "0", "x");
+    BSON_APPEND_DOUBLE(doc, "double", 1.5);
+    BSON_APPEND_UTF8(doc, "utf8", "hello");
+    BSON_APPEND_UTF8(doc, "empty", "");
+    BSON_APPEND_DOCUMENT(doc, "document", &child);
+    BSON_APPEND_ARRAY(doc, "array", &arr);
+    BSON_APPEND_BINARY(doc, "binary", BSON_SUBTYPE_BINARY, bin, sizeof(bin));
+    BSON_APPEND_BINARY(doc, "binary_old", BSON_SUBTYPE_BINARY_DEPRECATED, bin, sizeof(bin));
+    BSON_APPEND_UNDEFINED(doc, "undefined");
+    BSON_APPEND_OID(doc, "oid", &oid);
+    BSON_APPEND_BOOL(doc, "bool", true);
+    BSON_APPEND_DATE_TIME(doc, "date", 86400000);
+    BSON_APPEND_NULL(doc, "null");
+    BSON_APPEND_REGEX(doc, "regex", "^a.*b$", "im");
+    BSON_APPEND_REGEX(doc, "regex_plain", "x", "");
+    BSON_APPEND_DBPOINTER(doc, "dbpointer", "db.coll", &oid);
+    BSON_APPEND_CODE(doc, "code", "function () {}");
+    BSON_APPEND_SYMBOL(doc, "symbol", "sym");
+    BSON_APPEND_CODE_WITH_SCOPE(doc, "codewscope", "function () { return x; }", &child);
+    BSON_APPEND_INT32(doc, "int32", -7);
+    BSON_APPEND_TIMESTAMP(doc, "timestamp", 5, 6);
+    BSON_APPEND_INT64(doc, "int64", 1ll << 40);
+    BSON_APPEND_DECIMAL128(doc, "decimal", &dec);
+    BSON_APPEND_MAXKEY(doc, "max");
+    BSON_APPEND_MINKEY(doc, "min");
+    ASSERT(bson_iter_init(&it, doc));
+    while (bson_iter_next(&it)) {
+        bson_t one = BSON_INITIALIZER;
+        const bson_value_t *v = bson_iter_value(&it);
+        ASSERT(bson_append_value(&one, "k", 1, v));
+        if (one.len - 5 != 1 + 2 + shl_bson_value_len(v)) {
+            fprintf(stderr, "%s: %u bytes, predicted %zu\n", bson_iter_key(&it), one.len - 5,
+                    1 + 2 + shl_bson_value_len(v));
+        }
+        ASSERT_INT_EQ(one.len - 5, 1 + 2 + shl_bson_value_len(v));
+        bson_destroy(&one);
+        n++;
+    }
+    ASSERT_INT_EQ(n, 24);
+    bson_destroy(&arr);
+    bson_destroy(&child);
+    bson_destroy(doc);
+}

@@ -931,12 +931,11 @@ distinct_add(distinct_set_t *d, const bson_value_t *v, shl_status_t *st)
     bson_value_copy(v, &d->vals[d->n]);
     memmove(&d->order[lo + 1], &d->order[lo], (d->n - lo) * sizeof(size_t));
     d->order[lo] = d->n;
+    /* The reply's values array grows by exactly this element (its key depends only on the
+     * count, not on the order), so the reply stays within the user limit as MongoDB's. */
+    d->bytes += shl_bson_array_element_len((uint32_t)d->n, shl_bson_value_len(v));
     d->n++;
-    d->bytes += 16 + (v->value_type == BSON_TYPE_UTF8 ? v->value.v_utf8.len : 0) +
-                (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY
-                     ? v->value.v_doc.data_len
-                     : 0);
-    if (d->bytes > SHL_MAX_BSON_SIZE) {
+    if (d->bytes + 5 > SHL_MAX_BSON_SIZE) {
         return shl_status_set(st, 17217, "distinct too big, 16mb cap");
     }
     return 0;
@@ -1297,27 +1296,6 @@ static const char *const aggregate_fields[] = {"pipeline",
                                                SHL_INVOLVED_VERSIONS_FIELD,
                                                NULL};
 
-/* Run 'pl' to the end, appending its documents to the array 'docs'. */
-static int
-agg_materialise(shl_pipeline_t *pl, bson_t *docs, shl_status_t *st)
-{
-    int ret = 0;
-
-    for (uint32_t n = 0;; n++) {
-        const bson_t *d;
-        char k[16];
-        const char *kp;
-        SHL_ERR(shl_pipeline_next(pl, &d, st));
-        if (d == NULL) {
-            break;
-        }
-        bson_uint32_to_string(n, &kp, k, sizeof(k));
-        bson_append_document(docs, kp, -1, d);
-    }
-done:
-    return ret;
-}
-
 /*
  * Run the pipeline of cursor 'c' (an aggregate's, ending in $out/$merge) to the end, feeding
  * its writes batch by batch: each batch is read under the collection lock, as a getMore's,
@@ -1396,7 +1374,6 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     agg_state_t *a = bson_malloc0(sizeof(*a));
     shl_pipeline_t *pl = NULL;
     shl_cursor_t *cur = NULL;
-    bson_t *docs = NULL;
     const bson_t *filter;
     shl_pipeline_opts_t opts;
     bson_iter_t it_involved;
@@ -1548,20 +1525,18 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         db_reply_array_cursor(op, ns.full, bson_new(), batch_size, reply);
         goto done;
     }
-    if (collectionless) {
-        docs = bson_new();
-        SHL_ERR(agg_materialise(pl, docs, st));
-        db_reply_array_cursor(op, ns.full, docs, batch_size, reply);
-        docs = NULL;
-        goto done;
-    }
-    /* Stream: the first batch now, the rest by getMore under the lock each time. */
+    /* Stream: the first batch now, the rest by getMore under the lock each time. A
+     * collection-less pipeline ($documents) streams too, with no lock to hold (its getMores
+     * lock only the name db.$cmd.aggregate): the stages it may add ($lookup, $unionWith)
+     * read whole collections, which no single reply could carry. */
     cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
     a = NULL;
     bson_init(&arr);
     ret = shl_cursor_fill_batch(op, cur, batch_size, true, &arr, &exhausted, st);
-    shl_storage_coll_release(&h);
-    locked = false;
+    if (locked) {
+        shl_storage_coll_release(&h);
+        locked = false;
+    }
     if (ret != 0) {
         bson_destroy(&arr);
         goto done;
@@ -1583,9 +1558,6 @@ done:
     if (q != NULL) {
         exec_query_cleanup(q);
         bson_free(q);
-    }
-    if (docs != NULL) {
-        bson_destroy(docs);
     }
     return ret;
 }

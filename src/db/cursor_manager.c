@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "bson/bson_util.h"
+#include "net/message.h"
 
 #define BUCKETS 1024
 
@@ -303,6 +304,9 @@ shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, boo
             *exhausted = true;
             break;
         }
+        /* A pipeline may build a document no reply can carry: it fails here, where MongoDB's
+         * fails to serialise it, instead of going out in a reply the router refuses. */
+        SHL_ERR(shl_msg_reply_doc_check(doc->len, st));
         /* The batch counts what the reply carries (each document with its array key), so
          * the reply stays within the internal limit with room for its envelope; a lone
          * oversized document still goes out alone. */

@@ -113,6 +113,29 @@ SHL_TEST(batches_stop_at_16mib_and_stash)
     bson_destroy(&arr);
 }
 
+SHL_TEST(document_no_reply_can_carry_fails_the_batch)
+{
+    /* A pipeline may build a document of 17 MiB (a $group's $push): it goes out alone in no
+     * reply, BSONObjectTooLarge instead; one of 16 MiB still goes out, alone. */
+    shl_service_ctx_t svc;
+    shl_op_ctx_t op;
+    shl_status_t st;
+    bool destroyed, exhausted;
+    shl_cursor_t *c = make_cursor(1, 17 * 1024 * 1024, &destroyed);
+    bson_t arr = BSON_INITIALIZER;
+
+    fake_op(&op, &svc);
+    ASSERT_INT_EQ(shl_cursor_fill_batch(&op, c, 0, true, &arr, &exhausted, &st), 10334);
+    ASSERT_INT_EQ(bson_count_keys(&arr), 0);
+    shl_cursor_destroy(c);
+    c = make_cursor(2, 16 * 1024 * 1024 - 64, &destroyed);
+    bson_reinit(&arr);
+    ASSERT_INT_EQ(shl_cursor_fill_batch(&op, c, 0, true, &arr, &exhausted, &st), 0);
+    ASSERT_INT_EQ(bson_count_keys(&arr), 1);
+    shl_cursor_destroy(c);
+    bson_destroy(&arr);
+}
+
 SHL_TEST(batches_of_tiny_documents_count_their_keys)
 {
     /* 2,000,000 documents of 14 bytes: with its array keys a 16 MiB batch of them would be

@@ -582,3 +582,27 @@ shl_msg_check_bson(const uint8_t *p, size_t n, shl_status_t *st)
 done:
     return ret;
 }
+
+int
+shl_msg_reply_doc_check(size_t len, shl_status_t *st)
+{
+    if (len > SHL_MAX_REPLY_DOC_SIZE) {
+        return shl_status_set(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                              "BSONObj size: %zu (0x%zX) is invalid. Size must be between 0 and "
+                              "%u(16MB): a result document larger than a reply can carry",
+                              len, len, (unsigned)SHL_MAX_BSON_INTERNAL_SIZE);
+    }
+    return 0;
+}
+
+int
+shl_msg_reply_check(const bson_t *reply, shl_status_t *st)
+{
+    if (reply->len > SHL_MAX_BSON_INTERNAL_SIZE) {
+        return shl_status_set(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                              "BSONObj size: %u (0x%X) is invalid. Size must be between 0 and "
+                              "%u(16MB): the reply is larger than a reply may be",
+                              reply->len, reply->len, (unsigned)SHL_MAX_BSON_INTERNAL_SIZE);
+    }
+    return 0;
+}

@@ -27,6 +27,10 @@
 #define SHL_MAX_BSON_SIZE (16 * 1024 * 1024)
 /* A command may exceed a user document's limit by this much (MongoDB's internal max). */
 #define SHL_MAX_BSON_INTERNAL_SIZE (SHL_MAX_BSON_SIZE + 16 * 1024)
+/* The largest document a cursor batch carries: the internal limit less room for the reply
+ * around it (cursor fields, ns, ok, $clusterTime, ...). Aggregation may build larger
+ * documents inside a pipeline, as MongoDB's may; one that leaves it fails. */
+#define SHL_MAX_REPLY_DOC_SIZE (SHL_MAX_BSON_INTERNAL_SIZE - 4 * 1024)
 #define SHL_MAX_MESSAGE_SIZE 48000000
 #define SHL_MAX_WRITE_BATCH 100000
 
@@ -112,5 +116,21 @@ uint32_t shl_crc32c(const uint8_t *buf, size_t len);
  *     Overflow.
  */
 int shl_msg_check_bson(const uint8_t *p, size_t n, shl_status_t *st);
+
+/*
+ * shl_msg_reply_doc_check --
+ *     Whether a document of 'len' bytes may go into a reply's cursor batch
+ *     (SHL_MAX_REPLY_DOC_SIZE). Errors: BSONObjectTooLarge, as MongoDB fails a result document
+ *     it cannot serialise.
+ */
+int shl_msg_reply_doc_check(size_t len, shl_status_t *st);
+
+/*
+ * shl_msg_reply_check --
+ *     Whether 'reply' fits in a reply (SHL_MAX_BSON_INTERNAL_SIZE): the last check before a
+ *     reply is sent, so a command whose reply grew past the limit answers BSONObjectTooLarge
+ *     instead of a message a driver refuses. Errors: BSONObjectTooLarge.
+ */
+int shl_msg_reply_check(const bson_t *reply, shl_status_t *st);
 
 #endif

@@ -13,6 +13,7 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "base/str.h"
+#include "net/message.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
 static bool
@@ -230,6 +231,18 @@ done:
     }
     if (op_init && svc->hooks.decorate_reply != NULL) {
         svc->hooks.decorate_reply(&op, reply);
+    }
+    /* The last bound on every reply (docs/limits.md): commands bound what they build, and a
+     * reply that still grew past the internal limit answers BSONObjectTooLarge rather than a
+     * message the router or a driver refuses. */
+    if (!*close_conn && shl_msg_reply_check(reply, &st) != 0) {
+        SHL_LOG_WARNING(COMMAND, 51804, "reply too large", "command", BCON_UTF8(name), "size",
+                        BCON_INT64((int64_t)reply->len));
+        bson_reinit(reply);
+        shl_status_append_reply(&st, reply);
+        if (op_init && svc->hooks.decorate_reply != NULL) {
+            svc->hooks.decorate_reply(&op, reply);
+        }
     }
     if (op_init) {
         shl_op_unregister(&op);

@@ -16,6 +16,7 @@
 #include "bson/bson_compare.h"
 #include "bson/bson_hash.h"
 #include "bson/bson_util.h"
+#include "base/options.h"
 #include "query/expression.h"
 #include "query/matcher.h"
 #include "query/projection.h"
@@ -23,7 +24,9 @@
 #include "query/query_private.h"
 #include "query/sort.h"
 
-#define PIPE_DEFAULT_MAX_MEMORY (100LL * 1024 * 1024)
+/* $documents' buffer: Shale's own bound (its array is an expression value, at most
+ * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (stage_limit). */
+#define PIPE_DOCUMENTS_MAX_MEMORY (100LL * 1024 * 1024)
 
 typedef enum {
     ST_MATCH,
@@ -82,6 +85,9 @@ struct stage {
     size_t nbuckets, ngroups;
     group_t *ofirst, *olast, *ocur;
     int64_t mem;
+    int64_t max_bytes; /* the stage's memory or size limit (set_stage_limits) */
+    int64_t max_out;   /* $facet: the size limit of its output document */
+    int knob;          /* the shl_opt_id_t max_bytes comes from; -1: none */
     /* unwind */
     char *path, *index_field;
     bool preserve;
@@ -450,6 +456,90 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- memory and size limits */
+
+/*
+ * Every stage that holds data bounds it (docs/limits.md): by the caller's override
+ * (opts.max_memory_bytes > 0, for tests) or by the MongoDB knob of that stage, read when the
+ * pipeline is parsed. Shale never spills to disk, so allowDiskUse does not lift a limit.
+ */
+static int64_t
+stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob)
+{
+    return p->opts.max_memory_bytes > 0 ? p->opts.max_memory_bytes : shl_opt_int(knob);
+}
+
+static void
+set_stage_limits(shl_pipeline_t *p, stage_t *s)
+{
+    int knob = -1;
+
+    switch (s->kind) {
+    case ST_GROUP:
+        knob = SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes;
+        break;
+    case ST_SORT:
+    case ST_SAMPLE: /* MongoDB's $sample is a sort on a random key */
+        knob = SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes;
+        break;
+    case ST_BUCKET_AUTO:
+        knob = SHL_OPT_internalDocumentSourceBucketAutoMaxMemoryBytes;
+        break;
+    case ST_GRAPH_LOOKUP:
+        knob = SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes;
+        break;
+    case ST_LOOKUP:
+        knob = SHL_OPT_internalLookupStageIntermediateDocumentMaxSizeBytes;
+        break;
+    case ST_FACET:
+        knob = SHL_OPT_internalQueryFacetBufferSizeBytes;
+        s->max_out = stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
+        break;
+    case ST_DOCUMENTS:
+        s->max_bytes =
+            p->opts.max_memory_bytes > 0 ? p->opts.max_memory_bytes : PIPE_DOCUMENTS_MAX_MEMORY;
+        break;
+    default:
+        break;
+    }
+    s->knob = knob;
+    if (knob >= 0) {
+        s->max_bytes = stage_limit(p, (shl_opt_id_t)knob);
+    }
+}
+
+/* 292 for a buffering stage past its memory limit, as MongoDB without allowDiskUse. */
+static int
+mem_exceeded(const stage_t *s, shl_status_t *st)
+{
+    const char *knob = s->knob >= 0 ? shl_opt_name((shl_opt_id_t)s->knob) : "its memory limit";
+
+    if (s->pipe->opts.allow_disk_use) {
+        return shl_status_set(st, SHL_CODE_QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
+                              "Exceeded memory limit for %s (%lld bytes, %s); Shale does not "
+                              "spill to disk, so allowDiskUse:true does not lift it.",
+                              s->name, (long long)s->max_bytes, knob);
+    }
+    return shl_status_set(st, SHL_CODE_QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
+                          "Exceeded memory limit for %s, but didn't allow external spilling; "
+                          "pass allowDiskUse:true to opt in.",
+                          s->name);
+}
+
+/*
+ * $facet's input past internalQueryFacetBufferSizeBytes. MongoDB's $facet feeds its
+ * sub-pipelines that many bytes at a time; Shale's holds the whole input, so the knob bounds
+ * all of it: ExceededMemoryLimit (no spilling can help).
+ */
+static int
+facet_input_exceeded(const stage_t *s, shl_status_t *st)
+{
+    return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                          "$facet's input exceeded %lld bytes (internalQueryFacetBufferSizeBytes); "
+                          "Shale's $facet holds all of its input in memory",
+                          (long long)s->max_bytes);
+}
+
 /* ---------------------------------------------------------------- $group */
 
 static bool
@@ -725,6 +815,24 @@ query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bso
             char key[16];
             const char *kp;
             uint32_t before = a->arr->len;
+            /* MongoDB bounds each of these accumulators on its own, whatever the stage's
+             * limit: ExceededMemoryLimit past internalQueryMaxPushBytes /
+             * internalQueryMaxAddToSetBytes. Checked before appending, so the array stays
+             * far below libbson's 2 GiB ceiling. */
+            int64_t limit =
+                shl_opt_int(d->kind == ACC_PUSH ? SHL_OPT_internalQueryMaxPushBytes
+                                                : SHL_OPT_internalQueryMaxAddToSetBytes);
+            int64_t need = (int64_t)a->arr->len + (int64_t)shl_bson_array_element_len(
+                                                      a->narr, (size_t)query_value_size(v));
+            if (need > limit || need > (int64_t)INT32_MAX - 1024) {
+                ret = shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
+                                     "%s accumulator passed its memory limit of %lld bytes (%s) "
+                                     "and cannot spill to disk",
+                                     d->kind == ACC_PUSH ? "$push" : "$addToSet", (long long)limit,
+                                     d->kind == ACC_PUSH ? "internalQueryMaxPushBytes"
+                                                         : "internalQueryMaxAddToSetBytes");
+                break;
+            }
             bson_uint32_to_string(a->narr++, &kp, key, sizeof(key));
             query_append_value(a->arr, kp, -1, v);
             *grow += a->arr->len - before;
@@ -935,10 +1043,8 @@ group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
         v.value_type = BSON_TYPE_EOD;
     }
     s->mem += grow;
-    if (s->mem > s->pipe->opts.max_memory_bytes) {
-        SHL_FAIL(st, SHL_CODE_QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
-                 "Exceeded memory limit for $group, but didn't allow external spilling; pass "
-                 "allowDiskUse:true to opt in.");
+    if (s->mem > s->max_bytes) {
+        SHL_ERR(mem_exceeded(s, st));
     }
 done:
     bson_value_destroy(&key);
@@ -980,15 +1086,6 @@ done:
 
 /* ---------------------------------------------------------------- buffered documents */
 
-static int
-mem_exceeded(const char *stage, shl_status_t *st)
-{
-    return shl_status_set(st, SHL_CODE_QUERY_EXCEEDED_MEMORY_LIMIT_NO_DISK_USE_ALLOWED,
-                          "Exceeded memory limit for %s, but didn't allow external spilling; "
-                          "pass allowDiskUse:true to opt in.",
-                          stage);
-}
-
 /* Keep 'doc' (owned) in the stage's buffer, accounting its bytes against the limit. */
 static int
 docs_push(stage_t *s, bson_t *doc, shl_status_t *st)
@@ -999,8 +1096,8 @@ docs_push(stage_t *s, bson_t *doc, shl_status_t *st)
     }
     s->docs[s->ndocs++] = doc;
     s->mem += doc->len + 32;
-    if (s->mem > s->pipe->opts.max_memory_bytes) {
-        return mem_exceeded(s->name, st);
+    if (s->mem > s->max_bytes) {
+        return s->kind == ST_FACET ? facet_input_exceeded(s, st) : mem_exceeded(s, st);
     }
     return 0;
 }
@@ -1036,9 +1133,44 @@ vec_next(void *arg, const bson_t **doc, shl_status_t *st)
     return 0;
 }
 
-/* Run 'p' to the end, appending its documents to the array 'arr' (n counts them). */
+/*
+ * Append 'd' to 'arr', the array a $lookup joins or a $facet output being built, whose
+ * enclosing document already holds 'base' bytes; n counts the elements. Past the stage's
+ * size limit it fails with MongoDB's error for that stage: 4568 for $lookup
+ * (internalLookupStageIntermediateDocumentMaxSizeBytes), 4031700 for $facet
+ * (internalQueryFacetMaxOutputDocSizeBytes). The limit is checked before appending, so the
+ * array never reaches libbson's 2 GiB ceiling whatever the knob says.
+ */
 static int
-drain_into(shl_pipeline_t *p, bson_t *arr, uint32_t *n, shl_status_t *st)
+append_joined(const stage_t *s, bson_t *arr, uint32_t *n, int64_t base, const bson_t *d,
+              shl_status_t *st)
+{
+    int64_t limit = s->kind == ST_FACET ? s->max_out : s->max_bytes;
+    int64_t size = base + (int64_t)arr->len + (int64_t)shl_bson_array_element_len(*n, d->len);
+    char key[16];
+    const char *kp;
+
+    if (size > limit || size > (int64_t)INT32_MAX - 1024) {
+        if (s->kind == ST_FACET) {
+            return shl_status_set(st, 4031700,
+                                  "$facet output document would be %lld bytes, over its limit of "
+                                  "%lld bytes (internalQueryFacetMaxOutputDocSizeBytes)",
+                                  (long long)size, (long long)limit);
+        }
+        return shl_status_set(st, 4568,
+                              "$lookup: the documents of %s joined to one document pass %lld "
+                              "bytes (internalLookupStageIntermediateDocumentMaxSizeBytes)",
+                              s->from != NULL ? s->from : "$documents", (long long)limit);
+    }
+    bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+    bson_append_document(arr, kp, -1, d);
+    return 0;
+}
+
+/* Run 'p' to the end, appending its documents to 'arr' with append_joined. */
+static int
+drain_into(const stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n, int64_t base,
+           shl_status_t *st)
 {
     int ret = 0;
     const bson_t *d;
@@ -1048,15 +1180,7 @@ drain_into(shl_pipeline_t *p, bson_t *arr, uint32_t *n, shl_status_t *st)
         if (d == NULL) {
             break;
         }
-        char key[16];
-        const char *kp;
-        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
-        bson_append_document(arr, kp, -1, d);
-        if (arr->len > 100 * 1024 * 1024) {
-            SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
-                     "BSONObj size: %u is invalid. Size must be between 0 and 16793600(16MB)",
-                     arr->len);
-        }
+        SHL_ERR(append_joined(s, arr, n, base, d, st));
     }
 done:
     return ret;
@@ -1159,8 +1283,8 @@ next_sample(stage_t *s, const bson_t **doc, shl_status_t *st)
                     s->mem += (int64_t)in->len - (int64_t)s->docs[j]->len;
                     bson_destroy(s->docs[j]);
                     s->docs[j] = bson_copy(in);
-                    if (s->mem > s->pipe->opts.max_memory_bytes) {
-                        SHL_ERR(mem_exceeded("$sample", st));
+                    if (s->mem > s->max_bytes) {
+                        SHL_ERR(mem_exceeded(s, st));
                     }
                 }
             }
@@ -1206,17 +1330,16 @@ next_facet(stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_t arr;
         uint32_t n = 0;
         shl_pipeline_set_source(s->subs[i], &(shl_pipeline_source_t){vec_next, &vs});
+        /* What 'o' holds before this array's documents: its fields so far, this array's
+         * type byte, key and header, and the closing bytes. */
+        int64_t base = (int64_t)o->len + 1 + (int64_t)strlen(s->sub_names[i]) + 1 + 1;
         bson_append_array_begin(o, s->sub_names[i], -1, &arr);
-        ret = drain_into(s->subs[i], &arr, &n, st);
+        ret = drain_into(s, s->subs[i], &arr, &n, base, st);
         bson_append_array_end(o, &arr);
         SHL_ERR(ret);
     }
-    if (o->len > 16 * 1024 * 1024) {
-        SHL_FAIL(st, 4031700,
-                 "document constructed by $facet is %u bytes, which exceeds the limit of "
-                 "16777216 bytes",
-                 o->len);
-    }
+    /* The output may pass 16 MiB here, as MongoDB's may inside a pipeline; the reply's
+     * limit applies to what finally leaves the pipeline (cursor batches). */
     docs_clear(s);
     *doc = o;
 done:
@@ -1422,7 +1545,7 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
         s->run = NULL;
         SHL_ERR(sub_parse(s->pipe, &s->sub_spec, CTX_LOOKUP, &s->lvars, &s->run, st));
         shl_pipeline_set_source(s->run, &src);
-        SHL_ERR(drain_into(s->run, &arr, &n, st));
+        SHL_ERR(drain_into(s, s->run, &arr, &n, 0, st));
         shl_pipeline_destroy(s->run);
         s->run = NULL;
     } else {
@@ -1431,10 +1554,7 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
             if (d == NULL) {
                 break;
             }
-            char key[16];
-            const char *kp;
-            bson_uint32_to_string(n++, &kp, key, sizeof(key));
-            bson_append_document(&arr, kp, -1, d);
+            SHL_ERR(append_joined(s, &arr, &n, 0, d, st));
         }
     }
     close_cursor(s);
@@ -1565,7 +1685,7 @@ static int
 graph_mem(stage_t *s, int64_t bytes, shl_status_t *st)
 {
     s->mem += bytes;
-    if (s->mem > s->pipe->opts.max_memory_bytes) {
+    if (s->mem > s->max_bytes) {
         return shl_status_set(st, 40099, "$graphLookup reached maximum memory consumption");
     }
     return 0;
@@ -3952,7 +4072,9 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
     } else if (strcmp(name, "$setWindowFields") == 0 || strcmp(name, "$densify") == 0) {
         s = stage_new(p, ST_WINDOW, name, &it);
-        SHL_ERR(query_wstage_parse(name, &it, p->opts.vars, p->opts.max_memory_bytes, &s->win, st));
+        SHL_ERR(query_wstage_parse(
+            name, &it, p->opts.vars,
+            stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
     } else if (strcmp(name, "$fill") == 0) {
         /* Rewritten into $setWindowFields + $addFields, as MongoDB does. */
         uint32_t nf = 0;
@@ -3996,9 +4118,6 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
     int ret = 0;
     bson_iter_t it;
 
-    if (p->opts.max_memory_bytes <= 0) {
-        p->opts.max_memory_bytes = PIPE_DEFAULT_MAX_MEMORY;
-    }
     bson_iter_init(&it, stages);
     while (shl_iter_next(&it)) {
         bson_t view;
@@ -4009,6 +4128,7 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
     }
     for (size_t i = 0; i < p->nstages; i++) {
         stage_t *s = p->stages[i];
+        set_stage_limits(p, s);
         if (s->kind == ST_DOCUMENTS && i > 0) {
             SHL_FAIL(st, 40602, "%s is only valid as the first stage in a pipeline", s->name);
         }
@@ -4040,7 +4160,7 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
             }
         }
         s->n = limit;
-        s->sorter = shl_sorter_new(s->pattern, limit, p->opts.max_memory_bytes);
+        s->sorter = shl_sorter_new(s->pattern, limit, s->max_bytes);
     }
     link_stages(p);
 done:

@@ -44,10 +44,10 @@ typedef struct shl_pipeline_env {
     void *arg;
 } shl_pipeline_env_t;
 
-/* shl_pipeline_opts_t -- `let` variables (may be NULL), allowDiskUse, the per-stage
- * memory limit of buffering stages ($group, $sort, $bucketAuto, $facet, $sample,
- * $graphLookup; <= 0 means 100 MB), and the environment (may be NULL; borrowed, must outlive
- * the pipeline). */
+/* shl_pipeline_opts_t -- `let` variables (may be NULL), allowDiskUse (Shale never spills: it
+ * only words the memory errors), an override of every stage's memory or size limit
+ * (max_memory_bytes > 0, for tests; <= 0: each stage's MongoDB knob, see docs/limits.md), and
+ * the environment (may be NULL; borrowed, must outlive the pipeline). */
 typedef struct shl_pipeline_opts {
     const bson_t *vars;
     bool allow_disk_use;
@@ -111,8 +111,10 @@ void shl_pipeline_drop_leading_match(shl_pipeline_t *p);
 /*
  * shl_pipeline_next --
  *     Pull the next output document: *doc is borrowed until the next call or destroy, NULL at
- *     the end. Errors: stage runtime errors (expression errors, 292 memory limit of $group
- *     or $sort, 40228 $replaceRoot of a non-object, ...).
+ *     the end. Errors: stage runtime errors (expression errors, 292 memory limit of $group,
+ *     $sort, $sample or $bucketAuto, 40099 of $graphLookup, 146 of $push/$addToSet and of
+ *     $facet's input, 4568 $lookup's joined documents, 4031700 $facet's output document,
+ *     40228 $replaceRoot of a non-object, ...).
  */
 int shl_pipeline_next(shl_pipeline_t *p, const bson_t **doc, shl_status_t *st);
 

@@ -6,9 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/unit_test.h"
 #include "query/matcher.h"
 #include "query/pipeline.h"
+
+/* The stages read their limits from the options table: give it its defaults. */
+__attribute__((constructor)) static void
+options_defaults(void)
+{
+    shl_options_init();
+}
 
 typedef struct pcase {
     const char *in;   /* {'d': [docs]} */
@@ -622,7 +630,77 @@ static const pcase_t cases[] = {
      "'locf'}}}}]}",
      NULL, 6050204},
     {"{'d': []}", "{'p': [{'$fill': {'output': {'a': {'method': 'linear'}}}}]}", NULL, 605001},
-
+    /* Memory and size limits (docs/limits.md), each lowered through its knob ('knobs' is
+     * set for the case and restored after it). */
+    {"{'d': [{'k': 1, 'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'k': 1, 'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryMaxPushBytes': 100}}",
+     "{'p': [{'$group': {'_id': '$k', 'a': {'$push': '$v'}}}]}", NULL, 146},
+    {"{'d': [{'k': 1, 'v': 'a'}, {'k': 1, 'v': 'b'}], 'knobs': {'internalQueryMaxPushBytes': "
+     "100}}",
+     "{'p': [{'$group': {'_id': '$k', 'a': {'$push': '$v'}}}]}",
+     "{'r': [{'_id': 1, 'a': ['a', 'b']}]}", 0},
+    {"{'d': [{'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx1'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx2'}], 'knobs': "
+     "{'internalQueryMaxAddToSetBytes': 100}}",
+     "{'p': [{'$group': {'_id': null, 'a': {'$addToSet': '$v'}}}]}", NULL, 146},
+    {"{'d': [{'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryMaxAddToSetBytes': 100}}",
+     "{'p': [{'$group': {'_id': null, 'a': {'$addToSet': '$v'}}}, {'$project': {'_id': 0, 'n': "
+     "{'$size': '$a'}}}]}",
+     "{'r': [{'n': 1}]}", 0},
+    {"{'d': [{'k': 1}, {'k': 2}, {'k': 3}, {'k': 4}], 'knobs': "
+     "{'internalDocumentSourceGroupMaxMemoryBytes': 100}}",
+     "{'p': [{'$group': {'_id': '$k'}}]}", NULL, 292},
+    {"{'d': [{'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryMaxBlockingSortMemoryUsageBytes': 100}}",
+     "{'p': [{'$sort': {'v': 1}}]}", NULL, 292},
+    {"{'d': [{'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryMaxBlockingSortMemoryUsageBytes': 100}}",
+     "{'p': [{'$sample': {'size': 5}}]}", NULL, 292},
+    {"{'d': [{'v': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'v': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalDocumentSourceBucketAutoMaxMemoryBytes': 100}}",
+     "{'p': [{'$bucketAuto': {'groupBy': '$v', 'buckets': 1}}]}", NULL, 292},
+    {"{'d': [{'_id': 0}], 'knobs': {'internalDocumentSourceGraphLookupMaxMemoryBytes': 100}, "
+     "'c': {'g': [{'_id': 1, 'to': 2, 'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'_id': 2, "
+     "'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$graphLookup': {'from': 'g', 'startWith': 1, 'connectFromField': 'to', "
+     "'connectToField': '_id', 'as': 'r'}}]}",
+     NULL, 40099},
+    {"{'d': [{'k': 1}], 'knobs': {'internalLookupStageIntermediateDocumentMaxSizeBytes': 100}, "
+     "'c': {'f': [{'fk': 1, 'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'fk': 1, 'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}]}",
+     NULL, 4568},
+    {"{'d': [{'k': 1}], 'knobs': {'internalLookupStageIntermediateDocumentMaxSizeBytes': 100}, "
+     "'c': {'f': [{'fk': 1, 'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'fk': 1, 'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'pipeline': [{'$match': {'fk': 1}}], 'as': 'j'}}]}", NULL,
+     4568},
+    {"{'d': [{'k': 1}], 'knobs': {'internalLookupStageIntermediateDocumentMaxSizeBytes': 200}, "
+     "'c': {'f': [{'fk': 1, 'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'fk': 1, 'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}]}}",
+     "{'p': [{'$lookup': {'from': 'f', 'localField': 'k', 'foreignField': 'fk', 'as': 'j'}}, "
+     "{'$project': {'_id': 0, 'n': {'$size': '$j'}}}]}",
+     "{'r': [{'n': 2}]}", 0},
+    {"{'d': [{'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryFacetMaxOutputDocSizeBytes': 100}}",
+     "{'p': [{'$facet': {'a': [{'$project': {'_id': 0}}]}}]}", NULL, 4031700},
+    {"{'d': [{'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryFacetMaxOutputDocSizeBytes': 100}}",
+     "{'p': [{'$facet': {'a': [{'$count': 'n'}], 'b': [{'$count': 'n'}]}}]}",
+     "{'r': [{'a': [{'n': 2}], 'b': [{'n': 2}]}]}", 0},
+    {"{'d': [{'p': 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}, {'p': "
+     "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}], 'knobs': "
+     "{'internalQueryFacetBufferSizeBytes': 100}}",
+     "{'p': [{'$facet': {'a': [{'$count': 'n'}]}}]}", NULL, 146},
 };
 
 typedef struct arrsrc {
@@ -744,13 +822,43 @@ fake_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_s
     return 0;
 }
 
+/* Set the server parameters of the document 'knobs' (name: value), saving their values in
+ * 'saved' first; knobs_restore puts them back. */
+static void
+knobs_set(const bson_t *knobs, bson_t *saved)
+{
+    bson_iter_t it;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    bson_iter_init(&it, knobs);
+    while (bson_iter_next(&it)) {
+        int id = shl_opt_find(bson_iter_key(&it));
+        SHL_INVARIANT(id >= 0);
+        shl_opt_append((shl_opt_id_t)id, saved);
+        SHL_INVARIANT(shl_opt_set_iter((shl_opt_id_t)id, &it, &st) == 0);
+    }
+}
+
+static void
+knobs_restore(const bson_t *saved)
+{
+    bson_iter_t it;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    bson_iter_init(&it, saved);
+    while (bson_iter_next(&it)) {
+        SHL_INVARIANT(shl_opt_set_iter((shl_opt_id_t)shl_opt_find(bson_iter_key(&it)), &it, &st) ==
+                      0);
+    }
+}
+
 /* Run 'pipe' over 'in'; fills 'res' {'r': [...]} and returns the error code. */
 static int
 run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *st)
 {
     bson_t *in = shl_test_bson(in_json), *pj = shl_test_bson(pipe_json);
     bson_iter_t it, p;
-    bson_t stages, arr;
+    bson_t stages, arr, knobs, saved = BSON_INITIALIZER;
     const uint8_t *data;
     uint32_t len;
     shl_pipeline_t *pl = NULL;
@@ -769,6 +877,11 @@ run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *
     if (bson_iter_init_find(&it, in, "mem")) {
         opts.max_memory_bytes = bson_iter_as_int64(&it); /* a small per-stage limit */
     }
+    if (bson_iter_init_find(&it, in, "knobs")) {
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&knobs, data, len);
+        knobs_set(&knobs, &saved);
+    }
     SHL_ERR(shl_pipeline_parse(&stages, &opts, &pl, st));
     shl_pipeline_set_source(pl, &(shl_pipeline_source_t){arr_next, &src});
     for (;;) {
@@ -785,6 +898,8 @@ run_case(const char *in_json, const char *pipe_json, bson_t *res, shl_status_t *
 done:
     bson_append_array_end(res, &arr);
     shl_pipeline_destroy(pl);
+    knobs_restore(&saved);
+    bson_destroy(&saved);
     bson_destroy(in);
     bson_destroy(pj);
     return ret;

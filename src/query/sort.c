@@ -337,8 +337,9 @@ shl_sorter_new(const shl_sort_pattern_t *p, int64_t limit, int64_t max_bytes)
     shl_sorter_t *s = bson_malloc0(sizeof(*s));
     s->p = p;
     s->limit = limit > 0 ? limit : 0;
-    s->max_bytes =
-        max_bytes > 0 ? max_bytes : shl_opt_int(SHL_OPT_internalQueryExecMaxBlockingSortBytes);
+    s->max_bytes = max_bytes > 0
+                       ? max_bytes
+                       : shl_opt_int(SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes);
     return s;
 }
 

@@ -3,7 +3,7 @@
  * with MongoDB 7.0's rules: canonical BSON order (bson/bson_compare.h), a missing field
  * sorts as null, an array field sorts by its smallest element ascending and its largest
  * descending (an empty array before null), a blocking-sort memory limit
- * (internalQueryExecMaxBlockingSortBytes) failing with 292, and top-k when a limit is known.
+ * (internalQueryMaxBlockingSortMemoryUsageBytes) failing with 292, and top-k when a limit is known.
  */
 #ifndef SHL_QUERY_SORT_H
 #define SHL_QUERY_SORT_H
@@ -54,7 +54,7 @@ typedef struct shl_sorter shl_sorter_t;
  * shl_sorter_new --
  *     A blocking sort of documents under 'p' (borrowed; must outlive the sorter). 'limit'
  *     > 0 keeps only the first 'limit' documents (top-k: memory is bounded by them).
- *     'max_bytes' <= 0 reads internalQueryExecMaxBlockingSortBytes. Documents equal under
+ *     'max_bytes' <= 0 reads internalQueryMaxBlockingSortMemoryUsageBytes. Documents equal under
  *     the pattern come out in insertion order. Not thread-safe; one per query.
  */
 shl_sorter_t *shl_sorter_new(const shl_sort_pattern_t *p, int64_t limit, int64_t max_bytes);

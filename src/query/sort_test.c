@@ -158,7 +158,7 @@ SHL_TEST(sort_top_k_stable_and_limit)
                              "external sorting.");
     shl_sorter_destroy(s);
 
-    /* the default comes from internalQueryExecMaxBlockingSortBytes */
+    /* the default comes from internalQueryMaxBlockingSortMemoryUsageBytes */
     s = shl_sorter_new(p, 0, 0);
     ASSERT_INT_EQ(shl_sorter_memory(s), 0);
     shl_sorter_destroy(s);

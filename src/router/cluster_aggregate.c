@@ -463,9 +463,8 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     }
 }
 
-/* The aggregate batch size: cursor.batchSize; *zero when it is 0 (an empty first batch). */
-static int
-cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
+int
+router_cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
 {
     bson_iter_t it, sub;
     int ret = 0;
@@ -477,8 +476,8 @@ cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st)
     }
     if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field 'aggregate.cursor' is the wrong type '%s', expected type 'object'",
-                 shl_bson_type_name(shl_iter_type(&it)));
+                 "BSON field '%s.cursor' is the wrong type '%s', expected type 'object'",
+                 shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&it)));
     }
     bson_iter_recurse(&it, &sub);
     if (bson_iter_find(&sub, "batchSize")) {
@@ -625,6 +624,7 @@ collectionless_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
         if (d == NULL) {
             break;
         }
+        SHL_ERR(shl_msg_reply_doc_check(d->len, st));
         if (!shl_bson_array_has_room(&docs, n, d->len, SHL_ROUTER_CURSOR_MAX_BATCH_BYTES)) {
             if (w == NULL) {
                 SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
@@ -1175,7 +1175,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             /* A collection-less aggregate ({aggregate: 1}) of the admin/config database. */
             char agg_ns[SHL_NS_MAX + 1];
             snprintf(agg_ns, sizeof(agg_ns), "%s.$cmd.aggregate", op->db);
-            SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
+            SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
             ret = router_config_cursor_read(op, agg_ns, op->db, "$cmd.aggregate", cmd, batch_size,
                                             zero_batch, reply, st);
             goto done;
@@ -1205,7 +1205,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                  "The 'cursor' option is required, except for aggregate with the explain "
                  "argument");
     }
-    SHL_ERR(cursor_batch_size(cmd, &batch_size, &zero_batch, st));
+    SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     if (router_is_config_db(ns.db)) {
         if (p.explain) {

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/options.h"
 #include "base/str.h"
+#include "net/message.h"
 #include "router/cluster_routing.h"
 
 /* Bound on the killCursors sent when a router cursor ends early. */
@@ -454,6 +455,14 @@ shl_router_cursor_fill_batch(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t b
         if (d == NULL) {
             *exhausted = true;
             break;
+        }
+        /* The merge part may build a document no reply can carry (a shard's cannot: its
+         * replies are checked). */
+        if (shl_msg_reply_doc_check(d->len, st) != 0) {
+            if (owned != NULL) {
+                bson_destroy(owned);
+            }
+            SHL_ERR(st->code);
         }
         if (!shl_bson_array_has_room(arr, (uint32_t)n, d->len, SHL_ROUTER_CURSOR_MAX_BATCH_BYTES)) {
             c->stash = owned != NULL ? owned : bson_copy(d);

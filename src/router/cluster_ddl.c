@@ -436,74 +436,46 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
 /* ---- listing ---- */
 
 /*
- * Collect the whole result of a cursor reply from 'shard' into 'out' (an array being built),
- * issuing getMore on the shard until it is exhausted.
+ * The collection a shard's cursor reply names in its ns ("$cmd.listCollections",
+ * "$cmd.listIndexes.c"): what getMore on that shard must say.
+ */
+static void
+remote_cursor_coll(const bson_t *reply, char *coll, size_t n)
+{
+    bson_iter_t it, cur;
+
+    coll[0] = '\0';
+    if (bson_iter_init_find(&it, reply, "cursor") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &cur) && bson_iter_find(&cur, "ns") && BSON_ITER_HOLDS_UTF8(&cur)) {
+        const char *ns = bson_iter_utf8(&cur, NULL);
+        const char *dot = strchr(ns, '.');
+        snprintf(coll, n, "%s", dot != NULL ? dot + 1 : ns);
+    }
+}
+
+/*
+ * Serve the cursor a shard opened for a listing (its reply 'first') through a router cursor
+ * named 'ns', batch by batch as the user asks: a database's collections or a collection's
+ * indexes may be more than one reply can carry, so the router does not gather them into one.
  */
 static int
-drain_cursor(shl_op_ctx_t *op, const char *db, const char *shard, const bson_t *first, bson_t *out,
-             uint32_t *count, shl_status_t *st)
+reply_listing_cursor(shl_op_ctx_t *op, const char *ns, const char *shard, int64_t batch_size,
+                     bool zero_batch, const bson_t *first, bson_t *reply, shl_status_t *st)
 {
-    shl_router_t *r = shl_router_get(op);
-    bson_t reply = BSON_INITIALIZER;
-    bson_iter_t it, cur;
-    int64_t id = 0;
-    char coll[SHL_NS_MAX + 1] = "";
-    bool is_first = true;
+    shl_router_cursor_t *c = NULL;
+    char coll[SHL_NS_MAX + 1];
     int ret = 0;
 
-    bson_concat(&reply, first);
-    for (;;) {
-        if (!bson_iter_init_find(&it, &reply, "cursor") || !BSON_ITER_HOLDS_DOCUMENT(&it) ||
-            !bson_iter_recurse(&it, &cur)) {
-            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "shard %s replied without a cursor", shard);
-        }
-        id = 0;
-        while (shl_iter_next(&cur)) {
-            const char *k = shl_iter_key(&cur);
-            if (strcmp(k, "id") == 0) {
-                id = bson_iter_as_int64(&cur);
-            } else if (strcmp(k, "ns") == 0 && BSON_ITER_HOLDS_UTF8(&cur) && is_first) {
-                const char *ns = bson_iter_utf8(&cur, NULL);
-                const char *dot = strchr(ns, '.');
-                snprintf(coll, sizeof(coll), "%s", dot != NULL ? dot + 1 : ns);
-            } else if ((strcmp(k, "firstBatch") == 0 || strcmp(k, "nextBatch") == 0) &&
-                       BSON_ITER_HOLDS_ARRAY(&cur)) {
-                bson_iter_t docs;
-                bson_iter_recurse(&cur, &docs);
-                while (shl_iter_next(&docs)) {
-                    char key[16];
-                    const char *ks;
-                    bson_uint32_to_string((*count)++, &ks, key, sizeof(key));
-                    bson_append_value(out, ks, -1, bson_iter_value(&docs));
-                }
-            }
-        }
-        is_first = false;
-        if (id == 0) {
-            break;
-        }
-        {
-            shl_router_request_t req;
-            shl_fanout_result_t res;
-            req.shard = shard;
-            bson_init(&req.cmd);
-            BSON_APPEND_INT64(&req.cmd, "getMore", id);
-            BSON_APPEND_UTF8(&req.cmd, "collection", coll);
-            shl_router_send(r, op, db, &req, 1, &res);
-            bson_destroy(&req.cmd);
-            if (res.code != 0) {
-                *st = res.status;
-                ret = res.code;
-                shl_fanout_results_cleanup(&res, 1);
-                goto done;
-            }
-            bson_destroy(&reply);
-            bson_copy_to(&res.reply, &reply);
-            shl_fanout_results_cleanup(&res, 1);
-        }
-    }
+    remote_cursor_coll(first, coll, sizeof(coll));
+    c = shl_router_cursor_new(shl_router_get(op), ns, op->db, coll);
+    shl_router_cursor_set_session(c, op);
+    /* admin and config live on the config server: a remote without a shard name. */
+    SHL_ERR(
+        shl_router_cursor_add_remote(c, strcmp(shard, "config") == 0 ? NULL : shard, first, st));
+    ret = router_reply_cursor(op, c, batch_size, zero_batch, false, reply, st);
+    c = NULL;
 done:
-    bson_destroy(&reply);
+    shl_router_cursor_destroy(c);
     return ret;
 }
 
@@ -519,7 +491,7 @@ append_cursor(bson_t *reply, const char *ns, const bson_t *batch)
     bson_append_document_end(reply, &cur);
 }
 
-/* The user's command without its cursor options (the router returns one whole batch). */
+/* The user's command without its cursor options (the router serves the batches). */
 static void
 strip_cursor(const bson_t *cmd, bson_t *out)
 {
@@ -533,12 +505,14 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     char ns[SHL_NS_MAX + 1];
     shl_router_shard_result_t *res = NULL;
     size_t n = 0;
-    bson_t fwd, batch = BSON_INITIALIZER;
-    uint32_t count = 0;
+    bson_t fwd;
+    int64_t batch_size;
+    bool zero_batch;
     int ret = 0;
 
     strip_cursor(cmd, &fwd);
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     ret = ddl_send(op, ns, false, TO_ONE_OWNER, VERS_FULL, &fwd, NULL, NULL, &res, &n, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns);
@@ -548,12 +522,11 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         *st = res[0].res.status;
         SHL_ERR(st->code);
     }
-    SHL_ERR(drain_cursor(op, op->db, res[0].shard, &res[0].res.reply, &batch, &count, st));
-    append_cursor(reply, ns, &batch);
+    SHL_ERR(reply_listing_cursor(op, ns, res[0].shard, batch_size, zero_batch, &res[0].res.reply,
+                                 reply, st));
 done:
     shl_router_scatter_results_free(res, n);
     bson_destroy(&fwd);
-    bson_destroy(&batch);
     return ret;
 }
 
@@ -565,19 +538,22 @@ cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     shl_cached_database_t db;
     shl_router_request_t req;
     shl_fanout_result_t res;
-    bson_t batch = BSON_INITIALIZER;
-    uint32_t count = 0;
-    bool sent = false;
+    bson_t empty = BSON_INITIALIZER;
+    int64_t batch_size;
+    bool sent = false, zero_batch;
     int ret = 0;
 
     snprintf(ns, sizeof(ns), "%s.$cmd.listCollections", op->db);
     memset(&req, 0, sizeof(req));
     bson_init(&req.cmd);
+    SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     for (int attempt = 1;; attempt++) {
         ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
         if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-            ret = 0; /* a database that does not exist has no collections */
-            goto reply;
+            /* a database that does not exist has no collections */
+            ret = 0;
+            append_cursor(reply, ns, &empty);
+            goto done;
         }
         SHL_ERR(ret);
         bson_reinit(&req.cmd);
@@ -607,15 +583,14 @@ cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         *st = res.status;
         SHL_ERR(st->code);
     }
-    SHL_ERR(drain_cursor(op, op->db, db.primary, &res.reply, &batch, &count, st));
-reply:
-    append_cursor(reply, ns, &batch);
+    SHL_ERR(
+        reply_listing_cursor(op, ns, db.primary, batch_size, zero_batch, &res.reply, reply, st));
 done:
     if (sent) {
         shl_fanout_results_cleanup(&res, 1);
     }
     bson_destroy(&req.cmd);
-    bson_destroy(&batch);
+    bson_destroy(&empty);
     return ret;
 }
 

@@ -15,6 +15,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
+#include "net/message.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
 
@@ -784,6 +785,13 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         const char *kp;
         if (i > 0 && shl_bson_value_compare(&vals[i - 1], &vals[i]) == 0) {
             continue;
+        }
+        /* Each shard's values fit; their union may not (MongoDB's mongos fails it too). */
+        if ((size_t)arr.len +
+                shl_bson_array_element_len((uint32_t)out, shl_bson_value_len(&vals[i])) >
+            SHL_MAX_BSON_SIZE) {
+            bson_append_array_end(reply, &arr);
+            SHL_FAIL(st, 17217, "distinct too big, 16mb cap");
         }
         bson_uint32_to_string((uint32_t)out++, &kp, k, sizeof(k));
         bson_append_value(&arr, kp, -1, &vals[i]);

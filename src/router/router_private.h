@@ -81,6 +81,13 @@ int router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_
                         bool zero_batch, bool single_batch, bson_t *reply, shl_status_t *st);
 
 /*
+ * router_cursor_batch_size --
+ *     The batch size a cursor-returning command asks for: cursor.batchSize (0 when absent);
+ *     *zero when it is 0 (an empty first batch). Errors: TypeMismatch, 51024 negative.
+ */
+int router_cursor_batch_size(const bson_t *cmd, int64_t *out, bool *zero, shl_status_t *st);
+
+/*
  * router_config_cursor_read --
  *     Forward a cursor-returning read (find/aggregate) to the config server and serve its
  *     cursor through a router cursor.

@@ -4,9 +4,17 @@
  */
 #include <string.h>
 
+#include "base/options.h"
 #include "base/unit_test.h"
 #include "net/service_context.h"
 #include "router/router_private.h"
+
+/* Merge pipelines read their stages' limits from the options table: give it its defaults. */
+__attribute__((constructor)) static void
+options_defaults(void)
+{
+    shl_options_init();
+}
 
 /* {$sum: {$cond: [{$and: [{$gt: [E, null]}, {$lt: [E, '']}]}, 1, 0]}} */
 #define NUMERIC_COUNT(E)                                                                           \

@@ -234,6 +234,78 @@ is_sharded(const bson_t *docs, size_t n, const char *db, const char *name)
     return false;
 }
 
+/* Free what cursor_all collected. */
+static void
+docs_free(bson_t **docs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(docs[i]);
+    }
+    bson_free(docs);
+}
+
+/*
+ * Run the cursor command 'cmd' (a listing) on database 'db' of 'shard' (NULL: this shard) and
+ * collect every document it returns, following the cursor with getMore: a database may hold
+ * more collections than one batch (101 by default). *out holds copies; free them with
+ * docs_free. On error *out is empty (the shard reaps a cursor left open).
+ */
+static int
+cursor_all(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd, bson_t ***out,
+           size_t *n, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t reply = BSON_INITIALIZER, more = BSON_INITIALIZER, *docs = NULL;
+    const bson_t *next = cmd;
+    size_t nd, cap = 0;
+    char coll[SHL_NS_MAX + 1] = "";
+    bson_iter_t it;
+
+    *out = NULL;
+    *n = 0;
+    for (;;) {
+        int64_t id;
+        bson_destroy(&reply);
+        if (shard == NULL) {
+            SHL_ERR(shard_local_cmd(s, db, next, &reply, st));
+        } else {
+            SHL_ERR(shard_remote_cmd(s, shard, db, next, MP_TIMEOUT_MS, &reply, st));
+        }
+        nd = mig_cursor_docs(&reply, &docs);
+        for (size_t i = 0; i < nd; i++) {
+            if (*n == cap) {
+                cap = cap == 0 ? 64 : cap * 2;
+                *out = bson_realloc(*out, cap * sizeof(**out));
+            }
+            (*out)[(*n)++] = bson_copy(&docs[i]);
+        }
+        bson_free(docs);
+        docs = NULL;
+        if ((id = mig_cursor_id(&reply)) == 0) {
+            break;
+        }
+        if (coll[0] == '\0' && bson_iter_init(&it, &reply) &&
+            bson_iter_find_descendant(&it, "cursor.ns", &it) && BSON_ITER_HOLDS_UTF8(&it)) {
+            const char *ns = bson_iter_utf8(&it, NULL), *dot = strchr(ns, '.');
+            snprintf(coll, sizeof(coll), "%s", dot != NULL ? dot + 1 : ns);
+        }
+        bson_reinit(&more);
+        BSON_APPEND_INT64(&more, "getMore", id);
+        BSON_APPEND_UTF8(&more, "collection", coll);
+        next = &more;
+    }
+done:
+    bson_free(docs);
+    bson_destroy(&reply);
+    bson_destroy(&more);
+    if (ret != 0) {
+        docs_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return ret;
+}
+
 /*
  * The unsharded collections of 'db' on this shard, with their options, into c: every
  * collection listCollections shows that config.collections does not name (views and
@@ -244,8 +316,8 @@ list_unsharded(shard_state_t *s, shl_op_ctx_t *op, const char *db, mp_coord_t *c
 {
     int ret = 0;
     char re[SHL_DB_NAME_MAX + 16];
-    bson_t *q = NULL, *lc = NULL, creply = BSON_INITIALIZER, lreply = BSON_INITIALIZER;
-    bson_t *sharded = NULL, *colls = NULL;
+    bson_t *q = NULL, *lc = NULL, creply = BSON_INITIALIZER;
+    bson_t *sharded = NULL, **colls = NULL;
     size_t nsharded = 0, ncolls = 0;
 
     snprintf(re, sizeof(re), "^\\Q%s.\\E", db);
@@ -255,21 +327,19 @@ list_unsharded(shard_state_t *s, shl_op_ctx_t *op, const char *db, mp_coord_t *c
     SHL_ERR(config_read(s, op, q, &creply, st));
     nsharded = mig_cursor_docs(&creply, &sharded);
     lc = BCON_NEW("listCollections", BCON_INT32(1));
-    bson_destroy(&lreply);
-    SHL_ERR(shard_local_cmd(s, db, lc, &lreply, st));
-    ncolls = mig_cursor_docs(&lreply, &colls);
+    SHL_ERR(cursor_all(s, NULL, db, lc, &colls, &ncolls, st));
     for (size_t i = 0; i < ncolls; i++) {
         bson_iter_t it;
         const char *name = NULL;
         bson_t options = BSON_INITIALIZER;
         bool is_view = false;
-        if (bson_iter_init_find(&it, &colls[i], "name") && BSON_ITER_HOLDS_UTF8(&it)) {
+        if (bson_iter_init_find(&it, colls[i], "name") && BSON_ITER_HOLDS_UTF8(&it)) {
             name = bson_iter_utf8(&it, NULL);
         }
-        if (bson_iter_init_find(&it, &colls[i], "type") && BSON_ITER_HOLDS_UTF8(&it)) {
+        if (bson_iter_init_find(&it, colls[i], "type") && BSON_ITER_HOLDS_UTF8(&it)) {
             is_view = strcmp(bson_iter_utf8(&it, NULL), "collection") != 0;
         }
-        if (bson_iter_init_find(&it, &colls[i], "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        if (bson_iter_init_find(&it, colls[i], "options") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
             const uint8_t *data;
             uint32_t len;
             bson_iter_document(&it, &len, &data);
@@ -284,7 +354,7 @@ list_unsharded(shard_state_t *s, shl_op_ctx_t *op, const char *db, mp_coord_t *c
     }
 done:
     bson_free(sharded);
-    bson_free(colls);
+    docs_free(colls, ncolls);
     if (q != NULL) {
         bson_destroy(q);
     }
@@ -292,7 +362,6 @@ done:
         bson_destroy(lc);
     }
     bson_destroy(&creply);
-    bson_destroy(&lreply);
     return ret;
 }
 
@@ -305,18 +374,16 @@ static int
 check_recipient(shard_state_t *s, const mp_coord_t *c, shl_status_t *st)
 {
     int ret = 0;
-    bson_t reply = BSON_INITIALIZER, *docs = NULL;
+    bson_t **docs = NULL;
     bson_t *lc = BCON_NEW("listCollections", BCON_INT32(1), "nameOnly", BCON_BOOL(true));
     size_t n = 0;
 
-    bson_destroy(&reply);
-    SHL_ERR(shard_remote_cmd(s, c->to, c->db, lc, MP_TIMEOUT_MS, &reply, st));
-    n = mig_cursor_docs(&reply, &docs);
+    SHL_ERR(cursor_all(s, c->to, c->db, lc, &docs, &n, st));
     for (size_t i = 0; i < n; i++) {
         bson_iter_t it;
         const char *name;
         bool listed = false;
-        if (!bson_iter_init_find(&it, &docs[i], "name") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        if (!bson_iter_init_find(&it, docs[i], "name") || !BSON_ITER_HOLDS_UTF8(&it)) {
             continue;
         }
         name = bson_iter_utf8(&it, NULL);
@@ -348,9 +415,8 @@ check_recipient(shard_state_t *s, const mp_coord_t *c, shl_status_t *st)
         }
     }
 done:
-    bson_free(docs);
+    docs_free(docs, n);
     bson_destroy(lc);
-    bson_destroy(&reply);
     return ret;
 }
 
