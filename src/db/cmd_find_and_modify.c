@@ -439,6 +439,7 @@ reply:
     }
     if (retried) {
         BSON_APPEND_INT32(reply, "retriedStmtId", stmt_id[0]);
+        db_session_note_retried(op, 1);
     }
     db_write_concern_wait(op, &wc, reply);
 done:

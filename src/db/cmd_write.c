@@ -494,6 +494,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         shl_storage_coll_release(&h);
         locked = false;
     }
+    db_session_note_retried(op, res.n_retried);
     shl_write_result_append(&res, false, reply);
     db_write_concern_wait(op, &wc, reply);
 done:
@@ -927,6 +928,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
             }
         }
     }
+    db_session_note_retried(op, res.n_retried);
     shl_write_result_append(&res, kind->is_update, reply);
     db_write_concern_wait(op, &wc, reply);
 done:

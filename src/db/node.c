@@ -129,6 +129,7 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_INT64(&ttl, "subPasses", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
     bson_append_document_end(&metrics, &ttl);
     bson_append_document_end(reply, &metrics);
+    db_session_catalog_append_stats(node->sessions, reply);
 }
 
 /* The session arguments of a request: checked as every role checks them (a standalone

@@ -5,6 +5,7 @@
 #include "db/session_catalog.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -29,6 +30,7 @@ typedef struct stmt_map {
 
 struct db_session {
     shl_lsid_t lsid;
+    db_session_catalog_t *cat;
     struct db_session *next; /* hash chain; guarded by the catalog's mu */
 
     /* Checkout state, guarded by the catalog's mu. */
@@ -47,6 +49,8 @@ struct db_session {
 
 struct db_session_catalog {
     shl_storage_engine_t *eng;
+    /* serverStatus counters (atomics). */
+    atomic_llong retried_commands, retried_statements, transactions_writes;
     pthread_mutex_t mu; /* guards the table and every session's checkout state */
     pthread_cond_t cv;  /* a session was checked in */
     db_session_t **buckets;
@@ -182,6 +186,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
     if (s == NULL) {
         s = bson_malloc0(sizeof(*s));
         s->lsid = *lsid;
+        s->cat = cat;
         s->txn_number = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
@@ -412,6 +417,34 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
     if (op->session != NULL) {
         session_release(cat, op->session);
         op->session = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+void
+db_session_catalog_append_stats(db_session_catalog_t *cat, bson_t *reply)
+{
+    bson_t t;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &t);
+    BSON_APPEND_INT64(&t, "retriedCommandsCount",
+                      cat != NULL ? atomic_load(&cat->retried_commands) : 0);
+    BSON_APPEND_INT64(&t, "retriedStatementsCount",
+                      cat != NULL ? atomic_load(&cat->retried_statements) : 0);
+    BSON_APPEND_INT64(&t, "transactionsCollectionWriteCount",
+                      cat != NULL ? atomic_load(&cat->transactions_writes) : 0);
+    bson_append_document_end(reply, &t);
+}
+
+void
+db_session_note_retried(const shl_op_ctx_t *op, int64_t n)
+{
+    const db_session_t *s = op->session;
+
+    if (s != NULL && n > 0) {
+        atomic_fetch_add(&s->cat->retried_commands, 1);
+        atomic_fetch_add(&s->cat->retried_statements, n);
     }
 }
 
@@ -728,6 +761,7 @@ db_stmt_recorder_commit(db_stmt_recorder_t *r)
     if (r->s == NULL || r->n == 0) {
         return;
     }
+    atomic_fetch_add(&r->s->cat->transactions_writes, 1);
     for (size_t i = 0; i < r->n; i++) {
         stmt_map_put(&r->s->stmts, r->stmt_ids[i], r->ts[i]);
     }

@@ -62,6 +62,21 @@ void db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op);
  */
 bool db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid);
 
+/*
+ * db_session_catalog_append_stats --
+ *     serverStatus's `transactions` section as MongoDB reports retryable writes in it:
+ *     retriedCommandsCount (commands that answered a statement from history),
+ *     retriedStatementsCount, transactionsCollectionWriteCount. NULL: zeros.
+ */
+void db_session_catalog_append_stats(db_session_catalog_t *cat, bson_t *reply);
+
+/*
+ * db_session_note_retried --
+ *     A command answered 'n' of its statements (n > 0) from history: counted for
+ *     serverStatus.
+ */
+void db_session_note_retried(const shl_op_ctx_t *op, int64_t n);
+
 /* ---------------------------------------------------------------- statements */
 
 /*

@@ -66,8 +66,17 @@ def test_each_write_kind_sent_twice_has_one_effect(rs):
     ins = {"insert": "kinds", "documents": [{"_id": 1, "v": 1}, {"_id": 2, "v": 1}],
            "txnNumber": Int64(1)}
     first = raw(ins)
+    stats = rs.client().admin.command("serverStatus")["transactions"]
+    top = rs.client().local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"]
     again = raw(ins)
     assert first["n"] == 2 and _same(first, again) and again["retriedStmtIds"] == [0, 1]
+    # A retry writes nothing: no oplog entry, no config.transactions write (MongoDB's
+    # serverStatus counters say so too).
+    after = rs.client().admin.command("serverStatus")["transactions"]
+    assert rs.client().local.oplog.rs.find_one(sort=[("$natural", -1)])["ts"] == top
+    assert after["retriedCommandsCount"] == stats["retriedCommandsCount"] + 1
+    assert after["retriedStatementsCount"] == stats["retriedStatementsCount"] + 2
+    assert after["transactionsCollectionWriteCount"] == stats["transactionsCollectionWriteCount"]
     upd = {"update": "kinds", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"v": 1}}},
                                           {"q": {"_id": 3}, "u": {"$inc": {"v": 5}},
                                            "upsert": True}],
