@@ -442,16 +442,23 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
     bson_destroy(&cmd);
 }
 
-void
-shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
-                size_t n, shl_fanout_result_t *results)
+/*
+ * Send reqs[which[k]] for k < n (which == NULL: reqs[k]) and collect their replies into
+ * results[k] (and hosts[k] when 'hosts' is not NULL).
+ */
+static void
+send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
+          const size_t *which, size_t n, shl_fanout_result_t *results,
+          char (*hosts_out)[SHL_CLIENT_HOST_MAX])
 {
     shl_fanout_req_t freqs_small[SMALL_SEND];
     char hosts_small[SMALL_SEND][SHL_CLIENT_HOST_MAX];
     size_t map_small[SMALL_SEND];
     bool small = n <= SMALL_SEND;
     shl_fanout_req_t *freqs = small ? freqs_small : bson_malloc((n + 1) * sizeof(*freqs));
-    char(*hosts)[SHL_CLIENT_HOST_MAX] = small ? hosts_small : bson_malloc((n + 1) * sizeof(*hosts));
+    char(*hosts)[SHL_CLIENT_HOST_MAX] =
+        hosts_out != NULL ? hosts_out
+                          : (small ? hosts_small : bson_malloc((n + 1) * sizeof(*hosts)));
     size_t *map = small ? map_small : bson_malloc((n + 1) * sizeof(size_t));
     shl_fanout_result_t *fres = NULL;
     size_t nf = 0;
@@ -460,26 +467,41 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
     shl_client_interrupt_t intr = {op_interrupted, op};
 
     for (size_t i = 0; i < n; i++) {
+        const shl_router_request_t *req = &reqs[which != NULL ? which[i] : i];
         results[i].code = 0;
         shl_status_clear(&results[i].status);
         bson_init(&results[i].reply);
         results[i].micros = 0;
         results[i].interrupted = false;
-        if (strcmp(reqs[i].shard, "config") == 0) {
+        hosts[i][0] = '\0';
+        if (r->send_hook != NULL) {
+            continue;
+        }
+        if (strcmp(req->shard, "config") == 0) {
             /* admin and config live on the config server (the catalog cache's primary). */
             shl_str_copy(hosts[i], sizeof(hosts[i]), shl_shard_registry_config_host(r->registry));
-        } else if (shl_shard_registry_host_for(r->registry, reqs[i].shard, hosts[i],
-                                               sizeof(hosts[i]), &results[i].status) != 0) {
+        } else if (shl_shard_registry_host_for(r->registry, req->shard, hosts[i], sizeof(hosts[i]),
+                                               &results[i].status) != 0) {
             results[i].code = results[i].status.code;
+            hosts[i][0] = '\0';
             continue;
         }
         freqs[nf].host = hosts[i];
         freqs[nf].db = db;
-        freqs[nf].cmd = &reqs[i].cmd;
+        freqs[nf].cmd = &req->cmd;
         freqs[nf].op_key = op->has_remote_key ? op->remote_key : NULL;
         map[nf++] = i;
     }
-    if (nf == n) {
+    if (r->send_hook != NULL) {
+        if (which == NULL) {
+            r->send_hook(r->send_hook_arg, db, reqs, n, results, hosts);
+        } else {
+            /* The hook sees one request at a time, in order: a bson_t cannot be copied. */
+            for (size_t i = 0; i < n; i++) {
+                r->send_hook(r->send_hook_arg, db, &reqs[which[i]], 1, &results[i], &hosts[i]);
+            }
+        }
+    } else if (nf == n) {
         /* Every shard resolved (the usual case): the replies land in place. */
         if (shl_client_fanout_interruptible(r->pool, freqs, nf, timeout, &intr, results) > 0) {
             kill_remote_ops(r, op, freqs, results, nf);
@@ -499,9 +521,98 @@ shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_rou
     shl_router_deadline_results(op, results, n);
     if (!small) {
         bson_free(map);
-        bson_free(hosts);
         bson_free(freqs);
     }
+    if (hosts != hosts_out && hosts != hosts_small) {
+        bson_free(hosts);
+    }
+}
+
+void
+shl_router_send_ex(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                   const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results,
+                   char (*hosts)[SHL_CLIENT_HOST_MAX])
+{
+    send_some(r, op, db, reqs, NULL, n, results, hosts);
+}
+
+void
+shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
+                size_t n, shl_fanout_result_t *results)
+{
+    send_some(r, op, db, reqs, NULL, n, results, NULL);
+}
+
+bool
+shl_router_result_retriable(const shl_fanout_result_t *res)
+{
+    bson_iter_t it, f;
+
+    if (res->code != 0) {
+        return !res->interrupted && shl_code_in_category(res->code, SHL_CAT_RETRIABLE_ERROR);
+    }
+    /* MongoDB's sender checks the reply's write concern status too: the statements ran, and a
+     * retry is answered from the shard's statement history. */
+    if (bson_iter_init_find(&it, &res->reply, "writeConcernError") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) && bson_iter_find(&f, "code") &&
+        BSON_ITER_HOLDS_NUMBER(&f)) {
+        return shl_code_in_category((int)bson_iter_as_int64(&f), SHL_CAT_RETRIABLE_ERROR);
+    }
+    return false;
+}
+
+void
+shl_router_send_retrying(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                         const shl_router_request_t *reqs, size_t n, bool idempotent,
+                         shl_fanout_result_t *results, char (*hosts)[SHL_CLIENT_HOST_MAX])
+{
+    size_t *which = NULL, nw;
+    shl_fanout_result_t *again = NULL;
+    char(*again_hosts)[SHL_CLIENT_HOST_MAX] = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    send_some(r, op, db, reqs, NULL, n, results, hosts);
+    if (!idempotent) {
+        return;
+    }
+    /* Each round repeats only the requests that failed again, so every request gets at most
+     * SHL_ROUTER_MAX_FAILED_HOST_RETRIES more tries, as with MongoDB's per-remote count. */
+    for (int attempt = 1; attempt <= SHL_ROUTER_MAX_FAILED_HOST_RETRIES; attempt++) {
+        nw = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (shl_router_result_retriable(&results[i])) {
+                if (which == NULL) {
+                    which = bson_malloc((n + 1) * sizeof(*which));
+                    again = bson_malloc((n + 1) * sizeof(*again));
+                    again_hosts = bson_malloc((n + 1) * sizeof(*again_hosts));
+                }
+                which[nw++] = i;
+            }
+        }
+        if (nw == 0 || shl_op_check_interrupt(op, &st) != 0) {
+            break;
+        }
+        for (size_t k = 0; k < nw; k++) {
+            const shl_fanout_result_t *res = &results[which[k]];
+            SHL_LOG_DEBUG(1, SHARDING, 4615637,
+                          "Command to remote shard failed with retryable error and will be "
+                          "retried",
+                          "shardId", BCON_UTF8(reqs[which[k]].shard), "attempt",
+                          BCON_INT32(attempt), "error",
+                          BCON_UTF8(res->code != 0 ? res->status.reason : "writeConcernError"));
+        }
+        send_some(r, op, db, reqs, which, nw, again, again_hosts);
+        for (size_t k = 0; k < nw; k++) {
+            shl_fanout_results_cleanup(&results[which[k]], 1);
+            shl_router_result_move(&results[which[k]], &again[k]);
+            if (hosts != NULL) {
+                shl_str_copy(hosts[which[k]], sizeof(hosts[0]), again_hosts[k]);
+            }
+        }
+    }
+    bson_free(which);
+    bson_free(again);
+    bson_free(again_hosts);
 }
 
 bool

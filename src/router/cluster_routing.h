@@ -25,11 +25,27 @@
 /* MongoDB's kMaxNumStaleVersionRetries: a request is tried at most this many times. */
 #define SHL_ROUTER_MAX_STALE_RETRIES 10
 
+/* MongoDB's kMaxNumFailedHostRetryAttempts (async_requests_sender.cpp): a request the router
+ * may repeat (a retryable write's) is sent at most this many more times after a retriable
+ * failure. */
+#define SHL_ROUTER_MAX_FAILED_HOST_RETRIES 3
+
 /* Bound on one command sent to the config server. */
 #define SHL_CONFIG_CMD_TIMEOUT_MS 60000
 
 struct shl_router_cursor_manager;
 struct shl_router_rwc;
+struct shl_router_request;
+
+/*
+ * The outgoing-network seam for unit tests: when set, shl_router_send hands its requests to
+ * it instead of resolving shards and sending (results[i] and hosts[i] for reqs[i], as
+ * shl_router_send_ex fills them; results are initialised by the caller).
+ */
+typedef void (*shl_router_send_hook_fn)(void *arg, const char *db,
+                                        const struct shl_router_request *reqs, size_t n,
+                                        shl_fanout_result_t *results,
+                                        char (*hosts)[SHL_CLIENT_HOST_MAX]);
 
 /* The router's components (svc->role_state); created at start, read-only afterwards. */
 typedef struct shl_router {
@@ -38,9 +54,11 @@ typedef struct shl_router {
     shl_catalog_cache_t *cache;
     struct shl_router_cursor_manager *cursors; /* router cursors (cluster_cursor_manager.h) */
     char configdb[512];
-    shl_vector_clock_t clock;         /* highest times gossiped by any node (lock-free) */
-    struct shl_router_uptime *uptime; /* config.mongos reporter */
-    struct shl_router_rwc *rwc;       /* cluster-wide default read/write concerns (cache) */
+    shl_vector_clock_t clock;          /* highest times gossiped by any node (lock-free) */
+    struct shl_router_uptime *uptime;  /* config.mongos reporter */
+    struct shl_router_rwc *rwc;        /* cluster-wide default read/write concerns (cache) */
+    shl_router_send_hook_fn send_hook; /* tests only (see the type); NULL in a router */
+    void *send_hook_arg;
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */
@@ -149,6 +167,39 @@ typedef struct shl_router_request {
  */
 void shl_router_send(shl_router_t *r, shl_op_ctx_t *op, const char *db,
                      const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results);
+
+/*
+ * shl_router_send_ex --
+ *     shl_router_send, also telling which host each request went to: hosts[i] is the
+ *     "host:port" reqs[i] was sent to, "" when its shard could not be resolved ('hosts' may
+ *     be NULL).
+ */
+void shl_router_send_ex(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                        const shl_router_request_t *reqs, size_t n, shl_fanout_result_t *results,
+                        char (*hosts)[SHL_CLIENT_HOST_MAX]);
+
+/*
+ * shl_router_result_retriable --
+ *     Whether a shard's answer is one MongoDB's router repeats a request for when it may
+ *     (RetryPolicy::kIdempotent): a network error, an error reply or a writeConcernError whose
+ *     code is in the RetriableError category (not-primary, shutdown, network, ...). Write
+ *     errors inside an ok reply never are; neither is a request cut off by the operation's
+ *     own interruption.
+ */
+bool shl_router_result_retriable(const shl_fanout_result_t *res);
+
+/*
+ * shl_router_send_retrying --
+ *     shl_router_send_ex; with 'idempotent' (a retryable write: the shards deduplicate its
+ *     statements by lsid, txnNumber and stmtId) every request whose result is retriable
+ *     (shl_router_result_retriable) is sent again, unchanged, to its shard's current host, at
+ *     most SHL_ROUTER_MAX_FAILED_HOST_RETRIES more times, as MongoDB's AsyncRequestsSender
+ *     does; the last result is kept. Stops retrying when the operation is interrupted (killOp,
+ *     deadline, shutdown). Blocks.
+ */
+void shl_router_send_retrying(shl_router_t *r, shl_op_ctx_t *op, const char *db,
+                              const shl_router_request_t *reqs, size_t n, bool idempotent,
+                              shl_fanout_result_t *results, char (*hosts)[SHL_CLIENT_HOST_MAX]);
 
 /*
  * shl_router_result_move --
