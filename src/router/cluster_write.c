@@ -5,6 +5,13 @@
  * user's order (n, nModified, upserted and writeErrors with the user's indexes). A shard that
  * answers StaleConfig / StaleDbVersion makes the router refresh and re-send only the
  * statements that did not run, at most SHL_ROUTER_MAX_STALE_RETRIES times.
+ *
+ * A retryable write (lsid + txnNumber outside a transaction; seeds/001 "Retryable writes")
+ * reaches every shard it targets with the client's lsid (as {id, uid}), txnNumber and the
+ * statement ids of exactly the statements in that sub-batch -- a statement keeps its id on
+ * every shard and in every resend -- so each shard deduplicates its own statements. Its
+ * requests are repeated after a retriable failure as MongoDB's router repeats them
+ * (shl_router_send_retrying).
  */
 #include <string.h>
 
@@ -14,6 +21,8 @@
 #include "net/stmt_batch.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_private.h"
+#include "session/session_args.h"
 #include "sharding/shard_key.h"
 
 /* A sub-batch is a write command a shard accepts (net/stmt_batch.h): its statements' array
@@ -42,6 +51,7 @@ typedef struct item {
 /* The whole write command being routed. */
 typedef struct write_op {
     write_kind_t kind;
+    const shl_op_ctx_t *opctx;
     const bson_t *user_cmd;
     const char *coll;
     char ns[SHL_NS_MAX + 1];
@@ -54,7 +64,13 @@ typedef struct write_op {
     bool has_wce;
     bson_t wce; /* the first writeConcernError */
     shl_status_t last_stale;
-    size_t scan_from; /* every statement before it is done */
+    size_t scan_from;  /* every statement before it is done */
+    bool retryable;    /* lsid + txnNumber outside a transaction: sub-batches carry stmtIds */
+    int32_t *stmt_ids; /* statement i's id: the client's stmtIds[i], else (stmtId or 0) + i */
+    int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
+    size_t nretried, cap_retried;
+    bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
+    shl_status_t shutdown_status;
 } write_op_t;
 
 /* One request of a round: a shard and the user indexes of the statements it carries. */
@@ -403,6 +419,38 @@ batches_free(sub_batch_t *batches, size_t nb)
     bson_free(batches);
 }
 
+/*
+ * Append the session arguments a write sends to a shard: the lsid in its full {id, uid} form
+ * and the txnNumber (MongoDB's router serializes both onto every request it sends).
+ */
+static void
+append_session(const shl_op_ctx_t *opctx, bson_t *cmd)
+{
+    if (opctx->has_lsid) {
+        shl_lsid_append(cmd, "lsid", &opctx->lsid_key);
+    }
+    if (opctx->has_txn_number) {
+        BSON_APPEND_INT64(cmd, "txnNumber", opctx->txn_number);
+    }
+}
+
+/* The generic arguments of the user's command a shard sees, minus the session's. */
+static void
+append_generic_but_session(const bson_t *user_cmd, bson_t *cmd)
+{
+    bson_iter_t it;
+
+    if (!bson_iter_init(&it, user_cmd)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "lsid") != 0 && strcmp(k, "txnNumber") != 0 && shl_router_generic_passes(k)) {
+            bson_append_iter(cmd, NULL, 0, &it);
+        }
+    }
+}
+
 /* Build the shard's command for sub-batch 'b'. */
 static void
 build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const sub_batch_t *b,
@@ -428,16 +476,19 @@ build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const su
             bson_append_iter(cmd, NULL, 0, &it);
         }
     }
-    shl_router_append_generic(op->user_cmd, cmd);
-    if (bson_has_field(op->user_cmd, "txnNumber")) {
-        /* Statement ids let a shard tell the statements of one retryable write apart. */
+    if (op->retryable) {
+        /* Exactly this sub-batch's statements, each with the id it has in the client's batch
+         * (MongoDB's getStmtIdForWriteAt), so the shard recognises a statement it already ran
+         * whichever round or shard carries it. */
         bson_append_array_begin(cmd, "stmtIds", -1, &arr);
         for (size_t i = 0; i < b->n; i++) {
             bson_uint32_to_string((uint32_t)i, &k, key, sizeof(key));
-            bson_append_int32(&arr, k, -1, (int32_t)b->idx[i]);
+            bson_append_int32(&arr, k, -1, op->stmt_ids[b->idx[i]]);
         }
         bson_append_array_end(cmd, &arr);
     }
+    append_generic_but_session(op->user_cmd, cmd);
+    append_session(op->opctx, cmd);
     shl_router_append_versions(rr, b->shard, cmd);
 }
 
@@ -551,15 +602,38 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
     return *nb > 0;
 }
 
-/* Fold one shard's reply to sub-batch 'b' into the op. Returns true if anything was stale. */
+/* Whether a result is the router's own failure to get a reply (network, no host, deadline)
+ * rather than a shard's error reply. */
 static bool
-absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_result_t *res)
+is_local_failure(const shl_fanout_result_t *res)
+{
+    return res->code != 0 && bson_count_keys(&res->reply) == 0;
+}
+
+static void
+add_retried(write_op_t *op, int32_t id)
+{
+    if (op->nretried == op->cap_retried) {
+        op->cap_retried = op->cap_retried ? op->cap_retried * 2 : 8;
+        op->retried = bson_realloc(op->retried, op->cap_retried * sizeof(int32_t));
+    }
+    op->retried[op->nretried++] = id;
+}
+
+/*
+ * Fold one shard's reply to sub-batch 'b' (sent to 'host', "" if its shard had none) into the
+ * op. Returns true if anything was stale.
+ */
+static bool
+absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_result_t *res,
+             const char *host)
 {
     bson_iter_t it, arr, e;
     size_t first_unrun = b->n; /* ordered: statements from here on did not run */
     bool *errored = NULL, stale = false;
 
     if (res->code != 0) {
+        shl_status_t est = res->status;
         if (shl_router_is_stale(r, op->ns, &res->status)) {
             op->last_stale = res->status;
             for (size_t i = 0; i < b->n; i++) {
@@ -567,13 +641,43 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
             }
             return true;
         }
+        if (is_local_failure(res)) {
+            if (shl_code_in_category(res->code, SHL_CAT_SHUTDOWN_ERROR) &&
+                atomic_load(&op->opctx->svc->shutting_down)) {
+                /* This router is shutting down: the whole command fails (as mongos does), and
+                 * the client may retry it elsewhere. */
+                op->shutdown_error = true;
+                op->shutdown_status = res->status;
+                return false;
+            }
+            /* MongoDB's router: the statements fail with the error in context, and the labels
+             * of a reply that never came are the router's to decide (none). */
+            if (host[0] != '\0') {
+                shl_status_set(&est, res->code,
+                               "Write results unavailable from %s :: caused by :: %s", host,
+                               res->status.reason);
+            } else {
+                shl_status_set(&est, res->code,
+                               "Write results unavailable from failing to target a host in the "
+                               "shard %s :: caused by :: %s",
+                               b->shard, res->status.reason);
+            }
+        }
         for (size_t i = 0; i < b->n; i++) {
-            item_set_error(&op->items[b->idx[i]], &res->status);
+            item_set_error(&op->items[b->idx[i]], &est);
             if (op->ordered) {
                 break;
             }
         }
         return false;
+    }
+    if (bson_iter_init_find(&it, &res->reply, "retriedStmtIds") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)) {
+        while (shl_iter_next(&arr)) {
+            if (BSON_ITER_HOLDS_INT32(&arr)) {
+                add_retried(op, bson_iter_int32(&arr));
+            }
+        }
     }
     errored = bson_malloc0((b->n + 1) * sizeof(bool));
     if (bson_iter_init_find(&it, &res->reply, "n") && BSON_ITER_HOLDS_NUMBER(&it)) {
@@ -698,7 +802,8 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
 
 /* Run the batch until every statement is done or failed (ordered: up to the first error). */
 static int
-run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
+run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, router_route_fn route,
+          void *route_arg, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(opctx);
     shl_router_routing_t rr;
@@ -708,10 +813,11 @@ run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
-    SHL_ERR(shl_router_routing_init(r, op->ns, create_db, &rr, st));
+    SHL_ERR(route(route_arg, op->ns, create_db, &rr, st));
     for (;;) {
         shl_router_request_t *reqs;
         shl_fanout_result_t *fres;
+        char(*hosts)[SHL_CLIENT_HOST_MAX];
         bool stale = false, exhausted, gave_up = false;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
@@ -720,18 +826,27 @@ run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
         }
         reqs = bson_malloc0((nb + 1) * sizeof(*reqs));
         fres = bson_malloc0((nb + 1) * sizeof(*fres));
+        hosts = bson_malloc0((nb + 1) * sizeof(*hosts));
         for (size_t i = 0; i < nb; i++) {
             reqs[i].shard = batches[i].shard;
             build_sub_command(op, &rr, &batches[i], &reqs[i].cmd);
         }
-        shl_router_send(r, opctx, op->db, reqs, nb, fres);
+        /* A retryable write's sub-batches may be sent again as they are: the shards answer
+         * the statements that already ran from their history. */
+        shl_router_send_retrying(r, opctx, op->db, reqs, nb, op->retryable, fres, hosts);
         for (size_t i = 0; i < nb; i++) {
-            stale = absorb_reply(r, op, &batches[i], &fres[i]) || stale;
+            stale = absorb_reply(r, op, &batches[i], &fres[i], hosts[i]) || stale;
         }
         shl_fanout_results_cleanup(fres, nb);
         shl_router_requests_cleanup(reqs, nb);
         bson_free(fres);
         bson_free(reqs);
+        bson_free(hosts);
+        if (op->shutdown_error) {
+            *st = op->shutdown_status;
+            ret = st->code;
+            goto done;
+        }
         /* Settle the round's statements (the round flags are cleared for the next one). */
         exhausted = stale && ++stale_rounds >= SHL_ROUTER_MAX_STALE_RETRIES;
         for (size_t i = 0; i < nb; i++) {
@@ -765,7 +880,7 @@ run_write(shl_op_ctx_t *opctx, write_op_t *op, bool create_db, shl_status_t *st)
                           "ns", BCON_UTF8(op->ns), "attempt", BCON_INT32(stale_rounds), "error",
                           BCON_UTF8(op->last_stale.reason));
             shl_router_routing_cleanup(&rr);
-            SHL_ERR(shl_router_routing_init(r, op->ns, create_db, &rr, st));
+            SHL_ERR(route(route_arg, op->ns, create_db, &rr, st));
         }
     }
 done:
@@ -824,6 +939,15 @@ append_result(const write_op_t *op, bson_t *reply)
     if (op->has_wce) {
         BSON_APPEND_DOCUMENT(reply, "writeConcernError", &op->wce);
     }
+    if (op->nretried > 0) {
+        /* The statements the shards answered from their history (MongoDB: only when any). */
+        bson_append_array_begin(reply, "retriedStmtIds", -1, &arr);
+        for (size_t i = 0; i < op->nretried; i++) {
+            bson_uint32_to_string((uint32_t)i, &ks, key, sizeof(key));
+            bson_append_int32(&arr, ks, -1, op->retried[i]);
+        }
+        bson_append_array_end(reply, &arr);
+    }
 }
 
 static void
@@ -841,6 +965,8 @@ write_op_cleanup(write_op_t *op)
         }
     }
     bson_free(op->items);
+    bson_free(op->stmt_ids);
+    bson_free(op->retried);
     bson_destroy(&op->wce);
 }
 
@@ -907,7 +1033,9 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     memset(op, 0, sizeof(*op));
     bson_init(&op->wce);
     op->kind = kind;
+    op->opctx = opctx;
     op->user_cmd = cmd;
+    op->retryable = opctx->has_txn_number && !opctx->has_autocommit;
     op->ordered = true;
     snprintf(op->db, sizeof(op->db), "%s", opctx->db);
     if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
@@ -981,20 +1109,31 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
                  "Got %zu operations.",
                  op->n);
     }
+    /* The client's stmtId / stmtIds are checked as MongoDB's router parses them (one id per
+     * statement) and give the ids the sub-batches carry when this is a retryable write. */
+    SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)op->n, &op->stmt_ids, st));
 done:
     return ret;
 }
 
+/* The routing of 'ns' from the router's catalog cache (the seam's production side). */
 static int
-run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, bson_t *reply,
-                  shl_status_t *st)
+route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t *out,
+                 shl_status_t *st)
+{
+    return shl_router_routing_init(arg, ns, create_db, out, st);
+}
+
+static int
+run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, router_route_fn route,
+                  void *route_arg, bson_t *reply, shl_status_t *st)
 {
     write_op_t op;
     bool create_db = kind != KIND_DELETE;
     int ret = 0;
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
-    ret = run_write(opctx, &op, create_db, st);
+    ret = run_write(opctx, &op, create_db, route, route_arg, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
         ret = 0; /* deleting from a database that does not exist deletes nothing */
     }
@@ -1005,22 +1144,41 @@ done:
     return ret;
 }
 
+int
+router_write_run(shl_op_ctx_t *op, const bson_t *cmd, router_route_fn route, void *route_arg,
+                 bson_t *reply, shl_status_t *st)
+{
+    const char *name = op->cmd_name != NULL ? op->cmd_name : "";
+    bson_iter_t it;
+    write_kind_t kind = KIND_INSERT;
+
+    if (bson_iter_init(&it, cmd) && shl_iter_next(&it)) {
+        name = shl_iter_key(&it);
+    }
+    if (strcmp(name, "update") == 0) {
+        kind = KIND_UPDATE;
+    } else if (strcmp(name, "delete") == 0) {
+        kind = KIND_DELETE;
+    }
+    return run_write_command(op, cmd, kind, route, route_arg, reply, st);
+}
+
 static int
 cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_write_command(op, cmd, KIND_INSERT, reply, st);
+    return run_write_command(op, cmd, KIND_INSERT, route_from_cache, shl_router_get(op), reply, st);
 }
 
 static int
 cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_write_command(op, cmd, KIND_UPDATE, reply, st);
+    return run_write_command(op, cmd, KIND_UPDATE, route_from_cache, shl_router_get(op), reply, st);
 }
 
 static int
 cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return run_write_command(op, cmd, KIND_DELETE, reply, st);
+    return run_write_command(op, cmd, KIND_DELETE, route_from_cache, shl_router_get(op), reply, st);
 }
 
 /* ---- findAndModify ---- */
@@ -1065,10 +1223,12 @@ done:
     return ret;
 }
 
-static int
-cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+int
+router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_fn route,
+                           void *route_arg, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(opctx);
+    bool retryable = opctx->has_txn_number && !opctx->has_autocommit;
     shl_router_routing_t rr;
     shl_router_shards_t targets = {0};
     shl_router_request_t *reqs = NULL;
@@ -1097,7 +1257,7 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
         bool stale = false;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
-        SHL_ERR(shl_router_routing_init(r, ns, true, &rr, st));
+        SHL_ERR(route(route_arg, ns, true, &rr, st));
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, st));
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
@@ -1116,10 +1276,15 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
                 }
                 bson_append_iter(&reqs[i].cmd, NULL, 0, &f);
             }
-            shl_router_append_generic(cmd, &reqs[i].cmd);
+            if (retryable && !bson_has_field(cmd, "stmtId")) {
+                /* As MongoDB's router: the one statement's id, unless the client gave it. */
+                BSON_APPEND_INT32(&reqs[i].cmd, "stmtId", 0);
+            }
+            append_generic_but_session(cmd, &reqs[i].cmd);
+            append_session(opctx, &reqs[i].cmd);
             shl_router_append_versions(&rr, targets.names[i], &reqs[i].cmd);
         }
-        shl_router_send(r, opctx, opctx->db, reqs, targets.n, fres);
+        shl_router_send_retrying(r, opctx, opctx->db, reqs, targets.n, retryable, fres, NULL);
         for (size_t i = 0; i < targets.n; i++) {
             bson_iter_t le, n;
             if (fres[i].code != 0) {
@@ -1168,7 +1333,11 @@ cmd_find_and_modify(shl_op_ctx_t *opctx, const bson_t *cmd, bson_t *reply, shl_s
             goto done;
         }
         if (first_err != SIZE_MAX && (hit == SIZE_MAX || targets.n == 1)) {
+            /* The shard's error becomes the command's; its labels are not passed on (MongoDB's
+             * router rethrows the status and labels it as a router: shard errors never get
+             * RetryableWriteError there, and shards label nothing for an internal client). */
             *st = fres[first_err].status;
+            st->labels = 0;
             ret = st->code;
             goto done;
         }
@@ -1192,10 +1361,28 @@ done:
     return ret;
 }
 
+static int
+cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return router_find_and_modify_run(op, cmd, route_from_cache, shl_router_get(op), reply, st);
+}
+
 static const shl_command_t k_write_commands[] = {
-    {"insert", {NULL}, cmd_insert, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "insert documents"},
-    {"update", {NULL}, cmd_update, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "update documents"},
-    {"delete", {NULL}, cmd_delete, SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE, "delete documents"},
+    {"insert",
+     {NULL},
+     cmd_insert,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE,
+     "insert documents"},
+    {"update",
+     {NULL},
+     cmd_update,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE,
+     "update documents"},
+    {"delete",
+     {NULL},
+     cmd_delete,
+     SHL_CMD_WRITE | SHL_CMD_IN_TXN | SHL_CMD_RETRYABLE_WRITE,
+     "delete documents"},
     {"findAndModify",
      {"findandmodify"},
      cmd_find_and_modify,

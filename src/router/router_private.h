@@ -13,6 +13,25 @@
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 
+/*
+ * The routing of a namespace for a write (cluster_write.c): the router's catalog cache in a
+ * router (shl_router_routing_init with the router as 'arg'); a fixed table in unit tests.
+ */
+typedef int (*router_route_fn)(void *arg, const char *ns, bool create_db, shl_router_routing_t *out,
+                               shl_status_t *st);
+
+/*
+ * router_write_run / router_find_and_modify_run --
+ *     The insert/update/delete (by the command's first key) and findAndModify commands with
+ *     the routing 'route' gives: what the router's commands run with its catalog cache, and
+ *     what router_test.c runs over a fake shard (shl_router_t.send_hook). Same reply and
+ *     errors as the commands.
+ */
+int router_write_run(shl_op_ctx_t *op, const bson_t *cmd, router_route_fn route, void *route_arg,
+                     bson_t *reply, shl_status_t *st);
+int router_find_and_modify_run(shl_op_ctx_t *op, const bson_t *cmd, router_route_fn route,
+                               void *route_arg, bson_t *reply, shl_status_t *st);
+
 /* Whether reads of database 'db' go to the config server (config, admin). */
 bool router_is_config_db(const char *db);
 
