@@ -1,8 +1,10 @@
 /*
  * failpoint_cmd.c -- the configureFailPoint command and MongoDB's failCommand fail
- * point as drivers' test suites use it: failCommands, errorCode, errorLabels,
- * closeConnection, blockConnection + blockTimeMS, writeConcernError, appName,
- * failInternalCommands, and the times/skip modes counting only matching commands.
+ * point with the fields MongoDB honours: failCommands (a name or alias) or failAllCommands,
+ * the appName / namespace / threadName filters, failInternalCommands, errorCode (+
+ * errorExtraInfo), errorLabels, closeConnection, blockConnection + blockTimeMS,
+ * writeConcernError, allowRewriteStateChange (a router), and the times/skip modes counting
+ * only the commands it fires for.
  */
 #include <string.h>
 
@@ -15,23 +17,67 @@ SHL_FAILPOINT_DEFINE(failCommand)
 
 typedef struct fc_match {
     shl_op_ctx_t *op;
-    const char *cmd_name;
+    const shl_command_t *cmd;
 } fc_match_t;
 
+/* Whether 'name' is the command's name or one of its aliases (MongoDB's hasAlias). */
 static bool
-array_has_string(const bson_t *data, const char *field, const char *s)
+names_command(const shl_command_t *cmd, const char *name)
 {
-    bson_iter_t it, child;
-    if (!bson_iter_init_find(&it, data, field) || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &child)) {
-        return false;
+    if (strcmp(cmd->name, name) == 0) {
+        return true;
     }
-    while (shl_iter_next(&child)) {
-        if (BSON_ITER_HOLDS_UTF8(&child) && strcmp(bson_iter_utf8(&child, NULL), s) == 0) {
+    for (size_t i = 0; i < sizeof(cmd->aliases) / sizeof(cmd->aliases[0]); i++) {
+        if (cmd->aliases[i] != NULL && strcmp(cmd->aliases[i], name) == 0) {
             return true;
         }
     }
     return false;
+}
+
+static bool
+fails_command(const bson_t *data, const shl_command_t *cmd)
+{
+    bson_iter_t it, child;
+    if (!bson_iter_init_find(&it, data, "failCommands") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &child)) {
+        return false;
+    }
+    while (shl_iter_next(&child)) {
+        if (BSON_ITER_HOLDS_UTF8(&child) && names_command(cmd, bson_iter_utf8(&child, NULL))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * The namespace a command names for the `namespace` filter: "db.coll" when its first value
+ * is a collection name, else the database ("db"), as MongoDB's parseNs gives them.
+ */
+static void
+command_ns(const shl_op_ctx_t *op, char *out, size_t n)
+{
+    bson_iter_t it;
+
+    if (op->body != NULL && bson_iter_init(&it, op->body) && shl_iter_next(&it) &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(out, n, "%s.%s", op->db, bson_iter_utf8(&it, NULL));
+    } else {
+        snprintf(out, n, "%s", op->db);
+    }
+}
+
+/* Whether the data asks for something that happens before the command runs, or for a
+ * writeConcernError after it (MongoDB evaluates the fail point only then). */
+static bool
+has_action(const bson_t *data)
+{
+    bson_iter_t it;
+    return (bson_iter_init_find(&it, data, "closeConnection") && bson_iter_as_bool(&it)) ||
+           (bson_iter_init_find(&it, data, "blockConnection") && bson_iter_as_bool(&it)) ||
+           (bson_iter_init_find(&it, data, "errorCode") && BSON_ITER_HOLDS_NUMBER(&it)) ||
+           (bson_iter_init_find(&it, data, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it));
 }
 
 static bool
@@ -41,12 +87,17 @@ fc_filter(const bson_t *data, void *arg)
     bson_iter_t it;
     bool internal = m->op->conn != NULL && m->op->conn->internal;
 
-    if (!array_has_string(data, "failCommands", m->cmd_name)) {
+    if (!has_action(data)) {
         return false;
     }
-    if (internal &&
-        !(bson_iter_init_find(&it, data, "failInternalCommands") && bson_iter_as_bool(&it))) {
-        return false;
+    if (bson_iter_init_find(&it, data, "threadName") && BSON_ITER_HOLDS_UTF8(&it)) {
+        char name[32] = "";
+        if (m->op->conn != NULL) {
+            snprintf(name, sizeof(name), "conn%lld", (long long)m->op->conn->id);
+        }
+        if (strcmp(name, bson_iter_utf8(&it, NULL)) != 0) {
+            return false;
+        }
     }
     if (bson_iter_init_find(&it, data, "appName") && BSON_ITER_HOLDS_UTF8(&it)) {
         const char *app = m->op->conn != NULL ? m->op->conn->app_name : "";
@@ -54,7 +105,18 @@ fc_filter(const bson_t *data, void *arg)
             return false;
         }
     }
-    return true;
+    if (bson_iter_init_find(&it, data, "namespace") && BSON_ITER_HOLDS_UTF8(&it)) {
+        char ns[256];
+        command_ns(m->op, ns, sizeof(ns));
+        if (strcmp(ns, bson_iter_utf8(&it, NULL)) != 0) {
+            return false;
+        }
+    }
+    if (internal &&
+        !(bson_iter_init_find(&it, data, "failInternalCommands") && bson_iter_as_bool(&it))) {
+        return false;
+    }
+    return bson_has_field(data, "failAllCommands") || fails_command(data, m->cmd);
 }
 
 static bool
@@ -83,9 +145,9 @@ sub_doc(const bson_t *data, const char *field, bson_t *out, bool array)
 }
 
 void
-shl_fail_command_check(shl_op_ctx_t *op, const char *cmd_name, shl_fail_command_action_t *act)
+shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd, shl_fail_command_action_t *act)
 {
-    fc_match_t m = {op, cmd_name};
+    fc_match_t m = {op, cmd};
     bson_t data;
     bson_iter_t it;
 
@@ -101,13 +163,25 @@ shl_fail_command_check(shl_op_ctx_t *op, const char *cmd_name, shl_fail_command_
     if (bson_iter_init_find(&it, &data, "closeConnection")) {
         act->close_connection = bson_iter_as_bool(&it);
     }
-    if (bson_iter_init_find(&it, &data, "blockConnection") && bson_iter_as_bool(&it) &&
-        bson_iter_init_find(&it, &data, "blockTimeMS") && BSON_ITER_HOLDS_NUMBER(&it)) {
-        act->block_ms = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, &data, "blockConnection") && bson_iter_as_bool(&it)) {
+        act->block = true;
+        if (!bson_iter_init_find(&it, &data, "blockTimeMS") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+            act->block_error = SHL_CODE_INVALID_OPTIONS;
+            act->block_errmsg = "must specify 'blockTimeMS' when 'blockConnection' is true";
+        } else if (bson_iter_as_int64(&it) < 0) {
+            act->block_error = SHL_CODE_INVALID_OPTIONS;
+            act->block_errmsg = "'blockTimeMS' must be non-negative";
+        } else {
+            act->block_ms = bson_iter_as_int64(&it);
+        }
     }
     if (bson_iter_init_find(&it, &data, "errorCode") && BSON_ITER_HOLDS_NUMBER(&it)) {
         act->error_code = (int)bson_iter_as_int64(&it);
     }
+    if (bson_iter_init_find(&it, &data, "allowRewriteStateChange")) {
+        act->allow_rewrite_state_change = bson_iter_as_bool(&it);
+    }
+    act->has_extra_info = sub_doc(&data, "errorExtraInfo", &act->extra_info, false);
     act->has_labels = sub_doc(&data, "errorLabels", &act->labels, true);
     act->has_wce = sub_doc(&data, "writeConcernError", &act->write_concern_error, false);
     bson_destroy(&data);
@@ -122,7 +196,10 @@ shl_fail_command_action_cleanup(shl_fail_command_action_t *act)
     if (act->has_wce) {
         bson_destroy(&act->write_concern_error);
     }
-    act->has_labels = act->has_wce = false;
+    if (act->has_extra_info) {
+        bson_destroy(&act->extra_info);
+    }
+    act->has_labels = act->has_wce = act->has_extra_info = false;
 }
 
 static int

@@ -68,10 +68,10 @@ labels_retryable_writes(const shl_op_ctx_t *op, const shl_command_t *cmd)
 
 /*
  * Whether an error 'code' of a retryable write gets the RetryableWriteError label here, as
- * MongoDB attaches it: a data node labels the retriable codes (not-primary, network,
- * shutdown, interruption by a state change...); a router passes the labels of the shards'
- * and config server's errors through and labels only a shutdown code while it is itself
- * shutting down.
+ * MongoDB attaches it (error_labels.cpp): a data node labels the retriable codes
+ * (not-primary, network, shutdown, interruption by a state change...); a router labels only
+ * a shutdown code while it is itself shutting down -- an error that came from a shard or the
+ * config server gets no label from a router.
  */
 static bool
 retryable_write_error(const shl_service_ctx_t *svc, int code)
@@ -104,6 +104,26 @@ label_write_concern_error(const shl_service_ctx_t *svc, bson_t *reply)
         BSON_APPEND_UTF8(&labels, "0", shl_label_name(SHL_LABEL_BIT_RETRYABLE_WRITE_ERROR));
         bson_append_array_end(reply, &labels);
     }
+}
+
+/* failCommand's blockConnection: sleep, but end early with the operation's interruption
+ * (killOp, maxTimeMS, shutdown), as MongoDB's opCtx->sleepFor does. */
+static int
+block_interruptibly(shl_op_ctx_t *op, int64_t ms, shl_status_t *st)
+{
+    int64_t end = shl_clock_mono_us() + ms * 1000;
+    int ret = 0;
+
+    for (;;) {
+        int64_t left_us = end - shl_clock_mono_us();
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (left_us <= 0) {
+            break;
+        }
+        shl_sleep_ms(left_us < 20000 ? (left_us + 999) / 1000 : 20);
+    }
+done:
+    return ret;
 }
 
 /*
@@ -179,19 +199,26 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
 
     if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {
-        shl_fail_command_check(&op, name, &fc);
+        shl_fail_command_check(&op, cmd, &fc);
     }
-    if (fc.fire) {
-        if (fc.close_connection) {
-            *close_conn = true;
-            goto done;
+    /* MongoDB's order: block, then close the connection, then fail with the error code. */
+    if (fc.fire && fc.block) {
+        if (fc.block_error != 0) {
+            SHL_FAIL(&st, fc.block_error, "%s", fc.block_errmsg);
         }
-        if (fc.block_ms > 0) {
-            shl_sleep_ms(fc.block_ms);
+        SHL_ERR(block_interruptibly(&op, fc.block_ms, &st));
+    }
+    if (fc.fire && fc.close_connection) {
+        *close_conn = true;
+        goto done;
+    }
+    if (fc.fire && fc.error_code != 0) {
+        shl_status_set(&st, fc.error_code, "Failing command via 'failCommand' failpoint");
+        if (fc.has_extra_info) {
+            shl_status_set_extra(&st, &fc.extra_info);
         }
-        if (fc.error_code != 0) {
-            SHL_FAIL(&st, fc.error_code, "Failing command %s via 'failCommand' failpoint", name);
-        }
+        ret = st.code;
+        goto done;
     }
     ret = cmd->run(&op, body, reply, &st);
 

@@ -35,21 +35,37 @@ void shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bso
 bool shl_conn_write_all(shl_conn_t *conn, const uint8_t *buf, size_t n);
 
 /*
- * Actions of MongoDB's failCommand fail point for one command (failpoint_cmd.c).
- * shl_fail_command_check fills 'act' when the fail point fires for this command.
+ * Actions of MongoDB's failCommand fail point for one command (failpoint_cmd.c). It fires for a
+ * command when its data's filters match (failCommands by name or alias, or failAllCommands;
+ * appName, namespace, threadName; internal clients only with failInternalCommands) and it
+ * asks for something to happen (closeConnection, blockConnection, errorCode or
+ * writeConcernError); each firing counts against its times/skip mode.
  */
 typedef struct shl_fail_command_action {
     bool fire;
     bool close_connection;
-    int64_t block_ms;
-    int error_code; /* 0: run the command */
+    bool block;               /* blockConnection: true */
+    int64_t block_ms;         /* blockTimeMS, when block and the value is usable */
+    int block_error;          /* InvalidOptions when blockTimeMS is missing or negative */
+    const char *block_errmsg; /* its message (static) */
+    int error_code;           /* 0: run the command */
+    bool has_extra_info;
+    bson_t extra_info; /* errorExtraInfo: fields added to the error reply, when has_extra_info */
     bool has_labels;
     bson_t labels; /* errorLabels override (array), when has_labels */
     bool has_wce;
     bson_t write_concern_error;
+    bool allow_rewrite_state_change; /* a router rewrites state-change errors all the same */
 } shl_fail_command_action_t;
 
-void shl_fail_command_check(shl_op_ctx_t *op, const char *cmd_name, shl_fail_command_action_t *act);
+/*
+ * shl_fail_command_check --
+ *     Evaluate failCommand for 'cmd' run by 'op' (which counts as one activation when it
+ *     fires) and fill 'act' (always initialised; clean it up with
+ *     shl_fail_command_action_cleanup). Never blocks.
+ */
+void shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd,
+                            shl_fail_command_action_t *act);
 void shl_fail_command_action_cleanup(shl_fail_command_action_t *act);
 
 #endif
