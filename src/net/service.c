@@ -106,6 +106,158 @@ label_write_concern_error(const shl_service_ctx_t *svc, bson_t *reply)
     }
 }
 
+/*
+ * MongoDB's router hides the state changes of the nodes behind it from drivers
+ * (rewrite_state_change_errors.cpp): in its reply, a not-primary code, or a shutdown code
+ * while the router itself is not shutting down -- at the top level of an error reply, in
+ * writeErrors and in writeConcernError -- becomes HostUnreachable (retriable, but no reason
+ * for a driver to mark the router unknown), and the phrases drivers look for in errmsg are
+ * masked.
+ */
+static bool
+state_change_code(const shl_service_ctx_t *svc, const bson_t *node)
+{
+    bson_iter_t it;
+    int code;
+
+    if (!bson_iter_init_find(&it, node, "code") || !BSON_ITER_HOLDS_NUMBER(&it)) {
+        return false;
+    }
+    code = (int)bson_iter_as_int64(&it);
+    return shl_code_in_category(code, SHL_CAT_NOT_PRIMARY_ERROR) ||
+           (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) &&
+            !atomic_load(&svc->shutting_down));
+}
+
+/* 'msg' with "not master" and "node is recovering" masked, into buf. */
+static const char *
+scrub_errmsg(const char *msg, char *buf, size_t n)
+{
+    static const char *const pat[] = {"not master", "node is recovering"};
+    static const char *const sub[] = {"(NOT_PRIMARY)", "(NODE_IS_RECOVERING)"};
+    size_t o = 0;
+
+    while (*msg != '\0' && o + 1 < n) {
+        bool hit = false;
+        for (size_t p = 0; p < 2 && !hit; p++) {
+            size_t pl = strlen(pat[p]);
+            if (strncmp(msg, pat[p], pl) == 0) {
+                o += (size_t)snprintf(buf + o, n - o, "%s", sub[p]);
+                o = o < n ? o : n - 1;
+                msg += pl;
+                hit = true;
+            }
+        }
+        if (!hit) {
+            buf[o++] = *msg++;
+        }
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+/* Append field 'it' of an error node to 'out', rewritten if it is code, codeName or errmsg. */
+static void
+append_rewritten_field(bson_t *out, const bson_iter_t *it)
+{
+    const char *k = shl_iter_key(it);
+    char buf[SHL_STATUS_REASON_MAX * 2];
+
+    if (strcmp(k, "code") == 0) {
+        BSON_APPEND_INT32(out, "code", SHL_CODE_HOST_UNREACHABLE);
+    } else if (strcmp(k, "codeName") == 0) {
+        BSON_APPEND_UTF8(out, "codeName", shl_code_name(SHL_CODE_HOST_UNREACHABLE));
+    } else if (strcmp(k, "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(it)) {
+        BSON_APPEND_UTF8(out, "errmsg", scrub_errmsg(bson_iter_utf8(it, NULL), buf, sizeof(buf)));
+    } else {
+        bson_append_iter(out, NULL, 0, it);
+    }
+}
+
+/* Append error node 'node' to 'out' under 'key' with the rewrite applied. */
+static void
+append_rewritten_node(bson_t *out, const char *key, const bson_t *node)
+{
+    bson_t d;
+    bson_iter_t it;
+
+    bson_append_document_begin(out, key, -1, &d);
+    bson_iter_init(&it, node);
+    while (shl_iter_next(&it)) {
+        append_rewritten_field(&d, &it);
+    }
+    bson_append_document_end(out, &d);
+}
+
+static bool
+iter_doc(const bson_iter_t *it, bson_t *out)
+{
+    const uint8_t *data;
+    uint32_t len;
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        bson_iter_document(it, &len, &data);
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        bson_iter_array(it, &len, &data);
+    } else {
+        return false;
+    }
+    return bson_init_static(out, data, len);
+}
+
+static void
+rewrite_state_change_errors(const shl_service_ctx_t *svc, bson_t *reply)
+{
+    bson_iter_t it, e;
+    bson_t fin, node, arr;
+    bool top = false, any;
+
+    /* Find out first whether anything needs it: most replies are left alone. */
+    if (bson_iter_init_find(&it, reply, "ok") && BSON_ITER_HOLDS_NUMBER(&it)) {
+        top = bson_iter_as_double(&it) == 0.0 && state_change_code(svc, reply);
+    }
+    any = top;
+    if (!any && bson_iter_init_find(&it, reply, "writeErrors") && iter_doc(&it, &arr) &&
+        bson_iter_init(&e, &arr)) {
+        while (!any && shl_iter_next(&e)) {
+            any = iter_doc(&e, &node) && state_change_code(svc, &node);
+        }
+    }
+    if (!any && bson_iter_init_find(&it, reply, "writeConcernError") && iter_doc(&it, &node)) {
+        any = state_change_code(svc, &node);
+    }
+    if (!any) {
+        return;
+    }
+    bson_init(&fin);
+    bson_iter_init(&it, reply);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "writeErrors") == 0 && iter_doc(&it, &arr)) {
+            bson_t a;
+            bson_append_array_begin(&fin, k, -1, &a);
+            bson_iter_init(&e, &arr);
+            while (shl_iter_next(&e)) {
+                if (iter_doc(&e, &node) && state_change_code(svc, &node)) {
+                    append_rewritten_node(&a, shl_iter_key(&e), &node);
+                } else {
+                    bson_append_iter(&a, NULL, 0, &e);
+                }
+            }
+            bson_append_array_end(&fin, &a);
+        } else if (strcmp(k, "writeConcernError") == 0 && iter_doc(&it, &node) &&
+                   state_change_code(svc, &node)) {
+            append_rewritten_node(&fin, k, &node);
+        } else if (top) {
+            append_rewritten_field(&fin, &it);
+        } else {
+            bson_append_iter(&fin, NULL, 0, &it);
+        }
+    }
+    bson_reinit(reply);
+    bson_concat(reply, &fin);
+    bson_destroy(&fin);
+}
+
 /* failCommand's blockConnection: sleep, but end early with the operation's interruption
  * (killOp, maxTimeMS, shutdown), as MongoDB's opCtx->sleepFor does. */
 static int
@@ -255,6 +407,12 @@ done:
         if (!shl_bson_iter_find_key(&it, reply, "ok")) {
             BSON_APPEND_DOUBLE(reply, "ok", 1.0);
         }
+    }
+    /* A failCommand that fired here leaves the reply as it asked for it, unless it allows
+     * the rewrite. */
+    if (svc->role == SHL_ROLE_ROUTER && shl_opt_bool(SHL_OPT_rewriteStateChangeErrors) &&
+        !(fc.fire && !fc.allow_rewrite_state_change)) {
+        rewrite_state_change_errors(svc, reply);
     }
     if (op_init && svc->hooks.decorate_reply != NULL) {
         svc->hooks.decorate_reply(&op, reply);
