@@ -1,6 +1,9 @@
 /*
  * router_test.c -- the router's pure parts: how an aggregation pipeline is split into a
- * shards part and a merger part (table-driven: pipeline -> expected parts).
+ * shards part and a merger part (table-driven: pipeline -> expected parts), router cursors,
+ * and the write path over a fake shard at the outgoing-network seam: the statement ids of a
+ * retryable write's sub-batches and when the router repeats a request (seeds/001
+ * "Retryable writes").
  */
 #include <string.h>
 
@@ -270,4 +273,667 @@ SHL_TEST(cursor_manager_pin_kill_reap)
     ASSERT_INT_EQ(shl_router_cursor_manager_reap(mgr, b->last_used_ms + 1000, 100), 1);
     ASSERT_INT_EQ(shl_router_cursor_manager_count(mgr), 0);
     shl_router_cursor_manager_destroy(mgr);
+}
+
+/* ------------------------------------------------- retryable writes over a fake shard */
+
+/*
+ * The router's write path run over the outgoing-network seam (shl_router_t.send_hook) and a
+ * fixed routing (router_write_run's route callback): collection test.c sharded on {x: 1},
+ * x < 0 on shard "shA" and x >= 0 on "shB". The fake shard records every request, answers
+ * like a shard that deduplicates statements by stmtId (retriedStmtIds), and injects the
+ * faults a test scripts.
+ */
+#define FAKE_MAX_CALLS 64
+
+typedef enum {
+    FAULT_NETWORK,     /* no reply: 'code' as a network error */
+    FAULT_REPLY,       /* ok: 0 with 'code' (StaleConfig included) */
+    FAULT_WCE,         /* runs, then a writeConcernError with 'code' */
+    FAULT_WRITE_ERROR, /* statement 'index' fails with 'code'; ordered: the rest does not run */
+} fault_kind_t;
+
+typedef struct fault {
+    const char *shard;
+    fault_kind_t kind;
+    int code;
+    int times;
+    int index;
+} fault_t;
+
+typedef struct fake {
+    shl_router_t r;
+    shl_service_ctx_t svc;
+    shl_routing_table_t *rt;
+    size_t ncalls;
+    char shard[FAKE_MAX_CALLS][16];
+    bson_t cmd[FAKE_MAX_CALLS];
+    fault_t faults[4];
+    size_t nfaults;
+    int64_t txn[2];      /* the txnNumber each shard's history is for */
+    int32_t done[2][64]; /* statement ids each shard ran under it */
+    size_t ndone[2];
+    size_t applied[2]; /* statements each shard ran (effects) */
+} fake_t;
+
+static void
+fake_reply_error(shl_fanout_result_t *res, int code)
+{
+    BSON_APPEND_DOUBLE(&res->reply, "ok", 0.0);
+    BSON_APPEND_INT32(&res->reply, "code", code);
+    BSON_APPEND_UTF8(&res->reply, "errmsg", "injected");
+    BSON_APPEND_UTF8(&res->reply, "ns", "test.c");
+    /* A shard labels nothing for a router; an injected label must not reach the client. */
+    {
+        bson_t labels;
+        BSON_APPEND_ARRAY_BEGIN(&res->reply, "errorLabels", &labels);
+        BSON_APPEND_UTF8(&labels, "0", "RetryableWriteError");
+        bson_append_array_end(&res->reply, &labels);
+    }
+    res->code = shl_status_from_reply(&res->reply, &res->status);
+}
+
+/* Run the statements of one request as a deduplicating shard would. */
+static void
+fake_execute(fake_t *f, int s, const bson_t *cmd, const fault_t *ft, shl_fanout_result_t *res)
+{
+    bson_iter_t it, arr, ids;
+    const char *name;
+    bool fam, ordered = true, has_ids;
+    int32_t retried[64];
+    size_t nretried = 0, m = 0;
+    int64_t n = 0;
+    bson_t a, d;
+
+    bson_iter_init(&it, cmd);
+    bson_iter_next(&it);
+    name = bson_iter_key(&it);
+    fam = strcmp(name, "findAndModify") == 0;
+    if (bson_iter_init_find(&it, cmd, "ordered")) {
+        ordered = bson_iter_as_bool(&it);
+    }
+    if (fam) {
+        m = 1;
+    } else {
+        bson_iter_init_find(&it, cmd,
+                            strcmp(name, "insert") == 0
+                                ? "documents"
+                                : (strcmp(name, "update") == 0 ? "updates" : "deletes"));
+        bson_iter_recurse(&it, &arr);
+        while (bson_iter_next(&arr)) {
+            m++;
+        }
+    }
+    /* A newer txnNumber starts a new history, as on a shard. */
+    if (bson_iter_init_find(&it, cmd, "txnNumber") && bson_iter_as_int64(&it) != f->txn[s]) {
+        f->txn[s] = bson_iter_as_int64(&it);
+        f->ndone[s] = 0;
+    }
+    has_ids = bson_iter_init_find(&ids, cmd, fam ? "stmtId" : "stmtIds");
+    if (has_ids && !fam) {
+        bson_iter_recurse(&ids, &arr);
+    }
+    for (size_t j = 0; j < m; j++) {
+        int32_t id = -1;
+        bool seen = false;
+        if (has_ids) {
+            if (fam) {
+                id = bson_iter_int32(&ids);
+            } else {
+                bson_iter_next(&arr);
+                id = bson_iter_int32(&arr);
+            }
+        }
+        if (ft != NULL && ft->kind == FAULT_WRITE_ERROR && (size_t)ft->index == j) {
+            continue; /* reported below; ordered: nothing after it runs */
+        }
+        if (ft != NULL && ft->kind == FAULT_WRITE_ERROR && ordered && j > (size_t)ft->index) {
+            break;
+        }
+        for (size_t k = 0; id >= 0 && k < f->ndone[s]; k++) {
+            seen = seen || f->done[s][k] == id;
+        }
+        if (seen) {
+            retried[nretried++] = id;
+        } else {
+            if (id >= 0) {
+                f->done[s][f->ndone[s]++] = id;
+            }
+            f->applied[s]++;
+        }
+        n++;
+    }
+    BSON_APPEND_INT32(&res->reply, "n", (int32_t)n);
+    if (fam) {
+        BSON_APPEND_DOCUMENT_BEGIN(&res->reply, "lastErrorObject", &d);
+        BSON_APPEND_INT32(&d, "n", 1);
+        bson_append_document_end(&res->reply, &d);
+        if (nretried > 0) {
+            BSON_APPEND_INT32(&res->reply, "retriedStmtId", retried[0]);
+        }
+    } else if (nretried > 0) {
+        BSON_APPEND_ARRAY_BEGIN(&res->reply, "retriedStmtIds", &a);
+        for (size_t k = 0; k < nretried; k++) {
+            char key[16];
+            snprintf(key, sizeof(key), "%zu", k);
+            BSON_APPEND_INT32(&a, key, retried[k]);
+        }
+        bson_append_array_end(&res->reply, &a);
+    }
+    if (ft != NULL && ft->kind == FAULT_WRITE_ERROR) {
+        BSON_APPEND_ARRAY_BEGIN(&res->reply, "writeErrors", &a);
+        BSON_APPEND_DOCUMENT_BEGIN(&a, "0", &d);
+        BSON_APPEND_INT32(&d, "index", ft->index);
+        BSON_APPEND_INT32(&d, "code", ft->code);
+        BSON_APPEND_UTF8(&d, "errmsg", "injected");
+        bson_append_document_end(&a, &d);
+        bson_append_array_end(&res->reply, &a);
+    }
+    if (ft != NULL && ft->kind == FAULT_WCE) {
+        BSON_APPEND_DOCUMENT_BEGIN(&res->reply, "writeConcernError", &d);
+        BSON_APPEND_INT32(&d, "code", ft->code);
+        BSON_APPEND_UTF8(&d, "errmsg", "injected");
+        bson_append_document_end(&res->reply, &d);
+    }
+    BSON_APPEND_DOUBLE(&res->reply, "ok", 1.0);
+}
+
+static void
+fake_send(void *arg, const char *db, const shl_router_request_t *reqs, size_t n,
+          shl_fanout_result_t *results, char (*hosts)[SHL_CLIENT_HOST_MAX])
+{
+    fake_t *f = arg;
+
+    (void)db;
+    for (size_t i = 0; i < n; i++) {
+        const char *shard = reqs[i].shard;
+        int s = strcmp(shard, "shA") == 0 ? 0 : 1;
+        fault_t *ft = NULL;
+
+        SHL_INVARIANT(f->ncalls < FAKE_MAX_CALLS);
+        snprintf(f->shard[f->ncalls], sizeof(f->shard[0]), "%s", shard);
+        bson_copy_to(&reqs[i].cmd, &f->cmd[f->ncalls++]);
+        snprintf(hosts[i], SHL_CLIENT_HOST_MAX, "%s.example:1", shard);
+        for (size_t k = 0; ft == NULL && k < f->nfaults; k++) {
+            if (strcmp(f->faults[k].shard, shard) == 0 && f->faults[k].times > 0) {
+                ft = &f->faults[k];
+                ft->times--;
+            }
+        }
+        if (ft != NULL && ft->kind == FAULT_NETWORK) {
+            results[i].code = shl_status_set(&results[i].status, ft->code, "Connection refused");
+        } else if (ft != NULL && ft->kind == FAULT_REPLY) {
+            fake_reply_error(&results[i], ft->code);
+        } else {
+            fake_execute(f, s, &reqs[i].cmd, ft, &results[i]);
+        }
+    }
+}
+
+static int
+fake_route(void *arg, const char *ns, bool create_db, shl_router_routing_t *out, shl_status_t *st)
+{
+    fake_t *f = arg;
+
+    (void)create_db;
+    (void)st;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->ns, sizeof(out->ns), "%s", ns);
+    snprintf(out->db.name, sizeof(out->db.name), "test");
+    snprintf(out->db.primary, sizeof(out->db.primary), "shA");
+    out->rt = f->rt != NULL ? shl_routing_table_ref(f->rt) : NULL;
+    return 0;
+}
+
+static void
+fake_init(fake_t *f, bool sharded)
+{
+    memset(f, 0, sizeof(*f));
+    f->r.registry = shl_shard_registry_new(NULL, "csrs/localhost:1");
+    f->r.cache = shl_catalog_cache_new(f->r.registry);
+    f->r.send_hook = fake_send;
+    f->r.send_hook_arg = f;
+    f->svc.role = SHL_ROLE_ROUTER;
+    f->svc.role_state = &f->r;
+    if (sharded) {
+        bson_t *pattern = shl_test_bson("{'x': 1}");
+        shl_chunk_type_t *cs = bson_malloc0(2 * sizeof(*cs)); /* freed by the list's free */
+        shl_routing_table_info_t info;
+        bson_oid_t epoch;
+        shl_status_t st = SHL_STATUS_INIT;
+
+        bson_oid_init_from_string(&epoch, "5f1a2b3c4d5e6f7081920304");
+        memset(&info, 0, sizeof(info));
+        info.ns = "test.c";
+        info.key_pattern = pattern;
+        info.allow_migrations = true;
+        info.generation = shl_chunk_version_make(&epoch, (shl_ts_t){10, 0}, 0, 0);
+        cs[0].min = shl_test_bson("{'x': {'$minKey': 1}}");
+        cs[0].max = shl_test_bson("{'x': 0}");
+        cs[0].shard = bson_strdup("shA");
+        cs[0].version = shl_chunk_version_make(&epoch, (shl_ts_t){10, 0}, 1, 0);
+        cs[1].min = shl_test_bson("{'x': 0}");
+        cs[1].max = shl_test_bson("{'x': {'$maxKey': 1}}");
+        cs[1].shard = bson_strdup("shB");
+        cs[1].version = shl_chunk_version_make(&epoch, (shl_ts_t){10, 0}, 1, 1);
+        SHL_INVARIANT(shl_routing_table_new(&info, cs, 2, &f->rt, &st) == 0);
+        shl_chunk_types_free(cs, 2);
+        bson_destroy(pattern);
+    }
+}
+
+static void
+fake_cleanup(fake_t *f)
+{
+    for (size_t i = 0; i < f->ncalls; i++) {
+        bson_destroy(&f->cmd[i]);
+    }
+    if (f->rt != NULL) {
+        shl_routing_table_release(f->rt);
+    }
+    shl_catalog_cache_destroy(f->r.cache);
+    shl_shard_registry_destroy(f->r.registry);
+}
+
+static void
+fake_fault(fake_t *f, const char *shard, fault_kind_t kind, int code, int times, int index)
+{
+    f->faults[f->nfaults++] = (fault_t){shard, kind, code, times, index};
+}
+
+#define LSID "{'id': {'$binary': {'base64': 'AAECAwQFBgcICQoLDA0ODw==', 'subType': '04'}}}"
+#define TXN(n) "'lsid': " LSID ", 'txnNumber': {'$numberLong': '" #n "'}"
+
+/* Run the write command 'json' (its first key says which) through the router. */
+static int
+fake_run(fake_t *f, const char *json, bson_t *reply, shl_status_t *st)
+{
+    bson_t *cmd = shl_test_bson(json);
+    shl_op_ctx_t op;
+    int ret;
+
+    bson_init(reply);
+    ret = shl_op_ctx_init(&op, &f->svc, NULL, cmd, "test", st);
+    if (ret == 0) {
+        ret = strncmp(json + 2, "findAndModify", 13) == 0
+                  ? router_find_and_modify_run(&op, cmd, fake_route, f, reply, st)
+                  : router_write_run(&op, cmd, fake_route, f, reply, st);
+    }
+    bson_destroy(cmd);
+    return ret;
+}
+
+/* {shard, stmtIds} of call i, for ASSERT_BSON_EQ. */
+static bson_t *
+call_ids(const fake_t *f, size_t i, const char *field)
+{
+    bson_t *out = bson_new();
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(out, "shard", f->shard[i]);
+    if (bson_iter_init_find(&it, &f->cmd[i], field)) {
+        bson_append_iter(out, field, -1, &it);
+    }
+    return out;
+}
+
+#define ASSERT_CALL(f, i, field, json)                                                             \
+    do {                                                                                           \
+        bson_t *c_ = call_ids((f), (i), (field));                                                  \
+        ASSERT_BSON_EQ(c_, json);                                                                  \
+        bson_destroy(c_);                                                                          \
+    } while (0)
+
+SHL_TEST(retryable_write_sub_batches_carry_their_statements_ids)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_iter_t it, lsid;
+    uint32_t len;
+    const uint8_t *data;
+    bson_subtype_t sub;
+
+    fake_init(&f, true);
+    /* Unordered: one sub-batch per shard, each with the ids of its own statements. */
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'insert': 'c', 'documents': [{'_id': 0, 'x': -1}, {'_id': 1, 'x': 1}, "
+                 "{'_id': 2, 'x': -2}, {'_id': 3, 'x': 2}], 'ordered': false, " TXN(5) "}",
+                 &reply, &st),
+        0);
+    ASSERT_BSON_EQ(&reply, "{'n': 4}");
+    ASSERT_INT_EQ(f.ncalls, 2);
+    ASSERT_CALL(&f, 0, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 2]}");
+    ASSERT_CALL(&f, 1, "stmtIds", "{'shard': 'shB', 'stmtIds': [1, 3]}");
+    /* Every request carries the lsid as {id, uid} and the txnNumber as a long. */
+    for (size_t i = 0; i < f.ncalls; i++) {
+        ASSERT(bson_iter_init_find(&it, &f.cmd[i], "txnNumber") && BSON_ITER_HOLDS_INT64(&it) &&
+               bson_iter_int64(&it) == 5);
+        ASSERT(bson_iter_init_find(&it, &f.cmd[i], "lsid") && bson_iter_recurse(&it, &lsid));
+        ASSERT(bson_iter_find(&lsid, "id") && BSON_ITER_HOLDS_BINARY(&lsid));
+        ASSERT(bson_iter_next(&lsid) && strcmp(bson_iter_key(&lsid), "uid") == 0);
+        bson_iter_binary(&lsid, &sub, &len, &data);
+        ASSERT_INT_EQ(len, 32);
+    }
+    bson_destroy(&reply);
+
+    /* Ordered: one run per shard at a time; the ids are still the client's indexes. */
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'insert': 'c', 'documents': [{'_id': 4, 'x': -1}, {'_id': 5, 'x': -3}, "
+                 "{'_id': 6, 'x': 1}, {'_id': 7, 'x': -2}], " TXN(6) "}",
+                 &reply, &st),
+        0);
+    ASSERT_INT_EQ(f.ncalls, 5);
+    ASSERT_CALL(&f, 2, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 1]}");
+    ASSERT_CALL(&f, 3, "stmtIds", "{'shard': 'shB', 'stmtIds': [2]}");
+    ASSERT_CALL(&f, 4, "stmtIds", "{'shard': 'shA', 'stmtIds': [3]}");
+    bson_destroy(&reply);
+
+    /* The client's stmtId is the first id; its stmtIds are the ids. */
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'delete': 'c', 'deletes': [{'q': {'x': -1}, 'limit': 1}, "
+                 "{'q': {'x': 1}, 'limit': 1}], 'ordered': false, 'stmtId': 10, " TXN(7) "}",
+                 &reply, &st),
+        0);
+    ASSERT_CALL(&f, 5, "stmtIds", "{'shard': 'shA', 'stmtIds': [10]}");
+    ASSERT_CALL(&f, 6, "stmtIds", "{'shard': 'shB', 'stmtIds': [11]}");
+    ASSERT(!bson_has_field(&f.cmd[5], "stmtId"));
+    bson_destroy(&reply);
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'update': 'c', 'updates': [{'q': {'x': 1}, 'u': {'$set': {'a': 1}}}, "
+                 "{'q': {'x': -1}, 'u': {'$set': {'a': 1}}}, {'q': {'x': 2}, 'u': "
+                 "{'$set': {'a': 1}}}], 'ordered': false, 'stmtIds': [7, 5, 9], " TXN(8) "}",
+                 &reply, &st),
+        0);
+    ASSERT_CALL(&f, 7, "stmtIds", "{'shard': 'shB', 'stmtIds': [7, 9]}");
+    ASSERT_CALL(&f, 8, "stmtIds", "{'shard': 'shA', 'stmtIds': [5]}");
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(non_retryable_writes_carry_no_statement_ids)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    fake_init(&f, true);
+    /* A session without a txnNumber: the lsid goes along, no txnNumber, no ids. */
+    ASSERT_INT_EQ(fake_run(&f,
+                           "{'insert': 'c', 'documents': [{'_id': 0, 'x': -1}], 'stmtId': 3, "
+                           "'lsid': " LSID "}",
+                           &reply, &st),
+                  0);
+    ASSERT(bson_has_field(&f.cmd[0], "lsid"));
+    ASSERT(!bson_has_field(&f.cmd[0], "txnNumber") && !bson_has_field(&f.cmd[0], "stmtIds") &&
+           !bson_has_field(&f.cmd[0], "stmtId"));
+    bson_destroy(&reply);
+    /* A client's ids must match its statements, retryable or not (nothing is sent). */
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'insert': 'c', 'documents': [{'_id': 1, 'x': -1}, {'_id': 2, 'x': 1}], "
+                 "'stmtIds': [0, 1, 2], " TXN(1) "}",
+                 &reply, &st),
+        SHL_CODE_INVALID_LENGTH);
+    bson_destroy(&reply);
+    ASSERT_INT_EQ(fake_run(&f,
+                           "{'insert': 'c', 'documents': [{'_id': 1, 'x': -1}], 'stmtIds': [0], "
+                           "'stmtId': 0, " TXN(1) "}",
+                           &reply, &st),
+                  SHL_CODE_INVALID_OPTIONS);
+    bson_destroy(&reply);
+    ASSERT_INT_EQ(f.ncalls, 1);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(multi_shard_statement_keeps_its_id_on_every_shard)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    fake_init(&f, true);
+    /* Statement 1 has no shard key: both shards get it, both with id 1. */
+    ASSERT_INT_EQ(fake_run(&f,
+                           "{'delete': 'c', 'deletes': [{'q': {'x': -4}, 'limit': 1}, "
+                           "{'q': {'y': 1}, 'limit': 0}], " TXN(3) "}",
+                           &reply, &st),
+                  0);
+    ASSERT_INT_EQ(f.ncalls, 3);
+    ASSERT_CALL(&f, 0, "stmtIds", "{'shard': 'shA', 'stmtIds': [0]}");
+    ASSERT_CALL(&f, 1, "stmtIds", "{'shard': 'shA', 'stmtIds': [1]}");
+    ASSERT_CALL(&f, 2, "stmtIds", "{'shard': 'shB', 'stmtIds': [1]}");
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(retryable_write_retries_a_retriable_failure_and_applies_once)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+    const char *batch = "{'insert': 'c', 'documents': [{'_id': 0, 'x': -1}, {'_id': 1, 'x': 1}, "
+                        "{'_id': 2, 'x': -2}], 'ordered': false, " TXN(2) "}";
+
+    fake_init(&f, true);
+    /* Two network errors on shA: its sub-batch is sent three times, unchanged. */
+    fake_fault(&f, "shA", FAULT_NETWORK, SHL_CODE_HOST_UNREACHABLE, 2, 0);
+    ASSERT_INT_EQ(fake_run(&f, batch, &reply, &st), 0);
+    ASSERT_BSON_EQ(&reply, "{'n': 3}");
+    ASSERT_INT_EQ(f.ncalls, 4);
+    ASSERT_CALL(&f, 0, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 2]}");
+    ASSERT_CALL(&f, 1, "stmtIds", "{'shard': 'shB', 'stmtIds': [1]}");
+    ASSERT_CALL(&f, 2, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 2]}");
+    ASSERT_CALL(&f, 3, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 2]}");
+    ASSERT(bson_equal(&f.cmd[0], &f.cmd[3]));
+    bson_destroy(&reply);
+
+    /* A writeConcernError with a retriable code after the write ran: the resend is answered
+     * from the shard's history, so it applies once, and the client sees retriedStmtIds. */
+    fake_fault(&f, "shB", FAULT_WCE, SHL_CODE_SHUTDOWN_IN_PROGRESS, 1, 0);
+    ASSERT_INT_EQ(fake_run(&f,
+                           "{'insert': 'c', 'documents': [{'_id': 5, 'x': 5}, {'_id': 6, 'x': 6}], "
+                           "" TXN(3) "}",
+                           &reply, &st),
+                  0);
+    ASSERT_BSON_EQ(&reply, "{'n': 2, 'retriedStmtIds': [0, 1]}");
+    ASSERT_INT_EQ(f.applied[1], 3);
+    bson_destroy(&reply);
+
+    /* An error reply with a retriable code (a shard shutting down) is retried too. */
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_NOT_WRITABLE_PRIMARY, 1, 0);
+    ASSERT_INT_EQ(
+        fake_run(&f, "{'insert': 'c', 'documents': [{'_id': 7, 'x': 7}], " TXN(4) "}", &reply, &st),
+        0);
+    ASSERT_BSON_EQ(&reply, "{'n': 1}");
+    ASSERT_INT_EQ(f.applied[1], 4);
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(retryable_write_gives_up_after_three_retries)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+    size_t before;
+
+    fake_init(&f, true);
+    fake_fault(&f, "shA", FAULT_NETWORK, SHL_CODE_HOST_UNREACHABLE, 100, 0);
+    ASSERT_INT_EQ(fake_run(&f,
+                           "{'insert': 'c', 'documents': [{'_id': 0, 'x': -1}, {'_id': 1, 'x': 1}, "
+                           "{'_id': 2, 'x': -2}], 'ordered': false, " TXN(2) "}",
+                           &reply, &st),
+                  0);
+    ASSERT_INT_EQ(f.ncalls, 1 + 1 + SHL_ROUTER_MAX_FAILED_HOST_RETRIES);
+    /* Every statement of the unreachable shard's sub-batch fails, with MongoDB's context. */
+    ASSERT_BSON_EQ(&reply,
+                   "{'n': 1, 'writeErrors': [{'index': 0, 'code': 6, 'errmsg': 'Write results "
+                   "unavailable from shA.example:1 :: caused by :: Connection refused'}, "
+                   "{'index': 2, 'code': 6, 'errmsg': 'Write results unavailable from "
+                   "shA.example:1 :: caused by :: Connection refused'}]}");
+    bson_destroy(&reply);
+
+    /* Not a retryable write: sent once. Non-retriable errors and write errors: sent once. */
+    before = f.ncalls;
+    ASSERT_INT_EQ(fake_run(&f, "{'insert': 'c', 'documents': [{'_id': 3, 'x': -3}]}", &reply, &st),
+                  0);
+    ASSERT_INT_EQ(f.ncalls, before + 1);
+    bson_destroy(&reply);
+    f.faults[0].times = 0;
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_BAD_VALUE, 1, 0);
+    fake_fault(&f, "shA", FAULT_WRITE_ERROR, SHL_CODE_SHUTDOWN_IN_PROGRESS, 1, 0);
+    before = f.ncalls;
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'insert': 'c', 'documents': [{'_id': 8, 'x': 8}, {'_id': 9, 'x': -9}], "
+                 "'ordered': false, " TXN(3) "}",
+                 &reply, &st),
+        0);
+    ASSERT_INT_EQ(f.ncalls, before + 2);
+    /* A shard's error reply fails its statements as it is: no context, no labels. */
+    ASSERT_BSON_EQ(&reply, "{'n': 0, 'writeErrors': [{'index': 0, 'code': 2, 'errmsg': "
+                           "'injected', 'errInfo': {'ns': 'test.c'}}, {'index': 1, 'code': 91, "
+                           "'errmsg': 'injected'}]}");
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(stale_statements_are_resent_with_the_same_ids)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    fake_init(&f, true);
+    /* The whole sub-batch was stale: it is routed again and sent with the same ids. */
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_STALE_CONFIG, 1, 0);
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'update': 'c', 'updates': [{'q': {'x': -1}, 'u': {'$set': {'a': 1}}}, "
+                 "{'q': {'x': 1}, 'u': {'$set': {'a': 1}}}], 'ordered': false, " TXN(4) "}",
+                 &reply, &st),
+        0);
+    ASSERT_INT_EQ(f.ncalls, 3);
+    ASSERT_CALL(&f, 1, "stmtIds", "{'shard': 'shB', 'stmtIds': [1]}");
+    ASSERT_CALL(&f, 2, "stmtIds", "{'shard': 'shB', 'stmtIds': [1]}");
+    bson_destroy(&reply);
+    /* Ordered, stale at statement 1 of the run: 0 ran, 1 and 2 are re-sent with ids 1, 2. */
+    fake_fault(&f, "shA", FAULT_WRITE_ERROR, SHL_CODE_STALE_CONFIG, 1, 1);
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'insert': 'c', 'documents': [{'_id': 0, 'x': -1}, {'_id': 1, 'x': -2}, "
+                 "{'_id': 2, 'x': -3}], " TXN(5) "}",
+                 &reply, &st),
+        0);
+    ASSERT_BSON_EQ(&reply, "{'n': 3}");
+    ASSERT_INT_EQ(f.ncalls, 5);
+    ASSERT_CALL(&f, 3, "stmtIds", "{'shard': 'shA', 'stmtIds': [0, 1, 2]}");
+    ASSERT_CALL(&f, 4, "stmtIds", "{'shard': 'shA', 'stmtIds': [1, 2]}");
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(find_and_modify_forwards_its_statement_and_retries)
+{
+    fake_t f;
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    fake_init(&f, true);
+    fake_fault(&f, "shB", FAULT_NETWORK, SHL_CODE_SOCKET_EXCEPTION, 1, 0);
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'findAndModify': 'c', 'query': {'x': 3}, 'update': {'$inc': {'n': 1}}, "
+                 "" TXN(9) "}",
+                 &reply, &st),
+        0);
+    ASSERT_INT_EQ(f.ncalls, 2);
+    ASSERT_CALL(&f, 0, "stmtId", "{'shard': 'shB', 'stmtId': 0}");
+    ASSERT(bson_equal(&f.cmd[0], &f.cmd[1]));
+    ASSERT(bson_has_field(&f.cmd[0], "lsid.uid") && bson_has_field(&f.cmd[0], "txnNumber"));
+    bson_destroy(&reply);
+    /* The client's own stmtId is kept. */
+    ASSERT_INT_EQ(
+        fake_run(&f,
+                 "{'findAndModify': 'c', 'query': {'x': -3}, 'remove': true, 'stmtId': 4, "
+                 "" TXN(10) "}",
+                 &reply, &st),
+        0);
+    ASSERT_CALL(&f, 2, "stmtId", "{'shard': 'shA', 'stmtId': 4}");
+    bson_destroy(&reply);
+    /* A shard's error is the command's, without the shard's labels. */
+    fake_fault(&f, "shA", FAULT_REPLY, SHL_CODE_BAD_VALUE, 1, 0);
+    ASSERT_INT_EQ(
+        fake_run(&f, "{'findAndModify': 'c', 'query': {'x': -3}, 'remove': true, " TXN(11) "}",
+                 &reply, &st),
+        SHL_CODE_BAD_VALUE);
+    ASSERT_INT_EQ(st.labels, 0);
+    bson_destroy(&reply);
+    /* Not retryable: no stmtId, no retry. */
+    fake_fault(&f, "shA", FAULT_NETWORK, SHL_CODE_HOST_UNREACHABLE, 1, 0);
+    ASSERT_INT_EQ(
+        fake_run(&f, "{'findAndModify': 'c', 'query': {'x': -3}, 'remove': true}", &reply, &st),
+        SHL_CODE_HOST_UNREACHABLE);
+    ASSERT(!bson_has_field(&f.cmd[f.ncalls - 1], "stmtId"));
+    bson_destroy(&reply);
+    fake_cleanup(&f);
+}
+
+SHL_TEST(which_shard_answers_a_router_retries)
+{
+    static const struct {
+        const char *reply; /* NULL: a network error with 'code' */
+        int code;
+        bool want;
+    } k_retriable[] = {
+        {NULL, SHL_CODE_HOST_UNREACHABLE, true},
+        {NULL, SHL_CODE_NETWORK_TIMEOUT, true},
+        {NULL, SHL_CODE_SOCKET_EXCEPTION, true},
+        {NULL, SHL_CODE_MAX_TIME_MS_EXPIRED, false},
+        {NULL, SHL_CODE_INTERRUPTED, false},
+        {"{'ok': 0, 'code': 91, 'errmsg': 'x'}", 0, true},
+        {"{'ok': 0, 'code': 11600, 'errmsg': 'x'}", 0, true},
+        {"{'ok': 0, 'code': 10107, 'errmsg': 'x'}", 0, true},
+        {"{'ok': 0, 'code': 189, 'errmsg': 'x'}", 0, true},
+        {"{'ok': 0, 'code': 262, 'errmsg': 'x'}", 0, true},
+        {"{'ok': 0, 'code': 13388, 'errmsg': 'x'}", 0, false},
+        {"{'ok': 0, 'code': 2, 'errmsg': 'x'}", 0, false},
+        {"{'ok': 0, 'code': 64, 'errmsg': 'x'}", 0, false},
+        {"{'ok': 1, 'n': 1}", 0, false},
+        {"{'ok': 1, 'n': 1, 'writeConcernError': {'code': 91, 'errmsg': 'x'}}", 0, true},
+        {"{'ok': 1, 'n': 1, 'writeConcernError': {'code': 64, 'errmsg': 'x'}}", 0, false},
+        {"{'ok': 1, 'n': 0, 'writeErrors': [{'index': 0, 'code': 91, 'errmsg': 'x'}]}", 0, false},
+    };
+    for (size_t i = 0; i < sizeof(k_retriable) / sizeof(k_retriable[0]); i++) {
+        shl_fanout_result_t res;
+        memset(&res, 0, sizeof(res));
+        if (k_retriable[i].reply == NULL) {
+            bson_init(&res.reply);
+            res.code = shl_status_set(&res.status, k_retriable[i].code, "x");
+        } else {
+            bson_t *r = shl_test_bson(k_retriable[i].reply);
+            bson_copy_to(r, &res.reply);
+            bson_destroy(r);
+            res.code = shl_status_from_reply(&res.reply, &res.status);
+        }
+        if (shl_router_result_retriable(&res) != k_retriable[i].want) {
+            shl_test_fail_here(__FILE__, __LINE__, "case %zu: want %d", i, k_retriable[i].want);
+        }
+        bson_destroy(&res.reply);
+    }
+    /* A request the operation's interruption cut off is not repeated. */
+    {
+        shl_fanout_result_t res;
+        memset(&res, 0, sizeof(res));
+        bson_init(&res.reply);
+        res.code = shl_status_set(&res.status, SHL_CODE_HOST_UNREACHABLE, "x");
+        res.interrupted = true;
+        ASSERT(!shl_router_result_retriable(&res));
+        bson_destroy(&res.reply);
+    }
 }
