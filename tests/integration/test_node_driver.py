@@ -56,3 +56,9 @@ def _retryable(uri, fp_uri):
 
 def test_node_driver_retries_writes_exactly_once_on_a_replica_set(rs_node):
     _retryable(rs_node.uri(directConnection="true"), rs_node.uri())
+
+
+def test_node_driver_retries_writes_exactly_once_through_a_router(cluster):
+    """The fail points fire on the router: it forwards the retry with the same lsid,
+    txnNumber and statement ids, and the shard answers the statements that already ran."""
+    _retryable(cluster.uri(), cluster.uri())
