@@ -16,13 +16,13 @@ from shale_fixtures import Background, fail_point, hang, module_cluster, wait_un
 
 @pytest.fixture(scope="module")
 def mc(request):
-    with module_cluster(request, shards=2,
+    with module_cluster(request, shards=2, routers=2,
                         shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"]) as c:
         yield c
 
 
 class Session:
-    """Raw commands with one lsid, on connections to any shard."""
+    """Raw commands with one lsid, on connections to any shard (or router: on_router)."""
 
     def __init__(self, cluster):
         self.cluster = cluster
@@ -38,6 +38,23 @@ class Session:
         for k in ("$clusterTime", "operationTime", "retriedStmtIds", "retriedStmtId"):
             r.pop(k, None)
         return r
+
+    def on_router(self, i, cmd, db="rw"):
+        key = "router%d" % i
+        if key not in self.socks:
+            self.socks[key] = wire_util.connect(self.cluster.routers[i].port)
+        body = dict(cmd, lsid=self.lsid)
+        body["$db"] = db
+        r = wire_util.command(self.socks[key], body)
+        for k in ("$clusterTime", "operationTime", "retriedStmtIds", "retriedStmtId"):
+            r.pop(k, None)
+        return r
+
+    def drop(self, shard):
+        """Forget the connection to 'shard' (its process is gone)."""
+        s = self.socks.pop(shard, None)
+        if s is not None:
+            s.close()
 
     def close(self):
         for s in self.socks.values():
@@ -153,4 +170,52 @@ def test_history_moves_with_move_primary(mc):
     assert sorted(d["_id"] for d in mc.shard_client(1).rwmp.u.find()) == [0, 2]
     wait_until(lambda: mc.shard_client(0).rwmp.u.count_documents({}) == 0,
                what="the old primary's copy to be dropped")
+    s.close()
+
+
+def test_a_retry_through_another_router_after_the_chunk_moved(mc):
+    """Issue 13 item 8: the write through one router, moveChunk, the retry through a second
+    router (which may still route by the old table: the donor answers StaleConfig and the
+    router retries on the new owner, where the history now is)."""
+    r, ns = _sharded(mc, "viarouter")
+    assert mc.router_client(1).rw.viarouter.count_documents({}) == 0  # router 1 caches
+    s = Session(mc)
+    ins = {"insert": "viarouter", "documents": [{"_id": 1, "x": 150, "n": 0},
+                                                {"_id": 2, "x": 50, "n": 0}],
+           "txnNumber": Int64(1)}
+    assert s.on_router(0, ins)["n"] == 2
+    upd = {"update": "viarouter", "updates": [{"q": {"x": 150}, "u": {"$inc": {"n": 1}}},
+                                              {"q": {"x": 50}, "u": {"$inc": {"n": 1}}}],
+           "txnNumber": Int64(2)}
+    first = s.on_router(0, upd)
+    assert first["n"] == 2 and first["nModified"] == 2
+    fam = {"findAndModify": "viarouter", "query": {"x": 150}, "update": {"$inc": {"n": 10}},
+           "txnNumber": Int64(3)}
+    s2 = Session(mc)
+    first_fam = s2.on_router(0, fam)
+    r.admin.command("moveChunk", ns, find={"x": 150}, to="shard1")
+    assert s.on_router(1, upd) == first
+    assert s2.on_router(1, fam) == first_fam
+    docs = {d["_id"]: d["n"] for d in mc.router_client(1).rw.viarouter.find()}
+    assert docs == {1: 11, 2: 1}
+    s.close()
+    s2.close()
+
+
+def test_a_retry_after_the_shard_was_killed_and_restarted(mc):
+    """Issue 13 items 6 and 8: a j:true retryable write through the router, kill -9 of the
+    shard that did it, restart; the retry through the router is answered from the history
+    the shard rebuilt, applying nothing."""
+    r = mc.router_client()
+    r.admin.command("enableSharding", "rwkill", primaryShard="shard1")
+    s = Session(mc)
+    upd = {"update": "c", "updates": [{"q": {"_id": 1}, "u": {"$inc": {"n": 1}}, "upsert": True}],
+           "txnNumber": Int64(1), "writeConcern": {"j": True}}
+    first = s.on_router(0, upd, db="rwkill")
+    assert first["n"] == 1 and first["upserted"][0]["_id"] == 1
+    mc.shards[1].kill()
+    mc.restart_shard(1)
+    again = s.on_router(0, upd, db="rwkill")
+    assert again == first, again
+    assert r.rwkill.c.find_one({"_id": 1})["n"] == 1
     s.close()
