@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "net/common_commands.h"
 #include "net/message.h"
 #include "net/server.h"
@@ -88,7 +89,8 @@ run_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st, 
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", SHL_MAX_MESSAGE_SIZE);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", SHL_MAX_WRITE_BATCH);
     BSON_APPEND_DATE_TIME(reply, "localTime", shl_clock_wall_ms());
-    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes", 30);
+    BSON_APPEND_INT32(reply, "logicalSessionTimeoutMinutes",
+                      (int32_t)shl_opt_int(SHL_OPT_localLogicalSessionTimeoutMinutes));
     BSON_APPEND_INT64(reply, "connectionId", op->conn != NULL ? op->conn->id : 0);
     BSON_APPEND_INT32(reply, "minWireVersion", SHL_MIN_WIRE_VERSION);
     BSON_APPEND_INT32(reply, "maxWireVersion", SHL_MAX_WIRE_VERSION);

@@ -315,6 +315,35 @@ shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key)
     return n;
 }
 
+int
+shl_op_kill_sessions(shl_service_ctx_t *svc, bool (*match)(void *arg, const shl_lsid_t *lsid),
+                     void *arg, const shl_op_ctx_t *self)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        if (o != self && o->has_lsid && match(arg, &o->lsid_key)) {
+            atomic_store(&o->killed, true);
+            n++;
+        }
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+    return n;
+}
+
+void
+shl_op_sessions(shl_service_ctx_t *svc, void (*fn)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    pthread_mutex_lock(&svc->ops_mu);
+    for (shl_op_ctx_t *o = svc->ops; o != NULL; o = o->ops_next) {
+        if (o->has_lsid) {
+            fn(arg, &o->lsid_key);
+        }
+    }
+    pthread_mutex_unlock(&svc->ops_mu);
+}
+
 /* Process-wide parts of the remote keys: a random half fixed at first use, and a counter. */
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static uint8_t key_nonce[8];

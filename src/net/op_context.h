@@ -124,6 +124,25 @@ bool shl_op_kill(shl_service_ctx_t *svc, int64_t opid);
 int shl_op_kill_by_key(shl_service_ctx_t *svc, const uint8_t *key);
 
 /*
+ * shl_op_kill_sessions --
+ *     Set the kill flag of every in-progress operation of 'svc' that runs in a session
+ *     'match' accepts (called under svc->ops_mu: it must not block or call back into the
+ *     op list), except 'self' (the killing operation; may be NULL). A killed operation ends
+ *     with Interrupted. Returns how many were flagged. Takes svc->ops_mu.
+ */
+int shl_op_kill_sessions(shl_service_ctx_t *svc, bool (*match)(void *arg, const shl_lsid_t *lsid),
+                         void *arg, const shl_op_ctx_t *self);
+
+/*
+ * shl_op_sessions --
+ *     Call fn(arg, lsid) for the session of every in-progress operation of 'svc' that runs
+ *     in one (the logical session cache refreshes them), under svc->ops_mu: 'fn' must not
+ *     block or call back into the op list.
+ */
+void shl_op_sessions(shl_service_ctx_t *svc, void (*fn)(void *arg, const shl_lsid_t *lsid),
+                     void *arg);
+
+/*
  * shl_op_remote_key --
  *     The operation key 'op' attaches to the requests it sends to other nodes (as
  *     clientOperationKey), made on first use: unique for the process's life and never the

@@ -24,6 +24,7 @@ struct shl_op_ctx;
 struct shl_conn;
 struct shl_storage_engine;
 struct shl_service_ctx;
+struct shl_lsc;
 
 typedef enum shl_role {
     SHL_ROLE_STANDALONE,
@@ -96,7 +97,8 @@ typedef struct shl_service_ctx {
     int32_t next_opid;      /* guarded by ops_mu */
 
     struct shl_storage_engine *storage; /* data nodes; NULL on the router */
-    void *role_state;                   /* owned by the role's module */
+    struct shl_lsc *lsc; /* the logical session cache (session/); set by the role at start-up */
+    void *role_state;    /* owned by the role's module */
 } shl_service_ctx_t;
 
 /* shl_service_ctx_init -- zero the context and record start times. */
