@@ -18,6 +18,7 @@
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
+#include "session/session_commands.h"
 
 /*
  * MongoDB's waitInFindBeforeMakingBatch: a find (of data.nss only, when given) waits here
@@ -492,7 +493,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if ((exhausted && !tail_alive(c)) || a.single_batch) {
         shl_cursor_destroy(c);
     } else {
-        cursor_id = shl_cursor_manager_register(node->cursors, c);
+        cursor_id = shl_cursor_manager_register(node->cursors, c, op);
     }
     c = NULL;
     shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
@@ -1377,6 +1378,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     const bson_t *filter;
     shl_pipeline_opts_t opts;
     bson_iter_t it_involved;
+    bson_t sessions_pipeline = BSON_INITIALIZER;
 
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, aggregate_fields, st));
@@ -1404,6 +1406,27 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         goto done;
     case 2:
         SHL_FAIL(st, 40602, "$currentOp is only valid as the first stage in a pipeline");
+    default:
+        break;
+    }
+    /* The session stages: this process's cache, or a $match on config.system.sessions. */
+    switch (shl_pipeline_stage_position(&pipeline, "$listLocalSessions")) {
+    case 1:
+        ret = shl_list_local_sessions_aggregate(op, cmd, &pipeline, reply, st);
+        goto done;
+    case 2:
+        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline");
+    default:
+        break;
+    }
+    switch (shl_pipeline_stage_position(&pipeline, "$listSessions")) {
+    case 1:
+        bson_destroy(&sessions_pipeline);
+        SHL_ERR(shl_list_sessions_rewrite(ns.full, &pipeline, &sessions_pipeline, st));
+        bson_init_static(&pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
+        break;
+    case 2:
+        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline");
     default:
         break;
     }
@@ -1544,7 +1567,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     if (exhausted) {
         shl_cursor_destroy(cur);
     } else {
-        cursor_id = shl_cursor_manager_register(node->cursors, cur);
+        cursor_id = shl_cursor_manager_register(node->cursors, cur, op);
     }
     cur = NULL;
     shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
@@ -1559,6 +1582,7 @@ done:
         exec_query_cleanup(q);
         bson_free(q);
     }
+    bson_destroy(&sessions_pipeline);
     return ret;
 }
 

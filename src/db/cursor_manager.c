@@ -92,8 +92,12 @@ find_slot(shl_cursor_manager_t *mgr, int64_t id)
 }
 
 int64_t
-shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c)
+shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c, const shl_op_ctx_t *op)
 {
+    if (op != NULL && op->has_lsid) {
+        c->has_lsid = true;
+        c->lsid = op->lsid_key;
+    }
     pthread_mutex_lock(&mgr->lock);
     do {
         c->id = random_id();
@@ -264,6 +268,42 @@ int
 shl_cursor_manager_kill_db(shl_cursor_manager_t *mgr, const char *db)
 {
     return kill_matching(mgr, in_db, db);
+}
+
+/* A session matcher and its argument (shl_cursor_manager_kill_sessions). */
+typedef struct session_pred {
+    bool (*match)(void *arg, const shl_lsid_t *lsid);
+    void *arg;
+} session_pred_t;
+
+static bool
+in_session(const shl_cursor_t *c, const void *arg)
+{
+    const session_pred_t *p = arg;
+    return c->has_lsid && p->match(p->arg, &c->lsid);
+}
+
+int
+shl_cursor_manager_kill_sessions(shl_cursor_manager_t *mgr,
+                                 bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    session_pred_t p = {match, arg};
+    return kill_matching(mgr, in_session, &p);
+}
+
+void
+shl_cursor_manager_sessions(shl_cursor_manager_t *mgr,
+                            void (*fn)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    pthread_mutex_lock(&mgr->lock);
+    for (int i = 0; i < BUCKETS; i++) {
+        for (shl_cursor_t *c = mgr->buckets[i]; c != NULL; c = c->next) {
+            if (c->has_lsid) {
+                fn(arg, &c->lsid);
+            }
+        }
+    }
+    pthread_mutex_unlock(&mgr->lock);
 }
 
 int64_t

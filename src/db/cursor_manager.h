@@ -43,6 +43,10 @@ typedef struct shl_cursor {
     bool await_data;
     bool no_timeout;
     int64_t n_returned;
+    /* The session the cursor was opened in (set by register from the opening op): killing or
+     * ending the session, or its expiry, kills the cursor, as MongoDB's. */
+    bool has_lsid;
+    shl_lsid_t lsid;
     /* Fields below are guarded by the manager's lock. */
     bool pinned;
     bool kill_pending;
@@ -87,9 +91,11 @@ int shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size,
 /*
  * shl_cursor_manager_register --
  *     Give 'c' a fresh id and keep it (ownership moves to the manager); returns the id.
- *     The cursor is left unpinned. Thread-safe.
+ *     The cursor is left unpinned and belongs to the session of 'op', the operation that
+ *     opened it (may be NULL, or run in no session). Thread-safe.
  */
-int64_t shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c);
+int64_t shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c,
+                                    const shl_op_ctx_t *op);
 
 /*
  * shl_cursor_manager_pin --
@@ -124,6 +130,22 @@ int shl_cursor_manager_kill_ns(shl_cursor_manager_t *mgr, const char *ns);
 
 /* shl_cursor_manager_kill_db -- kill every cursor on a namespace of 'db' (dropDatabase). */
 int shl_cursor_manager_kill_db(shl_cursor_manager_t *mgr, const char *db);
+
+/*
+ * shl_cursor_manager_kill_sessions --
+ *     Kill every cursor opened in a session 'match' accepts (called under the manager's lock;
+ *     must not block); a pinned one is destroyed when its user unpins it. Returns how many.
+ */
+int shl_cursor_manager_kill_sessions(shl_cursor_manager_t *mgr,
+                                     bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg);
+
+/*
+ * shl_cursor_manager_sessions --
+ *     Call fn(arg, lsid) for the session of every cursor opened in one, under the manager's
+ *     lock ('fn' must not block or call back into the manager).
+ */
+void shl_cursor_manager_sessions(shl_cursor_manager_t *mgr,
+                                 void (*fn)(void *arg, const shl_lsid_t *lsid), void *arg);
 
 /*
  * shl_cursor_reply --

@@ -172,9 +172,9 @@ SHL_TEST(pin_kill_and_reap)
     bool d1, d2, d3;
     shl_cursor_t *c1 = make_cursor(1, 0, &d1), *c2 = make_cursor(1, 0, &d2),
                  *c3 = make_cursor(1, 0, &d3), *got;
-    int64_t id1 = shl_cursor_manager_register(mgr, c1);
-    int64_t id2 = shl_cursor_manager_register(mgr, c2);
-    int64_t id3 = shl_cursor_manager_register(mgr, c3);
+    int64_t id1 = shl_cursor_manager_register(mgr, c1, NULL);
+    int64_t id2 = shl_cursor_manager_register(mgr, c2, NULL);
+    int64_t id3 = shl_cursor_manager_register(mgr, c3, NULL);
 
     ASSERT(id1 > 0 && id2 > 0 && id1 != id2);
     ASSERT_INT_EQ(shl_cursor_manager_pin(mgr, id1, "test.c", &got, &st), 0);
@@ -198,5 +198,43 @@ SHL_TEST(pin_kill_and_reap)
     ASSERT_INT_EQ(shl_cursor_manager_kill_ns(mgr, "test.c"), 1);
     ASSERT(d3);
     (void)id3;
+    shl_cursor_manager_destroy(mgr);
+}
+
+static bool
+same_session(void *arg, const shl_lsid_t *lsid)
+{
+    return shl_lsid_equal(arg, lsid);
+}
+
+static void
+count_session(void *arg, const shl_lsid_t *lsid)
+{
+    (void)lsid;
+    (*(int *)arg)++;
+}
+
+SHL_TEST(kill_by_session)
+{
+    shl_cursor_manager_t *mgr = shl_cursor_manager_new();
+    shl_op_ctx_t a, b;
+    bool d1, d2, d3;
+    int n = 0;
+    shl_cursor_t *c1 = make_cursor(1, 0, &d1), *c2 = make_cursor(1, 0, &d2),
+                 *c3 = make_cursor(1, 0, &d3);
+
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    a.has_lsid = b.has_lsid = true;
+    shl_lsid_new(&a.lsid_key);
+    shl_lsid_new(&b.lsid_key);
+    shl_cursor_manager_register(mgr, c1, &a);
+    shl_cursor_manager_register(mgr, c2, &b);
+    shl_cursor_manager_register(mgr, c3, NULL); /* no session: never killed by one */
+    shl_cursor_manager_sessions(mgr, count_session, &n);
+    ASSERT_INT_EQ(n, 2);
+    ASSERT_INT_EQ(shl_cursor_manager_kill_sessions(mgr, same_session, &a.lsid_key), 1);
+    ASSERT(d1 && !d2 && !d3);
+    ASSERT_INT_EQ(shl_cursor_manager_count(mgr), 2);
     shl_cursor_manager_destroy(mgr);
 }

@@ -211,7 +211,7 @@ db_reply_array_cursor(shl_op_ctx_t *op, const char *ns, bson_t *docs, int64_t ba
     if (exhausted) {
         shl_cursor_destroy(c);
     } else {
-        id = shl_cursor_manager_register(node->cursors, c);
+        id = shl_cursor_manager_register(node->cursors, c, op);
     }
     shl_cursor_reply(reply, ns, id, true, &arr);
     bson_destroy(&arr);

@@ -59,6 +59,14 @@ typedef struct db_node {
 int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
                    uint64_t *last_ts, shl_status_t *st);
 
+/*
+ * db_sessions_init --
+ *     The node's logical session cache (db_sessions.c): its cursors and transaction-record
+ *     reap; outside a cluster also its own config.system.sessions, and the refresh thread
+ *     started. Shards and config servers set their collection and start it themselves.
+ */
+int db_sessions_init(db_node_t *node, shl_status_t *st);
+
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
 void *db_ttl_main(void *arg);
 

@@ -21,7 +21,9 @@
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 #include "net/reply_times.h"
+#include "session/logical_session_cache.h"
 #include "session/session_args.h"
+#include "session/session_commands.h"
 
 /* MongoDB's clientCursorMonitor wakes every 4 seconds. */
 #define REAPER_PERIOD_MS 4000
@@ -140,6 +142,7 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     db_node_t *node = op->svc->role_state;
     int ret = 0;
 
+    SHL_ERR(shl_lsc_vivify_op(op->svc->lsc, op, cmd, st));
     SHL_ERR(shl_session_check_args(op, cmd, node->repl_set, st));
     /* A retryable write has its session to itself until it is done. */
     if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
@@ -190,6 +193,8 @@ node_shutdown(shl_service_ctx_t *svc)
     if (node == NULL) {
         return;
     }
+    /* The session cache's thread uses the node's commands and cursors: it stops first. */
+    shl_lsc_destroy(svc->lsc);
     if (node->reaper_started) {
         pthread_mutex_lock(&node->reaper_lock);
         node->reaper_stop = true;
@@ -262,6 +267,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_fsync_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
+    shl_session_commands_register(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.append_hello = append_hello;
@@ -285,6 +291,8 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the TTL monitor: %s", strerror(errno));
     }
     node->ttl_started = true;
+    /* From here on the node is the shutdown hook's to clean up, error or not. */
+    ret = db_sessions_init(node, st);
     node = NULL;
 done:
     if (node != NULL) {

@@ -609,32 +609,6 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- sessions */
-
-/*
- * endSessions, killAllSessions, killSessions, refreshSessions: accepted (sessions
- * come with issue "sessions"); the argument must still be an array, as MongoDB's
- * parsers require.
- */
-static int
-cmd_session_noop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it;
-    (void)op;
-    (void)reply;
-
-    bson_iter_init(&it, cmd);
-    shl_iter_next(&it);
-    if (!BSON_ITER_HOLDS_ARRAY(&it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field '%s.%s' is the wrong type '%s', expected type 'array'",
-                 shl_iter_key(&it), shl_iter_key(&it), shl_bson_type_name(shl_iter_type(&it)));
-    }
-done:
-    return ret;
-}
-
 /* ---------------------------------------------------------------- shutdown */
 
 /*
@@ -783,14 +757,6 @@ static const shl_command_t admin_cmds[] = {
      .run = cmd_get_log,
      .flags = SHL_CMD_ADMIN_ONLY,
      .help = "{ getLog : '*' }  OR { getLog : 'global' }"},
-    {.name = "endSessions", .run = cmd_session_noop, .help = "end a set of logical sessions"},
-    {.name = "killAllSessions",
-     .run = cmd_session_noop,
-     .help = "kill all logical sessions, for a user, and their operations"},
-    {.name = "killSessions",
-     .run = cmd_session_noop,
-     .help = "kill a logical session and its operations"},
-    {.name = "refreshSessions", .run = cmd_session_noop, .help = "renew a set of logical sessions"},
     {.name = "_killOperations",
      .run = cmd_kill_operations,
      .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
