@@ -213,6 +213,14 @@ void cfg_register_rename_commands(shl_command_registry_t *reg);
  *     each second until none is left; _start is called at start-up and after a rename
  *     failed past its point of no return, _stop (joins) at shutdown.
  */
+/*
+ * cfg_sessions_start / cfg_sessions_stop -- the config server's logical session cache over the
+ * cluster's config.system.sessions, which its setup creates and shards (configsvr_sessions.c);
+ * stop before the pool goes. Errors: the cache thread's start.
+ */
+int cfg_sessions_start(cfg_state_t *cfg, shl_status_t *st);
+void cfg_sessions_stop(cfg_state_t *cfg);
+
 void cfg_rename_recover_start(void);
 void cfg_rename_recover_stop(void);
 

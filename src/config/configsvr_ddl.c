@@ -15,6 +15,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "config/config_private.h"
+#include "session/sessions_collection.h"
 #include "sharding/shard_key.h"
 
 /* MongoDB's cap: 8192 initial chunks per shard. */
@@ -503,6 +504,9 @@ check_shardable_ns(const char *ns_str, shl_ns_t *ns, shl_status_t *st)
     int ret = 0;
 
     SHL_ERR(shl_ns_parse(ns, ns_str, st));
+    if (strcmp(ns->full, SHL_SESSIONS_NS) == 0) {
+        goto done; /* the one sharded collection of config (configsvr_sessions.c) */
+    }
     if (strcmp(ns->db, "config") == 0 || strcmp(ns->db, "admin") == 0 ||
         strcmp(ns->db, "local") == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "can't shard %s database", ns->db);
@@ -698,6 +702,17 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
 
     SHL_ERR(active_shards(&shards, &nshards, st));
+    if (strcmp(ns.full, SHL_SESSIONS_NS) == 0) {
+        /* The config database's primary is this config server, which holds no chunks:
+         * config.system.sessions starts as one chunk on a shard (the first by name). */
+        if (nshards == 0) {
+            SHL_FAIL(st, SHL_CODE_SHARD_NOT_FOUND,
+                     "Failed to create %s: cannot create the collection until there are shards",
+                     SHL_SESSIONS_NS);
+        }
+        bson_free(db.primary);
+        db.primary = bson_strdup(shards[0].name);
+    }
     SHL_ERR(cfg_shard_collection_info(db.primary, &ns, &exists, &uuid, &is_view, &options, st));
     if (is_view) {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,

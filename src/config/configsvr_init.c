@@ -72,6 +72,7 @@ shutdown_hook(shl_service_ctx_t *svc)
     cfg_state_t *cfg = cfg_get();
 
     cfg_rename_recover_stop();
+    cfg_sessions_stop(cfg);
     if (node_shutdown != NULL) {
         node_shutdown(svc);
     }
@@ -239,6 +240,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     SHL_ERR(ensure_balancer_setting(st));
     SHL_ERR(load_topology_time(cfg, st));
     cfg_rename_recover_start(); /* renames a crash left unfinished */
+    SHL_ERR(cfg_sessions_start(cfg, st));
     bson_oid_to_string(&cfg->cluster_id, cid);
     SHL_LOG_INFO(SHARDING, 4200100, "config server ready", "clusterId", BCON_UTF8(cid),
                  "connectionString", BCON_UTF8(cfg->conn_string));

@@ -1412,7 +1412,8 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     /* The session stages: this process's cache, or a $match on config.system.sessions. */
     switch (shl_pipeline_stage_position(&pipeline, "$listLocalSessions")) {
     case 1:
-        ret = shl_list_local_sessions_aggregate(op, cmd, &pipeline, reply, st);
+        ret = shl_list_local_sessions_aggregate(op, cmd, &pipeline, shl_pipeline_run_array, reply,
+                                                st);
         goto done;
     case 2:
         SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline");

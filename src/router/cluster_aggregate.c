@@ -19,6 +19,8 @@
 #include "net/command_args.h"
 #include "net/service.h"
 #include "router/router_private.h"
+#include "session/session_commands.h"
+#include "session/sessions_collection.h"
 
 /* Stages that run document by document and may run on each shard. */
 static bool
@@ -1137,6 +1139,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     shl_router_shard_result_t *results = NULL;
     size_t nresults = 0;
     shl_router_cursor_t *c = NULL;
+    bson_t sessions_pipeline = BSON_INITIALIZER;
     int ret = 0;
 
     memset(&p, 0, sizeof(p));
@@ -1159,6 +1162,12 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                          "with {aggregate: 1}");
             }
             ret = sharded_data_distribution(op, cmd, &pl, reply, st);
+            goto done;
+        }
+        if (has_pl && shl_pipeline_stage_position(&pl, "$listLocalSessions") == 1) {
+            /* This router's own cache, as mongos answers it. */
+            ret =
+                shl_list_local_sessions_aggregate(op, cmd, &pl, shl_pipeline_run_array, reply, st);
             goto done;
         }
         if (has_pl && first_stage_is(&pl, "$currentOp")) {
@@ -1198,6 +1207,28 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
                  "$currentOp must be run against the 'admin' database with {aggregate: 1}");
     }
+    switch (shl_pipeline_stage_position(&p.pipeline, "$listLocalSessions")) {
+    case 1: /* names a collection: its InvalidNamespace */
+        ret = shl_list_local_sessions_aggregate(op, cmd, &p.pipeline, shl_pipeline_run_array, reply,
+                                                st);
+        goto done;
+    case 2:
+        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline");
+    default:
+        break;
+    }
+    /* $listSessions is the $match it stands for, run on the shards of config.system.sessions. */
+    switch (shl_pipeline_stage_position(&p.pipeline, "$listSessions")) {
+    case 1:
+        bson_destroy(&sessions_pipeline);
+        SHL_ERR(shl_list_sessions_rewrite(ns.full, &p.pipeline, &sessions_pipeline, st));
+        bson_init_static(&p.pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
+        break;
+    case 2:
+        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline");
+    default:
+        break;
+    }
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &p.explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
     if (!bson_has_field(cmd, "cursor") && !p.explain) {
@@ -1207,7 +1238,9 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
-    if (router_is_config_db(ns.db)) {
+    /* config.system.sessions is the one sharded collection of the config database: it is
+     * routed like any other (to the config server while it is not sharded yet). */
+    if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {
         if (p.explain) {
             bson_t res = BSON_INITIALIZER;
             bson_destroy(&res);
@@ -1322,5 +1355,6 @@ done:
     shl_pipeline_destroy(check);
     shl_router_scatter_results_free(results, nresults);
     plan_cleanup(&p);
+    bson_destroy(&sessions_pipeline);
     return ret;
 }

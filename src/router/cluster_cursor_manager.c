@@ -47,6 +47,8 @@ shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op)
         return;
     }
     c->session = bson_new();
+    c->has_lsid = true;
+    c->lsid = op->lsid_key;
     BSON_APPEND_DOCUMENT(c->session, "lsid", &op->lsid);
     if (op->has_txn_number) {
         BSON_APPEND_INT64(c->session, "txnNumber", op->txn_number);
@@ -808,6 +810,55 @@ shl_router_cursor_manager_kill(shl_router_cursor_manager_t *mgr, int64_t id, con
     /* The remote cursors are killed outside the lock: it is network I/O. */
     shl_router_cursor_destroy(victim);
     return found;
+}
+
+int
+shl_router_cursor_manager_kill_sessions(shl_router_cursor_manager_t *mgr,
+                                        bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    shl_router_cursor_t *victims = NULL, **p;
+    int n = 0;
+
+    pthread_mutex_lock(&mgr->lock);
+    p = &mgr->head;
+    while (*p != NULL) {
+        shl_router_cursor_t *c = *p;
+        if (!c->has_lsid || c->kill_pending || !match(arg, &c->lsid)) {
+            p = &c->next;
+            continue;
+        }
+        n++;
+        if (c->pinned) {
+            c->kill_pending = true;
+            p = &c->next;
+        } else {
+            *p = c->next;
+            mgr->count--;
+            c->next = victims;
+            victims = c;
+        }
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    /* The remote cursors are killed outside the lock: it is network I/O. */
+    while (victims != NULL) {
+        shl_router_cursor_t *next = victims->next;
+        shl_router_cursor_destroy(victims);
+        victims = next;
+    }
+    return n;
+}
+
+void
+shl_router_cursor_manager_sessions(shl_router_cursor_manager_t *mgr,
+                                   void (*fn)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    pthread_mutex_lock(&mgr->lock);
+    for (shl_router_cursor_t *c = mgr->head; c != NULL; c = c->next) {
+        if (c->has_lsid) {
+            fn(arg, &c->lsid);
+        }
+    }
+    pthread_mutex_unlock(&mgr->lock);
 }
 
 int

@@ -69,6 +69,8 @@ typedef struct shl_router_cursor {
     void *env_state;
     void (*env_state_free)(void *state);
     bson_t *session; /* lsid/txnNumber/autocommit sent with getMore and killCursors, or NULL */
+    bool has_lsid;   /* the session it was opened in (killed with it): set with 'session' */
+    shl_lsid_t lsid;
 
     bson_t *stash;    /* an output document that did not fit the last batch */
     bson_t projected; /* the last projected document */
@@ -185,5 +187,20 @@ int shl_router_cursor_manager_reap(shl_router_cursor_manager_t *mgr, int64_t now
 
 /* Open cursors. */
 int64_t shl_router_cursor_manager_count(shl_router_cursor_manager_t *mgr);
+
+/*
+ * shl_router_cursor_manager_kill_sessions --
+ *     Kill every cursor opened in a session 'match' accepts (called under the manager's lock;
+ *     must not block), its remote cursors too; a pinned one goes when unpinned. Returns how
+ *     many.
+ */
+int shl_router_cursor_manager_kill_sessions(shl_router_cursor_manager_t *mgr,
+                                            bool (*match)(void *arg, const shl_lsid_t *lsid),
+                                            void *arg);
+
+/* shl_router_cursor_manager_sessions -- fn(arg, lsid) for the session of every cursor opened in
+ * one, under the manager's lock ('fn' must not block). */
+void shl_router_cursor_manager_sessions(shl_router_cursor_manager_t *mgr,
+                                        void (*fn)(void *arg, const shl_lsid_t *lsid), void *arg);
 
 #endif

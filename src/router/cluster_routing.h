@@ -59,6 +59,8 @@ typedef struct shl_router {
     struct shl_router_rwc *rwc;        /* cluster-wide default read/write concerns (cache) */
     shl_router_send_hook_fn send_hook; /* tests only (see the type); NULL in a router */
     void *send_hook_arg;
+    /* config.system.sessions, where the session cache persists (cluster_sessions.c) */
+    struct shl_sessions_sharded *sessions;
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

@@ -17,7 +17,9 @@
 #include "router/router_commands.h"
 #include "router/router_private.h"
 #include "router/router_uptime.h"
+#include "session/logical_session_cache.h"
 #include "session/session_args.h"
+#include "session/session_commands.h"
 #include "sharding/sharding_types.h"
 
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
@@ -61,7 +63,12 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 static int
 session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 {
-    return shl_session_check_args(op, cmd, true, st);
+    int ret = 0;
+
+    SHL_ERR(shl_lsc_vivify_op(op->svc->lsc, op, cmd, st));
+    SHL_ERR(shl_session_check_args(op, cmd, true, st));
+done:
+    return ret;
 }
 
 static void
@@ -73,6 +80,7 @@ shutdown_router(shl_service_ctx_t *svc)
         return;
     }
     shl_router_uptime_stop(r->uptime);
+    router_sessions_shutdown(r, svc);
     shl_router_cursor_manager_destroy(r->cursors);
     router_rwc_destroy(r->rwc);
     shl_catalog_cache_destroy(r->cache);
@@ -114,6 +122,8 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);
     shl_router_commands_register(reg);
+    shl_session_commands_register(reg);
+    SHL_ERR(router_sessions_init(r, svc, st));
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));
 done:
     return ret;

@@ -211,4 +211,13 @@ void router_rwc_refresh(shl_router_t *r);
  */
 bson_t *router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd);
 
+/*
+ * router_sessions_init / router_sessions_shutdown --
+ *     The router's logical session cache (cluster_sessions.c): persisted into the cluster's
+ *     config.system.sessions, its refresh thread started; stopped and freed at shutdown (before
+ *     the cursors, cache and pool it uses). Errors: the thread's start.
+ */
+int router_sessions_init(shl_router_t *r, shl_service_ctx_t *svc, shl_status_t *st);
+void router_sessions_shutdown(shl_router_t *r, shl_service_ctx_t *svc);
+
 #endif

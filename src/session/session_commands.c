@@ -12,7 +12,6 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
-#include "query/pipeline.h"
 #include "session/kill_sessions.h"
 #include "session/logical_session_cache.h"
 
@@ -767,7 +766,7 @@ first_stage(const bson_t *pipeline, bson_iter_t *stage)
 
 int
 shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
-                                  bson_t *reply, shl_status_t *st)
+                                  shl_session_run_stages_fn run, bson_t *reply, shl_status_t *st)
 {
     static const char *const name = "$listLocalSessions";
     int ret = 0;
@@ -792,7 +791,7 @@ shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bso
     }
     shl_lsc_list(lsc, spec.all, (const uint8_t(*)[SHL_LSID_UID_LEN])spec.uids, spec.nuids, &all,
                  &n);
-    SHL_ERR(shl_pipeline_run_array(&all, &rest, &out, &k, st));
+    SHL_ERR(run(&all, &rest, &out, &k, st));
     /* One batch: a process's sessions are answered at once, as its $currentOp is. */
     snprintf(ns, sizeof(ns), "%s.$cmd.aggregate", op->db);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);

@@ -57,15 +57,23 @@ void shl_list_sessions_spec_cleanup(shl_list_sessions_spec_t *spec);
 int shl_pipeline_stage_position(const bson_t *pipeline, const char *name);
 
 /*
+ * A pipeline runner: 'docs' (a BSON array) through 'stages' into the array 'out' from key *n
+ * (query/pipeline.h's shl_pipeline_run_array, which the roles link; this library does not).
+ */
+typedef int (*shl_session_run_stages_fn)(const bson_t *docs, const bson_t *stages, bson_t *out,
+                                         uint32_t *n, shl_status_t *st);
+
+/*
  * shl_list_local_sessions_aggregate --
  *     An aggregate whose pipeline starts with $listLocalSessions: the sessions in this
- *     process's cache through the rest of the pipeline, answered in one batch (cursor id 0,
- *     ns "<db>.$cmd.aggregate"). Errors: InvalidNamespace when it names a collection ("must
- *     be run against the database with {aggregate: 1}"), the spec's, 40602 for a second
- *     $listLocalSessions, the rest of the pipeline's.
+ *     process's cache through the rest of the pipeline ('run'), answered in one batch (cursor
+ *     id 0, ns "<db>.$cmd.aggregate"). Errors: InvalidNamespace when it names a collection
+ *     ("must be run against the database with {aggregate: 1}"), the spec's, 40602 for a
+ *     second $listLocalSessions, the rest of the pipeline's.
  */
 int shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
-                                      bson_t *reply, shl_status_t *st);
+                                      shl_session_run_stages_fn run, bson_t *reply,
+                                      shl_status_t *st);
 
 /*
  * shl_list_sessions_rewrite --

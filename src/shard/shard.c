@@ -44,7 +44,9 @@ shard_shutdown(shl_service_ctx_t *svc)
 {
     shard_state_t *s = shl_db_sharding_hooks_arg(svc);
 
-    /* An incoming migration's thread stops first (it uses the connection pool). */
+    /* The session cache's thread and an incoming migration's stop first (they use the
+     * catalog cache and the connection pool). */
+    shard_sessions_stop(s);
     shard_recipient_shutdown(s);
     /* The recovery thread sees the shutdown at its next check and ends. */
     for (int i = 0; i < 1000; i++) {
@@ -127,6 +129,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */
     shard_range_deleter_start(s);
+    SHL_ERR(shard_sessions_start(s, st));
 done:
     return ret;
 }

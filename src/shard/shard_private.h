@@ -132,7 +132,13 @@ typedef struct shard_state {
     shl_status_t move_primary_st;
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
+    struct shl_sessions_sharded *sessions; /* config.system.sessions (shard_sessions.c) */
 } shard_state_t;
+
+/* shard_sessions_start / _stop -- the shard's logical session cache persists into the
+ * cluster's config.system.sessions (shard_sessions.c); stop before the catalog cache goes. */
+int shard_sessions_start(shard_state_t *s, shl_status_t *st);
+void shard_sessions_stop(shard_state_t *s);
 
 /* shard_state -- the state of the process serving 'op' (NULL if not a shard). */
 shard_state_t *shard_state(const shl_op_ctx_t *op);
