@@ -3,8 +3,8 @@
  * of the cluster (seeds/001 "The logical session cache"; MongoDB's
  * SessionsCollectionConfigServer): before each refresh the config server makes sure the
  * collection exists -- once there is a shard, it is sharded on {_id: 1} through
- * _configsvrShardCollection (one chunk, on a shard), given maxChunkSizeBytes, and every shard
- * owning chunks gets the TTL index lsidTTLIndex. Its own cache persists like everyone's, into
+ * _configsvrShardCollection (one chunk, on a shard), given maxChunkSizeBytes (and noAutoSplit),
+ * and every shard owning chunks gets the TTL index lsidTTLIndex. Its own cache persists like everyone's, into
  * the sharded collection, through a catalog cache over this config server.
  */
 #include <string.h>
@@ -62,7 +62,8 @@ shard_if_needed(shl_status_t *st)
     SHL_ERR(cfg_local_cmd("admin", cmd, &reply, st));
     q = BCON_NEW("_id", BCON_UTF8(SHL_SESSIONS_NS), "maxChunkSizeBytes", "{", "$exists",
                  BCON_BOOL(false), "}");
-    u = BCON_NEW("$set", "{", "maxChunkSizeBytes", BCON_INT64(SESSIONS_MAX_CHUNK_SIZE_BYTES), "}");
+    u = BCON_NEW("$set", "{", "maxChunkSizeBytes", BCON_INT64(SESSIONS_MAX_CHUNK_SIZE_BYTES),
+                 "noAutoSplit", BCON_BOOL(true), "}");
     SHL_ERR(cfg_update("collections", q, u, false, false, NULL, st));
     shl_catalog_cache_invalidate_collection(g_sessions.cache, SHL_SESSIONS_NS);
     SHL_LOG_INFO(SHARDING, 4410105, "Created the sessions collection", "ns",

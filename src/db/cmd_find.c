@@ -1416,7 +1416,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                                                 st);
         goto done;
     case 2:
-        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline");
+        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline.");
     default:
         break;
     }
@@ -1427,7 +1427,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         bson_init_static(&pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
         break;
     case 2:
-        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline");
+        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline.");
     default:
         break;
     }

@@ -1213,7 +1213,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                                                 st);
         goto done;
     case 2:
-        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline");
+        SHL_FAIL(st, 40602, "$listLocalSessions is only valid as the first stage in a pipeline.");
     default:
         break;
     }
@@ -1225,7 +1225,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_init_static(&p.pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
         break;
     case 2:
-        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline");
+        SHL_FAIL(st, 40602, "$listSessions is only valid as the first stage in a pipeline.");
     default:
         break;
     }

@@ -165,13 +165,13 @@ done:
  * and fn's.
  */
 static int
-each_object(const bson_iter_t *it, const char *path, const char *field,
-            int (*fn)(void *arg, const bson_t *doc, const char *elem_path, shl_status_t *st),
-            void *arg, shl_status_t *st)
+each_object_as(const bson_iter_t *it, const char *path, const char *field, const char *elem_name,
+               int (*fn)(void *arg, const bson_t *doc, const char *elem_path, shl_status_t *st),
+               void *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t arr;
-    char *arr_path = bson_strdup_printf("%s.%s", path, field);
+    char *arr_path = bson_strdup_printf("%s.%s", path, elem_name);
 
     if (!BSON_ITER_HOLDS_ARRAY(it) || !bson_iter_recurse(it, &arr)) {
         SHL_ERR(wrong_type(path, field, it, "array", st));
@@ -191,6 +191,15 @@ each_object(const bson_iter_t *it, const char *path, const char *field,
 done:
     bson_free(arr_path);
     return ret;
+}
+
+/* each_object_as with the elements named after the field itself (struct fields). */
+static int
+each_object(const bson_iter_t *it, const char *path, const char *field,
+            int (*fn)(void *arg, const bson_t *doc, const char *elem_path, shl_status_t *st),
+            void *arg, shl_status_t *st)
+{
+    return each_object_as(it, path, field, field, fn, arg, st);
 }
 
 /* A growable list of lsids, and whether any named a child session. */
@@ -401,17 +410,24 @@ done:
     return ret;
 }
 
-/* The lsids of {<name>: [LogicalSessionFromClient...]} (a strict command). */
+/*
+ * The lsids of {<name>: [LogicalSessionFromClient...]} (a strict command). As MongoDB's IDL
+ * command parser reports them, the parameter is "<name>.<name>" and its elements
+ * "<name>.<name>FromClient" (the command's IDL name).
+ */
 static int
 command_lsids(const bson_t *cmd, const char *name, lsid_vec_t *out, shl_status_t *st)
 {
     static const char *const none[] = {NULL};
     int ret = 0;
     bson_iter_t it;
+    char *elem = bson_strdup_printf("%sFromClient", name);
 
     memset(out, 0, sizeof(*out));
     first_field(cmd, &it);
-    SHL_ERR(each_object(&it, name, name, add_lsid, out, st));
+    ret = each_object_as(&it, name, name, elem, add_lsid, out, st);
+    bson_free(elem);
+    SHL_ERR(ret);
     SHL_ERR(shl_cmd_check_fields(cmd, none, st));
 done:
     return ret;
@@ -743,7 +759,7 @@ rest_of_pipeline(const bson_t *pipeline, const char *name, bson_t *rest, shl_sta
         }
         if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &inner) &&
             shl_iter_next(&inner) && strcmp(shl_iter_key(&inner), name) == 0) {
-            SHL_FAIL(st, 40602, "%s is only valid as the first stage in a pipeline", name);
+            SHL_FAIL(st, 40602, "%s is only valid as the first stage in a pipeline.", name);
         }
         bson_uint32_to_string(k++, &kp, key, sizeof(key));
         bson_append_value(rest, kp, -1, bson_iter_value(&it));
