@@ -4,8 +4,8 @@
  * SessionsCollectionConfigServer): before each refresh the config server makes sure the
  * collection exists -- once there is a shard, it is sharded on {_id: 1} through
  * _configsvrShardCollection (one chunk, on a shard), given maxChunkSizeBytes (and noAutoSplit),
- * and every shard owning chunks gets the TTL index lsidTTLIndex. Its own cache persists like everyone's, into
- * the sharded collection, through a catalog cache over this config server.
+ * and every shard owning chunks gets the TTL index lsidTTLIndex. Its own cache persists like
+ * everyone's, into the sharded collection, through a catalog cache over this config server.
  */
 #include <string.h>
 
