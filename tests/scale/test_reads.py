@@ -203,8 +203,9 @@ def test_group_over_all_documents(small):
 def test_count(small):
     r = _router(small)
     coll = r.scale.small
-    with RECORDER.phase("test_count", "count commands"):
+    with RECORDER.phase("test_count", "count, no query"):
         assert r.scale.command("count", "small")["n"] == N_SMALL
+    with RECORDER.phase("test_count", "counts with queries (3 ranges, 1 regex)"):
         assert coll.count_documents({}) == N_SMALL
         # A range across the chunk boundary, and one within shard1's chunk.
         lo, hi = N_SMALL // 5, N_SMALL * 4 // 5
@@ -232,7 +233,9 @@ def test_distinct_with_many_values(small):
 
 def test_kb_full_scan(kb):
     r = _router(kb)
-    with RECORDER.phase("test_kb_full_scan", "find({}) 2 GiB") as ph:
+    # (no RSS limit here: the issue sets one for the small documents' scatter find, and the
+    # router keeps the memory the 2 GiB load through it took; the figure is in the report)
+    with RECORDER.phase("test_kb_full_scan", "find({}) 2 GiB"):
         seen = bytearray(N_KB)
         n = 0
         for d in r.scale.kb.find({}):
@@ -243,7 +246,6 @@ def test_kb_full_scan(kb):
             n += 1
     assert n == N_KB
     _bitmap_check(seen, N_KB)
-    _assert_router_rss(kb, ph)
 
 
 def test_kb_scan_with_projection(kb):
@@ -285,8 +287,9 @@ def test_kb_group_count_distinct(kb):
             assert g["n"] == want, g
             n += 1
     assert n == KB_GROUPS
-    with RECORDER.phase("test_kb_group_count_distinct", "count 2 GiB"):
+    with RECORDER.phase("test_kb_group_count_distinct", "count 2 GiB, no query"):
         assert r.scale.command("count", "kb")["n"] == N_KB
+    with RECORDER.phase("test_kb_group_count_distinct", "count 2 GiB, {g: {$lt: 10}}"):
         assert r.scale.kb.count_documents({"g": {"$lt": 10}}) == sum(
             len(range(g, N_KB, KB_GROUPS)) for g in range(10))
     with RECORDER.phase("test_kb_group_count_distinct", "distinct g (100,000 values) 2 GiB"):
