@@ -29,8 +29,7 @@ def test_list_a_database_of_1000_collections(scale_cluster):
     assert all(c["type"] == "collection" and "uuid" in c["info"] for c in infos)
     with RECORDER.phase("test_list_a_database_of_1000_collections",
                         "listCollections nameOnly, batchSize 7") as ph:
-        # (mongos answers in batches of 7 and getMores; Shale's router drains the primary's
-        # cursor into one first batch -- both are a correct listing, which is what we check)
+        # (mongos answers in batches of 7 and getMores: the note tells how many there were)
         reply = db.command("listCollections", nameOnly=True, cursor={"batchSize": 7})
         cur = reply["cursor"]
         names = [c["name"] for c in cur["firstBatch"]]
