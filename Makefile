@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test unit integration asan asan-integration tsan release fuzz bench format clean
+.PHONY: all deps build run test unit integration asan asan-integration tsan release scale fuzz bench format clean
 
 all: build
 
@@ -19,6 +19,11 @@ build: deps $(BUILD)/CMakeCache.txt
 release: deps
 	cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build-release -j $(JOBS)
+
+# The scale suite (tests/scale): long, so not part of `make test`. SCALE_ARGS go to pytest.
+SCALE_ARGS ?=
+scale: release
+	SHALE_BIN=$(abspath build-release)/src/main/shale bash scripts/scale.sh $(SCALE_ARGS)
 
 run: release
 	bash scripts/run.sh build-release/src/main/shale
