@@ -512,7 +512,10 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
     }
     for (size_t i = op->scan_from; i < op->n; i++) {
         item_t *it = &op->items[i];
-        size_t bytes = shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, it->doc.len);
+        /* A statement costs its array element, and in a retryable write its stmtIds
+         * element too (an int32 under the widest key), as mongos reserves for it. */
+        size_t bytes = shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, it->doc.len) +
+                       (op->retryable ? shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, 4) : 0);
         if (it->state == ITEM_ERROR && op->ordered) {
             break;
         }

@@ -341,3 +341,16 @@ def test_full_batches_through_the_router_stay_within_the_reply_limit(cluster):
     assert sum(1 for _ in coll.aggregate([{"$match": {}}])) == 20000
     assert sum(1 for _ in coll.find({}, {"pad": 1, "_id": 0})) == 20000
     coll.drop()
+
+
+def test_a_retryable_insert_many_over_16mib_is_split_for_its_shard(cluster):
+    """A driver's insert_many of 17 MB for one shard, a retryable write: the router's
+    sub-batches count the stmtIds they carry, so none is over a command's limit (one was
+    refused with BSONObjectTooLarge before)."""
+    r = cluster.router_client()
+    coll = r.bigwrite.c
+    pad = "p" * 1000
+    assert len(coll.insert_many([{"_id": i, "pad": pad} for i in range(16500)]).inserted_ids) \
+        == 16500
+    assert coll.count_documents({}) == 16500
+    coll.drop()
