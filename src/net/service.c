@@ -258,8 +258,10 @@ rewrite_state_change_errors(const shl_service_ctx_t *svc, bson_t *reply)
     bson_destroy(&fin);
 }
 
-/* failCommand's blockConnection: sleep, but end early with the operation's interruption
- * (killOp, maxTimeMS, shutdown), as MongoDB's opCtx->sleepFor does. */
+/* failCommand's blockConnection: sleep, but end early when the operation is killed (killOp,
+ * or the shutdown once its grace period is over) or passes its maxTimeMS, as MongoDB's
+ * opCtx->sleepFor does. A shutdown that just began lets it finish, like any running
+ * operation. */
 static int
 block_interruptibly(shl_op_ctx_t *op, int64_t ms, shl_status_t *st)
 {
@@ -268,7 +270,10 @@ block_interruptibly(shl_op_ctx_t *op, int64_t ms, shl_status_t *st)
 
     for (;;) {
         int64_t left_us = end - shl_clock_mono_us();
-        SHL_ERR(shl_op_check_interrupt(op, st));
+        if (atomic_load(&op->killed) ||
+            (op->deadline_us != 0 && shl_clock_mono_us() >= op->deadline_us)) {
+            SHL_ERR(shl_op_check_interrupt(op, st));
+        }
         if (left_us <= 0) {
             break;
         }

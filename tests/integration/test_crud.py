@@ -427,5 +427,5 @@ def test_transaction_statements_are_refused_on_a_replica_set_member(rs_node):
     # A raw statement continuing a transaction (autocommit: false) is refused too.
     with pytest.raises(OperationFailure) as e:
         client.test.command("find", "txn_refused", lsid={"id": bson.Binary(uuid.uuid4().bytes, 4)},
-                            txnNumber=1, autocommit=False)
+                            txnNumber=bson.Int64(1), autocommit=False)
     assert e.value.code == 20
