@@ -878,9 +878,10 @@ done:
 
 /* ---------------------------------------------------------------- recovery */
 
-int
-db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg, shl_status_t *st)
+static int
+derive_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 {
+    const bson_t *entry = arg;
     int ret = 0;
     shl_storage_engine_t *eng = shl_storage_txn_engine(txn);
     shl_collection_t *tc = NULL;
@@ -892,7 +893,6 @@ db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg,
     uint64_t ts;
     bool found = false;
 
-    (void)arg;
     if (!shl_bson_get_subdoc(entry, "lsid", &lsid_doc) || !bson_has_field(entry, "txnNumber") ||
         shl_lsid_parse(&lsid_doc, &lsid, &ignored) != 0) {
         goto done;
@@ -929,4 +929,20 @@ done:
     bson_destroy(&cur);
     bson_destroy(&rec);
     return ret;
+}
+
+int
+db_session_replay_derive(shl_storage_engine_t *eng, const bson_t *entry, void *arg,
+                         shl_status_t *st)
+{
+    bson_iter_t it;
+
+    (void)arg;
+    /* Only a session's write implies anything: the others cost no transaction. */
+    if (!bson_has_field(entry, "lsid") || !bson_has_field(entry, "txnNumber") ||
+        !bson_iter_init_find(&it, entry, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        return 0;
+    }
+    return shl_storage_write_replayed(eng, shl_bson_iter_timestamp_u64(&it), derive_unit_fn,
+                                      (void *)(uintptr_t)entry, st);
 }

@@ -191,10 +191,11 @@ int db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const bso
 /*
  * db_session_replay_derive --
  *     Storage's replay hook (shl_storage_options_t.replay_derive): for a replayed oplog entry
- *     of a retryable write (lsid + txnNumber), upsert its config.transactions document in
- *     'txn' (at the entry's timestamp) unless a newer write of the session is recorded.
+ *     of a retryable write (lsid + txnNumber), upsert its config.transactions document at
+ *     the entry's timestamp unless a newer write of the session is recorded; nothing (and
+ *     no transaction) for other entries.
  */
-int db_session_replay_derive(shl_storage_txn_t *txn, const bson_t *entry, void *arg,
+int db_session_replay_derive(shl_storage_engine_t *eng, const bson_t *entry, void *arg,
                              shl_status_t *st);
 
 #endif

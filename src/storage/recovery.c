@@ -34,19 +34,28 @@ query_ts(shl_storage_engine_t *eng, const char *what, uint64_t *ts, shl_status_t
     return 0;
 }
 
-typedef struct derive_arg {
-    shl_storage_engine_t *eng;
-    const bson_t *entry;
+typedef struct replayed_arg {
     uint64_t ts;
-} derive_arg_t;
+    shl_storage_txn_fn fn;
+    void *arg;
+} replayed_arg_t;
 
 static int
-derive_fn(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+replayed_fn(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 {
-    derive_arg_t *d = varg;
+    replayed_arg_t *r = varg;
 
-    txn->fixed_ts = d->ts;
-    return d->eng->opts.replay_derive(txn, d->entry, d->eng->opts.replay_derive_arg, st);
+    txn->fixed_ts = r->ts;
+    return r->fn(txn, r->arg, st);
+}
+
+int
+shl_storage_write_replayed(shl_storage_engine_t *eng, uint64_t ts, shl_storage_txn_fn fn, void *arg,
+                           shl_status_t *st)
+{
+    replayed_arg_t r = {ts, fn, arg};
+
+    return shl_storage_write_retry(eng, replayed_fn, &r, NULL, st);
 }
 
 static int
@@ -79,8 +88,7 @@ replay(shl_storage_engine_t *eng, uint64_t after, int64_t *applied, shl_status_t
         bson_copy_to(&entry, &copy);
         ret = shl_oplog_apply(eng, &copy, st);
         if (ret == 0 && eng->opts.replay_derive != NULL) {
-            derive_arg_t d = {eng, &copy, (uint64_t)key};
-            ret = shl_storage_write_retry(eng, derive_fn, &d, NULL, st);
+            ret = eng->opts.replay_derive(eng, &copy, eng->opts.replay_derive_arg, st);
         }
         bson_destroy(&copy);
         if (ret != 0) {

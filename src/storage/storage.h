@@ -54,11 +54,11 @@ typedef struct shl_storage_options {
     shl_keygen_factory_fn keygen_factory; /* [shl_keygen_default_factory] */
     /*
      * Called by startup recovery for every oplog entry it replays, once the entry is
-     * applied, in a write unit of its own at the entry's timestamp (its writes append no
-     * entry): the role re-derives what the entry implies beyond its own write, as
-     * config.transactions for a retryable write's entry. NULL: nothing to derive.
+     * applied: the role re-derives what the entry implies beyond its own write, as
+     * config.transactions for a retryable write's entry, in a unit of its own from
+     * shl_storage_write_replayed (at the entry's timestamp). NULL: nothing to derive.
      */
-    int (*replay_derive)(struct shl_storage_txn *txn, const bson_t *entry, void *arg,
+    int (*replay_derive)(struct shl_storage_engine *eng, const bson_t *entry, void *arg,
                          shl_status_t *st);
     void *replay_derive_arg;
 } shl_storage_options_t;
@@ -220,6 +220,15 @@ typedef int (*shl_storage_txn_fn)(shl_storage_txn_t *txn, void *arg, shl_status_
  */
 int shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *arg,
                             uint64_t *last_ts, shl_status_t *st);
+
+/*
+ * shl_storage_write_replayed --
+ *     shl_storage_write_retry for a unit that re-derives what a replayed oplog entry
+ *     implies (shl_storage_options_t.replay_derive): its writes take the entry's timestamp
+ *     'ts' and append no oplog entry. Errors: as shl_storage_write_retry.
+ */
+int shl_storage_write_replayed(shl_storage_engine_t *eng, uint64_t ts, shl_storage_txn_fn fn,
+                               void *arg, shl_status_t *st);
 
 /* ---------------------------------------------------------------------------------
  * Collection locks (lock order: docs/design/locking.md)

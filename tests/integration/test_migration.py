@@ -678,11 +678,17 @@ def test_large_documents_are_batched(mc):
         assert d["v"] == (1 if i < 4 else 0) and d["blob"] == want * big, i
 
 
-def test_captured_writes_over_a_write_batch_are_applied_in_batches(mc):
+def test_captured_writes_over_a_write_batch_are_applied_in_batches(request):
     """Issue 23: 150,000 small documents inserted into the range while the recipient is held
     after its clone all reach it through _transferMods, which must apply them in write
     batches of at most 100,000 statements (one batch used to fail the migration with
-    "Write batch sizes must be between 1 and 100000", and every later one too)."""
+    "Write batch sizes must be between 1 and 100000", and every later one too). A cluster
+    of its own: the module's kill -9 tests should not replay these writes' oplog."""
+    with module_cluster(request, shards=2) as c:
+        _many_mods(c)
+
+
+def _many_mods(mc):
     r, ns = _setup(mc, "manymods", n=10)
     recipient = mc.shard_client(1)
     wait_recipient_step3 = hang(recipient, "migrateThreadHangAtStep3")
