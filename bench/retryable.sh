@@ -99,6 +99,15 @@ for c in sorted({k[1] for k in med}):
               % (c, r, on["ops_per_sec"], off["ops_per_sec"], "met" if r >= 0.90 else "NOT met",
                  on["server_cpu_us_per_op"], off["server_cpu_us_per_op"],
                  on["server_cpu_us_per_op"] - off["server_cpu_us_per_op"]))
+        # The driver's own share: with retryWrites it does more per insert (a session per
+        # operation, a txnNumber, the retry bookkeeping), and on 2 cores the client and the
+        # server share the CPUs. Were the server's extra work zero, throughput could reach at
+        # most (client + server CPU off) / (client CPU on + server CPU off).
+        bound = ((off["client_cpu_us_per_op"] + off["server_cpu_us_per_op"])
+                 / (on["client_cpu_us_per_op"] + off["server_cpu_us_per_op"]))
+        print("ratio c=%d bound from the driver alone (server work unchanged): %.3f; client CPU "
+              "per insert %.2f (on) vs %.2f us (off)"
+              % (c, bound, on["client_cpu_us_per_op"], off["client_cpu_us_per_op"]))
     first, retry = med.get(("first-execution", c)), med.get(("retry-answer", c))
     if first and retry:
         print("ratio c=%d retry answer / first execution: throughput %.3f (%.0f / %.0f ops/s), "
