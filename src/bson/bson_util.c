@@ -628,3 +628,26 @@ shl_bson_value_len(const bson_value_t *v)
         return 0;
     }
 }
+
+const char *
+shl_bson_binary_subtype_name(bson_subtype_t sub)
+{
+    switch (sub) {
+    case BSON_SUBTYPE_BINARY:
+        return "general";
+    case BSON_SUBTYPE_FUNCTION:
+        return "function";
+    case BSON_SUBTYPE_BINARY_DEPRECATED:
+        return "byte(deprecated)";
+    case BSON_SUBTYPE_UUID_DEPRECATED:
+        return "UUID(deprecated)";
+    case BSON_SUBTYPE_UUID:
+        return "UUID";
+    case BSON_SUBTYPE_MD5:
+        return "MD5";
+    case BSON_SUBTYPE_ENCRYPTED:
+        return "encrypt";
+    default:
+        return "Custom";
+    }
+}

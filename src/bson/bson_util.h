@@ -26,6 +26,10 @@ char *shl_bson_value_to_string(const bson_value_t *v);
 /* shl_bson_type_name -- MongoDB's type alias ("double", "string", "objectId", "long", ...). */
 const char *shl_bson_type_name(bson_type_t t);
 
+/* shl_bson_binary_subtype_name -- MongoDB's name of a BinData subtype, as its IDL errors print
+ * it ("general", "UUID", "MD5", ...; "Custom" for user subtypes). */
+const char *shl_bson_binary_subtype_name(bson_subtype_t sub);
+
 /* ---- numbers ---- */
 
 /* shl_bson_int64_at / shl_bson_double_at -- the number at top-level 'key' of 'doc' as int64

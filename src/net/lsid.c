@@ -15,30 +15,6 @@ static const uint8_t empty_user_digest[SHL_LSID_UID_LEN] = {
     0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
     0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
 
-/* MongoDB's names of BinData subtypes, as its IDL errors print them. */
-static const char *
-binary_subtype_name(bson_subtype_t sub)
-{
-    switch (sub) {
-    case BSON_SUBTYPE_BINARY:
-        return "general";
-    case BSON_SUBTYPE_FUNCTION:
-        return "function";
-    case BSON_SUBTYPE_BINARY_DEPRECATED:
-        return "byte(deprecated)";
-    case BSON_SUBTYPE_UUID_DEPRECATED:
-        return "UUID(deprecated)";
-    case BSON_SUBTYPE_UUID:
-        return "UUID";
-    case BSON_SUBTYPE_MD5:
-        return "MD5";
-    case BSON_SUBTYPE_ENCRYPTED:
-        return "encrypt";
-    default:
-        return "Custom";
-    }
-}
-
 int
 shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
 {
@@ -70,7 +46,7 @@ shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'OperationSessionInfo.lsid.id' is the wrong binData type "
                          "'%s', expected type 'UUID'",
-                         binary_subtype_name(sub));
+                         shl_bson_binary_subtype_name(sub));
             }
             if (len != 16) {
                 SHL_FAIL(st, SHL_CODE_INVALID_UUID,

@@ -17,29 +17,6 @@
 
 /* ---------------------------------------------------------------- IDL-style parsing */
 
-static const char *
-binary_subtype_name(bson_subtype_t sub)
-{
-    switch (sub) {
-    case BSON_SUBTYPE_BINARY:
-        return "general";
-    case BSON_SUBTYPE_FUNCTION:
-        return "function";
-    case BSON_SUBTYPE_BINARY_DEPRECATED:
-        return "byte(deprecated)";
-    case BSON_SUBTYPE_UUID_DEPRECATED:
-        return "UUID(deprecated)";
-    case BSON_SUBTYPE_UUID:
-        return "UUID";
-    case BSON_SUBTYPE_MD5:
-        return "MD5";
-    case BSON_SUBTYPE_ENCRYPTED:
-        return "encrypt";
-    default:
-        return "Custom";
-    }
-}
-
 static int
 wrong_type(const char *path, const char *field, const bson_iter_t *it, const char *want,
            shl_status_t *st)
@@ -81,7 +58,8 @@ binary_field(const char *path, const bson_iter_t *it, bson_subtype_t sub, uint32
     if (got != sub) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                  "BSON field '%s.%s' is the wrong binData type '%s', expected type '%s'", path,
-                 shl_iter_key(it), binary_subtype_name(got), binary_subtype_name(sub));
+                 shl_iter_key(it), shl_bson_binary_subtype_name(got),
+                 shl_bson_binary_subtype_name(sub));
     }
     if (n != len) {
         if (sub == BSON_SUBTYPE_UUID) {
