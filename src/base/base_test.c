@@ -1,10 +1,13 @@
 /*
  * base_test.c -- unit tests for statuses, the code table, options and fail points.
  */
+#include <string.h>
+
 #include "base/failpoint.h"
 #include "base/options.h"
 #include "base/status.h"
 #include "base/unit_test.h"
+#include "base/utf8.h"
 
 SHL_FAILPOINT_DEFINE(baseTestFailPoint)
 
@@ -42,6 +45,46 @@ SHL_TEST(status_reply_round_trip)
     ASSERT_BSON_EQ(&ex, "{'ns': 'db.c', 'shardId': 'shard0'}");
     bson_destroy(extra);
     bson_destroy(&reply);
+}
+
+SHL_TEST(utf8_checks_and_repair)
+{
+    static const char bad[] = {'a', (char)0xff, 'b', (char)0xc3};
+    char out[16];
+
+    ASSERT(shl_utf8_is_valid("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10));
+    ASSERT(!shl_utf8_is_valid("\xff", 1));
+    ASSERT(!shl_utf8_is_valid("\xc3", 1));             /* truncated */
+    ASSERT(!shl_utf8_is_valid("\xc0\xaf", 2));         /* overlong '/' */
+    ASSERT(!shl_utf8_is_valid("\xed\xa0\x80", 3));     /* a surrogate */
+    ASSERT(!shl_utf8_is_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
+    ASSERT_INT_EQ(shl_utf8_copy_valid(out, sizeof(out), bad, sizeof(bad)), 8);
+    ASSERT_STR_EQ(out, "a\uFFFDb\uFFFD"); /* U+FFFD is EF BF BD */
+    /* Output stops before a character that would not fit, never inside one. */
+    ASSERT_INT_EQ(shl_utf8_copy_valid(out, 4, "ab\xc3\xa9", 4), 2);
+    ASSERT_STR_EQ(out, "ab");
+    ASSERT_INT_EQ(shl_utf8_copy_valid(out, 4, "a\xff", 2), 1);
+    ASSERT_STR_EQ(out, "a");
+}
+
+SHL_TEST(status_reason_is_valid_utf8)
+{
+    /* A reason may echo a client's field name, which need not be UTF-8; drivers decode
+     * errmsg as UTF-8 and refuse the whole reply if it is not. */
+    shl_status_t st = SHL_STATUS_INIT;
+    char big[SHL_STATUS_REASON_MAX + 8];
+
+    shl_status_set(&st, SHL_CODE_COMMAND_NOT_FOUND, "no such command: '%s'", "fi\xffnd");
+    ASSERT_STR_EQ(st.reason, "no such command: 'fi\xef\xbf\xbdnd'");
+    shl_status_set(&st, SHL_CODE_BAD_VALUE, "%s", "caf\xc3\xa9");
+    ASSERT_STR_EQ(st.reason, "caf\xc3\xa9");
+    /* Truncation to the reason's size must not leave half a character. */
+    memset(big, 'x', sizeof(big));
+    memcpy(big + SHL_STATUS_REASON_MAX - 2, "\xc3\xa9\xc3\xa9", 4);
+    big[sizeof(big) - 1] = '\0';
+    shl_status_set(&st, SHL_CODE_BAD_VALUE, "%s", big);
+    ASSERT(shl_utf8_is_valid(st.reason, strlen(st.reason)));
+    ASSERT_INT_EQ(strlen(st.reason), SHL_STATUS_REASON_MAX - 2);
 }
 
 SHL_TEST(options_defaults_and_parse)

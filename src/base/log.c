@@ -4,6 +4,7 @@
  * and a ring of recent lines for getLog.
  */
 #include "base/log.h"
+#include "base/utf8.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -225,44 +226,6 @@ jb_printf(jbuf_t *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-/* Length of a valid UTF-8 sequence starting at s (at most n bytes), or 0 if invalid. */
-static size_t
-utf8_seq_len(const unsigned char *s, size_t n)
-{
-    size_t need;
-    uint32_t cp;
-
-    if (s[0] < 0x80) {
-        return 1;
-    } else if ((s[0] & 0xE0) == 0xC0) {
-        need = 2;
-        cp = s[0] & 0x1F;
-    } else if ((s[0] & 0xF0) == 0xE0) {
-        need = 3;
-        cp = s[0] & 0x0F;
-    } else if ((s[0] & 0xF8) == 0xF0) {
-        need = 4;
-        cp = s[0] & 0x07;
-    } else {
-        return 0;
-    }
-    if (need > n) {
-        return 0;
-    }
-    for (size_t i = 1; i < need; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            return 0;
-        }
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    /* Overlong forms, surrogates and values past U+10FFFF are not UTF-8. */
-    if ((need == 2 && cp < 0x80) || (need == 3 && cp < 0x800) || (need == 4 && cp < 0x10000) ||
-        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        return 0;
-    }
-    return need;
-}
-
 /*
  * A JSON string: quotes, backslashes and control characters escaped; bytes that are
  * not UTF-8 (BSON from the network need not be) become U+FFFD so a line stays JSON.
@@ -320,7 +283,7 @@ json_string(jbuf_t *b, const char *str, size_t n)
         if (c < 0x20) {
             jb_printf(b, "\\u%04x", c);
             i++;
-        } else if ((seq = utf8_seq_len(s + i, n - i)) == 0) {
+        } else if ((seq = shl_utf8_seq_len(s + i, n - i)) == 0) {
             jb_put(b, "\\ufffd", 6);
             i++;
         } else {

@@ -53,9 +53,10 @@ SHL_TEST(log_json_string_escaping)
 
     BSON_APPEND_UTF8(&doc, "q\"k", "a\"b\\c\nd\te\x01 \xc3\xa9");
     bson_append_utf8(&doc, "bad", -1, "x\xff\xc3y", 4); /* not UTF-8 */
+    bson_append_int32(&doc, "k\xfe\x80", -1, 1);        /* a field name that is not UTF-8 */
     got = shl_log_json_from_bson(&doc, false, NULL);
     ASSERT_STR_EQ(got, "{\"q\\\"k\":\"a\\\"b\\\\c\\nd\\te\\u0001 \xc3\xa9\","
-                       "\"bad\":\"x\\ufffd\\ufffdy\"}");
+                       "\"bad\":\"x\\ufffd\\ufffdy\",\"k\\ufffd\\ufffd\":1}");
     bson_free(got);
     bson_destroy(&doc);
 }

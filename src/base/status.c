@@ -3,6 +3,7 @@
  * the one function that turns a status into a reply. STYLE.md "Errors".
  */
 #include "base/status.h"
+#include "base/utf8.h"
 
 #include <execinfo.h>
 #include <stdarg.h>
@@ -49,6 +50,29 @@ find_code(int code)
     return found;
 }
 
+/*
+ * A reason becomes an errmsg string that drivers decode as UTF-8 (pymongo refuses the
+ * whole reply otherwise), but it may echo a client's field name or value, which need
+ * not be UTF-8, and truncation may cut a character: repair it in place. Reasons are
+ * almost always ASCII, so the copy happens only when a byte has its high bit set.
+ */
+static void
+make_valid_utf8(char *reason, size_t cap)
+{
+    char copy[SHL_STATUS_REASON_MAX];
+    size_t n = strlen(reason);
+
+    for (size_t i = 0; i < n; i++) {
+        if ((unsigned char)reason[i] >= 0x80) {
+            if (!shl_utf8_is_valid(reason + i, n - i)) {
+                memcpy(copy, reason, n + 1);
+                shl_utf8_copy_valid(reason, cap, copy, n);
+            }
+            break;
+        }
+    }
+}
+
 int
 shl_status_set(shl_status_t *st, int code, const char *fmt, ...)
 {
@@ -61,6 +85,7 @@ shl_status_set(shl_status_t *st, int code, const char *fmt, ...)
         va_start(ap, fmt);
         vsnprintf(st->reason, sizeof(st->reason), fmt, ap);
         va_end(ap);
+        make_valid_utf8(st->reason, sizeof(st->reason));
     }
     return code;
 }

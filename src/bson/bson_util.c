@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "bson/bson_private.h"
 
@@ -221,6 +222,15 @@ shl_bson_value_to_string(const bson_value_t *v)
     bson_string_t *s = bson_string_new(NULL);
     render_value(s, v, 0);
     return bson_string_free(s, false);
+}
+
+char *
+shl_bson_as_json(const bson_t *doc)
+{
+    char *json = bson_as_relaxed_extended_json(doc, NULL);
+
+    /* libbson (1.23) renders nothing when a name or string is not UTF-8. */
+    return json != NULL ? json : shl_log_json_from_bson(doc, false, NULL);
 }
 
 const char *

@@ -23,6 +23,15 @@ char *shl_bson_to_string(const bson_t *doc);
 /* shl_bson_value_to_string -- one value the same way (no field name). */
 char *shl_bson_value_to_string(const bson_value_t *v);
 
+/*
+ * shl_bson_as_json --
+ *     libbson's relaxed extended JSON of 'doc' ({ "a" : 1 }), for messages; where libbson
+ *     gives none (a field name or string that is not UTF-8, which the wire accepts as
+ *     MongoDB does), the log renderer's compact form, in which such bytes are U+FFFD.
+ *     Never NULL; bson_free the result.
+ */
+char *shl_bson_as_json(const bson_t *doc);
+
 /* shl_bson_type_name -- MongoDB's type alias ("double", "string", "objectId", "long", ...). */
 const char *shl_bson_type_name(bson_type_t t);
 

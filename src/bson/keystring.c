@@ -547,8 +547,8 @@ get_doc(reader_t *r, bson_t *doc, bool is_array, int depth, str_buf_t *sb)
 /*
  * Appends element 'key' of 'type' whose value bytes are the 'n1' bytes of 'p1' then the
  * 'n2' of 'p2', exactly: bson_append_regex sorts the flags and drops unknown ones, and
- * bson_append_code(_with_scope) stops at an embedded NUL, but the values compared (and
- * encoded) are the raw bytes.
+ * bson_append_code(_with_scope) and bson_append_dbpointer stop at an embedded NUL, but
+ * the values compared (and encoded) are the raw bytes.
  */
 static void
 put_le32(uint8_t *p, uint32_t v)
@@ -713,16 +713,20 @@ get_body(reader_t *r, uint8_t type, bson_t *parent, const char *key, int depth, 
         return ok;
     }
     case KS_DBPOINTER: {
-        bson_oid_t oid;
-        char *ns;
+        /* The namespace is a BSON string: it may hold NULs, which bson_append_dbpointer
+         * (a C string) would drop, so the value is built as bytes: int32 length + 1, the
+         * namespace, NUL, the ObjectId. Found by fuzz_keystring. */
+        uint8_t *v;
         bool ok;
         if (!get_be(r, 4, &x) || x > r->len - r->pos) {
             return false;
         }
-        ns = bson_malloc0(x + 1);
-        ok = get_raw(r, (uint8_t *)ns, x) && strlen(ns) == x && get_raw(r, oid.bytes, 12) &&
-             bson_append_dbpointer(parent, key, -1, ns, &oid);
-        bson_free(ns);
+        v = bson_malloc(4 + x + 1 + 12);
+        put_le32(v, (uint32_t)(x + 1));
+        v[4 + x] = 0;
+        ok = get_raw(r, v + 4, x) && get_raw(r, v + 4 + x + 1, 12) &&
+             append_raw(parent, key, BSON_TYPE_DBPOINTER, v, 4 + x + 1 + 12, NULL, 0);
+        bson_free(v);
         return ok;
     }
     case KS_CODEWSCOPE: {

@@ -560,3 +560,36 @@ SHL_TEST(keystring_round_trip_raw_values)
     }
     ASSERT(n == 3);
 }
+
+/* A DBPointer's namespace is a BSON string and may hold NULs, which bson_append_dbpointer
+ * would drop: it comes back byte for byte, ascending and descending (found by
+ * fuzz_keystring, which decoded nothing). */
+SHL_TEST(keystring_round_trip_dbpointer_with_nul)
+{
+    /* {p: DBPointer("\0a\0", ObjectId(0102...0c))} */
+    /* clang-format off */
+    static const uint8_t raw[] = {
+        0x1c, 0, 0, 0,                                    /* length 28 */
+        0x0c, 'p', 0, 4, 0, 0, 0, 0, 'a', 0, 0,           /* namespace: 3 bytes + NUL */
+        1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0          /* ObjectId, end */
+    };
+    /* clang-format on */
+    bson_t doc, out;
+    bson_iter_t it, got;
+
+    ASSERT(bson_init_static(&doc, raw, sizeof(raw)));
+    for (int d = 0; d < 2; d++) {
+        bool desc = d == 1;
+        shl_keystring_t ks;
+        ASSERT(bson_iter_init(&it, &doc) && bson_iter_next(&it));
+        shl_keystring_init(&ks);
+        shl_keystring_append_iter(&ks, &it, desc);
+        ASSERT(shl_keystring_decode(ks.data, ks.len, &desc, 1, &out, NULL));
+        ASSERT(bson_iter_init(&got, &out) && bson_iter_next(&got));
+        ASSERT_INT_EQ(bson_iter_type(&got), BSON_TYPE_DBPOINTER);
+        ASSERT_INT_EQ(bson_iter_value(&got)->value.v_dbpointer.collection_len, 3);
+        ASSERT(shl_bson_value_compare(bson_iter_value(&got), bson_iter_value(&it)) == 0);
+        bson_destroy(&out);
+        shl_keystring_cleanup(&ks);
+    }
+}

@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
@@ -62,7 +63,7 @@ key_from_find(const shl_routing_table_t *rt, const bson_t *find, bson_t *key, sh
     int ret = 0;
 
     if (!shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rt), find, key)) {
-        char *s = bson_as_relaxed_extended_json(find, NULL);
+        char *s = shl_bson_as_json(find);
         ret = shl_status_set(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
                              "no shard key found in chunk query %s", s);
         bson_free(s);
@@ -135,8 +136,8 @@ chunk_with_bounds(const shl_routing_table_t *rt, const bson_t *min, const bson_t
         goto done;
     }
 notfound : {
-    char *a = bson_as_relaxed_extended_json(min, NULL);
-    char *b = bson_as_relaxed_extended_json(max, NULL);
+    char *a = shl_bson_as_json(min);
+    char *b = shl_bson_as_json(max);
     ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
                          "no chunk found with the shard key bounds [%s, %s)", a, b);
     bson_free(a);
@@ -167,8 +168,8 @@ median_of_chunk(const shl_routing_table_t *rt, size_t idx, bson_t *out, shl_stat
     SHL_ERR(cfg_shard_cmd(shard, "admin", &cmd, &reply, st));
     if (!bson_iter_init_find(&it, &reply, "splitKeys") || !bson_iter_recurse(&it, &arr) ||
         !shl_iter_next(&arr) || !BSON_ITER_HOLDS_DOCUMENT(&arr)) {
-        char *a = bson_as_relaxed_extended_json(&cmin, NULL);
-        char *b = bson_as_relaxed_extended_json(&cmax, NULL);
+        char *a = shl_bson_as_json(&cmin);
+        char *b = shl_bson_as_json(&cmax);
         ret = shl_status_set(st, SHL_CODE_CANNOT_SPLIT,
                              "chunk [%s, %s) could not be split: no split point found "
                              "(is the chunk empty or a single key?)",
@@ -222,7 +223,7 @@ cmd_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     bson_destroy(&point);
     if (has_middle) {
         if (!shl_shard_key_normalize(shl_routing_table_key_pattern(rt), &middle, &point)) {
-            char *s = bson_as_relaxed_extended_json(&middle, NULL);
+            char *s = shl_bson_as_json(&middle);
             ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
                                  "split failed :: middle %s is not a shard key of %s", s, ns);
             bson_free(s);
@@ -476,8 +477,8 @@ split_for_move(shl_op_ctx_t *op, const char *ns, shl_routing_table_t **rt, const
     shl_routing_table_chunk_bounds(*rt, *idx, &cmin, &cmax);
     if (max != NULL &&
         (shl_shard_key_compare(&nmax, &nmin) <= 0 || shl_shard_key_compare(&nmax, &cmax) > 0)) {
-        char *a = bson_as_relaxed_extended_json(min, NULL);
-        char *b = bson_as_relaxed_extended_json(max, NULL);
+        char *a = shl_bson_as_json(min);
+        char *b = shl_bson_as_json(max);
         ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
                              "the range [%s, %s) of %s is not inside one chunk", a, b, ns);
         bson_free(a);
@@ -739,7 +740,7 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
     snprintf(from, sizeof(from), "%s", shl_routing_table_chunk_shard(rt, idx));
     if (strcmp(from, to) == 0) {
-        char *a = bson_as_relaxed_extended_json(&cmin, NULL);
+        char *a = shl_bson_as_json(&cmin);
         ret = shl_status_set(st, SHL_CODE_ILLEGAL_OPERATION,
                              "Chunk with min %s of %s is already on shard %s", a, ns, to);
         bson_free(a);

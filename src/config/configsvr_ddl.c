@@ -736,7 +736,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             SHL_ERR(shard_has_key_index(db.primary, &ns, &key, &has_index, &index_unique, st));
         }
         if (has_index && unique && !index_unique) {
-            char *k = bson_as_relaxed_extended_json(&key, NULL);
+            char *k = shl_bson_as_json(&key);
             ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
                                  "can't shard collection '%s' with unique: true: the index on "
                                  "the proposed shard key %s is not unique, so uniqueness can't "
@@ -944,8 +944,8 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         goto done; /* already the key: nothing to do */
     }
     if (!shl_shard_key_is_extended_by(&old_p, &new_p)) {
-        char *a = bson_as_relaxed_extended_json(coll.key, NULL);
-        char *b = bson_as_relaxed_extended_json(&key, NULL);
+        char *a = shl_bson_as_json(coll.key);
+        char *b = shl_bson_as_json(&key);
         ret = shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
                              "refineCollectionShardKey must use a shard key that has the current "
                              "shard key %s as a prefix; proposed key: %s",

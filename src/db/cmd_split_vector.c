@@ -12,6 +12,7 @@
 #include "base/namespace.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "bson/keystring.h"
 #include "db/db_private.h"
 #include "db/exec.h"
@@ -164,7 +165,7 @@ cmd_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         }
     }
     if (idx == NULL) {
-        char *s = bson_as_relaxed_extended_json(&pattern, NULL);
+        char *s = shl_bson_as_json(&pattern);
         ret = shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND,
                              "couldn't find index over splitting key %s", s);
         bson_free(s);
@@ -552,7 +553,7 @@ cmd_auto_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         }
     }
     if (idx == NULL) {
-        char *s = bson_as_relaxed_extended_json(&pattern, NULL);
+        char *s = shl_bson_as_json(&pattern);
         ret = shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND,
                              "couldn't find index over splitting key %s", s);
         bson_free(s);

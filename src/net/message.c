@@ -62,44 +62,40 @@ typedef struct frame {
 } frame_t;
 
 /*
- * Check the structure of the document of 'n' bytes at p without recursion: every
- * element's size stays inside its document, every document ends with its EOO byte
- * exactly at its declared length, strings are NUL-terminated, field names are UTF-8,
- * types are known, and nesting is at most MAX_BSON_DEPTH deep: everything libbson's
- * iterators rely on, so no bson_validate pass follows (it cost a tenth of a point
- * find's instructions). libbson's bson_validate (1.23) recurses
- * once per level, so a deep document overflowed a connection thread's stack, and
- * it missed a nested document that lacks its EOO byte when another element followed.
- * Errors: InvalidBSON, Overflow.
- */
-/*
- * Check the field name at p[*off, end): NUL-terminated and valid UTF-8 (libbson's
- * iterators treat a document with a bad key as corrupt). Names are almost always
- * ASCII, so UTF-8 is only decoded when a byte has its high bit set. On success *off
- * is just past the NUL.
+ * Check the field name at p[*off, end): NUL-terminated. Its bytes are not checked as
+ * UTF-8: MongoDB's check of incoming messages (validateBSON's default mode) is
+ * structural only and accepts any bytes in field names and strings; UTF-8 is checked
+ * only by its "full" mode (validate's checkBSONConformance). So every reader of a
+ * request must cope with names that are not UTF-8 (see docs/design/utf8.md). On
+ * success *off is just past the NUL.
  */
 static int
 check_key(const uint8_t *p, size_t end, size_t *off, shl_status_t *st)
 {
     int ret = 0;
-    size_t i = *off;
-    uint8_t high = 0;
+    const uint8_t *nul = memchr(p + *off, '\0', end - *off);
 
-    while (i < end && p[i] != '\0') {
-        high |= p[i];
-        i++;
-    }
-    if (i == end) {
+    if (nul == NULL) {
         SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON field name is not terminated");
     }
-    if ((high & 0x80) != 0 && !bson_utf8_validate((const char *)p + *off, i - *off, false)) {
-        SHL_FAIL(st, SHL_CODE_INVALID_BSON, "BSON field name is not valid UTF-8");
-    }
-    *off = i + 1;
+    *off = (size_t)(nul - p) + 1;
 done:
     return ret;
 }
 
+/*
+ * Check the structure of the document of 'n' bytes at p without recursion: every
+ * element's size stays inside its document, every document ends with its EOO byte
+ * exactly at its declared length, field names and strings are NUL-terminated, types
+ * are known, and nesting is at most MAX_BSON_DEPTH deep: MongoDB's default validation
+ * of incoming BSON, plus what libbson's iterators rely on beyond it (an old-binary
+ * element's inner length), so no bson_validate pass follows (it cost a tenth of a
+ * point find's instructions). libbson's bson_validate (1.23) recurses once per level,
+ * so a deep document overflowed a connection thread's stack; it missed a nested
+ * document that lacks its EOO byte when another element followed, stops checking at
+ * the first code-with-scope element, and refuses field names that are not UTF-8,
+ * which MongoDB accepts. Errors: InvalidBSON, Overflow.
+ */
 static int
 check_structure(const uint8_t *p, size_t n, shl_status_t *st)
 {
@@ -369,9 +365,9 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
             }
             p = buf + off + 4;
             nul = memchr(p, '\0', (size_t)slen - 4);
-            /* The identifier becomes a field name of the body, so it must be valid UTF-8. */
-            if (nul == NULL || nul == p || (size_t)(nul - p) >= sizeof(seqs[0].ident) ||
-                !bson_utf8_validate((const char *)p, (size_t)(nul - p), false)) {
+            /* The identifier becomes a field name of the body: like any field name it
+             * may hold bytes that are not UTF-8 (MongoDB reads it as a C string). */
+            if (nul == NULL || nul == p || (size_t)(nul - p) >= sizeof(seqs[0].ident)) {
                 SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "invalid document sequence identifier");
             }
             if (nseq == MAX_SEQUENCES) {

@@ -68,10 +68,11 @@ int shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st);
  * shl_msg_parse --
  *     Parse a whole message ('buf' holds 'len' bytes, header included). OP_MSG and
  *     OP_QUERY are understood; OP_REPLY is not a request. msg->body is always
- *     initialised (empty on error) and must be released with shl_msg_cleanup.
- *     Errors (MongoDB's): ChecksumMismatch, IllegalOpMsgFlag, InvalidBSON,
- *     BSONObjectTooLarge, Location40430..40433 (section structure), ProtocolError,
- *     UnsupportedOpQueryCommand is left to the caller. Errors in
+ *     initialised (empty on error) and must be released with shl_msg_cleanup. Documents
+ *     pass shl_msg_check_bson: as in MongoDB, their field names and strings (and document
+ *     sequence identifiers) need not be UTF-8. Errors (MongoDB's): ChecksumMismatch,
+ * IllegalOpMsgFlag, InvalidBSON, BSONObjectTooLarge, Location40430..40433 (section structure),
+ * ProtocolError, UnsupportedOpQueryCommand is left to the caller. Errors in
  *     SHL_CAT_CONNECTION_FATAL_MESSAGE_ERROR or ProtocolError mean: close the connection.
  */
 int shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st);
@@ -110,10 +111,11 @@ uint32_t shl_crc32c(const uint8_t *buf, size_t len);
 /*
  * shl_msg_check_bson --
  *     The check every document received from the network passes before libbson reads it:
- *     the non-recursive structure check (sizes, EOO bytes, NUL-terminated strings, known
- *     types, depth <= 200) then bson_validate. For code (fuzz targets, tests) that builds
- *     a bson_t over untrusted bytes without a message around them. Errors: InvalidBSON,
- *     Overflow.
+ *     the non-recursive structure check (sizes, EOO bytes, NUL-terminated field names and
+ *     strings, known types, depth <= 200), MongoDB's default validation. Like MongoDB's, it
+ *     does not check UTF-8: field names and strings may hold any bytes but NUL. For code
+ *     (the validate command, fuzz targets, tests) that builds a bson_t over untrusted bytes
+ *     without a message around them. Errors: InvalidBSON, Overflow.
  */
 int shl_msg_check_bson(const uint8_t *p, size_t n, shl_status_t *st);
 

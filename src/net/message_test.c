@@ -292,12 +292,13 @@ SHL_TEST(bson_code_with_scope_structure)
     ASSERT_INT_EQ(parse_body(doc, sizeof(doc)), SHL_CODE_INVALID_BSON);
 }
 
-SHL_TEST(op_msg_sequence_identifier_must_be_utf8)
+SHL_TEST(op_msg_sequence_identifier_need_not_be_utf8)
 {
-    /* Found by fuzz_message: the identifier becomes a field name of the body, and an
-     * invalid UTF-8 one made a body that libbson itself calls invalid. */
+    /* The identifier becomes a field name of the body and, as MongoDB reads it (a C
+     * string), may hold bytes that are not UTF-8 like any field name. */
     bson_t *body = shl_test_bson("{'insert': 'c', '$db': 'test'}");
     bson_t *d1 = shl_test_bson("{'_id': 1}");
+    bson_t want = BSON_INITIALIZER, arr;
     uint8_t buf[256] = {0};
     size_t off = 21;
     shl_message_t msg;
@@ -312,14 +313,53 @@ SHL_TEST(op_msg_sequence_identifier_must_be_utf8)
     off += 7 + d1->len;
     put_i32(buf, (int32_t)off);
     put_i32(buf + 12, SHL_OP_MSG);
+    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), 0);
+    bson_copy_to(body, &want);
+    bson_append_array_begin(&want, "\x88x", -1, &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", d1);
+    bson_append_array_end(&want, &arr);
+    ASSERT_INT_EQ(msg.body.len, want.len);
+    ASSERT(memcmp(bson_get_data(&msg.body), bson_get_data(&want), want.len) == 0);
+    shl_msg_cleanup(&msg);
+    /* An empty identifier is still refused. */
+    buf[21 + body->len + 5] = 0;
     ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), SHL_CODE_PROTOCOL_ERROR);
     shl_msg_cleanup(&msg);
-    buf[21 + body->len + 5] = 'd';
-    ASSERT_INT_EQ(shl_msg_parse(buf, off, &msg, &st), 0);
-    ASSERT_BSON_EQ(&msg.body, "{'insert': 'c', '$db': 'test', 'dx': [{'_id': 1}]}");
-    shl_msg_cleanup(&msg);
+    bson_destroy(&want);
     bson_destroy(body);
     bson_destroy(d1);
+}
+
+SHL_TEST(bson_field_names_need_not_be_utf8)
+{
+    /*
+     * Found by fuzz_bson: MongoDB's check of incoming BSON is structural only (UTF-8 is
+     * checked only by validate's full mode), so a name or string that is not UTF-8 is
+     * accepted and kept byte for byte; only the NUL that ends a name is required.
+     */
+    bson_t body = BSON_INITIALIZER, sub;
+    shl_message_t msg;
+    shl_status_t st;
+    size_t n;
+    uint8_t *buf;
+
+    bson_append_utf8(&body, "fi\xffnd", -1, "c", -1);
+    bson_append_document_begin(&body, "filter", -1, &sub);
+    bson_append_int32(&sub, "a\xc3", -1, 1);                  /* truncated sequence */
+    bson_append_utf8(&sub, "\xed\xa0\x80", -1, "x\x9by", -1); /* a surrogate; bad string */
+    bson_append_document_end(&body, &sub);
+    BSON_APPEND_UTF8(&body, "$db", "test");
+    buf = shl_msg_build_op_msg(1, 0, 0, &body, &n);
+    ASSERT_INT_EQ(shl_msg_parse(buf, n, &msg, &st), 0);
+    ASSERT_INT_EQ(msg.body.len, body.len);
+    ASSERT(memcmp(bson_get_data(&msg.body), bson_get_data(&body), body.len) == 0);
+    shl_msg_cleanup(&msg);
+    ASSERT_INT_EQ(shl_msg_check_bson(bson_get_data(&body), body.len, &st), 0);
+    /* A name whose NUL is its document's last byte (no EOO left) is refused. */
+    ASSERT_INT_EQ(parse_body((const uint8_t *)"\x08\0\0\0\x0a\xff\xfe\0", 8),
+                  SHL_CODE_INVALID_BSON);
+    bson_free(buf);
+    bson_destroy(&body);
 }
 
 SHL_TEST(op_msg_sequence_keeps_body_bytes)

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
+
 void
 qpath_init(qpath_t *p, const char *dotted, size_t len)
 {
@@ -205,13 +207,17 @@ query_value_to_json(const bson_value_t *v)
     }
     bson_append_value(&tmp, "v", 1, v);
     json = bson_as_relaxed_extended_json(&tmp, &len);
-    bson_destroy(&tmp);
     /* json is "{ \"v\" : <value> }": keep <value>. */
     if (json != NULL && len > 10) {
         out = bson_strndup(json + 8, len - 10);
     } else {
-        out = bson_strdup("?");
+        /* libbson renders nothing when a name or string is not UTF-8 (the wire accepts
+         * them, as MongoDB does): the log renderer's {"v":<value>} then, with U+FFFD. */
+        bson_free(json);
+        json = shl_log_json_from_bson(&tmp, false, &len);
+        out = bson_strndup(json + 5, len - 6);
     }
+    bson_destroy(&tmp);
     bson_free(json);
     return out;
 }

@@ -17,6 +17,7 @@
 #include <sys/time.h>
 
 #include "bson/bson_compare.h"
+#include "bson/bson_util.h"
 #include "query/expression.h"
 #include "query/mdoc.h"
 #include "query/projection.h"
@@ -905,7 +906,7 @@ shl_update_new(const bson_value_t *uv, const bson_t *array_filters, shl_update_t
     }
     for (size_t i = 0; i < u->nfilters; i++) {
         if (!u->filters[i].used) {
-            js = bson_as_relaxed_extended_json(&spec, NULL);
+            js = shl_bson_as_json(&spec);
             ret = shl_status_set(st, SHL_CODE_FAILED_TO_PARSE,
                                  "The array filter for identifier '%s' was not used in the update "
                                  "%s",

@@ -217,7 +217,7 @@ set_one(shl_router_shards_t *out, const char *shard)
 static char *
 key_pattern_json(const shl_router_routing_t *rr)
 {
-    return bson_as_relaxed_extended_json(&shl_routing_table_key_pattern(rr->rt)->pattern, NULL);
+    return shl_bson_as_json(&shl_routing_table_key_pattern(rr->rt)->pattern);
 }
 
 /* ---- targeting one statement ---- */
@@ -292,7 +292,7 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         goto done;
     }
     if (!multi && !is_exact_id_query(&q)) {
-        json = bson_as_relaxed_extended_json(stmt, NULL);
+        json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "A {multi:false} update on a sharded collection must contain an exact match on "
@@ -343,7 +343,7 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         goto done;
     }
     if (!multi && !is_exact_id_query(&q)) {
-        json = bson_as_relaxed_extended_json(stmt, NULL);
+        json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
         SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
                  "A single delete on a sharded collection must contain an exact match on _id "

@@ -207,8 +207,8 @@ done:
 static void
 range_to_string(const bson_t *min, const bson_t *max, char *out, size_t n)
 {
-    char *a = bson_as_relaxed_extended_json(min, NULL);
-    char *b = bson_as_relaxed_extended_json(max, NULL);
+    char *a = shl_bson_as_json(min);
+    char *b = shl_bson_as_json(max);
 
     snprintf(out, n, "[%s, %s)", a, b);
     bson_free(a);

@@ -955,8 +955,8 @@ batch_size(bool *pause)
 static void
 range_string(const shl_range_task_t *t, char *buf, size_t len)
 {
-    char *a = bson_as_relaxed_extended_json(t->min, NULL);
-    char *b = bson_as_relaxed_extended_json(t->max, NULL);
+    char *a = shl_bson_as_json(t->min);
+    char *b = shl_bson_as_json(t->max);
 
     snprintf(buf, len, "[%s, %s)", a, b);
     bson_free(a);

@@ -1517,8 +1517,8 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
             goto done;
         }
         {
-            char *want = bson_as_relaxed_extended_json(&norm, NULL);
-            char *have = bson_as_relaxed_extended_json(same->spec, NULL);
+            char *want = shl_bson_as_json(&norm);
+            char *have = shl_bson_as_json(same->spec);
             shl_status_set(st, SHL_CODE_INDEX_KEY_SPECS_CONFLICT,
                            "An existing index has the same name as the requested index. When "
                            "index names are not specified, they are auto generated and can "
@@ -1708,7 +1708,7 @@ coll_mod_find_index(const shl_collection_t *c, const bson_t *ix, const shl_index
         bson_init_static(&key, data, len);
         *out = shl_collection_find_index_by_key(c, &key);
         if (*out == NULL) {
-            char *s = bson_as_relaxed_extended_json(&key, NULL);
+            char *s = shl_bson_as_json(&key);
             shl_status_set(st, SHL_CODE_INDEX_NOT_FOUND, "cannot find index %s for ns %s", s,
                            c->ns);
             bson_free(s);

@@ -1,7 +1,8 @@
 /*
  * fuzz_bson.c -- libFuzzer target for BSON validation as the server does it: the
  * input is a document, framed as the body of an OP_MSG and read through
- * shl_msg_parse (the read_doc path: length checks, bson_init_static, bson_validate),
+ * shl_msg_parse (the read_doc path: length checks and the structure check), judged
+ * against an independent oracle of MongoDB's default validation (fuzz_bson_check),
  * then walked with iterators the way a command reads its arguments.
  */
 #include <stdlib.h>
@@ -9,6 +10,9 @@
 
 #include "fuzz_walk.h"
 #include "net/message.h"
+
+/* MongoDB's BSONDepth::kDefaultMaxAllowableDepth: levels below the top document. */
+#define MAX_DEPTH 200
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,6 +39,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     shl_message_t msg;
     shl_status_t st = SHL_STATUS_INIT;
     bson_t view;
+    int rc;
 
     if (n > SHL_MAX_MESSAGE_SIZE) {
         return 0;
@@ -49,15 +54,16 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf + 21, data, size);
 
     /*
-     * The parser accepts only documents that read back cleanly, returns the bytes it
-     * was given, and refuses a document libbson and a strict walk both accept only
-     * when it nests too deep. (Bytes after the document are read as further
-     * sections, so there only the document's declared length counts.)
+     * The parser agrees with the oracle (fuzz_bson_check: MongoDB's structural check, no
+     * UTF-8), returns the bytes it was given, and what it accepts reads back cleanly.
+     * Bytes after the document are read as further sections, so when there are any,
+     * only an acceptance is judged, on the document's declared length.
      */
-    if (shl_msg_parse(buf, n, &msg, &st) == 0) {
+    rc = shl_msg_parse(buf, n, &msg, &st);
+    if (rc == 0) {
         uint32_t dl = get_u32(data);
-        if (dl > size || !bson_init_static(&view, data, dl) ||
-            !bson_validate(&view, BSON_VALIDATE_NONE, NULL) || !fuzz_walk_doc(&view)) {
+        if (dl > size || fuzz_bson_check(data, dl, MAX_DEPTH) != FUZZ_BSON_OK ||
+            !bson_init_static(&view, data, dl) || !fuzz_walk_doc(&view)) {
             abort();
         }
         if (dl == size && memcmp(bson_get_data(&msg.body), data, size) != 0) {
@@ -66,10 +72,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!fuzz_walk_doc(&msg.body)) {
             abort();
         }
-    } else if (st.code != SHL_CODE_OVERFLOW && size <= SHL_MAX_BSON_INTERNAL_SIZE &&
-               bson_init_static(&view, data, size) &&
-               bson_validate(&view, BSON_VALIDATE_NONE, NULL) && fuzz_walk_doc(&view)) {
-        abort();
+    } else if (size <= SHL_MAX_BSON_INTERNAL_SIZE && size >= 4 && get_u32(data) == size) {
+        fuzz_bson_verdict_t want = fuzz_bson_check(data, size, MAX_DEPTH);
+        if (want == FUZZ_BSON_OK || (want == FUZZ_BSON_TOO_DEEP) != (rc == SHL_CODE_OVERFLOW) ||
+            (want == FUZZ_BSON_INVALID) != (rc == SHL_CODE_INVALID_BSON)) {
+            abort();
+        }
     }
     shl_msg_cleanup(&msg);
     free(buf);

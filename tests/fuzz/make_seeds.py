@@ -77,6 +77,11 @@ DOCS = {
 }
 
 
+def raw_doc(elements):
+    """A document from raw element bytes (bson.encode refuses names that are not UTF-8)."""
+    return struct.pack("<i", 4 + len(elements) + 1) + elements + b"\x00"
+
+
 def write(folder, name, data):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, name), "wb") as f:
@@ -93,6 +98,21 @@ def main():
               b"\x0es\x00" + struct.pack("<i", 4) + b"sym\x00")
     write(os.path.join(HERE, "corpus", "bson"), "legacy_types",
           struct.pack("<i", 4 + len(legacy) + 1) + legacy + b"\x00")
+    # Names and strings that are not UTF-8, which MongoDB accepts (docs/design/utf8.md), at
+    # the top and nested, after a code-with-scope element: libbson 1.23's bson_validate
+    # stops checking there, so the old oracle took them for valid and the parser refused
+    # them (make fuzz's first failure).
+    cws = bson.encode({"c": Code("f", {"x": 1})})[4:-1]
+    names = (cws + b"\x10fi\xffnd\x00" + struct.pack("<i", 1) +
+             b"\x03d\x00" + raw_doc(b"\x02$r\x9bf\x00" + struct.pack("<i", 4) + b"x\xc3y\x00"))
+    write(os.path.join(HERE, "corpus", "bson"), "names_not_utf8", raw_doc(names))
+    body = raw_doc(b"\x02insert\x00" + struct.pack("<i", 2) + b"c\x00" +
+                   b"\x02$db\x00" + struct.pack("<i", 5) + b"test\x00")
+    seq = b"docs\xfe\x00" + raw_doc(b"\x10a\xff\x00" + struct.pack("<i", 1))
+    payload = (struct.pack("<I", 0) + b"\x00" + body + b"\x01" +
+               struct.pack("<i", 4 + len(seq)) + seq)
+    write(os.path.join(HERE, "corpus", "message"), "sequence_names_not_utf8",
+          struct.pack("<iiii", 16 + len(payload), 1, 0, OP_MSG) + payload)
 
 
 if __name__ == "__main__":
