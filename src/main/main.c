@@ -77,7 +77,6 @@ serve(shl_service_ctx_t *svc)
 {
     shl_status_t st = SHL_STATUS_INIT;
 
-    shl_server_install_signal_handlers(svc);
     if (shl_server_start(svc, shl_opt_str(SHL_OPT_bind_ip), (int)shl_opt_int(SHL_OPT_port), &st) !=
         0) {
         SHL_LOG_ERROR(CONTROL, 4615613, "cannot listen", "error", BCON_UTF8(st.reason));
@@ -86,7 +85,11 @@ serve(shl_service_ctx_t *svc)
     return shl_server_wait(svc);
 }
 
-/* A role's start-up: prepare 'svc' and register its commands; 0 or the exit code. */
+/* What a role's start-up returns when a signal stopped it before it was up: exit 0. */
+#define RC_STOPPED_IN_STARTUP (-1)
+
+/* A role's start-up: prepare 'svc' and register its commands; 0, RC_STOPPED_IN_STARTUP or
+ * the exit code. */
 typedef int (*role_init_fn)(shl_service_ctx_t *svc, shl_command_registry_t *reg);
 
 /*
@@ -114,8 +117,16 @@ run_process(const char *what, int argc, char **argv, int (*role_of)(shl_role_t *
     svc.commands = reg;
     snprintf(svc.set_name, sizeof(svc.set_name), "%s", shl_opt_str(SHL_OPT_replSet));
     set_me(&svc);
+    /* Signals first: a SIGTERM during start-up (a long recovery, a router waiting for its
+     * config server) is a clean shutdown once the role is up, or ends the wait. */
+    shl_server_install_signal_handlers(&svc);
     if ((rc = init(&svc, reg)) == 0) {
         rc = serve(&svc);
+    } else if (rc == RC_STOPPED_IN_STARTUP) {
+        if (svc.hooks.shutdown != NULL) {
+            svc.hooks.shutdown(&svc);
+        }
+        rc = 0;
     }
     shl_service_ctx_cleanup(&svc);
 done:
@@ -186,7 +197,12 @@ router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
                  BCON_UTF8(shl_opt_str(SHL_OPT_configdb)));
     int rc = 0;
 
-    if (shl_router_init(svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0) {
+    if (shl_router_init(svc, reg, shl_opt_str(SHL_OPT_configdb), &st) != 0 &&
+        st.code == SHL_CODE_INTERRUPTED_AT_SHUTDOWN) {
+        /* Stopped while it waited for the config server: a clean exit, as mongos's. */
+        SHL_LOG_INFO(CONTROL, 22850, "Shutdown called before the router finished starting up");
+        rc = RC_STOPPED_IN_STARTUP;
+    } else if (st.code != 0) {
         fprintf(stderr, "shale router: %s\n", st.reason);
         SHL_LOG_ERROR(CONTROL, 4615615, "start-up failed", "error", BCON_UTF8(st.reason));
         rc = 2;

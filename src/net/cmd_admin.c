@@ -21,6 +21,7 @@
 #include "net/command_args.h"
 #include "net/common_commands.h"
 #include "net/server.h"
+#include "net/topology.h"
 
 #define FCV_PARAM "featureCompatibilityVersion"
 #define FCV_VERSION "7.0"
@@ -403,9 +404,10 @@ cmd_server_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         BSON_APPEND_INT32(&sub, "totalCreated", (int32_t)atomic_load(&c->conn_total));
         BSON_APPEND_INT32(&sub, "active", (int32_t)atomic_load(&c->conn_active));
         BSON_APPEND_INT32(&sub, "threaded", (int32_t)cur);
-        BSON_APPEND_INT32(&sub, "exhaustIsMaster", 0);
-        BSON_APPEND_INT32(&sub, "exhaustHello", 0);
-        BSON_APPEND_INT32(&sub, "awaitingTopologyChanges", 0);
+        BSON_APPEND_INT32(&sub, "exhaustIsMaster",
+                          (int32_t)atomic_load(&svc->topology.exhaust_is_master));
+        BSON_APPEND_INT32(&sub, "exhaustHello", (int32_t)atomic_load(&svc->topology.exhaust_hello));
+        BSON_APPEND_INT32(&sub, "awaitingTopologyChanges", shl_topology_waiting(svc));
         bson_append_document_end(reply, &sub);
     }
     if (section_wanted(cmd, "mem")) {

@@ -1,15 +1,19 @@
 /*
  * cmd_hello.c -- the handshake: hello / isMaster / ismaster (with client metadata,
- * helloOk, internalClient), ping and buildInfo, answered with MongoDB 7.0's fields.
+ * helloOk, internalClient, topologyVersion and the awaitable form with maxAwaitTimeMS;
+ * net/topology.h), ping and buildInfo, answered with MongoDB 7.0's fields.
  */
 #include <string.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "net/common_commands.h"
 #include "net/message.h"
 #include "net/server.h"
+#include "net/topology.h"
 
 static int
 record_client(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st)
@@ -56,14 +60,128 @@ done:
     return ret;
 }
 
+/* The awaitable hello's arguments; has_version says whether the client sent them. */
+typedef struct await_args {
+    bool has_version;
+    bson_oid_t process_id;
+    int64_t counter;
+    int64_t max_await_ms;
+} await_args_t;
+
+/* MongoDB's codes for the awaitable hello's errors: mongos has its own set. */
+static int
+await_code(const shl_service_ctx_t *svc, int node_code, int router_code)
+{
+    return svc->role == SHL_ROLE_ROUTER ? router_code : node_code;
+}
+
+/* topologyVersion as its IDL type parses it: {processId: objectId, counter: long}, exactly. */
+static int
+parse_topology_version(const bson_iter_t *field, await_args_t *a, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool have_pid = false, have_counter = false;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(field) || !bson_iter_recurse(field, &it)) {
+        SHL_FAIL(st, 10065, "invalid parameter: expected an object (topologyVersion)");
+    }
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "processId") == 0) {
+            if (!BSON_ITER_HOLDS_OID(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'TopologyVersion.processId' is the wrong type '%s', "
+                         "expected type 'objectId'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            bson_oid_copy(bson_iter_oid(&it), &a->process_id);
+            have_pid = true;
+        } else if (strcmp(k, "counter") == 0) {
+            if (!BSON_ITER_HOLDS_INT64(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'TopologyVersion.counter' is the wrong type '%s', "
+                         "expected type 'long'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            a->counter = bson_iter_int64(&it);
+            have_counter = true;
+        } else {
+            SHL_FAIL(st, 40415, "BSON field 'TopologyVersion.%s' is an unknown field.", k);
+        }
+    }
+    if (!have_pid || !have_counter) {
+        SHL_FAIL(st, 40414, "BSON field 'TopologyVersion.%s' is missing but a required field",
+                 have_pid ? "counter" : "processId");
+    }
+    a->has_version = true;
+done:
+    return ret;
+}
+
+/*
+ * topologyVersion and maxAwaitTimeMS come together or not at all; the counter and the wait
+ * are not negative. Codes as MongoDB's (31368/31372/31373 on a node, 51760/51758/51759 on a
+ * router).
+ */
+static int
+parse_await_args(shl_service_ctx_t *svc, const bson_t *cmd, await_args_t *a, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    bool has_max = false;
+
+    memset(a, 0, sizeof(*a));
+    if (bson_iter_init_find(&it, cmd, "topologyVersion")) {
+        SHL_ERR(parse_topology_version(&it, a, st));
+    }
+    if (bson_iter_init_find(&it, cmd, "maxAwaitTimeMS")) {
+        if (!BSON_ITER_HOLDS_NUMBER(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field 'maxAwaitTimeMS' is the wrong type '%s', expected types "
+                     "'[long, int, decimal, double]'",
+                     shl_bson_type_name(shl_iter_type(&it)));
+        }
+        a->max_await_ms = bson_iter_as_int64(&it);
+        has_max = true;
+    }
+    if (a->has_version != has_max) {
+        SHL_FAIL(st, await_code(svc, 31368, 51760),
+                 a->has_version ? "A request with a 'topologyVersion' must include 'maxAwaitTimeMS'"
+                                : "A request with 'maxAwaitTimeMS' must include a "
+                                  "'topologyVersion'");
+    }
+    if (a->has_version && a->counter < 0) {
+        SHL_FAIL(st, await_code(svc, 31372, 51758),
+                 "topologyVersion must have a non-negative counter");
+    }
+    if (has_max && a->max_await_ms < 0) {
+        SHL_FAIL(st, await_code(svc, 31373, 51759), "maxAwaitTimeMS must be a non-negative integer");
+    }
+done:
+    return ret;
+}
+
 static int
 run_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st, bool legacy_name)
 {
     int ret = 0;
     bson_iter_t it;
     shl_service_ctx_t *svc = op->svc;
+    await_args_t aw;
 
     SHL_ERR(record_client(op, cmd, st));
+    SHL_ERR(parse_await_args(svc, cmd, &aw, st));
+    /* A router in quiesce mode turns every hello away, so clients move to another router
+     * while what they already sent here still runs (seeds/000 "Quiesce mode on shutdown"). */
+    if (svc->role == SHL_ROLE_ROUTER && shl_topology_quiescing(svc)) {
+        SHL_FAIL(st, SHL_CODE_SHUTDOWN_IN_PROGRESS,
+                 "The router is in quiesce mode and will shut down");
+    }
+    if (aw.has_version) {
+        SHL_ERR(shl_topology_await(op, &aw.process_id, aw.counter, aw.max_await_ms,
+                                   await_code(svc, 31382, 51761), st));
+    }
     if (bson_iter_init_find(&it, cmd, "helloOk") && bson_iter_as_bool(&it)) {
         BSON_APPEND_BOOL(reply, "helloOk", true);
     }
@@ -85,6 +203,7 @@ run_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st, 
     if (svc->hooks.append_hello != NULL) {
         svc->hooks.append_hello(op, reply);
     }
+    shl_topology_append(svc, reply, "topologyVersion");
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", SHL_MAX_BSON_SIZE);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", SHL_MAX_MESSAGE_SIZE);
     BSON_APPEND_INT32(reply, "maxWriteBatchSize", SHL_MAX_WRITE_BATCH);

@@ -21,11 +21,13 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/options.h"
 #include "net/client.h"
 #include "net/op_context.h"
 #include "net/service.h"
+#include "net/topology.h"
 
 #define MAX_LISTENERS 8
 #define CONN_STACK_SIZE (4 * 1024 * 1024)
@@ -47,9 +49,14 @@ typedef struct server {
     atomic_llong shutdown_timeout_ms;
 } server_t;
 
+/* Holds a router in quiesce mode until switched off (MongoDB's fail point of that name). */
+SHL_FAILPOINT_DEFINE(hangDuringQuiesceMode)
+
 /* One server per process; reached from the signal handler. */
 static server_t *the_server;
 static shl_service_ctx_t *the_svc;
+/* A shutdown was requested (possibly before the_server existed); set from a signal handler. */
+static atomic_bool shutdown_requested;
 
 /*
  * A connection reads into one buffer as many bytes as the socket has, so a request
@@ -300,6 +307,60 @@ any_op_running(server_t *srv)
     return running;
 }
 
+/* Whether a client connection other than the one that asked for the shutdown is open
+ * (cluster processes, which said internalClient, do not count). Under srv->lock. */
+static bool
+any_client_connected(server_t *srv)
+{
+    bool any = false;
+    for (shl_conn_t *c = srv->conns; c != NULL && !any; c = c->next) {
+        any = !c->internal && !atomic_load(&c->close_now);
+    }
+    return any;
+}
+
+/*
+ * A router's quiesce mode (seeds/000 "Quiesce mode on shutdown"): the topology version moves,
+ * waiting awaitable hellos answer ShutdownInProgress at once and so does every new hello,
+ * while new and running operations go on -- the listener keeps accepting -- until the
+ * period is over. Drivers that see the error route to another router. Shale ends the period
+ * early once no client connection is left: nobody remains to serve (mongos sleeps the whole
+ * period). Returns the monotonic time the period ends.
+ */
+static int64_t
+quiesce_begin(server_t *srv)
+{
+    int64_t ms = atomic_load(&srv->shutdown_timeout_ms);
+
+    /* The shutdown command's timeoutSecs, or for a signal the option as it is now
+     * (setParameter may have changed it; the signal handler cannot read options). */
+    if (ms < 0) {
+        ms = shl_opt_int(SHL_OPT_mongosShutdownTimeoutMillisForSignaledShutdown);
+    }
+    shl_topology_change(the_svc, true);
+    SHL_LOG_INFO(CONTROL, 4695701, "Entering quiesce mode for router shutdown", "quiesceTimeMillis",
+                 BCON_INT64(ms));
+    return shl_clock_mono_us() + ms * 1000;
+}
+
+/* Whether the quiesce period ending at 'end_us' is over (hangDuringQuiesceMode holds it). */
+static bool
+quiesce_over(server_t *srv, int64_t end_us)
+{
+    bool over;
+
+    if (SHL_FAILPOINT_FIRES(hangDuringQuiesceMode)) {
+        return false;
+    }
+    pthread_mutex_lock(&srv->lock);
+    over = shl_clock_mono_us() >= end_us || !any_client_connected(srv);
+    pthread_mutex_unlock(&srv->lock);
+    if (over) {
+        SHL_LOG_INFO(CONTROL, 4695702, "Exiting quiesce mode for router shutdown");
+    }
+    return over;
+}
+
 /* The shutdown sequence, run on the listener thread once woken. */
 static void
 shut_down(server_t *srv, shl_service_ctx_t *svc)
@@ -307,15 +368,21 @@ shut_down(server_t *srv, shl_service_ctx_t *svc)
     int64_t timeout_ms = atomic_load(&srv->shutdown_timeout_ms);
     int64_t deadline;
 
-    if (timeout_ms < 0) {
-        /* A signal: the option as it is now (setParameter may have changed it since the
-         * start; the signal handler cannot read options). */
+    if (svc->role == SHL_ROLE_ROUTER) {
+        /* As mongos: once quiesce mode is over, what still runs is interrupted. */
+        timeout_ms = 0;
+    } else if (timeout_ms < 0) {
         timeout_ms = shl_opt_int(SHL_OPT_shutdownTimeoutMillisForSignaledShutdown);
     }
     deadline = shl_clock_mono_us() + timeout_ms * 1000;
 
     SHL_LOG_INFO(CONTROL, 4784900, "Shutting down", "timeoutMillis", BCON_INT64(timeout_ms));
     atomic_store(&svc->shutting_down, true);
+    if (svc->role != SHL_ROLE_ROUTER) {
+        /* A data node stops being primary (it has no secondary to hand over to): a topology
+         * change, so awaitable hellos answer now rather than hold the shutdown up. */
+        shl_topology_change(svc, false);
+    }
     for (int i = 0; i < srv->nlisten; i++) {
         close(srv->listen_fds[i]);
     }
@@ -377,6 +444,9 @@ listener_main(void *arg)
     struct pollfd pfds[MAX_LISTENERS + 1];
     bool stop = false;
 
+    bool quiescing = false;
+    int64_t quiesce_end_us = 0;
+
     shl_log_set_thread_ctx("listener");
     while (!stop) {
         int n = 0;
@@ -387,12 +457,28 @@ listener_main(void *arg)
         }
         pfds[n].fd = srv->wake_pipe[0];
         pfds[n].events = POLLIN;
-        if (poll(pfds, (nfds_t)n + 1, -1) < 0) {
+        if (quiescing && quiesce_over(srv, quiesce_end_us)) {
+            break;
+        }
+        /* In quiesce mode the listener also watches the period (50 ms slices). */
+        if (poll(pfds, (nfds_t)n + 1, quiescing ? 50 : -1) < 0) {
             continue;
         }
-        if (pfds[n].revents & POLLIN) {
-            stop = true;
-            break;
+        if ((pfds[n].revents & POLLIN) && !quiescing) {
+            char c;
+            if (svc->role != SHL_ROLE_ROUTER) {
+                stop = true;
+                break;
+            }
+            /* A router quiesces first, still accepting; a second request changes nothing. */
+            ssize_t r = read(srv->wake_pipe[0], &c, 1);
+            (void)r;
+            quiescing = true;
+            quiesce_end_us = quiesce_begin(srv);
+        } else if (pfds[n].revents & POLLIN) {
+            char c;
+            ssize_t r = read(srv->wake_pipe[0], &c, 1);
+            (void)r;
         }
         for (int i = 0; i < n; i++) {
             if (pfds[i].revents & POLLIN) {
@@ -519,6 +605,10 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
     }
     SHL_LOG_INFO(NETWORK, 23016, "Waiting for connections", "port", BCON_INT32(port), "ssl",
                  BCON_UTF8("off"));
+    if (atomic_load(&shutdown_requested)) {
+        /* A signal arrived during start-up, before there was a server to stop. */
+        shl_server_request_shutdown(svc, -1);
+    }
 done:
     bson_free(ips);
     if (ret != 0) {
@@ -544,6 +634,7 @@ shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms)
 {
     char c = 1;
     (void)svc;
+    atomic_store(&shutdown_requested, true);
     if (the_server == NULL) {
         return;
     }
@@ -559,6 +650,12 @@ on_signal(int sig)
 {
     (void)sig;
     shl_server_request_shutdown(the_svc, -1);
+}
+
+bool
+shl_server_shutdown_requested(void)
+{
+    return atomic_load(&shutdown_requested);
 }
 
 void

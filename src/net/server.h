@@ -53,7 +53,16 @@ int shl_server_wait(shl_service_ctx_t *svc);
  */
 void shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms);
 
-/* shl_server_install_signal_handlers -- SIGTERM/SIGINT start a shutdown; ignore SIGPIPE. */
+/*
+ * shl_server_shutdown_requested --
+ *     Whether a shutdown was asked for (a signal), also before the listener started: a
+ *     role's start-up that waits (a router waiting for its config server) stops waiting,
+ *     and a server started after such a request shuts down at once.
+ */
+bool shl_server_shutdown_requested(void);
+
+/* shl_server_install_signal_handlers -- SIGTERM/SIGINT start a shutdown (also one asked for
+ * during start-up, before the listener exists); ignore SIGPIPE. */
 void shl_server_install_signal_handlers(shl_service_ctx_t *svc);
 
 #endif

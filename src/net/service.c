@@ -14,6 +14,7 @@
 #include "bson/bson_util.h"
 #include "base/str.h"
 #include "net/message.h"
+#include "net/topology.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
 static bool
@@ -73,10 +74,18 @@ labels_retryable_writes(const shl_op_ctx_t *op, const shl_command_t *cmd)
  * a shutdown code while it is itself shutting down -- an error that came from a shard or the
  * config server gets no label from a router.
  */
+/* Whether this process is on its way out: shutting down, or a router in quiesce mode
+ * (whose own ShutdownInProgress to hello must reach the client as such). */
+static bool
+leaving(const shl_service_ctx_t *svc)
+{
+    return atomic_load(&svc->shutting_down) || shl_topology_quiescing(svc);
+}
+
 static bool
 retryable_write_error(const shl_service_ctx_t *svc, int code)
 {
-    if (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) && atomic_load(&svc->shutting_down)) {
+    if (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) && leaving(svc)) {
         return true;
     }
     return svc->role != SHL_ROLE_ROUTER && shl_code_in_category(code, SHL_CAT_RETRIABLE_ERROR);
@@ -125,8 +134,7 @@ state_change_code(const shl_service_ctx_t *svc, const bson_t *node)
     }
     code = (int)bson_iter_as_int64(&it);
     return shl_code_in_category(code, SHL_CAT_NOT_PRIMARY_ERROR) ||
-           (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) &&
-            !atomic_load(&svc->shutting_down));
+           (shl_code_in_category(code, SHL_CAT_SHUTDOWN_ERROR) && !leaving(svc));
 }
 
 /* 'msg' with "not master" and "node is recovering" masked, into buf. */
@@ -396,6 +404,13 @@ done:
             }
             shl_status_append_reply(&st, reply);
         }
+        /* A shutdown error of this process's own tells the client which topology version
+         * it belongs to, as MongoDB's replies do (a driver then ignores stale ones). */
+        if (shl_code_in_category(st.code, SHL_CAT_SHUTDOWN_ERROR) &&
+            leaving(svc) &&
+            !shl_bson_iter_find_key(&it, reply, "topologyVersion")) {
+            shl_topology_append(svc, reply, "topologyVersion");
+        }
         SHL_LOG_DEBUG(1, COMMAND, 51803, "command failed", "command", BCON_UTF8(name), "code",
                       BCON_INT32(st.code), "errmsg", BCON_UTF8(st.reason));
     } else if (!*close_conn) {
@@ -454,8 +469,11 @@ shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *
 /* requestID of the replies this process sends. */
 static atomic_int next_reply_id = 1;
 
+/* Send 'reply' to the request 'response_to' with OP_MSG 'flags'; *id_out (may be NULL)
+ * receives the reply's requestID. */
 static bool
-send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
+send_reply_flags(shl_conn_t *conn, const shl_message_t *msg, int32_t response_to, uint32_t flags,
+                 const bson_t *reply, int32_t *id_out)
 {
     uint8_t *out;
     size_t n;
@@ -463,13 +481,128 @@ send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
     int32_t id = atomic_fetch_add(&next_reply_id, 1);
 
     if (msg->legacy || msg->hdr.opcode != SHL_OP_MSG) {
-        out = shl_msg_build_op_reply(id, msg->hdr.request_id, reply, &n);
+        out = shl_msg_build_op_reply(id, response_to, reply, &n);
     } else {
-        out = shl_msg_build_op_msg(id, msg->hdr.request_id, 0, reply, &n);
+        out = shl_msg_build_op_msg(id, response_to, flags, reply, &n);
     }
     ok = shl_conn_write_all(conn, out, n);
     bson_free(out);
+    if (id_out != NULL) {
+        *id_out = id;
+    }
     return ok;
+}
+
+static bool
+send_reply(shl_conn_t *conn, const shl_message_t *msg, const bson_t *reply)
+{
+    return send_reply_flags(conn, msg, msg->hdr.request_id, 0, reply, NULL);
+}
+
+/*
+ * The streaming hello (SDAM's streaming protocol): an OP_MSG awaitable hello with
+ * exhaustAllowed gets replies with moreToCome, one each time the topology version moves or
+ * maxAwaitTimeMS passes, without further requests. Returns the name's counter in
+ * serverStatus, or NULL when 'body' is not such a hello.
+ */
+static atomic_llong *
+exhaust_counter(shl_service_ctx_t *svc, const shl_message_t *msg, const bson_t *body)
+{
+    bson_iter_t it;
+    const char *name;
+
+    if (msg->legacy || !(msg->flags & SHL_MSG_EXHAUST_ALLOWED) ||
+        (msg->flags & SHL_MSG_MORE_TO_COME) || !bson_iter_init(&it, body) || !shl_iter_next(&it)) {
+        return NULL;
+    }
+    name = shl_iter_key(&it);
+    if (!shl_bson_iter_find_key(&it, body, "topologyVersion") ||
+        !shl_bson_iter_find_key(&it, body, "maxAwaitTimeMS")) {
+        return NULL;
+    }
+    if (strcmp(name, "hello") == 0) {
+        return &svc->topology.exhaust_hello;
+    }
+    if (strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0) {
+        return &svc->topology.exhaust_is_master;
+    }
+    return NULL;
+}
+
+/* Whether a streamed hello's 'reply' lets the stream go on: it succeeded and the process is
+ * neither shutting down nor closing the connection. */
+static bool
+stream_continues(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *reply)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, reply, "ok") && bson_iter_as_double(&it) == 1.0 &&
+           bson_iter_init_find(&it, reply, "topologyVersion") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+           !atomic_load(&svc->shutting_down) && !atomic_load(&conn->close_now);
+}
+
+/* A new document: 'body' with its topologyVersion replaced by the one in 'reply' (the next
+ * request of a stream, as the client would have sent it). */
+static bson_t *
+next_stream_request(const bson_t *body, const bson_t *reply)
+{
+    bson_iter_t it, tv;
+    bson_t *out = bson_new();
+
+    bson_iter_init_find(&tv, reply, "topologyVersion");
+    bson_iter_init(&it, body);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "topologyVersion") == 0) {
+            bson_append_iter(out, "topologyVersion", -1, &tv);
+        } else {
+            bson_append_iter(out, NULL, 0, &it);
+        }
+    }
+    return out;
+}
+
+/*
+ * Answer a streaming hello until it ends: each reply that lets the stream go on carries
+ * moreToCome and answers the previous reply. One connection thread serves one stream, as
+ * it serves one request at a time; it sleeps in the topology wait between replies. Returns
+ * whether to keep the connection.
+ */
+static bool
+stream_hello(shl_service_ctx_t *svc, shl_conn_t *conn, const shl_message_t *msg,
+             atomic_llong *counter, const bson_t *first)
+{
+    bson_t *body = NULL, *next;
+    bson_t reply;
+    int32_t response_to = msg->hdr.request_id, sent_id = 0;
+    bool more = stream_continues(svc, conn, first), close_conn = false, keep;
+
+    atomic_fetch_add(counter, 1);
+    keep = send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0, first,
+                            &sent_id);
+    if (more) {
+        body = next_stream_request(&msg->body, first);
+    }
+    while (keep && more) {
+        response_to = sent_id;
+        dispatch(svc, conn, body, NULL, false, &reply, &close_conn);
+        if (close_conn || atomic_load(&conn->close_now)) {
+            keep = false;
+        } else {
+            more = stream_continues(svc, conn, &reply);
+            keep = send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0,
+                                    &reply, &sent_id);
+            if (more) {
+                next = next_stream_request(body, &reply);
+                bson_destroy(body);
+                body = next;
+            }
+        }
+        bson_destroy(&reply);
+    }
+    if (body != NULL) {
+        bson_destroy(body);
+    }
+    atomic_fetch_sub(counter, 1);
+    return keep;
 }
 
 /* The OP_REPLY MongoDB 7.0 sends for removed legacy reads (OP_QUERY on a collection, GET_MORE). */
@@ -545,6 +678,7 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
     shl_status_t st = SHL_STATUS_INIT;
     bson_t reply;
     bool keep = true, close_conn = false;
+    atomic_llong *stream = NULL;
 
     if (len >= SHL_MSG_HEADER_LEN) {
         shl_msg_header_t hdr;
@@ -597,6 +731,8 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
     if (close_conn || atomic_load(&conn->close_now)) {
         /* failCommand closeConnection, or shutdown: the client sees the connection close. */
         keep = false;
+    } else if ((stream = exhaust_counter(svc, &msg, &msg.body)) != NULL) {
+        keep = stream_hello(svc, conn, &msg, stream, &reply);
     } else if (!(msg.flags & SHL_MSG_MORE_TO_COME)) {
         keep = send_reply(conn, &msg, &reply);
     }

@@ -15,6 +15,9 @@ shl_service_ctx_init(shl_service_ctx_t *svc, shl_role_t role)
     svc->start_wall_ms = shl_clock_wall_ms();
     svc->start_mono_us = shl_clock_mono_us();
     pthread_mutex_init(&svc->ops_mu, NULL);
+    pthread_mutex_init(&svc->topology.mu, NULL);
+    pthread_cond_init(&svc->topology.changed, NULL);
+    bson_oid_init(&svc->topology.process_id, NULL);
 }
 
 void

@@ -49,6 +49,21 @@ typedef struct shl_counters {
     atomic_llong op_command;
 } shl_counters_t;
 
+/*
+ * The process's TopologyVersion (net/topology.h): what hello reports as
+ * {processId, counter}, and the awaitable hellos waiting for it to move.
+ */
+typedef struct shl_topology {
+    pthread_mutex_t mu;
+    pthread_cond_t changed;   /* broadcast when counter moves */
+    bson_oid_t process_id;    /* made at start-up; read-only */
+    int64_t counter;          /* guarded by mu */
+    atomic_bool quiescing;    /* a router in quiesce mode; written under mu, read without */
+    int32_t waiting;          /* awaitable hellos waiting; guarded by mu */
+    atomic_llong exhaust_hello;     /* connections streaming hello (exhaust); serverStatus */
+    atomic_llong exhaust_is_master; /* the same for isMaster */
+} shl_topology_t;
+
 /* Hooks a role installs; any may be NULL. Called without service locks held. */
 typedef struct shl_service_hooks {
     /* Role-specific fields of hello/isMaster (setName, hosts, msg: "isdbgrid", ...). */
@@ -90,6 +105,7 @@ typedef struct shl_service_ctx {
     shl_counters_t counters;
     atomic_bool shutting_down; /* set once by shutdown */
     atomic_int shutdown_exit_code;
+    shl_topology_t topology; /* its own lock (see the type) */
 
     /* Operations in progress (currentOp / killOp; net/op_context.h). */
     pthread_mutex_t ops_mu;

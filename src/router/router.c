@@ -9,9 +9,11 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "net/common_commands.h"
 #include "net/reply_times.h"
+#include "net/server.h"
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -90,6 +92,38 @@ shutdown_router(shl_service_ctx_t *svc)
     svc->role_state = NULL;
 }
 
+/*
+ * Start-up phase 2 (seeds/000 "Mongos initialization"): the sharding state comes from the
+ * config server, so a router does not listen before it has loaded the shard registry from
+ * it; while the config server cannot be reached it retries, as mongos does. A signal ends
+ * the wait (InterruptedAtShutdown).
+ */
+static int
+wait_for_config_server(shl_router_t *r, shl_status_t *st)
+{
+    int ret = 0;
+    bool logged = false;
+
+    while (shl_shard_registry_reload(r->registry, st) != 0) {
+        if (!logged) {
+            SHL_LOG_WARNING(SHARDING, 22857,
+                            "Error initializing sharding state, retrying every second",
+                            "error", BCON_UTF8(st->reason));
+            logged = true;
+        }
+        for (int i = 0; i < 10 && !shl_server_shutdown_requested(); i++) {
+            shl_sleep_ms(100);
+        }
+        if (shl_server_shutdown_requested()) {
+            SHL_FAIL(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                     "shutdown requested while waiting for the config server");
+        }
+    }
+    shl_status_clear(st);
+done:
+    return ret;
+}
+
 int
 shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char *configdb,
                 shl_status_t *st)
@@ -124,6 +158,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     shl_router_commands_register(reg);
     shl_session_commands_register(reg);
     SHL_ERR(router_sessions_init(r, svc, st));
+    SHL_ERR(wait_for_config_server(r, st));
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));
 done:
     return ret;

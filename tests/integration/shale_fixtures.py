@@ -85,6 +85,12 @@ class ShaleProcess:
         if self.args and self.args[0] == "node":
             # Many nodes share one small machine in the tests.
             cmd += ["--wiredTigerCacheSizeGB", "0.25"]
+        if (self.args and self.args[0] == "router" and
+                not any("mongosShutdownTimeoutMillisForSignaledShutdown" in str(a)
+                        for a in extra)):
+            # A router's quiesce mode lasts 15 s by default; tests that stop routers do not
+            # wait for it unless they ask (MongoDB's own tests use 100 ms too).
+            cmd += ["--setParameter", "mongosShutdownTimeoutMillisForSignaledShutdown=100"]
         cmd += list(extra)
         self.cmdline = cmd
         self.log = open(self.logpath, "ab")
