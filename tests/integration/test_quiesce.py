@@ -5,7 +5,7 @@ loaded the sharding state from its config server (docs/design/startup_shutdown.m
 
 import signal
 import socket
-import struct
+import subprocess
 import threading
 import time
 
@@ -242,39 +242,32 @@ def test_quiesce_on_sigterm(qc, shale_process):
 
 def test_quiesce_lasts_the_configured_time(qc, shale_process):
     r = start_router(shale_process, qc, 1500)
-    c = r.client()
-    c.admin.command("ping")
+    s = wire_util.connect(r.port)  # a client that stays (a driver would leave)
     t0 = time.monotonic()
     r.proc.send_signal(signal.SIGTERM)
-    wait_until(lambda: r.proc.poll() is not None or
-               _hello_code(c) == 91, what="quiesce mode")
+    wait_until(lambda: raw(s, "admin", {"hello": 1}).get("code") == 91, what="quiesce mode")
+    assert raw(s, "admin", {"ping": 1})["ok"] == 1
     assert r.proc.wait(30) == 0
     took = time.monotonic() - t0
     # The client stayed connected, so the whole period passed.
     assert 1.3 <= took < 10, took
-    c.close()
-
-
-def _hello_code(c):
-    try:
-        hello(c)
-        return 0
-    except OperationFailure as e:
-        return e.code
+    s.close()
 
 
 def test_shutdown_command_on_a_router_quiesces_for_timeout_secs(qc, shale_process):
     r = start_router(shale_process, qc, 100)
     c = r.client()
-    other = r.client()
-    tv = hello(other)["topologyVersion"]
+    other = wire_util.connect(r.port)
+    tv = raw(other, "admin", {"hello": 1})["topologyVersion"]
     with pytest.raises(pymongo.errors.AutoReconnect):
         c.admin.command({"shutdown": 1, "timeoutSecs": 60})
-    # 60 s of quiesce mode (not the 100 ms of the signal's parameter): hello is refused.
-    wait_until(lambda: _hello_code(other) == 91, what="quiesce mode")
-    time.sleep(0.5)
-    assert r.proc.poll() is None
-    assert other.admin.command("ping")["ok"] == 1
+    # 60 s of quiesce mode (not the 100 ms of the signal's parameter): hello is refused
+    # while other commands are served.
+    err = raw(other, "admin", {"hello": 1})
+    assert err["code"] == 91 and err["topologyVersion"]["counter"] == tv["counter"] + 1
+    with pytest.raises(subprocess.TimeoutExpired):
+        r.proc.wait(1)
+    assert raw(other, "admin", {"ping": 1})["ok"] == 1
     t0 = time.monotonic()
     other.close()
     c.close()
@@ -311,17 +304,17 @@ def test_a_client_keeps_working_while_one_router_quiesces(qc, shale_process):
                             serverSelectionTimeoutMS=10000)
     errors, stop = [], threading.Event()
 
-    def work():
+    def work(k):
         i = 0
         while not stop.is_set():
             try:
-                c.movedb.c.insert_one({"_id": i})
-                assert c.movedb.c.find_one({"_id": i}) == {"_id": i}
+                c.movedb.c.insert_one({"_id": "%d-%d" % (k, i)})
+                assert c.movedb.c.find_one({"_id": "%d-%d" % (k, i)}) is not None
             except Exception as e:  # noqa: BLE001 -- any failure is the test's failure
                 errors.append(repr(e))
             i += 1
 
-    workers = [threading.Thread(target=work) for _ in range(2)]
+    workers = [threading.Thread(target=work, args=(k,)) for k in range(2)]
     for w in workers:
         w.start()
     try:
@@ -344,7 +337,8 @@ def test_a_data_node_answers_awaitable_hellos_when_it_shuts_down(shale_process):
     n = shale_process(["node", "--replSet", "rsq"], name="node-q")
     c = n.client(directConnection=True)
     tv = hello(c)["topologyVersion"]
-    s, first = stream_first(n.port, tv, 600000)
+    # A version of another process: the first reply comes at once, the next one waits.
+    s, first = stream_first(n.port, {"processId": ObjectId(), "counter": Int64(0)}, 600000)
     try:
         assert first.reply_flags & MORE_TO_COME
         t0 = time.monotonic()
@@ -365,7 +359,8 @@ def test_a_streaming_hello_to_a_router_ends_with_shutdown_in_progress(qc, shale_
     r = start_router(shale_process, qc, 100)
     c = r.client()
     tv = hello(c)["topologyVersion"]
-    s, first = stream_first(r.port, tv, 600000, name="isMaster")
+    s, first = stream_first(r.port, {"processId": ObjectId(), "counter": Int64(0)}, 600000,
+                            name="isMaster")
     try:
         assert first.reply_flags & MORE_TO_COME
         r.proc.send_signal(signal.SIGTERM)
