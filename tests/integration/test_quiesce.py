@@ -412,3 +412,24 @@ def test_sigterm_while_a_router_waits_for_its_config_server(shale_process):
                what="the router to wait for its config server")
     r.proc.send_signal(signal.SIGTERM)
     assert r.proc.wait(10) == 0
+
+
+def test_node_driver_keeps_working_while_one_router_quiesces(qc, shale_process):
+    import json
+    import os
+    from test_node_driver import HERE, node_binary
+    r1 = start_router(shale_process, qc, 3000, name="router-na")
+    r2 = start_router(shale_process, qc, 100, name="router-nb")
+    qc.router_client().admin.command("enableSharding", "nodequiesce", primaryShard="shard0")
+    reaper = Background(lambda: r1.proc.wait(90))  # so the script sees the pid go
+    out = subprocess.run([node_binary(), os.path.join(HERE, "quiesce.js"),
+                          "mongodb://%s,%s/" % (r1.host, r2.host), str(r1.proc.pid), r1.host],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    reaper.join(30)
+    assert reaper.result == 0
+    assert res["sentSignal"] and res["otherAtStop"] > 0, res
+    assert res["nerrors"] == 0, res
+    assert res["streaming"], res  # the driver's monitor used the streaming hello
+    qc.router_client().nodequiesce.command("dropDatabase")
