@@ -347,14 +347,13 @@ quiesce_begin(server_t *srv)
 static bool
 quiesce_over(server_t *srv, int64_t end_us)
 {
-    bool over;
+    bool over = false;
 
-    if (SHL_FAILPOINT_FIRES(hangDuringQuiesceMode)) {
-        return false;
+    if (!SHL_FAILPOINT_FIRES(hangDuringQuiesceMode)) {
+        pthread_mutex_lock(&srv->lock);
+        over = shl_clock_mono_us() >= end_us || !any_client_connected(srv);
+        pthread_mutex_unlock(&srv->lock);
     }
-    pthread_mutex_lock(&srv->lock);
-    over = shl_clock_mono_us() >= end_us || !any_client_connected(srv);
-    pthread_mutex_unlock(&srv->lock);
     if (over) {
         SHL_LOG_INFO(CONTROL, 4695702, "Exiting quiesce mode for router shutdown");
     }
@@ -442,9 +441,7 @@ listener_main(void *arg)
     shl_service_ctx_t *svc = arg;
     server_t *srv = the_server;
     struct pollfd pfds[MAX_LISTENERS + 1];
-    bool stop = false;
-
-    bool quiescing = false;
+    bool stop = false, quiescing = false;
     int64_t quiesce_end_us = 0;
 
     shl_log_set_thread_ctx("listener");
@@ -457,34 +454,29 @@ listener_main(void *arg)
         }
         pfds[n].fd = srv->wake_pipe[0];
         pfds[n].events = POLLIN;
-        if (quiescing && quiesce_over(srv, quiesce_end_us)) {
-            break;
-        }
-        /* In quiesce mode the listener also watches the period (50 ms slices). */
+        /* In quiesce mode the listener also watches the period, in 50 ms slices. */
         if (poll(pfds, (nfds_t)n + 1, quiescing ? 50 : -1) < 0) {
             continue;
         }
-        if ((pfds[n].revents & POLLIN) && !quiescing) {
+        if (pfds[n].revents & POLLIN) {
             char c;
+            ssize_t r = read(srv->wake_pipe[0], &c, 1);
+            (void)r;
             if (svc->role != SHL_ROLE_ROUTER) {
                 stop = true;
-                break;
+            } else if (!quiescing) {
+                /* A router quiesces first, still accepting; a second request changes
+                 * nothing. */
+                quiescing = true;
+                quiesce_end_us = quiesce_begin(srv);
             }
-            /* A router quiesces first, still accepting; a second request changes nothing. */
-            ssize_t r = read(srv->wake_pipe[0], &c, 1);
-            (void)r;
-            quiescing = true;
-            quiesce_end_us = quiesce_begin(srv);
-        } else if (pfds[n].revents & POLLIN) {
-            char c;
-            ssize_t r = read(srv->wake_pipe[0], &c, 1);
-            (void)r;
         }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n && !stop; i++) {
             if (pfds[i].revents & POLLIN) {
                 accept_one(srv, svc, pfds[i].fd);
             }
         }
+        stop = stop || (quiescing && quiesce_over(srv, quiesce_end_us));
     }
     shut_down(srv, svc);
     return NULL;

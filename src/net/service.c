@@ -509,24 +509,23 @@ static atomic_llong *
 exhaust_counter(shl_service_ctx_t *svc, const shl_message_t *msg, const bson_t *body)
 {
     bson_iter_t it;
-    const char *name;
+    const char *name = "";
+    atomic_llong *counter = NULL;
 
-    if (msg->legacy || !(msg->flags & SHL_MSG_EXHAUST_ALLOWED) ||
-        (msg->flags & SHL_MSG_MORE_TO_COME) || !bson_iter_init(&it, body) || !shl_iter_next(&it)) {
-        return NULL;
-    }
-    name = shl_iter_key(&it);
-    if (!shl_bson_iter_find_key(&it, body, "topologyVersion") ||
-        !shl_bson_iter_find_key(&it, body, "maxAwaitTimeMS")) {
-        return NULL;
+    if (!msg->legacy && (msg->flags & SHL_MSG_EXHAUST_ALLOWED) &&
+        !(msg->flags & SHL_MSG_MORE_TO_COME) && bson_iter_init(&it, body) && shl_iter_next(&it)) {
+        name = shl_iter_key(&it);
     }
     if (strcmp(name, "hello") == 0) {
-        return &svc->topology.exhaust_hello;
+        counter = &svc->topology.exhaust_hello;
+    } else if (strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0) {
+        counter = &svc->topology.exhaust_is_master;
     }
-    if (strcmp(name, "isMaster") == 0 || strcmp(name, "ismaster") == 0) {
-        return &svc->topology.exhaust_is_master;
+    if (counter != NULL && (!shl_bson_iter_find_key(&it, body, "topologyVersion") ||
+                            !shl_bson_iter_find_key(&it, body, "maxAwaitTimeMS"))) {
+        counter = NULL;
     }
-    return NULL;
+    return counter;
 }
 
 /* Whether a streamed hello's 'reply' lets the stream go on: it succeeded and the process is
