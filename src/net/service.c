@@ -552,6 +552,8 @@ next_stream_request(const bson_t *body, const bson_t *reply)
     while (bson_iter_next(&it)) {
         if (strcmp(bson_iter_key(&it), "topologyVersion") == 0) {
             bson_append_iter(out, "topologyVersion", -1, &tv);
+        } else if (strcmp(bson_iter_key(&it), "client") == 0) {
+            /* Client metadata goes with a connection's first hello only. */
         } else {
             bson_append_iter(out, NULL, 0, &it);
         }
