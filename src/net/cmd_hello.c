@@ -156,7 +156,8 @@ parse_await_args(shl_service_ctx_t *svc, const bson_t *cmd, await_args_t *a, shl
                  "topologyVersion must have a non-negative counter");
     }
     if (has_max && a->max_await_ms < 0) {
-        SHL_FAIL(st, await_code(svc, 31373, 51759), "maxAwaitTimeMS must be a non-negative integer");
+        SHL_FAIL(st, await_code(svc, 31373, 51759),
+                 "maxAwaitTimeMS must be a non-negative integer");
     }
 done:
     return ret;

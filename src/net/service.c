@@ -406,8 +406,7 @@ done:
         }
         /* A shutdown error of this process's own tells the client which topology version
          * it belongs to, as MongoDB's replies do (a driver then ignores stale ones). */
-        if (shl_code_in_category(st.code, SHL_CAT_SHUTDOWN_ERROR) &&
-            leaving(svc) &&
+        if (shl_code_in_category(st.code, SHL_CAT_SHUTDOWN_ERROR) && leaving(svc) &&
             !shl_bson_iter_find_key(&it, reply, "topologyVersion")) {
             shl_topology_append(svc, reply, "topologyVersion");
         }
@@ -577,8 +576,8 @@ stream_hello(shl_service_ctx_t *svc, shl_conn_t *conn, const shl_message_t *msg,
     bool more = stream_continues(svc, conn, first), close_conn = false, keep;
 
     atomic_fetch_add(counter, 1);
-    keep = send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0, first,
-                            &sent_id);
+    keep =
+        send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0, first, &sent_id);
     if (more) {
         body = next_stream_request(&msg->body, first);
     }
@@ -589,8 +588,8 @@ stream_hello(shl_service_ctx_t *svc, shl_conn_t *conn, const shl_message_t *msg,
             keep = false;
         } else {
             more = stream_continues(svc, conn, &reply);
-            keep = send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0,
-                                    &reply, &sent_id);
+            keep = send_reply_flags(conn, msg, response_to, more ? SHL_MSG_MORE_TO_COME : 0, &reply,
+                                    &sent_id);
             if (more) {
                 next = next_stream_request(body, &reply);
                 bson_destroy(body);

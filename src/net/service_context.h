@@ -55,11 +55,11 @@ typedef struct shl_counters {
  */
 typedef struct shl_topology {
     pthread_mutex_t mu;
-    pthread_cond_t changed;   /* broadcast when counter moves */
-    bson_oid_t process_id;    /* made at start-up; read-only */
-    int64_t counter;          /* guarded by mu */
-    atomic_bool quiescing;    /* a router in quiesce mode; written under mu, read without */
-    int32_t waiting;          /* awaitable hellos waiting; guarded by mu */
+    pthread_cond_t changed;         /* broadcast when counter moves */
+    bson_oid_t process_id;          /* made at start-up; read-only */
+    int64_t counter;                /* guarded by mu */
+    atomic_bool quiescing;          /* a router in quiesce mode; written under mu, read without */
+    int32_t waiting;                /* awaitable hellos waiting; guarded by mu */
     atomic_llong exhaust_hello;     /* connections streaming hello (exhaust); serverStatus */
     atomic_llong exhaust_is_master; /* the same for isMaster */
 } shl_topology_t;

@@ -89,7 +89,8 @@ shl_topology_await(shl_op_ctx_t *op, const bson_oid_t *process_id, int64_t count
     }
     t->waiting++;
     counted = true;
-    while (t->counter == counter && !atomic_load(&t->quiescing) && !atomic_load(&svc->shutting_down)) {
+    while (t->counter == counter && !atomic_load(&t->quiescing) &&
+           !atomic_load(&svc->shutting_down)) {
         int64_t left_us = end_us - shl_clock_mono_us();
         if (left_us <= 0) {
             break;

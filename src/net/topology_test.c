@@ -28,12 +28,13 @@ SHL_TEST(topology_version_starts_at_zero_with_a_process_id)
     shl_topology_append(&svc, &doc, "topologyVersion");
     ASSERT(bson_iter_init_find(&it, &doc, "topologyVersion") && BSON_ITER_HOLDS_DOCUMENT(&it));
     ASSERT(bson_iter_init_find(&it, &doc, "topologyVersion.counter") == false);
-    ASSERT(bson_iter_init(&it, &doc) && bson_iter_find_descendant(&it, "topologyVersion.counter",
-                                                                  &it));
+    ASSERT(bson_iter_init(&it, &doc) &&
+           bson_iter_find_descendant(&it, "topologyVersion.counter", &it));
     ASSERT(BSON_ITER_HOLDS_INT64(&it) && bson_iter_int64(&it) == 0);
     ASSERT(bson_iter_init(&it, &doc) &&
            bson_iter_find_descendant(&it, "topologyVersion.processId", &it));
-    ASSERT(BSON_ITER_HOLDS_OID(&it) && bson_oid_equal(bson_iter_oid(&it), &svc.topology.process_id));
+    ASSERT(BSON_ITER_HOLDS_OID(&it) &&
+           bson_oid_equal(bson_iter_oid(&it), &svc.topology.process_id));
     bson_destroy(&doc);
     shl_service_ctx_cleanup(&svc);
 }
@@ -56,8 +57,7 @@ SHL_TEST(awaitable_hello_answers_at_once_or_fails)
     ASSERT_INT_EQ(shl_topology_await(&op, &svc.topology.process_id, 0, 10000, 51761, &st), 0);
     ASSERT(shl_clock_mono_us() - t0 < 1000 * 1000);
     /* A counter of ours ahead of ours. */
-    ASSERT_INT_EQ(shl_topology_await(&op, &svc.topology.process_id, 2, 10000, 51761, &st),
-                  51761);
+    ASSERT_INT_EQ(shl_topology_await(&op, &svc.topology.process_id, 2, 10000, 51761, &st), 51761);
     ASSERT_INT_EQ(shl_topology_waiting(&svc), 0);
     shl_service_ctx_cleanup(&svc);
 }

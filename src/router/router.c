@@ -107,8 +107,8 @@ wait_for_config_server(shl_router_t *r, shl_status_t *st)
     while (shl_shard_registry_reload(r->registry, st) != 0) {
         if (!logged) {
             SHL_LOG_WARNING(SHARDING, 22857,
-                            "Error initializing sharding state, retrying every second",
-                            "error", BCON_UTF8(st->reason));
+                            "Error initializing sharding state, retrying every second", "error",
+                            BCON_UTF8(st->reason));
             logged = true;
         }
         for (int i = 0; i < 10 && !shl_server_shutdown_requested(); i++) {
