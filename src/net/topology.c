@@ -89,6 +89,11 @@ shl_topology_await(shl_op_ctx_t *op, const bson_oid_t *process_id, int64_t count
     }
     t->waiting++;
     counted = true;
+    /* A hello waiting for a change is an idle connection, not an active one: it shows in
+     * awaitingTopologyChanges (drivers' monitors keep one waiting per server). */
+    if (op->conn != NULL) {
+        atomic_fetch_sub(&svc->counters.conn_active, 1);
+    }
     while (t->counter == counter && !atomic_load(&t->quiescing) &&
            !atomic_load(&svc->shutting_down)) {
         int64_t left_us = end_us - shl_clock_mono_us();
@@ -117,6 +122,9 @@ done:
     }
     if (counted) {
         t->waiting--;
+        if (op->conn != NULL) {
+            atomic_fetch_add(&svc->counters.conn_active, 1);
+        }
     }
     pthread_mutex_unlock(&t->mu);
     return ret;
