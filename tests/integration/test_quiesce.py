@@ -433,3 +433,33 @@ def test_node_driver_keeps_working_while_one_router_quiesces(qc, shale_process):
     assert res["nerrors"] == 0, res
     assert res["streaming"], res  # the driver's monitor used the streaming hello
     qc.router_client().nodequiesce.command("dropDatabase")
+
+
+def test_operations_still_running_after_quiesce_are_interrupted(qc, shale_process):
+    # As on mongos: once quiesce mode is over, what still runs ends at once with
+    # InterruptedAtShutdown, which carries the topologyVersion.
+    r = start_router(shale_process, qc, 300)
+    c = r.client()
+    c.admin.command("enableSharding", "idb", primaryShard="shard1")
+    c.idb.c.insert_one({"_id": 1})
+    tv = hello(c)["topologyVersion"]
+    c.close()
+    s1 = qc.shard_client(1)
+    sock = wire_util.connect(r.port)
+    try:
+        held = run_to_fail_point(s1, "waitInFindBeforeMakingBatch",
+                                 lambda: raw(sock, "idb", {"find": "c"}))
+        t0 = time.monotonic()
+        r.proc.send_signal(signal.SIGTERM)
+        held.join(30)
+        assert held.error is None, held.error
+        err = held.result
+        assert err["code"] == 11600, err
+        assert err["topologyVersion"] == {"processId": tv["processId"],
+                                          "counter": tv["counter"] + 1}
+        assert r.proc.wait(30) == 0
+        assert time.monotonic() - t0 < 10
+    finally:
+        fail_point(s1, "waitInFindBeforeMakingBatch", "off")
+        sock.close()
+    qc.router_client().idb.command("dropDatabase")
