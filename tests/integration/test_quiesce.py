@@ -463,3 +463,16 @@ def test_operations_still_running_after_quiesce_are_interrupted(qc, shale_proces
         fail_point(s1, "waitInFindBeforeMakingBatch", "off")
         sock.close()
     qc.router_client().idb.command("dropDatabase")
+
+
+def test_sigterm_during_a_data_node_start_up_is_a_clean_stop(shale_process):
+    # Signal handlers go in before the role starts: a SIGTERM during recovery and the
+    # sharding start-up is honoured once the node is up (a clean shutdown with its
+    # checkpoint), where it used to kill the process mid-recovery.
+    n = shale_process(["node", "--shardsvr", "--replSet", "early"], name="node-early",
+                      start=False)
+    n.start(wait=False)
+    wait_until(lambda: "Shale starting" in n.read_log(), what="the node to start")
+    n.proc.send_signal(signal.SIGTERM)
+    assert n.proc.wait(30) == 0
+    assert "Now exiting" in n.read_log()
