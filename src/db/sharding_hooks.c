@@ -109,6 +109,10 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if ((access == SHL_DB_SHARD_WRITE || access == SHL_DB_SHARD_DDL) &&
+        db_uwb_check(op, ns, st) != 0) {
+        return st->code;
+    }
     if (node == NULL || node->sharding.check == NULL ||
         (!op->has_shard_version && !op->has_database_version)) {
         return 0;
