@@ -1,0 +1,112 @@
+"""User write blocking (setUserWriteBlockMode, UserWritesBlocked 371) on a single node.
+
+Shale has no authentication yet; with auth off MongoDB lets every client bypass write
+blocking, so these tests switch on the fail point userWriteBlockingTreatClientsAsUnprivileged,
+which stands for "an authenticated user without bypassWriteBlockingMode"."""
+
+import pymongo
+import pytest
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import fail_point
+
+BLOCKED = 371
+
+
+def _unprivileged(c):
+    fail_point(c, "userWriteBlockingTreatClientsAsUnprivileged", "alwaysOn")
+
+
+def _assert_blocked(fn):
+    """UserWritesBlocked, as a command error or (for CRUD, as MongoDB reports it) the first
+    write error. Shale reports CRUD as a command error today (known gap)."""
+    with pytest.raises(OperationFailure) as e:
+        fn()
+    codes = {e.value.code}
+    codes |= {we.get("code") for we in (e.value.details or {}).get("writeErrors", [])}
+    assert BLOCKED in codes, e.value.details
+    return e.value
+
+
+def test_bad_input(node):
+    c = node.client()
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("setUserWriteBlockMode", 1)
+    assert e.value.code == 40414
+    assert "global" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("setUserWriteBlockMode", 1, **{"global": 1})
+    assert e.value.code == 14
+    with pytest.raises(OperationFailure) as e:
+        c.test.command("setUserWriteBlockMode", 1, **{"global": True})
+    assert e.value.code == 13  # Unauthorized: admin only
+
+
+def test_every_write_path_blocked_and_reads_work(node):
+    c = node.client()
+    db = c.test
+    db.c.insert_many([{"_id": i, "x": i} for i in range(3)])
+    db.c.create_index("x")
+    _unprivileged(c)
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    assert c.admin.command("serverStatus")["userWriteBlockMode"] is True
+
+    # writes: reported as write errors, like MongoDB
+    _assert_blocked(lambda: db.c.insert_one({"_id": 10}))
+    _assert_blocked(lambda: db.c.update_one({"_id": 1}, {"$set": {"x": 5}}))
+    _assert_blocked(lambda: db.c.delete_one({"_id": 1}))
+    _assert_blocked(lambda: db.c.bulk_write([pymongo.InsertOne({"_id": 11})]))
+    _assert_blocked(lambda: db.c.find_one_and_update({"_id": 1}, {"$set": {"x": 9}}))
+    _assert_blocked(lambda: list(db.c.aggregate([{"$out": "o"}])))
+    # DDL
+    _assert_blocked(lambda: db.create_collection("newc"))
+    _assert_blocked(lambda: db.c.create_index("y"))
+    _assert_blocked(lambda: db.c.drop_index("x_1"))
+    _assert_blocked(lambda: db.command("collMod", "c", validator={}))
+    _assert_blocked(lambda: c.admin.command("renameCollection", "test.c", to="test.d"))
+    _assert_blocked(lambda: db.command("drop", "c"))
+    _assert_blocked(lambda: db.command("dropDatabase", 1))
+
+    # reads still work, nothing changed
+    assert sorted(d["x"] for d in db.c.find()) == [0, 1, 2]
+    assert db.c.count_documents({}) == 3
+    assert db.c.distinct("x") == [0, 1, 2]
+    # internal databases are not user writes
+    c.admin.uwb_probe.insert_one({"ok": 1})
+    c.config.uwb_probe.insert_one({"ok": 1})
+
+    # idempotent; disabling restores writes
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    assert c.admin.command("serverStatus")["userWriteBlockMode"] is False
+    db.c.insert_one({"_id": 10})
+    db.c.update_one({"_id": 10}, {"$set": {"x": 1}})
+    db.create_collection("newc")
+    assert db.c.count_documents({}) == 4
+
+
+def test_auth_off_clients_bypass_like_mongodb(node):
+    """Without auth every client may bypass write blocking (MongoDB's rule)."""
+    c = node.client()
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    c.test.c.insert_one({"_id": 1})
+    assert c.test.c.count_documents({}) == 1
+    # a router's verdict carried as mayBypassWriteBlocking: false is honoured
+    _assert_blocked(lambda: c.test.command({"insert": "c", "documents": [{"_id": 2}],
+                                            "mayBypassWriteBlocking": False}))
+
+
+def test_state_survives_kill9(shale_process):
+    node = shale_process(["node"], name="node")
+    c = node.client()
+    c.test.c.insert_one({"_id": 1})
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    node.kill()
+    node.start()
+    c = node.client()
+    assert c.admin.command("serverStatus")["userWriteBlockMode"] is True
+    _unprivileged(c)
+    _assert_blocked(lambda: c.test.c.insert_one({"_id": 2}))
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    c.test.c.insert_one({"_id": 2})
+    assert c.test.c.count_documents({}) == 2
