@@ -314,9 +314,14 @@ void db_register_fsync_commands(shl_command_registry_t *reg);
  * db_uwb_load -- read the durable state at start-up. Errors: storage errors.
  * db_uwb_parse_global -- the required bool 'global' of 'cmd_name' (IDLFailedToParse when
  *     missing, TypeMismatch when not a bool).
- * db_uwb_append_status -- the serverStatus field userWriteBlockMode.
+ * db_uwb_append_status -- serverStatus repl.userWriteBlockMode (replica set members:
+ *     1 disabled, 2 enabled, as MongoDB's UserWriteBlockState).
  */
 int db_uwb_check(shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+/* db_sharding_check_versions -- shl_db_sharding_check without the user write blocking check,
+ * for insert/update/delete, which report UserWritesBlocked per statement (writeErrors). */
+int db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                               shl_db_orphan_filter_t **filter, shl_status_t *st);
 int db_uwb_load(db_node_t *node, shl_status_t *st);
 int db_uwb_parse_global(const bson_t *cmd, const char *cmd_name, bool *global, shl_status_t *st);
 void db_uwb_append_status(const db_node_t *node, bson_t *out);

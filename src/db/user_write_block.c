@@ -224,7 +224,15 @@ done:
 void
 db_uwb_append_status(const db_node_t *node, bson_t *out)
 {
-    BSON_APPEND_BOOL(out, "userWriteBlockMode", atomic_load(&node->uwb_blocked));
+    bson_t repl;
+
+    /* MongoDB reports it in the repl section, which only replica set members have:
+     * 1 (kDisabled) or 2 (kEnabled). */
+    if (node->repl_set) {
+        BSON_APPEND_DOCUMENT_BEGIN(out, "repl", &repl);
+        BSON_APPEND_INT32(&repl, "userWriteBlockMode", atomic_load(&node->uwb_blocked) ? 2 : 1);
+        bson_append_document_end(out, &repl);
+    }
 }
 
 static const shl_command_t uwb_commands[] = {

@@ -6,7 +6,7 @@ which stands for "an authenticated user without bypassWriteBlockingMode"."""
 
 import pymongo
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from shale_fixtures import fail_point
 
@@ -18,14 +18,26 @@ def _unprivileged(c):
 
 
 def _assert_blocked(fn):
-    """UserWritesBlocked, as a command error or (for CRUD, as MongoDB reports it) the first
-    write error. Shale reports CRUD as a command error today (known gap)."""
+    """UserWritesBlocked as a command error (DDL, findAndModify, $out)."""
     with pytest.raises(OperationFailure) as e:
         fn()
-    codes = {e.value.code}
-    codes |= {we.get("code") for we in (e.value.details or {}).get("writeErrors", [])}
-    assert BLOCKED in codes, e.value.details
+    assert e.value.code == BLOCKED, e.value.details
     return e.value
+
+
+def _assert_write_errors(fn, indexes):
+    """UserWritesBlocked as the write errors of the statements 'indexes' (CRUD, as MongoDB
+    reports it)."""
+    with pytest.raises(BulkWriteError) as e:
+        fn()
+    errs = e.value.details["writeErrors"]
+    assert [(w["index"], w["code"]) for w in errs] == [(i, BLOCKED) for i in indexes], errs
+    assert e.value.details["nInserted"] + e.value.details["nModified"] + \
+        e.value.details["nRemoved"] == 0
+
+
+def _mode(c):
+    return c.admin.command("serverStatus")["repl"]["userWriteBlockMode"]
 
 
 def test_bad_input(node):
@@ -42,20 +54,25 @@ def test_bad_input(node):
     assert e.value.code == 13  # Unauthorized: admin only
 
 
-def test_every_write_path_blocked_and_reads_work(node):
-    c = node.client()
+def test_every_write_path_blocked_and_reads_work(rs_node):
+    c = rs_node.client()
     db = c.test
     db.c.insert_many([{"_id": i, "x": i} for i in range(3)])
     db.c.create_index("x")
     _unprivileged(c)
     c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
-    assert c.admin.command("serverStatus")["userWriteBlockMode"] is True
+    assert _mode(c) == 2
 
     # writes: reported as write errors, like MongoDB
-    _assert_blocked(lambda: db.c.insert_one({"_id": 10}))
-    _assert_blocked(lambda: db.c.update_one({"_id": 1}, {"$set": {"x": 5}}))
-    _assert_blocked(lambda: db.c.delete_one({"_id": 1}))
-    _assert_blocked(lambda: db.c.bulk_write([pymongo.InsertOne({"_id": 11})]))
+    ins = [pymongo.InsertOne({"_id": 10}), pymongo.InsertOne({"_id": 11})]
+    upd = [pymongo.UpdateOne({"_id": 1}, {"$set": {"x": 5}}),
+           pymongo.UpdateMany({}, {"$set": {"y": 1}})]
+    dele = [pymongo.DeleteOne({"_id": 1}), pymongo.DeleteMany({})]
+    for ops in (ins, upd, dele):
+        _assert_write_errors(lambda: db.c.bulk_write(ops), [0])
+        _assert_write_errors(lambda: db.c.bulk_write(ops, ordered=False), [0, 1])
+    _assert_write_errors(lambda: db.c.bulk_write([pymongo.ReplaceOne({"_id": 2}, {"x": 0})]),
+                         [0])
     _assert_blocked(lambda: db.c.find_one_and_update({"_id": 1}, {"$set": {"x": 9}}))
     _assert_blocked(lambda: list(db.c.aggregate([{"$out": "o"}])))
     # DDL
@@ -78,7 +95,7 @@ def test_every_write_path_blocked_and_reads_work(node):
     # idempotent; disabling restores writes
     c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
-    assert c.admin.command("serverStatus")["userWriteBlockMode"] is False
+    assert _mode(c) == 1
     db.c.insert_one({"_id": 10})
     db.c.update_one({"_id": 10}, {"$set": {"x": 1}})
     db.create_collection("newc")
@@ -92,21 +109,22 @@ def test_auth_off_clients_bypass_like_mongodb(node):
     c.test.c.insert_one({"_id": 1})
     assert c.test.c.count_documents({}) == 1
     # a router's verdict carried as mayBypassWriteBlocking: false is honoured
-    _assert_blocked(lambda: c.test.command({"insert": "c", "documents": [{"_id": 2}],
-                                            "mayBypassWriteBlocking": False}))
+    r = c.test.command({"insert": "c", "documents": [{"_id": 2}],
+                        "mayBypassWriteBlocking": False})
+    assert r["n"] == 0 and r["writeErrors"][0]["code"] == BLOCKED
 
 
 def test_state_survives_kill9(shale_process):
-    node = shale_process(["node"], name="node")
+    node = shale_process(["node", "--replSet", "rs0"], name="rsnode")
     c = node.client()
     c.test.c.insert_one({"_id": 1})
     c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     node.kill()
     node.start()
     c = node.client()
-    assert c.admin.command("serverStatus")["userWriteBlockMode"] is True
+    assert _mode(c) == 2
     _unprivileged(c)
-    _assert_blocked(lambda: c.test.c.insert_one({"_id": 2}))
+    _assert_write_errors(lambda: c.test.c.bulk_write([pymongo.InsertOne({"_id": 2})]), [0])
     c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
     c.test.c.insert_one({"_id": 2})
     assert c.test.c.count_documents({}) == 2
