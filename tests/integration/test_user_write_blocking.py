@@ -4,11 +4,13 @@ Shale has no authentication yet; with auth off MongoDB lets every client bypass 
 blocking, so these tests switch on the fail point userWriteBlockingTreatClientsAsUnprivileged,
 which stands for "an authenticated user without bypassWriteBlockingMode"."""
 
+import datetime
+
 import pymongo
 import pytest
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from shale_fixtures import fail_point
+from shale_fixtures import fail_point, wait_until
 
 BLOCKED = 371
 
@@ -128,3 +130,26 @@ def test_state_survives_kill9(shale_process):
     c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
     c.test.c.insert_one({"_id": 2})
     assert c.test.c.count_documents({}) == 2
+
+
+def test_ttl_and_retryable_bookkeeping_go_on_while_blocked(shale_process):
+    node = shale_process(["node", "--replSet", "rs0", "--setParameter", "ttlMonitorSleepSecs=1"],
+                         name="ttl")
+    c = node.client()
+    db = c.test
+    db.t.create_index("at", expireAfterSeconds=0)
+    db.t.insert_many([{"_id": i, "at": datetime.datetime(2000, 1, 1)} for i in range(5)])
+    with c.start_session() as s:
+        db.r.insert_one({"_id": 1}, session=s)
+        txn_before = c.config.transactions.count_documents({})
+        _unprivileged(c)
+        c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+        # the TTL monitor is internal: it deletes the expired documents
+        wait_until(lambda: db.t.count_documents({}) == 0, what="the TTL pass")
+        # a new retryable write is refused; the session bookkeeping is untouched by that
+        _assert_write_errors(lambda: db.r.bulk_write([pymongo.InsertOne({"_id": 2})],
+                                                     session=s), [0])
+        assert c.config.transactions.count_documents({}) == txn_before
+    c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    db.r.insert_one({"_id": 2})
+    assert db.r.count_documents({}) == 2

@@ -5,7 +5,7 @@ test_user_write_blocking.py for why the fail point stands in for an unprivileged
 import pytest
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import fail_point
+from shale_fixtures import fail_point, wait_until
 
 BLOCKED = 371
 FP = "userWriteBlockingTreatClientsAsUnprivileged"
@@ -62,3 +62,36 @@ def test_cluster_blocking_and_restart(cluster):
     assert r.uwb.s.count_documents({}) == 12
     for i in range(2):
         fail_point(cluster.shard_client(i), FP, "off")
+
+
+def test_internal_operations_go_on_while_blocked(cluster):
+    r = cluster.router_client()
+    r.admin.command("enableSharding", "uwbi")
+    r.admin.command("shardCollection", "uwbi.m", key={"x": 1})
+    r.admin.command("split", "uwbi.m", middle={"x": 50})
+    r.uwbi.m.insert_many([{"_id": i, "x": i} for i in range(100)])
+    chunk = r.config.chunks.find_one({"min": {"x": 50}}) or \
+        r.config.chunks.find_one({"min.x": 50})
+    src = chunk["shard"]
+    dst = "shard1" if src == "shard0" else "shard0"
+    src_i, dst_i = int(src[-1]), int(dst[-1])
+    r.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    try:
+        for i in range(2):
+            fail_point(cluster.shard_client(i), FP, "alwaysOn")
+        _assert_blocked(lambda: r.uwbi.m.insert_one({"_id": 1000, "x": 1000}))
+        # migration (clone, catch-up, commit) and the donor's range deletion go on
+        cluster.shard_client(src_i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
+        r.admin.command("moveChunk", "uwbi.m", find={"x": 60}, to=dst)
+        assert r.uwbi.m.count_documents({}) == 100
+        dcoll = cluster.shard_client(dst_i).uwbi.m
+        assert dcoll.count_documents({"x": {"$gte": 50}}) == 50
+        scoll = cluster.shard_client(src_i).uwbi.m
+        wait_until(lambda: scoll.count_documents({"x": {"$gte": 50}}) == 0,
+                   what="the donor's range deletion")
+    finally:
+        r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+        for i in range(2):
+            fail_point(cluster.shard_client(i), FP, "off")
+    r.uwbi.m.insert_one({"_id": 1000, "x": 1000})
+    assert r.uwbi.m.count_documents({}) == 101
