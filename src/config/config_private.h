@@ -182,6 +182,9 @@ void cfg_register_move_primary_commands(shl_command_registry_t *reg);
 /* Zones and balancerCollectionStatus (configsvr_zones.c). */
 void cfg_register_zone_commands(shl_command_registry_t *reg);
 void cfg_register_uwb_commands(shl_command_registry_t *reg); /* configsvr_uwb.c */
+/* cfg_uwb_sync_new_shard -- give the shard at 'host' (being added) the cluster's user write
+ * blocking mode, before it is recorded in config.shards. Errors: network or its reply's. */
+int cfg_uwb_sync_new_shard(const char *host, shl_status_t *st);
 
 /* cfg_create_database -- _configsvrCreateDatabase's body (used by shardCollection too). */
 int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,

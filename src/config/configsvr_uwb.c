@@ -60,3 +60,28 @@ cfg_register_uwb_commands(shl_command_registry_t *reg)
 {
     shl_command_registry_add(reg, &uwb_cmd);
 }
+
+int
+cfg_uwb_sync_new_shard(const char *host, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t q = BSON_INITIALIZER, doc, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bool found = false, block = false;
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(&q, "_id", "");
+    SHL_ERR(cfg_find_one("user_writes_critical_sections", &q, &doc, &found, st));
+    if (found && bson_iter_init_find(&it, &doc, "blockUserWrites")) {
+        block = bson_iter_as_bool(&it);
+    }
+    BSON_APPEND_INT32(&cmd, "_shardsvrSetUserWriteBlockMode", 1);
+    BSON_APPEND_BOOL(&cmd, "global", block);
+    bson_destroy(&reply);
+    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
+done:
+    bson_destroy(&doc);
+    bson_destroy(&q);
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}

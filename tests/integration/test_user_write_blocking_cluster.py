@@ -95,3 +95,17 @@ def test_internal_operations_go_on_while_blocked(cluster):
             fail_point(cluster.shard_client(i), FP, "off")
     r.uwbi.m.insert_one({"_id": 1000, "x": 1000})
     assert r.uwbi.m.count_documents({}) == 101
+
+
+def test_shard_added_while_blocked_gets_the_mode(cluster, shale_process):
+    r = cluster.router_client()
+    r.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    try:
+        new = shale_process(["node", "--shardsvr", "--replSet", "shard9"], name="shard9")
+        r.admin.command("addShard", "shard9/" + new.host, name="shard9")
+        nc = new.client()
+        assert nc.admin.command("serverStatus")["repl"]["userWriteBlockMode"] == 2
+    finally:
+        r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    assert nc.admin.command("serverStatus")["repl"]["userWriteBlockMode"] == 1
+    r.admin.command("removeShard", "shard9")
