@@ -7,21 +7,12 @@
  */
 #include <string.h>
 
-#include "base/failpoint.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 
 #define UWB_NS "config.user_writes_critical_sections"
-
-/*
- * Shale has no authentication yet. With authentication off, MongoDB lets every client bypass
- * user write blocking (AuthorizationSession: no auth -> may bypass), so blocking is only seen
- * by users lacking bypassWriteBlockingMode once auth is on. This fail point stands in for "the
- * client is an authenticated user without that privilege" so tests can see blocking today.
- */
-SHL_FAILPOINT_DEFINE(userWriteBlockingTreatClientsAsUnprivileged)
 
 static bool
 is_internal_db(const char *ns)
@@ -31,29 +22,13 @@ is_internal_db(const char *ns)
            (n == 5 && strncmp(ns, "local", 5) == 0);
 }
 
-/* MongoDB's WriteBlockBypass: internal operations bypass; a request from a router carries the
- * router's verdict as mayBypassWriteBlocking; otherwise the client's privilege decides. */
-static bool
-may_bypass(const shl_op_ctx_t *op)
-{
-    bson_iter_t it;
-
-    if (op->conn == NULL) {
-        return true;
-    }
-    if (op->body != NULL && bson_iter_init_find(&it, op->body, "mayBypassWriteBlocking")) {
-        return bson_iter_as_bool(&it);
-    }
-    return !atomic_load(&SHL_FAILPOINT(userWriteBlockingTreatClientsAsUnprivileged)->active);
-}
-
 int
 db_uwb_check(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
     db_node_t *node = db_node(op);
 
     if (node == NULL || !atomic_load(&node->uwb_blocked) || is_internal_db(ns) ||
-        may_bypass(op)) {
+        shl_op_may_bypass_write_blocking(op)) {
         return 0;
     }
     return shl_status_set(st, SHL_CODE_USER_WRITES_BLOCKED, "User writes blocked");

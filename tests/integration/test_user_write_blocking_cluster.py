@@ -39,7 +39,14 @@ def test_cluster_blocking_and_restart(cluster):
     for i in range(2):
         s = cluster.shard_client(i)
         assert s.admin.command("serverStatus")["repl"]["userWriteBlockMode"] == 2
-        fail_point(s, FP, "alwaysOn")
+    # The router judges its client and tells the shards (mayBypassWriteBlocking: false).
+    fail_point(r, FP, "alwaysOn")
+    _assert_blocked(lambda: r.uwb.s.insert_many([{"_id": -100}, {"_id": 100}], ordered=False))
+    _assert_blocked(lambda: r.uwb.u.insert_one({"_id": 2}))
+    # DDL the config server coordinates reaches the shards without the router's verdict;
+    # the shards' fail point stands for that part until auth carries the user along.
+    for i in range(2):
+        fail_point(cluster.shard_client(i), FP, "alwaysOn")
     _assert_blocked(lambda: r.uwb.s.insert_one({"_id": 100}))
     _assert_blocked(lambda: r.uwb.s.update_many({}, {"$set": {"x": 1}}))
     _assert_blocked(lambda: r.uwb.s.delete_one({"_id": 1}))
@@ -62,6 +69,7 @@ def test_cluster_blocking_and_restart(cluster):
     assert r.uwb.s.count_documents({}) == 12
     for i in range(2):
         fail_point(cluster.shard_client(i), FP, "off")
+    fail_point(r, FP, "off")
 
 
 def test_internal_operations_go_on_while_blocked(cluster):
@@ -77,6 +85,7 @@ def test_internal_operations_go_on_while_blocked(cluster):
     src_i, dst_i = int(src[-1]), int(dst[-1])
     r.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     try:
+        fail_point(r, FP, "alwaysOn")
         for i in range(2):
             fail_point(cluster.shard_client(i), FP, "alwaysOn")
         _assert_blocked(lambda: r.uwbi.m.insert_one({"_id": 1000, "x": 1000}))
@@ -93,6 +102,7 @@ def test_internal_operations_go_on_while_blocked(cluster):
         r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
         for i in range(2):
             fail_point(cluster.shard_client(i), FP, "off")
+        fail_point(r, FP, "off")
     r.uwbi.m.insert_one({"_id": 1000, "x": 1000})
     assert r.uwbi.m.count_documents({}) == 101
 
