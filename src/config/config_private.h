@@ -52,6 +52,10 @@ cfg_state_t *cfg_get(void);
  */
 void cfg_lock_ns(const char *name);
 void cfg_unlock_ns(const char *name);
+/* cfg_user_ddl_drain_begin / _end -- wait until no DDL on a user namespace holds its lock
+ * and keep new ones from starting, until _end (setUserWriteBlockMode). */
+void cfg_user_ddl_drain_begin(void);
+void cfg_user_ddl_drain_end(void);
 
 /* ---- catalog client: config.* through the node's own commands ---- */
 

@@ -2,7 +2,8 @@
  * configsvr_uwb.c -- _configsvrSetUserWriteBlockMode: the config server's side of
  * setUserWriteBlockMode (seeds/000 "User Write Blocking", docs/design/user_write_blocking.md).
  * The config server records the mode on its own node (config.user_writes_critical_sections,
- * durable), then sets it on every shard of config.shards with _shardsvrSetUserWriteBlockMode;
+ * durable), drains the user DDL it coordinates (cfg_user_ddl_drain_begin) and, with no DDL
+ * running, sets the mode on every shard of config.shards with _shardsvrSetUserWriteBlockMode;
  * repeating the command is harmless, so a failed round is retried by running it again.
  */
 #include "bson/bson_util.h"
@@ -37,10 +38,13 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
     bson_destroy(&r);
     SHL_ERR(cfg_local_cmd("admin", &fwd, &r, st));
     SHL_ERR(cfg_get_shards(&shards, &n, st));
-    for (size_t i = 0; i < n; i++) {
+    /* Phase 1: running user DDL drains, none starts; phase 2: every shard blocks. */
+    cfg_user_ddl_drain_begin();
+    for (size_t i = 0; i < n && ret == 0; i++) {
         bson_destroy(&r);
-        SHL_ERR(cfg_shard_cmd(shards[i].name, "admin", &fwd, &r, st));
+        ret = cfg_shard_cmd(shards[i].name, "admin", &fwd, &r, st);
     }
+    cfg_user_ddl_drain_end();
 done:
     cfg_shards_free(shards, n);
     bson_destroy(&fwd);

@@ -5,7 +5,7 @@ test_user_write_blocking.py for why the fail point stands in for an unprivileged
 import pytest
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import fail_point, wait_until
+from shale_fixtures import Background, fail_point, hang, wait_until
 
 BLOCKED = 371
 FP = "userWriteBlockingTreatClientsAsUnprivileged"
@@ -107,7 +107,44 @@ def test_internal_operations_go_on_while_blocked(cluster):
     assert r.uwbi.m.count_documents({}) == 101
 
 
+def test_enabling_waits_for_running_ddl(cluster):
+    """Phase 1: the DDL the config server runs drains before the shards block."""
+    r = cluster.router_client()
+    cfg = cluster.config_client()
+    r.admin.command("enableSharding", "uwbd")
+    r.admin.command("shardCollection", "uwbd.a", key={"x": 1})
+    r.uwbd.a.insert_one({"_id": 1, "x": 1})
+    wait_hung = hang(cfg, "hangRenameCollectionAfterStart")
+    ren = Background(lambda: r.admin.command("renameCollection", "uwbd.a", to="uwbd.b"))
+    try:
+        try:
+            wait_hung(10)
+        except TimeoutError:
+            ren.join(5)
+            raise AssertionError("rename did not hang: %r %r" % (ren.error, ren.result))
+        setter = Background(lambda: cluster.router_client().admin.command(
+            "setUserWriteBlockMode", 1, **{"global": True}))
+        setter.join(1.0)
+        assert setter.is_alive()  # waiting for the rename
+        for i in range(2):
+            mode = cluster.shard_client(i).admin.command("serverStatus")["repl"]
+            assert mode["userWriteBlockMode"] == 1
+    finally:
+        fail_point(cfg, "hangRenameCollectionAfterStart", "off")
+    ren.join(60)
+    setter.join(60)
+    assert ren.error is None and setter.error is None
+    try:
+        for i in range(2):
+            mode = cluster.shard_client(i).admin.command("serverStatus")["repl"]
+            assert mode["userWriteBlockMode"] == 2
+        assert r.uwbd.b.count_documents({}) == 1
+    finally:
+        r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+
+
 def test_shard_added_while_blocked_gets_the_mode(cluster, shale_process):
+    """Last in this module: the shard it adds is gone after it."""
     r = cluster.router_client()
     r.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     try:
@@ -119,3 +156,4 @@ def test_shard_added_while_blocked_gets_the_mode(cluster, shale_process):
         r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
     assert nc.admin.command("serverStatus")["repl"]["userWriteBlockMode"] == 1
     r.admin.command("removeShard", "shard9")
+
