@@ -53,6 +53,12 @@ def test_cluster_blocking_and_restart(cluster):
     _assert_blocked(lambda: r.uwb.u.insert_one({"_id": 2}))
     _assert_blocked(lambda: r.uwb.u.find_one_and_update({"_id": 1}, {"$set": {"x": 1}}))
     _assert_blocked(lambda: r.uwb.s.create_index("x"))
+    _assert_blocked(lambda: r.uwb.command("drop", "s"))
+    _assert_blocked(lambda: r.uwb.command("drop", "u"))
+    _assert_blocked(lambda: r.admin.command("renameCollection", "uwb.u", to="uwb.u2"))
+    _assert_blocked(lambda: r.uwb.command("create", "newc"))
+    _assert_blocked(lambda: r.uwb.command("collMod", "u", validator={}))
+    _assert_blocked(lambda: r.uwb.s.update_many({}, {"$set": {"x": 1}}))
     assert r.uwb.s.count_documents({}) == 10
     assert r.uwb.u.find_one({"_id": 1}) == {"_id": 1}
 
