@@ -10,8 +10,7 @@
 #include "config/config_private.h"
 
 static int
-cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
-                              shl_status_t *st)
+cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -23,7 +22,8 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
     (void)op;
     (void)reply;
     if (!bson_iter_init_find(&it, cmd, "global")) {
-        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE, "BSON field "
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field "
                  "'_configsvrSetUserWriteBlockMode.global' is missing but a required field");
     }
     if (!BSON_ITER_HOLDS_BOOL(&it)) {
@@ -81,7 +81,8 @@ cfg_uwb_sync_new_shard(const char *host, shl_status_t *st)
     BSON_APPEND_INT32(&cmd, "_shardsvrSetUserWriteBlockMode", 1);
     BSON_APPEND_BOOL(&cmd, "global", block);
     bson_destroy(&reply);
-    SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
+    SHL_ERR(
+        shl_client_run(cfg_get()->pool, host, "admin", &cmd, CFG_REMOTE_TIMEOUT_MS, &reply, st));
 done:
     bson_destroy(&doc);
     bson_destroy(&q);

@@ -181,8 +181,7 @@ done:
 }
 
 static int
-cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
-                              shl_status_t *st)
+cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     bool global = false;

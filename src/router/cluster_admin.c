@@ -90,8 +90,7 @@ cmd_list_shards(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
 /* setUserWriteBlockMode {global}: the config server coordinates every shard
  * (docs/design/user_write_blocking.md). */
 static int
-cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
-                              shl_status_t *st)
+cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
