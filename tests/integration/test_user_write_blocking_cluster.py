@@ -149,6 +149,25 @@ def test_enabling_waits_for_running_ddl(cluster):
         r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
 
 
+def test_node_driver_sees_user_writes_blocked(cluster):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    r = cluster.router_client()
+    fail_point(r, FP, "alwaysOn")
+    try:
+        out = subprocess.run([node_binary(), os.path.join(HERE, "write_block.js"),
+                              cluster.uri()], capture_output=True, text=True, timeout=120)
+    finally:
+        fail_point(r, FP, "off")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["insert"] == BLOCKED and "User writes blocked" in res["insertMsg"]
+    assert res["fam"] == BLOCKED
+    assert res["read"] == 1 and res["after"] == 2
+
+
 def test_shard_added_while_blocked_gets_the_mode(cluster, shale_process):
     """Last in this module: the shard it adds is gone after it."""
     r = cluster.router_client()
