@@ -7,6 +7,7 @@ which stands for "an authenticated user without bypassWriteBlockingMode"."""
 import datetime
 
 import pymongo
+from bson import Int64
 import pytest
 from pymongo.errors import BulkWriteError, OperationFailure
 
@@ -141,6 +142,10 @@ def test_ttl_and_retryable_bookkeeping_go_on_while_blocked(shale_process):
     db.t.insert_many([{"_id": i, "at": datetime.datetime(2000, 1, 1)} for i in range(5)])
     with c.start_session() as s:
         db.r.insert_one({"_id": 1}, session=s)
+        # a retryable insert that ran before blocking, retried (same txnNumber) after it
+        ran = {"insert": "r", "documents": [{"_id": 7}], "lsid": s.session_id,
+               "txnNumber": Int64(99)}
+        assert db.command(ran)["n"] == 1
         txn_before = c.config.transactions.count_documents({})
         _unprivileged(c)
         c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
@@ -150,6 +155,9 @@ def test_ttl_and_retryable_bookkeeping_go_on_while_blocked(shale_process):
         _assert_write_errors(lambda: db.r.bulk_write([pymongo.InsertOne({"_id": 2})],
                                                      session=s), [0])
         assert c.config.transactions.count_documents({}) == txn_before
+        # the retry is answered from the session's history, not refused
+        again = db.command(ran)
+        assert again["n"] == 1 and "writeErrors" not in again, again
     c.admin.command("setUserWriteBlockMode", 1, **{"global": False})
     db.r.insert_one({"_id": 2})
-    assert db.r.count_documents({}) == 2
+    assert db.r.count_documents({}) == 3
