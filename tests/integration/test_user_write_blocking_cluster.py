@@ -49,6 +49,8 @@ def test_cluster_blocking_and_restart(cluster):
         fail_point(cluster.shard_client(i), FP, "alwaysOn")
     _assert_blocked(lambda: r.uwb.s.insert_one({"_id": 100}))
     _assert_blocked(lambda: r.uwb.s.update_many({}, {"$set": {"x": 1}}))
+    _assert_blocked(lambda: r.admin.command("shardCollection", "uwb.new", key={"_id": 1}))
+    assert r.config.collections.find_one({"_id": "uwb.new"}) is None
     _assert_blocked(lambda: r.uwb.s.delete_one({"_id": 1}))
     _assert_blocked(lambda: r.uwb.u.insert_one({"_id": 2}))
     _assert_blocked(lambda: r.uwb.u.find_one_and_update({"_id": 1}, {"$set": {"x": 1}}))
@@ -73,6 +75,8 @@ def test_cluster_blocking_and_restart(cluster):
     r.uwb.s.insert_many([{"_id": -100}, {"_id": 100}])
     r.uwb.u.insert_one({"_id": 2})
     assert r.uwb.s.count_documents({}) == 12
+    r.admin.command("shardCollection", "uwb.new", key={"_id": 1})
+    r.uwb.new.insert_one({"_id": 1})
     for i in range(2):
         fail_point(cluster.shard_client(i), FP, "off")
     fail_point(r, FP, "off")
