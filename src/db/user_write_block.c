@@ -10,6 +10,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/storage_api.h"
+#include "base/options.h"
 #include "net/command_args.h"
 
 #define UWB_NS "config.user_writes_critical_sections"
@@ -180,8 +181,10 @@ done:
     return ret;
 }
 
+/* _shardsvrSetUserWriteBlockMode (the config server's, to each shard and itself). */
 static int
-cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+cmd_shardsvr_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
+                                       shl_status_t *st)
 {
     int ret = 0;
     bool global = false;
@@ -209,6 +212,30 @@ db_uwb_append_status(const db_node_t *node, bson_t *out)
     }
 }
 
+/* setUserWriteBlockMode on a data node: replica sets outside a cluster only, as MongoDB (a
+ * cluster runs it on the router; a standalone has no replication to carry it). */
+static int
+cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bool global;
+
+    /* The request is parsed before the role is checked, as MongoDB's IDL does. */
+    SHL_ERR(shl_cmd_check_fields(cmd, uwb_fields, st));
+    SHL_ERR(db_uwb_parse_global(cmd, op->cmd_name, &global, st));
+    if (shl_opt_bool(SHL_OPT_shardsvr) || shl_opt_bool(SHL_OPT_configsvr)) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "setUserWriteBlockMode cannot be run on shardsvrs nor configsvrs");
+    }
+    if (!db_node(op)->repl_set) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "setUserWriteBlockMode cannot be run on standalones");
+    }
+    ret = cmd_shardsvr_set_user_write_block_mode(op, cmd, reply, st);
+done:
+    return ret;
+}
+
 static const shl_command_t uwb_commands[] = {
     {"setUserWriteBlockMode",
      {NULL},
@@ -217,8 +244,8 @@ static const shl_command_t uwb_commands[] = {
      "block or allow user writes on this node"},
     {"_shardsvrSetUserWriteBlockMode",
      {NULL},
-     cmd_set_user_write_block_mode,
-     SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY,
+     cmd_shardsvr_set_user_write_block_mode,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_INTERNAL,
      "internal: the config server's setUserWriteBlockMode on one shard"},
 };
 

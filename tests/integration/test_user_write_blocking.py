@@ -55,6 +55,11 @@ def test_bad_input(node):
     with pytest.raises(OperationFailure) as e:
         c.test.command("setUserWriteBlockMode", 1, **{"global": True})
     assert e.value.code == 13  # Unauthorized: admin only
+    # a standalone has no replication to carry the mode (MongoDB refuses it too)
+    with pytest.raises(OperationFailure) as e:
+        c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+    assert e.value.code == 20
+    assert "cannot be run on standalones" in str(e.value)
 
 
 def test_every_write_path_blocked_and_reads_work(rs_node):
@@ -105,9 +110,9 @@ def test_every_write_path_blocked_and_reads_work(rs_node):
     assert db.c.count_documents({}) == 4
 
 
-def test_auth_off_clients_bypass_like_mongodb(node):
+def test_auth_off_clients_bypass_like_mongodb(rs_node):
     """Without auth every client may bypass write blocking (MongoDB's rule)."""
-    c = node.client()
+    c = rs_node.client()
     c.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     c.test.c.insert_one({"_id": 1})
     assert c.test.c.count_documents({}) == 1

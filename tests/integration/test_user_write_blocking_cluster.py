@@ -35,6 +35,11 @@ def test_cluster_blocking_and_restart(cluster):
         r.admin.command("setUserWriteBlockMode", 1, **{"global": "yes"})
     assert e.value.code == 14
 
+    # in a cluster it runs on the router only
+    for direct in (cluster.shard_client(0), cluster.config_client()):
+        with pytest.raises(OperationFailure) as e:
+            direct.admin.command("setUserWriteBlockMode", 1, **{"global": True})
+        assert e.value.code == 20 and "shardsvrs nor configsvrs" in str(e.value)
     r.admin.command("setUserWriteBlockMode", 1, **{"global": True})
     for i in range(2):
         s = cluster.shard_client(i)
