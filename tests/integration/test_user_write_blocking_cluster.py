@@ -104,6 +104,9 @@ def test_internal_operations_go_on_while_blocked(cluster):
         for i in range(2):
             fail_point(cluster.shard_client(i), FP, "alwaysOn")
         _assert_blocked(lambda: r.uwbi.m.insert_one({"_id": 1000, "x": 1000}))
+        # reads, getMore included, carry the verdict and still work
+        assert len(list(r.uwbi.m.find().batch_size(7))) == 100
+        assert len(list(r.uwbi.m.aggregate([{"$sort": {"x": 1}}], batchSize=7))) == 100
         # migration (clone, catch-up, commit) and the donor's range deletion go on
         cluster.shard_client(src_i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
         r.admin.command("moveChunk", "uwbi.m", find={"x": 60}, to=dst)
