@@ -55,9 +55,30 @@ ns_mutex(const char *name)
     return &l->mu;
 }
 
+/*
+ * The user DDL gate (docs/design/user_write_blocking.md): every DDL on a user namespace holds
+ * it shared while it holds its namespace lock; setUserWriteBlockMode holds it exclusively
+ * while it changes the mode on every shard, so the DDL running before drains first and none
+ * starts meanwhile (MongoDB's phase 1). Taken before the namespace mutex. Reader-preferring
+ * (glibc's default), so a DDL that locks a second namespace never waits on a waiting writer.
+ */
+static pthread_rwlock_t g_user_ddl_gate = PTHREAD_RWLOCK_INITIALIZER;
+
+static bool
+is_user_ns(const char *name)
+{
+    size_t n = strcspn(name, ".");
+    return !((n == 5 && strncmp(name, "admin", 5) == 0) ||
+             (n == 6 && strncmp(name, "config", 6) == 0) ||
+             (n == 5 && strncmp(name, "local", 5) == 0));
+}
+
 void
 cfg_lock_ns(const char *name)
 {
+    if (is_user_ns(name)) {
+        pthread_rwlock_rdlock(&g_user_ddl_gate);
+    }
     pthread_mutex_lock(ns_mutex(name));
 }
 
@@ -65,6 +86,21 @@ void
 cfg_unlock_ns(const char *name)
 {
     pthread_mutex_unlock(ns_mutex(name));
+    if (is_user_ns(name)) {
+        pthread_rwlock_unlock(&g_user_ddl_gate);
+    }
+}
+
+void
+cfg_user_ddl_drain_begin(void)
+{
+    pthread_rwlock_wrlock(&g_user_ddl_gate);
+}
+
+void
+cfg_user_ddl_drain_end(void)
+{
+    pthread_rwlock_unlock(&g_user_ddl_gate);
 }
 
 /* ---------------------------------------------------------------- local commands */

@@ -52,6 +52,10 @@ cfg_state_t *cfg_get(void);
  */
 void cfg_lock_ns(const char *name);
 void cfg_unlock_ns(const char *name);
+/* cfg_user_ddl_drain_begin / _end -- wait until no DDL on a user namespace holds its lock
+ * and keep new ones from starting, until _end (setUserWriteBlockMode). */
+void cfg_user_ddl_drain_begin(void);
+void cfg_user_ddl_drain_end(void);
 
 /* ---- catalog client: config.* through the node's own commands ---- */
 
@@ -181,6 +185,10 @@ void cfg_register_chunk_commands(shl_command_registry_t *reg);
 void cfg_register_move_primary_commands(shl_command_registry_t *reg);
 /* Zones and balancerCollectionStatus (configsvr_zones.c). */
 void cfg_register_zone_commands(shl_command_registry_t *reg);
+void cfg_register_uwb_commands(shl_command_registry_t *reg); /* configsvr_uwb.c */
+/* cfg_uwb_sync_new_shard -- give the shard at 'host' (being added) the cluster's user write
+ * blocking mode, before it is recorded in config.shards. Errors: network or its reply's. */
+int cfg_uwb_sync_new_shard(const char *host, shl_status_t *st);
 
 /* cfg_create_database -- _configsvrCreateDatabase's body (used by shardCollection too). */
 int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,

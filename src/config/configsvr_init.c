@@ -225,6 +225,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     cfg_register_chunk_commands(reg);
     cfg_register_rename_commands(reg);
     cfg_register_zone_commands(reg);
+    cfg_register_uwb_commands(reg);
 
     node_append_hello = svc->hooks.append_hello;
     svc->hooks.append_hello = append_hello;

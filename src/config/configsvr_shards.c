@@ -247,6 +247,8 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         }
     }
 
+    /* ... and the cluster's user write blocking mode (docs/design/user_write_blocking.md). */
+    SHL_ERR(cfg_uwb_sync_new_shard(host, st));
     snprintf(shard_host, sizeof(shard_host), "%s/%s", set_name, host);
     memset(&t, 0, sizeof(t));
     t.name = (char *)(uintptr_t)name;

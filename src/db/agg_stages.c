@@ -590,6 +590,7 @@ db_agg_out_begin(shl_op_ctx_t *op, const shl_pipeline_t *p, const char *db, bool
     SHL_INVARIANT(w->o != NULL);
     SHL_ERR(shl_ns_make(&w->target, w->o->db != NULL ? w->o->db : db, w->o->coll, st));
     SHL_ERR(db_check_user_write_ns(&w->target, st));
+    SHL_ERR(db_uwb_check(op, w->target.full, st));
     SHL_ERR(w->o->is_merge ? merge_begin(w, st) : out_begin(w, st));
 done:
     if (ret != 0) {

@@ -211,6 +211,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         bson_iter_as_int64(&it) != 1) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "have to pass 1 as db parameter");
     }
+    SHL_ERR(db_uwb_check(op, op->db, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_catalog_drop_database(node->eng, op->db, &ts, st));
     shl_cursor_manager_kill_db(node->cursors, op->db);
@@ -270,6 +271,8 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  "local.oplog.rs");
     }
     SHL_ERR(db_check_user_write_ns(&to, st));
+    SHL_ERR(db_uwb_check(op, from.full, st));
+    SHL_ERR(db_uwb_check(op, to.full, st));
     if (strcmp(from.db, to.db) != 0) {
         /* TODO(#3): MongoDB copies across databases; not implemented yet. */
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,

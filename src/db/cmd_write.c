@@ -358,6 +358,8 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_coll_handle_t h;
     insert_unit_t u;
     shl_db_orphan_filter_t *filter = NULL;
+    bool blocked;
+    shl_status_t blocked_st = SHL_STATUS_INIT;
     db_validator_t validator;
     bool bypass = false;
     int32_t *stmt_ids = NULL;
@@ -375,8 +377,9 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     /* Held until the inserts are done: a shard counts the writes in flight by it (a
      * migration's critical section waits for them). */
-    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
+    SHL_ERR(db_sharding_check_versions(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
+    blocked = db_uwb_check(op, ns.full, &blocked_st) != 0;
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
@@ -401,7 +404,11 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         }
         bson_iter_document(&it, &len, &data);
         bson_init_static(&item->doc, data, len);
-        if (db_doc_for_insert(node->eng, &item->doc, &item->fixed, &item->err) != 0) {
+        if (blocked) {
+            /* UserWritesBlocked is each statement's write error, as MongoDB reports it. */
+            item->err = blocked_st;
+            item->bad = true;
+        } else if (db_doc_for_insert(node->eng, &item->doc, &item->fixed, &item->err) != 0) {
             item->bad = true;
         }
     }
@@ -865,14 +872,17 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     uint8_t *parsed = NULL;
     size_t n = 0, cap;
     shl_db_orphan_filter_t *filter = NULL;
+    bool blocked;
+    shl_status_t blocked_st = SHL_STATUS_INIT;
     int32_t *stmt_ids = NULL;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
     SHL_ERR(shl_cmd_check_fields(cmd, kind->fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
-    SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
+    SHL_ERR(db_sharding_check_versions(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
+    blocked = db_uwb_check(op, ns.full, &blocked_st) != 0;
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
@@ -913,6 +923,14 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &executed, st));
         if (executed) {
             SHL_ERR(retried_result(op, kind->is_update, (int32_t)i, stmt_ids[i], ts, &res, st));
+            continue;
+        }
+        if (blocked) {
+            /* UserWritesBlocked is each statement's write error, as MongoDB reports it. */
+            add_error(&res, (int32_t)i, &blocked_st);
+            if (ordered) {
+                break;
+            }
             continue;
         }
         if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, stmt_ids[i], bypass,

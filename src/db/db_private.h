@@ -47,6 +47,10 @@ typedef struct db_node {
 
     /* Sessions checked out by retryable writes (replica set members; NULL otherwise). */
     struct db_session_catalog *sessions;
+
+    /* User write blocking (user_write_block.c): atomic; written by setUserWriteBlockMode
+     * after its durable copy in config.user_writes_critical_sections, read by every write. */
+    atomic_bool uwb_blocked;
 } db_node_t;
 
 /*
@@ -301,6 +305,27 @@ int db_pipeline_current_op(const bson_t *pipeline);
 int db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipeline,
                             bson_t *reply, shl_status_t *st);
 void db_register_fsync_commands(shl_command_registry_t *reg);
+
+/*
+ * User write blocking (user_write_block.c, docs/design/user_write_blocking.md).
+ * db_uwb_check -- UserWritesBlocked (371) when blocking is on, 'ns' ("db" or "db.coll") is not
+ *     in admin/config/local, and the operation may not bypass (internal operations and
+ *     requests a router marked mayBypassWriteBlocking: true bypass). Never blocks.
+ * db_uwb_load -- read the durable state at start-up. Errors: storage errors.
+ * db_uwb_parse_global -- the required bool 'global' of 'cmd_name' (IDLFailedToParse when
+ *     missing, TypeMismatch when not a bool).
+ * db_uwb_append_status -- serverStatus repl.userWriteBlockMode (replica set members:
+ *     1 disabled, 2 enabled, as MongoDB's UserWriteBlockState).
+ */
+int db_uwb_check(shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+/* db_sharding_check_versions -- shl_db_sharding_check without the user write blocking check,
+ * for insert/update/delete, which report UserWritesBlocked per statement (writeErrors). */
+int db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                               shl_db_orphan_filter_t **filter, shl_status_t *st);
+int db_uwb_load(db_node_t *node, shl_status_t *st);
+int db_uwb_parse_global(const bson_t *cmd, const char *cmd_name, bool *global, shl_status_t *st);
+void db_uwb_append_status(const db_node_t *node, bson_t *out);
+void db_register_uwb_commands(shl_command_registry_t *reg);
 void db_register_split_vector_command(shl_command_registry_t *reg);
 void db_register_apply_ops_command(shl_command_registry_t *reg);
 

@@ -117,6 +117,7 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_BOOL(&se, "persistent", true);
     BSON_APPEND_BOOL(&se, "backupCursorOpen", false);
     bson_append_document_end(reply, &se);
+    db_uwb_append_status(node, reply);
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &metrics);
     BSON_APPEND_DOCUMENT_BEGIN(&metrics, "cursor", &cur);
@@ -250,6 +251,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.replay_derive = db_session_replay_derive;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     node->cursors = shl_cursor_manager_new();
+    SHL_ERR(db_uwb_load(node, st));
     if (node->repl_set) {
         SHL_ERR(create_session_collections(node, st));
         node->sessions = db_session_catalog_new(node->eng);
@@ -265,6 +267,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_stats_commands(reg);
     db_register_current_op_commands(reg);
     db_register_fsync_commands(reg);
+    db_register_uwb_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
     shl_session_commands_register(reg);

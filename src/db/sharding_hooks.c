@@ -106,6 +106,18 @@ int
 shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                       shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
+    *filter = NULL;
+    if ((access == SHL_DB_SHARD_WRITE || access == SHL_DB_SHARD_DDL) &&
+        db_uwb_check(op, ns, st) != 0) {
+        return st->code;
+    }
+    return db_sharding_check_versions(op, ns, access, filter, st);
+}
+
+int
+db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
+                           shl_db_orphan_filter_t **filter, shl_status_t *st)
+{
     db_node_t *node = db_node(op);
 
     *filter = NULL;

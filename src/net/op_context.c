@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/str.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
@@ -564,4 +565,24 @@ shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
         bson_append_document_end(arr, &d);
     }
     pthread_mutex_unlock(&svc->ops_mu);
+}
+
+SHL_FAILPOINT_DEFINE(userWriteBlockingTreatClientsAsUnprivileged)
+
+bool
+shl_op_may_bypass_write_blocking(const shl_op_ctx_t *op)
+{
+    bson_iter_t it;
+    bool bypass;
+
+    if (op->conn == NULL) {
+        bypass = true;
+    } else if (op->body != NULL && bson_iter_init_find(&it, op->body, "mayBypassWriteBlocking")) {
+        bypass = bson_iter_as_bool(&it);
+    } else {
+        bypass = !atomic_load_explicit(
+            &SHL_FAILPOINT(userWriteBlockingTreatClientsAsUnprivileged)->active,
+            memory_order_relaxed);
+    }
+    return bypass;
 }

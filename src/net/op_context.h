@@ -204,4 +204,15 @@ int shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_cur
 /* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
 int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);
 
+/*
+ * shl_op_may_bypass_write_blocking --
+ *     MongoDB's WriteBlockBypass for 'op': true for an operation started internally (no
+ *     connection); the request's mayBypassWriteBlocking when it carries one (a router's
+ *     verdict); otherwise the client's privilege, which is "may bypass" while authentication
+ *     is off (as in MongoDB) unless the fail point userWriteBlockingTreatClientsAsUnprivileged
+ *     is on (tests: the client is taken as a user without bypassWriteBlockingMode).
+ *     docs/design/user_write_blocking.md.
+ */
+bool shl_op_may_bypass_write_blocking(const shl_op_ctx_t *op);
+
 #endif

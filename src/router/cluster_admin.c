@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 
@@ -84,6 +85,29 @@ static int
 cmd_list_shards(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     return forward_renamed(op, cmd, "listShards", reply, st);
+}
+
+/* setUserWriteBlockMode {global}: the config server coordinates every shard
+ * (docs/design/user_write_blocking.md). */
+static int
+cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+
+    if (!bson_iter_init_find(&it, cmd, "global")) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'setUserWriteBlockMode.global' is missing but a required field");
+    }
+    if (!BSON_ITER_HOLDS_BOOL(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'setUserWriteBlockMode.global' is the wrong type '%s', expected "
+                 "type 'bool'",
+                 shl_bson_type_name(bson_iter_type(&it)));
+    }
+    ret = forward_renamed(op, cmd, "_configsvrSetUserWriteBlockMode", reply, st);
+done:
+    return ret;
 }
 
 static int
@@ -340,6 +364,11 @@ done:
 static const shl_command_t k_admin_commands[] = {
     {"addShard", {"addshard"}, cmd_add_shard, SHL_CMD_ADMIN_ONLY, "add a shard to the cluster"},
     {"listShards", {"listshards"}, cmd_list_shards, SHL_CMD_ADMIN_ONLY, "list the shards"},
+    {"setUserWriteBlockMode",
+     {NULL},
+     cmd_set_user_write_block_mode,
+     SHL_CMD_ADMIN_ONLY,
+     "block or allow user writes cluster-wide"},
     {"removeShard",
      {"removeshard"},
      cmd_remove_shard,

@@ -465,6 +465,10 @@ send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_re
     int64_t remaining = shl_op_remaining_ms(op);
     int64_t timeout = remaining < 0 ? 0 : (remaining == 0 ? 1 : remaining);
     shl_client_interrupt_t intr = {op_interrupted, op};
+    /* A client that may not bypass user write blocking: the shards are told so (MongoDB's
+     * mayBypassWriteBlocking metadata); the rare case pays for a copy of each request. */
+    bson_t *marked =
+        shl_op_may_bypass_write_blocking(op) ? NULL : bson_malloc((n + 1) * sizeof(bson_t));
 
     for (size_t i = 0; i < n; i++) {
         const shl_router_request_t *req = &reqs[which != NULL ? which[i] : i];
@@ -489,6 +493,12 @@ send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_re
         freqs[nf].host = hosts[i];
         freqs[nf].db = db;
         freqs[nf].cmd = &req->cmd;
+        if (marked != NULL) {
+            bson_init(&marked[nf]);
+            bson_copy_to_excluding_noinit(&req->cmd, &marked[nf], "mayBypassWriteBlocking", NULL);
+            BSON_APPEND_BOOL(&marked[nf], "mayBypassWriteBlocking", false);
+            freqs[nf].cmd = &marked[nf];
+        }
         freqs[nf].op_key = op->has_remote_key ? op->remote_key : NULL;
         map[nf++] = i;
     }
@@ -518,6 +528,10 @@ send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_re
         }
     }
     bson_free(fres);
+    for (size_t k = 0; marked != NULL && k < nf; k++) {
+        bson_destroy(&marked[k]);
+    }
+    bson_free(marked);
     shl_router_deadline_results(op, results, n);
     if (!small) {
         bson_free(map);
