@@ -177,3 +177,22 @@ def test_standalone_refuses_snapshot(node):
     db = node.client().test
     db.c.insert_one({"_id": 1})
     assert error_code(lambda: db.command("find", "c", readConcern=SNAP)) == NOT_A_REPLICA_SET
+
+
+def test_index_built_after_the_snapshot_time_is_not_used(rs_node):
+    db = rs_node.client().test
+    db.c.insert_many([{"_id": i, "a": i % 10} for i in range(100)])
+    t0 = db.command("ping")["operationTime"]
+    db.c.create_index("a")
+    db.c.insert_one({"_id": 100, "a": 3})
+    # At t0 the index had no keys: the read must scan the collection, and finds all 10.
+    r = db.command("find", "c", filter={"a": 3}, readConcern=snap_at(t0))
+    assert sorted(d["_id"] for d in r["cursor"]["firstBatch"]) == list(range(3, 100, 10))
+    r = db.command("aggregate", "c", pipeline=[{"$match": {"a": 3}}, {"$count": "n"}],
+                   cursor={}, readConcern=snap_at(t0))
+    assert r["cursor"]["firstBatch"] == [{"n": 10}]
+    # Now the index is used and sees the new document too.
+    r = db.command("find", "c", filter={"a": 3}, readConcern=SNAP)
+    assert len(r["cursor"]["firstBatch"]) == 11
+    plan = db.command("explain", {"find": "c", "filter": {"a": 3}})["queryPlanner"]
+    assert "IXSCAN" in str(plan["winningPlan"])
