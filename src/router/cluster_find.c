@@ -154,6 +154,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     shl_router_t *r = shl_router_get(op);
     bson_t arr = BSON_INITIALIZER;
     bool exhausted = false, partial;
+    uint64_t at;
     int64_t id = 0;
     char ns[SHL_NS_MAX + 1];
     int ret = 0;
@@ -163,13 +164,14 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
         SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, true, &arr, &exhausted, st));
     }
     partial = c->partial;
+    at = c->at_cluster_time;
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
-    shl_router_cursor_reply(reply, ns, id, true, &arr, partial);
+    shl_router_cursor_reply_at(reply, ns, id, true, &arr, partial, at);
 done:
     shl_router_cursor_destroy(c);
     bson_destroy(&arr);
@@ -483,7 +485,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (single_exhausted_batch(&a, results, nresults, &batch)) {
         /* What the general path checks before taking each document. */
         SHL_ERR(shl_op_check_interrupt(op, st));
-        shl_router_cursor_reply(reply, ns.full, 0, true, &batch, false);
+        shl_router_cursor_reply_at(reply, ns.full, 0, true, &batch, false,
+                                   shl_router_snapshot_time(op));
         goto done;
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
