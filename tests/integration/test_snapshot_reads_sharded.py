@@ -202,3 +202,39 @@ def test_snapshot_too_old_past_the_shards_window(sc):
     finally:
         for s in shards:
             s.admin.command("setParameter", 1, minSnapshotHistoryWindowInSeconds=300)
+
+
+def test_node_driver_snapshot_session_through_the_router(sc):
+    """The Node.js driver's snapshot sessions (issue 14 item 7): the time the first read
+    returns pins every later read of the session, across both shards."""
+    import json
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    r = sc.router_client()
+    r.admin.command("enableSharding", "snapnode", primaryShard="shard0")
+    r.admin.command("shardCollection", "snapnode.c", key={"k": 1})
+    r.admin.command("split", "snapnode.c", middle={"k": 100})
+    r.admin.command("moveChunk", "snapnode.c", find={"k": 150}, to="shard1")
+    p = subprocess.Popen([node_binary(), HERE + "/snapshot.js", sc.uri(), "snapnode"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        first = json.loads(p.stdout.readline() or "{}")
+        assert first.get("t"), p.stderr.read() if p.poll() is not None else first
+        # The writes that follow must land after the session's time on both shards.
+        clocks_past(sc, Timestamp(first["t"], first["i"]))
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, stderr
+    res = json.loads(stdout.strip().splitlines()[-1])
+    assert res["first"] == [0] * 10
+    assert res["atClusterTime"] is not None
+    assert res["later"] == [0] * 200
+    assert res["agg"] == [{"_id": 0, "n": 200}]
+    assert res["distinct"] == [0]
+    assert res["now"] == [1] * 150
