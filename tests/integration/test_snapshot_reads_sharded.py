@@ -238,3 +238,20 @@ def test_node_driver_snapshot_session_through_the_router(sc):
     assert res["agg"] == [{"_id": 0, "n": 200}]
     assert res["distinct"] == [0]
     assert res["now"] == [1] * 150
+
+
+def test_after_cluster_time_bounds_the_routers_choice(sc):
+    r = sc.router_client()
+    db = r.snapafter
+    t = write_time(db, insert="c", documents=[{"_id": 1, "x": 1}])
+    res = db.command("find", "c", readConcern={"level": "snapshot", "afterClusterTime": t})
+    assert res["cursor"]["atClusterTime"] >= t
+    assert res["cursor"]["firstBatch"] == [{"_id": 1, "x": 1}]
+    # A time ahead of every node: the router keeps it, the shard reaches it.
+    ahead = Timestamp(t.time + 3, 0)
+    res = db.command("find", "c", readConcern={"level": "snapshot", "afterClusterTime": ahead})
+    assert res["cursor"]["atClusterTime"] == ahead
+    assert res["cursor"]["firstBatch"] == [{"_id": 1, "x": 1}]
+    res = db.command("distinct", "c", key="x", readConcern={"level": "snapshot",
+                                                           "atClusterTime": ahead})
+    assert res["values"] == [1] and res["atClusterTime"] == ahead
