@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "config/config_private.h"
 #include "net/stmt_batch.h"
 #include "net/server.h"
@@ -490,6 +491,17 @@ cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *repl
     shl_shard_type_cleanup(&s);
     bson_destroy(reply);
     ret = shl_client_run(g_cfg.pool, host, db, cmd, CFG_REMOTE_TIMEOUT_MS, reply, st);
+    {
+        /* The shard's time: metadata written after this (a new chunk's validAfter) is later
+         * than every write the shard had made, so snapshot reads before it never target
+         * chunks that did not exist yet (docs/design/snapshot_reads.md). */
+        bson_iter_t it, sub;
+        if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+            bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "clusterTime") &&
+            BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+            shl_storage_clock_advance(g_cfg.svc->storage, shl_bson_iter_timestamp_u64(&sub));
+        }
+    }
 done:
     return ret;
 }

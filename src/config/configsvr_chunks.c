@@ -10,11 +10,13 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
+#include "storage/storage.h"
 
 static void
 append_chunk_info(bson_t *b, const char *key, const shl_chunk_type_t *c)
@@ -311,7 +313,7 @@ cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     if (!shl_shard_key_normalize(p, &bmin, &nmin) || !shl_shard_key_normalize(p, &bmax, &nmax)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the bounds of mergeChunks are not shard keys of %s", ns);
     }
-    SHL_ERR(shl_routing_table_plan_merge(rt, &nmin, &nmax, cfg_fresh_ts(), &merged, st));
+    SHL_ERR(shl_routing_table_plan_merge(rt, &nmin, &nmax, SHL_TS_NULL, &merged, st));
     planned = true;
     SHL_ERR(shl_routing_table_find_chunk(rt, &nmin, &idx, st));
     shl_routing_table_chunk_to_type(rt, idx, &first);
@@ -785,6 +787,61 @@ done:
     return ret;
 }
 
+/*
+ * The chunk history's validAfter for a migration commit: the donor's `validAfter` (its
+ * cluster time once the recipient committed, above every timestamp the migrated documents
+ * got on either shard -- shard/migration_source.c), as MongoDB's config server takes it, or
+ * a fresh time here when that is later. Later metadata writes here land after it.
+ */
+static shl_ts_t
+migration_valid_after(const bson_t *cmd)
+{
+    bson_iter_t it;
+    shl_ts_t fresh = cfg_fresh_ts();
+
+    /* The later of the two: history entries only grow, whichever clock is ahead. */
+    if (bson_iter_init_find(&it, cmd, "validAfter") && BSON_ITER_HOLDS_TIMESTAMP(&it) &&
+        shl_bson_iter_timestamp_u64(&it) > shl_ts_to_u64(fresh)) {
+        uint64_t given = shl_bson_iter_timestamp_u64(&it);
+        shl_storage_clock_advance(cfg_get()->svc->storage, given);
+        return shl_ts_from_u64(given);
+    }
+    return fresh;
+}
+
+/*
+ * Drop the moved chunk's history entries that no snapshot read can need any more, as
+ * MongoDB's commit does: those whose validAfter is more than the window (the largest of
+ * minSnapshotHistoryWindowInSeconds, transactionLifetimeLimitSeconds and 10 s) before the new
+ * entry's, keeping at least one. A read older than what is left gets StaleChunkHistory.
+ */
+static void
+trim_history(shl_chunk_type_t *c)
+{
+    int64_t window = shl_opt_int(SHL_OPT_minSnapshotHistoryWindowInSeconds);
+    size_t keep = c->nhistory;
+
+    if (shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds) > window) {
+        window = shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+    }
+    if (window < 10) {
+        window = 10;
+    }
+    while (keep > 1 && (int64_t)c->history[keep - 1].valid_after.t + window <
+                           (int64_t)c->history[0].valid_after.t) {
+        keep--;
+    }
+    if (keep < c->nhistory) {
+        shl_chunk_history_t *h = bson_malloc0(keep * sizeof(*h));
+        for (size_t i = 0; i < keep; i++) {
+            h[i].valid_after = c->history[i].valid_after;
+            h[i].shard = c->history[i].shard; /* copied by set_history */
+        }
+        shl_chunk_type_set_history(c, h, keep);
+        bson_free(h);
+    }
+}
+
 static const char *const commit_migration_fields[] = {
     "fromShard",    "toShard", "migratedChunk", "fromShardCollectionVersion", "validAfter",
     "writeConcern", NULL};
@@ -855,7 +912,9 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                      "The collection %s was dropped or recreated during the migration", ns);
         }
     }
-    SHL_ERR(shl_routing_table_plan_move(rt, &min, to, cfg_fresh_ts(), &out, &nout, st));
+    SHL_ERR(shl_routing_table_plan_move(rt, &min, to, migration_valid_after(cmd), &out, &nout,
+                                        st));
+    trim_history(&out[0]);
     /* The moved chunk and the control chunk in one applyOps. */
     SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
     SHL_ERR(shl_routing_table_update(rt, out, nout, &after, st));

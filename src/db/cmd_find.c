@@ -451,6 +451,10 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &filter, st));
     read_ts = db_read_timestamp(node, &rc);
+    if (rc.level == DB_RC_SNAPSHOT && a.tailable) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Tailable cursors are not supported with readConcern level 'snapshot'");
+    }
     if (idhack_eligible(&a, ns.full, &id)) {
         SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
@@ -480,6 +484,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         c = shl_cursor_new(ns.full, &exec_plan_cursor_ops, plan);
         plan = NULL;
     }
+    c->at_cluster_time = rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0;
     c->limit = a.limit;
     c->no_timeout = a.no_cursor_timeout;
     if (!(a.has_batch_size && a.batch_size == 0)) {
@@ -496,7 +501,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         cursor_id = shl_cursor_manager_register(node->cursors, c, op);
     }
     c = NULL;
-    shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
+    shl_cursor_reply_at(reply, ns.full, cursor_id, true, &arr,
+                        rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0);
 done:
     if (locked) {
         shl_storage_coll_release(&h);
@@ -744,7 +750,7 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     if (exhausted && tail_alive(c)) {
         exhausted = false;
     }
-    shl_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr);
+    shl_cursor_reply_at(reply, ns.full, exhausted ? 0 : id, false, &arr, c->at_cluster_time);
 done:
     if (locked) {
         shl_storage_coll_release(&h);
@@ -1045,6 +1051,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         bson_append_value(&arr, kp, -1, &d.vals[i]);
     }
     bson_append_array_end(reply, &arr);
+    db_snapshot_append_time(&rc, reply);
 done:
     if (locked) {
         shl_storage_coll_release(&h);
@@ -1521,6 +1528,12 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         goto done;
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
+    if (rc.level == DB_RC_SNAPSHOT && shl_pipeline_output(pl) != NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Command aggregate does not support { readConcern: { level: \"snapshot\" } } "
+                 ":: caused by :: %s cannot be used with readConcern level 'snapshot'",
+                 shl_pipeline_output(pl)->is_merge ? "$merge" : "$out");
+    }
     a->env.read_ts = db_read_timestamp(node, &rc);
     if (!collectionless) {
         SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
@@ -1555,6 +1568,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
      * read whole collections, which no single reply could carry. */
     cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
     a = NULL;
+    cur->at_cluster_time = rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0;
     bson_init(&arr);
     ret = shl_cursor_fill_batch(op, cur, batch_size, true, &arr, &exhausted, st);
     if (locked) {
@@ -1571,7 +1585,8 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         cursor_id = shl_cursor_manager_register(node->cursors, cur, op);
     }
     cur = NULL;
-    shl_cursor_reply(reply, ns.full, cursor_id, true, &arr);
+    shl_cursor_reply_at(reply, ns.full, cursor_id, true, &arr,
+                        rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0);
     bson_destroy(&arr);
 done:
     if (locked) {
@@ -1588,17 +1603,29 @@ done:
 }
 
 static const shl_command_t find_commands[] = {
-    {"find", {NULL}, cmd_find, SHL_CMD_IN_TXN, "query for documents"},
-    {"getMore", {NULL}, cmd_get_more, SHL_CMD_IN_TXN, "get more results from a cursor"},
+    {"find", {NULL}, cmd_find, SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ, "query for documents"},
+    {"getMore",
+     {NULL},
+     cmd_get_more,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "get more results from a cursor"},
     {"killCursors", {NULL}, cmd_kill_cursors, SHL_CMD_IN_TXN, "kill cursors"},
     {"count", {NULL}, cmd_count, 0, "count documents"},
-    {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
+    {"distinct",
+     {NULL},
+     cmd_distinct,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "distinct values of a field"},
     {"explain",
      {NULL},
      cmd_explain,
      0,
      "explain find, count, distinct, update, delete, findAndModify or aggregate"},
-    {"aggregate", {NULL}, cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
+    {"aggregate",
+     {NULL},
+     cmd_aggregate,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "aggregation pipeline"},
 };
 
 void

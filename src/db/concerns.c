@@ -62,29 +62,38 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                          "afterClusterTime cannot be a null timestamp");
             }
-        } else if (strcmp(k, "afterOpTime") == 0 || strcmp(k, "atClusterTime") == 0) {
+        } else if (strcmp(k, "atClusterTime") == 0) {
+            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'readConcern.atClusterTime' is the wrong type '%s', "
+                         "expected type 'timestamp'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            rc->at_cluster_time = shl_bson_iter_timestamp_u64(&it);
+            if (rc->at_cluster_time == 0) {
+                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "atClusterTime cannot be a null timestamp");
+            }
+        } else if (strcmp(k, "afterOpTime") == 0) {
             if (!node->repl_set) {
                 SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
                          "node needs to be a replica set member to use readConcern: %s", k);
-            }
-            if (strcmp(k, "atClusterTime") == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                         "atClusterTime is only allowed with readConcern level 'snapshot'");
             }
         } else if (strcmp(k, "provenance") != 0) {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                      "BSON field 'readConcern.%s' is an unknown field.", k);
         }
     }
-    if (rc->level == DB_RC_SNAPSHOT) {
-        /* TODO(#9): snapshot reads come with transactions. */
-        if (!node->repl_set) {
-            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
-                     "node needs to be a replica set member to use readConcern: snapshot");
-        }
+    if (rc->at_cluster_time != 0 && rc->level != DB_RC_SNAPSHOT) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "readConcern level 'snapshot' is not supported yet (it comes with "
-                 "transactions)");
+                 "atClusterTime field can be set only if level is equal to snapshot");
+    }
+    if (rc->at_cluster_time != 0 && rc->after_cluster_time != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Can not specify both afterClusterTime and atClusterTime");
+    }
+    if (rc->level == DB_RC_SNAPSHOT) {
+        ret = db_snapshot_read_prepare(op, rc, st);
+        goto done;
     }
     if (rc->level == DB_RC_LINEARIZABLE && !node->repl_set) {
         SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
@@ -114,6 +123,9 @@ done:
 uint64_t
 db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc)
 {
+    if (rc->level == DB_RC_SNAPSHOT) {
+        return rc->at_cluster_time;
+    }
     if (rc->level == DB_RC_MAJORITY || rc->level == DB_RC_LINEARIZABLE) {
         return shl_storage_all_durable(node->eng);
     }

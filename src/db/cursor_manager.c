@@ -377,10 +377,21 @@ done:
 void
 shl_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr)
 {
+    shl_cursor_reply_at(reply, ns, id, first, arr, 0);
+}
+
+void
+shl_cursor_reply_at(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr,
+                    uint64_t at)
+{
     bson_t cur;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
     BSON_APPEND_ARRAY(&cur, first ? "firstBatch" : "nextBatch", arr);
     BSON_APPEND_INT64(&cur, "id", id);
     BSON_APPEND_UTF8(&cur, "ns", ns);
+    if (at != 0) {
+        bson_append_timestamp(&cur, "atClusterTime", -1, (uint32_t)(at >> 32),
+                              (uint32_t)(at & 0xffffffffu));
+    }
     bson_append_document_end(reply, &cur);
 }

@@ -43,6 +43,9 @@ typedef struct shl_cursor {
     bool await_data;
     bool no_timeout;
     int64_t n_returned;
+    /* readConcern "snapshot": the time the cursor reads at, which every batch's reply
+     * carries as atClusterTime (0: not a snapshot read). */
+    uint64_t at_cluster_time;
     /* The session the cursor was opened in (set by register from the opening op): killing or
      * ending the session, or its expiry, kills the cursor, as MongoDB's. */
     bool has_lsid;
@@ -152,5 +155,10 @@ void shl_cursor_manager_sessions(shl_cursor_manager_t *mgr,
  *     Append MongoDB's cursor reply: cursor: {firstBatch|nextBatch: arr, id, ns}.
  */
 void shl_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr);
+
+/* shl_cursor_reply_at -- shl_cursor_reply plus cursor.atClusterTime when 'at' is not 0 (a
+ * snapshot read's time, seconds << 32 | increment). */
+void shl_cursor_reply_at(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr,
+                         uint64_t at);
 
 #endif

@@ -136,6 +136,9 @@ typedef struct db_read_concern {
     db_rc_level_t level;
     bool has_level;
     uint64_t after_cluster_time; /* 0: none */
+    /* snapshot: the requested atClusterTime (0: none), then the time the read runs at
+     * (db_snapshot_read_prepare, snapshot_read.c). */
+    uint64_t at_cluster_time;
 } db_read_concern_t;
 
 /*
@@ -147,6 +150,21 @@ typedef struct db_read_concern {
  *     within maxTimeMS, until the no-holes point reaches it.
  */
 int db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
+
+/*
+ * db_snapshot_read_prepare --
+ *     readConcern {level: "snapshot"} outside a transaction (find, aggregate, distinct;
+ *     docs/design/snapshot_reads.md): needs a replica set (NotAReplicaSet); picks the time
+ *     the read runs at into rc->at_cluster_time -- the requested atClusterTime, else the
+ *     newest committed time (the no-holes point), at least afterClusterTime -- and waits,
+ *     without locks and within maxTimeMS, until every write at or below it has committed
+ *     (a time ahead of this node advances its clock first). SnapshotTooOld when the time is
+ *     older than the history storage keeps (minSnapshotHistoryWindowInSeconds).
+ */
+int db_snapshot_read_prepare(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
+
+/* db_snapshot_append_time -- append the read's atClusterTime to a distinct reply. */
+void db_snapshot_append_time(const db_read_concern_t *rc, bson_t *reply);
 
 /*
  * db_read_timestamp --

@@ -102,6 +102,14 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         } else {
             shl_collection_release(latest);
         }
+        if (read_ts != 0) {
+            /* A read in the past must not use an index built after it: the index holds
+             * no keys for that time (snapshot reads, docs/design/snapshot_reads.md). */
+            shl_collection_t *visible;
+            SHL_ERR(shl_collection_visible_at(eng, p->coll, read_ts, &visible, st));
+            shl_collection_release(p->coll);
+            p->coll = visible;
+        }
     }
     {
         exec_ctx_t trial = {NULL, p->txn};

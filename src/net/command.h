@@ -25,6 +25,10 @@
 /* Runs without authentication (hello, isMaster, ping, buildInfo): it may not carry a
  * txnNumber (50889). */
 #define SHL_CMD_NO_AUTH (1u << 9)
+/* accepts readConcern {level: "snapshot"} outside a transaction (find, aggregate, distinct,
+ * getMore); the dispatcher refuses it for every other command (a high bit, away from the
+ * flags other work adds). */
+#define SHL_CMD_SNAPSHOT_READ (1u << 20)
 
 /*
  * A command's run function: 'cmd' is the request body; 'reply' is an empty document

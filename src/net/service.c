@@ -59,6 +59,33 @@ is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
            !op->has_autocommit;
 }
 
+/*
+ * readConcern {level: "snapshot"} outside a transaction is for the commands flagged
+ * SHL_CMD_SNAPSHOT_READ (find, aggregate, distinct); every other command refuses it with
+ * MongoDB's InvalidOptions, "Command <name> does not support <readConcern> :: caused by ::
+ * <why>" (count's reason names snapshot, as its own check does).
+ */
+static int
+check_snapshot_support(const shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = 0;
+
+    if (!op->has_read_concern || (cmd->flags & SHL_CMD_SNAPSHOT_READ) ||
+        !bson_iter_init_find(&it, &op->read_concern, "level") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "snapshot") != 0) {
+        goto done;
+    }
+    SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+             "Command %s does not support { readConcern: { level: \"snapshot\" } } :: caused by "
+             ":: %s",
+             cmd->name,
+             strcmp(cmd->name, "count") == 0 ? "read concern snapshot not supported"
+                                             : "read concern not supported");
+done:
+    return ret;
+}
+
 /* Whether a retryable write's errors are labelled for this client: never for another
  * cluster process (it sent internalClient in its hello) nor for in-process commands. */
 static bool
@@ -358,6 +385,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
                  "multi-document transactions are not supported by Shale yet");
     }
+    SHL_ERR(check_snapshot_support(&op, cmd, &st));
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
         in_session = true;

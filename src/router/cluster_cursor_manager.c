@@ -43,6 +43,7 @@ shl_router_cursor_new(struct shl_router *r, const char *ns, const char *db, cons
 void
 shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *op)
 {
+    c->at_cluster_time = shl_router_snapshot_time(op);
     if (!op->has_lsid) {
         return;
     }
@@ -602,6 +603,13 @@ void
 shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, const bson_t *arr,
                         bool partial)
 {
+    shl_router_cursor_reply_at(reply, ns, id, first, arr, partial, 0);
+}
+
+void
+shl_router_cursor_reply_at(bson_t *reply, const char *ns, int64_t id, bool first,
+                           const bson_t *arr, bool partial, uint64_t at)
+{
     bson_t cur;
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
@@ -610,6 +618,10 @@ shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first, c
     BSON_APPEND_UTF8(&cur, "ns", ns);
     if (partial) {
         BSON_APPEND_BOOL(&cur, "partialResultsReturned", true);
+    }
+    if (at != 0) {
+        bson_append_timestamp(&cur, "atClusterTime", -1, (uint32_t)(at >> 32),
+                              (uint32_t)(at & 0xffffffffu));
     }
     bson_append_document_end(reply, &cur);
 }

@@ -44,6 +44,9 @@ typedef struct shl_router_avg_fixup {
 typedef struct shl_router_cursor {
     int64_t id; /* set by register; 0 before */
     char ns[SHL_NS_MAX + 1];
+    /* A snapshot read's atClusterTime, which every getMore reply carries (0: none); set
+     * with the session from the opening operation. */
+    uint64_t at_cluster_time;
     char db[SHL_NS_MAX + 1];   /* the remote cursors' database */
     char coll[SHL_NS_MAX + 1]; /* the remote cursors' collection (getMore's `collection`) */
     struct shl_router *r;
@@ -149,6 +152,11 @@ void shl_router_cursor_destroy(shl_router_cursor_t *c);
  * 'partial', partialResultsReturned: true. */
 void shl_router_cursor_reply(bson_t *reply, const char *ns, int64_t id, bool first,
                              const bson_t *arr, bool partial);
+
+/* shl_router_cursor_reply_at -- shl_router_cursor_reply plus cursor.atClusterTime when 'at'
+ * is not 0 (a snapshot read's time). */
+void shl_router_cursor_reply_at(bson_t *reply, const char *ns, int64_t id, bool first,
+                                const bson_t *arr, bool partial, uint64_t at);
 
 /* shl_router_partial_ok -- whether allowPartialResults lets a shard's error 'code' be
  * skipped (network errors, timeouts, retriable errors, as mongos). */

@@ -154,6 +154,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     shl_router_t *r = shl_router_get(op);
     bson_t arr = BSON_INITIALIZER;
     bool exhausted = false, partial;
+    uint64_t at;
     int64_t id = 0;
     char ns[SHL_NS_MAX + 1];
     int ret = 0;
@@ -163,13 +164,14 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
         SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, true, &arr, &exhausted, st));
     }
     partial = c->partial;
+    at = c->at_cluster_time;
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
-    shl_router_cursor_reply(reply, ns, id, true, &arr, partial);
+    shl_router_cursor_reply_at(reply, ns, id, true, &arr, partial, at);
 done:
     shl_router_cursor_destroy(c);
     bson_destroy(&arr);
@@ -483,7 +485,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (single_exhausted_batch(&a, results, nresults, &batch)) {
         /* What the general path checks before taking each document. */
         SHL_ERR(shl_op_check_interrupt(op, st));
-        shl_router_cursor_reply(reply, ns.full, 0, true, &batch, false);
+        shl_router_cursor_reply_at(reply, ns.full, 0, true, &batch, false,
+                                   shl_router_snapshot_time(op));
         goto done;
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults,
@@ -556,7 +559,8 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
     failed = false;
-    shl_router_cursor_reply(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial);
+    shl_router_cursor_reply_at(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial,
+                               c->at_cluster_time);
 done:
     if (c != NULL) {
         /* An error ends the cursor, as in MongoDB. */
@@ -1073,14 +1077,61 @@ done:
     return ret;
 }
 
+/* The snapshot reads (cluster_snapshot.c): the reply names the snapshot's atClusterTime. */
+static int
+cmd_find_snapshot(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = cmd_find(op, cmd, reply, st);
+    if (ret == 0) {
+        router_snapshot_reply(op, reply);
+    }
+    return ret;
+}
+
+static int
+cmd_distinct_snapshot(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = cmd_distinct(op, cmd, reply, st);
+    if (ret == 0) {
+        router_snapshot_reply(op, reply);
+    }
+    return ret;
+}
+
+static int
+cmd_aggregate_snapshot(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = router_cmd_aggregate(op, cmd, reply, st);
+    if (ret == 0) {
+        router_snapshot_reply(op, reply);
+    }
+    return ret;
+}
+
 static const shl_command_t k_find_commands[] = {
-    {"find", {NULL}, cmd_find, SHL_CMD_IN_TXN, "query for documents"},
-    {"getMore", {NULL}, cmd_get_more, SHL_CMD_IN_TXN, "get more results from a cursor"},
+    {"find",
+     {NULL},
+     cmd_find_snapshot,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "query for documents"},
+    {"getMore",
+     {NULL},
+     cmd_get_more,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "get more results from a cursor"},
     {"killCursors", {NULL}, cmd_kill_cursors, SHL_CMD_IN_TXN, "kill cursors"},
     {"count", {NULL}, cmd_count, 0, "count documents"},
-    {"distinct", {NULL}, cmd_distinct, SHL_CMD_IN_TXN, "distinct values of a field"},
+    {"distinct",
+     {NULL},
+     cmd_distinct_snapshot,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "distinct values of a field"},
     {"explain", {NULL}, cmd_explain, 0, "explain a find, count, distinct or aggregate"},
-    {"aggregate", {NULL}, router_cmd_aggregate, SHL_CMD_IN_TXN, "aggregation pipeline"},
+    {"aggregate",
+     {NULL},
+     cmd_aggregate_snapshot,
+     SHL_CMD_IN_TXN | SHL_CMD_SNAPSHOT_READ,
+     "aggregation pipeline"},
 };
 
 void

@@ -99,10 +99,52 @@ set_add(shl_router_shards_t *s, const char *name)
     s->n++;
 }
 
+/* Record a targeting error (the first one) in 'out'. */
 static void
-target_all(const shl_routing_table_t *rt, shl_router_shards_t *out)
+target_fail(shl_router_shards_t *out, const shl_status_t *st)
+{
+    if (out->code == 0) {
+        out->code = st->code;
+        out->status = *st;
+    }
+}
+
+/* The routing's time as a chunk-history lookup argument: NULL for "now". */
+static const shl_ts_t *
+rr_at(const shl_router_routing_t *rr, shl_ts_t *buf)
+{
+    if (rr->at == 0) {
+        return NULL;
+    }
+    *buf = shl_ts_from_u64(rr->at);
+    return buf;
+}
+
+static void
+target_all(const shl_routing_table_t *rt, const shl_ts_t *at, shl_router_shards_t *out)
 {
     size_t ns = shl_routing_table_nshard_names(rt);
+
+    if (at != NULL) {
+        /* Every shard that owned a chunk at that time. */
+        const char **found = bson_malloc0((ns + 1) * sizeof(char *));
+        size_t n = 0;
+        bson_t min, max;
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_shard_key_global_min(shl_routing_table_key_pattern(rt), &min);
+        shl_shard_key_global_max(shl_routing_table_key_pattern(rt), &max);
+        if (shl_routing_table_shards_for_range(rt, &min, &max, true, at, found, &n, &st) == 0) {
+            for (size_t i = 0; i < n; i++) {
+                set_add(out, found[i]);
+            }
+        } else {
+            target_fail(out, &st);
+        }
+        bson_destroy(&min);
+        bson_destroy(&max);
+        bson_free(found);
+        return;
+    }
     for (size_t i = 0; i < ns; i++) {
         const char *name = shl_routing_table_shard_name(rt, i);
         shl_chunk_version_t v = shl_routing_table_shard_version(rt, name);
@@ -112,21 +154,23 @@ target_all(const shl_routing_table_t *rt, shl_router_shards_t *out)
     }
 }
 
-/* Add the owners of [min, max] (inclusive) to 'out'. */
+/* Add the owners of [min, max] (inclusive) -- now, or at *at -- to 'out'. */
 static void
-target_range(const shl_routing_table_t *rt, const bson_t *min, const bson_t *max,
-             shl_router_shards_t *out)
+target_range(const shl_routing_table_t *rt, const shl_ts_t *at, const bson_t *min,
+             const bson_t *max, shl_router_shards_t *out)
 {
     size_t cap = shl_routing_table_nshard_names(rt), n = 0;
     const char **found = bson_malloc0((cap + 1) * sizeof(char *));
     shl_status_t st = SHL_STATUS_INIT;
 
-    if (shl_routing_table_shards_for_range(rt, min, max, true, NULL, found, &n, &st) == 0) {
+    if (shl_routing_table_shards_for_range(rt, min, max, true, at, found, &n, &st) == 0) {
         for (size_t i = 0; i < n; i++) {
             set_add(out, found[i]);
         }
+    } else if (st.code == SHL_CODE_STALE_CHUNK_HISTORY) {
+        target_fail(out, &st);
     } else {
-        target_all(rt, out);
+        target_all(rt, at, out);
     }
     bson_free(found);
 }
@@ -152,7 +196,8 @@ make_bound(const shl_shard_key_pattern_t *p, const bson_value_t *v, bool min, bs
  * not narrow the shards (the caller then targets all).
  */
 static bool
-target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_router_shards_t *out)
+target_conjunction(const shl_routing_table_t *rt, const shl_ts_t *at, const bson_t *filter,
+                   shl_router_shards_t *out)
 {
     const shl_shard_key_pattern_t *p = shl_routing_table_key_pattern(rt);
     bson_t key;
@@ -162,8 +207,11 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
     shl_status_t st = SHL_STATUS_INIT;
 
     if (shl_shard_key_extract_from_query(p, filter, &key)) {
-        if (shl_routing_table_shard_for_key(rt, &key, NULL, &shard, &st) == 0) {
+        if (shl_routing_table_shard_for_key(rt, &key, at, &shard, &st) == 0) {
             set_add(out, shard);
+            narrowed = true;
+        } else if (st.code == SHL_CODE_STALE_CHUNK_HISTORY) {
+            target_fail(out, &st);
             narrowed = true;
         }
         bson_destroy(&key);
@@ -204,7 +252,7 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
                     }
                     make_bound(p, bson_iter_value(&vals), true, &min);
                     make_bound(p, bson_iter_value(&vals), false, &max);
-                    target_range(rt, &min, &max, out);
+                    target_range(rt, at, &min, &max, out);
                     bson_destroy(&min);
                     bson_destroy(&max);
                 }
@@ -223,7 +271,7 @@ target_conjunction(const shl_routing_table_t *rt, const bson_t *filter, shl_rout
         }
         make_bound(p, lo, true, &min);
         make_bound(p, hi, false, &max);
-        target_range(rt, &min, &max, out);
+        target_range(rt, at, &min, &max, out);
         bson_destroy(&min);
         bson_destroy(&max);
         return true;
@@ -237,6 +285,8 @@ shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
 {
     bson_iter_t it, branches;
     bool all = false;
+    shl_ts_t at_buf;
+    const shl_ts_t *at = rr_at(rr, &at_buf);
 
     memset(out, 0, sizeof(*out));
     if (rr->rt == NULL) {
@@ -260,17 +310,38 @@ shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
             }
             bson_iter_document(&branches, &len, &data);
             if (!bson_init_static(&branch, data, len) ||
-                !target_conjunction(rr->rt, &branch, out)) {
+                !target_conjunction(rr->rt, at, &branch, out)) {
                 all = true;
             }
         }
     } else {
-        all = !target_conjunction(rr->rt, filter, out);
+        all = !target_conjunction(rr->rt, at, filter, out);
     }
     if (all) {
         out->n = 0;
-        target_all(rr->rt, out);
+        target_all(rr->rt, at, out);
     }
+}
+
+uint64_t
+shl_router_snapshot_time(const shl_op_ctx_t *op)
+{
+    bson_iter_t it;
+    bool snapshot = false;
+    uint64_t at = 0;
+
+    if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
+        return 0;
+    }
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "level") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snapshot = strcmp(bson_iter_utf8(&it, NULL), "snapshot") == 0;
+        } else if (strcmp(shl_iter_key(&it), "atClusterTime") == 0 &&
+                   BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            at = shl_bson_iter_timestamp_u64(&it);
+        }
+    }
+    return snapshot ? at : 0;
 }
 
 int
@@ -286,7 +357,10 @@ shl_router_target_doc(const shl_router_routing_t *rr, const bson_t *doc, const c
     }
     bson_destroy(&key);
     SHL_ERR(shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(rr->rt), doc, &key, st));
-    SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, shard, st));
+    {
+        shl_ts_t at_buf;
+        SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, rr_at(rr, &at_buf), shard, st));
+    }
 done:
     bson_destroy(&key);
     return ret;
@@ -752,6 +826,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         bool stale = false;
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(shl_router_routing_init(r, ns, d->create_db, &rr, st));
+        rr.at = shl_router_snapshot_time(op);
         if (d->prepare != NULL) {
             SHL_ERR(d->prepare(d->prepare_arg, &rr, st));
         }
@@ -759,6 +834,10 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
             d->target(d->target_arg, &rr, &targets);
         } else {
             shl_router_target_filter(&rr, d->filter, &targets);
+        }
+        if (targets.code != 0) {
+            *st = targets.status;
+            SHL_ERR(targets.code);
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc((targets.n + 1) * sizeof(*fres)); /* shl_router_send fills it */

@@ -74,6 +74,10 @@ typedef struct shl_router_routing {
     char ns[SHL_NS_MAX + 1];
     shl_cached_database_t db;
     shl_routing_table_t *rt;
+    /* A snapshot read's atClusterTime (seconds << 32 | increment; 0: now): targeting uses
+     * the owners of the chunks at that time, from chunk history (seeds/000 "The historical
+     * routing table"). shl_router_dispatch sets it from the request's readConcern. */
+    uint64_t at;
 } shl_router_routing_t;
 
 /*
@@ -100,6 +104,10 @@ typedef struct shl_router_shards {
     const char **names;
     size_t n;
     char **owned; /* registry names the set owns (bson_strfreev), or NULL */
+    /* Targeting at a past time (rr->at) that chunk history does not reach: StaleChunkHistory
+     * (0: none); the dispatch fails with it. */
+    int code;
+    shl_status_t status;
 } shl_router_shards_t;
 
 void shl_router_shards_cleanup(shl_router_shards_t *s);
@@ -115,6 +123,13 @@ void shl_router_shards_cleanup(shl_router_shards_t *s);
  */
 void shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
                               shl_router_shards_t *out);
+
+/*
+ * shl_router_snapshot_time --
+ *     The atClusterTime of the request's readConcern when its level is "snapshot" (the router
+ *     put one there when the client gave none: router_snapshot_rewrite), else 0.
+ */
+uint64_t shl_router_snapshot_time(const shl_op_ctx_t *op);
 
 /*
  * shl_router_target_doc --

@@ -58,7 +58,17 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 static bson_t *
 rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 {
-    return router_rwc_apply(shl_router_get(op), op, cmd);
+    shl_router_t *r = shl_router_get(op);
+    bson_t *body = router_rwc_apply(r, op, cmd);
+    bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
+
+    if (snap != NULL) {
+        if (body != NULL) {
+            bson_destroy(body);
+        }
+        body = snap;
+    }
+    return body;
 }
 
 /* The session arguments every request is checked for (a router is never a standalone). */

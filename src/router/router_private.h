@@ -212,6 +212,24 @@ void router_rwc_refresh(shl_router_t *r);
 bson_t *router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd);
 
 /*
+ * router_snapshot_rewrite --
+ *     A find, aggregate or distinct with readConcern {level: "snapshot"} and no atClusterTime:
+ *     'body' with atClusterTime set to the router's newest known cluster time (at least the
+ *     request's afterClusterTime, which it replaces), as mongos selects it, so that every
+ *     targeted shard reads the same snapshot and the router targets the owners at that time.
+ *     NULL when nothing changes. Caller destroys the result (cluster_snapshot.c).
+ */
+bson_t *router_snapshot_rewrite(shl_router_t *r, const shl_command_t *cmd, const bson_t *body);
+
+/*
+ * router_snapshot_reply --
+ *     After a successful find/aggregate (cursor.atClusterTime) or distinct (atClusterTime):
+ *     put the request's snapshot time into 'reply' unless a shard's relayed reply has it.
+ *     No-op for other read concerns.
+ */
+void router_snapshot_reply(const shl_op_ctx_t *op, bson_t *reply);
+
+/*
  * router_sessions_init / router_sessions_shutdown --
  *     The router's logical session cache (cluster_sessions.c): persisted into the cluster's
  *     config.system.sessions, its refresh thread started; stopped and freed at shutdown (before

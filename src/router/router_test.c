@@ -144,6 +144,61 @@ test_op_init(test_op_t *t)
     t->op.svc = &t->svc;
 }
 
+static bool
+find_path(const bson_t *doc, const char *path, bson_iter_t *out)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, path, out);
+}
+
+/* The router picks a snapshot read's atClusterTime: its clock, or a newer afterClusterTime
+ * (which it replaces); never for other levels, other commands or a given atClusterTime. */
+SHL_TEST(snapshot_rewrite_picks_at_cluster_time)
+{
+    shl_router_t r;
+    shl_command_t find = {.name = "find", .flags = SHL_CMD_SNAPSHOT_READ};
+    shl_command_t count = {.name = "count", .flags = 0};
+    bson_t *body, *out;
+    bson_iter_t it;
+    uint32_t t, i;
+
+    memset(&r, 0, sizeof(r));
+    shl_vector_clock_init(&r.clock);
+    body = shl_test_bson("{'find': 'c', 'readConcern': {'level': 'snapshot'}}");
+    ASSERT(router_snapshot_rewrite(&r, &find, body) == NULL); /* no time known yet */
+    shl_vector_clock_advance(&r.clock, SHL_VC_CLUSTER_TIME, ((uint64_t)100 << 32) | 7);
+    out = router_snapshot_rewrite(&r, &find, body);
+    ASSERT(out != NULL);
+    ASSERT(bson_iter_init(&it, out) && bson_iter_next(&it));
+    ASSERT_STR_EQ(bson_iter_key(&it), "find");
+    ASSERT(bson_iter_init_find(&it, out, "readConcern"));
+    ASSERT(find_path(out, "readConcern.atClusterTime", &it));
+    bson_iter_timestamp(&it, &t, &i);
+    ASSERT_INT_EQ(t, 100);
+    ASSERT_INT_EQ(i, 7);
+    bson_destroy(out);
+    ASSERT(router_snapshot_rewrite(&r, &count, body) == NULL);
+    bson_destroy(body);
+
+    body = BCON_NEW("find", "c", "readConcern", "{", "level", "snapshot", "afterClusterTime",
+                    BCON_TIMESTAMP(200, 1), "}");
+    out = router_snapshot_rewrite(&r, &find, body);
+    ASSERT(find_path(out, "readConcern.atClusterTime", &it));
+    bson_iter_timestamp(&it, &t, &i);
+    ASSERT_INT_EQ(t, 200);
+    ASSERT(!find_path(out, "readConcern.afterClusterTime", &it));
+    bson_destroy(out);
+    bson_destroy(body);
+
+    body = BCON_NEW("find", "c", "readConcern", "{", "level", "snapshot", "atClusterTime",
+                    BCON_TIMESTAMP(50, 1), "}");
+    ASSERT(router_snapshot_rewrite(&r, &find, body) == NULL);
+    bson_destroy(body);
+    body = shl_test_bson("{'find': 'c', 'readConcern': {'level': 'majority'}}");
+    ASSERT(router_snapshot_rewrite(&r, &find, body) == NULL);
+    bson_destroy(body);
+}
+
 SHL_TEST(cursor_merges_by_sort_key_with_skip_and_limit)
 {
     shl_router_cursor_t *c = shl_router_cursor_new(NULL, "db.c", "db", "c");

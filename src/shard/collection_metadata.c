@@ -751,6 +751,95 @@ db_crit_gate(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_db_shard_ac
 
 /* ---------------------------------------------------------------- version checks (2) */
 
+/* ---------------------------------------------------------------- snapshot reads */
+
+/*
+ * The orphan filter of a snapshot read at a past time (docs/design/snapshot_reads.md): a
+ * document is this shard's when its chunk belonged to this shard at that time, by the chunk
+ * history of the current metadata (seeds/000 "The historical routing table"), so a donor
+ * still returns a chunk it has migrated away since, and a recipient does not return one it
+ * received after. A chunk whose history does not reach the time owns nothing here (the
+ * router has already answered StaleChunkHistory for the chunks it targets).
+ */
+typedef struct meta_at {
+    shl_db_orphan_filter_t filter;
+    shard_coll_meta_t *m; /* reference */
+    shl_ts_t at;
+} meta_at_t;
+
+static bool
+meta_at_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
+{
+    const meta_at_t *a = (const meta_at_t *)f;
+    const shard_coll_meta_t *m = a->m;
+    shl_status_t st = SHL_STATUS_INIT;
+    const char *shard = NULL;
+    bson_t key;
+    bool owns = false;
+
+    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
+        0) {
+        owns = shl_routing_table_shard_for_key(m->rt, &key, &a->at, &shard, &st) == 0 &&
+               strcmp(shard, m->shard_name) == 0;
+    }
+    bson_destroy(&key);
+    return owns;
+}
+
+static bool
+meta_at_same_key(const shl_db_orphan_filter_t *f, const bson_t *x, const bson_t *y)
+{
+    const meta_at_t *a = (const meta_at_t *)f;
+    return meta_same_key(&a->m->filter, x, y);
+}
+
+static void
+meta_at_destroy(shl_db_orphan_filter_t *f)
+{
+    meta_at_t *a = (meta_at_t *)f;
+    shard_meta_release(a->m);
+    bson_free(a);
+}
+
+/* The atClusterTime of a snapshot read ({level: "snapshot", atClusterTime}); 0 otherwise. */
+static uint64_t
+snapshot_read_time(const shl_op_ctx_t *op)
+{
+    bson_iter_t it;
+    bool snapshot = false;
+    uint64_t at = 0;
+
+    if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
+        return 0;
+    }
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "level") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            snapshot = strcmp(bson_iter_utf8(&it, NULL), "snapshot") == 0;
+        } else if (strcmp(bson_iter_key(&it), "atClusterTime") == 0 &&
+                   BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            uint32_t t, i;
+            bson_iter_timestamp(&it, &t, &i);
+            at = ((uint64_t)t << 32) | i;
+        }
+    }
+    return snapshot ? at : 0;
+}
+
+/* A filter over 'm' (a new reference) at cluster time 'at'. */
+static shl_db_orphan_filter_t *
+meta_at_new(shard_coll_meta_t *m, uint64_t at)
+{
+    meta_at_t *a = bson_malloc0(sizeof(*a));
+
+    atomic_init(&a->filter.refs, 1);
+    a->filter.owns = meta_at_owns;
+    a->filter.same_key = meta_at_same_key;
+    a->filter.destroy = meta_at_destroy;
+    a->m = meta_ref(m);
+    a->at = shl_ts_from_u64(at);
+    return &a->filter;
+}
+
 static int check_db_version(shard_state_t *s, const char *ns,
                             const shl_database_version_t *received, shl_status_t *st);
 
@@ -808,6 +897,8 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         g->m = meta_ref(m);
         c = NULL;
         *filter = &g->filter;
+    } else if (access == SHL_DB_SHARD_READ && m->rt != NULL && snapshot_read_time(op) != 0) {
+        *filter = meta_at_new(m, snapshot_read_time(op));
     } else if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }

@@ -1408,9 +1408,40 @@ done:
     return ret;
 }
 
+/*
+ * The time the recipient's ownership starts (the chunk history's validAfter, seeds/000 "The
+ * historical routing table"), as MongoDB's donor takes its cluster time once the recipient
+ * has committed: above every timestamp the recipient gave the migrated documents (its
+ * _recvChunkCommit reply's $clusterTime / operationTime) and every write this donor made
+ * (writes to the range are blocked by now), so a snapshot read at validAfter or later finds
+ * everything on the recipient and an earlier one on the donor. The donor's clock moves past it.
+ */
+static uint64_t
+commit_valid_after(shard_state_t *s, const bson_t *recipient_reply)
+{
+    shl_storage_engine_t *eng = s->svc->storage;
+    uint64_t ts = shl_storage_clock_now(eng);
+    bson_iter_t it, sub;
+
+    if (bson_iter_init_find(&it, recipient_reply, "$clusterTime") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+        bson_iter_find(&sub, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP(&sub) &&
+        shl_bson_iter_timestamp_u64(&sub) > ts) {
+        ts = shl_bson_iter_timestamp_u64(&sub);
+    }
+    if (bson_iter_init_find(&it, recipient_reply, "operationTime") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it) && shl_bson_iter_timestamp_u64(&it) > ts) {
+        ts = shl_bson_iter_timestamp_u64(&it);
+    }
+    ts++;
+    shl_storage_clock_advance(eng, ts);
+    return ts;
+}
+
 static int
 send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
-                      const shl_chunk_version_t *chunk_version, shl_status_t *st)
+                      const shl_chunk_version_t *chunk_version, uint64_t valid_after,
+                      shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
@@ -1428,6 +1459,10 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
     BSON_APPEND_TIMESTAMP(&chunk, "lastmod", chunk_version->major, chunk_version->minor);
     bson_append_document_end(&cmd, &chunk);
     shl_chunk_version_append(&cmd, "fromShardCollectionVersion", &m->coll_version);
+    if (valid_after != 0) {
+        bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
+                              (uint32_t)(valid_after & 0xffffffffu));
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
@@ -1492,6 +1527,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     size_t idx = 0;
     bson_t cmin, cmax;
     bool persisted = false, crit = false, committed = false;
+    uint64_t valid_after = 0;
     shl_chunk_version_t chunk_version;
     char r[512];
     int64_t start_us = shl_clock_mono_us();
@@ -1583,6 +1619,9 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);
         BSON_APPEND_UTF8(&cmd, "sessionId", c.session_id);
         ret = shard_remote_cmd(s, c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
+        if (ret == 0) {
+            valid_after = commit_valid_after(s, &reply);
+        }
         bson_destroy(&cmd);
         bson_destroy(&reply);
         SHL_ERR(ret);
@@ -1591,7 +1630,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     capture_stop(s, d);
     pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
 
-    ret = send_commit_to_config(s, &c, m, &chunk_version, st);
+    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after, st);
     if (ret != 0) {
         shl_status_t why = *st;
         /* Did the commit happen? Ask the authority before deciding. */

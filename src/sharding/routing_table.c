@@ -965,6 +965,16 @@ shl_routing_table_plan_merge(const shl_routing_table_t *rt, const bson_t *min, c
     out->jumbo = false;
     out->has_estimated_size = false;
     SHL_ERR(shl_chunk_version_after_merge(&rt->coll_version, &out->version, st));
+    if (shl_ts_eq(valid_after, SHL_TS_NULL)) {
+        /* As MongoDB: the merged chunk has been on its shard since the latest of the merged
+         * chunks arrived there, so snapshot reads after that still find it. */
+        for (size_t i = first; i <= last && i < rt->nchunks; i++) {
+            const rt_chunk_t *c = &rt->chunks[i];
+            if (c->nhist > 0 && shl_ts_cmp(rt->hist[c->hist_off].valid_after, valid_after) > 0) {
+                valid_after = rt->hist[c->hist_off].valid_after;
+            }
+        }
+    }
     h.valid_after = valid_after;
     h.shard = out->shard;
     shl_chunk_type_set_history(out, &h, 1);

@@ -170,7 +170,8 @@ int shl_routing_table_plan_split(const shl_routing_table_t *rt, const bson_t *ch
 /*
  * shl_routing_table_plan_merge --
  *     Merge the chunks exactly covering [min, max) (at least two, all on one shard) into
- *     one: version <Ecv, Tcv, Mcv, mcv + 1>, history [{validAfter: valid_after, shard}].
+ *     one: version <Ecv, Tcv, Mcv, mcv + 1>, history [{validAfter: valid_after, shard}];
+ *     'valid_after' SHL_TS_NULL takes MongoDB's: the newest validAfter of the merged chunks.
  *     *out receives the one new chunk. Errors: IllegalOperation (bounds not on chunk
  *     boundaries, chunks on different shards, a single chunk).
  */

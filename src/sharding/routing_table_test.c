@@ -517,6 +517,26 @@ SHL_TEST(routing_table_historical_routing)
     ASSERT(cs->has_on_current_shard_since && cs->on_current_shard_since.t == 200);
     ASSERT_INT_EQ(shl_chunk_type_validate(cs, &st), 0);
     shl_chunk_types_free(cs, 1);
+
+    /* A merge with no validAfter given takes the newest first validAfter of the merged
+     * chunks (MongoDB's): [0, 10) arrived on s2 at 200, [10, MaxKey) has been there since
+     * (its split copied the history). */
+    {
+        static const step_t more[] = {
+            {OP_SPLIT, "0", "10", 0, "", ""},
+        };
+        shl_chunk_type_t merged;
+        bson_t *p0 = xkey("0"), *pmax = xkey(MAXK);
+        ASSERT_INT_EQ(apply_step(&rt, &more[0], &st), 0);
+        ASSERT_INT_EQ(shl_routing_table_plan_merge(rt, p0, pmax, SHL_TS_NULL, &merged, &st), 0);
+        ASSERT_INT_EQ(merged.nhistory, 1);
+        ASSERT_STR_EQ(merged.history[0].shard, "s2");
+        ASSERT_INT_EQ(merged.history[0].valid_after.t, 200);
+        ASSERT(merged.on_current_shard_since.t == 200);
+        shl_chunk_type_cleanup(&merged);
+        bson_destroy(p0);
+        bson_destroy(pmax);
+    }
     shl_routing_table_release(rt);
 }
 

@@ -246,6 +246,45 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         idx->num_types = c->indexes[i]->num_types;
         idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
         idx->durable_num_types = c->indexes[i]->durable_num_types;
+        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
+        coll_add_index(n, idx);
+    }
+    *out = n;
+    n = NULL;
+done:
+    shl_collection_release(n);
+    return ret;
+}
+
+int
+shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64_t ts,
+                          shl_collection_t **out, shl_status_t *st)
+{
+    shl_collection_t *n = NULL;
+    int ret = 0;
+    bool hide = false;
+
+    *out = NULL;
+    for (size_t i = 0; ts != 0 && i < c->nindexes; i++) {
+        hide |= c->indexes[i]->min_visible_ts > ts;
+    }
+    if (!hide) {
+        *out = shl_collection_ref(c);
+        goto done;
+    }
+    n = coll_alloc(c->ns, c->uuid, c->options, c->ident, c->rs);
+    for (size_t i = 0; i < c->nindexes; i++) {
+        shl_index_t *idx;
+        if (c->indexes[i]->min_visible_ts > ts) {
+            continue;
+        }
+        SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
+        idx->multikey = c->indexes[i]->multikey;
+        idx->multikey_paths = c->indexes[i]->multikey_paths;
+        idx->num_types = c->indexes[i]->num_types;
+        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
+        idx->durable_num_types = c->indexes[i]->durable_num_types;
+        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
         coll_add_index(n, idx);
     }
     *out = n;
@@ -1579,6 +1618,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     shl_record_cursor_close(rc);
     rc = NULL;
 built:
+    idx->min_visible_ts = ts;
     idx->durable_multikey_paths = idx->multikey_paths; /* written by catalog_put below */
     idx->durable_num_types = idx->num_types;
     SHL_ERR(coll_clone(eng, c, NULL, NULL, &n, st));

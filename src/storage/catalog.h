@@ -43,6 +43,11 @@ typedef struct shl_index {
      * writers decide whether the entry needs rewriting from these. */
     uint64_t durable_multikey_paths;
     uint64_t durable_num_types;
+    /* The timestamp of the createIndexes that built it in this process's life (0: older, or
+     * loaded at start-up, when no history before start-up is kept): a read at an earlier
+     * timestamp sees none of its keys, so it must not use it (MongoDB's minimum visible
+     * snapshot; shl_collection_visible_at). In memory only. */
+    uint64_t min_visible_ts;
 } shl_index_t;
 
 struct shl_rs_state; /* private: record id counter and count/size, shared by snapshots */
@@ -76,6 +81,15 @@ shl_collection_t *shl_collection_ref(shl_collection_t *c);
 
 /* shl_collection_release -- drop a reference; the last one frees. NULL: no-op. */
 void shl_collection_release(shl_collection_t *c);
+
+/*
+ * shl_collection_visible_at --
+ *     The collection as a read at timestamp 'ts' (0: latest) may use it: 'c' itself (a new
+ *     reference) unless some index was built after 'ts', else a copy without those indexes
+ *     (one reference; indexes are rebuilt from their specs). Errors: from the keygen factory.
+ */
+int shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64_t ts,
+                              shl_collection_t **out, shl_status_t *st);
 
 /* shl_collection_find_index -- the index named 'name', or NULL. Borrowed from 'c'. */
 const shl_index_t *shl_collection_find_index(const shl_collection_t *c, const char *name);

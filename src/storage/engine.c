@@ -279,26 +279,60 @@ shl_storage_stable_ts(shl_storage_engine_t *eng)
     return atomic_load(&eng->stable_ts);
 }
 
-/* Move the stable (and oldest) timestamp forward to 'ts'; WT ignores older values. */
+/*
+ * The oldest timestamp for stable timestamp 'stable': minSnapshotHistoryWindowInSeconds
+ * (read live) behind it, so snapshot reads (readConcern "snapshot" with an atClusterTime) find
+ * the history of that window, as MongoDB pins WiredTiger's oldest timestamp. Timestamps carry
+ * wall-clock seconds in their high half, so the window is a whole number of those seconds.
+ */
+static uint64_t
+oldest_for(uint64_t stable)
+{
+    int64_t window = shl_opt_int(SHL_OPT_minSnapshotHistoryWindowInSeconds);
+    uint32_t secs = SHL_TS_SECS(stable);
+
+    if (window <= 0) {
+        return stable;
+    }
+    return (int64_t)secs > window ? SHL_TS_MAKE(secs - (uint32_t)window, 0) : 1;
+}
+
+/* Move the stable timestamp forward to 'ts' (WT ignores older values) and the oldest one to
+ * the history window behind it. */
 static int
 advance_stable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st)
 {
     char cfg[96];
     int ret = 0, wtret;
     uint64_t cur = atomic_load(&eng->stable_ts);
+    uint64_t oldest = oldest_for(ts), cur_oldest = atomic_load(&eng->oldest_ts);
 
     if (ts == 0 || ts <= cur) {
         goto done;
     }
-    snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64 ",oldest_timestamp=%" PRIx64, ts, ts);
+    if (oldest > cur_oldest) {
+        snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64 ",oldest_timestamp=%" PRIx64, ts,
+                 oldest);
+    } else {
+        snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64, ts);
+    }
     wtret = eng->conn->set_timestamp(eng->conn, cfg);
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "set_timestamp"));
     }
     while (cur < ts && !atomic_compare_exchange_weak(&eng->stable_ts, &cur, ts)) {
     }
+    while (cur_oldest < oldest && !atomic_compare_exchange_weak(&eng->oldest_ts, &cur_oldest,
+                                                                oldest)) {
+    }
 done:
     return ret;
+}
+
+uint64_t
+shl_storage_oldest_ts(shl_storage_engine_t *eng)
+{
+    return atomic_load(&eng->oldest_ts);
 }
 
 /* ---------------------------------------------------------------------------------

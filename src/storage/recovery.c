@@ -192,6 +192,7 @@ shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st)
             SHL_ERR(shl_wt_err(st, wtret, "set_timestamp"));
         }
         atomic_store(&eng->stable_ts, rec);
+        atomic_store(&eng->oldest_ts, rec);
         atomic_store(&eng->durable_ts, rec);
         /* Timestamps without an oplog entry (index build batches, aborted writes) can be
          * stable: the clock must start above the recovery timestamp too, not only above

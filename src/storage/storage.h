@@ -119,6 +119,14 @@ uint64_t shl_storage_all_durable(shl_storage_engine_t *eng);
 /* shl_storage_stable_ts -- the stable timestamp last given to WiredTiger (0 = none yet). */
 uint64_t shl_storage_stable_ts(shl_storage_engine_t *eng);
 
+/*
+ * shl_storage_oldest_ts --
+ *     The oldest timestamp last given to WiredTiger: minSnapshotHistoryWindowInSeconds behind
+ *     the stable timestamp (read live each time stable moves; 0 = none yet). Reads at an older
+ *     read_timestamp fail with SnapshotTooOld. Thread-safe, non-blocking.
+ */
+uint64_t shl_storage_oldest_ts(shl_storage_engine_t *eng);
+
 /* shl_storage_term -- the term written in oplog entries ('t'). */
 int64_t shl_storage_term(const shl_storage_engine_t *eng);
 

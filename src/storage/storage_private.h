@@ -126,6 +126,7 @@ struct shl_storage_engine {
     uint64_t clock_last;                           /* guarded by clock_mu */
     shl_inflight_t *inflight_head, *inflight_tail; /* guarded by clock_mu */
     atomic_ullong stable_ts;
+    atomic_ullong oldest_ts; /* WT's oldest timestamp as last set (history window) */
 
     /* Journal flushes (group commit). */
     pthread_mutex_t flush_mu;

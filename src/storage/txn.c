@@ -36,8 +36,8 @@ shl_storage_txn_begin(shl_storage_engine_t *eng, const shl_storage_txn_opts_t *o
     if (wtret != 0) {
         if (opts != NULL && opts->read_timestamp != 0 && wtret == EINVAL) {
             SHL_FAIL(st, SHL_CODE_SNAPSHOT_TOO_OLD,
-                     "Read timestamp %" PRIu32 ",%" PRIu32 " is older than the oldest available "
-                     "timestamp",
+                     "Read timestamp Timestamp(%" PRIu32 ", %" PRIu32 ") is older than the oldest "
+                     "available timestamp.",
                      SHL_TS_SECS(opts->read_timestamp), SHL_TS_INC(opts->read_timestamp));
         }
         SHL_ERR(shl_wt_err(st, wtret, "begin_transaction"));
