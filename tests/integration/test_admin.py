@@ -35,7 +35,11 @@ def is_int64(v):
 
 
 def log_lines(node):
-    return [line for line in node.read_log().splitlines() if line.strip()]
+    """The complete lines of the node's log file. A line being written while the file is read
+    can show up cut at a page boundary (one write() of a line is not atomic for a reader), so
+    text after the last newline is left out."""
+    text = node.read_log()
+    return [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
 
 
 def assert_compact_json_line(line):
