@@ -28,132 +28,13 @@
  * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (stage_limit). */
 #define PIPE_DOCUMENTS_MAX_MEMORY (100LL * 1024 * 1024)
 
-typedef enum {
-    ST_MATCH,
-    ST_PROJECT,
-    ST_ADDFIELDS,
-    ST_GROUP,
-    ST_SORT,
-    ST_LIMIT,
-    ST_SKIP,
-    ST_UNWIND,
-    ST_REPLACE_ROOT,
-    ST_BUCKET_AUTO,
-    ST_FACET,
-    ST_LOOKUP,
-    ST_UNION_WITH,
-    ST_GRAPH_LOOKUP,
-    ST_SAMPLE,
-    ST_DOCUMENTS, /* also $collStats / $indexStats: documents made at the first pull */
-    ST_OUTPUT,    /* $out / $merge: passes documents through; the caller writes them */
-    ST_REDACT,
-    ST_WINDOW /* $setWindowFields, $densify (window.c) */
-} stage_kind_t;
-
-/* Where a pipeline is parsed: sub-pipelines refuse some stages. */
-typedef enum { CTX_TOP, CTX_FACET, CTX_LOOKUP, CTX_UNION_WITH } pipe_ctx_t;
-
-typedef struct group {
-    struct group *hnext;
-    struct group *onext; /* insertion order */
-    uint64_t hash;
-    bson_value_t key;
-    accstate_t *acc;
-} group_t;
-
-typedef struct stage stage_t;
-struct stage {
-    stage_kind_t kind;
-    stage_t *src; /* NULL: the pipeline's source */
-    struct shl_pipeline *pipe;
-    bson_t spec; /* for describe */
-    char *name;
-    bson_t out;
-    bool out_init;
-    /* per kind */
-    shl_matcher_t *matcher;
-    shl_projection_t *proj;
-    shl_expr_t *expr; /* group _id, replaceRoot newRoot */
-    accdef_t *accs;
-    size_t naccs;
-    int64_t n, seen;
-    shl_sort_pattern_t *pattern;
-    shl_sorter_t *sorter;
-    bool drained;
-    /* group */
-    group_t **buckets;
-    size_t nbuckets, ngroups;
-    group_t *ofirst, *olast, *ocur;
-    int64_t mem;
-    int64_t max_bytes; /* the stage's memory or size limit (set_stage_limits) */
-    int64_t max_out;   /* $facet: the size limit of its output document */
-    int knob;          /* the shl_opt_id_t max_bytes comes from; -1: none */
-    /* unwind */
-    char *path, *index_field;
-    bool preserve;
-    bson_t cur_in;
-    bool have_in;
-    bson_iter_t arr_it;
-    int64_t arr_idx;
-    /* buffered documents: $facet input, $sample reservoir, $documents, $bucketAuto */
-    bson_t buf;
-    bool have_buf;
-    bson_iter_t buf_it;
-    bson_t buf_cur;
-    bson_t **docs;
-    size_t ndocs, capdocs, doc_pos;
-    bson_value_t *vals; /* $bucketAuto: the groupBy value of docs[i] */
-    /* $facet: parsed sub-pipelines and their output names */
-    struct shl_pipeline **subs;
-    char **sub_names;
-    size_t nsubs;
-    /* $lookup / $unionWith */
-    char *from, *local, *foreign, *as;
-    bson_t sub_spec; /* the sub-pipeline array ($lookup pipeline, $unionWith pipeline) */
-    bool has_sub;
-    char **let_names;
-    shl_expr_t **let_exprs;
-    size_t nlet;
-    bson_t lvars; /* outer variables + the current document's `let` values */
-    struct shl_pipeline *run;
-    void *cursor;
-    bool cursor_open;
-    bool src_done;
-    /* $graphLookup (from, as, expr = startWith; matcher = restrictSearchWithMatch) */
-    char *conn_from, *conn_to, *depth_field;
-    int64_t max_depth; /* -1: none */
-    bson_t restrict_spec;
-    bool has_restrict;
-    /* $bucketAuto granularity: a preferred-number series (NULL + pow2 for POWERSOF2) */
-    const struct granularity *gran;
-    /* $documents ($expr) or $collStats/$indexStats (spec) */
-    bson_t stats_spec;
-    /* $out / $merge */
-    shl_pipeline_output_t output;
-    char *out_db, *out_coll;
-    char **on_fields;
-    bson_t merge_let, merge_pipe;
-    bool has_merge_let, has_merge_pipe;
-    /* $setWindowFields / $densify */
-    query_wstage_t *win;
-};
-
-struct shl_pipeline {
-    stage_t **stages;
-    size_t nstages;
-    size_t first; /* index of the first live stage */
-    shl_pipeline_source_t src;
-    shl_pipeline_opts_t opts;
-    pipe_ctx_t ctx;
-    int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
-};
 
 /* ---------------------------------------------------------------- helpers */
 
-static int pull(stage_t *s, const bson_t **doc, shl_status_t *st);
+static int pull(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 
 static int
-pull_src(stage_t *s, const bson_t **doc, shl_status_t *st)
+pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     if (s->src != NULL) {
         return pull(s->src, doc, st);
@@ -166,7 +47,7 @@ pull_src(stage_t *s, const bson_t **doc, shl_status_t *st)
 }
 
 static bson_t *
-stage_out(stage_t *s)
+stage_out(pipe_stage_t *s)
 {
     if (s->out_init) {
         bson_destroy(&s->out);
@@ -177,7 +58,7 @@ stage_out(stage_t *s)
 }
 
 static void
-eval_ctx(const stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
+eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
 {
     ctx->root = root;
     ctx->vars = s->pipe->opts.vars;
@@ -239,7 +120,7 @@ query_copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, 
 /* ---------------------------------------------------------------- simple stages */
 
 static int
-next_match(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_match(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     shl_match_details_t d = {.vars = s->pipe->opts.vars};
@@ -263,7 +144,7 @@ done:
 }
 
 static int
-next_project(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_project(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -287,7 +168,7 @@ done:
 }
 
 static int
-next_limit(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_limit(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     if (s->seen >= s->n) {
         *doc = NULL;
@@ -298,7 +179,7 @@ next_limit(stage_t *s, const bson_t **doc, shl_status_t *st)
 }
 
 static int
-next_skip(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_skip(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
 
@@ -314,7 +195,7 @@ done:
 }
 
 static int
-next_replace_root(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_replace_root(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -353,7 +234,7 @@ done:
 /* ---------------------------------------------------------------- $unwind */
 
 static int
-next_unwind(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_unwind(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -435,7 +316,7 @@ done:
 /* ---------------------------------------------------------------- $sort */
 
 static int
-next_sort(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_sort(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -470,47 +351,21 @@ stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob)
 }
 
 static void
-set_stage_limits(shl_pipeline_t *p, stage_t *s)
+set_stage_limits(shl_pipeline_t *p, pipe_stage_t *s)
 {
-    int knob = -1;
-
-    switch (s->kind) {
-    case ST_GROUP:
-        knob = SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes;
-        break;
-    case ST_SORT:
-    case ST_SAMPLE: /* MongoDB's $sample is a sort on a random key */
-        knob = SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes;
-        break;
-    case ST_BUCKET_AUTO:
-        knob = SHL_OPT_internalDocumentSourceBucketAutoMaxMemoryBytes;
-        break;
-    case ST_GRAPH_LOOKUP:
-        knob = SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes;
-        break;
-    case ST_LOOKUP:
-        knob = SHL_OPT_internalLookupStageIntermediateDocumentMaxSizeBytes;
-        break;
-    case ST_FACET:
-        knob = SHL_OPT_internalQueryFacetBufferSizeBytes;
-        s->max_out = stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
-        break;
-    case ST_DOCUMENTS:
+    s->knob = s->def->knob;
+    if (s->knob != PIPE_NO_KNOB) {
+        s->max_bytes = stage_limit(p, (shl_opt_id_t)s->knob);
+    }
+    if (s->def->flags & PIPE_GENERATES_INPUT) {
         s->max_bytes =
             p->opts.max_memory_bytes > 0 ? p->opts.max_memory_bytes : PIPE_DOCUMENTS_MAX_MEMORY;
-        break;
-    default:
-        break;
-    }
-    s->knob = knob;
-    if (knob >= 0) {
-        s->max_bytes = stage_limit(p, (shl_opt_id_t)knob);
     }
 }
 
 /* 292 for a buffering stage past its memory limit, as MongoDB without allowDiskUse. */
 static int
-mem_exceeded(const stage_t *s, shl_status_t *st)
+mem_exceeded(const pipe_stage_t *s, shl_status_t *st)
 {
     const char *knob = s->knob >= 0 ? shl_opt_name((shl_opt_id_t)s->knob) : "its memory limit";
 
@@ -532,7 +387,7 @@ mem_exceeded(const stage_t *s, shl_status_t *st)
  * all of it: ExceededMemoryLimit (no spilling can help).
  */
 static int
-facet_input_exceeded(const stage_t *s, shl_status_t *st)
+facet_input_exceeded(const pipe_stage_t *s, shl_status_t *st)
 {
     return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
                           "$facet's input exceeded %lld bytes (internalQueryFacetBufferSizeBytes); "
@@ -961,10 +816,10 @@ query_acc_result(const accstate_t *a, const accdef_t *d, bson_t *out)
     }
 }
 
-static group_t *
-group_find(stage_t *s, const bson_value_t *key, uint64_t h)
+static pipe_group_t *
+group_find(pipe_stage_t *s, const bson_value_t *key, uint64_t h)
 {
-    for (group_t *g = s->buckets[h % s->nbuckets]; g != NULL; g = g->hnext) {
+    for (pipe_group_t *g = s->buckets[h % s->nbuckets]; g != NULL; g = g->hnext) {
         if (g->hash == h && shl_bson_value_compare(&g->key, key) == 0) {
             return g;
         }
@@ -973,11 +828,11 @@ group_find(stage_t *s, const bson_value_t *key, uint64_t h)
 }
 
 static void
-group_rehash(stage_t *s)
+group_rehash(pipe_stage_t *s)
 {
     size_t nb = s->nbuckets * 2;
-    group_t **b = bson_malloc0(nb * sizeof(*b));
-    for (group_t *g = s->ofirst; g != NULL; g = g->onext) {
+    pipe_group_t **b = bson_malloc0(nb * sizeof(*b));
+    for (pipe_group_t *g = s->ofirst; g != NULL; g = g->onext) {
         g->hnext = b[g->hash % nb];
         b[g->hash % nb] = g;
     }
@@ -987,12 +842,12 @@ group_rehash(stage_t *s)
 }
 
 static int
-group_consume(stage_t *s, const bson_t *in, shl_status_t *st)
+group_consume(pipe_stage_t *s, const bson_t *in, shl_status_t *st)
 {
     int ret = 0;
     shl_expr_ctx_t ctx;
     bson_value_t key, v;
-    group_t *g;
+    pipe_group_t *g;
     int64_t grow = 0;
 
     key.value_type = v.value_type = BSON_TYPE_EOD;
@@ -1053,7 +908,7 @@ done:
 }
 
 static int
-next_group(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -1072,7 +927,7 @@ next_group(stage_t *s, const bson_t **doc, shl_status_t *st)
     }
     if (s->ocur != NULL) {
         bson_t *o = stage_out(s);
-        group_t *g = s->ocur;
+        pipe_group_t *g = s->ocur;
         query_append_value(o, "_id", 3, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
             query_acc_result(&g->acc[i], &s->accs[i], o);
@@ -1086,9 +941,10 @@ done:
 
 /* ---------------------------------------------------------------- buffered documents */
 
-/* Keep 'doc' (owned) in the stage's buffer, accounting its bytes against the limit. */
-static int
-docs_push(stage_t *s, bson_t *doc, shl_status_t *st)
+/* Keep 'doc' (owned) in the stage's buffer, accounting its bytes; whether that passed the
+ * stage's limit. */
+static bool
+docs_add(pipe_stage_t *s, bson_t *doc)
 {
     if (s->ndocs == s->capdocs) {
         s->capdocs = s->capdocs ? s->capdocs * 2 : 16;
@@ -1096,14 +952,18 @@ docs_push(stage_t *s, bson_t *doc, shl_status_t *st)
     }
     s->docs[s->ndocs++] = doc;
     s->mem += doc->len + 32;
-    if (s->mem > s->max_bytes) {
-        return s->kind == ST_FACET ? facet_input_exceeded(s, st) : mem_exceeded(s, st);
-    }
-    return 0;
+    return s->mem > s->max_bytes;
+}
+
+/* docs_add, failing with 292 past the limit. */
+static int
+docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st)
+{
+    return docs_add(s, doc) ? mem_exceeded(s, st) : 0;
 }
 
 static void
-docs_clear(stage_t *s)
+docs_clear(pipe_stage_t *s)
 {
     for (size_t i = 0; i < s->ndocs; i++) {
         bson_destroy(s->docs[i]);
@@ -1135,32 +995,20 @@ vec_next(void *arg, const bson_t **doc, shl_status_t *st)
 
 /*
  * Append 'd' to 'arr', the array a $lookup joins or a $facet output being built, whose
- * enclosing document already holds 'base' bytes; n counts the elements. Past the stage's
- * size limit it fails with MongoDB's error for that stage: 4568 for $lookup
- * (internalLookupStageIntermediateDocumentMaxSizeBytes), 4031700 for $facet
- * (internalQueryFacetMaxOutputDocSizeBytes). The limit is checked before appending, so the
- * array never reaches libbson's 2 GiB ceiling whatever the knob says.
+ * enclosing document already holds 'base' bytes; n counts the elements. Past 'limit' (the
+ * stage's size limit) it fails with the stage's error, 'too_big'. The limit is checked before
+ * appending, so the array never reaches libbson's 2 GiB ceiling whatever the knob says.
  */
 static int
-append_joined(const stage_t *s, bson_t *arr, uint32_t *n, int64_t base, const bson_t *d,
-              shl_status_t *st)
+append_joined(const pipe_stage_t *s, bson_t *arr, uint32_t *n, int64_t base, const bson_t *d,
+              int64_t limit, pipe_too_big_fn too_big, shl_status_t *st)
 {
-    int64_t limit = s->kind == ST_FACET ? s->max_out : s->max_bytes;
     int64_t size = base + (int64_t)arr->len + (int64_t)shl_bson_array_element_len(*n, d->len);
     char key[16];
     const char *kp;
 
     if (size > limit || size > (int64_t)INT32_MAX - 1024) {
-        if (s->kind == ST_FACET) {
-            return shl_status_set(st, 4031700,
-                                  "$facet output document would be %lld bytes, over its limit of "
-                                  "%lld bytes (internalQueryFacetMaxOutputDocSizeBytes)",
-                                  (long long)size, (long long)limit);
-        }
-        return shl_status_set(st, 4568,
-                              "$lookup: the documents of %s joined to one document pass %lld "
-                              "bytes (internalLookupStageIntermediateDocumentMaxSizeBytes)",
-                              s->from != NULL ? s->from : "$documents", (long long)limit);
+        return too_big(s, size, limit, st);
     }
     bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
     bson_append_document(arr, kp, -1, d);
@@ -1169,8 +1017,8 @@ append_joined(const stage_t *s, bson_t *arr, uint32_t *n, int64_t base, const bs
 
 /* Run 'p' to the end, appending its documents to 'arr' with append_joined. */
 static int
-drain_into(const stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n, int64_t base,
-           shl_status_t *st)
+drain_into(const pipe_stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n, int64_t base,
+           int64_t limit, pipe_too_big_fn too_big, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *d;
@@ -1180,7 +1028,7 @@ drain_into(const stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n, int64_
         if (d == NULL) {
             break;
         }
-        SHL_ERR(append_joined(s, arr, n, base, d, st));
+        SHL_ERR(append_joined(s, arr, n, base, d, limit, too_big, st));
     }
 done:
     return ret;
@@ -1190,7 +1038,7 @@ done:
  * $indexStats */
 
 static int
-next_documents(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     bson_t arr = BSON_INITIALIZER;
@@ -1260,7 +1108,7 @@ sample_rand(void)
 }
 
 static int
-next_sample(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_sample(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -1306,8 +1154,19 @@ done:
 
 /* ---------------------------------------------------------------- $facet */
 
+/* Its output document past internalQueryFacetMaxOutputDocSizeBytes. */
 static int
-next_facet(stage_t *s, const bson_t **doc, shl_status_t *st)
+facet_too_big(const pipe_stage_t *s, int64_t size, int64_t limit, shl_status_t *st)
+{
+    (void)s;
+    return shl_status_set(st, 4031700,
+                          "$facet output document would be %lld bytes, over its limit of "
+                          "%lld bytes (internalQueryFacetMaxOutputDocSizeBytes)",
+                          (long long)size, (long long)limit);
+}
+
+static int
+next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -1322,7 +1181,9 @@ next_facet(stage_t *s, const bson_t **doc, shl_status_t *st)
         if (in == NULL) {
             break;
         }
-        SHL_ERR(docs_push(s, bson_copy(in), st));
+        if (docs_add(s, bson_copy(in))) {
+            SHL_ERR(facet_input_exceeded(s, st));
+        }
     }
     bson_t *o = stage_out(s);
     for (size_t i = 0; i < s->nsubs; i++) {
@@ -1334,7 +1195,7 @@ next_facet(stage_t *s, const bson_t **doc, shl_status_t *st)
          * type byte, key and header, and the closing bytes. */
         int64_t base = (int64_t)o->len + 1 + (int64_t)strlen(s->sub_names[i]) + 1 + 1;
         bson_append_array_begin(o, s->sub_names[i], -1, &arr);
-        ret = drain_into(s, s->subs[i], &arr, &n, base, st);
+        ret = drain_into(s, s->subs[i], &arr, &n, base, s->max_out, facet_too_big, st);
         bson_append_array_end(o, &arr);
         SHL_ERR(ret);
     }
@@ -1347,6 +1208,18 @@ done:
 }
 
 /* ---------------------------------------------------------------- $lookup, $unionWith */
+
+/* The documents a $lookup joins to one document past
+ * internalLookupStageIntermediateDocumentMaxSizeBytes. */
+static int
+lookup_too_big(const pipe_stage_t *s, int64_t size, int64_t limit, shl_status_t *st)
+{
+    (void)size;
+    return shl_status_set(st, 4568,
+                          "$lookup: the documents of %s joined to one document pass %lld "
+                          "bytes (internalLookupStageIntermediateDocumentMaxSizeBytes)",
+                          s->from != NULL ? s->from : "$documents", (long long)limit);
+}
 
 /* Append the values at dotted 'path' of 'doc' to the array 'arr', traversing arrays as a
  * query does (array elements themselves are added). */
@@ -1399,7 +1272,7 @@ collect_path(const bson_t *doc, const char *path, bson_t *arr, uint32_t *n)
  * {foreignField: {$eq: null}} when the local field is missing. Regexes are compared as values
  * ($eq, which does not treat them as patterns), under an $or with the $in. */
 static void
-lookup_filter(const stage_t *s, const bson_t *in, bson_t *filter)
+lookup_filter(const pipe_stage_t *s, const bson_t *in, bson_t *filter)
 {
     bson_t vals = BSON_INITIALIZER, f, arr, ors, clause, eq;
     uint32_t n = 0, i = 0, nre = 0;
@@ -1462,7 +1335,7 @@ done:
 }
 
 static void
-close_cursor(stage_t *s)
+close_cursor(pipe_stage_t *s)
 {
     const shl_pipeline_env_t *env = s->pipe->opts.env;
     if (s->cursor_open && env != NULL && env->close != NULL) {
@@ -1474,7 +1347,7 @@ close_cursor(stage_t *s)
 
 /* Open the foreign collection 's->from' as 'src' (empty when no 'from': $documents pipelines). */
 static int
-open_foreign(stage_t *s, const bson_t *filter, shl_pipeline_source_t *src, shl_status_t *st)
+open_foreign(pipe_stage_t *s, const bson_t *filter, shl_pipeline_source_t *src, shl_status_t *st)
 {
     int ret = 0;
     const shl_pipeline_env_t *env = s->pipe->opts.env;
@@ -1496,7 +1369,7 @@ static int sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ct
                      const bson_t *vars, shl_pipeline_t **out, shl_status_t *st);
 
 static int
-next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in, *d;
@@ -1545,7 +1418,7 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
         s->run = NULL;
         SHL_ERR(sub_parse(s->pipe, &s->sub_spec, CTX_LOOKUP, &s->lvars, &s->run, st));
         shl_pipeline_set_source(s->run, &src);
-        SHL_ERR(drain_into(s, s->run, &arr, &n, 0, st));
+        SHL_ERR(drain_into(s, s->run, &arr, &n, 0, s->max_bytes, lookup_too_big, st));
         shl_pipeline_destroy(s->run);
         s->run = NULL;
     } else {
@@ -1554,7 +1427,7 @@ next_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
             if (d == NULL) {
                 break;
             }
-            SHL_ERR(append_joined(s, &arr, &n, 0, d, st));
+            SHL_ERR(append_joined(s, &arr, &n, 0, d, s->max_bytes, lookup_too_big, st));
         }
     }
     close_cursor(s);
@@ -1577,7 +1450,7 @@ done:
 }
 
 static int
-next_union_with(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_union_with(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
 
@@ -1682,7 +1555,7 @@ vset_add(vset_t *v, const bson_value_t *x)
 
 /* Account 'bytes' more against the stage's memory limit: 40099 as MongoDB. */
 static int
-graph_mem(stage_t *s, int64_t bytes, shl_status_t *st)
+graph_mem(pipe_stage_t *s, int64_t bytes, shl_status_t *st)
 {
     s->mem += bytes;
     if (s->mem > s->max_bytes) {
@@ -1693,7 +1566,7 @@ graph_mem(stage_t *s, int64_t bytes, shl_status_t *st)
 
 /* Add the values of the array 'vals' not searched for yet to 'next'. */
 static int
-graph_frontier_add(stage_t *s, const vset_t *searched, vset_t *next, const bson_t *vals,
+graph_frontier_add(pipe_stage_t *s, const vset_t *searched, vset_t *next, const bson_t *vals,
                    shl_status_t *st)
 {
     bson_iter_t it;
@@ -1722,7 +1595,7 @@ done:
  * connectFromField values not searched for yet make the next frontier.
  */
 static int
-graph_search(stage_t *s, vset_t *visited, vset_t *searched, vset_t *frontier, vset_t *next,
+graph_search(pipe_stage_t *s, vset_t *visited, vset_t *searched, vset_t *frontier, vset_t *next,
              int64_t depth, shl_status_t *st)
 {
     bson_t filter = BSON_INITIALIZER, *in_parent = &filter, and, c0, f, arr;
@@ -1793,7 +1666,7 @@ done:
 }
 
 static int
-next_graph_lookup(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -2013,7 +1886,7 @@ granularity_round(const granularity_t *g, const bson_value_t *in, bool up, bson_
 
 /* ---------------------------------------------------------------- $bucketAuto */
 
-static const stage_t *bucket_sort_stage;
+static const pipe_stage_t *bucket_sort_stage;
 
 static int
 bucket_cmp(const void *x, const void *y)
@@ -2024,7 +1897,7 @@ bucket_cmp(const void *x, const void *y)
 }
 
 static int
-bucket_auto_emit(stage_t *s, const size_t *order, size_t from, size_t to, const bson_value_t *min,
+bucket_auto_emit(pipe_stage_t *s, const size_t *order, size_t from, size_t to, const bson_value_t *min,
                  const bson_value_t *max, uint32_t *nout, shl_status_t *st)
 {
     int ret = 0;
@@ -2071,7 +1944,7 @@ done:
 }
 
 static int
-next_bucket_auto(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -2195,11 +2068,11 @@ done:
 #define REDACT_PRUNE "$$PRUNE"
 #define REDACT_DESCEND "$$DESCEND"
 
-static int redact_doc(stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st);
+static int redact_doc(pipe_stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st);
 
 /* Redact the elements of an array: sub-documents recursively, other values kept. */
 static int
-redact_array(stage_t *s, const bson_t *arr, bson_t *out, shl_status_t *st)
+redact_array(pipe_stage_t *s, const bson_t *arr, bson_t *out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -2238,7 +2111,7 @@ done:
 
 /* Evaluate the $redact expression at one level ('doc' is $$CURRENT) into 'out'. */
 static int
-redact_doc(stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st)
+redact_doc(pipe_stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st)
 {
     int ret = 0;
     shl_expr_ctx_t ctx = {.root = doc, .vars = &s->lvars, .now_ms = 0};
@@ -2293,7 +2166,7 @@ done:
 }
 
 static int
-next_redact(stage_t *s, const bson_t **doc, shl_status_t *st)
+next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     int ret = 0;
     const bson_t *in;
@@ -2338,68 +2211,29 @@ stage_src_next(void *arg, const bson_t **doc, shl_status_t *st)
 }
 
 static int
-pull(stage_t *s, const bson_t **doc, shl_status_t *st)
+pull(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
-    switch (s->kind) {
-    case ST_MATCH:
-        return next_match(s, doc, st);
-    case ST_PROJECT:
-    case ST_ADDFIELDS:
-        return next_project(s, doc, st);
-    case ST_GROUP:
-        return next_group(s, doc, st);
-    case ST_SORT:
-        return next_sort(s, doc, st);
-    case ST_LIMIT:
-        return next_limit(s, doc, st);
-    case ST_SKIP:
-        return next_skip(s, doc, st);
-    case ST_UNWIND:
-        return next_unwind(s, doc, st);
-    case ST_REPLACE_ROOT:
-        return next_replace_root(s, doc, st);
-    case ST_BUCKET_AUTO:
-        return next_bucket_auto(s, doc, st);
-    case ST_FACET:
-        return next_facet(s, doc, st);
-    case ST_LOOKUP:
-        return next_lookup(s, doc, st);
-    case ST_UNION_WITH:
-        return next_union_with(s, doc, st);
-    case ST_GRAPH_LOOKUP:
-        return next_graph_lookup(s, doc, st);
-    case ST_SAMPLE:
-        return next_sample(s, doc, st);
-    case ST_DOCUMENTS:
-        return next_documents(s, doc, st);
-    case ST_OUTPUT:
-        return pull_src(s, doc, st);
-    case ST_REDACT:
-        return next_redact(s, doc, st);
-    case ST_WINDOW: {
-        shl_pipeline_source_t in = {.next = stage_src_next, .arg = s};
-        return query_wstage_next(s->win, &in, doc, st);
-    }
-    }
-    *doc = NULL;
-    return 0;
+    return s->def->next(s, doc, st);
 }
 
-static void
-stage_destroy(stage_t *s)
+/* $setWindowFields, $densify: window.c's, pulling from the stage's input. */
+static int
+next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
-    if (s == NULL) {
-        return;
-    }
-    shl_matcher_destroy(s->matcher);
-    shl_projection_destroy(s->proj);
-    shl_expr_destroy(s->expr);
+    shl_pipeline_source_t in = {.next = stage_src_next, .arg = s};
+    return query_wstage_next(s->win, &in, doc, st);
+}
+
+/* The family destroys: each frees the fields only its stages use. */
+static void
+destroy_group(pipe_stage_t *s)
+{
     for (size_t i = 0; i < s->naccs; i++) {
         bson_free(s->accs[i].field);
         shl_expr_destroy(s->accs[i].arg);
         shl_sort_pattern_destroy(s->accs[i].sort_by);
     }
-    for (group_t *g = s->ofirst, *n; g != NULL; g = n) {
+    for (pipe_group_t *g = s->ofirst, *n; g != NULL; g = n) {
         n = g->onext;
         for (size_t i = 0; i < s->naccs; i++) {
             query_acc_cleanup(&g->acc[i], &s->accs[i]);
@@ -2409,27 +2243,34 @@ stage_destroy(stage_t *s)
     }
     bson_free(s->accs);
     bson_free(s->buckets);
-    shl_sorter_destroy(s->sorter);
-    shl_sort_pattern_destroy(s->pattern);
-    if (s->out_init) {
-        bson_destroy(&s->out);
-    }
+}
+
+static void
+destroy_unwind(pipe_stage_t *s)
+{
     if (s->have_in) {
         bson_destroy(&s->cur_in);
     }
     bson_free(s->path);
     bson_free(s->index_field);
-    close_cursor(s);
-    docs_clear(s);
-    if (s->have_buf) {
-        bson_destroy(&s->buf);
-    }
+}
+
+static void
+destroy_facet(pipe_stage_t *s)
+{
     for (size_t i = 0; i < s->nsubs; i++) {
         shl_pipeline_destroy(s->subs[i]);
         bson_free(s->sub_names[i]);
     }
     bson_free(s->subs);
     bson_free(s->sub_names);
+}
+
+/* $lookup, $unionWith, $graphLookup. */
+static void
+destroy_lookup(pipe_stage_t *s)
+{
+    close_cursor(s);
     bson_free(s->from);
     bson_free(s->local);
     bson_free(s->foreign);
@@ -2441,9 +2282,24 @@ stage_destroy(stage_t *s)
     }
     bson_free(s->let_names);
     bson_free(s->let_exprs);
-    bson_destroy(&s->lvars);
     shl_pipeline_destroy(s->run);
+    bson_free(s->conn_from);
+    bson_free(s->conn_to);
+    bson_free(s->depth_field);
+    bson_destroy(&s->restrict_spec);
+}
+
+/* $documents, $collStats, $indexStats. */
+static void
+destroy_documents(pipe_stage_t *s)
+{
     bson_destroy(&s->stats_spec);
+}
+
+/* $out, $merge. */
+static void
+destroy_output(pipe_stage_t *s)
+{
     bson_free(s->out_db);
     bson_free(s->out_coll);
     if (s->on_fields != NULL) {
@@ -2451,11 +2307,37 @@ stage_destroy(stage_t *s)
     }
     bson_destroy(&s->merge_let);
     bson_destroy(&s->merge_pipe);
-    bson_free(s->conn_from);
-    bson_free(s->conn_to);
-    bson_free(s->depth_field);
-    bson_destroy(&s->restrict_spec);
+}
+
+static void
+destroy_window(pipe_stage_t *s)
+{
     query_wstage_destroy(s->win);
+}
+
+/* The fields every family may use, then the family's own. */
+static void
+stage_destroy(pipe_stage_t *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    if (s->def->destroy != NULL) {
+        s->def->destroy(s);
+    }
+    shl_matcher_destroy(s->matcher);
+    shl_projection_destroy(s->proj);
+    shl_expr_destroy(s->expr);
+    shl_sorter_destroy(s->sorter);
+    shl_sort_pattern_destroy(s->pattern);
+    if (s->out_init) {
+        bson_destroy(&s->out);
+    }
+    docs_clear(s);
+    if (s->have_buf) {
+        bson_destroy(&s->buf);
+    }
+    bson_destroy(&s->lvars);
     bson_free(s->name);
     bson_destroy(&s->spec);
     bson_free(s);
@@ -2463,21 +2345,19 @@ stage_destroy(stage_t *s)
 
 /* ---------------------------------------------------------------- parsing */
 
-static stage_t *
-stage_new(shl_pipeline_t *p, stage_kind_t kind, const char *name, const bson_iter_t *arg)
+static const pipe_stage_def_t *find_def(const char *name);
+
+/* A stage of the table's row 'name', its spec {name: arg} when 'arg' is not NULL. */
+static pipe_stage_t *
+stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg)
 {
-    stage_t *s = bson_aligned_alloc0(BSON_ALIGNOF(stage_t), sizeof(*s));
-    s->kind = kind;
+    pipe_stage_t *s = bson_aligned_alloc0(BSON_ALIGNOF(pipe_stage_t), sizeof(*s));
+    s->def = find_def(name);
+    SHL_INVARIANT(s->def != NULL && s->def->next != NULL);
     s->pipe = p;
     s->name = bson_strdup(name);
     bson_init(&s->spec);
-    bson_init(&s->sub_spec);
     bson_init(&s->lvars);
-    bson_init(&s->stats_spec);
-    bson_init(&s->merge_let);
-    bson_init(&s->merge_pipe);
-    bson_init(&s->restrict_spec);
-    s->max_depth = -1;
     if (arg != NULL) {
         bson_append_iter(&s->spec, name, -1, arg);
     }
@@ -2485,7 +2365,7 @@ stage_new(shl_pipeline_t *p, stage_kind_t kind, const char *name, const bson_ite
 }
 
 static void
-pipe_push(shl_pipeline_t *p, stage_t *s)
+pipe_push(shl_pipeline_t *p, pipe_stage_t *s)
 {
     p->stages = bson_realloc(p->stages, (p->nstages + 1) * sizeof(*p->stages));
     p->stages[p->nstages++] = s;
@@ -2672,7 +2552,7 @@ done:
 /* Parse the accumulators of an object {field: {$acc: arg}} (a $group without _id, a $bucket's or
  * $bucketAuto's output) into s->accs. */
 static int
-parse_acc_fields(shl_pipeline_t *p, stage_t *s, const char *k, const bson_iter_t *it,
+parse_acc_fields(shl_pipeline_t *p, pipe_stage_t *s, const char *k, const bson_iter_t *it,
                  shl_status_t *st)
 {
     int ret = 0;
@@ -2699,14 +2579,14 @@ done:
 }
 
 static int
-parse_group(shl_pipeline_t *p, const bson_t *spec, stage_t **out, shl_status_t *st)
+parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
-    stage_t *s = NULL;
+    pipe_stage_t *s = NULL;
     bool have_id = false;
 
-    s = stage_new(p, ST_GROUP, "$group", NULL);
+    s = stage_new(p, "$group", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$group", spec);
     s->nbuckets = 64;
     s->buckets = bson_malloc0(s->nbuckets * sizeof(*s->buckets));
@@ -2784,6 +2664,7 @@ done:
 /* ---------------------------------------------------------------- parsing: newer stages */
 
 static int parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st);
+static int parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st);
 
 /*
  * sub_parse --
@@ -2826,7 +2707,7 @@ value_json(const bson_value_t *v)
 /* $bucket: rewritten, as MongoDB does, into $group by a $switch over the boundaries and a
  * $sort on _id. */
 static int
-parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t view, group = BSON_INITIALIZER, idexpr, sw, branches, sortspec = BSON_INITIALIZER;
@@ -2835,7 +2716,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     bson_value_t gv, bv, dv;
     bson_t outspec;
     bool have_out = false;
-    stage_t *s = NULL;
+    pipe_stage_t *s = NULL;
     char *j1 = NULL, *j2 = NULL;
     bson_iter_t acopy = *arg;
 
@@ -3006,7 +2887,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_statu
     bson_append_iter(&s->spec, "$bucket", -1, arg);
     pipe_push(p, s);
     BSON_APPEND_INT32(&sortspec, "_id", 1);
-    s = stage_new(p, ST_SORT, "$sort", NULL);
+    s = stage_new(p, "$sort", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$sort", &sortspec);
     SHL_ERR(shl_sort_pattern_new(&sortspec, &s->pattern, st));
     *out = s;
@@ -3021,12 +2902,12 @@ done:
 }
 
 static int
-parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_BUCKET_AUTO, "$bucketAuto", arg);
+    pipe_stage_t *s = stage_new(p, "$bucketAuto", arg);
     bool have_buckets = false;
     char *j = NULL;
 
@@ -3124,14 +3005,15 @@ done:
 }
 
 static int
-parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_FACET, "$facet", arg);
+    pipe_stage_t *s = stage_new(p, "$facet", arg);
 
     *out = NULL;
+    s->max_out = stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 15947, "the $facet specification must be a non-empty object, but found: %s",
                  shl_bson_type_name(shl_iter_type(&acopy)));
@@ -3170,7 +3052,7 @@ done:
 
 /* Parse a `let` document into names and expressions (variable names as MongoDB validates). */
 static int
-parse_let(stage_t *s, const bson_t *let, shl_status_t *st)
+parse_let(pipe_stage_t *s, const bson_t *let, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -3217,16 +3099,19 @@ lookup_string(bson_iter_t *it, char **out, shl_status_t *st)
 }
 
 static int
-parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t view, let;
     bool has_let = false;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_LOOKUP, "$lookup", arg);
+    pipe_stage_t *s = stage_new(p, "$lookup", arg);
     shl_pipeline_t *check = NULL;
 
     *out = NULL;
+    bson_init(&s->sub_spec);
+    bson_init(&s->restrict_spec);
+    s->max_depth = -1;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $lookup specification must be an Object, but found %s",
@@ -3357,16 +3242,19 @@ done:
 }
 
 static int
-parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_GRAPH_LOOKUP, "$graphLookup", arg);
+    pipe_stage_t *s = stage_new(p, "$graphLookup", arg);
     shl_matcher_t *check = NULL;
     bool has_start = false;
 
     *out = NULL;
+    bson_init(&s->sub_spec);
+    bson_init(&s->restrict_spec);
+    s->max_depth = -1;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $graphLookup stage specification must be an object, but found %s",
@@ -3447,13 +3335,16 @@ done:
 }
 
 static int
-parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_UNION_WITH, "$unionWith", arg);
+    pipe_stage_t *s = stage_new(p, "$unionWith", arg);
 
     *out = NULL;
+    bson_init(&s->sub_spec);
+    bson_init(&s->restrict_spec);
+    s->max_depth = -1;
     if (BSON_ITER_HOLDS_UTF8(&acopy)) {
         s->from = bson_strdup(bson_iter_utf8(&acopy, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(&acopy)) {
@@ -3509,12 +3400,12 @@ done:
 }
 
 static int
-parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
     bson_t view;
-    stage_t *s = stage_new(p, ST_SAMPLE, "$sample", arg);
+    pipe_stage_t *s = stage_new(p, "$sample", arg);
     bool have = false;
 
     *out = NULL;
@@ -3548,13 +3439,15 @@ done:
 
 /* $out: a collection name or {db, coll}. */
 static int
-parse_out(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_OUTPUT, "$out", arg);
+    pipe_stage_t *s = stage_new(p, "$out", arg);
 
     *out = NULL;
+    bson_init(&s->merge_let);
+    bson_init(&s->merge_pipe);
     if (BSON_ITER_HOLDS_UTF8(&acopy)) {
         s->out_coll = bson_strdup(bson_iter_utf8(&acopy, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(&acopy)) {
@@ -3606,7 +3499,7 @@ done:
 }
 
 static int
-merge_into(stage_t *s, bson_iter_t *it, shl_status_t *st)
+merge_into(pipe_stage_t *s, bson_iter_t *it, shl_status_t *st)
 {
     int ret = 0;
 
@@ -3650,16 +3543,18 @@ done:
 }
 
 static int
-parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, stage_t **out, shl_status_t *st)
+parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    stage_t *s = stage_new(p, ST_OUTPUT, "$merge", arg);
+    pipe_stage_t *s = stage_new(p, "$merge", arg);
     shl_pipeline_output_t *o = &s->output;
     bool have_into = false;
     const char *wm = "merge", *wnm = "insert";
 
     *out = NULL;
+    bson_init(&s->merge_let);
+    bson_init(&s->merge_pipe);
     o->is_merge = true;
     o->when_matched = SHL_MERGE_MERGE;
     o->when_not_matched = SHL_MERGE_INSERT;
@@ -3821,279 +3716,181 @@ done:
     return ret;
 }
 
-/* Build {<group key>} for $count / $sortByCount / $unset desugaring. */
+/* ---------------------------------------------------------------- parsing: the stages whose
+ * parse is short enough to sit beside the table */
+
 static int
-parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
+parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it;
-    bson_t view, tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER;
-    stage_t *s = NULL;
-    const char *name;
+    bson_t view;
+    pipe_stage_t *s = NULL;
 
-    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) || !shl_iter_next(&it)) {
-        SHL_FAIL(st, 40323,
-                 "A pipeline stage specification object must contain exactly one field.");
+    *out = NULL;
+    SHL_ERR(arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
+    s = stage_new(p, "$match", arg);
+    SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+static int
+parse_project(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    SHL_ERR(arg_doc(arg, &view, 15969, "$project specification must be an object", st));
+    if (bson_empty(&view)) {
+        SHL_FAIL(st, 51272,
+                 "Invalid $project :: caused by :: projection specification must have at least "
+                 "one field");
     }
-    name = shl_iter_key(&it);
-    if (strcmp(name, "$match") == 0) {
-        SHL_ERR(
-            arg_doc(&it, &view, 15959, "the match filter must be an expression in an object", st));
-        s = stage_new(p, ST_MATCH, name, &it);
-        SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
-    } else if (strcmp(name, "$project") == 0) {
-        SHL_ERR(arg_doc(&it, &view, 15969, "$project specification must be an object", st));
-        if (bson_empty(&view)) {
-            SHL_FAIL(st, 51272,
-                     "Invalid $project :: caused by :: projection specification must have at least "
-                     "one field");
-        }
-        s = stage_new(p, ST_PROJECT, name, &it);
-        SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
-    } else if (strcmp(name, "$addFields") == 0 || strcmp(name, "$set") == 0) {
-        SHL_ERR(arg_doc(&it, &view, 40272, "$addFields specification stage must be an object", st));
-        s = stage_new(p, ST_ADDFIELDS, name, &it);
-        SHL_ERR(query_addfields_new(&view, &s->proj, st));
-    } else if (strcmp(name, "$unset") == 0) {
-        if (BSON_ITER_HOLDS_UTF8(&it)) {
-            BSON_APPEND_INT32(&tmp, bson_iter_utf8(&it, NULL), 0);
-        } else if (BSON_ITER_HOLDS_ARRAY(&it)) {
-            bson_iter_t a;
-            bson_iter_recurse(&it, &a);
-            while (shl_iter_next(&a)) {
-                if (!BSON_ITER_HOLDS_UTF8(&a)) {
-                    SHL_FAIL(st, 31120,
-                             "$unset specification must be a string or an array containing only "
-                             "string values");
-                }
-                BSON_APPEND_INT32(&tmp, bson_iter_utf8(&a, NULL), 0);
+    s = stage_new(p, "$project", arg);
+    SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $addFields and its alias $set. */
+static int
+parse_add_fields(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    SHL_ERR(arg_doc(arg, &view, 40272, "$addFields specification stage must be an object", st));
+    s = stage_new(p, shl_iter_key(arg), arg);
+    SHL_ERR(query_addfields_new(&view, &s->proj, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $unset: an exclusion projection. */
+static int
+parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t tmp = BSON_INITIALIZER;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    if (BSON_ITER_HOLDS_UTF8(arg)) {
+        BSON_APPEND_INT32(&tmp, bson_iter_utf8(arg, NULL), 0);
+    } else if (BSON_ITER_HOLDS_ARRAY(arg)) {
+        bson_iter_t a;
+        bson_iter_recurse(arg, &a);
+        while (shl_iter_next(&a)) {
+            if (!BSON_ITER_HOLDS_UTF8(&a)) {
+                SHL_FAIL(st, 31120,
+                         "$unset specification must be a string or an array containing only "
+                         "string values");
             }
-        } else {
-            SHL_FAIL(st, 31002, "$unset specification must be a string or an array");
+            BSON_APPEND_INT32(&tmp, bson_iter_utf8(&a, NULL), 0);
         }
-        if (bson_empty(&tmp)) {
-            SHL_FAIL(st, 31119,
-                     "$unset specification must be a string or an array with at least one field");
-        }
-        s = stage_new(p, ST_PROJECT, name, &it);
-        SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
-    } else if (strcmp(name, "$group") == 0) {
-        SHL_ERR(arg_doc(&it, &view, 15947, "a group's fields must be specified in an object", st));
-        SHL_ERR(parse_group(p, &view, &s, st));
-    } else if (strcmp(name, "$sort") == 0) {
-        SHL_ERR(arg_doc(&it, &view, 15973, "the $sort key specification must be an object", st));
-        if (bson_empty(&view)) {
-            SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
-        }
-        s = stage_new(p, ST_SORT, name, &it);
-        SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
-    } else if (strcmp(name, "$limit") == 0 || strcmp(name, "$skip") == 0) {
-        int64_t n = 0;
-        SHL_ERR(parse_int_arg(&it, name, &n, st));
-        s = stage_new(p, name[1] == 'l' ? ST_LIMIT : ST_SKIP, name, &it);
-        s->n = n;
-    } else if (strcmp(name, "$count") == 0) {
-        const char *cname;
-        SHL_ERR(parse_count_name(&it, &cname, st));
-        /* {$group: {_id: null, name: {$sum: 1}}}, {$project: {_id: 0}} */
-        BSON_APPEND_NULL(&tmp, "_id");
-        bson_t a;
-        BSON_APPEND_DOCUMENT_BEGIN(&tmp, cname, &a);
-        BSON_APPEND_INT32(&a, "$sum", 1);
-        bson_append_document_end(&tmp, &a);
-        SHL_ERR(parse_group(p, &tmp, &s, st));
-        pipe_push(p, s);
-        s = NULL;
-        BSON_APPEND_INT32(&tmp2, "_id", 0);
-        s = stage_new(p, ST_PROJECT, "$project", NULL);
-        BSON_APPEND_DOCUMENT(&s->spec, "$project", &tmp2);
-        SHL_ERR(shl_projection_new(&tmp2, NULL, &s->proj, st));
-    } else if (strcmp(name, "$sortByCount") == 0) {
-        bool ok = (BSON_ITER_HOLDS_UTF8(&it) && bson_iter_utf8(&it, NULL)[0] == '$') ||
-                  BSON_ITER_HOLDS_DOCUMENT(&it);
-        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_t d;
-            ok = bson_iter_recurse(&it, &d) && shl_iter_next(&d) && shl_iter_key(&d)[0] == '$';
-        }
-        if (!ok) {
-            SHL_FAIL(st, 40148,
-                     "the sortByCount field must be defined as a $-prefixed path or an expression "
-                     "object");
-        }
-        bson_append_iter(&tmp, "_id", 3, &it);
-        bson_t a;
-        BSON_APPEND_DOCUMENT_BEGIN(&tmp, "count", &a);
-        BSON_APPEND_INT32(&a, "$sum", 1);
-        bson_append_document_end(&tmp, &a);
-        SHL_ERR(parse_group(p, &tmp, &s, st));
-        pipe_push(p, s);
-        s = NULL;
-        BSON_APPEND_INT32(&tmp2, "count", -1);
-        s = stage_new(p, ST_SORT, "$sort", NULL);
-        BSON_APPEND_DOCUMENT(&s->spec, "$sort", &tmp2);
-        SHL_ERR(shl_sort_pattern_new(&tmp2, &s->pattern, st));
-    } else if (strcmp(name, "$unwind") == 0) {
-        s = stage_new(p, ST_UNWIND, name, &it);
-        const char *path = NULL;
-        if (BSON_ITER_HOLDS_UTF8(&it)) {
-            path = bson_iter_utf8(&it, NULL);
-        } else if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_t d;
-            bson_iter_recurse(&it, &d);
-            while (shl_iter_next(&d)) {
-                const char *k = shl_iter_key(&d);
-                if (strcmp(k, "path") == 0) {
-                    if (!BSON_ITER_HOLDS_UTF8(&d)) {
-                        SHL_FAIL(st, 28808, "expected a string as the path for $unwind stage");
-                    }
-                    path = bson_iter_utf8(&d, NULL);
-                } else if (strcmp(k, "includeArrayIndex") == 0) {
-                    if (!BSON_ITER_HOLDS_UTF8(&d)) {
-                        SHL_FAIL(st, 28810,
-                                 "expected a non-empty string for the includeArrayIndex option to "
-                                 "$unwind stage");
-                    }
-                    const char *f = bson_iter_utf8(&d, NULL);
-                    if (f[0] == '\0') {
-                        SHL_FAIL(st, 28810,
-                                 "expected a non-empty string for the includeArrayIndex option to "
-                                 "$unwind stage");
-                    }
-                    if (f[0] == '$') {
-                        SHL_FAIL(st, 28822,
-                                 "includeArrayIndex option to $unwind stage should not be prefixed "
-                                 "with a '$': %s",
-                                 f);
-                    }
-                    s->index_field = bson_strdup(f);
-                } else if (strcmp(k, "preserveNullAndEmptyArrays") == 0) {
-                    if (!BSON_ITER_HOLDS_BOOL(&d)) {
-                        SHL_FAIL(st, 28809,
-                                 "expected a boolean for the preserveNullAndEmptyArrays option to "
-                                 "$unwind stage");
-                    }
-                    s->preserve = bson_iter_bool(&d);
-                } else {
-                    SHL_FAIL(st, 28811, "unrecognized option to $unwind stage: %s", k);
-                }
-            }
-            if (path == NULL) {
-                SHL_FAIL(st, 28812, "no path specified to $unwind stage");
-            }
-        } else {
-            SHL_FAIL(
-                st, 15981,
-                "expected either a string or an object as specification for $unwind stage, got %s",
-                "other");
-        }
-        if (path[0] != '$') {
-            SHL_FAIL(st, 28818, "path option to $unwind stage should be prefixed with a '$': %s",
-                     path);
-        }
-        if (path[1] == '\0') {
-            SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
-        }
-        s->path = bson_strdup(path + 1);
-    } else if (strcmp(name, "$replaceRoot") == 0 || strcmp(name, "$replaceWith") == 0) {
-        const bson_value_t *root = NULL;
-        bson_iter_t d;
-        if (name[8] == 'R') { /* $replaceRoot */
-            SHL_ERR(arg_doc(&it, &view, 40228,
-                            "expected an object as specification for $replaceRoot stage", st));
-            bson_iter_init(&d, &view);
-            while (shl_iter_next(&d)) {
-                if (strcmp(shl_iter_key(&d), "newRoot") != 0) {
-                    SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.",
-                             shl_iter_key(&d));
-                }
-                root = bson_iter_value(&d);
-            }
-            if (root == NULL) {
-                SHL_FAIL(st, 40414,
-                         "BSON field '$replaceRoot.newRoot' is missing but a required field");
-            }
-        } else {
-            root = bson_iter_value(&it);
-        }
-        s = stage_new(p, ST_REPLACE_ROOT, name, &it);
-        SHL_ERR(shl_expr_parse(root, &s->expr, st));
-    } else if (strcmp(name, "$bucket") == 0) {
-        SHL_ERR(parse_bucket(p, &it, &s, st));
-    } else if (strcmp(name, "$bucketAuto") == 0) {
-        SHL_ERR(parse_bucket_auto(p, &it, &s, st));
-    } else if (strcmp(name, "$facet") == 0) {
-        SHL_ERR(parse_facet(p, &it, &s, st));
-    } else if (strcmp(name, "$lookup") == 0) {
-        SHL_ERR(parse_lookup(p, &it, &s, st));
-    } else if (strcmp(name, "$unionWith") == 0) {
-        SHL_ERR(parse_union_with(p, &it, &s, st));
-    } else if (strcmp(name, "$graphLookup") == 0) {
-        SHL_ERR(parse_graph_lookup(p, &it, &s, st));
-    } else if (strcmp(name, "$sample") == 0) {
-        SHL_ERR(parse_sample(p, &it, &s, st));
-    } else if (strcmp(name, "$out") == 0) {
-        SHL_ERR(parse_out(p, &it, &s, st));
-    } else if (strcmp(name, "$merge") == 0) {
-        SHL_ERR(parse_merge(p, &it, &s, st));
-    } else if (strcmp(name, "$documents") == 0) {
-        s = stage_new(p, ST_DOCUMENTS, name, &it);
-        SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    } else if (strcmp(name, "$collStats") == 0) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
-            SHL_FAIL(st, 5447000, "$collStats must take a nested object but found: %s",
-                     shl_bson_type_name(shl_iter_type(&it)));
-        }
-        bson_iter_t f;
-        bson_iter_init(&f, &view);
-        while (shl_iter_next(&f)) {
-            const char *k = shl_iter_key(&f);
-            if (strcmp(k, "count") != 0 && strcmp(k, "storageStats") != 0 &&
-                strcmp(k, "latencyStats") != 0 && strcmp(k, "queryExecStats") != 0) {
-                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                         "BSON field '$collStats.%s' is an unknown field.", k);
-            }
-            if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field '$collStats.%s' is the wrong type '%s', expected type "
-                         "'object'",
-                         k, shl_bson_type_name(shl_iter_type(&f)));
-            }
-        }
-        s = stage_new(p, ST_DOCUMENTS, name, &it);
-        bson_concat(&s->stats_spec, &view);
-    } else if (strcmp(name, "$indexStats") == 0) {
-        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view) ||
-            !bson_empty(&view)) {
-            SHL_FAIL(st, 28803, "The $indexStats stage specification must be an empty object");
-        }
-        s = stage_new(p, ST_DOCUMENTS, name, &it);
-    } else if (strcmp(name, "$redact") == 0) {
-        s = stage_new(p, ST_REDACT, name, &it);
-        SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    } else if (strcmp(name, "$setWindowFields") == 0 || strcmp(name, "$densify") == 0) {
-        s = stage_new(p, ST_WINDOW, name, &it);
-        SHL_ERR(query_wstage_parse(
-            name, &it, p->opts.vars,
-            stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
-    } else if (strcmp(name, "$fill") == 0) {
-        /* Rewritten into $setWindowFields + $addFields, as MongoDB does. */
-        uint32_t nf = 0;
-        bson_iter_t f;
-        SHL_ERR(query_fill_desugar(&it, &tmp, &nf, st));
-        bson_iter_init(&f, &tmp);
-        while (shl_iter_next(&f)) {
-            bson_t fst;
-            bool ok = query_bson_view(bson_iter_value(&f), &fst);
-            SHL_INVARIANT(ok);
-            SHL_ERR(parse_stage(p, &fst, st));
-        }
-        goto done;
-    } else if (strcmp(name, "$currentOp") == 0 || strcmp(name, "$listLocalSessions") == 0) {
-        SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s is not supported by Shale yet", name);
     } else {
-        SHL_FAIL(st, 40324, "Unrecognized pipeline stage name: '%s'", name);
+        SHL_FAIL(st, 31002, "$unset specification must be a string or an array");
     }
+    if (bson_empty(&tmp)) {
+        SHL_FAIL(st, 31119,
+                 "$unset specification must be a string or an array with at least one field");
+    }
+    s = stage_new(p, "$unset", arg);
+    SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    bson_destroy(&tmp);
+    return ret;
+}
+
+static int
+parse_group_stage(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+
+    *out = NULL;
+    SHL_ERR(arg_doc(arg, &view, 15947, "a group's fields must be specified in an object", st));
+    SHL_ERR(parse_group(p, &view, out, st));
+done:
+    return ret;
+}
+
+static int
+parse_sort(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    SHL_ERR(arg_doc(arg, &view, 15973, "the $sort key specification must be an object", st));
+    if (bson_empty(&view)) {
+        SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
+    }
+    s = stage_new(p, "$sort", arg);
+    SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $limit and $skip. */
+static int
+parse_limit_skip(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t n = 0;
+    const char *name = shl_iter_key(arg);
+
+    *out = NULL;
+    SHL_ERR(parse_int_arg(arg, name, &n, st));
+    *out = stage_new(p, name, arg);
+    (*out)->n = n;
+done:
+    return ret;
+}
+
+/* $count: {$group: {_id: null, name: {$sum: 1}}}, {$project: {_id: 0}}, as MongoDB. */
+static int
+parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
+    pipe_stage_t *s = NULL;
+    const char *cname;
+
+    *out = NULL;
+    SHL_ERR(parse_count_name(arg, &cname, st));
+    BSON_APPEND_NULL(&tmp, "_id");
+    BSON_APPEND_DOCUMENT_BEGIN(&tmp, cname, &a);
+    BSON_APPEND_INT32(&a, "$sum", 1);
+    bson_append_document_end(&tmp, &a);
+    SHL_ERR(parse_group(p, &tmp, &s, st));
     pipe_push(p, s);
+    s = NULL;
+    BSON_APPEND_INT32(&tmp2, "_id", 0);
+    s = stage_new(p, "$project", NULL);
+    BSON_APPEND_DOCUMENT(&s->spec, "$project", &tmp2);
+    SHL_ERR(shl_projection_new(&tmp2, NULL, &s->proj, st));
+    *out = s;
     s = NULL;
 done:
     stage_destroy(s);
@@ -4102,11 +3899,413 @@ done:
     return ret;
 }
 
+/* $sortByCount: {$group: {_id: <expr>, count: {$sum: 1}}}, {$sort: {count: -1}}. */
+static int
+parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                    shl_status_t *st)
+{
+    int ret = 0;
+    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
+    pipe_stage_t *s = NULL;
+    bool ok = (BSON_ITER_HOLDS_UTF8(arg) && bson_iter_utf8(arg, NULL)[0] == '$') ||
+              BSON_ITER_HOLDS_DOCUMENT(arg);
+
+    *out = NULL;
+    if (BSON_ITER_HOLDS_DOCUMENT(arg)) {
+        bson_iter_t d;
+        ok = bson_iter_recurse(arg, &d) && shl_iter_next(&d) && shl_iter_key(&d)[0] == '$';
+    }
+    if (!ok) {
+        SHL_FAIL(st, 40148,
+                 "the sortByCount field must be defined as a $-prefixed path or an expression "
+                 "object");
+    }
+    bson_append_iter(&tmp, "_id", 3, arg);
+    BSON_APPEND_DOCUMENT_BEGIN(&tmp, "count", &a);
+    BSON_APPEND_INT32(&a, "$sum", 1);
+    bson_append_document_end(&tmp, &a);
+    SHL_ERR(parse_group(p, &tmp, &s, st));
+    pipe_push(p, s);
+    s = NULL;
+    BSON_APPEND_INT32(&tmp2, "count", -1);
+    s = stage_new(p, "$sort", NULL);
+    BSON_APPEND_DOCUMENT(&s->spec, "$sort", &tmp2);
+    SHL_ERR(shl_sort_pattern_new(&tmp2, &s->pattern, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    bson_destroy(&tmp);
+    bson_destroy(&tmp2);
+    return ret;
+}
+
+static int
+parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    pipe_stage_t *s = stage_new(p, "$unwind", arg);
+    const char *path = NULL;
+
+    *out = NULL;
+    if (BSON_ITER_HOLDS_UTF8(arg)) {
+        path = bson_iter_utf8(arg, NULL);
+    } else if (BSON_ITER_HOLDS_DOCUMENT(arg)) {
+        bson_iter_t d;
+        bson_iter_recurse(arg, &d);
+        while (shl_iter_next(&d)) {
+            const char *k = shl_iter_key(&d);
+            if (strcmp(k, "path") == 0) {
+                if (!BSON_ITER_HOLDS_UTF8(&d)) {
+                    SHL_FAIL(st, 28808, "expected a string as the path for $unwind stage");
+                }
+                path = bson_iter_utf8(&d, NULL);
+            } else if (strcmp(k, "includeArrayIndex") == 0) {
+                if (!BSON_ITER_HOLDS_UTF8(&d)) {
+                    SHL_FAIL(st, 28810,
+                             "expected a non-empty string for the includeArrayIndex option to "
+                             "$unwind stage");
+                }
+                const char *f = bson_iter_utf8(&d, NULL);
+                if (f[0] == '\0') {
+                    SHL_FAIL(st, 28810,
+                             "expected a non-empty string for the includeArrayIndex option to "
+                             "$unwind stage");
+                }
+                if (f[0] == '$') {
+                    SHL_FAIL(st, 28822,
+                             "includeArrayIndex option to $unwind stage should not be prefixed "
+                             "with a '$': %s",
+                             f);
+                }
+                s->index_field = bson_strdup(f);
+            } else if (strcmp(k, "preserveNullAndEmptyArrays") == 0) {
+                if (!BSON_ITER_HOLDS_BOOL(&d)) {
+                    SHL_FAIL(st, 28809,
+                             "expected a boolean for the preserveNullAndEmptyArrays option to "
+                             "$unwind stage");
+                }
+                s->preserve = bson_iter_bool(&d);
+            } else {
+                SHL_FAIL(st, 28811, "unrecognized option to $unwind stage: %s", k);
+            }
+        }
+        if (path == NULL) {
+            SHL_FAIL(st, 28812, "no path specified to $unwind stage");
+        }
+    } else {
+        SHL_FAIL(st, 15981,
+                 "expected either a string or an object as specification for $unwind stage, got %s",
+                 "other");
+    }
+    if (path[0] != '$') {
+        SHL_FAIL(st, 28818, "path option to $unwind stage should be prefixed with a '$': %s",
+                 path);
+    }
+    if (path[1] == '\0') {
+        SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
+    }
+    s->path = bson_strdup(path + 1);
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $replaceRoot and $replaceWith. */
+static int
+parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                   shl_status_t *st)
+{
+    int ret = 0;
+    const char *name = shl_iter_key(arg);
+    const bson_value_t *root = NULL;
+    bson_iter_t d, it = *arg;
+    bson_t view;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    if (name[8] == 'R') { /* $replaceRoot */
+        SHL_ERR(arg_doc(arg, &view, 40228,
+                        "expected an object as specification for $replaceRoot stage", st));
+        bson_iter_init(&d, &view);
+        while (shl_iter_next(&d)) {
+            if (strcmp(shl_iter_key(&d), "newRoot") != 0) {
+                SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.",
+                         shl_iter_key(&d));
+            }
+            root = bson_iter_value(&d);
+        }
+        if (root == NULL) {
+            SHL_FAIL(st, 40414, "BSON field '$replaceRoot.newRoot' is missing but a required field");
+        }
+    } else {
+        root = bson_iter_value(&it);
+    }
+    s = stage_new(p, name, arg);
+    SHL_ERR(shl_expr_parse(root, &s->expr, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+static int
+parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it = *arg;
+    pipe_stage_t *s = stage_new(p, "$documents", arg);
+
+    *out = NULL;
+    bson_init(&s->stats_spec);
+    SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+static int
+parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it = *arg, f;
+    bson_t view;
+    pipe_stage_t *s = NULL;
+
+    *out = NULL;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
+        SHL_FAIL(st, 5447000, "$collStats must take a nested object but found: %s",
+                 shl_bson_type_name(shl_iter_type(&it)));
+    }
+    bson_iter_init(&f, &view);
+    while (shl_iter_next(&f)) {
+        const char *k = shl_iter_key(&f);
+        if (strcmp(k, "count") != 0 && strcmp(k, "storageStats") != 0 &&
+            strcmp(k, "latencyStats") != 0 && strcmp(k, "queryExecStats") != 0) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                     "BSON field '$collStats.%s' is an unknown field.", k);
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field '$collStats.%s' is the wrong type '%s', expected type "
+                     "'object'",
+                     k, shl_bson_type_name(shl_iter_type(&f)));
+        }
+    }
+    s = stage_new(p, "$collStats", arg);
+    bson_init(&s->stats_spec);
+    bson_concat(&s->stats_spec, &view);
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+static int
+parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                  shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it = *arg;
+    bson_t view;
+
+    *out = NULL;
+    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view) ||
+        !bson_empty(&view)) {
+        SHL_FAIL(st, 28803, "The $indexStats stage specification must be an empty object");
+    }
+    *out = stage_new(p, "$indexStats", arg);
+    bson_init(&(*out)->stats_spec);
+done:
+    return ret;
+}
+
+static int
+parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it = *arg;
+    pipe_stage_t *s = stage_new(p, "$redact", arg);
+
+    *out = NULL;
+    SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $setWindowFields and $densify (window.c). */
+static int
+parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    const char *name = shl_iter_key(arg);
+    pipe_stage_t *s = stage_new(p, name, arg);
+
+    *out = NULL;
+    SHL_ERR(query_wstage_parse(name, arg, p->opts.vars,
+                               stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes),
+                               &s->win, st));
+    *out = s;
+    s = NULL;
+done:
+    stage_destroy(s);
+    return ret;
+}
+
+/* $fill: rewritten into $setWindowFields + $addFields, as MongoDB does. */
+static int
+parse_fill(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t tmp = BSON_INITIALIZER;
+    uint32_t nf = 0;
+    bson_iter_t f;
+
+    *out = NULL;
+    SHL_ERR(query_fill_desugar(arg, &tmp, &nf, st));
+    bson_iter_init(&f, &tmp);
+    while (shl_iter_next(&f)) {
+        bson_t fst;
+        bool ok = query_bson_view(bson_iter_value(&f), &fst);
+        SHL_INVARIANT(ok);
+        SHL_ERR(parse_stage(p, &fst, st));
+    }
+done:
+    bson_destroy(&tmp);
+    return ret;
+}
+
+/* Stages MongoDB has and Shale does not yet. */
+static int
+parse_not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st)
+{
+    (void)p;
+    *out = NULL;
+    return shl_status_set(st, SHL_CODE_NOT_IMPLEMENTED, "%s is not supported by Shale yet",
+                          shl_iter_key(arg));
+}
+
+/* ---------------------------------------------------------------- the stage table */
+
+/* One row a stage name, sorted by name (find_def searches it). */
+static const pipe_stage_def_t stage_defs[] = {
+    {"$addFields", parse_add_fields, next_project, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    {"$bucket", parse_bucket, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$bucketAuto", parse_bucket_auto, next_bucket_auto, destroy_group, 0,
+     SHL_OPT_internalDocumentSourceBucketAutoMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$collStats", parse_coll_stats, next_documents, destroy_documents,
+     PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
+    {"$count", parse_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$currentOp", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$densify", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$documents", parse_documents, next_documents, destroy_documents, PIPE_GENERATES_INPUT,
+     PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$facet", parse_facet, next_facet, destroy_facet, PIPE_NOT_IN_FACET,
+     SHL_OPT_internalQueryFacetBufferSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$fill", parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$graphLookup", parse_graph_lookup, next_graph_lookup, destroy_lookup, 0,
+     SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$group", parse_group_stage, next_group, destroy_group, 0,
+     SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$indexStats", parse_index_stats, next_documents, destroy_documents,
+     PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
+    {"$limit", parse_limit_skip, next_limit, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$listLocalSessions", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$lookup", parse_lookup, next_lookup, destroy_lookup, 0,
+     SHL_OPT_internalLookupStageIntermediateDocumentMaxSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$match", parse_match, next_match, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
+    {"$merge", parse_merge, pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
+     PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$out", parse_out, pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
+     PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$project", parse_project, next_project, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    {"$redact", parse_redact, next_redact, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$replaceRoot", parse_replace_root, next_replace_root, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    {"$replaceWith", parse_replace_root, next_replace_root, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    /* MongoDB's $sample is a sort on a random key: the sort's memory limit. */
+    {"$sample", parse_sample, next_sample, NULL, 0,
+     SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$set", parse_add_fields, next_project, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
+    {"$setWindowFields", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$skip", parse_limit_skip, next_skip, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$sort", parse_sort, next_sort, NULL, 0, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$sortByCount", parse_sort_by_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$unionWith", parse_union_with, next_union_with, destroy_lookup, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$unset", parse_unset, next_project, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
+    {"$unwind", parse_unwind, next_unwind, destroy_unwind, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+};
+
+static int
+def_cmp(const void *key, const void *row)
+{
+    return strcmp(key, ((const pipe_stage_def_t *)row)->name);
+}
+
+static const pipe_stage_def_t *
+find_def(const char *name)
+{
+    return bsearch(name, stage_defs, sizeof(stage_defs) / sizeof(stage_defs[0]),
+                   sizeof(stage_defs[0]), def_cmp);
+}
+
+shl_pipeline_split_t
+shl_pipeline_stage_split(const char *name)
+{
+    const pipe_stage_def_t *d = find_def(name);
+    return d != NULL ? d->split : SHL_PIPELINE_SPLIT_MERGER;
+}
+
+static int
+parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    pipe_stage_t *s = NULL;
+    const pipe_stage_def_t *def;
+
+    if (bson_count_keys(stage_doc) != 1 || !bson_iter_init(&it, stage_doc) || !shl_iter_next(&it)) {
+        SHL_FAIL(st, 40323,
+                 "A pipeline stage specification object must contain exactly one field.");
+    }
+    def = find_def(shl_iter_key(&it));
+    if (def == NULL) {
+        SHL_FAIL(st, 40324, "Unrecognized pipeline stage name: '%s'", shl_iter_key(&it));
+    }
+    SHL_ERR(def->parse(p, &it, &s, st));
+    if (s != NULL) {
+        pipe_push(p, s);
+        s = NULL;
+    }
+done:
+    stage_destroy(s);
+    return ret;
+}
+
 static void
 link_stages(shl_pipeline_t *p)
 {
     for (size_t i = p->first; i < p->nstages; i++) {
-        stage_t *s = p->stages[i];
+        pipe_stage_t *s = p->stages[i];
         s->src = i > p->first ? p->stages[i - 1] : NULL;
     }
 }
@@ -4127,34 +4326,33 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
         SHL_ERR(parse_stage(p, &view, st));
     }
     for (size_t i = 0; i < p->nstages; i++) {
-        stage_t *s = p->stages[i];
+        pipe_stage_t *s = p->stages[i];
         set_stage_limits(p, s);
-        if (s->kind == ST_DOCUMENTS && i > 0) {
+        unsigned flags = s->def->flags;
+        if ((flags & PIPE_GENERATES_INPUT) && i > 0) {
             SHL_FAIL(st, 40602, "%s is only valid as the first stage in a pipeline", s->name);
         }
-        if (s->kind == ST_OUTPUT && i + 1 != p->nstages) {
+        if ((flags & PIPE_WRITES_OUTPUT) && i + 1 != p->nstages) {
             SHL_FAIL(st, 40601, "%s can only be the final stage in the pipeline", s->name);
         }
-        bool nested = s->kind == ST_OUTPUT || s->kind == ST_FACET ||
-                      (s->kind == ST_DOCUMENTS && s->expr == NULL);
-        if (p->ctx == CTX_FACET && nested) {
+        if (p->ctx == CTX_FACET && (flags & PIPE_NOT_IN_FACET)) {
             SHL_FAIL(st, 40600, "%s is not allowed to be used within a $facet stage", s->name);
         }
-        if (p->ctx == CTX_LOOKUP && s->kind == ST_OUTPUT) {
+        if (p->ctx == CTX_LOOKUP && (flags & PIPE_WRITES_OUTPUT)) {
             SHL_FAIL(st, 51047, "%s is not allowed within a $lookup's sub-pipeline", s->name);
         }
-        if (p->ctx == CTX_UNION_WITH && s->kind == ST_OUTPUT) {
+        if (p->ctx == CTX_UNION_WITH && (flags & PIPE_WRITES_OUTPUT)) {
             SHL_FAIL(st, 31441, "%s is not allowed within a $unionWith's sub-pipeline", s->name);
         }
     }
     /* $sort followed by $limit(s): a top-k sort. */
     for (size_t i = 0; i < p->nstages; i++) {
-        stage_t *s = p->stages[i];
-        if (s->kind != ST_SORT) {
+        pipe_stage_t *s = p->stages[i];
+        if (s->def != find_def("$sort")) {
             continue;
         }
         int64_t limit = 0;
-        for (size_t j = i + 1; j < p->nstages && p->stages[j]->kind == ST_LIMIT; j++) {
+        for (size_t j = i + 1; j < p->nstages && p->stages[j]->def == find_def("$limit"); j++) {
             if (limit == 0 || p->stages[j]->n < limit) {
                 limit = p->stages[j]->n;
             }
@@ -4188,7 +4386,7 @@ done:
 const shl_pipeline_output_t *
 shl_pipeline_output(const shl_pipeline_t *p)
 {
-    if (p->nstages > 0 && p->stages[p->nstages - 1]->kind == ST_OUTPUT) {
+    if (p->nstages > 0 && (p->stages[p->nstages - 1]->def->flags & PIPE_WRITES_OUTPUT)) {
         return &p->stages[p->nstages - 1]->output;
     }
     return NULL;
@@ -4198,7 +4396,7 @@ int
 shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out, shl_status_t *st)
 {
     int ret = 0;
-    const stage_t *s = p->nstages > 0 ? p->stages[p->nstages - 1] : NULL;
+    const pipe_stage_t *s = p->nstages > 0 ? p->stages[p->nstages - 1] : NULL;
     bson_iter_t it;
     shl_expr_t *e = NULL;
     bson_value_t v;
@@ -4206,7 +4404,7 @@ shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
 
     v.value_type = BSON_TYPE_EOD;
     bson_init(out);
-    if (s == NULL || s->kind != ST_OUTPUT || !s->has_merge_let) {
+    if (s == NULL || !(s->def->flags & PIPE_WRITES_OUTPUT) || !s->has_merge_let) {
         BSON_APPEND_DOCUMENT(out, "new", doc);
         goto done;
     }
@@ -4237,7 +4435,7 @@ shl_pipeline_first_stage(const shl_pipeline_t *p)
 bool
 shl_pipeline_generates_input(const shl_pipeline_t *p)
 {
-    return p->first < p->nstages && p->stages[p->first]->kind == ST_DOCUMENTS;
+    return p->first < p->nstages && (p->stages[p->first]->def->flags & PIPE_GENERATES_INPUT);
 }
 
 void
@@ -4249,7 +4447,7 @@ shl_pipeline_set_source(shl_pipeline_t *p, const shl_pipeline_source_t *src)
 const bson_t *
 shl_pipeline_leading_match(const shl_pipeline_t *p)
 {
-    if (p->first < p->nstages && p->stages[p->first]->kind == ST_MATCH) {
+    if (p->first < p->nstages && p->stages[p->first]->def == find_def("$match")) {
         return shl_matcher_filter(p->stages[p->first]->matcher);
     }
     return NULL;

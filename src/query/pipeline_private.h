@@ -13,7 +13,9 @@
 
 #include "base/status.h"
 #include "query/expression.h"
+#include "query/matcher.h"
 #include "query/pipeline.h"
+#include "query/projection.h"
 #include "query/sort.h"
 
 /* ---------------------------------------------------------------- accumulators (pipeline.c) */
@@ -129,5 +131,149 @@ void query_wstage_destroy(query_wstage_t *w);
  *     $ifNull for the 'value' ones. Errors: the $fill parse codes (FailedToParse, 6050201..).
  */
 int query_fill_desugar(const bson_iter_t *arg, bson_t *stages, uint32_t *n, shl_status_t *st);
+
+/* ---------------------------------------------------------------- the stage table (pipeline.c)
+ *
+ * A pipeline is a chain of pipe_stage_t; what a stage does is its row of the stage table in
+ * pipeline.c (pipe_stage_def_t: name, parse, next, destroy, placement flags, memory knob, and
+ * where the router may run it). Each family of stages lives in its own file and implements
+ * the functions its rows name. To add a stage: write its parse (and next/destroy when it is
+ * not rewritten into other stages), and add a row to the table.
+ */
+
+typedef struct pipe_stage pipe_stage_t;
+typedef struct pipe_stage_def pipe_stage_def_t;
+
+/* parse: build the stage for {name: arg} ('arg' is the iterator on the stage's field, so its
+ * key is the stage name) into *out, which the caller appends to 'p' (NULL: nothing to append;
+ * a stage rewritten into several appends the first ones itself with pipe_push). *out is
+ * destroyed by the caller on error. next: the stage's next output document (borrowed until the
+ * next call; NULL at the end). destroy: free the family's own fields. */
+typedef int (*pipe_parse_fn)(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                             shl_status_t *st);
+typedef int (*pipe_next_fn)(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+typedef void (*pipe_destroy_fn)(pipe_stage_t *s);
+
+/* Placement rules, checked once the whole pipeline is parsed. */
+#define PIPE_GENERATES_INPUT 0x1u /* makes its own documents: only as the first stage (40602) */
+#define PIPE_WRITES_OUTPUT 0x2u   /* only as the last stage (40601), not in $lookup (51047) or
+                                   * $unionWith (31441) sub-pipelines */
+#define PIPE_NOT_IN_FACET 0x4u    /* refused inside $facet (40600) */
+
+#define PIPE_NO_KNOB (-1)
+
+/* The error of stage 's' whose joined array ($lookup's 'as', a $facet output) would be 'size'
+ * bytes, over its 'limit'. */
+typedef int (*pipe_too_big_fn)(const pipe_stage_t *s, int64_t size, int64_t limit,
+                               shl_status_t *st);
+
+struct pipe_stage_def {
+    const char *name;        /* with the '$' */
+    pipe_parse_fn parse;     /* never NULL */
+    pipe_next_fn next;       /* NULL: rewritten at parse time into other stages */
+    pipe_destroy_fn destroy; /* NULL: only the common fields */
+    unsigned flags;          /* PIPE_* placement rules */
+    int knob;                /* the shl_opt_id_t bounding its memory, or PIPE_NO_KNOB */
+    shl_pipeline_split_t split; /* where the router may run it (pipeline.h) */
+};
+
+/* Where a pipeline is parsed: sub-pipelines refuse some stages. */
+typedef enum { CTX_TOP, CTX_FACET, CTX_LOOKUP, CTX_UNION_WITH } pipe_ctx_t;
+
+typedef struct group {
+    struct group *hnext;
+    struct group *onext; /* insertion order */
+    uint64_t hash;
+    bson_value_t key;
+    accstate_t *acc;
+} pipe_group_t;
+
+struct pipe_stage {
+    const pipe_stage_def_t *def; /* its row of the stage table */
+    pipe_stage_t *src; /* NULL: the pipeline's source */
+    struct shl_pipeline *pipe;
+    bson_t spec; /* for describe */
+    char *name;
+    bson_t out;
+    bool out_init;
+    /* per family: each field says which stages use it; the common ones are freed by
+     * pipe_stage_destroy, the others by the family's destroy */
+    shl_matcher_t *matcher;
+    shl_projection_t *proj;
+    shl_expr_t *expr; /* group _id, replaceRoot newRoot */
+    accdef_t *accs;
+    size_t naccs;
+    int64_t n, seen;
+    shl_sort_pattern_t *pattern;
+    shl_sorter_t *sorter;
+    bool drained;
+    /* group */
+    pipe_group_t **buckets;
+    size_t nbuckets, ngroups;
+    pipe_group_t *ofirst, *olast, *ocur;
+    int64_t mem;
+    int64_t max_bytes; /* the stage's memory or size limit (set_stage_limits) */
+    int64_t max_out;   /* $facet: the size limit of its output document */
+    int knob;          /* the shl_opt_id_t max_bytes comes from; -1: none */
+    /* unwind */
+    char *path, *index_field;
+    bool preserve;
+    bson_t cur_in;
+    bool have_in;
+    bson_iter_t arr_it;
+    int64_t arr_idx;
+    /* buffered documents: $facet input, $sample reservoir, $documents, $bucketAuto */
+    bson_t buf;
+    bool have_buf;
+    bson_iter_t buf_it;
+    bson_t buf_cur;
+    bson_t **docs;
+    size_t ndocs, capdocs, doc_pos;
+    bson_value_t *vals; /* $bucketAuto: the groupBy value of docs[i] */
+    /* $facet: parsed sub-pipelines and their output names */
+    struct shl_pipeline **subs;
+    char **sub_names;
+    size_t nsubs;
+    /* $lookup / $unionWith */
+    char *from, *local, *foreign, *as;
+    bson_t sub_spec; /* the sub-pipeline array ($lookup pipeline, $unionWith pipeline) */
+    bool has_sub;
+    char **let_names;
+    shl_expr_t **let_exprs;
+    size_t nlet;
+    bson_t lvars; /* outer variables + the current document's `let` values */
+    struct shl_pipeline *run;
+    void *cursor;
+    bool cursor_open;
+    bool src_done;
+    /* $graphLookup (from, as, expr = startWith; matcher = restrictSearchWithMatch) */
+    char *conn_from, *conn_to, *depth_field;
+    int64_t max_depth; /* -1: none */
+    bson_t restrict_spec;
+    bool has_restrict;
+    /* $bucketAuto granularity: a preferred-number series (NULL + pow2 for POWERSOF2) */
+    const struct granularity *gran;
+    /* $documents ($expr) or $collStats/$indexStats (spec) */
+    bson_t stats_spec;
+    /* $out / $merge */
+    shl_pipeline_output_t output;
+    char *out_db, *out_coll;
+    char **on_fields;
+    bson_t merge_let, merge_pipe;
+    bool has_merge_let, has_merge_pipe;
+    /* $setWindowFields / $densify */
+    query_wstage_t *win;
+};
+
+struct shl_pipeline {
+    pipe_stage_t **stages;
+    size_t nstages;
+    size_t first; /* index of the first live stage */
+    shl_pipeline_source_t src;
+    shl_pipeline_opts_t opts;
+    pipe_ctx_t ctx;
+    int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
+};
+
 
 #endif
