@@ -28,13 +28,12 @@
  * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (stage_limit). */
 #define PIPE_DOCUMENTS_MAX_MEMORY (100LL * 1024 * 1024)
 
-
 /* ---------------------------------------------------------------- helpers */
 
 static int pull(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 
-static int
-pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
+int
+pipe_pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     if (s->src != NULL) {
         return pull(s->src, doc, st);
@@ -46,8 +45,8 @@ pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     return s->pipe->src.next(s->pipe->src.arg, doc, st);
 }
 
-static bson_t *
-stage_out(pipe_stage_t *s)
+bson_t *
+pipe_stage_out(pipe_stage_t *s)
 {
     if (s->out_init) {
         bson_destroy(&s->out);
@@ -57,8 +56,8 @@ stage_out(pipe_stage_t *s)
     return &s->out;
 }
 
-static void
-eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
+void
+pipe_eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
 {
     ctx->root = root;
     ctx->vars = s->pipe->opts.vars;
@@ -117,226 +116,6 @@ query_copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, 
     }
 }
 
-/* ---------------------------------------------------------------- simple stages */
-
-static int
-next_match(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    shl_match_details_t d = {.vars = s->pipe->opts.vars};
-
-    for (;;) {
-        SHL_ERR(pull_src(s, doc, st));
-        if (*doc == NULL) {
-            break;
-        }
-        bool m = false;
-        ret = shl_matcher_match(s->matcher, *doc, &d, &m, st);
-        if (ret != 0) {
-            goto done;
-        }
-        if (m) {
-            break;
-        }
-    }
-done:
-    return ret;
-}
-
-static int
-next_project(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-
-    *doc = NULL;
-    SHL_ERR(pull_src(s, &in, st));
-    if (in == NULL) {
-        goto done;
-    }
-    if (s->out_init) {
-        bson_destroy(&s->out);
-        s->out_init = false;
-    }
-    ret = shl_projection_apply(s->proj, in, NULL, s->pipe->opts.vars, &s->out, st);
-    s->out_init = true;
-    if (ret == 0) {
-        *doc = &s->out;
-    }
-done:
-    return ret;
-}
-
-static int
-next_limit(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    if (s->seen >= s->n) {
-        *doc = NULL;
-        return 0;
-    }
-    s->seen++;
-    return pull_src(s, doc, st);
-}
-
-static int
-next_skip(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-
-    for (;;) {
-        SHL_ERR(pull_src(s, doc, st));
-        if (*doc == NULL || s->seen >= s->n) {
-            break;
-        }
-        s->seen++;
-    }
-done:
-    return ret;
-}
-
-static int
-next_replace_root(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-    shl_expr_ctx_t ctx;
-    bson_value_t v;
-    bson_t view;
-    char *json = NULL;
-
-    v.value_type = BSON_TYPE_EOD;
-    *doc = NULL;
-    SHL_ERR(pull_src(s, &in, st));
-    if (in == NULL) {
-        goto done;
-    }
-    eval_ctx(s, in, &ctx);
-    SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
-    if (v.value_type != BSON_TYPE_DOCUMENT || !query_bson_view(&v, &view)) {
-        json = v.value_type == BSON_TYPE_EOD ? bson_strdup("MISSING") : query_value_to_json(&v);
-        SHL_FAIL(st, 40228,
-                 "'newRoot' expression must evaluate to an object, but resulting value was: %s. "
-                 "Type of resulting value: '%s'. Input document: %s",
-                 json,
-                 v.value_type == BSON_TYPE_EOD
-                     ? "missing"
-                     : (v.value_type == BSON_TYPE_NULL ? "null" : "other"),
-                 "{}");
-    }
-    bson_concat(stage_out(s), &view);
-    *doc = &s->out;
-done:
-    bson_free(json);
-    bson_value_destroy(&v);
-    return ret;
-}
-
-/* ---------------------------------------------------------------- $unwind */
-
-static int
-next_unwind(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-    bson_iter_t it, found;
-
-    *doc = NULL;
-    for (;;) {
-        if (s->have_in) {
-            if (shl_iter_next(&s->arr_it)) {
-                bson_t *o = stage_out(s);
-                const bson_value_t *ev = bson_iter_value(&s->arr_it);
-                if (s->index_field == NULL) {
-                    query_copy_set_path(&s->cur_in, s->path, ev, o);
-                } else {
-                    bson_t tmp = BSON_INITIALIZER;
-                    bson_value_t iv = {.value_type = BSON_TYPE_INT64};
-                    iv.value.v_int64 = s->arr_idx;
-                    query_copy_set_path(&s->cur_in, s->path, ev, &tmp);
-                    query_copy_set_path(&tmp, s->index_field, &iv, o);
-                    bson_destroy(&tmp);
-                }
-                s->arr_idx++;
-                *doc = o;
-                goto done;
-            }
-            bson_destroy(&s->cur_in);
-            s->have_in = false;
-        }
-        SHL_ERR(pull_src(s, &in, st));
-        if (in == NULL) {
-            goto done;
-        }
-        bool has = bson_iter_init(&it, in) && bson_iter_find_descendant(&it, s->path, &found);
-        if (has && BSON_ITER_HOLDS_ARRAY(&found)) {
-            bson_iter_t ai;
-            if (bson_iter_recurse(&found, &ai) && shl_iter_next(&ai)) {
-                bson_copy_to(in, &s->cur_in);
-                s->have_in = true;
-                bson_iter_recurse(&found, &s->arr_it);
-                s->arr_idx = 0;
-                continue;
-            }
-            if (!s->preserve) {
-                continue;
-            }
-            /* Empty array preserved: the field is removed, the index is null. */
-            bson_t *o = stage_out(s);
-            bson_value_t gone = {.value_type = BSON_TYPE_EOD};
-            if (s->index_field != NULL) {
-                bson_t tmp = BSON_INITIALIZER;
-                bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-                query_copy_set_path(in, s->path, &gone, &tmp);
-                query_copy_set_path(&tmp, s->index_field, &nv, o);
-                bson_destroy(&tmp);
-            } else {
-                query_copy_set_path(in, s->path, &gone, o);
-            }
-            *doc = o;
-            goto done;
-        }
-        bool nullish = !has || BSON_ITER_HOLDS_NULL(&found) || BSON_ITER_HOLDS_UNDEFINED(&found);
-        if (nullish && !s->preserve) {
-            continue;
-        }
-        /* A non-array value unwinds to itself (index null); null/missing only if preserved. */
-        if (s->index_field != NULL) {
-            bson_value_t nv = {.value_type = BSON_TYPE_NULL};
-            query_copy_set_path(in, s->index_field, &nv, stage_out(s));
-            *doc = &s->out;
-        } else {
-            *doc = in;
-        }
-        goto done;
-    }
-done:
-    return ret;
-}
-
-/* ---------------------------------------------------------------- $sort */
-
-static int
-next_sort(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-
-    if (!s->drained) {
-        for (;;) {
-            SHL_ERR(pull_src(s, &in, st));
-            if (in == NULL) {
-                break;
-            }
-            SHL_ERR(shl_sorter_add(s->sorter, in, st));
-        }
-        shl_sorter_finish(s->sorter);
-        s->drained = true;
-    }
-    *doc = shl_sorter_next(s->sorter);
-done:
-    return ret;
-}
-
 /* ---------------------------------------------------------------- memory and size limits */
 
 /*
@@ -364,8 +143,8 @@ set_stage_limits(shl_pipeline_t *p, pipe_stage_t *s)
 }
 
 /* 292 for a buffering stage past its memory limit, as MongoDB without allowDiskUse. */
-static int
-mem_exceeded(const pipe_stage_t *s, shl_status_t *st)
+int
+pipe_mem_exceeded(const pipe_stage_t *s, shl_status_t *st)
 {
     const char *knob = s->knob >= 0 ? shl_opt_name((shl_opt_id_t)s->knob) : "its memory limit";
 
@@ -851,7 +630,7 @@ group_consume(pipe_stage_t *s, const bson_t *in, shl_status_t *st)
     int64_t grow = 0;
 
     key.value_type = v.value_type = BSON_TYPE_EOD;
-    eval_ctx(s, in, &ctx);
+    pipe_eval_ctx(s, in, &ctx);
     SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &key, st));
     if (key.value_type == BSON_TYPE_EOD) {
         key.value_type = BSON_TYPE_NULL;
@@ -899,7 +678,7 @@ group_consume(pipe_stage_t *s, const bson_t *in, shl_status_t *st)
     }
     s->mem += grow;
     if (s->mem > s->max_bytes) {
-        SHL_ERR(mem_exceeded(s, st));
+        SHL_ERR(pipe_mem_exceeded(s, st));
     }
 done:
     bson_value_destroy(&key);
@@ -916,7 +695,7 @@ next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     *doc = NULL;
     if (!s->drained) {
         for (;;) {
-            SHL_ERR(pull_src(s, &in, st));
+            SHL_ERR(pipe_pull_src(s, &in, st));
             if (in == NULL) {
                 break;
             }
@@ -926,7 +705,7 @@ next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
         s->ocur = s->ofirst;
     }
     if (s->ocur != NULL) {
-        bson_t *o = stage_out(s);
+        bson_t *o = pipe_stage_out(s);
         pipe_group_t *g = s->ocur;
         query_append_value(o, "_id", 3, &g->key);
         for (size_t i = 0; i < s->naccs; i++) {
@@ -956,10 +735,10 @@ docs_add(pipe_stage_t *s, bson_t *doc)
 }
 
 /* docs_add, failing with 292 past the limit. */
-static int
-docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st)
+int
+pipe_docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st)
 {
-    return docs_add(s, doc) ? mem_exceeded(s, st) : 0;
+    return docs_add(s, doc) ? pipe_mem_exceeded(s, st) : 0;
 }
 
 static void
@@ -1053,7 +832,7 @@ next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
         if (s->expr != NULL) {
             shl_expr_ctx_t ctx;
             bson_t view;
-            eval_ctx(s, &empty, &ctx);
+            pipe_eval_ctx(s, &empty, &ctx);
             SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
             if (v.value_type != BSON_TYPE_ARRAY || !query_bson_view(&v, &view)) {
                 SHL_FAIL(st, 5858203, "error during $documents stage: an array is expected");
@@ -1075,7 +854,7 @@ next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
                          "was of type: %s",
                          shl_bson_type_name(shl_iter_type(&it)));
             }
-            SHL_ERR(docs_push(s, bson_copy(&view), st));
+            SHL_ERR(pipe_docs_push(s, bson_copy(&view), st));
         }
     }
     if (s->doc_pos < s->ndocs) {
@@ -1085,70 +864,6 @@ done:
     bson_value_destroy(&v);
     bson_destroy(&arr);
     bson_destroy(&empty);
-    return ret;
-}
-
-/* ---------------------------------------------------------------- $sample */
-
-static uint64_t
-sample_rand(void)
-{
-    static _Thread_local uint64_t x;
-    if (x == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        x = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&ts ^
-            0x9E3779B97F4A7C15ULL;
-    }
-    /* xorshift64* */
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    return x * 0x2545F4914F6CDD1DULL;
-}
-
-static int
-next_sample(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-
-    *doc = NULL;
-    if (!s->drained) {
-        /* Reservoir sampling keeps memory bounded by 'size' documents. */
-        uint64_t seen = 0;
-        for (;;) {
-            SHL_ERR(pull_src(s, &in, st));
-            if (in == NULL) {
-                break;
-            }
-            seen++;
-            if ((int64_t)s->ndocs < s->n) {
-                SHL_ERR(docs_push(s, bson_copy(in), st));
-            } else {
-                uint64_t j = sample_rand() % seen;
-                if (j < (uint64_t)s->n) {
-                    s->mem += (int64_t)in->len - (int64_t)s->docs[j]->len;
-                    bson_destroy(s->docs[j]);
-                    s->docs[j] = bson_copy(in);
-                    if (s->mem > s->max_bytes) {
-                        SHL_ERR(mem_exceeded(s, st));
-                    }
-                }
-            }
-        }
-        for (size_t i = s->ndocs; i > 1; i--) {
-            size_t j = (size_t)(sample_rand() % i);
-            bson_t *t = s->docs[i - 1];
-            s->docs[i - 1] = s->docs[j];
-            s->docs[j] = t;
-        }
-        s->drained = true;
-    }
-    if (s->doc_pos < s->ndocs) {
-        *doc = s->docs[s->doc_pos++];
-    }
-done:
     return ret;
 }
 
@@ -1177,7 +892,7 @@ next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     }
     s->drained = true;
     for (;;) {
-        SHL_ERR(pull_src(s, &in, st));
+        SHL_ERR(pipe_pull_src(s, &in, st));
         if (in == NULL) {
             break;
         }
@@ -1185,7 +900,7 @@ next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
             SHL_ERR(facet_input_exceeded(s, st));
         }
     }
-    bson_t *o = stage_out(s);
+    bson_t *o = pipe_stage_out(s);
     for (size_t i = 0; i < s->nsubs; i++) {
         vec_src_t vs = {.docs = s->docs, .n = s->ndocs, .pos = 0};
         bson_t arr;
@@ -1381,7 +1096,7 @@ next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 
     v.value_type = BSON_TYPE_EOD;
     *doc = NULL;
-    SHL_ERR(pull_src(s, &in, st));
+    SHL_ERR(pipe_pull_src(s, &in, st));
     if (in == NULL) {
         goto done;
     }
@@ -1405,7 +1120,7 @@ next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
                 }
             }
         }
-        eval_ctx(s, in, &ctx);
+        pipe_eval_ctx(s, in, &ctx);
         for (size_t i = 0; i < s->nlet; i++) {
             SHL_ERR(shl_expr_evaluate(s->let_exprs[i], &ctx, &v, st));
             if (v.value_type != BSON_TYPE_EOD) {
@@ -1437,7 +1152,7 @@ next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
         BSON_APPEND_ARRAY(&wrap, "a", &arr);
         bson_iter_init_find(&wi, &wrap, "a");
         av = *bson_iter_value(&wi);
-        query_copy_set_path(in, s->as, &av, stage_out(s));
+        query_copy_set_path(in, s->as, &av, pipe_stage_out(s));
         bson_destroy(&wrap);
     }
     *doc = &s->out;
@@ -1456,7 +1171,7 @@ next_union_with(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 
     *doc = NULL;
     if (!s->src_done) {
-        SHL_ERR(pull_src(s, doc, st));
+        SHL_ERR(pipe_pull_src(s, doc, st));
         if (*doc != NULL) {
             goto done;
         }
@@ -1683,12 +1398,12 @@ next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     *doc = NULL;
     docs_clear(s);
     s->mem = 0;
-    SHL_ERR(pull_src(s, &in, st));
+    SHL_ERR(pipe_pull_src(s, &in, st));
     if (in == NULL) {
         goto done;
     }
     /* startWith: each element of an array, or the value itself (missing: nothing). */
-    eval_ctx(s, in, &ctx);
+    pipe_eval_ctx(s, in, &ctx);
     SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
     if (v.value_type == BSON_TYPE_ARRAY) {
         bson_t view;
@@ -1719,7 +1434,7 @@ next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_iter_t wi;
         BSON_APPEND_ARRAY(&wrap, "a", &arr);
         bson_iter_init_find(&wi, &wrap, "a");
-        query_copy_set_path(in, s->as, bson_iter_value(&wi), stage_out(s));
+        query_copy_set_path(in, s->as, bson_iter_value(&wi), pipe_stage_out(s));
         bson_destroy(&wrap);
     }
     *doc = &s->out;
@@ -1897,8 +1612,8 @@ bucket_cmp(const void *x, const void *y)
 }
 
 static int
-bucket_auto_emit(pipe_stage_t *s, const size_t *order, size_t from, size_t to, const bson_value_t *min,
-                 const bson_value_t *max, uint32_t *nout, shl_status_t *st)
+bucket_auto_emit(pipe_stage_t *s, const size_t *order, size_t from, size_t to,
+                 const bson_value_t *min, const bson_value_t *max, uint32_t *nout, shl_status_t *st)
 {
     int ret = 0;
     accstate_t *acc = bson_aligned_alloc0(BSON_ALIGNOF(accstate_t), (s->naccs + 1) * sizeof(*acc));
@@ -1912,7 +1627,7 @@ bucket_auto_emit(pipe_stage_t *s, const size_t *order, size_t from, size_t to, c
     }
     for (size_t k = from; k < to; k++) {
         shl_expr_ctx_t ctx;
-        eval_ctx(s, s->docs[order[k]], &ctx);
+        pipe_eval_ctx(s, s->docs[order[k]], &ctx);
         for (size_t i = 0; i < s->naccs; i++) {
             SHL_ERR(shl_expr_evaluate(s->accs[i].arg, &ctx, &v, st));
             SHL_ERR(query_acc_add(&acc[i], &s->accs[i], &v, s->docs[order[k]], &grow, st));
@@ -1960,11 +1675,11 @@ next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
         bson_init(&s->buf);
         s->have_buf = true;
         for (;;) {
-            SHL_ERR(pull_src(s, &in, st));
+            SHL_ERR(pipe_pull_src(s, &in, st));
             if (in == NULL) {
                 break;
             }
-            eval_ctx(s, in, &ctx);
+            pipe_eval_ctx(s, in, &ctx);
             SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
             if (s->gran != NULL) {
                 if (!query_value_is_number(&v)) {
@@ -1992,7 +1707,7 @@ next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
             s->vals[s->ndocs] = v;
             v.value_type = BSON_TYPE_EOD;
             s->mem += query_value_size(&s->vals[s->ndocs]);
-            SHL_ERR(docs_push(s, bson_copy(in), st));
+            SHL_ERR(pipe_docs_push(s, bson_copy(in), st));
         }
         if (s->ndocs > 0) {
             order = bson_malloc(s->ndocs * sizeof(*order));
@@ -2068,7 +1783,8 @@ done:
 #define REDACT_PRUNE "$$PRUNE"
 #define REDACT_DESCEND "$$DESCEND"
 
-static int redact_doc(pipe_stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st);
+static int redact_doc(pipe_stage_t *s, const bson_t *doc, bson_t *out, bool *kept,
+                      shl_status_t *st);
 
 /* Redact the elements of an array: sub-documents recursively, other values kept. */
 static int
@@ -2187,11 +1903,11 @@ next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     }
     for (;;) {
         bool kept = false;
-        SHL_ERR(pull_src(s, &in, st));
+        SHL_ERR(pipe_pull_src(s, &in, st));
         if (in == NULL) {
             goto done;
         }
-        SHL_ERR(redact_doc(s, in, stage_out(s), &kept, st));
+        SHL_ERR(redact_doc(s, in, pipe_stage_out(s), &kept, st));
         if (kept) {
             *doc = &s->out;
             goto done;
@@ -2207,7 +1923,7 @@ done:
 static int
 stage_src_next(void *arg, const bson_t **doc, shl_status_t *st)
 {
-    return pull_src(arg, doc, st);
+    return pipe_pull_src(arg, doc, st);
 }
 
 static int
@@ -2243,16 +1959,6 @@ destroy_group(pipe_stage_t *s)
     }
     bson_free(s->accs);
     bson_free(s->buckets);
-}
-
-static void
-destroy_unwind(pipe_stage_t *s)
-{
-    if (s->have_in) {
-        bson_destroy(&s->cur_in);
-    }
-    bson_free(s->path);
-    bson_free(s->index_field);
 }
 
 static void
@@ -2316,8 +2022,8 @@ destroy_window(pipe_stage_t *s)
 }
 
 /* The fields every family may use, then the family's own. */
-static void
-stage_destroy(pipe_stage_t *s)
+void
+pipe_stage_destroy(pipe_stage_t *s)
 {
     if (s == NULL) {
         return;
@@ -2348,8 +2054,8 @@ stage_destroy(pipe_stage_t *s)
 static const pipe_stage_def_t *find_def(const char *name);
 
 /* A stage of the table's row 'name', its spec {name: arg} when 'arg' is not NULL. */
-static pipe_stage_t *
-stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg)
+pipe_stage_t *
+pipe_stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg)
 {
     pipe_stage_t *s = bson_aligned_alloc0(BSON_ALIGNOF(pipe_stage_t), sizeof(*s));
     s->def = find_def(name);
@@ -2371,8 +2077,8 @@ pipe_push(shl_pipeline_t *p, pipe_stage_t *s)
     p->stages[p->nstages++] = s;
 }
 
-static int
-arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_status_t *st)
+int
+pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_status_t *st)
 {
     const uint8_t *data;
     uint32_t len;
@@ -2586,7 +2292,7 @@ parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_statu
     pipe_stage_t *s = NULL;
     bool have_id = false;
 
-    s = stage_new(p, "$group", NULL);
+    s = pipe_stage_new(p, "$group", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$group", spec);
     s->nbuckets = 64;
     s->buckets = bson_malloc0(s->nbuckets * sizeof(*s->buckets));
@@ -2607,7 +2313,7 @@ parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_statu
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -2628,34 +2334,6 @@ parse_count_name(const bson_iter_t *it, const char **name, shl_status_t *st)
     }
     if (strchr(*name, '.') != NULL) {
         SHL_FAIL(st, 40160, "the count field cannot contain '.'");
-    }
-done:
-    return ret;
-}
-
-static int
-parse_int_arg(const bson_iter_t *it, const char *stage, int64_t *n, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t copy = *it;
-    const bson_value_t *v = bson_iter_value(&copy);
-
-    if (!query_value_is_number(v)) {
-        SHL_FAIL(st, strcmp(stage, "$limit") == 0 ? 15957 : 15972,
-                 "the %s must be specified as a number",
-                 strcmp(stage, "$limit") == 0 ? "limit" : "skip");
-    }
-    double d = query_value_as_double(v);
-    if (d != (double)(int64_t)d) {
-        SHL_FAIL(st, strcmp(stage, "$limit") == 0 ? 15957 : 15972,
-                 "invalid argument to %s stage: Cannot represent as a 64-bit integer", stage);
-    }
-    *n = (int64_t)d;
-    if (strcmp(stage, "$limit") == 0 && *n <= 0) {
-        SHL_FAIL(st, 15958, "the limit must be positive");
-    }
-    if (strcmp(stage, "$skip") == 0 && *n < 0) {
-        SHL_FAIL(st, 15956, "invalid argument to $skip stage: Expected a non-negative number");
     }
 done:
     return ret;
@@ -2698,12 +2376,6 @@ done:
     return ret;
 }
 
-static char *
-value_json(const bson_value_t *v)
-{
-    return query_value_to_json(v);
-}
-
 /* $bucket: rewritten, as MongoDB does, into $group by a $switch over the boundaries and a
  * $sort on _id. */
 static int
@@ -2733,7 +2405,7 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
             group_by = &gv;
             if (!((gv.value_type == BSON_TYPE_UTF8 && gv.value.v_utf8.str[0] == '$') ||
                   gv.value_type == BSON_TYPE_DOCUMENT)) {
-                j1 = value_json(&gv);
+                j1 = query_value_to_json(&gv);
                 SHL_FAIL(st, 40202,
                          "The $bucket 'groupBy' field must be defined as a $-prefixed path or an "
                          "expression, but found: %s.",
@@ -2791,8 +2463,8 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
                              shl_bson_type_name(cur->value_type));
                 }
                 if (shl_bson_value_compare(&prev, cur) >= 0) {
-                    j1 = value_json(&prev);
-                    j2 = value_json(cur);
+                    j1 = query_value_to_json(&prev);
+                    j2 = query_value_to_json(cur);
                     SHL_FAIL(st, 40194,
                              "The 'boundaries' option to $bucket must be sorted in ascending "
                              "order, but elements %u and %u are not in ascending order (%s is not "
@@ -2887,13 +2559,13 @@ parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
     bson_append_iter(&s->spec, "$bucket", -1, arg);
     pipe_push(p, s);
     BSON_APPEND_INT32(&sortspec, "_id", 1);
-    s = stage_new(p, "$sort", NULL);
+    s = pipe_stage_new(p, "$sort", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$sort", &sortspec);
     SHL_ERR(shl_sort_pattern_new(&sortspec, &s->pattern, st));
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     bson_free(j1);
     bson_free(j2);
     bson_destroy(&group);
@@ -2907,7 +2579,7 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$bucketAuto", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$bucketAuto", arg);
     bool have_buckets = false;
     char *j = NULL;
 
@@ -2924,7 +2596,7 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
             bson_value_t gv = *bson_iter_value(&it);
             if (!((gv.value_type == BSON_TYPE_UTF8 && gv.value.v_utf8.str[0] == '$') ||
                   gv.value_type == BSON_TYPE_DOCUMENT)) {
-                j = value_json(&gv);
+                j = query_value_to_json(&gv);
                 SHL_FAIL(st, 40239,
                          "The $bucketAuto 'groupBy' field must be defined as a $-prefixed path or "
                          "an expression object, but found: %s.",
@@ -3000,7 +2672,7 @@ parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
     s = NULL;
 done:
     bson_free(j);
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3010,7 +2682,7 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_s
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$facet", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$facet", arg);
 
     *out = NULL;
     s->max_out = stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
@@ -3046,7 +2718,7 @@ parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_s
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3105,7 +2777,7 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
     bson_t view, let;
     bool has_let = false;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$lookup", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$lookup", arg);
     shl_pipeline_t *check = NULL;
 
     *out = NULL;
@@ -3211,7 +2883,7 @@ parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
     s = NULL;
 done:
     shl_pipeline_destroy(check);
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3247,7 +2919,7 @@ parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$graphLookup", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$graphLookup", arg);
     shl_matcher_t *check = NULL;
     bool has_start = false;
 
@@ -3330,7 +3002,7 @@ parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out
     s = NULL;
 done:
     shl_matcher_destroy(check);
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3339,7 +3011,7 @@ parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$unionWith", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$unionWith", arg);
 
     *out = NULL;
     bson_init(&s->sub_spec);
@@ -3395,45 +3067,7 @@ parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
-    return ret;
-}
-
-static int
-parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it, acopy = *arg;
-    bson_t view;
-    pipe_stage_t *s = stage_new(p, "$sample", arg);
-    bool have = false;
-
-    *out = NULL;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
-        SHL_FAIL(st, 28745, "the $sample stage specification must be an object");
-    }
-    bson_iter_init(&it, &view);
-    while (shl_iter_next(&it)) {
-        if (strcmp(shl_iter_key(&it), "size") != 0) {
-            SHL_FAIL(st, 28748, "unrecognized option to $sample: %s", shl_iter_key(&it));
-        }
-        if (!query_value_is_number(bson_iter_value(&it))) {
-            SHL_FAIL(st, 28746, "size argument to $sample must be a number");
-        }
-        double d = query_value_as_double(bson_iter_value(&it));
-        if (d < 0) {
-            SHL_FAIL(st, 28747, "size argument to $sample must not be negative");
-        }
-        s->n = d > 9.2e18 ? INT64_MAX : (int64_t)d;
-        have = true;
-    }
-    if (!have) {
-        SHL_FAIL(st, 28749, "$sample stage must specify a size");
-    }
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3443,7 +3077,7 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_sta
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$out", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$out", arg);
 
     *out = NULL;
     bson_init(&s->merge_let);
@@ -3494,7 +3128,7 @@ parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_sta
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3547,7 +3181,7 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_s
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = stage_new(p, "$merge", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$merge", arg);
     shl_pipeline_output_t *o = &s->output;
     bool have_into = false;
     const char *wm = "merge", *wnm = "insert";
@@ -3712,109 +3346,7 @@ parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_s
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
-    return ret;
-}
-
-/* ---------------------------------------------------------------- parsing: the stages whose
- * parse is short enough to sit beside the table */
-
-static int
-parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    SHL_ERR(arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
-    s = stage_new(p, "$match", arg);
-    SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    return ret;
-}
-
-static int
-parse_project(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    SHL_ERR(arg_doc(arg, &view, 15969, "$project specification must be an object", st));
-    if (bson_empty(&view)) {
-        SHL_FAIL(st, 51272,
-                 "Invalid $project :: caused by :: projection specification must have at least "
-                 "one field");
-    }
-    s = stage_new(p, "$project", arg);
-    SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    return ret;
-}
-
-/* $addFields and its alias $set. */
-static int
-parse_add_fields(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    SHL_ERR(arg_doc(arg, &view, 40272, "$addFields specification stage must be an object", st));
-    s = stage_new(p, shl_iter_key(arg), arg);
-    SHL_ERR(query_addfields_new(&view, &s->proj, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    return ret;
-}
-
-/* $unset: an exclusion projection. */
-static int
-parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t tmp = BSON_INITIALIZER;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    if (BSON_ITER_HOLDS_UTF8(arg)) {
-        BSON_APPEND_INT32(&tmp, bson_iter_utf8(arg, NULL), 0);
-    } else if (BSON_ITER_HOLDS_ARRAY(arg)) {
-        bson_iter_t a;
-        bson_iter_recurse(arg, &a);
-        while (shl_iter_next(&a)) {
-            if (!BSON_ITER_HOLDS_UTF8(&a)) {
-                SHL_FAIL(st, 31120,
-                         "$unset specification must be a string or an array containing only "
-                         "string values");
-            }
-            BSON_APPEND_INT32(&tmp, bson_iter_utf8(&a, NULL), 0);
-        }
-    } else {
-        SHL_FAIL(st, 31002, "$unset specification must be a string or an array");
-    }
-    if (bson_empty(&tmp)) {
-        SHL_FAIL(st, 31119,
-                 "$unset specification must be a string or an array with at least one field");
-    }
-    s = stage_new(p, "$unset", arg);
-    SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    bson_destroy(&tmp);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -3825,45 +3357,8 @@ parse_group_stage(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
     bson_t view;
 
     *out = NULL;
-    SHL_ERR(arg_doc(arg, &view, 15947, "a group's fields must be specified in an object", st));
+    SHL_ERR(pipe_arg_doc(arg, &view, 15947, "a group's fields must be specified in an object", st));
     SHL_ERR(parse_group(p, &view, out, st));
-done:
-    return ret;
-}
-
-static int
-parse_sort(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    SHL_ERR(arg_doc(arg, &view, 15973, "the $sort key specification must be an object", st));
-    if (bson_empty(&view)) {
-        SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
-    }
-    s = stage_new(p, "$sort", arg);
-    SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    return ret;
-}
-
-/* $limit and $skip. */
-static int
-parse_limit_skip(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    int64_t n = 0;
-    const char *name = shl_iter_key(arg);
-
-    *out = NULL;
-    SHL_ERR(parse_int_arg(arg, name, &n, st));
-    *out = stage_new(p, name, arg);
-    (*out)->n = n;
 done:
     return ret;
 }
@@ -3887,13 +3382,13 @@ parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_s
     pipe_push(p, s);
     s = NULL;
     BSON_APPEND_INT32(&tmp2, "_id", 0);
-    s = stage_new(p, "$project", NULL);
+    s = pipe_stage_new(p, "$project", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$project", &tmp2);
     SHL_ERR(shl_projection_new(&tmp2, NULL, &s->proj, st));
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     bson_destroy(&tmp);
     bson_destroy(&tmp2);
     return ret;
@@ -3901,8 +3396,7 @@ done:
 
 /* $sortByCount: {$group: {_id: <expr>, count: {$sum: 1}}}, {$sort: {count: -1}}. */
 static int
-parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                    shl_status_t *st)
+parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
@@ -3928,127 +3422,15 @@ parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **ou
     pipe_push(p, s);
     s = NULL;
     BSON_APPEND_INT32(&tmp2, "count", -1);
-    s = stage_new(p, "$sort", NULL);
+    s = pipe_stage_new(p, "$sort", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$sort", &tmp2);
     SHL_ERR(shl_sort_pattern_new(&tmp2, &s->pattern, st));
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     bson_destroy(&tmp);
     bson_destroy(&tmp2);
-    return ret;
-}
-
-static int
-parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    pipe_stage_t *s = stage_new(p, "$unwind", arg);
-    const char *path = NULL;
-
-    *out = NULL;
-    if (BSON_ITER_HOLDS_UTF8(arg)) {
-        path = bson_iter_utf8(arg, NULL);
-    } else if (BSON_ITER_HOLDS_DOCUMENT(arg)) {
-        bson_iter_t d;
-        bson_iter_recurse(arg, &d);
-        while (shl_iter_next(&d)) {
-            const char *k = shl_iter_key(&d);
-            if (strcmp(k, "path") == 0) {
-                if (!BSON_ITER_HOLDS_UTF8(&d)) {
-                    SHL_FAIL(st, 28808, "expected a string as the path for $unwind stage");
-                }
-                path = bson_iter_utf8(&d, NULL);
-            } else if (strcmp(k, "includeArrayIndex") == 0) {
-                if (!BSON_ITER_HOLDS_UTF8(&d)) {
-                    SHL_FAIL(st, 28810,
-                             "expected a non-empty string for the includeArrayIndex option to "
-                             "$unwind stage");
-                }
-                const char *f = bson_iter_utf8(&d, NULL);
-                if (f[0] == '\0') {
-                    SHL_FAIL(st, 28810,
-                             "expected a non-empty string for the includeArrayIndex option to "
-                             "$unwind stage");
-                }
-                if (f[0] == '$') {
-                    SHL_FAIL(st, 28822,
-                             "includeArrayIndex option to $unwind stage should not be prefixed "
-                             "with a '$': %s",
-                             f);
-                }
-                s->index_field = bson_strdup(f);
-            } else if (strcmp(k, "preserveNullAndEmptyArrays") == 0) {
-                if (!BSON_ITER_HOLDS_BOOL(&d)) {
-                    SHL_FAIL(st, 28809,
-                             "expected a boolean for the preserveNullAndEmptyArrays option to "
-                             "$unwind stage");
-                }
-                s->preserve = bson_iter_bool(&d);
-            } else {
-                SHL_FAIL(st, 28811, "unrecognized option to $unwind stage: %s", k);
-            }
-        }
-        if (path == NULL) {
-            SHL_FAIL(st, 28812, "no path specified to $unwind stage");
-        }
-    } else {
-        SHL_FAIL(st, 15981,
-                 "expected either a string or an object as specification for $unwind stage, got %s",
-                 "other");
-    }
-    if (path[0] != '$') {
-        SHL_FAIL(st, 28818, "path option to $unwind stage should be prefixed with a '$': %s",
-                 path);
-    }
-    if (path[1] == '\0') {
-        SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
-    }
-    s->path = bson_strdup(path + 1);
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
-    return ret;
-}
-
-/* $replaceRoot and $replaceWith. */
-static int
-parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                   shl_status_t *st)
-{
-    int ret = 0;
-    const char *name = shl_iter_key(arg);
-    const bson_value_t *root = NULL;
-    bson_iter_t d, it = *arg;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    if (name[8] == 'R') { /* $replaceRoot */
-        SHL_ERR(arg_doc(arg, &view, 40228,
-                        "expected an object as specification for $replaceRoot stage", st));
-        bson_iter_init(&d, &view);
-        while (shl_iter_next(&d)) {
-            if (strcmp(shl_iter_key(&d), "newRoot") != 0) {
-                SHL_FAIL(st, 40415, "BSON field '$replaceRoot.%s' is an unknown field.",
-                         shl_iter_key(&d));
-            }
-            root = bson_iter_value(&d);
-        }
-        if (root == NULL) {
-            SHL_FAIL(st, 40414, "BSON field '$replaceRoot.newRoot' is missing but a required field");
-        }
-    } else {
-        root = bson_iter_value(&it);
-    }
-    s = stage_new(p, name, arg);
-    SHL_ERR(shl_expr_parse(root, &s->expr, st));
-    *out = s;
-    s = NULL;
-done:
-    stage_destroy(s);
     return ret;
 }
 
@@ -4057,7 +3439,7 @@ parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, s
 {
     int ret = 0;
     bson_iter_t it = *arg;
-    pipe_stage_t *s = stage_new(p, "$documents", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$documents", arg);
 
     *out = NULL;
     bson_init(&s->stats_spec);
@@ -4065,7 +3447,7 @@ parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, s
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -4097,19 +3479,18 @@ parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
                      k, shl_bson_type_name(shl_iter_type(&f)));
         }
     }
-    s = stage_new(p, "$collStats", arg);
+    s = pipe_stage_new(p, "$collStats", arg);
     bson_init(&s->stats_spec);
     bson_concat(&s->stats_spec, &view);
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
 static int
-parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                  shl_status_t *st)
+parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it = *arg;
@@ -4120,7 +3501,7 @@ parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
         !bson_empty(&view)) {
         SHL_FAIL(st, 28803, "The $indexStats stage specification must be an empty object");
     }
-    *out = stage_new(p, "$indexStats", arg);
+    *out = pipe_stage_new(p, "$indexStats", arg);
     bson_init(&(*out)->stats_spec);
 done:
     return ret;
@@ -4131,14 +3512,14 @@ parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
 {
     int ret = 0;
     bson_iter_t it = *arg;
-    pipe_stage_t *s = stage_new(p, "$redact", arg);
+    pipe_stage_t *s = pipe_stage_new(p, "$redact", arg);
 
     *out = NULL;
     SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -4148,7 +3529,7 @@ parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
 {
     int ret = 0;
     const char *name = shl_iter_key(arg);
-    pipe_stage_t *s = stage_new(p, name, arg);
+    pipe_stage_t *s = pipe_stage_new(p, name, arg);
 
     *out = NULL;
     SHL_ERR(query_wstage_parse(name, arg, p->opts.vars,
@@ -4157,7 +3538,7 @@ parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
     *out = s;
     s = NULL;
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -4199,7 +3580,7 @@ parse_not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
 
 /* One row a stage name, sorted by name (find_def searches it). */
 static const pipe_stage_def_t stage_defs[] = {
-    {"$addFields", parse_add_fields, next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$addFields", pipe_parse_add_fields, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
     {"$bucket", parse_bucket, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$bucketAuto", parse_bucket_auto, next_bucket_auto, destroy_group, 0,
@@ -4221,37 +3602,42 @@ static const pipe_stage_def_t stage_defs[] = {
      SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$indexStats", parse_index_stats, next_documents, destroy_documents,
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
-    {"$limit", parse_limit_skip, next_limit, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$limit", pipe_parse_limit_skip, pipe_next_limit, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
     {"$listLocalSessions", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
     {"$lookup", parse_lookup, next_lookup, destroy_lookup, 0,
      SHL_OPT_internalLookupStageIntermediateDocumentMaxSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$match", parse_match, next_match, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
-    {"$merge", parse_merge, pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
+    {"$match", pipe_parse_match, pipe_next_match, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    {"$merge", parse_merge, pipe_pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
      PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$out", parse_out, pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
+    {"$out", parse_out, pipe_pull_src, destroy_output, PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET,
      PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$project", parse_project, next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$project", pipe_parse_project, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
     {"$redact", parse_redact, next_redact, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$replaceRoot", parse_replace_root, next_replace_root, NULL, 0, PIPE_NO_KNOB,
+    {"$replaceRoot", pipe_parse_replace_root, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$replaceWith", parse_replace_root, next_replace_root, NULL, 0, PIPE_NO_KNOB,
+    {"$replaceWith", pipe_parse_replace_root, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
     /* MongoDB's $sample is a sort on a random key: the sort's memory limit. */
-    {"$sample", parse_sample, next_sample, NULL, 0,
+    {"$sample", pipe_parse_sample, pipe_next_sample, NULL, 0,
      SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$set", parse_add_fields, next_project, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
+    {"$set", pipe_parse_add_fields, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
     {"$setWindowFields", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$skip", parse_limit_skip, next_skip, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$sort", parse_sort, next_sort, NULL, 0, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes,
+    {"$skip", pipe_parse_limit_skip, pipe_next_skip, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
+    {"$sort", pipe_parse_sort, pipe_next_sort, NULL, 0,
+     SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$sortByCount", parse_sort_by_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$unionWith", parse_union_with, next_union_with, destroy_lookup, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$unset", parse_unset, next_project, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_STREAMING},
-    {"$unwind", parse_unwind, next_unwind, destroy_unwind, 0, PIPE_NO_KNOB,
+    {"$unset", pipe_parse_unset, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_STREAMING},
+    {"$unwind", pipe_parse_unwind, pipe_next_unwind, pipe_destroy_unwind, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
 };
 
@@ -4297,7 +3683,7 @@ parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
         s = NULL;
     }
 done:
-    stage_destroy(s);
+    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -4320,9 +3706,9 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
     bson_iter_init(&it, stages);
     while (shl_iter_next(&it)) {
         bson_t view;
-        SHL_ERR(arg_doc(&it, &view, 40323,
-                        "A pipeline stage specification object must contain exactly one field.",
-                        st));
+        SHL_ERR(pipe_arg_doc(
+            &it, &view, 40323,
+            "A pipeline stage specification object must contain exactly one field.", st));
         SHL_ERR(parse_stage(p, &view, st));
     }
     for (size_t i = 0; i < p->nstages; i++) {
@@ -4493,7 +3879,7 @@ shl_pipeline_destroy(shl_pipeline_t *p)
         return;
     }
     for (size_t i = 0; i < p->nstages; i++) {
-        stage_destroy(p->stages[i]);
+        pipe_stage_destroy(p->stages[i]);
     }
     bson_free(p->stages);
     bson_free(p);

@@ -156,9 +156,10 @@ typedef void (*pipe_destroy_fn)(pipe_stage_t *s);
 
 /* Placement rules, checked once the whole pipeline is parsed. */
 #define PIPE_GENERATES_INPUT 0x1u /* makes its own documents: only as the first stage (40602) */
-#define PIPE_WRITES_OUTPUT 0x2u   /* only as the last stage (40601), not in $lookup (51047) or
-                                   * $unionWith (31441) sub-pipelines */
-#define PIPE_NOT_IN_FACET 0x4u    /* refused inside $facet (40600) */
+#define PIPE_WRITES_OUTPUT                                                                         \
+    0x2u                       /* only as the last stage (40601), not in $lookup (51047) or        \
+                                * $unionWith (31441) sub-pipelines */
+#define PIPE_NOT_IN_FACET 0x4u /* refused inside $facet (40600) */
 
 #define PIPE_NO_KNOB (-1)
 
@@ -168,12 +169,12 @@ typedef int (*pipe_too_big_fn)(const pipe_stage_t *s, int64_t size, int64_t limi
                                shl_status_t *st);
 
 struct pipe_stage_def {
-    const char *name;        /* with the '$' */
-    pipe_parse_fn parse;     /* never NULL */
-    pipe_next_fn next;       /* NULL: rewritten at parse time into other stages */
-    pipe_destroy_fn destroy; /* NULL: only the common fields */
-    unsigned flags;          /* PIPE_* placement rules */
-    int knob;                /* the shl_opt_id_t bounding its memory, or PIPE_NO_KNOB */
+    const char *name;           /* with the '$' */
+    pipe_parse_fn parse;        /* never NULL */
+    pipe_next_fn next;          /* NULL: rewritten at parse time into other stages */
+    pipe_destroy_fn destroy;    /* NULL: only the common fields */
+    unsigned flags;             /* PIPE_* placement rules */
+    int knob;                   /* the shl_opt_id_t bounding its memory, or PIPE_NO_KNOB */
     shl_pipeline_split_t split; /* where the router may run it (pipeline.h) */
 };
 
@@ -190,7 +191,7 @@ typedef struct group {
 
 struct pipe_stage {
     const pipe_stage_def_t *def; /* its row of the stage table */
-    pipe_stage_t *src; /* NULL: the pipeline's source */
+    pipe_stage_t *src;           /* NULL: the pipeline's source */
     struct shl_pipeline *pipe;
     bson_t spec; /* for describe */
     char *name;
@@ -275,5 +276,47 @@ struct shl_pipeline {
     int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
 };
 
+/* ---------------------------------------------------------------- pipeline.c: what the stage
+ * families share (see each definition) */
+
+int pipe_pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+bson_t *pipe_stage_out(pipe_stage_t *s);
+void pipe_eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx);
+int pipe_mem_exceeded(const pipe_stage_t *s, shl_status_t *st);
+int pipe_docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st);
+void pipe_stage_destroy(pipe_stage_t *s);
+pipe_stage_t *pipe_stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg);
+int pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_status_t *st);
+
+/* ---------------------------------------------------------------- pipe_basic.c: its rows of the
+ * stage table */
+
+int pipe_next_match(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_project(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_limit(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_skip(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_replace_root(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_unwind(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_sort(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_sample(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_unwind(pipe_stage_t *s);
+int pipe_parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+int pipe_parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                     shl_status_t *st);
+int pipe_parse_project(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                       shl_status_t *st);
+int pipe_parse_add_fields(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                          shl_status_t *st);
+int pipe_parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                     shl_status_t *st);
+int pipe_parse_sort(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                    shl_status_t *st);
+int pipe_parse_limit_skip(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                          shl_status_t *st);
+int pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+int pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                            shl_status_t *st);
 
 #endif
