@@ -319,4 +319,24 @@ int pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
 int pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                             shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipeline.c: what the stage
+ * families share (see each definition) */
+
+void pipe_push(shl_pipeline_t *p, pipe_stage_t *s);
+
+/* ---------------------------------------------------------------- pipe_group.c: its rows of the
+ * stage table */
+
+int pipe_next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_group(pipe_stage_t *s);
+int pipe_parse_acc_fields(shl_pipeline_t *p, pipe_stage_t *s, const char *k, const bson_iter_t *it,
+                          shl_status_t *st);
+int pipe_parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_status_t *st);
+int pipe_parse_group_stage(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                           shl_status_t *st);
+int pipe_parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                     shl_status_t *st);
+int pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                             shl_status_t *st);
+
 #endif
