@@ -339,4 +339,29 @@ int pipe_parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **o
 int pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                              shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipeline.c: what the stage
+ * families share (see each definition) */
+
+void pipe_docs_clear(pipe_stage_t *s);
+int pipe_append_joined(const pipe_stage_t *s, bson_t *arr, uint32_t *n, int64_t base,
+                       const bson_t *d, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
+int pipe_drain_into(const pipe_stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n,
+                    int64_t base, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
+int pipe_sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ctx, const bson_t *vars,
+                   shl_pipeline_t **out, shl_status_t *st);
+
+/* ---------------------------------------------------------------- pipe_lookup.c: its rows of the
+ * stage table */
+
+int pipe_next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_union_with(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_lookup(pipe_stage_t *s);
+int pipe_parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+int pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                            shl_status_t *st);
+int pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                          shl_status_t *st);
+
 #endif
