@@ -364,4 +364,13 @@ int pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stag
 int pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                           shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipe_bucket.c: its rows of the
+ * stage table */
+
+int pipe_next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+int pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                           shl_status_t *st);
+
 #endif
