@@ -25,7 +25,7 @@
 #include "query/sort.h"
 
 /* $documents' buffer: Shale's own bound (its array is an expression value, at most
- * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (stage_limit). */
+ * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (pipe_stage_limit). */
 #define PIPE_DOCUMENTS_MAX_MEMORY (100LL * 1024 * 1024)
 
 /* ---------------------------------------------------------------- helpers */
@@ -123,8 +123,8 @@ query_copy_set_path(const bson_t *src, const char *path, const bson_value_t *v, 
  * (opts.max_memory_bytes > 0, for tests) or by the MongoDB knob of that stage, read when the
  * pipeline is parsed. Shale never spills to disk, so allowDiskUse does not lift a limit.
  */
-static int64_t
-stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob)
+int64_t
+pipe_stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob)
 {
     return p->opts.max_memory_bytes > 0 ? p->opts.max_memory_bytes : shl_opt_int(knob);
 }
@@ -134,7 +134,7 @@ set_stage_limits(shl_pipeline_t *p, pipe_stage_t *s)
 {
     s->knob = s->def->knob;
     if (s->knob != PIPE_NO_KNOB) {
-        s->max_bytes = stage_limit(p, (shl_opt_id_t)s->knob);
+        s->max_bytes = pipe_stage_limit(p, (shl_opt_id_t)s->knob);
     }
     if (s->def->flags & PIPE_GENERATES_INPUT) {
         s->max_bytes =
@@ -160,26 +160,12 @@ pipe_mem_exceeded(const pipe_stage_t *s, shl_status_t *st)
                           s->name);
 }
 
-/*
- * $facet's input past internalQueryFacetBufferSizeBytes. MongoDB's $facet feeds its
- * sub-pipelines that many bytes at a time; Shale's holds the whole input, so the knob bounds
- * all of it: ExceededMemoryLimit (no spilling can help).
- */
-static int
-facet_input_exceeded(const pipe_stage_t *s, shl_status_t *st)
-{
-    return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT,
-                          "$facet's input exceeded %lld bytes (internalQueryFacetBufferSizeBytes); "
-                          "Shale's $facet holds all of its input in memory",
-                          (long long)s->max_bytes);
-}
-
 /* ---------------------------------------------------------------- buffered documents */
 
 /* Keep 'doc' (owned) in the stage's buffer, accounting its bytes; whether that passed the
  * stage's limit. */
-static bool
-docs_add(pipe_stage_t *s, bson_t *doc)
+bool
+pipe_docs_add(pipe_stage_t *s, bson_t *doc)
 {
     if (s->ndocs == s->capdocs) {
         s->capdocs = s->capdocs ? s->capdocs * 2 : 16;
@@ -190,11 +176,11 @@ docs_add(pipe_stage_t *s, bson_t *doc)
     return s->mem > s->max_bytes;
 }
 
-/* docs_add, failing with 292 past the limit. */
+/* pipe_docs_add, failing with 292 past the limit. */
 int
 pipe_docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st)
 {
-    return docs_add(s, doc) ? pipe_mem_exceeded(s, st) : 0;
+    return pipe_docs_add(s, doc) ? pipe_mem_exceeded(s, st) : 0;
 }
 
 void
@@ -211,21 +197,6 @@ pipe_docs_clear(pipe_stage_t *s)
     s->docs = NULL;
     s->vals = NULL;
     s->ndocs = s->capdocs = s->doc_pos = 0;
-}
-
-/* A source over a vector of documents (a $facet's input). */
-typedef struct vec_src {
-    bson_t **docs;
-    size_t n, pos;
-} vec_src_t;
-
-static int
-vec_next(void *arg, const bson_t **doc, shl_status_t *st)
-{
-    vec_src_t *v = arg;
-    (void)st;
-    *doc = v->pos < v->n ? v->docs[v->pos++] : NULL;
-    return 0;
 }
 
 /*
@@ -320,61 +291,6 @@ done:
     bson_value_destroy(&v);
     bson_destroy(&arr);
     bson_destroy(&empty);
-    return ret;
-}
-
-/* ---------------------------------------------------------------- $facet */
-
-/* Its output document past internalQueryFacetMaxOutputDocSizeBytes. */
-static int
-facet_too_big(const pipe_stage_t *s, int64_t size, int64_t limit, shl_status_t *st)
-{
-    (void)s;
-    return shl_status_set(st, 4031700,
-                          "$facet output document would be %lld bytes, over its limit of "
-                          "%lld bytes (internalQueryFacetMaxOutputDocSizeBytes)",
-                          (long long)size, (long long)limit);
-}
-
-static int
-next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    const bson_t *in;
-
-    *doc = NULL;
-    if (s->drained) {
-        goto done;
-    }
-    s->drained = true;
-    for (;;) {
-        SHL_ERR(pipe_pull_src(s, &in, st));
-        if (in == NULL) {
-            break;
-        }
-        if (docs_add(s, bson_copy(in))) {
-            SHL_ERR(facet_input_exceeded(s, st));
-        }
-    }
-    bson_t *o = pipe_stage_out(s);
-    for (size_t i = 0; i < s->nsubs; i++) {
-        vec_src_t vs = {.docs = s->docs, .n = s->ndocs, .pos = 0};
-        bson_t arr;
-        uint32_t n = 0;
-        shl_pipeline_set_source(s->subs[i], &(shl_pipeline_source_t){vec_next, &vs});
-        /* What 'o' holds before this array's documents: its fields so far, this array's
-         * type byte, key and header, and the closing bytes. */
-        int64_t base = (int64_t)o->len + 1 + (int64_t)strlen(s->sub_names[i]) + 1 + 1;
-        bson_append_array_begin(o, s->sub_names[i], -1, &arr);
-        ret = pipe_drain_into(s, s->subs[i], &arr, &n, base, s->max_out, facet_too_big, st);
-        bson_append_array_end(o, &arr);
-        SHL_ERR(ret);
-    }
-    /* The output may pass 16 MiB here, as MongoDB's may inside a pipeline; the reply's
-     * limit applies to what finally leaves the pipeline (cursor batches). */
-    pipe_docs_clear(s);
-    *doc = o;
-done:
     return ret;
 }
 
@@ -543,17 +459,6 @@ next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     return query_wstage_next(s->win, &in, doc, st);
 }
 
-static void
-destroy_facet(pipe_stage_t *s)
-{
-    for (size_t i = 0; i < s->nsubs; i++) {
-        shl_pipeline_destroy(s->subs[i]);
-        bson_free(s->sub_names[i]);
-    }
-    bson_free(s->subs);
-    bson_free(s->sub_names);
-}
-
 /* $documents, $collStats, $indexStats. */
 static void
 destroy_documents(pipe_stage_t *s)
@@ -684,52 +589,6 @@ pipe_sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ctx, con
     p = NULL;
 done:
     shl_pipeline_destroy(p);
-    return ret;
-}
-
-static int
-parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t view;
-    bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$facet", arg);
-
-    *out = NULL;
-    s->max_out = stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
-    if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
-        SHL_FAIL(st, 15947, "the $facet specification must be a non-empty object, but found: %s",
-                 shl_bson_type_name(shl_iter_type(&acopy)));
-    }
-    if (bson_empty(&view)) {
-        SHL_FAIL(st, 40169, "the $facet specification must be a non-empty object");
-    }
-    s->nsubs = 0;
-    s->subs = bson_malloc0(bson_count_keys(&view) * sizeof(*s->subs));
-    s->sub_names = bson_malloc0(bson_count_keys(&view) * sizeof(*s->sub_names));
-    bson_iter_init(&it, &view);
-    while (shl_iter_next(&it)) {
-        const char *k = shl_iter_key(&it);
-        bson_t arr;
-        if (k[0] == '\0' || k[0] == '$' || strchr(k, '.') != NULL) {
-            SHL_FAIL(st, 40352, "FieldPath field names may not start with '$' or contain '.': %s",
-                     k);
-        }
-        if (!BSON_ITER_HOLDS_ARRAY(&it) || !query_bson_view(bson_iter_value(&it), &arr)) {
-            SHL_FAIL(st, 40170, "arguments to $facet must be arrays, %s is type %s", k,
-                     shl_bson_type_name(shl_iter_type(&it)));
-        }
-        if (bson_empty(&arr)) {
-            SHL_FAIL(st, 40171, "sub-pipeline in $facet stage cannot be empty: %s", k);
-        }
-        s->sub_names[s->nsubs] = bson_strdup(k);
-        s->nsubs++;
-        SHL_ERR(pipe_sub_parse(p, &arr, CTX_FACET, NULL, &s->subs[s->nsubs - 1], st));
-    }
-    *out = s;
-    s = NULL;
-done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -1110,9 +969,9 @@ parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_
     pipe_stage_t *s = pipe_stage_new(p, name, arg);
 
     *out = NULL;
-    SHL_ERR(query_wstage_parse(name, arg, p->opts.vars,
-                               stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes),
-                               &s->win, st));
+    SHL_ERR(query_wstage_parse(
+        name, arg, p->opts.vars,
+        pipe_stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
     *out = s;
     s = NULL;
 done:
@@ -1171,7 +1030,7 @@ static const pipe_stage_def_t stage_defs[] = {
      SHL_PIPELINE_SPLIT_MERGER},
     {"$documents", parse_documents, next_documents, destroy_documents, PIPE_GENERATES_INPUT,
      PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$facet", parse_facet, next_facet, destroy_facet, PIPE_NOT_IN_FACET,
+    {"$facet", pipe_parse_facet, pipe_next_facet, pipe_destroy_facet, PIPE_NOT_IN_FACET,
      SHL_OPT_internalQueryFacetBufferSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$fill", parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$graphLookup", pipe_parse_graph_lookup, pipe_next_graph_lookup, pipe_destroy_lookup, 0,

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "base/options.h"
 #include "base/status.h"
 #include "query/expression.h"
 #include "query/matcher.h"
@@ -372,5 +373,19 @@ int pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
                       shl_status_t *st);
 int pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                            shl_status_t *st);
+
+/* ---------------------------------------------------------------- pipeline.c: what the stage
+ * families share (see each definition) */
+
+int64_t pipe_stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob);
+bool pipe_docs_add(pipe_stage_t *s, bson_t *doc);
+
+/* ---------------------------------------------------------------- pipe_facet.c: its rows of the
+ * stage table */
+
+int pipe_next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_facet(pipe_stage_t *s);
+int pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                     shl_status_t *st);
 
 #endif
