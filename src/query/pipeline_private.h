@@ -388,4 +388,11 @@ void pipe_destroy_facet(pipe_stage_t *s);
 int pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                      shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipe_redact.c: its rows of the
+ * stage table */
+
+int pipe_next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+int pipe_parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+
 #endif
