@@ -240,60 +240,6 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- $documents, $collStats,
- * $indexStats */
-
-static int
-next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t arr = BSON_INITIALIZER;
-    bson_value_t v;
-    bson_t empty = BSON_INITIALIZER;
-
-    v.value_type = BSON_TYPE_EOD;
-    *doc = NULL;
-    if (!s->drained) {
-        bson_iter_t it;
-        s->drained = true;
-        if (s->expr != NULL) {
-            shl_expr_ctx_t ctx;
-            bson_t view;
-            pipe_eval_ctx(s, &empty, &ctx);
-            SHL_ERR(shl_expr_evaluate(s->expr, &ctx, &v, st));
-            if (v.value_type != BSON_TYPE_ARRAY || !query_bson_view(&v, &view)) {
-                SHL_FAIL(st, 5858203, "error during $documents stage: an array is expected");
-            }
-            bson_concat(&arr, &view);
-        } else {
-            const shl_pipeline_env_t *env = s->pipe->opts.env;
-            if (env == NULL || env->stats == NULL) {
-                SHL_FAIL(st, SHL_CODE_NOT_IMPLEMENTED, "%s is not supported here", s->name);
-            }
-            SHL_ERR(env->stats(env->arg, s->name, &s->stats_spec, &arr, st));
-        }
-        bson_iter_init(&it, &arr);
-        while (shl_iter_next(&it)) {
-            bson_t view;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
-                SHL_FAIL(st, 40228,
-                         "'newRoot' expression must evaluate to an object, but resulting value "
-                         "was of type: %s",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            SHL_ERR(pipe_docs_push(s, bson_copy(&view), st));
-        }
-    }
-    if (s->doc_pos < s->ndocs) {
-        *doc = s->docs[s->doc_pos++];
-    }
-done:
-    bson_value_destroy(&v);
-    bson_destroy(&arr);
-    bson_destroy(&empty);
-    return ret;
-}
-
 /* ---------------------------------------------------------------- dispatch */
 
 /* A stage's input as a source, for the stages in window.c. */
@@ -315,13 +261,6 @@ next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     shl_pipeline_source_t in = {.next = stage_src_next, .arg = s};
     return query_wstage_next(s->win, &in, doc, st);
-}
-
-/* $documents, $collStats, $indexStats. */
-static void
-destroy_documents(pipe_stage_t *s)
-{
-    bson_destroy(&s->stats_spec);
 }
 
 /* $out, $merge. */
@@ -729,79 +668,6 @@ done:
     return ret;
 }
 
-static int
-parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$documents", arg);
-
-    *out = NULL;
-    bson_init(&s->stats_spec);
-    SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    *out = s;
-    s = NULL;
-done:
-    pipe_stage_destroy(s);
-    return ret;
-}
-
-static int
-parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it = *arg, f;
-    bson_t view;
-    pipe_stage_t *s = NULL;
-
-    *out = NULL;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
-        SHL_FAIL(st, 5447000, "$collStats must take a nested object but found: %s",
-                 shl_bson_type_name(shl_iter_type(&it)));
-    }
-    bson_iter_init(&f, &view);
-    while (shl_iter_next(&f)) {
-        const char *k = shl_iter_key(&f);
-        if (strcmp(k, "count") != 0 && strcmp(k, "storageStats") != 0 &&
-            strcmp(k, "latencyStats") != 0 && strcmp(k, "queryExecStats") != 0) {
-            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                     "BSON field '$collStats.%s' is an unknown field.", k);
-        }
-        if (!BSON_ITER_HOLDS_DOCUMENT(&f)) {
-            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                     "BSON field '$collStats.%s' is the wrong type '%s', expected type "
-                     "'object'",
-                     k, shl_bson_type_name(shl_iter_type(&f)));
-        }
-    }
-    s = pipe_stage_new(p, "$collStats", arg);
-    bson_init(&s->stats_spec);
-    bson_concat(&s->stats_spec, &view);
-    *out = s;
-    s = NULL;
-done:
-    pipe_stage_destroy(s);
-    return ret;
-}
-
-static int
-parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it = *arg;
-    bson_t view;
-
-    *out = NULL;
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view) ||
-        !bson_empty(&view)) {
-        SHL_FAIL(st, 28803, "The $indexStats stage specification must be an empty object");
-    }
-    *out = pipe_stage_new(p, "$indexStats", arg);
-    bson_init(&(*out)->stats_spec);
-done:
-    return ret;
-}
-
 /* $setWindowFields and $densify (window.c). */
 static int
 parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
@@ -864,14 +730,14 @@ static const pipe_stage_def_t stage_defs[] = {
     {"$bucket", pipe_parse_bucket, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$bucketAuto", pipe_parse_bucket_auto, pipe_next_bucket_auto, pipe_destroy_group, 0,
      SHL_OPT_internalDocumentSourceBucketAutoMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$collStats", parse_coll_stats, next_documents, destroy_documents,
+    {"$collStats", pipe_parse_coll_stats, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
     {"$count", pipe_parse_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$currentOp", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$densify", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$documents", parse_documents, next_documents, destroy_documents, PIPE_GENERATES_INPUT,
-     PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$documents", pipe_parse_documents, pipe_next_documents, pipe_destroy_documents,
+     PIPE_GENERATES_INPUT, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$facet", pipe_parse_facet, pipe_next_facet, pipe_destroy_facet, PIPE_NOT_IN_FACET,
      SHL_OPT_internalQueryFacetBufferSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$fill", parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
@@ -879,7 +745,7 @@ static const pipe_stage_def_t stage_defs[] = {
      SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$group", pipe_parse_group_stage, pipe_next_group, pipe_destroy_group, 0,
      SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$indexStats", parse_index_stats, next_documents, destroy_documents,
+    {"$indexStats", pipe_parse_index_stats, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
     {"$limit", pipe_parse_limit_skip, pipe_next_limit, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},

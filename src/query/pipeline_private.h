@@ -395,4 +395,16 @@ int pipe_next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                       shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipe_documents.c: its rows of
+ * the stage table */
+
+int pipe_next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_documents(pipe_stage_t *s);
+int pipe_parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                         shl_status_t *st);
+int pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                          shl_status_t *st);
+int pipe_parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                           shl_status_t *st);
+
 #endif
