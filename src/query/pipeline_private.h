@@ -407,4 +407,12 @@ int pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_
 int pipe_parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                            shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipe_output.c: its rows of the
+ * stage table */
+
+void pipe_destroy_output(pipe_stage_t *s);
+int pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st);
+int pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                     shl_status_t *st);
+
 #endif
