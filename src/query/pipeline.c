@@ -240,33 +240,10 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- dispatch */
-
-/* A stage's input as a source, for the stages in window.c. */
-static int
-stage_src_next(void *arg, const bson_t **doc, shl_status_t *st)
-{
-    return pipe_pull_src(arg, doc, st);
-}
-
 static int
 pull(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
 {
     return s->def->next(s, doc, st);
-}
-
-/* $setWindowFields, $densify: window.c's, pulling from the stage's input. */
-static int
-next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
-{
-    shl_pipeline_source_t in = {.next = stage_src_next, .arg = s};
-    return query_wstage_next(s->win, &in, doc, st);
-}
-
-static void
-destroy_window(pipe_stage_t *s)
-{
-    query_wstage_destroy(s->win);
 }
 
 /* The fields every family may use, then the family's own. */
@@ -342,7 +319,6 @@ pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl
 /* ---------------------------------------------------------------- parsing: newer stages */
 
 static int parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st);
-static int parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st);
 
 /*
  * pipe_sub_parse --
@@ -376,48 +352,6 @@ done:
     return ret;
 }
 
-/* $setWindowFields and $densify (window.c). */
-static int
-parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    const char *name = shl_iter_key(arg);
-    pipe_stage_t *s = pipe_stage_new(p, name, arg);
-
-    *out = NULL;
-    SHL_ERR(query_wstage_parse(
-        name, arg, p->opts.vars,
-        pipe_stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
-    *out = s;
-    s = NULL;
-done:
-    pipe_stage_destroy(s);
-    return ret;
-}
-
-/* $fill: rewritten into $setWindowFields + $addFields, as MongoDB does. */
-static int
-parse_fill(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t tmp = BSON_INITIALIZER;
-    uint32_t nf = 0;
-    bson_iter_t f;
-
-    *out = NULL;
-    SHL_ERR(query_fill_desugar(arg, &tmp, &nf, st));
-    bson_iter_init(&f, &tmp);
-    while (shl_iter_next(&f)) {
-        bson_t fst;
-        bool ok = query_bson_view(bson_iter_value(&f), &fst);
-        SHL_INVARIANT(ok);
-        SHL_ERR(parse_stage(p, &fst, st));
-    }
-done:
-    bson_destroy(&tmp);
-    return ret;
-}
-
 /* Stages MongoDB has and Shale does not yet. */
 static int
 parse_not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
@@ -442,13 +376,13 @@ static const pipe_stage_def_t stage_defs[] = {
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
     {"$count", pipe_parse_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$currentOp", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$densify", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
+    {"$densify", pipe_parse_window, pipe_next_window, pipe_destroy_window, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
     {"$documents", pipe_parse_documents, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$facet", pipe_parse_facet, pipe_next_facet, pipe_destroy_facet, PIPE_NOT_IN_FACET,
      SHL_OPT_internalQueryFacetBufferSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$fill", parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$fill", pipe_parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
     {"$graphLookup", pipe_parse_graph_lookup, pipe_next_graph_lookup, pipe_destroy_lookup, 0,
      SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$group", pipe_parse_group_stage, pipe_next_group, pipe_destroy_group, 0,
@@ -480,7 +414,7 @@ static const pipe_stage_def_t stage_defs[] = {
      SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
     {"$set", pipe_parse_add_fields, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$setWindowFields", parse_window, next_window, destroy_window, 0, PIPE_NO_KNOB,
+    {"$setWindowFields", pipe_parse_window, pipe_next_window, pipe_destroy_window, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
     {"$skip", pipe_parse_limit_skip, pipe_next_skip, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
@@ -516,8 +450,8 @@ shl_pipeline_stage_split(const char *name)
     return d != NULL ? d->split : SHL_PIPELINE_SPLIT_MERGER;
 }
 
-static int
-parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
+int
+pipe_parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -564,7 +498,7 @@ parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st)
         SHL_ERR(pipe_arg_doc(
             &it, &view, 40323,
             "A pipeline stage specification object must contain exactly one field.", st));
-        SHL_ERR(parse_stage(p, &view, st));
+        SHL_ERR(pipe_parse_stage(p, &view, st));
     }
     for (size_t i = 0; i < p->nstages; i++) {
         pipe_stage_t *s = p->stages[i];

@@ -415,4 +415,19 @@ int pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out
 int pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                      shl_status_t *st);
 
+/* ---------------------------------------------------------------- pipeline.c: what the stage
+ * families share (see each definition) */
+
+int pipe_parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st);
+
+/* ---------------------------------------------------------------- pipe_window.c: its rows of the
+ * stage table */
+
+int pipe_next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
+void pipe_destroy_window(pipe_stage_t *s);
+int pipe_parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                      shl_status_t *st);
+int pipe_parse_fill(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
+                    shl_status_t *st);
+
 #endif
