@@ -377,8 +377,7 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- parsing: the stages whose
- * parse is short enough to sit beside the table */
+/* ---------------------------------------------------------------- parsing */
 
 int
 pipe_parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)

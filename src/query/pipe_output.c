@@ -29,12 +29,52 @@ pipe_destroy_output(pipe_stage_t *s)
     bson_destroy(&s->merge_pipe);
 }
 
+/* The {db, coll} form of a $out or $merge target into s->out_db and s->out_coll; 'field' names
+ * it in errors ("$out", "into"); $out requires db. */
+static int
+parse_target_doc(pipe_stage_t *s, const bson_value_t *v, const char *field, bool require_db,
+                 shl_status_t *st)
+{
+    int ret = 0;
+    bson_t view;
+    bson_iter_t f;
+
+    query_bson_view(v, &view);
+    bson_iter_init(&f, &view);
+    while (shl_iter_next(&f)) {
+        const char *k = shl_iter_key(&f);
+        char **dst =
+            strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
+        if (dst == NULL) {
+            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD, "BSON field '%s.%s' is an unknown field.",
+                     field, k);
+        }
+        if (!BSON_ITER_HOLDS_UTF8(&f)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "BSON field '%s.%s' is the wrong type '%s', expected type 'string'", field, k,
+                     shl_bson_type_name(shl_iter_type(&f)));
+        }
+        bson_free(*dst);
+        *dst = bson_strdup(bson_iter_utf8(&f, NULL));
+    }
+    if (require_db && s->out_db == NULL) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '%s.db' is missing but a required field", field);
+    }
+    if (s->out_coll == NULL) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '%s.coll' is missing but a required field", field);
+    }
+done:
+    return ret;
+}
+
 /* $out: a collection name or {db, coll}. */
 int
 pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
 {
     int ret = 0;
-    bson_iter_t it, acopy = *arg;
+    bson_iter_t acopy = *arg;
     pipe_stage_t *s = pipe_stage_new(p, "$out", arg);
 
     *out = NULL;
@@ -43,32 +83,7 @@ pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, sh
     if (BSON_ITER_HOLDS_UTF8(&acopy)) {
         s->out_coll = bson_strdup(bson_iter_utf8(&acopy, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(&acopy)) {
-        bson_t view;
-        query_bson_view(bson_iter_value(&acopy), &view);
-        bson_iter_init(&it, &view);
-        while (shl_iter_next(&it)) {
-            const char *k = shl_iter_key(&it);
-            char **dst =
-                strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
-            if (dst == NULL) {
-                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                         "BSON field '$out.%s' is an unknown field.", k);
-            }
-            if (!BSON_ITER_HOLDS_UTF8(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field '$out.%s' is the wrong type '%s', expected type 'string'", k,
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            *dst = bson_strdup(bson_iter_utf8(&it, NULL));
-        }
-        if (s->out_db == NULL) {
-            SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                     "BSON field '$out.db' is missing but a required field");
-        }
-        if (s->out_coll == NULL) {
-            SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                     "BSON field '$out.coll' is missing but a required field");
-        }
+        SHL_ERR(parse_target_doc(s, bson_iter_value(&acopy), "$out", true, st));
     } else {
         SHL_FAIL(st, 16990, "$out only supports a string or object argument, but found %s",
                  shl_bson_type_name(shl_iter_type(&acopy)));
@@ -98,30 +113,7 @@ merge_into(pipe_stage_t *s, bson_iter_t *it, shl_status_t *st)
     if (BSON_ITER_HOLDS_UTF8(it)) {
         s->out_coll = bson_strdup(bson_iter_utf8(it, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_t view;
-        bson_iter_t f;
-        query_bson_view(bson_iter_value(it), &view);
-        bson_iter_init(&f, &view);
-        while (shl_iter_next(&f)) {
-            const char *k = shl_iter_key(&f);
-            char **dst =
-                strcmp(k, "db") == 0 ? &s->out_db : (strcmp(k, "coll") == 0 ? &s->out_coll : NULL);
-            if (dst == NULL) {
-                SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                         "BSON field 'into.%s' is an unknown field.", k);
-            }
-            if (!BSON_ITER_HOLDS_UTF8(&f)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'into.%s' is the wrong type '%s', expected type 'string'", k,
-                         shl_bson_type_name(shl_iter_type(&f)));
-            }
-            bson_free(*dst);
-            *dst = bson_strdup(bson_iter_utf8(&f, NULL));
-        }
-        if (s->out_coll == NULL) {
-            SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
-                     "BSON field 'into.coll' is missing but a required field");
-        }
+        SHL_ERR(parse_target_doc(s, bson_iter_value(it), "into", false, st));
     } else {
         SHL_FAIL(st, 51178,
                  "$merge 'into' field  must be either a string or an object, but found %s",

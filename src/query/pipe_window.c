@@ -16,7 +16,7 @@
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
 
-/* ---------------------------------------------------------------- dispatch */
+/* ---------------------------------------------------------------- next */
 
 /* A stage's input as a source, for the stages in window.c. */
 static int

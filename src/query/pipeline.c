@@ -2,7 +2,10 @@
  * pipeline.c -- aggregation stages as a pull chain: each stage's next() asks its source for
  * documents and produces its own. Buffering stages ($group, $sort) drain their source on the
  * first call. Stages that MongoDB defines as sugar ($count, $sortByCount, $set, $unset,
- * $replaceWith) are rewritten into the core ones at parse time.
+ * $replaceWith, $bucket, $fill) are rewritten into the core ones at parse time. This file holds
+ * the stage table (one row a stage name: parse, next, destroy, placement, memory knob, router
+ * split), the chain, the placement checks and what the families share; each family of stages
+ * lives in its own pipe_*.c (src/query/README.md).
  */
 #include "bson/bson_iter.h"
 #include "query/pipeline.h"
@@ -316,7 +319,7 @@ pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl
     return 0;
 }
 
-/* ---------------------------------------------------------------- parsing: newer stages */
+/* ---------------------------------------------------------------- sub-pipelines */
 
 static int parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *st);
 

@@ -1,8 +1,9 @@
 /*
- * pipeline_private.h -- the small interface between the pipeline engine (pipeline.c) and
- * the stages kept in their own files (window.c: $setWindowFields, $densify, $fill): the
- * $group accumulators, which window functions reuse, a path setter, and the window stages'
- * parse / next / destroy. Not part of any public contract.
+ * pipeline_private.h -- the interface between the pipeline engine (pipeline.c: the stage table
+ * and the chain) and the families of stages in their own files (pipe_*.c, window.c): the
+ * $group accumulators, which window functions reuse, a path setter, the window stages' parse /
+ * next / destroy, the stage table's types and what the families share. Not part of any public
+ * contract.
  */
 #ifndef SHL_QUERY_PIPELINE_PRIVATE_H
 #define SHL_QUERY_PIPELINE_PRIVATE_H
@@ -19,7 +20,7 @@
 #include "query/projection.h"
 #include "query/sort.h"
 
-/* ---------------------------------------------------------------- accumulators (pipeline.c) */
+/* ---------------------------------------------------------------- accumulators (pipe_group.c) */
 
 typedef enum {
     ACC_SUM,
@@ -90,7 +91,7 @@ int query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const
 void query_acc_result(const accstate_t *a, const accdef_t *d, bson_t *out);
 void query_acc_cleanup(accstate_t *a, const accdef_t *d);
 
-/* query_value_size -- the bytes a value is accounted for against memory limits. */
+/* query_value_size (pipe_group.c) -- the bytes a value is accounted for against memory limits. */
 int64_t query_value_size(const bson_value_t *v);
 
 /* query_copy_set_path -- copy 'src' (may be NULL) into 'out' with the dotted 'path' set to 'v'
@@ -155,12 +156,13 @@ typedef int (*pipe_parse_fn)(shl_pipeline_t *p, const bson_iter_t *arg, pipe_sta
 typedef int (*pipe_next_fn)(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 typedef void (*pipe_destroy_fn)(pipe_stage_t *s);
 
-/* Placement rules, checked once the whole pipeline is parsed. */
-#define PIPE_GENERATES_INPUT 0x1u /* makes its own documents: only as the first stage (40602) */
-#define PIPE_WRITES_OUTPUT                                                                         \
-    0x2u                       /* only as the last stage (40601), not in $lookup (51047) or        \
-                                * $unionWith (31441) sub-pipelines */
-#define PIPE_NOT_IN_FACET 0x4u /* refused inside $facet (40600) */
+/* Placement rules, checked once the whole pipeline is parsed. GENERATES_INPUT: the stage makes
+ * its own documents, so it comes first only (40602). WRITES_OUTPUT: last only (40601), and not
+ * in a $lookup's (51047) or $unionWith's (31441) sub-pipeline. NOT_IN_FACET: 40600 inside a
+ * $facet. */
+#define PIPE_GENERATES_INPUT 0x1u
+#define PIPE_WRITES_OUTPUT 0x2u
+#define PIPE_NOT_IN_FACET 0x4u
 
 #define PIPE_NO_KNOB (-1)
 
@@ -277,21 +279,56 @@ struct shl_pipeline {
     int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
 };
 
-/* ---------------------------------------------------------------- pipeline.c: what the stage
- * families share (see each definition) */
+/* ---------------------------------------------------------------- pipeline.c: what the families
+ * share */
 
+/* pipe_stage_new -- a stage of the table's row 'name' (which must have a next), with the spec
+ * {name: arg} for explain when 'arg' is not NULL; pipe_stage_destroy frees the common fields,
+ * then the family's (NULL is a no-op). pipe_push appends a parsed stage to 'p' (which owns it). */
+pipe_stage_t *pipe_stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg);
+void pipe_stage_destroy(pipe_stage_t *s);
+void pipe_push(shl_pipeline_t *p, pipe_stage_t *s);
+
+/* pipe_parse_stage -- parse one stage document into 'p' (its row's parse, then pipe_push);
+ * pipe_sub_parse -- parse a sub-pipeline ($facet, $lookup, $unionWith) with the parent's
+ * options ('vars' replaces its variables when not NULL); nesting past 20 levels fails with
+ * MaxSubPipelineDepthExceeded. pipe_arg_doc -- a view of the document argument at
+ * 'it', or 'code' with 'msg'. */
+int pipe_parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st);
+int pipe_sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ctx, const bson_t *vars,
+                   shl_pipeline_t **out, shl_status_t *st);
+int pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_status_t *st);
+
+/* pipe_pull_src -- the next document of the stage's input (the previous stage or the
+ * pipeline's source). pipe_stage_out -- the stage's output buffer, emptied. pipe_eval_ctx -- the
+ * context to evaluate an expression over 'root' with the pipeline's variables. */
 int pipe_pull_src(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 bson_t *pipe_stage_out(pipe_stage_t *s);
 void pipe_eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx);
+
+/* Memory: pipe_stage_limit -- the caller's override, else the knob's value; pipe_mem_exceeded
+ * -- 292 for the stage past s->max_bytes. Buffered documents (s->docs): pipe_docs_add keeps
+ * 'doc' (owned) and says whether the stage went past its limit, pipe_docs_push fails with 292
+ * then, pipe_docs_clear frees them. */
+int64_t pipe_stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob);
 int pipe_mem_exceeded(const pipe_stage_t *s, shl_status_t *st);
+bool pipe_docs_add(pipe_stage_t *s, bson_t *doc);
 int pipe_docs_push(pipe_stage_t *s, bson_t *doc, shl_status_t *st);
-void pipe_stage_destroy(pipe_stage_t *s);
-pipe_stage_t *pipe_stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg);
-int pipe_arg_doc(const bson_iter_t *it, bson_t *view, int code, const char *msg, shl_status_t *st);
+void pipe_docs_clear(pipe_stage_t *s);
 
-/* ---------------------------------------------------------------- pipe_basic.c: its rows of the
- * stage table */
+/* pipe_append_joined -- append 'd' to 'arr' (n counts its elements), the enclosing document
+ * holding 'base' bytes already; past 'limit' it fails with too_big(s, size, limit). The limit
+ * is checked before appending, so the array never reaches libbson's 2 GiB ceiling.
+ * pipe_drain_into -- run 'p' to its end through pipe_append_joined. */
+int pipe_append_joined(const pipe_stage_t *s, bson_t *arr, uint32_t *n, int64_t base,
+                       const bson_t *d, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
+int pipe_drain_into(const pipe_stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n,
+                    int64_t base, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
 
+/* ---------------------------------------------------------------- the families' rows
+ * (pipe_parse_fn, pipe_next_fn, pipe_destroy_fn) and what families share */
+
+/* pipe_basic.c */
 int pipe_next_match(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_project(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_limit(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
@@ -320,14 +357,9 @@ int pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
 int pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                             shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipeline.c: what the stage
- * families share (see each definition) */
-
-void pipe_push(shl_pipeline_t *p, pipe_stage_t *s);
-
-/* ---------------------------------------------------------------- pipe_group.c: its rows of the
- * stage table */
-
+/* pipe_group.c: pipe_parse_group: a $group stage from its spec (also for $bucket, $count,
+ * $sortByCount); pipe_parse_acc_fields: the accumulator field k of a $group/$bucket/$bucketAuto
+ * spec into s->accs. */
 int pipe_next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_group(pipe_stage_t *s);
 int pipe_parse_acc_fields(shl_pipeline_t *p, pipe_stage_t *s, const char *k, const bson_iter_t *it,
@@ -340,20 +372,7 @@ int pipe_parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **o
 int pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                              shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipeline.c: what the stage
- * families share (see each definition) */
-
-void pipe_docs_clear(pipe_stage_t *s);
-int pipe_append_joined(const pipe_stage_t *s, bson_t *arr, uint32_t *n, int64_t base,
-                       const bson_t *d, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
-int pipe_drain_into(const pipe_stage_t *s, shl_pipeline_t *p, bson_t *arr, uint32_t *n,
-                    int64_t base, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
-int pipe_sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ctx, const bson_t *vars,
-                   shl_pipeline_t **out, shl_status_t *st);
-
-/* ---------------------------------------------------------------- pipe_lookup.c: its rows of the
- * stage table */
-
+/* pipe_lookup.c */
 int pipe_next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_union_with(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
@@ -365,39 +384,25 @@ int pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stag
 int pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                           shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipe_bucket.c: its rows of the
- * stage table */
-
+/* pipe_bucket.c */
 int pipe_next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                       shl_status_t *st);
 int pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                            shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipeline.c: what the stage
- * families share (see each definition) */
-
-int64_t pipe_stage_limit(const shl_pipeline_t *p, shl_opt_id_t knob);
-bool pipe_docs_add(pipe_stage_t *s, bson_t *doc);
-
-/* ---------------------------------------------------------------- pipe_facet.c: its rows of the
- * stage table */
-
+/* pipe_facet.c */
 int pipe_next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_facet(pipe_stage_t *s);
 int pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                      shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipe_redact.c: its rows of the
- * stage table */
-
+/* pipe_redact.c */
 int pipe_next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                       shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipe_documents.c: its rows of
- * the stage table */
-
+/* pipe_documents.c */
 int pipe_next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_documents(pipe_stage_t *s);
 int pipe_parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
@@ -407,22 +412,13 @@ int pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_
 int pipe_parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                            shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipe_output.c: its rows of the
- * stage table */
-
+/* pipe_output.c */
 void pipe_destroy_output(pipe_stage_t *s);
 int pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st);
 int pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
                      shl_status_t *st);
 
-/* ---------------------------------------------------------------- pipeline.c: what the stage
- * families share (see each definition) */
-
-int pipe_parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st);
-
-/* ---------------------------------------------------------------- pipe_window.c: its rows of the
- * stage table */
-
+/* pipe_window.c */
 int pipe_next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_window(pipe_stage_t *s);
 int pipe_parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
