@@ -340,15 +340,13 @@ done:
 }
 
 int
-pipe_parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_sample(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
     bson_t view;
-    pipe_stage_t *s = pipe_stage_new(p, "$sample", arg);
     bool have = false;
 
-    *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 28745, "the $sample stage specification must be an object");
     }
@@ -370,87 +368,63 @@ pipe_parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
     if (!have) {
         SHL_FAIL(st, 28749, "$sample stage must specify a size");
     }
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* ---------------------------------------------------------------- parsing */
 
 int
-pipe_parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_match(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     SHL_ERR(
         pipe_arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
-    s = pipe_stage_new(p, "$match", arg);
     SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 int
-pipe_parse_project(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_project(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     SHL_ERR(pipe_arg_doc(arg, &view, 15969, "$project specification must be an object", st));
     if (bson_empty(&view)) {
         SHL_FAIL(st, 51272,
                  "Invalid $project :: caused by :: projection specification must have at least "
                  "one field");
     }
-    s = pipe_stage_new(p, "$project", arg);
     SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* $addFields and its alias $set. */
 int
-pipe_parse_add_fields(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st)
+pipe_parse_add_fields(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     SHL_ERR(
         pipe_arg_doc(arg, &view, 40272, "$addFields specification stage must be an object", st));
-    s = pipe_stage_new(p, shl_iter_key(arg), arg);
     SHL_ERR(query_addfields_new(&view, &s->proj, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* $unset: an exclusion projection. */
 int
-pipe_parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_unset(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t tmp = BSON_INITIALIZER;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     if (BSON_ITER_HOLDS_UTF8(arg)) {
         BSON_APPEND_INT32(&tmp, bson_iter_utf8(arg, NULL), 0);
     } else if (BSON_ITER_HOLDS_ARRAY(arg)) {
@@ -471,62 +445,47 @@ pipe_parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
         SHL_FAIL(st, 31119,
                  "$unset specification must be a string or an array with at least one field");
     }
-    s = pipe_stage_new(p, "$unset", arg);
     SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     bson_destroy(&tmp);
     return ret;
 }
 
 int
-pipe_parse_sort(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_sort(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     SHL_ERR(pipe_arg_doc(arg, &view, 15973, "the $sort key specification must be an object", st));
     if (bson_empty(&view)) {
         SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
     }
-    s = pipe_stage_new(p, "$sort", arg);
     SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* $limit and $skip. */
 int
-pipe_parse_limit_skip(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st)
+pipe_parse_limit_skip(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     int64_t n = 0;
     const char *name = shl_iter_key(arg);
 
-    *out = NULL;
     SHL_ERR(parse_int_arg(arg, name, &n, st));
-    *out = pipe_stage_new(p, name, arg);
-    (*out)->n = n;
+    s->n = n;
 done:
     return ret;
 }
 
 int
-pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_unwind(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
-    pipe_stage_t *s = pipe_stage_new(p, "$unwind", arg);
     const char *path = NULL;
 
-    *out = NULL;
     if (BSON_ITER_HOLDS_UTF8(arg)) {
         path = bson_iter_utf8(arg, NULL);
     } else if (BSON_ITER_HOLDS_DOCUMENT(arg)) {
@@ -584,26 +543,20 @@ pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
         SHL_FAIL(st, 40352, "FieldPath cannot be constructed with empty string");
     }
     s->path = bson_strdup(path + 1);
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* $replaceRoot and $replaceWith. */
 int
-pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                        shl_status_t *st)
+pipe_parse_replace_root(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     const char *name = shl_iter_key(arg);
     const bson_value_t *root = NULL;
     bson_iter_t d, it = *arg;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     if (name[8] == 'R') { /* $replaceRoot */
         SHL_ERR(pipe_arg_doc(arg, &view, 40228,
                              "expected an object as specification for $replaceRoot stage", st));
@@ -622,11 +575,7 @@ pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t 
     } else {
         root = bson_iter_value(&it);
     }
-    s = pipe_stage_new(p, name, arg);
     SHL_ERR(shl_expr_parse(root, &s->expr, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }

@@ -345,20 +345,20 @@ done:
 /* $bucket: rewritten, as MongoDB does, into $group by a $switch over the boundaries and a
  * $sort on _id. */
 int
-pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_rewrite_bucket(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    pipe_stage_t *s = NULL;
     bson_t view, group = BSON_INITIALIZER, idexpr, sw, branches, sortspec = BSON_INITIALIZER;
     bson_iter_t it, b;
     const bson_value_t *group_by = NULL, *bounds = NULL, *def = NULL;
     bson_value_t gv, bv, dv;
     bson_t outspec;
     bool have_out = false;
-    pipe_stage_t *s = NULL;
     char *j1 = NULL, *j2 = NULL;
     bson_iter_t acopy = *arg;
+    bson_t explain = BSON_INITIALIZER;
 
-    *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 40201, "Argument to $bucket stage must be an object, but found type: %s.",
                  shl_bson_type_name(shl_iter_type(&acopy)));
@@ -520,18 +520,17 @@ pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
         BSON_APPEND_INT32(&c, "$sum", 1);
         bson_append_document_end(&group, &c);
     }
-    SHL_ERR(pipe_parse_group(p, &group, &s, st));
-    bson_reinit(&s->spec);
-    bson_append_iter(&s->spec, "$bucket", -1, arg);
-    pipe_push(p, s);
+    bson_append_iter(&explain, "$bucket", -1, arg);
+    SHL_ERR(pipe_push_group(p, &group, &explain, st));
     BSON_APPEND_INT32(&sortspec, "_id", 1);
     s = pipe_stage_new(p, "$sort", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$sort", &sortspec);
     SHL_ERR(shl_sort_pattern_new(&sortspec, &s->pattern, st));
-    *out = s;
+    pipe_push(p, s);
     s = NULL;
 done:
     pipe_stage_destroy(s);
+    bson_destroy(&explain);
     bson_free(j1);
     bson_free(j2);
     bson_destroy(&group);
@@ -540,17 +539,15 @@ done:
 }
 
 int
-pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                       shl_status_t *st)
+pipe_parse_bucket_auto(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    shl_pipeline_t *p = s->pipe;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$bucketAuto", arg);
     bool have_buckets = false;
     char *j = NULL;
 
-    *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 40240, "The argument to $bucketAuto must be an object, but found type: %s.",
                  shl_bson_type_name(shl_iter_type(&acopy)));
@@ -635,10 +632,7 @@ pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t *
         s->naccs = 1;
         SHL_ERR(shl_expr_parse(&one, &s->accs[0].arg, st));
     }
-    *out = s;
-    s = NULL;
 done:
     bson_free(j);
-    pipe_stage_destroy(s);
     return ret;
 }

@@ -79,33 +79,23 @@ pipe_destroy_documents(pipe_stage_t *s)
 }
 
 int
-pipe_parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st)
+pipe_parse_documents(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$documents", arg);
 
-    *out = NULL;
-    bson_init(&s->stats_spec);
     SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 int
-pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st)
+pipe_parse_coll_stats(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it = *arg, f;
     bson_t view;
-    pipe_stage_t *s = NULL;
 
-    *out = NULL;
     if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view)) {
         SHL_FAIL(st, 5447000, "$collStats must take a nested object but found: %s",
                  shl_bson_type_name(shl_iter_type(&it)));
@@ -125,31 +115,23 @@ pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
                      k, shl_bson_type_name(shl_iter_type(&f)));
         }
     }
-    s = pipe_stage_new(p, "$collStats", arg);
-    bson_init(&s->stats_spec);
     bson_concat(&s->stats_spec, &view);
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 int
-pipe_parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                       shl_status_t *st)
+pipe_parse_index_stats(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it = *arg;
     bson_t view;
 
-    *out = NULL;
+    (void)s; /* nothing to fill: the environment makes its documents */
     if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !query_bson_view(bson_iter_value(&it), &view) ||
         !bson_empty(&view)) {
         SHL_FAIL(st, 28803, "The $indexStats stage specification must be an empty object");
     }
-    *out = pipe_stage_new(p, "$indexStats", arg);
-    bson_init(&(*out)->stats_spec);
 done:
     return ret;
 }

@@ -112,14 +112,13 @@ pipe_destroy_facet(pipe_stage_t *s)
 }
 
 int
-pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_facet(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    shl_pipeline_t *p = s->pipe;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$facet", arg);
 
-    *out = NULL;
     s->max_out = pipe_stage_limit(p, SHL_OPT_internalQueryFacetMaxOutputDocSizeBytes);
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, 15947, "the $facet specification must be a non-empty object, but found: %s",
@@ -150,9 +149,6 @@ pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
         s->nsubs++;
         SHL_ERR(pipe_sub_parse(p, &arr, CTX_FACET, NULL, &s->subs[s->nsubs - 1], st));
     }
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }

@@ -775,16 +775,14 @@ done:
     return ret;
 }
 
-int
-pipe_parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_status_t *st)
+/* Fill the $group stage 's' from its specification. */
+static int
+group_init(pipe_stage_t *s, const bson_t *spec, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
-    pipe_stage_t *s = NULL;
     bool have_id = false;
 
-    s = pipe_stage_new(p, "$group", NULL);
-    BSON_APPEND_DOCUMENT(&s->spec, "$group", spec);
     s->nbuckets = 64;
     s->buckets = bson_malloc0(s->nbuckets * sizeof(*s->buckets));
     s->accs = bson_malloc0((bson_count_keys(spec) + 1) * sizeof(*s->accs));
@@ -796,12 +794,28 @@ pipe_parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_
             have_id = true;
             continue;
         }
-        SHL_ERR(pipe_parse_acc_fields(p, s, k, &it, st));
+        SHL_ERR(pipe_parse_acc_fields(s->pipe, s, k, &it, st));
     }
     if (!have_id) {
         SHL_FAIL(st, 15955, "a group specification must include an _id");
     }
-    *out = s;
+done:
+    return ret;
+}
+
+int
+pipe_push_group(shl_pipeline_t *p, const bson_t *spec, const bson_t *explain, shl_status_t *st)
+{
+    int ret = 0;
+    pipe_stage_t *s = pipe_stage_new(p, "$group", NULL);
+
+    if (explain != NULL) {
+        bson_concat(&s->spec, explain);
+    } else {
+        BSON_APPEND_DOCUMENT(&s->spec, "$group", spec);
+    }
+    SHL_ERR(group_init(s, spec, st));
+    pipe_push(p, s);
     s = NULL;
 done:
     pipe_stage_destroy(s);
@@ -831,42 +845,37 @@ done:
 }
 
 int
-pipe_parse_group_stage(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                       shl_status_t *st)
+pipe_parse_group(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
 
-    *out = NULL;
     SHL_ERR(pipe_arg_doc(arg, &view, 15947, "a group's fields must be specified in an object", st));
-    SHL_ERR(pipe_parse_group(p, &view, out, st));
+    SHL_ERR(group_init(s, &view, st));
 done:
     return ret;
 }
 
 /* $count: {$group: {_id: null, name: {$sum: 1}}}, {$project: {_id: 0}}, as MongoDB. */
 int
-pipe_parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_rewrite_count(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
-    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
     pipe_stage_t *s = NULL;
+    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
     const char *cname;
 
-    *out = NULL;
     SHL_ERR(parse_count_name(arg, &cname, st));
     BSON_APPEND_NULL(&tmp, "_id");
     BSON_APPEND_DOCUMENT_BEGIN(&tmp, cname, &a);
     BSON_APPEND_INT32(&a, "$sum", 1);
     bson_append_document_end(&tmp, &a);
-    SHL_ERR(pipe_parse_group(p, &tmp, &s, st));
-    pipe_push(p, s);
-    s = NULL;
+    SHL_ERR(pipe_push_group(p, &tmp, NULL, st));
     BSON_APPEND_INT32(&tmp2, "_id", 0);
     s = pipe_stage_new(p, "$project", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$project", &tmp2);
     SHL_ERR(shl_projection_new(&tmp2, NULL, &s->proj, st));
-    *out = s;
+    pipe_push(p, s);
     s = NULL;
 done:
     pipe_stage_destroy(s);
@@ -877,16 +886,14 @@ done:
 
 /* $sortByCount: {$group: {_id: <expr>, count: {$sum: 1}}}, {$sort: {count: -1}}. */
 int
-pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                         shl_status_t *st)
+pipe_rewrite_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
-    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
     pipe_stage_t *s = NULL;
+    bson_t tmp = BSON_INITIALIZER, tmp2 = BSON_INITIALIZER, a;
     bool ok = (BSON_ITER_HOLDS_UTF8(arg) && bson_iter_utf8(arg, NULL)[0] == '$') ||
               BSON_ITER_HOLDS_DOCUMENT(arg);
 
-    *out = NULL;
     if (BSON_ITER_HOLDS_DOCUMENT(arg)) {
         bson_iter_t d;
         ok = bson_iter_recurse(arg, &d) && shl_iter_next(&d) && shl_iter_key(&d)[0] == '$';
@@ -900,14 +907,12 @@ pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t
     BSON_APPEND_DOCUMENT_BEGIN(&tmp, "count", &a);
     BSON_APPEND_INT32(&a, "$sum", 1);
     bson_append_document_end(&tmp, &a);
-    SHL_ERR(pipe_parse_group(p, &tmp, &s, st));
-    pipe_push(p, s);
-    s = NULL;
+    SHL_ERR(pipe_push_group(p, &tmp, NULL, st));
     BSON_APPEND_INT32(&tmp2, "count", -1);
     s = pipe_stage_new(p, "$sort", NULL);
     BSON_APPEND_DOCUMENT(&s->spec, "$sort", &tmp2);
     SHL_ERR(shl_sort_pattern_new(&tmp2, &s->pattern, st));
-    *out = s;
+    pipe_push(p, s);
     s = NULL;
 done:
     pipe_stage_destroy(s);

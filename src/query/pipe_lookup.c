@@ -615,19 +615,15 @@ lookup_string(bson_iter_t *it, char **out, shl_status_t *st)
 }
 
 int
-pipe_parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_lookup(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    shl_pipeline_t *p = s->pipe;
     bson_t view, let;
     bool has_let = false;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$lookup", arg);
     shl_pipeline_t *check = NULL;
 
-    *out = NULL;
-    bson_init(&s->sub_spec);
-    bson_init(&s->restrict_spec);
-    s->max_depth = -1;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $lookup specification must be an Object, but found %s",
@@ -723,11 +719,8 @@ pipe_parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
         bson_destroy(&vars);
         SHL_ERR(ret);
     }
-    *out = s;
-    s = NULL;
 done:
     shl_pipeline_destroy(check);
-    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -758,20 +751,14 @@ done:
 }
 
 int
-pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                        shl_status_t *st)
+pipe_parse_graph_lookup(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t view;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$graphLookup", arg);
     shl_matcher_t *check = NULL;
     bool has_start = false;
 
-    *out = NULL;
-    bson_init(&s->sub_spec);
-    bson_init(&s->restrict_spec);
-    s->max_depth = -1;
     if (!BSON_ITER_HOLDS_DOCUMENT(&acopy) || !query_bson_view(bson_iter_value(&acopy), &view)) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
                  "the $graphLookup stage specification must be an object, but found %s",
@@ -843,26 +830,18 @@ pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t 
                  "from, as, startWith, connectFromField and connectToField must all be "
                  "specified");
     }
-    *out = s;
-    s = NULL;
 done:
     shl_matcher_destroy(check);
-    pipe_stage_destroy(s);
     return ret;
 }
 
 int
-pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st)
+pipe_parse_union_with(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    shl_pipeline_t *p = s->pipe;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$unionWith", arg);
 
-    *out = NULL;
-    bson_init(&s->sub_spec);
-    bson_init(&s->restrict_spec);
-    s->max_depth = -1;
     if (BSON_ITER_HOLDS_UTF8(&acopy)) {
         s->from = bson_strdup(bson_iter_utf8(&acopy, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(&acopy)) {
@@ -910,9 +889,6 @@ pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
                  "$unionWith stage without explicit collection must have a pipeline with "
                  "$documents as first stage");
     }
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }

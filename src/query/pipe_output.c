@@ -71,15 +71,11 @@ done:
 
 /* $out: a collection name or {db, coll}. */
 int
-pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_out(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$out", arg);
 
-    *out = NULL;
-    bson_init(&s->merge_let);
-    bson_init(&s->merge_pipe);
     if (BSON_ITER_HOLDS_UTF8(&acopy)) {
         s->out_coll = bson_strdup(bson_iter_utf8(&acopy, NULL));
     } else if (BSON_ITER_HOLDS_DOCUMENT(&acopy)) {
@@ -98,10 +94,7 @@ pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, sh
     s->output.is_merge = false;
     s->output.db = s->out_db;
     s->output.coll = s->out_coll;
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
@@ -127,18 +120,14 @@ done:
 }
 
 int
-pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_merge(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, acopy = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$merge", arg);
     shl_pipeline_output_t *o = &s->output;
     bool have_into = false;
     const char *wm = "merge", *wnm = "insert";
 
-    *out = NULL;
-    bson_init(&s->merge_let);
-    bson_init(&s->merge_pipe);
     o->is_merge = true;
     o->when_matched = SHL_MERGE_MERGE;
     o->when_not_matched = SHL_MERGE_INSERT;
@@ -293,10 +282,7 @@ pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, 
     o->db = s->out_db;
     o->coll = s->out_coll;
     o->let = s->has_merge_let ? &s->merge_let : NULL;
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 

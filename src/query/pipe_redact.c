@@ -159,17 +159,12 @@ done:
 }
 
 int
-pipe_parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_redact(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it = *arg;
-    pipe_stage_t *s = pipe_stage_new(p, "$redact", arg);
 
-    *out = NULL;
     SHL_ERR(shl_expr_parse(bson_iter_value(&it), &s->expr, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }

@@ -41,33 +41,28 @@ pipe_destroy_window(pipe_stage_t *s)
 
 /* $setWindowFields and $densify (window.c). */
 int
-pipe_parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_parse_window(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
+    shl_pipeline_t *p = s->pipe;
     const char *name = shl_iter_key(arg);
-    pipe_stage_t *s = pipe_stage_new(p, name, arg);
 
-    *out = NULL;
     SHL_ERR(query_wstage_parse(
         name, arg, p->opts.vars,
         pipe_stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
-    *out = s;
-    s = NULL;
 done:
-    pipe_stage_destroy(s);
     return ret;
 }
 
 /* $fill: rewritten into $setWindowFields + $addFields, as MongoDB does. */
 int
-pipe_parse_fill(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st)
+pipe_rewrite_fill(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st)
 {
     int ret = 0;
     bson_t tmp = BSON_INITIALIZER;
     uint32_t nf = 0;
     bson_iter_t f;
 
-    *out = NULL;
     SHL_ERR(query_fill_desugar(arg, &tmp, &nf, st));
     bson_iter_init(&f, &tmp);
     while (shl_iter_next(&f)) {

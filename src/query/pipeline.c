@@ -287,11 +287,19 @@ pipe_stage_new(shl_pipeline_t *p, const char *name, const bson_iter_t *arg)
 {
     pipe_stage_t *s = bson_aligned_alloc0(BSON_ALIGNOF(pipe_stage_t), sizeof(*s));
     s->def = find_def(name);
-    SHL_INVARIANT(s->def != NULL && s->def->next != NULL);
+    SHL_INVARIANT(s->def != NULL && s->def->parse != NULL);
     s->pipe = p;
     s->name = bson_strdup(name);
+    /* Every bson_t field is initialised, whatever the family: a parse may fail before it
+     * fills them, and the family's destroy frees its own. */
     bson_init(&s->spec);
     bson_init(&s->lvars);
+    bson_init(&s->sub_spec);
+    bson_init(&s->restrict_spec);
+    bson_init(&s->stats_spec);
+    bson_init(&s->merge_let);
+    bson_init(&s->merge_pipe);
+    s->max_depth = -1;
     if (arg != NULL) {
         bson_append_iter(&s->spec, name, -1, arg);
     }
@@ -357,11 +365,9 @@ done:
 
 /* Stages MongoDB has and Shale does not yet. */
 static int
-parse_not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st)
+not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st)
 {
     (void)p;
-    *out = NULL;
     return shl_status_set(st, SHL_CODE_NOT_IMPLEMENTED, "%s is not supported by Shale yet",
                           shl_iter_key(arg));
 }
@@ -370,66 +376,66 @@ parse_not_implemented(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **
 
 /* One row a stage name, sorted by name (find_def searches it). */
 static const pipe_stage_def_t stage_defs[] = {
-    {"$addFields", pipe_parse_add_fields, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$addFields", pipe_parse_add_fields, NULL, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$bucket", pipe_parse_bucket, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$bucketAuto", pipe_parse_bucket_auto, pipe_next_bucket_auto, pipe_destroy_group, 0,
+    {"$bucket", NULL, pipe_rewrite_bucket, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$bucketAuto", pipe_parse_bucket_auto, NULL, pipe_next_bucket_auto, pipe_destroy_group, 0,
      SHL_OPT_internalDocumentSourceBucketAutoMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$collStats", pipe_parse_coll_stats, pipe_next_documents, pipe_destroy_documents,
+    {"$collStats", pipe_parse_coll_stats, NULL, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
-    {"$count", pipe_parse_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$currentOp", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$densify", pipe_parse_window, pipe_next_window, pipe_destroy_window, 0, PIPE_NO_KNOB,
+    {"$count", NULL, pipe_rewrite_count, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$currentOp", NULL, not_implemented, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$densify", pipe_parse_window, NULL, pipe_next_window, pipe_destroy_window, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$documents", pipe_parse_documents, pipe_next_documents, pipe_destroy_documents,
+    {"$documents", pipe_parse_documents, NULL, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$facet", pipe_parse_facet, pipe_next_facet, pipe_destroy_facet, PIPE_NOT_IN_FACET,
+    {"$facet", pipe_parse_facet, NULL, pipe_next_facet, pipe_destroy_facet, PIPE_NOT_IN_FACET,
      SHL_OPT_internalQueryFacetBufferSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$fill", pipe_parse_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$graphLookup", pipe_parse_graph_lookup, pipe_next_graph_lookup, pipe_destroy_lookup, 0,
+    {"$fill", NULL, pipe_rewrite_fill, NULL, NULL, 0, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$graphLookup", pipe_parse_graph_lookup, NULL, pipe_next_graph_lookup, pipe_destroy_lookup, 0,
      SHL_OPT_internalDocumentSourceGraphLookupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$group", pipe_parse_group_stage, pipe_next_group, pipe_destroy_group, 0,
+    {"$group", pipe_parse_group, NULL, pipe_next_group, pipe_destroy_group, 0,
      SHL_OPT_internalDocumentSourceGroupMaxMemoryBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$indexStats", pipe_parse_index_stats, pipe_next_documents, pipe_destroy_documents,
+    {"$indexStats", pipe_parse_index_stats, NULL, pipe_next_documents, pipe_destroy_documents,
      PIPE_GENERATES_INPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_EACH_SHARD},
-    {"$limit", pipe_parse_limit_skip, pipe_next_limit, NULL, 0, PIPE_NO_KNOB,
+    {"$limit", pipe_parse_limit_skip, NULL, pipe_next_limit, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$listLocalSessions", parse_not_implemented, NULL, NULL, 0, PIPE_NO_KNOB,
+    {"$listLocalSessions", NULL, not_implemented, NULL, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$lookup", pipe_parse_lookup, pipe_next_lookup, pipe_destroy_lookup, 0,
+    {"$lookup", pipe_parse_lookup, NULL, pipe_next_lookup, pipe_destroy_lookup, 0,
      SHL_OPT_internalLookupStageIntermediateDocumentMaxSizeBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$match", pipe_parse_match, pipe_next_match, NULL, 0, PIPE_NO_KNOB,
+    {"$match", pipe_parse_match, NULL, pipe_next_match, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$merge", pipe_parse_merge, pipe_pull_src, pipe_destroy_output,
+    {"$merge", pipe_parse_merge, NULL, pipe_pull_src, pipe_destroy_output,
      PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$out", pipe_parse_out, pipe_pull_src, pipe_destroy_output,
+    {"$out", pipe_parse_out, NULL, pipe_pull_src, pipe_destroy_output,
      PIPE_WRITES_OUTPUT | PIPE_NOT_IN_FACET, PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$project", pipe_parse_project, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$project", pipe_parse_project, NULL, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$redact", pipe_parse_redact, pipe_next_redact, NULL, 0, PIPE_NO_KNOB,
+    {"$redact", pipe_parse_redact, NULL, pipe_next_redact, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_MERGER},
-    {"$replaceRoot", pipe_parse_replace_root, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
+    {"$replaceRoot", pipe_parse_replace_root, NULL, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$replaceWith", pipe_parse_replace_root, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
+    {"$replaceWith", pipe_parse_replace_root, NULL, pipe_next_replace_root, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
     /* MongoDB's $sample is a sort on a random key: the sort's memory limit. */
-    {"$sample", pipe_parse_sample, pipe_next_sample, NULL, 0,
+    {"$sample", pipe_parse_sample, NULL, pipe_next_sample, NULL, 0,
      SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$set", pipe_parse_add_fields, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$set", pipe_parse_add_fields, NULL, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$setWindowFields", pipe_parse_window, pipe_next_window, pipe_destroy_window, 0, PIPE_NO_KNOB,
-     SHL_PIPELINE_SPLIT_MERGER},
-    {"$skip", pipe_parse_limit_skip, pipe_next_skip, NULL, 0, PIPE_NO_KNOB,
-     SHL_PIPELINE_SPLIT_MERGER},
-    {"$sort", pipe_parse_sort, pipe_next_sort, NULL, 0,
-     SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
-    {"$sortByCount", pipe_parse_sort_by_count, NULL, NULL, 0, PIPE_NO_KNOB,
-     SHL_PIPELINE_SPLIT_MERGER},
-    {"$unionWith", pipe_parse_union_with, pipe_next_union_with, pipe_destroy_lookup, 0,
+    {"$setWindowFields", pipe_parse_window, NULL, pipe_next_window, pipe_destroy_window, 0,
      PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
-    {"$unset", pipe_parse_unset, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
+    {"$skip", pipe_parse_limit_skip, NULL, pipe_next_skip, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$sort", pipe_parse_sort, NULL, pipe_next_sort, NULL, 0,
+     SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes, SHL_PIPELINE_SPLIT_MERGER},
+    {"$sortByCount", NULL, pipe_rewrite_sort_by_count, NULL, NULL, 0, PIPE_NO_KNOB,
+     SHL_PIPELINE_SPLIT_MERGER},
+    {"$unionWith", pipe_parse_union_with, NULL, pipe_next_union_with, pipe_destroy_lookup, 0,
+     PIPE_NO_KNOB, SHL_PIPELINE_SPLIT_MERGER},
+    {"$unset", pipe_parse_unset, NULL, pipe_next_project, NULL, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
-    {"$unwind", pipe_parse_unwind, pipe_next_unwind, pipe_destroy_unwind, 0, PIPE_NO_KNOB,
+    {"$unwind", pipe_parse_unwind, NULL, pipe_next_unwind, pipe_destroy_unwind, 0, PIPE_NO_KNOB,
      SHL_PIPELINE_SPLIT_STREAMING},
 };
 
@@ -469,11 +475,14 @@ pipe_parse_stage(shl_pipeline_t *p, const bson_t *stage_doc, shl_status_t *st)
     if (def == NULL) {
         SHL_FAIL(st, 40324, "Unrecognized pipeline stage name: '%s'", shl_iter_key(&it));
     }
-    SHL_ERR(def->parse(p, &it, &s, st));
-    if (s != NULL) {
-        pipe_push(p, s);
-        s = NULL;
+    if (def->rewrite != NULL) {
+        SHL_ERR(def->rewrite(p, &it, st));
+        goto done;
     }
+    s = pipe_stage_new(p, def->name, &it);
+    SHL_ERR(def->parse(s, &it, st));
+    pipe_push(p, s);
+    s = NULL;
 done:
     pipe_stage_destroy(s);
     return ret;

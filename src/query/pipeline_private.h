@@ -146,13 +146,15 @@ int query_fill_desugar(const bson_iter_t *arg, bson_t *stages, uint32_t *n, shl_
 typedef struct pipe_stage pipe_stage_t;
 typedef struct pipe_stage_def pipe_stage_def_t;
 
-/* parse: build the stage for {name: arg} ('arg' is the iterator on the stage's field, so its
- * key is the stage name) into *out, which the caller appends to 'p' (NULL: nothing to append;
- * a stage rewritten into several appends the first ones itself with pipe_push). *out is
- * destroyed by the caller on error. next: the stage's next output document (borrowed until the
+/* parse: fill the stage 's' for {name: arg} ('arg' is the iterator on the stage's field, so
+ * its key is the stage name; s->pipe is the pipeline). The core allocates 's' first
+ * (pipe_stage_new: the common fields and the spec), appends it to the pipeline on success and
+ * destroys it on error, as the expression engine does with an operator's node.
+ * rewrite: a stage MongoDB defines as other stages ($count, $bucket, $fill...): append them to
+ * 'p' (pipe_push, pipe_push_group). next: the stage's next output document (borrowed until the
  * next call; NULL at the end). destroy: free the family's own fields. */
-typedef int (*pipe_parse_fn)(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                             shl_status_t *st);
+typedef int (*pipe_parse_fn)(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+typedef int (*pipe_rewrite_fn)(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st);
 typedef int (*pipe_next_fn)(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 typedef void (*pipe_destroy_fn)(pipe_stage_t *s);
 
@@ -172,9 +174,10 @@ typedef int (*pipe_too_big_fn)(const pipe_stage_t *s, int64_t size, int64_t limi
                                shl_status_t *st);
 
 struct pipe_stage_def {
-    const char *name;           /* with the '$' */
-    pipe_parse_fn parse;        /* never NULL */
-    pipe_next_fn next;          /* NULL: rewritten at parse time into other stages */
+    const char *name;        /* with the '$' */
+    pipe_parse_fn parse;     /* a stage: parse, next (and destroy) ... */
+    pipe_rewrite_fn rewrite; /* ... or rewritten at parse time into other stages */
+    pipe_next_fn next;
     pipe_destroy_fn destroy;    /* NULL: only the common fields */
     unsigned flags;             /* PIPE_* placement rules */
     int knob;                   /* the shl_opt_id_t bounding its memory, or PIPE_NO_KNOB */
@@ -326,7 +329,7 @@ int pipe_drain_into(const pipe_stage_t *s, shl_pipeline_t *p, bson_t *arr, uint3
                     int64_t base, int64_t limit, pipe_too_big_fn too_big, shl_status_t *st);
 
 /* ---------------------------------------------------------------- the families' rows
- * (pipe_parse_fn, pipe_next_fn, pipe_destroy_fn) and what families share */
+ * (pipe_parse_fn, pipe_rewrite_fn, pipe_next_fn, pipe_destroy_fn) and what families share */
 
 /* pipe_basic.c */
 int pipe_next_match(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
@@ -338,92 +341,68 @@ int pipe_next_unwind(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_sort(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_sample(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_unwind(pipe_stage_t *s);
-int pipe_parse_sample(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
-int pipe_parse_match(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st);
-int pipe_parse_project(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                       shl_status_t *st);
-int pipe_parse_add_fields(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                          shl_status_t *st);
-int pipe_parse_unset(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st);
-int pipe_parse_sort(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                    shl_status_t *st);
-int pipe_parse_limit_skip(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                          shl_status_t *st);
-int pipe_parse_unwind(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
-int pipe_parse_replace_root(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                            shl_status_t *st);
+int pipe_parse_sample(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_match(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_project(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_add_fields(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_unset(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_sort(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_limit_skip(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_unwind(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_replace_root(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
-/* pipe_group.c: pipe_parse_group: a $group stage from its spec (also for $bucket, $count,
- * $sortByCount); pipe_parse_acc_fields: the accumulator field k of a $group/$bucket/$bucketAuto
- * spec into s->accs. */
+/* pipe_group.c: pipe_push_group: append a $group stage parsed from 'spec' to 'p' (for the
+ * stages rewritten into one: $bucket, $count, $sortByCount), shown in explain as 'explain'
+ * (NULL: {$group: spec}); pipe_parse_acc_fields: the accumulator field k of a
+ * $group/$bucket/$bucketAuto spec into s->accs. */
 int pipe_next_group(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_group(pipe_stage_t *s);
 int pipe_parse_acc_fields(shl_pipeline_t *p, pipe_stage_t *s, const char *k, const bson_iter_t *it,
                           shl_status_t *st);
-int pipe_parse_group(shl_pipeline_t *p, const bson_t *spec, pipe_stage_t **out, shl_status_t *st);
-int pipe_parse_group_stage(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                           shl_status_t *st);
-int pipe_parse_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st);
-int pipe_parse_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                             shl_status_t *st);
+int pipe_push_group(shl_pipeline_t *p, const bson_t *spec, const bson_t *explain, shl_status_t *st);
+int pipe_parse_group(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_rewrite_count(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st);
+int pipe_rewrite_sort_by_count(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_lookup.c */
 int pipe_next_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_union_with(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 int pipe_next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_lookup(pipe_stage_t *s);
-int pipe_parse_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
-int pipe_parse_graph_lookup(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                            shl_status_t *st);
-int pipe_parse_union_with(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                          shl_status_t *st);
+int pipe_parse_lookup(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_graph_lookup(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_union_with(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_bucket.c */
 int pipe_next_bucket_auto(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
-int pipe_parse_bucket(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
-int pipe_parse_bucket_auto(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                           shl_status_t *st);
+int pipe_rewrite_bucket(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_bucket_auto(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_facet.c */
 int pipe_next_facet(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_facet(pipe_stage_t *s);
-int pipe_parse_facet(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st);
+int pipe_parse_facet(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_redact.c */
 int pipe_next_redact(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
-int pipe_parse_redact(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
+int pipe_parse_redact(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_documents.c */
 int pipe_next_documents(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_documents(pipe_stage_t *s);
-int pipe_parse_documents(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                         shl_status_t *st);
-int pipe_parse_coll_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                          shl_status_t *st);
-int pipe_parse_index_stats(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                           shl_status_t *st);
+int pipe_parse_documents(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_coll_stats(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_index_stats(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_output.c */
 void pipe_destroy_output(pipe_stage_t *s);
-int pipe_parse_out(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out, shl_status_t *st);
-int pipe_parse_merge(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                     shl_status_t *st);
+int pipe_parse_out(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_parse_merge(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
 
 /* pipe_window.c */
 int pipe_next_window(pipe_stage_t *s, const bson_t **doc, shl_status_t *st);
 void pipe_destroy_window(pipe_stage_t *s);
-int pipe_parse_window(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                      shl_status_t *st);
-int pipe_parse_fill(shl_pipeline_t *p, const bson_iter_t *arg, pipe_stage_t **out,
-                    shl_status_t *st);
+int pipe_parse_window(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st);
+int pipe_rewrite_fill(shl_pipeline_t *p, const bson_iter_t *arg, shl_status_t *st);
 
 #endif

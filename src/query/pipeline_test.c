@@ -1086,16 +1086,15 @@ SHL_TEST(pipeline_stage_args_never_crash)
 SHL_TEST(pipeline_stage_table_lookup)
 {
     static const char *const names[] = {
-        "$addFields",   "$bucket",     "$bucketAuto", "$collStats",       "$count",
-        "$currentOp",   "$densify",    "$documents",  "$facet",           "$fill",
-        "$graphLookup", "$group",      "$indexStats", "$limit",           "$listLocalSessions",
-        "$lookup",      "$match",      "$merge",      "$out",             "$project",
-        "$redact",      "$replaceRoot", "$replaceWith", "$sample",        "$set",
-        "$setWindowFields", "$skip",   "$sort",       "$sortByCount",     "$unionWith",
-        "$unset",       "$unwind"};
-    static const char *const streaming[] = {"$match",  "$project",     "$addFields",
-                                            "$set",    "$unset",       "$unwind",
-                                            "$replaceRoot", "$replaceWith"};
+        "$addFields",       "$bucket",      "$bucketAuto",  "$collStats",   "$count",
+        "$currentOp",       "$densify",     "$documents",   "$facet",       "$fill",
+        "$graphLookup",     "$group",       "$indexStats",  "$limit",       "$listLocalSessions",
+        "$lookup",          "$match",       "$merge",       "$out",         "$project",
+        "$redact",          "$replaceRoot", "$replaceWith", "$sample",      "$set",
+        "$setWindowFields", "$skip",        "$sort",        "$sortByCount", "$unionWith",
+        "$unset",           "$unwind"};
+    static const char *const streaming[] = {"$match", "$project", "$addFields",   "$set",
+                                            "$unset", "$unwind",  "$replaceRoot", "$replaceWith"};
     char json[128];
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
