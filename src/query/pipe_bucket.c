@@ -4,16 +4,11 @@
  * rounding bounds to a preferred-number `granularity` series).
  */
 #include <math.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/options.h"
 #include "bson/bson_compare.h"
-#include "bson/bson_hash.h"
 #include "bson/bson_iter.h"
-#include "bson/bson_util.h"
-#include "query/expression.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
 

@@ -2,17 +2,10 @@
  * pipe_output.c -- $out and $merge: parsed and validated here, documents passed through;
  * the caller writes them (pipeline.h's shl_pipeline_output, shl_pipeline_merge_vars).
  */
-#include <math.h>
-#include <stddef.h>
-#include <stdlib.h>
+
 #include <string.h>
 
-#include "base/options.h"
-#include "bson/bson_compare.h"
-#include "bson/bson_hash.h"
 #include "bson/bson_iter.h"
-#include "bson/bson_util.h"
-#include "query/expression.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
 

@@ -2,17 +2,10 @@
  * pipe_redact.c -- $redact: $$KEEP / $$PRUNE / $$DESCEND bound only here, evaluated
  * at each level of the document ($$ROOT at a nested level is that level).
  */
-#include <math.h>
-#include <stddef.h>
-#include <stdlib.h>
+
 #include <string.h>
 
-#include "base/options.h"
-#include "bson/bson_compare.h"
-#include "bson/bson_hash.h"
 #include "bson/bson_iter.h"
-#include "bson/bson_util.h"
-#include "query/expression.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
 

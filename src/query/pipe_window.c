@@ -2,17 +2,8 @@
  * pipe_window.c -- the stage-table glue of the window stages, which live in window.c:
  * $setWindowFields, $densify, and $fill (rewritten into $setWindowFields + $addFields).
  */
-#include <math.h>
-#include <stddef.h>
-#include <stdlib.h>
-#include <string.h>
 
-#include "base/options.h"
-#include "bson/bson_compare.h"
-#include "bson/bson_hash.h"
 #include "bson/bson_iter.h"
-#include "bson/bson_util.h"
-#include "query/expression.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
 

@@ -7,25 +7,14 @@
  * split), the chain, the placement checks and what the families share; each family of stages
  * lives in its own pipe_*.c (src/query/README.md).
  */
-#include "bson/bson_iter.h"
 #include "query/pipeline.h"
 
-#include <math.h>
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "bson/bson_compare.h"
-#include "bson/bson_hash.h"
-#include "bson/bson_util.h"
-#include "base/options.h"
-#include "query/expression.h"
-#include "query/matcher.h"
-#include "query/projection.h"
+#include "bson/bson_iter.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
-#include "query/sort.h"
 
 /* $documents' buffer: Shale's own bound (its array is an expression value, at most
  * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (pipe_stage_limit). */
