@@ -22,18 +22,12 @@
 #include "session/session_commands.h"
 #include "session/sessions_collection.h"
 
-/* Stages that run document by document and may run on each shard. */
+/* Stages that run document by document and may run on each shard (the stage table's split
+ * property, query/pipeline.h). */
 static bool
 is_streaming(const char *name)
 {
-    static const char *const names[] = {"$match",  "$project",     "$addFields",   "$set", "$unset",
-                                        "$unwind", "$replaceRoot", "$replaceWith", NULL};
-    for (size_t i = 0; names[i] != NULL; i++) {
-        if (strcmp(names[i], name) == 0) {
-            return true;
-        }
-    }
-    return false;
+    return shl_pipeline_stage_split(name) == SHL_PIPELINE_SPLIT_STREAMING;
 }
 
 typedef struct agg_plan {
@@ -263,7 +257,7 @@ split_pipeline(agg_plan_t *p)
     bson_init(&p->shards_part);
     bson_init(&p->merge_a);
     bson_init(&p->merge_b);
-    if (n > 0 && (strcmp(s[0].name, "$collStats") == 0 || strcmp(s[0].name, "$indexStats") == 0)) {
+    if (n > 0 && shl_pipeline_stage_split(s[0].name) == SHL_PIPELINE_SPLIT_EACH_SHARD) {
         /* One document per shard (and index), made by each shard: the merger only
          * concatenates them, as mongos does. */
         arr_push_stage(&p->shards_part, &p->nshards, s[0].name, &s[0].v);
