@@ -68,6 +68,9 @@ typedef struct find_args {
     bool has_batch_size;
     bool single_batch, no_cursor_timeout;
     bool tailable, await_data;
+    bson_t min, max; /* {} counts as absent, as in MongoDB */
+    bool has_min, has_max;
+    bool return_key, show_record_id;
 } find_args_t;
 
 enum {
@@ -87,6 +90,10 @@ enum {
     F_COLLATION,
     F_ACCEPTED, /* accepted, any type (handled elsewhere or ignored as MongoDB does) */
     F_REFUSED,  /* MongoDB has it, Shale does not yet */
+    F_MIN,
+    F_MAX,
+    F_RETURN_KEY,
+    F_SHOW_RECORD_ID,
 };
 
 static const struct {
@@ -113,10 +120,10 @@ static const struct {
     {"term", F_ACCEPTED},
     {"includeQueryStatsMetrics", F_ACCEPTED},
     {"allowSpeculativeMajorityRead", F_ACCEPTED},
-    {"max", F_REFUSED},
-    {"min", F_REFUSED},
-    {"returnKey", F_REFUSED},
-    {"showRecordId", F_REFUSED},
+    {"max", F_MAX},
+    {"min", F_MIN},
+    {"returnKey", F_RETURN_KEY},
+    {"showRecordId", F_SHOW_RECORD_ID},
     {"tailable", F_TAILABLE},
     {"awaitData", F_AWAIT_DATA},
     {"let", F_REFUSED},
@@ -222,6 +229,25 @@ done:
     return ret;
 }
 
+/* min and max name the same fields in the same order (MongoDB's request validation). */
+static int
+check_minmax(const find_args_t *a, shl_status_t *st)
+{
+    bson_iter_t i, j;
+    bool same = true, mi, mj;
+    if (!a->has_min || !a->has_max) {
+        return 0;
+    }
+    if (bson_iter_init(&i, &a->min) && bson_iter_init(&j, &a->max)) {
+        do {
+            mi = shl_iter_next(&i);
+            mj = shl_iter_next(&j);
+            same = mi == mj && (!mi || strcmp(shl_iter_key(&i), shl_iter_key(&j)) == 0);
+        } while (same && mi);
+    }
+    return same ? 0 : shl_status_set(st, 51176, "min and max must have the same field names");
+}
+
 /* One pass over the command: find is the hot path of point reads. */
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
@@ -280,6 +306,20 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
         case F_BOOL:
             SHL_ERR(bool_iter(&it, &b, st));
             break;
+        case F_MIN:
+            SHL_ERR(doc_field(&it, &a->min, &a->has_min, st));
+            a->has_min = !bson_empty(&a->min);
+            break;
+        case F_MAX:
+            SHL_ERR(doc_field(&it, &a->max, &a->has_max, st));
+            a->has_max = !bson_empty(&a->max);
+            break;
+        case F_RETURN_KEY:
+            SHL_ERR(bool_iter(&it, &a->return_key, st));
+            break;
+        case F_SHOW_RECORD_ID:
+            SHL_ERR(bool_iter(&it, &a->show_record_id, st));
+            break;
         case F_COLLATION:
             SHL_ERR(db_check_collation(cmd, "collation", st));
             break;
@@ -298,6 +338,7 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
             break;
         }
     }
+    SHL_ERR(check_minmax(a, st));
     SHL_ERR(check_tailable(a, st));
 done:
     return ret;
@@ -308,6 +349,7 @@ static bool
 idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
+        a->has_min || a->has_max || a->return_key || a->show_record_id ||
         a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
         return false;
     }
@@ -415,6 +457,16 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     }
     q->skip = a->skip;
     q->limit = a->limit;
+    if (a->has_min) {
+        bson_init_static(&q->min, bson_get_data(&a->min), a->min.len);
+        q->has_min = true;
+    }
+    if (a->has_max) {
+        bson_init_static(&q->max, bson_get_data(&a->max), a->max.len);
+        q->has_max = true;
+    }
+    q->return_key = a->return_key;
+    q->show_record_id = a->show_record_id;
     *out = q;
     return ret;
 }

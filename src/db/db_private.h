@@ -262,7 +262,19 @@ typedef struct db_validator {
     bool moderate;    /* validationLevel moderate: updates of invalid documents pass */
     bool warn;        /* validationAction warn: log instead of failing */
     const char *ns;   /* borrowed from the collection snapshot */
+    bson_t spec;      /* the validator, a view into the collection snapshot's options */
 } db_validator_t;
+
+/*
+ * db_validation_error_details --
+ *     Append to 'out' (errInfo.details being built) why 'doc' fails 'validator', as MongoDB
+ *     5.0+ describes it: {operatorName, specifiedAs, reason, consideredValue, ...}, $and /
+ *     $or with clausesNotSatisfied [{index, details}], $jsonSchema with
+ *     schemaRulesNotSatisfied (required: missingProperties; properties:
+ *     propertiesNotSatisfied [{propertyName, details: [...]}]). Each clause is re-checked
+ *     alone (validation_error.c); call only after the document failed. Does not block.
+ */
+void db_validation_error_details(const bson_t *validator, const bson_t *doc, bson_t *out);
 
 /*
  * db_validation_options_check --
@@ -291,7 +303,7 @@ void db_validator_cleanup(db_validator_t *v);
  *     replaces (NULL for an insert or upsert). Passes when it matches, when moderate and
  *     'old_doc' did not match either, or with action warn (logged, id 20294). Errors:
  *     DocumentValidationFailure (121) "Document failed validation" with extra
- *     {errInfo: {failingDocumentId}}; $expr evaluation errors.
+ *     {errInfo: {failingDocumentId, details}}; $expr evaluation errors.
  */
 int db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t *new_doc,
                        shl_status_t *st);

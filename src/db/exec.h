@@ -137,6 +137,15 @@ exec_stage_t *exec_projection_covered_new(exec_stage_t *ixscan, const shl_collec
                                           const bson_t *spec, const shl_matcher_t *filter);
 exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern,
                             const bson_t *pattern_doc, int64_t limit);
+/* exec_sort_keep_record_ids -- the SORT stage passes its input's RecordIds on (showRecordId). */
+void exec_sort_keep_record_ids(exec_stage_t *sort);
+/*
+ * RETURN_KEY (return_key: each row becomes its index key {<key field>: value} of
+ * 'key_pattern', copied, NULL: {} -- no index) and/or showRecordId ("$recordId":
+ * NumberLong appended to each row's document; the row's rid must be set).
+ */
+exec_stage_t *exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool return_key,
+                                  bool show_record_id);
 exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
 exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 /* SHARDING_FILTER: drops rows whose document this shard does not own ('filter' borrowed). */
@@ -172,6 +181,13 @@ typedef struct exec_query {
     /* Only the number of results matters (count): rows need no document, so an index
      * whose bounds answer the filter exactly is counted (COUNT_SCAN under COUNT). */
     bool count_only;
+    /* find's min/max (views, {} when absent): an IXSCAN of the hinted index over
+     * [min, max) in its key order (exec_access_select). */
+    bson_t min, max;
+    bool has_min, has_max;
+    /* find's returnKey (each result is its index key, {} without an index; the
+     * projection is ignored) and showRecordId (each result gets "$recordId"). */
+    bool return_key, show_record_id;
 } exec_query_t;
 
 /*
@@ -209,7 +225,10 @@ typedef enum exec_access_kind {
  *     context (its snapshot), each runs for up to 101 results or 10,000 works and the
  *     best by MongoDB's score (1 + advanced/works, +1 at EOF, small bonuses for no
  *     FETCH and no SORT) wins; the others are appended to 'rejected' (an array being
- *     built, may be NULL) as explain documents. With a projection the index covers
+ *     built, may be NULL) as explain documents. With min/max: an IXSCAN of the hinted
+ *     index over [min, max), MongoDB's errors: 51173 without a hint, BadValue with a
+ *     $natural hint, 51174 when the bounds' fields are not the key pattern's, 51175
+ *     when min does not come before max in the index order. With a projection the index covers
  *     (exec_projection_covered_new), the path ends in PROJECTION_COVERED and *covered
  *     is set (the plan adds no PROJECTION). A count_only query whose filter an index's
  *     single interval answers exactly (and no orphan filter) gets COUNT_SCAN.

@@ -253,6 +253,22 @@ done:
     return ret;
 }
 
+/*
+ * No such database: nothing reaches a shard, but the filter must still parse (an unknown
+ * top-level operator is refused as a shard would refuse it on an existing collection).
+ */
+static int
+check_filter_unrouted(const bson_t *filter, shl_status_t *st)
+{
+    int ret = 0;
+    shl_matcher_t *m = NULL;
+    if (filter != NULL) {
+        ret = shl_matcher_new(filter, SHL_MATCHER_DEFAULT, &m, st);
+        shl_matcher_destroy(m);
+    }
+    return ret;
+}
+
 /* ---------------------------------------------------------------- find */
 
 typedef struct find_args {
@@ -477,6 +493,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty result, as MongoDB gives. */
         bson_t empty = BSON_INITIALIZER;
+        SHL_ERR(check_filter_unrouted(a.has_filter ? &a.filter : NULL, st));
         shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
         ret = 0;
         goto done;
@@ -676,7 +693,7 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     ret = shl_router_scatter(r, op, ns.full, a.has_query ? &a.query : NULL, build_count, &a, NULL,
                              &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0;
+        ret = check_filter_unrouted(a.has_query ? &a.query : NULL, st);
     }
     SHL_ERR(ret);
     for (size_t i = 0; i < nresults; i++) {
@@ -758,7 +775,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     ret = shl_router_scatter(r, op, ns.full, has_query ? &query : NULL, build_distinct, &dargs,
                              NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0;
+        ret = check_filter_unrouted(has_query ? &query : NULL, st);
     }
     SHL_ERR(ret);
     for (size_t i = 0; i < nresults; i++) {
