@@ -126,7 +126,7 @@ static const struct {
     {"showRecordId", F_SHOW_RECORD_ID},
     {"tailable", F_TAILABLE},
     {"awaitData", F_AWAIT_DATA},
-    {"let", F_REFUSED},
+    {"let", F_ACCEPTED}, /* evaluated by db_let_vars */
     {"$_requestResumeToken", F_REFUSED},
     {"$_resumeAfter", F_REFUSED},
     {"$_startAt", F_REFUSED},
@@ -428,8 +428,16 @@ build_find_plan(db_node_t *node, const shl_ns_t *ns, shl_coll_handle_t *h, exec_
     return exec_plan_build(node->eng, NULL, read_ts, h->coll, ns->full, q, out, st);
 }
 
+/* Whether a filter reads $$CLUSTER_TIME (the one variable a find without `let` may need). */
+static bool
+mentions_cluster_time(const find_args_t *a)
+{
+    return a->has_filter &&
+           memmem(bson_get_data(&a->filter), a->filter.len, "$$CLUSTER_TIME", 14) != NULL;
+}
+
 static int
-parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
+parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_status_t *st)
 {
     int ret = 0;
     exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
@@ -440,11 +448,14 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     *out = NULL;
     ret = exec_query_init(q, a->has_filter ? &a->filter : NULL,
                           a->has_sort && !natural ? &a->sort : NULL,
-                          a->has_projection ? &a->projection : NULL, st);
+                          a->has_projection && !a->return_key ? &a->projection : NULL, st);
     if (ret != 0) {
         exec_query_cleanup(q);
         bson_free(q);
         return ret;
+    }
+    if (vars != NULL) {
+        shl_matcher_bind_vars(q->matcher, vars);
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;
@@ -489,6 +500,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bson_t arr = BSON_INITIALIZER;
     int64_t cursor_id = 0;
     shl_db_orphan_filter_t *filter = NULL;
+    bson_t vars = BSON_INITIALIZER;
+    bool has_vars = false;
 
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
@@ -511,7 +524,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
     }
-    SHL_ERR(parse_query(&a, &q, st));
+    SHL_ERR(db_let_vars(op, cmd, mentions_cluster_time(&a), &vars, &has_vars, st));
+    SHL_ERR(parse_query(&a, has_vars ? &vars : NULL, &q, st));
     /* The query (owned by the plan, then the cursor) keeps the filter for its life. */
     q->orphan_filter = filter;
     filter = NULL;
@@ -567,6 +581,7 @@ done:
     }
     shl_db_orphan_filter_release(filter);
     bson_destroy(&arr);
+    bson_destroy(&vars);
     return ret;
 }
 
@@ -1260,8 +1275,15 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     SHL_ERR(db_read_concern_get(op, &rc, st));
     if (strcmp(name, "find") == 0) {
         find_args_t a;
+        bson_t vars;
+        bool has_vars;
         SHL_ERR(parse_find(&inner, &a, st));
-        SHL_ERR(parse_query(&a, &q, st));
+        ret = db_let_vars(op, &inner, mentions_cluster_time(&a), &vars, &has_vars, st);
+        if (ret == 0) {
+            ret = parse_query(&a, has_vars ? &vars : NULL, &q, st);
+        }
+        bson_destroy(&vars);
+        SHL_ERR(ret);
     } else if (strcmp(name, "count") == 0) {
         bool fast;
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
@@ -1495,7 +1517,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
-    a->let = has_let ? bson_copy(&let) : NULL;
+    {
+        /* `let` evaluated once, with $$CLUSTER_TIME, for every stage and the $cursor. */
+        bson_t vars;
+        bool has_vars;
+        ret = db_let_vars(op, cmd, true, &vars, &has_vars, st);
+        a->let = ret == 0 && has_vars ? bson_copy(&vars) : NULL;
+        bson_destroy(&vars);
+        SHL_ERR(ret);
+    }
     memset(&opts, 0, sizeof(opts));
     opts.vars = a->let;
     opts.allow_disk_use = allow_disk;
@@ -1526,6 +1556,9 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    if (a->let != NULL) {
+        shl_matcher_bind_vars(q->matcher, a->let);
+    }
     if (filter != NULL) {
         shl_pipeline_drop_leading_match(pl);
     }

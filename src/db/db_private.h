@@ -202,6 +202,17 @@ void db_append_ts(bson_t *doc, const char *key, uint64_t ts);
 /* db_unsupported_collation -- InvalidOptions unless 'collation' is absent or simple. */
 int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
 
+/*
+ * db_let_vars --
+ *     The variables a command's expressions see: its `let` evaluated (shl_expr_let_vars)
+ *     plus CLUSTER_TIME on a replica-set member. Without `let` nothing is built unless
+ *     'always'. *out is always initialised (the caller destroys it); *has says whether it
+ *     holds the variables. Errors: TypeMismatch (14) for a non-object `let`, the
+ *     expressions' errors.
+ */
+int db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool *has,
+                shl_status_t *st);
+
 /* db_cmd_get_hint -- the "hint" field: *has false when absent or empty. */
 int db_cmd_get_hint(const bson_t *cmd, bool *has, bson_value_t *hint, shl_status_t *st);
 

@@ -479,8 +479,11 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     /* Parse at the router first: its errors come before any shard is contacted. */
     if (a.sorted) {
+        bson_iter_t rk;
+        /* returnKey ignores the projection (the shards return index keys). */
+        bool return_key = bson_iter_init_find(&rk, cmd, "returnKey") && bson_iter_as_bool(&rk);
         SHL_ERR(shl_sort_pattern_new(&a.sort, &sort, st));
-        if (a.has_projection) {
+        if (a.has_projection && !return_key) {
             SHL_ERR(shl_projection_new(&a.projection, a.has_filter ? &a.filter : NULL, &proj, st));
             if (shl_projection_needs_match_details(proj)) {
                 SHL_ERR(shl_matcher_new(a.has_filter ? &a.filter : &(bson_t)BSON_INITIALIZER,
