@@ -18,6 +18,7 @@
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/service.h"
+#include "query/expression.h"
 #include "router/router_private.h"
 #include "session/session_commands.h"
 #include "session/sessions_collection.h"
@@ -1131,7 +1132,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     agg_plan_t p;
     bson_iter_t it, first;
     shl_ns_t ns;
-    bson_t let;
+    bson_t let, letv = BSON_INITIALIZER;
     bool found, has_let = false, allow_disk = false, zero_batch = false, bypass = false;
     int64_t batch_size = 0;
     shl_pipeline_opts_t opts;
@@ -1238,6 +1239,12 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    if (has_let) {
+        /* Evaluated once for the merger's stages; the shards evaluate the `let` they get. */
+        bson_destroy(&letv);
+        SHL_ERR(shl_expr_let_vars(&let, 0, NULL, &letv, st));
+        bson_init_static(&let, bson_get_data(&letv), letv.len);
+    }
     /* config.system.sessions is the one sharded collection of the config database: it is
      * routed like any other (to the config server while it is not sharded yet). */
     if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {
@@ -1356,5 +1363,6 @@ done:
     shl_router_scatter_results_free(results, nresults);
     plan_cleanup(&p);
     bson_destroy(&sessions_pipeline);
+    bson_destroy(&letv);
     return ret;
 }

@@ -340,6 +340,12 @@ def test_aggregate_let_and_system_variables(target):
     assert [d["_id"] for d in got] == [2, 5]
     assert all(isinstance(d["now"], datetime.datetime) and "gone" not in d for d in got)
     assert [(d["root"], d["cur"], d["t"]) for d in got] == [(2, 2, 2), (5, 2, 2)]
+    # `let` values are expressions, evaluated once; after a $group they reach the stages a
+    # router runs itself.
+    got = list(coll.aggregate([{"$group": {"_id": None, "n": {"$sum": "$$one"}}},
+                               {"$project": {"_id": 0, "n": 1, "x": "$$x"}}],
+                              let={"one": 1, "x": {"$add": [1, 2]}}))
+    assert got == [{"n": 6, "x": 3}]
     ct = [{"$match": {"_id": 0}}, {"$project": {"ct": "$$CLUSTER_TIME"}}]
     if kind == "node":
         # A standalone has no cluster time.
