@@ -415,6 +415,14 @@ output_next(shl_router_cursor_t *c, const bson_t **doc, shl_status_t *st)
         }
         bson_destroy(&c->projected);
         SHL_ERR(shl_projection_apply(c->proj, d, &details, NULL, &c->projected, st));
+        if (c->keep_record_id) {
+            /* MongoDB adds {$recordId: {$meta: "recordId"}} to the projection. */
+            bson_iter_t rid, had;
+            if (bson_iter_init_find(&rid, d, "$recordId") &&
+                !bson_iter_init_find(&had, &c->projected, "$recordId")) {
+                bson_append_iter(&c->projected, NULL, 0, &rid);
+            }
+        }
         d = &c->projected;
     }
     c->n_returned++;

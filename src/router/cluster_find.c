@@ -468,6 +468,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_projection_t *proj = NULL;
     shl_matcher_t *matcher = NULL;
     bson_t batch;
+    bool show_record_id = false;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
@@ -482,6 +483,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         bson_iter_t rk;
         /* returnKey ignores the projection (the shards return index keys). */
         bool return_key = bson_iter_init_find(&rk, cmd, "returnKey") && bson_iter_as_bool(&rk);
+        show_record_id = bson_iter_init_find(&rk, cmd, "showRecordId") && bson_iter_as_bool(&rk);
         SHL_ERR(shl_sort_pattern_new(&a.sort, &sort, st));
         if (a.has_projection && !return_key) {
             SHL_ERR(shl_projection_new(&a.projection, a.has_filter ? &a.filter : NULL, &proj, st));
@@ -514,6 +516,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     c->sort = sort;
     sort = NULL;
     c->proj = proj;
+    c->keep_record_id = show_record_id;
     proj = NULL;
     c->matcher = matcher;
     matcher = NULL;
