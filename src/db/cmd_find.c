@@ -455,7 +455,7 @@ parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_st
         return ret;
     }
     if (vars != NULL) {
-        shl_matcher_bind_vars(q->matcher, vars);
+        exec_query_set_let(q, vars);
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;

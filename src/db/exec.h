@@ -153,6 +153,8 @@ exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
+/* exec_projection_set_vars -- the `let` variables its expressions see ('vars' borrowed). */
+void exec_projection_set_vars(exec_stage_t *projection, const bson_t *vars);
 
 /* ---------------------------------------------------------------- queries and plans */
 
@@ -174,7 +176,9 @@ typedef struct exec_query {
     int64_t limit;         /* 0: none */
     bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */
     bson_value_t id_value; /* borrowed from the filter when id_point */
-    const bson_t *let;     /* `let` variables, may be NULL */
+    const bson_t *let;     /* `let` variables, may be NULL (the projection's; the matcher
+                              has its own bound copy) */
+    bson_t *let_owned;     /* owned copy 'let' points to when set by exec_query_set_let */
     /* Orphan filter of a versioned read (sharding_hooks.h): a reference owned by the
      * query (released by exec_query_cleanup), NULL for none. */
     shl_db_orphan_filter_t *orphan_filter;
@@ -199,6 +203,10 @@ typedef struct exec_query {
 int exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort,
                     const bson_t *projection, shl_status_t *st);
 void exec_query_cleanup(exec_query_t *q);
+
+/* exec_query_set_let -- give 'q' a command's `let` variables (copied): its matcher's $expr
+ * and its projection's expressions see them. */
+void exec_query_set_let(exec_query_t *q, const bson_t *vars);
 
 /* What access path the selection chose (explain, tests). */
 typedef enum exec_access_kind {

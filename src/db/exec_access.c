@@ -102,9 +102,27 @@ exec_query_cleanup(exec_query_t *q)
     shl_projection_destroy(q->proj);
     shl_db_orphan_filter_release(q->orphan_filter);
     q->orphan_filter = NULL;
+    if (q->let_owned != NULL) {
+        bson_destroy(q->let_owned);
+        q->let_owned = NULL;
+        q->let = NULL;
+    }
     q->matcher = NULL;
     q->sort_pattern = NULL;
     q->proj = NULL;
+}
+
+void
+exec_query_set_let(exec_query_t *q, const bson_t *vars)
+{
+    if (q->let_owned != NULL) {
+        bson_destroy(q->let_owned);
+    }
+    q->let_owned = bson_copy(vars);
+    q->let = q->let_owned;
+    if (q->matcher != NULL) {
+        shl_matcher_bind_vars(q->matcher, vars);
+    }
 }
 
 /* ---------------------------------------------------------------- index bounds */

@@ -147,6 +147,9 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     if (q->has_projection && !covered && !q->return_key) {
         root = exec_projection_new(root, q->proj, &q->projection,
                                    projection_is_simple(&q->projection), q->matcher);
+        if (q->let != NULL) {
+            exec_projection_set_vars(root, q->let);
+        }
     }
     if (q->return_key || q->show_record_id) {
         bson_t id_kp = BSON_INITIALIZER;

@@ -941,6 +941,7 @@ typedef struct projection_stage {
     const shl_projection_t *proj;
     const bson_t *spec;
     const shl_matcher_t *filter;
+    const bson_t *vars; /* `let` variables, borrowed from the query */
     bson_t out;
     bool has_out;
 } projection_stage_t;
@@ -968,7 +969,7 @@ projection_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
         SHL_ERR(shl_matcher_match(p->filter, row->doc, &details, &matched, st));
         dp = &details;
     }
-    ret = shl_projection_apply(p->proj, row->doc, dp, NULL, &p->out, st);
+    ret = shl_projection_apply(p->proj, row->doc, dp, p->vars, &p->out, st);
     p->has_out = true;
     SHL_ERR(ret);
     row->doc = &p->out;
@@ -989,6 +990,12 @@ projection_destroy(exec_stage_t *s)
     if (p->has_out) {
         bson_destroy(&p->out);
     }
+}
+
+void
+exec_projection_set_vars(exec_stage_t *s, const bson_t *vars)
+{
+    ((projection_stage_t *)s)->vars = vars;
 }
 
 static const exec_stage_ops_t projection_default_ops = {"PROJECTION_DEFAULT", projection_next,

@@ -16,6 +16,7 @@
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/message.h"
+#include "query/expression.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
 
@@ -468,11 +469,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_projection_t *proj = NULL;
     shl_matcher_t *matcher = NULL;
     bson_t batch;
-    bool show_record_id = false;
+    bool show_record_id = false, has_let = false;
+    bson_t let;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     if (router_is_config_db(ns.db)) {
         ret = router_config_cursor_read(op, ns.full, ns.db, ns.coll, cmd, a.batch_size,
                                         a.has_batch_size && a.batch_size == 0, reply, st);
@@ -518,6 +521,16 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     c->proj = proj;
     c->keep_record_id = show_record_id;
     proj = NULL;
+    if (c->proj != NULL && has_let) {
+        /* The projection the router applies sees the find's `let`, evaluated here. */
+        bson_t vars;
+        ret = shl_expr_let_vars(&let, 0, NULL, &vars, st);
+        if (ret == 0) {
+            c->vars = bson_copy(&vars);
+        }
+        bson_destroy(&vars);
+        SHL_ERR(ret);
+    }
     c->matcher = matcher;
     matcher = NULL;
     c->skip = a.skip;

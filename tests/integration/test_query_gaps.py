@@ -304,6 +304,11 @@ def test_find_let(target):
     r = coll.database.command("find", coll.name, filter={"$expr": {"$eq": ["$a", "$$want"]}},
                               let={"want": {"$add": [1, 1]}}, sort={"_id": 1})
     assert [d["_id"] for d in r["cursor"]["firstBatch"]] == [2, 5]
+    # Projections see them too, also where a router sorts and projects itself.
+    r = coll.database.command("find", coll.name, filter={"a": 1}, sort={"_id": -1},
+                              projection={"_id": 1, "v": {"$concat": ["$$p", "!"]}},
+                              let={"p": "hi"})
+    assert r["cursor"]["firstBatch"] == [{"_id": 4, "v": "hi!"}, {"_id": 1, "v": "hi!"}]
     assert code_of(lambda: coll.database.command(
         "find", coll.name, filter={"$expr": {"$eq": ["$a", "$$nope"]}}, let={"want": 1})) == 17276
     assert code_of(lambda: coll.database.command("find", coll.name, let={"Bad": 1})) == 16867
