@@ -4,6 +4,7 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
@@ -113,6 +114,7 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     bson_iter_t it;
     bson_t let, builtins = BSON_INITIALIZER;
     bool has_let = bson_iter_init_find(&it, cmd, "let");
+    int64_t now_ms;
 
     bson_init(out);
     *has = false;
@@ -124,6 +126,9 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     if (!has_let && !always) {
         goto done;
     }
+    now_ms = shl_clock_wall_ms();
+    /* $$NOW is one value for the whole command, as in MongoDB. */
+    BSON_APPEND_DATE_TIME(&builtins, "NOW", now_ms);
     if (node->repl_set) {
         /* $$CLUSTER_TIME exists on replica-set members only, as in MongoDB. */
         uint64_t now = shl_storage_clock_now(node->eng);
@@ -138,7 +143,7 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
         bson_init(&let);
     }
     bson_destroy(out);
-    ret = shl_expr_let_vars(&let, 0, &builtins, out, st);
+    ret = shl_expr_let_vars(&let, now_ms, &builtins, out, st);
     *has = ret == 0;
 done:
     bson_destroy(&builtins);

@@ -205,7 +205,7 @@ int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
 /*
  * db_let_vars --
  *     The variables a command's expressions see: its `let` evaluated (shl_expr_let_vars)
- *     plus CLUSTER_TIME on a replica-set member. Without `let` nothing is built unless
+ *     plus NOW (one time for the whole command) and CLUSTER_TIME on a replica-set member. Without `let` nothing is built unless
  *     'always'. *out is always initialised (the caller destroys it); *has says whether it
  *     holds the variables. Errors: TypeMismatch (14) for a non-object `let`, the
  *     expressions' errors.

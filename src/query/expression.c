@@ -977,8 +977,14 @@ static int64_t
 now_ms(const shl_expr_ctx_t *ctx)
 {
     struct timeval tv;
+    bson_iter_t it;
     if (ctx->now_ms != 0) {
         return ctx->now_ms;
+    }
+    /* A command fixes $$NOW once for all its documents (db_let_vars binds NOW). */
+    if (ctx->vars != NULL && bson_iter_init_find(&it, ctx->vars, "NOW") &&
+        BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        return bson_iter_date_time(&it);
     }
     gettimeofday(&tv, NULL);
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;

@@ -342,6 +342,9 @@ def test_aggregate_let_and_system_variables(target):
         {"$sort": {"_id": 1}}], let={"t": 2}))
     assert [d["_id"] for d in got] == [2, 5]
     assert all(isinstance(d["now"], datetime.datetime) and "gone" not in d for d in got)
+    if kind != "sharded":
+        # One $$NOW for the whole command (each shard fixes its own).
+        assert got[0]["now"] == got[1]["now"]
     assert [(d["root"], d["cur"], d["t"]) for d in got] == [(2, 2, 2), (5, 2, 2)]
     # `let` values are expressions, evaluated once; after a $group they reach the stages a
     # router runs itself.
