@@ -229,6 +229,15 @@ def test_validation_details_of_a_json_schema(target):
     assert [p["propertyName"] for p in props] == ["age"]
     assert props[0]["details"] == [{"operatorName": "minimum", "specifiedAs": {"minimum": 0},
                                     "reason": "comparison failed", "consideredValue": -3}]
+    # findAndModify's command error carries it too.
+    with pytest.raises(OperationFailure) as e:
+        coll.database.command("findAndModify", coll.name, query={"_id": 9, "sk": 9},
+                              update={"$set": {"name": "n", "age": 1.5}}, upsert=True)
+    assert e.value.code == 121
+    d = e.value.details["errInfo"]["details"]["schemaRulesNotSatisfied"][0]
+    assert d["propertiesNotSatisfied"][0]["details"][0] == {
+        "operatorName": "bsonType", "specifiedAs": {"bsonType": "int"},
+        "reason": "type did not match", "consideredValue": 1.5, "consideredType": "double"}
     # Updates fail with the same shape.
     coll.insert_one({"_id": 6, "sk": 6, "name": "x", "age": 1})
     with pytest.raises(WriteError) as e:
@@ -289,6 +298,10 @@ def test_dollar_prefixed_fields(target):
         {"$replaceWith": {"$unsetField": {"field": {"$literal": "$price"},
                                           "input": "$$ROOT"}}}]}])
     assert "$price" not in coll.find_one({"_id": 1})
+    # Dotted field names are stored as names by inserts and replacements.
+    db.command("update", coll.name, updates=[
+        {"q": {"_id": 2, "sk": 2}, "u": {"sk": 2, "a.b": 1, "x": {"y.z": 2}}}])
+    assert coll.find_one({"_id": 2}) == {"_id": 2, "sk": 2, "a.b": 1, "x": {"y.z": 2}}
     # _id documents never hold '$' fields.
     r = db.command("insert", coll.name, documents=[{"_id": {"$x": 1}, "sk": 3}])
     assert r["writeErrors"][0]["code"] == 52
