@@ -14,6 +14,7 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
@@ -1239,11 +1240,22 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
-    if (has_let) {
-        /* Evaluated once for the merger's stages; the shards evaluate the `let` they get. */
+    {
+        /* The merger's variables: `let` evaluated once, $$NOW and $$CLUSTER_TIME of this
+         * router (the shards evaluate the `let` they get, with their own). */
+        bson_t builtins = BSON_INITIALIZER, none = BSON_INITIALIZER;
+        uint64_t ct = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+        int64_t now = shl_clock_wall_ms();
+        BSON_APPEND_DATE_TIME(&builtins, "NOW", now);
+        if (ct != 0) {
+            BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", (uint32_t)(ct >> 32), (uint32_t)ct);
+        }
         bson_destroy(&letv);
-        SHL_ERR(shl_expr_let_vars(&let, 0, NULL, &letv, st));
+        ret = shl_expr_let_vars(has_let ? &let : &none, now, &builtins, &letv, st);
+        bson_destroy(&builtins);
+        SHL_ERR(ret);
         bson_init_static(&let, bson_get_data(&letv), letv.len);
+        has_let = true;
     }
     /* config.system.sessions is the one sharded collection of the config database: it is
      * routed like any other (to the config server while it is not sharded yet). */

@@ -371,6 +371,11 @@ def test_aggregate_let_and_system_variables(target):
         assert code_of(lambda: list(coll.aggregate(ct))) == 51144
     else:
         assert isinstance(list(coll.aggregate(ct))[0]["ct"], Timestamp)
+        # After a $group, where a router runs the rest itself.
+        got = list(coll.aggregate([{"$group": {"_id": None}}, {"$project": {"ct": "$$CLUSTER_TIME",
+                                                                          "now": "$$NOW"}}]))
+        assert isinstance(got[0]["ct"], Timestamp)
+        assert isinstance(got[0]["now"], datetime.datetime)
         r = coll.database.command("find", coll.name, filter={
             "$expr": {"$lt": [{"$literal": Timestamp(1, 1)}, "$$CLUSTER_TIME"]}})
         assert len(r["cursor"]["firstBatch"]) == 6
