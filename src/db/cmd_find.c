@@ -520,11 +520,12 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Tailable cursors are not supported with readConcern level 'snapshot'");
     }
+    /* Before the _id fast path too: a bad `let` fails every find. */
+    SHL_ERR(db_let_vars(op, cmd, mentions_cluster_time(&a), &vars, &has_vars, st));
     if (idhack_eligible(&a, ns.full, &id)) {
         SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
     }
-    SHL_ERR(db_let_vars(op, cmd, mentions_cluster_time(&a), &vars, &has_vars, st));
     SHL_ERR(parse_query(&a, has_vars ? &vars : NULL, &q, st));
     /* The query (owned by the plan, then the cursor) keeps the filter for its life. */
     q->orphan_filter = filter;

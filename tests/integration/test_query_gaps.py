@@ -326,6 +326,8 @@ def test_find_let(target):
         "find", coll.name, filter={"$expr": {"$eq": ["$a", "$$nope"]}}, let={"want": 1})) == 17276
     assert code_of(lambda: coll.database.command("find", coll.name, let={"Bad": 1})) == 16867
     assert code_of(lambda: coll.database.command("find", coll.name, let=5)) == 14
+    assert code_of(lambda: coll.database.command("find", coll.name, filter={"_id": 1},
+                                                 let={"Bad": 1})) == 16867
 
 
 def test_update_delete_and_find_and_modify_let(target):
