@@ -367,6 +367,13 @@ def test_aggregate_let_and_system_variables(target):
                                {"$project": {"_id": 0, "n": 1, "x": "$$x"}}],
                               let={"one": 1, "x": {"$add": [1, 2]}}))
     assert got == [{"n": 6, "x": 3}]
+    # ...and $lookup sub-pipelines see them.
+    got = list(coll.aggregate([
+        {"$match": {"_id": 0}},
+        {"$lookup": {"from": coll.name, "as": "same", "let": {"mine": "$a"}, "pipeline": [
+            {"$match": {"$expr": {"$and": [{"$eq": ["$a", "$$mine"]}, {"$gt": ["$_id", "$$lo"]}]}}},
+            {"$project": {"_id": 1}}]}}], let={"lo": 1}))
+    assert [d["_id"] for d in got[0]["same"]] == [3]
     ct = [{"$match": {"_id": 0}}, {"$project": {"ct": "$$CLUSTER_TIME"}}]
     if kind == "node":
         # A standalone has no cluster time.
