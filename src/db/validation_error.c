@@ -239,7 +239,8 @@ kw_reason(const char *kw)
     return NULL;
 }
 
-static void describe_schema(const bson_t *schema, const bson_t *doc, int depth, bson_t *rules);
+static void rule_body(const bson_iter_t *kw, const bson_t *schema, const bson_t *doc, int depth,
+                      bson_t *rule);
 
 /* The failing keywords of a property's subschema, as an array of rule documents. */
 static void
@@ -268,14 +269,10 @@ describe_property(const char *prop, const bson_t *sub, const bson_t *doc, int de
         if ((strcmp(k, "properties") == 0 || strcmp(k, "required") == 0 ||
              strcmp(k, "additionalProperties") == 0) &&
             present && BSON_ITER_HOLDS_DOCUMENT(&v) && depth < MAX_DEPTH) {
-            /* A nested object: its own rules. */
-            bson_t inner, one = BSON_INITIALIZER, rules;
+            /* A nested object: the keyword described over it, as at the top. */
+            bson_t inner;
             view_of(&v, &inner);
-            bson_append_iter(&one, NULL, 0, &kw);
-            BSON_APPEND_ARRAY_BEGIN(&rule, "schemaRulesNotSatisfied", &rules);
-            describe_schema(&one, &inner, depth + 1, &rules);
-            bson_append_array_end(&rule, &rules);
-            bson_destroy(&one);
+            rule_body(&kw, sub, &inner, depth + 1, &rule);
         } else {
             kw_spec(&kw, &rule);
             BSON_APPEND_UTF8(&rule, "reason", reason != NULL ? reason : "schema did not match");
@@ -291,6 +288,108 @@ describe_property(const char *prop, const bson_t *sub, const bson_t *doc, int de
     }
 }
 
+/* A failing keyword's rule, after its operatorName: what MongoDB reports for it ('schema' is
+ * the schema holding the keyword, for additionalProperties' list of known properties). */
+static void
+rule_body(const bson_iter_t *kwp, const bson_t *schema, const bson_t *doc, int depth, bson_t *rule)
+{
+    bson_iter_t kw = *kwp;
+    const char *k = shl_iter_key(&kw);
+    bson_t arr;
+
+    if (strcmp(k, "required") == 0 && BSON_ITER_HOLDS_ARRAY(&kw)) {
+        bson_t req;
+        bson_iter_t r, probe;
+        uint32_t m = 0;
+        kw_spec(&kw, rule);
+        view_of(&kw, &req);
+        BSON_APPEND_ARRAY_BEGIN(rule, "missingProperties", &arr);
+        if (bson_iter_init(&r, &req)) {
+            while (shl_iter_next(&r)) {
+                const char *name = BSON_ITER_HOLDS_UTF8(&r) ? bson_iter_utf8(&r, NULL) : NULL;
+                char mk[16];
+                const char *mkp;
+                if (name != NULL && !bson_iter_init_find(&probe, doc, name)) {
+                    bson_uint32_to_string(m++, &mkp, mk, sizeof(mk));
+                    BSON_APPEND_UTF8(&arr, mkp, name);
+                }
+            }
+        }
+        bson_append_array_end(rule, &arr);
+    } else if (strcmp(k, "properties") == 0 && BSON_ITER_HOLDS_DOCUMENT(&kw)) {
+        bson_t props;
+        bson_iter_t p;
+        uint32_t m = 0;
+        view_of(&kw, &props);
+        BSON_APPEND_ARRAY_BEGIN(rule, "propertiesNotSatisfied", &arr);
+        if (bson_iter_init(&p, &props)) {
+            while (shl_iter_next(&p)) {
+                bson_t item, sub, details;
+                char pk[16];
+                const char *pkp;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&p)) {
+                    continue;
+                }
+                view_of(&p, &sub);
+                {
+                    /* Only the properties that fail on their own. */
+                    bson_t one = BSON_INITIALIZER, f = BSON_INITIALIZER, js;
+                    bool ok;
+                    bson_append_iter(&one, NULL, 0, &p);
+                    BSON_APPEND_DOCUMENT_BEGIN(&f, "$jsonSchema", &js);
+                    BSON_APPEND_DOCUMENT(&js, "properties", &one);
+                    bson_append_document_end(&f, &js);
+                    ok = matches(&f, doc);
+                    bson_destroy(&f);
+                    bson_destroy(&one);
+                    if (ok) {
+                        continue;
+                    }
+                }
+                bson_uint32_to_string(m++, &pkp, pk, sizeof(pk));
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, pkp, &item);
+                BSON_APPEND_UTF8(&item, "propertyName", shl_iter_key(&p));
+                BSON_APPEND_ARRAY_BEGIN(&item, "details", &details);
+                describe_property(shl_iter_key(&p), &sub, doc, depth, &details);
+                bson_append_array_end(&item, &details);
+                bson_append_document_end(&arr, &item);
+            }
+        }
+        bson_append_array_end(rule, &arr);
+    } else if (strcmp(k, "additionalProperties") == 0 && BSON_ITER_HOLDS_BOOL(&kw)) {
+        bson_iter_t d, props, probe;
+        bool have_props = bson_iter_init_find(&props, schema, "properties") &&
+                          BSON_ITER_HOLDS_DOCUMENT(&props);
+        bson_t pv;
+        uint32_t m = 0;
+        if (have_props) {
+            view_of(&props, &pv);
+        }
+        kw_spec(&kw, rule);
+        BSON_APPEND_ARRAY_BEGIN(rule, "additionalProperties", &arr);
+        if (bson_iter_init(&d, doc)) {
+            while (shl_iter_next(&d)) {
+                char ak[16];
+                const char *akp;
+                if (have_props && bson_iter_init_find(&probe, &pv, shl_iter_key(&d))) {
+                    continue;
+                }
+                bson_uint32_to_string(m++, &akp, ak, sizeof(ak));
+                BSON_APPEND_UTF8(&arr, akp, shl_iter_key(&d));
+            }
+        }
+        bson_append_array_end(rule, &arr);
+    } else {
+        const char *reason = kw_reason(k);
+        kw_spec(&kw, rule);
+        BSON_APPEND_UTF8(rule, "reason", reason != NULL ? reason : "schema did not match");
+        if (strcmp(k, "bsonType") == 0 || strcmp(k, "type") == 0) {
+            BSON_APPEND_DOCUMENT(rule, "consideredValue", doc);
+            BSON_APPEND_UTF8(rule, "consideredType", "object");
+        }
+    }
+}
+
 /* The failing top-level keywords of 'schema' for 'doc', appended to the array 'rules'. */
 static void
 describe_schema(const bson_t *schema, const bson_t *doc, int depth, bson_t *rules)
@@ -303,7 +402,7 @@ describe_schema(const bson_t *schema, const bson_t *doc, int depth, bson_t *rule
     }
     while (shl_iter_next(&kw)) {
         const char *k = shl_iter_key(&kw);
-        bson_t rule, arr;
+        bson_t rule;
         char key[16];
         const char *ak;
         if (strcmp(k, "description") == 0 || strcmp(k, "title") == 0 ||
@@ -313,98 +412,7 @@ describe_schema(const bson_t *schema, const bson_t *doc, int depth, bson_t *rule
         bson_uint32_to_string(n++, &ak, key, sizeof(key));
         BSON_APPEND_DOCUMENT_BEGIN(rules, ak, &rule);
         BSON_APPEND_UTF8(&rule, "operatorName", k);
-        if (strcmp(k, "required") == 0 && BSON_ITER_HOLDS_ARRAY(&kw)) {
-            bson_t req;
-            bson_iter_t r, probe;
-            uint32_t m = 0;
-            kw_spec(&kw, &rule);
-            view_of(&kw, &req);
-            BSON_APPEND_ARRAY_BEGIN(&rule, "missingProperties", &arr);
-            if (bson_iter_init(&r, &req)) {
-                while (shl_iter_next(&r)) {
-                    const char *name = BSON_ITER_HOLDS_UTF8(&r) ? bson_iter_utf8(&r, NULL) : NULL;
-                    char mk[16];
-                    const char *mkp;
-                    if (name != NULL && !bson_iter_init_find(&probe, doc, name)) {
-                        bson_uint32_to_string(m++, &mkp, mk, sizeof(mk));
-                        BSON_APPEND_UTF8(&arr, mkp, name);
-                    }
-                }
-            }
-            bson_append_array_end(&rule, &arr);
-        } else if (strcmp(k, "properties") == 0 && BSON_ITER_HOLDS_DOCUMENT(&kw)) {
-            bson_t props;
-            bson_iter_t p;
-            uint32_t m = 0;
-            view_of(&kw, &props);
-            BSON_APPEND_ARRAY_BEGIN(&rule, "propertiesNotSatisfied", &arr);
-            if (bson_iter_init(&p, &props)) {
-                while (shl_iter_next(&p)) {
-                    bson_t item, sub, details;
-                    char pk[16];
-                    const char *pkp;
-                    if (!BSON_ITER_HOLDS_DOCUMENT(&p)) {
-                        continue;
-                    }
-                    view_of(&p, &sub);
-                    {
-                        /* Only the properties that fail on their own. */
-                        bson_t one = BSON_INITIALIZER, f = BSON_INITIALIZER, js;
-                        bool ok;
-                        bson_append_iter(&one, NULL, 0, &p);
-                        BSON_APPEND_DOCUMENT_BEGIN(&f, "$jsonSchema", &js);
-                        BSON_APPEND_DOCUMENT(&js, "properties", &one);
-                        bson_append_document_end(&f, &js);
-                        ok = matches(&f, doc);
-                        bson_destroy(&f);
-                        bson_destroy(&one);
-                        if (ok) {
-                            continue;
-                        }
-                    }
-                    bson_uint32_to_string(m++, &pkp, pk, sizeof(pk));
-                    BSON_APPEND_DOCUMENT_BEGIN(&arr, pkp, &item);
-                    BSON_APPEND_UTF8(&item, "propertyName", shl_iter_key(&p));
-                    BSON_APPEND_ARRAY_BEGIN(&item, "details", &details);
-                    describe_property(shl_iter_key(&p), &sub, doc, depth, &details);
-                    bson_append_array_end(&item, &details);
-                    bson_append_document_end(&arr, &item);
-                }
-            }
-            bson_append_array_end(&rule, &arr);
-        } else if (strcmp(k, "additionalProperties") == 0 && BSON_ITER_HOLDS_BOOL(&kw)) {
-            bson_iter_t d;
-            uint32_t m = 0;
-            kw_spec(&kw, &rule);
-            BSON_APPEND_ARRAY_BEGIN(&rule, "additionalProperties", &arr);
-            if (bson_iter_init(&d, doc)) {
-                bson_iter_t props, probe;
-                bool have_props = bson_iter_init_find(&props, schema, "properties") &&
-                                  BSON_ITER_HOLDS_DOCUMENT(&props);
-                bson_t pv;
-                if (have_props) {
-                    view_of(&props, &pv);
-                }
-                while (shl_iter_next(&d)) {
-                    char ak2[16];
-                    const char *akp;
-                    if (have_props && bson_iter_init_find(&probe, &pv, shl_iter_key(&d))) {
-                        continue;
-                    }
-                    bson_uint32_to_string(m++, &akp, ak2, sizeof(ak2));
-                    BSON_APPEND_UTF8(&arr, akp, shl_iter_key(&d));
-                }
-            }
-            bson_append_array_end(&rule, &arr);
-        } else {
-            const char *reason = kw_reason(k);
-            kw_spec(&kw, &rule);
-            BSON_APPEND_UTF8(&rule, "reason", reason != NULL ? reason : "schema did not match");
-            if (strcmp(k, "bsonType") == 0 || strcmp(k, "type") == 0) {
-                BSON_APPEND_DOCUMENT(&rule, "consideredValue", doc);
-                BSON_APPEND_UTF8(&rule, "consideredType", "object");
-            }
-        }
+        rule_body(&kw, schema, doc, depth, &rule);
         bson_append_document_end(rules, &rule);
     }
 }

@@ -49,6 +49,15 @@ SHL_TEST(validation_error_details)
          "'properties', 'propertiesNotSatisfied': [{'propertyName': 'e', 'details': "
          "[{'operatorName': 'enum', 'specifiedAs': {'enum': [1, 2]}, 'reason': 'value was not "
          "found in enum', 'consideredValue': 3}]}]}]}"},
+        {"{'$jsonSchema': {'properties': {'addr': {'required': ['zip'], 'properties': "
+         "{'zip': {'bsonType': 'string'}}}}}}",
+         "{'addr': {'zip': 5}}",
+         "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': "
+         "'properties', 'propertiesNotSatisfied': [{'propertyName': 'addr', 'details': "
+         "[{'operatorName': 'properties', 'propertiesNotSatisfied': [{'propertyName': 'zip', "
+         "'details': [{'operatorName': 'bsonType', 'specifiedAs': {'bsonType': 'string'}, "
+         "'reason': 'type did not match', 'consideredValue': 5, 'consideredType': 'int'}]}]}]}]}"
+         "]}"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         bson_t *v = shl_test_bson(cases[i].validator), *doc = shl_test_bson(cases[i].doc);
