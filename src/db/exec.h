@@ -142,10 +142,12 @@ void exec_sort_keep_record_ids(exec_stage_t *sort);
 /*
  * RETURN_KEY (return_key: each row becomes its index key {<key field>: value} of
  * 'key_pattern', copied, NULL: {} -- no index) and/or showRecordId ("$recordId":
- * NumberLong appended to each row's document; the row's rid must be set).
+ * NumberLong appended to each row's document; the row's rid must be set). An array value
+ * (multikey) is the scanned entry's key when the row carries it ('unique': keys without
+ * RecordIds), else the array's first element.
  */
-exec_stage_t *exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool return_key,
-                                  bool show_record_id);
+exec_stage_t *exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool unique,
+                                  bool return_key, bool show_record_id);
 exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
 exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 /* SHARDING_FILTER: drops rows whose document this shard does not own ('filter' borrowed). */

@@ -154,14 +154,16 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     if (q->return_key || q->show_record_id) {
         bson_t id_kp = BSON_INITIALIZER;
         const bson_t *kp = NULL;
+        bool unique = true;
         BSON_APPEND_INT32(&id_kp, "_id", 1);
         if (p->access == EXEC_ACCESS_IDHACK) {
             kp = &id_kp;
         } else if (p->index_name[0] != '\0' && p->coll != NULL) {
             const shl_index_t *idx = shl_collection_find_index(p->coll, p->index_name);
             kp = idx != NULL ? idx->key_pattern : NULL;
+            unique = idx != NULL && idx->unique;
         }
-        root = exec_return_key_new(root, kp, q->return_key, q->show_record_id);
+        root = exec_return_key_new(root, kp, unique, q->return_key, q->show_record_id);
         bson_destroy(&id_kp);
     }
     if (q->count_only) {

@@ -570,6 +570,9 @@ fetch_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_sta
         if (matched) {
             row->rid = in.rid;
             row->doc = &f->doc;
+            /* The entry's key rides along (valid until the next pull): RETURN_KEY. */
+            row->key = in.key;
+            row->key_len = in.key_len;
             break;
         }
     }
@@ -726,21 +729,30 @@ exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern, const bson
 typedef struct return_key_stage {
     exec_stage_t base;
     bson_t *key_pattern; /* owned copy, NULL: no index */
+    bool unique;         /* the index's keys carry no RecordId */
+    bool desc[32];       /* key fields' directions, for decoding entries */
+    size_t nfields;
     bool return_key, show_record_id;
     bson_t out;
     bool has_out;
 } return_key_stage_t;
 
-/* One key field of 'doc': the value at the path (an array's first element, as the first
- * index entry of a multikey document; missing is null), hashed for a hashed field. */
+/* One key field of 'doc': the value at the path (missing is null), hashed for a hashed
+ * field. An array (a multikey document) is the scanned entry's value 'entry' when the row
+ * still carries it, else its first element. */
 static void
-append_key_field(bson_t *out, const char *path, const bson_iter_t *kind, const bson_t *doc)
+append_key_field(bson_t *out, const char *path, const bson_iter_t *kind, const bson_t *doc,
+                 const bson_value_t *entry)
 {
     bson_value_t v;
     bool found = doc != NULL && shl_bson_path_get_value(doc, path, &v);
     bson_t arr;
     bson_iter_t el;
 
+    if (found && v.value_type == BSON_TYPE_ARRAY && entry != NULL) {
+        BSON_APPEND_VALUE(out, path, entry);
+        return;
+    }
     if (found && v.value_type == BSON_TYPE_ARRAY &&
         bson_init_static(&arr, v.value.v_doc.data, v.value.v_doc.data_len) &&
         bson_iter_init(&el, &arr)) {
@@ -778,9 +790,22 @@ return_key_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
     if (!r->return_key) {
         bson_concat(&r->out, row->doc);
     } else if (r->key_pattern != NULL && bson_iter_init(&kp, r->key_pattern)) {
-        while (shl_iter_next(&kp)) {
-            append_key_field(&r->out, shl_iter_key(&kp), &kp, row->doc);
+        bson_t entry;
+        bson_iter_t ev;
+        int64_t rid;
+        bool have = row->key != NULL && r->nfields > 0 &&
+                    shl_keystring_decode(row->key, row->key_len, r->desc, r->nfields, &entry,
+                                         r->unique ? NULL : &rid);
+        if (row->key == NULL || r->nfields == 0) {
+            bson_init(&entry);
         }
+        have = have && bson_iter_init(&ev, &entry);
+        while (shl_iter_next(&kp)) {
+            bool has_ev = have && shl_iter_next(&ev);
+            append_key_field(&r->out, shl_iter_key(&kp), &kp, row->doc,
+                             has_ev ? bson_iter_value(&ev) : NULL);
+        }
+        bson_destroy(&entry);
     }
     if (r->show_record_id && row->rid != 0) {
         BSON_APPEND_INT64(&r->out, RID_FIELD, row->rid);
@@ -808,12 +833,23 @@ static const exec_stage_ops_t record_id_ops = {"PROJECTION_DEFAULT", return_key_
                                                return_key_destroy};
 
 exec_stage_t *
-exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool return_key,
+exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool unique, bool return_key,
                     bool show_record_id)
 {
     return_key_stage_t *r = (return_key_stage_t *)stage_alloc(
         sizeof(return_key_stage_t), return_key ? &return_key_ops : &record_id_ops, child);
+    bson_iter_t kp;
     r->key_pattern = key_pattern != NULL ? bson_copy(key_pattern) : NULL;
+    r->unique = unique;
+    if (key_pattern != NULL && bson_iter_init(&kp, key_pattern)) {
+        while (shl_iter_next(&kp)) {
+            if (r->nfields == sizeof(r->desc) / sizeof(r->desc[0])) {
+                r->nfields = 0; /* too many to decode: documents only */
+                break;
+            }
+            r->desc[r->nfields++] = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        }
+    }
     r->return_key = return_key;
     r->show_record_id = show_record_id;
     return &r->base;

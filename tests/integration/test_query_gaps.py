@@ -142,6 +142,10 @@ def test_return_key(target):
     assert list(coll.find({"a": 1}, {"a": 0}, return_key=True).hint([("$natural", 1)])) == [{}]
     # The _id index by a point query.
     assert list(coll.find({"_id": 3}, return_key=True)) == [{"_id": 3}]
+    # A multikey document gives the entry the scan found.
+    coll.insert_one({"_id": 50, "sk": 50, "a": [30, 20, 40], "b": {"c": 1}})
+    assert list(coll.find({"a": 40}, return_key=True).hint([("a", 1), ("b.c", -1)])) == [
+        {"a": 40, "b.c": 1}]
 
 
 def test_show_record_id(target):
