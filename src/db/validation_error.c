@@ -349,6 +349,16 @@ rule_body(const bson_iter_t *kwp, const bson_t *schema, const bson_t *doc, int d
                 bson_uint32_to_string(m++, &pkp, pk, sizeof(pk));
                 BSON_APPEND_DOCUMENT_BEGIN(&arr, pkp, &item);
                 BSON_APPEND_UTF8(&item, "propertyName", shl_iter_key(&p));
+                {
+                    /* The subschema's annotations come along, as MongoDB reports them. */
+                    bson_iter_t ann;
+                    if (bson_iter_init_find(&ann, &sub, "title")) {
+                        bson_append_iter(&item, NULL, 0, &ann);
+                    }
+                    if (bson_iter_init_find(&ann, &sub, "description")) {
+                        bson_append_iter(&item, NULL, 0, &ann);
+                    }
+                }
                 BSON_APPEND_ARRAY_BEGIN(&item, "details", &details);
                 describe_property(shl_iter_key(&p), &sub, doc, depth, &details);
                 bson_append_array_end(&item, &details);

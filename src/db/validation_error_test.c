@@ -44,6 +44,12 @@ SHL_TEST(validation_error_details)
          "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': "
          "'additionalProperties', 'specifiedAs': {'additionalProperties': false}, "
          "'additionalProperties': ['z']}]}"},
+        {"{'$jsonSchema': {'properties': {'q': {'description': 'qty', 'minimum': 1}}}}",
+         "{'q': 0}",
+         "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': "
+         "'properties', 'propertiesNotSatisfied': [{'propertyName': 'q', 'description': 'qty', "
+         "'details': [{'operatorName': 'minimum', 'specifiedAs': {'minimum': 1}, 'reason': "
+         "'comparison failed', 'consideredValue': 0}]}]}]}"},
         {"{'$jsonSchema': {'properties': {'e': {'enum': [1, 2]}}}}", "{'e': 3}",
          "{'operatorName': '$jsonSchema', 'schemaRulesNotSatisfied': [{'operatorName': "
          "'properties', 'propertiesNotSatisfied': [{'propertyName': 'e', 'details': "
