@@ -68,17 +68,67 @@ clause_filter(const char *field, const bson_iter_t *op, bool implicit_eq, bson_t
     }
 }
 
-/* consideredValue / consideredType of the value at 'field' (false when missing). */
+/*
+ * consideredValue(s) / consideredType(s) of the value at 'field' (false when missing): an
+ * array is traversed as the predicate traverses it (its elements, one alone is a
+ * consideredValue); types are the distinct type names, sorted.
+ */
 static bool
 append_considered(const bson_t *doc, const char *field, bool with_type, bson_t *out)
 {
-    bson_iter_t v;
+    bson_iter_t v, el;
+    bson_t arr, types_arr;
+    const char *types[32];
+    size_t ntypes = 0, nvals = 0;
+
     if (!shl_bson_path_get(doc, field, &v)) {
         return false;
     }
-    bson_append_value(out, "consideredValue", -1, bson_iter_value(&v));
-    if (with_type) {
-        BSON_APPEND_UTF8(out, "consideredType", shl_bson_type_name(bson_iter_type(&v)));
+    if (!BSON_ITER_HOLDS_ARRAY(&v)) {
+        bson_append_value(out, "consideredValue", -1, bson_iter_value(&v));
+        if (with_type) {
+            BSON_APPEND_UTF8(out, "consideredType", shl_bson_type_name(bson_iter_type(&v)));
+        }
+        return true;
+    }
+    {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_array(&v, &len, &data);
+        bson_init_static(&arr, data, len);
+    }
+    nvals = bson_count_keys(&arr);
+    if (nvals == 1 && bson_iter_init(&el, &arr) && shl_iter_next(&el)) {
+        bson_append_value(out, "consideredValue", -1, bson_iter_value(&el));
+    } else {
+        BSON_APPEND_ARRAY(out, "consideredValues", &arr);
+    }
+    if (with_type && bson_iter_init(&el, &arr)) {
+        while (shl_iter_next(&el) && ntypes < sizeof(types) / sizeof(types[0])) {
+            const char *t = shl_bson_type_name(bson_iter_type(&el));
+            size_t i = 0;
+            while (i < ntypes && strcmp(types[i], t) < 0) {
+                i++;
+            }
+            if (i < ntypes && strcmp(types[i], t) == 0) {
+                continue;
+            }
+            memmove(&types[i + 1], &types[i], (ntypes - i) * sizeof(types[0]));
+            types[i] = t;
+            ntypes++;
+        }
+        if (ntypes == 1) {
+            BSON_APPEND_UTF8(out, "consideredType", types[0]);
+        } else if (ntypes > 1) {
+            BSON_APPEND_ARRAY_BEGIN(out, "consideredTypes", &types_arr);
+            for (size_t i = 0; i < ntypes; i++) {
+                char k[16];
+                const char *kp;
+                bson_uint32_to_string((uint32_t)i, &kp, k, sizeof(k));
+                BSON_APPEND_UTF8(&types_arr, kp, types[i]);
+            }
+            bson_append_array_end(out, &types_arr);
+        }
     }
     return true;
 }

@@ -13,6 +13,13 @@ SHL_TEST(validation_error_details)
         {"{'a': {'$gt': 5}}", "{'a': 2}",
          "{'operatorName': '$gt', 'specifiedAs': {'a': {'$gt': 5}}, 'reason': 'comparison "
          "failed', 'consideredValue': 2}"},
+        {"{'a': {'$gt': 5}}", "{'a': [1, 2]}",
+         "{'operatorName': '$gt', 'specifiedAs': {'a': {'$gt': 5}}, 'reason': 'comparison "
+         "failed', 'consideredValues': [1, 2]}"},
+        {"{'a': {'$type': 'string'}}", "{'a': [1, 2.5, 3]}",
+         "{'operatorName': '$type', 'specifiedAs': {'a': {'$type': 'string'}}, 'reason': 'type "
+         "did not match', 'consideredValues': [1, 2.5, 3], 'consideredTypes': ['double', "
+         "'int']}"},
         {"{'a': 5}", "{'b': 1}",
          "{'operatorName': '$eq', 'specifiedAs': {'a': 5}, 'reason': 'field was missing'}"},
         {"{'a': {'$gt': 1, '$lt': 3}}", "{'a': 7}",
