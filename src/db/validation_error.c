@@ -136,7 +136,7 @@ append_considered(const bson_t *doc, const char *field, bool with_type, bson_t *
 /* A leaf predicate on 'field' ({$gt: 5}, {$type: ...}, {$exists: ...}, an equality...). */
 static void
 describe_leaf(const char *field, const bson_iter_t *op, bool implicit_eq, const bson_t *doc,
-              bson_t *out)
+              bool inverted, bson_t *out)
 {
     const char *name = implicit_eq ? "$eq" : shl_iter_key(op);
     bson_t spec;
@@ -156,24 +156,47 @@ describe_leaf(const char *field, const bson_iter_t *op, bool implicit_eq, const 
         if (!present) {
             BSON_APPEND_UTF8(out, "reason", "field was missing");
         } else {
-            BSON_APPEND_UTF8(out, "reason", "type did not match");
+            BSON_APPEND_UTF8(out, "reason", inverted ? "type did match" : "type did not match");
             append_considered(doc, field, true, out);
         }
     } else if (!present) {
         BSON_APPEND_UTF8(out, "reason", "field was missing");
-    } else if (strcmp(name, "$in") == 0) {
-        BSON_APPEND_UTF8(out, "reason", "no matching value found in array");
-        append_considered(doc, field, false, out);
-    } else if (strcmp(name, "$nin") == 0) {
-        BSON_APPEND_UTF8(out, "reason", "matching value found in array");
+    } else if (strcmp(name, "$in") == 0 || strcmp(name, "$nin") == 0) {
+        /* $nin is the inverse of $in. */
+        bool found = (strcmp(name, "$nin") == 0) != inverted;
+        BSON_APPEND_UTF8(out, "reason",
+                         found ? "matching value found in array" : "no matching value found in array");
         append_considered(doc, field, false, out);
     } else if (strcmp(name, "$regex") == 0) {
-        BSON_APPEND_UTF8(out, "reason", "regular expression did not match");
+        BSON_APPEND_UTF8(out, "reason", inverted ? "regular expression did match"
+                                                 : "regular expression did not match");
         append_considered(doc, field, false, out);
     } else {
-        BSON_APPEND_UTF8(out, "reason", "comparison failed");
+        BSON_APPEND_UTF8(out, "reason", inverted ? "comparison succeeded" : "comparison failed");
         append_considered(doc, field, false, out);
     }
+}
+
+/* The one field predicate of 'filter' ({f: v} or {f: {$op: v}}), if that is all it is. */
+static bool
+single_leaf(const bson_t *filter, const char **field, bson_iter_t *op, bool *implicit_eq)
+{
+    bson_iter_t it, sub;
+    if (!bson_iter_init(&it, filter) || !shl_iter_next(&it) || shl_iter_key(&it)[0] == '$') {
+        return false;
+    }
+    *field = shl_iter_key(&it);
+    *implicit_eq = true;
+    *op = it;
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
+        shl_iter_key(&sub)[0] == '$') {
+        *implicit_eq = false;
+        *op = sub;
+        if (shl_iter_next(&sub)) {
+            return false;
+        }
+    }
+    return !shl_iter_next(&it);
 }
 
 /* $and / $or / $nor: the clauses that decided the failure, by index. */
@@ -211,10 +234,17 @@ describe_logical(const bson_iter_t *op, const bson_t *doc, int depth, bson_t *ou
             BSON_APPEND_INT32(&item, "index", (int32_t)i);
             BSON_APPEND_DOCUMENT_BEGIN(&item, "details", &details);
             if (nor) {
-                /* What matched is described as a plain clause. */
-                BSON_APPEND_UTF8(&details, "operatorName", "$and");
-                BSON_APPEND_DOCUMENT(&details, "specifiedAs", &c);
-                BSON_APPEND_UTF8(&details, "reason", "expression did match");
+                /* What matched, described in the inverted sense. */
+                const char *f;
+                bson_iter_t o;
+                bool eq;
+                if (single_leaf(&c, &f, &o, &eq)) {
+                    describe_leaf(f, &o, eq, doc, true, &details);
+                } else {
+                    BSON_APPEND_UTF8(&details, "operatorName", "$and");
+                    BSON_APPEND_DOCUMENT(&details, "specifiedAs", &c);
+                    BSON_APPEND_UTF8(&details, "reason", "expression did match");
+                }
             } else {
                 describe_filter(&c, doc, depth + 1, &details);
             }
@@ -514,14 +544,19 @@ describe_clause(const char *field, const bson_iter_t *op, const bson_t *doc, int
             bson_destroy(&spec);
         }
     } else if (strcmp(name, "$not") == 0) {
-        bson_t spec;
+        /* The child that matched, in the inverted sense, as its details. */
+        bson_iter_t sub;
         BSON_APPEND_UTF8(out, "operatorName", "$not");
-        clause_filter(field, op, false, &spec);
-        BSON_APPEND_DOCUMENT(out, "specifiedAs", &spec);
-        bson_destroy(&spec);
-        BSON_APPEND_UTF8(out, "reason", "child expression matched");
+        if (BSON_ITER_HOLDS_DOCUMENT(op) && bson_iter_recurse(op, &sub) && shl_iter_next(&sub)) {
+            bson_t details;
+            BSON_APPEND_DOCUMENT_BEGIN(out, "details", &details);
+            describe_leaf(field, &sub, false, doc, true, &details);
+            bson_append_document_end(out, &details);
+        } else {
+            BSON_APPEND_UTF8(out, "reason", "child expression matched");
+        }
     } else {
-        describe_leaf(field, op, false, doc, out);
+        describe_leaf(field, op, false, doc, false, out);
     }
 }
 
@@ -593,7 +628,7 @@ static void
 describe_one(const clause_t *c, const bson_t *doc, int depth, bson_t *out)
 {
     if (c->implicit_eq) {
-        describe_leaf(c->field, &c->op, true, doc, out);
+        describe_leaf(c->field, &c->op, true, doc, false, out);
     } else {
         describe_clause(c->field, &c->op, doc, depth, out);
     }

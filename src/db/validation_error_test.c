@@ -20,6 +20,13 @@ SHL_TEST(validation_error_details)
          "{'operatorName': '$type', 'specifiedAs': {'a': {'$type': 'string'}}, 'reason': 'type "
          "did not match', 'consideredValues': [1, 2.5, 3], 'consideredTypes': ['double', "
          "'int']}"},
+        {"{'$nor': [{'a': 1}, {'b': {'$gt': 2}}]}", "{'a': 2, 'b': 3}",
+         "{'operatorName': '$nor', 'clausesSatisfied': [{'index': 1, 'details': {'operatorName': "
+         "'$gt', 'specifiedAs': {'b': {'$gt': 2}}, 'reason': 'comparison succeeded', "
+         "'consideredValue': 3}}]}"},
+        {"{'a': {'$not': {'$gt': 5}}}", "{'a': 7}",
+         "{'operatorName': '$not', 'details': {'operatorName': '$gt', 'specifiedAs': {'a': "
+         "{'$gt': 5}}, 'reason': 'comparison succeeded', 'consideredValue': 7}}"},
         {"{'a': 5}", "{'b': 1}",
          "{'operatorName': '$eq', 'specifiedAs': {'a': 5}, 'reason': 'field was missing'}"},
         {"{'a': {'$gt': 1, '$lt': 3}}", "{'a': 7}",
