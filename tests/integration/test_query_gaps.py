@@ -378,6 +378,15 @@ def test_aggregate_let_and_system_variables(target):
             {"$match": {"$expr": {"$and": [{"$eq": ["$a", "$$mine"]}, {"$gt": ["$_id", "$$lo"]}]}}},
             {"$project": {"_id": 1}}]}}], let={"lo": 1}))
     assert [d["_id"] for d in got[0]["same"]] == [3]
+    # ...and so does $merge's whenMatched pipeline, beside its own `let`.
+    db = coll.database
+    db.mtarget.drop()
+    db.mtarget.insert_many([{"_id": 1, "sk": 20}, {"_id": 2, "sk": 40}])
+    list(coll.aggregate([{"$match": {"_id": {"$in": [1, 2]}}}, {"$merge": {
+        "into": "mtarget", "let": {"mine": "$a"},
+        "whenMatched": [{"$set": {"tag": "$$tag", "a": "$$mine"}}]}}], let={"tag": "z"}))
+    assert list(db.mtarget.find().sort("_id", 1)) == [
+        {"_id": 1, "sk": 20, "tag": "z", "a": 1}, {"_id": 2, "sk": 40, "tag": "z", "a": 2}]
     ct = [{"$match": {"_id": 0}}, {"$project": {"ct": "$$CLUSTER_TIME"}}]
     if kind == "node":
         # A standalone has no cluster time.
