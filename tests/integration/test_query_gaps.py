@@ -257,6 +257,8 @@ def test_unknown_top_level_operator_on_a_missing_database(target):
     assert code_of(lambda: db.command("count", "c", query={"$foo": 1})) == 2
     assert code_of(lambda: db.command("distinct", "c", key="a", query={"$bar": 1})) == 2
     assert list(db.c.find({"a": 1})) == []
+    r = db.command("delete", "c", deletes=[{"q": {"$foo": 1}, "limit": 0}])
+    assert r["n"] == 0 and r["writeErrors"][0]["code"] == 2
 
 
 # ---------------------------------------------------------------- '$'-prefixed field names
