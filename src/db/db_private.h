@@ -202,6 +202,17 @@ void db_append_ts(bson_t *doc, const char *key, uint64_t ts);
 /* db_unsupported_collation -- InvalidOptions unless 'collation' is absent or simple. */
 int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
 
+/*
+ * db_let_vars --
+ *     The variables a command's expressions see: its `let` evaluated (shl_expr_let_vars)
+ *     plus NOW (one time for the whole command) and CLUSTER_TIME on a replica-set member. Without `let` nothing is built unless
+ *     'always'. *out is always initialised (the caller destroys it); *has says whether it
+ *     holds the variables. Errors: TypeMismatch (14) for a non-object `let`, the
+ *     expressions' errors.
+ */
+int db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool *has,
+                shl_status_t *st);
+
 /* db_cmd_get_hint -- the "hint" field: *has false when absent or empty. */
 int db_cmd_get_hint(const bson_t *cmd, bool *has, bson_value_t *hint, shl_status_t *st);
 
@@ -262,7 +273,19 @@ typedef struct db_validator {
     bool moderate;    /* validationLevel moderate: updates of invalid documents pass */
     bool warn;        /* validationAction warn: log instead of failing */
     const char *ns;   /* borrowed from the collection snapshot */
+    bson_t spec;      /* the validator, a view into the collection snapshot's options */
 } db_validator_t;
+
+/*
+ * db_validation_error_details --
+ *     Append to 'out' (errInfo.details being built) why 'doc' fails 'validator', as MongoDB
+ *     5.0+ describes it: {operatorName, specifiedAs, reason, consideredValue, ...}, $and /
+ *     $or with clausesNotSatisfied [{index, details}], $jsonSchema with
+ *     schemaRulesNotSatisfied (required: missingProperties; properties:
+ *     propertiesNotSatisfied [{propertyName, details: [...]}]). Each clause is re-checked
+ *     alone (validation_error.c); call only after the document failed. Does not block.
+ */
+void db_validation_error_details(const bson_t *validator, const bson_t *doc, bson_t *out);
 
 /*
  * db_validation_options_check --
@@ -291,7 +314,7 @@ void db_validator_cleanup(db_validator_t *v);
  *     replaces (NULL for an insert or upsert). Passes when it matches, when moderate and
  *     'old_doc' did not match either, or with action warn (logged, id 20294). Errors:
  *     DocumentValidationFailure (121) "Document failed validation" with extra
- *     {errInfo: {failingDocumentId}}; $expr evaluation errors.
+ *     {errInfo: {failingDocumentId, details}}; $expr evaluation errors.
  */
 int db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t *new_doc,
                        shl_status_t *st);

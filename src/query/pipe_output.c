@@ -308,6 +308,15 @@ shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
         e = NULL;
     }
 done:
+    /* The command's `let` is visible too, under $merge's own names. */
+    if (ret == 0 && p->opts.vars != NULL && bson_iter_init(&it, p->opts.vars)) {
+        while (shl_iter_next(&it)) {
+            bson_iter_t own;
+            if (!bson_iter_init_find(&own, out, shl_iter_key(&it))) {
+                bson_append_iter(out, NULL, 0, &it);
+            }
+        }
+    }
     shl_expr_destroy(e);
     bson_value_destroy(&v);
     return ret;

@@ -128,7 +128,8 @@ const shl_pipeline_output_t *shl_pipeline_output(const shl_pipeline_t *p);
 /*
  * shl_pipeline_merge_vars --
  *     The variables of a $merge whenMatched pipeline for the output document 'doc': its
- *     `let` evaluated against 'doc', or {new: doc} by default. *out is always initialised.
+ *     `let` evaluated against 'doc', or {new: doc} by default, then the command's variables
+ *     (opts.vars) it does not shadow. *out is always initialised.
  */
 int shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
                             shl_status_t *st);
