@@ -25,6 +25,7 @@ struct shl_conn;
 struct shl_storage_engine;
 struct shl_service_ctx;
 struct shl_lsc;
+struct shl_cluster_time;
 
 typedef enum shl_role {
     SHL_ROLE_STANDALONE,
@@ -114,6 +115,9 @@ typedef struct shl_service_ctx {
 
     struct shl_storage_engine *storage; /* data nodes; NULL on the router */
     struct shl_lsc *lsc; /* the logical session cache (session/); set by the role at start-up */
+    /* $clusterTime signing keys and validation (net/cluster_time.h); NULL until a cluster
+     * role creates it at start-up, then read-only. */
+    struct shl_cluster_time *cluster_time;
     void *role_state;    /* owned by the role's module */
 } shl_service_ctx_t;
 
