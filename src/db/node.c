@@ -20,6 +20,7 @@
 #include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
+#include "net/cluster_time.h"
 #include "net/reply_times.h"
 #include "session/logical_session_cache.h"
 #include "session/session_args.h"
@@ -71,7 +72,7 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     if (ts == 0) {
         ts = shl_storage_all_durable(node->eng);
     }
-    shl_reply_append_times(reply, ts, shl_storage_clock_now(node->eng));
+    shl_cluster_time_append_reply(op, reply, ts, shl_storage_clock_now(node->eng));
 }
 
 static void

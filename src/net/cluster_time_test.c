@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "base/unit_test.h"
 #include "net/cluster_time.h"
 
@@ -112,6 +113,8 @@ SHL_TEST(advance_limit_refuses_times_a_year_ahead)
 {
     shl_status_t st = SHL_STATUS_INIT;
     int64_t now_ms = 1700000000000LL;
+
+    shl_options_init(); /* maxAcceptableLogicalClockDriftSecs: its default, one year */
 
     ASSERT_INT_EQ(shl_cluster_time_check_drift(TS(1700000000 + 31536000, 0), now_ms, &st), 0);
     ASSERT_INT_EQ(shl_cluster_time_check_drift(TS(1700000000 + 31536001, 0), now_ms, &st), 205);

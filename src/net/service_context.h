@@ -85,6 +85,13 @@ typedef struct shl_service_hooks {
      */
     int (*session_begin)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
     void (*session_end)(struct shl_op_ctx *op);
+    /*
+     * A request's gossip, once its $clusterTime passed shl_cluster_time_gossip_in (signature
+     * and advance limit): the role advances its clock to 'cluster_time' (0: none) and, for a
+     * request from a cluster process (op->conn->internal), from $configTime/$topologyTime
+     * in op->body. Runs before the command.
+     */
+    void (*gossip_in)(struct shl_op_ctx *op, uint64_t cluster_time);
     /* Fields every reply carries ($clusterTime, operationTime, ...). */
     void (*decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
     /* Extra serverStatus sections (storage engine, sharding, ...). */
