@@ -11,6 +11,7 @@
 #include "storage/storage.h"
 #include "config/config_private.h"
 #include "config/configsvr.h"
+#include "db/node.h"
 
 /* The node's own hello decoration, chained before configsvr: 2. */
 static void (*node_append_hello)(struct shl_op_ctx *op, bson_t *reply);
@@ -283,6 +284,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.gossip_in = gossip_in;
     shl_vector_clock_init(&cfg->clock);
+    shl_node_clock_start_fresh(svc);
     /* ConfigTime after a restart: nothing is in flight, so everything up to the clock (which
      * starts at or past the last oplog entry) is committed, and no older time is given out. */
     shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, shl_storage_clock_now(svc->storage));

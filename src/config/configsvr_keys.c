@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
 #include "bson/bson_util.h"
@@ -89,8 +90,14 @@ generate(cfg_state_t *cfg, uint64_t *next_expiry, shl_status_t *st)
     size_t n = 0, nvalid = 0, nnew = 0;
     uint64_t *valid = NULL;
     uint64_t now = shl_storage_clock_now(cfg->svc->storage);
+    uint64_t wall = (uint64_t)(shl_clock_wall_ms() / 1000) << 32;
     cfg_new_key_t add[2];
 
+    /* ClusterTime moves only with writes, and an idle config server writes nothing; the
+     * next write will be stamped at least with the wall clock, which is "now" for keys. */
+    if (wall > now) {
+        now = wall;
+    }
     *next_expiry = 0;
     SHL_ERR(read_keys(&keys, &n, st));
     valid = calloc(n + 1, sizeof(*valid));
@@ -156,8 +163,7 @@ keys_main(void *arg)
                             "error", BCON_UTF8(st.reason));
         } else if (next != 0) {
             /* Wake when the current key expires, to put a new reserve behind its successor. */
-            wait_s = (int64_t)(next >> 32) -
-                     (int64_t)(shl_storage_clock_now(cfg->svc->storage) >> 32) + 1;
+            wait_s = (int64_t)(next >> 32) - shl_clock_wall_ms() / 1000 + 1;
             wait_s = wait_s < 1 ? 1 : wait_s > 3600 ? 3600 : wait_s;
         }
         pthread_mutex_lock(&cfg->keys_mu);

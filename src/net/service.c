@@ -385,6 +385,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     {
         uint64_t gossip_ts = 0;
         SHL_ERR(shl_cluster_time_gossip_in(&op, &gossip_ts, &st));
+        op.cluster_time_checked = gossip_ts;
         if (svc->hooks.gossip_in != NULL) {
             svc->hooks.gossip_in(&op, gossip_ts);
         }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "db/node.h"
 #include "bson/bson_util.h"
 #include "net/cluster_time.h"
 #include "net/server.h"
@@ -195,6 +196,7 @@ shard_clock_init(shard_state_t *s, shl_status_t *st)
     int ret = 0;
     shl_service_ctx_t *svc = s->svc;
 
+    shl_node_clock_start_fresh(svc);
     pthread_mutex_init(&s->vc_persist_mu, NULL);
     pthread_cond_init(&s->vc_cv, NULL);
     shl_vector_clock_init(&s->clock);
