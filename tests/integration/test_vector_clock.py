@@ -14,6 +14,7 @@ import bson
 import pytest
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
+from pymongo import WriteConcern
 
 import wire_util
 from shale_fixtures import ShaleCluster, fail_point, wait_until
@@ -235,7 +236,7 @@ def internal_times(proc):
 def test_times_never_go_back_across_kill_9(kc, role):
     r = kc.router_client()
     r.admin.command("enableSharding", "vc_k", primaryShard="shard0")
-    r.vc_k.c.insert_one({"x": role})
+    r.vc_k.get_collection("c", write_concern=WriteConcern(j=True)).insert_one({"x": role})
     r.admin.command("ping")
     procs = {"config": kc.config, "shard": kc.shards[0], "router": kc.router}
     proc = procs[role]
@@ -257,3 +258,29 @@ def test_times_never_go_back_across_kill_9(kc, role):
     # The cluster still works through the restarted process.
     wait_until(lambda: kc.router_client().vc_k.c.count_documents({}) >= 1,
                what="reads through the router")
+
+
+def test_shard_recovers_config_and_topology_time_from_config_vector_clock(kc):
+    """With the config server down, a shard restarted after kill -9 has only what it wrote to
+    config.vectorClock ({_id: "vectorClockState", configTime, topologyTime})."""
+    r = kc.router_client()
+    r.admin.command("enableSharding", "vc_p", primaryShard="shard1")
+    r.vc_p.get_collection("c", write_concern=WriteConcern(j=True)).insert_one({"_id": 1})
+    before = internal_times(kc.shards[1])
+    doc = {}
+
+    def persisted():
+        doc.update(kc.shard_client(1).config.vectorClock.find_one({"_id": "vectorClockState"}) or {})
+        return doc and doc["configTime"] >= before[1] and doc["topologyTime"] >= before[2]
+    wait_until(persisted, what="config.vectorClock on shard1")
+    assert set(doc) == {"_id", "configTime", "topologyTime"}
+    kc.config.kill()
+    try:
+        kc.shards[1].kill()
+        kc.restart_shard(1)
+        after = internal_times(kc.shards[1])
+        assert after[0] >= before[0] and after[1] >= before[1] and after[2] >= before[2], (
+            before, after)
+    finally:
+        kc.restart_config()
+    wait_until(lambda: r.vc_p.c.find_one({"_id": 1}) is not None, what="reads through the router")
