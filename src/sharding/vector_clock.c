@@ -4,6 +4,9 @@
 #include "bson/bson_iter.h"
 #include "sharding/vector_clock.h"
 
+#include "base/clock.h"
+#include "net/cluster_time.h"
+
 #include <string.h>
 
 void
@@ -53,17 +56,20 @@ shl_vector_clock_now(const shl_vector_clock_t *vc, shl_vector_time_t *out)
     }
 }
 
+/* A gossiped time, unless malformed or past the advance limit (such a time from a cluster
+ * process is ignored rather than spread: net/cluster_time.h). */
 static bool
 read_ts(const bson_iter_t *it, uint64_t *out)
 {
     uint32_t t, i;
+    shl_status_t st = SHL_STATUS_INIT;
 
     if (!BSON_ITER_HOLDS_TIMESTAMP(it)) {
         return false;
     }
     bson_iter_timestamp(it, &t, &i);
     *out = ((uint64_t)t << 32) | i;
-    return true;
+    return shl_cluster_time_check_drift(*out, shl_clock_wall_ms(), &st) == 0;
 }
 
 unsigned

@@ -56,7 +56,8 @@ bool shl_vector_clock_advance(shl_vector_clock_t *vc, shl_vc_component_t c, uint
  * shl_vector_clock_observe --
  *     Advance from the gossip fields of a received message ($clusterTime.clusterTime,
  *     $configTime, $topologyTime); the SHL_VC_ADVANCED bits of the components that moved.
- *     Malformed fields are ignored.
+ *     Malformed fields and times past the advance limit (maxAcceptableLogicalClockDriftSecs
+ *     ahead of the wall clock) are ignored.
  */
 unsigned shl_vector_clock_observe(shl_vector_clock_t *vc, const bson_t *msg);
 

@@ -5,6 +5,8 @@
  */
 #include <pthread.h>
 
+#include "base/clock.h"
+#include "base/options.h"
 #include "base/unit_test.h"
 #include "sharding/vector_clock.h"
 
@@ -110,4 +112,19 @@ SHL_TEST(vector_clock_internal_gossip_carries_all_three)
     ASSERT(bson_iter_init_find(&it, &doc, "$configTime"));
     ASSERT(bson_iter_init_find(&it, &doc, "$topologyTime"));
     bson_destroy(&doc);
+}
+
+SHL_TEST(vector_clock_observe_ignores_times_past_the_advance_limit)
+{
+    shl_vector_clock_t vc;
+    bson_t msg = BSON_INITIALIZER;
+    uint32_t far = (uint32_t)(shl_clock_wall_ms() / 1000) + 2 * 31536000;
+
+    shl_options_init(); /* maxAcceptableLogicalClockDriftSecs: one year */
+    shl_vector_clock_init(&vc);
+    BSON_APPEND_TIMESTAMP(&msg, "$configTime", far, 0);
+    BSON_APPEND_TIMESTAMP(&msg, "$topologyTime", 5, 0);
+    ASSERT_INT_EQ(shl_vector_clock_observe(&vc, &msg), SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME));
+    ASSERT(shl_vector_clock_get(&vc, SHL_VC_CONFIG_TIME) == TS(5, 0));
+    bson_destroy(&msg);
 }
