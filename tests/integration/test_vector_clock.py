@@ -284,3 +284,23 @@ def test_shard_recovers_config_and_topology_time_from_config_vector_clock(kc):
     finally:
         kc.restart_config()
     wait_until(lambda: r.vc_p.c.find_one({"_id": 1}) is not None, what="reads through the router")
+
+
+def test_node_driver_works_with_signed_cluster_time(kc):
+    """The Node.js driver gossips back the signed $clusterTime it is given; the router checks
+    it on every request (the driver's whole smoke run passes with the switch on)."""
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    r = kc.router_client()
+    switch(r, True)
+    try:
+        out = subprocess.run([node_binary(), os.path.join(HERE, "cluster_smoke.js"), kc.uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        assert res["inserted"] == 1000 and res["deleted"] == 1
+        check_signed(kc, r.admin.command("ping"))
+    finally:
+        switch(r, False)
