@@ -327,7 +327,9 @@ shl_cluster_time_gossip_in(shl_op_ctx_t *op, uint64_t *ts, shl_status_t *st)
     uint64_t t;
 
     *ts = 0;
-    if (!op->has_cluster_time) {
+    /* A standalone has no logical clock and ignores the field, as MongoDB's does. */
+    if (!op->has_cluster_time ||
+        (op->svc->role == SHL_ROLE_STANDALONE && op->svc->set_name[0] == '\0')) {
         goto done;
     }
     if (!bson_iter_init_find(&it, &op->cluster_time, "clusterTime")) {

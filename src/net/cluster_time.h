@@ -117,7 +117,8 @@ bool shl_cluster_time_client_authorized(const struct shl_op_ctx *op);
  *     from it: the shape (clusterTime a Timestamp, signature {hash: BinData, keyId: long}),
  *     the proof when the sender is not authorized (CannotVerifyAndSignLogicalTime when the
  *     process has no key cache), and the advance limit for every sender. *ts (0 when the
- *     request has none) is the time to advance to. Errors: as above, plus BadValue /
+ *     request has none, and always on a standalone, which has no logical clock) is the time
+ *     to advance to. Errors: as above, plus BadValue /
  *     TypeMismatch / FailedToParse for a malformed $clusterTime.
  */
 int shl_cluster_time_gossip_in(struct shl_op_ctx *op, uint64_t *ts, shl_status_t *st);

@@ -304,3 +304,11 @@ def test_node_driver_works_with_signed_cluster_time(kc):
         check_signed(kc, r.admin.command("ping"))
     finally:
         switch(r, False)
+
+
+def test_standalone_ignores_cluster_time_and_replica_set_member_limits_it(node, rs_node):
+    far = Timestamp(int(time.time()) + 2 * 365 * 24 * 3600, 1)
+    got = raw(node, {"ping": 1, "$clusterTime": signed(far, 0, b"\0" * 20)})
+    assert got["ok"] == 1 and "$clusterTime" not in got, got
+    got = raw(rs_node, {"ping": 1, "$clusterTime": signed(far, 0, b"\0" * 20)})
+    assert got["ok"] == 0 and got["code"] == 205, got
