@@ -11,6 +11,7 @@ import struct
 import time
 
 import bson
+import pymongo
 import pytest
 from bson.int64 import Int64
 from bson.timestamp import Timestamp
@@ -106,6 +107,10 @@ def test_switch_needs_test_commands(shale_process):
     p.start(extra=["--setParameter", SWITCH + "=true"], wait=False)
     assert p.proc.wait(30) != 0
     assert SWITCH in p.read_log()
+    q = shale_process(["node", "--replSet", "rs"], test_commands=False)
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        switch(q.client(), True)
+    assert e.value.code == 20  # IllegalOperation
 
 
 def test_signed_replies_on_every_role_and_key_rotation(kc):
