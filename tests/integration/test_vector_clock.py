@@ -139,6 +139,16 @@ def test_signed_replies_on_every_role_and_key_rotation(kc):
         now = clients[0].admin.command("ping")["$clusterTime"]["clusterTime"]
         assert keys(kc)[old]["expiresAt"] <= now
         assert len(keys(kc)) >= 3  # old keys stay, for times signed with them
+        # ... so a time signed with the expired key still passes a full check.
+        old_key = keys(kc)[old]
+        t_old = Timestamp(old_key["expiresAt"].time - 1, 3)
+        fail_point(clients[0], "alwaysValidateClientsClusterTime", "alwaysOn")
+        try:
+            got = raw(kc.router, {"ping": 1, "$clusterTime": signed(
+                t_old, old, proof(bytes(old_key["key"]), t_old))})
+            assert got["ok"] == 1, got
+        finally:
+            fail_point(clients[0], "alwaysValidateClientsClusterTime", "off")
     finally:
         for c in clients:
             switch(c, False)
