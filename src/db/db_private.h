@@ -51,6 +51,10 @@ typedef struct db_node {
     /* User write blocking (user_write_block.c): atomic; written by setUserWriteBlockMode
      * after its durable copy in config.user_writes_critical_sections, read by every write. */
     atomic_bool uwb_blocked;
+
+    /* The newest write time a finished command committed (read_concern_wait.c: a plain
+     * replica set member's afterClusterTime waits for it); atomic, only moves forward. */
+    _Atomic uint64_t last_applied;
 } db_node_t;
 
 /*
