@@ -5,22 +5,46 @@
  */
 #include <string.h>
 
-#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/read_concern_wait.h"
 
-int
-db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
+/* readConcern.afterOpTime {ts, t}: its timestamp (the term is not compared on a set of one). */
+static int
+parse_after_op_time(bson_iter_t *it, uint64_t *ts, shl_status_t *st)
 {
     int ret = 0;
-    db_node_t *node = db_node(op);
+    bson_iter_t sub;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field 'readConcern.afterOpTime' is the wrong type '%s', expected type "
+                 "'object'",
+                 shl_bson_type_name(shl_iter_type(it)));
+    }
+    if (!bson_iter_recurse(it, &sub) || !bson_iter_find(&sub, "ts")) {
+        SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Missing expected field \"ts\"");
+    }
+    if (!BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "\"ts\" had the wrong type. Expected timestamp, found %s",
+                 shl_bson_type_name(shl_iter_type(&sub)));
+    }
+    *ts = shl_bson_iter_timestamp_u64(&sub);
+done:
+    return ret;
+}
+
+/* The field-by-field parse of a readConcern document: types, names, the level's values. */
+static int
+parse_read_concern(const bson_t *doc, db_read_concern_t *rc, shl_status_t *st)
+{
+    int ret = 0;
     bson_iter_t it;
 
-    memset(rc, 0, sizeof(*rc));
-    rc->level = DB_RC_LOCAL;
-    if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
-        return 0;
+    if (!bson_iter_init(&it, doc)) {
+        goto done;
     }
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
@@ -57,11 +81,8 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
                          "expected type 'timestamp'",
                          shl_bson_type_name(shl_iter_type(&it)));
             }
+            rc->has_after_cluster_time = true;
             rc->after_cluster_time = shl_bson_iter_timestamp_u64(&it);
-            if (rc->after_cluster_time == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                         "afterClusterTime cannot be a null timestamp");
-            }
         } else if (strcmp(k, "atClusterTime") == 0) {
             if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
@@ -69,52 +90,101 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
                          "expected type 'timestamp'",
                          shl_bson_type_name(shl_iter_type(&it)));
             }
+            rc->has_at_cluster_time = true;
             rc->at_cluster_time = shl_bson_iter_timestamp_u64(&it);
-            if (rc->at_cluster_time == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "atClusterTime cannot be a null timestamp");
-            }
         } else if (strcmp(k, "afterOpTime") == 0) {
-            if (!node->repl_set) {
-                SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
-                         "node needs to be a replica set member to use readConcern: %s", k);
-            }
+            SHL_ERR(parse_after_op_time(&it, &rc->after_op_time, st));
+            rc->has_after_op_time = true;
         } else if (strcmp(k, "provenance") != 0) {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                      "BSON field 'readConcern.%s' is an unknown field.", k);
         }
     }
-    if (rc->at_cluster_time != 0 && rc->level != DB_RC_SNAPSHOT) {
+done:
+    return ret;
+}
+
+/* The combinations MongoDB's ReadConcernArgs refuses, in its order. */
+static int
+check_combinations(const db_read_concern_t *rc, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (rc->has_after_cluster_time && rc->has_after_op_time) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "atClusterTime field can be set only if level is equal to snapshot");
+                 "Can not specify both afterClusterTime and afterOpTime");
     }
-    if (rc->at_cluster_time != 0 && rc->after_cluster_time != 0) {
+    if (rc->has_at_cluster_time && rc->has_after_cluster_time) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Can not specify both afterClusterTime and atClusterTime");
     }
+    /* available never waits; a linearizable read is causally consistent by itself. */
+    if (rc->has_after_cluster_time && rc->level != DB_RC_MAJORITY && rc->level != DB_RC_LOCAL &&
+        rc->level != DB_RC_SNAPSHOT) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "afterClusterTime field can be set only if level is equal to majority, local, "
+                 "or snapshot");
+    }
+    if (rc->has_after_op_time && rc->level == DB_RC_SNAPSHOT) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "afterOpTime field cannot be set if level is equal to snapshot");
+    }
+    if (rc->has_at_cluster_time && rc->level != DB_RC_SNAPSHOT) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "atClusterTime field can be set only if level is equal to snapshot");
+    }
+    if (rc->has_at_cluster_time && rc->at_cluster_time == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "atClusterTime cannot be a null timestamp");
+    }
+    if (rc->has_after_cluster_time && rc->after_cluster_time == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "afterClusterTime cannot be a null timestamp");
+    }
+done:
+    return ret;
+}
+
+int
+db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+
+    memset(rc, 0, sizeof(*rc));
+    rc->level = DB_RC_LOCAL;
+    if (!op->has_read_concern) {
+        return 0;
+    }
+    SHL_ERR(parse_read_concern(&op->read_concern, rc, st));
+    SHL_ERR(check_combinations(rc, st));
     if (rc->level == DB_RC_SNAPSHOT) {
         ret = db_snapshot_read_prepare(op, rc, st);
         goto done;
     }
-    if (rc->level == DB_RC_LINEARIZABLE && !node->repl_set) {
-        SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
-                 "node needs to be a replica set member to use read concern");
+    /* Then MongoDB's waitForReadConcern: the topology, and the waits. */
+    if (rc->level == DB_RC_LINEARIZABLE) {
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                     "node needs to be a replica set member to use read concern");
+        }
+        if (rc->has_after_op_time) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "afterOpTime not compatible with linearizable read concern");
+        }
     }
-    if (rc->after_cluster_time != 0) {
+    if (rc->has_after_cluster_time) {
         if (!node->repl_set) {
             SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
                      "Cannot specify afterClusterTime readConcern without replication enabled");
         }
-        if (rc->level == DB_RC_AVAILABLE) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "afterClusterTime is not allowed with readConcern level 'available'");
+        SHL_ERR(db_rc_wait_after_cluster_time(op, rc->after_cluster_time, st));
+    }
+    if (rc->has_after_op_time) {
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                     "node needs to be a replica set member to use readConcern: afterOpTime");
         }
-        /* A set of one: time past the clock is reached by advancing the clock (MongoDB
-         * writes a no-op); then wait for writes in flight below it to finish. */
-        shl_storage_clock_advance(node->eng, rc->after_cluster_time);
-        while (shl_storage_all_durable(node->eng) < rc->after_cluster_time) {
-            SHL_ERR(shl_op_check_interrupt(op, st));
-            shl_sleep_ms(1);
-        }
+        /* An internal argument (config reads at the ConfigTime): wait for it to commit. */
+        SHL_ERR(db_rc_wait_committed(op, rc->after_op_time, st));
     }
 done:
     return ret;

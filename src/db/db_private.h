@@ -139,7 +139,11 @@ typedef enum db_rc_level {
 typedef struct db_read_concern {
     db_rc_level_t level;
     bool has_level;
+    bool has_after_cluster_time;
+    bool has_at_cluster_time;
+    bool has_after_op_time;
     uint64_t after_cluster_time; /* 0: none */
+    uint64_t after_op_time;      /* afterOpTime.ts (internal requests) */
     /* snapshot: the requested atClusterTime (0: none), then the time the read runs at
      * (db_snapshot_read_prepare, snapshot_read.c). */
     uint64_t at_cluster_time;
@@ -147,11 +151,15 @@ typedef struct db_read_concern {
 
 /*
  * db_read_concern_get --
- *     Parse and validate the request's readConcern for a read command. local, available,
- *     majority and linearizable (on a set of one, a majority read) are accepted; snapshot
- *     fails until transactions land (NotAReplicaSet on a standalone as MongoDB; else
- *     InvalidOptions). afterClusterTime needs a replica set (IllegalOperation) and waits,
- *     within maxTimeMS, until the no-holes point reaches it.
+ *     Parse and validate the request's readConcern for a read command, with MongoDB's errors
+ *     in its order (field types and names; the combinations ReadConcernArgs refuses --
+ *     afterClusterTime with afterOpTime or atClusterTime, afterClusterTime with available or
+ *     linearizable, afterOpTime with snapshot; then the topology: linearizable and
+ *     afterOpTime need a replica set (NotAReplicaSet), afterClusterTime too
+ *     (IllegalOperation)). local, available, majority and linearizable (on a set of one, a
+ *     majority read) are accepted; snapshot goes to db_snapshot_read_prepare. An
+ *     afterClusterTime waits, without locks and within maxTimeMS, as
+ *     db_rc_wait_after_cluster_time (read_concern_wait.h) says.
  */
 int db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
 

@@ -14,6 +14,7 @@
 #include "bson/bson_util.h"
 #include "base/str.h"
 #include "net/message.h"
+#include "net/read_concern_support.h"
 #include "net/topology.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
@@ -386,6 +387,8 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
                  "multi-document transactions are not supported by Shale yet");
     }
     SHL_ERR(check_snapshot_support(&op, cmd, &st));
+    SHL_ERR(shl_read_concern_check_support(cmd->name, body,
+                                           op.has_read_concern ? &op.read_concern : NULL, &st));
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
         in_session = true;

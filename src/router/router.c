@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "bson/bson_util.h"
 #include "net/common_commands.h"
 #include "net/reply_times.h"
 #include "net/server.h"
@@ -24,16 +25,59 @@
 #include "session/session_commands.h"
 #include "sharding/sharding_types.h"
 
+/*
+ * The newest operationTime the shards and the config server replied with to the operation
+ * this thread serves (mongos's OperationTimeTracker): a request runs on its connection's
+ * thread, and so do the replies to the requests it sends (client.h), so the tracker is
+ * thread-local; rewrite_request clears it when an operation starts, decorate_reply takes it.
+ */
+static __thread uint64_t op_time_seen;
+
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
  * TopologyTime means the set of shards changed, so the shard registry reloads. */
 static void
 observe_reply(void *arg, const char *host, const bson_t *reply)
 {
     shl_router_t *r = arg;
+    bson_iter_t it;
     (void)host;
 
+    if (bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint64_t t = shl_bson_iter_timestamp_u64(&it);
+        if (t > op_time_seen) {
+            op_time_seen = t;
+        }
+    }
     if (shl_vector_clock_observe(&r->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
         shl_shard_registry_invalidate(r->registry);
+    }
+}
+
+/*
+ * Gossip out: every request to a cluster node carries the router's cluster time, so a shard
+ * asked for afterClusterTime (or a snapshot at a time) that another shard ticked has already
+ * moved its clock there, as mongos's requests do. Unsigned, like the replies (until keys).
+ * TODO(#14): the clock work signs it and adds $configTime/$topologyTime.
+ */
+static void
+decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd)
+{
+    shl_router_t *r = arg;
+    uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+    bson_iter_t it;
+    (void)host;
+    (void)cmd_name;
+
+    if (ts != 0 && !bson_iter_init_find(&it, cmd, "$clusterTime")) {
+        bson_t ct, sig;
+        static const uint8_t zero_hash[20] = {0};
+        BSON_APPEND_DOCUMENT_BEGIN(cmd, "$clusterTime", &ct);
+        shl_bson_append_timestamp_u64(&ct, "clusterTime", ts);
+        BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
+        bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
+        BSON_APPEND_INT64(&sig, "keyId", 0);
+        bson_append_document_end(&ct, &sig);
+        bson_append_document_end(cmd, &ct);
     }
 }
 
@@ -44,14 +88,22 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
 }
 
+/*
+ * operationTime as mongos gives it: the newest one the nodes this operation reached replied
+ * with; if it reached none, the cluster time (later than the operation, so still safe for a
+ * causally consistent client). Never above the $clusterTime it goes with: observing a reply
+ * advanced the clock to that reply's $clusterTime, which is at least its operationTime.
+ */
 static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+    uint64_t op_time = op_time_seen;
 
+    op_time_seen = 0;
     if (ts != 0) {
-        shl_reply_append_times(reply, ts, ts);
+        shl_reply_append_times(reply, op_time != 0 && op_time <= ts ? op_time : ts, ts);
     }
 }
 
@@ -59,7 +111,20 @@ static bson_t *
 rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t *body = router_rwc_apply(r, op, cmd);
+    bson_t *body;
+
+    op_time_seen = 0; /* a new operation: see decorate_reply */
+    /* Gossip in: the client's $clusterTime (a causally consistent client sends the newest
+     * time it saw, perhaps through another router). TODO(#14): validated by the clock work. */
+    if (op->has_cluster_time) {
+        bson_iter_t it;
+        if (bson_iter_init_find(&it, &op->cluster_time, "clusterTime") &&
+            BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            shl_vector_clock_advance(&r->clock, SHL_VC_CLUSTER_TIME,
+                                     shl_bson_iter_timestamp_u64(&it));
+        }
+    }
+    body = router_rwc_apply(r, op, cmd);
     bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
     if (snap != NULL) {
@@ -151,6 +216,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     shl_vector_clock_init(&r->clock);
     snprintf(r->configdb, sizeof(r->configdb), "%s", configdb);
     popts.hooks.observe = observe_reply;
+    popts.hooks.decorate = decorate_request;
     popts.hooks.arg = r;
     r->pool = shl_conn_pool_new(&popts);
     r->registry = shl_shard_registry_new(r->pool, configdb);
