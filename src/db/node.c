@@ -70,7 +70,7 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     }
     db_cmd_begin(op); /* gossip for commands that are not the data node's */
     if (ts == 0) {
-        ts = shl_storage_all_durable(node->eng);
+        ts = db_rc_read_op_time(op);
     } else {
         db_rc_note_applied(op, ts);
     }

@@ -55,6 +55,27 @@ db_rc_note_applied(shl_op_ctx_t *op, uint64_t ts)
     }
 }
 
+/* Whether this node's cluster role has MongoDB write a no-op for afterClusterTime. */
+static bool
+writes_noop(const shl_op_ctx_t *op)
+{
+    return op->svc->role == SHL_ROLE_SHARDSVR || op->svc->role == SHL_ROLE_CONFIGSVR;
+}
+
+uint64_t
+db_rc_read_op_time(shl_op_ctx_t *op)
+{
+    db_node_t *node = db_node(op);
+    uint64_t committed = shl_storage_all_durable(node->eng);
+    uint64_t applied;
+
+    if (writes_noop(op)) {
+        return committed;
+    }
+    applied = atomic_load(&node->last_applied);
+    return applied < committed ? applied : committed;
+}
+
 /* A plain replica set member writes no no-op for the read: wait for a write at or after 'ts',
  * or for as long as its periodic no-op writer would take to write one. */
 static int
@@ -87,7 +108,7 @@ db_rc_wait_after_cluster_time(shl_op_ctx_t *op, uint64_t ts, shl_status_t *st)
                  ") }; current clusterTime: { ts: Timestamp(%" PRIu32 ", %" PRIu32 ") }",
                  SHL_TS_SECS(ts), SHL_TS_INC(ts), SHL_TS_SECS(now), SHL_TS_INC(now));
     }
-    if (op->svc->role != SHL_ROLE_SHARDSVR && op->svc->role != SHL_ROLE_CONFIGSVR) {
+    if (!writes_noop(op)) {
         SHL_ERR(wait_applied(op, ts, st));
     }
     SHL_ERR(db_rc_wait_committed(op, ts, st));

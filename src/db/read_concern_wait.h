@@ -46,4 +46,14 @@ int db_rc_wait_after_cluster_time(shl_op_ctx_t *op, uint64_t ts, shl_status_t *s
  */
 void db_rc_note_applied(shl_op_ctx_t *op, uint64_t ts);
 
+/*
+ * db_rc_read_op_time --
+ *     The operationTime of a command that wrote nothing: the committed time on a shard or
+ *     config server (the no-op write MongoDB would make has nothing to wait for); on a plain
+ *     replica set member, MongoDB's lastApplied -- its newest write (db_rc_note_applied), or
+ *     the committed time if that is older -- so that a causal client's next afterClusterTime
+ *     never waits for a write that will not come. Lock-free.
+ */
+uint64_t db_rc_read_op_time(shl_op_ctx_t *op);
+
 #endif
