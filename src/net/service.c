@@ -464,7 +464,10 @@ done:
         !(fc.fire && !fc.allow_rewrite_state_change)) {
         rewrite_state_change_errors(svc, reply);
     }
-    if (op_init && svc->hooks.decorate_reply != NULL) {
+    /* Every reply, an unknown command's or a malformed request's included, carries the
+     * role's times (MongoDB appends operationTime/$clusterTime to errors of the parse too). */
+    if (svc->hooks.decorate_reply != NULL) {
+        op.svc = svc;
         svc->hooks.decorate_reply(&op, reply);
     }
     /* The last bound on every reply (docs/limits.md): commands bound what they build, and a
@@ -475,7 +478,7 @@ done:
                         BCON_INT64((int64_t)reply->len));
         bson_reinit(reply);
         shl_status_append_reply(&st, reply);
-        if (op_init && svc->hooks.decorate_reply != NULL) {
+        if (svc->hooks.decorate_reply != NULL) {
             svc->hooks.decorate_reply(&op, reply);
         }
     }

@@ -125,6 +125,10 @@ def test_operation_time_on_every_reply(rs_node):
     with pytest.raises(pymongo.errors.OperationFailure) as e:
         db.command("find", "c", readConcern={"level": "bogus"})
     note(e.value.details)
+    for bad in ({"noSuchCommand": 1}, {"find": "c", "maxTimeMS": -1}):
+        with pytest.raises(pymongo.errors.OperationFailure) as e:
+            db.command(bad)
+        note(e.value.details)
     note(db.command("delete", "c", deletes=[{"q": {"_id": 1}, "limit": 1}]))
     assert times == sorted(times), times
 
@@ -243,6 +247,9 @@ def test_router_operation_time_is_the_shards(cc):
     with pytest.raises(pymongo.errors.OperationFailure) as e:
         db.command("insert", "c", documents=[{"x": 1}], readConcern={"level": "majority"})
     assert e.value.code == INVALID_OPTIONS
+    assert isinstance(e.value.details["operationTime"], Timestamp)
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        db.command("noSuchCommand")
     assert isinstance(e.value.details["operationTime"], Timestamp)
     # Monotonic for one client on one shard's data, reads and writes interleaved.
     times = []
