@@ -10,139 +10,6 @@
 #include "db/db_private.h"
 #include "db/read_concern_wait.h"
 
-/* readConcern.afterOpTime {ts, t}: its timestamp (the term is not compared on a set of one). */
-static int
-parse_after_op_time(bson_iter_t *it, uint64_t *ts, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t sub;
-
-    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "BSON field 'readConcern.afterOpTime' is the wrong type '%s', expected type "
-                 "'object'",
-                 shl_bson_type_name(shl_iter_type(it)));
-    }
-    if (!bson_iter_recurse(it, &sub) || !bson_iter_find(&sub, "ts")) {
-        SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Missing expected field \"ts\"");
-    }
-    if (!BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
-        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                 "\"ts\" had the wrong type. Expected timestamp, found %s",
-                 shl_bson_type_name(shl_iter_type(&sub)));
-    }
-    *ts = shl_bson_iter_timestamp_u64(&sub);
-done:
-    return ret;
-}
-
-/* The field-by-field parse of a readConcern document: types, names, the level's values. */
-static int
-parse_read_concern(const bson_t *doc, db_read_concern_t *rc, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it;
-
-    if (!bson_iter_init(&it, doc)) {
-        goto done;
-    }
-    while (shl_iter_next(&it)) {
-        const char *k = shl_iter_key(&it);
-        if (strcmp(k, "level") == 0) {
-            const char *lv;
-            if (!BSON_ITER_HOLDS_UTF8(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.level' is the wrong type '%s', expected type "
-                         "'string'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            lv = bson_iter_utf8(&it, NULL);
-            rc->has_level = true;
-            if (strcmp(lv, "local") == 0) {
-                rc->level = DB_RC_LOCAL;
-            } else if (strcmp(lv, "majority") == 0) {
-                rc->level = DB_RC_MAJORITY;
-            } else if (strcmp(lv, "available") == 0) {
-                rc->level = DB_RC_AVAILABLE;
-            } else if (strcmp(lv, "linearizable") == 0) {
-                rc->level = DB_RC_LINEARIZABLE;
-            } else if (strcmp(lv, "snapshot") == 0) {
-                rc->level = DB_RC_SNAPSHOT;
-            } else {
-                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                         "Enumeration value '%s' for field 'readConcern.level' is not a valid "
-                         "value.",
-                         lv);
-            }
-        } else if (strcmp(k, "afterClusterTime") == 0) {
-            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.afterClusterTime' is the wrong type '%s', "
-                         "expected type 'timestamp'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            rc->has_after_cluster_time = true;
-            rc->after_cluster_time = shl_bson_iter_timestamp_u64(&it);
-        } else if (strcmp(k, "atClusterTime") == 0) {
-            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.atClusterTime' is the wrong type '%s', "
-                         "expected type 'timestamp'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            rc->has_at_cluster_time = true;
-            rc->at_cluster_time = shl_bson_iter_timestamp_u64(&it);
-        } else if (strcmp(k, "afterOpTime") == 0) {
-            SHL_ERR(parse_after_op_time(&it, &rc->after_op_time, st));
-            rc->has_after_op_time = true;
-        } else if (strcmp(k, "provenance") != 0) {
-            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                     "BSON field 'readConcern.%s' is an unknown field.", k);
-        }
-    }
-done:
-    return ret;
-}
-
-/* The combinations MongoDB's ReadConcernArgs refuses, in its order. */
-static int
-check_combinations(const db_read_concern_t *rc, shl_status_t *st)
-{
-    int ret = 0;
-
-    if (rc->has_after_cluster_time && rc->has_after_op_time) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "Can not specify both afterClusterTime and afterOpTime");
-    }
-    if (rc->has_at_cluster_time && rc->has_after_cluster_time) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "Can not specify both afterClusterTime and atClusterTime");
-    }
-    /* available never waits; a linearizable read is causally consistent by itself. */
-    if (rc->has_after_cluster_time && rc->level != DB_RC_MAJORITY && rc->level != DB_RC_LOCAL &&
-        rc->level != DB_RC_SNAPSHOT) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "afterClusterTime field can be set only if level is equal to majority, local, "
-                 "or snapshot");
-    }
-    if (rc->has_after_op_time && rc->level == DB_RC_SNAPSHOT) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "afterOpTime field cannot be set if level is equal to snapshot");
-    }
-    if (rc->has_at_cluster_time && rc->level != DB_RC_SNAPSHOT) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "atClusterTime field can be set only if level is equal to snapshot");
-    }
-    if (rc->has_at_cluster_time && rc->at_cluster_time == 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "atClusterTime cannot be a null timestamp");
-    }
-    if (rc->has_after_cluster_time && rc->after_cluster_time == 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "afterClusterTime cannot be a null timestamp");
-    }
-done:
-    return ret;
-}
-
 int
 db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
 {
@@ -154,8 +21,7 @@ db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
     if (!op->has_read_concern) {
         return 0;
     }
-    SHL_ERR(parse_read_concern(&op->read_concern, rc, st));
-    SHL_ERR(check_combinations(rc, st));
+    SHL_ERR(shl_read_concern_parse(&op->read_concern, rc, st));
     if (rc->level == DB_RC_SNAPSHOT) {
         ret = db_snapshot_read_prepare(op, rc, st);
         goto done;

@@ -8,8 +8,43 @@
 #define SHL_NET_READ_CONCERN_SUPPORT_H
 
 #include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "base/status.h"
+
+typedef enum shl_rc_level {
+    SHL_RC_LOCAL,
+    SHL_RC_MAJORITY,
+    SHL_RC_AVAILABLE,
+    SHL_RC_LINEARIZABLE,
+    SHL_RC_SNAPSHOT,
+} shl_rc_level_t;
+
+/* A parsed readConcern. Times are packed Timestamps. */
+typedef struct shl_read_concern {
+    shl_rc_level_t level; /* local when absent */
+    bool has_level;
+    bool has_after_cluster_time;
+    bool has_at_cluster_time;
+    bool has_after_op_time;
+    uint64_t after_cluster_time;
+    /* snapshot: the requested atClusterTime (0: none), then the time the read runs at
+     * (a data node's db_snapshot_read_prepare). */
+    uint64_t at_cluster_time;
+    uint64_t after_op_time; /* afterOpTime.ts (internal requests) */
+} shl_read_concern_t;
+
+/*
+ * shl_read_concern_parse --
+ *     Parse a readConcern document as MongoDB's ReadConcernArgs: field types (TypeMismatch),
+ *     unknown fields (40415), the level's values (BadValue), then the combinations it
+ *     refuses, in its order, with InvalidOptions: afterClusterTime with afterOpTime or with
+ *     atClusterTime; afterClusterTime with a level other than majority, local or snapshot;
+ *     afterOpTime with snapshot; atClusterTime without snapshot; a null atClusterTime or
+ *     afterClusterTime. *rc is always initialised. Pure; thread-safe.
+ */
+int shl_read_concern_parse(const bson_t *doc, shl_read_concern_t *rc, shl_status_t *st);
 
 /*
  * shl_read_concern_check_support --

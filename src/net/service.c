@@ -386,6 +386,12 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
                  "multi-document transactions are not supported by Shale yet");
     }
+    if (op.has_read_concern) {
+        /* MongoDB parses every command's readConcern before it asks whether the command
+         * takes it (a router refuses a malformed one without asking a shard). */
+        shl_read_concern_t rc;
+        SHL_ERR(shl_read_concern_parse(&op.read_concern, &rc, &st));
+    }
     SHL_ERR(check_snapshot_support(&op, cmd, &st));
     SHL_ERR(shl_read_concern_check_support(cmd->name, body,
                                            op.has_read_concern ? &op.read_concern : NULL, &st));
