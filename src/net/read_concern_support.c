@@ -228,8 +228,8 @@ copy_field(const bson_t *rc, const char *key, bson_t *out)
  * MongoDB's ReadConcernArgs::toString() of the request's readConcern: its fields in
  * MongoDB's order, the provenance the dispatcher gives a client's own readConcern included.
  */
-static char *
-describe(const bson_t *rc)
+char *
+shl_read_concern_to_string(const bson_t *rc)
 {
     bson_t outer = BSON_INITIALIZER, inner;
     bson_iter_t it;
@@ -285,7 +285,7 @@ shl_read_concern_check_support(const char *cmd_name, const bson_t *body, const b
             }
         }
         if (why != NULL) {
-            desc = describe(rc);
+            desc = shl_read_concern_to_string(rc);
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Command %s does not support %s :: caused by :: %s",
                      cmd_name, desc, why);
         }

@@ -62,4 +62,13 @@ int shl_read_concern_parse(const bson_t *doc, shl_read_concern_t *rc, shl_status
 int shl_read_concern_check_support(const char *cmd_name, const bson_t *body, const bson_t *rc,
                                    shl_status_t *st);
 
+/*
+ * shl_read_concern_to_string --
+ *     MongoDB's ReadConcernArgs::toString() of the readConcern document 'rc', as its errors
+ *     quote it: { readConcern: { level: "majority", afterClusterTime: Timestamp(s, i),
+ *     provenance: "clientSupplied" } } (the provenance MongoDB gives a client's own
+ *     readConcern unless it named one). A new string; bson_free it.
+ */
+char *shl_read_concern_to_string(const bson_t *rc);
+
 #endif

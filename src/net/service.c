@@ -70,6 +70,7 @@ static int
 check_snapshot_support(const shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 {
     bson_iter_t it;
+    char *desc = NULL;
     int ret = 0;
 
     if (!op->has_read_concern || (cmd->flags & SHL_CMD_SNAPSHOT_READ) ||
@@ -77,13 +78,13 @@ check_snapshot_support(const shl_op_ctx_t *op, const shl_command_t *cmd, shl_sta
         strcmp(bson_iter_utf8(&it, NULL), "snapshot") != 0) {
         goto done;
     }
-    SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-             "Command %s does not support { readConcern: { level: \"snapshot\" } } :: caused by "
-             ":: %s",
-             cmd->name,
+    desc = shl_read_concern_to_string(&op->read_concern);
+    SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Command %s does not support %s :: caused by :: %s",
+             cmd->name, desc,
              strcmp(cmd->name, "count") == 0 ? "read concern snapshot not supported"
                                              : "read concern not supported");
 done:
+    bson_free(desc);
     return ret;
 }
 

@@ -70,6 +70,11 @@ def test_commands_refuse_levels_they_do_not_support(rs_node):
         'Command insert does not support { readConcern: { level: "majority", provenance: '
         '"clientSupplied" } } :: caused by :: read concern not supported')
     assert db.c.count_documents({"_id": 3}) == 0
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        db.command("insert", "c", documents=[{"_id": 3}], readConcern={"level": "snapshot"})
+    assert e.value.details["errmsg"] == (
+        'Command insert does not support { readConcern: { level: "snapshot", provenance: '
+        '"clientSupplied" } } :: caused by :: read concern not supported')
     # Reads take every level.
     for level in ("local", "available", "majority", "linearizable"):
         for cmd, kw in (("find", {}), ("count", {}), ("distinct", {"key": "x"}),
@@ -155,6 +160,9 @@ def test_plain_set_waits_for_a_write_at_the_time(rs_node):
     bg = Background(read)
     wait_until(lambda: any(op.get("command", {}).get("readConcern") for op in
                            c.admin.command("currentOp")["inprog"]), what="the read waiting")
+    assert bg.is_alive()
+    # It holds no lock: an index build on the collection (exclusive) goes on meanwhile.
+    db.c.create_index("z")
     assert bg.is_alive()
     w = db.command("insert", "c", documents=[{"_id": 1}])
     assert w["operationTime"] > ahead
