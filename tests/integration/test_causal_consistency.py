@@ -3,6 +3,8 @@ replies of every process, readConcern afterClusterTime waits on data nodes (boun
 maxTimeMS, interruptible, without locks) and through routers, and the readConcern
 combinations MongoDB refuses, with its codes and messages."""
 
+import time
+
 import pymongo
 import pytest
 from bson import Timestamp
@@ -184,6 +186,30 @@ def test_plain_set_waits_for_a_write_at_the_time(rs_node):
     bg.join(30)
     assert isinstance(bg.error, pymongo.errors.OperationFailure)
     assert bg.error.code == INTERRUPTED
+
+
+def test_shutdown_ends_a_waiting_read(rs_node):
+    c = rs_node.client()
+    db = c.test
+    t0 = db.command("insert", "c", documents=[{"_id": 0}])["operationTime"]
+    ahead = Timestamp(t0.time + 30, 1)
+    sig = db.command("ping")["$clusterTime"]["signature"]
+
+    def read():
+        with c.start_session(causal_consistency=False) as s:
+            s.advance_cluster_time({"clusterTime": ahead, "signature": sig})
+            return db.command("find", "c", readConcern={"afterClusterTime": ahead}, session=s)
+
+    bg = Background(read, catch=pymongo.errors.PyMongoError)
+    wait_until(lambda: any(op.get("command", {}).get("readConcern") for op in
+                           c.admin.command("currentOp")["inprog"]), what="the read waiting")
+    start = time.monotonic()
+    assert rs_node.stop() == 0
+    assert time.monotonic() - start < 8  # not the 10 s a periodic no-op would take
+    bg.join(30)
+    assert not bg.done
+    assert bg.error.details["code"] == 11600  # InterruptedAtShutdown, with operationTime
+    assert bg.error.details["operationTime"] == t0
 
 
 # ---------------------------------------------------------------- a cluster
