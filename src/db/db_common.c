@@ -19,14 +19,10 @@ void
 db_cmd_begin(shl_op_ctx_t *op)
 {
     db_node_t *node = db_node(op);
-    bson_iter_t it;
 
-    if (!node->repl_set || !op->has_cluster_time) {
-        return;
-    }
-    if (bson_iter_init_find(&it, &op->cluster_time, "clusterTime") &&
-        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        shl_storage_clock_advance(node->eng, shl_bson_iter_timestamp_u64(&it));
+    /* Only a $clusterTime that passed its checks (net/cluster_time.h) moves the clock. */
+    if (node->repl_set && op->cluster_time_checked != 0) {
+        shl_storage_clock_advance(node->eng, op->cluster_time_checked);
     }
 }
 

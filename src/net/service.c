@@ -13,6 +13,7 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "base/str.h"
+#include "net/cluster_time.h"
 #include "net/message.h"
 #include "net/read_concern_support.h"
 #include "net/topology.h"
@@ -381,6 +382,16 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     op_init = true;
     op.cmd_name = cmd->name;
     shl_op_register(&op);
+    /* Gossip in (docs/design/vector_clock.md): a $clusterTime that fails its proof or the
+     * advance limit fails the command before it runs. */
+    {
+        uint64_t gossip_ts = 0;
+        SHL_ERR(shl_cluster_time_gossip_in(&op, &gossip_ts, &st));
+        op.cluster_time_checked = gossip_ts;
+        if (svc->hooks.gossip_in != NULL) {
+            svc->hooks.gossip_in(&op, gossip_ts);
+        }
+    }
     /* Until transactions exist, a statement of one must not run as an ordinary write that
      * the client later believes aborted (or committed with the others). */
     if (op.has_autocommit || op.start_transaction) {

@@ -12,7 +12,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_util.h"
+#include "base/str.h"
 #include "net/common_commands.h"
+#include "net/cluster_time.h"
 #include "net/reply_times.h"
 #include "net/server.h"
 #include "router/cluster_cursor_manager.h"
@@ -53,34 +55,17 @@ observe_reply(void *arg, const char *host, const bson_t *reply)
     }
 }
 
-/*
- * Gossip out: every request to a cluster node carries the router's cluster time, so a shard
- * asked for afterClusterTime (or a snapshot at a time) that another shard ticked has already
- * moved its clock there, as mongos's requests do. Unsigned, like the replies (until keys).
- * TODO(#14): the clock work signs it and adds $configTime/$topologyTime.
- */
+/* Gossip out: every request to a cluster process carries the router's $clusterTime,
+ * $configTime and $topologyTime (docs/design/vector_clock.md). */
 static void
 decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd)
 {
     shl_router_t *r = arg;
-    uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-    bson_iter_t it;
-    (void)host;
-    (void)cmd_name;
-
-    if (ts != 0 && !bson_iter_init_find(&it, cmd, "$clusterTime")) {
-        bson_t ct, sig;
-        static const uint8_t zero_hash[20] = {0};
-        BSON_APPEND_DOCUMENT_BEGIN(cmd, "$clusterTime", &ct);
-        shl_bson_append_timestamp_u64(&ct, "clusterTime", ts);
-        BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-        bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
-        BSON_APPEND_INT64(&sig, "keyId", 0);
-        bson_append_document_end(&ct, &sig);
-        bson_append_document_end(cmd, &ct);
+        shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
+                                      ts);
     }
-}
-
+    if (op->conn != NULL && op->conn->internal) {
+        shl_vector_clock_append_config_gossip(&r->clock, reply);
 static void
 append_hello(shl_op_ctx_t *op, bson_t *reply)
 {
@@ -103,7 +88,6 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 
     op_time_seen = 0;
     if (ts != 0) {
-        shl_reply_append_times(reply, op_time != 0 && op_time <= ts ? op_time : ts, ts);
     }
 }
 
@@ -114,16 +98,6 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
     bson_t *body;
 
     op_time_seen = 0; /* a new operation: see decorate_reply */
-    /* Gossip in: the client's $clusterTime (a causally consistent client sends the newest
-     * time it saw, perhaps through another router). TODO(#14): validated by the clock work. */
-    if (op->has_cluster_time) {
-        bson_iter_t it;
-        if (bson_iter_init_find(&it, &op->cluster_time, "clusterTime") &&
-            BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-            shl_vector_clock_advance(&r->clock, SHL_VC_CLUSTER_TIME,
-                                     shl_bson_iter_timestamp_u64(&it));
-        }
-    }
     body = router_rwc_apply(r, op, cmd);
     bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
@@ -226,6 +200,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     svc->role_state = r;
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.gossip_in = gossip_in;
     svc->hooks.rewrite_request = rewrite_request;
     svc->hooks.session_begin = session_begin;
     svc->hooks.shutdown = shutdown_router;
@@ -235,6 +210,11 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     shl_session_commands_register(reg);
     SHL_ERR(router_sessions_init(r, svc, st));
     SHL_ERR(wait_for_config_server(r, st));
+    r->keys.pool = r->pool;
+    shl_str_copy(r->keys.host, sizeof(r->keys.host), shl_shard_registry_config_host(r->registry));
+    svc->cluster_time = shl_cluster_time_new();
+    shl_cluster_time_set_loader(svc->cluster_time, shl_keys_client_load, &r->keys);
+    sync_clock(r);
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));
 done:
     return ret;
