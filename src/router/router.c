@@ -11,8 +11,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "bson/bson_util.h"
 #include "base/str.h"
+#include "bson/bson_util.h"
 #include "net/common_commands.h"
 #include "net/cluster_time.h"
 #include "net/reply_times.h"
@@ -61,11 +61,68 @@ static void
 decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd)
 {
     shl_router_t *r = arg;
-        shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
-                                      ts);
-    }
+    (void)host;
+    (void)cmd_name;
+
+    shl_vector_clock_append_internal_gossip(&r->clock, 0, cmd);
+}
+
+/* Gossip in from a request (already checked by shl_cluster_time_gossip_in): ClusterTime
+ * from anyone, ConfigTime and TopologyTime only from cluster processes. */
+static void
+gossip_in(shl_op_ctx_t *op, uint64_t cluster_time)
+{
+    shl_router_t *r = shl_router_get(op);
+
     if (op->conn != NULL && op->conn->internal) {
-        shl_vector_clock_append_config_gossip(&r->clock, reply);
+        if (shl_vector_clock_observe(&r->clock, op->body) &
+            SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
+            shl_shard_registry_invalidate(r->registry);
+        }
+    } else if (cluster_time != 0) {
+        shl_vector_clock_advance(&r->clock, SHL_VC_CLUSTER_TIME, cluster_time);
+    }
+}
+
+/*
+ * A router keeps no time of its own, so after a restart it must not answer with a time older
+ * than one it gave out before: it asks every shard (and the config server) once at start-up,
+ * whose durable clocks are at least as new as anything it ever saw from them.
+ */
+static void
+sync_clock(shl_router_t *r)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    char **names = NULL;
+    char hosts[64][SHL_CLIENT_HOST_MAX];
+    shl_fanout_req_t reqs[65];
+    shl_fanout_result_t res[65];
+    bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+    size_t n = 0;
+
+    reqs[n].host = shl_shard_registry_config_host(r->registry);
+    reqs[n].db = "admin";
+    reqs[n].cmd = ping;
+    reqs[n].op_key = NULL;
+    n++;
+    if (shl_shard_registry_list(r->registry, &names, &st) == 0) {
+        for (size_t i = 0; names[i] != NULL && n < 65; i++) {
+            if (shl_shard_registry_host_for(r->registry, names[i], hosts[n - 1],
+                                            sizeof(hosts[0]), &st) == 0) {
+                reqs[n].host = hosts[n - 1];
+                reqs[n].db = "admin";
+                reqs[n].cmd = ping;
+                reqs[n].op_key = NULL;
+                n++;
+            }
+        }
+    }
+    shl_client_fanout(r->pool, reqs, n, 5000, res);
+    shl_fanout_results_cleanup(res, n);
+    bson_strfreev(names);
+    bson_destroy(ping);
+}
+
 static void
 append_hello(shl_op_ctx_t *op, bson_t *reply)
 {
@@ -88,6 +145,11 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 
     op_time_seen = 0;
     if (ts != 0) {
+        shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
+                                      ts);
+    }
+    if (op->conn != NULL && op->conn->internal) {
+        shl_vector_clock_append_config_gossip(&r->clock, reply);
     }
 }
 
