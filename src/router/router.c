@@ -115,7 +115,9 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 
     op_time_seen = 0; /* a new operation: see decorate_reply */
     /* Gossip in: the client's $clusterTime (a causally consistent client sends the newest
-     * time it saw, perhaps through another router). TODO(#14): validated by the clock work. */
+     * time it saw, perhaps through another router). TODO(#14): unvalidated; at the merge the
+     * clock work's gossip_in hook (signature, advance limit) replaces this block and
+     * decorate_request -- branch causal-clock-check has that resolution. */
     if (op->has_cluster_time) {
         bson_iter_t it;
         if (bson_iter_init_find(&it, &op->cluster_time, "clusterTime") &&
