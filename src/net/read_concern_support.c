@@ -286,8 +286,8 @@ shl_read_concern_check_support(const char *cmd_name, const bson_t *body, const b
         }
         if (why != NULL) {
             desc = shl_read_concern_to_string(rc);
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Command %s does not support %s :: caused by :: %s",
-                     cmd_name, desc, why);
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "Command %s does not support %s :: caused by :: %s", cmd_name, desc, why);
         }
     }
     if ((flags & RC_NO_AFTER_CT) && bson_iter_init_find(&it, rc, "afterClusterTime")) {

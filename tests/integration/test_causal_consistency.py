@@ -262,6 +262,10 @@ def test_read_own_write_through_a_second_router(cc):
             assert [d["_id"] for d in docs] == ["w1", "w2"]
             assert b.cc.c.count_documents({"v": 1}, session=sb) == 2
             assert sorted(b.cc.c.distinct("_id", {"v": 1}, session=sb)) == ["w1", "w2"]
+            for level in ("local", "majority"):
+                n = b.cc.command("count", "c", query={"v": 1}, session=sb,
+                                 readConcern={"level": level, "afterClusterTime": write_time})
+                assert n["n"] == 2
             assert sb.operation_time >= write_time
     # The driver asked for it: the first read carried afterClusterTime = the write's time.
     sent = [rc for name, rc in listener.sent if name in ("find", "aggregate", "distinct")]
