@@ -158,14 +158,25 @@ def test_plain_set_waits_for_a_write_at_the_time(rs_node):
                               session=s, **kw)
 
     assert error_code(lambda: read(maxTimeMS=300)) == MAX_TIME_MS_EXPIRED
-    # A read waiting without a time limit: a write releases it, and sees it.
-    bg = Background(read)
-    wait_until(lambda: any(op.get("command", {}).get("readConcern") for op in
-                           c.admin.command("currentOp")["inprog"]), what="the read waiting")
-    assert bg.is_alive()
-    # It holds no lock: an index build on the collection (exclusive) goes on meanwhile.
+
+    def waiting_read():
+        bg = Background(read)
+        wait_until(lambda: any(op.get("command", {}).get("readConcern") for op in
+                               c.admin.command("currentOp")["inprog"]), what="the read waiting")
+        assert bg.is_alive()
+        return bg
+
+    # A waiting read holds no lock: an index build on its collection (which takes it
+    # exclusively) goes on meanwhile -- and, a write after the time, releases it.
+    bg = waiting_read()
     db.c.create_index("z")
-    assert bg.is_alive()
+    bg.join(30)
+    assert bg.done, bg.error
+    assert [d["_id"] for d in bg.result["cursor"]["firstBatch"]] == [0]
+    assert bg.result["operationTime"] >= ahead
+    # An insert after the time releases a waiting read, which sees it.
+    ahead = Timestamp(bg.result["$clusterTime"]["clusterTime"].time + 30, 1)
+    bg = waiting_read()
     w = db.command("insert", "c", documents=[{"_id": 1}])
     assert w["operationTime"] > ahead
     bg.join(30)
@@ -174,7 +185,7 @@ def test_plain_set_waits_for_a_write_at_the_time(rs_node):
     assert bg.result["operationTime"] >= ahead
     # killOp ends a waiting read with Interrupted.
     ahead = Timestamp(w["operationTime"].time + 30, 1)
-    bg = Background(read)
+    bg = Background(read, catch=pymongo.errors.PyMongoError)
     ops = []
 
     def waiting():
