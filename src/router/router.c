@@ -99,9 +99,14 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-    uint64_t op_time = op_time_seen;
+    uint64_t op_time = 0;
 
-    op_time_seen = 0;
+    /* A command the router runs in-process for another (op->conn NULL: $out's writes, ...)
+     * leaves the tracker to the operation it serves. */
+    if (op->conn != NULL) {
+        op_time = op_time_seen;
+        op_time_seen = 0;
+    }
     if (ts != 0) {
         shl_reply_append_times(reply, op_time != 0 && op_time <= ts ? op_time : ts, ts);
     }
@@ -113,7 +118,9 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
     shl_router_t *r = shl_router_get(op);
     bson_t *body;
 
-    op_time_seen = 0; /* a new operation: see decorate_reply */
+    if (op->conn != NULL) {
+        op_time_seen = 0; /* a client's new operation: see decorate_reply */
+    }
     /* Gossip in: the client's $clusterTime (a causally consistent client sends the newest
      * time it saw, perhaps through another router). TODO(#14): unvalidated; at the merge the
      * clock work's gossip_in hook (signature, advance limit) replaces this block and
