@@ -141,9 +141,14 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-    uint64_t op_time = op_time_seen;
+    uint64_t op_time = 0;
 
-    op_time_seen = 0;
+    /* A command the router runs in-process for another (op->conn NULL: $out's writes, ...)
+     * leaves the tracker to the operation it serves. */
+    if (op->conn != NULL) {
+        op_time = op_time_seen;
+        op_time_seen = 0;
+    }
     if (ts != 0) {
         shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
                                       ts);
@@ -159,7 +164,9 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
     shl_router_t *r = shl_router_get(op);
     bson_t *body;
 
-    op_time_seen = 0; /* a new operation: see decorate_reply */
+    if (op->conn != NULL) {
+        op_time_seen = 0; /* a client's new operation: see decorate_reply */
+    }
     body = router_rwc_apply(r, op, cmd);
     bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
