@@ -486,6 +486,7 @@ done:
      * role's times (MongoDB appends operationTime/$clusterTime to errors of the parse too). */
     if (svc->hooks.decorate_reply != NULL) {
         op.svc = svc;
+        op.conn = conn;
         svc->hooks.decorate_reply(&op, reply);
     }
     /* The last bound on every reply (docs/limits.md): commands bound what they build, and a
