@@ -18,6 +18,7 @@
 #include "db/sharding_hooks.h"
 #include "net/command.h"
 #include "net/op_context.h"
+#include "net/read_concern_support.h"
 #include "net/write_concern.h"
 #include "query/pipeline.h"
 #include "storage/storage.h"
@@ -51,6 +52,10 @@ typedef struct db_node {
     /* User write blocking (user_write_block.c): atomic; written by setUserWriteBlockMode
      * after its durable copy in config.user_writes_critical_sections, read by every write. */
     atomic_bool uwb_blocked;
+
+    /* The newest write time a finished command committed (read_concern_wait.c: a plain
+     * replica set member's afterClusterTime waits for it); atomic, only moves forward. */
+    _Atomic uint64_t last_applied;
 } db_node_t;
 
 /*
@@ -124,30 +129,25 @@ int db_check_user_write_ns(const shl_ns_t *ns, shl_status_t *st);
 
 /* ---------------------------------------------------------------- concerns */
 
-typedef enum db_rc_level {
-    DB_RC_LOCAL,
-    DB_RC_MAJORITY,
-    DB_RC_AVAILABLE,
-    DB_RC_LINEARIZABLE,
-    DB_RC_SNAPSHOT,
-} db_rc_level_t;
-
-typedef struct db_read_concern {
-    db_rc_level_t level;
-    bool has_level;
-    uint64_t after_cluster_time; /* 0: none */
-    /* snapshot: the requested atClusterTime (0: none), then the time the read runs at
-     * (db_snapshot_read_prepare, snapshot_read.c). */
-    uint64_t at_cluster_time;
-} db_read_concern_t;
+/* The parsed readConcern (net/read_concern_support.h), under the data node's names. */
+typedef shl_rc_level_t db_rc_level_t;
+#define DB_RC_LOCAL SHL_RC_LOCAL
+#define DB_RC_MAJORITY SHL_RC_MAJORITY
+#define DB_RC_AVAILABLE SHL_RC_AVAILABLE
+#define DB_RC_LINEARIZABLE SHL_RC_LINEARIZABLE
+#define DB_RC_SNAPSHOT SHL_RC_SNAPSHOT
+typedef shl_read_concern_t db_read_concern_t;
 
 /*
  * db_read_concern_get --
- *     Parse and validate the request's readConcern for a read command. local, available,
- *     majority and linearizable (on a set of one, a majority read) are accepted; snapshot
- *     fails until transactions land (NotAReplicaSet on a standalone as MongoDB; else
- *     InvalidOptions). afterClusterTime needs a replica set (IllegalOperation) and waits,
- *     within maxTimeMS, until the no-holes point reaches it.
+ *     Parse and validate the request's readConcern for a read command, with MongoDB's errors
+ *     in its order (shl_read_concern_parse: field types and names, the combinations
+ *     ReadConcernArgs refuses; then the topology: linearizable and
+ *     afterOpTime need a replica set (NotAReplicaSet), afterClusterTime too
+ *     (IllegalOperation)). local, available, majority and linearizable (on a set of one, a
+ *     majority read) are accepted; snapshot goes to db_snapshot_read_prepare. An
+ *     afterClusterTime waits, without locks and within maxTimeMS, as
+ *     db_rc_wait_after_cluster_time (read_concern_wait.h) says.
  */
 int db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
 

@@ -17,6 +17,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
+#include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
@@ -70,7 +71,9 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     }
     db_cmd_begin(op); /* gossip for commands that are not the data node's */
     if (ts == 0) {
-        ts = shl_storage_all_durable(node->eng);
+        ts = db_rc_read_op_time(op);
+    } else {
+        db_rc_note_applied(op, ts);
     }
     shl_cluster_time_append_reply(op, reply, ts, shl_storage_clock_now(node->eng));
 }
@@ -266,6 +269,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.keygen_factory = db_keygen_factory;
     so.replay_derive = db_session_replay_derive;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
+    atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
     SHL_ERR(db_uwb_load(node, st));
     if (node->repl_set) {

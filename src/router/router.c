@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "bson/bson_util.h"
 #include "net/common_commands.h"
 #include "net/cluster_time.h"
 #include "net/reply_times.h"
@@ -26,14 +27,29 @@
 #include "session/session_commands.h"
 #include "sharding/sharding_types.h"
 
+/*
+ * The newest operationTime the shards and the config server replied with to the operation
+ * this thread serves (mongos's OperationTimeTracker): a request runs on its connection's
+ * thread, and so do the replies to the requests it sends (client.h), so the tracker is
+ * thread-local; rewrite_request clears it when an operation starts, decorate_reply takes it.
+ */
+static __thread uint64_t op_time_seen;
+
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
  * TopologyTime means the set of shards changed, so the shard registry reloads. */
 static void
 observe_reply(void *arg, const char *host, const bson_t *reply)
 {
     shl_router_t *r = arg;
+    bson_iter_t it;
     (void)host;
 
+    if (bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint64_t t = shl_bson_iter_timestamp_u64(&it);
+        if (t > op_time_seen) {
+            op_time_seen = t;
+        }
+    }
     if (shl_vector_clock_observe(&r->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
         shl_shard_registry_invalidate(r->registry);
     }
@@ -114,14 +130,28 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
 }
 
+/*
+ * operationTime as mongos gives it: the newest one the nodes this operation reached replied
+ * with; if it reached none, the cluster time (later than the operation, so still safe for a
+ * causally consistent client). Never above the $clusterTime it goes with: observing a reply
+ * advanced the clock to that reply's $clusterTime, which is at least its operationTime.
+ */
 static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+    uint64_t op_time = 0;
 
+    /* A command the router runs in-process for another (op->conn NULL: $out's writes, ...)
+     * leaves the tracker to the operation it serves. */
+    if (op->conn != NULL) {
+        op_time = op_time_seen;
+        op_time_seen = 0;
+    }
     if (ts != 0) {
-        shl_cluster_time_append_reply(op, reply, ts, ts);
+        shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
+                                      ts);
     }
     if (op->conn != NULL && op->conn->internal) {
         shl_vector_clock_append_config_gossip(&r->clock, reply);
@@ -132,7 +162,12 @@ static bson_t *
 rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t *body = router_rwc_apply(r, op, cmd);
+    bson_t *body;
+
+    if (op->conn != NULL) {
+        op_time_seen = 0; /* a client's new operation: see decorate_reply */
+    }
+    body = router_rwc_apply(r, op, cmd);
     bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
     if (snap != NULL) {
