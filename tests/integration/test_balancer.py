@@ -1,0 +1,156 @@
+"""The balancer (issue 16; docs/design/balancer.md): a background service of the config server
+that, once balancerStart turns it on, spreads a collection's chunks evenly over the shards by
+itself, gives a new shard its share, drains a shard being removed so that removeShard
+completes, honours balancerStop and noBalance, and records its rounds in config.actionlog.
+Rounds run every 200 ms here (the config server's overrideBalanceRoundInterval fail point)."""
+
+import time
+
+import pytest
+
+from shale_fixtures import (ShaleProcess, config_db, fail_point, module_cluster,
+                            wait_until)
+
+BALANCE_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    with module_cluster(request, shards=2) as c:
+        fail_point(c.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
+                   {"intervalMs": 200})
+        # Migrations delete the donor's copy before they end (MongoDB's balancer setting), so a
+        # chunk may come back to a shard at once (otherwise the recipient waits for the
+        # orphans' deletion, orphanCleanupDelaySecs later).
+        config_db(c).settings.update_one({"_id": "balancer"}, {"$set": {"_waitForDelete": True}})
+        yield c
+
+
+def chunk_counts(cluster, ns):
+    """{shard: number of chunks} of 'ns' from config.chunks."""
+    cfg = config_db(cluster)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+    counts = {}
+    for ch in cfg.chunks.find({"uuid": uuid}):
+        counts[ch["shard"]] = counts.get(ch["shard"], 0) + 1
+    return counts
+
+
+def make_collection(cluster, db, coll, nchunks, primary="shard0", ndocs=None):
+    """db.coll sharded on {x: 1} with 'nchunks' chunks on 'primary', 20 documents a chunk."""
+    r = cluster.router_client()
+    ns = "%s.%s" % (db, coll)
+    r.admin.command("enableSharding", db, primaryShard=primary)
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    ndocs = ndocs if ndocs is not None else nchunks * 20
+    r[db][coll].insert_many([{"_id": i, "x": i, "pad": "p" * 100} for i in range(ndocs)])
+    for k in range(1, nchunks):
+        r.admin.command("split", ns, middle={"x": k * 20})
+    assert chunk_counts(cluster, ns) == {primary: nchunks}
+    return ns
+
+
+def all_ids(cluster, db, coll):
+    return sorted(d["_id"] for d in cluster.router_client()[db][coll].find({}, {"_id": 1}))
+
+
+def test_spreads_evenly_and_logs_rounds(cluster):
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal1", "c", 8)
+    before = r.admin.command("balancerStatus")["numBalancerRounds"]
+    r.admin.command("balancerStart")
+    try:
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 4, "shard1": 4},
+                   timeout=BALANCE_TIMEOUT, what="8 chunks spread 4/4")
+    finally:
+        r.admin.command("balancerStop")
+    st = r.admin.command("balancerStatus")
+    assert st["mode"] == "off" and st["inBalancerRound"] is False
+    assert st["numBalancerRounds"] > before
+    # Every document is still there exactly once, read through the router.
+    assert all_ids(cluster, "bal1", "c") == list(range(160))
+    assert r.bal1.c.count_documents({}) == 160
+    # The rounds are in config.actionlog as MongoDB writes them, the migrations in the changelog.
+    cfg = config_db(cluster)
+    rounds = list(cfg.actionlog.find({"what": "balancer.round"}))
+    assert rounds, "no balancer.round in config.actionlog"
+    assert all(d["shard"] == "config" and "executionTimeMillis" in d["details"] for d in rounds)
+    assert sum(d["details"].get("chunksMoved", 0) for d in rounds) >= 4
+    assert all(d["details"]["errorOccured"] is False for d in rounds)
+    commits = cfg.changelog.count_documents({"what": "moveChunk.commit", "ns": ns,
+                                             "details.to": "shard1"})
+    assert commits == 4
+
+
+def test_stop_and_no_balance_respected(cluster):
+    r = cluster.router_client()
+    r.admin.command("balancerStop")
+    ns = make_collection(cluster, "bal2", "c", 6)
+    # Stopped: rounds neither run nor move anything over many round intervals.
+    rounds = r.admin.command("balancerStatus")["numBalancerRounds"]
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline:
+        assert chunk_counts(cluster, ns) == {"shard0": 6}
+        time.sleep(0.1)
+    assert r.admin.command("balancerStatus")["numBalancerRounds"] == rounds
+    # noBalance: the balancer runs and evens out another collection, but leaves this one.
+    config_db(cluster).collections.update_one({"_id": ns}, {"$set": {"noBalance": True}})
+    other = make_collection(cluster, "bal2", "d", 4)
+    r.admin.command("balancerStart")
+    try:
+        wait_until(lambda: chunk_counts(cluster, other) == {"shard0": 2, "shard1": 2},
+                   timeout=BALANCE_TIMEOUT, what="the other collection balanced")
+        assert chunk_counts(cluster, ns) == {"shard0": 6}
+        config_db(cluster).collections.update_one({"_id": ns}, {"$unset": {"noBalance": 1}})
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 3, "shard1": 3},
+                   timeout=BALANCE_TIMEOUT, what="balanced once noBalance is gone")
+    finally:
+        r.admin.command("balancerStop")
+    assert all_ids(cluster, "bal2", "c") == list(range(120))
+
+
+def test_new_shard_filled_then_removed(cluster):
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal3", "c", 9)
+    extra = ShaleProcess(["node", "--shardsvr", "--replSet", "shard2"],
+                         name="shard2", test_commands=True)
+    try:
+        extra.start()
+        r.admin.command("addShard", "shard2/" + extra.host, name="shard2")
+        r.admin.command("balancerStart")
+        # A third shard receives its share without any manual step.
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 3, "shard1": 3, "shard2": 3},
+                   timeout=BALANCE_TIMEOUT, what="9 chunks spread 3/3/3")
+        assert all_ids(cluster, "bal3", "c") == list(range(180))
+
+        # A database whose primary is the draining shard keeps removeShard ongoing until
+        # movePrimary.
+        r.admin.command("enableSharding", "bal3p", primaryShard="shard2")
+        r.bal3p.u.insert_one({"_id": 1})
+        topo_before = max(s.get("topologyTime") for s in config_db(cluster).shards.find())
+        res = r.admin.command("removeShard", "shard2")
+        assert res["state"] == "started" and res["dbsToMove"] == ["bal3p"]
+
+        def drained():
+            res = r.admin.command("removeShard", "shard2")
+            assert res["state"] == "ongoing", res
+            assert set(res["remaining"]) >= {"chunks", "dbs", "jumboChunks"}
+            assert res["remaining"]["dbs"] == 1 and res["dbsToMove"] == ["bal3p"]
+            return res["remaining"]["chunks"] == 0
+
+        wait_until(drained, timeout=BALANCE_TIMEOUT, what="shard2 drained")
+        counts = chunk_counts(cluster, ns)
+        assert "shard2" not in counts and sum(counts.values()) == 9
+        assert abs(counts["shard0"] - counts["shard1"]) <= 1
+        r.admin.command("movePrimary", "bal3p", to="shard0")
+        res = r.admin.command("removeShard", "shard2")
+        assert res["state"] == "completed", res
+        assert "shard2" not in {s["_id"] for s in r.admin.command("listShards")["shards"]}
+        topo_after = max(s.get("topologyTime") for s in config_db(cluster).shards.find())
+        assert topo_after > topo_before
+        assert all_ids(cluster, "bal3", "c") == list(range(180))
+        assert r.bal3p.u.find_one({"_id": 1}) == {"_id": 1}
+    finally:
+        r.admin.command("balancerStop")
+        extra.stop()
+        extra.cleanup()
