@@ -4,6 +4,7 @@
  * the chunk-count distribution per zone. Pure logic over plain arrays; unit-tested in
  * config_test.c.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "config/balancer_private.h"
@@ -224,4 +225,39 @@ cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards, const cfg_ba
     }
     bson_free(blocked);
     return n;
+}
+
+/* "HH:MM" (or "H:MM") as minutes since midnight, or -1. */
+static int
+parse_hhmm(const char *s)
+{
+    int h = -1, m = -1, used = 0;
+
+    if (sscanf(s, "%2d:%2d%n", &h, &m, &used) != 2 || s[used] != '\0' || h < 0 || h > 23 ||
+        m < 0 || m > 59 || strchr(s, ':') - s > 2 || strlen(strchr(s, ':') + 1) != 2) {
+        return -1;
+    }
+    return h * 60 + m;
+}
+
+int
+cfg_balancer_in_window(const char *start, const char *stop, int now_min, bool *in,
+                       shl_status_t *st)
+{
+    int ret = 0;
+    int a = parse_hhmm(start), b = parse_hhmm(stop);
+
+    *in = true;
+    if (a < 0 || b < 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "activeWindow format is  { start: \"hh:mm\" , stop: \"hh:mm\" }, got %s - %s",
+                 start, stop);
+    }
+    if (a < b) {
+        *in = a <= now_min && now_min < b;
+    } else if (a > b) {
+        *in = now_min >= a || now_min < b;
+    }
+done:
+    return ret;
 }

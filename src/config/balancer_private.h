@@ -61,6 +61,16 @@ size_t cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards,
                            const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
                            cfg_bal_move_t *out, size_t max_out);
 
+/*
+ * cfg_balancer_in_window --
+ *     Whether 'now_min' (minutes since local midnight) falls in the balancer's activeWindow
+ *     {start: "HH:MM", stop: "HH:MM"} (local time of the config server, as MongoDB's): start
+ *     inclusive, stop exclusive; a window whose stop is before its start spans midnight; start
+ *     equal to stop is always on. Errors: BadValue for a time that is not "HH:MM".
+ */
+int cfg_balancer_in_window(const char *start, const char *stop, int now_min, bool *in,
+                           shl_status_t *st);
+
 /* ---- the service (configsvr_balancer.c) ---- */
 
 /*

@@ -224,3 +224,29 @@ SHL_TEST(balancer_policy_zones)
     ASSERT_INT_EQ(out[0].chunk, 1);
     ASSERT_INT_EQ(out[0].to, 1);
 }
+
+SHL_TEST(balancer_active_window)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bool in = false;
+
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 60, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 5 * 60 + 30, &in, &st), 0);
+    ASSERT(!in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 59, &in, &st), 0);
+    ASSERT(!in);
+    /* Over midnight. */
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "6:00", 23 * 60 + 59, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "06:00", 3 * 60, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "06:00", 12 * 60, &in, &st), 0);
+    ASSERT(!in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("10:00", "10:00", 0, &in, &st), 0);
+    ASSERT(in);
+    /* Not HH:MM. */
+    ASSERT_INT_EQ(cfg_balancer_in_window("24:00", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
+    ASSERT_INT_EQ(cfg_balancer_in_window("1:0", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
+    ASSERT_INT_EQ(cfg_balancer_in_window("noon", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
+}

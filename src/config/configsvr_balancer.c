@@ -50,7 +50,36 @@ static struct {
 typedef struct bal_settings {
     const char *mode; /* "full", "off", "autoSplitOnly" */
     bool wait_for_delete;
+    bool in_window; /* now is inside activeWindow (true when there is none) */
 } bal_settings_t;
+
+/* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
+ * window keeps the balancer idle (and says why in the log), as MongoDB's refuses it. */
+static bool
+in_active_window(const bson_t *doc)
+{
+    bson_t w;
+    bson_iter_t a, b;
+    bool in = true;
+    shl_status_t st = SHL_STATUS_INIT;
+    time_t now = (time_t)(shl_clock_wall_ms() / 1000);
+    struct tm tm;
+
+    localtime_r(&now, &tm);
+    if (!shl_bson_get_subdoc(doc, "activeWindow", &w)) {
+        in = true;
+    } else if (!bson_iter_init_find(&a, &w, "start") || !BSON_ITER_HOLDS_UTF8(&a) ||
+        !bson_iter_init_find(&b, &w, "stop") || !BSON_ITER_HOLDS_UTF8(&b)) {
+        in = false;
+        SHL_LOG_WARNING(SHARDING, 4200507, "balancer activeWindow needs start and stop strings");
+    } else if (cfg_balancer_in_window(bson_iter_utf8(&a, NULL), bson_iter_utf8(&b, NULL),
+                                      tm.tm_hour * 60 + tm.tm_min, &in, &st) != 0) {
+        in = false;
+        SHL_LOG_WARNING(SHARDING, 4200508, "bad balancer activeWindow", "error",
+                        BCON_UTF8(st.reason));
+    }
+    return in;
+}
 
 /*
  * config.settings {_id: "balancer"}: stopped: true is "off", else its mode, else stopped:
@@ -68,6 +97,7 @@ read_settings(bal_settings_t *out, shl_status_t *st)
 
     out->mode = "full";
     out->wait_for_delete = false;
+    out->in_window = true;
     bson_destroy(&doc);
     SHL_ERR(cfg_find_one("settings", q, &doc, &found, st));
     if (found && bson_iter_init_find(&it, &doc, "mode") && BSON_ITER_HOLDS_UTF8(&it)) {
@@ -81,6 +111,9 @@ read_settings(bal_settings_t *out, shl_status_t *st)
     }
     if (found && bson_iter_init_find(&it, &doc, "_waitForDelete")) {
         out->wait_for_delete = bson_iter_as_bool(&it);
+    }
+    if (found) {
+        out->in_window = in_active_window(&doc);
     }
 done:
     bson_destroy(q);
@@ -471,7 +504,7 @@ balancer_main(void *arg)
         /* Read under mu: a balancerStop that wrote "off" after this read sees in_round. */
         g_bal.kick = false;
         ret = read_settings(&s, &st);
-        if (ret != 0 || strcmp(s.mode, "full") != 0 || g_bal.shutdown) {
+        if (ret != 0 || strcmp(s.mode, "full") != 0 || !s.in_window || g_bal.shutdown) {
             moved = false;
             if (!g_bal.shutdown) {
                 wait_locked(next_interval_ms(false));

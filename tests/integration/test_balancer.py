@@ -109,6 +109,35 @@ def test_stop_and_no_balance_respected(cluster):
     assert all_ids(cluster, "bal2", "c") == list(range(120))
 
 
+def test_active_window(cluster):
+    """settings.balancer.activeWindow {start, stop} (the config server's local time): no
+    round outside it, balancing inside it."""
+    r = cluster.router_client()
+    settings = config_db(cluster).settings
+    ns = make_collection(cluster, "bal4", "c", 4)
+    now = time.localtime()
+    later = lambda h: "%02d:%02d" % ((now.tm_hour + h) % 24, now.tm_min)
+    settings.update_one({"_id": "balancer"},
+                        {"$set": {"activeWindow": {"start": later(2), "stop": later(3)}}})
+    r.admin.command("balancerStart")
+    try:
+        rounds = r.admin.command("balancerStatus")["numBalancerRounds"]
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            assert chunk_counts(cluster, ns) == {"shard0": 4}
+            time.sleep(0.1)
+        st = r.admin.command("balancerStatus")
+        assert st["mode"] == "full" and st["numBalancerRounds"] == rounds
+        # A window around now (it spans midnight when now is late): balancing starts.
+        settings.update_one({"_id": "balancer"},
+                            {"$set": {"activeWindow": {"start": later(-1), "stop": later(1)}}})
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 2, "shard1": 2},
+                   timeout=BALANCE_TIMEOUT, what="balanced inside the window")
+    finally:
+        settings.update_one({"_id": "balancer"}, {"$unset": {"activeWindow": 1}})
+        r.admin.command("balancerStop")
+
+
 def test_new_shard_filled_then_removed(cluster):
     r = cluster.router_client()
     ns = make_collection(cluster, "bal3", "c", 9)
