@@ -95,6 +95,14 @@ void cfg_register_balancer_commands(shl_command_registry_t *reg);
  */
 int cfg_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
+/*
+ * cfg_split_chunk --
+ *     _configsvrSplitChunk's body (configsvr_chunks.c) for callers inside the config server
+ *     ({_configsvrSplitChunk: ns, middle | find | bounds}); 'op' may be NULL. Errors: as the
+ *     command.
+ */
+int cfg_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
 /* cfg_extend_bound -- 'bound' completed with MinKey for the pattern's fields it lacks
  * (configsvr_zones.c); 'out' is initialised here. */
 void cfg_extend_bound(const bson_t *bound, const bson_t *pattern, bson_t *out);

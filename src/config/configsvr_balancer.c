@@ -281,6 +281,54 @@ zone_of(const bal_range_t *r, size_t n, const bson_t *min, const bson_t *max)
     return zone;
 }
 
+/*
+ * The round's first step (seeds: "check if any chunk has a range that violates a zone
+ * boundary"): split every chunk that a zone range's bound falls strictly inside, at that
+ * bound, so that each chunk lies in one zone. *nsplit gets the number of splits. Errors: the
+ * split's (the round skips the collection).
+ */
+static int
+split_zone_boundaries(const char *ns, const shl_routing_table_t *rt, const bal_range_t *ranges,
+                      size_t nranges, size_t *nsplit, shl_status_t *st)
+{
+    int ret = 0;
+    size_t nchunks = shl_routing_table_nchunks(rt);
+
+    *nsplit = 0;
+    for (size_t r = 0; r < nranges; r++) {
+        const bson_t *bounds[2] = {&ranges[r].min, &ranges[r].max};
+        for (int k = 0; k < 2; k++) {
+            bool done_before = false;
+            /* A range's max is often the next range's min: split there once. */
+            for (size_t p = 0; p < r && !done_before; p++) {
+                done_before = shl_shard_key_compare(&ranges[p].min, bounds[k]) == 0 ||
+                              shl_shard_key_compare(&ranges[p].max, bounds[k]) == 0;
+            }
+            for (size_t c = 0; c < nchunks && !done_before; c++) {
+                bson_t min, max, cmd = BSON_INITIALIZER, reply;
+                shl_routing_table_chunk_bounds(rt, c, &min, &max);
+                if (shl_shard_key_compare(&min, bounds[k]) >= 0 ||
+                    shl_shard_key_compare(bounds[k], &max) >= 0) {
+                    bson_destroy(&cmd);
+                    continue;
+                }
+                BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", ns);
+                BSON_APPEND_DOCUMENT(&cmd, "middle", bounds[k]);
+                bson_init(&reply);
+                ret = cfg_split_chunk(NULL, &cmd, &reply, st);
+                bson_destroy(&cmd);
+                bson_destroy(&reply);
+                SHL_ERR(ret);
+                SHL_LOG_INFO(SHARDING, 4200509, "balancer split a chunk at a zone boundary", "ns",
+                             BCON_UTF8(ns), "zone", BCON_UTF8(ranges[r].zone));
+                (*nsplit)++;
+            }
+        }
+    }
+done:
+    return ret;
+}
+
 /* A growable list of tasks. */
 typedef struct bal_plan {
     bal_task_t *tasks;
@@ -314,6 +362,15 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
     }
     SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
     SHL_ERR(load_ranges(&coll, &ranges, &nranges, st));
+    {
+        size_t nsplit = 0;
+        SHL_ERR(split_zone_boundaries(ns, rt, ranges, nranges, &nsplit, st));
+        if (nsplit > 0) {
+            shl_routing_table_release(rt);
+            rt = NULL;
+            SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+        }
+    }
     nchunks = shl_routing_table_nchunks(rt);
     chunks = bson_malloc0((nchunks + 1) * sizeof(*chunks));
     for (size_t c = 0; c < nchunks; c++) {

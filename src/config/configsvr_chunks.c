@@ -789,6 +789,12 @@ done:
 }
 
 int
+cfg_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return cmd_split_chunk(op, cmd, reply, st);
+}
+
+int
 cfg_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     return cmd_move_range(op, cmd, reply, st);

@@ -138,6 +138,34 @@ def test_active_window(cluster):
         r.admin.command("balancerStop")
 
 
+def test_zones_enforced(cluster):
+    """A zone range inside a chunk: the round splits the chunk at the zone's bounds, moves
+    the zone's chunk to the zone's shard, then evens out the rest."""
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal5", "c", 2, ndocs=120)
+    r.admin.command("addShardToZone", "shard1", zone="Z")
+    r.admin.command("updateZoneKeyRange", ns, min={"x": 50}, max={"x": 90}, zone="Z")
+    assert r.admin.command("balancerCollectionStatus", ns)["balancerCompliant"] is False
+    cfg = config_db(cluster)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+
+    def placed():
+        chunks = {(c["min"]["x"], c["max"]["x"]): c["shard"]
+                  for c in cfg.chunks.find({"uuid": uuid})}
+        return chunks.get((50, 90)) == "shard1" and chunk_counts(cluster, ns) == {
+            "shard0": 2, "shard1": 2}
+
+    r.admin.command("balancerStart")
+    try:
+        wait_until(placed, timeout=BALANCE_TIMEOUT, what="the zone's chunk on shard1")
+    finally:
+        r.admin.command("balancerStop")
+    assert r.admin.command("balancerCollectionStatus", ns)["balancerCompliant"] is True
+    assert all_ids(cluster, "bal5", "c") == list(range(120))
+    r.admin.command("updateZoneKeyRange", ns, min={"x": 50}, max={"x": 90}, zone=None)
+    r.admin.command("removeShardFromZone", "shard1", zone="Z")
+
+
 def test_new_shard_filled_then_removed(cluster):
     r = cluster.router_client()
     ns = make_collection(cluster, "bal3", "c", 9)
