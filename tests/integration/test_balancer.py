@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from shale_fixtures import (ShaleProcess, config_db, fail_point, module_cluster,
+from shale_fixtures import (Background, ShaleProcess, config_db, fail_point, module_cluster,
                             wait_until)
 
 BALANCE_TIMEOUT = 60.0
@@ -80,6 +80,50 @@ def test_spreads_evenly_and_logs_rounds(cluster):
     commits = cfg.changelog.count_documents({"what": "moveChunk.commit", "ns": ns,
                                              "details.to": "shard1"})
     assert commits == 4
+
+
+def test_balancing_under_writes_and_reads(cluster):
+    """Writers and readers through the router while the balancer moves chunks: every
+    acknowledged insert and update is there exactly once afterwards."""
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal6", "c", 10)
+    coll = r.bal6.c
+    stop = []
+
+    def write():
+        n = 0
+        while not stop:
+            i = 1000 + n
+            coll.insert_one({"_id": i, "x": n % 200, "pad": "w"})
+            coll.update_one({"_id": n % 200}, {"$inc": {"n": 1}})
+            n += 1
+        return n
+
+    def read():
+        seen = 0
+        while not stop:
+            assert coll.count_documents({"_id": {"$lt": 200}}) == 200
+            seen += 1
+        return seen
+
+    w, rd = Background(write), Background(read)
+    r.admin.command("balancerStart")
+    try:
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 5, "shard1": 5},
+                   timeout=BALANCE_TIMEOUT, what="10 chunks spread 5/5")
+    finally:
+        stop.append(True)
+        r.admin.command("balancerStop")
+        w.join(60)
+        rd.join(60)
+    assert w.error is None and rd.error is None, (w.error, rd.error)
+    n = w.result
+    assert n > 0 and rd.result > 0
+    ids = all_ids(cluster, "bal6", "c")
+    assert ids == list(range(200)) + list(range(1000, 1000 + n))
+    # Each update landed exactly once: n updates over the 200 original documents.
+    total = sum(d.get("n", 0) for d in coll.find({"_id": {"$lt": 200}}))
+    assert total == n
 
 
 def test_stop_and_no_balance_respected(cluster):
