@@ -437,6 +437,20 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
 
     SHL_ERR(cfg_get_shards(&shards, &nshards, st));
     busy = bson_malloc0((nshards + 1) * sizeof(*busy));
+    /* A shard that does not answer takes no part in this round (neither donor nor
+     * recipient): its migrations would only fail, round after round. */
+    for (size_t i = 0; i < nshards; i++) {
+        bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+        bson_t reply;
+        shl_status_t down = SHL_STATUS_INIT;
+        if (cfg_shard_cmd(shards[i].name, "admin", ping, &reply, &down) != 0) {
+            busy[i] = true;
+            SHL_LOG_WARNING(SHARDING, 4200510, "balancer skips a shard that does not answer",
+                            "shard", BCON_UTF8(shards[i].name), "error", BCON_UTF8(down.reason));
+        }
+        bson_destroy(&reply);
+        bson_destroy(ping);
+    }
     SHL_ERR(cfg_find("collections", q, sort, &colls, st));
     for (size_t i = 0; i < colls.n; i++) {
         bson_iter_t it;

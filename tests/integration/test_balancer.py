@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from shale_fixtures import (Background, ShaleProcess, config_db, fail_point, module_cluster,
-                            wait_until)
+from shale_fixtures import (Background, ShaleProcess, config_db, fail_point, logged,
+                            module_cluster, wait_until)
 
 BALANCE_TIMEOUT = 60.0
 
@@ -255,3 +255,25 @@ def test_new_shard_filled_then_removed(cluster):
         r.admin.command("balancerStop")
         extra.stop()
         extra.cleanup()
+
+
+def test_shard_down_is_skipped(cluster):
+    """A shard that is down takes no part in rounds (no migration to it is tried, so none
+    fails), and balancing resumes once it is back."""
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal7", "c", 4)
+    cluster.shards[1].kill()
+    r.admin.command("balancerStart")
+    try:
+        rounds = r.admin.command("balancerStatus")["numBalancerRounds"]
+        wait_until(lambda: r.admin.command("balancerStatus")["numBalancerRounds"] >= rounds + 3,
+                   timeout=BALANCE_TIMEOUT, what="three rounds with shard1 down")
+        assert logged(cluster.config, 4200510, shard="shard1")
+        assert not logged(cluster.config, 4200504, ns=ns)
+        assert chunk_counts(cluster, ns) == {"shard0": 4}
+        cluster.restart_shard(1)
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 2, "shard1": 2},
+                   timeout=BALANCE_TIMEOUT, what="balanced once shard1 is back")
+    finally:
+        r.admin.command("balancerStop")
+    assert all_ids(cluster, "bal7", "c") == list(range(80))
