@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from shale_fixtures import (Background, ShaleProcess, config_db, fail_point, logged,
+from shale_fixtures import (Background, ShaleProcess, config_db, fail_point, hang, logged,
                             module_cluster, wait_until)
 
 BALANCE_TIMEOUT = 60.0
@@ -277,3 +277,30 @@ def test_shard_down_is_skipped(cluster):
     finally:
         r.admin.command("balancerStop")
     assert all_ids(cluster, "bal7", "c") == list(range(80))
+
+
+def test_config_server_killed_mid_round(cluster):
+    """kill -9 of the config server while a balancer migration is in flight: after the
+    restart the catalog is consistent, the balancer (its setting persisted) resumes and
+    finishes, and no document is lost or doubled."""
+    r = cluster.router_client()
+    ns = make_collection(cluster, "bal8", "c", 6)
+    donor = cluster.shard_client(0)
+    wait = hang(donor, "moveChunkHangAtStep3")
+    r.admin.command("balancerStart")
+    try:
+        wait()
+        cluster.config.kill()
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        cluster.config.start()
+        fail_point(cluster.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
+                   {"intervalMs": 200})
+        assert r.admin.command("balancerStatus")["mode"] == "full"
+        wait_until(lambda: chunk_counts(cluster, ns) == {"shard0": 3, "shard1": 3},
+                   timeout=BALANCE_TIMEOUT, what="balanced after the config server restart")
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        r.admin.command("balancerStop")
+    assert r.admin.command("balancerStatus")["numBalancerRounds"] >= 1
+    assert all_ids(cluster, "bal8", "c") == list(range(120))
+    assert r.bal8.c.count_documents({}) == 120
