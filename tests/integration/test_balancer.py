@@ -89,13 +89,17 @@ def test_balancing_under_writes_and_reads(cluster):
     ns = make_collection(cluster, "bal6", "c", 10)
     coll = r.bal6.c
     stop = []
+    unmatched = []
 
     def write():
         n = 0
         while not stop:
             i = 1000 + n
             coll.insert_one({"_id": i, "x": n % 200, "pad": "w"})
-            coll.update_one({"_id": n % 200}, {"$inc": {"n": 1}})
+            # By shard key (x == _id for the first 200 documents): one shard is targeted.
+            res = coll.update_one({"x": n % 200, "_id": n % 200}, {"$inc": {"n": 1}})
+            if res.matched_count != 1:
+                unmatched.append((n % 200, res.raw_result))
             n += 1
         return n
 
@@ -119,6 +123,7 @@ def test_balancing_under_writes_and_reads(cluster):
     assert w.error is None and rd.error is None, (w.error, rd.error)
     n = w.result
     assert n > 0 and rd.result > 0
+    assert unmatched == []
     ids = all_ids(cluster, "bal6", "c")
     assert ids == list(range(200)) + list(range(1000, 1000 + n))
     # Each update landed exactly once: n updates over the 200 original documents.
