@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build run test unit integration asan asan-integration tsan release scale fuzz bench format clean
+.PHONY: all deps build run test check unit integration asan asan-integration tsan release scale fuzz bench format clean
 
 all: build
 
@@ -27,6 +27,10 @@ scale: release
 
 run: release
 	bash scripts/run.sh build-release/src/main/shale
+
+# Source checks (layering of includes, unique log ids, whole-library test links): seconds.
+check:
+	bash scripts/check.sh
 
 unit: build
 	bash scripts/unit.sh $(BUILD)

@@ -14,6 +14,7 @@
 #define SHL_OPT_CMDLINE 1u
 #define SHL_OPT_STARTUP 2u
 #define SHL_OPT_RUNTIME 4u
+#define SHL_OPT_TEST 8u /* settable only with enableTestCommands */
 
 typedef enum shl_opt_id {
 #define X(name, type, def, flags, help) SHL_OPT_##name,

@@ -130,3 +130,25 @@ cfg_host_of(const char *conn_string, char *out, size_t n)
 
     snprintf(out, n, "%.*s", (int)len, start);
 }
+
+void
+cfg_keys_plan(uint64_t now, int64_t interval_secs, const uint64_t *valid, size_t nvalid,
+              cfg_new_key_t out[2], size_t *n)
+{
+    int64_t id = (int64_t)now;
+    uint64_t current;
+    size_t next = 0;
+
+    *n = 0;
+    if (nvalid == 0) {
+        current = (uint64_t)((int64_t)(now >> 32) + interval_secs) << 32;
+        out[(*n)++] = (cfg_new_key_t){id++, current};
+    } else {
+        current = valid[0];
+        next = 1;
+    }
+    if (next >= nvalid) {
+        out[(*n)++] = (cfg_new_key_t){id, (uint64_t)((int64_t)(current >> 32) + interval_secs)
+                                              << 32};
+    }
+}

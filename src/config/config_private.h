@@ -40,6 +40,11 @@ typedef struct cfg_state {
     struct cfg_ns_lock *locks; /* guarded by locks_mu */
     pthread_mutex_t shards_mu; /* serializes addShard/removeShard */
     shl_vector_clock_t clock;  /* TopologyTime: newest config.shards topologyTime (lock-free) */
+    /* The key manager thread (configsvr_keys.c): keys_stop guarded by keys_mu. */
+    pthread_mutex_t keys_mu;
+    pthread_cond_t keys_cv;
+    bool keys_stop, keys_started;
+    pthread_t keys_thread;
 } cfg_state_t;
 
 /* cfg_get -- the process's config server state. */
@@ -255,5 +260,35 @@ void cfg_host_of(const char *conn_string, char *out, size_t n);
 
 /* cfg_index_name -- MongoDB's default index name for 'key' ("a_1_b_hashed"). */
 void cfg_index_name(const bson_t *key, char *out, size_t n);
+
+/* A key admin.system.keys should get: its _id and expiresAt (packed Timestamps). */
+typedef struct cfg_new_key {
+    int64_t id;
+    uint64_t expires_at;
+} cfg_new_key_t;
+
+/*
+ * cfg_keys_plan --
+ *     MongoDB's key generation rule at ClusterTime 'now' with keys valid for 'interval_secs':
+ *     given the expiresAt of the HMAC keys that have not expired ('valid', ascending, each >
+ *     now), the keys to insert so that there is a current key and a reserve one after it:
+ *     none valid -> a current key expiring at now's seconds + interval and a reserve expiring
+ *     one interval later; only a current one -> the reserve. Ids are now's packed value,
+ *     counting up. Fills out[0..*n), *n <= 2.
+ */
+void cfg_keys_plan(uint64_t now, int64_t interval_secs, const uint64_t *valid, size_t nvalid,
+                   cfg_new_key_t out[2], size_t *n);
+
+/* ---- $clusterTime keys (configsvr_keys.c) ---- */
+
+/*
+ * cfg_keys_start / cfg_keys_stop --
+ *     The key manager: makes the first keys now (errors: the local insert's), installs the
+ *     process's key cache (svc->cluster_time, loaded from the local admin.system.keys), then
+ *     a thread that makes the next key before the current one expires. Stop before storage
+ *     closes.
+ */
+int cfg_keys_start(cfg_state_t *cfg, shl_status_t *st);
+void cfg_keys_stop(cfg_state_t *cfg);
 
 #endif

@@ -250,3 +250,29 @@ SHL_TEST(balancer_active_window)
     ASSERT_INT_EQ(cfg_balancer_in_window("1:0", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
     ASSERT_INT_EQ(cfg_balancer_in_window("noon", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
 }
+
+#define KTS(s, i) (((uint64_t)(s) << 32) | (uint32_t)(i))
+
+SHL_TEST(keys_plan_first_keys_current_and_reserve)
+{
+    cfg_new_key_t k[2];
+    size_t n = 0;
+
+    cfg_keys_plan(KTS(1000, 7), 90, NULL, 0, k, &n);
+    ASSERT_INT_EQ(n, 2);
+    ASSERT(k[0].id == (int64_t)KTS(1000, 7) && k[0].expires_at == KTS(1090, 0));
+    ASSERT(k[1].id == (int64_t)KTS(1000, 7) + 1 && k[1].expires_at == KTS(1180, 0));
+}
+
+SHL_TEST(keys_plan_adds_a_reserve_once_the_current_key_is_the_last)
+{
+    cfg_new_key_t k[2];
+    size_t n = 0;
+    uint64_t valid[2] = {KTS(1180, 0), KTS(1270, 0)};
+
+    cfg_keys_plan(KTS(1100, 0), 90, valid, 2, k, &n);
+    ASSERT_INT_EQ(n, 0);
+    cfg_keys_plan(KTS(1200, 0), 90, valid + 1, 1, k, &n);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT(k[0].id == (int64_t)KTS(1200, 0) && k[0].expires_at == KTS(1360, 0));
+}

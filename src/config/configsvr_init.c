@@ -6,9 +6,13 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "bson/bson_util.h"
+#include "net/server.h"
+#include "storage/storage.h"
 #include "config/balancer_private.h"
 #include "config/config_private.h"
 #include "config/configsvr.h"
+#include "db/node.h"
 
 /* The node's own hello decoration, chained before configsvr: 2. */
 static void (*node_append_hello)(struct shl_op_ctx *op, bson_t *reply);
@@ -25,8 +29,9 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
 
 static void (*node_decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
 
-/* Gossip (DESIGN.md section 7): the config server's replies carry $configTime (its time of
- * the newest metadata: the reply's operationTime) and $topologyTime. */
+/* Gossip (docs/design/vector_clock.md): the config server's replies to cluster processes
+ * carry $configTime (its time of the newest metadata: the reply's operationTime, the
+ * majority commit point of a set of one) and $topologyTime; clients see $clusterTime only. */
 static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
@@ -41,7 +46,44 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
         bson_iter_timestamp(&it, &t, &i);
         shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, ((uint64_t)t << 32) | i);
     }
-    shl_vector_clock_append_config_gossip(&cfg->clock, reply);
+    if (op->conn != NULL && op->conn->internal) {
+        shl_vector_clock_append_config_gossip(&cfg->clock, reply);
+    }
+}
+
+/* A request's $clusterTime (checked) moves the storage clock, whatever the command. */
+static void
+gossip_in(shl_op_ctx_t *op, uint64_t cluster_time)
+{
+    if (cluster_time != 0) {
+        shl_storage_clock_advance(op->svc->storage, cluster_time);
+    }
+}
+
+/* Requests to shards carry the config server's times; their replies move its clock. */
+static void
+decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd)
+{
+    cfg_state_t *cfg = arg;
+    (void)host;
+    (void)cmd_name;
+
+    shl_vector_clock_append_internal_gossip(&cfg->clock, shl_storage_clock_now(cfg->svc->storage),
+                                            cmd);
+}
+
+static void
+observe_reply(void *arg, const char *host, const bson_t *reply)
+{
+    cfg_state_t *cfg = arg;
+    bson_iter_t it, sub;
+    (void)host;
+
+    if (bson_iter_init_find(&it, reply, "$clusterTime") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "clusterTime") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&sub)) {
+        shl_storage_clock_advance(cfg->svc->storage, shl_bson_iter_timestamp_u64(&sub));
+    }
 }
 
 /* TopologyTime at start-up: the newest topologyTime in config.shards. */
@@ -75,6 +117,7 @@ shutdown_hook(shl_service_ctx_t *svc)
     cfg_balancer_stop();
     cfg_rename_recover_stop();
     cfg_sessions_stop(cfg);
+    cfg_keys_stop(cfg);
     if (node_shutdown != NULL) {
         node_shutdown(svc);
     }
@@ -219,7 +262,13 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     pthread_mutex_init(&cfg->shards_mu, NULL);
     snprintf(cfg->conn_string, sizeof(cfg->conn_string), "%s/%s",
              svc->set_name[0] != '\0' ? svc->set_name : "csrs", svc->me);
-    cfg->pool = shl_conn_pool_new(NULL);
+    {
+        shl_conn_pool_options_t po = {0};
+        po.hooks.decorate = decorate_request;
+        po.hooks.observe = observe_reply;
+        po.hooks.arg = cfg;
+        cfg->pool = shl_conn_pool_new(&po);
+    }
 
     cfg_register_shard_commands(reg);
     cfg_register_ddl_commands(reg);
@@ -236,13 +285,19 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     svc->hooks.shutdown = shutdown_hook;
     node_decorate_reply = svc->hooks.decorate_reply;
     svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.gossip_in = gossip_in;
     shl_vector_clock_init(&cfg->clock);
+    shl_node_clock_start_fresh(svc);
+    /* ConfigTime after a restart: nothing is in flight, so everything up to the clock (which
+     * starts at or past the last oplog entry) is committed, and no older time is given out. */
+    shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, shl_storage_clock_now(svc->storage));
 
     SHL_ERR(ensure_changelog(st));
     SHL_ERR(create_indexes(st));
     SHL_ERR(ensure_version(cfg, st));
     SHL_ERR(ensure_balancer_setting(st));
     SHL_ERR(load_topology_time(cfg, st));
+    SHL_ERR(cfg_keys_start(cfg, st));
     cfg_rename_recover_start(); /* renames a crash left unfinished */
     SHL_ERR(cfg_sessions_start(cfg, st));
     SHL_ERR(cfg_balancer_start(st));

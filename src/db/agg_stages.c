@@ -164,6 +164,11 @@ env_stats(void *arg, const char *stage, const bson_t *spec, bson_t *docs, shl_st
             BSON_APPEND_INT64(&ss, "storageSize", storage / scale);
             BSON_APPEND_INT64(&ss, "freeStorageSize", 0);
             BSON_APPEND_BOOL(&ss, "capped", coll->capped);
+            if (coll->capped) {
+                /* As collStats shows them (cmd_stats.c). */
+                BSON_APPEND_INT64(&ss, "max", coll->capped_max);
+                BSON_APPEND_INT64(&ss, "maxSize", coll->capped_size / scale);
+            }
             BSON_APPEND_INT32(&ss, "nindexes", (int32_t)coll->nindexes);
             BSON_APPEND_DOCUMENT_BEGIN(&ss, "indexSizes", &sizes);
             for (size_t i = 0; i < coll->nindexes; i++) {

@@ -68,6 +68,9 @@ typedef struct find_args {
     bool has_batch_size;
     bool single_batch, no_cursor_timeout;
     bool tailable, await_data;
+    bson_t min, max; /* {} counts as absent, as in MongoDB */
+    bool has_min, has_max;
+    bool return_key, show_record_id;
 } find_args_t;
 
 enum {
@@ -87,6 +90,10 @@ enum {
     F_COLLATION,
     F_ACCEPTED, /* accepted, any type (handled elsewhere or ignored as MongoDB does) */
     F_REFUSED,  /* MongoDB has it, Shale does not yet */
+    F_MIN,
+    F_MAX,
+    F_RETURN_KEY,
+    F_SHOW_RECORD_ID,
 };
 
 static const struct {
@@ -113,13 +120,13 @@ static const struct {
     {"term", F_ACCEPTED},
     {"includeQueryStatsMetrics", F_ACCEPTED},
     {"allowSpeculativeMajorityRead", F_ACCEPTED},
-    {"max", F_REFUSED},
-    {"min", F_REFUSED},
-    {"returnKey", F_REFUSED},
-    {"showRecordId", F_REFUSED},
+    {"max", F_MAX},
+    {"min", F_MIN},
+    {"returnKey", F_RETURN_KEY},
+    {"showRecordId", F_SHOW_RECORD_ID},
     {"tailable", F_TAILABLE},
     {"awaitData", F_AWAIT_DATA},
-    {"let", F_REFUSED},
+    {"let", F_ACCEPTED}, /* evaluated by db_let_vars */
     {"$_requestResumeToken", F_REFUSED},
     {"$_resumeAfter", F_REFUSED},
     {"$_startAt", F_REFUSED},
@@ -222,6 +229,25 @@ done:
     return ret;
 }
 
+/* min and max name the same fields in the same order (MongoDB's request validation). */
+static int
+check_minmax(const find_args_t *a, shl_status_t *st)
+{
+    bson_iter_t i, j;
+    bool same = true, mi, mj;
+    if (!a->has_min || !a->has_max) {
+        return 0;
+    }
+    if (bson_iter_init(&i, &a->min) && bson_iter_init(&j, &a->max)) {
+        do {
+            mi = shl_iter_next(&i);
+            mj = shl_iter_next(&j);
+            same = mi == mj && (!mi || strcmp(shl_iter_key(&i), shl_iter_key(&j)) == 0);
+        } while (same && mi);
+    }
+    return same ? 0 : shl_status_set(st, 51176, "min and max must have the same field names");
+}
+
 /* One pass over the command: find is the hot path of point reads. */
 static int
 parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
@@ -280,6 +306,20 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
         case F_BOOL:
             SHL_ERR(bool_iter(&it, &b, st));
             break;
+        case F_MIN:
+            SHL_ERR(doc_field(&it, &a->min, &a->has_min, st));
+            a->has_min = !bson_empty(&a->min);
+            break;
+        case F_MAX:
+            SHL_ERR(doc_field(&it, &a->max, &a->has_max, st));
+            a->has_max = !bson_empty(&a->max);
+            break;
+        case F_RETURN_KEY:
+            SHL_ERR(bool_iter(&it, &a->return_key, st));
+            break;
+        case F_SHOW_RECORD_ID:
+            SHL_ERR(bool_iter(&it, &a->show_record_id, st));
+            break;
         case F_COLLATION:
             SHL_ERR(db_check_collation(cmd, "collation", st));
             break;
@@ -298,6 +338,7 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
             break;
         }
     }
+    SHL_ERR(check_minmax(a, st));
     SHL_ERR(check_tailable(a, st));
 done:
     return ret;
@@ -308,6 +349,7 @@ static bool
 idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
+        a->has_min || a->has_max || a->return_key || a->show_record_id ||
         a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
         return false;
     }
@@ -386,8 +428,16 @@ build_find_plan(db_node_t *node, const shl_ns_t *ns, shl_coll_handle_t *h, exec_
     return exec_plan_build(node->eng, NULL, read_ts, h->coll, ns->full, q, out, st);
 }
 
+/* Whether a filter reads $$CLUSTER_TIME (the one variable a find without `let` may need). */
+static bool
+mentions_cluster_time(const find_args_t *a)
+{
+    return a->has_filter &&
+           memmem(bson_get_data(&a->filter), a->filter.len, "$$CLUSTER_TIME", 14) != NULL;
+}
+
 static int
-parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
+parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_status_t *st)
 {
     int ret = 0;
     exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
@@ -398,11 +448,14 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     *out = NULL;
     ret = exec_query_init(q, a->has_filter ? &a->filter : NULL,
                           a->has_sort && !natural ? &a->sort : NULL,
-                          a->has_projection ? &a->projection : NULL, st);
+                          a->has_projection && !a->return_key ? &a->projection : NULL, st);
     if (ret != 0) {
         exec_query_cleanup(q);
         bson_free(q);
         return ret;
+    }
+    if (vars != NULL) {
+        exec_query_set_let(q, vars);
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;
@@ -415,6 +468,16 @@ parse_query(const find_args_t *a, exec_query_t **out, shl_status_t *st)
     }
     q->skip = a->skip;
     q->limit = a->limit;
+    if (a->has_min) {
+        bson_init_static(&q->min, bson_get_data(&a->min), a->min.len);
+        q->has_min = true;
+    }
+    if (a->has_max) {
+        bson_init_static(&q->max, bson_get_data(&a->max), a->max.len);
+        q->has_max = true;
+    }
+    q->return_key = a->return_key;
+    q->show_record_id = a->show_record_id;
     *out = q;
     return ret;
 }
@@ -437,6 +500,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bson_t arr = BSON_INITIALIZER;
     int64_t cursor_id = 0;
     shl_db_orphan_filter_t *filter = NULL;
+    bson_t vars = BSON_INITIALIZER;
+    bool has_vars = false;
 
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
@@ -455,11 +520,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Tailable cursors are not supported with readConcern level 'snapshot'");
     }
+    /* Before the _id fast path too: a bad `let` fails every find. */
+    SHL_ERR(db_let_vars(op, cmd, mentions_cluster_time(&a), &vars, &has_vars, st));
     if (idhack_eligible(&a, ns.full, &id)) {
         SHL_ERR(find_by_id(op, &ns, &id, read_ts, filter, reply, st));
         goto done;
     }
-    SHL_ERR(parse_query(&a, &q, st));
+    SHL_ERR(parse_query(&a, has_vars ? &vars : NULL, &q, st));
     /* The query (owned by the plan, then the cursor) keeps the filter for its life. */
     q->orphan_filter = filter;
     filter = NULL;
@@ -515,6 +582,7 @@ done:
     }
     shl_db_orphan_filter_release(filter);
     bson_destroy(&arr);
+    bson_destroy(&vars);
     return ret;
 }
 
@@ -1208,8 +1276,15 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     SHL_ERR(db_read_concern_get(op, &rc, st));
     if (strcmp(name, "find") == 0) {
         find_args_t a;
+        bson_t vars;
+        bool has_vars;
         SHL_ERR(parse_find(&inner, &a, st));
-        SHL_ERR(parse_query(&a, &q, st));
+        ret = db_let_vars(op, &inner, mentions_cluster_time(&a), &vars, &has_vars, st);
+        if (ret == 0) {
+            ret = parse_query(&a, has_vars ? &vars : NULL, &q, st);
+        }
+        bson_destroy(&vars);
+        SHL_ERR(ret);
     } else if (strcmp(name, "count") == 0) {
         bool fast;
         q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q));
@@ -1443,7 +1518,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
-    a->let = has_let ? bson_copy(&let) : NULL;
+    {
+        /* `let` evaluated once, with $$CLUSTER_TIME, for every stage and the $cursor. */
+        bson_t vars;
+        bool has_vars;
+        ret = db_let_vars(op, cmd, true, &vars, &has_vars, st);
+        a->let = ret == 0 && has_vars ? bson_copy(&vars) : NULL;
+        bson_destroy(&vars);
+        SHL_ERR(ret);
+    }
     memset(&opts, 0, sizeof(opts));
     opts.vars = a->let;
     opts.allow_disk_use = allow_disk;
@@ -1474,6 +1557,9 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    if (a->let != NULL) {
+        shl_matcher_bind_vars(q->matcher, a->let);
+    }
     if (filter != NULL) {
         shl_pipeline_drop_leading_match(pl);
     }

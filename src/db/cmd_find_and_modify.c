@@ -43,6 +43,7 @@ typedef struct fam_unit {
     bool remove, return_new, upsert;
     int32_t stmt_id;
     db_stmt_recorder_t *rec;
+    const bson_t *vars; /* the command's `let` variables, or NULL */
     /* Results of the last run. */
     bool found, updated_existing, upserted;
     bson_t *value; /* the document to return (before projection), or NULL */
@@ -79,6 +80,7 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
     bool changed = true, has_out = false;
 
     memset(&uctx, 0, sizeof(uctx));
+    uctx.vars = u->vars;
     if (pre == NULL) {
         uctx.is_insert = true;
         ret = shl_update_upsert_doc(u->upd, u->q->matcher, &uctx, &out, st);
@@ -311,6 +313,8 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     int32_t *stmt_id = NULL;
     uint64_t retried_ts = 0;
     bool retried = false;
+    bson_t vars = BSON_INITIALIZER;
+    bool has_vars = false;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
@@ -323,9 +327,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
-    if (bson_has_field(cmd, "let")) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "findAndModify.let is not supported yet");
-    }
+    SHL_ERR(db_let_vars(op, cmd, false, &vars, &has_vars, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "sort", &sort, &has_sort, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "fields", &fields, &has_fields, st));
@@ -359,6 +361,10 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
     }
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, has_sort ? &sort : NULL, NULL, st));
+    if (has_vars) {
+        shl_matcher_bind_vars(q.matcher, &vars);
+        u.vars = &vars;
+    }
     q.orphan_filter = filter; /* orphans are neither returned nor modified */
     filter = NULL;
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
@@ -454,6 +460,7 @@ done:
     shl_projection_destroy(proj);
     exec_query_cleanup(&q);
     shl_db_orphan_filter_release(filter);
+    bson_destroy(&vars);
     return ret;
 }
 

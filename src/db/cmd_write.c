@@ -702,7 +702,7 @@ bson_value_of(const bson_t *doc, bool array, bson_value_t *v)
 /* The query of an update or delete statement: its filter, collation check and hint. */
 static int
 stmt_query_init(exec_query_t *q, const bson_t *filter, const bson_t *collation,
-                const bson_value_t *hint, shl_status_t *st)
+                const bson_value_t *hint, const bson_t *vars, shl_status_t *st)
 {
     int ret = 0;
 
@@ -714,6 +714,9 @@ stmt_query_init(exec_query_t *q, const bson_t *filter, const bson_t *collation,
         SHL_ERR(ret);
     }
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    if (vars != NULL) {
+        shl_matcher_bind_vars(q->matcher, vars);
+    }
     q->has_hint = hint != NULL;
     if (hint != NULL) {
         q->hint = *hint;
@@ -749,7 +752,8 @@ run_update_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_update_stmt_t *s
                  "Cannot use (or request) retryable writes with multi=true");
     }
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
-                            stmt->has_hint ? &stmt->hint : NULL, st));
+                            stmt->has_hint ? &stmt->hint : NULL,
+                            stmt->has_let ? &stmt->let : NULL, st));
     /* A versioned update leaves orphans alone, as MongoDB's write stages do. */
     q.orphan_filter = shl_db_orphan_filter_ref(filter);
     bson_value_of(&stmt->u, stmt->u_pipeline, &uval);
@@ -811,6 +815,8 @@ typedef struct stmt_kind {
     size_t stmt_align;
     bool is_update;
     int (*parse)(const bson_t *doc, void *stmt, shl_status_t *st);
+    /* Give a parsed statement the command's `let` variables (a view of 'vars'). */
+    void (*set_let)(void *stmt, const bson_t *vars);
     int (*run)(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index,
                int32_t stmt_id, bool bypass, shl_db_orphan_filter_t *filter,
                shl_write_result_t *res, shl_status_t *st);
@@ -875,6 +881,8 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     bool blocked;
     shl_status_t blocked_st = SHL_STATUS_INIT;
     int32_t *stmt_ids = NULL;
+    bson_t vars = BSON_INITIALIZER;
+    bool has_vars = false;
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
@@ -886,9 +894,7 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
-    if (bson_has_field(cmd, "let")) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "%s.let is not supported yet", kind->cmd);
-    }
+    SHL_ERR(db_let_vars(op, cmd, false, &vars, &has_vars, st));
     SHL_ERR(shl_cmd_get_array(cmd, kind->field, &stmts, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -911,6 +917,9 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         bson_iter_document(&it, &len, &data);
         bson_init_static(&doc, data, len);
         SHL_ERR(kind->parse(&doc, parsed + n * kind->stmt_size, st));
+        if (has_vars) {
+            kind->set_let(parsed + n * kind->stmt_size, &vars);
+        }
         n++;
     }
     SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
@@ -954,6 +963,7 @@ done:
     bson_free(parsed);
     bson_free(stmt_ids);
     shl_write_result_cleanup(&res);
+    bson_destroy(&vars);
     return ret;
 }
 
@@ -970,6 +980,17 @@ run_update(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index
     return run_update_stmt(op, ns, stmt, index, stmt_id, bypass, filter, res, st);
 }
 
+static void
+set_update_let(void *stmt, const bson_t *vars)
+{
+    shl_update_stmt_t *u = stmt;
+    /* A statement's own "c" constants win (they come from $merge's own let). */
+    if (!u->has_let) {
+        bson_init_static(&u->let, bson_get_data(vars), vars->len);
+        u->has_let = true;
+    }
+}
+
 static const stmt_kind_t update_kind = {
     "update",
     "updates",
@@ -978,6 +999,7 @@ static const stmt_kind_t update_kind = {
     BSON_ALIGNOF(shl_update_stmt_t),
     true,
     parse_update,
+    set_update_let,
     run_update,
 };
 
@@ -1055,7 +1077,8 @@ run_delete_stmt(shl_op_ctx_t *op, const shl_ns_t *ns, const shl_delete_stmt_t *s
                  "Cannot use (or request) retryable writes with limit=0");
     }
     SHL_ERR(stmt_query_init(&q, &stmt->q, stmt->has_collation ? &stmt->collation : NULL,
-                            stmt->has_hint ? &stmt->hint : NULL, st));
+                            stmt->has_hint ? &stmt->hint : NULL,
+                            stmt->has_let ? &stmt->let : NULL, st));
     q.limit = stmt->limit;
     q.orphan_filter = shl_db_orphan_filter_ref(filter);
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
@@ -1098,6 +1121,14 @@ run_delete(shl_op_ctx_t *op, const shl_ns_t *ns, const void *stmt, int32_t index
     return run_delete_stmt(op, ns, stmt, stmt_id, filter, res, st);
 }
 
+static void
+set_delete_let(void *stmt, const bson_t *vars)
+{
+    shl_delete_stmt_t *d = stmt;
+    bson_init_static(&d->let, bson_get_data(vars), vars->len);
+    d->has_let = true;
+}
+
 static const stmt_kind_t delete_kind = {
     "delete",
     "deletes",
@@ -1106,6 +1137,7 @@ static const stmt_kind_t delete_kind = {
     BSON_ALIGNOF(shl_delete_stmt_t),
     false,
     parse_delete,
+    set_delete_let,
     run_delete,
 };
 

@@ -5,116 +5,52 @@
  */
 #include <string.h>
 
-#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/read_concern_wait.h"
 
 int
 db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
 {
     int ret = 0;
     db_node_t *node = db_node(op);
-    bson_iter_t it;
 
     memset(rc, 0, sizeof(*rc));
     rc->level = DB_RC_LOCAL;
-    if (!op->has_read_concern || !bson_iter_init(&it, &op->read_concern)) {
+    if (!op->has_read_concern) {
         return 0;
     }
-    while (shl_iter_next(&it)) {
-        const char *k = shl_iter_key(&it);
-        if (strcmp(k, "level") == 0) {
-            const char *lv;
-            if (!BSON_ITER_HOLDS_UTF8(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.level' is the wrong type '%s', expected type "
-                         "'string'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            lv = bson_iter_utf8(&it, NULL);
-            rc->has_level = true;
-            if (strcmp(lv, "local") == 0) {
-                rc->level = DB_RC_LOCAL;
-            } else if (strcmp(lv, "majority") == 0) {
-                rc->level = DB_RC_MAJORITY;
-            } else if (strcmp(lv, "available") == 0) {
-                rc->level = DB_RC_AVAILABLE;
-            } else if (strcmp(lv, "linearizable") == 0) {
-                rc->level = DB_RC_LINEARIZABLE;
-            } else if (strcmp(lv, "snapshot") == 0) {
-                rc->level = DB_RC_SNAPSHOT;
-            } else {
-                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                         "Enumeration value '%s' for field 'readConcern.level' is not a valid "
-                         "value.",
-                         lv);
-            }
-        } else if (strcmp(k, "afterClusterTime") == 0) {
-            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.afterClusterTime' is the wrong type '%s', "
-                         "expected type 'timestamp'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            rc->after_cluster_time = shl_bson_iter_timestamp_u64(&it);
-            if (rc->after_cluster_time == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                         "afterClusterTime cannot be a null timestamp");
-            }
-        } else if (strcmp(k, "atClusterTime") == 0) {
-            if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
-                         "BSON field 'readConcern.atClusterTime' is the wrong type '%s', "
-                         "expected type 'timestamp'",
-                         shl_bson_type_name(shl_iter_type(&it)));
-            }
-            rc->at_cluster_time = shl_bson_iter_timestamp_u64(&it);
-            if (rc->at_cluster_time == 0) {
-                SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "atClusterTime cannot be a null timestamp");
-            }
-        } else if (strcmp(k, "afterOpTime") == 0) {
-            if (!node->repl_set) {
-                SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
-                         "node needs to be a replica set member to use readConcern: %s", k);
-            }
-        } else if (strcmp(k, "provenance") != 0) {
-            SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
-                     "BSON field 'readConcern.%s' is an unknown field.", k);
-        }
-    }
-    if (rc->at_cluster_time != 0 && rc->level != DB_RC_SNAPSHOT) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "atClusterTime field can be set only if level is equal to snapshot");
-    }
-    if (rc->at_cluster_time != 0 && rc->after_cluster_time != 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                 "Can not specify both afterClusterTime and atClusterTime");
-    }
+    SHL_ERR(shl_read_concern_parse(&op->read_concern, rc, st));
     if (rc->level == DB_RC_SNAPSHOT) {
         ret = db_snapshot_read_prepare(op, rc, st);
         goto done;
     }
-    if (rc->level == DB_RC_LINEARIZABLE && !node->repl_set) {
-        SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
-                 "node needs to be a replica set member to use read concern");
+    /* Then MongoDB's waitForReadConcern: the topology, and the waits. */
+    if (rc->level == DB_RC_LINEARIZABLE) {
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                     "node needs to be a replica set member to use read concern");
+        }
+        if (rc->has_after_op_time) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE,
+                     "afterOpTime not compatible with linearizable read concern");
+        }
     }
-    if (rc->after_cluster_time != 0) {
+    if (rc->has_after_cluster_time) {
         if (!node->repl_set) {
             SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
                      "Cannot specify afterClusterTime readConcern without replication enabled");
         }
-        if (rc->level == DB_RC_AVAILABLE) {
-            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-                     "afterClusterTime is not allowed with readConcern level 'available'");
+        SHL_ERR(db_rc_wait_after_cluster_time(op, rc->after_cluster_time, st));
+    }
+    if (rc->has_after_op_time) {
+        if (!node->repl_set) {
+            SHL_FAIL(st, SHL_CODE_NOT_A_REPLICA_SET,
+                     "node needs to be a replica set member to use readConcern: afterOpTime");
         }
-        /* A set of one: time past the clock is reached by advancing the clock (MongoDB
-         * writes a no-op); then wait for writes in flight below it to finish. */
-        shl_storage_clock_advance(node->eng, rc->after_cluster_time);
-        while (shl_storage_all_durable(node->eng) < rc->after_cluster_time) {
-            SHL_ERR(shl_op_check_interrupt(op, st));
-            shl_sleep_ms(1);
-        }
+        /* An internal argument (config reads at the ConfigTime): wait for it to commit. */
+        SHL_ERR(db_rc_wait_committed(op, rc->after_op_time, st));
     }
 done:
     return ret;

@@ -4,10 +4,12 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "net/command_args.h"
+#include "query/expression.h"
 
 db_node_t *
 db_node(const shl_op_ctx_t *op)
@@ -19,14 +21,10 @@ void
 db_cmd_begin(shl_op_ctx_t *op)
 {
     db_node_t *node = db_node(op);
-    bson_iter_t it;
 
-    if (!node->repl_set || !op->has_cluster_time) {
-        return;
-    }
-    if (bson_iter_init_find(&it, &op->cluster_time, "clusterTime") &&
-        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
-        shl_storage_clock_advance(node->eng, shl_bson_iter_timestamp_u64(&it));
+    /* Only a $clusterTime that passed its checks (net/cluster_time.h) moves the clock. */
+    if (node->repl_set && op->cluster_time_checked != 0) {
+        shl_storage_clock_advance(node->eng, op->cluster_time_checked);
     }
 }
 
@@ -101,6 +99,51 @@ void
 db_append_ts(bson_t *doc, const char *key, uint64_t ts)
 {
     bson_append_timestamp(doc, key, -1, SHL_TS_SECS(ts), SHL_TS_INC(ts));
+}
+
+int
+db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool *has,
+            shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    bson_iter_t it;
+    bson_t let, builtins = BSON_INITIALIZER;
+    bool has_let = bson_iter_init_find(&it, cmd, "let");
+    int64_t now_ms;
+
+    bson_init(out);
+    *has = false;
+    if (has_let && !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                 "BSON field '%s.let' is the wrong type '%s', expected type 'object'",
+                 shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&it)));
+    }
+    if (!has_let && !always) {
+        goto done;
+    }
+    now_ms = shl_clock_wall_ms();
+    /* $$NOW is one value for the whole command, as in MongoDB. */
+    BSON_APPEND_DATE_TIME(&builtins, "NOW", now_ms);
+    if (node->repl_set) {
+        /* $$CLUSTER_TIME exists on replica-set members only, as in MongoDB. */
+        uint64_t now = shl_storage_clock_now(node->eng);
+        BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", SHL_TS_SECS(now), SHL_TS_INC(now));
+    }
+    if (has_let) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&let, data, len);
+    } else {
+        bson_init(&let);
+    }
+    bson_destroy(out);
+    ret = shl_expr_let_vars(&let, now_ms, &builtins, out, st);
+    *has = ret == 0;
+done:
+    bson_destroy(&builtins);
+    return ret;
 }
 
 int

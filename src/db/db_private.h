@@ -18,6 +18,7 @@
 #include "db/sharding_hooks.h"
 #include "net/command.h"
 #include "net/op_context.h"
+#include "net/read_concern_support.h"
 #include "net/write_concern.h"
 #include "query/pipeline.h"
 #include "storage/storage.h"
@@ -51,6 +52,10 @@ typedef struct db_node {
     /* User write blocking (user_write_block.c): atomic; written by setUserWriteBlockMode
      * after its durable copy in config.user_writes_critical_sections, read by every write. */
     atomic_bool uwb_blocked;
+
+    /* The newest write time a finished command committed (read_concern_wait.c: a plain
+     * replica set member's afterClusterTime waits for it); atomic, only moves forward. */
+    _Atomic uint64_t last_applied;
 } db_node_t;
 
 /*
@@ -124,30 +129,25 @@ int db_check_user_write_ns(const shl_ns_t *ns, shl_status_t *st);
 
 /* ---------------------------------------------------------------- concerns */
 
-typedef enum db_rc_level {
-    DB_RC_LOCAL,
-    DB_RC_MAJORITY,
-    DB_RC_AVAILABLE,
-    DB_RC_LINEARIZABLE,
-    DB_RC_SNAPSHOT,
-} db_rc_level_t;
-
-typedef struct db_read_concern {
-    db_rc_level_t level;
-    bool has_level;
-    uint64_t after_cluster_time; /* 0: none */
-    /* snapshot: the requested atClusterTime (0: none), then the time the read runs at
-     * (db_snapshot_read_prepare, snapshot_read.c). */
-    uint64_t at_cluster_time;
-} db_read_concern_t;
+/* The parsed readConcern (net/read_concern_support.h), under the data node's names. */
+typedef shl_rc_level_t db_rc_level_t;
+#define DB_RC_LOCAL SHL_RC_LOCAL
+#define DB_RC_MAJORITY SHL_RC_MAJORITY
+#define DB_RC_AVAILABLE SHL_RC_AVAILABLE
+#define DB_RC_LINEARIZABLE SHL_RC_LINEARIZABLE
+#define DB_RC_SNAPSHOT SHL_RC_SNAPSHOT
+typedef shl_read_concern_t db_read_concern_t;
 
 /*
  * db_read_concern_get --
- *     Parse and validate the request's readConcern for a read command. local, available,
- *     majority and linearizable (on a set of one, a majority read) are accepted; snapshot
- *     fails until transactions land (NotAReplicaSet on a standalone as MongoDB; else
- *     InvalidOptions). afterClusterTime needs a replica set (IllegalOperation) and waits,
- *     within maxTimeMS, until the no-holes point reaches it.
+ *     Parse and validate the request's readConcern for a read command, with MongoDB's errors
+ *     in its order (shl_read_concern_parse: field types and names, the combinations
+ *     ReadConcernArgs refuses; then the topology: linearizable and
+ *     afterOpTime need a replica set (NotAReplicaSet), afterClusterTime too
+ *     (IllegalOperation)). local, available, majority and linearizable (on a set of one, a
+ *     majority read) are accepted; snapshot goes to db_snapshot_read_prepare. An
+ *     afterClusterTime waits, without locks and within maxTimeMS, as
+ *     db_rc_wait_after_cluster_time (read_concern_wait.h) says.
  */
 int db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st);
 
@@ -201,6 +201,17 @@ void db_append_ts(bson_t *doc, const char *key, uint64_t ts);
 
 /* db_unsupported_collation -- InvalidOptions unless 'collation' is absent or simple. */
 int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
+
+/*
+ * db_let_vars --
+ *     The variables a command's expressions see: its `let` evaluated (shl_expr_let_vars)
+ *     plus NOW (one time for the whole command) and CLUSTER_TIME on a replica-set member. Without `let` nothing is built unless
+ *     'always'. *out is always initialised (the caller destroys it); *has says whether it
+ *     holds the variables. Errors: TypeMismatch (14) for a non-object `let`, the
+ *     expressions' errors.
+ */
+int db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool *has,
+                shl_status_t *st);
 
 /* db_cmd_get_hint -- the "hint" field: *has false when absent or empty. */
 int db_cmd_get_hint(const bson_t *cmd, bool *has, bson_value_t *hint, shl_status_t *st);
@@ -262,7 +273,19 @@ typedef struct db_validator {
     bool moderate;    /* validationLevel moderate: updates of invalid documents pass */
     bool warn;        /* validationAction warn: log instead of failing */
     const char *ns;   /* borrowed from the collection snapshot */
+    bson_t spec;      /* the validator, a view into the collection snapshot's options */
 } db_validator_t;
+
+/*
+ * db_validation_error_details --
+ *     Append to 'out' (errInfo.details being built) why 'doc' fails 'validator', as MongoDB
+ *     5.0+ describes it: {operatorName, specifiedAs, reason, consideredValue, ...}, $and /
+ *     $or with clausesNotSatisfied [{index, details}], $jsonSchema with
+ *     schemaRulesNotSatisfied (required: missingProperties; properties:
+ *     propertiesNotSatisfied [{propertyName, details: [...]}]). Each clause is re-checked
+ *     alone (validation_error.c); call only after the document failed. Does not block.
+ */
+void db_validation_error_details(const bson_t *validator, const bson_t *doc, bson_t *out);
 
 /*
  * db_validation_options_check --
@@ -291,7 +314,7 @@ void db_validator_cleanup(db_validator_t *v);
  *     replaces (NULL for an insert or upsert). Passes when it matches, when moderate and
  *     'old_doc' did not match either, or with action warn (logged, id 20294). Errors:
  *     DocumentValidationFailure (121) "Document failed validation" with extra
- *     {errInfo: {failingDocumentId}}; $expr evaluation errors.
+ *     {errInfo: {failingDocumentId, details}}; $expr evaluation errors.
  */
 int db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t *new_doc,
                        shl_status_t *st);

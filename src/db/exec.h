@@ -137,6 +137,17 @@ exec_stage_t *exec_projection_covered_new(exec_stage_t *ixscan, const shl_collec
                                           const bson_t *spec, const shl_matcher_t *filter);
 exec_stage_t *exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern,
                             const bson_t *pattern_doc, int64_t limit);
+/* exec_sort_keep_record_ids -- the SORT stage passes its input's RecordIds on (showRecordId). */
+void exec_sort_keep_record_ids(exec_stage_t *sort);
+/*
+ * RETURN_KEY (return_key: each row becomes its index key {<key field>: value} of
+ * 'key_pattern', copied, NULL: {} -- no index) and/or showRecordId ("$recordId":
+ * NumberLong appended to each row's document; the row's rid must be set). An array value
+ * (multikey) is the scanned entry's key when the row carries it ('unique': keys without
+ * RecordIds), else the array's first element.
+ */
+exec_stage_t *exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool unique,
+                                  bool return_key, bool show_record_id);
 exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
 exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 /* SHARDING_FILTER: drops rows whose document this shard does not own ('filter' borrowed). */
@@ -144,6 +155,8 @@ exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
+/* exec_projection_set_vars -- the `let` variables its expressions see ('vars' borrowed). */
+void exec_projection_set_vars(exec_stage_t *projection, const bson_t *vars);
 
 /* ---------------------------------------------------------------- queries and plans */
 
@@ -165,13 +178,22 @@ typedef struct exec_query {
     int64_t limit;         /* 0: none */
     bool id_point;         /* filter is exactly {_id: <value>} (IDHACK candidate) */
     bson_value_t id_value; /* borrowed from the filter when id_point */
-    const bson_t *let;     /* `let` variables, may be NULL */
+    const bson_t *let;     /* `let` variables, may be NULL (the projection's; the matcher
+                              has its own bound copy) */
+    bson_t *let_owned;     /* owned copy 'let' points to when set by exec_query_set_let */
     /* Orphan filter of a versioned read (sharding_hooks.h): a reference owned by the
      * query (released by exec_query_cleanup), NULL for none. */
     shl_db_orphan_filter_t *orphan_filter;
     /* Only the number of results matters (count): rows need no document, so an index
      * whose bounds answer the filter exactly is counted (COUNT_SCAN under COUNT). */
     bool count_only;
+    /* find's min/max (views, {} when absent): an IXSCAN of the hinted index over
+     * [min, max) in its key order (exec_access_select). */
+    bson_t min, max;
+    bool has_min, has_max;
+    /* find's returnKey (each result is its index key, {} without an index; the
+     * projection is ignored) and showRecordId (each result gets "$recordId"). */
+    bool return_key, show_record_id;
 } exec_query_t;
 
 /*
@@ -183,6 +205,10 @@ typedef struct exec_query {
 int exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort,
                     const bson_t *projection, shl_status_t *st);
 void exec_query_cleanup(exec_query_t *q);
+
+/* exec_query_set_let -- give 'q' a command's `let` variables (copied): its matcher's $expr
+ * and its projection's expressions see them. */
+void exec_query_set_let(exec_query_t *q, const bson_t *vars);
 
 /* What access path the selection chose (explain, tests). */
 typedef enum exec_access_kind {
@@ -209,7 +235,10 @@ typedef enum exec_access_kind {
  *     context (its snapshot), each runs for up to 101 results or 10,000 works and the
  *     best by MongoDB's score (1 + advanced/works, +1 at EOF, small bonuses for no
  *     FETCH and no SORT) wins; the others are appended to 'rejected' (an array being
- *     built, may be NULL) as explain documents. With a projection the index covers
+ *     built, may be NULL) as explain documents. With min/max: an IXSCAN of the hinted
+ *     index over [min, max), MongoDB's errors: 51173 without a hint, BadValue with a
+ *     $natural hint, 51174 when the bounds' fields are not the key pattern's, 51175
+ *     when min does not come before max in the index order. With a projection the index covers
  *     (exec_projection_covered_new), the path ends in PROJECTION_COVERED and *covered
  *     is set (the plan adds no PROJECTION). A count_only query whose filter an index's
  *     single interval answers exactly (and no orphan filter) gets COUNT_SCAN.

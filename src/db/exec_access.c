@@ -102,9 +102,27 @@ exec_query_cleanup(exec_query_t *q)
     shl_projection_destroy(q->proj);
     shl_db_orphan_filter_release(q->orphan_filter);
     q->orphan_filter = NULL;
+    if (q->let_owned != NULL) {
+        bson_destroy(q->let_owned);
+        q->let_owned = NULL;
+        q->let = NULL;
+    }
     q->matcher = NULL;
     q->sort_pattern = NULL;
     q->proj = NULL;
+}
+
+void
+exec_query_set_let(exec_query_t *q, const bson_t *vars)
+{
+    if (q->let_owned != NULL) {
+        bson_destroy(q->let_owned);
+    }
+    q->let_owned = bson_copy(vars);
+    q->let = q->let_owned;
+    if (q->matcher != NULL) {
+        shl_matcher_bind_vars(q->matcher, vars);
+    }
 }
 
 /* ---------------------------------------------------------------- index bounds */
@@ -1613,6 +1631,109 @@ count_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_
     return out;
 }
 
+/* ---------------------------------------------------------------- min / max */
+
+/* Whether 'bound' names exactly the key pattern's fields, in its order. */
+static bool
+minmax_fits(const bson_t *bound, const bson_t *pattern)
+{
+    bson_iter_t a, b;
+    bool more_a, more_b;
+    if (!bson_iter_init(&a, bound) || !bson_iter_init(&b, pattern)) {
+        return false;
+    }
+    for (;;) {
+        more_a = shl_iter_next(&a);
+        more_b = shl_iter_next(&b);
+        if (!more_a || !more_b) {
+            return more_a == more_b;
+        }
+        if (strcmp(shl_iter_key(&a), shl_iter_key(&b)) != 0) {
+            return false;
+        }
+    }
+}
+
+/* The KeyString of a min/max bound; an absent one is every field's lowest ('high': highest)
+ * value in the index order, as MongoDB finishes it. */
+static void
+minmax_key(const bson_t *bound, bool has, const bson_t *pattern, bool high, shl_keystring_t *ks)
+{
+    bson_iter_t kp, v;
+    bool more_v = has && bson_iter_init(&v, bound);
+    if (!bson_iter_init(&kp, pattern)) {
+        return;
+    }
+    while (shl_iter_next(&kp)) {
+        bool desc = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        more_v = more_v && shl_iter_next(&v);
+        if (more_v) {
+            shl_keystring_append_iter(ks, &v, desc);
+        } else {
+            bson_value_t e;
+            /* Descending fields invert their bytes: MaxKey is their lowest. */
+            e.value_type = (high != desc) ? BSON_TYPE_MAXKEY : BSON_TYPE_MINKEY;
+            shl_keystring_append_value(ks, &e, desc);
+        }
+    }
+}
+
+/* The access path of a find with min and/or max: the hinted index over [min, max). */
+static int
+minmax_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_t *idx,
+            int natural, exec_stage_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_keystring_t lo, hi;
+
+    shl_keystring_init(&lo);
+    shl_keystring_init(&hi);
+    *out = NULL;
+    if (coll == NULL) {
+        /* A missing collection plans nothing (EOF), so nothing fails. */
+        *out = exec_eof_new();
+        goto done;
+    }
+    if (!q->has_hint) {
+        SHL_FAIL(st, 51173,
+                 "error processing query: planner returned error :: caused by :: When using "
+                 "min()/max() a hint of which index to use must be provided");
+    }
+    if (natural != 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "error processing query: planner returned error :: caused by :: min and max "
+                 "are incompatible with $natural");
+    }
+    if ((q->has_min && !minmax_fits(&q->min, idx->key_pattern)) ||
+        (q->has_max && !minmax_fits(&q->max, idx->key_pattern))) {
+        SHL_FAIL(st, 51174,
+                 "error processing query: planner returned error :: caused by :: The index "
+                 "chosen is not compatible with min/max");
+    }
+    minmax_key(&q->min, q->has_min, idx->key_pattern, false, &lo);
+    minmax_key(&q->max, q->has_max, idx->key_pattern, true, &hi);
+    if (shl_keystring_compare(lo.data, lo.len, hi.data, hi.len) >= 0) {
+        SHL_FAIL(st, 51175,
+                 "error processing query: planner returned error :: caused by :: The value "
+                 "provided for min() does not come before the value provided for max() in the "
+                 "hinted index");
+    }
+    {
+        shl_key_bound_t b0 = {lo.data, lo.len}, b1 = {hi.data, hi.len};
+        bson_t bounds = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&bounds, "min", q->has_min ? &q->min : &(bson_t)BSON_INITIALIZER);
+        BSON_APPEND_DOCUMENT(&bounds, "max", q->has_max ? &q->max : &(bson_t)BSON_INITIALIZER);
+        *out = exec_ixscan_new(idx, &b0, q->has_max ? &b1 : NULL, true, "min/max");
+        exec_ixscan_set_bounds(*out, &bounds);
+        bson_destroy(&bounds);
+        *out = exec_fetch_new(*out, coll, effective_filter(q));
+    }
+done:
+    shl_keystring_cleanup(&lo);
+    shl_keystring_cleanup(&hi);
+    return ret;
+}
+
 int
 exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
                    exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
@@ -1631,6 +1752,11 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     *covered = false;
     if (q->has_hint) {
         SHL_ERR(hint_index(coll, &q->hint, q->hint_hidden_ok, &idx, &natural, st));
+    }
+    if (q->has_min || q->has_max) {
+        SHL_ERR(minmax_scan(coll, q, idx, natural, out, st));
+        *kind = coll == NULL ? EXEC_ACCESS_EOF : EXEC_ACCESS_IXSCAN;
+        goto done;
     }
     if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point)) {
         exec_stage_t *cs = count_scan(coll, q, idx);

@@ -134,6 +134,9 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     if (q->has_sort && !sorted) {
         int64_t keep = q->limit > 0 ? q->limit + q->skip : 0;
         root = exec_sort_new(root, q->sort_pattern, &q->sort, keep);
+        if (q->show_record_id) {
+            exec_sort_keep_record_ids(root);
+        }
     }
     if (q->skip > 0) {
         root = exec_skip_new(root, q->skip);
@@ -141,9 +144,27 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     if (q->limit > 0) {
         root = exec_limit_new(root, q->limit);
     }
-    if (q->has_projection && !covered) {
+    if (q->has_projection && !covered && !q->return_key) {
         root = exec_projection_new(root, q->proj, &q->projection,
                                    projection_is_simple(&q->projection), q->matcher);
+        if (q->let != NULL) {
+            exec_projection_set_vars(root, q->let);
+        }
+    }
+    if (q->return_key || q->show_record_id) {
+        bson_t id_kp = BSON_INITIALIZER;
+        const bson_t *kp = NULL;
+        bool unique = true;
+        BSON_APPEND_INT32(&id_kp, "_id", 1);
+        if (p->access == EXEC_ACCESS_IDHACK) {
+            kp = &id_kp;
+        } else if (p->index_name[0] != '\0' && p->coll != NULL) {
+            const shl_index_t *idx = shl_collection_find_index(p->coll, p->index_name);
+            kp = idx != NULL ? idx->key_pattern : NULL;
+            unique = idx != NULL && idx->unique;
+        }
+        root = exec_return_key_new(root, kp, unique, q->return_key, q->show_record_id);
+        bson_destroy(&id_kp);
     }
     if (q->count_only) {
         root = exec_count_new(root);

@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+#include "bson/bson_hash.h"
+#include "bson/bson_path.h"
 #include "bson/keystring.h"
 
 /* Records a scan examines between interrupt checks. */
@@ -568,6 +570,9 @@ fetch_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_sta
         if (matched) {
             row->rid = in.rid;
             row->doc = &f->doc;
+            /* The entry's key rides along (valid until the next pull): RETURN_KEY. */
+            row->key = in.key;
+            row->key_len = in.key_len;
             break;
         }
     }
@@ -610,7 +615,14 @@ typedef struct sort_stage {
     int64_t limit;
     shl_sorter_t *sorter;
     bool sorted;
+    /* showRecordId: each input row's RecordId rides through the sorter as a trailing
+     * "$recordId" field, taken off again on the way out. */
+    bool keep_rid;
+    bson_t out;
+    bool has_out;
 } sort_stage_t;
+
+#define RID_FIELD "$recordId"
 
 static int
 sort_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
@@ -628,7 +640,16 @@ sort_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_stat
             if (end) {
                 break;
             }
-            SHL_ERR(shl_sorter_add(so->sorter, in.doc, st));
+            if (so->keep_rid) {
+                bson_t tagged;
+                bson_copy_to(in.doc, &tagged);
+                BSON_APPEND_INT64(&tagged, RID_FIELD, in.rid);
+                ret = shl_sorter_add(so->sorter, &tagged, st);
+                bson_destroy(&tagged);
+                SHL_ERR(ret);
+            } else {
+                SHL_ERR(shl_sorter_add(so->sorter, in.doc, st));
+            }
         }
         shl_sorter_finish(so->sorter);
         so->sorted = true;
@@ -636,6 +657,23 @@ sort_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_stat
     doc = shl_sorter_next(so->sorter);
     if (doc == NULL) {
         *eof = true;
+    } else if (so->keep_rid) {
+        bson_iter_t it;
+        if (so->has_out) {
+            bson_destroy(&so->out);
+        }
+        bson_init(&so->out);
+        so->has_out = true;
+        if (bson_iter_init(&it, doc)) {
+            while (shl_iter_next(&it)) {
+                if (strcmp(shl_iter_key(&it), RID_FIELD) == 0 && BSON_ITER_HOLDS_INT64(&it)) {
+                    row->rid = bson_iter_int64(&it);
+                } else {
+                    bson_append_iter(&so->out, NULL, 0, &it);
+                }
+            }
+        }
+        row->doc = &so->out;
     } else {
         row->doc = doc;
     }
@@ -662,6 +700,15 @@ sort_destroy(exec_stage_t *s)
     if (so->sorter != NULL) {
         shl_sorter_destroy(so->sorter);
     }
+    if (so->has_out) {
+        bson_destroy(&so->out);
+    }
+}
+
+void
+exec_sort_keep_record_ids(exec_stage_t *s)
+{
+    ((sort_stage_t *)s)->keep_rid = true;
 }
 
 static const exec_stage_ops_t sort_ops = {"SORT", sort_next, sort_explain, sort_destroy};
@@ -675,6 +722,137 @@ exec_sort_new(exec_stage_t *child, const shl_sort_pattern_t *pattern, const bson
     so->pattern_doc = pattern_doc;
     so->limit = limit;
     return &so->base;
+}
+
+/* ---------------------------------------------------------------- RETURN_KEY */
+
+typedef struct return_key_stage {
+    exec_stage_t base;
+    bson_t *key_pattern; /* owned copy, NULL: no index */
+    bool unique;         /* the index's keys carry no RecordId */
+    bool desc[32];       /* key fields' directions, for decoding entries */
+    size_t nfields;
+    bool return_key, show_record_id;
+    bson_t out;
+    bool has_out;
+} return_key_stage_t;
+
+/* One key field of 'doc': the value at the path (missing is null), hashed for a hashed
+ * field. An array (a multikey document) is the scanned entry's value 'entry' when the row
+ * still carries it, else its first element. */
+static void
+append_key_field(bson_t *out, const char *path, const bson_iter_t *kind, const bson_t *doc,
+                 const bson_value_t *entry)
+{
+    bson_value_t v;
+    bool found = doc != NULL && shl_bson_path_get_value(doc, path, &v);
+    bson_t arr;
+    bson_iter_t el;
+
+    if (found && v.value_type == BSON_TYPE_ARRAY && entry != NULL) {
+        BSON_APPEND_VALUE(out, path, entry);
+        return;
+    }
+    if (found && v.value_type == BSON_TYPE_ARRAY &&
+        bson_init_static(&arr, v.value.v_doc.data, v.value.v_doc.data_len) &&
+        bson_iter_init(&el, &arr)) {
+        found = shl_iter_next(&el);
+        if (found) {
+            v = *bson_iter_value(&el);
+        }
+    }
+    if (!found) {
+        v.value_type = BSON_TYPE_NULL;
+    }
+    if (BSON_ITER_HOLDS_UTF8(kind) && strcmp(bson_iter_utf8(kind, NULL), "hashed") == 0) {
+        BSON_APPEND_INT64(out, path, shl_bson_hash_value(&v, SHL_BSON_HASH_DEFAULT_SEED));
+    } else {
+        BSON_APPEND_VALUE(out, path, &v);
+    }
+}
+
+static int
+return_key_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    return_key_stage_t *r = (return_key_stage_t *)s;
+    int ret = 0;
+    bson_iter_t kp;
+
+    SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+    if (*eof) {
+        goto done;
+    }
+    if (r->has_out) {
+        bson_destroy(&r->out);
+    }
+    bson_init(&r->out);
+    r->has_out = true;
+    if (!r->return_key) {
+        bson_concat(&r->out, row->doc);
+    } else if (r->key_pattern != NULL && bson_iter_init(&kp, r->key_pattern)) {
+        bson_t entry;
+        bson_iter_t ev;
+        int64_t rid;
+        bool have = row->key != NULL && r->nfields > 0 &&
+                    shl_keystring_decode(row->key, row->key_len, r->desc, r->nfields, &entry,
+                                         r->unique ? NULL : &rid);
+        if (row->key == NULL || r->nfields == 0) {
+            bson_init(&entry);
+        }
+        have = have && bson_iter_init(&ev, &entry);
+        while (shl_iter_next(&kp)) {
+            bool has_ev = have && shl_iter_next(&ev);
+            append_key_field(&r->out, shl_iter_key(&kp), &kp, row->doc,
+                             has_ev ? bson_iter_value(&ev) : NULL);
+        }
+        bson_destroy(&entry);
+    }
+    if (r->show_record_id && row->rid != 0) {
+        BSON_APPEND_INT64(&r->out, RID_FIELD, row->rid);
+    }
+    row->doc = &r->out;
+done:
+    return ret;
+}
+
+static void
+return_key_destroy(exec_stage_t *s)
+{
+    return_key_stage_t *r = (return_key_stage_t *)s;
+    if (r->has_out) {
+        bson_destroy(&r->out);
+    }
+    if (r->key_pattern != NULL) {
+        bson_destroy(r->key_pattern);
+    }
+}
+
+static const exec_stage_ops_t return_key_ops = {"RETURN_KEY", return_key_next, NULL,
+                                                return_key_destroy};
+static const exec_stage_ops_t record_id_ops = {"PROJECTION_DEFAULT", return_key_next, NULL,
+                                               return_key_destroy};
+
+exec_stage_t *
+exec_return_key_new(exec_stage_t *child, const bson_t *key_pattern, bool unique, bool return_key,
+                    bool show_record_id)
+{
+    return_key_stage_t *r = (return_key_stage_t *)stage_alloc(
+        sizeof(return_key_stage_t), return_key ? &return_key_ops : &record_id_ops, child);
+    bson_iter_t kp;
+    r->key_pattern = key_pattern != NULL ? bson_copy(key_pattern) : NULL;
+    r->unique = unique;
+    if (key_pattern != NULL && bson_iter_init(&kp, key_pattern)) {
+        while (shl_iter_next(&kp)) {
+            if (r->nfields == sizeof(r->desc) / sizeof(r->desc[0])) {
+                r->nfields = 0; /* too many to decode: documents only */
+                break;
+            }
+            r->desc[r->nfields++] = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
+        }
+    }
+    r->return_key = return_key;
+    r->show_record_id = show_record_id;
+    return &r->base;
 }
 
 /* ---------------------------------------------------------------- SKIP, LIMIT */
@@ -799,6 +977,7 @@ typedef struct projection_stage {
     const shl_projection_t *proj;
     const bson_t *spec;
     const shl_matcher_t *filter;
+    const bson_t *vars; /* `let` variables, borrowed from the query */
     bson_t out;
     bool has_out;
 } projection_stage_t;
@@ -826,7 +1005,7 @@ projection_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
         SHL_ERR(shl_matcher_match(p->filter, row->doc, &details, &matched, st));
         dp = &details;
     }
-    ret = shl_projection_apply(p->proj, row->doc, dp, NULL, &p->out, st);
+    ret = shl_projection_apply(p->proj, row->doc, dp, p->vars, &p->out, st);
     p->has_out = true;
     SHL_ERR(ret);
     row->doc = &p->out;
@@ -847,6 +1026,12 @@ projection_destroy(exec_stage_t *s)
     if (p->has_out) {
         bson_destroy(&p->out);
     }
+}
+
+void
+exec_projection_set_vars(exec_stage_t *s, const bson_t *vars)
+{
+    ((projection_stage_t *)s)->vars = vars;
 }
 
 static const exec_stage_ops_t projection_default_ops = {"PROJECTION_DEFAULT", projection_next,

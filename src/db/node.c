@@ -17,9 +17,11 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
+#include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
+#include "net/cluster_time.h"
 #include "net/reply_times.h"
 #include "session/logical_session_cache.h"
 #include "session/session_args.h"
@@ -69,9 +71,26 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     }
     db_cmd_begin(op); /* gossip for commands that are not the data node's */
     if (ts == 0) {
-        ts = shl_storage_all_durable(node->eng);
+        ts = db_rc_read_op_time(op);
+    } else {
+        db_rc_note_applied(op, ts);
     }
-    shl_reply_append_times(reply, ts, shl_storage_clock_now(node->eng));
+    shl_cluster_time_append_reply(op, reply, ts, shl_storage_clock_now(node->eng));
+}
+
+void
+shl_node_clock_start_fresh(shl_service_ctx_t *svc)
+{
+    int64_t wall = shl_clock_wall_ms() / 1000;
+    int64_t top = SHL_TS_SECS(shl_storage_clock_now(svc->storage)); /* >= the oplog top */
+    int64_t next = (top > wall ? top : wall) + 1;
+
+    shl_storage_clock_advance(svc->storage, SHL_TS_MAKE(next, 0));
+    /* Behind the wall clock by at most a second: wait for it, rather than stamp writes ahead
+     * of it. (A clock already ahead of the wall, from gossip, stays ahead.) */
+    while (next == wall + 1 && shl_clock_wall_ms() / 1000 < next) {
+        shl_sleep_ms(next * 1000 - shl_clock_wall_ms() + 1);
+    }
 }
 
 static void
@@ -250,6 +269,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.keygen_factory = db_keygen_factory;
     so.replay_derive = db_session_replay_derive;
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
+    atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
     SHL_ERR(db_uwb_load(node, st));
     if (node->repl_set) {

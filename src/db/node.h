@@ -23,4 +23,14 @@ int shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_statu
  */
 struct db_session_catalog *shl_node_session_catalog(const shl_service_ctx_t *svc);
 
+/*
+ * shl_node_clock_start_fresh --
+ *     For cluster members at start-up (docs/design/vector_clock.md "Durability"): a time
+ *     learned from gossip but never written is not in the oplog, so a restart within the same
+ *     second could answer with an older one. The clock starts at the second after the later
+ *     of its recovered value (>= the oplog top) and the wall clock, and when that is the wall
+ *     clock's next second this waits (at most a second) until the wall clock is there too.
+ */
+void shl_node_clock_start_fresh(shl_service_ctx_t *svc);
+
 #endif

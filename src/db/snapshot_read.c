@@ -8,30 +8,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "base/clock.h"
 #include "db/db_private.h"
-
-/*
- * Wait until every write at or below 'ts' has committed here: a time past the clock is
- * reached by advancing it (a set of one; MongoDB writes a no-op), then the writes in flight
- * below it finish. Holds no lock; bounded by maxTimeMS and the kill flag.
- * TODO(#14): a private copy of the "wait until committed >= T" primitive the causal helper
- * builds (src/db/read_concern_wait.h); the lead replaces it at merge.
- */
-static int
-snapshot_wait_committed(shl_op_ctx_t *op, uint64_t ts, shl_status_t *st)
-{
-    int ret = 0;
-    db_node_t *node = db_node(op);
-
-    shl_storage_clock_advance(node->eng, ts);
-    while (shl_storage_all_durable(node->eng) < ts) {
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        shl_sleep_ms(1);
-    }
-done:
-    return ret;
-}
+#include "db/read_concern_wait.h"
 
 int
 db_snapshot_read_prepare(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
@@ -65,7 +43,7 @@ db_snapshot_read_prepare(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *
                  ") is older than the oldest available timestamp.",
                  SHL_TS_SECS(ts), SHL_TS_INC(ts));
     }
-    SHL_ERR(snapshot_wait_committed(op, ts, st));
+    SHL_ERR(db_rc_wait_committed(op, ts, st));
     rc->at_cluster_time = ts;
 done:
     return ret;

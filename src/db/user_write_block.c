@@ -10,6 +10,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/storage_api.h"
+#include "storage/stored_doc.h"
 #include "base/options.h"
 #include "net/command_args.h"
 
@@ -37,122 +38,37 @@ db_uwb_check(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 
 /* ---------------------------------------------------------------- persistence */
 
-static int
-find_doc(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t *rid, bson_t *doc,
-         shl_status_t *st)
-{
-    int ret = 0;
-    shl_record_cursor_t *c = NULL;
-    bson_iter_t it;
-
-    bson_init(doc);
-    *rid = -1;
-    SHL_ERR(shl_record_cursor_open(txn, coll, true, &c, st));
-    for (;;) {
-        bool eof = false;
-        int64_t r;
-        bson_t view;
-        SHL_ERR(shl_record_cursor_next(c, &r, &view, &eof, st));
-        if (eof) {
-            break;
-        }
-        if (bson_iter_init_find(&it, &view, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
-            bson_iter_utf8(&it, NULL)[0] == '\0') {
-            bson_destroy(doc);
-            bson_copy_to(&view, doc);
-            *rid = r;
-            break;
-        }
-    }
-done:
-    shl_record_cursor_close(c);
-    return ret;
-}
-
+/* The state document: {_id: "", blockNewUserShardedDDL, blockUserWrites}. */
 int
 db_uwb_load(db_node_t *node, shl_status_t *st)
 {
     int ret = 0;
-    shl_coll_handle_t h = {0};
-    shl_storage_txn_t *txn = NULL;
-    bson_t doc = BSON_INITIALIZER;
-    int64_t rid = -1;
+    bson_t doc;
+    bool found = false;
     bson_iter_t it;
 
-    SHL_ERR(shl_storage_coll_acquire(node->eng, UWB_NS, SHL_LOCK_SHARED, &h, st));
-    if (h.coll == NULL) {
-        goto done;
-    }
-    SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
-    bson_destroy(&doc);
-    SHL_ERR(find_doc(txn, h.coll, &rid, &doc, st));
-    if (rid >= 0 && bson_iter_init_find(&it, &doc, "blockUserWrites")) {
+    SHL_ERR(shl_stored_doc_load(node->eng, UWB_NS, "", &doc, &found, st));
+    if (found && bson_iter_init_find(&it, &doc, "blockUserWrites")) {
         atomic_store(&node->uwb_blocked, bson_iter_as_bool(&it));
     }
 done:
-    shl_storage_txn_abort(txn);
-    shl_storage_coll_release(&h);
     bson_destroy(&doc);
     return ret;
 }
 
-typedef struct store_args {
-    const shl_collection_t *coll;
-    const bson_t *doc;
-} store_args_t;
-
-static int
-store_txn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
-{
-    int ret = 0;
-    store_args_t *a = arg;
-    bson_t old;
-    int64_t rid;
-
-    SHL_ERR(find_doc(txn, a->coll, &rid, &old, st));
-    if (rid < 0) {
-        SHL_ERR(shl_doc_insert(txn, a->coll, a->doc, NULL, NULL, st));
-    } else if (!bson_equal(&old, a->doc)) {
-        SHL_ERR(shl_doc_update(txn, a->coll, rid, &old, a->doc, NULL, st));
-    }
-done:
-    bson_destroy(&old);
-    return ret;
-}
-
-/* Persist {_id: "", blockNewUserShardedDDL, blockUserWrites} durably, then set the flag. */
+/* Persist the state document durably, then set the flag. */
 static int
 uwb_store(db_node_t *node, bool block, shl_status_t *st)
 {
     int ret = 0;
-    shl_coll_handle_t h = {0};
     bson_t doc = BSON_INITIALIZER;
-    store_args_t a;
-    uint64_t ts = 0;
 
     BSON_APPEND_UTF8(&doc, "_id", "");
     BSON_APPEND_BOOL(&doc, "blockNewUserShardedDDL", block);
     BSON_APPEND_BOOL(&doc, "blockUserWrites", block);
-    if (shl_catalog_create_collection(node->eng, UWB_NS, NULL, NULL, NULL, st) != 0 &&
-        st->code != SHL_CODE_NAMESPACE_EXISTS) {
-        ret = st->code;
-        goto done;
-    }
-    shl_status_clear(st);
-    SHL_ERR(shl_storage_coll_acquire(node->eng, UWB_NS, SHL_LOCK_SHARED, &h, st));
-    if (h.coll == NULL) {
-        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s was dropped concurrently", UWB_NS);
-    }
-    a.coll = h.coll;
-    a.doc = &doc;
-    SHL_ERR(shl_storage_write_retry(node->eng, store_txn, &a, &ts, st));
-    shl_storage_coll_release(&h);
-    if (ts != 0) {
-        SHL_ERR(shl_storage_wait_durable(node->eng, ts, st));
-    }
+    SHL_ERR(shl_stored_doc_store(node->eng, UWB_NS, &doc, st));
     atomic_store(&node->uwb_blocked, block);
 done:
-    shl_storage_coll_release(&h);
     bson_destroy(&doc);
     return ret;
 }

@@ -128,6 +128,7 @@ db_validator_init(db_validator_t *v, const shl_collection_t *coll, bool bypass, 
         uint32_t len;
         bson_iter_document(&it, &len, &data);
         bson_init_static(&doc, data, len);
+        bson_init_static(&v->spec, data, len);
         if (!bson_empty(&doc)) {
             SHL_ERR(shl_matcher_new(&doc, VALIDATOR_FEATURES, &v->m, st));
         }
@@ -143,20 +144,29 @@ db_validator_cleanup(db_validator_t *v)
     v->m = NULL;
 }
 
-/* DocumentValidationFailure with errInfo {failingDocumentId}. MongoDB 5.0+ adds 'details'
- * (which clause failed and why); the matcher does not explain its failures yet, so Shale
- * leaves it out rather than guess. */
+/* errInfo {failingDocumentId, details} of a document that failed 'v'. */
+static void
+append_err_info(const db_validator_t *v, const bson_t *doc, bson_t *info)
+{
+    bson_iter_t it;
+    bson_t details;
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_value(info, "failingDocumentId", -1, bson_iter_value(&it));
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(info, "details", &details);
+    db_validation_error_details(&v->spec, doc, &details);
+    bson_append_document_end(info, &details);
+}
+
+/* DocumentValidationFailure with errInfo {failingDocumentId, details}. */
 static int
-validation_failure(const bson_t *doc, shl_status_t *st)
+validation_failure(const db_validator_t *v, const bson_t *doc, shl_status_t *st)
 {
     bson_t extra = BSON_INITIALIZER, info;
-    bson_iter_t it;
 
     shl_status_set(st, SHL_CODE_DOCUMENT_VALIDATION_FAILURE, "Document failed validation");
     BSON_APPEND_DOCUMENT_BEGIN(&extra, "errInfo", &info);
-    if (bson_iter_init_find(&it, doc, "_id")) {
-        bson_append_value(&info, "failingDocumentId", -1, bson_iter_value(&it));
-    }
+    append_err_info(v, doc, &info);
     bson_append_document_end(&extra, &info);
     shl_status_set_extra(st, &extra); /* an _id too large to carry is dropped */
     bson_destroy(&extra);
@@ -187,17 +197,14 @@ db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bson_t 
     }
     if (v->warn) {
         bson_t info = BSON_INITIALIZER;
-        bson_iter_t it;
-        if (bson_iter_init_find(&it, new_doc, "_id")) {
-            bson_append_value(&info, "failingDocumentId", -1, bson_iter_value(&it));
-        }
+        append_err_info(v, new_doc, &info);
         SHL_LOG_WARNING(STORAGE, 20294, "Document would fail validation", "namespace",
                         BCON_UTF8(v->ns), "document", BCON_DOCUMENT(new_doc), "errInfo",
                         BCON_DOCUMENT(&info));
         bson_destroy(&info);
         goto done;
     }
-    ret = validation_failure(new_doc, st);
+    ret = validation_failure(v, new_doc, st);
 done:
     return ret;
 }

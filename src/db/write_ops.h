@@ -28,7 +28,7 @@ typedef struct shl_update_stmt {
     bool has_collation;
     bson_t collation;
     bool has_let;
-    bson_t let; /* the statement's "c" constants */
+    bson_t let; /* the statement's "c" constants, else the command's `let` variables */
 } shl_update_stmt_t;
 
 /* One statement of a delete command. */
@@ -39,6 +39,8 @@ typedef struct shl_delete_stmt {
     bson_value_t hint;
     bool has_collation;
     bson_t collation;
+    bool has_let;
+    bson_t let; /* the command's `let` variables (a view the command keeps alive) */
 } shl_delete_stmt_t;
 
 /*

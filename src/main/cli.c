@@ -163,6 +163,12 @@ shl_cli_parse(int argc, char **argv, int first, bson_t **argv_out, bson_t **pars
         SHL_ERR(shl_opt_set_string((shl_opt_id_t)id, val, st));
         given[id] = true;
     }
+    /* Test-only parameters need test commands (options are read in any order, so here). */
+    if (bson_has_field(&params, "testTreatClientsAsUnauthorizedForClusterTime") &&
+        !shl_opt_bool(SHL_OPT_enableTestCommands)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "testTreatClientsAsUnauthorizedForClusterTime requires enableTestCommands=1");
+    }
     build_parsed(parsed, given, &params);
 done:
     bson_destroy(&params);

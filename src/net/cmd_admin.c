@@ -270,6 +270,11 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         if (!param_runtime(p)) {
             SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "not allowed to change [%s] at runtime", name);
         }
+        if ((shl_opt_flags((shl_opt_id_t)p->opt) & SHL_OPT_TEST) &&
+            !shl_opt_bool(SHL_OPT_enableTestCommands)) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "setting [%s] requires enableTestCommands=1", name);
+        }
         for (int i = 0; i < ntodo; i++) {
             if (todo[i].p == p) {
                 SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,

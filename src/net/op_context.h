@@ -58,6 +58,9 @@ typedef struct shl_op_ctx {
     bson_t database_version; /* static view */
     bool has_cluster_time;
     bson_t cluster_time;      /* static view of $clusterTime */
+    /* $clusterTime's time once it passed shl_cluster_time_gossip_in (signature, advance
+     * limit); 0 when absent or not checked (yet). Only this may move a clock. */
+    uint64_t cluster_time_checked;
     const char *comment_json; /* NULL when absent; never used for logic */
 
     /* clientOperationKey: the key the sender gave this operation (_killOperations names it). */

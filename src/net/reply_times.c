@@ -16,18 +16,25 @@ append_ts(bson_t *doc, const char *key, uint64_t ts)
 }
 
 static void
-append_cluster_time(bson_t *reply, uint64_t cluster_time)
+append_signed(bson_t *reply, uint64_t cluster_time, int64_t key_id, const uint8_t *hash)
 {
-    static const uint8_t zero_hash[20] = {0};
     bson_t ct, sig;
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "$clusterTime", &ct);
     append_ts(&ct, "clusterTime", cluster_time);
     BSON_APPEND_DOCUMENT_BEGIN(&ct, "signature", &sig);
-    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, zero_hash, sizeof(zero_hash));
-    BSON_APPEND_INT64(&sig, "keyId", 0);
+    bson_append_binary(&sig, "hash", 4, BSON_SUBTYPE_BINARY, hash, 20);
+    BSON_APPEND_INT64(&sig, "keyId", key_id);
     bson_append_document_end(&ct, &sig);
     bson_append_document_end(reply, &ct);
+}
+
+static void
+append_cluster_time(bson_t *reply, uint64_t cluster_time)
+{
+    static const uint8_t zero_hash[20] = {0};
+
+    append_signed(reply, cluster_time, 0, zero_hash);
 }
 
 /* {operationTime: 0, $clusterTime: {clusterTime: 0, signature}} and where its two
@@ -58,22 +65,46 @@ put_ts(uint8_t *at, uint64_t ts)
     memcpy(at, &le, sizeof(le));
 }
 
-void
-shl_reply_append_times(bson_t *reply, uint64_t op_time, uint64_t cluster_time)
+/* Whether 'reply' already has operationTime / $clusterTime (one pass over its top level). */
+static void
+scan_reply(const bson_t *reply, bool *has_op_time, bool *has_cluster_time)
 {
-    bool has_op_time = false, has_cluster_time = false;
     bson_iter_t it;
 
+    *has_op_time = *has_cluster_time = false;
     if (bson_iter_init(&it, reply)) {
         while (shl_iter_next(&it)) {
             const char *k = shl_iter_key(&it);
             if (k[0] == 'o' && strcmp(k, "operationTime") == 0) {
-                has_op_time = true;
+                *has_op_time = true;
             } else if (k[0] == '$' && strcmp(k, "$clusterTime") == 0) {
-                has_cluster_time = true;
+                *has_cluster_time = true;
             }
         }
     }
+}
+
+void
+shl_reply_append_signed_times(bson_t *reply, uint64_t op_time, uint64_t cluster_time,
+                              int64_t key_id, const uint8_t hash[20])
+{
+    bool has_op_time, has_cluster_time;
+
+    scan_reply(reply, &has_op_time, &has_cluster_time);
+    if (!has_op_time) {
+        append_ts(reply, "operationTime", op_time);
+    }
+    if (!has_cluster_time) {
+        append_signed(reply, cluster_time, key_id, hash);
+    }
+}
+
+void
+shl_reply_append_times(bson_t *reply, uint64_t op_time, uint64_t cluster_time)
+{
+    bool has_op_time, has_cluster_time;
+
+    scan_reply(reply, &has_op_time, &has_cluster_time);
     if (!has_op_time && !has_cluster_time) {
         uint8_t buf[256]; /* 130 bytes */
         bson_t view;

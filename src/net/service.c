@@ -13,7 +13,9 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "base/str.h"
+#include "net/cluster_time.h"
 #include "net/message.h"
+#include "net/read_concern_support.h"
 #include "net/topology.h"
 
 /* Wrap a body received over OP_QUERY: {$query: {...}, $readPreference: ...} */
@@ -69,6 +71,7 @@ static int
 check_snapshot_support(const shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 {
     bson_iter_t it;
+    char *desc = NULL;
     int ret = 0;
 
     if (!op->has_read_concern || (cmd->flags & SHL_CMD_SNAPSHOT_READ) ||
@@ -76,13 +79,13 @@ check_snapshot_support(const shl_op_ctx_t *op, const shl_command_t *cmd, shl_sta
         strcmp(bson_iter_utf8(&it, NULL), "snapshot") != 0) {
         goto done;
     }
-    SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
-             "Command %s does not support { readConcern: { level: \"snapshot\" } } :: caused by "
-             ":: %s",
-             cmd->name,
+    desc = shl_read_concern_to_string(&op->read_concern);
+    SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Command %s does not support %s :: caused by :: %s",
+             cmd->name, desc,
              strcmp(cmd->name, "count") == 0 ? "read concern snapshot not supported"
                                              : "read concern not supported");
 done:
+    bson_free(desc);
     return ret;
 }
 
@@ -379,13 +382,31 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     op_init = true;
     op.cmd_name = cmd->name;
     shl_op_register(&op);
+    /* Gossip in (docs/design/vector_clock.md): a $clusterTime that fails its proof or the
+     * advance limit fails the command before it runs. */
+    {
+        uint64_t gossip_ts = 0;
+        SHL_ERR(shl_cluster_time_gossip_in(&op, &gossip_ts, &st));
+        op.cluster_time_checked = gossip_ts;
+        if (svc->hooks.gossip_in != NULL) {
+            svc->hooks.gossip_in(&op, gossip_ts);
+        }
+    }
     /* Until transactions exist, a statement of one must not run as an ordinary write that
      * the client later believes aborted (or committed with the others). */
     if (op.has_autocommit || op.start_transaction) {
         SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
                  "multi-document transactions are not supported by Shale yet");
     }
+    if (op.has_read_concern) {
+        /* MongoDB parses every command's readConcern before it asks whether the command
+         * takes it (a router refuses a malformed one without asking a shard). */
+        shl_read_concern_t rc;
+        SHL_ERR(shl_read_concern_parse(&op.read_concern, &rc, &st));
+    }
     SHL_ERR(check_snapshot_support(&op, cmd, &st));
+    SHL_ERR(shl_read_concern_check_support(cmd->name, body,
+                                           op.has_read_concern ? &op.read_concern : NULL, &st));
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
         in_session = true;
@@ -461,7 +482,11 @@ done:
         !(fc.fire && !fc.allow_rewrite_state_change)) {
         rewrite_state_change_errors(svc, reply);
     }
-    if (op_init && svc->hooks.decorate_reply != NULL) {
+    /* Every reply, an unknown command's or a malformed request's included, carries the
+     * role's times (MongoDB appends operationTime/$clusterTime to errors of the parse too). */
+    if (svc->hooks.decorate_reply != NULL) {
+        op.svc = svc;
+        op.conn = conn;
         svc->hooks.decorate_reply(&op, reply);
     }
     /* The last bound on every reply (docs/limits.md): commands bound what they build, and a
@@ -472,7 +497,7 @@ done:
                         BCON_INT64((int64_t)reply->len));
         bson_reinit(reply);
         shl_status_append_reply(&st, reply);
-        if (op_init && svc->hooks.decorate_reply != NULL) {
+        if (svc->hooks.decorate_reply != NULL) {
             svc->hooks.decorate_reply(&op, reply);
         }
     }

@@ -25,6 +25,7 @@ struct shl_conn;
 struct shl_storage_engine;
 struct shl_service_ctx;
 struct shl_lsc;
+struct shl_cluster_time;
 
 typedef enum shl_role {
     SHL_ROLE_STANDALONE,
@@ -84,6 +85,13 @@ typedef struct shl_service_hooks {
      */
     int (*session_begin)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
     void (*session_end)(struct shl_op_ctx *op);
+    /*
+     * A request's gossip, once its $clusterTime passed shl_cluster_time_gossip_in (signature
+     * and advance limit): the role advances its clock to 'cluster_time' (0: none) and, for a
+     * request from a cluster process (op->conn->internal), from $configTime/$topologyTime
+     * in op->body. Runs before the command.
+     */
+    void (*gossip_in)(struct shl_op_ctx *op, uint64_t cluster_time);
     /* Fields every reply carries ($clusterTime, operationTime, ...). */
     void (*decorate_reply)(struct shl_op_ctx *op, bson_t *reply);
     /* Extra serverStatus sections (storage engine, sharding, ...). */
@@ -114,6 +122,9 @@ typedef struct shl_service_ctx {
 
     struct shl_storage_engine *storage; /* data nodes; NULL on the router */
     struct shl_lsc *lsc; /* the logical session cache (session/); set by the role at start-up */
+    /* $clusterTime signing keys and validation (net/cluster_time.h); NULL until a cluster
+     * role creates it at start-up, then read-only. */
+    struct shl_cluster_time *cluster_time;
     void *role_state;    /* owned by the role's module */
 } shl_service_ctx_t;
 

@@ -376,6 +376,48 @@ expr_eval_opt(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out,
 }
 
 int
+shl_expr_let_vars(const bson_t *let, int64_t now_ms, const bson_t *builtins, bson_t *out,
+                  shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    shl_expr_t *e = NULL;
+    shl_expr_ctx_t ctx = {0};
+
+    bson_init(out);
+    ctx.vars = builtins;
+    ctx.now_ms = now_ms;
+    if (!bson_iter_init(&it, let)) {
+        goto done;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        bson_value_t v;
+        SHL_ERR(expr_check_user_var_name(k, st));
+        SHL_ERR(shl_expr_parse(bson_iter_value(&it), &e, st));
+        ret = shl_expr_evaluate(e, &ctx, &v, st);
+        shl_expr_destroy(e);
+        e = NULL;
+        SHL_ERR(ret);
+        if (v.value_type != BSON_TYPE_EOD) {
+            query_append_value(out, k, -1, &v);
+        }
+        bson_value_destroy(&v);
+    }
+    /* The built-in ones ride along, for every evaluation that sees these variables. */
+    if (builtins != NULL && bson_iter_init(&it, builtins)) {
+        while (shl_iter_next(&it)) {
+            bson_append_iter(out, NULL, 0, &it);
+        }
+    }
+done:
+    if (ret != 0) {
+        bson_reinit(out);
+    }
+    return ret;
+}
+
+int
 expr_check_user_var_name(const char *name, shl_status_t *st)
 {
     int ret = 0;
@@ -483,6 +525,7 @@ parse_string(const char *s, size_t len, shl_expr_t **out, shl_status_t *st)
          * elsewhere they fail at evaluation as undefined. */
         if (strcmp(e->var, "ROOT") != 0 && strcmp(e->var, "CURRENT") != 0 &&
             strcmp(e->var, "REMOVE") != 0 && strcmp(e->var, "NOW") != 0 &&
+            strcmp(e->var, "CLUSTER_TIME") != 0 &&
             strcmp(e->var, "KEEP") != 0 && strcmp(e->var, "PRUNE") != 0 &&
             strcmp(e->var, "DESCEND") != 0 && !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
             SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
@@ -934,8 +977,14 @@ static int64_t
 now_ms(const shl_expr_ctx_t *ctx)
 {
     struct timeval tv;
+    bson_iter_t it;
     if (ctx->now_ms != 0) {
         return ctx->now_ms;
+    }
+    /* A command fixes $$NOW once for all its documents (db_let_vars binds NOW). */
+    if (ctx->vars != NULL && bson_iter_init_find(&it, ctx->vars, "NOW") &&
+        BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        return bson_iter_date_time(&it);
     }
     gettimeofday(&tv, NULL);
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
@@ -1053,6 +1102,10 @@ eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, sh
                 break;
             }
             if (ctx->vars == NULL || !bson_iter_init_find(&it, ctx->vars, e->var)) {
+                if (strcmp(e->var, "CLUSTER_TIME") == 0) {
+                    /* Bound by the command on replica-set members and through a router. */
+                    SHL_FAIL(st, 51144, "Builtin variable '$$CLUSTER_TIME' is not available");
+                }
                 SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
             }
             eval_subpath(bson_iter_value(&it), &e->path, out);

@@ -56,6 +56,18 @@ int shl_expr_evaluate(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value
 int shl_expr_evaluate_bool(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bool *out,
                            shl_status_t *st);
 
+/*
+ * shl_expr_let_vars --
+ *     A command's `let` ({name: expression}) evaluated once into *out ({name: value}, always
+ *     initialised; the caller destroys it): names as MongoDB checks them (16866..16868),
+ *     expressions without a document ($$NOW is 'now_ms'; 'builtins' -- may be NULL -- holds
+ *     variables like CLUSTER_TIME they may read and is appended to *out). Errors: the
+ *     expressions' parse and evaluation errors ("$a" evaluates to missing: the name is left
+ *     out, so using it fails as undefined).
+ */
+int shl_expr_let_vars(const bson_t *let, int64_t now_ms, const bson_t *builtins, bson_t *out,
+                      shl_status_t *st);
+
 /* shl_expr_is_constant -- whether 'e' is a literal (evaluates to the same value everywhere). */
 bool shl_expr_is_constant(const shl_expr_t *e);
 

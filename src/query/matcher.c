@@ -84,6 +84,7 @@ struct shl_matcher {
     char *placeholder;
     bool placeholder_error;
     shl_status_t placeholder_status;
+    bson_t *vars; /* owned: a command's `let` bound by shl_matcher_bind_vars, or NULL */
 };
 
 typedef enum level { LEVEL_PREDICATE_TOP, LEVEL_DOC_TOP, LEVEL_SUBDOC } level_t;
@@ -1223,6 +1224,7 @@ done:
 
 typedef struct mctx {
     const shl_match_details_t *in; /* vars */
+    const bson_t *bound_vars;      /* the matcher's own (shl_matcher_bind_vars) */
     const bson_t *doc;             /* the document for $expr */
     int err;
     shl_status_t *st;
@@ -1760,7 +1762,7 @@ match_doc(const mnode_t *n, const bson_t *doc, mctx_t *mc, bool *has_key, size_t
             return false;
         }
         ec.root = doc;
-        ec.vars = mc->in != NULL ? mc->in->vars : NULL;
+        ec.vars = mc->in != NULL && mc->in->vars != NULL ? mc->in->vars : mc->bound_vars;
         mc->err = shl_expr_evaluate_bool(n->expr, &ec, &b, mc->st);
         return mc->err == 0 && b;
     }
@@ -1836,7 +1838,19 @@ shl_matcher_destroy(shl_matcher_t *m)
         bson_destroy(m->filter);
     }
     bson_free(m->placeholder);
+    if (m->vars != NULL) {
+        bson_destroy(m->vars);
+    }
     bson_free(m);
+}
+
+void
+shl_matcher_bind_vars(shl_matcher_t *m, const bson_t *vars)
+{
+    if (m->vars != NULL) {
+        bson_destroy(m->vars);
+    }
+    m->vars = vars != NULL ? bson_copy(vars) : NULL;
 }
 
 int
@@ -1848,6 +1862,7 @@ shl_matcher_match(const shl_matcher_t *m, const bson_t *doc, shl_match_details_t
     size_t key = 0;
 
     mc.in = details;
+    mc.bound_vars = m->vars;
     mc.doc = doc;
     mc.st = st;
     *matched = match_doc(m->root, doc, &mc, &has_key, &key);

@@ -54,6 +54,14 @@ typedef struct shl_match_details {
  */
 int shl_matcher_new(const bson_t *filter, uint32_t flags, shl_matcher_t **out, shl_status_t *st);
 
+/*
+ * shl_matcher_bind_vars --
+ *     Give 'm' (not yet shared with other threads) the variables its $expr sees when a
+ *     match passes none in its details: a command's `let` ({name: value}, copied; NULL
+ *     unbinds). Does not block.
+ */
+void shl_matcher_bind_vars(shl_matcher_t *m, const bson_t *vars);
+
 /* shl_matcher_destroy -- free a matcher (NULL is fine). */
 void shl_matcher_destroy(shl_matcher_t *m);
 

@@ -128,7 +128,8 @@ const shl_pipeline_output_t *shl_pipeline_output(const shl_pipeline_t *p);
 /*
  * shl_pipeline_merge_vars --
  *     The variables of a $merge whenMatched pipeline for the output document 'doc': its
- *     `let` evaluated against 'doc', or {new: doc} by default. *out is always initialised.
+ *     `let` evaluated against 'doc', or {new: doc} by default, then the command's variables
+ *     (opts.vars) it does not shadow. *out is always initialised.
  */
 int shl_pipeline_merge_vars(const shl_pipeline_t *p, const bson_t *doc, bson_t *out,
                             shl_status_t *st);
@@ -159,5 +160,26 @@ void shl_pipeline_destroy(shl_pipeline_t *p);
  */
 int shl_pipeline_run_array(const bson_t *docs, const bson_t *stages, bson_t *out, uint32_t *n,
                            shl_status_t *st);
+
+/*
+ * shl_pipeline_split_t -- where the router may run a stage of a pipeline over a sharded
+ * collection (router/cluster_aggregate.c splits it into a shards part and a merge part):
+ *   SHL_PIPELINE_SPLIT_MERGER     in the merge part only: the default, and the stages whose
+ *                                 shard half the router builds itself ($sort, $limit, $skip,
+ *                                 $group, $count, $sortByCount) are this too;
+ *   SHL_PIPELINE_SPLIT_STREAMING  document by document on each shard, as long as every stage
+ *                                 before it does too;
+ *   SHL_PIPELINE_SPLIT_EACH_SHARD as the first stage, on each shard, the merger concatenating
+ *                                 what the shards make ($collStats, $indexStats).
+ */
+typedef enum {
+    SHL_PIPELINE_SPLIT_MERGER,
+    SHL_PIPELINE_SPLIT_STREAMING,
+    SHL_PIPELINE_SPLIT_EACH_SHARD
+} shl_pipeline_split_t;
+
+/* shl_pipeline_stage_split -- the split property of the stage 'name' ("$match", ...);
+ * SHL_PIPELINE_SPLIT_MERGER for a name that is no stage. */
+shl_pipeline_split_t shl_pipeline_stage_split(const char *name);
 
 #endif

@@ -1080,3 +1080,51 @@ SHL_TEST(pipeline_stage_args_never_crash)
     }
     ASSERT(ran > 20);
 }
+
+/* Every stage name is found in the stage table (a row out of order would not be: the lookup is
+ * a binary search), and the table's split property is what the router relies on. */
+SHL_TEST(pipeline_stage_table_lookup)
+{
+    static const char *const names[] = {
+        "$addFields",       "$bucket",      "$bucketAuto",  "$collStats",   "$count",
+        "$currentOp",       "$densify",     "$documents",   "$facet",       "$fill",
+        "$graphLookup",     "$group",       "$indexStats",  "$limit",       "$listLocalSessions",
+        "$lookup",          "$match",       "$merge",       "$out",         "$project",
+        "$redact",          "$replaceRoot", "$replaceWith", "$sample",      "$set",
+        "$setWindowFields", "$skip",        "$sort",        "$sortByCount", "$unionWith",
+        "$unset",           "$unwind"};
+    static const char *const streaming[] = {"$match", "$project", "$addFields",   "$set",
+                                            "$unset", "$unwind",  "$replaceRoot", "$replaceWith"};
+    char json[128];
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        shl_status_t st = SHL_STATUS_INIT;
+        bson_t *pj;
+        shl_pipeline_t *pl = NULL;
+        snprintf(json, sizeof(json), "{'0': {'%s': 'not a valid argument'}}", names[i]);
+        pj = shl_test_bson(json);
+        if (shl_pipeline_parse(pj, NULL, &pl, &st) != 0) {
+            ASSERT(st.code != 40324);
+        }
+        shl_pipeline_destroy(pl);
+        bson_destroy(pj);
+        shl_status_clear(&st);
+    }
+    {
+        shl_status_t st = SHL_STATUS_INIT;
+        bson_t *pj = shl_test_bson("{'0': {'$nope': {}}}");
+        shl_pipeline_t *pl = NULL;
+        ASSERT_INT_EQ(shl_pipeline_parse(pj, NULL, &pl, &st), 40324);
+        ASSERT(strcmp(st.reason, "Unrecognized pipeline stage name: '$nope'") == 0);
+        bson_destroy(pj);
+        shl_status_clear(&st);
+    }
+    for (size_t i = 0; i < sizeof(streaming) / sizeof(streaming[0]); i++) {
+        ASSERT(shl_pipeline_stage_split(streaming[i]) == SHL_PIPELINE_SPLIT_STREAMING);
+    }
+    ASSERT(shl_pipeline_stage_split("$collStats") == SHL_PIPELINE_SPLIT_EACH_SHARD);
+    ASSERT(shl_pipeline_stage_split("$indexStats") == SHL_PIPELINE_SPLIT_EACH_SHARD);
+    ASSERT(shl_pipeline_stage_split("$redact") == SHL_PIPELINE_SPLIT_MERGER);
+    ASSERT(shl_pipeline_stage_split("$group") == SHL_PIPELINE_SPLIT_MERGER);
+    ASSERT(shl_pipeline_stage_split("$nope") == SHL_PIPELINE_SPLIT_MERGER);
+}

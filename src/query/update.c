@@ -275,11 +275,10 @@ validate_update_path(shl_update_t *u, const qpath_t *p, shl_status_t *st)
                 }
                 f->used = true;
             }
-        } else if (c[0] == '$') {
-            SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
-                     "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", c,
-                     p->dotted);
         }
+        /* Other '$'-prefixed components are field names (MongoDB 5.0+): nested ones are
+         * updatable; a top-level one only when the update inserts (an upsert), which
+         * validate_storage decides on the result. */
     }
 done:
     return ret;
@@ -1705,9 +1704,16 @@ done:
     return ret;
 }
 
-/* Checks every updated document passes: _id type, top-level '$' names, size. */
+static bool values_binary_equal(const bson_iter_t *a, const bson_iter_t *b);
+
+/*
+ * Checks every updated document passes: _id type, size, and, when 'old' is given (an
+ * operator update of an existing document), no top-level '$'-prefixed field it creates or
+ * changes -- those that were there already may stay (MongoDB 5.0+ stores them; inserts,
+ * upserts and pipelines may write them).
+ */
 static int
-validate_storage(const bson_t *doc, shl_status_t *st)
+validate_storage(const bson_t *doc, const bson_t *old, shl_status_t *st)
 {
     bson_iter_t it;
     int ret = 0;
@@ -1718,9 +1724,13 @@ validate_storage(const bson_t *doc, shl_status_t *st)
     bson_iter_init(&it, doc);
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
-        if (k[0] == '$') {
-            SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
-                     "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", k, k);
+        if (k[0] == '$' && old != NULL) {
+            bson_iter_t was;
+            if (!bson_iter_init_find(&was, old, k) || !values_binary_equal(&was, &it)) {
+                SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                         "The dollar ($) prefixed field '%s' in '%s' is not valid for storage.", k,
+                         k);
+            }
         }
         if (strcmp(k, "_id") == 0) {
             bson_type_t t = shl_iter_type(&it);
@@ -1884,7 +1894,8 @@ shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_
         }
         bson_free(ac.id_path);
     }
-    SHL_ERR(validate_storage(out, st));
+    SHL_ERR(validate_storage(out, u->kind == SHL_UPDATE_OPERATORS && !ctx->is_insert ? doc : NULL,
+                             st));
     *changed =
         out->len != doc->len || memcmp(bson_get_data(out), bson_get_data(doc), doc->len) != 0;
 done:
@@ -1986,7 +1997,7 @@ shl_update_upsert_doc(const shl_update_t *u, const shl_matcher_t *query,
             bson_append_value(out, shl_iter_key(&it), -1, bson_iter_value(&it));
         }
     }
-    SHL_ERR(validate_storage(out, st));
+    SHL_ERR(validate_storage(out, NULL, st));
 done:
     if (ret != 0) {
         bson_reinit(out);

@@ -76,7 +76,10 @@ typedef struct shl_update_ctx {
  *     "Cannot apply $inc to a value of non-numeric type. {_id: 1} has the field 'a' of
  *     non-numeric type string"; PathNotViable (28) "Cannot create field 'b' in element {a: 1}";
  *     BadValue (2) "The positional operator did not find the match needed from the query.",
- *     $push/$addToSet/$pull on non-arrays; InvalidIdField (53); DollarPrefixedFieldName (52);
+ *     $push/$addToSet/$pull on non-arrays; InvalidIdField (53); DollarPrefixedFieldName (52)
+ *     when an operator update of an existing document (not ctx->is_insert) creates or changes
+ *     a top-level '$'-prefixed field (MongoDB 5.0+: nested ones, unchanged ones, upserts and
+ *     pipelines are fine);
  *     17419 "Resulting document after update is larger than 16777216".
  */
 int shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t *ctx,

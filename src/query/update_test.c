@@ -185,6 +185,11 @@ static const ucase_t cases[] = {
     {"{'_id': 1}", "{'$set': {'': 1}}", NULL, NULL, 56},
     {"{'_id': 1}", "{'$set': {'a..b': 1}}", NULL, NULL, 56},
     {"{'_id': 1}", "{'$set': {'$a': 1}}", NULL, NULL, 52},
+    /* MongoDB 5.0+: nested '$' fields are updatable, existing top-level ones may stay */
+    {"{'_id': 1, 'x': {}}", "{'$set': {'x.$b': 1}}", NULL, "{'_id': 1, 'x': {'$b': 1}}", 0},
+    {"{'_id': 1, '$p': 2, 'q': 1}", "{'$inc': {'q': 1}}", NULL, "{'_id': 1, '$p': 2, 'q': 2}", 0},
+    {"{'_id': 1, '$p': 2}", "{'$set': {'$p': 3}}", NULL, NULL, 52},
+    {"{'_id': 1, '$p': 2}", "{'$unset': {'$p': 1}}", NULL, "{'_id': 1}", 0},
     {"{'_id': 1}", "{'$set': {'_id': [1]}}", NULL, NULL, 66},
     {"{'a': 1}", "{'$set': {'_id': [1]}}", NULL, NULL, 53},
     /* replacement */
@@ -193,6 +198,7 @@ static const ucase_t cases[] = {
     {"{'_id': 1, 'a': 1}", "{}", NULL, "{'_id': 1}", 0},
     {"{'_id': 1, 'a': 1}", "{'_id': 2}", NULL, NULL, 66},
     {"{'_id': 1, 'a': 1}", "{'b': 1, '$set': {'a': 1}}", NULL, NULL, 52},
+    {"{'_id': 1, 'a': 1}", "{'n': {'$x': 1}}", NULL, "{'_id': 1, 'n': {'$x': 1}}", 0},
     /* pipelines */
     {"{'_id': 1, 'a': 1}", "[{'$set': {'b': {'$add': ['$a', 1]}}}]", NULL,
      "{'_id': 1, 'a': 1, 'b': 2}", 0},
@@ -389,6 +395,8 @@ SHL_TEST(update_upsert_documents)
         {"{'_id': 4}", "[{'$set': {'x': '$_id'}}]", "{'_id': 4, 'x': 4}", 0},
         {"{'a': 1, 'a.b': 1}", "{'$set': {'c': 1}}", NULL, 54},
         {"{'_id': 1, 'a': [1, 2]}", "{'$set': {'a.$': 5}}", NULL, 2},
+        /* an upsert's insert may create a top-level '$' field (an insert's rules) */
+        {"{'_id': 6}", "{'$set': {'$hotel': 320}}", "{'_id': 6, '$hotel': 320}", 0},
     };
     for (size_t i = 0; i < sizeof(ups) / sizeof(ups[0]); i++) {
         bson_t out;

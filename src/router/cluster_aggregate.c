@@ -14,26 +14,22 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/service.h"
+#include "query/expression.h"
 #include "router/router_private.h"
 #include "session/session_commands.h"
 #include "session/sessions_collection.h"
 
-/* Stages that run document by document and may run on each shard. */
+/* Stages that run document by document and may run on each shard (the stage table's split
+ * property, query/pipeline.h). */
 static bool
 is_streaming(const char *name)
 {
-    static const char *const names[] = {"$match",  "$project",     "$addFields",   "$set", "$unset",
-                                        "$unwind", "$replaceRoot", "$replaceWith", NULL};
-    for (size_t i = 0; names[i] != NULL; i++) {
-        if (strcmp(names[i], name) == 0) {
-            return true;
-        }
-    }
-    return false;
+    return shl_pipeline_stage_split(name) == SHL_PIPELINE_SPLIT_STREAMING;
 }
 
 typedef struct agg_plan {
@@ -263,7 +259,7 @@ split_pipeline(agg_plan_t *p)
     bson_init(&p->shards_part);
     bson_init(&p->merge_a);
     bson_init(&p->merge_b);
-    if (n > 0 && (strcmp(s[0].name, "$collStats") == 0 || strcmp(s[0].name, "$indexStats") == 0)) {
+    if (n > 0 && shl_pipeline_stage_split(s[0].name) == SHL_PIPELINE_SPLIT_EACH_SHARD) {
         /* One document per shard (and index), made by each shard: the merger only
          * concatenates them, as mongos does. */
         arr_push_stage(&p->shards_part, &p->nshards, s[0].name, &s[0].v);
@@ -1131,7 +1127,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     agg_plan_t p;
     bson_iter_t it, first;
     shl_ns_t ns;
-    bson_t let;
+    bson_t let, letv = BSON_INITIALIZER;
     bool found, has_let = false, allow_disk = false, zero_batch = false, bypass = false;
     int64_t batch_size = 0;
     shl_pipeline_opts_t opts;
@@ -1238,6 +1234,23 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    {
+        /* The merger's variables: `let` evaluated once, $$NOW and $$CLUSTER_TIME of this
+         * router (the shards evaluate the `let` they get, with their own). */
+        bson_t builtins = BSON_INITIALIZER, none = BSON_INITIALIZER;
+        uint64_t ct = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+        int64_t now = shl_clock_wall_ms();
+        BSON_APPEND_DATE_TIME(&builtins, "NOW", now);
+        if (ct != 0) {
+            BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", (uint32_t)(ct >> 32), (uint32_t)ct);
+        }
+        bson_destroy(&letv);
+        ret = shl_expr_let_vars(has_let ? &let : &none, now, &builtins, &letv, st);
+        bson_destroy(&builtins);
+        SHL_ERR(ret);
+        bson_init_static(&let, bson_get_data(&letv), letv.len);
+        has_let = true;
+    }
     /* config.system.sessions is the one sharded collection of the config database: it is
      * routed like any other (to the config server while it is not sharded yet). */
     if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {
@@ -1356,5 +1369,6 @@ done:
     shl_router_scatter_results_free(results, nresults);
     plan_cleanup(&p);
     bson_destroy(&sessions_pipeline);
+    bson_destroy(&letv);
     return ret;
 }

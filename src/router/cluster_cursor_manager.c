@@ -414,7 +414,15 @@ output_next(shl_router_cursor_t *c, const bson_t **doc, shl_status_t *st)
             SHL_ERR(shl_matcher_match(c->matcher, d, &details, &matched, st));
         }
         bson_destroy(&c->projected);
-        SHL_ERR(shl_projection_apply(c->proj, d, &details, NULL, &c->projected, st));
+        SHL_ERR(shl_projection_apply(c->proj, d, &details, c->vars, &c->projected, st));
+        if (c->keep_record_id) {
+            /* MongoDB adds {$recordId: {$meta: "recordId"}} to the projection. */
+            bson_iter_t rid, had;
+            if (bson_iter_init_find(&rid, d, "$recordId") &&
+                !bson_iter_init_find(&had, &c->projected, "$recordId")) {
+                bson_append_iter(&c->projected, NULL, 0, &rid);
+            }
+        }
         d = &c->projected;
     }
     c->n_returned++;

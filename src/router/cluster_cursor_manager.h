@@ -61,6 +61,7 @@ typedef struct shl_router_cursor {
     int64_t n_returned;
     shl_projection_t *proj;
     shl_matcher_t *matcher; /* for a positional projection */
+    bool keep_record_id;    /* showRecordId: "$recordId" survives the router's projection */
 
     /* Aggregate: the merge part (first half, fix-up, second half), pulling from the merge. */
     shl_pipeline_t *merge_a, *merge_b;

@@ -16,6 +16,7 @@
 #include "bson/bson_util.h"
 #include "net/command_args.h"
 #include "net/message.h"
+#include "query/expression.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
 
@@ -253,6 +254,22 @@ done:
     return ret;
 }
 
+/*
+ * No such database: nothing reaches a shard, but the filter must still parse (an unknown
+ * top-level operator is refused as a shard would refuse it on an existing collection).
+ */
+static int
+check_filter_unrouted(const bson_t *filter, shl_status_t *st)
+{
+    int ret = 0;
+    shl_matcher_t *m = NULL;
+    if (filter != NULL) {
+        ret = shl_matcher_new(filter, SHL_MATCHER_DEFAULT, &m, st);
+        shl_matcher_destroy(m);
+    }
+    return ret;
+}
+
 /* ---------------------------------------------------------------- find */
 
 typedef struct find_args {
@@ -452,10 +469,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     shl_projection_t *proj = NULL;
     shl_matcher_t *matcher = NULL;
     bson_t batch;
+    bool show_record_id = false, has_let = false;
+    bson_t let;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     if (router_is_config_db(ns.db)) {
         ret = router_config_cursor_read(op, ns.full, ns.db, ns.coll, cmd, a.batch_size,
                                         a.has_batch_size && a.batch_size == 0, reply, st);
@@ -463,8 +483,12 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     /* Parse at the router first: its errors come before any shard is contacted. */
     if (a.sorted) {
+        bson_iter_t rk;
+        /* returnKey ignores the projection (the shards return index keys). */
+        bool return_key = bson_iter_init_find(&rk, cmd, "returnKey") && bson_iter_as_bool(&rk);
+        show_record_id = bson_iter_init_find(&rk, cmd, "showRecordId") && bson_iter_as_bool(&rk);
         SHL_ERR(shl_sort_pattern_new(&a.sort, &sort, st));
-        if (a.has_projection) {
+        if (a.has_projection && !return_key) {
             SHL_ERR(shl_projection_new(&a.projection, a.has_filter ? &a.filter : NULL, &proj, st));
             if (shl_projection_needs_match_details(proj)) {
                 SHL_ERR(shl_matcher_new(a.has_filter ? &a.filter : &(bson_t)BSON_INITIALIZER,
@@ -477,6 +501,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty result, as MongoDB gives. */
         bson_t empty = BSON_INITIALIZER;
+        SHL_ERR(check_filter_unrouted(a.has_filter ? &a.filter : NULL, st));
         shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
         ret = 0;
         goto done;
@@ -494,7 +519,18 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     c->sort = sort;
     sort = NULL;
     c->proj = proj;
+    c->keep_record_id = show_record_id;
     proj = NULL;
+    if (c->proj != NULL && has_let) {
+        /* The projection the router applies sees the find's `let`, evaluated here. */
+        bson_t vars;
+        ret = shl_expr_let_vars(&let, 0, NULL, &vars, st);
+        if (ret == 0) {
+            c->vars = bson_copy(&vars);
+        }
+        bson_destroy(&vars);
+        SHL_ERR(ret);
+    }
     c->matcher = matcher;
     matcher = NULL;
     c->skip = a.skip;
@@ -676,7 +712,7 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     ret = shl_router_scatter(r, op, ns.full, a.has_query ? &a.query : NULL, build_count, &a, NULL,
                              &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0;
+        ret = check_filter_unrouted(a.has_query ? &a.query : NULL, st);
     }
     SHL_ERR(ret);
     for (size_t i = 0; i < nresults; i++) {
@@ -758,7 +794,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     ret = shl_router_scatter(r, op, ns.full, has_query ? &query : NULL, build_distinct, &dargs,
                              NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0;
+        ret = check_filter_unrouted(has_query ? &query : NULL, st);
     }
     SHL_ERR(ret);
     for (size_t i = 0; i < nresults; i++) {

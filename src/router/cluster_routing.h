@@ -20,6 +20,7 @@
 #include "sharding/catalog_cache.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "sharding/keys_client.h"
 #include "sharding/vector_clock.h"
 
 /* MongoDB's kMaxNumStaleVersionRetries: a request is tried at most this many times. */
@@ -61,6 +62,7 @@ typedef struct shl_router {
     void *send_hook_arg;
     /* config.system.sessions, where the session cache persists (cluster_sessions.c) */
     struct shl_sessions_sharded *sessions;
+    shl_keys_source_t keys; /* where the $clusterTime keys come from (the config server) */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

@@ -1138,7 +1138,22 @@ run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, rou
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
     ret = run_write(opctx, &op, create_db, route, route_arg, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
-        ret = 0; /* deleting from a database that does not exist deletes nothing */
+        /* Deleting from a database that does not exist deletes nothing, but each filter
+         * still parses: an unknown operator is the statement's error, as on a shard. */
+        ret = 0;
+        for (size_t i = 0; i < op.n; i++) {
+            bson_t q;
+            shl_matcher_t *m = NULL;
+            shl_status_t qst = SHL_STATUS_INIT;
+            if (shl_bson_get_subdoc(&op.items[i].doc, "q", &q) &&
+                shl_matcher_new(&q, SHL_MATCHER_DEFAULT, &m, &qst) != 0) {
+                item_set_error(&op.items[i], &qst);
+                if (op.ordered) {
+                    break;
+                }
+            }
+            shl_matcher_destroy(m);
+        }
     }
     SHL_ERR(ret);
     append_result(&op, reply);

@@ -11,7 +11,10 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/str.h"
+#include "bson/bson_util.h"
 #include "net/common_commands.h"
+#include "net/cluster_time.h"
 #include "net/reply_times.h"
 #include "net/server.h"
 #include "router/cluster_cursor_manager.h"
@@ -24,17 +27,100 @@
 #include "session/session_commands.h"
 #include "sharding/sharding_types.h"
 
+/*
+ * The newest operationTime the shards and the config server replied with to the operation
+ * this thread serves (mongos's OperationTimeTracker): a request runs on its connection's
+ * thread, and so do the replies to the requests it sends (client.h), so the tracker is
+ * thread-local; rewrite_request clears it when an operation starts, decorate_reply takes it.
+ */
+static __thread uint64_t op_time_seen;
+
 /* Gossip: advance the vector clock from every reply of a cluster node; a newer
  * TopologyTime means the set of shards changed, so the shard registry reloads. */
 static void
 observe_reply(void *arg, const char *host, const bson_t *reply)
 {
     shl_router_t *r = arg;
+    bson_iter_t it;
     (void)host;
 
+    if (bson_iter_init_find(&it, reply, "operationTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        uint64_t t = shl_bson_iter_timestamp_u64(&it);
+        if (t > op_time_seen) {
+            op_time_seen = t;
+        }
+    }
     if (shl_vector_clock_observe(&r->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
         shl_shard_registry_invalidate(r->registry);
     }
+}
+
+/* Gossip out: every request to a cluster process carries the router's $clusterTime,
+ * $configTime and $topologyTime (docs/design/vector_clock.md). */
+static void
+decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd)
+{
+    shl_router_t *r = arg;
+    (void)host;
+    (void)cmd_name;
+
+    shl_vector_clock_append_internal_gossip(&r->clock, 0, cmd);
+}
+
+/* Gossip in from a request (already checked by shl_cluster_time_gossip_in): ClusterTime
+ * from anyone, ConfigTime and TopologyTime only from cluster processes. */
+static void
+gossip_in(shl_op_ctx_t *op, uint64_t cluster_time)
+{
+    shl_router_t *r = shl_router_get(op);
+
+    if (op->conn != NULL && op->conn->internal) {
+        if (shl_vector_clock_observe(&r->clock, op->body) &
+            SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) {
+            shl_shard_registry_invalidate(r->registry);
+        }
+    } else if (cluster_time != 0) {
+        shl_vector_clock_advance(&r->clock, SHL_VC_CLUSTER_TIME, cluster_time);
+    }
+}
+
+/*
+ * A router keeps no time of its own, so after a restart it must not answer with a time older
+ * than one it gave out before: it asks every shard (and the config server) once at start-up,
+ * whose durable clocks are at least as new as anything it ever saw from them.
+ */
+static void
+sync_clock(shl_router_t *r)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    char **names = NULL;
+    char hosts[64][SHL_CLIENT_HOST_MAX];
+    shl_fanout_req_t reqs[65];
+    shl_fanout_result_t res[65];
+    bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+    size_t n = 0;
+
+    reqs[n].host = shl_shard_registry_config_host(r->registry);
+    reqs[n].db = "admin";
+    reqs[n].cmd = ping;
+    reqs[n].op_key = NULL;
+    n++;
+    if (shl_shard_registry_list(r->registry, &names, &st) == 0) {
+        for (size_t i = 0; names[i] != NULL && n < 65; i++) {
+            if (shl_shard_registry_host_for(r->registry, names[i], hosts[n - 1],
+                                            sizeof(hosts[0]), &st) == 0) {
+                reqs[n].host = hosts[n - 1];
+                reqs[n].db = "admin";
+                reqs[n].cmd = ping;
+                reqs[n].op_key = NULL;
+                n++;
+            }
+        }
+    }
+    shl_client_fanout(r->pool, reqs, n, 5000, res);
+    shl_fanout_results_cleanup(res, n);
+    bson_strfreev(names);
+    bson_destroy(ping);
 }
 
 static void
@@ -44,14 +130,31 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
 }
 
+/*
+ * operationTime as mongos gives it: the newest one the nodes this operation reached replied
+ * with; if it reached none, the cluster time (later than the operation, so still safe for a
+ * causally consistent client). Never above the $clusterTime it goes with: observing a reply
+ * advanced the clock to that reply's $clusterTime, which is at least its operationTime.
+ */
 static void
 decorate_reply(shl_op_ctx_t *op, bson_t *reply)
 {
     shl_router_t *r = shl_router_get(op);
     uint64_t ts = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+    uint64_t op_time = 0;
 
+    /* A command the router runs in-process for another (op->conn NULL: $out's writes, ...)
+     * leaves the tracker to the operation it serves. */
+    if (op->conn != NULL) {
+        op_time = op_time_seen;
+        op_time_seen = 0;
+    }
     if (ts != 0) {
-        shl_reply_append_times(reply, ts, ts);
+        shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
+                                      ts);
+    }
+    if (op->conn != NULL && op->conn->internal) {
+        shl_vector_clock_append_config_gossip(&r->clock, reply);
     }
 }
 
@@ -59,7 +162,12 @@ static bson_t *
 rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
 {
     shl_router_t *r = shl_router_get(op);
-    bson_t *body = router_rwc_apply(r, op, cmd);
+    bson_t *body;
+
+    if (op->conn != NULL) {
+        op_time_seen = 0; /* a client's new operation: see decorate_reply */
+    }
+    body = router_rwc_apply(r, op, cmd);
     bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
     if (snap != NULL) {
@@ -151,6 +259,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     shl_vector_clock_init(&r->clock);
     snprintf(r->configdb, sizeof(r->configdb), "%s", configdb);
     popts.hooks.observe = observe_reply;
+    popts.hooks.decorate = decorate_request;
     popts.hooks.arg = r;
     r->pool = shl_conn_pool_new(&popts);
     r->registry = shl_shard_registry_new(r->pool, configdb);
@@ -160,6 +269,7 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     svc->role_state = r;
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
+    svc->hooks.gossip_in = gossip_in;
     svc->hooks.rewrite_request = rewrite_request;
     svc->hooks.session_begin = session_begin;
     svc->hooks.shutdown = shutdown_router;
@@ -169,6 +279,11 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     shl_session_commands_register(reg);
     SHL_ERR(router_sessions_init(r, svc, st));
     SHL_ERR(wait_for_config_server(r, st));
+    r->keys.pool = r->pool;
+    shl_str_copy(r->keys.host, sizeof(r->keys.host), shl_shard_registry_config_host(r->registry));
+    svc->cluster_time = shl_cluster_time_new();
+    shl_cluster_time_set_loader(svc->cluster_time, shl_keys_client_load, &r->keys);
+    sync_clock(r);
     SHL_LOG_INFO(SHARDING, 4620020, "router configured", "configdb", BCON_UTF8(configdb));
 done:
     return ret;

@@ -45,7 +45,7 @@ report(shl_router_uptime_t *u)
 
     if (shl_client_run(r->pool, shl_shard_registry_config_host(r->registry), "config", cmd,
                        SHL_CONFIG_CMD_TIMEOUT_MS, &reply, &st) != 0) {
-        SHL_LOG_DEBUG(1, SHARDING, 4620030, "cannot report to config.mongos", "error",
+        SHL_LOG_DEBUG(1, SHARDING, 4620031, "cannot report to config.mongos", "error",
                       BCON_UTF8(st.reason));
     }
     bson_destroy(&reply);

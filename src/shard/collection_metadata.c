@@ -15,6 +15,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/str.h"
+#include "sharding/keys_client.h"
 #include "sharding/shard_key.h"
 #include "shard/shard_private.h"
 
@@ -195,19 +197,13 @@ shard_meta_release(shard_coll_meta_t *m)
  * The catalog cache of an aware shard, created on first use (no I/O) from the identity's
  * config server connection string. Errors: ShardingStateNotInitialized.
  */
-/* Gossip from the config server and other shards: a newer TopologyTime means the set of
- * shards changed, so the registry reloads on its next lookup. 's->registry' is set before
- * the pool sends anything and stays until shutdown. */
+/* Gossip from the config server and other shards (shard_clock.c). 's->registry' is set
+ * before the pool sends anything and stays until shutdown. */
 static void
 observe_reply(void *arg, const char *host, const bson_t *reply)
 {
-    shard_state_t *s = arg;
     (void)host;
-
-    if ((shl_vector_clock_observe(&s->clock, reply) & SHL_VC_ADVANCED(SHL_VC_TOPOLOGY_TIME)) &&
-        s->registry != NULL) {
-        shl_shard_registry_invalidate(s->registry);
-    }
+    shard_clock_observe(arg, reply);
 }
 
 static int
@@ -224,8 +220,8 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
             shl_conn_pool_options_t po;
             memset(&po, 0, sizeof(po));
             po.hooks.observe = observe_reply;
+            po.hooks.decorate = shard_clock_decorate_request;
             po.hooks.arg = s;
-            shl_vector_clock_init(&s->clock);
             s->pool = shl_conn_pool_new(&po);
             s->registry = shl_shard_registry_new(s->pool, s->id.config_cs);
             s->cache = shl_catalog_cache_new(s->registry);
@@ -252,6 +248,24 @@ shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson
     SHL_ERR(shl_shard_registry_host_for(s->registry, shard, host, sizeof(host), st));
     bson_destroy(reply);
     ret = shl_client_run(s->pool, host, db, cmd, timeout_ms, reply, st);
+done:
+    return ret;
+}
+
+int
+shard_keys_load(void *arg, shl_hmac_key_t **keys, size_t *n, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = arg;
+    shl_catalog_cache_t *cache = NULL;
+    shl_keys_source_t src;
+
+    *keys = NULL;
+    *n = 0;
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    src.pool = s->pool;
+    shl_str_copy(src.host, sizeof(src.host), shl_shard_registry_config_host(s->registry));
+    ret = shl_keys_client_load(&src, keys, n, st);
 done:
     return ret;
 }

@@ -689,7 +689,7 @@ shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
             c.decision = committed ? 1 : -1;
         }
         if (ret == 0) {
-            SHL_LOG_INFO(SHARDING, 4200301, "Recovering a movePrimary", "db", BCON_UTF8(c.db), "to",
+            SHL_LOG_INFO(SHARDING, 4200311, "Recovering a movePrimary", "db", BCON_UTF8(c.db), "to",
                          BCON_UTF8(c.to), "decision",
                          BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
             shard_db_refresh(s, c.db, st);
@@ -818,7 +818,7 @@ commit_on_config(shard_state_t *s, shl_op_ctx_t *op, const mp_coord_t *c,
             break;
         }
         if (!logged) {
-            SHL_LOG_WARNING(SHARDING, 4200308,
+            SHL_LOG_WARNING(SHARDING, 4200312,
                             "movePrimary: the config server did not answer the commit; retrying",
                             "db", BCON_UTF8(c->db), "error", BCON_UTF8(st->reason));
             logged = true;
@@ -854,7 +854,7 @@ pause_at(shl_failpoint_t *fp, shl_op_ctx_t *op)
 {
     if (atomic_load_explicit(&fp->active, memory_order_relaxed) &&
         shl_failpoint_evaluate(fp, NULL, NULL, NULL)) {
-        SHL_LOG_INFO(SHARDING, 4200302, "Hanging at a movePrimary fail point", "failPoint",
+        SHL_LOG_INFO(SHARDING, 4200310, "Hanging at a movePrimary fail point", "failPoint",
                      BCON_UTF8(fp->name));
         shl_failpoint_pause_while_set(fp, &op->killed);
     }

@@ -1248,19 +1248,19 @@ try_task(shard_state_t *s, const shl_range_task_t *t, int64_t *next_ms, bool *wa
                             BCON_UTF8(st.reason));
             d->logged_error = true;
         } else if (rc != SHL_CODE_INTERRUPTED_AT_SHUTDOWN) {
-            SHL_LOG_DEBUG(1, SHARDING, 6872503, "Range deletion failed; will retry", "namespace",
+            SHL_LOG_DEBUG(1, SHARDING, 6872506, "Range deletion failed; will retry", "namespace",
                           BCON_UTF8(t->ns), "range", BCON_UTF8(range), "error",
                           BCON_UTF8(st.reason));
         }
         goto done;
     }
     if (rc != 0) {
-        SHL_LOG_INFO(SHARDING, 6872502, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
+        SHL_LOG_INFO(SHARDING, 6872505, "Abandoned range deletion", "namespace", BCON_UTF8(t->ns),
                      "range", BCON_UTF8(range), "reason", BCON_UTF8(st.reason));
     }
     shl_status_clear(&st);
     if (remove_task(s->svc, &t->id, true, NULL, &st) != 0) {
-        SHL_LOG_WARNING(SHARDING, 6872503, "Could not remove the range deletion task; will retry",
+        SHL_LOG_WARNING(SHARDING, 6872507, "Could not remove the range deletion task; will retry",
                         "namespace", BCON_UTF8(t->ns), "error", BCON_UTF8(st.reason));
         goto done;
     }

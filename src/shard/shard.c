@@ -64,6 +64,7 @@ shard_shutdown(shl_service_ctx_t *svc)
      * (which frees the hooks' home, and cursors that may still hold metadata) runs
      * before the metadata tracking is torn down. */
     shard_range_deleter_stop(s);
+    shard_clock_shutdown(s);
     shard_meta_destroy_all(s);
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
@@ -117,12 +118,14 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_move_primary_register(reg);
     shard_rename_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
+    SHL_ERR(shard_clock_init(s, st));
     SHL_ERR(shard_identity_load(s, &id, &found, st));
     /* Renames a crash interrupted keep their namespaces blocked until the config server
      * finishes them. */
     SHL_ERR(shard_crit_sections_reload(s, st));
     if (found) {
         shard_become_aware(s, &id);
+        shard_clock_sync(s);
         /* Migrations a crash interrupted: finish them from their coordinator documents. */
         shard_migration_recover_async(s);
     }

@@ -20,6 +20,7 @@
 #include "sharding/chunk_version.h"
 #include "sharding/routing_table.h"
 #include "sharding/shard_registry.h"
+#include "net/cluster_time.h"
 #include "sharding/vector_clock.h"
 
 #define SHARD_CONN_STRING_MAX 512
@@ -133,7 +134,36 @@ typedef struct shard_state {
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
     struct shl_sessions_sharded *sessions; /* config.system.sessions (shard_sessions.c) */
+    /* The vector clock's persister (shard_clock.c): vc_dirty / vc_stop guarded by
+     * vc_persist_mu; vc_persisted (config.vectorClock as last written: ConfigTime,
+     * TopologyTime) by the persister thread alone (init and shutdown run without it). */
+    pthread_mutex_t vc_persist_mu;
+    pthread_cond_t vc_cv;
+    bool vc_dirty, vc_stop, vc_thread_started;
+    pthread_t vc_thread;
+    uint64_t vc_persisted[2];
 } shard_state_t;
+
+/*
+ * The shard's vector clock (shard_clock.c; docs/design/vector_clock.md).
+ * shard_clock_init -- before the listener: recover ConfigTime/TopologyTime from
+ *     config.vectorClock, create the $clusterTime key cache, install the gossip hooks.
+ * shard_clock_sync -- once aware: ask the config server, whose times are at least any the
+ *     shard saw (a restart then never answers with older ones). Blocks up to 5 s.
+ * shard_clock_observe -- advance from a message's gossip (a reply on the shard's pool, or a
+ *     request from a cluster process); persists when ConfigTime/TopologyTime moved.
+ * shard_clock_decorate_request -- the pool's decorate hook: $clusterTime, $configTime,
+ *     $topologyTime on every request the shard sends.
+ * shard_clock_shutdown -- persist what moved since the last write.
+ * shard_keys_load -- shl_keys_loader_fn: the config server's admin.system.keys
+ *     (ShardingStateNotInitialized until the shard is aware).
+ */
+int shard_clock_init(shard_state_t *s, shl_status_t *st);
+void shard_clock_sync(shard_state_t *s);
+void shard_clock_observe(shard_state_t *s, const bson_t *msg);
+void shard_clock_decorate_request(void *arg, const char *host, const char *cmd_name, bson_t *cmd);
+void shard_clock_shutdown(shard_state_t *s);
+int shard_keys_load(void *arg, shl_hmac_key_t **keys, size_t *n, shl_status_t *st);
 
 /* shard_sessions_start / _stop -- the shard's logical session cache persists into the
  * cluster's config.system.sessions (shard_sessions.c); stop before the catalog cache goes. */

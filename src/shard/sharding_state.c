@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "db/storage_api.h"
+#include "storage/stored_doc.h"
 #include "shard/shard_private.h"
 #include "sharding/sharding_types.h"
 
@@ -79,133 +80,30 @@ identity_to_bson(const shard_identity_t *id, bson_t *out)
     BSON_APPEND_UTF8(out, "configsvrConnectionString", id->config_cs);
 }
 
-static bool
-is_identity_doc(const bson_t *doc)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
-           strcmp(bson_iter_utf8(&it, NULL), IDENTITY_ID) == 0;
-}
-
-/*
- * Find the identity record in 'txn' (the collection holds a handful of documents, so a
- * scan is enough). *rid is -1 when absent; 'doc' (always initialised) gets a copy.
- */
-static int
-find_identity(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t *rid, bson_t *doc,
-              shl_status_t *st)
-{
-    int ret = 0;
-    shl_record_cursor_t *c = NULL;
-
-    bson_init(doc);
-    *rid = -1;
-    SHL_ERR(shl_record_cursor_open(txn, coll, true, &c, st));
-    for (;;) {
-        bool eof = false;
-        int64_t r;
-        bson_t view;
-        SHL_ERR(shl_record_cursor_next(c, &r, &view, &eof, st));
-        if (eof) {
-            break;
-        }
-        if (is_identity_doc(&view)) {
-            bson_destroy(doc);
-            bson_copy_to(&view, doc);
-            *rid = r;
-            break;
-        }
-    }
-done:
-    shl_record_cursor_close(c);
-    return ret;
-}
-
 int
 shard_identity_load(shard_state_t *s, shard_identity_t *out, bool *found, shl_status_t *st)
 {
     int ret = 0;
-    shl_coll_handle_t h = {0};
-    shl_storage_txn_t *txn = NULL;
-    bson_t doc = BSON_INITIALIZER;
-    int64_t rid = -1;
+    bson_t doc;
 
-    *found = false;
-    SHL_ERR(shl_storage_coll_acquire(s->svc->storage, IDENTITY_NS, SHL_LOCK_SHARED, &h, st));
-    if (h.coll == NULL) {
-        goto done;
-    }
-    SHL_ERR(shl_storage_txn_begin(s->svc->storage, NULL, &txn, st));
-    bson_destroy(&doc);
-    SHL_ERR(find_identity(txn, h.coll, &rid, &doc, st));
-    if (rid >= 0) {
+    SHL_ERR(shl_stored_doc_load(s->svc->storage, IDENTITY_NS, IDENTITY_ID, &doc, found, st));
+    if (*found) {
         SHL_ERR(shard_identity_parse(&doc, "ShardIdentity", out, st));
-        *found = true;
     }
 done:
-    shl_storage_txn_abort(txn);
-    shl_storage_coll_release(&h);
     bson_destroy(&doc);
     return ret;
 }
 
-typedef struct store_args {
-    const shl_collection_t *coll;
-    const bson_t *doc;
-} store_args_t;
-
-static int
-store_txn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
-{
-    int ret = 0;
-    store_args_t *a = arg;
-    bson_t old;
-    int64_t rid;
-
-    SHL_ERR(find_identity(txn, a->coll, &rid, &old, st));
-    if (rid < 0) {
-        SHL_ERR(shl_doc_insert(txn, a->coll, a->doc, NULL, NULL, st));
-    } else if (!bson_equal(&old, a->doc)) {
-        SHL_ERR(shl_doc_update(txn, a->coll, rid, &old, a->doc, NULL, st));
-    }
-done:
-    bson_destroy(&old);
-    return ret;
-}
-
+/* The identity must survive a crash before the config server records the shard. */
 int
 shard_identity_store(shard_state_t *s, const shard_identity_t *id, shl_status_t *st)
 {
-    int ret = 0;
-    shl_storage_engine_t *eng = s->svc->storage;
-    shl_coll_handle_t h = {0};
+    int ret;
     bson_t doc;
-    store_args_t a;
-    uint64_t ts = 0;
 
     identity_to_bson(id, &doc);
-    if (shl_catalog_create_collection(eng, IDENTITY_NS, NULL, NULL, NULL, st) != 0 &&
-        st->code != SHL_CODE_NAMESPACE_EXISTS) {
-        ret = st->code;
-        goto done;
-    }
-    shl_status_clear(st);
-    SHL_ERR(shl_storage_coll_acquire(eng, IDENTITY_NS, SHL_LOCK_SHARED, &h, st));
-    if (h.coll == NULL) {
-        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s was dropped concurrently", IDENTITY_NS);
-    }
-    a.coll = h.coll;
-    a.doc = &doc;
-    SHL_ERR(shl_storage_write_retry(eng, store_txn, &a, &ts, st));
-    /* The identity must survive a crash before the config server records the shard;
-     * wait without the collection lock (docs/design/locking.md). */
-    shl_storage_coll_release(&h);
-    if (ts != 0) {
-        SHL_ERR(shl_storage_wait_durable(eng, ts, st));
-    }
-done:
-    shl_storage_coll_release(&h);
+    ret = shl_stored_doc_store(s->svc->storage, IDENTITY_NS, &doc, st);
     bson_destroy(&doc);
     return ret;
 }

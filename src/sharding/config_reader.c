@@ -61,6 +61,14 @@ int
 shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll, const bson_t *filter,
                 const bson_t *sort, shl_config_docs_t *out, shl_status_t *st)
 {
+    return shl_config_read_db(pool, host, "config", coll, filter, sort, out, st);
+}
+
+int
+shl_config_read_db(shl_conn_pool_t *pool, const char *host, const char *db, const char *coll,
+                   const bson_t *filter, const bson_t *sort, shl_config_docs_t *out,
+                   shl_status_t *st)
+{
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     shl_client_conn_t *conn = NULL;
     size_t cap = 0;
@@ -76,7 +84,7 @@ shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll, const
     }
     BSON_APPEND_INT32(&cmd, "batchSize", 100000);
     bson_destroy(&reply);
-    SHL_ERR(shl_client_conn_run(conn, "config", &cmd, SHL_CONFIG_READ_TIMEOUT_MS, &reply, st));
+    SHL_ERR(shl_client_conn_run(conn, db, &cmd, SHL_CONFIG_READ_TIMEOUT_MS, &reply, st));
     SHL_ERR(take_batch(&reply, "firstBatch", out, &cap, &cursor_id, st));
     while (cursor_id != 0) {
         bson_reinit(&cmd);
@@ -84,7 +92,7 @@ shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll, const
         BSON_APPEND_UTF8(&cmd, "collection", coll);
         BSON_APPEND_INT32(&cmd, "batchSize", 100000);
         bson_destroy(&reply);
-        SHL_ERR(shl_client_conn_run(conn, "config", &cmd, SHL_CONFIG_READ_TIMEOUT_MS, &reply, st));
+        SHL_ERR(shl_client_conn_run(conn, db, &cmd, SHL_CONFIG_READ_TIMEOUT_MS, &reply, st));
         SHL_ERR(take_batch(&reply, "nextBatch", out, &cap, &cursor_id, st));
     }
 done:

@@ -32,6 +32,11 @@ typedef struct shl_config_docs {
 int shl_config_read(shl_conn_pool_t *pool, const char *host, const char *coll, const bson_t *filter,
                     const bson_t *sort, shl_config_docs_t *out, shl_status_t *st);
 
+/* shl_config_read_db -- the same on database 'db' of the config server (admin.system.keys). */
+int shl_config_read_db(shl_conn_pool_t *pool, const char *host, const char *db, const char *coll,
+                       const bson_t *filter, const bson_t *sort, shl_config_docs_t *out,
+                       shl_status_t *st);
+
 void shl_config_docs_cleanup(shl_config_docs_t *docs);
 
 #endif

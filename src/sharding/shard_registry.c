@@ -228,7 +228,7 @@ shl_shard_registry_host_for(shl_shard_registry_t *reg, const char *name, char *o
         /* Only old: while the config server cannot be reached (a restart), the last list
          * still names the shard -- MongoDB's registry serves its cached data too -- so
          * shard-to-shard work (a migration, a movePrimary clone) goes on without it. */
-        SHL_LOG_DEBUG(1, SHARDING, 4620002, "shard registry reload failed; using the last list",
+        SHL_LOG_DEBUG(1, SHARDING, 4620004, "shard registry reload failed; using the last list",
                       "shard", BCON_UTF8(name), "error", BCON_UTF8(st->reason));
         shl_status_clear(st);
         ret = 0;

@@ -284,9 +284,10 @@ class ShaleCluster:
     (names "shard0", ...). add_router() starts another router on the same config
     server. stop() / cleanup() stop every process by pid."""
 
-    def __init__(self, shards=2, test_commands=True, base=None, shard_extra=()):
+    def __init__(self, shards=2, test_commands=True, base=None, shard_extra=(), config_extra=()):
         self.own_base = base is None
         self.shard_extra = list(shard_extra)  # more arguments for every shard
+        self.config_extra = list(config_extra)  # more arguments for the config server
         self.base = base or tempfile.mkdtemp(prefix="shale-cluster-")
         self.test_commands = test_commands
         self.config = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"],
@@ -322,7 +323,7 @@ class ShaleCluster:
     def start(self):
         # Data nodes start together; the router needs the config server.
         for p in [self.config] + self.shards:
-            p.start(extra=self.shard_extra if p in self.shards else (), wait=False)
+            p.start(extra=self.shard_extra if p in self.shards else self.config_extra, wait=False)
         for p in [self.config] + self.shards:
             p.wait_ready()
         self.add_router()
@@ -347,6 +348,11 @@ class ShaleCluster:
         """Start shard i again (after stop() or kill()) on its port and folder."""
         self.shards[i].start(extra=self.shard_extra)
         return self.shards[i]
+
+    def restart_config(self):
+        """Start the config server again (after stop() or kill()) on its port and folder."""
+        self.config.start(extra=self.config_extra)
+        return self.config
 
     def router_client(self, i=0, **kw):
         return self.routers[i].client(**kw)

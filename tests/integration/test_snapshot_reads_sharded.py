@@ -50,17 +50,6 @@ def values(db, ts, **kw):
     return out
 
 
-def clocks_past(sc, ts):
-    """Wait until every shard's clock is past ts, so that later writes get later times there.
-    Until the router gossips $clusterTime to the shards (issue 14 item 1), the clocks of two
-    shards agree only to the wall-clock second; a snapshot read itself moves its shards'
-    clocks to its atClusterTime."""
-    for i in range(len(sc.shards)):
-        tick = sc.shard_client(i).clocktick  # a write ticks the shard's clock
-        wait_until(lambda: tick.command("insert", "t", documents=[{}])["operationTime"] > ts,
-                   what="shard%d's clock past %s" % (i, ts))
-
-
 def owner(sc, ns, x):
     cfg = config_db(sc)
     uuid = cfg.collections.find_one({"_id": ns})["uuid"]
@@ -93,7 +82,6 @@ def test_past_across_updates_migration_split_merge(sc):
     # The merged chunk keeps the newest validAfter of the chunks it merged (none moved).
     _, merged_history = owner(sc, "snap.c", 10)
     assert len(merged_history) == 1 and merged_history[0]["validAfter"] <= t0
-    clocks_past(sc, t2)
     db.c.delete_many({"x": {"$gte": 90}})
 
     # t0: everything on shard0 then; the documents of [50, MaxKey) now live on shard1, and
@@ -221,8 +209,8 @@ def test_node_driver_snapshot_session_through_the_router(sc):
     try:
         first = json.loads(p.stdout.readline() or "{}")
         assert first.get("t"), p.stderr.read() if p.poll() is not None else first
-        # The writes that follow must land after the session's time on both shards.
-        clocks_past(sc, Timestamp(first["t"], first["i"]))
+        # The writes that follow land after the session's time on both shards: the router's
+        # requests carry its $clusterTime (docs/design/vector_clock.md).
         p.stdin.write("go\n")
         p.stdin.flush()
         stdout, stderr = p.communicate(timeout=120)

@@ -1,15 +1,23 @@
-"""Vector clock gossip (DESIGN.md section 7): the config server's replies carry
-$configTime and $topologyTime; a router that sees TopologyTime advance reloads its shard
-registry at once instead of trusting it for 30 s."""
+"""Vector clock gossip (DESIGN.md section 7): the config server's replies to cluster
+processes carry $configTime and $topologyTime; a router that sees TopologyTime advance reloads
+its shard registry at once instead of trusting it for 30 s."""
 
 import pytest
 
+import wire_util
 from shale_fixtures import ShaleProcess
 
 
 def test_config_server_replies_carry_config_and_topology_time(cluster):
     cfg = cluster.config_client()
-    reply = cfg.admin.command("ping")
+    s = wire_util.connect(cluster.config.port)
+    try:
+        # As a cluster process: hello says internalClient (clients see $clusterTime only).
+        wire_util.command(s, {"hello": 1, "$db": "admin",
+                              "internalClient": {"minWireVersion": 0, "maxWireVersion": 21}})
+        reply = wire_util.command(s, {"ping": 1, "$db": "admin"})
+    finally:
+        s.close()
     assert "$configTime" in reply and "$topologyTime" in reply
     assert reply["$configTime"] >= reply["$topologyTime"]
     shards = list(cfg.config.shards.find())

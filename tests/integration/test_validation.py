@@ -213,7 +213,9 @@ def test_validation_action_warn_logs_and_allows(node):
     assert (lines[0]["c"], lines[0]["id"], lines[0]["s"]) == ("STORAGE", 20294, "W")
     assert lines[0]["attr"]["namespace"] == "test.c"
     assert lines[0]["attr"]["document"] == {"_id": "warned", "qty": -1}
-    assert lines[0]["attr"]["errInfo"] == {"failingDocumentId": "warned"}
+    assert lines[0]["attr"]["errInfo"] == {"failingDocumentId": "warned", "details": {
+        "operatorName": "$gte", "specifiedAs": {"qty": {"$gte": 0}},
+        "reason": "comparison failed", "consideredValue": -1}}
     db.command("collMod", "c", validationAction="error")
     with pytest.raises(WriteError):
         db.c.insert_one({"_id": "refused", "qty": -1})
