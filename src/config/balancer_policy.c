@@ -233,16 +233,15 @@ parse_hhmm(const char *s)
 {
     int h = -1, m = -1, used = 0;
 
-    if (sscanf(s, "%2d:%2d%n", &h, &m, &used) != 2 || s[used] != '\0' || h < 0 || h > 23 ||
-        m < 0 || m > 59 || strchr(s, ':') - s > 2 || strlen(strchr(s, ':') + 1) != 2) {
+    if (sscanf(s, "%2d:%2d%n", &h, &m, &used) != 2 || s[used] != '\0' || h < 0 || h > 23 || m < 0 ||
+        m > 59 || strchr(s, ':') - s > 2 || strlen(strchr(s, ':') + 1) != 2) {
         return -1;
     }
     return h * 60 + m;
 }
 
 int
-cfg_balancer_in_window(const char *start, const char *stop, int now_min, bool *in,
-                       shl_status_t *st)
+cfg_balancer_in_window(const char *start, const char *stop, int now_min, bool *in, shl_status_t *st)
 {
     int ret = 0;
     int a = parse_hhmm(start), b = parse_hhmm(stop);

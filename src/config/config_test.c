@@ -171,8 +171,8 @@ SHL_TEST(balancer_policy_draining_first_and_jumbo)
 {
     shl_shard_type_t sh[3] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", true, NULL, 0),
                               mk_shard("s2", false, NULL, 0)};
-    cfg_bal_chunk_t ch[4] = {{"s1", "", true}, {"s1", "", false}, {"s0", "", false},
-                             {"s0", "", false}};
+    cfg_bal_chunk_t ch[4] = {
+        {"s1", "", true}, {"s1", "", false}, {"s0", "", false}, {"s0", "", false}};
     cfg_bal_move_t out[4];
     bool busy[3] = {false, false, false};
     size_t n;

@@ -69,7 +69,7 @@ in_active_window(const bson_t *doc)
     if (!shl_bson_get_subdoc(doc, "activeWindow", &w)) {
         in = true;
     } else if (!bson_iter_init_find(&a, &w, "start") || !BSON_ITER_HOLDS_UTF8(&a) ||
-        !bson_iter_init_find(&b, &w, "stop") || !BSON_ITER_HOLDS_UTF8(&b)) {
+               !bson_iter_init_find(&b, &w, "stop") || !BSON_ITER_HOLDS_UTF8(&b)) {
         in = false;
         SHL_LOG_WARNING(SHARDING, 4200507, "balancer activeWindow needs start and stop strings");
     } else if (cfg_balancer_in_window(bson_iter_utf8(&a, NULL), bson_iter_utf8(&b, NULL),
