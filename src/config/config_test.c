@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/unit_test.h"
+#include "config/balancer_private.h"
 #include "config/config_private.h"
 
 SHL_TEST(hashed_split_points_even)
@@ -96,6 +97,158 @@ SHL_TEST(host_of_connection_strings)
     ASSERT_STR_EQ(h, "a:1");
     cfg_host_of("rs0/", h, sizeof(h));
     ASSERT_STR_EQ(h, "");
+}
+
+/* ---- the balancer policy (balancer_policy.c) ---- */
+
+static shl_shard_type_t
+mk_shard(const char *name, bool draining, char **tags, size_t ntags)
+{
+    shl_shard_type_t s;
+
+    memset(&s, 0, sizeof(s));
+    s.name = (char *)(uintptr_t)name;
+    s.draining = draining;
+    s.tags = tags;
+    s.ntags = ntags;
+    return s;
+}
+
+SHL_TEST(balancer_policy_evens_chunk_counts)
+{
+    shl_shard_type_t sh[2] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, NULL, 0)};
+    cfg_bal_chunk_t ch[8];
+    cfg_bal_move_t out[4];
+    bool busy[2] = {false, false};
+    size_t n;
+
+    for (size_t i = 0; i < 8; i++) {
+        ch[i] = (cfg_bal_chunk_t){.shard = "s0", .zone = ""};
+    }
+    /* One migration per shard per round: the first chunk of the most loaded shard. */
+    n = cfg_balancer_policy(sh, 2, ch, 8, busy, out, 4);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT_INT_EQ(out[0].chunk, 0);
+    ASSERT_INT_EQ(out[0].from, 0);
+    ASSERT_INT_EQ(out[0].to, 1);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_IMBALANCE);
+    ASSERT(busy[0] && busy[1]);
+    /* Busy shards (another collection's migration) take no second one. */
+    n = cfg_balancer_policy(sh, 2, ch, 8, busy, out, 4);
+    ASSERT_INT_EQ(n, 0);
+    /* 4/4 is even; 5/3 is not (ideal 4); 4/3 with 7 chunks is (ideal ceil(7/2) = 4). */
+    for (size_t i = 0; i < 4; i++) {
+        ch[i].shard = "s1";
+    }
+    busy[0] = busy[1] = false;
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 8, busy, out, 4), 0);
+    ch[3].shard = "s0";
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 8, busy, out, 4), 1);
+    ASSERT_STR_EQ(ch[out[0].chunk].shard, "s0");
+    busy[0] = busy[1] = false;
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 7, busy, out, 4), 0);
+}
+
+SHL_TEST(balancer_policy_parallel_disjoint_pairs)
+{
+    shl_shard_type_t sh[4] = {mk_shard("a", false, NULL, 0), mk_shard("b", false, NULL, 0),
+                              mk_shard("c", false, NULL, 0), mk_shard("d", false, NULL, 0)};
+    cfg_bal_chunk_t ch[12];
+    cfg_bal_move_t out[4];
+    bool busy[4] = {false, false, false, false};
+    size_t n;
+
+    for (size_t i = 0; i < 12; i++) {
+        ch[i] = (cfg_bal_chunk_t){.shard = i < 6 ? "a" : "b", .zone = ""};
+    }
+    n = cfg_balancer_policy(sh, 4, ch, 12, busy, out, 4);
+    ASSERT_INT_EQ(n, 2);
+    ASSERT(out[0].from != out[1].from && out[0].to != out[1].to);
+    ASSERT(out[0].to >= 2 && out[1].to >= 2);
+}
+
+SHL_TEST(balancer_policy_draining_first_and_jumbo)
+{
+    shl_shard_type_t sh[3] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", true, NULL, 0),
+                              mk_shard("s2", false, NULL, 0)};
+    cfg_bal_chunk_t ch[4] = {
+        {"s1", "", true}, {"s1", "", false}, {"s0", "", false}, {"s0", "", false}};
+    cfg_bal_move_t out[4];
+    bool busy[3] = {false, false, false};
+    size_t n;
+
+    /* The jumbo chunk stays; the next chunk of the draining shard goes to the least loaded. */
+    n = cfg_balancer_policy(sh, 3, ch, 4, busy, out, 4);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT_INT_EQ(out[0].chunk, 1);
+    ASSERT_INT_EQ(out[0].from, 1);
+    ASSERT_INT_EQ(out[0].to, 2);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_DRAINING);
+    ASSERT_STR_EQ(cfg_bal_reason_name(out[0].reason), "draining");
+    /* A draining shard never receives, even when it holds the fewest chunks. */
+    ch[0].shard = ch[1].shard = "s0";
+    memset(busy, 0, sizeof(busy));
+    n = cfg_balancer_policy(sh, 3, ch, 4, busy, out, 4);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT_INT_EQ(out[0].to, 2);
+}
+
+SHL_TEST(balancer_policy_zones)
+{
+    char z[] = "Z";
+    char *ztags[1] = {z};
+    shl_shard_type_t sh[2] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, ztags, 1)};
+    cfg_bal_chunk_t ch[3] = {{"s0", "Z", false}, {"s1", "", false}, {"s1", "", false}};
+    cfg_bal_move_t out[4];
+    bool busy[2] = {false, false};
+    size_t n;
+
+    /* The zone's chunk goes to the zone's shard first; the rest waits for the next round. */
+    n = cfg_balancer_policy(sh, 2, ch, 3, busy, out, 4);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT_INT_EQ(out[0].chunk, 0);
+    ASSERT_INT_EQ(out[0].to, 1);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_ZONE);
+    ASSERT_STR_EQ(cfg_bal_reason_name(CFG_BAL_IMBALANCE), "chunksImbalance");
+    /* Zone chunks never leave the zone's shards to even out counts. */
+    for (size_t i = 0; i < 3; i++) {
+        ch[i] = (cfg_bal_chunk_t){.shard = "s1", .zone = "Z"};
+    }
+    memset(busy, 0, sizeof(busy));
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 3, busy, out, 4), 0);
+    /* Chunks of no zone may go to any shard, a zone's shard included. */
+    ch[1].zone = ch[2].zone = "";
+    ch[1].shard = ch[2].shard = "s0";
+    ch[0].shard = "s1";
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 3, busy, out, 4), 1);
+    ASSERT_INT_EQ(out[0].chunk, 1);
+    ASSERT_INT_EQ(out[0].to, 1);
+}
+
+SHL_TEST(balancer_active_window)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bool in = false;
+
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 60, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 5 * 60 + 30, &in, &st), 0);
+    ASSERT(!in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("01:00", "05:30", 59, &in, &st), 0);
+    ASSERT(!in);
+    /* Over midnight. */
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "6:00", 23 * 60 + 59, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "06:00", 3 * 60, &in, &st), 0);
+    ASSERT(in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("23:00", "06:00", 12 * 60, &in, &st), 0);
+    ASSERT(!in);
+    ASSERT_INT_EQ(cfg_balancer_in_window("10:00", "10:00", 0, &in, &st), 0);
+    ASSERT(in);
+    /* Not HH:MM. */
+    ASSERT_INT_EQ(cfg_balancer_in_window("24:00", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
+    ASSERT_INT_EQ(cfg_balancer_in_window("1:0", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
+    ASSERT_INT_EQ(cfg_balancer_in_window("noon", "06:00", 0, &in, &st), SHL_CODE_BAD_VALUE);
 }
 
 #define KTS(s, i) (((uint64_t)(s) << 32) | (uint32_t)(i))

@@ -14,6 +14,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
+#include "config/balancer_private.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 #include "storage/storage.h"
@@ -785,6 +786,18 @@ done:
     bson_destroy(&fwd);
     bson_destroy(&sreply);
     return ret;
+}
+
+int
+cfg_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return cmd_split_chunk(op, cmd, reply, st);
+}
+
+int
+cfg_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return cmd_move_range(op, cmd, reply, st);
 }
 
 /*

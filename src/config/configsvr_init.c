@@ -9,6 +9,7 @@
 #include "bson/bson_util.h"
 #include "net/server.h"
 #include "storage/storage.h"
+#include "config/balancer_private.h"
 #include "config/config_private.h"
 #include "config/configsvr.h"
 #include "db/node.h"
@@ -113,6 +114,7 @@ shutdown_hook(shl_service_ctx_t *svc)
 {
     cfg_state_t *cfg = cfg_get();
 
+    cfg_balancer_stop();
     cfg_rename_recover_stop();
     cfg_sessions_stop(cfg);
     cfg_keys_stop(cfg);
@@ -220,8 +222,8 @@ done:
 }
 
 /*
- * config.settings {_id: "balancer"}: a new cluster's says the balancer is stopped, because
- * Shale has none yet (nothing moves chunks unless a user does). MongoDB's tools read this
+ * config.settings {_id: "balancer"}: a new cluster's says the balancer is stopped (unlike
+ * MongoDB's; sh.startBalancer() turns it on: docs/design/balancer.md). MongoDB's tools read this
  * document: without it, mongosh's sh.status() and sh.getBalancerState() would call the
  * balancer enabled while balancerStatus answers mode "off". An existing document is kept.
  */
@@ -275,6 +277,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     cfg_register_rename_commands(reg);
     cfg_register_zone_commands(reg);
     cfg_register_uwb_commands(reg);
+    cfg_register_balancer_commands(reg);
 
     node_append_hello = svc->hooks.append_hello;
     svc->hooks.append_hello = append_hello;
@@ -297,6 +300,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     SHL_ERR(cfg_keys_start(cfg, st));
     cfg_rename_recover_start(); /* renames a crash left unfinished */
     SHL_ERR(cfg_sessions_start(cfg, st));
+    SHL_ERR(cfg_balancer_start(st));
     bson_oid_to_string(&cfg->cluster_id, cid);
     SHL_LOG_INFO(SHARDING, 4200100, "config server ready", "clusterId", BCON_UTF8(cid),
                  "connectionString", BCON_UTF8(cfg->conn_string));

@@ -13,6 +13,7 @@
 #include "bson/bson_compare.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "config/balancer_private.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 #include "sharding/sharding_types.h"
@@ -199,8 +200,8 @@ is_field_name_prefix(const bson_t *bound, const bson_t *pattern)
 
 /* *out = 'bound' completed with MinKey for the pattern's fields it lacks (MongoDB's
  * extendRangeBound(bound, false)); 'out' is initialised here. */
-static void
-extend_bound(const bson_t *bound, const bson_t *pattern, bson_t *out)
+void
+cfg_extend_bound(const bson_t *bound, const bson_t *pattern, bson_t *out)
 {
     bson_iter_t it;
     uint32_t n = 0, i = 0;
@@ -330,8 +331,8 @@ check_overlap(const char *ns, const bson_t *min, const bson_t *max, const char *
         if (bson_iter_init_find(&it, d.docs[i], "tag") && BSON_ITER_HOLDS_UTF8(&it)) {
             tag = bson_iter_utf8(&it, NULL);
         }
-        extend_bound(&rmin_v, pattern, &rmin);
-        extend_bound(&rmax_v, pattern, &rmax);
+        cfg_extend_bound(&rmin_v, pattern, &rmin);
+        cfg_extend_bound(&rmax_v, pattern, &rmax);
         overlap = shl_shard_key_compare(min, &rmax) < 0 && shl_shard_key_compare(&rmin, max) < 0;
         identical = shl_shard_key_compare(min, &rmin) == 0 &&
                     shl_shard_key_compare(max, &rmax) == 0 && strcmp(tag, zone) == 0;
@@ -442,8 +443,8 @@ cmd_update_zone_key_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
         bson_concat(&pattern, coll.key);
         bson_destroy(&min);
         bson_destroy(&max);
-        extend_bound(&given_min, coll.key, &min);
-        extend_bound(&given_max, coll.key, &max);
+        cfg_extend_bound(&given_min, coll.key, &min);
+        cfg_extend_bound(&given_max, coll.key, &max);
     } else {
         bson_destroy(&pattern);
         SHL_ERR(range_key_pattern(&given_min, &given_max, &pattern, st));
@@ -735,8 +736,8 @@ cmd_balancer_collection_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *repl
             !bson_iter_init_find(&it, d.docs[i], "tag") || !BSON_ITER_HOLDS_UTF8(&it)) {
             continue;
         }
-        extend_bound(&rmin, coll.key, &ranges[nranges].min);
-        extend_bound(&rmax, coll.key, &ranges[nranges].max);
+        cfg_extend_bound(&rmin, coll.key, &ranges[nranges].min);
+        cfg_extend_bound(&rmax, coll.key, &ranges[nranges].max);
         ranges[nranges].zone = bson_strdup(bson_iter_utf8(&it, NULL));
         nranges++;
     }

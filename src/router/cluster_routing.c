@@ -742,7 +742,12 @@ shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st)
         break;
     }
     case SHL_CODE_SHARD_NOT_FOUND:
+        /* A removed shard: the registry reloads, and the routing table that still names the
+         * shard (its chunks moved away while draining) refreshes, as mongos retries. */
         shl_shard_registry_invalidate(r->registry);
+        if (strchr(ns, '.') != NULL) {
+            shl_catalog_cache_on_stale_shard(r->cache, ns, NULL);
+        }
         break;
     default:
         stale = false;

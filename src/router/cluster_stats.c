@@ -3,7 +3,7 @@
  * reply shapes: dbStats (every shard, unversioned, summed, raw per shard), collStats (the
  * shards the routing table targets, versioned, summed, scaled by the router, shards per
  * shard), getShardMap (config.shards and the config server), and balancerStatus /
- * balancerStart / balancerStop (config.settings {_id: "balancer"}; Shale has no balancer).
+ * balancerStart / balancerStop (forwarded to the config server's balancer).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -429,71 +429,30 @@ done:
 /* ---- balancer ---- */
 
 /*
- * The balancer's mode as config.settings {_id: "balancer"} sets it: stopped: true is "off",
- * else its mode field, else stopped: false means "full". Shale has no balancer yet: nothing
- * moves chunks unless a user does (moveChunk/moveRange), so with no setting at all the
- * honest answer is "off" (MongoDB, whose balancer runs by default, says "full").
- * TODO(balancer): report the running balancer's state once there is one.
+ * balancerStatus / balancerStart / balancerStop: forwarded to the config server, which runs the
+ * balancer (src/config/configsvr_balancer.c) and answers {mode, inBalancerRound,
+ * numBalancerRounds}; balancerStop answers once the round in progress has ended.
  */
 static int
-balancer_mode(shl_op_ctx_t *op, const char **mode, shl_status_t *st)
+forward_balancer(shl_op_ctx_t *op, const char *name, bson_t *reply, shl_status_t *st)
 {
-    bson_t find = BSON_INITIALIZER, filter, res = BSON_INITIALIZER;
-    bson_iter_t it, doc;
-    int ret = 0;
+    bson_t fwd = BSON_INITIALIZER, wc;
+    int ret;
 
-    *mode = "off";
-    BSON_APPEND_UTF8(&find, "find", "settings");
-    BSON_APPEND_DOCUMENT_BEGIN(&find, "filter", &filter);
-    BSON_APPEND_UTF8(&filter, "_id", "balancer");
-    bson_append_document_end(&find, &filter);
-    BSON_APPEND_INT32(&find, "limit", 1);
-    BSON_APPEND_BOOL(&find, "singleBatch", true);
-    bson_destroy(&res);
-    SHL_ERR(router_run_on_config(op, "config", &find, &res, st));
-    if (bson_iter_init(&it, &res) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &doc) &&
-        BSON_ITER_HOLDS_DOCUMENT(&doc) && bson_iter_recurse(&doc, &it)) {
-        bool has_stopped = false, stopped = false;
-        const char *set = NULL;
-        while (shl_iter_next(&it)) {
-            if (strcmp(shl_iter_key(&it), "stopped") == 0) {
-                has_stopped = true;
-                stopped = bson_iter_as_bool(&it);
-            } else if (strcmp(shl_iter_key(&it), "mode") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-                set = bson_iter_utf8(&it, NULL);
-            }
-        }
-        if (stopped) {
-            *mode = "off";
-        } else if (set != NULL && (strcmp(set, "full") == 0 || strcmp(set, "off") == 0 ||
-                                   strcmp(set, "autoSplitOnly") == 0)) {
-            *mode = strcmp(set, "full") == 0  ? "full"
-                    : strcmp(set, "off") == 0 ? "off"
-                                              : "autoSplitOnly";
-        } else if (has_stopped) {
-            *mode = "full";
-        }
-    }
-done:
-    bson_destroy(&find);
-    bson_destroy(&res);
+    BSON_APPEND_INT32(&fwd, name, 1);
+    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(&fwd, &wc);
+    ret = shl_router_forward_to_config(shl_router_get(op), op, &fwd, reply, st);
+    bson_destroy(&fwd);
     return ret;
 }
 
 static int
 cmd_balancer_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    const char *mode;
-    int ret = 0;
     (void)cmd;
-
-    SHL_ERR(balancer_mode(op, &mode, st));
-    BSON_APPEND_UTF8(reply, "mode", mode);
-    /* No balancer thread exists, so it is never in a round and has run none. */
-    BSON_APPEND_BOOL(reply, "inBalancerRound", false);
-    BSON_APPEND_INT64(reply, "numBalancerRounds", 0);
-done:
-    return ret;
+    return forward_balancer(op, "_configsvrBalancerStatus", reply, st);
 }
 
 int
@@ -529,33 +488,18 @@ done:
     return ret;
 }
 
-/* Write the balancer setting as MongoDB's _configsvrBalancerStart/Stop do (mode + stopped). */
-static int
-balancer_set(shl_op_ctx_t *op, bool start, shl_status_t *st)
-{
-    bson_t *u = BCON_NEW("$set", "{", "mode", BCON_UTF8(start ? "full" : "off"), "stopped",
-                         BCON_BOOL(!start), "}");
-    int ret = router_write_setting(op, "balancer", u, st);
-
-    bson_destroy(u);
-    return ret;
-}
-
 static int
 cmd_balancer_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     (void)cmd;
-    (void)reply;
-    return balancer_set(op, true, st);
+    return forward_balancer(op, "_configsvrBalancerStart", reply, st);
 }
 
 static int
 cmd_balancer_stop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     (void)cmd;
-    (void)reply;
-    /* MongoDB then waits for a running round to end; there is none to wait for. */
-    return balancer_set(op, false, st);
+    return forward_balancer(op, "_configsvrBalancerStop", reply, st);
 }
 
 static const shl_command_t k_stats_commands[] = {
@@ -570,7 +514,7 @@ static const shl_command_t k_stats_commands[] = {
      {NULL},
      cmd_balancer_status,
      SHL_CMD_ADMIN_ONLY,
-     "the balancer's mode (Shale runs no balancer)"},
+     "the balancer's mode, whether it is in a round, its rounds"},
     {"balancerStart", {NULL}, cmd_balancer_start, SHL_CMD_ADMIN_ONLY, "set the balancer on"},
     {"balancerStop", {NULL}, cmd_balancer_stop, SHL_CMD_ADMIN_ONLY, "set the balancer off"},
 };

@@ -1593,7 +1593,8 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         t.max = c.max;
         t.key_pattern = &d->pattern.pattern;
         t.pending = true;
-        t.when_now = false;
+        /* waitForDelete cleans up at once, as MongoDB's donor asks ("now", not "delayed"). */
+        t.when_now = a->wait_for_delete;
         t.pre_migration_version = m->shard_version;
         SHL_ERR(shl_range_deletion_persist(op, &t, st));
     }

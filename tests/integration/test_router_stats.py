@@ -258,30 +258,34 @@ def test_get_shard_map(stats):
 def test_balancer_status_start_stop(stats):
     r = stats.router_client()
     settings = stats.config_client().config.settings
-    # A new cluster says its (absent) balancer is stopped where mongosh's sh.status() and
-    # sh.getBalancerState() look, consistent with balancerStatus.
-    doc = settings.find_one({"_id": "balancer"})
-    assert doc["mode"] == "off" and doc["stopped"] is True
-    assert r.admin.command("balancerStatus")["mode"] == "off"
-    settings.delete_one({"_id": "balancer"})
-    res = r.admin.command("balancerStatus")
-    # No balancer runs in Shale: with no setting the mode says so.
-    assert res["mode"] == "off"
-    assert res["inBalancerRound"] is False and res["numBalancerRounds"] == 0
-    r.admin.command("balancerStart")
-    doc = settings.find_one({"_id": "balancer"})
-    assert doc["mode"] == "full" and doc["stopped"] is False
-    assert r.admin.command("balancerStatus")["mode"] == "full"
-    r.admin.command("balancerStop")
+    # A new cluster's balancer is stopped (Shale's default, docs/design/balancer.md), where
+    # mongosh's sh.status() and sh.getBalancerState() look, consistent with balancerStatus.
     doc = settings.find_one({"_id": "balancer"})
     assert doc["mode"] == "off" and doc["stopped"] is True
     st = r.admin.command("balancerStatus")
     assert st["mode"] == "off" and st["inBalancerRound"] is False
-    assert st["numBalancerRounds"] == 0
+    # With no setting at all the balancer is on, MongoDB's default.
+    settings.delete_one({"_id": "balancer"})
+    assert r.admin.command("balancerStatus")["mode"] == "full"
+    r.admin.command("balancerStop")
+    rounds = r.admin.command("balancerStatus")["numBalancerRounds"]
+    r.admin.command("balancerStart")
+    doc = settings.find_one({"_id": "balancer"})
+    assert doc["mode"] == "full" and doc["stopped"] is False
+    assert r.admin.command("balancerStatus")["mode"] == "full"
+    # balancerStart starts a round at once; the config server counts it.
+    wait_until(lambda: r.admin.command("balancerStatus")["numBalancerRounds"] > rounds,
+               what="a balancer round")
+    r.admin.command("balancerStop")
+    doc = settings.find_one({"_id": "balancer"})
+    assert doc["mode"] == "off" and doc["stopped"] is True
+    # balancerStop answers once the round in progress has ended.
+    st = r.admin.command("balancerStatus")
+    assert st["mode"] == "off" and st["inBalancerRound"] is False
     # The legacy form sh.stopBalancer() used to write: stopped only.
     settings.replace_one({"_id": "balancer"}, {"_id": "balancer", "stopped": False})
     assert r.admin.command("balancerStatus")["mode"] == "full"
-    settings.delete_one({"_id": "balancer"})
+    r.admin.command("balancerStop")
     with pytest.raises(OperationFailure) as e:
         r.st.command("balancerStatus")
     assert e.value.code == 13

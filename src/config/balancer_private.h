@@ -1,0 +1,110 @@
+/*
+ * balancer_private.h -- the balancer of the config server (docs/design/balancer.md; seeds/000
+ * "Auto-splitting and auto-balancing" → "Auto-balancing", "What happens during a balancer
+ * round"; seeds/004): the pure policy that picks a round's migrations (balancer_policy.c) and
+ * the background service that runs rounds (configsvr_balancer.c). Kept apart from
+ * config_private.h so the balancer's declarations live in one place. Not used outside
+ * src/config.
+ */
+#ifndef SHL_CONFIG_BALANCER_PRIVATE_H
+#define SHL_CONFIG_BALANCER_PRIVATE_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "sharding/catalog_types.h"
+
+/* ---- policy (pure; balancer_policy.c) ---- */
+
+/* One chunk of a collection as the policy sees it, in shard key order. */
+typedef struct cfg_bal_chunk {
+    const char *shard; /* owner (borrowed) */
+    const char *zone;  /* the zone wholly containing the chunk, "" for none (borrowed) */
+    bool jumbo;        /* never a candidate */
+} cfg_bal_chunk_t;
+
+/* Why a migration was chosen, in the policy's order of priority. */
+typedef enum cfg_bal_reason {
+    CFG_BAL_DRAINING,  /* the owner is being removed */
+    CFG_BAL_ZONE,      /* the owner is outside the chunk's zone */
+    CFG_BAL_IMBALANCE, /* the owner holds more than the zone's ideal chunk count */
+} cfg_bal_reason_t;
+
+/* A chosen migration: chunks[chunk] moves from shards[from] to shards[to]. */
+typedef struct cfg_bal_move {
+    size_t chunk;
+    size_t from, to;
+    cfg_bal_reason_t reason;
+} cfg_bal_move_t;
+
+/* cfg_bal_reason_name -- "draining", "zoneViolation", "chunksImbalance". */
+const char *cfg_bal_reason_name(cfg_bal_reason_t r);
+
+/*
+ * cfg_balancer_policy --
+ *     The migrations of one collection for this round, as the seeds' BalancerPolicy chooses
+ *     them: first one chunk off each draining shard, then chunks outside their zone, then,
+ *     per zone ("" is the key space no zone covers), from the shard holding the most chunks
+ *     of the zone to the one holding the fewest, while the donor holds more than the ideal
+ *     count ceil(chunks of the zone / shards of the zone that are not draining) and the
+ *     recipient fewer. Recipients are never draining and always in the chunk's zone. A shard
+ *     takes part in at most one migration per round: 'busy' (nshards entries; shards already
+ *     in a migration of this round, e.g. for another collection) is read and updated. Jumbo
+ *     chunks never move. Writes at most 'max_out' moves to 'out' and returns their number.
+ *     Pure: no I/O, no locks.
+ */
+size_t cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards,
+                           const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                           cfg_bal_move_t *out, size_t max_out);
+
+/*
+ * cfg_balancer_in_window --
+ *     Whether 'now_min' (minutes since local midnight) falls in the balancer's activeWindow
+ *     {start: "HH:MM", stop: "HH:MM"} (local time of the config server, as MongoDB's): start
+ *     inclusive, stop exclusive; a window whose stop is before its start spans midnight; start
+ *     equal to stop is always on. Errors: BadValue for a time that is not "HH:MM".
+ */
+int cfg_balancer_in_window(const char *start, const char *stop, int now_min, bool *in,
+                           shl_status_t *st);
+
+/* ---- the service (configsvr_balancer.c) ---- */
+
+/*
+ * cfg_balancer_start / cfg_balancer_stop --
+ *     Start the balancer thread (once, at config server start-up; it creates the capped
+ *     config.actionlog and then runs a round every 10 s -- 1 s after a round that moved
+ *     something -- while config.settings {_id: "balancer"} says the balancer is on; the fail
+ *     point overrideBalanceRoundInterval {intervalMs} overrides the interval). _stop wakes
+ *     it, waits for the round in progress and joins it (shutdown). Errors: the thread's start.
+ */
+int cfg_balancer_start(shl_status_t *st);
+void cfg_balancer_stop(void);
+
+/* _configsvrBalancerStart / _configsvrBalancerStop / _configsvrBalancerStatus. */
+void cfg_register_balancer_commands(shl_command_registry_t *reg);
+
+/*
+ * cfg_move_range --
+ *     _configsvrMoveRange's body (configsvr_chunks.c) for callers inside the config server:
+ *     'cmd' is the command document ({_configsvrMoveRange: ns, toShard, bounds, ...}); 'op'
+ *     may be NULL. Blocks until the donor has finished the migration. Errors: as the command.
+ */
+int cfg_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/*
+ * cfg_split_chunk --
+ *     _configsvrSplitChunk's body (configsvr_chunks.c) for callers inside the config server
+ *     ({_configsvrSplitChunk: ns, middle | find | bounds}); 'op' may be NULL. Errors: as the
+ *     command.
+ */
+int cfg_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/* cfg_extend_bound -- 'bound' completed with MinKey for the pattern's fields it lacks
+ * (configsvr_zones.c); 'out' is initialised here. */
+void cfg_extend_bound(const bson_t *bound, const bson_t *pattern, bson_t *out);
+
+#endif

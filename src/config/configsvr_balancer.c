@@ -1,0 +1,761 @@
+/*
+ * configsvr_balancer.c -- the balancer: a background thread of the config server that runs
+ * rounds (docs/design/balancer.md; seeds/000 "Auto-balancing", "What happens during a balancer
+ * round"). A round reads every sharded collection's chunks and zones, lets the policy
+ * (balancer_policy.c) pick migrations on disjoint shard pairs, runs them in parallel through
+ * _configsvrMoveRange's path and writes a "balancer.round" entry to config.actionlog. Also
+ * _configsvrBalancerStart / Stop / Status, which the router's balancer* commands forward to.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "bson/bson_compare.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "config/balancer_private.h"
+#include "config/config_private.h"
+#include "sharding/shard_key.h"
+
+/* MongoDB's intervals: 10 s between rounds, 1 s after a round that moved chunks. */
+#define ROUND_INTERVAL_MS 10000
+#define SHORT_ROUND_INTERVAL_MS 1000
+/* config.actionlog is capped at 20 MB, as MongoDB creates it. */
+#define ACTIONLOG_SIZE (20LL * 1024 * 1024)
+
+/* {intervalMs: n}: the time between rounds (MongoDB's test fail point of the same name). */
+SHL_FAILPOINT_DEFINE(overrideBalanceRoundInterval)
+
+/*
+ * The service's state. Everything is guarded by 'mu'; 'cv' is broadcast when the thread
+ * should wake (start, stop, shutdown) and when a round ends (balancerStop waits for it).
+ */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool running;   /* the thread exists; guarded by mu */
+    bool shutdown;  /* guarded by mu */
+    bool kick;      /* run a round now (balancerStart); guarded by mu */
+    bool in_round;  /* guarded by mu */
+    int64_t rounds; /* rounds since start-up; guarded by mu */
+} g_bal = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* ---------------------------------------------------------------- settings */
+
+typedef struct bal_settings {
+    const char *mode; /* "full", "off", "autoSplitOnly" */
+    bool wait_for_delete;
+    bool in_window; /* now is inside activeWindow (true when there is none) */
+} bal_settings_t;
+
+/* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
+ * window keeps the balancer idle (and says why in the log), as MongoDB's refuses it. */
+static bool
+in_active_window(const bson_t *doc)
+{
+    bson_t w;
+    bson_iter_t a, b;
+    bool in = true;
+    shl_status_t st = SHL_STATUS_INIT;
+    time_t now = (time_t)(shl_clock_wall_ms() / 1000);
+    struct tm tm;
+
+    localtime_r(&now, &tm);
+    if (!shl_bson_get_subdoc(doc, "activeWindow", &w)) {
+        in = true;
+    } else if (!bson_iter_init_find(&a, &w, "start") || !BSON_ITER_HOLDS_UTF8(&a) ||
+               !bson_iter_init_find(&b, &w, "stop") || !BSON_ITER_HOLDS_UTF8(&b)) {
+        in = false;
+        SHL_LOG_WARNING(SHARDING, 4200507, "balancer activeWindow needs start and stop strings");
+    } else if (cfg_balancer_in_window(bson_iter_utf8(&a, NULL), bson_iter_utf8(&b, NULL),
+                                      tm.tm_hour * 60 + tm.tm_min, &in, &st) != 0) {
+        in = false;
+        SHL_LOG_WARNING(SHARDING, 4200508, "bad balancer activeWindow", "error",
+                        BCON_UTF8(st.reason));
+    }
+    return in;
+}
+
+/*
+ * config.settings {_id: "balancer"}: stopped: true is "off", else its mode, else stopped:
+ * false is "full"; with no document the balancer is on ("full"), MongoDB's default. A new
+ * Shale cluster writes {mode: "off", stopped: true} (configsvr_init.c).
+ */
+static int
+read_settings(bal_settings_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("balancer"));
+    bson_t doc = BSON_INITIALIZER;
+    bool found = false;
+    bson_iter_t it;
+
+    out->mode = "full";
+    out->wait_for_delete = false;
+    out->in_window = true;
+    bson_destroy(&doc);
+    SHL_ERR(cfg_find_one("settings", q, &doc, &found, st));
+    if (found && bson_iter_init_find(&it, &doc, "mode") && BSON_ITER_HOLDS_UTF8(&it)) {
+        const char *m = bson_iter_utf8(&it, NULL);
+        out->mode = strcmp(m, "off") == 0             ? "off"
+                    : strcmp(m, "autoSplitOnly") == 0 ? "autoSplitOnly"
+                                                      : "full";
+    }
+    if (found && bson_iter_init_find(&it, &doc, "stopped") && bson_iter_as_bool(&it)) {
+        out->mode = "off";
+    }
+    if (found && bson_iter_init_find(&it, &doc, "_waitForDelete")) {
+        out->wait_for_delete = bson_iter_as_bool(&it);
+    }
+    if (found) {
+        out->in_window = in_active_window(&doc);
+    }
+done:
+    bson_destroy(q);
+    bson_destroy(&doc);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- actionlog */
+
+/* Insert {_id, server, shard: "config", clientAddr: "", time, what, ns: "", details} into
+ * config.actionlog, the shape of MongoDB's balancer entries (best effort). */
+static void
+actionlog(const char *what, const bson_t *details)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t doc = BSON_INITIALIZER;
+    const bson_t *docs[1] = {&doc};
+    const char *me = cfg_get()->svc->me;
+    int64_t now = shl_clock_wall_ms();
+    bson_oid_t oid;
+    char id[400], oidstr[25];
+
+    bson_oid_init(&oid, NULL);
+    bson_oid_to_string(&oid, oidstr);
+    snprintf(id, sizeof(id), "%s-%lld-%s", me, (long long)now, oidstr);
+    BSON_APPEND_UTF8(&doc, "_id", id);
+    BSON_APPEND_UTF8(&doc, "server", me);
+    BSON_APPEND_UTF8(&doc, "shard", "config");
+    BSON_APPEND_UTF8(&doc, "clientAddr", "");
+    BSON_APPEND_DATE_TIME(&doc, "time", now);
+    BSON_APPEND_UTF8(&doc, "what", what);
+    BSON_APPEND_UTF8(&doc, "ns", "");
+    BSON_APPEND_DOCUMENT(&doc, "details", details);
+    if (cfg_insert("actionlog", docs, 1, &st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200500, "could not write config.actionlog", "what",
+                        BCON_UTF8(what), "error", BCON_UTF8(st.reason));
+    }
+    bson_destroy(&doc);
+}
+
+static void
+ensure_actionlog(void)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *cmd = BCON_NEW("create", BCON_UTF8("actionlog"), "capped", BCON_BOOL(true), "size",
+                           BCON_INT64(ACTIONLOG_SIZE));
+    bson_t reply;
+
+    if (cfg_local_cmd("config", cmd, &reply, &st) != 0 && st.code != SHL_CODE_NAMESPACE_EXISTS) {
+        SHL_LOG_WARNING(SHARDING, 4200501, "could not create config.actionlog", "error",
+                        BCON_UTF8(st.reason));
+    }
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+}
+
+/* ---------------------------------------------------------------- migrations */
+
+/* One migration of a round, run on its own thread. */
+typedef struct bal_task {
+    char *ns;
+    bson_t min, max;
+    char *from, *to;
+    cfg_bal_reason_t reason;
+    bool wait_for_delete;
+    pthread_t thread;
+    bool started;
+    int ret;
+    shl_status_t st;
+} bal_task_t;
+
+static void *
+task_main(void *arg)
+{
+    bal_task_t *t = arg;
+    bson_t cmd = BSON_INITIALIZER, arr, reply;
+
+    BSON_APPEND_UTF8(&cmd, "_configsvrMoveRange", t->ns);
+    BSON_APPEND_UTF8(&cmd, "toShard", t->to);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "bounds", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &t->min);
+    BSON_APPEND_DOCUMENT(&arr, "1", &t->max);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_BOOL(&cmd, "waitForDelete", t->wait_for_delete);
+    bson_init(&reply);
+    shl_status_clear(&t->st);
+    t->ret = cfg_move_range(NULL, &cmd, &reply, &t->st);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return NULL;
+}
+
+static void
+task_cleanup(bal_task_t *t)
+{
+    bson_free(t->ns);
+    bson_free(t->from);
+    bson_free(t->to);
+    bson_destroy(&t->min);
+    bson_destroy(&t->max);
+}
+
+/* One zone range of a collection, extended to the full shard key. */
+typedef struct bal_range {
+    bson_t min, max;
+    char *zone;
+} bal_range_t;
+
+static void
+ranges_free(bal_range_t *r, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(&r[i].min);
+        bson_destroy(&r[i].max);
+        bson_free(r[i].zone);
+    }
+    bson_free(r);
+}
+
+/* The zone ranges of 'coll' from config.tags, sorted by min. */
+static int
+load_ranges(const shl_collection_type_t *coll, bal_range_t **out, size_t *n, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("ns", BCON_UTF8(coll->ns));
+    bson_t *sort = BCON_NEW("min", BCON_INT32(1));
+    cfg_docs_t d = {0};
+
+    *n = 0;
+    *out = NULL;
+    SHL_ERR(cfg_find("tags", q, sort, &d, st));
+    *out = bson_malloc0((d.n + 1) * sizeof(**out));
+    for (size_t i = 0; i < d.n; i++) {
+        bson_t rmin, rmax;
+        bson_iter_t it;
+        if (!shl_bson_get_subdoc(d.docs[i], "min", &rmin) ||
+            !shl_bson_get_subdoc(d.docs[i], "max", &rmax) ||
+            !bson_iter_init_find(&it, d.docs[i], "tag") || !BSON_ITER_HOLDS_UTF8(&it)) {
+            continue;
+        }
+        cfg_extend_bound(&rmin, coll->key, &(*out)[*n].min);
+        cfg_extend_bound(&rmax, coll->key, &(*out)[*n].max);
+        (*out)[*n].zone = bson_strdup(bson_iter_utf8(&it, NULL));
+        (*n)++;
+    }
+done:
+    cfg_docs_cleanup(&d);
+    bson_destroy(q);
+    bson_destroy(sort);
+    return ret;
+}
+
+/* The zone wholly containing [min, max), or "". */
+static const char *
+zone_of(const bal_range_t *r, size_t n, const bson_t *min, const bson_t *max)
+{
+    const char *zone = "";
+
+    for (size_t i = 0; i < n && zone[0] == '\0'; i++) {
+        if (shl_shard_key_compare(&r[i].min, min) <= 0 &&
+            shl_shard_key_compare(max, &r[i].max) <= 0) {
+            zone = r[i].zone;
+        }
+    }
+    return zone;
+}
+
+/*
+ * The round's first step (seeds: "check if any chunk has a range that violates a zone
+ * boundary"): split every chunk that a zone range's bound falls strictly inside, at that
+ * bound, so that each chunk lies in one zone. *nsplit gets the number of splits. Errors: the
+ * split's (the round skips the collection).
+ */
+static int
+split_zone_boundaries(const char *ns, const shl_routing_table_t *rt, const bal_range_t *ranges,
+                      size_t nranges, size_t *nsplit, shl_status_t *st)
+{
+    int ret = 0;
+    size_t nchunks = shl_routing_table_nchunks(rt);
+
+    *nsplit = 0;
+    for (size_t r = 0; r < nranges; r++) {
+        const bson_t *bounds[2] = {&ranges[r].min, &ranges[r].max};
+        for (int k = 0; k < 2; k++) {
+            bool done_before = false;
+            /* A range's max is often the next range's min: split there once. */
+            for (size_t p = 0; p < r && !done_before; p++) {
+                done_before = shl_shard_key_compare(&ranges[p].min, bounds[k]) == 0 ||
+                              shl_shard_key_compare(&ranges[p].max, bounds[k]) == 0;
+            }
+            for (size_t c = 0; c < nchunks && !done_before; c++) {
+                bson_t min, max, cmd = BSON_INITIALIZER, reply;
+                shl_routing_table_chunk_bounds(rt, c, &min, &max);
+                if (shl_shard_key_compare(&min, bounds[k]) >= 0 ||
+                    shl_shard_key_compare(bounds[k], &max) >= 0) {
+                    bson_destroy(&cmd);
+                    continue;
+                }
+                BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", ns);
+                BSON_APPEND_DOCUMENT(&cmd, "middle", bounds[k]);
+                bson_init(&reply);
+                ret = cfg_split_chunk(NULL, &cmd, &reply, st);
+                bson_destroy(&cmd);
+                bson_destroy(&reply);
+                SHL_ERR(ret);
+                SHL_LOG_INFO(SHARDING, 4200509, "balancer split a chunk at a zone boundary", "ns",
+                             BCON_UTF8(ns), "zone", BCON_UTF8(ranges[r].zone));
+                (*nsplit)++;
+            }
+        }
+    }
+done:
+    return ret;
+}
+
+/* A growable list of tasks. */
+typedef struct bal_plan {
+    bal_task_t *tasks;
+    size_t n, cap;
+} bal_plan_t;
+
+/*
+ * Add the migrations the policy picks for collection 'ns' to 'plan'. Collections with
+ * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
+ * skipped.
+ */
+static int
+plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, bool *busy,
+                bool wait_for_delete, bal_plan_t *plan, shl_status_t *st)
+{
+    int ret = 0;
+    shl_collection_type_t coll;
+    bool found = false;
+    shl_routing_table_t *rt = NULL;
+    bal_range_t *ranges = NULL;
+    size_t nranges = 0, nchunks = 0, nmoves = 0;
+    cfg_bal_chunk_t *chunks = NULL;
+    cfg_bal_move_t *moves = NULL;
+
+    memset(&coll, 0, sizeof(coll));
+    SHL_ERR(cfg_get_collection(ns, &coll, &found, st));
+    if (!found || coll.key == NULL || coll.no_balance ||
+        (coll.has_allow_migrations && !coll.allow_migrations) ||
+        (coll.has_permit_migrations && !coll.permit_migrations)) {
+        goto done;
+    }
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(load_ranges(&coll, &ranges, &nranges, st));
+    {
+        size_t nsplit = 0;
+        SHL_ERR(split_zone_boundaries(ns, rt, ranges, nranges, &nsplit, st));
+        if (nsplit > 0) {
+            shl_routing_table_release(rt);
+            rt = NULL;
+            SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+        }
+    }
+    nchunks = shl_routing_table_nchunks(rt);
+    chunks = bson_malloc0((nchunks + 1) * sizeof(*chunks));
+    for (size_t c = 0; c < nchunks; c++) {
+        bson_t min, max;
+        shl_routing_table_chunk_bounds(rt, c, &min, &max);
+        chunks[c].shard = shl_routing_table_chunk_shard(rt, c);
+        chunks[c].zone = zone_of(ranges, nranges, &min, &max);
+        chunks[c].jumbo = shl_routing_table_chunk_jumbo(rt, c);
+    }
+    moves = bson_malloc0((nshards + 1) * sizeof(*moves));
+    nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    for (size_t m = 0; m < nmoves; m++) {
+        bal_task_t *t;
+        bson_t min, max;
+        if (plan->n == plan->cap) {
+            plan->cap = plan->cap * 2 + 4;
+            plan->tasks = bson_realloc(plan->tasks, plan->cap * sizeof(*plan->tasks));
+        }
+        t = &plan->tasks[plan->n++];
+        memset(t, 0, sizeof(*t));
+        shl_routing_table_chunk_bounds(rt, moves[m].chunk, &min, &max);
+        t->ns = bson_strdup(ns);
+        bson_copy_to(&min, &t->min);
+        bson_copy_to(&max, &t->max);
+        t->from = bson_strdup(shards[moves[m].from].name);
+        t->to = bson_strdup(shards[moves[m].to].name);
+        t->reason = moves[m].reason;
+        t->wait_for_delete = wait_for_delete;
+    }
+done:
+    shl_collection_type_cleanup(&coll);
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    ranges_free(ranges, nranges);
+    bson_free(chunks);
+    bson_free(moves);
+    return ret;
+}
+
+/* The round's figures for config.actionlog. */
+typedef struct bal_round {
+    int64_t candidates, moved;
+    bson_t errors; /* array of {ns, min, max, from, to, code, errmsg} */
+    uint32_t nerrors;
+} bal_round_t;
+
+/*
+ * One round: plan every sharded collection (in namespace order), run the migrations in
+ * parallel (each shard is in at most one), wait for all of them. Errors: reading config.*;
+ * a failed migration is counted in 'r', not returned.
+ */
+static int
+run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
+{
+    int ret = 0;
+    shl_shard_type_t *shards = NULL;
+    size_t nshards = 0;
+    bool *busy = NULL;
+    cfg_docs_t colls = {0};
+    bson_t *q = BCON_NEW("key", "{", "$exists", BCON_BOOL(true), "}");
+    bson_t *sort = BCON_NEW("_id", BCON_INT32(1));
+    bal_plan_t plan = {0};
+
+    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
+    busy = bson_malloc0((nshards + 1) * sizeof(*busy));
+    /* A shard that does not answer takes no part in this round (neither donor nor
+     * recipient): its migrations would only fail, round after round. */
+    for (size_t i = 0; i < nshards; i++) {
+        bson_t *ping = BCON_NEW("ping", BCON_INT32(1));
+        bson_t reply;
+        shl_status_t down = SHL_STATUS_INIT;
+        if (cfg_shard_cmd(shards[i].name, "admin", ping, &reply, &down) != 0) {
+            busy[i] = true;
+            SHL_LOG_WARNING(SHARDING, 4200510, "balancer skips a shard that does not answer",
+                            "shard", BCON_UTF8(shards[i].name), "error", BCON_UTF8(down.reason));
+        }
+        bson_destroy(&reply);
+        bson_destroy(ping);
+    }
+    SHL_ERR(cfg_find("collections", q, sort, &colls, st));
+    for (size_t i = 0; i < colls.n; i++) {
+        bson_iter_t it;
+        shl_status_t one = SHL_STATUS_INIT;
+        if (!bson_iter_init_find(&it, colls.docs[i], "_id") || !BSON_ITER_HOLDS_UTF8(&it)) {
+            continue;
+        }
+        /* A collection that cannot be read is skipped this round, not the whole round. */
+        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s->wait_for_delete,
+                            &plan, &one) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4200502, "balancer skipped a collection", "ns",
+                            BCON_UTF8(bson_iter_utf8(&it, NULL)), "error", BCON_UTF8(one.reason));
+        }
+    }
+    r->candidates = (int64_t)plan.n;
+    for (size_t i = 0; i < plan.n; i++) {
+        bal_task_t *t = &plan.tasks[i];
+        SHL_LOG_INFO(SHARDING, 4200503, "balancer moves a chunk", "ns", BCON_UTF8(t->ns), "from",
+                     BCON_UTF8(t->from), "to", BCON_UTF8(t->to), "reason",
+                     BCON_UTF8(cfg_bal_reason_name(t->reason)));
+        t->started = pthread_create(&t->thread, NULL, task_main, t) == 0;
+        if (!t->started) {
+            task_main(t);
+        }
+    }
+    for (size_t i = 0; i < plan.n; i++) {
+        bal_task_t *t = &plan.tasks[i];
+        if (t->started) {
+            pthread_join(t->thread, NULL);
+        }
+        if (t->ret == 0) {
+            r->moved++;
+        } else {
+            bson_t e;
+            char key[16];
+            snprintf(key, sizeof(key), "%u", r->nerrors++);
+            BSON_APPEND_DOCUMENT_BEGIN(&r->errors, key, &e);
+            BSON_APPEND_UTF8(&e, "ns", t->ns);
+            BSON_APPEND_DOCUMENT(&e, "min", &t->min);
+            BSON_APPEND_DOCUMENT(&e, "max", &t->max);
+            BSON_APPEND_UTF8(&e, "from", t->from);
+            BSON_APPEND_UTF8(&e, "to", t->to);
+            BSON_APPEND_INT32(&e, "code", t->st.code);
+            BSON_APPEND_UTF8(&e, "errmsg", t->st.reason);
+            bson_append_document_end(&r->errors, &e);
+            SHL_LOG_WARNING(SHARDING, 4200504, "balancer migration failed", "ns", BCON_UTF8(t->ns),
+                            "from", BCON_UTF8(t->from), "to", BCON_UTF8(t->to), "error",
+                            BCON_UTF8(t->st.reason));
+        }
+    }
+done:
+    for (size_t i = 0; i < plan.n; i++) {
+        task_cleanup(&plan.tasks[i]);
+    }
+    bson_free(plan.tasks);
+    if (shards != NULL) {
+        cfg_shards_free(shards, nshards);
+    }
+    bson_free(busy);
+    cfg_docs_cleanup(&colls);
+    bson_destroy(q);
+    bson_destroy(sort);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- the thread */
+
+/* Milliseconds until the next round: the fail point's intervalMs, else MongoDB's. */
+static int64_t
+next_interval_ms(bool moved)
+{
+    int64_t ms = moved ? SHORT_ROUND_INTERVAL_MS : ROUND_INTERVAL_MS;
+    bson_t data;
+
+    if (atomic_load_explicit(&SHL_FAILPOINT(overrideBalanceRoundInterval)->active,
+                             memory_order_relaxed) &&
+        shl_failpoint_evaluate(SHL_FAILPOINT(overrideBalanceRoundInterval), NULL, NULL, &data)) {
+        int64_t v = shl_bson_int64_at(&data, "intervalMs");
+        if (v > 0) {
+            ms = v;
+        }
+        bson_destroy(&data);
+    }
+    return ms;
+}
+
+/* Wait up to 'ms' for a kick or shutdown; called and returns with mu held. */
+static void
+wait_locked(int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    while (!g_bal.shutdown && !g_bal.kick) {
+        if (pthread_cond_timedwait(&g_bal.cv, &g_bal.mu, &ts) == ETIMEDOUT) {
+            break;
+        }
+    }
+}
+
+static void *
+balancer_main(void *arg)
+{
+    bool moved = false;
+
+    (void)arg;
+    ensure_actionlog();
+    pthread_mutex_lock(&g_bal.mu);
+    while (!g_bal.shutdown) {
+        bal_settings_t s;
+        shl_status_t st = SHL_STATUS_INIT;
+        int64_t start_us;
+        bal_round_t r;
+        int ret;
+
+        /* Read under mu: a balancerStop that wrote "off" after this read sees in_round. */
+        g_bal.kick = false;
+        ret = read_settings(&s, &st);
+        if (ret != 0 || strcmp(s.mode, "full") != 0 || !s.in_window || g_bal.shutdown) {
+            moved = false;
+            if (!g_bal.shutdown) {
+                wait_locked(next_interval_ms(false));
+            }
+            continue;
+        }
+        g_bal.in_round = true;
+        pthread_mutex_unlock(&g_bal.mu);
+
+        memset(&r, 0, sizeof(r));
+        bson_init(&r.errors);
+        start_us = shl_clock_mono_us();
+        ret = run_round(&s, &r, &st);
+        {
+            /* MongoDB's round details; "errorOccured" is spelled as MongoDB spells it. */
+            bson_t details = BSON_INITIALIZER;
+            BSON_APPEND_INT64(&details, "executionTimeMillis",
+                              (shl_clock_mono_us() - start_us) / 1000);
+            BSON_APPEND_BOOL(&details, "errorOccured", ret != 0);
+            if (ret != 0) {
+                BSON_APPEND_UTF8(&details, "errmsg", st.reason);
+            } else {
+                BSON_APPEND_INT64(&details, "candidateChunks", r.candidates);
+                BSON_APPEND_INT64(&details, "chunksMoved", r.moved);
+                if (r.nerrors > 0) {
+                    BSON_APPEND_ARRAY(&details, "migrationErrors", &r.errors);
+                }
+            }
+            actionlog("balancer.round", &details);
+            bson_destroy(&details);
+        }
+        moved = r.moved > 0;
+        bson_destroy(&r.errors);
+
+        pthread_mutex_lock(&g_bal.mu);
+        g_bal.in_round = false;
+        g_bal.rounds++;
+        pthread_cond_broadcast(&g_bal.cv);
+        if (!g_bal.shutdown && !g_bal.kick) {
+            wait_locked(next_interval_ms(moved));
+        }
+    }
+    pthread_mutex_unlock(&g_bal.mu);
+    return NULL;
+}
+
+int
+cfg_balancer_start(shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&g_bal.mu);
+    g_bal.shutdown = false;
+    if (!g_bal.running) {
+        if (pthread_create(&g_bal.thread, NULL, balancer_main, NULL) != 0) {
+            ret = shl_status_set(st, SHL_CODE_INTERNAL_ERROR, "could not start the balancer");
+        } else {
+            g_bal.running = true;
+        }
+    }
+    pthread_mutex_unlock(&g_bal.mu);
+    return ret;
+}
+
+void
+cfg_balancer_stop(void)
+{
+    bool join;
+
+    pthread_mutex_lock(&g_bal.mu);
+    g_bal.shutdown = true;
+    join = g_bal.running;
+    g_bal.running = false;
+    pthread_cond_broadcast(&g_bal.cv);
+    pthread_mutex_unlock(&g_bal.mu);
+    if (join) {
+        pthread_join(g_bal.thread, NULL);
+    }
+}
+
+/* ---------------------------------------------------------------- commands */
+
+/* Write the balancer setting as MongoDB's _configsvrBalancerStart/Stop do (mode + stopped). */
+static int
+write_mode(bool on, shl_status_t *st)
+{
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("balancer"));
+    bson_t *u = BCON_NEW("$set", "{", "mode", BCON_UTF8(on ? "full" : "off"), "stopped",
+                         BCON_BOOL(!on), "}");
+    int ret = cfg_update("settings", q, u, true, false, NULL, st);
+
+    bson_destroy(q);
+    bson_destroy(u);
+    return ret;
+}
+
+static int
+cmd_balancer_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+
+    (void)op;
+    (void)cmd;
+    (void)reply;
+    SHL_ERR(write_mode(true, st));
+    pthread_mutex_lock(&g_bal.mu);
+    g_bal.kick = true;
+    pthread_cond_broadcast(&g_bal.cv);
+    pthread_mutex_unlock(&g_bal.mu);
+    SHL_LOG_INFO(SHARDING, 4200505, "balancer started");
+done:
+    return ret;
+}
+
+/* Stop: write the setting, then wait for the round in progress (its migrations) to end, so
+ * that nothing moves once the command has answered. */
+static int
+cmd_balancer_stop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+
+    (void)op;
+    (void)cmd;
+    (void)reply;
+    SHL_ERR(write_mode(false, st));
+    pthread_mutex_lock(&g_bal.mu);
+    while (g_bal.in_round) {
+        pthread_cond_wait(&g_bal.cv, &g_bal.mu);
+    }
+    pthread_mutex_unlock(&g_bal.mu);
+    SHL_LOG_INFO(SHARDING, 4200506, "balancer stopped");
+done:
+    return ret;
+}
+
+static int
+cmd_balancer_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bal_settings_t s;
+    bool in_round;
+    int64_t rounds;
+
+    (void)op;
+    (void)cmd;
+    SHL_ERR(read_settings(&s, st));
+    pthread_mutex_lock(&g_bal.mu);
+    in_round = g_bal.in_round;
+    rounds = g_bal.rounds;
+    pthread_mutex_unlock(&g_bal.mu);
+    BSON_APPEND_UTF8(reply, "mode", s.mode);
+    BSON_APPEND_BOOL(reply, "inBalancerRound", in_round);
+    BSON_APPEND_INT64(reply, "numBalancerRounds", rounds);
+done:
+    return ret;
+}
+
+static const shl_command_t balancer_start_cmd = {
+    .name = "_configsvrBalancerStart",
+    .run = cmd_balancer_start,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "turn the balancer on (config.settings balancer) and start a round",
+};
+static const shl_command_t balancer_stop_cmd = {
+    .name = "_configsvrBalancerStop",
+    .run = cmd_balancer_stop,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "turn the balancer off and wait for the round in progress",
+};
+static const shl_command_t balancer_status_cmd = {
+    .name = "_configsvrBalancerStatus",
+    .run = cmd_balancer_status,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "the balancer's mode, whether it is in a round, and its rounds since start-up",
+};
+
+void
+cfg_register_balancer_commands(shl_command_registry_t *reg)
+{
+    shl_command_registry_add(reg, &balancer_start_cmd);
+    shl_command_registry_add(reg, &balancer_stop_cmd);
+    shl_command_registry_add(reg, &balancer_status_cmd);
+}
