@@ -469,7 +469,7 @@ fake_execute(fake_t *f, int s, const bson_t *cmd, const fault_t *ft, shl_fanout_
     } else if (nretried > 0) {
         BSON_APPEND_ARRAY_BEGIN(&res->reply, "retriedStmtIds", &a);
         for (size_t k = 0; k < nretried; k++) {
-            char key[16];
+            char key[24];
             snprintf(key, sizeof(key), "%zu", k);
             BSON_APPEND_INT32(&a, key, retried[k]);
         }
