@@ -32,40 +32,9 @@ BENCH_NAME=cluster-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
 
-clusters=""
-cluster_cleanup() {
-  for d in $clusters; do
-    "$SHALE" down --dbpath "$d" >/dev/null 2>&1 || true
-  done
-  bench_cleanup
-}
-trap cluster_cleanup EXIT
-
-# A port P such that P..P+5 are free (router, config, shards).
-free_block() {
-  /usr/bin/python3 - <<'PY'
-import socket
-for base in range(24000, 60000, 7):
-    socks = []
-    try:
-        for p in range(base, base + 6):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-PY
-}
-
 # up NAME SHARDS: start a cluster in $work/NAME; sets port_NAME.
 up() {
-  local port
-  port=$(free_block)
-  "$SHALE" up --shards "$2" --dbpath "$work/$1" --port "$port" >/dev/null
-  clusters="$clusters $work/$1"
+  start_cluster "$SHALE" "$work/$1" "$2"
   eval "port_$1=$port"
 }
 

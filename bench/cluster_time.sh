@@ -28,36 +28,8 @@ BENCH_NAME=cluster-time-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
 
-cluster=""
-ct_cleanup() {
-  if [ -n "$cluster" ]; then
-    "$SHALE" down --dbpath "$cluster" >/dev/null 2>&1 || true
-  fi
-  bench_cleanup
-}
-trap ct_cleanup EXIT
-
-# A port P such that P..P+5 are free (router, config, shards).
-port=$(/usr/bin/python3 - <<'PY'
-import socket
-for base in range(26000, 60000, 7):
-    socks = []
-    try:
-        for p in range(base, base + 6):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-PY
-)
 cluster="$work/cluster"
-"$SHALE" up --shards 2 --dbpath "$cluster" --port "$port" \
-  --setParameter enableTestCommands=1 >/dev/null
-uri="mongodb://127.0.0.1:$port/"
+start_cluster "$SHALE" "$cluster" 2 --setParameter enableTestCommands=1
 router_pid=$(cat "$cluster/router.pid")
 echo "== $(nproc) cores; 2-shard cluster, router port $port; ${SECS}s per run, $ROUNDS rounds," \
   "$KEYS keys"

@@ -6,6 +6,10 @@ work=$(mktemp -d "/tmp/shale-$BENCH_NAME.XXXXXX")
 bench_pids=""
 
 bench_cleanup() {
+  local c
+  for c in $bench_clusters; do
+    "${c%%|*}" down --dbpath "${c#*|}" >/dev/null 2>&1 || true
+  done
   for pid in $bench_pids; do
     kill -TERM "$pid" 2>/dev/null || true
   done
@@ -54,4 +58,37 @@ start_redis() {
   bench_pids="$bench_pids $redis_pid"
   wait_port "$rport" "$redis_pid"
   redis-cli -p "$rport" ping >/dev/null
+}
+
+# A port P such that P..P+5 are free on the loopback (a `shale up` cluster's router, config
+# server and shards).
+free_port_block() {
+  /usr/bin/python3 - <<'PY'
+import socket
+for base in range(24000, 60000, 7):
+    socks = []
+    try:
+        for p in range(base, base + 6):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+PY
+}
+
+# start_cluster BIN DIR SHARDS [ARGS...]: `shale up` a cluster of SHARDS shards in DIR (extra
+# ARGS go to `shale up`); sets port and uri (the router's). The cluster is stopped with
+# `shale down` when the script exits.
+bench_clusters=""
+start_cluster() {
+  local bin=$1 dir=$2 shards=$3
+  shift 3
+  port=$(free_port_block)
+  bench_clusters="$bench_clusters $bin|$dir"
+  "$bin" up --shards "$shards" --dbpath "$dir" --port "$port" "$@" >/dev/null
+  uri="mongodb://127.0.0.1:$port/"
 }

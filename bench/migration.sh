@@ -20,29 +20,7 @@ BENCH_NAME=migration-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
 
-cluster_cleanup() {
-  "$SHALE" down --dbpath "$work/cluster" >/dev/null 2>&1 || true
-  bench_cleanup
-}
-trap cluster_cleanup EXIT
-
-port=$(/usr/bin/python3 - <<'PY'
-import socket
-for base in range(24000, 60000, 7):
-    socks = []
-    try:
-        for p in range(base, base + 6):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-PY
-)
-"$SHALE" up --shards 2 --dbpath "$work/cluster" --port "$port" >/dev/null
+start_cluster "$SHALE" "$work/cluster" 2
 echo "== $(nproc) cores; 2-shard cluster, router port $port; ${MB} MB chunk, $WRITERS writers"
 
 /usr/bin/python3 - "mongodb://127.0.0.1:$port/" "$MB" "$WRITERS" <<'PY'

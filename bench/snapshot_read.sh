@@ -29,35 +29,8 @@ BENCH_NAME=snapshot-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
 
-cluster=""
-snapshot_cleanup() {
-  if [ -n "$cluster" ]; then
-    "$SHALE" down --dbpath "$cluster" >/dev/null 2>&1 || true
-  fi
-  bench_cleanup
-}
-trap snapshot_cleanup EXIT
-
-# A port P such that P..P+5 are free (router, config, shards).
-port=$(/usr/bin/python3 - <<'PY'
-import socket
-for base in range(25000, 60000, 7):
-    socks = []
-    try:
-        for p in range(base, base + 6):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base)
-        break
-    except OSError:
-        pass
-    finally:
-        for s in socks:
-            s.close()
-PY
-)
 cluster="$work/cluster"
-"$SHALE" up --shards 2 --dbpath "$cluster" --port "$port" >/dev/null
-uri="mongodb://127.0.0.1:$port/"
+start_cluster "$SHALE" "$cluster" 2
 pids="$(cat "$cluster/router.pid") $(cat "$cluster/shard0.pid") $(cat "$cluster/shard1.pid")"
 echo "== $(nproc) cores; 2-shard cluster, router port $port; ${SECS}s per run, $ROUNDS rounds," \
   "$KEYS keys, range span $SPAN"
