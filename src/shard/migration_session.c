@@ -279,6 +279,7 @@ queue_session(mig_session_source_t *src, shl_storage_txn_t *txn, shl_collection_
     while (n > 0) {
         n--;
         queue_write(src, txn, ic, chain[n], chain_ts[n]);
+        bson_destroy(chain[n]);
     }
 done:
     for (size_t i = 0; i < n; i++) {
