@@ -1,0 +1,106 @@
+/*
+ * txn_participant.h -- multi-document transactions on a data node (MongoDB's
+ * TransactionParticipant; seeds/000 "Transactions", "Committing a Transaction",
+ * "Two-phase Commit Protocol"; docs/design/transactions.md).
+ *
+ * A transaction is (lsid, txnNumber). Its resources -- one storage transaction in
+ * multi-document mode (storage.h: writes untimestamped until commit, their oplog entries
+ * collected instead of written), the read timestamp its readConcern chose, the cursors it
+ * opened -- live in the session between commands. Each statement checks the session out
+ * (session_catalog.h) and runs its body in that storage transaction (op->txn); the
+ * statement's end stashes it back, or aborts the transaction when the statement failed.
+ * commitTransaction writes one applyOps oplog entry (chained with prevOpTime and partialTxn
+ * past 16 MB) and config.transactions {state: "committed"} in the same storage transaction,
+ * at one commit timestamp. prepareTransaction writes the prepare entry in its own unit and
+ * then WiredTiger-prepares the storage transaction at that entry's timestamp.
+ *
+ * Locking: a transaction is touched only by the operation that has its session checked out
+ * (the lifetime reaper and killSessions check the session out too); the participant's list
+ * of open transactions (currentOp, serverStatus) is guarded by its own mutex.
+ */
+#ifndef SHL_DB_TXN_PARTICIPANT_H
+#define SHL_DB_TXN_PARTICIPANT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "storage/storage.h"
+
+/* MongoDB's maximum size of one applyOps oplog entry of a transaction (16 MB). */
+#define DB_TXN_MAX_ENTRY_BYTES (16 * 1024 * 1024)
+
+typedef struct db_txn db_txn_t;
+typedef struct db_txn_registry db_txn_registry_t;
+
+/* db_txn_registry_new / _destroy -- the node's open transactions (counters, currentOp). */
+db_txn_registry_t *db_txn_registry_new(shl_storage_engine_t *eng);
+void db_txn_registry_destroy(db_txn_registry_t *reg);
+
+/*
+ * db_txn_statement_begin --
+ *     Called for a command that carries autocommit (after the session args were checked and
+ *     the session checked out into 'session'): validate the transaction arguments as MongoDB
+ *     does (autocommit must be false: InvalidOptions; startTransaction only true; a command
+ *     not allowed in a transaction: OperationNotSupportedInTransaction 263; readConcern only
+ *     on the first statement, writeConcern only on commit/abort: InvalidOptions), then:
+ *     startTransaction begins txnNumber (an older number: TransactionTooOld 225; the same one
+ *     again: ConflictingOperationInProgress 50911-style; a newer one aborts the session's
+ *     unprepared transaction, a prepared one refuses with PreparedTransactionInProgress), and
+ *     the other statements continue it (unknown / aborted: NoSuchTransaction 251). On
+ *     success op->txn is the transaction for the command's run.
+ */
+int db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_command_t *cmd,
+                           void *session, shl_status_t *st);
+
+/*
+ * db_txn_statement_end --
+ *     After the command: a failure (ret != 0, or writeErrors in 'reply') aborts the
+ *     transaction unless it is prepared; the error gets TransientTransactionError where
+ *     MongoDB puts it (WriteConflict, LockTimeout, NoSuchTransaction, snapshot errors ...).
+ *     Clears op->txn.
+ */
+void db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_status_t *st,
+                          const bson_t *reply);
+
+/*
+ * db_txn_storage --
+ *     The storage transaction the operation's statement runs in, or NULL outside a
+ *     transaction. Borrowed for the command.
+ */
+shl_storage_txn_t *db_txn_storage(const shl_op_ctx_t *op);
+
+/* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
+uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
+
+/*
+ * db_txn_session_discard --
+ *     The session leaves the catalog (or the process ends): roll back its transaction,
+ *     prepared or not, and free it. 'txn' may be NULL.
+ */
+void db_txn_discard(db_txn_registry_t *reg, db_txn_t *txn);
+
+/*
+ * db_txn_abort_for_session --
+ *     Abort the session's unprepared transaction (killSessions, a retryable write with a
+ *     newer txnNumber, the lifetime limit); the caller has the session checked out.
+ *     Returns false when there was none to abort or it is prepared.
+ */
+bool db_txn_abort_for_session(db_txn_registry_t *reg, void *session);
+
+/* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
+void db_register_txn_commands(shl_command_registry_t *reg);
+
+/*
+ * db_txn_append_stats --
+ *     serverStatus's transaction counters (currentActive, currentInactive, currentOpen,
+ *     currentPrepared, totalStarted, totalCommitted, totalAborted, totalPrepared,
+ *     totalPreparedThenCommitted, totalPreparedThenAborted) into the open 'transactions'
+ *     sub-document 't'.
+ */
+void db_txn_append_stats(db_txn_registry_t *reg, bson_t *t);
+
+#endif
