@@ -19,6 +19,7 @@
 #include "db/index_kinds.h"
 #include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
+#include "db/txn_participant.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 #include "net/cluster_time.h"
@@ -151,7 +152,13 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_INT64(&ttl, "subPasses", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
     bson_append_document_end(&metrics, &ttl);
     bson_append_document_end(reply, &metrics);
-    db_session_catalog_append_stats(node->sessions, reply);
+    {
+        bson_t t;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &t);
+        db_session_catalog_append_stats(node->sessions, &t);
+        db_txn_append_stats(node->txns, &t);
+        bson_append_document_end(reply, &t);
+    }
 }
 
 /* The session arguments of a request: checked as every role checks them (a standalone
@@ -167,15 +174,50 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     /* A retryable write has its session to itself until it is done. */
     if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
         SHL_ERR(db_session_checkout(node->sessions, op, st));
+        /* A newer txnNumber ends the session's unprepared transaction. */
+        (void)db_txn_abort_for_session(node->txns, op->session);
+    }
+    /* A statement of a transaction has the session until it ends, and the transaction's
+     * storage transaction for its run (txn_participant.h). */
+    if ((op->has_autocommit || op->start_transaction) && node->sessions != NULL) {
+        db_session_t *s = NULL;
+        if (!op->has_autocommit) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "txnNumber may only be provided for multi-document transactions and "
+                     "retryable write commands. autocommit:false was not provided, and %s is "
+                     "not a retryable write command.",
+                     cmd->name);
+        }
+        SHL_ERR(db_session_checkout_txn(node->sessions, op, &s, st));
+        ret = db_txn_statement_begin(node->txns, op, cmd, s, st);
+        if (ret != 0) {
+            db_session_checkin_txn(node->sessions, s);
+            goto done;
+        }
+        op->txn_session = s;
     }
 done:
     return ret;
+}
+
+static int
+txn_end(shl_op_ctx_t *op, int ret, shl_status_t *st, const bson_t *reply)
+{
+    db_node_t *node = op->svc->role_state;
+
+    return db_txn_statement_end(node->txns, op, ret, st, reply);
 }
 
 static void
 session_end(shl_op_ctx_t *op)
 {
     db_node_t *node = op->svc->role_state;
+
+    if (op->txn_session != NULL) {
+        (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
+        db_session_checkin_txn(node->sessions, op->txn_session);
+        op->txn_session = NULL;
+    }
 
     if (op->session != NULL) {
         db_session_checkin(node->sessions, op);
@@ -230,6 +272,8 @@ node_shutdown(shl_service_ctx_t *svc)
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
     shl_cursor_manager_destroy(node->cursors);
     node->cursors = NULL;
+    db_txn_registry_destroy(node->txns);
+    node->txns = NULL;
     db_session_catalog_destroy(node->sessions);
     node->sessions = NULL;
     shl_storage_close(node->eng);
@@ -275,6 +319,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     if (node->repl_set) {
         SHL_ERR(create_session_collections(node, st));
         node->sessions = db_session_catalog_new(node->eng);
+        node->txns = db_txn_registry_new(node->eng);
     }
     svc->storage = node->eng;
     svc->role_state = node;
@@ -290,6 +335,9 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_uwb_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
+    if (node->txns != NULL) {
+        db_register_txn_commands(reg);
+    }
     shl_session_commands_register(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
@@ -297,6 +345,9 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.append_server_status = append_server_status;
     svc->hooks.session_begin = session_begin;
     svc->hooks.session_end = session_end;
+    if (node->txns != NULL) {
+        svc->hooks.txn_end = txn_end;
+    }
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {

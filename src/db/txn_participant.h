@@ -61,10 +61,12 @@ int db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_c
  *     After the command: a failure (ret != 0, or writeErrors in 'reply') aborts the
  *     transaction unless it is prepared; the error gets TransientTransactionError where
  *     MongoDB puts it (WriteConflict, LockTimeout, NoSuchTransaction, snapshot errors ...).
- *     Clears op->txn.
+ *     A write error with such a code becomes the command's error (MongoDB rethrows
+ *     it in a transaction): the result is returned. Clears op->txn. 'st' may be NULL
+ *     when ret is 0.
  */
-void db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_status_t *st,
-                          const bson_t *reply);
+int db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_status_t *st,
+                         const bson_t *reply);
 
 /*
  * db_txn_storage --

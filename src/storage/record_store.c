@@ -17,8 +17,9 @@ check_writable(shl_storage_txn_t *txn, const shl_collection_t *coll, shl_status_
                               coll->ns);
     }
     /* Unlogged tables are recovered from stable checkpoints: an untimestamped write
-     * would leak into a checkpoint ahead of the oplog. */
-    SHL_INVARIANT(txn->cur_ts != 0);
+     * would leak into a checkpoint ahead of the oplog. A multi-document transaction's
+     * writes take its commit timestamp when it commits. */
+    SHL_INVARIANT(txn->cur_ts != 0 || txn->multi);
     return 0;
 }
 

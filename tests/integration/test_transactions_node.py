@@ -1,0 +1,187 @@
+"""Multi-document transactions on one data node (a replica set of one), as a user sees them
+with pymongo: with_transaction, start_transaction / commit / abort, error labels, snapshot
+isolation, prepare / commit / abort sent directly, recovery of committed and prepared
+transactions after kill -9 (docs/design/transactions.md)."""
+
+import threading
+import uuid
+
+import pytest
+from bson import Int64, Timestamp
+from bson.binary import Binary, UUID_SUBTYPE
+from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
+
+import wire_util
+
+
+def _client(rs_node):
+    return rs_node.client()
+
+
+class Raw:
+    """Commands on one connection with an explicit session, sent as a router or coordinator
+    would (pymongo would put its own implicit session on them)."""
+
+    def __init__(self, node, lsid=None):
+        self.sock = wire_util.connect(node.port)
+        self.lsid = lsid or {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+    def __call__(self, db, cmd, txn, start=False, **extra):
+        c = dict(cmd)
+        c.update(lsid=self.lsid, txnNumber=Int64(txn), autocommit=False)
+        if start:
+            c["startTransaction"] = True
+        c.update(extra)
+        c["$db"] = db
+        return wire_util.command(self.sock, c)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_with_transaction_commits_all_or_nothing(rs_node):
+    c = _client(rs_node)
+    c.test.acct.insert_many([{"_id": "a", "bal": 100}, {"_id": "b", "bal": 0}])
+
+    def transfer(s):
+        c.test.acct.update_one({"_id": "a"}, {"$inc": {"bal": -30}}, session=s)
+        c.test.acct.update_one({"_id": "b"}, {"$inc": {"bal": 30}}, session=s)
+        c.test.log.insert_one({"_id": 1, "what": "transfer"}, session=s)
+        # The transaction reads its own writes.
+        assert c.test.acct.find_one({"_id": "a"}, session=s)["bal"] == 70
+
+    with c.start_session() as s:
+        s.with_transaction(transfer)
+    assert {d["_id"]: d["bal"] for d in c.test.acct.find()} == {"a": 70, "b": 30}
+    assert c.test.log.count_documents({}) == 1
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["totalCommitted"] >= 1 and st["totalStarted"] >= 1 and st["currentOpen"] == 0
+
+
+def test_abort_rolls_back_and_no_dirty_reads(rs_node):
+    c = _client(rs_node)
+    c.test.t.insert_one({"_id": 1, "x": 1})
+    with c.start_session() as s:
+        s.start_transaction()
+        c.test.t.update_one({"_id": 1}, {"$set": {"x": 2}}, session=s)
+        c.test.t.insert_one({"_id": 2}, session=s)
+        # Outside the transaction nothing of it is visible.
+        assert c.test.t.find_one({"_id": 1})["x"] == 1
+        assert c.test.t.find_one({"_id": 2}) is None
+        s.abort_transaction()
+    assert c.test.t.find_one({"_id": 1})["x"] == 1
+    assert c.test.t.count_documents({}) == 1
+
+
+def test_repeatable_reads_in_snapshot(rs_node):
+    c = _client(rs_node)
+    c.test.r.insert_many([{"_id": i} for i in range(3)])
+    with c.start_session() as s:
+        s.start_transaction(read_concern=ReadConcern("snapshot"))
+        assert c.test.r.count_documents({}, session=s) == 3
+        c.test.r.insert_one({"_id": 10})  # outside, committed
+        assert len(list(c.test.r.find({}, session=s))) == 3
+        assert c.test.r.find_one({"_id": 10}, session=s) is None
+        s.commit_transaction()
+    assert c.test.r.count_documents({}) == 4
+
+
+def test_write_conflict_is_transient_and_aborts(rs_node):
+    c = _client(rs_node)
+    c.test.w.insert_one({"_id": 1, "n": 0})
+    with c.start_session() as s1, c.start_session() as s2:
+        s1.start_transaction()
+        c.test.w.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=s1)
+        s2.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            c.test.w.update_one({"_id": 1}, {"$inc": {"n": 10}}, session=s2)
+        assert e.value.code == 112
+        assert e.value.has_error_label("TransientTransactionError")
+        # The loser's transaction is gone: its commit says so.
+        with pytest.raises(OperationFailure) as e:
+            s2.commit_transaction()
+        assert e.value.code == 251
+        s1.commit_transaction()
+    assert c.test.w.find_one({"_id": 1})["n"] == 1
+
+
+def test_errors_as_mongodb(rs_node):
+    c = _client(rs_node)
+    c.test.e.insert_one({"_id": 1})
+    raw = Raw(rs_node)
+    # Continuing a transaction that never started.
+    r = raw("test", {"find": "e"}, 5)
+    assert r["code"] == 251 and "TransientTransactionError" in r.get("errorLabels", [])
+    assert raw("test", {"find": "e"}, 6, start=True)["ok"] == 1
+    # A command MongoDB does not run in a transaction.
+    r = raw("test", {"count": "e"}, 6)
+    assert r["code"] == 263
+    # A write error aborts the transaction.
+    r = raw("test", {"insert": "e", "documents": [{"_id": 1}]}, 6)
+    assert r["writeErrors"][0]["code"] == 11000
+    r = raw("admin", {"commitTransaction": 1}, 6)
+    assert r["code"] == 251 and "TransientTransactionError" in r["errorLabels"]
+    # An older number is too old.
+    r = raw("test", {"find": "e"}, 4, start=True)
+    assert r["code"] == 225
+    # autocommit true, and readConcern after the first statement.
+    assert raw("test", {"find": "e"}, 7, start=True, autocommit=True)["code"] == 72
+    assert raw("test", {"find": "e"}, 8, start=True)["ok"] == 1
+    r = raw("test", {"find": "e"}, 8, readConcern={"level": "snapshot"})
+    assert r["code"] == 72
+    # Starting the same number twice.
+    assert raw("test", {"find": "e"}, 9, start=True)["ok"] == 1
+    assert raw("test", {"find": "e"}, 9, start=True)["code"] == 50911
+    # Commit twice is fine; abort after commit is not.
+    assert raw("test", {"insert": "e", "documents": [{"_id": 9}]}, 9)["ok"] == 1
+    assert raw("admin", {"commitTransaction": 1}, 9)["ok"] == 1
+    assert raw("admin", {"commitTransaction": 1}, 9)["ok"] == 1
+    assert raw("admin", {"abortTransaction": 1}, 9)["code"] == 256
+    # A newer transaction aborts the open one.
+    assert raw("test", {"insert": "e", "documents": [{"_id": 10}]}, 10, start=True)["ok"] == 1
+    assert raw("test", {"find": "e"}, 11, start=True)["ok"] == 1
+    assert raw("admin", {"commitTransaction": 1}, 10)["code"] == 225
+    assert c.test.e.find_one({"_id": 10}) is None
+    raw.close()
+
+
+def test_cursor_in_transaction_and_getmore(rs_node):
+    c = _client(rs_node)
+    c.test.cur.insert_many([{"_id": i} for i in range(250)])
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.test.cur.insert_one({"_id": 1000}, session=s)
+            ids = [d["_id"] for d in c.test.cur.find({}, session=s).batch_size(50)]
+            assert len(ids) == 251 and 1000 in ids
+    assert c.test.cur.count_documents({}) == 251
+
+
+def test_oplog_entry_and_restart_replays_committed(rs_node):
+    c = _client(rs_node)
+    c.test.d.insert_one({"_id": 0})
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.test.d.insert_many([{"_id": i} for i in range(1, 6)], session=s)
+            c.test.d.delete_one({"_id": 0}, session=s)
+    entry = c.local.oplog.rs.find_one({"o.applyOps": {"$exists": True}},
+                                      sort=[("$natural", -1)])
+    assert entry["op"] == "c" and entry["ns"] == "admin.$cmd"
+    assert len(entry["o"]["applyOps"]) == 6 and "lsid" in entry and entry["txnNumber"] >= 1
+    rec = [r for r in c.config.transactions.find()
+           if r["_id"]["id"] == entry["lsid"]["id"]][0]
+    assert rec["state"] == "committed" and rec["txnNum"] == entry["txnNumber"]
+    c.admin.command({"fsync": 1})  # nothing to replay below this
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.test.d.update_one({"_id": 1}, {"$set": {"y": 1}}, session=s)
+            c.test.d.insert_one({"_id": 7}, session=s)
+    c.test.d.insert_one({"_id": 8})
+    # j: true through a retryable write: the journal holds the transaction before it.
+    c.test.sync.insert_one({"_id": 1})
+    c.test.command({"insert": "sync", "documents": [{"_id": 2}], "writeConcern": {"j": True}})
+    rs_node.kill()
+    rs_node.start()
+    c = _client(rs_node)
+    assert sorted(d["_id"] for d in c.test.d.find()) == [1, 2, 3, 4, 5, 7, 8]
+    assert c.test.d.find_one({"_id": 1}) == {"_id": 1, "y": 1}
