@@ -161,6 +161,17 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     }
 }
 
+/* Recovery's hook: what a replayed entry implies for sessions and transactions. */
+static int
+node_replay_derive(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
+{
+    int ret = db_session_replay_derive(eng, entry, NULL, st);
+    if (ret == 0) {
+        ret = db_txn_replay_entry(eng, entry, arg, st);
+    }
+    return ret;
+}
+
 /* The session arguments of a request: checked as every role checks them (a standalone
  * refuses txnNumbers). */
 static int
@@ -311,7 +322,11 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     so.keygen_factory = db_keygen_factory;
-    so.replay_derive = db_session_replay_derive;
+    so.replay_derive = node_replay_derive;
+    if (node->repl_set) {
+        node->txns = db_txn_registry_new(NULL);
+        so.replay_derive_arg = node->txns;
+    }
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
@@ -319,7 +334,8 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     if (node->repl_set) {
         SHL_ERR(create_session_collections(node, st));
         node->sessions = db_session_catalog_new(node->eng);
-        node->txns = db_txn_registry_new(node->eng);
+        db_txn_registry_set_engine(node->txns, node->eng);
+        SHL_ERR(db_txn_recover_prepared(node->txns, node->sessions, st));
     }
     svc->storage = node->eng;
     svc->role_state = node;
@@ -377,8 +393,12 @@ done:
             if (node->cursors != NULL) {
                 shl_cursor_manager_destroy(node->cursors);
             }
+            db_txn_registry_destroy(node->txns);
+            node->txns = NULL;
+            db_session_catalog_destroy(node->sessions);
             shl_storage_close(node->eng);
         }
+        db_txn_registry_destroy(node->txns);
         pthread_mutex_destroy(&node->reaper_lock);
         pthread_cond_destroy(&node->reaper_cond);
         bson_free(node);

@@ -459,6 +459,17 @@ db_session_checkout_lsid(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_
     return session_acquire(cat, op, lsid, out, st);
 }
 
+db_session_t *
+db_session_catalog_attach(db_session_catalog_t *cat, const shl_lsid_t *lsid)
+{
+    db_session_t *s;
+
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, lsid);
+    pthread_mutex_unlock(&cat->mu);
+    return s;
+}
+
 void
 db_session_catalog_each(db_session_catalog_t *cat, void (*fn)(void *arg, db_session_t *s),
                         void *arg)

@@ -79,6 +79,9 @@ void **db_session_txn_slot(db_session_t *s);
 /* db_session_lsid -- the session's id (borrowed for the session's life). */
 const shl_lsid_t *db_session_lsid(const db_session_t *s);
 
+/* db_session_catalog_attach -- the session of 'lsid', created if new (startup: not checked out). */
+db_session_t *db_session_catalog_attach(db_session_catalog_t *cat, const shl_lsid_t *lsid);
+
 /*
  * db_session_catalog_each --
  *     Call fn(arg, s) for every session, under the catalog's mutex: 'fn' must not block nor

@@ -52,8 +52,18 @@ struct db_txn {
     struct db_txn *prev, *next;
 };
 
+/* A prepare entry recovery replayed whose decision it has not met (yet). */
+typedef struct recovered_prepare {
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    uint64_t prepare_ts;
+    bson_t ops; /* every op of the transaction (applyOps' inner form) */
+    struct recovered_prepare *next;
+} recovered_prepare_t;
+
 struct db_txn_registry {
     shl_storage_engine_t *eng;
+    recovered_prepare_t *recovered; /* startup only (one thread) */
     pthread_mutex_t mu; /* guards the list and each txn's 'active' */
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
@@ -141,8 +151,20 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
         txn_release(t);
         t->state = TXN_ABORTED;
     }
+    while (reg->recovered != NULL) {
+        recovered_prepare_t *r = reg->recovered;
+        reg->recovered = r->next;
+        bson_destroy(&r->ops);
+        bson_free(r);
+    }
     pthread_mutex_destroy(&reg->mu);
     bson_free(reg);
+}
+
+void
+db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng)
+{
+    reg->eng = eng;
 }
 
 static db_node_t *
@@ -940,4 +962,166 @@ db_txn_append_stats(db_txn_registry_t *reg, bson_t *t)
     BSON_APPEND_INT64(t, "totalPreparedThenAborted", LOAD(prepared_aborted));
     BSON_APPEND_INT64(t, "currentPrepared", prepared);
 #undef LOAD
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+/* The session of a transaction's entry: lsid and txnNumber; false for other entries. */
+static bool
+entry_session(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number)
+{
+    bson_t doc;
+    shl_status_t ignored = SHL_STATUS_INIT;
+
+    if (!shl_bson_get_subdoc(entry, "lsid", &doc) || !bson_has_field(entry, "txnNumber") ||
+        shl_lsid_parse(&doc, lsid, &ignored) != 0) {
+        return false;
+    }
+    *txn_number = shl_bson_int64_at(entry, "txnNumber");
+    return true;
+}
+
+static recovered_prepare_t *
+take_recovered(db_txn_registry_t *reg, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    for (recovered_prepare_t **pp = &reg->recovered; *pp != NULL; pp = &(*pp)->next) {
+        recovered_prepare_t *r = *pp;
+        if (r->txn_number == txn_number && shl_lsid_equal(&r->lsid, lsid)) {
+            *pp = r->next;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+typedef struct replay_commit {
+    const bson_t *ops;
+} replay_commit_t;
+
+static int
+replay_commit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    replay_commit_t *u = arg;
+
+    return shl_oplog_apply_inner_ops(txn, u->ops, st);
+}
+
+int
+db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
+{
+    db_txn_registry_t *reg = arg;
+    bson_t o;
+    bson_iter_t it;
+    shl_lsid_t lsid;
+    int64_t n = 0;
+    uint64_t ts = 0;
+    recovered_prepare_t *r = NULL;
+    int ret = 0;
+
+    if (reg == NULL || !shl_bson_get_subdoc(entry, "o", &o) || !bson_iter_init(&it, &o) ||
+        !bson_iter_next(&it) || !entry_session(entry, &lsid, &n)) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, entry, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        ts = shl_bson_iter_timestamp_u64(&it);
+    }
+    bson_iter_init(&it, &o);
+    bson_iter_next(&it);
+    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+        r = bson_malloc0(sizeof(*r));
+        r->lsid = lsid;
+        r->txn_number = n;
+        r->prepare_ts = ts;
+        SHL_ERR(shl_oplog_txn_ops(eng, entry, &r->ops, st));
+        r->next = reg->recovered;
+        reg->recovered = r;
+        r = NULL;
+    } else if (strcmp(bson_iter_key(&it), "commitTransaction") == 0) {
+        /* Its data commits at the decision entry's own timestamp (above the stable one). */
+        replay_commit_t u = {NULL};
+        bson_t ops = BSON_INITIALIZER;
+        r = take_recovered(reg, &lsid, n);
+        if (r != NULL) {
+            u.ops = &r->ops;
+        } else {
+            /* The prepare entry is older than the stable timestamp: read it. */
+            bson_t prep, po;
+            bool found = false;
+            bson_iter_t f;
+            uint64_t pts = 0;
+            if (shl_bson_get_subdoc(entry, "prevOpTime", &po) &&
+                bson_iter_init_find(&f, &po, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+                pts = shl_bson_iter_timestamp_u64(&f);
+            }
+            ret = shl_oplog_read(eng, pts, &prep, &found, st);
+            if (ret == 0 && found) {
+                bson_destroy(&ops);
+                ret = shl_oplog_txn_ops(eng, &prep, &ops, st);
+            }
+            bson_destroy(&prep);
+            SHL_ERR(ret);
+            u.ops = &ops;
+        }
+        ret = shl_storage_write_replayed(eng, ts, replay_commit_fn, &u, st);
+        bson_destroy(&ops);
+        SHL_ERR(ret);
+    } else if (strcmp(bson_iter_key(&it), "abortTransaction") == 0) {
+        r = take_recovered(reg, &lsid, n);
+    }
+done:
+    if (r != NULL) {
+        bson_destroy(&r->ops);
+        bson_free(r);
+    }
+    return ret;
+}
+
+int
+db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_status_t *st)
+{
+    int ret = 0;
+
+    while (reg->recovered != NULL) {
+        recovered_prepare_t *r = reg->recovered;
+        db_txn_t *t = bson_malloc0(sizeof(*t));
+        db_session_t *s;
+
+        reg->recovered = r->next;
+        t->reg = reg;
+        t->lsid = r->lsid;
+        t->txn_number = r->txn_number;
+        t->state = TXN_PREPARED;
+        t->was_prepared = true;
+        t->start_wall_ms = shl_clock_wall_ms();
+        t->start_mono_us = shl_clock_mono_us();
+        t->last_active_mono_us = t->start_mono_us;
+        shl_str_copy(t->level, sizeof(t->level), "local");
+        ret = shl_storage_txn_begin(reg->eng, NULL, &t->stxn, st);
+        if (ret == 0) {
+            shl_storage_txn_set_multi(t->stxn, true);
+            ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+        }
+        if (ret == 0) {
+            shl_storage_pin_stable(reg->eng, r->prepare_ts);
+            t->prepare_ts = r->prepare_ts;
+            ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
+        }
+        bson_destroy(&r->ops);
+        bson_free(r);
+        if (ret != 0) {
+            txn_release(t);
+            bson_free(t);
+            break;
+        }
+        s = db_session_catalog_attach(cat, &t->lsid);
+        t->session = s;
+        *db_session_txn_slot(s) = t;
+        list_add(reg, t);
+        atomic_fetch_add(&reg->started, 1);
+        atomic_fetch_add(&reg->prepared, 1);
+        SHL_LOG_INFO(TXN, 5100302, "prepared transaction recovered", "txnNumber",
+                     BCON_INT64(t->txn_number), "prepareTimestamp",
+                     BCON_TIMESTAMP(SHL_TS_SECS(t->prepare_ts), SHL_TS_INC(t->prepare_ts)));
+    }
+    return ret;
 }

@@ -93,6 +93,28 @@ void db_txn_discard(db_txn_registry_t *reg, db_txn_t *txn);
  */
 bool db_txn_abort_for_session(db_txn_registry_t *reg, void *session);
 
+/* db_txn_registry_set_engine -- the engine, once open (the registry exists before recovery). */
+void db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng);
+
+/*
+ * db_txn_replay_entry --
+ *     Startup recovery's hook for a replayed entry ('arg' the registry): a prepare entry is
+ *     remembered; a commitTransaction entry applies the ops of its prepare entry at its own
+ *     timestamp; an abortTransaction entry forgets it. Errors: storage errors.
+ */
+int db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg,
+                        shl_status_t *st);
+
+/*
+ * db_txn_recover_prepared --
+ *     After recovery: prepare again every transaction whose prepare entry recovery met
+ *     without a decision (at its prepareTimestamp, the stable timestamp pinned below it) and
+ *     hand it to its session in 'cat', where commitTransaction / abortTransaction find it.
+ */
+struct db_session_catalog;
+int db_txn_recover_prepared(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                            shl_status_t *st);
+
 /* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
 void db_register_txn_commands(shl_command_registry_t *reg);
 

@@ -71,6 +71,20 @@ typedef struct shl_drop_ident {
     uint64_t drop_ts;
 } shl_drop_ident_t;
 
+/*
+ * A read that meets a prepared transaction's update waits for its decision, as MongoDB's
+ * prepare-conflict retry: the same cursor call is repeated after a backoff (yield, then
+ * sleeps growing to 100 ms) until it stops returning WT_PREPARE_CONFLICT.
+ */
+void shl_prepare_backoff(int *attempt);
+#define SHL_WT_READ(var, call)                                                                     \
+    do {                                                                                           \
+        int shl_attempt_ = 0;                                                                      \
+        while (((var) = (call)) == WT_PREPARE_CONFLICT) {                                          \
+            shl_prepare_backoff(&shl_attempt_);                                                    \
+        }                                                                                          \
+    } while (0)
+
 /* Collect one document write's oplog op in a multi-document transaction (write.c). */
 void shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
                         const bson_t *o, const bson_t *o2);

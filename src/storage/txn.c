@@ -332,6 +332,18 @@ shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *
 }
 
 void
+shl_prepare_backoff(int *attempt)
+{
+    if (*attempt < 4) {
+        sched_yield();
+    } else {
+        int64_t ms = (int64_t)1 << (*attempt - 4 < 7 ? *attempt - 4 : 7);
+        shl_sleep_ms(ms > 100 ? 100 : ms);
+    }
+    (*attempt)++;
+}
+
+void
 shl_storage_txn_set_multi(shl_storage_txn_t *txn, bool on)
 {
     txn->multi = on;

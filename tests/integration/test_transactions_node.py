@@ -185,3 +185,99 @@ def test_oplog_entry_and_restart_replays_committed(rs_node):
     c = _client(rs_node)
     assert sorted(d["_id"] for d in c.test.d.find()) == [1, 2, 3, 4, 5, 7, 8]
     assert c.test.d.find_one({"_id": 1}) == {"_id": 1, "y": 1}
+
+
+def _prepare(raw, txn, docs, coll="p"):
+    assert raw("test", {"insert": coll, "documents": docs}, txn, start=True)["ok"] == 1
+    r = raw("admin", {"prepareTransaction": 1}, txn)
+    assert r["ok"] == 1, r
+    return r["prepareTimestamp"]
+
+
+def test_prepare_commit_at_commit_timestamp(rs_node):
+    c = _client(rs_node)
+    c.test.p.insert_one({"_id": 0})
+    raw = Raw(rs_node)
+    pts = _prepare(raw, 1, [{"_id": 1}, {"_id": 2}])
+    assert isinstance(pts, Timestamp)
+    # A retried prepare answers the same time; other statements are refused.
+    assert raw("admin", {"prepareTransaction": 1}, 1)["prepareTimestamp"] == pts
+    assert raw("test", {"find": "p"}, 1)["code"] == 267
+    # Commit without a commitTimestamp, or before the prepare, is refused.
+    assert raw("admin", {"commitTransaction": 1}, 1)["code"] == 72
+    r = raw("admin", {"commitTransaction": 1, "commitTimestamp": Timestamp(pts.time, 0)}, 1)
+    assert r["code"] == 72
+    entry = c.local.oplog.rs.find_one({"ts": pts})
+    assert entry["o"]["prepare"] is True and len(entry["o"]["applyOps"]) == 2
+    # A reader that touches the prepared documents waits for the decision.
+    got = {}
+
+    def reader():
+        got["doc"] = _client(rs_node).test.p.find_one({"_id": 1})
+
+    th = threading.Thread(target=reader)
+    th.start()
+    th.join(0.5)
+    assert th.is_alive()
+    assert c.test.p.find_one({"_id": 0}) == {"_id": 0}  # untouched documents are readable
+    cts = Timestamp(pts.time, pts.inc + 1)
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
+    th.join(10)
+    assert got["doc"] == {"_id": 1}
+    assert c.test.p.count_documents({}) == 3
+    dec = c.local.oplog.rs.find_one({"o.commitTransaction": 1})
+    assert dec["o"]["commitTimestamp"] == cts and dec["prevOpTime"]["ts"] == pts
+    # The data is visible exactly from the commit timestamp.
+    snap = c.test.command({"find": "p", "readConcern": {"level": "snapshot",
+                                                        "atClusterTime": pts}})
+    assert [d["_id"] for d in snap["cursor"]["firstBatch"]] == [0]
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["totalPrepared"] == 1 and st["totalPreparedThenCommitted"] == 1
+    raw.close()
+
+
+def test_prepare_then_abort_releases(rs_node):
+    c = _client(rs_node)
+    raw = Raw(rs_node)
+    _prepare(raw, 3, [{"_id": 1}])
+    assert raw("admin", {"abortTransaction": 1}, 3)["ok"] == 1
+    assert c.test.p.find_one({"_id": 1}) is None
+    c.test.p.insert_one({"_id": 1})
+    assert c.local.oplog.rs.find_one({"o.abortTransaction": 1}) is not None
+    raw.close()
+
+
+def test_prepared_transaction_survives_kill9(rs_node):
+    c = _client(rs_node)
+    c.test.p.insert_one({"_id": 0, "v": 0})
+    raw = Raw(rs_node)
+    lsid = raw.lsid
+    assert raw("test", {"update": "p", "updates": [{"q": {"_id": 0}, "u": {"$set": {"v": 1}}}]},
+               4, start=True)["ok"] == 1
+    pts = _prepare(raw, 4, [{"_id": 5}]) if False else None
+    assert raw("test", {"insert": "p", "documents": [{"_id": 5}]}, 4)["ok"] == 1
+    pts = raw("admin", {"prepareTransaction": 1}, 4)["prepareTimestamp"]
+    c.admin.command({"fsync": 1})  # a checkpoint while it is prepared
+    c.test.other.insert_one({"_id": 1})
+    c.test.command({"insert": "other", "documents": [{"_id": 2}], "writeConcern": {"j": True}})
+    raw.close()
+    rs_node.kill()
+    rs_node.start()
+    c = _client(rs_node)
+    raw = Raw(rs_node, lsid)
+    # Re-prepared: still undecided, and its documents wait for the decision.
+    assert raw("test", {"find": "p"}, 4)["code"] == 267
+    assert raw("admin", {"prepareTransaction": 1}, 4)["prepareTimestamp"] == pts
+    cts = Timestamp(pts.time, pts.inc + 1)
+    r = raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 4)
+    assert r["ok"] == 1, r
+    assert c.test.p.find_one({"_id": 0}) == {"_id": 0, "v": 1}
+    assert c.test.p.find_one({"_id": 5}) == {"_id": 5}
+    assert c.test.other.count_documents({}) == 2
+    # The commit itself survives another crash.
+    c.test.command({"insert": "other", "documents": [{"_id": 3}], "writeConcern": {"j": True}})
+    rs_node.kill()
+    rs_node.start()
+    c = _client(rs_node)
+    assert c.test.p.find_one({"_id": 0}) == {"_id": 0, "v": 1}
+    assert c.test.p.count_documents({}) == 2
