@@ -55,6 +55,9 @@ reaper_main(void *arg)
         if (n > 0) {
             SHL_LOG_INFO(QUERY, 20529, "Cursors timed out", "count", BCON_INT32(n));
         }
+        /* Transactions past transactionLifetimeLimitSeconds (MongoDB's periodic
+         * abortExpiredTransactions). */
+        (void)db_txn_abort_expired(node->txns, node->sessions, node->svc);
         pthread_mutex_lock(&node->reaper_lock);
     }
     pthread_mutex_unlock(&node->reaper_lock);

@@ -1125,3 +1125,183 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
     }
     return ret;
 }
+
+/* ---------------------------------------------------------------- aborting from outside */
+
+/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
+typedef struct lsid_list {
+    shl_lsid_t *v;
+    int64_t *txn;
+    size_t n, cap;
+} lsid_list_t;
+
+static void
+collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,
+        lsid_list_t *out)
+{
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        if (t->state != TXN_IN_PROGRESS || !pick(arg, t)) {
+            continue;
+        }
+        if (out->n == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 8;
+            out->v = bson_realloc(out->v, out->cap * sizeof(*out->v));
+            out->txn = bson_realloc(out->txn, out->cap * sizeof(*out->txn));
+        }
+        out->v[out->n] = t->lsid;
+        out->txn[out->n] = t->txn_number;
+        out->n++;
+    }
+    pthread_mutex_unlock(&reg->mu);
+}
+
+/*
+ * Abort the listed transactions that are still open and unprepared, each with its session
+ * checked out for a moment; a session busy with a statement is skipped (the statement's
+ * kill or its own end deals with it). Returns how many were aborted.
+ */
+static int
+abort_listed(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+             const lsid_list_t *l, const char *why)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < l->n; i++) {
+        shl_op_ctx_t op;
+        shl_status_t st = SHL_STATUS_INIT;
+        db_session_t *s = NULL;
+        db_txn_t *t;
+
+        memset(&op, 0, sizeof(op));
+        op.svc = svc;
+        op.deadline_us = shl_clock_mono_us() + 1000;
+        if (db_session_checkout_lsid(cat, &op, &l->v[i], &s, &st) != 0) {
+            continue;
+        }
+        t = *db_session_txn_slot(s);
+        if (t != NULL && t->txn_number == l->txn[i] && t->state == TXN_IN_PROGRESS) {
+            abort_unprepared(&op, t);
+            n++;
+            SHL_LOG_INFO(TXN, 5100303, "aborted a transaction", "reason", BCON_UTF8(why),
+                         "txnNumber", BCON_INT64(l->txn[i]));
+        }
+        db_session_checkin_txn(cat, s);
+    }
+    (void)reg;
+    return n;
+}
+
+typedef struct expiry_arg {
+    int64_t now_us, limit_us;
+} expiry_arg_t;
+
+static bool
+expired(void *arg, const db_txn_t *t)
+{
+    const expiry_arg_t *a = arg;
+    return a->now_us - t->start_mono_us > a->limit_us;
+}
+
+int
+db_txn_abort_expired(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc)
+{
+    expiry_arg_t a = {shl_clock_mono_us(),
+                      (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds) * 1000000};
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || cat == NULL) {
+        return 0;
+    }
+    collect(reg, expired, &a, &l);
+    if (l.n > 0) {
+        n = abort_listed(reg, cat, svc, &l, "transactionLifetimeLimitSeconds");
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
+}
+
+typedef struct match_arg {
+    bool (*match)(void *arg, const shl_lsid_t *lsid);
+    void *arg;
+} match_arg_t;
+
+static bool
+matches(void *arg, const db_txn_t *t)
+{
+    const match_arg_t *m = arg;
+    return m->match(m->arg, &t->lsid);
+}
+
+int
+db_txn_abort_sessions(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+                      bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    match_arg_t m = {match, arg};
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || cat == NULL) {
+        return 0;
+    }
+    collect(reg, matches, &m, &l);
+    if (l.n > 0) {
+        n = abort_listed(reg, cat, svc, &l, "killSessions");
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
+}
+
+/* ---------------------------------------------------------------- currentOp */
+
+void
+db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n)
+{
+    int64_t now_us = shl_clock_mono_us(), now_ms = shl_clock_wall_ms();
+
+    if (reg == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        bson_t d, tx, params, rc;
+        char key[16];
+        const char *kp;
+        int64_t open_us = now_us - t->start_mono_us;
+        int64_t limit = (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+
+        if (t->active) {
+            continue; /* listed with its running operation */
+        }
+        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+        bson_append_document_begin(arr, kp, -1, &d);
+        BSON_APPEND_UTF8(&d, "type", "idleSession");
+        BSON_APPEND_BOOL(&d, "active", false);
+        shl_lsid_append(&d, "lsid", &t->lsid);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "transaction", &tx);
+        BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &params);
+        BSON_APPEND_INT64(&params, "txnNumber", t->txn_number);
+        BSON_APPEND_BOOL(&params, "autocommit", false);
+        BSON_APPEND_DOCUMENT_BEGIN(&params, "readConcern", &rc);
+        BSON_APPEND_UTF8(&rc, "level", t->level);
+        bson_append_document_end(&params, &rc);
+        bson_append_document_end(&tx, &params);
+        shl_bson_append_timestamp_u64(&tx, "readTimestamp", t->read_ts);
+        BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_wall_ms);
+        BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
+        BSON_APPEND_INT64(&tx, "timeActiveMicros", 0);
+        BSON_APPEND_INT64(&tx, "timeInactiveMicros", now_us - t->last_active_mono_us);
+        if (t->state == TXN_PREPARED) {
+            shl_bson_append_timestamp_u64(&tx, "prepareTimestamp", t->prepare_ts);
+        } else {
+            BSON_APPEND_DATE_TIME(&tx, "expiryTime", now_ms - open_us / 1000 + limit * 1000);
+        }
+        bson_append_document_end(&d, &tx);
+        BSON_APPEND_UTF8(&d, "desc", "inactive transaction");
+        bson_append_document_end(arr, &d);
+    }
+    pthread_mutex_unlock(&reg->mu);
+}

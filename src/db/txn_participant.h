@@ -115,6 +115,34 @@ struct db_session_catalog;
 int db_txn_recover_prepared(db_txn_registry_t *reg, struct db_session_catalog *cat,
                             shl_status_t *st);
 
+/*
+ * db_txn_abort_expired --
+ *     Abort every unprepared transaction open longer than transactionLifetimeLimitSeconds
+ *     (read live), checking each session out briefly (a busy one waits for the next round).
+ *     The cursor reaper calls it. Returns how many.
+ */
+int db_txn_abort_expired(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                         shl_service_ctx_t *svc);
+
+/*
+ * db_txn_abort_sessions --
+ *     killSessions and session expiry: abort the unprepared transactions of the sessions
+ *     'match' accepts (as db_txn_abort_expired; a session running a statement is left to
+ *     the kill of its operation). Returns how many.
+ */
+int db_txn_abort_sessions(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                          shl_service_ctx_t *svc, bool (*match)(void *arg, const shl_lsid_t *lsid),
+                          void *arg);
+
+/*
+ * db_txn_append_current_op --
+ *     One currentOp document per inactive transaction (type "idleSession", lsid, the
+ *     `transaction` sub-document: parameters {txnNumber, autocommit, readConcern},
+ *     readTimestamp, startWallClockTime, timeOpenMicros, timeInactiveMicros, expiryTime or
+ *     prepareTimestamp) into array 'arr' from index *n (advanced). Takes the registry's mutex.
+ */
+void db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n);
+
 /* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
 void db_register_txn_commands(shl_command_registry_t *reg);
 

@@ -262,10 +262,9 @@ shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, s
     bson_init(ops);
     /* Walk the chain back through the partialTxn entries of the same transaction. */
     while (prev != 0) {
-        bson_t *e = bson_new();
+        bson_t *e = bson_malloc0(sizeof(*e)); /* initialised by shl_oplog_read */
         bool found = false, partial;
         bson_t eo;
-        bson_destroy(e);
         ret = shl_oplog_read(eng, prev, e, &found, st);
         if (ret != 0 || !found) {
             bson_destroy(e);

@@ -13,6 +13,7 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
 import wire_util
+from shale_fixtures import wait_until as shale_wait
 
 
 def _client(rs_node):
@@ -254,7 +255,6 @@ def test_prepared_transaction_survives_kill9(rs_node):
     lsid = raw.lsid
     assert raw("test", {"update": "p", "updates": [{"q": {"_id": 0}, "u": {"$set": {"v": 1}}}]},
                4, start=True)["ok"] == 1
-    pts = _prepare(raw, 4, [{"_id": 5}]) if False else None
     assert raw("test", {"insert": "p", "documents": [{"_id": 5}]}, 4)["ok"] == 1
     pts = raw("admin", {"prepareTransaction": 1}, 4)["prepareTimestamp"]
     c.admin.command({"fsync": 1})  # a checkpoint while it is prepared
@@ -281,3 +281,74 @@ def test_prepared_transaction_survives_kill9(rs_node):
     c = _client(rs_node)
     assert c.test.p.find_one({"_id": 0}) == {"_id": 0, "v": 1}
     assert c.test.p.count_documents({}) == 2
+
+
+def test_large_transaction_chains_entries_and_survives_kill9(rs_node):
+    c = _client(rs_node)
+    c.test.big.insert_one({"_id": "first"})
+    c.admin.command({"fsync": 1})
+    pad = "x" * (1024 * 1024)
+    with c.start_session() as s:
+        with s.start_transaction():
+            for i in range(20):  # 20 MB of ops: more than one 16 MB entry
+                c.test.big.insert_one({"_id": i, "pad": pad}, session=s)
+    entries = list(c.local.oplog.rs.find({"o.applyOps": {"$exists": True}},
+                                         sort=[("$natural", 1)]))
+    assert len(entries) == 2
+    assert entries[0]["o"]["partialTxn"] is True and "partialTxn" not in entries[1]["o"]
+    assert entries[1]["prevOpTime"]["ts"] == entries[0]["ts"]
+    assert entries[0]["prevOpTime"]["ts"] == Timestamp(0, 0)
+    assert sum(len(e["o"]["applyOps"]) for e in entries) == 20
+    c.test.command({"insert": "sync", "documents": [{"_id": 1}], "writeConcern": {"j": True}})
+    rs_node.kill()
+    rs_node.start()
+    c = _client(rs_node)
+    assert c.test.big.count_documents({}) == 21
+    assert c.test.big.find_one({"_id": 19})["pad"] == pad
+
+
+def test_lifetime_limit_aborts_old_transactions(rs_node):
+    c = _client(rs_node)
+    c.admin.command({"setParameter": 1, "transactionLifetimeLimitSeconds": 1})
+    c.test.l.insert_one({"_id": 0})
+    raw = Raw(rs_node)
+    assert raw("test", {"insert": "l", "documents": [{"_id": 1}]}, 1, start=True)["ok"] == 1
+    # A prepared one is never aborted by the limit.
+    raw2 = Raw(rs_node)
+    pts = _prepare(raw2, 1, [{"_id": 2}], coll="l2")
+
+    def aborted():
+        return c.admin.command("serverStatus")["transactions"]["totalAborted"] >= 1
+
+    # The reaper runs every few seconds.
+    shale_wait(aborted, timeout=20, what="the lifetime limit")
+    assert raw("admin", {"commitTransaction": 1}, 1)["code"] == 251
+    assert c.test.l.count_documents({}) == 1
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["totalAborted"] >= 1 and st["currentOpen"] == 1
+    cts = Timestamp(pts.time, pts.inc + 1)
+    assert raw2("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
+    assert c.test.l2.count_documents({}) == 1
+    raw.close()
+    raw2.close()
+
+
+def test_kill_sessions_aborts_and_current_op_shows(rs_node):
+    c = _client(rs_node)
+    raw = Raw(rs_node)
+    assert raw("test", {"insert": "k", "documents": [{"_id": 1}]}, 2, start=True)["ok"] == 1
+    ops = c.admin.command({"currentOp": 1, "type": "idleSession"})["inprog"]
+    mine = [o for o in ops if o["lsid"]["id"] == uuid.UUID(bytes=bytes(raw.lsid["id"]))]
+    assert mine, ops
+    assert len(mine) == 1 and mine[0]["active"] is False
+    tx = mine[0]["transaction"]
+    assert tx["parameters"]["txnNumber"] == 2 and tx["parameters"]["autocommit"] is False
+    assert "expiryTime" in tx and tx["timeOpenMicros"] >= 0
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["currentInactive"] == 1 and st["currentOpen"] == 1
+    c.admin.command({"killSessions": [raw.lsid]})
+    r = raw("admin", {"commitTransaction": 1}, 2)
+    assert r["code"] == 251
+    assert c.test.k.count_documents({}) == 0
+    assert c.admin.command("serverStatus")["transactions"]["currentOpen"] == 0
+    raw.close()
