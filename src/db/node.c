@@ -193,8 +193,16 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     }
     /* A statement of a transaction has the session until it ends, and the transaction's
      * storage transaction for its run (txn_participant.h). */
-    if ((op->has_autocommit || op->start_transaction) && node->sessions != NULL) {
+    if (op->has_autocommit || op->start_transaction) {
         db_session_t *s = NULL;
+        if (!op->has_txn_number) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "'autocommit' field requires a transaction number to also be specified");
+        }
+        if (node->sessions == NULL) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "Transaction numbers are only allowed on a replica set member or mongos");
+        }
         if (!op->has_autocommit) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "txnNumber may only be provided for multi-document transactions and "
@@ -354,9 +362,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_uwb_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
-    if (node->txns != NULL) {
-        db_register_txn_commands(reg);
-    }
+    db_register_txn_commands(reg);
     shl_session_commands_register(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
@@ -364,9 +370,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.append_server_status = append_server_status;
     svc->hooks.session_begin = session_begin;
     svc->hooks.session_end = session_end;
-    if (node->txns != NULL) {
-        svc->hooks.txn_end = txn_end;
-    }
+    svc->hooks.txn_end = txn_end;
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {
