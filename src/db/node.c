@@ -164,6 +164,12 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     }
 }
 
+static int
+op_interrupted(void *arg, shl_status_t *st)
+{
+    return shl_op_check_interrupt(arg, st);
+}
+
 /* Recovery's hook: what a replayed entry implies for sessions and transactions. */
 static int
 node_replay_derive(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
@@ -218,6 +224,8 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
         }
         op->txn_session = s;
     }
+    /* Reads that wait for a prepared transaction stop when the operation is interrupted. */
+    shl_storage_set_interrupt(op_interrupted, op);
 done:
     return ret;
 }
@@ -235,6 +243,7 @@ session_end(shl_op_ctx_t *op)
 {
     db_node_t *node = op->svc->role_state;
 
+    shl_storage_set_interrupt(NULL, NULL);
     if (op->txn_session != NULL) {
         (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
         db_session_checkin_txn(node->sessions, op->txn_session);

@@ -34,6 +34,17 @@ shl_wt_err(shl_status_t *st, int wtret, const char *what)
                               "operation. Please retry your operation or multi-document "
                               "transaction.");
     }
+    if (wtret == WT_PREPARE_CONFLICT) {
+        shl_status_t why;
+        if (shl_prepare_interrupted(&why)) {
+            *st = why;
+            return why.code;
+        }
+        return shl_status_set(st, SHL_CODE_WRITE_CONFLICT,
+                              "WriteConflict error: this operation conflicted with another "
+                              "operation. Please retry your operation or multi-document "
+                              "transaction.");
+    }
     if (wtret == WT_CACHE_FULL) {
         return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT, "%s: WiredTiger cache full",
                               what);

@@ -292,6 +292,14 @@ int shl_storage_txn_commit_at(shl_storage_txn_t *txn, uint64_t commit_ts, uint64
                               shl_status_t *st);
 
 /*
+ * shl_storage_set_interrupt --
+ *     The interruption check of the operation the calling thread runs (NULL: none): a read
+ *     waiting for a prepared transaction's decision calls it between retries and, when it
+ *     fails, fails with its status (MaxTimeMSExpired, Interrupted ...). Thread-local.
+ */
+void shl_storage_set_interrupt(int (*fn)(void *arg, shl_status_t *st), void *arg);
+
+/*
  * shl_storage_pin_stable / shl_storage_unpin_stable --
  *     Keep the stable timestamp below 'ts' (a prepared transaction's prepare timestamp)
  *     until unpinned, so that crash recovery replays its prepare entry. Thread-safe.

@@ -74,14 +74,17 @@ typedef struct shl_drop_ident {
 /*
  * A read that meets a prepared transaction's update waits for its decision, as MongoDB's
  * prepare-conflict retry: the same cursor call is repeated after a backoff (yield, then
- * sleeps growing to 100 ms) until it stops returning WT_PREPARE_CONFLICT.
+ * sleeps growing to 100 ms) until it stops returning WT_PREPARE_CONFLICT, or the thread's
+ * operation is interrupted (shl_storage_set_interrupt): the call's result stays
+ * WT_PREPARE_CONFLICT and shl_wt_err reports the interruption.
  */
-void shl_prepare_backoff(int *attempt);
+bool shl_prepare_backoff(int *attempt);
+/* shl_prepare_interrupted -- the interruption that ended the last wait (st), else false. */
+bool shl_prepare_interrupted(shl_status_t *st);
 #define SHL_WT_READ(var, call)                                                                     \
     do {                                                                                           \
         int shl_attempt_ = 0;                                                                      \
-        while (((var) = (call)) == WT_PREPARE_CONFLICT) {                                          \
-            shl_prepare_backoff(&shl_attempt_);                                                    \
+        while (((var) = (call)) == WT_PREPARE_CONFLICT && shl_prepare_backoff(&shl_attempt_)) {    \
         }                                                                                          \
     } while (0)
 

@@ -331,9 +331,36 @@ shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *
     return ret;
 }
 
+/* The interruption check of the operation this thread runs (shl_storage_set_interrupt) and
+ * the status it gave, which a prepare-conflict wait it ended reports. */
+static _Thread_local int (*tl_interrupt)(void *arg, shl_status_t *st);
+static _Thread_local void *tl_interrupt_arg;
+static _Thread_local shl_status_t tl_interrupt_st;
+
 void
+shl_storage_set_interrupt(int (*fn)(void *arg, shl_status_t *st), void *arg)
+{
+    tl_interrupt = fn;
+    tl_interrupt_arg = arg;
+}
+
+bool
+shl_prepare_interrupted(shl_status_t *st)
+{
+    if (tl_interrupt_st.code == 0) {
+        return false;
+    }
+    *st = tl_interrupt_st;
+    shl_status_clear(&tl_interrupt_st);
+    return true;
+}
+
+bool
 shl_prepare_backoff(int *attempt)
 {
+    if (tl_interrupt != NULL && tl_interrupt(tl_interrupt_arg, &tl_interrupt_st) != 0) {
+        return false;
+    }
     if (*attempt < 4) {
         sched_yield();
     } else {
@@ -341,6 +368,7 @@ shl_prepare_backoff(int *attempt)
         shl_sleep_ms(ms > 100 ? 100 : ms);
     }
     (*attempt)++;
+    return true;
 }
 
 void

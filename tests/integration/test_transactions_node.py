@@ -352,3 +352,60 @@ def test_kill_sessions_aborts_and_current_op_shows(rs_node):
     assert c.test.k.count_documents({}) == 0
     assert c.admin.command("serverStatus")["transactions"]["currentOpen"] == 0
     raw.close()
+
+
+def test_prepare_conflicts_wait_interruptibly_and_writers_wait(rs_node):
+    c = _client(rs_node)
+    c.test.pc.insert_one({"_id": 1, "v": 0})
+    raw = Raw(rs_node)
+    assert raw("test", {"update": "pc", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 1}}}]},
+               1, start=True)["ok"] == 1
+    pts = raw("admin", {"prepareTransaction": 1}, 1)["prepareTimestamp"]
+    # A reader that waits for the decision ends at its maxTimeMS.
+    with pytest.raises(OperationFailure) as e:
+        c.test.command({"find": "pc", "maxTimeMS": 200})
+    assert e.value.code == 50
+    # A plain write of the prepared document waits, then applies on top of the commit.
+    res = {}
+    th = threading.Thread(target=lambda: res.update(
+        r=_client(rs_node).test.pc.update_one({"_id": 1}, {"$inc": {"v": 10}}).modified_count))
+    th.start()
+    th.join(0.5)
+    assert th.is_alive()
+    cts = Timestamp(pts.time, pts.inc + 1)
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
+    th.join(10)
+    assert res["r"] == 1 and c.test.pc.find_one({"_id": 1})["v"] == 11
+    raw.close()
+
+
+def test_concurrent_transfers_conserve_the_total(rs_node):
+    c = _client(rs_node)
+    c.test.bank.insert_many([{"_id": i, "bal": 100} for i in range(10)])
+    errors = []
+
+    def worker(seed):
+        import random
+        rnd = random.Random(seed)
+        cl = _client(rs_node)
+        for _ in range(15):
+            a, b = rnd.sample(range(10), 2)
+
+            def tx(s):
+                cl.test.bank.update_one({"_id": a}, {"$inc": {"bal": -1}}, session=s)
+                cl.test.bank.update_one({"_id": b}, {"$inc": {"bal": 1}}, session=s)
+            try:
+                with cl.start_session() as s:
+                    s.with_transaction(tx)
+            except Exception as e:  # noqa: BLE001 -- reported below
+                errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(d["bal"] for d in c.test.bank.find()) == 1000
+    st = c.admin.command("serverStatus")["transactions"]
+    assert st["totalCommitted"] >= 90 and st["currentOpen"] == 0
