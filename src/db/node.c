@@ -223,6 +223,9 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
             goto done;
         }
         op->txn_session = s;
+        /* A transaction's statement does not wait long for a lock (MongoDB's
+         * maxTransactionLockRequestTimeoutMillis; negative: wait as long as needed). */
+        shl_storage_set_lock_timeout(shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis));
     }
     /* Reads that wait for a prepared transaction stop when the operation is interrupted. */
     shl_storage_set_interrupt(op_interrupted, op);
@@ -244,6 +247,7 @@ session_end(shl_op_ctx_t *op)
     db_node_t *node = op->svc->role_state;
 
     shl_storage_set_interrupt(NULL, NULL);
+    shl_storage_set_lock_timeout(-1);
     if (op->txn_session != NULL) {
         (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
         db_session_checkin_txn(node->sessions, op->txn_session);

@@ -342,6 +342,14 @@ typedef struct shl_coll_handle {
 int shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mode_t mode,
                              shl_coll_handle_t *h, shl_status_t *st);
 
+/*
+ * shl_storage_set_lock_timeout --
+ *     Bound the waits of the calling thread's shl_storage_coll_acquire to 'ms' (-1: none), which
+ *     then fail with LockTimeout (24): a statement of a multi-document transaction
+ *     (maxTransactionLockRequestTimeoutMillis). Thread-local.
+ */
+void shl_storage_set_lock_timeout(int64_t ms);
+
 /* shl_storage_coll_release -- release the reference and the locks. Idempotent. */
 void shl_storage_coll_release(shl_coll_handle_t *h);
 
