@@ -295,7 +295,20 @@ db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn f
         if (last_ts != NULL) {
             *last_ts = 0;
         }
-        return fn(in_txn, arg, st);
+        /* What the shard observes of the writes is reported when the transaction commits. */
+        tl_in_unit = true;
+        ret = fn(in_txn, arg, st);
+        tl_in_unit = false;
+        if (ret == 0) {
+            for (size_t i = 0; i < tl_n; i++) {
+                db_txn_note_write(op, tl_obs[i].ns, tl_obs[i].pre, tl_obs[i].post);
+            }
+        }
+        observed_reset();
+        bson_free(tl_obs);
+        tl_obs = NULL;
+        tl_cap = 0;
+        return ret;
     }
     if (node == NULL || node->sharding.on_write == NULL || tl_in_unit) {
         /* (A unit inside a unit reports with the outer one.) */

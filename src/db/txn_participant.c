@@ -46,6 +46,10 @@ struct db_txn {
     bool was_prepared;
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
+    /* Writes the shard role observes, reported at commit (db_txn_note_write). */
+    char **obs_ns;
+    bson_t **obs_pre, **obs_post;
+    size_t nobs, capobs;
     /* Guarded by reg->mu. */
     bool active; /* a statement is running */
     bool listed;
@@ -113,10 +117,68 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
     pthread_mutex_unlock(&reg->mu);
 }
 
+static db_node_t *node_of(const shl_op_ctx_t *op);
+
+static void
+drop_observed(db_txn_t *t)
+{
+    for (size_t i = 0; i < t->nobs; i++) {
+        bson_free(t->obs_ns[i]);
+        if (t->obs_pre[i] != NULL) {
+            bson_destroy(t->obs_pre[i]);
+        }
+        if (t->obs_post[i] != NULL) {
+            bson_destroy(t->obs_post[i]);
+        }
+    }
+    bson_free(t->obs_ns);
+    bson_free(t->obs_pre);
+    bson_free(t->obs_post);
+    t->obs_ns = NULL;
+    t->obs_pre = t->obs_post = NULL;
+    t->nobs = t->capobs = 0;
+}
+
+void
+db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, const bson_t *post)
+{
+    db_txn_t *t = op->txn;
+
+    if (t == NULL) {
+        return;
+    }
+    if (t->nobs == t->capobs) {
+        t->capobs = t->capobs ? t->capobs * 2 : 8;
+        t->obs_ns = bson_realloc(t->obs_ns, t->capobs * sizeof(*t->obs_ns));
+        t->obs_pre = bson_realloc(t->obs_pre, t->capobs * sizeof(*t->obs_pre));
+        t->obs_post = bson_realloc(t->obs_post, t->capobs * sizeof(*t->obs_post));
+    }
+    t->obs_ns[t->nobs] = bson_strdup(ns);
+    t->obs_pre[t->nobs] = pre != NULL ? bson_copy(pre) : NULL;
+    t->obs_post[t->nobs] = post != NULL ? bson_copy(post) : NULL;
+    t->nobs++;
+}
+
+/* The transaction committed: the shard role learns its observed writes. */
+static void
+report_observed(const shl_op_ctx_t *op, db_txn_t *t)
+{
+    const db_node_t *node = op != NULL ? node_of(op) : NULL;
+
+    if (node != NULL && node->sharding.on_write != NULL) {
+        for (size_t i = 0; i < t->nobs; i++) {
+            node->sharding.on_write(node->sharding.arg, t->obs_ns[i], t->obs_pre[i],
+                                    t->obs_post[i]);
+        }
+    }
+    drop_observed(t);
+}
+
 /* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
 static void
 txn_release(db_txn_t *t)
 {
+    drop_observed(t);
     if (t->stxn != NULL) {
         shl_storage_txn_abort(t->stxn);
         t->stxn = NULL;
@@ -650,6 +712,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
         goto done;
     }
     db_op_note_write_ts(ts);
+    report_observed(op, t);
     list_remove(t->reg, t);
     t->state = TXN_COMMITTED;
     atomic_fetch_add(&t->reg->committed, 1);
@@ -696,8 +759,8 @@ decision_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
  * commit at commit_ts with that durable timestamp, or the rollback.
  */
 static int
-decide_prepared(db_txn_t *t, bool commit, uint64_t commit_ts, uint64_t *entry_ts,
-                shl_status_t *st)
+decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commit_ts,
+                uint64_t *entry_ts, shl_status_t *st)
 {
     decision_unit_t u = {t, commit ? "commitTransaction" : "abortTransaction", commit_ts};
     uint64_t ts = 0;
@@ -715,6 +778,7 @@ decide_prepared(db_txn_t *t, bool commit, uint64_t commit_ts, uint64_t *entry_ts
                           BCON_INT32(ret), "errmsg", BCON_UTF8(st->reason));
             SHL_INVARIANT(ret == 0);
         }
+        report_observed(op, t);
     }
     txn_release(t);
 done:
@@ -765,7 +829,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "commitTimestamp cannot be less than the prepareTimestamp");
         }
-        SHL_ERR(decide_prepared(t, true, commit_ts, &entry_ts, st));
+        SHL_ERR(decide_prepared(op, t, true, commit_ts, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
         t->state = TXN_COMMITTED;
         atomic_fetch_add(&t->reg->committed, 1);
@@ -799,7 +863,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         abort_unprepared(op, t);
         break;
     case TXN_PREPARED:
-        SHL_ERR(decide_prepared(t, false, 0, &entry_ts, st));
+        SHL_ERR(decide_prepared(op, t, false, 0, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
         t->state = TXN_ABORTED;
         atomic_fetch_add(&t->reg->aborted, 1);

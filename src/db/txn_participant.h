@@ -75,6 +75,15 @@ int db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_
  */
 shl_storage_txn_t *db_txn_storage(const shl_op_ctx_t *op);
 
+/*
+ * db_txn_note_write --
+ *     A write of the operation's transaction the shard role observes (pre/post images, each
+ *     may be NULL; copied): reported to it (node->sharding.on_write) once the transaction
+ *     commits, dropped if it aborts.
+ */
+void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                       const bson_t *post);
+
 /* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 
