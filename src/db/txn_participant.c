@@ -18,6 +18,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
 #include "storage/catalog.h"
 #include "storage/oplog.h"
@@ -291,7 +292,8 @@ is_decision_cmd(const char *name)
 
 /* The read timestamp of a new transaction from its readConcern ('rc' may be NULL). */
 static int
-choose_read_ts(db_txn_registry_t *reg, const bson_t *rc, db_txn_t *t, shl_status_t *st)
+choose_read_ts(db_txn_registry_t *reg, shl_op_ctx_t *op, const bson_t *rc, db_txn_t *t,
+               shl_status_t *st)
 {
     bson_iter_t it;
     const char *level = "local";
@@ -316,12 +318,20 @@ choose_read_ts(db_txn_registry_t *reg, const bson_t *rc, db_txn_t *t, shl_status
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "atClusterTime must be a Timestamp");
         }
         t->read_ts = shl_bson_iter_timestamp_u64(&it);
-        if (t->read_ts > shl_storage_all_durable(reg->eng)) {
-            /* A time this node has not reached yet: its clock moves there (the router's
-             * gossip normally did already) and the reads wait for the writes before it. */
-            shl_storage_clock_advance(reg->eng, t->read_ts);
+        if (t->read_ts == 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "readConcern.atClusterTime cannot be null");
         }
-    } else if (strcmp(level, "local") != 0) {
+        /* A time this node has not reached yet: the clock moves there and the snapshot
+         * waits for the writes in flight below it (as a snapshot read outside one). */
+        SHL_ERR(db_rc_wait_committed(op, t->read_ts, st));
+    } else {
+        if (rc != NULL && bson_iter_init_find(&it, rc, "afterClusterTime") &&
+            BSON_ITER_HOLDS_TIMESTAMP(&it) && shl_bson_iter_timestamp_u64(&it) != 0) {
+            /* Causal consistency: the snapshot is taken once the time is committed here. */
+            SHL_ERR(db_rc_wait_after_cluster_time(op, shl_bson_iter_timestamp_u64(&it), st));
+        }
+    }
+    if (t->read_ts == 0 && strcmp(level, "local") != 0) {
         /* On a set of one the majority point is the no-holes point. */
         t->read_ts = shl_storage_all_durable(reg->eng);
     }
@@ -344,7 +354,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     t->start_wall_ms = shl_clock_wall_ms();
     t->start_mono_us = shl_clock_mono_us();
     t->last_active_mono_us = t->start_mono_us;
-    SHL_ERR(choose_read_ts(reg, op->has_read_concern ? &op->read_concern : NULL, t, st));
+    SHL_ERR(choose_read_ts(reg, op, op->has_read_concern ? &op->read_concern : NULL, t, st));
     o.read_timestamp = t->read_ts;
     SHL_ERR(shl_storage_txn_begin(reg->eng, &o, &t->stxn, st));
     shl_storage_txn_set_multi(t->stxn, true);

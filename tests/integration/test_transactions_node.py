@@ -409,3 +409,21 @@ def test_concurrent_transfers_conserve_the_total(rs_node):
     assert sum(d["bal"] for d in c.test.bank.find()) == 1000
     st = c.admin.command("serverStatus")["transactions"]
     assert st["totalCommitted"] >= 90 and st["currentOpen"] == 0
+
+
+def test_snapshot_at_cluster_time_as_a_router_sends_it(rs_node):
+    c = _client(rs_node)
+    t0 = c.test.command({"insert": "ct", "documents": [{"_id": 1, "v": 1}]})["operationTime"]
+    c.test.ct.update_one({"_id": 1}, {"$set": {"v": 2}})
+    raw = Raw(rs_node)
+    r = raw("test", {"find": "ct"}, 1, start=True,
+            readConcern={"level": "snapshot", "atClusterTime": t0}, coordinator=True)
+    assert r["cursor"]["firstBatch"] == [{"_id": 1, "v": 1}]
+    # A write of the transaction over a newer version conflicts (snapshot isolation).
+    r = raw("test", {"update": "ct", "updates": [{"q": {"_id": 1}, "u": {"$set": {"v": 3}}}]}, 1)
+    assert r["code"] == 112 and "TransientTransactionError" in r["errorLabels"]
+    assert c.test.ct.find_one({"_id": 1})["v"] == 2
+    # An unknown readConcern level is refused when the transaction starts.
+    r = raw("test", {"find": "ct"}, 2, start=True, readConcern={"level": "available"})
+    assert r["code"] == 72
+    raw.close()
