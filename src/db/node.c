@@ -195,6 +195,11 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
         SHL_ERR(db_session_checkout(node->sessions, op, st));
         /* A newer txnNumber ends the session's unprepared transaction. */
+        if (db_txn_session_prepared(op->session)) {
+            db_session_checkin(node->sessions, op);
+            SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
+                     "Cannot start a retryable write on a session whose transaction is prepared");
+        }
         (void)db_txn_abort_for_session(node->txns, op->session);
     }
     /* A statement of a transaction has the session until it ends, and the transaction's

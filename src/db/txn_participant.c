@@ -572,6 +572,14 @@ db_txn_read_ts(const shl_op_ctx_t *op)
 }
 
 bool
+db_txn_session_prepared(void *session)
+{
+    const db_txn_t *t = *db_session_txn_slot(session);
+
+    return t != NULL && t->state == TXN_PREPARED;
+}
+
+bool
 db_txn_abort_for_session(db_txn_registry_t *reg, void *session)
 {
     db_session_t *s = session;

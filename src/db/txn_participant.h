@@ -152,6 +152,9 @@ int db_txn_abort_sessions(db_txn_registry_t *reg, struct db_session_catalog *cat
  */
 void db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n);
 
+/* db_txn_session_prepared -- whether the checked-out session's transaction is prepared. */
+bool db_txn_session_prepared(void *session);
+
 /* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
 void db_register_txn_commands(shl_command_registry_t *reg);
 
