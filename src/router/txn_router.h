@@ -106,12 +106,14 @@ bool router_txn_retry_refused(router_txn_t *t, shl_fanout_result_t *res);
 
 /*
  * router_txn_end --
- *     After a statement (not commit/abort): on failure every participant is sent
+ *     After a statement (not commit/abort; 'reply' its reply when ret is 0): on failure (or
+ *     writeErrors in the reply) every participant is sent
  *     abortTransaction (best effort) and the error gets TransientTransactionError where
  *     MongoDB puts it; on success the statement's recoveryToken is remembered for the reply
  *     (router_txn_append_token). Returns 'ret'.
  */
-int router_txn_end(struct shl_router *r, shl_op_ctx_t *op, int ret, shl_status_t *st);
+int router_txn_end(struct shl_router *r, shl_op_ctx_t *op, int ret, shl_status_t *st,
+                   const bson_t *reply);
 
 /* router_txn_append_token -- append the recoveryToken router_txn_end remembered on this
  * thread (if any) to 'reply', and forget it. */
