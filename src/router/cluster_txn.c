@@ -190,9 +190,9 @@ router_txn_commit(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, bson_t *
                  "commitTransaction must be run within a transaction");
     }
     t->commit_type = commit_type(t, &writers);
-    SHL_LOG_DEBUG(1, TXN, 22890, "Committing transaction", "txnNumber",
-                  BCON_INT64(t->txn_number), "commitType", BCON_INT32((int32_t)t->commit_type),
-                  "participants", BCON_INT64((int64_t)t->nparts));
+    SHL_LOG_DEBUG(1, TXN, 22890, "Committing transaction", "txnNumber", BCON_INT64(t->txn_number),
+                  "commitType", BCON_INT32((int32_t)t->commit_type), "participants",
+                  BCON_INT64((int64_t)t->nparts));
     switch (t->commit_type) {
     case ROUTER_COMMIT_RECOVER_TOKEN:
         token_shard(cmd, &has_token, shard, sizeof(shard));
@@ -221,15 +221,16 @@ router_txn_commit(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, bson_t *
         break;
     case ROUTER_COMMIT_TWO_PHASE:
     case ROUTER_COMMIT_NONE:
-        ret = coordinate_commit(r, op, t, cmd, t->parts[t->coordinator < 0 ? 0 : t->coordinator].shard,
-                                true, reply, &wce, st);
+        ret = coordinate_commit(r, op, t, cmd,
+                                t->parts[t->coordinator < 0 ? 0 : t->coordinator].shard, true,
+                                reply, &wce, st);
         break;
     }
-    label_commit(ret, wce, st, reply);
     if (ret == 0) {
         router_txn_set_token(t);
     }
 done:
+    label_commit(ret, wce, st, reply);
     return ret;
 }
 
@@ -277,9 +278,15 @@ cmd_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 }
 
 static const shl_command_t k_txn_commands[] = {
-    {"commitTransaction", {NULL}, cmd_commit, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"commitTransaction",
+     {NULL},
+     cmd_commit,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "commit a multi-document transaction on its participants"},
-    {"abortTransaction", {NULL}, cmd_abort, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"abortTransaction",
+     {NULL},
+     cmd_abort,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "abort a multi-document transaction on its participants"},
 };
 

@@ -25,8 +25,8 @@ static _Thread_local char tl_token_shard[SHL_SHARD_ID_MAX];
 
 struct router_txn_catalog {
     pthread_mutex_t mu;
-    pthread_cond_t released;                 /* broadcast when a state is checked in */
-    router_txn_t *buckets[CATALOG_BUCKETS];  /* guarded by mu; states live until destroy */
+    pthread_cond_t released;                /* broadcast when a state is checked in */
+    router_txn_t *buckets[CATALOG_BUCKETS]; /* guarded by mu; states live until destroy */
 };
 
 router_txn_catalog_t *
@@ -63,10 +63,11 @@ router_txn_catalog_destroy(router_txn_catalog_t *c)
 static bool
 allowed_in_txn(const char *name)
 {
-    static const char *const names[] = {
-        "abortTransaction", "aggregate", "commitTransaction", "create",      "createIndexes",
-        "delete",           "distinct",  "find",              "findandmodify", "findAndModify",
-        "getMore",          "insert",    "killCursors",       "update",        NULL};
+    static const char *const names[] = {"abortTransaction", "aggregate",     "commitTransaction",
+                                        "create",           "createIndexes", "delete",
+                                        "distinct",         "find",          "findandmodify",
+                                        "findAndModify",    "getMore",       "insert",
+                                        "killCursors",      "update",        NULL};
     bool found = false;
 
     for (size_t i = 0; !found && names[i] != NULL; i++) {
@@ -124,8 +125,8 @@ set_read_concern(router_txn_t *t, const shl_op_ctx_t *op, uint64_t cluster_time)
     bson_iter_init(&it, &op->read_concern);
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
-        bool drop = snapshot && (strcmp(k, "afterClusterTime") == 0 ||
-                                 strcmp(k, "atClusterTime") == 0);
+        bool drop =
+            snapshot && (strcmp(k, "afterClusterTime") == 0 || strcmp(k, "atClusterTime") == 0);
         if (!drop) {
             bson_append_iter(&t->read_concern, NULL, 0, &it);
         }
@@ -279,9 +280,9 @@ find_participant(router_txn_t *t, const char *shard)
 static bool
 txn_field(const char *k)
 {
-    static const char *const names[] = {"lsid",        "txnNumber",   "autocommit",
-                                        "startTransaction", "readConcern", "coordinator",
-                                        "writeConcern", NULL};
+    static const char *const names[] = {
+        "lsid",        "txnNumber",   "autocommit",   "startTransaction",
+        "readConcern", "coordinator", "writeConcern", NULL};
     bool found = false;
 
     for (size_t i = 0; !found && names[i] != NULL; i++) {
@@ -303,8 +304,9 @@ router_txn_attach(router_txn_t *t, const char *shard, const bson_t *cmd, bson_t 
         bson_iter_init(&it, cmd);
         while (shl_iter_next(&it)) {
             const char *k = shl_iter_key(&it);
-            if (t->raw_send || (strcmp(k, "autocommit") != 0 && strcmp(k, "startTransaction") != 0 &&
-                                strcmp(k, "txnNumber") != 0 && strcmp(k, "coordinator") != 0)) {
+            if (t->raw_send ||
+                (strcmp(k, "autocommit") != 0 && strcmp(k, "startTransaction") != 0 &&
+                 strcmp(k, "txnNumber") != 0 && strcmp(k, "coordinator") != 0)) {
                 bson_append_iter(out, NULL, 0, &it);
             }
         }
@@ -349,9 +351,9 @@ router_txn_attach(router_txn_t *t, const char *shard, const bson_t *cmd, bson_t 
 static bool
 command_writes(const bson_t *cmd)
 {
-    static const char *const writes[] = {"insert",        "update",        "delete",
-                                         "findAndModify", "findandmodify", "create",
-                                         "createIndexes", NULL};
+    static const char *const writes[] = {
+        "insert",        "update", "delete",        "findAndModify",
+        "findandmodify", "create", "createIndexes", NULL};
     bson_iter_t it, st, last;
     const char *name;
     bool w = false;
@@ -372,7 +374,8 @@ command_writes(const bson_t *cmd)
         }
         if (any && BSON_ITER_HOLDS_DOCUMENT(&last) && bson_iter_recurse(&last, &st) &&
             bson_iter_next(&st)) {
-            w = strcmp(bson_iter_key(&st), "$out") == 0 || strcmp(bson_iter_key(&st), "$merge") == 0;
+            w = strcmp(bson_iter_key(&st), "$out") == 0 ||
+                strcmp(bson_iter_key(&st), "$merge") == 0;
         }
     }
     return w;
@@ -531,8 +534,7 @@ router_txn_end(struct shl_router *r, shl_op_ctx_t *op, int ret, shl_status_t *st
 {
     router_txn_t *t = op->txn;
     bson_iter_t it;
-    bool write_errors = ret == 0 && reply != NULL &&
-                        bson_iter_init_find(&it, reply, "writeErrors");
+    bool write_errors = ret == 0 && reply != NULL && bson_iter_init_find(&it, reply, "writeErrors");
 
     if (t == NULL || is_decision(op->cmd_name)) {
         return ret;

@@ -44,7 +44,8 @@ typedef enum router_commit_type {
     ROUTER_COMMIT_READ_ONLY,     /* every participant read-only: commit each */
     ROUTER_COMMIT_SINGLE_WRITE,  /* read-only ones first, then the one write shard */
     ROUTER_COMMIT_TWO_PHASE,     /* coordinateCommitTransaction to the coordinator */
-    ROUTER_COMMIT_RECOVER_TOKEN, /* unknown here: coordinateCommitTransaction to the token's shard */
+    ROUTER_COMMIT_RECOVER_TOKEN, /* unknown here: coordinateCommitTransaction to the token's shard
+                                  */
 } router_commit_type_t;
 
 /* router_txn_catalog_new / _destroy -- the router's per-session transaction states. */
@@ -94,8 +95,8 @@ void router_txn_attach(router_txn_t *t, const char *shard, const bson_t *cmd, bs
  *     drops them (aborting them on the shards) so the router's retry starts them again;
  *     otherwise the retry is refused (router_txn_retry_refused).
  */
-void router_txn_observe(struct shl_router *r, shl_op_ctx_t *op, router_txn_t *t,
-                        const char *shard, const bson_t *cmd, const shl_fanout_result_t *res);
+void router_txn_observe(struct shl_router *r, shl_op_ctx_t *op, router_txn_t *t, const char *shard,
+                        const bson_t *cmd, const shl_fanout_result_t *res);
 
 /*
  * router_txn_retry_refused --

@@ -26,18 +26,18 @@ struct router_txn {
     struct router_txn *next;
 
     /* the rest: only by the operation that has the state checked out */
-    int64_t txn_number; /* -1: none yet */
-    int64_t stmt;       /* statements of this transaction so far (the current one) */
+    int64_t txn_number;     /* -1: none yet */
+    int64_t stmt;           /* statements of this transaction so far (the current one) */
     bool recovering_commit; /* a commit of a txnNumber this router did not run */
     bool has_read_concern;
     bson_t read_concern;      /* what the first statement to each participant carries */
     uint64_t at_cluster_time; /* snapshot: chosen once (0: none) */
     participant_t parts[ROUTER_TXN_MAX_PARTICIPANTS]; /* in contact order */
     size_t nparts;
-    int coordinator;                        /* index in parts, -1: none */
-    char recovery_shard[SHL_SHARD_ID_MAX];  /* first participant that wrote ("": none) */
+    int coordinator;                       /* index in parts, -1: none */
+    char recovery_shard[SHL_SHARD_ID_MAX]; /* first participant that wrote ("": none) */
     router_commit_type_t commit_type;
-    bool raw_send; /* the router's own decision requests: sent as built */
+    bool raw_send;      /* the router's own decision requests: sent as built */
     bool stale_refused; /* a stale error this statement may not retry (below) */
     int stale_result_code;
     shl_status_t stale_status;
