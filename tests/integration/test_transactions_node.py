@@ -461,3 +461,18 @@ def test_ddl_in_a_transaction_as_mongodb_7(rs_node):
         assert e.value.code == 263
         s.abort_transaction()
     assert c.test.old.count_documents({}) == 1
+
+
+def test_read_only_participant_prepares_and_commits(rs_node):
+    c = _client(rs_node)
+    c.test.ro.insert_one({"_id": 1})
+    raw = Raw(rs_node)
+    r = raw("test", {"find": "ro"}, 1, start=True)
+    assert r["cursor"]["firstBatch"] == [{"_id": 1}]
+    pts = raw("admin", {"prepareTransaction": 1}, 1)["prepareTimestamp"]
+    entry = c.local.oplog.rs.find_one({"ts": pts})
+    assert entry["o"] == {"applyOps": [], "prepare": True}
+    r = raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)
+    assert r["ok"] == 1
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)["ok"] == 1
+    raw.close()
