@@ -204,7 +204,11 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     }
     /* A statement of a transaction has the session until it ends, and the transaction's
      * storage transaction for its run (txn_participant.h). */
-    if (op->has_autocommit || op->start_transaction) {
+    /* coordinateCommitTransaction names a transaction but is no statement of it: its
+     * coordinator sends prepareTransaction to this node too, which must find the session
+     * free (MongoDB checks the session back in before it waits for the decision). */
+    if ((op->has_autocommit || op->start_transaction) &&
+        strcmp(cmd->name, "coordinateCommitTransaction") != 0) {
         db_session_t *s = NULL;
         if (!op->has_txn_number) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
