@@ -204,7 +204,11 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     }
     /* A statement of a transaction has the session until it ends, and the transaction's
      * storage transaction for its run (txn_participant.h). */
-    if (op->has_autocommit || op->start_transaction) {
+    /* coordinateCommitTransaction names a transaction but is no statement of it: its
+     * coordinator sends prepareTransaction to this node too, which must find the session
+     * free (MongoDB checks the session back in before it waits for the decision). */
+    if ((op->has_autocommit || op->start_transaction) &&
+        strcmp(cmd->name, "coordinateCommitTransaction") != 0) {
         db_session_t *s = NULL;
         if (!op->has_txn_number) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
@@ -363,7 +367,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     if (node->repl_set) {
         SHL_ERR(create_session_collections(node, st));
         node->sessions = db_session_catalog_new(node->eng);
-        db_txn_registry_set_engine(node->txns, node->eng);
+        db_txn_registry_set_engine(node->txns, node->eng, node);
         SHL_ERR(db_txn_recover_prepared(node->txns, node->sessions, st));
     }
     svc->storage = node->eng;

@@ -47,6 +47,13 @@ struct db_txn {
     bool was_prepared;
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
+    /* Collections this transaction created (create, createIndexes or an insert into a missing
+     * one): they exist at once, and are dropped again if it aborts. */
+    char **created;
+    size_t ncreated;
+    /* The namespace of the running create/createIndexes statement and whether it existed. */
+    char ddl_ns[SHL_NS_MAX + 1];
+    bool ddl_existed;
     /* Writes the shard role observes, reported at commit (db_txn_note_write). */
     char **obs_ns;
     bson_t **obs_pre, **obs_post;
@@ -68,6 +75,7 @@ typedef struct recovered_prepare {
 
 struct db_txn_registry {
     shl_storage_engine_t *eng;
+    const db_node_t *node; /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
     pthread_mutex_t mu; /* guards the list and each txn's 'active' */
     db_txn_t *head;
@@ -175,6 +183,54 @@ report_observed(const shl_op_ctx_t *op, db_txn_t *t)
     drop_observed(t);
 }
 
+void
+db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
+{
+    db_txn_t *t = op->txn;
+
+    if (t == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < t->ncreated; i++) {
+        if (strcmp(t->created[i], ns) == 0) {
+            return;
+        }
+    }
+    t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
+    t->created[t->ncreated++] = bson_strdup(ns);
+}
+
+/* Forget the created collections (committed: they stay) or drop them (aborted). */
+static void
+end_created(db_txn_t *t, bool drop)
+{
+    for (size_t i = 0; i < t->ncreated; i++) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+        /* Other clients may have written to it since (it existed for them at once): a
+         * collection that holds committed documents stays. */
+        bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
+        shl_collection_release(coll);
+        if (empty) {
+            shl_status_t st = SHL_STATUS_INIT;
+            uint64_t ts = 0;
+            const db_node_t *node = t->reg->node;
+            if (node != NULL && node->cursors != NULL) {
+                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
+            }
+            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
+                st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
+                SHL_LOG_WARNING(TXN, 5100304,
+                                "could not drop a collection an aborted transaction created",
+                                "ns", BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+            }
+        }
+        bson_free(t->created[i]);
+    }
+    bson_free(t->created);
+    t->created = NULL;
+    t->ncreated = 0;
+}
+
 /* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
 static void
 txn_release(db_txn_t *t)
@@ -184,6 +240,8 @@ txn_release(db_txn_t *t)
         shl_storage_txn_abort(t->stxn);
         t->stxn = NULL;
     }
+    /* Whatever is still listed here did not commit. */
+    end_created(t, t->state != TXN_COMMITTED);
     if (t->prepare_ts != 0) {
         shl_storage_unpin_stable(t->reg->eng, t->prepare_ts);
         t->prepare_ts = 0;
@@ -211,6 +269,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
      * transaction comes back from the oplog at the next start). */
     while (reg->head != NULL) {
         db_txn_t *t = reg->head;
+        end_created(t, false); /* a prepared one comes back with them */
         txn_release(t);
         t->state = TXN_ABORTED;
     }
@@ -225,9 +284,10 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
 }
 
 void
-db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng)
+db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng, const db_node_t *node)
 {
     reg->eng = eng;
+    reg->node = node;
 }
 
 static db_node_t *
@@ -270,6 +330,7 @@ allowed_in_txn(const char *name)
 {
     static const char *const names[] = {
         "abortTransaction", "aggregate", "commitTransaction", "coordinateCommitTransaction",
+        "create",           "createIndexes",
         "delete",           "distinct",  "find",              "findandmodify",
         "findAndModify",    "getMore",   "insert",            "killCursors",
         "prepareTransaction", "update",  "dbHash",            NULL};
@@ -384,6 +445,40 @@ no_such_txn(shl_status_t *st, int64_t n, const db_txn_t *t)
     }
 }
 
+/*
+ * MongoDB 7.0's DDL in a transaction: create, and createIndexes on a collection this
+ * transaction created (or that does not exist yet: it creates it). Notes the namespace for
+ * the statement's end.
+ */
+static int
+check_ddl(db_txn_registry_t *reg, const shl_op_ctx_t *op, db_txn_t *t, const char *name,
+          shl_status_t *st)
+{
+    bson_iter_t it;
+    shl_collection_t *coll;
+    bool mine = false;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, op->body) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        goto done; /* the command reports its own parse error */
+    }
+    snprintf(t->ddl_ns, sizeof(t->ddl_ns), "%s.%s", op->db, bson_iter_utf8(&it, NULL));
+    coll = shl_catalog_get(reg->eng, t->ddl_ns);
+    t->ddl_existed = coll != NULL;
+    shl_collection_release(coll);
+    for (size_t i = 0; i < t->ncreated; i++) {
+        mine = mine || strcmp(t->created[i], t->ddl_ns) == 0;
+    }
+    if (strcmp(name, "createIndexes") == 0 && t->ddl_existed && !mine) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "Cannot create new indexes on existing collection %s in a multi-document "
+                 "transaction.",
+                 t->ddl_ns);
+    }
+done:
+    return ret;
+}
+
 int
 db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_command_t *cmd,
                        void *session, shl_status_t *st)
@@ -466,6 +561,10 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
                      "prepared transaction");
         }
     }
+    t->ddl_ns[0] = '\0';
+    if (strcmp(cmd->name, "create") == 0 || strcmp(cmd->name, "createIndexes") == 0) {
+        SHL_ERR(check_ddl(reg, op, t, cmd->name, st));
+    }
     pthread_mutex_lock(&reg->mu);
     t->active = true;
     pthread_mutex_unlock(&reg->mu);
@@ -539,6 +638,10 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
             }
         }
     }
+    if (!failed && t->ddl_ns[0] != '\0' && !t->ddl_existed) {
+        db_txn_note_created(op, t->ddl_ns);
+    }
+    t->ddl_ns[0] = '\0';
     if (failed && !decision) {
         abort_unprepared(op, t);
     }
@@ -731,6 +834,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     db_op_note_write_ts(ts);
     report_observed(op, t);
+    end_created(t, false);
     list_remove(t->reg, t);
     t->state = TXN_COMMITTED;
     atomic_fetch_add(&t->reg->committed, 1);
@@ -797,6 +901,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
             SHL_INVARIANT(ret == 0);
         }
         report_observed(op, t);
+        end_created(t, false);
     }
     txn_release(t);
 done:

@@ -84,6 +84,13 @@ shl_storage_txn_t *db_txn_storage(const shl_op_ctx_t *op);
 void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
                        const bson_t *post);
 
+/*
+ * db_txn_note_created --
+ *     The operation's transaction created collection 'ns' (committed DDL of its own, e.g. an
+ *     insert into a missing collection): it is dropped again if the transaction aborts.
+ */
+void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
+
 /* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 
@@ -103,7 +110,9 @@ void db_txn_discard(db_txn_registry_t *reg, db_txn_t *txn);
 bool db_txn_abort_for_session(db_txn_registry_t *reg, void *session);
 
 /* db_txn_registry_set_engine -- the engine, once open (the registry exists before recovery). */
-void db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng);
+struct db_node;
+void db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng,
+                                const struct db_node *node);
 
 /*
  * db_txn_replay_entry --

@@ -427,3 +427,52 @@ def test_snapshot_at_cluster_time_as_a_router_sends_it(rs_node):
     r = raw("test", {"find": "ct"}, 2, start=True, readConcern={"level": "available"})
     assert r["code"] == 72
     raw.close()
+
+
+def test_ddl_in_a_transaction_as_mongodb_7(rs_node):
+    c = _client(rs_node)
+    c.test.old.insert_one({"_id": 1})
+    with c.start_session() as s:
+        s.start_transaction()
+        c.test.create_collection("fresh", session=s)
+        c.test.fresh.create_index("a", session=s)
+        c.test.fresh.insert_one({"_id": 1, "a": 1}, session=s)
+        c.test.implicit.insert_one({"_id": 1}, session=s)
+        s.abort_transaction()
+    names = c.test.list_collection_names()
+    assert "fresh" not in names and "implicit" not in names
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.test.create_collection("fresh", session=s)
+            c.test.fresh.create_index("a", session=s)
+            c.test.fresh.insert_one({"_id": 1, "a": 1}, session=s)
+    assert "a_1" in c.test.fresh.index_information()
+    assert c.test.fresh.find_one() == {"_id": 1, "a": 1}
+    # An index on a collection that existed before the transaction, or other DDL: refused.
+    with c.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            c.test.old.create_index("b", session=s)
+        assert e.value.code == 263
+        s.abort_transaction()
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            c.test.command({"drop": "old"}, session=s)
+        assert e.value.code == 263
+        s.abort_transaction()
+    assert c.test.old.count_documents({}) == 1
+
+
+def test_read_only_participant_prepares_and_commits(rs_node):
+    c = _client(rs_node)
+    c.test.ro.insert_one({"_id": 1})
+    raw = Raw(rs_node)
+    r = raw("test", {"find": "ro"}, 1, start=True)
+    assert r["cursor"]["firstBatch"] == [{"_id": 1}]
+    pts = raw("admin", {"prepareTransaction": 1}, 1)["prepareTimestamp"]
+    entry = c.local.oplog.rs.find_one({"ts": pts})
+    assert entry["o"] == {"applyOps": [], "prepare": True}
+    r = raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)
+    assert r["ok"] == 1
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)["ok"] == 1
+    raw.close()
