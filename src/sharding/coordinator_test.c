@@ -10,115 +10,6 @@
 #include "sharding/coordinator.h"
 #include "sharding/remote_fake.h"
 
-/* ------------------------------------------------ an in-memory config collection on self */
-
-typedef struct store {
-    pthread_mutex_t mu;
-    bson_t *docs[16];
-    size_t n;
-    int writes[3]; /* inserts, updates, deletes */
-} store_t;
-
-static int
-store_find(store_t *s, const bson_iter_t *id)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        bson_iter_t it;
-        if (bson_iter_init_find(&it, s->docs[i], "_id")) {
-            bson_t a = BSON_INITIALIZER, b = BSON_INITIALIZER;
-            bool eq;
-            bson_append_iter(&a, "_id", 3, &it);
-            bson_append_iter(&b, "_id", 3, id);
-            eq = bson_equal(&a, &b);
-            bson_destroy(&a);
-            bson_destroy(&b);
-            if (eq) {
-                return (int)i;
-            }
-        }
-    }
-    return -1;
-}
-
-static bool
-store_handler(void *arg, const shl_remote_request_t *req, bson_t *reply)
-{
-    store_t *s = arg;
-    bson_iter_t it, stmt, id;
-    bool handled = req->target.kind == SHL_REMOTE_SELF;
-
-    if (!handled) {
-        return false;
-    }
-    bson_init(reply);
-    pthread_mutex_lock(&s->mu);
-    bson_iter_init(&it, req->cmd);
-    bson_iter_next(&it);
-    if (strcmp(bson_iter_key(&it), "insert") == 0) {
-        bson_iter_init_find(&it, req->cmd, "documents");
-        bson_iter_recurse(&it, &stmt);
-        while (bson_iter_next(&stmt)) {
-            const uint8_t *d;
-            uint32_t l;
-            bson_iter_document(&stmt, &l, &d);
-            s->docs[s->n++] = bson_new_from_data(d, l);
-        }
-        s->writes[0]++;
-    } else if (strcmp(bson_iter_key(&it), "update") == 0 ||
-               strcmp(bson_iter_key(&it), "delete") == 0) {
-        bool upd = strcmp(bson_iter_key(&it), "update") == 0;
-        int i;
-        bson_iter_init(&it, req->cmd);
-        bson_iter_find_descendant(&it, upd ? "updates.0.q._id" : "deletes.0.q._id", &id);
-        i = store_find(s, &id);
-        if (i >= 0) {
-            bson_destroy(s->docs[i]);
-            if (upd) {
-                const uint8_t *d;
-                uint32_t l;
-                bson_iter_init(&it, req->cmd);
-                bson_iter_find_descendant(&it, "updates.0.u", &stmt);
-                bson_iter_document(&stmt, &l, &d);
-                s->docs[i] = bson_new_from_data(d, l);
-            } else {
-                s->docs[i] = s->docs[--s->n];
-            }
-        }
-        s->writes[upd ? 1 : 2]++;
-    } else if (strcmp(bson_iter_key(&it), "find") == 0) {
-        bson_t cur, arr;
-        char key[8];
-        BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
-        BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &arr);
-        for (size_t i = 0; i < s->n; i++) {
-            snprintf(key, sizeof key, "%zu", i);
-            BSON_APPEND_DOCUMENT(&arr, key, s->docs[i]);
-        }
-        bson_append_array_end(&cur, &arr);
-        BSON_APPEND_INT64(&cur, "id", 0);
-        bson_append_document_end(reply, &cur);
-    }
-    BSON_APPEND_DOUBLE(reply, "ok", 1);
-    pthread_mutex_unlock(&s->mu);
-    return true;
-}
-
-static void
-store_init(store_t *s)
-{
-    memset(s, 0, sizeof *s);
-    pthread_mutex_init(&s->mu, NULL);
-}
-
-static void
-store_cleanup(store_t *s)
-{
-    for (size_t i = 0; i < s->n; i++) {
-        bson_destroy(s->docs[i]);
-    }
-    pthread_mutex_destroy(&s->mu);
-}
-
 /* ----------------------------------------------------------- a three-phase test type */
 
 typedef struct trace {
@@ -204,7 +95,6 @@ reset(void)
 }
 
 typedef struct env {
-    store_t store;
     shl_remote_fake_t *fake;
     shl_remote_t remote;
     shl_coord_service_t *svc;
@@ -214,9 +104,8 @@ static void
 env_init(env_t *e)
 {
     reset();
-    store_init(&e->store);
     e->fake = shl_remote_fake_new();
-    shl_remote_fake_set_handler(e->fake, store_handler, &e->store);
+    shl_remote_fake_store_self(e->fake);
     e->remote = shl_remote_fake_remote(e->fake);
     e->svc = shl_coord_service_new(&e->remote);
 }
@@ -226,7 +115,6 @@ env_cleanup(env_t *e)
 {
     shl_coord_service_destroy(e->svc);
     shl_remote_fake_destroy(e->fake);
-    store_cleanup(&e->store);
 }
 
 SHL_TEST(coordinator_runs_phases_checkpoints_and_cleans_up)
@@ -241,10 +129,10 @@ SHL_TEST(coordinator_runs_phases_checkpoints_and_cleans_up)
     ASSERT_STR_EQ(T.log, "one two three ");
     ASSERT_BSON_EQ(&res, "{'x': 2}");
     /* checkpoint before "one" inserts, before "three" replaces; the end deletes */
-    ASSERT_INT_EQ(e.store.writes[0], 1);
-    ASSERT_INT_EQ(e.store.writes[1], 1);
-    ASSERT_INT_EQ(e.store.writes[2], 1);
-    ASSERT_INT_EQ(e.store.n, 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "insert"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "update"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "delete"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 0);
     /* the writes are durable */
     {
         bson_t seen;
@@ -355,7 +243,7 @@ SHL_TEST(coordinator_retries_retryable_errors_bounded)
     T.fail_times[1] = 5;
     ASSERT_INT_EQ(shl_coord_run(e.svc, &type, doc, 0, &res, &st), SHL_CODE_HOST_UNREACHABLE);
     ASSERT_STR_EQ(T.log, "one two two two ");
-    ASSERT_INT_EQ(e.store.n, 1);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
     bson_destroy(&res);
     /* a non-retryable error is not retried */
     reset();
@@ -379,8 +267,14 @@ SHL_TEST(coordinator_resumes_leftover_documents)
     bson_t res;
 
     env_init(&e);
-    e.store.docs[e.store.n++] = BCON_NEW("_id", BCON_INT32(1), "phase", BCON_UTF8("three"));
-    e.store.docs[e.store.n++] = BCON_NEW("_id", BCON_INT32(2), "phase", BCON_UTF8("bogus"));
+    {
+        bson_t *d1 = BCON_NEW("_id", BCON_INT32(1), "phase", BCON_UTF8("three"));
+        bson_t *d2 = BCON_NEW("_id", BCON_INT32(2), "phase", BCON_UTF8("bogus"));
+        shl_remote_fake_store_insert(e.fake, "test_coordinators", d1);
+        shl_remote_fake_store_insert(e.fake, "test_coordinators", d2);
+        bson_destroy(d1);
+        bson_destroy(d2);
+    }
     ASSERT_INT_EQ(shl_coord_service_recover(e.svc, &type, &st), 0);
     {
         bson_t *id = BCON_NEW("_id", BCON_INT32(1));
@@ -396,6 +290,6 @@ SHL_TEST(coordinator_resumes_leftover_documents)
     }
     /* only phase "three" ran; its document is gone; the unreadable one stays */
     ASSERT_STR_EQ(T.log, "three ");
-    ASSERT_INT_EQ(e.store.n, 1);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
     env_cleanup(&e);
 }

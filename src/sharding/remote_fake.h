@@ -53,6 +53,24 @@ size_t shl_remote_fake_count(shl_remote_fake_t *f, const char *target, const cha
 bool shl_remote_fake_nth(shl_remote_fake_t *f, const char *target, const char *cmd, size_t n,
                          bson_t *out);
 
+/*
+ * shl_remote_fake_store_self --
+ *     From now on "self" answers insert, update (q: {_id}, u: a replacement), delete
+ *     (q: {_id}) and find (everything, in cursor.firstBatch) from an in-memory store of
+ *     documents per collection name, before the handler and the scripts -- the state
+ *     documents of the code under test. Writes are recorded like every request.
+ */
+void shl_remote_fake_store_self(shl_remote_fake_t *f);
+
+/* shl_remote_fake_store_insert -- put a document into collection 'coll' of the store. */
+void shl_remote_fake_store_insert(shl_remote_fake_t *f, const char *coll, const bson_t *doc);
+
+/* shl_remote_fake_store_count -- documents in 'coll'. */
+size_t shl_remote_fake_store_count(shl_remote_fake_t *f, const char *coll);
+
+/* shl_remote_fake_store_nth -- a copy of the n-th document of 'coll' (false: none). */
+bool shl_remote_fake_store_nth(shl_remote_fake_t *f, const char *coll, size_t n, bson_t *out);
+
 /* shl_remote_fake_reset_calls -- forget the recorded requests (the scripts stay). */
 void shl_remote_fake_reset_calls(shl_remote_fake_t *f);
 
