@@ -40,6 +40,17 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &sec);
 }
 
+/* currentOp: the coordinators running on this shard. */
+static void
+shard_current_op(shl_service_ctx_t *svc, bson_t *inprog, uint32_t *n)
+{
+    shard_state_t *s = shl_db_sharding_hooks_arg(svc);
+
+    if (s->coords != NULL) {
+        shl_coord_service_report(s->coords, inprog, n);
+    }
+}
+
 static void
 shard_shutdown(shl_service_ctx_t *svc)
 {
@@ -113,6 +124,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     s->prev_server_status = svc->hooks.append_server_status;
     svc->hooks.shutdown = shard_shutdown;
     svc->hooks.append_server_status = shard_server_status;
+    svc->hooks.append_current_op = shard_current_op;
     shard_commands_register(reg);
     shard_migration_commands_register(reg);
     shard_range_deleter_commands_register(reg);
