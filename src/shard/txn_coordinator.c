@@ -202,6 +202,11 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
                 }
                 done[k] = true;
                 left--;
+            } else if (res[j].code == SHL_CODE_TRANSACTION_COMMITTED) {
+                /* Committed already: an earlier coordinator decided commit and delivered it
+                 * (its document is gone), so this is a retry; commit stands. */
+                done[k] = true;
+                left--;
             } else if (res[j].code == 0) {
                 /* An ok reply without a prepareTimestamp is not a vote to commit. */
                 shl_status_set(&abort_st, SHL_CODE_NO_SUCH_TRANSACTION,
@@ -231,6 +236,10 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
             sleep_ms(backoff);
             backoff = backoff * 2 > TC_BACKOFF_MAX_MS ? TC_BACKOFF_MAX_MS : backoff * 2;
         }
+    }
+    if (ret == 0 && !abort && max_t == 0 && max_i == 0) {
+        /* Every participant had committed: any non-null time is accepted by a commit retry. */
+        max_t = 1;
     }
     if (ret == 0) {
         set_decision(c, !abort, max_t, max_i, &abort_st);

@@ -243,3 +243,18 @@ SHL_TEST(txn_coord_join_without_coordinator_is_no_such_transaction)
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "*"), 0);
     env_cleanup(&e);
 }
+
+SHL_TEST(txn_coord_retry_after_commit_everywhere_commits)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    /* a coordinator that forgot (a restart) is asked again: the participants committed */
+    shl_remote_fake_script(e.fake, "*", "prepareTransaction",
+                           "{'ok': 0, 'code': 256, 'errmsg': 'committed'}", -1);
+    ASSERT_INT_EQ(commit(&e, 12, AB, 2, &st), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "commitTransaction"), 2);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "abortTransaction"), 0);
+    env_cleanup(&e);
+}
