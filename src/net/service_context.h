@@ -106,6 +106,9 @@ typedef struct shl_service_hooks {
     void (*append_server_status)(struct shl_service_ctx *svc, bson_t *reply);
     /* Called once after the listener stopped and operations finished or timed out. */
     void (*shutdown)(struct shl_service_ctx *svc);
+    /* currentOp: append the role's own entries (running coordinators, ...) to the array
+     * 'inprog' from index *n (advanced). Called without ops_mu held. */
+    void (*append_current_op)(struct shl_service_ctx *svc, bson_t *inprog, uint32_t *n);
 } shl_service_hooks_t;
 
 typedef struct shl_service_ctx {

@@ -1,0 +1,190 @@
+"""The two-phase-commit coordinator on a shard (issue 15 item 4) on a 2-shard cluster:
+coordinateCommitTransaction sent to a shard directly, as a router does, over transactions
+whose statements were sent to each shard directly; the decision paths; and kill -9 of the
+coordinator shard before each phase (the crashBeforeCoordinatorPhase fail point), after which
+the transaction is committed everywhere or aborted everywhere."""
+import uuid
+
+import pytest
+from bson import Binary, Int64
+from bson.binary import UUID_SUBTYPE
+from pymongo.errors import PyMongoError
+
+import wire_util
+from shale_fixtures import ShaleCluster, fail_point, module_cluster, wait_until
+
+PHASES = ["writingParticipantList", "waitingForVotes", "writingDecision",
+          "waitingForDecisionAcks"]
+
+
+@pytest.fixture(scope="module")
+def cl(request):
+    with module_cluster(request, shards=2) as c:
+        for i in range(2):
+            c.shard_client(i).test.tc.insert_one({"_id": "seed"})
+        yield c
+
+
+class Raw:
+    """Commands with an explicit session on one connection, as a router sends them."""
+
+    def __init__(self, node, lsid):
+        self.sock = wire_util.connect(node.port)
+        self.lsid = lsid
+
+    def __call__(self, db, cmd, txn, start=False, **extra):
+        c = dict(cmd)
+        c.update(lsid=self.lsid, txnNumber=Int64(txn), autocommit=False)
+        if start:
+            c["startTransaction"] = True
+        c.update(extra)
+        c["$db"] = db
+        return wire_util.command(self.sock, c)
+
+    def close(self):
+        self.sock.close()
+
+
+def new_lsid():
+    return {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+
+
+def write_on(cl, shard, lsid, txn, doc_id):
+    raw = Raw(cl.shards[shard], lsid)
+    r = raw("test", {"insert": "tc", "documents": [{"_id": doc_id}]}, txn, start=True)
+    raw.close()
+    assert r["ok"] == 1, r
+
+
+def coordinate(cl, shard, lsid, txn, participants, timeout=60.0):
+    raw = Raw(cl.shards[shard], lsid)
+    raw.sock.settimeout(timeout)
+    try:
+        return raw("admin", {"coordinateCommitTransaction": 1,
+                             "participants": [{"shardId": cl.shard_name(p)}
+                                              for p in participants]}, txn)
+    finally:
+        raw.close()
+
+
+def visible(cl, shard, doc_id):
+    """Whether doc_id is committed on 'shard' (None while a prepared write hides it)."""
+    try:
+        return cl.shard_client(shard).test.tc.find_one({"_id": doc_id}, max_time_ms=300) \
+            is not None
+    except PyMongoError:
+        return None
+
+
+def coordinator_docs(cl, shard):
+    return list(cl.shard_client(shard).config.transaction_coordinators.find())
+
+
+def test_commit_across_two_shards(cl):
+    lsid = new_lsid()
+    write_on(cl, 0, lsid, 1, "c0")
+    write_on(cl, 1, lsid, 1, "c1")
+    assert not visible(cl, 0, "c0") and not visible(cl, 1, "c1")
+    r = coordinate(cl, 0, lsid, 1, [0, 1])
+    assert r["ok"] == 1, r
+    assert visible(cl, 0, "c0") and visible(cl, 1, "c1")
+    assert coordinator_docs(cl, 0) == []
+    # A retry of the commit, and a join with no participants (the recoveryToken path),
+    # answer the decision.
+    assert coordinate(cl, 0, lsid, 1, [0, 1])["ok"] == 1
+    assert coordinate(cl, 0, lsid, 1, [])["ok"] == 1
+
+
+def test_vote_to_abort_aborts_everywhere(cl):
+    lsid = new_lsid()
+    write_on(cl, 0, lsid, 1, "a0")
+    # shard1 never saw the transaction: it votes NoSuchTransaction.
+    r = coordinate(cl, 0, lsid, 1, [0, 1])
+    assert r["ok"] == 0 and r["code"] == 251, r
+    assert r["codeName"] == "NoSuchTransaction"
+    assert not visible(cl, 0, "a0")
+    assert coordinator_docs(cl, 0) == []
+    # The transaction is gone on the coordinator's own shard too.
+    raw = Raw(cl.shards[0], lsid)
+    assert raw("admin", {"commitTransaction": 1}, 1)["code"] == 251
+    raw.close()
+
+
+def test_join_without_coordinator_is_no_such_transaction(cl):
+    r = coordinate(cl, 0, new_lsid(), 3, [])
+    assert r["ok"] == 0 and r["code"] == 251, r
+
+
+def test_coordinator_needs_a_session(cl):
+    c = cl.shard_client(0)
+    with pytest.raises(PyMongoError):
+        c.admin.command({"coordinateCommitTransaction": 1, "participants": []})
+
+
+def test_current_op_shows_a_running_coordinator(cl):
+    lsid = new_lsid()
+    write_on(cl, 0, lsid, 1, "o0")
+    write_on(cl, 1, lsid, 1, "o1")
+    admin = cl.shard_client(0).admin
+    fail_point(cl.shard_client(0), "hangBeforeCoordinatorPhase", "alwaysOn",
+               {"type": "TransactionCoordinator", "phase": "waitingForVotes"})
+    from shale_fixtures import Background
+    t = Background(lambda: coordinate(cl, 0, lsid, 1, [0, 1]))
+    try:
+        def running():
+            ops = admin.command("currentOp")["inprog"]
+            return [o for o in ops if o.get("desc") == "TransactionCoordinator"]
+        wait_until(running, what="the coordinator in currentOp")
+        op = running()[0]
+        assert op["currentPhase"] == "waitingForVotes"
+        assert op["_id"]["txnNumber"] == 1
+        # Its participant list is durable before the votes are asked for.
+        assert [d["participants"] for d in coordinator_docs(cl, 0)] == [["shard0", "shard1"]]
+    finally:
+        fail_point(cl.shard_client(0), "hangBeforeCoordinatorPhase", "off")
+    t.join(60)
+    assert t.result["ok"] == 1, t.result
+    assert visible(cl, 0, "o0") and visible(cl, 1, "o1")
+
+
+@pytest.mark.parametrize("phase,committed", [
+    ("writingParticipantList", False),  # nothing durable: the transaction is lost
+    ("waitingForVotes", False),         # shard0's unprepared part died: prepare again -> abort
+    ("writingDecision", True),          # both prepared (kept across the crash): commit
+    ("waitingForDecisionAcks", True),   # the decision is durable: delivered after restart
+])
+def test_kill9_of_the_coordinator_before_each_phase(phase, committed, tmp_path_factory):
+    c = ShaleCluster(shards=2).start()
+    try:
+        for i in range(2):
+            c.shard_client(i).test.tc.insert_one({"_id": "seed"})
+        lsid = new_lsid()
+        write_on(c, 0, lsid, 1, "k0")
+        write_on(c, 1, lsid, 1, "k1")
+        fail_point(c.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
+                   {"type": "TransactionCoordinator", "phase": phase})
+        with pytest.raises(Exception):
+            coordinate(c, 0, lsid, 1, [0, 1], timeout=30)
+        c.shards[0].proc.wait(30)
+        c.restart_shard(0)
+        # The restarted coordinator finishes what its document says; then both shards agree.
+        wait_until(lambda: coordinator_docs(c, 0) == [], timeout=60,
+                   what="the coordinator document to go")
+        wait_until(lambda: visible(c, 0, "k0") is not None and visible(c, 1, "k1") is not None,
+                   timeout=60, what="no prepared transaction left")
+        if not committed:
+            # shard1's transaction was never prepared: abort it as the router would.
+            raw = Raw(c.shards[1], lsid)
+            raw("admin", {"abortTransaction": 1}, 1)
+            raw.close()
+        assert visible(c, 0, "k0") == committed
+        assert visible(c, 1, "k1") == committed
+        # A retry of the commit answers the same outcome (the participants remember it).
+        r = coordinate(c, 0, lsid, 1, [0, 1])
+        if committed:
+            assert r["ok"] == 1, r
+        else:
+            assert r["ok"] == 0 and r["code"] == 251, r
+        assert visible(c, 0, "k0") == committed and visible(c, 1, "k1") == committed
+    finally:
+        c.cleanup()
