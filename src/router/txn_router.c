@@ -528,6 +528,41 @@ is_decision(const char *name)
     return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0;
 }
 
+/*
+ * As mongos's batch executor in a transaction: a write error that is a transient
+ * transaction error fails the whole command with it (a top-level error, labelled).
+ * Returns its code, or 0 when no write error is transient.
+ */
+static int
+transient_write_error(const bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it, arr, e;
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        return 0;
+    }
+    while (ret == 0 && bson_iter_next(&arr)) {
+        int code = 0;
+        const char *msg = "";
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &e)) {
+            continue;
+        }
+        while (bson_iter_next(&e)) {
+            if (strcmp(bson_iter_key(&e), "code") == 0 && BSON_ITER_HOLDS_NUMBER(&e)) {
+                code = (int)bson_iter_as_int64(&e);
+            } else if (strcmp(bson_iter_key(&e), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&e)) {
+                msg = bson_iter_utf8(&e, NULL);
+            }
+        }
+        if (code != 0 && router_txn_transient(code, false, false)) {
+            ret = shl_status_set(st, code, "%s", msg);
+        }
+    }
+    return ret;
+}
+
 int
 router_txn_end(struct shl_router *r, shl_op_ctx_t *op, int ret, shl_status_t *st,
                const bson_t *reply)
@@ -538,6 +573,9 @@ router_txn_end(struct shl_router *r, shl_op_ctx_t *op, int ret, shl_status_t *st
 
     if (t == NULL || is_decision(op->cmd_name)) {
         return ret;
+    }
+    if (write_errors) {
+        ret = transient_write_error(reply, st);
     }
     if (ret != 0 || write_errors) {
         /* mongos: a failed statement aborts the transaction on every participant. */

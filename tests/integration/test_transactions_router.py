@@ -1,0 +1,193 @@
+"""Multi-document transactions through the router (issue 15 item 3) on a 2-shard cluster, as a
+user sees them with pymongo: with_transaction on one shard and on two (two-phase commit
+through the coordinator shard), read-only transactions, abort, implicit abort with
+TransientTransactionError, the recoveryToken in replies and a commit through a second router
+with it (docs/design/transactions.md "Router")."""
+import uuid
+
+import pytest
+from bson import Binary, Int64
+from bson.binary import UUID_SUBTYPE
+from pymongo.errors import OperationFailure
+from pymongo.read_concern import ReadConcern
+
+import wire_util
+from shale_fixtures import module_cluster
+
+NS = "txr.acct"
+
+
+@pytest.fixture(scope="module")
+def cl(request):
+    """Two routers; txr.acct sharded on x: x < 0 on shard0, x >= 0 on shard1."""
+    with module_cluster(request, routers=2, shards=2) as c:
+        r = c.router.client()
+        r.admin.command("enableSharding", "txr", primaryShard="shard0")
+        r.admin.command("shardCollection", NS, key={"x": 1})
+        r.admin.command("split", NS, middle={"x": 0})
+        r.admin.command("moveChunk", NS, find={"x": 0}, to="shard1")
+        r.txr.acct.insert_many([{"_id": "a", "x": -1, "bal": 100},
+                                {"_id": "b", "x": 1, "bal": 100}])
+        r.txr.plain.insert_one({"_id": 0, "n": 0})
+        yield c
+
+
+def balances(client):
+    return {d["_id"]: d["bal"] for d in client.txr.acct.find()}
+
+
+def test_single_shard_transaction_commits(cl):
+    c = cl.router.client()
+
+    def body(s):
+        c.txr.plain.update_one({"_id": 0}, {"$inc": {"n": 1}}, session=s)
+        c.txr.plain.insert_one({"_id": 1}, session=s)
+        assert c.txr.plain.find_one({"_id": 0}, session=s)["n"] == 1
+
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert c.txr.plain.find_one({"_id": 0})["n"] == 1
+    assert c.txr.plain.find_one({"_id": 1}) is not None
+    c.txr.plain.delete_one({"_id": 1})
+
+
+def test_two_shard_transfer_commits_on_both(cl):
+    c = cl.router.client()
+
+    def transfer(s):
+        c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -10}}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 10}}, session=s)
+
+    before = balances(c)
+    with c.start_session() as s:
+        s.with_transaction(transfer)
+    after = balances(c)
+    assert after == {"a": before["a"] - 10, "b": before["b"] + 10}
+    # Each shard holds its own document's new balance.
+    assert cl.shard_client(0).txr.acct.find_one({"_id": "a"})["bal"] == after["a"]
+    assert cl.shard_client(1).txr.acct.find_one({"_id": "b"})["bal"] == after["b"]
+    # Nothing left behind by the coordinator.
+    for i in range(2):
+        assert cl.shard_client(i).config.transaction_coordinators.count_documents({}) == 0
+
+
+def test_snapshot_read_only_transaction_across_shards(cl):
+    c = cl.router.client()
+    with c.start_session() as s:
+        with s.start_transaction(read_concern=ReadConcern("snapshot")):
+            total = sum(d["bal"] for d in c.txr.acct.find({}, session=s))
+    assert total == sum(balances(c).values())
+
+
+def test_abort_leaves_nothing(cl):
+    c = cl.router.client()
+    before = balances(c)
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -50}}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 50}}, session=s)
+        s.abort_transaction()
+    assert balances(c) == before
+
+
+def test_failed_statement_aborts_with_transient_label(cl):
+    c = cl.router.client()
+    before = balances(c)
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    sock = wire_util.connect(cl.router.port)
+
+    def cmd(body, **kw):
+        body = dict(body, lsid=lsid, txnNumber=Int64(1), autocommit=False, **kw)
+        body["$db"] = "txr"
+        return wire_util.command(sock, body)
+
+    r = cmd({"update": "acct", "updates": [{"q": {"x": 1}, "u": {"$inc": {"bal": 5}}}]},
+            startTransaction=True)
+    assert r["ok"] == 1 and r["nModified"] == 1, r
+    assert "recoveryToken" in r
+    # count is not allowed in a transaction: refused before it reaches the transaction.
+    r = cmd({"count": "acct"})
+    assert r["ok"] == 0 and r["code"] == 263, r
+    r = cmd({"find": "acct", "filter": {"x": 1}})
+    assert r["ok"] == 1 and r["cursor"]["firstBatch"][0]["bal"] == before["b"] + 5, r
+    # A duplicate key fails the statement: the router aborts the transaction everywhere.
+    r = cmd({"insert": "acct", "documents": [{"_id": "b", "x": 1}]})
+    assert r["writeErrors"][0]["code"] == 11000, r
+    r = cmd({"find": "acct", "filter": {"x": 1}})
+    assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
+    assert "TransientTransactionError" in r.get("errorLabels", []), r
+    sock.close()
+    assert balances(c) == before
+
+
+def test_commit_through_second_router_with_recovery_token(cl):
+    c = cl.router.client()
+    before = balances(c)
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    s1 = wire_util.connect(cl.routers[0].port)
+    s2 = wire_util.connect(cl.routers[1].port)
+
+    def cmd(sock, db, body, **kw):
+        body = dict(body, lsid=lsid, txnNumber=Int64(7), autocommit=False, **kw)
+        body["$db"] = db
+        return wire_util.command(sock, body)
+
+    r = cmd(s1, "txr", {"update": "acct", "updates": [{"q": {"x": -1},
+                                                      "u": {"$inc": {"bal": -1}}}]},
+            startTransaction=True)
+    assert r["ok"] == 1, r
+    r = cmd(s1, "txr", {"update": "acct", "updates": [{"q": {"x": 1},
+                                                      "u": {"$inc": {"bal": 1}}}]})
+    assert r["ok"] == 1, r
+    token = r["recoveryToken"]
+    assert token == {"recoveryShardId": "shard0"}, token
+    # The second router never saw the transaction: it asks the token's shard, which knows
+    # no commit of it yet (as MongoDB: NoSuchTransaction, nothing decided).
+    r = cmd(s2, "admin", {"commitTransaction": 1}, recoveryToken=token)
+    assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
+    # Committed through the first router (two-phase commit) ...
+    r = cmd(s1, "admin", {"commitTransaction": 1})
+    assert r["ok"] == 1 and r["recoveryToken"] == token, r
+    # ... a retry of the commit through the second router learns the decision.
+    r = cmd(s2, "admin", {"commitTransaction": 1}, recoveryToken=token)
+    assert r["ok"] == 1, r
+    s1.close()
+    s2.close()
+    assert balances(c) == {"a": before["a"] - 1, "b": before["b"] + 1}
+
+
+def test_commit_without_token_on_unknown_router(cl):
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    s2 = wire_util.connect(cl.routers[1].port)
+    r = wire_util.command(s2, {"commitTransaction": 1, "lsid": lsid, "txnNumber": Int64(3),
+                               "autocommit": False, "$db": "admin"})
+    s2.close()
+    assert r["ok"] == 0 and r["code"] == 50940, r
+
+
+def test_concurrent_transfers_conserve_total(cl):
+    import threading
+    c = cl.router.client()
+    total = sum(balances(c).values())
+    errors = []
+
+    def worker(sign):
+        try:
+            for _ in range(5):
+                def body(s):
+                    c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -sign}}, session=s)
+                    c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": sign}}, session=s)
+                with c.start_session() as s:
+                    s.with_transaction(body)
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (1, -1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert sum(balances(c).values()) == total
+    with pytest.raises(OperationFailure):
+        c.admin.command("abortTransaction")
