@@ -512,7 +512,10 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
                  (long long)n, id, (long long)cur);
     }
     if (op->start_transaction) {
-        if (t != NULL && t->txn_number == n) {
+        /* A shard starts an unprepared aborted transaction again at the same number: a
+         * router's retry after a stale-routing error on a first statement (as MongoDB). */
+        if (t != NULL && t->txn_number == n &&
+            !(t->state == TXN_ABORTED && !t->was_prepared && shl_opt_bool(SHL_OPT_shardsvr))) {
             SHL_FAIL(st, 50911,
                      "Cannot start a transaction at given transaction number %lld a "
                      "transaction with the same number is in state %s",

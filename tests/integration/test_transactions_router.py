@@ -191,3 +191,39 @@ def test_concurrent_transfers_conserve_total(cl):
     assert sum(balances(c).values()) == total
     with pytest.raises(OperationFailure):
         c.admin.command("abortTransaction")
+
+
+def test_get_more_stays_in_the_transaction(cl):
+    c = cl.router.client()
+    c.txr.many.insert_many([{"_id": i, "x": i} for i in range(-10, 10)])
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.txr.many.insert_one({"_id": 100, "x": 100}, session=s)
+            # Batches of 3: the getMores run in the transaction and see its own write.
+            ids = [d["_id"] for d in c.txr.many.find({}, batch_size=3, session=s)]
+            assert sorted(ids) == sorted(list(range(-10, 10)) + [100])
+            s.abort_transaction()
+    assert c.txr.many.count_documents({}) == 20
+
+
+def test_stale_router_retries_first_statement(cl):
+    """A router whose routing is stale sends the first statement to the old owner, which
+    answers StaleConfig: the router drops that participant and retries at the new owner."""
+    r1 = cl.routers[0].client()
+    r2 = cl.routers[1].client()
+    ns = "txr.st"
+    r1.admin.command("shardCollection", ns, key={"x": 1})
+    r1.admin.command("split", ns, middle={"x": 0})
+    r1.txr.st.insert_one({"_id": "seed", "x": -1})
+    assert r2.txr.st.find_one({"x": -1}) is not None  # r2 caches the routing
+    r1.admin.command("moveChunk", ns, find={"x": 0}, to="shard1")
+
+    def body(s):
+        r2.txr.st.insert_one({"_id": "moved", "x": 5}, session=s)
+        r2.txr.st.insert_one({"_id": "stays", "x": -5}, session=s)
+
+    with r2.start_session() as s:
+        s.with_transaction(body)
+    assert cl.shard_client(1).txr.st.find_one({"_id": "moved"}) is not None
+    assert cl.shard_client(0).txr.st.find_one({"_id": "moved"}) is None
+    assert cl.shard_client(0).txr.st.find_one({"_id": "stays"}) is not None
