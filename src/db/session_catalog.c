@@ -3,6 +3,7 @@
  * (session_catalog.h; seeds/001 "The logical session catalog", "Retryable writes").
  */
 #include "db/session_catalog.h"
+#include "db/txn_participant.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -152,6 +153,7 @@ db_session_catalog_new(shl_storage_engine_t *eng)
 static void
 session_free(db_session_t *s)
 {
+    db_txn_free(s->txn);
     stmt_map_clear(&s->stmts);
     bson_free(s);
 }
@@ -213,7 +215,7 @@ db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid)
             break;
         }
     }
-    if (s != NULL && (s->checked_out || s->waiters > 0 || s->txn != NULL)) {
+    if (s != NULL && (s->checked_out || s->waiters > 0 || db_txn_is_open(s->txn))) {
         gone = false;
     } else if (s != NULL) {
         *pp = s->next;

@@ -259,6 +259,21 @@ db_txn_discard(db_txn_registry_t *reg, db_txn_t *t)
     }
 }
 
+bool
+db_txn_is_open(const db_txn_t *t)
+{
+    return t != NULL && (t->state == TXN_IN_PROGRESS || t->state == TXN_PREPARED);
+}
+
+void
+db_txn_free(db_txn_t *t)
+{
+    if (t != NULL) {
+        SHL_INVARIANT(t->stxn == NULL && !t->listed && t->ncreated == 0 && t->nobs == 0);
+        bson_free(t);
+    }
+}
+
 void
 db_txn_registry_destroy(db_txn_registry_t *reg)
 {

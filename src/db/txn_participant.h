@@ -102,6 +102,15 @@ uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 void db_txn_discard(db_txn_registry_t *reg, db_txn_t *txn);
 
 /*
+ * db_txn_is_open / db_txn_free --
+ *     Whether 't' is in progress or prepared (a session holding one stays in the catalog);
+ *     free a finished one (its session leaves the catalog, or the catalog ends after the
+ *     registry rolled back what was open).
+ */
+bool db_txn_is_open(const db_txn_t *t);
+void db_txn_free(db_txn_t *t);
+
+/*
  * db_txn_abort_for_session --
  *     Abort the session's unprepared transaction (killSessions, a retryable write with a
  *     newer txnNumber, the lifetime limit); the caller has the session checked out.
