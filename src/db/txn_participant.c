@@ -205,7 +205,12 @@ static void
 end_created(db_txn_t *t, bool drop)
 {
     for (size_t i = 0; i < t->ncreated; i++) {
-        if (drop) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+        /* Other clients may have written to it since (it existed for them at once): a
+         * collection that holds committed documents stays. */
+        bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
+        shl_collection_release(coll);
+        if (empty) {
             shl_status_t st = SHL_STATUS_INIT;
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
