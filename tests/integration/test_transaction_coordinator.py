@@ -235,3 +235,30 @@ def test_abort_through_the_router_leaves_no_change(cl):
         acct.update_one({"x": 200}, {"$inc": {"bal": 5}}, session=s)
         s.abort_transaction()
     assert {d["_id"]: d["bal"] for d in acct.find()} == before
+
+
+def test_kill9_of_the_coordinator_under_the_router_then_commit_retry():
+    """The router's commit meets a coordinator that dies after both participants prepared:
+    the driver sees UnknownTransactionCommitResult; after the restart the coordinator finishes
+    from its document and the driver's commit retry answers committed."""
+    c = ShaleCluster(shards=2).start()
+    try:
+        r = sharded_accounts(c)
+        acct = r.bank.acct
+        fail_point(c.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
+                   {"type": "TransactionCoordinator", "phase": "writingDecision"})
+        with r.start_session() as s:
+            s.start_transaction()
+            acct.update_one({"x": 1}, {"$inc": {"bal": -30}}, session=s)
+            acct.update_one({"x": 200}, {"$inc": {"bal": 30}}, session=s)
+            with pytest.raises(PyMongoError) as e:
+                s.commit_transaction()
+            assert e.value.has_error_label("UnknownTransactionCommitResult"), e.value
+            c.shards[0].proc.wait(30)
+            c.restart_shard(0)
+            wait_until(lambda: coordinator_docs(c, 0) == [], timeout=60,
+                       what="the coordinator document to go")
+            s.commit_transaction()
+        assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
+    finally:
+        c.cleanup()
