@@ -550,6 +550,12 @@ shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n)
     pthread_mutex_unlock(&svc->mu);
 }
 
+const shl_remote_t *
+shl_coord_service_remote(const shl_coord_service_t *svc)
+{
+    return svc->remote;
+}
+
 size_t
 shl_coord_service_count(shl_coord_service_t *svc)
 {
