@@ -418,6 +418,72 @@ shard_txn_coord_forget_all(void)
 
 /* ------------------------------------------------------------------------ entry point */
 
+/*
+ * No coordinator runs and none decided recently (a restart since): the local participant's
+ * config.transactions record tells whether this transaction committed here (MongoDB's
+ * coordinateCommitTransaction falls back to the local participant the same way). The
+ * coordinator's shard is always a participant, so "committed" here is the decision.
+ */
+static int
+local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                           shl_status_t *st)
+{
+    shl_remote_target_t self = shl_remote_target_self();
+    shl_remote_options_t opts = {.retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 50};
+    bson_t cmd = BSON_INITIALIZER, filter, reply;
+    bson_iter_t it, id, batch;
+    bool committed = false;
+    int ret;
+
+    BSON_APPEND_UTF8(&cmd, "find", "transactions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    if (bson_iter_init_find(&id, lsid, "id")) {
+        bson_append_iter(&filter, "_id.id", -1, &id);
+    }
+    bson_append_document_end(&cmd, &filter);
+    ret = shl_remote_run(shl_coord_service_remote(svc), &self, "config", &cmd, &opts, &reply, st);
+    if (ret == 0 && bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "cursor.firstBatch", &batch) &&
+        bson_iter_recurse(&batch, &it)) {
+        while (bson_iter_next(&it) && !committed) {
+            bson_t rec;
+            bson_iter_t f, want;
+            const uint8_t *data;
+            uint32_t len;
+            bool same_id, same_txn, is_committed;
+
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                continue;
+            }
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&rec, data, len);
+            same_id = bson_iter_init(&f, &rec) && bson_iter_find_descendant(&f, "_id.id", &f) &&
+                      bson_iter_init_find(&want, lsid, "id") &&
+                      bson_iter_value(&f)->value_type == BSON_TYPE_BINARY &&
+                      bson_iter_value(&want)->value_type == BSON_TYPE_BINARY &&
+                      bson_iter_value(&f)->value.v_binary.data_len ==
+                          bson_iter_value(&want)->value.v_binary.data_len &&
+                      memcmp(bson_iter_value(&f)->value.v_binary.data,
+                             bson_iter_value(&want)->value.v_binary.data,
+                             bson_iter_value(&f)->value.v_binary.data_len) == 0;
+            same_txn = bson_iter_init_find(&f, &rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&f) &&
+                       bson_iter_as_int64(&f) == txn_number;
+            is_committed = bson_iter_init_find(&f, &rec, "state") && BSON_ITER_HOLDS_UTF8(&f) &&
+                           strcmp(bson_iter_utf8(&f, NULL), "committed") == 0;
+            committed = same_id && same_txn && is_committed;
+        }
+    }
+    if (ret == 0 && !committed) {
+        ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
+                             "Transaction with { txnNumber: %lld } has been aborted or is not "
+                             "known to its coordinator",
+                             (long long)txn_number);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
 int
 shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
                        const char *const *participants, size_t n, shl_status_t *st)
@@ -456,8 +522,7 @@ shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn
                 *st = prior;
             }
         } else {
-            ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
-                                 "no transaction coordinator for this transaction");
+            ret = local_participant_decision(svc, lsid, txn_number, st);
         }
     } else if (ret == 0) {
         shl_status_t abort_st = SHL_STATUS_INIT;

@@ -29,8 +29,9 @@ extern const shl_coord_type_t shard_txn_coord_type;
  *     borrowed) / 'txn_number' over 'participants' (shard ids; n == 0: only join a running
  *     one, the recoveryToken path) on 'svc', and wait for its end.
  *     Returns 0 when it committed; the abort's status (NoSuchTransaction, or the participant's
- *     vote) when it aborted; NoSuchTransaction when n == 0 and no coordinator runs nor
- *     decided recently; InterruptedAtShutdown when the process stops first (the document stays
+ *     vote) when it aborted; when n == 0 and no coordinator runs nor decided recently, what
+ *     the local participant's config.transactions record says (committed: 0, else
+ *     NoSuchTransaction); InterruptedAtShutdown when the process stops first (the document stays
  *     and the next start finishes the commit). Blocks.
  */
 int shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,

@@ -233,14 +233,32 @@ SHL_TEST(txn_coord_resumes_from_its_document)
     env_cleanup(&e);
 }
 
-SHL_TEST(txn_coord_join_without_coordinator_is_no_such_transaction)
+SHL_TEST(txn_coord_join_without_coordinator_asks_the_local_participant)
 {
     env_t e;
     shl_status_t st = SHL_STATUS_INIT;
+    bson_t *lsid_bin = BCON_NEW("id", BCON_BIN(BSON_SUBTYPE_UUID, (const uint8_t *)"0123456789abcdef", 16));
+    bson_t *other = BCON_NEW("id", BCON_BIN(BSON_SUBTYPE_UUID, (const uint8_t *)"fedcba9876543210", 16));
+    bson_t *rec = BCON_NEW("_id", "{", "id", BCON_BIN(BSON_SUBTYPE_UUID,
+                                                      (const uint8_t *)"0123456789abcdef", 16),
+                           "}", "txnNum", BCON_INT64(11), "state", BCON_UTF8("committed"));
 
     env_init(&e);
+    /* nothing known here: NoSuchTransaction */
     ASSERT_INT_EQ(commit(&e, 11, NULL, 0, &st), SHL_CODE_NO_SUCH_TRANSACTION);
-    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "*"), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "find"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "prepareTransaction"), 0);
+    /* the local participant committed txn 11 of this session: committed */
+    shl_remote_fake_store_insert(e.fake, "transactions", rec);
+    ASSERT_INT_EQ(shard_txn_coord_commit(e.svc, lsid_bin, 11, NULL, 0, &st), 0);
+    /* another txnNumber, or another session: not committed */
+    ASSERT_INT_EQ(shard_txn_coord_commit(e.svc, lsid_bin, 12, NULL, 0, &st),
+                  SHL_CODE_NO_SUCH_TRANSACTION);
+    ASSERT_INT_EQ(shard_txn_coord_commit(e.svc, other, 11, NULL, 0, &st),
+                  SHL_CODE_NO_SUCH_TRANSACTION);
+    bson_destroy(rec);
+    bson_destroy(other);
+    bson_destroy(lsid_bin);
     env_cleanup(&e);
 }
 

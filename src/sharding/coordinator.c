@@ -133,6 +133,10 @@ find_locked(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *i
 
 static const shl_remote_options_t durable = {
     .w = "majority", .j = true, .retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 100};
+/* The final delete need not wait for the journal (MongoDB deletes with w: 1): a crash
+ * that loses it resumes the last phase, which is idempotent. */
+static const shl_remote_options_t local_only = {
+    .w = "1", .retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 100};
 
 static int
 doc_write(shl_coord_t *c, int how, shl_status_t *st)
@@ -165,7 +169,8 @@ doc_write(shl_coord_t *c, int how, shl_status_t *st)
         bson_append_document_end(&arr, &stmt);
     }
     bson_append_array_end(&cmd, &arr);
-    ret = shl_remote_run(c->svc->remote, &self, COORD_DB, &cmd, &durable, &reply, st);
+    ret = shl_remote_run(c->svc->remote, &self, COORD_DB, &cmd, how < 0 ? &local_only : &durable,
+                         &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
@@ -543,6 +548,12 @@ shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n)
         bson_append_document_end(inprog, &op);
     }
     pthread_mutex_unlock(&svc->mu);
+}
+
+const shl_remote_t *
+shl_coord_service_remote(const shl_coord_service_t *svc)
+{
+    return svc->remote;
 }
 
 size_t

@@ -110,6 +110,9 @@ int shl_coord_join(shl_coord_service_t *svc, const shl_coord_type_t *t, const bs
  */
 void shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n);
 
+/* shl_coord_service_remote -- the remote it was made with (borrowed). */
+const shl_remote_t *shl_coord_service_remote(const shl_coord_service_t *svc);
+
 /* shl_coord_service_count -- coordinators running now (tests). */
 size_t shl_coord_service_count(shl_coord_service_t *svc);
 

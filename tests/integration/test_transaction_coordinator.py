@@ -179,12 +179,89 @@ def test_kill9_of_the_coordinator_before_each_phase(phase, committed, tmp_path_f
             raw.close()
         assert visible(c, 0, "k0") == committed
         assert visible(c, 1, "k1") == committed
-        # A retry of the commit answers the same outcome (the participants remember it).
+        # A join with no participants (the recoveryToken path) after the restart asks the
+        # local participant; a retry with the list answers the same outcome too.
+        r = coordinate(c, 0, lsid, 1, [])
+        assert (r["ok"] == 1) if committed else (r["code"] == 251), r
         r = coordinate(c, 0, lsid, 1, [0, 1])
         if committed:
             assert r["ok"] == 1, r
         else:
             assert r["ok"] == 0 and r["code"] == 251, r
         assert visible(c, 0, "k0") == committed and visible(c, 1, "k1") == committed
+    finally:
+        c.cleanup()
+
+
+# ------------------------------------------------------------- through the router (txn-router)
+
+def sharded_accounts(cl, ns_db="bank"):
+    r = cl.router_client()
+    r.admin.command("enableSharding", ns_db, primaryShard="shard0")
+    r.admin.command("shardCollection", ns_db + ".acct", key={"x": 1})
+    r.admin.command("split", ns_db + ".acct", middle={"x": 100})
+    r.admin.command("moveChunk", ns_db + ".acct", find={"x": 150}, to="shard1")
+    r[ns_db].acct.insert_many([{"_id": "a", "x": 1, "bal": 100}, {"_id": "b", "x": 200, "bal": 0}])
+    return r
+
+
+def test_with_transaction_through_the_router_commits_on_both_shards(cl):
+    r = sharded_accounts(cl)
+    acct = r.bank.acct
+
+    def transfer(s):
+        acct.update_one({"x": 1}, {"$inc": {"bal": -30}}, session=s)
+        acct.update_one({"x": 200}, {"$inc": {"bal": 30}}, session=s)
+
+    prepared = [cl.shard_client(i).admin.command("serverStatus")["transactions"]
+                ["totalPreparedThenCommitted"] for i in range(2)]
+    with r.start_session() as s:
+        s.with_transaction(transfer)
+    assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
+    # Each shard holds its half, committed; no coordinator document is left.
+    assert cl.shard_client(0).bank.acct.find_one({"_id": "a"})["bal"] == 70
+    assert cl.shard_client(1).bank.acct.find_one({"_id": "b"})["bal"] == 30
+    assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
+    # It went through two-phase commit: each participant committed a prepared transaction.
+    for i in range(2):
+        st = cl.shard_client(i).admin.command("serverStatus")["transactions"]
+        assert st["totalPreparedThenCommitted"] == prepared[i] + 1, st
+
+
+def test_abort_through_the_router_leaves_no_change(cl):
+    r = cl.router_client()
+    acct = r.bank.acct
+    before = {d["_id"]: d["bal"] for d in acct.find()}
+    with r.start_session() as s:
+        s.start_transaction()
+        acct.update_one({"x": 1}, {"$inc": {"bal": -5}}, session=s)
+        acct.update_one({"x": 200}, {"$inc": {"bal": 5}}, session=s)
+        s.abort_transaction()
+    assert {d["_id"]: d["bal"] for d in acct.find()} == before
+
+
+def test_kill9_of_the_coordinator_under_the_router_then_commit_retry():
+    """The router's commit meets a coordinator that dies after both participants prepared:
+    the driver sees UnknownTransactionCommitResult; after the restart the coordinator finishes
+    from its document and the driver's commit retry answers committed."""
+    c = ShaleCluster(shards=2).start()
+    try:
+        r = sharded_accounts(c)
+        acct = r.bank.acct
+        fail_point(c.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
+                   {"type": "TransactionCoordinator", "phase": "writingDecision"})
+        with r.start_session() as s:
+            s.start_transaction()
+            acct.update_one({"x": 1}, {"$inc": {"bal": -30}}, session=s)
+            acct.update_one({"x": 200}, {"$inc": {"bal": 30}}, session=s)
+            with pytest.raises(PyMongoError) as e:
+                s.commit_transaction()
+            assert e.value.has_error_label("UnknownTransactionCommitResult"), e.value
+            c.shards[0].proc.wait(30)
+            c.restart_shard(0)
+            wait_until(lambda: coordinator_docs(c, 0) == [], timeout=60,
+                       what="the coordinator document to go")
+            s.commit_transaction()
+        assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
     finally:
         c.cleanup()
