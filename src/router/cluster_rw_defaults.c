@@ -212,6 +212,13 @@ router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd)
     }
     want_wc = (cmd->flags & SHL_CMD_WRITE) != 0 && !op->has_write_concern;
     want_rc = !op->has_read_concern && takes_read_concern(cmd->name);
+    if (op->has_autocommit) {
+        /* In a transaction the default read concern is its first statement's, the default
+         * write concern its commit's or abort's (docs/design/transactions.md "Router"). */
+        want_wc = !op->has_write_concern && (strcmp(cmd->name, "commitTransaction") == 0 ||
+                                             strcmp(cmd->name, "abortTransaction") == 0);
+        want_rc = !op->has_read_concern && op->start_transaction;
+    }
     if (!want_wc && !want_rc) {
         return NULL;
     }

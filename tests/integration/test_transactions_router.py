@@ -227,3 +227,22 @@ def test_stale_router_retries_first_statement(cl):
     assert cl.shard_client(1).txr.st.find_one({"_id": "moved"}) is not None
     assert cl.shard_client(0).txr.st.find_one({"_id": "moved"}) is None
     assert cl.shard_client(0).txr.st.find_one({"_id": "stays"}) is not None
+
+
+def test_cluster_default_concerns_apply_to_start_and_commit_only(cl):
+    """With cluster-wide defaults set, a transaction's later statements get no readConcern
+    and its statements no writeConcern (the shards would refuse both); it commits."""
+    c = cl.router.client()
+    c.admin.command("setDefaultRWConcern", defaultReadConcern={"level": "local"},
+                    defaultWriteConcern={"w": 1})
+    c.admin.command("getDefaultRWConcern")  # this router's cache holds the new defaults
+
+    def body(s):
+        c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -2}}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 2}}, session=s)
+        assert c.txr.acct.find_one({"x": 1}, session=s) is not None
+
+    before = balances(c)
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert balances(c) == {"a": before["a"] - 2, "b": before["b"] + 2}
