@@ -3,14 +3,19 @@
  * shards part and a merger part (table-driven: pipeline -> expected parts), router cursors,
  * and the write path over a fake shard at the outgoing-network seam: the statement ids of a
  * retryable write's sub-batches and when the router repeats a request (seeds/001
- * "Retryable writes").
+ * "Retryable writes"); transactions over the same fake (the fields of each statement, every
+ * commit path, begin rules, implicit abort, labels, stale retries, checkout).
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/options.h"
 #include "base/unit_test.h"
 #include "net/service_context.h"
 #include "router/router_private.h"
+#include "router/txn_router.h"
 
 /* Merge pipelines read their stages' limits from the options table: give it its defaults. */
 __attribute__((constructor)) static void
@@ -1023,8 +1028,6 @@ SHL_TEST(which_shard_answers_a_router_retries)
 
 /* ------------------------------------------------- transactions over the fake shard */
 
-#include "router/txn_router.h"
-
 static const shl_command_t k_cmd_insert = {.name = "insert", .flags = SHL_CMD_WRITE};
 static const shl_command_t k_cmd_find = {.name = "find", .flags = SHL_CMD_SNAPSHOT_READ};
 static const shl_command_t k_cmd_commit = {.name = "commitTransaction", .flags = SHL_CMD_IN_TXN};
@@ -1093,7 +1096,8 @@ static bson_t *
 call_txn(const fake_t *f, size_t i)
 {
     static const char *const fields[] = {"txnNumber",   "autocommit",  "startTransaction",
-                                         "readConcern", "coordinator", "participants", NULL};
+                                         "readConcern", "coordinator", "participants",
+                                         NULL};
     bson_t *out = bson_new();
     bson_iter_t it;
 
@@ -1137,14 +1141,15 @@ SHL_TEST(txn_first_statement_fields_and_two_phase_commit)
                   0);
     ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
     ASSERT_INT_EQ(f.ncalls, 2);
-    ASSERT_TXN_CALL(&f, 0,
-                    "{'shard': 'shA', 'cmd': 'insert', " TXN_N(1)
-                    ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
-                    "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}, 'coordinator': true}");
+    ASSERT_TXN_CALL(
+        &f, 0,
+        "{'shard': 'shA', 'cmd': 'insert', " TXN_N(
+            1) ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
+               "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}, 'coordinator': true}");
     ASSERT_TXN_CALL(&f, 1,
-                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1)
-                    ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
-                    "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}}");
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(
+                        1) ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
+                           "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}}");
     ASSERT_STR_EQ(router_txn_coordinator(s.op.txn), "shA");
     ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "shA");
     bson_destroy(&reply);
@@ -1164,15 +1169,14 @@ SHL_TEST(txn_first_statement_fields_and_two_phase_commit)
     stmt_end(c, &s);
 
     /* Commit: coordinateCommitTransaction with both participants, to the coordinator only. */
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"), 0);
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_TWO_PHASE);
     ASSERT_INT_EQ(f.ncalls, 4);
     ASSERT_TXN_CALL(&f, 3,
-                    "{'shard': 'shA', 'cmd': 'coordinateCommitTransaction', " TXN_N(1)
-                    ", 'participants': [{'shardId': 'shA'}, {'shardId': 'shB'}]}");
+                    "{'shard': 'shA', 'cmd': 'coordinateCommitTransaction', " TXN_N(
+                        1) ", 'participants': [{'shardId': 'shA'}, {'shardId': 'shB'}]}");
     bson_destroy(&reply);
     stmt_end(c, &s);
     fake_cleanup(&f);
@@ -1197,14 +1201,13 @@ SHL_TEST(txn_commit_paths)
                              "{'insert': 'c', 'documents': [{'_id': 9, 'x': 9}], " TXNF(2) "}"),
                   0);
     ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
-    ASSERT_TXN_CALL(&f, 1, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(2)
-                           ", 'startTransaction': true}");
+    ASSERT_TXN_CALL(&f, 1,
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(2) ", 'startTransaction': true}");
     ASSERT_STR_EQ(router_txn_coordinator(s.op.txn), "shA");
     ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "shB");
     bson_destroy(&reply);
     stmt_end(c, &s);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(2) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(2) "}"), 0);
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_SINGLE_WRITE);
@@ -1220,8 +1223,7 @@ SHL_TEST(txn_commit_paths)
     stmt_find(&f, &s, "shB");
     ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "");
     stmt_end(c, &s);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(3) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(3) "}"), 0);
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_READ_ONLY);
@@ -1232,15 +1234,14 @@ SHL_TEST(txn_commit_paths)
     stmt_end(c, &s);
 
     /* txn 4: one shard. */
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
-                             "{'insert': 'c', 'documents': [{'_id': 7, 'x': -7}], " TXN_START(4)
-                             "}"),
-                  0);
+    ASSERT_INT_EQ(
+        stmt_begin(&f, c, &s, &k_cmd_insert,
+                   "{'insert': 'c', 'documents': [{'_id': 7, 'x': -7}], " TXN_START(4) "}"),
+        0);
     ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
     bson_destroy(&reply);
     stmt_end(c, &s);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(4) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(4) "}"), 0);
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_SINGLE_SHARD);
@@ -1252,8 +1253,7 @@ SHL_TEST(txn_commit_paths)
     /* txn 5: nothing sent: nothing to commit. */
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(5) "}"), 0);
     stmt_end(c, &s);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(5) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(5) "}"), 0);
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_NO_SHARDS);
@@ -1270,8 +1270,9 @@ SHL_TEST(txn_commit_paths)
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
     ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_RECOVER_TOKEN);
-    ASSERT_TXN_CALL(&f, 10, "{'shard': 'shB', 'cmd': 'coordinateCommitTransaction', " TXN_N(2)
-                            ", 'participants': []}");
+    ASSERT_TXN_CALL(
+        &f, 10,
+        "{'shard': 'shB', 'cmd': 'coordinateCommitTransaction', " TXN_N(2) ", 'participants': []}");
     bson_destroy(&reply);
     stmt_end(c2, &s);
     /* Without a token; with an empty one (a read-only transaction). */
@@ -1323,9 +1324,9 @@ SHL_TEST(txn_begin_rules)
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_count, "{'count': 'c', " TXNF(3) "}"),
                   SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION);
     stmt_end(c, &s);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find,
-                             "{'find': 'c', " TXN(3) ", 'autocommit': true}"),
-                  SHL_CODE_INVALID_OPTIONS);
+    ASSERT_INT_EQ(
+        stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN(3) ", 'autocommit': true}"),
+        SHL_CODE_INVALID_OPTIONS);
     stmt_end(c, &s);
     /* abortTransaction of a transaction that reached no shard. */
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_abort, "{'abortTransaction': 1, " TXNF(3) "}"), 0);
@@ -1383,12 +1384,10 @@ SHL_TEST(txn_implicit_abort_and_labels)
     ASSERT_TXN_CALL(&f, 6, "{'shard': 'shA', 'cmd': 'abortTransaction', " TXN_N(1) "}");
     ASSERT_TXN_CALL(&f, 7, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(1) "}");
     /* A commit's network error: UnknownTransactionCommitResult. */
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"),
-                  0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"), 0);
     fake_fault(&f, "shA", FAULT_NETWORK, SHL_CODE_HOST_UNREACHABLE, 1, 0);
     bson_init(&reply);
-    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st),
-                  SHL_CODE_HOST_UNREACHABLE);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), SHL_CODE_HOST_UNREACHABLE);
     ASSERT(s.st.labels & SHL_LABEL(UNKNOWN_TRANSACTION_COMMIT_RESULT));
     bson_destroy(&reply);
     stmt_end(c, &s);
@@ -1407,17 +1406,18 @@ SHL_TEST(txn_stale_retry_only_on_new_participants)
 
     fake_init(&f, true);
     fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_STALE_CONFIG, 1, 0);
-    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
-                             "{'insert': 'c', 'documents': [{'_id': 2, 'x': 1}], " TXN_START(1)
-                             "}"),
-                  0);
+    ASSERT_INT_EQ(
+        stmt_begin(&f, c, &s, &k_cmd_insert,
+                   "{'insert': 'c', 'documents': [{'_id': 2, 'x': 1}], " TXN_START(1) "}"),
+        0);
     ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
     ASSERT_BSON_EQ(&reply, "{'n': 1}");
     bson_destroy(&reply);
     ASSERT_INT_EQ(f.ncalls, 3);
     ASSERT_TXN_CALL(&f, 1, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(1) "}");
-    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1)
-                           ", 'startTransaction': true, 'coordinator': true}");
+    ASSERT_TXN_CALL(&f, 2,
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(
+                        1) ", 'startTransaction': true, 'coordinator': true}");
     stmt_end(c, &s);
     /* Later statement, stale on the existing participant: not retried. */
     fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_STALE_CONFIG, 1, 0);
@@ -1433,6 +1433,50 @@ SHL_TEST(txn_stale_retry_only_on_new_participants)
         ASSERT_STR_EQ(fake_cmd_name(&f.cmd[i]), "abortTransaction");
     }
     ASSERT(f.ncalls >= 5);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
+}
+
+typedef struct second_stmt {
+    fake_t *f;
+    router_txn_catalog_t *c;
+    txn_stmt_t s;
+    atomic_bool began;
+} second_stmt_t;
+
+static void *
+second_stmt_run(void *arg)
+{
+    second_stmt_t *w = arg;
+
+    (void)stmt_begin(w->f, w->c, &w->s, &k_cmd_find, "{'find': 'c', " TXNF(1) "}");
+    atomic_store(&w->began, true);
+    return NULL;
+}
+
+/* A second statement on the same session waits until the first one checked the state in. */
+SHL_TEST(txn_statements_of_one_session_run_one_at_a_time)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new();
+    txn_stmt_t s;
+    second_stmt_t w;
+    pthread_t th;
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(1) "}"), 0);
+    memset(&w, 0, sizeof(w));
+    w.f = &f;
+    w.c = c;
+    atomic_init(&w.began, false);
+    ASSERT_INT_EQ(pthread_create(&th, NULL, second_stmt_run, &w), 0);
+    shl_sleep_ms(200); /* the absence of progress: nothing to await */
+    ASSERT(!atomic_load(&w.began));
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(pthread_join(th, NULL), 0);
+    ASSERT(atomic_load(&w.began));
+    ASSERT_INT_EQ(w.s.ret, 0);
+    stmt_end(c, &w.s);
     fake_cleanup(&f);
     router_txn_catalog_destroy(c);
 }
