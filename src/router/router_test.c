@@ -1308,6 +1308,7 @@ SHL_TEST(txn_begin_rules)
     fake_init(&f, true);
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXNF(3) "}"),
                   SHL_CODE_NO_SUCH_TRANSACTION);
+    ASSERT(s.st.labels & SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     stmt_end(c, &s);
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(3) "}"), 0);
     stmt_end(c, &s);

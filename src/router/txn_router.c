@@ -76,6 +76,12 @@ allowed_in_txn(const char *name)
     return found;
 }
 
+static bool
+is_decision(const char *name)
+{
+    return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0;
+}
+
 /* Reset 't' for transaction 'txn_number'. */
 static void
 reset_txn(router_txn_t *t, int64_t txn_number)
@@ -257,6 +263,11 @@ router_txn_begin(router_txn_catalog_t *c, shl_op_ctx_t *op, const shl_command_t 
 done:
     if (ret != 0 && t != NULL) {
         router_txn_release(c, op);
+    }
+    /* Labels as on any error of a transaction's command (NoSuchTransaction of a statement). */
+    if (ret != 0 && op->has_autocommit && !op->autocommit &&
+        router_txn_transient(ret, false, is_decision(cmd->name))) {
+        shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     return ret;
 }
@@ -522,11 +533,6 @@ router_txn_transient(int code, bool has_wce, bool commit_or_abort)
     return transient;
 }
 
-static bool
-is_decision(const char *name)
-{
-    return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0;
-}
 
 /*
  * As mongos's batch executor in a transaction: a write error that is a transient
