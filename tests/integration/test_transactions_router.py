@@ -246,3 +246,29 @@ def test_cluster_default_concerns_apply_to_start_and_commit_only(cl):
     with c.start_session() as s:
         s.with_transaction(body)
     assert balances(c) == {"a": before["a"] - 2, "b": before["b"] + 2}
+
+
+def test_read_on_one_shard_write_on_other(cl):
+    """One participant reads, the other writes: the single-write-shard commit path."""
+    c = cl.router.client()
+    before = balances(c)
+
+    def body(s):
+        a = c.txr.acct.find_one({"x": -1}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$set": {"bal": a["bal"]}}, session=s)
+
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert balances(c) == {"a": before["a"], "b": before["a"]}
+    # Restore the total for the tests that follow.
+    c.txr.acct.update_one({"x": 1}, {"$set": {"bal": before["b"]}})
+
+
+def test_unknown_transaction_statement_is_transient(cl):
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    sock = wire_util.connect(cl.router.port)
+    r = wire_util.command(sock, {"find": "acct", "lsid": lsid, "txnNumber": Int64(4),
+                                 "autocommit": False, "$db": "txr"})
+    sock.close()
+    assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
+    assert r["errorLabels"] == ["TransientTransactionError"], r
