@@ -873,7 +873,9 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         bool stale = false;
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(shl_router_routing_init(r, ns, d->create_db, &rr, st));
-        rr.at = shl_router_snapshot_time(op);
+        /* A snapshot transaction's later statements target as of its atClusterTime too. */
+        rr.at = op->txn != NULL ? router_txn_at_cluster_time(op->txn)
+                                : shl_router_snapshot_time(op);
         if (d->prepare != NULL) {
             SHL_ERR(d->prepare(d->prepare_arg, &rr, st));
         }

@@ -533,7 +533,6 @@ router_txn_transient(int code, bool has_wce, bool commit_or_abort)
     return transient;
 }
 
-
 /*
  * As mongos's batch executor in a transaction: a write error that is a transient
  * transaction error fails the whole command with it (a top-level error, labelled).
@@ -654,4 +653,10 @@ router_commit_type_t
 router_txn_commit_type(const router_txn_t *t)
 {
     return t->commit_type;
+}
+
+uint64_t
+router_txn_at_cluster_time(const router_txn_t *t)
+{
+    return t->at_cluster_time;
 }

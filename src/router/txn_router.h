@@ -140,4 +140,8 @@ const char *router_txn_coordinator(const router_txn_t *t);
 const char *router_txn_recovery_shard(const router_txn_t *t);
 router_commit_type_t router_txn_commit_type(const router_txn_t *t);
 
+/* router_txn_at_cluster_time -- a snapshot transaction's atClusterTime (0: not snapshot);
+ * its statements target the owners of the chunks at that time. */
+uint64_t router_txn_at_cluster_time(const router_txn_t *t);
+
 #endif

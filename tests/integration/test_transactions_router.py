@@ -272,3 +272,17 @@ def test_unknown_transaction_statement_is_transient(cl):
     sock.close()
     assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
     assert r["errorLabels"] == ["TransientTransactionError"], r
+
+
+def test_snapshot_transaction_reads_one_point_in_time_across_shards(cl):
+    """The router picks atClusterTime on the first statement: a shard first reached later
+    reads as of that time, not the newer write committed in between."""
+    c = cl.router.client()
+    b0 = c.txr.acct.find_one({"x": 1})["bal"]
+    with c.start_session() as s:
+        with s.start_transaction(read_concern=ReadConcern("snapshot")):
+            assert c.txr.acct.find_one({"x": -1}, session=s) is not None  # shard0 only
+            c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1000}})  # outside, committed
+            assert c.txr.acct.find_one({"x": 1}, session=s)["bal"] == b0  # shard1, later
+    assert c.txr.acct.find_one({"x": 1})["bal"] == b0 + 1000
+    c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": -1000}})
