@@ -791,6 +791,21 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         bson_destroy(&res);
         goto done;
     }
+    if (op->txn != NULL) {
+        /* As mongos: distinct does not filter orphans, so a transaction may not run it on a
+         * sharded collection. */
+        shl_router_routing_t rr;
+        shl_status_t ignored = SHL_STATUS_INIT;
+        bool sharded = shl_router_routing_init(r, ns.full, false, &rr, &ignored) == 0 &&
+                       rr.rt != NULL;
+        shl_router_routing_cleanup(&rr);
+        if (sharded) {
+            SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                     "Cannot run 'distinct' on a sharded collection in a multi-document "
+                     "transaction. Please see http://dochub.mongodb.org/core/transaction-distinct "
+                     "for a recommended alternative.");
+        }
+    }
     ret = shl_router_scatter(r, op, ns.full, has_query ? &query : NULL, build_distinct, &dargs,
                              NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {

@@ -286,3 +286,16 @@ def test_snapshot_transaction_reads_one_point_in_time_across_shards(cl):
             assert c.txr.acct.find_one({"x": 1}, session=s)["bal"] == b0  # shard1, later
     assert c.txr.acct.find_one({"x": 1})["bal"] == b0 + 1000
     c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": -1000}})
+
+
+def test_distinct_in_a_transaction_only_on_unsharded_collections(cl):
+    c = cl.router.client()
+    with c.start_session() as s:
+        with s.start_transaction():
+            assert c.txr.plain.distinct("_id", session=s) == [0]
+    with c.start_session() as s:
+        s.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            c.txr.acct.distinct("x", session=s)
+        assert e.value.code == 263
+        s.abort_transaction()  # (the driver ignores the abort's NoSuchTransaction)
