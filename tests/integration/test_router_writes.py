@@ -475,19 +475,16 @@ def test_malformed_statements_fail_the_command(cluster):
     assert e.value.code == 9
 
 
-def test_transaction_statements_are_refused_not_run_outside_one(cluster):
-    """Shale has no transactions yet: a statement of one is refused with IllegalOperation,
-    and nothing it would have written is applied (it must not run as a plain write)."""
+def test_transaction_statements_run_in_the_transaction(cluster):
+    """A statement of a transaction runs in it (docs/design/transactions.md "Router"): an
+    aborted transaction leaves nothing, and the session keeps working outside one."""
     client = cluster.router_client
     coll = client[DB]["txn_refused"]
     with client.start_session() as s:
-        with pytest.raises(OperationFailure) as e:
-            with s.start_transaction():
-                coll.insert_one({"x": 7}, session=s)
-        assert e.value.code == 20
-        assert "transactions are not supported" in str(e.value)
+        s.start_transaction()
+        coll.insert_one({"x": 7}, session=s)
+        s.abort_transaction()
     assert coll.count_documents({}) == 0
-    # The same session and client keep working outside transactions.
     coll.insert_one({"x": 8})
     assert [d["x"] for d in coll.find({}, {"_id": 0})] == [8]
 
