@@ -796,8 +796,8 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
          * sharded collection. */
         shl_router_routing_t rr;
         shl_status_t ignored = SHL_STATUS_INIT;
-        bool sharded = shl_router_routing_init(r, ns.full, false, &rr, &ignored) == 0 &&
-                       rr.rt != NULL;
+        bool sharded =
+            shl_router_routing_init(r, ns.full, false, &rr, &ignored) == 0 && rr.rt != NULL;
         shl_router_routing_cleanup(&rr);
         if (sharded) {
             SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,

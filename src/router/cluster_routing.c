@@ -874,8 +874,8 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         SHL_ERR(shl_op_check_interrupt(op, st));
         SHL_ERR(shl_router_routing_init(r, ns, d->create_db, &rr, st));
         /* A snapshot transaction's later statements target as of its atClusterTime too. */
-        rr.at = op->txn != NULL ? router_txn_at_cluster_time(op->txn)
-                                : shl_router_snapshot_time(op);
+        rr.at =
+            op->txn != NULL ? router_txn_at_cluster_time(op->txn) : shl_router_snapshot_time(op);
         if (d->prepare != NULL) {
             SHL_ERR(d->prepare(d->prepare_arg, &rr, st));
         }
@@ -905,7 +905,9 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         }
         shl_router_send(r, op, parsed.db, reqs, targets.n, fres);
         for (size_t i = 0; i < targets.n; i++) {
-            if (fres[i].code != 0 && shl_router_is_stale(r, ns, &fres[i].status)) {
+            if (fres[i].code != 0 &&
+                (shl_router_is_stale(r, ns, &fres[i].status) ||
+                 (op->txn != NULL && router_txn_take_snapshot_retry(op->txn)))) {
                 stale = true;
                 *st = fres[i].status;
                 ret = fres[i].code;

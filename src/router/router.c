@@ -170,7 +170,10 @@ rewrite_request(shl_op_ctx_t *op, const shl_command_t *cmd)
         op_time_seen = 0; /* a client's new operation: see decorate_reply */
     }
     body = router_rwc_apply(r, op, cmd);
-    bson_t *snap = router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
+    /* A transaction chooses its atClusterTime itself, once (txn_router.h). */
+    bson_t *snap = op->has_autocommit
+                       ? NULL
+                       : router_snapshot_rewrite(r, cmd, body != NULL ? body : op->body);
 
     if (snap != NULL) {
         if (body != NULL) {

@@ -94,6 +94,8 @@ reset_txn(router_txn_t *t, int64_t txn_number)
     t->has_read_concern = false;
     bson_reinit(&t->read_concern);
     t->at_cluster_time = 0;
+    t->at_given = false;
+    t->snapshot_retry = false;
     t->commit_type = ROUTER_COMMIT_NONE;
     t->stale_refused = false;
     t->stmt = 0;
@@ -127,6 +129,7 @@ set_read_concern(router_txn_t *t, const shl_op_ctx_t *op, uint64_t cluster_time)
         /* As mongos: the given time, else the newest this router knows (at least the
          * client's afterClusterTime), chosen once for every participant. */
         t->at_cluster_time = at != 0 ? at : (after > cluster_time ? after : cluster_time);
+        t->at_given = at != 0;
     }
     bson_iter_init(&it, &op->read_concern);
     while (shl_iter_next(&it)) {
@@ -142,6 +145,28 @@ set_read_concern(router_txn_t *t, const shl_op_ctx_t *op, uint64_t cluster_time)
                               (uint32_t)(t->at_cluster_time >> 32),
                               (uint32_t)(t->at_cluster_time & 0xffffffffu));
     }
+}
+
+/* A new atClusterTime for the transaction's readConcern (a snapshot error's retry). */
+static void
+reset_at_cluster_time(router_txn_t *t, uint64_t at)
+{
+    bson_t rc = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    t->at_cluster_time = at;
+    if (bson_iter_init(&it, &t->read_concern)) {
+        while (shl_iter_next(&it)) {
+            if (strcmp(shl_iter_key(&it), "atClusterTime") != 0) {
+                bson_append_iter(&rc, NULL, 0, &it);
+            }
+        }
+    }
+    bson_append_timestamp(&rc, "atClusterTime", -1, (uint32_t)(at >> 32),
+                          (uint32_t)(at & 0xffffffffu));
+    bson_reinit(&t->read_concern);
+    bson_concat(&t->read_concern, &rc);
+    bson_destroy(&rc);
 }
 
 /* Find or create the state of 'lsid' and wait until no one has it checked out (under mu). */
@@ -452,6 +477,23 @@ router_txn_observe(struct shl_router *r, shl_op_ctx_t *op, router_txn_t *t, cons
         }
         return;
     }
+    if (shl_code_in_category(res->code, SHL_CAT_SNAPSHOT_ERROR)) {
+        /* mongos: the first statement of a transaction whose atClusterTime the router chose
+         * starts over at a newer time (every participant aborted and forgotten); later
+         * statements fail (TransientTransactionError). */
+        if (t->stmt == 1 && t->at_cluster_time != 0 && !t->at_given && !t->snapshot_retry) {
+            uint64_t now = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+            SHL_LOG_DEBUG(1, TXN, 22881, "Retrying the first statement at a new atClusterTime",
+                          "shardId", BCON_UTF8(shard), "error", BCON_UTF8(res->status.reason));
+            abort_some(r, op, t, false);
+            t->nparts = 0;
+            t->coordinator = -1;
+            t->recovery_shard[0] = '\0';
+            reset_at_cluster_time(t, now > t->at_cluster_time ? now : t->at_cluster_time);
+            t->snapshot_retry = true;
+        }
+        return;
+    }
     if (!stale_code(res->code) || t->stale_refused) {
         return;
     }
@@ -659,4 +701,13 @@ uint64_t
 router_txn_at_cluster_time(const router_txn_t *t)
 {
     return t->at_cluster_time;
+}
+
+bool
+router_txn_take_snapshot_retry(router_txn_t *t)
+{
+    bool retry = t->snapshot_retry;
+
+    t->snapshot_retry = false;
+    return retry;
 }

@@ -106,6 +106,14 @@ void router_txn_observe(struct shl_router *r, shl_op_ctx_t *op, router_txn_t *t,
 bool router_txn_retry_refused(router_txn_t *t, shl_fanout_result_t *res);
 
 /*
+ * router_txn_take_snapshot_retry --
+ *     Whether the statement's snapshot error (seen by router_txn_observe) is to be retried at
+ *     the transaction's new atClusterTime; the flag is cleared. Only the first statement of a
+ *     transaction whose time the router chose retries, as mongos.
+ */
+bool router_txn_take_snapshot_retry(router_txn_t *t);
+
+/*
  * router_txn_end --
  *     After a statement (not commit/abort; 'reply' its reply when ret is 0): on failure (or
  *     writeErrors in the reply) every participant is sent

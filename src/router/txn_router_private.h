@@ -32,6 +32,8 @@ struct router_txn {
     bool has_read_concern;
     bson_t read_concern;      /* what the first statement to each participant carries */
     uint64_t at_cluster_time; /* snapshot: chosen once (0: none) */
+    bool at_given;            /* the client's atClusterTime: never changed */
+    bool snapshot_retry;      /* a snapshot error the first statement retries at a new time */
     participant_t parts[ROUTER_TXN_MAX_PARTICIPANTS]; /* in contact order */
     size_t nparts;
     int coordinator;                       /* index in parts, -1: none */

@@ -299,3 +299,19 @@ def test_distinct_in_a_transaction_only_on_unsharded_collections(cl):
             c.txr.acct.distinct("x", session=s)
         assert e.value.code == 263
         s.abort_transaction()  # (the driver ignores the abort's NoSuchTransaction)
+
+
+def test_snapshot_error_on_first_statement_retries_at_a_new_time(cl):
+    """A snapshot error on the first statement of a snapshot transaction (the router chose its
+    time): the router starts over at a newer atClusterTime, as mongos; the user sees success."""
+    from shale_fixtures import fail_point
+    c = cl.router.client()
+    shard1 = cl.shard_client(1)
+    fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["find"], "errorCode": 239,
+                                                     "failInternalCommands": True})
+    try:
+        with c.start_session() as s:
+            with s.start_transaction(read_concern=ReadConcern("snapshot")):
+                assert c.txr.acct.find_one({"x": 1}, session=s) is not None
+    finally:
+        fail_point(shard1, "failCommand", "off")
