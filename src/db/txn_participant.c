@@ -339,6 +339,8 @@ abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
 
 /* ---------------------------------------------------------------- statements */
 
+static bool transient_error(int code, bool decision);
+
 /* The commands MongoDB runs inside a transaction. */
 static bool
 allowed_in_txn(const char *name)
@@ -588,32 +590,28 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     /* The transaction owns the readConcern: the commands read in its snapshot. */
     op->has_read_concern = false;
 done:
-    if (ret == SHL_CODE_NO_SUCH_TRANSACTION ||
-        (ret == SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS && !is_decision_cmd(cmd->name))) {
+    if (ret != 0 && transient_error(ret, is_decision_cmd(cmd->name))) {
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     return ret;
 }
 
-/* MongoDB's isTransientTransactionError for a statement (not commit/abort) of a transaction. */
+/* MongoDB's isTransientTransactionError: an error of a transaction's command after which
+ * retrying the whole transaction is safe ('decision': commit/abort, which here never carry
+ * a writeConcern error on a set of one). */
 static bool
 transient_error(int code, bool decision)
 {
-    switch (code) {
-    case SHL_CODE_WRITE_CONFLICT:
-    case SHL_CODE_LOCK_TIMEOUT:
-    case SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS:
-    case SHL_CODE_SNAPSHOT_TOO_OLD:
-    case SHL_CODE_STALE_CONFIG:
-    case SHL_CODE_STALE_DB_VERSION:
-        return true;
-    case SHL_CODE_NO_SUCH_TRANSACTION:
-        /* On commit/abort only without a writeConcern error (none on a set of one). */
-        (void)decision;
-        return true;
-    default:
-        return false;
+    bool transient = code == SHL_CODE_WRITE_CONFLICT || code == SHL_CODE_LOCK_TIMEOUT ||
+                     code == SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS ||
+                     shl_code_in_category(code, SHL_CAT_SNAPSHOT_ERROR) ||
+                     shl_code_in_category(code, SHL_CAT_NEED_RETARGETTING_ERROR) ||
+                     code == SHL_CODE_STALE_DB_VERSION || code == SHL_CODE_NO_SUCH_TRANSACTION;
+
+    if (!decision) {
+        transient = transient || shl_code_in_category(code, SHL_CAT_RETRIABLE_ERROR);
     }
+    return transient;
 }
 
 int
