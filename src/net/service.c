@@ -57,8 +57,12 @@ count_op(shl_service_ctx_t *svc, const char *name)
 static bool
 is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
 {
-    return cmd != NULL && (cmd->flags & SHL_CMD_RETRYABLE_WRITE) && op->has_txn_number &&
-           !op->has_autocommit;
+    /* A transaction's commit or abort is retryable too (MongoDB's error_labels.cpp). */
+    bool decision = cmd != NULL && op->has_txn_number && op->has_autocommit &&
+                    (strcmp(cmd->name, "commitTransaction") == 0 ||
+                     strcmp(cmd->name, "abortTransaction") == 0);
+    return decision || (cmd != NULL && (cmd->flags & SHL_CMD_RETRYABLE_WRITE) &&
+                        op->has_txn_number && !op->has_autocommit);
 }
 
 /*
