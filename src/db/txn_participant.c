@@ -285,6 +285,9 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
     while (reg->head != NULL) {
         db_txn_t *t = reg->head;
         end_created(t, false); /* a prepared one comes back with them */
+        /* A prepared one keeps the stable timestamp pinned: the final checkpoint stays below
+         * its prepare entry, which the next start replays to prepare it again. */
+        t->prepare_ts = 0;
         txn_release(t);
         t->state = TXN_ABORTED;
     }

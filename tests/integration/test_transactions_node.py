@@ -274,6 +274,18 @@ def test_prepared_transaction_survives_kill9(rs_node):
     assert c.test.p.find_one({"_id": 0}) == {"_id": 0, "v": 1}
     assert c.test.p.find_one({"_id": 5}) == {"_id": 5}
     assert c.test.other.count_documents({}) == 2
+    # A clean restart keeps a prepared transaction too.
+    assert raw("test", {"insert": "p", "documents": [{"_id": 6}]}, 5, start=True)["ok"] == 1
+    pts5 = raw("admin", {"prepareTransaction": 1}, 5)["prepareTimestamp"]
+    raw.close()
+    rs_node.stop()
+    rs_node.start()
+    c = _client(rs_node)
+    raw = Raw(rs_node, lsid)
+    assert raw("admin", {"prepareTransaction": 1}, 5)["prepareTimestamp"] == pts5
+    assert raw("admin", {"abortTransaction": 1}, 5)["ok"] == 1
+    assert c.test.p.find_one({"_id": 6}) is None
+    raw.close()
     # The commit itself survives another crash.
     c.test.command({"insert": "other", "documents": [{"_id": 3}], "writeConcern": {"j": True}})
     rs_node.kill()
