@@ -44,6 +44,7 @@ struct db_txn {
     uint64_t read_ts;        /* 0: the latest data at its first read (readConcern local) */
     char level[16];          /* readConcern level */
     uint64_t prepare_ts;     /* 0: not prepared */
+    uint64_t pin_ts;         /* the stable timestamp stays below it while prepared (0: none) */
     bool was_prepared;
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
@@ -69,7 +70,8 @@ typedef struct recovered_prepare {
     shl_lsid_t lsid;
     int64_t txn_number;
     uint64_t prepare_ts;
-    bson_t ops; /* every op of the transaction (applyOps' inner form) */
+    uint64_t pin_ts; /* the stable timestamp is pinned below it from replay on */
+    bson_t ops;      /* every op of the transaction (applyOps' inner form) */
     struct recovered_prepare *next;
 } recovered_prepare_t;
 
@@ -242,8 +244,11 @@ txn_release(db_txn_t *t)
     }
     /* Whatever is still listed here did not commit. */
     end_created(t, t->state != TXN_COMMITTED);
+    if (t->pin_ts != 0) {
+        shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
+        t->pin_ts = 0;
+    }
     if (t->prepare_ts != 0) {
-        shl_storage_unpin_stable(t->reg->eng, t->prepare_ts);
         t->prepare_ts = 0;
     }
     list_remove(t->reg, t);
@@ -287,7 +292,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
         end_created(t, false); /* a prepared one comes back with them */
         /* A prepared one keeps the stable timestamp pinned: the final checkpoint stays below
          * its prepare entry, which the next start replays to prepare it again. */
-        t->prepare_ts = 0;
+        t->pin_ts = 0;
         txn_release(t);
         t->state = TXN_ABORTED;
     }
@@ -747,7 +752,7 @@ entry_fields(bson_t *out, const db_txn_t *t, uint64_t prev_ts, int64_t term)
  */
 static int
 write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *ops, size_t nops,
-                bool prepare, uint64_t *last_ts, shl_status_t *st)
+                bool prepare, uint64_t *first_ts, uint64_t *last_ts, shl_status_t *st)
 {
     int64_t term = shl_storage_term(t->reg->eng);
     uint64_t prev = 0, ts = 0;
@@ -781,6 +786,9 @@ write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *
         bson_destroy(&o);
         bson_destroy(&extra);
         SHL_ERR(ret);
+        if (prev == 0 && first_ts != NULL) {
+            *first_ts = ts;
+        }
         prev = ts;
     } while (i < nops);
     *last_ts = ts;
@@ -831,7 +839,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     kill_cursors(op, t);
     shl_storage_txn_set_multi(stxn, false);
     if (nops > 0) {
-        ret = write_apply_ops(stxn, t, ops, nops, false, &ts, st);
+        ret = write_apply_ops(stxn, t, ops, nops, false, NULL, &ts, st);
         if (ret == 0) {
             ret = write_txn_record(stxn, t, ts, "committed", st);
         }
@@ -1030,6 +1038,7 @@ typedef struct prepare_unit {
     const bson_t *const *ops;
     size_t nops;
     uint64_t ts;
+    uint64_t first;
 } prepare_unit_t;
 
 static int
@@ -1038,14 +1047,16 @@ prepare_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     prepare_unit_t *u = arg;
     int ret = 0;
 
-    if (u->ts != 0) {
-        shl_storage_unpin_stable(u->t->reg->eng, u->ts);
-        u->ts = 0;
+    if (u->t->pin_ts != 0) {
+        shl_storage_unpin_stable(u->t->reg->eng, u->t->pin_ts);
+        u->t->pin_ts = 0;
     }
-    SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->ts, st));
-    /* Pinned before this unit commits, so the stable timestamp never passes the prepare
-     * timestamp while the transaction is prepared. */
-    shl_storage_pin_stable(u->t->reg->eng, u->ts);
+    SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->first, &u->ts, st));
+    /* Pinned at its first entry before this unit commits, so the stable timestamp never
+     * passes any entry of the prepare while the transaction is prepared (recovery replays
+     * them all; truncation keeps them). */
+    shl_storage_pin_stable(u->t->reg->eng, u->first);
+    u->t->pin_ts = u->first;
     u->t->prepare_ts = u->ts;
     SHL_ERR(write_txn_record(txn, u->t, u->ts, "prepared", st));
 done:
@@ -1058,14 +1069,15 @@ db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
 int
 db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st)
 {
-    prepare_unit_t u = {t, NULL, 0, 0};
+    prepare_unit_t u = {t, NULL, 0, 0, 0};
     int ret = 0;
 
     u.ops = shl_storage_txn_ops(t->stxn, &u.nops, NULL);
     ret = shl_storage_write_retry(t->reg->eng, prepare_unit_fn, &u, NULL, st);
     if (ret != 0) {
-        if (u.ts != 0) {
-            shl_storage_unpin_stable(t->reg->eng, u.ts);
+        if (t->pin_ts != 0) {
+            shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
+            t->pin_ts = 0;
         }
         t->prepare_ts = 0;
         goto done;
@@ -1235,6 +1247,10 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         r->lsid = lsid;
         r->txn_number = n;
         r->prepare_ts = ts;
+        /* Recovery's own checkpoint must not pass it either: every entry of the transaction
+         * is above the stable timestamp recovery started from. */
+        r->pin_ts = shl_storage_stable_ts(eng) + 1;
+        shl_storage_pin_stable(eng, r->pin_ts);
         SHL_ERR(shl_oplog_txn_ops(eng, entry, &r->ops, st));
         r->next = reg->recovered;
         reg->recovered = r;
@@ -1273,6 +1289,9 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     }
 done:
     if (r != NULL) {
+        if (r->pin_ts != 0) {
+            shl_storage_unpin_stable(eng, r->pin_ts);
+        }
         bson_destroy(&r->ops);
         bson_free(r);
     }
@@ -1305,9 +1324,14 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
             ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
         }
         if (ret == 0) {
-            shl_storage_pin_stable(reg->eng, r->prepare_ts);
+            /* The pin recovery took passes to the transaction. */
+            t->pin_ts = r->pin_ts;
+            r->pin_ts = 0;
             t->prepare_ts = r->prepare_ts;
             ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
+        }
+        if (r->pin_ts != 0) {
+            shl_storage_unpin_stable(reg->eng, r->pin_ts);
         }
         bson_destroy(&r->ops);
         bson_free(r);

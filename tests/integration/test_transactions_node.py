@@ -280,6 +280,12 @@ def test_prepared_transaction_survives_kill9(rs_node):
     raw.close()
     rs_node.stop()
     rs_node.start()
+    # ... and another crash after that restart (its recovery checkpoint stayed below it).
+    c = _client(rs_node)
+    c.admin.command({"fsync": 1})
+    c.test.command({"insert": "other", "documents": [{"_id": 9}], "writeConcern": {"j": True}})
+    rs_node.kill()
+    rs_node.start()
     c = _client(rs_node)
     raw = Raw(rs_node, lsid)
     assert raw("admin", {"prepareTransaction": 1}, 5)["prepareTimestamp"] == pts5
