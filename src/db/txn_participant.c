@@ -31,8 +31,6 @@ typedef enum txn_state {
     TXN_ABORTED,
 } txn_state_t;
 
-static const char *const state_names[] = {"TxnInProgress", "TxnPrepared", "TxnCommitted",
-                                          "TxnAborted"};
 
 struct db_txn {
     db_txn_registry_t *reg;
@@ -64,6 +62,23 @@ struct db_txn {
     bool listed;
     struct db_txn *prev, *next;
 };
+
+/* MongoDB's names of the states, as its messages print them. */
+static const char *
+state_name(const db_txn_t *t)
+{
+    switch (t->state) {
+    case TXN_IN_PROGRESS:
+        return "TxnState::InProgress";
+    case TXN_PREPARED:
+        return "TxnState::Prepared";
+    case TXN_COMMITTED:
+        return "TxnState::Committed";
+    case TXN_ABORTED:
+        break;
+    }
+    return t->was_prepared ? "TxnState::AbortedAfterPrepare" : "TxnState::AbortedWithoutPrepare";
+}
 
 /* A prepare entry recovery replayed whose decision it has not met (yet). */
 typedef struct recovered_prepare {
@@ -532,29 +547,29 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     }
     if (n < cur) {
         SHL_FAIL(st, SHL_CODE_TRANSACTION_TOO_OLD,
-                 "Cannot start transaction %lld on session %s because a newer transaction "
-                 "%lld has already started.",
-                 (long long)n, id, (long long)cur);
+                 "Cannot start transaction with { txnNumber: %lld, txnRetryCounter: 0 } on "
+                 "session %s because a newer %s with txnNumberAndRetryCounter { txnNumber: %lld, "
+                 "txnRetryCounter: 0 } has already started on this session.",
+                 (long long)n, id,
+                 t != NULL && t->txn_number == cur ? "transaction" : "retryable write",
+                 (long long)cur);
     }
     if (op->start_transaction) {
-        if (t != NULL && t->txn_number == n) {
+        /* The same number again: a restart of one aborted before its prepare (or of a number
+         * a retryable write used) is allowed, as in MongoDB 7.0. */
+        if (t != NULL && t->txn_number == n &&
+            !(t->state == TXN_ABORTED && !t->was_prepared)) {
             SHL_FAIL(st, 50911,
-                     "Cannot start a transaction at given transaction number %lld a "
-                     "transaction with the same number is in state %s",
-                     (long long)n, state_names[t->state]);
+                     "Cannot start a transaction with session id %s and transaction number { "
+                     "txnNumber: %lld, txnRetryCounter: 0 } because a transaction with the same "
+                     "transaction number is in state %s",
+                     id, (long long)n, state_name(t));
         }
         if (t != NULL && t->state == TXN_PREPARED) {
             SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
                      "Cannot start transaction %lld on session %s because a prepared "
                      "transaction %lld is in progress",
                      (long long)n, id, (long long)t->txn_number);
-        }
-        if (n == cur && t == NULL) {
-            /* The number ran as a retryable write. */
-            SHL_FAIL(st, 50911,
-                     "Cannot start a transaction at given transaction number %lld a "
-                     "transaction with the same number is in state TxnInProgress",
-                     (long long)n);
         }
         if (t != NULL) {
             abort_unprepared(op, t);
@@ -693,6 +708,14 @@ db_txn_read_ts(const shl_op_ctx_t *op)
     const db_txn_t *t = op->txn;
 
     return t != NULL ? t->read_ts : 0;
+}
+
+int64_t
+db_txn_session_number(void *session)
+{
+    const db_txn_t *t = *db_session_txn_slot(session);
+
+    return t != NULL ? t->txn_number : -1;
 }
 
 bool

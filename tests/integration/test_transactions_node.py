@@ -131,9 +131,15 @@ def test_errors_as_mongodb(rs_node):
     assert raw("test", {"find": "e"}, 8, start=True)["ok"] == 1
     r = raw("test", {"find": "e"}, 8, readConcern={"level": "snapshot"})
     assert r["code"] == 72
-    # Starting the same number twice.
+    # Starting the same number twice; a restart after an abort is allowed (MongoDB 7.0).
     assert raw("test", {"find": "e"}, 9, start=True)["ok"] == 1
     assert raw("test", {"find": "e"}, 9, start=True)["code"] == 50911
+    assert raw("admin", {"abortTransaction": 1}, 9)["ok"] == 1
+    assert raw("test", {"find": "e"}, 9, start=True)["ok"] == 1
+    # A retryable write with the transaction's number.
+    r = wire_util.command(raw.sock, {"insert": "e", "documents": [{"_id": 99}], "lsid": raw.lsid,
+                                     "txnNumber": Int64(9), "$db": "test"})
+    assert r["code"] == 217
     # Commit twice is fine; abort after commit is not.
     assert raw("test", {"insert": "e", "documents": [{"_id": 9}]}, 9)["ok"] == 1
     assert raw("admin", {"commitTransaction": 1}, 9)["ok"] == 1
