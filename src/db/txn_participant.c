@@ -31,7 +31,6 @@ typedef enum txn_state {
     TXN_ABORTED,
 } txn_state_t;
 
-
 struct db_txn {
     db_txn_registry_t *reg;
     db_session_t *session; /* the session that owns it (its txn slot points here) */
@@ -92,9 +91,9 @@ typedef struct recovered_prepare {
 
 struct db_txn_registry {
     shl_storage_engine_t *eng;
-    const db_node_t *node; /* for its cursors (set with the engine) */
+    const db_node_t *node;          /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
-    pthread_mutex_t mu; /* guards the list and each txn's 'active' */
+    pthread_mutex_t mu;             /* guards the list and each txn's 'active' */
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
 };
@@ -237,8 +236,8 @@ end_created(db_txn_t *t, bool drop)
             if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
-                                "could not drop a collection an aborted transaction created",
-                                "ns", BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+                                "could not drop a collection an aborted transaction created", "ns",
+                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
             }
         }
         bson_free(t->created[i]);
@@ -368,12 +367,24 @@ static bool transient_error(int code, bool decision);
 static bool
 allowed_in_txn(const char *name)
 {
-    static const char *const names[] = {
-        "abortTransaction", "aggregate", "commitTransaction", "coordinateCommitTransaction",
-        "create",           "createIndexes",
-        "delete",           "distinct",  "find",              "findandmodify",
-        "findAndModify",    "getMore",   "insert",            "killCursors",
-        "prepareTransaction", "update",  "dbHash",            NULL};
+    static const char *const names[] = {"abortTransaction",
+                                        "aggregate",
+                                        "commitTransaction",
+                                        "coordinateCommitTransaction",
+                                        "create",
+                                        "createIndexes",
+                                        "delete",
+                                        "distinct",
+                                        "find",
+                                        "findandmodify",
+                                        "findAndModify",
+                                        "getMore",
+                                        "insert",
+                                        "killCursors",
+                                        "prepareTransaction",
+                                        "update",
+                                        "dbHash",
+                                        NULL};
 
     for (size_t i = 0; names[i] != NULL; i++) {
         if (strcmp(names[i], name) == 0) {
@@ -557,8 +568,7 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     if (op->start_transaction) {
         /* The same number again: a restart of one aborted before its prepare (or of a number
          * a retryable write used) is allowed, as in MongoDB 7.0. */
-        if (t != NULL && t->txn_number == n &&
-            !(t->state == TXN_ABORTED && !t->was_prepared)) {
+        if (t != NULL && t->txn_number == n && !(t->state == TXN_ABORTED && !t->was_prepared)) {
             SHL_FAIL(st, 50911,
                      "Cannot start a transaction with session id %s and transaction number { "
                      "txnNumber: %lld, txnRetryCounter: 0 } because a transaction with the same "
@@ -913,9 +923,8 @@ decision_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     wo.oplog_extra = &extra;
     ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
     if (ret == 0) {
-        ret = write_txn_record(txn, u->t, ts,
-                               strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted",
-                               st);
+        ret = write_txn_record(
+            txn, u->t, ts, strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted", st);
     }
     bson_destroy(&o);
     bson_destroy(&extra);
@@ -1086,8 +1095,7 @@ done:
     return ret;
 }
 
-int
-db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
+int db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
 
 int
 db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st)
@@ -1151,11 +1159,20 @@ done:
 }
 
 static const shl_command_t txn_commands[] = {
-    {"commitTransaction", {NULL}, cmd_commit_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"commitTransaction",
+     {NULL},
+     cmd_commit_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "commit a multi-document transaction"},
-    {"abortTransaction", {NULL}, cmd_abort_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"abortTransaction",
+     {NULL},
+     cmd_abort_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "abort a multi-document transaction"},
-    {"prepareTransaction", {NULL}, cmd_prepare_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"prepareTransaction",
+     {NULL},
+     cmd_prepare_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "prepare a multi-document transaction (two-phase commit)"},
 };
 
