@@ -1079,16 +1079,7 @@ prepare_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     prepare_unit_t *u = arg;
     int ret = 0;
 
-    if (u->t->pin_ts != 0) {
-        shl_storage_unpin_stable(u->t->reg->eng, u->t->pin_ts);
-        u->t->pin_ts = 0;
-    }
     SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->first, &u->ts, st));
-    /* Pinned at its first entry before this unit commits, so the stable timestamp never
-     * passes any entry of the prepare while the transaction is prepared (recovery replays
-     * them all; truncation keeps them). */
-    shl_storage_pin_stable(u->t->reg->eng, u->first);
-    u->t->pin_ts = u->first;
     u->t->prepare_ts = u->ts;
     SHL_ERR(write_txn_record(txn, u->t, u->ts, "prepared", st));
 done:
@@ -1104,16 +1095,21 @@ db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st)
     int ret = 0;
 
     u.ops = shl_storage_txn_ops(t->stxn, &u.nops, NULL);
+    /* A timestamp below every entry of the prepare, held in flight by the transaction until
+     * WiredTiger prepared it: no snapshot can start at or after the prepare timestamp before
+     * (WiredTiger refuses to prepare below an active read timestamp), and the stable
+     * timestamp stays below it while the transaction is prepared (recovery replays all its
+     * entries; truncation keeps them). */
+    SHL_ERR(shl_storage_txn_reserve(t->stxn, &t->pin_ts, st));
+    shl_storage_pin_stable(t->reg->eng, t->pin_ts);
     ret = shl_storage_write_retry(t->reg->eng, prepare_unit_fn, &u, NULL, st);
     if (ret != 0) {
-        if (t->pin_ts != 0) {
-            shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
-            t->pin_ts = 0;
-        }
-        t->prepare_ts = 0;
-        goto done;
+        t->prepare_ts = 0; /* no prepare entry committed */
+    } else {
+        ret = shl_storage_txn_prepare(t->stxn, u.ts, st);
     }
-    SHL_ERR(shl_storage_txn_prepare(t->stxn, u.ts, st));
+    shl_storage_txn_release_reserved(t->stxn);
+    SHL_ERR(ret);
     *prepare_ts = u.ts;
 done:
     return ret;
@@ -1143,6 +1139,23 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     } else {
         kill_cursors(op, t);
         ret = db_txn_prepare_storage(t, &ts, st);
+        if (ret != 0 && t->prepare_ts != 0) {
+            /* The prepare entry is in the oplog: its abort entry must follow, or a restart
+             * would prepare it again. */
+            shl_status_t why = *st;
+            uint64_t ets = 0;
+            shl_status_clear(st);
+            if (decide_prepared(op, t, false, 0, &ets, st) != 0) {
+                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed",
+                              "error", BCON_UTF8(st->reason));
+                txn_release(t);
+            }
+            t->state = TXN_ABORTED;
+            atomic_fetch_add(&t->reg->aborted, 1);
+            *st = why;
+            ret = why.code;
+            goto done;
+        }
         if (ret != 0) {
             abort_unprepared(op, t);
             SHL_ERR(ret);
