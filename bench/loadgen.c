@@ -65,7 +65,7 @@ typedef enum op_kind {
     OP_FINDEQ,
     OP_RANGE,
     OP_INSERTIDX,
-    OP_RAWINS,  /* the insert command with this thread's lsid and a new txnNumber each time */
+    OP_RAWINS,   /* the insert command with this thread's lsid and a new txnNumber each time */
     OP_RETRYINS, /* the same command again and again: a retry the server answers from history */
     OP_INS2,     /* two insert_one (j:false) of fresh documents: the baseline of txn2 */
     OP_TXN2      /* a transaction inserting the same two documents, then committing */

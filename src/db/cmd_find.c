@@ -891,7 +891,8 @@ run_count(shl_op_ctx_t *op, const shl_ns_t *ns, exec_query_t *q, uint64_t read_t
     *n = 0;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), read_ts, h.coll, ns->full, q, &plan, st));
+    SHL_ERR(
+        exec_plan_build(node->eng, db_txn_storage(op), read_ts, h.coll, ns->full, q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -1101,8 +1102,8 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, &q,
-                            &plan, st));
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll,
+                            ns.full, &q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -1330,8 +1331,8 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, q,
-                            &plan, st));
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll,
+                            ns.full, q, &plan, st));
     if (exec_stats) {
         for (;;) {
             exec_row_t row;
@@ -1595,8 +1596,8 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
             SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
             locked = true;
-            ret = exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, q,
-                                  &xp, st);
+            ret = exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc),
+                                  h.coll, ns.full, q, &xp, st);
             if (ret == 0) {
                 exec_plan_explain(xp, false, 0, 0, &qp);
             }
@@ -1634,7 +1635,8 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
         SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
         locked = true;
-        SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), a->env.read_ts, h.coll, ns.full, q, &a->plan, st));
+        SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), a->env.read_ts, h.coll, ns.full, q,
+                                &a->plan, st));
         exec_plan_own_query(a->plan);
         q = NULL;
         a->src.plan = a->plan;

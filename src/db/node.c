@@ -195,10 +195,24 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
         SHL_ERR(db_session_checkout(node->sessions, op, st));
         /* A newer txnNumber ends the session's unprepared transaction. */
+        /* MongoDB's rules for a retryable write on a session that ran a transaction. */
+        if (db_txn_session_number(op->session) == op->txn_number) {
+            bool prepared = db_txn_session_prepared(op->session);
+            db_session_checkin(node->sessions, op);
+            if (prepared) {
+                SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
+                         "Retryable write that has been converted to a transaction is in "
+                         "prepare");
+            }
+            SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                     "Cannot retry a retryable write that has been converted into a "
+                     "transaction");
+        }
         if (db_txn_session_prepared(op->session)) {
             db_session_checkin(node->sessions, op);
             SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
-                     "Cannot start a retryable write on a session whose transaction is prepared");
+                     "Cannot change transaction number while the session has a prepared "
+                     "transaction");
         }
         (void)db_txn_abort_for_session(node->txns, op->session);
     }

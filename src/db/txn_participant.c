@@ -31,9 +31,6 @@ typedef enum txn_state {
     TXN_ABORTED,
 } txn_state_t;
 
-static const char *const state_names[] = {"TxnInProgress", "TxnPrepared", "TxnCommitted",
-                                          "TxnAborted"};
-
 struct db_txn {
     db_txn_registry_t *reg;
     db_session_t *session; /* the session that owns it (its txn slot points here) */
@@ -44,6 +41,7 @@ struct db_txn {
     uint64_t read_ts;        /* 0: the latest data at its first read (readConcern local) */
     char level[16];          /* readConcern level */
     uint64_t prepare_ts;     /* 0: not prepared */
+    uint64_t pin_ts;         /* the stable timestamp stays below it while prepared (0: none) */
     bool was_prepared;
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
@@ -64,20 +62,38 @@ struct db_txn {
     struct db_txn *prev, *next;
 };
 
+/* MongoDB's names of the states, as its messages print them. */
+static const char *
+state_name(const db_txn_t *t)
+{
+    switch (t->state) {
+    case TXN_IN_PROGRESS:
+        return "TxnState::InProgress";
+    case TXN_PREPARED:
+        return "TxnState::Prepared";
+    case TXN_COMMITTED:
+        return "TxnState::Committed";
+    case TXN_ABORTED:
+        break;
+    }
+    return t->was_prepared ? "TxnState::AbortedAfterPrepare" : "TxnState::AbortedWithoutPrepare";
+}
+
 /* A prepare entry recovery replayed whose decision it has not met (yet). */
 typedef struct recovered_prepare {
     shl_lsid_t lsid;
     int64_t txn_number;
     uint64_t prepare_ts;
-    bson_t ops; /* every op of the transaction (applyOps' inner form) */
+    uint64_t pin_ts; /* the stable timestamp is pinned below it from replay on */
+    bson_t ops;      /* every op of the transaction (applyOps' inner form) */
     struct recovered_prepare *next;
 } recovered_prepare_t;
 
 struct db_txn_registry {
     shl_storage_engine_t *eng;
-    const db_node_t *node; /* for its cursors (set with the engine) */
+    const db_node_t *node;          /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
-    pthread_mutex_t mu; /* guards the list and each txn's 'active' */
+    pthread_mutex_t mu;             /* guards the list and each txn's 'active' */
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
 };
@@ -220,8 +236,8 @@ end_created(db_txn_t *t, bool drop)
             if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
-                                "could not drop a collection an aborted transaction created",
-                                "ns", BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+                                "could not drop a collection an aborted transaction created", "ns",
+                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
             }
         }
         bson_free(t->created[i]);
@@ -242,8 +258,11 @@ txn_release(db_txn_t *t)
     }
     /* Whatever is still listed here did not commit. */
     end_created(t, t->state != TXN_COMMITTED);
+    if (t->pin_ts != 0) {
+        shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
+        t->pin_ts = 0;
+    }
     if (t->prepare_ts != 0) {
-        shl_storage_unpin_stable(t->reg->eng, t->prepare_ts);
         t->prepare_ts = 0;
     }
     list_remove(t->reg, t);
@@ -285,6 +304,9 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
     while (reg->head != NULL) {
         db_txn_t *t = reg->head;
         end_created(t, false); /* a prepared one comes back with them */
+        /* A prepared one keeps the stable timestamp pinned: the final checkpoint stays below
+         * its prepare entry, which the next start replays to prepare it again. */
+        t->pin_ts = 0;
         txn_release(t);
         t->state = TXN_ABORTED;
     }
@@ -339,16 +361,30 @@ abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
 
 /* ---------------------------------------------------------------- statements */
 
+static bool transient_error(int code, bool decision);
+
 /* The commands MongoDB runs inside a transaction. */
 static bool
 allowed_in_txn(const char *name)
 {
-    static const char *const names[] = {
-        "abortTransaction", "aggregate", "commitTransaction", "coordinateCommitTransaction",
-        "create",           "createIndexes",
-        "delete",           "distinct",  "find",              "findandmodify",
-        "findAndModify",    "getMore",   "insert",            "killCursors",
-        "prepareTransaction", "update",  "dbHash",            NULL};
+    static const char *const names[] = {"abortTransaction",
+                                        "aggregate",
+                                        "commitTransaction",
+                                        "coordinateCommitTransaction",
+                                        "create",
+                                        "createIndexes",
+                                        "delete",
+                                        "distinct",
+                                        "find",
+                                        "findandmodify",
+                                        "findAndModify",
+                                        "getMore",
+                                        "insert",
+                                        "killCursors",
+                                        "prepareTransaction",
+                                        "update",
+                                        "dbHash",
+                                        NULL};
 
     for (size_t i = 0; names[i] != NULL; i++) {
         if (strcmp(names[i], name) == 0) {
@@ -522,32 +558,28 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     }
     if (n < cur) {
         SHL_FAIL(st, SHL_CODE_TRANSACTION_TOO_OLD,
-                 "Cannot start transaction %lld on session %s because a newer transaction "
-                 "%lld has already started.",
-                 (long long)n, id, (long long)cur);
+                 "Cannot start transaction with { txnNumber: %lld, txnRetryCounter: 0 } on "
+                 "session %s because a newer %s with txnNumberAndRetryCounter { txnNumber: %lld, "
+                 "txnRetryCounter: 0 } has already started on this session.",
+                 (long long)n, id,
+                 t != NULL && t->txn_number == cur ? "transaction" : "retryable write",
+                 (long long)cur);
     }
     if (op->start_transaction) {
-        /* A shard starts an unprepared aborted transaction again at the same number: a
-         * router's retry after a stale-routing error on a first statement (as MongoDB). */
-        if (t != NULL && t->txn_number == n &&
-            !(t->state == TXN_ABORTED && !t->was_prepared && shl_opt_bool(SHL_OPT_shardsvr))) {
+        /* The same number again: a restart of one aborted before its prepare (or of a number
+         * a retryable write used) is allowed, as in MongoDB 7.0. */
+        if (t != NULL && t->txn_number == n && !(t->state == TXN_ABORTED && !t->was_prepared)) {
             SHL_FAIL(st, 50911,
-                     "Cannot start a transaction at given transaction number %lld a "
-                     "transaction with the same number is in state %s",
-                     (long long)n, state_names[t->state]);
+                     "Cannot start a transaction with session id %s and transaction number { "
+                     "txnNumber: %lld, txnRetryCounter: 0 } because a transaction with the same "
+                     "transaction number is in state %s",
+                     id, (long long)n, state_name(t));
         }
         if (t != NULL && t->state == TXN_PREPARED) {
             SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
                      "Cannot start transaction %lld on session %s because a prepared "
                      "transaction %lld is in progress",
                      (long long)n, id, (long long)t->txn_number);
-        }
-        if (n == cur && t == NULL) {
-            /* The number ran as a retryable write. */
-            SHL_FAIL(st, 50911,
-                     "Cannot start a transaction at given transaction number %lld a "
-                     "transaction with the same number is in state TxnInProgress",
-                     (long long)n);
         }
         if (t != NULL) {
             abort_unprepared(op, t);
@@ -591,32 +623,28 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     /* The transaction owns the readConcern: the commands read in its snapshot. */
     op->has_read_concern = false;
 done:
-    if (ret == SHL_CODE_NO_SUCH_TRANSACTION ||
-        (ret == SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS && !is_decision_cmd(cmd->name))) {
+    if (ret != 0 && transient_error(ret, is_decision_cmd(cmd->name))) {
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     return ret;
 }
 
-/* MongoDB's isTransientTransactionError for a statement (not commit/abort) of a transaction. */
+/* MongoDB's isTransientTransactionError: an error of a transaction's command after which
+ * retrying the whole transaction is safe ('decision': commit/abort, which here never carry
+ * a writeConcern error on a set of one). */
 static bool
 transient_error(int code, bool decision)
 {
-    switch (code) {
-    case SHL_CODE_WRITE_CONFLICT:
-    case SHL_CODE_LOCK_TIMEOUT:
-    case SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS:
-    case SHL_CODE_SNAPSHOT_TOO_OLD:
-    case SHL_CODE_STALE_CONFIG:
-    case SHL_CODE_STALE_DB_VERSION:
-        return true;
-    case SHL_CODE_NO_SUCH_TRANSACTION:
-        /* On commit/abort only without a writeConcern error (none on a set of one). */
-        (void)decision;
-        return true;
-    default:
-        return false;
+    bool transient = code == SHL_CODE_WRITE_CONFLICT || code == SHL_CODE_LOCK_TIMEOUT ||
+                     code == SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS ||
+                     shl_code_in_category(code, SHL_CAT_SNAPSHOT_ERROR) ||
+                     shl_code_in_category(code, SHL_CAT_NEED_RETARGETTING_ERROR) ||
+                     code == SHL_CODE_STALE_DB_VERSION || code == SHL_CODE_NO_SUCH_TRANSACTION;
+
+    if (!decision) {
+        transient = transient || shl_code_in_category(code, SHL_CAT_RETRIABLE_ERROR);
     }
+    return transient;
 }
 
 int
@@ -692,6 +720,14 @@ db_txn_read_ts(const shl_op_ctx_t *op)
     return t != NULL ? t->read_ts : 0;
 }
 
+int64_t
+db_txn_session_number(void *session)
+{
+    const db_txn_t *t = *db_session_txn_slot(session);
+
+    return t != NULL ? t->txn_number : -1;
+}
+
 bool
 db_txn_session_prepared(void *session)
 {
@@ -749,7 +785,7 @@ entry_fields(bson_t *out, const db_txn_t *t, uint64_t prev_ts, int64_t term)
  */
 static int
 write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *ops, size_t nops,
-                bool prepare, uint64_t *last_ts, shl_status_t *st)
+                bool prepare, uint64_t *first_ts, uint64_t *last_ts, shl_status_t *st)
 {
     int64_t term = shl_storage_term(t->reg->eng);
     uint64_t prev = 0, ts = 0;
@@ -783,6 +819,9 @@ write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *
         bson_destroy(&o);
         bson_destroy(&extra);
         SHL_ERR(ret);
+        if (prev == 0 && first_ts != NULL) {
+            *first_ts = ts;
+        }
         prev = ts;
     } while (i < nops);
     *last_ts = ts;
@@ -833,7 +872,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     kill_cursors(op, t);
     shl_storage_txn_set_multi(stxn, false);
     if (nops > 0) {
-        ret = write_apply_ops(stxn, t, ops, nops, false, &ts, st);
+        ret = write_apply_ops(stxn, t, ops, nops, false, NULL, &ts, st);
         if (ret == 0) {
             ret = write_txn_record(stxn, t, ts, "committed", st);
         }
@@ -884,9 +923,8 @@ decision_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     wo.oplog_extra = &extra;
     ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
     if (ret == 0) {
-        ret = write_txn_record(txn, u->t, ts,
-                               strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted",
-                               st);
+        ret = write_txn_record(
+            txn, u->t, ts, strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted", st);
     }
     bson_destroy(&o);
     bson_destroy(&extra);
@@ -1032,6 +1070,7 @@ typedef struct prepare_unit {
     const bson_t *const *ops;
     size_t nops;
     uint64_t ts;
+    uint64_t first;
 } prepare_unit_t;
 
 static int
@@ -1040,39 +1079,37 @@ prepare_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     prepare_unit_t *u = arg;
     int ret = 0;
 
-    if (u->ts != 0) {
-        shl_storage_unpin_stable(u->t->reg->eng, u->ts);
-        u->ts = 0;
-    }
-    SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->ts, st));
-    /* Pinned before this unit commits, so the stable timestamp never passes the prepare
-     * timestamp while the transaction is prepared. */
-    shl_storage_pin_stable(u->t->reg->eng, u->ts);
+    SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->first, &u->ts, st));
     u->t->prepare_ts = u->ts;
     SHL_ERR(write_txn_record(txn, u->t, u->ts, "prepared", st));
 done:
     return ret;
 }
 
-int
-db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
+int db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
 
 int
 db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st)
 {
-    prepare_unit_t u = {t, NULL, 0, 0};
+    prepare_unit_t u = {t, NULL, 0, 0, 0};
     int ret = 0;
 
     u.ops = shl_storage_txn_ops(t->stxn, &u.nops, NULL);
+    /* A timestamp below every entry of the prepare, held in flight by the transaction until
+     * WiredTiger prepared it: no snapshot can start at or after the prepare timestamp before
+     * (WiredTiger refuses to prepare below an active read timestamp), and the stable
+     * timestamp stays below it while the transaction is prepared (recovery replays all its
+     * entries; truncation keeps them). */
+    SHL_ERR(shl_storage_txn_reserve(t->stxn, &t->pin_ts, st));
+    shl_storage_pin_stable(t->reg->eng, t->pin_ts);
     ret = shl_storage_write_retry(t->reg->eng, prepare_unit_fn, &u, NULL, st);
     if (ret != 0) {
-        if (u.ts != 0) {
-            shl_storage_unpin_stable(t->reg->eng, u.ts);
-        }
-        t->prepare_ts = 0;
-        goto done;
+        t->prepare_ts = 0; /* no prepare entry committed */
+    } else {
+        ret = shl_storage_txn_prepare(t->stxn, u.ts, st);
     }
-    SHL_ERR(shl_storage_txn_prepare(t->stxn, u.ts, st));
+    shl_storage_txn_release_reserved(t->stxn);
+    SHL_ERR(ret);
     *prepare_ts = u.ts;
 done:
     return ret;
@@ -1102,6 +1139,23 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     } else {
         kill_cursors(op, t);
         ret = db_txn_prepare_storage(t, &ts, st);
+        if (ret != 0 && t->prepare_ts != 0) {
+            /* The prepare entry is in the oplog: its abort entry must follow, or a restart
+             * would prepare it again. */
+            shl_status_t why = *st;
+            uint64_t ets = 0;
+            shl_status_clear(st);
+            if (decide_prepared(op, t, false, 0, &ets, st) != 0) {
+                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed",
+                              "error", BCON_UTF8(st->reason));
+                txn_release(t);
+            }
+            t->state = TXN_ABORTED;
+            atomic_fetch_add(&t->reg->aborted, 1);
+            *st = why;
+            ret = why.code;
+            goto done;
+        }
         if (ret != 0) {
             abort_unprepared(op, t);
             SHL_ERR(ret);
@@ -1118,11 +1172,20 @@ done:
 }
 
 static const shl_command_t txn_commands[] = {
-    {"commitTransaction", {NULL}, cmd_commit_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"commitTransaction",
+     {NULL},
+     cmd_commit_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "commit a multi-document transaction"},
-    {"abortTransaction", {NULL}, cmd_abort_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"abortTransaction",
+     {NULL},
+     cmd_abort_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "abort a multi-document transaction"},
-    {"prepareTransaction", {NULL}, cmd_prepare_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+    {"prepareTransaction",
+     {NULL},
+     cmd_prepare_transaction,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
      "prepare a multi-document transaction (two-phase commit)"},
 };
 
@@ -1237,6 +1300,10 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         r->lsid = lsid;
         r->txn_number = n;
         r->prepare_ts = ts;
+        /* Recovery's own checkpoint must not pass it either: every entry of the transaction
+         * is above the stable timestamp recovery started from. */
+        r->pin_ts = shl_storage_stable_ts(eng) + 1;
+        shl_storage_pin_stable(eng, r->pin_ts);
         SHL_ERR(shl_oplog_txn_ops(eng, entry, &r->ops, st));
         r->next = reg->recovered;
         reg->recovered = r;
@@ -1275,6 +1342,9 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     }
 done:
     if (r != NULL) {
+        if (r->pin_ts != 0) {
+            shl_storage_unpin_stable(eng, r->pin_ts);
+        }
         bson_destroy(&r->ops);
         bson_free(r);
     }
@@ -1307,9 +1377,14 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
             ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
         }
         if (ret == 0) {
-            shl_storage_pin_stable(reg->eng, r->prepare_ts);
+            /* The pin recovery took passes to the transaction. */
+            t->pin_ts = r->pin_ts;
+            r->pin_ts = 0;
             t->prepare_ts = r->prepare_ts;
             ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
+        }
+        if (r->pin_ts != 0) {
+            shl_storage_unpin_stable(reg->eng, r->pin_ts);
         }
         bson_destroy(&r->ops);
         bson_free(r);

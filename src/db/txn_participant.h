@@ -170,6 +170,9 @@ int db_txn_abort_sessions(db_txn_registry_t *reg, struct db_session_catalog *cat
  */
 void db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n);
 
+/* db_txn_session_number -- the txnNumber of the checked-out session's transaction (-1: none). */
+int64_t db_txn_session_number(void *session);
+
 /* db_txn_session_prepared -- whether the checked-out session's transaction is prepared. */
 bool db_txn_session_prepared(void *session);
 

@@ -57,8 +57,12 @@ count_op(shl_service_ctx_t *svc, const char *name)
 static bool
 is_retryable_write(const shl_op_ctx_t *op, const shl_command_t *cmd)
 {
-    return cmd != NULL && (cmd->flags & SHL_CMD_RETRYABLE_WRITE) && op->has_txn_number &&
-           !op->has_autocommit;
+    /* A transaction's commit or abort is retryable too (MongoDB's error_labels.cpp). */
+    bool decision =
+        cmd != NULL && op->has_txn_number && op->has_autocommit &&
+        (strcmp(cmd->name, "commitTransaction") == 0 || strcmp(cmd->name, "abortTransaction") == 0);
+    return decision || (cmd != NULL && (cmd->flags & SHL_CMD_RETRYABLE_WRITE) &&
+                        op->has_txn_number && !op->has_autocommit);
 }
 
 /*
@@ -407,8 +411,8 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     /* In a transaction the readConcern is the transaction's (checked when it starts). */
     if (!op.has_autocommit) {
         SHL_ERR(check_snapshot_support(&op, cmd, &st));
-        SHL_ERR(shl_read_concern_check_support(
-            cmd->name, body, op.has_read_concern ? &op.read_concern : NULL, &st));
+        SHL_ERR(shl_read_concern_check_support(cmd->name, body,
+                                               op.has_read_concern ? &op.read_concern : NULL, &st));
     }
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));

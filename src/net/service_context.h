@@ -89,8 +89,9 @@ typedef struct shl_service_hooks {
      * A statement of a multi-document transaction ended (before session_end; ret and st are
      * the command's result, reply its reply when it succeeded): the role keeps or aborts the
      * transaction and adds the error labels; returns the command's result (a write error
-     * that fails a transaction becomes the command's error, as MongoDB's). Set by a role that runs transactions; without
-     * it the dispatcher refuses autocommit / startTransaction (IllegalOperation).
+     * that fails a transaction becomes the command's error, as MongoDB's). Set by a role that runs
+     * transactions; without it the dispatcher refuses autocommit / startTransaction
+     * (IllegalOperation).
      */
     int (*txn_end)(struct shl_op_ctx *op, int ret, shl_status_t *st, const bson_t *reply);
     /*

@@ -158,8 +158,8 @@ shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mod
     h->db_lock_ = lock_take_timed(eng, db, false, tl_lock_timeout_ms);
     if (h->db_lock_ == NULL) {
         h->eng = NULL;
-        SHL_FAIL(st, SHL_CODE_LOCK_TIMEOUT, "Unable to acquire IS lock on '%s' within %lldms.",
-                 db, (long long)tl_lock_timeout_ms);
+        SHL_FAIL(st, SHL_CODE_LOCK_TIMEOUT, "Unable to acquire IS lock on '%s' within %lldms.", db,
+                 (long long)tl_lock_timeout_ms);
     }
     h->coll_lock_ = lock_take_timed(eng, ns, mode == SHL_LOCK_EXCLUSIVE, tl_lock_timeout_ms);
     if (h->coll_lock_ == NULL) {

@@ -288,8 +288,7 @@ shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, s
     for (size_t i = n + 1; i > 0; i--) {
         const bson_t *e = i - 1 == n ? entry : chain[i - 1];
         if (!shl_bson_get_subdoc(e, "o", &o) || !bson_iter_init_find(&it, &o, "applyOps") ||
-            !BSON_ITER_HOLDS_ARRAY(&it) || !iter_subdoc(&it, &arr) ||
-            !bson_iter_init(&it, &arr)) {
+            !BSON_ITER_HOLDS_ARRAY(&it) || !iter_subdoc(&it, &arr) || !bson_iter_init(&it, &arr)) {
             continue;
         }
         while (bson_iter_next(&it)) {

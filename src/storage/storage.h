@@ -269,6 +269,14 @@ const bson_t *const *shl_storage_txn_ops(const shl_storage_txn_t *txn, size_t *n
 int shl_storage_txn_reserve(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st);
 
 /*
+ * shl_storage_txn_release_reserved --
+ *     Let the no-holes point pass the timestamps 'txn' reserved so far, before it ends (a
+ *     prepared transaction once it is prepared: no reader can start below its prepare
+ *     timestamp any more). A later reservation holds it again.
+ */
+void shl_storage_txn_release_reserved(shl_storage_txn_t *txn);
+
+/*
  * shl_storage_txn_set_fixed_ts --
  *     Every write of 'txn' takes timestamp 'ts' (reserved elsewhere), and document writes
  *     append no oplog entry; shl_oplog_append still writes its entry at 'ts'.

@@ -426,6 +426,12 @@ shl_storage_txn_reserve(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
 }
 
 void
+shl_storage_txn_release_reserved(shl_storage_txn_t *txn)
+{
+    shl_clock_finish(txn->eng, &txn->inflight);
+}
+
+void
 shl_storage_txn_set_fixed_ts(shl_storage_txn_t *txn, uint64_t ts)
 {
     txn->fixed_ts = ts;

@@ -131,9 +131,15 @@ def test_errors_as_mongodb(rs_node):
     assert raw("test", {"find": "e"}, 8, start=True)["ok"] == 1
     r = raw("test", {"find": "e"}, 8, readConcern={"level": "snapshot"})
     assert r["code"] == 72
-    # Starting the same number twice.
+    # Starting the same number twice; a restart after an abort is allowed (MongoDB 7.0).
     assert raw("test", {"find": "e"}, 9, start=True)["ok"] == 1
     assert raw("test", {"find": "e"}, 9, start=True)["code"] == 50911
+    assert raw("admin", {"abortTransaction": 1}, 9)["ok"] == 1
+    assert raw("test", {"find": "e"}, 9, start=True)["ok"] == 1
+    # A retryable write with the transaction's number.
+    r = wire_util.command(raw.sock, {"insert": "e", "documents": [{"_id": 99}], "lsid": raw.lsid,
+                                     "txnNumber": Int64(9), "$db": "test"})
+    assert r["code"] == 217
     # Commit twice is fine; abort after commit is not.
     assert raw("test", {"insert": "e", "documents": [{"_id": 9}]}, 9)["ok"] == 1
     assert raw("admin", {"commitTransaction": 1}, 9)["ok"] == 1
@@ -274,6 +280,24 @@ def test_prepared_transaction_survives_kill9(rs_node):
     assert c.test.p.find_one({"_id": 0}) == {"_id": 0, "v": 1}
     assert c.test.p.find_one({"_id": 5}) == {"_id": 5}
     assert c.test.other.count_documents({}) == 2
+    # A clean restart keeps a prepared transaction too.
+    assert raw("test", {"insert": "p", "documents": [{"_id": 6}]}, 5, start=True)["ok"] == 1
+    pts5 = raw("admin", {"prepareTransaction": 1}, 5)["prepareTimestamp"]
+    raw.close()
+    rs_node.stop()
+    rs_node.start()
+    # ... and another crash after that restart (its recovery checkpoint stayed below it).
+    c = _client(rs_node)
+    c.admin.command({"fsync": 1})
+    c.test.command({"insert": "other", "documents": [{"_id": 9}], "writeConcern": {"j": True}})
+    rs_node.kill()
+    rs_node.start()
+    c = _client(rs_node)
+    raw = Raw(rs_node, lsid)
+    assert raw("admin", {"prepareTransaction": 1}, 5)["prepareTimestamp"] == pts5
+    assert raw("admin", {"abortTransaction": 1}, 5)["ok"] == 1
+    assert c.test.p.find_one({"_id": 6}) is None
+    raw.close()
     # The commit itself survives another crash.
     c.test.command({"insert": "other", "documents": [{"_id": 3}], "writeConcern": {"j": True}})
     rs_node.kill()
