@@ -265,3 +265,54 @@ def test_kill9_of_the_coordinator_under_the_router_then_commit_retry():
         assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
     finally:
         c.cleanup()
+
+
+def test_concurrent_transfers_across_shards_conserve_the_total(cl):
+    """Many two-phase commits at once (several coordinators at a time): every transfer
+    commits or aborts whole, so the total never changes. Write conflicts between transfers
+    abort them; with_transaction retries those the router labels TransientTransactionError
+    (today the router passes a statement's WriteConflict on as a writeError without the label,
+    a txn-router matter, so such a transfer ends with that error here)."""
+    import random
+    import threading
+    from pymongo.errors import PyMongoError as Failure
+    r = cl.router_client()
+    r.admin.command("enableSharding", "bank2", primaryShard="shard0")
+    r.admin.command("shardCollection", "bank2.acct", key={"x": 1})
+    r.admin.command("split", "bank2.acct", middle={"x": 100})
+    r.admin.command("moveChunk", "bank2.acct", find={"x": 150}, to="shard1")
+    keys = [1, 2, 3, 101, 102, 103]
+    r.bank2.acct.insert_many([{"_id": k, "x": k, "bal": 100} for k in keys])
+    errors, committed = [], []
+
+    def worker(seed):
+        rnd = random.Random(seed)
+        c = cl.router_client()
+        acct = c.bank2.acct
+        for _ in range(15):
+            a, b = rnd.choice(keys[:3]), rnd.choice(keys[3:])
+            if rnd.random() < 0.5:
+                a, b = b, a
+            amount = rnd.randint(1, 10)
+
+            def transfer(s):
+                acct.update_one({"x": a}, {"$inc": {"bal": -amount}}, session=s)
+                acct.update_one({"x": b}, {"$inc": {"bal": amount}}, session=s)
+            try:
+                with c.start_session() as s:
+                    s.with_transaction(transfer)
+                committed.append(1)
+            except Failure as e:
+                errors.append(e)
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads)
+    assert all(getattr(e, "code", None) == 112 for e in errors), errors[:3]
+    assert len(committed) + len(errors) == 60 and len(committed) > 0
+    assert sum(d["bal"] for d in r.bank2.acct.find()) == 600
+    assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
