@@ -102,6 +102,7 @@ def test_vote_to_abort_aborts_everywhere(cl):
     r = coordinate(cl, 0, lsid, 1, [0, 1])
     assert r["ok"] == 0 and r["code"] == 251, r
     assert r["codeName"] == "NoSuchTransaction"
+    assert r["errmsg"].startswith("Transaction was aborted :: caused by :: "), r
     assert not visible(cl, 0, "a0")
     assert coordinator_docs(cl, 0) == []
     # The transaction is gone on the coordinator's own shard too.
@@ -113,6 +114,12 @@ def test_vote_to_abort_aborts_everywhere(cl):
 def test_join_without_coordinator_is_no_such_transaction(cl):
     r = coordinate(cl, 0, new_lsid(), 3, [])
     assert r["ok"] == 0 and r["code"] == 251, r
+
+
+def test_duplicate_participants_are_refused(cl):
+    r = coordinate(cl, 0, new_lsid(), 1, [0, 1, 0])
+    assert r["ok"] == 0 and r["code"] == 51162, r
+    assert r["errmsg"] == "Participant list contains duplicate shard shard0"
 
 
 def test_coordinator_needs_a_session(cl):
