@@ -323,3 +323,48 @@ def test_concurrent_transfers_across_shards_conserve_the_total(cl):
     assert len(committed) + len(errors) == 60 and len(committed) > 0
     assert sum(d["bal"] for d in r.bank2.acct.find()) == 600
     assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
+
+
+def test_commit_through_a_second_router_with_the_recovery_token(cl):
+    """A router that never saw the transaction commits it from the recoveryToken: it asks the
+    recovery shard (coordinateCommitTransaction without participants), which answers from its
+    coordinator, its remembered decision or its local participant."""
+    sharded = cl.router_client()
+    if "bank" not in sharded.list_database_names():
+        sharded_accounts(cl)
+    second = cl.routers[1] if len(cl.routers) > 1 else cl.add_router()
+    lsid = new_lsid()
+
+    def run(router, txn, ops, commit, token=None):
+        raw = Raw(router, lsid)
+        try:
+            replies = [raw("bank", op, txn, start=(k == 0)) for k, op in enumerate(ops)]
+            for r in replies:
+                assert r["ok"] == 1, r
+            extra = {"recoveryToken": token} if token is not None else {}
+            return replies, raw("admin", {commit: 1}, txn, **extra)
+        finally:
+            raw.close()
+
+    moves = [{"update": "acct", "updates": [{"q": {"x": 1}, "u": {"$inc": {"bal": -1}}}]},
+             {"update": "acct", "updates": [{"q": {"x": 200}, "u": {"$inc": {"bal": 1}}}]}]
+    before = {d["_id"]: d["bal"] for d in sharded.bank.acct.find()}
+    replies, done = run(cl.routers[0], 1, moves, "commitTransaction")
+    assert done["ok"] == 1, done
+    token = done.get("recoveryToken") or replies[-1]["recoveryToken"]
+    assert token["recoveryShardId"] in ("shard0", "shard1")
+    # The second router has only the token.
+    raw = Raw(second, lsid)
+    r = raw("admin", {"commitTransaction": 1, "recoveryToken": token}, 1)
+    raw.close()
+    assert r["ok"] == 1, r
+    after = {d["_id"]: d["bal"] for d in sharded.bank.acct.find()}
+    assert after == {"a": before["a"] - 1, "b": before["b"] + 1}
+    # An aborted transaction is reported aborted through the second router.
+    replies, done = run(cl.routers[0], 2, moves, "abortTransaction")
+    assert done["ok"] == 1, done
+    raw = Raw(second, lsid)
+    r = raw("admin", {"commitTransaction": 1, "recoveryToken": token}, 2)
+    raw.close()
+    assert r["ok"] == 0 and r["code"] == 251, r
+    assert {d["_id"]: d["bal"] for d in sharded.bank.acct.find()} == after
