@@ -368,3 +368,37 @@ def test_commit_through_a_second_router_with_the_recovery_token(cl):
     raw.close()
     assert r["ok"] == 0 and r["code"] == 251, r
     assert {d["_id"]: d["bal"] for d in sharded.bank.acct.find()} == after
+
+
+@pytest.mark.parametrize("phase,committed", [
+    ("waitingForVotes", False),         # shard1 dies unprepared: it votes NoSuchTransaction
+    ("waitingForDecisionAcks", True),   # shard1 dies prepared: re-prepared, then committed
+])
+def test_kill9_of_a_participant_during_two_phase_commit(phase, committed):
+    c = ShaleCluster(shards=2).start()
+    try:
+        for i in range(2):
+            c.shard_client(i).test.tc.insert_one({"_id": "seed"})
+        lsid = new_lsid()
+        write_on(c, 0, lsid, 1, "p0")
+        write_on(c, 1, lsid, 1, "p1")
+        from shale_fixtures import Background
+        coord = c.shard_client(0)
+        entered = fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                             {"type": "TransactionCoordinator", "phase": phase})["count"]
+        t = Background(lambda: coordinate(c, 0, lsid, 1, [0, 1], timeout=120))
+        wait_until(lambda: fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                                      {"type": "TransactionCoordinator", "phase": phase}
+                                      )["count"] > entered, what="the coordinator at " + phase)
+        c.shards[1].kill()
+        c.restart_shard(1)
+        fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+        t.join(120)
+        assert t.done, t.error
+        r = t.result
+        assert (r["ok"] == 1) if committed else (r["ok"] == 0 and r["code"] == 251), r
+        assert visible(c, 0, "p0") == committed
+        assert visible(c, 1, "p1") == committed
+        assert coordinator_docs(c, 0) == []
+    finally:
+        c.cleanup()
