@@ -475,9 +475,7 @@ local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t
     }
     if (ret == 0 && !committed) {
         ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
-                             "Transaction with { txnNumber: %lld } has been aborted or is not "
-                             "known to its coordinator",
-                             (long long)txn_number);
+                             "Recovering the transaction's outcome found the transaction aborted");
     }
     bson_destroy(&reply);
     bson_destroy(&cmd);
@@ -527,8 +525,9 @@ shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn
     } else if (ret == 0) {
         shl_status_t abort_st = SHL_STATUS_INIT;
         if (decision_of(&result, &t, &i, &abort_st) == 0) {
-            ret = abort_st.code;
-            *st = abort_st;
+            /* The abort's own status, in context, as MongoDB answers it. */
+            ret = shl_status_set(st, abort_st.code, "Transaction was aborted :: caused by :: %s",
+                                 abort_st.reason);
         }
         recent_put(&idonly, ret, st);
     }
@@ -568,6 +567,11 @@ cmd_coordinate_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
             !bson_iter_find(&f, "shardId") || !BSON_ITER_HOLDS_UTF8(&f)) {
             SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                      "each participant of coordinateCommitTransaction must be {shardId: string}");
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(names[k], bson_iter_utf8(&f, NULL)) == 0) {
+                SHL_FAIL(st, 51162, "Participant list contains duplicate shard %s", names[k]);
+            }
         }
         names = bson_realloc(names, sizeof(char *) * (n + 2));
         names[n++] = bson_iter_utf8(&f, NULL);

@@ -41,6 +41,7 @@ struct shl_coord_service {
     pthread_cond_t changed;      /* broadcast when a coordinator ends or a thread exits */
     shl_coord_t *running;        /* guarded by mu: coordinators not yet done */
     int threads;                 /* guarded by mu: coordinator threads alive */
+    int waiters;                 /* guarded by mu: callers waiting in wait_locked */
     atomic_bool stopping;        /* set once by destroy */
 };
 
@@ -358,6 +359,7 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
     int ret = 0;
 
     bson_init(result);
+    svc->waiters++;
     clock_gettime(CLOCK_REALTIME, &deadline);
     if (wait_ms > 0) {
         deadline.tv_sec += wait_ms / 1000;
@@ -386,6 +388,8 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
         }
     }
     coord_release_locked(c);
+    svc->waiters--;
+    pthread_cond_broadcast(&svc->changed);
     return ret;
 }
 
@@ -409,7 +413,8 @@ shl_coord_service_destroy(shl_coord_service_t *svc)
     if (svc != NULL) {
         atomic_store(&svc->stopping, true);
         pthread_mutex_lock(&svc->mu);
-        while (svc->threads > 0) {
+        /* Waiters leave once their coordinator ended (every thread has). */
+        while (svc->threads > 0 || svc->waiters > 0) {
             pthread_cond_wait(&svc->changed, &svc->mu);
         }
         pthread_mutex_unlock(&svc->mu);

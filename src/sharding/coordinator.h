@@ -68,7 +68,8 @@ shl_coord_service_t *shl_coord_service_new(const shl_remote_t *remote);
 /*
  * shl_coord_service_destroy --
  *     Ask running coordinators to stop (shl_coord_interrupted turns true), wait for their
- *     threads, and free everything. Their documents stay for the next start. NULL: no-op.
+ *     threads and for the callers waiting on them (they get the coordinators' errors,
+ *     InterruptedAtShutdown), and free everything. Their documents stay for the next start. NULL: no-op.
  */
 void shl_coord_service_destroy(shl_coord_service_t *svc);
 

@@ -293,3 +293,47 @@ SHL_TEST(coordinator_resumes_leftover_documents)
     ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
     env_cleanup(&e);
 }
+
+static void *
+destroy_bg(void *svc)
+{
+    shl_coord_service_destroy(svc);
+    return NULL;
+}
+
+SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
+{
+    env_t e;
+    bg_t a = {0};
+
+    env_init(&e);
+    T.hold = true;
+    a.e = &e;
+    a.doc = BCON_NEW("_id", BCON_INT32(5));
+    pthread_create(&a.tid, NULL, bg_run, &a);
+    pthread_mutex_lock(&T.mu);
+    while (!T.entered) {
+        pthread_cond_wait(&T.cv, &T.mu);
+    }
+    /* phase "one" fails retryably when let go; the stopping service does not retry it */
+    T.fail_code[0] = SHL_CODE_HOST_UNREACHABLE;
+    T.fail_times[0] = 100;
+    pthread_mutex_unlock(&T.mu);
+    {
+        /* destroy in the background: it waits for the phase, so release it after a moment */
+        pthread_t d;
+        pthread_create(&d, NULL, destroy_bg, e.svc);
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+        pthread_mutex_lock(&T.mu);
+        T.hold = false;
+        pthread_cond_broadcast(&T.cv);
+        pthread_mutex_unlock(&T.mu);
+        pthread_join(d, NULL);
+    }
+    pthread_join(a.tid, NULL);
+    ASSERT_INT_EQ(a.ret, SHL_CODE_INTERRUPTED_AT_SHUTDOWN);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
+    bson_destroy(&a.res);
+    bson_destroy(a.doc);
+    shl_remote_fake_destroy(e.fake);
+}

@@ -102,6 +102,7 @@ def test_vote_to_abort_aborts_everywhere(cl):
     r = coordinate(cl, 0, lsid, 1, [0, 1])
     assert r["ok"] == 0 and r["code"] == 251, r
     assert r["codeName"] == "NoSuchTransaction"
+    assert r["errmsg"].startswith("Transaction was aborted :: caused by :: "), r
     assert not visible(cl, 0, "a0")
     assert coordinator_docs(cl, 0) == []
     # The transaction is gone on the coordinator's own shard too.
@@ -113,6 +114,12 @@ def test_vote_to_abort_aborts_everywhere(cl):
 def test_join_without_coordinator_is_no_such_transaction(cl):
     r = coordinate(cl, 0, new_lsid(), 3, [])
     assert r["ok"] == 0 and r["code"] == 251, r
+
+
+def test_duplicate_participants_are_refused(cl):
+    r = coordinate(cl, 0, new_lsid(), 1, [0, 1, 0])
+    assert r["ok"] == 0 and r["code"] == 51162, r
+    assert r["errmsg"] == "Participant list contains duplicate shard shard0"
 
 
 def test_coordinator_needs_a_session(cl):
@@ -263,5 +270,135 @@ def test_kill9_of_the_coordinator_under_the_router_then_commit_retry():
                        what="the coordinator document to go")
             s.commit_transaction()
         assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
+    finally:
+        c.cleanup()
+
+
+def test_concurrent_transfers_across_shards_conserve_the_total(cl):
+    """Many two-phase commits at once (several coordinators at a time): every transfer
+    commits or aborts whole, so the total never changes. Write conflicts between transfers
+    abort them; with_transaction retries those the router labels TransientTransactionError
+    (today the router passes a statement's WriteConflict on as a writeError without the label,
+    a txn-router matter, so such a transfer ends with that error here)."""
+    import random
+    import threading
+    from pymongo.errors import PyMongoError as Failure
+    r = cl.router_client()
+    r.admin.command("enableSharding", "bank2", primaryShard="shard0")
+    r.admin.command("shardCollection", "bank2.acct", key={"x": 1})
+    r.admin.command("split", "bank2.acct", middle={"x": 100})
+    r.admin.command("moveChunk", "bank2.acct", find={"x": 150}, to="shard1")
+    keys = [1, 2, 3, 101, 102, 103]
+    r.bank2.acct.insert_many([{"_id": k, "x": k, "bal": 100} for k in keys])
+    errors, committed = [], []
+
+    def worker(seed):
+        rnd = random.Random(seed)
+        c = cl.router_client()
+        acct = c.bank2.acct
+        for _ in range(15):
+            a, b = rnd.choice(keys[:3]), rnd.choice(keys[3:])
+            if rnd.random() < 0.5:
+                a, b = b, a
+            amount = rnd.randint(1, 10)
+
+            def transfer(s):
+                acct.update_one({"x": a}, {"$inc": {"bal": -amount}}, session=s)
+                acct.update_one({"x": b}, {"$inc": {"bal": amount}}, session=s)
+            try:
+                with c.start_session() as s:
+                    s.with_transaction(transfer)
+                committed.append(1)
+            except Failure as e:
+                errors.append(e)
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not any(t.is_alive() for t in threads)
+    assert all(getattr(e, "code", None) == 112 for e in errors), errors[:3]
+    assert len(committed) + len(errors) == 60 and len(committed) > 0
+    assert sum(d["bal"] for d in r.bank2.acct.find()) == 600
+    assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
+
+
+def test_commit_through_a_second_router_with_the_recovery_token(cl):
+    """A router that never saw the transaction commits it from the recoveryToken: it asks the
+    recovery shard (coordinateCommitTransaction without participants), which answers from its
+    coordinator, its remembered decision or its local participant."""
+    sharded = cl.router_client()
+    if "bank" not in sharded.list_database_names():
+        sharded_accounts(cl)
+    second = cl.routers[1] if len(cl.routers) > 1 else cl.add_router()
+    lsid = new_lsid()
+
+    def run(router, txn, ops, commit, token=None):
+        raw = Raw(router, lsid)
+        try:
+            replies = [raw("bank", op, txn, start=(k == 0)) for k, op in enumerate(ops)]
+            for r in replies:
+                assert r["ok"] == 1, r
+            extra = {"recoveryToken": token} if token is not None else {}
+            return replies, raw("admin", {commit: 1}, txn, **extra)
+        finally:
+            raw.close()
+
+    moves = [{"update": "acct", "updates": [{"q": {"x": 1}, "u": {"$inc": {"bal": -1}}}]},
+             {"update": "acct", "updates": [{"q": {"x": 200}, "u": {"$inc": {"bal": 1}}}]}]
+    before = {d["_id"]: d["bal"] for d in sharded.bank.acct.find()}
+    replies, done = run(cl.routers[0], 1, moves, "commitTransaction")
+    assert done["ok"] == 1, done
+    token = done.get("recoveryToken") or replies[-1]["recoveryToken"]
+    assert token["recoveryShardId"] in ("shard0", "shard1")
+    # The second router has only the token.
+    raw = Raw(second, lsid)
+    r = raw("admin", {"commitTransaction": 1, "recoveryToken": token}, 1)
+    raw.close()
+    assert r["ok"] == 1, r
+    after = {d["_id"]: d["bal"] for d in sharded.bank.acct.find()}
+    assert after == {"a": before["a"] - 1, "b": before["b"] + 1}
+    # An aborted transaction is reported aborted through the second router.
+    replies, done = run(cl.routers[0], 2, moves, "abortTransaction")
+    assert done["ok"] == 1, done
+    raw = Raw(second, lsid)
+    r = raw("admin", {"commitTransaction": 1, "recoveryToken": token}, 2)
+    raw.close()
+    assert r["ok"] == 0 and r["code"] == 251, r
+    assert {d["_id"]: d["bal"] for d in sharded.bank.acct.find()} == after
+
+
+@pytest.mark.parametrize("phase,committed", [
+    ("waitingForVotes", False),         # shard1 dies unprepared: it votes NoSuchTransaction
+    ("waitingForDecisionAcks", True),   # shard1 dies prepared: re-prepared, then committed
+])
+def test_kill9_of_a_participant_during_two_phase_commit(phase, committed):
+    c = ShaleCluster(shards=2).start()
+    try:
+        for i in range(2):
+            c.shard_client(i).test.tc.insert_one({"_id": "seed"})
+        lsid = new_lsid()
+        write_on(c, 0, lsid, 1, "p0")
+        write_on(c, 1, lsid, 1, "p1")
+        from shale_fixtures import Background
+        coord = c.shard_client(0)
+        entered = fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                             {"type": "TransactionCoordinator", "phase": phase})["count"]
+        t = Background(lambda: coordinate(c, 0, lsid, 1, [0, 1], timeout=120))
+        wait_until(lambda: fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                                      {"type": "TransactionCoordinator", "phase": phase}
+                                      )["count"] > entered, what="the coordinator at " + phase)
+        c.shards[1].kill()
+        c.restart_shard(1)
+        fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+        t.join(120)
+        assert t.done, t.error
+        r = t.result
+        assert (r["ok"] == 1) if committed else (r["ok"] == 0 and r["code"] == 251), r
+        assert visible(c, 0, "p0") == committed
+        assert visible(c, 1, "p1") == committed
+        assert coordinator_docs(c, 0) == []
     finally:
         c.cleanup()
