@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""txn_router.py -- transactions through the router on a 2-shard cluster (issue 15 item 8):
+p50/p99 of a transaction updating one document on each shard (two-phase commit) against one
+updating two documents on one shard (single-shard commit), interleaved in one run, then the
+throughput of two-shard transactions (pymongo's with_transaction) at 8 connections.
+SHALE_BIN=build/src/main/shale; N (per round, default 200), ROUNDS (3), SECONDS (5)."""
+import os
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+from shale_fixtures import ShaleCluster  # noqa: E402
+
+N = int(os.environ.get("N", "200"))
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+SECONDS = float(os.environ.get("SECONDS", "5"))
+
+c = ShaleCluster(shards=2)
+c.start()
+try:
+    r = c.router.client()
+    r.admin.command("enableSharding", "b", primaryShard="shard0")
+    r.admin.command("shardCollection", "b.t", key={"x": 1})
+    r.admin.command("split", "b.t", middle={"x": 0})
+    r.admin.command("moveChunk", "b.t", find={"x": 0}, to="shard1")
+    coll = r.b.t
+    coll.insert_many([{"_id": i, "x": i, "n": 0} for i in (-2, -1, 1, 2)])
+
+    def run(xs, n):
+        lat = []
+        with r.start_session() as s:
+            for _ in range(n):
+                t0 = time.perf_counter()
+                with s.start_transaction():
+                    for x in xs:
+                        coll.update_one({"x": x}, {"$inc": {"n": 1}}, session=s)
+                lat.append((time.perf_counter() - t0) * 1e6)
+        lat.sort()
+        return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+
+    run([-1, 1], 20)
+    run([-1, -2], 20)
+    two, one = [], []
+    for _ in range(ROUNDS):
+        two.append(run([-1, 1], N))
+        one.append(run([-1, -2], N))
+    m = {}
+    for name, v in (("two_shards", two), ("one_shard", one)):
+        m[name] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+        print("%s: p50 %.0f us p99 %.0f us" % (name, m[name][0], m[name][1]))
+    print("two/one: p50 %.2fx p99 %.2fx" % (m["two_shards"][0] / m["one_shard"][0],
+                                          m["two_shards"][1] / m["one_shard"][1]))
+
+    coll.insert_many([{"_id": 1000 + k, "x": -(100 + k), "n": 0} for k in range(8)] +
+                     [{"_id": 2000 + k, "x": 100 + k, "n": 0} for k in range(8)])
+    count, errors = [0] * 8, []
+    stop = time.time() + SECONDS
+
+    def worker(k):
+        def body(s):
+            coll.update_one({"x": -(100 + k)}, {"$inc": {"n": 1}}, session=s)
+            coll.update_one({"x": 100 + k}, {"$inc": {"n": 1}}, session=s)
+        with r.start_session() as s:
+            while time.time() < stop:
+                try:
+                    s.with_transaction(body)
+                except Exception as e:  # noqa: BLE001 -- counted and shown
+                    errors.append(repr(e)[:200])
+                    return
+                count[k] += 1
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print("8 connections, two-shard transactions: %.0f txn/s (errors %d)" %
+          (sum(count) / SECONDS, len(errors)))
+    for e in errors[:3]:
+        print("  ", e)
+finally:
+    c.stop()
