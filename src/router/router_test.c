@@ -538,7 +538,7 @@ fake_send(void *arg, const char *db, const shl_router_request_t *reqs, size_t n,
         }
         if (ft != NULL && ft->kind == FAULT_NETWORK) {
             results[i].code = shl_status_set(&results[i].status, ft->code, "Connection refused");
-        } else if (ft == NULL && fake_is_plain(&reqs[i].cmd)) {
+        } else if ((ft == NULL || ft->kind == FAULT_WCE) && fake_is_plain(&reqs[i].cmd)) {
             /* A transaction's decisions and reads: ok (an empty cursor for a find). */
             bson_t cur, batch;
             if (strcmp(fake_cmd_name(&reqs[i].cmd), "find") == 0) {
@@ -547,6 +547,12 @@ fake_send(void *arg, const char *db, const shl_router_request_t *reqs, size_t n,
                 BSON_APPEND_UTF8(&cur, "ns", "test.c");
                 BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &batch);
                 bson_append_array_end(&cur, &batch);
+                bson_append_document_end(&results[i].reply, &cur);
+            }
+            if (ft != NULL) {
+                BSON_APPEND_DOCUMENT_BEGIN(&results[i].reply, "writeConcernError", &cur);
+                BSON_APPEND_INT32(&cur, "code", ft->code);
+                BSON_APPEND_UTF8(&cur, "errmsg", "injected");
                 bson_append_document_end(&results[i].reply, &cur);
             }
             BSON_APPEND_DOUBLE(&results[i].reply, "ok", 1.0);
@@ -1390,6 +1396,15 @@ SHL_TEST(txn_implicit_abort_and_labels)
     bson_init(&reply);
     ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), SHL_CODE_HOST_UNREACHABLE);
     ASSERT(s.st.labels & SHL_LABEL(UNKNOWN_TRANSACTION_COMMIT_RESULT));
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    /* A commit whose write concern failed: ok, with the writeConcernError and the label. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"), 0);
+    fake_fault(&f, "shA", FAULT_WCE, 64, 1, 0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_BSON_EQ(&reply, "{'writeConcernError': {'code': 64, 'errmsg': 'injected'}, "
+                           "'errorLabels': ['UnknownTransactionCommitResult']}");
     bson_destroy(&reply);
     stmt_end(c, &s);
     fake_cleanup(&f);
