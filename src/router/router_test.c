@@ -1328,6 +1328,11 @@ SHL_TEST(txn_begin_rules)
                              "{'find': 'c', 'readConcern': {'level': 'local'}, " TXNF(3) "}"),
                   SHL_CODE_INVALID_OPTIONS);
     stmt_end(c, &s);
+    ASSERT_INT_EQ(
+        stmt_begin(&f, c, &s, &k_cmd_insert,
+                   "{'insert': 'c', 'documents': [], 'writeConcern': {'w': 1}, " TXNF(3) "}"),
+        SHL_CODE_INVALID_OPTIONS);
+    stmt_end(c, &s);
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_count, "{'count': 'c', " TXNF(3) "}"),
                   SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION);
     stmt_end(c, &s);

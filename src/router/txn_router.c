@@ -277,6 +277,10 @@ router_txn_begin(router_txn_catalog_t *c, shl_op_ctx_t *op, const shl_command_t 
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "'autocommit' field requires a transaction number to also be specified");
     }
+    if (op->has_write_concern && !is_decision(cmd->name)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "writeConcern is not allowed within a multi-statement transaction");
+    }
     if (!allowed_in_txn(cmd->name)) {
         SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
                  "Cannot run '%s' in a multi-document transaction.", cmd->name);
