@@ -315,3 +315,18 @@ def test_snapshot_error_on_first_statement_retries_at_a_new_time(cl):
                 assert c.txr.acct.find_one({"x": 1}, session=s) is not None
     finally:
         fail_point(shard1, "failCommand", "off")
+
+
+def test_node_driver_with_transaction_through_the_router(cl):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    c = cl.router.client()
+    before = balances(c)
+    out = subprocess.run([node_binary(), os.path.join(HERE, "txn_router.js"), cl.uri(1), "txr"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["commits"] == 5 and res["aborted"] == "callback refuses", res
+    assert res["bal"] == {"a": before["a"] - 50, "b": before["b"] + 50}, res
