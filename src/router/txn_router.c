@@ -8,11 +8,12 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/options.h"
 #include "base/str.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
-#include "base/clock.h"
-#include "base/log.h"
 #include "router/cluster_routing.h"
 #include "router/txn_router_private.h"
 
@@ -169,6 +170,30 @@ reset_at_cluster_time(router_txn_t *t, uint64_t at)
     bson_destroy(&rc);
 }
 
+/*
+ * Free the states of bucket 'b' idle for longer than the logical session timeout (the
+ * session itself expires then), except 'keep'. Under c->mu.
+ */
+static void
+forget_idle(router_txn_catalog_t *c, size_t b, const shl_lsid_t *keep)
+{
+    int64_t limit_us = shl_opt_int(SHL_OPT_localLogicalSessionTimeoutMinutes) * 60 * 1000000;
+    int64_t now = shl_clock_mono_us();
+    router_txn_t **pp = &c->buckets[b];
+
+    while (*pp != NULL) {
+        router_txn_t *t = *pp;
+        if (!t->checked_out && now - t->last_used_us > limit_us &&
+            !shl_lsid_equal(&t->lsid, keep)) {
+            *pp = t->next;
+            bson_destroy(&t->read_concern);
+            bson_free(t);
+        } else {
+            pp = &t->next;
+        }
+    }
+}
+
 /* Find or create the state of 'lsid' and wait until no one has it checked out (under mu). */
 static int
 checkout(router_txn_catalog_t *c, shl_op_ctx_t *op, router_txn_t **out, shl_status_t *st)
@@ -179,6 +204,7 @@ checkout(router_txn_catalog_t *c, shl_op_ctx_t *op, router_txn_t **out, shl_stat
 
     *out = NULL;
     pthread_mutex_lock(&c->mu);
+    forget_idle(c, b, &op->lsid_key);
     for (t = c->buckets[b]; t != NULL && !shl_lsid_equal(&t->lsid, &op->lsid_key); t = t->next) {
     }
     if (t == NULL) {
@@ -211,6 +237,7 @@ router_txn_release(router_txn_catalog_t *c, shl_op_ctx_t *op)
     }
     pthread_mutex_lock(&c->mu);
     t->checked_out = false;
+    t->last_used_us = shl_clock_mono_us();
     pthread_cond_broadcast(&c->released);
     pthread_mutex_unlock(&c->mu);
     op->txn_session = NULL;

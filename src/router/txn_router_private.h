@@ -23,6 +23,7 @@ struct router_txn {
     /* guarded by the catalog's mutex */
     shl_lsid_t lsid;
     bool checked_out;
+    int64_t last_used_us; /* monotonic; an idle state past the session timeout is freed */
     struct router_txn *next;
 
     /* the rest: only by the operation that has the state checked out */
