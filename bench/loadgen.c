@@ -40,6 +40,7 @@ typedef struct worker {
     uint64_t docs; /* findeq/range: documents returned */
     int64_t last_end_ns;
     uint8_t lsid[16]; /* rawins/retryins: this thread's session id */
+    mongoc_client_session_t *cs; /* txn2: this thread's session */
     char first_error[sizeof(((bson_error_t *)0)->message)];
 } worker_t;
 
@@ -65,7 +66,9 @@ typedef enum op_kind {
     OP_RANGE,
     OP_INSERTIDX,
     OP_RAWINS,  /* the insert command with this thread's lsid and a new txnNumber each time */
-    OP_RETRYINS /* the same command again and again: a retry the server answers from history */
+    OP_RETRYINS, /* the same command again and again: a retry the server answers from history */
+    OP_INS2,     /* two insert_one (j:false) of fresh documents: the baseline of txn2 */
+    OP_TXN2      /* a transaction inserting the same two documents, then committing */
 } op_kind_t;
 
 #define BENCH_DB "bench"
@@ -329,6 +332,34 @@ run_op(worker_t *w, mongoc_client_t *client, mongoc_collection_t *coll, const bs
         bson_destroy(&ins);
         break;
     }
+    case OP_INS2:
+    case OP_TXN2: {
+        /* Two documents, alone or in one transaction (a driver's start/insert/commit). */
+        bson_t sopts = BSON_INITIALIZER;
+        ok = true;
+        if (op_kind == OP_TXN2) {
+            if (w->cs == NULL) {
+                w->cs = mongoc_client_start_session(client, NULL, error);
+            }
+            ok = w->cs != NULL && mongoc_client_session_start_transaction(w->cs, NULL, error) &&
+                 mongoc_client_session_append(w->cs, &sopts, error);
+        }
+        for (int i = 0; ok && i < 2; i++) {
+            set_id(&docs[0], ((int64_t)w->id << 40) | (int64_t)(seq * 2 + (uint64_t)i));
+            ok = mongoc_collection_insert_one(coll, &docs[0], &sopts, &reply, error);
+            bson_destroy(&reply);
+        }
+        if (op_kind == OP_TXN2 && w->cs != NULL) {
+            if (ok) {
+                ok = mongoc_client_session_commit_transaction(w->cs, &reply, error);
+                bson_destroy(&reply);
+            } else if (mongoc_client_session_in_transaction(w->cs)) {
+                (void)mongoc_client_session_abort_transaction(w->cs, NULL);
+            }
+        }
+        bson_destroy(&sopts);
+        break;
+    }
     case OP_INSERTIDX: {
         uint64_t r = next_rand(rng);
         set_qfields(&docs[0], ((int64_t)w->id << 40) | (int64_t)seq, (int32_t)(r >> 33),
@@ -420,6 +451,9 @@ worker_main(void *arg)
         bson_destroy(&docs[i]);
     }
     mongoc_write_concern_destroy(wc);
+    if (w->cs != NULL) {
+        mongoc_client_session_destroy(w->cs);
+    }
     if (coll != NULL) {
         mongoc_collection_destroy(coll);
     }
@@ -449,7 +483,7 @@ usage(FILE *out)
 {
     fprintf(out,
             "usage: loadgen [--uri URI] [--threads C] [--seconds T]\n"
-            "               [--op ping|hello|insert|insert100|findid|rawins|retryins]\n"
+            "               [--op ping|hello|insert|insert100|findid|rawins|retryins|ins2|txn2]\n"
             "               [--preload N] [--keys N]\n"
             "  C threads, each with its own mongoc_client_t, run the operation back to\n"
             "  back for T seconds; prints ops/s and p50/p99 latency (us).\n"
@@ -532,6 +566,10 @@ parse_args(int argc, char **argv)
         op_kind = OP_RAWINS;
     } else if (strcmp(cfg.op, "retryins") == 0) {
         op_kind = OP_RETRYINS;
+    } else if (strcmp(cfg.op, "ins2") == 0) {
+        op_kind = OP_INS2;
+    } else if (strcmp(cfg.op, "txn2") == 0) {
+        op_kind = OP_TXN2;
     } else if (strcmp(cfg.op, "ping") != 0 && strcmp(cfg.op, "hello") != 0) {
         cfg.threads = 0; /* unknown op */
     }
@@ -698,7 +736,8 @@ prepare(void)
             goto done;
         }
     } else if (op_kind == OP_INSERT || op_kind == OP_INSERT100 || op_kind == OP_RAWINS ||
-               op_kind == OP_RETRYINS || cfg.preload > 0) {
+               op_kind == OP_RETRYINS || op_kind == OP_INS2 || op_kind == OP_TXN2 ||
+               cfg.preload > 0) {
         /* "ns not found" is fine: the collection may not exist yet. */
         (void)mongoc_collection_drop(coll, &error);
         if (!shard_collection(client, coll_name())) {

@@ -9,6 +9,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/txn_participant.h"
 #include "net/command_args.h"
 #include "query/pipeline.h"
 
@@ -24,6 +25,8 @@ cmd_current_op(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(shl_cmd_get_bool(cmd, "$all", &flag, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "$ownOps", &flag, st));
     shl_op_list_append(op->svc, &all, &n);
+    /* Inactive transactions, as MongoDB's idleSessions (on by default). */
+    db_txn_append_current_op(db_node(op)->txns, &all, &n);
     shl_current_op_append_match(cmd, "0", &stages);
     BSON_APPEND_ARRAY_BEGIN(reply, "inprog", &inprog);
     ret = shl_pipeline_run_array(&all, &stages, &inprog, &k, st);
@@ -59,6 +62,7 @@ db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipel
                         shl_status_t *st)
 {
     bson_t all = BSON_INITIALIZER, rest = BSON_INITIALIZER, out = BSON_INITIALIZER;
+    bson_t stage_doc = BSON_INITIALIZER;
     bson_iter_t it, stage;
     shl_current_op_spec_t spec;
     uint32_t n = 0, k = 0, r = 0;
@@ -76,6 +80,12 @@ db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipel
     bson_iter_recurse(&it, &stage);
     shl_iter_next(&stage);
     SHL_ERR(shl_current_op_spec_parse(&stage, false, &spec, st));
+    if (BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&stage, &len, &data);
+        bson_init_static(&stage_doc, data, len);
+    }
     while (shl_iter_next(&it)) {
         char key[16];
         const char *kp;
@@ -89,6 +99,9 @@ db_current_op_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bson_t *pipel
     }
     /* The same documents as the currentOp command's inprog (this aggregate among them). */
     shl_op_list_append(op->svc, &all, &n);
+    if (spec.idle_sessions || !bson_has_field(&stage_doc, "idleSessions")) {
+        db_txn_append_current_op(db_node(op)->txns, &all, &n);
+    }
     SHL_ERR(shl_pipeline_run_array(&all, &rest, &out, &k, st));
     /* One batch, as the router answers it: a node's operations fit a reply. */
     shl_cursor_reply(reply, "admin.$cmd.aggregate", 0, true, &out);

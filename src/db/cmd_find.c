@@ -13,6 +13,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/txn_participant.h"
 #include "db/exec.h"
 #include "db/tail_cursor.h"
 #include "net/command_args.h"
@@ -395,10 +396,18 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
     locked = true;
     if (h.coll != NULL) {
         shl_storage_txn_opts_t o = {read_ts};
+        if (db_txn_storage(op) != NULL) {
+            /* A transaction's statement reads in the transaction's snapshot. */
+            ret = shl_doc_find_by_id(db_txn_storage(op), h.coll, id, &doc, NULL, &found, st);
+            have_doc = true;
+            SHL_ERR(ret);
+            goto found;
+        }
         SHL_ERR(shl_storage_txn_begin(node->eng, read_ts ? &o : NULL, &txn, st));
         ret = shl_doc_find_by_id(txn, h.coll, id, &doc, NULL, &found, st);
         have_doc = true;
         SHL_ERR(ret);
+    found:
         /* A versioned read never returns an orphan (the SHARDING_FILTER of a plan). */
         if (found && shl_db_orphan_filter_owns(filter, &doc)) {
             bson_append_document(&arr, "0", 1, &doc);
@@ -422,10 +431,10 @@ done:
  * On success *out owns 'q'.
  */
 static int
-build_find_plan(db_node_t *node, const shl_ns_t *ns, shl_coll_handle_t *h, exec_query_t *q,
-                uint64_t read_ts, exec_plan_t **out, shl_status_t *st)
+build_find_plan(db_node_t *node, shl_storage_txn_t *txn, const shl_ns_t *ns, shl_coll_handle_t *h,
+                exec_query_t *q, uint64_t read_ts, exec_plan_t **out, shl_status_t *st)
 {
-    return exec_plan_build(node->eng, NULL, read_ts, h->coll, ns->full, q, out, st);
+    return exec_plan_build(node->eng, txn, read_ts, h->coll, ns->full, q, out, st);
 }
 
 /* Whether a filter reads $$CLUSTER_TIME (the one variable a find without `let` may need). */
@@ -545,7 +554,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         c->tailable = true;
         c->await_data = a.await_data;
     } else {
-        SHL_ERR(build_find_plan(node, &ns, &h, q, read_ts, &plan, st));
+        SHL_ERR(build_find_plan(node, db_txn_storage(op), &ns, &h, q, read_ts, &plan, st));
         exec_plan_own_query(plan);
         q = NULL;
         c = shl_cursor_new(ns.full, &exec_plan_cursor_ops, plan);
@@ -882,7 +891,7 @@ run_count(shl_op_ctx_t *op, const shl_ns_t *ns, exec_query_t *q, uint64_t read_t
     *n = 0;
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, NULL, read_ts, h.coll, ns->full, q, &plan, st));
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), read_ts, h.coll, ns->full, q, &plan, st));
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -1092,7 +1101,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, &q,
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, &q,
                             &plan, st));
     for (;;) {
         exec_row_t row;
@@ -1321,7 +1330,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, q,
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, q,
                             &plan, st));
     if (exec_stats) {
         for (;;) {
@@ -1586,7 +1595,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
             SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
             locked = true;
-            ret = exec_plan_build(node->eng, NULL, db_read_timestamp(node, &rc), h.coll, ns.full, q,
+            ret = exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll, ns.full, q,
                                   &xp, st);
             if (ret == 0) {
                 exec_plan_explain(xp, false, 0, 0, &qp);
@@ -1625,7 +1634,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
         SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
         locked = true;
-        SHL_ERR(exec_plan_build(node->eng, NULL, a->env.read_ts, h.coll, ns.full, q, &a->plan, st));
+        SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), a->env.read_ts, h.coll, ns.full, q, &a->plan, st));
         exec_plan_own_query(a->plan);
         q = NULL;
         a->src.plan = a->plan;

@@ -13,6 +13,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/txn_participant.h"
 #include "db/exec.h"
 #include "db/storage_api.h"
 #include "db/session_catalog.h"
@@ -234,6 +235,9 @@ db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h,
         ret = shl_catalog_create_collection(node->eng, ns->full, NULL, NULL, &ts, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS) {
             ret = 0;
+        } else if (ret == 0) {
+            /* A transaction's implicit create is undone if it aborts. */
+            db_txn_note_created(op, ns->full);
         }
         SHL_ERR(ret);
         db_op_note_write_ts(ts);

@@ -97,6 +97,8 @@ shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c, const sh
     if (op != NULL && op->has_lsid) {
         c->has_lsid = true;
         c->lsid = op->lsid_key;
+        c->in_txn = op->txn != NULL;
+        c->txn_number = op->txn_number;
     }
     pthread_mutex_lock(&mgr->lock);
     do {
@@ -234,7 +236,7 @@ static bool
 is_idle(const shl_cursor_t *c, const void *arg)
 {
     const reap_arg_t *r = arg;
-    return !c->no_timeout && r->now_ms - c->last_used_ms > r->timeout_ms;
+    return !c->no_timeout && !c->in_txn && r->now_ms - c->last_used_ms > r->timeout_ms;
 }
 
 int
@@ -280,7 +282,9 @@ static bool
 in_session(const shl_cursor_t *c, const void *arg)
 {
     const session_pred_t *p = arg;
-    return c->has_lsid && p->match(p->arg, &c->lsid);
+    /* A transaction's cursors read in its storage transaction, which the operation that has
+     * the session may be using: they die with the transaction (its abort kills them). */
+    return c->has_lsid && !c->in_txn && p->match(p->arg, &c->lsid);
 }
 
 int
@@ -289,6 +293,25 @@ shl_cursor_manager_kill_sessions(shl_cursor_manager_t *mgr,
 {
     session_pred_t p = {match, arg};
     return kill_matching(mgr, in_session, &p);
+}
+
+typedef struct txn_pred {
+    const shl_lsid_t *lsid;
+    int64_t txn_number;
+} txn_pred_t;
+
+static bool
+in_txn(const shl_cursor_t *c, const void *arg)
+{
+    const txn_pred_t *p = arg;
+    return c->in_txn && c->txn_number == p->txn_number && shl_lsid_equal(&c->lsid, p->lsid);
+}
+
+int
+shl_cursor_manager_kill_txn(shl_cursor_manager_t *mgr, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    txn_pred_t p = {lsid, txn_number};
+    return kill_matching(mgr, in_txn, &p);
 }
 
 void

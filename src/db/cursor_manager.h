@@ -50,6 +50,10 @@ typedef struct shl_cursor {
      * ending the session, or its expiry, kills the cursor, as MongoDB's. */
     bool has_lsid;
     shl_lsid_t lsid;
+    /* Opened in a multi-document transaction (its txnNumber): it reads in the transaction's
+     * storage transaction and dies when the transaction ends. */
+    bool in_txn;
+    int64_t txn_number;
     /* Fields below are guarded by the manager's lock. */
     bool pinned;
     bool kill_pending;
@@ -141,6 +145,14 @@ int shl_cursor_manager_kill_db(shl_cursor_manager_t *mgr, const char *db);
  */
 int shl_cursor_manager_kill_sessions(shl_cursor_manager_t *mgr,
                                      bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg);
+
+/*
+ * shl_cursor_manager_kill_txn --
+ *     Kill every cursor opened in transaction (lsid, txn_number) (it committed, aborted or
+ *     prepared); a pinned one is destroyed when its user unpins it. Returns how many.
+ */
+int shl_cursor_manager_kill_txn(shl_cursor_manager_t *mgr, const shl_lsid_t *lsid,
+                                int64_t txn_number);
 
 /*
  * shl_cursor_manager_sessions --

@@ -48,6 +48,8 @@ typedef struct db_node {
 
     /* Sessions checked out by retryable writes (replica set members; NULL otherwise). */
     struct db_session_catalog *sessions;
+    /* Multi-document transactions (txn_participant.c); NULL with 'sessions'. */
+    struct db_txn_registry *txns;
 
     /* User write blocking (user_write_block.c): atomic; written by setUserWriteBlockMode
      * after its durable copy in config.user_writes_critical_sections, read by every write. */

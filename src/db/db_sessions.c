@@ -15,6 +15,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/txn_participant.h"
 #include "db/session_catalog.h"
 #include "db/storage_api.h"
 #include "net/service.h"
@@ -126,6 +127,9 @@ kill_cursors(void *arg, const shl_kill_matcher_t *m)
 {
     db_node_t *node = arg;
 
+    /* The sessions' open transactions end too (their cursors with them). */
+    (void)db_txn_abort_sessions(node->txns, node->sessions, node->svc, shl_kill_matcher_match,
+                                (void *)(uintptr_t)m);
     return shl_cursor_manager_kill_sessions(node->cursors, shl_kill_matcher_match,
                                             (void *)(uintptr_t)m);
 }

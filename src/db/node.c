@@ -19,6 +19,7 @@
 #include "db/index_kinds.h"
 #include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
+#include "db/txn_participant.h"
 #include "db/storage_api.h"
 #include "net/common_commands.h"
 #include "net/cluster_time.h"
@@ -54,6 +55,9 @@ reaper_main(void *arg)
         if (n > 0) {
             SHL_LOG_INFO(QUERY, 20529, "Cursors timed out", "count", BCON_INT32(n));
         }
+        /* Transactions past transactionLifetimeLimitSeconds (MongoDB's periodic
+         * abortExpiredTransactions). */
+        (void)db_txn_abort_expired(node->txns, node->sessions, node->svc);
         pthread_mutex_lock(&node->reaper_lock);
     }
     pthread_mutex_unlock(&node->reaper_lock);
@@ -151,7 +155,30 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_INT64(&ttl, "subPasses", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
     bson_append_document_end(&metrics, &ttl);
     bson_append_document_end(reply, &metrics);
-    db_session_catalog_append_stats(node->sessions, reply);
+    {
+        bson_t t;
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &t);
+        db_session_catalog_append_stats(node->sessions, &t);
+        db_txn_append_stats(node->txns, &t);
+        bson_append_document_end(reply, &t);
+    }
+}
+
+static int
+op_interrupted(void *arg, shl_status_t *st)
+{
+    return shl_op_check_interrupt(arg, st);
+}
+
+/* Recovery's hook: what a replayed entry implies for sessions and transactions. */
+static int
+node_replay_derive(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
+{
+    int ret = db_session_replay_derive(eng, entry, NULL, st);
+    if (ret == 0) {
+        ret = db_txn_replay_entry(eng, entry, arg, st);
+    }
+    return ret;
 }
 
 /* The session arguments of a request: checked as every role checks them (a standalone
@@ -167,15 +194,74 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     /* A retryable write has its session to itself until it is done. */
     if (op->has_txn_number && !op->has_autocommit && node->sessions != NULL) {
         SHL_ERR(db_session_checkout(node->sessions, op, st));
+        /* A newer txnNumber ends the session's unprepared transaction. */
+        if (db_txn_session_prepared(op->session)) {
+            db_session_checkin(node->sessions, op);
+            SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
+                     "Cannot start a retryable write on a session whose transaction is prepared");
+        }
+        (void)db_txn_abort_for_session(node->txns, op->session);
     }
+    /* A statement of a transaction has the session until it ends, and the transaction's
+     * storage transaction for its run (txn_participant.h). */
+    /* coordinateCommitTransaction names a transaction but is no statement of it: its
+     * coordinator sends prepareTransaction to this node too, which must find the session
+     * free (MongoDB checks the session back in before it waits for the decision). */
+    if ((op->has_autocommit || op->start_transaction) &&
+        strcmp(cmd->name, "coordinateCommitTransaction") != 0) {
+        db_session_t *s = NULL;
+        if (!op->has_txn_number) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "'autocommit' field requires a transaction number to also be specified");
+        }
+        if (node->sessions == NULL) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "Transaction numbers are only allowed on a replica set member or mongos");
+        }
+        if (!op->has_autocommit) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "txnNumber may only be provided for multi-document transactions and "
+                     "retryable write commands. autocommit:false was not provided, and %s is "
+                     "not a retryable write command.",
+                     cmd->name);
+        }
+        SHL_ERR(db_session_checkout_txn(node->sessions, op, &s, st));
+        ret = db_txn_statement_begin(node->txns, op, cmd, s, st);
+        if (ret != 0) {
+            db_session_checkin_txn(node->sessions, s);
+            goto done;
+        }
+        op->txn_session = s;
+        /* A transaction's statement does not wait long for a lock (MongoDB's
+         * maxTransactionLockRequestTimeoutMillis; negative: wait as long as needed). */
+        shl_storage_set_lock_timeout(shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis));
+    }
+    /* Reads that wait for a prepared transaction stop when the operation is interrupted. */
+    shl_storage_set_interrupt(op_interrupted, op);
 done:
     return ret;
+}
+
+static int
+txn_end(shl_op_ctx_t *op, int ret, shl_status_t *st, const bson_t *reply)
+{
+    db_node_t *node = op->svc->role_state;
+
+    return db_txn_statement_end(node->txns, op, ret, st, reply);
 }
 
 static void
 session_end(shl_op_ctx_t *op)
 {
     db_node_t *node = op->svc->role_state;
+
+    shl_storage_set_interrupt(NULL, NULL);
+    shl_storage_set_lock_timeout(-1);
+    if (op->txn_session != NULL) {
+        (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
+        db_session_checkin_txn(node->sessions, op->txn_session);
+        op->txn_session = NULL;
+    }
 
     if (op->session != NULL) {
         db_session_checkin(node->sessions, op);
@@ -230,6 +316,8 @@ node_shutdown(shl_service_ctx_t *svc)
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
     shl_cursor_manager_destroy(node->cursors);
     node->cursors = NULL;
+    db_txn_registry_destroy(node->txns);
+    node->txns = NULL;
     db_session_catalog_destroy(node->sessions);
     node->sessions = NULL;
     shl_storage_close(node->eng);
@@ -267,7 +355,11 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     /* 0 leaves the engine's default (MongoDB's: half of RAM less 1 GiB, at least 256 MiB). */
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     so.keygen_factory = db_keygen_factory;
-    so.replay_derive = db_session_replay_derive;
+    so.replay_derive = node_replay_derive;
+    if (node->repl_set) {
+        node->txns = db_txn_registry_new(NULL);
+        so.replay_derive_arg = node->txns;
+    }
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
     atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
@@ -275,6 +367,8 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     if (node->repl_set) {
         SHL_ERR(create_session_collections(node, st));
         node->sessions = db_session_catalog_new(node->eng);
+        db_txn_registry_set_engine(node->txns, node->eng, node);
+        SHL_ERR(db_txn_recover_prepared(node->txns, node->sessions, st));
     }
     svc->storage = node->eng;
     svc->role_state = node;
@@ -290,6 +384,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_uwb_commands(reg);
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
+    db_register_txn_commands(reg);
     shl_session_commands_register(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
@@ -297,6 +392,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.append_server_status = append_server_status;
     svc->hooks.session_begin = session_begin;
     svc->hooks.session_end = session_end;
+    svc->hooks.txn_end = txn_end;
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {
@@ -326,8 +422,12 @@ done:
             if (node->cursors != NULL) {
                 shl_cursor_manager_destroy(node->cursors);
             }
+            db_txn_registry_destroy(node->txns);
+            node->txns = NULL;
+            db_session_catalog_destroy(node->sessions);
             shl_storage_close(node->eng);
         }
+        db_txn_registry_destroy(node->txns);
         pthread_mutex_destroy(&node->reaper_lock);
         pthread_cond_destroy(&node->reaper_cond);
         bson_free(node);

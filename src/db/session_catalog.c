@@ -45,6 +45,10 @@ struct db_session {
     bool incomplete;        /* some of txn_number's history is missing */
     stmt_map_t stmts;
     int64_t record_rid; /* the RecordId of its config.transactions document, 0: unknown */
+
+    /* The session's multi-document transaction (txn_participant.c), or NULL: touched only by
+     * the operation that has the session checked out. */
+    void *txn;
 };
 
 struct db_session_catalog {
@@ -209,7 +213,7 @@ db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid)
             break;
         }
     }
-    if (s != NULL && (s->checked_out || s->waiters > 0)) {
+    if (s != NULL && (s->checked_out || s->waiters > 0 || s->txn != NULL)) {
         gone = false;
     } else if (s != NULL) {
         *pp = s->next;
@@ -411,6 +415,74 @@ done:
     return ret;
 }
 
+int
+db_session_checkout_txn(db_session_catalog_t *cat, shl_op_ctx_t *op, db_session_t **out,
+                        shl_status_t *st)
+{
+    return session_acquire(cat, op, &op->lsid_key, out, st);
+}
+
+void
+db_session_checkin_txn(db_session_catalog_t *cat, db_session_t *s)
+{
+    session_release(cat, s);
+}
+
+int64_t
+db_session_txn_number(const db_session_t *s)
+{
+    return s->txn_number;
+}
+
+void
+db_session_set_txn_number(db_session_t *s, int64_t txn_number)
+{
+    session_begin_txn(s, txn_number);
+}
+
+void **
+db_session_txn_slot(db_session_t *s)
+{
+    return &s->txn;
+}
+
+const shl_lsid_t *
+db_session_lsid(const db_session_t *s)
+{
+    return &s->lsid;
+}
+
+int
+db_session_checkout_lsid(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+                         db_session_t **out, shl_status_t *st)
+{
+    return session_acquire(cat, op, lsid, out, st);
+}
+
+db_session_t *
+db_session_catalog_attach(db_session_catalog_t *cat, const shl_lsid_t *lsid)
+{
+    db_session_t *s;
+
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, lsid);
+    pthread_mutex_unlock(&cat->mu);
+    return s;
+}
+
+void
+db_session_catalog_each(db_session_catalog_t *cat, void (*fn)(void *arg, db_session_t *s),
+                        void *arg)
+{
+    pthread_mutex_lock(&cat->mu);
+    for (size_t i = 0; i < cat->nbuckets; i++) {
+        for (db_session_t *s = cat->buckets[i]; s != NULL; s = s->next) {
+            fn(arg, s);
+        }
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
 void
 db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
 {
@@ -425,16 +497,14 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
 void
 db_session_catalog_append_stats(db_session_catalog_t *cat, bson_t *reply)
 {
-    bson_t t;
+    bson_t *t = reply;
 
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "transactions", &t);
-    BSON_APPEND_INT64(&t, "retriedCommandsCount",
+    BSON_APPEND_INT64(t, "retriedCommandsCount",
                       cat != NULL ? atomic_load(&cat->retried_commands) : 0);
-    BSON_APPEND_INT64(&t, "retriedStatementsCount",
+    BSON_APPEND_INT64(t, "retriedStatementsCount",
                       cat != NULL ? atomic_load(&cat->retried_statements) : 0);
-    BSON_APPEND_INT64(&t, "transactionsCollectionWriteCount",
+    BSON_APPEND_INT64(t, "transactionsCollectionWriteCount",
                       cat != NULL ? atomic_load(&cat->transactions_writes) : 0);
-    bson_append_document_end(reply, &t);
 }
 
 void

@@ -56,6 +56,41 @@ int db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_
 void db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op);
 
 /*
+ * db_session_checkout_txn / db_session_checkin_txn --
+ *     Check out the session of 'op' for a statement of a multi-document transaction
+ *     (txn_participant.c decides about the txnNumber), waiting as db_session_checkout does;
+ *     op->session stays NULL (the statement is no retryable write). _lsid: another session
+ *     (killSessions, the transaction reaper), with 'op' the waiting operation.
+ */
+int db_session_checkout_txn(db_session_catalog_t *cat, shl_op_ctx_t *op, db_session_t **out,
+                            shl_status_t *st);
+int db_session_checkout_lsid(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+                             db_session_t **out, shl_status_t *st);
+void db_session_checkin_txn(db_session_catalog_t *cat, db_session_t *s);
+
+/* The checked-out session's txnNumber (-1: none) and its move to a newer one (the retryable
+ * history of the old one is forgotten). */
+int64_t db_session_txn_number(const db_session_t *s);
+void db_session_set_txn_number(db_session_t *s, int64_t txn_number);
+
+/* db_session_txn_slot -- where the checked-out session keeps its transaction (owner only). */
+void **db_session_txn_slot(db_session_t *s);
+
+/* db_session_lsid -- the session's id (borrowed for the session's life). */
+const shl_lsid_t *db_session_lsid(const db_session_t *s);
+
+/* db_session_catalog_attach -- the session of 'lsid', created if new (startup: not checked out). */
+db_session_t *db_session_catalog_attach(db_session_catalog_t *cat, const shl_lsid_t *lsid);
+
+/*
+ * db_session_catalog_each --
+ *     Call fn(arg, s) for every session, under the catalog's mutex: 'fn' must not block nor
+ *     touch a session's transaction (only collect the sessions to look at after).
+ */
+void db_session_catalog_each(db_session_catalog_t *cat, void (*fn)(void *arg, db_session_t *s),
+                             void *arg);
+
+/*
  * db_session_catalog_forget --
  *     Drop the in-memory state of 'lsid' (after its config.transactions document was
  *     removed by the reaper), unless it is checked out or awaited: then false.
@@ -64,7 +99,8 @@ bool db_session_catalog_forget(db_session_catalog_t *cat, const shl_lsid_t *lsid
 
 /*
  * db_session_catalog_append_stats --
- *     serverStatus's `transactions` section as MongoDB reports retryable writes in it:
+ *     Into the open serverStatus `transactions` section 'reply', as MongoDB reports retryable
+ *     writes in it:
  *     retriedCommandsCount (commands that answered a statement from history),
  *     retriedStatementsCount, transactionsCollectionWriteCount. NULL: zeros.
  */

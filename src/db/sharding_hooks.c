@@ -3,6 +3,7 @@
  * the shard module installs in the node and calls them for every collection command.
  */
 #include "db/sharding_hooks.h"
+#include "db/txn_participant.h"
 
 #include <string.h>
 
@@ -284,8 +285,31 @@ db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_fn f
 {
     const db_node_t *node = op != NULL ? op->svc->role_state : NULL;
     unit_trampoline_t t = {fn, arg};
+    shl_storage_txn_t *in_txn = op != NULL ? db_txn_storage(op) : NULL;
     int ret;
 
+    if (in_txn != NULL) {
+        /* A statement of a multi-document transaction writes in the transaction's storage
+         * transaction, once: a write conflict fails the statement (and aborts the
+         * transaction) instead of being retried. */
+        if (last_ts != NULL) {
+            *last_ts = 0;
+        }
+        /* What the shard observes of the writes is reported when the transaction commits. */
+        tl_in_unit = true;
+        ret = fn(in_txn, arg, st);
+        tl_in_unit = false;
+        if (ret == 0) {
+            for (size_t i = 0; i < tl_n; i++) {
+                db_txn_note_write(op, tl_obs[i].ns, tl_obs[i].pre, tl_obs[i].post);
+            }
+        }
+        observed_reset();
+        bson_free(tl_obs);
+        tl_obs = NULL;
+        tl_cap = 0;
+        return ret;
+    }
     if (node == NULL || node->sharding.on_write == NULL || tl_in_unit) {
         /* (A unit inside a unit reports with the outer one.) */
         return shl_storage_write_retry(eng, fn, arg, last_ts, st);

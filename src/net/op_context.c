@@ -565,6 +565,9 @@ shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
         bson_append_document_end(arr, &d);
     }
     pthread_mutex_unlock(&svc->ops_mu);
+    if (svc->hooks.append_current_op != NULL) {
+        svc->hooks.append_current_op(svc, arr, n);
+    }
 }
 
 SHL_FAILPOINT_DEFINE(userWriteBlockingTreatClientsAsUnprivileged)

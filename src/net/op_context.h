@@ -73,6 +73,10 @@ typedef struct shl_op_ctx {
     /* The session this operation checked out (a data node's retryable write), owned by the
      * role's session catalog; set and cleared by the service's session hooks. */
     void *session;
+    /* The multi-document transaction this operation's statement runs in (a data node's
+     * db_txn_t), set and cleared by the role's session hooks; NULL outside one. */
+    void *txn;
+    void *txn_session; /* the session a transaction's statement checked out */
 
     int64_t deadline_us; /* monotonic; 0 = none (maxTimeMS) */
     atomic_bool killed;  /* set by killOp or shutdown */

@@ -395,7 +395,7 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
     /* Until transactions exist, a statement of one must not run as an ordinary write that
      * the client later believes aborted (or committed with the others). */
-    if (op.has_autocommit || op.start_transaction) {
+    if ((op.has_autocommit || op.start_transaction) && svc->hooks.txn_end == NULL) {
         SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
                  "multi-document transactions are not supported by Shale yet");
     }
@@ -405,9 +405,12 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         shl_read_concern_t rc;
         SHL_ERR(shl_read_concern_parse(&op.read_concern, &rc, &st));
     }
-    SHL_ERR(check_snapshot_support(&op, cmd, &st));
-    SHL_ERR(shl_read_concern_check_support(cmd->name, body,
-                                           op.has_read_concern ? &op.read_concern : NULL, &st));
+    /* In a transaction the readConcern is the transaction's (checked when it starts). */
+    if (!op.has_autocommit) {
+        SHL_ERR(check_snapshot_support(&op, cmd, &st));
+        SHL_ERR(shl_read_concern_check_support(
+            cmd->name, body, op.has_read_concern ? &op.read_concern : NULL, &st));
+    }
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
         in_session = true;
@@ -443,6 +446,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
 
 done:
+    if (in_session && op.txn != NULL && svc->hooks.txn_end != NULL) {
+        ret = svc->hooks.txn_end(&op, ret, &st, ret == 0 ? reply : NULL);
+    }
     if (in_session && svc->hooks.session_end != NULL) {
         svc->hooks.session_end(&op);
     }

@@ -86,6 +86,14 @@ typedef struct shl_service_hooks {
     int (*session_begin)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
     void (*session_end)(struct shl_op_ctx *op);
     /*
+     * A statement of a multi-document transaction ended (before session_end; ret and st are
+     * the command's result, reply its reply when it succeeded): the role keeps or aborts the
+     * transaction and adds the error labels; returns the command's result (a write error
+     * that fails a transaction becomes the command's error, as MongoDB's). Set by a role that runs transactions; without
+     * it the dispatcher refuses autocommit / startTransaction (IllegalOperation).
+     */
+    int (*txn_end)(struct shl_op_ctx *op, int ret, shl_status_t *st, const bson_t *reply);
+    /*
      * A request's gossip, once its $clusterTime passed shl_cluster_time_gossip_in (signature
      * and advance limit): the role advances its clock to 'cluster_time' (0: none) and, for a
      * request from a cluster process (op->conn->internal), from $configTime/$topologyTime
@@ -98,6 +106,9 @@ typedef struct shl_service_hooks {
     void (*append_server_status)(struct shl_service_ctx *svc, bson_t *reply);
     /* Called once after the listener stopped and operations finished or timed out. */
     void (*shutdown)(struct shl_service_ctx *svc);
+    /* currentOp: append the role's own entries (running coordinators, ...) to the array
+     * 'inprog' from index *n (advanced). Called without ops_mu held. */
+    void (*append_current_op)(struct shl_service_ctx *svc, bson_t *inprog, uint32_t *n);
 } shl_service_hooks_t;
 
 typedef struct shl_service_ctx {

@@ -13,6 +13,7 @@
 #include "bson/bson_util.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
+#include "router/txn_router.h"
 
 shl_router_t *
 shl_router_get(const shl_op_ctx_t *op)
@@ -521,9 +522,9 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
  * results[k] (and hosts[k] when 'hosts' is not NULL).
  */
 static void
-send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
-          const size_t *which, size_t n, shl_fanout_result_t *results,
-          char (*hosts_out)[SHL_CLIENT_HOST_MAX])
+send_some_raw(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
+              const size_t *which, size_t n, shl_fanout_result_t *results,
+              char (*hosts_out)[SHL_CLIENT_HOST_MAX])
 {
     shl_fanout_req_t freqs_small[SMALL_SEND];
     char hosts_small[SMALL_SEND][SHL_CLIENT_HOST_MAX];
@@ -614,6 +615,47 @@ send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_re
     if (hosts != hosts_out && hosts != hosts_small) {
         bson_free(hosts);
     }
+}
+
+/*
+ * send_some_raw for an operation; a statement of a transaction (op->txn) sends each request
+ * with the transaction's fields for its participant and reports every result to the
+ * transaction (txn_router.h).
+ */
+static void
+send_some(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_router_request_t *reqs,
+          const size_t *which, size_t n, shl_fanout_result_t *results,
+          char (*hosts)[SHL_CLIENT_HOST_MAX])
+{
+    router_txn_t *t = op->txn;
+    shl_router_request_t *treqs;
+    bool refused = false;
+
+    if (t == NULL) {
+        send_some_raw(r, op, db, reqs, which, n, results, hosts);
+        return;
+    }
+    treqs = bson_malloc((n + 1) * sizeof(*treqs));
+    for (size_t i = 0; i < n; i++) {
+        const shl_router_request_t *src = &reqs[which != NULL ? which[i] : i];
+        treqs[i].shard = src->shard;
+        bson_init(&treqs[i].cmd);
+        router_txn_attach(t, src->shard, &src->cmd, &treqs[i].cmd);
+    }
+    for (size_t i = 0; i < n; i++) {
+        refused = router_txn_retry_refused(t, &results[i]);
+        if (refused && hosts != NULL) {
+            hosts[i][0] = '\0';
+        }
+    }
+    if (!refused) {
+        send_some_raw(r, op, db, treqs, NULL, n, results, hosts);
+        for (size_t i = 0; i < n; i++) {
+            router_txn_observe(r, op, t, treqs[i].shard, &treqs[i].cmd, &results[i]);
+        }
+    }
+    shl_router_requests_cleanup(treqs, n);
+    bson_free(treqs);
 }
 
 void

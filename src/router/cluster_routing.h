@@ -63,6 +63,7 @@ typedef struct shl_router {
     /* config.system.sessions, where the session cache persists (cluster_sessions.c) */
     struct shl_sessions_sharded *sessions;
     shl_keys_source_t keys; /* where the $clusterTime keys come from (the config server) */
+    struct router_txn_catalog *txns; /* sessions' transactions (txn_router.h) */
 } shl_router_t;
 
 /* shl_router_get -- the router of the operation's process. */

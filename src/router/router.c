@@ -22,6 +22,7 @@
 #include "router/router_commands.h"
 #include "router/router_private.h"
 #include "router/router_uptime.h"
+#include "router/txn_router.h"
 #include "session/logical_session_cache.h"
 #include "session/session_args.h"
 #include "session/session_commands.h"
@@ -148,6 +149,7 @@ decorate_reply(shl_op_ctx_t *op, bson_t *reply)
     if (op->conn != NULL) {
         op_time = op_time_seen;
         op_time_seen = 0;
+        router_txn_append_token(reply); /* a transaction statement's recoveryToken */
     }
     if (ts != 0) {
         shl_cluster_time_append_reply(op, reply, op_time != 0 && op_time <= ts ? op_time : ts,
@@ -187,8 +189,26 @@ session_begin(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 
     SHL_ERR(shl_lsc_vivify_op(op->svc->lsc, op, cmd, st));
     SHL_ERR(shl_session_check_args(op, cmd, true, st));
+    if (op->has_autocommit || op->start_transaction) {
+        shl_router_t *r = shl_router_get(op);
+        SHL_ERR(router_txn_begin(r->txns, op, cmd,
+                                 shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME), st));
+    }
 done:
     return ret;
+}
+
+/* A statement's session state goes back to the catalog (txn_router.h). */
+static void
+session_end(shl_op_ctx_t *op)
+{
+    router_txn_release(shl_router_get(op)->txns, op);
+}
+
+static int
+txn_end(shl_op_ctx_t *op, int ret, shl_status_t *st, const bson_t *reply)
+{
+    return router_txn_end(shl_router_get(op), op, ret, st, reply);
 }
 
 static void
@@ -203,6 +223,7 @@ shutdown_router(shl_service_ctx_t *svc)
     router_sessions_shutdown(r, svc);
     shl_router_cursor_manager_destroy(r->cursors);
     router_rwc_destroy(r->rwc);
+    router_txn_catalog_destroy(r->txns);
     shl_catalog_cache_destroy(r->cache);
     shl_shard_registry_destroy(r->registry);
     shl_conn_pool_destroy(r->pool);
@@ -266,12 +287,15 @@ shl_router_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, const char 
     r->cache = shl_catalog_cache_new(r->registry);
     r->cursors = shl_router_cursor_manager_new();
     r->rwc = router_rwc_new();
+    r->txns = router_txn_catalog_new();
     svc->role_state = r;
     svc->hooks.append_hello = append_hello;
     svc->hooks.decorate_reply = decorate_reply;
     svc->hooks.gossip_in = gossip_in;
     svc->hooks.rewrite_request = rewrite_request;
     svc->hooks.session_begin = session_begin;
+    svc->hooks.session_end = session_end;
+    svc->hooks.txn_end = txn_end;
     svc->hooks.shutdown = shutdown_router;
     r->uptime = shl_router_uptime_start(r, svc->me);
     shl_common_commands_register(reg);

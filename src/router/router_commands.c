@@ -14,4 +14,5 @@ shl_router_commands_register(shl_command_registry_t *reg)
     shl_cluster_diag_commands_register(reg);
     shl_cluster_current_op_commands_register(reg);
     shl_cluster_rw_defaults_commands_register(reg);
+    shl_cluster_txn_commands_register(reg);
 }

@@ -17,5 +17,6 @@ void shl_cluster_stats_commands_register(shl_command_registry_t *reg);
 void shl_cluster_diag_commands_register(shl_command_registry_t *reg);
 void shl_cluster_current_op_commands_register(shl_command_registry_t *reg);
 void shl_cluster_rw_defaults_commands_register(shl_command_registry_t *reg);
+void shl_cluster_txn_commands_register(shl_command_registry_t *reg);
 
 #endif

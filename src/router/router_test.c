@@ -493,6 +493,22 @@ fake_execute(fake_t *f, int s, const bson_t *cmd, const fault_t *ft, shl_fanout_
     BSON_APPEND_DOUBLE(&res->reply, "ok", 1.0);
 }
 
+static const char *
+fake_cmd_name(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
+}
+
+/* Commands the fake answers with a plain ok (no statements to run). */
+static bool
+fake_is_plain(const bson_t *cmd)
+{
+    const char *name = fake_cmd_name(cmd);
+    return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0 ||
+           strcmp(name, "coordinateCommitTransaction") == 0 || strcmp(name, "find") == 0;
+}
+
 static void
 fake_send(void *arg, const char *db, const shl_router_request_t *reqs, size_t n,
           shl_fanout_result_t *results, char (*hosts)[SHL_CLIENT_HOST_MAX])
@@ -517,6 +533,18 @@ fake_send(void *arg, const char *db, const shl_router_request_t *reqs, size_t n,
         }
         if (ft != NULL && ft->kind == FAULT_NETWORK) {
             results[i].code = shl_status_set(&results[i].status, ft->code, "Connection refused");
+        } else if (ft == NULL && fake_is_plain(&reqs[i].cmd)) {
+            /* A transaction's decisions and reads: ok (an empty cursor for a find). */
+            bson_t cur, batch;
+            if (strcmp(fake_cmd_name(&reqs[i].cmd), "find") == 0) {
+                BSON_APPEND_DOCUMENT_BEGIN(&results[i].reply, "cursor", &cur);
+                BSON_APPEND_INT64(&cur, "id", 0);
+                BSON_APPEND_UTF8(&cur, "ns", "test.c");
+                BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &batch);
+                bson_append_array_end(&cur, &batch);
+                bson_append_document_end(&results[i].reply, &cur);
+            }
+            BSON_APPEND_DOUBLE(&results[i].reply, "ok", 1.0);
         } else if (ft != NULL && ft->kind == FAULT_REPLY) {
             fake_reply_error(&results[i], ft->code);
         } else {
@@ -991,4 +1019,420 @@ SHL_TEST(which_shard_answers_a_router_retries)
         ASSERT(!shl_router_result_retriable(&res));
         bson_destroy(&res.reply);
     }
+}
+
+/* ------------------------------------------------- transactions over the fake shard */
+
+#include "router/txn_router.h"
+
+static const shl_command_t k_cmd_insert = {.name = "insert", .flags = SHL_CMD_WRITE};
+static const shl_command_t k_cmd_find = {.name = "find", .flags = SHL_CMD_SNAPSHOT_READ};
+static const shl_command_t k_cmd_commit = {.name = "commitTransaction", .flags = SHL_CMD_IN_TXN};
+static const shl_command_t k_cmd_abort = {.name = "abortTransaction", .flags = SHL_CMD_IN_TXN};
+static const shl_command_t k_cmd_count = {.name = "count", .flags = 0};
+
+/* One statement of a transaction: op, body, checkout. */
+typedef struct txn_stmt {
+    shl_op_ctx_t op;
+    bson_t *body;
+    int ret;
+    shl_status_t st;
+} txn_stmt_t;
+
+/* Parse 'json' and begin it as a statement on catalog 'c' (at cluster time 100,1). */
+static int
+stmt_begin(fake_t *f, router_txn_catalog_t *c, txn_stmt_t *s, const shl_command_t *cmd,
+           const char *json)
+{
+    memset(s, 0, sizeof(*s));
+    shl_status_clear(&s->st);
+    s->body = shl_test_bson(json);
+    s->ret = shl_op_ctx_init(&s->op, &f->svc, NULL, s->body, "test", &s->st);
+    if (s->ret == 0) {
+        s->op.cmd_name = cmd->name;
+        s->ret = router_txn_begin(c, &s->op, cmd, ((uint64_t)100 << 32) | 1, &s->st);
+    }
+    return s->ret;
+}
+
+static void
+stmt_end(router_txn_catalog_t *c, txn_stmt_t *s)
+{
+    router_txn_release(c, &s->op);
+    bson_destroy(s->body);
+}
+
+/* A find {find: 'c'} sent to 'shard' by the statement (what a routed read sends). */
+static void
+stmt_find(fake_t *f, txn_stmt_t *s, const char *shard)
+{
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+
+    req.shard = shard;
+    bson_init(&req.cmd);
+    BSON_APPEND_UTF8(&req.cmd, "find", "c");
+    shl_router_append_generic(s->body, &req.cmd);
+    shl_router_send(&f->r, &s->op, "test", &req, 1, &res);
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+}
+
+/* Run an insert/update/delete statement through the router's write path. */
+static int
+stmt_write(fake_t *f, txn_stmt_t *s, bson_t *reply)
+{
+    bson_init(reply);
+    s->ret = router_write_run(&s->op, s->body, fake_route, f, reply, &s->st);
+    s->ret = router_txn_end(&f->r, &s->op, s->ret, &s->st, s->ret == 0 ? reply : NULL);
+    return s->ret;
+}
+
+/* {shard, cmd: first key, and the transaction fields} of call i. */
+static bson_t *
+call_txn(const fake_t *f, size_t i)
+{
+    static const char *const fields[] = {"txnNumber",   "autocommit",  "startTransaction",
+                                         "readConcern", "coordinator", "participants", NULL};
+    bson_t *out = bson_new();
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(out, "shard", f->shard[i]);
+    BSON_APPEND_UTF8(out, "cmd", fake_cmd_name(&f->cmd[i]));
+    for (size_t k = 0; fields[k] != NULL; k++) {
+        if (bson_iter_init_find(&it, &f->cmd[i], fields[k])) {
+            bson_append_iter(out, fields[k], -1, &it);
+        }
+    }
+    return out;
+}
+
+#define ASSERT_TXN_CALL(f, i, json)                                                                \
+    do {                                                                                           \
+        bson_t *c_ = call_txn((f), (i));                                                           \
+        ASSERT_BSON_EQ(c_, json);                                                                  \
+        bson_destroy(c_);                                                                          \
+    } while (0)
+
+#define TXNF(n) TXN(n) ", 'autocommit': false"
+#define TXN_START(n) TXNF(n) ", 'startTransaction': true"
+#define TXN_N(n) "'txnNumber': {'$numberLong': '" #n "'}, 'autocommit': false"
+
+/* The first statement to each participant carries startTransaction, the readConcern with the
+ * atClusterTime chosen once, and coordinator on the first participant; later ones carry only
+ * the session fields. Two writers commit by two-phase commit through the coordinator. */
+SHL_TEST(txn_first_statement_fields_and_two_phase_commit)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new();
+    txn_stmt_t s;
+    bson_t reply;
+    const char *names[4];
+    bool ro[4];
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 1, 'x': -1}, {'_id': 2, 'x': "
+                             "1}], 'readConcern': {'level': 'snapshot'}, " TXN_START(1) "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    ASSERT_INT_EQ(f.ncalls, 2);
+    ASSERT_TXN_CALL(&f, 0,
+                    "{'shard': 'shA', 'cmd': 'insert', " TXN_N(1)
+                    ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
+                    "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}, 'coordinator': true}");
+    ASSERT_TXN_CALL(&f, 1,
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1)
+                    ", 'startTransaction': true, 'readConcern': {'level': 'snapshot', "
+                    "'atClusterTime': {'$timestamp': {'t': 100, 'i': 1}}}}");
+    ASSERT_STR_EQ(router_txn_coordinator(s.op.txn), "shA");
+    ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "shA");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* The next statement: the same participants, session fields only. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 3, 'x': 5}], " TXNF(1) "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1) "}");
+    ASSERT_INT_EQ(router_txn_participants(s.op.txn, names, ro, 4), 2);
+    ASSERT_STR_EQ(names[0], "shA");
+    ASSERT_STR_EQ(names[1], "shB");
+    ASSERT(!ro[0] && !ro[1]);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* Commit: coordinateCommitTransaction with both participants, to the coordinator only. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_TWO_PHASE);
+    ASSERT_INT_EQ(f.ncalls, 4);
+    ASSERT_TXN_CALL(&f, 3,
+                    "{'shard': 'shA', 'cmd': 'coordinateCommitTransaction', " TXN_N(1)
+                    ", 'participants': [{'shardId': 'shA'}, {'shardId': 'shB'}]}");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
+}
+
+/* Commit paths by participants: single write shard (read-only ones first), read-only, single
+ * shard, none; and a second router committing with the recoveryToken. */
+SHL_TEST(txn_commit_paths)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new(), *c2 = router_txn_catalog_new();
+    txn_stmt_t s;
+    bson_t reply;
+
+    fake_init(&f, true);
+    /* txn 2: a read on shA, a write on shB. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(2) "}"), 0);
+    stmt_find(&f, &s, "shA");
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 9, 'x': 9}], " TXNF(2) "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    ASSERT_TXN_CALL(&f, 1, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(2)
+                           ", 'startTransaction': true}");
+    ASSERT_STR_EQ(router_txn_coordinator(s.op.txn), "shA");
+    ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "shB");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(2) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_SINGLE_WRITE);
+    ASSERT_INT_EQ(f.ncalls, 4);
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shA', 'cmd': 'commitTransaction', " TXN_N(2) "}");
+    ASSERT_TXN_CALL(&f, 3, "{'shard': 'shB', 'cmd': 'commitTransaction', " TXN_N(2) "}");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* txn 3: reads on both shards: each one commits. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(3) "}"), 0);
+    stmt_find(&f, &s, "shA");
+    stmt_find(&f, &s, "shB");
+    ASSERT_STR_EQ(router_txn_recovery_shard(s.op.txn), "");
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(3) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_READ_ONLY);
+    ASSERT_INT_EQ(f.ncalls, 8);
+    ASSERT_TXN_CALL(&f, 6, "{'shard': 'shA', 'cmd': 'commitTransaction', " TXN_N(3) "}");
+    ASSERT_TXN_CALL(&f, 7, "{'shard': 'shB', 'cmd': 'commitTransaction', " TXN_N(3) "}");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* txn 4: one shard. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 7, 'x': -7}], " TXN_START(4)
+                             "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(4) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_SINGLE_SHARD);
+    ASSERT_INT_EQ(f.ncalls, 10);
+    ASSERT_TXN_CALL(&f, 9, "{'shard': 'shA', 'cmd': 'commitTransaction', " TXN_N(4) "}");
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* txn 5: nothing sent: nothing to commit. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(5) "}"), 0);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(5) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_NO_SHARDS);
+    ASSERT_INT_EQ(f.ncalls, 10);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+
+    /* Another router (catalog c2) that never saw txn 2: its recoveryToken names the shard
+     * to ask, which coordinates without a participant list. */
+    ASSERT_INT_EQ(stmt_begin(&f, c2, &s, &k_cmd_commit,
+                             "{'commitTransaction': 1, 'recoveryToken': {'recoveryShardId': "
+                             "'shB'}, " TXNF(2) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    ASSERT_INT_EQ(router_txn_commit_type(s.op.txn), ROUTER_COMMIT_RECOVER_TOKEN);
+    ASSERT_TXN_CALL(&f, 10, "{'shard': 'shB', 'cmd': 'coordinateCommitTransaction', " TXN_N(2)
+                            ", 'participants': []}");
+    bson_destroy(&reply);
+    stmt_end(c2, &s);
+    /* Without a token; with an empty one (a read-only transaction). */
+    ASSERT_INT_EQ(stmt_begin(&f, c2, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(7) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st), 50940);
+    bson_destroy(&reply);
+    stmt_end(c2, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c2, &s, &k_cmd_commit,
+                             "{'commitTransaction': 1, 'recoveryToken': {}, " TXNF(8) "}"),
+                  0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st),
+                  SHL_CODE_NO_SUCH_TRANSACTION);
+    ASSERT(s.st.labels & SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
+    bson_destroy(&reply);
+    stmt_end(c2, &s);
+    ASSERT_INT_EQ(f.ncalls, 11);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
+    router_txn_catalog_destroy(c2);
+}
+
+/* mongos's begin/continue rules and the commands refused in a transaction. */
+SHL_TEST(txn_begin_rules)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new();
+    txn_stmt_t s;
+    bson_t reply;
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXNF(3) "}"),
+                  SHL_CODE_NO_SUCH_TRANSACTION);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(3) "}"), 0);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(3) "}"),
+                  SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXN_START(2) "}"),
+                  SHL_CODE_TRANSACTION_TOO_OLD);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find,
+                             "{'find': 'c', 'readConcern': {'level': 'local'}, " TXNF(3) "}"),
+                  SHL_CODE_INVALID_OPTIONS);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_count, "{'count': 'c', " TXNF(3) "}"),
+                  SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find,
+                             "{'find': 'c', " TXN(3) ", 'autocommit': true}"),
+                  SHL_CODE_INVALID_OPTIONS);
+    stmt_end(c, &s);
+    /* abortTransaction of a transaction that reached no shard. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_abort, "{'abortTransaction': 1, " TXNF(3) "}"), 0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_abort(&f.r, &s.op, s.body, &reply, &s.st),
+                  SHL_CODE_NO_SUCH_TRANSACTION);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(f.ncalls, 0);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
+}
+
+/* A failed statement aborts the transaction on every participant, with
+ * TransientTransactionError where MongoDB puts it; abortTransaction reaches every participant. */
+SHL_TEST(txn_implicit_abort_and_labels)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new();
+    txn_stmt_t s;
+    bson_t reply;
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 1, 'x': -1}, {'_id': 2, 'x': "
+                             "1}], " TXN_START(1) "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(f.ncalls, 2);
+    /* A command error (as a shard's WriteConflict reaches the router's statement). */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXNF(1) "}"), 0);
+    s.ret = shl_status_set(&s.st, SHL_CODE_WRITE_CONFLICT, "injected");
+    ASSERT_INT_EQ(router_txn_end(&f.r, &s.op, s.ret, &s.st, NULL), SHL_CODE_WRITE_CONFLICT);
+    ASSERT(s.st.labels & SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(f.ncalls, 4);
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shA', 'cmd': 'abortTransaction', " TXN_N(1) "}");
+    ASSERT_TXN_CALL(&f, 3, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(1) "}");
+    /* A non-transient error: aborted, no label. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_find, "{'find': 'c', " TXNF(1) "}"), 0);
+    s.ret = shl_status_set(&s.st, SHL_CODE_BAD_VALUE, "injected");
+    ASSERT_INT_EQ(router_txn_end(&f.r, &s.op, s.ret, &s.st, NULL), SHL_CODE_BAD_VALUE);
+    ASSERT(!(s.st.labels & SHL_LABEL(TRANSIENT_TRANSACTION_ERROR)));
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(f.ncalls, 6);
+    /* An explicit abort. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_abort, "{'abortTransaction': 1, " TXNF(1) "}"), 0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_abort(&f.r, &s.op, s.body, &reply, &s.st), 0);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    ASSERT_INT_EQ(f.ncalls, 8);
+    ASSERT_TXN_CALL(&f, 6, "{'shard': 'shA', 'cmd': 'abortTransaction', " TXN_N(1) "}");
+    ASSERT_TXN_CALL(&f, 7, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(1) "}");
+    /* A commit's network error: UnknownTransactionCommitResult. */
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_commit, "{'commitTransaction': 1, " TXNF(1) "}"),
+                  0);
+    fake_fault(&f, "shA", FAULT_NETWORK, SHL_CODE_HOST_UNREACHABLE, 1, 0);
+    bson_init(&reply);
+    ASSERT_INT_EQ(router_txn_commit(&f.r, &s.op, s.body, &reply, &s.st),
+                  SHL_CODE_HOST_UNREACHABLE);
+    ASSERT(s.st.labels & SHL_LABEL(UNKNOWN_TRANSACTION_COMMIT_RESULT));
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
+}
+
+/* A stale error on the statement that started every participant it reached is retried (those
+ * participants aborted and started again); on a later statement it is not. */
+SHL_TEST(txn_stale_retry_only_on_new_participants)
+{
+    fake_t f;
+    router_txn_catalog_t *c = router_txn_catalog_new();
+    txn_stmt_t s;
+    bson_t reply;
+
+    fake_init(&f, true);
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_STALE_CONFIG, 1, 0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 2, 'x': 1}], " TXN_START(1)
+                             "}"),
+                  0);
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), 0);
+    ASSERT_BSON_EQ(&reply, "{'n': 1}");
+    bson_destroy(&reply);
+    ASSERT_INT_EQ(f.ncalls, 3);
+    ASSERT_TXN_CALL(&f, 1, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(1) "}");
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1)
+                           ", 'startTransaction': true, 'coordinator': true}");
+    stmt_end(c, &s);
+    /* Later statement, stale on the existing participant: not retried. */
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_STALE_CONFIG, 1, 0);
+    ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
+                             "{'insert': 'c', 'documents': [{'_id': 3, 'x': 2}], " TXNF(1) "}"),
+                  0);
+    (void)stmt_write(&f, &s, &reply);
+    bson_destroy(&reply);
+    stmt_end(c, &s);
+    /* The stale insert, then only the implicit abort: no second insert. */
+    ASSERT_TXN_CALL(&f, 3, "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1) "}");
+    for (size_t i = 4; i < f.ncalls; i++) {
+        ASSERT_STR_EQ(fake_cmd_name(&f.cmd[i]), "abortTransaction");
+    }
+    ASSERT(f.ncalls >= 5);
+    fake_cleanup(&f);
+    router_txn_catalog_destroy(c);
 }

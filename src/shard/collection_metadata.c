@@ -236,6 +236,18 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
 }
 
 int
+shard_net_get(shard_state_t *s, shl_conn_pool_t **pool, shl_shard_registry_t **registry,
+              shl_status_t *st)
+{
+    shl_catalog_cache_t *cache = NULL;
+    int ret = get_cache(s, &cache, NULL, st);
+
+    *pool = ret == 0 ? s->pool : NULL;
+    *registry = ret == 0 ? s->registry : NULL;
+    return ret;
+}
+
+int
 shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
                  int64_t timeout_ms, bson_t *reply, shl_status_t *st)
 {

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "shard/shard_private.h"
+#include "shard/txn_coordinator.h"
 
 shard_state_t *
 shard_state(const shl_op_ctx_t *op)
@@ -39,6 +40,17 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &sec);
 }
 
+/* currentOp: the coordinators running on this shard. */
+static void
+shard_current_op(shl_service_ctx_t *svc, bson_t *inprog, uint32_t *n)
+{
+    shard_state_t *s = shl_db_sharding_hooks_arg(svc);
+
+    if (s->coords != NULL) {
+        shl_coord_service_report(s->coords, inprog, n);
+    }
+}
+
 static void
 shard_shutdown(shl_service_ctx_t *svc)
 {
@@ -48,6 +60,7 @@ shard_shutdown(shl_service_ctx_t *svc)
      * catalog cache and the connection pool). */
     shard_sessions_stop(s);
     shard_recipient_shutdown(s);
+    shard_txn_coord_shutdown(s);
     /* The recovery thread sees the shutdown at its next check and ends. */
     for (int i = 0; i < 1000; i++) {
         bool running;
@@ -111,12 +124,15 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     s->prev_server_status = svc->hooks.append_server_status;
     svc->hooks.shutdown = shard_shutdown;
     svc->hooks.append_server_status = shard_server_status;
+    svc->hooks.append_current_op = shard_current_op;
     shard_commands_register(reg);
     shard_migration_commands_register(reg);
     shard_range_deleter_commands_register(reg);
     shard_create_participant_register(reg);
     shard_move_primary_register(reg);
     shard_rename_participant_register(reg);
+    shard_txn_coord_init(s);
+    shard_txn_coord_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_clock_init(s, st));
     SHL_ERR(shard_identity_load(s, &id, &found, st));
@@ -128,6 +144,8 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
         shard_clock_sync(s);
         /* Migrations a crash interrupted: finish them from their coordinator documents. */
         shard_migration_recover_async(s);
+        /* Two-phase commits a crash interrupted: finish them from their documents. */
+        shard_txn_coord_recover(s);
     }
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */

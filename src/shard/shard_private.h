@@ -19,6 +19,7 @@
 #include "sharding/catalog_cache.h"
 #include "sharding/chunk_version.h"
 #include "sharding/routing_table.h"
+#include "sharding/remote.h"
 #include "sharding/shard_registry.h"
 #include "net/cluster_time.h"
 #include "sharding/vector_clock.h"
@@ -142,6 +143,10 @@ typedef struct shard_state {
     bool vc_dirty, vc_stop, vc_thread_started;
     pthread_t vc_thread;
     uint64_t vc_persisted[2];
+    /* The coordinator framework (sharding/coordinator.h) and the outgoing-command transport
+     * it uses (txn_coordinator.c); set at init, constant until shutdown. */
+    struct shl_coord_service *coords;
+    shl_remote_t remote;
 } shard_state_t;
 
 /*
@@ -318,6 +323,18 @@ int shard_local_cmd(shard_state_t *s, const char *db, const bson_t *cmd, bson_t 
 /* shard_remote_cmd -- run 'cmd' on database 'db' of shard 'shard' (by name). */
 int shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const bson_t *cmd,
                      int64_t timeout_ms, bson_t *reply, shl_status_t *st);
+
+/* shard_net_get -- the shard's connection pool and shard registry, created on first use
+ * (borrowed until shutdown). Errors: ShardingStateNotInitialized before _addShard. */
+int shard_net_get(shard_state_t *s, shl_conn_pool_t **pool, shl_shard_registry_t **registry,
+                  shl_status_t *st);
+
+/* shard_txn_coord_init -- the coordinator service and its transport (before commands run);
+ * shard_txn_coord_recover -- once shard-aware: resume config.transaction_coordinators;
+ * shard_txn_coord_shutdown -- stop the coordinators (their documents stay). */
+void shard_txn_coord_init(shard_state_t *s);
+void shard_txn_coord_recover(shard_state_t *s);
+void shard_txn_coord_shutdown(shard_state_t *s);
 
 /* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */
 int shard_config_cmd(shard_state_t *s, const char *db, const bson_t *cmd, int64_t timeout_ms,

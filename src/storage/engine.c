@@ -34,6 +34,17 @@ shl_wt_err(shl_status_t *st, int wtret, const char *what)
                               "operation. Please retry your operation or multi-document "
                               "transaction.");
     }
+    if (wtret == WT_PREPARE_CONFLICT) {
+        shl_status_t why;
+        if (shl_prepare_interrupted(&why)) {
+            *st = why;
+            return why.code;
+        }
+        return shl_status_set(st, SHL_CODE_WRITE_CONFLICT,
+                              "WriteConflict error: this operation conflicted with another "
+                              "operation. Please retry your operation or multi-document "
+                              "transaction.");
+    }
     if (wtret == WT_CACHE_FULL) {
         return shl_status_set(st, SHL_CODE_EXCEEDED_MEMORY_LIMIT, "%s: WiredTiger cache full",
                               what);
@@ -222,6 +233,32 @@ shl_clock_reserve(shl_storage_engine_t *eng, shl_inflight_t *inf, int64_t *wall_
 }
 
 void
+shl_storage_pin_stable(shl_storage_engine_t *eng, uint64_t ts)
+{
+    pthread_mutex_lock(&eng->clock_mu);
+    if (eng->nstable_pins == eng->capstable_pins) {
+        eng->capstable_pins = eng->capstable_pins ? eng->capstable_pins * 2 : 8;
+        eng->stable_pins =
+            bson_realloc(eng->stable_pins, eng->capstable_pins * sizeof(*eng->stable_pins));
+    }
+    eng->stable_pins[eng->nstable_pins++] = ts;
+    pthread_mutex_unlock(&eng->clock_mu);
+}
+
+void
+shl_storage_unpin_stable(shl_storage_engine_t *eng, uint64_t ts)
+{
+    pthread_mutex_lock(&eng->clock_mu);
+    for (size_t i = 0; i < eng->nstable_pins; i++) {
+        if (eng->stable_pins[i] == ts) {
+            eng->stable_pins[i] = eng->stable_pins[--eng->nstable_pins];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&eng->clock_mu);
+}
+
+void
 shl_clock_finish(shl_storage_engine_t *eng, shl_inflight_t *inf)
 {
     if (!inf->linked) {
@@ -305,8 +342,19 @@ advance_stable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st)
     char cfg[96];
     int ret = 0, wtret;
     uint64_t cur = atomic_load(&eng->stable_ts);
-    uint64_t oldest = oldest_for(ts), cur_oldest = atomic_load(&eng->oldest_ts);
+    uint64_t oldest, cur_oldest = atomic_load(&eng->oldest_ts);
 
+    /* A prepared transaction keeps the stable timestamp below its prepare timestamp, so that
+     * after a crash recovery replays its prepare entry and can prepare it again (the oldest
+     * timestamp, behind the stable one, then stays below it too). */
+    pthread_mutex_lock(&eng->clock_mu);
+    for (size_t i = 0; i < eng->nstable_pins; i++) {
+        if (eng->stable_pins[i] - 1 < ts) {
+            ts = eng->stable_pins[i] - 1;
+        }
+    }
+    pthread_mutex_unlock(&eng->clock_mu);
+    oldest = oldest_for(ts);
     if (ts == 0 || ts <= cur) {
         goto done;
     }
@@ -844,6 +892,7 @@ engine_free(shl_storage_engine_t *eng)
     }
     pthread_mutex_destroy(&eng->pool_mu);
     pthread_mutex_destroy(&eng->clock_mu);
+    bson_free(eng->stable_pins);
     pthread_mutex_destroy(&eng->flush_mu);
     pthread_cond_destroy(&eng->flush_cv);
     pthread_mutex_destroy(&eng->ckpt_mu);

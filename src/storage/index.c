@@ -676,7 +676,7 @@ shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
         item.data = kb.data;
         item.size = kb.len;
         c->set_key(c, &item);
-        wtret = c->search(c);
+        SHL_WT_READ(wtret, c->search(c));
         if (wtret == WT_NOTFOUND) {
             continue; /* already gone (replay) */
         }
@@ -718,16 +718,16 @@ shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &c, st));
     c->set_key(c, &item);
     if (idx->unique) {
-        wtret = c->search(c);
+        SHL_WT_READ(wtret, c->search(c));
         if (wtret == 0) {
             wtret = c->get_value(c, rid);
             *found = wtret == 0;
         }
     } else {
         /* Non-unique keys are key+RecordId: find the first one with this prefix. */
-        wtret = c->search_near(c, &exact);
+        SHL_WT_READ(wtret, c->search_near(c, &exact));
         if (wtret == 0 && exact < 0) {
-            wtret = c->next(c);
+            SHL_WT_READ(wtret, c->next(c));
         }
         if (wtret == 0) {
             wtret = c->get_key(c, &got);
@@ -843,23 +843,23 @@ shl_index_cursor_next(shl_index_cursor_t *ic, int64_t *rid, const uint8_t **key,
             item.data = ic->start.data;
             item.size = ic->start.len;
             c->set_key(c, &item);
-            wtret = c->search_near(c, &exact);
+            SHL_WT_READ(wtret, c->search_near(c, &exact));
             if (wtret == 0 && exact < 0) {
-                wtret = c->next(c);
+                SHL_WT_READ(wtret, c->next(c));
             }
         } else if (!ic->forward && ic->has_end) {
             item.data = ic->end.data;
             item.size = ic->end.len;
             c->set_key(c, &item);
-            wtret = c->search_near(c, &exact);
+            SHL_WT_READ(wtret, c->search_near(c, &exact));
             if (wtret == 0 && exact >= 0) {
-                wtret = c->prev(c);
+                SHL_WT_READ(wtret, c->prev(c));
             }
         } else {
-            wtret = ic->forward ? c->next(c) : c->prev(c);
+            SHL_WT_READ(wtret, ic->forward ? c->next(c) : c->prev(c));
         }
     } else {
-        wtret = ic->forward ? c->next(c) : c->prev(c);
+        SHL_WT_READ(wtret, ic->forward ? c->next(c) : c->prev(c));
     }
     if (wtret == 0) {
         wtret = c->get_key(c, &got);

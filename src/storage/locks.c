@@ -7,6 +7,7 @@
 #include "storage/storage_private.h"
 
 #include <string.h>
+#include <time.h>
 
 #include "storage/catalog.h"
 
@@ -35,8 +36,27 @@ shl_locks_cleanup(shl_storage_engine_t *eng)
     pthread_mutex_destroy(&eng->locks_mu);
 }
 
+/* The lock wait bound of the calling thread's operation (shl_storage_set_lock_timeout). */
+static _Thread_local int64_t tl_lock_timeout_ms = -1;
+
+void
+shl_storage_set_lock_timeout(int64_t ms)
+{
+    tl_lock_timeout_ms = ms;
+}
+
+static shl_named_lock_t *lock_take_timed(shl_storage_engine_t *eng, const char *name,
+                                         bool exclusive, int64_t timeout_ms);
+
 shl_named_lock_t *
 shl_lock_take(shl_storage_engine_t *eng, const char *name, bool exclusive)
+{
+    return lock_take_timed(eng, name, exclusive, -1);
+}
+
+/* Take the lock, waiting at most 'timeout_ms' (-1: forever); NULL when the wait timed out. */
+static shl_named_lock_t *
+lock_take_timed(shl_storage_engine_t *eng, const char *name, bool exclusive, int64_t timeout_ms)
 {
     unsigned b = hash_name(name);
     shl_named_lock_t *l;
@@ -60,10 +80,40 @@ shl_lock_take(shl_storage_engine_t *eng, const char *name, bool exclusive)
     l->users++;
     pthread_mutex_unlock(&eng->locks_mu);
 
-    if (exclusive) {
-        pthread_rwlock_wrlock(&l->rw);
+    if (timeout_ms < 0) {
+        if (exclusive) {
+            pthread_rwlock_wrlock(&l->rw);
+        } else {
+            pthread_rwlock_rdlock(&l->rw);
+        }
     } else {
-        pthread_rwlock_rdlock(&l->rw);
+        struct timespec until;
+        int rc;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += timeout_ms / 1000;
+        until.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        rc = exclusive ? pthread_rwlock_timedwrlock(&l->rw, &until)
+                       : pthread_rwlock_timedrdlock(&l->rw, &until);
+        if (rc != 0) {
+            /* Give the entry back as shl_lock_drop does, without unlocking. */
+            pthread_mutex_lock(&eng->locks_mu);
+            if (--l->users == 0) {
+                shl_named_lock_t **pp = &eng->locks[hash_name(l->name)];
+                while (*pp != l) {
+                    pp = &(*pp)->next;
+                }
+                *pp = l->next;
+                pthread_rwlock_destroy(&l->rw);
+                bson_free(l->name);
+                bson_free(l);
+            }
+            pthread_mutex_unlock(&eng->locks_mu);
+            l = NULL;
+        }
     }
     return l;
 }
@@ -105,8 +155,20 @@ shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mod
     }
     memcpy(db, ns, (size_t)(dot - ns));
     db[dot - ns] = '\0';
-    h->db_lock_ = shl_lock_take(eng, db, false);
-    h->coll_lock_ = shl_lock_take(eng, ns, mode == SHL_LOCK_EXCLUSIVE);
+    h->db_lock_ = lock_take_timed(eng, db, false, tl_lock_timeout_ms);
+    if (h->db_lock_ == NULL) {
+        h->eng = NULL;
+        SHL_FAIL(st, SHL_CODE_LOCK_TIMEOUT, "Unable to acquire IS lock on '%s' within %lldms.",
+                 db, (long long)tl_lock_timeout_ms);
+    }
+    h->coll_lock_ = lock_take_timed(eng, ns, mode == SHL_LOCK_EXCLUSIVE, tl_lock_timeout_ms);
+    if (h->coll_lock_ == NULL) {
+        shl_lock_drop(eng, h->db_lock_);
+        h->db_lock_ = NULL;
+        h->eng = NULL;
+        SHL_FAIL(st, SHL_CODE_LOCK_TIMEOUT, "Unable to acquire %s lock on '%s' within %lldms.",
+                 mode == SHL_LOCK_EXCLUSIVE ? "X" : "IS", ns, (long long)tl_lock_timeout_ms);
+    }
     h->coll = shl_catalog_get(eng, ns);
 done:
     return ret;

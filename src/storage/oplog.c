@@ -141,6 +141,212 @@ done:
     return ret;
 }
 
+/* The document or array at 'it' as a view (false for another type). */
+static bool
+iter_subdoc(const bson_iter_t *it, bson_t *out)
+{
+    const uint8_t *data;
+    uint32_t len;
+
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        bson_iter_document(it, &len, &data);
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        bson_iter_array(it, &len, &data);
+    } else {
+        return false;
+    }
+    return bson_init_static(out, data, len);
+}
+
+int
+shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_t *st)
+{
+    bson_iter_t it, f;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, ops)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed applyOps array");
+    }
+    while (bson_iter_next(&it)) {
+        apply_arg_t a = {0};
+        bson_t op;
+        const uint8_t *data;
+        uint32_t len;
+        bson_subtype_t sub;
+        shl_collection_t *coll = NULL;
+        const char *o = NULL;
+        uint64_t fixed = txn->fixed_ts;
+
+        if (!iter_subdoc(&it, &op)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element is not an object");
+        }
+        if (bson_iter_init_find(&f, &op, "op") && BSON_ITER_HOLDS_UTF8(&f)) {
+            o = bson_iter_utf8(&f, NULL);
+        }
+        if (o == NULL || strlen(o) != 1 || strchr("iudn", o[0]) == NULL) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element with an unknown op");
+        }
+        if (o[0] == 'n') {
+            continue;
+        }
+        if (bson_iter_init_find(&f, &op, "ui") && BSON_ITER_HOLDS_BINARY(&f)) {
+            bson_iter_binary(&f, &sub, &len, &data);
+            if (len == 16) {
+                coll = shl_catalog_get_by_uuid(shl_storage_txn_engine(txn), data);
+            }
+        }
+        if (coll == NULL) {
+            SHL_LOG_WARNING(RECOVERY, 5100203,
+                            "skipping a transaction's op for a missing collection");
+            continue;
+        }
+        a.op = o[0];
+        a.coll = coll;
+        a.ts = fixed;
+        if (!shl_bson_get_subdoc(&op, "o", &a.o)) {
+            shl_collection_release(coll);
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element without 'o'");
+        }
+        a.has_o2 = shl_bson_get_subdoc(&op, "o2", &a.o2);
+        ret = apply_crud(txn, &a, st);
+        txn->fixed_ts = fixed;
+        shl_collection_release(coll);
+        SHL_ERR(ret);
+    }
+done:
+    return ret;
+}
+
+int
+shl_oplog_read(shl_storage_engine_t *eng, uint64_t ts, bson_t *out, bool *found, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    int ret = 0;
+
+    bson_init(out);
+    *found = false;
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    bson_destroy(out);
+    SHL_ERR(shl_record_get(txn, eng->oplog, (int64_t)ts, out, found, st));
+done:
+    shl_storage_txn_abort(txn);
+    return ret;
+}
+
+/* The ts of an optime document field 'key' ({ts, t}) of 'doc', 0 if absent. */
+static uint64_t
+optime_field(const bson_t *doc, const char *key)
+{
+    bson_t sub;
+    bson_iter_t it;
+
+    if (shl_bson_get_subdoc(doc, key, &sub) && bson_iter_init_find(&it, &sub, "ts") &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        return shl_bson_iter_timestamp_u64(&it);
+    }
+    return 0;
+}
+
+int
+shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, shl_status_t *st)
+{
+    bson_t **chain = NULL, o, arr;
+    size_t n = 0, cap = 0;
+    uint64_t prev = optime_field(entry, "prevOpTime");
+    bson_iter_t it;
+    uint32_t k = 0;
+    char key[16];
+    const char *kp;
+    int ret = 0;
+
+    bson_init(ops);
+    /* Walk the chain back through the partialTxn entries of the same transaction. */
+    while (prev != 0) {
+        bson_t *e = bson_malloc0(sizeof(*e)); /* initialised by shl_oplog_read */
+        bool found = false, partial;
+        bson_t eo;
+        ret = shl_oplog_read(eng, prev, e, &found, st);
+        if (ret != 0 || !found) {
+            bson_destroy(e);
+            bson_free(e);
+            SHL_ERR(ret);
+            break;
+        }
+        partial = shl_bson_get_subdoc(e, "o", &eo) && bson_iter_init_find(&it, &eo, "partialTxn");
+        if (!partial) {
+            bson_destroy(e);
+            bson_free(e);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 4;
+            chain = bson_realloc(chain, cap * sizeof(*chain));
+        }
+        chain[n++] = e;
+        prev = optime_field(e, "prevOpTime");
+    }
+    for (size_t i = n + 1; i > 0; i--) {
+        const bson_t *e = i - 1 == n ? entry : chain[i - 1];
+        if (!shl_bson_get_subdoc(e, "o", &o) || !bson_iter_init_find(&it, &o, "applyOps") ||
+            !BSON_ITER_HOLDS_ARRAY(&it) || !iter_subdoc(&it, &arr) ||
+            !bson_iter_init(&it, &arr)) {
+            continue;
+        }
+        while (bson_iter_next(&it)) {
+            bson_uint32_to_string(k++, &kp, key, sizeof(key));
+            bson_append_iter(ops, kp, -1, &it);
+        }
+    }
+done:
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(chain[i]);
+        bson_free(chain[i]);
+    }
+    bson_free(chain);
+    return ret;
+}
+
+typedef struct txn_apply_arg {
+    const bson_t *ops;
+    uint64_t ts;
+} txn_apply_arg_t;
+
+static int
+apply_txn_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+{
+    txn_apply_arg_t *a = varg;
+
+    txn->fixed_ts = a->ts;
+    return shl_oplog_apply_inner_ops(txn, a->ops, st);
+}
+
+/*
+ * A transaction's entry: an unprepared transaction's last applyOps entry applies every op of
+ * its chain at its own timestamp; its partialTxn entries, a prepare entry and the decision
+ * entries of a prepared transaction are the role's (replay_derive), which prepares and
+ * commits it as the live node did.
+ */
+static int
+apply_txn_entry(shl_storage_engine_t *eng, const bson_t *entry, const bson_t *o, uint64_t ts,
+                shl_status_t *st)
+{
+    bson_iter_t it;
+    bson_t ops = BSON_INITIALIZER;
+    txn_apply_arg_t a = {&ops, ts};
+    int ret = 0;
+
+    if (!bson_iter_init_find(&it, o, "applyOps") || bson_has_field(o, "partialTxn") ||
+        bson_has_field(o, "prepare")) {
+        goto done;
+    }
+    bson_destroy(&ops);
+    SHL_ERR(shl_oplog_txn_ops(eng, entry, &ops, st));
+    SHL_ERR(shl_storage_write_retry(eng, apply_txn_unit, &a, NULL, st));
+done:
+    bson_destroy(&ops);
+    return ret;
+}
+
 int
 shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st)
 {
@@ -166,6 +372,16 @@ shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st
         goto done;
     }
     if (a.op == 'c') {
+        bson_t o;
+        bson_iter_t first;
+        if (shl_bson_get_subdoc(entry, "o", &o) && bson_iter_init(&first, &o) &&
+            shl_iter_next(&first) &&
+            (strcmp(shl_iter_key(&first), "applyOps") == 0 ||
+             strcmp(shl_iter_key(&first), "commitTransaction") == 0 ||
+             strcmp(shl_iter_key(&first), "abortTransaction") == 0)) {
+            SHL_ERR(apply_txn_entry(eng, entry, &o, a.ts, st));
+            goto done;
+        }
         SHL_ERR(shl_catalog_replay_command(eng, entry, a.ts, st));
         goto done;
     }

@@ -70,6 +70,32 @@ void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *
 int shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st);
 
 /*
+ * shl_oplog_read --
+ *     The entry at 'ts' (*out always initialised; *found false when there is none), read in
+ *     a snapshot of its own. Errors: InternalError.
+ */
+int shl_oplog_read(shl_storage_engine_t *eng, uint64_t ts, bson_t *out, bool *found,
+                   shl_status_t *st);
+
+/*
+ * shl_oplog_txn_ops --
+ *     Every op of the transaction whose last applyOps entry is 'entry': the ops of the
+ *     partialTxn entries its prevOpTime chain leads to (oldest first), then its own, as one
+ *     array in *ops (always initialised). Errors: InternalError.
+ */
+int shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops,
+                      shl_status_t *st);
+
+/*
+ * shl_oplog_apply_inner_ops --
+ *     Apply the ops of an applyOps array ('i' upsert, 'u' replace, 'd' delete by _id) in
+ *     'txn' with the document writes of write.h (so a multi-mode txn collects them again),
+ *     each in the collection its 'ui' names (missing ones are skipped). Errors: BadValue
+ *     for a malformed op; storage errors.
+ */
+int shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_t *st);
+
+/*
  * shl_oplog_truncate --
  *     Remove the oldest entries while the oplog holds more than 'max_bytes', never an entry
  *     with ts > 'upto' (the stable timestamp of the last checkpoint: recovery replays the

@@ -17,8 +17,9 @@ check_writable(shl_storage_txn_t *txn, const shl_collection_t *coll, shl_status_
                               coll->ns);
     }
     /* Unlogged tables are recovered from stable checkpoints: an untimestamped write
-     * would leak into a checkpoint ahead of the oplog. */
-    SHL_INVARIANT(txn->cur_ts != 0);
+     * would leak into a checkpoint ahead of the oplog. A multi-document transaction's
+     * writes take its commit timestamp when it commits. */
+    SHL_INVARIANT(txn->cur_ts != 0 || txn->multi);
     return 0;
 }
 
@@ -34,7 +35,7 @@ shl_record_get(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     *found = false;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, coll->uri, &c, st));
     c->set_key(c, rid);
-    wtret = c->search(c);
+    SHL_WT_READ(wtret, c->search(c));
     if (wtret == 0) {
         wtret = c->get_value(c, &v);
         if (wtret == 0) {
@@ -113,7 +114,7 @@ seek_existing(WT_CURSOR *c, const shl_collection_t *coll, int64_t rid, size_t *s
     int ret = 0, wtret;
 
     c->set_key(c, rid);
-    wtret = c->search(c);
+    SHL_WT_READ(wtret, c->search(c));
     if (wtret == WT_NOTFOUND) {
         SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "RecordId %lld not found in %s", (long long)rid,
                  coll->ns);
@@ -247,18 +248,18 @@ shl_record_cursor_next(shl_record_cursor_t *rc, int64_t *rid, bson_t *doc, bool 
     if (rc->seek_pending) {
         rc->seek_pending = false;
         c->set_key(c, rc->seek_rid);
-        wtret = c->search_near(c, &exact);
+        SHL_WT_READ(wtret, c->search_near(c, &exact));
         if (wtret == 0 && ((rc->forward && exact < 0) || (!rc->forward && exact > 0))) {
-            wtret = rc->forward ? c->next(c) : c->prev(c);
+            SHL_WT_READ(wtret, rc->forward ? c->next(c) : c->prev(c));
         }
     } else if (!rc->positioned && !rc->forward && rc->bounded) {
         c->set_key(c, rc->bound);
-        wtret = c->search_near(c, &exact);
+        SHL_WT_READ(wtret, c->search_near(c, &exact));
         if (wtret == 0 && exact > 0) {
-            wtret = c->prev(c);
+            SHL_WT_READ(wtret, c->prev(c));
         }
     } else {
-        wtret = rc->forward ? c->next(c) : c->prev(c);
+        SHL_WT_READ(wtret, rc->forward ? c->next(c) : c->prev(c));
     }
     rc->positioned = true;
     if (wtret == 0) {
@@ -270,7 +271,7 @@ shl_record_cursor_next(shl_record_cursor_t *rc, int64_t *rid, bson_t *doc, bool 
         } else {
             /* A reverse seek landed above the bound: step down to it. */
             while (wtret == 0 && key > rc->bound) {
-                wtret = c->prev(c);
+                SHL_WT_READ(wtret, c->prev(c));
                 if (wtret == 0) {
                     wtret = c->get_key(c, &key);
                 }

@@ -239,6 +239,75 @@ int shl_storage_write_replayed(shl_storage_engine_t *eng, uint64_t ts, shl_stora
                                void *arg, shl_status_t *st);
 
 /* ---------------------------------------------------------------------------------
+ * Multi-document transactions (docs/design/transactions.md)
+ * ------------------------------------------------------------------------------ */
+
+/*
+ * shl_storage_txn_set_multi --
+ *     Put 'txn' in multi-document transaction mode (on) or back (off): document writes take
+ *     no timestamp of their own -- WiredTiger stamps them with the commit timestamp -- and
+ *     append no oplog entry; their ops ({op, ns, ui, o, o2}, applyOps' inner form) are
+ *     collected for shl_storage_txn_ops. Turn it off before writing the transaction's own
+ *     oplog entries (shl_oplog_append) at commit. Capped collections are not trimmed in it.
+ */
+void shl_storage_txn_set_multi(shl_storage_txn_t *txn, bool on);
+bool shl_storage_txn_is_multi(const shl_storage_txn_t *txn);
+
+/*
+ * shl_storage_txn_ops --
+ *     The ops collected so far, in write order (borrowed until the txn ends); *n their count,
+ *     *bytes (may be NULL) the sum of their BSON sizes.
+ */
+const bson_t *const *shl_storage_txn_ops(const shl_storage_txn_t *txn, size_t *n, size_t *bytes);
+
+/*
+ * shl_storage_txn_reserve --
+ *     Reserve a fresh timestamp from the clock for 'txn' without stamping anything with it:
+ *     the no-holes point stays below it until 'txn' ends (a prepared transaction's durable
+ *     timestamp, whose decision entry another unit writes at it).
+ */
+int shl_storage_txn_reserve(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_storage_txn_set_fixed_ts --
+ *     Every write of 'txn' takes timestamp 'ts' (reserved elsewhere), and document writes
+ *     append no oplog entry; shl_oplog_append still writes its entry at 'ts'.
+ */
+void shl_storage_txn_set_fixed_ts(shl_storage_txn_t *txn, uint64_t ts);
+
+/*
+ * shl_storage_txn_prepare --
+ *     WiredTiger prepare_transaction at 'prepare_ts'. The txn must not have written a
+ *     logged table (the oplog): multi mode. Readers of its updates get prepare conflicts
+ *     until it commits (shl_storage_txn_commit_at) or aborts. Errors: InternalError.
+ */
+int shl_storage_txn_prepare(shl_storage_txn_t *txn, uint64_t prepare_ts, shl_status_t *st);
+
+/*
+ * shl_storage_txn_commit_at --
+ *     Commit at 'commit_ts' (a prepared txn also with 'durable_ts', 0 = commit_ts) and free
+ *     'txn'. Errors: as shl_storage_txn_commit.
+ */
+int shl_storage_txn_commit_at(shl_storage_txn_t *txn, uint64_t commit_ts, uint64_t durable_ts,
+                              shl_status_t *st);
+
+/*
+ * shl_storage_set_interrupt --
+ *     The interruption check of the operation the calling thread runs (NULL: none): a read
+ *     waiting for a prepared transaction's decision calls it between retries and, when it
+ *     fails, fails with its status (MaxTimeMSExpired, Interrupted ...). Thread-local.
+ */
+void shl_storage_set_interrupt(int (*fn)(void *arg, shl_status_t *st), void *arg);
+
+/*
+ * shl_storage_pin_stable / shl_storage_unpin_stable --
+ *     Keep the stable timestamp below 'ts' (a prepared transaction's prepare timestamp)
+ *     until unpinned, so that crash recovery replays its prepare entry. Thread-safe.
+ */
+void shl_storage_pin_stable(shl_storage_engine_t *eng, uint64_t ts);
+void shl_storage_unpin_stable(shl_storage_engine_t *eng, uint64_t ts);
+
+/* ---------------------------------------------------------------------------------
  * Collection locks (lock order: docs/design/locking.md)
  * ------------------------------------------------------------------------------ */
 
@@ -272,6 +341,14 @@ typedef struct shl_coll_handle {
  */
 int shl_storage_coll_acquire(shl_storage_engine_t *eng, const char *ns, shl_lock_mode_t mode,
                              shl_coll_handle_t *h, shl_status_t *st);
+
+/*
+ * shl_storage_set_lock_timeout --
+ *     Bound the waits of the calling thread's shl_storage_coll_acquire to 'ms' (-1: none), which
+ *     then fail with LockTimeout (24): a statement of a multi-document transaction
+ *     (maxTransactionLockRequestTimeoutMillis). Thread-local.
+ */
+void shl_storage_set_lock_timeout(int64_t ms);
 
 /* shl_storage_coll_release -- release the reference and the locks. Idempotent. */
 void shl_storage_coll_release(shl_coll_handle_t *h);

@@ -71,6 +71,27 @@ typedef struct shl_drop_ident {
     uint64_t drop_ts;
 } shl_drop_ident_t;
 
+/*
+ * A read that meets a prepared transaction's update waits for its decision, as MongoDB's
+ * prepare-conflict retry: the same cursor call is repeated after a backoff (yield, then
+ * sleeps growing to 100 ms) until it stops returning WT_PREPARE_CONFLICT, or the thread's
+ * operation is interrupted (shl_storage_set_interrupt): the call's result stays
+ * WT_PREPARE_CONFLICT and shl_wt_err reports the interruption.
+ */
+bool shl_prepare_backoff(int *attempt);
+/* shl_prepare_interrupted -- the interruption that ended the last wait (st), else false. */
+bool shl_prepare_interrupted(shl_status_t *st);
+#define SHL_WT_READ(var, call)                                                                     \
+    do {                                                                                           \
+        int shl_attempt_ = 0;                                                                      \
+        while (((var) = (call)) == WT_PREPARE_CONFLICT && shl_prepare_backoff(&shl_attempt_)) {    \
+        }                                                                                          \
+    } while (0)
+
+/* Collect one document write's oplog op in a multi-document transaction (write.c). */
+void shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                        const bson_t *o, const bson_t *o2);
+
 struct shl_storage_txn {
     shl_storage_engine_t *eng;
     shl_wt_session_t *sess;
@@ -88,6 +109,13 @@ struct shl_storage_txn {
     size_t ncreated, capcreated;
     shl_drop_ident_t *dropped; /* tables dropped in this txn: queued on commit */
     size_t ndropped, capdropped;
+    /* Multi-document transaction mode (shl_storage_txn_set_multi): writes take no timestamp
+     * of their own and their oplog entries are collected here ({op, ns, ui, o, o2}). */
+    bool multi;
+    bool prepared;
+    bson_t **ops;
+    size_t nops, capops;
+    size_t ops_bytes;
 };
 
 /* A named lock (database or collection) in the engine's lock table. */
@@ -125,6 +153,8 @@ struct shl_storage_engine {
     pthread_mutex_t clock_mu;
     uint64_t clock_last;                           /* guarded by clock_mu */
     shl_inflight_t *inflight_head, *inflight_tail; /* guarded by clock_mu */
+    uint64_t *stable_pins; /* prepare timestamps the stable one stays below; guarded by clock_mu */
+    size_t nstable_pins, capstable_pins; /* guarded by clock_mu */
     atomic_ullong stable_ts;
     atomic_ullong oldest_ts; /* WT's oldest timestamp as last set (history window) */
 

@@ -1118,6 +1118,116 @@ SHL_TEST(batch_in_one_txn_gets_distinct_timestamps)
     tmp_free();
 }
 
+/* Documents of 'c' visible at 'ts' (0: latest) into *out. */
+static void
+count_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64_t ts, int *out)
+{
+    shl_storage_txn_opts_t o = {.read_timestamp = ts};
+    shl_storage_txn_t *txn;
+    shl_record_cursor_t *rc;
+    shl_status_t st;
+    int count = 0;
+
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, ts != 0 ? &o : NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_record_cursor_open(txn, c, true, &rc, &st), 0);
+    for (;;) {
+        int64_t rid;
+        bson_t doc;
+        bool eof;
+        ASSERT_INT_EQ(shl_record_cursor_next(rc, &rid, &doc, &eof, &st), 0);
+        if (eof) {
+            break;
+        }
+        count++;
+    }
+    shl_record_cursor_close(rc);
+    shl_storage_txn_abort(txn);
+    *out = count;
+}
+
+static int
+interrupt_now(void *arg, shl_status_t *st)
+{
+    (void)arg;
+    return shl_status_set(st, SHL_CODE_INTERRUPTED, "interrupted");
+}
+
+SHL_TEST(multi_document_txn_one_timestamp_and_prepare)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_storage_txn_t *txn, *reader;
+    shl_status_t st;
+    shl_collection_t *c;
+    bson_t *e, o = BSON_INITIALIZER, found;
+    size_t n, nops, bytes;
+    uint64_t start, ts = 0, pts = 0, dts = 0;
+    bool got = false;
+    bson_value_t id;
+    int k = 0;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "m.c", NULL, NULL, NULL, &st), 0);
+    c = shl_catalog_get(eng, "m.c");
+    start = shl_storage_clock_now(eng);
+    /* Multi mode: no entries of its own, the ops collected, one commit timestamp. */
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    shl_storage_txn_set_multi(txn, true);
+    for (int i = 0; i < 3; i++) {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(i), "a", "[", BCON_INT32(1), BCON_INT32(2), "]");
+        ASSERT_INT_EQ(shl_doc_insert(txn, c, d, NULL, NULL, &st), 0);
+        bson_destroy(d);
+    }
+    ASSERT(shl_storage_txn_ops(txn, &nops, &bytes) != NULL);
+    ASSERT_INT_EQ(nops, 3);
+    ASSERT(bytes > 0);
+    shl_storage_txn_set_multi(txn, false);
+    BSON_APPEND_UTF8(&o, "msg", "commit");
+    ASSERT_INT_EQ(shl_oplog_append(txn, 'n', "", NULL, &o, NULL, NULL, &ts, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
+    n = read_oplog(eng, start, &e);
+    ASSERT_INT_EQ(n, 1);
+    free_docs(e, n);
+    count_at(eng, c, ts - 1, &k);
+    ASSERT_INT_EQ(k, 0);
+    count_at(eng, c, ts, &k);
+    ASSERT_INT_EQ(k, 3);
+
+    /* Prepare: a reader of the prepared document waits until interrupted; the commit at the
+     * prepare time with a later durable time makes it visible. */
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    shl_storage_txn_set_multi(txn, true);
+    {
+        bson_t *d = BCON_NEW("_id", BCON_INT32(10));
+        ASSERT_INT_EQ(shl_doc_insert(txn, c, d, NULL, NULL, &st), 0);
+        bson_destroy(d);
+    }
+    ASSERT_INT_EQ(shl_storage_txn_reserve(txn, &pts, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_prepare(txn, pts, &st), 0);
+    id.value_type = BSON_TYPE_INT32;
+    id.value.v_int32 = 10;
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &reader, &st), 0);
+    shl_storage_set_interrupt(interrupt_now, NULL);
+    ASSERT_INT_EQ(shl_doc_find_by_id(reader, c, &id, &found, NULL, &got, &st),
+                  SHL_CODE_INTERRUPTED);
+    bson_destroy(&found);
+    shl_storage_set_interrupt(NULL, NULL);
+    shl_storage_txn_abort(reader);
+    ASSERT_INT_EQ(shl_storage_txn_reserve(txn, &dts, &st), 0);
+    ASSERT(dts > pts);
+    ASSERT_INT_EQ(shl_storage_txn_commit_at(txn, pts, dts, &st), 0);
+    count_at(eng, c, pts - 1, &k);
+    ASSERT_INT_EQ(k, 3);
+    count_at(eng, c, pts, &k);
+    ASSERT_INT_EQ(k, 4);
+    bson_destroy(&o);
+    shl_collection_release(c);
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
 /* ---------------------------------------------------------------------------------
  * Write conflicts
  * ------------------------------------------------------------------------------ */

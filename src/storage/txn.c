@@ -89,6 +89,12 @@ shl_txn_next_ts(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
     int ret = 0;
     uint64_t t;
 
+    if (txn->multi) {
+        /* A multi-document transaction's writes take its commit timestamp when it commits
+         * (WiredTiger stamps untimestamped updates with it). */
+        *ts = 0;
+        goto done;
+    }
     if (txn->fixed_ts != 0) {
         t = txn->fixed_ts;
         txn->wall_ms = shl_clock_wall_ms();
@@ -246,6 +252,10 @@ txn_finish(shl_storage_txn_t *txn, bool committed)
     for (size_t i = 0; i < txn->ndropped; i++) {
         bson_free(txn->dropped[i].uri);
     }
+    for (size_t i = 0; i < txn->nops; i++) {
+        bson_destroy(txn->ops[i]);
+    }
+    bson_free(txn->ops);
     bson_free(txn->deltas);
     bson_free(txn->changes);
     bson_free(txn->created);
@@ -318,6 +328,146 @@ shl_storage_write_retry(shl_storage_engine_t *eng, shl_storage_txn_fn fn, void *
     if (last_ts != NULL) {
         *last_ts = ret == 0 ? ts : 0;
     }
+    return ret;
+}
+
+/* The interruption check of the operation this thread runs (shl_storage_set_interrupt) and
+ * the status it gave, which a prepare-conflict wait it ended reports. */
+static _Thread_local int (*tl_interrupt)(void *arg, shl_status_t *st);
+static _Thread_local void *tl_interrupt_arg;
+static _Thread_local shl_status_t tl_interrupt_st;
+
+void
+shl_storage_set_interrupt(int (*fn)(void *arg, shl_status_t *st), void *arg)
+{
+    tl_interrupt = fn;
+    tl_interrupt_arg = arg;
+}
+
+bool
+shl_prepare_interrupted(shl_status_t *st)
+{
+    if (tl_interrupt_st.code == 0) {
+        return false;
+    }
+    *st = tl_interrupt_st;
+    shl_status_clear(&tl_interrupt_st);
+    return true;
+}
+
+bool
+shl_prepare_backoff(int *attempt)
+{
+    if (tl_interrupt != NULL && tl_interrupt(tl_interrupt_arg, &tl_interrupt_st) != 0) {
+        return false;
+    }
+    if (*attempt < 4) {
+        sched_yield();
+    } else {
+        int64_t ms = (int64_t)1 << (*attempt - 4 < 7 ? *attempt - 4 : 7);
+        shl_sleep_ms(ms > 100 ? 100 : ms);
+    }
+    (*attempt)++;
+    return true;
+}
+
+void
+shl_storage_txn_set_multi(shl_storage_txn_t *txn, bool on)
+{
+    txn->multi = on;
+}
+
+bool
+shl_storage_txn_is_multi(const shl_storage_txn_t *txn)
+{
+    return txn->multi;
+}
+
+void
+shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
+                   const bson_t *o, const bson_t *o2)
+{
+    bson_t *e = bson_new();
+    char ops[2] = {op, '\0'};
+
+    BSON_APPEND_UTF8(e, "op", ops);
+    BSON_APPEND_UTF8(e, "ns", ns);
+    if (uuid != NULL) {
+        bson_append_binary(e, "ui", 2, BSON_SUBTYPE_UUID, uuid, 16);
+    }
+    BSON_APPEND_DOCUMENT(e, "o", o);
+    if (o2 != NULL) {
+        BSON_APPEND_DOCUMENT(e, "o2", o2);
+    }
+    if (txn->nops == txn->capops) {
+        txn->capops = txn->capops ? txn->capops * 2 : 8;
+        txn->ops = bson_realloc(txn->ops, txn->capops * sizeof(*txn->ops));
+    }
+    txn->ops[txn->nops++] = e;
+    txn->ops_bytes += e->len;
+}
+
+const bson_t *const *
+shl_storage_txn_ops(const shl_storage_txn_t *txn, size_t *n, size_t *bytes)
+{
+    *n = txn->nops;
+    if (bytes != NULL) {
+        *bytes = txn->ops_bytes;
+    }
+    return (const bson_t *const *)txn->ops;
+}
+
+int
+shl_storage_txn_reserve(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
+{
+    (void)st;
+    *ts = shl_clock_reserve(txn->eng, &txn->inflight, &txn->wall_ms, NULL, NULL);
+    return 0;
+}
+
+void
+shl_storage_txn_set_fixed_ts(shl_storage_txn_t *txn, uint64_t ts)
+{
+    txn->fixed_ts = ts;
+    txn->wall_ms = shl_clock_wall_ms();
+}
+
+int
+shl_storage_txn_prepare(shl_storage_txn_t *txn, uint64_t prepare_ts, shl_status_t *st)
+{
+    char cfg[64];
+    int ret = 0, wtret;
+
+    SHL_INVARIANT(txn->open_cursors == 0);
+    snprintf(cfg, sizeof(cfg), "prepare_timestamp=%" PRIx64, prepare_ts);
+    wtret = txn->sess->wt->prepare_transaction(txn->sess->wt, cfg);
+    if (wtret != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "prepare_transaction"));
+    }
+    txn->prepared = true;
+done:
+    return ret;
+}
+
+int
+shl_storage_txn_commit_at(shl_storage_txn_t *txn, uint64_t commit_ts, uint64_t durable_ts,
+                          shl_status_t *st)
+{
+    char cfg[96];
+    int ret = 0, wtret;
+
+    SHL_INVARIANT(txn->open_cursors == 0);
+    if (txn->prepared) {
+        snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64 ",durable_timestamp=%" PRIx64,
+                 commit_ts, durable_ts != 0 ? durable_ts : commit_ts);
+    } else {
+        snprintf(cfg, sizeof(cfg), "commit_timestamp=%" PRIx64, commit_ts);
+    }
+    wtret = txn->sess->wt->commit_transaction(txn->sess->wt, cfg);
+    if (wtret != 0) {
+        ret = shl_wt_err(st, wtret, "commit_transaction");
+    }
+    txn_finish(txn, ret == 0);
     return ret;
 }
 

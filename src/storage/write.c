@@ -22,6 +22,11 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     WT_ITEM v;
     int ret = 0, wtret;
 
+    if (txn->multi) {
+        /* One entry for the whole transaction is written when it commits or prepares. */
+        shl_txn_collect_op(txn, op, ns, uuid, o, o2);
+        return 0;
+    }
     shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms, extra);
     v.data = bson_get_data(&entry);
     v.size = entry.len;
@@ -67,6 +72,24 @@ keysets_cleanup(shl_keyset_t *ks, size_t n)
     bson_free(ks);
 }
 
+typedef struct side_note {
+    const shl_collection_t *coll;
+    const uint64_t *multi, *types;
+} side_note_t;
+
+static int
+side_note_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    side_note_t *n = arg;
+    uint64_t ts;
+    int ret = 0;
+
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    SHL_ERR(shl_catalog_note_multikey(txn, n->coll, n->multi, n->types, st));
+done:
+    return ret;
+}
+
 /* Mark the indexes where 'doc' has an array on a key path (several keys, or one from a
  * one-element array: MongoDB's multikey) as multikey, and note numeric types new to an
  * index's fields (catalog, in 'txn'). */
@@ -90,7 +113,13 @@ note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_ke
                        : ks[i].num_types & ~coll->indexes[i]->durable_num_types;
         any = any || multi[i] != 0 || types[i] != 0;
     }
-    if (any) {
+    if (any && txn->multi) {
+        /* A multi-document transaction notes it in a side unit of its own, as MongoDB does:
+         * its snapshot may predate the catalog entry's last change (a collection created
+         * since), and a flag set for a write that then aborts is harmless. */
+        side_note_t n = {coll, multi, types};
+        SHL_ERR(shl_storage_write_retry(txn->eng, side_note_fn, &n, NULL, st));
+    } else if (any) {
         SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, types, st));
     }
 done:
@@ -269,7 +298,7 @@ shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }
-        if (coll->capped) {
+        if (coll->capped && !txn->multi) {
             SHL_ERR(capped_trim(txn, coll, rid, st));
         }
     }

@@ -415,8 +415,10 @@ def test_oplog_is_readable(rs_node):
     assert isinstance(ops[0]["ui"], (uuid.UUID, bson.binary.Binary))
 
 
-def test_transaction_statements_are_refused_on_a_replica_set_member(rs_node):
-    client = rs_node.client()
+def test_transaction_statements_are_refused_on_a_standalone(node):
+    # Transactions need a replica set member (tests/integration/test_transactions_node.py),
+    # as in MongoDB.
+    client = node.client()
     coll = client.test.txn_refused
     with client.start_session() as s:
         with pytest.raises(OperationFailure) as e:

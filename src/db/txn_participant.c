@@ -1,0 +1,1494 @@
+/*
+ * txn_participant.c -- multi-document transactions on a data node: statements of one
+ * (lsid, txnNumber) in one storage transaction kept in the session, commit / abort /
+ * prepare with their oplog entries, the lifetime limit, counters (txn_participant.h;
+ * docs/design/transactions.md; seeds/000 "Transactions", "Committing a Transaction").
+ */
+#include "db/txn_participant.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/options.h"
+#include "base/str.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "db/db_private.h"
+#include "db/read_concern_wait.h"
+#include "db/session_catalog.h"
+#include "storage/catalog.h"
+#include "storage/oplog.h"
+#include "storage/write.h"
+
+typedef enum txn_state {
+    TXN_IN_PROGRESS,
+    TXN_PREPARED,
+    TXN_COMMITTED,
+    TXN_ABORTED,
+} txn_state_t;
+
+static const char *const state_names[] = {"TxnInProgress", "TxnPrepared", "TxnCommitted",
+                                          "TxnAborted"};
+
+struct db_txn {
+    db_txn_registry_t *reg;
+    db_session_t *session; /* the session that owns it (its txn slot points here) */
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    txn_state_t state;
+    shl_storage_txn_t *stxn; /* NULL once committed or aborted */
+    uint64_t read_ts;        /* 0: the latest data at its first read (readConcern local) */
+    char level[16];          /* readConcern level */
+    uint64_t prepare_ts;     /* 0: not prepared */
+    bool was_prepared;
+    int64_t start_wall_ms, start_mono_us;
+    int64_t last_active_mono_us;
+    /* Collections this transaction created (create, createIndexes or an insert into a missing
+     * one): they exist at once, and are dropped again if it aborts. */
+    char **created;
+    size_t ncreated;
+    /* The namespace of the running create/createIndexes statement and whether it existed. */
+    char ddl_ns[SHL_NS_MAX + 1];
+    bool ddl_existed;
+    /* Writes the shard role observes, reported at commit (db_txn_note_write). */
+    char **obs_ns;
+    bson_t **obs_pre, **obs_post;
+    size_t nobs, capobs;
+    /* Guarded by reg->mu. */
+    bool active; /* a statement is running */
+    bool listed;
+    struct db_txn *prev, *next;
+};
+
+/* A prepare entry recovery replayed whose decision it has not met (yet). */
+typedef struct recovered_prepare {
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    uint64_t prepare_ts;
+    bson_t ops; /* every op of the transaction (applyOps' inner form) */
+    struct recovered_prepare *next;
+} recovered_prepare_t;
+
+struct db_txn_registry {
+    shl_storage_engine_t *eng;
+    const db_node_t *node; /* for its cursors (set with the engine) */
+    recovered_prepare_t *recovered; /* startup only (one thread) */
+    pthread_mutex_t mu; /* guards the list and each txn's 'active' */
+    db_txn_t *head;
+    atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
+};
+
+/* ---------------------------------------------------------------- registry */
+
+db_txn_registry_t *
+db_txn_registry_new(shl_storage_engine_t *eng)
+{
+    db_txn_registry_t *reg = bson_malloc0(sizeof(*reg));
+
+    reg->eng = eng;
+    pthread_mutex_init(&reg->mu, NULL);
+    return reg;
+}
+
+static void
+list_add(db_txn_registry_t *reg, db_txn_t *t)
+{
+    pthread_mutex_lock(&reg->mu);
+    t->prev = NULL;
+    t->next = reg->head;
+    if (reg->head != NULL) {
+        reg->head->prev = t;
+    }
+    reg->head = t;
+    t->listed = true;
+    pthread_mutex_unlock(&reg->mu);
+}
+
+static void
+list_remove(db_txn_registry_t *reg, db_txn_t *t)
+{
+    pthread_mutex_lock(&reg->mu);
+    if (t->listed) {
+        if (t->prev != NULL) {
+            t->prev->next = t->next;
+        } else {
+            reg->head = t->next;
+        }
+        if (t->next != NULL) {
+            t->next->prev = t->prev;
+        }
+        t->listed = false;
+    }
+    pthread_mutex_unlock(&reg->mu);
+}
+
+static db_node_t *node_of(const shl_op_ctx_t *op);
+
+static void
+drop_observed(db_txn_t *t)
+{
+    for (size_t i = 0; i < t->nobs; i++) {
+        bson_free(t->obs_ns[i]);
+        if (t->obs_pre[i] != NULL) {
+            bson_destroy(t->obs_pre[i]);
+        }
+        if (t->obs_post[i] != NULL) {
+            bson_destroy(t->obs_post[i]);
+        }
+    }
+    bson_free(t->obs_ns);
+    bson_free(t->obs_pre);
+    bson_free(t->obs_post);
+    t->obs_ns = NULL;
+    t->obs_pre = t->obs_post = NULL;
+    t->nobs = t->capobs = 0;
+}
+
+void
+db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, const bson_t *post)
+{
+    db_txn_t *t = op->txn;
+
+    if (t == NULL) {
+        return;
+    }
+    if (t->nobs == t->capobs) {
+        t->capobs = t->capobs ? t->capobs * 2 : 8;
+        t->obs_ns = bson_realloc(t->obs_ns, t->capobs * sizeof(*t->obs_ns));
+        t->obs_pre = bson_realloc(t->obs_pre, t->capobs * sizeof(*t->obs_pre));
+        t->obs_post = bson_realloc(t->obs_post, t->capobs * sizeof(*t->obs_post));
+    }
+    t->obs_ns[t->nobs] = bson_strdup(ns);
+    t->obs_pre[t->nobs] = pre != NULL ? bson_copy(pre) : NULL;
+    t->obs_post[t->nobs] = post != NULL ? bson_copy(post) : NULL;
+    t->nobs++;
+}
+
+/* The transaction committed: the shard role learns its observed writes. */
+static void
+report_observed(const shl_op_ctx_t *op, db_txn_t *t)
+{
+    const db_node_t *node = op != NULL ? node_of(op) : NULL;
+
+    if (node != NULL && node->sharding.on_write != NULL) {
+        for (size_t i = 0; i < t->nobs; i++) {
+            node->sharding.on_write(node->sharding.arg, t->obs_ns[i], t->obs_pre[i],
+                                    t->obs_post[i]);
+        }
+    }
+    drop_observed(t);
+}
+
+void
+db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
+{
+    db_txn_t *t = op->txn;
+
+    if (t == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < t->ncreated; i++) {
+        if (strcmp(t->created[i], ns) == 0) {
+            return;
+        }
+    }
+    t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
+    t->created[t->ncreated++] = bson_strdup(ns);
+}
+
+/* Forget the created collections (committed: they stay) or drop them (aborted). */
+static void
+end_created(db_txn_t *t, bool drop)
+{
+    for (size_t i = 0; i < t->ncreated; i++) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+        /* Other clients may have written to it since (it existed for them at once): a
+         * collection that holds committed documents stays. */
+        bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
+        shl_collection_release(coll);
+        if (empty) {
+            shl_status_t st = SHL_STATUS_INIT;
+            uint64_t ts = 0;
+            const db_node_t *node = t->reg->node;
+            if (node != NULL && node->cursors != NULL) {
+                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
+            }
+            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
+                st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
+                SHL_LOG_WARNING(TXN, 5100304,
+                                "could not drop a collection an aborted transaction created",
+                                "ns", BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+            }
+        }
+        bson_free(t->created[i]);
+    }
+    bson_free(t->created);
+    t->created = NULL;
+    t->ncreated = 0;
+}
+
+/* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
+static void
+txn_release(db_txn_t *t)
+{
+    drop_observed(t);
+    if (t->stxn != NULL) {
+        shl_storage_txn_abort(t->stxn);
+        t->stxn = NULL;
+    }
+    /* Whatever is still listed here did not commit. */
+    end_created(t, t->state != TXN_COMMITTED);
+    if (t->prepare_ts != 0) {
+        shl_storage_unpin_stable(t->reg->eng, t->prepare_ts);
+        t->prepare_ts = 0;
+    }
+    list_remove(t->reg, t);
+}
+
+void
+db_txn_discard(db_txn_registry_t *reg, db_txn_t *t)
+{
+    (void)reg;
+    if (t != NULL) {
+        txn_release(t);
+        bson_free(t);
+    }
+}
+
+void
+db_txn_registry_destroy(db_txn_registry_t *reg)
+{
+    if (reg == NULL) {
+        return;
+    }
+    /* Shutdown: every connection is gone; what is still open is rolled back (a prepared
+     * transaction comes back from the oplog at the next start). */
+    while (reg->head != NULL) {
+        db_txn_t *t = reg->head;
+        end_created(t, false); /* a prepared one comes back with them */
+        txn_release(t);
+        t->state = TXN_ABORTED;
+    }
+    while (reg->recovered != NULL) {
+        recovered_prepare_t *r = reg->recovered;
+        reg->recovered = r->next;
+        bson_destroy(&r->ops);
+        bson_free(r);
+    }
+    pthread_mutex_destroy(&reg->mu);
+    bson_free(reg);
+}
+
+void
+db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng, const db_node_t *node)
+{
+    reg->eng = eng;
+    reg->node = node;
+}
+
+static db_node_t *
+node_of(const shl_op_ctx_t *op)
+{
+    return op->svc->role_state;
+}
+
+/* Kill the cursors the transaction opened: they read in its storage transaction. */
+static void
+kill_cursors(const shl_op_ctx_t *op, db_txn_t *t)
+{
+    db_node_t *node = node_of(op);
+
+    if (node != NULL && node->cursors != NULL) {
+        shl_cursor_manager_kill_txn(node->cursors, &t->lsid, t->txn_number);
+    }
+}
+
+/* Abort an unprepared transaction (its cursors die with it). */
+static void
+abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
+{
+    if (t->state != TXN_IN_PROGRESS) {
+        return;
+    }
+    if (op != NULL) {
+        kill_cursors(op, t);
+    }
+    txn_release(t);
+    t->state = TXN_ABORTED;
+    atomic_fetch_add(&t->reg->aborted, 1);
+}
+
+/* ---------------------------------------------------------------- statements */
+
+/* The commands MongoDB runs inside a transaction. */
+static bool
+allowed_in_txn(const char *name)
+{
+    static const char *const names[] = {
+        "abortTransaction", "aggregate", "commitTransaction", "coordinateCommitTransaction",
+        "create",           "createIndexes",
+        "delete",           "distinct",  "find",              "findandmodify",
+        "findAndModify",    "getMore",   "insert",            "killCursors",
+        "prepareTransaction", "update",  "dbHash",            NULL};
+
+    for (size_t i = 0; names[i] != NULL; i++) {
+        if (strcmp(names[i], name) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool
+is_decision_cmd(const char *name)
+{
+    return strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0 ||
+           strcmp(name, "prepareTransaction") == 0 ||
+           strcmp(name, "coordinateCommitTransaction") == 0;
+}
+
+/* The read timestamp of a new transaction from its readConcern ('rc' may be NULL). */
+static int
+choose_read_ts(db_txn_registry_t *reg, shl_op_ctx_t *op, const bson_t *rc, db_txn_t *t,
+               shl_status_t *st)
+{
+    bson_iter_t it;
+    const char *level = "local";
+    int ret = 0;
+
+    if (rc != NULL && bson_iter_init_find(&it, rc, "level") && BSON_ITER_HOLDS_UTF8(&it)) {
+        level = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(level, "local") != 0 && strcmp(level, "majority") != 0 &&
+        strcmp(level, "snapshot") != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "The readConcern level must be either 'local' (default), 'majority' or "
+                 "'snapshot' in order to run in a transaction");
+    }
+    shl_str_copy(t->level, sizeof(t->level), level);
+    if (rc != NULL && bson_iter_init_find(&it, rc, "atClusterTime")) {
+        if (strcmp(level, "snapshot") != 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "readConcern.atClusterTime is only valid with level 'snapshot'");
+        }
+        if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "atClusterTime must be a Timestamp");
+        }
+        t->read_ts = shl_bson_iter_timestamp_u64(&it);
+        if (t->read_ts == 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "readConcern.atClusterTime cannot be null");
+        }
+        /* A time this node has not reached yet: the clock moves there and the snapshot
+         * waits for the writes in flight below it (as a snapshot read outside one). */
+        SHL_ERR(db_rc_wait_committed(op, t->read_ts, st));
+    } else {
+        if (rc != NULL && bson_iter_init_find(&it, rc, "afterClusterTime") &&
+            BSON_ITER_HOLDS_TIMESTAMP(&it) && shl_bson_iter_timestamp_u64(&it) != 0) {
+            /* Causal consistency: the snapshot is taken once the time is committed here. */
+            SHL_ERR(db_rc_wait_after_cluster_time(op, shl_bson_iter_timestamp_u64(&it), st));
+        }
+    }
+    if (t->read_ts == 0 && strcmp(level, "local") != 0) {
+        /* On a set of one the majority point is the no-holes point. */
+        t->read_ts = shl_storage_all_durable(reg->eng);
+    }
+done:
+    return ret;
+}
+
+static int
+start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_t *st)
+{
+    db_txn_t *t = bson_malloc0(sizeof(*t));
+    shl_storage_txn_opts_t o = {0};
+    int ret = 0;
+
+    t->reg = reg;
+    t->session = s;
+    t->lsid = *db_session_lsid(s);
+    t->txn_number = op->txn_number;
+    t->state = TXN_IN_PROGRESS;
+    t->start_wall_ms = shl_clock_wall_ms();
+    t->start_mono_us = shl_clock_mono_us();
+    t->last_active_mono_us = t->start_mono_us;
+    SHL_ERR(choose_read_ts(reg, op, op->has_read_concern ? &op->read_concern : NULL, t, st));
+    o.read_timestamp = t->read_ts;
+    SHL_ERR(shl_storage_txn_begin(reg->eng, &o, &t->stxn, st));
+    shl_storage_txn_set_multi(t->stxn, true);
+    list_add(reg, t);
+    atomic_fetch_add(&reg->started, 1);
+    *db_session_txn_slot(s) = t;
+    db_session_set_txn_number(s, op->txn_number);
+    t = NULL;
+done:
+    if (t != NULL) {
+        bson_free(t);
+    }
+    return ret;
+}
+
+static void
+no_such_txn(shl_status_t *st, int64_t n, const db_txn_t *t)
+{
+    if (t != NULL && t->txn_number == n && t->state == TXN_ABORTED) {
+        shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
+                       "Transaction with { txnNumber: %lld } has been aborted.", (long long)n);
+    } else {
+        shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
+                       "Given transaction number %lld does not match any in-progress "
+                       "transactions. The active transaction number is %lld",
+                       (long long)n, t != NULL ? (long long)t->txn_number : -1LL);
+    }
+}
+
+/*
+ * MongoDB 7.0's DDL in a transaction: create, and createIndexes on a collection this
+ * transaction created (or that does not exist yet: it creates it). Notes the namespace for
+ * the statement's end.
+ */
+static int
+check_ddl(db_txn_registry_t *reg, const shl_op_ctx_t *op, db_txn_t *t, const char *name,
+          shl_status_t *st)
+{
+    bson_iter_t it;
+    shl_collection_t *coll;
+    bool mine = false;
+    int ret = 0;
+
+    if (!bson_iter_init(&it, op->body) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        goto done; /* the command reports its own parse error */
+    }
+    snprintf(t->ddl_ns, sizeof(t->ddl_ns), "%s.%s", op->db, bson_iter_utf8(&it, NULL));
+    coll = shl_catalog_get(reg->eng, t->ddl_ns);
+    t->ddl_existed = coll != NULL;
+    shl_collection_release(coll);
+    for (size_t i = 0; i < t->ncreated; i++) {
+        mine = mine || strcmp(t->created[i], t->ddl_ns) == 0;
+    }
+    if (strcmp(name, "createIndexes") == 0 && t->ddl_existed && !mine) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "Cannot create new indexes on existing collection %s in a multi-document "
+                 "transaction.",
+                 t->ddl_ns);
+    }
+done:
+    return ret;
+}
+
+int
+db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_command_t *cmd,
+                       void *session, shl_status_t *st)
+{
+    db_session_t *s = session;
+    db_txn_t *t = *db_session_txn_slot(s);
+    int64_t n = op->txn_number, cur = db_session_txn_number(s);
+    char id[37];
+    int ret = 0;
+
+    shl_lsid_id_string(db_session_lsid(s), id);
+    if (op->autocommit) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Specifying autocommit=true is not allowed.");
+    }
+    if (!op->has_txn_number) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "'autocommit' field requires a transaction number to also be specified");
+    }
+    if (!allowed_in_txn(cmd->name)) {
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "Cannot run '%s' in a multi-document transaction.", cmd->name);
+    }
+    if (op->has_write_concern && !is_decision_cmd(cmd->name)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "writeConcern is not allowed within a multi-statement transaction");
+    }
+    if (n < cur) {
+        SHL_FAIL(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                 "Cannot start transaction %lld on session %s because a newer transaction "
+                 "%lld has already started.",
+                 (long long)n, id, (long long)cur);
+    }
+    if (op->start_transaction) {
+        if (t != NULL && t->txn_number == n) {
+            SHL_FAIL(st, 50911,
+                     "Cannot start a transaction at given transaction number %lld a "
+                     "transaction with the same number is in state %s",
+                     (long long)n, state_names[t->state]);
+        }
+        if (t != NULL && t->state == TXN_PREPARED) {
+            SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
+                     "Cannot start transaction %lld on session %s because a prepared "
+                     "transaction %lld is in progress",
+                     (long long)n, id, (long long)t->txn_number);
+        }
+        if (n == cur && t == NULL) {
+            /* The number ran as a retryable write. */
+            SHL_FAIL(st, 50911,
+                     "Cannot start a transaction at given transaction number %lld a "
+                     "transaction with the same number is in state TxnInProgress",
+                     (long long)n);
+        }
+        if (t != NULL) {
+            abort_unprepared(op, t);
+            db_txn_discard(reg, t);
+            *db_session_txn_slot(s) = NULL;
+        }
+        SHL_ERR(start_txn(reg, op, s, st));
+        t = *db_session_txn_slot(s);
+    } else {
+        if (op->has_read_concern) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "Only the first command in a transaction may specify a readConcern");
+        }
+        if (t == NULL || t->txn_number != n) {
+            no_such_txn(st, n, t);
+            SHL_ERR(st->code);
+        }
+        if (t->state == TXN_ABORTED) {
+            no_such_txn(st, n, t);
+            SHL_ERR(st->code);
+        }
+        if (t->state == TXN_COMMITTED && strcmp(cmd->name, "commitTransaction") != 0) {
+            SHL_FAIL(st, SHL_CODE_TRANSACTION_COMMITTED,
+                     "Transaction with { txnNumber: %lld } has been committed.", (long long)n);
+        }
+        if (t->state == TXN_PREPARED && !is_decision_cmd(cmd->name)) {
+            SHL_FAIL(st, SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS,
+                     "Cannot call any operation other than abort, prepare or commit on a "
+                     "prepared transaction");
+        }
+    }
+    t->ddl_ns[0] = '\0';
+    if (strcmp(cmd->name, "create") == 0 || strcmp(cmd->name, "createIndexes") == 0) {
+        SHL_ERR(check_ddl(reg, op, t, cmd->name, st));
+    }
+    pthread_mutex_lock(&reg->mu);
+    t->active = true;
+    pthread_mutex_unlock(&reg->mu);
+    t->last_active_mono_us = shl_clock_mono_us();
+    op->txn = t;
+    /* The transaction owns the readConcern: the commands read in its snapshot. */
+    op->has_read_concern = false;
+done:
+    if (ret == SHL_CODE_NO_SUCH_TRANSACTION ||
+        (ret == SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS && !is_decision_cmd(cmd->name))) {
+        shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
+    }
+    return ret;
+}
+
+/* MongoDB's isTransientTransactionError for a statement (not commit/abort) of a transaction. */
+static bool
+transient_error(int code, bool decision)
+{
+    switch (code) {
+    case SHL_CODE_WRITE_CONFLICT:
+    case SHL_CODE_LOCK_TIMEOUT:
+    case SHL_CODE_PREPARED_TRANSACTION_IN_PROGRESS:
+    case SHL_CODE_SNAPSHOT_TOO_OLD:
+    case SHL_CODE_STALE_CONFIG:
+    case SHL_CODE_STALE_DB_VERSION:
+        return true;
+    case SHL_CODE_NO_SUCH_TRANSACTION:
+        /* On commit/abort only without a writeConcern error (none on a set of one). */
+        (void)decision;
+        return true;
+    default:
+        return false;
+    }
+}
+
+int
+db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_status_t *st,
+                     const bson_t *reply)
+{
+    db_txn_t *t = op->txn;
+    bool failed = ret != 0, decision;
+    bson_iter_t it, e, f;
+
+    if (t == NULL) {
+        return ret;
+    }
+    decision = is_decision_cmd(op->cmd_name);
+    if (!failed && reply != NULL && bson_iter_init_find(&it, reply, "writeErrors") &&
+        BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &e)) {
+        failed = true;
+        /* A transient write error fails the command as a whole in a transaction. */
+        while (bson_iter_next(&e)) {
+            int32_t code = 0;
+            const char *msg = "";
+            bson_iter_t sub;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&e) || !bson_iter_recurse(&e, &sub)) {
+                continue;
+            }
+            f = sub;
+            if (bson_iter_find(&f, "code")) {
+                code = bson_iter_as_int64(&f) > INT32_MAX ? 0 : (int32_t)bson_iter_as_int64(&f);
+            }
+            f = sub;
+            if (bson_iter_find(&f, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
+                msg = bson_iter_utf8(&f, NULL);
+            }
+            if (code != 0 && st != NULL && transient_error(code, false)) {
+                ret = shl_status_set(st, code, "%s", msg);
+                break;
+            }
+        }
+    }
+    if (!failed && t->ddl_ns[0] != '\0' && !t->ddl_existed) {
+        db_txn_note_created(op, t->ddl_ns);
+    }
+    t->ddl_ns[0] = '\0';
+    if (failed && !decision) {
+        abort_unprepared(op, t);
+    }
+    if (ret != 0 && st != NULL && transient_error(ret, decision)) {
+        shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
+    }
+    pthread_mutex_lock(&reg->mu);
+    t->active = false;
+    pthread_mutex_unlock(&reg->mu);
+    t->last_active_mono_us = shl_clock_mono_us();
+    /* A finished transaction keeps its state (a commit retried answers from it) but no
+     * storage resources. */
+    op->txn = NULL;
+    return ret;
+}
+
+shl_storage_txn_t *
+db_txn_storage(const shl_op_ctx_t *op)
+{
+    const db_txn_t *t = op->txn;
+
+    return t != NULL && t->state == TXN_IN_PROGRESS ? t->stxn : NULL;
+}
+
+uint64_t
+db_txn_read_ts(const shl_op_ctx_t *op)
+{
+    const db_txn_t *t = op->txn;
+
+    return t != NULL ? t->read_ts : 0;
+}
+
+bool
+db_txn_session_prepared(void *session)
+{
+    const db_txn_t *t = *db_session_txn_slot(session);
+
+    return t != NULL && t->state == TXN_PREPARED;
+}
+
+bool
+db_txn_abort_for_session(db_txn_registry_t *reg, void *session)
+{
+    db_session_t *s = session;
+    db_txn_t *t = *db_session_txn_slot(s);
+    bool done = false;
+
+    (void)reg;
+    if (t != NULL && t->state == TXN_IN_PROGRESS) {
+        /* Cursors of an aborted transaction are killed by the caller's session kill. */
+        txn_release(t);
+        t->state = TXN_ABORTED;
+        atomic_fetch_add(&t->reg->aborted, 1);
+        done = true;
+    }
+    return done;
+}
+
+/* ---------------------------------------------------------------- oplog entries */
+
+/* {ts, t} as field 'key'. */
+static void
+append_optime(bson_t *doc, const char *key, uint64_t ts, int64_t term)
+{
+    bson_t sub;
+
+    BSON_APPEND_DOCUMENT_BEGIN(doc, key, &sub);
+    shl_bson_append_timestamp_u64(&sub, "ts", ts);
+    BSON_APPEND_INT64(&sub, "t", term);
+    bson_append_document_end(doc, &sub);
+}
+
+/* The session fields of a transaction's entry: lsid, txnNumber, prevOpTime. */
+static void
+entry_fields(bson_t *out, const db_txn_t *t, uint64_t prev_ts, int64_t term)
+{
+    bson_init(out);
+    shl_lsid_append(out, "lsid", &t->lsid);
+    BSON_APPEND_INT64(out, "txnNumber", t->txn_number);
+    append_optime(out, "prevOpTime", prev_ts, prev_ts != 0 ? term : -1);
+}
+
+/*
+ * Write the transaction's ops as applyOps entries in 'txn' (not in multi mode): several
+ * chained with prevOpTime when they pass 16 MB, every one but the last marked partialTxn,
+ * the last one 'prepare: true' when preparing. *last_ts: the last entry's timestamp.
+ */
+static int
+write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *ops, size_t nops,
+                bool prepare, uint64_t *last_ts, shl_status_t *st)
+{
+    int64_t term = shl_storage_term(t->reg->eng);
+    uint64_t prev = 0, ts = 0;
+    size_t i = 0;
+    int ret = 0;
+
+    do {
+        bson_t o = BSON_INITIALIZER, arr, extra;
+        size_t bytes = 0;
+        uint32_t k = 0;
+        shl_write_opts_t wo = {0};
+        char key[16];
+        const char *kp;
+
+        BSON_APPEND_ARRAY_BEGIN(&o, "applyOps", &arr);
+        while (i < nops && (k == 0 || bytes + ops[i]->len < DB_TXN_MAX_ENTRY_BYTES - 64 * 1024)) {
+            bson_uint32_to_string(k++, &kp, key, sizeof(key));
+            bson_append_document(&arr, kp, -1, ops[i]);
+            bytes += ops[i]->len;
+            i++;
+        }
+        bson_append_array_end(&o, &arr);
+        if (i < nops) {
+            BSON_APPEND_BOOL(&o, "partialTxn", true);
+        } else if (prepare) {
+            BSON_APPEND_BOOL(&o, "prepare", true);
+        }
+        entry_fields(&extra, t, prev, term);
+        wo.oplog_extra = &extra;
+        ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
+        bson_destroy(&o);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
+        prev = ts;
+    } while (i < nops);
+    *last_ts = ts;
+done:
+    return ret;
+}
+
+/* config.transactions {_id: lsid, txnNum, lastWriteOpTime, lastWriteDate, state} in 'txn' at
+ * its last write's timestamp. */
+static int
+write_txn_record(shl_storage_txn_t *txn, const db_txn_t *t, uint64_t ts, const char *state,
+                 shl_status_t *st)
+{
+    shl_storage_engine_t *eng = t->reg->eng;
+    shl_collection_t *tc = shl_catalog_get(eng, DB_TRANSACTIONS_NS);
+    bson_t rec = BSON_INITIALIZER;
+    int ret = 0;
+
+    if (tc == NULL) {
+        goto done;
+    }
+    shl_lsid_append(&rec, "_id", &t->lsid);
+    BSON_APPEND_INT64(&rec, "txnNum", t->txn_number);
+    append_optime(&rec, "lastWriteOpTime", ts, shl_storage_term(eng));
+    BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", shl_clock_wall_ms());
+    BSON_APPEND_UTF8(&rec, "state", state);
+    if (t->prepare_ts != 0 && strcmp(state, "prepared") == 0) {
+        append_optime(&rec, "startOpTime", ts, shl_storage_term(eng));
+    }
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, NULL, st));
+done:
+    shl_collection_release(tc);
+    bson_destroy(&rec);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- commit / abort */
+
+static int
+commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
+{
+    size_t nops = 0;
+    const bson_t *const *ops = shl_storage_txn_ops(t->stxn, &nops, NULL);
+    uint64_t ts = 0;
+    shl_storage_txn_t *stxn = t->stxn;
+    int ret = 0;
+
+    kill_cursors(op, t);
+    shl_storage_txn_set_multi(stxn, false);
+    if (nops > 0) {
+        ret = write_apply_ops(stxn, t, ops, nops, false, &ts, st);
+        if (ret == 0) {
+            ret = write_txn_record(stxn, t, ts, "committed", st);
+        }
+    }
+    t->stxn = NULL;
+    if (ret != 0) {
+        shl_storage_txn_abort(stxn);
+    } else {
+        ret = shl_storage_txn_commit(stxn, st);
+    }
+    if (ret != 0) {
+        txn_release(t);
+        t->state = TXN_ABORTED;
+        atomic_fetch_add(&t->reg->aborted, 1);
+        goto done;
+    }
+    db_op_note_write_ts(ts);
+    report_observed(op, t);
+    end_created(t, false);
+    list_remove(t->reg, t);
+    t->state = TXN_COMMITTED;
+    atomic_fetch_add(&t->reg->committed, 1);
+done:
+    return ret;
+}
+
+/* A unit that writes one decision entry of a prepared transaction at a fixed timestamp. */
+typedef struct decision_unit {
+    db_txn_t *t;
+    const char *cmd;
+    uint64_t commit_ts;
+} decision_unit_t;
+
+static int
+decision_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    decision_unit_t *u = arg;
+    bson_t o = BSON_INITIALIZER, extra;
+    shl_write_opts_t wo = {0};
+    uint64_t ts = 0;
+    int ret = 0;
+
+    BSON_APPEND_INT32(&o, u->cmd, 1);
+    if (u->commit_ts != 0) {
+        shl_bson_append_timestamp_u64(&o, "commitTimestamp", u->commit_ts);
+    }
+    entry_fields(&extra, u->t, u->t->prepare_ts, shl_storage_term(u->t->reg->eng));
+    wo.oplog_extra = &extra;
+    ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
+    if (ret == 0) {
+        ret = write_txn_record(txn, u->t, ts,
+                               strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted",
+                               st);
+    }
+    bson_destroy(&o);
+    bson_destroy(&extra);
+    return ret;
+}
+
+/*
+ * Decide a prepared transaction: its decision entry at a timestamp the storage transaction
+ * reserved (so the no-holes point stays below it until the data committed), then the WT
+ * commit at commit_ts with that durable timestamp, or the rollback.
+ */
+static int
+decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commit_ts,
+                uint64_t *entry_ts, shl_status_t *st)
+{
+    decision_unit_t u = {t, commit ? "commitTransaction" : "abortTransaction", commit_ts};
+    uint64_t ts = 0;
+    int ret = 0;
+
+    SHL_ERR(shl_storage_txn_reserve(t->stxn, &ts, st));
+    SHL_ERR(shl_storage_write_replayed(t->reg->eng, ts, decision_unit_fn, &u, st));
+    *entry_ts = ts;
+    if (commit) {
+        shl_storage_txn_t *stxn = t->stxn;
+        t->stxn = NULL;
+        ret = shl_storage_txn_commit_at(stxn, commit_ts, ts, st);
+        if (ret != 0) {
+            SHL_LOG_ERROR(TXN, 5100301, "committing a prepared transaction failed", "code",
+                          BCON_INT32(ret), "errmsg", BCON_UTF8(st->reason));
+            SHL_INVARIANT(ret == 0);
+        }
+        report_observed(op, t);
+        end_created(t, false);
+    }
+    txn_release(t);
+done:
+    return ret;
+}
+
+static int
+cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    db_txn_t *t = op->txn;
+    shl_write_concern_t wc;
+    bson_iter_t it;
+    uint64_t commit_ts = 0, entry_ts = 0;
+    int ret = 0;
+
+    (void)reply;
+    if (t == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "commitTransaction must be run within a transaction");
+    }
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (bson_iter_init_find(&it, cmd, "commitTimestamp")) {
+        if (!BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "commitTimestamp must be a Timestamp");
+        }
+        commit_ts = shl_bson_iter_timestamp_u64(&it);
+        if (commit_ts == 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "'commitTimestamp' cannot be null");
+        }
+    }
+    switch (t->state) {
+    case TXN_COMMITTED:
+        break; /* a retry: the decision stands */
+    case TXN_IN_PROGRESS:
+        if (commit_ts != 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "commitTransaction for an unprepared transaction cannot have a "
+                     "commitTimestamp");
+        }
+        SHL_ERR(commit_unprepared(op, t, st));
+        break;
+    case TXN_PREPARED:
+        if (commit_ts == 0) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "'commitTimestamp' must be provided to commit a prepared transaction");
+        }
+        if (commit_ts < t->prepare_ts) {
+            SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                     "commitTimestamp cannot be less than the prepareTimestamp");
+        }
+        SHL_ERR(decide_prepared(op, t, true, commit_ts, &entry_ts, st));
+        db_op_note_write_ts(entry_ts);
+        t->state = TXN_COMMITTED;
+        atomic_fetch_add(&t->reg->committed, 1);
+        atomic_fetch_add(&t->reg->prepared_committed, 1);
+        break;
+    case TXN_ABORTED:
+        no_such_txn(st, t->txn_number, t);
+        SHL_ERR(st->code);
+        break;
+    }
+    db_write_concern_wait(op, &wc, reply);
+done:
+    return ret;
+}
+
+static int
+cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    db_txn_t *t = op->txn;
+    shl_write_concern_t wc;
+    uint64_t entry_ts = 0;
+    int ret = 0;
+
+    (void)cmd;
+    if (t == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "abortTransaction must be run within a transaction");
+    }
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    switch (t->state) {
+    case TXN_IN_PROGRESS:
+        abort_unprepared(op, t);
+        break;
+    case TXN_PREPARED:
+        SHL_ERR(decide_prepared(op, t, false, 0, &entry_ts, st));
+        db_op_note_write_ts(entry_ts);
+        t->state = TXN_ABORTED;
+        atomic_fetch_add(&t->reg->aborted, 1);
+        atomic_fetch_add(&t->reg->prepared_aborted, 1);
+        break;
+    case TXN_COMMITTED:
+        SHL_FAIL(st, SHL_CODE_TRANSACTION_COMMITTED,
+                 "Transaction with { txnNumber: %lld } has been committed.",
+                 (long long)t->txn_number);
+        break;
+    case TXN_ABORTED:
+        no_such_txn(st, t->txn_number, t);
+        SHL_ERR(st->code);
+        break;
+    }
+    db_write_concern_wait(op, &wc, reply);
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- prepare */
+
+typedef struct prepare_unit {
+    db_txn_t *t;
+    const bson_t *const *ops;
+    size_t nops;
+    uint64_t ts;
+} prepare_unit_t;
+
+static int
+prepare_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    prepare_unit_t *u = arg;
+    int ret = 0;
+
+    if (u->ts != 0) {
+        shl_storage_unpin_stable(u->t->reg->eng, u->ts);
+        u->ts = 0;
+    }
+    SHL_ERR(write_apply_ops(txn, u->t, u->ops, u->nops, true, &u->ts, st));
+    /* Pinned before this unit commits, so the stable timestamp never passes the prepare
+     * timestamp while the transaction is prepared. */
+    shl_storage_pin_stable(u->t->reg->eng, u->ts);
+    u->t->prepare_ts = u->ts;
+    SHL_ERR(write_txn_record(txn, u->t, u->ts, "prepared", st));
+done:
+    return ret;
+}
+
+int
+db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st);
+
+int
+db_txn_prepare_storage(db_txn_t *t, uint64_t *prepare_ts, shl_status_t *st)
+{
+    prepare_unit_t u = {t, NULL, 0, 0};
+    int ret = 0;
+
+    u.ops = shl_storage_txn_ops(t->stxn, &u.nops, NULL);
+    ret = shl_storage_write_retry(t->reg->eng, prepare_unit_fn, &u, NULL, st);
+    if (ret != 0) {
+        if (u.ts != 0) {
+            shl_storage_unpin_stable(t->reg->eng, u.ts);
+        }
+        t->prepare_ts = 0;
+        goto done;
+    }
+    SHL_ERR(shl_storage_txn_prepare(t->stxn, u.ts, st));
+    *prepare_ts = u.ts;
+done:
+    return ret;
+}
+
+static int
+cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    db_txn_t *t = op->txn;
+    shl_write_concern_t wc;
+    uint64_t ts = 0;
+    int ret = 0;
+
+    (void)cmd;
+    if (t == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "prepareTransaction must be run within a transaction");
+    }
+    SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (t->state == TXN_PREPARED) {
+        /* A retried prepare answers the same timestamp. */
+        ts = t->prepare_ts;
+    } else if (t->state == TXN_COMMITTED) {
+        SHL_FAIL(st, SHL_CODE_TRANSACTION_COMMITTED,
+                 "Transaction with { txnNumber: %lld } has been committed.",
+                 (long long)t->txn_number);
+    } else {
+        kill_cursors(op, t);
+        ret = db_txn_prepare_storage(t, &ts, st);
+        if (ret != 0) {
+            abort_unprepared(op, t);
+            SHL_ERR(ret);
+        }
+        t->state = TXN_PREPARED;
+        t->was_prepared = true;
+        atomic_fetch_add(&t->reg->prepared, 1);
+    }
+    db_op_note_write_ts(ts);
+    shl_bson_append_timestamp_u64(reply, "prepareTimestamp", ts);
+    db_write_concern_wait(op, &wc, reply);
+done:
+    return ret;
+}
+
+static const shl_command_t txn_commands[] = {
+    {"commitTransaction", {NULL}, cmd_commit_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     "commit a multi-document transaction"},
+    {"abortTransaction", {NULL}, cmd_abort_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     "abort a multi-document transaction"},
+    {"prepareTransaction", {NULL}, cmd_prepare_transaction, SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     "prepare a multi-document transaction (two-phase commit)"},
+};
+
+void
+db_register_txn_commands(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(txn_commands) / sizeof(txn_commands[0]); i++) {
+        shl_command_registry_add(reg, &txn_commands[i]);
+    }
+}
+
+/* ---------------------------------------------------------------- statistics */
+
+void
+db_txn_append_stats(db_txn_registry_t *reg, bson_t *t)
+{
+    int64_t active = 0, inactive = 0, prepared = 0;
+
+    if (reg != NULL) {
+        pthread_mutex_lock(&reg->mu);
+        for (db_txn_t *x = reg->head; x != NULL; x = x->next) {
+            if (x->active) {
+                active++;
+            } else {
+                inactive++;
+            }
+            if (x->state == TXN_PREPARED) {
+                prepared++;
+            }
+        }
+        pthread_mutex_unlock(&reg->mu);
+    }
+#define LOAD(f) (reg != NULL ? (int64_t)atomic_load(&reg->f) : 0)
+    BSON_APPEND_INT64(t, "currentActive", active);
+    BSON_APPEND_INT64(t, "currentInactive", inactive);
+    BSON_APPEND_INT64(t, "currentOpen", active + inactive);
+    BSON_APPEND_INT64(t, "totalAborted", LOAD(aborted));
+    BSON_APPEND_INT64(t, "totalCommitted", LOAD(committed));
+    BSON_APPEND_INT64(t, "totalStarted", LOAD(started));
+    BSON_APPEND_INT64(t, "totalPrepared", LOAD(prepared));
+    BSON_APPEND_INT64(t, "totalPreparedThenCommitted", LOAD(prepared_committed));
+    BSON_APPEND_INT64(t, "totalPreparedThenAborted", LOAD(prepared_aborted));
+    BSON_APPEND_INT64(t, "currentPrepared", prepared);
+#undef LOAD
+}
+
+/* ---------------------------------------------------------------- recovery */
+
+/* The session of a transaction's entry: lsid and txnNumber; false for other entries. */
+static bool
+entry_session(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number)
+{
+    bson_t doc;
+    shl_status_t ignored = SHL_STATUS_INIT;
+
+    if (!shl_bson_get_subdoc(entry, "lsid", &doc) || !bson_has_field(entry, "txnNumber") ||
+        shl_lsid_parse(&doc, lsid, &ignored) != 0) {
+        return false;
+    }
+    *txn_number = shl_bson_int64_at(entry, "txnNumber");
+    return true;
+}
+
+static recovered_prepare_t *
+take_recovered(db_txn_registry_t *reg, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    for (recovered_prepare_t **pp = &reg->recovered; *pp != NULL; pp = &(*pp)->next) {
+        recovered_prepare_t *r = *pp;
+        if (r->txn_number == txn_number && shl_lsid_equal(&r->lsid, lsid)) {
+            *pp = r->next;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+typedef struct replay_commit {
+    const bson_t *ops;
+} replay_commit_t;
+
+static int
+replay_commit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    replay_commit_t *u = arg;
+
+    return shl_oplog_apply_inner_ops(txn, u->ops, st);
+}
+
+int
+db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
+{
+    db_txn_registry_t *reg = arg;
+    bson_t o;
+    bson_iter_t it;
+    shl_lsid_t lsid;
+    int64_t n = 0;
+    uint64_t ts = 0;
+    recovered_prepare_t *r = NULL;
+    int ret = 0;
+
+    if (reg == NULL || !shl_bson_get_subdoc(entry, "o", &o) || !bson_iter_init(&it, &o) ||
+        !bson_iter_next(&it) || !entry_session(entry, &lsid, &n)) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, entry, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        ts = shl_bson_iter_timestamp_u64(&it);
+    }
+    bson_iter_init(&it, &o);
+    bson_iter_next(&it);
+    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+        r = bson_malloc0(sizeof(*r));
+        r->lsid = lsid;
+        r->txn_number = n;
+        r->prepare_ts = ts;
+        SHL_ERR(shl_oplog_txn_ops(eng, entry, &r->ops, st));
+        r->next = reg->recovered;
+        reg->recovered = r;
+        r = NULL;
+    } else if (strcmp(bson_iter_key(&it), "commitTransaction") == 0) {
+        /* Its data commits at the decision entry's own timestamp (above the stable one). */
+        replay_commit_t u = {NULL};
+        bson_t ops = BSON_INITIALIZER;
+        r = take_recovered(reg, &lsid, n);
+        if (r != NULL) {
+            u.ops = &r->ops;
+        } else {
+            /* The prepare entry is older than the stable timestamp: read it. */
+            bson_t prep, po;
+            bool found = false;
+            bson_iter_t f;
+            uint64_t pts = 0;
+            if (shl_bson_get_subdoc(entry, "prevOpTime", &po) &&
+                bson_iter_init_find(&f, &po, "ts") && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+                pts = shl_bson_iter_timestamp_u64(&f);
+            }
+            ret = shl_oplog_read(eng, pts, &prep, &found, st);
+            if (ret == 0 && found) {
+                bson_destroy(&ops);
+                ret = shl_oplog_txn_ops(eng, &prep, &ops, st);
+            }
+            bson_destroy(&prep);
+            SHL_ERR(ret);
+            u.ops = &ops;
+        }
+        ret = shl_storage_write_replayed(eng, ts, replay_commit_fn, &u, st);
+        bson_destroy(&ops);
+        SHL_ERR(ret);
+    } else if (strcmp(bson_iter_key(&it), "abortTransaction") == 0) {
+        r = take_recovered(reg, &lsid, n);
+    }
+done:
+    if (r != NULL) {
+        bson_destroy(&r->ops);
+        bson_free(r);
+    }
+    return ret;
+}
+
+int
+db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_status_t *st)
+{
+    int ret = 0;
+
+    while (reg->recovered != NULL) {
+        recovered_prepare_t *r = reg->recovered;
+        db_txn_t *t = bson_malloc0(sizeof(*t));
+        db_session_t *s;
+
+        reg->recovered = r->next;
+        t->reg = reg;
+        t->lsid = r->lsid;
+        t->txn_number = r->txn_number;
+        t->state = TXN_PREPARED;
+        t->was_prepared = true;
+        t->start_wall_ms = shl_clock_wall_ms();
+        t->start_mono_us = shl_clock_mono_us();
+        t->last_active_mono_us = t->start_mono_us;
+        shl_str_copy(t->level, sizeof(t->level), "local");
+        ret = shl_storage_txn_begin(reg->eng, NULL, &t->stxn, st);
+        if (ret == 0) {
+            shl_storage_txn_set_multi(t->stxn, true);
+            ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+        }
+        if (ret == 0) {
+            shl_storage_pin_stable(reg->eng, r->prepare_ts);
+            t->prepare_ts = r->prepare_ts;
+            ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
+        }
+        bson_destroy(&r->ops);
+        bson_free(r);
+        if (ret != 0) {
+            txn_release(t);
+            bson_free(t);
+            break;
+        }
+        s = db_session_catalog_attach(cat, &t->lsid);
+        t->session = s;
+        *db_session_txn_slot(s) = t;
+        list_add(reg, t);
+        atomic_fetch_add(&reg->started, 1);
+        atomic_fetch_add(&reg->prepared, 1);
+        SHL_LOG_INFO(TXN, 5100302, "prepared transaction recovered", "txnNumber",
+                     BCON_INT64(t->txn_number), "prepareTimestamp",
+                     BCON_TIMESTAMP(SHL_TS_SECS(t->prepare_ts), SHL_TS_INC(t->prepare_ts)));
+    }
+    return ret;
+}
+
+/* ---------------------------------------------------------------- aborting from outside */
+
+/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
+typedef struct lsid_list {
+    shl_lsid_t *v;
+    int64_t *txn;
+    size_t n, cap;
+} lsid_list_t;
+
+static void
+collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,
+        lsid_list_t *out)
+{
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        if (t->state != TXN_IN_PROGRESS || !pick(arg, t)) {
+            continue;
+        }
+        if (out->n == out->cap) {
+            out->cap = out->cap ? out->cap * 2 : 8;
+            out->v = bson_realloc(out->v, out->cap * sizeof(*out->v));
+            out->txn = bson_realloc(out->txn, out->cap * sizeof(*out->txn));
+        }
+        out->v[out->n] = t->lsid;
+        out->txn[out->n] = t->txn_number;
+        out->n++;
+    }
+    pthread_mutex_unlock(&reg->mu);
+}
+
+/*
+ * Abort the listed transactions that are still open and unprepared, each with its session
+ * checked out for a moment; a session busy with a statement is skipped (the statement's
+ * kill or its own end deals with it). Returns how many were aborted.
+ */
+static int
+abort_listed(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+             const lsid_list_t *l, const char *why)
+{
+    int n = 0;
+
+    for (size_t i = 0; i < l->n; i++) {
+        shl_op_ctx_t op;
+        shl_status_t st = SHL_STATUS_INIT;
+        db_session_t *s = NULL;
+        db_txn_t *t;
+
+        memset(&op, 0, sizeof(op));
+        op.svc = svc;
+        op.deadline_us = shl_clock_mono_us() + 1000;
+        if (db_session_checkout_lsid(cat, &op, &l->v[i], &s, &st) != 0) {
+            continue;
+        }
+        t = *db_session_txn_slot(s);
+        if (t != NULL && t->txn_number == l->txn[i] && t->state == TXN_IN_PROGRESS) {
+            abort_unprepared(&op, t);
+            n++;
+            SHL_LOG_INFO(TXN, 5100303, "aborted a transaction", "reason", BCON_UTF8(why),
+                         "txnNumber", BCON_INT64(l->txn[i]));
+        }
+        db_session_checkin_txn(cat, s);
+    }
+    (void)reg;
+    return n;
+}
+
+typedef struct expiry_arg {
+    int64_t now_us, limit_us;
+} expiry_arg_t;
+
+static bool
+expired(void *arg, const db_txn_t *t)
+{
+    const expiry_arg_t *a = arg;
+    return a->now_us - t->start_mono_us > a->limit_us;
+}
+
+int
+db_txn_abort_expired(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc)
+{
+    expiry_arg_t a = {shl_clock_mono_us(),
+                      (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds) * 1000000};
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || cat == NULL) {
+        return 0;
+    }
+    collect(reg, expired, &a, &l);
+    if (l.n > 0) {
+        n = abort_listed(reg, cat, svc, &l, "transactionLifetimeLimitSeconds");
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
+}
+
+typedef struct match_arg {
+    bool (*match)(void *arg, const shl_lsid_t *lsid);
+    void *arg;
+} match_arg_t;
+
+static bool
+matches(void *arg, const db_txn_t *t)
+{
+    const match_arg_t *m = arg;
+    return m->match(m->arg, &t->lsid);
+}
+
+int
+db_txn_abort_sessions(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+                      bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg)
+{
+    match_arg_t m = {match, arg};
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || cat == NULL) {
+        return 0;
+    }
+    collect(reg, matches, &m, &l);
+    if (l.n > 0) {
+        n = abort_listed(reg, cat, svc, &l, "killSessions");
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
+}
+
+/* ---------------------------------------------------------------- currentOp */
+
+void
+db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n)
+{
+    int64_t now_us = shl_clock_mono_us(), now_ms = shl_clock_wall_ms();
+
+    if (reg == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        bson_t d, tx, params, rc;
+        char key[16];
+        const char *kp;
+        int64_t open_us = now_us - t->start_mono_us;
+        int64_t limit = (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+
+        if (t->active) {
+            continue; /* listed with its running operation */
+        }
+        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+        bson_append_document_begin(arr, kp, -1, &d);
+        BSON_APPEND_UTF8(&d, "type", "idleSession");
+        BSON_APPEND_BOOL(&d, "active", false);
+        shl_lsid_append(&d, "lsid", &t->lsid);
+        BSON_APPEND_DOCUMENT_BEGIN(&d, "transaction", &tx);
+        BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &params);
+        BSON_APPEND_INT64(&params, "txnNumber", t->txn_number);
+        BSON_APPEND_BOOL(&params, "autocommit", false);
+        BSON_APPEND_DOCUMENT_BEGIN(&params, "readConcern", &rc);
+        BSON_APPEND_UTF8(&rc, "level", t->level);
+        bson_append_document_end(&params, &rc);
+        bson_append_document_end(&tx, &params);
+        shl_bson_append_timestamp_u64(&tx, "readTimestamp", t->read_ts);
+        BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_wall_ms);
+        BSON_APPEND_INT64(&tx, "timeOpenMicros", open_us);
+        BSON_APPEND_INT64(&tx, "timeActiveMicros", 0);
+        BSON_APPEND_INT64(&tx, "timeInactiveMicros", now_us - t->last_active_mono_us);
+        if (t->state == TXN_PREPARED) {
+            shl_bson_append_timestamp_u64(&tx, "prepareTimestamp", t->prepare_ts);
+        } else {
+            BSON_APPEND_DATE_TIME(&tx, "expiryTime", now_ms - open_us / 1000 + limit * 1000);
+        }
+        bson_append_document_end(&d, &tx);
+        BSON_APPEND_UTF8(&d, "desc", "inactive transaction");
+        bson_append_document_end(arr, &d);
+    }
+    pthread_mutex_unlock(&reg->mu);
+}

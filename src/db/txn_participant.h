@@ -1,0 +1,179 @@
+/*
+ * txn_participant.h -- multi-document transactions on a data node (MongoDB's
+ * TransactionParticipant; seeds/000 "Transactions", "Committing a Transaction",
+ * "Two-phase Commit Protocol"; docs/design/transactions.md).
+ *
+ * A transaction is (lsid, txnNumber). Its resources -- one storage transaction in
+ * multi-document mode (storage.h: writes untimestamped until commit, their oplog entries
+ * collected instead of written), the read timestamp its readConcern chose, the cursors it
+ * opened -- live in the session between commands. Each statement checks the session out
+ * (session_catalog.h) and runs its body in that storage transaction (op->txn); the
+ * statement's end stashes it back, or aborts the transaction when the statement failed.
+ * commitTransaction writes one applyOps oplog entry (chained with prevOpTime and partialTxn
+ * past 16 MB) and config.transactions {state: "committed"} in the same storage transaction,
+ * at one commit timestamp. prepareTransaction writes the prepare entry in its own unit and
+ * then WiredTiger-prepares the storage transaction at that entry's timestamp.
+ *
+ * Locking: a transaction is touched only by the operation that has its session checked out
+ * (the lifetime reaper and killSessions check the session out too); the participant's list
+ * of open transactions (currentOp, serverStatus) is guarded by its own mutex.
+ */
+#ifndef SHL_DB_TXN_PARTICIPANT_H
+#define SHL_DB_TXN_PARTICIPANT_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "storage/storage.h"
+
+/* MongoDB's maximum size of one applyOps oplog entry of a transaction (16 MB). */
+#define DB_TXN_MAX_ENTRY_BYTES (16 * 1024 * 1024)
+
+typedef struct db_txn db_txn_t;
+typedef struct db_txn_registry db_txn_registry_t;
+
+/* db_txn_registry_new / _destroy -- the node's open transactions (counters, currentOp). */
+db_txn_registry_t *db_txn_registry_new(shl_storage_engine_t *eng);
+void db_txn_registry_destroy(db_txn_registry_t *reg);
+
+/*
+ * db_txn_statement_begin --
+ *     Called for a command that carries autocommit (after the session args were checked and
+ *     the session checked out into 'session'): validate the transaction arguments as MongoDB
+ *     does (autocommit must be false: InvalidOptions; startTransaction only true; a command
+ *     not allowed in a transaction: OperationNotSupportedInTransaction 263; readConcern only
+ *     on the first statement, writeConcern only on commit/abort: InvalidOptions), then:
+ *     startTransaction begins txnNumber (an older number: TransactionTooOld 225; the same one
+ *     again: ConflictingOperationInProgress 50911-style; a newer one aborts the session's
+ *     unprepared transaction, a prepared one refuses with PreparedTransactionInProgress), and
+ *     the other statements continue it (unknown / aborted: NoSuchTransaction 251). On
+ *     success op->txn is the transaction for the command's run.
+ */
+int db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_command_t *cmd,
+                           void *session, shl_status_t *st);
+
+/*
+ * db_txn_statement_end --
+ *     After the command: a failure (ret != 0, or writeErrors in 'reply') aborts the
+ *     transaction unless it is prepared; the error gets TransientTransactionError where
+ *     MongoDB puts it (WriteConflict, LockTimeout, NoSuchTransaction, snapshot errors ...).
+ *     A write error with such a code becomes the command's error (MongoDB rethrows
+ *     it in a transaction): the result is returned. Clears op->txn. 'st' may be NULL
+ *     when ret is 0.
+ */
+int db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_status_t *st,
+                         const bson_t *reply);
+
+/*
+ * db_txn_storage --
+ *     The storage transaction the operation's statement runs in, or NULL outside a
+ *     transaction. Borrowed for the command.
+ */
+shl_storage_txn_t *db_txn_storage(const shl_op_ctx_t *op);
+
+/*
+ * db_txn_note_write --
+ *     A write of the operation's transaction the shard role observes (pre/post images, each
+ *     may be NULL; copied): reported to it (node->sharding.on_write) once the transaction
+ *     commits, dropped if it aborts.
+ */
+void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre,
+                       const bson_t *post);
+
+/*
+ * db_txn_note_created --
+ *     The operation's transaction created collection 'ns' (committed DDL of its own, e.g. an
+ *     insert into a missing collection): it is dropped again if the transaction aborts.
+ */
+void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
+
+/* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
+uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
+
+/*
+ * db_txn_session_discard --
+ *     The session leaves the catalog (or the process ends): roll back its transaction,
+ *     prepared or not, and free it. 'txn' may be NULL.
+ */
+void db_txn_discard(db_txn_registry_t *reg, db_txn_t *txn);
+
+/*
+ * db_txn_abort_for_session --
+ *     Abort the session's unprepared transaction (killSessions, a retryable write with a
+ *     newer txnNumber, the lifetime limit); the caller has the session checked out.
+ *     Returns false when there was none to abort or it is prepared.
+ */
+bool db_txn_abort_for_session(db_txn_registry_t *reg, void *session);
+
+/* db_txn_registry_set_engine -- the engine, once open (the registry exists before recovery). */
+struct db_node;
+void db_txn_registry_set_engine(db_txn_registry_t *reg, shl_storage_engine_t *eng,
+                                const struct db_node *node);
+
+/*
+ * db_txn_replay_entry --
+ *     Startup recovery's hook for a replayed entry ('arg' the registry): a prepare entry is
+ *     remembered; a commitTransaction entry applies the ops of its prepare entry at its own
+ *     timestamp; an abortTransaction entry forgets it. Errors: storage errors.
+ */
+int db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg,
+                        shl_status_t *st);
+
+/*
+ * db_txn_recover_prepared --
+ *     After recovery: prepare again every transaction whose prepare entry recovery met
+ *     without a decision (at its prepareTimestamp, the stable timestamp pinned below it) and
+ *     hand it to its session in 'cat', where commitTransaction / abortTransaction find it.
+ */
+struct db_session_catalog;
+int db_txn_recover_prepared(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                            shl_status_t *st);
+
+/*
+ * db_txn_abort_expired --
+ *     Abort every unprepared transaction open longer than transactionLifetimeLimitSeconds
+ *     (read live), checking each session out briefly (a busy one waits for the next round).
+ *     The cursor reaper calls it. Returns how many.
+ */
+int db_txn_abort_expired(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                         shl_service_ctx_t *svc);
+
+/*
+ * db_txn_abort_sessions --
+ *     killSessions and session expiry: abort the unprepared transactions of the sessions
+ *     'match' accepts (as db_txn_abort_expired; a session running a statement is left to
+ *     the kill of its operation). Returns how many.
+ */
+int db_txn_abort_sessions(db_txn_registry_t *reg, struct db_session_catalog *cat,
+                          shl_service_ctx_t *svc, bool (*match)(void *arg, const shl_lsid_t *lsid),
+                          void *arg);
+
+/*
+ * db_txn_append_current_op --
+ *     One currentOp document per inactive transaction (type "idleSession", lsid, the
+ *     `transaction` sub-document: parameters {txnNumber, autocommit, readConcern},
+ *     readTimestamp, startWallClockTime, timeOpenMicros, timeInactiveMicros, expiryTime or
+ *     prepareTimestamp) into array 'arr' from index *n (advanced). Takes the registry's mutex.
+ */
+void db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n);
+
+/* db_txn_session_prepared -- whether the checked-out session's transaction is prepared. */
+bool db_txn_session_prepared(void *session);
+
+/* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
+void db_register_txn_commands(shl_command_registry_t *reg);
+
+/*
+ * db_txn_append_stats --
+ *     serverStatus's transaction counters (currentActive, currentInactive, currentOpen,
+ *     currentPrepared, totalStarted, totalCommitted, totalAborted, totalPrepared,
+ *     totalPreparedThenCommitted, totalPreparedThenAborted) into the open 'transactions'
+ *     sub-document 't'.
+ */
+void db_txn_append_stats(db_txn_registry_t *reg, bson_t *t);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * txn_router_private.h -- the router's transaction state, shared by txn_router.c (statements)
+ * and cluster_txn.c (commit / abort). Not for use outside src/router.
+ */
+#ifndef SHL_ROUTER_TXN_ROUTER_PRIVATE_H
+#define SHL_ROUTER_TXN_ROUTER_PRIVATE_H
+
+#include "router/cluster_routing.h"
+#include "router/txn_router.h"
+
+/* The participants one transaction may have (a cluster's shards). */
+#define ROUTER_TXN_MAX_PARTICIPANTS 64
+
+typedef struct participant {
+    char shard[SHL_SHARD_ID_MAX];
+    bool read_only;     /* no write seen from it yet */
+    int64_t created_at; /* the statement (router_txn_t.stmt) that started it */
+    int64_t touched_at; /* the last statement that sent it a request */
+} participant_t;
+
+/* One logical session's transaction on this router. */
+struct router_txn {
+    /* guarded by the catalog's mutex */
+    shl_lsid_t lsid;
+    bool checked_out;
+    struct router_txn *next;
+
+    /* the rest: only by the operation that has the state checked out */
+    int64_t txn_number;     /* -1: none yet */
+    int64_t stmt;           /* statements of this transaction so far (the current one) */
+    bool recovering_commit; /* a commit of a txnNumber this router did not run */
+    bool has_read_concern;
+    bson_t read_concern;      /* what the first statement to each participant carries */
+    uint64_t at_cluster_time; /* snapshot: chosen once (0: none) */
+    participant_t parts[ROUTER_TXN_MAX_PARTICIPANTS]; /* in contact order */
+    size_t nparts;
+    int coordinator;                       /* index in parts, -1: none */
+    char recovery_shard[SHL_SHARD_ID_MAX]; /* first participant that wrote ("": none) */
+    router_commit_type_t commit_type;
+    bool raw_send;      /* the router's own decision requests: sent as built */
+    bool stale_refused; /* a stale error this statement may not retry (below) */
+    int stale_result_code;
+    shl_status_t stale_status;
+};
+
+/* router_txn_transient -- MongoDB's isTransientTransactionError. */
+bool router_txn_transient(int code, bool has_wce, bool commit_or_abort);
+
+/* router_txn_set_token -- remember t's recoveryToken for this thread's reply. */
+void router_txn_set_token(const router_txn_t *t);
+
+#endif

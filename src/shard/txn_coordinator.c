@@ -1,0 +1,645 @@
+/*
+ * txn_coordinator.c -- the two-phase-commit coordinator (txn_coordinator.h; seeds/000
+ * "Two-phase Commit Protocol") as a type of the coordinator framework, and the
+ * coordinateCommitTransaction command. Participants never decide alone: once a decision is
+ * durable it is delivered until every participant acknowledges it, across restarts.
+ */
+#include "shard/txn_coordinator.h"
+
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/log.h"
+#include "shard/shard_private.h"
+
+#define TC_COLL "transaction_coordinators"
+/* Prepare is sent again on retryable errors this many times (about half a minute with the
+ * backoff) before the coordinator gives up on an unreachable participant and aborts. */
+#define TC_PREPARE_ATTEMPTS 30
+#define TC_BACKOFF_MAX_MS 1000
+
+/* ------------------------------------------------------------------------- helpers */
+
+static void
+sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+
+    while (ms > 0 && nanosleep(&ts, &ts) != 0) {
+    }
+}
+
+/* The participants of a state document (a NULL-terminated array, bson_strfreev). */
+static char **
+participants_of(const bson_t *doc, size_t *n)
+{
+    bson_iter_t it, arr;
+    char **names = bson_malloc0(sizeof(char *));
+    size_t k = 0;
+
+    if (bson_iter_init_find(&it, doc, "participants") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)) {
+        while (bson_iter_next(&arr)) {
+            if (BSON_ITER_HOLDS_UTF8(&arr)) {
+                names = bson_realloc(names, sizeof(char *) * (k + 2));
+                names[k++] = bson_strdup(bson_iter_utf8(&arr, NULL));
+                names[k] = NULL;
+            }
+        }
+    }
+    *n = k;
+    return names;
+}
+
+/* {<name>: 1, lsid, txnNumber, autocommit: false} from the document's _id, plus 'extra'. */
+static bson_t *
+txn_command(const bson_t *doc, const char *name, const bson_t *extra)
+{
+    bson_t *cmd = bson_new();
+    bson_iter_t it, id;
+
+    BSON_APPEND_INT32(cmd, name, 1);
+    if (extra != NULL) {
+        bson_concat(cmd, extra);
+    }
+    if (bson_iter_init_find(&it, doc, "_id") && bson_iter_recurse(&it, &id)) {
+        while (bson_iter_next(&id)) {
+            bson_append_iter(cmd, bson_iter_key(&id), -1, &id);
+        }
+    }
+    BSON_APPEND_BOOL(cmd, "autocommit", false);
+    return cmd;
+}
+
+static bool
+ts_less(uint32_t t1, uint32_t i1, uint32_t t2, uint32_t i2)
+{
+    return t1 < t2 || (t1 == t2 && i1 < i2);
+}
+
+/* The decision of a document: 1 commit, 0 abort, -1 none yet. */
+static int
+decision_of(const bson_t *doc, uint32_t *t, uint32_t *i, shl_status_t *abort_st)
+{
+    bson_iter_t it;
+    int d = -1;
+
+    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "decision.decision", &it) &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        d = strcmp(bson_iter_utf8(&it, NULL), "commit") == 0 ? 1 : 0;
+    }
+    if (d == 1 && bson_iter_init(&it, doc) &&
+        bson_iter_find_descendant(&it, "decision.commitTimestamp", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        bson_iter_timestamp(&it, t, i);
+    }
+    if (d == 0 && abort_st != NULL) {
+        int code = SHL_CODE_NO_SUCH_TRANSACTION;
+        const char *msg = "the transaction was aborted";
+        bson_iter_t f;
+
+        if (bson_iter_init(&f, doc) && bson_iter_find_descendant(&f, "decision.abortStatus.code",
+                                                                 &f) &&
+            BSON_ITER_HOLDS_NUMBER(&f)) {
+            code = (int)bson_iter_as_int64(&f);
+        }
+        if (bson_iter_init(&f, doc) &&
+            bson_iter_find_descendant(&f, "decision.abortStatus.errmsg", &f) &&
+            BSON_ITER_HOLDS_UTF8(&f)) {
+            msg = bson_iter_utf8(&f, NULL);
+        }
+        shl_status_set(abort_st, code, "%s", msg);
+    }
+    return d;
+}
+
+/* The document with 'decision' set. */
+static void
+set_decision(shl_coord_t *c, bool commit, uint32_t t, uint32_t i, const shl_status_t *why)
+{
+    bson_t doc = BSON_INITIALIZER, dec, as;
+
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "decision", NULL);
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "decision", &dec);
+    BSON_APPEND_UTF8(&dec, "decision", commit ? "commit" : "abort");
+    if (commit) {
+        BSON_APPEND_TIMESTAMP(&dec, "commitTimestamp", t, i);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&dec, "abortStatus", &as);
+        BSON_APPEND_INT32(&as, "code", why->code);
+        BSON_APPEND_UTF8(&as, "codeName", shl_code_name(why->code));
+        BSON_APPEND_UTF8(&as, "errmsg", why->reason);
+        bson_append_document_end(&dec, &as);
+    }
+    bson_append_document_end(&doc, &dec);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+}
+
+/* ------------------------------------------------------------------------- phases */
+
+static int
+phase_write_participants(shl_coord_t *c, shl_status_t *st)
+{
+    /* The framework's checkpoint before this phase wrote the participant list. */
+    (void)c;
+    (void)st;
+    return 0;
+}
+
+/* Send 'cmd' to the participants not yet done, once. */
+static void
+send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd,
+        shl_remote_result_t *res, size_t *index, size_t *m)
+{
+    shl_remote_request_t *reqs = bson_malloc0(sizeof *reqs * (n ? n : 1));
+    shl_remote_options_t opts = {.w = "majority", .timeout_ms = 30000};
+
+    *m = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (!done[k]) {
+            reqs[*m].target = shl_remote_target_shard(names[k]);
+            reqs[*m].db = "admin";
+            reqs[*m].cmd = cmd;
+            index[(*m)++] = k;
+        }
+    }
+    shl_remote_run_many(shl_coord_remote(c), reqs, *m, &opts, res);
+    bson_free(reqs);
+}
+
+static int
+phase_prepare(shl_coord_t *c, shl_status_t *st)
+{
+    size_t n, m;
+    char **names = participants_of(shl_coord_doc(c), &n);
+    bool *done = bson_malloc0(n + 1);
+    size_t *index = bson_malloc0(sizeof *index * (n + 1));
+    shl_remote_result_t *res = bson_malloc0(sizeof *res * (n + 1));
+    bson_t *cmd = txn_command(shl_coord_doc(c), "prepareTransaction", NULL);
+    shl_status_t abort_st = SHL_STATUS_INIT;
+    uint32_t max_t = 0, max_i = 0;
+    size_t left = n;
+    int64_t backoff = 50;
+    bool abort = false;
+    int ret = 0;
+
+    (void)st;
+    for (int attempt = 1; left > 0 && !abort; attempt++) {
+        send_to(c, names, done, n, cmd, res, index, &m);
+        for (size_t j = 0; j < m; j++) {
+            size_t k = index[j];
+            bson_iter_t it;
+
+            if (res[j].code == 0 && bson_iter_init_find(&it, &res[j].reply, "prepareTimestamp") &&
+                BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                uint32_t t, i;
+                bson_iter_timestamp(&it, &t, &i);
+                if (ts_less(max_t, max_i, t, i)) {
+                    max_t = t;
+                    max_i = i;
+                }
+                done[k] = true;
+                left--;
+            } else if (res[j].code == SHL_CODE_TRANSACTION_COMMITTED) {
+                /* Committed already: an earlier coordinator decided commit and delivered it
+                 * (its document is gone), so this is a retry; commit stands. */
+                done[k] = true;
+                left--;
+            } else if (res[j].code == 0) {
+                /* An ok reply without a prepareTimestamp is not a vote to commit. */
+                shl_status_set(&abort_st, SHL_CODE_NO_SUCH_TRANSACTION,
+                               "participant %s answered prepareTransaction without a "
+                               "prepareTimestamp",
+                               names[k]);
+                abort = true;
+            } else if (!shl_remote_is_retryable(res[j].code) || attempt >= TC_PREPARE_ATTEMPTS) {
+                /* A vote to abort (NoSuchTransaction, TransactionTooOld, ...), or a
+                 * participant that stayed unreachable. */
+                abort_st = res[j].status;
+                abort_st.labels = 0;
+                abort_st.extra_len = 0;
+                abort = true;
+                SHL_LOG_INFO(TXN, 4170101, "participant voted to abort", "shardId",
+                             BCON_UTF8(names[k]), "code", BCON_INT32(res[j].code), "reason",
+                             BCON_UTF8(res[j].status.reason));
+            }
+        }
+        shl_remote_results_cleanup(res, m);
+        if (left > 0 && !abort) {
+            if (shl_coord_interrupted(c)) {
+                ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                                     "transaction coordinator interrupted at shutdown");
+                break;
+            }
+            sleep_ms(backoff);
+            backoff = backoff * 2 > TC_BACKOFF_MAX_MS ? TC_BACKOFF_MAX_MS : backoff * 2;
+        }
+    }
+    if (ret == 0 && !abort && max_t == 0 && max_i == 0) {
+        /* Every participant had committed: any non-null time is accepted by a commit retry. */
+        max_t = 1;
+    }
+    if (ret == 0) {
+        set_decision(c, !abort, max_t, max_i, &abort_st);
+    }
+    bson_destroy(cmd);
+    bson_free(res);
+    bson_free(index);
+    bson_free(done);
+    bson_strfreev(names);
+    return ret;
+}
+
+static int
+phase_write_decision(shl_coord_t *c, shl_status_t *st)
+{
+    /* The framework's checkpoint before this phase wrote the decision. */
+    (void)c;
+    (void)st;
+    return 0;
+}
+
+static int
+phase_deliver(shl_coord_t *c, shl_status_t *st)
+{
+    size_t n, m;
+    char **names = participants_of(shl_coord_doc(c), &n);
+    bool *done = bson_malloc0(n + 1);
+    size_t *index = bson_malloc0(sizeof *index * (n + 1));
+    shl_remote_result_t *res = bson_malloc0(sizeof *res * (n + 1));
+    uint32_t t = 0, i = 0;
+    int d = decision_of(shl_coord_doc(c), &t, &i, NULL);
+    bson_t extra = BSON_INITIALIZER, result = BSON_INITIALIZER;
+    bson_t *cmd;
+    size_t left = n;
+    int64_t backoff = 50;
+    int ret = 0;
+    bson_iter_t it;
+
+    SHL_INVARIANT(d >= 0);
+    if (d == 1) {
+        BSON_APPEND_TIMESTAMP(&extra, "commitTimestamp", t, i);
+    }
+    cmd = txn_command(shl_coord_doc(c), d == 1 ? "commitTransaction" : "abortTransaction", &extra);
+    while (left > 0) {
+        send_to(c, names, done, n, cmd, res, index, &m);
+        for (size_t j = 0; j < m; j++) {
+            int code = res[j].code;
+            /* An abort is acknowledged by a participant that no longer has the transaction. */
+            bool acked = code == 0 || (d == 0 && (code == SHL_CODE_NO_SUCH_TRANSACTION ||
+                                                  code == SHL_CODE_TRANSACTION_TOO_OLD));
+            if (acked) {
+                done[index[j]] = true;
+                left--;
+            } else {
+                SHL_LOG_INFO(TXN, 4170102, "participant did not acknowledge the decision yet",
+                             "shardId", BCON_UTF8(names[index[j]]), "code", BCON_INT32(code),
+                             "reason", BCON_UTF8(res[j].status.reason));
+            }
+        }
+        shl_remote_results_cleanup(res, m);
+        if (left > 0) {
+            if (shl_coord_interrupted(c)) {
+                ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
+                                     "transaction coordinator interrupted at shutdown");
+                break;
+            }
+            sleep_ms(backoff);
+            backoff = backoff * 2 > TC_BACKOFF_MAX_MS ? TC_BACKOFF_MAX_MS : backoff * 2;
+        }
+    }
+    if (ret == 0 && bson_iter_init_find(&it, shl_coord_doc(c), "decision")) {
+        bson_append_iter(&result, "decision", -1, &it);
+        shl_coord_set_result(c, &result);
+    }
+    bson_destroy(&result);
+    bson_destroy(&extra);
+    bson_destroy(cmd);
+    bson_free(res);
+    bson_free(index);
+    bson_free(done);
+    bson_strfreev(names);
+    return ret;
+}
+
+static const shl_coord_phase_t tc_phases[] = {
+    {"writingParticipantList", phase_write_participants, true},
+    {"waitingForVotes", phase_prepare, false},
+    {"writingDecision", phase_write_decision, true},
+    {"waitingForDecisionAcks", phase_deliver, false},
+};
+
+/* A document without a decision prepares again (participants answer a repeated prepare
+ * with their prepareTimestamp); one with a decision delivers it. */
+static int
+tc_resume_phase(const bson_t *doc)
+{
+    return decision_of(doc, &(uint32_t){0}, &(uint32_t){0}, NULL) >= 0 ? 3 : 1;
+}
+
+/* A second coordinateCommitTransaction for the same transaction joins, whatever its list. */
+static bool
+tc_same(const bson_t *running, const bson_t *request)
+{
+    (void)running;
+    (void)request;
+    return true;
+}
+
+const shl_coord_type_t shard_txn_coord_type = {
+    .name = "TransactionCoordinator",
+    .coll = TC_COLL,
+    .phases = tc_phases,
+    .nphases = sizeof tc_phases / sizeof tc_phases[0],
+    .resume_phase = tc_resume_phase,
+    .same = tc_same,
+    .max_attempts = -1, /* state document writes: until they succeed or the process stops */
+    .backoff_ms = 100,
+};
+
+/* ------------------------------------------------- recent decisions, for late retries */
+
+#define TC_RECENT 1024
+
+static struct {
+    pthread_mutex_t mu;
+    bson_t *ids[TC_RECENT];       /* guarded by mu: {_id: {lsid, txnNumber}} */
+    shl_status_t outcome[TC_RECENT]; /* guarded by mu: code 0 = committed */
+    size_t next;                  /* guarded by mu */
+} recent = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void
+recent_put(const bson_t *id, int code, const shl_status_t *st)
+{
+    pthread_mutex_lock(&recent.mu);
+    if (recent.ids[recent.next] != NULL) {
+        bson_destroy(recent.ids[recent.next]);
+    }
+    recent.ids[recent.next] = bson_copy(id);
+    shl_status_clear(&recent.outcome[recent.next]);
+    if (code != 0) {
+        recent.outcome[recent.next] = *st;
+    }
+    recent.next = (recent.next + 1) % TC_RECENT;
+    pthread_mutex_unlock(&recent.mu);
+}
+
+static bool
+recent_get(const bson_t *id, shl_status_t *out)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&recent.mu);
+    for (size_t k = 0; k < TC_RECENT && !found; k++) {
+        if (recent.ids[k] != NULL && bson_equal(recent.ids[k], id)) {
+            *out = recent.outcome[k];
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&recent.mu);
+    return found;
+}
+
+void
+shard_txn_coord_forget_all(void)
+{
+    pthread_mutex_lock(&recent.mu);
+    for (size_t k = 0; k < TC_RECENT; k++) {
+        if (recent.ids[k] != NULL) {
+            bson_destroy(recent.ids[k]);
+            recent.ids[k] = NULL;
+        }
+    }
+    recent.next = 0;
+    pthread_mutex_unlock(&recent.mu);
+}
+
+/* ------------------------------------------------------------------------ entry point */
+
+/*
+ * No coordinator runs and none decided recently (a restart since): the local participant's
+ * config.transactions record tells whether this transaction committed here (MongoDB's
+ * coordinateCommitTransaction falls back to the local participant the same way). The
+ * coordinator's shard is always a participant, so "committed" here is the decision.
+ */
+static int
+local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                           shl_status_t *st)
+{
+    shl_remote_target_t self = shl_remote_target_self();
+    shl_remote_options_t opts = {.retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 50};
+    bson_t cmd = BSON_INITIALIZER, filter, reply;
+    bson_iter_t it, id, batch;
+    bool committed = false;
+    int ret;
+
+    BSON_APPEND_UTF8(&cmd, "find", "transactions");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+    if (bson_iter_init_find(&id, lsid, "id")) {
+        bson_append_iter(&filter, "_id.id", -1, &id);
+    }
+    bson_append_document_end(&cmd, &filter);
+    ret = shl_remote_run(shl_coord_service_remote(svc), &self, "config", &cmd, &opts, &reply, st);
+    if (ret == 0 && bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "cursor.firstBatch", &batch) &&
+        bson_iter_recurse(&batch, &it)) {
+        while (bson_iter_next(&it) && !committed) {
+            bson_t rec;
+            bson_iter_t f, want;
+            const uint8_t *data;
+            uint32_t len;
+            bool same_id, same_txn, is_committed;
+
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                continue;
+            }
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&rec, data, len);
+            same_id = bson_iter_init(&f, &rec) && bson_iter_find_descendant(&f, "_id.id", &f) &&
+                      bson_iter_init_find(&want, lsid, "id") &&
+                      bson_iter_value(&f)->value_type == BSON_TYPE_BINARY &&
+                      bson_iter_value(&want)->value_type == BSON_TYPE_BINARY &&
+                      bson_iter_value(&f)->value.v_binary.data_len ==
+                          bson_iter_value(&want)->value.v_binary.data_len &&
+                      memcmp(bson_iter_value(&f)->value.v_binary.data,
+                             bson_iter_value(&want)->value.v_binary.data,
+                             bson_iter_value(&f)->value.v_binary.data_len) == 0;
+            same_txn = bson_iter_init_find(&f, &rec, "txnNum") && BSON_ITER_HOLDS_NUMBER(&f) &&
+                       bson_iter_as_int64(&f) == txn_number;
+            is_committed = bson_iter_init_find(&f, &rec, "state") && BSON_ITER_HOLDS_UTF8(&f) &&
+                           strcmp(bson_iter_utf8(&f, NULL), "committed") == 0;
+            committed = same_id && same_txn && is_committed;
+        }
+    }
+    if (ret == 0 && !committed) {
+        ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
+                             "Recovering the transaction's outcome found the transaction aborted");
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+int
+shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                       const char *const *participants, size_t n, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER, id, arr, idonly = BSON_INITIALIZER, result;
+    shl_status_t prior = SHL_STATUS_INIT;
+    uint32_t t, i;
+    int ret = 0;
+
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
+    BSON_APPEND_DOCUMENT(&id, "lsid", lsid);
+    BSON_APPEND_INT64(&id, "txnNumber", txn_number);
+    bson_append_document_end(&doc, &id);
+    bson_concat(&idonly, &doc);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "participants", &arr);
+    for (size_t k = 0; k < n; k++) {
+        char key[24];
+        snprintf(key, sizeof key, "%zu", k);
+        BSON_APPEND_UTF8(&arr, key, participants[k]);
+    }
+    bson_append_array_end(&doc, &arr);
+
+    if (n == 0) {
+        ret = shl_coord_join(svc, &shard_txn_coord_type, &idonly, 0, &result, st);
+    } else if (recent_get(&idonly, &prior)) {
+        /* A retry after the end: the decision, without running again. */
+        bson_init(&result);
+        ret = -1;
+    } else {
+        ret = shl_coord_run(svc, &shard_txn_coord_type, &doc, 0, &result, st);
+    }
+    if (ret == -1 || (n == 0 && ret == SHL_CODE_NO_SUCH_KEY)) {
+        if (ret == -1 || recent_get(&idonly, &prior)) {
+            ret = prior.code;
+            if (ret != 0) {
+                *st = prior;
+            }
+        } else {
+            ret = local_participant_decision(svc, lsid, txn_number, st);
+        }
+    } else if (ret == 0) {
+        shl_status_t abort_st = SHL_STATUS_INIT;
+        if (decision_of(&result, &t, &i, &abort_st) == 0) {
+            /* The abort's own status, in context, as MongoDB answers it. */
+            ret = shl_status_set(st, abort_st.code, "Transaction was aborted :: caused by :: %s",
+                                 abort_st.reason);
+        }
+        recent_put(&idonly, ret, st);
+    }
+    bson_destroy(&result);
+    bson_destroy(&idonly);
+    bson_destroy(&doc);
+    return ret;
+}
+
+static int
+cmd_coordinate_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shard_state_t *s = shard_state(op);
+    bson_iter_t it, arr, f;
+    const char **names = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    (void)reply;
+    if (!op->has_lsid || !op->has_txn_number) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "coordinateCommitTransaction must be run with a session id and txnNumber");
+    }
+    if (s->coords == NULL) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                 "Cannot accept sharding commands if sharding state has not been initialized");
+    }
+    if (!bson_iter_init_find(&it, cmd, "participants") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'coordinateCommitTransaction.participants' is missing but a "
+                 "required field");
+    }
+    names = bson_malloc0(sizeof(char *));
+    while (bson_iter_next(&arr)) {
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f) ||
+            !bson_iter_find(&f, "shardId") || !BSON_ITER_HOLDS_UTF8(&f)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                     "each participant of coordinateCommitTransaction must be {shardId: string}");
+        }
+        for (size_t k = 0; k < n; k++) {
+            if (strcmp(names[k], bson_iter_utf8(&f, NULL)) == 0) {
+                SHL_FAIL(st, 51162, "Participant list contains duplicate shard %s", names[k]);
+            }
+        }
+        names = bson_realloc(names, sizeof(char *) * (n + 2));
+        names[n++] = bson_iter_utf8(&f, NULL);
+        names[n] = NULL;
+    }
+    ret = shard_txn_coord_commit(s->coords, &op->lsid, op->txn_number, names, n, st);
+done:
+    bson_free(names);
+    return ret;
+}
+
+static const shl_command_t txn_coord_cmds[] = {
+    {.name = "coordinateCommitTransaction",
+     .run = cmd_coordinate_commit,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
+     .help = "internal: two-phase commit of a transaction over its participant shards"},
+};
+
+void
+shard_txn_coord_register(shl_command_registry_t *reg)
+{
+    for (size_t k = 0; k < sizeof txn_coord_cmds / sizeof txn_coord_cmds[0]; k++) {
+        shl_command_registry_add(reg, &txn_coord_cmds[k]);
+    }
+}
+
+/* --------------------------------------------------- the shard's transport and service */
+
+/* The real transport, with the pool and registry created on first use. */
+static void
+shard_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
+           shl_remote_result_t *results)
+{
+    shard_state_t *s = arg;
+    shl_remote_real_t real = {.svc = s->svc};
+    shl_remote_t r;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shard_net_get(s, &real.pool, &real.registry, &st) != 0) {
+        real.pool = NULL;
+        real.registry = NULL;
+    }
+    shl_remote_init_real(&r, &real);
+    r.send(r.arg, reqs, n, timeout_ms, results);
+}
+
+void
+shard_txn_coord_init(shard_state_t *s)
+{
+    s->remote.send = shard_send;
+    s->remote.arg = s;
+    s->coords = shl_coord_service_new(&s->remote);
+}
+
+void
+shard_txn_coord_recover(shard_state_t *s)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shl_coord_service_recover(s->coords, &shard_txn_coord_type, &st) != 0) {
+        SHL_LOG_WARNING(TXN, 4170103, "could not read config.transaction_coordinators", "reason",
+                        BCON_UTF8(st.reason));
+    }
+}
+
+void
+shard_txn_coord_shutdown(shard_state_t *s)
+{
+    shl_coord_service_destroy(s->coords);
+    s->coords = NULL;
+}

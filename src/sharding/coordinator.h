@@ -1,0 +1,129 @@
+/*
+ * coordinator.h -- the coordinator framework (issue 17 item 2; seeds/000 "Sharding DDL
+ * Coordinator": serialization and joinability, execution, resiliency): MongoDB's
+ * primary-only-service pattern. An operation is a state document in one collection of the
+ * owning process ("config.<type->coll>"), run as a sequence of phases on a thread of its own;
+ * a phase marked 'checkpoint' first writes the document durably (w: majority, j: true, as
+ * the node has them) so a restart resumes there; at startup every document left behind
+ * resumes; a second request with the same _id joins the running one if the type says it is
+ * the same operation, else fails with ConflictingOperationInProgress (117); a phase failing
+ * with a retryable error is run again (bounded); the document is deleted at the end.
+ * Persistence and every remote call go through remote.h (the state document through the
+ * "self" target), so unit tests run it over the fake remote.
+ *
+ * Fail points (data {type: <type name>, phase: <phase name>}, either field optional):
+ *   hangBeforeCoordinatorPhase  -- hold before the phase (and its checkpoint) runs;
+ *   crashBeforeCoordinatorPhase -- kill the process (SIGKILL) there, for kill -9 tests.
+ * See docs/design/coordinators.md.
+ */
+#ifndef SHL_SHARDING_COORDINATOR_H
+#define SHL_SHARDING_COORDINATOR_H
+
+#include <bson/bson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base/status.h"
+#include "sharding/remote.h"
+
+typedef struct shl_coord_service shl_coord_service_t;
+typedef struct shl_coord shl_coord_t;
+
+/* One phase of a coordinator type. */
+typedef struct shl_coord_phase {
+    const char *name;
+    /* Run the phase. It reads and may replace the state document (shl_coord_doc /
+     * shl_coord_doc_set) and the result (shl_coord_set_result). Returns 0 or an error;
+     * a retryable one (shl_remote_is_retryable) runs the phase again, up to the type's
+     * bound. Phases must be idempotent: after a crash one may run twice. */
+    int (*run)(shl_coord_t *c, shl_status_t *st);
+    /* Write the state document durably before the phase runs (insert the first time). */
+    bool checkpoint;
+} shl_coord_phase_t;
+
+typedef struct shl_coord_type {
+    const char *name; /* e.g. "TransactionCoordinator"; currentOp's desc and fail point data */
+    const char *coll; /* the state documents' collection in database "config" */
+    const shl_coord_phase_t *phases;
+    size_t nphases;
+    /* The phase a persisted document resumes at. NULL: its "phase" field names it (the
+     * framework then stores the phase name there at each checkpoint). */
+    int (*resume_phase)(const bson_t *doc);
+    /* Whether 'request' (a new request's initial document) is the operation 'running'
+     * already runs (join) or a different one with the same _id (ConflictingOperation-
+     * InProgress). NULL: the documents must be equal apart from "phase". */
+    bool (*same)(const bson_t *running, const bson_t *request);
+    int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
+    int64_t backoff_ms; /* between attempts (0: 100 ms) */
+    void *arg;          /* the type's own context (shl_coord_type_arg) */
+} shl_coord_type_t;
+
+/*
+ * shl_coord_service_new --
+ *     The process's coordinators. 'remote' (borrowed, must outlive the service) carries the
+ *     state document writes to "self" and the phases' remote calls. Does no I/O.
+ */
+shl_coord_service_t *shl_coord_service_new(const shl_remote_t *remote);
+
+/*
+ * shl_coord_service_destroy --
+ *     Ask running coordinators to stop (shl_coord_interrupted turns true), wait for their
+ *     threads and for the callers waiting on them (they get the coordinators' errors,
+ *     InterruptedAtShutdown), and free everything. Their documents stay for the next start. NULL: no-op.
+ */
+void shl_coord_service_destroy(shl_coord_service_t *svc);
+
+/*
+ * shl_coord_service_recover --
+ *     Read every document of type 't' (borrowed; must outlive the service) from
+ *     config.<t->coll> on self and resume each at its phase on its own thread. Call once per
+ *     type at startup, before requests arrive. Errors: the read's.
+ */
+int shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *t,
+                              shl_status_t *st);
+
+/*
+ * shl_coord_run --
+ *     Start the operation described by 'doc' (its _id is the key), or join the running one
+ *     with that _id, and wait for it to end (wait_ms: <= 0 forever; else give up waiting
+ *     with ExceededTimeLimit while it keeps running). On success *result (initialised by
+ *     the callee) holds the copy of what the operation set with shl_coord_set_result.
+ *     Errors: ConflictingOperationInProgress (117) when a different operation with the same
+ *     _id runs; the operation's own error; InterruptedAtShutdown.
+ */
+int shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
+                  int64_t wait_ms, bson_t *result, shl_status_t *st);
+
+/*
+ * shl_coord_join --
+ *     Wait for the running operation with _id 'id' (a document {_id: ...}'s value given as
+ *     the document 'id_doc' = {_id: <value>}) like shl_coord_run, without starting one.
+ *     Errors: NoSuchKey (4) when none runs; as shl_coord_run.
+ */
+int shl_coord_join(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *id_doc,
+                   int64_t wait_ms, bson_t *result, shl_status_t *st);
+
+/*
+ * shl_coord_service_report --
+ *     Append one currentOp entry per running coordinator to the array 'inprog' starting at
+ *     index *n (advanced): {type: "op", desc: <type name>, active: true, phase, ...doc}.
+ *     Takes the service lock.
+ */
+void shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n);
+
+/* shl_coord_service_remote -- the remote it was made with (borrowed). */
+const shl_remote_t *shl_coord_service_remote(const shl_coord_service_t *svc);
+
+/* shl_coord_service_count -- coordinators running now (tests). */
+size_t shl_coord_service_count(shl_coord_service_t *svc);
+
+/* Accessors for phases (called on the coordinator's thread). */
+const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state document */
+void shl_coord_doc_set(shl_coord_t *c, const bson_t *doc);     /* copied */
+void shl_coord_set_result(shl_coord_t *c, const bson_t *res);  /* copied */
+const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
+void *shl_coord_type_arg(const shl_coord_t *c);
+bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
+bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
+
+#endif
