@@ -9,6 +9,11 @@
 # answered from the session's history, nothing written). Prints medians, server CPU per op
 # (user + system of the node, from /proc) and the ratios: retryable / plain throughput
 # (target >= 0.90) and retry answer / first execution. Stops the node by pid.
+# The engine's floor, in the same run (bench/wt_hot_record): raw WiredTiger, one thread, each
+# transaction inserting a document and rewriting one record (a session's config.transactions
+# document), with the oldest timestamp trailing stable by the node's
+# minSnapshotHistoryWindowInSeconds (BENCH_WINDOW, default 300, also given to the node) and
+# with it at stable (0); unpaced, and paced at the rate plain c=1 inserts reached in that round.
 # Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 5), BENCH_CONNS ("1 32").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,10 +21,12 @@ BUILD=${1:-build-release}
 case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
 SHALE="$BUILD/src/main/shale"
 LOADGEN="$BUILD/bench/loadgen"
+HOTREC="$BUILD/bench/wt_hot_record"
+WINDOW=${BENCH_WINDOW:-300}
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-5}
 CONNS=${BENCH_CONNS:-"1 32"}
-for b in "$SHALE" "$LOADGEN"; do
+for b in "$SHALE" "$LOADGEN" "$HOTREC"; do
   command -v "$b" >/dev/null || { echo "retryable bench: missing $b" >&2; exit 1; }
 done
 
@@ -27,7 +34,7 @@ BENCH_NAME=retryable-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
 
-start_shale "$SHALE" --replSet rs0
+start_shale "$SHALE" --replSet rs0 --setParameter "minSnapshotHistoryWindowInSeconds=$WINDOW"
 echo "== $(nproc) cores; shale --replSet rs0 pid $shale_pid port $sport; ${SECS}s per run," \
   "$ROUNDS rounds"
 results="$work/results.jsonl"
@@ -71,10 +78,28 @@ for round in $(seq 1 "$ROUNDS"); do
     run first-execution "" rawins "$c"
     run retry-answer "" retryins "$c"
   done
+  # The engine's floor: unpaced, then paced at this round's plain c=1 rate.
+  pace=$(/usr/bin/python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+p = [r["ops_per_sec"] for r in rows if r["label"] == "plain" and r["threads"] == 1]
+print(int(p[-1]) if p else 0)' "$results")
+  for p in 0 "$pace"; do
+    for lag in "$WINDOW" 0; do
+      "$HOTREC" hot "$lag" "$SECS" "$p" | /usr/bin/python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+r["label"] = "wt-hot-record lag %d%s" % (r["lag_secs"], " paced" if r["pace"] else "")
+r["threads"] = 1
+print(json.dumps(r))
+print("%s: %.0f ops/s, %.2f us CPU per op" % (r["label"], r["ops_per_sec"], r["cpu_us_per_op"]),
+      file=sys.stderr)' >>"$results"
+    done
+  done
 done
 
 echo "== results (JSON), medians and ratios"
-/usr/bin/python3 - "$results" <<'PY'
+/usr/bin/python3 - "$results" "$WINDOW" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for r in rows:
@@ -86,6 +111,10 @@ for k in sorted(med, key=lambda k: (k[1], k[0])):
     rs = med[k]
     m = med[k] = {f: statistics.median(x[f] for x in rs) for f in rs[0]
                   if isinstance(rs[0][f], (int, float)) and f != "threads"}
+    if k[0].startswith("wt-hot-record"):
+        print("median of %d: %s: %.0f ops/s, %.2f us CPU per op"
+              % (len(rs), k[0], m["ops_per_sec"], m["cpu_us_per_op"]))
+        continue
     print("median of %d: %s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; server CPU per op "
           "%.2f us, client %.2f us" % (len(rs), k[0], k[1], m["ops_per_sec"], m["p50_us"],
                                        m["p99_us"], m["server_cpu_us_per_op"],
@@ -108,6 +137,26 @@ for c in sorted({k[1] for k in med}):
         print("ratio c=%d bound from the driver alone (server work unchanged): %.3f; client CPU "
               "per insert %.2f (on) vs %.2f us (off)"
               % (c, bound, on["client_cpu_us_per_op"], off["client_cpu_us_per_op"]))
+    plain = med.get(("plain", c))
+    lagged = med.get(("wt-hot-record lag %s" % sys.argv[2], c))
+    unlagged = med.get(("wt-hot-record lag 0", c))
+    if lagged and unlagged:
+        print("floor c=%d raw WiredTiger at its own top speed, one record rewritten per "
+              "transaction: %.0f ops/s with oldest %s s behind stable vs %.0f at stable (%.3f)"
+              % (c, lagged["ops_per_sec"], sys.argv[2], unlagged["ops_per_sec"],
+                 lagged["ops_per_sec"] / unlagged["ops_per_sec"]))
+    paced_l = med.get(("wt-hot-record lag %s paced" % sys.argv[2], c))
+    paced_u = med.get(("wt-hot-record lag 0 paced", c))
+    if paced_l and paced_u and plain:
+        # At the plain rate (the hot record's chain grows as it would under the node), what
+        # the engine alone adds to each transaction when the history is kept, and the ratio
+        # plain c=1 inserts could keep were each of them to pay that much more.
+        extra = paced_l["cpu_us_per_op"] - paced_u["cpu_us_per_op"]
+        print("floor c=%d paced at the plain rate: %.2f vs %.2f us CPU per transaction (+%.2f), "
+              "which alone bounds retryable / plain at %.3f for runs of this length (the chain, "
+              "and so the cost, grows with the run up to the window)"
+              % (c, paced_l["cpu_us_per_op"], paced_u["cpu_us_per_op"], extra,
+                 1 / (1 + max(extra, 0) * plain["ops_per_sec"] / 1e6)))
     first, retry = med.get(("first-execution", c)), med.get(("retry-answer", c))
     if first and retry:
         print("ratio c=%d retry answer / first execution: throughput %.3f (%.0f / %.0f ops/s), "

@@ -18,6 +18,7 @@ SHL_FAILPOINT_DEFINE(failCommand)
 typedef struct fc_match {
     shl_op_ctx_t *op;
     const shl_command_t *cmd;
+    bool after_run; /* the evaluation after the command ran (writeConcernError only) */
 } fc_match_t;
 
 /* Whether 'name' is the command's name or one of its aliases (MongoDB's hasAlias). */
@@ -68,16 +69,19 @@ command_ns(const shl_op_ctx_t *op, char *out, size_t n)
     }
 }
 
-/* Whether the data asks for something that happens before the command runs, or for a
- * writeConcernError after it (MongoDB evaluates the fail point only then). */
+/* Whether the data asks for something that happens before the command runs (closing,
+ * blocking, failing), or, after it ran, for a writeConcernError: MongoDB evaluates the fail
+ * point at each of those two points, each firing counting against times/skip. */
 static bool
-has_action(const bson_t *data)
+has_action(const bson_t *data, bool after_run)
 {
     bson_iter_t it;
+    if (after_run) {
+        return bson_iter_init_find(&it, data, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it);
+    }
     return (bson_iter_init_find(&it, data, "closeConnection") && bson_iter_as_bool(&it)) ||
            (bson_iter_init_find(&it, data, "blockConnection") && bson_iter_as_bool(&it)) ||
-           (bson_iter_init_find(&it, data, "errorCode") && BSON_ITER_HOLDS_NUMBER(&it)) ||
-           (bson_iter_init_find(&it, data, "writeConcernError") && BSON_ITER_HOLDS_DOCUMENT(&it));
+           (bson_iter_init_find(&it, data, "errorCode") && BSON_ITER_HOLDS_NUMBER(&it));
 }
 
 static bool
@@ -87,7 +91,7 @@ fc_filter(const bson_t *data, void *arg)
     bson_iter_t it;
     bool internal = m->op->conn != NULL && m->op->conn->internal;
 
-    if (!has_action(data)) {
+    if (!has_action(data, m->after_run)) {
         return false;
     }
     if (bson_iter_init_find(&it, data, "threadName") && BSON_ITER_HOLDS_UTF8(&it)) {
@@ -145,9 +149,34 @@ sub_doc(const bson_t *data, const char *field, bson_t *out, bool array)
 }
 
 void
+shl_fail_command_check_wce(shl_op_ctx_t *op, const shl_command_t *cmd,
+                           shl_fail_command_action_t *act)
+{
+    fc_match_t m = {op, cmd, true};
+    bson_t data;
+    bson_iter_t it;
+
+    memset(act, 0, sizeof(*act));
+    if (!atomic_load_explicit(&SHL_FAILPOINT(failCommand)->active, memory_order_relaxed)) {
+        return;
+    }
+    if (!shl_failpoint_evaluate(SHL_FAILPOINT(failCommand), fc_filter, &m, &data)) {
+        bson_destroy(&data);
+        return;
+    }
+    act->fire = true;
+    if (bson_iter_init_find(&it, &data, "allowRewriteStateChange")) {
+        act->allow_rewrite_state_change = bson_iter_as_bool(&it);
+    }
+    act->has_labels = sub_doc(&data, "errorLabels", &act->labels, true);
+    act->has_wce = sub_doc(&data, "writeConcernError", &act->write_concern_error, false);
+    bson_destroy(&data);
+}
+
+void
 shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd, shl_fail_command_action_t *act)
 {
-    fc_match_t m = {op, cmd};
+    fc_match_t m = {op, cmd, false};
     bson_t data;
     bson_iter_t it;
 
@@ -183,7 +212,6 @@ shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd, shl_fail_comm
     }
     act->has_extra_info = sub_doc(&data, "errorExtraInfo", &act->extra_info, false);
     act->has_labels = sub_doc(&data, "errorLabels", &act->labels, true);
-    act->has_wce = sub_doc(&data, "writeConcernError", &act->write_concern_error, false);
     bson_destroy(&data);
 }
 

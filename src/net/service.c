@@ -340,11 +340,12 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     const char *name = "";
     const shl_command_t *cmd = NULL;
     char db[128] = "";
-    shl_fail_command_action_t fc;
+    shl_fail_command_action_t fc, wce;
     bool op_init = false, in_session = false;
     bson_t *rewritten = NULL;
 
     memset(&fc, 0, sizeof(fc));
+    memset(&wce, 0, sizeof(wce));
     memset(&op, 0, sizeof(op));
     bson_init(reply);
     if (!bson_iter_init(&it, body) || !shl_iter_next(&it)) {
@@ -442,6 +443,11 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         goto done;
     }
     ret = cmd->run(&op, body, reply, &st);
+    /* MongoDB injects a writeConcernError where it waits for the write concern: after the
+     * command ran, whether it succeeded or not. */
+    if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {
+        shl_fail_command_check_wce(&op, cmd, &wce);
+    }
 
 done:
     if (in_session && op.txn != NULL && svc->hooks.txn_end != NULL) {
@@ -452,7 +458,14 @@ done:
     }
     if (ret != 0) {
         bson_reinit(reply);
-        if (fc.fire && fc.has_labels) {
+        if (wce.fire && wce.has_labels) {
+            /* Its labels (none for an empty list) replace the ones the server attaches. */
+            st.labels = 0;
+            shl_status_append_reply(&st, reply);
+            if (!bson_empty(&wce.labels)) {
+                BSON_APPEND_ARRAY(reply, "errorLabels", &wce.labels);
+            }
+        } else if (fc.fire && fc.has_labels) {
             st.labels = 0;
             shl_status_append_reply(&st, reply);
             BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
@@ -463,6 +476,9 @@ done:
             }
             shl_status_append_reply(&st, reply);
         }
+        if (wce.fire) {
+            BSON_APPEND_DOCUMENT(reply, "writeConcernError", &wce.write_concern_error);
+        }
         /* A shutdown error of this process's own tells the client which topology version
          * it belongs to, as MongoDB's replies do (a driver then ignores stale ones). */
         if (shl_code_in_category(st.code, SHL_CAT_SHUTDOWN_ERROR) && leaving(svc) &&
@@ -472,14 +488,13 @@ done:
         SHL_LOG_DEBUG(1, COMMAND, 51803, "command failed", "command", BCON_UTF8(name), "code",
                       BCON_INT32(st.code), "errmsg", BCON_UTF8(st.reason));
     } else if (!*close_conn) {
-        if (fc.fire && fc.has_wce) {
-            BSON_APPEND_DOCUMENT(reply, "writeConcernError", &fc.write_concern_error);
-            if (fc.has_labels) {
-                /* failCommand's labels replace the ones the server would attach. */
-                BSON_APPEND_ARRAY(reply, "errorLabels", &fc.labels);
-            }
+        if (wce.fire) {
+            BSON_APPEND_DOCUMENT(reply, "writeConcernError", &wce.write_concern_error);
         }
-        if (labels_retryable_writes(&op, cmd)) {
+        if (wce.fire && wce.has_labels) {
+            /* failCommand's labels replace the ones the server would attach. */
+            BSON_APPEND_ARRAY(reply, "errorLabels", &wce.labels);
+        } else if (labels_retryable_writes(&op, cmd)) {
             label_write_concern_error(svc, reply);
         }
         if (!shl_bson_iter_find_key(&it, reply, "ok")) {
@@ -489,7 +504,8 @@ done:
     /* A failCommand that fired here leaves the reply as it asked for it, unless it allows
      * the rewrite. */
     if (svc->role == SHL_ROLE_ROUTER && shl_opt_bool(SHL_OPT_rewriteStateChangeErrors) &&
-        !(fc.fire && !fc.allow_rewrite_state_change)) {
+        !(fc.fire && !fc.allow_rewrite_state_change) &&
+        !(wce.fire && !wce.allow_rewrite_state_change)) {
         rewrite_state_change_errors(svc, reply);
     }
     /* Every reply, an unknown command's or a malformed request's included, carries the
@@ -518,6 +534,7 @@ done:
         bson_destroy(rewritten);
     }
     shl_fail_command_action_cleanup(&fc);
+    shl_fail_command_action_cleanup(&wce);
 }
 
 void

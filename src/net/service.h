@@ -38,8 +38,9 @@ bool shl_conn_write_all(shl_conn_t *conn, const uint8_t *buf, size_t n);
  * Actions of MongoDB's failCommand fail point for one command (failpoint_cmd.c). It fires for a
  * command when its data's filters match (failCommands by name or alias, or failAllCommands;
  * appName, namespace, threadName; internal clients only with failInternalCommands) and it
- * asks for something to happen (closeConnection, blockConnection, errorCode or
- * writeConcernError); each firing counts against its times/skip mode.
+ * asks for something to happen: before the command runs closeConnection, blockConnection or
+ * errorCode (shl_fail_command_check), after it ran a writeConcernError
+ * (shl_fail_command_check_wce); each firing counts against its times/skip mode.
  */
 typedef struct shl_fail_command_action {
     bool fire;
@@ -66,6 +67,15 @@ typedef struct shl_fail_command_action {
  */
 void shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd,
                             shl_fail_command_action_t *act);
+
+/*
+ * shl_fail_command_check_wce --
+ *     The second evaluation, after the command ran (its reply an answer or an error): fires
+ *     only for data with a writeConcernError document (counting one activation), filling
+ *     act->has_wce/write_concern_error and act->has_labels/labels. Same contract otherwise.
+ */
+void shl_fail_command_check_wce(shl_op_ctx_t *op, const shl_command_t *cmd,
+                                shl_fail_command_action_t *act);
 void shl_fail_command_action_cleanup(shl_fail_command_action_t *act);
 
 #endif

@@ -19,6 +19,7 @@
 #include "query/expression.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
+#include "session/sessions_collection.h"
 
 /* IDL's "value must be >= 0" validator code. */
 #define CODE_IDL_NEGATIVE 51024
@@ -476,7 +477,9 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
-    if (router_is_config_db(ns.db)) {
+    /* config.system.sessions is the one sharded collection of the config database: it is
+     * read where its chunks are, like any other (the config server while it is unsharded). */
+    if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {
         ret = router_config_cursor_read(op, ns.full, ns.db, ns.coll, cmd, a.batch_size,
                                         a.has_batch_size && a.batch_size == 0, reply, st);
         goto done;

@@ -1072,11 +1072,30 @@ new_ident(shl_storage_engine_t *eng, const char *kind)
     return bson_strdup_printf("%s-%llu", kind, (unsigned long long)n);
 }
 
-/* Create a WT table inside the txn's session; dropped again if the txn aborts. */
+/*
+ * Extra WT table settings for the record table of collection 'ns' ("" for none).
+ * config.transactions holds one record per session, rewritten by every retryable write of
+ * that session: within minSnapshotHistoryWindowInSeconds, every version stays in the record's
+ * in-memory update chain (WiredTiger 3.2.1 keeps history there), so its page outgrows the
+ * default memory_page_max (5MB) within seconds under one busy session. Each access then forces
+ * an eviction that reconciles the whole page and, unable to drop any pinned version, rebuilds
+ * it in memory (update/restore): measured at c=1 (bench/retryable.sh) as 60% of the node's
+ * CPU. A larger limit leaves that page to the eviction server; the history kept is the same.
+ */
+static const char *
+record_table_extra(const char *ns)
+{
+    return strcmp(ns, "config.transactions") == 0 ? ",memory_page_max=1GB" : "";
+}
+
+/* Create a WT table inside the txn's session, with 'extra' appended to its settings; dropped
+ * again if the txn aborts. */
 static int
-create_table(shl_storage_txn_t *txn, const char *uri, bool is_index, shl_status_t *st)
+create_table(shl_storage_txn_t *txn, const char *uri, bool is_index, const char *extra,
+             shl_status_t *st)
 {
     const char *cfg;
+    char *xcfg;
     int wtret;
 
     if (is_index) {
@@ -1086,7 +1105,9 @@ create_table(shl_storage_txn_t *txn, const char *uri, bool is_index, shl_status_
                   ? "key_format=q,value_format=u,log=(enabled=false),block_compressor=snappy"
                   : "key_format=q,value_format=u,log=(enabled=false)";
     }
-    wtret = txn->sess->wt->create(txn->sess->wt, uri, cfg);
+    xcfg = bson_strdup_printf("%s%s", cfg, extra);
+    wtret = txn->sess->wt->create(txn->sess->wt, uri, xcfg);
+    bson_free(xcfg);
     if (wtret != 0) {
         return shl_wt_err(st, wtret, "create table");
     }
@@ -1202,8 +1223,8 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
         bson_destroy(tmp);
         SHL_ERR(ret);
     }
-    SHL_ERR(create_table(txn, c->uri, false, st));
-    SHL_ERR(create_table(txn, c->indexes[0]->uri, true, st));
+    SHL_ERR(create_table(txn, c->uri, false, record_table_extra(ns), st));
+    SHL_ERR(create_table(txn, c->indexes[0]->uri, true, "", st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
     SHL_ERR(catalog_put(txn, c, st));
     BSON_APPEND_UTF8(&o, "create", c->coll_name);
@@ -1588,7 +1609,7 @@ body_create_index(shl_storage_txn_t *txn, const char *ns, const bson_t *spec, bo
     }
     ident = new_ident(eng, "index");
     SHL_ERR(index_new(eng, &norm, ident, &idx, st));
-    SHL_ERR(create_table(txn, idx->uri, true, st));
+    SHL_ERR(create_table(txn, idx->uri, true, "", st));
     if (txn->fixed_ts == 0 && shl_collection_num_records(c) > 0) {
         /* Keys go in in batches of their own transactions; this one only publishes the
          * index. Until it commits no catalog entry names the table, so a crash leaves an

@@ -2434,3 +2434,54 @@ SHL_TEST(drop_waits_for_checkpoint_and_open_cursors)
     bson_free(dir);
     tmp_free();
 }
+
+/* Sets *out to the WT file config of collection 'ns' (caller frees), from WT's metadata. */
+static void
+file_config(shl_storage_engine_t *eng, const char *ns, char **out)
+{
+    shl_collection_t *c = shl_catalog_get(eng, ns);
+    shl_wt_session_t *s;
+    WT_CURSOR *meta = NULL;
+    shl_status_t st;
+    const char *v = NULL;
+    char *key;
+
+    *out = NULL;
+    ASSERT(c != NULL);
+    key = bson_strdup_printf("file:%s.wt", c->uri + strlen("table:"));
+    ASSERT_INT_EQ(shl_wt_session_get(eng, &s, &st), 0);
+    ASSERT_INT_EQ(s->wt->open_cursor(s->wt, "metadata:", NULL, NULL, &meta), 0);
+    meta->set_key(meta, key);
+    ASSERT_INT_EQ(meta->search(meta), 0);
+    ASSERT_INT_EQ(meta->get_value(meta, &v), 0);
+    *out = bson_strdup(v);
+    meta->close(meta);
+    shl_wt_session_put(eng, s);
+    shl_collection_release(c);
+    bson_free(key);
+}
+
+SHL_TEST(config_transactions_page_is_not_force_evicted_at_5mb)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_status_t st;
+    char *cfg;
+
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "config.transactions", NULL, NULL, NULL, &st),
+                  0);
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.c", NULL, NULL, NULL, &st), 0);
+    file_config(eng, "config.transactions", &cfg);
+    ASSERT(cfg != NULL);
+    ASSERT(strstr(cfg, "memory_page_max=1GB") != NULL);
+    bson_free(cfg);
+    file_config(eng, "db.c", &cfg);
+    ASSERT(cfg != NULL);
+    ASSERT(strstr(cfg, "memory_page_max=5MB") != NULL);
+    bson_free(cfg);
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}

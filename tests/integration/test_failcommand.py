@@ -85,6 +85,36 @@ def test_write_concern_error(node):
     assert "writeConcernError" not in c.admin.command("ping")
 
 
+def test_write_concern_error_is_injected_after_the_command_ran(node):
+    """MongoDB evaluates failCommand twice: before the command runs (closeConnection,
+    blockConnection, errorCode) and, once it ran, for a writeConcernError -- each firing
+    counts against times. The writeConcernError goes on an error reply too."""
+    c = node.client()
+    db = c.test
+    db.wce_after.drop()
+    wce = {"code": 64, "errmsg": "waiting for replication timed out"}
+    # times: 1 is spent on the block before the command ran: no writeConcernError.
+    fail(node, {"times": 1}, failCommands=["insert"], blockConnection=True, blockTimeMS=10,
+         writeConcernError=wce)
+    r = db.command({"insert": "wce_after", "documents": [{"_id": 1}]})
+    assert r["n"] == 1 and "writeConcernError" not in r
+    # times: 2 fires at both points.
+    fail(node, {"times": 2}, failCommands=["insert"], blockConnection=True, blockTimeMS=10,
+         writeConcernError=wce)
+    r = db.command({"insert": "wce_after", "documents": [{"_id": 2}]})
+    assert r["n"] == 1 and r["writeConcernError"] == wce
+    assert "writeConcernError" not in db.command({"insert": "wce_after",
+                                                  "documents": [{"_id": 3}]})
+    # A command that failed while it ran still gets the writeConcernError.
+    fail(node, {"times": 1}, failCommands=["findAndModify"], writeConcernError=wce)
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        db.command({"findAndModify": "wce_after", "query": {"_id": 1},
+                    "update": {"$nosuch": {"a": 1}}})
+    assert e.value.code == 9
+    assert e.value.details["writeConcernError"] == wce
+    assert db.wce_after.count_documents({}) == 3
+
+
 def test_app_name_filter(node):
     victim = node.client(appname="victim")
     other = node.client(appname="other")

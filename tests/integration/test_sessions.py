@@ -115,8 +115,12 @@ def test_session_used_through_router_is_persisted_by_router_and_shard(sc):
         assert isinstance(docs[0]["lastUse"], datetime.datetime)
         # The cache holds what was used since the last refresh, as MongoDB's.
         assert sid(s) not in ids_of(local_sessions(r))
-        # $listSessions through the router reads the sharded collection.
+        # $listSessions and find through the router read the sharded collection (on the
+        # shard that owns its chunk, not on the config server).
         assert sid(s) in ids_of(stored_sessions(r))
+        found = list(r.config.system.sessions.find({"_id.id": s.session_id["id"]}))
+        assert [d["_id"] for d in found] == [docs[0]["_id"]]
+        assert sid(s) in ids_of(r.config.system.sessions.find())
         mine = list(r.config.system.sessions.aggregate([{"$listSessions": {}}]))
         assert sid(s) in ids_of(mine)
         other = list(r.config.system.sessions.aggregate(
