@@ -1445,7 +1445,9 @@ SHL_TEST(txn_stale_retry_only_on_new_participants)
     ASSERT_INT_EQ(stmt_begin(&f, c, &s, &k_cmd_insert,
                              "{'insert': 'c', 'documents': [{'_id': 3, 'x': 2}], " TXNF(1) "}"),
                   0);
-    (void)stmt_write(&f, &s, &reply);
+    /* The statement fails with the stale error itself, labelled. */
+    ASSERT_INT_EQ(stmt_write(&f, &s, &reply), SHL_CODE_STALE_CONFIG);
+    ASSERT(s.st.labels & SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     bson_destroy(&reply);
     stmt_end(c, &s);
     /* The stale insert, then only the implicit abort: no second insert. */
