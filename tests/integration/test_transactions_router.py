@@ -330,3 +330,20 @@ def test_node_driver_with_transaction_through_the_router(cl):
     res = json.loads(out.stdout)
     assert res["commits"] == 5 and res["aborted"] == "callback refuses", res
     assert res["bal"] == {"a": before["a"] - 50, "b": before["b"] + 50}, res
+
+
+def test_create_collection_inside_a_transaction(cl):
+    """MongoDB 7.0 creates collections (explicitly or by an insert) inside a transaction."""
+    c = cl.router.client()
+    with c.start_session() as s:
+        with s.start_transaction():
+            c.txr.create_collection("made_in_txn", session=s)
+            c.txr.made_in_txn.insert_one({"_id": 1}, session=s)
+            c.txr.implicit_in_txn.insert_one({"_id": 2}, session=s)
+    assert c.txr.made_in_txn.find_one({"_id": 1}) is not None
+    assert c.txr.implicit_in_txn.find_one({"_id": 2}) is not None
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.gone_with_abort.insert_one({"_id": 3}, session=s)
+        s.abort_transaction()
+    assert "gone_with_abort" not in c.txr.list_collection_names()
