@@ -1301,7 +1301,7 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     bson_iter_init(&it, &o);
     bson_iter_next(&it);
     if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
-        r = bson_malloc0(sizeof(*r));
+        r = bson_aligned_alloc0(BSON_ALIGNOF(recovered_prepare_t), sizeof(*r));
         r->lsid = lsid;
         r->txn_number = n;
         r->prepare_ts = ts;
