@@ -407,6 +407,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     svc->hooks.session_begin = session_begin;
     svc->hooks.session_end = session_end;
     svc->hooks.txn_end = txn_end;
+    svc->hooks.append_op = db_txn_append_op_info;
     svc->hooks.shutdown = node_shutdown;
 
     if (pthread_create(&node->reaper, NULL, reaper_main, node) != 0) {

@@ -619,7 +619,10 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     t->active = true;
     pthread_mutex_unlock(&reg->mu);
     t->last_active_mono_us = shl_clock_mono_us();
+    /* currentOp reads op->txn under ops_mu (db_txn_append_op_info). */
+    pthread_mutex_lock(&op->svc->ops_mu);
     op->txn = t;
+    pthread_mutex_unlock(&op->svc->ops_mu);
     /* The transaction owns the readConcern: the commands read in its snapshot. */
     op->has_read_concern = false;
 done:
@@ -700,7 +703,9 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
     t->last_active_mono_us = shl_clock_mono_us();
     /* A finished transaction keeps its state (a commit retried answers from it) but no
      * storage resources. */
+    pthread_mutex_lock(&op->svc->ops_mu);
     op->txn = NULL;
+    pthread_mutex_unlock(&op->svc->ops_mu);
     return ret;
 }
 
@@ -1296,7 +1301,7 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     bson_iter_init(&it, &o);
     bson_iter_next(&it);
     if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
-        r = bson_malloc0(sizeof(*r));
+        r = bson_aligned_alloc0(BSON_ALIGNOF(recovered_prepare_t), sizeof(*r));
         r->lsid = lsid;
         r->txn_number = n;
         r->prepare_ts = ts;
@@ -1536,6 +1541,33 @@ db_txn_abort_sessions(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_ser
 }
 
 /* ---------------------------------------------------------------- currentOp */
+
+void
+db_txn_append_op_info(const shl_op_ctx_t *op, bson_t *doc)
+{
+    const db_txn_t *t = op->txn;
+    bson_t tx, params, rc;
+    int64_t now_us = shl_clock_mono_us();
+    int64_t limit = (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+
+    if (t == NULL) {
+        return;
+    }
+    /* Only what does not change once the transaction started: the owner runs meanwhile. */
+    BSON_APPEND_DOCUMENT_BEGIN(doc, "transaction", &tx);
+    BSON_APPEND_DOCUMENT_BEGIN(&tx, "parameters", &params);
+    BSON_APPEND_INT64(&params, "txnNumber", t->txn_number);
+    BSON_APPEND_BOOL(&params, "autocommit", false);
+    BSON_APPEND_DOCUMENT_BEGIN(&params, "readConcern", &rc);
+    BSON_APPEND_UTF8(&rc, "level", t->level);
+    bson_append_document_end(&params, &rc);
+    bson_append_document_end(&tx, &params);
+    shl_bson_append_timestamp_u64(&tx, "readTimestamp", t->read_ts);
+    BSON_APPEND_DATE_TIME(&tx, "startWallClockTime", t->start_wall_ms);
+    BSON_APPEND_INT64(&tx, "timeOpenMicros", now_us - t->start_mono_us);
+    BSON_APPEND_DATE_TIME(&tx, "expiryTime", t->start_wall_ms + limit * 1000);
+    bson_append_document_end(doc, &tx);
+}
 
 void
 db_txn_append_current_op(db_txn_registry_t *reg, bson_t *arr, uint32_t *n)

@@ -176,6 +176,14 @@ int64_t db_txn_session_number(void *session);
 /* db_txn_session_prepared -- whether the checked-out session's transaction is prepared. */
 bool db_txn_session_prepared(void *session);
 
+/*
+ * db_txn_append_op_info --
+ *     The service's append_op hook: a running statement's `transaction` sub-document
+ *     (parameters {txnNumber, autocommit, readConcern}, readTimestamp, startWallClockTime,
+ *     timeOpenMicros, expiryTime). Called under svc->ops_mu, which guards op->txn's changes.
+ */
+void db_txn_append_op_info(const shl_op_ctx_t *op, bson_t *doc);
+
 /* db_register_txn_commands -- commitTransaction, abortTransaction, prepareTransaction. */
 void db_register_txn_commands(shl_command_registry_t *reg);
 

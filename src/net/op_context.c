@@ -562,6 +562,9 @@ shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
         if (atomic_load(&o->killed)) {
             BSON_APPEND_BOOL(&d, "killPending", true);
         }
+        if (svc->hooks.append_op != NULL) {
+            svc->hooks.append_op(o, &d);
+        }
         bson_append_document_end(arr, &d);
     }
     pthread_mutex_unlock(&svc->ops_mu);

@@ -95,6 +95,11 @@ typedef struct shl_service_hooks {
      */
     int (*txn_end)(struct shl_op_ctx *op, int ret, shl_status_t *st, const bson_t *reply);
     /*
+     * More fields of a running operation's currentOp document 'doc' (a data node's
+     * `transaction` sub-document). Called under ops_mu: must not block.
+     */
+    void (*append_op)(const struct shl_op_ctx *op, bson_t *doc);
+    /*
      * A request's gossip, once its $clusterTime passed shl_cluster_time_gossip_in (signature
      * and advance limit): the role advances its clock to 'cluster_time' (0: none) and, for a
      * request from a cluster process (op->conn->internal), from $configTime/$topologyTime

@@ -262,7 +262,7 @@ shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, s
     bson_init(ops);
     /* Walk the chain back through the partialTxn entries of the same transaction. */
     while (prev != 0) {
-        bson_t *e = bson_malloc0(sizeof(*e)); /* initialised by shl_oplog_read */
+        bson_t *e = bson_aligned_alloc0(BSON_ALIGNOF(bson_t), sizeof(*e)); /* shl_oplog_read inits */
         bool found = false, partial;
         bson_t eo;
         ret = shl_oplog_read(eng, prev, e, &found, st);

@@ -396,11 +396,29 @@ def test_prepare_conflicts_wait_interruptibly_and_writers_wait(rs_node):
     th.start()
     th.join(0.5)
     assert th.is_alive()
+    # A transaction's statement waiting there shows in currentOp with its transaction.
+    raw2 = Raw(rs_node)
+    th2 = threading.Thread(target=lambda: res.update(
+        f=raw2("test", {"find": "pc", "filter": {"_id": 1}}, 7, start=True)))
+    th2.start()
+
+    def waiting_txn():
+        ops = c.admin.command({"currentOp": 1, "active": True})["inprog"]
+        return [o for o in ops if o.get("transaction", {}).get("parameters", {})
+                .get("txnNumber") == 7]
+
+    mine = shale_wait(waiting_txn, timeout=10, what="the statement in currentOp")
+    assert mine[0]["transaction"]["parameters"]["autocommit"] is False
+    assert "expiryTime" in mine[0]["transaction"]
     cts = Timestamp(pts.time, pts.inc + 1)
     assert raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
     th.join(10)
+    th2.join(10)
     assert res["r"] == 1 and c.test.pc.find_one({"_id": 1})["v"] == 11
+    # The waiting statement completes once the decision is in.
+    assert res["f"]["ok"] == 1 and len(res["f"]["cursor"]["firstBatch"]) == 1
     raw.close()
+    raw2.close()
 
 
 def test_concurrent_transfers_conserve_the_total(rs_node):
