@@ -957,7 +957,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
         t->stxn = NULL;
         ret = shl_storage_txn_commit_at(stxn, commit_ts, ts, st);
         if (ret != 0) {
-            SHL_LOG_ERROR(TXN, 5100301, "committing a prepared transaction failed", "code",
+            SHL_LOG_ERROR(TXN, 5100306, "committing a prepared transaction failed", "code",
                           BCON_INT32(ret), "errmsg", BCON_UTF8(st->reason));
             SHL_INVARIANT(ret == 0);
         }

@@ -141,7 +141,9 @@ def test_current_op_shows_a_running_coordinator(cl):
         def running():
             ops = admin.command("currentOp")["inprog"]
             return [o for o in ops if o.get("desc") == "TransactionCoordinator"]
-        wait_until(running, what="the coordinator in currentOp")
+        # It shows from its first phase on; the fail point holds it at waitingForVotes.
+        wait_until(lambda: [o for o in running() if o.get("currentPhase") == "waitingForVotes"],
+                   what="the coordinator in currentOp, waiting for votes")
         op = running()[0]
         assert op["currentPhase"] == "waitingForVotes"
         assert op["_id"]["txnNumber"] == 1
