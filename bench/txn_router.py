@@ -54,6 +54,31 @@ try:
     print("two/one: p50 %.2fx p99 %.2fx" % (m["two_shards"][0] / m["one_shard"][0],
                                           m["two_shards"][1] / m["one_shard"][1]))
 
+    # The floor, same run: MongoDB 7.0's two-phase commit makes three durable writes in a row
+    # that a single-shard commit does not (the coordinator's participant list, the
+    # participants' prepare, the decision; the commit itself both have). One durable write's
+    # price on this machine is a j:true insert's latency minus a j:false one's, on a shard
+    # directly; no implementation of the protocol can commit across shards faster than the
+    # single-shard commit plus three of them.
+    from pymongo.write_concern import WriteConcern
+    direct = c.shard_client(0).benchfloor.t
+
+    def insert_p50(j, n):
+        wc = direct.with_options(write_concern=WriteConcern(w=1, j=j))
+        lat = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            wc.insert_one({})
+            lat.append((time.perf_counter() - t0) * 1e6)
+        lat.sort()
+        return lat[len(lat) // 2]
+
+    insert_p50(True, 20)
+    durable = statistics.median(insert_p50(True, N) - insert_p50(False, N) for _ in range(ROUNDS))
+    floor = (m["one_shard"][0] + 3 * durable) / m["one_shard"][0]
+    print("floor: one durable write %.0f us; single-shard p50 + 3 of them = %.2fx of the "
+          "single-shard p50 (target 2.0x)" % (durable, floor))
+
     coll.insert_many([{"_id": 1000 + k, "x": -(100 + k), "n": 0} for k in range(8)] +
                      [{"_id": 2000 + k, "x": 100 + k, "n": 0} for k in range(8)])
     count, errors = [0] * 8, []

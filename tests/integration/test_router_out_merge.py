@@ -242,9 +242,8 @@ def test_out_in_transaction_refused(om):
                 with s.start_transaction():
                     codes.append(error_code(lambda: r.om.src.aggregate(GROUP + [stage], session=s)))
                     raise Leave()
-    # No transactions yet: every statement of one is refused (IllegalOperation) before
-    # $out/$merge's own OperationNotSupportedInTransaction (263) could apply.
-    assert codes == [20, 20]
+    # OperationNotSupportedInTransaction, as mongos.
+    assert codes == [263, 263]
     assert "txn" not in r.om.list_collection_names()
 
 
