@@ -148,23 +148,39 @@ sub_doc(const bson_t *data, const char *field, bson_t *out, bool array)
     return true;
 }
 
+/*
+ * The evaluation both checks share: *act cleared, then whether failCommand fires for this
+ * command in the given phase ('wce_phase': after the run, for writeConcernError); on true
+ * 'data' holds the fail point's data (destroy it), and act->fire is set.
+ */
+static bool
+fc_fires(shl_op_ctx_t *op, const shl_command_t *cmd, bool wce_phase,
+         shl_fail_command_action_t *act, bson_t *data)
+{
+    fc_match_t m = {op, cmd, wce_phase};
+
+    memset(act, 0, sizeof(*act));
+    if (!atomic_load_explicit(&SHL_FAILPOINT(failCommand)->active, memory_order_relaxed)) {
+        return false;
+    }
+    if (!shl_failpoint_evaluate(SHL_FAILPOINT(failCommand), fc_filter, &m, data)) {
+        bson_destroy(data);
+        return false;
+    }
+    act->fire = true;
+    return true;
+}
+
 void
 shl_fail_command_check_wce(shl_op_ctx_t *op, const shl_command_t *cmd,
                            shl_fail_command_action_t *act)
 {
-    fc_match_t m = {op, cmd, true};
     bson_t data;
     bson_iter_t it;
 
-    memset(act, 0, sizeof(*act));
-    if (!atomic_load_explicit(&SHL_FAILPOINT(failCommand)->active, memory_order_relaxed)) {
+    if (!fc_fires(op, cmd, true, act, &data)) {
         return;
     }
-    if (!shl_failpoint_evaluate(SHL_FAILPOINT(failCommand), fc_filter, &m, &data)) {
-        bson_destroy(&data);
-        return;
-    }
-    act->fire = true;
     if (bson_iter_init_find(&it, &data, "allowRewriteStateChange")) {
         act->allow_rewrite_state_change = bson_iter_as_bool(&it);
     }
@@ -176,19 +192,12 @@ shl_fail_command_check_wce(shl_op_ctx_t *op, const shl_command_t *cmd,
 void
 shl_fail_command_check(shl_op_ctx_t *op, const shl_command_t *cmd, shl_fail_command_action_t *act)
 {
-    fc_match_t m = {op, cmd, false};
     bson_t data;
     bson_iter_t it;
 
-    memset(act, 0, sizeof(*act));
-    if (!atomic_load_explicit(&SHL_FAILPOINT(failCommand)->active, memory_order_relaxed)) {
+    if (!fc_fires(op, cmd, false, act, &data)) {
         return;
     }
-    if (!shl_failpoint_evaluate(SHL_FAILPOINT(failCommand), fc_filter, &m, &data)) {
-        bson_destroy(&data);
-        return;
-    }
-    act->fire = true;
     if (bson_iter_init_find(&it, &data, "closeConnection")) {
         act->close_connection = bson_iter_as_bool(&it);
     }
