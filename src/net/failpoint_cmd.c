@@ -154,8 +154,8 @@ sub_doc(const bson_t *data, const char *field, bson_t *out, bool array)
  * 'data' holds the fail point's data (destroy it), and act->fire is set.
  */
 static bool
-fc_fires(shl_op_ctx_t *op, const shl_command_t *cmd, bool wce_phase,
-         shl_fail_command_action_t *act, bson_t *data)
+fc_fires(shl_op_ctx_t *op, const shl_command_t *cmd, bool wce_phase, shl_fail_command_action_t *act,
+         bson_t *data)
 {
     fc_match_t m = {op, cmd, wce_phase};
 
