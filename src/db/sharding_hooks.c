@@ -61,9 +61,19 @@ shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter
                  "retryWrites: true.");
     }
     if (!f->owns(f, post)) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "This update would cause the document to change owning shards, which needs a "
-                 "transaction; Shale does not support transactions yet.");
+        /* MongoDB's WouldChangeOwningShardInfo: the router moves the document in a
+         * transaction from these images (an image pair too large for a status' extra is
+         * dropped and the router answers the error as it is). */
+        bson_t info = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&info, "preImage", pre);
+        BSON_APPEND_DOCUMENT(&info, "postImage", post);
+        BSON_APPEND_BOOL(&info, "shouldUpsert", false);
+        shl_status_set(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD,
+                       "This update would cause the doc to change owning shards");
+        shl_status_set_extra(st, &info);
+        bson_destroy(&info);
+        ret = st->code;
+        goto done;
     }
 done:
     return ret;

@@ -49,9 +49,10 @@ bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *do
  *     'f' (NULL: unversioned or unsharded, nothing to check), when the document's shard key
  *     value changed: NotSingleValueField when the new key holds an array; InvalidOptions for a
  *     multi-update; IllegalOperation outside a retryable write (no txnNumber); and
- *     IllegalOperation when the new key belongs to another shard (MongoDB then moves the
- *     document in a transaction, which Shale does not have yet). A change that keeps the
- *     document on this shard, in a retryable write, passes.
+ *     WouldChangeOwningShard (283, extra {preImage, postImage, shouldUpsert: false}) when
+ *     the new key belongs to another shard: the router then moves the document in an internal
+ *     transaction. A change that keeps the document on this shard, in a retryable write,
+ *     passes.
  */
 int shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
                                   bool multi, const bson_t *pre, const bson_t *post,

@@ -655,7 +655,8 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
                      const bson_t *reply)
 {
     db_txn_t *t = op->txn;
-    bool failed = ret != 0, decision;
+    /* WouldChangeOwningShard ran nothing: the router moves the document in this transaction. */
+    bool failed = ret != 0 && ret != SHL_CODE_WOULD_CHANGE_OWNING_SHARD, decision;
     bson_iter_t it, e, f;
 
     if (t == NULL) {
@@ -664,7 +665,6 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
     decision = is_decision_cmd(op->cmd_name);
     if (!failed && reply != NULL && bson_iter_init_find(&it, reply, "writeErrors") &&
         BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &e)) {
-        failed = true;
         /* A transient write error fails the command as a whole in a transaction. */
         while (bson_iter_next(&e)) {
             int32_t code = 0;
@@ -681,6 +681,10 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
             if (bson_iter_find(&f, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
                 msg = bson_iter_utf8(&f, NULL);
             }
+            if (code == SHL_CODE_WOULD_CHANGE_OWNING_SHARD) {
+                continue; /* nothing ran: the router moves the document in this transaction */
+            }
+            failed = true;
             if (code != 0 && st != NULL && transient_error(code, false)) {
                 ret = shl_status_set(st, code, "%s", msg);
                 break;
