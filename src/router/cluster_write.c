@@ -22,6 +22,9 @@
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
+#include "query/projection.h"
+#include "router/txn_api.h"
+#include "router/txn_router_private.h"
 #include "session/session_args.h"
 #include "sharding/shard_key.h"
 
@@ -1024,6 +1027,184 @@ done:
     return ret;
 }
 
+
+/* ---- WouldChangeOwningShard: the document moves in a transaction ---- */
+
+static int route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t *out,
+                            shl_status_t *st);
+
+/* One document to move from its pre-image to its post-image (txn_api.h callback). */
+typedef struct wcos_move {
+    const char *coll;
+    bson_t pre, post; /* the shard's images (views) */
+    bool changed;     /* the document is no longer the pre-image: the statement runs again */
+} wcos_move_t;
+
+/* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
+static int
+owner_query(shl_op_ctx_t *op, const char *coll, const bson_t *doc, bson_t *q, shl_status_t *st)
+{
+    shl_router_routing_t rr;
+    char ns[SHL_NS_MAX + 1];
+    bson_iter_t it, v;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    bson_init(q);
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(q, "_id", 3, &it);
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", op->db, coll);
+    SHL_ERR(shl_router_routing_init(shl_router_get(op), ns, false, &rr, st));
+    if (rr.rt != NULL && bson_iter_init(&it, &shl_routing_table_key_pattern(rr.rt)->pattern)) {
+        while (shl_iter_next(&it)) {
+            const char *path = shl_iter_key(&it);
+            if (strcmp(path, "_id") == 0) {
+                continue;
+            }
+            if (bson_iter_init(&v, doc) && bson_iter_find_descendant(&v, path, &v)) {
+                bson_append_iter(q, path, -1, &v);
+            } else {
+                bson_append_null(q, path, -1);
+            }
+        }
+    }
+done:
+    shl_router_routing_cleanup(&rr);
+    return ret;
+}
+
+/* The statements: remove the pre-image on its owner (it must be unchanged), insert the
+ * post-image on its own. */
+static int
+wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
+{
+    wcos_move_t *m = arg;
+    bson_t q = BSON_INITIALIZER, del = BSON_INITIALIZER, ins = BSON_INITIALIZER, arr;
+    bson_t reply = BSON_INITIALIZER, value, le;
+    bson_iter_t it;
+    shl_router_t *r = shl_router_get(op);
+    int ret = 0;
+
+    bson_destroy(&q);
+    SHL_ERR(owner_query(op, m->coll, &m->pre, &q, st));
+    BSON_APPEND_UTF8(&del, "findAndModify", m->coll);
+    BSON_APPEND_DOCUMENT(&del, "query", &q);
+    BSON_APPEND_BOOL(&del, "remove", true);
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));
+    if (!shl_bson_get_subdoc(&reply, "lastErrorObject", &le) ||
+        !bson_iter_init_find(&it, &le, "n") || bson_iter_as_int64(&it) != 1 ||
+        !shl_bson_get_subdoc(&reply, "value", &value) || !bson_equal(&value, &m->pre)) {
+        m->changed = true;
+        SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD_DELETED_NO_DOCUMENT,
+                 "The document to move to its new shard was changed or deleted meanwhile");
+    }
+    bson_reinit(&reply);
+    BSON_APPEND_UTF8(&ins, "insert", m->coll);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &m->post);
+    bson_append_array_end(&ins, &arr);
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_write_run(op, &ins, route_from_cache, r, &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+done:
+    bson_destroy(&q);
+    bson_destroy(&del);
+    bson_destroy(&ins);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * A WouldChangeOwningShard answer 'err' (with preImage / postImage) to a single-document
+ * update or findAndModify: move the document in an internal transaction (or in the client's
+ * transaction). *pre_out / *post_out (optional) get copies of the images. *changed: the
+ * document changed meanwhile, the statement is to run again. Errors: the transaction's.
+ */
+static int
+wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, const bson_t *err,
+            bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
+{
+    wcos_move_t m;
+    int ret = 0;
+
+    memset(&m, 0, sizeof(m));
+    m.coll = coll;
+    *changed = false;
+    if (!shl_bson_get_subdoc(err, "preImage", &m.pre) ||
+        !shl_bson_get_subdoc(err, "postImage", &m.post)) {
+        SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD,
+                 "This update would cause the doc to change owning shards (its images were too "
+                 "large to move it)");
+    }
+    ret = router_txn_api_run(opctx, user_cmd, wcos_move_fn, &m, st);
+    *changed = ret != 0 && m.changed;
+    if (*changed) {
+        ret = 0;
+    }
+    if (ret == 0 && !*changed && pre_out != NULL) {
+        bson_copy_to(&m.pre, pre_out);
+        bson_copy_to(&m.post, post_out);
+    }
+done:
+    return ret;
+}
+
+/* Whether this command may move a document between shards (MongoDB: a retryable write or
+ * a transaction's statement). */
+static bool
+may_move(const shl_op_ctx_t *opctx)
+{
+    return opctx->txn != NULL || (opctx->has_txn_number && !opctx->has_autocommit);
+}
+
+/* The error document's code. */
+static int
+error_code(const bson_t *err)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, err, "code") ? (int)bson_iter_as_int64(&it) : 0;
+}
+
+/*
+ * After a round of run_write: move the documents of the update statements that answered
+ * WouldChangeOwningShard (ordered: the first error only). Returns whether a statement is
+ * pending again (moved, or to be re-run); a failed move is the statement's error.
+ */
+static bool
+handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
+{
+    bool again = false;
+
+    for (size_t i = 0; op->kind == KIND_UPDATE && may_move(opctx) && i < op->n; i++) {
+        item_t *it = &op->items[i];
+        bool changed = false;
+        shl_status_t mst = SHL_STATUS_INIT;
+        if (it->state != ITEM_ERROR) {
+            continue;
+        }
+        if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
+            !get_bool(&it->doc, "multi", false)) {
+            if (wcos_handle(opctx, op->coll, op->user_cmd, &it->error, NULL, NULL, &changed,
+                            &mst) == 0) {
+                bson_reinit(&it->error);
+                it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
+                op->n_total += changed ? 0 : 1;
+                op->n_modified += changed ? 0 : 1;
+                again = true;
+            } else {
+                bson_destroy(&it->error);
+                error_from_status(&mst, &it->error);
+            }
+        }
+        if (op->ordered) {
+            break;
+        }
+    }
+    return again;
+}
+
 /* Parse the command's collection, ordered flag and statements into 'op'. */
 static int
 write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_op_t *op,
@@ -1137,6 +1318,9 @@ run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, rou
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
     ret = run_write(opctx, &op, create_db, route, route_arg, st);
+    for (int moves = 0; ret == 0 && moves < 100 && handle_wcos_items(opctx, &op); moves++) {
+        ret = run_write(opctx, &op, create_db, route, route_arg, st);
+    }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
         /* Deleting from a database that does not exist deletes nothing, but each filter
          * still parses: an unknown operator is the statement's error, as on a shard. */
@@ -1239,6 +1423,35 @@ done:
     }
     bson_destroy(&key);
     return ret;
+}
+
+/* What the user's findAndModify returns once its document moved: the pre- or post-image
+ * ('new'), projected by 'fields'. */
+static void
+fam_moved_reply(const bson_t *cmd, const bson_t *pre, const bson_t *post, bson_t *reply)
+{
+    bson_t le, fields, projected;
+    const bson_t *value = get_bool(cmd, "new", false) ? post : pre;
+    shl_projection_t *proj = NULL;
+    shl_status_t pst = SHL_STATUS_INIT;
+    bool have_projected = false;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &le);
+    BSON_APPEND_INT32(&le, "n", 1);
+    BSON_APPEND_BOOL(&le, "updatedExisting", true);
+    bson_append_document_end(reply, &le);
+    if (shl_bson_get_subdoc(cmd, "fields", &fields) && !bson_empty(&fields) &&
+        shl_projection_new(&fields, NULL, &proj, &pst) == 0) {
+        have_projected = true;
+        if (shl_projection_apply(proj, value, NULL, NULL, &projected, &pst) == 0) {
+            value = &projected;
+        }
+    }
+    BSON_APPEND_DOCUMENT(reply, "value", value);
+    shl_projection_destroy(proj);
+    if (have_projected) {
+        bson_destroy(&projected);
+    }
 }
 
 int
@@ -1349,6 +1562,32 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         } else if (stale) {
             ret = st->code;
             goto done;
+        }
+        if (first_err != SIZE_MAX && fres[first_err].code == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
+            may_move(opctx) && attempt < SHL_ROUTER_MAX_STALE_RETRIES + 100) {
+            bool changed = false;
+            bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
+            bson_destroy(&pre);
+            bson_destroy(&post);
+            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply,
+                              &pre, &post, &changed, st);
+            if (ret == 0 && !changed) {
+                fam_moved_reply(cmd, &pre, &post, reply);
+                bson_destroy(&pre);
+                bson_destroy(&post);
+            }
+            if (ret != 0 || !changed) {
+                goto done;
+            }
+            shl_fanout_results_cleanup(fres, targets.n);
+            shl_router_requests_cleanup(reqs, targets.n);
+            bson_free(fres);
+            bson_free(reqs);
+            fres = NULL;
+            reqs = NULL;
+            shl_router_shards_cleanup(&targets);
+            shl_router_routing_cleanup(&rr);
+            continue; /* the document changed meanwhile: run the statement again */
         }
         if (first_err != SIZE_MAX && (hit == SIZE_MAX || targets.n == 1)) {
             /* The shard's error becomes the command's; its labels are not passed on (MongoDB's

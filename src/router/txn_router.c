@@ -328,6 +328,35 @@ done:
     return ret;
 }
 
+router_txn_t *
+router_txn_internal_new(const shl_lsid_t *lsid, int64_t txn_number)
+{
+    router_txn_t *t = bson_malloc0(sizeof(*t));
+
+    t->lsid = *lsid;
+    t->checked_out = true;
+    t->internal = true;
+    bson_init(&t->read_concern);
+    reset_txn(t, txn_number);
+    return t;
+}
+
+void
+router_txn_internal_free(router_txn_t *t)
+{
+    if (t != NULL) {
+        bson_destroy(&t->read_concern);
+        bson_free(t);
+    }
+}
+
+void
+router_txn_internal_statement(router_txn_t *t)
+{
+    t->stmt++;
+    t->stale_refused = false;
+}
+
 /* ---------------------------------------------------------------- requests and replies */
 
 static participant_t *

@@ -44,7 +44,16 @@ struct router_txn {
     bool stale_refused; /* a stale error this statement may not retry (below) */
     int stale_result_code;
     shl_status_t stale_status;
+    bool internal; /* the transaction API's (txn_api.h): owned by its operation, no catalog */
 };
+
+/* router_txn_internal_new / _free -- a transaction of the transaction API on internal
+ * session 'lsid', number 'txn_number', outside the catalog. */
+router_txn_t *router_txn_internal_new(const shl_lsid_t *lsid, int64_t txn_number);
+void router_txn_internal_free(router_txn_t *t);
+
+/* router_txn_internal_statement -- the next statement of an internal transaction begins. */
+void router_txn_internal_statement(router_txn_t *t);
 
 /* router_txn_transient -- MongoDB's isTransientTransactionError. */
 bool router_txn_transient(int code, bool has_wce, bool commit_or_abort);
