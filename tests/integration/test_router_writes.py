@@ -492,8 +492,8 @@ def test_transaction_statements_run_in_the_transaction(cluster):
 def test_shard_key_changes_follow_mongodb_rules(cluster):
     """The shard decides, for every update form (operators, pipelines, replacements,
     findAndModify, upserts): a multi-update may not change a shard key value (72); a single
-    one only as a retryable write (20 otherwise), and only while the document stays on its
-    shard (moving it needs a transaction); nothing is written when refused, so no document
+    one only as a retryable write (20 otherwise); one that moves the document to another
+    shard runs in an internal transaction; nothing is written when refused, so no document
     ends up on a shard that does not own it."""
     db = cluster.router_client[DB]
     plain = cluster.router.client(retryWrites=False)[DB]
@@ -524,15 +524,19 @@ def test_shard_key_changes_follow_mongodb_rules(cluster):
     assert e.value.code == 20
     # As a retryable write it works while the document stays on its shard...
     db.upd.replace_one({"x": 10}, {"x": 12, "g": 1})
-    # ...but not when it would move (no transactions yet).
-    for f in (lambda: db.upd.update_one({"x": 12}, {"$set": {"x": 500}}),
-              lambda: db.upd.replace_one({"x": 12}, {"x": 500, "g": 1})):
-        with pytest.raises(WriteError) as e:
-            f()
-        assert e.value.code == 20 and "change owning shards" in str(e.value)
-    with pytest.raises(OperationFailure) as e:
-        db.upd.find_one_and_update({"x": 12}, {"$set": {"x": -5}})
-    assert e.value.code == 20
+    # ...and when it would move, the router moves it in an internal transaction
+    # (test_internal_transactions.py), never leaving it on two shards or none.
+    def m1():
+        return [(i, x) for i, docs in where().items() for (_id, x) in docs if _id == "m1"]
+
+    assert db.upd.update_one({"x": 12}, {"$set": {"x": 500}}).modified_count == 1
+    assert [x for _, x in m1()] == [500]
+    assert db.upd.replace_one({"x": 500}, {"x": 12, "g": 1}).modified_count == 1
+    assert m1() == [(1, 12)]
+    assert db.upd.find_one_and_update({"x": 12}, {"$set": {"x": -5}})["x"] == 12
+    assert [x for _, x in m1()] == [-5]
+    db.upd.find_one_and_update({"x": -5}, {"$set": {"x": 12}})
+    assert m1() == [(1, 12)]
     # An upsert whose new document belongs to another shard is refused too.
     with pytest.raises(WriteError) as e:
         db.upd.update_one({"x": 30}, {"$set": {"x": 130}}, upsert=True)
