@@ -47,6 +47,7 @@ typedef struct item {
     bson_t error; /* ITEM_ERROR: {code, errmsg, ...} without index */
     bool upserted;
     bson_value_t upserted_id; /* owned copy */
+    bool two_phase; /* a single write without shard key (cluster_write_wsk.c), pending */
     /* per round */
     bool in_round, round_stale, round_error, round_deferred;
 } item_t;
@@ -225,9 +226,11 @@ key_pattern_json(const shl_router_routing_t *rr)
 
 /* ---- targeting one statement ---- */
 
+/* target_update / target_delete: *two_phase (no shard, no error) for a single write that
+ * does not pin one shard -- MongoDB 7.0's write without shard key. */
 static int
 target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              shl_status_t *st)
+              bool *two_phase, shl_status_t *st)
 {
     bson_t q, u, key = BSON_INITIALIZER;
     bson_iter_t it;
@@ -294,6 +297,13 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         set_one(out, shard);
         goto done;
     }
+    if (!multi) {
+        /* Also an exact _id match reaching several shards: a broadcast could miss the
+         * document while a migration commits (docs/design/transactions.md). */
+        shl_router_shards_cleanup(out);
+        *two_phase = true;
+        goto done;
+    }
     if (!multi && !is_exact_id_query(&q)) {
         json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
@@ -316,7 +326,7 @@ done:
 
 static int
 target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              shl_status_t *st)
+              bool *two_phase, shl_status_t *st)
 {
     bson_t q, key = BSON_INITIALIZER;
     bson_iter_t it;
@@ -345,6 +355,14 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         set_one(out, shard);
         goto done;
     }
+    if (!multi) {
+        shl_router_target_filter(rr, &q, out);
+        if (out->n > 1) {
+            shl_router_shards_cleanup(out);
+            *two_phase = true;
+        }
+        goto done;
+    }
     if (!multi && !is_exact_id_query(&q)) {
         json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
@@ -363,7 +381,7 @@ done:
 }
 
 static int
-target_item(const write_op_t *op, const shl_router_routing_t *rr, const item_t *it,
+target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
             shl_router_shards_t *out, shl_status_t *st)
 {
     const char *shard;
@@ -376,10 +394,10 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, const item_t *
         set_one(out, shard);
         break;
     case KIND_UPDATE:
-        SHL_ERR(target_update(rr, &it->doc, out, st));
+        SHL_ERR(target_update(rr, &it->doc, out, &it->two_phase, st));
         break;
     case KIND_DELETE:
-        SHL_ERR(target_delete(rr, &it->doc, out, st));
+        SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
         break;
     }
 done:
@@ -507,6 +525,7 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
     shl_router_shards_t t;
     shl_status_t st = SHL_STATUS_INIT;
     const char *run_shard = NULL;
+    int tret;
 
     *batches = NULL;
     *nb = 0;
@@ -526,7 +545,16 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
             continue;
         }
         it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
-        if (target_item(op, rr, it, &t, &st) != 0) {
+        it->two_phase = false;
+        tret = target_item(op, rr, it, &t, &st);
+        if (tret == 0 && it->two_phase) {
+            /* Run on its own after the rounds (ordered: before anything after it). */
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        if (tret != 0) {
             if (op->ordered && run_shard != NULL) {
                 break; /* reported when its turn comes */
             }
@@ -1205,6 +1233,52 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
     return again;
 }
 
+/*
+ * After a round of run_write: run the pending single writes without shard key, each in its
+ * own internal transaction (ordered: only when it is the next statement). Returns whether
+ * any ran.
+ */
+static bool
+run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
+{
+    bool ran = false;
+
+    for (size_t i = op->scan_from; i < op->n; i++) {
+        item_t *it = &op->items[i];
+        bson_t reply = BSON_INITIALIZER;
+        shl_status_t wst = SHL_STATUS_INIT;
+        bson_iter_t f;
+        if (it->state == ITEM_DONE) {
+            continue;
+        }
+        if (it->state != ITEM_PENDING || !it->two_phase) {
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        it->two_phase = false;
+        ran = true;
+        if (router_write_without_shard_key(opctx, op->coll, kind_cmd(op->kind), &it->doc,
+                                           op->user_cmd, &reply, &wst) != 0) {
+            item_set_error(it, &wst);
+        } else {
+            it->state = ITEM_DONE;
+            if (bson_iter_init_find(&f, &reply, "n")) {
+                op->n_total += bson_iter_as_int64(&f);
+            }
+            if (bson_iter_init_find(&f, &reply, "nModified")) {
+                op->n_modified += bson_iter_as_int64(&f);
+            }
+        }
+        bson_destroy(&reply);
+        if (op->ordered) {
+            break;
+        }
+    }
+    return ran;
+}
+
 /* Parse the command's collection, ordered flag and statements into 'op'. */
 static int
 write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_op_t *op,
@@ -1318,7 +1392,12 @@ run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, rou
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
     ret = run_write(opctx, &op, create_db, route, route_arg, st);
-    for (int moves = 0; ret == 0 && moves < 100 && handle_wcos_items(opctx, &op); moves++) {
+    for (size_t moves = 0; ret == 0 && moves < 4 * op.n + 100; moves++) {
+        bool again = handle_wcos_items(opctx, &op);
+        again = run_two_phase_items(opctx, &op) || again;
+        if (!again) {
+            break;
+        }
         ret = run_write(opctx, &op, create_db, route, route_arg, st);
     }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
@@ -1392,7 +1471,7 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
  */
 static int
 target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert,
-                       shl_router_shards_t *out, shl_status_t *st)
+                       shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
     bson_t key = BSON_INITIALIZER;
     const char *shard;
@@ -1412,9 +1491,11 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool ups
                  "Query for sharded findAndModify must contain the shard key");
     } else {
         shl_router_target_filter(rr, q, out);
-        if (out->n != 1 && !is_exact_id_query(q)) {
-            SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
-                     "Query for sharded findAndModify must contain the shard key");
+        if (out->n > 1) {
+            /* MongoDB 7.0: the two-phase protocol (also for an exact _id match reaching
+             * several shards, which a migration's commit could make miss). */
+            shl_router_shards_cleanup(out);
+            *two_phase = true;
         }
     }
 done:
@@ -1467,7 +1548,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
     char ns[SHL_NS_MAX + 1];
     bson_t q = BSON_INITIALIZER;
     bson_iter_t it;
-    bool upsert;
+    bool upsert, two_phase = false;
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
@@ -1489,7 +1570,12 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
-        SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, st));
+        SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, &two_phase, st));
+        if (two_phase) {
+            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1,
+                                                 "findAndModify", NULL, cmd, reply, st);
+            goto done;
+        }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
         for (size_t i = 0; i < targets.n; i++) {

@@ -134,3 +134,120 @@ def test_internal_sessions_are_not_user_sessions(cl):
             if "txnUUID" in d["_id"]]
     assert kids, "no child session record"
     assert all("txnNumber" in k["_id"] for k in kids)
+
+
+# ---------------------------------------------------------------- writes without shard key
+
+
+def test_update_one_and_delete_one_without_shard_key(cl):
+    c = cl.router.client()
+    c[DB].nokey.drop()
+    c.admin.command("shardCollection", DB + ".nokey", key={"x": 1})
+    c.admin.command("split", DB + ".nokey", middle={"x": 0})
+    c.admin.command("moveChunk", DB + ".nokey", find={"x": 0}, to="shard1")
+    c[DB].nokey.insert_many([{"_id": i, "x": x, "g": "a"} for i, x in enumerate((-3, -2, 2, 3))])
+    res = c[DB].nokey.update_one({"g": "a"}, {"$set": {"hit": True}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert c[DB].nokey.count_documents({"hit": True}) == 1
+    # Only on the shard that holds a match.
+    res = c[DB].nokey.update_one({"g": "a", "x": {"$gt": 0}}, {"$inc": {"n": 1}})
+    assert res.modified_count == 1
+    assert cl.shard_client(1)[DB].nokey.count_documents({"n": 1}) == 1
+    # No match anywhere: nothing.
+    res = c[DB].nokey.update_one({"g": "zzz"}, {"$set": {"hit": True}})
+    assert (res.matched_count, res.modified_count) == (0, 0)
+    res = c[DB].nokey.delete_one({"g": "a"})
+    assert res.deleted_count == 1
+    assert c[DB].nokey.count_documents({"g": "a"}) == 3
+    # Ordered and unordered batches mixing both kinds of statements.
+    r = c[DB].command("update", "nokey", updates=[
+        {"q": {"x": -2}, "u": {"$set": {"b": 1}}},
+        {"q": {"g": "a"}, "u": {"$set": {"b": 2}}},
+        {"q": {"x": 3}, "u": {"$set": {"b": 3}}}], ordered=True)
+    assert (r["n"], r["nModified"]) == (3, 3)
+    r = c[DB].command("delete", "nokey", deletes=[
+        {"q": {"g": "a"}, "limit": 1}, {"q": {"g": "a"}, "limit": 1},
+        {"q": {"g": "nothing"}, "limit": 1}], ordered=False)
+    assert r["n"] == 2
+    assert c[DB].nokey.count_documents({}) == 1
+
+
+def test_find_and_modify_without_shard_key(cl):
+    c = cl.router.client()
+    c[DB].famk.drop()
+    c.admin.command("shardCollection", DB + ".famk", key={"x": 1})
+    c.admin.command("split", DB + ".famk", middle={"x": 0})
+    c.admin.command("moveChunk", DB + ".famk", find={"x": 0}, to="shard1")
+    c[DB].famk.insert_many([{"_id": 1, "x": -1, "tag": "p"}, {"_id": 2, "x": 1, "tag": "q"}])
+    doc = c[DB].famk.find_one_and_update({"tag": "q"}, {"$set": {"seen": 1}},
+                                         return_document=ReturnDocument.AFTER)
+    assert doc == {"_id": 2, "x": 1, "tag": "q", "seen": 1}
+    assert c[DB].famk.find_one_and_update({"tag": "none"}, {"$set": {"seen": 1}}) is None
+    assert c[DB].famk.find_one_and_delete({"tag": "p"}) == {"_id": 1, "x": -1, "tag": "p"}
+    assert cl.shard_client(0)[DB].famk.count_documents({}) == 0
+    # Changing the shard key of a document found without it moves it too.
+    doc = c[DB].famk.find_one_and_update({"tag": "q"}, {"$set": {"x": -9}},
+                                         return_document=ReturnDocument.AFTER)
+    assert doc["x"] == -9
+    assert cl.shard_client(0)[DB].famk.find_one({"_id": 2})["x"] == -9
+    assert cl.shard_client(1)[DB].famk.count_documents({}) == 0
+
+
+def test_write_without_shard_key_in_client_transaction(cl):
+    c = cl.router.client()
+    c[DB].nokey.delete_many({})
+    c[DB].nokey.insert_many([{"_id": "t%d" % x, "x": x, "g": "t"} for x in (-1, 1)])
+
+    def body(s):
+        assert c[DB].nokey.update_one({"g": "t", "x": {"$gt": 0}}, {"$set": {"in": 1}},
+                                      session=s).modified_count == 1
+        assert c[DB].nokey.delete_one({"g": "t", "x": {"$lt": 0}}, session=s).deleted_count == 1
+
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert sorted((d["_id"], d.get("in")) for d in c[DB].nokey.find({"g": "t"})) == [("t1", 1)]
+
+
+def test_update_by_id_never_misses_during_migrations(cl):
+    """updateOne({_id}) on a collection sharded on another key, while its chunk moves back and
+    forth: every update finds the document (n: 1), none is lost."""
+    import threading
+    c = cl.router.client()
+    ns = DB + ".mig"
+    c[DB].mig.drop()
+    c.admin.command("shardCollection", ns, key={"x": 1})
+    c.admin.command("split", ns, middle={"x": 0})
+    c[DB].mig.insert_many([{"_id": i, "x": i, "n": 0} for i in range(1, 6)])
+    stop = threading.Event()
+    moves = []
+    errors = []
+
+    def mover():
+        a = cl.router.client()
+        to = ["shard1", "shard0"]
+        try:
+            while not stop.is_set():
+                dest = to[len(moves) % 2]
+                a.admin.command("moveChunk", ns, find={"x": 1}, to=dest,
+                                _waitForDelete=True)
+                moves.append(dest)
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    t = threading.Thread(target=mover)
+    t.start()
+    updates = 0
+    misses = []
+    try:
+        while len(moves) < 6 and not errors:
+            for i in range(1, 6):
+                res = c[DB].mig.update_one({"_id": i}, {"$inc": {"n": 1}})
+                updates += 1
+                if res.matched_count != 1:
+                    misses.append((i, len(moves)))
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert misses == []
+    assert sum(d["n"] for d in c[DB].mig.find()) == updates
