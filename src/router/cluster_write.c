@@ -400,6 +400,16 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
         SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
         break;
     }
+    if (it->two_phase && op->retryable) {
+        /* A retryable write's exact _id match is broadcast (MongoDB 7.0): each shard answers
+         * a retry of it from its own history, which an internal transaction does not write
+         * yet (docs/design/transactions.md "Internal transactions"). */
+        bson_t q;
+        if (get_doc(&it->doc, "q", &q) && is_exact_id_query(&q)) {
+            it->two_phase = false;
+            shl_router_target_filter(rr, &q, out);
+        }
+    }
 done:
     return ret;
 }
@@ -1466,12 +1476,14 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 
 /*
  * The shards a findAndModify goes to: the owner of the shard key its query pins; if the
- * query reaches one shard anyway, that one; an exact _id match, every shard the query
- * reaches (at most one holds the document). Otherwise MongoDB 7.0's ShardKeyNotFound.
+ * query reaches one shard anyway, that one; a retryable write's exact _id match, every shard
+ * the query reaches (at most one holds the document). Otherwise *two_phase: MongoDB 7.0's
+ * write without shard key (an upsert: ShardKeyNotFound).
  */
 static int
 target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert,
-                       shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
+                       bool retryable, shl_router_shards_t *out, bool *two_phase,
+                       shl_status_t *st)
 {
     bson_t key = BSON_INITIALIZER;
     const char *shard;
@@ -1491,7 +1503,7 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool ups
                  "Query for sharded findAndModify must contain the shard key");
     } else {
         shl_router_target_filter(rr, q, out);
-        if (out->n > 1) {
+        if (out->n > 1 && !(retryable && is_exact_id_query(q))) {
             /* MongoDB 7.0: the two-phase protocol (also for an exact _id match reaching
              * several shards, which a migration's commit could make miss). */
             shl_router_shards_cleanup(out);
@@ -1570,7 +1582,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
-        SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, &two_phase, st));
+        SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1,
                                                  "findAndModify", NULL, cmd, reply, st);

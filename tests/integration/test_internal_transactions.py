@@ -4,6 +4,8 @@ update or findAndModify that changes the shard key so that the document belongs 
 shard moves it (WouldChangeOwningShard handled by the router in an internal transaction on a
 child session), in a retryable write and in a client transaction; outside both MongoDB
 refuses it."""
+import os
+
 import pytest
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
@@ -234,14 +236,16 @@ def test_update_by_id_never_misses_during_migrations(cl):
         except Exception as e:  # noqa: BLE001 -- reported below
             errors.append(e)
 
+    clients = [c, cl.router.client(retryWrites=False)]
     t = threading.Thread(target=mover)
     t.start()
     updates = 0
     misses = []
     try:
-        while len(moves) < 6 and not errors:
+        while len(moves) < int(os.environ.get("ITX_MOVES", "8")) and not errors:
             for i in range(1, 6):
-                res = c[DB].mig.update_one({"_id": i}, {"$inc": {"n": 1}})
+                # Retryable (broadcast by _id) and not (two-phase) in turn.
+                res = clients[i % 2][DB].mig.update_one({"_id": i}, {"$inc": {"n": 1}})
                 updates += 1
                 if res.matched_count != 1:
                     misses.append((i, len(moves)))
@@ -251,3 +255,15 @@ def test_update_by_id_never_misses_during_migrations(cl):
     assert not errors, errors
     assert misses == []
     assert sum(d["n"] for d in c[DB].mig.find()) == updates
+
+
+def test_non_retryable_update_by_id_runs_two_phase(cl):
+    """Without retryWrites an exact _id match reaching both shards is a write without shard
+    key too; a retryable one is broadcast, each shard deduplicating its own retries."""
+    c = cl.router.client(retryWrites=False)
+    c[DB].nokey.delete_many({})
+    c[DB].nokey.insert_many([{"_id": "i1", "x": -1}, {"_id": "i2", "x": 1}])
+    assert c[DB].nokey.update_one({"_id": "i2"}, {"$set": {"a": 1}}).modified_count == 1
+    assert c[DB].nokey.delete_one({"_id": "i1"}).deleted_count == 1
+    assert c[DB].nokey.find_one_and_update({"_id": "i2"}, {"$set": {"a": 2}})["a"] == 1
+    assert list(c[DB].nokey.find({}, {"_id": 1, "a": 1})) == [{"_id": "i2", "a": 2}]
