@@ -1155,8 +1155,8 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             uint64_t ets = 0;
             shl_status_clear(st);
             if (decide_prepared(op, t, false, 0, &ets, st) != 0) {
-                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed",
-                              "error", BCON_UTF8(st->reason));
+                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed", "error",
+                              BCON_UTF8(st->reason));
                 txn_release(t);
             }
             t->state = TXN_ABORTED;

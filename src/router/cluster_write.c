@@ -47,7 +47,7 @@ typedef struct item {
     bson_t error; /* ITEM_ERROR: {code, errmsg, ...} without index */
     bool upserted;
     bson_value_t upserted_id; /* owned copy */
-    bool two_phase; /* a single write without shard key (cluster_write_wsk.c), pending */
+    bool two_phase;           /* a single write without shard key (cluster_write_wsk.c), pending */
     /* per round */
     bool in_round, round_stale, round_error, round_deferred;
 } item_t;
@@ -1065,7 +1065,6 @@ done:
     return ret;
 }
 
-
 /* ---- WouldChangeOwningShard: the document moves in a transaction ---- */
 
 static int route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t *out,
@@ -1481,9 +1480,8 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
  * write without shard key (an upsert: ShardKeyNotFound).
  */
 static int
-target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert,
-                       bool retryable, shl_router_shards_t *out, bool *two_phase,
-                       shl_status_t *st)
+target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert, bool retryable,
+                       shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
     bson_t key = BSON_INITIALIZER;
     const char *shard;
@@ -1584,8 +1582,8 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         SHL_ERR(route(route_arg, ns, true, &rr, st));
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
-            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1,
-                                                 "findAndModify", NULL, cmd, reply, st);
+            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
+                                                 NULL, cmd, reply, st);
             goto done;
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
@@ -1667,8 +1665,8 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
             bson_destroy(&pre);
             bson_destroy(&post);
-            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply,
-                              &pre, &post, &changed, st);
+            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply, &pre,
+                              &post, &changed, st);
             if (ret == 0 && !changed) {
                 fam_moved_reply(cmd, &pre, &post, reply);
                 bson_destroy(&pre);

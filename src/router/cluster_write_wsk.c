@@ -25,11 +25,11 @@
 typedef struct wsk {
     const char *db;
     const char *coll;
-    const char *kind;      /* "update", "delete" or "findAndModify" */
-    const bson_t *stmt;    /* update/delete: the statement; findAndModify: the command */
-    const bson_t *user;    /* the user's command (let, collation, bypassDocumentValidation) */
-    bson_t q;              /* the statement's filter (view) */
-    bson_t reply;          /* the write phase's reply */
+    const char *kind;   /* "update", "delete" or "findAndModify" */
+    const bson_t *stmt; /* update/delete: the statement; findAndModify: the command */
+    const bson_t *user; /* the user's command (let, collation, bypassDocumentValidation) */
+    bson_t q;           /* the statement's filter (view) */
+    bson_t reply;       /* the write phase's reply */
 } wsk_t;
 
 /* The find of the query phase for one shard. */
@@ -113,12 +113,12 @@ narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_
 }
 
 /* The write phase's command: the user's statement (or findAndModify) with filter 'nq'. */
+static void write_stmt_cmd(const wsk_t *w, const bson_t *nq, bson_t *out);
+
 static void
 write_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
 {
     bson_iter_t it;
-    bson_t arr, stmt;
-    static const char *const copy[] = {"let", "bypassDocumentValidation", NULL};
 
     bson_init(out);
     if (strcmp(w->kind, "findAndModify") == 0) {
@@ -131,8 +131,19 @@ write_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
                 bson_append_iter(out, NULL, 0, &it);
             }
         }
-        return;
+    } else {
+        write_stmt_cmd(w, nq, out);
     }
+}
+
+/* write_cmd for an update / delete statement. */
+static void
+write_stmt_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
+{
+    bson_iter_t it;
+    bson_t arr, stmt;
+    static const char *const copy[] = {"let", "bypassDocumentValidation", NULL};
+
     BSON_APPEND_UTF8(out, w->kind, w->coll);
     BSON_APPEND_ARRAY_BEGIN(out, strcmp(w->kind, "update") == 0 ? "updates" : "deletes", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
@@ -206,7 +217,7 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
             bson_t le;
             BSON_APPEND_DOCUMENT_BEGIN(&w->reply, "lastErrorObject", &le);
             BSON_APPEND_INT32(&le, "n", 0);
-            if (strcmp(w->kind, "findAndModify") == 0 && !bson_has_field(w->user, "remove")) {
+            if (!bson_has_field(w->user, "remove")) {
                 BSON_APPEND_BOOL(&le, "updatedExisting", false);
             }
             bson_append_document_end(&w->reply, &le);
@@ -221,9 +232,8 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     }
     /* _clusterWriteWithoutShardKey */
     bson_destroy(&nq);
-    narrowed_filter(&w->q, &doc, rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern
-                                               : NULL,
-                    &nq);
+    narrowed_filter(&w->q, &doc,
+                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL, &nq);
     bson_destroy(&cmd);
     write_cmd(w, &nq, &cmd);
     router_txn_internal_statement(op->txn);

@@ -140,7 +140,8 @@ router_txn_api_run(shl_op_ctx_t *op, const bson_t *user_cmd, router_txn_api_fn f
     if (op->txn != NULL) {
         /* A client transaction: its statements are the client's to retry. */
         router_txn_internal_statement(op->txn);
-        return fn(op, arg, st);
+        ret = fn(op, arg, st);
+        goto done;
     }
     if (op->has_lsid) {
         parent = op->lsid_key;
@@ -179,6 +180,7 @@ router_txn_api_run(shl_op_ctx_t *op, const bson_t *user_cmd, router_txn_api_fn f
         /* The labels were the internal transaction's, not the user's command's. */
         st->labels = 0;
     }
+done:
     return ret;
 }
 
@@ -188,12 +190,9 @@ router_txn_api_reply_error(const bson_t *reply, shl_status_t *st)
     bson_iter_t it, arr, e;
     int ret = 0;
 
-    if (!bson_iter_init_find(&it, reply, "writeErrors") || !BSON_ITER_HOLDS_ARRAY(&it) ||
-        !bson_iter_recurse(&it, &arr) || !shl_iter_next(&arr) || !BSON_ITER_HOLDS_DOCUMENT(&arr) ||
-        !bson_iter_recurse(&arr, &e)) {
-        return 0;
-    }
-    {
+    if (bson_iter_init_find(&it, reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr) && shl_iter_next(&arr) && BSON_ITER_HOLDS_DOCUMENT(&arr) &&
+        bson_iter_recurse(&arr, &e)) {
         int code = SHL_CODE_UNKNOWN_ERROR;
         const char *msg = "";
         while (shl_iter_next(&e)) {
