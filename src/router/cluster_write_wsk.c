@@ -4,7 +4,8 @@
  * findAndModify whose filter does not pin one shard runs, inside an internal transaction
  * (txn_api.h),
  *   1. _clusterQueryWithoutShardKey: a find {filter, limit: 1} on every shard the filter
- *      reaches; the first shard (in targeting order) that returns a document is chosen;
+ *      reaches; the first document by findAndModify's sort across them is chosen (no sort:
+ *      the first shard's, in targeting order);
  *   2. _clusterWriteWithoutShardKey: the user's write with its filter narrowed to that
  *      document's _id and shard key, which routes it to the one shard owning it now.
  * Both steps are statements of one transaction, so a chunk migration between them cannot make
@@ -16,6 +17,7 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "query/sort.h"
 #include "router/router_private.h"
 #include "router/txn_api.h"
 #include "router/txn_router_private.h"
@@ -193,23 +195,34 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     shl_router_shard_result_t *res = NULL;
     size_t nres = 0;
     char ns[SHL_NS_MAX + 1];
-    bson_t doc, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    shl_sort_pattern_t *sort = NULL;
     bool found = false;
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
     bson_reinit(&w->reply);
     snprintf(ns, sizeof(ns), "%s.%s", w->db, w->coll);
+    if (strcmp(w->kind, "findAndModify") == 0 && shl_bson_get_subdoc(w->user, "sort", &spec) &&
+        !bson_empty(&spec)) {
+        SHL_ERR(shl_sort_pattern_new(&spec, &sort, st));
+    }
     /* _clusterQueryWithoutShardKey */
     router_txn_internal_statement(op->txn);
     SHL_ERR(shl_router_scatter(r, op, ns, &w->q, build_query, w, &rr, &res, &nres, st));
-    for (size_t i = 0; i < nres && !found; i++) {
+    for (size_t i = 0; i < nres && !(found && sort == NULL); i++) {
+        bson_t cand;
         if (res[i].res.code != 0) {
             *st = res[i].res.status;
             ret = st->code;
             goto done;
         }
-        found = first_doc(&res[i].res.reply, &doc);
+        /* The first document by the sort across shards (none: the first shard's). */
+        if (first_doc(&res[i].res.reply, &cand) &&
+            (!found || shl_sort_doc_compare(sort, &cand, &doc) < 0)) {
+            doc = cand;
+            found = true;
+        }
     }
     if (!found) {
         /* Nothing matches: the user's write matched nothing (an empty reply). */
@@ -252,6 +265,7 @@ done:
     if (ret != 0 && router_txn_transient(ret, false, false)) {
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
+    shl_sort_pattern_destroy(sort);
     shl_router_scatter_results_free(res, nres);
     shl_router_routing_cleanup(&rr);
     bson_destroy(&nq);

@@ -267,3 +267,16 @@ def test_non_retryable_update_by_id_runs_two_phase(cl):
     assert c[DB].nokey.delete_one({"_id": "i1"}).deleted_count == 1
     assert c[DB].nokey.find_one_and_update({"_id": "i2"}, {"$set": {"a": 2}})["a"] == 1
     assert list(c[DB].nokey.find({}, {"_id": 1, "a": 1})) == [{"_id": "i2", "a": 2}]
+
+
+def test_find_and_modify_without_shard_key_follows_sort_across_shards(cl):
+    c = cl.router.client()
+    c[DB].famk.delete_many({})
+    c[DB].famk.insert_many([{"_id": 10, "x": -3, "r": 5, "g": "s"},
+                            {"_id": 11, "x": 3, "r": 1, "g": "s"},
+                            {"_id": 12, "x": 4, "r": 9, "g": "s"}])
+    doc = c[DB].famk.find_one_and_update({"g": "s"}, {"$set": {"picked": 1}}, sort=[("r", 1)])
+    assert doc["_id"] == 11
+    doc = c[DB].famk.find_one_and_delete({"g": "s"}, sort=[("r", -1)])
+    assert doc["_id"] == 12
+    assert sorted(d["_id"] for d in c[DB].famk.find({"g": "s"})) == [10, 11]
