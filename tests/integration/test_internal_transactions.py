@@ -280,3 +280,61 @@ def test_find_and_modify_without_shard_key_follows_sort_across_shards(cl):
     doc = c[DB].famk.find_one_and_delete({"g": "s"}, sort=[("r", -1)])
     assert doc["_id"] == 12
     assert sorted(d["_id"] for d in c[DB].famk.find({"g": "s"})) == [10, 11]
+
+
+def test_concurrent_writes_without_shard_key_lose_no_update(cl):
+    """Several clients increment the one matching document without its shard key: write
+    conflicts between their internal transactions are retried, every increment lands once."""
+    import threading
+    c = cl.router.client()
+    c[DB].nokey.delete_many({})
+    c[DB].nokey.insert_many([{"_id": "c1", "x": 7, "g": "c", "n": 0},
+                             {"_id": "c2", "x": -7, "g": "other"}])
+    errors = []
+
+    def worker(retryable):
+        cli = cl.router.client(retryWrites=retryable)
+        try:
+            for _ in range(20):
+                res = cli[DB].nokey.update_one({"g": "c"}, {"$inc": {"n": 1}})
+                assert res.modified_count == 1
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert c[DB].nokey.find_one({"_id": "c1"})["n"] == 80
+
+
+def test_concurrent_moves_keep_exactly_one_copy(cl):
+    """Two clients keep moving the same document between the shards (and counting): it is
+    never duplicated or lost, and every counted update applied once."""
+    import threading
+    c = cl.router.client()
+    c[DB].moves.delete_many({"_id": "cm"})
+    c[DB].moves.insert_one({"_id": "cm", "x": -1, "n": 0})
+    errors = []
+
+    def worker(sign):
+        cli = cl.router.client()
+        try:
+            for i in range(15):
+                res = cli[DB].moves.update_one({"_id": "cm"},
+                                               {"$set": {"x": sign * (i + 1)}, "$inc": {"n": 1}})
+                assert res.matched_count == 1
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, -1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    copies = [d for i in range(2) for d in cl.shard_client(i)[DB].moves.find({"_id": "cm"})]
+    assert len(copies) == 1
+    assert copies[0]["n"] == 30
