@@ -953,6 +953,12 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
     uint64_t ts = 0;
     int ret = 0;
 
+    if (commit) {
+        /* The durable timestamp (the decision entry's) may not be below the coordinator's
+         * commit timestamp, which another participant's prepare may have set past this
+         * node's clock. */
+        shl_storage_clock_advance(t->reg->eng, commit_ts);
+    }
     SHL_ERR(shl_storage_txn_reserve(t->stxn, &ts, st));
     SHL_ERR(shl_storage_write_replayed(t->reg->eng, ts, decision_unit_fn, &u, st));
     *entry_ts = ts;

@@ -49,6 +49,7 @@ typedef struct item {
     bool upserted;
     bson_value_t upserted_id; /* owned copy */
     bool two_phase;           /* a single write without shard key (cluster_write_wsk.c), pending */
+    bool id_first; /* ...a retryable exact _id match: broadcast first, two-phase if it missed */
     /* per round */
     bool in_round, round_stale, round_error, round_deferred;
 } item_t;
@@ -73,6 +74,9 @@ typedef struct write_op {
     int32_t *stmt_ids; /* statement i's id: the client's stmtIds[i], else (stmtId or 0) + i */
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
+    bool ids_broadcast; /* a retryable exact _id match is only broadcast (run_id_broadcast) */
+    router_route_fn route;
+    void *route_arg;
     bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
     shl_status_t shutdown_status;
 } write_op_t;
@@ -268,6 +272,10 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     if (upsert) {
         bson_destroy(&key);
         if (!shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), &q, &key)) {
+            if (!multi) {
+                *two_phase = true; /* MongoDB 7.0: upserted by the two-phase protocol */
+                goto done;
+            }
             SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
                      "Failed to target upsert by query :: could not extract exact shard key");
         }
@@ -380,6 +388,12 @@ done:
     return ret;
 }
 
+static bool
+is_upsert_stmt(const bson_t *stmt)
+{
+    return get_bool(stmt, "upsert", false);
+}
+
 static int
 target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
             shl_router_shards_t *out, shl_status_t *st)
@@ -401,13 +415,17 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
         break;
     }
     if (it->two_phase && op->retryable) {
-        /* A retryable write's exact _id match is broadcast (MongoDB 7.0): each shard answers
-         * a retry of it from its own history, which an internal transaction does not write
-         * yet (docs/design/transactions.md "Internal transactions"). */
+        /* A retryable write's exact _id match is broadcast first (MongoDB 7.0): each shard
+         * answers a retry of it from its own history, which an internal transaction does not
+         * write yet; only when it matched nothing (a migration's commit can hide the
+         * document from a broadcast) it runs two-phase (docs/design/transactions.md). */
         bson_t q;
-        if (get_doc(&it->doc, "q", &q) && is_exact_id_query(&q)) {
-            it->two_phase = false;
-            shl_router_target_filter(rr, &q, out);
+        if (get_doc(&it->doc, "q", &q) && is_exact_id_query(&q) && !is_upsert_stmt(&it->doc)) {
+            it->id_first = !op->ids_broadcast;
+            if (op->ids_broadcast) {
+                it->two_phase = false;
+                shl_router_target_filter(rr, &q, out);
+            }
         }
     }
 done:
@@ -1230,6 +1248,74 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
     return again;
 }
 
+static int run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
+                                router_route_fn route, void *route_arg, bool ids_broadcast,
+                                bson_t *reply, shl_status_t *st);
+
+/*
+ * A retryable write's exact _id statement 'i' sent alone as a broadcast with its stmtId.
+ * Returns true when it is settled (it matched, was answered from a shard's history, or
+ * failed); false: it matched nothing, the two-phase protocol is to run.
+ */
+static bool
+run_id_broadcast(shl_op_ctx_t *opctx, write_op_t *op, size_t i)
+{
+    static const char *const copy[] = {"let", "bypassDocumentValidation", "writeConcern", NULL};
+    item_t *it = &op->items[i];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, e;
+    bson_iter_t f, a;
+    shl_status_t bst = SHL_STATUS_INIT;
+    bool settled = true;
+    int64_t n = 0;
+
+    BSON_APPEND_UTF8(&cmd, kind_cmd(op->kind), op->coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, kind_field(op->kind), &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &it->doc);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "stmtIds", &arr);
+    BSON_APPEND_INT32(&arr, "0", op->stmt_ids[i]);
+    bson_append_array_end(&cmd, &arr);
+    for (size_t k = 0; copy[k] != NULL; k++) {
+        if (bson_iter_init_find(&f, op->user_cmd, copy[k])) {
+            bson_append_iter(&cmd, NULL, 0, &f);
+        }
+    }
+    bson_destroy(&reply);
+    if (run_write_command_ex(opctx, &cmd, op->kind, op->route, op->route_arg, true, &reply, &bst) !=
+        0) {
+        item_set_error(it, &bst);
+    } else if (bson_iter_init_find(&f, &reply, "writeErrors") && bson_iter_recurse(&f, &a) &&
+               bson_iter_next(&a) && BSON_ITER_HOLDS_DOCUMENT(&a) && bson_iter_recurse(&a, &f)) {
+        bson_init(&e);
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "index") != 0) {
+                bson_append_iter(&e, NULL, 0, &f);
+            }
+        }
+        bson_destroy(&it->error);
+        bson_steal(&it->error, &e);
+        it->state = ITEM_ERROR;
+    } else {
+        if (bson_iter_init_find(&f, &reply, "n")) {
+            n = bson_iter_as_int64(&f);
+        }
+        settled = n > 0 || bson_has_field(&reply, "retriedStmtIds");
+        if (settled) {
+            it->state = ITEM_DONE;
+            op->n_total += n;
+            if (bson_iter_init_find(&f, &reply, "nModified")) {
+                op->n_modified += bson_iter_as_int64(&f);
+            }
+            if (bson_has_field(&reply, "retriedStmtIds")) {
+                add_retried(op, op->stmt_ids[i]);
+            }
+        }
+    }
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return settled;
+}
+
 /*
  * After a round of run_write: run the pending single writes without shard key, each in its
  * own internal transaction (ordered: only when it is the next statement). Returns whether
@@ -1256,6 +1342,14 @@ run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
         }
         it->two_phase = false;
         ran = true;
+        if (it->id_first && run_id_broadcast(opctx, op, i)) {
+            it->id_first = false;
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        it->id_first = false;
         if (router_write_without_shard_key(opctx, op->coll, kind_cmd(op->kind), &it->doc,
                                            op->user_cmd, &reply, &wst) != 0) {
             item_set_error(it, &wst);
@@ -1266,6 +1360,10 @@ run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
             }
             if (bson_iter_init_find(&f, &reply, "nModified")) {
                 op->n_modified += bson_iter_as_int64(&f);
+            }
+            if (bson_iter_init(&f, &reply) && bson_iter_find_descendant(&f, "upserted.0._id", &f)) {
+                it->upserted = true;
+                bson_value_copy(bson_iter_value(&f), &it->upserted_id);
             }
         }
         bson_destroy(&reply);
@@ -1380,14 +1478,18 @@ route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t
 }
 
 static int
-run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, router_route_fn route,
-                  void *route_arg, bson_t *reply, shl_status_t *st)
+run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
+                     router_route_fn route, void *route_arg, bool ids_broadcast, bson_t *reply,
+                     shl_status_t *st)
 {
     write_op_t op;
     bool create_db = kind != KIND_DELETE;
     int ret = 0;
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
+    op.ids_broadcast = ids_broadcast;
+    op.route = route;
+    op.route_arg = route_arg;
     ret = run_write(opctx, &op, create_db, route, route_arg, st);
     for (size_t moves = 0; ret == 0 && moves < 4 * op.n + 100; moves++) {
         bool again = handle_wcos_items(opctx, &op);
@@ -1420,6 +1522,13 @@ run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, rou
 done:
     write_op_cleanup(&op);
     return ret;
+}
+
+static int
+run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, router_route_fn route,
+                  void *route_arg, bson_t *reply, shl_status_t *st)
+{
+    return run_write_command_ex(opctx, cmd, kind, route, route_arg, false, reply, st);
 }
 
 int
@@ -1531,6 +1640,22 @@ fam_moved_reply(const bson_t *cmd, const bson_t *pre, const bson_t *post, bson_t
     if (have_projected) {
         bson_destroy(&projected);
     }
+}
+
+/* Whether any shard's findAndModify reply says it matched (lastErrorObject.n > 0). */
+static bool
+fam_matched(const shl_fanout_result_t *fres, size_t n)
+{
+    bool matched = false;
+
+    for (size_t i = 0; i < n && !matched; i++) {
+        bson_iter_t le, f;
+        matched = fres[i].code == 0 &&
+                  bson_iter_init_find(&le, &fres[i].reply, "lastErrorObject") &&
+                  BSON_ITER_HOLDS_DOCUMENT(&le) && bson_iter_recurse(&le, &f) &&
+                  bson_iter_find(&f, "n") && bson_iter_as_int64(&f) > 0;
+    }
+    return matched;
 }
 
 int
@@ -1680,6 +1805,13 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             *st = fres[first_err].status;
             st->labels = 0;
             ret = st->code;
+            goto done;
+        }
+        if (targets.n > 1 && !upsert && !fam_matched(fres, targets.n)) {
+            /* A retryable exact _id match that matched nothing on any shard: a migration's
+             * commit can hide the document from a broadcast, so it runs two-phase. */
+            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
+                                                 NULL, cmd, reply, st);
             goto done;
         }
         if (hit != SIZE_MAX) {

@@ -17,7 +17,9 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "query/matcher.h"
 #include "query/sort.h"
+#include "query/update.h"
 #include "router/router_private.h"
 #include "router/txn_api.h"
 #include "router/txn_router_private.h"
@@ -153,6 +155,9 @@ write_stmt_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
     while (shl_iter_next(&it)) {
         if (strcmp(shl_iter_key(&it), "q") == 0) {
             BSON_APPEND_DOCUMENT(&stmt, "q", nq);
+        } else if (strcmp(shl_iter_key(&it), "upsert") == 0) {
+            /* The document exists: should it vanish, the attempt runs again and upserts. */
+            BSON_APPEND_BOOL(&stmt, "upsert", false);
         } else {
             bson_append_iter(&stmt, NULL, 0, &it);
         }
@@ -183,6 +188,70 @@ reply_n(const wsk_t *w, const bson_t *reply)
                    BSON_ITER_HOLDS_NUMBER(&it)
                ? bson_iter_as_int64(&it)
                : 0;
+}
+
+static bool
+is_upsert(const bson_t *stmt)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, stmt, "upsert") && bson_iter_as_bool(&it);
+}
+
+/*
+ * Nothing matched an upsert: the document it inserts (the filter's equality fields, then the
+ * update applied as an insert) goes to its owner; the reply is the update's {n: 1,
+ * nModified: 0, upserted: [{index: 0, _id}]}.
+ */
+static int
+upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
+{
+    shl_update_t *u = NULL;
+    shl_matcher_t *m = NULL;
+    shl_update_ctx_t uctx;
+    bson_t doc = BSON_INITIALIZER, filters, ins = BSON_INITIALIZER, arr, up, reply;
+    bson_iter_t it, id;
+    int ret = 0;
+
+    memset(&uctx, 0, sizeof(uctx));
+    uctx.is_insert = true;
+    uctx.vars = NULL;
+    bson_init(&reply);
+    if (!bson_iter_init_find(&it, w->stmt, "u")) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "update statement without 'u'");
+    }
+    SHL_ERR(shl_update_new(bson_iter_value(&it),
+                           shl_bson_get_subdoc(w->stmt, "arrayFilters", &filters) ? &filters : NULL,
+                           &u, st));
+    SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT, &m, st));
+    bson_destroy(&doc);
+    SHL_ERR(shl_update_upsert_doc(u, m, &uctx, &doc, st));
+    BSON_APPEND_UTF8(&ins, "insert", w->coll);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &doc);
+    bson_append_array_end(&ins, &arr);
+    if (bson_iter_init_find(&it, w->user, "bypassDocumentValidation")) {
+        bson_append_iter(&ins, NULL, 0, &it);
+    }
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_write_run(op, &ins, route, shl_router_get(op), &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+    BSON_APPEND_INT32(&w->reply, "n", 1);
+    BSON_APPEND_INT32(&w->reply, "nModified", 0);
+    BSON_APPEND_ARRAY_BEGIN(&w->reply, "upserted", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &up);
+    BSON_APPEND_INT32(&up, "index", 0);
+    if (bson_iter_init_find(&id, &doc, "_id")) {
+        bson_append_iter(&up, "_id", 3, &id);
+    }
+    bson_append_document_end(&arr, &up);
+    bson_append_array_end(&w->reply, &arr);
+done:
+    shl_update_destroy(u);
+    shl_matcher_destroy(m);
+    bson_destroy(&doc);
+    bson_destroy(&ins);
+    bson_destroy(&reply);
+    return ret;
 }
 
 /* One attempt: the query phase, then the write phase on the chosen document. */
@@ -223,6 +292,10 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
             doc = cand;
             found = true;
         }
+    }
+    if (!found && strcmp(w->kind, "update") == 0 && is_upsert(w->stmt)) {
+        ret = upsert_new(op, w, st);
+        goto done;
     }
     if (!found) {
         /* Nothing matches: the user's write matched nothing (an empty reply). */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "net/service_context.h"
@@ -175,6 +176,9 @@ router_txn_api_run(shl_op_ctx_t *op, const bson_t *user_cmd, router_txn_api_fn f
         }
         SHL_LOG_DEBUG(1, TXN, 5918601, "Retrying an internal transaction", "txnNumber",
                       BCON_INT64(txn_number), "error", BCON_UTF8(st->reason));
+        /* A conflicting transaction (a prepared one above all) needs time to finish: back off
+         * a little more each attempt (at most 20 ms; 120 attempts stay within ~2 s). */
+        shl_sleep_ms(attempts < 20 ? attempts : 20);
     }
     if (ret != 0) {
         /* The labels were the internal transaction's, not the user's command's. */

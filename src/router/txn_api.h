@@ -14,7 +14,8 @@
  *
  * Retries (as MongoDB's TransactionWithRetries, at most ROUTER_TXN_API_MAX_RETRIES attempts,
  * bounded by the operation's interruption / maxTimeMS): an attempt whose callback or commit
- * fails with a transient transaction error (router_txn_transient) is aborted and run again;
+ * fails with a transient transaction error (router_txn_transient) is aborted and run again
+ * after a short backoff (n ms before attempt n + 1, at most 20);
  * a commit failing with UnknownTransactionCommitResult is retried as a commit. Any other
  * error aborts the transaction and is returned.
  *
