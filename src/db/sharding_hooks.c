@@ -112,7 +112,21 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
         db_uwb_check(op, ns, st) != 0) {
         return st->code;
     }
+    if (access == SHL_DB_SHARD_WRITE && op->txn != NULL && op->has_shard_version) {
+        /* Noted before the version check lets the write in, so a migration that enters
+         * its critical section after the check finds the transaction. */
+        db_txn_note_versioned_write(op, ns);
+    }
     return db_sharding_check_versions(op, ns, access, filter, st);
+}
+
+int
+shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
+                        shl_status_t *st)
+{
+    db_node_t *node = db_node(op);
+
+    return node == NULL ? 0 : db_txn_wait_writers(node->txns, op, ns, unprepared_max_ms, st);
 }
 
 int

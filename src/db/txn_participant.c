@@ -57,6 +57,10 @@ struct db_txn {
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
     /* Guarded by reg->mu. */
+    /* Namespaces its statements wrote under a shard version: a migration of one waits for
+     * the transaction to end (db_txn_wait_writers). */
+    char **wrote_ns;
+    size_t nwrote;
     bool active; /* a statement is running */
     bool listed;
     struct db_txn *prev, *next;
@@ -93,7 +97,8 @@ struct db_txn_registry {
     shl_storage_engine_t *eng;
     const db_node_t *node;          /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
-    pthread_mutex_t mu;             /* guards the list and each txn's 'active' */
+    pthread_mutex_t mu;             /* guards the list and each txn's 'active', 'wrote_ns' */
+    pthread_cond_t ended;           /* a transaction left the list (with mu) */
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
 };
@@ -107,6 +112,7 @@ db_txn_registry_new(shl_storage_engine_t *eng)
 
     reg->eng = eng;
     pthread_mutex_init(&reg->mu, NULL);
+    pthread_cond_init(&reg->ended, NULL);
     return reg;
 }
 
@@ -139,7 +145,97 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
         }
         t->listed = false;
     }
+    for (size_t i = 0; i < t->nwrote; i++) {
+        bson_free(t->wrote_ns[i]);
+    }
+    bson_free(t->wrote_ns);
+    t->wrote_ns = NULL;
+    t->nwrote = 0;
+    pthread_cond_broadcast(&reg->ended);
     pthread_mutex_unlock(&reg->mu);
+}
+
+/* Remember that 't' wrote 'ns' (once). */
+static void
+add_wrote_ns(db_txn_t *t, const char *ns)
+{
+    pthread_mutex_lock(&t->reg->mu);
+    for (size_t i = 0; i < t->nwrote; i++) {
+        if (strcmp(t->wrote_ns[i], ns) == 0) {
+            pthread_mutex_unlock(&t->reg->mu);
+            return;
+        }
+    }
+    t->wrote_ns = bson_realloc(t->wrote_ns, (t->nwrote + 1) * sizeof(*t->wrote_ns));
+    t->wrote_ns[t->nwrote++] = bson_strdup(ns);
+    pthread_mutex_unlock(&t->reg->mu);
+}
+
+void
+db_txn_note_versioned_write(const shl_op_ctx_t *op, const char *ns)
+{
+    if (op->txn != NULL) {
+        add_wrote_ns(op->txn, ns);
+    }
+}
+
+/* Count the open transactions that wrote 'ns', prepared and not (reg->mu held). */
+static void
+count_writers_locked(db_txn_registry_t *reg, const char *ns, int *prepared, int *unprepared)
+{
+    *prepared = *unprepared = 0;
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        for (size_t i = 0; i < t->nwrote; i++) {
+            if (strcmp(t->wrote_ns[i], ns) == 0) {
+                if (t->state == TXN_PREPARED) {
+                    (*prepared)++;
+                } else if (t->state == TXN_IN_PROGRESS) {
+                    (*unprepared)++;
+                }
+                break;
+            }
+        }
+    }
+}
+
+int
+db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
+                    int64_t unprepared_max_ms, shl_status_t *st)
+{
+    int ret = 0;
+    int prepared = 0, unprepared = 0;
+    int64_t start_us = shl_clock_mono_us();
+    bool logged = false;
+
+    if (reg == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (;;) {
+        count_writers_locked(reg, ns, &prepared, &unprepared);
+        if (prepared == 0 && unprepared == 0) {
+            break;
+        }
+        if (unprepared > 0 && shl_clock_mono_us() - start_us >= unprepared_max_ms * 1000) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Timed out after %lld ms waiting for %d open transaction(s) "
+                                 "that wrote %s to end",
+                                 (long long)unprepared_max_ms, unprepared, ns);
+            break;
+        }
+        if (!logged) {
+            logged = true;
+            SHL_LOG_INFO(TXN, 5100307, "waiting for transactions that wrote the namespace",
+                         "ns", BCON_UTF8(ns), "prepared", BCON_INT32(prepared), "inProgress",
+                         BCON_INT32(unprepared));
+        }
+        if (op != NULL && (ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu, 20);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
 }
 
 static db_node_t *node_of(const shl_op_ctx_t *op);
@@ -317,6 +413,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
         bson_free(r);
     }
     pthread_mutex_destroy(&reg->mu);
+    pthread_cond_destroy(&reg->ended);
     bson_free(reg);
 }
 
@@ -1380,6 +1477,19 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
         if (ret == 0) {
             shl_storage_txn_set_multi(t->stxn, true);
             ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+        }
+        if (ret == 0) {
+            /* Every namespace it wrote: a migration waits for its decision (the writes it
+             * observed before the crash are forgotten, so its commit reports none). */
+            bson_iter_t it, f;
+            if (bson_iter_init(&it, &r->ops)) {
+                while (bson_iter_next(&it)) {
+                    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
+                        bson_iter_find(&f, "ns") && BSON_ITER_HOLDS_UTF8(&f)) {
+                        add_wrote_ns(t, bson_iter_utf8(&f, NULL));
+                    }
+                }
+            }
         }
         if (ret == 0) {
             /* The pin recovery took passes to the transaction. */

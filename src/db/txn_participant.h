@@ -91,6 +91,23 @@ void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 
+/*
+ * db_txn_note_versioned_write --
+ *     The operation's transaction (none: nothing) is about to write 'ns' under a shard
+ *     version: until it ends, db_txn_wait_writers for 'ns' waits for it. Takes reg->mu.
+ */
+void db_txn_note_versioned_write(const shl_op_ctx_t *op, const char *ns);
+
+/*
+ * db_txn_wait_writers --
+ *     Block until no open transaction that wrote 'ns' (db_txn_note_versioned_write) is left,
+ *     as a migration donor's collection lock waits for the transactions holding it: prepared
+ *     ones until their decision, in-progress ones at most 'unprepared_max_ms' (then
+ *     LockTimeout). Interruptible through 'op' (may be NULL). Takes reg->mu.
+ */
+int db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
+                        int64_t unprepared_max_ms, shl_status_t *st);
+
 /* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 
