@@ -112,11 +112,6 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
         db_uwb_check(op, ns, st) != 0) {
         return st->code;
     }
-    if (access == SHL_DB_SHARD_WRITE && op->txn != NULL && op->has_shard_version) {
-        /* Noted before the version check lets the write in, so a migration that enters
-         * its critical section after the check finds the transaction. */
-        db_txn_note_versioned_write(op, ns);
-    }
     return db_sharding_check_versions(op, ns, access, filter, st);
 }
 
@@ -139,6 +134,11 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
     if (node == NULL || node->sharding.check == NULL ||
         (!op->has_shard_version && !op->has_database_version)) {
         return 0;
+    }
+    if (access == SHL_DB_SHARD_WRITE && op->txn != NULL && op->has_shard_version) {
+        /* Noted before the version check lets the write in, so a migration that enters
+         * its critical section after the check finds the transaction. */
+        db_txn_note_versioned_write(op, ns);
     }
     return node->sharding.check(node->sharding.arg, op, ns, access, filter, st);
 }

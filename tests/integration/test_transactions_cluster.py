@@ -1,0 +1,132 @@
+"""Transactions and the rest of the cluster (issue 15 item 6) on a 2-shard cluster, through the
+router with pymongo: a migration waits for a prepared transaction that wrote its collection and
+then moves the committed data; an open transaction's statement inside the critical section
+fails with a transient error instead of waiting; killSessions through the router ends the
+router's and the shards' transaction state (docs/design/transactions.md)."""
+import pytest
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import Background, fail_point, logged, module_cluster, wait_until
+
+DB = "txc"
+
+
+@pytest.fixture(scope="module")
+def cl(request):
+    with module_cluster(request, shards=2) as c:
+        r = c.router.client()
+        r.admin.command("enableSharding", DB, primaryShard="shard0")
+        yield c
+
+
+def sharded(cl, name):
+    """DB.name sharded on x: [MinKey, 0) and [0, 100) on shard0, [100, MaxKey) on shard1;
+    documents x = -1, 50, 150 with bal 100."""
+    r = cl.router.client()
+    ns = "%s.%s" % (DB, name)
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("split", ns, middle={"x": 0})
+    r.admin.command("split", ns, middle={"x": 100})
+    r.admin.command("moveChunk", ns, find={"x": 100}, to="shard1")
+    coll = r[DB][name]
+    coll.insert_many([{"_id": x, "x": x, "bal": 100} for x in (-1, 50, 150)])
+    return coll
+
+
+def hold(client, name, data):
+    """Switch fail point 'name' on with 'data'; returns wait() for the next time it is hit."""
+    entered = fail_point(client, name, "alwaysOn", data)["count"]
+
+    def wait(timeout=30.0):
+        wait_until(lambda: fail_point(client, name, "alwaysOn", data)["count"] > entered,
+                   timeout=timeout, what="fail point %s" % name)
+    return wait
+
+
+def move(cl, ns, x, to):
+    return lambda: cl.router.client().admin.command("moveChunk", ns, find={"x": x}, to=to)
+
+
+def test_migration_waits_for_prepared_transaction(cl):
+    coll = sharded(cl, "prep")
+    ns = coll.full_name
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)   # shard0: coordinator
+    coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)   # shard1
+    coord = cl.shard_client(0)
+    data = {"type": "TransactionCoordinator", "phase": "writingDecision"}
+    wait = hold(coord, "hangBeforeCoordinatorPhase", data)
+    commit = Background(s.commit_transaction)
+    mover = None
+    try:
+        wait()  # both participants are prepared
+        mover = Background(move(cl, ns, 50, "shard1"))
+        # The donor waits for the prepared transaction before it captures writes.
+        wait_until(lambda: logged(cl.shards[0], 5100307, ns=ns, prepared=1),
+                   what="the donor to wait for the prepared transaction")
+        assert mover.is_alive() and commit.is_alive()
+    finally:
+        fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+    commit.join(60)
+    assert commit.done, commit.error
+    mover.join(60)
+    assert mover.done, mover.error
+    s.end_session()
+    # The committed balances, the moved document on the recipient with its new balance.
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 90, 150: 110}
+    assert cl.shard_client(1)[DB].prep.find_one({"_id": 50})["bal"] == 90
+    assert cl.shard_client(1)[DB].prep.find_one({"_id": 150})["bal"] == 110
+    for i in range(2):
+        assert cl.shard_client(i).config.transaction_coordinators.count_documents({}) == 0
+
+
+def test_open_transaction_statement_in_migration_is_transient(cl):
+    coll = sharded(cl, "open")
+    ns = coll.full_name
+    c = coll.database.client
+    donor = cl.shard_client(0)
+    donor.admin.command("setParameter", 1, migrationLockAcquisitionMaxWaitMS=30000)
+    try:
+        s = c.start_session()
+        s.start_transaction()
+        coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)
+        mover = Background(move(cl, ns, 50, "shard1"))
+        wait_until(lambda: logged(cl.shards[0], 5100307, ns=ns, inProgress=1),
+                   what="the donor to wait for the open transaction")
+        # Its next statement does not wait for the critical section: StaleConfig, which the
+        # router cannot retry inside the transaction -- a transient error, and the shard
+        # aborts the transaction, so the migration goes on.
+        with pytest.raises(OperationFailure) as e:
+            coll.update_one({"x": -1}, {"$inc": {"bal": 10}}, session=s)
+        assert e.value.has_error_label("TransientTransactionError"), e.value.details
+        with pytest.raises(OperationFailure):
+            s.commit_transaction()
+        s.end_session()
+        mover.join(60)
+        assert mover.done, mover.error
+    finally:
+        donor.admin.command("setParameter", 1, migrationLockAcquisitionMaxWaitMS=500)
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 100, 150: 100}
+    assert cl.shard_client(1)[DB].open.find_one({"_id": 50})["bal"] == 100
+
+
+def test_migration_gives_up_on_an_idle_transaction_with_lock_timeout(cl):
+    coll = sharded(cl, "idle")
+    ns = coll.full_name
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)
+    with pytest.raises(OperationFailure) as e:
+        move(cl, ns, 50, "shard1")()
+    assert "LockTimeout" in str(e.value) or e.value.code == 24, e.value.details
+    # The transaction is untouched and commits; the chunk stayed.
+    s.commit_transaction()
+    s.end_session()
+    assert coll.find_one({"x": 50})["bal"] == 90
+    assert cl.shard_client(0)[DB].idle.find_one({"_id": 50})["bal"] == 90
+    # Without a transaction in the way, the migration succeeds.
+    move(cl, ns, 50, "shard1")()
+    assert cl.shard_client(1)[DB].idle.find_one({"_id": 50})["bal"] == 90
