@@ -130,3 +130,50 @@ def test_migration_gives_up_on_an_idle_transaction_with_lock_timeout(cl):
     # Without a transaction in the way, the migration succeeds.
     move(cl, ns, 50, "shard1")()
     assert cl.shard_client(1)[DB].idle.find_one({"_id": 50})["bal"] == 90
+
+
+def open_transactions(cl):
+    return sum(cl.shard_client(i).admin.command("serverStatus")["transactions"]["currentOpen"]
+               for i in range(2))
+
+
+def test_kill_sessions_ends_the_transaction_on_router_and_shards(cl):
+    coll = sharded(cl, "kill")
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    assert coll.find_one({"x": -1}, session=s)["bal"] == 100      # shard0, read only
+    coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)  # shard0 writes
+    assert open_transactions(cl) == 1
+    c.admin.command("killSessions", [s.session_id])
+    wait_until(lambda: open_transactions(cl) == 0, what="the shards to abort")
+    # The next statement -- here to a shard the transaction has not reached yet, which
+    # would otherwise start there afresh -- finds no transaction.
+    with pytest.raises(OperationFailure) as e:
+        coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)
+    assert e.value.code == 251, e.value.details
+    assert e.value.has_error_label("TransientTransactionError")
+    s.abort_transaction()
+    assert open_transactions(cl) == 0
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 100, 150: 100}
+    # The session goes on with a new transaction.
+    s.start_transaction()
+    coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)
+    s.commit_transaction()
+    s.end_session()
+    assert coll.find_one({"x": 150})["bal"] == 110
+
+
+def test_kill_sessions_then_commit_is_no_such_transaction(cl):
+    coll = sharded(cl, "killc")
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)
+    coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)
+    c.admin.command("killSessions", [s.session_id])
+    with pytest.raises(OperationFailure) as e:
+        s.commit_transaction()
+    assert e.value.code == 251, e.value.details
+    s.end_session()
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 100, 150: 100}
