@@ -131,14 +131,18 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if (op->txn != NULL) {
+        /* Noted before the version check lets a write in, so a migration that enters its
+         * critical section after the check finds the transaction. */
+        int ret = db_txn_note_access(op, ns, access != SHL_DB_SHARD_READ &&
+                                                 access != SHL_DB_SHARD_CATALOG, st);
+        if (ret != 0) {
+            return ret;
+        }
+    }
     if (node == NULL || node->sharding.check == NULL ||
         (!op->has_shard_version && !op->has_database_version)) {
         return 0;
-    }
-    if (access == SHL_DB_SHARD_WRITE && op->txn != NULL && op->has_shard_version) {
-        /* Noted before the version check lets the write in, so a migration that enters
-         * its critical section after the check finds the transaction. */
-        db_txn_note_versioned_write(op, ns);
     }
     return node->sharding.check(node->sharding.arg, op, ns, access, filter, st);
 }

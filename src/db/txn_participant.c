@@ -31,6 +31,11 @@ typedef enum txn_state {
     TXN_ABORTED,
 } txn_state_t;
 
+typedef struct txn_ns {
+    char *ns;
+    bool wrote;
+} txn_ns_t;
+
 struct db_txn {
     db_txn_registry_t *reg;
     db_session_t *session; /* the session that owns it (its txn slot points here) */
@@ -57,10 +62,10 @@ struct db_txn {
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
     /* Guarded by reg->mu. */
-    /* Namespaces its statements wrote under a shard version: a migration of one waits for
-     * the transaction to end (db_txn_wait_writers). */
-    char **wrote_ns;
-    size_t nwrote;
+    /* Namespaces its statements used (db_txn_note_access): a DDL operation on one waits for
+     * the transaction to end, a migration if it wrote one (db_txn_wait_writers). */
+    txn_ns_t *nss;
+    size_t nns;
     bool active; /* a statement is running */
     bool listed;
     struct db_txn *prev, *next;
@@ -97,8 +102,13 @@ struct db_txn_registry {
     shl_storage_engine_t *eng;
     const db_node_t *node;          /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
-    pthread_mutex_t mu;             /* guards the list and each txn's 'active', 'wrote_ns' */
-    pthread_cond_t ended;           /* a transaction left the list (with mu) */
+    pthread_mutex_t mu;             /* guards the list, 'ddls' and each txn's 'active', 'nss' */
+    pthread_cond_t ended;           /* a transaction left the list or a DDL ended (with mu) */
+    struct {
+        char *ns;
+        bool db_wide;
+    } * ddls; /* DDL operations waiting for the transactions that use their namespaces */
+    size_t nddls;
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
 };
@@ -145,48 +155,122 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
         }
         t->listed = false;
     }
-    for (size_t i = 0; i < t->nwrote; i++) {
-        bson_free(t->wrote_ns[i]);
+    for (size_t i = 0; i < t->nns; i++) {
+        bson_free(t->nss[i].ns);
     }
-    bson_free(t->wrote_ns);
-    t->wrote_ns = NULL;
-    t->nwrote = 0;
+    bson_free(t->nss);
+    t->nss = NULL;
+    t->nns = 0;
     pthread_cond_broadcast(&reg->ended);
     pthread_mutex_unlock(&reg->mu);
 }
 
-/* Remember that 't' wrote 'ns' (once). */
-static void
-add_wrote_ns(db_txn_t *t, const char *ns)
+/* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
+static bool
+ns_covers(const char *target, bool db_wide, const char *ns)
 {
-    pthread_mutex_lock(&t->reg->mu);
-    for (size_t i = 0; i < t->nwrote; i++) {
-        if (strcmp(t->wrote_ns[i], ns) == 0) {
-            pthread_mutex_unlock(&t->reg->mu);
-            return;
+    size_t n = strlen(target);
+
+    return db_wide ? strncmp(ns, target, n) == 0 && ns[n] == '.' : strcmp(ns, target) == 0;
+}
+
+/* The entry of 't' for 'ns' (reg->mu held), or NULL. */
+static txn_ns_t *
+find_ns_locked(db_txn_t *t, const char *ns)
+{
+    for (size_t i = 0; i < t->nns; i++) {
+        if (strcmp(t->nss[i].ns, ns) == 0) {
+            return &t->nss[i];
         }
     }
-    t->wrote_ns = bson_realloc(t->wrote_ns, (t->nwrote + 1) * sizeof(*t->wrote_ns));
-    t->wrote_ns[t->nwrote++] = bson_strdup(ns);
+    return NULL;
+}
+
+/* Remember that 't' used 'ns' (and wrote it) (reg->mu held). */
+static void
+add_ns_locked(db_txn_t *t, const char *ns, bool wrote)
+{
+    txn_ns_t *e = find_ns_locked(t, ns);
+
+    if (e == NULL) {
+        t->nss = bson_realloc(t->nss, (t->nns + 1) * sizeof(*t->nss));
+        e = &t->nss[t->nns++];
+        e->ns = bson_strdup(ns);
+        e->wrote = false;
+    }
+    e->wrote = e->wrote || wrote;
+}
+
+static void
+add_ns(db_txn_t *t, const char *ns, bool wrote)
+{
+    pthread_mutex_lock(&t->reg->mu);
+    add_ns_locked(t, ns, wrote);
     pthread_mutex_unlock(&t->reg->mu);
 }
 
-void
-db_txn_note_versioned_write(const shl_op_ctx_t *op, const char *ns)
+/* A DDL operation waiting for the transactions that used 'ns' covers it (reg->mu held). */
+static bool
+ddl_pending_locked(const db_txn_registry_t *reg, const char *ns)
 {
-    if (op->txn != NULL) {
-        add_wrote_ns(op->txn, ns);
+    for (size_t i = 0; i < reg->nddls; i++) {
+        if (ns_covers(reg->ddls[i].ns, reg->ddls[i].db_wide, ns)) {
+            return true;
+        }
     }
+    return false;
 }
 
-/* Count the open transactions that wrote 'ns', prepared and not (reg->mu held). */
+int
+db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_status_t *st)
+{
+    db_txn_t *t = op->txn;
+    db_txn_registry_t *reg;
+    int ret = 0;
+    int64_t limit_ms, deadline_us;
+
+    if (t == NULL) {
+        return 0;
+    }
+    reg = t->reg;
+    limit_ms = shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis);
+    deadline_us = shl_clock_mono_us() + limit_ms * 1000;
+    pthread_mutex_lock(&reg->mu);
+    /* A namespace the transaction already uses is its own (MongoDB: the lock is held); a new
+     * one waits behind a pending DDL operation as a lock request of a transaction does. */
+    while (find_ns_locked(t, ns) == NULL && ddl_pending_locked(reg, ns)) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        if (limit_ms >= 0 && left_ms <= 0) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Unable to acquire %s lock on '%s' within %lldms", write ? "IX" : "IS",
+                                 ns, (long long)limit_ms);
+            break;
+        }
+        if ((ret = shl_op_check_interrupt((shl_op_ctx_t *)(uintptr_t)op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu, limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
+    }
+    if (ret == 0) {
+        add_ns_locked(t, ns, write);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
+}
+
+/* Count the open transactions other than 'self' that used 'ns' (wrote it, if writers_only),
+ * prepared and not (reg->mu held). */
 static void
-count_writers_locked(db_txn_registry_t *reg, const char *ns, int *prepared, int *unprepared)
+count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns, bool db_wide,
+                   bool writers_only, int *prepared, int *unprepared)
 {
     *prepared = *unprepared = 0;
     for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
-        for (size_t i = 0; i < t->nwrote; i++) {
-            if (strcmp(t->wrote_ns[i], ns) == 0) {
+        if (t == self) {
+            continue;
+        }
+        for (size_t i = 0; i < t->nns; i++) {
+            if (ns_covers(ns, db_wide, t->nss[i].ns) && (t->nss[i].wrote || !writers_only)) {
                 if (t->state == TXN_PREPARED) {
                     (*prepared)++;
                 } else if (t->state == TXN_IN_PROGRESS) {
@@ -198,25 +282,26 @@ count_writers_locked(db_txn_registry_t *reg, const char *ns, int *prepared, int 
     }
 }
 
-int
-db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
-                    int64_t unprepared_max_ms, shl_status_t *st)
+/* Wait until no open transaction other than op's uses 'ns' (see count_users_locked);
+ * unprepared ones at most unprepared_max_ms (-1: no limit), then LockTimeout. */
+static int
+wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
+           bool writers_only, int64_t unprepared_max_ms, shl_status_t *st)
 {
     int ret = 0;
     int prepared = 0, unprepared = 0;
     int64_t start_us = shl_clock_mono_us();
     bool logged = false;
+    const db_txn_t *self = op != NULL ? op->txn : NULL;
 
-    if (reg == NULL) {
-        return 0;
-    }
     pthread_mutex_lock(&reg->mu);
     for (;;) {
-        count_writers_locked(reg, ns, &prepared, &unprepared);
+        count_users_locked(reg, self, ns, db_wide, writers_only, &prepared, &unprepared);
         if (prepared == 0 && unprepared == 0) {
             break;
         }
-        if (unprepared > 0 && shl_clock_mono_us() - start_us >= unprepared_max_ms * 1000) {
+        if (unprepared > 0 && unprepared_max_ms >= 0 &&
+            shl_clock_mono_us() - start_us >= unprepared_max_ms * 1000) {
             ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
                                  "Timed out after %lld ms waiting for %d open transaction(s) "
                                  "that wrote %s to end",
@@ -225,9 +310,9 @@ db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
         }
         if (!logged) {
             logged = true;
-            SHL_LOG_INFO(TXN, 5100307, "waiting for transactions that wrote the namespace",
-                         "ns", BCON_UTF8(ns), "prepared", BCON_INT32(prepared), "inProgress",
-                         BCON_INT32(unprepared));
+            SHL_LOG_INFO(TXN, 5100307, "waiting for transactions that use the namespace", "ns",
+                         BCON_UTF8(ns), "prepared", BCON_INT32(prepared), "inProgress",
+                         BCON_INT32(unprepared), "writersOnly", BCON_BOOL(writers_only));
         }
         if (op != NULL && (ret = shl_op_check_interrupt(op, st)) != 0) {
             break;
@@ -236,6 +321,54 @@ db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
     }
     pthread_mutex_unlock(&reg->mu);
     return ret;
+}
+
+int
+db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
+                    int64_t unprepared_max_ms, shl_status_t *st)
+{
+    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, unprepared_max_ms, st);
+}
+
+int
+db_txn_ddl_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
+                 shl_status_t *st)
+{
+    int ret = 0;
+
+    if (reg == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&reg->mu);
+    reg->ddls = bson_realloc(reg->ddls, (reg->nddls + 1) * sizeof(*reg->ddls));
+    reg->ddls[reg->nddls].ns = bson_strdup(ns);
+    reg->ddls[reg->nddls].db_wide = db_wide;
+    reg->nddls++;
+    pthread_mutex_unlock(&reg->mu);
+    ret = wait_users(reg, op, ns, db_wide, false, -1, st);
+    if (ret != 0) {
+        db_txn_ddl_end(reg, ns, db_wide);
+    }
+    return ret;
+}
+
+void
+db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide)
+{
+    if (reg == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (size_t i = 0; i < reg->nddls; i++) {
+        if (reg->ddls[i].db_wide == db_wide && strcmp(reg->ddls[i].ns, ns) == 0) {
+            bson_free(reg->ddls[i].ns);
+            reg->ddls[i] = reg->ddls[reg->nddls - 1];
+            reg->nddls--;
+            break;
+        }
+    }
+    pthread_cond_broadcast(&reg->ended);
+    pthread_mutex_unlock(&reg->mu);
 }
 
 static db_node_t *node_of(const shl_op_ctx_t *op);
@@ -412,6 +545,10 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
         bson_destroy(&r->ops);
         bson_free(r);
     }
+    for (size_t i = 0; i < reg->nddls; i++) {
+        bson_free(reg->ddls[i].ns);
+    }
+    bson_free(reg->ddls);
     pthread_mutex_destroy(&reg->mu);
     pthread_cond_destroy(&reg->ended);
     bson_free(reg);
@@ -1486,7 +1623,7 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
                 while (bson_iter_next(&it)) {
                     if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
                         bson_iter_find(&f, "ns") && BSON_ITER_HOLDS_UTF8(&f)) {
-                        add_wrote_ns(t, bson_iter_utf8(&f, NULL));
+                        add_ns(t, bson_iter_utf8(&f, NULL), true);
                     }
                 }
             }

@@ -403,10 +403,15 @@ shard_migration_observing(void *arg, const char *ns)
  * migrationLockAcquisitionMaxWaitMS, after which the migration fails with LockTimeout.
  */
 static int
-wait_txn_writers(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+wait_txn_writers(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
-    return shl_db_txn_wait_writers(op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS),
-                                   st);
+    int ret = shl_db_txn_wait_writers(
+        op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
+
+    if (ret == SHL_CODE_LOCK_TIMEOUT) {
+        atomic_fetch_add(&s->donor_lock_timeouts, 1);
+    }
+    return ret;
 }
 
 /*
@@ -423,7 +428,7 @@ capture_start(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t
     SHL_ERR(shard_crit_enter(s, op, d->ns, SHARD_CRIT_WRITES, st));
     /* A transaction that already wrote the collection reports its writes when it commits,
      * unobserved by a capture that was not running then: it must end first. */
-    if ((ret = wait_txn_writers(op, d->ns, st)) != 0) {
+    if ((ret = wait_txn_writers(s, op, d->ns, st)) != 0) {
         shard_crit_exit(s, d->ns);
         goto done;
     }
@@ -1635,7 +1640,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     crit = true;
     /* Transactions that wrote the range since the capture began commit (and are captured)
      * or abort before the last drain. */
-    SHL_ERR(wait_txn_writers(op, a->ns, st));
+    SHL_ERR(wait_txn_writers(s, op, a->ns, st));
     /* The last writes before the critical section may have passed the limit. */
     SHL_ERR(check_mods_memory(s, d, st));
     {

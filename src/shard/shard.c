@@ -37,6 +37,8 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &sec);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "shardingStatistics", &sec);
     shard_range_deleter_server_status(s, &sec);
+    BSON_APPEND_INT64(&sec, "countDonorMoveChunkLockTimeout",
+                      (int64_t)atomic_load(&s->donor_lock_timeouts));
     bson_append_document_end(reply, &sec);
 }
 

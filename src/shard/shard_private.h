@@ -125,6 +125,9 @@ typedef struct shard_state {
     struct shard_donor *donor;
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
+    /* Migrations this donor gave up with LockTimeout waiting for transactions (serverStatus
+     * shardingStatistics.countDonorMoveChunkLockTimeout). */
+    atomic_llong donor_lock_timeouts;
     bool recovery_started;
     /* The movePrimary this shard runs now (NULL when none), how many started, and the
      * result of the last one that ended, kept for the retries that joined it (mig_mu). */

@@ -119,9 +119,13 @@ def test_migration_gives_up_on_an_idle_transaction_with_lock_timeout(cl):
     s = c.start_session()
     s.start_transaction()
     coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)
+    stats = cl.shard_client(0).admin.command("serverStatus")["shardingStatistics"]
+    timeouts = stats["countDonorMoveChunkLockTimeout"]
     with pytest.raises(OperationFailure) as e:
         move(cl, ns, 50, "shard1")()
     assert "LockTimeout" in str(e.value) or e.value.code == 24, e.value.details
+    stats = cl.shard_client(0).admin.command("serverStatus")["shardingStatistics"]
+    assert stats["countDonorMoveChunkLockTimeout"] == timeouts + 1
     # The transaction is untouched and commits; the chunk stayed.
     s.commit_transaction()
     s.end_session()
@@ -177,3 +181,64 @@ def test_kill_sessions_then_commit_is_no_such_transaction(cl):
     assert e.value.code == 251, e.value.details
     s.end_session()
     assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 100, 150: 100}
+
+
+def unsharded(cl, name):
+    coll = cl.router.client()[DB][name]
+    coll.insert_one({"_id": 0, "n": 0})
+    return coll
+
+
+@pytest.mark.parametrize("ddl", ["drop", "createIndexes"])
+def test_ddl_waits_for_an_open_transaction(cl, ddl):
+    coll = unsharded(cl, "ddl_" + ddl)
+    ns = coll.full_name
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    coll.update_one({"_id": 0}, {"$inc": {"n": 1}}, session=s)
+    if ddl == "drop":
+        run = Background(coll.drop)
+    else:
+        run = Background(lambda: coll.create_index("n"))
+    wait_until(lambda: logged(cl.shards[0], 5100307, ns=ns, writersOnly=False),
+               what="the DDL to wait for the transaction")
+    assert run.is_alive()
+    # A transaction new to the collection does not queue behind the DDL for long: LockTimeout,
+    # a transient error.
+    with c.start_session() as s2:
+        s2.start_transaction()
+        with pytest.raises(OperationFailure) as e:
+            coll.find_one({"_id": 0}, session=s2)
+        assert e.value.code == 24, e.value.details
+        assert e.value.has_error_label("TransientTransactionError")
+    assert run.is_alive()
+    s.commit_transaction()
+    s.end_session()
+    run.join(30)
+    assert run.done, run.error
+    if ddl == "drop":
+        assert ns.split(".", 1)[1] not in coll.database.list_collection_names()
+    else:
+        assert "n_1" in coll.index_information()
+        assert coll.find_one({"_id": 0})["n"] == 1
+
+
+def test_ddl_gives_up_at_max_time_ms_and_the_transaction_commits(cl):
+    coll = unsharded(cl, "ddl_maxtime")
+    c = coll.database.client
+    s = c.start_session()
+    s.start_transaction()
+    coll.update_one({"_id": 0}, {"$inc": {"n": 1}}, session=s)
+    with pytest.raises(OperationFailure) as e:
+        coll.database.command("drop", coll.name, maxTimeMS=300)
+    assert e.value.code == 50, e.value.details
+    # The router's time limit may pass a moment before the shard's: the shard's drop ends
+    # by its own maxTimeMS, not by the commit below.
+    wait_until(lambda: not [o for o in cl.shard_client(0).admin.command("currentOp")["inprog"]
+                            if o.get("command", {}).get("drop") == coll.name],
+               what="the shard's drop to end")
+    assert coll.name in coll.database.list_collection_names()
+    s.commit_transaction()
+    s.end_session()
+    assert list(coll.find()) == [{"_id": 0, "n": 1}], cl.shard_client(0)[DB].list_collection_names()
