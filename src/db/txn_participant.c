@@ -21,6 +21,7 @@
 #include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
 #include "storage/catalog.h"
+#include "storage/index.h"
 #include "storage/oplog.h"
 #include "storage/write.h"
 
@@ -716,6 +717,35 @@ done:
     return ret;
 }
 
+/* Whether the session's config.transactions record says transaction n committed. */
+static bool
+committed_before(db_txn_registry_t *reg, db_session_t *s, int64_t n)
+{
+    shl_collection_t *tc = shl_catalog_get(reg->eng, DB_TRANSACTIONS_NS);
+    shl_storage_txn_t *txn = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t key = BSON_INITIALIZER, rec = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0;
+    bool found = false, committed = false;
+
+    if (tc != NULL && shl_storage_txn_begin(reg->eng, NULL, &txn, &st) == 0) {
+        shl_lsid_append(&key, "_id", db_session_lsid(s));
+        bson_iter_init_find(&it, &key, "_id");
+        bson_destroy(&rec);
+        if (shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &rec, &rid, &found, &st) == 0 &&
+            found && shl_bson_int64_at(&rec, "txnNum") == n &&
+            bson_iter_init_find(&it, &rec, "state") && BSON_ITER_HOLDS_UTF8(&it)) {
+            committed = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0;
+        }
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(tc);
+    bson_destroy(&key);
+    bson_destroy(&rec);
+    return committed;
+}
+
 static void
 no_such_txn(shl_status_t *st, int64_t n, const db_txn_t *t)
 {
@@ -826,6 +856,21 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
         if (op->has_read_concern) {
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "Only the first command in a transaction may specify a readConcern");
+        }
+        if ((t == NULL || t->txn_number != n) && n == cur && !db_txn_is_open(t) &&
+            committed_before(reg, s, n)) {
+            /* Committed before a restart (or before the session left the catalog): its
+             * record says so, and a retried commitTransaction answers from it. */
+            if (t != NULL) {
+                db_txn_discard(reg, t);
+            }
+            t = bson_malloc0(sizeof(*t));
+            t->reg = reg;
+            t->session = s;
+            t->lsid = *db_session_lsid(s);
+            t->txn_number = n;
+            t->state = TXN_COMMITTED;
+            *db_session_txn_slot(s) = t;
         }
         if (t == NULL || t->txn_number != n) {
             no_such_txn(st, n, t);
@@ -1183,6 +1228,13 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
     uint64_t ts = 0;
     int ret = 0;
 
+    if (commit) {
+        /* The decision entry's time is the commit's durable timestamp, which WiredTiger wants
+         * at or above the commit timestamp: the coordinator chose the largest prepare time
+         * of all participants, which this node's clock may not have reached (MongoDB's
+         * coordinator advances the cluster time to it; gossip may lag). */
+        shl_storage_clock_advance(t->reg->eng, commit_ts);
+    }
     SHL_ERR(shl_storage_txn_reserve(t->stxn, &ts, st));
     SHL_ERR(shl_storage_write_replayed(t->reg->eng, ts, decision_unit_fn, &u, st));
     *entry_ts = ts;
@@ -1505,6 +1557,79 @@ typedef struct replay_commit {
     const bson_t *ops;
 } replay_commit_t;
 
+/* The session record a replayed transaction entry implies, with its state. */
+typedef struct replay_record {
+    const bson_t *entry;
+    const shl_lsid_t *lsid;
+    int64_t txn_number;
+    uint64_t ts;
+    const char *state;
+} replay_record_t;
+
+/* The lastWriteOpTime.ts of a config.transactions record (0: none). */
+static uint64_t
+record_ts(const bson_t *rec)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, rec) && bson_iter_find_descendant(&it, "lastWriteOpTime.ts", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        return shl_bson_iter_timestamp_u64(&it);
+    }
+    return 0;
+}
+
+static int
+replay_record_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    replay_record_t *u = arg;
+    shl_storage_engine_t *eng = shl_storage_txn_engine(txn);
+    shl_collection_t *tc = shl_catalog_get(eng, DB_TRANSACTIONS_NS);
+    bson_t rec = BSON_INITIALIZER, cur = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0, wall = 0;
+    bool found = false;
+    int ret = 0;
+
+    if (tc == NULL) {
+        goto done;
+    }
+    shl_lsid_append(&rec, "_id", u->lsid);
+    bson_iter_init_find(&it, &rec, "_id");
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &cur, &rid, &found, st));
+    if (found && (shl_bson_int64_at(&cur, "txnNum") > u->txn_number ||
+                  (shl_bson_int64_at(&cur, "txnNum") == u->txn_number &&
+                   record_ts(&cur) > u->ts))) {
+        goto done; /* a newer write of the session is recorded already */
+    }
+    if (bson_iter_init_find(&it, u->entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        wall = bson_iter_date_time(&it);
+    }
+    BSON_APPEND_INT64(&rec, "txnNum", u->txn_number);
+    append_optime(&rec, "lastWriteOpTime", u->ts, shl_bson_int64_at(u->entry, "t"));
+    BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", wall);
+    BSON_APPEND_UTF8(&rec, "state", u->state);
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, NULL, st));
+done:
+    shl_collection_release(tc);
+    bson_destroy(&cur);
+    bson_destroy(&rec);
+    return ret;
+}
+
+/* Write the state a replayed transaction entry gives its session's record (the record is a
+ * non-logged table's: only the oplog survives a crash past the last checkpoint), so that a
+ * retried commitTransaction after the restart answers from it. */
+static int
+replay_record(shl_storage_engine_t *eng, const bson_t *entry, const shl_lsid_t *lsid, int64_t n,
+              uint64_t ts, const char *state, shl_status_t *st)
+{
+    replay_record_t u = {entry, lsid, n, ts, state};
+
+    return ts == 0 ? 0 : shl_storage_write_replayed(eng, ts, replay_record_fn, &u, st);
+}
+
 static int
 replay_commit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 {
@@ -1534,7 +1659,12 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     }
     bson_iter_init(&it, &o);
     bson_iter_next(&it);
-    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && !bson_has_field(&o, "prepare") &&
+        !bson_has_field(&o, "partialTxn")) {
+        /* An unprepared transaction's last entry: recovery applied it; it committed. */
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
+    } else if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "prepared", st));
         r = bson_aligned_alloc0(BSON_ALIGNOF(recovered_prepare_t), sizeof(*r));
         r->lsid = lsid;
         r->txn_number = n;
@@ -1576,8 +1706,10 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         ret = shl_storage_write_replayed(eng, ts, replay_commit_fn, &u, st);
         bson_destroy(&ops);
         SHL_ERR(ret);
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
     } else if (strcmp(bson_iter_key(&it), "abortTransaction") == 0) {
         r = take_recovered(reg, &lsid, n);
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "aborted", st));
     }
 done:
     if (r != NULL) {

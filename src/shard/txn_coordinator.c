@@ -201,7 +201,7 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
                            "Transaction exceeded deadline: %zu participant(s) did not vote in "
                            "transactionLifetimeLimitSeconds",
                            left);
-            SHL_LOG_INFO(TXN, 4170102, "transaction coordinator deadline passed before the votes",
+            SHL_LOG_INFO(TXN, 4170104, "transaction coordinator deadline passed before the votes",
                          "missing", BCON_INT64((int64_t)left));
             abort = true;
             break;
@@ -306,9 +306,12 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
         send_to(c, names, done, n, cmd, TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             int code = res[j].code;
-            /* An abort is acknowledged by a participant that no longer has the transaction. */
-            bool acked = code == 0 || (d == 0 && (code == SHL_CODE_NO_SUCH_TRANSACTION ||
-                                                  code == SHL_CODE_TRANSACTION_TOO_OLD));
+            /* An abort is acknowledged by a participant that no longer has the transaction; a
+             * commit by one whose session went on to a newer transaction, which a prepared
+             * one never lets happen before its decision -- this one, delivered before a
+             * restart of the coordinator. */
+            bool acked = code == 0 || code == SHL_CODE_TRANSACTION_TOO_OLD ||
+                         (d == 0 && code == SHL_CODE_NO_SUCH_TRANSACTION);
             if (acked) {
                 done[index[j]] = true;
                 left--;
