@@ -134,8 +134,8 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
     if (op->txn != NULL) {
         /* Noted before the version check lets a write in, so a migration that enters its
          * critical section after the check finds the transaction. */
-        int ret = db_txn_note_access(op, ns, access != SHL_DB_SHARD_READ &&
-                                                 access != SHL_DB_SHARD_CATALOG, st);
+        int ret = db_txn_note_access(
+            op, ns, access != SHL_DB_SHARD_READ && access != SHL_DB_SHARD_CATALOG, st);
         if (ret != 0) {
             return ret;
         }

@@ -243,14 +243,15 @@ db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_statu
         int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
         if (limit_ms >= 0 && left_ms <= 0) {
             ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
-                                 "Unable to acquire %s lock on '%s' within %lldms", write ? "IX" : "IS",
-                                 ns, (long long)limit_ms);
+                                 "Unable to acquire %s lock on '%s' within %lldms",
+                                 write ? "IX" : "IS", ns, (long long)limit_ms);
             break;
         }
         if ((ret = shl_op_check_interrupt((shl_op_ctx_t *)(uintptr_t)op, st)) != 0) {
             break;
         }
-        shl_cond_timedwait_ms(&reg->ended, &reg->mu, limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu,
+                              limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
     }
     if (ret == 0) {
         add_ns_locked(t, ns, write);
@@ -1437,8 +1438,8 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             uint64_t ets = 0;
             shl_status_clear(st);
             if (decide_prepared(op, t, false, 0, &ets, st) != 0) {
-                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed",
-                              "error", BCON_UTF8(st->reason));
+                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed", "error",
+                              BCON_UTF8(st->reason));
                 txn_release(t);
             }
             t->state = TXN_ABORTED;
@@ -1598,9 +1599,9 @@ replay_record_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     bson_iter_init_find(&it, &rec, "_id");
     bson_destroy(&cur);
     SHL_ERR(shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &cur, &rid, &found, st));
-    if (found && (shl_bson_int64_at(&cur, "txnNum") > u->txn_number ||
-                  (shl_bson_int64_at(&cur, "txnNum") == u->txn_number &&
-                   record_ts(&cur) > u->ts))) {
+    if (found &&
+        (shl_bson_int64_at(&cur, "txnNum") > u->txn_number ||
+         (shl_bson_int64_at(&cur, "txnNum") == u->txn_number && record_ts(&cur) > u->ts))) {
         goto done; /* a newer write of the session is recorded already */
     }
     if (bson_iter_init_find(&it, u->entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {

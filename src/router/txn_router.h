@@ -80,8 +80,8 @@ int router_txn_begin(router_txn_catalog_t *c, shl_op_ctx_t *op, const shl_comman
  *     itself is interrupted by the kill of its operation). The shards abort their part
  *     through killAllSessionsByPattern. Takes the catalog's mutex. Returns how many.
  */
-int router_txn_catalog_kill(router_txn_catalog_t *c, bool (*match)(void *arg, const shl_lsid_t *lsid),
-                            void *arg);
+int router_txn_catalog_kill(router_txn_catalog_t *c,
+                            bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg);
 
 /* router_txn_release -- check the operation's state back in (no-op without one). */
 void router_txn_release(router_txn_catalog_t *c, shl_op_ctx_t *op);

@@ -616,8 +616,7 @@ crit_blocks(int level, shl_db_shard_access_t access)
  */
 static int
 crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_access_t access,
-          bool db_versioned, const shl_shard_version_t *received, bool *db_waited,
-          shl_status_t *st)
+          bool db_versioned, const shl_shard_version_t *received, bool *db_waited, shl_status_t *st)
 {
     int ret = 0;
 
@@ -636,8 +635,9 @@ crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_acces
             info.received = *received;
             snprintf(info.shard_id, sizeof(info.shard_id), "%s", s->id.shard_name);
             ret = shl_status_set_stale_config(
-                st, &info, "migration critical section active for %s: a transaction does not "
-                           "wait for it",
+                st, &info,
+                "migration critical section active for %s: a transaction does not "
+                "wait for it",
                 c->ns);
             break;
         }
@@ -820,8 +820,7 @@ meta_at_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     bson_t key;
     bool owns = false;
 
-    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
-        0) {
+    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) == 0) {
         owns = shl_routing_table_shard_for_key(m->rt, &key, &a->at, &shard, &st) == 0 &&
                strcmp(shard, m->shard_name) == 0;
     }

@@ -405,8 +405,8 @@ shard_migration_observing(void *arg, const char *ns)
 static int
 wait_txn_writers(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
-    int ret = shl_db_txn_wait_writers(
-        op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
+    int ret =
+        shl_db_txn_wait_writers(op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
 
     if (ret == SHL_CODE_LOCK_TIMEOUT) {
         atomic_fetch_add(&s->donor_lock_timeouts, 1);

@@ -100,8 +100,8 @@ decision_of(const bson_t *doc, uint32_t *t, uint32_t *i, shl_status_t *abort_st)
         const char *msg = "the transaction was aborted";
         bson_iter_t f;
 
-        if (bson_iter_init(&f, doc) && bson_iter_find_descendant(&f, "decision.abortStatus.code",
-                                                                 &f) &&
+        if (bson_iter_init(&f, doc) &&
+            bson_iter_find_descendant(&f, "decision.abortStatus.code", &f) &&
             BSON_ITER_HOLDS_NUMBER(&f)) {
             code = (int)bson_iter_as_int64(&f);
         }
@@ -189,8 +189,13 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
      * created by coordinateCommitTransaction (or resumed), so the time counts from here.
      * Participants that do not answer (unreachable, retryable errors) until then are votes
      * to abort. */
-    int64_t deadline_us =
-        shl_clock_mono_us() + (int64_t)shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds) * 1000000;
+    int64_t limit_s = shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+    int64_t deadline_us;
+
+    if (limit_s <= 0) {
+        limit_s = 60; /* options not loaded (unit tests): MongoDB's default */
+    }
+    deadline_us = shl_clock_mono_us() + limit_s * 1000000;
 
     (void)st;
     while (left > 0 && !abort) {
@@ -206,8 +211,8 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
             abort = true;
             break;
         }
-        send_to(c, names, done, n, cmd, left_ms < TC_PREPARE_TIMEOUT_MS ? left_ms : TC_PREPARE_TIMEOUT_MS,
-                res, index, &m);
+        send_to(c, names, done, n, cmd,
+                left_ms < TC_PREPARE_TIMEOUT_MS ? left_ms : TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             size_t k = index[j];
             bson_iter_t it;
@@ -387,9 +392,9 @@ const shl_coord_type_t shard_txn_coord_type = {
 
 static struct {
     pthread_mutex_t mu;
-    bson_t *ids[TC_RECENT];       /* guarded by mu: {_id: {lsid, txnNumber}} */
+    bson_t *ids[TC_RECENT];          /* guarded by mu: {_id: {lsid, txnNumber}} */
     shl_status_t outcome[TC_RECENT]; /* guarded by mu: code 0 = committed */
-    size_t next;                  /* guarded by mu */
+    size_t next;                     /* guarded by mu */
 } recent = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void
@@ -462,8 +467,9 @@ abort_local(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number)
     BSON_APPEND_BOOL(&cmd, "autocommit", false);
     if (shl_remote_run(shl_coord_service_remote(svc), &self, "admin", &cmd, &opts, &reply, &st) ==
         0) {
-        SHL_LOG_INFO(TXN, 4170103, "aborted the local transaction the commit recovery found in "
-                                   "progress",
+        SHL_LOG_INFO(TXN, 4170103,
+                     "aborted the local transaction the commit recovery found in "
+                     "progress",
                      "txnNumber", BCON_INT64(txn_number));
     }
     bson_destroy(&reply);
@@ -471,8 +477,8 @@ abort_local(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number)
 }
 
 static int
-local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
-                           shl_status_t *st)
+read_local_record(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                  bool *committed_out, bool *prepared_out, shl_status_t *st)
 {
     shl_remote_target_t self = shl_remote_target_self();
     shl_remote_options_t opts = {.retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 50};
@@ -522,17 +528,45 @@ local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t
                                     strcmp(bson_iter_utf8(&f, NULL), "prepared") == 0);
         }
     }
+    *committed_out = committed;
+    *prepared_out = prepared;
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* How long the recovery join waits for a prepared local transaction to be decided. */
+#define TC_RECOVER_PREPARED_WAIT_MS 30000
+
+static int
+local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                           shl_status_t *st)
+{
+    bool committed = false, prepared = false;
+    int64_t waited_ms = 0;
+    int ret;
+
+    ret = read_local_record(svc, lsid, txn_number, &committed, &prepared, st);
     if (ret == 0 && !committed && !prepared) {
         /* As MongoDB: a local transaction still in progress is aborted before the answer,
          * so the original router cannot commit what this answer called aborted. */
         abort_local(svc, lsid, txn_number);
     }
-    if (ret == 0 && !committed) {
+    /* As MongoDB, a prepared one is waited for until it is decided. */
+    while (ret == 0 && prepared && waited_ms < TC_RECOVER_PREPARED_WAIT_MS) {
+        sleep_ms(50);
+        waited_ms += 50;
+        ret = read_local_record(svc, lsid, txn_number, &committed, &prepared, st);
+    }
+    if (ret == 0 && prepared) {
+        /* Still undecided: the outcome is unknown to this answer (the router labels it so). */
+        ret = shl_status_set(st, SHL_CODE_MAX_TIME_MS_EXPIRED,
+                             "Recovering the transaction's outcome: the local participant is "
+                             "still prepared");
+    } else if (ret == 0 && !committed) {
         ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
                              "Recovering the transaction's outcome found the transaction aborted");
     }
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
     return ret;
 }
 
