@@ -279,11 +279,16 @@ coord_thread(void *arg)
     shl_status_t st = SHL_STATUS_INIT;
     int ret = 0;
     size_t phase;
+    bool acquired = false;
 
     shl_log_set_thread_ctx(c->t->name);
     pthread_mutex_lock(&svc->mu);
     phase = c->phase;
     pthread_mutex_unlock(&svc->mu);
+    if (c->t->acquire != NULL) {
+        ret = c->t->acquire(c, &st);
+        acquired = ret == 0;
+    }
     for (; phase < c->t->nphases && ret == 0; phase++) {
         pthread_mutex_lock(&svc->mu);
         c->phase = phase;
@@ -298,6 +303,9 @@ coord_thread(void *arg)
             SHL_LOG_WARNING(SHARDING, 4170004, "could not delete a coordinator's document",
                             "type", BCON_UTF8(c->t->name), "reason", BCON_UTF8(del.reason));
         }
+    }
+    if (acquired && c->t->release != NULL) {
+        c->t->release(c);
     }
     if (ret != 0) {
         SHL_LOG_WARNING(SHARDING, 4170005, "coordinator ended with an error",
@@ -455,6 +463,9 @@ shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *t, s
             }
             bson_iter_document(&it, &len, &data);
             bson_init_static(&doc, data, len);
+            if (t->owns != NULL && !t->owns(&doc)) {
+                continue;
+            }
             phase = t->resume_phase ? t->resume_phase(&doc) : resume_phase_default(&probe, &doc);
             id_of(&doc, &id);
             if (phase < 0 || find_locked(svc, t, &id) != NULL) {

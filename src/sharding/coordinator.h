@@ -53,6 +53,15 @@ typedef struct shl_coord_type {
      * already runs (join) or a different one with the same _id (ConflictingOperation-
      * InProgress). NULL: the documents must be equal apart from "phase". */
     bool (*same)(const bson_t *running, const bson_t *request);
+    /* Whether a document of 'coll' belongs to this type (types may share a collection, as
+     * MongoDB's DDL coordinators share config.system.sharding_ddl_coordinators). NULL: all. */
+    bool (*owns)(const bson_t *doc);
+    /* Run on the coordinator's thread before its first phase (also after a resume), e.g. to
+     * take the operation's locks; an error ends the operation with it (the document stays).
+     * NULL: nothing. */
+    int (*acquire)(shl_coord_t *c, shl_status_t *st);
+    /* Run on the coordinator's thread at its end when 'acquire' succeeded. NULL: nothing. */
+    void (*release)(shl_coord_t *c);
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */
