@@ -103,7 +103,8 @@ def test_identical_drops_from_two_routers_join_one_coordinator(cl):
         # The DDL locks it holds: the database in IX, the collection in X.
         doc = coordinator_docs(cl)[0]
         assert doc["_id"] == {"namespace": "dc3.c", "operationType": "dropCollection"}
-        assert doc["phase"] == "dropCollection" and doc["collInfo"]["_id"] == "dc3.c"
+        # The hold is before the phase's checkpoint: the document still names the last one.
+        assert doc["phase"] == "enterCriticalSection" and doc["collInfo"]["_id"] == "dc3.c"
     finally:
         fail_point(shard0, "hangBeforeCoordinatorPhase", "off")
     first.join(60)
@@ -179,8 +180,16 @@ def test_kill9_of_the_primary_before_each_drop_phase(cl, phase):
     make_sharded(cl, db, "c")
     kill_primary_at(cl, "DropCollectionCoordinator", phase,
                     lambda: cl.router_client()[db].command("drop", "c"))
-    assert_dropped_everywhere(cl, db, "c")
-    # A retry of the drop succeeds and changes nothing.
+    if phase == "freezeCollection":
+        # Nothing was durable yet (the first checkpoint comes before the first phase): the
+        # drop did not happen at all, and the user's retry does it.
+        for r in range(2):
+            assert cl.router_client(r)[db].c.count_documents({}) == 20
+        assert config_db(cl).collections.find_one({"_id": db + ".c"}) is not None
+    else:
+        # The restarted primary finished the drop from its document.
+        assert_dropped_everywhere(cl, db, "c")
+    # A retry of the drop succeeds (and changes nothing once it is done).
     cl.router_client(1)[db].command("drop", "c")
     assert_dropped_everywhere(cl, db, "c")
 
@@ -189,12 +198,45 @@ def test_kill9_of_the_primary_before_the_drop_database_phase(cl):
     make_sharded(cl, "dkdb", "c")
     kill_primary_at(cl, "DropDatabaseCoordinator", "drop",
                     lambda: cl.router_client().drop_database("dkdb"))
-    assert config_db(cl).databases.find_one({"_id": "dkdb"}) is None
-    assert config_db(cl).collections.find_one({"_id": "dkdb.c"}) is None
+    # Before the only phase's checkpoint: not done at all; the retry drops it.
+    assert config_db(cl).databases.find_one({"_id": "dkdb"}) is not None
+    assert cl.router_client(1).dkdb.c.count_documents({}) == 20
+    cl.router_client(1).drop_database("dkdb")
+    assert_database_dropped(cl, "dkdb")
+
+
+def assert_database_dropped(cl, db):
+    cfg = config_db(cl)
+    assert cfg.databases.find_one({"_id": db}) is None
+    assert cfg.collections.count_documents({"_id": {"$regex": "^%s\\." % db}}) == 0
     for i in range(2):
-        assert "dkdb" not in cl.shard_client(i).list_database_names()
+        assert db not in cl.shard_client(i).list_database_names(), "shard%d" % i
     for r in range(2):
-        assert cl.router_client(r).dkdb.c.count_documents({}) == 0
+        assert cl.router_client(r)[db].c.count_documents({}) == 0
+        assert db not in cl.router_client(r).list_database_names()
+    assert coordinator_docs(cl) == []
+
+
+def test_kill9_of_the_primary_during_the_drop_database_phase(cl):
+    """shard1 holds the participant's dropDatabase (failCommand blockConnection) while
+    shard0, the primary, dies in the middle of the phase; the restarted primary resumes the
+    phase from its document and finishes: the database is gone everywhere."""
+    make_sharded(cl, "dkdb2", "c")
+    cl.router_client().dkdb2.u.insert_one({"_id": 1})
+    fail_point(cl.shard_client(1), "failCommand", {"times": 1},
+               {"failCommands": ["_shardsvrDropDatabaseParticipant"], "blockConnection": True,
+                "blockTimeMS": 5000, "failInternalCommands": True})
+    dropdb = Background(lambda: cl.router_client().drop_database("dkdb2"))
+    wait_until(lambda: coordinator_docs(cl) != [],
+               what="the dropDatabase coordinator's document")
+    assert coordinator_docs(cl)[0]["phase"] == "drop"
+    cl.shards[0].kill()
+    dropdb.join(60)
+    assert dropdb.error is not None  # the primary died under the router's request
+    cl.restart_shard(0)
+    wait_until(lambda: coordinator_docs(cl) == [], timeout=60,
+               what="the resumed coordinator to finish")
+    assert_database_dropped(cl, "dkdb2")
 
 
 def test_drop_racing_a_chunk_migration(cl):
