@@ -549,10 +549,12 @@ shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *
     return run_drop(svc, &shard_drop_db_type, db, OP_DROP_DB, st);
 }
 
-/* The primary shard checks the request's databaseVersion (a router that routed with an old
- * one gets StaleDbVersion and retries at the right primary). */
+/* The primary shard checks user write blocking and the request's databaseVersion (a router
+ * that routed with an old one gets StaleDbVersion and retries at the right primary). The
+ * request carries no shardVersion, so a request joining a running drop does not wait in the
+ * collection's critical section that drop holds. 'ns' is "db.coll" or the bare database. */
 static int
-check_primary(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
+check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
     shl_db_orphan_filter_t *filter = NULL;
     int ret = 0;
@@ -561,7 +563,7 @@ check_primary(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
                  "Cannot accept sharding commands if sharding state has not been initialized");
     }
-    SHL_ERR(shard_check_versions(s, op, op->db, SHL_DB_SHARD_CATALOG, &filter, st));
+    SHL_ERR(shl_db_sharding_check(op, ns, SHL_DB_SHARD_DDL, &filter, st));
     SHL_INVARIANT(filter == NULL);
 done:
     return ret;
@@ -577,7 +579,7 @@ cmd_drop_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
 
     SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
-    SHL_ERR(check_primary(s, op, st));
+    SHL_ERR(check_primary(s, op, ns.full, st));
     SHL_ERR(shard_ddl_drop_collection(s->coords, ns.full, st));
     BSON_APPEND_UTF8(reply, "ns", ns.full);
 done:
@@ -596,7 +598,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Dropping the '%s' database is prohibited.",
                  op->db);
     }
-    SHL_ERR(check_primary(s, op, st));
+    SHL_ERR(check_primary(s, op, op->db, st));
     SHL_ERR(shard_ddl_drop_database(s->coords, op->db, st));
     BSON_APPEND_UTF8(reply, "dropped", op->db);
 done:
