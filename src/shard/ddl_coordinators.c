@@ -101,39 +101,111 @@ config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***do
     return ret;
 }
 
-/* The shard ids of config.shards (NULL-terminated, bson_strfreev). */
+/* Add 'name' to the NULL-terminated list *ids (of *n) unless it is there. */
+static void
+add_id(char ***ids, size_t *n, const char *name)
+{
+    for (size_t k = 0; k < *n; k++) {
+        if (strcmp((*ids)[k], name) == 0) {
+            return;
+        }
+    }
+    *ids = bson_realloc(*ids, sizeof(char *) * (*n + 2));
+    (*ids)[(*n)++] = bson_strdup(name);
+    (*ids)[*n] = NULL;
+}
+
+/*
+ * The shards that may hold data of 'db' / the collections 'colls' (config.collections
+ * entries): the database's primary, and every shard owning a chunk of one of them. A shard
+ * with no data is no participant (it may be down without holding the drop up).
+ */
 static int
-shard_ids(shl_coord_t *c, char ***ids, size_t *n, shl_status_t *st)
+find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
+                  size_t *n, shl_status_t *st)
 {
     bson_t filter = BSON_INITIALIZER;
     bson_t **docs = NULL;
     size_t nd = 0;
-    int ret = config_find(c, "shards", &filter, &docs, &nd, st);
+    bson_iter_t it;
+    int ret = 0;
 
-    *ids = bson_malloc0(sizeof(char *) * (nd + 1));
+    *ids = bson_malloc0(sizeof(char *));
     *n = 0;
-    for (size_t k = 0; k < nd; k++) {
-        bson_iter_t it;
-        if (bson_iter_init_find(&it, docs[k], "_id") && BSON_ITER_HOLDS_UTF8(&it)) {
-            (*ids)[(*n)++] = bson_strdup(bson_iter_utf8(&it, NULL));
+    BSON_APPEND_UTF8(&filter, "_id", db);
+    SHL_ERR(config_find(c, "databases", &filter, &docs, &nd, st));
+    if (nd > 0 && bson_iter_init_find(&it, docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
+        add_id(ids, n, bson_iter_utf8(&it, NULL));
+    }
+    for (size_t k = 0; k < ncolls; k++) {
+        if (!bson_iter_init_find(&it, colls[k], "uuid")) {
+            continue;
+        }
+        docs_free(docs);
+        docs = NULL;
+        bson_reinit(&filter);
+        bson_append_iter(&filter, "uuid", -1, &it);
+        SHL_ERR(config_find(c, "chunks", &filter, &docs, &nd, st));
+        for (size_t j = 0; j < nd; j++) {
+            if (bson_iter_init_find(&it, docs[j], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
+                add_id(ids, n, bson_iter_utf8(&it, NULL));
+            }
         }
     }
+done:
     docs_free(docs);
     bson_destroy(&filter);
     return ret;
 }
 
-/* Run 'cmd' on database 'db' of every shard at once; the first error, if any. */
+/* The document with "participants" set to 'ids'. */
+static void
+set_participants(shl_coord_t *c, char **ids, size_t n)
+{
+    bson_t doc = BSON_INITIALIZER, arr;
+
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "participants", NULL);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "participants", &arr);
+    for (size_t k = 0; k < n; k++) {
+        char key[24];
+        snprintf(key, sizeof key, "%zu", k);
+        BSON_APPEND_UTF8(&arr, key, ids[k]);
+    }
+    bson_append_array_end(&doc, &arr);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+}
+
+/* The document's participants (NULL-terminated, bson_strfreev); false if it has none yet. */
+static bool
+participants_of(const bson_t *doc, char ***ids, size_t *n)
+{
+    bson_iter_t it, arr;
+    bool has = bson_iter_init_find(&it, doc, "participants") && BSON_ITER_HOLDS_ARRAY(&it) &&
+               bson_iter_recurse(&it, &arr);
+
+    *ids = bson_malloc0(sizeof(char *));
+    *n = 0;
+    while (has && bson_iter_next(&arr)) {
+        if (BSON_ITER_HOLDS_UTF8(&arr)) {
+            add_id(ids, n, bson_iter_utf8(&arr, NULL));
+        }
+    }
+    return has;
+}
+
+/* Run 'cmd' on database 'db' of every participant at once; the first error, if any. */
 static int
-to_all_shards(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
+to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
 {
     char **ids = NULL;
     size_t n = 0;
     shl_remote_request_t *reqs = NULL;
     shl_remote_result_t *res = NULL;
-    int ret = shard_ids(c, &ids, &n, st);
+    int ret = 0;
 
-    if (ret == 0 && n > 0) {
+    participants_of(shl_coord_doc(c), &ids, &n);
+    if (n > 0) {
         reqs = bson_malloc0(sizeof *reqs * n);
         res = bson_malloc0(sizeof *res * n);
         for (size_t k = 0; k < n; k++) {
@@ -300,7 +372,9 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     char ns[SHL_NS_MAX + 1];
     bson_t filter = BSON_INITIALIZER, doc = BSON_INITIALIZER, info;
     bson_t **docs = NULL;
-    size_t n = 0;
+    size_t n = 0, nids = 0;
+    char **ids = NULL;
+    shl_ns_t parsed;
     int ret = 0;
 
     doc_namespace(shl_coord_doc(c), ns, sizeof ns);
@@ -311,10 +385,15 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
         BSON_APPEND_DOCUMENT(&doc, "collInfo", docs[0]);
     }
     shl_coord_doc_set(c, &doc);
+    /* Who holds its data, remembered for the later phases (the chunks go in dropCollection). */
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    SHL_ERR(find_participants(c, parsed.db, docs, n, &ids, &nids, st));
+    set_participants(c, ids, nids);
     if (coll_info(shl_coord_doc(c), &info)) {
         SHL_ERR(stop_migrations(c, ns, &info, st));
     }
 done:
+    bson_strfreev(ids);
     docs_free(docs);
     bson_destroy(&doc);
     bson_destroy(&filter);
@@ -338,7 +417,7 @@ participants_block(shl_coord_t *c, bool block, shl_status_t *st)
     BSON_APPEND_UTF8(&reason, "command", "drop");
     BSON_APPEND_UTF8(&reason, "ns", ns);
     bson_append_document_end(&cmd, &reason);
-    SHL_ERR(to_all_shards(c, parsed.db, &cmd, st));
+    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
 done:
     bson_destroy(&cmd);
     return ret;
@@ -370,7 +449,7 @@ phase_drop(shl_coord_t *c, shl_status_t *st)
     if (sharded) {
         append_uuid(&cmd, "collectionUUID", &info);
     }
-    SHL_ERR(to_all_shards(c, parsed.db, &cmd, st));
+    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170201, "dropped collection", "ns", BCON_UTF8(ns), "sharded",
                  BCON_BOOL(sharded));
 done:
@@ -412,7 +491,8 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
     char db[SHL_NS_MAX + 1], re[SHL_NS_MAX + 16];
     bson_t filter = BSON_INITIALIZER, rx, cmd = BSON_INITIALIZER, result = BSON_INITIALIZER;
     bson_t **colls = NULL;
-    size_t n = 0;
+    size_t n = 0, nids = 0;
+    char **ids = NULL;
     int ret = 0;
 
     doc_namespace(shl_coord_doc(c), db, sizeof db);
@@ -421,6 +501,14 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
     BSON_APPEND_UTF8(&rx, "$regex", re);
     bson_append_document_end(&filter, &rx);
     SHL_ERR(config_find(c, "collections", &filter, &colls, &n, st));
+    if (!participants_of(shl_coord_doc(c), &ids, &nids)) {
+        /* Who holds the database's data, durably before any metadata goes: a resume of this
+         * phase finds fewer collections but must still reach every shard that held one. */
+        bson_strfreev(ids);
+        SHL_ERR(find_participants(c, db, colls, n, &ids, &nids, st));
+        set_participants(c, ids, nids);
+        SHL_ERR(shl_coord_persist(c, st));
+    }
     for (size_t k = 0; k < n; k++) {
         bson_iter_t it;
         if (bson_iter_init_find(&it, colls[k], "_id") && BSON_ITER_HOLDS_UTF8(&it)) {
@@ -430,18 +518,19 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
         }
     }
     BSON_APPEND_INT32(&cmd, "_shardsvrDropDatabaseParticipant", 1);
-    SHL_ERR(to_all_shards(c, db, &cmd, st));
+    SHL_ERR(to_participants(c, db, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_configsvrCommitDropDatabase", db);
     SHL_ERR(to_config(c, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_flushDatabaseCacheUpdates", db);
-    SHL_ERR(to_all_shards(c, "admin", &cmd, st));
+    SHL_ERR(to_participants(c, "admin", &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170202, "dropped database", "db", BCON_UTF8(db), "shardedCollections",
                  BCON_INT64((int64_t)n));
     BSON_APPEND_UTF8(&result, "dropped", db);
     shl_coord_set_result(c, &result);
 done:
+    bson_strfreev(ids);
     docs_free(colls);
     bson_destroy(&result);
     bson_destroy(&cmd);

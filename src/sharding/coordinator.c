@@ -612,6 +612,17 @@ shl_coord_set_result(shl_coord_t *c, const bson_t *res)
     pthread_mutex_unlock(&c->svc->mu);
 }
 
+int
+shl_coord_persist(shl_coord_t *c, shl_status_t *st)
+{
+    int ret = doc_write(c, c->persisted ? 1 : 0, st);
+
+    if (ret == 0) {
+        c->persisted = true;
+    }
+    return ret;
+}
+
 const shl_remote_t *
 shl_coord_remote(const shl_coord_t *c)
 {

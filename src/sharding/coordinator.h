@@ -131,6 +131,9 @@ const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state docum
 void shl_coord_doc_set(shl_coord_t *c, const bson_t *doc);     /* copied */
 void shl_coord_set_result(shl_coord_t *c, const bson_t *res);  /* copied */
 const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
+/* shl_coord_persist -- write the state document durably now, in the middle of a phase (what
+ * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
+int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
 void *shl_coord_type_arg(const shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
