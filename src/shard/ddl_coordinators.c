@@ -319,8 +319,8 @@ drop_coll_acquire(shl_coord_t *c, shl_status_t *st)
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
     SHL_ERR(shard_ddl_lock_acquire(l, parsed.db, SHARD_DDL_IX, OP_DROP_COLL, 0, coord_interrupted,
                                    c, st));
-    ret = shard_ddl_lock_acquire(l, parsed.full, SHARD_DDL_X, OP_DROP_COLL, 0, coord_interrupted,
-                                 c, st);
+    ret = shard_ddl_lock_acquire(l, parsed.full, SHARD_DDL_X, OP_DROP_COLL, 0, coord_interrupted, c,
+                                 st);
     if (ret != 0) {
         shard_ddl_lock_release(l, parsed.db, SHARD_DDL_IX);
     }

@@ -230,10 +230,10 @@ SHL_TEST(drop_coll_resumes_at_its_document_phase)
                          "{\"_id\": \"db.c\", \"key\": {\"x\": 1}}, "
                          "\"participants\": [\"shA\", \"shB\"]}",
         -1, &err);
-    other = bson_new_from_json(
-        (const uint8_t *)"{\"_id\": {\"namespace\": \"db2\", \"operationType\": "
-                         "\"dropDatabase\"}, \"phase\": \"drop\"}",
-        -1, &err);
+    other =
+        bson_new_from_json((const uint8_t *)"{\"_id\": {\"namespace\": \"db2\", \"operationType\": "
+                                            "\"dropDatabase\"}, \"phase\": \"drop\"}",
+                           -1, &err);
     SHL_INVARIANT(doc != NULL && other != NULL);
     shl_remote_fake_store_insert(e.fake, COLL, doc);
     shl_remote_fake_store_insert(e.fake, COLL, other);

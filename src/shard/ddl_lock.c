@@ -12,10 +12,10 @@
 
 typedef struct ddl_res {
     char *name;
-    int ix;              /* IX holders */
-    bool x;              /* held exclusively */
-    int waiters;         /* threads waiting for it */
-    char *reason;        /* the last holder's reason */
+    int ix;       /* IX holders */
+    bool x;       /* held exclusively */
+    int waiters;  /* threads waiting for it */
+    char *reason; /* the last holder's reason */
     struct ddl_res *next;
 } ddl_res_t;
 
@@ -119,8 +119,8 @@ shard_ddl_lock_acquire(shard_ddl_locks_t *l, const char *resource, shard_ddl_mod
             ret = shl_status_set(st, SHL_CODE_LOCK_BUSY,
                                  "Failed to acquire DDL lock for '%s' in mode %s after %lld ms "
                                  "that is currently locked with reason '%s'",
-                                 resource, mode == SHARD_DDL_X ? "X" : "IX",
-                                 (long long)waited, r->reason ? r->reason : "");
+                                 resource, mode == SHARD_DDL_X ? "X" : "IX", (long long)waited,
+                                 r->reason ? r->reason : "");
         } else {
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_nsec += 100 * 1000000;

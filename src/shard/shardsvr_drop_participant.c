@@ -46,8 +46,8 @@ wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t
             break;
         }
         if (waited >= MIGRATION_WAIT_MS) {
-            ret = shl_status_set(st, SHL_CODE_LOCK_BUSY,
-                                 "a chunk migration of %s is still running", ns);
+            ret = shl_status_set(st, SHL_CODE_LOCK_BUSY, "a chunk migration of %s is still running",
+                                 ns);
             break;
         }
         sleep_ms(50);
@@ -136,9 +136,9 @@ local_drop(shard_state_t *s, const char *db, const bson_t *cmd, shl_status_t *st
 static int
 not_shard(shard_state_t *s, shl_status_t *st)
 {
-    return s == NULL ? shl_status_set(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
-                                      "This is not a shard")
-                     : 0;
+    return s == NULL
+               ? shl_status_set(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED, "This is not a shard")
+               : 0;
 }
 
 static int
