@@ -352,3 +352,28 @@ SHL_TEST(ddl_locks_ix_shares_x_excludes)
     bson_destroy(&out);
     shard_ddl_locks_destroy(l);
 }
+
+SHL_TEST(drop_coll_takes_over_a_document_an_earlier_failure_left)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *left;
+    bson_error_t err;
+
+    env_init(&e, SHARDED);
+    /* an earlier coordinator ended with a non-retryable error and left its document */
+    left = bson_new_from_json((const uint8_t *)"{\"_id\": {\"namespace\": \"db.c\", "
+                                               "\"operationType\": \"dropCollection\"}, "
+                                               "\"phase\": \"enterCriticalSection\"}",
+                              -1, &err);
+    SHL_INVARIANT(left != NULL);
+    shl_remote_fake_store_insert(e.fake, COLL, left);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    /* the insert met the old document; the checkpoint replaced it, and the drop ran whole */
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "insert"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrSetAllowMigrations"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropCollectionParticipant"), 2);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    bson_destroy(left);
+    env_cleanup(&e);
+}

@@ -193,6 +193,12 @@ checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
         pthread_mutex_unlock(&c->svc->mu);
     }
     ret = doc_write(c, c->persisted ? 1 : 0, st);
+    if (ret == SHL_CODE_DUPLICATE_KEY && !c->persisted) {
+        /* An earlier operation with this _id ended with an error and left its document:
+         * this one takes it over. */
+        shl_status_clear(st);
+        ret = doc_write(c, 1, st);
+    }
     if (ret == 0) {
         c->persisted = true;
     }
