@@ -362,6 +362,31 @@ drop_db_release(shl_coord_t *c)
     shard_ddl_lock_release(shl_coord_type_arg(c), db, SHARD_DDL_X);
 }
 
+/* currentOp's locks of a running drop, as MongoDB 7.0 names the DDL lock resources and
+ * modes ("w" intent exclusive, "W" exclusive). */
+static void
+drop_coll_report(const bson_t *doc, bson_t *op)
+{
+    bson_t locks;
+
+    (void)doc;
+    BSON_APPEND_DOCUMENT_BEGIN(op, "locks", &locks);
+    BSON_APPEND_UTF8(&locks, "DDLDatabase", "w");
+    BSON_APPEND_UTF8(&locks, "DDLCollection", "W");
+    bson_append_document_end(op, &locks);
+}
+
+static void
+drop_db_report(const bson_t *doc, bson_t *op)
+{
+    bson_t locks;
+
+    (void)doc;
+    BSON_APPEND_DOCUMENT_BEGIN(op, "locks", &locks);
+    BSON_APPEND_UTF8(&locks, "DDLDatabase", "W");
+    bson_append_document_end(op, &locks);
+}
+
 /* ------------------------------------------------------------ dropCollection phases */
 
 /* freezeCollection: remember the collection's metadata (sharded: config.collections entry)
@@ -583,6 +608,7 @@ shl_coord_type_t shard_drop_coll_type = {
     .owns = owns_drop_coll,
     .acquire = drop_coll_acquire,
     .release = drop_coll_release,
+    .report_held = drop_coll_report,
     .max_attempts = -1, /* MongoDB's DDL coordinators retry retryable errors until done */
     .backoff_ms = 100,
 };
@@ -596,6 +622,7 @@ shl_coord_type_t shard_drop_db_type = {
     .owns = owns_drop_db,
     .acquire = drop_db_acquire,
     .release = drop_db_release,
+    .report_held = drop_db_report,
     .max_attempts = -1,
     .backoff_ms = 100,
 };

@@ -30,6 +30,8 @@ struct shl_coord {
     bool persisted;              /* the document exists on disk; coordinator's thread only */
     bool resumed;                /* constant */
     bool done;                   /* guarded by svc->mu */
+    bool holding;                /* the type's acquire succeeded, release not yet run;
+                                  * guarded by svc->mu */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
@@ -294,6 +296,9 @@ coord_thread(void *arg)
     if (c->t->acquire != NULL) {
         ret = c->t->acquire(c, &st);
         acquired = ret == 0;
+        pthread_mutex_lock(&svc->mu);
+        c->holding = acquired;
+        pthread_mutex_unlock(&svc->mu);
     }
     for (; phase < c->t->nphases && ret == 0; phase++) {
         pthread_mutex_lock(&svc->mu);
@@ -311,6 +316,9 @@ coord_thread(void *arg)
         }
     }
     if (acquired && c->t->release != NULL) {
+        pthread_mutex_lock(&svc->mu);
+        c->holding = false;
+        pthread_mutex_unlock(&svc->mu);
         c->t->release(c);
     }
     if (ret != 0) {
@@ -564,6 +572,9 @@ shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n)
         BSON_APPEND_UTF8(&op, "op", "command");
         BSON_APPEND_UTF8(&op, "currentPhase", c->t->phases[c->phase].name);
         BSON_APPEND_BOOL(&op, "resumed", c->resumed);
+        if (c->holding && c->t->report_held != NULL) {
+            c->t->report_held(&c->doc, &op);
+        }
         if (bson_iter_init_find(&it, &c->id, "_id")) {
             bson_append_iter(&op, "_id", 3, &it);
         }

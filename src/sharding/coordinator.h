@@ -62,6 +62,10 @@ typedef struct shl_coord_type {
     int (*acquire)(shl_coord_t *c, shl_status_t *st);
     /* Run on the coordinator's thread at its end when 'acquire' succeeded. NULL: nothing. */
     void (*release)(shl_coord_t *c);
+    /* Append fields to the operation's currentOp entry 'op' while what 'acquire' took is
+     * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
+     * must not block. NULL: nothing. */
+    void (*report_held)(const bson_t *doc, bson_t *op);
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */

@@ -99,8 +99,10 @@ def test_identical_drops_from_two_routers_join_one_coordinator(cl):
         second = Background(lambda: cl.router_client(1).dc3.command("drop", "c"))
         # The second request waits for the running coordinator: still one of them.
         assert not second.join(1.0).done
-        assert len(running_coordinators(cl, desc="DropCollectionCoordinator")) == 1
-        # The DDL locks it holds: the database in IX, the collection in X.
+        running = running_coordinators(cl, desc="DropCollectionCoordinator")
+        assert len(running) == 1
+        # The DDL locks it holds: the database in IX ("w"), the collection in X ("W").
+        assert running[0]["locks"] == {"DDLDatabase": "w", "DDLCollection": "W"}
         doc = coordinator_docs(cl)[0]
         assert doc["_id"] == {"namespace": "dc3.c", "operationType": "dropCollection"}
         # The hold is before the phase's checkpoint: the document still names the last one.
@@ -129,6 +131,10 @@ def test_drop_database_waits_for_a_running_collection_drop(cl):
         dropdb = Background(lambda: cl.router_client(1).drop_database("dc4"))
         wait_until(lambda: running_coordinators(cl, desc="DropDatabaseCoordinator"))
         assert not dropdb.join(1.0).done
+        # The database drop waits for its X lock: it shows no locks held yet.
+        assert "locks" not in running_coordinators(cl, desc="DropDatabaseCoordinator")[0]
+        assert running_coordinators(cl, desc="DropCollectionCoordinator")[0]["locks"] == \
+            {"DDLDatabase": "w", "DDLCollection": "W"}
         assert coordinator_docs(cl)[0]["_id"]["operationType"] == "dropCollection"
         assert len(coordinator_docs(cl)) == 1  # the database drop has not started its phase
     finally:
