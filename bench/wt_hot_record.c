@@ -10,7 +10,9 @@
  * as Shale's do). It prints one JSON line: operations per second of the run.
  *
  *   wt_hot_record MODE LAG_SECS SECONDS
- *     MODE plain: the insert only; hot: the insert plus the update of the one record.
+ *     MODE plain: the insert only; hot: the insert plus the update of the one record;
+ *     keyed: the insert plus a record keyed by the write (insert it, remove the previous
+ *     write's), the layout that keeps every update chain at two entries.
  *
  * What it shows: with a lag, WiredTiger 3.2.1 keeps every version of the hot record younger
  * than the oldest timestamp in that record's in-memory update chain, and each update (and
@@ -37,6 +39,7 @@
 typedef struct hr_ctx {
     WT_CONNECTION *conn;
     bool hot;
+    bool keyed;
     uint32_t lag_secs;
     int stable_ms;
     atomic_bool stop;
@@ -158,7 +161,18 @@ hr_run(hr_ctx_t *c, double seconds, double rate, const bson_t *doc, const bson_t
         coll->set_key(coll, key++);
         coll->set_value(coll, &v);
         ret = coll->insert(coll);
-        if (ret == 0 && c->hot) {
+        if (ret == 0 && c->keyed) {
+            /* The record keyed by (session, txnNumber): insert this write's, remove the one
+             * before it. */
+            txns->set_key(txns, key);
+            txns->set_value(txns, &r);
+            ret = txns->insert(txns);
+            if (ret == 0) {
+                txns->set_key(txns, key - 1);
+                ret = txns->remove(txns);
+                ret = ret == WT_NOTFOUND ? 0 : ret;
+            }
+        } else if (ret == 0 && c->hot) {
             /* Read the session's record, then rewrite it, as the write path does. */
             txns->set_key(txns, (int64_t)1);
             ret = txns->search(txns);
@@ -200,6 +214,7 @@ main(int argc, char **argv)
     WT_ITEM r;
 
     c.hot = strcmp(mode, "hot") == 0;
+    c.keyed = strcmp(mode, "keyed") == 0;
     c.lag_secs = argc > 2 ? (uint32_t)atoi(argv[2]) : 300;
     pthread_mutex_init(&c.ts_mu, NULL);
     memset(pad, 'x', 200);

@@ -22,6 +22,7 @@
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
+#include "router/wc_error.h"
 #include "session/session_args.h"
 #include "sharding/shard_key.h"
 
@@ -61,8 +62,7 @@ typedef struct write_op {
     size_t n;
     int64_t n_total;
     int64_t n_modified;
-    bool has_wce;
-    bson_t wce; /* the first writeConcernError */
+    router_wce_list_t wces; /* the shards' write concern errors */
     shl_status_t last_stale;
     size_t scan_from;  /* every statement before it is done */
     bool retryable;    /* lsid + txnNumber outside a transaction: sub-batches carry stmtIds */
@@ -689,17 +689,7 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
     if (bson_iter_init_find(&it, &res->reply, "nModified") && BSON_ITER_HOLDS_NUMBER(&it)) {
         op->n_modified += bson_iter_as_int64(&it);
     }
-    if (bson_iter_init_find(&it, &res->reply, "writeConcernError") &&
-        BSON_ITER_HOLDS_DOCUMENT(&it) && !op->has_wce) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_t view;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&view, data, len);
-        bson_destroy(&op->wce);
-        bson_copy_to(&view, &op->wce);
-        op->has_wce = true;
-    }
+    router_wce_note(&op->wces, b->shard, &res->reply);
     if (bson_iter_init_find(&it, &res->reply, "upserted") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &arr)) {
         while (shl_iter_next(&arr)) {
@@ -939,9 +929,7 @@ append_result(const write_op_t *op, bson_t *reply)
     if (k > 0) {
         bson_append_array_end(reply, &arr);
     }
-    if (op->has_wce) {
-        BSON_APPEND_DOCUMENT(reply, "writeConcernError", &op->wce);
-    }
+    router_wce_append(&op->wces, reply);
     if (op->nretried > 0) {
         /* The statements the shards answered from their history (MongoDB: only when any). */
         bson_append_array_begin(reply, "retriedStmtIds", -1, &arr);
@@ -970,7 +958,7 @@ write_op_cleanup(write_op_t *op)
     bson_free(op->items);
     bson_free(op->stmt_ids);
     bson_free(op->retried);
-    bson_destroy(&op->wce);
+    router_wce_cleanup(&op->wces);
 }
 
 /* One required field of a statement, of one of two types (BSON_TYPE_EOD: only the first). */
@@ -1034,7 +1022,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     int ret = 0;
 
     memset(op, 0, sizeof(*op));
-    bson_init(&op->wce);
+    router_wce_init(&op->wces);
     op->kind = kind;
     op->opctx = opctx;
     op->user_cmd = cmd;
