@@ -273,3 +273,29 @@ def test_drop_racing_a_chunk_migration(cl):
                or "c" not in cl.shard_client(1).dc6.list_collection_names(),
                what="the recipient's copy to go")
     assert_dropped_everywhere(cl, "dc6", "c")
+
+
+def test_kill9_of_the_config_server_during_a_drop(cl):
+    """The config server dies while the drop is held before its dropCollection phase (the
+    catalog commit): the coordinator retries the commit until the restarted config server
+    answers, then finishes; the router's request gets the drop's answer."""
+    make_sharded(cl, "dc7", "c")
+    shard0 = cl.shard_client(0)
+    fail_point(shard0, "hangBeforeCoordinatorPhase", "alwaysOn",
+               {"type": "DropCollectionCoordinator", "phase": "dropCollection"})
+    try:
+        drop = Background(lambda: cl.router_client(1).dc7.command("drop", "c"))
+        wait_until(lambda: [o for o in running_coordinators(cl)
+                            if o.get("currentPhase") == "dropCollection"],
+                   what="the drop to hold before its dropCollection phase")
+        cl.config.kill()
+    finally:
+        fail_point(shard0, "hangBeforeCoordinatorPhase", "off")
+    # The commit cannot reach the config server: the coordinator keeps its document.
+    assert not drop.join(2.0).done
+    assert coordinator_docs(cl)[0]["phase"] == "dropCollection"
+    cl.restart_config()
+    drop.join(120)
+    assert drop.done, drop.error
+    assert drop.result["ok"] == 1
+    assert_dropped_everywhere(cl, "dc7", "c")
