@@ -467,7 +467,7 @@ abort_local(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number)
     BSON_APPEND_BOOL(&cmd, "autocommit", false);
     if (shl_remote_run(shl_coord_service_remote(svc), &self, "admin", &cmd, &opts, &reply, &st) ==
         0) {
-        SHL_LOG_INFO(TXN, 4170103,
+        SHL_LOG_INFO(TXN, 4170105,
                      "aborted the local transaction the commit recovery found in "
                      "progress",
                      "txnNumber", BCON_INT64(txn_number));
