@@ -24,10 +24,12 @@
 
 /* shard_splitter_init / _start / _stop -- set up the state (in shl_shard_init, before the
  * hooks run), start the thread (idle until the shard is aware), stop and join it
- * (shutdown; waits for the split in progress). */
+ * (shutdown; waits for the split in progress; the write path then sees it disabled). */
 void shard_splitter_init(shard_state_t *s);
 void shard_splitter_start(shard_state_t *s);
 void shard_splitter_stop(shard_state_t *s);
+/* shard_splitter_destroy -- free the state (after the node stopped: no write runs). */
+void shard_splitter_destroy(shard_state_t *s);
 
 /*
  * shard_splitter_tracking --

@@ -99,6 +99,7 @@ shard_shutdown(shl_service_ctx_t *svc)
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
     }
+    shard_splitter_destroy(s);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->identity_mu);
     pthread_cond_destroy(&s->crit_cv);

@@ -1,0 +1,129 @@
+"""Auto-split (issue 16 item 1; docs/design/balancer.md "Auto-split"): a shard counts the bytes
+written to each of its chunks and, once a chunk took a fifth of the maximum chunk size, its
+ChunkSplitter splits it at splitVector's points (the top chunk at its last key) and commits
+the split on the config server; a chunk that cannot be split and is larger than the maximum
+becomes jumbo. With the balancer on, ascending inserts spread over the shards by themselves.
+The chunk size is config.settings {_id: "chunksize"} (MB) or the collection's
+configureCollectionBalancing chunkSize."""
+
+import pytest
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import config_db, fail_point, module_cluster, wait_until
+
+TIMEOUT = 60.0
+PAD = "p" * 1000  # about 1 KB a document
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    with module_cluster(request, shards=2) as c:
+        fail_point(c.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
+                   {"intervalMs": 200})
+        cfg = config_db(c)
+        cfg.settings.update_one({"_id": "balancer"}, {"$set": {"_waitForDelete": True}},
+                                upsert=True)
+        c.router_client().admin.command("balancerStop")
+        yield c
+
+
+def chunks(cluster, ns):
+    cfg = config_db(cluster)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+    return list(cfg.chunks.find({"uuid": uuid}).sort("min", 1))
+
+
+def chunk_counts(cluster, ns):
+    counts = {}
+    for ch in chunks(cluster, ns):
+        counts[ch["shard"]] = counts.get(ch["shard"], 0) + 1
+    return counts
+
+
+def shard_collection(cluster, db, coll):
+    r = cluster.router_client()
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r.admin.command("shardCollection", "%s.%s" % (db, coll), key={"x": 1})
+    return "%s.%s" % (db, coll)
+
+
+def insert_ascending(cluster, db, coll, start, n, batch=200, key=None):
+    c = cluster.router_client()[db][coll]
+    for b in range(start, start + n, batch):
+        c.insert_many([{"_id": i, "x": i if key is None else key, "pad": PAD}
+                       for i in range(b, min(b + batch, start + n))])
+
+
+@pytest.fixture
+def chunksize_1mb(cluster):
+    cfg = config_db(cluster)
+    cfg.settings.update_one({"_id": "chunksize"}, {"$set": {"value": 1}}, upsert=True)
+    yield
+    cfg.settings.delete_one({"_id": "chunksize"})
+
+
+def test_ascending_inserts_split_by_themselves(cluster, chunksize_1mb):
+    ns = shard_collection(cluster, "as1", "c")
+    assert len(chunks(cluster, ns)) == 1
+    # 4 MB of ascending keys with 1 MB chunks: the shard splits the chunk it writes into.
+    insert_ascending(cluster, "as1", "c", 0, 4000)
+    wait_until(lambda: len(chunks(cluster, ns)) >= 3, timeout=TIMEOUT, what="auto-splits")
+    cs = chunks(cluster, ns)
+    # The balancer is off: every chunk stays on the shard that took the writes.
+    assert {c["shard"] for c in cs} == {"shard0"}
+    # Top-chunk optimisation: the last chunk starts at the greatest key written by then, so it
+    # holds a single document of the time of the split.
+    bounds = [c["min"]["x"] for c in cs[1:]]
+    assert bounds == sorted(bounds) and all(0 < b < 4000 for b in bounds)
+    cfg = config_db(cluster)
+    splits = list(cfg.changelog.find({"ns": ns, "what": {"$in": ["split", "multi-split"]}}))
+    assert splits and all(s["details"].get("fromChunkSplitter") is True for s in splits)
+    assert any(s["details"]["right"]["max"] == cs[-1]["max"] for s in splits
+               if s["what"] == "split")
+    # Nothing lost or duplicated, read through the router.
+    r = cluster.router_client()
+    assert r.as1.c.count_documents({}) == 4000
+    assert sorted(d["_id"] for d in r.as1.c.find({}, {"_id": 1})) == list(range(4000))
+    st = cluster.shard_client(0).admin.command("serverStatus")["shardingStatistics"]["autoSplit"]
+    assert st["splits"] >= 1 and st["maxChunkSizeBytes"] == 1024 * 1024
+
+
+def test_small_collection_is_not_split(cluster, chunksize_1mb):
+    ns = shard_collection(cluster, "as2", "c")
+    # 150 KB: under a fifth of a 1 MB chunk, no split task at all.
+    insert_ascending(cluster, "as2", "c", 0, 150)
+    # A larger collection written meanwhile gets split, so the splitter did run.
+    ns_big = shard_collection(cluster, "as2", "big")
+    insert_ascending(cluster, "as2", "big", 0, 3000)
+    wait_until(lambda: len(chunks(cluster, ns_big)) >= 2, timeout=TIMEOUT, what="a split")
+    assert len(chunks(cluster, ns)) == 1
+
+
+def test_equal_keys_make_a_jumbo_chunk(cluster, chunksize_1mb):
+    ns = shard_collection(cluster, "as3", "c")
+    # 2 MB of documents with one shard key value: no split point exists.
+    insert_ascending(cluster, "as3", "c", 0, 2000, key=7)
+    wait_until(lambda: any(c.get("jumbo") for c in chunks(cluster, ns)), timeout=TIMEOUT,
+               what="the chunk flagged jumbo")
+    assert len(chunks(cluster, ns)) == 1
+    assert config_db(cluster).changelog.count_documents({"ns": ns, "what": "markJumbo"}) == 1
+    r = cluster.router_client()
+    r.admin.command("clearJumboFlag", ns, find={"x": 7})
+    assert not any(c.get("jumbo") for c in chunks(cluster, ns))
+
+
+def test_ascending_inserts_spread_over_both_shards(cluster, chunksize_1mb):
+    ns = shard_collection(cluster, "as4", "c")
+    r = cluster.router_client()
+    r.admin.command("balancerStart")
+    try:
+        insert_ascending(cluster, "as4", "c", 0, 6000)
+        wait_until(lambda: len(chunk_counts(cluster, ns)) == 2, timeout=TIMEOUT,
+                   what="chunks on both shards")
+    finally:
+        r.admin.command("balancerStop")
+    assert r.as4.c.count_documents({}) == 6000
+    assert sorted(d["_id"] for d in r.as4.c.find({}, {"_id": 1})) == list(range(6000))
+    for i in range(2):
+        n = cluster.shard_client(i).as4.c.count_documents({})
+        assert n > 0, "shard%d holds nothing" % i
