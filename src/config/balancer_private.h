@@ -87,6 +87,10 @@ void cfg_balancer_stop(void);
 /* _configsvrBalancerStart / _configsvrBalancerStop / _configsvrBalancerStatus. */
 void cfg_register_balancer_commands(shl_command_registry_t *reg);
 
+/* cfg_register_coll_balancing_commands -- _configsvrConfigureCollectionBalancing
+ * (configsvr_coll_balancing.c); registered by cfg_register_balancer_commands. */
+void cfg_register_coll_balancing_commands(shl_command_registry_t *reg);
+
 /*
  * cfg_move_range --
  *     _configsvrMoveRange's body (configsvr_chunks.c) for callers inside the config server:

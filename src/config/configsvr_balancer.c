@@ -758,4 +758,5 @@ cfg_register_balancer_commands(shl_command_registry_t *reg)
     shl_command_registry_add(reg, &balancer_start_cmd);
     shl_command_registry_add(reg, &balancer_stop_cmd);
     shl_command_registry_add(reg, &balancer_status_cmd);
+    cfg_register_coll_balancing_commands(reg);
 }

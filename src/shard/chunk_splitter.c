@@ -167,6 +167,62 @@ enqueue(shard_splitter_t *sp, const char *ns, const bson_t *min, const bson_t *m
     return queued;
 }
 
+/* Queue chunk idx of m when its counter 'total' reached 'limit' and it is not queued yet. */
+static void
+maybe_queue(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, int64_t total, int64_t limit)
+{
+    if (limit > 0 && total >= limit && !shl_routing_table_chunk_jumbo(m->rt, idx) &&
+        !atomic_exchange(&m->chunk_queued[idx], true)) {
+        bson_t min, max;
+        /* The split task starts counting afresh: what arrives meanwhile belongs to the
+         * chunks the split makes. */
+        atomic_store(&m->chunk_bytes[idx], 0);
+        shl_routing_table_chunk_bounds(m->rt, idx, &min, &max);
+        if (!enqueue(sp, shl_routing_table_ns(m->rt), &min, &max)) {
+            atomic_store(&m->chunk_queued[idx], false);
+            atomic_fetch_add(&sp->dropped, 1);
+        }
+    }
+}
+
+/* After the settings changed: queue every chunk whose counter is already past the (maybe
+ * smaller) threshold; otherwise a chunk written before the change waits for another write. */
+static void
+scan_counters(shard_state_t *s)
+{
+    shard_splitter_t *sp = s->splitter;
+    shard_coll_meta_t **metas = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        shard_coll_meta_t *m = c->meta;
+        if (m == NULL || m->rt == NULL || m->chunk_bytes == NULL || m->owns_no_chunk ||
+            !user_ns(c->ns)) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap == 0 ? 8 : cap * 2;
+            metas = bson_realloc(metas, cap * sizeof(*metas));
+        }
+        shl_db_orphan_filter_ref(&m->filter);
+        metas[n++] = m;
+    }
+    pthread_mutex_unlock(&s->mu);
+    for (size_t k = 0; k < n; k++) {
+        shard_coll_meta_t *m = metas[k];
+        int64_t limit =
+            max_bytes_for(sp, shl_routing_table_ns(m->rt)) / SHARD_SPLIT_TEST_FACTOR;
+        for (size_t i = 0; i < m->ncounters; i++) {
+            if (strcmp(shl_routing_table_chunk_shard(m->rt, i), m->shard_name) == 0) {
+                maybe_queue(sp, m, i, atomic_load(&m->chunk_bytes[i]), limit);
+            }
+        }
+        shard_meta_release(m);
+    }
+    bson_free(metas);
+}
+
 void
 shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
 {
@@ -194,18 +250,7 @@ shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
     atomic_store(&sp->dirty, true);
     limit = max_bytes_for(sp, ns) / SHARD_SPLIT_TEST_FACTOR;
     total = atomic_fetch_add(&m->chunk_bytes[idx], (int64_t)post->len) + (int64_t)post->len;
-    if (limit > 0 && total >= limit && !shl_routing_table_chunk_jumbo(m->rt, idx) &&
-        !atomic_exchange(&m->chunk_queued[idx], true)) {
-        bson_t min, max;
-        /* The split task starts counting afresh: what arrives meanwhile belongs to the
-         * chunks the split makes. */
-        atomic_store(&m->chunk_bytes[idx], 0);
-        shl_routing_table_chunk_bounds(m->rt, idx, &min, &max);
-        if (!enqueue(sp, ns, &min, &max)) {
-            atomic_store(&m->chunk_queued[idx], false);
-            atomic_fetch_add(&sp->dropped, 1);
-        }
-    }
+    maybe_queue(sp, m, idx, total, limit);
 done:
     shl_status_clear(&st);
     bson_destroy(&key);
@@ -564,6 +609,7 @@ splitter_main(void *arg)
             atomic_store(&sp->dirty, false);
             refresh_settings(s);
             sp->refreshed_ms = now;
+            scan_counters(s);
         }
         pthread_mutex_lock(&sp->mu);
         if (sp->head != NULL && !sp->stop && aware) {

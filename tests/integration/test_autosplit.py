@@ -127,3 +127,33 @@ def test_ascending_inserts_spread_over_both_shards(cluster, chunksize_1mb):
     for i in range(2):
         n = cluster.shard_client(i).as4.c.count_documents({})
         assert n > 0, "shard%d holds nothing" % i
+
+
+def test_configure_collection_balancing_chunk_size(cluster):
+    r = cluster.router_client()
+    ns = shard_collection(cluster, "as5", "c")
+    cfg = config_db(cluster)
+    res = r.admin.command("configureCollectionBalancing", ns, chunkSize=1, enableAutoMerger=False)
+    assert res["ok"] == 1
+    doc = cfg.collections.find_one({"_id": ns})
+    assert doc["maxChunkSizeBytes"] == 1024 * 1024 and doc["enableAutoMerge"] is False
+    assert r.admin.command("balancerCollectionStatus", ns)["chunkSize"] == 1
+    # The cluster's chunksize is 128 MB; the collection's own 1 MB makes its chunks split.
+    assert cfg.settings.find_one({"_id": "chunksize"}) is None
+    insert_ascending(cluster, "as5", "c", 0, 3000)
+    wait_until(lambda: len(chunks(cluster, ns)) >= 2, timeout=TIMEOUT,
+               what="a split at the collection's chunk size")
+    # chunkSize 0 goes back to the cluster's setting.
+    r.admin.command("configureCollectionBalancing", ns, chunkSize=0)
+    assert "maxChunkSizeBytes" not in cfg.collections.find_one({"_id": ns})
+    assert r.admin.command("balancerCollectionStatus", ns)["chunkSize"] == 128
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("configureCollectionBalancing", ns, defragmentCollection=True)
+    assert e.value.code == 115 and "defragment" in str(e.value)
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("configureCollectionBalancing", ns, chunkSize=-1)
+    assert e.value.code == 2  # BadValue
+    r.as5.plain.insert_one({"x": 1})
+    with pytest.raises(OperationFailure) as e:
+        r.admin.command("configureCollectionBalancing", "as5.plain", chunkSize=1)
+    assert e.value.code == 118  # NamespaceNotSharded
