@@ -51,6 +51,7 @@ typedef struct bal_settings {
     const char *mode; /* "full", "off", "autoSplitOnly" */
     bool wait_for_delete;
     bool in_window; /* now is inside activeWindow (true when there is none) */
+    bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
 } bal_settings_t;
 
 /* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
@@ -83,8 +84,9 @@ in_active_window(const bson_t *doc)
 
 /*
  * config.settings {_id: "balancer"}: stopped: true is "off", else its mode, else stopped:
- * false is "full"; with no document the balancer is on ("full"), MongoDB's default. A new
- * Shale cluster writes {mode: "off", stopped: true} (configsvr_init.c).
+ * false is "full"; with no document the balancer is on ("full"), MongoDB's default (a new
+ * cluster writes {mode: "full", stopped: false}, configsvr_init.c). `policy: "chunkCount"`
+ * (Shale's) selects the seeds' chunk-count policy; the default balances by data size.
  */
 static int
 read_settings(bal_settings_t *out, shl_status_t *st)
@@ -114,6 +116,10 @@ read_settings(bal_settings_t *out, shl_status_t *st)
     }
     if (found) {
         out->in_window = in_active_window(&doc);
+    }
+    out->by_count = false;
+    if (found && bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it)) {
+        out->by_count = strcmp(bson_iter_utf8(&it, NULL), "chunkCount") == 0;
     }
 done:
     bson_destroy(q);
@@ -179,6 +185,7 @@ typedef struct bal_task {
     char *from, *to;
     cfg_bal_reason_t reason;
     bool wait_for_delete;
+    bool min_only; /* move about one chunk size from min (the data-size policy) */
     pthread_t thread;
     bool started;
     int ret;
@@ -193,10 +200,15 @@ task_main(void *arg)
 
     BSON_APPEND_UTF8(&cmd, "_configsvrMoveRange", t->ns);
     BSON_APPEND_UTF8(&cmd, "toShard", t->to);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "bounds", &arr);
-    BSON_APPEND_DOCUMENT(&arr, "0", &t->min);
-    BSON_APPEND_DOCUMENT(&arr, "1", &t->max);
-    bson_append_array_end(&cmd, &arr);
+    if (t->min_only) {
+        /* As MongoDB 7.0's balancer: the range from min of about the chunk size. */
+        BSON_APPEND_DOCUMENT(&cmd, "min", &t->min);
+    } else {
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "bounds", &arr);
+        BSON_APPEND_DOCUMENT(&arr, "0", &t->min);
+        BSON_APPEND_DOCUMENT(&arr, "1", &t->max);
+        bson_append_array_end(&cmd, &arr);
+    }
     BSON_APPEND_BOOL(&cmd, "waitForDelete", t->wait_for_delete);
     bson_init(&reply);
     shl_status_clear(&t->st);
@@ -340,10 +352,61 @@ typedef struct bal_plan {
  * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
  * skipped.
  */
+/* The collection's bytes on 'shard' without its orphans (collStats size minus numOrphanDocs
+ * times avgObjSize, as MongoDB's _shardsvrGetStatsForBalancing); 0 when it has none. */
+static int64_t
+owned_data_size(const char *shard, const char *ns)
+{
+    shl_ns_t n;
+    bson_t *cmd = NULL, reply = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    int64_t size = 0;
+
+    if (shl_ns_parse(&n, ns, &ignored) == 0) {
+        cmd = BCON_NEW("collStats", BCON_UTF8(n.coll));
+        bson_destroy(&reply);
+        if (cfg_shard_cmd(shard, n.db, cmd, &reply, &ignored) == 0) {
+            size = shl_bson_int64_at(&reply, "size") -
+                   shl_bson_int64_at(&reply, "numOrphanDocs") *
+                       shl_bson_int64_at(&reply, "avgObjSize");
+        }
+        bson_destroy(cmd);
+    }
+    bson_destroy(&reply);
+    return size > 0 ? size : 0;
+}
+
+/* The collection's maximum chunk size: its maxChunkSizeBytes, else config.settings
+ * chunksize (MB), else 128 MB. */
+static int64_t
+chunk_size_of(const shl_collection_type_t *coll)
+{
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("chunksize"));
+    bson_t doc = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    bool found = false;
+    int64_t bytes = 128LL * 1024 * 1024;
+
+    if (coll->has_max_chunk_size_bytes && coll->max_chunk_size_bytes > 0) {
+        bytes = coll->max_chunk_size_bytes;
+    } else {
+        bson_destroy(&doc);
+        if (cfg_find_one("settings", q, &doc, &found, &ignored) == 0 && found &&
+            shl_bson_double_at(&doc, "value") > 0) {
+            bytes = (int64_t)(shl_bson_double_at(&doc, "value") * 1024 * 1024);
+        }
+    }
+    bson_destroy(q);
+    bson_destroy(&doc);
+    return bytes;
+}
+
 static int
 plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, bool *busy,
-                bool wait_for_delete, bal_plan_t *plan, shl_status_t *st)
+                const bal_settings_t *set, bal_plan_t *plan, shl_status_t *st)
 {
+    bool wait_for_delete = set->wait_for_delete;
+    int64_t *sizes = NULL;
     int ret = 0;
     shl_collection_type_t coll;
     bool found = false;
@@ -381,7 +444,17 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         chunks[c].jumbo = shl_routing_table_chunk_jumbo(rt, c);
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
-    nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    if (set->by_count) {
+        nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    } else {
+        sizes = bson_malloc0((nshards + 1) * sizeof(*sizes));
+        for (size_t i = 0; i < nshards; i++) {
+            /* A busy shard is neither donor nor recipient: no need to ask it. */
+            sizes[i] = busy[i] ? 0 : owned_data_size(shards[i].name, ns);
+        }
+        nmoves = cfg_balancer_policy_data_size(shards, nshards, chunks, nchunks, sizes,
+                                               chunk_size_of(&coll), busy, moves, nshards);
+    }
     for (size_t m = 0; m < nmoves; m++) {
         bal_task_t *t;
         bson_t min, max;
@@ -399,6 +472,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->to = bson_strdup(shards[moves[m].to].name);
         t->reason = moves[m].reason;
         t->wait_for_delete = wait_for_delete;
+        t->min_only = !set->by_count && moves[m].reason == CFG_BAL_IMBALANCE;
     }
 done:
     shl_collection_type_cleanup(&coll);
@@ -408,6 +482,7 @@ done:
     ranges_free(ranges, nranges);
     bson_free(chunks);
     bson_free(moves);
+    bson_free(sizes);
     return ret;
 }
 
@@ -459,8 +534,8 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
             continue;
         }
         /* A collection that cannot be read is skipped this round, not the whole round. */
-        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s->wait_for_delete,
-                            &plan, &one) != 0) {
+        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s, &plan, &one) !=
+            0) {
             SHL_LOG_WARNING(SHARDING, 4200502, "balancer skipped a collection", "ns",
                             BCON_UTF8(bson_iter_utf8(&it, NULL)), "error", BCON_UTF8(one.reason));
         }

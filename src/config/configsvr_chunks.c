@@ -531,17 +531,26 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     }
     SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
     shard = before.shard;
-    append_chunk_info(&details, "before", &before);
     if (nout == 2) {
+        append_chunk_info(&details, "before", &before);
         append_chunk_info(&details, "left", &out[0]);
         append_chunk_info(&details, "right", &out[1]);
+        BSON_APPEND_UTF8(&details, "owningShard", shard);
+        BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
+        cfg_changelog(op, "split", ns, &details);
     } else {
-        BSON_APPEND_INT32(&details, "number", (int32_t)nout);
-        BSON_APPEND_INT32(&details, "of", (int32_t)nout);
+        /* As MongoDB: one "multi-split" entry per new chunk, numbered. */
+        for (size_t i = 0; i < nout; i++) {
+            bson_reinit(&details);
+            append_chunk_info(&details, "before", &before);
+            BSON_APPEND_INT32(&details, "number", (int32_t)(i + 1));
+            BSON_APPEND_INT32(&details, "of", (int32_t)nout);
+            append_chunk_info(&details, "chunk", &out[i]);
+            BSON_APPEND_UTF8(&details, "owningShard", shard);
+            BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
+            cfg_changelog(op, "multi-split", ns, &details);
+        }
     }
-    BSON_APPEND_UTF8(&details, "owningShard", shard);
-    BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
-    cfg_changelog(op, nout == 2 ? "split" : "multi-split", ns, &details);
     SHL_LOG_INFO(SHARDING, 4201601, "Committed an auto-split", "namespace", BCON_UTF8(ns),
                  "chunks", BCON_INT64((int64_t)nout), "shard", BCON_UTF8(shard));
 done:

@@ -15,8 +15,11 @@
 #include "sharding/shard_key.h"
 
 #define DEFAULT_CHUNK_SIZE_BYTES (128LL * 1024 * 1024)
-/* The splitter re-reads the chunk size settings this often while collections take writes. */
+/* The splitter re-reads the chunk size settings this often while collections take writes,
+ * and every SETTINGS_IDLE_REFRESH_MS otherwise (a smaller chunk size may make chunks written
+ * before it due for a split). */
 #define SETTINGS_REFRESH_MS 2000
+#define SETTINGS_IDLE_REFRESH_MS 5000
 #define CONFIG_TIMEOUT_MS 30000
 
 typedef struct split_task {
@@ -604,7 +607,7 @@ splitter_main(void *arg)
         bool aware;
         pthread_mutex_unlock(&sp->mu);
         aware = shard_get_identity(s, &id);
-        if (aware && (sp->refreshed_ms == 0 ||
+        if (aware && (sp->refreshed_ms == 0 || now - sp->refreshed_ms >= SETTINGS_IDLE_REFRESH_MS ||
                       (atomic_load(&sp->dirty) && now - sp->refreshed_ms >= SETTINGS_REFRESH_MS))) {
             atomic_store(&sp->dirty, false);
             refresh_settings(s);

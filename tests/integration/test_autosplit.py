@@ -21,10 +21,16 @@ def cluster(request):
         fail_point(c.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
                    {"intervalMs": 200})
         cfg = config_db(c)
+        # A new cluster's balancer is on, as MongoDB's.
+        c.initial_balancer = c.router_client().admin.command("balancerStatus")
         cfg.settings.update_one({"_id": "balancer"}, {"$set": {"_waitForDelete": True}},
                                 upsert=True)
         c.router_client().admin.command("balancerStop")
         yield c
+
+
+def test_balancer_is_on_by_default(cluster):
+    assert cluster.initial_balancer["mode"] == "full"
 
 
 def chunks(cluster, ns):
@@ -71,21 +77,47 @@ def test_ascending_inserts_split_by_themselves(cluster, chunksize_1mb):
     cs = chunks(cluster, ns)
     # The balancer is off: every chunk stays on the shard that took the writes.
     assert {c["shard"] for c in cs} == {"shard0"}
-    # Top-chunk optimisation: the last chunk starts at the greatest key written by then, so it
-    # holds a single document of the time of the split.
     bounds = [c["min"]["x"] for c in cs[1:]]
     assert bounds == sorted(bounds) and all(0 < b < 4000 for b in bounds)
     cfg = config_db(cluster)
     splits = list(cfg.changelog.find({"ns": ns, "what": {"$in": ["split", "multi-split"]}}))
     assert splits and all(s["details"].get("fromChunkSplitter") is True for s in splits)
-    assert any(s["details"]["right"]["max"] == cs[-1]["max"] for s in splits
-               if s["what"] == "split")
     # Nothing lost or duplicated, read through the router.
     r = cluster.router_client()
     assert r.as1.c.count_documents({}) == 4000
     assert sorted(d["_id"] for d in r.as1.c.find({}, {"_id": 1})) == list(range(4000))
     st = cluster.shard_client(0).admin.command("serverStatus")["shardingStatistics"]["autoSplit"]
     assert st["splits"] >= 1 and st["maxChunkSizeBytes"] == 1024 * 1024
+
+
+def shard_chunk_size(cluster, i):
+    st = cluster.shard_client(i).admin.command("serverStatus")["shardingStatistics"]
+    return st["autoSplit"]["maxChunkSizeBytes"]
+
+
+def test_top_chunk_is_split_at_its_last_key(cluster):
+    # The shards have forgotten the 1 MB of the tests before.
+    wait_until(lambda: shard_chunk_size(cluster, 0) == 128 * 1024 * 1024, timeout=TIMEOUT,
+               what="the shard back at 128 MB chunks")
+    ns = shard_collection(cluster, "as6", "c")
+    insert_ascending(cluster, "as6", "c", 0, 3000)
+    assert len(chunks(cluster, ns)) == 1  # 3 MB is nothing for 128 MB chunks
+    cfg = config_db(cluster)
+    # A smaller chunk size makes the chunk written before it due for a split (the shard
+    # re-reads the setting within seconds).
+    cfg.settings.update_one({"_id": "chunksize"}, {"$set": {"value": 1}}, upsert=True)
+    try:
+        wait_until(lambda: len(chunks(cluster, ns)) >= 3, timeout=TIMEOUT, what="the split")
+    finally:
+        cfg.settings.delete_one({"_id": "chunksize"})
+    cs = chunks(cluster, ns)
+    # splitVector's points every ~half chunk size, but the top chunk is cut at the greatest
+    # key: it holds one document, where the next ascending inserts go.
+    assert cs[-1]["min"] == {"x": 2999}, [c["min"] for c in cs]
+    assert cluster.router_client().as6.c.count_documents({"x": {"$gte": cs[-2]["min"]["x"]}}) > 1
+    entries = list(cfg.changelog.find({"ns": ns, "what": "multi-split"}).sort("details.number", 1))
+    assert [e["details"]["number"] for e in entries] == list(range(1, len(cs) + 1))
+    assert entries[-1]["details"]["chunk"]["min"] == {"x": 2999}
 
 
 def test_small_collection_is_not_split(cluster, chunksize_1mb):
