@@ -104,6 +104,11 @@ void cfg_balancer_stop(void);
 /* _configsvrBalancerStart / _configsvrBalancerStop / _configsvrBalancerStatus. */
 void cfg_register_balancer_commands(shl_command_registry_t *reg);
 
+/* cfg_mark_chunk_jumbo -- flag the chunk exactly [min, max) of 'ns' jumbo (minor version bump,
+ * changelog markJumbo), as _configsvrMarkChunkJumbo. Takes the namespace lock. Errors: the
+ * chunk is gone (InvalidOptions), storage. */
+int cfg_mark_chunk_jumbo(const char *ns, const bson_t *min, const bson_t *max, shl_status_t *st);
+
 /* cfg_register_coll_balancing_commands -- _configsvrConfigureCollectionBalancing
  * (configsvr_coll_balancing.c); registered by cfg_register_balancer_commands. */
 void cfg_register_coll_balancing_commands(shl_command_registry_t *reg);

@@ -52,6 +52,7 @@ typedef struct bal_settings {
     bool wait_for_delete;
     bool in_window; /* now is inside activeWindow (true when there is none) */
     bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
+    bool attempt_jumbo; /* attemptToBalanceJumboChunks: migrations skip the size check */
 } bal_settings_t;
 
 /* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
@@ -118,6 +119,8 @@ read_settings(bal_settings_t *out, shl_status_t *st)
         out->in_window = in_active_window(&doc);
     }
     out->by_count = false;
+    out->attempt_jumbo = found && bson_iter_init_find(&it, &doc, "attemptToBalanceJumboChunks") &&
+                         bson_iter_as_bool(&it);
     if (found && bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it)) {
         out->by_count = strcmp(bson_iter_utf8(&it, NULL), "chunkCount") == 0;
     }
@@ -185,7 +188,8 @@ typedef struct bal_task {
     char *from, *to;
     cfg_bal_reason_t reason;
     bool wait_for_delete;
-    bool min_only; /* move about one chunk size from min (the data-size policy) */
+    bool min_only;   /* move about one chunk size from min (the data-size policy) */
+    bool force_size; /* attemptToBalanceJumboChunks: forceJumbo, no size check */
     pthread_t thread;
     bool started;
     int ret;
@@ -210,9 +214,23 @@ task_main(void *arg)
         bson_append_array_end(&cmd, &arr);
     }
     BSON_APPEND_BOOL(&cmd, "waitForDelete", t->wait_for_delete);
+    if (t->force_size) {
+        /* The balancer never proposes a chunk flagged jumbo, so forceJumbo here only lifts
+         * the donor's size check (MongoDB's kForceBalancer). */
+        BSON_APPEND_BOOL(&cmd, "forceJumbo", true);
+    }
     bson_init(&reply);
     shl_status_clear(&t->st);
     t->ret = cfg_move_range(NULL, &cmd, &reply, &t->st);
+    if (t->ret == SHL_CODE_CHUNK_TOO_BIG) {
+        /* Seeds: a migration that fails for the chunk's size flags it jumbo, so the balancer
+         * does not try it round after round. */
+        shl_status_t mark = SHL_STATUS_INIT;
+        if (cfg_mark_chunk_jumbo(t->ns, &t->min, &t->max, &mark) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4201630, "could not flag a chunk jumbo", "ns",
+                            BCON_UTF8(t->ns), "error", BCON_UTF8(mark.reason));
+        }
+    }
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return NULL;
@@ -473,6 +491,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->reason = moves[m].reason;
         t->wait_for_delete = wait_for_delete;
         t->min_only = !set->by_count && moves[m].reason == CFG_BAL_IMBALANCE;
+        t->force_size = set->attempt_jumbo;
     }
 done:
     shl_collection_type_cleanup(&coll);

@@ -778,6 +778,58 @@ done:
     return ret;
 }
 
+/* MongoDB's donor refuses a range holding more documents than 1.3 times the chunk size
+ * over the average document size, and more than this many in any case. */
+#define CFG_MAX_DOCS_IN_RANGE 250000
+
+/*
+ * The donor's size check of a migration (MongoDB's, run on the donor before the clone; here
+ * the config server asks the donor's dataSize before sending the migration): ChunkTooBig when
+ * [min, max) of 'from' holds too many documents for the chunk size. forceJumbo skips it.
+ */
+static int
+check_range_size(const char *ns, const bson_t *cmd, const shl_routing_table_t *rt,
+                 const char *from, const bson_t *min, const bson_t *max, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t max_bytes = 0, n, size, avg, limit;
+    bson_t q = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    SHL_ERR(move_chunk_size_bytes(ns, cmd, &max_bytes, st));
+    BSON_APPEND_UTF8(&q, "dataSize", ns);
+    BSON_APPEND_DOCUMENT(&q, "keyPattern", &shl_routing_table_key_pattern(rt)->pattern);
+    BSON_APPEND_DOCUMENT(&q, "min", min);
+    BSON_APPEND_DOCUMENT(&q, "max", max);
+    bson_destroy(&reply);
+    SHL_ERR(cfg_shard_cmd(from, "admin", &q, &reply, st));
+    n = shl_bson_int64_at(&reply, "numObjects");
+    size = shl_bson_int64_at(&reply, "size");
+    if (n <= 0) {
+        goto done;
+    }
+    avg = size / n > 0 ? size / n : 1;
+    limit = (max_bytes / avg > 1 ? max_bytes / avg : 1) * 130 / 100;
+    if (limit > CFG_MAX_DOCS_IN_RANGE) {
+        limit = CFG_MAX_DOCS_IN_RANGE;
+    }
+    if (n > limit) {
+        char *a = shl_bson_as_json(min);
+        char *b = shl_bson_as_json(max);
+        ret = shl_status_set(st, SHL_CODE_CHUNK_TOO_BIG,
+                             "Cannot move chunk: the maximum number of documents for a chunk is "
+                             "%lld, the maximum chunk size is %lld, average document size is "
+                             "%lld. Found %lld documents in chunk ns: %s %s -> %s",
+                             (long long)limit, (long long)max_bytes, (long long)avg,
+                             (long long)n, ns, a, b);
+        bson_free(a);
+        bson_free(b);
+    }
+done:
+    bson_destroy(&q);
+    bson_destroy(&reply);
+    return ret;
+}
+
 /*
  * moveRange with one bound (MongoDB's computeOtherBound): the chunk holding `min` (or the one
  * ending at `max`, else holding it) bounds the range; its owner walks its shard key index
@@ -950,6 +1002,9 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     if (shl_routing_table_chunk_jumbo(rt, idx) && !force_jumbo) {
         SHL_FAIL(st, SHL_CODE_CHUNK_TOO_BIG, "Chunk is marked jumbo; use forceJumbo to move it");
     }
+    if (!force_jumbo) {
+        SHL_ERR(check_range_size(ns, cmd, rt, from, &cmin, &cmax, st));
+    }
     BSON_APPEND_UTF8(&fwd, "_shardsvrMoveRange", ns);
     BSON_APPEND_UTF8(&fwd, "fromShard", from);
     BSON_APPEND_UTF8(&fwd, "toShard", to);
@@ -983,6 +1038,19 @@ done:
     shl_shard_type_cleanup(&target);
     bson_destroy(&fwd);
     bson_destroy(&sreply);
+    return ret;
+}
+
+int
+cfg_mark_chunk_jumbo(const char *ns, const bson_t *min, const bson_t *max, shl_status_t *st)
+{
+    bson_t *cmd = BCON_NEW("_configsvrMarkChunkJumbo", BCON_UTF8(ns), "min", BCON_DOCUMENT(min),
+                           "max", BCON_DOCUMENT(max));
+    bson_t reply = BSON_INITIALIZER;
+    int ret = cmd_mark_jumbo(NULL, cmd, &reply, st);
+
+    bson_destroy(&reply);
+    bson_destroy(cmd);
     return ret;
 }
 

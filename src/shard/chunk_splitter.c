@@ -197,6 +197,9 @@ scan_counters(shard_state_t *s)
     shard_coll_meta_t **metas = NULL;
     size_t n = 0, cap = 0;
 
+    if (!atomic_load(&sp->enabled)) {
+        return;
+    }
     pthread_mutex_lock(&s->mu);
     for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
         shard_coll_meta_t *m = c->meta;
@@ -468,7 +471,7 @@ run_task(shard_state_t *s, split_task_t *t)
     snprintf(name, sizeof(name), "%s", m->shard_name);
     p = shl_routing_table_key_pattern(m->rt);
     max_bytes = max_bytes_for(sp, t->ns);
-    if (max_bytes <= 0) {
+    if (max_bytes <= 0 || !atomic_load(&sp->enabled)) {
         goto done;
     }
     BSON_APPEND_UTF8(&cmd, "splitVector", t->ns);

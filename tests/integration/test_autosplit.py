@@ -7,6 +7,7 @@ The chunk size is config.settings {_id: "chunksize"} (MB) or the collection's
 configureCollectionBalancing chunkSize."""
 
 import pytest
+from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
 from shale_fixtures import config_db, fail_point, module_cluster, wait_until
@@ -189,3 +190,45 @@ def test_configure_collection_balancing_chunk_size(cluster):
     with pytest.raises(OperationFailure) as e:
         r.admin.command("configureCollectionBalancing", "as5.plain", chunkSize=1)
     assert e.value.code == 118  # NamespaceNotSharded
+
+
+def test_too_big_chunk_is_refused_then_flagged_jumbo_by_the_balancer(cluster, chunksize_1mb):
+    r = cluster.router_client()
+    a = r.admin
+    cfg = config_db(cluster)
+    ns = shard_collection(cluster, "as7", "c")
+    # No auto-split here (MongoDB 4.x's sh.disableAutoSplit()): the chunks stay as split by hand.
+    cfg.settings.update_one({"_id": "autosplit"}, {"$set": {"enabled": False}}, upsert=True)
+    wait_until(lambda: not cluster.shard_client(0).admin.command("serverStatus")[
+        "shardingStatistics"]["autoSplit"]["enabled"], timeout=TIMEOUT, what="auto-split off")
+    insert_ascending(cluster, "as7", "c", 0, 2500)
+    a.command("split", ns, middle={"x": 2000})
+    # 2000 documents of ~1 KB: more than 1.3 chunk sizes of 1 MB.
+    with pytest.raises(OperationFailure) as e:
+        a.command("moveChunk", ns, find={"x": 0}, to="shard1")
+    assert e.value.code == 153 and "maximum number of documents for a chunk" in str(e.value)
+    # A zone on shard1 for [MinKey, 2000): the balancer's migration fails for the size and
+    # flags the chunk jumbo instead of trying it again round after round.
+    a.command("addShardToZone", "shard1", zone="as7z")
+    a.command("updateZoneKeyRange", ns, min={"x": MinKey()}, max={"x": 2000},
+              zone="as7z")
+    a.command("balancerStart")
+    try:
+        wait_until(lambda: chunks(cluster, ns)[0].get("jumbo"), timeout=TIMEOUT,
+                   what="the big chunk flagged jumbo")
+        assert chunks(cluster, ns)[0]["shard"] == "shard0"
+        # attemptToBalanceJumboChunks lifts the size check once the flag is cleared.
+        cfg.settings.update_one({"_id": "balancer"},
+                                {"$set": {"attemptToBalanceJumboChunks": True}})
+        a.command("clearJumboFlag", ns, find={"x": 0})
+        wait_until(lambda: chunks(cluster, ns)[0]["shard"] == "shard1", timeout=TIMEOUT,
+                   what="the big chunk moved into its zone")
+    finally:
+        a.command("balancerStop")
+        cfg.settings.update_one({"_id": "balancer"},
+                                {"$unset": {"attemptToBalanceJumboChunks": 1}})
+        a.command("updateZoneKeyRange", ns, min={"x": MinKey()}, max={"x": 2000},
+                  zone=None)
+        a.command("removeShardFromZone", "shard1", zone="as7z")
+        cfg.settings.delete_one({"_id": "autosplit"})
+    assert r.as7.c.count_documents({}) == 2500
