@@ -839,6 +839,111 @@ static const shl_command_t balancer_stop_cmd = {
     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
     .help = "turn the balancer off and wait for the round in progress",
 };
+/*
+ * _configsvrMoveChunk {ns, min, max} without toShard: what a shard's ChunkSplitter sends after
+ * the top-chunk optimisation (MongoDB 4.x's rebalance of a single chunk): when the balancer is
+ * on (mode full, inside its window) and the collection may be balanced, the chunk exactly
+ * [min, max) moves to the shard holding the least of the collection's data among those that
+ * may take it (not draining, in the chunk's zone), unless that is its owner. Replies
+ * {moved: bool, toShard?}. Errors: the migration's.
+ */
+static int
+cmd_rebalance_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL;
+    bal_settings_t set;
+    bson_t min, max, cmin, cmax, fwd = BSON_INITIALIZER, arr, r2 = BSON_INITIALIZER;
+    bool has_min = false, has_max = false, found = false;
+    shl_collection_type_t coll;
+    shl_routing_table_t *rt = NULL;
+    shl_shard_type_t *shards = NULL;
+    size_t nshards = 0, idx = 0, nranges = 0, best = 0;
+    bal_range_t *ranges = NULL;
+    int64_t best_size = -1;
+    const char *owner, *zone;
+
+    memset(&coll, 0, sizeof(coll));
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    SHL_ERR(cfg_doc_field(cmd, "min", &min, &has_min, st));
+    SHL_ERR(cfg_doc_field(cmd, "max", &max, &has_max, st));
+    if (!has_min || !has_max) {
+        SHL_ERR(shl_idl_missing("_configsvrMoveChunk", has_min ? "max" : "min", st));
+    }
+    SHL_ERR(read_settings(&set, st));
+    SHL_ERR(cfg_get_collection(ns, &coll, &found, st));
+    if (strcmp(set.mode, "full") != 0 || !set.in_window || !found || coll.key == NULL ||
+        coll.no_balance || (coll.has_allow_migrations && !coll.allow_migrations) ||
+        (coll.has_permit_migrations && !coll.permit_migrations)) {
+        goto nothing;
+    }
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    if (shl_routing_table_find_chunk(rt, &min, &idx, st) != 0) {
+        shl_status_clear(st);
+        goto nothing;
+    }
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    if (shl_shard_key_compare(&cmin, &min) != 0 || shl_shard_key_compare(&cmax, &max) != 0 ||
+        shl_routing_table_chunk_jumbo(rt, idx)) {
+        goto nothing;
+    }
+    owner = shl_routing_table_chunk_shard(rt, idx);
+    SHL_ERR(load_ranges(&coll, &ranges, &nranges, st));
+    zone = zone_of(ranges, nranges, &cmin, &cmax);
+    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
+    for (size_t i = 0; i < nshards; i++) {
+        bool in = zone[0] == '\0';
+        int64_t size;
+        for (size_t t = 0; t < shards[i].ntags && !in; t++) {
+            in = strcmp(shards[i].tags[t], zone) == 0;
+        }
+        if (shards[i].draining || !in) {
+            continue;
+        }
+        size = owned_data_size(shards[i].name, ns);
+        if (best_size < 0 || size < best_size) {
+            best = i;
+            best_size = size;
+        }
+    }
+    if (best_size < 0 || strcmp(shards[best].name, owner) == 0) {
+        goto nothing;
+    }
+    BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
+    BSON_APPEND_UTF8(&fwd, "toShard", shards[best].name);
+    BSON_APPEND_ARRAY_BEGIN(&fwd, "bounds", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &cmin);
+    BSON_APPEND_DOCUMENT(&arr, "1", &cmax);
+    bson_append_array_end(&fwd, &arr);
+    BSON_APPEND_BOOL(&fwd, "waitForDelete", set.wait_for_delete);
+    SHL_ERR(cfg_move_range(op, &fwd, &r2, st));
+    SHL_LOG_INFO(SHARDING, 4201631, "balancer moved a top chunk after its split", "ns",
+                 BCON_UTF8(ns), "to", BCON_UTF8(shards[best].name));
+    BSON_APPEND_BOOL(reply, "moved", true);
+    BSON_APPEND_UTF8(reply, "toShard", shards[best].name);
+    goto done;
+nothing:
+    BSON_APPEND_BOOL(reply, "moved", false);
+done:
+    shl_collection_type_cleanup(&coll);
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    if (shards != NULL) {
+        cfg_shards_free(shards, nshards);
+    }
+    ranges_free(ranges, nranges);
+    bson_destroy(&fwd);
+    bson_destroy(&r2);
+    return ret;
+}
+
+static const shl_command_t rebalance_chunk_cmd = {
+    .name = "_configsvrMoveChunk",
+    .run = cmd_rebalance_chunk,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "move one chunk to the least loaded shard if the balancer is on (auto-split)",
+};
 static const shl_command_t balancer_status_cmd = {
     .name = "_configsvrBalancerStatus",
     .run = cmd_balancer_status,
@@ -852,5 +957,6 @@ cfg_register_balancer_commands(shl_command_registry_t *reg)
     shl_command_registry_add(reg, &balancer_start_cmd);
     shl_command_registry_add(reg, &balancer_stop_cmd);
     shl_command_registry_add(reg, &balancer_status_cmd);
+    shl_command_registry_add(reg, &rebalance_chunk_cmd);
     cfg_register_coll_balancing_commands(reg);
 }

@@ -441,6 +441,25 @@ range_bytes(shard_state_t *s, const char *ns, const bson_t *pattern, const bson_
     return size;
 }
 
+/* After a top-chunk split: ask the config server to move the new top chunk [min, max) to the
+ * least loaded shard when the balancer is on (MongoDB 4.x's ChunkSplitter did the same), so
+ * ascending inserts leave this shard at once. Best effort: a failure is logged. */
+static void
+move_top_chunk(shard_state_t *s, const char *ns, const bson_t *min, const bson_t *max)
+{
+    bson_t *cmd = BCON_NEW("_configsvrMoveChunk", BCON_UTF8(ns), "min", BCON_DOCUMENT(min),
+                           "max", BCON_DOCUMENT(max));
+    bson_t reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shard_config_cmd(s, "admin", cmd, CONFIG_TIMEOUT_MS * 10, &reply, &st) != 0) {
+        SHL_LOG_INFO(SHARDING, 4201613, "Could not move the top chunk after an auto-split",
+                     "namespace", BCON_UTF8(ns), "error", BCON_UTF8(st.reason));
+    }
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+}
+
 /* Run one task: split points, top-chunk optimisation, the commit and a refresh; or the
  * jumbo flag for a big chunk without a split point. Failures are logged and dropped. */
 static void
@@ -458,6 +477,7 @@ run_task(shard_state_t *s, split_task_t *t)
     shl_ns_t ns;
     bson_iter_t it, arr;
     char name[SHL_SHARD_ID_MAX];
+    int top_kind = 0; /* 1: cut at the last key, -1: at the second key, 0: no optimisation */
 
     if (shl_ns_parse(&ns, t->ns, &st) != 0 || shard_meta_get(s, t->ns, &m, &st) != 0 ||
         m->rt == NULL || shl_routing_table_find_chunk(m->rt, t->min, &idx, &st) != 0) {
@@ -528,12 +548,14 @@ run_task(shard_state_t *s, split_task_t *t)
                 (nkeys < 2 || shl_shard_key_compare(&top, keys[nkeys - 2]) > 0)) {
                 bson_destroy(keys[nkeys - 1]);
                 keys[nkeys - 1] = bson_copy(&top);
+                top_kind = 1;
             }
         } else if (bound_is_all(t->min, BSON_TYPE_MINKEY)) {
             if (extreme_key(s, &ns, p, 1, 1, &top) && shl_shard_key_compare(&top, t->min) > 0 &&
                 (nkeys < 2 || shl_shard_key_compare(&top, keys[1]) < 0)) {
                 bson_destroy(keys[0]);
                 keys[0] = bson_copy(&top);
+                top_kind = -1;
             }
         }
     }
@@ -555,6 +577,14 @@ run_task(shard_state_t *s, split_task_t *t)
             SHL_LOG_INFO(SHARDING, 4201611, "Auto-split a chunk", "namespace", BCON_UTF8(t->ns),
                          "splitPoints", BCON_INT64((int64_t)nkeys));
             (void)shard_meta_refresh(s, t->ns, NULL, &st);
+            if (top_kind != 0) {
+                /* The migration may wait for the range's deletion (waitForDelete), which waits
+                 * for every metadata object that still gives this shard the range: not ours. */
+                shard_meta_release(m);
+                m = NULL;
+                move_top_chunk(s, t->ns, top_kind > 0 ? keys[nkeys - 1] : t->min,
+                               top_kind > 0 ? t->max : keys[0]);
+            }
         }
         bson_destroy(&r2);
         bson_destroy(commit);

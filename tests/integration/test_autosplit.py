@@ -10,7 +10,7 @@ import pytest
 from bson.min_key import MinKey
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import config_db, fail_point, module_cluster, wait_until
+from shale_fixtures import config_db, fail_point, logged, module_cluster, wait_until
 
 TIMEOUT = 60.0
 PAD = "p" * 1000  # about 1 KB a document
@@ -119,6 +119,27 @@ def test_top_chunk_is_split_at_its_last_key(cluster):
     entries = list(cfg.changelog.find({"ns": ns, "what": "multi-split"}).sort("details.number", 1))
     assert [e["details"]["number"] for e in entries] == list(range(1, len(cs) + 1))
     assert entries[-1]["details"]["chunk"]["min"] == {"x": 2999}
+
+
+def test_top_chunk_moves_away_after_its_split(cluster, chunksize_1mb):
+    ns = shard_collection(cluster, "as8", "c")
+    r = cluster.router_client()
+    # Rounds every 10 s here: the move right after the split comes from the splitter's request.
+    fail_point(cluster.config_client(), "overrideBalanceRoundInterval", "off")
+    r.admin.command("balancerStart")
+    try:
+        insert_ascending(cluster, "as8", "c", 0, 3000)
+        wait_until(lambda: logged(cluster.config, 4201631, ns="as8.c", to="shard1"),
+                   timeout=TIMEOUT, what="the top chunk moved after its split")
+    finally:
+        r.admin.command("balancerStop")
+        fail_point(cluster.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
+                   {"intervalMs": 200})
+    top = chunks(cluster, ns)[-1]
+    assert top["shard"] == "shard1"
+    # The ascending inserts after the move went to shard1.
+    assert cluster.shard_client(1).as8.c.count_documents({}) > 0
+    assert r.as8.c.count_documents({}) == 3000
 
 
 def test_small_collection_is_not_split(cluster, chunksize_1mb):
