@@ -18,6 +18,10 @@ from shale_fixtures import module_cluster
 def zc(request):
     with module_cluster(request) as c:
         r = c.router_client()
+        # These tests build non-compliant layouts on purpose (zone violations, draining shards)
+        # and move chunks by hand: the balancer, on by default, would fix them meanwhile or
+        # race the manual migrations. MongoDB's ShardingTest stops it the same way.
+        r.admin.command("balancerStop")
         for i in range(2):
             c.shard_client(i).admin.command("setParameter", 1, orphanCleanupDelaySecs=0)
         r.admin.command("enableSharding", "zdb", primaryShard="shard0")
