@@ -116,12 +116,30 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
 }
 
 int
+shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
+                        shl_status_t *st)
+{
+    db_node_t *node = db_node(op);
+
+    return node == NULL ? 0 : db_txn_wait_writers(node->txns, op, ns, unprepared_max_ms, st);
+}
+
+int
 db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                            shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if (op->txn != NULL) {
+        /* Noted before the version check lets a write in, so a migration that enters its
+         * critical section after the check finds the transaction. */
+        int ret = db_txn_note_access(
+            op, ns, access != SHL_DB_SHARD_READ && access != SHL_DB_SHARD_CATALOG, st);
+        if (ret != 0) {
+            return ret;
+        }
+    }
     if (node == NULL || node->sharding.check == NULL ||
         (!op->has_shard_version && !op->has_database_version)) {
         return 0;

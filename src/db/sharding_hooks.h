@@ -192,6 +192,15 @@ int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_
  */
 int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
 
+/*
+ * shl_db_txn_wait_writers --
+ *     For a migration donor: wait until no open transaction of this node that wrote 'ns'
+ *     under a shard version is left (db_txn_wait_writers: prepared ones until decided,
+ *     in-progress ones at most 'unprepared_max_ms', then LockTimeout). Interruptible.
+ */
+int shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
+                            shl_status_t *st);
+
 /* shl_db_shard_key -- the installed shard_key, or false (with 'out' empty). */
 bool shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out);
 

@@ -440,6 +440,13 @@ cmd_server_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         BSON_APPEND_INT64(&sub, "command", atomic_load(&c->op_command));
         bson_append_document_end(reply, &sub);
     }
+    if (svc->role == SHL_ROLE_ROUTER && section_wanted(cmd, "metrics")) {
+        /* A data node's metrics section (db/node.c) carries the commands with its own
+         * metrics; a router has only these. */
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &sub);
+        shl_command_registry_append_metrics(svc->commands, &sub);
+        bson_append_document_end(reply, &sub);
+    }
     if (svc->hooks.append_server_status != NULL) {
         svc->hooks.append_server_status(svc, reply);
     }

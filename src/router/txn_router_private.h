@@ -23,11 +23,13 @@ struct router_txn {
     /* guarded by the catalog's mutex */
     shl_lsid_t lsid;
     bool checked_out;
+    bool killed;          /* killSessions matched it: its transaction ends at the next checkout */
     int64_t last_used_us; /* monotonic; an idle state past the session timeout is freed */
     struct router_txn *next;
 
     /* the rest: only by the operation that has the state checked out */
     int64_t txn_number;     /* -1: none yet */
+    bool dead;              /* killed by killSessions: txn_number continues nowhere */
     int64_t stmt;           /* statements of this transaction so far (the current one) */
     bool recovering_commit; /* a commit of a txnNumber this router did not run */
     bool has_read_concern;
