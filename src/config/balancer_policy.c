@@ -164,13 +164,13 @@ balance_zone(const shl_shard_type_t *shards, size_t nshards, const cfg_bal_chunk
     }
 }
 
-size_t
-cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards, const cfg_bal_chunk_t *chunks,
-                    size_t nchunks, bool *busy, cfg_bal_move_t *out, size_t max_out)
+/* Steps 1 and 2 of both policies: one chunk off each draining shard, then the chunks on a
+ * shard outside their zone. Returns the number of moves written. */
+static size_t
+draining_and_zones(const shl_shard_type_t *shards, size_t nshards, const cfg_bal_chunk_t *chunks,
+                   size_t nchunks, bool *busy, cfg_bal_move_t *out, size_t max_out)
 {
     size_t n = 0;
-    /* Shards marked busy here only because their chunks cannot move are released at the end. */
-    bool *blocked = bson_malloc0((nshards + 1) * sizeof(bool));
 
     /* 1. One chunk off each draining shard. */
     for (size_t s = 0; s < nshards && n < max_out; s++) {
@@ -201,14 +201,35 @@ cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards, const cfg_ba
             add_move(out, &n, busy, c, from, to, CFG_BAL_ZONE);
         }
     }
+    return n;
+}
+
+/* Whether zone 'zone' (chunks[c].zone, or "" for c == nchunks) was met before index c, so
+ * each zone is balanced once, "" last. */
+static bool
+zone_seen(const cfg_bal_chunk_t *chunks, size_t nchunks, size_t c)
+{
+    const char *zone = c == nchunks ? "" : chunks[c].zone;
+    bool seen = c < nchunks && zone[0] == '\0';
+
+    for (size_t p = 0; p < c && c < nchunks && !seen; p++) {
+        seen = strcmp(chunks[p].zone, zone) == 0;
+    }
+    return seen;
+}
+
+size_t
+cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards, const cfg_bal_chunk_t *chunks,
+                    size_t nchunks, bool *busy, cfg_bal_move_t *out, size_t max_out)
+{
+    size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
+    /* Shards marked busy here only because their chunks cannot move are released at the end. */
+    bool *blocked = bson_malloc0((nshards + 1) * sizeof(bool));
+
     /* 3. Per zone, the chunk counts; each zone once, "" (no zone) last. */
     for (size_t c = 0; c <= nchunks && n < max_out; c++) {
         const char *zone = c == nchunks ? "" : chunks[c].zone;
-        bool seen = c < nchunks && zone[0] == '\0';
-        for (size_t p = 0; p < c && c < nchunks && !seen; p++) {
-            seen = strcmp(chunks[p].zone, zone) == 0;
-        }
-        if (!seen) {
+        if (!zone_seen(chunks, nchunks, c)) {
             for (size_t i = 0; i < nshards; i++) {
                 blocked[i] = busy[i];
             }
@@ -224,6 +245,65 @@ cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards, const cfg_ba
         }
     }
     bson_free(blocked);
+    return n;
+}
+
+/* Whether shard i holds a chunk of 'zone'. */
+static bool
+holds_zone(const shl_shard_type_t *shards, size_t i, const cfg_bal_chunk_t *chunks, size_t nchunks,
+           const char *zone)
+{
+    return count_in_zone(chunks, nchunks, shards[i].name, zone) > 0;
+}
+
+size_t
+cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nshards,
+                              const cfg_bal_chunk_t *chunks, size_t nchunks, const int64_t *sizes,
+                              int64_t chunk_size, bool *busy, cfg_bal_move_t *out, size_t max_out)
+{
+    size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
+
+    for (size_t c = 0; c <= nchunks && n < max_out; c++) {
+        const char *zone = c == nchunks ? "" : chunks[c].zone;
+        int64_t total = 0, holders = 0, ideal;
+        if (zone_seen(chunks, nchunks, c)) {
+            continue;
+        }
+        for (size_t i = 0; i < nshards; i++) {
+            if (!shards[i].draining && in_zone(&shards[i], zone)) {
+                total += sizes[i];
+                holders++;
+            }
+        }
+        if (holders == 0) {
+            continue;
+        }
+        ideal = total / holders;
+        /* Pairs of the most and the least loaded free shards, while they are apart by three
+         * chunk sizes or more (MongoDB 7.0's threshold) and on either side of the ideal. */
+        while (n < max_out) {
+            size_t from = nshards, to = nshards, chunk;
+            for (size_t i = 0; i < nshards; i++) {
+                if (busy[i] || shards[i].draining) {
+                    continue;
+                }
+                if (holds_zone(shards, i, chunks, nchunks, zone) &&
+                    first_movable(shards, chunks, nchunks, i, zone) != nchunks &&
+                    (from == nshards || sizes[i] > sizes[from])) {
+                    from = i;
+                }
+                if (in_zone(&shards[i], zone) && (to == nshards || sizes[i] < sizes[to])) {
+                    to = i;
+                }
+            }
+            if (from == nshards || to == nshards || from == to || sizes[from] <= ideal ||
+                sizes[to] >= ideal || sizes[from] - sizes[to] < 3 * chunk_size) {
+                break;
+            }
+            chunk = first_movable(shards, chunks, nchunks, from, zone);
+            add_move(out, &n, busy, chunk, from, to, CFG_BAL_IMBALANCE);
+        }
+    }
     return n;
 }
 

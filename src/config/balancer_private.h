@@ -62,6 +62,23 @@ size_t cfg_balancer_policy(const shl_shard_type_t *shards, size_t nshards,
                            cfg_bal_move_t *out, size_t max_out);
 
 /*
+ * cfg_balancer_policy_data_size --
+ *     MongoDB 7.0's policy, the default: draining shards and zone violations as
+ *     cfg_balancer_policy, then per zone by data size: 'sizes' (nshards entries) is the
+ *     collection's bytes on each shard, orphans excluded. The most loaded free shard holding a
+ *     movable chunk of the zone gives its first such chunk to the least loaded free shard of the
+ *     zone while the donor is above the ideal (total / shards of the zone that are not
+ *     draining), the recipient below it, and they differ by at least 3 * 'chunk_size'. The
+ *     caller moves about one chunk size starting at that chunk's min (moveRange with min
+ *     only), so a move never overshoots. A collection smaller than three chunk sizes never
+ *     moves. Same 'busy', 'out' and return as cfg_balancer_policy. Pure.
+ */
+size_t cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nshards,
+                                     const cfg_bal_chunk_t *chunks, size_t nchunks,
+                                     const int64_t *sizes, int64_t chunk_size, bool *busy,
+                                     cfg_bal_move_t *out, size_t max_out);
+
+/*
  * cfg_balancer_in_window --
  *     Whether 'now_min' (minutes since local midnight) falls in the balancer's activeWindow
  *     {start: "HH:MM", stop: "HH:MM"} (local time of the config server, as MongoDB's): start
@@ -86,6 +103,15 @@ void cfg_balancer_stop(void);
 
 /* _configsvrBalancerStart / _configsvrBalancerStop / _configsvrBalancerStatus. */
 void cfg_register_balancer_commands(shl_command_registry_t *reg);
+
+/* cfg_mark_chunk_jumbo -- flag the chunk exactly [min, max) of 'ns' jumbo (minor version bump,
+ * changelog markJumbo), as _configsvrMarkChunkJumbo. Takes the namespace lock. Errors: the
+ * chunk is gone (InvalidOptions), storage. */
+int cfg_mark_chunk_jumbo(const char *ns, const bson_t *min, const bson_t *max, shl_status_t *st);
+
+/* cfg_register_coll_balancing_commands -- _configsvrConfigureCollectionBalancing
+ * (configsvr_coll_balancing.c); registered by cfg_register_balancer_commands. */
+void cfg_register_coll_balancing_commands(shl_command_registry_t *reg);
 
 /*
  * cfg_move_range --

@@ -253,6 +253,48 @@ SHL_TEST(balancer_active_window)
 
 #define KTS(s, i) (((uint64_t)(s) << 32) | (uint32_t)(i))
 
+SHL_TEST(balancer_policy_data_size_moves_only_past_three_chunk_sizes)
+{
+    shl_shard_type_t sh[3] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, NULL, 0),
+                              mk_shard("s2", true, NULL, 0)};
+    cfg_bal_chunk_t ch[4];
+    cfg_bal_move_t out[4];
+    bool busy[3] = {false, false, false};
+    int64_t mb = 1024 * 1024, sizes[3] = {0, 0, 0};
+
+    for (size_t i = 0; i < 4; i++) {
+        ch[i] = (cfg_bal_chunk_t){.shard = "s0", .zone = ""};
+    }
+    /* Four chunks on s0 but 2.9 chunk sizes of data: balanced (a count policy would move). */
+    sizes[0] = 29 * mb / 10;
+    ASSERT_INT_EQ(cfg_balancer_policy_data_size(sh, 2, ch, 4, sizes, mb, busy, out, 4), 0);
+    ASSERT_INT_EQ(cfg_balancer_policy(sh, 2, ch, 4, busy, out, 4), 1);
+    busy[0] = busy[1] = false;
+    /* Three chunk sizes apart: the first movable chunk of the most loaded shard moves. */
+    sizes[0] = 3 * mb;
+    ch[0].jumbo = true;
+    ASSERT_INT_EQ(cfg_balancer_policy_data_size(sh, 2, ch, 4, sizes, mb, busy, out, 4), 1);
+    ASSERT_INT_EQ(out[0].chunk, 1);
+    ASSERT_INT_EQ(out[0].from, 0);
+    ASSERT_INT_EQ(out[0].to, 1);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_IMBALANCE);
+    /* s2 is draining (no recipient, out of the ideal): 5 and 2 MB are three chunk sizes
+     * apart around the ideal 3.5 MB, 5 and 3 MB are not. */
+    busy[0] = busy[1] = false;
+    sizes[0] = 5 * mb;
+    sizes[1] = 2 * mb;
+    ch[3].shard = "s1";
+    ASSERT_INT_EQ(cfg_balancer_policy_data_size(sh, 3, ch, 4, sizes, mb, busy, out, 4), 1);
+    busy[0] = busy[1] = false;
+    sizes[1] = 3 * mb;
+    ASSERT_INT_EQ(cfg_balancer_policy_data_size(sh, 3, ch, 4, sizes, mb, busy, out, 4), 0);
+    /* A draining shard's chunk always moves, whatever the sizes. */
+    ch[2].shard = "s2";
+    ASSERT_INT_EQ(cfg_balancer_policy_data_size(sh, 3, ch, 4, sizes, mb, busy, out, 4), 1);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_DRAINING);
+    ASSERT_INT_EQ(out[0].from, 2);
+}
+
 SHL_TEST(keys_plan_first_keys_current_and_reserve)
 {
     cfg_new_key_t k[2];

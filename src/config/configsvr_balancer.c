@@ -51,6 +51,8 @@ typedef struct bal_settings {
     const char *mode; /* "full", "off", "autoSplitOnly" */
     bool wait_for_delete;
     bool in_window; /* now is inside activeWindow (true when there is none) */
+    bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
+    bool attempt_jumbo; /* attemptToBalanceJumboChunks: migrations skip the size check */
 } bal_settings_t;
 
 /* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
@@ -83,8 +85,9 @@ in_active_window(const bson_t *doc)
 
 /*
  * config.settings {_id: "balancer"}: stopped: true is "off", else its mode, else stopped:
- * false is "full"; with no document the balancer is on ("full"), MongoDB's default. A new
- * Shale cluster writes {mode: "off", stopped: true} (configsvr_init.c).
+ * false is "full"; with no document the balancer is on ("full"), MongoDB's default (a new
+ * cluster writes {mode: "full", stopped: false}, configsvr_init.c). `policy: "chunkCount"`
+ * (Shale's) selects the seeds' chunk-count policy; the default balances by data size.
  */
 static int
 read_settings(bal_settings_t *out, shl_status_t *st)
@@ -114,6 +117,12 @@ read_settings(bal_settings_t *out, shl_status_t *st)
     }
     if (found) {
         out->in_window = in_active_window(&doc);
+    }
+    out->by_count = false;
+    out->attempt_jumbo = found && bson_iter_init_find(&it, &doc, "attemptToBalanceJumboChunks") &&
+                         bson_iter_as_bool(&it);
+    if (found && bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it)) {
+        out->by_count = strcmp(bson_iter_utf8(&it, NULL), "chunkCount") == 0;
     }
 done:
     bson_destroy(q);
@@ -179,6 +188,8 @@ typedef struct bal_task {
     char *from, *to;
     cfg_bal_reason_t reason;
     bool wait_for_delete;
+    bool min_only;   /* move about one chunk size from min (the data-size policy) */
+    bool force_size; /* attemptToBalanceJumboChunks: forceJumbo, no size check */
     pthread_t thread;
     bool started;
     int ret;
@@ -193,14 +204,33 @@ task_main(void *arg)
 
     BSON_APPEND_UTF8(&cmd, "_configsvrMoveRange", t->ns);
     BSON_APPEND_UTF8(&cmd, "toShard", t->to);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "bounds", &arr);
-    BSON_APPEND_DOCUMENT(&arr, "0", &t->min);
-    BSON_APPEND_DOCUMENT(&arr, "1", &t->max);
-    bson_append_array_end(&cmd, &arr);
+    if (t->min_only) {
+        /* As MongoDB 7.0's balancer: the range from min of about the chunk size. */
+        BSON_APPEND_DOCUMENT(&cmd, "min", &t->min);
+    } else {
+        BSON_APPEND_ARRAY_BEGIN(&cmd, "bounds", &arr);
+        BSON_APPEND_DOCUMENT(&arr, "0", &t->min);
+        BSON_APPEND_DOCUMENT(&arr, "1", &t->max);
+        bson_append_array_end(&cmd, &arr);
+    }
     BSON_APPEND_BOOL(&cmd, "waitForDelete", t->wait_for_delete);
+    if (t->force_size) {
+        /* The balancer never proposes a chunk flagged jumbo, so forceJumbo here only lifts
+         * the donor's size check (MongoDB's kForceBalancer). */
+        BSON_APPEND_BOOL(&cmd, "forceJumbo", true);
+    }
     bson_init(&reply);
     shl_status_clear(&t->st);
     t->ret = cfg_move_range(NULL, &cmd, &reply, &t->st);
+    if (t->ret == SHL_CODE_CHUNK_TOO_BIG) {
+        /* Seeds: a migration that fails for the chunk's size flags it jumbo, so the balancer
+         * does not try it round after round. */
+        shl_status_t mark = SHL_STATUS_INIT;
+        if (cfg_mark_chunk_jumbo(t->ns, &t->min, &t->max, &mark) != 0) {
+            SHL_LOG_WARNING(SHARDING, 4201630, "could not flag a chunk jumbo", "ns",
+                            BCON_UTF8(t->ns), "error", BCON_UTF8(mark.reason));
+        }
+    }
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return NULL;
@@ -340,10 +370,61 @@ typedef struct bal_plan {
  * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
  * skipped.
  */
+/* The collection's bytes on 'shard' without its orphans (collStats size minus numOrphanDocs
+ * times avgObjSize, as MongoDB's _shardsvrGetStatsForBalancing); 0 when it has none. */
+static int64_t
+owned_data_size(const char *shard, const char *ns)
+{
+    shl_ns_t n;
+    bson_t *cmd = NULL, reply = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    int64_t size = 0;
+
+    if (shl_ns_parse(&n, ns, &ignored) == 0) {
+        cmd = BCON_NEW("collStats", BCON_UTF8(n.coll));
+        bson_destroy(&reply);
+        if (cfg_shard_cmd(shard, n.db, cmd, &reply, &ignored) == 0) {
+            size = shl_bson_int64_at(&reply, "size") -
+                   shl_bson_int64_at(&reply, "numOrphanDocs") *
+                       shl_bson_int64_at(&reply, "avgObjSize");
+        }
+        bson_destroy(cmd);
+    }
+    bson_destroy(&reply);
+    return size > 0 ? size : 0;
+}
+
+/* The collection's maximum chunk size: its maxChunkSizeBytes, else config.settings
+ * chunksize (MB), else 128 MB. */
+static int64_t
+chunk_size_of(const shl_collection_type_t *coll)
+{
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("chunksize"));
+    bson_t doc = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    bool found = false;
+    int64_t bytes = 128LL * 1024 * 1024;
+
+    if (coll->has_max_chunk_size_bytes && coll->max_chunk_size_bytes > 0) {
+        bytes = coll->max_chunk_size_bytes;
+    } else {
+        bson_destroy(&doc);
+        if (cfg_find_one("settings", q, &doc, &found, &ignored) == 0 && found &&
+            shl_bson_double_at(&doc, "value") > 0) {
+            bytes = (int64_t)(shl_bson_double_at(&doc, "value") * 1024 * 1024);
+        }
+    }
+    bson_destroy(q);
+    bson_destroy(&doc);
+    return bytes;
+}
+
 static int
 plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, bool *busy,
-                bool wait_for_delete, bal_plan_t *plan, shl_status_t *st)
+                const bal_settings_t *set, bal_plan_t *plan, shl_status_t *st)
 {
+    bool wait_for_delete = set->wait_for_delete;
+    int64_t *sizes = NULL;
     int ret = 0;
     shl_collection_type_t coll;
     bool found = false;
@@ -381,7 +462,17 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         chunks[c].jumbo = shl_routing_table_chunk_jumbo(rt, c);
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
-    nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    if (set->by_count) {
+        nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    } else {
+        sizes = bson_malloc0((nshards + 1) * sizeof(*sizes));
+        for (size_t i = 0; i < nshards; i++) {
+            /* A busy shard is neither donor nor recipient: no need to ask it. */
+            sizes[i] = busy[i] ? 0 : owned_data_size(shards[i].name, ns);
+        }
+        nmoves = cfg_balancer_policy_data_size(shards, nshards, chunks, nchunks, sizes,
+                                               chunk_size_of(&coll), busy, moves, nshards);
+    }
     for (size_t m = 0; m < nmoves; m++) {
         bal_task_t *t;
         bson_t min, max;
@@ -399,6 +490,8 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->to = bson_strdup(shards[moves[m].to].name);
         t->reason = moves[m].reason;
         t->wait_for_delete = wait_for_delete;
+        t->min_only = !set->by_count && moves[m].reason == CFG_BAL_IMBALANCE;
+        t->force_size = set->attempt_jumbo;
     }
 done:
     shl_collection_type_cleanup(&coll);
@@ -408,6 +501,7 @@ done:
     ranges_free(ranges, nranges);
     bson_free(chunks);
     bson_free(moves);
+    bson_free(sizes);
     return ret;
 }
 
@@ -459,8 +553,8 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
             continue;
         }
         /* A collection that cannot be read is skipped this round, not the whole round. */
-        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s->wait_for_delete,
-                            &plan, &one) != 0) {
+        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s, &plan, &one) !=
+            0) {
             SHL_LOG_WARNING(SHARDING, 4200502, "balancer skipped a collection", "ns",
                             BCON_UTF8(bson_iter_utf8(&it, NULL)), "error", BCON_UTF8(one.reason));
         }
@@ -745,6 +839,111 @@ static const shl_command_t balancer_stop_cmd = {
     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
     .help = "turn the balancer off and wait for the round in progress",
 };
+/*
+ * _configsvrMoveChunk {ns, min, max} without toShard: what a shard's ChunkSplitter sends after
+ * the top-chunk optimisation (MongoDB 4.x's rebalance of a single chunk): when the balancer is
+ * on (mode full, inside its window) and the collection may be balanced, the chunk exactly
+ * [min, max) moves to the shard holding the least of the collection's data among those that
+ * may take it (not draining, in the chunk's zone), unless that is its owner. Replies
+ * {moved: bool, toShard?}. Errors: the migration's.
+ */
+static int
+cmd_rebalance_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL;
+    bal_settings_t set;
+    bson_t min, max, cmin, cmax, fwd = BSON_INITIALIZER, arr, r2 = BSON_INITIALIZER;
+    bool has_min = false, has_max = false, found = false;
+    shl_collection_type_t coll;
+    shl_routing_table_t *rt = NULL;
+    shl_shard_type_t *shards = NULL;
+    size_t nshards = 0, idx = 0, nranges = 0, best = 0;
+    bal_range_t *ranges = NULL;
+    int64_t best_size = -1;
+    const char *owner, *zone;
+
+    memset(&coll, 0, sizeof(coll));
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    SHL_ERR(cfg_doc_field(cmd, "min", &min, &has_min, st));
+    SHL_ERR(cfg_doc_field(cmd, "max", &max, &has_max, st));
+    if (!has_min || !has_max) {
+        SHL_ERR(shl_idl_missing("_configsvrMoveChunk", has_min ? "max" : "min", st));
+    }
+    SHL_ERR(read_settings(&set, st));
+    SHL_ERR(cfg_get_collection(ns, &coll, &found, st));
+    if (strcmp(set.mode, "full") != 0 || !set.in_window || !found || coll.key == NULL ||
+        coll.no_balance || (coll.has_allow_migrations && !coll.allow_migrations) ||
+        (coll.has_permit_migrations && !coll.permit_migrations)) {
+        goto nothing;
+    }
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    if (shl_routing_table_find_chunk(rt, &min, &idx, st) != 0) {
+        shl_status_clear(st);
+        goto nothing;
+    }
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    if (shl_shard_key_compare(&cmin, &min) != 0 || shl_shard_key_compare(&cmax, &max) != 0 ||
+        shl_routing_table_chunk_jumbo(rt, idx)) {
+        goto nothing;
+    }
+    owner = shl_routing_table_chunk_shard(rt, idx);
+    SHL_ERR(load_ranges(&coll, &ranges, &nranges, st));
+    zone = zone_of(ranges, nranges, &cmin, &cmax);
+    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
+    for (size_t i = 0; i < nshards; i++) {
+        bool in = zone[0] == '\0';
+        int64_t size;
+        for (size_t t = 0; t < shards[i].ntags && !in; t++) {
+            in = strcmp(shards[i].tags[t], zone) == 0;
+        }
+        if (shards[i].draining || !in) {
+            continue;
+        }
+        size = owned_data_size(shards[i].name, ns);
+        if (best_size < 0 || size < best_size) {
+            best = i;
+            best_size = size;
+        }
+    }
+    if (best_size < 0 || strcmp(shards[best].name, owner) == 0) {
+        goto nothing;
+    }
+    BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
+    BSON_APPEND_UTF8(&fwd, "toShard", shards[best].name);
+    BSON_APPEND_ARRAY_BEGIN(&fwd, "bounds", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &cmin);
+    BSON_APPEND_DOCUMENT(&arr, "1", &cmax);
+    bson_append_array_end(&fwd, &arr);
+    BSON_APPEND_BOOL(&fwd, "waitForDelete", set.wait_for_delete);
+    SHL_ERR(cfg_move_range(op, &fwd, &r2, st));
+    SHL_LOG_INFO(SHARDING, 4201631, "balancer moved a top chunk after its split", "ns",
+                 BCON_UTF8(ns), "to", BCON_UTF8(shards[best].name));
+    BSON_APPEND_BOOL(reply, "moved", true);
+    BSON_APPEND_UTF8(reply, "toShard", shards[best].name);
+    goto done;
+nothing:
+    BSON_APPEND_BOOL(reply, "moved", false);
+done:
+    shl_collection_type_cleanup(&coll);
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    if (shards != NULL) {
+        cfg_shards_free(shards, nshards);
+    }
+    ranges_free(ranges, nranges);
+    bson_destroy(&fwd);
+    bson_destroy(&r2);
+    return ret;
+}
+
+static const shl_command_t rebalance_chunk_cmd = {
+    .name = "_configsvrMoveChunk",
+    .run = cmd_rebalance_chunk,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "move one chunk to the least loaded shard if the balancer is on (auto-split)",
+};
 static const shl_command_t balancer_status_cmd = {
     .name = "_configsvrBalancerStatus",
     .run = cmd_balancer_status,
@@ -758,4 +957,6 @@ cfg_register_balancer_commands(shl_command_registry_t *reg)
     shl_command_registry_add(reg, &balancer_start_cmd);
     shl_command_registry_add(reg, &balancer_stop_cmd);
     shl_command_registry_add(reg, &balancer_status_cmd);
+    shl_command_registry_add(reg, &rebalance_chunk_cmd);
+    cfg_register_coll_balancing_commands(reg);
 }

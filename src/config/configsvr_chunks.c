@@ -428,6 +428,204 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- the ChunkSplitter */
+
+/* The chunk [min, max) of the command (fields `min`, `max`), owned by the command's
+ * `shard`: *idx. Errors: as chunk_with_bounds; StaleConfig-like InvalidOptions when the
+ * chunk is on another shard now (the shard's auto-split then drops its task). */
+static int
+splitter_chunk(const shl_routing_table_t *rt, const bson_t *cmd, const char *ctx, size_t *idx,
+               shl_status_t *st)
+{
+    int ret = 0;
+    bson_t min, max;
+    bool has_min = false, has_max = false;
+    bson_iter_t it;
+
+    SHL_ERR(cfg_doc_field(cmd, "min", &min, &has_min, st));
+    SHL_ERR(cfg_doc_field(cmd, "max", &max, &has_max, st));
+    if (!has_min || !has_max) {
+        SHL_ERR(shl_idl_missing(ctx, has_min ? "max" : "min", st));
+    }
+    SHL_ERR(chunk_with_bounds(rt, &min, &max, idx, st));
+    if (bson_iter_init_find(&it, cmd, "shard") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), shl_routing_table_chunk_shard(rt, *idx)) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "the chunk is owned by %s, not by %s",
+                 shl_routing_table_chunk_shard(rt, *idx), bson_iter_utf8(&it, NULL));
+    }
+done:
+    return ret;
+}
+
+/*
+ * _configsvrCommitChunkSplit {ns, min, max, splitPoints: [key...], shard}: what a shard's
+ * ChunkSplitter sends (MongoDB's command of that name): the chunk exactly [min, max), owned
+ * by `shard`, becomes splitPoints.length + 1 chunks in one applyOps; changelog "split" for
+ * one point, "multi-split" for more. Errors: those of plan_split; InvalidOptions when the
+ * chunk is gone or moved.
+ */
+static int
+cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL;
+    bool locked = false;
+    shl_routing_table_t *rt = NULL;
+    size_t idx = 0, nout = 0, npoints = 0;
+    shl_chunk_type_t *out = NULL, before;
+    bson_t *keys = NULL, cmin, cmax, details = BSON_INITIALIZER;
+    const bson_t **points = NULL;
+    bson_iter_t it, arr;
+    const char *shard;
+
+    (void)reply;
+    memset(&before, 0, sizeof(before));
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    if (!bson_iter_init_find(&it, cmd, "splitPoints") || !BSON_ITER_HOLDS_ARRAY(&it)) {
+        SHL_ERR(shl_idl_missing("_configsvrCommitChunkSplit", "splitPoints", st));
+    }
+    cfg_lock_ns(ns);
+    locked = true;
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(splitter_chunk(rt, cmd, "_configsvrCommitChunkSplit", &idx, st));
+    bson_iter_recurse(&it, &arr);
+    {
+        bson_iter_t cnt = arr;
+        size_t n = 0;
+        while (shl_iter_next(&cnt)) {
+            n++;
+        }
+        keys = bson_malloc0(sizeof(bson_t) * (n + 1));
+        points = bson_malloc0(sizeof(*points) * (n + 1));
+    }
+    while (shl_iter_next(&arr)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t view;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "splitPoints must hold documents");
+        }
+        bson_iter_document(&arr, &len, &data);
+        if (!bson_init_static(&view, data, len)) {
+            bson_init(&keys[npoints++]);
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "a split point is not a document");
+        }
+        if (!shl_shard_key_normalize(shl_routing_table_key_pattern(rt), &view, &keys[npoints])) {
+            npoints++;
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "a split point is not a shard key of %s", ns);
+        }
+        points[npoints] = &keys[npoints];
+        npoints++;
+    }
+    if (npoints == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "no split points given");
+    }
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    shl_routing_table_chunk_to_type(rt, idx, &before);
+    SHL_ERR(shl_routing_table_plan_split(rt, &cmin, points, npoints, &out, &nout, st));
+    out[0].has_id = true;
+    out[0].id = before.id;
+    for (size_t i = 1; i < nout; i++) {
+        out[i].has_id = true;
+        bson_oid_init(&out[i].id, NULL);
+    }
+    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
+    shard = before.shard;
+    if (nout == 2) {
+        append_chunk_info(&details, "before", &before);
+        append_chunk_info(&details, "left", &out[0]);
+        append_chunk_info(&details, "right", &out[1]);
+        BSON_APPEND_UTF8(&details, "owningShard", shard);
+        BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
+        cfg_changelog(op, "split", ns, &details);
+    } else {
+        /* As MongoDB: one "multi-split" entry per new chunk, numbered. */
+        for (size_t i = 0; i < nout; i++) {
+            bson_reinit(&details);
+            append_chunk_info(&details, "before", &before);
+            BSON_APPEND_INT32(&details, "number", (int32_t)(i + 1));
+            BSON_APPEND_INT32(&details, "of", (int32_t)nout);
+            append_chunk_info(&details, "chunk", &out[i]);
+            BSON_APPEND_UTF8(&details, "owningShard", shard);
+            BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
+            cfg_changelog(op, "multi-split", ns, &details);
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 4201601, "Committed an auto-split", "namespace", BCON_UTF8(ns),
+                 "chunks", BCON_INT64((int64_t)nout), "shard", BCON_UTF8(shard));
+done:
+    if (locked) {
+        cfg_unlock_ns(ns);
+    }
+    if (out != NULL) {
+        shl_chunk_types_free(out, nout);
+    }
+    for (size_t i = 0; keys != NULL && i < npoints; i++) {
+        bson_destroy(&keys[i]);
+    }
+    bson_free(keys);
+    bson_free(points);
+    shl_chunk_type_cleanup(&before);
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    bson_destroy(&details);
+    return ret;
+}
+
+/*
+ * _configsvrMarkChunkJumbo {ns, min, max, shard}: a shard's ChunkSplitter found no split
+ * point in a chunk larger than the maximum chunk size (all its documents share one shard
+ * key): the chunk gets jumbo: true and a minor version bump, so the balancer passes it over
+ * until clearJumboFlag. Shale's name (MongoDB sets the flag inside the config server).
+ */
+static int
+cmd_mark_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = NULL;
+    bool locked = false;
+    shl_routing_table_t *rt = NULL;
+    size_t idx = 0;
+    shl_chunk_type_t c;
+    bson_t details = BSON_INITIALIZER;
+
+    (void)reply;
+    memset(&c, 0, sizeof(c));
+    SHL_ERR(cfg_cmd_string(cmd, &ns, st));
+    cfg_lock_ns(ns);
+    locked = true;
+    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(splitter_chunk(rt, cmd, "_configsvrMarkChunkJumbo", &idx, st));
+    shl_routing_table_chunk_to_type(rt, idx, &c);
+    if (c.jumbo) {
+        goto done;
+    }
+    {
+        shl_chunk_version_t cv = shl_routing_table_collection_version(rt);
+        SHL_ERR(shl_chunk_version_inc_minor(&cv, st));
+        c.jumbo = true;
+        c.version = cv;
+        SHL_ERR(commit_chunks(&c, 1, NULL, 0, st));
+    }
+    BSON_APPEND_DOCUMENT(&details, "min", c.min);
+    BSON_APPEND_DOCUMENT(&details, "max", c.max);
+    BSON_APPEND_UTF8(&details, "shard", c.shard);
+    cfg_changelog(op, "markJumbo", ns, &details);
+    SHL_LOG_INFO(SHARDING, 4201602, "Marked a chunk jumbo", "namespace", BCON_UTF8(ns), "shard",
+                 BCON_UTF8(c.shard));
+done:
+    if (locked) {
+        cfg_unlock_ns(ns);
+    }
+    shl_chunk_type_cleanup(&c);
+    if (rt != NULL) {
+        shl_routing_table_release(rt);
+    }
+    bson_destroy(&details);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- migrations */
 
 /* The config server waits this long for a donor's migration (_shardsvrMoveRange). */
@@ -577,6 +775,63 @@ done:
     shl_collection_type_cleanup(&coll);
     bson_destroy(&filter);
     bson_destroy(&doc);
+    return ret;
+}
+
+/* MongoDB's donor refuses a range holding more documents than 1.3 times the chunk size
+ * over the average document size, and more than this many in any case. */
+#define CFG_MAX_DOCS_IN_RANGE 250000
+
+/*
+ * The donor's size check of a migration (MongoDB's, run on the donor before the clone; here
+ * the config server asks the donor's dataSize before sending the migration): ChunkTooBig when
+ * [min, max) of 'from' holds too many documents for the chunk size. forceJumbo skips it.
+ */
+static int
+check_range_size(const char *ns, const bson_t *cmd, const shl_routing_table_t *rt,
+                 const char *from, const bson_t *min, const bson_t *max, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t max_bytes = 0, n, size, avg, limit;
+    bson_t q = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    SHL_ERR(move_chunk_size_bytes(ns, cmd, &max_bytes, st));
+    BSON_APPEND_UTF8(&q, "dataSize", ns);
+    BSON_APPEND_DOCUMENT(&q, "keyPattern", &shl_routing_table_key_pattern(rt)->pattern);
+    BSON_APPEND_DOCUMENT(&q, "min", min);
+    BSON_APPEND_DOCUMENT(&q, "max", max);
+    bson_destroy(&reply);
+    if (cfg_shard_cmd(from, "admin", &q, &reply, st) != 0) {
+        /* No shard key index to count over (the donor then clones by a collection scan), or
+         * the donor is unreachable (the migration itself will say so): no size check. */
+        shl_status_clear(st);
+        goto done;
+    }
+    n = shl_bson_int64_at(&reply, "numObjects");
+    size = shl_bson_int64_at(&reply, "size");
+    if (n <= 0) {
+        goto done;
+    }
+    avg = size / n > 0 ? size / n : 1;
+    limit = (max_bytes / avg > 1 ? max_bytes / avg : 1) * 130 / 100;
+    if (limit > CFG_MAX_DOCS_IN_RANGE) {
+        limit = CFG_MAX_DOCS_IN_RANGE;
+    }
+    if (n > limit) {
+        char *a = shl_bson_as_json(min);
+        char *b = shl_bson_as_json(max);
+        ret = shl_status_set(st, SHL_CODE_CHUNK_TOO_BIG,
+                             "Cannot move chunk: the maximum number of documents for a chunk is "
+                             "%lld, the maximum chunk size is %lld, average document size is "
+                             "%lld. Found %lld documents in chunk ns: %s %s -> %s",
+                             (long long)limit, (long long)max_bytes, (long long)avg,
+                             (long long)n, ns, a, b);
+        bson_free(a);
+        bson_free(b);
+    }
+done:
+    bson_destroy(&q);
+    bson_destroy(&reply);
     return ret;
 }
 
@@ -752,6 +1007,9 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     if (shl_routing_table_chunk_jumbo(rt, idx) && !force_jumbo) {
         SHL_FAIL(st, SHL_CODE_CHUNK_TOO_BIG, "Chunk is marked jumbo; use forceJumbo to move it");
     }
+    if (!force_jumbo) {
+        SHL_ERR(check_range_size(ns, cmd, rt, from, &cmin, &cmax, st));
+    }
     BSON_APPEND_UTF8(&fwd, "_shardsvrMoveRange", ns);
     BSON_APPEND_UTF8(&fwd, "fromShard", from);
     BSON_APPEND_UTF8(&fwd, "toShard", to);
@@ -785,6 +1043,19 @@ done:
     shl_shard_type_cleanup(&target);
     bson_destroy(&fwd);
     bson_destroy(&sreply);
+    return ret;
+}
+
+int
+cfg_mark_chunk_jumbo(const char *ns, const bson_t *min, const bson_t *max, shl_status_t *st)
+{
+    bson_t *cmd = BCON_NEW("_configsvrMarkChunkJumbo", BCON_UTF8(ns), "min", BCON_DOCUMENT(min),
+                           "max", BCON_DOCUMENT(max));
+    bson_t reply = BSON_INITIALIZER;
+    int ret = cmd_mark_jumbo(NULL, cmd, &reply, st);
+
+    bson_destroy(&reply);
+    bson_destroy(cmd);
     return ret;
 }
 
@@ -989,6 +1260,18 @@ static const shl_command_t merge_chunks_cmd = {
     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
     .help = "merge the contiguous chunks of one shard covering bounds (config server)",
 };
+static const shl_command_t commit_chunk_split_cmd = {
+    .name = "_configsvrCommitChunkSplit",
+    .run = cmd_commit_chunk_split,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "commit a shard's auto-split of a chunk at splitPoints (config server)",
+};
+static const shl_command_t mark_jumbo_cmd = {
+    .name = "_configsvrMarkChunkJumbo",
+    .run = cmd_mark_jumbo,
+    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+    .help = "flag a chunk that cannot be split as jumbo (config server)",
+};
 static const shl_command_t clear_jumbo_cmd = {
     .name = "_configsvrClearJumboFlag",
     .run = cmd_clear_jumbo,
@@ -1002,6 +1285,8 @@ cfg_register_chunk_commands(shl_command_registry_t *reg)
     shl_command_registry_add(reg, &split_chunk_cmd);
     shl_command_registry_add(reg, &merge_chunks_cmd);
     shl_command_registry_add(reg, &clear_jumbo_cmd);
+    shl_command_registry_add(reg, &commit_chunk_split_cmd);
+    shl_command_registry_add(reg, &mark_jumbo_cmd);
     shl_command_registry_add(reg, &move_range_cmd);
     shl_command_registry_add(reg, &commit_migration_cmd);
 }

@@ -222,18 +222,18 @@ done:
 }
 
 /*
- * config.settings {_id: "balancer"}: a new cluster's says the balancer is stopped (unlike
- * MongoDB's; sh.startBalancer() turns it on: docs/design/balancer.md). MongoDB's tools read this
- * document: without it, mongosh's sh.status() and sh.getBalancerState() would call the
- * balancer enabled while balancerStatus answers mode "off". An existing document is kept.
+ * config.settings {_id: "balancer"}: a new cluster's balancer is on, as MongoDB's (its
+ * data-size policy never moves a collection smaller than three chunk sizes:
+ * docs/design/balancer.md). Written so that mongosh's sh.status() and sh.getBalancerState()
+ * read what balancerStatus answers. An existing document is kept.
  */
 static int
 ensure_balancer_setting(shl_status_t *st)
 {
     int ret = 0;
     bson_t *q = BCON_NEW("_id", BCON_UTF8("balancer"));
-    bson_t *doc = BCON_NEW("_id", BCON_UTF8("balancer"), "mode", BCON_UTF8("off"), "stopped",
-                           BCON_BOOL(true));
+    bson_t *doc = BCON_NEW("_id", BCON_UTF8("balancer"), "mode", BCON_UTF8("full"), "stopped",
+                           BCON_BOOL(false));
     bson_t found_doc;
     bool found = false;
     const bson_t *docs[1] = {doc};

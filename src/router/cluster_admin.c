@@ -164,6 +164,12 @@ cmd_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 }
 
 static int
+cmd_configure_coll_balancing(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    return forward_for_ns(op, cmd, "_configsvrConfigureCollectionBalancing", reply, st);
+}
+
+static int
 cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     return forward_for_ns(op, cmd, "_configsvrCommitChunksMerge", reply, st);
@@ -387,6 +393,11 @@ static const shl_command_t k_admin_commands[] = {
     {"split", {NULL}, cmd_split, SHL_CMD_ADMIN_ONLY, "split a chunk"},
     {"mergeChunks", {NULL}, cmd_merge_chunks, SHL_CMD_ADMIN_ONLY, "merge contiguous chunks"},
     {"clearJumboFlag", {NULL}, cmd_clear_jumbo, SHL_CMD_ADMIN_ONLY, "clear a chunk's jumbo flag"},
+    {"configureCollectionBalancing",
+     {NULL},
+     cmd_configure_coll_balancing,
+     SHL_CMD_ADMIN_ONLY,
+     "a sharded collection's chunk size and auto-merge setting"},
     {"refineCollectionShardKey",
      {NULL},
      cmd_refine,

@@ -19,6 +19,7 @@
 #include "sharding/keys_client.h"
 #include "sharding/shard_key.h"
 #include "shard/shard_private.h"
+#include "shard/chunk_splitter.h"
 
 static int
 not_initialized(shl_status_t *st)
@@ -103,6 +104,7 @@ meta_destroy(shl_db_orphan_filter_t *f)
     if (atomic_load(&s->rd.waiting_for_queries)) {
         shard_range_deleter_wake(s);
     }
+    shard_splitter_meta_cleanup(m);
     if (m->rt != NULL) {
         shl_routing_table_release(m->rt);
     }
@@ -127,6 +129,7 @@ meta_new(shard_state_t *s, shl_routing_table_t *rt, const char *shard_name)
         m->coll_version = shl_routing_table_collection_version(rt);
         m->owns_no_chunk = m->shard_version.major == 0;
         m->owns_all_chunks = !m->owns_no_chunk && shl_routing_table_nshards_owning(rt) == 1;
+        shard_splitter_meta_init(m);
     } else {
         m->shard_version = shl_chunk_version_unsharded();
         m->coll_version = shl_chunk_version_unsharded();
@@ -363,6 +366,9 @@ load_locked(shard_state_t *s, shard_csr_t *c, bool invalidate, shard_coll_meta_t
     m = meta_new(s, rt, shard_name);
     pthread_mutex_lock(&s->mu);
     old = c->meta;
+    if (old != NULL) {
+        shard_splitter_carry_over(old, m);
+    }
     c->meta = meta_ref(m);
     pthread_mutex_unlock(&s->mu);
     shard_meta_release(old);

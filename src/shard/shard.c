@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "shard/shard_private.h"
+#include "shard/chunk_splitter.h"
 #include "shard/ddl_coordinators.h"
 #include "shard/txn_coordinator.h"
 
@@ -38,6 +39,7 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &sec);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "shardingStatistics", &sec);
     shard_range_deleter_server_status(s, &sec);
+    shard_splitter_server_status(s, &sec);
     BSON_APPEND_INT64(&sec, "countDonorMoveChunkLockTimeout",
                       (int64_t)atomic_load(&s->donor_lock_timeouts));
     bson_append_document_end(reply, &sec);
@@ -52,6 +54,20 @@ shard_current_op(shl_service_ctx_t *svc, bson_t *inprog, uint32_t *n)
     if (s->coords != NULL) {
         shl_coord_service_report(s->coords, inprog, n);
     }
+}
+
+/* The op observer: a donor's capture of its range, and auto-split's write tracking. */
+static void
+shard_observe_write(void *arg, const char *ns, const bson_t *pre, const bson_t *post)
+{
+    shard_migration_observe(arg, ns, pre, post);
+    shard_splitter_note_write(arg, ns, post);
+}
+
+static bool
+shard_observing(void *arg, const char *ns)
+{
+    return shard_migration_observing(arg, ns) || shard_splitter_tracking(arg, ns);
 }
 
 static void
@@ -82,11 +98,13 @@ shard_shutdown(shl_service_ctx_t *svc)
      * (which frees the hooks' home, and cursors that may still hold metadata) runs
      * before the metadata tracking is torn down. */
     shard_range_deleter_stop(s);
+    shard_splitter_stop(s);
     shard_clock_shutdown(s);
     shard_meta_destroy_all(s);
     if (s->prev_shutdown != NULL) {
         s->prev_shutdown(svc);
     }
+    shard_splitter_destroy(s);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->identity_mu);
     pthread_cond_destroy(&s->crit_cv);
@@ -116,11 +134,12 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     atomic_init(&s->capturing, 0);
     pthread_mutex_init(&s->meta_mu, NULL);
     shard_range_deleter_init(s);
+    shard_splitter_init(s);
     hooks.arg = s;
     hooks.check = shard_check_versions;
     hooks.check_involved = shard_check_involved;
-    hooks.on_write = shard_migration_observe;
-    hooks.observing = shard_migration_observing;
+    hooks.on_write = shard_observe_write;
+    hooks.observing = shard_observing;
     hooks.orphan_count = shard_orphan_count;
     hooks.shard_name = shard_name_of;
     hooks.shard_key = shard_key_of;
@@ -161,6 +180,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */
     shard_range_deleter_start(s);
+    shard_splitter_start(s);
     SHL_ERR(shard_sessions_start(s, st));
 done:
     return ret;

@@ -52,6 +52,11 @@ typedef struct shard_coll_meta {
      * so the range deleter can wait for the queries that may still read a range. */
     struct shard_state *owner;
     struct shard_coll_meta *live_prev, *live_next; /* guarded by owner->meta_mu */
+    /* Auto-split's ChunkWritesTracker (chunk_splitter.c): per chunk of rt, the bytes written
+     * since its last split and whether it waits for the splitter. Lock-free (atomics). */
+    size_t ncounters;
+    atomic_int_fast64_t *chunk_bytes;
+    atomic_bool *chunk_queued;
 } shard_coll_meta_t;
 
 /* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */
@@ -150,6 +155,7 @@ typedef struct shard_state {
      * it uses (txn_coordinator.c); set at init, constant until shutdown. */
     struct shl_coord_service *coords;
     shl_remote_t remote;
+    struct shard_splitter *splitter; /* auto-split (chunk_splitter.c); set at init */
     /* The DDL lock manager of the drop coordinators (ddl_lock.h, thread-safe itself); set at
      * init, constant until shutdown. */
     struct shard_ddl_locks *ddl_locks;

@@ -22,7 +22,12 @@ def cluster(request):
         # Migrations delete the donor's copy before they end (MongoDB's balancer setting), so a
         # chunk may come back to a shard at once (otherwise the recipient waits for the
         # orphans' deletion, orphanCleanupDelaySecs later).
-        config_db(c).settings.update_one({"_id": "balancer"}, {"$set": {"_waitForDelete": True}})
+        # These tests exercise the seeds' chunk-count policy on small collections (the default,
+        # MongoDB 7.0's data-size policy, never moves a collection under three chunk sizes: see
+        # test_autosplit.py), and start the balancer themselves.
+        config_db(c).settings.update_one(
+            {"_id": "balancer"}, {"$set": {"_waitForDelete": True, "policy": "chunkCount"}})
+        c.router_client().admin.command("balancerStop")
         yield c
 
 
