@@ -76,7 +76,7 @@ typedef enum op_kind {
 #define BATCH 100
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL};
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL, 0};
 
 /* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
  * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
