@@ -119,9 +119,9 @@ if [ "$SUSTAINED" -gt 0 ]; then
     paste "$work/sustained-retryable-$c" "$work/sustained-plain-$c" | awk -v c="$c" '
       BEGIN { printf "%-10s %12s %12s %8s\n", "interval", "retryable", "plain", "ratio" }
       { printf "%4d-%-4d s %12d %12d %8.3f\n", (NR - 1) * 10, NR * 10, $1, $2,
-               $2 > 0 ? $1 / $2 : 0; r += $1; p += $2 }
+               ($2 > 0 ? $1 / $2 : 0); r += $1; p += $2 }
       END { if (NR > 0) printf "x%d whole run: retryable %.0f, plain %.0f ops/s, ratio %.3f\n",
-                                 c, r / NR, p / NR, p > 0 ? r / p : 0 }'
+                                 c, r / NR, p / NR, (p > 0 ? r / p : 0) }'
   done
 fi
 

@@ -159,7 +159,6 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         /* 'unique' here: the index's keys carry no RecordId (shl_index_t.rid_suffix). */
         if (p->access == EXEC_ACCESS_IDHACK) {
             kp = &id_kp;
-            unique = p->coll == NULL || p->coll->nindexes == 0 || !p->coll->indexes[0]->rid_suffix;
         } else if (p->index_name[0] != '\0' && p->coll != NULL) {
             const shl_index_t *idx = shl_collection_find_index(p->coll, p->index_name);
             kp = idx != NULL ? idx->key_pattern : NULL;
