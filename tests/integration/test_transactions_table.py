@@ -23,12 +23,17 @@ def test_one_document_per_session_with_the_newest_write(shale_process):
     docs = _table(client)
     assert len(docs) == 2
     assert client.config.transactions.count_documents({}) == 2
-    mine = client.config.transactions.find_one({"_id": a.lsid})
+    mine = client.config.transactions.find_one({"_id.id": a.lsid["id"]})
     assert mine is not None and mine["txnNum"] == 300
+    # By its whole _id ({id, uid}; the id as sent, binary subtype 4): the _id index's lookup.
+    whole = {"id": a.lsid["id"], "uid": mine["_id"]["uid"]}
+    assert client.config.transactions.find_one({"_id": whole}) == mine
+    assert client.config.transactions.count_documents({"_id": whole}) == 1
+    assert client.config.transactions.count_documents({"_id": {"$lte": whole}}) >= 1
     assert set(mine) == {"_id", "txnNum", "lastWriteOpTime", "lastWriteDate"}
     entry = client.local.oplog.rs.find_one({"lsid.id": a.lsid["id"], "txnNumber": 300})
     assert entry is not None and mine["lastWriteOpTime"]["ts"] == entry["ts"]
-    assert client.config.transactions.find_one({"_id": b.lsid})["txnNum"] == 5
+    assert client.config.transactions.find_one({"_id.id": b.lsid["id"]})["txnNum"] == 5
     assert [i["name"] for i in client.config.transactions.list_indexes()] == ["_id_"]
     info = list(client.config.list_collections(filter={"name": "transactions"}))
     assert len(info) == 1 and info[0]["options"] == {}
