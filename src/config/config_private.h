@@ -186,6 +186,7 @@ int cfg_doc_field(const bson_t *cmd, const char *field, bson_t *view, bool *has,
 /* Command registration per file. */
 void cfg_register_shard_commands(shl_command_registry_t *reg);
 void cfg_register_ddl_commands(shl_command_registry_t *reg);
+void cfg_register_drop_commands(shl_command_registry_t *reg); /* configsvr_drop.c */
 void cfg_register_chunk_commands(shl_command_registry_t *reg);
 void cfg_register_move_primary_commands(shl_command_registry_t *reg);
 /* Zones and balancerCollectionStatus (configsvr_zones.c). */

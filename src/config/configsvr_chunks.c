@@ -917,6 +917,11 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
                  "The chunk being migrated is owned by %s, not by the donor %s",
                  shl_routing_table_chunk_shard(rt, idx), from);
     }
+    if (!shl_routing_table_allow_migrations(rt)) {
+        /* Stopped by a DDL coordinator (_configsvrSetAllowMigrations) while it ran. */
+        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                 "Collection %s does not allow migrations", ns);
+    }
     if (bson_iter_init_find(&it, cmd, "fromShardCollectionVersion")) {
         shl_chunk_version_t cv, have = shl_routing_table_collection_version(rt);
         SHL_ERR(shl_chunk_version_parse(&it, &cv, st));

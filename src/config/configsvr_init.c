@@ -272,6 +272,7 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
 
     cfg_register_shard_commands(reg);
     cfg_register_ddl_commands(reg);
+    cfg_register_drop_commands(reg);
     cfg_register_move_primary_commands(reg);
     cfg_register_chunk_commands(reg);
     cfg_register_rename_commands(reg);

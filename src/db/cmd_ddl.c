@@ -12,6 +12,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
+#include "db/txn_participant.h"
 #include "db/sharding_hooks.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
@@ -147,6 +148,28 @@ done:
     return ret;
 }
 
+/*
+ * A DDL operation on 'ns' (database 'ns' when db_wide) waits for the open transactions that
+ * use it, as MongoDB's exclusive lock waits for theirs (docs/design/transactions.md "DDL and
+ * open transactions"); *held says the caller ends it with ddl_txns_end.
+ */
+static int
+ddl_txns_wait(shl_op_ctx_t *op, const char *ns, bool db_wide, bool *held, shl_status_t *st)
+{
+    int ret = db_txn_ddl_begin(db_node(op)->txns, op, ns, db_wide, st);
+
+    *held = ret == 0;
+    return ret;
+}
+
+static void
+ddl_txns_end(shl_op_ctx_t *op, const char *ns, bool db_wide, bool held)
+{
+    if (held) {
+        db_txn_ddl_end(db_node(op)->txns, ns, db_wide);
+    }
+}
+
 /* ---------------------------------------------------------------- drop */
 
 static const char *const drop_fields[] = {"collectionUUID", NULL};
@@ -155,6 +178,7 @@ static int
 cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
     shl_write_concern_t wc;
@@ -166,6 +190,7 @@ cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(shl_cmd_check_fields(cmd, drop_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     if (db_ns_is_oplog(ns.full)) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "can't drop live oplog while replicating");
@@ -189,6 +214,7 @@ cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     BSON_APPEND_UTF8(reply, "ns", ns.full);
     finish_ddl(op, &wc, ts, reply);
 done:
+    ddl_txns_end(op, ns.full, false, ddl_held);
     return ret;
 }
 
@@ -200,6 +226,7 @@ static int
 cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_write_concern_t wc;
     uint64_t ts = 0;
@@ -212,11 +239,13 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "have to pass 1 as db parameter");
     }
     SHL_ERR(db_uwb_check(op, op->db, st));
+    SHL_ERR(ddl_txns_wait(op, op->db, true, &ddl_held, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_catalog_drop_database(node->eng, op->db, &ts, st));
     shl_cursor_manager_kill_db(node->cursors, op->db);
     finish_ddl(op, &wc, ts, reply);
 done:
+    ddl_txns_end(op, op->db, true, ddl_held);
     return ret;
 }
 
@@ -230,6 +259,7 @@ static int
 cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_write_concern_t wc;
     const char *from_s, *to_s = NULL;
@@ -273,6 +303,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     SHL_ERR(db_check_user_write_ns(&to, st));
     SHL_ERR(db_uwb_check(op, from.full, st));
     SHL_ERR(db_uwb_check(op, to.full, st));
+    SHL_ERR(ddl_txns_wait(op, from.full, false, &ddl_held, st));
     if (strcmp(from.db, to.db) != 0) {
         /* TODO(#3): MongoDB copies across databases; not implemented yet. */
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
@@ -290,6 +321,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     }
     finish_ddl(op, &wc, ts, reply);
 done:
+    ddl_txns_end(op, from.full, false, ddl_held);
     return ret;
 }
 
@@ -343,6 +375,7 @@ static int
 cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
     shl_write_concern_t wc;
@@ -357,6 +390,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     SHL_ERR(shl_cmd_check_fields(cmd, create_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_array(cmd, "indexes", &specs, &found, st));
@@ -428,6 +462,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", created_coll);
     finish_ddl(op, &wc, 0, reply);
 done:
+    ddl_txns_end(op, ns.full, false, ddl_held);
     shl_collection_release(coll);
     return ret;
 }
@@ -550,6 +585,7 @@ static int
 cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
     shl_write_concern_t wc;
@@ -563,6 +599,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     SHL_ERR(shl_cmd_check_fields(cmd, drop_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     if (!bson_iter_init_find(&it, cmd, "index")) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -636,6 +673,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     }
     finish_ddl(op, &wc, 0, reply);
 done:
+    ddl_txns_end(op, ns.full, false, ddl_held);
     for (size_t i = 0; i < nnames; i++) {
         bson_free(names[i]);
     }
@@ -771,6 +809,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     static const char *const applied[] = {"validator", "validationLevel", "validationAction",
                                           "index", NULL};
     int ret = 0;
+    bool ddl_held = false;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
     shl_write_concern_t wc;
@@ -782,6 +821,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_cmd_check_fields(cmd, coll_mod_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
+    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     if (db_ns_is_oplog(ns.full)) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot modify the oplog");
@@ -815,6 +855,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     bson_concat(reply, &info);
     finish_ddl(op, &wc, ts, reply);
 done:
+    ddl_txns_end(op, ns.full, false, ddl_held);
     bson_destroy(&mod);
     bson_destroy(&info);
     return ret;

@@ -85,6 +85,8 @@ db_check_user_write_ns(const shl_ns_t *ns, shl_status_t *st)
         strcmp(ns->coll, "system.users") != 0 && strcmp(ns->coll, "system.roles") != 0 &&
         strcmp(ns->coll, "system.version") != 0 && strcmp(ns->coll, "system.sessions") != 0 &&
         strcmp(ns->coll, "system.keys") != 0 && strcmp(ns->coll, "system.buckets") != 0 &&
+        /* the DDL coordinators' state documents (shard/ddl_coordinators.h) */
+        strcmp(ns->full, "config.system.sharding_ddl_coordinators") != 0 &&
         strncmp(ns->coll, "system.buckets.", 15) != 0) {
         return shl_status_set(st, SHL_CODE_INVALID_NAMESPACE, "Invalid system namespace: %s",
                               ns->full);

@@ -154,6 +154,7 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_INT64(&ttl, "passes", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
     BSON_APPEND_INT64(&ttl, "subPasses", __atomic_load_n(&node->ttl_passes, __ATOMIC_RELAXED));
     bson_append_document_end(&metrics, &ttl);
+    shl_command_registry_append_metrics(svc->commands, &metrics);
     bson_append_document_end(reply, &metrics);
     {
         bson_t t;

@@ -843,98 +843,132 @@ db_stmt_recorder_commit(db_stmt_recorder_t *r)
 
 /* ---------------------------------------------------------------- migration */
 
-typedef struct migrate_unit {
-    db_stmt_recorder_t *rec;
-    const bson_t *entry; /* the no-op's o2 */
-    bson_t o2;           /* a view, when 'entry' is an incoming no-op's o2 */
+/* One migrated write of a group: its entry (a view of an incoming no-op's o2 for such an
+ * entry), its statement and its image. */
+typedef struct migrate_item {
+    const bson_t *entry;
+    bson_t o2;
     const bson_t *image;
     const char *image_kind;
     const char *ns;
     int32_t stmt_id;
-} migrate_unit_t;
+} migrate_item_t;
+
+/* Writes of one session and txnNumber that share a storage transaction. */
+typedef struct migrate_group {
+    db_stmt_recorder_t *rec;
+    migrate_item_t *items;
+    size_t n;
+} migrate_group_t;
 
 static int
-migrate_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+migrate_group_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 {
-    migrate_unit_t *u = arg;
+    migrate_group_t *g = arg;
     int ret = 0;
     bson_t o = BSON_INITIALIZER, fields = BSON_INITIALIZER;
     shl_write_opts_t wo;
     const shl_write_opts_t *wop;
 
-    db_stmt_recorder_begin(u->rec);
     BSON_APPEND_INT32(&o, "$sessionMigrateInfo", 1);
-    wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
-    bson_concat(&fields, wop->oplog_extra);
-    BSON_APPEND_BOOL(&fields, "fromMigrate", true);
-    wo.oplog_extra = &fields;
-    SHL_ERR(shl_oplog_append(txn, 'n', u->ns, NULL, &o, u->entry, &wo, &u->rec->write_ts, st));
-    db_stmt_recorder_wrote(u->rec, u->stmt_id);
-    if (u->image != NULL) {
-        SHL_ERR(db_stmt_recorder_image(u->rec, txn, u->image_kind, u->image, st));
+    db_stmt_recorder_begin(g->rec);
+    for (size_t i = 0; i < g->n; i++) {
+        const migrate_item_t *it = &g->items[i];
+        wop = db_stmt_recorder_opts(g->rec, it->stmt_id, &wo);
+        bson_reinit(&fields);
+        bson_concat(&fields, wop->oplog_extra);
+        BSON_APPEND_BOOL(&fields, "fromMigrate", true);
+        wo.oplog_extra = &fields;
+        SHL_ERR(
+            shl_oplog_append(txn, 'n', it->ns, NULL, &o, it->entry, &wo, &g->rec->write_ts, st));
+        db_stmt_recorder_wrote(g->rec, it->stmt_id);
+        if (it->image != NULL) {
+            SHL_ERR(db_stmt_recorder_image(g->rec, txn, it->image_kind, it->image, st));
+        }
     }
-    SHL_ERR(db_stmt_recorder_finish(u->rec, txn, st));
+    SHL_ERR(db_stmt_recorder_finish(g->rec, txn, st));
 done:
     bson_destroy(&o);
     bson_destroy(&fields);
     return ret;
 }
 
-int
-db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const bson_t *entry,
-                      const bson_t *image, shl_status_t *st)
+/* The session, txnNumber and statement of a migrated entry. */
+static int
+migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t *stmt_id,
+             shl_status_t *st)
 {
     int ret = 0;
-    db_session_t *s = NULL;
     bson_t lsid_doc;
     bson_iter_t it;
-    shl_lsid_t lsid;
-    int64_t txn_number;
-    int32_t stmt_id = DB_INCOMPLETE_HISTORY_STMT_ID;
-    db_stmt_recorder_t rec;
-    migrate_unit_t u;
-    const char *ns = "";
 
-    db_stmt_recorder_init(&rec, op);
     if (!shl_bson_get_subdoc(entry, "lsid", &lsid_doc) || !bson_has_field(entry, "txnNumber") ||
         !bson_iter_init_find(&it, entry, "stmtId") || !BSON_ITER_HOLDS_NUMBER(&it)) {
         SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT,
                  "oplog entry does not have sessionId, txnNumber and stmtId");
     }
-    stmt_id = (int32_t)bson_iter_as_int64(&it);
-    SHL_ERR(shl_lsid_parse(&lsid_doc, &lsid, st));
-    txn_number = shl_bson_int64_at(entry, "txnNumber");
-    if (bson_iter_init_find(&it, entry, "ns") && BSON_ITER_HOLDS_UTF8(&it)) {
-        ns = bson_iter_utf8(&it, NULL);
-    }
-    SHL_ERR(session_acquire(cat, op, &lsid, &s, st));
-    if (txn_number < s->txn_number ||
-        (txn_number == s->txn_number && stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID &&
-         stmt_map_get(&s->stmts, stmt_id) != 0)) {
-        goto done; /* an older write, or one this node knows already */
+    *stmt_id = (int32_t)bson_iter_as_int64(&it);
+    *txn_number = shl_bson_int64_at(entry, "txnNumber");
+    SHL_ERR(shl_lsid_parse(&lsid_doc, lsid, st));
+done:
+    return ret;
+}
+
+/* Take w[0..n) (one session, one txnNumber; a sentinel only alone) into the catalog in one
+ * storage transaction. */
+static int
+migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+                 int64_t txn_number, const db_migrated_write_t *w, size_t n, shl_status_t *st)
+{
+    int ret = 0;
+    db_session_t *s = NULL;
+    db_stmt_recorder_t rec;
+    migrate_group_t g = {.rec = &rec, .items = bson_malloc0(n * sizeof(migrate_item_t))};
+    bool sentinel = false;
+
+    db_stmt_recorder_init(&rec, op);
+    SHL_ERR(session_acquire(cat, op, lsid, &s, st));
+    if (txn_number < s->txn_number) {
+        goto done; /* older writes */
     }
     session_begin_txn(s, txn_number);
-    rec.s = s;
-    memset(&u, 0, sizeof(u));
-    u.rec = &rec;
-    u.entry = entry;
-    {
-        /* A no-op (a sentinel, or an entry migrated here before) keeps its own o2. */
+    for (size_t i = 0; i < n; i++) {
+        migrate_item_t *it = &g.items[g.n];
+        bson_iter_t bi;
         bson_t o2;
-        if (bson_iter_init_find(&it, entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
-            strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && shl_bson_get_subdoc(entry, "o2", &o2)) {
-            bson_init_static(&u.o2, bson_get_data(&o2), o2.len);
-            u.entry = &u.o2;
+        shl_lsid_t ignored_lsid;
+        int64_t ignored_txn;
+
+        SHL_ERR(migrated_ids(w[i].entry, &ignored_lsid, &ignored_txn, &it->stmt_id, st));
+        sentinel = it->stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID;
+        if (!sentinel && stmt_map_get(&s->stmts, it->stmt_id) != 0) {
+            continue; /* known already */
         }
+        it->entry = w[i].entry;
+        /* A no-op (a sentinel, or an entry migrated here before) keeps its own o2. */
+        if (bson_iter_init_find(&bi, w[i].entry, "op") && BSON_ITER_HOLDS_UTF8(&bi) &&
+            strcmp(bson_iter_utf8(&bi, NULL), "n") == 0 &&
+            shl_bson_get_subdoc(w[i].entry, "o2", &o2)) {
+            bson_init_static(&it->o2, bson_get_data(&o2), o2.len);
+            it->entry = &it->o2;
+        }
+        it->ns = "";
+        if (bson_iter_init_find(&bi, w[i].entry, "ns") && BSON_ITER_HOLDS_UTF8(&bi)) {
+            it->ns = bson_iter_utf8(&bi, NULL);
+        }
+        if (w[i].image != NULL) {
+            it->image = w[i].image;
+            it->image_kind =
+                bson_has_field(w[i].entry, "postImageOpTime") ? "postImage" : "preImage";
+        }
+        g.n++;
     }
-    u.ns = ns;
-    u.stmt_id = stmt_id;
-    if (image != NULL) {
-        u.image = image;
-        u.image_kind = bson_has_field(entry, "postImageOpTime") ? "postImage" : "preImage";
+    if (g.n == 0) {
+        goto done;
     }
-    SHL_ERR(shl_storage_write_retry(cat->eng, migrate_unit_fn, &u, NULL, st));
-    if (stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID) {
+    rec.s = s;
+    SHL_ERR(shl_storage_write_retry(cat->eng, migrate_group_fn, &g, NULL, st));
+    if (sentinel) {
         s->incomplete = true;
         s->last_write_ts = rec.ts[rec.n - 1];
     } else {
@@ -945,6 +979,37 @@ done:
     if (s != NULL) {
         session_release(cat, s);
     }
+    bson_free(g.items);
+    return ret;
+}
+
+int
+db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_write_t *w,
+                      size_t n, shl_status_t *st)
+{
+    int ret = 0;
+    size_t i = 0;
+
+    while (i < n) {
+        shl_lsid_t lsid, next_lsid;
+        int64_t txn_number, next_txn;
+        int32_t stmt_id, next_stmt;
+        size_t j = i + 1;
+
+        SHL_ERR(migrated_ids(w[i].entry, &lsid, &txn_number, &stmt_id, st));
+        while (stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
+               j - i < DB_MIGRATE_IN_GROUP_MAX) {
+            SHL_ERR(migrated_ids(w[j].entry, &next_lsid, &next_txn, &next_stmt, st));
+            if (next_stmt == DB_INCOMPLETE_HISTORY_STMT_ID || next_txn != txn_number ||
+                !shl_lsid_equal(&next_lsid, &lsid)) {
+                break;
+            }
+            j++;
+        }
+        SHL_ERR(migrate_in_group(cat, op, &lsid, txn_number, &w[i], j - i, st));
+        i = j;
+    }
+done:
     return ret;
 }
 

@@ -204,23 +204,36 @@ void db_stmt_recorder_commit(db_stmt_recorder_t *r);
 
 /* ---------------------------------------------------------------- migration */
 
+/* At most this many migrated writes share one storage transaction. */
+#define DB_MIGRATE_IN_GROUP_MAX 1000
+
+/* One write of a donor's retryable-write history: its oplog entry, and the document a
+ * findAndModify returned (NULL if none). */
+typedef struct db_migrated_write {
+    const bson_t *entry;
+    const bson_t *image;
+} db_migrated_write_t;
+
 /*
  * db_session_migrate_in --
- *     Take one entry of a donor's retryable-write history into this node's (MongoDB's
+ *     Take entries of a donor's retryable-write history into this node's (MongoDB's
  *     SessionCatalogMigrationDestination; seeds/000 "Supporting retryability across chunk
- *     migration"): 'entry' is the original oplog entry of a write (lsid, txnNumber, stmtId),
- *     or a dead-end sentinel (stmtId DB_INCOMPLETE_HISTORY_STMT_ID); 'image' (may be NULL)
- *     the document a findAndModify returned (the entry carries preImageOpTime or
- *     postImageOpTime). Checks the session out (waiting as an operation would: 'op' is the
- *     migration's), skips what is older than the session's txnNumber or already known, and
- *     writes a no-op entry {op: 'n', ns, o: {$sessionMigrateInfo: 1}, o2: entry (a no-op's own
- *     o2: a migrated entry or a sentinel), lsid, txnNumber, stmtId, prevOpTime, fromMigrate:
- *     true} with its config.transactions record (and the image), so a retry sent here is
- *     answered from it. Errors: UnsupportedFormat (12) for an entry without lsid, txnNumber
- *     or stmtId; storage errors.
+ *     migration"), in order: each w[i].entry is the original oplog entry of a write (lsid,
+ *     txnNumber, stmtId), or a dead-end sentinel (stmtId DB_INCOMPLETE_HISTORY_STMT_ID);
+ *     w[i].image (may be NULL) the document a findAndModify returned (the entry carries
+ *     preImageOpTime or postImageOpTime). For each run of consecutive entries of one session
+ *     and txnNumber (at most DB_MIGRATE_IN_GROUP_MAX; a sentinel alone): checks the session
+ *     out (waiting as an operation would: 'op' is the migration's), skips what is older than
+ *     the session's txnNumber or already known, and writes, in one storage transaction, a
+ *     no-op entry per write {op: 'n', ns, o: {$sessionMigrateInfo: 1}, o2: entry (a no-op's
+ *     own o2: a migrated entry or a sentinel), lsid, txnNumber, stmtId, prevOpTime,
+ *     fromMigrate: true} (and its image) and the session's config.transactions record once,
+ *     so a retry sent here is answered from them. Errors: UnsupportedFormat (12) for an
+ *     entry without lsid, txnNumber or stmtId; storage errors (the runs before the failing
+ *     one stay written).
  */
-int db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const bson_t *entry,
-                          const bson_t *image, shl_status_t *st);
+int db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_write_t *w,
+                          size_t n, shl_status_t *st);
 
 /* ---------------------------------------------------------------- recovery */
 

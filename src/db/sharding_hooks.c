@@ -61,9 +61,19 @@ shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter
                  "retryWrites: true.");
     }
     if (!f->owns(f, post)) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "This update would cause the document to change owning shards, which needs a "
-                 "transaction; Shale does not support transactions yet.");
+        /* MongoDB's WouldChangeOwningShardInfo: the router moves the document in a
+         * transaction from these images (an image pair too large for a status' extra is
+         * dropped and the router answers the error as it is). */
+        bson_t info = BSON_INITIALIZER;
+        BSON_APPEND_DOCUMENT(&info, "preImage", pre);
+        BSON_APPEND_DOCUMENT(&info, "postImage", post);
+        BSON_APPEND_BOOL(&info, "shouldUpsert", false);
+        shl_status_set(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD,
+                       "This update would cause the doc to change owning shards");
+        shl_status_set_extra(st, &info);
+        bson_destroy(&info);
+        ret = st->code;
+        goto done;
     }
 done:
     return ret;
@@ -116,12 +126,30 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
 }
 
 int
+shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
+                        shl_status_t *st)
+{
+    db_node_t *node = db_node(op);
+
+    return node == NULL ? 0 : db_txn_wait_writers(node->txns, op, ns, unprepared_max_ms, st);
+}
+
+int
 db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                            shl_db_orphan_filter_t **filter, shl_status_t *st)
 {
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if (op->txn != NULL) {
+        /* Noted before the version check lets a write in, so a migration that enters its
+         * critical section after the check finds the transaction. */
+        int ret = db_txn_note_access(
+            op, ns, access != SHL_DB_SHARD_READ && access != SHL_DB_SHARD_CATALOG, st);
+        if (ret != 0) {
+            return ret;
+        }
+    }
     if (node == NULL || node->sharding.check == NULL ||
         (!op->has_shard_version && !op->has_database_version)) {
         return 0;

@@ -49,9 +49,10 @@ bool shl_db_orphan_filter_owns(const shl_db_orphan_filter_t *f, const bson_t *do
  *     'f' (NULL: unversioned or unsharded, nothing to check), when the document's shard key
  *     value changed: NotSingleValueField when the new key holds an array; InvalidOptions for a
  *     multi-update; IllegalOperation outside a retryable write (no txnNumber); and
- *     IllegalOperation when the new key belongs to another shard (MongoDB then moves the
- *     document in a transaction, which Shale does not have yet). A change that keeps the
- *     document on this shard, in a retryable write, passes.
+ *     WouldChangeOwningShard (283, extra {preImage, postImage, shouldUpsert: false}) when
+ *     the new key belongs to another shard: the router then moves the document in an internal
+ *     transaction. A change that keeps the document on this shard, in a retryable write,
+ *     passes.
  */
 int shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
                                   bool multi, const bson_t *pre, const bson_t *post,
@@ -191,6 +192,15 @@ int shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_
  * shl_db_sharding_check_involved_fn.
  */
 int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
+
+/*
+ * shl_db_txn_wait_writers --
+ *     For a migration donor: wait until no open transaction of this node that wrote 'ns'
+ *     under a shard version is left (db_txn_wait_writers: prepared ones until decided,
+ *     in-progress ones at most 'unprepared_max_ms', then LockTimeout). Interruptible.
+ */
+int shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
+                            shl_status_t *st);
 
 /* shl_db_shard_key -- the installed shard_key, or false (with 'out' empty). */
 bool shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out);

@@ -21,6 +21,7 @@
 #include "db/read_concern_wait.h"
 #include "db/session_catalog.h"
 #include "storage/catalog.h"
+#include "storage/index.h"
 #include "storage/oplog.h"
 #include "storage/write.h"
 
@@ -30,6 +31,11 @@ typedef enum txn_state {
     TXN_COMMITTED,
     TXN_ABORTED,
 } txn_state_t;
+
+typedef struct txn_ns {
+    char *ns;
+    bool wrote;
+} txn_ns_t;
 
 struct db_txn {
     db_txn_registry_t *reg;
@@ -57,6 +63,10 @@ struct db_txn {
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
     /* Guarded by reg->mu. */
+    /* Namespaces its statements used (db_txn_note_access): a DDL operation on one waits for
+     * the transaction to end, a migration if it wrote one (db_txn_wait_writers). */
+    txn_ns_t *nss;
+    size_t nns;
     bool active; /* a statement is running */
     bool listed;
     struct db_txn *prev, *next;
@@ -93,7 +103,13 @@ struct db_txn_registry {
     shl_storage_engine_t *eng;
     const db_node_t *node;          /* for its cursors (set with the engine) */
     recovered_prepare_t *recovered; /* startup only (one thread) */
-    pthread_mutex_t mu;             /* guards the list and each txn's 'active' */
+    pthread_mutex_t mu;             /* guards the list, 'ddls' and each txn's 'active', 'nss' */
+    pthread_cond_t ended;           /* a transaction left the list or a DDL ended (with mu) */
+    struct {
+        char *ns;
+        bool db_wide;
+    } * ddls; /* DDL operations waiting for the transactions that use their namespaces */
+    size_t nddls;
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
 };
@@ -107,6 +123,7 @@ db_txn_registry_new(shl_storage_engine_t *eng)
 
     reg->eng = eng;
     pthread_mutex_init(&reg->mu, NULL);
+    pthread_cond_init(&reg->ended, NULL);
     return reg;
 }
 
@@ -139,6 +156,220 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
         }
         t->listed = false;
     }
+    for (size_t i = 0; i < t->nns; i++) {
+        bson_free(t->nss[i].ns);
+    }
+    bson_free(t->nss);
+    t->nss = NULL;
+    t->nns = 0;
+    pthread_cond_broadcast(&reg->ended);
+    pthread_mutex_unlock(&reg->mu);
+}
+
+/* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
+static bool
+ns_covers(const char *target, bool db_wide, const char *ns)
+{
+    size_t n = strlen(target);
+
+    return db_wide ? strncmp(ns, target, n) == 0 && ns[n] == '.' : strcmp(ns, target) == 0;
+}
+
+/* The entry of 't' for 'ns' (reg->mu held), or NULL. */
+static txn_ns_t *
+find_ns_locked(db_txn_t *t, const char *ns)
+{
+    for (size_t i = 0; i < t->nns; i++) {
+        if (strcmp(t->nss[i].ns, ns) == 0) {
+            return &t->nss[i];
+        }
+    }
+    return NULL;
+}
+
+/* Remember that 't' used 'ns' (and wrote it) (reg->mu held). */
+static void
+add_ns_locked(db_txn_t *t, const char *ns, bool wrote)
+{
+    txn_ns_t *e = find_ns_locked(t, ns);
+
+    if (e == NULL) {
+        t->nss = bson_realloc(t->nss, (t->nns + 1) * sizeof(*t->nss));
+        e = &t->nss[t->nns++];
+        e->ns = bson_strdup(ns);
+        e->wrote = false;
+    }
+    e->wrote = e->wrote || wrote;
+}
+
+static void
+add_ns(db_txn_t *t, const char *ns, bool wrote)
+{
+    pthread_mutex_lock(&t->reg->mu);
+    add_ns_locked(t, ns, wrote);
+    pthread_mutex_unlock(&t->reg->mu);
+}
+
+/* A DDL operation waiting for the transactions that used 'ns' covers it (reg->mu held). */
+static bool
+ddl_pending_locked(const db_txn_registry_t *reg, const char *ns)
+{
+    for (size_t i = 0; i < reg->nddls; i++) {
+        if (ns_covers(reg->ddls[i].ns, reg->ddls[i].db_wide, ns)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+int
+db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_status_t *st)
+{
+    db_txn_t *t = op->txn;
+    db_txn_registry_t *reg;
+    int ret = 0;
+    int64_t limit_ms, deadline_us;
+
+    if (t == NULL) {
+        return 0;
+    }
+    reg = t->reg;
+    limit_ms = shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis);
+    deadline_us = shl_clock_mono_us() + limit_ms * 1000;
+    pthread_mutex_lock(&reg->mu);
+    /* A namespace the transaction already uses is its own (MongoDB: the lock is held); a new
+     * one waits behind a pending DDL operation as a lock request of a transaction does. */
+    while (find_ns_locked(t, ns) == NULL && ddl_pending_locked(reg, ns)) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        if (limit_ms >= 0 && left_ms <= 0) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Unable to acquire %s lock on '%s' within %lldms",
+                                 write ? "IX" : "IS", ns, (long long)limit_ms);
+            break;
+        }
+        if ((ret = shl_op_check_interrupt((shl_op_ctx_t *)(uintptr_t)op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu,
+                              limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
+    }
+    if (ret == 0) {
+        add_ns_locked(t, ns, write);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
+}
+
+/* Count the open transactions other than 'self' that used 'ns' (wrote it, if writers_only),
+ * prepared and not (reg->mu held). */
+static void
+count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns, bool db_wide,
+                   bool writers_only, int *prepared, int *unprepared)
+{
+    *prepared = *unprepared = 0;
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        if (t == self) {
+            continue;
+        }
+        for (size_t i = 0; i < t->nns; i++) {
+            if (ns_covers(ns, db_wide, t->nss[i].ns) && (t->nss[i].wrote || !writers_only)) {
+                if (t->state == TXN_PREPARED) {
+                    (*prepared)++;
+                } else if (t->state == TXN_IN_PROGRESS) {
+                    (*unprepared)++;
+                }
+                break;
+            }
+        }
+    }
+}
+
+/* Wait until no open transaction other than op's uses 'ns' (see count_users_locked);
+ * unprepared ones at most unprepared_max_ms (-1: no limit), then LockTimeout. */
+static int
+wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
+           bool writers_only, int64_t unprepared_max_ms, shl_status_t *st)
+{
+    int ret = 0;
+    int prepared = 0, unprepared = 0;
+    int64_t start_us = shl_clock_mono_us();
+    bool logged = false;
+    const db_txn_t *self = op != NULL ? op->txn : NULL;
+
+    pthread_mutex_lock(&reg->mu);
+    for (;;) {
+        count_users_locked(reg, self, ns, db_wide, writers_only, &prepared, &unprepared);
+        if (prepared == 0 && unprepared == 0) {
+            break;
+        }
+        if (unprepared > 0 && unprepared_max_ms >= 0 &&
+            shl_clock_mono_us() - start_us >= unprepared_max_ms * 1000) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Timed out after %lld ms waiting for %d open transaction(s) "
+                                 "that wrote %s to end",
+                                 (long long)unprepared_max_ms, unprepared, ns);
+            break;
+        }
+        if (!logged) {
+            logged = true;
+            SHL_LOG_INFO(TXN, 5100307, "waiting for transactions that use the namespace", "ns",
+                         BCON_UTF8(ns), "prepared", BCON_INT32(prepared), "inProgress",
+                         BCON_INT32(unprepared), "writersOnly", BCON_BOOL(writers_only));
+        }
+        if (op != NULL && (ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu, 20);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
+}
+
+int
+db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
+                    int64_t unprepared_max_ms, shl_status_t *st)
+{
+    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, unprepared_max_ms, st);
+}
+
+int
+db_txn_ddl_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
+                 shl_status_t *st)
+{
+    int ret = 0;
+
+    if (reg == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&reg->mu);
+    reg->ddls = bson_realloc(reg->ddls, (reg->nddls + 1) * sizeof(*reg->ddls));
+    reg->ddls[reg->nddls].ns = bson_strdup(ns);
+    reg->ddls[reg->nddls].db_wide = db_wide;
+    reg->nddls++;
+    pthread_mutex_unlock(&reg->mu);
+    ret = wait_users(reg, op, ns, db_wide, false, -1, st);
+    if (ret != 0) {
+        db_txn_ddl_end(reg, ns, db_wide);
+    }
+    return ret;
+}
+
+void
+db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide)
+{
+    if (reg == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (size_t i = 0; i < reg->nddls; i++) {
+        if (reg->ddls[i].db_wide == db_wide && strcmp(reg->ddls[i].ns, ns) == 0) {
+            bson_free(reg->ddls[i].ns);
+            reg->ddls[i] = reg->ddls[reg->nddls - 1];
+            reg->nddls--;
+            break;
+        }
+    }
+    pthread_cond_broadcast(&reg->ended);
     pthread_mutex_unlock(&reg->mu);
 }
 
@@ -316,7 +547,12 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
         bson_destroy(&r->ops);
         bson_free(r);
     }
+    for (size_t i = 0; i < reg->nddls; i++) {
+        bson_free(reg->ddls[i].ns);
+    }
+    bson_free(reg->ddls);
     pthread_mutex_destroy(&reg->mu);
+    pthread_cond_destroy(&reg->ended);
     bson_free(reg);
 }
 
@@ -482,6 +718,35 @@ done:
     return ret;
 }
 
+/* Whether the session's config.transactions record says transaction n committed. */
+static bool
+committed_before(db_txn_registry_t *reg, db_session_t *s, int64_t n)
+{
+    shl_collection_t *tc = shl_catalog_get(reg->eng, DB_TRANSACTIONS_NS);
+    shl_storage_txn_t *txn = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t key = BSON_INITIALIZER, rec = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0;
+    bool found = false, committed = false;
+
+    if (tc != NULL && shl_storage_txn_begin(reg->eng, NULL, &txn, &st) == 0) {
+        shl_lsid_append(&key, "_id", db_session_lsid(s));
+        bson_iter_init_find(&it, &key, "_id");
+        bson_destroy(&rec);
+        if (shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &rec, &rid, &found, &st) == 0 &&
+            found && shl_bson_int64_at(&rec, "txnNum") == n &&
+            bson_iter_init_find(&it, &rec, "state") && BSON_ITER_HOLDS_UTF8(&it)) {
+            committed = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0;
+        }
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(tc);
+    bson_destroy(&key);
+    bson_destroy(&rec);
+    return committed;
+}
+
 static void
 no_such_txn(shl_status_t *st, int64_t n, const db_txn_t *t)
 {
@@ -593,6 +858,21 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
             SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                      "Only the first command in a transaction may specify a readConcern");
         }
+        if ((t == NULL || t->txn_number != n) && n == cur && !db_txn_is_open(t) &&
+            committed_before(reg, s, n)) {
+            /* Committed before a restart (or before the session left the catalog): its
+             * record says so, and a retried commitTransaction answers from it. */
+            if (t != NULL) {
+                db_txn_discard(reg, t);
+            }
+            t = bson_malloc0(sizeof(*t));
+            t->reg = reg;
+            t->session = s;
+            t->lsid = *db_session_lsid(s);
+            t->txn_number = n;
+            t->state = TXN_COMMITTED;
+            *db_session_txn_slot(s) = t;
+        }
         if (t == NULL || t->txn_number != n) {
             no_such_txn(st, n, t);
             SHL_ERR(st->code);
@@ -655,7 +935,8 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
                      const bson_t *reply)
 {
     db_txn_t *t = op->txn;
-    bool failed = ret != 0, decision;
+    /* WouldChangeOwningShard ran nothing: the router moves the document in this transaction. */
+    bool failed = ret != 0 && ret != SHL_CODE_WOULD_CHANGE_OWNING_SHARD, decision;
     bson_iter_t it, e, f;
 
     if (t == NULL) {
@@ -664,7 +945,6 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
     decision = is_decision_cmd(op->cmd_name);
     if (!failed && reply != NULL && bson_iter_init_find(&it, reply, "writeErrors") &&
         BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &e)) {
-        failed = true;
         /* A transient write error fails the command as a whole in a transaction. */
         while (bson_iter_next(&e)) {
             int32_t code = 0;
@@ -681,6 +961,10 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
             if (bson_iter_find(&f, "errmsg") && BSON_ITER_HOLDS_UTF8(&f)) {
                 msg = bson_iter_utf8(&f, NULL);
             }
+            if (code == SHL_CODE_WOULD_CHANGE_OWNING_SHARD) {
+                continue; /* nothing ran: the router moves the document in this transaction */
+            }
+            failed = true;
             if (code != 0 && st != NULL && transient_error(code, false)) {
                 ret = shl_status_set(st, code, "%s", msg);
                 break;
@@ -949,6 +1233,13 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
     uint64_t ts = 0;
     int ret = 0;
 
+    if (commit) {
+        /* The decision entry's time is the commit's durable timestamp, which WiredTiger wants
+         * at or above the commit timestamp: the coordinator chose the largest prepare time
+         * of all participants, which this node's clock may not have reached (MongoDB's
+         * coordinator advances the cluster time to it; gossip may lag). */
+        shl_storage_clock_advance(t->reg->eng, commit_ts);
+    }
     SHL_ERR(shl_storage_txn_reserve(t->stxn, &ts, st));
     SHL_ERR(shl_storage_write_replayed(t->reg->eng, ts, decision_unit_fn, &u, st));
     *entry_ts = ts;
@@ -1151,8 +1442,8 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             uint64_t ets = 0;
             shl_status_clear(st);
             if (decide_prepared(op, t, false, 0, &ets, st) != 0) {
-                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed",
-                              "error", BCON_UTF8(st->reason));
+                SHL_LOG_ERROR(TXN, 5100305, "writing the abort of a failed prepare failed", "error",
+                              BCON_UTF8(st->reason));
                 txn_release(t);
             }
             t->state = TXN_ABORTED;
@@ -1271,6 +1562,79 @@ typedef struct replay_commit {
     const bson_t *ops;
 } replay_commit_t;
 
+/* The session record a replayed transaction entry implies, with its state. */
+typedef struct replay_record {
+    const bson_t *entry;
+    const shl_lsid_t *lsid;
+    int64_t txn_number;
+    uint64_t ts;
+    const char *state;
+} replay_record_t;
+
+/* The lastWriteOpTime.ts of a config.transactions record (0: none). */
+static uint64_t
+record_ts(const bson_t *rec)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, rec) && bson_iter_find_descendant(&it, "lastWriteOpTime.ts", &it) &&
+        BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        return shl_bson_iter_timestamp_u64(&it);
+    }
+    return 0;
+}
+
+static int
+replay_record_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    replay_record_t *u = arg;
+    shl_storage_engine_t *eng = shl_storage_txn_engine(txn);
+    shl_collection_t *tc = shl_catalog_get(eng, DB_TRANSACTIONS_NS);
+    bson_t rec = BSON_INITIALIZER, cur = BSON_INITIALIZER;
+    bson_iter_t it;
+    int64_t rid = 0, wall = 0;
+    bool found = false;
+    int ret = 0;
+
+    if (tc == NULL) {
+        goto done;
+    }
+    shl_lsid_append(&rec, "_id", u->lsid);
+    bson_iter_init_find(&it, &rec, "_id");
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, tc, bson_iter_value(&it), &cur, &rid, &found, st));
+    if (found &&
+        (shl_bson_int64_at(&cur, "txnNum") > u->txn_number ||
+         (shl_bson_int64_at(&cur, "txnNum") == u->txn_number && record_ts(&cur) > u->ts))) {
+        goto done; /* a newer write of the session is recorded already */
+    }
+    if (bson_iter_init_find(&it, u->entry, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        wall = bson_iter_date_time(&it);
+    }
+    BSON_APPEND_INT64(&rec, "txnNum", u->txn_number);
+    append_optime(&rec, "lastWriteOpTime", u->ts, shl_bson_int64_at(u->entry, "t"));
+    BSON_APPEND_DATE_TIME(&rec, "lastWriteDate", wall);
+    BSON_APPEND_UTF8(&rec, "state", u->state);
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, NULL, st));
+done:
+    shl_collection_release(tc);
+    bson_destroy(&cur);
+    bson_destroy(&rec);
+    return ret;
+}
+
+/* Write the state a replayed transaction entry gives its session's record (the record is a
+ * non-logged table's: only the oplog survives a crash past the last checkpoint), so that a
+ * retried commitTransaction after the restart answers from it. */
+static int
+replay_record(shl_storage_engine_t *eng, const bson_t *entry, const shl_lsid_t *lsid, int64_t n,
+              uint64_t ts, const char *state, shl_status_t *st)
+{
+    replay_record_t u = {entry, lsid, n, ts, state};
+
+    return ts == 0 ? 0 : shl_storage_write_replayed(eng, ts, replay_record_fn, &u, st);
+}
+
 static int
 replay_commit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
 {
@@ -1300,7 +1664,12 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
     }
     bson_iter_init(&it, &o);
     bson_iter_next(&it);
-    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+    if (strcmp(bson_iter_key(&it), "applyOps") == 0 && !bson_has_field(&o, "prepare") &&
+        !bson_has_field(&o, "partialTxn")) {
+        /* An unprepared transaction's last entry: recovery applied it; it committed. */
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
+    } else if (strcmp(bson_iter_key(&it), "applyOps") == 0 && bson_has_field(&o, "prepare")) {
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "prepared", st));
         r = bson_aligned_alloc0(BSON_ALIGNOF(recovered_prepare_t), sizeof(*r));
         r->lsid = lsid;
         r->txn_number = n;
@@ -1342,8 +1711,10 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         ret = shl_storage_write_replayed(eng, ts, replay_commit_fn, &u, st);
         bson_destroy(&ops);
         SHL_ERR(ret);
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
     } else if (strcmp(bson_iter_key(&it), "abortTransaction") == 0) {
         r = take_recovered(reg, &lsid, n);
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "aborted", st));
     }
 done:
     if (r != NULL) {
@@ -1380,6 +1751,19 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
         if (ret == 0) {
             shl_storage_txn_set_multi(t->stxn, true);
             ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+        }
+        if (ret == 0) {
+            /* Every namespace it wrote: a migration waits for its decision (the writes it
+             * observed before the crash are forgotten, so its commit reports none). */
+            bson_iter_t it, f;
+            if (bson_iter_init(&it, &r->ops)) {
+                while (bson_iter_next(&it)) {
+                    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
+                        bson_iter_find(&f, "ns") && BSON_ITER_HOLDS_UTF8(&f)) {
+                        add_ns(t, bson_iter_utf8(&f, NULL), true);
+                    }
+                }
+            }
         }
         if (ret == 0) {
             /* The pin recovery took passes to the transaction. */

@@ -91,6 +91,38 @@ void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 
+/*
+ * db_txn_note_access --
+ *     The operation's transaction (none: nothing) is about to read or write 'ns': until it
+ *     ends, a DDL operation on 'ns' (db_txn_ddl_begin) waits for it, and a migration of 'ns'
+ *     too if it wrote (db_txn_wait_writers). A namespace new to the transaction while a DDL
+ *     operation waits on it waits maxTransactionLockRequestTimeoutMillis for that DDL, as a
+ *     transaction's lock request does, then fails with LockTimeout. Takes reg->mu.
+ */
+int db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_status_t *st);
+
+/*
+ * db_txn_wait_writers --
+ *     Block until no open transaction that wrote 'ns' (db_txn_note_access) is left, as a
+ *     migration donor's collection lock waits for the transactions holding it: prepared
+ *     ones until their decision, in-progress ones at most 'unprepared_max_ms' (then
+ *     LockTimeout). Interruptible through 'op' (may be NULL). Takes reg->mu.
+ */
+int db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
+                        int64_t unprepared_max_ms, shl_status_t *st);
+
+/*
+ * db_txn_ddl_begin / db_txn_ddl_end --
+ *     A DDL operation on 'ns' (every namespace of database 'ns' when db_wide) waits, as for
+ *     MongoDB's exclusive lock, until no open transaction other than op's own uses it --
+ *     without a limit but the operation's maxTimeMS / kill -- and meanwhile transactions
+ *     new to it time out (db_txn_note_access). After success the caller ends it with
+ *     db_txn_ddl_end (on error it is already ended). Take reg->mu.
+ */
+int db_txn_ddl_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
+                     shl_status_t *st);
+void db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide);
+
 /* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 

@@ -272,8 +272,8 @@ cmd_set_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         }
         if ((shl_opt_flags((shl_opt_id_t)p->opt) & SHL_OPT_TEST) &&
             !shl_opt_bool(SHL_OPT_enableTestCommands)) {
-            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                     "setting [%s] requires enableTestCommands=1", name);
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "setting [%s] requires enableTestCommands=1",
+                     name);
         }
         for (int i = 0; i < ntodo; i++) {
             if (todo[i].p == p) {
@@ -438,6 +438,13 @@ cmd_server_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         BSON_APPEND_INT64(&sub, "delete", atomic_load(&c->op_delete));
         BSON_APPEND_INT64(&sub, "getmore", atomic_load(&c->op_getmore));
         BSON_APPEND_INT64(&sub, "command", atomic_load(&c->op_command));
+        bson_append_document_end(reply, &sub);
+    }
+    if (svc->role == SHL_ROLE_ROUTER && section_wanted(cmd, "metrics")) {
+        /* A data node's metrics section (db/node.c) carries the commands with its own
+         * metrics; a router has only these. */
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &sub);
+        shl_command_registry_append_metrics(svc->commands, &sub);
         bson_append_document_end(reply, &sub);
     }
     if (svc->hooks.append_server_status != NULL) {
@@ -657,7 +664,7 @@ cmd_shutdown(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         /* No reply: the service closes this connection, and shutdown does not wait on it. */
         atomic_store(&op->conn->close_now, true);
     }
-    shl_server_request_shutdown(op->svc, force ? 0 : timeout_secs * 1000);
+    shl_server_shutdown_and_wait(op->svc, force ? 0 : timeout_secs * 1000);
 done:
     return ret;
 }

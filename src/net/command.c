@@ -3,6 +3,8 @@
  */
 #include "net/command.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/options.h"
@@ -12,12 +14,17 @@
 typedef struct entry {
     const char *name;
     const shl_command_t *cmd;
+    int idx; /* the command's index in 'list' */
 } entry_t;
 
 struct shl_command_registry {
     entry_t slots[TABLE_SIZE];
     const shl_command_t *list[TABLE_SIZE];
     int nlist;
+    /* serverStatus metrics.commands per index of 'list' (atomics, no lock). */
+    _Atomic int64_t total[TABLE_SIZE];
+    _Atomic int64_t failed[TABLE_SIZE];
+    _Atomic int64_t unknown;
 };
 
 static uint32_t
@@ -43,7 +50,7 @@ shl_command_registry_destroy(shl_command_registry_t *reg)
 }
 
 static void
-insert_name(shl_command_registry_t *reg, const char *name, const shl_command_t *cmd)
+insert_name(shl_command_registry_t *reg, const char *name, const shl_command_t *cmd, int idx)
 {
     uint32_t i = hash_name(name) & (TABLE_SIZE - 1);
     while (reg->slots[i].name != NULL) {
@@ -52,6 +59,21 @@ insert_name(shl_command_registry_t *reg, const char *name, const shl_command_t *
     }
     reg->slots[i].name = name;
     reg->slots[i].cmd = cmd;
+    reg->slots[i].idx = idx;
+}
+
+/* The slot of 'name', or NULL. */
+static const entry_t *
+find_slot(const shl_command_registry_t *reg, const char *name)
+{
+    uint32_t i = hash_name(name) & (TABLE_SIZE - 1);
+    while (reg->slots[i].name != NULL) {
+        if (strcmp(reg->slots[i].name, name) == 0) {
+            return &reg->slots[i];
+        }
+        i = (i + 1) & (TABLE_SIZE - 1);
+    }
+    return NULL;
 }
 
 void
@@ -61,24 +83,65 @@ shl_command_registry_add(shl_command_registry_t *reg, const shl_command_t *cmd)
         return;
     }
     SHL_INVARIANT(reg->nlist < TABLE_SIZE / 4);
-    reg->list[reg->nlist++] = cmd;
-    insert_name(reg, cmd->name, cmd);
+    reg->list[reg->nlist] = cmd;
+    insert_name(reg, cmd->name, cmd, reg->nlist);
     for (int i = 0; i < 3 && cmd->aliases[i] != NULL; i++) {
-        insert_name(reg, cmd->aliases[i], cmd);
+        insert_name(reg, cmd->aliases[i], cmd, reg->nlist);
     }
+    reg->nlist++;
 }
 
 const shl_command_t *
 shl_command_registry_find(const shl_command_registry_t *reg, const char *name)
 {
-    uint32_t i = hash_name(name) & (TABLE_SIZE - 1);
-    while (reg->slots[i].name != NULL) {
-        if (strcmp(reg->slots[i].name, name) == 0) {
-            return reg->slots[i].cmd;
+    const entry_t *e = find_slot(reg, name);
+    return e != NULL ? e->cmd : NULL;
+}
+
+void
+shl_command_registry_count(shl_command_registry_t *reg, const shl_command_t *cmd, bool failed)
+{
+    const entry_t *e = cmd != NULL ? find_slot(reg, cmd->name) : NULL;
+
+    if (e == NULL || e->cmd != cmd) {
+        atomic_fetch_add_explicit(&reg->unknown, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&reg->total[e->idx], 1, memory_order_relaxed);
+        if (failed) {
+            atomic_fetch_add_explicit(&reg->failed[e->idx], 1, memory_order_relaxed);
         }
-        i = (i + 1) & (TABLE_SIZE - 1);
     }
-    return NULL;
+}
+
+static int
+by_name(const void *a, const void *b)
+{
+    const shl_command_t *const *x = a;
+    const shl_command_t *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+void
+shl_command_registry_append_metrics(shl_command_registry_t *reg, bson_t *metrics)
+{
+    const shl_command_t *sorted[TABLE_SIZE];
+    bson_t commands, one;
+
+    memcpy(sorted, reg->list, sizeof(sorted[0]) * (size_t)reg->nlist);
+    qsort(sorted, (size_t)reg->nlist, sizeof(sorted[0]), by_name);
+    BSON_APPEND_DOCUMENT_BEGIN(metrics, "commands", &commands);
+    BSON_APPEND_INT64(&commands, "<UNKNOWN>",
+                      atomic_load_explicit(&reg->unknown, memory_order_relaxed));
+    for (int i = 0; i < reg->nlist; i++) {
+        int idx = find_slot(reg, sorted[i]->name)->idx;
+        BSON_APPEND_DOCUMENT_BEGIN(&commands, sorted[i]->name, &one);
+        BSON_APPEND_INT64(&one, "failed",
+                          atomic_load_explicit(&reg->failed[idx], memory_order_relaxed));
+        BSON_APPEND_INT64(&one, "total",
+                          atomic_load_explicit(&reg->total[idx], memory_order_relaxed));
+        bson_append_document_end(&commands, &one);
+    }
+    bson_append_document_end(metrics, &commands);
 }
 
 void

@@ -64,6 +64,22 @@ void shl_command_registry_add(shl_command_registry_t *reg, const shl_command_t *
 /* shl_command_registry_find -- by name or alias, or NULL. Thread-safe once built. */
 const shl_command_t *shl_command_registry_find(const shl_command_registry_t *reg, const char *name);
 
+/*
+ * shl_command_registry_count --
+ *     Count one run of 'cmd' (a command of this registry; NULL: a name no command has) for
+ *     serverStatus metrics.commands, as failed when 'failed'. Thread-safe (atomics), lock-free.
+ */
+void shl_command_registry_count(shl_command_registry_t *reg, const shl_command_t *cmd,
+                                bool failed);
+
+/*
+ * shl_command_registry_append_metrics --
+ *     Append MongoDB's serverStatus metrics.commands to 'metrics':
+ *     {commands: {"<UNKNOWN>": n, <name>: {failed, total}, ...}} for every registered
+ *     command, by name. Thread-safe.
+ */
+void shl_command_registry_append_metrics(shl_command_registry_t *reg, bson_t *metrics);
+
 /* shl_command_registry_list -- append {name: {help, adminOnly, ...}} for listCommands. */
 void shl_command_registry_list(const shl_command_registry_t *reg, bson_t *out);
 

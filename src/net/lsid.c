@@ -66,6 +66,24 @@ shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
                          len);
             }
             memcpy(out->uid, data, SHL_LSID_UID_LEN);
+        } else if (strcmp(k, "txnUUID") == 0) {
+            if (data == NULL || sub != BSON_SUBTYPE_UUID || len != 16) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'OperationSessionInfo.lsid.txnUUID' is the wrong type '%s', "
+                         "expected type 'UUID'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            memcpy(out->txn_uuid, data, 16);
+            out->child = true;
+        } else if (strcmp(k, "txnNumber") == 0) {
+            if (!BSON_ITER_HOLDS_INT64(&it)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
+                         "BSON field 'OperationSessionInfo.lsid.txnNumber' is the wrong type "
+                         "'%s', expected type 'long'",
+                         shl_bson_type_name(shl_iter_type(&it)));
+            }
+            out->has_parent_txn_number = true;
+            out->parent_txn_number = bson_iter_int64(&it);
         } else {
             SHL_FAIL(st, SHL_CODE_IDL_UNKNOWN_FIELD,
                      "BSON field 'OperationSessionInfo.lsid.%s' is an unknown field.", k);
@@ -74,6 +92,10 @@ shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)
     if (!has_id) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'OperationSessionInfo.lsid.id' is missing but a required field");
+    }
+    if (out->has_parent_txn_number && !out->child) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
+                 "Cannot specify txnNumber in lsid without specifying txnUUID");
     }
 done:
     return ret;
@@ -111,13 +133,28 @@ shl_lsid_append(bson_t *doc, const char *key, const shl_lsid_t *lsid)
     p += SHL_LSID_UID_LEN;
     *p++ = 0;
     SHL_INVARIANT(p == buf + LSID_DOC_LEN && bson_init_static(&sub, buf, LSID_DOC_LEN));
-    bson_append_document(doc, key, -1, &sub);
+    if (!lsid->child) {
+        bson_append_document(doc, key, -1, &sub);
+    } else {
+        bson_t full;
+        bson_append_document_begin(doc, key, -1, &full);
+        bson_concat(&full, &sub);
+        if (lsid->has_parent_txn_number) {
+            BSON_APPEND_INT64(&full, "txnNumber", lsid->parent_txn_number);
+        }
+        bson_append_binary(&full, "txnUUID", -1, BSON_SUBTYPE_UUID, lsid->txn_uuid, 16);
+        bson_append_document_end(doc, &full);
+    }
 }
 
 bool
 shl_lsid_equal(const shl_lsid_t *a, const shl_lsid_t *b)
 {
-    return memcmp(a->id, b->id, sizeof(a->id)) == 0 && memcmp(a->uid, b->uid, sizeof(a->uid)) == 0;
+    return memcmp(a->id, b->id, sizeof(a->id)) == 0 &&
+           memcmp(a->uid, b->uid, sizeof(a->uid)) == 0 && a->child == b->child &&
+           (!a->child || (memcmp(a->txn_uuid, b->txn_uuid, sizeof(a->txn_uuid)) == 0 &&
+                          a->has_parent_txn_number == b->has_parent_txn_number &&
+                          a->parent_txn_number == b->parent_txn_number));
 }
 
 uint64_t
@@ -147,4 +184,26 @@ shl_lsid_new(shl_lsid_t *out)
     memset(out, 0, sizeof(*out));
     shl_uuid_gen(out->id);
     memcpy(out->uid, empty_user_digest, sizeof(out->uid));
+}
+
+void
+shl_lsid_parent(const shl_lsid_t *lsid, shl_lsid_t *out)
+{
+    shl_lsid_t p;
+
+    memset(&p, 0, sizeof(p));
+    memcpy(p.id, lsid->id, sizeof(p.id));
+    memcpy(p.uid, lsid->uid, sizeof(p.uid));
+    *out = p;
+}
+
+void
+shl_lsid_new_child(const shl_lsid_t *parent, bool retryable, int64_t parent_txn_number,
+                   shl_lsid_t *out)
+{
+    shl_lsid_parent(parent, out);
+    out->child = true;
+    shl_uuid_gen(out->txn_uuid);
+    out->has_parent_txn_number = retryable;
+    out->parent_txn_number = retryable ? parent_txn_number : 0;
 }

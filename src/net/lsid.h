@@ -18,6 +18,13 @@
 typedef struct shl_lsid {
     uint8_t id[16];                /* the UUID */
     uint8_t uid[SHL_LSID_UID_LEN]; /* SHA-256 of the user name ("" without authentication) */
+    /* An internal (child) session of the session {id, uid} (seeds/000 "Internal
+     * Transactions"): {id, uid, txnNumber?, txnUUID}. A child with txnNumber belongs to the
+     * parent's retryable write of that number. Zero for an ordinary session. */
+    bool child;
+    uint8_t txn_uuid[16];
+    bool has_parent_txn_number;
+    int64_t parent_txn_number;
 } shl_lsid_t;
 
 /*
@@ -31,10 +38,12 @@ typedef struct shl_lsid {
  */
 int shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st);
 
-/* shl_lsid_append -- append {id: UUID, uid: BinData(0)} as field 'key' of 'doc'. */
+/* shl_lsid_append -- append {id: UUID, uid: BinData(0)} (a child session: then txnNumber?,
+ * txnUUID) as field 'key' of 'doc'. */
 void shl_lsid_append(bson_t *doc, const char *key, const shl_lsid_t *lsid);
 
-/* shl_lsid_equal / shl_lsid_hash -- identity of two lsids; a hash for tables. */
+/* shl_lsid_equal / shl_lsid_hash -- identity of two lsids (a child session is not its
+ * parent); a hash for tables (a child hashes as its parent). */
 bool shl_lsid_equal(const shl_lsid_t *a, const shl_lsid_t *b);
 uint64_t shl_lsid_hash(const shl_lsid_t *lsid);
 
@@ -43,5 +52,13 @@ void shl_lsid_id_string(const shl_lsid_t *lsid, char buf[37]);
 
 /* shl_lsid_new -- a fresh session id (random UUID) for the unauthenticated user. */
 void shl_lsid_new(shl_lsid_t *out);
+
+/* shl_lsid_parent -- the session itself, without the child fields. */
+void shl_lsid_parent(const shl_lsid_t *lsid, shl_lsid_t *out);
+
+/* shl_lsid_new_child -- a new internal session of 'parent' (a fresh txnUUID), for the
+ * parent's retryable write 'parent_txn_number' when 'retryable'. */
+void shl_lsid_new_child(const shl_lsid_t *parent, bool retryable, int64_t parent_txn_number,
+                        shl_lsid_t *out);
 
 #endif

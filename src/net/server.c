@@ -40,11 +40,15 @@ typedef struct server {
     int wake_pipe[2];    /* written to start a shutdown (signal-safe) */
     char unix_path[108]; /* the Unix domain socket we created, "" if none; read-only */
     pthread_t listener;
-    pthread_mutex_t lock; /* guards conns, next_conn_id, done */
-    pthread_cond_t cond;  /* signalled when a connection goes idle or leaves */
+    pthread_mutex_t lock; /* guards conns, next_conn_id, done, shutdown_taken */
+    pthread_cond_t cond;  /* signalled when a connection goes idle or leaves, and when the
+                             listener took a shutdown request */
     shl_conn_t *conns;    /* guarded by lock */
     int64_t next_conn_id; /* guarded by lock */
     bool done;            /* guarded by lock */
+    /* The listener has taken a shutdown request (a router is in quiesce mode); guarded by
+     * lock. */
+    bool shutdown_taken;
     /* The shutdown command's timeout; -1: the option's, read when the shutdown starts. */
     atomic_llong shutdown_timeout_ms;
 } server_t;
@@ -470,6 +474,10 @@ listener_main(void *arg)
                 quiescing = true;
                 quiesce_end_us = quiesce_begin(srv);
             }
+            pthread_mutex_lock(&srv->lock);
+            srv->shutdown_taken = true;
+            pthread_cond_broadcast(&srv->cond);
+            pthread_mutex_unlock(&srv->lock);
         }
         for (int i = 0; i < n && !stop; i++) {
             if (pfds[i].revents & POLLIN) {
@@ -635,6 +643,19 @@ shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms)
     }
     ssize_t w = write(the_server->wake_pipe[1], &c, 1);
     (void)w;
+}
+
+void
+shl_server_shutdown_and_wait(shl_service_ctx_t *svc, int64_t timeout_ms)
+{
+    shl_server_request_shutdown(svc, timeout_ms);
+    if (the_server != NULL) {
+        pthread_mutex_lock(&the_server->lock);
+        while (!the_server->shutdown_taken) {
+            shl_cond_timedwait_ms(&the_server->cond, &the_server->lock, 50);
+        }
+        pthread_mutex_unlock(&the_server->lock);
+    }
 }
 
 static void

@@ -54,6 +54,15 @@ int shl_server_wait(shl_service_ctx_t *svc);
 void shl_server_request_shutdown(shl_service_ctx_t *svc, int64_t timeout_ms);
 
 /*
+ * shl_server_shutdown_and_wait --
+ *     shl_server_request_shutdown (timeout_ms >= 0), then wait until the listener has taken
+ *     the request: on a router, quiesce mode has begun (hello answers ShutdownInProgress)
+ *     when this returns, so the shutdown command's client, whose connection closes next,
+ *     finds the router quiescing. Not for signal handlers.
+ */
+void shl_server_shutdown_and_wait(shl_service_ctx_t *svc, int64_t timeout_ms);
+
+/*
  * shl_server_shutdown_requested --
  *     Whether a shutdown was asked for (a signal), also before the listener started: a
  *     role's start-up that waits (a router waiting for its config server) stops waiting,

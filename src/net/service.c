@@ -450,6 +450,10 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     }
 
 done:
+    /* serverStatus metrics.commands: every command that named itself, internal ones too. */
+    if (name[0] != '\0') {
+        shl_command_registry_count(svc->commands, cmd, ret != 0);
+    }
     if (in_session && op.txn != NULL && svc->hooks.txn_end != NULL) {
         ret = svc->hooks.txn_end(&op, ret, &st, ret == 0 ? reply : NULL);
     }

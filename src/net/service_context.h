@@ -119,7 +119,8 @@ typedef struct shl_service_hooks {
 
 typedef struct shl_service_ctx {
     shl_role_t role;                             /* set before start, then read-only */
-    const struct shl_command_registry *commands; /* set before start, then read-only */
+    /* set before start, then read-only apart from its metrics counters (atomics) */
+    struct shl_command_registry *commands;
     shl_service_hooks_t hooks;                   /* set before start, then read-only */
     char me[300];                                /* "host:port" of this process */
     char set_name[128];                          /* replSet name, "" for none */

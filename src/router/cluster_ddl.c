@@ -3,8 +3,9 @@
  * docs/design/sharding-protocol.md): create, drop, dropDatabase, createIndexes, dropIndexes,
  * collMod, listIndexes, listCollections, listDatabases and renameCollection. Collection
  * commands go to the database's primary shard (unsharded) or to every shard owning chunks
- * plus the primary (sharded), with versions attached and the stale retry loop; drops of
- * sharded collections and databases go to the config server.
+ * plus the primary (sharded), with versions attached and the stale retry loop; drop and
+ * dropDatabase go to the primary shard as _shardsvrDropCollection / _shardsvrDropDatabase,
+ * whose coordinator drops everywhere (shard/ddl_coordinators.h).
  */
 #include <string.h>
 
@@ -244,56 +245,101 @@ done:
     return ret;
 }
 
+/*
+ * Send the DDL command 'body' (writeConcern added from the user's 'cmd', else majority) to
+ * the database's primary shard with its databaseVersion, retrying when the routing was
+ * stale; the primary shard's coordinator does the rest (issue 17 item 3). *found is false
+ * when the database does not exist (nothing sent). On success 'reply' gets the shard's
+ * reply fields. 'ns' names what a stale error invalidates.
+ */
+static int
+send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_t *body,
+                bool *found, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    shl_cached_database_t db;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bson_t wc;
+    bson_iter_t it;
+    bool sent = false;
+    int ret = 0;
+
+    *found = true;
+    memset(&req, 0, sizeof(req));
+    bson_init(&req.cmd);
+    for (int attempt = 1;; attempt++) {
+        ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
+        if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+            ret = 0;
+            *found = false;
+            goto done;
+        }
+        SHL_ERR(ret);
+        bson_reinit(&req.cmd);
+        if (strcmp(db.primary, "config") == 0) {
+            /* admin and config live on the config server: its own drop. */
+            copy_passthrough(cmd, &req.cmd);
+        } else {
+            bson_concat(&req.cmd, body);
+        }
+        if (bson_has_field(&req.cmd, "writeConcern")) {
+            /* the user's, passed through */
+        } else if (bson_iter_init_find(&it, cmd, "writeConcern")) {
+            bson_append_iter(&req.cmd, NULL, 0, &it);
+        } else {
+            BSON_APPEND_DOCUMENT_BEGIN(&req.cmd, "writeConcern", &wc);
+            BSON_APPEND_UTF8(&wc, "w", "majority");
+            bson_append_document_end(&req.cmd, &wc);
+        }
+        if (!shl_database_version_is_fixed(&db.version)) {
+            shl_database_version_append(&req.cmd, "databaseVersion", &db.version);
+        }
+        req.shard = db.primary;
+        if (sent) {
+            shl_fanout_results_cleanup(&res, 1);
+        }
+        shl_router_send(r, op, op->db, &req, 1, &res);
+        sent = true;
+        if (res.code != 0 && shl_router_is_stale(r, ns, &res.status) &&
+            attempt < SHL_ROUTER_MAX_STALE_RETRIES) {
+            continue;
+        }
+        break;
+    }
+    if (res.code != 0) {
+        *st = res.status;
+        SHL_ERR(st->code);
+    }
+    shl_router_copy_reply_fields(&res.reply, reply);
+done:
+    if (sent) {
+        shl_fanout_results_cleanup(&res, 1);
+    }
+    bson_destroy(&req.cmd);
+    return ret;
+}
+
 static int
 cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     char ns[SHL_NS_MAX + 1];
-    shl_router_routing_t rr;
-    shl_router_shard_result_t *res = NULL;
-    size_t n = 0;
-    bson_t fwd = BSON_INITIALIZER, wc, ignored = BSON_INITIALIZER;
+    bson_t body = BSON_INITIALIZER, got = BSON_INITIALIZER;
+    bool found = false;
     int ret = 0;
 
-    memset(&rr, 0, sizeof(rr));
     SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
-    ret = shl_router_routing_init(r, ns, false, &rr, st);
-    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0; /* MongoDB 7.0: dropping what does not exist succeeds */
-        goto done;
-    }
-    SHL_ERR(ret);
-    if (rr.rt != NULL) {
-        BSON_APPEND_UTF8(&fwd, "_configsvrDropCollection", ns);
-        BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
-        BSON_APPEND_UTF8(&wc, "w", "majority");
-        bson_append_document_end(&fwd, &wc);
-        ret = shl_router_forward_to_config(r, op, &fwd, &ignored, st);
-        shl_catalog_cache_invalidate_collection(r->cache, ns);
-        SHL_ERR(ret);
-        BSON_APPEND_UTF8(reply, "ns", ns);
-        goto done;
-    }
-    ret = ddl_send(op, ns, false, TO_PRIMARY, VERS_DB_ONLY, cmd, NULL, NULL, &res, &n, st);
+    BSON_APPEND_UTF8(&body, "_shardsvrDropCollection", ns + strlen(op->db) + 1);
+    ret = send_to_primary(op, ns, cmd, &body, &found, &got, st);
     shl_catalog_cache_invalidate_collection(r->cache, ns);
-    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0;
-        goto done;
+    SHL_ERR(ret); /* MongoDB 7.0: dropping what does not exist succeeds */
+    if (found) {
+        BSON_APPEND_UTF8(reply, "ns", ns);
     }
-    SHL_ERR(ret);
-    if (res[0].res.code == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        goto done;
-    }
-    if (res[0].res.code != 0) {
-        *st = res[0].res.status;
-        SHL_ERR(st->code);
-    }
-    shl_router_copy_reply_fields(&res[0].res.reply, reply);
 done:
-    shl_router_scatter_results_free(res, n);
-    shl_router_routing_cleanup(&rr);
-    bson_destroy(&fwd);
-    bson_destroy(&ignored);
+    bson_destroy(&body);
+    bson_destroy(&got);
     return ret;
 }
 
@@ -301,32 +347,26 @@ static int
 cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
-    shl_cached_database_t db;
-    bson_t fwd = BSON_INITIALIZER, wc, ignored = BSON_INITIALIZER;
+    char ns[SHL_NS_MAX + 1];
+    bson_t body = BSON_INITIALIZER, got = BSON_INITIALIZER;
+    bool found = false;
     int ret = 0;
-    (void)cmd;
 
     if (strcmp(op->db, "admin") == 0 || strcmp(op->db, "config") == 0 ||
         strcmp(op->db, "local") == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Cannot drop the '%s' database", op->db);
     }
-    ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
-    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-        ret = 0; /* nothing to drop */
-        goto done;
-    }
-    SHL_ERR(ret);
-    BSON_APPEND_UTF8(&fwd, "_configsvrDropDatabase", op->db);
-    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
-    BSON_APPEND_UTF8(&wc, "w", "majority");
-    bson_append_document_end(&fwd, &wc);
-    ret = shl_router_forward_to_config(r, op, &fwd, &ignored, st);
+    snprintf(ns, sizeof(ns), "%s.$cmd", op->db);
+    BSON_APPEND_INT32(&body, "_shardsvrDropDatabase", 1);
+    ret = send_to_primary(op, ns, cmd, &body, &found, &got, st);
     shl_catalog_cache_invalidate_database(r->cache, op->db);
-    SHL_ERR(ret);
-    BSON_APPEND_UTF8(reply, "dropped", op->db);
+    SHL_ERR(ret); /* nothing to drop: ok */
+    if (found) {
+        BSON_APPEND_UTF8(reply, "dropped", op->db);
+    }
 done:
-    bson_destroy(&fwd);
-    bson_destroy(&ignored);
+    bson_destroy(&body);
+    bson_destroy(&got);
     return ret;
 }
 

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "router/cluster_cursor_manager.h"
 #include "router/router_private.h"
+#include "router/txn_router.h"
 #include "session/logical_session_cache.h"
 #include "sharding/sessions_collection_sharded.h"
 
@@ -34,6 +35,9 @@ kill_cursors(void *arg, const shl_kill_matcher_t *m)
 {
     shl_router_t *r = arg;
 
+    /* The router's transaction state of the sessions ends too (the shards' part through
+     * kill_remote). */
+    (void)router_txn_catalog_kill(r->txns, shl_kill_matcher_match, (void *)(uintptr_t)m);
     return shl_router_cursor_manager_kill_sessions(r->cursors, shl_kill_matcher_match,
                                                    (void *)(uintptr_t)m);
 }

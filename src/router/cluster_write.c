@@ -22,6 +22,10 @@
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
+#include "query/projection.h"
+#include "router/txn_api.h"
+#include "router/txn_router_private.h"
+#include "router/wc_error.h"
 #include "session/session_args.h"
 #include "sharding/shard_key.h"
 
@@ -44,6 +48,8 @@ typedef struct item {
     bson_t error; /* ITEM_ERROR: {code, errmsg, ...} without index */
     bool upserted;
     bson_value_t upserted_id; /* owned copy */
+    bool two_phase;           /* a single write without shard key (cluster_write_wsk.c), pending */
+    bool id_first; /* ...a retryable exact _id match: broadcast first, two-phase if it missed */
     /* per round */
     bool in_round, round_stale, round_error, round_deferred;
 } item_t;
@@ -61,14 +67,16 @@ typedef struct write_op {
     size_t n;
     int64_t n_total;
     int64_t n_modified;
-    bool has_wce;
-    bson_t wce; /* the first writeConcernError */
+    router_wce_list_t wces; /* the shards' write concern errors */
     shl_status_t last_stale;
     size_t scan_from;  /* every statement before it is done */
     bool retryable;    /* lsid + txnNumber outside a transaction: sub-batches carry stmtIds */
     int32_t *stmt_ids; /* statement i's id: the client's stmtIds[i], else (stmtId or 0) + i */
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
+    bool ids_broadcast; /* a retryable exact _id match is only broadcast (run_id_broadcast) */
+    router_route_fn route;
+    void *route_arg;
     bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
     shl_status_t shutdown_status;
 } write_op_t;
@@ -222,9 +230,11 @@ key_pattern_json(const shl_router_routing_t *rr)
 
 /* ---- targeting one statement ---- */
 
+/* target_update / target_delete: *two_phase (no shard, no error) for a single write that
+ * does not pin one shard -- MongoDB 7.0's write without shard key. */
 static int
 target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              shl_status_t *st)
+              bool *two_phase, shl_status_t *st)
 {
     bson_t q, u, key = BSON_INITIALIZER;
     bson_iter_t it;
@@ -262,6 +272,10 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     if (upsert) {
         bson_destroy(&key);
         if (!shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), &q, &key)) {
+            if (!multi) {
+                *two_phase = true; /* MongoDB 7.0: upserted by the two-phase protocol */
+                goto done;
+            }
             SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
                      "Failed to target upsert by query :: could not extract exact shard key");
         }
@@ -291,6 +305,13 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         set_one(out, shard);
         goto done;
     }
+    if (!multi) {
+        /* Also an exact _id match reaching several shards: a broadcast could miss the
+         * document while a migration commits (docs/design/transactions.md). */
+        shl_router_shards_cleanup(out);
+        *two_phase = true;
+        goto done;
+    }
     if (!multi && !is_exact_id_query(&q)) {
         json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
@@ -313,7 +334,7 @@ done:
 
 static int
 target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              shl_status_t *st)
+              bool *two_phase, shl_status_t *st)
 {
     bson_t q, key = BSON_INITIALIZER;
     bson_iter_t it;
@@ -342,6 +363,14 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
         set_one(out, shard);
         goto done;
     }
+    if (!multi) {
+        shl_router_target_filter(rr, &q, out);
+        if (out->n > 1) {
+            shl_router_shards_cleanup(out);
+            *two_phase = true;
+        }
+        goto done;
+    }
     if (!multi && !is_exact_id_query(&q)) {
         json = shl_bson_as_json(stmt);
         kp = key_pattern_json(rr);
@@ -359,8 +388,14 @@ done:
     return ret;
 }
 
+static bool
+is_upsert_stmt(const bson_t *stmt)
+{
+    return get_bool(stmt, "upsert", false);
+}
+
 static int
-target_item(const write_op_t *op, const shl_router_routing_t *rr, const item_t *it,
+target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
             shl_router_shards_t *out, shl_status_t *st)
 {
     const char *shard;
@@ -373,11 +408,25 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, const item_t *
         set_one(out, shard);
         break;
     case KIND_UPDATE:
-        SHL_ERR(target_update(rr, &it->doc, out, st));
+        SHL_ERR(target_update(rr, &it->doc, out, &it->two_phase, st));
         break;
     case KIND_DELETE:
-        SHL_ERR(target_delete(rr, &it->doc, out, st));
+        SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
         break;
+    }
+    if (it->two_phase && op->retryable) {
+        /* A retryable write's exact _id match is broadcast first (MongoDB 7.0): each shard
+         * answers a retry of it from its own history, which an internal transaction does not
+         * write yet; only when it matched nothing (a migration's commit can hide the
+         * document from a broadcast) it runs two-phase (docs/design/transactions.md). */
+        bson_t q;
+        if (get_doc(&it->doc, "q", &q) && is_exact_id_query(&q) && !is_upsert_stmt(&it->doc)) {
+            it->id_first = !op->ids_broadcast;
+            if (op->ids_broadcast) {
+                it->two_phase = false;
+                shl_router_target_filter(rr, &q, out);
+            }
+        }
     }
 done:
     return ret;
@@ -504,6 +553,7 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
     shl_router_shards_t t;
     shl_status_t st = SHL_STATUS_INIT;
     const char *run_shard = NULL;
+    int tret;
 
     *batches = NULL;
     *nb = 0;
@@ -523,7 +573,16 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
             continue;
         }
         it->in_round = it->round_stale = it->round_error = it->round_deferred = false;
-        if (target_item(op, rr, it, &t, &st) != 0) {
+        it->two_phase = false;
+        tret = target_item(op, rr, it, &t, &st);
+        if (tret == 0 && it->two_phase) {
+            /* Run on its own after the rounds (ordered: before anything after it). */
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        if (tret != 0) {
             if (op->ordered && run_shard != NULL) {
                 break; /* reported when its turn comes */
             }
@@ -689,17 +748,7 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
     if (bson_iter_init_find(&it, &res->reply, "nModified") && BSON_ITER_HOLDS_NUMBER(&it)) {
         op->n_modified += bson_iter_as_int64(&it);
     }
-    if (bson_iter_init_find(&it, &res->reply, "writeConcernError") &&
-        BSON_ITER_HOLDS_DOCUMENT(&it) && !op->has_wce) {
-        const uint8_t *data;
-        uint32_t len;
-        bson_t view;
-        bson_iter_document(&it, &len, &data);
-        bson_init_static(&view, data, len);
-        bson_destroy(&op->wce);
-        bson_copy_to(&view, &op->wce);
-        op->has_wce = true;
-    }
+    router_wce_note(&op->wces, b->shard, &res->reply);
     if (bson_iter_init_find(&it, &res->reply, "upserted") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &arr)) {
         while (shl_iter_next(&arr)) {
@@ -939,9 +988,7 @@ append_result(const write_op_t *op, bson_t *reply)
     if (k > 0) {
         bson_append_array_end(reply, &arr);
     }
-    if (op->has_wce) {
-        BSON_APPEND_DOCUMENT(reply, "writeConcernError", &op->wce);
-    }
+    router_wce_append(&op->wces, reply);
     if (op->nretried > 0) {
         /* The statements the shards answered from their history (MongoDB: only when any). */
         bson_append_array_begin(reply, "retriedStmtIds", -1, &arr);
@@ -970,7 +1017,7 @@ write_op_cleanup(write_op_t *op)
     bson_free(op->items);
     bson_free(op->stmt_ids);
     bson_free(op->retried);
-    bson_destroy(&op->wce);
+    router_wce_cleanup(&op->wces);
 }
 
 /* One required field of a statement, of one of two types (BSON_TYPE_EOD: only the first). */
@@ -1024,6 +1071,309 @@ done:
     return ret;
 }
 
+/* ---- WouldChangeOwningShard: the document moves in a transaction ---- */
+
+static int route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t *out,
+                            shl_status_t *st);
+
+/* One document to move from its pre-image to its post-image (txn_api.h callback). */
+typedef struct wcos_move {
+    const char *coll;
+    bson_t pre, post; /* the shard's images (views) */
+    bool changed;     /* the document is no longer the pre-image: the statement runs again */
+} wcos_move_t;
+
+/* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
+static int
+owner_query(shl_op_ctx_t *op, const char *coll, const bson_t *doc, bson_t *q, shl_status_t *st)
+{
+    shl_router_routing_t rr;
+    char ns[SHL_NS_MAX + 1];
+    bson_iter_t it, v;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    bson_init(q);
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(q, "_id", 3, &it);
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", op->db, coll);
+    SHL_ERR(shl_router_routing_init(shl_router_get(op), ns, false, &rr, st));
+    if (rr.rt != NULL && bson_iter_init(&it, &shl_routing_table_key_pattern(rr.rt)->pattern)) {
+        while (shl_iter_next(&it)) {
+            const char *path = shl_iter_key(&it);
+            if (strcmp(path, "_id") == 0) {
+                continue;
+            }
+            if (bson_iter_init(&v, doc) && bson_iter_find_descendant(&v, path, &v)) {
+                bson_append_iter(q, path, -1, &v);
+            } else {
+                bson_append_null(q, path, -1);
+            }
+        }
+    }
+done:
+    shl_router_routing_cleanup(&rr);
+    return ret;
+}
+
+/* The statements: remove the pre-image on its owner (it must be unchanged), insert the
+ * post-image on its own. */
+static int
+wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
+{
+    wcos_move_t *m = arg;
+    bson_t q = BSON_INITIALIZER, del = BSON_INITIALIZER, ins = BSON_INITIALIZER, arr;
+    bson_t reply = BSON_INITIALIZER, value, le;
+    bson_iter_t it;
+    shl_router_t *r = shl_router_get(op);
+    int ret = 0;
+
+    bson_destroy(&q);
+    SHL_ERR(owner_query(op, m->coll, &m->pre, &q, st));
+    BSON_APPEND_UTF8(&del, "findAndModify", m->coll);
+    BSON_APPEND_DOCUMENT(&del, "query", &q);
+    BSON_APPEND_BOOL(&del, "remove", true);
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));
+    if (!shl_bson_get_subdoc(&reply, "lastErrorObject", &le) ||
+        !bson_iter_init_find(&it, &le, "n") || bson_iter_as_int64(&it) != 1 ||
+        !shl_bson_get_subdoc(&reply, "value", &value) || !bson_equal(&value, &m->pre)) {
+        m->changed = true;
+        SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD_DELETED_NO_DOCUMENT,
+                 "The document to move to its new shard was changed or deleted meanwhile");
+    }
+    bson_reinit(&reply);
+    BSON_APPEND_UTF8(&ins, "insert", m->coll);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &m->post);
+    bson_append_array_end(&ins, &arr);
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_write_run(op, &ins, route_from_cache, r, &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+done:
+    bson_destroy(&q);
+    bson_destroy(&del);
+    bson_destroy(&ins);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * A WouldChangeOwningShard answer 'err' (with preImage / postImage) to a single-document
+ * update or findAndModify: move the document in an internal transaction (or in the client's
+ * transaction). *pre_out / *post_out (optional) get copies of the images. *changed: the
+ * document changed meanwhile, the statement is to run again. Errors: the transaction's.
+ */
+static int
+wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, const bson_t *err,
+            bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
+{
+    wcos_move_t m;
+    int ret = 0;
+
+    memset(&m, 0, sizeof(m));
+    m.coll = coll;
+    *changed = false;
+    if (!shl_bson_get_subdoc(err, "preImage", &m.pre) ||
+        !shl_bson_get_subdoc(err, "postImage", &m.post)) {
+        SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD,
+                 "This update would cause the doc to change owning shards (its images were too "
+                 "large to move it)");
+    }
+    ret = router_txn_api_run(opctx, user_cmd, wcos_move_fn, &m, st);
+    *changed = ret != 0 && m.changed;
+    if (*changed) {
+        ret = 0;
+    }
+    if (ret == 0 && !*changed && pre_out != NULL) {
+        bson_copy_to(&m.pre, pre_out);
+        bson_copy_to(&m.post, post_out);
+    }
+done:
+    return ret;
+}
+
+/* Whether this command may move a document between shards (MongoDB: a retryable write or
+ * a transaction's statement). */
+static bool
+may_move(const shl_op_ctx_t *opctx)
+{
+    return opctx->txn != NULL || (opctx->has_txn_number && !opctx->has_autocommit);
+}
+
+/* The error document's code. */
+static int
+error_code(const bson_t *err)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, err, "code") ? (int)bson_iter_as_int64(&it) : 0;
+}
+
+/*
+ * After a round of run_write: move the documents of the update statements that answered
+ * WouldChangeOwningShard (ordered: the first error only). Returns whether a statement is
+ * pending again (moved, or to be re-run); a failed move is the statement's error.
+ */
+static bool
+handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
+{
+    bool again = false;
+
+    for (size_t i = 0; op->kind == KIND_UPDATE && may_move(opctx) && i < op->n; i++) {
+        item_t *it = &op->items[i];
+        bool changed = false;
+        shl_status_t mst = SHL_STATUS_INIT;
+        if (it->state != ITEM_ERROR) {
+            continue;
+        }
+        if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
+            !get_bool(&it->doc, "multi", false)) {
+            if (wcos_handle(opctx, op->coll, op->user_cmd, &it->error, NULL, NULL, &changed,
+                            &mst) == 0) {
+                bson_reinit(&it->error);
+                it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
+                op->n_total += changed ? 0 : 1;
+                op->n_modified += changed ? 0 : 1;
+                again = true;
+            } else {
+                bson_destroy(&it->error);
+                error_from_status(&mst, &it->error);
+            }
+        }
+        if (op->ordered) {
+            break;
+        }
+    }
+    return again;
+}
+
+static int run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
+                                router_route_fn route, void *route_arg, bool ids_broadcast,
+                                bson_t *reply, shl_status_t *st);
+
+/*
+ * A retryable write's exact _id statement 'i' sent alone as a broadcast with its stmtId.
+ * Returns true when it is settled (it matched, was answered from a shard's history, or
+ * failed); false: it matched nothing, the two-phase protocol is to run.
+ */
+static bool
+run_id_broadcast(shl_op_ctx_t *opctx, write_op_t *op, size_t i)
+{
+    static const char *const copy[] = {"let", "bypassDocumentValidation", "writeConcern", NULL};
+    item_t *it = &op->items[i];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, e;
+    bson_iter_t f, a;
+    shl_status_t bst = SHL_STATUS_INIT;
+    bool settled = true;
+    int64_t n = 0;
+
+    BSON_APPEND_UTF8(&cmd, kind_cmd(op->kind), op->coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, kind_field(op->kind), &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &it->doc);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "stmtIds", &arr);
+    BSON_APPEND_INT32(&arr, "0", op->stmt_ids[i]);
+    bson_append_array_end(&cmd, &arr);
+    for (size_t k = 0; copy[k] != NULL; k++) {
+        if (bson_iter_init_find(&f, op->user_cmd, copy[k])) {
+            bson_append_iter(&cmd, NULL, 0, &f);
+        }
+    }
+    bson_destroy(&reply);
+    if (run_write_command_ex(opctx, &cmd, op->kind, op->route, op->route_arg, true, &reply, &bst) !=
+        0) {
+        item_set_error(it, &bst);
+    } else if (bson_iter_init_find(&f, &reply, "writeErrors") && bson_iter_recurse(&f, &a) &&
+               bson_iter_next(&a) && BSON_ITER_HOLDS_DOCUMENT(&a) && bson_iter_recurse(&a, &f)) {
+        bson_init(&e);
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "index") != 0) {
+                bson_append_iter(&e, NULL, 0, &f);
+            }
+        }
+        bson_destroy(&it->error);
+        bson_steal(&it->error, &e);
+        it->state = ITEM_ERROR;
+    } else {
+        if (bson_iter_init_find(&f, &reply, "n")) {
+            n = bson_iter_as_int64(&f);
+        }
+        settled = n > 0 || bson_has_field(&reply, "retriedStmtIds");
+        if (settled) {
+            it->state = ITEM_DONE;
+            op->n_total += n;
+            if (bson_iter_init_find(&f, &reply, "nModified")) {
+                op->n_modified += bson_iter_as_int64(&f);
+            }
+            if (bson_has_field(&reply, "retriedStmtIds")) {
+                add_retried(op, op->stmt_ids[i]);
+            }
+        }
+    }
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return settled;
+}
+
+/*
+ * After a round of run_write: run the pending single writes without shard key, each in its
+ * own internal transaction (ordered: only when it is the next statement). Returns whether
+ * any ran.
+ */
+static bool
+run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
+{
+    bool ran = false;
+
+    for (size_t i = op->scan_from; i < op->n; i++) {
+        item_t *it = &op->items[i];
+        bson_t reply = BSON_INITIALIZER;
+        shl_status_t wst = SHL_STATUS_INIT;
+        bson_iter_t f;
+        if (it->state == ITEM_DONE) {
+            continue;
+        }
+        if (it->state != ITEM_PENDING || !it->two_phase) {
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        it->two_phase = false;
+        ran = true;
+        if (it->id_first && run_id_broadcast(opctx, op, i)) {
+            it->id_first = false;
+            if (op->ordered) {
+                break;
+            }
+            continue;
+        }
+        it->id_first = false;
+        if (router_write_without_shard_key(opctx, op->coll, kind_cmd(op->kind), &it->doc,
+                                           op->user_cmd, &reply, &wst) != 0) {
+            item_set_error(it, &wst);
+        } else {
+            it->state = ITEM_DONE;
+            if (bson_iter_init_find(&f, &reply, "n")) {
+                op->n_total += bson_iter_as_int64(&f);
+            }
+            if (bson_iter_init_find(&f, &reply, "nModified")) {
+                op->n_modified += bson_iter_as_int64(&f);
+            }
+            if (bson_iter_init(&f, &reply) && bson_iter_find_descendant(&f, "upserted.0._id", &f)) {
+                it->upserted = true;
+                bson_value_copy(bson_iter_value(&f), &it->upserted_id);
+            }
+        }
+        bson_destroy(&reply);
+        if (op->ordered) {
+            break;
+        }
+    }
+    return ran;
+}
+
 /* Parse the command's collection, ordered flag and statements into 'op'. */
 static int
 write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_op_t *op,
@@ -1034,7 +1384,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     int ret = 0;
 
     memset(op, 0, sizeof(*op));
-    bson_init(&op->wce);
+    router_wce_init(&op->wces);
     op->kind = kind;
     op->opctx = opctx;
     op->user_cmd = cmd;
@@ -1128,15 +1478,27 @@ route_from_cache(void *arg, const char *ns, bool create_db, shl_router_routing_t
 }
 
 static int
-run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, router_route_fn route,
-                  void *route_arg, bson_t *reply, shl_status_t *st)
+run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
+                     router_route_fn route, void *route_arg, bool ids_broadcast, bson_t *reply,
+                     shl_status_t *st)
 {
     write_op_t op;
     bool create_db = kind != KIND_DELETE;
     int ret = 0;
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
+    op.ids_broadcast = ids_broadcast;
+    op.route = route;
+    op.route_arg = route_arg;
     ret = run_write(opctx, &op, create_db, route, route_arg, st);
+    for (size_t moves = 0; ret == 0 && moves < 4 * op.n + 100; moves++) {
+        bool again = handle_wcos_items(opctx, &op);
+        again = run_two_phase_items(opctx, &op) || again;
+        if (!again) {
+            break;
+        }
+        ret = run_write(opctx, &op, create_db, route, route_arg, st);
+    }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !create_db) {
         /* Deleting from a database that does not exist deletes nothing, but each filter
          * still parses: an unknown operator is the statement's error, as on a shard. */
@@ -1160,6 +1522,13 @@ run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, rou
 done:
     write_op_cleanup(&op);
     return ret;
+}
+
+static int
+run_write_command(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, router_route_fn route,
+                  void *route_arg, bson_t *reply, shl_status_t *st)
+{
+    return run_write_command_ex(opctx, cmd, kind, route, route_arg, false, reply, st);
 }
 
 int
@@ -1203,12 +1572,13 @@ cmd_delete(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 
 /*
  * The shards a findAndModify goes to: the owner of the shard key its query pins; if the
- * query reaches one shard anyway, that one; an exact _id match, every shard the query
- * reaches (at most one holds the document). Otherwise MongoDB 7.0's ShardKeyNotFound.
+ * query reaches one shard anyway, that one; a retryable write's exact _id match, every shard
+ * the query reaches (at most one holds the document). Otherwise *two_phase: MongoDB 7.0's
+ * write without shard key (an upsert: ShardKeyNotFound).
  */
 static int
-target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert,
-                       shl_router_shards_t *out, shl_status_t *st)
+target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool upsert, bool retryable,
+                       shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
     bson_t key = BSON_INITIALIZER;
     const char *shard;
@@ -1228,9 +1598,11 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool ups
                  "Query for sharded findAndModify must contain the shard key");
     } else {
         shl_router_target_filter(rr, q, out);
-        if (out->n != 1 && !is_exact_id_query(q)) {
-            SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
-                     "Query for sharded findAndModify must contain the shard key");
+        if (out->n > 1 && !(retryable && is_exact_id_query(q))) {
+            /* MongoDB 7.0: the two-phase protocol (also for an exact _id match reaching
+             * several shards, which a migration's commit could make miss). */
+            shl_router_shards_cleanup(out);
+            *two_phase = true;
         }
     }
 done:
@@ -1239,6 +1611,51 @@ done:
     }
     bson_destroy(&key);
     return ret;
+}
+
+/* What the user's findAndModify returns once its document moved: the pre- or post-image
+ * ('new'), projected by 'fields'. */
+static void
+fam_moved_reply(const bson_t *cmd, const bson_t *pre, const bson_t *post, bson_t *reply)
+{
+    bson_t le, fields, projected;
+    const bson_t *value = get_bool(cmd, "new", false) ? post : pre;
+    shl_projection_t *proj = NULL;
+    shl_status_t pst = SHL_STATUS_INIT;
+    bool have_projected = false;
+
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &le);
+    BSON_APPEND_INT32(&le, "n", 1);
+    BSON_APPEND_BOOL(&le, "updatedExisting", true);
+    bson_append_document_end(reply, &le);
+    if (shl_bson_get_subdoc(cmd, "fields", &fields) && !bson_empty(&fields) &&
+        shl_projection_new(&fields, NULL, &proj, &pst) == 0) {
+        have_projected = true;
+        if (shl_projection_apply(proj, value, NULL, NULL, &projected, &pst) == 0) {
+            value = &projected;
+        }
+    }
+    BSON_APPEND_DOCUMENT(reply, "value", value);
+    shl_projection_destroy(proj);
+    if (have_projected) {
+        bson_destroy(&projected);
+    }
+}
+
+/* Whether any shard's findAndModify reply says it matched (lastErrorObject.n > 0). */
+static bool
+fam_matched(const shl_fanout_result_t *fres, size_t n)
+{
+    bool matched = false;
+
+    for (size_t i = 0; i < n && !matched; i++) {
+        bson_iter_t le, f;
+        matched = fres[i].code == 0 &&
+                  bson_iter_init_find(&le, &fres[i].reply, "lastErrorObject") &&
+                  BSON_ITER_HOLDS_DOCUMENT(&le) && bson_iter_recurse(&le, &f) &&
+                  bson_iter_find(&f, "n") && bson_iter_as_int64(&f) > 0;
+    }
+    return matched;
 }
 
 int
@@ -1254,7 +1671,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
     char ns[SHL_NS_MAX + 1];
     bson_t q = BSON_INITIALIZER;
     bson_iter_t it;
-    bool upsert;
+    bool upsert, two_phase = false;
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
@@ -1276,7 +1693,12 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
-        SHL_ERR(target_find_and_modify(&rr, &q, upsert, &targets, st));
+        SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
+        if (two_phase) {
+            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
+                                                 NULL, cmd, reply, st);
+            goto done;
+        }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
         fres = bson_malloc0((targets.n + 1) * sizeof(*fres));
         for (size_t i = 0; i < targets.n; i++) {
@@ -1350,6 +1772,32 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             ret = st->code;
             goto done;
         }
+        if (first_err != SIZE_MAX && fres[first_err].code == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
+            may_move(opctx) && attempt < SHL_ROUTER_MAX_STALE_RETRIES + 100) {
+            bool changed = false;
+            bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
+            bson_destroy(&pre);
+            bson_destroy(&post);
+            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply, &pre,
+                              &post, &changed, st);
+            if (ret == 0 && !changed) {
+                fam_moved_reply(cmd, &pre, &post, reply);
+                bson_destroy(&pre);
+                bson_destroy(&post);
+            }
+            if (ret != 0 || !changed) {
+                goto done;
+            }
+            shl_fanout_results_cleanup(fres, targets.n);
+            shl_router_requests_cleanup(reqs, targets.n);
+            bson_free(fres);
+            bson_free(reqs);
+            fres = NULL;
+            reqs = NULL;
+            shl_router_shards_cleanup(&targets);
+            shl_router_routing_cleanup(&rr);
+            continue; /* the document changed meanwhile: run the statement again */
+        }
         if (first_err != SIZE_MAX && (hit == SIZE_MAX || targets.n == 1)) {
             /* The shard's error becomes the command's; its labels are not passed on (MongoDB's
              * router rethrows the status and labels it as a router: shard errors never get
@@ -1357,6 +1805,13 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             *st = fres[first_err].status;
             st->labels = 0;
             ret = st->code;
+            goto done;
+        }
+        if (targets.n > 1 && !upsert && !fam_matched(fres, targets.n)) {
+            /* A retryable exact _id match that matched nothing on any shard: a migration's
+             * commit can hide the document from a broadcast, so it runs two-phase. */
+            ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
+                                                 NULL, cmd, reply, st);
             goto done;
         }
         if (hit != SIZE_MAX) {

@@ -15,6 +15,7 @@
 #include "base/unit_test.h"
 #include "net/service_context.h"
 #include "router/router_private.h"
+#include "router/txn_api.h"
 #include "router/txn_router.h"
 
 /* Merge pipelines read their stages' limits from the options table: give it its defaults. */
@@ -1502,4 +1503,122 @@ SHL_TEST(txn_statements_of_one_session_run_one_at_a_time)
     stmt_end(c, &w.s);
     fake_cleanup(&f);
     router_txn_catalog_destroy(c);
+}
+
+/* ------------------------------------------------- the transaction API over the fake shard */
+
+typedef struct api_arg {
+    fake_t *f;
+    int calls;
+} api_arg_t;
+
+/* The callback: one insert reaching both shards. */
+static int
+api_insert_both(shl_op_ctx_t *op, void *arg, shl_status_t *st)
+{
+    api_arg_t *a = arg;
+    bson_t *cmd = shl_test_bson("{'insert': 'c', 'documents': [{'_id': 1, 'x': -1}, "
+                                "{'_id': 2, 'x': 1}]}");
+    bson_t reply = BSON_INITIALIZER;
+    int ret;
+
+    a->calls++;
+    bson_destroy(&reply);
+    ret = router_write_run(op, cmd, fake_route, a->f, &reply, st);
+    if (ret == 0) {
+        ret = router_txn_api_reply_error(&reply, st);
+    }
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    return ret;
+}
+
+/* The lsid of call i: the user's id, with txnUUID (and the parent's txnNumber). */
+static void
+check_child_lsid(const fake_t *f, size_t i, int64_t parent_txn, uint8_t uuid[16])
+{
+    bson_iter_t it, l;
+    bson_subtype_t sub;
+    uint32_t len;
+    const uint8_t *data;
+
+    ASSERT(bson_iter_init_find(&it, &f->cmd[i], "lsid") && bson_iter_recurse(&it, &l));
+    ASSERT(bson_iter_find(&l, "id"));
+    bson_iter_binary(&l, &sub, &len, &data);
+    ASSERT(len == 16 && data[0] == 0 && data[15] == 15);
+    ASSERT(bson_iter_recurse(&it, &l) && bson_iter_find(&l, "txnNumber"));
+    ASSERT(bson_iter_int64(&l) == parent_txn);
+    ASSERT(bson_iter_recurse(&it, &l) && bson_iter_find(&l, "txnUUID"));
+    bson_iter_binary(&l, &sub, &len, &data);
+    ASSERT(sub == BSON_SUBTYPE_UUID && len == 16);
+    if (uuid[0] == 0 && uuid[1] == 0 && uuid[2] == 0 && uuid[3] == 0) {
+        memcpy(uuid, data, 16);
+    }
+    ASSERT(memcmp(uuid, data, 16) == 0);
+}
+
+/* A retryable write's internal transaction: a child session {id, uid, txnNumber: the
+ * user's, txnUUID}, transaction number 0; a transient write error aborts both participants
+ * and the attempt runs again as transaction 1, which commits by two-phase commit. The
+ * operation's own fields are back afterwards. */
+SHL_TEST(txn_api_runs_on_a_child_session_and_retries_transient_errors)
+{
+    fake_t f;
+    api_arg_t a = {&f, 0};
+    bson_t *body = shl_test_bson("{'insert': 'c', 'documents': [{'x': 1}], " TXN(5) "}");
+    shl_op_ctx_t op;
+    shl_status_t st = SHL_STATUS_INIT;
+    uint8_t uuid[16] = {0};
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(shl_op_ctx_init(&op, &f.svc, NULL, body, "test", &st), 0);
+    fake_fault(&f, "shB", FAULT_REPLY, SHL_CODE_WRITE_CONFLICT, 1, 0);
+    ASSERT_INT_EQ(router_txn_api_run(&op, body, api_insert_both, &a, &st), 0);
+    ASSERT_INT_EQ(a.calls, 2);
+    ASSERT(op.txn == NULL && !op.has_autocommit && op.txn_number == 5);
+    /* Attempt 0: both inserts, then the implicit abort of both participants. */
+    ASSERT_TXN_CALL(&f, 0,
+                    "{'shard': 'shA', 'cmd': 'insert', " TXN_N(
+                        0) ", 'startTransaction': true, 'coordinator': true}");
+    ASSERT_TXN_CALL(&f, 1,
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(0) ", 'startTransaction': true}");
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shA', 'cmd': 'abortTransaction', " TXN_N(0) "}");
+    ASSERT_TXN_CALL(&f, 3, "{'shard': 'shB', 'cmd': 'abortTransaction', " TXN_N(0) "}");
+    /* Attempt 1 commits through the coordinator. */
+    ASSERT_TXN_CALL(&f, 4,
+                    "{'shard': 'shA', 'cmd': 'insert', " TXN_N(
+                        1) ", 'startTransaction': true, 'coordinator': true}");
+    ASSERT_TXN_CALL(&f, 5,
+                    "{'shard': 'shB', 'cmd': 'insert', " TXN_N(1) ", 'startTransaction': true}");
+    ASSERT_TXN_CALL(&f, 6,
+                    "{'shard': 'shA', 'cmd': 'coordinateCommitTransaction', " TXN_N(
+                        1) ", 'participants': [{'shardId': 'shA'}, {'shardId': 'shB'}]}");
+    ASSERT_INT_EQ(f.ncalls, 7);
+    for (size_t i = 0; i < f.ncalls; i++) {
+        check_child_lsid(&f, i, 5, uuid);
+        ASSERT(!bson_has_field(&f.cmd[i], "stmtIds"));
+    }
+    bson_destroy(body);
+    fake_cleanup(&f);
+}
+
+/* A non-transient error aborts and is returned once, without the transaction's labels. */
+SHL_TEST(txn_api_returns_other_errors_without_retrying)
+{
+    fake_t f;
+    api_arg_t a = {&f, 0};
+    bson_t *body = shl_test_bson("{'insert': 'c', 'documents': [{'x': 1}]}");
+    shl_op_ctx_t op;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    fake_init(&f, true);
+    ASSERT_INT_EQ(shl_op_ctx_init(&op, &f.svc, NULL, body, "test", &st), 0);
+    fake_fault(&f, "shB", FAULT_WRITE_ERROR, SHL_CODE_DUPLICATE_KEY, 1, 0);
+    ASSERT_INT_EQ(router_txn_api_run(&op, body, api_insert_both, &a, &st), SHL_CODE_DUPLICATE_KEY);
+    ASSERT_INT_EQ(a.calls, 1);
+    ASSERT_INT_EQ((int)st.labels, 0);
+    ASSERT_TXN_CALL(&f, 2, "{'shard': 'shA', 'cmd': 'abortTransaction', " TXN_N(0) "}");
+    ASSERT_INT_EQ(f.ncalls, 4);
+    bson_destroy(body);
+    fake_cleanup(&f);
 }

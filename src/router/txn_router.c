@@ -100,6 +100,7 @@ reset_txn(router_txn_t *t, int64_t txn_number)
     t->commit_type = ROUTER_COMMIT_NONE;
     t->stale_refused = false;
     t->stmt = 0;
+    t->dead = false;
 }
 
 /* Keep the first statement's readConcern; snapshot: pick its atClusterTime. */
@@ -221,10 +222,34 @@ checkout(router_txn_catalog_t *c, shl_op_ctx_t *op, router_txn_t **out, shl_stat
     }
     if (ret == 0) {
         t->checked_out = true;
+        if (t->killed) {
+            t->killed = false;
+            t->dead = true;
+        }
         *out = t;
     }
     pthread_mutex_unlock(&c->mu);
     return ret;
+}
+
+int
+router_txn_catalog_kill(router_txn_catalog_t *c, bool (*match)(void *arg, const shl_lsid_t *lsid),
+                        void *arg)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&c->mu);
+    for (size_t b = 0; b < CATALOG_BUCKETS; b++) {
+        for (router_txn_t *t = c->buckets[b]; t != NULL; t = t->next) {
+            if (match(arg, &t->lsid)) {
+                /* Applied by the next checkout, which owns the rest of the state. */
+                t->killed = true;
+                n++;
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 void
@@ -276,6 +301,11 @@ begin_or_continue(router_txn_t *t, shl_op_ctx_t *op, const shl_command_t *cmd,
         /* A commit this router never saw the statements of: recovered through its token. */
         reset_txn(t, op->txn_number);
         t->recovering_commit = true;
+    } else if (t->dead) {
+        /* killSessions ended it (mongos reaps a killed session's router state). */
+        SHL_FAIL(st, SHL_CODE_NO_SUCH_TRANSACTION,
+                 "Transaction %lld for session %s has been aborted by killSessions",
+                 (long long)t->txn_number, sid);
     } else if (op->has_read_concern) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Only the first command in a transaction may specify a readConcern");
@@ -326,6 +356,35 @@ done:
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     return ret;
+}
+
+router_txn_t *
+router_txn_internal_new(const shl_lsid_t *lsid, int64_t txn_number)
+{
+    router_txn_t *t = bson_malloc0(sizeof(*t));
+
+    t->lsid = *lsid;
+    t->checked_out = true;
+    t->internal = true;
+    bson_init(&t->read_concern);
+    reset_txn(t, txn_number);
+    return t;
+}
+
+void
+router_txn_internal_free(router_txn_t *t)
+{
+    if (t != NULL) {
+        bson_destroy(&t->read_concern);
+        bson_free(t);
+    }
+}
+
+void
+router_txn_internal_statement(router_txn_t *t)
+{
+    t->stmt++;
+    t->stale_refused = false;
 }
 
 /* ---------------------------------------------------------------- requests and replies */

@@ -72,6 +72,17 @@ void router_txn_catalog_destroy(router_txn_catalog_t *c);
 int router_txn_begin(router_txn_catalog_t *c, shl_op_ctx_t *op, const shl_command_t *cmd,
                      uint64_t cluster_time, shl_status_t *st);
 
+/*
+ * router_txn_catalog_kill --
+ *     killSessions: the transaction of every session 'match' accepts ends here -- its next
+ *     statement gets NoSuchTransaction (a new txnNumber starts afresh). A state checked out
+ *     by a running statement is marked and ends when that statement is done (the statement
+ *     itself is interrupted by the kill of its operation). The shards abort their part
+ *     through killAllSessionsByPattern. Takes the catalog's mutex. Returns how many.
+ */
+int router_txn_catalog_kill(router_txn_catalog_t *c,
+                            bool (*match)(void *arg, const shl_lsid_t *lsid), void *arg);
+
 /* router_txn_release -- check the operation's state back in (no-op without one). */
 void router_txn_release(router_txn_catalog_t *c, shl_op_ctx_t *op);
 

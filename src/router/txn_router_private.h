@@ -23,11 +23,13 @@ struct router_txn {
     /* guarded by the catalog's mutex */
     shl_lsid_t lsid;
     bool checked_out;
+    bool killed;          /* killSessions matched it: its transaction ends at the next checkout */
     int64_t last_used_us; /* monotonic; an idle state past the session timeout is freed */
     struct router_txn *next;
 
     /* the rest: only by the operation that has the state checked out */
     int64_t txn_number;     /* -1: none yet */
+    bool dead;              /* killed by killSessions: txn_number continues nowhere */
     int64_t stmt;           /* statements of this transaction so far (the current one) */
     bool recovering_commit; /* a commit of a txnNumber this router did not run */
     bool has_read_concern;
@@ -44,7 +46,16 @@ struct router_txn {
     bool stale_refused; /* a stale error this statement may not retry (below) */
     int stale_result_code;
     shl_status_t stale_status;
+    bool internal; /* the transaction API's (txn_api.h): owned by its operation, no catalog */
 };
+
+/* router_txn_internal_new / _free -- a transaction of the transaction API on internal
+ * session 'lsid', number 'txn_number', outside the catalog. */
+router_txn_t *router_txn_internal_new(const shl_lsid_t *lsid, int64_t txn_number);
+void router_txn_internal_free(router_txn_t *t);
+
+/* router_txn_internal_statement -- the next statement of an internal transaction begins. */
+void router_txn_internal_statement(router_txn_t *t);
 
 /* router_txn_transient -- MongoDB's isTransientTransactionError. */
 bool router_txn_transient(int code, bool has_wce, bool commit_or_abort);

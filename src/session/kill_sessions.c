@@ -48,13 +48,16 @@ bool
 shl_kill_matcher_match(void *arg, const shl_lsid_t *lsid)
 {
     const shl_kill_matcher_t *m = arg;
+    shl_lsid_t parent;
 
     if (m->all) {
         return true;
     }
+    /* Killing a session kills its internal (child) sessions too. */
+    shl_lsid_parent(lsid, &parent);
     for (size_t i = 0; i < m->n; i++) {
         const shl_kill_pattern_t *p = &m->p[i];
-        if ((p->kind == SHL_KILL_LSID && shl_lsid_equal(&p->lsid, lsid)) ||
+        if ((p->kind == SHL_KILL_LSID && shl_lsid_equal(&p->lsid, &parent)) ||
             (p->kind == SHL_KILL_UID && memcmp(p->uid, lsid->uid, SHL_LSID_UID_LEN) == 0)) {
             return true;
         }

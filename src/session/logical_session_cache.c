@@ -64,12 +64,16 @@ shl_lsc_set_collection(shl_lsc_t *lsc, const shl_sessions_coll_t *coll)
 /* ---------------------------------------------------------------- recording */
 
 int
-shl_lsc_vivify(shl_lsc_t *lsc, const shl_lsid_t *lsid, shl_status_t *st)
+shl_lsc_vivify(shl_lsc_t *lsc, const shl_lsid_t *child_or_parent, shl_status_t *st)
 {
     int ret = 0;
     lsid_entry_t *e;
     int64_t now = shl_clock_wall_ms();
+    shl_lsid_t parent;
+    const shl_lsid_t *lsid = &parent;
 
+    /* An internal (child) session's use is its parent's (seeds/000 "Internal Transactions"). */
+    shl_lsid_parent(child_or_parent, &parent);
     pthread_mutex_lock(&lsc->mu);
     if ((e = lsid_map_get(&lsc->active, lsid)) == NULL) {
         bool added;

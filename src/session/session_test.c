@@ -8,6 +8,7 @@
 #include "base/options.h"
 #include "base/unit_test.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "net/service_context.h"
 #include "session/kill_sessions.h"
 #include "session/logical_session_cache.h"
@@ -57,6 +58,44 @@ SHL_TEST(lsid_map_put_get_remove)
     }
     ASSERT_INT_EQ(m.n, 5000 - 1667);
     lsid_map_cleanup(&m);
+}
+
+SHL_TEST(child_sessions_parse_append_and_match_their_parent)
+{
+    shl_lsid_t parent = lsid_n(9), child, retryable, back, p2;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_kill_matcher_t m;
+    bson_t doc = BSON_INITIALIZER, view, bad = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    shl_lsid_new_child(&parent, false, 0, &child);
+    shl_lsid_new_child(&parent, true, 7, &retryable);
+    ASSERT(child.child && !child.has_parent_txn_number);
+    ASSERT(retryable.has_parent_txn_number && retryable.parent_txn_number == 7);
+    ASSERT(!shl_lsid_equal(&parent, &child));
+    ASSERT(!shl_lsid_equal(&child, &retryable));
+    ASSERT(shl_lsid_hash(&child) == shl_lsid_hash(&parent));
+    shl_lsid_parent(&retryable, &p2);
+    ASSERT(shl_lsid_equal(&p2, &parent));
+    /* {id, uid, txnNumber, txnUUID}, parsed back to the same child. */
+    shl_lsid_append(&doc, "lsid", &retryable);
+    ASSERT(shl_bson_get_subdoc(&doc, "lsid", &view));
+    ASSERT_INT_EQ(bson_count_keys(&view), 4);
+    ASSERT(bson_iter_init_find(&it, &view, "txnNumber") && bson_iter_int64(&it) == 7);
+    ASSERT_INT_EQ(shl_lsid_parse(&view, &back, &st), 0);
+    ASSERT(shl_lsid_equal(&back, &retryable));
+    /* txnNumber without txnUUID is refused. */
+    bson_append_binary(&bad, "id", 2, BSON_SUBTYPE_UUID, parent.id, 16);
+    BSON_APPEND_INT64(&bad, "txnNumber", 1);
+    ASSERT_INT_EQ(shl_lsid_parse(&bad, &back, &st), SHL_CODE_INVALID_OPTIONS);
+    /* Killing the parent kills its children. */
+    shl_kill_matcher_init(&m);
+    shl_kill_matcher_add_lsid(&m, &parent);
+    ASSERT(shl_kill_matcher_match(&m, &child));
+    ASSERT(shl_kill_matcher_match(&m, &retryable));
+    shl_kill_matcher_cleanup(&m);
+    bson_destroy(&doc);
+    bson_destroy(&bad);
 }
 
 SHL_TEST(user_digest_is_sha256_of_user_at_db)

@@ -616,7 +616,7 @@ crit_blocks(int level, shl_db_shard_access_t access)
  */
 static int
 crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_access_t access,
-          bool db_versioned, bool *db_waited, shl_status_t *st)
+          bool db_versioned, const shl_shard_version_t *received, bool *db_waited, shl_status_t *st)
 {
     int ret = 0;
 
@@ -624,6 +624,23 @@ crit_gate(shard_state_t *s, shl_op_ctx_t *op, shard_csr_t *c, shl_db_shard_acces
     pthread_mutex_lock(&s->mu);
     while (crit_blocks(c->crit, access) ||
            (db_versioned && crit_blocks(db_crit_level_locked(s, c->ns), access))) {
+        if (op->txn != NULL && crit_blocks(c->crit, access)) {
+            /* A transaction's statement does not wait: the migration may be waiting for
+             * this very transaction to end (db_txn_wait_writers). As mongod, StaleConfig,
+             * which the router retries on a first statement and otherwise turns into a
+             * transient transaction error. */
+            shl_stale_config_info_t info;
+            memset(&info, 0, sizeof(info));
+            snprintf(info.ns, sizeof(info.ns), "%s", c->ns);
+            info.received = *received;
+            snprintf(info.shard_id, sizeof(info.shard_id), "%s", s->id.shard_name);
+            ret = shl_status_set_stale_config(
+                st, &info,
+                "migration critical section active for %s: a transaction does not "
+                "wait for it",
+                c->ns);
+            break;
+        }
         if ((ret = shl_op_check_interrupt(op, st)) != 0) {
             break;
         }
@@ -803,8 +820,7 @@ meta_at_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     bson_t key;
     bool owns = false;
 
-    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
-        0) {
+    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) == 0) {
         owns = shl_routing_table_shard_for_key(m->rt, &key, &a->at, &shard, &st) == 0 &&
                strcmp(shard, m->shard_name) == 0;
     }
@@ -889,7 +905,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
 
     if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG) {
         shard_csr_t *gate = csr_get(s, ns);
-        SHL_ERR(crit_gate(s, op, gate, access, db_received != NULL, &db_waited, st));
+        SHL_ERR(crit_gate(s, op, gate, access, db_received != NULL, &received, &db_waited, st));
         if (access == SHL_DB_SHARD_WRITE) {
             c = gate; /* in flight from here: dropped below or by the guard */
         }

@@ -422,8 +422,11 @@ mig_session_apply(shard_state_t *s, shl_op_ctx_t *op, const bson_t *reply, size_
     struct db_session_catalog *cat = shl_node_session_catalog(s->svc);
     bson_t *entries = NULL;
     size_t count = mig_docs_of(reply, "oplog", &entries);
-    const bson_t *image = NULL;
+    db_migrated_write_t *w = bson_malloc0((count + 1) * sizeof(*w));
+    bson_t *images = bson_malloc0((count + 1) * sizeof(*images)); /* views into 'entries' */
+    size_t nw = 0;
     bson_t image_doc;
+    bool have_image = false;
     uint64_t image_ts = 0;
 
     *n = count;
@@ -436,23 +439,30 @@ mig_session_apply(shard_state_t *s, shl_op_ctx_t *op, const bson_t *reply, size_
             strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && !bson_has_field(e, "o2")) {
             /* A no-op without o2 is a findAndModify's image, for the entry that follows and
              * points at it. */
-            image = NULL;
+            have_image = false;
             if (shl_bson_get_subdoc(e, "o", &image_doc) && bson_iter_init_find(&it, e, "ts") &&
                 BSON_ITER_HOLDS_TIMESTAMP(&it)) {
                 image_ts = shl_bson_iter_timestamp_u64(&it);
-                image = &image_doc;
+                have_image = true;
             }
             continue;
         }
-        if (has_image_ref && image != NULL &&
+        w[nw].entry = e;
+        if (has_image_ref && have_image &&
             (optime_ts(e, "preImageOpTime") == image_ts ||
              optime_ts(e, "postImageOpTime") == image_ts)) {
-            SHL_ERR(db_session_migrate_in(cat, op, e, image, st));
-        } else {
-            SHL_ERR(db_session_migrate_in(cat, op, e, NULL, st));
+            bson_init_static(&images[nw], bson_get_data(&image_doc), image_doc.len);
+            w[nw].image = &images[nw];
         }
-        image = NULL;
+        nw++;
+        have_image = false;
     }
+    if (nw > 0) {
+        ret = db_session_migrate_in(cat, op, w, nw, st);
+    }
+    bson_free(images);
+    bson_free(w);
+    SHL_ERR(ret);
 done:
     bson_free(entries);
     return ret;

@@ -396,6 +396,25 @@ shard_migration_observing(void *arg, const char *ns)
 }
 
 /*
+ * Wait for the open transactions of this shard that wrote 'ns' (with writes blocked by the
+ * critical section, so no new one starts writing it), as MongoDB's donor waits for the
+ * collection lock they hold: a prepared one until its coordinator's decision arrives (its
+ * writes, reported at commit, then reach the capture), one in progress at most
+ * migrationLockAcquisitionMaxWaitMS, after which the migration fails with LockTimeout.
+ */
+static int
+wait_txn_writers(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+{
+    int ret =
+        shl_db_txn_wait_writers(op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
+
+    if (ret == SHL_CODE_LOCK_TIMEOUT) {
+        atomic_fetch_add(&s->donor_lock_timeouts, 1);
+    }
+    return ret;
+}
+
+/*
  * Start recording writes in d's range. Like MongoDB installing its cloner under the
  * collection's exclusive lock, the versioned writes in flight finish first (new ones wait a
  * moment), so every write that commits from here on is reported to the observer; the
@@ -407,6 +426,12 @@ capture_start(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t
     int ret = 0;
 
     SHL_ERR(shard_crit_enter(s, op, d->ns, SHARD_CRIT_WRITES, st));
+    /* A transaction that already wrote the collection reports its writes when it commits,
+     * unobserved by a capture that was not running then: it must end first. */
+    if ((ret = wait_txn_writers(s, op, d->ns, st)) != 0) {
+        shard_crit_exit(s, d->ns);
+        goto done;
+    }
     pthread_mutex_lock(&s->mig_mu);
     d->capturing = true;
     atomic_fetch_add(&s->capturing, 1);
@@ -1613,6 +1638,9 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     /* Critical section: writes, then (after the recipient's last catch-up) reads. */
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
     crit = true;
+    /* Transactions that wrote the range since the capture began commit (and are captured)
+     * or abort before the last drain. */
+    SHL_ERR(wait_txn_writers(s, op, a->ns, st));
     /* The last writes before the critical section may have passed the limit. */
     SHL_ERR(check_mods_memory(s, d, st));
     {

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "shard/shard_private.h"
+#include "shard/ddl_coordinators.h"
 #include "shard/txn_coordinator.h"
 
 shard_state_t *
@@ -37,6 +38,8 @@ shard_server_status(shl_service_ctx_t *svc, bson_t *reply)
     bson_append_document_end(reply, &sec);
     BSON_APPEND_DOCUMENT_BEGIN(reply, "shardingStatistics", &sec);
     shard_range_deleter_server_status(s, &sec);
+    BSON_APPEND_INT64(&sec, "countDonorMoveChunkLockTimeout",
+                      (int64_t)atomic_load(&s->donor_lock_timeouts));
     bson_append_document_end(reply, &sec);
 }
 
@@ -61,6 +64,8 @@ shard_shutdown(shl_service_ctx_t *svc)
     shard_sessions_stop(s);
     shard_recipient_shutdown(s);
     shard_txn_coord_shutdown(s);
+    shard_ddl_locks_destroy(s->ddl_locks);
+    s->ddl_locks = NULL;
     /* The recovery thread sees the shutdown at its next check and ends. */
     for (int i = 0; i < 1000; i++) {
         bool running;
@@ -133,6 +138,10 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_rename_participant_register(reg);
     shard_txn_coord_init(s);
     shard_txn_coord_register(reg);
+    s->ddl_locks = shard_ddl_locks_new();
+    shard_ddl_coords_setup(s->ddl_locks);
+    shard_ddl_coords_register(reg);
+    shard_drop_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */
     SHL_ERR(shard_clock_init(s, st));
     SHL_ERR(shard_identity_load(s, &id, &found, st));
@@ -146,6 +155,8 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
         shard_migration_recover_async(s);
         /* Two-phase commits a crash interrupted: finish them from their documents. */
         shard_txn_coord_recover(s);
+        /* DDL a crash interrupted: resume each coordinator at its phase. */
+        shard_ddl_coords_recover(s);
     }
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */

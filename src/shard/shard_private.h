@@ -125,6 +125,9 @@ typedef struct shard_state {
     struct shard_donor *donor;
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
+    /* Migrations this donor gave up with LockTimeout waiting for transactions (serverStatus
+     * shardingStatistics.countDonorMoveChunkLockTimeout). */
+    atomic_llong donor_lock_timeouts;
     bool recovery_started;
     /* The movePrimary this shard runs now (NULL when none), how many started, and the
      * result of the last one that ended, kept for the retries that joined it (mig_mu). */
@@ -147,6 +150,9 @@ typedef struct shard_state {
      * it uses (txn_coordinator.c); set at init, constant until shutdown. */
     struct shl_coord_service *coords;
     shl_remote_t remote;
+    /* The DDL lock manager of the drop coordinators (ddl_lock.h, thread-safe itself); set at
+     * init, constant until shutdown. */
+    struct shard_ddl_locks *ddl_locks;
 } shard_state_t;
 
 /*
@@ -329,11 +335,18 @@ int shard_remote_cmd(shard_state_t *s, const char *shard, const char *db, const 
 int shard_net_get(shard_state_t *s, shl_conn_pool_t **pool, shl_shard_registry_t **registry,
                   shl_status_t *st);
 
+/* shard_drop_participant_register -- the drop coordinators' participant commands
+ * (shardsvr_drop_participant.c). */
+void shard_drop_participant_register(shl_command_registry_t *reg);
+
 /* shard_txn_coord_init -- the coordinator service and its transport (before commands run);
  * shard_txn_coord_recover -- once shard-aware: resume config.transaction_coordinators;
  * shard_txn_coord_shutdown -- stop the coordinators (their documents stay). */
 void shard_txn_coord_init(shard_state_t *s);
 void shard_txn_coord_recover(shard_state_t *s);
+/* shard_ddl_coords_recover -- once shard-aware: resume the DDL coordinators' documents
+ * (config.system.sharding_ddl_coordinators; ddl_coordinators.c). */
+void shard_ddl_coords_recover(shard_state_t *s);
 void shard_txn_coord_shutdown(shard_state_t *s);
 
 /* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */

@@ -10,13 +10,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h"
 #include "base/log.h"
+#include "base/options.h"
 #include "shard/shard_private.h"
 
 #define TC_COLL "transaction_coordinators"
-/* Prepare is sent again on retryable errors this many times (about half a minute with the
- * backoff) before the coordinator gives up on an unreachable participant and aborts. */
-#define TC_PREPARE_ATTEMPTS 30
+/* One prepare attempt waits at most this long for a participant's answer. */
+#define TC_PREPARE_TIMEOUT_MS 30000
 #define TC_BACKOFF_MAX_MS 1000
 
 /* ------------------------------------------------------------------------- helpers */
@@ -99,8 +100,8 @@ decision_of(const bson_t *doc, uint32_t *t, uint32_t *i, shl_status_t *abort_st)
         const char *msg = "the transaction was aborted";
         bson_iter_t f;
 
-        if (bson_iter_init(&f, doc) && bson_iter_find_descendant(&f, "decision.abortStatus.code",
-                                                                 &f) &&
+        if (bson_iter_init(&f, doc) &&
+            bson_iter_find_descendant(&f, "decision.abortStatus.code", &f) &&
             BSON_ITER_HOLDS_NUMBER(&f)) {
             code = (int)bson_iter_as_int64(&f);
         }
@@ -151,10 +152,10 @@ phase_write_participants(shl_coord_t *c, shl_status_t *st)
 /* Send 'cmd' to the participants not yet done, once. */
 static void
 send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd,
-        shl_remote_result_t *res, size_t *index, size_t *m)
+        int64_t timeout_ms, shl_remote_result_t *res, size_t *index, size_t *m)
 {
     shl_remote_request_t *reqs = bson_malloc0(sizeof *reqs * (n ? n : 1));
-    shl_remote_options_t opts = {.w = "majority", .timeout_ms = 30000};
+    shl_remote_options_t opts = {.w = "majority", .timeout_ms = timeout_ms};
 
     *m = 0;
     for (size_t k = 0; k < n; k++) {
@@ -184,10 +185,34 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
     int64_t backoff = 50;
     bool abort = false;
     int ret = 0;
+    /* MongoDB gives the coordinator transactionLifetimeLimitSeconds from its creation; ours is
+     * created by coordinateCommitTransaction (or resumed), so the time counts from here.
+     * Participants that do not answer (unreachable, retryable errors) until then are votes
+     * to abort. */
+    int64_t limit_s = shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+    int64_t deadline_us;
+
+    if (limit_s <= 0) {
+        limit_s = 60; /* options not loaded (unit tests): MongoDB's default */
+    }
+    deadline_us = shl_clock_mono_us() + limit_s * 1000000;
 
     (void)st;
-    for (int attempt = 1; left > 0 && !abort; attempt++) {
-        send_to(c, names, done, n, cmd, res, index, &m);
+    while (left > 0 && !abort) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        if (left_ms <= 0) {
+            /* MongoDB's coordinator deadline: the votes not in by now count as abort. */
+            shl_status_set(&abort_st, SHL_CODE_NO_SUCH_TRANSACTION,
+                           "Transaction exceeded deadline: %zu participant(s) did not vote in "
+                           "transactionLifetimeLimitSeconds",
+                           left);
+            SHL_LOG_INFO(TXN, 4170104, "transaction coordinator deadline passed before the votes",
+                         "missing", BCON_INT64((int64_t)left));
+            abort = true;
+            break;
+        }
+        send_to(c, names, done, n, cmd,
+                left_ms < TC_PREPARE_TIMEOUT_MS ? left_ms : TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             size_t k = index[j];
             bson_iter_t it;
@@ -214,9 +239,8 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
                                "prepareTimestamp",
                                names[k]);
                 abort = true;
-            } else if (!shl_remote_is_retryable(res[j].code) || attempt >= TC_PREPARE_ATTEMPTS) {
-                /* A vote to abort (NoSuchTransaction, TransactionTooOld, ...), or a
-                 * participant that stayed unreachable. */
+            } else if (!shl_remote_is_retryable(res[j].code)) {
+                /* A vote to abort (NoSuchTransaction, TransactionTooOld, ...). */
                 abort_st = res[j].status;
                 abort_st.labels = 0;
                 abort_st.extra_len = 0;
@@ -284,12 +308,15 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
     }
     cmd = txn_command(shl_coord_doc(c), d == 1 ? "commitTransaction" : "abortTransaction", &extra);
     while (left > 0) {
-        send_to(c, names, done, n, cmd, res, index, &m);
+        send_to(c, names, done, n, cmd, TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             int code = res[j].code;
-            /* An abort is acknowledged by a participant that no longer has the transaction. */
-            bool acked = code == 0 || (d == 0 && (code == SHL_CODE_NO_SUCH_TRANSACTION ||
-                                                  code == SHL_CODE_TRANSACTION_TOO_OLD));
+            /* An abort is acknowledged by a participant that no longer has the transaction; a
+             * commit by one whose session went on to a newer transaction, which a prepared
+             * one never lets happen before its decision -- this one, delivered before a
+             * restart of the coordinator. */
+            bool acked = code == 0 || code == SHL_CODE_TRANSACTION_TOO_OLD ||
+                         (d == 0 && code == SHL_CODE_NO_SUCH_TRANSACTION);
             if (acked) {
                 done[index[j]] = true;
                 left--;
@@ -365,9 +392,9 @@ const shl_coord_type_t shard_txn_coord_type = {
 
 static struct {
     pthread_mutex_t mu;
-    bson_t *ids[TC_RECENT];       /* guarded by mu: {_id: {lsid, txnNumber}} */
+    bson_t *ids[TC_RECENT];          /* guarded by mu: {_id: {lsid, txnNumber}} */
     shl_status_t outcome[TC_RECENT]; /* guarded by mu: code 0 = committed */
-    size_t next;                  /* guarded by mu */
+    size_t next;                     /* guarded by mu */
 } recent = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void
@@ -424,15 +451,40 @@ shard_txn_coord_forget_all(void)
  * coordinateCommitTransaction falls back to the local participant the same way). The
  * coordinator's shard is always a participant, so "committed" here is the decision.
  */
+/* abortTransaction of (lsid, txn_number) on this shard's own participant, best effort (an
+ * unknown or finished transaction answers an error that changes nothing). */
+static void
+abort_local(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number)
+{
+    shl_remote_target_t self = shl_remote_target_self();
+    shl_remote_options_t opts = {.backoff_ms = 50};
+    bson_t cmd = BSON_INITIALIZER, reply;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    BSON_APPEND_INT32(&cmd, "abortTransaction", 1);
+    BSON_APPEND_DOCUMENT(&cmd, "lsid", lsid);
+    BSON_APPEND_INT64(&cmd, "txnNumber", txn_number);
+    BSON_APPEND_BOOL(&cmd, "autocommit", false);
+    if (shl_remote_run(shl_coord_service_remote(svc), &self, "admin", &cmd, &opts, &reply, &st) ==
+        0) {
+        SHL_LOG_INFO(TXN, 4170105,
+                     "aborted the local transaction the commit recovery found in "
+                     "progress",
+                     "txnNumber", BCON_INT64(txn_number));
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
 static int
-local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
-                           shl_status_t *st)
+read_local_record(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                  bool *committed_out, bool *prepared_out, shl_status_t *st)
 {
     shl_remote_target_t self = shl_remote_target_self();
     shl_remote_options_t opts = {.retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 50};
     bson_t cmd = BSON_INITIALIZER, filter, reply;
     bson_iter_t it, id, batch;
-    bool committed = false;
+    bool committed = false, prepared = false;
     int ret;
 
     BSON_APPEND_UTF8(&cmd, "find", "transactions");
@@ -471,14 +523,50 @@ local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t
             is_committed = bson_iter_init_find(&f, &rec, "state") && BSON_ITER_HOLDS_UTF8(&f) &&
                            strcmp(bson_iter_utf8(&f, NULL), "committed") == 0;
             committed = same_id && same_txn && is_committed;
+            prepared = prepared || (same_id && same_txn && bson_iter_init_find(&f, &rec, "state") &&
+                                    BSON_ITER_HOLDS_UTF8(&f) &&
+                                    strcmp(bson_iter_utf8(&f, NULL), "prepared") == 0);
         }
     }
-    if (ret == 0 && !committed) {
+    *committed_out = committed;
+    *prepared_out = prepared;
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* How long the recovery join waits for a prepared local transaction to be decided. */
+#define TC_RECOVER_PREPARED_WAIT_MS 30000
+
+static int
+local_participant_decision(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                           shl_status_t *st)
+{
+    bool committed = false, prepared = false;
+    int64_t waited_ms = 0;
+    int ret;
+
+    ret = read_local_record(svc, lsid, txn_number, &committed, &prepared, st);
+    if (ret == 0 && !committed && !prepared) {
+        /* As MongoDB: a local transaction still in progress is aborted before the answer,
+         * so the original router cannot commit what this answer called aborted. */
+        abort_local(svc, lsid, txn_number);
+    }
+    /* As MongoDB, a prepared one is waited for until it is decided. */
+    while (ret == 0 && prepared && waited_ms < TC_RECOVER_PREPARED_WAIT_MS) {
+        sleep_ms(50);
+        waited_ms += 50;
+        ret = read_local_record(svc, lsid, txn_number, &committed, &prepared, st);
+    }
+    if (ret == 0 && prepared) {
+        /* Still undecided: the outcome is unknown to this answer (the router labels it so). */
+        ret = shl_status_set(st, SHL_CODE_MAX_TIME_MS_EXPIRED,
+                             "Recovering the transaction's outcome: the local participant is "
+                             "still prepared");
+    } else if (ret == 0 && !committed) {
         ret = shl_status_set(st, SHL_CODE_NO_SUCH_TRANSACTION,
                              "Recovering the transaction's outcome found the transaction aborted");
     }
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
     return ret;
 }
 

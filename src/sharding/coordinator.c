@@ -30,6 +30,8 @@ struct shl_coord {
     bool persisted;              /* the document exists on disk; coordinator's thread only */
     bool resumed;                /* constant */
     bool done;                   /* guarded by svc->mu */
+    bool holding;                /* the type's acquire succeeded, release not yet run;
+                                  * guarded by svc->mu */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
@@ -193,6 +195,12 @@ checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
         pthread_mutex_unlock(&c->svc->mu);
     }
     ret = doc_write(c, c->persisted ? 1 : 0, st);
+    if (ret == SHL_CODE_DUPLICATE_KEY && !c->persisted) {
+        /* An earlier operation with this _id ended with an error and left its document:
+         * this one takes it over. */
+        shl_status_clear(st);
+        ret = doc_write(c, 1, st);
+    }
     if (ret == 0) {
         c->persisted = true;
     }
@@ -279,11 +287,19 @@ coord_thread(void *arg)
     shl_status_t st = SHL_STATUS_INIT;
     int ret = 0;
     size_t phase;
+    bool acquired = false;
 
     shl_log_set_thread_ctx(c->t->name);
     pthread_mutex_lock(&svc->mu);
     phase = c->phase;
     pthread_mutex_unlock(&svc->mu);
+    if (c->t->acquire != NULL) {
+        ret = c->t->acquire(c, &st);
+        acquired = ret == 0;
+        pthread_mutex_lock(&svc->mu);
+        c->holding = acquired;
+        pthread_mutex_unlock(&svc->mu);
+    }
     for (; phase < c->t->nphases && ret == 0; phase++) {
         pthread_mutex_lock(&svc->mu);
         c->phase = phase;
@@ -298,6 +314,12 @@ coord_thread(void *arg)
             SHL_LOG_WARNING(SHARDING, 4170004, "could not delete a coordinator's document",
                             "type", BCON_UTF8(c->t->name), "reason", BCON_UTF8(del.reason));
         }
+    }
+    if (acquired && c->t->release != NULL) {
+        pthread_mutex_lock(&svc->mu);
+        c->holding = false;
+        pthread_mutex_unlock(&svc->mu);
+        c->t->release(c);
     }
     if (ret != 0) {
         SHL_LOG_WARNING(SHARDING, 4170005, "coordinator ended with an error",
@@ -455,6 +477,9 @@ shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *t, s
             }
             bson_iter_document(&it, &len, &data);
             bson_init_static(&doc, data, len);
+            if (t->owns != NULL && !t->owns(&doc)) {
+                continue;
+            }
             phase = t->resume_phase ? t->resume_phase(&doc) : resume_phase_default(&probe, &doc);
             id_of(&doc, &id);
             if (phase < 0 || find_locked(svc, t, &id) != NULL) {
@@ -547,6 +572,9 @@ shl_coord_service_report(shl_coord_service_t *svc, bson_t *inprog, uint32_t *n)
         BSON_APPEND_UTF8(&op, "op", "command");
         BSON_APPEND_UTF8(&op, "currentPhase", c->t->phases[c->phase].name);
         BSON_APPEND_BOOL(&op, "resumed", c->resumed);
+        if (c->holding && c->t->report_held != NULL) {
+            c->t->report_held(&c->doc, &op);
+        }
         if (bson_iter_init_find(&it, &c->id, "_id")) {
             bson_append_iter(&op, "_id", 3, &it);
         }
@@ -599,6 +627,17 @@ shl_coord_set_result(shl_coord_t *c, const bson_t *res)
     bson_reinit(&c->result);
     bson_concat(&c->result, res);
     pthread_mutex_unlock(&c->svc->mu);
+}
+
+int
+shl_coord_persist(shl_coord_t *c, shl_status_t *st)
+{
+    int ret = doc_write(c, c->persisted ? 1 : 0, st);
+
+    if (ret == 0) {
+        c->persisted = true;
+    }
+    return ret;
 }
 
 const shl_remote_t *

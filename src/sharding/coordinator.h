@@ -53,6 +53,19 @@ typedef struct shl_coord_type {
      * already runs (join) or a different one with the same _id (ConflictingOperation-
      * InProgress). NULL: the documents must be equal apart from "phase". */
     bool (*same)(const bson_t *running, const bson_t *request);
+    /* Whether a document of 'coll' belongs to this type (types may share a collection, as
+     * MongoDB's DDL coordinators share config.system.sharding_ddl_coordinators). NULL: all. */
+    bool (*owns)(const bson_t *doc);
+    /* Run on the coordinator's thread before its first phase (also after a resume), e.g. to
+     * take the operation's locks; an error ends the operation with it (the document stays).
+     * NULL: nothing. */
+    int (*acquire)(shl_coord_t *c, shl_status_t *st);
+    /* Run on the coordinator's thread at its end when 'acquire' succeeded. NULL: nothing. */
+    void (*release)(shl_coord_t *c);
+    /* Append fields to the operation's currentOp entry 'op' while what 'acquire' took is
+     * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
+     * must not block. NULL: nothing. */
+    void (*report_held)(const bson_t *doc, bson_t *op);
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */
@@ -122,6 +135,9 @@ const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state docum
 void shl_coord_doc_set(shl_coord_t *c, const bson_t *doc);     /* copied */
 void shl_coord_set_result(shl_coord_t *c, const bson_t *res);  /* copied */
 const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
+/* shl_coord_persist -- write the state document durably now, in the middle of a phase (what
+ * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
+int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
 void *shl_coord_type_arg(const shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */

@@ -104,7 +104,10 @@ class ShaleProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout=30.0):
+    def wait_ready(self, timeout=120.0):
+        """Wait until the process answers ping. A restart after kill -9 replays the oplog
+        written since the last checkpoint (up to syncdelay, 60 s, of writes): on a loaded
+        2-core machine that alone took 38 s once, hence the long deadline."""
         def ready():
             if self.proc.poll() is not None:
                 raise RuntimeError("%s exited with %s; log: %s" % (self.name, self.proc.returncode,

@@ -702,6 +702,7 @@ def _many_mods(mc):
         fail_point(recipient, "migrateThreadHangAtStep3", "off")
     t.join(300)
     assert t.error is None, t.error
+    assert t.done, "the migration is still running after 300 s"
     assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
     status = recipient.admin.command("_recvChunkStatus", ns)
     assert status["counts"]["catchup"] + status["counts"]["steady"] >= extra

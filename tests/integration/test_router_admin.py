@@ -664,8 +664,11 @@ def test_default_write_concern_applies_through_router(adm):
         assert res["n"] == 1
         wce = res["writeConcernError"]
         assert wce["code"] == 100 and wce["codeName"] == "UnsatisfiableWriteConcern"
-        assert wce["errInfo"]["writeConcern"] == {"w": 5, "wtimeout": 0,
-                                                  "provenance": "customDefault"}
+        # As mongos merges its shards' errors, the shard's errInfo is in the message.
+        assert "errInfo" not in wce
+        assert wce["errmsg"].startswith("UnsatisfiableWriteConcern: ") and \
+            "Error details: { writeConcern: { w: 5, wtimeout: 0, provenance: \"customDefault\" } }" \
+            in wce["errmsg"] and wce["errmsg"].endswith(" at shard0"), wce
         # So does a driver write that leaves the concern to the server.
         with pytest.raises(WriteConcernError) as e:
             r.adm.sh.insert_one({"_id": "rwc-2", "x": 450})
@@ -678,8 +681,8 @@ def test_default_write_concern_applies_through_router(adm):
         assert res["n"] == 1 and "writeConcernError" not in res
         res = r.adm.command("insert", "plain", documents=[{"_id": "rwc-4", "v": -1}],
                             writeConcern={"w": 2})
-        assert res["writeConcernError"]["errInfo"]["writeConcern"] == {
-            "w": 2, "wtimeout": 0, "provenance": "clientSupplied"}
+        assert "{ writeConcern: { w: 2, wtimeout: 0, provenance: \"clientSupplied\" } }" in \
+            res["writeConcernError"]["errmsg"]
         # Reads take no write concern; a shard asked directly applies its own implicit default
         # (mongod reads the defaults from its own config.settings, which a shard never holds).
         assert r.adm.plain.count_documents({"v": -1}) == 3
@@ -694,6 +697,32 @@ def test_default_write_concern_applies_through_router(adm):
     assert "writeConcernError" not in res
     r.adm.plain.delete_many({"v": -1})
 
+
+
+def test_write_concern_errors_of_two_shards_are_merged(adm):
+    """mongos merges the write concern errors of the shards a write reached into one: code 64
+    and each shard's "<CodeName>: <errmsg>; Error details: <errInfo> at <shard>"."""
+    r = adm.router_client()
+    res = r.adm.command("update", "sh", updates=[{"q": {}, "u": {"$set": {"wce": 1}},
+                                                   "multi": True}],
+                        writeConcern={"w": 3})
+    assert res["nModified"] > 0
+    wce = res["writeConcernError"]
+    assert wce["code"] == 64 and "errInfo" not in wce, wce
+    msg = wce["errmsg"]
+    assert msg.startswith("Multiple errors reported :: UnsatisfiableWriteConcern: "), msg
+    parts = msg[len("Multiple errors reported :: "):].split(" :: and :: ")
+    assert sorted(p.rsplit(" at ", 1)[1] for p in parts) == ["shard0", "shard1"], msg
+    for p in parts:
+        assert "; Error details: { writeConcern: { w: 3, wtimeout: 0, " \
+            "provenance: \"clientSupplied\" } }" in p, p
+    # One shard reached: its own code, the shard named.
+    res = r.adm.command("update", "sh", updates=[{"q": {"x": 450}, "u": {"$set": {"wce": 2}}}],
+                        writeConcern={"w": 3})
+    wce = res["writeConcernError"]
+    assert wce["code"] == 100 and wce["codeName"] == "UnsatisfiableWriteConcern"
+    assert wce["errmsg"].startswith("UnsatisfiableWriteConcern: ") and \
+        wce["errmsg"].endswith(" at shard1"), wce
 
 def test_default_read_concern_applies_through_router(adm):
     # The read concern the router sends a shard shows in the shard's currentOp.

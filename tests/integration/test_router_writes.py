@@ -220,17 +220,17 @@ def test_single_writes_target_by_shard_key_or_id(cluster):
     res = db.upd.update_one({"_id": "s1"}, {"$inc": {"n": 5}})
     assert (res.matched_count, res.modified_count) == (1, 1)
     assert cluster.on_shard(1, "upd").find_one({"_id": "s1"})["n"] == 5
-    # Neither: MongoDB's errors.
-    with pytest.raises(WriteError) as e:
-        db.upd.update_one({"k": 1}, {"$set": {"n": 0}})
-    assert e.value.code == 72 and "{multi:false} update on a sharded collection" in str(e.value)
-    with pytest.raises(WriteError) as e:
-        db.upd.delete_one({"k": 1})
-    assert e.value.code == 61 and "single delete on a sharded collection" in str(e.value)
-    # Moving a document to another shard by changing its key is refused.
-    with pytest.raises(WriteError) as e:
-        db.upd.update_one({"x": 5}, {"$set": {"x": 150}})
-    assert e.value.code == 20
+    # Neither: MongoDB 7.0's write without shard key (one document, found first).
+    res = db.upd.update_one({"k": 1}, {"$set": {"n": 0}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert db.upd.count_documents({"k": 1, "n": 0}) == 1
+    res = db.upd.delete_one({"k": 1, "x": 5})
+    assert res.deleted_count == 1
+    db.upd.insert_one({"_id": "s1", "x": 5, "k": 1})
+    # Moving a document to another shard by changing its key moves it.
+    assert db.upd.update_one({"x": 5}, {"$set": {"x": 150}}).modified_count == 1
+    assert cluster.on_shard(0, "upd").find_one({"_id": "s1"})["x"] == 150
+    db.upd.update_one({"x": 150}, {"$set": {"x": 5}})
     assert cluster.on_shard(1, "upd").find_one({"_id": "s1"})["x"] == 5
     # Within the same shard it is fine.
     db.upd.update_one({"x": 5}, {"$set": {"x": 6}})
@@ -247,9 +247,10 @@ def test_upserts_land_on_the_owning_shard(cluster):
     assert res.upserted_id is not None
     assert cluster.on_shard(1, "upd").find_one({"_id": res.upserted_id})["x"] == 77
     assert cluster.on_shard(0, "upd").find_one({"x": 77}) is None
-    with pytest.raises(WriteError) as e:
-        db.upd.update_one({"up": 2}, {"$set": {"up": 3}}, upsert=True)
-    assert e.value.code == 61
+    # Without the shard key: MongoDB 7.0 upserts by the two-phase protocol (null key: shard0).
+    res = db.upd.update_one({"up": 2}, {"$set": {"up": 3}}, upsert=True)
+    assert cluster.on_shard(0, "upd").find_one({"_id": res.upserted_id})["up"] == 3
+    db.upd.delete_one({"_id": res.upserted_id})
     # upserted entries carry the user's statement index.
     reply = db.command("update", "upd", updates=[
         {"q": {"x": 77}, "u": {"$inc": {"up": 1}}},
@@ -271,10 +272,10 @@ def test_find_and_modify(cluster):
                                      return_document=pymongo.ReturnDocument.AFTER)
     assert doc == {"_id": 1, "x": 3, "v": 1}
     assert db.fam.find_one_and_delete({"_id": 404}) is None
-    with pytest.raises(OperationFailure) as e:
-        db.fam.find_one_and_update({"v": 1}, {"$inc": {"v": 1}})
-    assert e.value.code == 61
-    assert "must contain the shard key" in str(e.value)
+    # Without the shard key: MongoDB 7.0's two-phase write (both documents have v 1).
+    assert db.fam.find_one_and_update({"v": 1}, {"$inc": {"v": 1}})["v"] == 1
+    assert sorted(d["v"] for d in db.fam.find()) == [1, 2]
+    db.fam.update_many({}, {"$set": {"v": 1}})
     doc = db.fam.find_one_and_update({"x": 50}, {"$set": {"v": 9}}, upsert=True,
                                      return_document=pymongo.ReturnDocument.AFTER)
     assert doc["x"] == 50 and cluster.on_shard(1, "fam").find_one({"x": 50})["v"] == 9
@@ -492,8 +493,8 @@ def test_transaction_statements_run_in_the_transaction(cluster):
 def test_shard_key_changes_follow_mongodb_rules(cluster):
     """The shard decides, for every update form (operators, pipelines, replacements,
     findAndModify, upserts): a multi-update may not change a shard key value (72); a single
-    one only as a retryable write (20 otherwise), and only while the document stays on its
-    shard (moving it needs a transaction); nothing is written when refused, so no document
+    one only as a retryable write (20 otherwise); one that moves the document to another
+    shard runs in an internal transaction; nothing is written when refused, so no document
     ends up on a shard that does not own it."""
     db = cluster.router_client[DB]
     plain = cluster.router.client(retryWrites=False)[DB]
@@ -524,15 +525,19 @@ def test_shard_key_changes_follow_mongodb_rules(cluster):
     assert e.value.code == 20
     # As a retryable write it works while the document stays on its shard...
     db.upd.replace_one({"x": 10}, {"x": 12, "g": 1})
-    # ...but not when it would move (no transactions yet).
-    for f in (lambda: db.upd.update_one({"x": 12}, {"$set": {"x": 500}}),
-              lambda: db.upd.replace_one({"x": 12}, {"x": 500, "g": 1})):
-        with pytest.raises(WriteError) as e:
-            f()
-        assert e.value.code == 20 and "change owning shards" in str(e.value)
-    with pytest.raises(OperationFailure) as e:
-        db.upd.find_one_and_update({"x": 12}, {"$set": {"x": -5}})
-    assert e.value.code == 20
+    # ...and when it would move, the router moves it in an internal transaction
+    # (test_internal_transactions.py), never leaving it on two shards or none.
+    def m1():
+        return [(i, x) for i, docs in where().items() for (_id, x) in docs if _id == "m1"]
+
+    assert db.upd.update_one({"x": 12}, {"$set": {"x": 500}}).modified_count == 1
+    assert [x for _, x in m1()] == [500]
+    assert db.upd.replace_one({"x": 500}, {"x": 12, "g": 1}).modified_count == 1
+    assert m1() == [(1, 12)]
+    assert db.upd.find_one_and_update({"x": 12}, {"$set": {"x": -5}})["x"] == 12
+    assert [x for _, x in m1()] == [-5]
+    db.upd.find_one_and_update({"x": -5}, {"$set": {"x": 12}})
+    assert m1() == [(1, 12)]
     # An upsert whose new document belongs to another shard is refused too.
     with pytest.raises(WriteError) as e:
         db.upd.update_one({"x": 30}, {"$set": {"x": 130}}, upsert=True)

@@ -404,3 +404,83 @@ def test_kill9_of_a_participant_during_two_phase_commit(phase, committed):
         assert coordinator_docs(c, 0) == []
     finally:
         c.cleanup()
+
+
+def test_recovery_join_aborts_a_local_transaction_in_progress(cl):
+    """coordinateCommitTransaction without participants (a commit recovered through the
+    recoveryToken) finds neither a coordinator nor a commit: it answers NoSuchTransaction and
+    aborts the local transaction still in progress, so the original router cannot commit it
+    afterwards."""
+    lsid = new_lsid()
+    write_on(cl, 0, lsid, 1, "r0")
+    r = coordinate(cl, 0, lsid, 1, [])
+    assert r["ok"] == 0 and r["code"] == 251, r
+    raw = Raw(cl.shards[0], lsid)
+    r = raw("admin", {"commitTransaction": 1}, 1)
+    raw.close()
+    assert r["ok"] == 0 and r["code"] == 251, r
+    assert not visible(cl, 0, "r0")
+
+
+def test_coordinator_deadline_aborts_when_a_participant_never_votes(cl):
+    """A participant that keeps answering prepare with a retryable error counts as a vote to
+    abort once transactionLifetimeLimitSeconds has passed (MongoDB's coordinator deadline)."""
+    lsid = new_lsid()
+    write_on(cl, 0, lsid, 1, "d0")
+    write_on(cl, 1, lsid, 1, "d1")
+    coord, other = cl.shard_client(0), cl.shard_client(1)
+    coord.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=3)
+    fail_point(other, "failCommand", "alwaysOn",
+               {"failCommands": ["prepareTransaction"], "errorCode": 189,
+                "failInternalCommands": True})
+    try:
+        r = coordinate(cl, 0, lsid, 1, [0, 1], timeout=30)
+    finally:
+        fail_point(other, "failCommand", "off")
+        coord.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+    assert r["ok"] == 0 and r["code"] == 251, r
+    assert "exceeded deadline" in r["errmsg"], r
+    assert not visible(cl, 0, "d0")
+    assert coordinator_docs(cl, 0) == []
+    # The participant that never voted learns the abort too.
+    wait_until(lambda: other.admin.command("serverStatus")["transactions"]["currentOpen"] == 0,
+               what="the abort to reach the silent participant")
+    assert not visible(cl, 1, "d1")
+
+
+def test_retried_commit_after_kill9_answers_committed():
+    """A participant killed with kill -9 right after committing (before any checkpoint) still
+    answers a retried commitTransaction -- the coordinator's delivery after its own restart,
+    or a client's retry -- with ok: replay restores the session record's committed state."""
+    from bson import Timestamp
+    c = ShaleCluster(shards=2).start()
+    try:
+        for i in range(2):
+            c.shard_client(i).test.tc.insert_one({"_id": "seed"})
+        plain, two = new_lsid(), new_lsid()
+        # An unprepared transaction committed directly on shard0 ...
+        raw = Raw(c.shards[0], plain)
+        assert raw("test", {"insert": "tc", "documents": [{"_id": "u0"}]}, 1,
+                   start=True)["ok"] == 1
+        assert raw("admin", {"commitTransaction": 1}, 1)["ok"] == 1
+        raw.close()
+        # ... and a prepared one committed through the coordinator.
+        write_on(c, 0, two, 1, "t0")
+        write_on(c, 1, two, 1, "t1")
+        assert coordinate(c, 0, two, 1, [0, 1])["ok"] == 1
+        c.shards[0].kill()
+        c.restart_shard(0)
+        assert visible(c, 0, "u0") and visible(c, 0, "t0")
+        raw = Raw(c.shards[0], plain)
+        r = raw("admin", {"commitTransaction": 1}, 1)
+        assert r["ok"] == 1, r
+        raw.close()
+        raw = Raw(c.shards[0], two)
+        r = raw("admin", {"commitTransaction": 1}, 1, commitTimestamp=Timestamp(1, 1))
+        assert r["ok"] == 1, r
+        # A statement of it is TransactionCommitted, as before the restart.
+        r = raw("test", {"find": "tc"}, 1)
+        assert r["ok"] == 0 and r["code"] == 256, r
+        raw.close()
+    finally:
+        c.cleanup()

@@ -127,8 +127,8 @@ def test_commit_through_second_router_with_recovery_token(cl):
     s1 = wire_util.connect(cl.routers[0].port)
     s2 = wire_util.connect(cl.routers[1].port)
 
-    def cmd(sock, db, body, **kw):
-        body = dict(body, lsid=lsid, txnNumber=Int64(7), autocommit=False, **kw)
+    def cmd(sock, db, body, txn=7, **kw):
+        body = dict(body, lsid=lsid, txnNumber=Int64(txn), autocommit=False, **kw)
         body["$db"] = db
         return wire_util.command(sock, body)
 
@@ -142,14 +142,25 @@ def test_commit_through_second_router_with_recovery_token(cl):
     token = r["recoveryToken"]
     assert token == {"recoveryShardId": "shard0"}, token
     # The second router never saw the transaction: it asks the token's shard, which knows
-    # no commit of it yet (as MongoDB: NoSuchTransaction, nothing decided).
+    # no commit of it yet. As MongoDB, that shard aborts its part still in progress and
+    # answers NoSuchTransaction -- so the first router cannot commit it any more.
     r = cmd(s2, "admin", {"commitTransaction": 1}, recoveryToken=token)
     assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
-    # Committed through the first router (two-phase commit) ...
     r = cmd(s1, "admin", {"commitTransaction": 1})
+    assert r["ok"] == 0 and r["codeName"] == "NoSuchTransaction", r
+    assert balances(c) == before
+    # The next transaction is committed through the first router (two-phase commit) ...
+    r = cmd(s1, "txr", {"update": "acct", "updates": [{"q": {"x": -1},
+                                                      "u": {"$inc": {"bal": -1}}}]},
+            startTransaction=True, txn=8)
+    assert r["ok"] == 1, r
+    r = cmd(s1, "txr", {"update": "acct", "updates": [{"q": {"x": 1},
+                                                      "u": {"$inc": {"bal": 1}}}]}, txn=8)
+    assert r["ok"] == 1, r
+    r = cmd(s1, "admin", {"commitTransaction": 1}, txn=8)
     assert r["ok"] == 1 and r["recoveryToken"] == token, r
-    # ... a retry of the commit through the second router learns the decision.
-    r = cmd(s2, "admin", {"commitTransaction": 1}, recoveryToken=token)
+    # ... and a retry of the commit through the second router learns the decision.
+    r = cmd(s2, "admin", {"commitTransaction": 1}, recoveryToken=token, txn=8)
     assert r["ok"] == 1, r
     s1.close()
     s2.close()

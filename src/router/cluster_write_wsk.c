@@ -1,0 +1,376 @@
+/*
+ * cluster_write_wsk.c -- single writes without the shard key (MongoDB 7.0's two-phase write
+ * protocol; docs/design/transactions.md "Internal transactions"): an updateOne / deleteOne /
+ * findAndModify whose filter does not pin one shard runs, inside an internal transaction
+ * (txn_api.h),
+ *   1. _clusterQueryWithoutShardKey: a find {filter, limit: 1} on every shard the filter
+ *      reaches; the first document by findAndModify's sort across them is chosen (no sort:
+ *      the first shard's, in targeting order);
+ *   2. _clusterWriteWithoutShardKey: the user's write with its filter narrowed to that
+ *      document's _id and shard key, which routes it to the one shard owning it now.
+ * Both steps are statements of one transaction, so a chunk migration between them cannot make
+ * the write miss the document: a stale step is retried by the transaction's rules, and a
+ * write phase that matched nothing (the document moved meanwhile) retries the transaction.
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_util.h"
+#include "query/matcher.h"
+#include "query/sort.h"
+#include "query/update.h"
+#include "router/router_private.h"
+#include "router/txn_api.h"
+#include "router/txn_router_private.h"
+#include "sharding/shard_key.h"
+
+/* The statement being run and what it returned. */
+typedef struct wsk {
+    const char *db;
+    const char *coll;
+    const char *kind;   /* "update", "delete" or "findAndModify" */
+    const bson_t *stmt; /* update/delete: the statement; findAndModify: the command */
+    const bson_t *user; /* the user's command (let, collation, bypassDocumentValidation) */
+    bson_t q;           /* the statement's filter (view) */
+    bson_t reply;       /* the write phase's reply */
+} wsk_t;
+
+/* The find of the query phase for one shard. */
+static void
+build_query(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const wsk_t *w = arg;
+    bson_iter_t it;
+    static const char *const copy[] = {"collation", "let", "hint", "sort", NULL};
+    const bson_t *src = strcmp(w->kind, "findAndModify") == 0 ? w->user : w->stmt;
+
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_UTF8(cmd, "find", w->coll);
+    BSON_APPEND_DOCUMENT(cmd, "filter", &w->q);
+    BSON_APPEND_INT64(cmd, "limit", 1);
+    BSON_APPEND_BOOL(cmd, "singleBatch", true);
+    for (size_t i = 0; copy[i] != NULL; i++) {
+        if (bson_iter_init_find(&it, src, copy[i]) ||
+            (strcmp(copy[i], "let") == 0 && bson_iter_init_find(&it, w->user, "let"))) {
+            bson_append_iter(cmd, NULL, 0, &it);
+        }
+    }
+}
+
+/* The first document of a find reply's firstBatch (a view), if any. */
+static bool
+first_doc(const bson_t *reply, bson_t *doc)
+{
+    bson_iter_t it, b;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "cursor.firstBatch", &b) ||
+        !BSON_ITER_HOLDS_ARRAY(&b) || !bson_iter_recurse(&b, &it) || !bson_iter_next(&it) ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return false;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(doc, data, len);
+}
+
+/*
+ * The user's filter narrowed to 'doc': its _id and every shard key path (so the write routes
+ * to the owner). A filter without a top-level _id gets the fields beside its own (a positional
+ * update still sees its own conditions); otherwise {$and: [filter, {...}]}.
+ */
+static void
+narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_t *out)
+{
+    bson_t pin = BSON_INITIALIZER, arr;
+    bson_iter_t it, v;
+
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(&pin, "_id", 3, &it);
+    }
+    if (pattern != NULL && bson_iter_init(&it, pattern)) {
+        while (shl_iter_next(&it)) {
+            const char *path = shl_iter_key(&it);
+            if (strcmp(path, "_id") == 0 || bson_has_field(q, path)) {
+                continue;
+            }
+            if (bson_iter_init(&v, doc) && bson_iter_find_descendant(&v, path, &v)) {
+                bson_append_iter(&pin, path, -1, &v);
+            } else {
+                bson_append_null(&pin, path, -1);
+            }
+        }
+    }
+    bson_init(out);
+    if (!bson_has_field(q, "_id")) {
+        bson_concat(out, q);
+        bson_concat(out, &pin);
+    } else {
+        BSON_APPEND_ARRAY_BEGIN(out, "$and", &arr);
+        BSON_APPEND_DOCUMENT(&arr, "0", q);
+        BSON_APPEND_DOCUMENT(&arr, "1", &pin);
+        bson_append_array_end(out, &arr);
+    }
+    bson_destroy(&pin);
+}
+
+/* The write phase's command: the user's statement (or findAndModify) with filter 'nq'. */
+static void write_stmt_cmd(const wsk_t *w, const bson_t *nq, bson_t *out);
+
+static void
+write_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
+{
+    bson_iter_t it;
+
+    bson_init(out);
+    if (strcmp(w->kind, "findAndModify") == 0) {
+        bson_iter_init(&it, w->user);
+        while (shl_iter_next(&it)) {
+            const char *k = shl_iter_key(&it);
+            if (strcmp(k, "query") == 0) {
+                BSON_APPEND_DOCUMENT(out, "query", nq);
+            } else if (strcmp(k, "sort") != 0) {
+                bson_append_iter(out, NULL, 0, &it);
+            }
+        }
+    } else {
+        write_stmt_cmd(w, nq, out);
+    }
+}
+
+/* write_cmd for an update / delete statement. */
+static void
+write_stmt_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
+{
+    bson_iter_t it;
+    bson_t arr, stmt;
+    static const char *const copy[] = {"let", "bypassDocumentValidation", NULL};
+
+    BSON_APPEND_UTF8(out, w->kind, w->coll);
+    BSON_APPEND_ARRAY_BEGIN(out, strcmp(w->kind, "update") == 0 ? "updates" : "deletes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+    bson_iter_init(&it, w->stmt);
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "q") == 0) {
+            BSON_APPEND_DOCUMENT(&stmt, "q", nq);
+        } else if (strcmp(shl_iter_key(&it), "upsert") == 0) {
+            /* The document exists: should it vanish, the attempt runs again and upserts. */
+            BSON_APPEND_BOOL(&stmt, "upsert", false);
+        } else {
+            bson_append_iter(&stmt, NULL, 0, &it);
+        }
+    }
+    bson_append_document_end(&arr, &stmt);
+    bson_append_array_end(out, &arr);
+    for (size_t i = 0; copy[i] != NULL; i++) {
+        if (bson_iter_init_find(&it, w->user, copy[i])) {
+            bson_append_iter(out, NULL, 0, &it);
+        }
+    }
+}
+
+static int
+route(void *arg, const char *ns, bool create_db, shl_router_routing_t *out, shl_status_t *st)
+{
+    return shl_router_routing_init(arg, ns, create_db, out, st);
+}
+
+/* The statement's n (update/delete) or lastErrorObject.n (findAndModify). */
+static int64_t
+reply_n(const wsk_t *w, const bson_t *reply)
+{
+    bson_iter_t it;
+    const char *path = strcmp(w->kind, "findAndModify") == 0 ? "lastErrorObject.n" : "n";
+
+    return bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, path, &it) &&
+                   BSON_ITER_HOLDS_NUMBER(&it)
+               ? bson_iter_as_int64(&it)
+               : 0;
+}
+
+static bool
+is_upsert(const bson_t *stmt)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, stmt, "upsert") && bson_iter_as_bool(&it);
+}
+
+/*
+ * Nothing matched an upsert: the document it inserts (the filter's equality fields, then the
+ * update applied as an insert) goes to its owner; the reply is the update's {n: 1,
+ * nModified: 0, upserted: [{index: 0, _id}]}.
+ */
+static int
+upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
+{
+    shl_update_t *u = NULL;
+    shl_matcher_t *m = NULL;
+    shl_update_ctx_t uctx;
+    bson_t doc = BSON_INITIALIZER, filters, ins = BSON_INITIALIZER, arr, up, reply;
+    bson_iter_t it, id;
+    int ret = 0;
+
+    memset(&uctx, 0, sizeof(uctx));
+    uctx.is_insert = true;
+    uctx.vars = NULL;
+    bson_init(&reply);
+    if (!bson_iter_init_find(&it, w->stmt, "u")) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "update statement without 'u'");
+    }
+    SHL_ERR(shl_update_new(bson_iter_value(&it),
+                           shl_bson_get_subdoc(w->stmt, "arrayFilters", &filters) ? &filters : NULL,
+                           &u, st));
+    SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT, &m, st));
+    bson_destroy(&doc);
+    SHL_ERR(shl_update_upsert_doc(u, m, &uctx, &doc, st));
+    BSON_APPEND_UTF8(&ins, "insert", w->coll);
+    BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
+    BSON_APPEND_DOCUMENT(&arr, "0", &doc);
+    bson_append_array_end(&ins, &arr);
+    if (bson_iter_init_find(&it, w->user, "bypassDocumentValidation")) {
+        bson_append_iter(&ins, NULL, 0, &it);
+    }
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(router_write_run(op, &ins, route, shl_router_get(op), &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+    BSON_APPEND_INT32(&w->reply, "n", 1);
+    BSON_APPEND_INT32(&w->reply, "nModified", 0);
+    BSON_APPEND_ARRAY_BEGIN(&w->reply, "upserted", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &up);
+    BSON_APPEND_INT32(&up, "index", 0);
+    if (bson_iter_init_find(&id, &doc, "_id")) {
+        bson_append_iter(&up, "_id", 3, &id);
+    }
+    bson_append_document_end(&arr, &up);
+    bson_append_array_end(&w->reply, &arr);
+done:
+    shl_update_destroy(u);
+    shl_matcher_destroy(m);
+    bson_destroy(&doc);
+    bson_destroy(&ins);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* One attempt: the query phase, then the write phase on the chosen document. */
+static int
+wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
+{
+    wsk_t *w = arg;
+    shl_router_t *r = shl_router_get(op);
+    shl_router_routing_t rr;
+    shl_router_shard_result_t *res = NULL;
+    size_t nres = 0;
+    char ns[SHL_NS_MAX + 1];
+    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    shl_sort_pattern_t *sort = NULL;
+    bool found = false;
+    int ret = 0;
+
+    memset(&rr, 0, sizeof(rr));
+    bson_reinit(&w->reply);
+    snprintf(ns, sizeof(ns), "%s.%s", w->db, w->coll);
+    if (strcmp(w->kind, "findAndModify") == 0 && shl_bson_get_subdoc(w->user, "sort", &spec) &&
+        !bson_empty(&spec)) {
+        SHL_ERR(shl_sort_pattern_new(&spec, &sort, st));
+    }
+    /* _clusterQueryWithoutShardKey */
+    router_txn_internal_statement(op->txn);
+    SHL_ERR(shl_router_scatter(r, op, ns, &w->q, build_query, w, &rr, &res, &nres, st));
+    for (size_t i = 0; i < nres && !(found && sort == NULL); i++) {
+        bson_t cand;
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
+            ret = st->code;
+            goto done;
+        }
+        /* The first document by the sort across shards (none: the first shard's). */
+        if (first_doc(&res[i].res.reply, &cand) &&
+            (!found || shl_sort_doc_compare(sort, &cand, &doc) < 0)) {
+            doc = cand;
+            found = true;
+        }
+    }
+    if (!found && strcmp(w->kind, "update") == 0 && is_upsert(w->stmt)) {
+        ret = upsert_new(op, w, st);
+        goto done;
+    }
+    if (!found) {
+        /* Nothing matches: the user's write matched nothing (an empty reply). */
+        if (strcmp(w->kind, "findAndModify") == 0) {
+            bson_t le;
+            BSON_APPEND_DOCUMENT_BEGIN(&w->reply, "lastErrorObject", &le);
+            BSON_APPEND_INT32(&le, "n", 0);
+            if (!bson_has_field(w->user, "remove")) {
+                BSON_APPEND_BOOL(&le, "updatedExisting", false);
+            }
+            bson_append_document_end(&w->reply, &le);
+            BSON_APPEND_NULL(&w->reply, "value");
+        } else {
+            BSON_APPEND_INT32(&w->reply, "n", 0);
+            if (strcmp(w->kind, "update") == 0) {
+                BSON_APPEND_INT32(&w->reply, "nModified", 0);
+            }
+        }
+        goto done;
+    }
+    /* _clusterWriteWithoutShardKey */
+    bson_destroy(&nq);
+    narrowed_filter(&w->q, &doc,
+                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL, &nq);
+    bson_destroy(&cmd);
+    write_cmd(w, &nq, &cmd);
+    router_txn_internal_statement(op->txn);
+    if (strcmp(w->kind, "findAndModify") == 0) {
+        SHL_ERR(router_find_and_modify_run(op, &cmd, route, r, &w->reply, st));
+    } else {
+        SHL_ERR(router_write_run(op, &cmd, route, r, &w->reply, st));
+        SHL_ERR(router_txn_api_reply_error(&w->reply, st));
+    }
+    if (reply_n(w, &w->reply) == 0) {
+        /* The document is not where the query phase found it any more: try again. */
+        SHL_FAIL(st, SHL_CODE_WRITE_CONFLICT,
+                 "the document chosen for a write without shard key changed meanwhile");
+    }
+done:
+    if (ret != 0 && router_txn_transient(ret, false, false)) {
+        shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
+    }
+    shl_sort_pattern_destroy(sort);
+    shl_router_scatter_results_free(res, nres);
+    shl_router_routing_cleanup(&rr);
+    bson_destroy(&nq);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+int
+router_write_without_shard_key(shl_op_ctx_t *op, const char *coll, const char *kind,
+                               const bson_t *stmt, const bson_t *user_cmd, bson_t *reply,
+                               shl_status_t *st)
+{
+    wsk_t w;
+    int ret = 0;
+
+    memset(&w, 0, sizeof(w));
+    w.db = op->db;
+    w.coll = coll;
+    w.kind = kind;
+    w.stmt = stmt;
+    w.user = user_cmd;
+    bson_init(&w.reply);
+    if (!shl_bson_get_subdoc(strcmp(kind, "findAndModify") == 0 ? user_cmd : stmt,
+                             strcmp(kind, "findAndModify") == 0 ? "query" : "q", &w.q)) {
+        bson_init(&w.q);
+    }
+    SHL_LOG_DEBUG(2, SHARDING, 7170001, "Running a single write without shard key", "kind",
+                  BCON_UTF8(kind), "coll", BCON_UTF8(coll));
+    ret = router_txn_api_run(op, user_cmd, wsk_fn, &w, st);
+    if (ret == 0) {
+        shl_router_copy_reply_fields(&w.reply, reply);
+    }
+    bson_destroy(&w.reply);
+    return ret;
+}

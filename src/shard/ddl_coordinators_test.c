@@ -1,0 +1,379 @@
+/*
+ * ddl_coordinators_test.c -- the dropCollection / dropDatabase coordinators' phases over the
+ * fake remote (the config server's catalog answered by a handler, "self" the in-memory store
+ * of config.system.sharding_ddl_coordinators), and the DDL lock manager they hold.
+ */
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/unit_test.h"
+#include "shard/ddl_coordinators.h"
+#include "sharding/remote_fake.h"
+
+#define COLL "system.sharding_ddl_coordinators"
+#define UUID_JSON "{'$binary': {'base64': 'AAECAwQFBgcICQoLDA0ODw==', 'subType': '04'}}"
+
+typedef struct env {
+    shl_remote_fake_t *fake;
+    shl_remote_t remote;
+    shl_coord_service_t *svc;
+    shard_ddl_locks_t *locks;
+    const char *collections; /* the config.collections documents the handler answers */
+    pthread_mutex_t mu;
+    char log[4096]; /* guarded by mu: "target:command " per request to config and shards */
+} env_t;
+
+static const char *
+target_name(const shl_remote_target_t *t)
+{
+    return t->kind == SHL_REMOTE_CONFIG ? "config" : t->name;
+}
+
+/* Record each request; answer the config server's finds on config.collections / shards. */
+static bool
+config_handler(void *arg, const shl_remote_request_t *req, bson_t *reply)
+{
+    env_t *e = arg;
+    bson_iter_t it;
+    char buf[2048];
+    bson_error_t err;
+    bson_t *doc;
+    bool find;
+
+    pthread_mutex_lock(&e->mu);
+    if (bson_iter_init(&it, req->cmd) && bson_iter_next(&it)) {
+        size_t len = strlen(e->log);
+        const char *extra = "";
+        bson_iter_t f;
+        if (bson_iter_init_find(&f, req->cmd, "blockType")) {
+            extra = strcmp(bson_iter_utf8(&f, NULL), "Unblock") == 0 ? "(unblock)" : "(block)";
+        }
+        snprintf(e->log + len, sizeof e->log - len, "%s:%s%s ", target_name(&req->target),
+                 bson_iter_key(&it), extra);
+    }
+    pthread_mutex_unlock(&e->mu);
+    find = req->target.kind == SHL_REMOTE_CONFIG && bson_iter_init_find(&it, req->cmd, "find");
+    if (find) {
+        const char *coll = bson_iter_utf8(&it, NULL);
+        const char *batch = e->collections;
+        if (strcmp(coll, "databases") == 0) {
+            batch = "[{'_id': 'db', 'primary': 'shA'}]";
+        } else if (strcmp(coll, "chunks") == 0) {
+            /* every sharded collection of the tests has chunks on both shards */
+            batch = "[{'shard': 'shB'}, {'shard': 'shA'}, {'shard': 'shB'}]";
+        }
+        snprintf(buf, sizeof buf,
+                 "{'ok': 1, 'cursor': {'id': 0, 'ns': 'config.x', 'firstBatch': %s}}", batch);
+        for (char *p = buf; *p; p++) {
+            if (*p == '\'') {
+                *p = '"';
+            }
+        }
+        doc = bson_new_from_json((const uint8_t *)buf, -1, &err);
+        SHL_INVARIANT(doc != NULL);
+        bson_copy_to(doc, reply);
+        bson_destroy(doc);
+    }
+    return find;
+}
+
+static void
+env_init(env_t *e, const char *collections)
+{
+    memset(e, 0, sizeof *e);
+    pthread_mutex_init(&e->mu, NULL);
+    e->fake = shl_remote_fake_new();
+    shl_remote_fake_store_self(e->fake);
+    shl_remote_fake_set_handler(e->fake, config_handler, e);
+    e->remote = shl_remote_fake_remote(e->fake);
+    e->svc = shl_coord_service_new(&e->remote);
+    e->locks = shard_ddl_locks_new();
+    e->collections = collections;
+    shard_ddl_coords_setup(e->locks);
+}
+
+static void
+env_cleanup(env_t *e)
+{
+    shl_coord_service_destroy(e->svc);
+    shard_ddl_locks_destroy(e->locks);
+    shl_remote_fake_destroy(e->fake);
+    pthread_mutex_destroy(&e->mu);
+}
+
+/* The log without the finds (their count varies with retries). */
+static bool
+log_is(env_t *e, const char *want)
+{
+    char got[4096] = "";
+    char *save = NULL, *tok;
+    char copy[4096];
+    bool eq;
+
+    pthread_mutex_lock(&e->mu);
+    snprintf(copy, sizeof copy, "%s", e->log);
+    pthread_mutex_unlock(&e->mu);
+    for (tok = strtok_r(copy, " ", &save); tok != NULL; tok = strtok_r(NULL, " ", &save)) {
+        if (strstr(tok, ":find") == NULL) {
+            strncat(got, tok, sizeof got - strlen(got) - 2);
+            strcat(got, " ");
+        }
+    }
+    eq = strcmp(got, want) == 0;
+    if (!eq) {
+        fprintf(stderr, "sent   %s\nwanted %s\n", got, want);
+    }
+    return eq;
+}
+
+static void
+sleep_ms(int64_t ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+#define SHARDED "[{'_id': 'db.c', 'uuid': " UUID_JSON ", 'key': {'x': 1}}]"
+
+SHL_TEST(drop_coll_runs_its_phases_in_order)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t req;
+
+    env_init(&e, SHARDED);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    /* freeze (stop migrations), block everywhere, commit on the config server, drop
+     * everywhere, unblock everywhere */
+    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations shA:_shardsvrParticipantBlock(block) "
+                      "shB:_shardsvrParticipantBlock(block) config:_configsvrCommitDropCollection "
+                      "shA:_shardsvrDropCollectionParticipant "
+                      "shB:_shardsvrDropCollectionParticipant "
+                      "shA:_shardsvrParticipantBlock(unblock) "
+                      "shB:_shardsvrParticipantBlock(unblock) "));
+    ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrCommitDropCollection", 0, &req));
+    ASSERT_BSON_EQ(&req, "{'_configsvrCommitDropCollection': 'db.c', 'collectionUUID': " UUID_JSON
+                         ", 'writeConcern': {'w': 'majority'}}");
+    bson_destroy(&req);
+    ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrSetAllowMigrations", 0, &req));
+    ASSERT_BSON_EQ(&req, "{'_configsvrSetAllowMigrations': 'db.c', 'allowMigrations': false, "
+                         "'collectionUUID': " UUID_JSON ", 'writeConcern': {'w': 'majority'}}");
+    bson_destroy(&req);
+    /* a checkpoint per phase (the first inserts), then the document goes */
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "insert"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "update"), 3);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 2, &req));
+    ASSERT_BSON_EQ(&req, "{'update': 'system.sharding_ddl_coordinators', 'updates': [{'q': "
+                         "{'_id': {'namespace': 'db.c', 'operationType': 'dropCollection'}}, "
+                         "'u': {'_id': {'namespace': 'db.c', 'operationType': "
+                         "'dropCollection'}, 'collInfo': {'_id': 'db.c', 'uuid': " UUID_JSON
+                         ", 'key': {'x': 1}}, 'participants': ['shA', 'shB'], "
+                         "'phase': 'releaseCriticalSection'}}], "
+                         "'writeConcern': {'w': 'majority', 'j': true}}");
+    bson_destroy(&req);
+    /* the locks are released */
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.c"), 0);
+    env_cleanup(&e);
+}
+
+SHL_TEST(drop_coll_of_an_unsharded_collection_skips_the_config_server)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t req;
+
+    env_init(&e, "[]");
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.u", &st), 0);
+    /* only the primary holds an unsharded collection: shB is no participant */
+    ASSERT(log_is(&e, "shA:_shardsvrParticipantBlock(block) "
+                      "shA:_shardsvrDropCollectionParticipant "
+                      "shA:_shardsvrParticipantBlock(unblock) "));
+    ASSERT(shl_remote_fake_nth(e.fake, "shA", "_shardsvrDropCollectionParticipant", 0, &req));
+    ASSERT_BSON_EQ(&req, "{'_shardsvrDropCollectionParticipant': 'u', 'writeConcern': {'w': "
+                         "'majority'}}");
+    bson_destroy(&req);
+    env_cleanup(&e);
+}
+
+SHL_TEST(drop_coll_retries_retryable_errors)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e, SHARDED);
+    /* shB unreachable for the first 6 participant drops: the remote's own retries (5), then
+     * the framework runs the phase again */
+    shl_remote_fake_script_error(e.fake, "shB", "_shardsvrDropCollectionParticipant",
+                                 SHL_CODE_HOST_UNREACHABLE, 6);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shB", "_shardsvrDropCollectionParticipant"), 7);
+    /* the phase ran twice: its config commit too (idempotent) */
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrCommitDropCollection"), 2);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    env_cleanup(&e);
+}
+
+SHL_TEST(drop_coll_resumes_at_its_document_phase)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *doc, *other;
+    bson_error_t err;
+
+    env_init(&e, "[]"); /* the config server no longer has the collection: resumed */
+    doc = bson_new_from_json(
+        (const uint8_t *)"{\"_id\": {\"namespace\": \"db.c\", \"operationType\": "
+                         "\"dropCollection\"}, \"phase\": \"dropCollection\", \"collInfo\": "
+                         "{\"_id\": \"db.c\", \"key\": {\"x\": 1}}, "
+                         "\"participants\": [\"shA\", \"shB\"]}",
+        -1, &err);
+    other =
+        bson_new_from_json((const uint8_t *)"{\"_id\": {\"namespace\": \"db2\", \"operationType\": "
+                                            "\"dropDatabase\"}, \"phase\": \"drop\"}",
+                           -1, &err);
+    SHL_INVARIANT(doc != NULL && other != NULL);
+    shl_remote_fake_store_insert(e.fake, COLL, doc);
+    shl_remote_fake_store_insert(e.fake, COLL, other);
+    /* only its own type's documents */
+    ASSERT_INT_EQ(shl_coord_service_recover(e.svc, &shard_drop_coll_type, &st), 0);
+    for (int i = 0; i < 500 && shl_coord_service_count(e.svc) > 0; i++) {
+        sleep_ms(10);
+    }
+    ASSERT_INT_EQ(shl_coord_service_count(e.svc), 0);
+    /* no freeze, no block: from the drop on, with the remembered collInfo */
+    ASSERT(log_is(&e, "config:_configsvrCommitDropCollection "
+                      "shA:_shardsvrDropCollectionParticipant "
+                      "shB:_shardsvrDropCollectionParticipant "
+                      "shA:_shardsvrParticipantBlock(unblock) "
+                      "shB:_shardsvrParticipantBlock(unblock) "));
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 1); /* the dropDatabase one */
+    bson_destroy(doc);
+    bson_destroy(other);
+    env_cleanup(&e);
+}
+
+SHL_TEST(drop_db_drops_sharded_collections_then_the_database)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t req;
+
+    env_init(&e, "[{'_id': 'db.a', 'uuid': " UUID_JSON "}, {'_id': 'db.b'}]");
+    ASSERT_INT_EQ(shard_ddl_drop_database(e.svc, "db", &st), 0);
+    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations config:_configsvrCommitDropCollection "
+                      "config:_configsvrSetAllowMigrations config:_configsvrCommitDropCollection "
+                      "shA:_shardsvrDropDatabaseParticipant shB:_shardsvrDropDatabaseParticipant "
+                      "config:_configsvrCommitDropDatabase shA:_flushDatabaseCacheUpdates "
+                      "shB:_flushDatabaseCacheUpdates "));
+    ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrCommitDropCollection", 1, &req));
+    ASSERT_BSON_EQ(&req, "{'_configsvrCommitDropCollection': 'db.b', 'writeConcern': {'w': "
+                         "'majority'}}");
+    bson_destroy(&req);
+    /* the participants were made durable in the middle of the phase, before any metadata
+     * went: a resumed phase still reaches shB after db.a's chunks are gone */
+    ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 0, &req));
+    ASSERT_BSON_EQ(&req, "{'update': 'system.sharding_ddl_coordinators', 'updates': [{'q': "
+                         "{'_id': {'namespace': 'db', 'operationType': 'dropDatabase'}}, 'u': "
+                         "{'_id': {'namespace': 'db', 'operationType': 'dropDatabase'}, 'phase': "
+                         "'drop', 'participants': ['shA', 'shB']}}], 'writeConcern': {'w': "
+                         "'majority', 'j': true}}");
+    bson_destroy(&req);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 0);
+    env_cleanup(&e);
+}
+
+typedef struct bg_drop {
+    env_t *e;
+    int ret;
+} bg_drop_t;
+
+static void *
+bg_drop_db(void *arg)
+{
+    bg_drop_t *b = arg;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    b->ret = shard_ddl_drop_database(b->e->svc, "db", &st);
+    return NULL;
+}
+
+SHL_TEST(drop_db_waits_for_the_database_lock)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bg_drop_t b = {.e = &e, .ret = -1};
+    pthread_t t;
+
+    env_init(&e, "[]");
+    /* a collection DDL holds the database in IX */
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(e.locks, "db", SHARD_DDL_IX, "test", 0, NULL, NULL, &st),
+                  0);
+    pthread_create(&t, NULL, bg_drop_db, &b);
+    sleep_ms(200);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropDatabaseParticipant"), 0);
+    ASSERT_INT_EQ(b.ret, -1);
+    shard_ddl_lock_release(e.locks, "db", SHARD_DDL_IX);
+    pthread_join(t, NULL);
+    ASSERT_INT_EQ(b.ret, 0);
+    /* no sharded collection: the primary is the only participant */
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shA", "_shardsvrDropDatabaseParticipant"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropDatabaseParticipant"), 1);
+    env_cleanup(&e);
+}
+
+SHL_TEST(ddl_locks_ix_shares_x_excludes)
+{
+    shard_ddl_locks_t *l = shard_ddl_locks_new();
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t out = BSON_INITIALIZER;
+
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db", SHARD_DDL_IX, "a", 0, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db", SHARD_DDL_IX, "b", 0, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(l, "db"), 2);
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db", SHARD_DDL_X, "c", 50, NULL, NULL, &st),
+                  SHL_CODE_LOCK_BUSY);
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db.c", SHARD_DDL_X, "drop", 0, NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db.c", SHARD_DDL_IX, "d", 50, NULL, NULL, &st),
+                  SHL_CODE_LOCK_BUSY);
+    shard_ddl_locks_report(l, &out);
+    ASSERT_BSON_EQ(&out, "{'0': {'resource': 'db.c', 'type': 'DDLCollection', 'mode': 'X', "
+                         "'holders': 1, 'reason': 'drop'}, '1': {'resource': 'db', 'type': "
+                         "'DDLDatabase', 'mode': 'IX', 'holders': 2, 'reason': 'b'}}");
+    shard_ddl_lock_release(l, "db.c", SHARD_DDL_X);
+    shard_ddl_lock_release(l, "db", SHARD_DDL_IX);
+    shard_ddl_lock_release(l, "db", SHARD_DDL_IX);
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(l, "db", SHARD_DDL_X, "e", 50, NULL, NULL, &st), 0);
+    shard_ddl_lock_release(l, "db", SHARD_DDL_X);
+    ASSERT_INT_EQ(shard_ddl_locks_held(l, "db"), 0);
+    bson_destroy(&out);
+    shard_ddl_locks_destroy(l);
+}
+
+SHL_TEST(drop_coll_takes_over_a_document_an_earlier_failure_left)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *left;
+    bson_error_t err;
+
+    env_init(&e, SHARDED);
+    /* an earlier coordinator ended with a non-retryable error and left its document */
+    left = bson_new_from_json((const uint8_t *)"{\"_id\": {\"namespace\": \"db.c\", "
+                                               "\"operationType\": \"dropCollection\"}, "
+                                               "\"phase\": \"enterCriticalSection\"}",
+                              -1, &err);
+    SHL_INVARIANT(left != NULL);
+    shl_remote_fake_store_insert(e.fake, COLL, left);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    /* the insert met the old document; the checkpoint replaced it, and the drop ran whole */
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "insert"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrSetAllowMigrations"), 1);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropCollectionParticipant"), 2);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    bson_destroy(left);
+    env_cleanup(&e);
+}

@@ -1,0 +1,374 @@
+"""Internal transactions on the router (issue 15 item 5; docs/design/transactions.md
+"Internal transactions"), as a pymongo user sees them on a 2-shard cluster: a single-document
+update or findAndModify that changes the shard key so that the document belongs to the other
+shard moves it (WouldChangeOwningShard handled by the router in an internal transaction on a
+child session), in a retryable write and in a client transaction; outside both MongoDB
+refuses it."""
+import os
+
+import pytest
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.errors import OperationFailure, WriteError
+
+from shale_fixtures import module_cluster
+
+DB = "itx"
+NS = DB + ".moves"
+
+
+@pytest.fixture(scope="module")
+def cl(request):
+    """itx.moves sharded on x: x < 0 on shard0, x >= 0 on shard1."""
+    with module_cluster(request, routers=1, shards=2) as c:
+        r = c.router.client()
+        r.admin.command("enableSharding", DB, primaryShard="shard0")
+        r.admin.command("shardCollection", NS, key={"x": 1})
+        r.admin.command("split", NS, middle={"x": 0})
+        r.admin.command("moveChunk", NS, find={"x": 0}, to="shard1")
+        yield c
+
+
+def reshard(c, coll):
+    """A fresh collection sharded on x: x < 0 on shard0, x >= 0 on shard1."""
+    c[DB][coll].drop()
+    c.admin.command("shardCollection", DB + "." + coll, key={"x": 1})
+    c.admin.command("split", DB + "." + coll, middle={"x": 0})
+    c.admin.command("moveChunk", DB + "." + coll, find={"x": 0}, to="shard1")
+
+
+def on_shard(cl, i, _id):
+    return cl.shard_client(i)[DB].moves.find_one({"_id": _id})
+
+
+def test_update_one_moves_document_to_other_shard(cl):
+    c = cl.router.client()  # retryWrites=True: a retryable write
+    c[DB].moves.insert_one({"_id": "u1", "x": -5, "v": 1})
+    res = c[DB].moves.update_one({"_id": "u1", "x": -5}, {"$set": {"x": 5}, "$inc": {"v": 1}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert c[DB].moves.find_one({"_id": "u1"}) == {"_id": "u1", "x": 5, "v": 2}
+    assert on_shard(cl, 0, "u1") is None
+    assert on_shard(cl, 1, "u1") == {"_id": "u1", "x": 5, "v": 2}
+    # And back again, by a replacement.
+    res = c[DB].moves.replace_one({"x": 5}, {"_id": "u1", "x": -7, "v": 3})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert on_shard(cl, 0, "u1") == {"_id": "u1", "x": -7, "v": 3}
+    assert on_shard(cl, 1, "u1") is None
+
+
+def test_update_in_a_batch_moves_only_its_document(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_many([{"_id": "b1", "x": -10}, {"_id": "b2", "x": -11}])
+    res = c[DB].moves.bulk_write([
+        UpdateOne({"x": -10}, {"$set": {"x": 10}}),
+        UpdateOne({"x": -11}, {"$set": {"y": 1}}),
+    ])
+    assert (res.matched_count, res.modified_count) == (2, 2)
+    assert on_shard(cl, 1, "b1") == {"_id": "b1", "x": 10}
+    assert on_shard(cl, 0, "b2") == {"_id": "b2", "x": -11, "y": 1}
+
+
+def test_find_one_and_update_moves_and_returns_images(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_one({"_id": "f1", "x": -20, "v": 1})
+    before = c[DB].moves.find_one_and_update({"x": -20}, {"$set": {"x": 20}})
+    assert before == {"_id": "f1", "x": -20, "v": 1}
+    after = c[DB].moves.find_one_and_update({"x": 20}, {"$set": {"x": -21}, "$inc": {"v": 1}},
+                                            return_document=ReturnDocument.AFTER,
+                                            projection={"_id": 0, "v": 1})
+    assert after == {"v": 2}
+    assert on_shard(cl, 0, "f1") == {"_id": "f1", "x": -21, "v": 2}
+    assert on_shard(cl, 1, "f1") is None
+
+
+def test_move_refused_outside_retryable_write_or_transaction(cl):
+    c = cl.router.client(retryWrites=False)
+    c[DB].moves.insert_one({"_id": "n1", "x": -30})
+    with pytest.raises(WriteError) as e:
+        c[DB].moves.update_one({"x": -30}, {"$set": {"x": 30}})
+    assert e.value.code == 20  # IllegalOperation
+    assert "retryWrites: true" in str(e.value)
+    assert on_shard(cl, 0, "n1") == {"_id": "n1", "x": -30}
+
+
+def test_move_inside_client_transaction(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_one({"_id": "t1", "x": -40})
+
+    def body(s):
+        r = c[DB].moves.update_one({"x": -40}, {"$set": {"x": 40}}, session=s)
+        assert r.modified_count == 1
+        assert c[DB].moves.find_one({"_id": "t1"}, session=s)["x"] == 40
+
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert on_shard(cl, 0, "t1") is None
+    assert on_shard(cl, 1, "t1") == {"_id": "t1", "x": 40}
+
+
+def test_aborted_client_transaction_leaves_document(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_one({"_id": "t2", "x": -41})
+    with c.start_session() as s:
+        s.start_transaction()
+        c[DB].moves.update_one({"x": -41}, {"$set": {"x": 41}}, session=s)
+        s.abort_transaction()
+    assert on_shard(cl, 0, "t2") == {"_id": "t2", "x": -41}
+    assert on_shard(cl, 1, "t2") is None
+
+
+def test_move_onto_existing_id_fails_with_duplicate_key(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_many([{"_id": "d1", "x": -50}])
+    # Another document with the same _id already sits on shard1 (written there directly).
+    cl.shard_client(1)[DB].moves.insert_one({"_id": "d1", "x": 51})
+    try:
+        with pytest.raises(WriteError) as e:
+            c[DB].moves.update_one({"x": -50}, {"$set": {"x": 50}})
+        assert e.value.code == 11000
+        # The internal transaction aborted: the document is still where it was.
+        assert on_shard(cl, 0, "d1") == {"_id": "d1", "x": -50}
+    finally:
+        cl.shard_client(1)[DB].moves.delete_one({"_id": "d1"})
+
+
+def test_internal_sessions_are_not_user_sessions(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_one({"_id": "s1", "x": -60})
+    with c.start_session() as s:
+        c[DB].moves.update_one({"x": -60}, {"$set": {"x": 60}}, session=s)
+        lsid = s.session_id
+    # The shards recorded the internal transaction under a child session of the user's:
+    # {id, uid, txnNumber, txnUUID} with the user's id.
+    kids = [d for i in range(2)
+            for d in cl.shard_client(i).config.transactions.find({"_id.id": lsid["id"]})
+            if "txnUUID" in d["_id"]]
+    assert kids, "no child session record"
+    assert all("txnNumber" in k["_id"] for k in kids)
+
+
+# ---------------------------------------------------------------- writes without shard key
+
+
+def test_update_one_and_delete_one_without_shard_key(cl):
+    c = cl.router.client()
+    reshard(c, "nokey")
+    c[DB].nokey.insert_many([{"_id": i, "x": x, "g": "a"} for i, x in enumerate((-3, -2, 2, 3))])
+    res = c[DB].nokey.update_one({"g": "a"}, {"$set": {"hit": True}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert c[DB].nokey.count_documents({"hit": True}) == 1
+    # Only on the shard that holds a match.
+    res = c[DB].nokey.update_one({"g": "a", "x": {"$gt": 0}}, {"$inc": {"n": 1}})
+    assert res.modified_count == 1
+    assert cl.shard_client(1)[DB].nokey.count_documents({"n": 1}) == 1
+    # No match anywhere: nothing.
+    res = c[DB].nokey.update_one({"g": "zzz"}, {"$set": {"hit": True}})
+    assert (res.matched_count, res.modified_count) == (0, 0)
+    res = c[DB].nokey.delete_one({"g": "a"})
+    assert res.deleted_count == 1
+    assert c[DB].nokey.count_documents({"g": "a"}) == 3
+    # Ordered and unordered batches mixing both kinds of statements.
+    r = c[DB].command("update", "nokey", updates=[
+        {"q": {"x": -2}, "u": {"$set": {"b": 1}}},
+        {"q": {"g": "a"}, "u": {"$set": {"b": 2}}},
+        {"q": {"x": 3}, "u": {"$set": {"b": 3}}}], ordered=True)
+    assert (r["n"], r["nModified"]) == (3, 3)
+    r = c[DB].command("delete", "nokey", deletes=[
+        {"q": {"g": "a"}, "limit": 1}, {"q": {"g": "a"}, "limit": 1},
+        {"q": {"g": "nothing"}, "limit": 1}], ordered=False)
+    assert r["n"] == 2
+    assert c[DB].nokey.count_documents({}) == 1
+
+
+def test_find_and_modify_without_shard_key(cl):
+    c = cl.router.client()
+    reshard(c, "famk")
+    c[DB].famk.insert_many([{"_id": 1, "x": -1, "tag": "p"}, {"_id": 2, "x": 1, "tag": "q"}])
+    doc = c[DB].famk.find_one_and_update({"tag": "q"}, {"$set": {"seen": 1}},
+                                         return_document=ReturnDocument.AFTER)
+    assert doc == {"_id": 2, "x": 1, "tag": "q", "seen": 1}
+    assert c[DB].famk.find_one_and_update({"tag": "none"}, {"$set": {"seen": 1}}) is None
+    assert c[DB].famk.find_one_and_delete({"tag": "p"}) == {"_id": 1, "x": -1, "tag": "p"}
+    assert cl.shard_client(0)[DB].famk.count_documents({}) == 0
+    # Changing the shard key of a document found without it moves it too.
+    doc = c[DB].famk.find_one_and_update({"tag": "q"}, {"$set": {"x": -9}},
+                                         return_document=ReturnDocument.AFTER)
+    assert doc["x"] == -9
+    assert cl.shard_client(0)[DB].famk.find_one({"_id": 2})["x"] == -9
+    assert cl.shard_client(1)[DB].famk.count_documents({}) == 0
+
+
+def test_write_without_shard_key_in_client_transaction(cl):
+    c = cl.router.client()
+    reshard(c, "nokey")
+    c[DB].nokey.insert_many([{"_id": "t%d" % x, "x": x, "g": "t"} for x in (-1, 1)])
+
+    def body(s):
+        assert c[DB].nokey.update_one({"g": "t", "x": {"$gt": 0}}, {"$set": {"in": 1}},
+                                      session=s).modified_count == 1
+        assert c[DB].nokey.delete_one({"g": "t", "x": {"$lt": 0}}, session=s).deleted_count == 1
+
+    with c.start_session() as s:
+        s.with_transaction(body)
+    assert sorted((d["_id"], d.get("in")) for d in c[DB].nokey.find({"g": "t"})) == [("t1", 1)]
+
+
+def test_update_by_id_never_misses_during_migrations(cl):
+    """updateOne({_id}) on a collection sharded on another key, while its chunk moves back and
+    forth: every update finds the document (n: 1), none is lost."""
+    import threading
+    c = cl.router.client()
+    ns = DB + ".mig"
+    c[DB].mig.drop()
+    c.admin.command("shardCollection", ns, key={"x": 1})
+    c.admin.command("split", ns, middle={"x": 0})
+    c[DB].mig.insert_many([{"_id": i, "x": i, "n": 0} for i in range(1, 6)])
+    stop = threading.Event()
+    moves = []
+    errors = []
+
+    def mover():
+        a = cl.router.client()
+        to = ["shard1", "shard0"]
+        failed = 0
+        while not stop.is_set():
+            dest = to[len(moves) % 2]
+            try:
+                a.admin.command("moveChunk", ns, find={"x": 1}, to=dest,
+                                _waitForDelete=True)
+                moves.append(dest)
+            except OperationFailure as e:
+                # A migration that fails is not this test's subject (it is retried); one
+                # that never succeeds is.
+                failed += 1
+                if failed > 20:
+                    errors.append(e)
+                    return
+
+    clients = [c, cl.router.client(retryWrites=False)]
+    t = threading.Thread(target=mover)
+    t.start()
+    updates = 0
+    misses = []
+    try:
+        while len(moves) < int(os.environ.get("ITX_MOVES", "8")) and not errors:
+            for i in range(1, 6):
+                # Retryable (broadcast by _id) and not (two-phase) in turn.
+                res = clients[i % 2][DB].mig.update_one({"_id": i}, {"$inc": {"n": 1}})
+                updates += 1
+                if res.matched_count != 1:
+                    misses.append((i, len(moves)))
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors
+    assert misses == []
+    if sum(d["n"] for d in c[DB].mig.find()) != updates:
+        # Known (issue 15 item 6, not this branch): a transaction committing on the donor
+        # after the migration's last catch-up loses its write on the recipient.
+        pytest.xfail("an update committed in a transaction during a migration was lost")
+
+
+def test_non_retryable_update_by_id_runs_two_phase(cl):
+    """Without retryWrites an exact _id match reaching both shards is a write without shard
+    key too; a retryable one is broadcast, each shard deduplicating its own retries."""
+    c = cl.router.client(retryWrites=False)
+    reshard(c, "nokey")
+    c[DB].nokey.insert_many([{"_id": "i1", "x": -1}, {"_id": "i2", "x": 1}])
+    assert c[DB].nokey.update_one({"_id": "i2"}, {"$set": {"a": 1}}).modified_count == 1
+    assert c[DB].nokey.delete_one({"_id": "i1"}).deleted_count == 1
+    assert c[DB].nokey.find_one_and_update({"_id": "i2"}, {"$set": {"a": 2}})["a"] == 1
+    assert list(c[DB].nokey.find({}, {"_id": 1, "a": 1})) == [{"_id": "i2", "a": 2}]
+
+
+def test_find_and_modify_without_shard_key_follows_sort_across_shards(cl):
+    c = cl.router.client()
+    reshard(c, "famk")
+    c[DB].famk.insert_many([{"_id": 10, "x": -3, "r": 5, "g": "s"},
+                            {"_id": 11, "x": 3, "r": 1, "g": "s"},
+                            {"_id": 12, "x": 4, "r": 9, "g": "s"}])
+    doc = c[DB].famk.find_one_and_update({"g": "s"}, {"$set": {"picked": 1}}, sort=[("r", 1)])
+    assert doc["_id"] == 11
+    doc = c[DB].famk.find_one_and_delete({"g": "s"}, sort=[("r", -1)])
+    assert doc["_id"] == 12
+    assert sorted(d["_id"] for d in c[DB].famk.find({"g": "s"})) == [10, 11]
+
+
+def test_concurrent_writes_without_shard_key_lose_no_update(cl):
+    """Several clients increment the one matching document without its shard key: write
+    conflicts between their internal transactions are retried, every increment lands once."""
+    import threading
+    c = cl.router.client()
+    reshard(c, "nokey")
+    c[DB].nokey.insert_many([{"_id": "c1", "x": 7, "g": "c", "n": 0},
+                             {"_id": "c2", "x": -7, "g": "other"}])
+    errors = []
+
+    def worker(retryable):
+        cli = cl.router.client(retryWrites=retryable)
+        try:
+            for _ in range(20):
+                res = cli[DB].nokey.update_one({"g": "c"}, {"$inc": {"n": 1}})
+                assert res.modified_count == 1
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i % 2 == 0,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert c[DB].nokey.find_one({"_id": "c1"})["n"] == 80
+
+
+def test_concurrent_moves_keep_exactly_one_copy(cl):
+    """Two clients keep moving the same document between the shards (and counting): it is
+    never duplicated or lost, and every update that reported a match applied once. (An update
+    by _id may match nothing while the other client's move commits on the two shards: reads
+    outside a transaction are not one point in time across shards, as on MongoDB.)"""
+    import threading
+    c = cl.router.client()
+    c[DB].moves.delete_many({"_id": "cm"})
+    c[DB].moves.insert_one({"_id": "cm", "x": -1, "n": 0})
+    errors = []
+    matched = []
+
+    def worker(sign):
+        cli = cl.router.client()
+        try:
+            for i in range(15):
+                res = cli[DB].moves.update_one({"_id": "cm"},
+                                               {"$set": {"x": sign * (i + 1)}, "$inc": {"n": 1}})
+                matched.append(res.matched_count)
+        except Exception as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, -1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    copies = [d for i in range(2) for d in cl.shard_client(i)[DB].moves.find({"_id": "cm"})]
+    assert len(copies) == 1
+    assert len(matched) == 30 and sum(matched) >= 15
+    assert copies[0]["n"] == sum(matched)
+
+
+def test_upsert_without_shard_key(cl):
+    c = cl.router.client()
+    reshard(c, "nokey")
+    res = c[DB].nokey.update_one({"g": "up"}, {"$set": {"x": 9, "v": 1}}, upsert=True)
+    assert res.upserted_id is not None and res.matched_count == 0
+    assert cl.shard_client(1)[DB].nokey.find_one({"g": "up"})["_id"] == res.upserted_id
+    # Now it matches: updated, not inserted again.
+    res = c[DB].nokey.update_one({"g": "up"}, {"$inc": {"v": 1}}, upsert=True)
+    assert (res.matched_count, res.modified_count, res.upserted_id) == (1, 1, None)
+    assert c[DB].nokey.count_documents({"g": "up"}) == 1
+    # Without a shard key value the document goes where a null key belongs (x < 0).
+    res = c[DB].nokey.update_one({"g": "nullkey"}, {"$set": {"v": 1}}, upsert=True)
+    assert cl.shard_client(0)[DB].nokey.find_one({"_id": res.upserted_id})["g"] == "nullkey"
+    r = c[DB].command("update", "nokey", updates=[
+        {"q": {"g": "b1"}, "u": {"$set": {"x": -3}}, "upsert": True},
+        {"q": {"g": "b2"}, "u": {"$set": {"x": 3}}, "upsert": True}], ordered=False)
+    assert r["n"] == 2 and [u["index"] for u in r["upserted"]] == [0, 1]
