@@ -35,7 +35,7 @@ typedef struct worker {
     pthread_t thread;
     int id;
     histogram_t hist;
-    uint64_t ops;
+    uint64_t ops; /* written by the worker, read (atomically) by --interval's reporter */
     uint64_t errors;
     uint64_t docs; /* findeq/range: documents returned */
     int64_t last_end_ns;
@@ -55,6 +55,7 @@ typedef struct config {
     int indexes;       /* insertidx: secondary indexes to create (0, 1 or 3) */
     int64_t span;      /* range: width of the range of 'a' */
     const char *shard; /* --shard: hashed or range, NULL = do not shard */
+    double interval;   /* --interval S: also print ops/s of every S seconds (stderr), 0: no */
 } config_t;
 
 typedef enum op_kind {
@@ -75,7 +76,7 @@ typedef enum op_kind {
 #define BATCH 100
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL};
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL, 0};
 
 /* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
  * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
@@ -437,7 +438,7 @@ worker_main(void *arg)
         if (run_op(w, client, coll, &cmd, docs, &rng, seq++, &error)) {
             t1 = now_ns();
             w->hist.counts[bucket_of((uint64_t)(t1 - t0))]++;
-            w->ops++;
+            __atomic_fetch_add(&w->ops, 1, __ATOMIC_RELAXED);
         } else {
             t1 = now_ns();
             if (w->errors++ == 0) {
@@ -486,7 +487,8 @@ usage(FILE *out)
             "               [--op ping|hello|insert|insert100|findid|rawins|retryins|ins2|txn2]\n"
             "               [--preload N] [--keys N]\n"
             "  C threads, each with its own mongoc_client_t, run the operation back to\n"
-            "  back for T seconds; prints ops/s and p50/p99 latency (us).\n"
+            "  back for T seconds; prints ops/s and p50/p99 latency (us); --interval S\n"
+            "  also prints, on stderr, the ops/s of each S seconds as they pass.\n"
             "  insert: insert_one of a 229-byte document, j:false (bench.insert, dropped\n"
             "  first); insert100: insert_many of 100 such documents (docs/s too);\n"
             "  findid: find {_id: k} limit 1 on bench.findid, k random in [0, keys);\n"
@@ -537,6 +539,8 @@ parse_args(int argc, char **argv)
             cfg.span = atoll(v);
         } else if (strcmp(a, "--shard") == 0) {
             cfg.shard = v;
+        } else if (strcmp(a, "--interval") == 0) {
+            cfg.interval = atof(v);
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);
@@ -764,6 +768,29 @@ done:
     return rc;
 }
 
+/* --interval: until the run's end, every cfg.interval seconds the ops/s of that interval. */
+static void
+report_intervals(worker_t *workers)
+{
+    uint64_t before = 0;
+    int64_t step = (int64_t)(cfg.interval * 1e9), end = start_ns + (int64_t)(cfg.seconds * 1e9);
+
+    for (int k = 1; step > 0 && start_ns + k * step <= end; k++) {
+        int64_t at = start_ns + k * step, left;
+        uint64_t sum = 0;
+        while ((left = at - now_ns()) > 0) {
+            struct timespec ts = {left / 1000000000, left % 1000000000};
+            nanosleep(&ts, NULL);
+        }
+        for (int i = 0; i < cfg.threads; i++) {
+            sum += __atomic_load_n(&workers[i].ops, __ATOMIC_RELAXED);
+        }
+        fprintf(stderr, "interval %d (%.0f-%.0f s): %.0f ops/s\n", k, cfg.interval * (k - 1),
+                cfg.interval * k, (double)(sum - before) / cfg.interval);
+        before = sum;
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -807,6 +834,7 @@ main(int argc, char **argv)
     pthread_barrier_wait(&ready_barrier);
     start_ns = now_ns(); /* all threads connected: the clock starts now */
     pthread_barrier_wait(&go_barrier);
+    report_intervals(workers);
     end_ns = start_ns;
     for (int i = 0; i < cfg.threads; i++) {
         pthread_join(workers[i].thread, NULL);

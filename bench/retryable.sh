@@ -14,6 +14,10 @@
 # document), with the oldest timestamp trailing stable by the node's
 # minSnapshotHistoryWindowInSeconds (BENCH_WINDOW, default 300, also given to the node) and
 # with it at stable (0); unpaced, and paced at the rate plain c=1 inserts reached in that round.
+# Then the sustained run (BENCH_SUSTAINED seconds, default 120; 0 skips it): per connection
+# count, retryable then plain inserts without a break, printing the ops/s of every 10 s side
+# by side: a session record whose WiredTiger history grew with every write (issue 13) shows
+# as retryable throughput falling over the run while plain stays flat.
 # Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 5), BENCH_CONNS ("1 32").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +30,7 @@ WINDOW=${BENCH_WINDOW:-300}
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-5}
 CONNS=${BENCH_CONNS:-"1 32"}
+SUSTAINED=${BENCH_SUSTAINED:-120}
 for b in "$SHALE" "$LOADGEN" "$HOTREC"; do
   command -v "$b" >/dev/null || { echo "retryable bench: missing $b" >&2; exit 1; }
 done
@@ -97,6 +102,28 @@ print("%s: %.0f ops/s, %.2f us CPU per op" % (r["label"], r["ops_per_sec"], r["c
     done
   done
 done
+
+# sustained LABEL URI_OPTIONS THREADS: one long insert run, its 10 s intervals into
+# $work/sustained-LABEL-THREADS (one ops/s per line).
+sustained() {
+  local label=$1 opts=$2 c=$3
+  "$LOADGEN" --uri "${uri}?directConnection=true${opts}" --threads "$c" --seconds "$SUSTAINED" \
+    --op insert --interval 10 2>&1 >/dev/null | sed -n 's/^interval .*: \([0-9]*\) ops\/s$/\1/p' \
+    >"$work/sustained-$label-$c"
+}
+if [ "$SUSTAINED" -gt 0 ]; then
+  for c in $CONNS; do
+    sustained retryable "&retryWrites=true" "$c"
+    sustained plain "&retryWrites=false" "$c"
+    echo "== sustained ${SUSTAINED} s, x$c: ops/s per 10 s (retryable, then plain, back to back)"
+    paste "$work/sustained-retryable-$c" "$work/sustained-plain-$c" | awk -v c="$c" '
+      BEGIN { printf "%-10s %12s %12s %8s\n", "interval", "retryable", "plain", "ratio" }
+      { printf "%4d-%-4d s %12d %12d %8.3f\n", (NR - 1) * 10, NR * 10, $1, $2,
+               ($2 > 0 ? $1 / $2 : 0); r += $1; p += $2 }
+      END { if (NR > 0) printf "x%d whole run: retryable %.0f, plain %.0f ops/s, ratio %.3f\n",
+                                 c, r / NR, p / NR, (p > 0 ? r / p : 0) }'
+  done
+fi
 
 echo "== results (JSON), medians and ratios"
 /usr/bin/python3 - "$results" "$WINDOW" <<'PY'

@@ -88,7 +88,7 @@ decode_key(const shl_index_t *idx, const bson_t *pattern, const uint8_t *key, si
     while (shl_iter_next(&it)) {
         desc[i++] = BSON_ITER_HOLDS_NUMBER(&it) && bson_iter_as_double(&it) < 0;
     }
-    ok = shl_keystring_decode(key, len, desc, nfields, &arr, idx->unique ? NULL : &rid);
+    ok = shl_keystring_decode(key, len, desc, nfields, &arr, idx->rid_suffix ? &rid : NULL);
     bson_free(desc);
     bson_init(out);
     if (ok) {

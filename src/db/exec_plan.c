@@ -156,12 +156,13 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         const bson_t *kp = NULL;
         bool unique = true;
         BSON_APPEND_INT32(&id_kp, "_id", 1);
+        /* 'unique' here: the index's keys carry no RecordId (shl_index_t.rid_suffix). */
         if (p->access == EXEC_ACCESS_IDHACK) {
             kp = &id_kp;
         } else if (p->index_name[0] != '\0' && p->coll != NULL) {
             const shl_index_t *idx = shl_collection_find_index(p->coll, p->index_name);
             kp = idx != NULL ? idx->key_pattern : NULL;
-            unique = idx != NULL && idx->unique;
+            unique = idx != NULL && !idx->rid_suffix;
         }
         root = exec_return_key_new(root, kp, unique, q->return_key, q->show_record_id);
         bson_destroy(&id_kp);

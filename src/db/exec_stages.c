@@ -1305,7 +1305,7 @@ covered_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_s
         }
         if (row->key == NULL ||
             !shl_keystring_decode(row->key, row->key_len, c->descending, c->nfields, &vals,
-                                  c->idx->unique ? NULL : &rid)) {
+                                  c->idx->rid_suffix ? &rid : NULL)) {
             fetch = true;
         } else {
             if (bson_iter_init(&it, &vals)) {

@@ -283,17 +283,22 @@ session_end(shl_op_ctx_t *op)
     }
 }
 
-/* config.transactions and config.image_collection, which retryable writes write. */
+/* config.transactions and config.image_collection, which retryable writes write.
+ * config.transactions is versioned (storage/catalog.h SHL_COLL_OPT_VERSIONED): every write of
+ * a session's record is a new key, so no key's history grows with the session's writes. */
 static int
 create_session_collections(db_node_t *node, shl_status_t *st)
 {
     static const char *const names[] = {DB_TRANSACTIONS_NS, DB_IMAGE_COLLECTION_NS};
+    bson_t versioned = BSON_INITIALIZER;
     int ret = 0;
 
+    BSON_APPEND_BOOL(&versioned, SHL_COLL_OPT_VERSIONED, true);
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         shl_collection_t *c = shl_catalog_get(node->eng, names[i]);
         if (c == NULL) {
-            ret = shl_catalog_create_collection(node->eng, names[i], NULL, NULL, NULL, st);
+            ret = shl_catalog_create_collection(node->eng, names[i], i == 0 ? &versioned : NULL,
+                                                NULL, NULL, st);
             if (ret == SHL_CODE_NAMESPACE_EXISTS) {
                 shl_status_clear(st);
                 ret = 0;
@@ -303,6 +308,7 @@ create_session_collections(db_node_t *node, shl_status_t *st)
         SHL_ERR(ret);
     }
 done:
+    bson_destroy(&versioned);
     return ret;
 }
 

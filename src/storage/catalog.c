@@ -191,6 +191,14 @@ coll_add_index(shl_collection_t *c, shl_index_t *idx)
     c->indexes[c->nindexes++] = idx;
 }
 
+/* Give unique index 'idx' the versioned layout (catalog.h shl_index_t.versioned). */
+static void
+index_set_versioned(shl_index_t *idx)
+{
+    idx->versioned = true;
+    idx->rid_suffix = true;
+}
+
 /* Build an index object from its stored spec and ident. */
 static int
 index_new(shl_storage_engine_t *eng, const bson_t *spec, const char *ident, shl_index_t **out,
@@ -216,6 +224,7 @@ index_new(shl_storage_engine_t *eng, const bson_t *spec, const char *ident, shl_
     idx->is_id = strcmp(idx->name, "_id_") == 0;
     idx->unique =
         idx->is_id || (bson_iter_init_find(&it, spec, "unique") && bson_iter_as_bool(&it));
+    idx->rid_suffix = !idx->unique;
     idx->ident = bson_strdup(ident);
     idx->uri = bson_strdup_printf("table:%s", ident);
     SHL_ERR(eng->keygen_factory(spec, &idx->keygen, st));
@@ -247,6 +256,9 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
         idx->durable_num_types = c->indexes[i]->durable_num_types;
         idx->min_visible_ts = c->indexes[i]->min_visible_ts;
+        if (c->indexes[i]->versioned) {
+            index_set_versioned(idx);
+        }
         coll_add_index(n, idx);
     }
     *out = n;
@@ -285,6 +297,9 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
         idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
         idx->durable_num_types = c->indexes[i]->durable_num_types;
         idx->min_visible_ts = c->indexes[i]->min_visible_ts;
+        if (c->indexes[i]->versioned) {
+            index_set_versioned(idx);
+        }
         coll_add_index(n, idx);
     }
     *out = n;
@@ -628,6 +643,9 @@ coll_to_doc(const shl_collection_t *c, bson_t *doc)
         BSON_APPEND_DOCUMENT(&child, "spec", c->indexes[i]->spec);
         BSON_APPEND_UTF8(&child, "ident", c->indexes[i]->ident);
         BSON_APPEND_BOOL(&child, "ready", true);
+        if (c->indexes[i]->versioned) {
+            BSON_APPEND_BOOL(&child, "versioned", true);
+        }
         if (c->indexes[i]->multikey) {
             BSON_APPEND_BOOL(&child, "multikey", true);
             BSON_APPEND_INT64(&child, "multikeyPaths", (int64_t)c->indexes[i]->multikey_paths);
@@ -681,7 +699,7 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             bson_iter_t f;
             bson_t spec;
             const char *iident = NULL;
-            bool multikey = false, has_paths = false;
+            bool multikey = false, has_paths = false, versioned = false;
             uint64_t paths = 0, num_types = SHL_NUM_TYPES_UNKNOWN; /* older entries */
             shl_index_t *idx;
             if (!BSON_ITER_HOLDS_DOCUMENT(&arr) || !bson_iter_recurse(&arr, &f)) {
@@ -702,6 +720,8 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
                     has_paths = true;
                 } else if (strcmp(shl_iter_key(&f), "numTypes") == 0) {
                     num_types = (uint64_t)bson_iter_as_int64(&f);
+                } else if (strcmp(shl_iter_key(&f), "versioned") == 0) {
+                    versioned = bson_iter_as_bool(&f);
                 }
             }
             if (iident == NULL) {
@@ -714,6 +734,9 @@ coll_from_doc(shl_storage_engine_t *eng, const bson_t *doc, shl_collection_t **o
             idx->num_types = num_types;
             idx->durable_multikey_paths = idx->multikey_paths;
             idx->durable_num_types = idx->num_types;
+            if (versioned && idx->unique) {
+                index_set_versioned(idx);
+            }
             coll_add_index(c, idx);
         }
     }
@@ -1072,22 +1095,6 @@ new_ident(shl_storage_engine_t *eng, const char *kind)
     return bson_strdup_printf("%s-%llu", kind, (unsigned long long)n);
 }
 
-/*
- * Extra WT table settings for the record table of collection 'ns' ("" for none).
- * config.transactions holds one record per session, rewritten by every retryable write of
- * that session: within minSnapshotHistoryWindowInSeconds, every version stays in the record's
- * in-memory update chain (WiredTiger 3.2.1 keeps history there), so its page outgrows the
- * default memory_page_max (5MB) within seconds under one busy session. Each access then forces
- * an eviction that reconciles the whole page and, unable to drop any pinned version, rebuilds
- * it in memory (update/restore): measured at c=1 (bench/retryable.sh) as 60% of the node's
- * CPU. A larger limit leaves that page to the eviction server; the history kept is the same.
- */
-static const char *
-record_table_extra(const char *ns)
-{
-    return strcmp(ns, "config.transactions") == 0 ? ",memory_page_max=1GB" : "";
-}
-
 /* Create a WT table inside the txn's session, with 'extra' appended to its settings; dropped
  * again if the txn aborts. */
 static int
@@ -1162,7 +1169,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     char *ident = NULL, *iident = NULL;
     uint8_t uuid[16];
     uint64_t ts;
-    bool capped = false;
+    bool capped = false, versioned = false;
     int ret = 0;
 
     if (strcmp(ns, SHL_OPLOG_NS) == 0) {
@@ -1178,6 +1185,10 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
         while (shl_iter_next(&it)) {
             const char *k = shl_iter_key(&it);
             if (strcmp(k, "create") == 0 || strcmp(k, "idIndex") == 0) {
+                continue;
+            }
+            if (strcmp(k, SHL_COLL_OPT_VERSIONED) == 0) {
+                versioned = bson_iter_as_bool(&it);
                 continue;
             }
             if (strcmp(k, "capped") == 0) {
@@ -1217,13 +1228,16 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
             ret = index_new(eng, &idspec, iident, &idx, st);
         }
         if (ret == 0) {
+            if (versioned) {
+                index_set_versioned(idx);
+            }
             coll_add_index(c, idx);
             idx = NULL;
         }
         bson_destroy(tmp);
         SHL_ERR(ret);
     }
-    SHL_ERR(create_table(txn, c->uri, false, record_table_extra(ns), st));
+    SHL_ERR(create_table(txn, c->uri, false, "", st));
     SHL_ERR(create_table(txn, c->indexes[0]->uri, true, "", st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
     SHL_ERR(catalog_put(txn, c, st));
@@ -1232,6 +1246,9 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
         while (shl_iter_next(&it)) {
             bson_append_iter(&o, shl_iter_key(&it), -1, &it);
         }
+    }
+    if (versioned) {
+        BSON_APPEND_BOOL(&o, SHL_COLL_OPT_VERSIONED, true);
     }
     append_id_index(&o, "idIndex");
     SHL_ERR(ddl_oplog(txn, c->db, uuid, &o, NULL, ts, st));

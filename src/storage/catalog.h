@@ -20,6 +20,19 @@
 #define SHL_OPLOG_NS "local.oplog.rs"
 
 /*
+ * SHL_COLL_OPT_VERSIONED -- create option (shl_catalog_create_collection, not stored in the
+ * collection's options: listCollections does not show it; the create oplog entry carries it
+ * so replay builds the same layout): {versionedRecords: true} makes a versioned collection,
+ * for tables of one small document per key rewritten at a high rate (config.transactions).
+ * Its _id index is versioned (shl_index_t.versioned) and shl_doc_upsert_derived stores each
+ * new version of a document under a new RecordId and a new _id index entry, removing the
+ * old ones in the same transaction: no WiredTiger key is written more than twice (insert,
+ * remove), so no key accumulates an update chain over the snapshot history window. Other
+ * writes (insert/update/delete) behave as in any collection.
+ */
+#define SHL_COLL_OPT_VERSIONED "versionedRecords"
+
+/*
  * One index of a collection. Immutable while the collection snapshot that holds it
  * is referenced.
  */
@@ -29,6 +42,13 @@ typedef struct shl_index {
     bson_t *key_pattern;     /* spec.key */
     bool unique;             /* true for _id_ and unique: true */
     bool is_id;              /* the _id index */
+    /* Key layout (immutable). A versioned index (the _id index of a collection created with
+     * SHL_COLL_OPT_VERSIONED; catalog entry "versioned": true) is unique but stores each
+     * entry as key || RecordId(-rid), value rid: every version of a document is a new entry
+     * and the newest sorts first under its key (index.h "Versioned layout"). rid_suffix:
+     * stored keys end with a RecordId (non-unique or versioned); decode them with a rid. */
+    bool versioned;
+    bool rid_suffix;
     char *ident;             /* "index-7" */
     char *uri;               /* "table:index-7" */
     shl_keygen_t *keygen;    /* from the engine's keygen factory */
@@ -75,6 +95,13 @@ struct shl_collection {
     shl_index_t **indexes;   /* indexes[0] is _id_ (none for the oplog) */
     struct shl_rs_state *rs; /* private */
 };
+
+/* shl_collection_versioned -- whether 'c' was created with SHL_COLL_OPT_VERSIONED. */
+static inline bool
+shl_collection_versioned(const shl_collection_t *c)
+{
+    return c->nindexes > 0 && c->indexes[0]->versioned;
+}
 
 /* shl_collection_ref -- take a reference (thread-safe); returns 'c'. */
 shl_collection_t *shl_collection_ref(shl_collection_t *c);

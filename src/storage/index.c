@@ -583,9 +583,22 @@ shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64
 {
     out->len = 0;
     key_append_raw(out, key, len);
-    if (!idx->unique) {
-        shl_keystring_append_record_id(out, rid);
+    if (idx->rid_suffix) {
+        /* Versioned: -rid, so that a key's newest version (highest RecordId) sorts first. */
+        shl_keystring_append_record_id(out, idx->versioned ? -rid : rid);
     }
+}
+
+/* Versioned index: is another RecordId than 'rid' live under 'key' (a duplicate)? */
+static int
+versioned_taken(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key, size_t len,
+                int64_t rid, bool *dup, shl_status_t *st)
+{
+    int64_t other = 0;
+    bool found = false;
+    int ret = shl_index_lookup(txn, idx, key, len, &other, &found, st);
+    *dup = ret == 0 && found && other != rid;
+    return ret;
 }
 
 int
@@ -604,13 +617,20 @@ shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
     for (size_t i = 0; i < keys->n; i++) {
         size_t len;
         const uint8_t *k = shl_keyset_key(keys, i, &len);
+        if (idx->versioned) {
+            /* Its entries differ by RecordId: uniqueness is a lookup of the live one. */
+            SHL_ERR(versioned_taken(txn, idx, k, len, rid, dup, st));
+            if (*dup) {
+                break;
+            }
+        }
         shl_index_full_key(idx, k, len, rid, &kb);
         item.data = kb.data;
         item.size = kb.len;
         c->set_key(c, &item);
         c->set_value(c, rid);
         wtret = c->insert(c);
-        if (wtret == WT_DUPLICATE_KEY && idx->unique) {
+        if (wtret == WT_DUPLICATE_KEY && !idx->rid_suffix) {
             int64_t other = 0;
             /* The same entry already there (replay) is not a duplicate. */
             if (c->search(c) == 0 && c->get_value(c, &other) == 0 && other == rid) {
@@ -620,7 +640,7 @@ shl_index_insert_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const shl_
             break;
         }
         if (wtret == WT_DUPLICATE_KEY) {
-            continue; /* non-unique: key+rid already present (replay) */
+            continue; /* key+rid already present (replay) */
         }
         if (wtret != 0) {
             SHL_ERR(shl_wt_err(st, wtret, "index insert"));
@@ -702,6 +722,45 @@ done:
     return ret;
 }
 
+int
+shl_index_move_version(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key,
+                       size_t len, int64_t old_rid, int64_t new_rid, shl_status_t *st)
+{
+    WT_CURSOR *c = NULL;
+    shl_keystring_t kb;
+    WT_ITEM item;
+    int ret = 0, wtret;
+
+    SHL_INVARIANT(idx->versioned);
+    shl_keystring_init(&kb);
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &c, st));
+    if (old_rid != 0) {
+        shl_index_full_key(idx, key, len, old_rid, &kb);
+        item.data = kb.data;
+        item.size = kb.len;
+        c->set_key(c, &item);
+        wtret = c->remove(c);
+        if (wtret != 0 && wtret != WT_NOTFOUND) {
+            SHL_ERR(shl_wt_err(st, wtret, "index remove"));
+        }
+    }
+    shl_index_full_key(idx, key, len, new_rid, &kb);
+    item.data = kb.data;
+    item.size = kb.len;
+    c->set_key(c, &item);
+    c->set_value(c, new_rid);
+    wtret = c->insert(c);
+    if (wtret != 0 && wtret != WT_DUPLICATE_KEY) {
+        SHL_ERR(shl_wt_err(st, wtret, "index insert"));
+    }
+done:
+    if (c != NULL) {
+        shl_wt_cursor_put(txn->sess, idx->uri, c);
+    }
+    shl_keystring_cleanup(&kb);
+    return ret;
+}
+
 /* ---------------------------------------------------------------------------------
  * Reads
  * ------------------------------------------------------------------------------ */
@@ -717,14 +776,16 @@ shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *
     *found = false;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, idx->uri, &c, st));
     c->set_key(c, &item);
-    if (idx->unique) {
+    if (!idx->rid_suffix) {
         SHL_WT_READ(wtret, c->search(c));
         if (wtret == 0) {
             wtret = c->get_value(c, rid);
             *found = wtret == 0;
         }
     } else {
-        /* Non-unique keys are key+RecordId: find the first one with this prefix. */
+        /* key || RecordId: the first entry with this prefix. For a versioned index that is
+         * the newest version; older versions, removed, sort after it, so the cursor does not
+         * step over their deleted entries (only over invisible newer ones, if any). */
         SHL_WT_READ(wtret, c->search_near(c, &exact));
         if (wtret == 0 && exact < 0) {
             SHL_WT_READ(wtret, c->next(c));
@@ -732,7 +793,8 @@ shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *
         if (wtret == 0) {
             wtret = c->get_key(c, &got);
         }
-        if (wtret == 0 && got.size >= len && memcmp(got.data, key, len) == 0) {
+        if (wtret == 0 && got.size == len + SHL_KEYSTRING_RECORD_ID_SIZE &&
+            memcmp(got.data, key, len) == 0) {
             wtret = c->get_value(c, rid);
             *found = wtret == 0;
         }

@@ -5,6 +5,17 @@
  * DuplicateKey; a non-unique index appends the RecordId to the key. Key generation is
  * a pluggable object per index (shl_keygen_t) so multikey/sparse/partial/hashed
  * generators can be added by the query layer. DESIGN.md section 5.
+ *
+ * Versioned layout (shl_index_t.versioned: the _id index of a collection created with
+ * SHL_COLL_OPT_VERSIONED, config.transactions): unique, but each entry is
+ * key || RecordId(-rid) -> rid, so every version of a document is its own WiredTiger key,
+ * inserted once and removed once (shl_doc_upsert_derived), and under one key the newest
+ * version (highest RecordId) sorts first. A lookup seeks to the key and takes the first
+ * live entry: the removed older versions sort after it and are never stepped over (O(log n)
+ * however many are still kept for the snapshot history window). Uniqueness on insert is a
+ * lookup of the live entry, not a WiredTiger duplicate key: writers of one _id must be
+ * serialized by the caller (the session catalog's checkout does it for config.transactions);
+ * an update or delete of the live entry conflicts as usual.
  */
 #ifndef SHL_STORAGE_INDEX_H
 #define SHL_STORAGE_INDEX_H
@@ -110,7 +121,8 @@ void shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys);
 /*
  * shl_index_lookup --
  *     The RecordId of the first entry whose key (without RecordId) equals
- *     [key, key+len), in 'txn''s snapshot: for a unique index the one entry.
+ *     [key, key+len), in 'txn''s snapshot: for a unique index the one entry (versioned:
+ *     the live version, found without walking over removed ones).
  *     *found false when there is none. Errors: InternalError.
  */
 int shl_index_lookup(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key, size_t len,

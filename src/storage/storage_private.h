@@ -272,6 +272,11 @@ int shl_index_remove_keys(shl_storage_txn_t *txn, const shl_index_t *idx, const 
                           int64_t rid, shl_status_t *st);
 void shl_index_full_key(const shl_index_t *idx, const uint8_t *key, size_t len, int64_t rid,
                         shl_keystring_t *out);
+/* Versioned index (shl_index_t.versioned): the document with index key 'key' moves from
+ * 'old_rid' (0: none) to 'new_rid': remove that entry (if there), insert the new one, with no
+ * uniqueness lookup (the caller knows old_rid is the live one). */
+int shl_index_move_version(shl_storage_txn_t *txn, const shl_index_t *idx, const uint8_t *key,
+                           size_t len, int64_t old_rid, int64_t new_rid, shl_status_t *st);
 
 /* ---- write.c ---- */
 /* Make the document with _id 'id' in 'coll' equal 'doc' (replace or insert); oplog

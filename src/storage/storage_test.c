@@ -2435,51 +2435,140 @@ SHL_TEST(drop_waits_for_checkpoint_and_open_cursors)
     tmp_free();
 }
 
-/* Sets *out to the WT file config of collection 'ns' (caller frees), from WT's metadata. */
+
+/* The live entries of index 'i' of 'ns': their count *n, and the RecordId of the first. */
 static void
-file_config(shl_storage_engine_t *eng, const char *ns, char **out)
+index_entries(shl_storage_engine_t *eng, const char *ns, size_t i, size_t *count, int64_t *first)
 {
     shl_collection_t *c = shl_catalog_get(eng, ns);
-    shl_wt_session_t *s;
-    WT_CURSOR *meta = NULL;
+    shl_storage_txn_t *txn = NULL;
+    shl_index_cursor_t *ic = NULL;
     shl_status_t st;
-    const char *v = NULL;
-    char *key;
+    size_t n = 0;
 
-    *out = NULL;
-    ASSERT(c != NULL);
-    key = bson_strdup_printf("file:%s.wt", c->uri + strlen("table:"));
-    ASSERT_INT_EQ(shl_wt_session_get(eng, &s, &st), 0);
-    ASSERT_INT_EQ(s->wt->open_cursor(s->wt, "metadata:", NULL, NULL, &meta), 0);
-    meta->set_key(meta, key);
-    ASSERT_INT_EQ(meta->search(meta), 0);
-    ASSERT_INT_EQ(meta->get_value(meta, &v), 0);
-    *out = bson_strdup(v);
-    meta->close(meta);
-    shl_wt_session_put(eng, s);
+    *first = 0;
+    ASSERT(c != NULL && i < c->nindexes);
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_index_cursor_open(txn, c->indexes[i], NULL, NULL, true, &ic, &st), 0);
+    for (;;) {
+        int64_t rid;
+        bool eof = false;
+        ASSERT_INT_EQ(shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, &st), 0);
+        if (eof) {
+            break;
+        }
+        if (n++ == 0) {
+            *first = rid;
+        }
+    }
+    shl_index_cursor_close(ic);
+    shl_storage_txn_abort(txn);
     shl_collection_release(c);
-    bson_free(key);
+    *count = n;
 }
 
-SHL_TEST(config_transactions_page_is_not_force_evicted_at_5mb)
+/* One derived write of 'doc' into 'ns' with RecordId hint *rid, committed. */
+static void
+derived_write(shl_storage_engine_t *eng, const char *ns, const bson_t *doc, int64_t *rid)
+{
+    shl_collection_t *c = shl_catalog_get(eng, ns);
+    shl_storage_txn_t *txn = NULL;
+    shl_status_t st;
+    uint64_t ts;
+
+    ASSERT(c != NULL);
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_tick(txn, &ts, &st), 0);
+    ASSERT_INT_EQ(shl_doc_upsert_derived(txn, c, doc, rid, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
+    shl_collection_release(c);
+}
+
+/* A versioned collection (config.transactions' layout): every write of a document is a new
+ * record and a new _id entry, the old ones are removed, and a lookup finds the newest. */
+SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
 {
     char *dir = tmpdir();
     shl_storage_engine_t *eng = open_eng(dir, false);
+    bson_value_t sid = {.value_type = BSON_TYPE_INT32, .value.v_int32 = 7};
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *c;
     shl_status_t st;
-    char *cfg;
+    int64_t rid = 0, prev, first, got_rid = 0;
+    size_t nent = 0;
+    bson_t got;
+    bool found;
 
     ASSERT(eng != NULL);
-    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "config.transactions", NULL, NULL, NULL, &st),
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "config.transactions",
+                                                T("{'versionedRecords': true}"), NULL, NULL, &st),
                   0);
-    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "db.c", NULL, NULL, NULL, &st), 0);
-    file_config(eng, "config.transactions", &cfg);
-    ASSERT(cfg != NULL);
-    ASSERT(strstr(cfg, "memory_page_max=1GB") != NULL);
-    bson_free(cfg);
-    file_config(eng, "db.c", &cfg);
-    ASSERT(cfg != NULL);
-    ASSERT(strstr(cfg, "memory_page_max=5MB") != NULL);
-    bson_free(cfg);
+    c = shl_catalog_get(eng, "config.transactions");
+    ASSERT(shl_collection_versioned(c) && c->indexes[0]->unique && c->indexes[0]->rid_suffix);
+    /* Not one of the options users see. */
+    ASSERT_BSON_EQ(c->options, "{}");
+    shl_collection_release(c);
+    derived_write(eng, "config.transactions", T("{'_id': 7, 'n': 0}"), &rid);
+    derived_write(eng, "config.transactions", T("{'_id': 8, 'n': 0}"), &(int64_t){0});
+    ASSERT(rid != 0);
+    for (int i = 1; i <= 2000; i++) {
+        bson_t *doc = BCON_NEW("_id", BCON_INT32(7), "n", BCON_INT32(i));
+        prev = rid;
+        /* Every 100th write without the hint: found through the _id index. */
+        if (i % 100 == 0) {
+            rid = 0;
+        }
+        derived_write(eng, "config.transactions", doc, &rid);
+        ASSERT(rid > prev);
+        bson_destroy(doc);
+        /* The old record is gone, the new one holds the document. */
+        c = shl_catalog_get(eng, "config.transactions");
+        ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+        ASSERT_INT_EQ(shl_record_get(txn, c, prev, &got, &found, &st), 0);
+        ASSERT(!found);
+        bson_destroy(&got);
+        shl_storage_txn_abort(txn);
+        shl_collection_release(c);
+    }
+    /* One record and one _id entry per document; the lookup returns the newest. */
+    ASSERT_SCAN(eng, "config.transactions", true,
+                "[{ \"_id\" : 8, \"n\" : 0 }, { \"_id\" : 7, \"n\" : 2000 }]");
+    index_entries(eng, "config.transactions", 0, &nent, &first);
+    ASSERT_INT_EQ(nent, 2);
+    c = shl_catalog_get(eng, "config.transactions");
+    ASSERT_INT_EQ(shl_collection_num_records(c), 2);
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_doc_find_by_id(txn, c, &sid, &got, &got_rid, &found, &st), 0);
+    ASSERT(found && got_rid == rid);
+    ASSERT_BSON_EQ(&got, "{'_id': 7, 'n': 2000}");
+    bson_destroy(&got);
+    /* Still unique for ordinary inserts. */
+    ASSERT_INT_EQ(shl_doc_insert(txn, c, T("{'_id': 7}"), NULL, NULL, &st),
+                  SHL_CODE_DUPLICATE_KEY);
+    shl_status_clear(&st);
+    ASSERT_INT_EQ(shl_doc_insert(txn, c, T("{'_id': 9}"), NULL, NULL, &st), 0);
+    ASSERT_INT_EQ(shl_storage_txn_commit(txn, &st), 0);
+    shl_collection_release(c);
+
+    /* The layout survives a restart (catalog entry), and so does the newest version. */
+    shl_storage_close(eng);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    c = shl_catalog_get(eng, "config.transactions");
+    ASSERT(c != NULL && shl_collection_versioned(c));
+    ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
+    ASSERT_INT_EQ(shl_doc_find_by_id(txn, c, &sid, &got, &got_rid, &found, &st), 0);
+    ASSERT(found && got_rid == rid);
+    ASSERT_BSON_EQ(&got, "{'_id': 7, 'n': 2000}");
+    bson_destroy(&got);
+    shl_storage_txn_abort(txn);
+    shl_collection_release(c);
+    prev = rid;
+    rid = 0;
+    derived_write(eng, "config.transactions", T("{'_id': 7, 'n': 2001}"), &rid);
+    ASSERT(rid > prev);
+    index_entries(eng, "config.transactions", 0, &nent, &first);
+    ASSERT_INT_EQ(nent, 3);
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);

@@ -448,6 +448,71 @@ done:
     return ret;
 }
 
+/*
+ * A versioned collection (catalog.h SHL_COLL_OPT_VERSIONED): 'doc' (with _id 'id') becomes a
+ * new record under a fresh RecordId with a new _id index entry, and the current version (the
+ * record *rid when it still exists, else the one the _id index finds) and its entry are
+ * removed: every WiredTiger key is inserted once and removed once. *rid (may be NULL) receives
+ * the new RecordId. The txn is in replay mode (fixed timestamp, no oplog entry).
+ */
+static int
+upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
+                 const bson_value_t *id, int64_t *rid, shl_status_t *st)
+{
+    const shl_index_t *idx = coll->indexes[0];
+    bson_t cur = BSON_INITIALIZER;
+    shl_keyset_t idk;
+    int64_t old = rid != NULL ? *rid : 0, nrid = 0;
+    bool found = false;
+    uint64_t ts;
+    size_t klen;
+    const uint8_t *k;
+    int ret = 0;
+
+    shl_keyset_init(&idk);
+    SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    if (coll->nindexes != 1) {
+        /* Other indexes need the old document's keys: the general delete and insert. */
+        bson_destroy(&cur);
+        SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &old, &found, st));
+        if (found) {
+            SHL_ERR(shl_doc_delete(txn, coll, old, &cur, NULL, st));
+        }
+        SHL_ERR(shl_doc_insert(txn, coll, doc, NULL, &nrid, st));
+        goto done;
+    }
+    if (old != 0) {
+        ret = shl_record_delete(txn, coll, old, st);
+        if (ret == SHL_CODE_NO_SUCH_KEY) {
+            shl_status_clear(st); /* gone since (reaped): look it up below */
+            old = 0;
+            ret = 0;
+        }
+        SHL_ERR(ret);
+    }
+    if (old == 0) {
+        bson_destroy(&cur);
+        SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &old, &found, st));
+        if (found) {
+            SHL_ERR(shl_record_delete(txn, coll, old, st));
+        } else {
+            old = 0;
+        }
+    }
+    nrid = atomic_fetch_add(&coll->rs->next_rid, 1);
+    SHL_ERR(shl_record_insert_at(txn, coll, nrid, doc, st));
+    shl_index_id_key(id, &idk);
+    k = shl_keyset_key(&idk, 0, &klen);
+    SHL_ERR(shl_index_move_version(txn, idx, k, klen, old, nrid, st));
+done:
+    if (ret == 0 && rid != NULL) {
+        *rid = nrid;
+    }
+    shl_keyset_cleanup(&idk);
+    bson_destroy(&cur);
+    return ret;
+}
+
 int
 shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
                        int64_t *rid, shl_status_t *st)
@@ -462,6 +527,10 @@ shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, con
     SHL_INVARIANT(txn->last_ts != 0 || fixed != 0);
     /* Replay mode for this one write: the last write's timestamp, no entry appended. */
     txn->fixed_ts = fixed != 0 ? fixed : txn->last_ts;
+    if (shl_collection_versioned(coll)) {
+        SHL_ERR(upsert_versioned(txn, coll, doc, bson_iter_value(&it), rid, st));
+        goto done;
+    }
     if (rid != NULL && *rid != 0 && coll->nindexes == 1) {
         SHL_ERR(shl_txn_set_ts(txn, txn->fixed_ts, st));
         ret = shl_record_update(txn, coll, *rid, doc, st);
