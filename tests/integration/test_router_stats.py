@@ -258,12 +258,11 @@ def test_get_shard_map(stats):
 def test_balancer_status_start_stop(stats):
     r = stats.router_client()
     settings = stats.config_client().config.settings
-    # A new cluster's balancer is stopped (Shale's default, docs/design/balancer.md), where
+    # A new cluster's balancer is on (MongoDB's default, docs/design/balancer.md), where
     # mongosh's sh.status() and sh.getBalancerState() look, consistent with balancerStatus.
     doc = settings.find_one({"_id": "balancer"})
-    assert doc["mode"] == "off" and doc["stopped"] is True
-    st = r.admin.command("balancerStatus")
-    assert st["mode"] == "off" and st["inBalancerRound"] is False
+    assert doc["mode"] == "full" and doc["stopped"] is False
+    assert r.admin.command("balancerStatus")["mode"] == "full"
     # With no setting at all the balancer is on, MongoDB's default.
     settings.delete_one({"_id": "balancer"})
     assert r.admin.command("balancerStatus")["mode"] == "full"
