@@ -52,6 +52,7 @@ shl_rs_state_release(shl_rs_state_t *rs)
     if (rs != NULL && atomic_fetch_sub(&rs->refs, 1) == 1) {
         pthread_cond_destroy(&rs->wait_cv);
         pthread_mutex_destroy(&rs->wait_mu);
+        bson_free(atomic_load(&rs->version_slots));
         bson_free(rs);
     }
 }
