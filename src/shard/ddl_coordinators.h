@@ -52,7 +52,69 @@ int shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, shl_stat
 /* shard_ddl_drop_database -- the same for the dropDatabase coordinator of 'db'. */
 int shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *st);
 
-/* shard_ddl_coords_register -- _shardsvrDropCollection, _shardsvrDropDatabase. */
+/* shard_ddl_coords_register -- _shardsvrDropCollection, _shardsvrDropDatabase,
+ * _shardsvrCreateCollection. */
 void shard_ddl_coords_register(shl_command_registry_t *reg);
+
+/*
+ * The createCollection coordinator (ddl_create_coordinator.c), MongoDB 7.0's
+ * CreateCollectionCoordinator for a sharded collection: the router sends
+ * {_shardsvrCreateCollection: <coll>, shardKey, unique?, numInitialChunks?, collation?,
+ * databaseVersion} to the database's primary shard, which checks user write blocking and the
+ * databaseVersion, then runs or joins the coordinator
+ * {_id: {namespace, operationType: "createCollection"}, shardKey, unique, numInitialChunks?,
+ * collation?, phase} holding the database in IX and the collection in X. An identical request
+ * joins the running one; one with other options gets ConflictingOperationInProgress (117).
+ * Phases:
+ *
+ *   checkPreconditions (not checkpointed: an error leaves nothing): the shard key pattern is
+ *     valid; config.collections (majority): sharded with the same key and unique -> the
+ *     operation ends at once with the existing UUID; sharded otherwise -> AlreadyInitialized
+ *     (23) "sharding already enabled for collection <ns>".
+ *   enterCriticalSection: _shardsvrParticipantBlock ReadsAndWrites on this shard (reason
+ *     {command: "create", ns}): versioned reads and writes of the namespace wait, so the
+ *     emptiness the commit decides on (presplit of a hashed key) holds.
+ *   commit (aborts cleanly on a refusal): _configsvrShardCollection on the config server (key validation,
+ *     the shard key index on this shard, initial chunks, the participants that receive chunks
+ *     get the collection with this shard's UUID, config.collections, routing flushes).
+ *     Idempotent: after a crash the same request finds its own result. A refusal (bad options,
+ *     a non-empty collection without an index, ...) leaves the critical section and ends the
+ *     operation cleanly not done (the document goes).
+ *   exitCriticalSection: _shardsvrParticipantBlock Unblock (refresh the filtering metadata,
+ *     leave the section); the result {collectionsharded, collectionUUID} from
+ *     config.collections.
+ */
+extern shl_coord_type_t shard_create_coll_type;
+
+/* shard_ddl_create_register -- _shardsvrCreateCollection (called by
+ * shard_ddl_coords_register). */
+void shard_ddl_create_register(shl_command_registry_t *reg);
+
+/*
+ * shard_ddl_create_collection --
+ *     Run (or join) the createCollection coordinator of 'ns' with the request 'req'
+ *     ({shardKey, unique?, numInitialChunks?, collation?}; borrowed) and wait for its end.
+ *     On success 'reply' gets {collectionsharded, collectionUUID}. Errors: as the phases
+ *     above; ConflictingOperationInProgress; InterruptedAtShutdown.
+ */
+int shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
+                                bson_t *reply, shl_status_t *st);
+
+/* --- helpers shared by the DDL coordinator files (ddl_coordinators.c) --- */
+
+/* The operation's namespace (_id.namespace of 'doc') into 'out' ("" if none). */
+void shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n);
+/* Whether 'doc' is of operationType 'op' (a type's 'owns'). */
+bool shard_ddl_owns_op(const bson_t *doc, const char *op);
+/* find 'filter' in config.<coll> on the config server, read concern majority; *docs
+ * (NULL-terminated, free with shard_ddl_docs_free) gets the first batch. */
+int shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs,
+                          size_t *n, shl_status_t *st);
+void shard_ddl_docs_free(bson_t **docs);
+/* The collection DDL locks (database IX, then collection X; released in reverse) and their
+ * currentOp report: a type's acquire / release / report_held. */
+int shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st);
+void shard_ddl_coll_lock_release(shl_coord_t *c);
+void shard_ddl_coll_lock_report(const bson_t *doc, bson_t *op);
 
 #endif

@@ -55,33 +55,35 @@ wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t
     return ret;
 }
 
-/* Persist (block) or remove (!block) the critical-section document of 'ns', journaled. */
-static int
-persist_crit(shard_state_t *s, const char *ns, bool block, shl_status_t *st)
+int
+shard_critical_section_persist(shard_state_t *s, const char *const *names, size_t n,
+                               const bson_t *reason, bool block, shl_status_t *st)
 {
     int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, reason, wc;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, wc;
 
     BSON_APPEND_UTF8(&cmd, block ? "update" : "delete", CRIT_COLL);
     BSON_APPEND_ARRAY_BEGIN(&cmd, block ? "updates" : "deletes", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &one);
-    BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-    BSON_APPEND_UTF8(&q, "_id", ns);
-    bson_append_document_end(&one, &q);
-    if (block) {
-        BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
-        BSON_APPEND_UTF8(&u, "_id", ns);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "reason", &reason);
-        BSON_APPEND_UTF8(&reason, "command", "drop");
-        BSON_APPEND_UTF8(&reason, "ns", ns);
-        bson_append_document_end(&u, &reason);
-        BSON_APPEND_BOOL(&u, "blockReads", true);
-        bson_append_document_end(&one, &u);
-        BSON_APPEND_BOOL(&one, "upsert", true);
-    } else {
-        BSON_APPEND_INT32(&one, "limit", 1);
+    for (size_t i = 0; i < n; i++) {
+        char key[24];
+
+        snprintf(key, sizeof key, "%zu", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &one);
+        BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
+        BSON_APPEND_UTF8(&q, "_id", names[i]);
+        bson_append_document_end(&one, &q);
+        if (block) {
+            BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
+            BSON_APPEND_UTF8(&u, "_id", names[i]);
+            BSON_APPEND_DOCUMENT(&u, "reason", reason);
+            BSON_APPEND_BOOL(&u, "blockReads", true);
+            bson_append_document_end(&one, &u);
+            BSON_APPEND_BOOL(&one, "upsert", true);
+        } else {
+            BSON_APPEND_INT32(&one, "limit", 1);
+        }
+        bson_append_document_end(&arr, &one);
     }
-    bson_append_document_end(&arr, &one);
     bson_append_array_end(&cmd, &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_INT32(&wc, "w", 1);
@@ -91,6 +93,33 @@ persist_crit(shard_state_t *s, const char *ns, bool block, shl_status_t *st)
 done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
+    return ret;
+}
+
+/* Persist (block) or remove (!block) the critical-section document of 'ns': the request's
+ * 'reason' when it has one, else a drop's. */
+static int
+persist_crit(shard_state_t *s, const char *ns, const bson_t *cmd, bool block, shl_status_t *st)
+{
+    const char *names[1] = {ns};
+    bson_t reason = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret;
+
+    if (bson_iter_init_find(&it, cmd, "reason") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t given;
+
+        bson_iter_document(&it, &len, &data);
+        SHL_INVARIANT(bson_init_static(&given, data, len));
+        bson_concat(&reason, &given);
+    } else {
+        BSON_APPEND_UTF8(&reason, "command", "drop");
+        BSON_APPEND_UTF8(&reason, "ns", ns);
+    }
+    ret = shard_critical_section_persist(s, names, 1, &reason, block, st);
+    bson_destroy(&reason);
     return ret;
 }
 
@@ -164,14 +193,14 @@ cmd_participant_block(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     if (strcmp(type, "ReadsAndWrites") == 0) {
         SHL_ERR(wait_migrations(s, op, ns.full, st));
         SHL_ERR(shard_crit_enter(s, op, ns.full, SHARD_CRIT_ALL, st));
-        ret = persist_crit(s, ns.full, true, st);
+        ret = persist_crit(s, ns.full, cmd, true, st);
         if (ret != 0) {
             shard_crit_exit(s, ns.full);
         }
     } else if (strcmp(type, "Unblock") == 0) {
         /* Refresh first: the requests waiting in the section must see the new metadata. */
         SHL_ERR(shard_meta_refresh(s, ns.full, &m, st));
-        SHL_ERR(persist_crit(s, ns.full, false, st));
+        SHL_ERR(persist_crit(s, ns.full, cmd, false, st));
         shard_crit_exit(s, ns.full);
     } else {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,

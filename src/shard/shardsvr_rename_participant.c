@@ -64,42 +64,15 @@ static int
 persist_crit(shard_state_t *s, const shl_ns_t *from, const shl_ns_t *to, bool block,
              shl_status_t *st)
 {
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, reason, wc;
     const char *names[2] = {from->full, to->full};
+    bson_t reason = BSON_INITIALIZER;
+    int ret;
 
-    BSON_APPEND_UTF8(&cmd, block ? "update" : "delete", CRIT_COLL);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, block ? "updates" : "deletes", &arr);
-    for (int i = 0; i < 2; i++) {
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, i == 0 ? "0" : "1", &one);
-        BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", names[i]);
-        bson_append_document_end(&one, &q);
-        if (block) {
-            BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
-            BSON_APPEND_UTF8(&u, "_id", names[i]);
-            BSON_APPEND_DOCUMENT_BEGIN(&u, "reason", &reason);
-            BSON_APPEND_UTF8(&reason, "command", "rename");
-            BSON_APPEND_UTF8(&reason, "from", from->full);
-            BSON_APPEND_UTF8(&reason, "to", to->full);
-            bson_append_document_end(&u, &reason);
-            BSON_APPEND_BOOL(&u, "blockReads", true);
-            bson_append_document_end(&one, &u);
-            BSON_APPEND_BOOL(&one, "upsert", true);
-        } else {
-            BSON_APPEND_INT32(&one, "limit", 1);
-        }
-        bson_append_document_end(&arr, &one);
-    }
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_INT32(&wc, "w", 1);
-    BSON_APPEND_BOOL(&wc, "j", true);
-    bson_append_document_end(&cmd, &wc);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
+    BSON_APPEND_UTF8(&reason, "command", "rename");
+    BSON_APPEND_UTF8(&reason, "from", from->full);
+    BSON_APPEND_UTF8(&reason, "to", to->full);
+    ret = shard_critical_section_persist(s, names, 2, &reason, block, st);
+    bson_destroy(&reason);
     return ret;
 }
 

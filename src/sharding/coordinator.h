@@ -139,6 +139,15 @@ const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
  * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
 int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
 void *shl_coord_type_arg(const shl_coord_t *c);
+/* shl_coord_finish -- end the operation successfully after the running phase: the later
+ * phases are skipped and the document is deleted (e.g. a create that finds the collection
+ * already sharded as asked). */
+void shl_coord_finish(shl_coord_t *c);
+/* shl_coord_abort -- the error the running phase returns (it must be non-retryable) ends the
+ * operation "cleanly not done": the document is deleted instead of left for the next start.
+ * The phase must have undone what the operation did. MongoDB's DDL coordinators do this
+ * before their point of no return (e.g. a create the config server refuses). */
+void shl_coord_abort(shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
 
