@@ -32,15 +32,15 @@ static const struct {
     {"collation", "collation"},
 };
 
-/* The document's shard key pattern, borrowed into 'out' (empty if missing). */
+/* The document's shard key pattern 'field', borrowed into 'out' (empty if missing). */
 static void
-doc_key(const bson_t *doc, bson_t *out)
+doc_key(const bson_t *doc, const char *field, bson_t *out)
 {
     bson_iter_t it;
     const uint8_t *data;
     uint32_t len;
 
-    if (bson_iter_init_find(&it, doc, "shardKey") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+    if (bson_iter_init_find(&it, doc, field) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         bson_iter_document(&it, &len, &data);
         SHL_INVARIANT(bson_init_static(out, data, len));
     } else {
@@ -162,12 +162,12 @@ phase_check(shl_coord_t *c, shl_status_t *st)
     int ret = 0;
 
     shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    doc_key(shl_coord_doc(c), &key);
+    doc_key(shl_coord_doc(c), "shardKey", &key);
     SHL_ERR(shl_shard_key_pattern_init(&pattern, &key, st));
     pattern_ok = true;
     SHL_ERR(read_entry(c, ns, &entry, st));
     if (entry != NULL) {
-        doc_key(entry, &ekey);
+        doc_key(entry, "key", &ekey);
         if (bson_iter_init_find(&it, entry, "key") && same_key(&ekey, &key) &&
             doc_unique(entry) == doc_unique(shl_coord_doc(c))) {
             set_result_from_entry(c, ns, entry);
