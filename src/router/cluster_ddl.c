@@ -825,31 +825,36 @@ fresh_routing(shl_router_t *r, const char *ns, bool create_db, shl_router_routin
     return shl_router_routing_init(r, ns, create_db, out, st);
 }
 
-/* A rename where the source or the target is sharded: the config server coordinates it
- * (_configsvrRenameCollection, docs/design/sharding-protocol.md "Renaming a sharded
- * collection"). */
+/* A rename where the source or the target is sharded: the primary shard's
+ * RenameCollectionCoordinator runs it (_shardsvrRenameCollection, MongoDB 7.0;
+ * docs/design/coordinators.md). */
 static int
-rename_sharded(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, const char *src,
+rename_sharded(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *src,
                const char *dst, bson_t *reply, shl_status_t *st)
 {
-    bson_t fwd = BSON_INITIALIZER, wc, cfg_reply = BSON_INITIALIZER;
+    bson_t body = BSON_INITIALIZER, got = BSON_INITIALIZER;
     bson_iter_t it;
+    ddl_body_t b = {cmd, &body};
+    bool found = false;
     int ret = 0;
 
-    BSON_APPEND_UTF8(&fwd, "_configsvrRenameCollection", src);
-    BSON_APPEND_UTF8(&fwd, "to", dst);
-    if (bson_iter_init_find(&it, cmd, "dropTarget")) {
-        BSON_APPEND_BOOL(&fwd, "dropTarget", bson_iter_as_bool(&it));
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
-    BSON_APPEND_UTF8(&wc, "w", "majority");
-    bson_append_document_end(&fwd, &wc);
-    ret = shl_router_forward_to_config(r, op, &fwd, &cfg_reply, st);
-    shl_catalog_cache_invalidate_collection(r->cache, src);
-    shl_catalog_cache_invalidate_collection(r->cache, dst);
     (void)reply;
-    bson_destroy(&fwd);
-    bson_destroy(&cfg_reply);
+    BSON_APPEND_UTF8(&body, "_shardsvrRenameCollection", src->coll);
+    BSON_APPEND_UTF8(&body, "to", dst);
+    if (bson_iter_init_find(&it, cmd, "dropTarget")) {
+        BSON_APPEND_BOOL(&body, "dropTarget", bson_iter_as_bool(&it));
+    }
+    bson_destroy(&got);
+    ret = router_send_to_primary(op, src->db, src->full, build_ddl_body, &b, &found, &got, NULL,
+                                 0, st);
+    shl_catalog_cache_invalidate_collection(r->cache, src->full);
+    shl_catalog_cache_invalidate_collection(r->cache, dst);
+    if (ret == 0 && !found) {
+        ret = shl_status_set(st, SHL_CODE_NAMESPACE_NOT_FOUND,
+                             "Source collection %s does not exist", src->full);
+    }
+    bson_destroy(&body);
+    bson_destroy(&got);
     return ret;
 }
 
@@ -900,7 +905,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
             SHL_FAIL(st, SHL_CODE_COMMAND_FAILED,
                      "Source and destination collections must be on the same database.");
         }
-        SHL_ERR(rename_sharded(r, op, cmd, src, dst, reply, st));
+        SHL_ERR(rename_sharded(r, op, cmd, &src_ns, dst, reply, st));
         goto done;
     }
     if (strcmp(from.db.primary, to.db.primary) != 0) {

@@ -159,8 +159,8 @@ done:
 }
 
 /* The document with "participants" set to 'ids'. */
-static void
-set_participants(shl_coord_t *c, char **ids, size_t n)
+void
+shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n)
 {
     bson_t doc = BSON_INITIALIZER, arr;
 
@@ -195,8 +195,8 @@ participants_of(const bson_t *doc, char ***ids, size_t *n)
 }
 
 /* Run 'cmd' on database 'db' of every participant at once; the first error, if any. */
-static int
-to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
+int
+shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
 {
     char **ids = NULL;
     size_t n = 0;
@@ -229,8 +229,8 @@ to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t 
 }
 
 /* Run 'cmd' on the config server's admin database. */
-static int
-to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
+int
+shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
     bson_t reply;
@@ -277,7 +277,7 @@ stop_migrations(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t
     BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
     BSON_APPEND_BOOL(&cmd, "allowMigrations", false);
     append_uuid(&cmd, "collectionUUID", info);
-    ret = to_config(c, &cmd, st);
+    ret = shard_ddl_to_config(c, &cmd, st);
     bson_destroy(&cmd);
     return ret;
 }
@@ -293,7 +293,7 @@ commit_drop_collection(shl_coord_t *c, const char *ns, const bson_t *info, shl_s
     if (info != NULL) {
         append_uuid(&cmd, "collectionUUID", info);
     }
-    ret = to_config(c, &cmd, st);
+    ret = shard_ddl_to_config(c, &cmd, st);
     bson_destroy(&cmd);
     return ret;
 }
@@ -424,7 +424,7 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     /* Who holds its data, remembered for the later phases (the chunks go in dropCollection). */
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
     SHL_ERR(find_participants(c, parsed.db, docs, n, &ids, &nids, st));
-    set_participants(c, ids, nids);
+    shard_ddl_set_participants(c, ids, nids);
     if (coll_info(shl_coord_doc(c), &info)) {
         SHL_ERR(stop_migrations(c, ns, &info, st));
     }
@@ -453,7 +453,7 @@ participants_block(shl_coord_t *c, bool block, shl_status_t *st)
     BSON_APPEND_UTF8(&reason, "command", "drop");
     BSON_APPEND_UTF8(&reason, "ns", ns);
     bson_append_document_end(&cmd, &reason);
-    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
 done:
     bson_destroy(&cmd);
     return ret;
@@ -485,7 +485,7 @@ phase_drop(shl_coord_t *c, shl_status_t *st)
     if (sharded) {
         append_uuid(&cmd, "collectionUUID", &info);
     }
-    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170201, "dropped collection", "ns", BCON_UTF8(ns), "sharded",
                  BCON_BOOL(sharded));
 done:
@@ -542,7 +542,7 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
          * phase finds fewer collections but must still reach every shard that held one. */
         bson_strfreev(ids);
         SHL_ERR(find_participants(c, db, colls, n, &ids, &nids, st));
-        set_participants(c, ids, nids);
+        shard_ddl_set_participants(c, ids, nids);
         SHL_ERR(shl_coord_persist(c, st));
     }
     for (size_t k = 0; k < n; k++) {
@@ -554,13 +554,13 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
         }
     }
     BSON_APPEND_INT32(&cmd, "_shardsvrDropDatabaseParticipant", 1);
-    SHL_ERR(to_participants(c, db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, db, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_configsvrCommitDropDatabase", db);
-    SHL_ERR(to_config(c, &cmd, st));
+    SHL_ERR(shard_ddl_to_config(c, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_flushDatabaseCacheUpdates", db);
-    SHL_ERR(to_participants(c, "admin", &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, "admin", &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170202, "dropped database", "db", BCON_UTF8(db), "shardedCollections",
                  BCON_INT64((int64_t)n));
     BSON_APPEND_UTF8(&result, "dropped", db);
@@ -644,6 +644,7 @@ shard_ddl_coords_setup(shard_ddl_locks_t *locks)
     shard_drop_coll_type.arg = locks;
     shard_drop_db_type.arg = locks;
     shard_create_coll_type.arg = locks;
+    shard_rename_coll_type.arg = locks;
 }
 
 /* ---------------------------------------------------------------------- entry points */
@@ -751,13 +752,14 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
         shl_command_registry_add(reg, &ddl_coord_cmds[k]);
     }
     shard_ddl_create_register(reg);
+    shard_ddl_rename_register(reg);
 }
 
 void
 shard_ddl_coords_recover(shard_state_t *s)
 {
     shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type,
-                                 &shard_create_coll_type};
+                                 &shard_create_coll_type, &shard_rename_coll_type};
 
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         shl_status_t st = SHL_STATUS_INIT;

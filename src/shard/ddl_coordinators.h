@@ -100,6 +100,41 @@ void shard_ddl_create_register(shl_command_registry_t *reg);
 int shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
                                 bson_t *reply, shl_status_t *st);
 
+/*
+ * The renameCollection coordinator (ddl_rename_coordinator.c), MongoDB 7.0's
+ * RenameCollectionCoordinator, for a rename whose source or target is sharded: the router
+ * sends {_shardsvrRenameCollection: <from coll>, to: "<db>.<coll>", dropTarget?,
+ * databaseVersion} to the primary shard of the source's database; the coordinator
+ * {_id: {namespace: <from>, operationType: "renameCollection"}, to, dropTarget, phase,
+ * sourceUUID, sourceSharded, targetUUID?, participants} holds the database in IX and both
+ * collections in X (name order). An identical request (same to, dropTarget) joins; another
+ * gets ConflictingOperationInProgress (117). Phases:
+ *
+ *   checkPreconditions (not checkpointed; any error ends it with nothing done): the source
+ *     exists (NamespaceNotFound); a sharded target needs dropTarget (NamespaceExists); on
+ *     every shard an unsharded target needs dropTarget, a copy of the source has its UUID
+ *     (CollectionUUIDMismatch) and no migration of either name runs (117). Nothing sharded:
+ *     the primary renames locally and the operation ends.
+ *   freezeMigrations: _configsvrSetAllowMigrations false for the sharded source / target.
+ *   blockCrudAndRename: _configsvrCommitDropCollection of a sharded target (dropTarget);
+ *     _shardsvrRenameCollectionParticipant on every shard (block both names, persisted;
+ *     rename the local copy; its range deletion tasks follow).
+ *   renameMetadata: _configsvrRenameCollectionMetadata (same UUID, new epoch, migrations
+ *     allowed) for a sharded source.
+ *   unblockCRUD: _shardsvrRenameCollectionUnblockParticipant on every shard (refresh both
+ *     names, leave the sections).
+ */
+extern shl_coord_type_t shard_rename_coll_type;
+
+/* shard_ddl_rename_collection -- run (or join) the coordinator renaming 'from' to 'to' and
+ * wait for its end. Errors: as the phases above; ConflictingOperationInProgress;
+ * InterruptedAtShutdown. */
+int shard_ddl_rename_collection(shl_coord_service_t *svc, const char *from, const char *to,
+                                bool drop_target, shl_status_t *st);
+
+/* shard_ddl_rename_register -- _shardsvrRenameCollection. */
+void shard_ddl_rename_register(shl_command_registry_t *reg);
+
 /* --- helpers shared by the DDL coordinator files (ddl_coordinators.c) --- */
 
 /* The operation's namespace (_id.namespace of 'doc') into 'out' ("" if none). */
@@ -111,6 +146,14 @@ bool shard_ddl_owns_op(const bson_t *doc, const char *op);
 int shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs,
                           size_t *n, shl_status_t *st);
 void shard_ddl_docs_free(bson_t **docs);
+/* Set the document's "participants" to the 'n' shard ids 'ids' (not persisted). */
+void shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n);
+/* Run 'cmd' on database 'db' of every participant at once (w: majority, retried when
+ * retryable); the first error. */
+int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd,
+                              shl_status_t *st);
+/* Run 'cmd' on the config server's admin database (w: majority, retried when retryable). */
+int shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st);
 /* The collection DDL locks (database IX, then collection X; released in reverse) and their
  * currentOp report: a type's acquire / release / report_held. */
 int shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st);

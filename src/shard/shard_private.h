@@ -368,6 +368,10 @@ void shard_recipient_shutdown(shard_state_t *s);
 /* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
  * or as a recipient whose thread has not ended). Takes mig_mu. */
 bool shard_migration_active_on(shard_state_t *s, const char *ns);
+/* shard_wait_migrations -- wait until no migration of 'ns' runs on this shard (a DDL
+ * coordinator stopped new ones first). Errors: the operation's interruption; LockBusy (46,
+ * retryable by the coordinator) after 30 s. */
+int shard_wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
 
 /*
  * shard_crit_sections_reload --

@@ -9,7 +9,8 @@
  *   so a restart keeps it. Unblock refreshes the filtering metadata from the config server,
  *   then leaves the section (the waiting requests then see the new metadata). Idempotent.
  * {_shardsvrDropCollectionParticipant: <coll>, collectionUUID?}: drops the local collection
- *   (missing: fine) and its range deletion tasks.
+ *   (missing: fine) and its range deletion tasks; with collectionUUID, a local collection
+ *   with another UUID (recreated or renamed over since) is left alone.
  * {_shardsvrDropDatabaseParticipant: 1}: waits for the database's migrations here to end,
  *   then drops the local database (missing: fine) and its range deletion tasks.
  */
@@ -19,7 +20,9 @@
 #include "base/log.h"
 #include "base/namespace.h"
 #include "net/command_args.h"
+#include "net/service.h"
 #include "shard/shard_private.h"
+#include "storage/catalog.h"
 
 #define CRIT_COLL "collection_critical_sections"
 /* A migration still running after this long keeps the participant from blocking; the
@@ -35,9 +38,8 @@ sleep_ms(int64_t ms)
     }
 }
 
-/* Wait until no migration of 'ns' (or, with 'db_prefix', of any namespace in it) runs here. */
-static int
-wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+int
+shard_wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
     int ret = 0;
 
@@ -191,7 +193,7 @@ cmd_participant_block(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  "field");
     }
     if (strcmp(type, "ReadsAndWrites") == 0) {
-        SHL_ERR(wait_migrations(s, op, ns.full, st));
+        SHL_ERR(shard_wait_migrations(s, op, ns.full, st));
         SHL_ERR(shard_crit_enter(s, op, ns.full, SHARD_CRIT_ALL, st));
         ret = persist_crit(s, ns.full, cmd, true, st);
         if (ret != 0) {
@@ -213,10 +215,43 @@ done:
     return ret;
 }
 
+/* Whether the request names a collectionUUID and the local collection 'ns' has another one
+ * (a missing collection differs from nothing). */
+static int
+uuid_differs(shl_op_ctx_t *op, const bson_t *cmd, const char *ns, bool *differs, shl_status_t *st)
+{
+    shl_collection_t *existing = NULL;
+    bson_iter_t it;
+    bson_subtype_t sub;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    int ret = 0;
+
+    *differs = false;
+    if (!bson_iter_init_find(&it, cmd, "collectionUUID")) {
+        goto done;
+    }
+    if (!BSON_ITER_HOLDS_BINARY(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_UUID, "collectionUUID must be a UUID");
+    }
+    bson_iter_binary(&it, &sub, &len, &data);
+    if (sub != BSON_SUBTYPE_UUID || len != 16) {
+        SHL_FAIL(st, SHL_CODE_INVALID_UUID, "collectionUUID must be a UUID");
+    }
+    existing = shl_catalog_get(op->svc->storage, ns);
+    *differs = existing != NULL && memcmp(existing->uuid, data, 16) != 0;
+done:
+    if (existing != NULL) {
+        shl_collection_release(existing);
+    }
+    return ret;
+}
+
 static int
 cmd_drop_coll_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shard_state_t *s = shard_state(op);
+    bool other = false;
     const char *coll = NULL;
     shl_ns_t ns;
     bson_t *drop = NULL, *q = NULL;
@@ -226,7 +261,15 @@ cmd_drop_coll_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     SHL_ERR(not_shard(s, st));
     SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
-    SHL_ERR(wait_migrations(s, op, ns.full, st));
+    SHL_ERR(shard_wait_migrations(s, op, ns.full, st));
+    SHL_ERR(uuid_differs(op, cmd, ns.full, &other, st));
+    if (other) {
+        /* Another collection under this name (recreated, or renamed over it since): not the
+         * one being dropped. Its range deletion tasks are its own too. */
+        SHL_LOG_INFO(SHARDING, 4170230, "drop participant: the local collection has another UUID",
+                     "ns", BCON_UTF8(ns.full));
+        goto done;
+    }
     drop = BCON_NEW("drop", BCON_UTF8(ns.coll));
     SHL_ERR(local_drop(s, ns.db, drop, st));
     q = BCON_NEW("nss", BCON_UTF8(ns.full));

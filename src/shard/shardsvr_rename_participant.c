@@ -1,7 +1,8 @@
 /*
  * shardsvr_rename_participant.c -- a shard's part in renaming a sharded collection
  * (docs/design/sharding-protocol.md "Renaming a sharded collection"; MongoDB 7.0's
- * RenameParticipantInstance, driven here by the config server):
+ * RenameParticipantInstance, driven by the primary shard's RenameCollectionCoordinator,
+ * ddl_rename_coordinator.c):
  *
  * {_shardsvrRenameCollectionParticipant: <coll>, to: "<db>.<coll>", dropTarget: bool,
  *  sourceUUID?: UUID, checkOnly?: bool} on the collection's database: blocks reads and writes
@@ -184,15 +185,18 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         memcpy(uuid, data, 16);
         has_uuid = true;
     }
-    /* A migration of the collection holds its own critical section; MongoDB stops
-     * migrations before a rename, Shale refuses the rename while one runs. */
-    if (shard_migration_active_on(s, from.full) || shard_migration_active_on(s, to.full)) {
-        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                 "Cannot rename %s while a chunk migration of it is in progress", from.full);
-    }
+    /* A migration of the collection holds its own critical section. The coordinator's check
+     * refuses the rename while one runs; once the rename started (migrations stopped), the
+     * participant waits for one that was still finishing. */
     if (check_only) {
-        goto done; /* the config server's check before it starts */
+        if (shard_migration_active_on(s, from.full) || shard_migration_active_on(s, to.full)) {
+            SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                     "Cannot rename %s while a chunk migration of it is in progress", from.full);
+        }
+        goto done;
     }
+    SHL_ERR(shard_wait_migrations(s, op, from.full, st));
+    SHL_ERR(shard_wait_migrations(s, op, to.full, st));
     SHL_ERR(shard_crit_enter(s, op, from.full, SHARD_CRIT_ALL, st));
     from_blocked = true;
     SHL_ERR(shard_crit_enter(s, op, to.full, SHARD_CRIT_ALL, st));

@@ -269,7 +269,8 @@ run_phase(shl_coord_t *c, size_t phase, shl_status_t *st)
         if (ret == 0) {
             ret = p->run(c, st);
         }
-        if (ret == 0 || !shl_remote_is_retryable(ret) || (max > 0 && attempt >= max)) {
+        if (ret == 0 || c->aborting || !shl_remote_is_retryable(ret) ||
+            (max > 0 && attempt >= max)) {
             break;
         }
         SHL_LOG_INFO(SHARDING, 4170003, "coordinator phase failed, retrying",
@@ -308,7 +309,7 @@ coord_thread(void *arg)
         pthread_mutex_unlock(&svc->mu);
         fail_points(c, phase);
         ret = run_phase(c, phase, &st);
-        aborted = ret != 0 && c->aborting && !shl_remote_is_retryable(ret);
+        aborted = ret != 0 && c->aborting;
         c->aborting = false;
     }
     /* The end: the document goes (unless an error leaves it for the next start). */

@@ -143,10 +143,11 @@ void *shl_coord_type_arg(const shl_coord_t *c);
  * phases are skipped and the document is deleted (e.g. a create that finds the collection
  * already sharded as asked). */
 void shl_coord_finish(shl_coord_t *c);
-/* shl_coord_abort -- the error the running phase returns (it must be non-retryable) ends the
- * operation "cleanly not done": the document is deleted instead of left for the next start.
- * The phase must have undone what the operation did. MongoDB's DDL coordinators do this
- * before their point of no return (e.g. a create the config server refuses). */
+/* shl_coord_abort -- the error the running phase returns ends the operation "cleanly not
+ * done", even a retryable one (not retried): the document is deleted instead of left for the
+ * next start. The phase must have undone what the operation did. MongoDB's DDL coordinators
+ * do this before their point of no return (a request the checks or the config server
+ * refuse). */
 void shl_coord_abort(shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
