@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/namespace.h"
 #include "net/command_args.h"
@@ -694,7 +695,31 @@ shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_
     }
     SHL_ERR(shl_db_sharding_check(op, ns, SHL_DB_SHARD_DDL, &filter, st));
     SHL_INVARIANT(filter == NULL);
+    if (atomic_load(&s->ddl_blocked)) {
+        SHL_FAIL(st, SHL_CODE_USER_WRITES_BLOCKED,
+                 "User writes blocked: new sharded DDL is refused while user write blocking is "
+                 "being enabled");
+    }
 done:
+    return ret;
+}
+
+int
+shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
+{
+    shard_state_t *s = arg;
+    int ret = 0;
+
+    atomic_store(&s->ddl_blocked, block);
+    while (block && s->coords != NULL &&
+           shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        shl_sleep_ms(50);
+    }
+done:
+    if (ret != 0) {
+        atomic_store(&s->ddl_blocked, false); /* the mode did not change */
+    }
     return ret;
 }
 

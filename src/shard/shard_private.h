@@ -159,6 +159,8 @@ typedef struct shard_state {
     /* The DDL lock manager of the drop coordinators (ddl_lock.h, thread-safe itself); set at
      * init, constant until shutdown. */
     struct shard_ddl_locks *ddl_locks;
+    /* setUserWriteBlockMode's prepare: new DDL coordinators are refused (atomic). */
+    atomic_bool ddl_blocked;
 } shard_state_t;
 
 /*
@@ -357,6 +359,9 @@ void shard_ddl_coords_recover(shard_state_t *s);
  * write blocking and the request's databaseVersion (ns "db.coll" or the bare db). Errors:
  * ShardingStateNotInitialized, UserWritesBlocked, StaleDbVersion. */
 int shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+/* shard_ddl_drain -- the db hook shl_db_ddl_drain_fn ('arg' the shard state): block (or
+ * unblock) new DDL coordinators and wait for the running ones to end. */
+int shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
 void shard_txn_coord_shutdown(shard_state_t *s);
 
 /* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */

@@ -607,6 +607,19 @@ shl_coord_service_count(shl_coord_service_t *svc)
     return n;
 }
 
+size_t
+shl_coord_service_count_coll(shl_coord_service_t *svc, const char *coll)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&svc->mu);
+    for (shl_coord_t *c = svc->running; c != NULL; c = c->next) {
+        n += strcmp(c->t->coll, coll) == 0;
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return n;
+}
+
 const bson_t *
 shl_coord_doc(const shl_coord_t *c)
 {

@@ -129,6 +129,9 @@ const shl_remote_t *shl_coord_service_remote(const shl_coord_service_t *svc);
 
 /* shl_coord_service_count -- coordinators running now (tests). */
 size_t shl_coord_service_count(shl_coord_service_t *svc);
+/* shl_coord_service_count_coll -- coordinators running now whose type keeps its documents in
+ * config.<coll> (e.g. the DDL coordinators). Takes the service lock. */
+size_t shl_coord_service_count_coll(shl_coord_service_t *svc, const char *coll);
 
 /* Accessors for phases (called on the coordinator's thread). */
 const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state document */
