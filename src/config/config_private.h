@@ -209,14 +209,6 @@ int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
 int cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
                               bool *is_view, bson_t *options, shl_status_t *st);
 
-/*
- * cfg_drop_collection_locked --
- *     Drop 'ns' on every shard (sharded) or its primary (unsharded) and remove its metadata
- *     (config.chunks, config.tags, config.collections), with changelog entries and flushes.
- *     The caller holds ns's lock. Errors: the shards', network, config.* writes.
- */
-int cfg_drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st);
-
 /* Rename of sharded collections (configsvr_rename.c): the catalog commit
  * _configsvrRenameCollectionMetadata. */
 void cfg_register_rename_commands(shl_command_registry_t *reg);
