@@ -13,6 +13,7 @@
 #include "base/str.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "net/command_args.h"
 #include "query/matcher.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -498,13 +499,42 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     return run_on_owners(op, cmd, false, reply, fields, NULL, st);
 }
 
+/* collMod: the primary shard's CollModCoordinator applies it on every shard holding the
+ * collection (_shardsvrCollMod, MongoDB 7.0). */
 static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    /* What a data node reports about an index change, as one node would. */
-    static const char *const fields[] = {"expireAfterSeconds_old", "expireAfterSeconds_new",
-                                         "hidden_old", "hidden_new", NULL};
-    return run_on_owners(op, cmd, false, reply, fields, NULL, st);
+    shl_router_t *r = shl_router_get(op);
+    char ns[SHL_NS_MAX + 1];
+    bson_t body = BSON_INITIALIZER, request = BSON_INITIALIZER, got = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool found = false, first = true;
+    int ret = 0;
+
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (!first && !shl_cmd_is_generic_arg(k) && !is_router_field(k)) {
+                bson_append_iter(&request, k, -1, &it);
+            }
+            first = false;
+        }
+    }
+    BSON_APPEND_UTF8(&body, "_shardsvrCollMod", ns + strlen(op->db) + 1);
+    BSON_APPEND_DOCUMENT(&body, "collModRequest", &request);
+    ret = send_to_primary(op, ns, cmd, &body, &found, &got, st);
+    shl_catalog_cache_invalidate_collection(r->cache, ns);
+    SHL_ERR(ret);
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
+    }
+    bson_concat(reply, &got);
+done:
+    bson_destroy(&body);
+    bson_destroy(&request);
+    bson_destroy(&got);
+    return ret;
 }
 
 /* ---- listing ---- */

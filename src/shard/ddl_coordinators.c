@@ -121,8 +121,8 @@ add_id(char ***ids, size_t *n, const char *name)
  * entries): the database's primary, and every shard owning a chunk of one of them. A shard
  * with no data is no participant (it may be down without holding the drop up).
  */
-static int
-find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
+int
+shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
                   size_t *n, shl_status_t *st)
 {
     bson_t filter = BSON_INITIALIZER;
@@ -283,6 +283,24 @@ stop_migrations(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t
     return ret;
 }
 
+int
+shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
+                               const char *uuid_field, bool allow, shl_status_t *st)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret;
+
+    BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
+    BSON_APPEND_BOOL(&cmd, "allowMigrations", allow);
+    if (bson_iter_init_find(&it, doc, uuid_field)) {
+        bson_append_iter(&cmd, "collectionUUID", -1, &it);
+    }
+    ret = shard_ddl_to_config(c, &cmd, st);
+    bson_destroy(&cmd);
+    return ret;
+}
+
 /* Remove the sharded collection's metadata on the config server (idempotent). */
 static int
 commit_drop_collection(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t *st)
@@ -424,7 +442,7 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     shl_coord_doc_set(c, &doc);
     /* Who holds its data, remembered for the later phases (the chunks go in dropCollection). */
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    SHL_ERR(find_participants(c, parsed.db, docs, n, &ids, &nids, st));
+    SHL_ERR(shard_ddl_find_participants(c, parsed.db, docs, n, &ids, &nids, st));
     shard_ddl_set_participants(c, ids, nids);
     if (coll_info(shl_coord_doc(c), &info)) {
         SHL_ERR(stop_migrations(c, ns, &info, st));
@@ -542,7 +560,7 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
         /* Who holds the database's data, durably before any metadata goes: a resume of this
          * phase finds fewer collections but must still reach every shard that held one. */
         bson_strfreev(ids);
-        SHL_ERR(find_participants(c, db, colls, n, &ids, &nids, st));
+        SHL_ERR(shard_ddl_find_participants(c, db, colls, n, &ids, &nids, st));
         shard_ddl_set_participants(c, ids, nids);
         SHL_ERR(shl_coord_persist(c, st));
     }
@@ -646,6 +664,8 @@ shard_ddl_coords_setup(shard_ddl_locks_t *locks)
     shard_drop_db_type.arg = locks;
     shard_create_coll_type.arg = locks;
     shard_rename_coll_type.arg = locks;
+    shard_coll_mod_type.arg = locks;
+    shard_refine_type.arg = locks;
 }
 
 /* ---------------------------------------------------------------------- entry points */
@@ -778,13 +798,16 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
     }
     shard_ddl_create_register(reg);
     shard_ddl_rename_register(reg);
+    shard_ddl_coll_mod_register(reg);
+    shard_ddl_refine_register(reg);
 }
 
 void
 shard_ddl_coords_recover(shard_state_t *s)
 {
     shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type,
-                                 &shard_create_coll_type, &shard_rename_coll_type};
+                                 &shard_create_coll_type, &shard_rename_coll_type,
+                                 &shard_coll_mod_type,    &shard_refine_type};
 
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         shl_status_t st = SHL_STATUS_INIT;

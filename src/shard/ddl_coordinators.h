@@ -135,6 +135,43 @@ int shard_ddl_rename_collection(shl_coord_service_t *svc, const char *from, cons
 /* shard_ddl_rename_register -- _shardsvrRenameCollection. */
 void shard_ddl_rename_register(shl_command_registry_t *reg);
 
+/*
+ * The collMod coordinator (ddl_coll_mod_coordinator.c), MongoDB 7.0's CollModCoordinator:
+ * the router sends {_shardsvrCollMod: <coll>, collModRequest: {<collMod's options>},
+ * databaseVersion} to the primary shard; the coordinator
+ * {_id: {namespace, operationType: "collMod"}, collModRequest, phase, sharded,
+ * collectionUUID?, freezeMigrations, participants} holds the database in IX and the
+ * collection in X; the same request joins, another conflicts (117). Phases:
+ *   checkPreconditions (not checkpointed): sharded?, its UUID, the participants (the
+ *     primary and the shards owning chunks);
+ *   freezeMigrations: migrations of a sharded collection stop (unless a user stopped them);
+ *   updateShards: _shardsvrCollModParticipant here first (a refusal ends the operation
+ *     cleanly with its error), then on every participant (each checks the collection's UUID);
+ *     migrations run again. The reply has the local collMod's fields
+ *     (expireAfterSeconds_old/new, hidden_old/new).
+ */
+extern shl_coord_type_t shard_coll_mod_type;
+int shard_ddl_coll_mod(shl_coord_service_t *svc, const char *ns, const bson_t *request,
+                       bson_t *reply, shl_status_t *st);
+/* shard_ddl_coll_mod_register -- _shardsvrCollMod, _shardsvrCollModParticipant. */
+void shard_ddl_coll_mod_register(shl_command_registry_t *reg);
+
+/*
+ * The refineCollectionShardKey coordinator (ddl_refine_coordinator.c): the router sends
+ * {_shardsvrRefineCollectionShardKey: <coll>, newShardKey, databaseVersion} to the primary
+ * shard; the coordinator {_id: {namespace, operationType: "refineCollectionShardKey"},
+ * newShardKey, phase, collectionUUID, freezeMigrations} holds the database in IX and the
+ * collection in X. Phases: checkPreconditions (not checkpointed: sharded, else
+ * NamespaceNotSharded (118); already this key: done), freezeMigrations, commit
+ * (_configsvrRefineCollectionShardKey; a refusal resumes migrations and ends cleanly),
+ * resumeMigrations.
+ */
+extern shl_coord_type_t shard_refine_type;
+int shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key,
+                     shl_status_t *st);
+/* shard_ddl_refine_register -- _shardsvrRefineCollectionShardKey. */
+void shard_ddl_refine_register(shl_command_registry_t *reg);
+
 /* --- helpers shared by the DDL coordinator files (ddl_coordinators.c) --- */
 
 /* The operation's namespace (_id.namespace of 'doc') into 'out' ("" if none). */
@@ -154,6 +191,15 @@ int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd,
                               shl_status_t *st);
 /* Run 'cmd' on the config server's admin database (w: majority, retried when retryable). */
 int shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st);
+/* The shards that may hold data of 'db' / the collections 'colls' (config.collections
+ * entries): the database's primary, then every shard owning a chunk of one of them.
+ * *ids (NULL-terminated, bson_strfreev) of *n. */
+int shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
+                                char ***ids, size_t *n, shl_status_t *st);
+/* _configsvrSetAllowMigrations of 'ns' ('allow'), with doc's 'uuid_field' as its
+ * collectionUUID (if present). Idempotent. */
+int shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
+                                   const char *uuid_field, bool allow, shl_status_t *st);
 /* The collection DDL locks (database IX, then collection X; released in reverse) and their
  * currentOp report: a type's acquire / release / report_held. */
 int shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st);
