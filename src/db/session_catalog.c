@@ -29,6 +29,13 @@ typedef struct stmt_map {
     size_t cap, n; /* cap is 0 or a power of two */
 } stmt_map_t;
 
+/* A statement of a parent's retryable write that a committed child transaction ran. */
+typedef struct child_answer {
+    int32_t stmt_id;
+    uint64_t ts;    /* the child's commit entry */
+    bson_t *answer; /* db_session_child_commit's */
+} child_answer_t;
+
 struct db_session {
     shl_lsid_t lsid;
     db_session_catalog_t *cat;
@@ -50,6 +57,14 @@ struct db_session {
     /* The session's multi-document transaction (txn_participant.c), or NULL: touched only by
      * the operation that has the session checked out. */
     void *txn;
+
+    /* Its retryable internal transactions (child sessions {id, uid, txnNumber, txnUUID};
+     * seeds/000 "Retryable Internal Transactions"), guarded by the catalog's mu: the newest
+     * retryable write number the session or a child of it started (-1: none), and what the
+     * statements of that write which committed children ran are to answer to a retry. */
+    int64_t child_txn_number;
+    child_answer_t *answers;
+    size_t nanswers, capanswers;
 };
 
 struct db_session_catalog {
@@ -151,8 +166,19 @@ db_session_catalog_new(shl_storage_engine_t *eng)
 }
 
 static void
+answers_clear(db_session_t *s)
+{
+    for (size_t i = 0; i < s->nanswers; i++) {
+        bson_destroy(s->answers[i].answer);
+    }
+    s->nanswers = 0;
+}
+
+static void
 session_free(db_session_t *s)
 {
+    answers_clear(s);
+    bson_free(s->answers);
     db_txn_free(s->txn);
     stmt_map_clear(&s->stmts);
     bson_free(s);
@@ -194,6 +220,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->lsid = *lsid;
         s->cat = cat;
         s->txn_number = -1;
+        s->child_txn_number = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -408,6 +435,22 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
                  "newer retryable write with txnNumber %lld has already started on this session.",
                  (long long)op->txn_number, id, (long long)s->txn_number);
     }
+    /* Retryable internal transactions of a newer write count as the session's own. */
+    pthread_mutex_lock(&cat->mu);
+    if (op->txn_number > s->child_txn_number) {
+        s->child_txn_number = op->txn_number;
+        answers_clear(s);
+    } else if (op->txn_number < s->child_txn_number) {
+        shl_lsid_id_string(&s->lsid, id);
+        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                       "Retryable write with txnNumber %lld is prohibited on session %s because a "
+                       "newer retryable write with txnNumber %lld has already started on this "
+                       "session.",
+                       (long long)op->txn_number, id, (long long)s->child_txn_number);
+        ret = st->code;
+    }
+    pthread_mutex_unlock(&cat->mu);
+    SHL_ERR(ret);
     session_begin_txn(s, op->txn_number);
     op->session = s;
 done:
@@ -492,6 +535,103 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
         session_release(cat, op->session);
         op->session = NULL;
     }
+}
+
+/* ---------------------------------------------------------------- child sessions */
+
+int
+db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+    char id[37];
+    int ret = 0;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        goto done;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    if (child->parent_txn_number > s->child_txn_number) {
+        s->child_txn_number = child->parent_txn_number;
+        answers_clear(s);
+    } else if (child->parent_txn_number < s->child_txn_number) {
+        shl_lsid_id_string(&parent, id);
+        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                       "Cannot start a retryable internal transaction for txnNumber %lld on "
+                       "session %s because a newer retryable write with txnNumber %lld has "
+                       "already started on this session.",
+                       (long long)child->parent_txn_number, id, (long long)s->child_txn_number);
+        ret = st->code;
+    }
+    pthread_mutex_unlock(&cat->mu);
+done:
+    return ret;
+}
+
+void
+db_session_child_commit(db_session_catalog_t *cat, const shl_lsid_t *child, uint64_t ts,
+                        const int32_t *stmt_ids, bson_t *const *answers, size_t n)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || n == 0 || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    /* A child of an older write than the session's newest one is history nobody asks for. */
+    for (size_t i = 0; child->parent_txn_number == s->child_txn_number && i < n; i++) {
+        if (s->nanswers == s->capanswers) {
+            s->capanswers = s->capanswers != 0 ? s->capanswers * 2 : 4;
+            s->answers = bson_realloc(s->answers, s->capanswers * sizeof(*s->answers));
+        }
+        s->answers[s->nanswers].stmt_id = stmt_ids[i];
+        s->answers[s->nanswers].ts = ts;
+        s->answers[s->nanswers].answer = bson_copy(answers[i]);
+        s->nanswers++;
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+bool
+db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, int32_t stmt_id,
+                        bson_t *out)
+{
+    shl_lsid_t parent;
+    int64_t n;
+    db_session_t *s;
+    bool found = false;
+
+    bson_init(out);
+    if (cat == NULL || !op->has_lsid || !op->has_txn_number) {
+        return false;
+    }
+    if (op->lsid_key.child && op->lsid_key.has_parent_txn_number && op->txn != NULL) {
+        shl_lsid_parent(&op->lsid_key, &parent);
+        n = op->lsid_key.parent_txn_number;
+    } else if (op->session != NULL) {
+        parent = op->lsid_key;
+        n = op->txn_number;
+    } else {
+        return false;
+    }
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    for (size_t i = 0; s->child_txn_number == n && i < s->nanswers && !found; i++) {
+        if (s->answers[i].stmt_id == stmt_id) {
+            bson_concat(out, s->answers[i].answer);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&cat->mu);
+    if (found) {
+        atomic_fetch_add(&cat->retried_statements, 1);
+    }
+    return found;
 }
 
 /* ---------------------------------------------------------------- statistics */

@@ -62,6 +62,11 @@ struct db_txn {
     char **obs_ns;
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
+    /* A retryable internal transaction's statements that carry the user's stmtIds and
+     * wrote, with their answers (db_txn_note_stmt): the parent session learns them at commit. */
+    int32_t *ans_ids;
+    bson_t **ans;
+    size_t nans, capans;
     /* Guarded by reg->mu. */
     /* Namespaces its statements used (db_txn_note_access): a DDL operation on one waits for
      * the transaction to end, a migration if it wrote one (db_txn_wait_writers). */
@@ -376,6 +381,54 @@ db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide)
 static db_node_t *node_of(const shl_op_ctx_t *op);
 
 static void
+drop_answers(db_txn_t *t)
+{
+    for (size_t i = 0; i < t->nans; i++) {
+        bson_destroy(t->ans[i]);
+    }
+    bson_free(t->ans);
+    bson_free(t->ans_ids);
+    t->ans = NULL;
+    t->ans_ids = NULL;
+    t->nans = t->capans = 0;
+}
+
+bool
+db_txn_records_stmts(const shl_op_ctx_t *op)
+{
+    return op->txn != NULL && op->lsid_key.child && op->lsid_key.has_parent_txn_number;
+}
+
+void
+db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
+{
+    db_txn_t *t = op->txn;
+
+    if (!db_txn_records_stmts(op) || stmt_id < 0) {
+        return;
+    }
+    if (t->nans == t->capans) {
+        t->capans = t->capans != 0 ? t->capans * 2 : 4;
+        t->ans = bson_realloc(t->ans, t->capans * sizeof(*t->ans));
+        t->ans_ids = bson_realloc(t->ans_ids, t->capans * sizeof(*t->ans_ids));
+    }
+    t->ans_ids[t->nans] = stmt_id;
+    t->ans[t->nans] = bson_copy(answer);
+    t->nans++;
+}
+
+/* The transaction committed at entry 'ts': its parent session learns its statements. */
+static void
+publish_answers(db_txn_t *t, uint64_t ts)
+{
+    if (t->nans > 0 && t->reg->node != NULL) {
+        db_session_child_commit(t->reg->node->sessions, &t->lsid, ts, t->ans_ids, t->ans,
+                                t->nans);
+    }
+    drop_answers(t);
+}
+
+static void
 drop_observed(db_txn_t *t)
 {
     for (size_t i = 0; i < t->nobs; i++) {
@@ -483,6 +536,7 @@ static void
 txn_release(db_txn_t *t)
 {
     drop_observed(t);
+    drop_answers(t);
     if (t->stxn != NULL) {
         shl_storage_txn_abort(t->stxn);
         t->stxn = NULL;
@@ -520,6 +574,7 @@ db_txn_free(db_txn_t *t)
 {
     if (t != NULL) {
         SHL_INVARIANT(t->stxn == NULL && !t->listed && t->ncreated == 0 && t->nobs == 0);
+        drop_answers(t);
         bson_free(t);
     }
 }
@@ -694,6 +749,9 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     shl_storage_txn_opts_t o = {0};
     int ret = 0;
 
+    /* A retryable internal transaction of an older write of its parent is refused. */
+    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL,
+                                   db_session_lsid(s), st));
     t->reg = reg;
     t->session = s;
     t->lsid = *db_session_lsid(s);
@@ -1180,6 +1238,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     db_op_note_write_ts(ts);
     report_observed(op, t);
+    publish_answers(t, ts);
     end_created(t, false);
     list_remove(t->reg, t);
     t->state = TXN_COMMITTED;
@@ -1253,6 +1312,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
             SHL_INVARIANT(ret == 0);
         }
         report_observed(op, t);
+        publish_answers(t, ts);
         end_created(t, false);
     }
     txn_release(t);

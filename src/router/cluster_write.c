@@ -35,6 +35,10 @@
 #define SUB_BATCH_MAX_BYTES SHL_STMT_BATCH_MAX_BYTES
 #define SUB_BATCH_MAX_ITEMS SHL_MAX_WRITE_BATCH
 
+/* The insert's field that says an update moved its document (a data node's
+ * DB_WCOS_INSERT_FIELD, txn_participant.h): a retry of that update is answered as one. */
+#define WCOS_INSERT_FIELD "$_wouldChangeOwningShard"
+
 typedef enum { KIND_INSERT, KIND_UPDATE, KIND_DELETE } write_kind_t;
 
 typedef enum { ITEM_PENDING, ITEM_DONE, ITEM_ERROR } item_state_t;
@@ -71,6 +75,8 @@ typedef struct write_op {
     shl_status_t last_stale;
     size_t scan_from;  /* every statement before it is done */
     bool retryable;    /* lsid + txnNumber outside a transaction: sub-batches carry stmtIds */
+    bool txn_ids;      /* a retryable internal transaction's statement with the user's stmtIds:
+                        * they go along too (txn_api.h router_txn_api_stmt_id) */
     int32_t *stmt_ids; /* statement i's id: the client's stmtIds[i], else (stmtId or 0) + i */
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
@@ -505,7 +511,8 @@ static void
 build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const sub_batch_t *b,
                   bson_t *cmd)
 {
-    static const char *const copy[] = {"bypassDocumentValidation", "let", NULL};
+    static const char *const copy[] = {"bypassDocumentValidation", "let", WCOS_INSERT_FIELD,
+                                       NULL};
     bson_t arr;
     bson_iter_t it;
     char key[16];
@@ -525,7 +532,7 @@ build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const su
             bson_append_iter(cmd, NULL, 0, &it);
         }
     }
-    if (op->retryable) {
+    if (op->retryable || op->txn_ids) {
         /* Exactly this sub-batch's statements, each with the id it has in the client's batch
          * (MongoDB's getStmtIdForWriteAt), so the shard recognises a statement it already ran
          * whichever round or shard carries it. */
@@ -565,7 +572,9 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
         /* A statement costs its array element, and in a retryable write its stmtIds
          * element too (an int32 under the widest key), as mongos reserves for it. */
         size_t bytes = shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, it->doc.len) +
-                       (op->retryable ? shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, 4) : 0);
+                       (op->retryable || op->txn_ids
+                            ? shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, 4)
+                            : 0);
         if (it->state == ITEM_ERROR && op->ordered) {
             break;
         }
@@ -1081,6 +1090,7 @@ typedef struct wcos_move {
     const char *coll;
     bson_t pre, post; /* the shard's images (views) */
     bool changed;     /* the document is no longer the pre-image: the statement runs again */
+    int32_t stmt_id;  /* the user's statement's id (a retryable write) */
 } wcos_move_t;
 
 /* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
@@ -1134,6 +1144,11 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     BSON_APPEND_UTF8(&del, "findAndModify", m->coll);
     BSON_APPEND_DOCUMENT(&del, "query", &q);
     BSON_APPEND_BOOL(&del, "remove", true);
+    if (router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        /* The old owner records the move as the user's statement: a retry of it sent there
+         * is answered, not run again (the document is gone from there). */
+        BSON_APPEND_INT32(&del, "stmtId", m->stmt_id);
+    }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));
     if (!shl_bson_get_subdoc(&reply, "lastErrorObject", &le) ||
@@ -1148,6 +1163,13 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
     BSON_APPEND_DOCUMENT(&arr, "0", &m->post);
     bson_append_array_end(&ins, &arr);
+    if (router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        /* The new owner records it as the user's update too (a retry may be sent there). */
+        BSON_APPEND_ARRAY_BEGIN(&ins, "stmtIds", &arr);
+        BSON_APPEND_INT32(&arr, "0", m->stmt_id);
+        bson_append_array_end(&ins, &arr);
+        BSON_APPEND_BOOL(&ins, WCOS_INSERT_FIELD, true);
+    }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_write_run(op, &ins, route_from_cache, r, &reply, st));
     SHL_ERR(router_txn_api_reply_error(&reply, st));
@@ -1166,14 +1188,15 @@ done:
  * document changed meanwhile, the statement is to run again. Errors: the transaction's.
  */
 static int
-wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, const bson_t *err,
-            bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
+wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32_t stmt_id,
+            const bson_t *err, bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
 {
     wcos_move_t m;
     int ret = 0;
 
     memset(&m, 0, sizeof(m));
     m.coll = coll;
+    m.stmt_id = stmt_id;
     *changed = false;
     if (!shl_bson_get_subdoc(err, "preImage", &m.pre) ||
         !shl_bson_get_subdoc(err, "postImage", &m.post)) {
@@ -1229,8 +1252,8 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
         }
         if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
             !get_bool(&it->doc, "multi", false)) {
-            if (wcos_handle(opctx, op->coll, op->user_cmd, &it->error, NULL, NULL, &changed,
-                            &mst) == 0) {
+            if (wcos_handle(opctx, op->coll, op->user_cmd, op->stmt_ids[i], &it->error, NULL,
+                            NULL, &changed, &mst) == 0) {
                 bson_reinit(&it->error);
                 it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
                 op->n_total += changed ? 0 : 1;
@@ -1301,10 +1324,12 @@ run_id_broadcast(shl_op_ctx_t *opctx, write_op_t *op, size_t i)
         }
         settled = n > 0 || bson_has_field(&reply, "retriedStmtIds");
         if (settled) {
+            /* One single-document statement: a document an update moved between shards
+             * answers a retry from both its old and its new owner. */
             it->state = ITEM_DONE;
-            op->n_total += n;
+            op->n_total += n > 1 ? 1 : n;
             if (bson_iter_init_find(&f, &reply, "nModified")) {
-                op->n_modified += bson_iter_as_int64(&f);
+                op->n_modified += bson_iter_as_int64(&f) > 1 ? 1 : bson_iter_as_int64(&f);
             }
             if (bson_has_field(&reply, "retriedStmtIds")) {
                 add_retried(op, op->stmt_ids[i]);
@@ -1351,10 +1376,13 @@ run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
         }
         it->id_first = false;
         if (router_write_without_shard_key(opctx, op->coll, kind_cmd(op->kind), &it->doc,
-                                           op->user_cmd, &reply, &wst) != 0) {
+                                           op->user_cmd, op->stmt_ids[i], &reply, &wst) != 0) {
             item_set_error(it, &wst);
         } else {
             it->state = ITEM_DONE;
+            if (bson_has_field(&reply, "retriedStmtIds")) {
+                add_retried(op, op->stmt_ids[i]);
+            }
             if (bson_iter_init_find(&f, &reply, "n")) {
                 op->n_total += bson_iter_as_int64(&f);
             }
@@ -1389,6 +1417,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     op->opctx = opctx;
     op->user_cmd = cmd;
     op->retryable = opctx->has_txn_number && !opctx->has_autocommit;
+    op->txn_ids = opctx->txn != NULL && bson_has_field(cmd, "stmtIds");
     op->ordered = true;
     snprintf(op->db, sizeof(op->db), "%s", opctx->db);
     if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
@@ -1658,6 +1687,16 @@ fam_matched(const shl_fanout_result_t *fres, size_t n)
     return matched;
 }
 
+/* A findAndModify's statement id: the client's stmtId, else 0 (MongoDB's router's). */
+static int32_t
+fam_stmt_id(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, "stmtId") && BSON_ITER_HOLDS_INT32(&it)
+               ? bson_iter_int32(&it)
+               : 0;
+}
+
 int
 router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_fn route,
                            void *route_arg, bson_t *reply, shl_status_t *st)
@@ -1696,7 +1735,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
-                                                 NULL, cmd, reply, st);
+                                                 NULL, cmd, fam_stmt_id(cmd), reply, st);
             goto done;
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
@@ -1778,8 +1817,8 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
             bson_destroy(&pre);
             bson_destroy(&post);
-            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply, &pre,
-                              &post, &changed, st);
+            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, fam_stmt_id(cmd),
+                              &fres[first_err].reply, &pre, &post, &changed, st);
             if (ret == 0 && !changed) {
                 fam_moved_reply(cmd, &pre, &post, reply);
                 bson_destroy(&pre);
@@ -1811,7 +1850,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             /* A retryable exact _id match that matched nothing on any shard: a migration's
              * commit can hide the document from a broadcast, so it runs two-phase. */
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
-                                                 NULL, cmd, reply, st);
+                                                 NULL, cmd, fam_stmt_id(cmd), reply, st);
             goto done;
         }
         if (hit != SIZE_MAX) {

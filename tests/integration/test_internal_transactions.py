@@ -10,6 +10,7 @@ import pytest
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
+import wire_util
 from shale_fixtures import module_cluster
 
 DB = "itx"
@@ -372,3 +373,103 @@ def test_upsert_without_shard_key(cl):
         {"q": {"g": "b1"}, "u": {"$set": {"x": -3}}, "upsert": True},
         {"q": {"g": "b2"}, "u": {"$set": {"x": 3}}, "upsert": True}], ordered=False)
     assert r["n"] == 2 and [u["index"] for u in r["upserted"]] == [0, 1]
+
+
+# ---------------------------------------------------------------- retries of retryable writes
+# A retryable write the router ran as an internal transaction, sent again with the same lsid
+# and txnNumber (as a driver does when the reply was lost), is applied once and answered as
+# the first time plus retriedStmtIds. Raw commands carry the exact lsid and txnNumber.
+
+
+class Raw:
+    """Raw commands to the router on one connection, all with one lsid."""
+
+    def __init__(self, cl):
+        import uuid
+        from bson import Binary
+        self.sock = wire_util.connect(cl.router.port)
+        self.lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+
+    def __call__(self, cmd, txn_number):
+        from bson import Int64
+        body = dict(cmd)
+        body.update({"lsid": self.lsid, "txnNumber": Int64(txn_number), "$db": DB})
+        r = wire_util.command(self.sock, body)
+        for k in ("$clusterTime", "operationTime"):
+            r.pop(k, None)
+        return r
+
+    def close(self):
+        self.sock.close()
+
+
+def _twice(raw, cmd, txn_number=1):
+    first = raw(cmd, txn_number)
+    second = raw(cmd, txn_number)
+    assert first["ok"] == 1, first
+    retried = second.pop("retriedStmtIds", None) or second.pop("retriedStmtId", None)
+    assert retried is not None, second
+    assert first == second
+    return first
+
+
+def test_retried_writes_without_shard_key_apply_once(cl):
+    c = cl.router.client()
+    reshard(c, "rty")
+    c[DB].rty.insert_many([{"_id": 1, "x": -1, "g": "a", "v": 0},
+                           {"_id": 2, "x": 1, "g": "a", "v": 0},
+                           {"_id": 3, "x": -2, "g": "b"}, {"_id": 4, "x": 2, "g": "b"},
+                           {"_id": 5, "x": -3, "g": "c"}, {"_id": 6, "x": 3, "g": "c"}])
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"update": "rty", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}]})
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 1
+        # The update makes its filter match nothing any more: the retry still answers n: 1,
+        # and does not update the other document.
+        r = _twice(raw, {"update": "rty", "updates": [{"q": {"g": "b"}, "u": {"$set": {"g": "B"}}}]},
+                   2)
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert c[DB].rty.count_documents({"g": "B"}) == 1
+        r = _twice(raw, {"delete": "rty", "deletes": [{"q": {"g": "c"}, "limit": 1}]}, 3)
+        assert r["n"] == 1
+        assert c[DB].rty.count_documents({"g": "c"}) == 1
+        r = _twice(raw, {"findAndModify": "rty", "query": {"g": "a"}, "sort": {"x": 1},
+                         "update": {"$inc": {"v": 10}}, "new": True}, 4)
+        assert r["value"] == {"_id": 1, "x": -1, "g": "a", "v": 11}
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 11
+        r = _twice(raw, {"update": "rty", "updates": [
+            {"q": {"g": "up"}, "u": {"$set": {"x": 5}, "$inc": {"v": 1}}, "upsert": True}]}, 5)
+        assert r["n"] == 1 and len(r["upserted"]) == 1
+        assert c[DB].rty.count_documents({"g": "up"}) == 1
+        # An older write of the session is refused now.
+        r = raw({"update": "rty", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}]}, 1)
+        # (mongos reports a shard's error as the statement's write error)
+        assert [e["code"] for e in r["writeErrors"]] == [225], r
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 11
+    finally:
+        raw.close()
+
+
+def test_retried_shard_key_update_moves_once(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_many([{"_id": "r1", "x": -40, "v": 0}, {"_id": "r2", "x": -41, "v": 0}])
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"update": "moves", "updates": [
+            {"q": {"_id": "r1", "x": -40}, "u": {"$set": {"x": 40}, "$inc": {"v": 1}}}]})
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert on_shard(cl, 1, "r1") == {"_id": "r1", "x": 40, "v": 1}
+        assert on_shard(cl, 0, "r1") is None
+        # By _id only (broadcast first), and through findAndModify.
+        r = _twice(raw, {"update": "moves", "updates": [
+            {"q": {"_id": "r1"}, "u": {"$set": {"x": -40}, "$inc": {"v": 1}}}]}, 2)
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert on_shard(cl, 0, "r1") == {"_id": "r1", "x": -40, "v": 2}
+        r = _twice(raw, {"findAndModify": "moves", "query": {"_id": "r2", "x": -41},
+                         "update": {"$set": {"x": 41}, "$inc": {"v": 1}}}, 3)
+        assert r["value"] == {"_id": "r2", "x": -41, "v": 0}
+        assert r["lastErrorObject"]["n"] == 1
+        assert on_shard(cl, 1, "r2") == {"_id": "r2", "x": 41, "v": 1}
+    finally:
+        raw.close()
