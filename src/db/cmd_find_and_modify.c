@@ -431,8 +431,14 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_ERR(shl_update_new(bson_iter_value(&uit), has_af ? &afilters : NULL, &upd, st));
     }
     SHL_ERR(shl_session_stmt_ids(cmd, 1, &stmt_id, st));
-    if ((user_ids || op->session != NULL) &&
-        db_session_child_answer(node->sessions, op, stmt_id[0], &answer)) {
+    retried = (user_ids || op->session != NULL) &&
+              db_session_child_answer(node->sessions, op, stmt_id[0], &answer);
+    if (!retried && user_ids && db_txn_records_stmts(op)) {
+        bson_destroy(&answer);
+        SHL_ERR(db_session_parent_answer(node->sessions, op, stmt_id[0], true, &answer, &retried,
+                                         st));
+    }
+    if (retried) {
         /* It ran in a retryable internal transaction of the user's write. */
         SHL_ERR(answer_reply(&answer, remove, return_new, reply, st));
         BSON_APPEND_INT32(reply, "retriedStmtId", stmt_id[0]);
@@ -520,6 +526,7 @@ reply:
         if (bson_iter_init_find(&it, reply, "value")) {
             bson_append_iter(&answer, NULL, 0, &it);
         }
+        BSON_APPEND_BOOL(&answer, "new", return_new);
         db_txn_note_stmt(op, stmt_id[0], &answer);
     }
     db_write_concern_wait(op, &wc, reply);

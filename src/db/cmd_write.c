@@ -309,7 +309,7 @@ typedef struct insert_unit {
 /* A retryable internal transaction's inserts of the user's statements (db_txn_note_stmt):
  * the items of the last run of 'u' that were written. */
 static void
-note_inserted(const insert_unit_t *u, bool user_ids, bool moved)
+note_inserted(const insert_unit_t *u, const char *ns, bool user_ids, bool moved)
 {
     for (size_t i = u->begin; user_ids && db_txn_records_stmts(u->op) && i < u->begin + u->done;
          i++) {
@@ -334,6 +334,8 @@ note_inserted(const insert_unit_t *u, bool user_ids, bool moved)
                 bson_append_iter(&answer, "_id", 3, &it);
                 BSON_APPEND_DOCUMENT(&answer, "doc", item_doc(&u->items[i]));
             }
+            BSON_APPEND_UTF8(&answer, "ns", ns);
+            BSON_APPEND_DOCUMENT(&answer, "rdoc", item_doc(&u->items[i]));
             db_txn_note_stmt(u->op, u->stmt_ids[i], &answer);
             bson_destroy(&answer);
         }
@@ -505,7 +507,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         if (rc == 0) {
             db_stmt_recorder_commit(&rec);
             db_op_note_write_ts(ts);
-            note_inserted(&u, user_ids, moved);
+            note_inserted(&u, ns.full, user_ids, moved);
             res.n += (int64_t)u.n_inserted;
             for (size_t d = 0; d < u.n_dup; d++) {
                 add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
@@ -524,7 +526,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             if (rc == 0) {
                 db_stmt_recorder_commit(&rec);
                 db_op_note_write_ts(ts);
-                note_inserted(&u, user_ids, moved);
+                note_inserted(&u, ns.full, user_ids, moved);
                 res.n += (int64_t)u.n_inserted;
                 for (size_t d = 0; d < u.n_dup; d++) {
                     add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
@@ -1048,14 +1050,21 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         SHL_ERR(shl_op_check_interrupt(op, st));
         /* A retried retryable write: a statement that ran -- itself, or in a retryable
          * internal transaction of the user's write -- is answered, not run again. */
-        if ((user_ids || op->session != NULL) &&
-            db_session_child_answer(node->sessions, op, stmt_ids[i], &answer)) {
-            ret = answer_result(kind->is_update, (int32_t)i, stmt_ids[i], &answer, &res, st);
+        executed = (user_ids || op->session != NULL) &&
+                   db_session_child_answer(node->sessions, op, stmt_ids[i], &answer);
+        if (!executed && user_ids && db_txn_records_stmts(op)) {
             bson_destroy(&answer);
-            SHL_ERR(ret);
-            continue;
+            ret = db_session_parent_answer(node->sessions, op, stmt_ids[i], false, &answer,
+                                           &executed, st);
+        }
+        if (ret == 0 && executed) {
+            ret = answer_result(kind->is_update, (int32_t)i, stmt_ids[i], &answer, &res, st);
         }
         bson_destroy(&answer);
+        SHL_ERR(ret);
+        if (executed) {
+            continue;
+        }
         SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &executed, st));
         if (executed) {
             SHL_ERR(retried_result(op, kind->is_update, (int32_t)i, stmt_ids[i], ts, &res, st));

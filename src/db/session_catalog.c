@@ -634,6 +634,95 @@ db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, int32
     return found;
 }
 
+void
+db_session_child_each(db_session_catalog_t *cat,
+                      void (*fn)(void *arg, const shl_lsid_t *parent, int64_t txn_number,
+                                 int32_t stmt_id, uint64_t ts, const bson_t *answer),
+                      void *arg)
+{
+    pthread_mutex_lock(&cat->mu);
+    for (size_t b = 0; b < cat->nbuckets; b++) {
+        for (const db_session_t *s = cat->buckets[b]; s != NULL; s = s->next) {
+            for (size_t i = 0; i < s->nanswers; i++) {
+                fn(arg, &s->lsid, s->child_txn_number, s->answers[i].stmt_id, s->answers[i].ts,
+                   s->answers[i].answer);
+            }
+        }
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+int
+db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
+                         bool fam, bson_t *out, bool *found, shl_status_t *st)
+{
+    shl_lsid_t parent;
+    db_session_t *s = NULL;
+    uint64_t ts = 0;
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *oplog = NULL;
+    bson_t entry = BSON_INITIALIZER, w, o;
+    bson_iter_t it;
+    const char *kind = "";
+    bool have = false;
+    int ret = 0;
+
+    bson_init(out);
+    *found = false;
+    if (cat == NULL || !op->lsid_key.child || !op->lsid_key.has_parent_txn_number ||
+        op->txn == NULL) {
+        goto done;
+    }
+    shl_lsid_parent(&op->lsid_key, &parent);
+    SHL_ERR(session_acquire(cat, op, &parent, &s, st));
+    if (s->txn_number == op->lsid_key.parent_txn_number) {
+        ts = stmt_map_get(&s->stmts, stmt_id);
+    }
+    session_release(cat, s);
+    if (ts == 0) {
+        goto done;
+    }
+    oplog = shl_oplog_collection(cat->eng);
+    SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
+    bson_destroy(&entry);
+    SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &have, st));
+    if (!have || fam) {
+        /* (A findAndModify's image is not looked up here: refused rather than run twice.) */
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "Incomplete history detected for transaction %lld: statement %d ran as a "
+                 "retryable write whose answer cannot be rebuilt here",
+                 (long long)op->lsid_key.parent_txn_number, (int)stmt_id);
+    }
+    if (!(bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+          strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && shl_bson_get_subdoc(&entry, "o2", &w))) {
+        bson_init_static(&w, bson_get_data(&entry), entry.len);
+    }
+    if (bson_iter_init_find(&it, &w, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
+        kind = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
+        bson_iter_init_find(&it, &o, "_id")) {
+        BSON_APPEND_UTF8(out, "k", "i");
+        bson_append_iter(out, "_id", 3, &it);
+        BSON_APPEND_DOCUMENT(out, "doc", &o);
+    } else if (strcmp(kind, "u") == 0 || strcmp(kind, "d") == 0) {
+        BSON_APPEND_UTF8(out, "k", kind);
+    } else {
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "Incomplete history detected for transaction %lld: statement %d",
+                 (long long)op->lsid_key.parent_txn_number, (int)stmt_id);
+    }
+    *found = true;
+    atomic_fetch_add(&cat->retried_statements, 1);
+done:
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(oplog);
+    bson_destroy(&entry);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- statistics */
 
 void

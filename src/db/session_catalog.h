@@ -243,6 +243,28 @@ void db_session_child_commit(db_session_catalog_t *cat, const shl_lsid_t *child,
 bool db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, int32_t stmt_id,
                              bson_t *out);
 
+/*
+ * db_session_parent_answer --
+ *     For a statement of a retryable internal transaction ('op', a child session's): whether
+ *     the parent session's own retryable history for that write has statement 'stmt_id' (a
+ *     plain retryable write, or one migrated here from a donor); *out (always initialised) is
+ *     then its answer as db_session_child_answer gives it. Checks the parent session out
+ *     for the look (may wait for it). Errors: IncompleteTransactionHistory (217) when it ran
+ *     but its answer cannot be rebuilt ('fam': a findAndModify, whose image is not looked up).
+ */
+int db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
+                             bool fam, bson_t *out, bool *found, shl_status_t *st);
+
+/*
+ * db_session_child_each --
+ *     Call fn for every answer a parent session keeps (db_session_child_commit), under the
+ *     catalog's mutex: 'fn' must not block; what it keeps it copies.
+ */
+void db_session_child_each(db_session_catalog_t *cat,
+                           void (*fn)(void *arg, const shl_lsid_t *parent, int64_t txn_number,
+                                      int32_t stmt_id, uint64_t ts, const bson_t *answer),
+                           void *arg);
+
 /* ---------------------------------------------------------------- migration */
 
 /* At most this many migrated writes share one storage transaction. */

@@ -414,6 +414,15 @@ db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
     }
     t->ans_ids[t->nans] = stmt_id;
     t->ans[t->nans] = bson_copy(answer);
+    if (!bson_has_field(answer, "rdoc") && t->nobs > 0) {
+        /* The document it wrote, last observed: a migration of its range takes it along. */
+        const bson_t *doc = t->obs_post[t->nobs - 1] != NULL ? t->obs_post[t->nobs - 1]
+                                                             : t->obs_pre[t->nobs - 1];
+        BSON_APPEND_UTF8(t->ans[t->nans], "ns", t->obs_ns[t->nobs - 1]);
+        if (doc != NULL) {
+            BSON_APPEND_DOCUMENT(t->ans[t->nans], "rdoc", doc);
+        }
+    }
     t->nans++;
 }
 

@@ -91,8 +91,11 @@ void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre
  *     are the user's retryable write's; a statement 'stmt_id' of it that wrote notes what a
  *     retry of it is to be answered ('answer', copied; session_catalog.h "child sessions"):
  *     {k: "u"} an update that modified a document, {k: "i", _id} an insert or upsert,
- *     {k: "d"} a delete, {k: "f", lastErrorObject, value} a findAndModify. The parent session
- *     learns them when the transaction commits. Nothing for other operations.
+ *     {k: "d"} a delete, {k: "f", lastErrorObject, value, new} a findAndModify; then the
+ *     written document's ns and the document ('rdoc': the post-image, or the pre-image of a
+ *     delete; the last write the shard observed unless the answer has them), by which a
+ *     migration of its range takes the answer along. The parent session learns them when
+ *     the transaction commits. Nothing for other operations.
  */
 bool db_txn_records_stmts(const shl_op_ctx_t *op);
 

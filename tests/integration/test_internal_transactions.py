@@ -473,3 +473,36 @@ def test_retried_shard_key_update_moves_once(cl):
         assert on_shard(cl, 1, "r2") == {"_id": "r2", "x": 41, "v": 1}
     finally:
         raw.close()
+
+
+def test_retry_after_chunk_migration_applies_once(cl):
+    """The shard's history of the internal transaction moves with the chunk: a retry that
+    reaches the recipient is answered from it."""
+    c = cl.router.client()
+    reshard(c, "rtm")
+    c[DB].rtm.insert_many([{"_id": 1, "x": -5, "g": "m", "v": 0},
+                           {"_id": 2, "x": -6, "g": "n", "v": 0},
+                           {"_id": 3, "x": 6, "g": "z"}])
+    raw, raw2 = Raw(cl), Raw(cl)
+    try:
+        upd = {"update": "rtm", "updates": [{"q": {"g": "m"}, "u": {"$inc": {"v": 1}}}]}
+        fam = {"findAndModify": "rtm", "query": {"g": "n"}, "remove": True}
+        first = raw(upd, 1)
+        assert (first["n"], first["nModified"]) == (1, 1)
+        assert raw2(fam, 1)["value"]["_id"] == 2
+        c.admin.command("moveChunk", DB + ".rtm", find={"x": -5}, to="shard1")
+        assert cl.shard_client(1)[DB].rtm.find_one({"_id": 1})["v"] == 1
+        second = raw(upd, 1)
+        assert second.pop("retriedStmtIds") == [0] and second == first
+        assert c[DB].rtm.find_one({"_id": 1})["v"] == 1
+        # The findAndModify's document came along as its image.
+        r = raw2(fam, 1)
+        assert r["retriedStmtId"] == 0 and r["value"] == {"_id": 2, "x": -6, "g": "n", "v": 0}
+        # An older write of the session: refused there too.
+        raw(upd, 2)
+        r = raw(upd, 1)
+        assert [e["code"] for e in r.get("writeErrors", [])] == [225] or r.get("code") == 225, r
+        assert c[DB].rtm.find_one({"_id": 1})["v"] == 2
+    finally:
+        raw.close()
+        raw2.close()
