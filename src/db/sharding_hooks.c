@@ -62,8 +62,8 @@ shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter
     }
     if (!f->owns(f, post)) {
         /* MongoDB's WouldChangeOwningShardInfo: the router moves the document in a
-         * transaction from these images (an image pair too large for a status' extra is
-         * dropped and the router answers the error as it is). */
+         * transaction from these images (however large: a status keeps a large extra on
+         * the thread that builds the reply). */
         bson_t info = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&info, "preImage", pre);
         BSON_APPEND_DOCUMENT(&info, "postImage", post);

@@ -56,6 +56,21 @@ def test_update_one_moves_document_to_other_shard(cl):
     assert on_shard(cl, 1, "u1") is None
 
 
+def test_large_document_moves_to_other_shard(cl):
+    """The shard's WouldChangeOwningShard answer carries images of any size."""
+    c = cl.router.client()
+    big = "b" * 300000
+    c[DB].moves.insert_one({"_id": "big1", "x": -70, "pad": big})
+    res = c[DB].moves.update_one({"_id": "big1", "x": -70}, {"$set": {"x": 70}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert on_shard(cl, 0, "big1") is None
+    assert on_shard(cl, 1, "big1") == {"_id": "big1", "x": 70, "pad": big}
+    doc = c[DB].moves.find_one_and_update({"x": 70}, {"$set": {"x": -71}},
+                                          return_document=ReturnDocument.AFTER)
+    assert doc == {"_id": "big1", "x": -71, "pad": big}
+    assert on_shard(cl, 0, "big1")["x"] == -71
+
+
 def test_update_in_a_batch_moves_only_its_document(cl):
     c = cl.router.client()
     c[DB].moves.insert_many([{"_id": "b1", "x": -10}, {"_id": "b2", "x": -11}])
