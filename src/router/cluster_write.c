@@ -1091,6 +1091,7 @@ typedef struct wcos_move {
     bson_t pre, post; /* the shard's images (views) */
     bool changed;     /* the document is no longer the pre-image: the statement runs again */
     int32_t stmt_id;  /* the user's statement's id (a retryable write) */
+    bool upsert;      /* shouldUpsert: an upsert's new document, to insert on its owner */
 } wcos_move_t;
 
 /* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
@@ -1140,6 +1141,9 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     int ret = 0;
 
     bson_destroy(&q);
+    if (m->upsert) {
+        goto insert; /* nothing to remove: the upsert matched nothing */
+    }
     SHL_ERR(owner_query(op, m->coll, &m->pre, &q, st));
     BSON_APPEND_UTF8(&del, "findAndModify", m->coll);
     BSON_APPEND_DOCUMENT(&del, "query", &q);
@@ -1158,6 +1162,7 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD_DELETED_NO_DOCUMENT,
                  "The document to move to its new shard was changed or deleted meanwhile");
     }
+insert:
     bson_reinit(&reply);
     BSON_APPEND_UTF8(&ins, "insert", m->coll);
     BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
@@ -1168,7 +1173,9 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         BSON_APPEND_ARRAY_BEGIN(&ins, "stmtIds", &arr);
         BSON_APPEND_INT32(&arr, "0", m->stmt_id);
         bson_append_array_end(&ins, &arr);
-        BSON_APPEND_BOOL(&ins, WCOS_INSERT_FIELD, true);
+        if (!m->upsert) {
+            BSON_APPEND_BOOL(&ins, WCOS_INSERT_FIELD, true);
+        }
     }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_write_run(op, &ins, route_from_cache, r, &reply, st));
@@ -1189,7 +1196,8 @@ done:
  */
 static int
 wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32_t stmt_id,
-            const bson_t *err, bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
+            const bson_t *err, bson_t *pre_out, bson_t *post_out, bool *changed, bool *upserted,
+            shl_status_t *st)
 {
     wcos_move_t m;
     int ret = 0;
@@ -1197,6 +1205,8 @@ wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32
     memset(&m, 0, sizeof(m));
     m.coll = coll;
     m.stmt_id = stmt_id;
+    m.upsert = get_bool(err, "shouldUpsert", false);
+    *upserted = m.upsert;
     *changed = false;
     if (!shl_bson_get_subdoc(err, "preImage", &m.pre) ||
         !shl_bson_get_subdoc(err, "postImage", &m.post)) {
@@ -1245,25 +1255,39 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
 
     for (size_t i = 0; op->kind == KIND_UPDATE && may_move(opctx) && i < op->n; i++) {
         item_t *it = &op->items[i];
-        bool changed = false;
+        bool changed = false, upserted = false;
+        bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_iter_t id;
         shl_status_t mst = SHL_STATUS_INIT;
         if (it->state != ITEM_ERROR) {
             continue;
         }
         if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
             !get_bool(&it->doc, "multi", false)) {
-            if (wcos_handle(opctx, op->coll, op->user_cmd, op->stmt_ids[i], &it->error, NULL,
-                            NULL, &changed, &mst) == 0) {
+            bson_destroy(&pre);
+            bson_destroy(&post);
+            if (wcos_handle(opctx, op->coll, op->user_cmd, op->stmt_ids[i], &it->error, &pre,
+                            &post, &changed, &upserted, &mst) == 0) {
                 bson_reinit(&it->error);
                 it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
                 op->n_total += changed ? 0 : 1;
-                op->n_modified += changed ? 0 : 1;
+                op->n_modified += changed || upserted ? 0 : 1;
+                if (!changed && upserted && bson_iter_init_find(&id, &post, "_id")) {
+                    /* An upsert whose new document belongs to another shard. */
+                    if (it->upserted) {
+                        bson_value_destroy(&it->upserted_id);
+                    }
+                    bson_value_copy(bson_iter_value(&id), &it->upserted_id);
+                    it->upserted = true;
+                }
                 again = true;
             } else {
                 bson_destroy(&it->error);
                 error_from_status(&mst, &it->error);
             }
         }
+        bson_destroy(&pre);
+        bson_destroy(&post);
         if (op->ordered) {
             break;
         }
@@ -1622,12 +1646,11 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool ups
     if (shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), q, &key)) {
         SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st));
         set_one(out, shard);
-    } else if (upsert) {
-        SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
-                 "Query for sharded findAndModify must contain the shard key");
     } else {
+        /* An upsert without the full shard key goes two-phase too (MongoDB 7.0): the query
+         * phase decides whether it updates, and its new document goes to its owner. */
         shl_router_target_filter(rr, q, out);
-        if (out->n > 1 && !(retryable && is_exact_id_query(q))) {
+        if (out->n > 1 && !(retryable && !upsert && is_exact_id_query(q))) {
             /* MongoDB 7.0: the two-phase protocol (also for an exact _id match reaching
              * several shards, which a migration's commit could make miss). */
             shl_router_shards_cleanup(out);
@@ -1645,18 +1668,28 @@ done:
 /* What the user's findAndModify returns once its document moved: the pre- or post-image
  * ('new'), projected by 'fields'. */
 static void
-fam_moved_reply(const bson_t *cmd, const bson_t *pre, const bson_t *post, bson_t *reply)
+fam_moved_reply(const bson_t *cmd, bool upserted, const bson_t *pre, const bson_t *post,
+                bson_t *reply)
 {
     bson_t le, fields, projected;
     const bson_t *value = get_bool(cmd, "new", false) ? post : pre;
     shl_projection_t *proj = NULL;
     shl_status_t pst = SHL_STATUS_INIT;
     bool have_projected = false;
+    bson_iter_t id;
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &le);
     BSON_APPEND_INT32(&le, "n", 1);
-    BSON_APPEND_BOOL(&le, "updatedExisting", true);
+    BSON_APPEND_BOOL(&le, "updatedExisting", !upserted);
+    if (upserted && bson_iter_init_find(&id, post, "_id")) {
+        bson_append_iter(&le, "upserted", 8, &id);
+    }
     bson_append_document_end(reply, &le);
+    if (upserted && !get_bool(cmd, "new", false)) {
+        /* An upsert returns no document before it. */
+        BSON_APPEND_NULL(reply, "value");
+        return;
+    }
     if (shl_bson_get_subdoc(cmd, "fields", &fields) && !bson_empty(&fields) &&
         shl_projection_new(&fields, NULL, &proj, &pst) == 0) {
         have_projected = true;
@@ -1817,10 +1850,11 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
             bson_destroy(&pre);
             bson_destroy(&post);
+            bool upserted = false;
             ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, fam_stmt_id(cmd),
-                              &fres[first_err].reply, &pre, &post, &changed, st);
+                              &fres[first_err].reply, &pre, &post, &changed, &upserted, st);
             if (ret == 0 && !changed) {
-                fam_moved_reply(cmd, &pre, &post, reply);
+                fam_moved_reply(cmd, upserted, &pre, &post, reply);
                 bson_destroy(&pre);
                 bson_destroy(&post);
             }

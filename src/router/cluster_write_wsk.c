@@ -18,6 +18,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "query/matcher.h"
+#include "query/projection.h"
 #include "query/sort.h"
 #include "query/update.h"
 #include "router/router_private.h"
@@ -247,7 +248,9 @@ write_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
             const char *k = shl_iter_key(&it);
             if (strcmp(k, "query") == 0) {
                 BSON_APPEND_DOCUMENT(out, "query", nq);
-            } else if (strcmp(k, "sort") != 0 && strcmp(k, "stmtId") != 0) {
+            } else if (strcmp(k, "sort") != 0 && strcmp(k, "stmtId") != 0 &&
+                       strcmp(k, "upsert") != 0) {
+                /* (The document exists: should it vanish, the attempt runs again.) */
                 bson_append_iter(out, NULL, 0, &it);
             }
         }
@@ -321,6 +324,37 @@ is_upsert(const bson_t *stmt)
     return bson_iter_init_find(&it, stmt, "upsert") && bson_iter_as_bool(&it);
 }
 
+/* A findAndModify's reply once its upsert inserted 'doc': the new document ('new', projected
+ * by 'fields') or null. */
+static void
+fam_upserted_reply(wsk_t *w, const bson_t *doc)
+{
+    bson_t le, fields, projected;
+    bson_iter_t it;
+    shl_projection_t *proj = NULL;
+    shl_status_t pst = SHL_STATUS_INIT;
+    bool want_new = bson_iter_init_find(&it, w->user, "new") && bson_iter_as_bool(&it);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&w->reply, "lastErrorObject", &le);
+    BSON_APPEND_INT32(&le, "n", 1);
+    BSON_APPEND_BOOL(&le, "updatedExisting", false);
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(&le, "upserted", 8, &it);
+    }
+    bson_append_document_end(&w->reply, &le);
+    if (!want_new) {
+        BSON_APPEND_NULL(&w->reply, "value");
+    } else if (shl_bson_get_subdoc(w->user, "fields", &fields) && !bson_empty(&fields) &&
+               shl_projection_new(&fields, NULL, &proj, &pst) == 0 &&
+               shl_projection_apply(proj, doc, NULL, NULL, &projected, &pst) == 0) {
+        BSON_APPEND_DOCUMENT(&w->reply, "value", &projected);
+        bson_destroy(&projected);
+    } else {
+        BSON_APPEND_DOCUMENT(&w->reply, "value", doc);
+    }
+    shl_projection_destroy(proj);
+}
+
 /*
  * Nothing matched an upsert: the document it inserts (the filter's equality fields, then the
  * update applied as an insert) goes to its owner; the reply is the update's {n: 1,
@@ -334,17 +368,19 @@ upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
     shl_update_ctx_t uctx;
     bson_t doc = BSON_INITIALIZER, filters, ins = BSON_INITIALIZER, arr, up, reply;
     bson_iter_t it, id;
+    bool fam = strcmp(w->kind, "findAndModify") == 0;
+    const bson_t *src = fam ? w->user : w->stmt;
     int ret = 0;
 
     memset(&uctx, 0, sizeof(uctx));
     uctx.is_insert = true;
     uctx.vars = NULL;
     bson_init(&reply);
-    if (!bson_iter_init_find(&it, w->stmt, "u")) {
+    if (!bson_iter_init_find(&it, src, fam ? "update" : "u")) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "update statement without 'u'");
     }
     SHL_ERR(shl_update_new(bson_iter_value(&it),
-                           shl_bson_get_subdoc(w->stmt, "arrayFilters", &filters) ? &filters : NULL,
+                           shl_bson_get_subdoc(src, "arrayFilters", &filters) ? &filters : NULL,
                            &u, st));
     SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT, &m, st));
     bson_destroy(&doc);
@@ -364,6 +400,10 @@ upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_write_run(op, &ins, route, shl_router_get(op), &reply, st));
     SHL_ERR(router_txn_api_reply_error(&reply, st));
+    if (fam) {
+        fam_upserted_reply(w, &doc);
+        goto done;
+    }
     BSON_APPEND_INT32(&w->reply, "n", 1);
     BSON_APPEND_INT32(&w->reply, "nModified", 0);
     BSON_APPEND_ARRAY_BEGIN(&w->reply, "upserted", &arr);
@@ -431,7 +471,7 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
             found = true;
         }
     }
-    if (!found && strcmp(w->kind, "update") == 0 && is_upsert(w->stmt)) {
+    if (!found && is_upsert(strcmp(w->kind, "findAndModify") == 0 ? w->user : w->stmt)) {
         ret = upsert_new(op, w, st);
         goto done;
     }

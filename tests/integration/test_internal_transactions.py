@@ -521,3 +521,39 @@ def test_retry_after_chunk_migration_applies_once(cl):
     finally:
         raw.close()
         raw2.close()
+
+
+def test_upserts_whose_document_belongs_to_another_shard(cl):
+    """The filter targets one shard, the upsert's new document belongs to the other: it is
+    inserted there in an internal transaction (MongoDB's shouldUpsert)."""
+    c = cl.router.client()
+    reshard(c, "ups")
+    res = c[DB].ups.update_one({"x": -1, "k": "a"}, {"$set": {"x": 1}}, upsert=True)
+    assert res.upserted_id is not None and res.matched_count == 0
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "a"})["_id"] == res.upserted_id
+    assert cl.shard_client(0)[DB].ups.count_documents({}) == 0
+    doc = c[DB].ups.find_one_and_update({"x": -2, "k": "b"}, {"$set": {"x": 2}}, upsert=True,
+                                        return_document=ReturnDocument.AFTER)
+    assert doc["x"] == 2 and doc["k"] == "b"
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "b"}) == doc
+    # Without retryWrites nor a transaction, as MongoDB: refused.
+    nr = cl.router.client(retryWrites=False)
+    with pytest.raises(WriteError) as e:
+        nr[DB].ups.update_one({"x": -3, "k": "c"}, {"$set": {"x": 3}}, upsert=True)
+    assert e.value.code == 20
+    # A findAndModify upsert without the shard key: two-phase, then inserted on its owner.
+    assert c[DB].ups.find_one_and_update({"k": "d"}, {"$set": {"x": 7}}, upsert=True) is None
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "d"})["x"] == 7
+    doc = c[DB].ups.find_one_and_update({"k": "d"}, {"$inc": {"n": 1}}, upsert=True,
+                                        return_document=ReturnDocument.AFTER)
+    assert (doc["x"], doc["n"]) == (7, 1)
+    assert c[DB].ups.count_documents({"k": "d"}) == 1
+    # Retried with the same lsid and txnNumber: inserted once.
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"findAndModify": "ups", "query": {"k": "e"}, "update": {"$set": {"x": -8}},
+                         "upsert": True, "new": True})
+        assert r["value"]["x"] == -8 and r["lastErrorObject"]["upserted"] == r["value"]["_id"]
+        assert c[DB].ups.count_documents({"k": "e"}) == 1
+    finally:
+        raw.close()
