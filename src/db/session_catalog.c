@@ -723,6 +723,120 @@ done:
     return ret;
 }
 
+/* The answers listed in the entry at 'ts' (a prepared transaction's decision entry: in the
+ * prepare entry before it), given to the parent of 'child'. */
+static int
+recover_child(db_session_catalog_t *cat, shl_storage_txn_t *txn, shl_collection_t *oplog,
+              const shl_lsid_t *child, uint64_t ts, shl_status_t *st)
+{
+    bson_t entry = BSON_INITIALIZER, o;
+    bson_iter_t it, a;
+    bool found = false;
+    int32_t *ids = NULL;
+    bson_t **answers = NULL;
+    size_t n = 0, cap = 0;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    int ret = 0;
+
+    for (int hop = 0; hop < 2 && ts != 0; hop++) {
+        bson_destroy(&entry);
+        SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &found, st));
+        if (!found || !shl_bson_get_subdoc(&entry, "o", &o)) {
+            goto done;
+        }
+        if (!bson_has_field(&o, "commitTransaction")) {
+            break;
+        }
+        ts = optime_ts(&entry, "prevOpTime");
+    }
+    if (!found || !shl_bson_get_subdoc(&entry, "o", &o) ||
+        !bson_iter_init_find(&a, &o, DB_RETRY_ANSWERS_FIELD) || !BSON_ITER_HOLDS_ARRAY(&a) ||
+        !bson_iter_recurse(&a, &it)) {
+        goto done;
+    }
+    while (bson_iter_next(&it)) {
+        bson_t one, answer;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+        {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&one, data, len);
+        }
+        if (!bson_iter_init_find(&a, &one, "stmtId") || !BSON_ITER_HOLDS_INT32(&a) ||
+            !shl_bson_get_subdoc(&one, "answer", &answer)) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap != 0 ? cap * 2 : 4;
+            ids = bson_realloc(ids, cap * sizeof(*ids));
+            answers = bson_realloc(answers, cap * sizeof(*answers));
+        }
+        ids[n] = bson_iter_int32(&a);
+        answers[n] = bson_copy(&answer);
+        n++;
+    }
+    (void)db_session_child_begin(cat, child, &ignored);
+    db_session_child_commit(cat, child, ts, ids, answers, n);
+    SHL_LOG_DEBUG(1, TXN, 7170010, "recovered the answers of a retryable internal transaction",
+                 "parentTxnNumber", BCON_INT64(child->parent_txn_number), "statements",
+                 BCON_INT64((int64_t)n));
+done:
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(answers[i]);
+    }
+    bson_free(ids);
+    bson_free(answers);
+    bson_destroy(&entry);
+    return ret;
+}
+
+int
+db_session_recover_children(db_session_catalog_t *cat, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *tc = shl_catalog_get(cat->eng, DB_TRANSACTIONS_NS);
+    shl_collection_t *oplog = shl_oplog_collection(cat->eng);
+    shl_record_cursor_t *c = NULL;
+    int ret = 0;
+
+    if (tc == NULL || oplog == NULL) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
+    SHL_ERR(shl_record_cursor_open(txn, tc, true, &c, st));
+    for (;;) {
+        int64_t rid;
+        bson_t doc, id;
+        bson_iter_t it;
+        bool eof;
+        shl_lsid_t child;
+        shl_status_t pst = SHL_STATUS_INIT;
+        SHL_ERR(shl_record_cursor_next(c, &rid, &doc, &eof, st));
+        if (eof) {
+            break;
+        }
+        if (!shl_bson_get_subdoc(&doc, "_id", &id) || !bson_has_field(&id, "txnUUID") ||
+            !bson_has_field(&id, "txnNumber") || !bson_iter_init_find(&it, &doc, "state") ||
+            !BSON_ITER_HOLDS_UTF8(&it) || strcmp(bson_iter_utf8(&it, NULL), "committed") != 0 ||
+            shl_lsid_parse(&id, &child, &pst) != 0 || !child.child ||
+            !child.has_parent_txn_number) {
+            continue;
+        }
+        SHL_ERR(recover_child(cat, txn, oplog, &child, optime_ts(&doc, "lastWriteOpTime"), st));
+    }
+done:
+    shl_record_cursor_close(c);
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(tc);
+    shl_collection_release(oplog);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- statistics */
 
 void

@@ -255,6 +255,19 @@ bool db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, 
 int db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
                              bool fam, bson_t *out, bool *found, shl_status_t *st);
 
+/* The field of a retryable internal transaction's last applyOps oplog entry that lists its
+ * answers: [{stmtId, answer}]. */
+#define DB_RETRY_ANSWERS_FIELD "$_retryAnswers"
+
+/*
+ * db_session_recover_children --
+ *     At startup (after recovery): the answers of the committed retryable internal
+ *     transactions config.transactions records, read back from their oplog entries, for
+ *     the newest write of each parent session. Entries the oplog no longer holds are
+ *     skipped. Errors: storage errors.
+ */
+int db_session_recover_children(db_session_catalog_t *cat, shl_status_t *st);
+
 /*
  * db_session_child_each --
  *     Call fn for every answer a parent session keeps (db_session_child_commit), under the

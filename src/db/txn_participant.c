@@ -1169,6 +1169,20 @@ write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *
         } else if (prepare) {
             BSON_APPEND_BOOL(&o, "prepare", true);
         }
+        if (i == nops && t->nans > 0) {
+            /* What a retry of the parent's statements is told, kept with the transaction's
+             * last entry so a restart can tell it too (db_session_recover_children). */
+            BSON_APPEND_ARRAY_BEGIN(&o, DB_RETRY_ANSWERS_FIELD, &arr);
+            for (size_t a = 0; a < t->nans; a++) {
+                bson_t one;
+                bson_uint32_to_string((uint32_t)a, &kp, key, sizeof(key));
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, kp, &one);
+                BSON_APPEND_INT32(&one, "stmtId", t->ans_ids[a]);
+                BSON_APPEND_DOCUMENT(&one, "answer", t->ans[a]);
+                bson_append_document_end(&arr, &one);
+            }
+            bson_append_array_end(&o, &arr);
+        }
         entry_fields(&extra, t, prev, term);
         wo.oplog_extra = &extra;
         ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);

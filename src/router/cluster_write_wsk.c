@@ -116,7 +116,7 @@ probe_history(shl_op_ctx_t *op, wsk_t *w, const char *ns, bool *answered, shl_st
     int ret = 0;
 
     *answered = false;
-    router_txn_internal_statement(op->txn);
+    router_txn_internal_probe(op->txn);
     SHL_ERR(shl_router_scatter(shl_router_get(op), op, ns, &w->q, build_probe, w, NULL, &res,
                                &nres, st));
     for (size_t i = 0; i < nres && !*answered; i++) {

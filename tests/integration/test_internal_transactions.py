@@ -557,3 +557,28 @@ def test_upserts_whose_document_belongs_to_another_shard(cl):
         assert c[DB].ups.count_documents({"k": "e"}) == 1
     finally:
         raw.close()
+
+
+def test_retry_after_the_shard_restarted_applies_once(cl):
+    """The answers of a committed retryable internal transaction are in its oplog entry: a
+    shard killed and restarted still answers the retry."""
+    c = cl.router.client()
+    reshard(c, "rtk")
+    c[DB].rtk.insert_many([{"_id": 1, "x": -1, "g": "k", "v": 0}, {"_id": 2, "x": 3}])
+    raw = Raw(cl)
+    upd = {"update": "rtk", "updates": [{"q": {"g": "k"}, "u": {"$inc": {"v": 1}}}],
+           "writeConcern": {"w": 1, "j": True}}
+    first = raw(upd, 1)
+    assert (first["n"], first["nModified"]) == (1, 1)
+    raw.close()
+    cl.shards[0].kill()
+    cl.restart_shard(0)
+    again = Raw(cl)
+    again.lsid = raw.lsid
+    try:
+        second = again(upd, 1)
+        assert second.pop("retriedStmtIds", None) == [0], second
+        assert second == first
+        assert c[DB].rtk.find_one({"_id": 1})["v"] == 1
+    finally:
+        again.close()
