@@ -11,6 +11,7 @@
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/update_description.h"
 
 int
 shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
@@ -365,7 +366,21 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
         SHL_ERR(shl_index_remove_keys(txn, coll->indexes[i], &removed[i], rid, st));
     }
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
-    if (txn->fixed_ts == 0) {
+    if (txn->fixed_ts == 0 && wo != NULL && wo->describe_update && !txn->multi) {
+        bson_t extra = BSON_INITIALIZER, desc = BSON_INITIALIZER;
+        if (wo->oplog_extra != NULL) {
+            bson_concat(&extra, wo->oplog_extra);
+        }
+        shl_update_description(old_doc, new_doc, &desc);
+        BSON_APPEND_DOCUMENT(&extra, "updateDescription", &desc);
+        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
+        bson_destroy(&desc);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
+        if (wo->ts != NULL) {
+            *wo->ts = ts;
+        }
+    } else if (txn->fixed_ts == 0) {
         SHL_ERR(shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2,
                                       wo != NULL ? wo->oplog_extra : NULL, ts, st));
         if (wo != NULL && wo->ts != NULL) {

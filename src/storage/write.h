@@ -26,6 +26,10 @@ typedef struct shl_write_opts {
     /* Receives the timestamp of the write's own oplog entry when not NULL (a capped
      * insert's trimming deletes come after it with timestamps of their own). */
     uint64_t *ts;
+    /* An update by operators or a pipeline (not a replacement): its 'u' entry also carries
+     * `updateDescription` (bson/update_description.h), which change streams report; entries
+     * without it are replacements (docs/design/change_streams.md). */
+    bool describe_update;
 } shl_write_opts_t;
 
 /*
