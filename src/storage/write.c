@@ -13,6 +13,15 @@
 #include "storage/write.h"
 #include "bson/update_description.h"
 
+/* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
+static _Thread_local bool tls_from_migrate;
+
+void
+shl_storage_set_from_migrate(bool on)
+{
+    tls_from_migrate = on;
+}
+
 int
 shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
                       const bson_t *o, const bson_t *o2, const bson_t *extra, uint64_t ts,
@@ -28,7 +37,21 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
-    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms, extra);
+    if (tls_from_migrate && op != 'n') {
+        bson_t marked = BSON_INITIALIZER;
+        if (extra != NULL) {
+            bson_concat(&marked, extra);
+        }
+        if (!bson_has_field(&marked, "fromMigrate")) {
+            BSON_APPEND_BOOL(&marked, "fromMigrate", true);
+        }
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
+                              &marked);
+        bson_destroy(&marked);
+    } else {
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
+                              extra);
+    }
     v.data = bson_get_data(&entry);
     v.size = entry.len;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));

@@ -33,6 +33,14 @@ typedef struct shl_write_opts {
 } shl_write_opts_t;
 
 /*
+ * shl_storage_set_from_migrate --
+ *     While on, the oplog entries of the calling thread's document writes carry
+ *     fromMigrate: true (a chunk migration recipient's clone and catch-up writes, which
+ *     change streams hide). Thread-local; the caller turns it off again.
+ */
+void shl_storage_set_from_migrate(bool on);
+
+/*
  * shl_doc_insert --
  *     Insert 'doc' (must have an _id; the caller adds one and validates it) into
  *     'coll': record, index keys, oplog {op: 'i', ns, ui, o: doc, o2: {_id}, ts, t, v: 2,

@@ -1,0 +1,142 @@
+"""Change streams through the router (docs/design/change_streams.md "Through a router"):
+the stream opened on every shard and merged by resume token -- events of a sharded
+collection from both shards in cluster-time order, idle shards not holding events back,
+unsharded collections, database and cluster streams, resume across the merge, a chunk
+migration during the stream adding no events and losing none, and resuming after the
+router is restarted."""
+
+import threading
+import time
+
+import pymongo
+import pytest
+
+from shale_fixtures import module_cluster
+
+
+@pytest.fixture(scope="module")
+def c(request):
+    with module_cluster(request, shards=2,
+                        shard_extra=["--setParameter", "orphanCleanupDelaySecs=0"]) as cl:
+        yield cl
+
+
+def _next(stream, timeout_s=15):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        ev = stream.try_next()
+        if ev is not None:
+            return ev
+    raise AssertionError("no change event within %ss" % timeout_s)
+
+
+def _sharded(r, db, coll):
+    r.admin.command("enableSharding", db, primaryShard="shard0")
+    r.admin.command("shardCollection", "%s.%s" % (db, coll), key={"x": 1})
+    r.admin.command("split", "%s.%s" % (db, coll), middle={"x": 0})
+    r.admin.command("moveChunk", "%s.%s" % (db, coll), find={"x": 0}, to="shard1")
+    return r[db][coll]
+
+
+def test_sharded_collection_merged_in_order(c):
+    r = c.router_client()
+    coll = _sharded(r, "csc1", "s")
+    with coll.watch(max_await_time_ms=300) as s:
+        t0 = time.time()
+        coll.insert_one({"_id": 1, "x": -5})   # shard0
+        first = _next(s)
+        # The other shard is idle: the event is not held back by it for long.
+        assert time.time() - t0 < 3
+        assert first["operationType"] == "insert" and first["documentKey"] == {"x": -5, "_id": 1}
+        for i in range(20):
+            coll.insert_one({"_id": 100 + i, "x": (i if i % 2 else -i - 1)})
+        coll.update_one({"x": 3}, {"$set": {"y": 1}})
+        coll.delete_one({"x": -1})
+        evs = [_next(s) for _ in range(22)]
+        assert [e["documentKey"]["_id"] for e in evs[:20]] == [100 + i for i in range(20)]
+        times = [e["clusterTime"] for e in evs]
+        assert times == sorted(times)
+        assert evs[20]["operationType"] == "update"
+        assert evs[20]["updateDescription"]["updatedFields"] == {"y": 1}
+        assert evs[21]["operationType"] == "delete"
+        tokens = [e["_id"]["_data"] for e in evs]
+        assert tokens == sorted(tokens)
+    # Resume from the middle: the rest, in order, from both shards.
+    with coll.watch(resume_after=evs[9]["_id"], max_await_time_ms=300) as s:
+        rest = [_next(s) for _ in range(12)]
+        assert [e["_id"] for e in rest] == [e["_id"] for e in evs[10:]]
+
+
+def test_unsharded_database_and_cluster_streams(c):
+    r = c.router_client()
+    r.admin.command("enableSharding", "csc2", primaryShard="shard1")
+    with r.csc2.u.watch(max_await_time_ms=300) as cs, r.csc2.watch(max_await_time_ms=300) as ds, \
+            r.watch(max_await_time_ms=300) as all_s:
+        r.csc2.u.insert_one({"_id": 1})
+        r.csc2.v.insert_one({"_id": 2})
+        r.csc2.u.update_one({"_id": 1}, {"$set": {"a": 1}})
+        ev = _next(cs)
+        assert ev["operationType"] == "insert" and ev["ns"] == {"db": "csc2", "coll": "u"}
+        assert _next(cs)["operationType"] == "update"
+        assert [(e["operationType"], e["ns"]["coll"]) for e in (_next(ds) for _ in range(3))] == [
+            ("insert", "u"), ("insert", "v"), ("update", "u")]
+        got = [_next(all_s) for _ in range(3)]
+        assert [e["ns"]["coll"] for e in got] == ["u", "v", "u"]
+        r.csc2.u.drop()
+        assert _next(cs)["operationType"] == "drop"
+        assert _next(cs)["operationType"] == "invalidate"
+
+
+def test_migration_adds_no_events_and_loses_none(c):
+    r = c.router_client()
+    coll = _sharded(r, "csc3", "m")
+    coll.insert_many([{"_id": i, "x": i} for i in range(-50, 50)])
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        i = 1000
+        w = c.router_client()
+        while not stop.is_set():
+            x = (i % 200) - 100
+            w.csc3.m.insert_one({"_id": i, "x": x})
+            written.append(i)
+            i += 1
+
+    with coll.watch(max_await_time_ms=300) as s:
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            time.sleep(0.3)
+            r.admin.command("moveChunk", "csc3.m", find={"x": 10}, to="shard0")
+            time.sleep(0.3)
+            r.admin.command("moveChunk", "csc3.m", find={"x": 10}, to="shard1")
+            time.sleep(0.2)
+        finally:
+            stop.set()
+            t.join()
+        seen = []
+        deadline = time.time() + 20
+        while len(seen) < len(written) and time.time() < deadline:
+            ev = s.try_next()
+            if ev is not None:
+                seen.append(ev)
+        assert all(e["operationType"] == "insert" for e in seen)
+        assert [e["documentKey"]["_id"] for e in seen] == written
+        assert s.try_next() is None
+
+
+def test_resume_after_router_restart(c):
+    r = c.router_client()
+    r.admin.command("enableSharding", "csc4", primaryShard="shard0")
+    coll = r.csc4.k
+    with coll.watch(max_await_time_ms=300) as s:
+        coll.insert_one({"_id": 1})
+        tok = _next(s)["_id"]
+    coll.insert_one({"_id": 2})
+    coll.insert_one({"_id": 3})
+    c.router.stop()
+    c.router.start()
+    r2 = c.router_client()
+    with r2.csc4.k.watch(resume_after=tok, max_await_time_ms=300) as s:
+        assert [_next(s)["documentKey"]["_id"] for _ in range(2)] == [2, 3]
