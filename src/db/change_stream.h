@@ -50,4 +50,13 @@ int db_change_stream_get_more(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_s
                               int64_t await_deadline_us, bson_t *reply, bool *dead,
                               shl_status_t *st);
 
+/*
+ * db_noop_writer_main --
+ *     The periodic no-op writer of a replica set member (MongoDB's): every
+ *     periodicNoopIntervalSecs, when the oplog's newest entry is older than that, append an
+ *     'n' entry {msg: "periodic noop"}, so oplog readers (change streams) see time pass on an
+ *     idle node. Thread body; stops with the node's reaper (reaper_stop).
+ */
+void *db_noop_writer_main(void *arg);
+
 #endif

@@ -265,3 +265,58 @@ def test_history_lost(client):
     with pytest.raises(OperationFailure) as e:
         db.c.watch(start_at_operation_time=Timestamp(1, 1)).try_next()
     assert e.value.code == 286
+
+
+def test_transaction_events(client):
+    db = client.cs10
+    db.c.drop()
+    db.create_collection("c")
+    db.c.insert_one({"_id": 0})
+    with db.c.watch(max_await_time_ms=200) as s:
+        with client.start_session() as sess:
+            with sess.start_transaction():
+                db.c.insert_one({"_id": 1}, session=sess)
+                db.c.insert_one({"_id": 2}, session=sess)
+                db.c.delete_one({"_id": 0}, session=sess)
+            lsid = sess.session_id
+        evs = [_next(s) for _ in range(3)]
+        assert [e["operationType"] for e in evs] == ["insert", "insert", "delete"]
+        assert len({e["clusterTime"] for e in evs}) == 1
+        assert all(e["lsid"] == evs[0]["lsid"] and "id" in e["lsid"] for e in evs)
+        assert evs[0]["lsid"]["id"].bytes == bytes(lsid["id"])
+        assert len({e["txnNumber"] for e in evs}) == 1
+        tokens = [e["_id"]["_data"] for e in evs]
+        assert tokens == sorted(tokens) and len(set(tokens)) == 3
+    # Resume in the middle of the transaction's events.
+    with db.c.watch(resume_after=evs[0]["_id"], max_await_time_ms=200) as s:
+        assert [_next(s)["operationType"] for _ in range(2)] == ["insert", "delete"]
+
+
+def test_expanded_events(client):
+    db = client.cs11
+    db.c.drop()
+    r = db.command({"aggregate": 1, "pipeline": [{"$changeStream": {"showExpandedEvents": True}}],
+                    "cursor": {}})
+    db.create_collection("c")
+    db.c.create_index("a")
+    r = db.command({"getMore": r["cursor"]["id"], "collection": "$cmd.aggregate",
+                    "maxTimeMS": 500})
+    evs = r["cursor"]["nextBatch"]
+    assert [e["operationType"] for e in evs] == ["create", "createIndexes"]
+    assert evs[0]["ns"] == {"db": "cs11", "coll": "c"} and "collectionUUID" in evs[0]
+
+
+def test_periodic_noop_writer(shale_process):
+    p = shale_process(["node", "--replSet", "rs0", "--setParameter", "periodicNoopIntervalSecs=1"],
+                      name="noop")
+    cl = p.client()
+    oplog = cl.local["oplog.rs"]
+    from shale_fixtures import wait_until
+    wait_until(lambda: oplog.find_one({"op": "n", "o.msg": "periodic noop"}) is not None,
+               timeout=10, what="a periodic no-op entry")
+    # An idle stream's high-water mark moves with them.
+    with cl.test.c.watch(max_await_time_ms=100) as s:
+        s.try_next()
+        first = s.resume_token["_data"]
+        wait_until(lambda: s.try_next() is None and s.resume_token["_data"] > first, timeout=10,
+                   what="the postBatchResumeToken to advance")
