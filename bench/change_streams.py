@@ -48,24 +48,27 @@ try:
         t0 = time.perf_counter()
         for t in threads:
             t.start()
-        time.sleep(SECONDS)
-        stop.set()
-        for t in threads:
-            t.join()
-        t_writes = time.perf_counter() - t0
-        total = sum(counts)
-        deadline = time.perf_counter() + 30
-        while events < total and time.perf_counter() < deadline:
+        # Read while the writers write; then until every write's event came.
+        t_writes = None
+        total = None
+        deadline = t0 + SECONDS + 30
+        while time.perf_counter() < deadline:
+            if t_writes is None and time.perf_counter() - t0 >= SECONDS:
+                stop.set()
+                for t in threads:
+                    t.join()
+                t_writes = time.perf_counter() - t0
+                total = sum(counts)
+            if total is not None and events >= total:
+                break
             ev = s.try_next()
             now = time.perf_counter()
             if ev is None:
                 continue
             events += 1
             a = acked.get(ev["documentKey"]["_id"])
-            if a is not None and now - t0 <= t_writes:
+            if a is not None:
                 lat.append((now - a) * 1e6)
-            if events == 1:
-                first_event = now
         t_events = time.perf_counter() - t0
     lat.sort()
     p50 = lat[len(lat) // 2] if lat else float("nan")

@@ -140,3 +140,18 @@ def test_resume_after_router_restart(c):
     r2 = c.router_client()
     with r2.csc4.k.watch(resume_after=tok, max_await_time_ms=300) as s:
         assert [_next(s)["documentKey"]["_id"] for _ in range(2)] == [2, 3]
+
+
+def test_node_driver_watch(c):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    c.router_client().admin.command("enableSharding", "csnode", primaryShard="shard1")
+    out = subprocess.run([node_binary(), os.path.join(HERE, "change_streams.js"), c.uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["types"] == ["insert", "update", "delete"]
+    assert r["updated"] == {"a": 2}
+    assert r["resumed"] == "update"
