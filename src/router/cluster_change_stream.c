@@ -40,6 +40,7 @@ typedef struct cs_router {
     char *pbrt;       /* the merged stream's postBatchResumeToken (hex), owned */
     bool ended;       /* an invalidate was released */
     char *last_ddl;   /* "<operationType> <ns>" of the last DDL event released (dedup) */
+    bool lookup;      /* fullDocument: updateLookup, done here through the routing table */
 } cs_router_t;
 
 static void
@@ -292,6 +293,142 @@ done:
     return ret;
 }
 
+/* ---------------------------------------------------------------- updateLookup */
+
+typedef struct lookup_arg {
+    const char *coll;
+    const bson_t *key;
+} lookup_arg_t;
+
+static void
+build_lookup(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const lookup_arg_t *a = arg;
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_UTF8(cmd, "find", a->coll);
+    BSON_APPEND_DOCUMENT(cmd, "filter", a->key);
+    BSON_APPEND_INT64(cmd, "limit", 1);
+    BSON_APPEND_BOOL(cmd, "singleBatch", true);
+}
+
+/*
+ * The current document with the event's documentKey, read through the routing table (so the
+ * shard that owns it now answers, wherever the chunk has moved since the event): appended to
+ * 'out' as fullDocument, null when there is none.
+ */
+static int
+lookup_full_document(shl_op_ctx_t *op, const bson_t *ev, bson_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_t *r = shl_router_get(op);
+    bson_t nsd, key, cur, doc;
+    bson_iter_t it, b;
+    const char *db = NULL, *coll = NULL;
+    char ns[2 * SHL_NS_MAX + 2];
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    lookup_arg_t a;
+    bool found = false;
+
+    if (!shl_bson_get_subdoc(ev, "ns", &nsd) || !shl_bson_get_subdoc(ev, "documentKey", &key)) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, &nsd, "db") && BSON_ITER_HOLDS_UTF8(&it)) {
+        db = bson_iter_utf8(&it, NULL);
+    }
+    if (bson_iter_init_find(&it, &nsd, "coll") && BSON_ITER_HOLDS_UTF8(&it)) {
+        coll = bson_iter_utf8(&it, NULL);
+    }
+    if (db == NULL || coll == NULL) {
+        goto done;
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    a.coll = coll;
+    a.key = &key;
+    ret = shl_router_scatter(r, op, ns, &key, build_lookup, &a, NULL, &res, &n, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        shl_status_clear(st);
+        ret = 0;
+        goto done;
+    }
+    SHL_ERR(ret);
+    for (size_t i = 0; i < n && !found; i++) {
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
+            SHL_ERR(res[i].res.code);
+        }
+        if (shl_bson_get_subdoc(&res[i].res.reply, "cursor", &cur) &&
+            bson_iter_init_find(&it, &cur, "firstBatch") && bson_iter_recurse(&it, &b) &&
+            shl_iter_next(&b) && BSON_ITER_HOLDS_DOCUMENT(&b)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&b, &len, &data);
+            if (bson_init_static(&doc, data, len)) {
+                BSON_APPEND_DOCUMENT(out, "fullDocument", &doc);
+                found = true;
+            }
+        }
+    }
+done:
+    if (ret == 0 && !found) {
+        BSON_APPEND_NULL(out, "fullDocument");
+    }
+    shl_router_scatter_results_free(res, n);
+    return ret;
+}
+
+/* Give every update event of 'arr' its looked-up fullDocument (before ns, MongoDB's order). */
+static int
+add_lookups(shl_op_ctx_t *op, bson_t *arr, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t fixed = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    bool any = false;
+
+    bson_iter_init(&it, arr);
+    while (shl_iter_next(&it)) {
+        bson_t ev, out;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_t t;
+        bool update;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&ev, data, len);
+        update = bson_iter_init_find(&t, &ev, "operationType") && BSON_ITER_HOLDS_UTF8(&t) &&
+                 strcmp(bson_iter_utf8(&t, NULL), "update") == 0;
+        if (!update) {
+            BSON_APPEND_DOCUMENT(&fixed, shl_iter_key(&it), &ev);
+            continue;
+        }
+        any = true;
+        bson_append_document_begin(&fixed, shl_iter_key(&it), -1, &out);
+        bson_iter_init(&f, &ev);
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "fullDocument") == 0) {
+                continue;
+            }
+            if (strcmp(shl_iter_key(&f), "ns") == 0) {
+                ret = lookup_full_document(op, &ev, &out, st);
+                if (ret != 0) {
+                    bson_append_document_end(&fixed, &out);
+                    goto done;
+                }
+            }
+            bson_append_iter(&out, NULL, 0, &f);
+        }
+        bson_append_document_end(&fixed, &out);
+    }
+    if (any) {
+        bson_reinit(arr);
+        bson_concat(arr, &fixed);
+    }
+done:
+    bson_destroy(&fixed);
+    return ret;
+}
+
 static void
 reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bool first,
             const bson_t *arr)
@@ -334,6 +471,9 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     update_pbrt(cs);
+    if (cs->lookup && n > 0) {
+        SHL_ERR(add_lookups(op, arr, st));
+    }
 done:
     return ret;
 }
@@ -427,6 +567,25 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
             bson_append_iter(&rest, kp, -1, &it);
         }
     }
+    {
+        /* updateLookup is done here, through the routing table: the shards send the event
+         * alone, and the lookup finds the document on whichever shard owns it by then. */
+        bson_iter_t f;
+        if (bson_iter_init_find(&f, &spec, "fullDocument") && BSON_ITER_HOLDS_UTF8(&f) &&
+            strcmp(bson_iter_utf8(&f, NULL), "updateLookup") == 0) {
+            bson_t copy = BSON_INITIALIZER;
+            bson_iter_init(&f, &spec);
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "fullDocument") != 0) {
+                    bson_append_iter(&copy, NULL, 0, &f);
+                }
+            }
+            bson_reinit(&spec);
+            bson_concat(&spec, &copy);
+            bson_destroy(&copy);
+            cs->lookup = true;
+        }
+    }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero, st));
     memset(&a, 0, sizeof(a));
     a.stage_spec = &spec;
@@ -477,6 +636,14 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         uint32_t n = 0;
         release(s, &arr, &n, batch_size);
         update_pbrt(s);
+        if (s->lookup && n > 0) {
+            ret = add_lookups(op, &arr, st);
+            if (ret != 0) {
+                shl_router_cursor_destroy(c);
+                c = NULL;
+                goto done;
+            }
+        }
         if (!s->ended) {
             id = shl_router_cursor_manager_register(r->cursors, c);
         }

@@ -155,3 +155,26 @@ def test_node_driver_watch(c):
     assert r["types"] == ["insert", "update", "delete"]
     assert r["updated"] == {"a": 2}
     assert r["resumed"] == "update"
+
+
+def test_update_lookup_across_a_migration(c):
+    r = c.router_client()
+    coll = _sharded(r, "csc5", "l")
+    coll.insert_one({"_id": 1, "x": 10, "n": 0})
+    with coll.watch(full_document="updateLookup", max_await_time_ms=300) as s:
+        coll.update_one({"x": 10}, {"$inc": {"n": 1}})
+        # The chunk moves before the event is read, and the donor's copy goes away.
+        r.admin.command("moveChunk", "csc5.l", find={"x": 10}, to="shard0")
+        from shale_fixtures import wait_until
+        wait_until(lambda: c.shard_client(1).csc5.l.count_documents({}) == 0, timeout=30,
+                   what="the donor's range deletion")
+        ev = _next(s)
+        assert ev["operationType"] == "update"
+        assert ev["fullDocument"] == {"_id": 1, "x": 10, "n": 1}
+        assert list(ev).index("fullDocument") < list(ev).index("ns")
+        coll.delete_one({"x": 10})
+        coll.insert_one({"_id": 2, "x": 11})
+        coll.update_one({"x": 11}, {"$set": {"y": 1}})
+        coll.delete_one({"x": 11})
+        assert [_next(s)["operationType"] for _ in range(2)] == ["delete", "insert"]
+        assert _next(s)["fullDocument"] is None
