@@ -791,7 +791,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     if (db_change_stream_is_cursor(c)) {
         bool dead = false;
-        SHL_ERR(db_change_stream_get_more(op, c, batch_size, await_deadline_us, reply, &dead, st));
+        ret = db_change_stream_get_more(op, c, batch_size, await_deadline_us, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
         failed = false;
         exhausted = dead;
         goto done;

@@ -594,7 +594,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     if (c->change_stream) {
         bool dead = false;
-        SHL_ERR(router_change_stream_get_more(op, c, batch_size, reply, &dead, st));
+        ret = router_change_stream_get_more(op, c, batch_size, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
         failed = false;
         exhausted = dead;
         goto done;

@@ -320,3 +320,30 @@ def test_periodic_noop_writer(shale_process):
         first = s.resume_token["_data"]
         wait_until(lambda: s.try_next() is None and s.resume_token["_data"] > first, timeout=10,
                    what="the postBatchResumeToken to advance")
+
+
+def test_history_lost_after_oplog_truncation(shale_process):
+    from shale_fixtures import wait_until
+    p = shale_process(["node", "--replSet", "rs0", "--oplogSize", "1",
+                       "--setParameter", "syncdelay=1"], name="cstrunc")
+    cl = p.client()
+    db = cl.test
+    db.c.insert_one({"_id": "first"})
+    r = db.command({"aggregate": "c", "pipeline": [{"$changeStream": {}}], "cursor": {}})
+    with db.c.watch(max_await_time_ms=100) as s:
+        db.c.insert_one({"_id": 0})
+        tok = _next(s)["_id"]
+    pad = "x" * 4000
+    for batch in range(10):
+        db.c.insert_many([{"_id": batch * 100 + i + 1, "pad": pad} for i in range(100)])
+    oplog = cl.local["oplog.rs"]
+    wait_until(lambda: oplog.find_one({"o._id": 0, "ns": "test.c"}) is None, timeout=30,
+               what="oplog truncation past the token")
+    # A stream that fell behind the truncation, and a resume from before it.
+    with pytest.raises(OperationFailure) as e:
+        db.command({"getMore": r["cursor"]["id"], "collection": "c"})
+    assert e.value.code == 286
+    assert "NonResumableChangeStreamError" in (e.value.details or {}).get("errorLabels", [])
+    with pytest.raises(OperationFailure) as e:
+        db.c.watch(resume_after=tok).try_next()
+    assert e.value.code == 286
