@@ -18,6 +18,7 @@
 #include "net/command_args.h"
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
+#include "sharding/catalog_cache.h"
 
 /* How long a shard getMore waits for events while the router has nothing to release: the
  * bound on how late an event on one shard is seen when another shard is idle. */
@@ -30,6 +31,7 @@ typedef struct cs_shard {
     bson_t **queue;    /* events received and not yet released, owned */
     size_t n, head, cap;
     char *pbrt; /* the shard's last postBatchResumeToken (hex), owned */
+    bool skipped_ddl; /* its last DDL event was another shard's copy: skip its invalidate */
 } cs_shard_t;
 
 typedef struct cs_router {
@@ -67,9 +69,48 @@ set_str(char **dst, const char *src)
     *dst = src != NULL ? bson_strdup(src) : NULL;
 }
 
+/*
+ * Whether event 'ev' from shard 'sh' is a copy of a DDL event that the database's primary
+ * shard reports: a sharded collection's drop or rename, or a dropDatabase, is seen by every
+ * shard that had the collection, and MongoDB reports it once (its participants' entries are
+ * fromMigrate). The invalidate following a skipped copy is skipped with it. When the primary
+ * is unknown (the database is gone from the catalog) every copy passes.
+ */
+static bool
+ddl_copy(shl_router_t *r, cs_shard_t *sh, const bson_t *ev)
+{
+    bson_iter_t it, f;
+    const char *type, *db = NULL;
+    shl_cached_database_t info;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return false;
+    }
+    type = bson_iter_utf8(&it, NULL);
+    if (strcmp(type, "invalidate") == 0) {
+        return sh->skipped_ddl;
+    }
+    if (strcmp(type, "drop") != 0 && strcmp(type, "rename") != 0 &&
+        strcmp(type, "dropDatabase") != 0) {
+        return false;
+    }
+    sh->skipped_ddl = false;
+    if (bson_iter_init_find(&it, ev, "ns") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "db") && BSON_ITER_HOLDS_UTF8(&f)) {
+        db = bson_iter_utf8(&f, NULL);
+    }
+    if (db != NULL && shl_catalog_cache_get_database(r->cache, db, &info, &st) == 0 &&
+        info.primary[0] != '\0' && strcmp(info.primary, sh->name) != 0) {
+        sh->skipped_ddl = true;
+    }
+    return sh->skipped_ddl;
+}
+
 /* Take a shard's batch ('which' of reply.cursor) and its postBatchResumeToken. */
 static int
-take_reply(cs_shard_t *sh, const bson_t *reply, const char *which, shl_status_t *st)
+take_reply(shl_router_t *r, cs_shard_t *sh, const bson_t *reply, const char *which,
+           shl_status_t *st)
 {
     int ret = 0;
     bson_t cur, tok;
@@ -97,7 +138,7 @@ take_reply(cs_shard_t *sh, const bson_t *reply, const char *which, shl_status_t 
                 continue;
             }
             bson_iter_document(&arr_it, &len, &data);
-            if (!bson_init_static(&ev, data, len)) {
+            if (!bson_init_static(&ev, data, len) || ddl_copy(r, sh, &ev)) {
                 continue;
             }
             if (sh->head > 0 && sh->head == sh->n) {
@@ -274,7 +315,7 @@ fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms
             continue;
         }
         if (ret == 0) {
-            ret = take_reply(sh, &res[k].reply, "nextBatch", st);
+            ret = take_reply(c->r, sh, &res[k].reply, "nextBatch", st);
         }
         for (size_t j = 0; j < c->nremotes; j++) {
             if (strcmp(c->remotes[j].shard, sh->name) == 0) {
@@ -615,7 +656,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         bson_t empty = BSON_INITIALIZER, cur, b;
         snprintf(sh->name, sizeof(sh->name), "%s", res[k].shard);
         if (res[k].res.code == 0 && ret == 0) {
-            ret = take_reply(sh, &res[k].res.reply, "firstBatch", st);
+            ret = take_reply(r, sh, &res[k].res.reply, "firstBatch", st);
         }
         /* The cursor's remotes only carry the ids, so destroying it kills the shards' cursors. */
         BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);

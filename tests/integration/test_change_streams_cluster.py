@@ -133,13 +133,71 @@ def test_resume_after_router_restart(c):
     with coll.watch(max_await_time_ms=300) as s:
         coll.insert_one({"_id": 1})
         tok = _next(s)["_id"]
-    coll.insert_one({"_id": 2})
-    coll.insert_one({"_id": 3})
-    c.router.stop()
-    c.router.start()
+        assert _next_or_none(s) is None
+        pbrt = s.resume_token
+        # kill -9 the router under the open stream: pymongo resumes on the restarted one.
+        c.router.kill()
+        c.router.start()
+        r2 = c.router_client()
+        r2.csc4.k.insert_one({"_id": 2})
+        r2.csc4.k.insert_one({"_id": 3})
+        assert [_next(s)["documentKey"]["_id"] for _ in range(2)] == [2, 3]
     r2 = c.router_client()
     with r2.csc4.k.watch(resume_after=tok, max_await_time_ms=300) as s:
         assert [_next(s)["documentKey"]["_id"] for _ in range(2)] == [2, 3]
+    # A high-water-mark token resumes after everything before it.
+    with r2.csc4.k.watch(resume_after=pbrt, max_await_time_ms=300) as s:
+        assert _next(s)["documentKey"]["_id"] == 2
+
+
+def _next_or_none(stream):
+    return stream.try_next()
+
+
+def test_order_with_concurrent_writers_on_both_shards(c):
+    r = c.router_client()
+    coll = _sharded(r, "csc6", "o")
+    n_per = 60
+
+    def writer(k):
+        w = c.router_client().csc6.o
+        for i in range(n_per):
+            w.insert_one({"_id": "%d-%d" % (k, i), "x": (i + 1) * (1 if k % 2 else -1), "k": k,
+                          "i": i})
+
+    with coll.watch(max_await_time_ms=300) as s:
+        ts = [threading.Thread(target=writer, args=(k,)) for k in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        evs = [_next(s) for _ in range(4 * n_per)]
+    times = [e["clusterTime"] for e in evs]
+    assert times == sorted(times)
+    for k in range(4):
+        mine = [e["fullDocument"]["i"] for e in evs if e["fullDocument"]["k"] == k]
+        assert mine == list(range(n_per))
+    tokens = [e["_id"]["_data"] for e in evs]
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+
+
+def test_start_after_invalidate_through_router(c):
+    r = c.router_client()
+    coll = _sharded(r, "csc7", "i")
+    coll.insert_one({"_id": 1, "x": -1})
+    with coll.watch(max_await_time_ms=300) as s:
+        coll.drop()
+        assert _next(s)["operationType"] == "drop"
+        inv = _next(s)
+        assert inv["operationType"] == "invalidate"
+        assert not s.alive
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        r.csc7.i.watch(resume_after=inv["_id"]).try_next()
+    assert e.value.code == 260
+    with r.csc7.i.watch(start_after=inv["_id"], max_await_time_ms=300) as s:
+        r.csc7.i.insert_one({"_id": 2, "x": 1})
+        ev = _next(s)
+        assert ev["operationType"] == "insert" and ev["documentKey"]["_id"] == 2
 
 
 def test_node_driver_watch(c):
