@@ -310,7 +310,7 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     int ret = 0;
     bson_iter_t it;
     const char *op, *ns;
-    bson_t o, o2, desc, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
+    bson_t o, o2, desc, pre, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
     bool has_o2, has_desc, found = false;
     const uint8_t *uuid = NULL;
     uint32_t len;
@@ -377,7 +377,11 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     } else {
         goto done;
     }
-    if (s->fdbc == FDBC_WHEN_AVAILABLE && strcmp(op, "i") != 0) {
+    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 &&
+        shl_bson_get_subdoc(op_doc, "preImage", &pre)) {
+        /* The collection has changeStreamPreAndPostImages: the entry carries it. */
+        BSON_APPEND_DOCUMENT(&ev, "fullDocumentBeforeChange", &pre);
+    } else if (s->fdbc == FDBC_WHEN_AVAILABLE && strcmp(op, "i") != 0) {
         BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange");
     } else if (s->fdbc == FDBC_REQUIRED && strcmp(op, "i") != 0) {
         SHL_FAIL(st, SHL_CODE_NO_MATCHING_DOCUMENT,

@@ -347,3 +347,54 @@ def test_history_lost_after_oplog_truncation(shale_process):
     with pytest.raises(OperationFailure) as e:
         db.c.watch(resume_after=tok).try_next()
     assert e.value.code == 286
+
+
+def _raw_stream(db, coll, **spec):
+    r = db.command({"aggregate": coll, "pipeline": [{"$changeStream": spec}], "cursor": {}})
+    return r["cursor"]["id"]
+
+
+def _raw_next(db, coll, cid, n):
+    got = []
+    for _ in range(50):
+        r = db.command({"getMore": cid, "collection": coll, "maxTimeMS": 200})
+        got += r["cursor"]["nextBatch"]
+        if len(got) >= n:
+            break
+    return got
+
+
+def test_pre_images(client):
+    db = client.cs12
+    db.drop_collection("p")
+    db.drop_collection("q")
+    db.create_collection("p", changeStreamPreAndPostImages={"enabled": True})
+    opts = db.command("listCollections", filter={"name": "p"})["cursor"]["firstBatch"][0]
+    assert opts["options"]["changeStreamPreAndPostImages"] == {"enabled": True}
+    db.p.insert_one({"_id": 1, "v": 1})
+    db.q.insert_one({"_id": 1, "v": 1})
+    cid = _raw_stream(db, "p", fullDocumentBeforeChange="required")
+    db.p.update_one({"_id": 1}, {"$set": {"v": 2}})
+    db.p.replace_one({"_id": 1}, {"w": 3})
+    db.p.delete_one({"_id": 1})
+    evs = _raw_next(db, "p", cid, 3)
+    assert [e["operationType"] for e in evs] == ["update", "replace", "delete"]
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "v": 1}, {"_id": 1, "v": 2}, {"_id": 1, "w": 3}]
+    # A collection without the option: whenAvailable gives null, required fails.
+    cid = _raw_stream(db, "q", fullDocumentBeforeChange="whenAvailable")
+    db.q.update_one({"_id": 1}, {"$set": {"v": 2}})
+    assert _raw_next(db, "q", cid, 1)[0]["fullDocumentBeforeChange"] is None
+    cid = _raw_stream(db, "q", fullDocumentBeforeChange="required")
+    db.q.update_one({"_id": 1}, {"$set": {"v": 3}})
+    with pytest.raises(OperationFailure) as e:
+        _raw_next(db, "q", cid, 1)
+    assert e.value.code == 47
+    # collMod turns it on.
+    db.command("collMod", "q", changeStreamPreAndPostImages={"enabled": True})
+    cid = _raw_stream(db, "q", fullDocumentBeforeChange="required")
+    db.q.delete_one({"_id": 1})
+    assert _raw_next(db, "q", cid, 1)[0]["fullDocumentBeforeChange"] == {"_id": 1, "v": 3}
+    with pytest.raises(OperationFailure) as e:
+        db.command("collMod", "q", changeStreamPreAndPostImages={"on": True})
+    assert e.value.code == 40415
