@@ -818,6 +818,7 @@ static const char *const spec_fields[] = {"fullDocument",
                                           "allowToRunOnConfigDB",
                                           "allowToRunOnSystemNS",
                                           "showRawUpdateDescription",
+                                          "$_joiningShard",
                                           NULL};
 
 static int
@@ -955,9 +956,14 @@ parse_spec(shl_op_ctx_t *op, cs_state_t *s, const bson_t *spec, shl_status_t *st
         }
     } else if (has_at) {
         uint64_t oldest = 0;
+        bool joining = false;
         s->last_ts = at > 0 ? at - 1 : 0;
+        /* A shard a router adds to an open stream: it has no history before it joined. */
+        SHL_ERR(shl_cmd_get_bool(spec, "$_joiningShard", &joining, st));
         SHL_ERR(oplog_oldest(s->eng, &oldest, st));
-        if (oldest != 0 && oldest > at) {
+        if (joining && oldest > at) {
+            s->last_ts = oldest - 1;
+        } else if (oldest != 0 && oldest > at) {
             SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_HISTORY_LOST,
                      "Resume of change stream was not possible, as the resume point may no longer "
                      "be in the oplog.");

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/log.h"
 #include "bson/bson_util.h"
 #include "bson/resume_token.h"
 #include "net/command_args.h"
@@ -24,6 +25,8 @@
  * bound on how late an event on one shard is seen when another shard is idle. */
 #define CS_SHARD_AWAIT_MS 50
 #define CS_AWAIT_DEFAULT_MS 1000
+/* How often a stream looks for shards added since it opened. */
+#define CS_JOIN_CHECK_MS 1000
 
 typedef struct cs_shard {
     char name[SHL_SHARD_ID_MAX];
@@ -43,6 +46,12 @@ typedef struct cs_router {
     bool ended;       /* an invalidate was released */
     char *last_ddl;   /* "<operationType> <ns>" of the last DDL event released (dedup) */
     bool lookup;      /* fullDocument: updateLookup, done here through the routing table */
+    /* For shards added while the stream is open: what to open on them. */
+    bson_t *open_spec;     /* the $changeStream spec without resume options, owned */
+    bson_t *open_rest;     /* the follow-on stages, owned */
+    bool collectionless;   /* aggregate: 1 */
+    uint64_t start_ts;     /* the stream's start: a new shard's stream starts there */
+    int64_t next_join_us;  /* when to look at the shard registry again */
 } cs_router_t;
 
 static void
@@ -59,6 +68,12 @@ cs_router_free(void *state)
     bson_free(cs->shards);
     bson_free(cs->pbrt);
     bson_free(cs->last_ddl);
+    if (cs->open_spec != NULL) {
+        bson_destroy(cs->open_spec);
+    }
+    if (cs->open_rest != NULL) {
+        bson_destroy(cs->open_rest);
+    }
     bson_free(cs);
 }
 
@@ -487,6 +502,9 @@ reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bo
     bson_append_document_end(reply, &cur);
 }
 
+static int join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
+                           shl_status_t *st);
+
 /* Fill a batch: fetch and release until an event is released or 'deadline_us' passes. */
 static int
 fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_size,
@@ -495,6 +513,10 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
     int ret = 0;
     uint32_t n = 0;
 
+    if (shl_clock_mono_us() >= cs->next_join_us) {
+        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
+        SHL_ERR(join_new_shards(op, c, cs, st));
+    }
     release(cs, arr, &n, batch_size);
     while (n == 0 && !cs->ended) {
         int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
@@ -526,6 +548,7 @@ typedef struct open_arg {
     const bson_t *rest;
     const char *coll; /* NULL: aggregate: 1 */
     uint64_t start_at;
+    bool joining; /* a shard added while the stream is open */
 } open_arg_t;
 
 static void
@@ -547,6 +570,9 @@ build_open(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
     BSON_APPEND_DOCUMENT_BEGIN(&pl, "0", &st);
     BSON_APPEND_DOCUMENT_BEGIN(&st, "$changeStream", &spec);
     bson_concat(&spec, a->stage_spec);
+    if (a->joining) {
+        BSON_APPEND_BOOL(&spec, "$_joiningShard", true);
+    }
     if (a->start_at != 0) {
         BSON_APPEND_TIMESTAMP(&spec, "startAtOperationTime", (uint32_t)(a->start_at >> 32),
                               (uint32_t)(a->start_at & 0xffffffffu));
@@ -564,6 +590,80 @@ build_open(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
     bson_append_array_end(cmd, &pl);
     BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur);
     bson_append_document_end(cmd, &cur);
+}
+
+/*
+ * Open the stream on shards added since it opened (MongoDB's routers learn of them from the
+ * config server's topology events; here from the shard registry, looked at once a second),
+ * starting at the stream's start time: a new shard holds no event from before it joined.
+ */
+static int
+join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    int ret = 0;
+    char **names = NULL;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bool sent = false;
+    open_arg_t a;
+
+    if (cs->open_spec == NULL || cs->ended) {
+        goto done;
+    }
+    SHL_ERR(shl_shard_registry_list(c->r->registry, &names, st));
+    for (size_t i = 0; names[i] != NULL; i++) {
+        bool known = false;
+        cs_shard_t *sh;
+        bson_t empty = BSON_INITIALIZER, cur, b;
+        for (size_t k = 0; k < cs->nshards; k++) {
+            known |= strcmp(cs->shards[k].name, names[i]) == 0;
+        }
+        if (known) {
+            continue;
+        }
+        memset(&a, 0, sizeof(a));
+        a.stage_spec = cs->open_spec;
+        a.rest = cs->open_rest;
+        a.coll = cs->collectionless ? NULL : cs->coll;
+        a.start_at = cs->start_ts;
+        a.joining = true;
+        req.shard = names[i];
+        bson_init(&req.cmd);
+        build_open(&a, NULL, names[i], &req.cmd);
+        shl_router_send(c->r, op, cs->db, &req, 1, &res);
+        sent = true;
+        if (res.code != 0) {
+            *st = res.status;
+            ret = res.code;
+            goto done;
+        }
+        cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+        sh = &cs->shards[cs->nshards++];
+        memset(sh, 0, sizeof(*sh));
+        snprintf(sh->name, sizeof(sh->name), "%s", names[i]);
+        SHL_ERR(take_reply(c->r, sh, &res.reply, "firstBatch", st));
+        BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);
+        BSON_APPEND_INT64(&cur, "id", sh->cursor_id);
+        BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &b);
+        bson_append_array_end(&cur, &b);
+        bson_append_document_end(&empty, &cur);
+        shl_router_cursor_add_remote(c, sh->name, &empty, st);
+        bson_destroy(&empty);
+        SHL_LOG_INFO(SHARDING, 2100002, "change stream opened on a new shard", "shard",
+                     BCON_UTF8(names[i]), "ns", BCON_UTF8(c->ns));
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+        sent = false;
+    }
+done:
+    if (sent) {
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+    }
+    if (names != NULL) {
+        bson_strfreev(names);
+    }
+    return ret;
 }
 
 int
@@ -640,6 +740,30 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
     }
     snprintf(cs->db, sizeof(cs->db), "%s", op->db);
     snprintf(cs->coll, sizeof(cs->coll), "%s", coll != NULL ? coll : "$cmd.aggregate");
+    {
+        /* What a shard added later gets: the spec without resume options, from the start. */
+        bson_iter_t f;
+        shl_resume_token_t t;
+        bson_t tok;
+        char why[128];
+        cs->open_spec = bson_new();
+        cs->open_rest = bson_copy(&rest);
+        cs->collectionless = coll == NULL;
+        cs->start_ts = a.start_at;
+        bson_iter_init(&f, &spec);
+        while (shl_iter_next(&f)) {
+            const char *k = shl_iter_key(&f);
+            if ((strcmp(k, "resumeAfter") == 0 || strcmp(k, "startAfter") == 0) &&
+                shl_bson_get_subdoc(&spec, k, &tok) && shl_resume_token_parse(&tok, &t, NULL, why)) {
+                cs->start_ts = t.cluster_time;
+            } else if (strcmp(k, "startAtOperationTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+                cs->start_ts = shl_bson_iter_timestamp_u64(&f);
+            } else {
+                bson_append_iter(cs->open_spec, NULL, 0, &f);
+            }
+        }
+        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
+    }
     snprintf(ns, sizeof(ns), "%s.%s", cs->db, cs->coll);
     SHL_ERR(shl_router_send_to_all(r, op, op->db, false, build_open, &a, &res, &nres, st));
     for (size_t k = 0; k < nres; k++) {

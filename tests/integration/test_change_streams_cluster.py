@@ -236,3 +236,32 @@ def test_update_lookup_across_a_migration(c):
         coll.delete_one({"x": 11})
         assert [_next(s)["operationType"] for _ in range(2)] == ["delete", "insert"]
         assert _next(s)["fullDocument"] is None
+
+
+def test_new_shard_joins_an_open_stream(c):
+    import os
+    from shale_fixtures import ShaleProcess
+    r = c.router_client()
+    coll = _sharded(r, "csc8", "n")
+    p = ShaleProcess(["node", "--shardsvr", "--replSet", "shardNew"],
+                     dbpath=os.path.join(c.base, "shardNew"), name="shardNew")
+    try:
+        with coll.watch(max_await_time_ms=300) as s:
+            coll.insert_one({"_id": 1, "x": -1})
+            assert _next(s)["documentKey"]["_id"] == 1
+            p.start(extra=c.shard_extra)
+            r.admin.command("addShard", "shardNew/" + p.host, name="shardNew")
+            r.admin.command("split", "csc8.n", middle={"x": 100})
+            r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shardNew")
+            coll.insert_one({"_id": 2, "x": 150})   # on the new shard
+            coll.insert_one({"_id": 3, "x": -2})
+            evs = [_next(s) for _ in range(2)]
+            assert [e["documentKey"]["_id"] for e in evs] == [2, 3]
+            assert p.client().csc8.n.find_one({"_id": 2}) is not None
+    finally:
+        r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shard1")
+        try:
+            r.admin.command("removeShard", "shardNew")
+        except pymongo.errors.PyMongoError:
+            pass
+        p.stop()
