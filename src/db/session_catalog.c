@@ -894,9 +894,14 @@ done:
 }
 
 /* The session, txnNumber and statement of a migrated entry. */
+typedef struct {
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    int32_t stmt_id;
+} migrated_ids_t;
+
 static int
-migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t *stmt_id,
-             shl_status_t *st)
+migrated_ids(const bson_t *entry, migrated_ids_t *ids, shl_status_t *st)
 {
     int ret = 0;
     bson_t lsid_doc;
@@ -907,18 +912,18 @@ migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t
         SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT,
                  "oplog entry does not have sessionId, txnNumber and stmtId");
     }
-    *stmt_id = (int32_t)bson_iter_as_int64(&it);
-    *txn_number = shl_bson_int64_at(entry, "txnNumber");
-    SHL_ERR(shl_lsid_parse(&lsid_doc, lsid, st));
+    ids->stmt_id = (int32_t)bson_iter_as_int64(&it);
+    ids->txn_number = shl_bson_int64_at(entry, "txnNumber");
+    SHL_ERR(shl_lsid_parse(&lsid_doc, &ids->lsid, st));
 done:
     return ret;
 }
 
-/* Take w[0..n) (one session, one txnNumber; a sentinel only alone) into the catalog in one
- * storage transaction. */
+/* Take w[0..n) (one session, one txnNumber; a sentinel only alone; ids[i] parsed from w[i])
+ * into the catalog in one storage transaction. */
 static int
-migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
-                 int64_t txn_number, const db_migrated_write_t *w, size_t n, shl_status_t *st)
+migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_write_t *w,
+                 const migrated_ids_t *ids, size_t n, shl_status_t *st)
 {
     int ret = 0;
     db_session_t *s = NULL;
@@ -927,19 +932,17 @@ migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *
     bool sentinel = false;
 
     db_stmt_recorder_init(&rec, op);
-    SHL_ERR(session_acquire(cat, op, lsid, &s, st));
-    if (txn_number < s->txn_number) {
+    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, &s, st));
+    if (ids[0].txn_number < s->txn_number) {
         goto done; /* older writes */
     }
-    session_begin_txn(s, txn_number);
+    session_begin_txn(s, ids[0].txn_number);
     for (size_t i = 0; i < n; i++) {
         migrate_item_t *it = &g.items[g.n];
         bson_iter_t bi;
         bson_t o2;
-        shl_lsid_t ignored_lsid;
-        int64_t ignored_txn;
 
-        SHL_ERR(migrated_ids(w[i].entry, &ignored_lsid, &ignored_txn, &it->stmt_id, st));
+        it->stmt_id = ids[i].stmt_id;
         sentinel = it->stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID;
         if (!sentinel && stmt_map_get(&s->stmts, it->stmt_id) != 0) {
             continue; /* known already */
@@ -988,28 +991,25 @@ db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migr
                       size_t n, shl_status_t *st)
 {
     int ret = 0;
+    migrated_ids_t *ids = bson_malloc0((n > 0 ? n : 1) * sizeof(*ids));
     size_t i = 0;
 
+    for (size_t k = 0; k < n; k++) {
+        SHL_ERR(migrated_ids(w[k].entry, &ids[k], st));
+    }
     while (i < n) {
-        shl_lsid_t lsid, next_lsid;
-        int64_t txn_number, next_txn;
-        int32_t stmt_id, next_stmt;
         size_t j = i + 1;
 
-        SHL_ERR(migrated_ids(w[i].entry, &lsid, &txn_number, &stmt_id, st));
-        while (stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
-               j - i < DB_MIGRATE_IN_GROUP_MAX) {
-            SHL_ERR(migrated_ids(w[j].entry, &next_lsid, &next_txn, &next_stmt, st));
-            if (next_stmt == DB_INCOMPLETE_HISTORY_STMT_ID || next_txn != txn_number ||
-                !shl_lsid_equal(&next_lsid, &lsid)) {
-                break;
-            }
+        while (ids[i].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
+               j - i < DB_MIGRATE_IN_GROUP_MAX && ids[j].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID &&
+               ids[j].txn_number == ids[i].txn_number && shl_lsid_equal(&ids[j].lsid, &ids[i].lsid)) {
             j++;
         }
-        SHL_ERR(migrate_in_group(cat, op, &lsid, txn_number, &w[i], j - i, st));
+        SHL_ERR(migrate_in_group(cat, op, &w[i], &ids[i], j - i, st));
         i = j;
     }
 done:
+    bson_free(ids);
     return ret;
 }
 

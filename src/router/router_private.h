@@ -269,4 +269,21 @@ int router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const ch
 int router_change_stream_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
                                   bson_t *reply, bool *dead, shl_status_t *st);
 
+/* Fills the command for the primary shard from the cached database entry 'db' (called once
+ * per attempt, on an empty 'out'; the databaseVersion is added after). */
+typedef void (*router_primary_build_fn)(void *arg, const shl_cached_database_t *db, bson_t *out);
+
+/*
+ * router_send_to_primary --
+ *     Send one command to the primary shard of database 'db' with its databaseVersion (unless
+ *     fixed), refreshing and retrying (up to SHL_ROUTER_MAX_STALE_RETRIES) while the shard
+ *     says the routing of 'ns' was stale. *found is false, and nothing is sent, when the
+ *     database does not exist. 'reply' (initialised by the callee) gets the shard's whole
+ *     reply on success; 'primary' (may be NULL) the shard's name. Blocks on the network.
+ *     Errors: the shard's, the catalog cache's.
+ */
+int router_send_to_primary(shl_op_ctx_t *op, const char *db, const char *ns,
+                           router_primary_build_fn build, void *arg, bool *found, bson_t *reply,
+                           char *primary, size_t nprimary, shl_status_t *st);
+
 #endif

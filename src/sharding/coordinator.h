@@ -129,6 +129,9 @@ const shl_remote_t *shl_coord_service_remote(const shl_coord_service_t *svc);
 
 /* shl_coord_service_count -- coordinators running now (tests). */
 size_t shl_coord_service_count(shl_coord_service_t *svc);
+/* shl_coord_service_count_coll -- coordinators running now whose type keeps its documents in
+ * config.<coll> (e.g. the DDL coordinators). Takes the service lock. */
+size_t shl_coord_service_count_coll(shl_coord_service_t *svc, const char *coll);
 
 /* Accessors for phases (called on the coordinator's thread). */
 const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state document */
@@ -139,6 +142,16 @@ const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
  * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
 int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
 void *shl_coord_type_arg(const shl_coord_t *c);
+/* shl_coord_finish -- end the operation successfully after the running phase: the later
+ * phases are skipped and the document is deleted (e.g. a create that finds the collection
+ * already sharded as asked). */
+void shl_coord_finish(shl_coord_t *c);
+/* shl_coord_abort -- the error the running phase returns ends the operation "cleanly not
+ * done", even a retryable one (not retried): the document is deleted instead of left for the
+ * next start. The phase must have undone what the operation did. MongoDB's DDL coordinators
+ * do this before their point of no return (a request the checks or the config server
+ * refuse). */
+void shl_coord_abort(shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
 
