@@ -17,6 +17,7 @@
 #include "bson/bson_util.h"
 #include "bson/resume_token.h"
 #include "net/command_args.h"
+#include "query/pipeline.h"
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
 #include "sharding/catalog_cache.h"
@@ -52,6 +53,9 @@ typedef struct cs_router {
     bool collectionless;   /* aggregate: 1 */
     uint64_t start_ts;     /* the stream's start: a new shard's stream starts there */
     int64_t next_join_us;  /* when to look at the shard registry again */
+    /* With updateLookup, the follow-on stages run here, after the lookup (they may read
+     * fullDocument), instead of on the shards; owned, NULL otherwise. */
+    bson_t *router_stages;
 } cs_router_t;
 
 static void
@@ -73,6 +77,9 @@ cs_router_free(void *state)
     }
     if (cs->open_rest != NULL) {
         bson_destroy(cs->open_rest);
+    }
+    if (cs->router_stages != NULL) {
+        bson_destroy(cs->router_stages);
     }
     bson_free(cs);
 }
@@ -485,6 +492,29 @@ done:
     return ret;
 }
 
+/* What the router adds to released events: updateLookup's documents, then the follow-on
+ * stages that had to wait for them. */
+static int
+finish_events(shl_op_ctx_t *op, cs_router_t *cs, bson_t *arr, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t out = BSON_INITIALIZER;
+    uint32_t n = 0;
+
+    if (!cs->lookup || bson_empty(arr)) {
+        goto done;
+    }
+    SHL_ERR(add_lookups(op, arr, st));
+    if (cs->router_stages != NULL) {
+        SHL_ERR(shl_pipeline_run_array(arr, cs->router_stages, &out, &n, st));
+        bson_reinit(arr);
+        bson_concat(arr, &out);
+    }
+done:
+    bson_destroy(&out);
+    return ret;
+}
+
 static void
 reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bool first,
             const bson_t *arr)
@@ -534,9 +564,7 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     update_pbrt(cs);
-    if (cs->lookup && n > 0) {
-        SHL_ERR(add_lookups(op, arr, st));
-    }
+    SHL_ERR(finish_events(op, cs, arr, st));
 done:
     return ret;
 }
@@ -727,6 +755,34 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
             cs->lookup = true;
         }
     }
+    if (cs->lookup && !bson_empty(&rest)) {
+        /* The stages run here after the lookup: checked here, as a shard would. */
+        static const char *const allowed[] = {"$match", "$project", "$addFields", "$set",
+                                              "$unset", "$replaceRoot", "$replaceWith",
+                                              "$redact", NULL};
+        bson_iter_t f, sf;
+        bson_iter_init(&f, &rest);
+        while (shl_iter_next(&f)) {
+            bool ok = false;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &sf) ||
+                !shl_iter_next(&sf)) {
+                SHL_FAIL(st, 40323,
+                         "A pipeline stage specification object must contain exactly one field.");
+            }
+            if (strcmp(shl_iter_key(&sf), "$changeStream") == 0) {
+                SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+            }
+            for (int k = 0; allowed[k] != NULL; k++) {
+                ok |= strcmp(shl_iter_key(&sf), allowed[k]) == 0;
+            }
+            if (!ok) {
+                SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                         "%s is not permitted in a $changeStream pipeline", shl_iter_key(&sf));
+            }
+        }
+        cs->router_stages = bson_copy(&rest);
+        bson_reinit(&rest);
+    }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero, st));
     memset(&a, 0, sizeof(a));
     a.stage_spec = &spec;
@@ -801,8 +857,8 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         uint32_t n = 0;
         release(s, &arr, &n, batch_size);
         update_pbrt(s);
-        if (s->lookup && n > 0) {
-            ret = add_lookups(op, &arr, st);
+        if (n > 0) {
+            ret = finish_events(op, s, &arr, st);
             if (ret != 0) {
                 shl_router_cursor_destroy(c);
                 c = NULL;

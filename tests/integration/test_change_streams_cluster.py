@@ -236,6 +236,20 @@ def test_update_lookup_across_a_migration(c):
         coll.delete_one({"x": 11})
         assert [_next(s)["operationType"] for _ in range(2)] == ["delete", "insert"]
         assert _next(s)["fullDocument"] is None
+    # Follow-on stages see the looked-up document (they run after the lookup).
+    with coll.watch([{"$match": {"operationType": "update", "fullDocument.keep": True}},
+                     {"$project": {"fullDocument.pad": 0}}],
+                    full_document="updateLookup", max_await_time_ms=300) as s:
+        coll.insert_many([{"_id": 10, "x": -10, "keep": False}, {"_id": 11, "x": 20, "keep": True,
+                                                                  "pad": 1}])
+        coll.update_one({"x": -10}, {"$set": {"n": 1}})
+        coll.update_one({"x": 20}, {"$set": {"n": 1}})
+        ev = _next(s)
+        assert ev["fullDocument"] == {"_id": 11, "x": 20, "keep": True, "n": 1}
+        assert s.try_next() is None
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        coll.watch([{"$group": {"_id": None}}], full_document="updateLookup").try_next()
+    assert e.value.code == 20
 
 
 def test_new_shard_joins_an_open_stream(c):
