@@ -1,0 +1,36 @@
+/*
+ * auth.h -- authentication and authorization (issue 19): SCRAM conversations, the
+ * connection's authenticated user, users and roles kept in admin.system.users /
+ * admin.system.roles, MongoDB's built-in roles and the per-command privilege check.
+ * Layer: above net (the dispatcher reaches it through service hooks), below every role.
+ * docs/design/auth.md.
+ */
+#ifndef SHL_AUTH_AUTH_H
+#define SHL_AUTH_AUTH_H
+
+#include <stdbool.h>
+
+#include "base/status.h"
+#include "net/command.h"
+#include "net/service_context.h"
+
+/*
+ * shl_auth_init --
+ *     Register the authentication and user-management commands in 'reg' (saslStart,
+ *     saslContinue, authenticate, logout, connectionStatus, createUser, updateUser,
+ *     dropUser, dropAllUsersFromDatabase, usersInfo, grantRolesToUser, revokeRolesFromUser,
+ *     createRole, updateRole, dropRole, rolesInfo, grantPrivilegesToRole,
+ *     revokePrivilegesFromRole) and install the service hooks: with --auth (or --keyFile)
+ *     every command is checked against the connection's privileges (Unauthorized, 13); a
+ *     hello carrying speculativeAuthenticate / saslSupportedMechs gets its answer; a closed
+ *     connection's state is freed. Users are read and written with the process's own
+ *     commands on the admin database (shl_service_run_command), so the same code serves a
+ *     data node and a router. Call after the role installed its hooks, before serving.
+ *     Errors: BadValue for a bad keyFile (missing, permissions open to others, bad content).
+ */
+int shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st);
+
+/* shl_auth_enabled -- whether access control is on (--auth or --keyFile). */
+bool shl_auth_enabled(void);
+
+#endif
