@@ -1291,18 +1291,18 @@ cmd_roles_info(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
                 break;
             }
             const char *rn = id + strlen(idb) + 1;
+            bson_init(&doc);
             if (shl_builtin_role_is(rn, idb)) {
                 snprintf(idx, sizeof(idx), "%u", n++);
                 append_role_info(op, &roles, idx, rn, idb, NULL, show_privs);
-            } else if ((ret = auth_find_one(op->svc, "system.roles", id, &doc, &found, st)) ==
-                           0 &&
-                       found) {
+            } else if (bson_destroy(&doc),
+                       (ret = auth_find_one(op->svc, "system.roles", id, &doc, &found, st)) ==
+                               0 &&
+                           found) {
                 snprintf(idx, sizeof(idx), "%u", n++);
                 append_role_info(op, &roles, idx, rn, idb, &doc, show_privs);
             }
-            if (ret == 0) {
-                bson_destroy(&doc);
-            }
+            bson_destroy(&doc);
             if (single) {
                 break;
             }

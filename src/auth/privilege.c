@@ -218,7 +218,7 @@ typedef struct grant {
 typedef struct builtin_role {
     const char *name;
     bool admin_only; /* the *AnyDatabase and cluster roles exist only on admin */
-    grant_t grants[12];
+    grant_t grants[16];
 } builtin_role_t;
 
 static const builtin_role_t builtin_roles[] = {
@@ -287,7 +287,9 @@ static const builtin_role_t builtin_roles[] = {
       {ON_CLUSTER, NULL, cluster_manager_acts},
       {ON_ANY_NORMAL, NULL, cluster_manager_normal_acts},
       {ON_CLUSTER, NULL, user_admin_cluster_acts},
-      {ON_ANY_NORMAL, NULL, restore_acts}}},
+      {ON_ANY_NORMAL, NULL, restore_acts},
+      {ON_ADMIN_COLL, "system.users", read_acts},
+      {ON_ADMIN_COLL, "system.roles", read_acts}}},
     {"__system", true, {{ON_ANY, NULL, all_acts}}},
 };
 
@@ -314,7 +316,7 @@ shl_builtin_role_privileges(const char *role, const char *db, shl_privilege_list
 {
     const builtin_role_t *r = find_builtin(role, db);
 
-    for (size_t g = 0; r != NULL && g < 12 && r->grants[g].acts != NULL; g++) {
+    for (size_t g = 0; r != NULL && g < 16 && r->grants[g].acts != NULL; g++) {
         shl_privilege_t p;
         memset(&p, 0, sizeof(p));
         switch (r->grants[g].on) {
