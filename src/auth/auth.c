@@ -371,10 +371,21 @@ authorize(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
     auth_conn_t *a;
     shl_required_t req;
 
-    if (!shl_auth_enabled() || op->conn == NULL || (cmd->flags & SHL_CMD_NO_AUTH)) {
+    if (!shl_auth_enabled() || op->conn == NULL) {
         goto done;
     }
     a = auth_conn_get(op);
+    if (a->authed) {
+        shl_resource_t cluster = {.kind = SHL_RES_CLUSTER};
+        auth_conn_refresh(op, a);
+        op->conn->clock_untrusted =
+            !shl_privileges_allow(&a->privs, &cluster, SHL_ACT_ADVANCE_CLUSTER_TIME);
+    } else {
+        op->conn->clock_untrusted = true;
+    }
+    if (cmd->flags & SHL_CMD_NO_AUTH) {
+        goto done;
+    }
     if (!a->authed) {
         if (!localhost_exception(op, cmd->name)) {
             SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "Command %s requires authentication", cmd->name);
@@ -398,6 +409,7 @@ shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
 {
     int ret = 0;
 
+    SHL_ERR(auth_internal_init(st));
     auth_register_sasl_commands(reg);
     auth_register_user_commands(reg);
     svc->hooks.authorize = authorize;
@@ -407,6 +419,6 @@ shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         SHL_LOG_INFO(ACCESS, 4615700, "Access control is enabled", "keyFile",
                      BCON_BOOL(shl_opt_str(SHL_OPT_keyFile)[0] != '\0'));
     }
-    (void)st;
+done:
     return ret;
 }

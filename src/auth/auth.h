@@ -25,10 +25,19 @@
  *     hello carrying speculativeAuthenticate / saslSupportedMechs gets its answer; a closed
  *     connection's state is freed. Users are read and written with the process's own
  *     commands on the admin database (shl_service_run_command), so the same code serves a
- *     data node and a router. Call after the role installed its hooks, before serving.
+ *     data node and a router. Call before the role starts (its outgoing connections
+ *     authenticate from the first), and before serving.
  *     Errors: BadValue for a bad keyFile (missing, permissions open to others, bad content).
  */
 int shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st);
+
+/*
+ * shl_auth_read_key_file --
+ *     The key in 'path' (whitespace removed) into 'out' (n bytes), checked as MongoDB does:
+ *     no group or other permission bits, base64 characters only, 6 to 1024 of them.
+ *     Errors: BadValue naming the problem.
+ */
+int shl_auth_read_key_file(const char *path, char *out, size_t n, shl_status_t *st);
 
 /* shl_auth_enabled -- whether access control is on (--auth or --keyFile). */
 bool shl_auth_enabled(void);

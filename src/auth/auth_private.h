@@ -26,6 +26,7 @@ typedef struct auth_conn {
     /* The SASL conversation in progress (one at a time, conversationId 1). */
     bool conv_active;
     bool conv_wants_empty; /* server-final sent; the client still sends an empty step */
+    bool conv_skip_empty;  /* saslStart's options.skipEmptyExchange */
     char conv_db[64];
     shl_scram_server_t scram;
 } auth_conn_t;
@@ -86,6 +87,15 @@ void auth_conn_refresh(shl_op_ctx_t *op, auth_conn_t *a);
  *     execute command ...".
  */
 int auth_check(shl_op_ctx_t *op, const shl_resource_t *res, shl_action_t a, shl_status_t *st);
+
+/* auth_internal_init -- read --keyFile (if set), make __system's credentials and install
+ * the internal client's authentication. Errors: BadValue for a bad key file. */
+int auth_internal_init(shl_status_t *st);
+
+/* auth_system_creds -- __system@local's credentials for 'mech' when a key file is in use;
+ * false for any other user. */
+bool auth_system_creds(const char *db, const char *user, shl_scram_mech_t mech,
+                       shl_scram_creds_t *c);
 
 /* auth_register_sasl_commands / auth_register_user_commands -- into 'reg'. */
 void auth_register_sasl_commands(shl_command_registry_t *reg);

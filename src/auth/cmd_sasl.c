@@ -154,10 +154,15 @@ sasl_start(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative
         goto done;
     }
     shl_str_copy(a->conv_db, sizeof(a->conv_db), db);
+    a->conv_skip_empty = bson_iter_init(&it, cmd) &&
+                         bson_iter_find_descendant(&it, "options.skipEmptyExchange", &it) &&
+                         bson_iter_as_bool(&it);
     snprintf(id, sizeof(id), "%s.%s", db, a->scram.user);
     bson_destroy(&user);
-    if (auth_find_one(op->svc, "system.users", id, &user, &found, &why) != 0 || !found ||
-        !creds_of(&user, mech, &creds)) {
+    if (auth_system_creds(db, a->scram.user, mech, &creds)) {
+        bson_init(&user);
+    } else if (auth_find_one(op->svc, "system.users", id, &user, &found, &why) != 0 || !found ||
+               !creds_of(&user, mech, &creds)) {
         ret = auth_failed(op, mech_name, a->scram.user, db,
                           !found ? "UserNotFound" : "no credentials for the mechanism",
                           speculative, st);
@@ -204,7 +209,7 @@ cmd_sasl_continue(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     const char *payload = NULL;
     size_t len = 0;
     char out[SHL_SCRAM_MAX_MESSAGE];
-    bool skip_empty = true;
+    bool skip_empty;
     shl_status_t why = SHL_STATUS_INIT;
 
     if (a == NULL || !a->conv_active || !bson_iter_init_find(&it, cmd, "conversationId") ||
@@ -232,12 +237,7 @@ cmd_sasl_continue(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         goto done;
     }
     authenticated(op, a, false);
-    if (bson_iter_init(&it, cmd) && bson_iter_find_descendant(&it, "options.skipEmptyExchange",
-                                                              &it)) {
-        skip_empty = bson_iter_as_bool(&it);
-    } else {
-        skip_empty = false;
-    }
+    skip_empty = a->conv_skip_empty;
     a->conv_active = !skip_empty;
     a->conv_wants_empty = !skip_empty;
     BSON_APPEND_BOOL(reply, "done", skip_empty);

@@ -86,7 +86,8 @@ serve(shl_service_ctx_t *svc)
     return shl_server_wait(svc);
 }
 
-/* Access control and the user commands every role has (src/auth); 0 or the exit code. */
+/* Access control and the user commands every role has (src/auth), before the role starts:
+ * its first outgoing connections already authenticate with the key file. 0 or the exit code. */
 static int
 auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
 {
@@ -137,7 +138,7 @@ run_process(const char *what, int argc, char **argv, int (*role_of)(shl_role_t *
     /* Signals first: a SIGTERM during start-up (a long recovery, a router waiting for its
      * config server) is a clean shutdown once the role is up, or ends the wait. */
     shl_server_install_signal_handlers(&svc);
-    if ((rc = init(&svc, reg)) == 0 && (rc = auth_init(&svc, reg)) == 0) {
+    if ((rc = auth_init(&svc, reg)) == 0 && (rc = init(&svc, reg)) == 0) {
         rc = serve(&svc);
     } else if (rc == RC_STOPPED_IN_STARTUP) {
         if (svc.hooks.shutdown != NULL) {
