@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
 #include "base/str.h"
@@ -289,9 +290,17 @@ auth_conn_refresh(shl_op_ctx_t *op, auth_conn_t *a)
     bool found = false;
     bson_iter_t it;
 
-    if (!a->authed || a->gen == gen) {
+    /* A router's users live on the config server, where another router may change them:
+     * it re-reads them every userCacheInvalidationIntervalSecs (MongoDB's user cache). */
+    int64_t now = shl_clock_mono_us();
+    bool stale = op->svc->role == SHL_ROLE_ROUTER &&
+                 now - a->resolved_us >
+                     shl_opt_int(SHL_OPT_userCacheInvalidationIntervalSecs) * 1000000;
+
+    if (!a->authed || (a->gen == gen && !stale)) {
         return;
     }
+    a->resolved_us = now;
     shl_privilege_list_cleanup(&a->privs);
     bson_reinit(&a->roles);
     a->gen = gen;

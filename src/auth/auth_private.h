@@ -23,10 +23,12 @@ typedef struct auth_conn {
     bson_t roles;                /* the user's roles [{role, db}] when authed */
     shl_privilege_list_t privs;  /* resolved from 'roles' at generation 'gen' */
     uint64_t gen;
+    int64_t resolved_us;         /* when 'privs' were resolved (monotonic) */
     /* The SASL conversation in progress (one at a time, conversationId 1). */
     bool conv_active;
     bool conv_wants_empty; /* server-final sent; the client still sends an empty step */
     bool conv_skip_empty;  /* saslStart's options.skipEmptyExchange */
+    bool conv_speculative; /* begun by hello's speculativeAuthenticate */
     char conv_db[64];
     shl_scram_server_t scram;
 } auth_conn_t;

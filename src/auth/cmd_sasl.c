@@ -154,6 +154,7 @@ sasl_start(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative
         goto done;
     }
     shl_str_copy(a->conv_db, sizeof(a->conv_db), db);
+    a->conv_speculative = speculative;
     a->conv_skip_empty = bson_iter_init(&it, cmd) &&
                          bson_iter_find_descendant(&it, "options.skipEmptyExchange", &it) &&
                          bson_iter_as_bool(&it);
@@ -232,11 +233,11 @@ cmd_sasl_continue(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
     if (shl_scram_server_final(&a->scram, payload, len, out, sizeof(out), &why) != 0) {
         a->conv_active = false;
         ret = auth_failed(op, shl_scram_mech_name(a->scram.mech), a->scram.user, a->conv_db,
-                          why.reason, false, st);
+                          why.reason, a->conv_speculative, st);
         shl_scram_server_clear(&a->scram);
         goto done;
     }
-    authenticated(op, a, false);
+    authenticated(op, a, a->conv_speculative);
     skip_empty = a->conv_skip_empty;
     a->conv_active = !skip_empty;
     a->conv_wants_empty = !skip_empty;

@@ -242,3 +242,22 @@ def test_without_auth_nothing_changes(shale_process):
     # ...and a user can still authenticate.
     login(p, "u", "p").close()
     c.close()
+
+
+def test_node_driver_authenticates(auth_node, root):
+    """The current Node.js driver: SCRAM-SHA-256 (speculative in its handshake), SCRAM-SHA-1,
+    and AuthenticationFailed for a wrong password."""
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    root.admin.command("createUser", "nodeuser", pwd="n0de-pw", roles=["readWriteAnyDatabase"])
+    out = subprocess.run([node_binary(), os.path.join(HERE, "auth.js"), auth_node.host,
+                          "nodeuser", "n0de-pw"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    me = [{"user": "nodeuser", "db": "admin"}]
+    assert r["default"]["users"] == me and r["sha1"]["users"] == me
+    assert r["sha256"]["users"] == me and r["sha256"]["n"] == 3
+    assert r["wrong"]["code"] == 18
+    assert '"isSpeculative":true' in auth_node.read_log()
