@@ -39,6 +39,25 @@ int shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_statu
  */
 int shl_auth_read_key_file(const char *path, char *out, size_t n, shl_status_t *st);
 
+/*
+ * shl_auth_client_init --
+ *     Read the key file 'path' and make every outgoing connection of this process's
+ *     internal client authenticate as __system with it (`shale up|status` on a cluster
+ *     started with --auth). Errors: those of shl_auth_read_key_file.
+ */
+int shl_auth_client_init(const char *path, shl_status_t *st);
+
+/*
+ * shl_auth_key_file_create --
+ *     Write a new random key (756 random bytes, base64, as MongoDB's docs suggest) to
+ *     'path', readable by its owner only; an existing file is left alone and *created is
+ *     false. Errors: FileOpenFailed.
+ */
+int shl_auth_key_file_create(const char *path, bool *created, shl_status_t *st);
+
+/* shl_auth_random_password -- 24 random URL-safe characters into 'out' (n >= 25). */
+void shl_auth_random_password(char *out, size_t n);
+
 /* shl_auth_enabled -- whether access control is on (--auth or --keyFile). */
 bool shl_auth_enabled(void);
 

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <pthread.h>
 #include <string.h>
@@ -196,6 +197,65 @@ client_end(void *state)
 }
 
 static const shl_client_auth_t client_auth = {client_begin, client_step, client_end};
+
+int
+shl_auth_client_init(const char *path, shl_status_t *st)
+{
+    int ret = 0;
+    SHL_ERR(shl_auth_read_key_file(path, key_pw, sizeof(key_pw), st));
+    shl_client_set_auth(&client_auth);
+done:
+    return ret;
+}
+
+int
+shl_auth_key_file_create(const char *path, bool *created, shl_status_t *st)
+{
+    int ret = 0, fd = -1;
+    uint8_t rnd[756];
+    char b64[1100];
+    size_t len;
+
+    *created = false;
+    if (access(path, F_OK) == 0) {
+        goto done;
+    }
+    if (RAND_bytes(rnd, sizeof(rnd)) != 1) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "could not make a random key");
+    }
+    /* The file holds at most 1024 key characters: 756 bytes make 1008. */
+    len = (size_t)EVP_EncodeBlock((unsigned char *)b64, rnd, sizeof(rnd));
+    b64[len++] = '\n';
+    if ((fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
+        write(fd, b64, len) != (ssize_t)len) {
+        SHL_FAIL(st, SHL_CODE_FILE_OPEN_FAILED, "cannot write key file %s: %s", path,
+                 strerror(errno));
+    }
+    *created = true;
+done:
+    OPENSSL_cleanse(rnd, sizeof(rnd));
+    OPENSSL_cleanse(b64, sizeof(b64));
+    if (fd >= 0) {
+        close(fd);
+    }
+    return ret;
+}
+
+void
+shl_auth_random_password(char *out, size_t n)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint8_t rnd[24];
+    size_t i;
+
+    RAND_bytes(rnd, sizeof(rnd));
+    for (i = 0; i < sizeof(rnd) && i + 1 < n; i++) {
+        out[i] = alphabet[rnd[i] & 63];
+    }
+    out[i] = '\0';
+    OPENSSL_cleanse(rnd, sizeof(rnd));
+}
 
 int
 auth_internal_init(shl_status_t *st)

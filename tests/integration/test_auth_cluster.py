@@ -7,6 +7,7 @@ refused, and client $clusterTime signatures are checked."""
 import base64
 import os
 
+import pymongo
 import pytest
 from bson.timestamp import Timestamp
 from pymongo.errors import OperationFailure
@@ -157,3 +158,35 @@ def test_key_file_permissions_checked(tmp_path):
         assert "permissions on %s are too open" % key in p.read_log()
     finally:
         p.cleanup()
+
+
+def test_shale_up_auth(tmp_path):
+    """`shale up --auth`: a key file readable by its owner only, the first admin user printed
+    once in the connection string, unauthenticated clients refused, `status` reads the
+    cluster with the key file, a second `up` keeps access control on."""
+    from test_cli_cluster import port_range, shale
+    d = tmp_path / "c"
+    port = port_range(3)
+    r = shale("up", "--auth", "--shards", 1, "--dbpath", d, "--port", port,
+              "--wiredTigerCacheSizeGB", "0.25")
+    try:
+        assert r.returncode == 0, r.stderr
+        uri = r.stdout.strip()
+        assert uri.startswith("mongodb://admin:") and uri.endswith("?authSource=admin")
+        assert "shown only this once" in r.stderr
+        assert oct(os.stat(d / "keyfile").st_mode & 0o777) == "0o600"
+        c = pymongo.MongoClient(uri, serverSelectionTimeoutMS=10000)
+        c.t.c.insert_one({"a": 1})
+        assert c.t.c.count_documents({}) == 1
+        plain = pymongo.MongoClient("127.0.0.1:%d" % port, serverSelectionTimeoutMS=10000)
+        assert error_code(lambda: plain.t.c.find_one()) == 13
+        s = shale("status", "--dbpath", d)
+        assert s.returncode == 0, s.stderr
+        assert "shard0/127.0.0.1:%d" % (port + 2) in s.stdout
+        again = shale("up", "--dbpath", d)
+        assert again.returncode == 0, again.stderr
+        assert "Access control is on" in again.stderr and "admin:" not in again.stdout
+        c.close()
+        plain.close()
+    finally:
+        shale("down", "--dbpath", d)
