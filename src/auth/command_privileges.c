@@ -103,6 +103,11 @@ static const entry_t table[] = {
     {"appendOplogNote", CLUSTER, A1(APPEND_OPLOG_NOTE)},
     {"invalidateUserCache", CLUSTER, A1(INVALIDATE_USER_CACHE)},
     {"configureFailPoint", CLUSTER, A1(INTERNAL)},
+    {"isdbgrid", NONE, NO},
+    {"shardConnPoolStats", CLUSTER, A1(CONN_POOL_STATS)},
+    {"fsyncUnlock", CLUSTER, A1(FSYNC)},
+    {"prepareTransaction", CLUSTER, A1(INTERNAL)},
+    {"coordinateCommitTransaction", CLUSTER, A1(INTERNAL)},
     /* sharding */
     {"listShards", CLUSTER, A1(LIST_SHARDS)},
     {"addShard", CLUSTER, A1(ADD_SHARD)},
@@ -179,6 +184,27 @@ pipeline_writes(const bson_t *cmd)
     return false;
 }
 
+/* Whether an update or findAndModify may insert (upsert: true, in any statement). */
+static bool
+upserts(const bson_t *cmd)
+{
+    bson_iter_t it, u, f;
+    if (bson_iter_init_find(&it, cmd, "upsert")) {
+        return bson_iter_as_bool(&it);
+    }
+    if (!bson_iter_init_find(&it, cmd, "updates") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &u)) {
+        return false;
+    }
+    while (bson_iter_next(&u)) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&u) && bson_iter_recurse(&u, &f) &&
+            bson_iter_find(&f, "upsert") && bson_iter_as_bool(&f)) {
+            return true;
+        }
+    }
+    return false;
+}
+
 void
 shl_command_required_privileges(const char *name, bool internal, const char *db,
                                 const bson_t *cmd, shl_required_t *out)
@@ -243,8 +269,13 @@ shl_command_required_privileges(const char *name, bool internal, const char *db,
         add(out, SHL_RES_DB, db, "", SHL_ACT_INSERT);
         add(out, SHL_RES_DB, db, "", SHL_ACT_REMOVE);
     }
-    if (strcmp(name, "update") == 0 || strcmp(name, "findAndModify") == 0) {
+    if ((strcmp(name, "update") == 0 || strcasecmp(name, "findAndModify") == 0) &&
+        upserts(cmd)) {
         add(out, coll[0] ? SHL_RES_COLL : SHL_RES_DB, db, coll, SHL_ACT_INSERT);
+    }
+    if (strcasecmp(name, "findAndModify") == 0 && bson_iter_init_find(&it, cmd, "remove") &&
+        bson_iter_as_bool(&it)) {
+        add(out, coll[0] ? SHL_RES_COLL : SHL_RES_DB, db, coll, SHL_ACT_REMOVE);
     }
     if (bson_iter_init_find(&it, cmd, "bypassDocumentValidation") && bson_iter_as_bool(&it)) {
         add(out, coll[0] ? SHL_RES_COLL : SHL_RES_DB, db, coll,
