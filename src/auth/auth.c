@@ -33,6 +33,7 @@ auth_conn_get(shl_op_ctx_t *op)
         if (op->conn->auth == NULL) {
             a = bson_malloc0(sizeof(*a));
             bson_init(&a->roles);
+            bson_init(&a->conv_roles);
             op->conn->auth = a;
         }
         a = op->conn->auth;
@@ -46,6 +47,7 @@ conn_end(shl_conn_t *conn)
     auth_conn_t *a = conn->auth;
     if (a != NULL) {
         bson_destroy(&a->roles);
+        bson_destroy(&a->conv_roles);
         shl_privilege_list_cleanup(&a->privs);
         shl_scram_server_clear(&a->scram);
         bson_free(a);

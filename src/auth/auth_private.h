@@ -29,6 +29,7 @@ typedef struct auth_conn {
     bool conv_wants_empty; /* server-final sent; the client still sends an empty step */
     bool conv_skip_empty;  /* saslStart's options.skipEmptyExchange */
     bool conv_speculative; /* begun by hello's speculativeAuthenticate */
+    bson_t conv_roles;     /* the user's roles as saslStart read them */
     char conv_db[64];
     shl_scram_server_t scram;
 } auth_conn_t;

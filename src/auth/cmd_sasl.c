@@ -170,6 +170,17 @@ sasl_start(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative
         shl_scram_server_clear(&a->scram);
         goto done;
     }
+    /* Keep the roles read here: the privileges are resolved from them at success, without
+     * reading the user again. */
+    bson_reinit(&a->conv_roles);
+    if (bson_iter_init_find(&it, &user, "roles") && BSON_ITER_HOLDS_ARRAY(&it)) {
+        const uint8_t *d;
+        uint32_t l;
+        bson_t view;
+        bson_iter_array(&it, &l, &d);
+        bson_init_static(&view, d, l);
+        bson_concat(&a->conv_roles, &view);
+    }
     SHL_ERR(shl_scram_server_first(&a->scram, &creds, NULL, out, sizeof(out), st));
     a->conv_active = true;
     BSON_APPEND_INT32(reply, "conversationId", 1);
@@ -194,7 +205,21 @@ authenticated(shl_op_ctx_t *op, auth_conn_t *a, bool speculative)
     a->authed = true;
     shl_str_copy(a->user, sizeof(a->user), a->scram.user);
     shl_str_copy(a->db, sizeof(a->db), a->conv_db);
-    a->gen = 0; /* resolve the privileges at the next command */
+    /* Privileges from the roles saslStart read (the generation as of now: a change since
+     * then re-resolves them at the next command). */
+    shl_privilege_list_cleanup(&a->privs);
+    bson_reinit(&a->roles);
+    a->gen = atomic_load(&auth_generation);
+    a->resolved_us = shl_clock_mono_us();
+    if (strcmp(a->user, "__system") == 0 && strcmp(a->db, "local") == 0) {
+        shl_builtin_role_privileges("__system", "admin", &a->privs);
+    } else {
+        shl_status_t ignore = SHL_STATUS_INIT;
+        bson_concat(&a->roles, &a->conv_roles);
+        if (auth_resolve_roles(op->svc, &a->roles, &a->privs, NULL, &ignore) != 0) {
+            a->gen = 0; /* try again at the next command */
+        }
+    }
     SHL_LOG_INFO(ACCESS, 5286306, "Successfully authenticated", "client",
                  BCON_UTF8(op->conn->remote), "isSpeculative", BCON_BOOL(speculative),
                  "mechanism", BCON_UTF8(shl_scram_mech_name(a->scram.mech)), "user",
