@@ -48,6 +48,14 @@ int shl_auth_read_key_file(const char *path, char *out, size_t n, shl_status_t *
 int shl_auth_client_init(const char *path, shl_status_t *st);
 
 /*
+ * shl_auth_client_init_user --
+ *     Make every outgoing connection of this process authenticate as user@db with 'pwd'
+ *     (SCRAM-SHA-256; `shale status --username`). Errors: BadValue (SASLprep).
+ */
+int shl_auth_client_init_user(const char *user, const char *db, const char *pwd,
+                              shl_status_t *st);
+
+/*
  * shl_auth_key_file_create --
  *     Write a new random key (756 random bytes, base64, as MongoDB's docs suggest) to
  *     'path', readable by its owner only; an existing file is left alone and *created is

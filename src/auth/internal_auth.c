@@ -29,6 +29,18 @@
 static char key_pw[1100];
 static bool have_key;
 static shl_scram_creds_t system_creds[2];
+/* Who the internal client authenticates as (__system@local with the key, or a user of
+ * `shale status --username`), its SCRAM-SHA-256 prepared password. */
+static char client_user[256] = "__system";
+static char client_db[64] = "local";
+static char *client_pw;
+
+/* The keys PBKDF2 made for each peer's salt, so a new connection to a known peer costs
+ * HMACs only. Guarded by keys_mu. */
+#define KEYS_CACHED 32
+static pthread_mutex_t keys_mu = PTHREAD_MUTEX_INITIALIZER;
+static shl_scram_client_keys_t keys_cache[KEYS_CACHED];
+static unsigned keys_next; /* guarded by keys_mu */
 
 int
 shl_auth_read_key_file(const char *path, char *out, size_t n, shl_status_t *st)
@@ -92,7 +104,7 @@ auth_system_creds(const char *db, const char *user, shl_scram_mech_t mech, shl_s
 
 typedef struct client_conv {
     char nonce[64];
-    char bare[128];
+    char bare[700];
     char expect_sig[SHL_SCRAM_B64_MAX];
     int step;
 } client_conv_t;
@@ -103,18 +115,30 @@ client_begin(bson_t *hello)
     client_conv_t *c = bson_malloc0(sizeof(*c));
     uint8_t rnd[18];
     bson_t spec, opts;
-    char first[160];
+    char first[720];
 
+    char user[600];
+    size_t o = 0;
+
+    /* RFC 5802's saslname: ',' and '=' escaped. */
+    for (const char *u = client_user; *u != '\0' && o + 4 < sizeof(user); u++) {
+        if (*u == ',' || *u == '=') {
+            o += (size_t)snprintf(user + o, sizeof(user) - o, "=%s", *u == ',' ? "2C" : "3D");
+        } else {
+            user[o++] = *u;
+        }
+    }
+    user[o] = '\0';
     RAND_bytes(rnd, sizeof(rnd));
     EVP_EncodeBlock((unsigned char *)c->nonce, rnd, sizeof(rnd));
-    snprintf(c->bare, sizeof(c->bare), "n=__system,r=%s", c->nonce);
+    snprintf(c->bare, sizeof(c->bare), "n=%s,r=%s", user, c->nonce);
     snprintf(first, sizeof(first), "n,,%s", c->bare);
     BSON_APPEND_DOCUMENT_BEGIN(hello, "speculativeAuthenticate", &spec);
     BSON_APPEND_INT32(&spec, "saslStart", 1);
     BSON_APPEND_UTF8(&spec, "mechanism", "SCRAM-SHA-256");
     bson_append_binary(&spec, "payload", -1, BSON_SUBTYPE_BINARY, (const uint8_t *)first,
                        (uint32_t)strlen(first));
-    BSON_APPEND_UTF8(&spec, "db", "local");
+    BSON_APPEND_UTF8(&spec, "db", client_db);
     BSON_APPEND_DOCUMENT_BEGIN(&spec, "options", &opts);
     BSON_APPEND_BOOL(&opts, "skipEmptyExchange", true);
     bson_append_document_end(&spec, &opts);
@@ -148,8 +172,9 @@ client_step(void *state, const bson_t *reply, bson_t *next, shl_status_t *st)
     int ret = 0;
     client_conv_t *c = state;
     char server_first[SHL_SCRAM_MAX_MESSAGE], final_np[SHL_SCRAM_MAX_MESSAGE],
-        msg[SHL_SCRAM_MAX_MESSAGE + SHL_SCRAM_B64_MAX + 8], proof[SHL_SCRAM_B64_MAX], *pw = NULL;
+        msg[SHL_SCRAM_MAX_MESSAGE + SHL_SCRAM_B64_MAX + 8], proof[SHL_SCRAM_B64_MAX];
     const char *r;
+    shl_scram_client_keys_t keys;
 
     if (c->step == 0) {
         if (!payload_of(reply, "speculativeAuthenticate.payload", server_first,
@@ -157,14 +182,35 @@ client_step(void *state, const bson_t *reply, bson_t *next, shl_status_t *st)
             strncmp(server_first, "r=", 2) != 0 ||
             strncmp(server_first + 2, c->nonce, strlen(c->nonce)) != 0) {
             SHL_FAIL(st, SHL_CODE_AUTHENTICATION_FAILED,
-                     "Authentication failed: the peer refused this cluster member's key");
+                     "Authentication failed: the peer refused the credentials");
         }
         r = server_first + 2;
         snprintf(final_np, sizeof(final_np), "c=biws,r=%.*s", (int)strcspn(r, ","), r);
-        SHL_ERR(shl_scram_password_prepare(SHL_SCRAM_SHA256, "__system", key_pw, &pw, st));
-        SHL_ERR(shl_scram_client_proof(SHL_SCRAM_SHA256, pw, c->bare, server_first, final_np,
-                                       proof, sizeof(proof), c->expect_sig,
-                                       sizeof(c->expect_sig), st));
+        /* A cached derivation for this server-first's salt, if there is one. */
+        memset(&keys, 0, sizeof(keys));
+        pthread_mutex_lock(&keys_mu);
+        for (unsigned i = 0; i < KEYS_CACHED; i++) {
+            size_t sl = strlen(keys_cache[i].salt);
+            const char *sp = strstr(server_first, ",s=");
+            if (sl > 0 && sp != NULL && strncmp(sp + 3, keys_cache[i].salt, sl) == 0 &&
+                sp[3 + sl] == ',') {
+                keys = keys_cache[i];
+            }
+        }
+        pthread_mutex_unlock(&keys_mu);
+        {
+            char had[SHL_SCRAM_B64_MAX];
+            snprintf(had, sizeof(had), "%s", keys.salt);
+            SHL_ERR(shl_scram_client_proof(SHL_SCRAM_SHA256, client_pw, c->bare, server_first,
+                                           final_np, proof, sizeof(proof), c->expect_sig,
+                                           sizeof(c->expect_sig), &keys, st));
+            if (strcmp(had, keys.salt) != 0) {
+                pthread_mutex_lock(&keys_mu);
+                keys_cache[keys_next++ % KEYS_CACHED] = keys;
+                pthread_mutex_unlock(&keys_mu);
+            }
+        }
+        OPENSSL_cleanse(&keys, sizeof(keys));
         snprintf(msg, sizeof(msg), "%s,p=%s", final_np, proof);
         BSON_APPEND_INT32(next, "saslContinue", 1);
         BSON_APPEND_INT32(next, "conversationId", 1);
@@ -182,10 +228,6 @@ client_step(void *state, const bson_t *reply, bson_t *next, shl_status_t *st)
         }
     }
 done:
-    if (pw != NULL) {
-        OPENSSL_cleanse(pw, strlen(pw));
-        bson_free(pw);
-    }
     return ret;
 }
 
@@ -198,14 +240,36 @@ client_end(void *state)
 
 static const shl_client_auth_t client_auth = {client_begin, client_step, client_end};
 
+/* Authenticate the internal client as user@db with cleartext 'pwd'. */
+static int
+client_as(const char *user, const char *db, const char *pwd, shl_status_t *st)
+{
+    int ret = 0;
+    char *prepared = NULL;
+    SHL_ERR(shl_scram_password_prepare(SHL_SCRAM_SHA256, user, pwd, &prepared, st));
+    shl_str_copy(client_user, sizeof(client_user), user);
+    shl_str_copy(client_db, sizeof(client_db), db);
+    bson_free(client_pw);
+    client_pw = prepared;
+    shl_client_set_auth(&client_auth);
+done:
+    return ret;
+}
+
 int
 shl_auth_client_init(const char *path, shl_status_t *st)
 {
     int ret = 0;
     SHL_ERR(shl_auth_read_key_file(path, key_pw, sizeof(key_pw), st));
-    shl_client_set_auth(&client_auth);
+    SHL_ERR(client_as("__system", "local", key_pw, st));
 done:
     return ret;
+}
+
+int
+shl_auth_client_init_user(const char *user, const char *db, const char *pwd, shl_status_t *st)
+{
+    return client_as(user, db, pwd, st);
 }
 
 int
@@ -283,7 +347,7 @@ auth_internal_init(shl_status_t *st)
         pw = NULL;
     }
     have_key = true;
-    shl_client_set_auth(&client_auth);
+    SHL_ERR(client_as("__system", "local", key_pw, st));
 done:
     if (pw != NULL) {
         bson_free(pw);

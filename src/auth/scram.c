@@ -374,7 +374,8 @@ shl_scram_server_clear(shl_scram_server_t *s)
 int
 shl_scram_client_proof(shl_scram_mech_t mech, const char *pw, const char *client_first_bare,
                        const char *server_first, const char *final_no_proof, char *proof,
-                       size_t proof_n, char *server_sig, size_t sig_n, shl_status_t *st)
+                       size_t proof_n, char *server_sig, size_t sig_n,
+                       shl_scram_client_keys_t *keys, shl_status_t *st)
 {
     int ret = 0;
     const char *p, *end = server_first + strlen(server_first);
@@ -393,8 +394,18 @@ shl_scram_client_proof(shl_scram_mech_t mech, const char *pw, const char *client
     }
     w = snprintf(auth_msg, sizeof(auth_msg), "%s,%s,%s", client_first_bare, server_first,
                  final_no_proof);
+    if (keys != NULL && keys->iterations == atoi(iter) && strcmp(keys->salt, salt_b64) == 0) {
+        memcpy(ck, keys->client_key, hl);
+        memcpy(sk, keys->server_key, hl);
+    } else if (!derive(mech, pw, salt, (size_t)salt_len, atoi(iter), ck, sk)) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "SCRAM client computation failed");
+    } else if (keys != NULL && strlen(salt_b64) < sizeof(keys->salt)) {
+        memcpy(keys->salt, salt_b64, strlen(salt_b64) + 1);
+        keys->iterations = atoi(iter);
+        memcpy(keys->client_key, ck, hl);
+        memcpy(keys->server_key, sk, hl);
+    }
     if (w < 0 || (size_t)w >= sizeof(auth_msg) ||
-        !derive(mech, pw, salt, (size_t)salt_len, atoi(iter), ck, sk) ||
         !digest(mech, ck, hl, stored) || !hmac(mech, stored, hl, auth_msg, (size_t)w, sig) ||
         !hmac(mech, sk, hl, auth_msg, (size_t)w, ssig)) {
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "SCRAM client computation failed");

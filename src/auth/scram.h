@@ -102,14 +102,24 @@ int shl_scram_server_final(shl_scram_server_t *s, const char *msg, size_t len, c
 /* shl_scram_server_clear -- wipe the conversation's secrets. */
 void shl_scram_server_clear(shl_scram_server_t *s);
 
+/* A client's keys for one (salt, iterations): what PBKDF2 made, kept to skip it next time. */
+typedef struct shl_scram_client_keys {
+    char salt[SHL_SCRAM_B64_MAX]; /* "" when empty */
+    int32_t iterations;
+    uint8_t client_key[SHL_SCRAM_MAX_HASH];
+    uint8_t server_key[SHL_SCRAM_MAX_HASH];
+} shl_scram_client_keys_t;
+
 /*
  * shl_scram_client_proof --
  *     The client's side, for tests and the internal client: from the prepared password,
  *     client-first-bare, server-first and client-final-without-proof, the base64 proof
- *     into 'proof' and the expected server signature into 'server_sig'.
+ *     into 'proof' and the expected server signature into 'server_sig'. 'keys' (may be
+ *     NULL) is used when its salt and iterations are server-first's, and refilled when not.
  */
 int shl_scram_client_proof(shl_scram_mech_t mech, const char *pw, const char *client_first_bare,
                            const char *server_first, const char *final_no_proof, char *proof,
-                           size_t proof_n, char *server_sig, size_t sig_n, shl_status_t *st);
+                           size_t proof_n, char *server_sig, size_t sig_n,
+                           shl_scram_client_keys_t *keys, shl_status_t *st);
 
 #endif

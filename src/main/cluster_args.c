@@ -98,6 +98,12 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
                 SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--auth takes no value");
             }
             a->auth = true;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "username") == 0) {
+            a->username = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "password") == 0) {
+            a->password = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "authenticationDatabase") == 0) {
+            a->auth_db = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "host") == 0) {
             a->host = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "verbose") == 0) {
@@ -123,6 +129,8 @@ shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
     } else if (cmd == SHL_CLUSTER_CMD_DOWN) {
         fprintf(out, "usage: shale down [--dbpath DIR]\n");
     } else {
-        fprintf(out, "usage: shale status [--dbpath DIR | --host HOST:PORT] [--verbose]\n");
+        fprintf(out, "usage: shale status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
+                     "                    [--username U --password P "
+                     "[--authenticationDatabase DB]]\n");
     }
 }

@@ -183,6 +183,16 @@ def test_shale_up_auth(tmp_path):
         s = shale("status", "--dbpath", d)
         assert s.returncode == 0, s.stderr
         assert "shard0/127.0.0.1:%d" % (port + 2) in s.stdout
+        # With a user's credentials instead of the folder's key file.
+        pwd = uri.split("admin:", 1)[1].split("@", 1)[0]
+        s = shale("status", "--host", "127.0.0.1:%d" % port, "--username", "admin",
+                  "--password", pwd)
+        assert s.returncode == 0, s.stderr
+        assert "shard0/127.0.0.1:%d" % (port + 2) in s.stdout
+        bad = shale("status", "--host", "127.0.0.1:%d" % port, "--username", "admin",
+                    "--password", "wrong")
+        assert bad.returncode != 0 and "Authentication failed" in bad.stderr
+        assert shale("status", "--host", "127.0.0.1:%d" % port).returncode != 0
         again = shale("up", "--dbpath", d)
         assert again.returncode == 0, again.stderr
         assert "Access control is on" in again.stderr and "admin:" not in again.stdout
