@@ -375,6 +375,84 @@ done:
 /* The localhost exception: until a user exists, a connection from this host may create
  * the first user (or role) in the admin database, and nothing else. */
 
+/* Whether listDatabases shows every database to this connection: it holds the action and
+ * did not ask for authorizedDatabases: true. */
+static bool
+listing_all(shl_op_ctx_t *op, auth_conn_t *a)
+{
+    shl_resource_t cluster = {.kind = SHL_RES_CLUSTER};
+    bson_iter_t it;
+    bool asked = bson_iter_init_find(&it, op->body, "authorizedDatabases") &&
+                 bson_iter_as_bool(&it);
+    return !asked && shl_privileges_allow(&a->privs, &cluster, SHL_ACT_LIST_DATABASES);
+}
+
+/* Whether 'privs' grant anything on database 'db'. */
+static bool
+any_privilege_on(const shl_privilege_list_t *privs, const char *db)
+{
+    for (size_t i = 0; i < privs->n; i++) {
+        const shl_resource_t *r = &privs->items[i].res;
+        if (r->kind == SHL_RES_ANY || r->kind == SHL_RES_ANY_NORMAL ||
+            r->kind == SHL_RES_COLL_ANY_DB ||
+            ((r->kind == SHL_RES_DB || r->kind == SHL_RES_COLL) && strcmp(r->db, db) == 0)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void
+authorize_reply(shl_op_ctx_t *op, const shl_command_t *cmd, bson_t *reply)
+{
+    auth_conn_t *a;
+    bson_iter_t it, d, f;
+    bson_t out = BSON_INITIALIZER, arr;
+    uint32_t n = 0;
+    char idx[24];
+    int64_t total = 0;
+    bool had_total = false;
+
+    if (op->conn == NULL || strcmp(cmd->name, "listDatabases") != 0 ||
+        (a = auth_conn_get(op)) == NULL || !a->authed || listing_all(op, a) ||
+        !bson_iter_init_find(&it, reply, "databases") || !BSON_ITER_HOLDS_ARRAY(&it)) {
+        bson_destroy(&out);
+        return;
+    }
+    bson_iter_init(&it, reply);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "databases") == 0 && BSON_ITER_HOLDS_ARRAY(&it)) {
+            BSON_APPEND_ARRAY_BEGIN(&out, "databases", &arr);
+            bson_iter_recurse(&it, &d);
+            while (bson_iter_next(&d)) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&d) && bson_iter_recurse(&d, &f) &&
+                    bson_iter_find(&f, "name") && BSON_ITER_HOLDS_UTF8(&f) &&
+                    any_privilege_on(&a->privs, bson_iter_utf8(&f, NULL))) {
+                    snprintf(idx, sizeof(idx), "%u", n++);
+                    bson_append_iter(&arr, idx, -1, &d);
+                    if (bson_iter_recurse(&d, &f) && bson_iter_find(&f, "sizeOnDisk") &&
+                        BSON_ITER_HOLDS_NUMBER(&f)) {
+                        total += bson_iter_as_int64(&f);
+                    }
+                }
+            }
+            bson_append_array_end(&out, &arr);
+        } else if (strcmp(k, "totalSize") == 0) {
+            had_total = true;
+        } else if (strcmp(k, "totalSizeMb") != 0) {
+            bson_append_iter(&out, NULL, 0, &it);
+        }
+    }
+    if (had_total) {
+        BSON_APPEND_INT64(&out, "totalSize", total);
+        BSON_APPEND_INT64(&out, "totalSizeMb", total / (1024 * 1024));
+    }
+    bson_reinit(reply);
+    bson_concat(reply, &out);
+    bson_destroy(&out);
+}
+
 static int
 authorize(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
 {
@@ -404,6 +482,11 @@ authorize(shl_op_ctx_t *op, const shl_command_t *cmd, shl_status_t *st)
         goto done;
     }
     auth_conn_refresh(op, a);
+    if (strcmp(cmd->name, "listDatabases") == 0 && !listing_all(op, a)) {
+        /* authorizedDatabases: a user without listDatabases sees the databases it holds a
+         * privilege on (authorize_reply trims the reply), as MongoDB 4.0.5+ does. */
+        goto done;
+    }
     shl_command_required_privileges(cmd->name, (cmd->flags & SHL_CMD_INTERNAL) != 0, op->db,
                                     op->body, &req);
     for (size_t i = 0; i < req.n; i++) {
@@ -423,7 +506,9 @@ shl_auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     SHL_ERR(auth_internal_init(st));
     auth_register_sasl_commands(reg);
     auth_register_user_commands(reg);
-    svc->hooks.authorize = authorize;
+    /* Without access control the dispatcher need not ask (the default costs nothing). */
+    svc->hooks.authorize = shl_auth_enabled() ? authorize : NULL;
+    svc->hooks.authorize_reply = shl_auth_enabled() ? authorize_reply : NULL;
     svc->hooks.hello_auth = auth_hello;
     svc->hooks.conn_end = conn_end;
     if (shl_auth_enabled()) {

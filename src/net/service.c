@@ -447,6 +447,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         goto done;
     }
     ret = cmd->run(&op, body, reply, &st);
+    if (ret == 0 && svc->hooks.authorize_reply != NULL) {
+        svc->hooks.authorize_reply(&op, cmd, reply);
+    }
     /* MongoDB injects a writeConcernError where it waits for the write concern: after the
      * command ran, whether it succeeded or not. */
     if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {

@@ -123,6 +123,9 @@ typedef struct shl_service_hooks {
      * closing connection's conn->auth.
      */
     int (*authorize)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
+    /* After a command 'authorize' let through succeeded: trim what its reply shows to what
+     * the client may see (listDatabases's authorizedDatabases). */
+    void (*authorize_reply)(struct shl_op_ctx *op, const struct shl_command *cmd, bson_t *reply);
     void (*hello_auth)(struct shl_op_ctx *op, const bson_t *cmd, bson_t *reply);
     void (*conn_end)(struct shl_conn *conn);
 } shl_service_hooks_t;

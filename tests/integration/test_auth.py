@@ -146,6 +146,9 @@ def test_builtin_roles_checked(auth_node, root):
     assert error_code(lambda: w.shop.command("dropDatabase")) == 13
     assert error_code(lambda: w.admin.command("createUser", "x", pwd="x", roles=[])) == 13
     assert m.admin.command("serverStatus")["ok"] == 1
+    # listDatabases: everything for a holder of the action, else the databases it may use.
+    assert {"shop", "admin"} <= set(m.list_database_names())
+    assert r.list_database_names() == ["shop"]
     assert error_code(lambda: m.shop.items.insert_one({})) == 13
     assert error_code(lambda: m.admin.command("shutdown")) == 13
     # Roles change under a live connection: its next command sees the change.

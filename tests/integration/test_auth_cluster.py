@@ -69,6 +69,14 @@ def test_roles_checked_through_the_router(kc):
     assert error_code(lambda: rd.shop.items.insert_one({})) == 13
     assert error_code(lambda: rd.admin.command("listShards")) == 13
     assert error_code(lambda: rd.admin.command("enableSharding", "shop")) == 13
+    # Every family: reads and aggregation pass; writes, $out, DDL, users, admin do not.
+    assert rd.shop.items.distinct("_id") == [0, 1, 2]
+    assert len(list(rd.shop.items.aggregate([{"$match": {}}]))) == 3
+    assert error_code(lambda: list(rd.shop.items.aggregate([{"$out": "copy"}]))) == 13
+    assert error_code(lambda: rd.shop.items.create_index("a")) == 13
+    assert error_code(lambda: rd.shop.items.drop()) == 13
+    assert error_code(lambda: rd.shop.command("createUser", "x", pwd="x", roles=[])) == 13
+    assert error_code(lambda: rd.admin.command("serverStatus")) == 13
     m = login(kc.routers[0], "monitor", "m")
     assert len(m.admin.command("listShards")["shards"]) == 2
     assert error_code(lambda: m.shop.items.find_one()) == 13
@@ -118,6 +126,11 @@ def test_shards_keep_their_own_users(kc):
     c = login(s, "local_admin", "l")
     assert c.admin.command("connectionStatus")["authInfo"]["authenticatedUsers"] == [
         {"user": "local_admin", "db": "admin"}]
+    c.shop.command("createUser", "shard_reader", pwd="sr", roles=["read"])
+    r = login(s, "shard_reader", "sr", "shop")
+    r.shop.items.find_one()
+    assert error_code(lambda: r.shop.items.insert_one({})) == 13
+    r.close()
     c.close()
 
 
