@@ -264,3 +264,17 @@ def test_node_driver_authenticates(auth_node, root):
     assert r["sha256"]["users"] == me and r["sha256"]["n"] == 3
     assert r["wrong"]["code"] == 18
     assert '"isSpeculative":true' in auth_node.read_log()
+
+
+def test_failed_login_delay(auth_node, root):
+    """authFailedDelayMs holds every failed login's answer (a brake on password guessing)."""
+    import time
+    root.admin.command("setParameter", 1, authFailedDelayMs=300)
+    try:
+        t = time.monotonic()
+        with pytest.raises(OperationFailure) as e:
+            login(auth_node, *ROOT[:1], "not-the-password")
+        assert e.value.code == 18 and time.monotonic() - t >= 0.3
+        login(auth_node, *ROOT).close()
+    finally:
+        root.admin.command("setParameter", 1, authFailedDelayMs=0)
