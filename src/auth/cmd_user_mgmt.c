@@ -725,37 +725,35 @@ cmd_users_info(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
         uint32_t k = 0;
         BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &ids);
         BSON_APPEND_ARRAY_BEGIN(&ids, "$in", &users);
-        if (BSON_ITER_HOLDS_ARRAY(&it)) {
+        bool single = !BSON_ITER_HOLDS_ARRAY(&it);
+        if (!single) {
             bson_iter_recurse(&it, &a);
         } else {
             a = it;
         }
-        do {
+        while (ret == 0 && (single || bson_iter_next(&a))) {
             if (!name_id(&a, "user", op->db, id, sizeof(id), idb, sizeof(idb))) {
-                bson_append_array_end(&ids, &users);
-                bson_append_document_end(&filter, &ids);
-                SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                         "User and role names must be either strings or objects");
+                ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
+                                     "User and role names must be either strings or objects");
+                break;
             }
             /* A user may always see itself. */
             self = ac != NULL && ac->authed && strlen(ac->db) + 1 + strlen(ac->user) ==
                                                    strlen(id) &&
                    strncmp(id, ac->db, strlen(ac->db)) == 0 &&
                    strcmp(id + strlen(ac->db) + 1, ac->user) == 0;
-            if (!self) {
-                int r = need(op, idb, SHL_ACT_VIEW_USER, st);
-                if (r != 0) {
-                    bson_append_array_end(&ids, &users);
-                    bson_append_document_end(&filter, &ids);
-                    SHL_ERR(r);
-                }
+            if (!self && (ret = need(op, idb, SHL_ACT_VIEW_USER, st)) != 0) {
+                break;
             }
             snprintf(idx, sizeof(idx), "%u", k++);
             BSON_APPEND_UTF8(&users, idx, id);
-        } while (!BSON_ITER_HOLDS_UTF8(&it) && !BSON_ITER_HOLDS_DOCUMENT(&it) &&
-                 bson_iter_next(&a));
+            if (single) {
+                break;
+            }
+        }
         bson_append_array_end(&ids, &users);
         bson_append_document_end(&filter, &ids);
+        SHL_ERR(ret);
     }
     SHL_ERR(auth_find_many(op->svc, "system.users", &filter, &found, st));
     BSON_APPEND_ARRAY_BEGIN(reply, "users", &users);

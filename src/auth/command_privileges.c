@@ -6,7 +6,10 @@
  */
 #include "auth/privilege.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/str.h"
 #include "bson/bson_util.h"
@@ -29,7 +32,7 @@ typedef struct entry {
 #define A2(a, b) {SHL_ACT_##a, SHL_ACT_##b}
 #define NO {SHL_ACT_COUNT, SHL_ACT_COUNT}
 
-static const entry_t table[] = {
+static entry_t table[] = {
     /* CRUD */
     {"find", NS, A1(FIND)},
     {"count", NS, A1(FIND)},
@@ -154,6 +157,21 @@ static const entry_t table[] = {
     {"revokeRolesFromRole", NONE, NO},
 };
 
+/* The table is sorted by name once, then searched (every command of every request asks). */
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static int
+by_name(const void *a, const void *b)
+{
+    return strcasecmp(((const entry_t *)a)->name, ((const entry_t *)b)->name);
+}
+
+static void
+sort_table(void)
+{
+    qsort(table, sizeof(table) / sizeof(table[0]), sizeof(table[0]), by_name);
+}
+
 static void
 add(shl_required_t *out, shl_res_kind_t kind, const char *db, const char *coll, shl_action_t a)
 {
@@ -218,10 +236,10 @@ shl_command_required_privileges(const char *name, bool internal, const char *db,
         add(out, SHL_RES_CLUSTER, "", "", SHL_ACT_INTERNAL);
         return;
     }
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]) && e == NULL; i++) {
-        if (strcasecmp(table[i].name, name) == 0) {
-            e = &table[i];
-        }
+    pthread_once(&table_once, sort_table);
+    {
+        entry_t key = {.name = name};
+        e = bsearch(&key, table, sizeof(table) / sizeof(table[0]), sizeof(table[0]), by_name);
     }
     if (e == NULL) {
         /* Unknown to the table: only a holder of anyAction (__system) may run it. */

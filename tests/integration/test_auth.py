@@ -185,6 +185,10 @@ def test_user_management(auth_node, root):
         login(auth_node, "carl", "c", "mgmt", mech="SCRAM-SHA-1")
     login(auth_node, "carl", "c", "mgmt", mech="SCRAM-SHA-256").close()
     assert {u["user"] for u in db.command("usersInfo", 1)["users"]} == {"bob", "carl"}
+    both = db.command("usersInfo", ["bob", {"user": "carl", "db": "mgmt"}])["users"]
+    assert sorted(u["user"] for u in both) == ["bob", "carl"]
+    assert db.command("usersInfo", [])["users"] == []
+    assert db.command("usersInfo", {"user": "bob", "db": "other"})["users"] == []
     db.command("dropUser", "carl")
     assert error_code(lambda: db.command("dropUser", "carl")) == 11
     assert db.command("dropAllUsersFromDatabase")["n"] == 1
@@ -219,6 +223,10 @@ def test_user_defined_roles(auth_node, root):
     db.command("updateRole", "thingReader", roles=["readWrite"])
     c.rl.other.insert_one({"x": 1})
     assert db.command("rolesInfo", "read", showPrivileges=True)["roles"][0]["isBuiltin"] is True
+    roles = db.command("rolesInfo", ["thingReader", {"role": "read", "db": "rl"}])["roles"]
+    assert sorted(r["role"] for r in roles) == ["read", "thingReader"]
+    assert {r["role"] for r in db.command("rolesInfo", 1, showBuiltinRoles=True)["roles"]} >= {
+        "read", "readWrite", "dbAdmin", "dbOwner", "userAdmin", "thingReader"}
     db.command("dropRole", "thingReader")
     assert db.command("usersInfo", "tr")["users"][0]["roles"] == []
     assert error_code(lambda: c.rl.things.find_one()) == 13
@@ -264,3 +272,17 @@ def test_node_driver_authenticates(auth_node, root):
     assert r["sha256"]["users"] == me and r["sha256"]["n"] == 3
     assert r["wrong"]["code"] == 18
     assert '"isSpeculative":true' in auth_node.read_log()
+
+
+def test_failed_login_delay(auth_node, root):
+    """authFailedDelayMs holds every failed login's answer (a brake on password guessing)."""
+    import time
+    root.admin.command("setParameter", 1, authFailedDelayMs=300)
+    try:
+        t = time.monotonic()
+        with pytest.raises(OperationFailure) as e:
+            login(auth_node, *ROOT[:1], "not-the-password")
+        assert e.value.code == 18 and time.monotonic() - t >= 0.3
+        login(auth_node, *ROOT).close()
+    finally:
+        root.admin.command("setParameter", 1, authFailedDelayMs=0)

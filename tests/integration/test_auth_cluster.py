@@ -213,3 +213,19 @@ def test_shale_up_auth(tmp_path):
         plain.close()
     finally:
         shale("down", "--dbpath", d)
+
+
+def test_node_driver_through_an_authenticating_router(kc):
+    import json
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    r = kc.router_client()
+    r.admin.command("createUser", "noderouter", pwd="n-r", roles=["readWriteAnyDatabase"])
+    r.close()
+    out = subprocess.run([node_binary(), os.path.join(HERE, "auth.js"), kc.routers[1].host,
+                          "noderouter", "n-r"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    me = [{"user": "noderouter", "db": "admin"}]
+    assert res["default"]["users"] == me and res["sha1"]["users"] == me
+    assert res["sha256"]["n"] == 3 and res["wrong"]["code"] == 18
