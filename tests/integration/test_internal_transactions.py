@@ -555,6 +555,12 @@ def test_upserts_whose_document_belongs_to_another_shard(cl):
                          "upsert": True, "new": True})
         assert r["value"]["x"] == -8 and r["lastErrorObject"]["upserted"] == r["value"]["_id"]
         assert c[DB].ups.count_documents({"k": "e"}) == 1
+        # A cross-shard upsert retried: inserted once, the same _id answered.
+        r = _twice(raw, {"update": "ups", "updates": [
+            {"q": {"x": -9, "k": "f"}, "u": {"$set": {"x": 9}, "$inc": {"n": 1}},
+             "upsert": True}]}, 2)
+        assert r["n"] == 1 and len(r["upserted"]) == 1
+        assert list(c[DB].ups.find({"k": "f"}, {"_id": 0})) == [{"x": 9, "k": "f", "n": 1}]
     finally:
         raw.close()
 
