@@ -1208,6 +1208,7 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         /* The old owner records the move as the user's statement: a retry of it sent there
          * is answered, not run again (the document is gone from there). */
         BSON_APPEND_INT32(&del, "stmtId", m->stmt_id);
+        BSON_APPEND_DOCUMENT(&del, WCOS_INSERT_FIELD, &m->post);
     }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));

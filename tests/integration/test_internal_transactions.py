@@ -486,6 +486,10 @@ def test_retried_shard_key_update_moves_once(cl):
         assert r["value"] == {"_id": "r2", "x": -41, "v": 0}
         assert r["lastErrorObject"]["n"] == 1
         assert on_shard(cl, 1, "r2") == {"_id": "r2", "x": 41, "v": 1}
+        r = _twice(raw, {"findAndModify": "moves", "query": {"_id": "r2", "x": 41},
+                         "update": {"$set": {"x": -41}, "$inc": {"v": 1}}, "new": True}, 4)
+        assert r["value"] == {"_id": "r2", "x": -41, "v": 2}
+        assert on_shard(cl, 0, "r2") == {"_id": "r2", "x": -41, "v": 2}
     finally:
         raw.close()
 
