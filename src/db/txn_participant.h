@@ -114,6 +114,15 @@ void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *ans
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 
 /*
+ * db_txn_ns_hidden --
+ *     Whether 'ns' is a collection an open transaction other than op's own created (create,
+ *     createIndexes, an insert into a missing collection): listings of other operations
+ *     leave it out until that transaction commits (MongoDB keeps it invisible until then).
+ *     Takes reg->mu.
+ */
+bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
+
+/*
  * db_txn_note_access --
  *     The operation's transaction (none: nothing) is about to read or write 'ns': until it
  *     ends, a DDL operation on 'ns' (db_txn_ddl_begin) waits for it, and a migration of 'ns'
