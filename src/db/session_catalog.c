@@ -63,6 +63,8 @@ struct db_session {
      * retryable write number the session or a child of it started (-1: none), and what the
      * statements of that write which committed children ran are to answer to a retry. */
     int64_t child_txn_number;
+    int prepared_children; /* its children's prepared transactions (guarded by the catalog's
+                              mu; the catalog's cv is broadcast when one ends) */
     child_answer_t *answers;
     size_t nanswers, capanswers;
 };
@@ -417,6 +419,23 @@ session_begin_txn(db_session_t *s, int64_t txn_number)
     }
 }
 
+/* How long a retry of a retryable write waits for a prepared child transaction of it. */
+#define DB_PREPARED_CHILD_WAIT_MS 60000
+
+/* With cat->mu held: wait while a child of 's' is prepared (bounded; the retry then runs as
+ * it would have before). */
+static void
+wait_prepared_children_locked(db_session_catalog_t *cat, db_session_t *s)
+{
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += DB_PREPARED_CHILD_WAIT_MS / 1000;
+    while (s->prepared_children > 0 &&
+           pthread_cond_timedwait(&cat->cv, &cat->mu, &deadline) == 0) {
+    }
+}
+
 int
 db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
 {
@@ -440,6 +459,8 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     if (op->txn_number > s->child_txn_number) {
         s->child_txn_number = op->txn_number;
         answers_clear(s);
+    } else if (op->txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s); /* a retry: its answer may be on its way */
     } else if (op->txn_number < s->child_txn_number) {
         shl_lsid_id_string(&s->lsid, id);
         shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
@@ -556,6 +577,8 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
     if (child->parent_txn_number > s->child_txn_number) {
         s->child_txn_number = child->parent_txn_number;
         answers_clear(s);
+    } else if (child->parent_txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s);
     } else if (child->parent_txn_number < s->child_txn_number) {
         shl_lsid_id_string(&parent, id);
         shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
@@ -568,6 +591,28 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;
+}
+
+void
+db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    s->prepared_children += prepared ? 1 : -1;
+    if (s->prepared_children < 0) {
+        s->prepared_children = 0;
+    }
+    if (!prepared) {
+        pthread_cond_broadcast(&cat->cv);
+    }
+    pthread_mutex_unlock(&cat->mu);
 }
 
 void
@@ -1237,9 +1282,14 @@ done:
 }
 
 /* The session, txnNumber and statement of a migrated entry. */
+typedef struct {
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    int32_t stmt_id;
+} migrated_ids_t;
+
 static int
-migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t *stmt_id,
-             shl_status_t *st)
+migrated_ids(const bson_t *entry, migrated_ids_t *ids, shl_status_t *st)
 {
     int ret = 0;
     bson_t lsid_doc;
@@ -1250,18 +1300,18 @@ migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t
         SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT,
                  "oplog entry does not have sessionId, txnNumber and stmtId");
     }
-    *stmt_id = (int32_t)bson_iter_as_int64(&it);
-    *txn_number = shl_bson_int64_at(entry, "txnNumber");
-    SHL_ERR(shl_lsid_parse(&lsid_doc, lsid, st));
+    ids->stmt_id = (int32_t)bson_iter_as_int64(&it);
+    ids->txn_number = shl_bson_int64_at(entry, "txnNumber");
+    SHL_ERR(shl_lsid_parse(&lsid_doc, &ids->lsid, st));
 done:
     return ret;
 }
 
-/* Take w[0..n) (one session, one txnNumber; a sentinel only alone) into the catalog in one
- * storage transaction. */
+/* Take w[0..n) (one session, one txnNumber; a sentinel only alone; ids[i] parsed from w[i])
+ * into the catalog in one storage transaction. */
 static int
-migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
-                 int64_t txn_number, const db_migrated_write_t *w, size_t n, shl_status_t *st)
+migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_write_t *w,
+                 const migrated_ids_t *ids, size_t n, shl_status_t *st)
 {
     int ret = 0;
     db_session_t *s = NULL;
@@ -1270,19 +1320,17 @@ migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *
     bool sentinel = false;
 
     db_stmt_recorder_init(&rec, op);
-    SHL_ERR(session_acquire(cat, op, lsid, &s, st));
-    if (txn_number < s->txn_number) {
+    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, &s, st));
+    if (ids[0].txn_number < s->txn_number) {
         goto done; /* older writes */
     }
-    session_begin_txn(s, txn_number);
+    session_begin_txn(s, ids[0].txn_number);
     for (size_t i = 0; i < n; i++) {
         migrate_item_t *it = &g.items[g.n];
         bson_iter_t bi;
         bson_t o2;
-        shl_lsid_t ignored_lsid;
-        int64_t ignored_txn;
 
-        SHL_ERR(migrated_ids(w[i].entry, &ignored_lsid, &ignored_txn, &it->stmt_id, st));
+        it->stmt_id = ids[i].stmt_id;
         sentinel = it->stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID;
         if (!sentinel && stmt_map_get(&s->stmts, it->stmt_id) != 0) {
             continue; /* known already */
@@ -1331,28 +1379,25 @@ db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migr
                       size_t n, shl_status_t *st)
 {
     int ret = 0;
+    migrated_ids_t *ids = bson_malloc0((n > 0 ? n : 1) * sizeof(*ids));
     size_t i = 0;
 
+    for (size_t k = 0; k < n; k++) {
+        SHL_ERR(migrated_ids(w[k].entry, &ids[k], st));
+    }
     while (i < n) {
-        shl_lsid_t lsid, next_lsid;
-        int64_t txn_number, next_txn;
-        int32_t stmt_id, next_stmt;
         size_t j = i + 1;
 
-        SHL_ERR(migrated_ids(w[i].entry, &lsid, &txn_number, &stmt_id, st));
-        while (stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
-               j - i < DB_MIGRATE_IN_GROUP_MAX) {
-            SHL_ERR(migrated_ids(w[j].entry, &next_lsid, &next_txn, &next_stmt, st));
-            if (next_stmt == DB_INCOMPLETE_HISTORY_STMT_ID || next_txn != txn_number ||
-                !shl_lsid_equal(&next_lsid, &lsid)) {
-                break;
-            }
+        while (ids[i].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
+               j - i < DB_MIGRATE_IN_GROUP_MAX && ids[j].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID &&
+               ids[j].txn_number == ids[i].txn_number && shl_lsid_equal(&ids[j].lsid, &ids[i].lsid)) {
             j++;
         }
-        SHL_ERR(migrate_in_group(cat, op, &lsid, txn_number, &w[i], j - i, st));
+        SHL_ERR(migrate_in_group(cat, op, &w[i], &ids[i], j - i, st));
         i = j;
     }
 done:
+    bson_free(ids);
     return ret;
 }
 
