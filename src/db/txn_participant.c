@@ -52,7 +52,9 @@ struct db_txn {
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
     /* Collections this transaction created (create, createIndexes or an insert into a missing
-     * one): they exist at once, and are dropped again if it aborts. */
+     * one): they exist at once, hidden from other operations' listings until it ends
+     * (db_txn_ns_hidden), and are dropped again if it aborts. Changed under reg->mu (read
+     * by the owner without it). */
     char **created;
     size_t ncreated;
     /* The namespace of the running create/createIndexes statement and whether it existed. */
@@ -518,16 +520,47 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
             return;
         }
     }
+    pthread_mutex_lock(&t->reg->mu);
     t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
     t->created[t->ncreated++] = bson_strdup(ns);
+    pthread_mutex_unlock(&t->reg->mu);
+}
+
+bool
+db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
+{
+    const db_node_t *node = op->svc->role_state;
+    db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
+    bool hidden = false;
+
+    if (reg == NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (const db_txn_t *t = reg->head; t != NULL && !hidden; t = t->next) {
+        for (size_t i = 0; t != op->txn && i < t->ncreated && !hidden; i++) {
+            hidden = strcmp(t->created[i], ns) == 0;
+        }
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return hidden;
 }
 
 /* Forget the created collections (committed: they stay) or drop them (aborted). */
 static void
 end_created(db_txn_t *t, bool drop)
 {
-    for (size_t i = 0; i < t->ncreated; i++) {
-        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+    char **created;
+    size_t ncreated;
+
+    pthread_mutex_lock(&t->reg->mu);
+    created = t->created;
+    ncreated = t->ncreated;
+    t->created = NULL;
+    t->ncreated = 0;
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < ncreated; i++) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, created[i]) : NULL;
         /* Other clients may have written to it since (it existed for them at once): a
          * collection that holds committed documents stays. */
         bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
@@ -537,20 +570,18 @@ end_created(db_txn_t *t, bool drop)
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
             if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
+                shl_cursor_manager_kill_ns(node->cursors, created[i]);
             }
-            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
+            if (shl_catalog_drop_collection(t->reg->eng, created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
                                 "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+                                BCON_UTF8(created[i]), "error", BCON_UTF8(st.reason));
             }
         }
-        bson_free(t->created[i]);
+        bson_free(created[i]);
     }
-    bson_free(t->created);
-    t->created = NULL;
-    t->ncreated = 0;
+    bson_free(created);
 }
 
 /* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
