@@ -396,7 +396,7 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     if (h.coll != NULL) {
-        shl_storage_txn_opts_t o = {read_ts};
+        shl_storage_txn_opts_t o = {.read_timestamp = read_ts};
         if (db_txn_storage(op) != NULL) {
             /* A transaction's statement reads in the transaction's snapshot. */
             ret = shl_doc_find_by_id(db_txn_storage(op), h.coll, id, &doc, NULL, &found, st);

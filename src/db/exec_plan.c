@@ -84,7 +84,7 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         p->txn = txn;
         p->borrowed_txn = true;
     } else {
-        shl_storage_txn_opts_t o = {read_ts};
+        shl_storage_txn_opts_t o = {.read_timestamp = read_ts};
         SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
     }
     if (p->coll != NULL) {
