@@ -62,6 +62,8 @@ tail_alive(const shl_cursor_t *c)
 
 typedef struct find_args {
     bson_t filter, sort, projection;
+    bson_t collation_cmd; /* view of {collation: ...} inside the command, when has_collation */
+    bool has_collation;
     bool has_filter, has_sort, has_projection;
     bool has_hint;
     bson_value_t hint;
@@ -323,6 +325,10 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
             break;
         case F_COLLATION:
             SHL_ERR(db_check_collation(cmd, "collation", st));
+            /* The element alone, as a one-field document viewed in place is not possible:
+             * keep the command itself (it outlives the query). */
+            bson_init_static(&a->collation_cmd, bson_get_data(cmd), cmd->len);
+            a->has_collation = true;
             break;
         case F_ACCEPTED:
             break;
@@ -465,6 +471,14 @@ parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_st
     }
     if (vars != NULL) {
         exec_query_set_let(q, vars);
+    }
+    if (a->has_collation) {
+        ret = db_query_collation(&a->collation_cmd, "collation", q, st);
+        if (ret != 0) {
+            exec_query_cleanup(q);
+            bson_free(q);
+            return ret;
+        }
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;
@@ -930,6 +944,7 @@ parse_count(const bson_t *cmd, exec_query_t *q, bool *fast, shl_status_t *st)
     SHL_ERR(shl_cmd_get_int64(cmd, "limit", &limit, &found, st));
     SHL_ERR(nonneg_field(cmd, "skip", &skip, &found, st));
     SHL_ERR(exec_query_init(q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", q, st));
     SHL_ERR(db_cmd_get_hint(cmd, &q->has_hint, &q->hint, st));
     /* A negative limit counts like its absolute value. */
     q->limit = limit < 0 ? -limit : limit;
@@ -990,6 +1005,7 @@ typedef struct distinct_set {
     size_t n, cap;
     size_t *order; /* indexes into vals sorted by canonical order */
     size_t bytes;
+    const shl_collator_t *coll; /* the query's collation: equal strings are one value */
 } distinct_set_t;
 
 static int
@@ -998,7 +1014,7 @@ distinct_add(distinct_set_t *d, const bson_value_t *v, shl_status_t *st)
     size_t lo = 0, hi = d->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = shl_bson_value_compare(&d->vals[d->order[mid]], v);
+        int c = shl_bson_value_compare_coll(&d->vals[d->order[mid]], v, d->coll);
         if (c == 0) {
             return 0;
         }
@@ -1097,6 +1113,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", &q, st));
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
@@ -1104,6 +1121,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll,
                             ns.full, &q, &plan, st));
+    d.coll = q.collator;
     for (;;) {
         exec_row_t row;
         bool eof;

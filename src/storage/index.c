@@ -5,6 +5,7 @@
  * bounded cursors. See index.h; DESIGN.md section 5.
  */
 #include "bson/bson_iter.h"
+#include "bson/collation.h"
 #include "storage/storage_private.h"
 
 #include <inttypes.h>
@@ -147,6 +148,7 @@ typedef struct kg_state {
     size_t n;
     kg_field_t *f;
     bool sparse;
+    shl_collator_t *coll; /* spec.collation (a reference); NULL: simple */
 } kg_state_t;
 
 /* Values found at one path: borrowed views into the document. */
@@ -301,7 +303,15 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
             kb.len = 0;
             for (size_t i = 0; i < s->n; i++) {
                 const bson_value_t *v = i == multi ? &vals[i].v[k] : &vals[i].v[0];
-                shl_keystring_append_value(&kb, v, s->f[i].descending);
+                if (s->coll != NULL) {
+                    /* A collated index stores strings as their ICU sort keys, as MongoDB. */
+                    bson_value_t ck;
+                    shl_collator_value_key(s->coll, v, &ck);
+                    shl_keystring_append_value(&kb, &ck, s->f[i].descending);
+                    bson_value_destroy(&ck);
+                } else {
+                    shl_keystring_append_value(&kb, v, s->f[i].descending);
+                }
             }
             shl_keyset_add(keys, kb.data, kb.len);
         }
@@ -345,6 +355,7 @@ kg_destroy(shl_keygen_t *kg)
         bson_free(s->f[i].path);
     }
     if (s != NULL) {
+        shl_collator_release(s->coll);
         bson_free(s->f);
         bson_free(s);
     }
@@ -395,6 +406,9 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
     if (bson_iter_init_find(&it, spec, "sparse")) {
         s->sparse = bson_iter_as_bool(&it);
     }
+    if (bson_iter_init_find(&it, spec, "collation")) {
+        SHL_ERR(shl_collator_from_iter(&it, "collation", &s->coll, st));
+    }
     kg = bson_malloc0(sizeof(*kg));
     kg->gen = kg_gen;
     kg->dup_key_value = kg_dup_key_value;
@@ -407,6 +421,7 @@ done:
         for (size_t i = 0; i < s->n; i++) {
             bson_free(s->f[i].path);
         }
+        shl_collator_release(s->coll);
         bson_free(s->f);
         bson_free(s);
     }
