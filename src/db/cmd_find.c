@@ -664,6 +664,9 @@ typedef struct agg_state {
      * unsharded, checked again by every getMore -- a collection sharded meanwhile ends the
      * cursor with StaleConfig instead of returning the local part of it. */
     bson_t *involved;
+    /* The aggregate's collation (its own or the collection's default; NULL: simple), which
+     * the pipeline borrows. */
+    shl_collator_t *collator;
 } agg_state_t;
 
 static int
@@ -685,6 +688,7 @@ agg_state_destroy(void *state)
     /* Stages may hold sources of the environment: the pipeline goes first. */
     shl_pipeline_destroy(a->pl);
     exec_plan_destroy(a->plan);
+    shl_collator_release(a->collator);
     if (a->let != NULL) {
         bson_destroy(a->let);
     }
@@ -1542,7 +1546,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         break;
     }
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
-    SHL_ERR(db_check_collation(cmd, "collation", st));
+    {
+        bool has_coll = false;
+        SHL_ERR(db_cmd_collator(cmd, "collation", &a->collator, &has_coll, st));
+        if (!has_coll && !collectionless) {
+            shl_collection_t *c = shl_catalog_get(node->eng, ns.full);
+            a->collator = exec_collection_collator(c);
+            shl_collection_release(c);
+        }
+    }
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
@@ -1559,6 +1571,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     opts.vars = a->let;
     opts.allow_disk_use = allow_disk;
     opts.env = &a->env.env;
+    opts.collator = a->collator;
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
     pl = a->pl;
     if (collectionless) {
@@ -1585,6 +1598,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    exec_query_set_collator(q, a->collator, true);
     if (a->let != NULL) {
         shl_matcher_bind_vars(q->matcher, a->let);
     }

@@ -376,6 +376,9 @@ pipe_parse_match(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
     SHL_ERR(
         pipe_arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
     SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
+    if (s->pipe->opts.collator != NULL) {
+        shl_matcher_set_collator(s->matcher, s->pipe->opts.collator);
+    }
 done:
     return ret;
 }
@@ -455,6 +458,9 @@ pipe_parse_sort(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
         SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
     }
     SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
+    if (s->pipe->opts.collator != NULL) {
+        shl_sort_pattern_set_collator(s->pattern, s->pipe->opts.collator);
+    }
 done:
     return ret;
 }

@@ -1,0 +1,216 @@
+"""Collation (issue 20 item 1) as a user sees it through pymongo: MongoDB's validation errors
+and normalised spec, collation-aware find/sort/count/distinct/update/delete/findAndModify/
+aggregate, collection default collations, indexes with a collation (keys from ICU sort keys,
+differential: index plan vs collection scan), on a plain node and through a 2-shard router
+(sharded and unsharded collections)."""
+
+import pytest
+from pymongo import ASCENDING
+from pymongo.collation import Collation
+from pymongo.errors import OperationFailure
+
+from shale_fixtures import ShaleProcess, stop_all
+
+CI = Collation("en", strength=2)          # case-insensitive
+NUM = Collation("en", numericOrdering=True)
+WORDS = ["apple", "Apple", "APPLE", "banana", "Banana", "cherry", "éclair", "eclair", "10",
+         "9", "100", "Zebra", "zebra"]
+
+
+@pytest.fixture(scope="module")
+def plain_node():
+    p = ShaleProcess(["node"], name="coll-node")
+    p.start()
+    yield p
+    stop_all([p])
+    p.cleanup()
+
+
+@pytest.fixture(scope="module")
+def db(plain_node):
+    client = plain_node.client()
+    d = client.colltest
+    d.words.drop()
+    d.words.insert_many([{"_id": i, "w": w} for i, w in enumerate(WORDS)])
+    return d
+
+
+def ws(docs):
+    return [d["w"] for d in docs]
+
+
+# ---------------------------------------------------------------- the spec
+
+BAD_SPECS = [
+    ({"strength": 2}, 4),                              # NoSuchKey: locale
+    ({"locale": 1}, 14),
+    ({"locale": "simple", "strength": 1}, 9),
+    ({"locale": "xx_bogus"}, 2),
+    ({"locale": ""}, 2),
+    ({"locale": "en", "strength": 6}, 9),
+    ({"locale": "en", "strength": 1.5}, 2),
+    ({"locale": "en", "caseLevel": 1}, 14),
+    ({"locale": "en", "caseFirst": "middle"}, 9),
+    ({"locale": "en", "alternate": "ignore"}, 9),
+    ({"locale": "en", "maxVariable": "all"}, 9),
+    ({"locale": "en", "unknownField": True}, 9),
+    ({"locale": "en", "version": "1.0"}, 161),
+    ({"locale": "en", "strength": 1, "backwards": True}, 2),
+    ({"locale": "en", "strength": 2, "caseFirst": "upper"}, 2),
+]
+
+
+@pytest.mark.parametrize("spec,code", BAD_SPECS)
+def test_bad_collation_spec(db, spec, code):
+    with pytest.raises(OperationFailure) as e:
+        db.command("find", "words", filter={}, collation=spec)
+    assert e.value.code == code, e.value.details
+
+
+def test_bad_collation_type(db):
+    with pytest.raises(OperationFailure) as e:
+        db.command("find", "words", filter={}, collation="en")
+    assert e.value.code == 14
+
+
+def test_unknown_locale_suggests(db):
+    with pytest.raises(OperationFailure) as e:
+        db.command("find", "words", filter={}, collation={"locale": "en_us"})
+    assert e.value.code == 2
+    assert "Did you mean 'en_US'" in str(e.value)
+
+
+# ---------------------------------------------------------------- queries on a node
+
+def test_find_equality_range_in(db):
+    assert sorted(ws(db.words.find({"w": "apple"}, collation=CI))) == ["APPLE", "Apple", "apple"]
+    assert ws(db.words.find({"w": "apple"})) == ["apple"]
+    assert sorted(ws(db.words.find({"w": {"$in": ["BANANA", "zebra"]}}, collation=CI))) == \
+        ["Banana", "Zebra", "banana", "zebra"]
+    assert sorted(ws(db.words.find({"w": {"$nin": ["APPLE", "banana", "9", "10", "100"]}},
+                                   collation=CI))) == \
+        ["Zebra", "cherry", "eclair", "zebra", "éclair"]
+    # With the locale's order, "b" < "Z": a range the simple collation would not give.
+    assert sorted(ws(db.words.find({"w": {"$gte": "b", "$lt": "d"}}, collation=CI))) == \
+        ["Banana", "banana", "cherry"]
+    assert sorted(ws(db.words.find({"w": {"$gte": "b", "$lt": "d"}}))) == \
+        ["banana", "cherry"]
+    # Secondary strength keeps accents apart; primary does not.
+    assert ws(db.words.find({"w": "eclair"}, collation=CI)) == ["eclair"]
+    assert sorted(ws(db.words.find({"w": "ECLAIR"}, collation=Collation("en", strength=1)))) \
+        == ["eclair", "éclair"]
+
+
+def test_sort(db):
+    got = ws(db.words.find({"w": {"$in": ["10", "9", "100"]}}).sort("w", 1).collation(NUM))
+    assert got == ["9", "10", "100"]
+    got = ws(db.words.find({"w": {"$in": ["10", "9", "100"]}}).sort("w", 1))
+    assert got == ["10", "100", "9"]
+    got = ws(db.words.find({"w": {"$regex": "^[aA]"}}).sort("w", -1).collation(
+        Collation("en", caseFirst="upper")))
+    assert got == ["apple", "Apple", "APPLE"]
+    got = ws(db.words.find({"w": {"$regex": "^[zZbB]"}}).sort("w", 1).collation(CI))
+    assert [w.lower() for w in got] == ["banana", "banana", "zebra", "zebra"]
+
+
+def test_count_distinct_aggregate(db):
+    assert db.words.count_documents({"w": "APPLE"}, collation=CI) == 3
+    assert db.command("count", "words", query={"w": "APPLE"},
+                      collation={"locale": "en", "strength": 2})["n"] == 3
+    vals = db.words.distinct("w", {"w": {"$regex": "^[aAbB]"}}, collation=CI)
+    assert sorted(v.lower() for v in vals) == ["apple", "banana"]
+    assert len(db.words.distinct("w", {"w": {"$regex": "^[aAbB]"}})) == 5
+    out = list(db.words.aggregate([
+        {"$match": {"w": {"$in": ["apple", "banana"]}}},
+        {"$group": {"_id": "$w", "n": {"$sum": 1}}},
+        {"$sort": {"n": -1}}], collation=CI))
+    assert [d["n"] for d in out] == [3, 2]
+    out = list(db.words.aggregate([{"$sort": {"w": 1}}, {"$limit": 3}], collation=NUM))
+    assert ws(out) == ["9", "10", "100"]
+
+
+def test_writes_with_collation(db):
+    c = db.writes
+    c.drop()
+    c.insert_many([{"_id": i, "w": w} for i, w in enumerate(["a", "A", "b", "B"])])
+    r = c.update_many({"w": "a"}, {"$set": {"hit": True}}, collation=CI)
+    assert r.matched_count == 2
+    r = c.update_one({"w": "b"}, {"$set": {"one": True}})
+    assert r.matched_count == 1
+    doc = c.find_one_and_update({"w": "B"}, {"$set": {"fam": 1}}, collation=CI,
+                                sort=[("_id", ASCENDING)])
+    assert doc["w"] == "b"
+    assert c.delete_many({"w": "A"}, collation=CI).deleted_count == 2
+    assert c.delete_many({"w": "B"}).deleted_count == 1
+    assert ws(c.find()) == ["b"]
+
+
+# ---------------------------------------------------------------- collection defaults
+
+def test_collection_default_collation(db):
+    db.drop_collection("dflt")
+    db.create_collection("dflt", collation=CI)
+    info = db.command("listCollections", filter={"name": "dflt"})["cursor"]["firstBatch"][0]
+    spec = info["options"]["collation"]
+    assert spec["locale"] == "en" and spec["strength"] == 2
+    assert spec["caseLevel"] is False and spec["caseFirst"] == "off"
+    assert spec["numericOrdering"] is False and spec["alternate"] == "non-ignorable"
+    assert spec["maxVariable"] == "punct" and spec["normalization"] is False
+    assert spec["backwards"] is False and isinstance(spec["version"], str)
+    c = db.dflt
+    c.insert_many([{"_id": 1, "w": "x"}, {"_id": 2, "w": "X"}, {"_id": 3, "w": "y"}])
+    assert c.count_documents({"w": "x"}) == 2                       # inherited
+    assert c.count_documents({"w": "x"}, collation=Collation("simple")) == 1
+    assert sorted(c.distinct("w", {"w": {"$ne": "y"}})) in (["X"], ["x"])
+    assert c.update_many({"w": "X"}, {"$set": {"u": 1}}).matched_count == 2
+    assert len(list(c.aggregate([{"$match": {"w": "X"}}]))) == 2
+    # A simple collation is not stored.
+    db.drop_collection("plain")
+    db.create_collection("plain", collation=Collation("simple"))
+    info = db.command("listCollections", filter={"name": "plain"})["cursor"]["firstBatch"][0]
+    assert "collation" not in info["options"]
+
+
+def test_create_with_bad_collation(db):
+    with pytest.raises(OperationFailure) as e:
+        db.create_collection("badcoll", collation={"locale": "en", "strength": 9})
+    assert e.value.code == 9
+
+
+# ---------------------------------------------------------------- indexes
+
+def test_index_with_collation(db):
+    c = db.idx
+    c.drop()
+    c.insert_many([{"_id": i, "w": w, "n": i} for i, w in enumerate(WORDS * 3)])
+    c.create_index([("w", 1)], name="w_ci", collation=CI)
+    c.create_index([("n", 1)], name="n_simple")
+    specs = {i["name"]: i for i in c.list_indexes()}
+    assert specs["w_ci"]["collation"]["locale"] == "en"
+    assert specs["w_ci"]["collation"]["strength"] == 2
+    assert "collation" not in specs["n_simple"]
+    # Differential: hinted collection scan vs the planner's choice, under both collations.
+    for coll in (CI, None, NUM):
+        for flt in ({"w": "apple"}, {"w": {"$gt": "b"}}, {"w": {"$in": ["ZEBRA", "9"]}},
+                    {"n": {"$lt": 5}, "w": {"$lte": "Banana"}}):
+            kw = {"collation": coll} if coll else {}
+            planned = sorted(d["_id"] for d in c.find(flt, **kw))
+            scanned = sorted(d["_id"] for d in c.find(flt, **kw).hint([("$natural", 1)]))
+            assert planned == scanned, (flt, coll)
+    # A unique collated index refuses values equal under its collation.
+    u = db.uniq
+    u.drop()
+    u.create_index([("w", 1)], unique=True, collation=CI)
+    u.insert_one({"w": "Hello"})
+    with pytest.raises(OperationFailure) as e:
+        u.insert_one({"w": "hello"})
+    assert e.value.code == 11000
+    u.insert_one({"w": "héllo"})
+
+
+def test_index_inherits_collection_default(db):
+    db.drop_collection("inh")
+    db.create_collection("inh", collation=CI)
+    db.inh.create_index([("w", 1)], name="w_1")
+    spec = {i["name"]: i for i in db.inh.list_indexes()}["w_1"]
+    assert spec["collation"]["locale"] == "en" and spec["collation"]["strength"] == 2
