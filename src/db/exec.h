@@ -198,6 +198,11 @@ typedef struct exec_query {
      * (otherwise exec_plan_build applies the collection's default). */
     shl_collator_t *collator;
     bool has_collation;
+    /* Under a collator: the filter with its strings as collation keys, which index bounds
+     * are computed from (owned), and whether a regex keeps every index out (prefix bounds
+     * are byte ranges). */
+    bson_t *plan_filter;
+    bool plan_no_index;
 } exec_query_t;
 
 /*

@@ -104,6 +104,10 @@ exec_query_cleanup(exec_query_t *q)
     q->orphan_filter = NULL;
     shl_collator_release(q->collator);
     q->collator = NULL;
+    if (q->plan_filter != NULL) {
+        bson_destroy(q->plan_filter);
+        q->plan_filter = NULL;
+    }
     if (q->let_owned != NULL) {
         bson_destroy(q->let_owned);
         q->let_owned = NULL;
@@ -128,6 +132,57 @@ exec_collection_collator(const shl_collection_t *coll)
     return c;
 }
 
+/* Operators whose string arguments are not values to compare ($type names, expressions). */
+static bool
+keep_operand(const char *k)
+{
+    static const char *const keep[] = {"$type", "$expr", "$jsonSchema", "$where", "$text",
+                                       "$comment", NULL};
+    for (size_t i = 0; keep[i] != NULL; i++) {
+        if (strcmp(k, keep[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* 'in' with every compared string replaced by its collation key; *regex when a regex
+ * appears (then the result is not used). */
+static void
+collation_key_filter(const shl_collator_t *coll, const bson_t *in, bool *regex, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    if (!bson_iter_init(&it, in)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        const bson_value_t *v = bson_iter_value(&it);
+        if (v->value_type == BSON_TYPE_REGEX || strcmp(k, "$regex") == 0) {
+            *regex = true;
+        }
+        if (keep_operand(k)) {
+            bson_append_value(out, k, -1, v);
+        } else if (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY) {
+            bson_t view, sub;
+            bson_init_static(&view, v->value.v_doc.data, v->value.v_doc.data_len);
+            collation_key_filter(coll, &view, regex, &sub);
+            if (v->value_type == BSON_TYPE_ARRAY) {
+                bson_append_array(out, k, -1, &sub);
+            } else {
+                bson_append_document(out, k, -1, &sub);
+            }
+            bson_destroy(&sub);
+        } else {
+            bson_value_t ck;
+            shl_collator_value_key(coll, v, &ck);
+            bson_append_value(out, k, -1, &ck);
+            bson_value_destroy(&ck);
+        }
+    }
+}
+
 void
 exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit)
 {
@@ -140,6 +195,17 @@ exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit)
     }
     if (q->sort_pattern != NULL) {
         shl_sort_pattern_set_collator(q->sort_pattern, coll);
+    }
+    if (q->plan_filter != NULL) {
+        bson_destroy(q->plan_filter);
+        q->plan_filter = NULL;
+    }
+    q->plan_no_index = false;
+    if (coll != NULL) {
+        bson_t keyed;
+        collation_key_filter(coll, &q->filter, &q->plan_no_index, &keyed);
+        q->plan_filter = bson_copy(&keyed);
+        bson_destroy(&keyed);
     }
     if (coll != NULL && q->id_point) {
         /* The _id index holds plain strings: a collated {_id: "a"} is no point lookup. */
@@ -941,10 +1007,29 @@ index_hidden(const shl_index_t *idx)
     return bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it);
 }
 
+/* Whether 'idx' orders strings as the query's collation 'qc' does (NULL: simple). Specs
+ * are stored normalised (cmd_ddl.c), so equal collations are equal documents. */
+static bool
+collation_matches(const shl_index_t *idx, const shl_collator_t *qc)
+{
+    bson_iter_t it;
+    bson_t spec;
+    const uint8_t *data;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, idx->spec, "collation") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return qc == NULL;
+    }
+    if (qc == NULL) {
+        return false;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(&spec, data, len) && bson_equal(&spec, shl_collator_spec(qc));
+}
+
 /* Whether the planner may use 'idx' for any query: not partial, sparse (their entries may
  * miss matching documents) or hidden. */
 static bool
-plannable(const shl_index_t *idx)
+plannable(const shl_index_t *idx, const shl_collator_t *qc)
 {
     bson_iter_t it;
     if (bson_iter_init_find(&it, idx->spec, "partialFilterExpression")) {
@@ -953,9 +1038,9 @@ plannable(const shl_index_t *idx)
     if (bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it)) {
         return false;
     }
-    if (bson_iter_init_find(&it, idx->spec, "collation")) {
-        /* Its keys are ICU sort keys: bounds from the filter's strings would miss them.
-         * TODO(#20): plan collated indexes for queries of the same collation. */
+    if (!collation_matches(idx, qc)) {
+        /* Its string keys are in another order (bytes, or another collation's sort keys):
+         * bounds and sort order from it would be wrong for strings. */
         return false;
     }
     return !index_hidden(idx);
@@ -964,7 +1049,8 @@ plannable(const shl_index_t *idx)
 /* The planner: the index whose first field has the most selective predicate (equality,
  * then $in, then a range; unique indexes first among equals), or NULL. */
 static const shl_index_t *
-plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort)
+plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort,
+           const shl_collator_t *qc)
 {
     const shl_index_t *best = NULL;
     int best_score = 0;
@@ -978,7 +1064,7 @@ plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sor
         bool h0, h1;
         char desc[200], iv[400];
         int score;
-        if (!plannable(idx)) {
+        if (!plannable(idx, qc)) {
             continue;
         }
         if (compound_ok(idx)) {
@@ -1004,7 +1090,7 @@ by_sort:
     /* No index bounds the filter: an index that provides the sort (a full scan). */
     for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
-        if (plannable(idx) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+        if (plannable(idx, qc) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
             best = idx;
         }
     }
@@ -1056,6 +1142,18 @@ done:
 }
 
 /* The matcher to run per document, NULL when it matches everything. */
+/* The filter index bounds are computed from: under a collation, its strings as collation
+ * keys (what a collated index holds); NULL when no index can bound it (a regex under a
+ * collation: its prefix bounds are byte ranges). */
+static const bson_t *
+plan_filter(const exec_query_t *q)
+{
+    if (q->collator == NULL) {
+        return &q->filter;
+    }
+    return q->plan_no_index ? NULL : q->plan_filter;
+}
+
 static const shl_matcher_t *
 effective_filter(const exec_query_t *q)
 {
@@ -1126,10 +1224,10 @@ index_scan(const shl_index_t *idx, const bson_t *filter, const bson_t *sort, boo
 /* The planner's estimate for 'idx' over 'filter' (0: its bounds do not restrict the scan):
  * the first field's kind, then the bounded fields, unique first among equals. */
 static int
-index_score(const shl_index_t *idx, const bson_t *filter)
+index_score(const shl_index_t *idx, const bson_t *filter, const shl_collator_t *qc)
 {
     int score;
-    if (!plannable(idx) || bson_empty(filter)) {
+    if (!plannable(idx, qc) || bson_empty(filter)) {
         return 0;
     }
     if (compound_ok(idx)) {
@@ -1163,7 +1261,8 @@ typedef struct or_plan {
 } or_plan_t;
 
 static bool
-or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
+or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o,
+             const shl_collator_t *qc)
 {
     bson_iter_t it, el;
 
@@ -1185,7 +1284,7 @@ or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
             return false;
         }
         for (size_t i = 0; i < coll->nindexes; i++) {
-            int sc = index_score(coll->indexes[i], &o->branch[o->n]);
+            int sc = index_score(coll->indexes[i], &o->branch[o->n], qc);
             if (sc > best_score) {
                 best = coll->indexes[i];
                 best_score = sc;
@@ -1355,8 +1454,15 @@ cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
         }
         return exec_fetch_new(exec_or_new(kids, o->n), coll, filter);
     }
-    root = index_scan(c->idx, &q->filter, q->has_sort ? &q->sort : NULL, sorted);
-    if (coverable(q, c->idx, *sorted)) {
+    if (plan_filter(q) != NULL && collation_matches(c->idx, q->collator)) {
+        root = index_scan(c->idx, plan_filter(q), q->has_sort ? &q->sort : NULL, sorted);
+    } else {
+        /* A hinted index of another collation: its whole range, in no useful order. */
+        bson_t all = BSON_INITIALIZER;
+        root = index_scan(c->idx, &all, NULL, sorted);
+        *sorted = false;
+    }
+    if (q->collator == NULL && coverable(q, c->idx, *sorted)) {
         *covered = true;
         return exec_projection_covered_new(root, coll, c->idx, q->proj, &q->projection, filter);
     }
@@ -1575,7 +1681,8 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     bson_t sk, ek;
     bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
 
-    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) || !bson_iter_init(&it, filter)) {
+    if (!plannable(idx, NULL) || !plain_ok(idx) || bson_empty(filter) ||
+        !bson_iter_init(&it, filter)) {
         return false;
     }
     while (shl_iter_next(&it)) {
@@ -1786,6 +1893,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     int ret = 0;
     const shl_index_t *idx = NULL;
     int natural = 0;
+    const bson_t *pf = plan_filter(q);
     cand_t cands[MAX_CANDIDATES];
     size_t ncands = 0;
     or_plan_t *orp = NULL;
@@ -1812,14 +1920,12 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         }
     }
     if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
-        !(q->id_point && coll->nindexes > 0) && q->collator == NULL) {
-        /* Under a non-simple collation no index of ours bounds strings correctly (the simple
-         * ones order bytes; collated ones are not planned yet): a collection scan. */
+        !(q->id_point && coll->nindexes > 0) && pf != NULL) {
         /* Candidates: every index that bounds the filter, and an OR of index scans. */
         cand_t all[64];
         size_t nall = 0;
         for (size_t i = 0; i < coll->nindexes && nall < 64; i++) {
-            int sc = index_score(coll->indexes[i], &q->filter);
+            int sc = index_score(coll->indexes[i], pf, q->collator);
             if (sc > 0) {
                 all[nall].idx = coll->indexes[i];
                 all[nall++].score = sc;
@@ -1837,7 +1943,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             cands[ncands++] = all[i];
         }
         orp = bson_aligned_alloc0(BSON_ALIGNOF(or_plan_t), sizeof(*orp));
-        if (or_plan_find(coll, &q->filter, orp)) {
+        if (or_plan_find(coll, pf, orp, q->collator)) {
             cands[ncands].idx = NULL;
             cands[ncands++].score = 0;
         }
@@ -1849,7 +1955,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             for (size_t j = 0; j < ncands; j++) {
                 have = have || cands[j].idx == six;
             }
-            if (!have && ncands < MAX_CANDIDATES && plannable(six) && plain_ok(six) &&
+            if (!have && ncands < MAX_CANDIDATES && plannable(six, q->collator) && plain_ok(six) &&
                 sort_direction(&q->sort, six, 0) != 0) {
                 cands[ncands].idx = six;
                 cands[ncands++].score = 0;
@@ -1857,7 +1963,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             }
         }
         if (ncands == 0) {
-            idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
+            idx = plan_index(coll, pf, q->has_sort ? &q->sort : NULL, q->collator);
         }
     }
     if (coll == NULL) {

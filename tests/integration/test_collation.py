@@ -35,6 +35,23 @@ def db(plain_node):
     return d
 
 
+def plan_indexes(db, cmd):
+    """Every indexName in the winning plan of 'cmd' (explained)."""
+    names = set()
+
+    def walk(p):
+        if isinstance(p, dict):
+            if "indexName" in p:
+                names.add(p["indexName"])
+            for v in p.values():
+                walk(v)
+        elif isinstance(p, list):
+            for v in p:
+                walk(v)
+    walk(db.command("explain", cmd)["queryPlanner"]["winningPlan"])
+    return names
+
+
 def ws(docs):
     return [d["w"] for d in docs]
 
@@ -197,6 +214,22 @@ def test_index_with_collation(db):
             planned = sorted(d["_id"] for d in c.find(flt, **kw))
             scanned = sorted(d["_id"] for d in c.find(flt, **kw).hint([("$natural", 1)]))
             assert planned == scanned, (flt, coll)
+    # The planner uses the collated index only for a query of the same collation, and
+    # never for a regex under it.
+    assert "w_ci" in plan_indexes(db, {"find": "idx", "filter": {"w": "APPLE"},
+                                       "collation": CI.document})
+    assert "w_ci" in plan_indexes(db, {"find": "idx", "filter": {"w": {"$gt": "x"}},
+                                       "sort": {"w": 1}, "collation": CI.document})
+    assert "w_ci" not in plan_indexes(db, {"find": "idx", "filter": {"w": "APPLE"}})
+    assert "w_ci" not in plan_indexes(db, {"find": "idx", "filter": {"w": "APPLE"},
+                                           "collation": NUM.document})
+    assert "w_ci" not in plan_indexes(db, {"find": "idx", "filter": {"w": {"$regex": "^a"}},
+                                           "collation": CI.document})
+    assert c.count_documents({"w": "APPLE"}, collation=CI) == 9
+    got = ws(c.find({"w": {"$gte": "Y"}}, collation=CI).sort("w", 1))
+    assert [w.lower() for w in got] == ["zebra"] * 6
+    # A hinted index of another collation still answers correctly (a full index scan).
+    assert sorted(d["_id"] for d in c.find({"w": "apple"}).hint("w_ci")) == [0, 13, 26]
     # A unique collated index refuses values equal under its collation.
     u = db.uniq
     u.drop()
