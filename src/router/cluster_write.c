@@ -75,6 +75,7 @@ typedef struct write_op {
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
     bool ids_broadcast; /* a retryable exact _id match is only broadcast (run_id_broadcast) */
+    bool pinned;        /* SHL_ROUTER_PINNED_FIELD: statements target by their pinned part */
     router_route_fn route;
     void *route_arg;
     bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
@@ -230,13 +231,26 @@ key_pattern_json(const shl_router_routing_t *rr)
 
 /* ---- targeting one statement ---- */
 
+/* The filter a statement targets by: its pinned part (a write phase), else what its
+ * collation lets target (shl_router_targeting_filter). 'out' is initialised here. */
+static void
+targeting_query(const bson_t *stmt, const bson_t *q, bool pinned, bson_t *out)
+{
+    bson_t pin;
+    if (pinned && shl_router_pinned_filter(q, &pin)) {
+        bson_copy_to(&pin, out);
+    } else {
+        shl_router_targeting_filter(stmt, q, out);
+    }
+}
+
 /* target_update / target_delete: *two_phase (no shard, no error) for a single write that
  * does not pin one shard -- MongoDB 7.0's write without shard key. */
 static int
-target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_update(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, u, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, u, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi, upsert;
@@ -244,10 +258,12 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'update.updates.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "u") ||
         !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it))) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -329,14 +345,15 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
 static int
-target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_delete(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi;
@@ -344,10 +361,12 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "limit") || !BSON_ITER_HOLDS_NUMBER(&it)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.limit' is missing but a required field");
@@ -385,6 +404,7 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
@@ -408,10 +428,10 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
         set_one(out, shard);
         break;
     case KIND_UPDATE:
-        SHL_ERR(target_update(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_update(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     case KIND_DELETE:
-        SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_delete(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     }
     if (it->two_phase && op->retryable) {
@@ -1388,6 +1408,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     op->kind = kind;
     op->opctx = opctx;
     op->user_cmd = cmd;
+    op->pinned = bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD);
     op->retryable = opctx->has_txn_number && !opctx->has_autocommit;
     op->ordered = true;
     snprintf(op->db, sizeof(op->db), "%s", opctx->db);
@@ -1683,7 +1704,8 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         bson_t view;
         if (get_doc(cmd, "query", &view)) {
             bson_destroy(&q);
-            bson_init_static(&q, bson_get_data(&view), view.len);
+            /* Under a non-simple collation, string predicates do not target. */
+            targeting_query(cmd, &view, bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD), &q);
         }
     }
     upsert = get_bool(cmd, "upsert", false);
@@ -1709,6 +1731,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             while (shl_iter_next(&f)) {
                 const char *k = shl_iter_key(&f);
                 if (strcmp(k, "$db") == 0 || strcmp(k, "lsid") == 0 ||
+                    strcmp(k, SHL_ROUTER_PINNED_FIELD) == 0 ||
                     strcmp(k, "$clusterTime") == 0 || strcmp(k, "$readPreference") == 0 ||
                     strcmp(k, "txnNumber") == 0 || strcmp(k, "writeConcern") == 0 ||
                     strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0) {

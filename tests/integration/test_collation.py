@@ -247,3 +247,61 @@ def test_index_inherits_collection_default(db):
     db.inh.create_index([("w", 1)], name="w_1")
     spec = {i["name"]: i for i in db.inh.list_indexes()}["w_1"]
     assert spec["collation"]["locale"] == "en" and spec["collation"]["strength"] == 2
+
+
+# ---------------------------------------------------------------- through the router
+
+@pytest.fixture(scope="module")
+def routed(cluster):
+    """colr.sh sharded on {sk: 1} with "A".."Z" on shard0 and "a".."z" on shard1 (split at
+    "M"... upper case sorts before lower case in bytes), and colr.un unsharded."""
+    client = cluster.router_client()
+    client.admin.command("enableSharding", "colr", primaryShard="shard0")
+    d = client.colr
+    d.create_collection("sh")
+    client.admin.command("shardCollection", "colr.sh", key={"sk": 1})
+    client.admin.command("split", "colr.sh", middle={"sk": "_"})
+    client.admin.command("moveChunk", "colr.sh", find={"sk": "z"}, to="shard1")
+    docs = [{"_id": i, "sk": w, "n": i} for i, w in
+            enumerate(["apple", "Apple", "APPLE", "banana", "Banana", "cherry", "10", "9"])]
+    d.sh.insert_many(docs)
+    d.un.insert_many([dict(x) for x in docs])
+    return d
+
+
+@pytest.mark.parametrize("name", ["sh", "un"])
+def test_router_reads_with_collation(routed, name):
+    c = routed[name]
+    assert sorted(d["_id"] for d in c.find({"sk": "apple"}, collation=CI)) == [0, 1, 2]
+    assert [d["_id"] for d in c.find({"sk": "apple"})] == [0]
+    assert c.count_documents({"sk": "APPLE"}, collation=CI) == 3
+    got = [d["sk"].lower() for d in c.find({"sk": {"$regex": "^[a-cA-C]"}}).sort("sk", 1)
+           .collation(CI)]
+    assert got == ["apple"] * 3 + ["banana"] * 2 + ["cherry"]
+    got = [d["sk"] for d in c.find({"sk": {"$in": ["9", "10"]}}).sort("sk", -1).collation(NUM)]
+    assert got == ["10", "9"]
+    vals = c.distinct("sk", {"sk": {"$regex": "^[aAbB]"}}, collation=CI)
+    assert sorted(v.lower() for v in vals) == ["apple", "banana"]
+    out = list(c.aggregate([{"$match": {"sk": {"$in": ["apple", "banana"]}}},
+                            {"$group": {"_id": "$sk", "n": {"$sum": 1}}},
+                            {"$sort": {"n": -1}}], collation=CI))
+    assert [d["n"] for d in out] == [3, 2]
+    out = list(c.aggregate([{"$sort": {"sk": 1}}, {"$limit": 2}], collation=NUM))
+    assert [d["sk"] for d in out] == ["9", "10"]
+
+
+def test_router_writes_with_collation(routed):
+    c = routed.shw
+    c.drop()
+    routed.client.admin.command("shardCollection", "colr.shw", key={"sk": 1})
+    routed.client.admin.command("split", "colr.shw", middle={"sk": "_"})
+    routed.client.admin.command("moveChunk", "colr.shw", find={"sk": "z"}, to="shard1")
+    c.insert_many([{"_id": i, "sk": w} for i, w in enumerate(["a", "A", "b", "B", "c"])])
+    assert c.update_many({"sk": "a"}, {"$set": {"u": 1}}, collation=CI).modified_count == 2
+    # A single update whose shard key only matches under the collation: not targeted by it.
+    r = c.update_one({"sk": "B"}, {"$set": {"one": 1}}, collation=CI)
+    assert r.matched_count == 1
+    doc = c.find_one_and_update({"sk": "C"}, {"$set": {"f": 1}}, collation=CI)
+    assert doc is not None and doc["sk"] == "c"
+    assert c.delete_many({"sk": "A"}, collation=CI).deleted_count == 2
+    assert sorted(d["sk"] for d in c.find()) == ["B", "b", "c"]
