@@ -931,6 +931,22 @@ done:
     return ret;
 }
 
+/* The command whose "collation" a routed read runs under: the request's, or the command an
+ * explain wraps. */
+static const bson_t *
+collation_holder(const shl_op_ctx_t *op, bson_t *inner)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+    if (op->body == NULL || !bson_iter_init(&it, op->body) || !shl_iter_next(&it) ||
+        strcmp(shl_iter_key(&it), "explain") != 0 || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return op->body;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(inner, data, len) ? inner : op->body;
+}
+
 int
 shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
                     const shl_router_dispatch_t *d, shl_router_routing_t *rr_out,
@@ -941,6 +957,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
     shl_router_request_t *reqs = NULL;
     shl_fanout_result_t *fres = NULL;
     shl_ns_t parsed;
+    bson_t inner; /* view of an explained command */
     int ret = 0;
 
     *results = NULL;
@@ -962,9 +979,10 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         }
         if (d->target != NULL) {
             d->target(d->target_arg, &rr, &targets);
-        } else if (d->filter != NULL && shl_router_collation_nonsimple(op->body)) {
+        } else if (d->filter != NULL &&
+                   shl_router_collation_nonsimple(collation_holder(op, &inner))) {
             bson_t tf;
-            shl_router_targeting_filter(op->body, d->filter, &tf);
+            shl_router_targeting_filter(collation_holder(op, &inner), d->filter, &tf);
             shl_router_target_filter(&rr, &tf, &targets);
             bson_destroy(&tf);
         } else {

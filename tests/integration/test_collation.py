@@ -290,6 +290,20 @@ def test_router_reads_with_collation(routed, name):
     assert [d["sk"] for d in out] == ["9", "10"]
 
 
+def test_router_targeting(routed):
+    """An equality on the string shard key targets one shard under the simple collation and
+    every shard under a case-insensitive one (the key's values are no longer distinct)."""
+    def nshards(cmd):
+        plan = routed.command("explain", cmd)["queryPlanner"]["winningPlan"]
+        return len(plan["shards"])
+    assert nshards({"find": "sh", "filter": {"sk": "apple"}}) == 1
+    assert nshards({"find": "sh", "filter": {"sk": "apple"},
+                    "collation": {"locale": "simple"}}) == 1
+    assert nshards({"find": "sh", "filter": {"sk": "apple"}, "collation": CI.document}) == 2
+    assert nshards({"find": "sh", "filter": {"sk": {"$in": ["9", "10"]}, "n": 6},
+                    "collation": CI.document}) == 2
+
+
 def test_router_writes_with_collation(routed):
     c = routed.shw
     c.drop()
