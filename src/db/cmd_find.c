@@ -357,7 +357,10 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
         a->has_min || a->has_max || a->return_key || a->show_record_id ||
-        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
+        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns) ||
+        a->has_collation) {
+        /* (Without a collation the query's is the collection's default, the _id index's:
+         * the lookup compares as the query does.) */
         return false;
     }
     /* exec_query_init's {_id: v} test, without building a matcher. */

@@ -207,14 +207,6 @@ exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit)
         q->plan_filter = bson_copy(&keyed);
         bson_destroy(&keyed);
     }
-    if (coll != NULL && q->id_point) {
-        /* The _id index holds plain strings: a collated {_id: "a"} is no point lookup. */
-        bson_type_t t = q->id_value.value_type;
-        if (t == BSON_TYPE_UTF8 || t == BSON_TYPE_SYMBOL || t == BSON_TYPE_DOCUMENT ||
-            t == BSON_TYPE_ARRAY) {
-            q->id_point = false;
-        }
-    }
 }
 
 void
@@ -1885,6 +1877,25 @@ done:
     return ret;
 }
 
+static bool
+id_holds_string(const bson_value_t *v)
+{
+    bson_iter_t it;
+    if (v->value_type == BSON_TYPE_UTF8 || v->value_type == BSON_TYPE_SYMBOL) {
+        return true;
+    }
+    if ((v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) ||
+        !bson_iter_init_from_data(&it, v->value.v_doc.data, v->value.v_doc.data_len)) {
+        return false;
+    }
+    while (shl_iter_next(&it)) {
+        if (id_holds_string(bson_iter_value(&it))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int
 exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
                    exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
@@ -1894,6 +1905,11 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     const shl_index_t *idx = NULL;
     int natural = 0;
     const bson_t *pf = plan_filter(q);
+    /* {_id: v} is a point lookup unless a string in v compares differently under the _id
+     * index's collation than under the query's. */
+    bool id_point = q->id_point && coll != NULL &&
+                    (coll->nindexes == 0 || collation_matches(coll->indexes[0], q->collator) ||
+                     !id_holds_string(&q->id_value));
     cand_t cands[MAX_CANDIDATES];
     size_t ncands = 0;
     or_plan_t *orp = NULL;
@@ -1910,7 +1926,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         *kind = coll == NULL ? EXEC_ACCESS_EOF : EXEC_ACCESS_IXSCAN;
         goto done;
     }
-    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point) &&
+    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !id_point) &&
         q->collator == NULL) {
         exec_stage_t *cs = count_scan(coll, q, idx);
         if (cs != NULL) {
@@ -1920,7 +1936,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         }
     }
     if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
-        !(q->id_point && coll->nindexes > 0) && pf != NULL) {
+        !(id_point && coll->nindexes > 0) && pf != NULL) {
         /* Candidates: every index that bounds the filter, and an OR of index scans. */
         cand_t all[64];
         size_t nall = 0;
@@ -2021,7 +2037,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         }
         *out = cand_build(coll, q, &cands[win], orp, effective_filter(q), sorted, covered);
         *kind = cands[win].idx == NULL ? EXEC_ACCESS_OR : EXEC_ACCESS_IXSCAN;
-    } else if (q->id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
+    } else if (id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
         *kind = EXEC_ACCESS_IDHACK;
         *out = exec_idhack_new(coll, &q->id_value);
     } else {

@@ -442,11 +442,18 @@ shl_index_keys_for_doc(const shl_index_t *idx, const bson_t *doc, shl_keyset_t *
 }
 
 void
-shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys)
+shl_index_id_key(const shl_index_t *idx, const bson_value_t *id, shl_keyset_t *keys)
 {
     shl_keystring_t kb;
     shl_keystring_init(&kb);
-    shl_keystring_append_value(&kb, id, false);
+    if (idx != NULL && idx->collator != NULL) {
+        bson_value_t ck;
+        shl_collator_value_key(idx->collator, id, &ck);
+        shl_keystring_append_value(&kb, &ck, false);
+        bson_value_destroy(&ck);
+    } else {
+        shl_keystring_append_value(&kb, id, false);
+    }
     shl_keyset_clear(keys);
     shl_keyset_add(keys, kb.data, kb.len);
     shl_keystring_cleanup(&kb);
@@ -840,7 +847,7 @@ shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const b
     if (coll->nindexes == 0 || !coll->indexes[0]->is_id) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "collection %s has no _id index", coll->ns);
     }
-    shl_index_id_key(id, &keys);
+    shl_index_id_key(coll->indexes[0], id, &keys);
     k = shl_keyset_key(&keys, 0, &len);
     SHL_ERR(shl_index_lookup(txn, coll->indexes[0], k, len, &r, found, st));
     if (*found) {

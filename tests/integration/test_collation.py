@@ -188,6 +188,22 @@ def test_collection_default_collation(db):
     assert "collation" not in info["options"]
 
 
+def test_id_index_takes_the_default_collation(db):
+    db.drop_collection("ids")
+    db.create_collection("ids", collation=CI)
+    spec = {i["name"]: i for i in db.ids.list_indexes()}["_id_"]
+    assert spec["collation"]["locale"] == "en" and spec["collation"]["strength"] == 2
+    db.ids.insert_one({"_id": "key", "v": 1})
+    with pytest.raises(OperationFailure) as e:
+        db.ids.insert_one({"_id": "KEY"})
+    assert e.value.code == 11000
+    assert db.ids.find_one({"_id": "KEY"})["v"] == 1                     # point lookup
+    assert db.ids.find_one({"_id": "KEY"}, collation=Collation("simple")) is None
+    assert db.ids.find_one({"_id": "key"}, collation=Collation("simple"))["v"] == 1
+    assert db.ids.update_one({"_id": "Key"}, {"$set": {"v": 2}}).modified_count == 1
+    assert db.ids.find_one({"_id": "key"})["v"] == 2
+
+
 def test_create_with_bad_collation(db):
     with pytest.raises(OperationFailure) as e:
         db.create_collection("badcoll", collation={"locale": "en", "strength": 9})
@@ -319,3 +335,25 @@ def test_router_writes_with_collation(routed):
     assert doc is not None and doc["sk"] == "c"
     assert c.delete_many({"sk": "A"}, collation=CI).deleted_count == 2
     assert sorted(d["sk"] for d in c.find()) == ["B", "b", "c"]
+
+
+def test_collations_survive_kill_and_restart(node):
+    """Stored specs bring their collations back: the default, the _id index's and a
+    secondary index's (keys were built from ICU sort keys), after kill -9 and recovery."""
+    c = node.client().crash.c
+    c.database.create_collection("c", collation=CI)
+    c.create_index([("w", 1)], name="w_num", collation=NUM, unique=True)
+    c.insert_many([{"_id": "a", "w": "10"}, {"_id": "b", "w": "9"}])
+    c.database.command("insert", "c", documents=[{"_id": "C", "w": "11"}],
+                       writeConcern={"j": True})
+    node.kill()
+    node.start()
+    c = node.client().crash.c
+    assert c.find_one({"_id": "c"})["w"] == "11"
+    with pytest.raises(OperationFailure) as e:
+        c.insert_one({"_id": "A"})
+    assert e.value.code == 11000
+    got = [d["w"] for d in c.find({"w": {"$gte": "9"}}, collation=NUM).sort("w", 1)]
+    assert got == ["9", "10", "11"]
+    assert "w_num" in plan_indexes(c.database, {"find": "c", "filter": {"w": {"$gte": "9"}},
+                                                "collation": NUM.document})
