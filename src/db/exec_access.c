@@ -196,6 +196,9 @@ exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit)
     if (q->sort_pattern != NULL) {
         shl_sort_pattern_set_collator(q->sort_pattern, coll);
     }
+    if (q->proj != NULL) {
+        shl_projection_set_collator(q->proj, q->collator); /* 'q' holds the reference */
+    }
     if (q->plan_filter != NULL) {
         bson_destroy(q->plan_filter);
         q->plan_filter = NULL;

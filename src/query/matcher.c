@@ -1765,6 +1765,7 @@ match_doc(const mnode_t *n, const bson_t *doc, mctx_t *mc, bool *has_key, size_t
             return false;
         }
         ec.root = doc;
+        ec.collator = mc->coll;
         ec.vars = mc->in != NULL && mc->in->vars != NULL ? mc->in->vars : mc->bound_vars;
         mc->err = shl_expr_evaluate_bool(n->expr, &ec, &b, mc->st);
         return mc->err == 0 && b;

@@ -396,6 +396,7 @@ pipe_parse_project(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
                  "one field");
     }
     SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     return ret;
 }
@@ -410,6 +411,7 @@ pipe_parse_add_fields(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
     SHL_ERR(
         pipe_arg_doc(arg, &view, 40272, "$addFields specification stage must be an object", st));
     SHL_ERR(query_addfields_new(&view, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     return ret;
 }
@@ -442,6 +444,7 @@ pipe_parse_unset(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
                  "$unset specification must be a string or an array with at least one field");
     }
     SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     bson_destroy(&tmp);
     return ret;

@@ -144,6 +144,14 @@ def test_count_distinct_aggregate(db):
     assert [d["n"] for d in out] == [3, 2]
     out = list(db.words.aggregate([{"$sort": {"w": 1}}, {"$limit": 3}], collation=NUM))
     assert ws(out) == ["9", "10", "100"]
+    # Expressions compare under the collation too ($eq, $in, $cmp), in $expr and stages.
+    assert db.words.count_documents({"$expr": {"$eq": ["$w", "APPLE"]}}, collation=CI) == 3
+    out = list(db.words.aggregate([
+        {"$match": {"w": {"$in": ["apple", "zebra"]}}},
+        {"$project": {"_id": 0, "w": 1, "is": {"$in": ["$w", ["ZEBRA"]]},
+                      "c": {"$cmp": ["$w", "APPLE"]}}},
+        {"$sort": {"w": 1}}], collation=CI))
+    assert [(d["is"], d["c"]) for d in out] == [(False, 0)] * 3 + [(True, 1)] * 2, out
 
 
 def test_writes_with_collation(db):
