@@ -203,6 +203,8 @@ typedef struct exec_query {
      * are byte ranges). */
     bson_t *plan_filter;
     bool plan_no_index;
+    /* No predicate compares a string: any index's bounds hold whatever its collation. */
+    bool string_free;
 } exec_query_t;
 
 /*

@@ -66,6 +66,48 @@ id_point_filter(const bson_t *filter, bson_value_t *out)
     }
 }
 
+/* Whether a predicate of 'filter' compares a string (or matches a regex): what makes index
+ * bounds depend on a collation. Type names, expressions and comments are not compared. */
+static bool
+filter_compares_strings(const bson_t *filter)
+{
+    static const char *const skip[] = {"$type", "$expr", "$jsonSchema", "$where", "$comment",
+                                       NULL};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        bool skipped = false;
+        bson_type_t t = shl_iter_type(&it);
+        for (size_t i = 0; skip[i] != NULL && !skipped; i++) {
+            skipped = strcmp(k, skip[i]) == 0;
+        }
+        if (skipped) {
+            continue;
+        }
+        if (t == BSON_TYPE_UTF8 || t == BSON_TYPE_SYMBOL || t == BSON_TYPE_REGEX ||
+            t == BSON_TYPE_CODE) {
+            return true;
+        }
+        if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
+            bson_t sub;
+            const uint8_t *data;
+            uint32_t len;
+            if (t == BSON_TYPE_DOCUMENT) {
+                bson_iter_document(&it, &len, &data);
+            } else {
+                bson_iter_array(&it, &len, &data);
+            }
+            if (bson_init_static(&sub, data, len) && filter_compares_strings(&sub)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 int
 exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const bson_t *projection,
                 shl_status_t *st)
@@ -79,6 +121,7 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
         bson_init_static(&q->filter, bson_get_data(filter), filter->len);
     }
     q->id_point = id_point_filter(&q->filter, &q->id_value);
+    q->string_free = !filter_compares_strings(&q->filter);
     SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT, &q->matcher, st));
     if (sort != NULL && !bson_empty(sort)) {
         bson_init_static(&q->sort, bson_get_data(sort), sort->len);
@@ -1004,6 +1047,12 @@ index_hidden(const shl_index_t *idx)
 
 /* Whether 'idx' orders strings as the query's collation 'qc' does (NULL: simple). Specs
  * are stored normalised (cmd_ddl.c), so equal collations are equal documents. */
+/* What the planner passes for the query's collation when its filter compares no string:
+ * then every index bounds it correctly, whatever its collation (only the order of strings
+ * differs between collations). Never dereferenced. */
+static const char any_collation_tag;
+#define ANY_COLLATION ((const shl_collator_t *)(const void *)&any_collation_tag)
+
 static bool
 collation_matches(const shl_index_t *idx, const shl_collator_t *qc)
 {
@@ -1011,6 +1060,9 @@ collation_matches(const shl_index_t *idx, const shl_collator_t *qc)
     bson_t spec;
     const uint8_t *data;
     uint32_t len;
+    if (qc == ANY_COLLATION) {
+        return true;
+    }
     if (!bson_iter_init_find(&it, idx->spec, "collation") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         return qc == NULL;
     }
@@ -1045,7 +1097,7 @@ plannable(const shl_index_t *idx, const shl_collator_t *qc)
  * then $in, then a range; unique indexes first among equals), or NULL. */
 static const shl_index_t *
 plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort,
-           const shl_collator_t *qc)
+           const shl_collator_t *qc, const shl_collator_t *sort_qc)
 {
     const shl_index_t *best = NULL;
     int best_score = 0;
@@ -1085,7 +1137,7 @@ by_sort:
     /* No index bounds the filter: an index that provides the sort (a full scan). */
     for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
-        if (plannable(idx, qc) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+        if (plannable(idx, sort_qc) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
             best = idx;
         }
     }
@@ -1451,13 +1503,18 @@ cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
     }
     if (plan_filter(q) != NULL && collation_matches(c->idx, q->collator)) {
         root = index_scan(c->idx, plan_filter(q), q->has_sort ? &q->sort : NULL, sorted);
+    } else if (q->string_free) {
+        /* Bounds without strings hold in any collation; the order of strings does not. */
+        root = index_scan(c->idx, &q->filter, NULL, sorted);
+        *sorted = false;
     } else {
         /* A hinted index of another collation: its whole range, in no useful order. */
         bson_t all = BSON_INITIALIZER;
         root = index_scan(c->idx, &all, NULL, sorted);
         *sorted = false;
     }
-    if (q->collator == NULL && coverable(q, c->idx, *sorted)) {
+    /* A collated index holds comparison keys, not values: it covers nothing. */
+    if (q->collator == NULL && collation_matches(c->idx, NULL) && coverable(q, c->idx, *sorted)) {
         *covered = true;
         return exec_projection_covered_new(root, coll, c->idx, q->proj, &q->projection, filter);
     }
@@ -1908,6 +1965,8 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     const shl_index_t *idx = NULL;
     int natural = 0;
     const bson_t *pf = plan_filter(q);
+    const shl_collator_t *bounds_qc =
+        q->string_free ? ANY_COLLATION : q->collator; /* see ANY_COLLATION */
     /* {_id: v} is a point lookup unless a string in v compares differently under the _id
      * index's collation than under the query's. */
     bool id_point = q->id_point && coll != NULL &&
@@ -1944,7 +2003,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         cand_t all[64];
         size_t nall = 0;
         for (size_t i = 0; i < coll->nindexes && nall < 64; i++) {
-            int sc = index_score(coll->indexes[i], pf, q->collator);
+            int sc = index_score(coll->indexes[i], pf, bounds_qc);
             if (sc > 0) {
                 all[nall].idx = coll->indexes[i];
                 all[nall++].score = sc;
@@ -1962,7 +2021,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             cands[ncands++] = all[i];
         }
         orp = bson_aligned_alloc0(BSON_ALIGNOF(or_plan_t), sizeof(*orp));
-        if (or_plan_find(coll, pf, orp, q->collator)) {
+        if (or_plan_find(coll, pf, orp, bounds_qc)) {
             cands[ncands].idx = NULL;
             cands[ncands++].score = 0;
         }
@@ -1982,7 +2041,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             }
         }
         if (ncands == 0) {
-            idx = plan_index(coll, pf, q->has_sort ? &q->sort : NULL, q->collator);
+            idx = plan_index(coll, pf, q->has_sort ? &q->sort : NULL, bounds_qc, q->collator);
         }
     }
     if (coll == NULL) {

@@ -252,6 +252,16 @@ def test_index_with_collation(db):
     assert c.count_documents({"w": "APPLE"}, collation=CI) == 9
     got = ws(c.find({"w": {"$gte": "Y"}}, collation=CI).sort("w", 1))
     assert [w.lower() for w in got] == ["zebra"] * 6
+    # Predicates comparing no string use any index, whatever its collation (bounds on
+    # numbers do not depend on it), but only an index of the query's collation gives a sort.
+    assert "n_simple" in plan_indexes(db, {"find": "idx", "filter": {"n": {"$lt": 5}},
+                                           "collation": CI.document})
+    assert "w_ci" in plan_indexes(db, {"find": "idx", "filter": {"w": {"$gt": 5}}})
+    got = [d["_id"] for d in c.find({"n": {"$lt": 5}}, collation=CI).sort("w", 1)]
+    assert got == [0, 1, 2, 3, 4]
+    # A collated index never covers: its keys are ICU sort keys.
+    got = list(c.find({"w": {"$exists": True}, "n": 0}, {"_id": 0, "w": 1}).hint("w_ci"))
+    assert got == [{"w": "apple"}]
     # A hinted index of another collation still answers correctly (a full index scan).
     assert sorted(d["_id"] for d in c.find({"w": "apple"}).hint("w_ci")) == [0, 13, 26]
     # A unique collated index refuses values equal under its collation.
