@@ -375,3 +375,32 @@ def test_collations_survive_kill_and_restart(node):
     assert got == ["9", "10", "11"]
     assert "w_num" in plan_indexes(c.database, {"find": "c", "filter": {"w": {"$gte": "9"}},
                                                 "collation": NUM.document})
+
+
+def _node_collation(uri, *args):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import node_binary, HERE
+    out = subprocess.run([node_binary(), os.path.join(HERE, "collation.js"), uri] + list(args),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["find"] == [0, 1, 2]
+    assert r["sorted"] == ["9", "10"]
+    assert r["count"] == 2
+    assert r["distinct"] == 1
+    assert r["groups"] == [3, 2]
+    assert r["updated"] == 3
+    assert r["fam"]["_id"] == 3 and r["fam"]["f"] == 1
+    assert r["deleted"] == 3
+    assert r["defaultStrength"] == 2 and r["defaultCount"] == 2
+    assert r["badCode"] == 9
+
+
+def test_node_driver_collation(plain_node):
+    _node_collation(plain_node.uri())
+
+
+def test_node_driver_collation_sharded(routed, cluster):
+    _node_collation(cluster.uri(), "sharded")
