@@ -62,6 +62,11 @@ struct db_txn {
     char **obs_ns;
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
+    /* A retryable internal transaction's statements that carry the user's stmtIds and
+     * wrote, with their answers (db_txn_note_stmt): the parent session learns them at commit. */
+    int32_t *ans_ids;
+    bson_t **ans;
+    size_t nans, capans;
     /* Guarded by reg->mu. */
     /* Namespaces its statements used (db_txn_note_access): a DDL operation on one waits for
      * the transaction to end, a migration if it wrote one (db_txn_wait_writers). */
@@ -376,6 +381,63 @@ db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide)
 static db_node_t *node_of(const shl_op_ctx_t *op);
 
 static void
+drop_answers(db_txn_t *t)
+{
+    for (size_t i = 0; i < t->nans; i++) {
+        bson_destroy(t->ans[i]);
+    }
+    bson_free(t->ans);
+    bson_free(t->ans_ids);
+    t->ans = NULL;
+    t->ans_ids = NULL;
+    t->nans = t->capans = 0;
+}
+
+bool
+db_txn_records_stmts(const shl_op_ctx_t *op)
+{
+    return op->txn != NULL && op->lsid_key.child && op->lsid_key.has_parent_txn_number;
+}
+
+void
+db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
+{
+    db_txn_t *t = op->txn;
+
+    if (!db_txn_records_stmts(op) || stmt_id < 0) {
+        return;
+    }
+    if (t->nans == t->capans) {
+        t->capans = t->capans != 0 ? t->capans * 2 : 4;
+        t->ans = bson_realloc(t->ans, t->capans * sizeof(*t->ans));
+        t->ans_ids = bson_realloc(t->ans_ids, t->capans * sizeof(*t->ans_ids));
+    }
+    t->ans_ids[t->nans] = stmt_id;
+    t->ans[t->nans] = bson_copy(answer);
+    if (!bson_has_field(answer, "rdoc") && t->nobs > 0) {
+        /* The document it wrote, last observed: a migration of its range takes it along. */
+        const bson_t *doc = t->obs_post[t->nobs - 1] != NULL ? t->obs_post[t->nobs - 1]
+                                                             : t->obs_pre[t->nobs - 1];
+        BSON_APPEND_UTF8(t->ans[t->nans], "ns", t->obs_ns[t->nobs - 1]);
+        if (doc != NULL) {
+            BSON_APPEND_DOCUMENT(t->ans[t->nans], "rdoc", doc);
+        }
+    }
+    t->nans++;
+}
+
+/* The transaction committed at entry 'ts': its parent session learns its statements. */
+static void
+publish_answers(db_txn_t *t, uint64_t ts)
+{
+    if (t->nans > 0 && t->reg->node != NULL) {
+        db_session_child_commit(t->reg->node->sessions, &t->lsid, ts, t->ans_ids, t->ans,
+                                t->nans);
+    }
+    drop_answers(t);
+}
+
+static void
 drop_observed(db_txn_t *t)
 {
     for (size_t i = 0; i < t->nobs; i++) {
@@ -483,6 +545,7 @@ static void
 txn_release(db_txn_t *t)
 {
     drop_observed(t);
+    drop_answers(t);
     if (t->stxn != NULL) {
         shl_storage_txn_abort(t->stxn);
         t->stxn = NULL;
@@ -520,6 +583,7 @@ db_txn_free(db_txn_t *t)
 {
     if (t != NULL) {
         SHL_INVARIANT(t->stxn == NULL && !t->listed && t->ncreated == 0 && t->nobs == 0);
+        drop_answers(t);
         bson_free(t);
     }
 }
@@ -694,6 +758,9 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     shl_storage_txn_opts_t o = {0};
     int ret = 0;
 
+    /* A retryable internal transaction of an older write of its parent is refused. */
+    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL,
+                                   db_session_lsid(s), st));
     t->reg = reg;
     t->session = s;
     t->lsid = *db_session_lsid(s);
@@ -1102,6 +1169,20 @@ write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *
         } else if (prepare) {
             BSON_APPEND_BOOL(&o, "prepare", true);
         }
+        if (i == nops && t->nans > 0) {
+            /* What a retry of the parent's statements is told, kept with the transaction's
+             * last entry so a restart can tell it too (db_session_recover_children). */
+            BSON_APPEND_ARRAY_BEGIN(&o, DB_RETRY_ANSWERS_FIELD, &arr);
+            for (size_t a = 0; a < t->nans; a++) {
+                bson_t one;
+                bson_uint32_to_string((uint32_t)a, &kp, key, sizeof(key));
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, kp, &one);
+                BSON_APPEND_INT32(&one, "stmtId", t->ans_ids[a]);
+                BSON_APPEND_DOCUMENT(&one, "answer", t->ans[a]);
+                bson_append_document_end(&arr, &one);
+            }
+            bson_append_array_end(&o, &arr);
+        }
         entry_fields(&extra, t, prev, term);
         wo.oplog_extra = &extra;
         ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
@@ -1180,6 +1261,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     db_op_note_write_ts(ts);
     report_observed(op, t);
+    publish_answers(t, ts);
     end_created(t, false);
     list_remove(t->reg, t);
     t->state = TXN_COMMITTED;
@@ -1253,6 +1335,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
             SHL_INVARIANT(ret == 0);
         }
         report_observed(op, t);
+        publish_answers(t, ts);
         end_created(t, false);
     }
     txn_release(t);

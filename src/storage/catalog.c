@@ -52,6 +52,7 @@ shl_rs_state_release(shl_rs_state_t *rs)
     if (rs != NULL && atomic_fetch_sub(&rs->refs, 1) == 1) {
         pthread_cond_destroy(&rs->wait_cv);
         pthread_mutex_destroy(&rs->wait_mu);
+        bson_free(atomic_load(&rs->version_slots));
         bson_free(rs);
     }
 }
@@ -240,6 +241,28 @@ done:
 }
 
 /* A copy of 'c' under 'ns' (or the same ns when NULL), sharing indexes by rebuild. */
+/* A new index object for the same table as 'src', with its flags. */
+static int
+index_copy(shl_storage_engine_t *eng, const shl_index_t *src, shl_index_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_index_t *idx = NULL;
+
+    SHL_ERR(index_new(eng, src->spec, src->ident, &idx, st));
+    idx->multikey = src->multikey;
+    idx->multikey_paths = src->multikey_paths;
+    idx->num_types = src->num_types;
+    idx->durable_multikey_paths = src->durable_multikey_paths;
+    idx->durable_num_types = src->durable_num_types;
+    idx->min_visible_ts = src->min_visible_ts;
+    if (src->versioned) {
+        index_set_versioned(idx);
+    }
+done:
+    *out = ret == 0 ? idx : NULL;
+    return ret;
+}
+
 static int
 coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
            const char *skip_index, shl_collection_t **out, shl_status_t *st)
@@ -253,16 +276,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         if (skip_index != NULL && strcmp(c->indexes[i]->name, skip_index) == 0) {
             continue;
         }
-        SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
-        idx->multikey = c->indexes[i]->multikey;
-        idx->multikey_paths = c->indexes[i]->multikey_paths;
-        idx->num_types = c->indexes[i]->num_types;
-        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
-        idx->durable_num_types = c->indexes[i]->durable_num_types;
-        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
-        if (c->indexes[i]->versioned) {
-            index_set_versioned(idx);
-        }
+        SHL_ERR(index_copy(eng, c->indexes[i], &idx, st));
         coll_add_index(n, idx);
     }
     *out = n;
@@ -294,16 +308,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
         if (c->indexes[i]->min_visible_ts > ts) {
             continue;
         }
-        SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
-        idx->multikey = c->indexes[i]->multikey;
-        idx->multikey_paths = c->indexes[i]->multikey_paths;
-        idx->num_types = c->indexes[i]->num_types;
-        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
-        idx->durable_num_types = c->indexes[i]->durable_num_types;
-        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
-        if (c->indexes[i]->versioned) {
-            index_set_versioned(idx);
-        }
+        SHL_ERR(index_copy(eng, c->indexes[i], &idx, st));
         coll_add_index(n, idx);
     }
     *out = n;

@@ -9,7 +9,8 @@
  * Versioned layout (shl_index_t.versioned: the _id index of a collection created with
  * SHL_COLL_OPT_VERSIONED, config.transactions): unique, but each entry is
  * key || RecordId(-rid) -> rid, so every version of a document is its own WiredTiger key,
- * inserted once and removed once (shl_doc_upsert_derived), and under one key the newest
+ * inserted once and removed once (shl_doc_upsert_derived; the record of a version is
+ * rewritten in place a few times before the next one), and under one key the newest
  * version (highest RecordId) sorts first. A lookup seeks to the key and takes the first
  * live entry: the removed older versions sort after it and are never stepped over (O(log n)
  * however many are still kept for the snapshot history window). Uniqueness on insert is a

@@ -448,12 +448,60 @@ done:
     return ret;
 }
 
+/* Versioned collections: how many times a version is rewritten in place before the next write
+ * moves it to a new RecordId, and the slots that count it (storage_private.h). A WiredTiger
+ * key then holds at most SHL_VERSION_IN_PLACE_MAX + 2 updates (insert, rewrites, remove),
+ * however long the snapshot history window. */
+#define SHL_VERSION_IN_PLACE_MAX 6
+
+/* The slot of version 'rid' (the array made on first use). */
+static atomic_ullong *
+version_slot(shl_rs_state_t *rs, int64_t rid)
+{
+    shl_version_slots_t *slots = atomic_load(&rs->version_slots);
+
+    if (slots == NULL) {
+        shl_version_slots_t *mine = bson_malloc0(sizeof(*mine));
+        if (atomic_compare_exchange_strong(&rs->version_slots, &slots, mine)) {
+            slots = mine;
+        } else {
+            bson_free(mine); /* another writer's array won: 'slots' holds it now */
+        }
+    }
+    return &slots->slot[(uint64_t)rid % SHL_VERSION_SLOTS];
+}
+
+/* Whether version 'rid' may take one more write in place (then counted): only while its slot
+ * names it with fewer than SHL_VERSION_IN_PLACE_MAX such writes. */
+static bool
+version_take_in_place(shl_rs_state_t *rs, int64_t rid)
+{
+    atomic_ullong *slot = version_slot(rs, rid);
+    unsigned long long v = atomic_load_explicit(slot, memory_order_relaxed);
+    bool ok = (v >> 8) == (unsigned long long)rid && (v & 0xff) < SHL_VERSION_IN_PLACE_MAX;
+
+    if (ok) {
+        atomic_store_explicit(slot, v + 1, memory_order_relaxed);
+    }
+    return ok;
+}
+
+/* Version 'rid' is new: it may take SHL_VERSION_IN_PLACE_MAX writes in place. */
+static void
+version_started(shl_rs_state_t *rs, int64_t rid)
+{
+    atomic_store_explicit(version_slot(rs, rid), (unsigned long long)rid << 8,
+                          memory_order_relaxed);
+}
+
 /*
- * A versioned collection (catalog.h SHL_COLL_OPT_VERSIONED): 'doc' (with _id 'id') becomes a
- * new record under a fresh RecordId with a new _id index entry, and the current version (the
- * record *rid when it still exists, else the one the _id index finds) and its entry are
- * removed: every WiredTiger key is inserted once and removed once. *rid (may be NULL) receives
- * the new RecordId. The txn is in replay mode (fixed timestamp, no oplog entry).
+ * A versioned collection (catalog.h SHL_COLL_OPT_VERSIONED): with a hint *rid whose version
+ * may still be rewritten in place (version_take_in_place), 'doc' replaces it there. Otherwise
+ * 'doc' (with _id 'id') becomes a new record under a fresh RecordId with a new _id index
+ * entry, and the current version (the record *rid when it still exists, else the one the _id
+ * index finds) and its entry are removed. So no WiredTiger key takes more than
+ * SHL_VERSION_IN_PLACE_MAX + 2 writes, and most writes cost one record update. *rid (may be
+ * NULL) receives the RecordId. The txn is in replay mode (fixed timestamp, no oplog entry).
  */
 static int
 upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
@@ -471,6 +519,19 @@ upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bso
 
     shl_keyset_init(&idk);
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    if (old != 0 && coll->nindexes == 1 && version_take_in_place(coll->rs, old)) {
+        ret = shl_record_update(txn, coll, old, doc, st);
+        if (ret == 0) {
+            nrid = old;
+            goto done;
+        }
+        if (ret != SHL_CODE_NO_SUCH_KEY) {
+            goto done;
+        }
+        shl_status_clear(st); /* gone since (reaped): look it up below */
+        old = 0;
+        ret = 0;
+    }
     if (coll->nindexes != 1) {
         /* Other indexes need the old document's keys: the general delete and insert. */
         bson_destroy(&cur);
@@ -501,6 +562,7 @@ upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bso
     }
     nrid = atomic_fetch_add(&coll->rs->next_rid, 1);
     SHL_ERR(shl_record_insert_at(txn, coll, nrid, doc, st));
+    version_started(coll->rs, nrid);
     shl_index_id_key(idx, id, &idk);
     k = shl_keyset_key(&idk, 0, &klen);
     SHL_ERR(shl_index_move_version(txn, idx, k, klen, old, nrid, st));

@@ -363,17 +363,7 @@ def test_drop_and_rename(cluster):
     assert client.nodb_rw.command("dropDatabase")["ok"] == 1
 
 
-def _config_server_has(cluster, cmd):
-    try:
-        cluster.cfgc.admin.command(cmd, "x.y" if "Collection" in cmd else "x")
-    except OperationFailure as e:
-        return e.code != 59
-    return True
-
-
 def test_drop_sharded_collection_and_database(cluster):
-    if not _config_server_has(cluster, "_configsvrDropDatabase"):
-        pytest.skip("the config server's DDL commands (branch cfg) are not merged yet")
     client = cluster.router_client
     client.dropme.plain.insert_one({"_id": 1})
     assert client.dropme.command("dropDatabase")["dropped"] == "dropme"
