@@ -167,6 +167,10 @@ exec_collection_collator(const shl_collection_t *coll)
     bson_iter_t it;
     shl_collator_t *c = NULL;
     shl_status_t st = SHL_STATUS_INIT;
+    if (coll != NULL && coll->nindexes > 0 && coll->indexes[0]->is_id) {
+        /* The _id index has the default collation, already parsed (storage/catalog.c). */
+        return shl_collator_ref(coll->indexes[0]->collator);
+    }
     if (coll != NULL && coll->options != NULL &&
         bson_iter_init_find(&it, coll->options, "collation")) {
         /* Validated when the collection was created. */
