@@ -272,6 +272,14 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
     }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
+    }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
     ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
@@ -303,6 +311,14 @@ shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t
     BSON_APPEND_UTF8(&spec, "name", name);
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
+    }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
     }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);

@@ -395,11 +395,13 @@ index_spec_with_collation(const bson_t *spec, const shl_collection_t *coll, bson
     shl_collator_t *c = NULL;
     bool has = bson_iter_init_find(&it, spec, "collation");
 
+    shl_collator_t *def = exec_collection_collator(coll);
+
     bson_init(out);
     if (has) {
         SHL_ERR(shl_collator_from_iter(&it, "collation", &c, st));
     } else {
-        c = exec_collection_collator(coll);
+        c = shl_collator_ref(def);
     }
     bson_iter_init(&it, spec);
     while (shl_iter_next(&it)) {
@@ -409,9 +411,17 @@ index_spec_with_collation(const bson_t *spec, const shl_collection_t *coll, bson
     }
     if (c != NULL) {
         BSON_APPEND_DOCUMENT(out, "collation", shl_collator_spec(c));
+    } else if (def != NULL) {
+        /* A simple index on a collection with a default says so, or a copy of its spec
+         * (movePrimary, a new shard's participant) would take the default. */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(out, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(out, &simple);
     }
 done:
     shl_collator_release(c);
+    shl_collator_release(def);
     return ret;
 }
 

@@ -1060,21 +1060,7 @@ static const char any_collation_tag;
 static bool
 collation_matches(const shl_index_t *idx, const shl_collator_t *qc)
 {
-    bson_iter_t it;
-    bson_t spec;
-    const uint8_t *data;
-    uint32_t len;
-    if (qc == ANY_COLLATION) {
-        return true;
-    }
-    if (!bson_iter_init_find(&it, idx->spec, "collation") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        return qc == NULL;
-    }
-    if (qc == NULL) {
-        return false;
-    }
-    bson_iter_document(&it, &len, &data);
-    return bson_init_static(&spec, data, len) && bson_equal(&spec, shl_collator_spec(qc));
+    return qc == ANY_COLLATION || shl_collator_equal(idx->collator, qc);
 }
 
 /* Whether the planner may use 'idx' for any query: not partial, sparse (their entries may

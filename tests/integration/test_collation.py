@@ -404,3 +404,24 @@ def test_node_driver_collation(plain_node):
 
 def test_node_driver_collation_sharded(routed, cluster):
     _node_collation(cluster.uri(), "sharded")
+
+
+def test_sharding_a_collection_with_a_default_collation(routed, cluster):
+    """A collection with a case-insensitive default is sharded with a simple shard key
+    index (MongoDB's rule): chunks split and move by bytes, queries keep the default."""
+    client = cluster.router_client()
+    d = client.colr
+    d.drop_collection("dflt")
+    d.create_collection("dflt", collation=CI)
+    client.admin.command("shardCollection", "colr.dflt", key={"sk": 1},
+                         collation={"locale": "simple"})
+    client.admin.command("split", "colr.dflt", middle={"sk": "_"})
+    d.dflt.insert_many([{"_id": i, "sk": w} for i, w in enumerate(["a", "A", "b", "B"])])
+    client.admin.command("moveChunk", "colr.dflt", find={"sk": "z"}, to="shard1")
+    for i in range(2):
+        specs = {x["name"]: x for x in cluster.shard_client(i).colr.dflt.list_indexes()}
+        assert specs["sk_1"]["collation"] == {"locale": "simple"}, specs
+        assert specs["_id_"]["collation"]["strength"] == 2
+    assert d.dflt.count_documents({"sk": "a"}, collation={"locale": "simple"}) == 1
+    on1 = [x["sk"] for x in cluster.shard_client(1).colr.dflt.find()]
+    assert sorted(on1) == ["a", "b"]
