@@ -424,9 +424,9 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     bson_t cur;
     (void)shard;
 
-    if (p->filter != NULL && shl_router_collation_nonsimple(p->cmd)) {
+    if (p->filter != NULL && shl_router_collation_strips(p->cmd, rr)) {
         bson_t tf;
-        shl_router_targeting_filter(p->cmd, p->filter, &tf);
+        shl_router_targeting_filter(p->cmd, rr, p->filter, &tf);
         shl_router_target_filter(rr, &tf, &t);
         bson_destroy(&tf);
     } else {
@@ -1336,7 +1336,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
                                        st));
     /* The merge compares strings as the shards did: the command's collation. */
-    SHL_ERR(shl_router_cmd_collator(cmd, &c->collator, st));
+    SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &c->collator, st));
     opts.collator = c->collator;
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */

@@ -494,7 +494,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         {
             /* Shards sort under the command's collation: merge in the same order. */
             shl_collator_t *coll = NULL;
-            SHL_ERR(shl_router_cmd_collator(cmd, &coll, st));
+            SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &coll, st));
             shl_sort_pattern_set_collator(sort, coll);
             shl_collator_release(coll);
         }
@@ -843,7 +843,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     /* The union in canonical order, duplicates dropped (mongos's BSON set), strings
      * compared under the command's collation ("a" from one shard, "A" from another). */
-    SHL_ERR(shl_router_cmd_collator(cmd, &coll, st));
+    SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &coll, st));
     if (nvals > 0) {
         qsort_r(vals, nvals, sizeof(*vals), value_cmp, coll);
     }

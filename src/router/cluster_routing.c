@@ -343,11 +343,44 @@ shl_router_cmd_collator(const bson_t *cmd, shl_collator_t **out, shl_status_t *s
     return shl_collator_from_iter(&it, "collation", out, st);
 }
 
+bool
+shl_router_collation_strips(const bson_t *holder, const shl_router_routing_t *rr)
+{
+    if (holder != NULL && bson_has_field(holder, "collation")) {
+        return shl_router_collation_nonsimple(holder);
+    }
+    return rr != NULL && rr->rt != NULL && shl_routing_table_default_collator(rr->rt) != NULL;
+}
+
+int
+shl_router_effective_collator(shl_router_t *r, const char *ns, const bson_t *cmd,
+                              shl_collator_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_routing_t rr;
+    *out = NULL;
+    if (bson_has_field(cmd, "collation")) {
+        return shl_router_cmd_collator(cmd, out, st);
+    }
+    memset(&rr, 0, sizeof(rr));
+    if (shl_router_routing_init(r, ns, false, &rr, st) == 0) {
+        if (rr.rt != NULL) {
+            *out = shl_collator_ref(
+                (shl_collator_t *)(uintptr_t)shl_routing_table_default_collator(rr.rt));
+        }
+        shl_router_routing_cleanup(&rr);
+    } else {
+        shl_status_clear(st); /* no routing: the merge has nothing to order */
+    }
+    return ret;
+}
+
 void
-shl_router_targeting_filter(const bson_t *holder, const bson_t *filter, bson_t *out)
+shl_router_targeting_filter(const bson_t *holder, const shl_router_routing_t *rr,
+                            const bson_t *filter, bson_t *out)
 {
     bson_iter_t it;
-    bool strip = shl_router_collation_nonsimple(holder);
+    bool strip = shl_router_collation_strips(holder, rr);
     bson_init(out);
     if (filter == NULL || !bson_iter_init(&it, filter)) {
         return;
@@ -980,9 +1013,9 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         if (d->target != NULL) {
             d->target(d->target_arg, &rr, &targets);
         } else if (d->filter != NULL &&
-                   shl_router_collation_nonsimple(collation_holder(op, &inner))) {
+                   shl_router_collation_strips(collation_holder(op, &inner), &rr)) {
             bson_t tf;
-            shl_router_targeting_filter(collation_holder(op, &inner), d->filter, &tf);
+            shl_router_targeting_filter(collation_holder(op, &inner), &rr, d->filter, &tf);
             shl_router_target_filter(&rr, &tf, &targets);
             bson_destroy(&tf);
         } else {

@@ -248,7 +248,8 @@ bool shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st
  * "collation" other than the simple one ({} or {locale: "simple"}).
  *
  * shl_router_targeting_filter --
- *     The part of 'filter' (may be NULL: {}) targeting may use under 'holder''s collation:
+ *     The part of 'filter' (may be NULL: {}) targeting may use under 'holder''s collation
+ *     (or, naming none, the collection's default in 'rr'):
  *     all of it under the simple collation; else without the top-level predicates whose
  *     values hold strings (equal under the collation to values in other chunks). 'out' is
  *     initialised here; the caller destroys it.
@@ -268,7 +269,19 @@ bool shl_router_pinned_filter(const bson_t *filter, bson_t *pin);
 /* shl_router_cmd_collator -- the collator of 'cmd''s "collation" (*out: a new reference, NULL
  * for none or simple), for merging shards' results in its order. Errors: shl_collator_new's. */
 int shl_router_cmd_collator(const bson_t *cmd, shl_collator_t **out, shl_status_t *st);
-void shl_router_targeting_filter(const bson_t *holder, const bson_t *filter, bson_t *out);
+
+/* shl_router_collation_strips -- whether string predicates cannot target: 'holder''s
+ * collation is not simple, or it names none and the collection's default (the routing
+ * table's; 'rr' may be NULL) is not simple. */
+bool shl_router_collation_strips(const bson_t *holder, const shl_router_routing_t *rr);
+void shl_router_targeting_filter(const bson_t *holder, const shl_router_routing_t *rr,
+                                 const bson_t *filter, bson_t *out);
+
+/* shl_router_effective_collator -- the collator 'cmd' on 'ns' runs under on the shards: its
+ * own, else the sharded collection's default (*out: a new reference; NULL: simple). Errors:
+ * shl_collator_new's. May refresh the routing cache. */
+int shl_router_effective_collator(shl_router_t *r, const char *ns, const bson_t *cmd,
+                                  shl_collator_t **out, shl_status_t *st);
 
 /*
  * shl_router_scatter --

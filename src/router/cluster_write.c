@@ -240,13 +240,14 @@ key_pattern_json(const shl_router_routing_t *rr)
 /* The filter a statement targets by: its pinned part (a write phase), else what its
  * collation lets target (shl_router_targeting_filter). 'out' is initialised here. */
 static void
-targeting_query(const bson_t *stmt, const bson_t *q, bool pinned, bson_t *out)
+targeting_query(const bson_t *stmt, const shl_router_routing_t *rr, const bson_t *q, bool pinned,
+                bson_t *out)
 {
     bson_t pin;
     if (pinned && shl_router_pinned_filter(q, &pin)) {
         bson_copy_to(&pin, out);
     } else {
-        shl_router_targeting_filter(stmt, q, out);
+        shl_router_targeting_filter(stmt, rr, q, out);
     }
 }
 
@@ -269,7 +270,7 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
                  "BSON field 'update.updates.q' is missing but a required field");
     }
     bson_destroy(&q);
-    targeting_query(stmt, &qv, pinned, &q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "u") ||
         !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it))) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -372,7 +373,7 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
                  "BSON field 'delete.deletes.q' is missing but a required field");
     }
     bson_destroy(&q);
-    targeting_query(stmt, &qv, pinned, &q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "limit") || !BSON_ITER_HOLDS_NUMBER(&it)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.limit' is missing but a required field");
@@ -1772,21 +1773,21 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
     }
     snprintf(ns, sizeof(ns), "%s.%s", opctx->db, bson_iter_utf8(&it, NULL));
-    {
-        bson_t view;
-        if (get_doc(cmd, "query", &view)) {
-            bson_destroy(&q);
-            /* Under a non-simple collation, string predicates do not target. */
-            targeting_query(cmd, &view, bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD), &q);
-        }
-    }
     upsert = get_bool(cmd, "upsert", false);
     for (int attempt = 1;; attempt++) {
         size_t hit = SIZE_MAX, first_err = SIZE_MAX;
         bool stale = false;
+        bson_t view;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
+        bson_reinit(&q);
+        if (get_doc(cmd, "query", &view)) {
+            /* Under a non-simple collation (the command's or the collection's default),
+             * string predicates do not target. */
+            bson_destroy(&q);
+            targeting_query(cmd, &rr, &view, bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD), &q);
+        }
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",

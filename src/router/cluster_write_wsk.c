@@ -450,7 +450,7 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         !bson_empty(&spec)) {
         SHL_ERR(shl_sort_pattern_new(&spec, &sort, st));
         /* The shards sort under the write's collation: pick the first in that order. */
-        SHL_ERR(shl_router_cmd_collator(holder, &coll, st));
+        SHL_ERR(shl_router_effective_collator(r, ns, holder, &coll, st));
         shl_sort_pattern_set_collator(sort, coll);
     }
     w->stmt_id = router_txn_api_stmt_id(op, w->user_stmt_id);
@@ -464,7 +464,7 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     /* _clusterQueryWithoutShardKey: targeted by what the write's collation lets target. */
     router_txn_internal_statement(op->txn);
     bson_destroy(&tq);
-    shl_router_targeting_filter(holder, &w->q, &tq);
+    shl_router_targeting_filter(holder, NULL, &w->q, &tq); /* the dispatch adds the default's */
     SHL_ERR(shl_router_scatter(r, op, ns, &tq, build_query, w, &rr, &res, &nres, st));
     for (size_t i = 0; i < nres && !(found && sort == NULL); i++) {
         bson_t cand;
@@ -506,7 +506,7 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     }
     /* _clusterWriteWithoutShardKey */
     bson_destroy(&nq);
-    collated = shl_router_collation_nonsimple(holder);
+    collated = shl_router_collation_strips(holder, &rr);
     narrowed_filter(&w->q, &doc,
                     rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL,
                     collated, &nq);

@@ -422,6 +422,13 @@ def test_sharding_a_collection_with_a_default_collation(routed, cluster):
         specs = {x["name"]: x for x in cluster.shard_client(i).colr.dflt.list_indexes()}
         assert specs["sk_1"]["collation"] == {"locale": "simple"}, specs
         assert specs["_id_"]["collation"]["strength"] == 2
-    assert d.dflt.count_documents({"sk": "a"}, collation={"locale": "simple"}) == 1
     on1 = [x["sk"] for x in cluster.shard_client(1).colr.dflt.find()]
     assert sorted(on1) == ["a", "b"]
+    assert d.dflt.count_documents({"sk": "a"}, collation={"locale": "simple"}) == 1
+    # Without a collation the router targets and merges under the collection's default.
+    assert d.dflt.count_documents({"sk": "a"}) == 2
+    assert sorted(x["_id"] for x in d.dflt.find({"sk": "B"})) == [2, 3]
+    assert [x["sk"].lower() for x in d.dflt.find({}, sort=[("sk", -1)])] == ["b", "b", "a", "a"]
+    assert len(d.dflt.distinct("sk")) == 2
+    assert d.dflt.update_one({"sk": "A"}, {"$set": {"u": 1}}).modified_count == 1
+    assert d.dflt.delete_many({"sk": "b"}).deleted_count == 2
