@@ -130,6 +130,14 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         shl_write_opts_t wo;
         const char *kind = u->return_new ? "postImage" : "preImage";
         const shl_write_opts_t *wop = db_stmt_recorder_opts_image(u->rec, u->stmt_id, kind, &wo);
+        if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
+            /* Change streams report an update, not a replace. */
+            if (wop == NULL) {
+                memset(&wo, 0, sizeof(wo));
+                wop = &wo;
+            }
+            wo.describe_update = true;
+        }
         SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, wop, st));
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         SHL_ERR(db_stmt_recorder_image(u->rec, txn, kind, u->return_new ? doc : pre, st));

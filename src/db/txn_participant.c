@@ -426,6 +426,19 @@ db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
     t->nans++;
 }
 
+/* t->state = to, telling the session catalog when a retryable child's transaction enters or
+ * leaves the prepared state (db_session_child_prepared). */
+static void
+txn_set_state(db_txn_t *t, txn_state_t to)
+{
+    bool was = t->state == TXN_PREPARED, is = to == TXN_PREPARED;
+
+    t->state = to;
+    if (was != is && t->reg->node != NULL) {
+        db_session_child_prepared(t->reg->node->sessions, &t->lsid, is);
+    }
+}
+
 /* The transaction committed at entry 'ts': its parent session learns its statements. */
 static void
 publish_answers(db_txn_t *t, uint64_t ts)
@@ -603,7 +616,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
          * its prepare entry, which the next start replays to prepare it again. */
         t->pin_ts = 0;
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
     }
     while (reg->recovered != NULL) {
         recovered_prepare_t *r = reg->recovered;
@@ -655,7 +668,7 @@ abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
         kill_cursors(op, t);
     }
     txn_release(t);
-    t->state = TXN_ABORTED;
+    txn_set_state(t, TXN_ABORTED);
     atomic_fetch_add(&t->reg->aborted, 1);
 }
 
@@ -765,7 +778,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     t->session = s;
     t->lsid = *db_session_lsid(s);
     t->txn_number = op->txn_number;
-    t->state = TXN_IN_PROGRESS;
+    txn_set_state(t, TXN_IN_PROGRESS);
     t->start_wall_ms = shl_clock_wall_ms();
     t->start_mono_us = shl_clock_mono_us();
     t->last_active_mono_us = t->start_mono_us;
@@ -937,7 +950,7 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
             t->session = s;
             t->lsid = *db_session_lsid(s);
             t->txn_number = n;
-            t->state = TXN_COMMITTED;
+            txn_set_state(t, TXN_COMMITTED);
             *db_session_txn_slot(s) = t;
         }
         if (t == NULL || t->txn_number != n) {
@@ -1103,7 +1116,7 @@ db_txn_abort_for_session(db_txn_registry_t *reg, void *session)
     if (t != NULL && t->state == TXN_IN_PROGRESS) {
         /* Cursors of an aborted transaction are killed by the caller's session kill. */
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         done = true;
     }
@@ -1255,7 +1268,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     if (ret != 0) {
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         goto done;
     }
@@ -1264,7 +1277,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     publish_answers(t, ts);
     end_created(t, false);
     list_remove(t->reg, t);
-    t->state = TXN_COMMITTED;
+    txn_set_state(t, TXN_COMMITTED);
     atomic_fetch_add(&t->reg->committed, 1);
 done:
     return ret;
@@ -1389,7 +1402,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         }
         SHL_ERR(decide_prepared(op, t, true, commit_ts, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_COMMITTED;
+        txn_set_state(t, TXN_COMMITTED);
         atomic_fetch_add(&t->reg->committed, 1);
         atomic_fetch_add(&t->reg->prepared_committed, 1);
         break;
@@ -1423,7 +1436,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     case TXN_PREPARED:
         SHL_ERR(decide_prepared(op, t, false, 0, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         atomic_fetch_add(&t->reg->prepared_aborted, 1);
         break;
@@ -1529,7 +1542,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
                               BCON_UTF8(st->reason));
                 txn_release(t);
             }
-            t->state = TXN_ABORTED;
+            txn_set_state(t, TXN_ABORTED);
             atomic_fetch_add(&t->reg->aborted, 1);
             *st = why;
             ret = why.code;
@@ -1539,7 +1552,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             abort_unprepared(op, t);
             SHL_ERR(ret);
         }
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         atomic_fetch_add(&t->reg->prepared, 1);
     }
@@ -1824,7 +1837,7 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
         t->reg = reg;
         t->lsid = r->lsid;
         t->txn_number = r->txn_number;
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         t->start_wall_ms = shl_clock_wall_ms();
         t->start_mono_us = shl_clock_mono_us();
