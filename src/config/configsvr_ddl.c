@@ -272,6 +272,14 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
     }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
+    }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
     ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
@@ -303,6 +311,14 @@ shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t
     BSON_APPEND_UTF8(&spec, "name", name);
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
+    }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
     }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
@@ -550,9 +566,13 @@ done:
 /* The config.collections document for a new generation. */
 static void
 collection_doc(const char *ns, const bson_oid_t *epoch, shl_ts_t ts, const shl_uuid_t *uuid,
-               const bson_t *key, bool unique, bson_t *out)
+               const bson_t *key, bool unique, const bson_t *options, bson_t *out)
 {
     shl_collection_type_t c;
+    bson_iter_t it;
+    bson_t dflt;
+    const uint8_t *data;
+    uint32_t len;
 
     memset(&c, 0, sizeof(c));
     c.ns = (char *)(uintptr_t)ns;
@@ -563,6 +583,14 @@ collection_doc(const char *ns, const bson_oid_t *epoch, shl_ts_t ts, const shl_u
     c.uuid = *uuid;
     c.key = (bson_t *)(uintptr_t)key;
     c.unique = unique;
+    if (options != NULL && bson_iter_init_find(&it, options, "collation") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        /* The collection's default collation, which routers target and merge under. */
+        bson_iter_document(&it, &len, &data);
+        if (bson_init_static(&dflt, data, len)) {
+            c.default_collation = &dflt;
+        }
+    }
     shl_collection_type_to_bson(&c, out);
 }
 
@@ -830,7 +858,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
 
     /* Chunks first, then the entry: a reader never sees a collection without chunks. */
     SHL_ERR(insert_chunks(chunks, nchunks, st));
-    collection_doc(ns.full, &epoch, ts, &uuid, &key, unique, &coll_doc);
+    collection_doc(ns.full, &epoch, ts, &uuid, &key, unique, &options, &coll_doc);
     SHL_ERR(cfg_insert("collections", cdocs, 1, st));
     {
         bson_t end = BSON_INITIALIZER;

@@ -428,6 +428,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
     }
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, has_sort ? &sort : NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", &q, st));
     if (has_vars) {
         shl_matcher_bind_vars(q.matcher, &vars);
         u.vars = &vars;

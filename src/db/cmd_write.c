@@ -759,14 +759,14 @@ stmt_query_init(exec_query_t *q, const bson_t *filter, const bson_t *collation,
 {
     int ret = 0;
 
+    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (collation != NULL) {
         bson_t wrap = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&wrap, "collation", collation);
-        ret = db_check_collation(&wrap, "collation", st);
+        ret = db_query_collation(&wrap, "collation", q, st);
         bson_destroy(&wrap);
         SHL_ERR(ret);
     }
-    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (vars != NULL) {
         shl_matcher_bind_vars(q->matcher, vars);
     }

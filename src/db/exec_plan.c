@@ -111,6 +111,14 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
             p->coll = visible;
         }
     }
+    if (!q->has_collation && p->coll != NULL && q->collator == NULL) {
+        /* A command without a collation runs under the collection's default. */
+        shl_collator_t *def = exec_collection_collator(p->coll);
+        if (def != NULL) {
+            exec_query_set_collator(q, def, false);
+            shl_collator_release(def);
+        }
+    }
     {
         exec_ctx_t trial = {NULL, p->txn};
         ret =

@@ -68,6 +68,8 @@ typedef struct shl_router_cursor {
     shl_router_avg_fixup_t fixup;
     bson_t fixed; /* the last fixed-up document */
     bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
+    shl_collator_t *collator; /* the command's collation (a reference the pipelines borrow;
+                                 NULL: simple) */
     /* The merge part's environment (reads of other collections), owned: freed by
      * env_state_free after the pipelines, whose stages may still close foreign reads. */
     void *env_state;

@@ -81,6 +81,7 @@ typedef struct write_op {
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
     bool ids_broadcast; /* a retryable exact _id match is only broadcast (run_id_broadcast) */
+    bool pinned;        /* SHL_ROUTER_PINNED_FIELD: statements target by their pinned part */
     router_route_fn route;
     void *route_arg;
     bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
@@ -236,13 +237,27 @@ key_pattern_json(const shl_router_routing_t *rr)
 
 /* ---- targeting one statement ---- */
 
+/* The filter a statement targets by: its pinned part (a write phase), else what its
+ * collation lets target (shl_router_targeting_filter). 'out' is initialised here. */
+static void
+targeting_query(const bson_t *stmt, const shl_router_routing_t *rr, const bson_t *q, bool pinned,
+                bson_t *out)
+{
+    bson_t pin;
+    if (pinned && shl_router_pinned_filter(q, &pin)) {
+        bson_copy_to(&pin, out);
+    } else {
+        shl_router_targeting_filter(stmt, rr, q, out);
+    }
+}
+
 /* target_update / target_delete: *two_phase (no shard, no error) for a single write that
  * does not pin one shard -- MongoDB 7.0's write without shard key. */
 static int
-target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_update(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, u, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, u, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi, upsert;
@@ -250,10 +265,12 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'update.updates.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "u") ||
         !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it))) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -335,14 +352,15 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
 static int
-target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_delete(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi;
@@ -350,10 +368,12 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "limit") || !BSON_ITER_HOLDS_NUMBER(&it)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.limit' is missing but a required field");
@@ -391,6 +411,7 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
@@ -414,10 +435,10 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
         set_one(out, shard);
         break;
     case KIND_UPDATE:
-        SHL_ERR(target_update(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_update(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     case KIND_DELETE:
-        SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_delete(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     }
     if (it->two_phase && op->retryable) {
@@ -1511,6 +1532,7 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     op->kind = kind;
     op->opctx = opctx;
     op->user_cmd = cmd;
+    op->pinned = bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD);
     op->retryable = opctx->has_txn_number && !opctx->has_autocommit;
     op->txn_ids = opctx->txn != NULL && bson_has_field(cmd, "stmtIds");
     op->ordered = true;
@@ -1822,20 +1844,21 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
     }
     snprintf(ns, sizeof(ns), "%s.%s", opctx->db, bson_iter_utf8(&it, NULL));
-    {
-        bson_t view;
-        if (get_doc(cmd, "query", &view)) {
-            bson_destroy(&q);
-            bson_init_static(&q, bson_get_data(&view), view.len);
-        }
-    }
     upsert = get_bool(cmd, "upsert", false);
     for (int attempt = 1;; attempt++) {
         size_t hit = SIZE_MAX, first_err = SIZE_MAX;
         bool stale = false;
+        bson_t view;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
+        bson_reinit(&q);
+        if (get_doc(cmd, "query", &view)) {
+            /* Under a non-simple collation (the command's or the collection's default),
+             * string predicates do not target. */
+            bson_destroy(&q);
+            targeting_query(cmd, &rr, &view, bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD), &q);
+        }
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
@@ -1852,6 +1875,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             while (shl_iter_next(&f)) {
                 const char *k = shl_iter_key(&f);
                 if (strcmp(k, "$db") == 0 || strcmp(k, "lsid") == 0 ||
+                    strcmp(k, SHL_ROUTER_PINNED_FIELD) == 0 ||
                     strcmp(k, "$clusterTime") == 0 || strcmp(k, "$readPreference") == 0 ||
                     strcmp(k, "txnNumber") == 0 || strcmp(k, "writeConcern") == 0 ||
                     strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0) {

@@ -199,7 +199,8 @@ first_doc(const bson_t *reply, bson_t *doc)
  * update still sees its own conditions); otherwise {$and: [filter, {...}]}.
  */
 static void
-narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_t *out)
+narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bool collated,
+                bson_t *out)
 {
     bson_t pin = BSON_INITIALIZER, arr;
     bson_iter_t it, v;
@@ -210,7 +211,9 @@ narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_
     if (pattern != NULL && bson_iter_init(&it, pattern)) {
         while (shl_iter_next(&it)) {
             const char *path = shl_iter_key(&it);
-            if (strcmp(path, "_id") == 0 || bson_has_field(q, path)) {
+            /* Under a collation the filter's own value may differ from the document's
+             * ("B" for "b"): pin the document's, in the $and form targeting reads. */
+            if (strcmp(path, "_id") == 0 || (!collated && bson_has_field(q, path))) {
                 continue;
             }
             if (bson_iter_init(&v, doc) && bson_iter_find_descendant(&v, path, &v)) {
@@ -221,7 +224,7 @@ narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_
         }
     }
     bson_init(out);
-    if (!bson_has_field(q, "_id")) {
+    if (!collated && !bson_has_field(q, "_id")) {
         bson_concat(out, q);
         bson_concat(out, &pin);
     } else {
@@ -433,9 +436,11 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     shl_router_shard_result_t *res = NULL;
     size_t nres = 0;
     char ns[SHL_NS_MAX + 1];
-    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER, tq = BSON_INITIALIZER;
     shl_sort_pattern_t *sort = NULL;
-    bool found = false;
+    shl_collator_t *coll = NULL;
+    const bson_t *holder = strcmp(w->kind, "findAndModify") == 0 ? w->user : w->stmt;
+    bool found = false, collated = false;
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
@@ -444,6 +449,9 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     if (strcmp(w->kind, "findAndModify") == 0 && shl_bson_get_subdoc(w->user, "sort", &spec) &&
         !bson_empty(&spec)) {
         SHL_ERR(shl_sort_pattern_new(&spec, &sort, st));
+        /* The shards sort under the write's collation: pick the first in that order. */
+        SHL_ERR(shl_router_effective_collator(r, ns, holder, &coll, st));
+        shl_sort_pattern_set_collator(sort, coll);
     }
     w->stmt_id = router_txn_api_stmt_id(op, w->user_stmt_id);
     if (w->stmt_id >= 0) {
@@ -453,9 +461,11 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
             goto done;
         }
     }
-    /* _clusterQueryWithoutShardKey */
+    /* _clusterQueryWithoutShardKey: targeted by what the write's collation lets target. */
     router_txn_internal_statement(op->txn);
-    SHL_ERR(shl_router_scatter(r, op, ns, &w->q, build_query, w, &rr, &res, &nres, st));
+    bson_destroy(&tq);
+    shl_router_targeting_filter(holder, NULL, &w->q, &tq); /* the dispatch adds the default's */
+    SHL_ERR(shl_router_scatter(r, op, ns, &tq, build_query, w, &rr, &res, &nres, st));
     for (size_t i = 0; i < nres && !(found && sort == NULL); i++) {
         bson_t cand;
         if (res[i].res.code != 0) {
@@ -496,10 +506,15 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     }
     /* _clusterWriteWithoutShardKey */
     bson_destroy(&nq);
+    collated = shl_router_collation_strips(holder, &rr);
     narrowed_filter(&w->q, &doc,
-                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL, &nq);
+                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL,
+                    collated, &nq);
     bson_destroy(&cmd);
     write_cmd(w, &nq, &cmd);
+    if (collated) {
+        BSON_APPEND_BOOL(&cmd, SHL_ROUTER_PINNED_FIELD, true);
+    }
     router_txn_internal_statement(op->txn);
     if (strcmp(w->kind, "findAndModify") == 0) {
         SHL_ERR(router_find_and_modify_run(op, &cmd, route, r, &w->reply, st));
@@ -517,10 +532,12 @@ done:
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     shl_sort_pattern_destroy(sort);
+    shl_collator_release(coll);
     shl_router_scatter_results_free(res, nres);
     shl_router_routing_cleanup(&rr);
     bson_destroy(&nq);
     bson_destroy(&cmd);
+    bson_destroy(&tq);
     return ret;
 }
 

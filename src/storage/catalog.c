@@ -120,6 +120,7 @@ index_free(shl_index_t *idx)
     }
     bson_free(idx->ident);
     bson_free(idx->uri);
+    shl_collator_release(idx->collator);
     if (idx->keygen != NULL) {
         idx->keygen->destroy(idx->keygen);
     }
@@ -228,6 +229,9 @@ index_new(shl_storage_engine_t *eng, const bson_t *spec, const char *ident, shl_
     idx->rid_suffix = !idx->unique;
     idx->ident = bson_strdup(ident);
     idx->uri = bson_strdup_printf("table:%s", ident);
+    if (bson_iter_init_find(&it, spec, "collation")) {
+        SHL_ERR(shl_collator_from_iter(&it, "collation", &idx->collator, st));
+    }
     SHL_ERR(eng->keygen_factory(spec, &idx->keygen, st));
     *out = idx;
     idx = NULL;
@@ -1148,16 +1152,23 @@ ddl_oplog(shl_storage_txn_t *txn, const char *db, const uint8_t *uuid, const bso
  * DDL bodies (inside one transaction; the runner holds the locks)
  * ------------------------------------------------------------------------------ */
 
+/* The _id index spec of a collection with options 'opts': the collection's default
+ * collation (stored normalised) is its collation, as in MongoDB. */
 static void
-append_id_index(bson_t *doc, const char *key)
+append_id_index(bson_t *doc, const char *key, const bson_t *opts)
 {
     bson_t child, k;
+    bson_iter_t it;
     bson_append_document_begin(doc, key, -1, &child);
     BSON_APPEND_INT32(&child, "v", 2);
     BSON_APPEND_DOCUMENT_BEGIN(&child, "key", &k);
     BSON_APPEND_INT32(&k, "_id", 1);
     bson_append_document_end(&child, &k);
     BSON_APPEND_UTF8(&child, "name", "_id_");
+    if (opts != NULL && bson_iter_init_find(&it, opts, "collation") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_append_iter(&child, "collation", -1, &it);
+    }
     bson_append_document_end(doc, &child);
 }
 
@@ -1222,7 +1233,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     c = coll_alloc(ns, uuid, &opts, ident, rs);
     {
         bson_t *tmp = bson_new();
-        append_id_index(tmp, "spec");
+        append_id_index(tmp, "spec", &opts);
         bson_iter_init_find(&it, tmp, "spec");
         {
             const uint8_t *data;
@@ -1255,7 +1266,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     if (versioned) {
         BSON_APPEND_BOOL(&o, SHL_COLL_OPT_VERSIONED, true);
     }
-    append_id_index(&o, "idIndex");
+    append_id_index(&o, "idIndex", &opts);
     SHL_ERR(ddl_oplog(txn, c->db, uuid, &o, NULL, ts, st));
     shl_txn_add_change(txn, ns, c);
     c = NULL;

@@ -15,6 +15,7 @@
 
 #include "base/namespace.h"
 #include "base/status.h"
+#include "bson/collation.h"
 #include "storage/storage.h"
 
 #define SHL_OPLOG_NS "local.oplog.rs"
@@ -53,6 +54,7 @@ typedef struct shl_index {
     char *ident;             /* "index-7" */
     char *uri;               /* "table:index-7" */
     shl_keygen_t *keygen;    /* from the engine's keygen factory */
+    shl_collator_t *collator; /* spec.collation (a reference); NULL: simple */
     bool multikey;           /* some committed document had an array on a key path (never cleared);
                                 stored as "multikey" in the catalog entry */
     uint64_t multikey_paths; /* bit i (63: i >= 63): key field i's path held an array

@@ -114,10 +114,12 @@ int shl_index_dup_key_status(const char *ns, const shl_index_t *idx, const bson_
 
 /*
  * shl_index_id_key --
- *     The _id index key (KeyString) of value 'id' into 'keys' (cleared first), so
- *     callers can look a document up by _id with shl_index_lookup.
+ *     The key (KeyString) of value 'id' in _id index 'idx' (its collation's sort keys for
+ *     strings; 'idx' NULL: simple) into 'keys' (cleared first), so callers can look a
+ *     document up by _id with shl_index_lookup. Under a non-simple collation the lookup finds
+ *     the document whose _id equals 'id' under it (the index is unique under it).
  */
-void shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys);
+void shl_index_id_key(const shl_index_t *idx, const bson_value_t *id, shl_keyset_t *keys);
 
 /*
  * shl_index_lookup --

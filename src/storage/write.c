@@ -632,7 +632,7 @@ upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bso
     nrid = atomic_fetch_add(&coll->rs->next_rid, 1);
     SHL_ERR(shl_record_insert_at(txn, coll, nrid, doc, st));
     version_started(coll->rs, nrid);
-    shl_index_id_key(id, &idk);
+    shl_index_id_key(idx, id, &idk);
     k = shl_keyset_key(&idk, 0, &klen);
     SHL_ERR(shl_index_move_version(txn, idx, k, klen, old, nrid, st));
 done:
