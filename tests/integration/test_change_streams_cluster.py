@@ -106,12 +106,17 @@ def test_migration_adds_no_events_and_loses_none(c):
     with coll.watch(max_await_time_ms=300) as s:
         t = threading.Thread(target=writer)
         t.start()
+        from shale_fixtures import wait_until
+
+        def more_writes(k=20):
+            n0 = len(written)
+            wait_until(lambda: len(written) >= n0 + k, timeout=30, what="more writes")
         try:
-            time.sleep(0.3)
+            more_writes()
             r.admin.command("moveChunk", "csc3.m", find={"x": 10}, to="shard0")
-            time.sleep(0.3)
+            more_writes()
             r.admin.command("moveChunk", "csc3.m", find={"x": 10}, to="shard1")
-            time.sleep(0.2)
+            more_writes()
         finally:
             stop.set()
             t.join()
