@@ -395,6 +395,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         node->sessions = db_session_catalog_new(node->eng);
         db_txn_registry_set_engine(node->txns, node->eng, node);
         SHL_ERR(db_txn_recover_prepared(node->txns, node->sessions, st));
+        SHL_ERR(db_session_recover_children(node->sessions, st));
     }
     svc->storage = node->eng;
     svc->role_state = node;

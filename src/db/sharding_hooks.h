@@ -60,9 +60,10 @@ int shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_fi
 
 /*
  * shl_db_check_upsert_owned --
- *     An upsert's new document 'doc' under the write filter 'f' (NULL: nothing to check) must
- *     belong to this shard: IllegalOperation otherwise (MongoDB inserts it on its shard in a
- *     transaction, for retryable writes only).
+ *     An upsert's new document 'doc' under the write filter 'f' (NULL: nothing to check) that
+ *     belongs to another shard: WouldChangeOwningShard with {preImage: {}, postImage: doc,
+ *     shouldUpsert: true} in a retryable write or a transaction (the router inserts it on its
+ *     owner in a transaction), else IllegalOperation, as MongoDB 7.0.
  */
 int shl_db_check_upsert_owned(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
                               const bson_t *doc, shl_status_t *st);

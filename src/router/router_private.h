@@ -38,12 +38,15 @@ int router_find_and_modify_run(shl_op_ctx_t *op, const bson_t *cmd, router_route
  *     shard (cluster_write_wsk.c): 'kind' "update" / "delete" with the statement 'stmt', or
  *     "findAndModify" (stmt NULL); 'user_cmd' the user's command. Appends to 'reply' what the
  *     write returned on its shard (update/delete: n, nModified, upserted; findAndModify:
- *     lastErrorObject, value); nothing matched: n 0 / value null. Errors: the internal
- *     transaction's (a write error of the statement is returned as an error).
+ *     lastErrorObject, value); nothing matched: n 0 / value null. In a retryable write,
+ *     'stmt_id' is the statement's id: a shard that ran it already (in an earlier internal
+ *     transaction of the same write) answers it, and the reply has it in `retriedStmtIds`.
+ *     Errors: the internal transaction's (a write error of the statement is returned as an
+ *     error).
  */
 int router_write_without_shard_key(shl_op_ctx_t *op, const char *coll, const char *kind,
-                                   const bson_t *stmt, const bson_t *user_cmd, bson_t *reply,
-                                   shl_status_t *st);
+                                   const bson_t *stmt, const bson_t *user_cmd, int32_t stmt_id,
+                                   bson_t *reply, shl_status_t *st);
 
 /* Whether reads of database 'db' go to the config server (config, admin). */
 bool router_is_config_db(const char *db);

@@ -35,6 +35,7 @@ struct shl_coord {
     bool holding;                /* the type's acquire succeeded, release not yet run;
                                   * guarded by svc->mu */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
+    bool answered;               /* the type's answers_after phase ran; guarded by svc->mu */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
 };
@@ -309,6 +310,13 @@ coord_thread(void *arg)
         pthread_mutex_unlock(&svc->mu);
         fail_points(c, phase);
         ret = run_phase(c, phase, &st);
+        if (ret == 0 && c->t->answers_after != NULL &&
+            strcmp(c->t->phases[phase].name, c->t->answers_after) == 0) {
+            pthread_mutex_lock(&svc->mu);
+            c->answered = true;
+            pthread_cond_broadcast(&svc->changed);
+            pthread_mutex_unlock(&svc->mu);
+        }
         aborted = ret != 0 && c->aborting;
         c->aborting = false;
     }
@@ -396,9 +404,10 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
             deadline.tv_nsec -= 1000000000;
         }
     }
-    while (!c->done && ret == 0) {
+    while (!c->done && !c->answered && ret == 0) {
         if (wait_ms > 0) {
-            if (pthread_cond_timedwait(&svc->changed, &svc->mu, &deadline) != 0 && !c->done) {
+            if (pthread_cond_timedwait(&svc->changed, &svc->mu, &deadline) != 0 && !c->done &&
+                !c->answered) {
                 ret = shl_status_set(st, SHL_CODE_EXCEEDED_TIME_LIMIT,
                                      "timed out waiting for %s", c->t->name);
             }
@@ -407,7 +416,8 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
         }
     }
     if (ret == 0) {
-        ret = c->status.code;
+        /* An answered operation is still running: its result is final, its status not. */
+        ret = c->answered ? 0 : c->status.code;
         if (ret != 0) {
             *st = c->status;
         } else {

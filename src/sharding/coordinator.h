@@ -66,6 +66,11 @@ typedef struct shl_coord_type {
      * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
      * must not block. NULL: nothing. */
     void (*report_held)(const bson_t *doc, bson_t *op);
+    /* The phase after which the callers waiting for the operation (shl_coord_run/join) get
+     * its result while the later phases go on (MongoDB's transaction coordinator answers
+     * once its decision is durable); the result must not change afterwards. NULL: they wait
+     * for the end. */
+    const char *answers_after;
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */
@@ -98,7 +103,7 @@ int shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *
 /*
  * shl_coord_run --
  *     Start the operation described by 'doc' (its _id is the key), or join the running one
- *     with that _id, and wait for it to end (wait_ms: <= 0 forever; else give up waiting
+ *     with that _id, and wait for it to end or to pass its type's 'answers_after' (wait_ms: <= 0 forever; else give up waiting
  *     with ExceededTimeLimit while it keeps running). On success *result (initialised by
  *     the callee) holds the copy of what the operation set with shl_coord_set_result.
  *     Errors: ConflictingOperationInProgress (117) when a different operation with the same
