@@ -1463,10 +1463,45 @@ commit_valid_after(shard_state_t *s, const bson_t *recipient_reply)
     return ts;
 }
 
+/*
+ * The donor's digest of the range into *mine, compared with the recipient's ('theirs'; NULL
+ * when its reply had none, which fails too: every Shale recipient sends one). A mismatch
+ * logs both (4200220) and fails with DataCorruptionDetected: the caller aborts the migration.
+ */
+static int
+verify_digest(shard_state_t *s, const coord_t *c, const shl_shard_key_pattern_t *kp,
+              const mig_digest_t *theirs, mig_digest_t *mine, shl_status_t *st)
+{
+    int ret = 0;
+    char a[128], b[128];
+    int64_t start_us = shl_clock_mono_us();
+
+    SHL_ERR(mig_range_digest(s, c->ns, &c->coll_uuid, &kp->pattern, c->min, c->max, mine, st));
+    mig_digest_format(mine, a, sizeof(a));
+    if (theirs == NULL || !mig_digest_eq(theirs, mine)) {
+        if (theirs != NULL) {
+            mig_digest_format(theirs, b, sizeof(b));
+        } else {
+            snprintf(b, sizeof(b), "none");
+        }
+        SHL_LOG_ERROR(SHARDING, 4200220, "Migration range digest mismatch; aborting", "ns",
+                      BCON_UTF8(c->ns), "donorDigest", BCON_UTF8(a), "recipientDigest",
+                      BCON_UTF8(b));
+        SHL_FAIL(st, SHL_CODE_DATA_CORRUPTION_DETECTED,
+                 "Range digest mismatch between donor (%s) and recipient %s (%s)", a,
+                 c->recipient, b);
+    }
+    SHL_LOG_INFO(SHARDING, 4200221, "Migration range digests match", "ns", BCON_UTF8(c->ns),
+                 "digest", BCON_UTF8(a), "durationMicros",
+                 BCON_INT64(shl_clock_mono_us() - start_us));
+done:
+    return ret;
+}
+
 static int
 send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
                       const shl_chunk_version_t *chunk_version, uint64_t valid_after,
-                      shl_status_t *st)
+                      const mig_digest_t *digest, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
@@ -1488,6 +1523,7 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
         bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
                               (uint32_t)(valid_after & 0xffffffffu));
     }
+    mig_digest_append(&cmd, MIG_DIGEST_FIELD, digest);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
@@ -1551,7 +1587,8 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     coord_t c;
     size_t idx = 0;
     bson_t cmin, cmax;
-    bool persisted = false, crit = false, committed = false;
+    bool persisted = false, crit = false, committed = false, has_digest = false;
+    mig_digest_t recv_digest, donor_digest;
     uint64_t valid_after = 0;
     shl_chunk_version_t chunk_version;
     char r[512];
@@ -1650,6 +1687,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         ret = shard_remote_cmd(s, c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
         if (ret == 0) {
             valid_after = commit_valid_after(s, &reply);
+            ret = mig_digest_parse(&reply, MIG_DIGEST_FIELD, &recv_digest, &has_digest, st);
         }
         bson_destroy(&cmd);
         bson_destroy(&reply);
@@ -1657,9 +1695,12 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     }
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_ALL, st));
     capture_stop(s, d);
+    /* Checksum verification: no write reaches the range now (migration_digest.h). */
+    SHL_ERR(verify_digest(s, &c, &d->pattern, has_digest ? &recv_digest : NULL, &donor_digest,
+                          st));
     pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
 
-    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after, st);
+    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after, &donor_digest, st);
     if (ret != 0) {
         shl_status_t why = *st;
         /* Did the commit happen? Ask the authority before deciding. */
