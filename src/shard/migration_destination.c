@@ -18,6 +18,7 @@
 #include "net/command_args.h"
 #include "net/service.h"
 #include "net/stmt_batch.h"
+#include "base/clock.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
@@ -417,8 +418,12 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
     {
         /* The range is complete here: its digest goes back with the commit reply. */
         mig_digest_t dg;
+        int64_t start_us = shl_clock_mono_us();
         SHL_ERR(mig_range_digest(r->s, r->ns, &r->coll_uuid, r->key_pattern, r->min, r->max, &dg,
                                  st));
+        SHL_LOG_INFO(SHARDING, 4200222, "Incoming migration range digest computed", "ns",
+                     BCON_UTF8(r->ns), "count", BCON_INT64(dg.count), "durationMicros",
+                     BCON_INT64(shl_clock_mono_us() - start_us));
         if (SHL_FAILPOINT_FIRES(migrationCorruptDigest)) {
             dg.sum ^= 1;
         }
