@@ -52,6 +52,7 @@ typedef struct bal_settings {
     bool wait_for_delete;
     bool in_window; /* now is inside activeWindow (true when there is none) */
     bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
+    bool by_load;   /* policy: "load" (Shale's load policy) */
     bool attempt_jumbo; /* attemptToBalanceJumboChunks: migrations skip the size check */
 } bal_settings_t;
 
@@ -119,10 +120,12 @@ read_settings(bal_settings_t *out, shl_status_t *st)
         out->in_window = in_active_window(&doc);
     }
     out->by_count = false;
+    out->by_load = false;
     out->attempt_jumbo = found && bson_iter_init_find(&it, &doc, "attemptToBalanceJumboChunks") &&
                          bson_iter_as_bool(&it);
     if (found && bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it)) {
         out->by_count = strcmp(bson_iter_utf8(&it, NULL), "chunkCount") == 0;
+        out->by_load = strcmp(bson_iter_utf8(&it, NULL), "load") == 0;
     }
 done:
     bson_destroy(q);
@@ -394,6 +397,52 @@ owned_data_size(const char *shard, const char *ns)
     return size > 0 ? size : 0;
 }
 
+/* The load policy: 'shard''s decayed per-chunk operation counts of ns
+ * (_shardsvrGetChunkLoad) into chunks[].load, for the chunks of 'rt' it owns (best effort:
+ * a shard that does not answer adds nothing). */
+static void
+add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt,
+                cfg_bal_chunk_t *chunks, size_t nchunks)
+{
+    bson_t *cmd = BCON_NEW("_shardsvrGetChunkLoad", BCON_UTF8(ns));
+    bson_t reply = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    bson_iter_t arr, e;
+
+    bson_destroy(&reply);
+    if (cfg_shard_cmd(shard, "admin", cmd, &reply, &ignored) == 0 &&
+        bson_iter_init_find(&arr, &reply, "chunks") && BSON_ITER_HOLDS_ARRAY(&arr) &&
+        bson_iter_recurse(&arr, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_t entry, min, cmin, cmax;
+            const uint8_t *data;
+            uint32_t len;
+            size_t idx;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+                continue;
+            }
+            bson_iter_document(&arr, &len, &data);
+            if (!bson_init_static(&entry, data, len) || !bson_iter_init_find(&e, &entry, "min") ||
+                !BSON_ITER_HOLDS_DOCUMENT(&e)) {
+                continue;
+            }
+            bson_iter_document(&e, &len, &data);
+            if (!bson_init_static(&min, data, len) ||
+                shl_routing_table_find_chunk(rt, &min, &idx, &ignored) != 0 || idx >= nchunks) {
+                shl_status_clear(&ignored);
+                continue;
+            }
+            shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+            if (shl_shard_key_compare(&cmin, &min) == 0 &&
+                strcmp(shl_routing_table_chunk_shard(rt, idx), shard) == 0) {
+                chunks[idx].load = shl_bson_int64_at(&entry, "load");
+            }
+        }
+    }
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+}
+
 /* The collection's maximum chunk size: its maxChunkSizeBytes, else config.settings
  * chunksize (MB), else 128 MB. */
 static int64_t
@@ -462,7 +511,14 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         chunks[c].jumbo = shl_routing_table_chunk_jumbo(rt, c);
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
-    if (set->by_count) {
+    if (set->by_load) {
+        for (size_t i = 0; i < nshards; i++) {
+            if (!busy[i]) {
+                add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks);
+            }
+        }
+        nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards);
+    } else if (set->by_count) {
         nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
     } else {
         sizes = bson_malloc0((nshards + 1) * sizeof(*sizes));
@@ -490,7 +546,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->to = bson_strdup(shards[moves[m].to].name);
         t->reason = moves[m].reason;
         t->wait_for_delete = wait_for_delete;
-        t->min_only = !set->by_count && moves[m].reason == CFG_BAL_IMBALANCE;
+        t->min_only = !set->by_count && !set->by_load && moves[m].reason == CFG_BAL_IMBALANCE;
         t->force_size = set->attempt_jumbo;
     }
 done:

@@ -40,6 +40,9 @@ meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     size_t idx;
     bool owns = false;
 
+    if (m->rt != NULL) {
+        shard_load_note_read(m, doc); /* the load policy's read counter (chunk_splitter.h) */
+    }
     if (m->rt == NULL) {
         owns = true;
     } else if (m->owns_all_chunks) {

@@ -57,6 +57,9 @@ typedef struct shard_coll_meta {
     size_t ncounters;
     atomic_int_fast64_t *chunk_bytes;
     atomic_bool *chunk_queued;
+    /* The load policy's per-chunk operation counters (chunk_splitter.c): reads and writes
+     * of the chunk's documents, decayed by 1/16 a second (about 16 x the ops/s). Atomics. */
+    atomic_int_fast64_t *chunk_ops;
 } shard_coll_meta_t;
 
 /* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */
