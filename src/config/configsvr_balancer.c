@@ -397,6 +397,44 @@ owned_data_size(const char *shard, const char *ns)
     return size > 0 ? size : 0;
 }
 
+/* The load policy waits this long after it moved a collection's chunk before it moves
+ * another of that collection: the recipient's counter of the moved chunk starts from zero and
+ * needs a few seconds of traffic to show its load (chunk_splitter.c decays by 1/4 a second). */
+#define LOAD_COOLDOWN_MS 10000
+#define LOAD_RECENT_MAX 64
+
+/* Balancer thread only: the collections the load policy moved a chunk of, and when. */
+static struct {
+    char ns[SHL_NS_MAX + 1];
+    int64_t ms;
+} g_load_recent[LOAD_RECENT_MAX];
+
+/* Whether the load policy moved a chunk of ns less than LOAD_COOLDOWN_MS ago; 'mark' records a
+ * move now. */
+static bool
+load_cooling(const char *ns, bool mark)
+{
+    int64_t now = shl_clock_mono_us() / 1000;
+    size_t slot = 0;
+    bool cooling = false;
+
+    for (size_t i = 0; i < LOAD_RECENT_MAX; i++) {
+        if (strcmp(g_load_recent[i].ns, ns) == 0) {
+            cooling = now - g_load_recent[i].ms < LOAD_COOLDOWN_MS;
+            slot = i;
+            break;
+        }
+        if (g_load_recent[i].ms < g_load_recent[slot].ms) {
+            slot = i; /* the oldest entry, replaced by a new namespace */
+        }
+    }
+    if (mark) {
+        snprintf(g_load_recent[slot].ns, sizeof(g_load_recent[slot].ns), "%s", ns);
+        g_load_recent[slot].ms = now;
+    }
+    return cooling;
+}
+
 /* The load policy: 'shard''s decayed per-chunk operation counts of ns
  * (_shardsvrGetChunkLoad) into chunks[].load, for the chunks of 'rt' it owns (best effort:
  * a shard that does not answer adds nothing). */
@@ -512,12 +550,19 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
     if (set->by_load) {
-        for (size_t i = 0; i < nshards; i++) {
+        bool cooling = load_cooling(ns, false);
+        for (size_t i = 0; i < nshards && !cooling; i++) {
             if (!busy[i]) {
                 add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks);
             }
         }
+        /* While cooling, no chunk has a load: only draining and zones move. */
         nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards);
+        for (size_t m = 0; m < nmoves; m++) {
+            if (moves[m].reason == CFG_BAL_IMBALANCE) {
+                load_cooling(ns, true);
+            }
+        }
     } else if (set->by_count) {
         nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
     } else {

@@ -322,7 +322,8 @@ tracked_metas(shard_state_t *s, shard_coll_meta_t ***out)
     return n;
 }
 
-/* Decay every load counter by 1/16 (once a second): a steady rate r settles near 16 r. */
+/* Decay every load counter by 1/4 (once a second): a steady rate r settles near 4 r, within
+ * 10 % of it in 8 s. */
 static void
 decay_loads(shard_state_t *s)
 {
@@ -333,7 +334,7 @@ decay_loads(shard_state_t *s)
         for (size_t i = 0; i < metas[k]->ncounters; i++) {
             int64_t v = atomic_load(&metas[k]->chunk_ops[i]);
             /* A subtraction, so concurrent increments are kept. */
-            atomic_fetch_sub(&metas[k]->chunk_ops[i], v - (v * 15) / 16);
+            atomic_fetch_sub(&metas[k]->chunk_ops[i], v - (v * 3) / 4);
         }
         shard_meta_release(metas[k]);
     }

@@ -63,7 +63,7 @@ void shard_splitter_meta_cleanup(shard_coll_meta_t *m);
  * shard_splitter_note_write; shard_load_note_read counts a document a versioned read
  * examined (the orphan filter's call) in its chunk's counter, only while config.settings
  * balancer policy is "load" (else one atomic load). The splitter thread decays the counters
- * by 1/16 each second. shard_load_register adds _shardsvrGetChunkLoad {ns} ->
+ * by 1/4 each second. shard_load_register adds _shardsvrGetChunkLoad {ns} ->
  * {chunks: [{min, max, load}]} (the chunks this shard owns).
  */
 void shard_load_note_read(const shard_coll_meta_t *m, const bson_t *doc);

@@ -58,7 +58,7 @@ typedef struct shard_coll_meta {
     atomic_int_fast64_t *chunk_bytes;
     atomic_bool *chunk_queued;
     /* The load policy's per-chunk operation counters (chunk_splitter.c): reads and writes
-     * of the chunk's documents, decayed by 1/16 a second (about 16 x the ops/s). Atomics. */
+     * of the chunk's documents, decayed by 1/4 a second (about 4 x the ops/s). Atomics. */
     atomic_int_fast64_t *chunk_ops;
 } shard_coll_meta_t;
 
