@@ -415,7 +415,7 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
      * the documents, so they must survive a kill -9 here (the local writes were j:false). */
     SHL_ERR(shl_storage_wait_durable(r->s->svc->storage, shl_storage_clock_now(r->s->svc->storage),
                                      st));
-    {
+    if (shl_opt_bool(SHL_OPT_migrationVerifyDigest)) {
         /* The range is complete here: its digest goes back with the commit reply. */
         mig_digest_t dg;
         int64_t start_us = shl_clock_mono_us();

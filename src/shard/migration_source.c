@@ -1523,7 +1523,9 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
         bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
                               (uint32_t)(valid_after & 0xffffffffu));
     }
-    mig_digest_append(&cmd, MIG_DIGEST_FIELD, digest);
+    if (digest != NULL) {
+        mig_digest_append(&cmd, MIG_DIGEST_FIELD, digest);
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&cmd, &wc);
@@ -1587,7 +1589,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     coord_t c;
     size_t idx = 0;
     bson_t cmin, cmax;
-    bool persisted = false, crit = false, committed = false, has_digest = false;
+    bool persisted = false, crit = false, committed = false, has_digest = false, verify;
     mig_digest_t recv_digest, donor_digest;
     uint64_t valid_after = 0;
     shl_chunk_version_t chunk_version;
@@ -1696,11 +1698,15 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_ALL, st));
     capture_stop(s, d);
     /* Checksum verification: no write reaches the range now (migration_digest.h). */
-    SHL_ERR(verify_digest(s, &c, &d->pattern, has_digest ? &recv_digest : NULL, &donor_digest,
-                          st));
+    verify = shl_opt_bool(SHL_OPT_migrationVerifyDigest);
+    if (verify) {
+        SHL_ERR(verify_digest(s, &c, &d->pattern, has_digest ? &recv_digest : NULL,
+                              &donor_digest, st));
+    }
     pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
 
-    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after, &donor_digest, st);
+    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after,
+                                verify ? &donor_digest : NULL, st);
     if (ret != 0) {
         shl_status_t why = *st;
         /* Did the commit happen? Ask the authority before deciding. */
