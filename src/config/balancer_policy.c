@@ -310,11 +310,12 @@ cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nshards,
 size_t
 cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
                          const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
-                         cfg_bal_move_t *out, size_t max_out)
+                         cfg_bal_move_t *out, size_t max_out, size_t *split_chunk)
 {
     size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
     int64_t *load = bson_malloc0((nshards + 1) * sizeof(*load));
 
+    *split_chunk = nchunks;
     while (n < max_out) {
         size_t from = nshards, to = nshards, best = nchunks;
         int64_t diff, best_gap = 0;
@@ -355,7 +356,15 @@ cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
             }
         }
         if (best == nchunks) {
-            break; /* one chunk carries the difference: it would need a split first */
+            /* One chunk carries the difference alone: split the hottest such chunk first. */
+            for (size_t c = 0; c < nchunks; c++) {
+                if (!chunks[c].jumbo && chunks[c].zone[0] == '\0' && chunks[c].load >= diff &&
+                    shard_index(shards, nshards, chunks[c].shard) == from &&
+                    (*split_chunk == nchunks || chunks[c].load > chunks[*split_chunk].load)) {
+                    *split_chunk = c;
+                }
+            }
+            break;
         }
         add_move(out, &n, busy, best, from, to, CFG_BAL_IMBALANCE);
     }

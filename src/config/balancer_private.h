@@ -85,14 +85,16 @@ size_t cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nsha
  *     (the sum of chunks[].load per shard, over chunks outside zones): while the busiest free
  *     shard carries more than CFG_BAL_LOAD_SHARE percent of its load plus the least busy
  *     free shard's, and at least CFG_BAL_LOAD_MIN, it gives the chunk whose load L brings
- *     the two closest (the smallest |difference - 2 L|, 0 < L < difference). Same 'busy',
- *     'out' and return as cfg_balancer_policy. Pure.
+ *     the two closest (the smallest |difference - 2 L|, 0 < L < difference). When no chunk
+ *     qualifies because one chunk of the busiest shard carries the difference alone,
+ *     *split_chunk (nchunks otherwise) names the hottest such chunk, to split at its load
+ *     median. Same 'busy', 'out' and return as cfg_balancer_policy. Pure.
  */
 #define CFG_BAL_LOAD_SHARE 55
 #define CFG_BAL_LOAD_MIN 64
 size_t cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
                                 const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
-                                cfg_bal_move_t *out, size_t max_out);
+                                cfg_bal_move_t *out, size_t max_out, size_t *split_chunk);
 
 /*
  * cfg_balancer_in_window --

@@ -327,9 +327,10 @@ SHL_TEST(balancer_policy_load)
                              {"s1", "", false, 50}, {"s1", "", false, 50}};
     cfg_bal_move_t out[4];
     bool busy[2] = {false, false};
+    size_t split = 0;
 
     /* The chunk that brings the two closest: 400 (900-400 vs 100+400). */
-    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4), 1);
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 1);
     ASSERT_INT_EQ(out[0].chunk, 1);
     ASSERT_INT_EQ(out[0].from, 0);
     ASSERT_INT_EQ(out[0].to, 1);
@@ -337,18 +338,20 @@ SHL_TEST(balancer_policy_load)
     /* Balanced enough (500 vs 500): nothing moves. */
     ch[1].shard = "s1";
     memset(busy, 0, sizeof(busy));
-    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4), 0);
-    /* One chunk carries the whole difference: moving it would not help. */
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
+    ASSERT_INT_EQ(split, 4);
+    /* One chunk carries the whole difference: moving it would not help; split it. */
     ch[0].load = 5000;
     ch[1].shard = "s0";
     ch[1].load = 0;
     memset(busy, 0, sizeof(busy));
-    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4), 0);
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
+    ASSERT_INT_EQ(split, 0);
     /* Below the minimum load nothing moves, however skewed. */
     for (size_t i = 0; i < 4; i++) {
         ch[i].load = i == 0 ? CFG_BAL_LOAD_MIN / 2 : (i == 1 ? CFG_BAL_LOAD_MIN / 4 : 0);
         ch[i].shard = i < 2 ? "s0" : "s1";
     }
     memset(busy, 0, sizeof(busy));
-    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4), 0);
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
 }

@@ -440,7 +440,7 @@ load_cooling(const char *ns, bool mark)
  * a shard that does not answer adds nothing). */
 static void
 add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt,
-                cfg_bal_chunk_t *chunks, size_t nchunks)
+                cfg_bal_chunk_t *chunks, size_t nchunks, bson_t **medians)
 {
     bson_t *cmd = BCON_NEW("_shardsvrGetChunkLoad", BCON_UTF8(ns));
     bson_t reply = BSON_INITIALIZER;
@@ -474,6 +474,14 @@ add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt
             if (shl_shard_key_compare(&cmin, &min) == 0 &&
                 strcmp(shl_routing_table_chunk_shard(rt, idx), shard) == 0) {
                 chunks[idx].load = shl_bson_int64_at(&entry, "load");
+                if (bson_iter_init_find(&e, &entry, "loadMedian") && BSON_ITER_HOLDS_DOCUMENT(&e) &&
+                    medians[idx] == NULL) {
+                    bson_t med;
+                    bson_iter_document(&e, &len, &data);
+                    if (bson_init_static(&med, data, len)) {
+                        medians[idx] = bson_copy(&med);
+                    }
+                }
             }
         }
     }
@@ -551,18 +559,45 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
     if (set->by_load) {
         bool cooling = load_cooling(ns, false);
+        size_t split = nchunks;
+        bson_t **medians = bson_malloc0((nchunks + 1) * sizeof(*medians));
         for (size_t i = 0; i < nshards && !cooling; i++) {
             if (!busy[i]) {
-                add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks);
+                add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks, medians);
             }
         }
         /* While cooling, no chunk has a load: only draining and zones move. */
-        nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards);
+        nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards,
+                                          &split);
         for (size_t m = 0; m < nmoves; m++) {
             if (moves[m].reason == CFG_BAL_IMBALANCE) {
                 load_cooling(ns, true);
             }
         }
+        if (split < nchunks && medians[split] != NULL) {
+            /* A hot chunk carries the imbalance alone: split it at its load median; the
+             * halves' counters start again, so the next load move waits for the cool-down. */
+            bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+            shl_status_t sst = SHL_STATUS_INIT;
+            BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", ns);
+            BSON_APPEND_DOCUMENT(&cmd, "middle", medians[split]);
+            if (cfg_split_chunk(NULL, &cmd, &reply, &sst) == 0) {
+                SHL_LOG_INFO(SHARDING, 4200511, "balancer split a hot chunk at its load median",
+                             "ns", BCON_UTF8(ns), "load", BCON_INT64(chunks[split].load));
+            } else {
+                SHL_LOG_WARNING(SHARDING, 4200512, "balancer could not split a hot chunk", "ns",
+                                BCON_UTF8(ns), "error", BCON_UTF8(sst.reason));
+            }
+            load_cooling(ns, true);
+            bson_destroy(&cmd);
+            bson_destroy(&reply);
+        }
+        for (size_t c = 0; c < nchunks; c++) {
+            if (medians[c] != NULL) {
+                bson_destroy(medians[c]);
+            }
+        }
+        bson_free(medians);
     } else if (set->by_count) {
         nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
     } else {

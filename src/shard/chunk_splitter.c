@@ -5,6 +5,7 @@
  */
 #include "shard/chunk_splitter.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -56,6 +57,13 @@ typedef struct shard_splitter {
 
 /* ---------------------------------------------------------------- counters */
 
+/* The load policy's key samples of one chunk (guarded by the metadata's load_mu). */
+#define SHARD_LOAD_SAMPLES 33
+typedef struct shard_load_ring {
+    bson_t *keys[SHARD_LOAD_SAMPLES];
+    uint32_t next;
+} shard_load_ring_t;
+
 void
 shard_splitter_meta_init(shard_coll_meta_t *m)
 {
@@ -65,6 +73,8 @@ shard_splitter_meta_init(shard_coll_meta_t *m)
     m->chunk_bytes = bson_malloc0((n + 1) * sizeof(*m->chunk_bytes));
     m->chunk_queued = bson_malloc0((n + 1) * sizeof(*m->chunk_queued));
     m->chunk_ops = bson_malloc0((n + 1) * sizeof(*m->chunk_ops));
+    m->load_rings = bson_malloc0((n + 1) * sizeof(*m->load_rings));
+    pthread_mutex_init(&m->load_mu, NULL);
     for (size_t i = 0; i < n; i++) {
         atomic_init(&m->chunk_ops[i], 0);
         atomic_init(&m->chunk_bytes[i], 0);
@@ -79,6 +89,18 @@ shard_splitter_meta_cleanup(shard_coll_meta_t *m)
     bson_free(m->chunk_queued);
     bson_free(m->chunk_ops);
     m->chunk_ops = NULL;
+    if (m->load_rings != NULL) {
+        for (size_t i = 0; i < m->ncounters; i++) {
+            for (size_t k = 0; k < SHARD_LOAD_SAMPLES; k++) {
+                if (m->load_rings[i].keys[k] != NULL) {
+                    bson_destroy(m->load_rings[i].keys[k]);
+                }
+            }
+        }
+        bson_free(m->load_rings);
+        m->load_rings = NULL;
+        pthread_mutex_destroy(&m->load_mu);
+    }
     m->chunk_bytes = NULL;
     m->chunk_queued = NULL;
     m->ncounters = 0;
@@ -237,6 +259,62 @@ scan_counters(shard_state_t *s)
     bson_free(metas);
 }
 
+/* Count an operation on chunk idx of m; while the policy is "load", one in 4 also leaves its
+ * shard key in the chunk's ring. */
+static void
+load_count(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, const bson_t *key)
+{
+    int64_t before = atomic_fetch_add(&m->chunk_ops[idx], 1);
+    shard_load_ring_t *ring;
+
+    if (!atomic_load(&sp->count_reads) || m->load_rings == NULL || (before & 3) != 0) {
+        return;
+    }
+    pthread_mutex_lock(&m->load_mu);
+    ring = &m->load_rings[idx];
+    if (ring->keys[ring->next] != NULL) {
+        bson_destroy(ring->keys[ring->next]);
+    }
+    ring->keys[ring->next] = bson_copy(key);
+    ring->next = (ring->next + 1) % SHARD_LOAD_SAMPLES;
+    pthread_mutex_unlock(&m->load_mu);
+}
+
+static int
+key_cmp(const void *a, const void *b)
+{
+    return shl_shard_key_compare(*(bson_t *const *)a, *(bson_t *const *)b);
+}
+
+/* The median of chunk idx's sampled keys into 'out' (appended as field "loadMedian") when it
+ * lies strictly inside the chunk; nothing with too few samples. */
+static void
+append_load_median(shard_coll_meta_t *m, size_t idx, const bson_t *min, const bson_t *max,
+                   bson_t *out)
+{
+    bson_t *keys[SHARD_LOAD_SAMPLES];
+    size_t n = 0;
+
+    pthread_mutex_lock(&m->load_mu);
+    for (size_t k = 0; k < SHARD_LOAD_SAMPLES; k++) {
+        if (m->load_rings[idx].keys[k] != NULL) {
+            keys[n++] = bson_copy(m->load_rings[idx].keys[k]);
+        }
+    }
+    pthread_mutex_unlock(&m->load_mu);
+    if (n >= 8) {
+        const bson_t *mid;
+        qsort(keys, n, sizeof(keys[0]), key_cmp);
+        mid = keys[n / 2];
+        if (shl_shard_key_compare(min, mid) < 0 && shl_shard_key_compare(mid, max) < 0) {
+            BSON_APPEND_DOCUMENT(out, "loadMedian", mid);
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        bson_destroy(keys[k]);
+    }
+}
+
 void
 shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
 {
@@ -262,7 +340,7 @@ shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
         goto done;
     }
     atomic_store(&sp->dirty, true);
-    atomic_fetch_add(&m->chunk_ops[idx], 1);
+    load_count(sp, m, idx, &key);
     limit = max_bytes_for(sp, ns) / SHARD_SPLIT_TEST_FACTOR;
     total = atomic_fetch_add(&m->chunk_bytes[idx], (int64_t)post->len) + (int64_t)post->len;
     maybe_queue(sp, m, idx, total, limit);
@@ -273,7 +351,7 @@ done:
 }
 
 void
-shard_load_note_read(const shard_coll_meta_t *m, const bson_t *doc)
+shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc)
 {
     shard_state_t *s = m->owner;
     shl_status_t st = SHL_STATUS_INIT;
@@ -288,7 +366,7 @@ shard_load_note_read(const shard_coll_meta_t *m, const bson_t *doc)
     if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
             0 &&
         shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 && idx < m->ncounters) {
-        atomic_fetch_add(&m->chunk_ops[idx], 1);
+        load_count(s->splitter, m, idx, &key);
     }
 done:
     shl_status_clear(&st);
@@ -373,6 +451,9 @@ cmd_get_chunk_load(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
             BSON_APPEND_DOCUMENT(&e, "min", &min);
             BSON_APPEND_DOCUMENT(&e, "max", &max);
             BSON_APPEND_INT64(&e, "load", atomic_load(&m->chunk_ops[i]));
+            if (m->load_rings != NULL) {
+                append_load_median(m, i, &min, &max, &e);
+            }
             bson_append_document_end(&arr, &e);
         }
     }

@@ -47,9 +47,10 @@ class Skewed:
     """Reads and updates through the router: 80 % on x in [0, 200) (two chunks), the rest
     spread over the whole key space."""
 
-    def __init__(self, c):
+    def __init__(self, c, coll="c", hot=2 * PER_CHUNK):
+        self.hot = hot
         self.client = pymongo.MongoClient(c.uri())
-        self.coll = self.client.load.c
+        self.coll = self.client.load[coll]
         self.stop = threading.Event()
         self.bg = Background(self.run)
 
@@ -58,7 +59,7 @@ class Skewed:
         n = 0
         while not self.stop.is_set():
             if rnd.random() < 0.8:
-                x = rnd.randrange(0, 2 * PER_CHUNK)
+                x = rnd.randrange(0, self.hot)
             else:
                 x = rnd.randrange(0, NCHUNKS * PER_CHUNK)
             if n % 2:
@@ -115,3 +116,42 @@ def test_load_policy_moves_a_hot_chunk(lc):
         r.admin.command("balancerStop")
     # The count policy would have moved nothing: the chunks were even by count.
     assert r.load.c.count_documents({}) == NCHUNKS * PER_CHUNK
+
+
+def test_load_policy_splits_a_hot_chunk_at_its_load_median(lc):
+    r = lc.router_client()
+    ns = "load.h"
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.load.h.insert_many([{"_id": i, "x": i, "n": 0} for i in range(4 * PER_CHUNK)])
+    for k in range(1, 4):
+        r.admin.command("split", ns, middle={"x": k * PER_CHUNK})
+    for k in (2, 3):
+        r.admin.command("moveChunk", ns, find={"x": k * PER_CHUNK}, to="shard1",
+                        _waitForDelete=True)
+    config_db(lc).settings.update_one({"_id": "balancer"}, {"$set": {"policy": "load"}})
+    # 80 % of the operations on the first chunk alone: moving it would only move the problem.
+    w = Skewed(lc, coll="h", hot=PER_CHUNK)
+    cfg = config_db(lc)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+
+    def hot_halves_apart():
+        chunks = list(cfg.chunks.find({"uuid": uuid}).sort("min", 1))
+        first = chunks[0]
+        hi = first["max"]["x"]
+        return len(chunks) == 5 and 0 < hi < PER_CHUNK and first["shard"] != chunks[1]["shard"]
+    try:
+        before = _shares(lc)
+        assert before[0] > 0.75, before
+        r.admin.command("balancerStart")
+        wait_until(hot_halves_apart, timeout=50,
+                   what="the hot chunk split inside and its halves on different shards")
+        after = _shares(lc)
+        print("load policy split: op shares before %s after %s" % (before, after))
+        assert max(after) <= 0.6, after
+    finally:
+        w.finish()
+        r.admin.command("balancerStop")
+    entry = cfg.changelog.find_one({"what": {"$in": ["split", "multi-split"]}, "ns": ns,
+                                    "details.left.max.x": {"$gt": 0, "$lt": PER_CHUNK}})
+    assert entry is not None
+    assert r.load.h.count_documents({}) == 4 * PER_CHUNK
