@@ -145,6 +145,21 @@ shl_status_add_label(shl_status_t *st, uint32_t label)
     st->labels |= label;
 }
 
+void
+shl_status_label_change_stream(shl_status_t *st)
+{
+    if (shl_code_in_category(st->code, SHL_CAT_NON_RESUMABLE_CHANGE_STREAM_ERROR)) {
+        st->labels |= SHL_LABEL(NON_RESUMABLE_CHANGE_STREAM_ERROR);
+    } else if (shl_code_in_category(st->code, SHL_CAT_NETWORK_ERROR | SHL_CAT_SHUTDOWN_ERROR |
+                                                  SHL_CAT_NOT_PRIMARY_ERROR |
+                                                  SHL_CAT_STALE_SHARD_VERSION_ERROR) ||
+               st->code == SHL_CODE_NETWORK_TIMEOUT || st->code == SHL_CODE_EXCEEDED_TIME_LIMIT ||
+               st->code == SHL_CODE_RETRY_CHANGE_STREAM ||
+               st->code == SHL_CODE_FAILED_TO_SATISFY_READ_PREFERENCE) {
+        st->labels |= SHL_LABEL(RESUMABLE_CHANGE_STREAM_ERROR);
+    }
+}
+
 const char *
 shl_code_name(int code)
 {

@@ -108,6 +108,16 @@ bool shl_status_extra_get(const shl_status_t *st, bson_t *view);
 void shl_status_add_label(shl_status_t *st, uint32_t label);
 
 /*
+ * shl_status_label_change_stream --
+ *     Label the error of a change stream's getMore as MongoDB does, for drivers' automatic
+ *     resume: NonResumableChangeStreamError for that category (ChangeStreamFatalError,
+ *     ChangeStreamHistoryLost), ResumableChangeStreamError for network, shutdown, not-primary
+ *     and stale-version errors, NetworkTimeout, ExceededTimeLimit, RetryChangeStream and
+ *     FailedToSatisfyReadPreference.
+ */
+void shl_status_label_change_stream(shl_status_t *st);
+
+/*
  * shl_code_name -- MongoDB's name for 'code' ("StaleConfig"); "Location<N>" for a code
  * outside the catalogue (valid until the next call on this thread).
  */

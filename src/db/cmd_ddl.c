@@ -47,6 +47,44 @@ finish_ddl(shl_op_ctx_t *op, const shl_write_concern_t *wc, uint64_t ts, bson_t 
 
 /* ---------------------------------------------------------------- create */
 
+/* changeStreamPreAndPostImages: {enabled: <bool>} (MongoDB's IDL errors). */
+static int
+check_pre_images_option(const char *cmd_name, const bson_iter_t *it, shl_status_t *st)
+{
+    bson_iter_t sub;
+    bool has_enabled = false;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                              "BSON field '%s.changeStreamPreAndPostImages' is the wrong type "
+                              "'%s', expected type 'object'",
+                              cmd_name, shl_bson_type_name(shl_iter_type(it)));
+    }
+    bson_iter_recurse(it, &sub);
+    while (shl_iter_next(&sub)) {
+        if (strcmp(shl_iter_key(&sub), "enabled") != 0) {
+            return shl_status_set(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                                  "BSON field '%s.changeStreamPreAndPostImages.%s' is an unknown "
+                                  "field.",
+                                  cmd_name, shl_iter_key(&sub));
+        }
+        if (!BSON_ITER_HOLDS_BOOL(&sub)) {
+            return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                                  "BSON field '%s.changeStreamPreAndPostImages.enabled' is the "
+                                  "wrong type '%s', expected type 'bool'",
+                                  cmd_name, shl_bson_type_name(shl_iter_type(&sub)));
+        }
+        has_enabled = true;
+    }
+    if (!has_enabled) {
+        return shl_status_set(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                              "BSON field '%s.changeStreamPreAndPostImages.enabled' is missing "
+                              "but a required field",
+                              cmd_name);
+    }
+    return 0;
+}
+
 static const char *const create_fields[] = {"capped",
                                             "autoIndexId",
                                             "idIndex",
@@ -92,11 +130,9 @@ check_create_options(const bson_t *cmd, const shl_ns_t *ns, shl_status_t *st)
         }
     }
     if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
-        bson_iter_t sub;
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
-            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub)) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                  "create.changeStreamPreAndPostImages is not supported yet");
+        int ret = check_pre_images_option("create", &it, st);
+        if (ret != 0) {
+            return ret;
         }
     }
     if (bson_iter_init_find(&it, cmd, "capped") && bson_iter_as_bool(&it) &&
@@ -799,7 +835,6 @@ static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     static const char *const refused[] = {"recordPreImages",
-                                          "changeStreamPreAndPostImages",
                                           "expireAfterSeconds",
                                           "timeseries",
                                           "dryRun",
@@ -807,7 +842,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                                           "cappedMax",
                                           NULL};
     static const char *const applied[] = {"validator", "validationLevel", "validationAction",
-                                          "index", NULL};
+                                          "index", "changeStreamPreAndPostImages", NULL};
     int ret = 0;
     bool ddl_held = false;
     db_node_t *node = db_node(op);
@@ -836,6 +871,9 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         }
     }
     SHL_ERR(db_validation_options_check("collMod", cmd, &ns, st));
+    if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
+        SHL_ERR(check_pre_images_option("collMod", &it, st));
+    }
     SHL_ERR(check_coll_mod_index(cmd, st));
     if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&it, cmd, "index") &&
         bson_iter_recurse(&it, &it) && bson_iter_find(&it, "hidden")) {

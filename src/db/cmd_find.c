@@ -15,6 +15,7 @@
 #include "db/db_private.h"
 #include "db/txn_participant.h"
 #include "db/exec.h"
+#include "db/change_stream.h"
 #include "db/tail_cursor.h"
 #include "net/command_args.h"
 #include "net/message.h"
@@ -788,6 +789,17 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                                                  : op->start_mono_us + AWAIT_DATA_DEFAULT_MS * 1000;
         op->deadline_us = 0;
     }
+    if (db_change_stream_is_cursor(c)) {
+        bool dead = false;
+        ret = db_change_stream_get_more(op, c, batch_size, await_deadline_us, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
+        failed = false;
+        exhausted = dead;
+        goto done;
+    }
     is_tail = c->ops == &db_tail_cursor_ops;
     if (c->ops == &agg_cursor_ops && ((const agg_state_t *)c->state)->involved != NULL) {
         /* Before the lock: it may refresh from the config server. */
@@ -1483,6 +1495,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    switch (shl_pipeline_stage_position(&pipeline, "$changeStream")) {
+    case 1:
+        ret = db_change_stream_aggregate(op, cmd, &ns, collectionless, &pipeline, reply, st);
+        goto done;
+    case 2:
+        SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+    default:
+        break;
     }
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));

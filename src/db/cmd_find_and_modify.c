@@ -32,6 +32,7 @@ static const char *const fam_fields[] = {"query",
                                          "isTimeseriesNamespace",
                                          "encryptionInformation",
                                          "stmtId",
+                                         DB_WCOS_INSERT_FIELD,
                                          NULL};
 
 typedef struct fam_unit {
@@ -130,6 +131,14 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         shl_write_opts_t wo;
         const char *kind = u->return_new ? "postImage" : "preImage";
         const shl_write_opts_t *wop = db_stmt_recorder_opts_image(u->rec, u->stmt_id, kind, &wo);
+        if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
+            /* Change streams report an update, not a replace. */
+            if (wop == NULL) {
+                memset(&wo, 0, sizeof(wo));
+                wop = &wo;
+            }
+            wo.describe_update = true;
+        }
         SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, wop, st));
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         SHL_ERR(db_stmt_recorder_image(u->rec, txn, kind, u->return_new ? doc : pre, st));
@@ -318,7 +327,9 @@ answer_reply(const bson_t *answer, bool remove, bool return_new, bson_t *reply, 
             BSON_APPEND_BOOL(&leo, "updatedExisting", true);
         }
         bson_append_document_end(reply, &leo);
-        if (bson_iter_init_find(&it, answer, "value")) {
+        if (!remove && return_new && bson_iter_init_find(&it, answer, "post")) {
+            bson_append_iter(reply, "value", 5, &it);
+        } else if (bson_iter_init_find(&it, answer, "value")) {
             bson_append_iter(reply, NULL, 0, &it);
         } else {
             BSON_APPEND_NULL(reply, "value");
@@ -527,6 +538,11 @@ reply:
             bson_append_iter(&answer, NULL, 0, &it);
         }
         BSON_APPEND_BOOL(&answer, "new", return_new);
+        if (bson_iter_init_find(&it, cmd, DB_WCOS_INSERT_FIELD) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            /* The removal of a document an update moved (the router's): a retry of that
+             * update may want the document after it. */
+            bson_append_iter(&answer, "post", 4, &it);
+        }
         db_txn_note_stmt(op, stmt_id[0], &answer);
     }
     db_write_concern_wait(op, &wc, reply);

@@ -642,6 +642,14 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
         {
             shl_write_opts_t wo;
             const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+            if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
+                /* Change streams report an update, not a replace. */
+                if (wop == NULL) {
+                    memset(&wo, 0, sizeof(wo));
+                    wop = &wo;
+                }
+                wo.describe_update = true;
+            }
             SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, wop, st));
         }
         db_stmt_recorder_wrote(u->rec, u->stmt_id);

@@ -40,6 +40,10 @@ typedef struct db_node {
     /* The TTL monitor (ttl.c); stops with the reaper (reaper_stop, reaper_cond). */
     pthread_t ttl;
     bool ttl_started;
+    /* The periodic no-op writer (change_stream.c), replica set members only; stops with the
+     * reaper. */
+    pthread_t noop;
+    bool noop_started;
     int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
     int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
 

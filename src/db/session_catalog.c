@@ -63,6 +63,8 @@ struct db_session {
      * retryable write number the session or a child of it started (-1: none), and what the
      * statements of that write which committed children ran are to answer to a retry. */
     int64_t child_txn_number;
+    int prepared_children; /* its children's prepared transactions (guarded by the catalog's
+                              mu; the catalog's cv is broadcast when one ends) */
     child_answer_t *answers;
     size_t nanswers, capanswers;
 };
@@ -417,6 +419,23 @@ session_begin_txn(db_session_t *s, int64_t txn_number)
     }
 }
 
+/* How long a retry of a retryable write waits for a prepared child transaction of it. */
+#define DB_PREPARED_CHILD_WAIT_MS 60000
+
+/* With cat->mu held: wait while a child of 's' is prepared (bounded; the retry then runs as
+ * it would have before). */
+static void
+wait_prepared_children_locked(db_session_catalog_t *cat, db_session_t *s)
+{
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += DB_PREPARED_CHILD_WAIT_MS / 1000;
+    while (s->prepared_children > 0 &&
+           pthread_cond_timedwait(&cat->cv, &cat->mu, &deadline) == 0) {
+    }
+}
+
 int
 db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
 {
@@ -440,6 +459,8 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     if (op->txn_number > s->child_txn_number) {
         s->child_txn_number = op->txn_number;
         answers_clear(s);
+    } else if (op->txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s); /* a retry: its answer may be on its way */
     } else if (op->txn_number < s->child_txn_number) {
         shl_lsid_id_string(&s->lsid, id);
         shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
@@ -556,6 +577,8 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
     if (child->parent_txn_number > s->child_txn_number) {
         s->child_txn_number = child->parent_txn_number;
         answers_clear(s);
+    } else if (child->parent_txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s);
     } else if (child->parent_txn_number < s->child_txn_number) {
         shl_lsid_id_string(&parent, id);
         shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
@@ -568,6 +591,28 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;
+}
+
+void
+db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    s->prepared_children += prepared ? 1 : -1;
+    if (s->prepared_children < 0) {
+        s->prepared_children = 0;
+    }
+    if (!prepared) {
+        pthread_cond_broadcast(&cat->cv);
+    }
+    pthread_mutex_unlock(&cat->mu);
 }
 
 void

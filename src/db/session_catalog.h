@@ -220,9 +220,20 @@ void db_stmt_recorder_commit(db_stmt_recorder_t *r);
  *     A transaction starts on session 'child' (nothing unless it is a retryable child):
  *     TransactionTooOld (225) when its parent already started a newer retryable write (itself
  *     or through another child); a newer one than the parent's forgets the parent's answers.
- *     Takes the catalog's mutex; does not block otherwise.
+ *     For the same write, waits while another child of it is prepared (its answers come with
+ *     its decision; db_session_child_prepared). Takes the catalog's mutex.
  */
 int db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st);
+
+/*
+ * db_session_child_prepared --
+ *     The transaction of retryable child session 'child' became prepared (true) or left that
+ *     state (false). While one is prepared, a retry of its parent's write waits (db_session_
+ *     checkout of the parent for that txnNumber, db_session_child_begin): the coordinator
+ *     answers the router once its decision is durable, before this shard has it. Other
+ *     sessions: no-op. Takes the catalog's mutex.
+ */
+void db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared);
 
 /*
  * db_session_child_commit --

@@ -52,7 +52,9 @@ struct db_txn {
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
     /* Collections this transaction created (create, createIndexes or an insert into a missing
-     * one): they exist at once, and are dropped again if it aborts. */
+     * one): they exist at once, hidden from other operations' listings until it ends
+     * (db_txn_ns_hidden), and are dropped again if it aborts. Changed under reg->mu (read
+     * by the owner without it). */
     char **created;
     size_t ncreated;
     /* The namespace of the running create/createIndexes statement and whether it existed. */
@@ -426,6 +428,19 @@ db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
     t->nans++;
 }
 
+/* t->state = to, telling the session catalog when a retryable child's transaction enters or
+ * leaves the prepared state (db_session_child_prepared). */
+static void
+txn_set_state(db_txn_t *t, txn_state_t to)
+{
+    bool was = t->state == TXN_PREPARED, is = to == TXN_PREPARED;
+
+    t->state = to;
+    if (was != is && t->reg->node != NULL) {
+        db_session_child_prepared(t->reg->node->sessions, &t->lsid, is);
+    }
+}
+
 /* The transaction committed at entry 'ts': its parent session learns its statements. */
 static void
 publish_answers(db_txn_t *t, uint64_t ts)
@@ -505,16 +520,47 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
             return;
         }
     }
+    pthread_mutex_lock(&t->reg->mu);
     t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
     t->created[t->ncreated++] = bson_strdup(ns);
+    pthread_mutex_unlock(&t->reg->mu);
+}
+
+bool
+db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
+{
+    const db_node_t *node = op->svc->role_state;
+    db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
+    bool hidden = false;
+
+    if (reg == NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (const db_txn_t *t = reg->head; t != NULL && !hidden; t = t->next) {
+        for (size_t i = 0; t != op->txn && i < t->ncreated && !hidden; i++) {
+            hidden = strcmp(t->created[i], ns) == 0;
+        }
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return hidden;
 }
 
 /* Forget the created collections (committed: they stay) or drop them (aborted). */
 static void
 end_created(db_txn_t *t, bool drop)
 {
-    for (size_t i = 0; i < t->ncreated; i++) {
-        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+    char **created;
+    size_t ncreated;
+
+    pthread_mutex_lock(&t->reg->mu);
+    created = t->created;
+    ncreated = t->ncreated;
+    t->created = NULL;
+    t->ncreated = 0;
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < ncreated; i++) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, created[i]) : NULL;
         /* Other clients may have written to it since (it existed for them at once): a
          * collection that holds committed documents stays. */
         bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
@@ -524,20 +570,18 @@ end_created(db_txn_t *t, bool drop)
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
             if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
+                shl_cursor_manager_kill_ns(node->cursors, created[i]);
             }
-            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
+            if (shl_catalog_drop_collection(t->reg->eng, created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
                                 "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+                                BCON_UTF8(created[i]), "error", BCON_UTF8(st.reason));
             }
         }
-        bson_free(t->created[i]);
+        bson_free(created[i]);
     }
-    bson_free(t->created);
-    t->created = NULL;
-    t->ncreated = 0;
+    bson_free(created);
 }
 
 /* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
@@ -603,7 +647,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
          * its prepare entry, which the next start replays to prepare it again. */
         t->pin_ts = 0;
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
     }
     while (reg->recovered != NULL) {
         recovered_prepare_t *r = reg->recovered;
@@ -655,7 +699,7 @@ abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
         kill_cursors(op, t);
     }
     txn_release(t);
-    t->state = TXN_ABORTED;
+    txn_set_state(t, TXN_ABORTED);
     atomic_fetch_add(&t->reg->aborted, 1);
 }
 
@@ -765,7 +809,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     t->session = s;
     t->lsid = *db_session_lsid(s);
     t->txn_number = op->txn_number;
-    t->state = TXN_IN_PROGRESS;
+    txn_set_state(t, TXN_IN_PROGRESS);
     t->start_wall_ms = shl_clock_wall_ms();
     t->start_mono_us = shl_clock_mono_us();
     t->last_active_mono_us = t->start_mono_us;
@@ -937,7 +981,7 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
             t->session = s;
             t->lsid = *db_session_lsid(s);
             t->txn_number = n;
-            t->state = TXN_COMMITTED;
+            txn_set_state(t, TXN_COMMITTED);
             *db_session_txn_slot(s) = t;
         }
         if (t == NULL || t->txn_number != n) {
@@ -1103,7 +1147,7 @@ db_txn_abort_for_session(db_txn_registry_t *reg, void *session)
     if (t != NULL && t->state == TXN_IN_PROGRESS) {
         /* Cursors of an aborted transaction are killed by the caller's session kill. */
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         done = true;
     }
@@ -1255,7 +1299,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     if (ret != 0) {
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         goto done;
     }
@@ -1264,7 +1308,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     publish_answers(t, ts);
     end_created(t, false);
     list_remove(t->reg, t);
-    t->state = TXN_COMMITTED;
+    txn_set_state(t, TXN_COMMITTED);
     atomic_fetch_add(&t->reg->committed, 1);
 done:
     return ret;
@@ -1389,7 +1433,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         }
         SHL_ERR(decide_prepared(op, t, true, commit_ts, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_COMMITTED;
+        txn_set_state(t, TXN_COMMITTED);
         atomic_fetch_add(&t->reg->committed, 1);
         atomic_fetch_add(&t->reg->prepared_committed, 1);
         break;
@@ -1423,7 +1467,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     case TXN_PREPARED:
         SHL_ERR(decide_prepared(op, t, false, 0, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         atomic_fetch_add(&t->reg->prepared_aborted, 1);
         break;
@@ -1529,7 +1573,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
                               BCON_UTF8(st->reason));
                 txn_release(t);
             }
-            t->state = TXN_ABORTED;
+            txn_set_state(t, TXN_ABORTED);
             atomic_fetch_add(&t->reg->aborted, 1);
             *st = why;
             ret = why.code;
@@ -1539,7 +1583,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             abort_unprepared(op, t);
             SHL_ERR(ret);
         }
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         atomic_fetch_add(&t->reg->prepared, 1);
     }
@@ -1824,7 +1868,7 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
         t->reg = reg;
         t->lsid = r->lsid;
         t->txn_number = r->txn_number;
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         t->start_wall_ms = shl_clock_wall_ms();
         t->start_mono_us = shl_clock_mono_us();

@@ -99,8 +99,10 @@ void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre
  */
 bool db_txn_records_stmts(const shl_op_ctx_t *op);
 
-/* The insert command's internal field saying its documents were moved here by an update
- * (WouldChangeOwningShard): their statement is recorded as that update. */
+/* The internal field of the router's commands that move a document an update changed
+ * (WouldChangeOwningShard): an insert's documents were moved here (true), their statement
+ * is recorded as that update; a findAndModify removal's value is the document after the
+ * update, which a retry of it with `new` is answered with. */
 #define DB_WCOS_INSERT_FIELD "$_wouldChangeOwningShard"
 void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer);
 
@@ -110,6 +112,15 @@ void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *ans
  *     insert into a missing collection): it is dropped again if the transaction aborts.
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
+
+/*
+ * db_txn_ns_hidden --
+ *     Whether 'ns' is a collection an open transaction other than op's own created (create,
+ *     createIndexes, an insert into a missing collection): listings of other operations
+ *     leave it out until that transaction commits (MongoDB keeps it invisible until then).
+ *     Takes reg->mu.
+ */
+bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
 
 /*
  * db_txn_note_access --

@@ -1150,6 +1150,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_t pl;
         bool has_pl = false;
         SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pl, &has_pl, st));
+        if (has_pl && shl_pipeline_stage_position(&pl, "$changeStream") == 1) {
+            ret = router_change_stream_aggregate(op, cmd, NULL, &pl, reply, st);
+            goto done;
+        }
         if (has_pl && first_stage_is(&pl, "$shardedDataDistribution")) {
             if (strcmp(op->db, "admin") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
                 bson_iter_as_double(&it) != 1.0) {
@@ -1198,6 +1202,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (shl_pipeline_stage_position(&p.pipeline, "$changeStream") == 1) {
+        ret = router_change_stream_aggregate(op, cmd, ns.coll, &p.pipeline, reply, st);
+        goto done;
     }
     if (first_stage_is(&p.pipeline, "$currentOp")) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,

@@ -83,6 +83,9 @@ typedef struct shl_router_cursor {
     bool allow_partial;  /* allowPartialResults: an unreachable shard ends its remote only */
     int64_t fetch_batch; /* batchSize of the getMores to the shards; 0: theirs (16 MiB) */
     bool partial;        /* a remote was dropped that way: partialResultsReturned */
+    /* A change stream (cluster_change_stream.c): its state is 'env_state' and its getMores
+     * merge the shards' events by resume token instead of the fields above. */
+    bool change_stream;
 
     /* Guarded by the manager's lock. */
     bool pinned;

@@ -591,11 +591,23 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
+    SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
+    if (c->change_stream) {
+        bool dead = false;
+        ret = router_change_stream_get_more(op, c, batch_size, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
+        failed = false;
+        exhausted = dead;
+        goto done;
+    }
     if (bson_has_field(cmd, "maxTimeMS")) {
+        failed = false; /* a bad request does not end the cursor */
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     }
-    SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
     failed = false;
     shl_router_cursor_reply_at(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial,

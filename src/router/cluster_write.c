@@ -1092,7 +1092,57 @@ typedef struct wcos_move {
     bool changed;     /* the document is no longer the pre-image: the statement runs again */
     int32_t stmt_id;  /* the user's statement's id (a retryable write) */
     bool upsert;      /* shouldUpsert: an upsert's new document, to insert on its owner */
+    bool answered;    /* a retry: a shard had inserted it already, as 'answered_id' */
+    bson_value_t answered_id;
 } wcos_move_t;
+
+/*
+ * A retried cross-shard upsert: whether a shard already inserted its document for the
+ * user's statement (the insert carried its stmtId): the user's statement with its stmtId and
+ * a filter no document matches, sent as a probe (txn_router_private.h) to every shard; one
+ * that ran it answers with the _id it upserted.
+ */
+static int
+upsert_probe(shl_op_ctx_t *op, wcos_move_t *m, shl_status_t *st)
+{
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, stmt, q, in, empty;
+    bson_iter_t it;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&cmd, "update", m->coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&q, "_id", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &empty);
+    bson_append_array_end(&in, &empty);
+    bson_append_document_end(&q, &in);
+    bson_append_document_end(&stmt, &q);
+    /* (multi: every shard gets it directly; it matches nothing, so it sets nothing) */
+    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "u", &in);
+    BSON_APPEND_DOCUMENT_BEGIN(&in, "$set", &empty);
+    BSON_APPEND_INT32(&empty, "_", 1);
+    bson_append_document_end(&in, &empty);
+    bson_append_document_end(&stmt, &in);
+    BSON_APPEND_BOOL(&stmt, "multi", true);
+    bson_append_document_end(&arr, &stmt);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "stmtIds", &arr);
+    BSON_APPEND_INT32(&arr, "0", m->stmt_id);
+    bson_append_array_end(&cmd, &arr);
+    router_txn_internal_probe(op->txn);
+    SHL_ERR(router_write_run(op, &cmd, route_from_cache, shl_router_get(op), &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+    if (bson_has_field(&reply, "retriedStmtIds") && bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "upserted.0._id", &it)) {
+        bson_value_copy(bson_iter_value(&it), &m->answered_id);
+        m->answered = true;
+    }
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
 
 /* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
 static int
@@ -1141,6 +1191,12 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     int ret = 0;
 
     bson_destroy(&q);
+    if (m->upsert && router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        SHL_ERR(upsert_probe(op, m, st));
+        if (m->answered) {
+            goto done;
+        }
+    }
     if (m->upsert) {
         goto insert; /* nothing to remove: the upsert matched nothing */
     }
@@ -1152,6 +1208,7 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         /* The old owner records the move as the user's statement: a retry of it sent there
          * is answered, not run again (the document is gone from there). */
         BSON_APPEND_INT32(&del, "stmtId", m->stmt_id);
+        BSON_APPEND_DOCUMENT(&del, WCOS_INSERT_FIELD, &m->post);
     }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));
@@ -1197,7 +1254,7 @@ done:
 static int
 wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32_t stmt_id,
             const bson_t *err, bson_t *pre_out, bson_t *post_out, bool *changed, bool *upserted,
-            shl_status_t *st)
+            bool *retried, shl_status_t *st)
 {
     wcos_move_t m;
     int ret = 0;
@@ -1221,7 +1278,18 @@ wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32
     }
     if (ret == 0 && !*changed && pre_out != NULL) {
         bson_copy_to(&m.pre, pre_out);
-        bson_copy_to(&m.post, post_out);
+        if (m.answered) {
+            /* A retry: the document inserted the first time, with its _id. */
+            bson_init(post_out);
+            BSON_APPEND_VALUE(post_out, "_id", &m.answered_id);
+            bson_copy_to_excluding_noinit(&m.post, post_out, "_id", NULL);
+        } else {
+            bson_copy_to(&m.post, post_out);
+        }
+    }
+    *retried = ret == 0 && m.answered;
+    if (m.answered) {
+        bson_value_destroy(&m.answered_id);
     }
 done:
     return ret;
@@ -1255,7 +1323,7 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
 
     for (size_t i = 0; op->kind == KIND_UPDATE && may_move(opctx) && i < op->n; i++) {
         item_t *it = &op->items[i];
-        bool changed = false, upserted = false;
+        bool changed = false, upserted = false, retried = false;
         bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
         bson_iter_t id;
         shl_status_t mst = SHL_STATUS_INIT;
@@ -1267,7 +1335,10 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
             bson_destroy(&pre);
             bson_destroy(&post);
             if (wcos_handle(opctx, op->coll, op->user_cmd, op->stmt_ids[i], &it->error, &pre,
-                            &post, &changed, &upserted, &mst) == 0) {
+                            &post, &changed, &upserted, &retried, &mst) == 0) {
+                if (retried) {
+                    add_retried(op, op->stmt_ids[i]);
+                }
                 bson_reinit(&it->error);
                 it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
                 op->n_total += changed ? 0 : 1;
@@ -1850,11 +1921,15 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
             bson_destroy(&pre);
             bson_destroy(&post);
-            bool upserted = false;
+            bool upserted = false, retried = false;
             ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, fam_stmt_id(cmd),
-                              &fres[first_err].reply, &pre, &post, &changed, &upserted, st);
+                              &fres[first_err].reply, &pre, &post, &changed, &upserted, &retried,
+                              st);
             if (ret == 0 && !changed) {
                 fam_moved_reply(cmd, upserted, &pre, &post, reply);
+                if (retried) {
+                    BSON_APPEND_INT32(reply, "retriedStmtId", fam_stmt_id(cmd));
+                }
                 bson_destroy(&pre);
                 bson_destroy(&post);
             }

@@ -254,6 +254,24 @@ void router_snapshot_reply(const shl_op_ctx_t *op, bson_t *reply);
 int router_sessions_init(shl_router_t *r, shl_service_ctx_t *svc, shl_status_t *st);
 void router_sessions_shutdown(shl_router_t *r, shl_service_ctx_t *svc);
 
+/*
+ * router_change_stream_aggregate --
+ *     An aggregate whose pipeline starts with $changeStream, on collection 'coll' of op->db
+ *     (NULL: `aggregate: 1`, a database's or, on admin, the cluster's stream): opened on every
+ *     shard, merged by resume token (cluster_change_stream.c). Errors: the shards'.
+ */
+int router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *coll,
+                                   const bson_t *pipeline, bson_t *reply, shl_status_t *st);
+
+/*
+ * router_change_stream_get_more --
+ *     A getMore of change stream cursor 'c' (pinned): the merged events released up to
+ *     'batch_size', waiting up to the getMore's maxTimeMS (1 s by default); *dead once the
+ *     stream ended (invalidate). Errors: the shards'.
+ */
+int router_change_stream_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
+                                  bson_t *reply, bool *dead, shl_status_t *st);
+
 /* Fills the command for the primary shard from the cached database entry 'db' (called once
  * per attempt, on an empty 'out'; the databaseVersion is added after). */
 typedef void (*router_primary_build_fn)(void *arg, const shl_cached_database_t *db, bson_t *out);

@@ -1876,7 +1876,7 @@ body_coll_mod(shl_storage_txn_t *txn, const char *ns, const bson_t *mod, bool mi
               bson_t *info, shl_status_t *st)
 {
     static const char *const coll_fields[] = {"validator", "validationLevel", "validationAction",
-                                              NULL};
+                                              "changeStreamPreAndPostImages", NULL};
     shl_collection_t *c = NULL, *n = NULL;
     const shl_index_t *idx = NULL;
     shl_index_t *repl = NULL;

@@ -11,6 +11,16 @@
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/update_description.h"
+
+/* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
+static _Thread_local bool tls_from_migrate;
+
+void
+shl_storage_set_from_migrate(bool on)
+{
+    tls_from_migrate = on;
+}
 
 int
 shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
@@ -27,7 +37,21 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
-    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms, extra);
+    if (tls_from_migrate && op != 'n') {
+        bson_t marked = BSON_INITIALIZER;
+        if (extra != NULL) {
+            bson_concat(&marked, extra);
+        }
+        if (!bson_has_field(&marked, "fromMigrate")) {
+            BSON_APPEND_BOOL(&marked, "fromMigrate", true);
+        }
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
+                              &marked);
+        bson_destroy(&marked);
+    } else {
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
+                              extra);
+    }
     v.data = bson_get_data(&entry);
     v.size = entry.len;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
@@ -311,6 +335,45 @@ done:
     return ret;
 }
 
+/* Whether 'coll' keeps pre-images for change streams (changeStreamPreAndPostImages). */
+static bool
+pre_images_enabled(const shl_collection_t *coll)
+{
+    bson_iter_t it, sub;
+    return coll->options != NULL &&
+           bson_iter_init_find(&it, coll->options, "changeStreamPreAndPostImages") &&
+           BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+           bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub);
+}
+
+/*
+ * The extra fields of an update or delete entry ('after' NULL): the caller's, then what change
+ * streams read from it -- updateDescription (an update by operators) and preImage (a
+ * collection with changeStreamPreAndPostImages). Not in a multi-document transaction, whose
+ * ops are collected without extra fields.
+ */
+static void
+change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
+                     const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
+                     bson_t *extra)
+{
+    if (wo != NULL && wo->oplog_extra != NULL) {
+        bson_concat(extra, wo->oplog_extra);
+    }
+    if (txn->multi) {
+        return;
+    }
+    if (after != NULL && wo != NULL && wo->describe_update) {
+        bson_t desc = BSON_INITIALIZER;
+        shl_update_description(before, after, &desc);
+        BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
+        bson_destroy(&desc);
+    }
+    if (pre_images_enabled(coll)) {
+        BSON_APPEND_DOCUMENT(extra, "preImage", before);
+    }
+}
+
 int
 shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
                const bson_t *old_doc, const bson_t *new_doc, const shl_write_opts_t *wo,
@@ -366,8 +429,11 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
-        SHL_ERR(shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2,
-                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        bson_t extra = BSON_INITIALIZER;
+        change_stream_fields(txn, coll, wo, old_doc, new_doc, &extra);
+        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }
@@ -411,8 +477,11 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
-        SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL,
-                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        bson_t extra = BSON_INITIALIZER;
+        change_stream_fields(txn, coll, wo, old_doc, NULL, &extra);
+        ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }

@@ -26,7 +26,19 @@ typedef struct shl_write_opts {
     /* Receives the timestamp of the write's own oplog entry when not NULL (a capped
      * insert's trimming deletes come after it with timestamps of their own). */
     uint64_t *ts;
+    /* An update by operators or a pipeline (not a replacement): its 'u' entry also carries
+     * `updateDescription` (bson/update_description.h), which change streams report; entries
+     * without it are replacements (docs/design/change_streams.md). */
+    bool describe_update;
 } shl_write_opts_t;
+
+/*
+ * shl_storage_set_from_migrate --
+ *     While on, the oplog entries of the calling thread's document writes carry
+ *     fromMigrate: true (a chunk migration recipient's clone and catch-up writes, which
+ *     change streams hide). Thread-local; the caller turns it off again.
+ */
+void shl_storage_set_from_migrate(bool on);
 
 /*
  * shl_doc_insert --

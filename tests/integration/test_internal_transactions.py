@@ -486,6 +486,10 @@ def test_retried_shard_key_update_moves_once(cl):
         assert r["value"] == {"_id": "r2", "x": -41, "v": 0}
         assert r["lastErrorObject"]["n"] == 1
         assert on_shard(cl, 1, "r2") == {"_id": "r2", "x": 41, "v": 1}
+        r = _twice(raw, {"findAndModify": "moves", "query": {"_id": "r2", "x": 41},
+                         "update": {"$set": {"x": -41}, "$inc": {"v": 1}}, "new": True}, 4)
+        assert r["value"] == {"_id": "r2", "x": -41, "v": 2}
+        assert on_shard(cl, 0, "r2") == {"_id": "r2", "x": -41, "v": 2}
     finally:
         raw.close()
 
@@ -555,6 +559,12 @@ def test_upserts_whose_document_belongs_to_another_shard(cl):
                          "upsert": True, "new": True})
         assert r["value"]["x"] == -8 and r["lastErrorObject"]["upserted"] == r["value"]["_id"]
         assert c[DB].ups.count_documents({"k": "e"}) == 1
+        # A cross-shard upsert retried: inserted once, the same _id answered.
+        r = _twice(raw, {"update": "ups", "updates": [
+            {"q": {"x": -9, "k": "f"}, "u": {"$set": {"x": 9}, "$inc": {"n": 1}},
+             "upsert": True}]}, 2)
+        assert r["n"] == 1 and len(r["upserted"]) == 1
+        assert list(c[DB].ups.find({"k": "f"}, {"_id": 0})) == [{"x": 9, "k": "f", "n": 1}]
     finally:
         raw.close()
 
