@@ -307,6 +307,71 @@ cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nshards,
     return n;
 }
 
+size_t
+cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
+                         const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                         cfg_bal_move_t *out, size_t max_out, size_t *split_chunk)
+{
+    size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
+    int64_t *load = bson_malloc0((nshards + 1) * sizeof(*load));
+
+    *split_chunk = nchunks;
+    while (n < max_out) {
+        size_t from = nshards, to = nshards, best = nchunks;
+        int64_t diff, best_gap = 0;
+        memset(load, 0, (nshards + 1) * sizeof(*load));
+        for (size_t c = 0; c < nchunks; c++) {
+            size_t i = shard_index(shards, nshards, chunks[c].shard);
+            if (i < nshards && chunks[c].zone[0] == '\0') {
+                load[i] += chunks[c].load;
+            }
+        }
+        for (size_t i = 0; i < nshards; i++) {
+            if (busy[i] || shards[i].draining) {
+                continue;
+            }
+            if (from == nshards || load[i] > load[from]) {
+                from = i;
+            }
+            if (to == nshards || load[i] < load[to]) {
+                to = i;
+            }
+        }
+        if (from == nshards || to == nshards || from == to || load[from] < CFG_BAL_LOAD_MIN ||
+            load[from] * 100 <= (load[from] + load[to]) * CFG_BAL_LOAD_SHARE) {
+            break;
+        }
+        diff = load[from] - load[to];
+        for (size_t c = 0; c < nchunks; c++) {
+            int64_t l = chunks[c].load, gap;
+            if (chunks[c].jumbo || chunks[c].zone[0] != '\0' || l <= 0 || l >= diff ||
+                shard_index(shards, nshards, chunks[c].shard) != from) {
+                continue;
+            }
+            gap = diff - 2 * l;
+            gap = gap < 0 ? -gap : gap;
+            if (best == nchunks || gap < best_gap) {
+                best = c;
+                best_gap = gap;
+            }
+        }
+        if (best == nchunks) {
+            /* One chunk carries the difference alone: split the hottest such chunk first. */
+            for (size_t c = 0; c < nchunks; c++) {
+                if (!chunks[c].jumbo && chunks[c].zone[0] == '\0' && chunks[c].load >= diff &&
+                    shard_index(shards, nshards, chunks[c].shard) == from &&
+                    (*split_chunk == nchunks || chunks[c].load > chunks[*split_chunk].load)) {
+                    *split_chunk = c;
+                }
+            }
+            break;
+        }
+        add_move(out, &n, busy, best, from, to, CFG_BAL_IMBALANCE);
+    }
+    bson_free(load);
+    return n;
+}
+
 /* "HH:MM" (or "H:MM") as minutes since midnight, or -1. */
 static int
 parse_hhmm(const char *s)

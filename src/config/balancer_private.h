@@ -25,6 +25,7 @@ typedef struct cfg_bal_chunk {
     const char *shard; /* owner (borrowed) */
     const char *zone;  /* the zone wholly containing the chunk, "" for none (borrowed) */
     bool jumbo;        /* never a candidate */
+    int64_t load;      /* the load policy's decayed operation count (0 otherwise) */
 } cfg_bal_chunk_t;
 
 /* Why a migration was chosen, in the policy's order of priority. */
@@ -77,6 +78,23 @@ size_t cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nsha
                                      const cfg_bal_chunk_t *chunks, size_t nchunks,
                                      const int64_t *sizes, int64_t chunk_size, bool *busy,
                                      cfg_bal_move_t *out, size_t max_out);
+
+/*
+ * cfg_balancer_policy_load -- Shale's load policy (config.settings balancer policy: "load";
+ *     docs/design/balancer.md "Load"): draining and zones as cfg_balancer_policy, then load
+ *     (the sum of chunks[].load per shard, over chunks outside zones): while the busiest free
+ *     shard carries more than CFG_BAL_LOAD_SHARE percent of its load plus the least busy
+ *     free shard's, and at least CFG_BAL_LOAD_MIN, it gives the chunk whose load L brings
+ *     the two closest (the smallest |difference - 2 L|, 0 < L < difference). When no chunk
+ *     qualifies because one chunk of the busiest shard carries the difference alone,
+ *     *split_chunk (nchunks otherwise) names the hottest such chunk, to split at its load
+ *     median. Same 'busy', 'out' and return as cfg_balancer_policy. Pure.
+ */
+#define CFG_BAL_LOAD_SHARE 55
+#define CFG_BAL_LOAD_MIN 64
+size_t cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
+                                const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                                cfg_bal_move_t *out, size_t max_out, size_t *split_chunk);
 
 /*
  * cfg_balancer_in_window --

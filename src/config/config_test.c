@@ -172,7 +172,7 @@ SHL_TEST(balancer_policy_draining_first_and_jumbo)
     shl_shard_type_t sh[3] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", true, NULL, 0),
                               mk_shard("s2", false, NULL, 0)};
     cfg_bal_chunk_t ch[4] = {
-        {"s1", "", true}, {"s1", "", false}, {"s0", "", false}, {"s0", "", false}};
+        {"s1", "", true, 0}, {"s1", "", false, 0}, {"s0", "", false, 0}, {"s0", "", false, 0}};
     cfg_bal_move_t out[4];
     bool busy[3] = {false, false, false};
     size_t n;
@@ -198,7 +198,7 @@ SHL_TEST(balancer_policy_zones)
     char z[] = "Z";
     char *ztags[1] = {z};
     shl_shard_type_t sh[2] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, ztags, 1)};
-    cfg_bal_chunk_t ch[3] = {{"s0", "Z", false}, {"s1", "", false}, {"s1", "", false}};
+    cfg_bal_chunk_t ch[3] = {{"s0", "Z", false, 0}, {"s1", "", false, 0}, {"s1", "", false, 0}};
     cfg_bal_move_t out[4];
     bool busy[2] = {false, false};
     size_t n;
@@ -317,4 +317,41 @@ SHL_TEST(keys_plan_adds_a_reserve_once_the_current_key_is_the_last)
     cfg_keys_plan(KTS(1200, 0), 90, valid + 1, 1, k, &n);
     ASSERT_INT_EQ(n, 1);
     ASSERT(k[0].id == (int64_t)KTS(1200, 0) && k[0].expires_at == KTS(1360, 0));
+}
+
+SHL_TEST(balancer_policy_load)
+{
+    shl_shard_type_t sh[2] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, NULL, 0)};
+    /* Even by count (2/2), but shard s0 carries 900 of 1000. */
+    cfg_bal_chunk_t ch[4] = {{"s0", "", false, 500}, {"s0", "", false, 400},
+                             {"s1", "", false, 50}, {"s1", "", false, 50}};
+    cfg_bal_move_t out[4];
+    bool busy[2] = {false, false};
+    size_t split = 0;
+
+    /* The chunk that brings the two closest: 400 (900-400 vs 100+400). */
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 1);
+    ASSERT_INT_EQ(out[0].chunk, 1);
+    ASSERT_INT_EQ(out[0].from, 0);
+    ASSERT_INT_EQ(out[0].to, 1);
+    ASSERT_INT_EQ(out[0].reason, CFG_BAL_IMBALANCE);
+    /* Balanced enough (500 vs 500): nothing moves. */
+    ch[1].shard = "s1";
+    memset(busy, 0, sizeof(busy));
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
+    ASSERT_INT_EQ(split, 4);
+    /* One chunk carries the whole difference: moving it would not help; split it. */
+    ch[0].load = 5000;
+    ch[1].shard = "s0";
+    ch[1].load = 0;
+    memset(busy, 0, sizeof(busy));
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
+    ASSERT_INT_EQ(split, 0);
+    /* Below the minimum load nothing moves, however skewed. */
+    for (size_t i = 0; i < 4; i++) {
+        ch[i].load = i == 0 ? CFG_BAL_LOAD_MIN / 2 : (i == 1 ? CFG_BAL_LOAD_MIN / 4 : 0);
+        ch[i].shard = i < 2 ? "s0" : "s1";
+    }
+    memset(busy, 0, sizeof(busy));
+    ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
 }

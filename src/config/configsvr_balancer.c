@@ -52,6 +52,7 @@ typedef struct bal_settings {
     bool wait_for_delete;
     bool in_window; /* now is inside activeWindow (true when there is none) */
     bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
+    bool by_load;   /* policy: "load" (Shale's load policy) */
     bool attempt_jumbo; /* attemptToBalanceJumboChunks: migrations skip the size check */
 } bal_settings_t;
 
@@ -119,10 +120,12 @@ read_settings(bal_settings_t *out, shl_status_t *st)
         out->in_window = in_active_window(&doc);
     }
     out->by_count = false;
+    out->by_load = false;
     out->attempt_jumbo = found && bson_iter_init_find(&it, &doc, "attemptToBalanceJumboChunks") &&
                          bson_iter_as_bool(&it);
     if (found && bson_iter_init_find(&it, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&it)) {
         out->by_count = strcmp(bson_iter_utf8(&it, NULL), "chunkCount") == 0;
+        out->by_load = strcmp(bson_iter_utf8(&it, NULL), "load") == 0;
     }
 done:
     bson_destroy(q);
@@ -394,6 +397,98 @@ owned_data_size(const char *shard, const char *ns)
     return size > 0 ? size : 0;
 }
 
+/* The load policy waits this long after it moved a collection's chunk before it moves
+ * another of that collection: the recipient's counter of the moved chunk starts from zero and
+ * needs a few seconds of traffic to show its load (chunk_splitter.c decays by 1/4 a second). */
+#define LOAD_COOLDOWN_MS 10000
+#define LOAD_RECENT_MAX 64
+
+/* Balancer thread only: the collections the load policy moved a chunk of, and when. */
+static struct {
+    char ns[SHL_NS_MAX + 1];
+    int64_t ms;
+} g_load_recent[LOAD_RECENT_MAX];
+
+/* Whether the load policy moved a chunk of ns less than LOAD_COOLDOWN_MS ago; 'mark' records a
+ * move now. */
+static bool
+load_cooling(const char *ns, bool mark)
+{
+    int64_t now = shl_clock_mono_us() / 1000;
+    size_t slot = 0;
+    bool cooling = false;
+
+    for (size_t i = 0; i < LOAD_RECENT_MAX; i++) {
+        if (strcmp(g_load_recent[i].ns, ns) == 0) {
+            cooling = now - g_load_recent[i].ms < LOAD_COOLDOWN_MS;
+            slot = i;
+            break;
+        }
+        if (g_load_recent[i].ms < g_load_recent[slot].ms) {
+            slot = i; /* the oldest entry, replaced by a new namespace */
+        }
+    }
+    if (mark) {
+        snprintf(g_load_recent[slot].ns, sizeof(g_load_recent[slot].ns), "%s", ns);
+        g_load_recent[slot].ms = now;
+    }
+    return cooling;
+}
+
+/* The load policy: 'shard''s decayed per-chunk operation counts of ns
+ * (_shardsvrGetChunkLoad) into chunks[].load, for the chunks of 'rt' it owns (best effort:
+ * a shard that does not answer adds nothing). */
+static void
+add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt,
+                cfg_bal_chunk_t *chunks, size_t nchunks, bson_t **medians)
+{
+    bson_t *cmd = BCON_NEW("_shardsvrGetChunkLoad", BCON_UTF8(ns));
+    bson_t reply = BSON_INITIALIZER;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    bson_iter_t arr, e;
+
+    bson_destroy(&reply);
+    if (cfg_shard_cmd(shard, "admin", cmd, &reply, &ignored) == 0 &&
+        bson_iter_init_find(&arr, &reply, "chunks") && BSON_ITER_HOLDS_ARRAY(&arr) &&
+        bson_iter_recurse(&arr, &arr)) {
+        while (bson_iter_next(&arr)) {
+            bson_t entry, min, cmin, cmax;
+            const uint8_t *data;
+            uint32_t len;
+            size_t idx;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+                continue;
+            }
+            bson_iter_document(&arr, &len, &data);
+            if (!bson_init_static(&entry, data, len) || !bson_iter_init_find(&e, &entry, "min") ||
+                !BSON_ITER_HOLDS_DOCUMENT(&e)) {
+                continue;
+            }
+            bson_iter_document(&e, &len, &data);
+            if (!bson_init_static(&min, data, len) ||
+                shl_routing_table_find_chunk(rt, &min, &idx, &ignored) != 0 || idx >= nchunks) {
+                shl_status_clear(&ignored);
+                continue;
+            }
+            shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+            if (shl_shard_key_compare(&cmin, &min) == 0 &&
+                strcmp(shl_routing_table_chunk_shard(rt, idx), shard) == 0) {
+                chunks[idx].load = shl_bson_int64_at(&entry, "load");
+                if (bson_iter_init_find(&e, &entry, "loadMedian") && BSON_ITER_HOLDS_DOCUMENT(&e) &&
+                    medians[idx] == NULL) {
+                    bson_t med;
+                    bson_iter_document(&e, &len, &data);
+                    if (bson_init_static(&med, data, len)) {
+                        medians[idx] = bson_copy(&med);
+                    }
+                }
+            }
+        }
+    }
+    bson_destroy(cmd);
+    bson_destroy(&reply);
+}
+
 /* The collection's maximum chunk size: its maxChunkSizeBytes, else config.settings
  * chunksize (MB), else 128 MB. */
 static int64_t
@@ -462,7 +557,48 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         chunks[c].jumbo = shl_routing_table_chunk_jumbo(rt, c);
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
-    if (set->by_count) {
+    if (set->by_load) {
+        bool cooling = load_cooling(ns, false);
+        size_t split = nchunks;
+        bson_t **medians = bson_malloc0((nchunks + 1) * sizeof(*medians));
+        for (size_t i = 0; i < nshards && !cooling; i++) {
+            if (!busy[i]) {
+                add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks, medians);
+            }
+        }
+        /* While cooling, no chunk has a load: only draining and zones move. */
+        nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards,
+                                          &split);
+        for (size_t m = 0; m < nmoves; m++) {
+            if (moves[m].reason == CFG_BAL_IMBALANCE) {
+                load_cooling(ns, true);
+            }
+        }
+        if (split < nchunks && medians[split] != NULL) {
+            /* A hot chunk carries the imbalance alone: split it at its load median; the
+             * halves' counters start again, so the next load move waits for the cool-down. */
+            bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+            shl_status_t sst = SHL_STATUS_INIT;
+            BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", ns);
+            BSON_APPEND_DOCUMENT(&cmd, "middle", medians[split]);
+            if (cfg_split_chunk(NULL, &cmd, &reply, &sst) == 0) {
+                SHL_LOG_INFO(SHARDING, 4200511, "balancer split a hot chunk at its load median",
+                             "ns", BCON_UTF8(ns), "load", BCON_INT64(chunks[split].load));
+            } else {
+                SHL_LOG_WARNING(SHARDING, 4200512, "balancer could not split a hot chunk", "ns",
+                                BCON_UTF8(ns), "error", BCON_UTF8(sst.reason));
+            }
+            load_cooling(ns, true);
+            bson_destroy(&cmd);
+            bson_destroy(&reply);
+        }
+        for (size_t c = 0; c < nchunks; c++) {
+            if (medians[c] != NULL) {
+                bson_destroy(medians[c]);
+            }
+        }
+        bson_free(medians);
+    } else if (set->by_count) {
         nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
     } else {
         sizes = bson_malloc0((nshards + 1) * sizeof(*sizes));
@@ -490,7 +626,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->to = bson_strdup(shards[moves[m].to].name);
         t->reason = moves[m].reason;
         t->wait_for_delete = wait_for_delete;
-        t->min_only = !set->by_count && moves[m].reason == CFG_BAL_IMBALANCE;
+        t->min_only = !set->by_count && !set->by_load && moves[m].reason == CFG_BAL_IMBALANCE;
         t->force_size = set->attempt_jumbo;
     }
 done:

@@ -1134,7 +1134,7 @@ trim_history(shl_chunk_type_t *c)
 
 static const char *const commit_migration_fields[] = {
     "fromShard",    "toShard", "migratedChunk", "fromShardCollectionVersion", "validAfter",
-    "writeConcern", NULL};
+    "writeConcern", "rangeDigest", NULL};
 
 /*
  * _configsvrCommitChunkMigration: ns, fromShard, toShard, migratedChunk {min, max},
@@ -1222,6 +1222,10 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     append_chunk_info(&details, "migratedChunk", &out[0]);
     if (nout > 1) {
         append_chunk_info(&details, "controlChunk", &out[1]);
+    }
+    if (bson_iter_init_find(&it, cmd, "rangeDigest") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        /* Shale's checksum-verified migrations: the digest both shards agreed on. */
+        bson_append_iter(&details, "rangeDigest", -1, &it);
     }
     cfg_changelog(op, "moveChunk.commit", ns, &details);
 done:

@@ -5,6 +5,7 @@
  */
 #include "shard/chunk_splitter.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -12,6 +13,7 @@
 #include "base/namespace.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "net/service.h"
 #include "sharding/shard_key.h"
 
 #define DEFAULT_CHUNK_SIZE_BYTES (128LL * 1024 * 1024)
@@ -47,11 +49,20 @@ typedef struct shard_splitter {
     atomic_int_fast64_t default_bytes;
     atomic_bool enabled;
     atomic_bool dirty; /* a tracked write happened since the last settings read */
+    atomic_bool count_reads; /* config.settings balancer policy is "load" */
+    int64_t decayed_ms;      /* thread-only: when the load counters were last decayed */
     atomic_int_fast64_t splits, chunks_created, jumbo_marked, dropped, failed;
     int64_t refreshed_ms; /* thread-only */
 } shard_splitter_t;
 
 /* ---------------------------------------------------------------- counters */
+
+/* The load policy's key samples of one chunk (guarded by the metadata's load_mu). */
+#define SHARD_LOAD_SAMPLES 33
+typedef struct shard_load_ring {
+    bson_t *keys[SHARD_LOAD_SAMPLES];
+    uint32_t next;
+} shard_load_ring_t;
 
 void
 shard_splitter_meta_init(shard_coll_meta_t *m)
@@ -61,7 +72,11 @@ shard_splitter_meta_init(shard_coll_meta_t *m)
     m->ncounters = n;
     m->chunk_bytes = bson_malloc0((n + 1) * sizeof(*m->chunk_bytes));
     m->chunk_queued = bson_malloc0((n + 1) * sizeof(*m->chunk_queued));
+    m->chunk_ops = bson_malloc0((n + 1) * sizeof(*m->chunk_ops));
+    m->load_rings = bson_malloc0((n + 1) * sizeof(*m->load_rings));
+    pthread_mutex_init(&m->load_mu, NULL);
     for (size_t i = 0; i < n; i++) {
+        atomic_init(&m->chunk_ops[i], 0);
         atomic_init(&m->chunk_bytes[i], 0);
         atomic_init(&m->chunk_queued[i], false);
     }
@@ -72,6 +87,20 @@ shard_splitter_meta_cleanup(shard_coll_meta_t *m)
 {
     bson_free(m->chunk_bytes);
     bson_free(m->chunk_queued);
+    bson_free(m->chunk_ops);
+    m->chunk_ops = NULL;
+    if (m->load_rings != NULL) {
+        for (size_t i = 0; i < m->ncounters; i++) {
+            for (size_t k = 0; k < SHARD_LOAD_SAMPLES; k++) {
+                if (m->load_rings[i].keys[k] != NULL) {
+                    bson_destroy(m->load_rings[i].keys[k]);
+                }
+            }
+        }
+        bson_free(m->load_rings);
+        m->load_rings = NULL;
+        pthread_mutex_destroy(&m->load_mu);
+    }
     m->chunk_bytes = NULL;
     m->chunk_queued = NULL;
     m->ncounters = 0;
@@ -101,6 +130,7 @@ shard_splitter_carry_over(const shard_coll_meta_t *old, shard_coll_meta_t *m)
                    shl_routing_table_chunk_shard(m->rt, i)) == 0) {
             atomic_store(&m->chunk_bytes[i], atomic_load(&old->chunk_bytes[j]));
             atomic_store(&m->chunk_queued[i], atomic_load(&old->chunk_queued[j]));
+            atomic_store(&m->chunk_ops[i], atomic_load(&old->chunk_ops[j]));
         }
     }
 }
@@ -229,6 +259,62 @@ scan_counters(shard_state_t *s)
     bson_free(metas);
 }
 
+/* Count an operation on chunk idx of m; while the policy is "load", one in 4 also leaves its
+ * shard key in the chunk's ring. */
+static void
+load_count(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, const bson_t *key)
+{
+    int64_t before = atomic_fetch_add(&m->chunk_ops[idx], 1);
+    shard_load_ring_t *ring;
+
+    if (!atomic_load(&sp->count_reads) || m->load_rings == NULL || (before & 3) != 0) {
+        return;
+    }
+    pthread_mutex_lock(&m->load_mu);
+    ring = &m->load_rings[idx];
+    if (ring->keys[ring->next] != NULL) {
+        bson_destroy(ring->keys[ring->next]);
+    }
+    ring->keys[ring->next] = bson_copy(key);
+    ring->next = (ring->next + 1) % SHARD_LOAD_SAMPLES;
+    pthread_mutex_unlock(&m->load_mu);
+}
+
+static int
+key_cmp(const void *a, const void *b)
+{
+    return shl_shard_key_compare(*(bson_t *const *)a, *(bson_t *const *)b);
+}
+
+/* The median of chunk idx's sampled keys into 'out' (appended as field "loadMedian") when it
+ * lies strictly inside the chunk; nothing with too few samples. */
+static void
+append_load_median(shard_coll_meta_t *m, size_t idx, const bson_t *min, const bson_t *max,
+                   bson_t *out)
+{
+    bson_t *keys[SHARD_LOAD_SAMPLES];
+    size_t n = 0;
+
+    pthread_mutex_lock(&m->load_mu);
+    for (size_t k = 0; k < SHARD_LOAD_SAMPLES; k++) {
+        if (m->load_rings[idx].keys[k] != NULL) {
+            keys[n++] = bson_copy(m->load_rings[idx].keys[k]);
+        }
+    }
+    pthread_mutex_unlock(&m->load_mu);
+    if (n >= 8) {
+        const bson_t *mid;
+        qsort(keys, n, sizeof(keys[0]), key_cmp);
+        mid = keys[n / 2];
+        if (shl_shard_key_compare(min, mid) < 0 && shl_shard_key_compare(mid, max) < 0) {
+            BSON_APPEND_DOCUMENT(out, "loadMedian", mid);
+        }
+    }
+    for (size_t k = 0; k < n; k++) {
+        bson_destroy(keys[k]);
+    }
+}
+
 void
 shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
 {
@@ -254,6 +340,7 @@ shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
         goto done;
     }
     atomic_store(&sp->dirty, true);
+    load_count(sp, m, idx, &key);
     limit = max_bytes_for(sp, ns) / SHARD_SPLIT_TEST_FACTOR;
     total = atomic_fetch_add(&m->chunk_bytes[idx], (int64_t)post->len) + (int64_t)post->len;
     maybe_queue(sp, m, idx, total, limit);
@@ -261,6 +348,134 @@ done:
     shl_status_clear(&st);
     bson_destroy(&key);
     shard_meta_release(m);
+}
+
+void
+shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc)
+{
+    shard_state_t *s = m->owner;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t key = BSON_INITIALIZER;
+    size_t idx;
+
+    if (s == NULL || s->splitter == NULL || !atomic_load(&s->splitter->count_reads) ||
+        m->rt == NULL || m->chunk_ops == NULL || m->owns_no_chunk) {
+        goto done;
+    }
+    bson_destroy(&key);
+    if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
+            0 &&
+        shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 && idx < m->ncounters) {
+        load_count(s->splitter, m, idx, &key);
+    }
+done:
+    shl_status_clear(&st);
+    bson_destroy(&key);
+}
+
+/* The metadata of every user collection this shard knows sharded, referenced (release each
+ * with shard_meta_release and free the array). */
+static size_t
+tracked_metas(shard_state_t *s, shard_coll_meta_t ***out)
+{
+    shard_coll_meta_t **metas = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        shard_coll_meta_t *m = c->meta;
+        if (m == NULL || m->rt == NULL || m->chunk_ops == NULL || m->owns_no_chunk ||
+            !user_ns(c->ns)) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap == 0 ? 8 : cap * 2;
+            metas = bson_realloc(metas, cap * sizeof(*metas));
+        }
+        shl_db_orphan_filter_ref(&m->filter);
+        metas[n++] = m;
+    }
+    pthread_mutex_unlock(&s->mu);
+    *out = metas;
+    return n;
+}
+
+/* Decay every load counter by 1/4 (once a second): a steady rate r settles near 4 r, within
+ * 10 % of it in 8 s. */
+static void
+decay_loads(shard_state_t *s)
+{
+    shard_coll_meta_t **metas = NULL;
+    size_t n = tracked_metas(s, &metas);
+
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; i < metas[k]->ncounters; i++) {
+            int64_t v = atomic_load(&metas[k]->chunk_ops[i]);
+            /* A subtraction, so concurrent increments are kept. */
+            atomic_fetch_sub(&metas[k]->chunk_ops[i], v - (v * 3) / 4);
+        }
+        shard_meta_release(metas[k]);
+    }
+    bson_free(metas);
+}
+
+/* _shardsvrGetChunkLoad: ns -> {chunks: [{min, max, load}]} for the chunks this shard owns. */
+static int
+cmd_get_chunk_load(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shard_state_t *s = shard_state(op);
+    const char *ns = NULL;
+    shard_coll_meta_t *m = NULL;
+    bson_t arr;
+    bson_iter_t it;
+
+    if (!bson_iter_init(&it, cmd) || !bson_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_shardsvrGetChunkLoad needs a namespace string");
+    }
+    ns = bson_iter_utf8(&it, NULL);
+    m = shard_meta_peek(s, ns);
+    BSON_APPEND_ARRAY_BEGIN(reply, "chunks", &arr);
+    if (m != NULL && m->rt != NULL && m->chunk_ops != NULL) {
+        uint32_t k = 0;
+        for (size_t i = 0; i < m->ncounters; i++) {
+            bson_t min, max, e;
+            char key[16];
+            const char *kp;
+            if (strcmp(shl_routing_table_chunk_shard(m->rt, i), m->shard_name) != 0) {
+                continue;
+            }
+            shl_routing_table_chunk_bounds(m->rt, i, &min, &max);
+            bson_uint32_to_string(k++, &kp, key, sizeof(key));
+            bson_append_document_begin(&arr, kp, -1, &e);
+            BSON_APPEND_DOCUMENT(&e, "min", &min);
+            BSON_APPEND_DOCUMENT(&e, "max", &max);
+            BSON_APPEND_INT64(&e, "load", atomic_load(&m->chunk_ops[i]));
+            if (m->load_rings != NULL) {
+                append_load_median(m, i, &min, &max, &e);
+            }
+            bson_append_document_end(&arr, &e);
+        }
+    }
+    bson_append_array_end(reply, &arr);
+done:
+    shard_meta_release(m);
+    return ret;
+}
+
+static const shl_command_t load_commands[] = {
+    {.name = "_shardsvrGetChunkLoad",
+     .run = cmd_get_chunk_load,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the decayed per-chunk operation counts of a collection (load policy)"},
+};
+
+void
+shard_load_register(shl_command_registry_t *reg)
+{
+    for (size_t i = 0; i < sizeof(load_commands) / sizeof(load_commands[0]); i++) {
+        shl_command_registry_add(reg, &load_commands[i]);
+    }
 }
 
 /* ---------------------------------------------------------------- settings */
@@ -283,12 +498,13 @@ refresh_settings(shard_state_t *s)
     shl_status_t st = SHL_STATUS_INIT;
     bson_iter_t arr;
     int64_t bytes = DEFAULT_CHUNK_SIZE_BYTES;
-    bool enabled = true;
+    bool enabled = true, load = false;
     coll_setting_t *colls = NULL, *old;
 
     bson_destroy(&reply);
     cmd = BCON_NEW("find", BCON_UTF8("settings"), "filter", "{", "_id", "{", "$in", "[",
-                   BCON_UTF8("chunksize"), BCON_UTF8("autosplit"), "]", "}", "}");
+                   BCON_UTF8("chunksize"), BCON_UTF8("autosplit"), BCON_UTF8("balancer"), "]",
+                   "}", "}");
     if (shard_config_cmd(s, "config", cmd, CONFIG_TIMEOUT_MS, &reply, &st) != 0) {
         goto done;
     }
@@ -312,9 +528,14 @@ refresh_settings(shard_state_t *s)
             } else if (strcmp(bson_iter_utf8(&id, NULL), "autosplit") == 0) {
                 bson_iter_t e;
                 enabled = !bson_iter_init_find(&e, &doc, "enabled") || bson_iter_as_bool(&e);
+            } else if (strcmp(bson_iter_utf8(&id, NULL), "balancer") == 0) {
+                bson_iter_t e;
+                load = bson_iter_init_find(&e, &doc, "policy") && BSON_ITER_HOLDS_UTF8(&e) &&
+                       strcmp(bson_iter_utf8(&e, NULL), "load") == 0;
             }
         }
     }
+    atomic_store(&sp->count_reads, load);
     bson_destroy(cmd);
     bson_destroy(&reply);
     cmd = BCON_NEW("find", BCON_UTF8("collections"), "filter", "{", "$or", "[", "{",
@@ -646,6 +867,10 @@ splitter_main(void *arg)
             refresh_settings(s);
             sp->refreshed_ms = now;
             scan_counters(s);
+        }
+        if (aware && now - sp->decayed_ms >= 1000) {
+            sp->decayed_ms = now;
+            decay_loads(s);
         }
         pthread_mutex_lock(&sp->mu);
         if (sp->head != NULL && !sp->stop && aware) {

@@ -58,6 +58,19 @@ void shard_splitter_meta_init(shard_coll_meta_t *m);
 void shard_splitter_carry_over(const shard_coll_meta_t *old, shard_coll_meta_t *m);
 void shard_splitter_meta_cleanup(shard_coll_meta_t *m);
 
+/*
+ * The load policy's counters (docs/design/balancer.md "Load"): writes count in
+ * shard_splitter_note_write; shard_load_note_read counts a document a versioned read
+ * examined (the orphan filter's call) in its chunk's counter, only while config.settings
+ * balancer policy is "load" (else one atomic load). The splitter thread decays the counters
+ * by 1/4 each second. shard_load_register adds _shardsvrGetChunkLoad {ns} ->
+ * {chunks: [{min, max, load, loadMedian?}]} (the chunks this shard owns; loadMedian: the
+ * median of the shard keys of sampled operations, one in 4 while the policy is "load", the
+ * last 33 kept per chunk, when it lies strictly inside the chunk).
+ */
+void shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc);
+void shard_load_register(shl_command_registry_t *reg);
+
 /* shard_splitter_server_status -- shardingStatistics' autoSplit fields. */
 void shard_splitter_server_status(shard_state_t *s, bson_t *section);
 

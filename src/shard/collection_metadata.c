@@ -11,6 +11,7 @@
  * received, or _flushRoutingTableCacheUpdates); holders of the old one (open cursors)
  * keep filtering with it.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -40,6 +41,11 @@ meta_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
     size_t idx;
     bool owns = false;
 
+    if (m->rt != NULL) {
+        /* The load policy's read counter (chunk_splitter.h): counters and samples are the
+         * metadata's mutable part (atomics, load_mu). */
+        shard_load_note_read((shard_coll_meta_t *)(uintptr_t)f, doc);
+    }
     if (m->rt == NULL) {
         owns = true;
     } else if (m->owns_all_chunks) {

@@ -18,6 +18,7 @@
 #include "net/command_args.h"
 #include "net/service.h"
 #include "net/stmt_batch.h"
+#include "base/clock.h"
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
@@ -25,6 +26,8 @@
 
 /* MongoDB's: the recipient's thread after cloning, before catching up (an abort ends it). */
 SHL_FAILPOINT_DEFINE(migrateThreadHangAtStep3)
+/* Shale's: perturb this recipient's range digest so that the donor sees a mismatch. */
+SHL_FAILPOINT_DEFINE(migrationCorruptDigest)
 
 static const char *const state_names[] = {"ready",       "clone", "catchup", "steady",
                                           "commitStart", "done",  "fail",    "abort"};
@@ -416,6 +419,23 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
      * the documents, so they must survive a kill -9 here (the local writes were j:false). */
     SHL_ERR(shl_storage_wait_durable(r->s->svc->storage, shl_storage_clock_now(r->s->svc->storage),
                                      st));
+    if (shl_opt_bool(SHL_OPT_migrationVerifyDigest)) {
+        /* The range is complete here: its digest goes back with the commit reply. */
+        mig_digest_t dg;
+        int64_t start_us = shl_clock_mono_us();
+        SHL_ERR(mig_range_digest(r->s, r->ns, &r->coll_uuid, r->key_pattern, r->min, r->max, &dg,
+                                 st));
+        SHL_LOG_INFO(SHARDING, 4200222, "Incoming migration range digest computed", "ns",
+                     BCON_UTF8(r->ns), "count", BCON_INT64(dg.count), "durationMicros",
+                     BCON_INT64(shl_clock_mono_us() - start_us));
+        if (SHL_FAILPOINT_FIRES(migrationCorruptDigest)) {
+            dg.sum ^= 1;
+        }
+        pthread_mutex_lock(&r->s->mig_mu);
+        r->digest = dg;
+        r->has_digest = true;
+        pthread_mutex_unlock(&r->s->mig_mu);
+    }
     set_state(r, MIG_DONE);
 done:
     bson_destroy(&cmd);
@@ -652,6 +672,9 @@ mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     append_status(r, reply);
     if (r->state != MIG_DONE) {
         SHL_FAIL(st, SHL_CODE_OPERATION_FAILED, "_recvChunkCommit failed: %s", r->error.reason);
+    }
+    if (r->has_digest) {
+        mig_digest_append(reply, MIG_DIGEST_FIELD, &r->digest);
     }
 done:
     pthread_mutex_unlock(&s->mig_mu);

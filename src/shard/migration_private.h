@@ -12,6 +12,7 @@
 
 #include "base/namespace.h"
 #include "shard/shard_private.h"
+#include "shard/migration_digest.h"
 #include "sharding/shard_key.h"
 #include "sharding/sharding_types.h"
 
@@ -50,6 +51,8 @@ typedef struct shard_recipient {
     bool abort_requested;
     atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */
     bool finished;      /* the thread has ended (state done, fail or abort) */
+    bool has_digest;     /* digest computed once the range is complete (migration_digest.h) */
+    mig_digest_t digest;
     pthread_t thread;
 } shard_recipient_t;
 

@@ -1463,10 +1463,93 @@ commit_valid_after(shard_state_t *s, const bson_t *recipient_reply)
     return ts;
 }
 
+/*
+ * The donor's digest of the range, computed by a thread of its own while the recipient
+ * computes its digest (both in the critical section: the donor's range no longer changes once
+ * writes are blocked and the transactions that wrote it are done).
+ */
+typedef struct digest_job {
+    shard_state_t *s;
+    const coord_t *c;
+    const shl_shard_key_pattern_t *kp;
+    mig_digest_t digest;
+    int ret;
+    shl_status_t st;
+    int64_t micros;
+    pthread_t thread;
+} digest_job_t;
+
+static void *
+digest_main(void *arg)
+{
+    digest_job_t *j = arg;
+    int64_t start_us = shl_clock_mono_us();
+
+    j->ret = mig_range_digest(j->s, j->c->ns, &j->c->coll_uuid, &j->kp->pattern, j->c->min,
+                              j->c->max, &j->digest, &j->st);
+    j->micros = shl_clock_mono_us() - start_us;
+    return NULL;
+}
+
+/* Start the donor's digest ('started' false: pthread_create failed, run it inline). */
+static void
+digest_start(digest_job_t *j, shard_state_t *s, const coord_t *c,
+             const shl_shard_key_pattern_t *kp, bool *started)
+{
+    memset(j, 0, sizeof(*j));
+    j->s = s;
+    j->c = c;
+    j->kp = kp;
+    j->st = (shl_status_t)SHL_STATUS_INIT;
+    *started = pthread_create(&j->thread, NULL, digest_main, j) == 0;
+}
+
+/*
+ * Compare the donor's digest (job 'j', joined here) with the recipient's ('theirs'; NULL when
+ * its reply had none, which fails too: every Shale recipient sends one). A mismatch logs both
+ * (4200220) and fails with DataCorruptionDetected: the caller aborts the migration.
+ */
+static int
+verify_digest(digest_job_t *j, bool *started, const mig_digest_t *theirs, shl_status_t *st)
+{
+    int ret = 0;
+    char a[128], b[128];
+
+    if (*started) {
+        pthread_join(j->thread, NULL);
+        *started = false;
+    } else {
+        digest_main(j);
+    }
+    if (j->ret != 0) {
+        *st = j->st;
+        ret = j->ret;
+        goto done;
+    }
+    mig_digest_format(&j->digest, a, sizeof(a));
+    if (theirs == NULL || !mig_digest_eq(theirs, &j->digest)) {
+        if (theirs != NULL) {
+            mig_digest_format(theirs, b, sizeof(b));
+        } else {
+            snprintf(b, sizeof(b), "none");
+        }
+        SHL_LOG_ERROR(SHARDING, 4200220, "Migration range digest mismatch; aborting", "ns",
+                      BCON_UTF8(j->c->ns), "donorDigest", BCON_UTF8(a), "recipientDigest",
+                      BCON_UTF8(b));
+        SHL_FAIL(st, SHL_CODE_DATA_CORRUPTION_DETECTED,
+                 "Range digest mismatch between donor (%s) and recipient %s (%s)", a,
+                 j->c->recipient, b);
+    }
+    SHL_LOG_INFO(SHARDING, 4200221, "Migration range digests match", "ns", BCON_UTF8(j->c->ns),
+                 "digest", BCON_UTF8(a), "durationMicros", BCON_INT64(j->micros));
+done:
+    return ret;
+}
+
 static int
 send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_t *m,
                       const shl_chunk_version_t *chunk_version, uint64_t valid_after,
-                      shl_status_t *st)
+                      const mig_digest_t *digest, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, chunk, wc;
@@ -1487,6 +1570,9 @@ send_commit_to_config(shard_state_t *s, const coord_t *c, const shard_coll_meta_
     if (valid_after != 0) {
         bson_append_timestamp(&cmd, "validAfter", -1, (uint32_t)(valid_after >> 32),
                               (uint32_t)(valid_after & 0xffffffffu));
+    }
+    if (digest != NULL) {
+        mig_digest_append(&cmd, MIG_DIGEST_FIELD, digest);
     }
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
@@ -1551,7 +1637,10 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     coord_t c;
     size_t idx = 0;
     bson_t cmin, cmax;
-    bool persisted = false, crit = false, committed = false;
+    bool persisted = false, crit = false, committed = false, has_digest = false;
+    bool verify = false, digesting = false;
+    mig_digest_t recv_digest;
+    digest_job_t dj;
     uint64_t valid_after = 0;
     shl_chunk_version_t chunk_version;
     char r[512];
@@ -1643,6 +1732,11 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     SHL_ERR(wait_txn_writers(s, op, a->ns, st));
     /* The last writes before the critical section may have passed the limit. */
     SHL_ERR(check_mods_memory(s, d, st));
+    verify = shl_opt_bool(SHL_OPT_migrationVerifyDigest);
+    if (verify) {
+        /* The donor's range is final now: digest it while the recipient digests its copy. */
+        digest_start(&dj, s, &c, &d->pattern, &digesting);
+    }
     {
         bson_t cmd = BSON_INITIALIZER, reply;
         BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);
@@ -1650,6 +1744,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         ret = shard_remote_cmd(s, c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
         if (ret == 0) {
             valid_after = commit_valid_after(s, &reply);
+            ret = mig_digest_parse(&reply, MIG_DIGEST_FIELD, &recv_digest, &has_digest, st);
         }
         bson_destroy(&cmd);
         bson_destroy(&reply);
@@ -1657,9 +1752,14 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     }
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_ALL, st));
     capture_stop(s, d);
+    /* Checksum verification: no write reaches the range now (migration_digest.h). */
+    if (verify) {
+        SHL_ERR(verify_digest(&dj, &digesting, has_digest ? &recv_digest : NULL, st));
+    }
     pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
 
-    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after, st);
+    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after,
+                                verify ? &dj.digest : NULL, st);
     if (ret != 0) {
         shl_status_t why = *st;
         /* Did the commit happen? Ask the authority before deciding. */
@@ -1734,6 +1834,9 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         }
     }
 done:
+    if (digesting) {
+        pthread_join(dj.thread, NULL); /* it reads c and d->pattern */
+    }
     capture_stop(s, d);
     if (crit) {
         shl_status_t tmp = SHL_STATUS_INIT;

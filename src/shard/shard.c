@@ -152,6 +152,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     svc->hooks.append_current_op = shard_current_op;
     shard_commands_register(reg);
     shard_migration_commands_register(reg);
+    shard_load_register(reg);
     shard_range_deleter_commands_register(reg);
     shard_create_participant_register(reg);
     shard_move_primary_register(reg);

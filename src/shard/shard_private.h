@@ -57,6 +57,14 @@ typedef struct shard_coll_meta {
     size_t ncounters;
     atomic_int_fast64_t *chunk_bytes;
     atomic_bool *chunk_queued;
+    /* The load policy's per-chunk operation counters (chunk_splitter.c): reads and writes
+     * of the chunk's documents, decayed by 1/4 a second (about 4 x the ops/s). Atomics. */
+    atomic_int_fast64_t *chunk_ops;
+    /* Per chunk, a ring of the shard keys of sampled operations (one in 4, while the balancer
+     * policy is "load"): their median is where a hot chunk splits. Guarded by load_mu
+     * (initialised with chunk_ops). */
+    pthread_mutex_t load_mu;
+    struct shard_load_ring *load_rings;
 } shard_coll_meta_t;
 
 /* One entry of the ns -> metadata map (MongoDB's CollectionShardingRuntime). */

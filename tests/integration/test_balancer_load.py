@@ -1,0 +1,157 @@
+"""The load policy (issue 16 item 4, beyond MongoDB): shards keep decayed per-chunk read and
+write counters (_shardsvrGetChunkLoad); with config.settings {_id: "balancer", policy: "load"}
+the balancer moves load, not chunk counts, from the busiest shard to the least busy. Here the
+chunks are even by count (4/4) but 80 % of the operations go to two chunks of shard0: the
+balancer moves one of them, and afterwards no shard serves more than 60 % of the operations
+(measured with each shard's serverStatus opcounters)."""
+
+import random
+import threading
+
+import pymongo
+import pytest
+
+from shale_fixtures import Background, config_db, fail_point, module_cluster, wait_until
+
+PER_CHUNK = 100
+NCHUNKS = 8
+
+
+@pytest.fixture(scope="module")
+def lc(request):
+    with module_cluster(request, shards=2) as c:
+        fail_point(c.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
+                   {"intervalMs": 200})
+        config_db(c).settings.update_one({"_id": "balancer"},
+                                         {"$set": {"_waitForDelete": True}}, upsert=True)
+        c.router_client().admin.command("balancerStop")
+        yield c
+
+
+def _owner(c, ns, x):
+    cfg = config_db(c)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+    for ch in cfg.chunks.find({"uuid": uuid}):
+        lo, hi = ch["min"]["x"], ch["max"]["x"]
+        if (not isinstance(lo, int) or lo <= x) and (not isinstance(hi, int) or x < hi):
+            return ch["shard"]
+    raise AssertionError("no chunk holds x=%r" % x)
+
+
+def _ops(c, i):
+    oc = c.shard_client(i).admin.command("serverStatus")["opcounters"]
+    return oc["query"] + oc["update"]
+
+
+class Skewed:
+    """Reads and updates through the router: 80 % on x in [0, 200) (two chunks), the rest
+    spread over the whole key space."""
+
+    def __init__(self, c, coll="c", hot=2 * PER_CHUNK):
+        self.hot = hot
+        self.client = pymongo.MongoClient(c.uri())
+        self.coll = self.client.load[coll]
+        self.stop = threading.Event()
+        self.bg = Background(self.run)
+
+    def run(self):
+        rnd = random.Random(16)
+        n = 0
+        while not self.stop.is_set():
+            if rnd.random() < 0.8:
+                x = rnd.randrange(0, self.hot)
+            else:
+                x = rnd.randrange(0, NCHUNKS * PER_CHUNK)
+            if n % 2:
+                self.coll.update_one({"x": x}, {"$inc": {"n": 1}})
+            else:
+                self.coll.find_one({"x": x})
+            n += 1
+        return n
+
+    def finish(self):
+        self.stop.set()
+        self.bg.join(60)
+        self.client.close()
+        assert self.bg.error is None, self.bg.error
+
+
+def _shares(c, seconds_of_ops=400):
+    """Each shard's share of the operations while the workload makes ~seconds_of_ops more."""
+    before = [_ops(c, i) for i in range(2)]
+    wait_until(lambda: sum(_ops(c, i) for i in range(2)) - sum(before) >= seconds_of_ops,
+               what="%d more operations on the shards" % seconds_of_ops)
+    deltas = [_ops(c, i) - before[i] for i in range(2)]
+    return [d / float(sum(deltas)) for d in deltas]
+
+
+def test_load_policy_moves_a_hot_chunk(lc):
+    r = lc.router_client()
+    ns = "load.c"
+    r.admin.command("enableSharding", "load", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.load.c.insert_many([{"_id": i, "x": i, "n": 0} for i in range(NCHUNKS * PER_CHUNK)])
+    for k in range(1, NCHUNKS):
+        r.admin.command("split", ns, middle={"x": k * PER_CHUNK})
+    for k in range(NCHUNKS // 2, NCHUNKS):
+        r.admin.command("moveChunk", ns, find={"x": k * PER_CHUNK}, to="shard1",
+                        _waitForDelete=True)
+    config_db(lc).settings.update_one({"_id": "balancer"}, {"$set": {"policy": "load"}})
+    w = Skewed(lc)
+    try:
+        before = _shares(lc)
+        assert before[0] > 0.75, before  # the skew: shard0 serves most operations
+        # Counters: the shard reports its chunks' decayed loads, hot ones highest.
+        loads = lc.shard_client(0).admin.command("_shardsvrGetChunkLoad", ns)["chunks"]
+        assert len(loads) == NCHUNKS // 2
+        assert max(loads, key=lambda e: e["load"])["max"]["x"] in (PER_CHUNK, 2 * PER_CHUNK)
+        r.admin.command("balancerStart")
+        wait_until(lambda: _owner(lc, ns, 0) != _owner(lc, ns, PER_CHUNK), timeout=40,
+                   what="the two hot chunks on different shards")
+        after = _shares(lc)
+        print("load policy: op shares before %s after %s" % (before, after))
+        assert max(after) <= 0.6, after
+    finally:
+        w.finish()
+        r.admin.command("balancerStop")
+    # The count policy would have moved nothing: the chunks were even by count.
+    assert r.load.c.count_documents({}) == NCHUNKS * PER_CHUNK
+
+
+def test_load_policy_splits_a_hot_chunk_at_its_load_median(lc):
+    r = lc.router_client()
+    ns = "load.h"
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.load.h.insert_many([{"_id": i, "x": i, "n": 0} for i in range(4 * PER_CHUNK)])
+    for k in range(1, 4):
+        r.admin.command("split", ns, middle={"x": k * PER_CHUNK})
+    for k in (2, 3):
+        r.admin.command("moveChunk", ns, find={"x": k * PER_CHUNK}, to="shard1",
+                        _waitForDelete=True)
+    config_db(lc).settings.update_one({"_id": "balancer"}, {"$set": {"policy": "load"}})
+    # 80 % of the operations on the first chunk alone: moving it would only move the problem.
+    w = Skewed(lc, coll="h", hot=PER_CHUNK)
+    cfg = config_db(lc)
+    uuid = cfg.collections.find_one({"_id": ns})["uuid"]
+
+    def hot_halves_apart():
+        chunks = list(cfg.chunks.find({"uuid": uuid}).sort("min", 1))
+        first = chunks[0]
+        hi = first["max"]["x"]
+        return len(chunks) == 5 and 0 < hi < PER_CHUNK and first["shard"] != chunks[1]["shard"]
+    try:
+        before = _shares(lc)
+        assert before[0] > 0.75, before
+        r.admin.command("balancerStart")
+        wait_until(hot_halves_apart, timeout=50,
+                   what="the hot chunk split inside and its halves on different shards")
+        after = _shares(lc)
+        print("load policy split: op shares before %s after %s" % (before, after))
+        assert max(after) <= 0.6, after
+    finally:
+        w.finish()
+        r.admin.command("balancerStop")
+    entry = cfg.changelog.find_one({"what": {"$in": ["split", "multi-split"]}, "ns": ns,
+                                    "details.left.max.x": {"$gt": 0, "$lt": PER_CHUNK}})
+    assert entry is not None
+    assert r.load.h.count_documents({}) == 4 * PER_CHUNK
