@@ -124,6 +124,13 @@ def test_top_chunk_is_split_at_its_last_key(cluster):
 def test_top_chunk_moves_away_after_its_split(cluster, chunksize_1mb):
     ns = shard_collection(cluster, "as8", "c")
     r = cluster.router_client()
+    # The earlier tests' collections sit unbalanced on shard0: keep the balancer off them
+    # (sh.disableBalancing), or shard0 would be donating one of their chunks when the
+    # splitter asks for this move, which is then refused (one migration per shard).
+    cfg = config_db(cluster)
+    others = {"_id": {"$ne": ns}, "noBalance": {"$ne": True}}
+    held = [d["_id"] for d in cfg.collections.find(others, {"_id": 1})]
+    cfg.collections.update_many({"_id": {"$in": held}}, {"$set": {"noBalance": True}})
     # Rounds every 10 s here: the move right after the split comes from the splitter's request.
     fail_point(cluster.config_client(), "overrideBalanceRoundInterval", "off")
     r.admin.command("balancerStart")
@@ -135,6 +142,7 @@ def test_top_chunk_moves_away_after_its_split(cluster, chunksize_1mb):
         r.admin.command("balancerStop")
         fail_point(cluster.config_client(), "overrideBalanceRoundInterval", "alwaysOn",
                    {"intervalMs": 200})
+        cfg.collections.update_many({"_id": {"$in": held}}, {"$unset": {"noBalance": ""}})
     top = chunks(cluster, ns)[-1]
     assert top["shard"] == "shard1"
     # The ascending inserts after the move went to shard1.
