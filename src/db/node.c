@@ -115,6 +115,10 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
     bson_append_document_end(&lw, &ot);
     BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", (int64_t)SHL_TS_SECS(ts) * 1000);
+    /* A multi-member set's majority point is its commit point (repl_hooks.h). */
+    if (node->repl.majority_ts != NULL) {
+        ts = node->repl.majority_ts(node->repl.arg);
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&lw, "majorityOpTime", &ot);
     db_append_ts(&ot, "ts", ts);
     BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
