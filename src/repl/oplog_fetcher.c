@@ -30,6 +30,17 @@ typedef struct fetcher {
     uint64_t fetch_from; /* the next find starts here (an entry we have, or the set's first) */
 } fetcher_t;
 
+/* The array at 'it' as a view. */
+static bool
+array_view(const bson_iter_t *it, bson_t *out)
+{
+    const uint8_t *data = NULL;
+    uint32_t len = 0;
+
+    bson_iter_array(it, &len, &data);
+    return data != NULL && bson_init_static(out, data, len);
+}
+
 /* Wait up to 'ms' on the coordinator's wake condition; false once stopping. */
 static bool
 pause_ms(repl_coord_t *rc, int64_t ms)
@@ -121,7 +132,7 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
 {
     repl_coord_t *rc = f->rc;
     bson_iter_t it;
-    bson_t *entries = NULL;
+    bson_t **entries = NULL; /* heap copies: a bson_t must never move */
     size_t n = 0, cap = 0;
     uint64_t last = f->applied;
     int ret = 0;
@@ -161,11 +172,11 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
             cap = cap ? cap * 2 : 64;
             entries = bson_realloc(entries, cap * sizeof(*entries));
         }
-        bson_copy_to(&e, &entries[n++]);
+        entries[n++] = bson_copy(&e);
         last = ts;
     }
     if (n > 0) {
-        SHL_ERR(shl_oplog_apply_replicated(rc->eng, entries, n, st));
+        SHL_ERR(shl_oplog_apply_replicated(rc->eng, (const bson_t *const *)entries, n, st));
         f->applied = last;
         f->fetch_from = last;
         shl_storage_clock_advance(rc->eng, last);
@@ -176,7 +187,7 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
     }
 done:
     for (size_t i = 0; i < n; i++) {
-        bson_destroy(&entries[i]);
+        bson_destroy(entries[i]);
     }
     bson_free(entries);
     return ret;
@@ -219,7 +230,8 @@ fetch_once(fetcher_t *f, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a cursor");
     }
     f->cursor_id = bson_iter_as_int64(&it);
-    if (!shl_bson_get_subdoc(&cursor, first ? "firstBatch" : "nextBatch", &batch)) {
+    if (!bson_iter_init_find(&it, &cursor, first ? "firstBatch" : "nextBatch") ||
+        !BSON_ITER_HOLDS_ARRAY(&it) || !array_view(&it, &batch)) {
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a batch");
     }
     if (first && bson_count_keys(&batch) == 0) {

@@ -151,13 +151,13 @@ cmd_initiate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     self = repl_config_find(&cfg, op->svc->me);
     if (self < 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_REPLICA_SET_CONFIG,
+        SHL_FAIL(st, SHL_CODE_NODE_NOT_FOUND,
                  "No host described in new configuration with {version: %lld, term: 1} for "
                  "replica set %s maps to this node",
                  (long long)cfg.version, cfg.set_name);
     }
     if (cfg.members[self].arbiter || cfg.members[self].priority == 0) {
-        SHL_FAIL(st, SHL_CODE_INVALID_REPLICA_SET_CONFIG,
+        SHL_FAIL(st, SHL_CODE_NODE_NOT_ELECTABLE,
                  "This node, %s, with _id %d is not electable under the new configuration with "
                  "{version: %lld, term: 1} for replica set %s",
                  op->svc->me, (int)cfg.members[self].id, (long long)cfg.version, cfg.set_name);
@@ -429,6 +429,8 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     if (shl_bson_get_subdoc(cmd, "config", &cdoc)) {
         repl_config_t cfg;
         bool newer;
+        /* One install at a time: the initiator's push and its heartbeat may cross. */
+        pthread_mutex_lock(&rc->install_mu);
         pthread_mutex_lock(&rc->mu);
         newer = !rc->configured;
         pthread_mutex_unlock(&rc->mu);
@@ -443,6 +445,7 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             repl_config_cleanup(&cfg);
             bson_destroy(&cfg.doc);
         }
+        pthread_mutex_unlock(&rc->install_mu);
     }
     pthread_mutex_lock(&rc->mu);
     if (rc->configured && bson_iter_init_find(&it, cmd, "fromId") && bson_iter_as_int64(&it) >= 0) {
@@ -495,8 +498,14 @@ cmd_update_position(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     if (!rc->configured) {
         SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "no replset config has been received");
     }
-    if (!shl_bson_get_subdoc(cmd, "optimes", &arr)) {
-        SHL_FAIL(st, SHL_CODE_NO_SUCH_KEY, "Missing expected field \"optimes\"");
+    if (!bson_iter_init_find(&it, cmd, "optimes") || !BSON_ITER_HOLDS_ARRAY(&it)) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "optimes must be an array");
+    }
+    {
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_array(&it, &len, &data);
+        bson_init_static(&arr, data, len);
     }
     bson_iter_init(&it, &arr);
     while (bson_iter_next(&it)) {

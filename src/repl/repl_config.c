@@ -387,11 +387,8 @@ repl_config_cleanup(repl_config_t *cfg)
 void
 repl_config_copy(const repl_config_t *src, repl_config_t *dst)
 {
-    bson_t doc;
-
     memcpy(dst, src, offsetof(repl_config_t, doc));
-    doc = src->doc; /* a view to copy from, never kept */
-    bson_copy_to(&doc, &dst->doc);
+    bson_copy_to(&src->doc, &dst->doc);
 }
 
 int

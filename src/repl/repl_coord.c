@@ -243,10 +243,8 @@ repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
 static void
 set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint64_t begin_ts)
 {
-    repl_config_t old = rc->cfg;
-
+    bson_destroy(&rc->cfg.doc);
     repl_config_copy(cfg, &rc->cfg);
-    repl_config_cleanup(&old);
     rc->configured = true;
     rc->self = repl_config_find(&rc->cfg, rc->svc->me);
     memset(rc->members, 0, sizeof(rc->members));
@@ -587,6 +585,7 @@ repl_shutdown(shl_service_ctx_t *svc)
         repl_config_cleanup(&rc->cfg);
         bson_destroy(&rc->cfg.doc);
         pthread_mutex_destroy(&rc->mu);
+        pthread_mutex_destroy(&rc->install_mu);
         pthread_cond_destroy(&rc->progress);
         pthread_cond_destroy(&rc->wake);
         svc->repl_state = NULL;
@@ -667,6 +666,7 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     rc->term = 1;
     bson_init(&rc->cfg.doc);
     pthread_mutex_init(&rc->mu, NULL);
+    pthread_mutex_init(&rc->install_mu, NULL);
     pthread_cond_init(&rc->progress, NULL);
     pthread_cond_init(&rc->wake, NULL);
     atomic_store(&rc->state, SHL_REPL_PRIMARY); /* a set of one, as before */

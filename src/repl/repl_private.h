@@ -104,6 +104,7 @@ typedef struct repl_coord {
     shl_storage_engine_t *eng;
     shl_conn_pool_t *pool; /* its own connections to the other members */
 
+    pthread_mutex_t install_mu; /* serialises configuration installs; taken before mu */
     pthread_mutex_t mu; /* guards everything below not marked otherwise; a leaf lock */
     pthread_cond_t progress; /* broadcast when progress, the commit point or state moves */
     bool configured;         /* a multi-member config is installed */

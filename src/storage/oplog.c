@@ -423,7 +423,7 @@ done:
 }
 
 typedef struct raw_batch {
-    const bson_t *entries;
+    const bson_t *const *entries;
     size_t n;
 } raw_batch_t;
 
@@ -436,7 +436,7 @@ write_raw_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
     for (size_t i = 0; i < b->n; i++) {
-        const bson_t *e = &b->entries[i];
+        const bson_t *e = b->entries[i];
         bson_iter_t it;
         uint32_t secs = 0, inc = 0;
         WT_ITEM v;
@@ -453,7 +453,11 @@ write_raw_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         c->set_value(c, &v);
         wtret = c->insert(c);
         if (wtret == WT_DUPLICATE_KEY) {
-            continue; /* written before a restart: the same entry */
+            /* The same entry written before a restart, or this member's own local.* write
+             * that took the slot (its clock is not the primary's): the set's entry wins. */
+            c->set_key(c, (int64_t)SHL_TS_MAKE(secs, inc));
+            c->set_value(c, &v);
+            wtret = c->update(c);
         }
         if (wtret != 0) {
             SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
@@ -468,7 +472,7 @@ done:
 }
 
 int
-shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *entries, size_t n,
+shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
                            shl_status_t *st)
 {
     raw_batch_t b = {entries, n};
@@ -479,9 +483,9 @@ shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *entries, siz
     }
     SHL_ERR(shl_storage_write_retry(eng, write_raw_unit, &b, NULL, st));
     for (size_t i = 0; i < n; i++) {
-        SHL_ERR(shl_oplog_apply(eng, &entries[i], st));
+        SHL_ERR(shl_oplog_apply(eng, entries[i], st));
         if (eng->opts.replay_derive != NULL) {
-            SHL_ERR(eng->opts.replay_derive(eng, &entries[i], eng->opts.replay_derive_arg, st));
+            SHL_ERR(eng->opts.replay_derive(eng, entries[i], eng->opts.replay_derive_arg, st));
         }
     }
 done:

@@ -72,14 +72,14 @@ int shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t
 /*
  * shl_oplog_apply_replicated --
  *     A secondary's batch from its sync source (repl/, docs/design/replication.md): the 'n'
- *     entries are first written into this node's oplog exactly as received, each at its own
+ *     entries (borrowed) are first written into this node's oplog exactly as received, each at its own
  *     ts, in one transaction (an entry already there is kept), so that a crash after this
  *     step replays them at recovery; then each is applied as shl_oplog_apply applies it,
  *     followed by the role's replay_derive hook, as recovery does. Oplog readers are woken.
  *     Entries must have increasing timestamps above the stable timestamp (a secondary pins
  *     it). Errors: BadValue for a malformed entry; those of shl_oplog_apply.
  */
-int shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *entries, size_t n,
+int shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
                                shl_status_t *st);
 
 /*
