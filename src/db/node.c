@@ -381,11 +381,18 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     so.keygen_factory = db_keygen_factory;
     so.replay_derive = node_replay_derive;
+    so.pin_stable_at_open = node->repl_set; /* until repl has pinned what it needs */
     if (node->repl_set) {
         node->txns = db_txn_registry_new(NULL);
         so.replay_derive_arg = node->txns;
     }
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
+    /* Replication sees storage before anything here can write (a secondary pins its stable
+     * timestamp below the entries it has yet to apply). */
+    if (svc->hooks.storage_opened != NULL) {
+        SHL_ERR(svc->hooks.storage_opened(svc, node->eng, st));
+    }
+    shl_storage_release_open_pin(node->eng);
     atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
     SHL_ERR(db_uwb_load(node, st));

@@ -167,6 +167,7 @@ node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
     int rc = 0;
 
+    shl_repl_preinit(svc);
     if (shl_node_init(svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
         rc = 1;

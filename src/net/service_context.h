@@ -82,6 +82,13 @@ typedef struct shl_service_hooks {
      */
     int (*admit)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
     /*
+     * A data node's storage is open and recovered, and nothing of the node runs yet (no
+     * thread, no command): repl/ reads its configuration and pins what it must. Set before
+     * the node starts (shl_repl_preinit); an error fails the start-up.
+     */
+    int (*storage_opened)(struct shl_service_ctx *svc, struct shl_storage_engine *eng,
+                          shl_status_t *st);
+    /*
      * A new request body to run instead of the one received, or NULL to run it as sent (the
      * router adds the cluster-wide default read/write concern to a command that carries
      * none). Called once the op's generic arguments are read and before it is registered;

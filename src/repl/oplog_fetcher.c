@@ -276,8 +276,11 @@ repl_fetcher_main(void *arg)
             continue;
         }
         if (fetch_once(&f, &st) != 0) {
+            uint64_t stable = shl_storage_stable_ts(f.rc->eng);
             SHL_LOG_INFO(REPL, 2180010, "oplog fetcher error", "source", BCON_UTF8(f.host),
-                         "error", BCON_UTF8(st.reason));
+                         "error", BCON_UTF8(st.reason), "applied",
+                         BCON_TIMESTAMP(SHL_TS_SECS(f.applied), SHL_TS_INC(f.applied)), "stable",
+                         BCON_TIMESTAMP(SHL_TS_SECS(stable), SHL_TS_INC(stable)));
             drop_source(&f);
             if (!pause_ms(f.rc, st.code == SHL_CODE_OPLOG_START_MISSING ? 1000 : RETRY_MS)) {
                 break;

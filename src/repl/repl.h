@@ -38,11 +38,20 @@ typedef enum shl_repl_state {
 const char *shl_repl_state_name(shl_repl_state_t s);
 
 /*
+ * shl_repl_preinit --
+ *     Before shl_node_init: on a --replSet node, ask to see storage as soon as it is open
+ *     (svc->hooks.storage_opened), to read local.system.replset and, as a secondary, pin the
+ *     stable timestamp before any write of the node can move it. No-op without --replSet.
+ */
+void shl_repl_preinit(shl_service_ctx_t *svc);
+
+/*
  * shl_repl_init --
- *     Start replication on a data node started with --replSet, after shl_node_init: load
- *     local.system.replset (a member of a multi-member set comes up SECONDARY and starts its
- *     heartbeat and oplog fetcher threads; without a config the node stays a set of one),
- *     register replSetInitiate, replSetGetConfig, replSetGetStatus, replSetHeartbeat and
+ *     Start replication on a data node started with --replSet, after shl_node_init (and
+ *     shl_repl_preinit before it): a member of a multi-member set (the configuration read at
+ *     storage_opened) starts its heartbeat and, as a secondary, its oplog fetcher thread;
+ *     without a configuration the node stays a set of one. Register
+ *     replSetInitiate, replSetGetConfig, replSetGetStatus, replSetHeartbeat and
  *     replSetUpdatePosition, and install the hooks (hello fields, NotWritablePrimary /
  *     NotPrimaryNoSecondaryOk admission, write concern waits, majority read timestamps).
  *     A no-op without --replSet. The threads stop in the service's shutdown hook (chained

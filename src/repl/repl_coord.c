@@ -643,23 +643,22 @@ repl_coord_last_replicated(repl_coord_t *rc)
     return ts;
 }
 
-int
-shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
+/* Storage is open and nothing of the node runs yet: read the configuration, and as a
+ * secondary pin the stable timestamp below the entries still to apply before any write can
+ * move it (docs/design/replication.md "Timestamps on a secondary"). */
+static int
+repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_status_t *st)
 {
     repl_coord_t *rc;
     bson_t doc, begin;
     bool found = false, found_begin = false;
-    shl_db_repl_hooks_t hooks = {0};
     int ret = 0;
 
     bson_init(&doc);
     bson_init(&begin);
-    if (svc->set_name[0] == '\0' || svc->storage == NULL) {
-        goto done;
-    }
     rc = bson_malloc0(sizeof(*rc));
     rc->svc = svc;
-    rc->eng = svc->storage;
+    rc->eng = eng;
     rc->pool = shl_conn_pool_new(NULL);
     rc->self = -1;
     rc->primary = -1;
@@ -671,17 +670,6 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     pthread_cond_init(&rc->wake, NULL);
     atomic_store(&rc->state, SHL_REPL_PRIMARY); /* a set of one, as before */
     svc->repl_state = rc;
-
-    repl_register_commands(reg);
-    node_shutdown = svc->hooks.shutdown;
-    svc->hooks.shutdown = repl_shutdown;
-    svc->hooks.admit = hook_admit;
-    svc->hooks.append_set_hello = hook_append_set_hello;
-    hooks.arg = rc;
-    hooks.wait_write_concern = hook_wait_write_concern;
-    hooks.majority_ts = hook_majority_ts;
-    hooks.is_primary = hook_is_primary;
-    shl_db_repl_hooks_install(svc, &hooks);
 
     bson_destroy(&doc);
     SHL_ERR(shl_stored_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
@@ -709,22 +697,57 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         pthread_mutex_lock(&rc->mu);
         set_config_locked(rc, &cfg, primary, begin_ts);
         rc->initiator = initiator;
-        if (!primary) {
+        if (!primary && rc->self >= 0) {
             uint64_t applied = last >= begin_ts ? last : begin_ts - 1;
             pin_stable_locked(rc, applied);
-            rc->members[rc->self >= 0 ? rc->self : 0].applied = applied;
-            rc->members[rc->self >= 0 ? rc->self : 0].durable = applied;
+            rc->members[rc->self].applied = applied;
+            rc->members[rc->self].durable = applied;
         }
-        ret = start_threads_locked(rc, st);
         pthread_mutex_unlock(&rc->mu);
         repl_config_cleanup(&cfg);
         bson_destroy(&cfg.doc);
-        SHL_ERR(ret);
         SHL_LOG_INFO(REPL, 2180002, "loaded replica set configuration", "state",
                      BCON_UTF8(shl_repl_state_name((shl_repl_state_t)atomic_load(&rc->state))));
     }
 done:
     bson_destroy(&doc);
     bson_destroy(&begin);
+    return ret;
+}
+
+void
+shl_repl_preinit(shl_service_ctx_t *svc)
+{
+    if (svc->set_name[0] != '\0') {
+        svc->hooks.storage_opened = repl_storage_opened;
+    }
+}
+
+int
+shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(svc);
+    shl_db_repl_hooks_t hooks = {0};
+    int ret = 0;
+
+    if (rc == NULL) {
+        goto done;
+    }
+    repl_register_commands(reg);
+    node_shutdown = svc->hooks.shutdown;
+    svc->hooks.shutdown = repl_shutdown;
+    svc->hooks.admit = hook_admit;
+    svc->hooks.append_set_hello = hook_append_set_hello;
+    hooks.arg = rc;
+    hooks.wait_write_concern = hook_wait_write_concern;
+    hooks.majority_ts = hook_majority_ts;
+    hooks.is_primary = hook_is_primary;
+    shl_db_repl_hooks_install(svc, &hooks);
+    pthread_mutex_lock(&rc->mu);
+    if (rc->configured) {
+        ret = start_threads_locked(rc, st);
+    }
+    pthread_mutex_unlock(&rc->mu);
+done:
     return ret;
 }

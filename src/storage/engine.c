@@ -301,6 +301,21 @@ shl_storage_clock_advance(shl_storage_engine_t *eng, uint64_t ts)
 }
 
 uint64_t
+shl_storage_open_pin(const shl_storage_engine_t *eng)
+{
+    return eng->open_pin;
+}
+
+void
+shl_storage_release_open_pin(shl_storage_engine_t *eng)
+{
+    if (eng->open_pin != 0) {
+        shl_storage_unpin_stable(eng, eng->open_pin);
+        eng->open_pin = 0;
+    }
+}
+
+uint64_t
 shl_storage_all_durable(shl_storage_engine_t *eng)
 {
     uint64_t ts;
@@ -859,6 +874,10 @@ init_clock(shl_storage_engine_t *eng, shl_status_t *st)
         SHL_ERR(shl_wt_err(st, wtret, "read oplog top"));
     }
     shl_storage_clock_advance(eng, (uint64_t)top);
+    if (eng->opts.pin_stable_at_open) {
+        eng->open_pin = (uint64_t)top + 1;
+        shl_storage_pin_stable(eng, eng->open_pin);
+    }
     shl_storage_clock_advance(eng, SHL_TS_MAKE(shl_clock_wall_ms() / 1000, 0));
 done:
     if (c != NULL) {
