@@ -58,8 +58,12 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
         if (bson_iter_init_find(&it, reply, "term")) {
             m->term = bson_iter_as_int64(&it);
         }
-        if (m->state == SHL_REPL_PRIMARY && atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
+        repl_election_see_term_locked(rc, m->term);
+        /* A primary of an older term is no longer one (it steps down when it hears ours). */
+        if (m->state == SHL_REPL_PRIMARY && m->term >= rc->term &&
+            atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
             rc->primary = i;
+            rc->last_primary_seen_us = shl_clock_mono_us();
         } else if (rc->primary == i && m->state != SHL_REPL_PRIMARY) {
             rc->primary = -1;
         }
@@ -125,9 +129,14 @@ repl_heartbeat_main(void *arg)
             bson_destroy(&req);
             bson_destroy(&reply);
         }
+        repl_election_maybe_run(rc);
         pthread_mutex_lock(&rc->mu);
         if (rc->stop) {
             break;
+        }
+        if (atomic_load(&rc->state) == SHL_REPL_SECONDARY && !rc->fetcher_started) {
+            shl_status_t tst = SHL_STATUS_INIT;
+            (void)repl_coord_start_threads_locked(rc, &tst); /* a former primary fetches */
         }
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += interval / 1000;

@@ -83,9 +83,17 @@ choose_source(fetcher_t *f)
         rc->primary != rc->self) {
         if (strcmp(f->host, rc->cfg.members[rc->primary].host) != 0) {
             snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[rc->primary].host);
-            ok = false; /* a new source: the cursor is the old one's */
             pthread_mutex_unlock(&rc->mu);
+            /* A new source (a failover, or this node stepped down): start again from the
+             * newest entry this node has that came from the set. */
             drop_source(f);
+            {
+                uint64_t last = repl_coord_last_replicated(rc);
+                if (last > f->applied) {
+                    f->applied = last;
+                    f->fetch_from = last;
+                }
+            }
             return true;
         }
         ok = true;

@@ -448,6 +448,9 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         pthread_mutex_unlock(&rc->install_mu);
     }
     pthread_mutex_lock(&rc->mu);
+    if (rc->configured && bson_iter_init_find(&it, cmd, "term")) {
+        repl_election_see_term_locked(rc, bson_iter_as_int64(&it));
+    }
     if (rc->configured && bson_iter_init_find(&it, cmd, "fromId") && bson_iter_as_int64(&it) >= 0) {
         for (int i = 0; i < rc->cfg.n; i++) {
             if (rc->cfg.members[i].id == bson_iter_as_int64(&it)) {
@@ -543,7 +546,23 @@ done:
     return ret;
 }
 
+static int
+cmd_request_votes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    int ret = 0;
+
+    if (rc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    ret = repl_election_vote(rc, cmd, reply, st);
+done:
+    return ret;
+}
+
 static const shl_command_t repl_commands[] = {
+    {"replSetRequestVotes", {NULL}, cmd_request_votes, SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     "a candidate asks for this member's vote (internal)"},
     {"replSetInitiate", {NULL}, cmd_initiate, SHL_CMD_ADMIN_ONLY, "initiate a replica set"},
     {"replSetGetConfig", {NULL}, cmd_get_config, SHL_CMD_ADMIN_ONLY,
      "the replica set's configuration"},

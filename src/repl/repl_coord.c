@@ -177,8 +177,8 @@ repl_coord_learn_commit_point(repl_coord_t *rc, uint64_t ts)
 
 /* ------------------------------------------------------------------ configuration */
 
-static int
-start_threads_locked(repl_coord_t *rc, shl_status_t *st)
+int
+repl_coord_start_threads_locked(repl_coord_t *rc, shl_status_t *st)
 {
     int ret = 0;
 
@@ -231,6 +231,30 @@ pin_stable_locked(repl_coord_t *rc, uint64_t applied)
 }
 
 void
+repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied)
+{
+    pin_stable_locked(rc, applied);
+}
+
+void
+repl_coord_become_primary_locked(repl_coord_t *rc)
+{
+    atomic_store(&rc->state, SHL_REPL_PRIMARY);
+    rc->primary = rc->self;
+    rc->stepped_down = false;
+    election_id_for(rc->term, &rc->election_id);
+    rc->election_date_ms = shl_clock_wall_ms();
+    if (rc->self >= 0) {
+        rc->members[rc->self].state = SHL_REPL_PRIMARY;
+    }
+    if (rc->stable_pin != 0) {
+        shl_storage_unpin_stable(rc->eng, rc->stable_pin);
+        rc->stable_pin = 0;
+    }
+    pthread_cond_broadcast(&rc->progress);
+}
+
+void
 repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
 {
     pthread_mutex_lock(&rc->mu);
@@ -264,6 +288,7 @@ set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint
         rc->primary = -1;
         pin_stable_locked(rc, begin_ts > 0 ? begin_ts - 1 : 0);
     }
+    rc->last_primary_seen_us = shl_clock_mono_us();
     if (rc->self >= 0) {
         rc->members[rc->self].state = (shl_repl_state_t)atomic_load(&rc->state);
         rc->members[rc->self].up = true;
@@ -280,6 +305,13 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
     bson_t begin = BSON_INITIALIZER;
     int ret = 0;
 
+    /* A joining member pins its stable timestamp before its own writes below can move it
+     * past the set's first entry. */
+    if (!primary) {
+        pthread_mutex_lock(&rc->mu);
+        pin_stable_locked(rc, begin_ts > 0 ? begin_ts - 1 : 0);
+        pthread_mutex_unlock(&rc->mu);
+    }
     /* Durable first: a restart finds the set it belongs to. */
     SHL_ERR(shl_stored_doc_store(rc->eng, REPL_CONFIG_NS, &cfg->doc, st));
     BSON_APPEND_UTF8(&begin, "_id", "minvalid");
@@ -289,7 +321,7 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
     pthread_mutex_lock(&rc->mu);
     set_config_locked(rc, cfg, primary, begin_ts);
     rc->initiator = primary;
-    ret = start_threads_locked(rc, st);
+    ret = repl_coord_start_threads_locked(rc, st);
     pthread_mutex_unlock(&rc->mu);
     SHL_LOG_INFO(REPL, 2180001, "installed replica set configuration", "config",
                  BCON_DOCUMENT(&cfg->doc), "state",
@@ -691,12 +723,14 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
             goto done;
         }
         SHL_ERR(newest_replicated(rc->eng, &last, st));
-        /* Without elections (yet), the member that initiated the set is its primary again
-         * after a restart; the others come back as secondaries. */
-        primary = initiator || cfg.n == 1;
+        /* Every member of a multi-member set comes back as a secondary; an election (after
+         * electionTimeoutMillis without a primary) makes one of them primary. */
+        primary = cfg.n == 1;
+        (void)initiator;
         pthread_mutex_lock(&rc->mu);
         set_config_locked(rc, &cfg, primary, begin_ts);
         rc->initiator = initiator;
+        repl_election_load(rc);
         if (!primary && rc->self >= 0) {
             uint64_t applied = last >= begin_ts ? last : begin_ts - 1;
             pin_stable_locked(rc, applied);
@@ -745,7 +779,7 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     shl_db_repl_hooks_install(svc, &hooks);
     pthread_mutex_lock(&rc->mu);
     if (rc->configured) {
-        ret = start_threads_locked(rc, st);
+        ret = repl_coord_start_threads_locked(rc, st);
     }
     pthread_mutex_unlock(&rc->mu);
 done:

@@ -123,6 +123,13 @@ typedef struct repl_coord {
 
     _Atomic int state; /* shl_repl_state_t of this node; read lock-free */
 
+    /* Elections (election.c). */
+    int64_t voted_term;           /* the term of our last vote (stored durably) */
+    int32_t voted_for;            /* whom we voted for in it (member index) */
+    int64_t last_primary_seen_us; /* monotonic: the last heartbeat from a primary */
+    int64_t election_offset_ms;   /* random part of the election timeout */
+    bool stepped_down;            /* a former primary (rollback is not implemented yet) */
+
     pthread_t heartbeat_thread;
     bool heartbeat_started;
     pthread_t fetcher_thread;
@@ -157,6 +164,22 @@ void repl_coord_learn_commit_point(repl_coord_t *rc, uint64_t ts);
 
 /* repl_coord_pin_applied -- a secondary applied up to 'applied': move its stable pin. */
 void repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied);
+
+/* repl_coord_pin_applied_locked -- as repl_coord_pin_applied, with mu held. */
+void repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied);
+
+/* repl_coord_become_primary_locked -- this node won an election in rc->term: state PRIMARY,
+ * electionId, no stable pin. With mu held. */
+void repl_coord_become_primary_locked(repl_coord_t *rc);
+
+/* repl_coord_start_threads_locked -- start the heartbeat / fetcher threads not running. */
+int repl_coord_start_threads_locked(repl_coord_t *rc, shl_status_t *st);
+
+/* Elections (election.c). */
+void repl_election_load(repl_coord_t *rc);
+void repl_election_see_term_locked(repl_coord_t *rc, int64_t term);
+int repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+void repl_election_maybe_run(repl_coord_t *rc);
 
 /* repl_coord_last_replicated -- the newest entry of this node's oplog that came from the set
  * (local.* writes excluded); 0 when none or on error. Reads storage. */

@@ -67,7 +67,13 @@ shl_storage_dbpath(const shl_storage_engine_t *eng)
 int64_t
 shl_storage_term(const shl_storage_engine_t *eng)
 {
-    return eng->term;
+    return __atomic_load_n(&eng->term, __ATOMIC_RELAXED);
+}
+
+void
+shl_storage_set_term(shl_storage_engine_t *eng, int64_t term)
+{
+    __atomic_store_n(&eng->term, term, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------------------------

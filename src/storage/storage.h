@@ -134,6 +134,10 @@ uint64_t shl_storage_oldest_ts(shl_storage_engine_t *eng);
 /* shl_storage_term -- the term written in oplog entries ('t'). */
 int64_t shl_storage_term(const shl_storage_engine_t *eng);
 
+/* shl_storage_set_term -- the term new oplog entries carry from now on (a node that won an
+ * election). Atomic. */
+void shl_storage_set_term(shl_storage_engine_t *eng, int64_t term);
+
 /* ---------------------------------------------------------------------------------
  * Durability
  * ------------------------------------------------------------------------------ */

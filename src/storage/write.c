@@ -27,7 +27,8 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
-    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms, extra);
+    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng), txn->wall_ms,
+                          extra);
     v.data = bson_get_data(&entry);
     v.size = entry.len;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));

@@ -5,6 +5,7 @@ not-primary errors, and write concerns waited on the members' progress."""
 
 import os
 import signal
+import time
 
 import pymongo
 import pytest
@@ -26,7 +27,7 @@ def rs(request):
     for n in nodes:
         n.start()
     cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
-           "settings": {"heartbeatIntervalMillis": 200}}
+           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
     c = nodes[0].client(directConnection=True)
     c.admin.command("replSetInitiate", cfg)
     c.close()
@@ -64,7 +65,7 @@ def test_status_config_and_hello(rs):
     assert cfg["members"][1]["host"] == s1.host
     assert cfg["members"][1]["priority"] == 1 and cfg["members"][1]["votes"] == 1
     assert cfg["settings"]["heartbeatIntervalMillis"] == 200
-    assert cfg["settings"]["electionTimeoutMillis"] == 10000
+    assert cfg["settings"]["electionTimeoutMillis"] == 2000
 
     h = direct(primary).admin.command("hello")
     assert h["isWritablePrimary"] is True and h["secondary"] is False
@@ -226,3 +227,39 @@ def test_secondary_restart_catches_up(rs):
     r = direct(primary).test.command("insert", "restart", documents=[{"_id": 99}],
                                      writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
+
+
+def test_kill_primary_elects_another(rs):
+    """Last in the module: kill -9 of the primary; a secondary is elected in a new term, no
+    majority-acknowledged write is lost, and the old primary rejoins as a secondary."""
+    old = rs[0]
+    c = set_client(rs)
+    coll = c.test.get_collection("fo", write_concern=WriteConcern(w="majority", wtimeout=10000))
+    coll.insert_many([{"_id": i} for i in range(20)])
+    t0 = time.monotonic()
+    old.kill()
+
+    def write():
+        try:
+            coll.insert_one({"_id": "after-%f" % time.monotonic()})
+            return True
+        except pymongo.errors.PyMongoError:
+            return False
+    wait_until(write, 40, "a write after the primary died")
+    failover = time.monotonic() - t0
+    new = [n for n in rs[1:] if direct(n).admin.command("hello")["isWritablePrimary"]]
+    assert len(new) == 1
+    st = direct(new[0]).admin.command("replSetGetStatus")
+    assert st["term"] >= 2
+    assert [m["stateStr"] for m in st["members"]].count("PRIMARY") == 1
+    assert coll.count_documents({"_id": {"$lt": 100}}) == 20
+    print("failover: %.1f s from kill -9 to the first acknowledged write" % failover)
+
+    old.start()
+    oc = direct(old, readPreference="secondaryPreferred")
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 20,
+               "the old primary rejoins as a secondary")
+    coll.insert_one({"_id": "rejoined"})
+    wait_until(lambda: oc.test.fo.find_one({"_id": "rejoined"}) is not None, 20,
+               "the old primary replicates from the new one")
+    c.close()
