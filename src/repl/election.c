@@ -8,6 +8,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -233,7 +234,7 @@ repl_election_maybe_run(repl_coord_t *rc)
     stand = rc->configured && rc->self >= 0 && rc->cfg.n > 1 &&
             atomic_load(&rc->state) == SHL_REPL_SECONDARY &&
             rc->cfg.members[rc->self].priority > 0 && rc->cfg.members[rc->self].votes > 0 &&
-            rc->primary < 0 &&
+            rc->primary < 0 && now >= rc->freeze_until_us &&
             now - rc->last_primary_seen_us >=
                 (rc->cfg.election_timeout_ms + rc->election_offset_ms) * 1000;
     term = rc->term + 1;
@@ -284,4 +285,93 @@ repl_election_maybe_run(repl_coord_t *rc)
                         BCON_UTF8(st.reason));
     }
     shl_topology_change(rc->svc, false);
+}
+
+/* ------------------------------------------------------------------ replSetStepDown */
+
+int
+repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st)
+{
+    bson_iter_t it;
+    int64_t secs = 60, catch_up = 10, deadline;
+    bool force = false, locked = false;
+    int ret = 0;
+
+    bson_iter_init(&it, cmd);
+    if (bson_iter_next(&it) && (BSON_ITER_HOLDS_NUMBER(&it))) {
+        secs = bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, cmd, "secondaryCatchUpPeriodSecs")) {
+        catch_up = bson_iter_as_int64(&it);
+    }
+    if (bson_iter_init_find(&it, cmd, "force")) {
+        force = bson_iter_as_bool(&it);
+    }
+    if (secs <= 0 || catch_up < 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "stepdown and catch-up periods must be positive");
+    }
+    if (catch_up > secs) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "stepdown period must be longer than secondaryCatchUpPeriodSecs");
+    }
+    deadline = shl_clock_mono_us() + catch_up * 1000000;
+    pthread_mutex_lock(&rc->mu);
+    locked = true;
+    if (!rc->configured || atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
+        SHL_FAIL(st, SHL_CODE_NOT_WRITABLE_PRIMARY, "not primary so can't step down");
+    }
+    /* Wait for an electable secondary to have everything we wrote (unless forced). */
+    for (;;) {
+        uint64_t top = shl_storage_all_durable(rc->eng);
+        bool caught = force || rc->cfg.n == 1;
+        struct timespec until;
+        for (int i = 0; i < rc->cfg.n && !caught; i++) {
+            const repl_member_t *m = &rc->cfg.members[i];
+            caught = i != rc->self && rc->members[i].up && m->priority > 0 && m->votes > 0 &&
+                     rc->members[i].applied >= top;
+        }
+        if (caught) {
+            break;
+        }
+        if (shl_clock_mono_us() >= deadline) {
+            SHL_FAIL(st, SHL_CODE_EXCEEDED_TIME_LIMIT,
+                     "No electable secondaries caught up as of the step down deadline");
+        }
+        pthread_mutex_unlock(&rc->mu);
+        locked = false;
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        pthread_mutex_lock(&rc->mu);
+        locked = true;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 100000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&rc->progress, &rc->mu, &until);
+    }
+    if (atomic_load(&rc->state) == SHL_REPL_PRIMARY) {
+        uint64_t applied = shl_storage_all_durable(rc->eng);
+        atomic_store(&rc->state, SHL_REPL_SECONDARY);
+        rc->primary = -1;
+        rc->stepped_down = true;
+        if (rc->self >= 0) {
+            rc->members[rc->self].state = SHL_REPL_SECONDARY;
+            rc->members[rc->self].applied = applied;
+            rc->members[rc->self].durable = applied;
+        }
+        repl_coord_pin_applied_locked(rc, applied);
+        rc->freeze_until_us = shl_clock_mono_us() + secs * 1000000;
+        rc->last_primary_seen_us = shl_clock_mono_us();
+        pthread_cond_broadcast(&rc->progress);
+        pthread_cond_broadcast(&rc->wake);
+        SHL_LOG_INFO(REPL, 2180025, "stepped down (replSetStepDown)", "stepDownSecs",
+                     BCON_INT64(secs));
+    }
+    pthread_mutex_unlock(&rc->mu);
+    locked = false;
+    shl_topology_change(rc->svc, false);
+done:
+    if (locked) {
+        pthread_mutex_unlock(&rc->mu);
+    }
+    return ret;
 }

@@ -560,7 +560,24 @@ done:
     return ret;
 }
 
+static int
+cmd_step_down(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    int ret = 0;
+
+    (void)reply;
+    if (rc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    ret = repl_election_step_down(rc, op, cmd, st);
+done:
+    return ret;
+}
+
 static const shl_command_t repl_commands[] = {
+    {"replSetStepDown", {NULL}, cmd_step_down, SHL_CMD_ADMIN_ONLY,
+     "the primary steps down and does not stand for stepDownSecs"},
     {"replSetRequestVotes", {NULL}, cmd_request_votes, SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
      "a candidate asks for this member's vote (internal)"},
     {"replSetInitiate", {NULL}, cmd_initiate, SHL_CMD_ADMIN_ONLY, "initiate a replica set"},

@@ -129,6 +129,7 @@ typedef struct repl_coord {
     int64_t last_primary_seen_us; /* monotonic: the last heartbeat from a primary */
     int64_t election_offset_ms;   /* random part of the election timeout */
     bool stepped_down;            /* a former primary (rollback is not implemented yet) */
+    int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
 
     pthread_t heartbeat_thread;
     bool heartbeat_started;
@@ -180,6 +181,8 @@ void repl_election_load(repl_coord_t *rc);
 void repl_election_see_term_locked(repl_coord_t *rc, int64_t term);
 int repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 void repl_election_maybe_run(repl_coord_t *rc);
+int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd,
+                            shl_status_t *st);
 
 /* repl_coord_last_replicated -- the newest entry of this node's oplog that came from the set
  * (local.* writes excluded); 0 when none or on error. Reads storage. */

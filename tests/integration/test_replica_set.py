@@ -229,6 +229,30 @@ def test_secondary_restart_catches_up(rs):
     assert "writeConcernError" not in r
 
 
+def test_step_down(rs):
+    primary = rs[0]
+    with pytest.raises((OperationFailure, NotPrimaryError)) as e:
+        direct(rs[1]).admin.command("replSetStepDown", 10)
+    assert e.value.details["code"] == 10107
+    with pytest.raises(OperationFailure) as e:
+        direct(primary).admin.command("replSetStepDown", 5, secondaryCatchUpPeriodSecs=10)
+    assert e.value.code == 2
+    direct(primary).admin.command("replSetStepDown", 30, secondaryCatchUpPeriodSecs=10)
+    assert direct(primary).admin.command("hello")["isWritablePrimary"] is False
+
+    def other_primary():
+        return any(direct(n).admin.command("hello")["isWritablePrimary"] for n in rs[1:])
+    wait_until(other_primary, 20, "another member is elected")
+    new = [n for n in rs[1:] if direct(n).admin.command("hello")["isWritablePrimary"]][0]
+    # the set keeps taking majority writes, and the stepped-down member replicates them
+    r = direct(new).test.command("insert", "sd", documents=[{"_id": 1}],
+                                 writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    # the next test kills whichever member is primary: put the old one back in front
+    i = rs.index(new)
+    rs[0], rs[i] = rs[i], rs[0]
+
+
 def test_kill_primary_elects_another(rs):
     """Last in the module: kill -9 of the primary; a secondary is elected in a new term, no
     majority-acknowledged write is lost, and the old primary rejoins as a secondary."""
