@@ -69,6 +69,9 @@ repl_election_see_term_locked(repl_coord_t *rc, int64_t term)
         return;
     }
     rc->term = term;
+    /* Someone is standing or has won in that term: give them an election timeout before
+     * standing ourselves (two timers expiring together would otherwise duel). */
+    rc->last_primary_seen_us = shl_clock_mono_us();
     if (atomic_load(&rc->state) == SHL_REPL_PRIMARY && rc->cfg.n > 1) {
         uint64_t applied = shl_storage_all_durable(rc->eng);
         SHL_LOG_INFO(REPL, 2180021, "stepping down: a newer term exists", "term",
