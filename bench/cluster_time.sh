@@ -88,20 +88,14 @@ done
 switch off
 
 echo "== results (JSON), medians and ratios"
-/usr/bin/python3 - "$results" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for r in rows:
-    print(json.dumps(r))
-med = {}
-for r in rows:
-    med.setdefault((r["label"], r["threads"]), []).append(r)
-for k in sorted(med, key=lambda k: (k[1], k[0])):
-    rs = med[k]
-    m = med[k] = {f: statistics.median(x[f] for x in rs) for f in rs[0]
-                  if isinstance(rs[0][f], (int, float)) and f != "threads"}
+PYTHONPATH="$top/bench" /usr/bin/python3 - "$results" <<'PY'
+import sys
+from benchlib import by_threads, load_medians
+med = load_medians(sys.argv[1])
+for k in by_threads(med):
+    m = med[k]
     print("median of %d: %-12s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; router CPU %.1f us/op"
-          % (len(rs), k[0], k[1], m["ops_per_sec"], m["p50_us"], m["p99_us"],
+          % (m["rounds"], k[0], k[1], m["ops_per_sec"], m["p50_us"], m["p99_us"],
              m["router_cpu_us_per_op"]))
 for c in sorted({k[1] for k in med}):
     on, off = med.get(("findid on", c)), med.get(("findid off", c))

@@ -6,12 +6,12 @@ write on one) and an update moving its document to the other shard (WouldChangeO
 an internal two-shard transaction), interleaved in one run. Retryable writes (pymongo's
 default). SHALE_BIN=build/src/main/shale; N (per round, default 200), ROUNDS (3)."""
 import os
-import statistics
 import sys
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "integration"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "integration"))
+sys.path.insert(0, here)
+from benchlib import median_p50_p99, p50_p99, two_shard_collection  # noqa: E402
 from shale_fixtures import ShaleCluster  # noqa: E402
 
 N = int(os.environ.get("N", "200"))
@@ -21,11 +21,7 @@ c = ShaleCluster(shards=2)
 c.start()
 try:
     r = c.router.client()
-    r.admin.command("enableSharding", "b", primaryShard="shard0")
-    r.admin.command("shardCollection", "b.t", key={"x": 1})
-    r.admin.command("split", "b.t", middle={"x": 0})
-    r.admin.command("moveChunk", "b.t", find={"x": 0}, to="shard1")
-    coll = r.b.t
+    coll = two_shard_collection(r)
     coll.insert_many([{"_id": 1, "x": -1, "k": "a", "n": 0}, {"_id": 2, "x": 5, "k": "m"}])
     flip = [5]
 
@@ -40,25 +36,15 @@ try:
         res = coll.update_one({"_id": 2, "x": -flip[0]}, {"$set": {"x": flip[0]}})
         assert res.modified_count == 1
 
-    def run(fn, n):
-        lat = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            fn()
-            lat.append((time.perf_counter() - t0) * 1e6)
-        lat.sort()
-        return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-
     for fn in (keyed, no_key, move):
-        run(fn, 20)
+        p50_p99(fn, 20)
     res = {"keyed": [], "no_key": [], "move": []}
     for _ in range(ROUNDS):
         for name, fn in (("keyed", keyed), ("no_key", no_key), ("move", move)):
-            res[name].append(run(fn, N))
-    base = statistics.median(x[0] for x in res["keyed"])
+            res[name].append(p50_p99(fn, N))
+    base = median_p50_p99(res["keyed"])[0]
     for name, v in res.items():
-        p50 = statistics.median(x[0] for x in v)
-        p99 = statistics.median(x[1] for x in v)
+        p50, p99 = median_p50_p99(v)
         print("%s: p50 %.0f us p99 %.0f us (%.2fx keyed p50)" % (name, p50, p99, p50 / base))
 finally:
     c.stop()

@@ -127,24 +127,18 @@ if [ "$SUSTAINED" -gt 0 ]; then
 fi
 
 echo "== results (JSON), medians and ratios"
-/usr/bin/python3 - "$results" "$WINDOW" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-for r in rows:
-    print(json.dumps(r))
-med = {}
-for r in rows:
-    med.setdefault((r["label"], r["threads"]), []).append(r)
-for k in sorted(med, key=lambda k: (k[1], k[0])):
-    rs = med[k]
-    m = med[k] = {f: statistics.median(x[f] for x in rs) for f in rs[0]
-                  if isinstance(rs[0][f], (int, float)) and f != "threads"}
+PYTHONPATH="$top/bench" /usr/bin/python3 - "$results" "$WINDOW" <<'PY'
+import sys
+from benchlib import by_threads, load_medians
+med = load_medians(sys.argv[1])
+for k in by_threads(med):
+    m = med[k]
     if k[0].startswith("wt-floor"):
         print("median of %d: %s: %.0f ops/s, %.2f us CPU per op"
-              % (len(rs), k[0], m["ops_per_sec"], m["cpu_us_per_op"]))
+              % (m["rounds"], k[0], m["ops_per_sec"], m["cpu_us_per_op"]))
         continue
     print("median of %d: %s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; server CPU per op "
-          "%.2f us, client %.2f us" % (len(rs), k[0], k[1], m["ops_per_sec"], m["p50_us"],
+          "%.2f us, client %.2f us" % (m["rounds"], k[0], k[1], m["ops_per_sec"], m["p50_us"],
                                        m["p99_us"], m["server_cpu_us_per_op"],
                                        m["client_cpu_us_per_op"]))
 for c in sorted({k[1] for k in med}):

@@ -10,8 +10,10 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "integration"))
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "tests", "integration"))
+sys.path.insert(0, here)
+from benchlib import median_p50_p99, p50_p99, two_shard_collection  # noqa: E402
 from shale_fixtures import ShaleCluster  # noqa: E402
 
 N = int(os.environ.get("N", "200"))
@@ -22,24 +24,16 @@ c = ShaleCluster(shards=2)
 c.start()
 try:
     r = c.router.client()
-    r.admin.command("enableSharding", "b", primaryShard="shard0")
-    r.admin.command("shardCollection", "b.t", key={"x": 1})
-    r.admin.command("split", "b.t", middle={"x": 0})
-    r.admin.command("moveChunk", "b.t", find={"x": 0}, to="shard1")
-    coll = r.b.t
+    coll = two_shard_collection(r)
     coll.insert_many([{"_id": i, "x": i, "n": 0} for i in (-2, -1, 1, 2)])
 
     def run(xs, n):
-        lat = []
         with r.start_session() as s:
-            for _ in range(n):
-                t0 = time.perf_counter()
+            def txn():
                 with s.start_transaction():
                     for x in xs:
                         coll.update_one({"x": x}, {"$inc": {"n": 1}}, session=s)
-                lat.append((time.perf_counter() - t0) * 1e6)
-        lat.sort()
-        return lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            return p50_p99(txn, n)
 
     run([-1, 1], 20)
     run([-1, -2], 20)
@@ -49,7 +43,7 @@ try:
         one.append(run([-1, -2], N))
     m = {}
     for name, v in (("two_shards", two), ("one_shard", one)):
-        m[name] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+        m[name] = median_p50_p99(v)
         print("%s: p50 %.0f us p99 %.0f us" % (name, m[name][0], m[name][1]))
     print("two/one: p50 %.2fx p99 %.2fx" % (m["two_shards"][0] / m["one_shard"][0],
                                           m["two_shards"][1] / m["one_shard"][1]))
@@ -65,13 +59,7 @@ try:
 
     def insert_p50(j, n):
         wc = direct.with_options(write_concern=WriteConcern(w=1, j=j))
-        lat = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            wc.insert_one({})
-            lat.append((time.perf_counter() - t0) * 1e6)
-        lat.sort()
-        return lat[len(lat) // 2]
+        return p50_p99(lambda: wc.insert_one({}), n)[0]
 
     insert_p50(True, 20)
     durable = statistics.median(insert_p50(True, N) - insert_p50(False, N) for _ in range(ROUNDS))

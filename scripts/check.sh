@@ -34,6 +34,7 @@ LAYERS = {
     "base":     "base",
     "bson":     "bson base",
     "net":      "net bson base",
+    "auth":     "auth net bson base",
     "session":  "session net bson base",
     "storage":  "storage bson base",
     "query":    "query bson base",
@@ -43,7 +44,7 @@ LAYERS = {
     "router":   "router sharding query session net bson base",
     "shard":    "shard db sharding storage query session net bson base",
     "config":   "config db sharding storage query session net bson base",
-    "main":     "main config shard router repl db sharding storage query session net bson base",
+    "main":     "main config shard router repl db sharding storage query session auth net bson base",
 }
 
 errors = []

@@ -11,7 +11,7 @@ JOBS=${JOBS:-$(nproc)}
 
 mkdir -p "$BUILD"
 if ! { CC=clang cmake -S "$top" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHL_FUZZ=ON &&
-       cmake --build "$BUILD" -j "$JOBS" --target fuzz_message fuzz_bson fuzz_matcher fuzz_keystring fuzz_routing fuzz_expression; } >"$BUILD/build.log" 2>&1; then
+       cmake --build "$BUILD" -j "$JOBS" --target fuzz_message fuzz_bson fuzz_matcher fuzz_keystring fuzz_routing fuzz_expression fuzz_scram; } >"$BUILD/build.log" 2>&1; then
   tail -n 40 "$BUILD/build.log"
   echo "fuzz: build failed (log $BUILD/build.log)"
   exit 1
@@ -21,7 +21,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p "$BUILD/fuzz-artifacts"
 failed=0
-for t in message bson matcher keystring routing expression; do
+for t in message bson matcher keystring routing expression scram; do
   work="$BUILD/fuzz-corpus/$t"   # grows as the fuzzer finds new coverage; not committed
   mkdir -p "$work"
   echo "== fuzz_$t for ${SECONDS_EACH}s"

@@ -7,4 +7,4 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 export SHALE_BIN
 bash "$top/tests/integration/node_deps.sh"
 cd "$top/tests/integration"
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider "$@"
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -10,10 +10,17 @@ PORT=${PORT:-27017}
 SHARDS=${SHARDS:-2}
 DBPATH=${DBPATH:-./shale-data}
 BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
-uri=$("$BIN" up --port "$PORT" --shards "$SHARDS" --dbpath "$DBPATH")
+AUTH=${AUTH:-}
+uri=$("$BIN" up --port "$PORT" --shards "$SHARDS" --dbpath "$DBPATH" ${AUTH:+--auth})
+if [ -n "$AUTH" ] || [ -f "$DBPATH/keyfile" ]; then
+  access="access control on (users required); bound to 127.0.0.1"
+else
+  access="no access control (anyone who reaches the port may do anything; AUTH=1 turns it on); bound to 127.0.0.1"
+fi
 cat <<MSG
 
 Shale is running: $uri
+  $access
   connect: mongosh "$uri"   (or any MongoDB driver)
   status:  $BIN status --dbpath $DBPATH
   stop:    $BIN down --dbpath $DBPATH

@@ -47,6 +47,30 @@ SHL_TEST(status_reply_round_trip)
     bson_destroy(&reply);
 }
 
+SHL_TEST(status_large_extra_lives_on_its_thread)
+{
+    shl_status_t st = SHL_STATUS_INIT, copy, other = SHL_STATUS_INIT;
+    bson_t big = BSON_INITIALIZER, ex, reply = BSON_INITIALIZER;
+    char pad[2000];
+
+    memset(pad, 'p', sizeof(pad) - 1);
+    pad[sizeof(pad) - 1] = '\0';
+    BSON_APPEND_UTF8(&big, "preImage", pad);
+    shl_status_set(&st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD, "moves");
+    shl_status_set_extra(&st, &big);
+    copy = st;
+    ASSERT(shl_status_extra_get(&copy, &ex));
+    ASSERT(bson_equal(&ex, &big));
+    shl_status_append_reply(&copy, &reply);
+    ASSERT(bson_has_field(&reply, "preImage"));
+    /* The thread's next large extra replaces it: the older status has none any more. */
+    shl_status_set_extra(&other, &big);
+    ASSERT(!shl_status_extra_get(&st, &ex));
+    ASSERT(shl_status_extra_get(&other, &ex));
+    bson_destroy(&big);
+    bson_destroy(&reply);
+}
+
 SHL_TEST(utf8_checks_and_repair)
 {
     static const char bad[] = {'a', (char)0xff, 'b', (char)0xc3};

@@ -38,7 +38,7 @@ static int64_t recent_total;     /* lines ever written; guarded by recent_lock *
 
 static const char *const comp_names[SHL_LOG_COMP_COUNT] = {
     "-",     "CONTROL", "NETWORK",  "COMMAND", "STORAGE", "RECOVERY",
-    "QUERY", "WRITE",   "SHARDING", "REPL",    "TXN",     "ASSERT",
+    "QUERY", "WRITE",   "SHARDING", "REPL",    "TXN",     "ASSERT", "ACCESS",
 };
 
 int

@@ -23,6 +23,7 @@ typedef enum shl_log_component {
     SHL_LOG_COMP_REPL,
     SHL_LOG_COMP_TXN,
     SHL_LOG_COMP_ASSERT,
+    SHL_LOG_COMP_ACCESS,
     SHL_LOG_COMP_COUNT
 } shl_log_component_t;
 

@@ -99,20 +99,43 @@ shl_status_clear(shl_status_t *st)
     st->reason[0] = '\0';
 }
 
+/* extra_len of a status whose extra is the thread's large one (its generation in extra). */
+#define EXTRA_LARGE UINT32_MAX
+
+/* The thread's newest extra too large for a status (MongoDB's WouldChangeOwningShard images
+ * can be megabytes): one per thread, replaced by the next. */
+static _Thread_local bson_t *tl_large;
+static _Thread_local uint64_t tl_large_gen;
+
 void
 shl_status_set_extra(shl_status_t *st, const bson_t *extra)
 {
-    if (extra == NULL || extra->len > SHL_STATUS_EXTRA_MAX) {
+    if (extra == NULL) {
         st->extra_len = 0;
-        return;
+    } else if (extra->len > SHL_STATUS_EXTRA_MAX) {
+        if (tl_large != NULL) {
+            bson_destroy(tl_large);
+        }
+        tl_large = bson_copy(extra);
+        tl_large_gen++;
+        memcpy(st->extra, &tl_large_gen, sizeof(tl_large_gen));
+        st->extra_len = EXTRA_LARGE;
+    } else {
+        memcpy(st->extra, bson_get_data(extra), extra->len);
+        st->extra_len = extra->len;
     }
-    memcpy(st->extra, bson_get_data(extra), extra->len);
-    st->extra_len = extra->len;
 }
 
 bool
 shl_status_extra_get(const shl_status_t *st, bson_t *view)
 {
+    uint64_t gen;
+
+    if (st->extra_len == EXTRA_LARGE) {
+        memcpy(&gen, st->extra, sizeof(gen));
+        return tl_large != NULL && gen == tl_large_gen &&
+               bson_init_static(view, bson_get_data(tl_large), tl_large->len);
+    }
     return st->extra_len > 0 && bson_init_static(view, st->extra, st->extra_len);
 }
 
@@ -120,6 +143,21 @@ void
 shl_status_add_label(shl_status_t *st, uint32_t label)
 {
     st->labels |= label;
+}
+
+void
+shl_status_label_change_stream(shl_status_t *st)
+{
+    if (shl_code_in_category(st->code, SHL_CAT_NON_RESUMABLE_CHANGE_STREAM_ERROR)) {
+        st->labels |= SHL_LABEL(NON_RESUMABLE_CHANGE_STREAM_ERROR);
+    } else if (shl_code_in_category(st->code, SHL_CAT_NETWORK_ERROR | SHL_CAT_SHUTDOWN_ERROR |
+                                                  SHL_CAT_NOT_PRIMARY_ERROR |
+                                                  SHL_CAT_STALE_SHARD_VERSION_ERROR) ||
+               st->code == SHL_CODE_NETWORK_TIMEOUT || st->code == SHL_CODE_EXCEEDED_TIME_LIMIT ||
+               st->code == SHL_CODE_RETRY_CHANGE_STREAM ||
+               st->code == SHL_CODE_FAILED_TO_SATISFY_READ_PREFERENCE) {
+        st->labels |= SHL_LABEL(RESUMABLE_CHANGE_STREAM_ERROR);
+    }
 }
 
 const char *

@@ -64,7 +64,8 @@ enum {
 /*
  * shl_status_t -- plain data: copy by assignment, never freed (like bson_error_t).
  * 'extra' holds a serialized BSON document whose fields are appended to an error
- * reply (e.g. StaleConfig's ns/vReceived/vWanted/shardId); extra_len 0 means none.
+ * reply (e.g. StaleConfig's ns/vReceived/vWanted/shardId); extra_len 0 means none
+ * (a larger document: see shl_status_set_extra; read it with shl_status_extra_get).
  */
 typedef struct shl_status {
     int32_t code;
@@ -93,7 +94,10 @@ void shl_status_clear(shl_status_t *st);
 /*
  * shl_status_set_extra --
  *     Copy 'extra' (a document of fields for the error reply) into the status. A
- *     document larger than SHL_STATUS_EXTRA_MAX is dropped (the reason still stands).
+ *     document larger than SHL_STATUS_EXTRA_MAX is kept in a slot of the calling thread
+ *     instead (the thread's newest such document; the status names it): it reads through
+ *     the status (and its copies) on that thread until the thread sets another large extra;
+ *     elsewhere, or after that, the status has no extra (the reason still stands).
  */
 void shl_status_set_extra(shl_status_t *st, const bson_t *extra);
 
@@ -102,6 +106,16 @@ bool shl_status_extra_get(const shl_status_t *st, bson_t *view);
 
 /* shl_status_add_label -- add an error label (SHL_LABEL(...)). */
 void shl_status_add_label(shl_status_t *st, uint32_t label);
+
+/*
+ * shl_status_label_change_stream --
+ *     Label the error of a change stream's getMore as MongoDB does, for drivers' automatic
+ *     resume: NonResumableChangeStreamError for that category (ChangeStreamFatalError,
+ *     ChangeStreamHistoryLost), ResumableChangeStreamError for network, shutdown, not-primary
+ *     and stale-version errors, NetworkTimeout, ExceededTimeLimit, RetryChangeStream and
+ *     FailedToSatisfyReadPreference.
+ */
+void shl_status_label_change_stream(shl_status_t *st);
 
 /*
  * shl_code_name -- MongoDB's name for 'code' ("StaleConfig"); "Location<N>" for a code

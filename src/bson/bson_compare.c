@@ -153,11 +153,12 @@ cmp_bytes(const void *a, size_t alen, const void *b, size_t blen)
     return alen == blen ? 0 : alen < blen ? -1 : 1;
 }
 
-static int cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen);
+static int cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen,
+                    const shl_collator_t *coll);
 
 /* Two values of the same canonical type. */
 static int
-cmp_same_canonical(const bson_value_t *a, const bson_value_t *b)
+cmp_same_canonical(const bson_value_t *a, const bson_value_t *b, const shl_collator_t *coll)
 {
     switch (a->value_type) {
     case BSON_TYPE_DOUBLE:
@@ -183,12 +184,12 @@ cmp_same_canonical(const bson_value_t *a, const bson_value_t *b)
             sb = b->value.v_symbol.symbol;
             lb = b->value.v_symbol.len;
         }
-        return cmp_bytes(sa, la, sb, lb);
+        return coll != NULL ? shl_collator_compare(coll, sa, la, sb, lb) : cmp_bytes(sa, la, sb, lb);
     }
     case BSON_TYPE_DOCUMENT:
     case BSON_TYPE_ARRAY:
         return cmp_docs(a->value.v_doc.data, a->value.v_doc.data_len, b->value.v_doc.data,
-                        b->value.v_doc.data_len);
+                        b->value.v_doc.data_len, coll);
     case BSON_TYPE_BINARY: {
         int c = cmp_u64(a->value.v_binary.data_len, b->value.v_binary.data_len);
         if (c == 0) {
@@ -234,7 +235,7 @@ cmp_same_canonical(const bson_value_t *a, const bson_value_t *b)
                           b->value.v_codewscope.code, b->value.v_codewscope.code_len);
         if (c == 0) {
             c = cmp_docs(a->value.v_codewscope.scope_data, a->value.v_codewscope.scope_len,
-                         b->value.v_codewscope.scope_data, b->value.v_codewscope.scope_len);
+                         b->value.v_codewscope.scope_data, b->value.v_codewscope.scope_len, NULL);
         }
         return c;
     }
@@ -245,19 +246,26 @@ cmp_same_canonical(const bson_value_t *a, const bson_value_t *b)
 }
 
 int
-shl_bson_value_compare(const bson_value_t *a, const bson_value_t *b)
+shl_bson_value_compare_coll(const bson_value_t *a, const bson_value_t *b,
+                            const shl_collator_t *coll)
 {
     int ca = shl_bson_canonical_type(a->value_type);
     int cb = shl_bson_canonical_type(b->value_type);
     if (ca != cb) {
         return ca < cb ? -1 : 1;
     }
-    return cmp_same_canonical(a, b);
+    return cmp_same_canonical(a, b, coll);
+}
+
+int
+shl_bson_value_compare(const bson_value_t *a, const bson_value_t *b)
+{
+    return shl_bson_value_compare_coll(a, b, NULL);
 }
 
 /* Element of a document: canonical type, then field name, then value. */
 static int
-cmp_elements(bson_iter_t *a, bson_iter_t *b)
+cmp_elements(bson_iter_t *a, bson_iter_t *b, const shl_collator_t *coll)
 {
     int ca = shl_bson_canonical_type(shl_iter_type(a));
     int cb = shl_bson_canonical_type(shl_iter_type(b));
@@ -268,13 +276,14 @@ cmp_elements(bson_iter_t *a, bson_iter_t *b)
     if (c != 0) {
         return c;
     }
-    return cmp_same_canonical(bson_iter_value(a), bson_iter_value(b));
+    return cmp_same_canonical(bson_iter_value(a), bson_iter_value(b), coll);
 }
 
 /* Embedded documents and arrays (arrays as documents keyed "0", "1", ...); a document
  * libbson cannot iterate compares as empty (BSON is validated where it enters). */
 static int
-cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
+cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen,
+         const shl_collator_t *coll)
 {
     bson_iter_t ia, ib;
     bool ma = bson_iter_init_from_data(&ia, a, alen);
@@ -286,7 +295,7 @@ cmp_docs(const uint8_t *a, uint32_t alen, const uint8_t *b, uint32_t blen)
         if (!ma || !mb) {
             return ma == mb ? 0 : ma ? 1 : -1;
         }
-        int c = cmp_elements(&ia, &ib);
+        int c = cmp_elements(&ia, &ib, coll);
         if (c != 0) {
             return c;
         }
@@ -303,7 +312,13 @@ shl_bson_iter_compare(const bson_iter_t *a, const bson_iter_t *b)
 int
 shl_bson_doc_compare(const bson_t *a, const bson_t *b)
 {
-    return cmp_docs(bson_get_data(a), a->len, bson_get_data(b), b->len);
+    return cmp_docs(bson_get_data(a), a->len, bson_get_data(b), b->len, NULL);
+}
+
+int
+shl_bson_doc_compare_coll(const bson_t *a, const bson_t *b, const shl_collator_t *coll)
+{
+    return cmp_docs(bson_get_data(a), a->len, bson_get_data(b), b->len, coll);
 }
 
 bool

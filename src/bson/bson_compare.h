@@ -12,6 +12,8 @@
 #include <bson/bson.h>
 #include <stdbool.h>
 
+#include "bson/collation.h"
+
 /* shl_bson_canonical_type -- the canonical type bracket of 't' (equal for all numbers). */
 int shl_bson_canonical_type(bson_type_t t);
 
@@ -23,11 +25,22 @@ int shl_bson_canonical_type(bson_type_t t);
  */
 int shl_bson_value_compare(const bson_value_t *a, const bson_value_t *b);
 
+/*
+ * shl_bson_value_compare_coll --
+ *     The same with strings (and symbols) at any depth compared by 'coll' (NULL: simple,
+ *     i.e. shl_bson_value_compare). Field names are never collated.
+ */
+int shl_bson_value_compare_coll(const bson_value_t *a, const bson_value_t *b,
+                                const shl_collator_t *coll);
+
 /* shl_bson_iter_compare -- the same over two iterators positioned on values. */
 int shl_bson_iter_compare(const bson_iter_t *a, const bson_iter_t *b);
 
 /* shl_bson_doc_compare -- whole documents (BSONObj::woCompare with field names considered). */
 int shl_bson_doc_compare(const bson_t *a, const bson_t *b);
+
+/* shl_bson_doc_compare_coll -- the same with strings compared by 'coll'. */
+int shl_bson_doc_compare_coll(const bson_t *a, const bson_t *b, const shl_collator_t *coll);
 
 /* shl_bson_value_equal -- shl_bson_value_compare(a, b) == 0. */
 bool shl_bson_value_equal(const bson_value_t *a, const bson_value_t *b);

@@ -209,24 +209,10 @@ int cfg_create_database(shl_op_ctx_t *op, const char *db, const char *primary,
 int cfg_shard_collection_info(const char *shard, const shl_ns_t *ns, bool *exists, shl_uuid_t *uuid,
                               bool *is_view, bson_t *options, shl_status_t *st);
 
-/*
- * cfg_drop_collection_locked --
- *     Drop 'ns' on every shard (sharded) or its primary (unsharded) and remove its metadata
- *     (config.chunks, config.tags, config.collections), with changelog entries and flushes.
- *     The caller holds ns's lock. Errors: the shards', network, config.* writes.
- */
-int cfg_drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st);
-
-/* Rename of sharded collections (configsvr_rename.c): _configsvrRenameCollection. */
+/* Rename of sharded collections (configsvr_rename.c): the catalog commit
+ * _configsvrRenameCollectionMetadata. */
 void cfg_register_rename_commands(shl_command_registry_t *reg);
 
-/*
- * cfg_rename_recover_start / cfg_rename_recover_stop --
- *     A thread that finishes the renames whose coordinator documents
- *     (config.renameCollectionCoordinators) survived a crash or a failed request, retrying
- *     each second until none is left; _start is called at start-up and after a rename
- *     failed past its point of no return, _stop (joins) at shutdown.
- */
 /*
  * cfg_sessions_start / cfg_sessions_stop -- the config server's logical session cache over the
  * cluster's config.system.sessions, which its setup creates and shards (configsvr_sessions.c);
@@ -234,9 +220,6 @@ void cfg_register_rename_commands(shl_command_registry_t *reg);
  */
 int cfg_sessions_start(cfg_state_t *cfg, shl_status_t *st);
 void cfg_sessions_stop(cfg_state_t *cfg);
-
-void cfg_rename_recover_start(void);
-void cfg_rename_recover_stop(void);
 
 /* ---- pure logic (config_logic.c) ---- */
 

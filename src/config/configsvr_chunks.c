@@ -59,6 +59,106 @@ commit_chunks(const shl_chunk_type_t *chunks, size_t n, const bson_oid_t *gone, 
     return ret;
 }
 
+/* A namespace's routing table, loaded under the namespace's config mutex (cfg_lock_ns). */
+typedef struct {
+    const char *ns;
+    bool locked; /* the mutex is held */
+    shl_routing_table_t *rt;
+} locked_table_t;
+
+/* Take ns's mutex, then load its routing table into lt (release with locked_table_release,
+ * also on error). */
+static int
+locked_table_load(const char *ns, locked_table_t *lt, shl_status_t *st)
+{
+    lt->ns = ns;
+    cfg_lock_ns(ns);
+    lt->locked = true;
+    return cfg_load_routing_table(ns, NULL, &lt->rt, st);
+}
+
+/* Let go of the mutex (if still held). */
+static void
+locked_table_unlock(locked_table_t *lt)
+{
+    if (lt->locked) {
+        cfg_unlock_ns(lt->ns);
+        lt->locked = false;
+    }
+}
+
+static void
+locked_table_release(locked_table_t *lt)
+{
+    locked_table_unlock(lt);
+    if (lt->rt != NULL) {
+        shl_routing_table_release(lt->rt);
+        lt->rt = NULL;
+    }
+}
+
+/*
+ * Chunk idx of rt split at points[0..n) (normalized shard keys strictly inside it) and
+ * committed in one applyOps: the first piece keeps the chunk's _id, the others get new ones,
+ * so readers and a crash see the old chunk or all the new ones. *before gets the chunk as it
+ * was (shl_chunk_type_cleanup); *out and *nout the pieces (shl_chunk_types_free when non-NULL).
+ */
+static int
+commit_split(const shl_routing_table_t *rt, size_t idx, const bson_t *const *points, size_t n,
+             shl_chunk_type_t *before, shl_chunk_type_t **out, size_t *nout, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmin, cmax;
+
+    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
+    shl_routing_table_chunk_to_type(rt, idx, before);
+    SHL_ERR(shl_routing_table_plan_split(rt, &cmin, points, n, out, nout, st));
+    (*out)[0].has_id = true;
+    (*out)[0].id = before->id;
+    for (size_t i = 1; i < *nout; i++) {
+        (*out)[i].has_id = true;
+        bson_oid_init(&(*out)[i].id, NULL);
+    }
+    SHL_ERR(commit_chunks(*out, *nout, NULL, 0, st));
+done:
+    return ret;
+}
+
+/* The changelog details of a split in two: before, left, right, owningShard. */
+static void
+append_split_details(bson_t *details, const shl_chunk_type_t *before,
+                     const shl_chunk_type_t *out, size_t nout)
+{
+    append_chunk_info(details, "before", before);
+    append_chunk_info(details, "left", &out[0]);
+    append_chunk_info(details, "right", &out[nout - 1]);
+    BSON_APPEND_UTF8(details, "owningShard", before->shard);
+}
+
+/*
+ * Chunk idx's jumbo flag set to 'jumbo', with a minor version past the collection version so
+ * routers and the shard notice. *c gets the chunk (shl_chunk_type_cleanup); *changed is false
+ * when the flag was so already (nothing written).
+ */
+static int
+commit_jumbo_flag(const shl_routing_table_t *rt, size_t idx, bool jumbo, shl_chunk_type_t *c,
+                  bool *changed, shl_status_t *st)
+{
+    int ret = 0;
+    shl_chunk_version_t cv = shl_routing_table_collection_version(rt);
+
+    shl_routing_table_chunk_to_type(rt, idx, c);
+    *changed = c->jumbo != jumbo;
+    if (*changed) {
+        SHL_ERR(shl_chunk_version_inc_minor(&cv, st));
+        c->jumbo = jumbo;
+        c->version = cv;
+        SHL_ERR(commit_chunks(c, 1, NULL, 0, st));
+    }
+done:
+    return ret;
+}
+
 /* The shard key a `find` query pins, in pattern order (hashed fields hashed). */
 static int
 key_from_find(const shl_routing_table_t *rt, const bson_t *find, bson_t *key, shl_status_t *st)
@@ -152,6 +252,27 @@ done:
     return ret;
 }
 
+/* The chunk a command names by `find` (the chunk holding the shard key it pins; find non-NULL)
+ * or by `bounds` [bmin, bmax) (exactly that chunk): *idx. */
+static int
+chunk_named(const shl_routing_table_t *rt, const bson_t *find, const bson_t *bmin,
+            const bson_t *bmax, size_t *idx, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t key = BSON_INITIALIZER;
+
+    if (find != NULL) {
+        bson_destroy(&key);
+        SHL_ERR(key_from_find(rt, find, &key, st));
+        SHL_ERR(shl_routing_table_find_chunk(rt, &key, idx, st));
+    } else {
+        SHL_ERR(chunk_with_bounds(rt, bmin, bmax, idx, st));
+    }
+done:
+    bson_destroy(&key);
+    return ret;
+}
+
 /* The median key of chunk idx from its shard's splitVector (force: true). */
 static int
 median_of_chunk(const shl_routing_table_t *rt, size_t idx, bson_t *out, shl_status_t *st)
@@ -202,16 +323,15 @@ cmd_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
 {
     int ret = 0;
     const char *ns = NULL;
-    bson_t middle, find, bmin, bmax, point = BSON_INITIALIZER, cmin, cmax, details;
-    bool has_middle = false, has_find = false, has_bounds = false, locked = false;
-    shl_routing_table_t *rt = NULL;
+    bson_t middle, find, bmin, bmax, point = BSON_INITIALIZER, details = BSON_INITIALIZER;
+    bool has_middle = false, has_find = false, has_bounds = false;
+    locked_table_t lt = {0};
     size_t idx = 0, nout = 0;
     shl_chunk_type_t *out = NULL, before;
     const bson_t *points[1] = {&point};
     const char *shard;
 
     (void)reply;
-    bson_init(&details);
     memset(&before, 0, sizeof(before));
     SHL_ERR(cfg_cmd_string(cmd, &ns, st));
     SHL_ERR(cfg_doc_field(cmd, "middle", &middle, &has_middle, st));
@@ -220,12 +340,10 @@ cmd_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     if ((int)has_middle + (int)has_find + (int)has_bounds != 1) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "need to specify exactly one of find, bounds, or middle");
     }
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(locked_table_load(ns, &lt, st));
     bson_destroy(&point);
     if (has_middle) {
-        if (!shl_shard_key_normalize(shl_routing_table_key_pattern(rt), &middle, &point)) {
+        if (!shl_shard_key_normalize(shl_routing_table_key_pattern(lt.rt), &middle, &point)) {
             char *s = shl_bson_as_json(&middle);
             ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
                                  "split failed :: middle %s is not a shard key of %s", s, ns);
@@ -233,52 +351,24 @@ cmd_split_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
             goto done;
         }
         SHL_ERR(shl_shard_key_check_storage(&point, st));
-        SHL_ERR(shl_routing_table_find_chunk(rt, &point, &idx, st));
+        SHL_ERR(shl_routing_table_find_chunk(lt.rt, &point, &idx, st));
     } else {
-        if (has_find) {
-            bson_t key;
-            SHL_ERR(key_from_find(rt, &find, &key, st));
-            ret = shl_routing_table_find_chunk(rt, &key, &idx, st);
-            bson_destroy(&key);
-            if (ret != 0) {
-                goto done;
-            }
-        } else {
-            SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
-        }
-        SHL_ERR(median_of_chunk(rt, idx, &point, st));
+        bson_init(&point);
+        SHL_ERR(chunk_named(lt.rt, has_find ? &find : NULL, &bmin, &bmax, &idx, st));
+        bson_destroy(&point);
+        SHL_ERR(median_of_chunk(lt.rt, idx, &point, st));
     }
-    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
-    shl_routing_table_chunk_to_type(rt, idx, &before);
-    SHL_ERR(shl_routing_table_plan_split(rt, &cmin, points, 1, &out, &nout, st));
-    /* The first piece keeps the old document's _id; the others are new. One applyOps:
-     * readers and a crash see the old chunk or all the new ones. */
-    out[0].has_id = true;
-    out[0].id = before.id;
-    for (size_t i = 1; i < nout; i++) {
-        out[i].has_id = true;
-        bson_oid_init(&out[i].id, NULL);
-    }
-    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
-
+    SHL_ERR(commit_split(lt.rt, idx, points, 1, &before, &out, &nout, st));
     shard = before.shard;
-    append_chunk_info(&details, "before", &before);
-    append_chunk_info(&details, "left", &out[0]);
-    append_chunk_info(&details, "right", &out[nout - 1]);
-    BSON_APPEND_UTF8(&details, "owningShard", shard);
+    append_split_details(&details, &before, out, nout);
     cfg_changelog(op, "split", ns, &details);
     cfg_flush_shards(ns, &shard, 1);
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     if (out != NULL) {
         shl_chunk_types_free(out, nout);
     }
     shl_chunk_type_cleanup(&before);
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
-    }
     bson_destroy(&point);
     bson_destroy(&details);
     return ret;
@@ -290,8 +380,8 @@ cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     int ret = 0;
     const char *ns = NULL, *shard = NULL;
     bson_t bmin, bmax, nmin = BSON_INITIALIZER, nmax = BSON_INITIALIZER, details;
-    bool has_bounds = false, locked = false, planned = false;
-    shl_routing_table_t *rt = NULL;
+    bool has_bounds = false, planned = false;
+    locked_table_t lt = {0};
     shl_chunk_type_t merged, first;
     size_t idx = 0, nmerged = 0;
     const shl_shard_key_pattern_t *p;
@@ -305,33 +395,31 @@ cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     if (!has_bounds) {
         SHL_ERR(shl_idl_missing("_configsvrCommitChunksMerge", "bounds", st));
     }
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
-    p = shl_routing_table_key_pattern(rt);
+    SHL_ERR(locked_table_load(ns, &lt, st));
+    p = shl_routing_table_key_pattern(lt.rt);
     bson_destroy(&nmin);
     bson_destroy(&nmax);
     if (!shl_shard_key_normalize(p, &bmin, &nmin) || !shl_shard_key_normalize(p, &bmax, &nmax)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the bounds of mergeChunks are not shard keys of %s", ns);
     }
-    SHL_ERR(shl_routing_table_plan_merge(rt, &nmin, &nmax, SHL_TS_NULL, &merged, st));
+    SHL_ERR(shl_routing_table_plan_merge(lt.rt, &nmin, &nmax, SHL_TS_NULL, &merged, st));
     planned = true;
-    SHL_ERR(shl_routing_table_find_chunk(rt, &nmin, &idx, st));
-    shl_routing_table_chunk_to_type(rt, idx, &first);
+    SHL_ERR(shl_routing_table_find_chunk(lt.rt, &nmin, &idx, st));
+    shl_routing_table_chunk_to_type(lt.rt, idx, &first);
     merged.has_id = true;
     merged.id = first.id;
     /* The first chunk grows over the range and the others go, in one applyOps. */
     {
-        size_t cap = shl_routing_table_nchunks(rt), ngone = 0;
+        size_t cap = shl_routing_table_nchunks(lt.rt), ngone = 0;
         bson_oid_t *gone = bson_malloc0((cap + 1) * sizeof(bson_oid_t));
         for (size_t i = idx + 1; i < cap; i++) {
             bson_t cmin, cmax;
             shl_chunk_type_t c;
-            shl_routing_table_chunk_bounds(rt, i, &cmin, &cmax);
+            shl_routing_table_chunk_bounds(lt.rt, i, &cmin, &cmax);
             if (shl_shard_key_compare(&cmin, &nmax) >= 0) {
                 break;
             }
-            shl_routing_table_chunk_to_type(rt, i, &c);
+            shl_routing_table_chunk_to_type(lt.rt, i, &c);
             gone[ngone++] = c.id;
             shl_chunk_type_cleanup(&c);
             nmerged++;
@@ -349,16 +437,11 @@ cmd_merge_chunks(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     cfg_changelog(op, "merge", ns, &details);
     cfg_flush_shards(ns, &shard, 1);
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     if (planned) {
         shl_chunk_type_cleanup(&merged);
     }
     shl_chunk_type_cleanup(&first);
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
-    }
     bson_destroy(&nmin);
     bson_destroy(&nmax);
     bson_destroy(&details);
@@ -371,8 +454,8 @@ cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     int ret = 0;
     const char *ns = NULL, *shard = NULL;
     bson_t find, bmin, bmax, details = BSON_INITIALIZER;
-    bool has_find = false, has_bounds = false, locked = false;
-    shl_routing_table_t *rt = NULL;
+    bool has_find = false, has_bounds = false, changed = false;
+    locked_table_t lt = {0};
     size_t idx = 0;
     shl_chunk_type_t c;
 
@@ -384,32 +467,11 @@ cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     if ((int)has_find + (int)has_bounds != 1) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "need to specify exactly one of find or bounds");
     }
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
-    if (has_find) {
-        bson_t key;
-        SHL_ERR(key_from_find(rt, &find, &key, st));
-        ret = shl_routing_table_find_chunk(rt, &key, &idx, st);
-        bson_destroy(&key);
-        if (ret != 0) {
-            goto done;
-        }
-    } else {
-        SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
-    }
-    shl_routing_table_chunk_to_type(rt, idx, &c);
-    if (!c.jumbo) {
-        goto done; /* nothing to clear */
-    }
-    {
-        /* Clearing bumps the chunk's minor past the collection version, so routers and the
-         * shard notice the change. */
-        shl_chunk_version_t cv = shl_routing_table_collection_version(rt);
-        SHL_ERR(shl_chunk_version_inc_minor(&cv, st));
-        c.jumbo = false;
-        c.version = cv;
-        SHL_ERR(commit_chunks(&c, 1, NULL, 0, st));
+    SHL_ERR(locked_table_load(ns, &lt, st));
+    SHL_ERR(chunk_named(lt.rt, has_find ? &find : NULL, &bmin, &bmax, &idx, st));
+    SHL_ERR(commit_jumbo_flag(lt.rt, idx, false, &c, &changed, st));
+    if (!changed) {
+        goto done;
     }
     shard = c.shard;
     BSON_APPEND_DOCUMENT(&details, "min", c.min);
@@ -417,13 +479,8 @@ cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     cfg_changelog(op, "clearJumboFlag", ns, &details);
     cfg_flush_shards(ns, &shard, 1);
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     shl_chunk_type_cleanup(&c);
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
-    }
     bson_destroy(&details);
     return ret;
 }
@@ -469,11 +526,10 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
 {
     int ret = 0;
     const char *ns = NULL;
-    bool locked = false;
-    shl_routing_table_t *rt = NULL;
+    locked_table_t lt = {0};
     size_t idx = 0, nout = 0, npoints = 0;
     shl_chunk_type_t *out = NULL, before;
-    bson_t *keys = NULL, cmin, cmax, details = BSON_INITIALIZER;
+    bson_t *keys = NULL, details = BSON_INITIALIZER;
     const bson_t **points = NULL;
     bson_iter_t it, arr;
     const char *shard;
@@ -484,10 +540,8 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     if (!bson_iter_init_find(&it, cmd, "splitPoints") || !BSON_ITER_HOLDS_ARRAY(&it)) {
         SHL_ERR(shl_idl_missing("_configsvrCommitChunkSplit", "splitPoints", st));
     }
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
-    SHL_ERR(splitter_chunk(rt, cmd, "_configsvrCommitChunkSplit", &idx, st));
+    SHL_ERR(locked_table_load(ns, &lt, st));
+    SHL_ERR(splitter_chunk(lt.rt, cmd, "_configsvrCommitChunkSplit", &idx, st));
     bson_iter_recurse(&it, &arr);
     {
         bson_iter_t cnt = arr;
@@ -510,7 +564,7 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
             bson_init(&keys[npoints++]);
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "a split point is not a document");
         }
-        if (!shl_shard_key_normalize(shl_routing_table_key_pattern(rt), &view, &keys[npoints])) {
+        if (!shl_shard_key_normalize(shl_routing_table_key_pattern(lt.rt), &view, &keys[npoints])) {
             npoints++;
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "a split point is not a shard key of %s", ns);
         }
@@ -520,22 +574,10 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     if (npoints == 0) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "no split points given");
     }
-    shl_routing_table_chunk_bounds(rt, idx, &cmin, &cmax);
-    shl_routing_table_chunk_to_type(rt, idx, &before);
-    SHL_ERR(shl_routing_table_plan_split(rt, &cmin, points, npoints, &out, &nout, st));
-    out[0].has_id = true;
-    out[0].id = before.id;
-    for (size_t i = 1; i < nout; i++) {
-        out[i].has_id = true;
-        bson_oid_init(&out[i].id, NULL);
-    }
-    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
+    SHL_ERR(commit_split(lt.rt, idx, points, npoints, &before, &out, &nout, st));
     shard = before.shard;
     if (nout == 2) {
-        append_chunk_info(&details, "before", &before);
-        append_chunk_info(&details, "left", &out[0]);
-        append_chunk_info(&details, "right", &out[1]);
-        BSON_APPEND_UTF8(&details, "owningShard", shard);
+        append_split_details(&details, &before, out, nout);
         BSON_APPEND_BOOL(&details, "fromChunkSplitter", true);
         cfg_changelog(op, "split", ns, &details);
     } else {
@@ -554,9 +596,7 @@ cmd_commit_chunk_split(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
     SHL_LOG_INFO(SHARDING, 4201601, "Committed an auto-split", "namespace", BCON_UTF8(ns),
                  "chunks", BCON_INT64((int64_t)nout), "shard", BCON_UTF8(shard));
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     if (out != NULL) {
         shl_chunk_types_free(out, nout);
     }
@@ -566,9 +606,6 @@ done:
     bson_free(keys);
     bson_free(points);
     shl_chunk_type_cleanup(&before);
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
-    }
     bson_destroy(&details);
     return ret;
 }
@@ -584,29 +621,20 @@ cmd_mark_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
 {
     int ret = 0;
     const char *ns = NULL;
-    bool locked = false;
-    shl_routing_table_t *rt = NULL;
+    locked_table_t lt = {0};
     size_t idx = 0;
     shl_chunk_type_t c;
     bson_t details = BSON_INITIALIZER;
+    bool changed = false;
 
     (void)reply;
     memset(&c, 0, sizeof(c));
     SHL_ERR(cfg_cmd_string(cmd, &ns, st));
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
-    SHL_ERR(splitter_chunk(rt, cmd, "_configsvrMarkChunkJumbo", &idx, st));
-    shl_routing_table_chunk_to_type(rt, idx, &c);
-    if (c.jumbo) {
+    SHL_ERR(locked_table_load(ns, &lt, st));
+    SHL_ERR(splitter_chunk(lt.rt, cmd, "_configsvrMarkChunkJumbo", &idx, st));
+    SHL_ERR(commit_jumbo_flag(lt.rt, idx, true, &c, &changed, st));
+    if (!changed) {
         goto done;
-    }
-    {
-        shl_chunk_version_t cv = shl_routing_table_collection_version(rt);
-        SHL_ERR(shl_chunk_version_inc_minor(&cv, st));
-        c.jumbo = true;
-        c.version = cv;
-        SHL_ERR(commit_chunks(&c, 1, NULL, 0, st));
     }
     BSON_APPEND_DOCUMENT(&details, "min", c.min);
     BSON_APPEND_DOCUMENT(&details, "max", c.max);
@@ -615,13 +643,8 @@ cmd_mark_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_LOG_INFO(SHARDING, 4201602, "Marked a chunk jumbo", "namespace", BCON_UTF8(ns), "shard",
                  BCON_UTF8(c.shard));
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     shl_chunk_type_cleanup(&c);
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
-    }
     bson_destroy(&details);
     return ret;
 }
@@ -698,19 +721,8 @@ split_for_move(shl_op_ctx_t *op, const char *ns, shl_routing_table_t **rt, const
     for (size_t i = 0; i < npoints; i++) {
         SHL_ERR(shl_shard_key_check_storage(points[i], st));
     }
-    shl_routing_table_chunk_to_type(*rt, *idx, &before);
-    SHL_ERR(shl_routing_table_plan_split(*rt, &cmin, points, npoints, &out, &nout, st));
-    out[0].has_id = true;
-    out[0].id = before.id;
-    for (size_t i = 1; i < nout; i++) {
-        out[i].has_id = true;
-        bson_oid_init(&out[i].id, NULL);
-    }
-    SHL_ERR(commit_chunks(out, nout, NULL, 0, st));
-    append_chunk_info(&details, "before", &before);
-    append_chunk_info(&details, "left", &out[0]);
-    append_chunk_info(&details, "right", &out[nout - 1]);
-    BSON_APPEND_UTF8(&details, "owningShard", before.shard);
+    SHL_ERR(commit_split(*rt, *idx, points, npoints, &before, &out, &nout, st));
+    append_split_details(&details, &before, out, nout);
     cfg_changelog(op, "split", ns, &details);
     {
         const char *shard = before.shard;
@@ -974,14 +986,8 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
         SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
                  "Collection %s does not allow migrations", ns);
     }
-    if (has_find) {
-        bson_t key;
-        SHL_ERR(key_from_find(rt, &find, &key, st));
-        ret = shl_routing_table_find_chunk(rt, &key, &idx, st);
-        bson_destroy(&key);
-        SHL_ERR(ret);
-    } else if (has_bounds) {
-        SHL_ERR(chunk_with_bounds(rt, &bmin, &bmax, &idx, st));
+    if (has_find || has_bounds) {
+        SHL_ERR(chunk_named(rt, has_find ? &find : NULL, &bmin, &bmax, &idx, st));
     } else if (has_min && has_max) {
         SHL_ERR(split_for_move(op, ns, &rt, &min, &max, &idx, st));
     } else {
@@ -1145,8 +1151,9 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     const char *ns = NULL, *from = NULL, *to = NULL;
     bson_t chunk, min, max, details = BSON_INITIALIZER;
     bson_iter_t it;
-    bool found = false, locked = false;
-    shl_routing_table_t *rt = NULL, *after = NULL;
+    bool found = false;
+    locked_table_t lt = {0};
+    shl_routing_table_t *rt, *after = NULL;
     size_t idx = 0, nout = 0;
     shl_chunk_type_t *out = NULL;
     shl_chunk_version_t sv;
@@ -1173,9 +1180,8 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         SHL_ERR(shl_idl_missing("ChunkType", "max", st));
     }
     SHL_ERR(shl_idl_read_doc(&it, "ChunkType", &max, st));
-    cfg_lock_ns(ns);
-    locked = true;
-    SHL_ERR(cfg_load_routing_table(ns, NULL, &rt, st));
+    SHL_ERR(locked_table_load(ns, &lt, st));
+    rt = lt.rt;
     SHL_ERR(chunk_with_bounds(rt, &min, &max, &idx, st));
     if (strcmp(shl_routing_table_chunk_shard(rt, idx), to) == 0) {
         /* Committed before (a retry after a lost reply). */
@@ -1219,14 +1225,9 @@ cmd_commit_migration(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     cfg_changelog(op, "moveChunk.commit", ns, &details);
 done:
-    if (locked) {
-        cfg_unlock_ns(ns);
-    }
+    locked_table_release(&lt);
     if (out != NULL) {
         shl_chunk_types_free(out, nout);
-    }
-    if (rt != NULL) {
-        shl_routing_table_release(rt);
     }
     if (after != NULL) {
         shl_routing_table_release(after);

@@ -2,8 +2,10 @@
  * configsvr_ddl.c -- database and collection metadata (docs/design/sharding-protocol.md):
  * _configsvrCreateDatabase (primary = the shard with the least data), _configsvrShard-
  * Collection (key validation, the shard-key index, initial chunks: one for range keys,
- * presplit for hashed keys on empty collections), _configsvrRefineCollectionShardKey,
- * _configsvrDropCollection and _configsvrDropDatabase. Each commit holds the namespace's
+ * presplit for hashed keys on empty collections; the commit of the primary shard's
+ * createCollection coordinator, shard/ddl_create_coordinator.c) and
+ * _configsvrRefineCollectionShardKey. (Drops are the primary shard's coordinators', which
+ * commit with configsvr_drop.c's commands.) Each commit holds the namespace's
  * lock, is logged in config.changelog and is followed by _flushRoutingTableCacheUpdates.
  */
 #include <string.h>
@@ -270,6 +272,14 @@ shard_create_index(const char *shard, const shl_ns_t *ns, const bson_t *key, boo
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
     }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
+    }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
     ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
@@ -302,30 +312,18 @@ shard_create_participant(const char *shard, const shl_ns_t *ns, const shl_uuid_t
     if (unique) {
         BSON_APPEND_BOOL(&spec, "unique", true);
     }
+    {
+        /* The shard key index orders values by bytes, whatever the collection's default
+         * collation (docs/design/collation.md). */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(&spec, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(&spec, &simple);
+    }
     bson_append_document_end(&arr, &spec);
     bson_append_array_end(&cmd, &arr);
     ret = cfg_shard_cmd(shard, ns->db, &cmd, &reply, st);
     bson_destroy(&cmd);
-    bson_destroy(&reply);
-    return ret;
-}
-
-/* Drop ns on a shard; a missing collection is fine. */
-static int
-shard_drop(const char *shard, const shl_ns_t *ns, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t *cmd = BCON_NEW("drop", BCON_UTF8(ns->coll));
-    bson_t reply;
-
-    if (cfg_shard_cmd(shard, ns->db, cmd, &reply, st) != 0) {
-        if (st->code == SHL_CODE_NAMESPACE_NOT_FOUND) {
-            shl_status_clear(st);
-        } else {
-            ret = st->code;
-        }
-    }
-    bson_destroy(cmd);
     bson_destroy(&reply);
     return ret;
 }
@@ -568,9 +566,13 @@ done:
 /* The config.collections document for a new generation. */
 static void
 collection_doc(const char *ns, const bson_oid_t *epoch, shl_ts_t ts, const shl_uuid_t *uuid,
-               const bson_t *key, bool unique, bson_t *out)
+               const bson_t *key, bool unique, const bson_t *options, bson_t *out)
 {
     shl_collection_type_t c;
+    bson_iter_t it;
+    bson_t dflt;
+    const uint8_t *data;
+    uint32_t len;
 
     memset(&c, 0, sizeof(c));
     c.ns = (char *)(uintptr_t)ns;
@@ -581,6 +583,14 @@ collection_doc(const char *ns, const bson_oid_t *epoch, shl_ts_t ts, const shl_u
     c.uuid = *uuid;
     c.key = (bson_t *)(uintptr_t)key;
     c.unique = unique;
+    if (options != NULL && bson_iter_init_find(&it, options, "collation") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        /* The collection's default collation, which routers target and merge under. */
+        bson_iter_document(&it, &len, &data);
+        if (bson_init_static(&dflt, data, len)) {
+            c.default_collation = &dflt;
+        }
+    }
     shl_collection_type_to_bson(&c, out);
 }
 
@@ -848,7 +858,7 @@ cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
 
     /* Chunks first, then the entry: a reader never sees a collection without chunks. */
     SHL_ERR(insert_chunks(chunks, nchunks, st));
-    collection_doc(ns.full, &epoch, ts, &uuid, &key, unique, &coll_doc);
+    collection_doc(ns.full, &epoch, ts, &uuid, &key, unique, &options, &coll_doc);
     SHL_ERR(cfg_insert("collections", cdocs, 1, st));
     {
         bson_t end = BSON_INITIALIZER;
@@ -1058,163 +1068,6 @@ done:
     return ret;
 }
 
-/* ---------------------------------------------------------------- drop */
-
-/* Drop one collection everywhere and remove its metadata; caller holds the ns lock. */
-int
-cfg_drop_collection_locked(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
-{
-    int ret = 0;
-    shl_collection_type_t coll;
-    shl_database_type_t db;
-    bool found = false, found_db = false;
-    shl_shard_type_t *shards = NULL;
-    size_t nshards = 0;
-    bson_t *q = NULL, details = BSON_INITIALIZER;
-
-    memset(&db, 0, sizeof(db));
-    SHL_ERR(cfg_get_collection(ns->full, &coll, &found, st));
-    if (!found) {
-        /* Unsharded: the primary shard owns it. */
-        SHL_ERR(cfg_get_database(ns->db, &db, &found_db, st));
-        if (found_db) {
-            SHL_ERR(shard_drop(db.primary, ns, st));
-        }
-        goto done;
-    }
-    shl_uuid_append(&details, "uuid", &coll.uuid);
-    cfg_changelog(op, "dropCollection.start", ns->full, &details);
-    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
-    for (size_t i = 0; i < nshards; i++) {
-        SHL_ERR(shard_drop(shards[i].name, ns, st));
-    }
-    q = bson_new();
-    shl_uuid_append(q, "uuid", &coll.uuid);
-    SHL_ERR(cfg_delete("chunks", q, true, NULL, st));
-    bson_destroy(q);
-    q = BCON_NEW("ns", BCON_UTF8(ns->full));
-    SHL_ERR(cfg_delete("tags", q, true, NULL, st));
-    bson_destroy(q);
-    q = BCON_NEW("_id", BCON_UTF8(ns->full));
-    SHL_ERR(cfg_delete("collections", q, false, NULL, st));
-    cfg_changelog(op, "dropCollection", ns->full, &details);
-    SHL_LOG_INFO(SHARDING, 4200122, "dropped sharded collection", "ns", BCON_UTF8(ns->full));
-    cfg_flush_all_shards(ns->full);
-done:
-    if (shards != NULL) {
-        cfg_shards_free(shards, nshards);
-    }
-    if (q != NULL) {
-        bson_destroy(q);
-    }
-    if (found) {
-        shl_collection_type_cleanup(&coll);
-    }
-    shl_database_type_cleanup(&db);
-    bson_destroy(&details);
-    return ret;
-}
-
-static int
-cmd_drop_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    const char *ns_str = NULL;
-    shl_ns_t ns;
-
-    (void)reply;
-    SHL_ERR(cfg_cmd_string(cmd, &ns_str, st));
-    SHL_ERR(shl_ns_parse(&ns, ns_str, st));
-    cfg_lock_ns(ns.full);
-    ret = cfg_drop_collection_locked(op, &ns, st);
-    cfg_unlock_ns(ns.full);
-done:
-    return ret;
-}
-
-static int
-cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    const char *dbname = NULL;
-    char lockname[SHL_DB_NAME_MAX + 8], re[SHL_DB_NAME_MAX + 16];
-    bool locked = false, found = false;
-    shl_database_type_t db;
-    cfg_docs_t colls = {0};
-    shl_shard_type_t *shards = NULL;
-    size_t nshards = 0;
-    bson_t *q = NULL, *dropcmd = NULL;
-
-    memset(&db, 0, sizeof(db));
-    SHL_ERR(cfg_cmd_string(cmd, &dbname, st));
-    if (strcmp(dbname, "admin") == 0 || strcmp(dbname, "config") == 0 ||
-        strcmp(dbname, "local") == 0) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Dropping the '%s' database is prohibited.",
-                 dbname);
-    }
-    SHL_ERR(shl_ns_check_db(dbname, st));
-    snprintf(lockname, sizeof(lockname), "db:%s", dbname);
-    cfg_lock_ns(lockname);
-    locked = true;
-    SHL_ERR(cfg_get_database(dbname, &db, &found, st));
-    if (!found) {
-        goto done; /* nothing to drop: ok, as MongoDB */
-    }
-    cfg_changelog(op, "dropDatabase.start", dbname, NULL);
-    /* Sharded collections of the database: names starting with "<db>." (quoted). */
-    snprintf(re, sizeof(re), "^\\Q%s.\\E", dbname);
-    q = BCON_NEW("_id", "{", "$regex", BCON_UTF8(re), "}");
-    SHL_ERR(cfg_find("collections", q, NULL, &colls, st));
-    for (size_t i = 0; i < colls.n; i++) {
-        bson_iter_t it;
-        shl_ns_t ns;
-        if (!bson_iter_init_find(&it, colls.docs[i], "_id") || !BSON_ITER_HOLDS_UTF8(&it) ||
-            shl_ns_parse(&ns, bson_iter_utf8(&it, NULL), st) != 0) {
-            shl_status_clear(st);
-            continue;
-        }
-        cfg_lock_ns(ns.full);
-        ret = cfg_drop_collection_locked(op, &ns, st);
-        cfg_unlock_ns(ns.full);
-        if (ret != 0) {
-            goto done;
-        }
-    }
-    SHL_ERR(cfg_get_shards(&shards, &nshards, st));
-    dropcmd = BCON_NEW("dropDatabase", BCON_INT32(1));
-    for (size_t i = 0; i < nshards; i++) {
-        bson_t r;
-        ret = cfg_shard_cmd(shards[i].name, dbname, dropcmd, &r, st);
-        bson_destroy(&r);
-        if (ret != 0) {
-            goto done;
-        }
-    }
-    bson_destroy(q);
-    q = BCON_NEW("_id", BCON_UTF8(dbname));
-    SHL_ERR(cfg_delete("databases", q, false, NULL, st));
-    cfg_changelog(op, "dropDatabase", dbname, NULL);
-    cfg_flush_database_all_shards(dbname);
-    SHL_LOG_INFO(SHARDING, 4200123, "dropped database", "db", BCON_UTF8(dbname));
-    BSON_APPEND_UTF8(reply, "dropped", dbname);
-done:
-    if (locked) {
-        cfg_unlock_ns(lockname);
-    }
-    cfg_docs_cleanup(&colls);
-    if (shards != NULL) {
-        cfg_shards_free(shards, nshards);
-    }
-    if (q != NULL) {
-        bson_destroy(q);
-    }
-    if (dropcmd != NULL) {
-        bson_destroy(dropcmd);
-    }
-    shl_database_type_cleanup(&db);
-    return ret;
-}
-
 static const shl_command_t create_database_cmd = {
     .name = "_configsvrCreateDatabase",
     .run = cmd_create_database,
@@ -1233,25 +1086,10 @@ static const shl_command_t refine_cmd = {
     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
     .help = "extend a collection's shard key with more fields (config server)",
 };
-static const shl_command_t drop_collection_cmd = {
-    .name = "_configsvrDropCollection",
-    .run = cmd_drop_collection,
-    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
-    .help = "drop a collection on every shard and its metadata (config server)",
-};
-static const shl_command_t drop_database_cmd = {
-    .name = "_configsvrDropDatabase",
-    .run = cmd_drop_database,
-    .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
-    .help = "drop a database on every shard and its metadata (config server)",
-};
-
 void
 cfg_register_ddl_commands(shl_command_registry_t *reg)
 {
     shl_command_registry_add(reg, &create_database_cmd);
     shl_command_registry_add(reg, &shard_collection_cmd);
     shl_command_registry_add(reg, &refine_cmd);
-    shl_command_registry_add(reg, &drop_collection_cmd);
-    shl_command_registry_add(reg, &drop_database_cmd);
 }

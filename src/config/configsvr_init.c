@@ -115,7 +115,6 @@ shutdown_hook(shl_service_ctx_t *svc)
     cfg_state_t *cfg = cfg_get();
 
     cfg_balancer_stop();
-    cfg_rename_recover_stop();
     cfg_sessions_stop(cfg);
     cfg_keys_stop(cfg);
     if (node_shutdown != NULL) {
@@ -299,7 +298,6 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
     SHL_ERR(ensure_balancer_setting(st));
     SHL_ERR(load_topology_time(cfg, st));
     SHL_ERR(cfg_keys_start(cfg, st));
-    cfg_rename_recover_start(); /* renames a crash left unfinished */
     SHL_ERR(cfg_sessions_start(cfg, st));
     SHL_ERR(cfg_balancer_start(st));
     bson_oid_to_string(&cfg->cluster_id, cid);

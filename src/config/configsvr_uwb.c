@@ -38,7 +38,21 @@ cmd_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply
     bson_destroy(&r);
     SHL_ERR(cfg_local_cmd("admin", &fwd, &r, st));
     SHL_ERR(cfg_get_shards(&shards, &n, st));
-    /* Phase 1: running user DDL drains, none starts; phase 2: every shard blocks. */
+    if (global) {
+        /* Phase 1 on the shards: the DDL coordinators running on them drain and none starts
+         * ({phase: "prepare"}); not under the gate, as they commit here meanwhile. */
+        bson_t prep = BSON_INITIALIZER;
+        BSON_APPEND_INT32(&prep, "_shardsvrSetUserWriteBlockMode", 1);
+        BSON_APPEND_BOOL(&prep, "global", true);
+        BSON_APPEND_UTF8(&prep, "phase", "prepare");
+        for (size_t i = 0; i < n && ret == 0; i++) {
+            bson_destroy(&r);
+            ret = cfg_shard_cmd(shards[i].name, "admin", &prep, &r, st);
+        }
+        bson_destroy(&prep);
+        SHL_ERR(ret);
+    }
+    /* Phase 1 here: running user DDL drains, none starts; phase 2: every shard blocks. */
     cfg_user_ddl_drain_begin();
     for (size_t i = 0; i < n && ret == 0; i++) {
         bson_destroy(&r);

@@ -11,6 +11,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/exec.h"
 #include "db/index_kinds.h"
 #include "db/txn_participant.h"
 #include "db/sharding_hooks.h"
@@ -31,6 +32,16 @@ command_options(const bson_t *cmd, bson_t *out)
             first = false;
             continue;
         }
+        if (strcmp(shl_iter_key(&it), "collation") == 0) {
+            /* Stored normalised (what listCollections shows); the simple one not at all. */
+            shl_collator_t *c = NULL;
+            shl_status_t ignored = SHL_STATUS_INIT;
+            if (shl_collator_from_iter(&it, "collation", &c, &ignored) == 0 && c != NULL) {
+                BSON_APPEND_DOCUMENT(out, "collation", shl_collator_spec(c));
+            }
+            shl_collator_release(c);
+            continue;
+        }
         if (!shl_cmd_is_generic_arg(shl_iter_key(&it))) {
             bson_append_iter(out, shl_iter_key(&it), -1, &it);
         }
@@ -46,6 +57,44 @@ finish_ddl(shl_op_ctx_t *op, const shl_write_concern_t *wc, uint64_t ts, bson_t 
 }
 
 /* ---------------------------------------------------------------- create */
+
+/* changeStreamPreAndPostImages: {enabled: <bool>} (MongoDB's IDL errors). */
+static int
+check_pre_images_option(const char *cmd_name, const bson_iter_t *it, shl_status_t *st)
+{
+    bson_iter_t sub;
+    bool has_enabled = false;
+
+    if (!BSON_ITER_HOLDS_DOCUMENT(it)) {
+        return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                              "BSON field '%s.changeStreamPreAndPostImages' is the wrong type "
+                              "'%s', expected type 'object'",
+                              cmd_name, shl_bson_type_name(shl_iter_type(it)));
+    }
+    bson_iter_recurse(it, &sub);
+    while (shl_iter_next(&sub)) {
+        if (strcmp(shl_iter_key(&sub), "enabled") != 0) {
+            return shl_status_set(st, SHL_CODE_IDL_UNKNOWN_FIELD,
+                                  "BSON field '%s.changeStreamPreAndPostImages.%s' is an unknown "
+                                  "field.",
+                                  cmd_name, shl_iter_key(&sub));
+        }
+        if (!BSON_ITER_HOLDS_BOOL(&sub)) {
+            return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
+                                  "BSON field '%s.changeStreamPreAndPostImages.enabled' is the "
+                                  "wrong type '%s', expected type 'bool'",
+                                  cmd_name, shl_bson_type_name(shl_iter_type(&sub)));
+        }
+        has_enabled = true;
+    }
+    if (!has_enabled) {
+        return shl_status_set(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                              "BSON field '%s.changeStreamPreAndPostImages.enabled' is missing "
+                              "but a required field",
+                              cmd_name);
+    }
+    return 0;
+}
 
 static const char *const create_fields[] = {"capped",
                                             "autoIndexId",
@@ -92,11 +141,9 @@ check_create_options(const bson_t *cmd, const shl_ns_t *ns, shl_status_t *st)
         }
     }
     if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
-        bson_iter_t sub;
-        if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
-            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub)) {
-            return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                                  "create.changeStreamPreAndPostImages is not supported yet");
+        int ret = check_pre_images_option("create", &it, st);
+        if (ret != 0) {
+            return ret;
         }
     }
     if (bson_iter_init_find(&it, cmd, "capped") && bson_iter_as_bool(&it) &&
@@ -371,6 +418,49 @@ check_index_spec(const bson_t *spec, shl_status_t *st)
     return ret;
 }
 
+/*
+ * The spec as stored: its collation normalised (the simple one dropped), or the collection's
+ * default when it names none -- MongoDB's rules, so listIndexes shows the full collation.
+ */
+static int
+index_spec_with_collation(const bson_t *spec, const shl_collection_t *coll, bson_t *out,
+                          shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+    shl_collator_t *c = NULL;
+    bool has = bson_iter_init_find(&it, spec, "collation");
+
+    shl_collator_t *def = exec_collection_collator(coll);
+
+    bson_init(out);
+    if (has) {
+        SHL_ERR(shl_collator_from_iter(&it, "collation", &c, st));
+    } else {
+        c = shl_collator_ref(def);
+    }
+    bson_iter_init(&it, spec);
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "collation") != 0) {
+            bson_append_iter(out, shl_iter_key(&it), -1, &it);
+        }
+    }
+    if (c != NULL) {
+        BSON_APPEND_DOCUMENT(out, "collation", shl_collator_spec(c));
+    } else if (def != NULL) {
+        /* A simple index on a collection with a default says so, or a copy of its spec
+         * (movePrimary, a new shard's participant) would take the default. */
+        bson_t simple;
+        BSON_APPEND_DOCUMENT_BEGIN(out, "collation", &simple);
+        BSON_APPEND_UTF8(&simple, "locale", "simple");
+        bson_append_document_end(out, &simple);
+    }
+done:
+    shl_collator_release(c);
+    shl_collator_release(def);
+    return ret;
+}
+
 static int
 cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -415,6 +505,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         bson_iter_document(&it, &len, &data);
         bson_init_static(&spec, data, len);
         SHL_ERR(check_index_spec(&spec, st));
+        SHL_ERR(db_check_collation(&spec, "collation", st));
         {
             bson_iter_t h;
             if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&h, &spec, "hidden") &&
@@ -439,13 +530,18 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     before = coll != NULL ? (int64_t)coll->nindexes : 0;
     bson_iter_init(&it, &specs);
     while (shl_iter_next(&it)) {
-        bson_t spec;
+        bson_t spec, full;
         const uint8_t *data;
         uint32_t len;
         bool created = false;
         bson_iter_document(&it, &len, &data);
         bson_init_static(&spec, data, len);
-        SHL_ERR(shl_catalog_create_index(node->eng, ns.full, &spec, &created, &ts, st));
+        ret = index_spec_with_collation(&spec, coll, &full, st);
+        if (ret == 0) {
+            ret = shl_catalog_create_index(node->eng, ns.full, &full, &created, &ts, st);
+        }
+        bson_destroy(&full);
+        SHL_ERR(ret);
         if (created) {
             any_created = true;
             db_op_note_write_ts(ts);
@@ -799,7 +895,6 @@ static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     static const char *const refused[] = {"recordPreImages",
-                                          "changeStreamPreAndPostImages",
                                           "expireAfterSeconds",
                                           "timeseries",
                                           "dryRun",
@@ -807,7 +902,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                                           "cappedMax",
                                           NULL};
     static const char *const applied[] = {"validator", "validationLevel", "validationAction",
-                                          "index", NULL};
+                                          "index", "changeStreamPreAndPostImages", NULL};
     int ret = 0;
     bool ddl_held = false;
     db_node_t *node = db_node(op);
@@ -836,6 +931,9 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         }
     }
     SHL_ERR(db_validation_options_check("collMod", cmd, &ns, st));
+    if (bson_iter_init_find(&it, cmd, "changeStreamPreAndPostImages")) {
+        SHL_ERR(check_pre_images_option("collMod", &it, st));
+    }
     SHL_ERR(check_coll_mod_index(cmd, st));
     if (strncmp(ns.coll, "system.", 7) == 0 && bson_iter_init_find(&it, cmd, "index") &&
         bson_iter_recurse(&it, &it) && bson_iter_find(&it, "hidden")) {

@@ -15,6 +15,7 @@
 #include "db/db_private.h"
 #include "db/txn_participant.h"
 #include "db/exec.h"
+#include "db/change_stream.h"
 #include "db/tail_cursor.h"
 #include "net/command_args.h"
 #include "net/message.h"
@@ -62,6 +63,8 @@ tail_alive(const shl_cursor_t *c)
 
 typedef struct find_args {
     bson_t filter, sort, projection;
+    bson_t collation_cmd; /* view of {collation: ...} inside the command, when has_collation */
+    bool has_collation;
     bool has_filter, has_sort, has_projection;
     bool has_hint;
     bson_value_t hint;
@@ -323,6 +326,10 @@ parse_find(const bson_t *cmd, find_args_t *a, shl_status_t *st)
             break;
         case F_COLLATION:
             SHL_ERR(db_check_collation(cmd, "collation", st));
+            /* The element alone, as a one-field document viewed in place is not possible:
+             * keep the command itself (it outlives the query). */
+            bson_init_static(&a->collation_cmd, bson_get_data(cmd), cmd->len);
+            a->has_collation = true;
             break;
         case F_ACCEPTED:
             break;
@@ -351,7 +358,10 @@ idhack_eligible(const find_args_t *a, const char *ns, bson_value_t *id)
 {
     if (!a->has_filter || a->has_sort || a->has_projection || a->has_hint || a->skip > 0 ||
         a->has_min || a->has_max || a->return_key || a->show_record_id ||
-        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns)) {
+        a->tailable || (a->has_batch_size && a->batch_size == 0) || db_ns_is_oplog(ns) ||
+        a->has_collation) {
+        /* (Without a collation the query's is the collection's default, the _id index's:
+         * the lookup compares as the query does.) */
         return false;
     }
     /* exec_query_init's {_id: v} test, without building a matcher. */
@@ -395,7 +405,7 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
     if (h.coll != NULL) {
-        shl_storage_txn_opts_t o = {read_ts};
+        shl_storage_txn_opts_t o = {.read_timestamp = read_ts};
         if (db_txn_storage(op) != NULL) {
             /* A transaction's statement reads in the transaction's snapshot. */
             ret = shl_doc_find_by_id(db_txn_storage(op), h.coll, id, &doc, NULL, &found, st);
@@ -465,6 +475,14 @@ parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_st
     }
     if (vars != NULL) {
         exec_query_set_let(q, vars);
+    }
+    if (a->has_collation) {
+        ret = db_query_collation(&a->collation_cmd, "collation", q, st);
+        if (ret != 0) {
+            exec_query_cleanup(q);
+            bson_free(q);
+            return ret;
+        }
     }
     q->has_hint = a->has_hint;
     q->hint = a->hint;
@@ -650,6 +668,9 @@ typedef struct agg_state {
      * unsharded, checked again by every getMore -- a collection sharded meanwhile ends the
      * cursor with StaleConfig instead of returning the local part of it. */
     bson_t *involved;
+    /* The aggregate's collation (its own or the collection's default; NULL: simple), which
+     * the pipeline borrows. */
+    shl_collator_t *collator;
 } agg_state_t;
 
 static int
@@ -671,6 +692,7 @@ agg_state_destroy(void *state)
     /* Stages may hold sources of the environment: the pipeline goes first. */
     shl_pipeline_destroy(a->pl);
     exec_plan_destroy(a->plan);
+    shl_collator_release(a->collator);
     if (a->let != NULL) {
         bson_destroy(a->let);
     }
@@ -787,6 +809,17 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         await_deadline_us = op->deadline_us != 0 ? op->deadline_us
                                                  : op->start_mono_us + AWAIT_DATA_DEFAULT_MS * 1000;
         op->deadline_us = 0;
+    }
+    if (db_change_stream_is_cursor(c)) {
+        bool dead = false;
+        ret = db_change_stream_get_more(op, c, batch_size, await_deadline_us, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
+        failed = false;
+        exhausted = dead;
+        goto done;
     }
     is_tail = c->ops == &db_tail_cursor_ops;
     if (c->ops == &agg_cursor_ops && ((const agg_state_t *)c->state)->involved != NULL) {
@@ -930,6 +963,7 @@ parse_count(const bson_t *cmd, exec_query_t *q, bool *fast, shl_status_t *st)
     SHL_ERR(shl_cmd_get_int64(cmd, "limit", &limit, &found, st));
     SHL_ERR(nonneg_field(cmd, "skip", &skip, &found, st));
     SHL_ERR(exec_query_init(q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", q, st));
     SHL_ERR(db_cmd_get_hint(cmd, &q->has_hint, &q->hint, st));
     /* A negative limit counts like its absolute value. */
     q->limit = limit < 0 ? -limit : limit;
@@ -990,6 +1024,7 @@ typedef struct distinct_set {
     size_t n, cap;
     size_t *order; /* indexes into vals sorted by canonical order */
     size_t bytes;
+    const shl_collator_t *coll; /* the query's collation: equal strings are one value */
 } distinct_set_t;
 
 static int
@@ -998,7 +1033,7 @@ distinct_add(distinct_set_t *d, const bson_value_t *v, shl_status_t *st)
     size_t lo = 0, hi = d->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        int c = shl_bson_value_compare(&d->vals[d->order[mid]], v);
+        int c = shl_bson_value_compare_coll(&d->vals[d->order[mid]], v, d->coll);
         if (c == 0) {
             return 0;
         }
@@ -1097,6 +1132,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(shl_cmd_get_doc(cmd, "query", &query, &has_query, st));
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", &q, st));
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
@@ -1104,6 +1140,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     locked = true;
     SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll,
                             ns.full, &q, &plan, st));
+    d.coll = q.collator;
     for (;;) {
         exec_row_t row;
         bool eof;
@@ -1484,6 +1521,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
     }
+    switch (shl_pipeline_stage_position(&pipeline, "$changeStream")) {
+    case 1:
+        ret = db_change_stream_aggregate(op, cmd, &ns, collectionless, &pipeline, reply, st);
+        goto done;
+    case 2:
+        SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+    default:
+        break;
+    }
     SHL_ERR(shl_cmd_get_bool(cmd, "explain", &explain, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "allowDiskUse", &allow_disk, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
@@ -1524,7 +1570,15 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         break;
     }
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
-    SHL_ERR(db_check_collation(cmd, "collation", st));
+    {
+        bool has_coll = false;
+        SHL_ERR(db_cmd_collator(cmd, "collation", &a->collator, &has_coll, st));
+        if (!has_coll && !collectionless) {
+            shl_collection_t *c = shl_catalog_get(node->eng, ns.full);
+            a->collator = exec_collection_collator(c);
+            shl_collection_release(c);
+        }
+    }
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
@@ -1541,6 +1595,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     opts.vars = a->let;
     opts.allow_disk_use = allow_disk;
     opts.env = &a->env.env;
+    opts.collator = a->collator;
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
     pl = a->pl;
     if (collectionless) {
@@ -1567,6 +1622,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    exec_query_set_collator(q, a->collator, true);
     if (a->let != NULL) {
         shl_matcher_bind_vars(q->matcher, a->let);
     }

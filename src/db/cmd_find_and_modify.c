@@ -10,6 +10,7 @@
 #include "db/db_private.h"
 #include "db/exec.h"
 #include "db/session_catalog.h"
+#include "db/txn_participant.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 #include "session/session_args.h"
@@ -31,6 +32,7 @@ static const char *const fam_fields[] = {"query",
                                          "isTimeseriesNamespace",
                                          "encryptionInformation",
                                          "stmtId",
+                                         DB_WCOS_INSERT_FIELD,
                                          NULL};
 
 typedef struct fam_unit {
@@ -129,6 +131,14 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         shl_write_opts_t wo;
         const char *kind = u->return_new ? "postImage" : "preImage";
         const shl_write_opts_t *wop = db_stmt_recorder_opts_image(u->rec, u->stmt_id, kind, &wo);
+        if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
+            /* Change streams report an update, not a replace. */
+            if (wop == NULL) {
+                memset(&wo, 0, sizeof(wo));
+                wop = &wo;
+            }
+            wo.describe_update = true;
+        }
         SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, wop, st));
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         SHL_ERR(db_stmt_recorder_image(u->rec, txn, kind, u->return_new ? doc : pre, st));
@@ -289,6 +299,61 @@ done:
     return ret;
 }
 
+/*
+ * The reply of a findAndModify retried after a retryable internal transaction of the user's
+ * write ran it (txn_participant.h db_txn_note_stmt): a findAndModify's answer as it was --
+ * an update's whose document moved to another shard was recorded by the removal on its old
+ * shard, so it updated an existing document -- or an upsert's insert.
+ */
+static int
+answer_reply(const bson_t *answer, bool remove, bool return_new, bson_t *reply, shl_status_t *st)
+{
+    bson_iter_t it, le;
+    bson_t leo, value;
+    const char *k = "";
+    int ret = 0;
+
+    if (bson_iter_init_find(&it, answer, "k") && BSON_ITER_HOLDS_UTF8(&it)) {
+        k = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(k, "f") == 0) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
+        if (bson_iter_init_find(&it, answer, "lastErrorObject") && bson_iter_recurse(&it, &le)) {
+            while (bson_iter_next(&le)) {
+                bson_append_iter(&leo, NULL, 0, &le);
+            }
+        }
+        if (!remove && !bson_has_field(answer, "lastErrorObject.updatedExisting")) {
+            BSON_APPEND_BOOL(&leo, "updatedExisting", true);
+        }
+        bson_append_document_end(reply, &leo);
+        if (!remove && return_new && bson_iter_init_find(&it, answer, "post")) {
+            bson_append_iter(reply, "value", 5, &it);
+        } else if (bson_iter_init_find(&it, answer, "value")) {
+            bson_append_iter(reply, NULL, 0, &it);
+        } else {
+            BSON_APPEND_NULL(reply, "value");
+        }
+    } else if (strcmp(k, "i") == 0 && !remove && bson_iter_init_find(&it, answer, "_id")) {
+        BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &leo);
+        BSON_APPEND_INT32(&leo, "n", 1);
+        BSON_APPEND_BOOL(&leo, "updatedExisting", false);
+        bson_append_iter(&leo, "upserted", 8, &it);
+        bson_append_document_end(reply, &leo);
+        if (return_new && shl_bson_get_subdoc(answer, "doc", &value)) {
+            BSON_APPEND_DOCUMENT(reply, "value", &value);
+        } else {
+            BSON_APPEND_NULL(reply, "value");
+        }
+    } else {
+        SHL_FAIL(st, 40606,
+                 "findAndModify retry request is not compatible with previous write in the "
+                 "transaction");
+    }
+done:
+    return ret;
+}
+
 static int
 cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -315,6 +380,8 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     bool retried = false;
     bson_t vars = BSON_INITIALIZER;
     bool has_vars = false;
+    bson_t answer = BSON_INITIALIZER;
+    bool user_ids = bson_has_field(cmd, "stmtId");
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
@@ -361,6 +428,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Either an update or remove=true must be specified");
     }
     SHL_ERR(exec_query_init(&q, has_query ? &query : NULL, has_sort ? &sort : NULL, NULL, st));
+    SHL_ERR(db_query_collation(cmd, "collation", &q, st));
     if (has_vars) {
         shl_matcher_bind_vars(q.matcher, &vars);
         u.vars = &vars;
@@ -375,6 +443,20 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_ERR(shl_update_new(bson_iter_value(&uit), has_af ? &afilters : NULL, &upd, st));
     }
     SHL_ERR(shl_session_stmt_ids(cmd, 1, &stmt_id, st));
+    retried = (user_ids || op->session != NULL) &&
+              db_session_child_answer(node->sessions, op, stmt_id[0], &answer);
+    if (!retried && user_ids && db_txn_records_stmts(op)) {
+        bson_destroy(&answer);
+        SHL_ERR(db_session_parent_answer(node->sessions, op, stmt_id[0], true, &answer, &retried,
+                                         st));
+    }
+    if (retried) {
+        /* It ran in a retryable internal transaction of the user's write. */
+        SHL_ERR(answer_reply(&answer, remove, return_new, reply, st));
+        BSON_APPEND_INT32(reply, "retriedStmtId", stmt_id[0]);
+        db_write_concern_wait(op, &wc, reply);
+        goto done;
+    }
     SHL_ERR(db_session_stmt_executed(op, stmt_id[0], &retried_ts, &retried, st));
     u.remove = remove;
     u.return_new = return_new;
@@ -446,6 +528,23 @@ reply:
     if (retried) {
         BSON_APPEND_INT32(reply, "retriedStmtId", stmt_id[0]);
         db_session_note_retried(op, 1);
+    } else if (user_ids && (u.found || u.upserted) && db_txn_records_stmts(op)) {
+        bson_iter_t it;
+        bson_reinit(&answer);
+        BSON_APPEND_UTF8(&answer, "k", "f");
+        if (bson_iter_init_find(&it, reply, "lastErrorObject")) {
+            bson_append_iter(&answer, NULL, 0, &it);
+        }
+        if (bson_iter_init_find(&it, reply, "value")) {
+            bson_append_iter(&answer, NULL, 0, &it);
+        }
+        BSON_APPEND_BOOL(&answer, "new", return_new);
+        if (bson_iter_init_find(&it, cmd, DB_WCOS_INSERT_FIELD) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            /* The removal of a document an update moved (the router's): a retry of that
+             * update may want the document after it. */
+            bson_append_iter(&answer, "post", 4, &it);
+        }
+        db_txn_note_stmt(op, stmt_id[0], &answer);
     }
     db_write_concern_wait(op, &wc, reply);
 done:
@@ -461,6 +560,7 @@ done:
     exec_query_cleanup(&q);
     shl_db_orphan_filter_release(filter);
     bson_destroy(&vars);
+    bson_destroy(&answer);
     return ret;
 }
 

@@ -7,6 +7,7 @@
 
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/txn_participant.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
 #include "query/matcher.h"
@@ -167,6 +168,9 @@ cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     for (size_t i = 0; i < nl; i++) {
         bson_t doc = BSON_INITIALIZER, full = BSON_INITIALIZER;
         bool matched = true;
+        if (db_txn_ns_hidden(op, list[i]->ns)) {
+            continue; /* an open transaction's new collection (txn_participant.h) */
+        }
         collection_info(list[i], name_only, &doc);
         if (m != NULL) {
             /* MongoDB applies the filter to the full document even with nameOnly when the
@@ -214,7 +218,7 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_CATALOG, st));
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
-    coll = shl_catalog_get(node->eng, ns.full);
+    coll = db_txn_ns_hidden(op, ns.full) ? NULL : shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns.full);
     }

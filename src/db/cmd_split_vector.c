@@ -102,6 +102,9 @@ decode_key(const shl_index_t *idx, const bson_t *pattern, const uint8_t *key, si
     return ok;
 }
 
+/* Split points are estimates: their reads pass over prepared writes instead of waiting. */
+static const shl_storage_txn_opts_t split_read_opts = {.ignore_prepare = true};
+
 static int
 cmd_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -194,7 +197,7 @@ cmd_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
             }
         }
     }
-    SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
+    SHL_ERR(shl_storage_txn_begin(node->eng, &split_read_opts, &txn, st));
     if (force) {
         /* Count the range, then take the key in the middle. */
         shl_key_bound_t b0 = {k0.data, k0.len}, b1 = {k1.data, k1.len};
@@ -561,7 +564,7 @@ cmd_auto_split_vector(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     }
     bound_key(&pattern, &min, false, &k0);
     bound_key(&pattern, &max, true, &k1);
-    SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
+    SHL_ERR(shl_storage_txn_begin(node->eng, &split_read_opts, &txn, st));
     SHL_ERR(auto_split_points(txn, h.coll, idx, &pattern, &k0, &k1, max_bytes, limit, forward, &pts,
                               st));
     for (size_t i = 0; i < pts.n; i++) {

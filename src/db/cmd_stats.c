@@ -246,8 +246,11 @@ cmd_data_size(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             shl_key_bound_t b0 = {has_min ? k0.data : NULL, k0.len};
             shl_key_bound_t b1 = {has_max ? k1.data : NULL, k1.len};
             exec_ctx_t ctx;
+            /* A size estimate: prepared writes are passed over, not waited for (the
+             * config server's moveRange checks sizes while transactions may be prepared). */
+            shl_storage_txn_opts_t o = {.ignore_prepare = true};
             plan = exec_fetch_new(exec_ixscan_new(idx, &b0, &b1, true, ""), h.coll, NULL);
-            SHL_ERR(shl_storage_txn_begin(node->eng, NULL, &txn, st));
+            SHL_ERR(shl_storage_txn_begin(node->eng, &o, &txn, st));
             ctx.op = op;
             ctx.txn = txn;
             for (;;) {

@@ -270,6 +270,7 @@ static const char *const insert_fields[] = {"documents",
                                             "encryptionInformation",
                                             "stmtId",
                                             "stmtIds",
+                                            DB_WCOS_INSERT_FIELD,
                                             NULL};
 
 typedef struct insert_item {
@@ -304,6 +305,42 @@ typedef struct insert_unit {
     size_t n_dup;
     bool stop; /* ordered and an error */
 } insert_unit_t;
+
+/* A retryable internal transaction's inserts of the user's statements (db_txn_note_stmt):
+ * the items of the last run of 'u' that were written. */
+static void
+note_inserted(const insert_unit_t *u, const char *ns, bool user_ids, bool moved)
+{
+    for (size_t i = u->begin; user_ids && db_txn_records_stmts(u->op) && i < u->begin + u->done;
+         i++) {
+        bool failed = false;
+        bson_iter_t it;
+        for (size_t d = 0; d < u->n_dup; d++) {
+            failed = failed || u->dup_idx[d] == i;
+        }
+        if (!failed && bson_iter_init_find(&it, item_doc(&u->items[i]), "_id")) {
+            bson_t answer = BSON_INITIALIZER, le;
+            if (moved) {
+                /* The new home of a document an update moved: a retry of that update sent
+                 * here is answered as the update it was. */
+                BSON_APPEND_UTF8(&answer, "k", "f");
+                BSON_APPEND_DOCUMENT_BEGIN(&answer, "lastErrorObject", &le);
+                BSON_APPEND_INT32(&le, "n", 1);
+                BSON_APPEND_BOOL(&le, "updatedExisting", true);
+                bson_append_document_end(&answer, &le);
+                BSON_APPEND_DOCUMENT(&answer, "value", item_doc(&u->items[i]));
+            } else {
+                BSON_APPEND_UTF8(&answer, "k", "i");
+                bson_append_iter(&answer, "_id", 3, &it);
+                BSON_APPEND_DOCUMENT(&answer, "doc", item_doc(&u->items[i]));
+            }
+            BSON_APPEND_UTF8(&answer, "ns", ns);
+            BSON_APPEND_DOCUMENT(&answer, "rdoc", item_doc(&u->items[i]));
+            db_txn_note_stmt(u->op, u->stmt_ids[i], &answer);
+            bson_destroy(&answer);
+        }
+    }
+}
 
 static int
 insert_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
@@ -365,7 +402,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     bool blocked;
     shl_status_t blocked_st = SHL_STATUS_INIT;
     db_validator_t validator;
-    bool bypass = false;
+    bool bypass = false, user_ids = false, moved = false;
     int32_t *stmt_ids = NULL;
     db_stmt_recorder_t rec;
 
@@ -417,6 +454,8 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         }
     }
     SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
+    user_ids = bson_has_field(cmd, "stmtIds") || bson_has_field(cmd, "stmtId");
+    moved = bson_has_field(cmd, DB_WCOS_INSERT_FIELD);
     /* A retried retryable write: the statements that ran are answered, not run again. */
     for (size_t i = 0; op->session != NULL && i < n; i++) {
         uint64_t ts = 0;
@@ -468,6 +507,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         if (rc == 0) {
             db_stmt_recorder_commit(&rec);
             db_op_note_write_ts(ts);
+            note_inserted(&u, ns.full, user_ids, moved);
             res.n += (int64_t)u.n_inserted;
             for (size_t d = 0; d < u.n_dup; d++) {
                 add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
@@ -486,6 +526,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             if (rc == 0) {
                 db_stmt_recorder_commit(&rec);
                 db_op_note_write_ts(ts);
+                note_inserted(&u, ns.full, user_ids, moved);
                 res.n += (int64_t)u.n_inserted;
                 for (size_t d = 0; d < u.n_dup; d++) {
                     add_error(&res, (int32_t)u.dup_idx[d], &u.dup_st[d]);
@@ -601,6 +642,14 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
         {
             shl_write_opts_t wo;
             const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
+            if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
+                /* Change streams report an update, not a replace. */
+                if (wop == NULL) {
+                    memset(&wo, 0, sizeof(wo));
+                    wop = &wo;
+                }
+                wo.describe_update = true;
+            }
             SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, wop, st));
         }
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
@@ -710,14 +759,14 @@ stmt_query_init(exec_query_t *q, const bson_t *filter, const bson_t *collation,
 {
     int ret = 0;
 
+    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (collation != NULL) {
         bson_t wrap = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&wrap, "collation", collation);
-        ret = db_check_collation(&wrap, "collation", st);
+        ret = db_query_collation(&wrap, "collation", q, st);
         bson_destroy(&wrap);
         SHL_ERR(ret);
     }
-    SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
     if (vars != NULL) {
         shl_matcher_bind_vars(q->matcher, vars);
     }
@@ -866,6 +915,75 @@ done:
     return ret;
 }
 
+/*
+ * The result of statement 'index' ('stmt_id') answered from a retryable internal transaction
+ * of the user's write (db_txn_note_stmt's answer): a findAndModify's stands for the update
+ * that moved its document to another shard (WouldChangeOwningShard) or for a findAndModify
+ * retried as a write.
+ */
+static int
+answer_result(bool is_update, int32_t index, int32_t stmt_id, const bson_t *answer,
+              shl_write_result_t *res, shl_status_t *st)
+{
+    bson_iter_t it;
+    const char *k = "";
+    int64_t n = 1;
+    int ret = 0;
+
+    if (bson_iter_init_find(&it, answer, "k") && BSON_ITER_HOLDS_UTF8(&it)) {
+        k = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(k, "f") == 0) {
+        n = bson_iter_init(&it, answer) && bson_iter_find_descendant(&it, "lastErrorObject.n", &it)
+                ? bson_iter_as_int64(&it)
+                : 0;
+    }
+    if (is_update && strcmp(k, "i") == 0 && bson_iter_init_find(&it, answer, "_id")) {
+        res->n++;
+        shl_write_result_add_upserted(res, index, bson_iter_value(&it));
+    } else if (is_update && (strcmp(k, "u") == 0 || strcmp(k, "f") == 0)) {
+        res->n += n;
+        res->n_modified += n;
+    } else if (!is_update && (strcmp(k, "d") == 0 || strcmp(k, "f") == 0)) {
+        res->n += n;
+    } else {
+        SHL_FAIL(st, 40638,
+                 "%s retry request is not compatible with previous write in the transaction",
+                 is_update ? "update" : "delete");
+    }
+    shl_write_result_add_retried(res, stmt_id);
+done:
+    return ret;
+}
+
+/* What a retry of statement 'stmt_id', which just ran, is to answer (txn_participant.h). */
+static void
+note_answer(const shl_op_ctx_t *op, bool is_update, int32_t stmt_id, const shl_write_result_t *res,
+            int64_t n_before, int64_t mod_before, uint32_t ups_before)
+{
+    bson_t answer = BSON_INITIALIZER;
+    bson_iter_t it, e;
+    char key[16];
+    const char *k;
+
+    if (res->n_upserted > ups_before) {
+        bson_uint32_to_string(res->n_upserted - 1, &k, key, sizeof(key));
+        if (bson_iter_init_find(&it, &res->upserted, k) && bson_iter_recurse(&it, &e) &&
+            bson_iter_find(&e, "_id")) {
+            BSON_APPEND_UTF8(&answer, "k", "i");
+            bson_append_iter(&answer, "_id", 3, &e);
+        }
+    } else if (is_update && res->n_modified > mod_before) {
+        BSON_APPEND_UTF8(&answer, "k", "u");
+    } else if (!is_update && res->n > n_before) {
+        BSON_APPEND_UTF8(&answer, "k", "d");
+    }
+    if (!bson_empty(&answer)) {
+        db_txn_note_stmt(op, stmt_id, &answer);
+    }
+    bson_destroy(&answer);
+}
+
 /* Parse every statement first (a malformed one fails the whole command, as MongoDB's IDL
  * does), then run them in order: ordered batches stop at the first failure. */
 static int
@@ -886,7 +1004,8 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     shl_status_t blocked_st = SHL_STATUS_INIT;
     int32_t *stmt_ids = NULL;
     bson_t vars = BSON_INITIALIZER;
-    bool has_vars = false;
+    bool has_vars = false, user_ids;
+    db_node_t *node = db_node(op);
 
     db_cmd_begin(op);
     shl_write_result_init(&res);
@@ -927,12 +1046,33 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
         n++;
     }
     SHL_ERR(shl_session_stmt_ids(cmd, (uint32_t)n, &stmt_ids, st));
+    /* In a retryable internal transaction, the statements that carry the user's ids. */
+    user_ids = bson_has_field(cmd, "stmtIds") || bson_has_field(cmd, "stmtId");
     for (size_t i = 0; i < n; i++) {
         shl_status_t err = SHL_STATUS_INIT;
         uint64_t ts = 0;
         bool executed = false;
+        int64_t n_before = res.n, mod_before = res.n_modified;
+        uint32_t ups_before = res.n_upserted;
+        bson_t answer = BSON_INITIALIZER;
         SHL_ERR(shl_op_check_interrupt(op, st));
-        /* A retried retryable write: a statement that ran is answered, not run again. */
+        /* A retried retryable write: a statement that ran -- itself, or in a retryable
+         * internal transaction of the user's write -- is answered, not run again. */
+        executed = (user_ids || op->session != NULL) &&
+                   db_session_child_answer(node->sessions, op, stmt_ids[i], &answer);
+        if (!executed && user_ids && db_txn_records_stmts(op)) {
+            bson_destroy(&answer);
+            ret = db_session_parent_answer(node->sessions, op, stmt_ids[i], false, &answer,
+                                           &executed, st);
+        }
+        if (ret == 0 && executed) {
+            ret = answer_result(kind->is_update, (int32_t)i, stmt_ids[i], &answer, &res, st);
+        }
+        bson_destroy(&answer);
+        SHL_ERR(ret);
+        if (executed) {
+            continue;
+        }
         SHL_ERR(db_session_stmt_executed(op, stmt_ids[i], &ts, &executed, st));
         if (executed) {
             SHL_ERR(retried_result(op, kind->is_update, (int32_t)i, stmt_ids[i], ts, &res, st));
@@ -947,7 +1087,12 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
             continue;
         }
         if (kind->run(op, &ns, parsed + i * kind->stmt_size, (int32_t)i, stmt_ids[i], bypass,
-                      filter, &res, &err) != 0) {
+                      filter, &res, &err) == 0) {
+            if (user_ids && db_txn_records_stmts(op)) {
+                note_answer(op, kind->is_update, stmt_ids[i], &res, n_before, mod_before,
+                            ups_before);
+            }
+        } else {
             if (is_interruption(err.code)) {
                 *st = err;
                 ret = err.code;

@@ -249,7 +249,7 @@ shl_cursor_manager_reap(shl_cursor_manager_t *mgr, int64_t now_ms, int64_t timeo
 static bool
 on_ns(const shl_cursor_t *c, const void *arg)
 {
-    return strcmp(c->ns, (const char *)arg) == 0;
+    return !c->outlives_namespace && strcmp(c->ns, (const char *)arg) == 0;
 }
 
 int
@@ -263,7 +263,7 @@ in_db(const shl_cursor_t *c, const void *arg)
 {
     const char *db = arg;
     size_t n = strlen(db);
-    return strncmp(c->ns, db, n) == 0 && c->ns[n] == '.';
+    return !c->outlives_namespace && strncmp(c->ns, db, n) == 0 && c->ns[n] == '.';
 }
 
 int

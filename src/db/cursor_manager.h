@@ -42,6 +42,9 @@ typedef struct shl_cursor {
     bool tailable;
     bool await_data;
     bool no_timeout;
+    /* A change stream: a drop or rename of its namespace does not kill it (it reports them
+     * itself). */
+    bool outlives_namespace;
     int64_t n_returned;
     /* readConcern "snapshot": the time the cursor reads at, which every batch's reply
      * carries as atClusterTime (0: not a snapshot read). */

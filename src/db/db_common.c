@@ -8,6 +8,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/exec.h"
 #include "net/command_args.h"
 #include "query/expression.h"
 
@@ -149,33 +150,39 @@ done:
 }
 
 int
+db_cmd_collator(const bson_t *cmd, const char *field, shl_collator_t **out, bool *has,
+                shl_status_t *st)
+{
+    bson_iter_t it;
+    *out = NULL;
+    *has = bson_iter_init_find(&it, cmd, field);
+    if (!*has) {
+        return 0;
+    }
+    return shl_collator_from_iter(&it, field, out, st);
+}
+
+int
+db_query_collation(const bson_t *cmd, const char *field, exec_query_t *q, shl_status_t *st)
+{
+    shl_collator_t *c = NULL;
+    bool has = false;
+    int ret = db_cmd_collator(cmd, field, &c, &has, st);
+    if (ret == 0 && has) {
+        exec_query_set_collator(q, c, true);
+    }
+    shl_collator_release(c);
+    return ret;
+}
+
+int
 db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st)
 {
-    bson_iter_t it, loc;
-    if (!bson_iter_init_find(&it, cmd, field)) {
-        return 0;
-    }
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        return shl_status_set(st, SHL_CODE_TYPE_MISMATCH,
-                              "BSON field '%s' is the wrong type '%s', expected type 'object'",
-                              field, shl_bson_type_name(shl_iter_type(&it)));
-    }
-    if (bson_iter_recurse(&it, &loc) && bson_iter_find(&loc, "locale") &&
-        BSON_ITER_HOLDS_UTF8(&loc) && strcmp(bson_iter_utf8(&loc, NULL), "simple") == 0) {
-        return 0;
-    }
-    {
-        bson_t view;
-        const uint8_t *data;
-        uint32_t len;
-        bson_iter_document(&it, &len, &data);
-        if (bson_init_static(&view, data, len) && bson_empty(&view)) {
-            return 0;
-        }
-    }
-    /* TODO(#4): collations (ICU) are not implemented; refuse rather than ignore them. */
-    return shl_status_set(st, SHL_CODE_INVALID_OPTIONS,
-                          "Collations other than {locale: \"simple\"} are not supported yet");
+    shl_collator_t *c = NULL;
+    bool has = false;
+    int ret = db_cmd_collator(cmd, field, &c, &has, st);
+    shl_collator_release(c);
+    return ret;
 }
 
 int

@@ -14,6 +14,7 @@
 
 #include "base/namespace.h"
 #include "base/status.h"
+#include "bson/collation.h"
 #include "db/cursor_manager.h"
 #include "db/sharding_hooks.h"
 #include "net/command.h"
@@ -41,6 +42,10 @@ typedef struct db_node {
     /* The TTL monitor (ttl.c); stops with the reaper (reaper_stop, reaper_cond). */
     pthread_t ttl;
     bool ttl_started;
+    /* The periodic no-op writer (change_stream.c), replica set members only; stops with the
+     * reaper. */
+    pthread_t noop;
+    bool noop_started;
     int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
     int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
 
@@ -204,8 +209,22 @@ void db_write_concern_wait(shl_op_ctx_t *op, const shl_write_concern_t *wc, bson
 /* db_append_ts -- append a packed timestamp as BSON Timestamp. */
 void db_append_ts(bson_t *doc, const char *key, uint64_t ts);
 
-/* db_unsupported_collation -- InvalidOptions unless 'collation' is absent or simple. */
+/* db_check_collation -- validate the collation in 'field' of 'cmd' (if any): shl_collator_new's errors. */
 int db_check_collation(const bson_t *cmd, const char *field, shl_status_t *st);
+
+/*
+ * db_cmd_collator --
+ *     The collation 'cmd' names in 'field': *has says whether it names one; *out is a new
+ *     reference (NULL: simple or absent). Errors: shl_collator_new's.
+ */
+int db_cmd_collator(const bson_t *cmd, const char *field, shl_collator_t **out, bool *has,
+                    shl_status_t *st);
+
+/* db_query_collation -- give 'q' the collation 'cmd' names in 'field' (none: 'q' keeps
+ * the collection default exec_plan_build applies). Errors: shl_collator_new's. */
+struct exec_query;
+int db_query_collation(const bson_t *cmd, const char *field, struct exec_query *q,
+                       shl_status_t *st);
 
 /*
  * db_let_vars --

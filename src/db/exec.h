@@ -194,6 +194,17 @@ typedef struct exec_query {
     /* find's returnKey (each result is its index key, {} without an index; the
      * projection is ignored) and showRecordId (each result gets "$recordId"). */
     bool return_key, show_record_id;
+    /* The query's collation (a reference; NULL: simple) and whether the command named one
+     * (otherwise exec_plan_build applies the collection's default). */
+    shl_collator_t *collator;
+    bool has_collation;
+    /* Under a collator: the filter with its strings as collation keys, which index bounds
+     * are computed from (owned), and whether a regex keeps every index out (prefix bounds
+     * are byte ranges). */
+    bson_t *plan_filter;
+    bool plan_no_index;
+    /* No predicate compares a string: any index's bounds hold whatever its collation. */
+    bool string_free;
 } exec_query_t;
 
 /*
@@ -209,6 +220,18 @@ void exec_query_cleanup(exec_query_t *q);
 /* exec_query_set_let -- give 'q' a command's `let` variables (copied): its matcher's $expr
  * and its projection's expressions see them. */
 void exec_query_set_let(exec_query_t *q, const bson_t *vars);
+
+/*
+ * exec_query_set_collator --
+ *     Run 'q' under 'coll' (a reference is taken; NULL: simple): its matcher and sort
+ *     compare strings by it, and the planner uses no index whose collation differs
+ *     (docs/design/collation.md). 'explicit' says the command named it.
+ */
+void exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit);
+
+/* exec_collection_collator -- a new reference to the default collator of 'coll' (its
+ * create option 'collation'), or NULL for the simple collation or no collection. */
+shl_collator_t *exec_collection_collator(const shl_collection_t *coll);
 
 /* What access path the selection chose (explain, tests). */
 typedef enum exec_access_kind {

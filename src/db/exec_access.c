@@ -66,6 +66,48 @@ id_point_filter(const bson_t *filter, bson_value_t *out)
     }
 }
 
+/* Whether a predicate of 'filter' compares a string (or matches a regex): what makes index
+ * bounds depend on a collation. Type names, expressions and comments are not compared. */
+static bool
+filter_compares_strings(const bson_t *filter)
+{
+    static const char *const skip[] = {"$type", "$expr", "$jsonSchema", "$where", "$comment",
+                                       NULL};
+    bson_iter_t it;
+    if (!bson_iter_init(&it, filter)) {
+        return false;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        bool skipped = false;
+        bson_type_t t = shl_iter_type(&it);
+        for (size_t i = 0; skip[i] != NULL && !skipped; i++) {
+            skipped = strcmp(k, skip[i]) == 0;
+        }
+        if (skipped) {
+            continue;
+        }
+        if (t == BSON_TYPE_UTF8 || t == BSON_TYPE_SYMBOL || t == BSON_TYPE_REGEX ||
+            t == BSON_TYPE_CODE) {
+            return true;
+        }
+        if (t == BSON_TYPE_DOCUMENT || t == BSON_TYPE_ARRAY) {
+            bson_t sub;
+            const uint8_t *data;
+            uint32_t len;
+            if (t == BSON_TYPE_DOCUMENT) {
+                bson_iter_document(&it, &len, &data);
+            } else {
+                bson_iter_array(&it, &len, &data);
+            }
+            if (bson_init_static(&sub, data, len) && filter_compares_strings(&sub)) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 int
 exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const bson_t *projection,
                 shl_status_t *st)
@@ -79,6 +121,7 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
         bson_init_static(&q->filter, bson_get_data(filter), filter->len);
     }
     q->id_point = id_point_filter(&q->filter, &q->id_value);
+    q->string_free = !filter_compares_strings(&q->filter);
     SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT, &q->matcher, st));
     if (sort != NULL && !bson_empty(sort)) {
         bson_init_static(&q->sort, bson_get_data(sort), sort->len);
@@ -102,6 +145,12 @@ exec_query_cleanup(exec_query_t *q)
     shl_projection_destroy(q->proj);
     shl_db_orphan_filter_release(q->orphan_filter);
     q->orphan_filter = NULL;
+    shl_collator_release(q->collator);
+    q->collator = NULL;
+    if (q->plan_filter != NULL) {
+        bson_destroy(q->plan_filter);
+        q->plan_filter = NULL;
+    }
     if (q->let_owned != NULL) {
         bson_destroy(q->let_owned);
         q->let_owned = NULL;
@@ -110,6 +159,104 @@ exec_query_cleanup(exec_query_t *q)
     q->matcher = NULL;
     q->sort_pattern = NULL;
     q->proj = NULL;
+}
+
+shl_collator_t *
+exec_collection_collator(const shl_collection_t *coll)
+{
+    bson_iter_t it;
+    shl_collator_t *c = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    if (coll != NULL && coll->nindexes > 0 && coll->indexes[0]->is_id) {
+        /* The _id index has the default collation, already parsed (storage/catalog.c). */
+        return shl_collator_ref(coll->indexes[0]->collator);
+    }
+    if (coll != NULL && coll->options != NULL &&
+        bson_iter_init_find(&it, coll->options, "collation")) {
+        /* Validated when the collection was created. */
+        (void)shl_collator_from_iter(&it, "collation", &c, &st);
+    }
+    return c;
+}
+
+/* Operators whose string arguments are not values to compare ($type names, expressions). */
+static bool
+keep_operand(const char *k)
+{
+    static const char *const keep[] = {"$type", "$expr", "$jsonSchema", "$where", "$text",
+                                       "$comment", NULL};
+    for (size_t i = 0; keep[i] != NULL; i++) {
+        if (strcmp(k, keep[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* 'in' with every compared string replaced by its collation key; *regex when a regex
+ * appears (then the result is not used). */
+static void
+collation_key_filter(const shl_collator_t *coll, const bson_t *in, bool *regex, bson_t *out)
+{
+    bson_iter_t it;
+    bson_init(out);
+    if (!bson_iter_init(&it, in)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        const bson_value_t *v = bson_iter_value(&it);
+        if (v->value_type == BSON_TYPE_REGEX || strcmp(k, "$regex") == 0) {
+            *regex = true;
+        }
+        if (keep_operand(k)) {
+            bson_append_value(out, k, -1, v);
+        } else if (v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY) {
+            bson_t view, sub;
+            bson_init_static(&view, v->value.v_doc.data, v->value.v_doc.data_len);
+            collation_key_filter(coll, &view, regex, &sub);
+            if (v->value_type == BSON_TYPE_ARRAY) {
+                bson_append_array(out, k, -1, &sub);
+            } else {
+                bson_append_document(out, k, -1, &sub);
+            }
+            bson_destroy(&sub);
+        } else {
+            bson_value_t ck;
+            shl_collator_value_key(coll, v, &ck);
+            bson_append_value(out, k, -1, &ck);
+            bson_value_destroy(&ck);
+        }
+    }
+}
+
+void
+exec_query_set_collator(exec_query_t *q, shl_collator_t *coll, bool explicit)
+{
+    shl_collator_t *old = q->collator;
+    q->collator = shl_collator_ref(coll);
+    shl_collator_release(old);
+    q->has_collation = explicit;
+    if (q->matcher != NULL) {
+        shl_matcher_set_collator(q->matcher, coll);
+    }
+    if (q->sort_pattern != NULL) {
+        shl_sort_pattern_set_collator(q->sort_pattern, coll);
+    }
+    if (q->proj != NULL) {
+        shl_projection_set_collator(q->proj, q->collator); /* 'q' holds the reference */
+    }
+    if (q->plan_filter != NULL) {
+        bson_destroy(q->plan_filter);
+        q->plan_filter = NULL;
+    }
+    q->plan_no_index = false;
+    if (coll != NULL) {
+        bson_t keyed;
+        collation_key_filter(coll, &q->filter, &q->plan_no_index, &keyed);
+        q->plan_filter = bson_copy(&keyed);
+        bson_destroy(&keyed);
+    }
 }
 
 void
@@ -902,10 +1049,24 @@ index_hidden(const shl_index_t *idx)
     return bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it);
 }
 
+/* Whether 'idx' orders strings as the query's collation 'qc' does (NULL: simple). Specs
+ * are stored normalised (cmd_ddl.c), so equal collations are equal documents. */
+/* What the planner passes for the query's collation when its filter compares no string:
+ * then every index bounds it correctly, whatever its collation (only the order of strings
+ * differs between collations). Never dereferenced. */
+static const char any_collation_tag;
+#define ANY_COLLATION ((const shl_collator_t *)(const void *)&any_collation_tag)
+
+static bool
+collation_matches(const shl_index_t *idx, const shl_collator_t *qc)
+{
+    return qc == ANY_COLLATION || shl_collator_equal(idx->collator, qc);
+}
+
 /* Whether the planner may use 'idx' for any query: not partial, sparse (their entries may
  * miss matching documents) or hidden. */
 static bool
-plannable(const shl_index_t *idx)
+plannable(const shl_index_t *idx, const shl_collator_t *qc)
 {
     bson_iter_t it;
     if (bson_iter_init_find(&it, idx->spec, "partialFilterExpression")) {
@@ -914,13 +1075,19 @@ plannable(const shl_index_t *idx)
     if (bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it)) {
         return false;
     }
+    if (!collation_matches(idx, qc)) {
+        /* Its string keys are in another order (bytes, or another collation's sort keys):
+         * bounds and sort order from it would be wrong for strings. */
+        return false;
+    }
     return !index_hidden(idx);
 }
 
 /* The planner: the index whose first field has the most selective predicate (equality,
  * then $in, then a range; unique indexes first among equals), or NULL. */
 static const shl_index_t *
-plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort)
+plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sort,
+           const shl_collator_t *qc, const shl_collator_t *sort_qc)
 {
     const shl_index_t *best = NULL;
     int best_score = 0;
@@ -934,7 +1101,7 @@ plan_index(const shl_collection_t *coll, const bson_t *filter, const bson_t *sor
         bool h0, h1;
         char desc[200], iv[400];
         int score;
-        if (!plannable(idx)) {
+        if (!plannable(idx, qc)) {
             continue;
         }
         if (compound_ok(idx)) {
@@ -960,7 +1127,7 @@ by_sort:
     /* No index bounds the filter: an index that provides the sort (a full scan). */
     for (size_t i = 0; best == NULL && sort != NULL && i < coll->nindexes; i++) {
         const shl_index_t *idx = coll->indexes[i];
-        if (plannable(idx) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
+        if (plannable(idx, sort_qc) && plain_ok(idx) && sort_direction(sort, idx, 0) != 0) {
             best = idx;
         }
     }
@@ -1012,6 +1179,18 @@ done:
 }
 
 /* The matcher to run per document, NULL when it matches everything. */
+/* The filter index bounds are computed from: under a collation, its strings as collation
+ * keys (what a collated index holds); NULL when no index can bound it (a regex under a
+ * collation: its prefix bounds are byte ranges). */
+static const bson_t *
+plan_filter(const exec_query_t *q)
+{
+    if (q->collator == NULL) {
+        return &q->filter;
+    }
+    return q->plan_no_index ? NULL : q->plan_filter;
+}
+
 static const shl_matcher_t *
 effective_filter(const exec_query_t *q)
 {
@@ -1082,10 +1261,10 @@ index_scan(const shl_index_t *idx, const bson_t *filter, const bson_t *sort, boo
 /* The planner's estimate for 'idx' over 'filter' (0: its bounds do not restrict the scan):
  * the first field's kind, then the bounded fields, unique first among equals. */
 static int
-index_score(const shl_index_t *idx, const bson_t *filter)
+index_score(const shl_index_t *idx, const bson_t *filter, const shl_collator_t *qc)
 {
     int score;
-    if (!plannable(idx) || bson_empty(filter)) {
+    if (!plannable(idx, qc) || bson_empty(filter)) {
         return 0;
     }
     if (compound_ok(idx)) {
@@ -1119,7 +1298,8 @@ typedef struct or_plan {
 } or_plan_t;
 
 static bool
-or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
+or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o,
+             const shl_collator_t *qc)
 {
     bson_iter_t it, el;
 
@@ -1141,7 +1321,7 @@ or_plan_find(const shl_collection_t *coll, const bson_t *filter, or_plan_t *o)
             return false;
         }
         for (size_t i = 0; i < coll->nindexes; i++) {
-            int sc = index_score(coll->indexes[i], &o->branch[o->n]);
+            int sc = index_score(coll->indexes[i], &o->branch[o->n], qc);
             if (sc > best_score) {
                 best = coll->indexes[i];
                 best_score = sc;
@@ -1311,8 +1491,20 @@ cand_build(const shl_collection_t *coll, const exec_query_t *q, const cand_t *c,
         }
         return exec_fetch_new(exec_or_new(kids, o->n), coll, filter);
     }
-    root = index_scan(c->idx, &q->filter, q->has_sort ? &q->sort : NULL, sorted);
-    if (coverable(q, c->idx, *sorted)) {
+    if (plan_filter(q) != NULL && collation_matches(c->idx, q->collator)) {
+        root = index_scan(c->idx, plan_filter(q), q->has_sort ? &q->sort : NULL, sorted);
+    } else if (q->string_free) {
+        /* Bounds without strings hold in any collation; the order of strings does not. */
+        root = index_scan(c->idx, &q->filter, NULL, sorted);
+        *sorted = false;
+    } else {
+        /* A hinted index of another collation: its whole range, in no useful order. */
+        bson_t all = BSON_INITIALIZER;
+        root = index_scan(c->idx, &all, NULL, sorted);
+        *sorted = false;
+    }
+    /* A collated index holds comparison keys, not values: it covers nothing. */
+    if (q->collator == NULL && collation_matches(c->idx, NULL) && coverable(q, c->idx, *sorted)) {
         *covered = true;
         return exec_projection_covered_new(root, coll, c->idx, q->proj, &q->projection, filter);
     }
@@ -1531,7 +1723,8 @@ count_scan_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t 
     bson_t sk, ek;
     bool range = false, after = false, ok = true, lo_incl = true, hi_incl = true;
 
-    if (!plannable(idx) || !plain_ok(idx) || bson_empty(filter) || !bson_iter_init(&it, filter)) {
+    if (!plannable(idx, NULL) || !plain_ok(idx) || bson_empty(filter) ||
+        !bson_iter_init(&it, filter)) {
         return false;
     }
     while (shl_iter_next(&it)) {
@@ -1734,6 +1927,25 @@ done:
     return ret;
 }
 
+static bool
+id_holds_string(const bson_value_t *v)
+{
+    bson_iter_t it;
+    if (v->value_type == BSON_TYPE_UTF8 || v->value_type == BSON_TYPE_SYMBOL) {
+        return true;
+    }
+    if ((v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) ||
+        !bson_iter_init_from_data(&it, v->value.v_doc.data, v->value.v_doc.data_len)) {
+        return false;
+    }
+    while (shl_iter_next(&it)) {
+        if (id_holds_string(bson_iter_value(&it))) {
+            return true;
+        }
+    }
+    return false;
+}
+
 int
 exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx_t *trial,
                    exec_stage_t **out, exec_access_kind_t *kind, bool *sorted, bool *covered,
@@ -1742,6 +1954,14 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
     int ret = 0;
     const shl_index_t *idx = NULL;
     int natural = 0;
+    const bson_t *pf = plan_filter(q);
+    const shl_collator_t *bounds_qc =
+        q->string_free ? ANY_COLLATION : q->collator; /* see ANY_COLLATION */
+    /* {_id: v} is a point lookup unless a string in v compares differently under the _id
+     * index's collation than under the query's. */
+    bool id_point = q->id_point && coll != NULL &&
+                    (coll->nindexes == 0 || collation_matches(coll->indexes[0], q->collator) ||
+                     !id_holds_string(&q->id_value));
     cand_t cands[MAX_CANDIDATES];
     size_t ncands = 0;
     or_plan_t *orp = NULL;
@@ -1758,7 +1978,8 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         *kind = coll == NULL ? EXEC_ACCESS_EOF : EXEC_ACCESS_IXSCAN;
         goto done;
     }
-    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !q->id_point)) {
+    if (coll != NULL && natural == 0 && !coll->is_oplog && (idx != NULL || !id_point) &&
+        q->collator == NULL) {
         exec_stage_t *cs = count_scan(coll, q, idx);
         if (cs != NULL) {
             *kind = EXEC_ACCESS_COUNT_SCAN;
@@ -1767,12 +1988,12 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         }
     }
     if (coll != NULL && idx == NULL && natural == 0 && !coll->is_oplog &&
-        !(q->id_point && coll->nindexes > 0)) {
+        !(id_point && coll->nindexes > 0) && pf != NULL) {
         /* Candidates: every index that bounds the filter, and an OR of index scans. */
         cand_t all[64];
         size_t nall = 0;
         for (size_t i = 0; i < coll->nindexes && nall < 64; i++) {
-            int sc = index_score(coll->indexes[i], &q->filter);
+            int sc = index_score(coll->indexes[i], pf, bounds_qc);
             if (sc > 0) {
                 all[nall].idx = coll->indexes[i];
                 all[nall++].score = sc;
@@ -1790,7 +2011,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             cands[ncands++] = all[i];
         }
         orp = bson_aligned_alloc0(BSON_ALIGNOF(or_plan_t), sizeof(*orp));
-        if (or_plan_find(coll, &q->filter, orp)) {
+        if (or_plan_find(coll, pf, orp, bounds_qc)) {
             cands[ncands].idx = NULL;
             cands[ncands++].score = 0;
         }
@@ -1802,7 +2023,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             for (size_t j = 0; j < ncands; j++) {
                 have = have || cands[j].idx == six;
             }
-            if (!have && ncands < MAX_CANDIDATES && plannable(six) && plain_ok(six) &&
+            if (!have && ncands < MAX_CANDIDATES && plannable(six, q->collator) && plain_ok(six) &&
                 sort_direction(&q->sort, six, 0) != 0) {
                 cands[ncands].idx = six;
                 cands[ncands++].score = 0;
@@ -1810,7 +2031,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
             }
         }
         if (ncands == 0) {
-            idx = plan_index(coll, &q->filter, q->has_sort ? &q->sort : NULL);
+            idx = plan_index(coll, pf, q->has_sort ? &q->sort : NULL, bounds_qc, q->collator);
         }
     }
     if (coll == NULL) {
@@ -1868,7 +2089,7 @@ exec_access_select(const shl_collection_t *coll, const exec_query_t *q, exec_ctx
         }
         *out = cand_build(coll, q, &cands[win], orp, effective_filter(q), sorted, covered);
         *kind = cands[win].idx == NULL ? EXEC_ACCESS_OR : EXEC_ACCESS_IXSCAN;
-    } else if (q->id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
+    } else if (id_point && natural == 0 && !coll->is_oplog && coll->nindexes > 0) {
         *kind = EXEC_ACCESS_IDHACK;
         *out = exec_idhack_new(coll, &q->id_value);
     } else {

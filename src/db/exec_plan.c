@@ -84,7 +84,7 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         p->txn = txn;
         p->borrowed_txn = true;
     } else {
-        shl_storage_txn_opts_t o = {read_ts};
+        shl_storage_txn_opts_t o = {.read_timestamp = read_ts};
         SHL_ERR(shl_storage_txn_begin(eng, read_ts != 0 ? &o : NULL, &p->txn, st));
     }
     if (p->coll != NULL) {
@@ -109,6 +109,14 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
             SHL_ERR(shl_collection_visible_at(eng, p->coll, read_ts, &visible, st));
             shl_collection_release(p->coll);
             p->coll = visible;
+        }
+    }
+    if (!q->has_collation && p->coll != NULL && q->collator == NULL) {
+        /* A command without a collation runs under the collection's default. */
+        shl_collator_t *def = exec_collection_collator(p->coll);
+        if (def != NULL) {
+            exec_query_set_collator(q, def, false);
+            shl_collator_release(def);
         }
     }
     {

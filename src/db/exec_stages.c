@@ -470,6 +470,51 @@ ixscan_destroy(exec_stage_t *s)
 
 static const exec_stage_ops_t ixscan_ops = {"IXSCAN", ixscan_next, ixscan_explain, ixscan_destroy};
 
+/* 'in' ({field: ["[lo, hi]", ...]}) with strings that are not UTF-8 -- a collated index's
+ * bounds hold ICU sort keys -- written with their other bytes as \xNN, so that drivers can
+ * decode explain's indexBounds. */
+static void
+printable_bounds(const bson_t *in, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init(&it, in)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const bson_value_t *v = bson_iter_value(&it);
+        if (v->value_type == BSON_TYPE_UTF8 &&
+            !bson_utf8_validate(v->value.v_utf8.str, v->value.v_utf8.len, false)) {
+            bson_string_t *esc = bson_string_new(NULL);
+            for (uint32_t i = 0; i < v->value.v_utf8.len; i++) {
+                uint8_t c = (uint8_t)v->value.v_utf8.str[i];
+                if (c >= 0x20 && c < 0x7f) {
+                    bson_string_append_c(esc, (char)c);
+                } else {
+                    bson_string_append_printf(esc, "\\x%02x", c);
+                }
+            }
+            bson_append_utf8(out, shl_iter_key(&it), -1, esc->str, (int)esc->len);
+            bson_string_free(esc, true);
+        } else if (v->value_type == BSON_TYPE_ARRAY || v->value_type == BSON_TYPE_DOCUMENT) {
+            bson_t sub, child;
+            bson_init_static(&sub, v->value.v_doc.data, v->value.v_doc.data_len);
+            if (v->value_type == BSON_TYPE_ARRAY) {
+                bson_append_array_begin(out, shl_iter_key(&it), -1, &child);
+            } else {
+                bson_append_document_begin(out, shl_iter_key(&it), -1, &child);
+            }
+            printable_bounds(&sub, &child);
+            if (v->value_type == BSON_TYPE_ARRAY) {
+                bson_append_array_end(out, &child);
+            } else {
+                bson_append_document_end(out, &child);
+            }
+        } else {
+            bson_append_value(out, shl_iter_key(&it), -1, v);
+        }
+    }
+}
+
 void
 exec_ixscan_set_bounds(exec_stage_t *s, const bson_t *bounds)
 {
@@ -477,7 +522,8 @@ exec_ixscan_set_bounds(exec_stage_t *s, const bson_t *bounds)
     if (x->bounds != NULL) {
         bson_destroy(x->bounds);
     }
-    x->bounds = bson_copy(bounds);
+    x->bounds = bson_new();
+    printable_bounds(bounds, x->bounds);
 }
 
 static uint8_t *

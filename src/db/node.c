@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/options.h"
 #include "bson/bson_util.h"
+#include "db/change_stream.h"
 #include "db/db_private.h"
 #include "db/index_kinds.h"
 #include "db/read_concern_wait.h"
@@ -337,6 +338,10 @@ node_shutdown(shl_service_ctx_t *svc)
             pthread_join(node->ttl, NULL);
             node->ttl_started = false;
         }
+        if (node->noop_started) {
+            pthread_join(node->noop, NULL);
+            node->noop_started = false;
+        }
     }
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
     shl_cursor_manager_destroy(node->cursors);
@@ -401,6 +406,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         node->sessions = db_session_catalog_new(node->eng);
         db_txn_registry_set_engine(node->txns, node->eng, node);
         SHL_ERR(db_txn_recover_prepared(node->txns, node->sessions, st));
+        SHL_ERR(db_session_recover_children(node->sessions, st));
     }
     svc->storage = node->eng;
     svc->role_state = node;
@@ -443,6 +449,9 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the TTL monitor: %s", strerror(errno));
     }
     node->ttl_started = true;
+    if (node->repl_set && pthread_create(&node->noop, NULL, db_noop_writer_main, node) == 0) {
+        node->noop_started = true;
+    }
     /* From here on the node is the shutdown hook's to clean up, error or not. */
     ret = db_sessions_init(node, st);
     node = NULL;

@@ -29,6 +29,13 @@ typedef struct stmt_map {
     size_t cap, n; /* cap is 0 or a power of two */
 } stmt_map_t;
 
+/* A statement of a parent's retryable write that a committed child transaction ran. */
+typedef struct child_answer {
+    int32_t stmt_id;
+    uint64_t ts;    /* the child's commit entry */
+    bson_t *answer; /* db_session_child_commit's */
+} child_answer_t;
+
 struct db_session {
     shl_lsid_t lsid;
     db_session_catalog_t *cat;
@@ -50,6 +57,16 @@ struct db_session {
     /* The session's multi-document transaction (txn_participant.c), or NULL: touched only by
      * the operation that has the session checked out. */
     void *txn;
+
+    /* Its retryable internal transactions (child sessions {id, uid, txnNumber, txnUUID};
+     * seeds/000 "Retryable Internal Transactions"), guarded by the catalog's mu: the newest
+     * retryable write number the session or a child of it started (-1: none), and what the
+     * statements of that write which committed children ran are to answer to a retry. */
+    int64_t child_txn_number;
+    int prepared_children; /* its children's prepared transactions (guarded by the catalog's
+                              mu; the catalog's cv is broadcast when one ends) */
+    child_answer_t *answers;
+    size_t nanswers, capanswers;
 };
 
 struct db_session_catalog {
@@ -151,8 +168,19 @@ db_session_catalog_new(shl_storage_engine_t *eng)
 }
 
 static void
+answers_clear(db_session_t *s)
+{
+    for (size_t i = 0; i < s->nanswers; i++) {
+        bson_destroy(s->answers[i].answer);
+    }
+    s->nanswers = 0;
+}
+
+static void
 session_free(db_session_t *s)
 {
+    answers_clear(s);
+    bson_free(s->answers);
     db_txn_free(s->txn);
     stmt_map_clear(&s->stmts);
     bson_free(s);
@@ -194,6 +222,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->lsid = *lsid;
         s->cat = cat;
         s->txn_number = -1;
+        s->child_txn_number = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -390,6 +419,23 @@ session_begin_txn(db_session_t *s, int64_t txn_number)
     }
 }
 
+/* How long a retry of a retryable write waits for a prepared child transaction of it. */
+#define DB_PREPARED_CHILD_WAIT_MS 60000
+
+/* With cat->mu held: wait while a child of 's' is prepared (bounded; the retry then runs as
+ * it would have before). */
+static void
+wait_prepared_children_locked(db_session_catalog_t *cat, db_session_t *s)
+{
+    struct timespec deadline;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += DB_PREPARED_CHILD_WAIT_MS / 1000;
+    while (s->prepared_children > 0 &&
+           pthread_cond_timedwait(&cat->cv, &cat->mu, &deadline) == 0) {
+    }
+}
+
 int
 db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
 {
@@ -408,6 +454,24 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
                  "newer retryable write with txnNumber %lld has already started on this session.",
                  (long long)op->txn_number, id, (long long)s->txn_number);
     }
+    /* Retryable internal transactions of a newer write count as the session's own. */
+    pthread_mutex_lock(&cat->mu);
+    if (op->txn_number > s->child_txn_number) {
+        s->child_txn_number = op->txn_number;
+        answers_clear(s);
+    } else if (op->txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s); /* a retry: its answer may be on its way */
+    } else if (op->txn_number < s->child_txn_number) {
+        shl_lsid_id_string(&s->lsid, id);
+        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                       "Retryable write with txnNumber %lld is prohibited on session %s because a "
+                       "newer retryable write with txnNumber %lld has already started on this "
+                       "session.",
+                       (long long)op->txn_number, id, (long long)s->child_txn_number);
+        ret = st->code;
+    }
+    pthread_mutex_unlock(&cat->mu);
+    SHL_ERR(ret);
     session_begin_txn(s, op->txn_number);
     op->session = s;
 done:
@@ -492,6 +556,330 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
         session_release(cat, op->session);
         op->session = NULL;
     }
+}
+
+/* ---------------------------------------------------------------- child sessions */
+
+int
+db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+    char id[37];
+    int ret = 0;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        goto done;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    if (child->parent_txn_number > s->child_txn_number) {
+        s->child_txn_number = child->parent_txn_number;
+        answers_clear(s);
+    } else if (child->parent_txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s);
+    } else if (child->parent_txn_number < s->child_txn_number) {
+        shl_lsid_id_string(&parent, id);
+        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                       "Cannot start a retryable internal transaction for txnNumber %lld on "
+                       "session %s because a newer retryable write with txnNumber %lld has "
+                       "already started on this session.",
+                       (long long)child->parent_txn_number, id, (long long)s->child_txn_number);
+        ret = st->code;
+    }
+    pthread_mutex_unlock(&cat->mu);
+done:
+    return ret;
+}
+
+void
+db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    s->prepared_children += prepared ? 1 : -1;
+    if (s->prepared_children < 0) {
+        s->prepared_children = 0;
+    }
+    if (!prepared) {
+        pthread_cond_broadcast(&cat->cv);
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+void
+db_session_child_commit(db_session_catalog_t *cat, const shl_lsid_t *child, uint64_t ts,
+                        const int32_t *stmt_ids, bson_t *const *answers, size_t n)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || n == 0 || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    /* A child of an older write than the session's newest one is history nobody asks for. */
+    for (size_t i = 0; child->parent_txn_number == s->child_txn_number && i < n; i++) {
+        if (s->nanswers == s->capanswers) {
+            s->capanswers = s->capanswers != 0 ? s->capanswers * 2 : 4;
+            s->answers = bson_realloc(s->answers, s->capanswers * sizeof(*s->answers));
+        }
+        s->answers[s->nanswers].stmt_id = stmt_ids[i];
+        s->answers[s->nanswers].ts = ts;
+        s->answers[s->nanswers].answer = bson_copy(answers[i]);
+        s->nanswers++;
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+bool
+db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, int32_t stmt_id,
+                        bson_t *out)
+{
+    shl_lsid_t parent;
+    int64_t n;
+    db_session_t *s;
+    bool found = false;
+
+    bson_init(out);
+    if (cat == NULL || !op->has_lsid || !op->has_txn_number) {
+        return false;
+    }
+    if (op->lsid_key.child && op->lsid_key.has_parent_txn_number && op->txn != NULL) {
+        shl_lsid_parent(&op->lsid_key, &parent);
+        n = op->lsid_key.parent_txn_number;
+    } else if (op->session != NULL) {
+        parent = op->lsid_key;
+        n = op->txn_number;
+    } else {
+        return false;
+    }
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    for (size_t i = 0; s->child_txn_number == n && i < s->nanswers && !found; i++) {
+        if (s->answers[i].stmt_id == stmt_id) {
+            bson_concat(out, s->answers[i].answer);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&cat->mu);
+    if (found) {
+        atomic_fetch_add(&cat->retried_statements, 1);
+    }
+    return found;
+}
+
+void
+db_session_child_each(db_session_catalog_t *cat,
+                      void (*fn)(void *arg, const shl_lsid_t *parent, int64_t txn_number,
+                                 int32_t stmt_id, uint64_t ts, const bson_t *answer),
+                      void *arg)
+{
+    pthread_mutex_lock(&cat->mu);
+    for (size_t b = 0; b < cat->nbuckets; b++) {
+        for (const db_session_t *s = cat->buckets[b]; s != NULL; s = s->next) {
+            for (size_t i = 0; i < s->nanswers; i++) {
+                fn(arg, &s->lsid, s->child_txn_number, s->answers[i].stmt_id, s->answers[i].ts,
+                   s->answers[i].answer);
+            }
+        }
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+int
+db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
+                         bool fam, bson_t *out, bool *found, shl_status_t *st)
+{
+    shl_lsid_t parent;
+    db_session_t *s = NULL;
+    uint64_t ts = 0;
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *oplog = NULL;
+    bson_t entry = BSON_INITIALIZER, w, o;
+    bson_iter_t it;
+    const char *kind = "";
+    bool have = false;
+    int ret = 0;
+
+    bson_init(out);
+    *found = false;
+    if (cat == NULL || !op->lsid_key.child || !op->lsid_key.has_parent_txn_number ||
+        op->txn == NULL) {
+        goto done;
+    }
+    shl_lsid_parent(&op->lsid_key, &parent);
+    SHL_ERR(session_acquire(cat, op, &parent, &s, st));
+    if (s->txn_number == op->lsid_key.parent_txn_number) {
+        ts = stmt_map_get(&s->stmts, stmt_id);
+    }
+    session_release(cat, s);
+    if (ts == 0) {
+        goto done;
+    }
+    oplog = shl_oplog_collection(cat->eng);
+    SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
+    bson_destroy(&entry);
+    SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &have, st));
+    if (!have || fam) {
+        /* (A findAndModify's image is not looked up here: refused rather than run twice.) */
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "Incomplete history detected for transaction %lld: statement %d ran as a "
+                 "retryable write whose answer cannot be rebuilt here",
+                 (long long)op->lsid_key.parent_txn_number, (int)stmt_id);
+    }
+    if (!(bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
+          strcmp(bson_iter_utf8(&it, NULL), "n") == 0 && shl_bson_get_subdoc(&entry, "o2", &w))) {
+        bson_init_static(&w, bson_get_data(&entry), entry.len);
+    }
+    if (bson_iter_init_find(&it, &w, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
+        kind = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
+        bson_iter_init_find(&it, &o, "_id")) {
+        BSON_APPEND_UTF8(out, "k", "i");
+        bson_append_iter(out, "_id", 3, &it);
+        BSON_APPEND_DOCUMENT(out, "doc", &o);
+    } else if (strcmp(kind, "u") == 0 || strcmp(kind, "d") == 0) {
+        BSON_APPEND_UTF8(out, "k", kind);
+    } else {
+        SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
+                 "Incomplete history detected for transaction %lld: statement %d",
+                 (long long)op->lsid_key.parent_txn_number, (int)stmt_id);
+    }
+    *found = true;
+    atomic_fetch_add(&cat->retried_statements, 1);
+done:
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(oplog);
+    bson_destroy(&entry);
+    return ret;
+}
+
+/* The answers listed in the entry at 'ts' (a prepared transaction's decision entry: in the
+ * prepare entry before it), given to the parent of 'child'. */
+static int
+recover_child(db_session_catalog_t *cat, shl_storage_txn_t *txn, shl_collection_t *oplog,
+              const shl_lsid_t *child, uint64_t ts, shl_status_t *st)
+{
+    bson_t entry = BSON_INITIALIZER, o;
+    bson_iter_t it, a;
+    bool found = false;
+    int32_t *ids = NULL;
+    bson_t **answers = NULL;
+    size_t n = 0, cap = 0;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    int ret = 0;
+
+    for (int hop = 0; hop < 2 && ts != 0; hop++) {
+        bson_destroy(&entry);
+        SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &found, st));
+        if (!found || !shl_bson_get_subdoc(&entry, "o", &o)) {
+            goto done;
+        }
+        if (!bson_has_field(&o, "commitTransaction")) {
+            break;
+        }
+        ts = optime_ts(&entry, "prevOpTime");
+    }
+    if (!found || !shl_bson_get_subdoc(&entry, "o", &o) ||
+        !bson_iter_init_find(&a, &o, DB_RETRY_ANSWERS_FIELD) || !BSON_ITER_HOLDS_ARRAY(&a) ||
+        !bson_iter_recurse(&a, &it)) {
+        goto done;
+    }
+    while (bson_iter_next(&it)) {
+        bson_t one, answer;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            continue;
+        }
+        {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            bson_init_static(&one, data, len);
+        }
+        if (!bson_iter_init_find(&a, &one, "stmtId") || !BSON_ITER_HOLDS_INT32(&a) ||
+            !shl_bson_get_subdoc(&one, "answer", &answer)) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap != 0 ? cap * 2 : 4;
+            ids = bson_realloc(ids, cap * sizeof(*ids));
+            answers = bson_realloc(answers, cap * sizeof(*answers));
+        }
+        ids[n] = bson_iter_int32(&a);
+        answers[n] = bson_copy(&answer);
+        n++;
+    }
+    (void)db_session_child_begin(cat, child, &ignored);
+    db_session_child_commit(cat, child, ts, ids, answers, n);
+    SHL_LOG_DEBUG(1, TXN, 7170010, "recovered the answers of a retryable internal transaction",
+                 "parentTxnNumber", BCON_INT64(child->parent_txn_number), "statements",
+                 BCON_INT64((int64_t)n));
+done:
+    for (size_t i = 0; i < n; i++) {
+        bson_destroy(answers[i]);
+    }
+    bson_free(ids);
+    bson_free(answers);
+    bson_destroy(&entry);
+    return ret;
+}
+
+int
+db_session_recover_children(db_session_catalog_t *cat, shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    shl_collection_t *tc = shl_catalog_get(cat->eng, DB_TRANSACTIONS_NS);
+    shl_collection_t *oplog = shl_oplog_collection(cat->eng);
+    shl_record_cursor_t *c = NULL;
+    int ret = 0;
+
+    if (tc == NULL || oplog == NULL) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
+    SHL_ERR(shl_record_cursor_open(txn, tc, true, &c, st));
+    for (;;) {
+        int64_t rid;
+        bson_t doc, id;
+        bson_iter_t it;
+        bool eof;
+        shl_lsid_t child;
+        shl_status_t pst = SHL_STATUS_INIT;
+        SHL_ERR(shl_record_cursor_next(c, &rid, &doc, &eof, st));
+        if (eof) {
+            break;
+        }
+        if (!shl_bson_get_subdoc(&doc, "_id", &id) || !bson_has_field(&id, "txnUUID") ||
+            !bson_has_field(&id, "txnNumber") || !bson_iter_init_find(&it, &doc, "state") ||
+            !BSON_ITER_HOLDS_UTF8(&it) || strcmp(bson_iter_utf8(&it, NULL), "committed") != 0 ||
+            shl_lsid_parse(&id, &child, &pst) != 0 || !child.child ||
+            !child.has_parent_txn_number) {
+            continue;
+        }
+        SHL_ERR(recover_child(cat, txn, oplog, &child, optime_ts(&doc, "lastWriteOpTime"), st));
+    }
+done:
+    shl_record_cursor_close(c);
+    if (txn != NULL) {
+        shl_storage_txn_abort(txn);
+    }
+    shl_collection_release(tc);
+    shl_collection_release(oplog);
+    return ret;
 }
 
 /* ---------------------------------------------------------------- statistics */
@@ -894,9 +1282,14 @@ done:
 }
 
 /* The session, txnNumber and statement of a migrated entry. */
+typedef struct {
+    shl_lsid_t lsid;
+    int64_t txn_number;
+    int32_t stmt_id;
+} migrated_ids_t;
+
 static int
-migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t *stmt_id,
-             shl_status_t *st)
+migrated_ids(const bson_t *entry, migrated_ids_t *ids, shl_status_t *st)
 {
     int ret = 0;
     bson_t lsid_doc;
@@ -907,18 +1300,18 @@ migrated_ids(const bson_t *entry, shl_lsid_t *lsid, int64_t *txn_number, int32_t
         SHL_FAIL(st, SHL_CODE_UNSUPPORTED_FORMAT,
                  "oplog entry does not have sessionId, txnNumber and stmtId");
     }
-    *stmt_id = (int32_t)bson_iter_as_int64(&it);
-    *txn_number = shl_bson_int64_at(entry, "txnNumber");
-    SHL_ERR(shl_lsid_parse(&lsid_doc, lsid, st));
+    ids->stmt_id = (int32_t)bson_iter_as_int64(&it);
+    ids->txn_number = shl_bson_int64_at(entry, "txnNumber");
+    SHL_ERR(shl_lsid_parse(&lsid_doc, &ids->lsid, st));
 done:
     return ret;
 }
 
-/* Take w[0..n) (one session, one txnNumber; a sentinel only alone) into the catalog in one
- * storage transaction. */
+/* Take w[0..n) (one session, one txnNumber; a sentinel only alone; ids[i] parsed from w[i])
+ * into the catalog in one storage transaction. */
 static int
-migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
-                 int64_t txn_number, const db_migrated_write_t *w, size_t n, shl_status_t *st)
+migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_write_t *w,
+                 const migrated_ids_t *ids, size_t n, shl_status_t *st)
 {
     int ret = 0;
     db_session_t *s = NULL;
@@ -927,19 +1320,17 @@ migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *
     bool sentinel = false;
 
     db_stmt_recorder_init(&rec, op);
-    SHL_ERR(session_acquire(cat, op, lsid, &s, st));
-    if (txn_number < s->txn_number) {
+    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, &s, st));
+    if (ids[0].txn_number < s->txn_number) {
         goto done; /* older writes */
     }
-    session_begin_txn(s, txn_number);
+    session_begin_txn(s, ids[0].txn_number);
     for (size_t i = 0; i < n; i++) {
         migrate_item_t *it = &g.items[g.n];
         bson_iter_t bi;
         bson_t o2;
-        shl_lsid_t ignored_lsid;
-        int64_t ignored_txn;
 
-        SHL_ERR(migrated_ids(w[i].entry, &ignored_lsid, &ignored_txn, &it->stmt_id, st));
+        it->stmt_id = ids[i].stmt_id;
         sentinel = it->stmt_id == DB_INCOMPLETE_HISTORY_STMT_ID;
         if (!sentinel && stmt_map_get(&s->stmts, it->stmt_id) != 0) {
             continue; /* known already */
@@ -988,28 +1379,25 @@ db_session_migrate_in(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migr
                       size_t n, shl_status_t *st)
 {
     int ret = 0;
+    migrated_ids_t *ids = bson_malloc0((n > 0 ? n : 1) * sizeof(*ids));
     size_t i = 0;
 
+    for (size_t k = 0; k < n; k++) {
+        SHL_ERR(migrated_ids(w[k].entry, &ids[k], st));
+    }
     while (i < n) {
-        shl_lsid_t lsid, next_lsid;
-        int64_t txn_number, next_txn;
-        int32_t stmt_id, next_stmt;
         size_t j = i + 1;
 
-        SHL_ERR(migrated_ids(w[i].entry, &lsid, &txn_number, &stmt_id, st));
-        while (stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
-               j - i < DB_MIGRATE_IN_GROUP_MAX) {
-            SHL_ERR(migrated_ids(w[j].entry, &next_lsid, &next_txn, &next_stmt, st));
-            if (next_stmt == DB_INCOMPLETE_HISTORY_STMT_ID || next_txn != txn_number ||
-                !shl_lsid_equal(&next_lsid, &lsid)) {
-                break;
-            }
+        while (ids[i].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID && j < n &&
+               j - i < DB_MIGRATE_IN_GROUP_MAX && ids[j].stmt_id != DB_INCOMPLETE_HISTORY_STMT_ID &&
+               ids[j].txn_number == ids[i].txn_number && shl_lsid_equal(&ids[j].lsid, &ids[i].lsid)) {
             j++;
         }
-        SHL_ERR(migrate_in_group(cat, op, &lsid, txn_number, &w[i], j - i, st));
+        SHL_ERR(migrate_in_group(cat, op, &w[i], &ids[i], j - i, st));
         i = j;
     }
 done:
+    bson_free(ids);
     return ret;
 }
 

@@ -202,6 +202,93 @@ int db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_s
 /* db_stmt_recorder_commit -- the unit committed: the session knows its statements now. */
 void db_stmt_recorder_commit(db_stmt_recorder_t *r);
 
+/* ---------------------------------------------------------------- child sessions */
+
+/*
+ * Retryable internal transactions (seeds/000 "Retryable Internal Transactions"): a router runs
+ * a user's retryable write {lsid, txnNumber N} as transactions on child sessions {id, uid,
+ * txnNumber: N, txnUUID}, a new txnUUID per try. The statements of such a transaction that
+ * carry the user's stmtIds are the user's statements: once it commits, what each of them is
+ * to answer to a retry (its "answer", see txn_participant.h db_txn_note_stmt) is kept with
+ * the parent session for write N, so a retry -- in any later child transaction of N, or as a
+ * plain retryable write N -- is answered, not run again. In memory only: a restart, or a
+ * newer write on the session, forgets them.
+ */
+
+/*
+ * db_session_child_begin --
+ *     A transaction starts on session 'child' (nothing unless it is a retryable child):
+ *     TransactionTooOld (225) when its parent already started a newer retryable write (itself
+ *     or through another child); a newer one than the parent's forgets the parent's answers.
+ *     For the same write, waits while another child of it is prepared (its answers come with
+ *     its decision; db_session_child_prepared). Takes the catalog's mutex.
+ */
+int db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st);
+
+/*
+ * db_session_child_prepared --
+ *     The transaction of retryable child session 'child' became prepared (true) or left that
+ *     state (false). While one is prepared, a retry of its parent's write waits (db_session_
+ *     checkout of the parent for that txnNumber, db_session_child_begin): the coordinator
+ *     answers the router once its decision is durable, before this shard has it. Other
+ *     sessions: no-op. Takes the catalog's mutex.
+ */
+void db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared);
+
+/*
+ * db_session_child_commit --
+ *     The transaction of retryable child session 'child' committed (at entry 'ts'): its
+ *     statements stmt_ids[i] answer answers[i] (copied) from now on. Dropped when the parent
+ *     moved on to a newer write. Takes the catalog's mutex.
+ */
+void db_session_child_commit(db_session_catalog_t *cat, const shl_lsid_t *child, uint64_t ts,
+                             const int32_t *stmt_ids, bson_t *const *answers, size_t n);
+
+/*
+ * db_session_child_answer --
+ *     Whether statement 'stmt_id' of the user's retryable write that 'op' belongs to (a
+ *     statement of a transaction on a retryable child session, or a retryable write with its
+ *     session checked out) was run by a committed child transaction; *out (always
+ *     initialised) is then its answer. Takes the catalog's mutex.
+ */
+bool db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, int32_t stmt_id,
+                             bson_t *out);
+
+/*
+ * db_session_parent_answer --
+ *     For a statement of a retryable internal transaction ('op', a child session's): whether
+ *     the parent session's own retryable history for that write has statement 'stmt_id' (a
+ *     plain retryable write, or one migrated here from a donor); *out (always initialised) is
+ *     then its answer as db_session_child_answer gives it. Checks the parent session out
+ *     for the look (may wait for it). Errors: IncompleteTransactionHistory (217) when it ran
+ *     but its answer cannot be rebuilt ('fam': a findAndModify, whose image is not looked up).
+ */
+int db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
+                             bool fam, bson_t *out, bool *found, shl_status_t *st);
+
+/* The field of a retryable internal transaction's last applyOps oplog entry that lists its
+ * answers: [{stmtId, answer}]. */
+#define DB_RETRY_ANSWERS_FIELD "$_retryAnswers"
+
+/*
+ * db_session_recover_children --
+ *     At startup (after recovery): the answers of the committed retryable internal
+ *     transactions config.transactions records, read back from their oplog entries, for
+ *     the newest write of each parent session. Entries the oplog no longer holds are
+ *     skipped. Errors: storage errors.
+ */
+int db_session_recover_children(db_session_catalog_t *cat, shl_status_t *st);
+
+/*
+ * db_session_child_each --
+ *     Call fn for every answer a parent session keeps (db_session_child_commit), under the
+ *     catalog's mutex: 'fn' must not block; what it keeps it copies.
+ */
+void db_session_child_each(db_session_catalog_t *cat,
+                           void (*fn)(void *arg, const shl_lsid_t *parent, int64_t txn_number,
+                                      int32_t stmt_id, uint64_t ts, const bson_t *answer),
+                           void *arg);
+
 /* ---------------------------------------------------------------- migration */
 
 /* At most this many migrated writes share one storage transaction. */

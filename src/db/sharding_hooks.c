@@ -62,8 +62,8 @@ shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_filter
     }
     if (!f->owns(f, post)) {
         /* MongoDB's WouldChangeOwningShardInfo: the router moves the document in a
-         * transaction from these images (an image pair too large for a status' extra is
-         * dropped and the router answers the error as it is). */
+         * transaction from these images (however large: a status keeps a large extra on
+         * the thread that builds the reply). */
         bson_t info = BSON_INITIALIZER;
         BSON_APPEND_DOCUMENT(&info, "preImage", pre);
         BSON_APPEND_DOCUMENT(&info, "postImage", post);
@@ -85,12 +85,23 @@ shl_db_check_upsert_owned(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *
 {
     int ret = 0;
 
-    (void)op;
     if (f != NULL && !f->owns(f, doc)) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "The upsert document could not be inserted onto the shard targeted by the "
-                 "query, since its shard key belongs on a different shard. Cross-shard upserts "
-                 "need a transaction, which Shale does not support yet.");
+        bson_t info = BSON_INITIALIZER, empty = BSON_INITIALIZER;
+        if (!op->has_txn_number) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "Must run update to shard key field in a multi-statement transaction or "
+                     "with retryWrites: true.");
+        }
+        /* MongoDB's WouldChangeOwningShardInfo with shouldUpsert: the router inserts the new
+         * document on its owner in a transaction. */
+        BSON_APPEND_DOCUMENT(&info, "preImage", &empty);
+        BSON_APPEND_DOCUMENT(&info, "postImage", doc);
+        BSON_APPEND_BOOL(&info, "shouldUpsert", true);
+        shl_status_set(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD,
+                       "This update would cause the doc to change owning shards");
+        shl_status_set_extra(st, &info);
+        bson_destroy(&info);
+        ret = st->code;
     }
 done:
     return ret;

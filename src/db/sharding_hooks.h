@@ -60,9 +60,10 @@ int shl_db_check_shard_key_update(const shl_op_ctx_t *op, const shl_db_orphan_fi
 
 /*
  * shl_db_check_upsert_owned --
- *     An upsert's new document 'doc' under the write filter 'f' (NULL: nothing to check) must
- *     belong to this shard: IllegalOperation otherwise (MongoDB inserts it on its shard in a
- *     transaction, for retryable writes only).
+ *     An upsert's new document 'doc' under the write filter 'f' (NULL: nothing to check) that
+ *     belongs to another shard: WouldChangeOwningShard with {preImage: {}, postImage: doc,
+ *     shouldUpsert: true} in a retryable write or a transaction (the router inserts it on its
+ *     owner in a transaction), else IllegalOperation, as MongoDB 7.0.
  */
 int shl_db_check_upsert_owned(const shl_op_ctx_t *op, const shl_db_orphan_filter_t *f,
                               const bson_t *doc, shl_status_t *st);
@@ -153,6 +154,14 @@ typedef bool (*shl_db_shard_name_fn)(void *arg, char *out, size_t n);
  */
 typedef bool (*shl_db_shard_key_fn)(void *arg, const char *ns, bson_t *out);
 
+/*
+ * shl_db_ddl_drain_fn --
+ *     _shardsvrSetUserWriteBlockMode's first step on a shard (MongoDB's prepare phase): with
+ *     'block', refuse new sharded DDL from now on and wait until the running DDL coordinators
+ *     end; without, accept DDL again. Errors: the operation's interruption.
+ */
+typedef int (*shl_db_ddl_drain_fn)(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
+
 typedef struct shl_db_sharding_hooks {
     void *arg; /* the installer's state, passed back to every call */
     shl_db_sharding_check_fn check;
@@ -162,6 +171,7 @@ typedef struct shl_db_sharding_hooks {
     shl_db_orphan_count_fn orphan_count;              /* may be NULL: no orphans */
     shl_db_shard_name_fn shard_name;                  /* may be NULL: not a shard */
     shl_db_shard_key_fn shard_key;                    /* may be NULL: nothing is sharded */
+    shl_db_ddl_drain_fn drain_ddl;                    /* may be NULL: no DDL coordinators */
 } shl_db_sharding_hooks_t;
 
 /*

@@ -52,7 +52,9 @@ struct db_txn {
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
     /* Collections this transaction created (create, createIndexes or an insert into a missing
-     * one): they exist at once, and are dropped again if it aborts. */
+     * one): they exist at once, hidden from other operations' listings until it ends
+     * (db_txn_ns_hidden), and are dropped again if it aborts. Changed under reg->mu (read
+     * by the owner without it). */
     char **created;
     size_t ncreated;
     /* The namespace of the running create/createIndexes statement and whether it existed. */
@@ -62,6 +64,11 @@ struct db_txn {
     char **obs_ns;
     bson_t **obs_pre, **obs_post;
     size_t nobs, capobs;
+    /* A retryable internal transaction's statements that carry the user's stmtIds and
+     * wrote, with their answers (db_txn_note_stmt): the parent session learns them at commit. */
+    int32_t *ans_ids;
+    bson_t **ans;
+    size_t nans, capans;
     /* Guarded by reg->mu. */
     /* Namespaces its statements used (db_txn_note_access): a DDL operation on one waits for
      * the transaction to end, a migration if it wrote one (db_txn_wait_writers). */
@@ -376,6 +383,76 @@ db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide)
 static db_node_t *node_of(const shl_op_ctx_t *op);
 
 static void
+drop_answers(db_txn_t *t)
+{
+    for (size_t i = 0; i < t->nans; i++) {
+        bson_destroy(t->ans[i]);
+    }
+    bson_free(t->ans);
+    bson_free(t->ans_ids);
+    t->ans = NULL;
+    t->ans_ids = NULL;
+    t->nans = t->capans = 0;
+}
+
+bool
+db_txn_records_stmts(const shl_op_ctx_t *op)
+{
+    return op->txn != NULL && op->lsid_key.child && op->lsid_key.has_parent_txn_number;
+}
+
+void
+db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
+{
+    db_txn_t *t = op->txn;
+
+    if (!db_txn_records_stmts(op) || stmt_id < 0) {
+        return;
+    }
+    if (t->nans == t->capans) {
+        t->capans = t->capans != 0 ? t->capans * 2 : 4;
+        t->ans = bson_realloc(t->ans, t->capans * sizeof(*t->ans));
+        t->ans_ids = bson_realloc(t->ans_ids, t->capans * sizeof(*t->ans_ids));
+    }
+    t->ans_ids[t->nans] = stmt_id;
+    t->ans[t->nans] = bson_copy(answer);
+    if (!bson_has_field(answer, "rdoc") && t->nobs > 0) {
+        /* The document it wrote, last observed: a migration of its range takes it along. */
+        const bson_t *doc = t->obs_post[t->nobs - 1] != NULL ? t->obs_post[t->nobs - 1]
+                                                             : t->obs_pre[t->nobs - 1];
+        BSON_APPEND_UTF8(t->ans[t->nans], "ns", t->obs_ns[t->nobs - 1]);
+        if (doc != NULL) {
+            BSON_APPEND_DOCUMENT(t->ans[t->nans], "rdoc", doc);
+        }
+    }
+    t->nans++;
+}
+
+/* t->state = to, telling the session catalog when a retryable child's transaction enters or
+ * leaves the prepared state (db_session_child_prepared). */
+static void
+txn_set_state(db_txn_t *t, txn_state_t to)
+{
+    bool was = t->state == TXN_PREPARED, is = to == TXN_PREPARED;
+
+    t->state = to;
+    if (was != is && t->reg->node != NULL) {
+        db_session_child_prepared(t->reg->node->sessions, &t->lsid, is);
+    }
+}
+
+/* The transaction committed at entry 'ts': its parent session learns its statements. */
+static void
+publish_answers(db_txn_t *t, uint64_t ts)
+{
+    if (t->nans > 0 && t->reg->node != NULL) {
+        db_session_child_commit(t->reg->node->sessions, &t->lsid, ts, t->ans_ids, t->ans,
+                                t->nans);
+    }
+    drop_answers(t);
+}
+
+static void
 drop_observed(db_txn_t *t)
 {
     for (size_t i = 0; i < t->nobs; i++) {
@@ -443,16 +520,47 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
             return;
         }
     }
+    pthread_mutex_lock(&t->reg->mu);
     t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
     t->created[t->ncreated++] = bson_strdup(ns);
+    pthread_mutex_unlock(&t->reg->mu);
+}
+
+bool
+db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
+{
+    const db_node_t *node = op->svc->role_state;
+    db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
+    bool hidden = false;
+
+    if (reg == NULL) {
+        return false;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (const db_txn_t *t = reg->head; t != NULL && !hidden; t = t->next) {
+        for (size_t i = 0; t != op->txn && i < t->ncreated && !hidden; i++) {
+            hidden = strcmp(t->created[i], ns) == 0;
+        }
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return hidden;
 }
 
 /* Forget the created collections (committed: they stay) or drop them (aborted). */
 static void
 end_created(db_txn_t *t, bool drop)
 {
-    for (size_t i = 0; i < t->ncreated; i++) {
-        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, t->created[i]) : NULL;
+    char **created;
+    size_t ncreated;
+
+    pthread_mutex_lock(&t->reg->mu);
+    created = t->created;
+    ncreated = t->ncreated;
+    t->created = NULL;
+    t->ncreated = 0;
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < ncreated; i++) {
+        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, created[i]) : NULL;
         /* Other clients may have written to it since (it existed for them at once): a
          * collection that holds committed documents stays. */
         bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
@@ -462,20 +570,18 @@ end_created(db_txn_t *t, bool drop)
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
             if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
+                shl_cursor_manager_kill_ns(node->cursors, created[i]);
             }
-            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
+            if (shl_catalog_drop_collection(t->reg->eng, created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
                                 "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
+                                BCON_UTF8(created[i]), "error", BCON_UTF8(st.reason));
             }
         }
-        bson_free(t->created[i]);
+        bson_free(created[i]);
     }
-    bson_free(t->created);
-    t->created = NULL;
-    t->ncreated = 0;
+    bson_free(created);
 }
 
 /* Roll back the storage transaction of 't' (prepared or not) and take it off the list. */
@@ -483,6 +589,7 @@ static void
 txn_release(db_txn_t *t)
 {
     drop_observed(t);
+    drop_answers(t);
     if (t->stxn != NULL) {
         shl_storage_txn_abort(t->stxn);
         t->stxn = NULL;
@@ -520,6 +627,7 @@ db_txn_free(db_txn_t *t)
 {
     if (t != NULL) {
         SHL_INVARIANT(t->stxn == NULL && !t->listed && t->ncreated == 0 && t->nobs == 0);
+        drop_answers(t);
         bson_free(t);
     }
 }
@@ -539,7 +647,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
          * its prepare entry, which the next start replays to prepare it again. */
         t->pin_ts = 0;
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
     }
     while (reg->recovered != NULL) {
         recovered_prepare_t *r = reg->recovered;
@@ -591,7 +699,7 @@ abort_unprepared(const shl_op_ctx_t *op, db_txn_t *t)
         kill_cursors(op, t);
     }
     txn_release(t);
-    t->state = TXN_ABORTED;
+    txn_set_state(t, TXN_ABORTED);
     atomic_fetch_add(&t->reg->aborted, 1);
 }
 
@@ -694,11 +802,14 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     shl_storage_txn_opts_t o = {0};
     int ret = 0;
 
+    /* A retryable internal transaction of an older write of its parent is refused. */
+    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL,
+                                   db_session_lsid(s), st));
     t->reg = reg;
     t->session = s;
     t->lsid = *db_session_lsid(s);
     t->txn_number = op->txn_number;
-    t->state = TXN_IN_PROGRESS;
+    txn_set_state(t, TXN_IN_PROGRESS);
     t->start_wall_ms = shl_clock_wall_ms();
     t->start_mono_us = shl_clock_mono_us();
     t->last_active_mono_us = t->start_mono_us;
@@ -870,7 +981,7 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
             t->session = s;
             t->lsid = *db_session_lsid(s);
             t->txn_number = n;
-            t->state = TXN_COMMITTED;
+            txn_set_state(t, TXN_COMMITTED);
             *db_session_txn_slot(s) = t;
         }
         if (t == NULL || t->txn_number != n) {
@@ -1036,7 +1147,7 @@ db_txn_abort_for_session(db_txn_registry_t *reg, void *session)
     if (t != NULL && t->state == TXN_IN_PROGRESS) {
         /* Cursors of an aborted transaction are killed by the caller's session kill. */
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         done = true;
     }
@@ -1101,6 +1212,20 @@ write_apply_ops(shl_storage_txn_t *txn, const db_txn_t *t, const bson_t *const *
             BSON_APPEND_BOOL(&o, "partialTxn", true);
         } else if (prepare) {
             BSON_APPEND_BOOL(&o, "prepare", true);
+        }
+        if (i == nops && t->nans > 0) {
+            /* What a retry of the parent's statements is told, kept with the transaction's
+             * last entry so a restart can tell it too (db_session_recover_children). */
+            BSON_APPEND_ARRAY_BEGIN(&o, DB_RETRY_ANSWERS_FIELD, &arr);
+            for (size_t a = 0; a < t->nans; a++) {
+                bson_t one;
+                bson_uint32_to_string((uint32_t)a, &kp, key, sizeof(key));
+                BSON_APPEND_DOCUMENT_BEGIN(&arr, kp, &one);
+                BSON_APPEND_INT32(&one, "stmtId", t->ans_ids[a]);
+                BSON_APPEND_DOCUMENT(&one, "answer", t->ans[a]);
+                bson_append_document_end(&arr, &one);
+            }
+            bson_append_array_end(&o, &arr);
         }
         entry_fields(&extra, t, prev, term);
         wo.oplog_extra = &extra;
@@ -1174,15 +1299,16 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     }
     if (ret != 0) {
         txn_release(t);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         goto done;
     }
     db_op_note_write_ts(ts);
     report_observed(op, t);
+    publish_answers(t, ts);
     end_created(t, false);
     list_remove(t->reg, t);
-    t->state = TXN_COMMITTED;
+    txn_set_state(t, TXN_COMMITTED);
     atomic_fetch_add(&t->reg->committed, 1);
 done:
     return ret;
@@ -1253,6 +1379,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
             SHL_INVARIANT(ret == 0);
         }
         report_observed(op, t);
+        publish_answers(t, ts);
         end_created(t, false);
     }
     txn_release(t);
@@ -1306,7 +1433,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         }
         SHL_ERR(decide_prepared(op, t, true, commit_ts, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_COMMITTED;
+        txn_set_state(t, TXN_COMMITTED);
         atomic_fetch_add(&t->reg->committed, 1);
         atomic_fetch_add(&t->reg->prepared_committed, 1);
         break;
@@ -1340,7 +1467,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     case TXN_PREPARED:
         SHL_ERR(decide_prepared(op, t, false, 0, &entry_ts, st));
         db_op_note_write_ts(entry_ts);
-        t->state = TXN_ABORTED;
+        txn_set_state(t, TXN_ABORTED);
         atomic_fetch_add(&t->reg->aborted, 1);
         atomic_fetch_add(&t->reg->prepared_aborted, 1);
         break;
@@ -1446,7 +1573,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
                               BCON_UTF8(st->reason));
                 txn_release(t);
             }
-            t->state = TXN_ABORTED;
+            txn_set_state(t, TXN_ABORTED);
             atomic_fetch_add(&t->reg->aborted, 1);
             *st = why;
             ret = why.code;
@@ -1456,7 +1583,7 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
             abort_unprepared(op, t);
             SHL_ERR(ret);
         }
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         atomic_fetch_add(&t->reg->prepared, 1);
     }
@@ -1741,7 +1868,7 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
         t->reg = reg;
         t->lsid = r->lsid;
         t->txn_number = r->txn_number;
-        t->state = TXN_PREPARED;
+        txn_set_state(t, TXN_PREPARED);
         t->was_prepared = true;
         t->start_wall_ms = shl_clock_wall_ms();
         t->start_mono_us = shl_clock_mono_us();

@@ -85,11 +85,42 @@ void db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre
                        const bson_t *post);
 
 /*
+ * db_txn_records_stmts / db_txn_note_stmt --
+ *     Whether the operation is a statement of a retryable internal transaction (a child
+ *     session {id, uid, txnNumber, txnUUID}), whose statements that carry the user's stmtIds
+ *     are the user's retryable write's; a statement 'stmt_id' of it that wrote notes what a
+ *     retry of it is to be answered ('answer', copied; session_catalog.h "child sessions"):
+ *     {k: "u"} an update that modified a document, {k: "i", _id} an insert or upsert,
+ *     {k: "d"} a delete, {k: "f", lastErrorObject, value, new} a findAndModify; then the
+ *     written document's ns and the document ('rdoc': the post-image, or the pre-image of a
+ *     delete; the last write the shard observed unless the answer has them), by which a
+ *     migration of its range takes the answer along. The parent session learns them when
+ *     the transaction commits. Nothing for other operations.
+ */
+bool db_txn_records_stmts(const shl_op_ctx_t *op);
+
+/* The internal field of the router's commands that move a document an update changed
+ * (WouldChangeOwningShard): an insert's documents were moved here (true), their statement
+ * is recorded as that update; a findAndModify removal's value is the document after the
+ * update, which a retry of it with `new` is answered with. */
+#define DB_WCOS_INSERT_FIELD "$_wouldChangeOwningShard"
+void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer);
+
+/*
  * db_txn_note_created --
  *     The operation's transaction created collection 'ns' (committed DDL of its own, e.g. an
  *     insert into a missing collection): it is dropped again if the transaction aborts.
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
+
+/*
+ * db_txn_ns_hidden --
+ *     Whether 'ns' is a collection an open transaction other than op's own created (create,
+ *     createIndexes, an insert into a missing collection): listings of other operations
+ *     leave it out until that transaction commits (MongoDB keeps it invisible until then).
+ *     Takes reg->mu.
+ */
+bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
 
 /*
  * db_txn_note_access --

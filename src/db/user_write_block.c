@@ -104,11 +104,22 @@ cmd_shardsvr_set_user_write_block_mode(shl_op_ctx_t *op, const bson_t *cmd, bson
 {
     int ret = 0;
     bool global = false;
+    bson_iter_t it;
 
     (void)reply;
     db_cmd_begin(op);
     SHL_ERR(shl_cmd_check_fields(cmd, uwb_fields, st));
     SHL_ERR(db_uwb_parse_global(cmd, op->cmd_name, &global, st));
+    if (db_node(op)->sharding.drain_ddl != NULL) {
+        /* A shard's running DDL coordinators end before user writes are blocked, and none
+         * starts (MongoDB's prepare phase, which the config server runs on every shard
+         * first: the coordinators' catalog commits need the config server meanwhile). */
+        SHL_ERR(db_node(op)->sharding.drain_ddl(db_node(op)->sharding.arg, op, global, st));
+    }
+    if (bson_iter_init_find(&it, cmd, "phase") && BSON_ITER_HOLDS_UTF8(&it) &&
+        strcmp(bson_iter_utf8(&it, NULL), "prepare") == 0) {
+        goto done;
+    }
     SHL_ERR(uwb_store(db_node(op), global, st));
 done:
     return ret;

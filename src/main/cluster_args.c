@@ -53,7 +53,7 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
         }
         memcpy(name, arg, nlen);
         name[nlen] = '\0';
-        if (strcmp(name, "verbose") == 0) {
+        if (strcmp(name, "verbose") == 0 || strcmp(name, "auth") == 0) {
             takes_value = false;
         }
         if (eq != NULL) {
@@ -93,6 +93,17 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
             }
             a->node_extra[a->n_node_extra++] = "--wiredTigerCacheSizeGB";
             a->node_extra[a->n_node_extra++] = val;
+        } else if (cmd == SHL_CLUSTER_CMD_UP && strcmp(name, "auth") == 0) {
+            if (val != NULL && strcmp(val, "true") != 0 && strcmp(val, "1") != 0) {
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--auth takes no value");
+            }
+            a->auth = true;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "username") == 0) {
+            a->username = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "password") == 0) {
+            a->password = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "authenticationDatabase") == 0) {
+            a->auth_db = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "host") == 0) {
             a->host = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "verbose") == 0) {
@@ -113,11 +124,13 @@ shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
 {
     if (cmd == SHL_CLUSTER_CMD_UP) {
         fprintf(out,
-                "usage: shale up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP]\n"
+                "usage: shale up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP] [--auth]\n"
                 "                [--setParameter name=value]... [--wiredTigerCacheSizeGB G]\n");
     } else if (cmd == SHL_CLUSTER_CMD_DOWN) {
         fprintf(out, "usage: shale down [--dbpath DIR]\n");
     } else {
-        fprintf(out, "usage: shale status [--dbpath DIR | --host HOST:PORT] [--verbose]\n");
+        fprintf(out, "usage: shale status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
+                     "                    [--username U --password P "
+                     "[--authenticationDatabase DB]]\n");
     }
 }

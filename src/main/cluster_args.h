@@ -30,6 +30,11 @@ typedef struct shl_cluster_args {
     bool bind_ip_given;
     const char *host; /* status --host; NULL if not given */
     bool verbose;     /* status --verbose */
+    bool auth;        /* up --auth: a key file and a first admin user */
+    /* status: the user to authenticate as (SCRAM-SHA-256); NULL if not given */
+    const char *username;
+    const char *password;
+    const char *auth_db; /* --authenticationDatabase, default "admin" */
     /* Flags passed on: to every process, and to data nodes only (argv pointers). */
     const char *all_extra[2 * SHL_CLUSTER_MAX_EXTRA];
     int n_all_extra;

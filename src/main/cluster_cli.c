@@ -6,6 +6,7 @@
  * are forked, so `shale down` can stop a cluster whose `shale up` was interrupted.
  */
 #include "bson/bson_iter.h"
+#include "auth/auth.h"
 #include "main/cluster_cli.h"
 
 #include <errno.h>
@@ -390,6 +391,32 @@ done:
     return ret;
 }
 
+/* The cluster's first user: 'admin' with role root and a random password, created through
+ * the router by this command (authenticated as __system with the key file). */
+static int
+create_first_user(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, char *password,
+                  size_t n, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cmd = BSON_INITIALIZER, roles, reply;
+    char router[SHL_CLIENT_HOST_MAX];
+
+    shl_auth_random_password(password, n);
+    proc_host(lay, &lay->procs[lay->nprocs - 1], router, sizeof(router));
+    BSON_APPEND_UTF8(&cmd, "createUser", "admin");
+    BSON_APPEND_UTF8(&cmd, "pwd", password);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "roles", &roles);
+    BSON_APPEND_UTF8(&roles, "0", "root");
+    bson_append_array_end(&cmd, &roles);
+    ret = shl_client_run(pool, router, "admin", &cmd, ADD_SHARD_TIMEOUT_MS, &reply, st);
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    if (ret != 0) {
+        password[0] = '\0';
+    }
+    return ret;
+}
+
 int
 shl_cluster_up_main(int argc, char **argv)
 {
@@ -402,7 +429,8 @@ shl_cluster_up_main(int argc, char **argv)
     shl_conn_pool_t *pool = NULL;
     shl_conn_pool_options_t popts = {.connect_timeout_ms = 2000};
     int started = 0, spawned = 0;
-    bool registering = false;
+    bool registering = false, use_auth = false, key_created = false;
+    char key_path[SHL_CLUSTER_PATH_MAX + 16], password[32] = "";
 
     if (shl_cluster_args_parse(&a, SHL_CLUSTER_CMD_UP, argc, argv, &st) != 0) {
         fprintf(stderr, "shale up: %s\n", st.reason);
@@ -418,6 +446,19 @@ shl_cluster_up_main(int argc, char **argv)
             SHL_FAIL(&st, SHL_CODE_FILE_OPEN_FAILED, "cannot create %s: %s", lay.dir,
                      strerror(errno));
         }
+    }
+    /* Access control (`--auth`, or a cluster first started with it): every process gets the
+     * folder's key file, and this command authenticates with it as __system. */
+    snprintf(key_path, sizeof(key_path), "%s/keyfile", lay.dir);
+    use_auth = a.auth || access(key_path, F_OK) == 0;
+    if (use_auth) {
+        SHL_ERR(shl_auth_key_file_create(key_path, &key_created, &st));
+        SHL_ERR(shl_auth_client_init(key_path, &st));
+        if (a.n_all_extra + 2 > 2 * SHL_CLUSTER_MAX_EXTRA) {
+            SHL_FAIL(&st, SHL_CODE_BAD_VALUE, "too many flags to pass on");
+        }
+        a.all_extra[a.n_all_extra++] = "--keyFile";
+        a.all_extra[a.n_all_extra++] = key_path;
     }
     /* Everything recorded and still running stays; the rest is (re)started. */
     for (int i = 0; i < lay.nprocs; i++) {
@@ -455,6 +496,9 @@ shl_cluster_up_main(int argc, char **argv)
     SHL_ERR(add_shards(pool, &lay, &st));
     failed = NULL;
     SHL_ERR(shl_cluster_layout_save(&lay, &st));
+    if (key_created) {
+        SHL_ERR(create_first_user(pool, &lay, password, sizeof(password), &st));
+    }
 
     fprintf(stderr, "Shale cluster %s in %s\n", started == 0 ? "already running" : "running",
             lay.dir);
@@ -465,7 +509,17 @@ shl_cluster_up_main(int argc, char **argv)
                 p->repl_set);
     }
     fprintf(stderr, "Logs: %s/<name>.log    Stop: shale down --dbpath %s\n", lay.dir, lay.dir);
-    printf("mongodb://%s:%d/\n", lay.host_ip, lay.port);
+    if (password[0] != '\0') {
+        fprintf(stderr,
+                "Access control is on. Created the first user 'admin' (role root); its password "
+                "is shown only this once:\n");
+        printf("mongodb://admin:%s@%s:%d/?authSource=admin\n", password, lay.host_ip, lay.port);
+    } else if (use_auth) {
+        fprintf(stderr, "Access control is on: connect with a user (authSource=admin).\n");
+        printf("mongodb://%s:%d/\n", lay.host_ip, lay.port);
+    } else {
+        printf("mongodb://%s:%d/\n", lay.host_ip, lay.port);
+    }
     fflush(stdout);
 done:
     if (ret != 0) {

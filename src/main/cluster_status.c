@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bson/bson_iter.h"
+#include "auth/auth.h"
 #include "main/cluster_args.h"
 #include "main/cluster_cli.h"
 #include "main/cluster_layout.h"
@@ -428,6 +430,21 @@ shl_cluster_status_main(int argc, char **argv)
                      lay.dir, a.dbpath);
         }
         snprintf(c.host, sizeof(c.host), "%s:%d", lay.host_ip, lay.port);
+        {
+            /* A cluster started with --auth: read it as a member, with its key file. */
+            char key_path[SHL_CLUSTER_PATH_MAX + 16];
+            snprintf(key_path, sizeof(key_path), "%s/keyfile", lay.dir);
+            if (a.username == NULL && access(key_path, F_OK) == 0) {
+                SHL_ERR(shl_auth_client_init(key_path, &st));
+            }
+        }
+    }
+    if (a.username != NULL) {
+        if (a.password == NULL) {
+            SHL_FAIL(&st, SHL_CODE_BAD_VALUE, "--username needs --password");
+        }
+        SHL_ERR(shl_auth_client_init_user(a.username, a.auth_db != NULL ? a.auth_db : "admin",
+                                          a.password, &st));
     }
     c.pool = shl_conn_pool_new(&popts);
 

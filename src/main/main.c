@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/options.h"
+#include "auth/auth.h"
 #include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
@@ -86,6 +87,23 @@ serve(shl_service_ctx_t *svc)
     return shl_server_wait(svc);
 }
 
+/* Access control and the user commands every role has (src/auth), before the role starts:
+ * its first outgoing connections already authenticate with the key file. 0 or the exit code. */
+static int
+auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    int rc = 0;
+
+    if (shl_auth_init(svc, reg, &st) != 0) {
+        fprintf(stderr, "shale: %s\n", st.reason);
+        SHL_LOG_ERROR(CONTROL, 4615701, "access control start-up failed", "error",
+                      BCON_UTF8(st.reason));
+        rc = 1;
+    }
+    return rc;
+}
+
 /* What a role's start-up returns when a signal stopped it before it was up: exit 0. */
 #define RC_STOPPED_IN_STARTUP (-1)
 
@@ -121,7 +139,7 @@ run_process(const char *what, int argc, char **argv, int (*role_of)(shl_role_t *
     /* Signals first: a SIGTERM during start-up (a long recovery, a router waiting for its
      * config server) is a clean shutdown once the role is up, or ends the wait. */
     shl_server_install_signal_handlers(&svc);
-    if ((rc = init(&svc, reg)) == 0) {
+    if ((rc = auth_init(&svc, reg)) == 0 && (rc = init(&svc, reg)) == 0) {
         rc = serve(&svc);
     } else if (rc == RC_STOPPED_IN_STARTUP) {
         if (svc.hooks.shutdown != NULL) {

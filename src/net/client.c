@@ -51,6 +51,11 @@ typedef struct op {
     int connect_errno;           /* the last address's failure */
     int64_t connect_deadline_us; /* bound on connect + handshake; 0 once ready */
     bool handshake;              /* the exchange in flight is the hello */
+    void *auth_state;            /* internal authentication in progress (shl_client_auth_t) */
+    bool auth_step;              /* the exchange in flight is an authentication step */
+    /* Send without the gossip hooks' fields: an authenticating handshake's $clusterTime
+     * would be checked before the peer knows who sends it. */
+    bool no_decorate;
     uint8_t *out;
     size_t out_len, out_off;
     int32_t request_id;
@@ -97,6 +102,15 @@ typedef struct engine {
 #define INTERRUPT_CHECK_US (20 * 1000)
 
 static atomic_int next_request_id = 1;
+
+/* The process's internal authentication: set once at start-up, then read-only. */
+static const shl_client_auth_t *client_auth;
+
+void
+shl_client_set_auth(const shl_client_auth_t *auth)
+{
+    client_auth = auth;
+}
 
 /*
  * The shutdown's interrupt (shl_client_interrupt_all): the flag fails calls, and a byte
@@ -246,6 +260,10 @@ op_finish(engine_t *eng, op_t *op, int code)
 {
     op->code = code;
     op->phase = PH_DONE;
+    if (op->auth_state != NULL) {
+        client_auth->end(op->auth_state);
+        op->auth_state = NULL;
+    }
     bson_free(op->out);
     bson_free(op->in);
     op->out = op->in = NULL;
@@ -319,7 +337,7 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const uint8_t *ke
     op->cmd_name = shl_iter_key(&it);
     has_db = shl_bson_iter_find_key(&it, cmd, "$db");
     /* Nothing to add but $db (the usual case): the message is written straight from cmd. */
-    direct = eng->hooks.decorate == NULL && !has_db;
+    direct = (eng->hooks.decorate == NULL || op->no_decorate) && !has_db;
     if (direct) {
         /* The $db element's size, and the key's (type, name, length, subtype, bytes). */
         body_len = (size_t)cmd->len + 10 + strlen(db) + (key != NULL ? 41 : 0);
@@ -329,7 +347,7 @@ op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const uint8_t *ke
         } else {
             bson_concat(&body, cmd); /* the same bytes, in one copy */
         }
-        if (eng->hooks.decorate != NULL) {
+        if (eng->hooks.decorate != NULL && !op->no_decorate) {
             eng->hooks.decorate(eng->hooks.arg, op->host, op->cmd_name, &body);
         }
         if (key != NULL) {
@@ -399,6 +417,10 @@ op_connected(engine_t *eng, op_t *op)
     BSON_APPEND_INT32(&ic, "minWireVersion", SHL_CLIENT_MIN_WIRE_VERSION);
     BSON_APPEND_INT32(&ic, "maxWireVersion", SHL_CLIENT_MAX_WIRE_VERSION);
     bson_append_document_end(&hello, &ic);
+    if (client_auth != NULL) {
+        op->auth_state = client_auth->begin(&hello);
+        op->no_decorate = true;
+    }
     op->handshake = true;
     ret = op_prepare_message(eng, op, &hello, NULL, "admin");
     bson_destroy(&hello);
@@ -627,7 +649,32 @@ op_on_message(engine_t *eng, op_t *op)
         eng->hooks.observe(eng->hooks.arg, op->host, &msg.body);
     }
     if (op->handshake) {
-        ret = op_read_hello(op, &msg.body);
+        ret = op->auth_step ? 0 : op_read_hello(op, &msg.body);
+        if (ret == 0 && op->auth_state != NULL) {
+            /* Internal authentication: the hello carried its first step; go on until it
+             * says it is complete, then run the caller's command. */
+            bson_t next = BSON_INITIALIZER;
+            ret = client_auth->step(op->auth_state, &msg.body, &next, op->st);
+            if (ret == 0 && !bson_empty(&next)) {
+                shl_msg_cleanup(&msg);
+                op->auth_step = true;
+                ret = op_prepare_message(eng, op, &next, NULL, "local");
+                op->cmd_name = "saslContinue";
+                bson_destroy(&next);
+                if (ret != 0) {
+                    op->conn->failed = true;
+                    op_finish(eng, op, ret);
+                }
+                return;
+            }
+            bson_destroy(&next);
+            if (ret == 0) {
+                client_auth->end(op->auth_state);
+                op->auth_state = NULL;
+                op->auth_step = false;
+                op->no_decorate = false;
+            }
+        }
         shl_msg_cleanup(&msg);
         if (ret != 0) {
             /* A connection whose handshake failed is not worth keeping. */

@@ -42,6 +42,28 @@ typedef struct shl_client_hooks {
     void *arg;
 } shl_client_hooks_t;
 
+/*
+ * Internal authentication (auth/, with --keyFile): how every new outgoing connection
+ * authenticates during its handshake. 'begin' adds its first step to the handshake hello
+ * (speculativeAuthenticate) and returns the conversation's state; 'step' reads a reply (the
+ * hello's, then each next step's) and either fills 'next' (initialised empty by the caller)
+ * with the next command to send on database 'local', or leaves it empty when the
+ * conversation is complete; an error fails the connection. 'end' frees the state. All run
+ * on the connecting thread and must be thread-safe.
+ */
+typedef struct shl_client_auth {
+    void *(*begin)(bson_t *hello);
+    int (*step)(void *state, const bson_t *reply, bson_t *next, shl_status_t *st);
+    void (*end)(void *state);
+} shl_client_auth_t;
+
+/*
+ * shl_client_set_auth --
+ *     Install the process's internal authentication (NULL: none, the default). Call once
+ *     at start-up before any connection is made; read without a lock afterwards.
+ */
+void shl_client_set_auth(const shl_client_auth_t *auth);
+
 typedef struct shl_conn_pool_options {
     int max_idle_per_host;      /* idle connections kept per host; 0: 16 */
     int64_t connect_timeout_ms; /* bound on connect + handshake within a call; 0: 10000 */

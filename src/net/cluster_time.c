@@ -311,8 +311,12 @@ done:
 bool
 shl_cluster_time_client_authorized(const shl_op_ctx_t *op)
 {
-    return op->conn == NULL || op->conn->internal ||
-           !shl_opt_bool(SHL_OPT_testTreatClientsAsUnauthorizedForClusterTime);
+    /* With authentication on, only a holder of advanceClusterTime (a cluster member
+     * authenticated as __system) may; anyone else's times must carry a valid proof. */
+    return op->conn == NULL ||
+           (!op->conn->clock_untrusted &&
+            (op->conn->internal ||
+             !shl_opt_bool(SHL_OPT_testTreatClientsAsUnauthorizedForClusterTime)));
 }
 
 int

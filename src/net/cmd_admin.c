@@ -1,7 +1,7 @@
 /*
  * cmd_admin.c -- diagnostic and administrative commands every process answers, with
  * MongoDB 7.0's fields and types: getParameter/setParameter over the options table,
- * serverStatus, hostInfo, getCmdLineOpts, whatsmyuri, connectionStatus, listCommands,
+ * serverStatus, hostInfo, getCmdLineOpts, whatsmyuri, listCommands,
  * getLog, the session commands (accepted until sessions land) and shutdown.
  */
 #include <gnu/libc-version.h>
@@ -553,27 +553,6 @@ cmd_whats_my_uri(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 }
 
 static int
-cmd_connection_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    bson_t auth, arr;
-    bson_iter_t it;
-    (void)op;
-    (void)st;
-
-    BSON_APPEND_DOCUMENT_BEGIN(reply, "authInfo", &auth);
-    BSON_APPEND_ARRAY_BEGIN(&auth, "authenticatedUsers", &arr);
-    bson_append_array_end(&auth, &arr);
-    BSON_APPEND_ARRAY_BEGIN(&auth, "authenticatedUserRoles", &arr);
-    bson_append_array_end(&auth, &arr);
-    if (bson_iter_init_find(&it, cmd, "showPrivileges") && bson_iter_as_bool(&it)) {
-        BSON_APPEND_ARRAY_BEGIN(&auth, "authenticatedUserPrivileges", &arr);
-        bson_append_array_end(&auth, &arr);
-    }
-    bson_append_document_end(reply, &auth);
-    return 0;
-}
-
-static int
 cmd_list_commands(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     bson_t commands;
@@ -763,9 +742,6 @@ static const shl_command_t admin_cmds[] = {
      .flags = SHL_CMD_ADMIN_ONLY,
      .help = "get argv"},
     {.name = "whatsmyuri", .run = cmd_whats_my_uri, .help = "{whatsmyuri: 1}"},
-    {.name = "connectionStatus",
-     .run = cmd_connection_status,
-     .help = "Returns connection-specific information such as logged-in users and their roles"},
     {.name = "listCommands", .run = cmd_list_commands, .help = "get a list of all db commands"},
     {.name = "getLog",
      .run = cmd_get_log,

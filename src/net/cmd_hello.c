@@ -208,6 +208,9 @@ run_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st, 
     if (svc->hooks.append_hello != NULL) {
         svc->hooks.append_hello(op, reply);
     }
+    if (svc->hooks.hello_auth != NULL) {
+        svc->hooks.hello_auth(op, cmd, reply);
+    }
     shl_topology_append(svc, reply, "topologyVersion");
     BSON_APPEND_INT32(reply, "maxBsonObjectSize", SHL_MAX_BSON_SIZE);
     BSON_APPEND_INT32(reply, "maxMessageSizeBytes", SHL_MAX_MESSAGE_SIZE);

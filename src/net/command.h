@@ -22,8 +22,9 @@
 /* A retryable write (insert, update, delete, findAndModify): accepts a txnNumber outside a
  * transaction, and its retryable errors carry the RetryableWriteError label. */
 #define SHL_CMD_RETRYABLE_WRITE (1u << 8)
-/* Runs without authentication (hello, isMaster, ping, buildInfo): it may not carry a
- * txnNumber (50889). */
+/* Runs without authentication (hello, isMaster, ping, buildInfo, and src/auth's saslStart,
+ * saslContinue, authenticate, logout, connectionStatus): it may not carry a txnNumber
+ * (50889). */
 #define SHL_CMD_NO_AUTH (1u << 9)
 /* accepts readConcern {level: "snapshot"} outside a transaction (find, aggregate, distinct,
  * getMore); the dispatcher refuses it for every other command (a high bit, away from the

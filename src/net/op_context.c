@@ -511,6 +511,30 @@ iso_time(int64_t ms, char *out, size_t n)
     snprintf(out, n, "%s.%03d+00:00", buf, (int)(ms % 1000));
 }
 
+/* A command as currentOp shows it: a password (createUser, updateUser) never appears, as
+ * MongoDB redacts it. */
+static void
+append_redacted_command(bson_t *d, const bson_t *body)
+{
+    bson_iter_t it;
+    bson_t c;
+
+    if (!bson_iter_init_find(&it, body, "pwd")) {
+        BSON_APPEND_DOCUMENT(d, "command", body);
+        return;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(d, "command", &c);
+    bson_iter_init(&it, body);
+    while (bson_iter_next(&it)) {
+        if (strcmp(bson_iter_key(&it), "pwd") == 0) {
+            BSON_APPEND_UTF8(&c, "pwd", "xxx");
+        } else {
+            bson_append_iter(&c, NULL, 0, &it);
+        }
+    }
+    bson_append_document_end(d, &c);
+}
+
 void
 shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
 {
@@ -553,7 +577,7 @@ shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
         op_ns(o, ns, sizeof(ns));
         BSON_APPEND_UTF8(&d, "ns", ns);
         if (o->body != NULL) {
-            BSON_APPEND_DOCUMENT(&d, "command", o->body);
+            append_redacted_command(&d, o->body);
         }
         BSON_APPEND_INT32(&d, "numYields", 0);
         BSON_APPEND_DOCUMENT_BEGIN(&d, "locks", &locks);

@@ -207,6 +207,9 @@ conn_main(void *arg)
     atomic_fetch_sub(&svc->counters.conn_current, 1);
     unlink_conn(the_server, conn);
     close(conn->fd);
+    if (svc->hooks.conn_end != NULL) {
+        svc->hooks.conn_end(conn);
+    }
     if (conn->client_metadata != NULL) {
         bson_destroy(conn->client_metadata);
     }

@@ -28,6 +28,10 @@ typedef struct shl_conn {
     bson_t *client_metadata; /* the first hello's client document, or NULL */
     atomic_bool close_now;   /* set by failCommand closeConnection / shutdown */
     atomic_bool in_op;       /* an operation is running on this connection */
+    void *auth; /* its authentication state (auth/), freed by hooks.conn_end; own thread */
+    /* With access control, a client that may not advance the cluster time (it lacks
+     * advanceClusterTime): set by hooks.authorize before each command; own thread. */
+    bool clock_untrusted;
     pthread_t thread;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;

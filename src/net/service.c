@@ -387,6 +387,10 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     op_init = true;
     op.cmd_name = cmd->name;
     shl_op_register(&op);
+    /* Access control comes first: an unauthorized client learns nothing else (auth/). */
+    if (svc->hooks.authorize != NULL) {
+        SHL_ERR(svc->hooks.authorize(&op, cmd, &st));
+    }
     /* Gossip in (docs/design/vector_clock.md): a $clusterTime that fails its proof or the
      * advance limit fails the command before it runs. */
     {
@@ -446,6 +450,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         goto done;
     }
     ret = cmd->run(&op, body, reply, &st);
+    if (ret == 0 && svc->hooks.authorize_reply != NULL) {
+        svc->hooks.authorize_reply(&op, cmd, reply);
+    }
     /* MongoDB injects a writeConcernError where it waits for the write concern: after the
      * command ran, whether it succeeded or not. */
     if (!(cmd->flags & SHL_CMD_NO_FAILCOMMAND)) {

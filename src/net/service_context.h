@@ -134,6 +134,19 @@ typedef struct shl_service_hooks {
     /* currentOp: append the role's own entries (running coordinators, ...) to the array
      * 'inprog' from index *n (advanced). Called without ops_mu held. */
     void (*append_current_op)(struct shl_service_ctx *svc, bson_t *inprog, uint32_t *n);
+    /*
+     * Access control (auth/, installed by shl_auth_init): 'authorize' checks that the
+     * operation's client may run 'cmd' (Unauthorized otherwise; in-process operations and
+     * SHL_CMD_NO_AUTH commands are its to allow too); 'hello_auth' adds
+     * speculativeAuthenticate / saslSupportedMechs to a hello's reply; 'conn_end' frees a
+     * closing connection's conn->auth.
+     */
+    int (*authorize)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
+    /* After a command 'authorize' let through succeeded: trim what its reply shows to what
+     * the client may see (listDatabases's authorizedDatabases). */
+    void (*authorize_reply)(struct shl_op_ctx *op, const struct shl_command *cmd, bson_t *reply);
+    void (*hello_auth)(struct shl_op_ctx *op, const bson_t *cmd, bson_t *reply);
+    void (*conn_end)(struct shl_conn *conn);
 } shl_service_hooks_t;
 
 typedef struct shl_service_ctx {

@@ -317,7 +317,7 @@ EXPR_FN(expr_op_in)
     } else {
         vals = expr_array_values(&v[1], &n);
         for (size_t i = 0; i < n && !found; i++) {
-            found = shl_expr_compare(&v[0], &vals[i]) == 0;
+            found = shl_expr_compare_coll(&v[0], &vals[i], ctx->collator) == 0;
         }
         bson_free(vals);
         expr_value_bool(out, found);
@@ -591,7 +591,7 @@ EXPR_FN(expr_op_index_of_array)
     }
     expr_value_int32(out, -1);
     for (int64_t i = start; i < end; i++) {
-        if (shl_expr_compare(&vals[i], &v[1]) == 0) {
+        if (shl_expr_compare_coll(&vals[i], &v[1], ctx->collator) == 0) {
             expr_value_int32(out, (int32_t)i);
             break;
         }

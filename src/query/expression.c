@@ -443,6 +443,12 @@ done:
 int
 shl_expr_compare(const bson_value_t *a, const bson_value_t *b)
 {
+    return shl_expr_compare_coll(a, b, NULL);
+}
+
+int
+shl_expr_compare_coll(const bson_value_t *a, const bson_value_t *b, const shl_collator_t *coll)
+{
     bool ma = a->value_type == BSON_TYPE_EOD || a->value_type == BSON_TYPE_UNDEFINED;
     bool mb = b->value_type == BSON_TYPE_EOD || b->value_type == BSON_TYPE_UNDEFINED;
     if (ma && mb) {
@@ -454,7 +460,7 @@ shl_expr_compare(const bson_value_t *a, const bson_value_t *b)
     if (mb) {
         return a->value_type == BSON_TYPE_MINKEY ? -1 : 1;
     }
-    return shl_bson_value_compare(a, b);
+    return shl_bson_value_compare_coll(a, b, coll);
 }
 
 /* ---- parsing ---- */
@@ -1178,7 +1184,7 @@ eval_cmp_common(const shl_expr_t *e, const shl_expr_ctx_t *ctx, int *cmp, shl_st
     bson_value_t v[2];
     int ret = expr_eval_args(e, ctx, v, st);
     if (ret == 0) {
-        *cmp = shl_expr_compare(&v[0], &v[1]);
+        *cmp = shl_expr_compare_coll(&v[0], &v[1], ctx->collator);
         bson_value_destroy(&v[0]);
         bson_value_destroy(&v[1]);
     }

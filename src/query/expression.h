@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "bson/collation.h"
 
 typedef struct shl_expr shl_expr_t;
 
@@ -25,6 +26,9 @@ typedef struct shl_expr_ctx {
     const bson_t *root;
     const bson_t *vars;
     int64_t now_ms;
+    /* The operation's collation (borrowed; NULL: simple): $eq/$ne/$gt/.../$cmp, $in and
+     * $indexOfArray compare strings by it, as MongoDB's expression context does. */
+    const shl_collator_t *collator;
 } shl_expr_ctx_t;
 
 /*
@@ -77,5 +81,9 @@ void shl_expr_destroy(shl_expr_t *e);
 /* shl_expr_compare -- the aggregation comparison of two values (missing sorts with undefined,
  * before null); the order of shl_bson_value_compare otherwise. */
 int shl_expr_compare(const bson_value_t *a, const bson_value_t *b);
+
+/* shl_expr_compare_coll -- the same with strings compared by 'coll' (NULL: simple). */
+int shl_expr_compare_coll(const bson_value_t *a, const bson_value_t *b,
+                          const shl_collator_t *coll);
 
 #endif

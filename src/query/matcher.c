@@ -85,6 +85,7 @@ struct shl_matcher {
     bool placeholder_error;
     shl_status_t placeholder_status;
     bson_t *vars; /* owned: a command's `let` bound by shl_matcher_bind_vars, or NULL */
+    shl_collator_t *coll; /* a reference (shl_matcher_set_collator), NULL: simple */
 };
 
 typedef enum level { LEVEL_PREDICATE_TOP, LEVEL_DOC_TOP, LEVEL_SUBDOC } level_t;
@@ -1226,6 +1227,7 @@ typedef struct mctx {
     const shl_match_details_t *in; /* vars */
     const bson_t *bound_vars;      /* the matcher's own (shl_matcher_bind_vars) */
     const bson_t *doc;             /* the document for $expr */
+    const shl_collator_t *coll;    /* the matcher's collation (NULL: simple) */
     int err;
     shl_status_t *st;
 } mctx_t;
@@ -1259,7 +1261,8 @@ value_is_nan(const bson_value_t *v)
 }
 
 static bool
-compare_single(nkind_t kind, const bson_value_t *e, const bson_value_t *rhs)
+compare_single(nkind_t kind, const bson_value_t *e, const bson_value_t *rhs,
+               const shl_collator_t *coll)
 {
     int c;
     if (e->value_type != rhs->value_type) {
@@ -1292,7 +1295,7 @@ compare_single(nkind_t kind, const bson_value_t *e, const bson_value_t *rhs)
             return (kind == N_LTE || kind == N_GTE) && ln && rn;
         }
     }
-    c = shl_bson_value_compare(e, rhs);
+    c = shl_bson_value_compare_coll(e, rhs, coll);
     switch (kind) {
     case N_LT:
         return c < 0;
@@ -1339,7 +1342,7 @@ regex_single(const mnode_t *n, const bson_value_t *v)
 }
 
 static bool
-in_single(const mnode_t *n, const bson_value_t *v)
+in_single(const mnode_t *n, const bson_value_t *v, const shl_collator_t *coll)
 {
     size_t lo = 0, hi = n->neqs;
     if (n->in_has_null &&
@@ -1349,7 +1352,7 @@ in_single(const mnode_t *n, const bson_value_t *v)
     if (v->value_type != BSON_TYPE_EOD) {
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
-            int c = shl_bson_value_compare(v, &n->eqs[mid]);
+            int c = shl_bson_value_compare_coll(v, &n->eqs[mid], coll);
             if (c == 0) {
                 return true;
             }
@@ -1519,9 +1522,9 @@ match_single(const mnode_t *n, const bson_value_t *v, mctx_t *mc, bool *has_key,
     case N_LTE:
     case N_GT:
     case N_GTE:
-        return compare_single(n->kind, v, &n->rhs);
+        return compare_single(n->kind, v, &n->rhs, mc->coll);
     case N_IN:
-        return in_single(n, v);
+        return in_single(n, v, mc->coll);
     case N_EXISTS:
         return v->value_type != BSON_TYPE_EOD;
     case N_TYPE:
@@ -1762,6 +1765,7 @@ match_doc(const mnode_t *n, const bson_t *doc, mctx_t *mc, bool *has_key, size_t
             return false;
         }
         ec.root = doc;
+        ec.collator = mc->coll;
         ec.vars = mc->in != NULL && mc->in->vars != NULL ? mc->in->vars : mc->bound_vars;
         mc->err = shl_expr_evaluate_bool(n->expr, &ec, &b, mc->st);
         return mc->err == 0 && b;
@@ -1841,7 +1845,44 @@ shl_matcher_destroy(shl_matcher_t *m)
     if (m->vars != NULL) {
         bson_destroy(m->vars);
     }
+    shl_collator_release(m->coll);
     bson_free(m);
+}
+
+static int
+value_cmp_coll(const void *a, const void *b, void *coll)
+{
+    return shl_bson_value_compare_coll((const bson_value_t *)a, (const bson_value_t *)b,
+                                       (const shl_collator_t *)coll);
+}
+
+/* $in's values are searched by binary search: sort them in the collation's order. */
+static void
+resort_in(mnode_t *n, shl_collator_t *coll)
+{
+    if (n == NULL) {
+        return;
+    }
+    if (n->kind == N_IN && n->neqs > 1) {
+        qsort_r(n->eqs, n->neqs, sizeof(bson_value_t), value_cmp_coll, coll);
+    }
+    for (size_t i = 0; i < n->nkids; i++) {
+        resort_in(n->kids[i], coll);
+    }
+}
+
+void
+shl_matcher_set_collator(shl_matcher_t *m, shl_collator_t *coll)
+{
+    shl_collator_release(m->coll);
+    m->coll = shl_collator_ref(coll);
+    resort_in(m->root, coll);
+}
+
+const shl_collator_t *
+shl_matcher_collator(const shl_matcher_t *m)
+{
+    return m->coll;
 }
 
 void
@@ -1863,6 +1904,7 @@ shl_matcher_match(const shl_matcher_t *m, const bson_t *doc, shl_match_details_t
 
     mc.in = details;
     mc.bound_vars = m->vars;
+    mc.coll = m->coll;
     mc.doc = doc;
     mc.st = st;
     *matched = match_doc(m->root, doc, &mc, &has_key, &key);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "base/status.h"
+#include "bson/collation.h"
 
 typedef struct shl_matcher shl_matcher_t;
 
@@ -61,6 +62,17 @@ int shl_matcher_new(const bson_t *filter, uint32_t flags, shl_matcher_t **out, s
  *     unbinds). Does not block.
  */
 void shl_matcher_bind_vars(shl_matcher_t *m, const bson_t *vars);
+
+/*
+ * shl_matcher_set_collator --
+ *     Compare strings in 'm' ($eq, $ne, ranges, $in, $nin, $elemMatch values) under 'coll'
+ *     (a new reference is taken; NULL: simple). Call before 'm' is shared with other
+ *     threads. Regexes, field names, $type, $exists and $expr are not collated.
+ */
+void shl_matcher_set_collator(shl_matcher_t *m, shl_collator_t *coll);
+
+/* shl_matcher_collator -- the collator set on 'm' (borrowed; NULL: simple). */
+const shl_collator_t *shl_matcher_collator(const shl_matcher_t *m);
 
 /* shl_matcher_destroy -- free a matcher (NULL is fine). */
 void shl_matcher_destroy(shl_matcher_t *m);

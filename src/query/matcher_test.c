@@ -544,3 +544,63 @@ SHL_TEST(matcher_threads)
     shl_matcher_destroy(shared_matcher);
     bson_destroy(filter);
 }
+
+/* Collation: (document, filter, collation, expected); the same filter under the simple
+ * collation is in the second expectation. */
+typedef struct ccase {
+    const char *doc;
+    const char *filter;
+    const char *collation;
+    int want, want_simple;
+} ccase_t;
+
+static const ccase_t coll_cases[] = {
+    {"{'a': 'HELLO'}", "{'a': 'hello'}", "{'locale': 'en', 'strength': 2}", MATCH, NO},
+    {"{'a': 'héllo'}", "{'a': 'hello'}", "{'locale': 'en', 'strength': 2}", NO, NO},
+    {"{'a': 'héllo'}", "{'a': 'hello'}", "{'locale': 'en', 'strength': 1}", MATCH, NO},
+    {"{'a': ['x', 'Y']}", "{'a': 'y'}", "{'locale': 'en', 'strength': 2}", MATCH, NO},
+    {"{'a': 'b'}", "{'a': {'$gt': 'B'}}", "{'locale': 'en'}", NO, MATCH}, /* lower first */
+    {"{'a': 'c'}", "{'a': {'$gt': 'B'}}", "{'locale': 'en'}", MATCH, MATCH},
+    {"{'a': 'a'}", "{'a': {'$gt': 'B'}}", "{'locale': 'en'}", NO, MATCH},
+    {"{'a': 'B'}", "{'a': {'$lt': 'a'}}", "{'locale': 'en'}", NO, MATCH},
+    {"{'a': '10'}", "{'a': {'$gt': '9'}}", "{'locale': 'en', 'numericOrdering': true}", MATCH,
+     NO},
+    {"{'a': 'Two'}", "{'a': {'$in': ['one', 'two']}}", "{'locale': 'en', 'strength': 2}", MATCH,
+     NO},
+    {"{'a': 'Two'}", "{'a': {'$nin': ['one', 'two']}}", "{'locale': 'en', 'strength': 2}", NO,
+     MATCH},
+    {"{'a': 'Two'}", "{'a': {'$ne': 'two'}}", "{'locale': 'en', 'strength': 2}", NO, MATCH},
+    {"{'a': {'b': 'X'}}", "{'a': {'b': 'x'}}", "{'locale': 'en', 'strength': 2}", MATCH, NO},
+    {"{'a': [{'b': 'X'}]}", "{'a': {'$elemMatch': {'b': 'x'}}}",
+     "{'locale': 'en', 'strength': 2}", MATCH, NO},
+    {"{'a': 'a b'}", "{'a': 'ab'}", "{'locale': 'en', 'alternate': 'shifted'}", MATCH, NO},
+    {"{'a': 'ABC'}", "{'a': {'$rEgEx': '^abc'}}", "{'locale': 'en', 'strength': 2}", NO, NO},
+    {"{'a': 1}", "{'a': 1.0}", "{'locale': 'en', 'strength': 2}", MATCH, MATCH},
+};
+
+SHL_TEST(matcher_collation_table)
+{
+    for (size_t i = 0; i < sizeof(coll_cases) / sizeof(coll_cases[0]); i++) {
+        const ccase_t *c = &coll_cases[i];
+        bson_t *doc = tb(c->doc), *filter = tb(c->filter), *spec = tb(c->collation);
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_matcher_t *m = NULL;
+        shl_collator_t *coll = NULL;
+        ASSERT_INT_EQ(shl_collator_new(spec, &coll, &st), 0);
+        ASSERT_INT_EQ(shl_matcher_new(filter, SHL_MATCHER_DEFAULT, &m, &st), 0);
+        if (shl_matcher_matches(m, doc) != (c->want_simple == MATCH)) {
+            fprintf(stderr, "  simple: %s %s\n", c->doc, c->filter);
+        }
+        ASSERT_INT_EQ(shl_matcher_matches(m, doc), c->want_simple == MATCH);
+        shl_matcher_set_collator(m, coll);
+        if (shl_matcher_matches(m, doc) != (c->want == MATCH)) {
+            fprintf(stderr, "  %s: %s %s\n", c->collation, c->doc, c->filter);
+        }
+        ASSERT_INT_EQ(shl_matcher_matches(m, doc), c->want == MATCH);
+        shl_matcher_destroy(m);
+        shl_collator_release(coll);
+        bson_destroy(doc);
+        bson_destroy(filter);
+        bson_destroy(spec);
+    }
+}

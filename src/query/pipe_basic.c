@@ -376,6 +376,9 @@ pipe_parse_match(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
     SHL_ERR(
         pipe_arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
     SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
+    if (s->pipe->opts.collator != NULL) {
+        shl_matcher_set_collator(s->matcher, s->pipe->opts.collator);
+    }
 done:
     return ret;
 }
@@ -393,6 +396,7 @@ pipe_parse_project(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
                  "one field");
     }
     SHL_ERR(shl_projection_new(&view, NULL, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     return ret;
 }
@@ -407,6 +411,7 @@ pipe_parse_add_fields(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
     SHL_ERR(
         pipe_arg_doc(arg, &view, 40272, "$addFields specification stage must be an object", st));
     SHL_ERR(query_addfields_new(&view, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     return ret;
 }
@@ -439,6 +444,7 @@ pipe_parse_unset(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
                  "$unset specification must be a string or an array with at least one field");
     }
     SHL_ERR(shl_projection_new(&tmp, NULL, &s->proj, st));
+    shl_projection_set_collator(s->proj, s->pipe->opts.collator);
 done:
     bson_destroy(&tmp);
     return ret;
@@ -455,6 +461,9 @@ pipe_parse_sort(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
         SHL_FAIL(st, 15976, "$sort stage must have at least one sort key");
     }
     SHL_ERR(shl_sort_pattern_new(&view, &s->pattern, st));
+    if (s->pipe->opts.collator != NULL) {
+        shl_sort_pattern_set_collator(s->pattern, s->pipe->opts.collator);
+    }
 done:
     return ret;
 }

@@ -437,7 +437,8 @@ static pipe_group_t *
 group_find(pipe_stage_t *s, const bson_value_t *key, uint64_t h)
 {
     for (pipe_group_t *g = s->buckets[h % s->nbuckets]; g != NULL; g = g->hnext) {
-        if (g->hash == h && shl_bson_value_compare(&g->key, key) == 0) {
+        if (g->hash == h &&
+            shl_bson_value_compare_coll(&g->key, key, s->pipe->opts.collator) == 0) {
             return g;
         }
     }
@@ -473,7 +474,16 @@ group_consume(pipe_stage_t *s, const bson_t *in, shl_status_t *st)
     if (key.value_type == BSON_TYPE_EOD) {
         key.value_type = BSON_TYPE_NULL;
     }
-    uint64_t h = shl_bson_hash_fast(&key);
+    uint64_t h;
+    if (s->pipe->opts.collator != NULL) {
+        /* Keys equal under the collation must hash alike: hash their collation keys. */
+        bson_value_t ck;
+        shl_collator_value_key(s->pipe->opts.collator, &key, &ck);
+        h = shl_bson_hash_fast(&ck);
+        bson_value_destroy(&ck);
+    } else {
+        h = shl_bson_hash_fast(&key);
+    }
     g = group_find(s, &key, h);
     if (g == NULL) {
         /* One allocation: the group, then its accumulators at their type's alignment. */

@@ -64,7 +64,8 @@ static int
 redact_doc(pipe_stage_t *s, const bson_t *doc, bson_t *out, bool *kept, shl_status_t *st)
 {
     int ret = 0;
-    shl_expr_ctx_t ctx = {.root = doc, .vars = &s->lvars, .now_ms = 0};
+    shl_expr_ctx_t ctx = {
+        .root = doc, .vars = &s->lvars, .now_ms = 0, .collator = s->pipe->opts.collator};
     bson_value_t v;
     bson_iter_t it;
     char *json = NULL;

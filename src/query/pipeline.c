@@ -54,6 +54,7 @@ pipe_eval_ctx(const pipe_stage_t *s, const bson_t *root, shl_expr_ctx_t *ctx)
     ctx->root = root;
     ctx->vars = s->pipe->opts.vars;
     ctx->now_ms = 0;
+    ctx->collator = s->pipe->opts.collator;
 }
 
 /*

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "bson/collation.h"
 
 /*
  * shl_pipeline_source_t -- where the first stage pulls from. next() sets *doc to the next
@@ -53,6 +54,9 @@ typedef struct shl_pipeline_opts {
     bool allow_disk_use;
     int64_t max_memory_bytes;
     const shl_pipeline_env_t *env;
+    /* The aggregate's collation (borrowed: must outlive the pipeline; NULL: simple): $match,
+     * $sort and $group keys compare strings by it. */
+    shl_collator_t *collator;
 } shl_pipeline_opts_t;
 
 /* The writing stage that ends a pipeline ($out or $merge), parsed; see shl_pipeline_output. */

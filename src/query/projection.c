@@ -44,6 +44,7 @@ struct shl_projection {
     bool positional;
     bool identity;
     bool add_fields; /* $addFields: keep everything, then computed fields */
+    const shl_collator_t *coll; /* expressions' collation (borrowed; NULL: simple) */
 };
 
 typedef struct pctx {
@@ -601,6 +602,12 @@ shl_projection_destroy(shl_projection_t *p)
     bson_free(p);
 }
 
+void
+shl_projection_set_collator(shl_projection_t *p, const shl_collator_t *coll)
+{
+    p->coll = coll;
+}
+
 bool
 shl_projection_is_inclusion(const shl_projection_t *p)
 {
@@ -619,6 +626,7 @@ typedef struct actx {
     const bson_t *root;
     const shl_match_details_t *details;
     const bson_t *vars;
+    const shl_collator_t *coll;
     shl_status_t *st;
     int err;
 } actx_t;
@@ -917,6 +925,7 @@ compute_value(actx_t *ac, const pnode_t *kid, const bson_t *cur, bson_value_t *o
         shl_expr_ctx_t ec = {0};
         ec.root = ac->root;
         ec.vars = ac->vars;
+        ec.collator = ac->coll;
         if (ac->err == 0) {
             ac->err = shl_expr_evaluate(kid->expr, &ec, out, ac->st);
         }
@@ -1080,6 +1089,7 @@ shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
     ac.root = doc;
     ac.details = details;
     ac.vars = vars;
+    ac.coll = p->coll;
     ac.st = st;
     if (p->add_fields) {
         bson_concat(&first, doc);

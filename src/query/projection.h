@@ -46,6 +46,10 @@ bool shl_projection_needs_match_details(const shl_projection_t *p);
  *     Thread-safe. Errors: 51246 "positional operator '.$' couldn't find a matching element
  *     in the array", 51247 positional index out of range, expression runtime errors.
  */
+/* shl_projection_set_collator -- computed fields compare strings under 'coll' (borrowed: it
+ * must outlive 'p'; NULL: simple). Call before 'p' is shared. */
+void shl_projection_set_collator(shl_projection_t *p, const shl_collator_t *coll);
+
 int shl_projection_apply(const shl_projection_t *p, const bson_t *doc,
                          const shl_match_details_t *details, const bson_t *vars, bson_t *out,
                          shl_status_t *st);

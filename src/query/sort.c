@@ -22,6 +22,7 @@ typedef struct sort_field {
 struct shl_sort_pattern {
     sort_field_t *fields;
     size_t n;
+    shl_collator_t *coll; /* a reference (shl_sort_pattern_set_collator); NULL: simple */
 };
 
 static int
@@ -130,7 +131,15 @@ shl_sort_pattern_destroy(shl_sort_pattern_t *p)
         qpath_cleanup(&p->fields[i].path);
     }
     bson_free(p->fields);
+    shl_collator_release(p->coll);
     bson_free(p);
+}
+
+void
+shl_sort_pattern_set_collator(shl_sort_pattern_t *p, shl_collator_t *coll)
+{
+    shl_collator_release(p->coll);
+    p->coll = shl_collator_ref(coll);
 }
 
 size_t
@@ -142,6 +151,7 @@ shl_sort_pattern_nfields(const shl_sort_pattern_t *p)
 /* ---- key generation ---- */
 
 typedef struct keysel {
+    const shl_collator_t *coll;
     int dir;
     bool have;
     bson_value_t best; /* borrowed from the document, or a static null/undefined */
@@ -155,7 +165,7 @@ offer(keysel_t *ks, const bson_value_t *v)
         ks->have = true;
         return;
     }
-    int c = shl_bson_value_compare(v, &ks->best);
+    int c = shl_bson_value_compare_coll(v, &ks->best, ks->coll);
     if ((ks->dir > 0 && c < 0) || (ks->dir < 0 && c > 0)) {
         ks->best = *v;
     }
@@ -247,10 +257,20 @@ shl_sort_key_compute(const shl_sort_pattern_t *p, const bson_t *doc, bson_t *key
     bson_init(key);
     for (size_t i = 0; i < p->n; i++) {
         keysel_t ks = {0};
+        ks.coll = p->coll;
         ks.dir = p->fields[i].dir;
         keys_from_doc(&ks, doc, &p->fields[i].path, 0);
         size_t klen = bson_uint32_to_string((uint32_t)i, &k, buf, sizeof(buf));
-        bson_append_value(key, k, (int)klen, &ks.best);
+        if (p->coll != NULL) {
+            /* Strings become their collation keys (MongoDB's sort keys under a collation),
+             * so keys compare bytewise here and in a router's merge. */
+            bson_value_t ck;
+            shl_collator_value_key(p->coll, &ks.best, &ck);
+            bson_append_value(key, k, (int)klen, &ck);
+            bson_value_destroy(&ck);
+        } else {
+            bson_append_value(key, k, (int)klen, &ks.best);
+        }
     }
 }
 

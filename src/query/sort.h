@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "bson/collation.h"
 
 typedef struct shl_sort_pattern shl_sort_pattern_t;
 
@@ -28,6 +29,15 @@ typedef struct shl_sort_pattern shl_sort_pattern_t;
 int shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t *st);
 
 void shl_sort_pattern_destroy(shl_sort_pattern_t *p);
+
+/*
+ * shl_sort_pattern_set_collator --
+ *     Sort strings under 'coll' (a reference is taken; NULL: simple): an array's element is
+ *     chosen by the collation and the sort keys hold collation keys in place of strings
+ *     (what MongoDB's shards send a router), so keys still compare bytewise. Call before
+ *     'p' is shared.
+ */
+void shl_sort_pattern_set_collator(shl_sort_pattern_t *p, shl_collator_t *coll);
 
 /* shl_sort_pattern_nfields -- number of sort fields (0: no sort). */
 size_t shl_sort_pattern_nfields(const shl_sort_pattern_t *p);

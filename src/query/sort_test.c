@@ -180,3 +180,69 @@ SHL_TEST(sort_keys)
     bson_destroy(spec);
     bson_destroy(doc);
 }
+
+/* Collation: (documents, sort, collation, expected _id order). */
+static const struct {
+    const char *docs, *spec, *collation, *want;
+} coll_sorts[] = {
+    {"{'d': [{'_id': 1, 'a': 'b'}, {'_id': 2, 'a': 'B'}, {'_id': 3, 'a': 'a'}, {'_id': 4, 'a': "
+     "'C'}]}",
+     "{'a': 1}", "{'locale': 'en'}", "{'ids': [3, 1, 2, 4]}"},
+    {"{'d': [{'_id': 1, 'a': 'b'}, {'_id': 2, 'a': 'B'}, {'_id': 3, 'a': 'a'}, {'_id': 4, 'a': "
+     "'C'}]}",
+     "{'a': 1}", "{'locale': 'en', 'caseFirst': 'upper'}", "{'ids': [3, 2, 1, 4]}"},
+    {"{'d': [{'_id': 1, 'a': '10'}, {'_id': 2, 'a': '9'}, {'_id': 3, 'a': 2}]}", "{'a': -1}",
+     "{'locale': 'en', 'numericOrdering': true}", "{'ids': [1, 2, 3]}"},
+    /* An array sorts by its smallest element under the collation ('a' < 'B'). */
+    {"{'d': [{'_id': 1, 'a': ['B', 'z']}, {'_id': 2, 'a': ['c', 'a']}]}", "{'a': 1}",
+     "{'locale': 'en'}", "{'ids': [2, 1]}"},
+    {"{'d': [{'_id': 1, 'a': 'x'}, {'_id': 2, 'a': 'X'}, {'_id': 3, 'a': 'x'}]}", "{'a': 1}",
+     "{'locale': 'en', 'strength': 2}", "{'ids': [1, 2, 3]}"},
+};
+
+SHL_TEST(sort_collation_table)
+{
+    for (size_t i = 0; i < sizeof(coll_sorts) / sizeof(coll_sorts[0]); i++) {
+        bson_t *docs = shl_test_bson(coll_sorts[i].docs), *spec = shl_test_bson(coll_sorts[i].spec);
+        bson_t *cspec = shl_test_bson(coll_sorts[i].collation);
+        bson_t ids = BSON_INITIALIZER, arr;
+        shl_sort_pattern_t *p = NULL;
+        shl_collator_t *coll = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+        bson_iter_t it, di;
+        const bson_t *d;
+        int k = 0;
+        ASSERT_INT_EQ(shl_collator_new(cspec, &coll, &st), 0);
+        ASSERT_INT_EQ(shl_sort_pattern_new(spec, &p, &st), 0);
+        shl_sort_pattern_set_collator(p, coll);
+        shl_sorter_t *s = shl_sorter_new(p, 0, 0);
+        bson_iter_init_find(&it, docs, "d");
+        bson_iter_recurse(&it, &di);
+        while (bson_iter_next(&di)) {
+            bson_t doc;
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&di, &len, &data);
+            bson_init_static(&doc, data, len);
+            ASSERT_INT_EQ(shl_sorter_add(s, &doc, &st), 0);
+        }
+        shl_sorter_finish(s);
+        bson_append_array_begin(&ids, "ids", 3, &arr);
+        while ((d = shl_sorter_next(s)) != NULL) {
+            char key[16];
+            bson_iter_t idi;
+            snprintf(key, sizeof(key), "%d", k++);
+            bson_iter_init_find(&idi, d, "_id");
+            bson_append_value(&arr, key, -1, bson_iter_value(&idi));
+        }
+        bson_append_array_end(&ids, &arr);
+        ASSERT_BSON_EQ(&ids, coll_sorts[i].want);
+        shl_sorter_destroy(s);
+        shl_sort_pattern_destroy(p);
+        shl_collator_release(coll);
+        bson_destroy(&ids);
+        bson_destroy(docs);
+        bson_destroy(spec);
+        bson_destroy(cspec);
+    }
+}

@@ -11,6 +11,8 @@
 #include "bson/bson_util.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
+#include "router/router_private.h"
+#include "net/command_args.h"
 
 /* Fields of the user's command that are not forwarded to the config server. */
 static bool
@@ -151,10 +153,87 @@ done:
     return ret;
 }
 
+/* shardCollection's fields the primary shard's _shardsvrCreateCollection takes, by its
+ * names. */
+static const struct {
+    const char *user, *internal;
+} k_shard_coll_fields[] = {
+    {"key", "shardKey"},
+    {"unique", "unique"},
+    {"numInitialChunks", "numInitialChunks"},
+    {"collation", "collation"},
+    {"writeConcern", "writeConcern"},
+};
+
+typedef struct shard_coll_body {
+    const char *coll;
+    const bson_t *cmd;
+} shard_coll_body_t;
+
+static void
+build_create_collection(void *arg, const shl_cached_database_t *db, bson_t *out)
+{
+    shard_coll_body_t *b = arg;
+    bson_iter_t it;
+    bson_t wc;
+
+    (void)db;
+    BSON_APPEND_UTF8(out, "_shardsvrCreateCollection", b->coll);
+    for (size_t k = 0; k < sizeof k_shard_coll_fields / sizeof k_shard_coll_fields[0]; k++) {
+        if (bson_iter_init_find(&it, b->cmd, k_shard_coll_fields[k].user)) {
+            bson_append_iter(out, k_shard_coll_fields[k].internal, -1, &it);
+        }
+    }
+    if (!bson_has_field(out, "writeConcern")) {
+        BSON_APPEND_DOCUMENT_BEGIN(out, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(out, &wc);
+    }
+}
+
+/*
+ * shardCollection: the database is created first (the config server picks its primary),
+ * then the primary shard's createCollection coordinator shards the collection
+ * (_shardsvrCreateCollection, MongoDB 7.0). admin and config collections stay with the
+ * config server.
+ */
 static int
 cmd_shard_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return forward_for_ns(op, cmd, "_configsvrShardCollection", reply, st);
+    shl_router_t *r = shl_router_get(op);
+    const char *ns_str = NULL;
+    shl_ns_t ns;
+    shard_coll_body_t b;
+    bson_t key, got = BSON_INITIALIZER;
+    bool found = false;
+    int ret = 0;
+
+    SHL_ERR(ns_arg(cmd, &ns_str, st));
+    SHL_ERR(shl_ns_parse(&ns, ns_str, st));
+    if (strcmp(ns.db, "admin") == 0 || strcmp(ns.db, "config") == 0) {
+        SHL_ERR(forward_for_ns(op, cmd, "_configsvrShardCollection", reply, st));
+        goto done;
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "key", &key, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'shardCollection.key' is missing but a required field");
+    }
+    SHL_ERR(shl_router_create_database(r, ns.db, st));
+    b.coll = ns.coll;
+    b.cmd = cmd;
+    bson_destroy(&got);
+    ret = router_send_to_primary(op, ns.db, ns.full, build_create_collection, &b, &found, &got,
+                                 NULL, 0, st);
+    shl_catalog_cache_invalidate_collection(r->cache, ns.full);
+    SHL_ERR(ret);
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "database %s not found", ns.db);
+    }
+    shl_router_copy_reply_fields(&got, reply);
+done:
+    bson_destroy(&got);
+    return ret;
 }
 
 static int
@@ -181,10 +260,65 @@ cmd_clear_jumbo(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     return forward_for_ns(op, cmd, "_configsvrClearJumboFlag", reply, st);
 }
 
+static void
+build_refine(void *arg, const shl_cached_database_t *db, bson_t *out)
+{
+    shard_coll_body_t *b = arg;
+    bson_iter_t it;
+    bson_t wc;
+
+    (void)db;
+    BSON_APPEND_UTF8(out, "_shardsvrRefineCollectionShardKey", b->coll);
+    if (bson_iter_init_find(&it, b->cmd, "key")) {
+        bson_append_iter(out, "newShardKey", -1, &it);
+    }
+    if (bson_iter_init_find(&it, b->cmd, "writeConcern")) {
+        bson_append_iter(out, "writeConcern", -1, &it);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(out, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(out, &wc);
+    }
+}
+
+/* refineCollectionShardKey: the primary shard's coordinator (MongoDB 7.0's
+ * _shardsvrRefineCollectionShardKey). */
 static int
 cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    return forward_for_ns(op, cmd, "_configsvrRefineCollectionShardKey", reply, st);
+    shl_router_t *r = shl_router_get(op);
+    const char *ns_str = NULL;
+    shl_ns_t ns;
+    shard_coll_body_t b;
+    bson_t key, got = BSON_INITIALIZER;
+    bool found = false;
+    int ret = 0;
+
+    (void)reply;
+    SHL_ERR(ns_arg(cmd, &ns_str, st));
+    SHL_ERR(shl_ns_parse(&ns, ns_str, st));
+    if (strcmp(ns.db, "admin") == 0 || strcmp(ns.db, "config") == 0) {
+        SHL_ERR(forward_for_ns(op, cmd, "_configsvrRefineCollectionShardKey", reply, st));
+        goto done;
+    }
+    SHL_ERR(shl_cmd_get_doc(cmd, "key", &key, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field 'refineCollectionShardKey.key' is missing but a required field");
+    }
+    b.coll = ns.coll;
+    b.cmd = cmd;
+    bson_destroy(&got);
+    ret = router_send_to_primary(op, ns.db, ns.full, build_refine, &b, &found, &got, NULL, 0,
+                                 st);
+    shl_catalog_cache_invalidate_collection(r->cache, ns.full);
+    SHL_ERR(ret);
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "database %s not found", ns.db);
+    }
+done:
+    bson_destroy(&got);
+    return ret;
 }
 
 /* Build _configsvrMoveRange from moveChunk / moveRange (renamed fields), forward it, then

@@ -424,7 +424,14 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
     bson_t cur;
     (void)shard;
 
-    shl_router_target_filter(rr, p->filter, &t);
+    if (p->filter != NULL && shl_router_collation_strips(p->cmd, rr)) {
+        bson_t tf;
+        shl_router_targeting_filter(p->cmd, rr, p->filter, &tf);
+        shl_router_target_filter(rr, &tf, &t);
+        bson_destroy(&tf);
+    } else {
+        shl_router_target_filter(rr, p->filter, &t);
+    }
     /* A shard reads foreign collections from its local copy, which is complete only for an
      * unsharded collection on the database's primary shard; otherwise the stages reading
      * them run in the merger here, which reads them through the router. */
@@ -1150,6 +1157,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         bson_t pl;
         bool has_pl = false;
         SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pl, &has_pl, st));
+        if (has_pl && shl_pipeline_stage_position(&pl, "$changeStream") == 1) {
+            ret = router_change_stream_aggregate(op, cmd, NULL, &pl, reply, st);
+            goto done;
+        }
         if (has_pl && first_stage_is(&pl, "$shardedDataDistribution")) {
             if (strcmp(op->db, "admin") != 0 || !BSON_ITER_HOLDS_NUMBER(&it) ||
                 bson_iter_as_double(&it) != 1.0) {
@@ -1198,6 +1209,10 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'aggregate.pipeline' is missing but a required field");
+    }
+    if (shl_pipeline_stage_position(&p.pipeline, "$changeStream") == 1) {
+        ret = router_change_stream_aggregate(op, cmd, ns.coll, &p.pipeline, reply, st);
+        goto done;
     }
     if (first_stage_is(&p.pipeline, "$currentOp")) {
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
@@ -1328,10 +1343,14 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
                                        st));
+    /* The merge compares strings as the shards did: the command's collation. */
+    SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &c->collator, st));
+    opts.collator = c->collator;
     if (!p.single && p.split && p.nmerge_a == 0 && !p.has_avg) {
         /* Only a merge by the sort key. */
         if (p.has_sort) {
             SHL_ERR(shl_sort_pattern_new(&p.sort, &c->sort, st));
+            shl_sort_pattern_set_collator(c->sort, c->collator);
         }
     } else if (!p.single && p.split) {
         if (has_let) {
@@ -1340,6 +1359,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
         if (p.has_sort) {
             SHL_ERR(shl_sort_pattern_new(&p.sort, &c->sort, st));
+            shl_sort_pattern_set_collator(c->sort, c->collator);
         }
         install_env(r, ns.db, cmd, c, &opts.env);
         SHL_ERR(shl_pipeline_parse(&p.merge_a, &opts, &ma, st));

@@ -591,6 +591,7 @@ cursor_free(shl_router_cursor_t *c)
     if (c->vars != NULL) {
         bson_destroy(c->vars);
     }
+    shl_collator_release(c->collator); /* after the pipelines that borrow it */
     if (c->session != NULL) {
         bson_destroy(c->session);
     }

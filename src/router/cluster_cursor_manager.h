@@ -68,6 +68,8 @@ typedef struct shl_router_cursor {
     shl_router_avg_fixup_t fixup;
     bson_t fixed; /* the last fixed-up document */
     bson_t *vars; /* the command's `let`, owned (the pipelines borrow it) */
+    shl_collator_t *collator; /* the command's collation (a reference the pipelines borrow;
+                                 NULL: simple) */
     /* The merge part's environment (reads of other collections), owned: freed by
      * env_state_free after the pipelines, whose stages may still close foreign reads. */
     void *env_state;
@@ -83,6 +85,9 @@ typedef struct shl_router_cursor {
     bool allow_partial;  /* allowPartialResults: an unreachable shard ends its remote only */
     int64_t fetch_batch; /* batchSize of the getMores to the shards; 0: theirs (16 MiB) */
     bool partial;        /* a remote was dropped that way: partialResultsReturned */
+    /* A change stream (cluster_change_stream.c): its state is 'env_state' and its getMores
+     * merge the shards' events by resume token instead of the fields above. */
+    bool change_stream;
 
     /* Guarded by the manager's lock. */
     bool pinned;

@@ -13,6 +13,7 @@
 #include "base/str.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "net/command_args.h"
 #include "query/matcher.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
@@ -245,31 +246,24 @@ done:
     return ret;
 }
 
-/*
- * Send the DDL command 'body' (writeConcern added from the user's 'cmd', else majority) to
- * the database's primary shard with its databaseVersion, retrying when the routing was
- * stale; the primary shard's coordinator does the rest (issue 17 item 3). *found is false
- * when the database does not exist (nothing sent). On success 'reply' gets the shard's
- * reply fields. 'ns' names what a stale error invalidates.
- */
-static int
-send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_t *body,
-                bool *found, bson_t *reply, shl_status_t *st)
+int
+router_send_to_primary(shl_op_ctx_t *op, const char *dbname, const char *ns,
+                       router_primary_build_fn build, void *arg, bool *found, bson_t *reply,
+                       char *primary, size_t nprimary, shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     shl_cached_database_t db;
     shl_router_request_t req;
     shl_fanout_result_t res;
-    bson_t wc;
-    bson_iter_t it;
     bool sent = false;
     int ret = 0;
 
     *found = true;
+    bson_init(reply);
     memset(&req, 0, sizeof(req));
     bson_init(&req.cmd);
     for (int attempt = 1;; attempt++) {
-        ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
+        ret = shl_catalog_cache_get_database(r->cache, dbname, &db, st);
         if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
             ret = 0;
             *found = false;
@@ -277,21 +271,7 @@ send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_
         }
         SHL_ERR(ret);
         bson_reinit(&req.cmd);
-        if (strcmp(db.primary, "config") == 0) {
-            /* admin and config live on the config server: its own drop. */
-            copy_passthrough(cmd, &req.cmd);
-        } else {
-            bson_concat(&req.cmd, body);
-        }
-        if (bson_has_field(&req.cmd, "writeConcern")) {
-            /* the user's, passed through */
-        } else if (bson_iter_init_find(&it, cmd, "writeConcern")) {
-            bson_append_iter(&req.cmd, NULL, 0, &it);
-        } else {
-            BSON_APPEND_DOCUMENT_BEGIN(&req.cmd, "writeConcern", &wc);
-            BSON_APPEND_UTF8(&wc, "w", "majority");
-            bson_append_document_end(&req.cmd, &wc);
-        }
+        build(arg, &db, &req.cmd);
         if (!shl_database_version_is_fixed(&db.version)) {
             shl_database_version_append(&req.cmd, "databaseVersion", &db.version);
         }
@@ -299,7 +279,7 @@ send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_
         if (sent) {
             shl_fanout_results_cleanup(&res, 1);
         }
-        shl_router_send(r, op, op->db, &req, 1, &res);
+        shl_router_send(r, op, dbname, &req, 1, &res);
         sent = true;
         if (res.code != 0 && shl_router_is_stale(r, ns, &res.status) &&
             attempt < SHL_ROUTER_MAX_STALE_RETRIES) {
@@ -311,12 +291,67 @@ send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_
         *st = res.status;
         SHL_ERR(st->code);
     }
-    shl_router_copy_reply_fields(&res.reply, reply);
+    bson_concat(reply, &res.reply);
+    if (primary != NULL) {
+        bson_strncpy(primary, db.primary, nprimary);
+    }
 done:
     if (sent) {
         shl_fanout_results_cleanup(&res, 1);
     }
     bson_destroy(&req.cmd);
+    return ret;
+}
+
+/* A DDL command for the primary shard: 'body' with the user's writeConcern (else majority);
+ * admin and config live on the config server, which gets the user's own command. */
+typedef struct ddl_body {
+    const bson_t *cmd;  /* the user's */
+    const bson_t *body; /* the internal command */
+} ddl_body_t;
+
+static void
+build_ddl_body(void *arg, const shl_cached_database_t *db, bson_t *out)
+{
+    ddl_body_t *b = arg;
+    bson_iter_t it;
+    bson_t wc;
+
+    if (strcmp(db->primary, "config") == 0) {
+        copy_passthrough(b->cmd, out);
+    } else {
+        bson_concat(out, b->body);
+    }
+    if (bson_has_field(out, "writeConcern")) {
+        /* the user's, passed through */
+    } else if (bson_iter_init_find(&it, b->cmd, "writeConcern")) {
+        bson_append_iter(out, NULL, 0, &it);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(out, "writeConcern", &wc);
+        BSON_APPEND_UTF8(&wc, "w", "majority");
+        bson_append_document_end(out, &wc);
+    }
+}
+
+/*
+ * Send the DDL command 'body' (writeConcern added from the user's 'cmd', else majority) to
+ * the database's primary shard with its databaseVersion, retrying when the routing was
+ * stale; the primary shard's coordinator does the rest (issue 17 item 3). *found is false
+ * when the database does not exist (nothing sent). On success 'reply' gets the shard's
+ * reply fields. 'ns' names what a stale error invalidates.
+ */
+static int
+send_to_primary(shl_op_ctx_t *op, const char *ns, const bson_t *cmd, const bson_t *body,
+                bool *found, bson_t *reply, shl_status_t *st)
+{
+    ddl_body_t b = {cmd, body};
+    bson_t got;
+    int ret = router_send_to_primary(op, op->db, ns, build_ddl_body, &b, found, &got, NULL, 0, st);
+
+    if (ret == 0) {
+        shl_router_copy_reply_fields(&got, reply);
+    }
+    bson_destroy(&got);
     return ret;
 }
 
@@ -464,13 +499,42 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     return run_on_owners(op, cmd, false, reply, fields, NULL, st);
 }
 
+/* collMod: the primary shard's CollModCoordinator applies it on every shard holding the
+ * collection (_shardsvrCollMod, MongoDB 7.0). */
 static int
 cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    /* What a data node reports about an index change, as one node would. */
-    static const char *const fields[] = {"expireAfterSeconds_old", "expireAfterSeconds_new",
-                                         "hidden_old", "hidden_new", NULL};
-    return run_on_owners(op, cmd, false, reply, fields, NULL, st);
+    shl_router_t *r = shl_router_get(op);
+    char ns[SHL_NS_MAX + 1];
+    bson_t body = BSON_INITIALIZER, request = BSON_INITIALIZER, got = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool found = false, first = true;
+    int ret = 0;
+
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    if (bson_iter_init(&it, cmd)) {
+        while (bson_iter_next(&it)) {
+            const char *k = bson_iter_key(&it);
+            if (!first && !shl_cmd_is_generic_arg(k) && !is_router_field(k)) {
+                bson_append_iter(&request, k, -1, &it);
+            }
+            first = false;
+        }
+    }
+    BSON_APPEND_UTF8(&body, "_shardsvrCollMod", ns + strlen(op->db) + 1);
+    BSON_APPEND_DOCUMENT(&body, "collModRequest", &request);
+    ret = send_to_primary(op, ns, cmd, &body, &found, &got, st);
+    shl_catalog_cache_invalidate_collection(r->cache, ns);
+    SHL_ERR(ret);
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
+    }
+    bson_concat(reply, &got);
+done:
+    bson_destroy(&body);
+    bson_destroy(&request);
+    bson_destroy(&got);
+    return ret;
 }
 
 /* ---- listing ---- */
@@ -570,66 +634,42 @@ done:
     return ret;
 }
 
+/* listCollections for the primary: the user's command without its cursor options. */
+static void
+build_list_collections(void *arg, const shl_cached_database_t *db, bson_t *out)
+{
+    bson_t tmp, pass = BSON_INITIALIZER;
+
+    (void)db;
+    copy_passthrough(arg, &pass);
+    strip_cursor(&pass, &tmp);
+    bson_concat(out, &tmp);
+    bson_destroy(&tmp);
+    bson_destroy(&pass);
+}
+
 static int
 cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    shl_router_t *r = shl_router_get(op);
-    char ns[SHL_NS_MAX + 1];
-    shl_cached_database_t db;
-    shl_router_request_t req;
-    shl_fanout_result_t res;
-    bson_t empty = BSON_INITIALIZER;
+    char ns[SHL_NS_MAX + 1], primary[SHL_SHARD_ID_MAX];
+    bson_t empty = BSON_INITIALIZER, got = BSON_INITIALIZER;
     int64_t batch_size;
-    bool sent = false, zero_batch;
+    bool zero_batch, found = false;
     int ret = 0;
 
     snprintf(ns, sizeof(ns), "%s.$cmd.listCollections", op->db);
-    memset(&req, 0, sizeof(req));
-    bson_init(&req.cmd);
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero_batch, st));
-    for (int attempt = 1;; attempt++) {
-        ret = shl_catalog_cache_get_database(r->cache, op->db, &db, st);
-        if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
-            /* a database that does not exist has no collections */
-            ret = 0;
-            append_cursor(reply, ns, &empty);
-            goto done;
-        }
-        SHL_ERR(ret);
-        bson_reinit(&req.cmd);
-        copy_passthrough(cmd, &req.cmd);
-        {
-            bson_t tmp;
-            strip_cursor(&req.cmd, &tmp);
-            bson_destroy(&req.cmd);
-            bson_steal(&req.cmd, &tmp);
-        }
-        if (!shl_database_version_is_fixed(&db.version)) {
-            shl_database_version_append(&req.cmd, "databaseVersion", &db.version);
-        }
-        req.shard = db.primary;
-        if (sent) {
-            shl_fanout_results_cleanup(&res, 1);
-        }
-        shl_router_send(r, op, op->db, &req, 1, &res);
-        sent = true;
-        if (res.code != 0 && shl_router_is_stale(r, ns, &res.status) &&
-            attempt < SHL_ROUTER_MAX_STALE_RETRIES) {
-            continue;
-        }
-        break;
+    bson_destroy(&got);
+    SHL_ERR(router_send_to_primary(op, op->db, ns, build_list_collections, (void *)(uintptr_t)cmd,
+                                   &found, &got, primary, sizeof primary, st));
+    if (!found) {
+        /* a database that does not exist has no collections */
+        append_cursor(reply, ns, &empty);
+        goto done;
     }
-    if (res.code != 0) {
-        *st = res.status;
-        SHL_ERR(st->code);
-    }
-    SHL_ERR(
-        reply_listing_cursor(op, ns, db.primary, batch_size, zero_batch, &res.reply, reply, st));
+    SHL_ERR(reply_listing_cursor(op, ns, primary, batch_size, zero_batch, &got, reply, st));
 done:
-    if (sent) {
-        shl_fanout_results_cleanup(&res, 1);
-    }
-    bson_destroy(&req.cmd);
+    bson_destroy(&got);
     bson_destroy(&empty);
     return ret;
 }
@@ -815,31 +855,36 @@ fresh_routing(shl_router_t *r, const char *ns, bool create_db, shl_router_routin
     return shl_router_routing_init(r, ns, create_db, out, st);
 }
 
-/* A rename where the source or the target is sharded: the config server coordinates it
- * (_configsvrRenameCollection, docs/design/sharding-protocol.md "Renaming a sharded
- * collection"). */
+/* A rename where the source or the target is sharded: the primary shard's
+ * RenameCollectionCoordinator runs it (_shardsvrRenameCollection, MongoDB 7.0;
+ * docs/design/coordinators.md). */
 static int
-rename_sharded(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, const char *src,
+rename_sharded(shl_router_t *r, shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *src,
                const char *dst, bson_t *reply, shl_status_t *st)
 {
-    bson_t fwd = BSON_INITIALIZER, wc, cfg_reply = BSON_INITIALIZER;
+    bson_t body = BSON_INITIALIZER, got = BSON_INITIALIZER;
     bson_iter_t it;
+    ddl_body_t b = {cmd, &body};
+    bool found = false;
     int ret = 0;
 
-    BSON_APPEND_UTF8(&fwd, "_configsvrRenameCollection", src);
-    BSON_APPEND_UTF8(&fwd, "to", dst);
-    if (bson_iter_init_find(&it, cmd, "dropTarget")) {
-        BSON_APPEND_BOOL(&fwd, "dropTarget", bson_iter_as_bool(&it));
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
-    BSON_APPEND_UTF8(&wc, "w", "majority");
-    bson_append_document_end(&fwd, &wc);
-    ret = shl_router_forward_to_config(r, op, &fwd, &cfg_reply, st);
-    shl_catalog_cache_invalidate_collection(r->cache, src);
-    shl_catalog_cache_invalidate_collection(r->cache, dst);
     (void)reply;
-    bson_destroy(&fwd);
-    bson_destroy(&cfg_reply);
+    BSON_APPEND_UTF8(&body, "_shardsvrRenameCollection", src->coll);
+    BSON_APPEND_UTF8(&body, "to", dst);
+    if (bson_iter_init_find(&it, cmd, "dropTarget")) {
+        BSON_APPEND_BOOL(&body, "dropTarget", bson_iter_as_bool(&it));
+    }
+    bson_destroy(&got);
+    ret = router_send_to_primary(op, src->db, src->full, build_ddl_body, &b, &found, &got, NULL,
+                                 0, st);
+    shl_catalog_cache_invalidate_collection(r->cache, src->full);
+    shl_catalog_cache_invalidate_collection(r->cache, dst);
+    if (ret == 0 && !found) {
+        ret = shl_status_set(st, SHL_CODE_NAMESPACE_NOT_FOUND,
+                             "Source collection %s does not exist", src->full);
+    }
+    bson_destroy(&body);
+    bson_destroy(&got);
     return ret;
 }
 
@@ -890,7 +935,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
             SHL_FAIL(st, SHL_CODE_COMMAND_FAILED,
                      "Source and destination collections must be on the same database.");
         }
-        SHL_ERR(rename_sharded(r, op, cmd, src, dst, reply, st));
+        SHL_ERR(rename_sharded(r, op, cmd, &src_ns, dst, reply, st));
         goto done;
     }
     if (strcmp(from.db.primary, to.db.primary) != 0) {

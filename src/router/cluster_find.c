@@ -491,6 +491,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         bool return_key = bson_iter_init_find(&rk, cmd, "returnKey") && bson_iter_as_bool(&rk);
         show_record_id = bson_iter_init_find(&rk, cmd, "showRecordId") && bson_iter_as_bool(&rk);
         SHL_ERR(shl_sort_pattern_new(&a.sort, &sort, st));
+        {
+            /* Shards sort under the command's collation: merge in the same order. */
+            shl_collator_t *coll = NULL;
+            SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &coll, st));
+            shl_sort_pattern_set_collator(sort, coll);
+            shl_collator_release(coll);
+        }
         if (a.has_projection && !return_key) {
             SHL_ERR(shl_projection_new(&a.projection, a.has_filter ? &a.filter : NULL, &proj, st));
             if (shl_projection_needs_match_details(proj)) {
@@ -591,11 +598,23 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     }
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
+    SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
+    if (c->change_stream) {
+        bool dead = false;
+        ret = router_change_stream_get_more(op, c, batch_size, reply, &dead, st);
+        if (ret != 0) {
+            shl_status_label_change_stream(st);
+            goto done;
+        }
+        failed = false;
+        exhausted = dead;
+        goto done;
+    }
     if (bson_has_field(cmd, "maxTimeMS")) {
+        failed = false; /* a bad request does not end the cursor */
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "cannot set maxTimeMS on getMore command for a non-awaitData cursor");
     }
-    SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
     SHL_ERR(shl_router_cursor_fill_batch(op, c, batch_size, false, &arr, &exhausted, st));
     failed = false;
     shl_router_cursor_reply_at(reply, ns.full, exhausted ? 0 : id, false, &arr, c->partial,
@@ -758,9 +777,9 @@ build_distinct(void *arg, const shl_router_routing_t *rr, const char *shard, bso
 }
 
 static int
-value_cmp(const void *a, const void *b)
+value_cmp(const void *a, const void *b, void *coll)
 {
-    return shl_bson_value_compare(a, b);
+    return shl_bson_value_compare_coll(a, b, coll);
 }
 
 static int
@@ -775,6 +794,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     size_t nresults = 0, nvals = 0, cap = 0, out = 0;
     bson_value_t *vals = NULL;
     distinct_args_t dargs = {cmd};
+    shl_collator_t *coll = NULL;
     int ret = 0;
 
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
@@ -833,15 +853,17 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
             bson_value_copy(bson_iter_value(&v), &vals[nvals++]);
         }
     }
-    /* The union in canonical order, duplicates dropped (mongos's BSON set). */
+    /* The union in canonical order, duplicates dropped (mongos's BSON set), strings
+     * compared under the command's collation ("a" from one shard, "A" from another). */
+    SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &coll, st));
     if (nvals > 0) {
-        qsort(vals, nvals, sizeof(*vals), value_cmp);
+        qsort_r(vals, nvals, sizeof(*vals), value_cmp, coll);
     }
     BSON_APPEND_ARRAY_BEGIN(reply, "values", &arr);
     for (size_t i = 0; i < nvals; i++) {
         char k[16];
         const char *kp;
-        if (i > 0 && shl_bson_value_compare(&vals[i - 1], &vals[i]) == 0) {
+        if (i > 0 && shl_bson_value_compare_coll(&vals[i - 1], &vals[i], coll) == 0) {
             continue;
         }
         /* Each shard's values fit; their union may not (MongoDB's mongos fails it too). */
@@ -860,6 +882,7 @@ done:
         bson_value_destroy(&vals[i]);
     }
     bson_free(vals);
+    shl_collator_release(coll);
     shl_router_scatter_results_free(results, nresults);
     return ret;
 }

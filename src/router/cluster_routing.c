@@ -280,6 +280,120 @@ target_conjunction(const shl_routing_table_t *rt, const shl_ts_t *at, const bson
     return false;
 }
 
+bool
+shl_router_collation_nonsimple(const bson_t *holder)
+{
+    bson_iter_t it, loc;
+    if (holder == NULL || !bson_iter_init_find(&it, holder, "collation") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &loc)) {
+        return false;
+    }
+    if (!bson_iter_find(&loc, "locale")) {
+        return false; /* {} (simple) or invalid: the shards answer the error */
+    }
+    return !(BSON_ITER_HOLDS_UTF8(&loc) && strcmp(bson_iter_utf8(&loc, NULL), "simple") == 0);
+}
+
+/* Whether 'v' is or holds a string: values a non-simple collation makes equal to others. */
+static bool
+holds_string(const bson_value_t *v)
+{
+    bson_iter_t it;
+    if (v->value_type == BSON_TYPE_UTF8 || v->value_type == BSON_TYPE_SYMBOL ||
+        v->value_type == BSON_TYPE_REGEX) {
+        return true;
+    }
+    if (v->value_type != BSON_TYPE_DOCUMENT && v->value_type != BSON_TYPE_ARRAY) {
+        return false;
+    }
+    if (!bson_iter_init_from_data(&it, v->value.v_doc.data, v->value.v_doc.data_len)) {
+        return false;
+    }
+    while (shl_iter_next(&it)) {
+        if (holds_string(bson_iter_value(&it))) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+shl_router_pinned_filter(const bson_t *filter, bson_t *pin)
+{
+    bson_iter_t it, el;
+    const uint8_t *data;
+    uint32_t len;
+    if (!bson_iter_init_find(&it, filter, "$and") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &el) || !bson_iter_find(&el, "1") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&el)) {
+        return false;
+    }
+    bson_iter_document(&el, &len, &data);
+    return bson_init_static(pin, data, len);
+}
+
+int
+shl_router_cmd_collator(const bson_t *cmd, shl_collator_t **out, shl_status_t *st)
+{
+    bson_iter_t it;
+    *out = NULL;
+    if (!bson_iter_init_find(&it, cmd, "collation")) {
+        return 0;
+    }
+    return shl_collator_from_iter(&it, "collation", out, st);
+}
+
+bool
+shl_router_collation_strips(const bson_t *holder, const shl_router_routing_t *rr)
+{
+    if (holder != NULL && bson_has_field(holder, "collation")) {
+        return shl_router_collation_nonsimple(holder);
+    }
+    return rr != NULL && rr->rt != NULL && shl_routing_table_default_collator(rr->rt) != NULL;
+}
+
+int
+shl_router_effective_collator(shl_router_t *r, const char *ns, const bson_t *cmd,
+                              shl_collator_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_routing_t rr;
+    *out = NULL;
+    if (bson_has_field(cmd, "collation")) {
+        return shl_router_cmd_collator(cmd, out, st);
+    }
+    memset(&rr, 0, sizeof(rr));
+    if (shl_router_routing_init(r, ns, false, &rr, st) == 0) {
+        if (rr.rt != NULL) {
+            *out = shl_collator_ref(
+                (shl_collator_t *)(uintptr_t)shl_routing_table_default_collator(rr.rt));
+        }
+        shl_router_routing_cleanup(&rr);
+    } else {
+        shl_status_clear(st); /* no routing: the merge has nothing to order */
+    }
+    return ret;
+}
+
+void
+shl_router_targeting_filter(const bson_t *holder, const shl_router_routing_t *rr,
+                            const bson_t *filter, bson_t *out)
+{
+    bson_iter_t it;
+    bool strip = shl_router_collation_strips(holder, rr);
+    bson_init(out);
+    if (filter == NULL || !bson_iter_init(&it, filter)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        /* A predicate on a string under a non-simple collation matches shard key values in
+         * other chunks ("a" and "A"): it cannot target, as in mongos. */
+        if (!strip || !holds_string(bson_iter_value(&it))) {
+            bson_append_iter(out, shl_iter_key(&it), -1, &it);
+        }
+    }
+}
+
 void
 shl_router_target_filter(const shl_router_routing_t *rr, const bson_t *filter,
                          shl_router_shards_t *out)
@@ -850,6 +964,22 @@ done:
     return ret;
 }
 
+/* The command whose "collation" a routed read runs under: the request's, or the command an
+ * explain wraps. */
+static const bson_t *
+collation_holder(const shl_op_ctx_t *op, bson_t *inner)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+    if (op->body == NULL || !bson_iter_init(&it, op->body) || !shl_iter_next(&it) ||
+        strcmp(shl_iter_key(&it), "explain") != 0 || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        return op->body;
+    }
+    bson_iter_document(&it, &len, &data);
+    return bson_init_static(inner, data, len) ? inner : op->body;
+}
+
 int
 shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
                     const shl_router_dispatch_t *d, shl_router_routing_t *rr_out,
@@ -860,6 +990,7 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
     shl_router_request_t *reqs = NULL;
     shl_fanout_result_t *fres = NULL;
     shl_ns_t parsed;
+    bson_t inner; /* view of an explained command */
     int ret = 0;
 
     *results = NULL;
@@ -881,6 +1012,12 @@ shl_router_dispatch(shl_router_t *r, shl_op_ctx_t *op, const char *ns,
         }
         if (d->target != NULL) {
             d->target(d->target_arg, &rr, &targets);
+        } else if (d->filter != NULL &&
+                   shl_router_collation_strips(collation_holder(op, &inner), &rr)) {
+            bson_t tf;
+            shl_router_targeting_filter(collation_holder(op, &inner), &rr, d->filter, &tf);
+            shl_router_target_filter(&rr, &tf, &targets);
+            bson_destroy(&tf);
         } else {
             shl_router_target_filter(&rr, d->filter, &targets);
         }

@@ -15,6 +15,7 @@
 
 #include "base/namespace.h"
 #include "base/status.h"
+#include "bson/collation.h"
 #include "net/client.h"
 #include "net/command.h"
 #include "sharding/catalog_cache.h"
@@ -241,6 +242,46 @@ void shl_router_requests_cleanup(shl_router_request_t *reqs, size_t n);
  *     than the request's own -- else the collection of 'ns' or its database.
  */
 bool shl_router_is_stale(shl_router_t *r, const char *ns, const shl_status_t *st);
+
+/*
+ * shl_router_collation_nonsimple -- whether 'holder' (a command or a write statement) has a
+ * "collation" other than the simple one ({} or {locale: "simple"}).
+ *
+ * shl_router_targeting_filter --
+ *     The part of 'filter' (may be NULL: {}) targeting may use under 'holder''s collation
+ *     (or, naming none, the collection's default in 'rr'):
+ *     all of it under the simple collation; else without the top-level predicates whose
+ *     values hold strings (equal under the collation to values in other chunks). 'out' is
+ *     initialised here; the caller destroys it.
+ */
+bool shl_router_collation_nonsimple(const bson_t *holder);
+
+/*
+ * The write phase of a write without shard key under a non-simple collation marks its
+ * command with this field (never sent to a shard): its filter is {$and: [<the user's
+ * filter>, <the document's _id and exact shard key values>]}, and it targets by the second
+ * part, which the collation cannot widen beyond the one document the query phase chose.
+ * shl_router_pinned_filter -- that second part (a view), or false.
+ */
+#define SHL_ROUTER_PINNED_FIELD "$_shalePinnedFilter"
+bool shl_router_pinned_filter(const bson_t *filter, bson_t *pin);
+
+/* shl_router_cmd_collator -- the collator of 'cmd''s "collation" (*out: a new reference, NULL
+ * for none or simple), for merging shards' results in its order. Errors: shl_collator_new's. */
+int shl_router_cmd_collator(const bson_t *cmd, shl_collator_t **out, shl_status_t *st);
+
+/* shl_router_collation_strips -- whether string predicates cannot target: 'holder''s
+ * collation is not simple, or it names none and the collection's default (the routing
+ * table's; 'rr' may be NULL) is not simple. */
+bool shl_router_collation_strips(const bson_t *holder, const shl_router_routing_t *rr);
+void shl_router_targeting_filter(const bson_t *holder, const shl_router_routing_t *rr,
+                                 const bson_t *filter, bson_t *out);
+
+/* shl_router_effective_collator -- the collator 'cmd' on 'ns' runs under on the shards: its
+ * own, else the sharded collection's default (*out: a new reference; NULL: simple). Errors:
+ * shl_collator_new's. May refresh the routing cache. */
+int shl_router_effective_collator(shl_router_t *r, const char *ns, const bson_t *cmd,
+                                  shl_collator_t **out, shl_status_t *st);
 
 /*
  * shl_router_scatter --

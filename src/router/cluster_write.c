@@ -35,6 +35,10 @@
 #define SUB_BATCH_MAX_BYTES SHL_STMT_BATCH_MAX_BYTES
 #define SUB_BATCH_MAX_ITEMS SHL_MAX_WRITE_BATCH
 
+/* The insert's field that says an update moved its document (a data node's
+ * DB_WCOS_INSERT_FIELD, txn_participant.h): a retry of that update is answered as one. */
+#define WCOS_INSERT_FIELD "$_wouldChangeOwningShard"
+
 typedef enum { KIND_INSERT, KIND_UPDATE, KIND_DELETE } write_kind_t;
 
 typedef enum { ITEM_PENDING, ITEM_DONE, ITEM_ERROR } item_state_t;
@@ -71,10 +75,13 @@ typedef struct write_op {
     shl_status_t last_stale;
     size_t scan_from;  /* every statement before it is done */
     bool retryable;    /* lsid + txnNumber outside a transaction: sub-batches carry stmtIds */
+    bool txn_ids;      /* a retryable internal transaction's statement with the user's stmtIds:
+                        * they go along too (txn_api.h router_txn_api_stmt_id) */
     int32_t *stmt_ids; /* statement i's id: the client's stmtIds[i], else (stmtId or 0) + i */
     int32_t *retried;  /* retriedStmtIds the shards reported, in the order they came */
     size_t nretried, cap_retried;
     bool ids_broadcast; /* a retryable exact _id match is only broadcast (run_id_broadcast) */
+    bool pinned;        /* SHL_ROUTER_PINNED_FIELD: statements target by their pinned part */
     router_route_fn route;
     void *route_arg;
     bool shutdown_error; /* a local failure while this router shuts down (fails the command) */
@@ -230,13 +237,27 @@ key_pattern_json(const shl_router_routing_t *rr)
 
 /* ---- targeting one statement ---- */
 
+/* The filter a statement targets by: its pinned part (a write phase), else what its
+ * collation lets target (shl_router_targeting_filter). 'out' is initialised here. */
+static void
+targeting_query(const bson_t *stmt, const shl_router_routing_t *rr, const bson_t *q, bool pinned,
+                bson_t *out)
+{
+    bson_t pin;
+    if (pinned && shl_router_pinned_filter(q, &pin)) {
+        bson_copy_to(&pin, out);
+    } else {
+        shl_router_targeting_filter(stmt, rr, q, out);
+    }
+}
+
 /* target_update / target_delete: *two_phase (no shard, no error) for a single write that
  * does not pin one shard -- MongoDB 7.0's write without shard key. */
 static int
-target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_update(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, u, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, u, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi, upsert;
@@ -244,10 +265,12 @@ target_update(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'update.updates.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "u") ||
         !(BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it))) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -329,14 +352,15 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
 static int
-target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_shards_t *out,
-              bool *two_phase, shl_status_t *st)
+target_delete(const shl_router_routing_t *rr, const bson_t *stmt, bool pinned,
+              shl_router_shards_t *out, bool *two_phase, shl_status_t *st)
 {
-    bson_t q, key = BSON_INITIALIZER;
+    bson_t qv, q = BSON_INITIALIZER, key = BSON_INITIALIZER;
     bson_iter_t it;
     const char *shard;
     bool multi;
@@ -344,10 +368,12 @@ target_delete(const shl_router_routing_t *rr, const bson_t *stmt, shl_router_sha
     int ret = 0;
 
     memset(out, 0, sizeof(*out));
-    if (!get_doc(stmt, "q", &q)) {
+    if (!get_doc(stmt, "q", &qv)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.q' is missing but a required field");
     }
+    bson_destroy(&q);
+    targeting_query(stmt, rr, &qv, pinned, &q);
     if (!bson_iter_init_find(&it, stmt, "limit") || !BSON_ITER_HOLDS_NUMBER(&it)) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'delete.deletes.limit' is missing but a required field");
@@ -385,6 +411,7 @@ done:
     bson_free(json);
     bson_free(kp);
     bson_destroy(&key);
+    bson_destroy(&q);
     return ret;
 }
 
@@ -408,10 +435,10 @@ target_item(const write_op_t *op, const shl_router_routing_t *rr, item_t *it,
         set_one(out, shard);
         break;
     case KIND_UPDATE:
-        SHL_ERR(target_update(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_update(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     case KIND_DELETE:
-        SHL_ERR(target_delete(rr, &it->doc, out, &it->two_phase, st));
+        SHL_ERR(target_delete(rr, &it->doc, op->pinned, out, &it->two_phase, st));
         break;
     }
     if (it->two_phase && op->retryable) {
@@ -505,7 +532,8 @@ static void
 build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const sub_batch_t *b,
                   bson_t *cmd)
 {
-    static const char *const copy[] = {"bypassDocumentValidation", "let", NULL};
+    static const char *const copy[] = {"bypassDocumentValidation", "let", WCOS_INSERT_FIELD,
+                                       NULL};
     bson_t arr;
     bson_iter_t it;
     char key[16];
@@ -525,7 +553,7 @@ build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const su
             bson_append_iter(cmd, NULL, 0, &it);
         }
     }
-    if (op->retryable) {
+    if (op->retryable || op->txn_ids) {
         /* Exactly this sub-batch's statements, each with the id it has in the client's batch
          * (MongoDB's getStmtIdForWriteAt), so the shard recognises a statement it already ran
          * whichever round or shard carries it. */
@@ -565,7 +593,9 @@ plan_round(write_op_t *op, const shl_router_routing_t *rr, sub_batch_t **batches
         /* A statement costs its array element, and in a retryable write its stmtIds
          * element too (an int32 under the widest key), as mongos reserves for it. */
         size_t bytes = shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, it->doc.len) +
-                       (op->retryable ? shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, 4) : 0);
+                       (op->retryable || op->txn_ids
+                            ? shl_bson_array_element_len(SUB_BATCH_MAX_ITEMS, 4)
+                            : 0);
         if (it->state == ITEM_ERROR && op->ordered) {
             break;
         }
@@ -1081,7 +1111,59 @@ typedef struct wcos_move {
     const char *coll;
     bson_t pre, post; /* the shard's images (views) */
     bool changed;     /* the document is no longer the pre-image: the statement runs again */
+    int32_t stmt_id;  /* the user's statement's id (a retryable write) */
+    bool upsert;      /* shouldUpsert: an upsert's new document, to insert on its owner */
+    bool answered;    /* a retry: a shard had inserted it already, as 'answered_id' */
+    bson_value_t answered_id;
 } wcos_move_t;
+
+/*
+ * A retried cross-shard upsert: whether a shard already inserted its document for the
+ * user's statement (the insert carried its stmtId): the user's statement with its stmtId and
+ * a filter no document matches, sent as a probe (txn_router_private.h) to every shard; one
+ * that ran it answers with the _id it upserted.
+ */
+static int
+upsert_probe(shl_op_ctx_t *op, wcos_move_t *m, shl_status_t *st)
+{
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, stmt, q, in, empty;
+    bson_iter_t it;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&cmd, "update", m->coll);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "updates", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&q, "_id", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &empty);
+    bson_append_array_end(&in, &empty);
+    bson_append_document_end(&q, &in);
+    bson_append_document_end(&stmt, &q);
+    /* (multi: every shard gets it directly; it matches nothing, so it sets nothing) */
+    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "u", &in);
+    BSON_APPEND_DOCUMENT_BEGIN(&in, "$set", &empty);
+    BSON_APPEND_INT32(&empty, "_", 1);
+    bson_append_document_end(&in, &empty);
+    bson_append_document_end(&stmt, &in);
+    BSON_APPEND_BOOL(&stmt, "multi", true);
+    bson_append_document_end(&arr, &stmt);
+    bson_append_array_end(&cmd, &arr);
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "stmtIds", &arr);
+    BSON_APPEND_INT32(&arr, "0", m->stmt_id);
+    bson_append_array_end(&cmd, &arr);
+    router_txn_internal_probe(op->txn);
+    SHL_ERR(router_write_run(op, &cmd, route_from_cache, shl_router_get(op), &reply, st));
+    SHL_ERR(router_txn_api_reply_error(&reply, st));
+    if (bson_has_field(&reply, "retriedStmtIds") && bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "upserted.0._id", &it)) {
+        bson_value_copy(bson_iter_value(&it), &m->answered_id);
+        m->answered = true;
+    }
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
 
 /* {_id, <each shard key path>} of 'doc': an exact match that routes to the one owner. */
 static int
@@ -1130,10 +1212,25 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     int ret = 0;
 
     bson_destroy(&q);
+    if (m->upsert && router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        SHL_ERR(upsert_probe(op, m, st));
+        if (m->answered) {
+            goto done;
+        }
+    }
+    if (m->upsert) {
+        goto insert; /* nothing to remove: the upsert matched nothing */
+    }
     SHL_ERR(owner_query(op, m->coll, &m->pre, &q, st));
     BSON_APPEND_UTF8(&del, "findAndModify", m->coll);
     BSON_APPEND_DOCUMENT(&del, "query", &q);
     BSON_APPEND_BOOL(&del, "remove", true);
+    if (router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        /* The old owner records the move as the user's statement: a retry of it sent there
+         * is answered, not run again (the document is gone from there). */
+        BSON_APPEND_INT32(&del, "stmtId", m->stmt_id);
+        BSON_APPEND_DOCUMENT(&del, WCOS_INSERT_FIELD, &m->post);
+    }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_find_and_modify_run(op, &del, route_from_cache, r, &reply, st));
     if (!shl_bson_get_subdoc(&reply, "lastErrorObject", &le) ||
@@ -1143,11 +1240,21 @@ wcos_move_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_WOULD_CHANGE_OWNING_SHARD_DELETED_NO_DOCUMENT,
                  "The document to move to its new shard was changed or deleted meanwhile");
     }
+insert:
     bson_reinit(&reply);
     BSON_APPEND_UTF8(&ins, "insert", m->coll);
     BSON_APPEND_ARRAY_BEGIN(&ins, "documents", &arr);
     BSON_APPEND_DOCUMENT(&arr, "0", &m->post);
     bson_append_array_end(&ins, &arr);
+    if (router_txn_api_stmt_id(op, m->stmt_id) >= 0) {
+        /* The new owner records it as the user's update too (a retry may be sent there). */
+        BSON_APPEND_ARRAY_BEGIN(&ins, "stmtIds", &arr);
+        BSON_APPEND_INT32(&arr, "0", m->stmt_id);
+        bson_append_array_end(&ins, &arr);
+        if (!m->upsert) {
+            BSON_APPEND_BOOL(&ins, WCOS_INSERT_FIELD, true);
+        }
+    }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_write_run(op, &ins, route_from_cache, r, &reply, st));
     SHL_ERR(router_txn_api_reply_error(&reply, st));
@@ -1166,14 +1273,18 @@ done:
  * document changed meanwhile, the statement is to run again. Errors: the transaction's.
  */
 static int
-wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, const bson_t *err,
-            bson_t *pre_out, bson_t *post_out, bool *changed, shl_status_t *st)
+wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, int32_t stmt_id,
+            const bson_t *err, bson_t *pre_out, bson_t *post_out, bool *changed, bool *upserted,
+            bool *retried, shl_status_t *st)
 {
     wcos_move_t m;
     int ret = 0;
 
     memset(&m, 0, sizeof(m));
     m.coll = coll;
+    m.stmt_id = stmt_id;
+    m.upsert = get_bool(err, "shouldUpsert", false);
+    *upserted = m.upsert;
     *changed = false;
     if (!shl_bson_get_subdoc(err, "preImage", &m.pre) ||
         !shl_bson_get_subdoc(err, "postImage", &m.post)) {
@@ -1188,7 +1299,18 @@ wcos_handle(shl_op_ctx_t *opctx, const char *coll, const bson_t *user_cmd, const
     }
     if (ret == 0 && !*changed && pre_out != NULL) {
         bson_copy_to(&m.pre, pre_out);
-        bson_copy_to(&m.post, post_out);
+        if (m.answered) {
+            /* A retry: the document inserted the first time, with its _id. */
+            bson_init(post_out);
+            BSON_APPEND_VALUE(post_out, "_id", &m.answered_id);
+            bson_copy_to_excluding_noinit(&m.post, post_out, "_id", NULL);
+        } else {
+            bson_copy_to(&m.post, post_out);
+        }
+    }
+    *retried = ret == 0 && m.answered;
+    if (m.answered) {
+        bson_value_destroy(&m.answered_id);
     }
 done:
     return ret;
@@ -1222,25 +1344,42 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
 
     for (size_t i = 0; op->kind == KIND_UPDATE && may_move(opctx) && i < op->n; i++) {
         item_t *it = &op->items[i];
-        bool changed = false;
+        bool changed = false, upserted = false, retried = false;
+        bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
+        bson_iter_t id;
         shl_status_t mst = SHL_STATUS_INIT;
         if (it->state != ITEM_ERROR) {
             continue;
         }
         if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
             !get_bool(&it->doc, "multi", false)) {
-            if (wcos_handle(opctx, op->coll, op->user_cmd, &it->error, NULL, NULL, &changed,
-                            &mst) == 0) {
+            bson_destroy(&pre);
+            bson_destroy(&post);
+            if (wcos_handle(opctx, op->coll, op->user_cmd, op->stmt_ids[i], &it->error, &pre,
+                            &post, &changed, &upserted, &retried, &mst) == 0) {
+                if (retried) {
+                    add_retried(op, op->stmt_ids[i]);
+                }
                 bson_reinit(&it->error);
                 it->state = changed ? ITEM_PENDING : ITEM_DONE; /* pending: runs again */
                 op->n_total += changed ? 0 : 1;
-                op->n_modified += changed ? 0 : 1;
+                op->n_modified += changed || upserted ? 0 : 1;
+                if (!changed && upserted && bson_iter_init_find(&id, &post, "_id")) {
+                    /* An upsert whose new document belongs to another shard. */
+                    if (it->upserted) {
+                        bson_value_destroy(&it->upserted_id);
+                    }
+                    bson_value_copy(bson_iter_value(&id), &it->upserted_id);
+                    it->upserted = true;
+                }
                 again = true;
             } else {
                 bson_destroy(&it->error);
                 error_from_status(&mst, &it->error);
             }
         }
+        bson_destroy(&pre);
+        bson_destroy(&post);
         if (op->ordered) {
             break;
         }
@@ -1301,10 +1440,12 @@ run_id_broadcast(shl_op_ctx_t *opctx, write_op_t *op, size_t i)
         }
         settled = n > 0 || bson_has_field(&reply, "retriedStmtIds");
         if (settled) {
+            /* One single-document statement: a document an update moved between shards
+             * answers a retry from both its old and its new owner. */
             it->state = ITEM_DONE;
-            op->n_total += n;
+            op->n_total += n > 1 ? 1 : n;
             if (bson_iter_init_find(&f, &reply, "nModified")) {
-                op->n_modified += bson_iter_as_int64(&f);
+                op->n_modified += bson_iter_as_int64(&f) > 1 ? 1 : bson_iter_as_int64(&f);
             }
             if (bson_has_field(&reply, "retriedStmtIds")) {
                 add_retried(op, op->stmt_ids[i]);
@@ -1351,10 +1492,13 @@ run_two_phase_items(shl_op_ctx_t *opctx, write_op_t *op)
         }
         it->id_first = false;
         if (router_write_without_shard_key(opctx, op->coll, kind_cmd(op->kind), &it->doc,
-                                           op->user_cmd, &reply, &wst) != 0) {
+                                           op->user_cmd, op->stmt_ids[i], &reply, &wst) != 0) {
             item_set_error(it, &wst);
         } else {
             it->state = ITEM_DONE;
+            if (bson_has_field(&reply, "retriedStmtIds")) {
+                add_retried(op, op->stmt_ids[i]);
+            }
             if (bson_iter_init_find(&f, &reply, "n")) {
                 op->n_total += bson_iter_as_int64(&f);
             }
@@ -1388,7 +1532,9 @@ write_op_init(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind, write_o
     op->kind = kind;
     op->opctx = opctx;
     op->user_cmd = cmd;
+    op->pinned = bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD);
     op->retryable = opctx->has_txn_number && !opctx->has_autocommit;
+    op->txn_ids = opctx->txn != NULL && bson_has_field(cmd, "stmtIds");
     op->ordered = true;
     snprintf(op->db, sizeof(op->db), "%s", opctx->db);
     if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
@@ -1593,12 +1739,11 @@ target_find_and_modify(const shl_router_routing_t *rr, const bson_t *q, bool ups
     if (shl_shard_key_extract_from_query(shl_routing_table_key_pattern(rr->rt), q, &key)) {
         SHL_ERR(shl_routing_table_shard_for_key(rr->rt, &key, NULL, &shard, st));
         set_one(out, shard);
-    } else if (upsert) {
-        SHL_FAIL(st, SHL_CODE_SHARD_KEY_NOT_FOUND,
-                 "Query for sharded findAndModify must contain the shard key");
     } else {
+        /* An upsert without the full shard key goes two-phase too (MongoDB 7.0): the query
+         * phase decides whether it updates, and its new document goes to its owner. */
         shl_router_target_filter(rr, q, out);
-        if (out->n > 1 && !(retryable && is_exact_id_query(q))) {
+        if (out->n > 1 && !(retryable && !upsert && is_exact_id_query(q))) {
             /* MongoDB 7.0: the two-phase protocol (also for an exact _id match reaching
              * several shards, which a migration's commit could make miss). */
             shl_router_shards_cleanup(out);
@@ -1616,18 +1761,28 @@ done:
 /* What the user's findAndModify returns once its document moved: the pre- or post-image
  * ('new'), projected by 'fields'. */
 static void
-fam_moved_reply(const bson_t *cmd, const bson_t *pre, const bson_t *post, bson_t *reply)
+fam_moved_reply(const bson_t *cmd, bool upserted, const bson_t *pre, const bson_t *post,
+                bson_t *reply)
 {
     bson_t le, fields, projected;
     const bson_t *value = get_bool(cmd, "new", false) ? post : pre;
     shl_projection_t *proj = NULL;
     shl_status_t pst = SHL_STATUS_INIT;
     bool have_projected = false;
+    bson_iter_t id;
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "lastErrorObject", &le);
     BSON_APPEND_INT32(&le, "n", 1);
-    BSON_APPEND_BOOL(&le, "updatedExisting", true);
+    BSON_APPEND_BOOL(&le, "updatedExisting", !upserted);
+    if (upserted && bson_iter_init_find(&id, post, "_id")) {
+        bson_append_iter(&le, "upserted", 8, &id);
+    }
     bson_append_document_end(reply, &le);
+    if (upserted && !get_bool(cmd, "new", false)) {
+        /* An upsert returns no document before it. */
+        BSON_APPEND_NULL(reply, "value");
+        return;
+    }
     if (shl_bson_get_subdoc(cmd, "fields", &fields) && !bson_empty(&fields) &&
         shl_projection_new(&fields, NULL, &proj, &pst) == 0) {
         have_projected = true;
@@ -1658,6 +1813,16 @@ fam_matched(const shl_fanout_result_t *fres, size_t n)
     return matched;
 }
 
+/* A findAndModify's statement id: the client's stmtId, else 0 (MongoDB's router's). */
+static int32_t
+fam_stmt_id(const bson_t *cmd)
+{
+    bson_iter_t it;
+    return bson_iter_init_find(&it, cmd, "stmtId") && BSON_ITER_HOLDS_INT32(&it)
+               ? bson_iter_int32(&it)
+               : 0;
+}
+
 int
 router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_fn route,
                            void *route_arg, bson_t *reply, shl_status_t *st)
@@ -1679,24 +1844,25 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "collection name has invalid type");
     }
     snprintf(ns, sizeof(ns), "%s.%s", opctx->db, bson_iter_utf8(&it, NULL));
-    {
-        bson_t view;
-        if (get_doc(cmd, "query", &view)) {
-            bson_destroy(&q);
-            bson_init_static(&q, bson_get_data(&view), view.len);
-        }
-    }
     upsert = get_bool(cmd, "upsert", false);
     for (int attempt = 1;; attempt++) {
         size_t hit = SIZE_MAX, first_err = SIZE_MAX;
         bool stale = false;
+        bson_t view;
 
         SHL_ERR(shl_op_check_interrupt(opctx, st));
         SHL_ERR(route(route_arg, ns, true, &rr, st));
+        bson_reinit(&q);
+        if (get_doc(cmd, "query", &view)) {
+            /* Under a non-simple collation (the command's or the collection's default),
+             * string predicates do not target. */
+            bson_destroy(&q);
+            targeting_query(cmd, &rr, &view, bson_has_field(cmd, SHL_ROUTER_PINNED_FIELD), &q);
+        }
         SHL_ERR(target_find_and_modify(&rr, &q, upsert, retryable, &targets, &two_phase, st));
         if (two_phase) {
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
-                                                 NULL, cmd, reply, st);
+                                                 NULL, cmd, fam_stmt_id(cmd), reply, st);
             goto done;
         }
         reqs = bson_malloc0((targets.n + 1) * sizeof(*reqs));
@@ -1709,6 +1875,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             while (shl_iter_next(&f)) {
                 const char *k = shl_iter_key(&f);
                 if (strcmp(k, "$db") == 0 || strcmp(k, "lsid") == 0 ||
+                    strcmp(k, SHL_ROUTER_PINNED_FIELD) == 0 ||
                     strcmp(k, "$clusterTime") == 0 || strcmp(k, "$readPreference") == 0 ||
                     strcmp(k, "txnNumber") == 0 || strcmp(k, "writeConcern") == 0 ||
                     strcmp(k, "shardVersion") == 0 || strcmp(k, "databaseVersion") == 0) {
@@ -1778,10 +1945,15 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             bson_t pre = BSON_INITIALIZER, post = BSON_INITIALIZER;
             bson_destroy(&pre);
             bson_destroy(&post);
-            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, &fres[first_err].reply, &pre,
-                              &post, &changed, st);
+            bool upserted = false, retried = false;
+            ret = wcos_handle(opctx, ns + strlen(opctx->db) + 1, cmd, fam_stmt_id(cmd),
+                              &fres[first_err].reply, &pre, &post, &changed, &upserted, &retried,
+                              st);
             if (ret == 0 && !changed) {
-                fam_moved_reply(cmd, &pre, &post, reply);
+                fam_moved_reply(cmd, upserted, &pre, &post, reply);
+                if (retried) {
+                    BSON_APPEND_INT32(reply, "retriedStmtId", fam_stmt_id(cmd));
+                }
                 bson_destroy(&pre);
                 bson_destroy(&post);
             }
@@ -1811,7 +1983,7 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
             /* A retryable exact _id match that matched nothing on any shard: a migration's
              * commit can hide the document from a broadcast, so it runs two-phase. */
             ret = router_write_without_shard_key(opctx, ns + strlen(opctx->db) + 1, "findAndModify",
-                                                 NULL, cmd, reply, st);
+                                                 NULL, cmd, fam_stmt_id(cmd), reply, st);
             goto done;
         }
         if (hit != SIZE_MAX) {

@@ -18,6 +18,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "query/matcher.h"
+#include "query/projection.h"
 #include "query/sort.h"
 #include "query/update.h"
 #include "router/router_private.h"
@@ -33,8 +34,124 @@ typedef struct wsk {
     const bson_t *stmt; /* update/delete: the statement; findAndModify: the command */
     const bson_t *user; /* the user's command (let, collation, bypassDocumentValidation) */
     bson_t q;           /* the statement's filter (view) */
+    int32_t user_stmt_id; /* the user's statement id */
+    int32_t stmt_id;      /* ... in a retryable internal transaction, else -1 */
     bson_t reply;       /* the write phase's reply */
 } wsk_t;
+
+/* A filter no document matches: a probe statement runs without touching anything. */
+static void
+append_match_nothing(bson_t *cmd, const char *key)
+{
+    bson_t q, in, arr;
+
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, key, &q);
+    BSON_APPEND_DOCUMENT_BEGIN(&q, "_id", &in);
+    BSON_APPEND_ARRAY_BEGIN(&in, "$in", &arr);
+    bson_append_array_end(&in, &arr);
+    bson_append_document_end(&q, &in);
+    bson_append_document_end(cmd, &q);
+}
+
+/*
+ * The history probe of a retryable write's statement for one shard: the user's statement
+ * with its stmtId but a filter that matches nothing (and no upsert). A shard whose earlier
+ * internal transaction of the same write ran the statement answers it from that
+ * (retriedStmtIds); the others match nothing. MongoDB's shards check a write's history the
+ * same way before running it.
+ */
+static void
+build_probe(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const wsk_t *w = arg;
+    bson_iter_t it;
+    bson_t arr, stmt;
+
+    (void)rr;
+    (void)shard;
+    if (strcmp(w->kind, "findAndModify") == 0) {
+        static const char *const copy[] = {"update", "remove", "new", "fields", "arrayFilters",
+                                           "bypassDocumentValidation", "let", "collation", NULL};
+        BSON_APPEND_UTF8(cmd, "findAndModify", w->coll);
+        append_match_nothing(cmd, "query");
+        for (size_t i = 0; copy[i] != NULL; i++) {
+            if (bson_iter_init_find(&it, w->user, copy[i])) {
+                bson_append_iter(cmd, NULL, 0, &it);
+            }
+        }
+        BSON_APPEND_INT32(cmd, "stmtId", w->stmt_id);
+        return;
+    }
+    BSON_APPEND_UTF8(cmd, w->kind, w->coll);
+    BSON_APPEND_ARRAY_BEGIN(cmd, strcmp(w->kind, "update") == 0 ? "updates" : "deletes", &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
+    append_match_nothing(&stmt, "q");
+    bson_iter_init(&it, w->stmt);
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "q") != 0 && strcmp(k, "upsert") != 0 && strcmp(k, "hint") != 0) {
+            bson_append_iter(&stmt, NULL, 0, &it);
+        }
+    }
+    bson_append_document_end(&arr, &stmt);
+    bson_append_array_end(cmd, &arr);
+    BSON_APPEND_ARRAY_BEGIN(cmd, "stmtIds", &arr);
+    BSON_APPEND_INT32(&arr, "0", w->stmt_id);
+    bson_append_array_end(cmd, &arr);
+    if (bson_iter_init_find(&it, w->user, "let")) {
+        bson_append_iter(cmd, NULL, 0, &it);
+    }
+}
+
+/*
+ * Whether a shard answered the probe from its history: *w->reply is then that answer. A
+ * shard's error fails the attempt.
+ */
+static int
+probe_history(shl_op_ctx_t *op, wsk_t *w, const char *ns, bool *answered, shl_status_t *st)
+{
+    shl_router_shard_result_t *res = NULL;
+    size_t nres = 0;
+    bool fam = strcmp(w->kind, "findAndModify") == 0;
+    int ret = 0;
+
+    *answered = false;
+    router_txn_internal_probe(op->txn);
+    SHL_ERR(shl_router_scatter(shl_router_get(op), op, ns, &w->q, build_probe, w, NULL, &res,
+                               &nres, st));
+    for (size_t i = 0; i < nres && !*answered; i++) {
+        const bson_t *reply = &res[i].res.reply;
+        bson_iter_t it;
+        static const char *const keep[] = {"n",     "nModified", "upserted", "lastErrorObject",
+                                           "value", NULL};
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
+            ret = st->code;
+            goto done;
+        }
+        SHL_ERR(router_txn_api_reply_error(reply, st));
+        if (!bson_has_field(reply, fam ? "retriedStmtId" : "retriedStmtIds")) {
+            continue;
+        }
+        *answered = true;
+        for (size_t k = 0; keep[k] != NULL; k++) {
+            if (bson_iter_init_find(&it, reply, keep[k])) {
+                bson_append_iter(&w->reply, NULL, 0, &it);
+            }
+        }
+        if (fam) {
+            BSON_APPEND_INT32(&w->reply, "retriedStmtId", w->stmt_id);
+        } else {
+            bson_t arr;
+            BSON_APPEND_ARRAY_BEGIN(&w->reply, "retriedStmtIds", &arr);
+            BSON_APPEND_INT32(&arr, "0", w->stmt_id);
+            bson_append_array_end(&w->reply, &arr);
+        }
+    }
+done:
+    shl_router_scatter_results_free(res, nres);
+    return ret;
+}
 
 /* The find of the query phase for one shard. */
 static void
@@ -82,7 +199,8 @@ first_doc(const bson_t *reply, bson_t *doc)
  * update still sees its own conditions); otherwise {$and: [filter, {...}]}.
  */
 static void
-narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_t *out)
+narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bool collated,
+                bson_t *out)
 {
     bson_t pin = BSON_INITIALIZER, arr;
     bson_iter_t it, v;
@@ -93,7 +211,9 @@ narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_
     if (pattern != NULL && bson_iter_init(&it, pattern)) {
         while (shl_iter_next(&it)) {
             const char *path = shl_iter_key(&it);
-            if (strcmp(path, "_id") == 0 || bson_has_field(q, path)) {
+            /* Under a collation the filter's own value may differ from the document's
+             * ("B" for "b"): pin the document's, in the $and form targeting reads. */
+            if (strcmp(path, "_id") == 0 || (!collated && bson_has_field(q, path))) {
                 continue;
             }
             if (bson_iter_init(&v, doc) && bson_iter_find_descendant(&v, path, &v)) {
@@ -104,7 +224,7 @@ narrowed_filter(const bson_t *q, const bson_t *doc, const bson_t *pattern, bson_
         }
     }
     bson_init(out);
-    if (!bson_has_field(q, "_id")) {
+    if (!collated && !bson_has_field(q, "_id")) {
         bson_concat(out, q);
         bson_concat(out, &pin);
     } else {
@@ -131,12 +251,22 @@ write_cmd(const wsk_t *w, const bson_t *nq, bson_t *out)
             const char *k = shl_iter_key(&it);
             if (strcmp(k, "query") == 0) {
                 BSON_APPEND_DOCUMENT(out, "query", nq);
-            } else if (strcmp(k, "sort") != 0) {
+            } else if (strcmp(k, "sort") != 0 && strcmp(k, "stmtId") != 0 &&
+                       strcmp(k, "upsert") != 0) {
+                /* (The document exists: should it vanish, the attempt runs again.) */
                 bson_append_iter(out, NULL, 0, &it);
             }
         }
     } else {
         write_stmt_cmd(w, nq, out);
+    }
+    if (w->stmt_id >= 0 && strcmp(w->kind, "findAndModify") == 0) {
+        BSON_APPEND_INT32(out, "stmtId", w->stmt_id);
+    } else if (w->stmt_id >= 0) {
+        bson_t arr;
+        BSON_APPEND_ARRAY_BEGIN(out, "stmtIds", &arr);
+        BSON_APPEND_INT32(&arr, "0", w->stmt_id);
+        bson_append_array_end(out, &arr);
     }
 }
 
@@ -197,6 +327,37 @@ is_upsert(const bson_t *stmt)
     return bson_iter_init_find(&it, stmt, "upsert") && bson_iter_as_bool(&it);
 }
 
+/* A findAndModify's reply once its upsert inserted 'doc': the new document ('new', projected
+ * by 'fields') or null. */
+static void
+fam_upserted_reply(wsk_t *w, const bson_t *doc)
+{
+    bson_t le, fields, projected;
+    bson_iter_t it;
+    shl_projection_t *proj = NULL;
+    shl_status_t pst = SHL_STATUS_INIT;
+    bool want_new = bson_iter_init_find(&it, w->user, "new") && bson_iter_as_bool(&it);
+
+    BSON_APPEND_DOCUMENT_BEGIN(&w->reply, "lastErrorObject", &le);
+    BSON_APPEND_INT32(&le, "n", 1);
+    BSON_APPEND_BOOL(&le, "updatedExisting", false);
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(&le, "upserted", 8, &it);
+    }
+    bson_append_document_end(&w->reply, &le);
+    if (!want_new) {
+        BSON_APPEND_NULL(&w->reply, "value");
+    } else if (shl_bson_get_subdoc(w->user, "fields", &fields) && !bson_empty(&fields) &&
+               shl_projection_new(&fields, NULL, &proj, &pst) == 0 &&
+               shl_projection_apply(proj, doc, NULL, NULL, &projected, &pst) == 0) {
+        BSON_APPEND_DOCUMENT(&w->reply, "value", &projected);
+        bson_destroy(&projected);
+    } else {
+        BSON_APPEND_DOCUMENT(&w->reply, "value", doc);
+    }
+    shl_projection_destroy(proj);
+}
+
 /*
  * Nothing matched an upsert: the document it inserts (the filter's equality fields, then the
  * update applied as an insert) goes to its owner; the reply is the update's {n: 1,
@@ -210,17 +371,19 @@ upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
     shl_update_ctx_t uctx;
     bson_t doc = BSON_INITIALIZER, filters, ins = BSON_INITIALIZER, arr, up, reply;
     bson_iter_t it, id;
+    bool fam = strcmp(w->kind, "findAndModify") == 0;
+    const bson_t *src = fam ? w->user : w->stmt;
     int ret = 0;
 
     memset(&uctx, 0, sizeof(uctx));
     uctx.is_insert = true;
     uctx.vars = NULL;
     bson_init(&reply);
-    if (!bson_iter_init_find(&it, w->stmt, "u")) {
+    if (!bson_iter_init_find(&it, src, fam ? "update" : "u")) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "update statement without 'u'");
     }
     SHL_ERR(shl_update_new(bson_iter_value(&it),
-                           shl_bson_get_subdoc(w->stmt, "arrayFilters", &filters) ? &filters : NULL,
+                           shl_bson_get_subdoc(src, "arrayFilters", &filters) ? &filters : NULL,
                            &u, st));
     SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT, &m, st));
     bson_destroy(&doc);
@@ -232,9 +395,18 @@ upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
     if (bson_iter_init_find(&it, w->user, "bypassDocumentValidation")) {
         bson_append_iter(&ins, NULL, 0, &it);
     }
+    if (w->stmt_id >= 0) {
+        BSON_APPEND_ARRAY_BEGIN(&ins, "stmtIds", &arr);
+        BSON_APPEND_INT32(&arr, "0", w->stmt_id);
+        bson_append_array_end(&ins, &arr);
+    }
     router_txn_internal_statement(op->txn);
     SHL_ERR(router_write_run(op, &ins, route, shl_router_get(op), &reply, st));
     SHL_ERR(router_txn_api_reply_error(&reply, st));
+    if (fam) {
+        fam_upserted_reply(w, &doc);
+        goto done;
+    }
     BSON_APPEND_INT32(&w->reply, "n", 1);
     BSON_APPEND_INT32(&w->reply, "nModified", 0);
     BSON_APPEND_ARRAY_BEGIN(&w->reply, "upserted", &arr);
@@ -264,9 +436,11 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     shl_router_shard_result_t *res = NULL;
     size_t nres = 0;
     char ns[SHL_NS_MAX + 1];
-    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER;
+    bson_t doc, spec, nq = BSON_INITIALIZER, cmd = BSON_INITIALIZER, tq = BSON_INITIALIZER;
     shl_sort_pattern_t *sort = NULL;
-    bool found = false;
+    shl_collator_t *coll = NULL;
+    const bson_t *holder = strcmp(w->kind, "findAndModify") == 0 ? w->user : w->stmt;
+    bool found = false, collated = false;
     int ret = 0;
 
     memset(&rr, 0, sizeof(rr));
@@ -275,10 +449,23 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     if (strcmp(w->kind, "findAndModify") == 0 && shl_bson_get_subdoc(w->user, "sort", &spec) &&
         !bson_empty(&spec)) {
         SHL_ERR(shl_sort_pattern_new(&spec, &sort, st));
+        /* The shards sort under the write's collation: pick the first in that order. */
+        SHL_ERR(shl_router_effective_collator(r, ns, holder, &coll, st));
+        shl_sort_pattern_set_collator(sort, coll);
     }
-    /* _clusterQueryWithoutShardKey */
+    w->stmt_id = router_txn_api_stmt_id(op, w->user_stmt_id);
+    if (w->stmt_id >= 0) {
+        bool answered = false;
+        SHL_ERR(probe_history(op, w, ns, &answered, st));
+        if (answered) {
+            goto done;
+        }
+    }
+    /* _clusterQueryWithoutShardKey: targeted by what the write's collation lets target. */
     router_txn_internal_statement(op->txn);
-    SHL_ERR(shl_router_scatter(r, op, ns, &w->q, build_query, w, &rr, &res, &nres, st));
+    bson_destroy(&tq);
+    shl_router_targeting_filter(holder, NULL, &w->q, &tq); /* the dispatch adds the default's */
+    SHL_ERR(shl_router_scatter(r, op, ns, &tq, build_query, w, &rr, &res, &nres, st));
     for (size_t i = 0; i < nres && !(found && sort == NULL); i++) {
         bson_t cand;
         if (res[i].res.code != 0) {
@@ -289,11 +476,12 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
         /* The first document by the sort across shards (none: the first shard's). */
         if (first_doc(&res[i].res.reply, &cand) &&
             (!found || shl_sort_doc_compare(sort, &cand, &doc) < 0)) {
-            doc = cand;
+            /* A static bson_t points into itself: copy the view, never the struct. */
+            bson_init_static(&doc, bson_get_data(&cand), cand.len);
             found = true;
         }
     }
-    if (!found && strcmp(w->kind, "update") == 0 && is_upsert(w->stmt)) {
+    if (!found && is_upsert(strcmp(w->kind, "findAndModify") == 0 ? w->user : w->stmt)) {
         ret = upsert_new(op, w, st);
         goto done;
     }
@@ -318,10 +506,15 @@ wsk_fn(shl_op_ctx_t *op, void *arg, shl_status_t *st)
     }
     /* _clusterWriteWithoutShardKey */
     bson_destroy(&nq);
+    collated = shl_router_collation_strips(holder, &rr);
     narrowed_filter(&w->q, &doc,
-                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL, &nq);
+                    rr.rt != NULL ? &shl_routing_table_key_pattern(rr.rt)->pattern : NULL,
+                    collated, &nq);
     bson_destroy(&cmd);
     write_cmd(w, &nq, &cmd);
+    if (collated) {
+        BSON_APPEND_BOOL(&cmd, SHL_ROUTER_PINNED_FIELD, true);
+    }
     router_txn_internal_statement(op->txn);
     if (strcmp(w->kind, "findAndModify") == 0) {
         SHL_ERR(router_find_and_modify_run(op, &cmd, route, r, &w->reply, st));
@@ -339,17 +532,19 @@ done:
         shl_status_add_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));
     }
     shl_sort_pattern_destroy(sort);
+    shl_collator_release(coll);
     shl_router_scatter_results_free(res, nres);
     shl_router_routing_cleanup(&rr);
     bson_destroy(&nq);
     bson_destroy(&cmd);
+    bson_destroy(&tq);
     return ret;
 }
 
 int
 router_write_without_shard_key(shl_op_ctx_t *op, const char *coll, const char *kind,
-                               const bson_t *stmt, const bson_t *user_cmd, bson_t *reply,
-                               shl_status_t *st)
+                               const bson_t *stmt, const bson_t *user_cmd, int32_t stmt_id,
+                               bson_t *reply, shl_status_t *st)
 {
     wsk_t w;
     int ret = 0;
@@ -360,6 +555,8 @@ router_write_without_shard_key(shl_op_ctx_t *op, const char *coll, const char *k
     w.kind = kind;
     w.stmt = stmt;
     w.user = user_cmd;
+    w.user_stmt_id = stmt_id;
+    w.stmt_id = -1;
     bson_init(&w.reply);
     if (!shl_bson_get_subdoc(strcmp(kind, "findAndModify") == 0 ? user_cmd : stmt,
                              strcmp(kind, "findAndModify") == 0 ? "query" : "q", &w.q)) {

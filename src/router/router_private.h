@@ -38,12 +38,15 @@ int router_find_and_modify_run(shl_op_ctx_t *op, const bson_t *cmd, router_route
  *     shard (cluster_write_wsk.c): 'kind' "update" / "delete" with the statement 'stmt', or
  *     "findAndModify" (stmt NULL); 'user_cmd' the user's command. Appends to 'reply' what the
  *     write returned on its shard (update/delete: n, nModified, upserted; findAndModify:
- *     lastErrorObject, value); nothing matched: n 0 / value null. Errors: the internal
- *     transaction's (a write error of the statement is returned as an error).
+ *     lastErrorObject, value); nothing matched: n 0 / value null. In a retryable write,
+ *     'stmt_id' is the statement's id: a shard that ran it already (in an earlier internal
+ *     transaction of the same write) answers it, and the reply has it in `retriedStmtIds`.
+ *     Errors: the internal transaction's (a write error of the statement is returned as an
+ *     error).
  */
 int router_write_without_shard_key(shl_op_ctx_t *op, const char *coll, const char *kind,
-                                   const bson_t *stmt, const bson_t *user_cmd, bson_t *reply,
-                                   shl_status_t *st);
+                                   const bson_t *stmt, const bson_t *user_cmd, int32_t stmt_id,
+                                   bson_t *reply, shl_status_t *st);
 
 /* Whether reads of database 'db' go to the config server (config, admin). */
 bool router_is_config_db(const char *db);
@@ -250,5 +253,40 @@ void router_snapshot_reply(const shl_op_ctx_t *op, bson_t *reply);
  */
 int router_sessions_init(shl_router_t *r, shl_service_ctx_t *svc, shl_status_t *st);
 void router_sessions_shutdown(shl_router_t *r, shl_service_ctx_t *svc);
+
+/*
+ * router_change_stream_aggregate --
+ *     An aggregate whose pipeline starts with $changeStream, on collection 'coll' of op->db
+ *     (NULL: `aggregate: 1`, a database's or, on admin, the cluster's stream): opened on every
+ *     shard, merged by resume token (cluster_change_stream.c). Errors: the shards'.
+ */
+int router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *coll,
+                                   const bson_t *pipeline, bson_t *reply, shl_status_t *st);
+
+/*
+ * router_change_stream_get_more --
+ *     A getMore of change stream cursor 'c' (pinned): the merged events released up to
+ *     'batch_size', waiting up to the getMore's maxTimeMS (1 s by default); *dead once the
+ *     stream ended (invalidate). Errors: the shards'.
+ */
+int router_change_stream_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
+                                  bson_t *reply, bool *dead, shl_status_t *st);
+
+/* Fills the command for the primary shard from the cached database entry 'db' (called once
+ * per attempt, on an empty 'out'; the databaseVersion is added after). */
+typedef void (*router_primary_build_fn)(void *arg, const shl_cached_database_t *db, bson_t *out);
+
+/*
+ * router_send_to_primary --
+ *     Send one command to the primary shard of database 'db' with its databaseVersion (unless
+ *     fixed), refreshing and retrying (up to SHL_ROUTER_MAX_STALE_RETRIES) while the shard
+ *     says the routing of 'ns' was stale. *found is false, and nothing is sent, when the
+ *     database does not exist. 'reply' (initialised by the callee) gets the shard's whole
+ *     reply on success; 'primary' (may be NULL) the shard's name. Blocks on the network.
+ *     Errors: the shard's, the catalog cache's.
+ */
+int router_send_to_primary(shl_op_ctx_t *op, const char *db, const char *ns,
+                           router_primary_build_fn build, void *arg, bool *found, bson_t *reply,
+                           char *primary, size_t nprimary, shl_status_t *st);
 
 #endif

@@ -188,6 +188,17 @@ done:
     return ret;
 }
 
+int32_t
+router_txn_api_stmt_id(const shl_op_ctx_t *op, int32_t stmt_id)
+{
+    const router_txn_t *t = op->txn;
+
+    return t != NULL && t->internal && t->lsid.child && t->lsid.has_parent_txn_number &&
+                   stmt_id >= 0
+               ? stmt_id
+               : -1;
+}
+
 int
 router_txn_api_reply_error(const bson_t *reply, shl_status_t *st)
 {

@@ -51,6 +51,15 @@ int router_txn_api_run(shl_op_ctx_t *op, const bson_t *user_cmd, router_txn_api_
                        shl_status_t *st);
 
 /*
+ * router_txn_api_stmt_id --
+ *     Inside a callback of a retryable internal transaction (the user's command is a
+ *     retryable write): 'stmt_id', the user's statement id that the next statement carries
+ *     so the shards record it as the user's statement (session_catalog.h "child sessions").
+ *     Otherwise -1: the statement carries none.
+ */
+int32_t router_txn_api_stmt_id(const shl_op_ctx_t *op, int32_t stmt_id);
+
+/*
  * router_txn_api_reply_error --
  *     The first write error of a write command's 'reply' as a status (0: none). A statement
  *     of a transaction that has one fails the attempt.

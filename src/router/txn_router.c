@@ -385,6 +385,14 @@ router_txn_internal_statement(router_txn_t *t)
 {
     t->stmt++;
     t->stale_refused = false;
+    t->probe = false;
+}
+
+void
+router_txn_internal_probe(router_txn_t *t)
+{
+    router_txn_internal_statement(t);
+    t->probe = true;
 }
 
 /* ---------------------------------------------------------------- requests and replies */
@@ -559,7 +567,7 @@ router_txn_observe(struct shl_router *r, shl_op_ctx_t *op, router_txn_t *t, cons
         bool wrote = bson_iter_init_find(&it, &res->reply, "readOnly") && BSON_ITER_HOLDS_BOOL(&it)
                          ? !bson_iter_bool(&it)
                          : command_writes(cmd);
-        if (wrote) {
+        if (wrote && !t->probe) {
             p->read_only = false;
             if (t->recovery_shard[0] == '\0') {
                 shl_str_copy(t->recovery_shard, sizeof(t->recovery_shard), p->shard);

@@ -47,6 +47,7 @@ struct router_txn {
     int stale_result_code;
     shl_status_t stale_status;
     bool internal; /* the transaction API's (txn_api.h): owned by its operation, no catalog */
+    bool probe;    /* the current statement is a write command that cannot write */
 };
 
 /* router_txn_internal_new / _free -- a transaction of the transaction API on internal
@@ -56,6 +57,11 @@ void router_txn_internal_free(router_txn_t *t);
 
 /* router_txn_internal_statement -- the next statement of an internal transaction begins. */
 void router_txn_internal_statement(router_txn_t *t);
+
+/* router_txn_internal_probe -- as router_txn_internal_statement, for a write command whose
+ * filter matches nothing (a retryable write's history probe, cluster_write_wsk.c): its
+ * shards stay read-only participants (no two-phase commit for it). */
+void router_txn_internal_probe(router_txn_t *t);
 
 /* router_txn_transient -- MongoDB's isTransientTransactionError. */
 bool router_txn_transient(int code, bool has_wce, bool commit_or_abort);

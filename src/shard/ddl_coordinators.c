@@ -9,6 +9,7 @@
 
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/namespace.h"
 #include "net/command_args.h"
@@ -27,8 +28,8 @@ static const shl_remote_options_t k_opts = {.w = "majority",
                                             .backoff_ms = 100};
 
 /* The operation's namespace (_id.namespace) into 'out'. */
-static void
-doc_namespace(const bson_t *doc, char *out, size_t n)
+void
+shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n)
 {
     bson_iter_t it;
 
@@ -65,8 +66,8 @@ batch_of(const bson_t *reply, size_t *n)
     return docs;
 }
 
-static void
-docs_free(bson_t **docs)
+void
+shard_ddl_docs_free(bson_t **docs)
 {
     for (size_t k = 0; docs != NULL && docs[k] != NULL; k++) {
         bson_destroy(docs[k]);
@@ -75,8 +76,8 @@ docs_free(bson_t **docs)
 }
 
 /* find 'filter' in config.<coll> on the config server. */
-static int
-config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs, size_t *n,
+int
+shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs, size_t *n,
             shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
@@ -120,8 +121,8 @@ add_id(char ***ids, size_t *n, const char *name)
  * entries): the database's primary, and every shard owning a chunk of one of them. A shard
  * with no data is no participant (it may be down without holding the drop up).
  */
-static int
-find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
+int
+shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
                   size_t *n, shl_status_t *st)
 {
     bson_t filter = BSON_INITIALIZER;
@@ -133,7 +134,7 @@ find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
     *ids = bson_malloc0(sizeof(char *));
     *n = 0;
     BSON_APPEND_UTF8(&filter, "_id", db);
-    SHL_ERR(config_find(c, "databases", &filter, &docs, &nd, st));
+    SHL_ERR(shard_ddl_config_find(c, "databases", &filter, &docs, &nd, st));
     if (nd > 0 && bson_iter_init_find(&it, docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
         add_id(ids, n, bson_iter_utf8(&it, NULL));
     }
@@ -141,11 +142,11 @@ find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
         if (!bson_iter_init_find(&it, colls[k], "uuid")) {
             continue;
         }
-        docs_free(docs);
+        shard_ddl_docs_free(docs);
         docs = NULL;
         bson_reinit(&filter);
         bson_append_iter(&filter, "uuid", -1, &it);
-        SHL_ERR(config_find(c, "chunks", &filter, &docs, &nd, st));
+        SHL_ERR(shard_ddl_config_find(c, "chunks", &filter, &docs, &nd, st));
         for (size_t j = 0; j < nd; j++) {
             if (bson_iter_init_find(&it, docs[j], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
                 add_id(ids, n, bson_iter_utf8(&it, NULL));
@@ -153,14 +154,14 @@ find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
         }
     }
 done:
-    docs_free(docs);
+    shard_ddl_docs_free(docs);
     bson_destroy(&filter);
     return ret;
 }
 
 /* The document with "participants" set to 'ids'. */
-static void
-set_participants(shl_coord_t *c, char **ids, size_t n)
+void
+shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n)
 {
     bson_t doc = BSON_INITIALIZER, arr;
 
@@ -195,8 +196,8 @@ participants_of(const bson_t *doc, char ***ids, size_t *n)
 }
 
 /* Run 'cmd' on database 'db' of every participant at once; the first error, if any. */
-static int
-to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
+int
+shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
 {
     char **ids = NULL;
     size_t n = 0;
@@ -229,8 +230,8 @@ to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t 
 }
 
 /* Run 'cmd' on the config server's admin database. */
-static int
-to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
+int
+shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
     bson_t reply;
@@ -277,7 +278,25 @@ stop_migrations(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t
     BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
     BSON_APPEND_BOOL(&cmd, "allowMigrations", false);
     append_uuid(&cmd, "collectionUUID", info);
-    ret = to_config(c, &cmd, st);
+    ret = shard_ddl_to_config(c, &cmd, st);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+int
+shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
+                               const char *uuid_field, bool allow, shl_status_t *st)
+{
+    bson_t cmd = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret;
+
+    BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
+    BSON_APPEND_BOOL(&cmd, "allowMigrations", allow);
+    if (bson_iter_init_find(&it, doc, uuid_field)) {
+        bson_append_iter(&cmd, "collectionUUID", -1, &it);
+    }
+    ret = shard_ddl_to_config(c, &cmd, st);
     bson_destroy(&cmd);
     return ret;
 }
@@ -293,7 +312,7 @@ commit_drop_collection(shl_coord_t *c, const char *ns, const bson_t *info, shl_s
     if (info != NULL) {
         append_uuid(&cmd, "collectionUUID", info);
     }
-    ret = to_config(c, &cmd, st);
+    ret = shard_ddl_to_config(c, &cmd, st);
     bson_destroy(&cmd);
     return ret;
 }
@@ -306,21 +325,32 @@ coord_interrupted(void *arg)
     return shl_coord_interrupted(arg);
 }
 
-/* dropCollection: the database in IX, then the collection in X. */
-static int
-drop_coll_acquire(shl_coord_t *c, shl_status_t *st)
+/* The operation's type (_id.operationType), the DDL locks' holder name. */
+static const char *
+doc_op(const bson_t *doc)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.operationType", &it) &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        return bson_iter_utf8(&it, NULL);
+    }
+    return "ddl";
+}
+
+int
+shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st)
 {
     shard_ddl_locks_t *l = shl_coord_type_arg(c);
+    const char *op = doc_op(shl_coord_doc(c));
     char ns[SHL_NS_MAX + 1];
     shl_ns_t parsed;
     int ret = 0;
 
-    doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    SHL_ERR(shard_ddl_lock_acquire(l, parsed.db, SHARD_DDL_IX, OP_DROP_COLL, 0, coord_interrupted,
-                                   c, st));
-    ret = shard_ddl_lock_acquire(l, parsed.full, SHARD_DDL_X, OP_DROP_COLL, 0, coord_interrupted, c,
-                                 st);
+    SHL_ERR(shard_ddl_lock_acquire(l, parsed.db, SHARD_DDL_IX, op, 0, coord_interrupted, c, st));
+    ret = shard_ddl_lock_acquire(l, parsed.full, SHARD_DDL_X, op, 0, coord_interrupted, c, st);
     if (ret != 0) {
         shard_ddl_lock_release(l, parsed.db, SHARD_DDL_IX);
     }
@@ -328,15 +358,15 @@ done:
     return ret;
 }
 
-static void
-drop_coll_release(shl_coord_t *c)
+void
+shard_ddl_coll_lock_release(shl_coord_t *c)
 {
     shard_ddl_locks_t *l = shl_coord_type_arg(c);
     char ns[SHL_NS_MAX + 1];
     shl_ns_t parsed;
     shl_status_t st = SHL_STATUS_INIT;
 
-    doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     SHL_INVARIANT(shl_ns_parse(&parsed, ns, &st) == 0);
     shard_ddl_lock_release(l, parsed.full, SHARD_DDL_X);
     shard_ddl_lock_release(l, parsed.db, SHARD_DDL_IX);
@@ -348,7 +378,7 @@ drop_db_acquire(shl_coord_t *c, shl_status_t *st)
 {
     char db[SHL_NS_MAX + 1];
 
-    doc_namespace(shl_coord_doc(c), db, sizeof db);
+    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof db);
     return shard_ddl_lock_acquire(shl_coord_type_arg(c), db, SHARD_DDL_X, OP_DROP_DB, 0,
                                   coord_interrupted, c, st);
 }
@@ -358,14 +388,14 @@ drop_db_release(shl_coord_t *c)
 {
     char db[SHL_NS_MAX + 1];
 
-    doc_namespace(shl_coord_doc(c), db, sizeof db);
+    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof db);
     shard_ddl_lock_release(shl_coord_type_arg(c), db, SHARD_DDL_X);
 }
 
 /* currentOp's locks of a running drop, as MongoDB 7.0 names the DDL lock resources and
  * modes ("w" intent exclusive, "W" exclusive). */
-static void
-drop_coll_report(const bson_t *doc, bson_t *op)
+void
+shard_ddl_coll_lock_report(const bson_t *doc, bson_t *op)
 {
     bson_t locks;
 
@@ -402,9 +432,9 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     shl_ns_t parsed;
     int ret = 0;
 
-    doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     BSON_APPEND_UTF8(&filter, "_id", ns);
-    SHL_ERR(config_find(c, "collections", &filter, &docs, &n, st));
+    SHL_ERR(shard_ddl_config_find(c, "collections", &filter, &docs, &n, st));
     bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "collInfo", NULL);
     if (n > 0) {
         BSON_APPEND_DOCUMENT(&doc, "collInfo", docs[0]);
@@ -412,14 +442,14 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     shl_coord_doc_set(c, &doc);
     /* Who holds its data, remembered for the later phases (the chunks go in dropCollection). */
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    SHL_ERR(find_participants(c, parsed.db, docs, n, &ids, &nids, st));
-    set_participants(c, ids, nids);
+    SHL_ERR(shard_ddl_find_participants(c, parsed.db, docs, n, &ids, &nids, st));
+    shard_ddl_set_participants(c, ids, nids);
     if (coll_info(shl_coord_doc(c), &info)) {
         SHL_ERR(stop_migrations(c, ns, &info, st));
     }
 done:
     bson_strfreev(ids);
-    docs_free(docs);
+    shard_ddl_docs_free(docs);
     bson_destroy(&doc);
     bson_destroy(&filter);
     return ret;
@@ -434,7 +464,7 @@ participants_block(shl_coord_t *c, bool block, shl_status_t *st)
     bson_t cmd = BSON_INITIALIZER, reason;
     int ret = 0;
 
-    doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
     BSON_APPEND_UTF8(&cmd, "_shardsvrParticipantBlock", parsed.coll);
     BSON_APPEND_UTF8(&cmd, "blockType", block ? "ReadsAndWrites" : "Unblock");
@@ -442,7 +472,7 @@ participants_block(shl_coord_t *c, bool block, shl_status_t *st)
     BSON_APPEND_UTF8(&reason, "command", "drop");
     BSON_APPEND_UTF8(&reason, "ns", ns);
     bson_append_document_end(&cmd, &reason);
-    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
 done:
     bson_destroy(&cmd);
     return ret;
@@ -465,7 +495,7 @@ phase_drop(shl_coord_t *c, shl_status_t *st)
     bool sharded = coll_info(shl_coord_doc(c), &info);
     int ret = 0;
 
-    doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     SHL_ERR(shl_ns_parse(&parsed, ns, st));
     if (sharded) {
         SHL_ERR(commit_drop_collection(c, ns, &info, st));
@@ -474,7 +504,7 @@ phase_drop(shl_coord_t *c, shl_status_t *st)
     if (sharded) {
         append_uuid(&cmd, "collectionUUID", &info);
     }
-    SHL_ERR(to_participants(c, parsed.db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170201, "dropped collection", "ns", BCON_UTF8(ns), "sharded",
                  BCON_BOOL(sharded));
 done:
@@ -490,7 +520,7 @@ phase_release_crit(shl_coord_t *c, shl_status_t *st)
     int ret = participants_block(c, false, st);
 
     if (ret == 0) {
-        doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+        shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
         BSON_APPEND_UTF8(&result, "ns", ns);
         shl_coord_set_result(c, &result);
     }
@@ -520,18 +550,18 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
     char **ids = NULL;
     int ret = 0;
 
-    doc_namespace(shl_coord_doc(c), db, sizeof db);
+    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof db);
     snprintf(re, sizeof re, "^\\Q%s.\\E", db);
     BSON_APPEND_DOCUMENT_BEGIN(&filter, "_id", &rx);
     BSON_APPEND_UTF8(&rx, "$regex", re);
     bson_append_document_end(&filter, &rx);
-    SHL_ERR(config_find(c, "collections", &filter, &colls, &n, st));
+    SHL_ERR(shard_ddl_config_find(c, "collections", &filter, &colls, &n, st));
     if (!participants_of(shl_coord_doc(c), &ids, &nids)) {
         /* Who holds the database's data, durably before any metadata goes: a resume of this
          * phase finds fewer collections but must still reach every shard that held one. */
         bson_strfreev(ids);
-        SHL_ERR(find_participants(c, db, colls, n, &ids, &nids, st));
-        set_participants(c, ids, nids);
+        SHL_ERR(shard_ddl_find_participants(c, db, colls, n, &ids, &nids, st));
+        shard_ddl_set_participants(c, ids, nids);
         SHL_ERR(shl_coord_persist(c, st));
     }
     for (size_t k = 0; k < n; k++) {
@@ -543,20 +573,20 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
         }
     }
     BSON_APPEND_INT32(&cmd, "_shardsvrDropDatabaseParticipant", 1);
-    SHL_ERR(to_participants(c, db, &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, db, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_configsvrCommitDropDatabase", db);
-    SHL_ERR(to_config(c, &cmd, st));
+    SHL_ERR(shard_ddl_to_config(c, &cmd, st));
     bson_reinit(&cmd);
     BSON_APPEND_UTF8(&cmd, "_flushDatabaseCacheUpdates", db);
-    SHL_ERR(to_participants(c, "admin", &cmd, st));
+    SHL_ERR(shard_ddl_to_participants(c, "admin", &cmd, st));
     SHL_LOG_INFO(SHARDING, 4170202, "dropped database", "db", BCON_UTF8(db), "shardedCollections",
                  BCON_INT64((int64_t)n));
     BSON_APPEND_UTF8(&result, "dropped", db);
     shl_coord_set_result(c, &result);
 done:
     bson_strfreev(ids);
-    docs_free(colls);
+    shard_ddl_docs_free(colls);
     bson_destroy(&result);
     bson_destroy(&cmd);
     bson_destroy(&filter);
@@ -569,8 +599,8 @@ static const shl_coord_phase_t drop_db_phases[] = {
 
 /* ------------------------------------------------------------------------ the types */
 
-static bool
-owns_op(const bson_t *doc, const char *op)
+bool
+shard_ddl_owns_op(const bson_t *doc, const char *op)
 {
     bson_iter_t it;
 
@@ -581,13 +611,13 @@ owns_op(const bson_t *doc, const char *op)
 static bool
 owns_drop_coll(const bson_t *doc)
 {
-    return owns_op(doc, OP_DROP_COLL);
+    return shard_ddl_owns_op(doc, OP_DROP_COLL);
 }
 
 static bool
 owns_drop_db(const bson_t *doc)
 {
-    return owns_op(doc, OP_DROP_DB);
+    return shard_ddl_owns_op(doc, OP_DROP_DB);
 }
 
 /* Drops of the same namespace are the same operation, whatever the running one learnt. */
@@ -606,9 +636,9 @@ shl_coord_type_t shard_drop_coll_type = {
     .nphases = sizeof drop_coll_phases / sizeof drop_coll_phases[0],
     .same = same_drop,
     .owns = owns_drop_coll,
-    .acquire = drop_coll_acquire,
-    .release = drop_coll_release,
-    .report_held = drop_coll_report,
+    .acquire = shard_ddl_coll_lock_acquire,
+    .release = shard_ddl_coll_lock_release,
+    .report_held = shard_ddl_coll_lock_report,
     .max_attempts = -1, /* MongoDB's DDL coordinators retry retryable errors until done */
     .backoff_ms = 100,
 };
@@ -632,6 +662,10 @@ shard_ddl_coords_setup(shard_ddl_locks_t *locks)
 {
     shard_drop_coll_type.arg = locks;
     shard_drop_db_type.arg = locks;
+    shard_create_coll_type.arg = locks;
+    shard_rename_coll_type.arg = locks;
+    shard_coll_mod_type.arg = locks;
+    shard_refine_type.arg = locks;
 }
 
 /* ---------------------------------------------------------------------- entry points */
@@ -669,8 +703,8 @@ shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *
  * that routed with an old one gets StaleDbVersion and retries at the right primary). The
  * request carries no shardVersion, so a request joining a running drop does not wait in the
  * collection's critical section that drop holds. 'ns' is "db.coll" or the bare database. */
-static int
-check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+int
+shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
     shl_db_orphan_filter_t *filter = NULL;
     int ret = 0;
@@ -681,7 +715,31 @@ check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *
     }
     SHL_ERR(shl_db_sharding_check(op, ns, SHL_DB_SHARD_DDL, &filter, st));
     SHL_INVARIANT(filter == NULL);
+    if (atomic_load(&s->ddl_blocked)) {
+        SHL_FAIL(st, SHL_CODE_USER_WRITES_BLOCKED,
+                 "User writes blocked: new sharded DDL is refused while user write blocking is "
+                 "being enabled");
+    }
 done:
+    return ret;
+}
+
+int
+shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
+{
+    shard_state_t *s = arg;
+    int ret = 0;
+
+    atomic_store(&s->ddl_blocked, block);
+    while (block && s->coords != NULL &&
+           shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        shl_sleep_ms(50);
+    }
+done:
+    if (ret != 0) {
+        atomic_store(&s->ddl_blocked, false); /* the mode did not change */
+    }
     return ret;
 }
 
@@ -695,7 +753,7 @@ cmd_drop_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
 
     SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
-    SHL_ERR(check_primary(s, op, ns.full, st));
+    SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
     SHL_ERR(shard_ddl_drop_collection(s->coords, ns.full, st));
     BSON_APPEND_UTF8(reply, "ns", ns.full);
 done:
@@ -714,7 +772,7 @@ cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Dropping the '%s' database is prohibited.",
                  op->db);
     }
-    SHL_ERR(check_primary(s, op, op->db, st));
+    SHL_ERR(shard_ddl_check_primary(s, op, op->db, st));
     SHL_ERR(shard_ddl_drop_database(s->coords, op->db, st));
     BSON_APPEND_UTF8(reply, "dropped", op->db);
 done:
@@ -738,12 +796,18 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
     for (size_t k = 0; k < sizeof ddl_coord_cmds / sizeof ddl_coord_cmds[0]; k++) {
         shl_command_registry_add(reg, &ddl_coord_cmds[k]);
     }
+    shard_ddl_create_register(reg);
+    shard_ddl_rename_register(reg);
+    shard_ddl_coll_mod_register(reg);
+    shard_ddl_refine_register(reg);
 }
 
 void
 shard_ddl_coords_recover(shard_state_t *s)
 {
-    shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type};
+    shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type,
+                                 &shard_create_coll_type, &shard_rename_coll_type,
+                                 &shard_coll_mod_type,    &shard_refine_type};
 
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         shl_status_t st = SHL_STATUS_INIT;

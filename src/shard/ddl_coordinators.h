@@ -52,7 +52,158 @@ int shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, shl_stat
 /* shard_ddl_drop_database -- the same for the dropDatabase coordinator of 'db'. */
 int shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *st);
 
-/* shard_ddl_coords_register -- _shardsvrDropCollection, _shardsvrDropDatabase. */
+/* shard_ddl_coords_register -- _shardsvrDropCollection, _shardsvrDropDatabase,
+ * _shardsvrCreateCollection. */
 void shard_ddl_coords_register(shl_command_registry_t *reg);
+
+/*
+ * The createCollection coordinator (ddl_create_coordinator.c), MongoDB 7.0's
+ * CreateCollectionCoordinator for a sharded collection: the router sends
+ * {_shardsvrCreateCollection: <coll>, shardKey, unique?, numInitialChunks?, collation?,
+ * databaseVersion} to the database's primary shard, which checks user write blocking and the
+ * databaseVersion, then runs or joins the coordinator
+ * {_id: {namespace, operationType: "createCollection"}, shardKey, unique, numInitialChunks?,
+ * collation?, phase} holding the database in IX and the collection in X. An identical request
+ * joins the running one; one with other options gets ConflictingOperationInProgress (117).
+ * Phases:
+ *
+ *   checkPreconditions (not checkpointed: an error leaves nothing): the shard key pattern is
+ *     valid; config.collections (majority): sharded with the same key and unique -> the
+ *     operation ends at once with the existing UUID; sharded otherwise -> AlreadyInitialized
+ *     (23) "sharding already enabled for collection <ns>".
+ *   enterCriticalSection: _shardsvrParticipantBlock ReadsAndWrites on this shard (reason
+ *     {command: "create", ns}): versioned reads and writes of the namespace wait, so the
+ *     emptiness the commit decides on (presplit of a hashed key) holds.
+ *   commit (aborts cleanly on a refusal): _configsvrShardCollection on the config server (key validation,
+ *     the shard key index on this shard, initial chunks, the participants that receive chunks
+ *     get the collection with this shard's UUID, config.collections, routing flushes).
+ *     Idempotent: after a crash the same request finds its own result. A refusal (bad options,
+ *     a non-empty collection without an index, ...) leaves the critical section and ends the
+ *     operation cleanly not done (the document goes).
+ *   exitCriticalSection: _shardsvrParticipantBlock Unblock (refresh the filtering metadata,
+ *     leave the section); the result {collectionsharded, collectionUUID} from
+ *     config.collections.
+ */
+extern shl_coord_type_t shard_create_coll_type;
+
+/* shard_ddl_create_register -- _shardsvrCreateCollection (called by
+ * shard_ddl_coords_register). */
+void shard_ddl_create_register(shl_command_registry_t *reg);
+
+/*
+ * shard_ddl_create_collection --
+ *     Run (or join) the createCollection coordinator of 'ns' with the request 'req'
+ *     ({shardKey, unique?, numInitialChunks?, collation?}; borrowed) and wait for its end.
+ *     On success 'reply' gets {collectionsharded, collectionUUID}. Errors: as the phases
+ *     above; ConflictingOperationInProgress; InterruptedAtShutdown.
+ */
+int shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
+                                bson_t *reply, shl_status_t *st);
+
+/*
+ * The renameCollection coordinator (ddl_rename_coordinator.c), MongoDB 7.0's
+ * RenameCollectionCoordinator, for a rename whose source or target is sharded: the router
+ * sends {_shardsvrRenameCollection: <from coll>, to: "<db>.<coll>", dropTarget?,
+ * databaseVersion} to the primary shard of the source's database; the coordinator
+ * {_id: {namespace: <from>, operationType: "renameCollection"}, to, dropTarget, phase,
+ * sourceUUID, sourceSharded, targetUUID?, participants} holds the database in IX and both
+ * collections in X (name order). An identical request (same to, dropTarget) joins; another
+ * gets ConflictingOperationInProgress (117). Phases:
+ *
+ *   checkPreconditions (not checkpointed; any error ends it with nothing done): the source
+ *     exists (NamespaceNotFound); a sharded target needs dropTarget (NamespaceExists); on
+ *     every shard an unsharded target needs dropTarget, a copy of the source has its UUID
+ *     (CollectionUUIDMismatch) and no migration of either name runs (117). Nothing sharded:
+ *     the primary renames locally and the operation ends.
+ *   freezeMigrations: _configsvrSetAllowMigrations false for the sharded source / target.
+ *   blockCrudAndRename: _configsvrCommitDropCollection of a sharded target (dropTarget);
+ *     _shardsvrRenameCollectionParticipant on every shard (block both names, persisted;
+ *     rename the local copy; its range deletion tasks follow).
+ *   renameMetadata: _configsvrRenameCollectionMetadata (same UUID, new epoch, migrations
+ *     allowed) for a sharded source.
+ *   unblockCRUD: _shardsvrRenameCollectionUnblockParticipant on every shard (refresh both
+ *     names, leave the sections).
+ */
+extern shl_coord_type_t shard_rename_coll_type;
+
+/* shard_ddl_rename_collection -- run (or join) the coordinator renaming 'from' to 'to' and
+ * wait for its end. Errors: as the phases above; ConflictingOperationInProgress;
+ * InterruptedAtShutdown. */
+int shard_ddl_rename_collection(shl_coord_service_t *svc, const char *from, const char *to,
+                                bool drop_target, shl_status_t *st);
+
+/* shard_ddl_rename_register -- _shardsvrRenameCollection. */
+void shard_ddl_rename_register(shl_command_registry_t *reg);
+
+/*
+ * The collMod coordinator (ddl_coll_mod_coordinator.c), MongoDB 7.0's CollModCoordinator:
+ * the router sends {_shardsvrCollMod: <coll>, collModRequest: {<collMod's options>},
+ * databaseVersion} to the primary shard; the coordinator
+ * {_id: {namespace, operationType: "collMod"}, collModRequest, phase, sharded,
+ * collectionUUID?, freezeMigrations, participants} holds the database in IX and the
+ * collection in X; the same request joins, another conflicts (117). Phases:
+ *   checkPreconditions (not checkpointed): sharded?, its UUID, the participants (the
+ *     primary and the shards owning chunks);
+ *   freezeMigrations: migrations of a sharded collection stop (unless a user stopped them);
+ *   updateShards: _shardsvrCollModParticipant here first (a refusal ends the operation
+ *     cleanly with its error), then on every participant (each checks the collection's UUID);
+ *     migrations run again. The reply has the local collMod's fields
+ *     (expireAfterSeconds_old/new, hidden_old/new).
+ */
+extern shl_coord_type_t shard_coll_mod_type;
+int shard_ddl_coll_mod(shl_coord_service_t *svc, const char *ns, const bson_t *request,
+                       bson_t *reply, shl_status_t *st);
+/* shard_ddl_coll_mod_register -- _shardsvrCollMod, _shardsvrCollModParticipant. */
+void shard_ddl_coll_mod_register(shl_command_registry_t *reg);
+
+/*
+ * The refineCollectionShardKey coordinator (ddl_refine_coordinator.c): the router sends
+ * {_shardsvrRefineCollectionShardKey: <coll>, newShardKey, databaseVersion} to the primary
+ * shard; the coordinator {_id: {namespace, operationType: "refineCollectionShardKey"},
+ * newShardKey, phase, collectionUUID, freezeMigrations} holds the database in IX and the
+ * collection in X. Phases: checkPreconditions (not checkpointed: sharded, else
+ * NamespaceNotSharded (118); already this key: done), freezeMigrations, commit
+ * (_configsvrRefineCollectionShardKey; a refusal resumes migrations and ends cleanly),
+ * resumeMigrations.
+ */
+extern shl_coord_type_t shard_refine_type;
+int shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key,
+                     shl_status_t *st);
+/* shard_ddl_refine_register -- _shardsvrRefineCollectionShardKey. */
+void shard_ddl_refine_register(shl_command_registry_t *reg);
+
+/* --- helpers shared by the DDL coordinator files (ddl_coordinators.c) --- */
+
+/* The operation's namespace (_id.namespace of 'doc') into 'out' ("" if none). */
+void shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n);
+/* Whether 'doc' is of operationType 'op' (a type's 'owns'). */
+bool shard_ddl_owns_op(const bson_t *doc, const char *op);
+/* find 'filter' in config.<coll> on the config server, read concern majority; *docs
+ * (NULL-terminated, free with shard_ddl_docs_free) gets the first batch. */
+int shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs,
+                          size_t *n, shl_status_t *st);
+void shard_ddl_docs_free(bson_t **docs);
+/* Set the document's "participants" to the 'n' shard ids 'ids' (not persisted). */
+void shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n);
+/* Run 'cmd' on database 'db' of every participant at once (w: majority, retried when
+ * retryable); the first error. */
+int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd,
+                              shl_status_t *st);
+/* Run 'cmd' on the config server's admin database (w: majority, retried when retryable). */
+int shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st);
+/* The shards that may hold data of 'db' / the collections 'colls' (config.collections
+ * entries): the database's primary, then every shard owning a chunk of one of them.
+ * *ids (NULL-terminated, bson_strfreev) of *n. */
+int shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
+                                char ***ids, size_t *n, shl_status_t *st);
+/* _configsvrSetAllowMigrations of 'ns' ('allow'), with doc's 'uuid_field' as its
+ * collectionUUID (if present). Idempotent. */
+int shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
+                                   const char *uuid_field, bool allow, shl_status_t *st);
+/* The collection DDL locks (database IX, then collection X; released in reverse) and their
+ * currentOp report: a type's acquire / release / report_held. */
+int shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st);
+void shard_ddl_coll_lock_release(shl_coord_t *c);
+void shard_ddl_coll_lock_report(const bson_t *doc, bson_t *op);
 
 #endif

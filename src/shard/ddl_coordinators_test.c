@@ -27,7 +27,7 @@ typedef struct env {
 static const char *
 target_name(const shl_remote_target_t *t)
 {
-    return t->kind == SHL_REMOTE_CONFIG ? "config" : t->name;
+    return shl_remote_target_str(t);
 }
 
 /* Record each request; answer the config server's finds on config.collections / shards. */
@@ -48,6 +48,8 @@ config_handler(void *arg, const shl_remote_request_t *req, bson_t *reply)
         bson_iter_t f;
         if (bson_iter_init_find(&f, req->cmd, "blockType")) {
             extra = strcmp(bson_iter_utf8(&f, NULL), "Unblock") == 0 ? "(unblock)" : "(block)";
+        } else if (bson_iter_init_find(&f, req->cmd, "checkOnly")) {
+            extra = "(check)";
         }
         snprintf(e->log + len, sizeof e->log - len, "%s:%s%s ", target_name(&req->target),
                  bson_iter_key(&it), extra);
@@ -57,8 +59,15 @@ config_handler(void *arg, const shl_remote_request_t *req, bson_t *reply)
     if (find) {
         const char *coll = bson_iter_utf8(&it, NULL);
         const char *batch = e->collections;
+        bson_iter_t q;
         if (strcmp(coll, "databases") == 0) {
             batch = "[{'_id': 'db', 'primary': 'shA'}]";
+        } else if (strcmp(coll, "shards") == 0) {
+            batch = "[{'_id': 'shA'}, {'_id': 'shB'}]";
+        } else if (strcmp(coll, "collections") == 0 && bson_iter_init(&q, req->cmd) &&
+                   bson_iter_find_descendant(&q, "filter._id", &q) && BSON_ITER_HOLDS_UTF8(&q) &&
+                   strcmp(bson_iter_utf8(&q, NULL), "db.c") != 0) {
+            batch = "[]"; /* only db.c is (maybe) sharded */
         } else if (strcmp(coll, "chunks") == 0) {
             /* every sharded collection of the tests has chunks on both shards */
             batch = "[{'shard': 'shB'}, {'shard': 'shA'}, {'shard': 'shB'}]";
@@ -375,5 +384,197 @@ SHL_TEST(drop_coll_takes_over_a_document_an_earlier_failure_left)
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropCollectionParticipant"), 2);
     ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
     bson_destroy(left);
+    env_cleanup(&e);
+}
+
+/* ------------------------------------------------ createCollection / rename / collMod / refine */
+
+static bson_t *
+json(const char *j)
+{
+    char buf[1024];
+    bson_error_t err;
+    bson_t *b;
+
+    snprintf(buf, sizeof buf, "%s", j);
+    for (char *p = buf; *p; p++) {
+        if (*p == '\'') {
+            *p = '"';
+        }
+    }
+    b = bson_new_from_json((const uint8_t *)buf, -1, &err);
+    SHL_INVARIANT(b != NULL);
+    return b;
+}
+
+SHL_TEST(create_coll_runs_its_phases_in_order)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *req = json("{'shardKey': {'x': 'hashed'}, 'numInitialChunks': 4}");
+    bson_t reply = BSON_INITIALIZER, seen;
+
+    env_init(&e, "[]");
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, &reply, &st), 0);
+    ASSERT(log_is(&e, "self:_shardsvrParticipantBlock(block) config:_configsvrShardCollection "
+                      "self:_shardsvrParticipantBlock(unblock) "));
+    ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrShardCollection", 0, &seen));
+    ASSERT_BSON_EQ(&seen, "{'_configsvrShardCollection': 'db.n', 'key': {'x': 'hashed'}, "
+                          "'unique': false, 'numInitialChunks': 4, 'writeConcern': {'w': "
+                          "'majority'}}");
+    bson_destroy(&seen);
+    /* checkPreconditions is not checkpointed: the first write is enterCriticalSection's */
+    ASSERT(shl_remote_fake_nth(e.fake, "self", "insert", 0, &seen));
+    ASSERT_BSON_EQ(&seen, "{'insert': 'system.sharding_ddl_coordinators', 'documents': [{'_id': "
+                          "{'namespace': 'db.n', 'operationType': 'createCollection'}, "
+                          "'shardKey': {'x': 'hashed'}, 'unique': false, 'numInitialChunks': 4, "
+                          "'phase': 'enterCriticalSection'}], 'writeConcern': {'w': 'majority', "
+                          "'j': true}}");
+    bson_destroy(&seen);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "update"), 2);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.n"), 0);
+    bson_destroy(&reply);
+    bson_destroy(req);
+    env_cleanup(&e);
+}
+
+SHL_TEST(create_coll_of_a_sharded_collection_answers_or_refuses_at_once)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *same = json("{'shardKey': {'x': 1}}"), *other = json("{'shardKey': {'y': 1}}");
+    bson_t reply = BSON_INITIALIZER;
+
+    env_init(&e, SHARDED);
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", same, &reply, &st), 0);
+    ASSERT_BSON_EQ(&reply, "{'collectionsharded': 'db.c', 'collectionUUID': " UUID_JSON "}");
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", other, &reply, &st),
+                  SHL_CODE_ALREADY_INITIALIZED);
+    /* nothing written, nothing sent but the catalog reads */
+    ASSERT(log_is(&e, ""));
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "*"), 0);
+    bson_destroy(&reply);
+    bson_destroy(same);
+    bson_destroy(other);
+    env_cleanup(&e);
+}
+
+SHL_TEST(create_coll_refused_by_the_config_server_leaves_nothing)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *req = json("{'shardKey': {'x': 1}, 'numInitialChunks': 3}");
+    bson_t reply = BSON_INITIALIZER;
+
+    env_init(&e, "[]");
+    shl_remote_fake_script(e.fake, "config", "_configsvrShardCollection",
+                           "{'ok': 0, 'code': 72, 'codeName': 'InvalidOptions', 'errmsg': 'no'}",
+                           1);
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, &reply, &st),
+                  SHL_CODE_INVALID_OPTIONS);
+    /* the critical section is left, the document deleted, not retried */
+    ASSERT(log_is(&e, "self:_shardsvrParticipantBlock(block) config:_configsvrShardCollection "
+                      "self:_shardsvrParticipantBlock(unblock) "));
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "delete"), 1);
+    bson_destroy(&reply);
+    bson_destroy(req);
+    env_cleanup(&e);
+}
+
+SHL_TEST(rename_runs_its_phases_in_order)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t seen;
+
+    env_init(&e, SHARDED);
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st), 0);
+    ASSERT(log_is(&e, "shA:listCollections shA:listCollections "
+                      "shA:_shardsvrRenameCollectionParticipant(check) "
+                      "shB:listCollections shB:listCollections "
+                      "shB:_shardsvrRenameCollectionParticipant(check) "
+                      "config:_configsvrSetAllowMigrations "
+                      "shA:_shardsvrRenameCollectionParticipant "
+                      "shB:_shardsvrRenameCollectionParticipant "
+                      "config:_configsvrRenameCollectionMetadata "
+                      "shA:_shardsvrRenameCollectionUnblockParticipant "
+                      "shB:_shardsvrRenameCollectionUnblockParticipant "));
+    ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrRenameCollectionMetadata", 0, &seen));
+    ASSERT_BSON_EQ(&seen, "{'_configsvrRenameCollectionMetadata': 'db.c', 'to': 'db.d', "
+                          "'sourceUUID': " UUID_JSON ", 'writeConcern': {'w': 'majority'}}");
+    bson_destroy(&seen);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.d"), 0);
+    env_cleanup(&e);
+}
+
+SHL_TEST(rename_refused_by_a_check_leaves_nothing)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e, SHARDED);
+    /* a migration runs on shB: 117 from the check, even a retryable error is not retried */
+    shl_remote_fake_script(e.fake, "shB", "_shardsvrRenameCollectionParticipant",
+                           "{'ok': 0, 'code': 117, 'codeName': 'ConflictingOperationInProgress', "
+                           "'errmsg': 'migration'}",
+                           1);
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st),
+                  SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS);
+    shl_remote_fake_script_error(e.fake, "shB", "listCollections", SHL_CODE_HOST_UNREACHABLE, -1);
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st),
+                  SHL_CODE_HOST_UNREACHABLE);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrSetAllowMigrations"), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "*"), 0);
+    env_cleanup(&e);
+}
+
+SHL_TEST(coll_mod_runs_here_first_then_everywhere)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *req = json("{'validator': {'v': 1}}");
+    bson_t reply = BSON_INITIALIZER;
+
+    env_init(&e, SHARDED);
+    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, &reply, &st), 0);
+    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations self:_shardsvrCollModParticipant "
+                      "shA:_shardsvrCollModParticipant shB:_shardsvrCollModParticipant "
+                      "config:_configsvrSetAllowMigrations "));
+    /* a refusal here: migrations run again, the document goes, nothing else is sent */
+    shl_remote_fake_reset_calls(e.fake);
+    shl_remote_fake_script(e.fake, "self", "_shardsvrCollModParticipant",
+                           "{'ok': 0, 'code': 27, 'codeName': 'IndexNotFound', 'errmsg': 'no'}",
+                           1);
+    pthread_mutex_lock(&e.mu);
+    e.log[0] = '\0';
+    pthread_mutex_unlock(&e.mu);
+    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, &reply, &st), SHL_CODE_INDEX_NOT_FOUND);
+    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations self:_shardsvrCollModParticipant "
+                      "config:_configsvrSetAllowMigrations "));
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    bson_destroy(&reply);
+    bson_destroy(req);
+    env_cleanup(&e);
+}
+
+SHL_TEST(refine_freezes_commits_and_resumes)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t *key = json("{'x': 1, 'y': 1}"), *same = json("{'x': 1}");
+
+    env_init(&e, SHARDED);
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", key, &st), 0);
+    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
+                      "config:_configsvrSetAllowMigrations "));
+    /* already the key: done at once; not sharded: NamespaceNotSharded */
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", same, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, &st), SHL_CODE_NAMESPACE_NOT_SHARDED);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrRefineCollectionShardKey"), 1);
+    bson_destroy(key);
+    bson_destroy(same);
     env_cleanup(&e);
 }

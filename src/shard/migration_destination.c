@@ -21,6 +21,7 @@
 #include "shard/migration_private.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
+#include "storage/write.h"
 
 /* MongoDB's: the recipient's thread after cloning, before catching up (an abort ends it). */
 SHL_FAILPOINT_DEFINE(migrateThreadHangAtStep3)
@@ -74,7 +75,10 @@ local_write(shard_recipient_t *r, const char *db, const bson_t *cmd, shl_status_
     bson_t reply;
     bson_iter_t it, we, f;
 
+    /* Change streams do not report a migration's writes (fromMigrate). */
+    shl_storage_set_from_migrate(true);
     shl_service_run_command(r->s->svc, NULL, cmd, db, &reply);
+    shl_storage_set_from_migrate(false);
     SHL_ERR(shl_status_from_reply(&reply, st));
     if (bson_iter_init_find(&it, &reply, "writeErrors") && BSON_ITER_HOLDS_ARRAY(&it) &&
         bson_iter_recurse(&it, &we)) {

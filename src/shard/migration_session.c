@@ -35,6 +35,7 @@ struct mig_session_source {
     bool follow;                            /* after the history, the writes made since */
     bool started;
     uint64_t scanned_ts; /* entries up to here were looked at */
+    uint64_t answers_ts; /* retryable internal transactions committed up to here were sent */
     bson_t **queue;      /* entries to send, owned */
     size_t n, cap, pos;
 };
@@ -383,6 +384,110 @@ done:
     return ret;
 }
 
+/* What queue_answer needs. */
+typedef struct answers_arg {
+    mig_session_source_t *src;
+    uint64_t from, upto;
+} answers_arg_t;
+
+/*
+ * A statement a retryable internal transaction ran for a parent session's retryable write
+ * (session_catalog.h "child sessions"), downconverted (seeds/000 "Supporting retryability
+ * across chunk migration"): the write as a retryable write of the parent session would
+ * have logged it, so the recipient takes it into the parent's history; a findAndModify's
+ * returned document goes first as its image.
+ */
+static void
+queue_answer(void *arg, const shl_lsid_t *parent, int64_t txn_number, int32_t stmt_id, uint64_t ts,
+             const bson_t *answer)
+{
+    answers_arg_t *a = arg;
+    mig_session_source_t *src = a->src;
+    bson_t rdoc, le, value, id_doc = BSON_INITIALIZER, opt;
+    bson_iter_t it;
+    const char *k = "", *op = NULL, *image_kind = NULL;
+    bson_t *entry;
+
+    if (ts <= a->from || ts > a->upto || !bson_iter_init_find(&it, answer, "ns") ||
+        !BSON_ITER_HOLDS_UTF8(&it) || strcmp(bson_iter_utf8(&it, NULL), src->ns) != 0 ||
+        !shl_bson_get_subdoc(answer, "rdoc", &rdoc) ||
+        (src->pattern != NULL && !mig_doc_in_range(src->pattern, &rdoc, src->min, src->max))) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, answer, "k") && BSON_ITER_HOLDS_UTF8(&it)) {
+        k = bson_iter_utf8(&it, NULL);
+    }
+    if (strcmp(k, "f") == 0 && shl_bson_get_subdoc(answer, "lastErrorObject", &le)) {
+        bool has_value = shl_bson_get_subdoc(answer, "value", &value);
+        if (bson_has_field(&le, "upserted")) {
+            op = "i";
+        } else if (bson_has_field(&le, "updatedExisting") && has_value) {
+            op = "u";
+            image_kind = bson_iter_init_find(&it, answer, "new") && bson_iter_as_bool(&it)
+                             ? "postImageOpTime"
+                             : (bson_has_field(answer, "new") ? "preImageOpTime"
+                                                              : "postImageOpTime");
+        } else if (has_value) {
+            op = "d";
+            image_kind = "preImageOpTime";
+        }
+    } else if (strcmp(k, "u") == 0 || strcmp(k, "i") == 0 || strcmp(k, "d") == 0) {
+        op = k;
+    }
+    if (op == NULL) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, &rdoc, "_id")) {
+        bson_append_iter(&id_doc, "_id", 3, &it);
+    }
+    if (image_kind != NULL) {
+        bson_t *noop = bson_new();
+        BSON_APPEND_UTF8(noop, "op", "n");
+        BSON_APPEND_UTF8(noop, "ns", src->ns);
+        BSON_APPEND_DOCUMENT(noop, "o", &value);
+        shl_bson_append_timestamp_u64(noop, "ts", ts);
+        shl_lsid_append(noop, "lsid", parent);
+        BSON_APPEND_INT64(noop, "txnNumber", txn_number);
+        BSON_APPEND_INT32(noop, "stmtId", stmt_id);
+        queue_push(src, noop);
+    }
+    entry = bson_new();
+    BSON_APPEND_UTF8(entry, "op", op);
+    BSON_APPEND_UTF8(entry, "ns", src->ns);
+    BSON_APPEND_DOCUMENT(entry, "o", strcmp(op, "d") == 0 ? &id_doc : &rdoc);
+    if (strcmp(op, "u") == 0) {
+        BSON_APPEND_DOCUMENT(entry, "o2", &id_doc);
+    }
+    shl_bson_append_timestamp_u64(entry, "ts", ts);
+    BSON_APPEND_INT64(entry, "t", 1);
+    shl_lsid_append(entry, "lsid", parent);
+    BSON_APPEND_INT64(entry, "txnNumber", txn_number);
+    BSON_APPEND_INT32(entry, "stmtId", stmt_id);
+    BSON_APPEND_DATE_TIME(entry, "wall", shl_clock_wall_ms());
+    if (image_kind != NULL) {
+        BSON_APPEND_DOCUMENT_BEGIN(entry, image_kind, &opt);
+        shl_bson_append_timestamp_u64(&opt, "ts", ts);
+        BSON_APPEND_INT64(&opt, "t", 1);
+        bson_append_document_end(entry, &opt);
+    }
+    queue_push(src, entry);
+done:
+    bson_destroy(&id_doc);
+}
+
+/* The retryable internal transactions of the range committed since the last look. */
+static void
+queue_answers(shard_state_t *s, mig_session_source_t *src)
+{
+    struct db_session_catalog *cat = shl_node_session_catalog(s->svc);
+    answers_arg_t a = {src, src->answers_ts, src->scanned_ts};
+
+    if (cat != NULL && a.upto > a.from) {
+        db_session_child_each(cat, queue_answer, &a);
+    }
+    src->answers_ts = src->scanned_ts;
+}
+
 int
 mig_session_source_next(shard_state_t *s, mig_session_source_t *src, bson_t *arr, shl_status_t *st)
 {
@@ -394,11 +499,13 @@ mig_session_source_next(shard_state_t *s, mig_session_source_t *src, bson_t *arr
 
     if (!src->started) {
         SHL_ERR(load_history(src, eng, st));
+        queue_answers(s, src);
     }
     if (src->pos == src->n) {
         src->n = src->pos = 0; /* everything queued was sent (and freed) */
         if (src->follow) {
             SHL_ERR(scan_new(src, eng, st));
+            queue_answers(s, src);
         }
     }
     while (src->pos < src->n &&

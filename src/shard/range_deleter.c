@@ -780,7 +780,7 @@ shard_key_index_serves(const shl_index_t *idx, const bson_t *kp)
 
     if (bson_has_field(idx->spec, "sparse") ||
         bson_has_field(idx->spec, "partialFilterExpression") ||
-        bson_has_field(idx->spec, "collation")) {
+        idx->collator != NULL) { /* a collated index: keys are ICU sort keys */
         return false;
     }
     if (!bson_iter_init(&a, kp) || !bson_iter_init(&b, idx->key_pattern)) {

@@ -143,6 +143,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     hooks.orphan_count = shard_orphan_count;
     hooks.shard_name = shard_name_of;
     hooks.shard_key = shard_key_of;
+    hooks.drain_ddl = shard_ddl_drain;
     shl_db_sharding_hooks_install(svc, &hooks);
     s->prev_shutdown = svc->hooks.shutdown;
     s->prev_server_status = svc->hooks.append_server_status;

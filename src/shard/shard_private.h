@@ -159,6 +159,8 @@ typedef struct shard_state {
     /* The DDL lock manager of the drop coordinators (ddl_lock.h, thread-safe itself); set at
      * init, constant until shutdown. */
     struct shard_ddl_locks *ddl_locks;
+    /* setUserWriteBlockMode's prepare: new DDL coordinators are refused (atomic). */
+    atomic_bool ddl_blocked;
 } shard_state_t;
 
 /*
@@ -353,6 +355,13 @@ void shard_txn_coord_recover(shard_state_t *s);
 /* shard_ddl_coords_recover -- once shard-aware: resume the DDL coordinators' documents
  * (config.system.sharding_ddl_coordinators; ddl_coordinators.c). */
 void shard_ddl_coords_recover(shard_state_t *s);
+/* shard_ddl_check_primary -- a DDL request to the primary shard: sharding initialised, user
+ * write blocking and the request's databaseVersion (ns "db.coll" or the bare db). Errors:
+ * ShardingStateNotInitialized, UserWritesBlocked, StaleDbVersion. */
+int shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+/* shard_ddl_drain -- the db hook shl_db_ddl_drain_fn ('arg' the shard state): block (or
+ * unblock) new DDL coordinators and wait for the running ones to end. */
+int shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
 void shard_txn_coord_shutdown(shard_state_t *s);
 
 /* shard_config_cmd -- run 'cmd' on the config server's database 'db'. */
@@ -364,6 +373,10 @@ void shard_recipient_shutdown(shard_state_t *s);
 /* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
  * or as a recipient whose thread has not ended). Takes mig_mu. */
 bool shard_migration_active_on(shard_state_t *s, const char *ns);
+/* shard_wait_migrations -- wait until no migration of 'ns' runs on this shard (a DDL
+ * coordinator stopped new ones first). Errors: the operation's interruption; LockBusy (46,
+ * retryable by the coordinator) after 30 s. */
+int shard_wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
 
 /*
  * shard_crit_sections_reload --
@@ -371,6 +384,17 @@ bool shard_migration_active_on(shard_state_t *s, const char *ns);
  *     sections a rename participant persisted and has not released). Errors: storage.
  */
 int shard_crit_sections_reload(shard_state_t *s, shl_status_t *st);
+
+/*
+ * shard_critical_section_persist --
+ *     Persist (block: upsert {_id: <ns>, reason, blockReads: true}) or remove (!block) the
+ *     critical-section documents of the 'n' namespaces 'names' in
+ *     config.collection_critical_sections, journaled, in one local write. 'reason' is
+ *     borrowed (unused when !block). Idempotent. Does not enter or leave the in-memory
+ *     section (shard_crit_*). Errors: the local write's.
+ */
+int shard_critical_section_persist(shard_state_t *s, const char *const *names, size_t n,
+                                   const bson_t *reason, bool block, shl_status_t *st);
 
 /* shard_rename_participant_register -- _shardsvrRenameCollectionParticipant and
  * _shardsvrRenameCollectionUnblockParticipant (shardsvr_rename_participant.c). */

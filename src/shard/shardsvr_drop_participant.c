@@ -9,7 +9,8 @@
  *   so a restart keeps it. Unblock refreshes the filtering metadata from the config server,
  *   then leaves the section (the waiting requests then see the new metadata). Idempotent.
  * {_shardsvrDropCollectionParticipant: <coll>, collectionUUID?}: drops the local collection
- *   (missing: fine) and its range deletion tasks.
+ *   (missing: fine) and its range deletion tasks; with collectionUUID, a local collection
+ *   with another UUID (recreated or renamed over since) is left alone.
  * {_shardsvrDropDatabaseParticipant: 1}: waits for the database's migrations here to end,
  *   then drops the local database (missing: fine) and its range deletion tasks.
  */
@@ -19,7 +20,9 @@
 #include "base/log.h"
 #include "base/namespace.h"
 #include "net/command_args.h"
+#include "net/service.h"
 #include "shard/shard_private.h"
+#include "storage/catalog.h"
 
 #define CRIT_COLL "collection_critical_sections"
 /* A migration still running after this long keeps the participant from blocking; the
@@ -35,9 +38,8 @@ sleep_ms(int64_t ms)
     }
 }
 
-/* Wait until no migration of 'ns' (or, with 'db_prefix', of any namespace in it) runs here. */
-static int
-wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+int
+shard_wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
 {
     int ret = 0;
 
@@ -55,33 +57,35 @@ wait_migrations(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t
     return ret;
 }
 
-/* Persist (block) or remove (!block) the critical-section document of 'ns', journaled. */
-static int
-persist_crit(shard_state_t *s, const char *ns, bool block, shl_status_t *st)
+int
+shard_critical_section_persist(shard_state_t *s, const char *const *names, size_t n,
+                               const bson_t *reason, bool block, shl_status_t *st)
 {
     int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, reason, wc;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, wc;
 
     BSON_APPEND_UTF8(&cmd, block ? "update" : "delete", CRIT_COLL);
     BSON_APPEND_ARRAY_BEGIN(&cmd, block ? "updates" : "deletes", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &one);
-    BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-    BSON_APPEND_UTF8(&q, "_id", ns);
-    bson_append_document_end(&one, &q);
-    if (block) {
-        BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
-        BSON_APPEND_UTF8(&u, "_id", ns);
-        BSON_APPEND_DOCUMENT_BEGIN(&u, "reason", &reason);
-        BSON_APPEND_UTF8(&reason, "command", "drop");
-        BSON_APPEND_UTF8(&reason, "ns", ns);
-        bson_append_document_end(&u, &reason);
-        BSON_APPEND_BOOL(&u, "blockReads", true);
-        bson_append_document_end(&one, &u);
-        BSON_APPEND_BOOL(&one, "upsert", true);
-    } else {
-        BSON_APPEND_INT32(&one, "limit", 1);
+    for (size_t i = 0; i < n; i++) {
+        char key[24];
+
+        snprintf(key, sizeof key, "%zu", i);
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, key, &one);
+        BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
+        BSON_APPEND_UTF8(&q, "_id", names[i]);
+        bson_append_document_end(&one, &q);
+        if (block) {
+            BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
+            BSON_APPEND_UTF8(&u, "_id", names[i]);
+            BSON_APPEND_DOCUMENT(&u, "reason", reason);
+            BSON_APPEND_BOOL(&u, "blockReads", true);
+            bson_append_document_end(&one, &u);
+            BSON_APPEND_BOOL(&one, "upsert", true);
+        } else {
+            BSON_APPEND_INT32(&one, "limit", 1);
+        }
+        bson_append_document_end(&arr, &one);
     }
-    bson_append_document_end(&arr, &one);
     bson_append_array_end(&cmd, &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_INT32(&wc, "w", 1);
@@ -91,6 +95,33 @@ persist_crit(shard_state_t *s, const char *ns, bool block, shl_status_t *st)
 done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
+    return ret;
+}
+
+/* Persist (block) or remove (!block) the critical-section document of 'ns': the request's
+ * 'reason' when it has one, else a drop's. */
+static int
+persist_crit(shard_state_t *s, const char *ns, const bson_t *cmd, bool block, shl_status_t *st)
+{
+    const char *names[1] = {ns};
+    bson_t reason = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret;
+
+    if (bson_iter_init_find(&it, cmd, "reason") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t given;
+
+        bson_iter_document(&it, &len, &data);
+        SHL_INVARIANT(bson_init_static(&given, data, len));
+        bson_concat(&reason, &given);
+    } else {
+        BSON_APPEND_UTF8(&reason, "command", "drop");
+        BSON_APPEND_UTF8(&reason, "ns", ns);
+    }
+    ret = shard_critical_section_persist(s, names, 1, &reason, block, st);
+    bson_destroy(&reason);
     return ret;
 }
 
@@ -162,16 +193,16 @@ cmd_participant_block(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  "field");
     }
     if (strcmp(type, "ReadsAndWrites") == 0) {
-        SHL_ERR(wait_migrations(s, op, ns.full, st));
+        SHL_ERR(shard_wait_migrations(s, op, ns.full, st));
         SHL_ERR(shard_crit_enter(s, op, ns.full, SHARD_CRIT_ALL, st));
-        ret = persist_crit(s, ns.full, true, st);
+        ret = persist_crit(s, ns.full, cmd, true, st);
         if (ret != 0) {
             shard_crit_exit(s, ns.full);
         }
     } else if (strcmp(type, "Unblock") == 0) {
         /* Refresh first: the requests waiting in the section must see the new metadata. */
         SHL_ERR(shard_meta_refresh(s, ns.full, &m, st));
-        SHL_ERR(persist_crit(s, ns.full, false, st));
+        SHL_ERR(persist_crit(s, ns.full, cmd, false, st));
         shard_crit_exit(s, ns.full);
     } else {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -184,10 +215,43 @@ done:
     return ret;
 }
 
+/* Whether the request names a collectionUUID and the local collection 'ns' has another one
+ * (a missing collection differs from nothing). */
+static int
+uuid_differs(shl_op_ctx_t *op, const bson_t *cmd, const char *ns, bool *differs, shl_status_t *st)
+{
+    shl_collection_t *existing = NULL;
+    bson_iter_t it;
+    bson_subtype_t sub;
+    uint32_t len = 0;
+    const uint8_t *data = NULL;
+    int ret = 0;
+
+    *differs = false;
+    if (!bson_iter_init_find(&it, cmd, "collectionUUID")) {
+        goto done;
+    }
+    if (!BSON_ITER_HOLDS_BINARY(&it)) {
+        SHL_FAIL(st, SHL_CODE_INVALID_UUID, "collectionUUID must be a UUID");
+    }
+    bson_iter_binary(&it, &sub, &len, &data);
+    if (sub != BSON_SUBTYPE_UUID || len != 16) {
+        SHL_FAIL(st, SHL_CODE_INVALID_UUID, "collectionUUID must be a UUID");
+    }
+    existing = shl_catalog_get(op->svc->storage, ns);
+    *differs = existing != NULL && memcmp(existing->uuid, data, 16) != 0;
+done:
+    if (existing != NULL) {
+        shl_collection_release(existing);
+    }
+    return ret;
+}
+
 static int
 cmd_drop_coll_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shard_state_t *s = shard_state(op);
+    bool other = false;
     const char *coll = NULL;
     shl_ns_t ns;
     bson_t *drop = NULL, *q = NULL;
@@ -197,7 +261,15 @@ cmd_drop_coll_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     SHL_ERR(not_shard(s, st));
     SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
-    SHL_ERR(wait_migrations(s, op, ns.full, st));
+    SHL_ERR(shard_wait_migrations(s, op, ns.full, st));
+    SHL_ERR(uuid_differs(op, cmd, ns.full, &other, st));
+    if (other) {
+        /* Another collection under this name (recreated, or renamed over it since): not the
+         * one being dropped. Its range deletion tasks are its own too. */
+        SHL_LOG_INFO(SHARDING, 4170230, "drop participant: the local collection has another UUID",
+                     "ns", BCON_UTF8(ns.full));
+        goto done;
+    }
     drop = BCON_NEW("drop", BCON_UTF8(ns.coll));
     SHL_ERR(local_drop(s, ns.db, drop, st));
     q = BCON_NEW("nss", BCON_UTF8(ns.full));

@@ -1,7 +1,8 @@
 /*
  * shardsvr_rename_participant.c -- a shard's part in renaming a sharded collection
  * (docs/design/sharding-protocol.md "Renaming a sharded collection"; MongoDB 7.0's
- * RenameParticipantInstance, driven here by the config server):
+ * RenameParticipantInstance, driven by the primary shard's RenameCollectionCoordinator,
+ * ddl_rename_coordinator.c):
  *
  * {_shardsvrRenameCollectionParticipant: <coll>, to: "<db>.<coll>", dropTarget: bool,
  *  sourceUUID?: UUID, checkOnly?: bool} on the collection's database: blocks reads and writes
@@ -64,42 +65,15 @@ static int
 persist_crit(shard_state_t *s, const shl_ns_t *from, const shl_ns_t *to, bool block,
              shl_status_t *st)
 {
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, arr, one, q, u, reason, wc;
     const char *names[2] = {from->full, to->full};
+    bson_t reason = BSON_INITIALIZER;
+    int ret;
 
-    BSON_APPEND_UTF8(&cmd, block ? "update" : "delete", CRIT_COLL);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, block ? "updates" : "deletes", &arr);
-    for (int i = 0; i < 2; i++) {
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, i == 0 ? "0" : "1", &one);
-        BSON_APPEND_DOCUMENT_BEGIN(&one, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", names[i]);
-        bson_append_document_end(&one, &q);
-        if (block) {
-            BSON_APPEND_DOCUMENT_BEGIN(&one, "u", &u);
-            BSON_APPEND_UTF8(&u, "_id", names[i]);
-            BSON_APPEND_DOCUMENT_BEGIN(&u, "reason", &reason);
-            BSON_APPEND_UTF8(&reason, "command", "rename");
-            BSON_APPEND_UTF8(&reason, "from", from->full);
-            BSON_APPEND_UTF8(&reason, "to", to->full);
-            bson_append_document_end(&u, &reason);
-            BSON_APPEND_BOOL(&u, "blockReads", true);
-            bson_append_document_end(&one, &u);
-            BSON_APPEND_BOOL(&one, "upsert", true);
-        } else {
-            BSON_APPEND_INT32(&one, "limit", 1);
-        }
-        bson_append_document_end(&arr, &one);
-    }
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_INT32(&wc, "w", 1);
-    BSON_APPEND_BOOL(&wc, "j", true);
-    bson_append_document_end(&cmd, &wc);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-done:
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
+    BSON_APPEND_UTF8(&reason, "command", "rename");
+    BSON_APPEND_UTF8(&reason, "from", from->full);
+    BSON_APPEND_UTF8(&reason, "to", to->full);
+    ret = shard_critical_section_persist(s, names, 2, &reason, block, st);
+    bson_destroy(&reason);
     return ret;
 }
 
@@ -211,15 +185,18 @@ cmd_rename_participant(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         memcpy(uuid, data, 16);
         has_uuid = true;
     }
-    /* A migration of the collection holds its own critical section; MongoDB stops
-     * migrations before a rename, Shale refuses the rename while one runs. */
-    if (shard_migration_active_on(s, from.full) || shard_migration_active_on(s, to.full)) {
-        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                 "Cannot rename %s while a chunk migration of it is in progress", from.full);
-    }
+    /* A migration of the collection holds its own critical section. The coordinator's check
+     * refuses the rename while one runs; once the rename started (migrations stopped), the
+     * participant waits for one that was still finishing. */
     if (check_only) {
-        goto done; /* the config server's check before it starts */
+        if (shard_migration_active_on(s, from.full) || shard_migration_active_on(s, to.full)) {
+            SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                     "Cannot rename %s while a chunk migration of it is in progress", from.full);
+        }
+        goto done;
     }
+    SHL_ERR(shard_wait_migrations(s, op, from.full, st));
+    SHL_ERR(shard_wait_migrations(s, op, to.full, st));
     SHL_ERR(shard_crit_enter(s, op, from.full, SHARD_CRIT_ALL, st));
     from_blocked = true;
     SHL_ERR(shard_crit_enter(s, op, to.full, SHARD_CRIT_ALL, st));

@@ -276,12 +276,29 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
     return ret;
 }
 
+/* The result: {decision} of the state document. */
+static void
+set_decision_result(shl_coord_t *c)
+{
+    bson_t result = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "decision")) {
+        bson_append_iter(&result, "decision", -1, &it);
+    }
+    shl_coord_set_result(c, &result);
+    bson_destroy(&result);
+}
+
+/* The framework's checkpoint before this phase wrote the decision: it is the result, and the
+ * phase answers the commit request (as MongoDB's coordinator does once its decision is
+ * durable; the participants then block readers of the prepared writes until it reaches
+ * them). */
 static int
 phase_write_decision(shl_coord_t *c, shl_status_t *st)
 {
-    /* The framework's checkpoint before this phase wrote the decision. */
-    (void)c;
     (void)st;
+    set_decision_result(c);
     return 0;
 }
 
@@ -295,14 +312,14 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
     shl_remote_result_t *res = bson_malloc0(sizeof *res * (n + 1));
     uint32_t t = 0, i = 0;
     int d = decision_of(shl_coord_doc(c), &t, &i, NULL);
-    bson_t extra = BSON_INITIALIZER, result = BSON_INITIALIZER;
+    bson_t extra = BSON_INITIALIZER;
     bson_t *cmd;
     size_t left = n;
     int64_t backoff = 50;
     int ret = 0;
-    bson_iter_t it;
 
     SHL_INVARIANT(d >= 0);
+    set_decision_result(c); /* a coordinator resumed here did not run writingDecision */
     if (d == 1) {
         BSON_APPEND_TIMESTAMP(&extra, "commitTimestamp", t, i);
     }
@@ -337,11 +354,6 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
             backoff = backoff * 2 > TC_BACKOFF_MAX_MS ? TC_BACKOFF_MAX_MS : backoff * 2;
         }
     }
-    if (ret == 0 && bson_iter_init_find(&it, shl_coord_doc(c), "decision")) {
-        bson_append_iter(&result, "decision", -1, &it);
-        shl_coord_set_result(c, &result);
-    }
-    bson_destroy(&result);
     bson_destroy(&extra);
     bson_destroy(cmd);
     bson_free(res);
@@ -382,6 +394,7 @@ const shl_coord_type_t shard_txn_coord_type = {
     .nphases = sizeof tc_phases / sizeof tc_phases[0],
     .resume_phase = tc_resume_phase,
     .same = tc_same,
+    .answers_after = "writingDecision",
     .max_attempts = -1, /* state document writes: until they succeed or the process stops */
     .backoff_ms = 100,
 };

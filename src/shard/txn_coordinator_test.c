@@ -41,10 +41,18 @@ env_cleanup(env_t *e)
 
 static const char *const AB[] = {"shA", "shB"};
 
+/* coordinateCommitTransaction: answered once the decision is durable; then (here) also the
+ * coordinator's end, so the tests see every phase's requests. */
 static int
 commit(env_t *e, int64_t txn, const char *const *p, size_t n, shl_status_t *st)
 {
-    return shard_txn_coord_commit(e->svc, e->lsid, txn, p, n, st);
+    int ret = shard_txn_coord_commit(e->svc, e->lsid, txn, p, n, st);
+    struct timespec ms = {0, 1000000};
+
+    for (int i = 0; i < 10000 && shl_coord_service_count(e->svc) > 0; i++) {
+        nanosleep(&ms, NULL);
+    }
+    return ret;
 }
 
 /* The n-th request of 'cmd' to 'target' equals 'json'. */
@@ -103,6 +111,29 @@ SHL_TEST(txn_coord_commits_at_the_largest_prepare_timestamp)
     /* a retry after the end answers the decision without a second two-phase commit */
     ASSERT_INT_EQ(commit(&e, 5, AB, 2, &st), 0);
     ASSERT_INT_EQ(commit(&e, 5, NULL, 0, &st), 0);
+    ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "prepareTransaction"), 2);
+    env_cleanup(&e);
+}
+
+/* The commit request is answered once the decision is durable, while the decision still
+ * goes out to a participant that does not acknowledge it (MongoDB's coordinator). */
+SHL_TEST(txn_coord_answers_once_the_decision_is_durable)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    shl_remote_fake_script(e.fake, "shA", "prepareTransaction",
+                           "{'ok': 1, 'prepareTimestamp': " TS(10, 1) "}", 1);
+    shl_remote_fake_script(e.fake, "shB", "prepareTransaction",
+                           "{'ok': 1, 'prepareTimestamp': " TS(12, 3) "}", 1);
+    shl_remote_fake_script_error(e.fake, "shB", "commitTransaction", 6, -1);
+    ASSERT_INT_EQ(shard_txn_coord_commit(e.svc, e.lsid, 5, AB, 2, &st), 0);
+    /* Still delivering to shB, its document (with the decision) kept until shB acknowledges. */
+    ASSERT_INT_EQ(shl_coord_service_count(e.svc), 1);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 1);
+    /* A retry joins the running coordinator and gets the same answer at once. */
+    ASSERT_INT_EQ(shard_txn_coord_commit(e.svc, e.lsid, 5, AB, 2, &st), 0);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "prepareTransaction"), 2);
     env_cleanup(&e);
 }

@@ -29,10 +29,13 @@ struct shl_coord {
     size_t phase;                /* guarded by svc->mu (written by the thread, read by report) */
     bool persisted;              /* the document exists on disk; coordinator's thread only */
     bool resumed;                /* constant */
+    bool finished;               /* shl_coord_finish was called; coordinator's thread only */
+    bool aborting;               /* shl_coord_abort was called; coordinator's thread only */
     bool done;                   /* guarded by svc->mu */
     bool holding;                /* the type's acquire succeeded, release not yet run;
                                   * guarded by svc->mu */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
+    bool answered;               /* the type's answers_after phase ran; guarded by svc->mu */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
 };
@@ -267,7 +270,8 @@ run_phase(shl_coord_t *c, size_t phase, shl_status_t *st)
         if (ret == 0) {
             ret = p->run(c, st);
         }
-        if (ret == 0 || !shl_remote_is_retryable(ret) || (max > 0 && attempt >= max)) {
+        if (ret == 0 || c->aborting || !shl_remote_is_retryable(ret) ||
+            (max > 0 && attempt >= max)) {
             break;
         }
         SHL_LOG_INFO(SHARDING, 4170003, "coordinator phase failed, retrying",
@@ -287,7 +291,7 @@ coord_thread(void *arg)
     shl_status_t st = SHL_STATUS_INIT;
     int ret = 0;
     size_t phase;
-    bool acquired = false;
+    bool acquired = false, aborted = false;
 
     shl_log_set_thread_ctx(c->t->name);
     pthread_mutex_lock(&svc->mu);
@@ -300,15 +304,24 @@ coord_thread(void *arg)
         c->holding = acquired;
         pthread_mutex_unlock(&svc->mu);
     }
-    for (; phase < c->t->nphases && ret == 0; phase++) {
+    for (; phase < c->t->nphases && ret == 0 && !c->finished; phase++) {
         pthread_mutex_lock(&svc->mu);
         c->phase = phase;
         pthread_mutex_unlock(&svc->mu);
         fail_points(c, phase);
         ret = run_phase(c, phase, &st);
+        if (ret == 0 && c->t->answers_after != NULL &&
+            strcmp(c->t->phases[phase].name, c->t->answers_after) == 0) {
+            pthread_mutex_lock(&svc->mu);
+            c->answered = true;
+            pthread_cond_broadcast(&svc->changed);
+            pthread_mutex_unlock(&svc->mu);
+        }
+        aborted = ret != 0 && c->aborting;
+        c->aborting = false;
     }
     /* The end: the document goes (unless an error leaves it for the next start). */
-    if (ret == 0 && c->persisted) {
+    if ((ret == 0 || aborted) && c->persisted) {
         shl_status_t del = SHL_STATUS_INIT;
         if (doc_write(c, -1, &del) != 0) {
             SHL_LOG_WARNING(SHARDING, 4170004, "could not delete a coordinator's document",
@@ -391,9 +404,10 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
             deadline.tv_nsec -= 1000000000;
         }
     }
-    while (!c->done && ret == 0) {
+    while (!c->done && !c->answered && ret == 0) {
         if (wait_ms > 0) {
-            if (pthread_cond_timedwait(&svc->changed, &svc->mu, &deadline) != 0 && !c->done) {
+            if (pthread_cond_timedwait(&svc->changed, &svc->mu, &deadline) != 0 && !c->done &&
+                !c->answered) {
                 ret = shl_status_set(st, SHL_CODE_EXCEEDED_TIME_LIMIT,
                                      "timed out waiting for %s", c->t->name);
             }
@@ -402,7 +416,8 @@ wait_locked(shl_coord_service_t *svc, shl_coord_t *c, int64_t wait_ms, bson_t *r
         }
     }
     if (ret == 0) {
-        ret = c->status.code;
+        /* An answered operation is still running: its result is final, its status not. */
+        ret = c->answered ? 0 : c->status.code;
         if (ret != 0) {
             *st = c->status;
         } else {
@@ -602,6 +617,19 @@ shl_coord_service_count(shl_coord_service_t *svc)
     return n;
 }
 
+size_t
+shl_coord_service_count_coll(shl_coord_service_t *svc, const char *coll)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&svc->mu);
+    for (shl_coord_t *c = svc->running; c != NULL; c = c->next) {
+        n += strcmp(c->t->coll, coll) == 0;
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return n;
+}
+
 const bson_t *
 shl_coord_doc(const shl_coord_t *c)
 {
@@ -644,6 +672,18 @@ const shl_remote_t *
 shl_coord_remote(const shl_coord_t *c)
 {
     return c->svc->remote;
+}
+
+void
+shl_coord_finish(shl_coord_t *c)
+{
+    c->finished = true;
+}
+
+void
+shl_coord_abort(shl_coord_t *c)
+{
+    c->aborting = true;
 }
 
 void *

@@ -66,6 +66,11 @@ typedef struct shl_coord_type {
      * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
      * must not block. NULL: nothing. */
     void (*report_held)(const bson_t *doc, bson_t *op);
+    /* The phase after which the callers waiting for the operation (shl_coord_run/join) get
+     * its result while the later phases go on (MongoDB's transaction coordinator answers
+     * once its decision is durable); the result must not change afterwards. NULL: they wait
+     * for the end. */
+    const char *answers_after;
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */
@@ -98,7 +103,7 @@ int shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *
 /*
  * shl_coord_run --
  *     Start the operation described by 'doc' (its _id is the key), or join the running one
- *     with that _id, and wait for it to end (wait_ms: <= 0 forever; else give up waiting
+ *     with that _id, and wait for it to end or to pass its type's 'answers_after' (wait_ms: <= 0 forever; else give up waiting
  *     with ExceededTimeLimit while it keeps running). On success *result (initialised by
  *     the callee) holds the copy of what the operation set with shl_coord_set_result.
  *     Errors: ConflictingOperationInProgress (117) when a different operation with the same
@@ -129,6 +134,9 @@ const shl_remote_t *shl_coord_service_remote(const shl_coord_service_t *svc);
 
 /* shl_coord_service_count -- coordinators running now (tests). */
 size_t shl_coord_service_count(shl_coord_service_t *svc);
+/* shl_coord_service_count_coll -- coordinators running now whose type keeps its documents in
+ * config.<coll> (e.g. the DDL coordinators). Takes the service lock. */
+size_t shl_coord_service_count_coll(shl_coord_service_t *svc, const char *coll);
 
 /* Accessors for phases (called on the coordinator's thread). */
 const bson_t *shl_coord_doc(const shl_coord_t *c);            /* the state document */
@@ -139,6 +147,16 @@ const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
  * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
 int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
 void *shl_coord_type_arg(const shl_coord_t *c);
+/* shl_coord_finish -- end the operation successfully after the running phase: the later
+ * phases are skipped and the document is deleted (e.g. a create that finds the collection
+ * already sharded as asked). */
+void shl_coord_finish(shl_coord_t *c);
+/* shl_coord_abort -- the error the running phase returns ends the operation "cleanly not
+ * done", even a retryable one (not retried): the document is deleted instead of left for the
+ * next start. The phase must have undone what the operation did. MongoDB's DDL coordinators
+ * do this before their point of no return (a request the checks or the config server
+ * refuse). */
+void shl_coord_abort(shl_coord_t *c);
 bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
 

@@ -337,3 +337,77 @@ SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
     bson_destroy(a.doc);
     shl_remote_fake_destroy(e.fake);
 }
+
+/* ------------------------------------------- early finish and abort-on-error phases */
+
+static int
+ab_one(shl_coord_t *c, shl_status_t *st)
+{
+    bson_iter_t it;
+    int ret = phase(c, 0, "one", st);
+
+    if (ret == 0 && bson_iter_init_find(&it, shl_coord_doc(c), "finish")) {
+        shl_coord_finish(c);
+    }
+    return ret;
+}
+
+/* "two" gives up cleanly on a non-retryable error. */
+static int
+ab_two(shl_coord_t *c, shl_status_t *st)
+{
+    int ret = two(c, st);
+
+    if (ret == SHL_CODE_INVALID_OPTIONS) {
+        shl_coord_abort(c);
+    }
+    return ret;
+}
+
+static const shl_coord_phase_t ab_phases[] = {
+    {"one", ab_one, true},
+    {"two", ab_two, true},
+    {"three", three, true},
+};
+
+static const shl_coord_type_t ab_type = {
+    .name = "AbortableCoordinator",
+    .coll = "test_coordinators",
+    .phases = ab_phases,
+    .nphases = 3,
+    .max_attempts = 3,
+    .backoff_ms = 1,
+};
+
+SHL_TEST(coordinator_finish_skips_later_phases_and_abort_deletes_document)
+{
+    env_t e;
+    bson_t *fin = BCON_NEW("_id", BCON_INT32(10), "finish", BCON_BOOL(true));
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(11));
+    bson_t res;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    ASSERT_INT_EQ(shl_coord_run(e.svc, &ab_type, fin, 0, &res, &st), 0);
+    ASSERT_STR_EQ(T.log, "one ");
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 0);
+    bson_destroy(&res);
+    /* a non-retryable error after shl_coord_abort: cleanly not done, no document */
+    reset();
+    T.fail_code[1] = SHL_CODE_INVALID_OPTIONS;
+    T.fail_times[1] = 1;
+    ASSERT_INT_EQ(shl_coord_run(e.svc, &ab_type, doc, 0, &res, &st), SHL_CODE_INVALID_OPTIONS);
+    ASSERT_STR_EQ(T.log, "one two ");
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 0);
+    bson_destroy(&res);
+    /* a retryable one past the bound still leaves the document for the next start */
+    reset();
+    T.fail_code[1] = SHL_CODE_HOST_UNREACHABLE;
+    T.fail_times[1] = 5;
+    ASSERT_INT_EQ(shl_coord_run(e.svc, &ab_type, doc, 0, &res, &st), SHL_CODE_HOST_UNREACHABLE);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
+    bson_destroy(&res);
+    bson_destroy(doc);
+    bson_destroy(fin);
+    env_cleanup(&e);
+}

@@ -335,7 +335,9 @@ answer(shl_remote_fake_t *f, const shl_remote_request_t *req, shl_remote_result_
     pthread_mutex_lock(&f->mu);
     *f->tail = c;
     f->tail = &c->next;
-    if (f->store_self && req->target.kind == SHL_REMOTE_SELF) {
+    if (f->store_self && req->target.kind == SHL_REMOTE_SELF &&
+        (strcmp(name, "insert") == 0 || strcmp(name, "update") == 0 ||
+         strcmp(name, "delete") == 0 || strcmp(name, "find") == 0)) {
         store_answer_locked(f, req->cmd, &res->reply);
         handled = true;
     }

@@ -58,7 +58,8 @@ bool shl_remote_fake_nth(shl_remote_fake_t *f, const char *target, const char *c
  *     From now on "self" answers insert, update (q: {_id}, u: a replacement), delete
  *     (q: {_id}) and find (everything, in cursor.firstBatch) from an in-memory store of
  *     documents per collection name, before the handler and the scripts -- the state
- *     documents of the code under test. Writes are recorded like every request.
+ *     documents of the code under test. Writes are recorded like every request. Other
+ *     commands to "self" go to the handler and the scripts as any target's.
  */
 void shl_remote_fake_store_self(shl_remote_fake_t *f);
 

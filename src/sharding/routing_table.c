@@ -43,6 +43,7 @@ struct shl_routing_table {
     char *ns;
     shl_uuid_t uuid;
     bool unique;
+    shl_collator_t *default_collator; /* a reference; NULL: simple */
     bool allow_migrations;
     shl_shard_key_pattern_t key;
     shl_chunk_version_t generation; /* placement 0|0 */
@@ -82,6 +83,7 @@ shl_routing_table_info_from_collection(const shl_collection_type_t *coll,
     info->uuid = coll->uuid;
     info->key_pattern = coll->key;
     info->unique = coll->unique;
+    info->default_collation = coll->default_collation;
     info->allow_migrations = !coll->has_allow_migrations || coll->allow_migrations;
     info->generation = shl_collection_type_generation(coll);
 }
@@ -96,6 +98,7 @@ shl_routing_table_ref(shl_routing_table_t *rt)
 static void
 table_free(shl_routing_table_t *rt)
 {
+    shl_collator_release(rt->default_collator);
     bson_free(rt->ns);
     shl_shard_key_pattern_cleanup(&rt->key);
     bson_free(rt->chunks);
@@ -133,6 +136,12 @@ const shl_shard_key_pattern_t *
 shl_routing_table_key_pattern(const shl_routing_table_t *rt)
 {
     return &rt->key;
+}
+
+const shl_collator_t *
+shl_routing_table_default_collator(const shl_routing_table_t *rt)
+{
+    return rt->default_collator;
 }
 
 bool
@@ -585,6 +594,7 @@ build(const shl_routing_table_info_t *info, const shl_routing_table_t *old,
         rt->ns = bson_strdup(old->ns);
         rt->uuid = old->uuid;
         rt->unique = old->unique;
+        rt->default_collator = shl_collator_ref(old->default_collator);
         rt->allow_migrations = old->allow_migrations;
         rt->generation = old->generation;
         SHL_ERR(shl_shard_key_pattern_init(&rt->key, &old->key.pattern, st));
@@ -592,6 +602,11 @@ build(const shl_routing_table_info_t *info, const shl_routing_table_t *old,
         rt->ns = bson_strdup(info->ns);
         rt->uuid = info->uuid;
         rt->unique = info->unique;
+        if (info->default_collation != NULL) {
+            /* Stored normalised by the shards; an unreadable one routes as simple. */
+            shl_status_t ignored = SHL_STATUS_INIT;
+            (void)shl_collator_new(info->default_collation, &rt->default_collator, &ignored);
+        }
         rt->allow_migrations = info->allow_migrations;
         rt->generation = info->generation;
         rt->generation.major = rt->generation.minor = 0;

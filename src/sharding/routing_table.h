@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "base/status.h"
+#include "bson/collation.h"
 #include "sharding/catalog_types.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
@@ -35,6 +36,7 @@ typedef struct shl_routing_table_info {
     bool unique;
     bool allow_migrations;          /* config.collections allowMigrations (default true) */
     shl_chunk_version_t generation; /* epoch + timestamp; major/minor ignored */
+    const bson_t *default_collation; /* config.collections defaultCollation, or NULL */
 } shl_routing_table_info_t;
 
 /* shl_routing_table_info_from_collection -- fill 'info' from a config.collections entry
@@ -74,6 +76,9 @@ const char *shl_routing_table_ns(const shl_routing_table_t *rt);
 const shl_uuid_t *shl_routing_table_uuid(const shl_routing_table_t *rt);
 const shl_shard_key_pattern_t *shl_routing_table_key_pattern(const shl_routing_table_t *rt);
 bool shl_routing_table_unique(const shl_routing_table_t *rt);
+/* shl_routing_table_default_collator -- the collection's default collation (borrowed, lives
+ * as long as 'rt'; NULL: simple). */
+const shl_collator_t *shl_routing_table_default_collator(const shl_routing_table_t *rt);
 bool shl_routing_table_allow_migrations(const shl_routing_table_t *rt);
 
 /* shl_routing_table_collection_version -- the highest chunk version. */

@@ -52,6 +52,7 @@ shl_rs_state_release(shl_rs_state_t *rs)
     if (rs != NULL && atomic_fetch_sub(&rs->refs, 1) == 1) {
         pthread_cond_destroy(&rs->wait_cv);
         pthread_mutex_destroy(&rs->wait_mu);
+        bson_free(atomic_load(&rs->version_slots));
         bson_free(rs);
     }
 }
@@ -119,6 +120,7 @@ index_free(shl_index_t *idx)
     }
     bson_free(idx->ident);
     bson_free(idx->uri);
+    shl_collator_release(idx->collator);
     if (idx->keygen != NULL) {
         idx->keygen->destroy(idx->keygen);
     }
@@ -227,6 +229,9 @@ index_new(shl_storage_engine_t *eng, const bson_t *spec, const char *ident, shl_
     idx->rid_suffix = !idx->unique;
     idx->ident = bson_strdup(ident);
     idx->uri = bson_strdup_printf("table:%s", ident);
+    if (bson_iter_init_find(&it, spec, "collation")) {
+        SHL_ERR(shl_collator_from_iter(&it, "collation", &idx->collator, st));
+    }
     SHL_ERR(eng->keygen_factory(spec, &idx->keygen, st));
     *out = idx;
     idx = NULL;
@@ -236,6 +241,28 @@ done:
 }
 
 /* A copy of 'c' under 'ns' (or the same ns when NULL), sharing indexes by rebuild. */
+/* A new index object for the same table as 'src', with its flags. */
+static int
+index_copy(shl_storage_engine_t *eng, const shl_index_t *src, shl_index_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_index_t *idx = NULL;
+
+    SHL_ERR(index_new(eng, src->spec, src->ident, &idx, st));
+    idx->multikey = src->multikey;
+    idx->multikey_paths = src->multikey_paths;
+    idx->num_types = src->num_types;
+    idx->durable_multikey_paths = src->durable_multikey_paths;
+    idx->durable_num_types = src->durable_num_types;
+    idx->min_visible_ts = src->min_visible_ts;
+    if (src->versioned) {
+        index_set_versioned(idx);
+    }
+done:
+    *out = ret == 0 ? idx : NULL;
+    return ret;
+}
+
 static int
 coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
            const char *skip_index, shl_collection_t **out, shl_status_t *st)
@@ -249,16 +276,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
         if (skip_index != NULL && strcmp(c->indexes[i]->name, skip_index) == 0) {
             continue;
         }
-        SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
-        idx->multikey = c->indexes[i]->multikey;
-        idx->multikey_paths = c->indexes[i]->multikey_paths;
-        idx->num_types = c->indexes[i]->num_types;
-        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
-        idx->durable_num_types = c->indexes[i]->durable_num_types;
-        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
-        if (c->indexes[i]->versioned) {
-            index_set_versioned(idx);
-        }
+        SHL_ERR(index_copy(eng, c->indexes[i], &idx, st));
         coll_add_index(n, idx);
     }
     *out = n;
@@ -290,16 +308,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
         if (c->indexes[i]->min_visible_ts > ts) {
             continue;
         }
-        SHL_ERR(index_new(eng, c->indexes[i]->spec, c->indexes[i]->ident, &idx, st));
-        idx->multikey = c->indexes[i]->multikey;
-        idx->multikey_paths = c->indexes[i]->multikey_paths;
-        idx->num_types = c->indexes[i]->num_types;
-        idx->durable_multikey_paths = c->indexes[i]->durable_multikey_paths;
-        idx->durable_num_types = c->indexes[i]->durable_num_types;
-        idx->min_visible_ts = c->indexes[i]->min_visible_ts;
-        if (c->indexes[i]->versioned) {
-            index_set_versioned(idx);
-        }
+        SHL_ERR(index_copy(eng, c->indexes[i], &idx, st));
         coll_add_index(n, idx);
     }
     *out = n;
@@ -1143,16 +1152,23 @@ ddl_oplog(shl_storage_txn_t *txn, const char *db, const uint8_t *uuid, const bso
  * DDL bodies (inside one transaction; the runner holds the locks)
  * ------------------------------------------------------------------------------ */
 
+/* The _id index spec of a collection with options 'opts': the collection's default
+ * collation (stored normalised) is its collation, as in MongoDB. */
 static void
-append_id_index(bson_t *doc, const char *key)
+append_id_index(bson_t *doc, const char *key, const bson_t *opts)
 {
     bson_t child, k;
+    bson_iter_t it;
     bson_append_document_begin(doc, key, -1, &child);
     BSON_APPEND_INT32(&child, "v", 2);
     BSON_APPEND_DOCUMENT_BEGIN(&child, "key", &k);
     BSON_APPEND_INT32(&k, "_id", 1);
     bson_append_document_end(&child, &k);
     BSON_APPEND_UTF8(&child, "name", "_id_");
+    if (opts != NULL && bson_iter_init_find(&it, opts, "collation") &&
+        BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_append_iter(&child, "collation", -1, &it);
+    }
     bson_append_document_end(doc, &child);
 }
 
@@ -1217,7 +1233,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     c = coll_alloc(ns, uuid, &opts, ident, rs);
     {
         bson_t *tmp = bson_new();
-        append_id_index(tmp, "spec");
+        append_id_index(tmp, "spec", &opts);
         bson_iter_init_find(&it, tmp, "spec");
         {
             const uint8_t *data;
@@ -1250,7 +1266,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     if (versioned) {
         BSON_APPEND_BOOL(&o, SHL_COLL_OPT_VERSIONED, true);
     }
-    append_id_index(&o, "idIndex");
+    append_id_index(&o, "idIndex", &opts);
     SHL_ERR(ddl_oplog(txn, c->db, uuid, &o, NULL, ts, st));
     shl_txn_add_change(txn, ns, c);
     c = NULL;
@@ -1871,7 +1887,7 @@ body_coll_mod(shl_storage_txn_t *txn, const char *ns, const bson_t *mod, bool mi
               bson_t *info, shl_status_t *st)
 {
     static const char *const coll_fields[] = {"validator", "validationLevel", "validationAction",
-                                              NULL};
+                                              "changeStreamPreAndPostImages", NULL};
     shl_collection_t *c = NULL, *n = NULL;
     const shl_index_t *idx = NULL;
     shl_index_t *repl = NULL;

@@ -15,6 +15,7 @@
 
 #include "base/namespace.h"
 #include "base/status.h"
+#include "bson/collation.h"
 #include "storage/storage.h"
 
 #define SHL_OPLOG_NS "local.oplog.rs"
@@ -24,10 +25,11 @@
  * collection's options: listCollections does not show it; the create oplog entry carries it
  * so replay builds the same layout): {versionedRecords: true} makes a versioned collection,
  * for tables of one small document per key rewritten at a high rate (config.transactions).
- * Its _id index is versioned (shl_index_t.versioned) and shl_doc_upsert_derived stores each
- * new version of a document under a new RecordId and a new _id index entry, removing the
- * old ones in the same transaction: no WiredTiger key is written more than twice (insert,
- * remove), so no key accumulates an update chain over the snapshot history window. Other
+ * Its _id index is versioned (shl_index_t.versioned) and shl_doc_upsert_derived rewrites a
+ * version in place a few times, then stores the next version of the document under a new
+ * RecordId and a new _id index entry, removing the old ones in the same transaction: no
+ * WiredTiger key takes more than a handful of writes, so no key accumulates an update chain
+ * over the snapshot history window. Other
  * writes (insert/update/delete) behave as in any collection.
  */
 #define SHL_COLL_OPT_VERSIONED "versionedRecords"
@@ -52,6 +54,7 @@ typedef struct shl_index {
     char *ident;             /* "index-7" */
     char *uri;               /* "table:index-7" */
     shl_keygen_t *keygen;    /* from the engine's keygen factory */
+    shl_collator_t *collator; /* spec.collation (a reference); NULL: simple */
     bool multikey;           /* some committed document had an array on a key path (never cleared);
                                 stored as "multikey" in the catalog entry */
     uint64_t multikey_paths; /* bit i (63: i >= 63): key field i's path held an array

@@ -5,6 +5,7 @@
  * bounded cursors. See index.h; DESIGN.md section 5.
  */
 #include "bson/bson_iter.h"
+#include "bson/collation.h"
 #include "storage/storage_private.h"
 
 #include <inttypes.h>
@@ -147,6 +148,7 @@ typedef struct kg_state {
     size_t n;
     kg_field_t *f;
     bool sparse;
+    shl_collator_t *coll; /* spec.collation (a reference); NULL: simple */
 } kg_state_t;
 
 /* Values found at one path: borrowed views into the document. */
@@ -301,7 +303,15 @@ kg_gen(const shl_keygen_t *kg, const bson_t *doc, shl_keyset_t *keys, shl_status
             kb.len = 0;
             for (size_t i = 0; i < s->n; i++) {
                 const bson_value_t *v = i == multi ? &vals[i].v[k] : &vals[i].v[0];
-                shl_keystring_append_value(&kb, v, s->f[i].descending);
+                if (s->coll != NULL) {
+                    /* A collated index stores strings as their ICU sort keys, as MongoDB. */
+                    bson_value_t ck;
+                    shl_collator_value_key(s->coll, v, &ck);
+                    shl_keystring_append_value(&kb, &ck, s->f[i].descending);
+                    bson_value_destroy(&ck);
+                } else {
+                    shl_keystring_append_value(&kb, v, s->f[i].descending);
+                }
             }
             shl_keyset_add(keys, kb.data, kb.len);
         }
@@ -345,6 +355,7 @@ kg_destroy(shl_keygen_t *kg)
         bson_free(s->f[i].path);
     }
     if (s != NULL) {
+        shl_collator_release(s->coll);
         bson_free(s->f);
         bson_free(s);
     }
@@ -395,6 +406,9 @@ shl_keygen_default_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t 
     if (bson_iter_init_find(&it, spec, "sparse")) {
         s->sparse = bson_iter_as_bool(&it);
     }
+    if (bson_iter_init_find(&it, spec, "collation")) {
+        SHL_ERR(shl_collator_from_iter(&it, "collation", &s->coll, st));
+    }
     kg = bson_malloc0(sizeof(*kg));
     kg->gen = kg_gen;
     kg->dup_key_value = kg_dup_key_value;
@@ -407,6 +421,7 @@ done:
         for (size_t i = 0; i < s->n; i++) {
             bson_free(s->f[i].path);
         }
+        shl_collator_release(s->coll);
         bson_free(s->f);
         bson_free(s);
     }
@@ -427,11 +442,18 @@ shl_index_keys_for_doc(const shl_index_t *idx, const bson_t *doc, shl_keyset_t *
 }
 
 void
-shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys)
+shl_index_id_key(const shl_index_t *idx, const bson_value_t *id, shl_keyset_t *keys)
 {
     shl_keystring_t kb;
     shl_keystring_init(&kb);
-    shl_keystring_append_value(&kb, id, false);
+    if (idx != NULL && idx->collator != NULL) {
+        bson_value_t ck;
+        shl_collator_value_key(idx->collator, id, &ck);
+        shl_keystring_append_value(&kb, &ck, false);
+        bson_value_destroy(&ck);
+    } else {
+        shl_keystring_append_value(&kb, id, false);
+    }
     shl_keyset_clear(keys);
     shl_keyset_add(keys, kb.data, kb.len);
     shl_keystring_cleanup(&kb);
@@ -825,7 +847,7 @@ shl_doc_find_by_id(shl_storage_txn_t *txn, const shl_collection_t *coll, const b
     if (coll->nindexes == 0 || !coll->indexes[0]->is_id) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "collection %s has no _id index", coll->ns);
     }
-    shl_index_id_key(id, &keys);
+    shl_index_id_key(coll->indexes[0], id, &keys);
     k = shl_keyset_key(&keys, 0, &len);
     SHL_ERR(shl_index_lookup(txn, coll->indexes[0], k, len, &r, found, st));
     if (*found) {

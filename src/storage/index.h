@@ -9,7 +9,8 @@
  * Versioned layout (shl_index_t.versioned: the _id index of a collection created with
  * SHL_COLL_OPT_VERSIONED, config.transactions): unique, but each entry is
  * key || RecordId(-rid) -> rid, so every version of a document is its own WiredTiger key,
- * inserted once and removed once (shl_doc_upsert_derived), and under one key the newest
+ * inserted once and removed once (shl_doc_upsert_derived; the record of a version is
+ * rewritten in place a few times before the next one), and under one key the newest
  * version (highest RecordId) sorts first. A lookup seeks to the key and takes the first
  * live entry: the removed older versions sort after it and are never stepped over (O(log n)
  * however many are still kept for the snapshot history window). Uniqueness on insert is a
@@ -113,10 +114,12 @@ int shl_index_dup_key_status(const char *ns, const shl_index_t *idx, const bson_
 
 /*
  * shl_index_id_key --
- *     The _id index key (KeyString) of value 'id' into 'keys' (cleared first), so
- *     callers can look a document up by _id with shl_index_lookup.
+ *     The key (KeyString) of value 'id' in _id index 'idx' (its collation's sort keys for
+ *     strings; 'idx' NULL: simple) into 'keys' (cleared first), so callers can look a
+ *     document up by _id with shl_index_lookup. Under a non-simple collation the lookup finds
+ *     the document whose _id equals 'id' under it (the index is unique under it).
  */
-void shl_index_id_key(const bson_value_t *id, shl_keyset_t *keys);
+void shl_index_id_key(const shl_index_t *idx, const bson_value_t *id, shl_keyset_t *keys);
 
 /*
  * shl_index_lookup --

@@ -141,8 +141,8 @@ shl_record_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t 
 
     SHL_ERR(check_writable(txn, coll, st));
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, coll->uri, &c, st));
+    /* Positioned by the search: WiredTiger updates in place without searching again. */
     SHL_ERR(seek_existing(c, coll, rid, &old, st));
-    c->set_key(c, rid);
     c->set_value(c, &v);
     wtret = c->update(c);
     if (wtret != 0) {
@@ -166,8 +166,8 @@ shl_record_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t 
 
     SHL_ERR(check_writable(txn, coll, st));
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, coll->uri, &c, st));
+    /* Positioned by the search: WiredTiger removes in place without searching again. */
     SHL_ERR(seek_existing(c, coll, rid, &old, st));
-    c->set_key(c, rid);
     wtret = c->remove(c);
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "record delete"));

@@ -169,6 +169,10 @@ int shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st);
 /* Transaction options; NULL means all defaults. */
 typedef struct shl_storage_txn_opts {
     uint64_t read_timestamp; /* 0: read the latest committed data; else WT read_timestamp */
+    /* Reads pass over other transactions' prepared writes (WT ignore_prepare) instead of
+     * waiting for their decision: for estimates (dataSize, splitVector), as MongoDB's
+     * internal size reads ignore prepare conflicts. Such a transaction must not write. */
+    bool ignore_prepare;
 } shl_storage_txn_opts_t;
 
 /*

@@ -30,12 +30,23 @@ typedef struct shl_wt_session {
     struct shl_wt_session *next; /* pool free list; guarded by engine pool_mu */
 } shl_wt_session_t;
 
+/* Versioned collections (write.c): which current versions may still be rewritten in place,
+ * per slot (RecordId % SHL_VERSION_SLOTS) the RecordId << 8 | its writes in place. */
+#define SHL_VERSION_SLOTS 1024
+typedef struct shl_version_slots {
+    atomic_ullong slot[SHL_VERSION_SLOTS];
+} shl_version_slots_t;
+
 /* Record-store state shared by every snapshot of one collection (renames keep it). */
 typedef struct shl_rs_state {
     atomic_int refs;
     atomic_llong next_rid; /* next RecordId to hand out */
     atomic_llong num_records;
     atomic_llong data_size;
+    /* Versioned collections only (NULL until their first versioned write; set once by CAS,
+     * freed with the state). Relaxed atomics in the slots: a lost count only moves a
+     * version early or one write late. */
+    _Atomic(shl_version_slots_t *) version_slots;
     /* Commit notification for tailable cursors: commit_seq moves after every commit
      * that wrote the record store (for the oplog: after every transaction that reserved
      * a timestamp ends, since that may move the no-holes point); waiters sleep on

@@ -2484,8 +2484,9 @@ derived_write(shl_storage_engine_t *eng, const char *ns, const bson_t *doc, int6
     shl_collection_release(c);
 }
 
-/* A versioned collection (config.transactions' layout): every write of a document is a new
- * record and a new _id entry, the old ones are removed, and a lookup finds the newest. */
+/* A versioned collection (config.transactions' layout): a version is rewritten in place at
+ * most 6 times (SHL_VERSION_IN_PLACE_MAX), then the next write is a new record and a new _id
+ * entry and the old ones are removed, and a lookup finds the newest. */
 SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
 {
     char *dir = tmpdir();
@@ -2496,6 +2497,7 @@ SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
     shl_status_t st;
     int64_t rid = 0, prev, first, got_rid = 0;
     size_t nent = 0;
+    int in_place = 0, moves = 0;
     bson_t got;
     bool found;
 
@@ -2519,9 +2521,17 @@ SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
             rid = 0;
         }
         derived_write(eng, "config.transactions", doc, &rid);
-        ASSERT(rid > prev);
         bson_destroy(doc);
-        /* The old record is gone, the new one holds the document. */
+        if (rid == prev) {
+            /* Rewritten in place: 6 times at most, and never without the hint. */
+            ASSERT(++in_place <= 6 && i % 100 != 0);
+            continue;
+        }
+        ASSERT(rid > prev);
+        ASSERT(in_place == 6 || i % 100 == 0 || i == 1);
+        in_place = 0;
+        moves++;
+        /* Moved: the old record is gone, the new one holds the document. */
         c = shl_catalog_get(eng, "config.transactions");
         ASSERT_INT_EQ(shl_storage_txn_begin(eng, NULL, &txn, &st), 0);
         ASSERT_INT_EQ(shl_record_get(txn, c, prev, &got, &found, &st), 0);
@@ -2530,6 +2540,7 @@ SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
         shl_storage_txn_abort(txn);
         shl_collection_release(c);
     }
+    ASSERT(moves >= 2000 / 7 && moves <= 2000 / 7 + 21);
     /* One record and one _id entry per document; the lookup returns the newest. */
     ASSERT_SCAN(eng, "config.transactions", true,
                 "[{ \"_id\" : 8, \"n\" : 0 }, { \"_id\" : 7, \"n\" : 2000 }]");

@@ -27,10 +27,13 @@ shl_storage_txn_begin(shl_storage_engine_t *eng, const shl_storage_txn_opts_t *o
     *out = NULL;
     txn->eng = eng;
     SHL_ERR(shl_wt_session_get(eng, &txn->sess, st));
+    cfg[0] = '\0';
     if (opts != NULL && opts->read_timestamp != 0) {
         snprintf(cfg, sizeof(cfg), "read_timestamp=%" PRIx64, opts->read_timestamp);
-    } else {
-        cfg[0] = '\0';
+    }
+    if (opts != NULL && opts->ignore_prepare) {
+        snprintf(cfg + strlen(cfg), sizeof(cfg) - strlen(cfg), "%signore_prepare=true",
+                 cfg[0] != '\0' ? "," : "");
     }
     wtret = txn->sess->wt->begin_transaction(txn->sess->wt, cfg);
     if (wtret != 0) {

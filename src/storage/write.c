@@ -11,6 +11,16 @@
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/update_description.h"
+
+/* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
+static _Thread_local bool tls_from_migrate;
+
+void
+shl_storage_set_from_migrate(bool on)
+{
+    tls_from_migrate = on;
+}
 
 int
 shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
@@ -27,8 +37,21 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
-    shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng), txn->wall_ms,
-                          extra);
+    if (tls_from_migrate && op != 'n') {
+        bson_t marked = BSON_INITIALIZER;
+        if (extra != NULL) {
+            bson_concat(&marked, extra);
+        }
+        if (!bson_has_field(&marked, "fromMigrate")) {
+            BSON_APPEND_BOOL(&marked, "fromMigrate", true);
+        }
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                              txn->wall_ms, &marked);
+        bson_destroy(&marked);
+    } else {
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                              txn->wall_ms, extra);
+    }
     v.data = bson_get_data(&entry);
     v.size = entry.len;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
@@ -312,6 +335,45 @@ done:
     return ret;
 }
 
+/* Whether 'coll' keeps pre-images for change streams (changeStreamPreAndPostImages). */
+static bool
+pre_images_enabled(const shl_collection_t *coll)
+{
+    bson_iter_t it, sub;
+    return coll->options != NULL &&
+           bson_iter_init_find(&it, coll->options, "changeStreamPreAndPostImages") &&
+           BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+           bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub);
+}
+
+/*
+ * The extra fields of an update or delete entry ('after' NULL): the caller's, then what change
+ * streams read from it -- updateDescription (an update by operators) and preImage (a
+ * collection with changeStreamPreAndPostImages). Not in a multi-document transaction, whose
+ * ops are collected without extra fields.
+ */
+static void
+change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
+                     const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
+                     bson_t *extra)
+{
+    if (wo != NULL && wo->oplog_extra != NULL) {
+        bson_concat(extra, wo->oplog_extra);
+    }
+    if (txn->multi) {
+        return;
+    }
+    if (after != NULL && wo != NULL && wo->describe_update) {
+        bson_t desc = BSON_INITIALIZER;
+        shl_update_description(before, after, &desc);
+        BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
+        bson_destroy(&desc);
+    }
+    if (pre_images_enabled(coll)) {
+        BSON_APPEND_DOCUMENT(extra, "preImage", before);
+    }
+}
+
 int
 shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid,
                const bson_t *old_doc, const bson_t *new_doc, const shl_write_opts_t *wo,
@@ -367,8 +429,11 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
-        SHL_ERR(shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2,
-                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        bson_t extra = BSON_INITIALIZER;
+        change_stream_fields(txn, coll, wo, old_doc, new_doc, &extra);
+        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }
@@ -412,8 +477,11 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
-        SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL,
-                                      wo != NULL ? wo->oplog_extra : NULL, ts, st));
+        bson_t extra = BSON_INITIALIZER;
+        change_stream_fields(txn, coll, wo, old_doc, NULL, &extra);
+        ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
+        bson_destroy(&extra);
+        SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }
@@ -449,12 +517,60 @@ done:
     return ret;
 }
 
+/* Versioned collections: how many times a version is rewritten in place before the next write
+ * moves it to a new RecordId, and the slots that count it (storage_private.h). A WiredTiger
+ * key then holds at most SHL_VERSION_IN_PLACE_MAX + 2 updates (insert, rewrites, remove),
+ * however long the snapshot history window. */
+#define SHL_VERSION_IN_PLACE_MAX 6
+
+/* The slot of version 'rid' (the array made on first use). */
+static atomic_ullong *
+version_slot(shl_rs_state_t *rs, int64_t rid)
+{
+    shl_version_slots_t *slots = atomic_load(&rs->version_slots);
+
+    if (slots == NULL) {
+        shl_version_slots_t *mine = bson_malloc0(sizeof(*mine));
+        if (atomic_compare_exchange_strong(&rs->version_slots, &slots, mine)) {
+            slots = mine;
+        } else {
+            bson_free(mine); /* another writer's array won: 'slots' holds it now */
+        }
+    }
+    return &slots->slot[(uint64_t)rid % SHL_VERSION_SLOTS];
+}
+
+/* Whether version 'rid' may take one more write in place (then counted): only while its slot
+ * names it with fewer than SHL_VERSION_IN_PLACE_MAX such writes. */
+static bool
+version_take_in_place(shl_rs_state_t *rs, int64_t rid)
+{
+    atomic_ullong *slot = version_slot(rs, rid);
+    unsigned long long v = atomic_load_explicit(slot, memory_order_relaxed);
+    bool ok = (v >> 8) == (unsigned long long)rid && (v & 0xff) < SHL_VERSION_IN_PLACE_MAX;
+
+    if (ok) {
+        atomic_store_explicit(slot, v + 1, memory_order_relaxed);
+    }
+    return ok;
+}
+
+/* Version 'rid' is new: it may take SHL_VERSION_IN_PLACE_MAX writes in place. */
+static void
+version_started(shl_rs_state_t *rs, int64_t rid)
+{
+    atomic_store_explicit(version_slot(rs, rid), (unsigned long long)rid << 8,
+                          memory_order_relaxed);
+}
+
 /*
- * A versioned collection (catalog.h SHL_COLL_OPT_VERSIONED): 'doc' (with _id 'id') becomes a
- * new record under a fresh RecordId with a new _id index entry, and the current version (the
- * record *rid when it still exists, else the one the _id index finds) and its entry are
- * removed: every WiredTiger key is inserted once and removed once. *rid (may be NULL) receives
- * the new RecordId. The txn is in replay mode (fixed timestamp, no oplog entry).
+ * A versioned collection (catalog.h SHL_COLL_OPT_VERSIONED): with a hint *rid whose version
+ * may still be rewritten in place (version_take_in_place), 'doc' replaces it there. Otherwise
+ * 'doc' (with _id 'id') becomes a new record under a fresh RecordId with a new _id index
+ * entry, and the current version (the record *rid when it still exists, else the one the _id
+ * index finds) and its entry are removed. So no WiredTiger key takes more than
+ * SHL_VERSION_IN_PLACE_MAX + 2 writes, and most writes cost one record update. *rid (may be
+ * NULL) receives the RecordId. The txn is in replay mode (fixed timestamp, no oplog entry).
  */
 static int
 upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,
@@ -472,6 +588,19 @@ upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bso
 
     shl_keyset_init(&idk);
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    if (old != 0 && coll->nindexes == 1 && version_take_in_place(coll->rs, old)) {
+        ret = shl_record_update(txn, coll, old, doc, st);
+        if (ret == 0) {
+            nrid = old;
+            goto done;
+        }
+        if (ret != SHL_CODE_NO_SUCH_KEY) {
+            goto done;
+        }
+        shl_status_clear(st); /* gone since (reaped): look it up below */
+        old = 0;
+        ret = 0;
+    }
     if (coll->nindexes != 1) {
         /* Other indexes need the old document's keys: the general delete and insert. */
         bson_destroy(&cur);
@@ -502,7 +631,8 @@ upsert_versioned(shl_storage_txn_t *txn, const shl_collection_t *coll, const bso
     }
     nrid = atomic_fetch_add(&coll->rs->next_rid, 1);
     SHL_ERR(shl_record_insert_at(txn, coll, nrid, doc, st));
-    shl_index_id_key(id, &idk);
+    version_started(coll->rs, nrid);
+    shl_index_id_key(idx, id, &idk);
     k = shl_keyset_key(&idk, 0, &klen);
     SHL_ERR(shl_index_move_version(txn, idx, k, klen, old, nrid, st));
 done:

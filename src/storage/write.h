@@ -26,7 +26,19 @@ typedef struct shl_write_opts {
     /* Receives the timestamp of the write's own oplog entry when not NULL (a capped
      * insert's trimming deletes come after it with timestamps of their own). */
     uint64_t *ts;
+    /* An update by operators or a pipeline (not a replacement): its 'u' entry also carries
+     * `updateDescription` (bson/update_description.h), which change streams report; entries
+     * without it are replacements (docs/design/change_streams.md). */
+    bool describe_update;
 } shl_write_opts_t;
+
+/*
+ * shl_storage_set_from_migrate --
+ *     While on, the oplog entries of the calling thread's document writes carry
+ *     fromMigrate: true (a chunk migration recipient's clone and catch-up writes, which
+ *     change streams hide). Thread-local; the caller turns it off again.
+ */
+void shl_storage_set_from_migrate(bool on);
 
 /*
  * shl_doc_insert --
@@ -74,10 +86,11 @@ int shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t
  *     document last time (0: unknown), and where it is now. With a hint, a collection whose
  *     only index is _id has the record replaced in place, without the _id lookup and key
  *     maintenance (its _id key cannot change); a record gone since falls back to the full
- *     upsert. In a versioned collection (catalog.h SHL_COLL_OPT_VERSIONED) the document is
- *     never replaced in place: it is inserted under a new RecordId and _id index entry and
- *     the old record and entry are removed, so *rid changes on every call; with a valid hint
- *     and only the _id index there is no lookup at all. Errors: as shl_doc_update /
+ *     upsert. In a versioned collection (catalog.h SHL_COLL_OPT_VERSIONED) a version is
+ *     replaced in place at most a few times (write.c SHL_VERSION_IN_PLACE_MAX); the write
+ *     after that inserts it under a new RecordId and _id index entry and removes the old
+ *     record and entry, so *rid changes then; with a valid hint and only the _id index there
+ *     is no lookup at all. Errors: as shl_doc_update /
  *     shl_doc_insert; BadValue without _id.
  */
 int shl_doc_upsert_derived(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *doc,

@@ -2,6 +2,7 @@
 folders, wait until they answer, and stop them by pid. Modelled on MongoDB's
 ShardingTest/ReplSetTest: tests talk to them with pymongo as any user would."""
 
+import base64
 import contextlib
 import json
 import os
@@ -287,11 +288,27 @@ class ShaleCluster:
     (names "shard0", ...). add_router() starts another router on the same config
     server. stop() / cleanup() stop every process by pid."""
 
-    def __init__(self, shards=2, test_commands=True, base=None, shard_extra=(), config_extra=()):
+    def __init__(self, shards=2, test_commands=True, base=None, shard_extra=(), config_extra=(),
+                 router_extra=(), key_file=False, admin=("admin", "admin-pw")):
         self.own_base = base is None
         self.shard_extra = list(shard_extra)  # more arguments for every shard
         self.config_extra = list(config_extra)  # more arguments for the config server
+        self.router_extra = list(router_extra)  # more arguments for every router
         self.base = base or tempfile.mkdtemp(prefix="shale-cluster-")
+        # key_file: every process runs with --keyFile (access control on, members
+        # authenticate to each other); the first router creates 'admin' (root) through the
+        # localhost exception and router_client() authenticates as it.
+        self.auth = None
+        if key_file:
+            self.key_file = os.path.join(self.base, "keyfile")
+            with open(self.key_file, "w") as f:
+                f.write(base64.b64encode(os.urandom(48)).decode() + "\n")
+            os.chmod(self.key_file, 0o600)
+            extra = ["--keyFile", self.key_file]
+            self.shard_extra += extra
+            self.config_extra += extra
+            self.router_extra += extra
+            self.auth = admin
         self.test_commands = test_commands
         self.config = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"],
                                    dbpath=os.path.join(self.base, "config"), name="config",
@@ -330,6 +347,14 @@ class ShaleCluster:
         for p in [self.config] + self.shards:
             p.wait_ready()
         self.add_router()
+        if self.auth is not None:
+            c = self.routers[0].client()
+            try:
+                c.admin.command("createUser", self.auth[0], pwd=self.auth[1], roles=["root"])
+            except pymongo.errors.OperationFailure as e:
+                if e.code not in (13, 51003):  # a restarted cluster has its user already
+                    raise
+            c.close()
         admin = self.router_client().admin
         listed = {s["_id"] for s in admin.command("listShards")["shards"]}
         for i in range(len(self.shards)):
@@ -344,7 +369,7 @@ class ShaleCluster:
                          dbpath=os.path.join(self.base, "router%d" % n), name="router%d" % n,
                          test_commands=self.test_commands)
         self.routers.append(r)
-        r.start()
+        r.start(extra=self.router_extra)
         return r
 
     def restart_shard(self, i):
@@ -358,6 +383,8 @@ class ShaleCluster:
         return self.config
 
     def router_client(self, i=0, **kw):
+        if self.auth is not None and "username" not in kw:
+            kw.update(username=self.auth[0], password=self.auth[1])
         return self.routers[i].client(**kw)
 
     def shard_client(self, i, **kw):

@@ -10,6 +10,7 @@ import pytest
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
+import wire_util
 from shale_fixtures import module_cluster
 
 DB = "itx"
@@ -53,6 +54,21 @@ def test_update_one_moves_document_to_other_shard(cl):
     assert (res.matched_count, res.modified_count) == (1, 1)
     assert on_shard(cl, 0, "u1") == {"_id": "u1", "x": -7, "v": 3}
     assert on_shard(cl, 1, "u1") is None
+
+
+def test_large_document_moves_to_other_shard(cl):
+    """The shard's WouldChangeOwningShard answer carries images of any size."""
+    c = cl.router.client()
+    big = "b" * 300000
+    c[DB].moves.insert_one({"_id": "big1", "x": -70, "pad": big})
+    res = c[DB].moves.update_one({"_id": "big1", "x": -70}, {"$set": {"x": 70}})
+    assert (res.matched_count, res.modified_count) == (1, 1)
+    assert on_shard(cl, 0, "big1") is None
+    assert on_shard(cl, 1, "big1") == {"_id": "big1", "x": 70, "pad": big}
+    doc = c[DB].moves.find_one_and_update({"x": 70}, {"$set": {"x": -71}},
+                                          return_document=ReturnDocument.AFTER)
+    assert doc == {"_id": "big1", "x": -71, "pad": big}
+    assert on_shard(cl, 0, "big1")["x"] == -71
 
 
 def test_update_in_a_batch_moves_only_its_document(cl):
@@ -372,3 +388,207 @@ def test_upsert_without_shard_key(cl):
         {"q": {"g": "b1"}, "u": {"$set": {"x": -3}}, "upsert": True},
         {"q": {"g": "b2"}, "u": {"$set": {"x": 3}}, "upsert": True}], ordered=False)
     assert r["n"] == 2 and [u["index"] for u in r["upserted"]] == [0, 1]
+
+
+# ---------------------------------------------------------------- retries of retryable writes
+# A retryable write the router ran as an internal transaction, sent again with the same lsid
+# and txnNumber (as a driver does when the reply was lost), is applied once and answered as
+# the first time plus retriedStmtIds. Raw commands carry the exact lsid and txnNumber.
+
+
+class Raw:
+    """Raw commands to the router on one connection, all with one lsid."""
+
+    def __init__(self, cl):
+        import uuid
+        from bson import Binary
+        self.sock = wire_util.connect(cl.router.port)
+        self.lsid = {"id": Binary(uuid.uuid4().bytes, 4)}
+
+    def __call__(self, cmd, txn_number):
+        from bson import Int64
+        body = dict(cmd)
+        body.update({"lsid": self.lsid, "txnNumber": Int64(txn_number), "$db": DB})
+        r = wire_util.command(self.sock, body)
+        for k in ("$clusterTime", "operationTime"):
+            r.pop(k, None)
+        return r
+
+    def close(self):
+        self.sock.close()
+
+
+def _twice(raw, cmd, txn_number=1):
+    first = raw(cmd, txn_number)
+    second = raw(cmd, txn_number)
+    assert first["ok"] == 1, first
+    retried = second.pop("retriedStmtIds", None) or second.pop("retriedStmtId", None)
+    assert retried is not None, second
+    assert first == second
+    return first
+
+
+def test_retried_writes_without_shard_key_apply_once(cl):
+    c = cl.router.client()
+    reshard(c, "rty")
+    c[DB].rty.insert_many([{"_id": 1, "x": -1, "g": "a", "v": 0},
+                           {"_id": 2, "x": 1, "g": "a", "v": 0},
+                           {"_id": 3, "x": -2, "g": "b"}, {"_id": 4, "x": 2, "g": "b"},
+                           {"_id": 5, "x": -3, "g": "c"}, {"_id": 6, "x": 3, "g": "c"}])
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"update": "rty", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}]})
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 1
+        # The update makes its filter match nothing any more: the retry still answers n: 1,
+        # and does not update the other document.
+        r = _twice(raw, {"update": "rty", "updates": [{"q": {"g": "b"}, "u": {"$set": {"g": "B"}}}]},
+                   2)
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert c[DB].rty.count_documents({"g": "B"}) == 1
+        r = _twice(raw, {"delete": "rty", "deletes": [{"q": {"g": "c"}, "limit": 1}]}, 3)
+        assert r["n"] == 1
+        assert c[DB].rty.count_documents({"g": "c"}) == 1
+        r = _twice(raw, {"findAndModify": "rty", "query": {"g": "a"}, "sort": {"x": 1},
+                         "update": {"$inc": {"v": 10}}, "new": True}, 4)
+        assert r["value"] == {"_id": 1, "x": -1, "g": "a", "v": 11}
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 11
+        r = _twice(raw, {"update": "rty", "updates": [
+            {"q": {"g": "up"}, "u": {"$set": {"x": 5}, "$inc": {"v": 1}}, "upsert": True}]}, 5)
+        assert r["n"] == 1 and len(r["upserted"]) == 1
+        assert c[DB].rty.count_documents({"g": "up"}) == 1
+        # An older write of the session is refused now.
+        r = raw({"update": "rty", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}]}, 1)
+        # (mongos reports a shard's error as the statement's write error)
+        assert [e["code"] for e in r["writeErrors"]] == [225], r
+        assert sum(d["v"] for d in c[DB].rty.find({"g": "a"})) == 11
+    finally:
+        raw.close()
+
+
+def test_retried_shard_key_update_moves_once(cl):
+    c = cl.router.client()
+    c[DB].moves.insert_many([{"_id": "r1", "x": -40, "v": 0}, {"_id": "r2", "x": -41, "v": 0}])
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"update": "moves", "updates": [
+            {"q": {"_id": "r1", "x": -40}, "u": {"$set": {"x": 40}, "$inc": {"v": 1}}}]})
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert on_shard(cl, 1, "r1") == {"_id": "r1", "x": 40, "v": 1}
+        assert on_shard(cl, 0, "r1") is None
+        # By _id only (broadcast first), and through findAndModify.
+        r = _twice(raw, {"update": "moves", "updates": [
+            {"q": {"_id": "r1"}, "u": {"$set": {"x": -40}, "$inc": {"v": 1}}}]}, 2)
+        assert (r["n"], r["nModified"]) == (1, 1)
+        assert on_shard(cl, 0, "r1") == {"_id": "r1", "x": -40, "v": 2}
+        r = _twice(raw, {"findAndModify": "moves", "query": {"_id": "r2", "x": -41},
+                         "update": {"$set": {"x": 41}, "$inc": {"v": 1}}}, 3)
+        assert r["value"] == {"_id": "r2", "x": -41, "v": 0}
+        assert r["lastErrorObject"]["n"] == 1
+        assert on_shard(cl, 1, "r2") == {"_id": "r2", "x": 41, "v": 1}
+        r = _twice(raw, {"findAndModify": "moves", "query": {"_id": "r2", "x": 41},
+                         "update": {"$set": {"x": -41}, "$inc": {"v": 1}}, "new": True}, 4)
+        assert r["value"] == {"_id": "r2", "x": -41, "v": 2}
+        assert on_shard(cl, 0, "r2") == {"_id": "r2", "x": -41, "v": 2}
+    finally:
+        raw.close()
+
+
+def test_retry_after_chunk_migration_applies_once(cl):
+    """The shard's history of the internal transaction moves with the chunk: a retry that
+    reaches the recipient is answered from it."""
+    c = cl.router.client()
+    reshard(c, "rtm")
+    c[DB].rtm.insert_many([{"_id": 1, "x": -5, "g": "m", "v": 0},
+                           {"_id": 2, "x": -6, "g": "n", "v": 0},
+                           {"_id": 3, "x": 6, "g": "z"}])
+    raw, raw2 = Raw(cl), Raw(cl)
+    try:
+        upd = {"update": "rtm", "updates": [{"q": {"g": "m"}, "u": {"$inc": {"v": 1}}}]}
+        fam = {"findAndModify": "rtm", "query": {"g": "n"}, "remove": True}
+        first = raw(upd, 1)
+        assert (first["n"], first["nModified"]) == (1, 1)
+        assert raw2(fam, 1)["value"]["_id"] == 2
+        c.admin.command("moveChunk", DB + ".rtm", find={"x": -5}, to="shard1")
+        assert cl.shard_client(1)[DB].rtm.find_one({"_id": 1})["v"] == 1
+        second = raw(upd, 1)
+        assert second.pop("retriedStmtIds") == [0] and second == first
+        assert c[DB].rtm.find_one({"_id": 1})["v"] == 1
+        # The findAndModify's document came along as its image.
+        r = raw2(fam, 1)
+        assert r["retriedStmtId"] == 0 and r["value"] == {"_id": 2, "x": -6, "g": "n", "v": 0}
+        # An older write of the session: refused there too.
+        raw(upd, 2)
+        r = raw(upd, 1)
+        assert [e["code"] for e in r.get("writeErrors", [])] == [225] or r.get("code") == 225, r
+        assert c[DB].rtm.find_one({"_id": 1})["v"] == 2
+    finally:
+        raw.close()
+        raw2.close()
+
+
+def test_upserts_whose_document_belongs_to_another_shard(cl):
+    """The filter targets one shard, the upsert's new document belongs to the other: it is
+    inserted there in an internal transaction (MongoDB's shouldUpsert)."""
+    c = cl.router.client()
+    reshard(c, "ups")
+    res = c[DB].ups.update_one({"x": -1, "k": "a"}, {"$set": {"x": 1}}, upsert=True)
+    assert res.upserted_id is not None and res.matched_count == 0
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "a"})["_id"] == res.upserted_id
+    assert cl.shard_client(0)[DB].ups.count_documents({}) == 0
+    doc = c[DB].ups.find_one_and_update({"x": -2, "k": "b"}, {"$set": {"x": 2}}, upsert=True,
+                                        return_document=ReturnDocument.AFTER)
+    assert doc["x"] == 2 and doc["k"] == "b"
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "b"}) == doc
+    # Without retryWrites nor a transaction, as MongoDB: refused.
+    nr = cl.router.client(retryWrites=False)
+    with pytest.raises(WriteError) as e:
+        nr[DB].ups.update_one({"x": -3, "k": "c"}, {"$set": {"x": 3}}, upsert=True)
+    assert e.value.code == 20
+    # A findAndModify upsert without the shard key: two-phase, then inserted on its owner.
+    assert c[DB].ups.find_one_and_update({"k": "d"}, {"$set": {"x": 7}}, upsert=True) is None
+    assert cl.shard_client(1)[DB].ups.find_one({"k": "d"})["x"] == 7
+    doc = c[DB].ups.find_one_and_update({"k": "d"}, {"$inc": {"n": 1}}, upsert=True,
+                                        return_document=ReturnDocument.AFTER)
+    assert (doc["x"], doc["n"]) == (7, 1)
+    assert c[DB].ups.count_documents({"k": "d"}) == 1
+    # Retried with the same lsid and txnNumber: inserted once.
+    raw = Raw(cl)
+    try:
+        r = _twice(raw, {"findAndModify": "ups", "query": {"k": "e"}, "update": {"$set": {"x": -8}},
+                         "upsert": True, "new": True})
+        assert r["value"]["x"] == -8 and r["lastErrorObject"]["upserted"] == r["value"]["_id"]
+        assert c[DB].ups.count_documents({"k": "e"}) == 1
+        # A cross-shard upsert retried: inserted once, the same _id answered.
+        r = _twice(raw, {"update": "ups", "updates": [
+            {"q": {"x": -9, "k": "f"}, "u": {"$set": {"x": 9}, "$inc": {"n": 1}},
+             "upsert": True}]}, 2)
+        assert r["n"] == 1 and len(r["upserted"]) == 1
+        assert list(c[DB].ups.find({"k": "f"}, {"_id": 0})) == [{"x": 9, "k": "f", "n": 1}]
+    finally:
+        raw.close()
+
+
+def test_retry_after_the_shard_restarted_applies_once(cl):
+    """The answers of a committed retryable internal transaction are in its oplog entry: a
+    shard killed and restarted still answers the retry."""
+    c = cl.router.client()
+    reshard(c, "rtk")
+    c[DB].rtk.insert_many([{"_id": 1, "x": -1, "g": "k", "v": 0}, {"_id": 2, "x": 3}])
+    raw = Raw(cl)
+    upd = {"update": "rtk", "updates": [{"q": {"g": "k"}, "u": {"$inc": {"v": 1}}}],
+           "writeConcern": {"w": 1, "j": True}}
+    first = raw(upd, 1)
+    assert (first["n"], first["nModified"]) == (1, 1)
+    raw.close()
+    cl.shards[0].kill()
+    cl.restart_shard(0)
+    again = Raw(cl)
+    again.lsid = raw.lsid
+    try:
+        second = again(upd, 1)
+        assert second.pop("retriedStmtIds", None) == [0], second
+        assert second == first
+        assert c[DB].rtk.find_one({"_id": 1})["v"] == 1
+    finally:
+        again.close()

@@ -2,19 +2,47 @@
 docs/design/sharding-protocol.md "Renaming a sharded collection"): data on both shards
 under the new name, config metadata (same UUID, new epoch, chunks kept), targeting and
 indexes, dropTarget over sharded and unsharded targets, MongoDB's errors, a stale second
-router, a kill -9 of the config server in the middle of a rename, and retries that join a
-running rename (or conflict with it: 117). Real processes: a config server, two shards,
-routers; pymongo on the router and on each shard directly."""
+router, the primary shard's RenameCollectionCoordinator (_shardsvrRenameCollection, MongoDB
+7.0): kill -9 of the config server or of the primary shard in the middle of a rename, and
+retries that join a running rename (or conflict with it: 117). Real processes: a config
+server, two shards, routers; pymongo on the router and on each shard directly."""
 
-import time
 
 import pytest
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import (Background, config_db, error_code, fail_point, hang, logged,
-                            module_cluster, run_to_fail_point, standard_uuid_db, wait_until)
+from shale_fixtures import (Background, config_db, error_code, fail_point, hang,
+                            module_cluster, standard_uuid_db, wait_until)
 
 N = 400
+TYPE = "RenameCollectionCoordinator"
+PHASES = ["checkPreconditions", "freezeMigrations", "blockCrudAndRename", "renameMetadata",
+          "unblockCRUD"]
+
+
+def _coord_docs(c, ns=None):
+    """The primary shard's (shard0) rename coordinator documents (of source ns)."""
+    q = {"_id.operationType": "renameCollection"}
+    if ns is not None:
+        q["_id.namespace"] = ns
+    return list(c.shard_client(0).config.system.sharding_ddl_coordinators.find(q))
+
+
+def _hold(c, phase):
+    """Hold the primary shard's rename coordinator before 'phase'; returns a function that
+    waits until a rename is held there."""
+    fail_point(c.shard_client(0), "hangBeforeCoordinatorPhase", "alwaysOn",
+               {"type": TYPE, "phase": phase})
+
+    def wait(timeout=30.0):
+        wait_until(lambda: [o for o in c.shard_client(0).admin.command("currentOp")["inprog"]
+                            if o.get("desc") == TYPE and o.get("currentPhase") == phase],
+                   timeout=timeout, what="the rename to hold before " + phase)
+    return wait
+
+
+def _release(c):
+    fail_point(c.shard_client(0), "hangBeforeCoordinatorPhase", "off")
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +94,11 @@ def test_rename_moves_data_metadata_and_targeting(rc):
     chunks_after = sorted((ch["min"]["x"], ch["shard"]) for ch in
                           cfg.chunks.find({"uuid": after["uuid"]}))
     assert chunks_after == chunks_before
-    assert cfg.changelog.find_one({"what": "renameCollection.end", "ns": ns}) is not None
-    assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+    assert cfg.changelog.find_one({"what": "renameCollection.metadata", "ns": ns}) is not None
+    assert _coord_docs(rc) == []
+    # The primary shard's coordinator did it (its log line).
+    assert any('"id":4170220' in line and '"rn.a"' in line
+               for line in rc.shards[0].read_log().splitlines())
     # Each shard holds its part under the new name, with the same UUID and indexes.
     for i, n in ((0, N // 2), (1, N - N // 2)):
         db = standard_uuid_db(rc.shard_client(i), "rn")
@@ -168,10 +199,9 @@ def test_stale_router_sees_the_rename(rc):
 
 def test_crud_waits_for_the_rename(rc):
     r, ns = _sharded(rc, "w")
-    cfg_client = rc.config_client()
     r2 = rc.add_router().client()
     assert r2.rn.w.count_documents({}) == N  # r2 routes rn.w as sharded
-    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    wait_hung = _hold(rc, "renameMetadata")
     t = Background(lambda: _rename(rc.router_client(), ns, "rn.w2"), catch=())
     try:
         wait_hung()
@@ -186,7 +216,7 @@ def test_crud_waits_for_the_rename(rc):
             th.join(1.0)
         assert not read.done and not write.done
     finally:
-        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+        _release(rc)
     t.join(60)
     for th in readers:
         th.join(60)
@@ -230,7 +260,7 @@ def test_rename_refused_while_a_migration_runs(rc):
     try:
         wait_hung()
         assert error_code(lambda: _rename(r, ns, "rn.mg2")) == 117  # ConflictingOperationInProgress
-        assert config_db(rc).renameCollectionCoordinators.count_documents({}) == 0
+        assert _coord_docs(rc) == []
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
     t.join(60)
@@ -242,39 +272,33 @@ def test_rename_refused_while_a_migration_runs(rc):
     assert rc.shard_client(1).rn.mg2.count_documents({}) == N
 
 
-@pytest.mark.parametrize("point,how", [("hangRenameCollectionBeforeCommit", "kill"),
-                                       ("hangRenameCollectionBeforeUnblock", "kill"),
-                                       ("hangRenameCollectionBeforeCommit", "sigterm")])
-def test_config_server_killed_mid_rename_rolls_forward(rc, point, how):
-    name = ("k" if point.endswith("Commit") else "ku") + ("t" if how == "sigterm" else "")
+@pytest.mark.parametrize("phase,how", [("renameMetadata", "kill"), ("unblockCRUD", "kill"),
+                                       ("renameMetadata", "sigterm")])
+def test_config_server_down_mid_rename_rolls_forward(rc, phase, how):
+    """The config server dies (or stops) while the primary shard's coordinator holds before
+    a phase: the coordinator retries its config server calls until it is back, then ends."""
+    name = ("k" if phase == "renameMetadata" else "ku") + ("t" if how == "sigterm" else "")
     r, ns = _sharded(rc, name)
-    # The config server dies under the request.
-    t = run_to_fail_point(rc.config_client(), point,
-                          lambda: _rename(rc.router_client(), ns, ns + "2"))
-    # The shards have renamed locally and hold their critical sections; the config.*
-    # commit is not done (or done, not yet unblocked). Crash the config server here, or
-    # stop it cleanly.
-    if how == "kill":
-        rc.config.kill()
-    else:
-        # Once the grace period is over the shutdown interrupts the held request and exits
-        # 0 (the request used to wait for the recovery thread's stop flag, then run on into
-        # the closed storage and crash the config server).
-        rc.config_client().admin.command("setParameter", 1,
-                                         shutdownTimeoutMillisForSignaledShutdown=500)
-        t0 = time.monotonic()
-        assert rc.config.stop() == 0
-        assert time.monotonic() - t0 < 8
-    t.join(120)
-    assert not t.is_alive() and t.error is not None
+    wait_hung = _hold(rc, phase)
+    t = Background(lambda: _rename(rc.router_client(), ns, ns + "2"), catch=())
+    try:
+        wait_hung()
+        if how == "kill":
+            rc.config.kill()
+        else:
+            assert rc.config.stop() == 0
+    finally:
+        _release(rc)
+    # The phase cannot reach the config server: the coordinator keeps its document.
+    assert not t.join(1.0).done
+    assert len(_coord_docs(rc, ns)) == 1
     rc.config.start()
+    t.join(120)
+    assert t.done and t.result["ok"] == 1, t.error
     cfg = config_db(rc)
-    # The recovery thread finishes the rename: the new name everywhere, document gone.
-    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
-               timeout=60, what="the rename to be recovered")
+    assert _coord_docs(rc) == []
     assert cfg.collections.find_one({"_id": ns}) is None
     assert cfg.collections.find_one({"_id": ns + "2"}) is not None
-    assert cfg.changelog.find_one({"what": "renameCollection.end", "ns": ns}) is not None
     r = rc.router_client()
     assert r.rn[name + "2"].count_documents({}) == N
     assert r.rn[name].count_documents({}) == 0
@@ -283,45 +307,44 @@ def test_config_server_killed_mid_rename_rolls_forward(rc, point, how):
     assert r.rn[name + "2"].count_documents({}) == N + 1
     for i in (0, 1):
         assert name not in rc.shard_client(i).rn.list_collection_names()
-    # The request that died with the config server may be retried: the source is gone.
+    # A retry of the rename finds the source gone.
     assert error_code(lambda: _rename(r, ns, ns + "2")) == 26
 
 
 def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
     r, ns = _sharded(rc, "sd")
     cfg = config_db(rc)
-    cfg_client = rc.config_client()
     # A shard down before the rename starts: refused by the checks, nothing changes.
     rc.shards[1].stop()
     try:
         with pytest.raises(OperationFailure):
             _rename(r, ns, "rn.sd2")
-        assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+        assert _coord_docs(rc) == []
         assert "sd" in rc.shard_client(0).rn.list_collection_names()
     finally:
         rc.restart_shard(1)
     assert r.rn.sd.count_documents({}) == N
-    # A shard lost once the rename started: shard0 renames and blocks, shard1 cannot be
-    # reached; the request fails past the point of no return and the coordinator document
-    # stays for the recovery thread.
-    wait_hung = hang(cfg_client, "hangRenameCollectionAfterStart")
-    t = Background(lambda: _rename(rc.router_client(), ns, "rn.sd2"), catch=OperationFailure)
+    # A shard lost once the rename started: the coordinator renames on shard0 and retries
+    # shard1 until it is back, then finishes; the request waits for it.
+    wait_hung = _hold(rc, "blockCrudAndRename")
+    t = Background(lambda: _rename(rc.router_client(), ns, "rn.sd2"), catch=())
     try:
         wait_hung()
         rc.shards[1].stop()
     finally:
-        fail_point(cfg_client, "hangRenameCollectionAfterStart", "off")
+        _release(rc)
     try:
-        t.join(60)
-        assert t.error is not None, t.result
-        doc = cfg.renameCollectionCoordinators.find_one({"_id": ns})
+        wait_until(lambda: "sd2" in rc.shard_client(0).rn.list_collection_names(),
+                   what="shard0 to rename its copy")
+        assert not t.join(1.0).done
+        doc = _coord_docs(rc, ns)[0]
         assert doc is not None and doc["to"] == "rn.sd2"
         assert cfg.collections.find_one({"_id": ns}) is not None  # not committed yet
-        assert "sd2" in rc.shard_client(0).rn.list_collection_names()
     finally:
         rc.restart_shard(1)
-    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
-               timeout=60, what="the recovery thread to finish the rename")
+    t.join(120)
+    assert t.done, t.error
+    assert _coord_docs(rc) == []
     assert cfg.collections.find_one({"_id": ns}) is None
     assert r.rn.sd2.count_documents({}) == N
     assert r.rn.sd.count_documents({}) == 0
@@ -333,9 +356,7 @@ def test_shard_down_mid_rename_is_finished_when_it_returns(rc):
 
 def test_shard_restarted_mid_rename_stays_blocked(rc):
     r, ns = _sharded(rc, "pc")
-    cfg = config_db(rc)
-    cfg_client = rc.config_client()
-    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    wait_hung = _hold(rc, "renameMetadata")
     # It may fail: a pooled connection to the restarted shard.
     t = Background(lambda: _rename(rc.router_client(), ns, "rn.pc2"), catch=OperationFailure)
     reader = None
@@ -352,10 +373,9 @@ def test_shard_restarted_mid_rename_stays_blocked(rc):
         reader.join(1.0)
         assert not reader.done
     finally:
-        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+        _release(rc)
     t.join(60)
-    wait_until(lambda: cfg.renameCollectionCoordinators.count_documents({}) == 0,
-               timeout=60, what="the rename to finish")
+    wait_until(lambda: _coord_docs(rc) == [], timeout=60, what="the rename to finish")
     reader.join(60)
     assert not reader.is_alive()
     # The old name is an unsharded, missing collection now.
@@ -374,7 +394,7 @@ def _assert_renamed(rc, name, new, n=N):
     assert r.rn[name].count_documents({}) == 0
     assert cfg.collections.find_one({"_id": "rn." + name}) is None
     assert cfg.collections.find_one({"_id": "rn." + new})["key"] == {"x": 1}
-    assert cfg.renameCollectionCoordinators.count_documents({}) == 0
+    assert _coord_docs(rc) == []
     for i, part in ((0, n // 2), (1, n - n // 2)):
         db = rc.shard_client(i).rn
         assert db[new].count_documents({}) == part
@@ -389,71 +409,65 @@ def _conflicts(r, ns, to, **kw):
     with pytest.raises(OperationFailure) as e:
         _rename(r, ns, to, **kw)
     assert e.value.code == 117, e.value.details
-    assert "already running with different arguments" in str(e.value), e.value.details
+    assert "with different arguments" in str(e.value), e.value.details
 
 
 def test_retry_joins_the_running_rename(rc):
     r, ns = _sharded(rc, "j")
-    cfg_client = rc.config_client()
-    wait_hung = hang(cfg_client, "hangRenameCollectionBeforeCommit")
+    wait_hung = _hold(rc, "renameMetadata")
 
     def run(**kw):
         return Background(lambda: _rename(rc.router_client(), ns, "rn.j2", **kw),
                           catch=OperationFailure)
-    # The first request gives up while the coordinator is held: the router stops waiting
-    # for the config server (maxTimeMS), which keeps running the rename.
-    t1 = run(maxTimeMS=1000)
+    t1 = run()
     t2 = None
     try:
         wait_hung()
-        t1.join(60)
-        assert not t1.is_alive() and t1.error is not None, t1.result
-        assert config_db(rc).renameCollectionCoordinators.count_documents({"_id": ns}) == 1
-        # The client retries the same rename: it joins the running coordinator and waits.
-        t2 = run()
-        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}),
-                   what="the retry to join the running rename")
-        assert not t2.done and t2.error is None
+        # The client retries the same rename (through another router): it joins the running
+        # coordinator and waits.
+        t2 = Background(lambda: _rename(rc.add_router().client(), ns, "rn.j2"),
+                        catch=OperationFailure)
+        assert not t2.join(1.0).done and t2.error is None
+        ops = [o for o in rc.shard_client(0).admin.command("currentOp")["inprog"]
+               if o.get("desc") == TYPE]
+        assert len(ops) == 1 and len(_coord_docs(rc, ns)) == 1
+        assert ops[0]["locks"] == {"DDLDatabase": "w", "DDLCollection": "W"}
         # Other arguments for the same source conflict (and do not wait for the locks).
         _conflicts(r, ns, "rn.elsewhere")
         _conflicts(r, ns, "rn.j2", dropTarget=True)
     finally:
-        fail_point(cfg_client, "hangRenameCollectionBeforeCommit", "off")
+        _release(rc)
+    t1.join(60)
     t2.join(60)
-    assert not t2.is_alive()
+    assert t1.done and t1.result["ok"] == 1, t1.error
     assert t2.done and t2.result["ok"] == 1, t2.error
     _assert_renamed(rc, "j", "j2")
     # A retry after the rename finished finds the source gone, as in MongoDB.
     assert error_code(lambda: _rename(r, ns, "rn.j2")) == 26
 
 
-def test_retry_after_config_server_restart_joins_the_recovery(rc):
-    r, ns = _sharded(rc, "jr")
-
-    def rename():
-        return _rename(rc.router_client(), ns, "rn.jr2")
-    # The config server dies under the first request.
-    t1 = run_to_fail_point(rc.config_client(), "hangRenameCollectionBeforeCommit", rename)
-    rc.config.kill()
-    t1.join(120)
-    assert not t1.is_alive() and t1.error is not None, t1.result
-    # With shard1 down the recovered coordinator cannot finish: it stays running.
-    rc.shards[1].stop()
-    t2 = None
-    try:
-        rc.config.start()
-        cfg = config_db(rc)
-        assert cfg.renameCollectionCoordinators.find_one({"_id": ns})["to"] == "rn.jr2"
-        t2 = Background(rename)
-        wait_until(lambda: logged(rc.config, 4200144, **{"from": ns}) or
-                   logged(rc.config, 4200145, **{"from": ns}),
-                   what="the retry to join the recovered rename")
-        _conflicts(r, ns, "rn.other")
-        assert not t2.done and t2.error is None
-        assert cfg.renameCollectionCoordinators.count_documents({"_id": ns}) == 1
-    finally:
-        rc.restart_shard(1)
-    t2.join(90)
-    assert not t2.is_alive()
-    assert t2.done and t2.result["ok"] == 1, t2.error
-    _assert_renamed(rc, "jr", "jr2")
+@pytest.mark.parametrize("phase", PHASES)
+def test_kill9_of_the_primary_before_each_rename_phase(rc, phase):
+    name = "kp%d" % PHASES.index(phase)
+    r, ns = _sharded(rc, name)
+    fail_point(rc.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
+               {"type": TYPE, "phase": phase})
+    with pytest.raises(PyMongoError):
+        _rename(r, ns, "rn.%s2" % name)
+    rc.shards[0].proc.wait(30)
+    rc.restart_shard(0)
+    wait_until(lambda: _coord_docs(rc) == [], timeout=60,
+               what="the resumed coordinator to finish")
+    if phase in ("checkPreconditions", "freezeMigrations"):
+        # Nothing durable yet: not renamed; the user's retry renames.
+        assert config_db(rc).collections.find_one({"_id": ns}) is not None
+        assert rc.router_client().rn[name].count_documents({}) == N
+        _rename(rc.router_client(), ns, "rn.%s2" % name)
+    else:
+        # The restarted primary finished the rename from its document; a retry finds the
+        # source gone.
+        assert error_code(lambda: _rename(rc.router_client(), ns, "rn.%s2" % name)) == 26
+    _assert_renamed(rc, name, name + "2")
+    # Migrations of the renamed collection are allowed again.
+    rc.router_client().admin.command("moveChunk", "rn.%s2" % name, find={"x": 0},
+                                     to="shard1")

@@ -94,7 +94,7 @@ def test_internal_commands_reject_bad_input(loaded):
                 SON([("_configsvrCommitChunksMerge", "app.c"), ("bounds", 5)]),
                 SON([("_configsvrAddShard", {"x": 1})]),
                 SON([("_configsvrCreateDatabase", 5)]),
-                SON([("_configsvrDropCollection", 5)])):
+                SON([("_configsvrCommitDropCollection", 5)])):
         with pytest.raises(OperationFailure):
             cfg.admin.command(cmd)
     shard = loaded.shard_client(0)

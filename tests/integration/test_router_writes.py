@@ -363,17 +363,7 @@ def test_drop_and_rename(cluster):
     assert client.nodb_rw.command("dropDatabase")["ok"] == 1
 
 
-def _config_server_has(cluster, cmd):
-    try:
-        cluster.cfgc.admin.command(cmd, "x.y" if "Collection" in cmd else "x")
-    except OperationFailure as e:
-        return e.code != 59
-    return True
-
-
 def test_drop_sharded_collection_and_database(cluster):
-    if not _config_server_has(cluster, "_configsvrDropDatabase"):
-        pytest.skip("the config server's DDL commands (branch cfg) are not merged yet")
     client = cluster.router_client
     client.dropme.plain.insert_one({"_id": 1})
     assert client.dropme.command("dropDatabase")["dropped"] == "dropme"
@@ -538,13 +528,12 @@ def test_shard_key_changes_follow_mongodb_rules(cluster):
     assert [x for _, x in m1()] == [-5]
     db.upd.find_one_and_update({"x": -5}, {"$set": {"x": 12}})
     assert m1() == [(1, 12)]
-    # An upsert whose new document belongs to another shard is refused too.
-    with pytest.raises(WriteError) as e:
-        db.upd.update_one({"x": 30}, {"$set": {"x": 130}}, upsert=True)
-    assert e.value.code == 20 and "upsert document" in str(e.value)
-    with pytest.raises(OperationFailure) as e:
-        db.upd.find_one_and_update({"x": 31}, {"$set": {"x": 131}}, upsert=True)
-    assert e.value.code == 20
-    assert where() == {0: [], 1: [("m1", 12), ("m2", 20)]}
-    assert sorted(d["_id"] for d in db.upd.find()) == ["m1", "m2"]
+    # An upsert whose new document belongs to another shard is inserted there (7.0: an
+    # internal transaction), once.
+    res = db.upd.update_one({"x": 30}, {"$set": {"x": 130}}, upsert=True)
+    assert res.upserted_id is not None
+    assert db.upd.find_one_and_update({"x": 31}, {"$set": {"x": 131}}, upsert=True) is None
+    on_shards = sorted(x for docs in where().values() for _, x in docs)
+    assert on_shards == [12, 20, 130, 131]
+    assert db.upd.count_documents({}) == 4
     db.upd.delete_many({})

@@ -80,6 +80,13 @@ def coordinator_docs(cl, shard):
     return list(cl.shard_client(shard).config.transaction_coordinators.find())
 
 
+def coordinators_done(cl, shards=(0,)):
+    """The coordinator answers once its decision is durable (as MongoDB's) and then delivers
+    it: wait until it has finished and removed its document."""
+    wait_until(lambda: all(coordinator_docs(cl, i) == [] for i in shards),
+               what="the coordinator to deliver its decision and finish")
+
+
 def test_commit_across_two_shards(cl):
     lsid = new_lsid()
     write_on(cl, 0, lsid, 1, "c0")
@@ -87,8 +94,8 @@ def test_commit_across_two_shards(cl):
     assert not visible(cl, 0, "c0") and not visible(cl, 1, "c1")
     r = coordinate(cl, 0, lsid, 1, [0, 1])
     assert r["ok"] == 1, r
+    coordinators_done(cl)
     assert visible(cl, 0, "c0") and visible(cl, 1, "c1")
-    assert coordinator_docs(cl, 0) == []
     # A retry of the commit, and a join with no participants (the recoveryToken path),
     # answer the decision.
     assert coordinate(cl, 0, lsid, 1, [0, 1])["ok"] == 1
@@ -103,8 +110,8 @@ def test_vote_to_abort_aborts_everywhere(cl):
     assert r["ok"] == 0 and r["code"] == 251, r
     assert r["codeName"] == "NoSuchTransaction"
     assert r["errmsg"].startswith("Transaction was aborted :: caused by :: "), r
+    coordinators_done(cl)
     assert not visible(cl, 0, "a0")
-    assert coordinator_docs(cl, 0) == []
     # The transaction is gone on the coordinator's own shard too.
     raw = Raw(cl.shards[0], lsid)
     assert raw("admin", {"commitTransaction": 1}, 1)["code"] == 251
@@ -228,9 +235,9 @@ def test_with_transaction_through_the_router_commits_on_both_shards(cl):
         s.with_transaction(transfer)
     assert {d["_id"]: d["bal"] for d in acct.find()} == {"a": 70, "b": 30}
     # Each shard holds its half, committed; no coordinator document is left.
+    coordinators_done(cl, (0, 1))
     assert cl.shard_client(0).bank.acct.find_one({"_id": "a"})["bal"] == 70
     assert cl.shard_client(1).bank.acct.find_one({"_id": "b"})["bal"] == 30
-    assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
     # It went through two-phase commit: each participant committed a prepared transaction.
     for i in range(2):
         st = cl.shard_client(i).admin.command("serverStatus")["transactions"]
@@ -324,7 +331,7 @@ def test_concurrent_transfers_across_shards_conserve_the_total(cl):
     assert all(getattr(e, "code", None) == 112 for e in errors), errors[:3]
     assert len(committed) + len(errors) == 60 and len(committed) > 0
     assert sum(d["bal"] for d in r.bank2.acct.find()) == 600
-    assert coordinator_docs(cl, 0) == [] and coordinator_docs(cl, 1) == []
+    coordinators_done(cl, (0, 1))
 
 
 def test_commit_through_a_second_router_with_the_recovery_token(cl):
@@ -399,9 +406,9 @@ def test_kill9_of_a_participant_during_two_phase_commit(phase, committed):
         assert t.done, t.error
         r = t.result
         assert (r["ok"] == 1) if committed else (r["ok"] == 0 and r["code"] == 251), r
+        coordinators_done(c)
         assert visible(c, 0, "p0") == committed
         assert visible(c, 1, "p1") == committed
-        assert coordinator_docs(c, 0) == []
     finally:
         c.cleanup()
 
@@ -440,8 +447,8 @@ def test_coordinator_deadline_aborts_when_a_participant_never_votes(cl):
         coord.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
     assert r["ok"] == 0 and r["code"] == 251, r
     assert "exceeded deadline" in r["errmsg"], r
+    coordinators_done(cl)
     assert not visible(cl, 0, "d0")
-    assert coordinator_docs(cl, 0) == []
     # The participant that never voted learns the abort too.
     wait_until(lambda: other.admin.command("serverStatus")["transactions"]["currentOpen"] == 0,
                what="the abort to reach the silent participant")

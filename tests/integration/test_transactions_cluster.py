@@ -78,8 +78,9 @@ def test_migration_waits_for_prepared_transaction(cl):
     assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 90, 150: 110}
     assert cl.shard_client(1)[DB].prep.find_one({"_id": 50})["bal"] == 90
     assert cl.shard_client(1)[DB].prep.find_one({"_id": 150})["bal"] == 110
-    for i in range(2):
-        assert cl.shard_client(i).config.transaction_coordinators.count_documents({}) == 0
+    wait_until(lambda: all(cl.shard_client(i).config.transaction_coordinators
+                           .count_documents({}) == 0 for i in range(2)),
+               what="the coordinator to deliver its decision and finish")
 
 
 def test_open_transaction_statement_in_migration_is_transient(cl):

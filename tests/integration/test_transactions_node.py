@@ -488,6 +488,12 @@ def test_ddl_in_a_transaction_as_mongodb_7(rs_node):
             c.test.create_collection("fresh", session=s)
             c.test.fresh.create_index("a", session=s)
             c.test.fresh.insert_one({"_id": 1, "a": 1}, session=s)
+            c.test.implicit.insert_one({"_id": 1}, session=s)
+            # Invisible to others until the commit.
+            names = c.test.list_collection_names()
+            assert "fresh" not in names and "implicit" not in names
+            assert c.test.fresh.index_information() == {}
+    assert {"fresh", "implicit"} <= set(c.test.list_collection_names())
     assert "a_1" in c.test.fresh.index_information()
     assert c.test.fresh.find_one() == {"_id": 1, "a": 1}
     # An index on a collection that existed before the transaction, or other DDL: refused.

@@ -12,7 +12,7 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
 import wire_util
-from shale_fixtures import module_cluster
+from shale_fixtures import module_cluster, wait_until
 
 NS = "txr.acct"
 
@@ -66,9 +66,11 @@ def test_two_shard_transfer_commits_on_both(cl):
     # Each shard holds its own document's new balance.
     assert cl.shard_client(0).txr.acct.find_one({"_id": "a"})["bal"] == after["a"]
     assert cl.shard_client(1).txr.acct.find_one({"_id": "b"})["bal"] == after["b"]
-    # Nothing left behind by the coordinator.
-    for i in range(2):
-        assert cl.shard_client(i).config.transaction_coordinators.count_documents({}) == 0
+    # Nothing left behind by the coordinator (it answers once its decision is durable, then
+    # delivers it).
+    wait_until(lambda: all(cl.shard_client(i).config.transaction_coordinators
+                           .count_documents({}) == 0 for i in range(2)),
+               what="the coordinator to deliver its decision and finish")
 
 
 def test_snapshot_read_only_transaction_across_shards(cl):

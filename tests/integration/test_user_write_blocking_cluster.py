@@ -126,20 +126,20 @@ def test_internal_operations_go_on_while_blocked(cluster):
 
 
 def test_enabling_waits_for_running_ddl(cluster):
-    """Phase 1: the DDL the config server runs drains before the shards block."""
+    """Phase 1: the DDL coordinators running on the primary shard drain before the shards
+    block (MongoDB's prepare phase); new DDL is refused meanwhile."""
     r = cluster.router_client()
-    cfg = cluster.config_client()
-    r.admin.command("enableSharding", "uwbd")
+    r.admin.command("enableSharding", "uwbd", primaryShard=cluster.shard_name(0))
     r.admin.command("shardCollection", "uwbd.a", key={"x": 1})
     r.uwbd.a.insert_one({"_id": 1, "x": 1})
-    wait_hung = hang(cfg, "hangRenameCollectionAfterStart")
+    primary = cluster.shard_client(0)
+    fail_point(primary, "hangBeforeCoordinatorPhase", "alwaysOn",
+               {"type": "RenameCollectionCoordinator", "phase": "blockCrudAndRename"})
     ren = Background(lambda: r.admin.command("renameCollection", "uwbd.a", to="uwbd.b"))
     try:
-        try:
-            wait_hung(10)
-        except TimeoutError:
-            ren.join(5)
-            raise AssertionError("rename did not hang: %r %r" % (ren.error, ren.result))
+        wait_until(lambda: [o for o in primary.admin.command("currentOp")["inprog"]
+                            if o.get("desc") == "RenameCollectionCoordinator"],
+                   what="the rename to hold on the primary shard")
         setter = Background(lambda: cluster.router_client().admin.command(
             "setUserWriteBlockMode", 1, **{"global": True}))
         setter.join(1.0)
@@ -148,7 +148,7 @@ def test_enabling_waits_for_running_ddl(cluster):
             mode = cluster.shard_client(i).admin.command("serverStatus")["repl"]
             assert mode["userWriteBlockMode"] == 1
     finally:
-        fail_point(cfg, "hangRenameCollectionAfterStart", "off")
+        fail_point(primary, "hangBeforeCoordinatorPhase", "off")
     ren.join(60)
     setter.join(60)
     assert ren.error is None and setter.error is None

@@ -1,0 +1,909 @@
+/*
+ * cluster_change_stream.c -- $changeStream through the router (MongoDB's mongos change
+ * streams): the stream is opened on every shard (each one reads its own oplog; the follow-on
+ * stages run there), and the router merges the shards' events by resume token, releasing an
+ * event only once every other shard has passed it: a shard's frontier is its next buffered
+ * event, or when it has none its postBatchResumeToken (a high-water mark that its idle oplog
+ * advances with the cluster time this router gossips to it). docs/design/change_streams.md
+ * "Through a router".
+ */
+#include "bson/bson_iter.h"
+#include "router/router_private.h"
+
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "bson/bson_util.h"
+#include "bson/resume_token.h"
+#include "net/command_args.h"
+#include "query/pipeline.h"
+#include "router/cluster_cursor_manager.h"
+#include "router/cluster_routing.h"
+#include "sharding/catalog_cache.h"
+
+/* How long a shard getMore waits for events while the router has nothing to release: the
+ * bound on how late an event on one shard is seen when another shard is idle. */
+#define CS_SHARD_AWAIT_MS 50
+#define CS_AWAIT_DEFAULT_MS 1000
+/* How often a stream looks for shards added since it opened. */
+#define CS_JOIN_CHECK_MS 1000
+
+typedef struct cs_shard {
+    char name[SHL_SHARD_ID_MAX];
+    int64_t cursor_id; /* 0: the shard's stream ended (after its invalidate) */
+    bson_t **queue;    /* events received and not yet released, owned */
+    size_t n, head, cap;
+    char *pbrt; /* the shard's last postBatchResumeToken (hex), owned */
+    bool skipped_ddl; /* its last DDL event was another shard's copy: skip its invalidate */
+} cs_shard_t;
+
+typedef struct cs_router {
+    char db[SHL_NS_MAX + 1];   /* the shards' cursors' database */
+    char coll[SHL_NS_MAX + 1]; /* and collection (getMore's `collection`) */
+    cs_shard_t *shards;
+    size_t nshards;
+    char *pbrt;       /* the merged stream's postBatchResumeToken (hex), owned */
+    bool ended;       /* an invalidate was released */
+    char *last_ddl;   /* "<operationType> <ns>" of the last DDL event released (dedup) */
+    bool lookup;      /* fullDocument: updateLookup, done here through the routing table */
+    /* For shards added while the stream is open: what to open on them. */
+    bson_t *open_spec;     /* the $changeStream spec without resume options, owned */
+    bson_t *open_rest;     /* the follow-on stages, owned */
+    bool collectionless;   /* aggregate: 1 */
+    uint64_t start_ts;     /* the stream's start: a new shard's stream starts there */
+    int64_t next_join_us;  /* when to look at the shard registry again */
+    /* With updateLookup, the follow-on stages run here, after the lookup (they may read
+     * fullDocument), instead of on the shards; owned, NULL otherwise. */
+    bson_t *router_stages;
+} cs_router_t;
+
+static void
+cs_router_free(void *state)
+{
+    cs_router_t *cs = state;
+    for (size_t i = 0; i < cs->nshards; i++) {
+        for (size_t k = cs->shards[i].head; k < cs->shards[i].n; k++) {
+            bson_destroy(cs->shards[i].queue[k]);
+        }
+        bson_free(cs->shards[i].queue);
+        bson_free(cs->shards[i].pbrt);
+    }
+    bson_free(cs->shards);
+    bson_free(cs->pbrt);
+    bson_free(cs->last_ddl);
+    if (cs->open_spec != NULL) {
+        bson_destroy(cs->open_spec);
+    }
+    if (cs->open_rest != NULL) {
+        bson_destroy(cs->open_rest);
+    }
+    if (cs->router_stages != NULL) {
+        bson_destroy(cs->router_stages);
+    }
+    bson_free(cs);
+}
+
+static void
+set_str(char **dst, const char *src)
+{
+    bson_free(*dst);
+    *dst = src != NULL ? bson_strdup(src) : NULL;
+}
+
+/*
+ * Whether event 'ev' from shard 'sh' is a copy of a DDL event that the database's primary
+ * shard reports: a sharded collection's drop or rename, or a dropDatabase, is seen by every
+ * shard that had the collection, and MongoDB reports it once (its participants' entries are
+ * fromMigrate). The invalidate following a skipped copy is skipped with it. When the primary
+ * is unknown (the database is gone from the catalog) every copy passes.
+ */
+static bool
+ddl_copy(shl_router_t *r, cs_shard_t *sh, const bson_t *ev)
+{
+    bson_iter_t it, f;
+    const char *type, *db = NULL;
+    shl_cached_database_t info;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return false;
+    }
+    type = bson_iter_utf8(&it, NULL);
+    if (strcmp(type, "invalidate") == 0) {
+        return sh->skipped_ddl;
+    }
+    if (strcmp(type, "drop") != 0 && strcmp(type, "rename") != 0 &&
+        strcmp(type, "dropDatabase") != 0) {
+        return false;
+    }
+    sh->skipped_ddl = false;
+    if (bson_iter_init_find(&it, ev, "ns") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f) && bson_iter_find(&f, "db") && BSON_ITER_HOLDS_UTF8(&f)) {
+        db = bson_iter_utf8(&f, NULL);
+    }
+    if (db != NULL && shl_catalog_cache_get_database(r->cache, db, &info, &st) == 0 &&
+        info.primary[0] != '\0' && strcmp(info.primary, sh->name) != 0) {
+        sh->skipped_ddl = true;
+    }
+    return sh->skipped_ddl;
+}
+
+/* Take a shard's batch ('which' of reply.cursor) and its postBatchResumeToken. */
+static int
+take_reply(shl_router_t *r, cs_shard_t *sh, const bson_t *reply, const char *which,
+           shl_status_t *st)
+{
+    int ret = 0;
+    bson_t cur, tok;
+    bson_iter_t it, arr_it;
+    const char *hex;
+
+    if (!shl_bson_get_subdoc(reply, "cursor", &cur)) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "change stream reply from %s has no cursor",
+                 sh->name);
+    }
+    if (bson_iter_init_find(&it, &cur, "id")) {
+        sh->cursor_id = bson_iter_as_int64(&it);
+    }
+    if (shl_bson_get_subdoc(&cur, "postBatchResumeToken", &tok) &&
+        (hex = shl_resume_token_doc_hex(&tok)) != NULL) {
+        set_str(&sh->pbrt, hex);
+    }
+    if (bson_iter_init_find(&it, &cur, which) && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr_it)) {
+        while (shl_iter_next(&arr_it)) {
+            bson_t ev;
+            uint32_t len;
+            const uint8_t *data;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&arr_it)) {
+                continue;
+            }
+            bson_iter_document(&arr_it, &len, &data);
+            if (!bson_init_static(&ev, data, len) || ddl_copy(r, sh, &ev)) {
+                continue;
+            }
+            if (sh->head > 0 && sh->head == sh->n) {
+                sh->head = sh->n = 0;
+            }
+            if (sh->n == sh->cap) {
+                sh->cap = sh->cap * 2 + 16;
+                sh->queue = bson_realloc(sh->queue, sh->cap * sizeof(*sh->queue));
+            }
+            sh->queue[sh->n++] = bson_copy(&ev);
+        }
+    }
+done:
+    return ret;
+}
+
+static const char *
+event_hex(const bson_t *ev)
+{
+    bson_t id;
+    return shl_bson_get_subdoc(ev, "_id", &id) ? shl_resume_token_doc_hex(&id) : NULL;
+}
+
+/* "<operationType> <ns.db>.<ns.coll>" of a drop/rename/dropDatabase event, else NULL. */
+static char *
+ddl_key(const bson_t *ev)
+{
+    bson_iter_t it, f;
+    const char *type, *db = "", *coll = "";
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return NULL;
+    }
+    type = bson_iter_utf8(&it, NULL);
+    if (strcmp(type, "drop") != 0 && strcmp(type, "rename") != 0 &&
+        strcmp(type, "dropDatabase") != 0) {
+        return NULL;
+    }
+    if (bson_iter_init_find(&it, ev, "ns") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &f)) {
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "db") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                db = bson_iter_utf8(&f, NULL);
+            } else if (strcmp(shl_iter_key(&f), "coll") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                coll = bson_iter_utf8(&f, NULL);
+            }
+        }
+    }
+    return bson_strdup_printf("%s %s.%s", type, db, coll);
+}
+
+/*
+ * Move releasable events into 'arr' (at most 'limit', 0: no limit): the smallest buffered
+ * event while no shard without buffered events could still produce a smaller one.
+ */
+static void
+release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
+{
+    while (!cs->ended && (limit == 0 || (int64_t)*n < limit)) {
+        cs_shard_t *best = NULL;
+        const char *best_hex = NULL;
+        bool blocked = false;
+        bson_t *ev;
+        char key[16];
+        const char *kp;
+        char *dk;
+
+        for (size_t i = 0; i < cs->nshards; i++) {
+            cs_shard_t *sh = &cs->shards[i];
+            const char *h;
+            if (sh->head < sh->n && (h = event_hex(sh->queue[sh->head])) != NULL &&
+                (best_hex == NULL || strcmp(h, best_hex) < 0)) {
+                best = sh;
+                best_hex = h;
+            }
+        }
+        if (best == NULL) {
+            break;
+        }
+        for (size_t i = 0; i < cs->nshards; i++) {
+            cs_shard_t *sh = &cs->shards[i];
+            if (sh->head < sh->n || sh->cursor_id == 0) {
+                continue;
+            }
+            if (sh->pbrt == NULL || strcmp(best_hex, sh->pbrt) > 0) {
+                blocked = true;
+            }
+        }
+        if (blocked) {
+            break;
+        }
+        ev = best->queue[best->head++];
+        set_str(&cs->pbrt, best_hex);
+        dk = ddl_key(ev);
+        if (dk != NULL && cs->last_ddl != NULL && strcmp(dk, cs->last_ddl) == 0) {
+            /* The same drop seen by another shard (a sharded collection's). */
+            bson_free(dk);
+            bson_destroy(ev);
+            continue;
+        }
+        {
+            bson_iter_t it;
+            if (bson_iter_init_find(&it, ev, "operationType") && BSON_ITER_HOLDS_UTF8(&it)) {
+                if (strcmp(bson_iter_utf8(&it, NULL), "invalidate") == 0) {
+                    cs->ended = true;
+                } else if (dk == NULL) {
+                    set_str(&cs->last_ddl, NULL);
+                }
+            }
+        }
+        if (dk != NULL) {
+            bson_free(cs->last_ddl);
+            cs->last_ddl = dk;
+        }
+        bson_uint32_to_string((*n)++, &kp, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(arr, kp, ev);
+        bson_destroy(ev);
+    }
+}
+
+/* The merged stream's postBatchResumeToken: its last event, or once nothing is buffered, the
+ * smallest high-water mark of the shards still streaming (never going back). */
+static void
+update_pbrt(cs_router_t *cs)
+{
+    const char *low = NULL;
+    for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        if (sh->head < sh->n) {
+            return;
+        }
+        if (sh->cursor_id != 0 && sh->pbrt != NULL && (low == NULL || strcmp(sh->pbrt, low) < 0)) {
+            low = sh->pbrt;
+        }
+    }
+    if (low != NULL && (cs->pbrt == NULL || strcmp(low, cs->pbrt) > 0)) {
+        set_str(&cs->pbrt, low);
+    }
+}
+
+/* getMore on every shard whose buffer is empty, waiting at most 'wait_ms' on each. */
+static int
+fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_request_t *reqs = bson_malloc0((cs->nshards + 1) * sizeof(*reqs));
+    shl_fanout_result_t *res = NULL;
+    size_t *which = bson_malloc0((cs->nshards + 1) * sizeof(*which));
+    size_t n = 0;
+
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->cursor_id == 0 || sh->head < sh->n) {
+            continue;
+        }
+        reqs[n].shard = sh->name;
+        bson_init(&reqs[n].cmd);
+        BSON_APPEND_INT64(&reqs[n].cmd, "getMore", sh->cursor_id);
+        BSON_APPEND_UTF8(&reqs[n].cmd, "collection", cs->coll);
+        BSON_APPEND_INT64(&reqs[n].cmd, "maxTimeMS", wait_ms);
+        which[n++] = i;
+    }
+    if (n == 0) {
+        goto done;
+    }
+    res = bson_malloc0(n * sizeof(*res));
+    shl_router_send(c->r, op, cs->db, reqs, n, res);
+    for (size_t k = 0; k < n; k++) {
+        cs_shard_t *sh = &cs->shards[which[k]];
+        if (res[k].code != 0) {
+            if (ret == 0) {
+                *st = res[k].status;
+                ret = res[k].code;
+            }
+            continue;
+        }
+        if (ret == 0) {
+            ret = take_reply(c->r, sh, &res[k].reply, "nextBatch", st);
+        }
+        for (size_t j = 0; j < c->nremotes; j++) {
+            if (strcmp(c->remotes[j].shard, sh->name) == 0) {
+                c->remotes[j].cursor_id = sh->cursor_id;
+            }
+        }
+    }
+done:
+    if (res != NULL) {
+        shl_fanout_results_cleanup(res, n);
+    }
+    shl_router_requests_cleanup(reqs, n);
+    bson_free(reqs);
+    bson_free(res);
+    bson_free(which);
+    return ret;
+}
+
+/* ---------------------------------------------------------------- updateLookup */
+
+typedef struct lookup_arg {
+    const char *coll;
+    const bson_t *key;
+} lookup_arg_t;
+
+static void
+build_lookup(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    const lookup_arg_t *a = arg;
+    (void)rr;
+    (void)shard;
+    BSON_APPEND_UTF8(cmd, "find", a->coll);
+    BSON_APPEND_DOCUMENT(cmd, "filter", a->key);
+    BSON_APPEND_INT64(cmd, "limit", 1);
+    BSON_APPEND_BOOL(cmd, "singleBatch", true);
+}
+
+/*
+ * The current document with the event's documentKey, read through the routing table (so the
+ * shard that owns it now answers, wherever the chunk has moved since the event): appended to
+ * 'out' as fullDocument, null when there is none.
+ */
+static int
+lookup_full_document(shl_op_ctx_t *op, const bson_t *ev, bson_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_t *r = shl_router_get(op);
+    bson_t nsd, key, cur, doc;
+    bson_iter_t it, b;
+    const char *db = NULL, *coll = NULL;
+    char ns[2 * SHL_NS_MAX + 2];
+    shl_router_shard_result_t *res = NULL;
+    size_t n = 0;
+    lookup_arg_t a;
+    bool found = false;
+
+    if (!shl_bson_get_subdoc(ev, "ns", &nsd) || !shl_bson_get_subdoc(ev, "documentKey", &key)) {
+        goto done;
+    }
+    if (bson_iter_init_find(&it, &nsd, "db") && BSON_ITER_HOLDS_UTF8(&it)) {
+        db = bson_iter_utf8(&it, NULL);
+    }
+    if (bson_iter_init_find(&it, &nsd, "coll") && BSON_ITER_HOLDS_UTF8(&it)) {
+        coll = bson_iter_utf8(&it, NULL);
+    }
+    if (db == NULL || coll == NULL) {
+        goto done;
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", db, coll);
+    a.coll = coll;
+    a.key = &key;
+    ret = shl_router_scatter(r, op, ns, &key, build_lookup, &a, NULL, &res, &n, st);
+    if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
+        shl_status_clear(st);
+        ret = 0;
+        goto done;
+    }
+    SHL_ERR(ret);
+    for (size_t i = 0; i < n && !found; i++) {
+        if (res[i].res.code != 0) {
+            *st = res[i].res.status;
+            SHL_ERR(res[i].res.code);
+        }
+        if (shl_bson_get_subdoc(&res[i].res.reply, "cursor", &cur) &&
+            bson_iter_init_find(&it, &cur, "firstBatch") && bson_iter_recurse(&it, &b) &&
+            shl_iter_next(&b) && BSON_ITER_HOLDS_DOCUMENT(&b)) {
+            uint32_t len;
+            const uint8_t *data;
+            bson_iter_document(&b, &len, &data);
+            if (bson_init_static(&doc, data, len)) {
+                BSON_APPEND_DOCUMENT(out, "fullDocument", &doc);
+                found = true;
+            }
+        }
+    }
+done:
+    if (ret == 0 && !found) {
+        BSON_APPEND_NULL(out, "fullDocument");
+    }
+    shl_router_scatter_results_free(res, n);
+    return ret;
+}
+
+/* Give every update event of 'arr' its looked-up fullDocument (before ns, MongoDB's order). */
+static int
+add_lookups(shl_op_ctx_t *op, bson_t *arr, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t fixed = BSON_INITIALIZER;
+    bson_iter_t it, f;
+    bool any = false;
+
+    bson_iter_init(&it, arr);
+    while (shl_iter_next(&it)) {
+        bson_t ev, out;
+        uint32_t len;
+        const uint8_t *data;
+        bson_iter_t t;
+        bool update;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&ev, data, len);
+        update = bson_iter_init_find(&t, &ev, "operationType") && BSON_ITER_HOLDS_UTF8(&t) &&
+                 strcmp(bson_iter_utf8(&t, NULL), "update") == 0;
+        if (!update) {
+            BSON_APPEND_DOCUMENT(&fixed, shl_iter_key(&it), &ev);
+            continue;
+        }
+        any = true;
+        bson_append_document_begin(&fixed, shl_iter_key(&it), -1, &out);
+        bson_iter_init(&f, &ev);
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "fullDocument") == 0) {
+                continue;
+            }
+            if (strcmp(shl_iter_key(&f), "ns") == 0) {
+                ret = lookup_full_document(op, &ev, &out, st);
+                if (ret != 0) {
+                    bson_append_document_end(&fixed, &out);
+                    goto done;
+                }
+            }
+            bson_append_iter(&out, NULL, 0, &f);
+        }
+        bson_append_document_end(&fixed, &out);
+    }
+    if (any) {
+        bson_reinit(arr);
+        bson_concat(arr, &fixed);
+    }
+done:
+    bson_destroy(&fixed);
+    return ret;
+}
+
+/* What the router adds to released events: updateLookup's documents, then the follow-on
+ * stages that had to wait for them. */
+static int
+finish_events(shl_op_ctx_t *op, cs_router_t *cs, bson_t *arr, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t out = BSON_INITIALIZER;
+    uint32_t n = 0;
+
+    if (!cs->lookup || bson_empty(arr)) {
+        goto done;
+    }
+    SHL_ERR(add_lookups(op, arr, st));
+    if (cs->router_stages != NULL) {
+        SHL_ERR(shl_pipeline_run_array(arr, cs->router_stages, &out, &n, st));
+        bson_reinit(arr);
+        bson_concat(arr, &out);
+    }
+done:
+    bson_destroy(&out);
+    return ret;
+}
+
+static void
+reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bool first,
+            const bson_t *arr)
+{
+    bson_t cur, tok;
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
+    BSON_APPEND_ARRAY(&cur, first ? "firstBatch" : "nextBatch", arr);
+    if (cs->pbrt != NULL) {
+        BSON_APPEND_DOCUMENT_BEGIN(&cur, "postBatchResumeToken", &tok);
+        BSON_APPEND_UTF8(&tok, "_data", cs->pbrt);
+        bson_append_document_end(&cur, &tok);
+    }
+    BSON_APPEND_INT64(&cur, "id", id);
+    BSON_APPEND_UTF8(&cur, "ns", ns);
+    bson_append_document_end(reply, &cur);
+}
+
+static int join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
+                           shl_status_t *st);
+
+/* Fill a batch: fetch and release until an event is released or 'deadline_us' passes. */
+static int
+fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_size,
+     int64_t deadline_us, bson_t *arr, shl_status_t *st)
+{
+    int ret = 0;
+    uint32_t n = 0;
+
+    if (shl_clock_mono_us() >= cs->next_join_us) {
+        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
+        SHL_ERR(join_new_shards(op, c, cs, st));
+    }
+    release(cs, arr, &n, batch_size);
+    while (n == 0 && !cs->ended) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        bool buffered = false;
+        for (size_t i = 0; i < cs->nshards; i++) {
+            buffered |= cs->shards[i].head < cs->shards[i].n;
+        }
+        if (left_ms <= 0) {
+            break;
+        }
+        /* With events waiting for an idle shard, ask it only for its high-water mark. */
+        SHL_ERR(fetch(op, c, cs, buffered ? 1 : (left_ms < CS_SHARD_AWAIT_MS ? left_ms : CS_SHARD_AWAIT_MS),
+                      st));
+        release(cs, arr, &n, batch_size);
+        SHL_ERR(shl_op_check_interrupt(op, st));
+    }
+    update_pbrt(cs);
+    SHL_ERR(finish_events(op, cs, arr, st));
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- open */
+
+typedef struct open_arg {
+    const bson_t *stage_spec;
+    const bson_t *rest;
+    const char *coll; /* NULL: aggregate: 1 */
+    uint64_t start_at;
+    bool joining; /* a shard added while the stream is open */
+} open_arg_t;
+
+static void
+build_open(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *cmd)
+{
+    open_arg_t *a = arg;
+    bson_t pl, st, spec, cur;
+    bson_iter_t it;
+    uint32_t i = 1;
+    (void)rr;
+    (void)shard;
+
+    if (a->coll != NULL) {
+        BSON_APPEND_UTF8(cmd, "aggregate", a->coll);
+    } else {
+        BSON_APPEND_INT32(cmd, "aggregate", 1);
+    }
+    BSON_APPEND_ARRAY_BEGIN(cmd, "pipeline", &pl);
+    BSON_APPEND_DOCUMENT_BEGIN(&pl, "0", &st);
+    BSON_APPEND_DOCUMENT_BEGIN(&st, "$changeStream", &spec);
+    bson_concat(&spec, a->stage_spec);
+    if (a->joining) {
+        BSON_APPEND_BOOL(&spec, "$_joiningShard", true);
+    }
+    if (a->start_at != 0) {
+        BSON_APPEND_TIMESTAMP(&spec, "startAtOperationTime", (uint32_t)(a->start_at >> 32),
+                              (uint32_t)(a->start_at & 0xffffffffu));
+    }
+    bson_append_document_end(&st, &spec);
+    bson_append_document_end(&pl, &st);
+    if (bson_iter_init(&it, a->rest)) {
+        while (shl_iter_next(&it)) {
+            char key[16];
+            const char *kp;
+            bson_uint32_to_string(i++, &kp, key, sizeof(key));
+            bson_append_iter(&pl, kp, -1, &it);
+        }
+    }
+    bson_append_array_end(cmd, &pl);
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "cursor", &cur);
+    bson_append_document_end(cmd, &cur);
+}
+
+/*
+ * Open the stream on shards added since it opened (MongoDB's routers learn of them from the
+ * config server's topology events; here from the shard registry, looked at once a second),
+ * starting at the stream's start time: a new shard holds no event from before it joined.
+ */
+static int
+join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    int ret = 0;
+    char **names = NULL;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bool sent = false;
+    open_arg_t a;
+
+    if (cs->open_spec == NULL || cs->ended) {
+        goto done;
+    }
+    SHL_ERR(shl_shard_registry_list(c->r->registry, &names, st));
+    for (size_t i = 0; names[i] != NULL; i++) {
+        bool known = false;
+        cs_shard_t *sh;
+        bson_t empty = BSON_INITIALIZER, cur, b;
+        for (size_t k = 0; k < cs->nshards; k++) {
+            known |= strcmp(cs->shards[k].name, names[i]) == 0;
+        }
+        if (known) {
+            continue;
+        }
+        memset(&a, 0, sizeof(a));
+        a.stage_spec = cs->open_spec;
+        a.rest = cs->open_rest;
+        a.coll = cs->collectionless ? NULL : cs->coll;
+        a.start_at = cs->start_ts;
+        a.joining = true;
+        req.shard = names[i];
+        bson_init(&req.cmd);
+        build_open(&a, NULL, names[i], &req.cmd);
+        shl_router_send(c->r, op, cs->db, &req, 1, &res);
+        sent = true;
+        if (res.code != 0) {
+            *st = res.status;
+            ret = res.code;
+            goto done;
+        }
+        cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+        sh = &cs->shards[cs->nshards++];
+        memset(sh, 0, sizeof(*sh));
+        snprintf(sh->name, sizeof(sh->name), "%s", names[i]);
+        SHL_ERR(take_reply(c->r, sh, &res.reply, "firstBatch", st));
+        BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);
+        BSON_APPEND_INT64(&cur, "id", sh->cursor_id);
+        BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &b);
+        bson_append_array_end(&cur, &b);
+        bson_append_document_end(&empty, &cur);
+        shl_router_cursor_add_remote(c, sh->name, &empty, st);
+        bson_destroy(&empty);
+        SHL_LOG_INFO(SHARDING, 2100002, "change stream opened on a new shard", "shard",
+                     BCON_UTF8(names[i]), "ns", BCON_UTF8(c->ns));
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+        sent = false;
+    }
+done:
+    if (sent) {
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+    }
+    if (names != NULL) {
+        bson_strfreev(names);
+    }
+    return ret;
+}
+
+int
+router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *coll,
+                               const bson_t *pipeline, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_t *r = shl_router_get(op);
+    cs_router_t *cs = bson_malloc0(sizeof(*cs));
+    shl_router_cursor_t *c = NULL;
+    shl_router_shard_result_t *res = NULL;
+    size_t nres = 0;
+    bson_t spec = BSON_INITIALIZER, rest = BSON_INITIALIZER, arr = BSON_INITIALIZER;
+    bson_iter_t it, stage;
+    open_arg_t a;
+    char ns[2 * SHL_NS_MAX + 2];
+    int64_t batch_size = 0, id = 0;
+    bool zero = false;
+    uint32_t i = 0;
+
+    /* The $changeStream spec and the stages after it, sent to every shard. */
+    bson_iter_init(&it, pipeline);
+    while (shl_iter_next(&it)) {
+        if (i++ == 0) {
+            bson_t view;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &stage) &&
+                shl_iter_next(&stage) && BSON_ITER_HOLDS_DOCUMENT(&stage)) {
+                uint32_t len;
+                const uint8_t *data;
+                bson_iter_document(&stage, &len, &data);
+                bson_init_static(&view, data, len);
+                bson_concat(&spec, &view);
+            } else {
+                SHL_FAIL(st, 50808, "$changeStream stage expects a document as argument");
+            }
+            continue;
+        }
+        {
+            char key[16];
+            const char *kp;
+            bson_uint32_to_string(i - 2, &kp, key, sizeof(key));
+            bson_append_iter(&rest, kp, -1, &it);
+        }
+    }
+    {
+        /* updateLookup is done here, through the routing table: the shards send the event
+         * alone, and the lookup finds the document on whichever shard owns it by then. */
+        bson_iter_t f;
+        if (bson_iter_init_find(&f, &spec, "fullDocument") && BSON_ITER_HOLDS_UTF8(&f) &&
+            strcmp(bson_iter_utf8(&f, NULL), "updateLookup") == 0) {
+            bson_t copy = BSON_INITIALIZER;
+            bson_iter_init(&f, &spec);
+            while (shl_iter_next(&f)) {
+                if (strcmp(shl_iter_key(&f), "fullDocument") != 0) {
+                    bson_append_iter(&copy, NULL, 0, &f);
+                }
+            }
+            bson_reinit(&spec);
+            bson_concat(&spec, &copy);
+            bson_destroy(&copy);
+            cs->lookup = true;
+        }
+    }
+    if (cs->lookup && !bson_empty(&rest)) {
+        /* The stages run here after the lookup: checked here, as a shard would. */
+        static const char *const allowed[] = {"$match", "$project", "$addFields", "$set",
+                                              "$unset", "$replaceRoot", "$replaceWith",
+                                              "$redact", NULL};
+        bson_iter_t f, sf;
+        bson_iter_init(&f, &rest);
+        while (shl_iter_next(&f)) {
+            bool ok = false;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &sf) ||
+                !shl_iter_next(&sf)) {
+                SHL_FAIL(st, 40323,
+                         "A pipeline stage specification object must contain exactly one field.");
+            }
+            if (strcmp(shl_iter_key(&sf), "$changeStream") == 0) {
+                SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+            }
+            for (int k = 0; allowed[k] != NULL; k++) {
+                ok |= strcmp(shl_iter_key(&sf), allowed[k]) == 0;
+            }
+            if (!ok) {
+                SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                         "%s is not permitted in a $changeStream pipeline", shl_iter_key(&sf));
+            }
+        }
+        cs->router_stages = bson_copy(&rest);
+        bson_reinit(&rest);
+    }
+    SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero, st));
+    memset(&a, 0, sizeof(a));
+    a.stage_spec = &spec;
+    a.rest = &rest;
+    a.coll = coll;
+    if (!bson_has_field(&spec, "resumeAfter") && !bson_has_field(&spec, "startAfter") &&
+        !bson_has_field(&spec, "startAtOperationTime")) {
+        /* Every shard starts after the newest time this router has seen, so a write it
+         * acknowledged before is not reported, and one after it is, whichever shard has it. */
+        a.start_at = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME) + 1;
+    }
+    snprintf(cs->db, sizeof(cs->db), "%s", op->db);
+    snprintf(cs->coll, sizeof(cs->coll), "%s", coll != NULL ? coll : "$cmd.aggregate");
+    {
+        /* What a shard added later gets: the spec without resume options, from the start. */
+        bson_iter_t f;
+        shl_resume_token_t t;
+        bson_t tok;
+        char why[128];
+        cs->open_spec = bson_new();
+        cs->open_rest = bson_copy(&rest);
+        cs->collectionless = coll == NULL;
+        cs->start_ts = a.start_at;
+        bson_iter_init(&f, &spec);
+        while (shl_iter_next(&f)) {
+            const char *k = shl_iter_key(&f);
+            if ((strcmp(k, "resumeAfter") == 0 || strcmp(k, "startAfter") == 0) &&
+                shl_bson_get_subdoc(&spec, k, &tok) && shl_resume_token_parse(&tok, &t, NULL, why)) {
+                cs->start_ts = t.cluster_time;
+            } else if (strcmp(k, "startAtOperationTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
+                cs->start_ts = shl_bson_iter_timestamp_u64(&f);
+            } else {
+                bson_append_iter(cs->open_spec, NULL, 0, &f);
+            }
+        }
+        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
+    }
+    snprintf(ns, sizeof(ns), "%s.%s", cs->db, cs->coll);
+    SHL_ERR(shl_router_send_to_all(r, op, op->db, false, build_open, &a, &res, &nres, st));
+    for (size_t k = 0; k < nres; k++) {
+        if (res[k].res.code != 0) {
+            *st = res[k].res.status;
+            ret = res[k].res.code;
+            break;
+        }
+    }
+    c = shl_router_cursor_new(r, ns, cs->db, cs->coll);
+    cs->shards = bson_malloc0((nres + 1) * sizeof(*cs->shards));
+    for (size_t k = 0; k < nres; k++) {
+        cs_shard_t *sh = &cs->shards[cs->nshards++];
+        bson_t empty = BSON_INITIALIZER, cur, b;
+        snprintf(sh->name, sizeof(sh->name), "%s", res[k].shard);
+        if (res[k].res.code == 0 && ret == 0) {
+            ret = take_reply(r, sh, &res[k].res.reply, "firstBatch", st);
+        }
+        /* The cursor's remotes only carry the ids, so destroying it kills the shards' cursors. */
+        BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);
+        BSON_APPEND_INT64(&cur, "id", sh->cursor_id);
+        BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &b);
+        bson_append_array_end(&cur, &b);
+        bson_append_document_end(&empty, &cur);
+        shl_router_cursor_add_remote(c, sh->name, &empty, st);
+        bson_destroy(&empty);
+    }
+    c->env_state = cs;
+    c->env_state_free = cs_router_free;
+    c->change_stream = true;
+    cs = NULL;
+    SHL_ERR(ret);
+    {
+        cs_router_t *s = c->env_state;
+        uint32_t n = 0;
+        release(s, &arr, &n, batch_size);
+        update_pbrt(s);
+        if (n > 0) {
+            ret = finish_events(op, s, &arr, st);
+            if (ret != 0) {
+                shl_router_cursor_destroy(c);
+                c = NULL;
+                goto done;
+            }
+        }
+        if (!s->ended) {
+            id = shl_router_cursor_manager_register(r->cursors, c);
+        }
+        reply_batch(s, reply, ns, id, true, &arr);
+        if (s->ended) {
+            shl_router_cursor_destroy(c);
+        }
+        c = NULL;
+    }
+done:
+    shl_router_cursor_destroy(c);
+    if (cs != NULL) {
+        cs_router_free(cs);
+    }
+    shl_router_scatter_results_free(res, nres);
+    bson_destroy(&spec);
+    bson_destroy(&rest);
+    bson_destroy(&arr);
+    return ret;
+}
+
+int
+router_change_stream_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size,
+                              bson_t *reply, bool *dead, shl_status_t *st)
+{
+    int ret = 0;
+    cs_router_t *cs = c->env_state;
+    bson_t arr = BSON_INITIALIZER;
+    int64_t deadline_us;
+
+    /* maxTimeMS of an awaitData getMore is how long to wait for events. */
+    deadline_us = op->deadline_us != 0 ? op->deadline_us
+                                       : shl_clock_mono_us() + CS_AWAIT_DEFAULT_MS * 1000;
+    op->deadline_us = 0;
+    *dead = false;
+    SHL_ERR(fill(op, c, cs, batch_size, deadline_us, &arr, st));
+    *dead = cs->ended;
+    reply_batch(cs, reply, c->ns, *dead ? 0 : c->id, false, &arr);
+done:
+    bson_destroy(&arr);
+    return ret;
+}

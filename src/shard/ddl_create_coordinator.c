@@ -1,0 +1,361 @@
+/*
+ * ddl_create_coordinator.c -- the createCollection coordinator on the database's primary
+ * shard (ddl_coordinators.h; seeds/000 "Sharding DDL Coordinator", "Cluster DDL operations")
+ * and the _shardsvrCreateCollection command that starts or joins it. Like the drop
+ * coordinators, its phases only talk through remote.h (config server, self).
+ */
+#include <string.h>
+
+#include "base/log.h"
+#include "base/namespace.h"
+#include "net/command_args.h"
+#include "shard/ddl_coordinators.h"
+#include "shard/shard_private.h"
+#include "sharding/shard_key.h"
+
+#define OP_CREATE_COLL "createCollection"
+
+/* Every remote call: durable, retried on retryable errors (each is idempotent). */
+static const shl_remote_options_t k_opts = {.w = "majority",
+                                            .timeout_ms = 60000,
+                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
+                                            .max_attempts = 5,
+                                            .backoff_ms = 100};
+
+/* The request's fields of the state document that _configsvrShardCollection takes. */
+static const struct {
+    const char *doc_field, *cfg_field;
+} k_request_fields[] = {
+    {"shardKey", "key"},
+    {"unique", "unique"},
+    {"numInitialChunks", "numInitialChunks"},
+    {"collation", "collation"},
+};
+
+/* The document's shard key pattern 'field', borrowed into 'out' (empty if missing). */
+static void
+doc_key(const bson_t *doc, const char *field, bson_t *out)
+{
+    bson_iter_t it;
+    const uint8_t *data;
+    uint32_t len;
+
+    if (bson_iter_init_find(&it, doc, field) && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_document(&it, &len, &data);
+        SHL_INVARIANT(bson_init_static(out, data, len));
+    } else {
+        bson_init(out);
+    }
+}
+
+static bool
+doc_unique(const bson_t *doc)
+{
+    bson_iter_t it;
+
+    return bson_iter_init_find(&it, doc, "unique") && bson_iter_as_bool(&it);
+}
+
+/* Two shard key patterns name the same fields in the same order with the same kinds
+ * (hashed or ranged), whatever number type says "ranged". */
+static bool
+same_key(const bson_t *a, const bson_t *b)
+{
+    bson_iter_t ia, ib;
+    bool na, nb;
+
+    if (!bson_iter_init(&ia, a) || !bson_iter_init(&ib, b)) {
+        return false;
+    }
+    for (;;) {
+        na = bson_iter_next(&ia);
+        nb = bson_iter_next(&ib);
+        if (!na || !nb) {
+            return na == nb;
+        }
+        if (strcmp(bson_iter_key(&ia), bson_iter_key(&ib)) != 0 ||
+            BSON_ITER_HOLDS_UTF8(&ia) != BSON_ITER_HOLDS_UTF8(&ib)) {
+            return false;
+        }
+        if (BSON_ITER_HOLDS_UTF8(&ia) &&
+            strcmp(bson_iter_utf8(&ia, NULL), bson_iter_utf8(&ib, NULL)) != 0) {
+            return false;
+        }
+    }
+}
+
+/* The reply of a sharded collection's entry: {collectionsharded, collectionUUID}. */
+static void
+set_result_from_entry(shl_coord_t *c, const char *ns, const bson_t *entry)
+{
+    bson_t res = BSON_INITIALIZER;
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(&res, "collectionsharded", ns);
+    if (bson_iter_init_find(&it, entry, "uuid")) {
+        bson_append_iter(&res, "collectionUUID", -1, &it);
+    }
+    shl_coord_set_result(c, &res);
+    bson_destroy(&res);
+}
+
+/* The collection's config.collections entry, copied into *entry (NULL when none). */
+static int
+read_entry(shl_coord_t *c, const char *ns, bson_t **entry, shl_status_t *st)
+{
+    bson_t filter = BSON_INITIALIZER;
+    bson_t **docs = NULL;
+    size_t n = 0;
+    int ret = 0;
+
+    *entry = NULL;
+    BSON_APPEND_UTF8(&filter, "_id", ns);
+    SHL_ERR(shard_ddl_config_find(c, "collections", &filter, &docs, &n, st));
+    if (n > 0) {
+        *entry = bson_copy(docs[0]);
+    }
+done:
+    shard_ddl_docs_free(docs);
+    bson_destroy(&filter);
+    return ret;
+}
+
+/* _shardsvrParticipantBlock of the collection on this shard (block or unblock). */
+static int
+block_self(shl_coord_t *c, bool block, shl_status_t *st)
+{
+    shl_remote_target_t self = shl_remote_target_self();
+    char ns[SHL_NS_MAX + 1];
+    shl_ns_t parsed;
+    bson_t cmd = BSON_INITIALIZER, reason, reply = BSON_INITIALIZER;
+    int ret = 0;
+
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    SHL_ERR(shl_ns_parse(&parsed, ns, st));
+    BSON_APPEND_UTF8(&cmd, "_shardsvrParticipantBlock", parsed.coll);
+    BSON_APPEND_UTF8(&cmd, "blockType", block ? "ReadsAndWrites" : "Unblock");
+    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "reason", &reason);
+    BSON_APPEND_UTF8(&reason, "command", "create");
+    BSON_APPEND_UTF8(&reason, "ns", ns);
+    bson_append_document_end(&cmd, &reason);
+    bson_destroy(&reply);
+    SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, parsed.db, &cmd, &k_opts, &reply, st));
+done:
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* ----------------------------------------------------------------------- the phases */
+
+/* checkPreconditions: a valid key; already sharded as asked -> done; otherwise -> refused.
+ * Not checkpointed: a refusal here leaves no trace. */
+static int
+phase_check(shl_coord_t *c, shl_status_t *st)
+{
+    char ns[SHL_NS_MAX + 1];
+    bson_t key, ekey;
+    bson_t *entry = NULL;
+    bson_iter_t it;
+    shl_shard_key_pattern_t pattern;
+    bool pattern_ok = false;
+    int ret = 0;
+
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    doc_key(shl_coord_doc(c), "shardKey", &key);
+    SHL_ERR(shl_shard_key_pattern_init(&pattern, &key, st));
+    pattern_ok = true;
+    SHL_ERR(read_entry(c, ns, &entry, st));
+    if (entry != NULL) {
+        doc_key(entry, "key", &ekey);
+        if (bson_iter_init_find(&it, entry, "key") && same_key(&ekey, &key) &&
+            doc_unique(entry) == doc_unique(shl_coord_doc(c))) {
+            set_result_from_entry(c, ns, entry);
+            shl_coord_finish(c);
+        } else if (bson_iter_init_find(&it, entry, "key") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            SHL_FAIL(st, SHL_CODE_ALREADY_INITIALIZED,
+                     "sharding already enabled for collection %s", ns);
+        }
+        bson_destroy(&ekey);
+    }
+done:
+    if (pattern_ok) {
+        shl_shard_key_pattern_cleanup(&pattern);
+    }
+    if (entry != NULL) {
+        bson_destroy(entry);
+    }
+    bson_destroy(&key);
+    return ret;
+}
+
+static int
+phase_enter_crit(shl_coord_t *c, shl_status_t *st)
+{
+    return block_self(c, true, st);
+}
+
+/* commit: the config server shards the collection (idempotent: an identical request that
+ * already committed answers with the same UUID). A refusal leaves the critical section, so
+ * the operation ends cleanly not done (shl_coord_abort). */
+static int
+phase_commit(shl_coord_t *c, shl_status_t *st)
+{
+    shl_remote_target_t cfg = shl_remote_target_config();
+    char ns[SHL_NS_MAX + 1];
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret = 0;
+
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    BSON_APPEND_UTF8(&cmd, "_configsvrShardCollection", ns);
+    for (size_t k = 0; k < sizeof k_request_fields / sizeof k_request_fields[0]; k++) {
+        if (bson_iter_init_find(&it, shl_coord_doc(c), k_request_fields[k].doc_field)) {
+            bson_append_iter(&cmd, k_request_fields[k].cfg_field, -1, &it);
+        }
+    }
+    bson_destroy(&reply);
+    ret = shl_remote_run(shl_coord_remote(c), &cfg, "admin", &cmd, &k_opts, &reply, st);
+    if (ret != 0 && !shl_remote_is_retryable(ret)) {
+        shl_status_t unblock = SHL_STATUS_INIT;
+        int uret = block_self(c, false, &unblock);
+
+        if (uret != 0) {
+            /* The section stays until the phase runs again (the unblock's error is
+             * retryable, or the operation stays for the next start). */
+            *st = unblock;
+            ret = uret;
+        } else {
+            shl_coord_abort(c);
+        }
+        SHL_LOG_INFO(SHARDING, 4170210, "shardCollection refused by the config server", "ns",
+                     BCON_UTF8(ns), "code", BCON_INT64((int64_t)ret));
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+    return ret;
+}
+
+/* exitCriticalSection: refresh and leave the section, then the reply from the catalog. */
+static int
+phase_exit_crit(shl_coord_t *c, shl_status_t *st)
+{
+    char ns[SHL_NS_MAX + 1];
+    bson_t *entry = NULL;
+    int ret = 0;
+
+    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
+    SHL_ERR(block_self(c, false, st));
+    SHL_ERR(read_entry(c, ns, &entry, st));
+    if (entry != NULL) {
+        set_result_from_entry(c, ns, entry);
+    }
+    SHL_LOG_INFO(SHARDING, 4170211, "sharded collection on the primary shard", "ns",
+                 BCON_UTF8(ns));
+done:
+    if (entry != NULL) {
+        bson_destroy(entry);
+    }
+    return ret;
+}
+
+static const shl_coord_phase_t create_phases[] = {
+    {"checkPreconditions", phase_check, false},
+    {"enterCriticalSection", phase_enter_crit, true},
+    {"commit", phase_commit, true},
+    {"exitCriticalSection", phase_exit_crit, true},
+};
+
+static bool
+owns_create(const bson_t *doc)
+{
+    return shard_ddl_owns_op(doc, OP_CREATE_COLL);
+}
+
+shl_coord_type_t shard_create_coll_type = {
+    .name = "CreateCollectionCoordinator",
+    .coll = SHARD_DDL_COORD_COLL,
+    .phases = create_phases,
+    .nphases = sizeof create_phases / sizeof create_phases[0],
+    .same = NULL, /* the same request: equal documents apart from the phase */
+    .owns = owns_create,
+    .acquire = shard_ddl_coll_lock_acquire,
+    .release = shard_ddl_coll_lock_release,
+    .report_held = shard_ddl_coll_lock_report,
+    .max_attempts = -1,
+    .backoff_ms = 100,
+};
+
+/* ---------------------------------------------------------------------- entry points */
+
+int
+shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
+                            bson_t *reply, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER, id, result;
+    bson_iter_t it;
+    int ret;
+
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
+    BSON_APPEND_UTF8(&id, "namespace", ns);
+    BSON_APPEND_UTF8(&id, "operationType", OP_CREATE_COLL);
+    bson_append_document_end(&doc, &id);
+    for (size_t k = 0; k < sizeof k_request_fields / sizeof k_request_fields[0]; k++) {
+        const char *f = k_request_fields[k].doc_field;
+        if (bson_iter_init_find(&it, req, f)) {
+            bson_append_iter(&doc, f, -1, &it);
+        } else if (strcmp(f, "unique") == 0) {
+            BSON_APPEND_BOOL(&doc, "unique", false); /* so {} and {unique: false} join */
+        }
+    }
+    ret = shl_coord_run(svc, &shard_create_coll_type, &doc, 0, &result, st);
+    if (ret == 0) {
+        bson_concat(reply, &result);
+    }
+    bson_destroy(&result);
+    bson_destroy(&doc);
+    return ret;
+}
+
+static int
+cmd_create_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shard_state_t *s = shard_state(op);
+    const char *coll = NULL;
+    bson_t key, req = BSON_INITIALIZER;
+    bool found = false;
+    bson_iter_t it;
+    shl_ns_t ns;
+    int ret = 0;
+
+    SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
+    SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
+    SHL_ERR(shl_cmd_get_doc(cmd, "shardKey", &key, &found, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
+                 "BSON field '_shardsvrCreateCollection.shardKey' is missing but a required "
+                 "field");
+    }
+    SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
+    for (size_t k = 0; k < sizeof k_request_fields / sizeof k_request_fields[0]; k++) {
+        if (bson_iter_init_find(&it, cmd, k_request_fields[k].doc_field)) {
+            bson_append_iter(&req, k_request_fields[k].doc_field, -1, &it);
+        }
+    }
+    SHL_ERR(shard_ddl_create_collection(s->coords, ns.full, &req, reply, st));
+done:
+    bson_destroy(&req);
+    return ret;
+}
+
+static const shl_command_t create_coord_cmd = {
+    .name = "_shardsvrCreateCollection",
+    .run = cmd_create_collection,
+    .flags = SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+    .help = "internal: shard a collection of this primary shard's database"};
+
+void
+shard_ddl_create_register(shl_command_registry_t *reg)
+{
+    shl_command_registry_add(reg, &create_coord_cmd);
+}
