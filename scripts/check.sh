@@ -40,10 +40,11 @@ LAYERS = {
     "query":    "query bson base",
     "sharding": "sharding session net bson base",
     "db":       "db storage query session net bson base",
+    "repl":     "repl db storage query session net bson base",
     "router":   "router sharding query session net bson base",
     "shard":    "shard db sharding storage query session net bson base",
     "config":   "config db sharding storage query session net bson base",
-    "main":     "main config shard router db sharding storage query session auth net bson base",
+    "main":     "main config shard router repl db sharding storage query session auth net bson base",
 }
 
 errors = []

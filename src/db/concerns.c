@@ -63,6 +63,10 @@ db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc)
         return rc->at_cluster_time;
     }
     if (rc->level == DB_RC_MAJORITY || rc->level == DB_RC_LINEARIZABLE) {
+        /* A multi-member set reads at the majority commit point (repl_hooks.h). */
+        if (node->repl.majority_ts != NULL) {
+            return node->repl.majority_ts(node->repl.arg);
+        }
         return shl_storage_all_durable(node->eng);
     }
     return 0;
@@ -75,7 +79,7 @@ db_write_concern_get(shl_op_ctx_t *op, shl_write_concern_t *wc, shl_status_t *st
     db_node_t *node = db_node(op);
 
     SHL_ERR(shl_write_concern_parse(op->has_write_concern ? &op->write_concern : NULL, wc, st));
-    if (!node->repl_set) {
+    if (!node->repl_set && node->repl.wait_write_concern == NULL) {
         if (!wc->w_majority && wc->w_tag[0] == '\0' && wc->w > 1) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "cannot use 'w' > 1 when a host is not replicated");
         }
@@ -99,6 +103,13 @@ append_wce(const shl_write_concern_t *wc, const shl_status_t *err, bson_t *reply
     BSON_APPEND_UTF8(&wce, "codeName", shl_code_name(err->code));
     BSON_APPEND_UTF8(&wce, "errmsg", err->reason);
     BSON_APPEND_DOCUMENT_BEGIN(&wce, "errInfo", &info);
+    {
+        /* The error's own details first (a timeout's wtimeout: true). */
+        bson_t extra;
+        if (shl_status_extra_get(err, &extra)) {
+            bson_concat(&info, &extra);
+        }
+    }
     shl_write_concern_append(wc, &info, "writeConcern");
     bson_append_document_end(&wce, &info);
     bson_append_document_end(reply, &wce);
@@ -123,7 +134,16 @@ db_write_concern_wait(shl_op_ctx_t *op, const shl_write_concern_t *wc, bson_t *r
             return;
         }
     }
-    if (node->repl_set) {
+    if (node->repl.wait_write_concern != NULL) {
+        /* A multi-member set: wait for the members' progress (repl/). */
+        uint64_t ts = db_op_write_ts();
+        if (ts == 0) {
+            ts = shl_storage_clock_now(node->eng);
+        }
+        if (node->repl.wait_write_concern(node->repl.arg, op, wc, ts, &err) != 0) {
+            append_wce(wc, &err, reply);
+        }
+    } else if (node->repl_set) {
         if (wc->w_tag[0] != '\0') {
             shl_status_set(&err, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
                            "No write concern mode named '%s' found in replica set "
@@ -136,4 +156,20 @@ db_write_concern_wait(shl_op_ctx_t *op, const shl_write_concern_t *wc, bson_t *r
             append_wce(wc, &err, reply);
         }
     }
+}
+
+void
+shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t *h)
+{
+    db_node_t *node = svc->role_state;
+
+    node->repl = *h;
+}
+
+bool
+shl_db_repl_is_primary(const shl_service_ctx_t *svc)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node == NULL || node->repl.is_primary == NULL || node->repl.is_primary(node->repl.arg);
 }

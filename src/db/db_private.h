@@ -18,6 +18,7 @@
 #include "db/cursor_manager.h"
 #include "db/sharding_hooks.h"
 #include "net/command.h"
+#include "db/repl_hooks.h"
 #include "net/op_context.h"
 #include "net/read_concern_support.h"
 #include "net/write_concern.h"
@@ -50,6 +51,8 @@ typedef struct db_node {
 
     /* Installed by the shard role before serving (sharding_hooks.h); zero otherwise. */
     shl_db_sharding_hooks_t sharding;
+    /* Installed by repl before serving for a multi-member set (repl_hooks.h); zero otherwise. */
+    shl_db_repl_hooks_t repl;
 
     /* Sessions checked out by retryable writes (replica set members; NULL otherwise). */
     struct db_session_catalog *sessions;

@@ -290,6 +290,9 @@ reap(void *arg, shl_lsc_t *lsc, int64_t cutoff_ms, int64_t *n, shl_status_t *st)
     size_t ngone = 0;
 
     *n = 0;
+    if (!shl_db_repl_is_primary(node->svc)) {
+        goto done; /* a secondary's records follow the primary's deletes */
+    }
     SHL_ERR(old_records(node, cutoff_ms, &recs, st));
     if (recs.n == 0) {
         goto done;

@@ -116,6 +116,10 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
     bson_append_document_end(&lw, &ot);
     BSON_APPEND_DATE_TIME(&lw, "lastWriteDate", (int64_t)SHL_TS_SECS(ts) * 1000);
+    /* A multi-member set's majority point is its commit point (repl_hooks.h). */
+    if (node->repl.majority_ts != NULL) {
+        ts = node->repl.majority_ts(node->repl.arg);
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&lw, "majorityOpTime", &ot);
     db_append_ts(&ot, "ts", ts);
     BSON_APPEND_INT64(&ot, "t", shl_storage_term(node->eng));
@@ -382,11 +386,18 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     so.cache_size_mb = (int64_t)(shl_opt_double(SHL_OPT_wiredTigerCacheSizeGB) * 1024.0);
     so.keygen_factory = db_keygen_factory;
     so.replay_derive = node_replay_derive;
+    so.pin_stable_at_open = node->repl_set; /* until repl has pinned what it needs */
     if (node->repl_set) {
         node->txns = db_txn_registry_new(NULL);
         so.replay_derive_arg = node->txns;
     }
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
+    /* Replication sees storage before anything here can write (a secondary pins its stable
+     * timestamp below the entries it has yet to apply). */
+    if (svc->hooks.storage_opened != NULL) {
+        SHL_ERR(svc->hooks.storage_opened(svc, node->eng, st));
+    }
+    shl_storage_release_open_pin(node->eng);
     atomic_store(&node->last_applied, shl_storage_all_durable(node->eng));
     node->cursors = shl_cursor_manager_new();
     SHL_ERR(db_uwb_load(node, st));

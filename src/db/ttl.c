@@ -144,7 +144,8 @@ db_ttl_main(void *arg)
             break;
         }
         pthread_mutex_unlock(&node->reaper_lock);
-        if (shl_opt_bool(SHL_OPT_ttlMonitorEnabled)) {
+        /* As MongoDB's: only a primary deletes; secondaries apply its deletes. */
+        if (shl_opt_bool(SHL_OPT_ttlMonitorEnabled) && shl_db_repl_is_primary(node->svc)) {
             ttl_pass(node);
         }
         pthread_mutex_lock(&node->reaper_lock);

@@ -14,6 +14,7 @@
 #include "config/configsvr.h"
 #include "db/node.h"
 #include "main/cli.h"
+#include "repl/repl.h"
 #include "main/cluster_cli.h"
 #include "net/command.h"
 #include "net/server.h"
@@ -184,8 +185,13 @@ node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
                  BCON_UTF8(shl_opt_str(SHL_OPT_dbpath)));
     int rc = 0;
 
+    shl_repl_preinit(svc);
     if (shl_node_init(svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615612, "start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+    } else if (shl_repl_init(svc, reg, &st) != 0) {
+        SHL_LOG_ERROR(CONTROL, 4615618, "replication start-up failed", "error",
+                      BCON_UTF8(st.reason));
         rc = 1;
     } else if (svc->role == SHL_ROLE_SHARDSVR && shl_shard_init(svc, reg, &st) != 0) {
         SHL_LOG_ERROR(CONTROL, 4615616, "sharding start-up failed", "error", BCON_UTF8(st.reason));

@@ -186,11 +186,15 @@ run_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st, 
     if (bson_iter_init_find(&it, cmd, "helloOk") && bson_iter_as_bool(&it)) {
         BSON_APPEND_BOOL(reply, "helloOk", true);
     }
-    BSON_APPEND_BOOL(reply, legacy_name ? "ismaster" : "isWritablePrimary",
-                     !atomic_load(&svc->shutting_down));
+    if (svc->role != SHL_ROLE_ROUTER && svc->hooks.append_set_hello != NULL) {
+        svc->hooks.append_set_hello(op, reply, legacy_name);
+    } else {
+        BSON_APPEND_BOOL(reply, legacy_name ? "ismaster" : "isWritablePrimary",
+                         !atomic_load(&svc->shutting_down));
+    }
     if (svc->role == SHL_ROLE_ROUTER) {
         BSON_APPEND_UTF8(reply, "msg", "isdbgrid");
-    } else if (svc->set_name[0] != '\0') {
+    } else if (svc->set_name[0] != '\0' && svc->hooks.append_set_hello == NULL) {
         bson_t hosts;
         BSON_APPEND_ARRAY_BEGIN(reply, "hosts", &hosts);
         BSON_APPEND_UTF8(&hosts, "0", svc->me);

@@ -419,6 +419,9 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
         SHL_ERR(shl_read_concern_check_support(cmd->name, body,
                                                op.has_read_concern ? &op.read_concern : NULL, &st));
     }
+    if (svc->hooks.admit != NULL) {
+        SHL_ERR(svc->hooks.admit(&op, cmd, &st));
+    }
     if (svc->hooks.session_begin != NULL) {
         SHL_ERR(svc->hooks.session_begin(&op, cmd, &st));
         in_session = true;

@@ -70,6 +70,25 @@ typedef struct shl_service_hooks {
     /* Role-specific fields of hello/isMaster (setName, hosts, msg: "isdbgrid", ...). */
     void (*append_hello)(struct shl_op_ctx *op, bson_t *reply);
     /*
+     * A replica set member's topology fields of hello (isWritablePrimary or, for the legacy
+     * name, ismaster; hosts, setName, setVersion, primary, secondary, me, electionId, ...)
+     * instead of the set-of-one defaults. Installed by repl/; must not block.
+     */
+    void (*append_set_hello)(struct shl_op_ctx *op, bson_t *reply, bool legacy_name);
+    /*
+     * Whether the member's replication state lets 'cmd' run (NotWritablePrimary for a write
+     * on a secondary, NotPrimaryNoSecondaryOk for a read without secondaryOk, ...). Called
+     * once the generic arguments are read, before the session hooks. Installed by repl/.
+     */
+    int (*admit)(struct shl_op_ctx *op, const struct shl_command *cmd, shl_status_t *st);
+    /*
+     * A data node's storage is open and recovered, and nothing of the node runs yet (no
+     * thread, no command): repl/ reads its configuration and pins what it must. Set before
+     * the node starts (shl_repl_preinit); an error fails the start-up.
+     */
+    int (*storage_opened)(struct shl_service_ctx *svc, struct shl_storage_engine *eng,
+                          shl_status_t *st);
+    /*
      * A new request body to run instead of the one received, or NULL to run it as sent (the
      * router adds the cluster-wide default read/write concern to a command that carries
      * none). Called once the op's generic arguments are read and before it is registered;
@@ -157,6 +176,7 @@ typedef struct shl_service_ctx {
      * role creates it at start-up, then read-only. */
     struct shl_cluster_time *cluster_time;
     void *role_state;    /* owned by the role's module */
+    void *repl_state;    /* repl/'s coordinator (repl/repl.h); set at start-up, then read-only */
 } shl_service_ctx_t;
 
 /* shl_service_ctx_init -- zero the context and record start times. */

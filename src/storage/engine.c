@@ -67,7 +67,13 @@ shl_storage_dbpath(const shl_storage_engine_t *eng)
 int64_t
 shl_storage_term(const shl_storage_engine_t *eng)
 {
-    return eng->term;
+    return __atomic_load_n(&eng->term, __ATOMIC_RELAXED);
+}
+
+void
+shl_storage_set_term(shl_storage_engine_t *eng, int64_t term)
+{
+    __atomic_store_n(&eng->term, term, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------------------------
@@ -298,6 +304,21 @@ shl_storage_clock_advance(shl_storage_engine_t *eng, uint64_t ts)
         eng->clock_last = ts;
     }
     pthread_mutex_unlock(&eng->clock_mu);
+}
+
+uint64_t
+shl_storage_open_pin(const shl_storage_engine_t *eng)
+{
+    return eng->open_pin;
+}
+
+void
+shl_storage_release_open_pin(shl_storage_engine_t *eng)
+{
+    if (eng->open_pin != 0) {
+        shl_storage_unpin_stable(eng, eng->open_pin);
+        eng->open_pin = 0;
+    }
 }
 
 uint64_t
@@ -859,6 +880,10 @@ init_clock(shl_storage_engine_t *eng, shl_status_t *st)
         SHL_ERR(shl_wt_err(st, wtret, "read oplog top"));
     }
     shl_storage_clock_advance(eng, (uint64_t)top);
+    if (eng->opts.pin_stable_at_open) {
+        eng->open_pin = (uint64_t)top + 1;
+        shl_storage_pin_stable(eng, eng->open_pin);
+    }
     shl_storage_clock_advance(eng, SHL_TS_MAKE(shl_clock_wall_ms() / 1000, 0));
 done:
     if (c != NULL) {

@@ -422,6 +422,79 @@ done:
     return ret;
 }
 
+typedef struct raw_batch {
+    const bson_t *const *entries;
+    size_t n;
+} raw_batch_t;
+
+static int
+write_raw_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+{
+    raw_batch_t *b = varg;
+    WT_CURSOR *c = NULL;
+    int ret = 0;
+
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
+    for (size_t i = 0; i < b->n; i++) {
+        const bson_t *e = b->entries[i];
+        bson_iter_t it;
+        uint32_t secs = 0, inc = 0;
+        WT_ITEM v;
+        int wtret;
+
+        if (!bson_iter_init_find(&it, e, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "oplog entry without a ts");
+        }
+        bson_iter_timestamp(&it, &secs, &inc);
+        SHL_ERR(shl_txn_set_ts(txn, SHL_TS_MAKE(secs, inc), st));
+        v.data = bson_get_data(e);
+        v.size = e->len;
+        c->set_key(c, (int64_t)SHL_TS_MAKE(secs, inc));
+        c->set_value(c, &v);
+        wtret = c->insert(c);
+        if (wtret == WT_DUPLICATE_KEY) {
+            /* The same entry written before a restart, or this member's own local.* write
+             * that took the slot (its clock is not the primary's): the set's entry wins. */
+            c->set_key(c, (int64_t)SHL_TS_MAKE(secs, inc));
+            c->set_value(c, &v);
+            wtret = c->update(c);
+        }
+        if (wtret != 0) {
+            SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
+        }
+        shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, e->len);
+    }
+done:
+    if (c != NULL) {
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    return ret;
+}
+
+int
+shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
+                           shl_status_t *st)
+{
+    raw_batch_t b = {entries, n};
+    int ret = 0;
+
+    if (n == 0) {
+        goto done;
+    }
+    SHL_ERR(shl_storage_write_retry(eng, write_raw_unit, &b, NULL, st));
+    for (size_t i = 0; i < n; i++) {
+        SHL_ERR(shl_oplog_apply(eng, entries[i], st));
+        if (eng->opts.replay_derive != NULL) {
+            SHL_ERR(eng->opts.replay_derive(eng, entries[i], eng->opts.replay_derive_arg, st));
+        }
+    }
+done:
+    if (n > 0) {
+        shl_rs_state_notify(eng->oplog->rs);
+    }
+    return ret;
+}
+
 /* Entries removed per transaction when truncating, so no transaction grows large. */
 #define OPLOG_TRUNCATE_BATCH 1000
 

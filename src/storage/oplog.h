@@ -70,6 +70,19 @@ void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *
 int shl_oplog_apply(shl_storage_engine_t *eng, const bson_t *entry, shl_status_t *st);
 
 /*
+ * shl_oplog_apply_replicated --
+ *     A secondary's batch from its sync source (repl/, docs/design/replication.md): the 'n'
+ *     entries (borrowed) are first written into this node's oplog exactly as received, each at its own
+ *     ts, in one transaction (an entry already there is kept), so that a crash after this
+ *     step replays them at recovery; then each is applied as shl_oplog_apply applies it,
+ *     followed by the role's replay_derive hook, as recovery does. Oplog readers are woken.
+ *     Entries must have increasing timestamps above the stable timestamp (a secondary pins
+ *     it). Errors: BadValue for a malformed entry; those of shl_oplog_apply.
+ */
+int shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
+                               shl_status_t *st);
+
+/*
  * shl_oplog_read --
  *     The entry at 'ts' (*out always initialised; *found false when there is none), read in
  *     a snapshot of its own. Errors: InternalError.

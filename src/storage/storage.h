@@ -61,6 +61,10 @@ typedef struct shl_storage_options {
     int (*replay_derive)(struct shl_storage_engine *eng, const bson_t *entry, void *arg,
                          shl_status_t *st);
     void *replay_derive_arg;
+    /* Pin the stable timestamp at the oplog's top + 1 before the clock moves to the wall
+     * clock at open (a replica set secondary must not find its stable timestamp past entries
+     * it has yet to apply); release it with shl_storage_release_open_pin. */
+    bool pin_stable_at_open;
 } shl_storage_options_t;
 
 /*
@@ -129,6 +133,10 @@ uint64_t shl_storage_oldest_ts(shl_storage_engine_t *eng);
 
 /* shl_storage_term -- the term written in oplog entries ('t'). */
 int64_t shl_storage_term(const shl_storage_engine_t *eng);
+
+/* shl_storage_set_term -- the term new oplog entries carry from now on (a node that won an
+ * election). Atomic. */
+void shl_storage_set_term(shl_storage_engine_t *eng, int64_t term);
 
 /* ---------------------------------------------------------------------------------
  * Durability
@@ -317,6 +325,14 @@ void shl_storage_set_interrupt(int (*fn)(void *arg, shl_status_t *st), void *arg
  *     until unpinned, so that crash recovery replays its prepare entry. Thread-safe.
  */
 void shl_storage_pin_stable(shl_storage_engine_t *eng, uint64_t ts);
+
+/*
+ * shl_storage_open_pin / shl_storage_release_open_pin --
+ *     The pin shl_storage_options_t.pin_stable_at_open took (0: none), and its release (once;
+ *     later calls do nothing). Not thread-safe against each other: start-up only.
+ */
+uint64_t shl_storage_open_pin(const shl_storage_engine_t *eng);
+void shl_storage_release_open_pin(shl_storage_engine_t *eng);
 void shl_storage_unpin_stable(shl_storage_engine_t *eng, uint64_t ts);
 
 /* ---------------------------------------------------------------------------------

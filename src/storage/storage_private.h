@@ -164,6 +164,7 @@ struct shl_storage_engine {
     pthread_mutex_t clock_mu;
     uint64_t clock_last;                           /* guarded by clock_mu */
     shl_inflight_t *inflight_head, *inflight_tail; /* guarded by clock_mu */
+    uint64_t open_pin; /* shl_storage_options_t.pin_stable_at_open; start-up only */
     uint64_t *stable_pins; /* prepare timestamps the stable one stays below; guarded by clock_mu */
     size_t nstable_pins, capstable_pins; /* guarded by clock_mu */
     atomic_ullong stable_ts;

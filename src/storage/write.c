@@ -45,12 +45,12 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         if (!bson_has_field(&marked, "fromMigrate")) {
             BSON_APPEND_BOOL(&marked, "fromMigrate", true);
         }
-        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
-                              &marked);
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                              txn->wall_ms, &marked);
         bson_destroy(&marked);
     } else {
-        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, txn->eng->term, txn->wall_ms,
-                              extra);
+        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                              txn->wall_ms, extra);
     }
     v.data = bson_get_data(&entry);
     v.size = entry.len;

@@ -1,0 +1,47 @@
+/*
+ * repl_hooks.h -- the seam between the data node (src/db) and replication (src/repl), which
+ * db must not call: repl installs these at start-up when the node belongs to a
+ * multi-member replica set (docs/design/replication.md). Without them (standalone, a set of
+ * one) the node behaves as before: w > 1 is unsatisfiable, w: "majority" means this node's
+ * journal, readConcern "majority" reads at the no-holes point, background writers run.
+ */
+#ifndef SHL_DB_REPL_HOOKS_H
+#define SHL_DB_REPL_HOOKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/op_context.h"
+#include "net/service_context.h"
+#include "net/write_concern.h"
+
+typedef struct shl_db_repl_hooks {
+    void *arg;
+    /*
+     * Wait until the write at 'ts' (this node's oplog) satisfies 'wc' (w: n members,
+     * "majority" the commit point), within wtimeout and the op's deadline. Returns 0 or
+     * the write concern error to report in writeConcernError (WriteConcernTimeout with
+     * extra {wtimeout: true}, UnknownReplWriteConcern, UnsatisfiableWriteConcern,
+     * interruption). Blocks; takes repl's own lock only.
+     */
+    int (*wait_write_concern)(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *wc,
+                              uint64_t ts, shl_status_t *st);
+    /* The majority commit point's timestamp (readConcern "majority" reads at it). */
+    uint64_t (*majority_ts)(void *arg);
+    /* Whether this node is primary now: background writers (TTL, session reaps) only run
+     * on a primary. Lock-free. */
+    bool (*is_primary)(void *arg);
+} shl_db_repl_hooks_t;
+
+/*
+ * shl_db_repl_hooks_install --
+ *     Install 'h' (copied) into the node of 'svc'. Called once at start-up, before the
+ *     listener opens. Not thread-safe against running commands.
+ */
+void shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t *h);
+
+/* shl_db_repl_is_primary -- the hook's answer, true without hooks. */
+bool shl_db_repl_is_primary(const shl_service_ctx_t *svc);
+
+#endif

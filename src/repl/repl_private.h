@@ -1,0 +1,210 @@
+/*
+ * repl_private.h -- the replication module's internals: the parsed set configuration
+ * (repl_config.c), the coordinator's state and member progress (repl_coord.c), the
+ * commands (repl_commands.c), heartbeats (heartbeat.c) and the secondary's oplog
+ * fetcher/applier (oplog_fetcher.c). docs/design/replication.md.
+ */
+#ifndef SHL_REPL_PRIVATE_H
+#define SHL_REPL_PRIVATE_H
+
+#include <bson/bson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/status.h"
+#include "net/client.h"
+#include "net/command.h"
+#include "net/op_context.h"
+#include "net/service_context.h"
+#include "net/write_concern.h"
+#include "repl/repl.h"
+#include "storage/storage.h"
+
+#define REPL_MAX_MEMBERS 50
+#define REPL_MAX_VOTERS 7
+#define REPL_CONFIG_NS "local.system.replset"
+
+/* One member of a configuration (MongoDB's MemberConfig). */
+typedef struct repl_member {
+    int32_t id;
+    char host[256];
+    double priority;
+    int32_t votes;
+    bool hidden;
+    bool arbiter;
+    int64_t secondary_delay_secs;
+} repl_member_t;
+
+/* A validated configuration; 'doc' is its normalised document (what replSetGetConfig
+ * answers and local.system.replset stores). */
+typedef struct repl_config {
+    char set_name[128];
+    int64_t version;
+    int64_t term;
+    int32_t n;
+    repl_member_t members[REPL_MAX_MEMBERS];
+    int64_t heartbeat_interval_ms;
+    int64_t election_timeout_ms;
+    bson_oid_t replica_set_id;
+    bson_t doc;
+} repl_config_t;
+
+/*
+ * repl_config_parse --
+ *     Validate 'doc' as MongoDB validates a replica set configuration (members' _id and host
+ *     unique; priority 0..1000; votes 0 or 1; priority 0 for arbiters, hidden, delayed and
+ *     non-voting members; arbiters vote; 1..7 voters, at most 50 members, one electable
+ *     member; protocolVersion 1; settings) and fill *out (always initialised; release with
+ *     repl_config_cleanup). 'initiate': version defaults to 1 and a replicaSetId is made
+ *     when the settings carry none. Errors: InvalidReplicaSetConfig, TypeMismatch, BadValue
+ *     (unknown fields). Pure.
+ */
+int repl_config_parse(const bson_t *doc, bool initiate, repl_config_t *out, shl_status_t *st);
+void repl_config_cleanup(repl_config_t *cfg);
+void repl_config_copy(const repl_config_t *src, repl_config_t *dst);
+
+/* repl_config_find -- the index of the member whose host is 'host', or -1. */
+int repl_config_find(const repl_config_t *cfg, const char *host);
+
+/* repl_config_voters -- the number of voting members; repl_config_majority: votes needed. */
+int repl_config_voters(const repl_config_t *cfg);
+int repl_config_majority(const repl_config_t *cfg);
+
+/*
+ * repl_commit_point --
+ *     The majority commit point given each member's durable timestamp (durable[i] for
+ *     cfg->members[i]): the highest timestamp that a majority of the voting members have
+ *     made durable (arbiters count with their own report, which is 0). Pure.
+ */
+uint64_t repl_commit_point(const repl_config_t *cfg, const uint64_t *durable);
+
+/* repl_count_at -- how many data-bearing members have applied 'ts' (applied[i]). Pure. */
+int repl_count_at(const repl_config_t *cfg, const uint64_t *applied, uint64_t ts);
+
+/* What the coordinator knows of one member (its own entry included). */
+typedef struct repl_member_state {
+    shl_repl_state_t state;
+    uint64_t applied;       /* its last applied optime's ts */
+    uint64_t durable;       /* its last durable optime's ts */
+    int64_t term;           /* its term, from heartbeats */
+    int64_t last_heartbeat_ms;
+    int64_t last_heartbeat_recv_ms;
+    int64_t ping_ms;
+    int64_t config_version; /* from its heartbeat replies; -2: none */
+    bool up;
+    int64_t up_since_ms;
+    char last_error[128];
+} repl_member_state_t;
+
+/* The replication coordinator: one per data node started with --replSet. */
+typedef struct repl_coord {
+    shl_service_ctx_t *svc;
+    shl_storage_engine_t *eng;
+    shl_conn_pool_t *pool; /* its own connections to the other members */
+
+    pthread_mutex_t install_mu; /* serialises configuration installs; taken before mu */
+    pthread_mutex_t mu; /* guards everything below not marked otherwise; a leaf lock */
+    pthread_cond_t progress; /* broadcast when progress, the commit point or state moves */
+    bool configured;         /* a multi-member config is installed */
+    repl_config_t cfg;       /* valid when configured */
+    int self;                /* index of this node in cfg, -1 when removed */
+    repl_member_state_t members[REPL_MAX_MEMBERS];
+    int primary;             /* index of the primary as far as we know, -1 none */
+    int64_t term;
+    uint64_t commit_point;   /* majority commit point (ts) */
+    uint64_t begin_ts;       /* the set's first entry (initiate): joining members fetch from it */
+    bool initiator;          /* this node initiated the set (its primary after a restart) */
+    bson_oid_t election_id;
+    int64_t election_date_ms;
+    atomic_bool stop;        /* threads stop; written under mu */
+    pthread_cond_t wake;     /* wakes the threads (config installed, stop) */
+
+    _Atomic int state; /* shl_repl_state_t of this node; read lock-free */
+
+    /* Elections (election.c). */
+    int64_t voted_term;           /* the term of our last vote (stored durably) */
+    int32_t voted_for;            /* whom we voted for in it (member index) */
+    int64_t last_primary_seen_us; /* monotonic: the last heartbeat from a primary */
+    int64_t election_offset_ms;   /* random part of the election timeout */
+    bool stepped_down;            /* a former primary (rollback is not implemented yet) */
+    int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
+
+    pthread_t heartbeat_thread;
+    bool heartbeat_started;
+    pthread_t fetcher_thread;
+    bool fetcher_started;
+    /* The stable-timestamp pin of a secondary (storage.h): entries after the last applied one
+     * must still be writable. Guarded by mu. */
+    uint64_t stable_pin;
+} repl_coord_t;
+
+/* repl_coord_get -- the coordinator of 'svc' (NULL on a node without --replSet). */
+repl_coord_t *repl_coord_get(const shl_service_ctx_t *svc);
+
+/*
+ * repl_coord_install_config --
+ *     Store 'cfg' in local.system.replset (replacing what is there), make it current, set
+ *     this node's state (PRIMARY when 'primary', else SECONDARY), bump the topology version
+ *     and start the threads. 'begin_ts' is where a secondary starts fetching. Takes mu.
+ *     Errors: storage errors.
+ */
+int repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool primary,
+                              uint64_t begin_ts, shl_status_t *st);
+
+/* repl_coord_self_progress -- record this node's applied/durable position (takes mu). */
+void repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable);
+
+/* repl_coord_update_member -- record member 'idx''s reported position; recompute the
+ * commit point on a primary. Takes mu. */
+void repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, uint64_t durable);
+
+/* repl_coord_learn_commit_point -- a secondary learns the primary's commit point. */
+void repl_coord_learn_commit_point(repl_coord_t *rc, uint64_t ts);
+
+/* repl_coord_pin_applied -- a secondary applied up to 'applied': move its stable pin. */
+void repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied);
+
+/* repl_coord_pin_applied_locked -- as repl_coord_pin_applied, with mu held. */
+void repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied);
+
+/* repl_coord_become_primary_locked -- this node won an election in rc->term: state PRIMARY,
+ * electionId, no stable pin. With mu held. */
+void repl_coord_become_primary_locked(repl_coord_t *rc);
+
+/* repl_coord_start_threads_locked -- start the heartbeat / fetcher threads not running. */
+int repl_coord_start_threads_locked(repl_coord_t *rc, shl_status_t *st);
+
+/* Elections (election.c). */
+void repl_election_load(repl_coord_t *rc);
+void repl_election_see_term_locked(repl_coord_t *rc, int64_t term);
+int repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+void repl_election_maybe_run(repl_coord_t *rc);
+int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd,
+                            shl_status_t *st);
+
+/* repl_coord_last_replicated -- the newest entry of this node's oplog that came from the set
+ * (local.* writes excluded); 0 when none or on error. Reads storage. */
+uint64_t repl_coord_last_replicated(repl_coord_t *rc);
+
+/* repl_append_optime -- {ts: Timestamp, t: term} under 'key'. */
+void repl_append_optime(bson_t *out, const char *key, uint64_t ts, int64_t term);
+
+/* repl_optime_ts -- the ts of an optime document {ts, t} under 'key' in 'doc' (0: none). */
+uint64_t repl_optime_ts(const bson_t *doc, const char *key);
+
+/* Commands (repl_commands.c). */
+void repl_register_commands(shl_command_registry_t *reg);
+
+/* Threads (heartbeat.c, oplog_fetcher.c): started by repl_coord_install_config. */
+void *repl_heartbeat_main(void *arg);
+void *repl_fetcher_main(void *arg);
+
+/*
+ * repl_heartbeat_build -- the replSetHeartbeat request this node sends ('with_config':
+ * include the config, as the initiator does to members that have none).
+ */
+void repl_heartbeat_build(repl_coord_t *rc, bool with_config, bson_t *out);
+
+#endif
