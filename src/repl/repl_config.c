@@ -74,10 +74,10 @@ parse_member(bson_iter_t *mit, repl_member_t *m, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Empty or too long host string '%s'", h);
             }
             /* A host without a port is on MongoDB's default port. */
-            if (strchr(h, ':') == NULL) {
-                snprintf(m->host, sizeof(m->host), "%s:27017", h);
-            } else {
-                snprintf(m->host, sizeof(m->host), "%s", h);
+            if ((strchr(h, ':') == NULL
+                     ? snprintf(m->host, sizeof(m->host), "%s:27017", h)
+                     : snprintf(m->host, sizeof(m->host), "%s", h)) >= (int)sizeof(m->host)) {
+                SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Empty or too long host string '%s'", h);
             }
         } else if (strcmp(k, "priority") == 0) {
             if (!is_number(&it)) {
