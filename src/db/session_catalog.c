@@ -436,6 +436,42 @@ wait_prepared_children_locked(db_session_catalog_t *cat, db_session_t *s)
     }
 }
 
+/*
+ * With cat->mu held: retryable write 'txn_number' of parent session 's' begins, directly or
+ * through a child transaction. A newer one than the parent's forgets the parent's answers; the
+ * same one (a retry) waits while a child of it is prepared (its answer may be on its way); an
+ * older one is TransactionTooOld (worded for a child transaction when 'child').
+ */
+static int
+parent_write_begin_locked(db_session_catalog_t *cat, db_session_t *s, int64_t txn_number,
+                          bool child, shl_status_t *st)
+{
+    char id[37], head[160];
+    int ret = 0;
+
+    if (txn_number > s->child_txn_number) {
+        s->child_txn_number = txn_number;
+        answers_clear(s);
+    } else if (txn_number == s->child_txn_number) {
+        wait_prepared_children_locked(cat, s);
+    } else {
+        shl_lsid_id_string(&s->lsid, id);
+        if (child) {
+            snprintf(head, sizeof(head),
+                     "Cannot start a retryable internal transaction for txnNumber %lld",
+                     (long long)txn_number);
+        } else {
+            snprintf(head, sizeof(head), "Retryable write with txnNumber %lld is prohibited",
+                     (long long)txn_number);
+        }
+        ret = shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
+                             "%s on session %s because a newer retryable write with txnNumber "
+                             "%lld has already started on this session.",
+                             head, id, (long long)s->child_txn_number);
+    }
+    return ret;
+}
+
 int
 db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *st)
 {
@@ -456,20 +492,7 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     }
     /* Retryable internal transactions of a newer write count as the session's own. */
     pthread_mutex_lock(&cat->mu);
-    if (op->txn_number > s->child_txn_number) {
-        s->child_txn_number = op->txn_number;
-        answers_clear(s);
-    } else if (op->txn_number == s->child_txn_number) {
-        wait_prepared_children_locked(cat, s); /* a retry: its answer may be on its way */
-    } else if (op->txn_number < s->child_txn_number) {
-        shl_lsid_id_string(&s->lsid, id);
-        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
-                       "Retryable write with txnNumber %lld is prohibited on session %s because a "
-                       "newer retryable write with txnNumber %lld has already started on this "
-                       "session.",
-                       (long long)op->txn_number, id, (long long)s->child_txn_number);
-        ret = st->code;
-    }
+    ret = parent_write_begin_locked(cat, s, op->txn_number, false, st);
     pthread_mutex_unlock(&cat->mu);
     SHL_ERR(ret);
     session_begin_txn(s, op->txn_number);
@@ -565,7 +588,6 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
 {
     shl_lsid_t parent;
     db_session_t *s;
-    char id[37];
     int ret = 0;
 
     if (cat == NULL || !child->child || !child->has_parent_txn_number) {
@@ -574,20 +596,7 @@ db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_s
     shl_lsid_parent(child, &parent);
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, &parent);
-    if (child->parent_txn_number > s->child_txn_number) {
-        s->child_txn_number = child->parent_txn_number;
-        answers_clear(s);
-    } else if (child->parent_txn_number == s->child_txn_number) {
-        wait_prepared_children_locked(cat, s);
-    } else if (child->parent_txn_number < s->child_txn_number) {
-        shl_lsid_id_string(&parent, id);
-        shl_status_set(st, SHL_CODE_TRANSACTION_TOO_OLD,
-                       "Cannot start a retryable internal transaction for txnNumber %lld on "
-                       "session %s because a newer retryable write with txnNumber %lld has "
-                       "already started on this session.",
-                       (long long)child->parent_txn_number, id, (long long)s->child_txn_number);
-        ret = st->code;
-    }
+    ret = parent_write_begin_locked(cat, s, child->parent_txn_number, true, st);
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;

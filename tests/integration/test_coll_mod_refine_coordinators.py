@@ -34,7 +34,9 @@ def make_sharded(cl, db, coll="c", n=20):
     r[db][coll].create_index("t", expireAfterSeconds=1000)
     r.admin.command("split", ns, middle={"a": 0})
     r.admin.command("moveChunk", ns, find={"a": 0}, to=cl.shard_name(1))
-    r[db][coll].insert_many([{"a": i - n // 2, "b": i, "v": 1} for i in range(n)])
+    # Journaled: a kill -9 before the coordinator's first durable write must not lose them.
+    r[db].command("insert", coll, documents=[{"a": i - n // 2, "b": i, "v": 1} for i in range(n)],
+                  writeConcern={"w": 1, "j": True})
     return r, ns
 
 

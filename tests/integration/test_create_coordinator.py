@@ -173,8 +173,11 @@ def test_kill9_of_the_primary_before_each_create_phase(cl, phase):
     db = "ck_" + phase
     r = cl.router_client()
     r.admin.command("enableSharding", db, primaryShard=cl.shard_name(0))
-    r[db].c.insert_many([{"_id": i, "x": i} for i in range(10)])
-    r[db].c.create_index("x")
+    # Journaled: the kill -9 below must not take the documents or the index with it.
+    r[db].command("insert", "c", documents=[{"_id": i, "x": i} for i in range(10)],
+                  writeConcern={"w": 1, "j": True})
+    r[db].command("createIndexes", "c", indexes=[{"key": {"x": 1}, "name": "x_1"}],
+                  writeConcern={"w": 1, "j": True})
     fail_point(cl.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
                {"type": TYPE, "phase": phase})
     with pytest.raises(PyMongoError):
