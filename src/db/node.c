@@ -128,6 +128,37 @@ append_hello(shl_op_ctx_t *op, bson_t *reply)
     bson_append_document_end(reply, &lw);
 }
 
+/* serverStatus wiredTiger: the cache readings MongoDB reports under the same names, and the
+ * history window in force (MongoDB 4.2's snapshot-window-settings; storage/history_window.c). */
+static void
+append_wired_tiger_status(db_node_t *node, bson_t *reply)
+{
+    shl_storage_cache_stats_t cs;
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t wt, cache, win;
+
+    if (shl_storage_cache_stats(node->eng, &cs, &st) != 0) {
+        return;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(reply, "wiredTiger", &wt);
+    BSON_APPEND_DOCUMENT_BEGIN(&wt, "cache", &cache);
+    BSON_APPEND_INT64(&cache, "maximum bytes configured", cs.bytes_max);
+    BSON_APPEND_INT64(&cache, "bytes currently in the cache", cs.bytes_in_use);
+    BSON_APPEND_INT64(&cache, "tracked dirty bytes in the cache", cs.bytes_dirty);
+    BSON_APPEND_INT64(&cache, "bytes belonging to the cache overflow table in the cache",
+                      cs.bytes_lookaside);
+    BSON_APPEND_INT64(&cache, "cache overflow table entries", cs.lookaside_entries);
+    BSON_APPEND_INT64(&cache, "cache overflow score", cs.lookaside_score);
+    bson_append_document_end(&wt, &cache);
+    BSON_APPEND_DOCUMENT_BEGIN(&wt, "snapshot-window-settings", &win);
+    BSON_APPEND_INT64(&win, "max target available snapshots window size in seconds",
+                      shl_opt_int(SHL_OPT_minSnapshotHistoryWindowInSeconds));
+    BSON_APPEND_INT64(&win, "current available snapshots window size in seconds",
+                      cs.window_secs);
+    bson_append_document_end(&wt, &win);
+    bson_append_document_end(reply, &wt);
+}
+
 static void
 append_server_status(shl_service_ctx_t *svc, bson_t *reply)
 {
@@ -145,6 +176,7 @@ append_server_status(shl_service_ctx_t *svc, bson_t *reply)
     BSON_APPEND_BOOL(&se, "persistent", true);
     BSON_APPEND_BOOL(&se, "backupCursorOpen", false);
     bson_append_document_end(reply, &se);
+    append_wired_tiger_status(node, reply);
     db_uwb_append_status(node, reply);
 
     BSON_APPEND_DOCUMENT_BEGIN(reply, "metrics", &metrics);

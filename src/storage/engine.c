@@ -337,24 +337,6 @@ shl_storage_stable_ts(shl_storage_engine_t *eng)
     return atomic_load(&eng->stable_ts);
 }
 
-/*
- * The oldest timestamp for stable timestamp 'stable': minSnapshotHistoryWindowInSeconds
- * (read live) behind it, so snapshot reads (readConcern "snapshot" with an atClusterTime) find
- * the history of that window, as MongoDB pins WiredTiger's oldest timestamp. Timestamps carry
- * wall-clock seconds in their high half, so the window is a whole number of those seconds.
- */
-static uint64_t
-oldest_for(uint64_t stable)
-{
-    int64_t window = shl_opt_int(SHL_OPT_minSnapshotHistoryWindowInSeconds);
-    uint32_t secs = SHL_TS_SECS(stable);
-
-    if (window <= 0) {
-        return stable;
-    }
-    return (int64_t)secs > window ? SHL_TS_MAKE(secs - (uint32_t)window, 0) : 1;
-}
-
 /* Move the stable timestamp forward to 'ts' (WT ignores older values) and the oldest one to
  * the history window behind it. */
 static int
@@ -375,15 +357,22 @@ advance_stable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st)
         }
     }
     pthread_mutex_unlock(&eng->clock_mu);
-    oldest = oldest_for(ts);
-    if (ts == 0 || ts <= cur) {
+    if (ts == 0) {
         goto done;
     }
-    if (oldest > cur_oldest) {
+    if (ts <= cur) {
+        ts = cur; /* stable stays; the history window may still have shrunk */
+    }
+    oldest = shl_history_window_oldest_for(eng, ts);
+    if (ts > cur && oldest > cur_oldest) {
         snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64 ",oldest_timestamp=%" PRIx64, ts,
                  oldest);
-    } else {
+    } else if (ts > cur) {
         snprintf(cfg, sizeof(cfg), "stable_timestamp=%" PRIx64, ts);
+    } else if (oldest > cur_oldest) {
+        snprintf(cfg, sizeof(cfg), "oldest_timestamp=%" PRIx64, oldest);
+    } else {
+        goto done;
     }
     wtret = eng->conn->set_timestamp(eng->conn, cfg);
     if (wtret != 0) {
@@ -662,6 +651,7 @@ flusher_main(void *arg)
 
     shl_log_set_thread_ctx("JournalFlusher");
     while (!bg_sleep(eng, journal_interval_ms(eng))) {
+        shl_history_window_adjust(eng);
         if (journal_flush(eng, &st) != 0 ||
             advance_stable(eng, atomic_load(&eng->durable_ts), &st) != 0) {
             SHL_LOG_ERROR(STORAGE, 5100103, "journal flush failed", "error", BCON_UTF8(st.reason));
@@ -979,6 +969,7 @@ shl_storage_open(const shl_storage_options_t *opts, shl_storage_engine_t **out, 
     pthread_cond_init(&eng->bg_cv, NULL);
     shl_locks_init(eng);
     shl_catalog_init(eng);
+    shl_history_window_init(eng);
 
     SHL_ERR(mkdir_p(eng->dbpath, st));
     SHL_ERR(lock_dbpath(eng, st));

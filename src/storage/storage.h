@@ -125,11 +125,30 @@ uint64_t shl_storage_stable_ts(shl_storage_engine_t *eng);
 
 /*
  * shl_storage_oldest_ts --
- *     The oldest timestamp last given to WiredTiger: minSnapshotHistoryWindowInSeconds behind
- *     the stable timestamp (read live each time stable moves; 0 = none yet). Reads at an older
+ *     The oldest timestamp last given to WiredTiger: the history window in force
+ *     (minSnapshotHistoryWindowInSeconds, shrunk under cache pressure: history_window.c)
+ *     behind the stable timestamp (0 = none yet). Reads at an older
  *     read_timestamp fail with SnapshotTooOld. Thread-safe, non-blocking.
  */
 uint64_t shl_storage_oldest_ts(shl_storage_engine_t *eng);
+
+/*
+ * shl_storage_cache_stats --
+ *     WiredTiger's cache readings (serverStatus wiredTiger.cache) and the history window in
+ *     force: minSnapshotHistoryWindowInSeconds, shrunk while the cache is under pressure
+ *     (history_window.c). Thread-safe; opens a statistics cursor (tens of microseconds).
+ */
+typedef struct {
+    int64_t bytes_max;         /* "maximum bytes configured" */
+    int64_t bytes_in_use;      /* "bytes currently in the cache" */
+    int64_t bytes_dirty;       /* "tracked dirty bytes in the cache" */
+    int64_t bytes_lookaside;   /* "bytes belonging to the cache overflow table in the cache" */
+    int64_t lookaside_entries; /* "cache overflow table entries" */
+    int64_t lookaside_score;   /* "cache overflow score" (0-100: how stuck eviction is) */
+    int64_t window_secs;       /* the history window in force, seconds */
+} shl_storage_cache_stats_t;
+int shl_storage_cache_stats(shl_storage_engine_t *eng, shl_storage_cache_stats_t *out,
+                            shl_status_t *st);
 
 /* shl_storage_term -- the term written in oplog entries ('t'). */
 int64_t shl_storage_term(const shl_storage_engine_t *eng);

@@ -169,6 +169,8 @@ struct shl_storage_engine {
     size_t nstable_pins, capstable_pins; /* guarded by clock_mu */
     atomic_ullong stable_ts;
     atomic_ullong oldest_ts; /* WT's oldest timestamp as last set (history window) */
+    atomic_llong window_secs;  /* history window in force (history_window.c) */
+    int64_t window_checked_ms; /* last check; the flusher thread only */
 
     /* Journal flushes (group commit). */
     pthread_mutex_t flush_mu;
@@ -210,6 +212,17 @@ struct shl_storage_engine {
 };
 
 #define SHL_INDEX_BUILD_BATCH_KEYS 10000
+
+/*
+ * The history window in force (history_window.c): minSnapshotHistoryWindowInSeconds, shrunk
+ * while the cache is under pressure. _init at open; _oldest_for gives the oldest timestamp
+ * for a stable one; _adjust (the flusher thread only) reads the cache at most once a second
+ * and shrinks the window by a quarter under pressure or grows it by 2 s back toward the
+ * setting.
+ */
+void shl_history_window_init(shl_storage_engine_t *eng);
+uint64_t shl_history_window_oldest_for(shl_storage_engine_t *eng, uint64_t stable);
+void shl_history_window_adjust(shl_storage_engine_t *eng);
 
 /* A stored record count and data size of one ident (size_storer.c). */
 typedef struct shl_size_entry {

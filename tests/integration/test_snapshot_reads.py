@@ -196,3 +196,55 @@ def test_index_built_after_the_snapshot_time_is_not_used(rs_node):
     assert len(r["cursor"]["firstBatch"]) == 11
     plan = db.command("explain", {"find": "c", "filter": {"a": 3}})["queryPlanner"]
     assert "IXSCAN" in str(plan["winningPlan"])
+
+
+def _window(client):
+    ws = client.admin.command("serverStatus")["wiredTiger"]["snapshot-window-settings"]
+    return ws["current available snapshots window size in seconds"]
+
+
+def test_history_window_shrinks_under_cache_pressure_and_grows_back(shale_process):
+    """This WiredTiger keeps the history window's versions in its cache: a write burst larger
+    than the cache's dirty share would otherwise have eviction spill and re-read the same pages
+    until the window passed (minutes on a 256 MB cache). Under pressure the window in force
+    shrinks (serverStatus shows it, reads older than it get SnapshotTooOld); afterwards it
+    grows back to the setting. docs/design/snapshot_reads.md "The history window"."""
+    node = shale_process(["node", "--replSet", "rs0"], name="rsnode", start=False)
+    node.start(extra=["--setParameter", "minSnapshotHistoryWindowInSeconds=20"])
+    client = node.client()
+    db = client.test
+    status = client.admin.command("serverStatus")["wiredTiger"]
+    assert status["cache"]["maximum bytes configured"] == 256 * 1024 * 1024
+    assert status["snapshot-window-settings"][
+        "max target available snapshots window size in seconds"] == 20
+    assert _window(client) == 20
+    db.c.insert_one({"_id": "first"})
+    t0 = db.command("ping")["operationTime"]
+    assert db.command("find", "c", readConcern=snap_at(t0))["cursor"]["firstBatch"]
+
+    state = {"next": 0}
+
+    def shrunk():
+        # 20k documents of ~1 KB per call: tens of MB dirtied within the window.
+        start = state["next"]
+        state["next"] += 20000
+        db.big.insert_many([{"_id": i, "pad": "x" * 1000} for i in range(start, start + 20000)],
+                           ordered=False)
+        return _window(client) < 20
+    wait_until(shrunk, timeout=120, what="the history window to shrink under cache pressure")
+
+    def too_old():
+        db.c.insert_one({})
+        try:
+            db.command("find", "c", readConcern=snap_at(t0))
+        except pymongo.errors.OperationFailure as e:
+            assert e.code == SNAPSHOT_TOO_OLD, e
+            return True
+        return False
+    wait_until(too_old, timeout=60, what="SnapshotTooOld for a time behind the shrunk window")
+    # Without pressure the window grows back to the setting.
+    wait_until(lambda: _window(client) == 20, timeout=60,
+               what="the history window to grow back")
+    t1 = db.command("ping")["operationTime"]
+    assert db.command("find", "c", readConcern=snap_at(t1))["cursor"]["firstBatch"]
+    assert db.big.count_documents({}) == state["next"]
