@@ -23,6 +23,18 @@ def load_medians(path):
     return med
 
 
+def paired_ratios(path, num, den, threads, field="ops_per_sec"):
+    """Per-round ratios num/den of `field` at `threads`, pairing the rows of the two labels in
+    file order (round k of one with round k of the other), and their median. Interleaved
+    rounds share the machine's state, so the paired ratio cancels drift between rounds that a
+    ratio of separate medians keeps. Returns (ratios, median) or ([], None)."""
+    rows = [json.loads(line) for line in open(path)]
+    a = [r[field] for r in rows if r["label"] == num and r["threads"] == threads]
+    b = [r[field] for r in rows if r["label"] == den and r["threads"] == threads]
+    ratios = [x / y for x, y in zip(a, b) if y]
+    return ratios, (statistics.median(ratios) if ratios else None)
+
+
 def by_threads(med):
     """The keys of load_medians' result, by thread count then label."""
     return sorted(med, key=lambda k: (k[1], k[0]))
