@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "net/cluster_time.h"
 
 void
 shl_service_ctx_init(shl_service_ctx_t *svc, shl_role_t role)
@@ -31,6 +32,9 @@ shl_service_ctx_cleanup(shl_service_ctx_t *svc)
     }
     svc->cmdline_argv = NULL;
     svc->cmdline_parsed = NULL;
+    /* The roles' shutdown joined their key loaders; nothing signs or checks any more. */
+    shl_cluster_time_destroy(svc->cluster_time);
+    svc->cluster_time = NULL;
     /* ops_mu stays: a connection thread that outlived the shutdown bound may still
      * unregister its operation on the way out. */
 }
