@@ -5,13 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bson/keystring.h"
 #include "net/service.h"
 #include "shard/migration_digest.h"
 #include "shard/migration_private.h"
-#include "storage/catalog.h"
-#include "storage/index.h"
-#include "storage/record_store.h"
 #include "storage/storage.h"
 
 static uint64_t
@@ -123,91 +119,29 @@ mig_digest_format(const mig_digest_t *d, char *buf, size_t len)
              d->xor_);
 }
 
+static int
+digest_doc(void *arg, const bson_t *doc, shl_status_t *st)
+{
+    (void)st;
+    mig_digest_add(arg, bson_get_data(doc), doc->len);
+    return 0;
+}
+
 int
 mig_range_digest(shard_state_t *s, const char *ns, const shl_uuid_t *uuid, const bson_t *pattern,
                  const bson_t *min, const bson_t *max, mig_digest_t *out, shl_status_t *st)
 {
     int ret = 0;
-    shl_shard_key_pattern_t kp;
-    bool kp_init = false, locked = false;
-    shl_storage_engine_t *eng = s->svc->storage;
-    shl_coll_handle_t h;
-    const shl_index_t *idx = NULL;
-    shl_storage_txn_t *txn = NULL;
-    shl_index_cursor_t *ic = NULL;
-    shl_record_cursor_t *rc = NULL;
-    shl_keystring_t kmin, kmax;
+    bool present;
     mig_digest_t d;
 
     memset(&d, 0, sizeof(d));
-    memset(&h, 0, sizeof(h));
-    shl_keystring_init(&kmin);
-    shl_keystring_init(&kmax);
-    SHL_ERR(shl_shard_key_pattern_init(&kp, pattern, st));
-    kp_init = true;
-    SHL_ERR(shl_storage_coll_acquire(eng, ns, SHL_LOCK_SHARED, &h, st));
-    locked = true;
-    if (h.coll == NULL || memcmp(h.coll->uuid, uuid->bytes, 16) != 0) {
+    SHL_ERR(mig_range_walk(s, ns, uuid, pattern, min, max, true, digest_doc, &d, &present, st));
+    if (!present) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND,
                  "%s was dropped or recreated during the migration", ns);
     }
-    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
-        if (shard_key_index_serves(h.coll->indexes[i], &kp.pattern)) {
-            idx = h.coll->indexes[i];
-        }
-    }
-    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
-    if (idx != NULL) {
-        shl_key_bound_t start, end;
-        shard_key_bound_keystring(min, &kmin);
-        shard_key_bound_keystring(max, &kmax);
-        start.data = kmin.data;
-        start.len = kmin.len;
-        end.data = kmax.data;
-        end.len = kmax.len;
-        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
-        for (;;) {
-            int64_t rid;
-            bool eof, found = false;
-            bson_t doc;
-            SHL_ERR(shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, st));
-            if (eof) {
-                break;
-            }
-            ret = shl_record_get(txn, h.coll, rid, &doc, &found, st);
-            if (ret == 0 && found) {
-                mig_digest_add(&d, bson_get_data(&doc), doc.len);
-            }
-            bson_destroy(&doc);
-            SHL_ERR(ret);
-        }
-    } else {
-        SHL_ERR(shl_record_cursor_open(txn, h.coll, true, &rc, st));
-        for (;;) {
-            int64_t rid;
-            bson_t view;
-            bool eof;
-            SHL_ERR(shl_record_cursor_next(rc, &rid, &view, &eof, st));
-            if (eof) {
-                break;
-            }
-            if (mig_doc_in_range(&kp, &view, min, max)) {
-                mig_digest_add(&d, bson_get_data(&view), view.len);
-            }
-        }
-    }
     *out = d;
 done:
-    shl_index_cursor_close(ic);
-    shl_record_cursor_close(rc);
-    shl_storage_txn_abort(txn);
-    if (locked) {
-        shl_storage_coll_release(&h);
-    }
-    if (kp_init) {
-        shl_shard_key_pattern_cleanup(&kp);
-    }
-    shl_keystring_cleanup(&kmin);
-    shl_keystring_cleanup(&kmax);
     return ret;
 }

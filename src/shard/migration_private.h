@@ -60,6 +60,20 @@ typedef struct shard_recipient {
 bool mig_doc_in_range(const shl_shard_key_pattern_t *p, const bson_t *doc, const bson_t *min,
                       const bson_t *max);
 
+/*
+ * mig_range_walk --
+ *     Call fn(arg, doc) once for every document of ns (collection 'uuid') in [min, max) of
+ *     shard key 'pattern' on this shard, under a shared collection lock and in one storage
+ *     snapshot: through the shard key index when one serves (doc is NULL there unless 'docs'),
+ *     else a collection scan (doc always given). 'doc' is borrowed for the call. *present is
+ *     false, and fn never called, when the collection is gone or was recreated. Errors: fn's,
+ *     storage's. (migration_range_walk.c; the range deleter's count, the migration digest.)
+ */
+typedef int (*mig_range_fn)(void *arg, const bson_t *doc, shl_status_t *st);
+int mig_range_walk(shard_state_t *s, const char *ns, const shl_uuid_t *uuid, const bson_t *pattern,
+                   const bson_t *min, const bson_t *max, bool docs, mig_range_fn fn, void *arg,
+                   bool *present, shl_status_t *st);
+
 /* Sleep 'ms' unless interrupted. */
 int mig_sleep(shl_op_ctx_t *op, int64_t ms, shl_status_t *st);
 

@@ -1124,82 +1124,26 @@ coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
  * when the collection is gone or was recreated.
  */
 static int
+count_doc(void *arg, const bson_t *doc, shl_status_t *st)
+{
+    (void)doc;
+    (void)st;
+    (*(int64_t *)arg)++;
+    return 0;
+}
+
+static int
 count_range_docs(shard_state_t *s, const char *ns, const shl_uuid_t *uuid, const bson_t *pattern,
                  const bson_t *min, const bson_t *max, int64_t *out, shl_status_t *st)
 {
     int ret = 0;
-    shl_shard_key_pattern_t kp;
-    bool kp_init = false, locked = false;
-    shl_storage_engine_t *eng = s->svc->storage;
-    shl_coll_handle_t h;
-    const shl_index_t *idx = NULL;
-    shl_storage_txn_t *txn = NULL;
-    shl_index_cursor_t *ic = NULL;
-    shl_record_cursor_t *rc = NULL;
-    shl_keystring_t kmin, kmax;
     int64_t n = 0;
+    bool present;
 
     *out = -1;
-    memset(&h, 0, sizeof(h));
-    shl_keystring_init(&kmin);
-    shl_keystring_init(&kmax);
-    SHL_ERR(shl_shard_key_pattern_init(&kp, pattern, st));
-    kp_init = true;
-    SHL_ERR(shl_storage_coll_acquire(eng, ns, SHL_LOCK_SHARED, &h, st));
-    locked = true;
-    if (h.coll == NULL || memcmp(h.coll->uuid, uuid->bytes, 16) != 0) {
-        goto done;
-    }
-    for (size_t i = 0; i < h.coll->nindexes && idx == NULL; i++) {
-        if (shard_key_index_serves(h.coll->indexes[i], &kp.pattern)) {
-            idx = h.coll->indexes[i];
-        }
-    }
-    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
-    if (idx != NULL) {
-        shl_key_bound_t start, end;
-        shard_key_bound_keystring(min, &kmin);
-        shard_key_bound_keystring(max, &kmax);
-        start.data = kmin.data;
-        start.len = kmin.len;
-        end.data = kmax.data;
-        end.len = kmax.len;
-        SHL_ERR(shl_index_cursor_open(txn, idx, &start, &end, true, &ic, st));
-        for (;;) {
-            int64_t rid;
-            bool eof;
-            SHL_ERR(shl_index_cursor_next(ic, &rid, NULL, NULL, &eof, st));
-            if (eof) {
-                break;
-            }
-            n++;
-        }
-    } else {
-        SHL_ERR(shl_record_cursor_open(txn, h.coll, true, &rc, st));
-        for (;;) {
-            int64_t rid;
-            bson_t view;
-            bool eof;
-            SHL_ERR(shl_record_cursor_next(rc, &rid, &view, &eof, st));
-            if (eof) {
-                break;
-            }
-            n += mig_doc_in_range(&kp, &view, min, max) ? 1 : 0;
-        }
-    }
-    *out = n;
+    SHL_ERR(mig_range_walk(s, ns, uuid, pattern, min, max, false, count_doc, &n, &present, st));
+    *out = present ? n : -1;
 done:
-    shl_index_cursor_close(ic);
-    shl_record_cursor_close(rc);
-    shl_storage_txn_abort(txn);
-    if (locked) {
-        shl_storage_coll_release(&h);
-    }
-    if (kp_init) {
-        shl_shard_key_pattern_cleanup(&kp);
-    }
-    shl_keystring_cleanup(&kmin);
-    shl_keystring_cleanup(&kmax);
     return ret;
 }
 
