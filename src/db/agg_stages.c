@@ -255,6 +255,13 @@ done:
     return ret;
 }
 
+int
+db_run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply,
+               shl_status_t *st)
+{
+    return run_command(op, db, cmd, reply, st);
+}
+
 /* Insert the statements of 'b' into db.coll (ordered), then empty it. */
 static int
 flush_inserts(shl_op_ctx_t *op, const char *db, const char *coll, shl_stmt_batch_t *b, bool bypass,
