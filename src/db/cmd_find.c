@@ -21,6 +21,7 @@
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
+#include "query/view_rewrite.h"
 #include "session/session_commands.h"
 
 /*
@@ -549,7 +550,7 @@ view_read(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *ns, bson_t *reply
     SHL_ERR(db_view_aggregate_cmd(cmd, &r, &agg, st));
     SHL_ERR(aggregate_run(op, &agg, ns->full, &agg_reply, st));
     /* An explain's reply is the aggregate's explain. */
-    SHL_ERR(db_view_reply(bson_has_field(cmd, "explain") ? "aggregate" : shl_cmd_name(cmd),
+    SHL_ERR(shl_view_reply(bson_has_field(cmd, "explain") ? "aggregate" : shl_cmd_name(cmd),
                           &agg_reply, reply, st));
 done:
     if (is_view) {

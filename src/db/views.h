@@ -96,12 +96,4 @@ int db_view_list(shl_op_ctx_t *op, const char *db, bson_t *entries, uint32_t *n,
 int db_view_aggregate_cmd(const bson_t *cmd, const db_view_resolved_t *r, bson_t *out,
                           shl_status_t *st);
 
-/*
- * db_view_reply --
- *     Turn the reply of the aggregate built by db_view_aggregate_cmd for a count or distinct
- *     into the count's {n} or distinct's {values}; a find's/aggregate's is left as is.
- */
-int db_view_reply(const char *cmd_name, const bson_t *agg_reply, bson_t *reply,
-                  shl_status_t *st);
-
 #endif

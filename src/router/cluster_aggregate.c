@@ -1130,6 +1130,14 @@ done:
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
+    int ret = router_aggregate_run(op, cmd, NULL, reply, st);
+    return router_view_retry(op, cmd, ret, reply, st);
+}
+
+int
+router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+                     shl_status_t *st)
+{
     shl_router_t *r = shl_router_get(op);
     agg_plan_t p;
     bson_iter_t it, first;
@@ -1326,7 +1334,8 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
         bson_t empty = BSON_INITIALIZER;
-        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
+        shl_router_cursor_reply(reply, view_ns != NULL ? view_ns : ns.full, 0, true, &empty,
+                                false);
         ret = 0;
         goto done;
     }
@@ -1341,8 +1350,9 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         append_agg_explain(op, &p, results, nresults, reply);
         goto done;
     }
-    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
-                                       st));
+    /* A view's cursor is named after the view; its shards' cursors are the collection's. */
+    SHL_ERR(router_cursor_from_results(op, r, view_ns != NULL ? view_ns : ns.full, ns.db, ns.coll,
+                                       results, nresults, false, &c, st));
     /* The merge compares strings as the shards did: the command's collation. */
     SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &c->collator, st));
     opts.collator = c->collator;

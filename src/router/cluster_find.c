@@ -557,7 +557,7 @@ done:
     shl_projection_destroy(proj);
     shl_matcher_destroy(matcher);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- getMore, killCursors */
@@ -758,7 +758,7 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
 done:
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- distinct */
@@ -884,7 +884,7 @@ done:
     bson_free(vals);
     shl_collator_release(coll);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- explain */
@@ -1151,7 +1151,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
 done:
     bson_destroy(&agg);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* The snapshot reads (cluster_snapshot.c): the reply names the snapshot's atClusterTime. */

@@ -145,6 +145,24 @@ void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merge
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
 /*
+ * router_aggregate_run --
+ *     The aggregate 'cmd'; 'view_ns' (NULL: none) is the view it runs for, whose name the
+ *     router's cursor takes (its shards' cursors are the collection's).
+ */
+int router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+                         shl_status_t *st);
+
+/*
+ * router_view_retry --
+ *     After a read ('cmd': find, count, distinct, aggregate or explain) ended with 'ret': when
+ *     a shard answered CommandOnShardedViewNotSupportedOnMongod (169) with the resolved view,
+ *     run the read as the resolved view's aggregate through this router (as mongos does) and
+ *     return that result in 'reply'/'st'; otherwise return 'ret' untouched (cluster_views.c).
+ */
+int router_view_retry(shl_op_ctx_t *op, const bson_t *cmd, int ret, bson_t *reply,
+                      shl_status_t *st);
+
+/*
  * router_current_op_aggregate --
  *     {aggregate: 1, pipeline: [{$currentOp: {...}}, ...]} on admin (cluster_current_op.c):
  *     the operations in progress (every shard's, tagged; or the router's own with localOps)
