@@ -133,6 +133,7 @@ static const struct {
     {"tailable", F_TAILABLE},
     {"awaitData", F_AWAIT_DATA},
     {"let", F_ACCEPTED}, /* evaluated by db_let_vars */
+    {"legacyRuntimeConstants", F_ACCEPTED}, /* a router's $$NOW/$$CLUSTER_TIME: db_let_vars */
     {"$_requestResumeToken", F_REFUSED},
     {"$_resumeAfter", F_REFUSED},
     {"$_startAt", F_REFUSED},
@@ -1510,6 +1511,7 @@ done:
 /* ---------------------------------------------------------------- aggregate */
 
 static const char *const aggregate_fields[] = {"pipeline",
+                                               "legacyRuntimeConstants",
                                                "cursor",
                                                "explain",
                                                "allowDiskUse",

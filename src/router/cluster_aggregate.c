@@ -34,6 +34,8 @@ is_streaming(const char *name)
 
 typedef struct agg_plan {
     const bson_t *cmd;
+    int64_t now_ms;        /* $$NOW of the shards and the merger */
+    uint64_t cluster_time; /* $$CLUSTER_TIME of the shards and the merger (0: none) */
     bson_t pipeline; /* the user's (static view) */
     const bson_t *filter;
     bson_t filter_view;
@@ -443,6 +445,9 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
                 (!p->has_output || (!p->out_sharded && strcmp(t.names[0], p->out_primary) == 0));
     shl_router_shards_cleanup(&t);
     router_copy_command(p->cmd, skip, cmd);
+    if (p->now_ms != 0) {
+        router_append_runtime_constants(p->now_ms, p->cluster_time, cmd);
+    }
     BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
     if (p->single && (p->nunsharded > 0 || p->has_output)) {
         /* The shard reads and writes these over its local copies because this router's
@@ -1259,10 +1264,13 @@ router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, b
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     {
         /* The merger's variables: `let` evaluated once, $$NOW and $$CLUSTER_TIME of this
-         * router (the shards evaluate the `let` they get, with their own). */
+         * router, which the shards get too (legacyRuntimeConstants). */
         bson_t builtins = BSON_INITIALIZER, none = BSON_INITIALIZER;
-        uint64_t ct = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-        int64_t now = shl_clock_wall_ms();
+        uint64_t ct;
+        int64_t now;
+        router_runtime_constants(op, &now, &ct);
+        p.now_ms = now;
+        p.cluster_time = ct;
         BSON_APPEND_DATE_TIME(&builtins, "NOW", now);
         if (ct != 0) {
             BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", (uint32_t)(ct >> 32), (uint32_t)ct);

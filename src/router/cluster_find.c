@@ -278,6 +278,8 @@ typedef struct find_args {
     bson_t filter, sort, projection;
     bool has_filter, has_sort, has_projection;
     int64_t skip, limit, batch_size;
+    int64_t now_ms;        /* $$NOW for every shard */
+    uint64_t cluster_time; /* $$CLUSTER_TIME for every shard (0: none) */
     bool has_batch_size, single_batch, no_cursor_timeout, allow_partial;
     bool sorted; /* a non-empty sort */
 } find_args_t;
@@ -394,6 +396,7 @@ build_find_body(const find_args_t *a, bson_t *out)
     if (a->single_batch) {
         BSON_APPEND_BOOL(out, "singleBatch", true);
     }
+    router_append_runtime_constants(a->now_ms, a->cluster_time, out);
 }
 
 static void
@@ -477,6 +480,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    router_runtime_constants(op, &a.now_ms, &a.cluster_time);
     /* config.system.sessions is the one sharded collection of the config database: it is
      * read where its chunks are, like any other (the config server while it is unsharded). */
     if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "query/view_rewrite.h"
@@ -100,4 +101,28 @@ done:
     bson_destroy(&agg);
     bson_destroy(&agg_reply);
     return ret;
+}
+
+void
+router_runtime_constants(shl_op_ctx_t *op, int64_t *now_ms, uint64_t *cluster_time)
+{
+    shl_router_t *r = shl_router_get(op);
+    *now_ms = shl_clock_wall_ms();
+    *cluster_time = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
+}
+
+void
+router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *cmd)
+{
+    bson_t rc;
+    if (now_ms == 0) {
+        return; /* none taken for this command */
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(cmd, "legacyRuntimeConstants", &rc);
+    BSON_APPEND_DATE_TIME(&rc, "localNow", now_ms);
+    if (cluster_time != 0) {
+        BSON_APPEND_TIMESTAMP(&rc, "clusterTime", (uint32_t)(cluster_time >> 32),
+                              (uint32_t)cluster_time);
+    }
+    bson_append_document_end(cmd, &rc);
 }

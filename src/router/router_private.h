@@ -60,6 +60,15 @@ bool router_is_config_db(const char *db);
 void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out);
 
 /*
+ * router_runtime_constants --
+ *     This router's $$NOW (wall clock, ms) and $$CLUSTER_TIME (0: none) for one command, and
+ *     their field for the shards' commands: legacyRuntimeConstants {localNow, clusterTime}
+ *     (as mongos sends), so every shard sees the same values (cluster_views.c).
+ */
+void router_runtime_constants(shl_op_ctx_t *op, int64_t *now_ms, uint64_t *cluster_time);
+void router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *cmd);
+
+/*
  * router_copy_command_as --
  *     router_copy_command under the command's own name 'name' (the first field renamed):
  *     lower-case aliases such as dbstats or datasize are the router's to accept.

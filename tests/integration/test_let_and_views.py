@@ -193,3 +193,27 @@ def test_view_collation(target):
     assert code_of(lambda: list(v.find({}, collation={"locale": "simple"}))) == 167
     # A view without one is simple even over a collection with a default.
     assert code_of(lambda: db.command("create", v.name + "2", viewOn=v.name, pipeline=[])) == 167
+
+
+# ---------------------------------------------------------------- $$NOW / $$CLUSTER_TIME
+
+def test_now_and_cluster_time_are_one_value_across_shards(target):
+    """A router binds $$NOW and $$CLUSTER_TIME once per command and sends them to every
+    shard (legacyRuntimeConstants), as mongos does: all documents see the same values."""
+    kind, _ = target
+    db, coll = make_coll(target, docs=[{"_id": i, "sk": i * 10} for i in range(10)])
+    for _ in range(3):
+        got = list(coll.find({}, {"now": "$$NOW"}))
+        assert len(got) == 10 and len({d["now"] for d in got}) == 1
+        got = list(coll.aggregate([{"$project": {"now": "$$NOW"}}]))
+        assert len(got) == 10 and len({d["now"] for d in got}) == 1
+        got = list(db.command("find", coll.name, filter={"$expr": {"$lte": ["$$NOW", "$$NOW"]}},
+                              let={"x": 1})["cursor"]["firstBatch"])
+        assert len(got) == 10
+    if kind != "node":
+        got = list(coll.aggregate([{"$project": {"ct": "$$CLUSTER_TIME"}}]))
+        assert len(got) == 10 and len({d["ct"] for d in got}) == 1
+        # A view's pipeline sees them too.
+        v = make_view(db, coll.name + "_now", coll.name, [{"$addFields": {"now": "$$NOW"}}])
+        got = list(v.find())
+        assert len(got) == 10 and len({d["now"] for d in got}) == 1
