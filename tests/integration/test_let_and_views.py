@@ -217,3 +217,26 @@ def test_now_and_cluster_time_are_one_value_across_shards(target):
         v = make_view(db, coll.name + "_now", coll.name, [{"$addFields": {"now": "$$NOW"}}])
         got = list(v.find())
         assert len(got) == 10 and len({d["now"] for d in got}) == 1
+
+
+# ---------------------------------------------------------------- the Node driver
+
+@pytest.mark.parametrize("where", ["node", "sharded"])
+def test_node_driver_views(where, plain_node, routed):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import HERE, node_binary
+    args = [plain_node.uri()] if where == "node" else [routed.uri(), "sharded"]
+    out = subprocess.run([node_binary(), os.path.join(HERE, "views.js")] + args,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["find"] == [{"_id": 2, "a": 2}, {"_id": 5, "a": 2}, {"_id": 8, "a": 2}]
+    assert r["batches"] == 6
+    assert r["count"] == 3
+    assert r["distinct"] == [1, 2]
+    assert r["agg"] == [{"_id": None, "n": 6}]
+    assert r["list"] == [{"name": "v", "viewOn": "c"}]
+    assert r["insert"] == 166
+    assert r["dropped"] is True and r["after"] == 0
