@@ -240,3 +240,22 @@ def test_node_driver_views(where, plain_node, routed):
     assert r["list"] == [{"name": "v", "viewOn": "c"}]
     assert r["insert"] == 166
     assert r["dropped"] is True and r["after"] == 0
+
+
+def test_search_meta_and_bad_variable_names(target):
+    """$$SEARCH_META is defined only after $search (Atlas Search, which Shale does not have):
+    reading it fails with 6347902, assigning it with FailedToParse; user variables must start
+    with a lowercase letter (16867) and hold only letters, digits and '_' (16868)."""
+    db, coll = make_coll(target, docs=[{"_id": 1, "sk": 1}])
+    assert code_of(lambda: list(coll.aggregate([{"$project": {"m": "$$SEARCH_META"}}]))) == 6347902
+    assert code_of(lambda: list(coll.aggregate([{"$lookup": {
+        "from": coll.name, "let": {"SEARCH_META": "$sk"}, "as": "j", "pipeline": []}}]))) == 9
+    assert code_of(lambda: db.command("find", coll.name, let={"SEARCH_META": 1})) == 9
+    assert code_of(lambda: db.command("aggregate", coll.name, pipeline=[], cursor={},
+                                      let={"NOW": 1})) == 16867
+    assert code_of(lambda: db.command("find", coll.name, let={"a-b": 1})) == 16868
+    # A node refuses the command; through a router the shard's refusal is the statement's.
+    r = db.command("delete", coll.name, let={"Bad": 1}, deletes=[{"q": {}, "limit": 0}],
+                   check=False)
+    assert r.get("code") == 16867 or r["writeErrors"][0]["code"] == 16867
+    assert coll.count_documents({}) == 1
