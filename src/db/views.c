@@ -41,10 +41,8 @@ db_view_get(shl_op_ctx_t *op, const char *ns, bson_t *def, bool *found, shl_stat
     db_node_t *node = db_node(op);
     char vns[SHL_NS_MAX + 1], db[SHL_NS_MAX + 1];
     const char *dot = strchr(ns, '.');
-    shl_collection_t *c;
-    shl_coll_handle_t h;
+    shl_collection_t *c = NULL;
     shl_storage_txn_t *txn = NULL;
-    bool locked = false;
     bson_t idq = BSON_INITIALIZER;
     bson_iter_t idit;
     const bson_value_t *id;
@@ -53,15 +51,11 @@ db_view_get(shl_op_ctx_t *op, const char *ns, bson_t *def, bool *found, shl_stat
     *found = false;
     snprintf(db, sizeof(db), "%.*s", dot == NULL ? 0 : (int)(dot - ns), ns);
     views_ns(db, vns, sizeof(vns));
-    /* Most databases have no views: no lock, no snapshot. */
+    /* Most databases have no views: no snapshot. No collection lock either: a reader may
+     * already hold its own collection's (a $lookup of a view), and locks are not recursive;
+     * the catalog reference keeps the definitions' collection valid, as env_open's plans. */
     c = shl_catalog_get(node->eng, vns);
     if (c == NULL) {
-        goto done;
-    }
-    shl_collection_release(c);
-    SHL_ERR(shl_storage_coll_acquire(node->eng, vns, SHL_LOCK_SHARED, &h, st));
-    locked = true;
-    if (h.coll == NULL) {
         goto done;
     }
     BSON_APPEND_UTF8(&idq, "_id", ns);
@@ -69,21 +63,19 @@ db_view_get(shl_op_ctx_t *op, const char *ns, bson_t *def, bool *found, shl_stat
     id = bson_iter_value(&idit);
     bson_destroy(def);
     if (db_txn_storage(op) != NULL) {
-        ret = shl_doc_find_by_id(db_txn_storage(op), h.coll, id, def, NULL, found, st);
+        ret = shl_doc_find_by_id(db_txn_storage(op), c, id, def, NULL, found, st);
     } else {
         ret = shl_storage_txn_begin(node->eng, NULL, &txn, st);
         if (ret != 0) {
             bson_init(def);
             goto done;
         }
-        ret = shl_doc_find_by_id(txn, h.coll, id, def, NULL, found, st);
+        ret = shl_doc_find_by_id(txn, c, id, def, NULL, found, st);
     }
 done:
     bson_destroy(&idq);
     shl_storage_txn_abort(txn);
-    if (locked) {
-        shl_storage_coll_release(&h);
-    }
+    shl_collection_release(c);
     return ret;
 }
 

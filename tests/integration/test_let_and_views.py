@@ -259,3 +259,19 @@ def test_search_meta_and_bad_variable_names(target):
                    check=False)
     assert r.get("code") == 16867 or r["writeErrors"][0]["code"] == 16867
     assert coll.count_documents({}) == 1
+
+
+def test_lookup_and_union_with_from_a_view(target):
+    if target[0] == "sharded":
+        pytest.skip("the router's merger does not read a view on a sharded collection yet")
+    db, coll = make_coll(target)
+    v = make_view(db, coll.name + "_lk", coll.name,
+                  [{"$match": {"a": 2}}, {"$project": {"a": 1, "tag": {"$literal": "v"}}}])
+    got = list(coll.aggregate([
+        {"$match": {"_id": {"$in": [1, 2]}}}, {"$sort": {"_id": 1}},
+        {"$lookup": {"from": v.name, "localField": "a", "foreignField": "a", "as": "j"}},
+        {"$project": {"n": {"$size": "$j"}, "tags": "$j.tag"}}]))
+    assert got == [{"_id": 1, "n": 0, "tags": []}, {"_id": 2, "n": 3, "tags": ["v"] * 3}]
+    got = list(coll.aggregate([{"$match": {"_id": 0}}, {"$unionWith": v.name},
+                               {"$sort": {"_id": 1}}, {"$project": {"_id": 1}}]))
+    assert [d["_id"] for d in got] == [0, 2, 5, 8]
