@@ -576,6 +576,7 @@ static const char *const update_fields[] = {"updates",
                                             "ordered",
                                             "bypassDocumentValidation",
                                             "let",
+                                            "legacyRuntimeConstants",
                                             "collectionUUID",
                                             "isTimeseriesNamespace",
                                             "encryptionInformation",
@@ -1018,7 +1019,8 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
-    SHL_ERR(db_let_vars(op, cmd, false, &vars, &has_vars, st));
+    /* $$NOW is one value for all the statements, with or without `let`. */
+    SHL_ERR(db_let_vars(op, cmd, true, &vars, &has_vars, st));
     SHL_ERR(shl_cmd_get_array(cmd, kind->field, &stmts, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -1162,8 +1164,8 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 /* ---------------------------------------------------------------- delete */
 
 static const char *const delete_fields[] = {
-    "deletes", "ordered", "let", "collectionUUID", "isTimeseriesNamespace", "encryptionInformation",
-    "stmtId",  "stmtIds", NULL};
+    "deletes", "ordered", "let", "legacyRuntimeConstants", "collectionUUID",
+    "isTimeseriesNamespace", "encryptionInformation", "stmtId", "stmtIds", NULL};
 
 typedef struct delete_unit {
     shl_op_ctx_t *op;

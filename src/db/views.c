@@ -104,6 +104,10 @@ view_chain(shl_op_ctx_t *op, const char *ns, const bson_t *extra, bson_t *defs, 
     for (;;) {
         bool found = false;
         bson_iter_t it;
+        if (extra != NULL && *ndefs > 0 && strcmp(cur, ns) == 0) {
+            /* The new definition leads back to itself. */
+            SHL_FAIL(st, SHL_CODE_GRAPH_CONTAINS_CYCLE, "View cycle detected: %s", cur);
+        }
         if (extra != NULL && *ndefs == 0) {
             bson_copy_to(extra, &defs[0]);
             found = true;
@@ -120,9 +124,6 @@ view_chain(shl_op_ctx_t *op, const char *ns, const bson_t *extra, bson_t *defs, 
             if (bson_iter_init_find(&a, &defs[i], "_id") && strcmp(bson_iter_utf8(&a, NULL), cur) == 0) {
                 SHL_FAIL(st, SHL_CODE_GRAPH_CONTAINS_CYCLE, "View cycle detected: %s", cur);
             }
-        }
-        if (extra != NULL && *ndefs > 1 && strcmp(cur, ns) == 0) {
-            SHL_FAIL(st, SHL_CODE_GRAPH_CONTAINS_CYCLE, "View cycle detected: %s", cur);
         }
         if (*ndefs > DB_VIEW_MAX_DEPTH) {
             SHL_FAIL(st, SHL_CODE_VIEW_DEPTH_LIMIT_EXCEEDED,
@@ -261,12 +262,12 @@ done:
 }
 
 /*
- * Parse and check a definition's viewOn / pipeline / collation from 'cmd' (of command
- * 'name') into def {_id, viewOn, pipeline[, collation]}; 'keep_collation' (may be NULL) is
+ * Parse and check a definition's viewOn / pipeline / collation from 'cmd' (create or
+ * collMod, which has both) into def {_id, viewOn, pipeline[, collation]}; 'keep_collation' (may be NULL) is
  * the collation a collMod keeps.
  */
 static int
-view_definition(shl_op_ctx_t *op, const shl_ns_t *ns, const char *name, const bson_t *cmd,
+view_definition(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_t *cmd,
                 const bson_t *keep_collation, bson_t *def, shl_status_t *st)
 {
     int ret = 0;
@@ -280,7 +281,7 @@ view_definition(shl_op_ctx_t *op, const shl_ns_t *ns, const char *name, const bs
 
     bson_init(def);
     SHL_ERR(shl_cmd_get_string(cmd, "viewOn", &view_on, &found, st));
-    if (view_on[0] == '\0') {
+    if (!found || view_on[0] == '\0') {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "'viewOn' cannot be empty");
     }
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &has_pipeline, st));
@@ -309,7 +310,6 @@ view_definition(shl_op_ctx_t *op, const shl_ns_t *ns, const char *name, const bs
         }
     }
     SHL_ERR(view_chain(op, ns->full, def, chain, &nchain, bottom, st));
-    (void)name;
 done:
     defs_destroy(chain, nchain);
     bson_destroy(&under);
@@ -335,7 +335,7 @@ db_view_create(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_t *cmd, shl_stat
         }
     }
     bson_destroy(&def);
-    SHL_ERR(view_definition(op, ns, "create", cmd, NULL, &def, st));
+    SHL_ERR(view_definition(op, ns, cmd, NULL, &def, st));
     c = shl_catalog_get(node->eng, ns->full);
     if (c != NULL) {
         shl_collection_release(c);
@@ -446,7 +446,7 @@ db_view_coll_mod(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_t *cmd, bool *
         bson_init_static(&keep, data, len);
     }
     bson_destroy(&def);
-    SHL_ERR(view_definition(op, ns, "collMod", cmd, &keep, &def, st));
+    SHL_ERR(view_definition(op, ns, cmd, &keep, &def, st));
     BSON_APPEND_UTF8(&upd, "update", VIEWS_COLL);
     BSON_APPEND_ARRAY_BEGIN(&upd, "updates", &arr);
     BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);

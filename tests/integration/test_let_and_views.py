@@ -108,6 +108,8 @@ def test_views_on_views_and_explain(target):
     ex = db.command("explain", {"find": v2.name, "filter": {"_id": 4}})
     assert "queryPlanner" in str(ex) or "stages" in ex or "shards" in ex
     # Cycles and the depth limit.
+    assert code_of(lambda: db.command("create", coll.name + "_self", viewOn=coll.name + "_self",
+                                      pipeline=[])) == 5
     assert code_of(lambda: db.command("collMod", coll.name + "_a", viewOn=v2.name,
                                       pipeline=[])) == 5
     prev = coll.name
@@ -210,6 +212,10 @@ def test_now_and_cluster_time_are_one_value_across_shards(target):
         got = list(db.command("find", coll.name, filter={"$expr": {"$lte": ["$$NOW", "$$NOW"]}},
                               let={"x": 1})["cursor"]["firstBatch"])
         assert len(got) == 10
+    # Updates and deletes too.
+    coll.update_many({}, [{"$set": {"t": "$$NOW"}}])
+    assert len({d["t"] for d in coll.find()}) == 1
+    assert coll.delete_many({"$expr": {"$gt": ["$t", "$$NOW"]}}).deleted_count == 0
     if kind != "node":
         got = list(coll.aggregate([{"$project": {"ct": "$$CLUSTER_TIME"}}]))
         assert len(got) == 10 and len({d["ct"] for d in got}) == 1
