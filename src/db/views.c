@@ -19,10 +19,12 @@
 
 #define VIEWS_COLL "system.views"
 
-static void
+/* "<db>.system.views" into 'out'; false when it does not fit (no such namespace then). */
+static bool
 views_ns(const char *db, char *out, size_t n)
 {
-    snprintf(out, n, "%s." VIEWS_COLL, db);
+    int w = snprintf(out, n, "%s.%s", db, VIEWS_COLL);
+    return w > 0 && (size_t)w < n;
 }
 
 static void
@@ -50,7 +52,9 @@ db_view_get(shl_op_ctx_t *op, const char *ns, bson_t *def, bool *found, shl_stat
     bson_init(def);
     *found = false;
     snprintf(db, sizeof(db), "%.*s", dot == NULL ? 0 : (int)(dot - ns), ns);
-    views_ns(db, vns, sizeof(vns));
+    if (!views_ns(db, vns, sizeof(vns))) {
+        goto done;
+    }
     /* Most databases have no views: no snapshot. No collection lock either: a reader may
      * already hold its own collection's (a $lookup of a view), and locks are not recursive;
      * the catalog reference keeps the definitions' collection valid, as env_open's plans. */
@@ -133,7 +137,12 @@ view_chain(shl_op_ctx_t *op, const char *ns, const bson_t *extra, bson_t *defs, 
         if (!bson_iter_init_find(&it, &defs[*ndefs - 1], "viewOn") || !BSON_ITER_HOLDS_UTF8(&it)) {
             SHL_FAIL(st, SHL_CODE_INVALID_VIEW_DEFINITION, "invalid view definition: %s", cur);
         }
-        snprintf(cur, sizeof(cur), "%.*s.%s", dblen, ns, bson_iter_utf8(&it, NULL));
+        {
+            int w = snprintf(cur, sizeof(cur), "%.*s.%s", dblen, ns, bson_iter_utf8(&it, NULL));
+            if (w < 0 || (size_t)w >= sizeof(cur)) {
+                SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Namespace too long: viewOn of %s", cur);
+            }
+        }
     }
     snprintf(bottom, SHL_NS_MAX + 1, "%s", cur);
 done:
@@ -297,7 +306,13 @@ view_definition(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_t *cmd,
         shl_collator_append_spec(def, "collation", coll);
     }
     /* A view on a view has its collation; no cycle, no deeper than 20. */
-    snprintf(on_ns, sizeof(on_ns), "%s.%s", ns->db, view_on);
+    {
+        int w = snprintf(on_ns, sizeof(on_ns), "%s.%s", ns->db, view_on);
+        if (w < 0 || (size_t)w >= sizeof(on_ns)) {
+            SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace: viewOn '%s' is too long",
+                     view_on);
+        }
+    }
     SHL_ERR(db_view_get(op, on_ns, &under, &found, st));
     if (found) {
         if (bson_iter_init_find(&it, &under, "collation") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
@@ -478,7 +493,9 @@ db_view_list(shl_op_ctx_t *op, const char *db, bson_t *entries, uint32_t *n, shl
     bson_iter_t it, sub;
     shl_collection_t *c;
 
-    views_ns(db, vns, sizeof(vns));
+    if (!views_ns(db, vns, sizeof(vns))) {
+        goto done;
+    }
     c = shl_catalog_get(node->eng, vns);
     if (c == NULL) {
         goto done;
