@@ -8,33 +8,9 @@ Spellings are pymongo's (create_collection(viewOn=...), find, count_documents, d
 import pytest
 from pymongo.errors import OperationFailure, WriteError
 
-from shale_fixtures import ShaleProcess, stop_all
+from query_targets import target_fixtures
 
-TARGETS = ["node", "sharded", "unsharded"]
-
-
-@pytest.fixture(scope="module")
-def plain_node():
-    p = ShaleProcess(["node"], name="views-node")
-    p.start()
-    yield p
-    stop_all([p])
-    p.cleanup()
-
-
-@pytest.fixture(scope="module")
-def routed(cluster):
-    r = cluster.router_client()
-    r.admin.command("enableSharding", "vw", primaryShard="shard0")
-    return cluster
-
-
-@pytest.fixture(params=TARGETS)
-def target(request, plain_node, routed):
-    kind = request.param
-    client = plain_node.client() if kind == "node" else routed.router_client()
-    return kind, client
-
+plain_node, routed, target = target_fixtures("vw", "views-node")
 
 _seq = [0]
 
