@@ -375,6 +375,25 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  "local.oplog.rs");
     }
     SHL_ERR(db_check_user_write_ns(&to, st));
+    {
+        /* Views are not renamed, nor replaced by a rename (MongoDB's rules). */
+        bson_t def;
+        bool from_view = false, to_view = false;
+        ret = db_view_get(op, from.full, &def, &from_view, st);
+        bson_destroy(&def);
+        SHL_ERR(ret);
+        ret = db_view_get(op, to.full, &def, &to_view, st);
+        bson_destroy(&def);
+        SHL_ERR(ret);
+        if (from_view) {
+            SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW, "cannot rename view: %s",
+                     from.full);
+        }
+        if (to_view) {
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "a view already exists with that name: %s",
+                     to.full);
+        }
+    }
     SHL_ERR(db_uwb_check(op, from.full, st));
     SHL_ERR(db_uwb_check(op, to.full, st));
     SHL_ERR(ddl_txns_wait(op, from.full, false, &ddl_held, st));
