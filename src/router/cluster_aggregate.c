@@ -944,6 +944,11 @@ typedef struct agg_foreign {
     shl_router_cursor_t *c;
     shl_router_cursor_t *owner;
     shl_pipeline_source_t src;
+    /* A view on a sharded collection: its aggregate's whole result (router_view_foreign),
+     * served in order; NULL otherwise. */
+    bson_t *view_reply;
+    bson_iter_t view_it;
+    bson_t view_doc;
 } agg_foreign_t;
 
 typedef struct foreign_find {
@@ -972,6 +977,16 @@ foreign_next(void *arg, const bson_t **doc, shl_status_t *st)
     int ret;
 
     *doc = NULL;
+    if (f->view_reply != NULL) {
+        if (shl_iter_next(&f->view_it) && BSON_ITER_HOLDS_DOCUMENT(&f->view_it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&f->view_it, &len, &data);
+            bson_init_static(&f->view_doc, data, len);
+            *doc = &f->view_doc;
+        }
+        return 0;
+    }
     if (f->c == NULL) {
         return 0;
     }
@@ -1005,16 +1020,30 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
         ret = 0;
     } else {
         SHL_ERR(ret);
-        SHL_ERR(router_cursor_from_results(op, e->r, ns.full, ns.db, ns.coll, results, nresults,
-                                           false, &f->c, st));
-        f->c->op = NULL;
-        f->src = shl_router_cursor_source(f->c);
+        ret = router_cursor_from_results(op, e->r, ns.full, ns.db, ns.coll, results, nresults,
+                                         false, &f->c, st);
+        if (ret == SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD) {
+            /* A view on a sharded collection: its aggregate through this router. */
+            f->view_reply = bson_new();
+            SHL_ERR(router_view_foreign(op, coll, filter, &e->generic, f->view_reply, st));
+            SHL_INVARIANT(bson_iter_init(&f->view_it, f->view_reply) &&
+                          bson_iter_find_descendant(&f->view_it, "cursor.firstBatch",
+                                                    &f->view_it) &&
+                          bson_iter_recurse(&f->view_it, &f->view_it));
+        } else {
+            SHL_ERR(ret);
+            f->c->op = NULL;
+            f->src = shl_router_cursor_source(f->c);
+        }
     }
     src->next = foreign_next;
     src->arg = f;
     *cursor = f;
     f = NULL;
 done:
+    if (f != NULL && f->view_reply != NULL) {
+        bson_destroy(f->view_reply);
+    }
     bson_free(f);
     shl_router_scatter_results_free(results, nresults);
     return ret;
@@ -1027,6 +1056,9 @@ env_close(void *arg, void *cursor)
     (void)arg;
     if (f != NULL) {
         shl_router_cursor_destroy(f->c); /* kills what the shards still hold */
+        if (f->view_reply != NULL) {
+            bson_destroy(f->view_reply);
+        }
         bson_free(f);
     }
 }

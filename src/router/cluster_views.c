@@ -126,3 +126,39 @@ router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *c
     }
     bson_append_document_end(cmd, &rc);
 }
+
+int
+router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
+                    const bson_t *generic, bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t agg = BSON_INITIALIZER, arr, stage, cursor;
+    bson_iter_t it;
+
+    BSON_APPEND_UTF8(&agg, "aggregate", coll);
+    BSON_APPEND_ARRAY_BEGIN(&agg, "pipeline", &arr);
+    if (filter != NULL) {
+        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stage);
+        BSON_APPEND_DOCUMENT(&stage, "$match", filter);
+        bson_append_document_end(&arr, &stage);
+    }
+    bson_append_array_end(&agg, &arr);
+    BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cursor);
+    BSON_APPEND_INT32(&cursor, "batchSize", INT32_MAX);
+    bson_append_document_end(&agg, &cursor);
+    bson_concat(&agg, generic);
+    ret = router_view_retry(op, &agg, st->code, reply, st);
+    if (ret == 0 && (!bson_iter_init(&it, reply) ||
+                     !bson_iter_find_descendant(&it, "cursor.id", &it) ||
+                     bson_iter_as_int64(&it) != 0 || !bson_iter_init(&it, reply) ||
+                     !bson_iter_find_descendant(&it, "cursor.firstBatch", &it) ||
+                     !BSON_ITER_HOLDS_ARRAY(&it))) {
+        /* More than one reply holds (the cursor stays open): refused, not cut short. */
+        ret = shl_status_set(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                             "the documents of view %s read by the router's merger exceed one "
+                             "reply",
+                             coll);
+    }
+    bson_destroy(&agg);
+    return ret;
+}

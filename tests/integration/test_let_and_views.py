@@ -255,8 +255,6 @@ def test_search_meta_and_bad_variable_names(target):
 
 
 def test_lookup_and_union_with_from_a_view(target):
-    if target[0] == "sharded":
-        pytest.skip("the router's merger does not read a view on a sharded collection yet")
     db, coll = make_coll(target)
     v = make_view(db, coll.name + "_lk", coll.name,
                   [{"$match": {"a": 2}}, {"$project": {"a": 1, "tag": {"$literal": "v"}}}])
