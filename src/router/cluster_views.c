@@ -148,6 +148,15 @@ router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
     bson_append_document_end(&agg, &cursor);
     bson_concat(&agg, generic);
     ret = router_view_retry(op, &agg, st->code, reply, st);
+    if (ret == 0 && bson_iter_init(&it, reply) &&
+        bson_iter_find_descendant(&it, "cursor.id", &it) && bson_iter_as_int64(&it) != 0) {
+        char ns[SHL_NS_MAX + 1];
+        int w = snprintf(ns, sizeof(ns), "%s.%s", op->db, coll);
+        if (w > 0 && (size_t)w < sizeof(ns)) {
+            shl_router_cursor_manager_kill(shl_router_get(op)->cursors, bson_iter_as_int64(&it),
+                                           ns);
+        }
+    }
     if (ret == 0 && (!bson_iter_init(&it, reply) ||
                      !bson_iter_find_descendant(&it, "cursor.id", &it) ||
                      bson_iter_as_int64(&it) != 0 || !bson_iter_init(&it, reply) ||
