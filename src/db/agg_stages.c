@@ -14,8 +14,10 @@
 #include "db/db_private.h"
 #include "db/exec.h"
 #include "db/sharding_hooks.h"
+#include "db/views.h"
 #include "net/command_args.h"
 #include "net/stmt_batch.h"
+#include "query/view_rewrite.h"
 
 /* ---------------------------------------------------------------- reading other collections */
 
@@ -23,6 +25,10 @@ typedef struct agg_cursor {
     exec_query_t q;
     exec_plan_t *plan;
     shl_op_ctx_t *op;
+    /* A view's source: its pipeline (then the caller's filter) over the plan of its
+     * collection; the stages array the pipeline borrows. NULL: a collection's source. */
+    shl_pipeline_t *view_pl;
+    bson_t *view_stages;
 } agg_cursor_t;
 
 static int
@@ -41,6 +47,65 @@ cursor_next(void *arg, const bson_t **doc, shl_status_t *st)
     if (!eof) {
         *doc = row.doc;
     }
+done:
+    return ret;
+}
+
+static int
+view_cursor_next(void *arg, const bson_t **doc, shl_status_t *st)
+{
+    agg_cursor_t *c = arg;
+    return shl_pipeline_next(c->view_pl, doc, st);
+}
+
+static void
+agg_cursor_free(agg_cursor_t *c)
+{
+    if (c != NULL) {
+        shl_pipeline_destroy(c->view_pl);
+        if (c->view_stages != NULL) {
+            bson_destroy(c->view_stages);
+        }
+        exec_plan_destroy(c->plan);
+        exec_query_cleanup(&c->q);
+        bson_free(c);
+    }
+}
+
+/*
+ * A $lookup / $unionWith of view 'r': its pipeline, then 'filter', over the documents of its
+ * collection (c->plan, built by the caller), as the source 'src'.
+ */
+static int
+open_view(db_agg_env_t *e, agg_cursor_t *c, const db_view_resolved_t *r, const bson_t *filter,
+          shl_pipeline_source_t *src, shl_status_t *st)
+{
+    int ret = 0;
+    uint32_t n = 0;
+    shl_pipeline_opts_t opts;
+
+    c->view_stages = bson_new();
+    {
+        bson_t holder = BSON_INITIALIZER;
+        BSON_APPEND_ARRAY(&holder, "pipeline", &r->pipeline);
+        shl_view_append_stages(&holder, "pipeline", c->view_stages, &n);
+        bson_destroy(&holder);
+    }
+    if (filter != NULL && !bson_empty(filter)) {
+        char k[16];
+        const char *kp;
+        bson_t d;
+        bson_uint32_to_string(n++, &kp, k, sizeof(k));
+        BSON_APPEND_DOCUMENT_BEGIN(c->view_stages, kp, &d);
+        BSON_APPEND_DOCUMENT(&d, "$match", filter);
+        bson_append_document_end(c->view_stages, &d);
+    }
+    memset(&opts, 0, sizeof(opts));
+    opts.env = &e->env;
+    SHL_ERR(shl_pipeline_parse(c->view_stages, &opts, &c->view_pl, st));
+    shl_pipeline_set_source(c->view_pl, &(shl_pipeline_source_t){cursor_next, c});
+    src->next = view_cursor_next;
+    src->arg = c;
 done:
     return ret;
 }
@@ -64,9 +129,16 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
     agg_cursor_t *c = bson_aligned_alloc0(BSON_ALIGNOF(agg_cursor_t), sizeof(*c));
     shl_collection_t *meta = NULL;
     shl_ns_t ns;
+    db_view_resolved_t view;
+    bool is_view = false;
 
     SHL_ERR(shl_ns_make(&ns, e->db, coll, st));
-    SHL_ERR(exec_query_init(&c->q, filter, NULL, NULL, st));
+    /* A view: its collection's documents through its pipeline, the filter after it. */
+    SHL_ERR(db_view_resolve(e->op, &ns, &view, &is_view, st));
+    if (is_view) {
+        SHL_ERR(shl_ns_make(&ns, e->db, strchr(view.ns, '.') + 1, st));
+    }
+    SHL_ERR(exec_query_init(&c->q, is_view ? NULL : filter, NULL, NULL, st));
     c->op = e->op;
     meta = shl_catalog_get(node->eng, ns.full);
     if (meta != NULL) {
@@ -74,28 +146,25 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
     }
     src->next = cursor_next;
     src->arg = c;
+    if (is_view) {
+        SHL_ERR(open_view(e, c, &view, filter, src, st));
+    }
     *cursor = c;
     c = NULL;
 done:
-    shl_collection_release(meta);
-    if (c != NULL) {
-        exec_plan_destroy(c->plan);
-        exec_query_cleanup(&c->q);
-        bson_free(c);
+    if (is_view) {
+        db_view_resolved_cleanup(&view);
     }
+    shl_collection_release(meta);
+    agg_cursor_free(c);
     return ret;
 }
 
 static void
 env_close(void *arg, void *cursor)
 {
-    agg_cursor_t *c = cursor;
     (void)arg;
-    if (c != NULL) {
-        exec_plan_destroy(c->plan);
-        exec_query_cleanup(&c->q);
-        bson_free(c);
-    }
+    agg_cursor_free(cursor);
 }
 
 /* ---------------------------------------------------------------- $collStats, $indexStats */
@@ -253,6 +322,13 @@ run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply, 
     SHL_ERR(shl_status_from_write_errors(reply, st));
 done:
     return ret;
+}
+
+int
+db_run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply,
+               shl_status_t *st)
+{
+    return run_command(op, db, cmd, reply, st);
 }
 
 /* Insert the statements of 'b' into db.coll (ordered), then empty it. */

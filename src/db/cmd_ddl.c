@@ -11,6 +11,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/views.h"
 #include "db/exec.h"
 #include "db/index_kinds.h"
 #include "db/txn_participant.h"
@@ -125,8 +126,8 @@ static int
 check_create_options(const bson_t *cmd, const shl_ns_t *ns, shl_status_t *st)
 {
     static const char *const refused[] = {
-        "viewOn",          "pipeline",           "timeseries",          "clusteredIndex",
-        "encryptedFields", "expireAfterSeconds", "recordIdsReplicated", NULL};
+        "timeseries", "clusteredIndex", "encryptedFields", "expireAfterSeconds",
+        "recordIdsReplicated", NULL};
     bson_iter_t it;
     for (int i = 0; refused[i] != NULL; i++) {
         if (bson_has_field(cmd, refused[i])) {
@@ -171,7 +172,25 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(db_check_user_write_ns(&ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
+    if (bson_has_field(cmd, "viewOn")) {
+        SHL_ERR(db_view_create(op, &ns, cmd, st));
+        finish_ddl(op, &wc, 0, reply);
+        goto done;
+    }
+    if (bson_has_field(cmd, "pipeline")) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "'pipeline' requires 'viewOn' to also be specified");
+    }
     SHL_ERR(check_create_options(cmd, &ns, st));
+    {
+        bson_t def;
+        bool is_view = false;
+        ret = db_view_get(op, ns.full, &def, &is_view, st);
+        bson_destroy(&def);
+        SHL_ERR(ret);
+        if (is_view) {
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "Namespace %s already exists", ns.full);
+        }
+    }
     bson_destroy(&opts);
     command_options(cmd, &opts);
     ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
@@ -245,6 +264,14 @@ cmd_drop(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll != NULL) {
         nindexes = (int64_t)coll->nindexes;
+    } else {
+        bool dropped = false;
+        SHL_ERR(db_view_drop(op, &ns, &dropped, st));
+        if (dropped) {
+            BSON_APPEND_UTF8(reply, "ns", ns.full);
+            finish_ddl(op, &wc, 0, reply);
+            goto done;
+        }
     }
     shl_collection_release(coll);
     ret = shl_catalog_drop_collection(node->eng, ns.full, &ts, st);
@@ -348,6 +375,25 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  "local.oplog.rs");
     }
     SHL_ERR(db_check_user_write_ns(&to, st));
+    {
+        /* Views are not renamed, nor replaced by a rename (MongoDB's rules). */
+        bson_t def;
+        bool from_view = false, to_view = false;
+        ret = db_view_get(op, from.full, &def, &from_view, st);
+        bson_destroy(&def);
+        SHL_ERR(ret);
+        ret = db_view_get(op, to.full, &def, &to_view, st);
+        bson_destroy(&def);
+        SHL_ERR(ret);
+        if (from_view) {
+            SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW, "cannot rename view: %s",
+                     from.full);
+        }
+        if (to_view) {
+            SHL_FAIL(st, SHL_CODE_NAMESPACE_EXISTS, "a view already exists with that name: %s",
+                     to.full);
+        }
+    }
     SHL_ERR(db_uwb_check(op, from.full, st));
     SHL_ERR(db_uwb_check(op, to.full, st));
     SHL_ERR(ddl_txns_wait(op, from.full, false, &ddl_held, st));
@@ -481,7 +527,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
     SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
-    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_check_write_ns(op, &ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_array(cmd, "indexes", &specs, &found, st));
     if (!found) {
@@ -921,9 +967,13 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     if (db_ns_is_oplog(ns.full)) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "cannot modify the oplog");
     }
-    if (bson_has_field(cmd, "viewOn") || bson_has_field(cmd, "pipeline")) {
-        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "'%s' option only supported on a view",
-                 bson_has_field(cmd, "viewOn") ? "viewOn" : "pipeline");
+    {
+        bool view = false;
+        SHL_ERR(db_view_coll_mod(op, &ns, cmd, &view, st));
+        if (view) {
+            finish_ddl(op, &wc, 0, reply);
+            goto done;
+        }
     }
     for (int i = 0; refused[i] != NULL; i++) {
         if (bson_has_field(cmd, refused[i])) {

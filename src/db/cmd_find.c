@@ -13,6 +13,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/views.h"
 #include "db/txn_participant.h"
 #include "db/exec.h"
 #include "db/change_stream.h"
@@ -20,6 +21,7 @@
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
+#include "query/view_rewrite.h"
 #include "session/session_commands.h"
 
 /*
@@ -131,6 +133,7 @@ static const struct {
     {"tailable", F_TAILABLE},
     {"awaitData", F_AWAIT_DATA},
     {"let", F_ACCEPTED}, /* evaluated by db_let_vars */
+    {"legacyRuntimeConstants", F_ACCEPTED}, /* a router's $$NOW/$$CLUSTER_TIME: db_let_vars */
     {"$_requestResumeToken", F_REFUSED},
     {"$_resumeAfter", F_REFUSED},
     {"$_startAt", F_REFUSED},
@@ -509,6 +512,57 @@ parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_st
     return ret;
 }
 
+static int aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+                         shl_status_t *st);
+
+/*
+ * A read (find, count, distinct, aggregate) of 'ns': when 'ns' is a view (*handled), run as
+ * the aggregate of its resolution, or -- a router's read of a view on a sharded collection,
+ * or its explain -- refused with CommandOnShardedViewNotSupportedOnMongod (169) carrying the
+ * resolved view, which the router runs itself (as a shard of MongoDB 7.0 answers mongos).
+ */
+static int
+view_read(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *ns, bson_t *reply, bool *handled,
+          shl_status_t *st)
+{
+    int ret = 0;
+    db_view_resolved_t r;
+    bool is_view = false;
+    bson_t agg = BSON_INITIALIZER, agg_reply = BSON_INITIALIZER, key = BSON_INITIALIZER;
+
+    *handled = false;
+    SHL_ERR(db_view_resolve(op, ns, &r, &is_view, st));
+    if (!is_view) {
+        goto done;
+    }
+    *handled = true;
+    if ((op->has_shard_version || op->has_database_version) &&
+        (shl_db_shard_key(op, r.ns, &key) || bson_has_field(cmd, "explain"))) {
+        bson_t extra = BSON_INITIALIZER;
+        db_view_resolved_append(&r, &extra);
+        shl_status_set(st, SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD,
+                       "Resolved views on sharded collections must be executed by mongos");
+        shl_status_set_extra(st, &extra);
+        bson_destroy(&extra);
+        ret = SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD;
+        goto done;
+    }
+    bson_destroy(&agg);
+    SHL_ERR(db_view_aggregate_cmd(cmd, &r, &agg, st));
+    SHL_ERR(aggregate_run(op, &agg, ns->full, &agg_reply, st));
+    /* An explain's reply is the aggregate's explain. */
+    SHL_ERR(shl_view_reply(bson_has_field(cmd, "explain") ? "aggregate" : shl_cmd_name(cmd),
+                          &agg_reply, reply, st));
+done:
+    if (is_view) {
+        db_view_resolved_cleanup(&r);
+    }
+    bson_destroy(&agg);
+    bson_destroy(&agg_reply);
+    bson_destroy(&key);
+    return ret;
+}
+
 static int
 cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -533,6 +587,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
+    {
+        bool view = false;
+        SHL_ERR(view_read(op, cmd, &ns, reply, &view, st));
+        if (view) {
+            goto done;
+        }
+    }
     if (atomic_load_explicit(&SHL_FAILPOINT(waitInFindBeforeMakingBatch)->active,
                              memory_order_relaxed) &&
         shl_failpoint_evaluate(SHL_FAILPOINT(waitInFindBeforeMakingBatch), nss_filter, ns.full,
@@ -671,6 +732,9 @@ typedef struct agg_state {
     /* The aggregate's collation (its own or the collection's default; NULL: simple), which
      * the pipeline borrows. */
     shl_collator_t *collator;
+    /* A view's aggregate: the collection read, which getMores lock (the cursor is named
+     * after the view); empty otherwise. */
+    char source_ns[SHL_NS_MAX + 1];
 } agg_state_t;
 
 static int
@@ -831,7 +895,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         bool woken = false;
 
         if (c->ops == &exec_plan_cursor_ops || c->ops == &agg_cursor_ops || is_tail) {
-            SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
+            const char *lock_ns = ns.full;
+            if (c->ops == &agg_cursor_ops && ((const agg_state_t *)c->state)->source_ns[0]) {
+                lock_ns = ((const agg_state_t *)c->state)->source_ns; /* a view's collection */
+            }
+            SHL_ERR(shl_storage_coll_acquire(node->eng, lock_ns, SHL_LOCK_SHARED, &h, st));
             locked = true;
             SHL_ERR(is_tail ? check_tail_cursor(c, &h, st) : check_plan_cursor(c, &h, st));
         }
@@ -988,6 +1056,13 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    {
+        bool view = false;
+        SHL_ERR(view_read(op, cmd, &ns, reply, &view, st));
+        if (view) {
+            goto done;
+        }
+    }
     SHL_ERR(parse_count(cmd, &q, &fast, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
@@ -1123,6 +1198,13 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     memset(&q, 0, sizeof(q));
     memset(&d, 0, sizeof(d));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+    {
+        bool view = false;
+        SHL_ERR(view_read(op, cmd, &ns, reply, &view, st));
+        if (view) {
+            goto done;
+        }
+    }
     SHL_ERR(shl_cmd_check_fields(cmd, distinct_fields, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
     SHL_ERR(shl_cmd_get_string(cmd, "key", &key, &found, st));
@@ -1184,6 +1266,7 @@ done:
 /* ---------------------------------------------------------------- explain */
 
 static int cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
 
 /*
  * The query of a write explained (update/delete statement 0, or findAndModify): its
@@ -1320,6 +1403,21 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
     exec_stats = strcmp(verbosity, "queryPlanner") != 0;
     name = shl_cmd_name(&inner);
     SHL_ERR(db_ns_from_cmd(op, &inner, &ns, st));
+    {
+        /* A view's explain is its aggregate's. */
+        bson_t with = BSON_INITIALIZER;
+        bool view = false;
+        bson_concat(&with, &inner);
+        if (!bson_has_field(&inner, "explain")) {
+            BSON_APPEND_BOOL(&with, "explain", true);
+        }
+        ret = view_read(op, &with, &ns, reply, &view, st);
+        bson_destroy(&with);
+        SHL_ERR(ret);
+        if (view) {
+            goto done;
+        }
+    }
     SHL_ERR(db_read_concern_get(op, &rc, st));
     if (strcmp(name, "find") == 0) {
         find_args_t a;
@@ -1413,6 +1511,7 @@ done:
 /* ---------------------------------------------------------------- aggregate */
 
 static const char *const aggregate_fields[] = {"pipeline",
+                                               "legacyRuntimeConstants",
                                                "cursor",
                                                "explain",
                                                "allowDiskUse",
@@ -1491,10 +1590,23 @@ agg_collectionless(const bson_t *cmd)
 static int
 cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
+    return aggregate_run(op, cmd, NULL, reply, st);
+}
+
+/*
+ * The aggregate 'cmd'; 'view_ns' (NULL: none) is the view it runs for: its cursor is named
+ * after the view and the collection it reads is the command's.
+ */
+static int
+aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+              shl_status_t *st)
+{
     int ret = 0;
     db_node_t *node = db_node(op);
     shl_ns_t ns;
     bson_t pipeline, let, arr;
+    const char *cursor_ns;
+    bool handled = false;
     bool found, has_let = false, locked = false, explain = false, allow_disk = false;
     bool collectionless = agg_collectionless(cmd), exhausted = false, bypass = false;
     exec_query_t *q = bson_aligned_alloc0(BSON_ALIGNOF(exec_query_t), sizeof(*q)); /* plan owns */
@@ -1515,7 +1627,14 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         SHL_ERR(shl_ns_make(&ns, op->db, "$cmd.aggregate", st));
     } else {
         SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
+        if (view_ns == NULL) {
+            SHL_ERR(view_read(op, cmd, &ns, reply, &handled, st));
+            if (handled) {
+                goto done;
+            }
+        }
     }
+    cursor_ns = view_ns != NULL ? view_ns : ns.full;
     SHL_ERR(shl_cmd_get_array(cmd, "pipeline", &pipeline, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -1706,20 +1825,23 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             shl_storage_coll_release(&h);
             locked = false;
         }
-        cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
+        cur = shl_cursor_new(cursor_ns, &agg_cursor_ops, a);
         a = NULL;
         ret = agg_write_output(op, &ns, cur, collectionless, bypass, st);
         shl_cursor_destroy(cur);
         cur = NULL;
         SHL_ERR(ret);
-        db_reply_array_cursor(op, ns.full, bson_new(), batch_size, reply);
+        db_reply_array_cursor(op, cursor_ns, bson_new(), batch_size, reply);
         goto done;
     }
     /* Stream: the first batch now, the rest by getMore under the lock each time. A
      * collection-less pipeline ($documents) streams too, with no lock to hold (its getMores
      * lock only the name db.$cmd.aggregate): the stages it may add ($lookup, $unionWith)
      * read whole collections, which no single reply could carry. */
-    cur = shl_cursor_new(ns.full, &agg_cursor_ops, a);
+    if (view_ns != NULL) {
+        snprintf(a->source_ns, sizeof(a->source_ns), "%s", ns.full);
+    }
+    cur = shl_cursor_new(cursor_ns, &agg_cursor_ops, a);
     a = NULL;
     cur->at_cluster_time = rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0;
     bson_init(&arr);
@@ -1738,7 +1860,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         cursor_id = shl_cursor_manager_register(node->cursors, cur, op);
     }
     cur = NULL;
-    shl_cursor_reply_at(reply, ns.full, cursor_id, true, &arr,
+    shl_cursor_reply_at(reply, cursor_ns, cursor_id, true, &arr,
                         rc.level == DB_RC_SNAPSHOT ? rc.at_cluster_time : 0);
     bson_destroy(&arr);
 done:

@@ -8,6 +8,7 @@
 
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/views.h"
 #include "db/exec.h"
 #include "db/session_catalog.h"
 #include "db/txn_participant.h"
@@ -391,7 +392,7 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     SHL_ERR(shl_cmd_check_fields(cmd, fam_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
-    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_check_write_ns(op, &ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(db_check_collation(cmd, "collation", st));
     SHL_ERR(db_let_vars(op, cmd, false, &vars, &has_vars, st));

@@ -5,8 +5,10 @@
  */
 #include <string.h>
 
+#include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/views.h"
 #include "db/txn_participant.h"
 #include "db/storage_api.h"
 #include "net/command_args.h"
@@ -183,6 +185,39 @@ cmd_list_collections(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         }
         bson_destroy(&doc);
         bson_destroy(&full);
+        SHL_ERR(ret);
+    }
+    {
+        /* The views, from system.views, filtered as the collections. */
+        bson_t views = BSON_INITIALIZER;
+        uint32_t nv = 0;
+        bson_iter_t vi;
+        ret = db_view_list(op, op->db, &views, &nv, st);
+        bson_iter_init(&vi, &views);
+        while (ret == 0 && shl_iter_next(&vi)) {
+            bson_t full, name = BSON_INITIALIZER;
+            bool matched = true;
+            bson_iter_t f;
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&vi, &len, &data);
+            bson_init_static(&full, data, len);
+            if (m != NULL) {
+                ret = shl_matcher_match(m, &full, NULL, &matched, st);
+            }
+            if (ret == 0 && matched && name_only) {
+                bson_iter_init(&f, &full);
+                while (shl_iter_next(&f) && (strcmp(bson_iter_key(&f), "name") == 0 ||
+                                             strcmp(bson_iter_key(&f), "type") == 0)) {
+                    bson_append_iter(&name, NULL, 0, &f);
+                }
+                append_index(docs, n++, &name);
+            } else if (ret == 0 && matched) {
+                append_index(docs, n++, &full);
+            }
+            bson_destroy(&name);
+        }
+        bson_destroy(&views);
         SHL_ERR(ret);
     }
     snprintf(ns, sizeof(ns), "%s.$cmd.listCollections", op->db);

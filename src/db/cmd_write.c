@@ -13,6 +13,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
+#include "db/views.h"
 #include "db/txn_participant.h"
 #include "db/exec.h"
 #include "db/storage_api.h"
@@ -419,7 +420,7 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     /* Held until the inserts are done: a shard counts the writes in flight by it (a
      * migration's critical section waits for them). */
     SHL_ERR(db_sharding_check_versions(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
-    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_check_write_ns(op, &ns, st));
     blocked = db_uwb_check(op, ns.full, &blocked_st) != 0;
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
@@ -575,6 +576,7 @@ static const char *const update_fields[] = {"updates",
                                             "ordered",
                                             "bypassDocumentValidation",
                                             "let",
+                                            "legacyRuntimeConstants",
                                             "collectionUUID",
                                             "isTimeseriesNamespace",
                                             "encryptionInformation",
@@ -1012,12 +1014,13 @@ run_batch(shl_op_ctx_t *op, const bson_t *cmd, const stmt_kind_t *kind, bson_t *
     SHL_ERR(shl_cmd_check_fields(cmd, kind->fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_versions(op, ns.full, SHL_DB_SHARD_WRITE, &filter, st));
-    SHL_ERR(db_check_user_write_ns(&ns, st));
+    SHL_ERR(db_check_write_ns(op, &ns, st));
     blocked = db_uwb_check(op, ns.full, &blocked_st) != 0;
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "ordered", &ordered, st));
     SHL_ERR(shl_cmd_get_bool(cmd, "bypassDocumentValidation", &bypass, st));
-    SHL_ERR(db_let_vars(op, cmd, false, &vars, &has_vars, st));
+    /* $$NOW is one value for all the statements, with or without `let`. */
+    SHL_ERR(db_let_vars(op, cmd, true, &vars, &has_vars, st));
     SHL_ERR(shl_cmd_get_array(cmd, kind->field, &stmts, &found, st));
     if (!found) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
@@ -1161,8 +1164,8 @@ cmd_update(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 /* ---------------------------------------------------------------- delete */
 
 static const char *const delete_fields[] = {
-    "deletes", "ordered", "let", "collectionUUID", "isTimeseriesNamespace", "encryptionInformation",
-    "stmtId",  "stmtIds", NULL};
+    "deletes", "ordered", "let", "legacyRuntimeConstants", "collectionUUID",
+    "isTimeseriesNamespace", "encryptionInformation", "stmtId", "stmtIds", NULL};
 
 typedef struct delete_unit {
     shl_op_ctx_t *op;

@@ -112,7 +112,7 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     db_node_t *node = db_node(op);
     bson_iter_t it;
     bson_t let, builtins = BSON_INITIALIZER;
-    bool has_let = bson_iter_init_find(&it, cmd, "let");
+    bool has_let = bson_iter_init_find(&it, cmd, "let"), has_ct = false;
     int64_t now_ms;
 
     bson_init(out);
@@ -122,13 +122,29 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
                  "BSON field '%s.let' is the wrong type '%s', expected type 'object'",
                  shl_cmd_name(cmd), shl_bson_type_name(shl_iter_type(&it)));
     }
-    if (!has_let && !always) {
+    if (!has_let && !always && !bson_has_field(cmd, "legacyRuntimeConstants")) {
         goto done;
     }
     now_ms = shl_clock_wall_ms();
+    if (bson_iter_init_find(&it, cmd, "legacyRuntimeConstants") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        /* A router's command: its $$NOW and $$CLUSTER_TIME, the same on every shard. */
+        bson_iter_t rc;
+        bson_iter_recurse(&it, &rc);
+        while (bson_iter_next(&rc)) {
+            if (strcmp(bson_iter_key(&rc), "localNow") == 0 && BSON_ITER_HOLDS_DATE_TIME(&rc)) {
+                now_ms = bson_iter_date_time(&rc);
+            } else if (strcmp(bson_iter_key(&rc), "clusterTime") == 0 &&
+                       BSON_ITER_HOLDS_TIMESTAMP(&rc)) {
+                uint32_t t, i;
+                bson_iter_timestamp(&rc, &t, &i);
+                BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", t, i);
+                has_ct = true;
+            }
+        }
+    }
     /* $$NOW is one value for the whole command, as in MongoDB. */
     BSON_APPEND_DATE_TIME(&builtins, "NOW", now_ms);
-    if (node->repl_set) {
+    if (node->repl_set && !has_ct) {
         /* $$CLUSTER_TIME exists on replica-set members only, as in MongoDB. */
         uint64_t now = shl_storage_clock_now(node->eng);
         BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", SHL_TS_SECS(now), SHL_TS_INC(now));
@@ -136,6 +152,7 @@ db_let_vars(shl_op_ctx_t *op, const bson_t *cmd, bool always, bson_t *out, bool 
     if (has_let) {
         const uint8_t *data;
         uint32_t len;
+        bson_iter_init_find(&it, cmd, "let");
         bson_iter_document(&it, &len, &data);
         bson_init_static(&let, data, len);
     } else {

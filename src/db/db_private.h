@@ -344,6 +344,15 @@ int db_validator_check(const db_validator_t *v, const bson_t *old_doc, const bso
                        shl_status_t *st);
 
 /* Command tables of each file, registered by node.c. */
+/*
+ * db_run_command --
+ *     Run one of this node's commands on database 'db' as an internal operation (no session,
+ *     no shard version, op->conn NULL); 'reply' is always initialised. A reply with
+ *     writeErrors becomes the first error's status.
+ */
+int db_run_command(shl_op_ctx_t *op, const char *db, const bson_t *cmd, bson_t *reply,
+                   shl_status_t *st);
+
 void db_register_find_commands(shl_command_registry_t *reg);
 void db_register_fam_commands(shl_command_registry_t *reg);
 void db_register_write_commands(shl_command_registry_t *reg);

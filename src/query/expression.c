@@ -425,6 +425,9 @@ expr_check_user_var_name(const char *name, shl_status_t *st)
     if (name[0] == '\0') {
         SHL_FAIL(st, 16866, "empty variable names are not allowed");
     }
+    if (strcmp(name, "SEARCH_META") == 0) {
+        SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "SEARCH_META is a reserved variable name");
+    }
     if (!((c0 >= 'a' && c0 <= 'z') || c0 >= 0x80)) {
         SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name", name);
     }
@@ -531,7 +534,7 @@ parse_string(const char *s, size_t len, shl_expr_t **out, shl_status_t *st)
          * elsewhere they fail at evaluation as undefined. */
         if (strcmp(e->var, "ROOT") != 0 && strcmp(e->var, "CURRENT") != 0 &&
             strcmp(e->var, "REMOVE") != 0 && strcmp(e->var, "NOW") != 0 &&
-            strcmp(e->var, "CLUSTER_TIME") != 0 &&
+            strcmp(e->var, "CLUSTER_TIME") != 0 && strcmp(e->var, "SEARCH_META") != 0 &&
             strcmp(e->var, "KEEP") != 0 && strcmp(e->var, "PRUNE") != 0 &&
             strcmp(e->var, "DESCEND") != 0 && !(e->var[0] >= 'a' && e->var[0] <= 'z')) {
             SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
@@ -1111,6 +1114,12 @@ eval_inner(const shl_expr_t *e, const shl_expr_ctx_t *ctx, bson_value_t *out, sh
                 if (strcmp(e->var, "CLUSTER_TIME") == 0) {
                     /* Bound by the command on replica-set members and through a router. */
                     SHL_FAIL(st, 51144, "Builtin variable '$$CLUSTER_TIME' is not available");
+                }
+                if (strcmp(e->var, "SEARCH_META") == 0) {
+                    /* Set only by $search/$searchMeta, which need Atlas Search (mongot). */
+                    SHL_FAIL(st, 6347902,
+                             "Can't access $$SEARCH_META without a $search stage earlier in the "
+                             "pipeline");
                 }
                 SHL_FAIL(st, QC_UNDEFINED_VARIABLE, "Use of undefined variable: %s", e->var);
             }

@@ -574,6 +574,9 @@ parse_let(pipe_stage_t *s, const bson_t *let, shl_status_t *st)
     bson_iter_init(&it, let);
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
+        if (strcmp(k, "SEARCH_META") == 0) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "SEARCH_META is a reserved variable name");
+        }
         if (!(k[0] >= 'a' && k[0] <= 'z') && !((unsigned char)k[0] >= 0x80)) {
             SHL_FAIL(st, 16867, "'%s' starts with an invalid character for a user variable name",
                      k);

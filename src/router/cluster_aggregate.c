@@ -34,6 +34,8 @@ is_streaming(const char *name)
 
 typedef struct agg_plan {
     const bson_t *cmd;
+    int64_t now_ms;        /* $$NOW of the shards and the merger */
+    uint64_t cluster_time; /* $$CLUSTER_TIME of the shards and the merger (0: none) */
     bson_t pipeline; /* the user's (static view) */
     const bson_t *filter;
     bson_t filter_view;
@@ -443,6 +445,9 @@ build_agg(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t *
                 (!p->has_output || (!p->out_sharded && strcmp(t.names[0], p->out_primary) == 0));
     shl_router_shards_cleanup(&t);
     router_copy_command(p->cmd, skip, cmd);
+    if (p->now_ms != 0) {
+        router_append_runtime_constants(p->now_ms, p->cluster_time, cmd);
+    }
     BSON_APPEND_ARRAY(cmd, "pipeline", p->single ? &p->pipeline : &p->shards_part);
     if (p->single && (p->nunsharded > 0 || p->has_output)) {
         /* The shard reads and writes these over its local copies because this router's
@@ -939,6 +944,11 @@ typedef struct agg_foreign {
     shl_router_cursor_t *c;
     shl_router_cursor_t *owner;
     shl_pipeline_source_t src;
+    /* A view on a sharded collection: its aggregate's whole result (router_view_foreign),
+     * served in order; NULL otherwise. */
+    bson_t *view_reply;
+    bson_iter_t view_it;
+    bson_t view_doc;
 } agg_foreign_t;
 
 typedef struct foreign_find {
@@ -967,6 +977,16 @@ foreign_next(void *arg, const bson_t **doc, shl_status_t *st)
     int ret;
 
     *doc = NULL;
+    if (f->view_reply != NULL) {
+        if (shl_iter_next(&f->view_it) && BSON_ITER_HOLDS_DOCUMENT(&f->view_it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&f->view_it, &len, &data);
+            bson_init_static(&f->view_doc, data, len);
+            *doc = &f->view_doc;
+        }
+        return 0;
+    }
     if (f->c == NULL) {
         return 0;
     }
@@ -1000,16 +1020,30 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
         ret = 0;
     } else {
         SHL_ERR(ret);
-        SHL_ERR(router_cursor_from_results(op, e->r, ns.full, ns.db, ns.coll, results, nresults,
-                                           false, &f->c, st));
-        f->c->op = NULL;
-        f->src = shl_router_cursor_source(f->c);
+        ret = router_cursor_from_results(op, e->r, ns.full, ns.db, ns.coll, results, nresults,
+                                         false, &f->c, st);
+        if (ret == SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD) {
+            /* A view on a sharded collection: its aggregate through this router. */
+            f->view_reply = bson_new();
+            SHL_ERR(router_view_foreign(op, coll, filter, &e->generic, f->view_reply, st));
+            SHL_INVARIANT(bson_iter_init(&f->view_it, f->view_reply) &&
+                          bson_iter_find_descendant(&f->view_it, "cursor.firstBatch",
+                                                    &f->view_it) &&
+                          bson_iter_recurse(&f->view_it, &f->view_it));
+        } else {
+            SHL_ERR(ret);
+            f->c->op = NULL;
+            f->src = shl_router_cursor_source(f->c);
+        }
     }
     src->next = foreign_next;
     src->arg = f;
     *cursor = f;
     f = NULL;
 done:
+    if (f != NULL && f->view_reply != NULL) {
+        bson_destroy(f->view_reply);
+    }
     bson_free(f);
     shl_router_scatter_results_free(results, nresults);
     return ret;
@@ -1022,6 +1056,9 @@ env_close(void *arg, void *cursor)
     (void)arg;
     if (f != NULL) {
         shl_router_cursor_destroy(f->c); /* kills what the shards still hold */
+        if (f->view_reply != NULL) {
+            bson_destroy(f->view_reply);
+        }
         bson_free(f);
     }
 }
@@ -1129,6 +1166,14 @@ done:
 
 int
 router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    int ret = router_aggregate_run(op, cmd, NULL, reply, st);
+    return router_view_retry(op, cmd, ret, reply, st);
+}
+
+int
+router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+                     shl_status_t *st)
 {
     shl_router_t *r = shl_router_get(op);
     agg_plan_t p;
@@ -1251,10 +1296,13 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     {
         /* The merger's variables: `let` evaluated once, $$NOW and $$CLUSTER_TIME of this
-         * router (the shards evaluate the `let` they get, with their own). */
+         * router, which the shards get too (legacyRuntimeConstants). */
         bson_t builtins = BSON_INITIALIZER, none = BSON_INITIALIZER;
-        uint64_t ct = shl_vector_clock_get(&r->clock, SHL_VC_CLUSTER_TIME);
-        int64_t now = shl_clock_wall_ms();
+        uint64_t ct;
+        int64_t now;
+        router_runtime_constants(op, &now, &ct);
+        p.now_ms = now;
+        p.cluster_time = ct;
         BSON_APPEND_DATE_TIME(&builtins, "NOW", now);
         if (ct != 0) {
             BSON_APPEND_TIMESTAMP(&builtins, "CLUSTER_TIME", (uint32_t)(ct >> 32), (uint32_t)ct);
@@ -1326,7 +1374,8 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     }
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND && !p.explain) {
         bson_t empty = BSON_INITIALIZER;
-        shl_router_cursor_reply(reply, ns.full, 0, true, &empty, false);
+        shl_router_cursor_reply(reply, view_ns != NULL ? view_ns : ns.full, 0, true, &empty,
+                                false);
         ret = 0;
         goto done;
     }
@@ -1341,8 +1390,9 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
         append_agg_explain(op, &p, results, nresults, reply);
         goto done;
     }
-    SHL_ERR(router_cursor_from_results(op, r, ns.full, ns.db, ns.coll, results, nresults, false, &c,
-                                       st));
+    /* A view's cursor is named after the view; its shards' cursors are the collection's. */
+    SHL_ERR(router_cursor_from_results(op, r, view_ns != NULL ? view_ns : ns.full, ns.db, ns.coll,
+                                       results, nresults, false, &c, st));
     /* The merge compares strings as the shards did: the command's collation. */
     SHL_ERR(shl_router_effective_collator(r, ns.full, cmd, &c->collator, st));
     opts.collator = c->collator;

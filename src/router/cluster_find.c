@@ -278,6 +278,8 @@ typedef struct find_args {
     bson_t filter, sort, projection;
     bool has_filter, has_sort, has_projection;
     int64_t skip, limit, batch_size;
+    int64_t now_ms;        /* $$NOW for every shard */
+    uint64_t cluster_time; /* $$CLUSTER_TIME for every shard (0: none) */
     bool has_batch_size, single_batch, no_cursor_timeout, allow_partial;
     bool sorted; /* a non-empty sort */
 } find_args_t;
@@ -394,6 +396,7 @@ build_find_body(const find_args_t *a, bson_t *out)
     if (a->single_batch) {
         BSON_APPEND_BOOL(out, "singleBatch", true);
     }
+    router_append_runtime_constants(a->now_ms, a->cluster_time, out);
 }
 
 static void
@@ -477,6 +480,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(cmd_ns(op, cmd, &ns, st));
     SHL_ERR(parse_find(cmd, &a, st));
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
+    router_runtime_constants(op, &a.now_ms, &a.cluster_time);
     /* config.system.sessions is the one sharded collection of the config database: it is
      * read where its chunks are, like any other (the config server while it is unsharded). */
     if (router_is_config_db(ns.db) && strcmp(ns.full, SHL_SESSIONS_NS) != 0) {
@@ -557,7 +561,7 @@ done:
     shl_projection_destroy(proj);
     shl_matcher_destroy(matcher);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- getMore, killCursors */
@@ -758,7 +762,7 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
 done:
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- distinct */
@@ -884,7 +888,7 @@ done:
     bson_free(vals);
     shl_collator_release(coll);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* ---------------------------------------------------------------- explain */
@@ -1151,7 +1155,7 @@ cmd_explain(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st
 done:
     bson_destroy(&agg);
     shl_router_scatter_results_free(results, nresults);
-    return ret;
+    return router_view_retry(op, cmd, ret, reply, st);
 }
 
 /* The snapshot reads (cluster_snapshot.c): the reply names the snapshot's atClusterTime. */

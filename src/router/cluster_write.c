@@ -67,6 +67,9 @@ typedef struct write_op {
     char ns[SHL_NS_MAX + 1];
     char db[128];
     bool ordered;
+    /* $$NOW / $$CLUSTER_TIME of an update or delete, the same on every shard (0: none). */
+    int64_t now_ms;
+    uint64_t cluster_time;
     item_t *items;
     size_t n;
     int64_t n_total;
@@ -553,6 +556,7 @@ build_sub_command(const write_op_t *op, const shl_router_routing_t *rr, const su
             bson_append_iter(cmd, NULL, 0, &it);
         }
     }
+    router_append_runtime_constants(op->now_ms, op->cluster_time, cmd);
     if (op->retryable || op->txn_ids) {
         /* Exactly this sub-batch's statements, each with the id it has in the client's batch
          * (MongoDB's getStmtIdForWriteAt), so the shard recognises a statement it already ran
@@ -1633,6 +1637,9 @@ run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
     int ret = 0;
 
     SHL_ERR(write_op_init(opctx, cmd, kind, &op, st));
+    if (kind != KIND_INSERT) {
+        router_runtime_constants(opctx, &op.now_ms, &op.cluster_time);
+    }
     op.ids_broadcast = ids_broadcast;
     op.route = route;
     op.route_arg = route_arg;

@@ -60,6 +60,15 @@ bool router_is_config_db(const char *db);
 void router_copy_command(const bson_t *cmd, const char *const *skip, bson_t *out);
 
 /*
+ * router_runtime_constants --
+ *     This router's $$NOW (wall clock, ms) and $$CLUSTER_TIME (0: none) for one command, and
+ *     their field for the shards' commands: legacyRuntimeConstants {localNow, clusterTime}
+ *     (as mongos sends), so every shard sees the same values (cluster_views.c).
+ */
+void router_runtime_constants(shl_op_ctx_t *op, int64_t *now_ms, uint64_t *cluster_time);
+void router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *cmd);
+
+/*
  * router_copy_command_as --
  *     router_copy_command under the command's own name 'name' (the first field renamed):
  *     lower-case aliases such as dbstats or datasize are the router's to accept.
@@ -143,6 +152,35 @@ void router_agg_split(const bson_t *pipeline, bson_t *shards_part, bson_t *merge
 
 /* The aggregate command, and explain of an aggregate (cluster_aggregate.c). */
 int router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/*
+ * router_aggregate_run --
+ *     The aggregate 'cmd'; 'view_ns' (NULL: none) is the view it runs for, whose name the
+ *     router's cursor takes (its shards' cursors are the collection's).
+ */
+int router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *reply,
+                         shl_status_t *st);
+
+/*
+ * router_view_retry --
+ *     After a read ('cmd': find, count, distinct, aggregate or explain) ended with 'ret': when
+ *     a shard answered CommandOnShardedViewNotSupportedOnMongod (169) with the resolved view,
+ *     run the read as the resolved view's aggregate through this router (as mongos does) and
+ *     return that result in 'reply'/'st'; otherwise return 'ret' untouched (cluster_views.c).
+ */
+int router_view_retry(shl_op_ctx_t *op, const bson_t *cmd, int ret, bson_t *reply,
+                      shl_status_t *st);
+
+/*
+ * router_view_foreign --
+ *     The documents of view 'coll' matching 'filter' (may be NULL) for a $lookup/$unionWith
+ *     the router's merger runs, after the primary shard answered 169 (in 'st'): the view's
+ *     aggregate through this router with the 'generic' fields (readConcern, session), whole
+ *     in 'reply' (cursor.firstBatch). Errors: the aggregate's; BSONObjectTooLarge (10334)
+ *     when the result does not fit one reply.
+ */
+int router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
+                        const bson_t *generic, bson_t *reply, shl_status_t *st);
 
 /*
  * router_current_op_aggregate --

@@ -12,33 +12,9 @@ import pytest
 from bson import Int64, Timestamp
 from pymongo.errors import OperationFailure, WriteError
 
-from shale_fixtures import ShaleProcess, stop_all
+from query_targets import target_fixtures
 
-TARGETS = ["node", "sharded", "unsharded"]
-
-
-@pytest.fixture(scope="module")
-def plain_node():
-    p = ShaleProcess(["node"], name="qgaps-node")
-    p.start()
-    yield p
-    stop_all([p])
-    p.cleanup()
-
-
-@pytest.fixture(scope="module")
-def routed(cluster):
-    r = cluster.router_client()
-    r.admin.command("enableSharding", "qg", primaryShard="shard0")
-    return cluster
-
-
-@pytest.fixture(params=TARGETS)
-def target(request, plain_node, routed):
-    kind = request.param
-    client = plain_node.client() if kind == "node" else routed.router_client()
-    return kind, client
-
+plain_node, routed, target = target_fixtures("qg", "qgaps-node")
 
 _seq = [0]
 

@@ -175,11 +175,11 @@ def test_create_options(db):
         db.command("create", "cap2", capped=True)
     assert e.value.code == 72
     # (validators are supported: test_validation.py)
-    for opt in ({"viewOn": "c", "pipeline": []}, {"timeseries": {"timeField": "t"}}):
+    for opt in ({"timeseries": {"timeField": "t"}},):
         with pytest.raises(OperationFailure) as e:
             db.command("create", "v", **opt)
         assert e.value.code == 72, opt
-    # (collations are supported: test_collation.py)
+    # (collations are supported: test_collation.py; views: test_let_and_views.py)
 
 
 def test_find_and_modify_update_and_upsert_paths(db):
