@@ -251,6 +251,10 @@ shard_coll_meta_t *shard_meta_peek(shard_state_t *s, const char *ns);
 
 void shard_meta_release(shard_coll_meta_t *m);
 
+/* shard_ddl_check_db_version -- a DDL coordinator's databaseVersion check once it holds its
+ * locks (shard_ddl_db_check_fn; 'arg' the shard state): StaleDbVersion unless 'dbv' is the
+ * database's version (refreshed once) and this shard its primary. May block on a refresh. */
+int shard_ddl_check_db_version(void *arg, const char *ns, const bson_t *dbv, shl_status_t *st);
 /* shard_check_versions -- the db hook (shl_db_sharding_check_fn). */
 int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                          shl_db_orphan_filter_t **filter, shl_status_t *st);
