@@ -2,6 +2,8 @@
 one router moves a chunk back and forth while the other, which has not seen the moves,
 reads the whole collection after each one. The donor and the recipient both answer the
 stale router's old versions with StaleConfig, so it refreshes and reads all of them."""
+import threading
+
 import pytest
 
 from shale_fixtures import module_cluster
@@ -44,3 +46,25 @@ def test_after_a_refine_and_a_move(cl):
     other.admin.command("refineCollectionShardKey", ns, key={"a": 1, "b": 1})
     r.admin.command("moveChunk", ns, find={"a": -5, "b": 1}, to=cl.shard_name(1))
     assert other.srf.c.count_documents({}) == 20
+
+
+def test_reads_during_the_moves_see_everything(cl):
+    r, ns = make_sharded(cl, "srd")
+    other = cl.router_client(1)
+    seen = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            seen.append(other.srd.c.count_documents({}))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for k in range(6):
+            r.admin.command("moveChunk", ns, find={"a": -5}, to=cl.shard_name((k + 1) % 2),
+                            _waitForDelete=True)
+    finally:
+        stop.set()
+        t.join()
+    assert seen and all(n == 20 for n in seen), [n for n in seen if n != 20]
