@@ -311,8 +311,7 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     b.coll = ns.coll;
     b.cmd = cmd;
     bson_destroy(&got);
-    ret = router_send_to_primary(op, ns.db, ns.full, build_refine, &b, &found, &got, NULL, 0,
-                                 st);
+    ret = router_send_to_primary(op, ns.db, ns.full, build_refine, &b, &found, &got, NULL, 0, st);
     shl_catalog_cache_invalidate_collection(r->cache, ns.full);
     SHL_ERR(ret);
     if (!found) {
@@ -463,8 +462,7 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         SHL_ERR(shl_idl_wrong_type(&it, "movePrimary", "string", st));
     }
     m.to = bson_iter_utf8(&it, NULL);
-    if (strcmp(m.db, "admin") == 0 || strcmp(m.db, "config") == 0 ||
-        strcmp(m.db, "local") == 0) {
+    if (strcmp(m.db, "admin") == 0 || strcmp(m.db, "config") == 0 || strcmp(m.db, "local") == 0) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Can't move primary for %s database", m.db);
     }
     if (m.db[0] == '\0' || shl_ns_check_db(m.db, st) != 0) {
@@ -474,8 +472,7 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "you have to specify where you want to move it");
     }
     bson_destroy(&got);
-    ret = router_send_to_primary(op, m.db, m.db, build_move_primary, &m, &found, &got, NULL, 0,
-                                 st);
+    ret = router_send_to_primary(op, m.db, m.db, build_move_primary, &m, &found, &got, NULL, 0, st);
     shl_catalog_cache_invalidate_database(shl_router_get(op)->cache, m.db);
     SHL_ERR(ret);
     if (!found) {

@@ -101,8 +101,7 @@ phase_update(shl_coord_t *c, shl_status_t *st)
     bson_destroy(&cmd);
     participant_cmd(shl_coord_doc(c), parsed.coll, &cmd);
     bson_destroy(&reply);
-    SHL_ERR(shard_ddl_commit(c, &self, parsed.db, &cmd, shard_ddl_resume_migrations, &reply,
-                             st));
+    SHL_ERR(shard_ddl_commit(c, &self, parsed.db, &cmd, shard_ddl_resume_migrations, &reply, st));
     for (size_t k = 0; k_reply_fields[k] != NULL; k++) {
         if (bson_iter_init_find(&it, &reply, k_reply_fields[k])) {
             bson_append_iter(&result, NULL, 0, &it);
@@ -129,20 +128,7 @@ static const char *const coll_mod_same[] = {"collModRequest", NULL};
 static shard_ddl_kind_t coll_mod_kind = {
     .op = OP_COLL_MOD, .db_mode = SHARD_DDL_IX, .same_fields = coll_mod_same};
 
-static bool
-owns_coll_mod(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_COLL_MOD);
-}
-
-static bool
-same_coll_mod(const bson_t *running, const bson_t *request)
-{
-    return shard_ddl_same(&coll_mod_kind, running, request);
-}
-
-shl_coord_type_t shard_coll_mod_type = SHARD_DDL_COORD_TYPE(
-    "CollModCoordinator", coll_mod_phases, &coll_mod_kind, same_coll_mod, owns_coll_mod);
+SHARD_DDL_DEFINE_TYPE(shard_coll_mod_type, "CollModCoordinator", coll_mod_phases, coll_mod_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 
@@ -177,8 +163,8 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                  "BSON field '_shardsvrCollMod.collModRequest' is missing but a required field");
     }
     SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
-    SHL_ERR(shard_ddl_coll_mod(s->coords, ns.full, &request, shard_ddl_cmd_dbv(cmd, &dbv), reply,
-                               st));
+    SHL_ERR(
+        shard_ddl_coll_mod(s->coords, ns.full, &request, shard_ddl_cmd_dbv(cmd, &dbv), reply, st));
 done:
     return ret;
 }

@@ -23,7 +23,6 @@ const shl_remote_options_t shard_ddl_read_opts = {.timeout_ms = 60000,
 
 /* ------------------------------------------------------------ document and remote calls */
 
-
 /* The operation's namespace (_id.namespace) into 'out'. */
 void
 shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n)
@@ -74,8 +73,8 @@ shard_ddl_docs_free(bson_t **docs)
 
 /* find 'filter' in config.<coll> on the config server. */
 int
-shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs, size_t *n,
-            shl_status_t *st)
+shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs,
+                      size_t *n, shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
     shl_remote_options_t opts = shard_ddl_opts;
@@ -119,8 +118,8 @@ add_id(char ***ids, size_t *n, const char *name)
  * with no data is no participant (it may be down without holding the drop up).
  */
 int
-shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
-                  size_t *n, shl_status_t *st)
+shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
+                            char ***ids, size_t *n, shl_status_t *st)
 {
     bson_t filter = BSON_INITIALIZER;
     bson_t **docs = NULL;
@@ -238,7 +237,6 @@ shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
     return ret;
 }
 
-
 int
 shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
                                const char *uuid_field, bool allow, shl_status_t *st)
@@ -256,7 +254,6 @@ shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc
     bson_destroy(&cmd);
     return ret;
 }
-
 
 bool
 shard_ddl_owns_op(const bson_t *doc, const char *op)
@@ -278,8 +275,8 @@ shard_ddl_doc_bool(const bson_t *doc, const char *field)
 /* ------------------------------------------------------------------ kinds and entry */
 
 void
-shard_ddl_kind_setup(shard_ddl_kind_t *kind, shard_ddl_locks_t *locks,
-                     shard_ddl_db_check_fn check, void *check_arg)
+shard_ddl_kind_setup(shard_ddl_kind_t *kind, shard_ddl_locks_t *locks, shard_ddl_db_check_fn check,
+                     void *check_arg)
 {
     kind->locks = locks;
     kind->db_check = check;
@@ -507,8 +504,8 @@ shard_ddl_block(shl_coord_t *c, const char *why, bool block, bool self_only, shl
     bson_append_document_end(&cmd, &reason);
     if (self_only) {
         bson_destroy(&reply);
-        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, parsed.db, &cmd, &shard_ddl_opts,
-                               &reply, st));
+        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, parsed.db, &cmd, &shard_ddl_opts, &reply,
+                               st));
     } else {
         SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
     }

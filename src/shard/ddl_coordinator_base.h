@@ -28,7 +28,7 @@
  * this shard is no longer its primary.
  */
 typedef int (*shard_ddl_db_check_fn)(void *arg, const char *ns, const bson_t *dbv,
-                                      shl_status_t *st);
+                                     shl_status_t *st);
 
 /* One kind of DDL coordinator: a coordinator type's 'arg'. */
 typedef struct shard_ddl_kind {
@@ -47,17 +47,29 @@ typedef struct shard_ddl_kind {
 } shard_ddl_kind_t;
 
 /* A DDL coordinator type over 'kind_' (a shard_ddl_kind_t *) and the phase table 'phases_':
- * the base's hooks, MongoDB's retry of retryable errors until done. 'same_' and 'owns_'
- * are the type's one-line calls of shard_ddl_same / shard_ddl_owns_op (the framework's
- * hooks see no type). */
-#define SHARD_DDL_COORD_TYPE(name_, phases_, kind_, same_, owns_)                             \
-    {                                                                                          \
-        .name = (name_), .coll = SHARD_DDL_COORD_COLL, .phases = (phases_),                    \
-        .nphases = sizeof(phases_) / sizeof((phases_)[0]), .same = (same_), .owns = (owns_),   \
-        .acquire = shard_ddl_acquire, .release = shard_ddl_release,                            \
-        .report_held = shard_ddl_report_held, .max_attempts = -1, .backoff_ms = 100,           \
-        .arg = (kind_)                                                                         \
+ * the base's hooks, MongoDB's retry of retryable errors until done. */
+#define SHARD_DDL_COORD_TYPE(name_, phases_, kind_, same_, owns_)                                  \
+    {                                                                                              \
+        .name = (name_), .coll = SHARD_DDL_COORD_COLL, .phases = (phases_),                        \
+        .nphases = sizeof(phases_) / sizeof((phases_)[0]), .same = (same_), .owns = (owns_),       \
+        .acquire = shard_ddl_acquire, .release = shard_ddl_release,                                \
+        .report_held = shard_ddl_report_held, .max_attempts = -1, .backoff_ms = 100,               \
+        .arg = (kind_)                                                                             \
     }
+
+/* SHARD_DDL_DEFINE_TYPE -- define the coordinator type 'var_' of 'kind_' (a static
+ * shard_ddl_kind_t) with its 'owns' and 'same' hooks, which call shard_ddl_owns_op /
+ * shard_ddl_same with the kind (the framework's hooks see no type). */
+#define SHARD_DDL_DEFINE_TYPE(var_, name_, phases_, kind_)                                         \
+    static bool var_##_owns(const bson_t *doc)                                                     \
+    {                                                                                              \
+        return shard_ddl_owns_op(doc, (kind_).op);                                                 \
+    }                                                                                              \
+    static bool var_##_same(const bson_t *running, const bson_t *request)                          \
+    {                                                                                              \
+        return shard_ddl_same(&(kind_), running, request);                                         \
+    }                                                                                              \
+    shl_coord_type_t var_ = SHARD_DDL_COORD_TYPE(name_, phases_, &(kind_), var_##_same, var_##_owns)
 
 /* The options of the coordinators' remote calls: durable (w: majority) or not (reads and
  * commands that carry their own write concern), retried when retryable (idempotent). */
@@ -113,8 +125,7 @@ int shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter
 void shard_ddl_docs_free(bson_t **docs);
 /* Run 'cmd' on database 'db' of every participant at once (w: majority, retried when
  * retryable); the first error. */
-int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd,
-                              shl_status_t *st);
+int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st);
 /* Run 'cmd' on the config server's admin database (w: majority, retried when retryable). */
 int shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st);
 /* The shards that may hold data of 'db' / the collections 'colls' (config.collections
@@ -136,8 +147,7 @@ int shard_ddl_phase_freeze_migrations(shl_coord_t *c, shl_status_t *st);
 int shard_ddl_resume_migrations(shl_coord_t *c, shl_status_t *st);
 /* _shardsvrParticipantBlock of the operation's collection ("ReadsAndWrites" or "Unblock",
  * reason {command: 'why', ns}) on every participant, or on this shard alone ('self_only'). */
-int shard_ddl_block(shl_coord_t *c, const char *why, bool block, bool self_only,
-                    shl_status_t *st);
+int shard_ddl_block(shl_coord_t *c, const char *why, bool block, bool self_only, shl_status_t *st);
 /*
  * shard_ddl_commit --
  *     Run 'cmd' on database 'db' of 'target'; *reply (initialised by the callee) gets the

@@ -224,28 +224,9 @@ static const shl_coord_phase_t drop_db_phases[] = {
 static shard_ddl_kind_t drop_coll_kind = {.op = OP_DROP_COLL, .db_mode = SHARD_DDL_IX};
 static shard_ddl_kind_t drop_db_kind = {.op = OP_DROP_DB, .db_mode = SHARD_DDL_X};
 
-static bool
-owns_drop_coll(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_DROP_COLL);
-}
-
-static bool
-owns_drop_db(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_DROP_DB);
-}
-
-static bool
-same_drop(const bson_t *running, const bson_t *request)
-{
-    return shard_ddl_same(&drop_coll_kind, running, request);
-}
-
-shl_coord_type_t shard_drop_coll_type = SHARD_DDL_COORD_TYPE(
-    "DropCollectionCoordinator", drop_coll_phases, &drop_coll_kind, same_drop, owns_drop_coll);
-shl_coord_type_t shard_drop_db_type = SHARD_DDL_COORD_TYPE(
-    "DropDatabaseCoordinator", drop_db_phases, &drop_db_kind, same_drop, owns_drop_db);
+SHARD_DDL_DEFINE_TYPE(shard_drop_coll_type, "DropCollectionCoordinator", drop_coll_phases,
+                      drop_coll_kind);
+SHARD_DDL_DEFINE_TYPE(shard_drop_db_type, "DropDatabaseCoordinator", drop_db_phases, drop_db_kind);
 
 void
 shard_ddl_coords_setup(shard_ddl_locks_t *locks, shard_ddl_db_check_fn check, void *check_arg)
@@ -382,7 +363,7 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
 void
 shard_ddl_coords_recover(shard_state_t *s)
 {
-    shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type,
+    shl_coord_type_t *types[] = {&shard_drop_coll_type,   &shard_drop_db_type,
                                  &shard_create_coll_type, &shard_rename_coll_type,
                                  &shard_coll_mod_type,    &shard_refine_type};
 

@@ -546,12 +546,12 @@ SHL_TEST(coll_mod_runs_here_first_then_everywhere)
     /* a refusal here: migrations run again, the document goes, nothing else is sent */
     shl_remote_fake_reset_calls(e.fake);
     shl_remote_fake_script(e.fake, "self", "_shardsvrCollModParticipant",
-                           "{'ok': 0, 'code': 27, 'codeName': 'IndexNotFound', 'errmsg': 'no'}",
-                           1);
+                           "{'ok': 0, 'code': 27, 'codeName': 'IndexNotFound', 'errmsg': 'no'}", 1);
     pthread_mutex_lock(&e.mu);
     e.log[0] = '\0';
     pthread_mutex_unlock(&e.mu);
-    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, NULL, &reply, &st), SHL_CODE_INDEX_NOT_FOUND);
+    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, NULL, &reply, &st),
+                  SHL_CODE_INDEX_NOT_FOUND);
     ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations self:_shardsvrCollModParticipant "
                       "config:_configsvrSetAllowMigrations "));
     ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
@@ -568,11 +568,13 @@ SHL_TEST(refine_freezes_commits_and_resumes)
 
     env_init(&e, SHARDED);
     ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", key, NULL, &st), 0);
-    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
-                      "config:_configsvrSetAllowMigrations "));
+    ASSERT(log_is(&e,
+                  "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
+                  "config:_configsvrSetAllowMigrations "));
     /* already the key: done at once; not sharded: NamespaceNotSharded */
     ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", same, NULL, &st), 0);
-    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, NULL, &st), SHL_CODE_NAMESPACE_NOT_SHARDED);
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, NULL, &st),
+                  SHL_CODE_NAMESPACE_NOT_SHARDED);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrRefineCollectionShardKey"), 1);
     bson_destroy(key);
     bson_destroy(same);

@@ -153,8 +153,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
             set_result_from_entry(c, ns, entry);
             shl_coord_finish(c);
         } else if (bson_iter_init_find(&it, entry, "key") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            SHL_FAIL(st, SHL_CODE_ALREADY_INITIALIZED,
-                     "sharding already enabled for collection %s", ns);
+            SHL_FAIL(st, SHL_CODE_ALREADY_INITIALIZED, "sharding already enabled for collection %s",
+                     ns);
         }
         bson_destroy(&ekey);
     }
@@ -218,8 +218,7 @@ phase_exit_crit(shl_coord_t *c, shl_status_t *st)
     if (entry != NULL) {
         set_result_from_entry(c, ns, entry);
     }
-    SHL_LOG_INFO(SHARDING, 4170211, "sharded collection on the primary shard", "ns",
-                 BCON_UTF8(ns));
+    SHL_LOG_INFO(SHARDING, 4170211, "sharded collection on the primary shard", "ns", BCON_UTF8(ns));
 done:
     if (entry != NULL) {
         bson_destroy(entry);
@@ -241,20 +240,8 @@ static const char *const create_same[] = {"shardKey", "unique", "numInitialChunk
 static shard_ddl_kind_t create_kind = {
     .op = OP_CREATE_COLL, .db_mode = SHARD_DDL_IX, .same_fields = create_same};
 
-static bool
-owns_create(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_CREATE_COLL);
-}
-
-static bool
-same_create(const bson_t *running, const bson_t *request)
-{
-    return shard_ddl_same(&create_kind, running, request);
-}
-
-shl_coord_type_t shard_create_coll_type = SHARD_DDL_COORD_TYPE(
-    "CreateCollectionCoordinator", create_phases, &create_kind, same_create, owns_create);
+SHARD_DDL_DEFINE_TYPE(shard_create_coll_type, "CreateCollectionCoordinator", create_phases,
+                      create_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 

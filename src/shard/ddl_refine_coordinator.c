@@ -52,9 +52,9 @@ phase_check(shl_coord_t *c, shl_status_t *st)
     if (bson_iter_init_find(&it, colls[0], "uuid")) {
         bson_append_iter(&doc, "collectionUUID", -1, &it);
     }
-    BSON_APPEND_BOOL(&doc, "freezeMigrations",
-                     !(bson_iter_init_find(&it, colls[0], "allowMigrations") &&
-                       !bson_iter_as_bool(&it)));
+    BSON_APPEND_BOOL(
+        &doc, "freezeMigrations",
+        !(bson_iter_init_find(&it, colls[0], "allowMigrations") && !bson_iter_as_bool(&it)));
     shl_coord_doc_set(c, &doc);
 done:
     if (ret != 0) {
@@ -114,20 +114,8 @@ static const char *const refine_same[] = {"newShardKey", NULL};
 static shard_ddl_kind_t refine_kind = {
     .op = OP_REFINE, .db_mode = SHARD_DDL_IX, .same_fields = refine_same};
 
-static bool
-owns_refine(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_REFINE);
-}
-
-static bool
-same_refine(const bson_t *running, const bson_t *request)
-{
-    return shard_ddl_same(&refine_kind, running, request);
-}
-
-shl_coord_type_t shard_refine_type = SHARD_DDL_COORD_TYPE(
-    "RefineCollectionShardKeyCoordinator", refine_phases, &refine_kind, same_refine, owns_refine);
+SHARD_DDL_DEFINE_TYPE(shard_refine_type, "RefineCollectionShardKeyCoordinator", refine_phases,
+                      refine_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 

@@ -63,9 +63,9 @@ remote_coll(shl_coord_t *c, const shl_remote_target_t *target, const char *db, c
     BSON_APPEND_UTF8(&filter, "name", coll);
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
-    SHL_ERR(shl_remote_run(shl_coord_remote(c), target, db, &cmd, &shard_ddl_read_opts, &reply, st));
-    if (bson_iter_init(&it, &reply) &&
-        bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it)) {
+    SHL_ERR(
+        shl_remote_run(shl_coord_remote(c), target, db, &cmd, &shard_ddl_read_opts, &reply, st));
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it)) {
         bson_iter_t u;
         *exists = true;
         if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &u) &&
@@ -130,7 +130,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
         BSON_APPEND_UTF8(&cmd, "to", to.full);
         BSON_APPEND_BOOL(&cmd, "dropTarget", drop_target);
         bson_destroy(&reply);
-        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, "admin", &cmd, &shard_ddl_read_opts, &reply, st));
+        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, "admin", &cmd, &shard_ddl_read_opts,
+                               &reply, st));
         shl_coord_finish(c);
         goto done;
     }
@@ -167,7 +168,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
         BSON_APPEND_UTF8(&cmd, "to", to.full);
         BSON_APPEND_BOOL(&cmd, "checkOnly", true);
         bson_destroy(&reply);
-        SHL_ERR(shl_remote_run(shl_coord_remote(c), &t, from.db, &cmd, &shard_ddl_read_opts, &reply, st));
+        SHL_ERR(shl_remote_run(shl_coord_remote(c), &t, from.db, &cmd, &shard_ddl_read_opts, &reply,
+                               st));
         ids = bson_realloc(ids, sizeof(char *) * (nids + 2));
         ids[nids++] = bson_strdup(id);
         ids[nids] = NULL;
@@ -309,20 +311,8 @@ static const char *const rename_same[] = {"to", "dropTarget", NULL};
 static shard_ddl_kind_t rename_kind = {
     .op = OP_RENAME, .db_mode = SHARD_DDL_IX, .also = "to", .same_fields = rename_same};
 
-static bool
-owns_rename(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_RENAME);
-}
-
-static bool
-same_rename(const bson_t *running, const bson_t *request)
-{
-    return shard_ddl_same(&rename_kind, running, request);
-}
-
-shl_coord_type_t shard_rename_coll_type = SHARD_DDL_COORD_TYPE(
-    "RenameCollectionCoordinator", rename_phases, &rename_kind, same_rename, owns_rename);
+SHARD_DDL_DEFINE_TYPE(shard_rename_coll_type, "RenameCollectionCoordinator", rename_phases,
+                      rename_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 

@@ -1068,8 +1068,8 @@ locked_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, 
     bool locked = false;
     int ret = 0;
 
-    SHL_ERR(shard_ddl_lock_acquire(s->ddl_locks, db, SHARD_DDL_X, "movePrimary", 0,
-                                   op_interrupted, op, st));
+    SHL_ERR(shard_ddl_lock_acquire(s->ddl_locks, db, SHARD_DDL_X, "movePrimary", 0, op_interrupted,
+                                   op, st));
     locked = true;
     if (dbv != NULL) {
         SHL_ERR(shard_ddl_check_db_version(s, db, dbv, st));
