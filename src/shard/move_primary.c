@@ -1021,7 +1021,7 @@ log_start(shard_state_t *s, const char *db, const char *from, const char *to)
     shl_status_t st = SHL_STATUS_INIT;
     bson_t cmd = BSON_INITIALIZER, docs, doc, details, reply = BSON_INITIALIZER;
     bson_oid_t oid;
-    char id[SHL_DB_NAME_MAX + 64], oidstr[25];
+    char id[SHL_SHARD_ID_MAX + 64], oidstr[25];
     int64_t now = shl_clock_wall_ms();
 
     bson_oid_init(&oid, NULL);
