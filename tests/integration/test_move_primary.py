@@ -316,6 +316,30 @@ def test_donor_killed_before_commit_aborts(mc):
     assert donor[db].a.count_documents({}) == 301
 
 
+def test_donor_killed_before_the_clone_aborts_and_a_retry_moves(mc):
+    # kill -9 with the database's DDL lock and writes blocked, the document written, nothing
+    # cloned: the restarted donor aborts (the lock was in memory: gone with the process);
+    # collection DDL and a new movePrimary then work.
+    db = "mp_kill_clone"
+    r = _crash_setup(mc, db)
+    donor = mc.shard_client(0)
+    t = run_to_fail_point(donor, "hangBeforeCloningData", _mover(mc, db), catch=PyMongoError)
+    mc.shards[0].kill()
+    t.join(90)
+    assert t.error is not None, "movePrimary succeeded although its donor was killed"
+    mc.restart_shard(0)
+    donor = mc.shard_client(0)
+    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
+               what="the movePrimary coordinator document to be finished")
+    assert _dbentry(mc, db)["primary"] == "shard0"
+    assert _names(mc.shard_client(1), db) == []
+    r.admin.command("shardCollection", db + ".sh", key={"x": 1})
+    r.admin.command("movePrimary", db, to="shard1")
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    assert r[db].a.count_documents({}) == 300
+
+
 def test_donor_killed_after_commit_finishes_cleanup(mc):
     db = "mp_kill_after"
     r = _crash_setup(mc, db)
