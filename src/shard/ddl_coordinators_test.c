@@ -657,3 +657,54 @@ SHL_TEST(ddl_rechecks_the_database_version_after_waiting_for_its_locks)
     bson_destroy(dbv);
     env_cleanup(&e);
 }
+
+/* ------------------------------------------------------------ the base's lock order */
+
+typedef struct bg_rename {
+    env_t *e;
+    const char *from, *to;
+    int ret;
+} bg_rename_t;
+
+static void *
+bg_rename(void *arg)
+{
+    bg_rename_t *b = arg;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    b->ret = shard_ddl_rename_collection(b->e->svc, b->from, b->to, false, NULL, &st);
+    return NULL;
+}
+
+SHL_TEST(rename_locks_both_names_and_releases_them)
+{
+    /* the target sorts before the source ("db.a" < "db.c") and after it ("db.d"): the
+     * coordinator waits for each name held by someone else, then releases all three */
+    const char *targets[] = {"db.a", "db.d"};
+
+    for (size_t k = 0; k < 2; k++) {
+        env_t e;
+        shl_status_t st = SHL_STATUS_INIT;
+        bg_rename_t b = {.e = &e, .from = "db.c", .to = targets[k], .ret = -1};
+        pthread_t t;
+
+        env_init(&e, SHARDED);
+        ASSERT_INT_EQ(
+            shard_ddl_lock_acquire(e.locks, targets[k], SHARD_DDL_X, "test", 0, NULL, NULL, &st),
+            0);
+        pthread_create(&t, NULL, bg_rename, &b);
+        sleep_ms(100);
+        ASSERT(log_is(&e, "")); /* waiting for the target's lock: nothing sent */
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 1);
+        ASSERT_INT_EQ(b.ret, -1);
+        shard_ddl_lock_release(e.locks, targets[k], SHARD_DDL_X);
+        pthread_join(t, NULL);
+        ASSERT_INT_EQ(b.ret, 0);
+        ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrRenameCollectionMetadata"),
+                      1);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 0);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.c"), 0);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, targets[k]), 0);
+        env_cleanup(&e);
+    }
+}
