@@ -281,6 +281,18 @@ done:
     return ret;
 }
 
+/* Whether a movePrimary runs on this shard (a DDL operation the drain waits for too). */
+static bool
+move_primary_running(shard_state_t *s)
+{
+    bool running;
+
+    pthread_mutex_lock(&s->mig_mu);
+    running = s->move_primary_db != NULL;
+    pthread_mutex_unlock(&s->mig_mu);
+    return running;
+}
+
 int
 shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 {
@@ -289,7 +301,8 @@ shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 
     atomic_store(&s->ddl_blocked, block);
     while (block && s->coords != NULL &&
-           shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0) {
+           (shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0 ||
+            move_primary_running(s))) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         shl_sleep_ms(50);
     }

@@ -372,7 +372,7 @@ void shard_ddl_coords_recover(shard_state_t *s);
  * ShardingStateNotInitialized, UserWritesBlocked, StaleDbVersion. */
 int shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
 /* shard_ddl_drain -- the db hook shl_db_ddl_drain_fn ('arg' the shard state): block (or
- * unblock) new DDL coordinators and wait for the running ones to end. */
+ * unblock) new DDL coordinators and movePrimary, and wait for the running ones to end. */
 int shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
 void shard_txn_coord_shutdown(shard_state_t *s);
 

@@ -732,3 +732,33 @@ def test_ddl_waiting_behind_the_move_runs_on_the_new_primary(mc):
     assert "b" not in _names(mc.shard_client(1), db)
     assert "b" not in _names(mc.shard_client(0), db)
     assert _names(mc.shard_client(1), db) == ["a"]
+
+
+def test_user_write_blocking_drains_a_running_move(mc):
+    # Enabling user write blocking first drains the DDL on the shards (prepare phase): it
+    # waits for the running movePrimary, and a new one is refused until blocking ends.
+    db = "mp_uwb"
+    r = _crash_setup(mc, db)
+    donor = mc.shard_client(0)
+    move = run_to_fail_point(donor, "hangBeforeCloningData", _mover(mc, db), catch=PyMongoError)
+    block = None
+    try:
+        block = Background(lambda: r.admin.command("setUserWriteBlockMode", 1,
+                                                   **{"global": True}), catch=PyMongoError)
+        time.sleep(0.3)
+        assert not block.done and block.error is None
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+    move.join(90)
+    block.join(60)
+    try:
+        assert move.done, move.error
+        assert block.done, block.error
+        assert _dbentry(mc, db)["primary"] == "shard1"
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", db, to="shard0")
+        assert e.value.code == 371  # UserWritesBlocked
+    finally:
+        r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    r.admin.command("movePrimary", db, to="shard0")
+    assert _dbentry(mc, db)["primary"] == "shard0"
