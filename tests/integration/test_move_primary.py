@@ -294,14 +294,14 @@ def _crash_setup(mc, db):
     return r
 
 
-def test_donor_killed_before_commit_aborts(mc):
-    db = "mp_kill_before"
-    r = _crash_setup(mc, db)
-    r[db].a.create_index([("x", 1)])
+def _kill_donor_aborts(mc, db, point, held=None):
+    """Move db to shard1, kill -9 the donor while it is held at the fail point 'point' (after
+    'held()' checked the state there), restart it: the move is aborted -- db's primary is
+    still shard0, nothing is left on shard1, no coordinator document. Returns the donor."""
     donor = mc.shard_client(0)
-    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db), catch=PyMongoError)
-    # The clone reached the recipient; then the donor dies.
-    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    t = run_to_fail_point(donor, point, _mover(mc, db), catch=PyMongoError)
+    if held is not None:
+        held()
     mc.shards[0].kill()
     t.join(90)
     assert t.error is not None, "movePrimary succeeded although its donor was killed"
@@ -311,6 +311,17 @@ def test_donor_killed_before_commit_aborts(mc):
                what="the movePrimary coordinator document to be finished")
     assert _dbentry(mc, db)["primary"] == "shard0"
     assert _names(mc.shard_client(1), db) == []
+    return donor
+
+
+def test_donor_killed_before_commit_aborts(mc):
+    db = "mp_kill_before"
+    r = _crash_setup(mc, db)
+    r[db].a.create_index([("x", 1)])
+    # The clone reached the recipient; then the donor dies.
+    donor = _kill_donor_aborts(
+        mc, db, "hangBeforeMovePrimaryCommit",
+        lambda: mc.shard_client(1)[db].a.count_documents({}) == 300 or pytest.fail("no clone"))
     assert r[db].a.count_documents({}) == 300
     r[db].a.insert_one({"_id": 300})
     assert donor[db].a.count_documents({}) == 301
@@ -322,17 +333,7 @@ def test_donor_killed_before_the_clone_aborts_and_a_retry_moves(mc):
     # collection DDL and a new movePrimary then work.
     db = "mp_kill_clone"
     r = _crash_setup(mc, db)
-    donor = mc.shard_client(0)
-    t = run_to_fail_point(donor, "hangBeforeCloningData", _mover(mc, db), catch=PyMongoError)
-    mc.shards[0].kill()
-    t.join(90)
-    assert t.error is not None, "movePrimary succeeded although its donor was killed"
-    mc.restart_shard(0)
-    donor = mc.shard_client(0)
-    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
-               what="the movePrimary coordinator document to be finished")
-    assert _dbentry(mc, db)["primary"] == "shard0"
-    assert _names(mc.shard_client(1), db) == []
+    _kill_donor_aborts(mc, db, "hangBeforeCloningData")
     r.admin.command("shardCollection", db + ".sh", key={"x": 1})
     r.admin.command("movePrimary", db, to="shard1")
     assert _dbentry(mc, db)["primary"] == "shard1"
