@@ -7,12 +7,14 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/namespace.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "router/cluster_routing.h"
 #include "router/router_commands.h"
 #include "router/router_private.h"
 #include "net/command_args.h"
+#include "sharding/sharding_types.h"
 
 /* Fields of the user's command that are not forwarded to the config server. */
 static bool
@@ -309,8 +311,7 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     b.coll = ns.coll;
     b.cmd = cmd;
     bson_destroy(&got);
-    ret = router_send_to_primary(op, ns.db, ns.full, build_refine, &b, &found, &got, NULL, 0,
-                                 st);
+    ret = router_send_to_primary(op, ns.db, ns.full, build_refine, &b, &found, &got, NULL, 0, st);
     shl_catalog_cache_invalidate_collection(r->cache, ns.full);
     SHL_ERR(ret);
     if (!found) {
@@ -414,27 +415,72 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     return forward_move(op, cmd, false, reply, st);
 }
 
+/* The command for the primary shard: {_shardsvrMovePrimary: <db>, to, writeConcern}. */
+typedef struct move_primary_req {
+    const char *db, *to;
+} move_primary_req_t;
+
+static void
+build_move_primary(void *arg, const shl_cached_database_t *db, bson_t *out)
+{
+    const move_primary_req_t *m = arg;
+    bson_t wc;
+
+    (void)db;
+    BSON_APPEND_UTF8(out, "_shardsvrMovePrimary", m->db);
+    BSON_APPEND_UTF8(out, "to", m->to);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    bson_append_document_end(out, &wc);
+}
+
 /*
- * movePrimary: db, to -> _configsvrMovePrimary (the config server checks and has the
- * current primary shard move the data). Whatever the outcome, the router forgets its entry
- * of the database, so its next request learns the primary anew.
+ * movePrimary: db, to -> _shardsvrMovePrimary to the database's primary shard with its
+ * databaseVersion (MongoDB 7.0's flow; StaleDbVersion: refresh and retry), which takes the
+ * database's DDL lock, moves the data and has the config server commit the new primary.
+ * Whatever the outcome, the router forgets its entry of the database, so its next request
+ * learns the primary anew.
  */
 static int
 cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
+    move_primary_req_t m = {NULL, NULL};
     bson_iter_t it;
+    bson_t got = BSON_INITIALIZER;
+    bool found = false;
     int ret = 0;
 
     if (!bson_iter_init(&it, cmd) || !shl_iter_next(&it) || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "'movePrimary' must be of type string");
     }
-    if (!bson_has_field(cmd, "to")) {
+    m.db = bson_iter_utf8(&it, NULL);
+    if (!bson_iter_init_find(&it, cmd, "to")) {
         SHL_FAIL(st, SHL_CODE_IDL_FAILED_TO_PARSE,
                  "BSON field 'movePrimary.to' is missing but a required field");
     }
-    ret = forward_renamed(op, cmd, "_configsvrMovePrimary", reply, st);
-    shl_catalog_cache_invalidate_database(shl_router_get(op)->cache, bson_iter_utf8(&it, NULL));
+    if (!BSON_ITER_HOLDS_UTF8(&it)) {
+        SHL_ERR(shl_idl_wrong_type(&it, "movePrimary", "string", st));
+    }
+    m.to = bson_iter_utf8(&it, NULL);
+    if (strcmp(m.db, "admin") == 0 || strcmp(m.db, "config") == 0 || strcmp(m.db, "local") == 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Can't move primary for %s database", m.db);
+    }
+    if (m.db[0] == '\0' || shl_ns_check_db(m.db, st) != 0) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "invalid db name specified: %s", m.db);
+    }
+    if (m.to[0] == '\0') {
+        SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "you have to specify where you want to move it");
+    }
+    bson_destroy(&got);
+    ret = router_send_to_primary(op, m.db, m.db, build_move_primary, &m, &found, &got, NULL, 0, st);
+    shl_catalog_cache_invalidate_database(shl_router_get(op)->cache, m.db);
+    SHL_ERR(ret);
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Database %s not found", m.db);
+    }
 done:
+    (void)reply;
+    bson_destroy(&got);
     return ret;
 }
 

@@ -1103,3 +1103,15 @@ done:
     shl_db_orphan_filter_release(filter);
     return ret;
 }
+
+int
+shard_ddl_check_db_version(void *arg, const char *ns, const bson_t *dbv, shl_status_t *st)
+{
+    shl_database_version_t v;
+    int ret = 0;
+
+    SHL_ERR(shl_database_version_parse_doc(dbv, &v, st));
+    SHL_ERR(check_db_version(arg, ns, &v, st));
+done:
+    return ret;
+}

@@ -16,23 +16,9 @@
 
 #define OP_COLL_MOD "collMod"
 
-static const shl_remote_options_t k_opts = {.w = "majority",
-                                            .timeout_ms = 60000,
-                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
-                                            .max_attempts = 5,
-                                            .backoff_ms = 100};
-
 /* The fields of a local collMod's reply the user sees (one node's answer). */
 static const char *const k_reply_fields[] = {"expireAfterSeconds_old", "expireAfterSeconds_new",
                                              "hidden_old", "hidden_new", NULL};
-
-static bool
-doc_bool(const bson_t *doc, const char *field)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, doc, field) && bson_iter_as_bool(&it);
-}
 
 /* The participant command for the document's request. */
 static void
@@ -95,18 +81,6 @@ done:
     return ret;
 }
 
-static int
-phase_freeze(shl_coord_t *c, shl_status_t *st)
-{
-    char ns[SHL_NS_MAX + 1];
-
-    if (!doc_bool(shl_coord_doc(c), "freezeMigrations")) {
-        return 0;
-    }
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    return shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c), "collectionUUID", false, st);
-}
-
 /*
  * updateShards: this shard (the primary) first -- a request it refuses (a bad option, no
  * such index) changed nothing anywhere, so the operation ends cleanly with its error -- then
@@ -119,7 +93,6 @@ phase_update(shl_coord_t *c, shl_status_t *st)
     char ns[SHL_NS_MAX + 1];
     shl_ns_t parsed;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, result = BSON_INITIALIZER;
-    bool frozen = doc_bool(shl_coord_doc(c), "freezeMigrations");
     bson_iter_t it;
     int ret = 0;
 
@@ -128,31 +101,14 @@ phase_update(shl_coord_t *c, shl_status_t *st)
     bson_destroy(&cmd);
     participant_cmd(shl_coord_doc(c), parsed.coll, &cmd);
     bson_destroy(&reply);
-    ret = shl_remote_run(shl_coord_remote(c), &self, parsed.db, &cmd, &k_opts, &reply, st);
-    if (ret != 0 && !shl_remote_is_retryable(ret)) {
-        shl_status_t undo = SHL_STATUS_INIT;
-        int uret = frozen ? shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c),
-                                                           "collectionUUID", true, &undo)
-                          : 0;
-        if (uret != 0) {
-            *st = undo;
-            ret = uret;
-        } else {
-            shl_coord_abort(c);
-        }
-        goto done;
-    }
-    SHL_ERR(ret);
+    SHL_ERR(shard_ddl_commit(c, &self, parsed.db, &cmd, shard_ddl_resume_migrations, &reply, st));
     for (size_t k = 0; k_reply_fields[k] != NULL; k++) {
         if (bson_iter_init_find(&it, &reply, k_reply_fields[k])) {
             bson_append_iter(&result, NULL, 0, &it);
         }
     }
     SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
-    if (frozen) {
-        SHL_ERR(shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c), "collectionUUID", true,
-                                               st));
-    }
+    SHL_ERR(shard_ddl_resume_migrations(c, st));
     shl_coord_set_result(c, &result);
 done:
     bson_destroy(&cmd);
@@ -163,68 +119,29 @@ done:
 
 static const shl_coord_phase_t coll_mod_phases[] = {
     {"checkPreconditions", phase_check, false},
-    {"freezeMigrations", phase_freeze, true},
+    {"freezeMigrations", shard_ddl_phase_freeze_migrations, true},
     {"updateShards", phase_update, true},
 };
 
-static bool
-owns_coll_mod(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_COLL_MOD);
-}
-
 /* The same collMod: the same request (the running one learnt more). */
-static bool
-same_coll_mod(const bson_t *running, const bson_t *request)
-{
-    bson_iter_t a, b;
-    const uint8_t *da, *db;
-    uint32_t la, lb;
+static const char *const coll_mod_same[] = {"collModRequest", NULL};
+static shard_ddl_kind_t coll_mod_kind = {
+    .op = OP_COLL_MOD, .db_mode = SHARD_DDL_IX, .same_fields = coll_mod_same};
 
-    if (!bson_iter_init_find(&a, running, "collModRequest") ||
-        !bson_iter_init_find(&b, request, "collModRequest") || !BSON_ITER_HOLDS_DOCUMENT(&a) ||
-        !BSON_ITER_HOLDS_DOCUMENT(&b)) {
-        return false;
-    }
-    bson_iter_document(&a, &la, &da);
-    bson_iter_document(&b, &lb, &db);
-    return la == lb && memcmp(da, db, la) == 0;
-}
-
-shl_coord_type_t shard_coll_mod_type = {
-    .name = "CollModCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = coll_mod_phases,
-    .nphases = sizeof coll_mod_phases / sizeof coll_mod_phases[0],
-    .same = same_coll_mod,
-    .owns = owns_coll_mod,
-    .acquire = shard_ddl_coll_lock_acquire,
-    .release = shard_ddl_coll_lock_release,
-    .report_held = shard_ddl_coll_lock_report,
-    .max_attempts = -1,
-    .backoff_ms = 100,
-};
+SHARD_DDL_DEFINE_TYPE(shard_coll_mod_type, "CollModCoordinator", coll_mod_phases, coll_mod_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 
 int
 shard_ddl_coll_mod(shl_coord_service_t *svc, const char *ns, const bson_t *request,
-                   bson_t *reply, shl_status_t *st)
+                   const bson_t *dbv, bson_t *reply, shl_status_t *st)
 {
-    bson_t doc = BSON_INITIALIZER, id, result;
+    bson_t fields = BSON_INITIALIZER;
     int ret;
 
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    BSON_APPEND_UTF8(&id, "namespace", ns);
-    BSON_APPEND_UTF8(&id, "operationType", OP_COLL_MOD);
-    bson_append_document_end(&doc, &id);
-    BSON_APPEND_DOCUMENT(&doc, "collModRequest", request);
-    ret = shl_coord_run(svc, &shard_coll_mod_type, &doc, 0, &result, st);
-    if (ret == 0) {
-        bson_concat(reply, &result);
-    }
-    bson_destroy(&result);
-    bson_destroy(&doc);
+    BSON_APPEND_DOCUMENT(&fields, "collModRequest", request);
+    ret = shard_ddl_start(svc, &shard_coll_mod_type, ns, &fields, dbv, reply, st);
+    bson_destroy(&fields);
     return ret;
 }
 
@@ -233,7 +150,7 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
 {
     shard_state_t *s = shard_state(op);
     const char *coll = NULL;
-    bson_t request;
+    bson_t request, dbv;
     bool found = false;
     shl_ns_t ns;
     int ret = 0;
@@ -246,7 +163,8 @@ cmd_coll_mod(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
                  "BSON field '_shardsvrCollMod.collModRequest' is missing but a required field");
     }
     SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
-    SHL_ERR(shard_ddl_coll_mod(s->coords, ns.full, &request, reply, st));
+    SHL_ERR(
+        shard_ddl_coll_mod(s->coords, ns.full, &request, shard_ddl_cmd_dbv(cmd, &dbv), reply, st));
 done:
     return ret;
 }

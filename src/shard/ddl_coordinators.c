@@ -18,229 +18,6 @@
 #define OP_DROP_COLL "dropCollection"
 #define OP_DROP_DB "dropDatabase"
 
-/* ------------------------------------------------------------------------- helpers */
-
-/* The options of every remote call: durable, retried on retryable errors (idempotent). */
-static const shl_remote_options_t k_opts = {.w = "majority",
-                                            .timeout_ms = 60000,
-                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
-                                            .max_attempts = 5,
-                                            .backoff_ms = 100};
-
-/* The operation's namespace (_id.namespace) into 'out'. */
-void
-shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n)
-{
-    bson_iter_t it;
-
-    out[0] = '\0';
-    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.namespace", &it) &&
-        BSON_ITER_HOLDS_UTF8(&it)) {
-        snprintf(out, n, "%s", bson_iter_utf8(&it, NULL));
-    }
-}
-
-/* The documents of a find reply's cursor.firstBatch, copied (NULL-terminated). */
-static bson_t **
-batch_of(const bson_t *reply, size_t *n)
-{
-    bson_iter_t it, batch;
-    bson_t **docs = bson_malloc0(sizeof(bson_t *));
-    size_t k = 0;
-
-    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "cursor.firstBatch", &batch) &&
-        BSON_ITER_HOLDS_ARRAY(&batch) && bson_iter_recurse(&batch, &it)) {
-        while (bson_iter_next(&it)) {
-            const uint8_t *data;
-            uint32_t len;
-
-            if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-                bson_iter_document(&it, &len, &data);
-                docs = bson_realloc(docs, sizeof(bson_t *) * (k + 2));
-                docs[k++] = bson_new_from_data(data, len);
-                docs[k] = NULL;
-            }
-        }
-    }
-    *n = k;
-    return docs;
-}
-
-void
-shard_ddl_docs_free(bson_t **docs)
-{
-    for (size_t k = 0; docs != NULL && docs[k] != NULL; k++) {
-        bson_destroy(docs[k]);
-    }
-    bson_free(docs);
-}
-
-/* find 'filter' in config.<coll> on the config server. */
-int
-shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs, size_t *n,
-            shl_status_t *st)
-{
-    shl_remote_target_t cfg = shl_remote_target_config();
-    shl_remote_options_t opts = k_opts;
-    bson_t cmd = BSON_INITIALIZER, rc, reply;
-    int ret;
-
-    opts.w = NULL;
-    BSON_APPEND_UTF8(&cmd, "find", coll);
-    BSON_APPEND_DOCUMENT(&cmd, "filter", filter);
-    BSON_APPEND_INT32(&cmd, "batchSize", 100000);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "readConcern", &rc);
-    BSON_APPEND_UTF8(&rc, "level", "majority");
-    bson_append_document_end(&cmd, &rc);
-    ret = shl_remote_run(shl_coord_remote(c), &cfg, "config", &cmd, &opts, &reply, st);
-    *docs = ret == 0 ? batch_of(&reply, n) : NULL;
-    if (ret != 0) {
-        *n = 0;
-    }
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ret;
-}
-
-/* Add 'name' to the NULL-terminated list *ids (of *n) unless it is there. */
-static void
-add_id(char ***ids, size_t *n, const char *name)
-{
-    for (size_t k = 0; k < *n; k++) {
-        if (strcmp((*ids)[k], name) == 0) {
-            return;
-        }
-    }
-    *ids = bson_realloc(*ids, sizeof(char *) * (*n + 2));
-    (*ids)[(*n)++] = bson_strdup(name);
-    (*ids)[*n] = NULL;
-}
-
-/*
- * The shards that may hold data of 'db' / the collections 'colls' (config.collections
- * entries): the database's primary, and every shard owning a chunk of one of them. A shard
- * with no data is no participant (it may be down without holding the drop up).
- */
-int
-shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls, char ***ids,
-                  size_t *n, shl_status_t *st)
-{
-    bson_t filter = BSON_INITIALIZER;
-    bson_t **docs = NULL;
-    size_t nd = 0;
-    bson_iter_t it;
-    int ret = 0;
-
-    *ids = bson_malloc0(sizeof(char *));
-    *n = 0;
-    BSON_APPEND_UTF8(&filter, "_id", db);
-    SHL_ERR(shard_ddl_config_find(c, "databases", &filter, &docs, &nd, st));
-    if (nd > 0 && bson_iter_init_find(&it, docs[0], "primary") && BSON_ITER_HOLDS_UTF8(&it)) {
-        add_id(ids, n, bson_iter_utf8(&it, NULL));
-    }
-    for (size_t k = 0; k < ncolls; k++) {
-        if (!bson_iter_init_find(&it, colls[k], "uuid")) {
-            continue;
-        }
-        shard_ddl_docs_free(docs);
-        docs = NULL;
-        bson_reinit(&filter);
-        bson_append_iter(&filter, "uuid", -1, &it);
-        SHL_ERR(shard_ddl_config_find(c, "chunks", &filter, &docs, &nd, st));
-        for (size_t j = 0; j < nd; j++) {
-            if (bson_iter_init_find(&it, docs[j], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
-                add_id(ids, n, bson_iter_utf8(&it, NULL));
-            }
-        }
-    }
-done:
-    shard_ddl_docs_free(docs);
-    bson_destroy(&filter);
-    return ret;
-}
-
-/* The document with "participants" set to 'ids'. */
-void
-shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n)
-{
-    bson_t doc = BSON_INITIALIZER, arr;
-
-    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "participants", NULL);
-    BSON_APPEND_ARRAY_BEGIN(&doc, "participants", &arr);
-    for (size_t k = 0; k < n; k++) {
-        char key[24];
-        snprintf(key, sizeof key, "%zu", k);
-        BSON_APPEND_UTF8(&arr, key, ids[k]);
-    }
-    bson_append_array_end(&doc, &arr);
-    shl_coord_doc_set(c, &doc);
-    bson_destroy(&doc);
-}
-
-/* The document's participants (NULL-terminated, bson_strfreev); false if it has none yet. */
-static bool
-participants_of(const bson_t *doc, char ***ids, size_t *n)
-{
-    bson_iter_t it, arr;
-    bool has = bson_iter_init_find(&it, doc, "participants") && BSON_ITER_HOLDS_ARRAY(&it) &&
-               bson_iter_recurse(&it, &arr);
-
-    *ids = bson_malloc0(sizeof(char *));
-    *n = 0;
-    while (has && bson_iter_next(&arr)) {
-        if (BSON_ITER_HOLDS_UTF8(&arr)) {
-            add_id(ids, n, bson_iter_utf8(&arr, NULL));
-        }
-    }
-    return has;
-}
-
-/* Run 'cmd' on database 'db' of every participant at once; the first error, if any. */
-int
-shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd, shl_status_t *st)
-{
-    char **ids = NULL;
-    size_t n = 0;
-    shl_remote_request_t *reqs = NULL;
-    shl_remote_result_t *res = NULL;
-    int ret = 0;
-
-    participants_of(shl_coord_doc(c), &ids, &n);
-    if (n > 0) {
-        reqs = bson_malloc0(sizeof *reqs * n);
-        res = bson_malloc0(sizeof *res * n);
-        for (size_t k = 0; k < n; k++) {
-            reqs[k].target = shl_remote_target_shard(ids[k]);
-            reqs[k].db = db;
-            reqs[k].cmd = cmd;
-        }
-        shl_remote_run_many(shl_coord_remote(c), reqs, n, &k_opts, res);
-        for (size_t k = 0; k < n && ret == 0; k++) {
-            if (res[k].code != 0) {
-                *st = res[k].status;
-                ret = res[k].code;
-            }
-        }
-        shl_remote_results_cleanup(res, n);
-    }
-    bson_free(reqs);
-    bson_free(res);
-    bson_strfreev(ids);
-    return ret;
-}
-
-/* Run 'cmd' on the config server's admin database. */
-int
-shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st)
-{
-    shl_remote_target_t cfg = shl_remote_target_config();
-    bson_t reply;
-    int ret = shl_remote_run(shl_coord_remote(c), &cfg, "admin", cmd, &k_opts, &reply, st);
-
-    bson_destroy(&reply);
-    return ret;
-}
-
 /* The collection's config.collections entry, or false (unsharded or gone). */
 static bool
 coll_info(const bson_t *doc, bson_t *out)
@@ -268,39 +45,6 @@ append_uuid(bson_t *cmd, const char *field, const bson_t *info)
     }
 }
 
-/* Stop the migrations of the sharded collection 'info' (idempotent). */
-static int
-stop_migrations(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t *st)
-{
-    bson_t cmd = BSON_INITIALIZER;
-    int ret;
-
-    BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
-    BSON_APPEND_BOOL(&cmd, "allowMigrations", false);
-    append_uuid(&cmd, "collectionUUID", info);
-    ret = shard_ddl_to_config(c, &cmd, st);
-    bson_destroy(&cmd);
-    return ret;
-}
-
-int
-shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
-                               const char *uuid_field, bool allow, shl_status_t *st)
-{
-    bson_t cmd = BSON_INITIALIZER;
-    bson_iter_t it;
-    int ret;
-
-    BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", ns);
-    BSON_APPEND_BOOL(&cmd, "allowMigrations", allow);
-    if (bson_iter_init_find(&it, doc, uuid_field)) {
-        bson_append_iter(&cmd, "collectionUUID", -1, &it);
-    }
-    ret = shard_ddl_to_config(c, &cmd, st);
-    bson_destroy(&cmd);
-    return ret;
-}
-
 /* Remove the sharded collection's metadata on the config server (idempotent). */
 static int
 commit_drop_collection(shl_coord_t *c, const char *ns, const bson_t *info, shl_status_t *st)
@@ -315,106 +59,6 @@ commit_drop_collection(shl_coord_t *c, const char *ns, const bson_t *info, shl_s
     ret = shard_ddl_to_config(c, &cmd, st);
     bson_destroy(&cmd);
     return ret;
-}
-
-/* ------------------------------------------------------------------- DDL locks */
-
-static bool
-coord_interrupted(void *arg)
-{
-    return shl_coord_interrupted(arg);
-}
-
-/* The operation's type (_id.operationType), the DDL locks' holder name. */
-static const char *
-doc_op(const bson_t *doc)
-{
-    bson_iter_t it;
-
-    if (bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.operationType", &it) &&
-        BSON_ITER_HOLDS_UTF8(&it)) {
-        return bson_iter_utf8(&it, NULL);
-    }
-    return "ddl";
-}
-
-int
-shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st)
-{
-    shard_ddl_locks_t *l = shl_coord_type_arg(c);
-    const char *op = doc_op(shl_coord_doc(c));
-    char ns[SHL_NS_MAX + 1];
-    shl_ns_t parsed;
-    int ret = 0;
-
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    SHL_ERR(shard_ddl_lock_acquire(l, parsed.db, SHARD_DDL_IX, op, 0, coord_interrupted, c, st));
-    ret = shard_ddl_lock_acquire(l, parsed.full, SHARD_DDL_X, op, 0, coord_interrupted, c, st);
-    if (ret != 0) {
-        shard_ddl_lock_release(l, parsed.db, SHARD_DDL_IX);
-    }
-done:
-    return ret;
-}
-
-void
-shard_ddl_coll_lock_release(shl_coord_t *c)
-{
-    shard_ddl_locks_t *l = shl_coord_type_arg(c);
-    char ns[SHL_NS_MAX + 1];
-    shl_ns_t parsed;
-    shl_status_t st = SHL_STATUS_INIT;
-
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    SHL_INVARIANT(shl_ns_parse(&parsed, ns, &st) == 0);
-    shard_ddl_lock_release(l, parsed.full, SHARD_DDL_X);
-    shard_ddl_lock_release(l, parsed.db, SHARD_DDL_IX);
-}
-
-/* dropDatabase: the database in X. */
-static int
-drop_db_acquire(shl_coord_t *c, shl_status_t *st)
-{
-    char db[SHL_NS_MAX + 1];
-
-    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof db);
-    return shard_ddl_lock_acquire(shl_coord_type_arg(c), db, SHARD_DDL_X, OP_DROP_DB, 0,
-                                  coord_interrupted, c, st);
-}
-
-static void
-drop_db_release(shl_coord_t *c)
-{
-    char db[SHL_NS_MAX + 1];
-
-    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof db);
-    shard_ddl_lock_release(shl_coord_type_arg(c), db, SHARD_DDL_X);
-}
-
-/* currentOp's locks of a running drop, as MongoDB 7.0 names the DDL lock resources and
- * modes ("w" intent exclusive, "W" exclusive). */
-void
-shard_ddl_coll_lock_report(const bson_t *doc, bson_t *op)
-{
-    bson_t locks;
-
-    (void)doc;
-    BSON_APPEND_DOCUMENT_BEGIN(op, "locks", &locks);
-    BSON_APPEND_UTF8(&locks, "DDLDatabase", "w");
-    BSON_APPEND_UTF8(&locks, "DDLCollection", "W");
-    bson_append_document_end(op, &locks);
-}
-
-static void
-drop_db_report(const bson_t *doc, bson_t *op)
-{
-    bson_t locks;
-
-    (void)doc;
-    BSON_APPEND_DOCUMENT_BEGIN(op, "locks", &locks);
-    BSON_APPEND_UTF8(&locks, "DDLDatabase", "W");
-    bson_append_document_end(op, &locks);
 }
 
 /* ------------------------------------------------------------ dropCollection phases */
@@ -445,7 +89,7 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
     SHL_ERR(shard_ddl_find_participants(c, parsed.db, docs, n, &ids, &nids, st));
     shard_ddl_set_participants(c, ids, nids);
     if (coll_info(shl_coord_doc(c), &info)) {
-        SHL_ERR(stop_migrations(c, ns, &info, st));
+        SHL_ERR(shard_ddl_set_allow_migrations(c, ns, &info, "uuid", false, st));
     }
 done:
     bson_strfreev(ids);
@@ -455,33 +99,10 @@ done:
     return ret;
 }
 
-/* _shardsvrParticipantBlock of the collection on every shard. */
-static int
-participants_block(shl_coord_t *c, bool block, shl_status_t *st)
-{
-    char ns[SHL_NS_MAX + 1];
-    shl_ns_t parsed;
-    bson_t cmd = BSON_INITIALIZER, reason;
-    int ret = 0;
-
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    BSON_APPEND_UTF8(&cmd, "_shardsvrParticipantBlock", parsed.coll);
-    BSON_APPEND_UTF8(&cmd, "blockType", block ? "ReadsAndWrites" : "Unblock");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "reason", &reason);
-    BSON_APPEND_UTF8(&reason, "command", "drop");
-    BSON_APPEND_UTF8(&reason, "ns", ns);
-    bson_append_document_end(&cmd, &reason);
-    SHL_ERR(shard_ddl_to_participants(c, parsed.db, &cmd, st));
-done:
-    bson_destroy(&cmd);
-    return ret;
-}
-
 static int
 phase_enter_crit(shl_coord_t *c, shl_status_t *st)
 {
-    return participants_block(c, true, st);
+    return shard_ddl_block(c, "drop", true, false, st);
 }
 
 /* dropCollection: the config server's metadata first (routers then see no collection), then
@@ -517,7 +138,7 @@ phase_release_crit(shl_coord_t *c, shl_status_t *st)
 {
     char ns[SHL_NS_MAX + 1];
     bson_t result = BSON_INITIALIZER;
-    int ret = participants_block(c, false, st);
+    int ret = shard_ddl_block(c, "drop", false, false, st);
 
     if (ret == 0) {
         shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
@@ -556,7 +177,7 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
     BSON_APPEND_UTF8(&rx, "$regex", re);
     bson_append_document_end(&filter, &rx);
     SHL_ERR(shard_ddl_config_find(c, "collections", &filter, &colls, &n, st));
-    if (!participants_of(shl_coord_doc(c), &ids, &nids)) {
+    if (!shard_ddl_participants_of(shl_coord_doc(c), &ids, &nids)) {
         /* Who holds the database's data, durably before any metadata goes: a resume of this
          * phase finds fewer collections but must still reach every shard that held one. */
         bson_strfreev(ids);
@@ -568,7 +189,7 @@ phase_drop_db(shl_coord_t *c, shl_status_t *st)
         bson_iter_t it;
         if (bson_iter_init_find(&it, colls[k], "_id") && BSON_ITER_HOLDS_UTF8(&it)) {
             const char *ns = bson_iter_utf8(&it, NULL);
-            SHL_ERR(stop_migrations(c, ns, colls[k], st));
+            SHL_ERR(shard_ddl_set_allow_migrations(c, ns, colls[k], "uuid", false, st));
             SHL_ERR(commit_drop_collection(c, ns, colls[k], st));
         }
     }
@@ -599,104 +220,40 @@ static const shl_coord_phase_t drop_db_phases[] = {
 
 /* ------------------------------------------------------------------------ the types */
 
-bool
-shard_ddl_owns_op(const bson_t *doc, const char *op)
-{
-    bson_iter_t it;
-
-    return bson_iter_init(&it, doc) && bson_iter_find_descendant(&it, "_id.operationType", &it) &&
-           BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), op) == 0;
-}
-
-static bool
-owns_drop_coll(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_DROP_COLL);
-}
-
-static bool
-owns_drop_db(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_DROP_DB);
-}
-
 /* Drops of the same namespace are the same operation, whatever the running one learnt. */
-static bool
-same_drop(const bson_t *running, const bson_t *request)
-{
-    (void)running;
-    (void)request;
-    return true;
-}
+static shard_ddl_kind_t drop_coll_kind = {.op = OP_DROP_COLL, .db_mode = SHARD_DDL_IX};
+static shard_ddl_kind_t drop_db_kind = {.op = OP_DROP_DB, .db_mode = SHARD_DDL_X};
 
-shl_coord_type_t shard_drop_coll_type = {
-    .name = "DropCollectionCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = drop_coll_phases,
-    .nphases = sizeof drop_coll_phases / sizeof drop_coll_phases[0],
-    .same = same_drop,
-    .owns = owns_drop_coll,
-    .acquire = shard_ddl_coll_lock_acquire,
-    .release = shard_ddl_coll_lock_release,
-    .report_held = shard_ddl_coll_lock_report,
-    .max_attempts = -1, /* MongoDB's DDL coordinators retry retryable errors until done */
-    .backoff_ms = 100,
-};
-
-shl_coord_type_t shard_drop_db_type = {
-    .name = "DropDatabaseCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = drop_db_phases,
-    .nphases = sizeof drop_db_phases / sizeof drop_db_phases[0],
-    .same = same_drop,
-    .owns = owns_drop_db,
-    .acquire = drop_db_acquire,
-    .release = drop_db_release,
-    .report_held = drop_db_report,
-    .max_attempts = -1,
-    .backoff_ms = 100,
-};
+SHARD_DDL_DEFINE_TYPE(shard_drop_coll_type, "DropCollectionCoordinator", drop_coll_phases,
+                      drop_coll_kind);
+SHARD_DDL_DEFINE_TYPE(shard_drop_db_type, "DropDatabaseCoordinator", drop_db_phases, drop_db_kind);
 
 void
-shard_ddl_coords_setup(shard_ddl_locks_t *locks)
+shard_ddl_coords_setup(shard_ddl_locks_t *locks, shard_ddl_db_check_fn check, void *check_arg)
 {
-    shard_drop_coll_type.arg = locks;
-    shard_drop_db_type.arg = locks;
-    shard_create_coll_type.arg = locks;
-    shard_rename_coll_type.arg = locks;
-    shard_coll_mod_type.arg = locks;
-    shard_refine_type.arg = locks;
+    const shl_coord_type_t *types[] = {&shard_drop_coll_type,   &shard_drop_db_type,
+                                       &shard_create_coll_type, &shard_rename_coll_type,
+                                       &shard_coll_mod_type,    &shard_refine_type};
+
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        shard_ddl_kind_setup(types[k]->arg, locks, check, check_arg);
+    }
 }
 
 /* ---------------------------------------------------------------------- entry points */
 
-static int
-run_drop(shl_coord_service_t *svc, shl_coord_type_t *t, const char *name, const char *op,
-         shl_status_t *st)
+int
+shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, const bson_t *dbv,
+                          shl_status_t *st)
 {
-    bson_t doc = BSON_INITIALIZER, id, result;
-    int ret;
-
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    BSON_APPEND_UTF8(&id, "namespace", name);
-    BSON_APPEND_UTF8(&id, "operationType", op);
-    bson_append_document_end(&doc, &id);
-    ret = shl_coord_run(svc, t, &doc, 0, &result, st);
-    bson_destroy(&result);
-    bson_destroy(&doc);
-    return ret;
+    return shard_ddl_start(svc, &shard_drop_coll_type, ns, NULL, dbv, NULL, st);
 }
 
 int
-shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, shl_status_t *st)
+shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, const bson_t *dbv,
+                        shl_status_t *st)
 {
-    return run_drop(svc, &shard_drop_coll_type, ns, OP_DROP_COLL, st);
-}
-
-int
-shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *st)
-{
-    return run_drop(svc, &shard_drop_db_type, db, OP_DROP_DB, st);
+    return shard_ddl_start(svc, &shard_drop_db_type, db, NULL, dbv, NULL, st);
 }
 
 /* The primary shard checks user write blocking and the request's databaseVersion (a router
@@ -724,6 +281,18 @@ done:
     return ret;
 }
 
+/* Whether a movePrimary runs on this shard (a DDL operation the drain waits for too). */
+static bool
+move_primary_running(shard_state_t *s)
+{
+    bool running;
+
+    pthread_mutex_lock(&s->mig_mu);
+    running = s->move_primary_db != NULL;
+    pthread_mutex_unlock(&s->mig_mu);
+    return running;
+}
+
 int
 shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 {
@@ -732,7 +301,8 @@ shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 
     atomic_store(&s->ddl_blocked, block);
     while (block && s->coords != NULL &&
-           shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0) {
+           (shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0 ||
+            move_primary_running(s))) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         shl_sleep_ms(50);
     }
@@ -748,13 +318,14 @@ cmd_drop_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
 {
     shard_state_t *s = shard_state(op);
     const char *coll = NULL;
+    bson_t dbv;
     shl_ns_t ns;
     int ret = 0;
 
     SHL_ERR(shl_cmd_collection_arg(cmd, &coll, st));
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
-    SHL_ERR(shard_ddl_drop_collection(s->coords, ns.full, st));
+    SHL_ERR(shard_ddl_drop_collection(s->coords, ns.full, shard_ddl_cmd_dbv(cmd, &dbv), st));
     BSON_APPEND_UTF8(reply, "ns", ns.full);
 done:
     return ret;
@@ -764,16 +335,16 @@ static int
 cmd_drop_database(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shard_state_t *s = shard_state(op);
+    bson_t dbv;
     int ret = 0;
 
-    (void)cmd;
     if (strcmp(op->db, "admin") == 0 || strcmp(op->db, "config") == 0 ||
         strcmp(op->db, "local") == 0) {
         SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION, "Dropping the '%s' database is prohibited.",
                  op->db);
     }
     SHL_ERR(shard_ddl_check_primary(s, op, op->db, st));
-    SHL_ERR(shard_ddl_drop_database(s->coords, op->db, st));
+    SHL_ERR(shard_ddl_drop_database(s->coords, op->db, shard_ddl_cmd_dbv(cmd, &dbv), st));
     BSON_APPEND_UTF8(reply, "dropped", op->db);
 done:
     return ret;
@@ -805,7 +376,7 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
 void
 shard_ddl_coords_recover(shard_state_t *s)
 {
-    shl_coord_type_t *types[] = {&shard_drop_coll_type, &shard_drop_db_type,
+    shl_coord_type_t *types[] = {&shard_drop_coll_type,   &shard_drop_db_type,
                                  &shard_create_coll_type, &shard_rename_coll_type,
                                  &shard_coll_mod_type,    &shard_refine_type};
 

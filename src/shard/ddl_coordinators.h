@@ -27,30 +27,35 @@
 
 #include "base/status.h"
 #include "net/command.h"
+#include "shard/ddl_coordinator_base.h"
 #include "shard/ddl_lock.h"
 #include "sharding/coordinator.h"
 
-#define SHARD_DDL_COORD_COLL "system.sharding_ddl_coordinators"
-
-/* The two coordinator types ("dropCollection", "dropDatabase"); their 'arg' is the lock
- * table set by shard_ddl_coords_setup. */
+/* The two coordinator types ("dropCollection", "dropDatabase"); their 'arg' is their
+ * shard_ddl_kind_t, set up by shard_ddl_coords_setup. */
 extern shl_coord_type_t shard_drop_coll_type;
 extern shl_coord_type_t shard_drop_db_type;
 
-/* shard_ddl_coords_setup -- give both types the process's DDL lock table (borrowed; must
- * outlive every coordinator). Call once before any coordinator runs. */
-void shard_ddl_coords_setup(shard_ddl_locks_t *locks);
+/* shard_ddl_coords_setup -- give every DDL coordinator type the process's DDL lock table and
+ * databaseVersion check (borrowed; must outlive every coordinator; 'check' NULL: none).
+ * Call once before any coordinator runs. */
+void shard_ddl_coords_setup(shard_ddl_locks_t *locks, shard_ddl_db_check_fn check,
+                            void *check_arg);
 
 /*
  * shard_ddl_drop_collection --
  *     Run (or join) the dropCollection coordinator of 'ns' on 'svc' and wait for its end.
+ *     'dbv' (NULL: none; as for every entry point below) is the request's databaseVersion,
+ *     checked again once the coordinator holds its locks (StaleDbVersion).
  *     Returns 0 (also when nothing existed) or the coordinator's error; InterruptedAtShutdown
  *     when the process stops first (the document stays and the next start finishes the drop).
  */
-int shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, shl_status_t *st);
+int shard_ddl_drop_collection(shl_coord_service_t *svc, const char *ns, const bson_t *dbv,
+                              shl_status_t *st);
 
 /* shard_ddl_drop_database -- the same for the dropDatabase coordinator of 'db'. */
-int shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, shl_status_t *st);
+int shard_ddl_drop_database(shl_coord_service_t *svc, const char *db, const bson_t *dbv,
+                            shl_status_t *st);
 
 /* shard_ddl_coords_register -- _shardsvrDropCollection, _shardsvrDropDatabase,
  * _shardsvrCreateCollection. */
@@ -98,7 +103,7 @@ void shard_ddl_create_register(shl_command_registry_t *reg);
  *     above; ConflictingOperationInProgress; InterruptedAtShutdown.
  */
 int shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
-                                bson_t *reply, shl_status_t *st);
+                                const bson_t *dbv, bson_t *reply, shl_status_t *st);
 
 /*
  * The renameCollection coordinator (ddl_rename_coordinator.c), MongoDB 7.0's
@@ -130,7 +135,7 @@ extern shl_coord_type_t shard_rename_coll_type;
  * wait for its end. Errors: as the phases above; ConflictingOperationInProgress;
  * InterruptedAtShutdown. */
 int shard_ddl_rename_collection(shl_coord_service_t *svc, const char *from, const char *to,
-                                bool drop_target, shl_status_t *st);
+                                bool drop_target, const bson_t *dbv, shl_status_t *st);
 
 /* shard_ddl_rename_register -- _shardsvrRenameCollection. */
 void shard_ddl_rename_register(shl_command_registry_t *reg);
@@ -152,7 +157,7 @@ void shard_ddl_rename_register(shl_command_registry_t *reg);
  */
 extern shl_coord_type_t shard_coll_mod_type;
 int shard_ddl_coll_mod(shl_coord_service_t *svc, const char *ns, const bson_t *request,
-                       bson_t *reply, shl_status_t *st);
+                       const bson_t *dbv, bson_t *reply, shl_status_t *st);
 /* shard_ddl_coll_mod_register -- _shardsvrCollMod, _shardsvrCollModParticipant. */
 void shard_ddl_coll_mod_register(shl_command_registry_t *reg);
 
@@ -168,42 +173,8 @@ void shard_ddl_coll_mod_register(shl_command_registry_t *reg);
  */
 extern shl_coord_type_t shard_refine_type;
 int shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key,
-                     shl_status_t *st);
+                     const bson_t *dbv, shl_status_t *st);
 /* shard_ddl_refine_register -- _shardsvrRefineCollectionShardKey. */
 void shard_ddl_refine_register(shl_command_registry_t *reg);
-
-/* --- helpers shared by the DDL coordinator files (ddl_coordinators.c) --- */
-
-/* The operation's namespace (_id.namespace of 'doc') into 'out' ("" if none). */
-void shard_ddl_doc_namespace(const bson_t *doc, char *out, size_t n);
-/* Whether 'doc' is of operationType 'op' (a type's 'owns'). */
-bool shard_ddl_owns_op(const bson_t *doc, const char *op);
-/* find 'filter' in config.<coll> on the config server, read concern majority; *docs
- * (NULL-terminated, free with shard_ddl_docs_free) gets the first batch. */
-int shard_ddl_config_find(shl_coord_t *c, const char *coll, const bson_t *filter, bson_t ***docs,
-                          size_t *n, shl_status_t *st);
-void shard_ddl_docs_free(bson_t **docs);
-/* Set the document's "participants" to the 'n' shard ids 'ids' (not persisted). */
-void shard_ddl_set_participants(shl_coord_t *c, char **ids, size_t n);
-/* Run 'cmd' on database 'db' of every participant at once (w: majority, retried when
- * retryable); the first error. */
-int shard_ddl_to_participants(shl_coord_t *c, const char *db, const bson_t *cmd,
-                              shl_status_t *st);
-/* Run 'cmd' on the config server's admin database (w: majority, retried when retryable). */
-int shard_ddl_to_config(shl_coord_t *c, const bson_t *cmd, shl_status_t *st);
-/* The shards that may hold data of 'db' / the collections 'colls' (config.collections
- * entries): the database's primary, then every shard owning a chunk of one of them.
- * *ids (NULL-terminated, bson_strfreev) of *n. */
-int shard_ddl_find_participants(shl_coord_t *c, const char *db, bson_t **colls, size_t ncolls,
-                                char ***ids, size_t *n, shl_status_t *st);
-/* _configsvrSetAllowMigrations of 'ns' ('allow'), with doc's 'uuid_field' as its
- * collectionUUID (if present). Idempotent. */
-int shard_ddl_set_allow_migrations(shl_coord_t *c, const char *ns, const bson_t *doc,
-                                   const char *uuid_field, bool allow, shl_status_t *st);
-/* The collection DDL locks (database IX, then collection X; released in reverse) and their
- * currentOp report: a type's acquire / release / report_held. */
-int shard_ddl_coll_lock_acquire(shl_coord_t *c, shl_status_t *st);
-void shard_ddl_coll_lock_release(shl_coord_t *c);
-void shard_ddl_coll_lock_report(const bson_t *doc, bson_t *op);
 
 #endif

@@ -99,7 +99,7 @@ env_init(env_t *e, const char *collections)
     e->svc = shl_coord_service_new(&e->remote);
     e->locks = shard_ddl_locks_new();
     e->collections = collections;
-    shard_ddl_coords_setup(e->locks);
+    shard_ddl_coords_setup(e->locks, NULL, NULL);
 }
 
 static void
@@ -152,7 +152,7 @@ SHL_TEST(drop_coll_runs_its_phases_in_order)
     bson_t req;
 
     env_init(&e, SHARDED);
-    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", NULL, &st), 0);
     /* freeze (stop migrations), block everywhere, commit on the config server, drop
      * everywhere, unblock everywhere */
     ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations shA:_shardsvrParticipantBlock(block) "
@@ -195,7 +195,7 @@ SHL_TEST(drop_coll_of_an_unsharded_collection_skips_the_config_server)
     bson_t req;
 
     env_init(&e, "[]");
-    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.u", &st), 0);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.u", NULL, &st), 0);
     /* only the primary holds an unsharded collection: shB is no participant */
     ASSERT(log_is(&e, "shA:_shardsvrParticipantBlock(block) "
                       "shA:_shardsvrDropCollectionParticipant "
@@ -217,7 +217,7 @@ SHL_TEST(drop_coll_retries_retryable_errors)
      * the framework runs the phase again */
     shl_remote_fake_script_error(e.fake, "shB", "_shardsvrDropCollectionParticipant",
                                  SHL_CODE_HOST_UNREACHABLE, 6);
-    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", NULL, &st), 0);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shB", "_shardsvrDropCollectionParticipant"), 7);
     /* the phase ran twice: its config commit too (idempotent) */
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrCommitDropCollection"), 2);
@@ -271,7 +271,7 @@ SHL_TEST(drop_db_drops_sharded_collections_then_the_database)
     bson_t req;
 
     env_init(&e, "[{'_id': 'db.a', 'uuid': " UUID_JSON "}, {'_id': 'db.b'}]");
-    ASSERT_INT_EQ(shard_ddl_drop_database(e.svc, "db", &st), 0);
+    ASSERT_INT_EQ(shard_ddl_drop_database(e.svc, "db", NULL, &st), 0);
     ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations config:_configsvrCommitDropCollection "
                       "config:_configsvrSetAllowMigrations config:_configsvrCommitDropCollection "
                       "shA:_shardsvrDropDatabaseParticipant shB:_shardsvrDropDatabaseParticipant "
@@ -306,7 +306,7 @@ bg_drop_db(void *arg)
     bg_drop_t *b = arg;
     shl_status_t st = SHL_STATUS_INIT;
 
-    b->ret = shard_ddl_drop_database(b->e->svc, "db", &st);
+    b->ret = shard_ddl_drop_database(b->e->svc, "db", NULL, &st);
     return NULL;
 }
 
@@ -377,7 +377,7 @@ SHL_TEST(drop_coll_takes_over_a_document_an_earlier_failure_left)
                               -1, &err);
     SHL_INVARIANT(left != NULL);
     shl_remote_fake_store_insert(e.fake, COLL, left);
-    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", &st), 0);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", NULL, &st), 0);
     /* the insert met the old document; the checkpoint replaced it, and the drop ran whole */
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "insert"), 1);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrSetAllowMigrations"), 1);
@@ -415,7 +415,7 @@ SHL_TEST(create_coll_runs_its_phases_in_order)
     bson_t reply = BSON_INITIALIZER, seen;
 
     env_init(&e, "[]");
-    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, &reply, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, NULL, &reply, &st), 0);
     ASSERT(log_is(&e, "self:_shardsvrParticipantBlock(block) config:_configsvrShardCollection "
                       "self:_shardsvrParticipantBlock(unblock) "));
     ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrShardCollection", 0, &seen));
@@ -447,9 +447,9 @@ SHL_TEST(create_coll_of_a_sharded_collection_answers_or_refuses_at_once)
     bson_t reply = BSON_INITIALIZER;
 
     env_init(&e, SHARDED);
-    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", same, &reply, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", same, NULL, &reply, &st), 0);
     ASSERT_BSON_EQ(&reply, "{'collectionsharded': 'db.c', 'collectionUUID': " UUID_JSON "}");
-    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", other, &reply, &st),
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.c", other, NULL, &reply, &st),
                   SHL_CODE_ALREADY_INITIALIZED);
     /* nothing written, nothing sent but the catalog reads */
     ASSERT(log_is(&e, ""));
@@ -471,7 +471,7 @@ SHL_TEST(create_coll_refused_by_the_config_server_leaves_nothing)
     shl_remote_fake_script(e.fake, "config", "_configsvrShardCollection",
                            "{'ok': 0, 'code': 72, 'codeName': 'InvalidOptions', 'errmsg': 'no'}",
                            1);
-    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, &reply, &st),
+    ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, NULL, &reply, &st),
                   SHL_CODE_INVALID_OPTIONS);
     /* the critical section is left, the document deleted, not retried */
     ASSERT(log_is(&e, "self:_shardsvrParticipantBlock(block) config:_configsvrShardCollection "
@@ -490,7 +490,7 @@ SHL_TEST(rename_runs_its_phases_in_order)
     bson_t seen;
 
     env_init(&e, SHARDED);
-    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, NULL, &st), 0);
     ASSERT(log_is(&e, "shA:listCollections shA:listCollections "
                       "shA:_shardsvrRenameCollectionParticipant(check) "
                       "shB:listCollections shB:listCollections "
@@ -521,10 +521,10 @@ SHL_TEST(rename_refused_by_a_check_leaves_nothing)
                            "{'ok': 0, 'code': 117, 'codeName': 'ConflictingOperationInProgress', "
                            "'errmsg': 'migration'}",
                            1);
-    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st),
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, NULL, &st),
                   SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS);
     shl_remote_fake_script_error(e.fake, "shB", "listCollections", SHL_CODE_HOST_UNREACHABLE, -1);
-    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, &st),
+    ASSERT_INT_EQ(shard_ddl_rename_collection(e.svc, "db.c", "db.d", false, NULL, &st),
                   SHL_CODE_HOST_UNREACHABLE);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrSetAllowMigrations"), 0);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "self", "*"), 0);
@@ -539,19 +539,19 @@ SHL_TEST(coll_mod_runs_here_first_then_everywhere)
     bson_t reply = BSON_INITIALIZER;
 
     env_init(&e, SHARDED);
-    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, &reply, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, NULL, &reply, &st), 0);
     ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations self:_shardsvrCollModParticipant "
                       "shA:_shardsvrCollModParticipant shB:_shardsvrCollModParticipant "
                       "config:_configsvrSetAllowMigrations "));
     /* a refusal here: migrations run again, the document goes, nothing else is sent */
     shl_remote_fake_reset_calls(e.fake);
     shl_remote_fake_script(e.fake, "self", "_shardsvrCollModParticipant",
-                           "{'ok': 0, 'code': 27, 'codeName': 'IndexNotFound', 'errmsg': 'no'}",
-                           1);
+                           "{'ok': 0, 'code': 27, 'codeName': 'IndexNotFound', 'errmsg': 'no'}", 1);
     pthread_mutex_lock(&e.mu);
     e.log[0] = '\0';
     pthread_mutex_unlock(&e.mu);
-    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, &reply, &st), SHL_CODE_INDEX_NOT_FOUND);
+    ASSERT_INT_EQ(shard_ddl_coll_mod(e.svc, "db.c", req, NULL, &reply, &st),
+                  SHL_CODE_INDEX_NOT_FOUND);
     ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations self:_shardsvrCollModParticipant "
                       "config:_configsvrSetAllowMigrations "));
     ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
@@ -567,14 +567,144 @@ SHL_TEST(refine_freezes_commits_and_resumes)
     bson_t *key = json("{'x': 1, 'y': 1}"), *same = json("{'x': 1}");
 
     env_init(&e, SHARDED);
-    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", key, &st), 0);
-    ASSERT(log_is(&e, "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
-                      "config:_configsvrSetAllowMigrations "));
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", key, NULL, &st), 0);
+    ASSERT(log_is(&e,
+                  "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
+                  "config:_configsvrSetAllowMigrations "));
     /* already the key: done at once; not sharded: NamespaceNotSharded */
-    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", same, &st), 0);
-    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, &st), SHL_CODE_NAMESPACE_NOT_SHARDED);
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", same, NULL, &st), 0);
+    ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, NULL, &st),
+                  SHL_CODE_NAMESPACE_NOT_SHARDED);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrRefineCollectionShardKey"), 1);
     bson_destroy(key);
     bson_destroy(same);
     env_cleanup(&e);
+}
+
+/* ---------------------------------------------- the databaseVersion, again after the locks */
+
+typedef struct db_check {
+    int calls;
+    bool stale; /* the database was dropped and created again meanwhile */
+} db_check_t;
+
+static int
+fake_db_check(void *arg, const char *ns, const bson_t *dbv, shl_status_t *st)
+{
+    db_check_t *d = arg;
+    int ret = 0;
+
+    (void)dbv;
+    d->calls++;
+    if (d->stale) {
+        SHL_FAIL(st, SHL_CODE_STALE_DB_VERSION, "database version mismatch detected for %s", ns);
+    }
+done:
+    return ret;
+}
+
+typedef struct bg_drop_coll {
+    env_t *e;
+    const bson_t *dbv;
+    int ret;
+} bg_drop_coll_t;
+
+static void *
+bg_drop_coll(void *arg)
+{
+    bg_drop_coll_t *b = arg;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    b->ret = shard_ddl_drop_collection(b->e->svc, "db.c", b->dbv, &st);
+    return NULL;
+}
+
+SHL_TEST(ddl_rechecks_the_database_version_after_waiting_for_its_locks)
+{
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+    db_check_t d = {.calls = 0, .stale = false};
+    bson_t *dbv = json("{'uuid': 1, 'timestamp': 1, 'lastMod': 1}");
+    bg_drop_coll_t b = {.e = &e, .dbv = dbv, .ret = -1};
+    pthread_t t;
+
+    env_init(&e, SHARDED);
+    shard_ddl_coords_setup(e.locks, fake_db_check, &d);
+    /* a dropDatabase holds the database in X; the drop waits behind it */
+    ASSERT_INT_EQ(shard_ddl_lock_acquire(e.locks, "db", SHARD_DDL_X, "test", 0, NULL, NULL, &st),
+                  0);
+    pthread_create(&t, NULL, bg_drop_coll, &b);
+    sleep_ms(100);
+    ASSERT_INT_EQ(d.calls, 0);
+    d.stale = true; /* ... and the database was created again before it let go */
+    shard_ddl_lock_release(e.locks, "db", SHARD_DDL_X);
+    pthread_join(t, NULL);
+    /* checked once the locks were held: StaleDbVersion, nothing sent, no document, locks
+     * released */
+    ASSERT_INT_EQ(d.calls, 1);
+    ASSERT_INT_EQ(b.ret, SHL_CODE_STALE_DB_VERSION);
+    ASSERT(log_is(&e, ""));
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, COLL), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 0);
+    ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.c"), 0);
+    /* the same version still current: the drop runs; without a version nothing is checked */
+    d.stale = false;
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", dbv, &st), 0);
+    ASSERT_INT_EQ(d.calls, 2);
+    ASSERT_INT_EQ(shard_ddl_drop_collection(e.svc, "db.c", NULL, &st), 0);
+    ASSERT_INT_EQ(d.calls, 2);
+    shard_ddl_coords_setup(e.locks, NULL, NULL);
+    bson_destroy(dbv);
+    env_cleanup(&e);
+}
+
+/* ------------------------------------------------------------ the base's lock order */
+
+typedef struct bg_rename {
+    env_t *e;
+    const char *from, *to;
+    int ret;
+} bg_rename_t;
+
+static void *
+bg_rename(void *arg)
+{
+    bg_rename_t *b = arg;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    b->ret = shard_ddl_rename_collection(b->e->svc, b->from, b->to, false, NULL, &st);
+    return NULL;
+}
+
+SHL_TEST(rename_locks_both_names_and_releases_them)
+{
+    /* the target sorts before the source ("db.a" < "db.c") and after it ("db.d"): the
+     * coordinator waits for each name held by someone else, then releases all three */
+    const char *targets[] = {"db.a", "db.d"};
+
+    for (size_t k = 0; k < 2; k++) {
+        env_t e;
+        shl_status_t st = SHL_STATUS_INIT;
+        bg_rename_t b = {.e = &e, .from = "db.c", .to = targets[k], .ret = -1};
+        pthread_t t;
+
+        env_init(&e, SHARDED);
+        ASSERT_INT_EQ(
+            shard_ddl_lock_acquire(e.locks, targets[k], SHARD_DDL_X, "test", 0, NULL, NULL, &st),
+            0);
+        pthread_create(&t, NULL, bg_rename, &b);
+        sleep_ms(100);
+        ASSERT(log_is(&e, "")); /* waiting for the target's lock: nothing sent */
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 1);
+        ASSERT_INT_EQ(b.ret, -1);
+        shard_ddl_lock_release(e.locks, targets[k], SHARD_DDL_X);
+        pthread_join(t, NULL);
+        ASSERT_INT_EQ(b.ret, 0);
+        ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "config", "_configsvrRenameCollectionMetadata"),
+                      1);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 0);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db.c"), 0);
+        ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, targets[k]), 0);
+        env_cleanup(&e);
+    }
 }

@@ -15,13 +15,6 @@
 
 #define OP_CREATE_COLL "createCollection"
 
-/* Every remote call: durable, retried on retryable errors (each is idempotent). */
-static const shl_remote_options_t k_opts = {.w = "majority",
-                                            .timeout_ms = 60000,
-                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
-                                            .max_attempts = 5,
-                                            .backoff_ms = 100};
-
 /* The request's fields of the state document that _configsvrShardCollection takes. */
 static const struct {
     const char *doc_field, *cfg_field;
@@ -124,26 +117,13 @@ done:
 static int
 block_self(shl_coord_t *c, bool block, shl_status_t *st)
 {
-    shl_remote_target_t self = shl_remote_target_self();
-    char ns[SHL_NS_MAX + 1];
-    shl_ns_t parsed;
-    bson_t cmd = BSON_INITIALIZER, reason, reply = BSON_INITIALIZER;
-    int ret = 0;
+    return shard_ddl_block(c, "create", block, true, st);
+}
 
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    SHL_ERR(shl_ns_parse(&parsed, ns, st));
-    BSON_APPEND_UTF8(&cmd, "_shardsvrParticipantBlock", parsed.coll);
-    BSON_APPEND_UTF8(&cmd, "blockType", block ? "ReadsAndWrites" : "Unblock");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "reason", &reason);
-    BSON_APPEND_UTF8(&reason, "command", "create");
-    BSON_APPEND_UTF8(&reason, "ns", ns);
-    bson_append_document_end(&cmd, &reason);
-    bson_destroy(&reply);
-    SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, parsed.db, &cmd, &k_opts, &reply, st));
-done:
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ret;
+static int
+unblock_self(shl_coord_t *c, shl_status_t *st)
+{
+    return block_self(c, false, st);
 }
 
 /* ----------------------------------------------------------------------- the phases */
@@ -173,8 +153,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
             set_result_from_entry(c, ns, entry);
             shl_coord_finish(c);
         } else if (bson_iter_init_find(&it, entry, "key") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            SHL_FAIL(st, SHL_CODE_ALREADY_INITIALIZED,
-                     "sharding already enabled for collection %s", ns);
+            SHL_FAIL(st, SHL_CODE_ALREADY_INITIALIZED, "sharding already enabled for collection %s",
+                     ns);
         }
         bson_destroy(&ekey);
     }
@@ -203,9 +183,9 @@ phase_commit(shl_coord_t *c, shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
     char ns[SHL_NS_MAX + 1];
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_t cmd = BSON_INITIALIZER, reply;
     bson_iter_t it;
-    int ret = 0;
+    int ret;
 
     shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     BSON_APPEND_UTF8(&cmd, "_configsvrShardCollection", ns);
@@ -214,20 +194,8 @@ phase_commit(shl_coord_t *c, shl_status_t *st)
             bson_append_iter(&cmd, k_request_fields[k].cfg_field, -1, &it);
         }
     }
-    bson_destroy(&reply);
-    ret = shl_remote_run(shl_coord_remote(c), &cfg, "admin", &cmd, &k_opts, &reply, st);
+    ret = shard_ddl_commit(c, &cfg, "admin", &cmd, unblock_self, &reply, st);
     if (ret != 0 && !shl_remote_is_retryable(ret)) {
-        shl_status_t unblock = SHL_STATUS_INIT;
-        int uret = block_self(c, false, &unblock);
-
-        if (uret != 0) {
-            /* The section stays until the phase runs again (the unblock's error is
-             * retryable, or the operation stays for the next start). */
-            *st = unblock;
-            ret = uret;
-        } else {
-            shl_coord_abort(c);
-        }
         SHL_LOG_INFO(SHARDING, 4170210, "shardCollection refused by the config server", "ns",
                      BCON_UTF8(ns), "code", BCON_INT64((int64_t)ret));
     }
@@ -250,8 +218,7 @@ phase_exit_crit(shl_coord_t *c, shl_status_t *st)
     if (entry != NULL) {
         set_result_from_entry(c, ns, entry);
     }
-    SHL_LOG_INFO(SHARDING, 4170211, "sharded collection on the primary shard", "ns",
-                 BCON_UTF8(ns));
+    SHL_LOG_INFO(SHARDING, 4170211, "sharded collection on the primary shard", "ns", BCON_UTF8(ns));
 done:
     if (entry != NULL) {
         bson_destroy(entry);
@@ -266,54 +233,36 @@ static const shl_coord_phase_t create_phases[] = {
     {"exitCriticalSection", phase_exit_crit, true},
 };
 
-static bool
-owns_create(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_CREATE_COLL);
-}
+/* The same request: the same options (numInitialChunks and collation may be missing from
+ * both). */
+static const char *const create_same[] = {"shardKey", "unique", "numInitialChunks", "collation",
+                                          NULL};
+static shard_ddl_kind_t create_kind = {
+    .op = OP_CREATE_COLL, .db_mode = SHARD_DDL_IX, .same_fields = create_same};
 
-shl_coord_type_t shard_create_coll_type = {
-    .name = "CreateCollectionCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = create_phases,
-    .nphases = sizeof create_phases / sizeof create_phases[0],
-    .same = NULL, /* the same request: equal documents apart from the phase */
-    .owns = owns_create,
-    .acquire = shard_ddl_coll_lock_acquire,
-    .release = shard_ddl_coll_lock_release,
-    .report_held = shard_ddl_coll_lock_report,
-    .max_attempts = -1,
-    .backoff_ms = 100,
-};
+SHARD_DDL_DEFINE_TYPE(shard_create_coll_type, "CreateCollectionCoordinator", create_phases,
+                      create_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 
 int
 shard_ddl_create_collection(shl_coord_service_t *svc, const char *ns, const bson_t *req,
-                            bson_t *reply, shl_status_t *st)
+                            const bson_t *dbv, bson_t *reply, shl_status_t *st)
 {
-    bson_t doc = BSON_INITIALIZER, id, result;
+    bson_t fields = BSON_INITIALIZER;
     bson_iter_t it;
     int ret;
 
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    BSON_APPEND_UTF8(&id, "namespace", ns);
-    BSON_APPEND_UTF8(&id, "operationType", OP_CREATE_COLL);
-    bson_append_document_end(&doc, &id);
     for (size_t k = 0; k < sizeof k_request_fields / sizeof k_request_fields[0]; k++) {
         const char *f = k_request_fields[k].doc_field;
         if (bson_iter_init_find(&it, req, f)) {
-            bson_append_iter(&doc, f, -1, &it);
+            bson_append_iter(&fields, f, -1, &it);
         } else if (strcmp(f, "unique") == 0) {
-            BSON_APPEND_BOOL(&doc, "unique", false); /* so {} and {unique: false} join */
+            BSON_APPEND_BOOL(&fields, "unique", false); /* so {} and {unique: false} join */
         }
     }
-    ret = shl_coord_run(svc, &shard_create_coll_type, &doc, 0, &result, st);
-    if (ret == 0) {
-        bson_concat(reply, &result);
-    }
-    bson_destroy(&result);
-    bson_destroy(&doc);
+    ret = shard_ddl_start(svc, &shard_create_coll_type, ns, &fields, dbv, reply, st);
+    bson_destroy(&fields);
     return ret;
 }
 
@@ -322,7 +271,7 @@ cmd_create_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
 {
     shard_state_t *s = shard_state(op);
     const char *coll = NULL;
-    bson_t key, req = BSON_INITIALIZER;
+    bson_t key, dbv, req = BSON_INITIALIZER;
     bool found = false;
     bson_iter_t it;
     shl_ns_t ns;
@@ -342,7 +291,8 @@ cmd_create_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
             bson_append_iter(&req, k_request_fields[k].doc_field, -1, &it);
         }
     }
-    SHL_ERR(shard_ddl_create_collection(s->coords, ns.full, &req, reply, st));
+    SHL_ERR(shard_ddl_create_collection(s->coords, ns.full, &req, shard_ddl_cmd_dbv(cmd, &dbv),
+                                        reply, st));
 done:
     bson_destroy(&req);
     return ret;

@@ -15,20 +15,6 @@
 
 #define OP_REFINE "refineCollectionShardKey"
 
-static const shl_remote_options_t k_opts = {.w = "majority",
-                                            .timeout_ms = 60000,
-                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
-                                            .max_attempts = 5,
-                                            .backoff_ms = 100};
-
-static bool
-doc_bool(const bson_t *doc, const char *field)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, doc, field) && bson_iter_as_bool(&it);
-}
-
 /* ----------------------------------------------------------------------- the phases */
 
 /* checkPreconditions (not checkpointed): the collection is sharded (NamespaceNotSharded);
@@ -66,9 +52,9 @@ phase_check(shl_coord_t *c, shl_status_t *st)
     if (bson_iter_init_find(&it, colls[0], "uuid")) {
         bson_append_iter(&doc, "collectionUUID", -1, &it);
     }
-    BSON_APPEND_BOOL(&doc, "freezeMigrations",
-                     !(bson_iter_init_find(&it, colls[0], "allowMigrations") &&
-                       !bson_iter_as_bool(&it)));
+    BSON_APPEND_BOOL(
+        &doc, "freezeMigrations",
+        !(bson_iter_init_find(&it, colls[0], "allowMigrations") && !bson_iter_as_bool(&it)));
     shl_coord_doc_set(c, &doc);
 done:
     if (ret != 0) {
@@ -80,18 +66,6 @@ done:
     return ret;
 }
 
-static int
-phase_freeze(shl_coord_t *c, shl_status_t *st)
-{
-    char ns[SHL_NS_MAX + 1];
-
-    if (!doc_bool(shl_coord_doc(c), "freezeMigrations")) {
-        return 0;
-    }
-    shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    return shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c), "collectionUUID", false, st);
-}
-
 /* commit: the config server refines chunks, zones and the entry in one batch and tells the
  * shards (idempotent: the same key again is nothing to do). A refusal (not a prefix, no
  * index) lets migrations run again and ends the operation cleanly. */
@@ -100,30 +74,16 @@ phase_commit(shl_coord_t *c, shl_status_t *st)
 {
     shl_remote_target_t cfg = shl_remote_target_config();
     char ns[SHL_NS_MAX + 1];
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_t cmd = BSON_INITIALIZER, reply;
     bson_iter_t it;
-    int ret = 0;
+    int ret;
 
     shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
     BSON_APPEND_UTF8(&cmd, "_configsvrRefineCollectionShardKey", ns);
     if (bson_iter_init_find(&it, shl_coord_doc(c), "newShardKey")) {
         bson_append_iter(&cmd, "key", -1, &it);
     }
-    bson_destroy(&reply);
-    ret = shl_remote_run(shl_coord_remote(c), &cfg, "admin", &cmd, &k_opts, &reply, st);
-    if (ret != 0 && !shl_remote_is_retryable(ret)) {
-        shl_status_t undo = SHL_STATUS_INIT;
-        int uret = doc_bool(shl_coord_doc(c), "freezeMigrations")
-                       ? shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c),
-                                                        "collectionUUID", true, &undo)
-                       : 0;
-        if (uret != 0) {
-            *st = undo;
-            ret = uret;
-        } else {
-            shl_coord_abort(c);
-        }
-    }
+    ret = shard_ddl_commit(c, &cfg, "admin", &cmd, shard_ddl_resume_migrations, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
@@ -136,10 +96,7 @@ phase_resume(shl_coord_t *c, shl_status_t *st)
     int ret = 0;
 
     shard_ddl_doc_namespace(shl_coord_doc(c), ns, sizeof ns);
-    if (doc_bool(shl_coord_doc(c), "freezeMigrations")) {
-        SHL_ERR(shard_ddl_set_allow_migrations(c, ns, shl_coord_doc(c), "collectionUUID", true,
-                                               st));
-    }
+    SHL_ERR(shard_ddl_resume_migrations(c, st));
     SHL_LOG_INFO(SHARDING, 4170240, "refined the shard key", "ns", BCON_UTF8(ns));
 done:
     return ret;
@@ -147,65 +104,31 @@ done:
 
 static const shl_coord_phase_t refine_phases[] = {
     {"checkPreconditions", phase_check, false},
-    {"freezeMigrations", phase_freeze, true},
+    {"freezeMigrations", shard_ddl_phase_freeze_migrations, true},
     {"commit", phase_commit, true},
     {"resumeMigrations", phase_resume, true},
 };
 
-static bool
-owns_refine(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_REFINE);
-}
-
 /* The same refine: the same new key. */
-static bool
-same_refine(const bson_t *running, const bson_t *request)
-{
-    bson_iter_t a, b;
-    const uint8_t *da, *db;
-    uint32_t la, lb;
+static const char *const refine_same[] = {"newShardKey", NULL};
+static shard_ddl_kind_t refine_kind = {
+    .op = OP_REFINE, .db_mode = SHARD_DDL_IX, .same_fields = refine_same};
 
-    if (!bson_iter_init_find(&a, running, "newShardKey") ||
-        !bson_iter_init_find(&b, request, "newShardKey") || !BSON_ITER_HOLDS_DOCUMENT(&a) ||
-        !BSON_ITER_HOLDS_DOCUMENT(&b)) {
-        return false;
-    }
-    bson_iter_document(&a, &la, &da);
-    bson_iter_document(&b, &lb, &db);
-    return la == lb && memcmp(da, db, la) == 0;
-}
-
-shl_coord_type_t shard_refine_type = {
-    .name = "RefineCollectionShardKeyCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = refine_phases,
-    .nphases = sizeof refine_phases / sizeof refine_phases[0],
-    .same = same_refine,
-    .owns = owns_refine,
-    .acquire = shard_ddl_coll_lock_acquire,
-    .release = shard_ddl_coll_lock_release,
-    .report_held = shard_ddl_coll_lock_report,
-    .max_attempts = -1,
-    .backoff_ms = 100,
-};
+SHARD_DDL_DEFINE_TYPE(shard_refine_type, "RefineCollectionShardKeyCoordinator", refine_phases,
+                      refine_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 
 int
-shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key, shl_status_t *st)
+shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key, const bson_t *dbv,
+                 shl_status_t *st)
 {
-    bson_t doc = BSON_INITIALIZER, id, result;
+    bson_t fields = BSON_INITIALIZER;
     int ret;
 
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    BSON_APPEND_UTF8(&id, "namespace", ns);
-    BSON_APPEND_UTF8(&id, "operationType", OP_REFINE);
-    bson_append_document_end(&doc, &id);
-    BSON_APPEND_DOCUMENT(&doc, "newShardKey", key);
-    ret = shl_coord_run(svc, &shard_refine_type, &doc, 0, &result, st);
-    bson_destroy(&result);
-    bson_destroy(&doc);
+    BSON_APPEND_DOCUMENT(&fields, "newShardKey", key);
+    ret = shard_ddl_start(svc, &shard_refine_type, ns, &fields, dbv, NULL, st);
+    bson_destroy(&fields);
     return ret;
 }
 
@@ -214,7 +137,7 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     shard_state_t *s = shard_state(op);
     const char *coll = NULL;
-    bson_t key;
+    bson_t key, dbv;
     bool found = false;
     shl_ns_t ns;
     shl_shard_key_pattern_t pattern;
@@ -232,7 +155,7 @@ cmd_refine(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     SHL_ERR(shl_shard_key_pattern_init(&pattern, &key, st));
     shl_shard_key_pattern_cleanup(&pattern);
     SHL_ERR(shard_ddl_check_primary(s, op, ns.full, st));
-    SHL_ERR(shard_ddl_refine(s->coords, ns.full, &key, st));
+    SHL_ERR(shard_ddl_refine(s->coords, ns.full, &key, shard_ddl_cmd_dbv(cmd, &dbv), st));
 done:
     return ret;
 }

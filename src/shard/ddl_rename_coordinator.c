@@ -15,11 +15,6 @@
 
 #define OP_RENAME "renameCollection"
 
-static const shl_remote_options_t k_opts = {.timeout_ms = 60000,
-                                            .retry = SHL_REMOTE_RETRY_IDEMPOTENT,
-                                            .max_attempts = 5,
-                                            .backoff_ms = 100};
-
 /* ------------------------------------------------------------------------- helpers */
 
 /* The rename's two namespaces (_id.namespace and "to"). */
@@ -38,14 +33,6 @@ doc_names(const bson_t *doc, shl_ns_t *from, shl_ns_t *to, shl_status_t *st)
     SHL_ERR(shl_ns_parse(to, bson_iter_utf8(&it, NULL), st));
 done:
     return ret;
-}
-
-static bool
-doc_bool(const bson_t *doc, const char *field)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, doc, field) && bson_iter_as_bool(&it);
 }
 
 /* Append doc's 'field' (if present) to 'cmd' as 'as'. */
@@ -76,9 +63,9 @@ remote_coll(shl_coord_t *c, const shl_remote_target_t *target, const char *db, c
     BSON_APPEND_UTF8(&filter, "name", coll);
     bson_append_document_end(&cmd, &filter);
     bson_destroy(&reply);
-    SHL_ERR(shl_remote_run(shl_coord_remote(c), target, db, &cmd, &k_opts, &reply, st));
-    if (bson_iter_init(&it, &reply) &&
-        bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it)) {
+    SHL_ERR(
+        shl_remote_run(shl_coord_remote(c), target, db, &cmd, &shard_ddl_read_opts, &reply, st));
+    if (bson_iter_init(&it, &reply) && bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it)) {
         bson_iter_t u;
         *exists = true;
         if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &u) &&
@@ -96,57 +83,6 @@ static bool
 same_uuid(const bson_t *a, const bson_t *b)
 {
     return bson_equal(a, b);
-}
-
-/* ----------------------------------------------------------------------- DDL locks */
-
-static bool
-interrupted(void *arg)
-{
-    return shl_coord_interrupted(arg);
-}
-
-/* The database in IX, then both collections in X, in name order (two renames crossing
- * each other's names cannot deadlock). */
-static int
-rename_acquire(shl_coord_t *c, shl_status_t *st)
-{
-    shard_ddl_locks_t *l = shl_coord_type_arg(c);
-    shl_ns_t from, to;
-    const char *first, *second;
-    int ret = 0;
-    int held = 0;
-
-    SHL_ERR(doc_names(shl_coord_doc(c), &from, &to, st));
-    first = strcmp(from.full, to.full) < 0 ? from.full : to.full;
-    second = first == from.full ? to.full : from.full;
-    SHL_ERR(shard_ddl_lock_acquire(l, from.db, SHARD_DDL_IX, OP_RENAME, 0, interrupted, c, st));
-    held = 1;
-    SHL_ERR(shard_ddl_lock_acquire(l, first, SHARD_DDL_X, OP_RENAME, 0, interrupted, c, st));
-    held = 2;
-    SHL_ERR(shard_ddl_lock_acquire(l, second, SHARD_DDL_X, OP_RENAME, 0, interrupted, c, st));
-    held = 3;
-done:
-    if (ret != 0 && held >= 2) {
-        shard_ddl_lock_release(l, first, SHARD_DDL_X);
-    }
-    if (ret != 0 && held >= 1) {
-        shard_ddl_lock_release(l, from.db, SHARD_DDL_IX);
-    }
-    return ret;
-}
-
-static void
-rename_release(shl_coord_t *c)
-{
-    shard_ddl_locks_t *l = shl_coord_type_arg(c);
-    shl_status_t st = SHL_STATUS_INIT;
-    shl_ns_t from, to;
-
-    SHL_INVARIANT(doc_names(shl_coord_doc(c), &from, &to, &st) == 0);
-    shard_ddl_lock_release(l, from.full, SHARD_DDL_X);
-    shard_ddl_lock_release(l, to.full, SHARD_DDL_X);
-    shard_ddl_lock_release(l, from.db, SHARD_DDL_IX);
 }
 
 /* ----------------------------------------------------------------------- the phases */
@@ -167,7 +103,7 @@ phase_check(shl_coord_t *c, shl_status_t *st)
     bson_t other = BSON_INITIALIZER, cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     bson_t **src = NULL, **dst = NULL, **shards = NULL;
     size_t nsrc = 0, ndst = 0, nshards = 0;
-    bool drop_target = doc_bool(shl_coord_doc(c), "dropTarget"), exists = false;
+    bool drop_target = shard_ddl_doc_bool(shl_coord_doc(c), "dropTarget"), exists = false;
     char **ids = bson_malloc0(sizeof(char *));
     size_t nids = 0;
     bson_iter_t it;
@@ -194,7 +130,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
         BSON_APPEND_UTF8(&cmd, "to", to.full);
         BSON_APPEND_BOOL(&cmd, "dropTarget", drop_target);
         bson_destroy(&reply);
-        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, "admin", &cmd, &k_opts, &reply, st));
+        SHL_ERR(shl_remote_run(shl_coord_remote(c), &self, "admin", &cmd, &shard_ddl_read_opts,
+                               &reply, st));
         shl_coord_finish(c);
         goto done;
     }
@@ -231,7 +168,8 @@ phase_check(shl_coord_t *c, shl_status_t *st)
         BSON_APPEND_UTF8(&cmd, "to", to.full);
         BSON_APPEND_BOOL(&cmd, "checkOnly", true);
         bson_destroy(&reply);
-        SHL_ERR(shl_remote_run(shl_coord_remote(c), &t, from.db, &cmd, &k_opts, &reply, st));
+        SHL_ERR(shl_remote_run(shl_coord_remote(c), &t, from.db, &cmd, &shard_ddl_read_opts, &reply,
+                               st));
         ids = bson_realloc(ids, sizeof(char *) * (nids + 2));
         ids[nids++] = bson_strdup(id);
         ids[nids] = NULL;
@@ -269,25 +207,16 @@ phase_freeze(shl_coord_t *c, shl_status_t *st)
 {
     const bson_t *doc = shl_coord_doc(c);
     shl_ns_t from, to;
-    bson_t cmd = BSON_INITIALIZER;
     int ret = 0;
 
     SHL_ERR(doc_names(doc, &from, &to, st));
-    if (doc_bool(doc, "sourceSharded")) {
-        BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", from.full);
-        BSON_APPEND_BOOL(&cmd, "allowMigrations", false);
-        copy_field(&cmd, "collectionUUID", doc, "sourceUUID");
-        SHL_ERR(shard_ddl_to_config(c, &cmd, st));
+    if (shard_ddl_doc_bool(doc, "sourceSharded")) {
+        SHL_ERR(shard_ddl_set_allow_migrations(c, from.full, doc, "sourceUUID", false, st));
     }
     if (bson_has_field(doc, "targetUUID")) {
-        bson_reinit(&cmd);
-        BSON_APPEND_UTF8(&cmd, "_configsvrSetAllowMigrations", to.full);
-        BSON_APPEND_BOOL(&cmd, "allowMigrations", false);
-        copy_field(&cmd, "collectionUUID", doc, "targetUUID");
-        SHL_ERR(shard_ddl_to_config(c, &cmd, st));
+        SHL_ERR(shard_ddl_set_allow_migrations(c, to.full, doc, "targetUUID", false, st));
     }
 done:
-    bson_destroy(&cmd);
     return ret;
 }
 
@@ -316,7 +245,7 @@ phase_block_and_rename(shl_coord_t *c, shl_status_t *st)
     }
     BSON_APPEND_UTF8(&cmd, "_shardsvrRenameCollectionParticipant", from.coll);
     BSON_APPEND_UTF8(&cmd, "to", to.full);
-    BSON_APPEND_BOOL(&cmd, "dropTarget", doc_bool(doc, "dropTarget"));
+    BSON_APPEND_BOOL(&cmd, "dropTarget", shard_ddl_doc_bool(doc, "dropTarget"));
     copy_field(&cmd, "sourceUUID", doc, "sourceUUID");
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
@@ -337,7 +266,7 @@ phase_rename_metadata(shl_coord_t *c, shl_status_t *st)
     int ret = 0;
 
     SHL_ERR(doc_names(doc, &from, &to, st));
-    if (doc_bool(doc, "sourceSharded")) {
+    if (shard_ddl_doc_bool(doc, "sourceSharded")) {
         BSON_APPEND_UTF8(&cmd, "_configsvrRenameCollectionMetadata", from.full);
         BSON_APPEND_UTF8(&cmd, "to", to.full);
         copy_field(&cmd, "sourceUUID", doc, "sourceUUID");
@@ -376,58 +305,28 @@ static const shl_coord_phase_t rename_phases[] = {
     {"unblockCRUD", phase_unblock, true},
 };
 
-static bool
-owns_rename(const bson_t *doc)
-{
-    return shard_ddl_owns_op(doc, OP_RENAME);
-}
+/* The same rename: the same target and dropTarget (the running one learnt more). Both
+ * names are locked in X. */
+static const char *const rename_same[] = {"to", "dropTarget", NULL};
+static shard_ddl_kind_t rename_kind = {
+    .op = OP_RENAME, .db_mode = SHARD_DDL_IX, .also = "to", .same_fields = rename_same};
 
-/* The same rename: the same target and dropTarget (the running one learnt more). */
-static bool
-same_rename(const bson_t *running, const bson_t *request)
-{
-    bson_iter_t a, b;
-
-    if (doc_bool(running, "dropTarget") != doc_bool(request, "dropTarget")) {
-        return false;
-    }
-    return bson_iter_init_find(&a, running, "to") && bson_iter_init_find(&b, request, "to") &&
-           BSON_ITER_HOLDS_UTF8(&a) && BSON_ITER_HOLDS_UTF8(&b) &&
-           strcmp(bson_iter_utf8(&a, NULL), bson_iter_utf8(&b, NULL)) == 0;
-}
-
-shl_coord_type_t shard_rename_coll_type = {
-    .name = "RenameCollectionCoordinator",
-    .coll = SHARD_DDL_COORD_COLL,
-    .phases = rename_phases,
-    .nphases = sizeof rename_phases / sizeof rename_phases[0],
-    .same = same_rename,
-    .owns = owns_rename,
-    .acquire = rename_acquire,
-    .release = rename_release,
-    .report_held = shard_ddl_coll_lock_report,
-    .max_attempts = -1,
-    .backoff_ms = 100,
-};
+SHARD_DDL_DEFINE_TYPE(shard_rename_coll_type, "RenameCollectionCoordinator", rename_phases,
+                      rename_kind);
 
 /* ---------------------------------------------------------------------- entry points */
 
 int
 shard_ddl_rename_collection(shl_coord_service_t *svc, const char *from, const char *to,
-                            bool drop_target, shl_status_t *st)
+                            bool drop_target, const bson_t *dbv, shl_status_t *st)
 {
-    bson_t doc = BSON_INITIALIZER, id, result;
+    bson_t fields = BSON_INITIALIZER;
     int ret;
 
-    BSON_APPEND_DOCUMENT_BEGIN(&doc, "_id", &id);
-    BSON_APPEND_UTF8(&id, "namespace", from);
-    BSON_APPEND_UTF8(&id, "operationType", OP_RENAME);
-    bson_append_document_end(&doc, &id);
-    BSON_APPEND_UTF8(&doc, "to", to);
-    BSON_APPEND_BOOL(&doc, "dropTarget", drop_target);
-    ret = shl_coord_run(svc, &shard_rename_coll_type, &doc, 0, &result, st);
-    bson_destroy(&result);
-    bson_destroy(&doc);
+    BSON_APPEND_UTF8(&fields, "to", to);
+    BSON_APPEND_BOOL(&fields, "dropTarget", drop_target);
+    ret = shard_ddl_start(svc, &shard_rename_coll_type, from, &fields, dbv, NULL, st);
+    bson_destroy(&fields);
     return ret;
 }
 
@@ -437,6 +336,7 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     shard_state_t *s = shard_state(op);
     const char *coll = NULL, *to_s = NULL;
     bool found = false, drop_target = false;
+    bson_t dbv;
     shl_ns_t from, to;
     int ret = 0;
 
@@ -465,7 +365,8 @@ cmd_rename_collection(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
                  from.full, to.full);
     }
     SHL_ERR(shard_ddl_check_primary(s, op, from.full, st));
-    SHL_ERR(shard_ddl_rename_collection(s->coords, from.full, to.full, drop_target, st));
+    SHL_ERR(shard_ddl_rename_collection(s->coords, from.full, to.full, drop_target,
+                                        shard_ddl_cmd_dbv(cmd, &dbv), st));
 done:
     return ret;
 }

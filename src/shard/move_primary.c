@@ -20,6 +20,7 @@
 #include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/stmt_batch.h"
+#include "shard/ddl_coordinator_base.h"
 #include "shard/migration_private.h"
 #include "shard/shard_private.h"
 
@@ -1004,7 +1005,88 @@ done:
     return ret;
 }
 
-/* _shardsvrMovePrimary: db, to (admin db of the database's primary shard). */
+static bool
+op_interrupted(void *arg)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+
+    return shl_op_check_interrupt(arg, &st) != 0;
+}
+
+/* config.changelog "movePrimary.start" on the config server, as MongoDB's primary shard logs
+ * it (ShardingLogging); best effort. */
+static void
+log_start(shard_state_t *s, const char *db, const char *from, const char *to)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    bson_t cmd = BSON_INITIALIZER, docs, doc, details, reply = BSON_INITIALIZER;
+    bson_oid_t oid;
+    char id[SHL_SHARD_ID_MAX + 64], oidstr[25];
+    int64_t now = shl_clock_wall_ms();
+
+    bson_oid_init(&oid, NULL);
+    bson_oid_to_string(&oid, oidstr);
+    snprintf(id, sizeof(id), "%s-%lld-%s", from, (long long)now, oidstr);
+    BSON_APPEND_UTF8(&cmd, "insert", "changelog");
+    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &docs);
+    BSON_APPEND_DOCUMENT_BEGIN(&docs, "0", &doc);
+    BSON_APPEND_UTF8(&doc, "_id", id);
+    BSON_APPEND_UTF8(&doc, "shard", from);
+    BSON_APPEND_DATE_TIME(&doc, "time", now);
+    BSON_APPEND_UTF8(&doc, "what", "movePrimary.start");
+    BSON_APPEND_UTF8(&doc, "ns", db);
+    BSON_APPEND_DOCUMENT_BEGIN(&doc, "details", &details);
+    BSON_APPEND_UTF8(&details, "from", from);
+    BSON_APPEND_UTF8(&details, "to", to);
+    bson_append_document_end(&doc, &details);
+    bson_append_document_end(&docs, &doc);
+    bson_append_array_end(&cmd, &docs);
+    bson_destroy(&reply);
+    if (shard_config_cmd(s, "config", &cmd, MP_TIMEOUT_MS, &reply, &st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4170250, "could not write config.changelog", "what",
+                        BCON_UTF8("movePrimary.start"), "error", BCON_UTF8(st.reason));
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
+}
+
+/*
+ * The move under the database's DDL lock in X (MongoDB 7.0's flow: the router sends
+ * _shardsvrMovePrimary to the primary shard, which locks, then asks the config server): the
+ * collection DDL coordinators of the database (IX) finish first and new ones wait; once held,
+ * the request's databaseVersion is checked again (a database dropped and created again, or
+ * moved, while this waited is not moved with the old version). The config server holds no
+ * lock meanwhile, so a coordinator committing there cannot deadlock against the move.
+ */
+static int
+locked_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bson_t *reply,
+            shl_status_t *st)
+{
+    shard_identity_t id;
+    bson_t dbv_view;
+    const bson_t *dbv = shard_ddl_cmd_dbv(op->body, &dbv_view);
+    bool locked = false;
+    int ret = 0;
+
+    SHL_ERR(shard_ddl_lock_acquire(s->ddl_locks, db, SHARD_DDL_X, "movePrimary", 0, op_interrupted,
+                                   op, st));
+    locked = true;
+    if (dbv != NULL) {
+        SHL_ERR(shard_ddl_check_db_version(s, db, dbv, st));
+    }
+    if (shard_get_identity(s, &id) && strcmp(id.shard_name, to) != 0) {
+        log_start(s, db, id.shard_name, to);
+    }
+    SHL_ERR(run_move(s, op, db, to, reply, st));
+done:
+    if (locked) {
+        shard_ddl_lock_release(s->ddl_locks, db, SHARD_DDL_X);
+    }
+    return ret;
+}
+
+/* _shardsvrMovePrimary: db, to, databaseVersion? (the database's primary shard; from the
+ * router, on the database itself or admin). */
 static int
 cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -1040,7 +1122,8 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     }
     if (s->move_primary_db != NULL) {
         ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                             "movePrimary of %s to %s is in progress on this shard",
+                             "Another movePrimary of %s is already running with different "
+                             "arguments (to %s)",
                              s->move_primary_db, s->move_primary_to);
     } else {
         s->move_primary_db = bson_strdup(db);
@@ -1050,7 +1133,8 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
     }
     pthread_mutex_unlock(&s->mig_mu);
     SHL_ERR(ret);
-    SHL_ERR(run_move(s, op, db, to, reply, st));
+    SHL_ERR(shard_ddl_check_primary(s, op, db, st));
+    SHL_ERR(locked_move(s, op, db, to, reply, st));
 done:
     if (registered) {
         pthread_mutex_lock(&s->mig_mu);
@@ -1089,7 +1173,7 @@ done:
 static const shl_command_t move_primary_cmds[] = {
     {.name = "_shardsvrMovePrimary",
      .run = cmd_shardsvr_move_primary,
-     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
+     .flags = SHL_CMD_INTERNAL | SHL_CMD_NEEDS_PRIMARY,
      .help = "internal: move a database's unsharded collections to another shard (its primary)"},
     {.name = "_shardsvrReceiveSessionHistory",
      .run = cmd_receive_session_history,

@@ -160,7 +160,7 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     shard_txn_coord_init(s);
     shard_txn_coord_register(reg);
     s->ddl_locks = shard_ddl_locks_new();
-    shard_ddl_coords_setup(s->ddl_locks);
+    shard_ddl_coords_setup(s->ddl_locks, shard_ddl_check_db_version, s);
     shard_ddl_coords_register(reg);
     shard_drop_participant_register(reg);
     /* From here on the state belongs to the shutdown hook, error or not. */

@@ -251,6 +251,10 @@ shard_coll_meta_t *shard_meta_peek(shard_state_t *s, const char *ns);
 
 void shard_meta_release(shard_coll_meta_t *m);
 
+/* shard_ddl_check_db_version -- a DDL coordinator's databaseVersion check once it holds its
+ * locks (shard_ddl_db_check_fn; 'arg' the shard state): StaleDbVersion unless 'dbv' is the
+ * database's version (refreshed once) and this shard its primary. May block on a refresh. */
+int shard_ddl_check_db_version(void *arg, const char *ns, const bson_t *dbv, shl_status_t *st);
 /* shard_check_versions -- the db hook (shl_db_sharding_check_fn). */
 int shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                          shl_db_orphan_filter_t **filter, shl_status_t *st);
@@ -368,7 +372,7 @@ void shard_ddl_coords_recover(shard_state_t *s);
  * ShardingStateNotInitialized, UserWritesBlocked, StaleDbVersion. */
 int shard_ddl_check_primary(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st);
 /* shard_ddl_drain -- the db hook shl_db_ddl_drain_fn ('arg' the shard state): block (or
- * unblock) new DDL coordinators and wait for the running ones to end. */
+ * unblock) new DDL coordinators and movePrimary, and wait for the running ones to end. */
 int shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st);
 void shard_txn_coord_shutdown(shard_state_t *s);
 

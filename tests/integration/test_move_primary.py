@@ -294,14 +294,14 @@ def _crash_setup(mc, db):
     return r
 
 
-def test_donor_killed_before_commit_aborts(mc):
-    db = "mp_kill_before"
-    r = _crash_setup(mc, db)
-    r[db].a.create_index([("x", 1)])
+def _kill_donor_aborts(mc, db, point, held=None):
+    """Move db to shard1, kill -9 the donor while it is held at the fail point 'point' (after
+    'held()' checked the state there), restart it: the move is aborted -- db's primary is
+    still shard0, nothing is left on shard1, no coordinator document. Returns the donor."""
     donor = mc.shard_client(0)
-    t = run_to_fail_point(donor, "hangBeforeMovePrimaryCommit", _mover(mc, db), catch=PyMongoError)
-    # The clone reached the recipient; then the donor dies.
-    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    t = run_to_fail_point(donor, point, _mover(mc, db), catch=PyMongoError)
+    if held is not None:
+        held()
     mc.shards[0].kill()
     t.join(90)
     assert t.error is not None, "movePrimary succeeded although its donor was killed"
@@ -311,9 +311,34 @@ def test_donor_killed_before_commit_aborts(mc):
                what="the movePrimary coordinator document to be finished")
     assert _dbentry(mc, db)["primary"] == "shard0"
     assert _names(mc.shard_client(1), db) == []
+    return donor
+
+
+def test_donor_killed_before_commit_aborts(mc):
+    db = "mp_kill_before"
+    r = _crash_setup(mc, db)
+    r[db].a.create_index([("x", 1)])
+    # The clone reached the recipient; then the donor dies.
+    donor = _kill_donor_aborts(
+        mc, db, "hangBeforeMovePrimaryCommit",
+        lambda: mc.shard_client(1)[db].a.count_documents({}) == 300 or pytest.fail("no clone"))
     assert r[db].a.count_documents({}) == 300
     r[db].a.insert_one({"_id": 300})
     assert donor[db].a.count_documents({}) == 301
+
+
+def test_donor_killed_before_the_clone_aborts_and_a_retry_moves(mc):
+    # kill -9 with the database's DDL lock and writes blocked, the document written, nothing
+    # cloned: the restarted donor aborts (the lock was in memory: gone with the process);
+    # collection DDL and a new movePrimary then work.
+    db = "mp_kill_clone"
+    r = _crash_setup(mc, db)
+    _kill_donor_aborts(mc, db, "hangBeforeCloningData")
+    r.admin.command("shardCollection", db + ".sh", key={"x": 1})
+    r.admin.command("movePrimary", db, to="shard1")
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+    assert r[db].a.count_documents({}) == 300
 
 
 def test_donor_killed_after_commit_finishes_cleanup(mc):
@@ -518,12 +543,14 @@ def test_config_server_killed_before_the_clone(mc):
         mc.config.kill()
     finally:
         fail_point(donor, "hangBeforeCloningData", "off")
-    t.join(90)
-    assert err and not res, "movePrimary succeeded although the config server was killed"
-    # The clone reaches the recipient while the config server is down.
+    # The clone reaches the recipient while the config server is down; the request waits
+    # on the donor (it was sent there, not through the config server: MongoDB 7.0's flow).
     wait_until(lambda: mc.shard_client(1)[db].b.count_documents({}) == 50, timeout=60,
                what="the clone to reach the recipient")
+    assert t.is_alive()
     _restart_config(mc)
+    t.join(90)
+    assert not t.is_alive()
     _check_settled(mc, db, "shard1")
     mc.router_client().admin.command("movePrimary", db, to="shard0")
     _check_settled(mc, db, "shard0", extra=1)
@@ -542,8 +569,6 @@ def test_config_server_killed_before_answering_the_commit(mc):
     wait_hung()
     assert _dbentry(mc, db)["primary"] == "shard1"
     mc.config.kill()
-    t.join(90)
-    assert err and not res
     # The donor still holds its critical section: a write cannot slip in on it (it times
     # out there, or fails earlier on the router without the config server).
     try:
@@ -554,6 +579,8 @@ def test_config_server_killed_before_answering_the_commit(mc):
         pass
     assert mc.shard_client(0)[db].a.count_documents({"_id": "lost?"}) == 0
     _restart_config(mc)
+    t.join(90)
+    assert not t.is_alive()
     _check_settled(mc, db, "shard1")
     mc.router_client().admin.command("movePrimary", db, to="shard0")
     _check_settled(mc, db, "shard0", extra=1)
@@ -575,7 +602,7 @@ def test_config_server_killed_before_the_cleanup(mc):
     finally:
         fail_point(donor, "hangBeforeMovePrimaryCleanup", "off")
     t.join(90)
-    assert err and not res
+    assert not t.is_alive()
     wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({"_id": db}) == 0,
                timeout=60, what="the donor's cleanup without the config server")
     assert _names(donor, db) == ["sh"]
@@ -624,20 +651,115 @@ def test_retry_joins_the_running_move(mc):
         catch=PyMongoError)
     first.join(60)
     assert not first.is_alive() and first.error is not None, first.result
-    # The retry waits for the config server's request of the first one.
-    _retry_joins(mc, r, db, mc.config, 4200132)
+    # The retry reaches the donor (MongoDB 7.0's flow: the router sends _shardsvrMovePrimary
+    # to the primary shard), which is still moving the database: it joins there.
+    _retry_joins(mc, r, db, mc.shards[0], 4200308)
 
 
 def test_retry_after_config_server_restart_joins_the_move_on_the_donor(mc):
     db = "mp_join_restart"
     r = _crash_setup(mc, db)
-    # The config server dies under the first request; the donor, held before the commit,
-    # goes on.
-    first = run_to_fail_point(mc.shard_client(0), "hangBeforeMovePrimaryCommit", _mover(mc, db),
-                              catch=PyMongoError)
+    # The first request gives up while the donor is held before the commit, and the config
+    # server dies and comes back meanwhile; the donor goes on.
+    first = run_to_fail_point(
+        mc.shard_client(0), "hangBeforeMovePrimaryCommit",
+        lambda: mc.router_client().admin.command("movePrimary", db, to="shard1", maxTimeMS=1000),
+        catch=PyMongoError)
     mc.config.kill()
     first.join(90)
     assert not first.is_alive() and first.error is not None, first.result
     mc.config.start()
     # The retry reaches the donor, which is still moving the database: it joins there.
     _retry_joins(mc, r, db, mc.shards[0], 4200308)
+
+
+def test_move_waits_for_a_running_ddl_coordinator(mc):
+    # MongoDB 7.0's flow: the primary shard takes the database's DDL lock in X before it
+    # asks the config server anything. A shardCollection coordinator holding the database
+    # in IX, held before its commit on the config server, makes the move wait (it used to
+    # deadlock: the config server held its database mutex while it called the shard, and
+    # the coordinator's commit needed that mutex); then both finish.
+    db = "mp_ddl_wait"
+    r = _crash_setup(mc, db)
+    donor = mc.shard_client(0)
+    fail_point(donor, "hangBeforeCoordinatorPhase", "alwaysOn",
+               {"type": "CreateCollectionCoordinator", "phase": "commit"})
+    create = None
+    move = None
+    try:
+        wait = hang(donor, "hangBeforeCoordinatorPhase")
+        create = Background(lambda: r.admin.command("shardCollection", db + ".sh",
+                                                    key={"x": 1}), catch=PyMongoError)
+        wait()
+        move = Background(_mover(mc, db), catch=PyMongoError)
+        wait_until(lambda: any(op.get("desc") == "CreateCollectionCoordinator"
+                               for op in donor.admin.command("currentOp")["inprog"]),
+                   what="the coordinator in currentOp")
+        time.sleep(0.3)  # the move is waiting for the lock: nothing may have moved
+        assert not move.done and _dbentry(mc, db)["primary"] == "shard0"
+    finally:
+        fail_point(donor, "hangBeforeCoordinatorPhase", "off")
+    create.join(60)
+    move.join(90)
+    assert create.done, create.error
+    assert move.done, move.error
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert config_db(mc).collections.find_one({"_id": db + ".sh"})["key"] == {"x": 1}
+    assert mc.shard_client(1)[db].a.count_documents({}) == 300
+
+
+def test_ddl_waiting_behind_the_move_runs_on_the_new_primary(mc):
+    # A drop that passed the old primary's version check while the move held the database
+    # waits for the DDL lock; once it has it, the databaseVersion is checked again
+    # (StaleDbVersion), and the router sends it to the new primary.
+    db = "mp_ddl_behind"
+    r = _crash_setup(mc, db)
+    r[db].b.insert_one({"_id": 1})
+    donor = mc.shard_client(0)
+    move = run_to_fail_point(donor, "hangBeforeCloningData", _mover(mc, db), catch=PyMongoError)
+    drop = None
+    try:
+        drop = Background(lambda: mc.router_client(1)[db].drop_collection("b"),
+                          catch=PyMongoError)
+        time.sleep(0.3)
+        assert not drop.done
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+    move.join(90)
+    drop.join(60)
+    assert move.done, move.error
+    assert drop.done, drop.error
+    assert _dbentry(mc, db)["primary"] == "shard1"
+    assert "b" not in _names(mc.shard_client(1), db)
+    assert "b" not in _names(mc.shard_client(0), db)
+    assert _names(mc.shard_client(1), db) == ["a"]
+
+
+def test_user_write_blocking_drains_a_running_move(mc):
+    # Enabling user write blocking first drains the DDL on the shards (prepare phase): it
+    # waits for the running movePrimary, and a new one is refused until blocking ends.
+    db = "mp_uwb"
+    r = _crash_setup(mc, db)
+    donor = mc.shard_client(0)
+    move = run_to_fail_point(donor, "hangBeforeCloningData", _mover(mc, db), catch=PyMongoError)
+    block = None
+    try:
+        block = Background(lambda: r.admin.command("setUserWriteBlockMode", 1,
+                                                   **{"global": True}), catch=PyMongoError)
+        time.sleep(0.3)
+        assert not block.done and block.error is None
+    finally:
+        fail_point(donor, "hangBeforeCloningData", "off")
+    move.join(90)
+    block.join(60)
+    try:
+        assert move.done, move.error
+        assert block.done, block.error
+        assert _dbentry(mc, db)["primary"] == "shard1"
+        with pytest.raises(OperationFailure) as e:
+            r.admin.command("movePrimary", db, to="shard0")
+        assert e.value.code == 371  # UserWritesBlocked
+    finally:
+        r.admin.command("setUserWriteBlockMode", 1, **{"global": False})
+    r.admin.command("movePrimary", db, to="shard0")
+    assert _dbentry(mc, db)["primary"] == "shard0"

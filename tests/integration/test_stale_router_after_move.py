@@ -1,0 +1,70 @@
+"""A stale router never misses documents right after a chunk migration (issue 17 item 5):
+one router moves a chunk back and forth while the other, which has not seen the moves,
+reads the whole collection after each one. The donor and the recipient both answer the
+stale router's old versions with StaleConfig, so it refreshes and reads all of them."""
+import threading
+
+import pytest
+
+from shale_fixtures import module_cluster
+
+
+@pytest.fixture(scope="module")
+def cl(request):
+    with module_cluster(request, shards=2, routers=2) as c:
+        yield c
+
+
+def make_sharded(cl, db, n=20):
+    r = cl.router_client()
+    ns = "%s.c" % db
+    r.admin.command("enableSharding", db, primaryShard=cl.shard_name(0))
+    r.admin.command("shardCollection", ns, key={"a": 1})
+    r.admin.command("split", ns, middle={"a": 0})
+    r.admin.command("moveChunk", ns, find={"a": 0}, to=cl.shard_name(1))
+    r[db].c.insert_many([{"a": i - n // 2} for i in range(n)])
+    return r, ns
+
+
+def test_the_other_router_reads_everything_after_each_move(cl):
+    r, ns = make_sharded(cl, "srm")
+    other = cl.router_client(1)
+    assert other.srm.c.count_documents({}) == 20  # its routing is loaded before the moves
+    for k in range(6):
+        r.admin.command("moveChunk", ns, find={"a": -5}, to=cl.shard_name((k + 1) % 2),
+                        _waitForDelete=True)
+        if k % 2 == 0:
+            assert other.srm.c.count_documents({}) == 20, k
+        else:
+            assert len(list(other.srm.c.find({}, {"_id": 0}))) == 20, k
+
+
+def test_after_a_refine_and_a_move(cl):
+    r, ns = make_sharded(cl, "srf")
+    other = cl.router_client(1)
+    r.srf.c.create_index([("a", 1), ("b", 1)])
+    other.admin.command("refineCollectionShardKey", ns, key={"a": 1, "b": 1})
+    r.admin.command("moveChunk", ns, find={"a": -5, "b": 1}, to=cl.shard_name(1))
+    assert other.srf.c.count_documents({}) == 20
+
+
+def test_reads_during_the_moves_see_everything(cl):
+    r, ns = make_sharded(cl, "srd")
+    other = cl.router_client(1)
+    seen = []
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            seen.append(other.srd.c.count_documents({}))
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for k in range(6):
+            r.admin.command("moveChunk", ns, find={"a": -5}, to=cl.shard_name((k + 1) % 2),
+                            _waitForDelete=True)
+    finally:
+        stop.set()
+        t.join()
+    assert seen and all(n == 20 for n in seen), [n for n in seen if n != 20]
