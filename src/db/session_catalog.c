@@ -65,6 +65,9 @@ struct db_session {
     int64_t child_txn_number;
     int prepared_children; /* its children's prepared transactions (guarded by the catalog's
                               mu; the catalog's cv is broadcast when one ends) */
+    /* The txnNumber of its own transaction while that is prepared, -1: none (guarded by the
+     * catalog's mu; the catalog's cv is broadcast when it leaves the prepared state). */
+    int64_t prepared_txn;
     child_answer_t *answers;
     size_t nanswers, capanswers;
 };
@@ -223,6 +226,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->cat = cat;
         s->txn_number = -1;
         s->child_txn_number = -1;
+        s->prepared_txn = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -365,9 +369,20 @@ done:
 
 /* ---------------------------------------------------------------- checkout */
 
-/* Check out the session of 'lsid' for 'op' (waiting while another has it) and load it. */
+/* With cat->mu held: whether 'op' must wait before it checks out 's' -- another operation
+ * has it, or ('newer') the session's own transaction is prepared and op->txn_number is newer
+ * (MongoDB: a new transaction or retryable write on a session blocks behind its prepared
+ * transaction until the decision arrives, which needs the session checked in). */
+static bool
+session_busy_locked(const db_session_t *s, const shl_op_ctx_t *op, bool newer)
+{
+    return s->checked_out ||
+           (newer && s->prepared_txn >= 0 && op->has_txn_number && op->txn_number > s->prepared_txn);
+}
+
+/* Check out the session of 'lsid' for 'op' (waiting while session_busy_locked) and load it. */
 static int
-session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid, bool newer,
                 db_session_t **out, shl_status_t *st)
 {
     int ret = 0;
@@ -377,7 +392,7 @@ session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *l
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, lsid);
     s->waiters++;
-    while (s->checked_out) {
+    while (session_busy_locked(s, op, newer)) {
         ret = shl_op_check_interrupt(op, st);
         if (ret != 0) {
             break;
@@ -479,7 +494,7 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     db_session_t *s = NULL;
     char id[37];
 
-    ret = session_acquire(cat, op, &op->lsid_key, &s, st);
+    ret = session_acquire(cat, op, &op->lsid_key, true, &s, st);
     if (ret != 0) {
         goto done;
     }
@@ -508,7 +523,7 @@ int
 db_session_checkout_txn(db_session_catalog_t *cat, shl_op_ctx_t *op, db_session_t **out,
                         shl_status_t *st)
 {
-    return session_acquire(cat, op, &op->lsid_key, out, st);
+    return session_acquire(cat, op, &op->lsid_key, op->start_transaction, out, st);
 }
 
 void
@@ -545,7 +560,7 @@ int
 db_session_checkout_lsid(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
                          db_session_t **out, shl_status_t *st)
 {
-    return session_acquire(cat, op, lsid, out, st);
+    return session_acquire(cat, op, lsid, false, out, st);
 }
 
 db_session_t *
@@ -603,20 +618,25 @@ done:
 }
 
 void
-db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared)
+db_session_txn_prepared(db_session_catalog_t *cat, const shl_lsid_t *lsid, int64_t txn_number,
+                        bool prepared)
 {
     shl_lsid_t parent;
     db_session_t *s;
 
-    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+    if (cat == NULL) {
         return;
     }
-    shl_lsid_parent(child, &parent);
     pthread_mutex_lock(&cat->mu);
-    s = session_get(cat, &parent);
-    s->prepared_children += prepared ? 1 : -1;
-    if (s->prepared_children < 0) {
-        s->prepared_children = 0;
+    s = session_get(cat, lsid);
+    s->prepared_txn = prepared ? txn_number : -1;
+    if (lsid->child && lsid->has_parent_txn_number) {
+        shl_lsid_parent(lsid, &parent);
+        s = session_get(cat, &parent);
+        s->prepared_children += prepared ? 1 : -1;
+        if (s->prepared_children < 0) {
+            s->prepared_children = 0;
+        }
     }
     if (!prepared) {
         pthread_cond_broadcast(&cat->cv);
@@ -728,7 +748,7 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
         goto done;
     }
     shl_lsid_parent(&op->lsid_key, &parent);
-    SHL_ERR(session_acquire(cat, op, &parent, &s, st));
+    SHL_ERR(session_acquire(cat, op, &parent, false, &s, st));
     if (s->txn_number == op->lsid_key.parent_txn_number) {
         ts = stmt_map_get(&s->stmts, stmt_id);
     }
@@ -1329,7 +1349,7 @@ migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_
     bool sentinel = false;
 
     db_stmt_recorder_init(&rec, op);
-    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, &s, st));
+    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, false, &s, st));
     if (ids[0].txn_number < s->txn_number) {
         goto done; /* older writes */
     }

@@ -46,7 +46,9 @@ void db_session_catalog_destroy(db_session_catalog_t *cat);
 /*
  * db_session_checkout --
  *     Check out the session of 'op' (op->lsid_key) for its retryable write op->txn_number:
- *     wait while another operation has it (interruptible: MaxTimeMSExpired, Interrupted);
+ *     wait while another operation has it or, for a newer txnNumber, while the session's
+ *     transaction is prepared (db_session_txn_prepared; interruptible: MaxTimeMSExpired,
+ *     Interrupted);
  *     load its state on first use; then a lower txnNumber than the session's is
  *     TransactionTooOld (225) and a higher one starts a new retryable write (the statements
  *     of the old one are forgotten). On success op->session is set; check it in with
@@ -58,7 +60,8 @@ void db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op);
 /*
  * db_session_checkout_txn / db_session_checkin_txn --
  *     Check out the session of 'op' for a statement of a multi-document transaction
- *     (txn_participant.c decides about the txnNumber), waiting as db_session_checkout does;
+ *     (txn_participant.c decides about the txnNumber), waiting as db_session_checkout does
+ *     (for a newer startTransaction, behind the session's prepared transaction too);
  *     op->session stays NULL (the statement is no retryable write). _lsid: another session
  *     (killSessions, the transaction reaper), with 'op' the waiting operation.
  */
@@ -221,19 +224,23 @@ void db_stmt_recorder_commit(db_stmt_recorder_t *r);
  *     TransactionTooOld (225) when its parent already started a newer retryable write (itself
  *     or through another child); a newer one than the parent's forgets the parent's answers.
  *     For the same write, waits while another child of it is prepared (its answers come with
- *     its decision; db_session_child_prepared). Takes the catalog's mutex.
+ *     its decision; db_session_txn_prepared). Takes the catalog's mutex.
  */
 int db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st);
 
 /*
- * db_session_child_prepared --
- *     The transaction of retryable child session 'child' became prepared (true) or left that
- *     state (false). While one is prepared, a retry of its parent's write waits (db_session_
- *     checkout of the parent for that txnNumber, db_session_child_begin): the coordinator
- *     answers the router once its decision is durable, before this shard has it. Other
- *     sessions: no-op. Takes the catalog's mutex.
+ * db_session_txn_prepared --
+ *     The transaction 'txn_number' of session 'lsid' became prepared (true) or left that state
+ *     (false). While it is prepared, an operation with a newer txnNumber on the session (a
+ *     retryable write, db_session_checkout; a startTransaction, db_session_checkout_txn) waits
+ *     for the decision instead of failing with PreparedTransactionInProgress, as in MongoDB
+ *     (interruptible: MaxTimeMSExpired, Interrupted). For a retryable child session, while it
+ *     is prepared a retry of its parent's write waits too (db_session_checkout of the parent
+ *     for that txnNumber, db_session_child_begin): the coordinator answers the router once its
+ *     decision is durable, before this shard has it. Takes the catalog's mutex.
  */
-void db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared);
+void db_session_txn_prepared(db_session_catalog_t *cat, const shl_lsid_t *lsid, int64_t txn_number,
+                             bool prepared);
 
 /*
  * db_session_child_commit --

@@ -428,8 +428,8 @@ db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
     t->nans++;
 }
 
-/* t->state = to, telling the session catalog when a retryable child's transaction enters or
- * leaves the prepared state (db_session_child_prepared). */
+/* t->state = to, telling the session catalog when the transaction enters or leaves the
+ * prepared state (db_session_txn_prepared). */
 static void
 txn_set_state(db_txn_t *t, txn_state_t to)
 {
@@ -437,7 +437,7 @@ txn_set_state(db_txn_t *t, txn_state_t to)
 
     t->state = to;
     if (was != is && t->reg->node != NULL) {
-        db_session_child_prepared(t->reg->node->sessions, &t->lsid, is);
+        db_session_txn_prepared(t->reg->node->sessions, &t->lsid, t->txn_number, is);
     }
 }
 

@@ -34,6 +34,7 @@ class Raw:
         if start:
             c["startTransaction"] = True
         c.update(extra)
+        c = {k: v for k, v in c.items() if v is not None}  # None drops a field (autocommit)
         c["$db"] = db
         return wire_util.command(self.sock, c)
 
@@ -524,3 +525,52 @@ def test_read_only_participant_prepares_and_commits(rs_node):
     assert r["ok"] == 1
     assert raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)["ok"] == 1
     raw.close()
+
+
+def test_new_transaction_on_a_session_waits_behind_its_prepared_one(rs_node):
+    """MongoDB: a new transaction (or retryable write) on a session blocks behind the session's
+    prepared transaction until its decision arrives, instead of failing with
+    PreparedTransactionInProgress; a newer txnNumber without startTransaction is
+    NoSuchTransaction at once; the wait ends at maxTimeMS."""
+    c = _client(rs_node)
+    raw = Raw(rs_node)
+    pts = _prepare(raw, 1, [{"_id": "w1"}], coll="pw")
+    # Error precedence: no startTransaction is no wait.
+    assert raw("test", {"insert": "pw", "documents": [{"_id": "x"}]}, 2)["code"] == 251
+    # The wait is bounded by the statement's maxTimeMS.
+    r = raw("test", {"insert": "pw", "documents": [{"_id": "x"}]}, 2, start=True, maxTimeMS=200)
+    assert r["code"] == 50, r
+    res = {}
+    later = Raw(rs_node, lsid=raw.lsid)
+
+    def next_txn():
+        res["ins"] = later("test", {"insert": "pw", "documents": [{"_id": "w2"}]}, 2, start=True)
+        res["commit"] = later("admin", {"commitTransaction": 1}, 2)
+
+    th = threading.Thread(target=next_txn)
+    th.start()
+
+    def waiting():
+        ops = c.admin.command({"currentOp": 1, "active": True})["inprog"]
+        return [o for o in ops if o.get("command", {}).get("insert") == "pw"]
+
+    shale_wait(waiting, timeout=10, what="the new transaction waiting in currentOp")
+    assert th.is_alive()
+    cts = Timestamp(pts.time, pts.inc + 1)
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
+    th.join(10)
+    assert res["ins"]["ok"] == 1, res
+    assert res["commit"]["ok"] == 1, res
+    assert sorted(d["_id"] for d in c.test.pw.find()) == ["w1", "w2"]
+    # A retryable write with a newer txnNumber waits for an abort decision the same way.
+    _prepare(raw, 3, [{"_id": "w3"}], coll="pw")
+    th = threading.Thread(target=lambda: res.update(rw=later(
+        "test", {"insert": "pw", "documents": [{"_id": "w4"}]}, 4, autocommit=None)))
+    th.start()
+    shale_wait(waiting, timeout=10, what="the retryable write waiting in currentOp")
+    assert raw("admin", {"abortTransaction": 1}, 3)["ok"] == 1
+    th.join(10)
+    assert res["rw"]["ok"] == 1 and res["rw"]["n"] == 1, res
+    assert sorted(d["_id"] for d in c.test.pw.find()) == ["w1", "w2", "w4"]
+    raw.close()
+    later.close()

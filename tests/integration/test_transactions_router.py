@@ -12,7 +12,7 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
 import wire_util
-from shale_fixtures import module_cluster, wait_until
+from shale_fixtures import Background, fail_point, module_cluster, wait_until
 
 NS = "txr.acct"
 
@@ -360,3 +360,44 @@ def test_create_collection_inside_a_transaction(cl):
         c.txr.gone_with_abort.insert_one({"_id": 3}, session=s)
         s.abort_transaction()
     assert "gone_with_abort" not in c.txr.list_collection_names()
+
+
+def test_next_transaction_waits_for_the_previous_decision(cl):
+    """The coordinator answers commitTransaction once its decision is durable, before it
+    delivers it: the session's next transaction reaches participants still prepared and waits
+    there (as MongoDB's do) instead of failing with PreparedTransactionInProgress."""
+    c = cl.router.client()
+    coord = cl.shard_client(0)
+
+    runs = []
+
+    def transfer(s):
+        runs.append(1)
+        c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -1}}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+
+    total = sum(balances(c).values())
+    with c.start_session() as s:
+        # Held before delivering: the first commit answers, both shards stay prepared.
+        data = {"type": "TransactionCoordinator", "phase": "waitingForDecisionAcks"}
+        entered = fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn", data)["count"]
+        try:
+            s.with_transaction(transfer)
+            wait_until(lambda: fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                                          data)["count"] > entered,
+                       what="the coordinator to hold its decision's delivery")
+            nxt = Background(lambda: s.with_transaction(transfer))
+            wait_until(lambda: [o for o in coord.admin.command("currentOp")["inprog"]
+                                if o.get("command", {}).get("update") == "acct"],
+                       what="the next transaction's statement waiting on shard0")
+            assert not nxt.done
+        finally:
+            fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+        nxt.join(30)
+        assert nxt.done and nxt.error is None, nxt.error
+        # Back to back, many times: every start meets (or not) the last one still prepared,
+        # and waits: no attempt fails with a transient error and runs again.
+        for _ in range(40):
+            s.with_transaction(transfer)
+    assert len(runs) == 42
+    assert sum(balances(c).values()) == total
