@@ -65,6 +65,9 @@ struct db_session {
     int64_t child_txn_number;
     int prepared_children; /* its children's prepared transactions (guarded by the catalog's
                               mu; the catalog's cv is broadcast when one ends) */
+    /* Its children's open transactions (in progress or prepared) for child_txn_number
+     * (guarded by the catalog's mu; the catalog's cv is broadcast when one ends). */
+    int open_children;
     /* The txnNumber of its own transaction while that is prepared, -1: none (guarded by the
      * catalog's mu; the catalog's cv is broadcast when it leaves the prepared state). */
     int64_t prepared_txn;
@@ -466,6 +469,7 @@ parent_write_begin_locked(db_session_catalog_t *cat, db_session_t *s, int64_t tx
 
     if (txn_number > s->child_txn_number) {
         s->child_txn_number = txn_number;
+        s->open_children = 0; /* those of older writes no longer count */
         answers_clear(s);
     } else if (txn_number == s->child_txn_number) {
         wait_prepared_children_locked(cat, s);
@@ -599,22 +603,57 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
 /* ---------------------------------------------------------------- child sessions */
 
 int
-db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st)
+db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *child,
+                       shl_status_t *st)
 {
     shl_lsid_t parent;
     db_session_t *s;
+    int64_t n;
     int ret = 0;
 
     if (cat == NULL || !child->child || !child->has_parent_txn_number) {
         goto done;
     }
     shl_lsid_parent(child, &parent);
+    n = child->parent_txn_number;
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, &parent);
-    ret = parent_write_begin_locked(cat, s, child->parent_txn_number, true, st);
+    ret = parent_write_begin_locked(cat, s, n, true, st);
+    /* Another attempt of the same write still open (MongoDB: RetryableTransactionInProgress,
+     * on which the shard waits for it to end): wait, then the retry finds its answers. */
+    while (ret == 0 && op != NULL && s->open_children > 0 && s->child_txn_number == n) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&cat->cv, &cat->mu, CHECKOUT_SLICE_MS);
+    }
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;
+}
+
+void
+db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool open)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL || !child->child || !child->has_parent_txn_number) {
+        return;
+    }
+    shl_lsid_parent(child, &parent);
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, &parent);
+    if (s->child_txn_number == child->parent_txn_number) {
+        s->open_children += open ? 1 : -1;
+        if (s->open_children < 0) {
+            s->open_children = 0;
+        }
+    }
+    if (!open) {
+        pthread_cond_broadcast(&cat->cv);
+    }
+    pthread_mutex_unlock(&cat->mu);
 }
 
 void
@@ -852,7 +891,7 @@ recover_child(db_session_catalog_t *cat, shl_storage_txn_t *txn, shl_collection_
         answers[n] = bson_copy(&answer);
         n++;
     }
-    (void)db_session_child_begin(cat, child, &ignored);
+    (void)db_session_child_begin(cat, NULL, child, &ignored);
     db_session_child_commit(cat, child, ts, ids, answers, n);
     SHL_LOG_DEBUG(1, TXN, 7170010, "recovered the answers of a retryable internal transaction",
                  "parentTxnNumber", BCON_INT64(child->parent_txn_number), "statements",

@@ -220,13 +220,27 @@ void db_stmt_recorder_commit(db_stmt_recorder_t *r);
 
 /*
  * db_session_child_begin --
- *     A transaction starts on session 'child' (nothing unless it is a retryable child):
- *     TransactionTooOld (225) when its parent already started a newer retryable write (itself
- *     or through another child); a newer one than the parent's forgets the parent's answers.
- *     For the same write, waits while another child of it is prepared (its answers come with
- *     its decision; db_session_txn_prepared). Takes the catalog's mutex.
+ *     A transaction starts on session 'child' for 'op' (nothing unless it is a retryable
+ *     child): TransactionTooOld (225) when its parent already started a newer retryable write
+ *     (itself or through another child); a newer one than the parent's forgets the parent's
+ *     answers. For the same write, waits while another child of it is prepared (its answers
+ *     come with its decision; db_session_txn_prepared), and while another attempt of it is
+ *     open (db_session_child_open; MongoDB's RetryableTransactionInProgress, which its shard
+ *     waits out): a retry through another router then finds the first attempt's answers
+ *     instead of running twice. That wait ends at op's maxTimeMS or a kill (op NULL: no
+ *     wait); an abandoned attempt ends at transactionLifetimeLimitSeconds. Takes the
+ *     catalog's mutex.
  */
-int db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st);
+int db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *child,
+                           shl_status_t *st);
+
+/*
+ * db_session_child_open --
+ *     The transaction of retryable child session 'child' was opened (true) or ended,
+ *     committed or aborted (false): what db_session_child_begin waits on. Other sessions:
+ *     no-op. Takes the catalog's mutex.
+ */
+void db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool open);
 
 /*
  * db_session_txn_prepared --

@@ -152,6 +152,13 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if ((access == SHL_DB_SHARD_WRITE || access == SHL_DB_SHARD_DDL) && node != NULL) {
+        /* A collection another transaction created is its own until it ends. */
+        int ret = db_txn_wait_created(op, ns, st);
+        if (ret != 0) {
+            return ret;
+        }
+    }
     if (op->txn != NULL) {
         /* Noted before the version check lets a write in, so a migration that enters its
          * critical section after the check finds the transaction. */

@@ -146,12 +146,18 @@ list_add(db_txn_registry_t *reg, db_txn_t *t)
     reg->head = t;
     t->listed = true;
     pthread_mutex_unlock(&reg->mu);
+    if (reg->node != NULL) {
+        db_session_child_open(reg->node->sessions, &t->lsid, true);
+    }
 }
 
 static void
 list_remove(db_txn_registry_t *reg, db_txn_t *t)
 {
+    bool was;
+
     pthread_mutex_lock(&reg->mu);
+    was = t->listed;
     if (t->listed) {
         if (t->prev != NULL) {
             t->prev->next = t->next;
@@ -171,6 +177,9 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
     t->nns = 0;
     pthread_cond_broadcast(&reg->ended);
     pthread_mutex_unlock(&reg->mu);
+    if (was && reg->node != NULL) {
+        db_session_child_open(reg->node->sessions, &t->lsid, false);
+    }
 }
 
 /* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
@@ -526,6 +535,20 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
     pthread_mutex_unlock(&t->reg->mu);
 }
 
+/* With reg->mu held: whether an open transaction other than 'self' created 'ns'. */
+static bool
+created_by_other_locked(const db_txn_registry_t *reg, const db_txn_t *self, const char *ns)
+{
+    bool other = false;
+
+    for (const db_txn_t *t = reg->head; t != NULL && !other; t = t->next) {
+        for (size_t i = 0; t != self && i < t->ncreated && !other; i++) {
+            other = strcmp(t->created[i], ns) == 0;
+        }
+    }
+    return other;
+}
+
 bool
 db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
 {
@@ -537,32 +560,58 @@ db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
         return false;
     }
     pthread_mutex_lock(&reg->mu);
-    for (const db_txn_t *t = reg->head; t != NULL && !hidden; t = t->next) {
-        for (size_t i = 0; t != op->txn && i < t->ncreated && !hidden; i++) {
-            hidden = strcmp(t->created[i], ns) == 0;
-        }
-    }
+    hidden = created_by_other_locked(reg, op->txn, ns);
     pthread_mutex_unlock(&reg->mu);
     return hidden;
 }
 
-/* Forget the created collections (committed: they stay) or drop them (aborted). */
+int
+db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+{
+    const db_node_t *node = op->svc->role_state;
+    db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
+    int64_t limit_ms = -1, deadline_us = 0;
+    int ret = 0;
+
+    if (reg == NULL) {
+        return 0;
+    }
+    if (op->txn != NULL) {
+        limit_ms = shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis);
+        deadline_us = shl_clock_mono_us() + limit_ms * 1000;
+    }
+    pthread_mutex_lock(&reg->mu);
+    while (created_by_other_locked(reg, op->txn, ns)) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        if (limit_ms >= 0 && left_ms <= 0) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Unable to acquire IX lock on '%s' within %lldms", ns,
+                                 (long long)limit_ms);
+            break;
+        }
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu,
+                              limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
+}
+
+/* Forget the created collections (committed: they stay) or drop them (aborted). They stay
+ * listed (other writers wait: db_txn_wait_created) until the drops are done; only the owner
+ * changes the list, so reading it here needs no lock. */
 static void
 end_created(db_txn_t *t, bool drop)
 {
     char **created;
     size_t ncreated;
 
-    pthread_mutex_lock(&t->reg->mu);
-    created = t->created;
-    ncreated = t->ncreated;
-    t->created = NULL;
-    t->ncreated = 0;
-    pthread_mutex_unlock(&t->reg->mu);
-    for (size_t i = 0; i < ncreated; i++) {
-        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, created[i]) : NULL;
-        /* Other clients may have written to it since (it existed for them at once): a
-         * collection that holds committed documents stays. */
+    for (size_t i = 0; drop && i < t->ncreated; i++) {
+        shl_collection_t *coll = shl_catalog_get(t->reg->eng, t->created[i]);
+        /* Written before its creator ended by nobody else (writers wait), but a collection
+         * that holds committed documents stays all the same. */
         bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
         shl_collection_release(coll);
         if (empty) {
@@ -570,15 +619,24 @@ end_created(db_txn_t *t, bool drop)
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
             if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, created[i]);
+                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
             }
-            if (shl_catalog_drop_collection(t->reg->eng, created[i], &ts, &st) != 0 &&
+            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
                                 "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(created[i]), "error", BCON_UTF8(st.reason));
+                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
             }
         }
+    }
+    pthread_mutex_lock(&t->reg->mu);
+    created = t->created;
+    ncreated = t->ncreated;
+    t->created = NULL;
+    t->ncreated = 0;
+    pthread_cond_broadcast(&t->reg->ended);
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < ncreated; i++) {
         bson_free(created[i]);
     }
     bson_free(created);
@@ -803,7 +861,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     int ret = 0;
 
     /* A retryable internal transaction of an older write of its parent is refused. */
-    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL,
+    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL, op,
                                    db_session_lsid(s), st));
     t->reg = reg;
     t->session = s;

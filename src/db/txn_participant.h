@@ -123,6 +123,16 @@ void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
 
 /*
+ * db_txn_wait_created --
+ *     Before 'op' writes 'ns' (or runs DDL on it): wait while an open transaction other than
+ *     op's own created it (db_txn_ns_hidden), as MongoDB's writers wait for the collection
+ *     lock a transaction's create holds until it commits or aborts. A plain operation waits
+ *     until its maxTimeMS (MaxTimeMSExpired) or a kill; a transaction's statement at most
+ *     maxTransactionLockRequestTimeoutMillis, then LockTimeout (24, transient). Takes reg->mu.
+ */
+int db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+
+/*
  * db_txn_note_access --
  *     The operation's transaction (none: nothing) is about to read or write 'ns': until it
  *     ends, a DDL operation on 'ns' (db_txn_ddl_begin) waits for it, and a migration of 'ns'

@@ -5,13 +5,16 @@ shard moves it (WouldChangeOwningShard handled by the router in an internal tran
 child session), in a retryable write and in a client transaction; outside both MongoDB
 refuses it."""
 import os
+import uuid
 
 import pytest
+from bson import Binary, Int64
+from bson.binary import UUID_SUBTYPE
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 import wire_util
-from shale_fixtures import module_cluster
+from shale_fixtures import Background, module_cluster, wait_until
 
 DB = "itx"
 NS = DB + ".moves"
@@ -592,3 +595,59 @@ def test_retry_after_the_shard_restarted_applies_once(cl):
         assert c[DB].rtk.find_one({"_id": 1})["v"] == 1
     finally:
         again.close()
+
+
+def test_retry_racing_its_open_first_attempt_waits_and_applies_once(cl):
+    """A retry of a retryable write as a new internal transaction (a new txnUUID, e.g. through
+    a second router) while the first attempt's transaction is still open on the shard waits
+    for it (MongoDB: RetryableTransactionInProgress, which the shard waits out) and is then
+    answered from the first attempt's commit instead of running twice; the wait ends at the
+    retry's maxTimeMS; after an abort the retry runs."""
+    shard = cl.shard_client(0)
+    shard[DB].race.insert_one({"_id": "seed"})
+    parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+
+    def child():
+        return {"id": parent, "txnNumber": Int64(7), "txnUUID": Binary(uuid.uuid4().bytes,
+                                                                        UUID_SUBTYPE)}
+
+    def send(sock, lsid, cmd, db=DB, **extra):
+        body = dict(cmd, lsid=lsid, txnNumber=Int64(0), autocommit=False, **extra)
+        body["$db"] = db
+        return wire_util.command(sock, body)
+
+    def waiting():  # only the retry's insert is still running
+        return [o for o in shard.admin.command("currentOp")["inprog"]
+                if o.get("command", {}).get("insert") == "race"]
+
+    insert = {"insert": "race", "documents": [{"_id": "once", "n": 1}], "stmtId": 0}
+    socks = [wire_util.connect(cl.shards[0].port) for _ in range(3)]
+    try:
+        first, retry, late = child(), child(), child()
+        assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
+        # Bounded by the retry's maxTimeMS while the first attempt stays open.
+        r = send(socks[2], late, insert, startTransaction=True, maxTimeMS=200)
+        assert r["code"] == 50, r
+        res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
+        wait_until(waiting, what="the retry waiting for the first attempt")
+        assert not res.done
+        assert send(socks[0], first, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        res.join(10)
+        assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
+        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        assert shard[DB].race.count_documents({"_id": "once"}) == 1
+        # A first attempt that aborts leaves the retry to run the write.
+        parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+        first, retry = child(), child()
+        insert["documents"] = [{"_id": "after_abort"}]
+        assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
+        res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
+        wait_until(waiting, what="the retry waiting for the first attempt")
+        assert send(socks[0], first, {"abortTransaction": 1}, db="admin")["ok"] == 1
+        res.join(10)
+        assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
+        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        assert shard[DB].race.count_documents({"_id": "after_abort"}) == 1
+    finally:
+        for s in socks:
+            s.close()

@@ -574,3 +574,45 @@ def test_new_transaction_on_a_session_waits_behind_its_prepared_one(rs_node):
     assert sorted(d["_id"] for d in c.test.pw.find()) == ["w1", "w2", "w4"]
     raw.close()
     later.close()
+
+
+def test_others_wait_to_write_a_collection_a_transaction_creates(rs_node):
+    """MongoDB: a collection created inside a transaction is the transaction's until it ends
+    (its collection lock): a plain write waits (until its maxTimeMS), another transaction's
+    statement gets LockTimeout (transient); after the commit the waiting write lands in it,
+    after an abort the collection is gone and the write creates it anew."""
+    c = _client(rs_node)
+    other = _client(rs_node)
+    for commit in (True, False):
+        name = "pending_%s" % commit
+        with c.start_session() as s:
+            s.start_transaction()
+            c.test.create_collection(name, session=s)
+            c.test[name].insert_one({"_id": "txn"}, session=s)
+            with pytest.raises(OperationFailure) as e:
+                other.test.command({"insert": name, "documents": [{"_id": "x"}],
+                                    "maxTimeMS": 200})
+            assert e.value.code == 50
+            with other.start_session() as s2:
+                s2.start_transaction()
+                with pytest.raises(OperationFailure) as e:
+                    other.test[name].insert_one({"_id": "y"}, session=s2)
+                assert e.value.code == 24 and e.value.has_error_label(
+                    "TransientTransactionError")
+                s2.abort_transaction()
+            res = {}
+            th = threading.Thread(target=lambda: res.update(
+                id=other.test[name].insert_one({"_id": "later"}).inserted_id))
+            th.start()
+            shale_wait(lambda: [o for o in c.admin.command("currentOp")["inprog"]
+                                if o.get("command", {}).get("insert") == name],
+                       timeout=10, what="the plain insert waiting in currentOp")
+            assert th.is_alive()
+            if commit:
+                s.commit_transaction()
+            else:
+                s.abort_transaction()
+        th.join(10)
+        assert res["id"] == "later"
+        want = ["later", "txn"] if commit else ["later"]
+        assert sorted(d["_id"] for d in c.test[name].find()) == want
