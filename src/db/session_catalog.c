@@ -600,6 +600,9 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
     }
 }
 
+static int image_lookup(shl_storage_engine_t *eng, const shl_lsid_t *lsid, int64_t txn_number,
+                        uint64_t ts, const char *image_kind, bson_t *out, shl_status_t *st);
+
 /* ---------------------------------------------------------------- child sessions */
 
 int
@@ -799,8 +802,7 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
     SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
     bson_destroy(&entry);
     SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &have, st));
-    if (!have || fam) {
-        /* (A findAndModify's image is not looked up here: refused rather than run twice.) */
+    if (!have) {
         SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
                  "Incomplete history detected for transaction %lld: statement %d ran as a "
                  "retryable write whose answer cannot be rebuilt here",
@@ -813,7 +815,12 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
     if (bson_iter_init_find(&it, &w, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
         kind = bson_iter_utf8(&it, NULL);
     }
-    if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
+    if (fam) {
+        /* A findAndModify: its write and where, for its image (db_session_parent_image). */
+        BSON_APPEND_UTF8(out, "k", "F");
+        BSON_APPEND_DOCUMENT(out, "w", &w);
+        shl_bson_append_timestamp_u64(out, "ts", ts);
+    } else if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
         bson_iter_init_find(&it, &o, "_id")) {
         BSON_APPEND_UTF8(out, "k", "i");
         bson_append_iter(out, "_id", 3, &it);
@@ -1190,13 +1197,14 @@ done:
     return ret;
 }
 
-int
-db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
-                      shl_status_t *st)
+/* The image of kind 'image_kind' that the findAndModify at 'ts' of retryable write
+ * 'txn_number' of session 'lsid' stored (config.image_collection) into *out (always
+ * initialised). */
+static int
+image_lookup(shl_storage_engine_t *eng, const shl_lsid_t *lsid, int64_t txn_number, uint64_t ts,
+             const char *image_kind, bson_t *out, shl_status_t *st)
 {
     int ret = 0;
-    const db_session_t *s = op->session;
-    shl_storage_engine_t *eng = op->svc->storage;
     shl_collection_t *ic = shl_catalog_get(eng, DB_IMAGE_COLLECTION_NS);
     shl_storage_txn_t *txn = NULL;
     bson_t key = BSON_INITIALIZER, img = BSON_INITIALIZER, image;
@@ -1205,14 +1213,14 @@ db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kin
     char *lsid_str = NULL;
 
     bson_init(out);
-    shl_lsid_append(&key, "_id", &s->lsid);
+    shl_lsid_append(&key, "_id", lsid);
     if (ic != NULL) {
         SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
         bson_iter_init_find(&it, &key, "_id");
         bson_destroy(&img);
         SHL_ERR(shl_doc_find_by_id(txn, ic, bson_iter_value(&it), &img, NULL, &found, st));
     }
-    if (!found || shl_bson_int64_at(&img, "txnNum") != s->txn_number ||
+    if (!found || shl_bson_int64_at(&img, "txnNum") != txn_number ||
         !bson_iter_init_find(&it, &img, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it) ||
         shl_bson_iter_timestamp_u64(&it) != ts) {
         bson_t view;
@@ -1232,7 +1240,7 @@ db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kin
         lsid_str = shl_bson_to_string(&view);
         SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
                  "Incomplete transaction history for sessionId: %s txnNumber: %lld", lsid_str,
-                 (long long)s->txn_number);
+                 (long long)txn_number);
     }
     bson_destroy(out);
     bson_copy_to(&image, out);
@@ -1245,6 +1253,26 @@ done:
     bson_destroy(&key);
     bson_destroy(&img);
     return ret;
+}
+
+int
+db_session_parent_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                        shl_status_t *st)
+{
+    shl_lsid_t parent;
+
+    shl_lsid_parent(&op->lsid_key, &parent);
+    return image_lookup(op->svc->storage, &parent, op->lsid_key.parent_txn_number, ts, image_kind,
+                        out, st);
+}
+
+int
+db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                      shl_status_t *st)
+{
+    const db_session_t *s = op->session;
+
+    return image_lookup(op->svc->storage, &s->lsid, s->txn_number, ts, image_kind, out, st);
 }
 
 /* config.transactions {_id: lsid, txnNum, lastWriteOpTime: {ts, t}, lastWriteDate} */

@@ -194,8 +194,11 @@ int db_stmt_recorder_image(db_stmt_recorder_t *r, shl_storage_txn_t *txn, const 
  *     The image (*out, always initialised) a retried findAndModify returns: the document
  *     stored for the checked-out session's retryable write at entry 'ts' with kind
  *     'image_kind'. Errors: IncompleteTransactionHistory (217) when it is missing, of
- *     another write, or invalidated.
+ *     another write, or invalidated. _parent_image: the same for the parent session's write
+ *     of a retryable child 'op' (the findAndModify db_session_parent_answer found at 'ts').
  */
+int db_session_parent_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind,
+                            bson_t *out, shl_status_t *st);
 int db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
                           shl_status_t *st);
 
@@ -281,8 +284,9 @@ bool db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, 
  *     the parent session's own retryable history for that write has statement 'stmt_id' (a
  *     plain retryable write, or one migrated here from a donor); *out (always initialised) is
  *     then its answer as db_session_child_answer gives it. Checks the parent session out
- *     for the look (may wait for it). Errors: IncompleteTransactionHistory (217) when it ran
- *     but its answer cannot be rebuilt ('fam': a findAndModify, whose image is not looked up).
+ *     for the look (may wait for it). For a findAndModify ('fam') the answer is {k: "F", w:
+ *     its write as the oplog holds it, ts: its entry}, whose image db_session_parent_image
+ *     finds. Errors: IncompleteTransactionHistory (217) when it ran but its entry is gone.
  */
 int db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
                              bool fam, bson_t *out, bool *found, shl_status_t *st);

@@ -1617,6 +1617,12 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         SHL_FAIL(st, SHL_CODE_TRANSACTION_COMMITTED,
                  "Transaction with { txnNumber: %lld } has been committed.",
                  (long long)t->txn_number);
+    } else if (t->ncreated > 0) {
+        /* MongoDB 7.0: a collection created in the transaction is no prepared state (its
+         * create is committed DDL here): the transaction aborts and its coordinator with it. */
+        abort_unprepared(op, t);
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "Cannot create new collections inside distributed transactions");
     } else {
         kill_cursors(op, t);
         ret = db_txn_prepare_storage(t, &ts, st);

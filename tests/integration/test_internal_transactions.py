@@ -651,3 +651,48 @@ def test_retry_racing_its_open_first_attempt_waits_and_applies_once(cl):
     finally:
         for s in socks:
             s.close()
+
+
+def test_find_and_modify_retried_in_a_child_transaction_is_answered_from_its_image(cl):
+    """A findAndModify that ran as a plain retryable write (here, or on a migration's donor
+    that sent its history and image along) and is retried inside a retryable internal
+    transaction of the same write is answered from its image, not refused (217) nor run
+    again."""
+    c = cl.router.client()
+    reshard(c, "famimg")
+    c[DB].famimg.insert_many([{"_id": 1, "x": -5, "v": 0}, {"_id": 2, "x": -6, "v": 0}])
+    parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+
+    def run(shard, cmd, lsid, txn_number, db=DB, **extra):
+        sock = wire_util.connect(cl.shards[shard].port)
+        try:
+            return wire_util.command(sock, dict(cmd, lsid=lsid, txnNumber=Int64(txn_number),
+                                                 stmtId=0, **extra, **{"$db": db}))
+        finally:
+            sock.close()
+
+    def retry_in_child(shard, cmd, n):
+        child = {"id": parent, "txnNumber": Int64(n),
+                 "txnUUID": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        r = run(shard, cmd, child, 0, startTransaction=True, autocommit=False)
+        commit = run(shard, {"commitTransaction": 1}, child, 0, db="admin", autocommit=False)
+        assert commit["ok"] == 1, commit
+        return r
+
+    upd = {"findAndModify": "famimg", "query": {"_id": 1}, "update": {"$inc": {"v": 1}},
+           "new": True}
+    first = run(0, upd, {"id": parent}, 1)
+    assert first["value"] == {"_id": 1, "x": -5, "v": 1}, first
+    r = retry_in_child(0, upd, 1)
+    assert r["ok"] == 1 and r["retriedStmtId"] == 0, r
+    assert r["value"] == first["value"] and r["lastErrorObject"] == first["lastErrorObject"]
+    # After a migration, on the recipient, from the image the donor sent.
+    rem = {"findAndModify": "famimg", "query": {"_id": 2}, "remove": True}
+    first = run(0, rem, {"id": parent}, 2)
+    assert first["value"] == {"_id": 2, "x": -6, "v": 0}, first
+    c.admin.command("moveChunk", DB + ".famimg", find={"x": -5}, to="shard1")
+    r = retry_in_child(1, rem, 2)
+    assert r["ok"] == 1 and r["retriedStmtId"] == 0, r
+    assert r["value"] == first["value"]
+    assert c[DB].famimg.find_one({"_id": 1})["v"] == 1
+    assert c[DB].famimg.count_documents({"_id": 2}) == 0

@@ -401,3 +401,27 @@ def test_next_transaction_waits_for_the_previous_decision(cl):
             s.with_transaction(transfer)
     assert len(runs) == 42
     assert sum(balances(c).values()) == total
+
+
+def test_create_in_a_cross_shard_write_transaction_fails_commit(cl):
+    """MongoDB 7.0: a collection created in a transaction cannot be prepared, so a transaction
+    that creates one and writes on another shard fails its commit with
+    OperationNotSupportedInTransaction (263) and leaves nothing; with one write shard (the
+    others only read) it commits."""
+    c = cl.router.client()
+    before = balances(c)
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.create_collection("made_cross", session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 5}}, session=s)
+        with pytest.raises(OperationFailure) as e:
+            s.commit_transaction()
+        assert e.value.code == 263, e.value.details
+    assert "made_cross" not in c.txr.list_collection_names()
+    assert balances(c) == before
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.create_collection("made_single", session=s)
+        assert c.txr.acct.find_one({"x": 1}, session=s)["_id"] == "b"  # shard1 only reads
+        s.commit_transaction()
+    assert "made_single" in c.txr.list_collection_names()
