@@ -278,13 +278,29 @@ db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_statu
 
 /* Count the open transactions other than 'self' that used 'ns' (wrote it, if writers_only),
  * prepared and not (reg->mu held). */
+/* Whether 't' wrote a document of 'ns' that 'range' holds, as far as its observed writes
+ * tell (reg->mu held). */
+static bool
+wrote_in_range_locked(const db_txn_t *t, const char *ns, const db_txn_range_t *range)
+{
+    bool in = false;
+
+    for (size_t i = 0; i < t->nobs && !in; i++) {
+        in = strcmp(t->obs_ns[i], ns) == 0 &&
+             ((t->obs_pre[i] != NULL && range->holds(range->arg, t->obs_pre[i])) ||
+              (t->obs_post[i] != NULL && range->holds(range->arg, t->obs_post[i])));
+    }
+    return in;
+}
+
 static void
 count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns, bool db_wide,
-                   bool writers_only, int *prepared, int *unprepared)
+                   bool writers_only, const db_txn_range_t *range, int *prepared,
+                   int *unprepared)
 {
     *prepared = *unprepared = 0;
     for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
-        if (t == self) {
+        if (t == self || (range != NULL && !wrote_in_range_locked(t, ns, range))) {
             continue;
         }
         for (size_t i = 0; i < t->nns; i++) {
@@ -304,7 +320,8 @@ count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns,
  * unprepared ones at most unprepared_max_ms (-1: no limit), then LockTimeout. */
 static int
 wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
-           bool writers_only, int64_t unprepared_max_ms, shl_status_t *st)
+           bool writers_only, const db_txn_range_t *range, int64_t unprepared_max_ms,
+           shl_status_t *st)
 {
     int ret = 0;
     int prepared = 0, unprepared = 0;
@@ -314,7 +331,8 @@ wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wid
 
     pthread_mutex_lock(&reg->mu);
     for (;;) {
-        count_users_locked(reg, self, ns, db_wide, writers_only, &prepared, &unprepared);
+        count_users_locked(reg, self, ns, db_wide, writers_only, range, &prepared,
+                           &unprepared);
         if (prepared == 0 && unprepared == 0) {
             break;
         }
@@ -343,9 +361,9 @@ wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wid
 
 int
 db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
-                    int64_t unprepared_max_ms, shl_status_t *st)
+                    const db_txn_range_t *range, int64_t unprepared_max_ms, shl_status_t *st)
 {
-    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, unprepared_max_ms, st);
+    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, range, unprepared_max_ms, st);
 }
 
 int
@@ -363,7 +381,7 @@ db_txn_ddl_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool 
     reg->ddls[reg->nddls].db_wide = db_wide;
     reg->nddls++;
     pthread_mutex_unlock(&reg->mu);
-    ret = wait_users(reg, op, ns, db_wide, false, -1, st);
+    ret = wait_users(reg, op, ns, db_wide, false, NULL, -1, st);
     if (ret != 0) {
         db_txn_ddl_end(reg, ns, db_wide);
     }
@@ -464,21 +482,32 @@ publish_answers(db_txn_t *t, uint64_t ts)
 static void
 drop_observed(db_txn_t *t)
 {
-    for (size_t i = 0; i < t->nobs; i++) {
-        bson_free(t->obs_ns[i]);
-        if (t->obs_pre[i] != NULL) {
-            bson_destroy(t->obs_pre[i]);
-        }
-        if (t->obs_post[i] != NULL) {
-            bson_destroy(t->obs_post[i]);
-        }
-    }
-    bson_free(t->obs_ns);
-    bson_free(t->obs_pre);
-    bson_free(t->obs_post);
+    char **ns;
+    bson_t **pre, **post;
+    size_t n;
+
+    /* Taken off under reg->mu: a migration's wait reads them (count_users_locked). */
+    pthread_mutex_lock(&t->reg->mu);
+    ns = t->obs_ns;
+    pre = t->obs_pre;
+    post = t->obs_post;
+    n = t->nobs;
     t->obs_ns = NULL;
     t->obs_pre = t->obs_post = NULL;
     t->nobs = t->capobs = 0;
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < n; i++) {
+        bson_free(ns[i]);
+        if (pre[i] != NULL) {
+            bson_destroy(pre[i]);
+        }
+        if (post[i] != NULL) {
+            bson_destroy(post[i]);
+        }
+    }
+    bson_free(ns);
+    bson_free(pre);
+    bson_free(post);
 }
 
 void
@@ -489,6 +518,7 @@ db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, con
     if (t == NULL) {
         return;
     }
+    pthread_mutex_lock(&t->reg->mu); /* a migration's wait reads them (count_users_locked) */
     if (t->nobs == t->capobs) {
         t->capobs = t->capobs ? t->capobs * 2 : 8;
         t->obs_ns = bson_realloc(t->obs_ns, t->capobs * sizeof(*t->obs_ns));
@@ -499,6 +529,7 @@ db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, con
     t->obs_pre[t->nobs] = pre != NULL ? bson_copy(pre) : NULL;
     t->obs_post[t->nobs] = post != NULL ? bson_copy(post) : NULL;
     t->nobs++;
+    pthread_mutex_unlock(&t->reg->mu);
 }
 
 /* The transaction committed: the shard role learns its observed writes. */
