@@ -330,6 +330,38 @@ def test_snapshot_error_on_first_statement_retries_at_a_new_time(cl):
         fail_point(shard1, "failCommand", "off")
 
 
+def test_snapshot_error_on_a_write_retries_only_as_the_first_statement(cl):
+    """The write path as mongos: a snapshot error of the first statement starts the
+    transaction over at a newer atClusterTime (the user sees success, the write applies
+    once); on a later statement it fails with TransientTransactionError."""
+    c = cl.router.client()
+    shard1 = cl.shard_client(1)
+    before = balances(c)["b"]
+    snap = ReadConcern("snapshot")
+    fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                     "errorCode": 239,
+                                                     "failInternalCommands": True})
+    try:
+        with c.start_session() as s:
+            with s.start_transaction(read_concern=snap):
+                c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+        assert balances(c)["b"] == before + 1
+        fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                         "errorCode": 239,
+                                                         "failInternalCommands": True})
+        with c.start_session() as s:
+            s.start_transaction(read_concern=snap)
+            assert c.txr.acct.find_one({"x": -1}, session=s) is not None
+            with pytest.raises(OperationFailure) as e:
+                c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+            assert e.value.code == 239
+            assert e.value.has_error_label("TransientTransactionError"), e.value.details
+            s.abort_transaction()
+    finally:
+        fail_point(shard1, "failCommand", "off")
+    assert balances(c)["b"] == before + 1
+
+
 def test_node_driver_with_transaction_through_the_router(cl):
     import json
     import os
