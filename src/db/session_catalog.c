@@ -635,6 +635,16 @@ done:
     return ret;
 }
 
+/* One more ('up') or one fewer (never below zero) in counter '*n' (under cat->mu). */
+static void
+count_step(int *n, bool up)
+{
+    *n += up ? 1 : -1;
+    if (*n < 0) {
+        *n = 0;
+    }
+}
+
 void
 db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool open)
 {
@@ -648,10 +658,7 @@ db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool o
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, &parent);
     if (s->child_txn_number == child->parent_txn_number) {
-        s->open_children += open ? 1 : -1;
-        if (s->open_children < 0) {
-            s->open_children = 0;
-        }
+        count_step(&s->open_children, open);
     }
     if (!open) {
         pthread_cond_broadcast(&cat->cv);
@@ -675,10 +682,7 @@ db_session_txn_prepared(db_session_catalog_t *cat, const shl_lsid_t *lsid, int64
     if (lsid->child && lsid->has_parent_txn_number) {
         shl_lsid_parent(lsid, &parent);
         s = session_get(cat, &parent);
-        s->prepared_children += prepared ? 1 : -1;
-        if (s->prepared_children < 0) {
-            s->prepared_children = 0;
-        }
+        count_step(&s->prepared_children, prepared);
     }
     if (!prepared) {
         pthread_cond_broadcast(&cat->cv);
