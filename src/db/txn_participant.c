@@ -119,6 +119,9 @@ struct db_txn_registry {
     size_t nddls;
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
+    /* Collections the listed transactions created (their 'created' entries): 0 lets every
+     * write skip db_txn_wait_created's look under mu. */
+    atomic_llong created_open;
 };
 
 /* ---------------------------------------------------------------- registry */
@@ -563,6 +566,7 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
     pthread_mutex_lock(&t->reg->mu);
     t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
     t->created[t->ncreated++] = bson_strdup(ns);
+    atomic_fetch_add(&t->reg->created_open, 1);
     pthread_mutex_unlock(&t->reg->mu);
 }
 
@@ -587,7 +591,7 @@ db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
     db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
     bool hidden = false;
 
-    if (reg == NULL) {
+    if (reg == NULL || atomic_load(&reg->created_open) == 0) {
         return false;
     }
     pthread_mutex_lock(&reg->mu);
@@ -604,7 +608,7 @@ db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
     int64_t limit_ms = -1, deadline_us = 0;
     int ret = 0;
 
-    if (reg == NULL) {
+    if (reg == NULL || atomic_load(&reg->created_open) == 0) {
         return 0;
     }
     if (op->txn != NULL) {
@@ -665,6 +669,7 @@ end_created(db_txn_t *t, bool drop)
     ncreated = t->ncreated;
     t->created = NULL;
     t->ncreated = 0;
+    atomic_fetch_sub(&t->reg->created_open, (long long)ncreated);
     pthread_cond_broadcast(&t->reg->ended);
     pthread_mutex_unlock(&t->reg->mu);
     for (size_t i = 0; i < ncreated; i++) {
