@@ -226,27 +226,28 @@ done:
 }
 
 /*
- * A retried findAndModify that already wrote: its outcome from the oplog entry at 'ts' (a
+ * A retried findAndModify that already wrote: its outcome from its write 'entry' at 'ts' (a
  * delete, an update or an upsert's insert) and the document it returned from the image
- * stored with it, as the original reply had them.
+ * stored with it, as the original reply had them; 'parent': the write is the parent
+ * session's, retried in a retryable internal transaction of it (db_session_parent_image).
  */
 static int
-fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
+fam_from_history(shl_op_ctx_t *op, const bson_t *entry, uint64_t ts, bool parent, fam_unit_t *u,
+                 shl_status_t *st)
 {
     int ret = 0;
-    bson_t entry, o, image = BSON_INITIALIZER;
+    bson_t o, image = BSON_INITIALIZER;
     bson_iter_t it;
     const char *kind = "", *image_kind = NULL;
 
-    SHL_ERR(db_session_read_entry(op, ts, &entry, st));
-    if (bson_iter_init_find(&it, &entry, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
+    if (bson_iter_init_find(&it, entry, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
         kind = bson_iter_utf8(&it, NULL);
     }
-    if (bson_iter_init_find(&it, &entry, "needsRetryImage") && BSON_ITER_HOLDS_UTF8(&it)) {
+    if (bson_iter_init_find(&it, entry, "needsRetryImage") && BSON_ITER_HOLDS_UTF8(&it)) {
         image_kind = bson_iter_utf8(&it, NULL);
-    } else if (bson_has_field(&entry, "preImageOpTime")) {
+    } else if (bson_has_field(entry, "preImageOpTime")) {
         image_kind = "preImage"; /* migrated from a donor, which sent the image along */
-    } else if (bson_has_field(&entry, "postImageOpTime")) {
+    } else if (bson_has_field(entry, "postImageOpTime")) {
         image_kind = "postImage";
     }
     /* The retry must ask for what the original did (MongoDB's compatibility checks). */
@@ -276,7 +277,7 @@ fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
     if (strcmp(kind, "i") == 0) {
         /* An upsert: the inserted document is the entry's. */
         u->found = false;
-        if (shl_bson_get_subdoc(&entry, "o", &o)) {
+        if (shl_bson_get_subdoc(entry, "o", &o)) {
             if (bson_iter_init_find(&it, &o, "_id")) {
                 bson_value_copy(bson_iter_value(&it), &u->upserted_id);
                 u->upserted = true;
@@ -288,15 +289,29 @@ fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
     } else if (image_kind != NULL) {
         u->updated_existing = strcmp(kind, "u") == 0;
         bson_destroy(&image);
-        SHL_ERR(db_session_find_image(op, ts, image_kind, &image, st));
+        SHL_ERR(parent ? db_session_parent_image(op, ts, image_kind, &image, st)
+                       : db_session_find_image(op, ts, image_kind, &image, st));
         u->value = bson_copy(&image);
     } else {
         SHL_FAIL(st, 40607, "No pre-image available for findAndModify retry request");
     }
     db_op_note_write_ts(ts);
 done:
-    bson_destroy(&entry);
     bson_destroy(&image);
+    return ret;
+}
+
+/* A retried findAndModify of the op's own retryable write that already wrote (entry 'ts'). */
+static int
+fam_retried(shl_op_ctx_t *op, uint64_t ts, fam_unit_t *u, shl_status_t *st)
+{
+    bson_t entry;
+    int ret = db_session_read_entry(op, ts, &entry, st);
+
+    if (ret == 0) {
+        ret = fam_from_history(op, &entry, ts, false, u, st);
+    }
+    bson_destroy(&entry);
     return ret;
 }
 
@@ -451,6 +466,20 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         SHL_ERR(db_session_parent_answer(node->sessions, op, stmt_id[0], true, &answer, &retried,
                                          st));
     }
+    u.remove = remove;
+    u.return_new = return_new;
+    u.upsert = upsert;
+    if (retried && bson_has_field(&answer, "w")) {
+        /* It ran as a plain retryable write of the parent session (here, or on a donor that
+         * sent its history and image along): answered from that history and image. */
+        bson_t w;
+        bson_iter_t tit;
+        if (!shl_bson_get_subdoc(&answer, "w", &w) || !bson_iter_init_find(&tit, &answer, "ts")) {
+            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "malformed findAndModify history");
+        }
+        SHL_ERR(fam_from_history(op, &w, shl_bson_iter_timestamp_u64(&tit), true, &u, st));
+        goto reply; /* which adds retriedStmtId */
+    }
     if (retried) {
         /* It ran in a retryable internal transaction of the user's write. */
         SHL_ERR(answer_reply(&answer, remove, return_new, reply, st));
@@ -459,9 +488,6 @@ cmd_find_and_modify(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         goto done;
     }
     SHL_ERR(db_session_stmt_executed(op, stmt_id[0], &retried_ts, &retried, st));
-    u.remove = remove;
-    u.return_new = return_new;
-    u.upsert = upsert;
     if (retried) {
         /* A retried retryable write that ran: answered from its history, not run again. */
         SHL_ERR(fam_retried(op, retried_ts, &u, st));

@@ -467,6 +467,17 @@ cmd_insert(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             db_op_note_write_ts(ts);
         }
     }
+    /* ... or a retry as a new retryable internal transaction of a statement another attempt
+     * of the user's write committed. */
+    for (size_t i = 0; op->session == NULL && user_ids && db_txn_records_stmts(op) && i < n; i++) {
+        bson_t answer;
+        items[i].retried = db_session_child_answer(node->sessions, op, stmt_ids[i], &answer);
+        bson_destroy(&answer);
+        if (items[i].retried) {
+            res.n++;
+            shl_write_result_add_retried(&res, stmt_ids[i]);
+        }
+    }
     u.items = items;
     u.stmt_ids = stmt_ids;
     u.ordered = ordered;

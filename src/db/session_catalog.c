@@ -65,6 +65,12 @@ struct db_session {
     int64_t child_txn_number;
     int prepared_children; /* its children's prepared transactions (guarded by the catalog's
                               mu; the catalog's cv is broadcast when one ends) */
+    /* Its children's open transactions (in progress or prepared) for child_txn_number
+     * (guarded by the catalog's mu; the catalog's cv is broadcast when one ends). */
+    int open_children;
+    /* The txnNumber of its own transaction while that is prepared, -1: none (guarded by the
+     * catalog's mu; the catalog's cv is broadcast when it leaves the prepared state). */
+    int64_t prepared_txn;
     child_answer_t *answers;
     size_t nanswers, capanswers;
 };
@@ -223,6 +229,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->cat = cat;
         s->txn_number = -1;
         s->child_txn_number = -1;
+        s->prepared_txn = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -365,9 +372,20 @@ done:
 
 /* ---------------------------------------------------------------- checkout */
 
-/* Check out the session of 'lsid' for 'op' (waiting while another has it) and load it. */
+/* With cat->mu held: whether 'op' must wait before it checks out 's' -- another operation
+ * has it, or ('newer') the session's own transaction is prepared and op->txn_number is newer
+ * (MongoDB: a new transaction or retryable write on a session blocks behind its prepared
+ * transaction until the decision arrives, which needs the session checked in). */
+static bool
+session_busy_locked(const db_session_t *s, const shl_op_ctx_t *op, bool newer)
+{
+    return s->checked_out ||
+           (newer && s->prepared_txn >= 0 && op->has_txn_number && op->txn_number > s->prepared_txn);
+}
+
+/* Check out the session of 'lsid' for 'op' (waiting while session_busy_locked) and load it. */
 static int
-session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
+session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid, bool newer,
                 db_session_t **out, shl_status_t *st)
 {
     int ret = 0;
@@ -377,7 +395,7 @@ session_acquire(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *l
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, lsid);
     s->waiters++;
-    while (s->checked_out) {
+    while (session_busy_locked(s, op, newer)) {
         ret = shl_op_check_interrupt(op, st);
         if (ret != 0) {
             break;
@@ -451,6 +469,7 @@ parent_write_begin_locked(db_session_catalog_t *cat, db_session_t *s, int64_t tx
 
     if (txn_number > s->child_txn_number) {
         s->child_txn_number = txn_number;
+        s->open_children = 0; /* those of older writes no longer count */
         answers_clear(s);
     } else if (txn_number == s->child_txn_number) {
         wait_prepared_children_locked(cat, s);
@@ -479,7 +498,7 @@ db_session_checkout(db_session_catalog_t *cat, shl_op_ctx_t *op, shl_status_t *s
     db_session_t *s = NULL;
     char id[37];
 
-    ret = session_acquire(cat, op, &op->lsid_key, &s, st);
+    ret = session_acquire(cat, op, &op->lsid_key, true, &s, st);
     if (ret != 0) {
         goto done;
     }
@@ -508,7 +527,7 @@ int
 db_session_checkout_txn(db_session_catalog_t *cat, shl_op_ctx_t *op, db_session_t **out,
                         shl_status_t *st)
 {
-    return session_acquire(cat, op, &op->lsid_key, out, st);
+    return session_acquire(cat, op, &op->lsid_key, op->start_transaction, out, st);
 }
 
 void
@@ -545,7 +564,7 @@ int
 db_session_checkout_lsid(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *lsid,
                          db_session_t **out, shl_status_t *st)
 {
-    return session_acquire(cat, op, lsid, out, st);
+    return session_acquire(cat, op, lsid, false, out, st);
 }
 
 db_session_t *
@@ -581,29 +600,53 @@ db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op)
     }
 }
 
+static int image_lookup(shl_storage_engine_t *eng, const shl_lsid_t *lsid, int64_t txn_number,
+                        uint64_t ts, const char *image_kind, bson_t *out, shl_status_t *st);
+
 /* ---------------------------------------------------------------- child sessions */
 
 int
-db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st)
+db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *child,
+                       shl_status_t *st)
 {
     shl_lsid_t parent;
     db_session_t *s;
+    int64_t n;
     int ret = 0;
 
     if (cat == NULL || !child->child || !child->has_parent_txn_number) {
         goto done;
     }
     shl_lsid_parent(child, &parent);
+    n = child->parent_txn_number;
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, &parent);
-    ret = parent_write_begin_locked(cat, s, child->parent_txn_number, true, st);
+    ret = parent_write_begin_locked(cat, s, n, true, st);
+    /* Another attempt of the same write still open (MongoDB: RetryableTransactionInProgress,
+     * on which the shard waits for it to end): wait, then the retry finds its answers. */
+    while (ret == 0 && op != NULL && s->open_children > 0 && s->child_txn_number == n) {
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&cat->cv, &cat->mu, CHECKOUT_SLICE_MS);
+    }
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;
 }
 
+/* One more ('up') or one fewer (never below zero) in counter '*n' (under cat->mu). */
+static void
+count_step(int *n, bool up)
+{
+    *n += up ? 1 : -1;
+    if (*n < 0) {
+        *n = 0;
+    }
+}
+
 void
-db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared)
+db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool open)
 {
     shl_lsid_t parent;
     db_session_t *s;
@@ -614,9 +657,32 @@ db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bo
     shl_lsid_parent(child, &parent);
     pthread_mutex_lock(&cat->mu);
     s = session_get(cat, &parent);
-    s->prepared_children += prepared ? 1 : -1;
-    if (s->prepared_children < 0) {
-        s->prepared_children = 0;
+    if (s->child_txn_number == child->parent_txn_number) {
+        count_step(&s->open_children, open);
+    }
+    if (!open) {
+        pthread_cond_broadcast(&cat->cv);
+    }
+    pthread_mutex_unlock(&cat->mu);
+}
+
+void
+db_session_txn_prepared(db_session_catalog_t *cat, const shl_lsid_t *lsid, int64_t txn_number,
+                        bool prepared)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+
+    if (cat == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&cat->mu);
+    s = session_get(cat, lsid);
+    s->prepared_txn = prepared ? txn_number : -1;
+    if (lsid->child && lsid->has_parent_txn_number) {
+        shl_lsid_parent(lsid, &parent);
+        s = session_get(cat, &parent);
+        count_step(&s->prepared_children, prepared);
     }
     if (!prepared) {
         pthread_cond_broadcast(&cat->cv);
@@ -728,7 +794,7 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
         goto done;
     }
     shl_lsid_parent(&op->lsid_key, &parent);
-    SHL_ERR(session_acquire(cat, op, &parent, &s, st));
+    SHL_ERR(session_acquire(cat, op, &parent, false, &s, st));
     if (s->txn_number == op->lsid_key.parent_txn_number) {
         ts = stmt_map_get(&s->stmts, stmt_id);
     }
@@ -740,8 +806,7 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
     SHL_ERR(shl_storage_txn_begin(cat->eng, NULL, &txn, st));
     bson_destroy(&entry);
     SHL_ERR(shl_record_get(txn, oplog, (int64_t)ts, &entry, &have, st));
-    if (!have || fam) {
-        /* (A findAndModify's image is not looked up here: refused rather than run twice.) */
+    if (!have) {
         SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
                  "Incomplete history detected for transaction %lld: statement %d ran as a "
                  "retryable write whose answer cannot be rebuilt here",
@@ -754,7 +819,12 @@ db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t st
     if (bson_iter_init_find(&it, &w, "op") && BSON_ITER_HOLDS_UTF8(&it)) {
         kind = bson_iter_utf8(&it, NULL);
     }
-    if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
+    if (fam) {
+        /* A findAndModify: its write and where, for its image (db_session_parent_image). */
+        BSON_APPEND_UTF8(out, "k", "F");
+        BSON_APPEND_DOCUMENT(out, "w", &w);
+        shl_bson_append_timestamp_u64(out, "ts", ts);
+    } else if (strcmp(kind, "i") == 0 && shl_bson_get_subdoc(&w, "o", &o) &&
         bson_iter_init_find(&it, &o, "_id")) {
         BSON_APPEND_UTF8(out, "k", "i");
         bson_append_iter(out, "_id", 3, &it);
@@ -832,7 +902,7 @@ recover_child(db_session_catalog_t *cat, shl_storage_txn_t *txn, shl_collection_
         answers[n] = bson_copy(&answer);
         n++;
     }
-    (void)db_session_child_begin(cat, child, &ignored);
+    (void)db_session_child_begin(cat, NULL, child, &ignored);
     db_session_child_commit(cat, child, ts, ids, answers, n);
     SHL_LOG_DEBUG(1, TXN, 7170010, "recovered the answers of a retryable internal transaction",
                  "parentTxnNumber", BCON_INT64(child->parent_txn_number), "statements",
@@ -1131,13 +1201,14 @@ done:
     return ret;
 }
 
-int
-db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
-                      shl_status_t *st)
+/* The image of kind 'image_kind' that the findAndModify at 'ts' of retryable write
+ * 'txn_number' of session 'lsid' stored (config.image_collection) into *out (always
+ * initialised). */
+static int
+image_lookup(shl_storage_engine_t *eng, const shl_lsid_t *lsid, int64_t txn_number, uint64_t ts,
+             const char *image_kind, bson_t *out, shl_status_t *st)
 {
     int ret = 0;
-    const db_session_t *s = op->session;
-    shl_storage_engine_t *eng = op->svc->storage;
     shl_collection_t *ic = shl_catalog_get(eng, DB_IMAGE_COLLECTION_NS);
     shl_storage_txn_t *txn = NULL;
     bson_t key = BSON_INITIALIZER, img = BSON_INITIALIZER, image;
@@ -1146,14 +1217,14 @@ db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kin
     char *lsid_str = NULL;
 
     bson_init(out);
-    shl_lsid_append(&key, "_id", &s->lsid);
+    shl_lsid_append(&key, "_id", lsid);
     if (ic != NULL) {
         SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
         bson_iter_init_find(&it, &key, "_id");
         bson_destroy(&img);
         SHL_ERR(shl_doc_find_by_id(txn, ic, bson_iter_value(&it), &img, NULL, &found, st));
     }
-    if (!found || shl_bson_int64_at(&img, "txnNum") != s->txn_number ||
+    if (!found || shl_bson_int64_at(&img, "txnNum") != txn_number ||
         !bson_iter_init_find(&it, &img, "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it) ||
         shl_bson_iter_timestamp_u64(&it) != ts) {
         bson_t view;
@@ -1173,7 +1244,7 @@ db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kin
         lsid_str = shl_bson_to_string(&view);
         SHL_FAIL(st, SHL_CODE_INCOMPLETE_TRANSACTION_HISTORY,
                  "Incomplete transaction history for sessionId: %s txnNumber: %lld", lsid_str,
-                 (long long)s->txn_number);
+                 (long long)txn_number);
     }
     bson_destroy(out);
     bson_copy_to(&image, out);
@@ -1186,6 +1257,26 @@ done:
     bson_destroy(&key);
     bson_destroy(&img);
     return ret;
+}
+
+int
+db_session_parent_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                        shl_status_t *st)
+{
+    shl_lsid_t parent;
+
+    shl_lsid_parent(&op->lsid_key, &parent);
+    return image_lookup(op->svc->storage, &parent, op->lsid_key.parent_txn_number, ts, image_kind,
+                        out, st);
+}
+
+int
+db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
+                      shl_status_t *st)
+{
+    const db_session_t *s = op->session;
+
+    return image_lookup(op->svc->storage, &s->lsid, s->txn_number, ts, image_kind, out, st);
 }
 
 /* config.transactions {_id: lsid, txnNum, lastWriteOpTime: {ts, t}, lastWriteDate} */
@@ -1329,7 +1420,7 @@ migrate_in_group(db_session_catalog_t *cat, shl_op_ctx_t *op, const db_migrated_
     bool sentinel = false;
 
     db_stmt_recorder_init(&rec, op);
-    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, &s, st));
+    SHL_ERR(session_acquire(cat, op, &ids[0].lsid, false, &s, st));
     if (ids[0].txn_number < s->txn_number) {
         goto done; /* older writes */
     }

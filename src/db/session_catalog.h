@@ -46,7 +46,9 @@ void db_session_catalog_destroy(db_session_catalog_t *cat);
 /*
  * db_session_checkout --
  *     Check out the session of 'op' (op->lsid_key) for its retryable write op->txn_number:
- *     wait while another operation has it (interruptible: MaxTimeMSExpired, Interrupted);
+ *     wait while another operation has it or, for a newer txnNumber, while the session's
+ *     transaction is prepared (db_session_txn_prepared; interruptible: MaxTimeMSExpired,
+ *     Interrupted);
  *     load its state on first use; then a lower txnNumber than the session's is
  *     TransactionTooOld (225) and a higher one starts a new retryable write (the statements
  *     of the old one are forgotten). On success op->session is set; check it in with
@@ -58,7 +60,8 @@ void db_session_checkin(db_session_catalog_t *cat, shl_op_ctx_t *op);
 /*
  * db_session_checkout_txn / db_session_checkin_txn --
  *     Check out the session of 'op' for a statement of a multi-document transaction
- *     (txn_participant.c decides about the txnNumber), waiting as db_session_checkout does;
+ *     (txn_participant.c decides about the txnNumber), waiting as db_session_checkout does
+ *     (for a newer startTransaction, behind the session's prepared transaction too);
  *     op->session stays NULL (the statement is no retryable write). _lsid: another session
  *     (killSessions, the transaction reaper), with 'op' the waiting operation.
  */
@@ -191,8 +194,11 @@ int db_stmt_recorder_image(db_stmt_recorder_t *r, shl_storage_txn_t *txn, const 
  *     The image (*out, always initialised) a retried findAndModify returns: the document
  *     stored for the checked-out session's retryable write at entry 'ts' with kind
  *     'image_kind'. Errors: IncompleteTransactionHistory (217) when it is missing, of
- *     another write, or invalidated.
+ *     another write, or invalidated. _parent_image: the same for the parent session's write
+ *     of a retryable child 'op' (the findAndModify db_session_parent_answer found at 'ts').
  */
+int db_session_parent_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind,
+                            bson_t *out, shl_status_t *st);
 int db_session_find_image(const shl_op_ctx_t *op, uint64_t ts, const char *image_kind, bson_t *out,
                           shl_status_t *st);
 
@@ -217,23 +223,41 @@ void db_stmt_recorder_commit(db_stmt_recorder_t *r);
 
 /*
  * db_session_child_begin --
- *     A transaction starts on session 'child' (nothing unless it is a retryable child):
- *     TransactionTooOld (225) when its parent already started a newer retryable write (itself
- *     or through another child); a newer one than the parent's forgets the parent's answers.
- *     For the same write, waits while another child of it is prepared (its answers come with
- *     its decision; db_session_child_prepared). Takes the catalog's mutex.
+ *     A transaction starts on session 'child' for 'op' (nothing unless it is a retryable
+ *     child): TransactionTooOld (225) when its parent already started a newer retryable write
+ *     (itself or through another child); a newer one than the parent's forgets the parent's
+ *     answers. For the same write, waits while another child of it is prepared (its answers
+ *     come with its decision; db_session_txn_prepared), and while another attempt of it is
+ *     open (db_session_child_open; MongoDB's RetryableTransactionInProgress, which its shard
+ *     waits out): a retry through another router then finds the first attempt's answers
+ *     instead of running twice. That wait ends at op's maxTimeMS or a kill (op NULL: no
+ *     wait); an abandoned attempt ends at transactionLifetimeLimitSeconds. Takes the
+ *     catalog's mutex.
  */
-int db_session_child_begin(db_session_catalog_t *cat, const shl_lsid_t *child, shl_status_t *st);
+int db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_lsid_t *child,
+                           shl_status_t *st);
 
 /*
- * db_session_child_prepared --
- *     The transaction of retryable child session 'child' became prepared (true) or left that
- *     state (false). While one is prepared, a retry of its parent's write waits (db_session_
- *     checkout of the parent for that txnNumber, db_session_child_begin): the coordinator
- *     answers the router once its decision is durable, before this shard has it. Other
- *     sessions: no-op. Takes the catalog's mutex.
+ * db_session_child_open --
+ *     The transaction of retryable child session 'child' was opened (true) or ended,
+ *     committed or aborted (false): what db_session_child_begin waits on. Other sessions:
+ *     no-op. Takes the catalog's mutex.
  */
-void db_session_child_prepared(db_session_catalog_t *cat, const shl_lsid_t *child, bool prepared);
+void db_session_child_open(db_session_catalog_t *cat, const shl_lsid_t *child, bool open);
+
+/*
+ * db_session_txn_prepared --
+ *     The transaction 'txn_number' of session 'lsid' became prepared (true) or left that state
+ *     (false). While it is prepared, an operation with a newer txnNumber on the session (a
+ *     retryable write, db_session_checkout; a startTransaction, db_session_checkout_txn) waits
+ *     for the decision instead of failing with PreparedTransactionInProgress, as in MongoDB
+ *     (interruptible: MaxTimeMSExpired, Interrupted). For a retryable child session, while it
+ *     is prepared a retry of its parent's write waits too (db_session_checkout of the parent
+ *     for that txnNumber, db_session_child_begin): the coordinator answers the router once its
+ *     decision is durable, before this shard has it. Takes the catalog's mutex.
+ */
+void db_session_txn_prepared(db_session_catalog_t *cat, const shl_lsid_t *lsid, int64_t txn_number,
+                             bool prepared);
 
 /*
  * db_session_child_commit --
@@ -260,8 +284,9 @@ bool db_session_child_answer(db_session_catalog_t *cat, const shl_op_ctx_t *op, 
  *     the parent session's own retryable history for that write has statement 'stmt_id' (a
  *     plain retryable write, or one migrated here from a donor); *out (always initialised) is
  *     then its answer as db_session_child_answer gives it. Checks the parent session out
- *     for the look (may wait for it). Errors: IncompleteTransactionHistory (217) when it ran
- *     but its answer cannot be rebuilt ('fam': a findAndModify, whose image is not looked up).
+ *     for the look (may wait for it). For a findAndModify ('fam') the answer is {k: "F", w:
+ *     its write as the oplog holds it, ts: its entry}, whose image db_session_parent_image
+ *     finds. Errors: IncompleteTransactionHistory (217) when it ran but its entry is gone.
  */
 int db_session_parent_answer(db_session_catalog_t *cat, shl_op_ctx_t *op, int32_t stmt_id,
                              bool fam, bson_t *out, bool *found, shl_status_t *st);

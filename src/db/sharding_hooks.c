@@ -137,12 +137,16 @@ shl_db_sharding_check(shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t ac
 }
 
 int
-shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
-                        shl_status_t *st)
+shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns,
+                        bool (*in_range)(void *arg, const bson_t *doc), void *arg,
+                        int64_t unprepared_max_ms, shl_status_t *st)
 {
     db_node_t *node = db_node(op);
+    db_txn_range_t range = {in_range, arg};
 
-    return node == NULL ? 0 : db_txn_wait_writers(node->txns, op, ns, unprepared_max_ms, st);
+    return node == NULL ? 0
+                        : db_txn_wait_writers(node->txns, op, ns, in_range != NULL ? &range : NULL,
+                                              unprepared_max_ms, st);
 }
 
 int
@@ -152,6 +156,13 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
     db_node_t *node = db_node(op);
 
     *filter = NULL;
+    if ((access == SHL_DB_SHARD_WRITE || access == SHL_DB_SHARD_DDL) && node != NULL) {
+        /* A collection another transaction created is its own until it ends. */
+        int ret = db_txn_wait_created(op, ns, st);
+        if (ret != 0) {
+            return ret;
+        }
+    }
     if (op->txn != NULL) {
         /* Noted before the version check lets a write in, so a migration that enters its
          * critical section after the check finds the transaction. */

@@ -208,9 +208,12 @@ int shl_db_sharding_check_involved(shl_op_ctx_t *op, const bson_t *cmd, shl_stat
  *     For a migration donor: wait until no open transaction of this node that wrote 'ns'
  *     under a shard version is left (db_txn_wait_writers: prepared ones until decided,
  *     in-progress ones at most 'unprepared_max_ms', then LockTimeout). Interruptible.
+ *     With 'in_range' (NULL: all) only those whose writes of 'ns' observed during a capture
+ *     include a document in_range(arg, doc) holds.
  */
-int shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns, int64_t unprepared_max_ms,
-                            shl_status_t *st);
+int shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns,
+                            bool (*in_range)(void *arg, const bson_t *doc), void *arg,
+                            int64_t unprepared_max_ms, shl_status_t *st);
 
 /* shl_db_shard_key -- the installed shard_key, or false (with 'out' empty). */
 bool shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out);

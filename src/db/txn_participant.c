@@ -119,6 +119,9 @@ struct db_txn_registry {
     size_t nddls;
     db_txn_t *head;
     atomic_llong started, committed, aborted, prepared, prepared_committed, prepared_aborted;
+    /* Collections the listed transactions created (their 'created' entries): 0 lets every
+     * write skip db_txn_wait_created's look under mu. */
+    atomic_llong created_open;
 };
 
 /* ---------------------------------------------------------------- registry */
@@ -146,12 +149,18 @@ list_add(db_txn_registry_t *reg, db_txn_t *t)
     reg->head = t;
     t->listed = true;
     pthread_mutex_unlock(&reg->mu);
+    if (reg->node != NULL) {
+        db_session_child_open(reg->node->sessions, &t->lsid, true);
+    }
 }
 
 static void
 list_remove(db_txn_registry_t *reg, db_txn_t *t)
 {
+    bool was;
+
     pthread_mutex_lock(&reg->mu);
+    was = t->listed;
     if (t->listed) {
         if (t->prev != NULL) {
             t->prev->next = t->next;
@@ -171,6 +180,9 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
     t->nns = 0;
     pthread_cond_broadcast(&reg->ended);
     pthread_mutex_unlock(&reg->mu);
+    if (was && reg->node != NULL) {
+        db_session_child_open(reg->node->sessions, &t->lsid, false);
+    }
 }
 
 /* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
@@ -269,13 +281,29 @@ db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_statu
 
 /* Count the open transactions other than 'self' that used 'ns' (wrote it, if writers_only),
  * prepared and not (reg->mu held). */
+/* Whether 't' wrote a document of 'ns' that 'range' holds, as far as its observed writes
+ * tell (reg->mu held). */
+static bool
+wrote_in_range_locked(const db_txn_t *t, const char *ns, const db_txn_range_t *range)
+{
+    bool in = false;
+
+    for (size_t i = 0; i < t->nobs && !in; i++) {
+        in = strcmp(t->obs_ns[i], ns) == 0 &&
+             ((t->obs_pre[i] != NULL && range->holds(range->arg, t->obs_pre[i])) ||
+              (t->obs_post[i] != NULL && range->holds(range->arg, t->obs_post[i])));
+    }
+    return in;
+}
+
 static void
 count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns, bool db_wide,
-                   bool writers_only, int *prepared, int *unprepared)
+                   bool writers_only, const db_txn_range_t *range, int *prepared,
+                   int *unprepared)
 {
     *prepared = *unprepared = 0;
     for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
-        if (t == self) {
+        if (t == self || (range != NULL && !wrote_in_range_locked(t, ns, range))) {
             continue;
         }
         for (size_t i = 0; i < t->nns; i++) {
@@ -295,7 +323,8 @@ count_users_locked(db_txn_registry_t *reg, const db_txn_t *self, const char *ns,
  * unprepared ones at most unprepared_max_ms (-1: no limit), then LockTimeout. */
 static int
 wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wide,
-           bool writers_only, int64_t unprepared_max_ms, shl_status_t *st)
+           bool writers_only, const db_txn_range_t *range, int64_t unprepared_max_ms,
+           shl_status_t *st)
 {
     int ret = 0;
     int prepared = 0, unprepared = 0;
@@ -305,7 +334,8 @@ wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wid
 
     pthread_mutex_lock(&reg->mu);
     for (;;) {
-        count_users_locked(reg, self, ns, db_wide, writers_only, &prepared, &unprepared);
+        count_users_locked(reg, self, ns, db_wide, writers_only, range, &prepared,
+                           &unprepared);
         if (prepared == 0 && unprepared == 0) {
             break;
         }
@@ -334,9 +364,9 @@ wait_users(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool db_wid
 
 int
 db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
-                    int64_t unprepared_max_ms, shl_status_t *st)
+                    const db_txn_range_t *range, int64_t unprepared_max_ms, shl_status_t *st)
 {
-    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, unprepared_max_ms, st);
+    return reg == NULL ? 0 : wait_users(reg, op, ns, false, true, range, unprepared_max_ms, st);
 }
 
 int
@@ -354,7 +384,7 @@ db_txn_ddl_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns, bool 
     reg->ddls[reg->nddls].db_wide = db_wide;
     reg->nddls++;
     pthread_mutex_unlock(&reg->mu);
-    ret = wait_users(reg, op, ns, db_wide, false, -1, st);
+    ret = wait_users(reg, op, ns, db_wide, false, NULL, -1, st);
     if (ret != 0) {
         db_txn_ddl_end(reg, ns, db_wide);
     }
@@ -428,8 +458,8 @@ db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *answer)
     t->nans++;
 }
 
-/* t->state = to, telling the session catalog when a retryable child's transaction enters or
- * leaves the prepared state (db_session_child_prepared). */
+/* t->state = to, telling the session catalog when the transaction enters or leaves the
+ * prepared state (db_session_txn_prepared). */
 static void
 txn_set_state(db_txn_t *t, txn_state_t to)
 {
@@ -437,7 +467,7 @@ txn_set_state(db_txn_t *t, txn_state_t to)
 
     t->state = to;
     if (was != is && t->reg->node != NULL) {
-        db_session_child_prepared(t->reg->node->sessions, &t->lsid, is);
+        db_session_txn_prepared(t->reg->node->sessions, &t->lsid, t->txn_number, is);
     }
 }
 
@@ -455,21 +485,32 @@ publish_answers(db_txn_t *t, uint64_t ts)
 static void
 drop_observed(db_txn_t *t)
 {
-    for (size_t i = 0; i < t->nobs; i++) {
-        bson_free(t->obs_ns[i]);
-        if (t->obs_pre[i] != NULL) {
-            bson_destroy(t->obs_pre[i]);
-        }
-        if (t->obs_post[i] != NULL) {
-            bson_destroy(t->obs_post[i]);
-        }
-    }
-    bson_free(t->obs_ns);
-    bson_free(t->obs_pre);
-    bson_free(t->obs_post);
+    char **ns;
+    bson_t **pre, **post;
+    size_t n;
+
+    /* Taken off under reg->mu: a migration's wait reads them (count_users_locked). */
+    pthread_mutex_lock(&t->reg->mu);
+    ns = t->obs_ns;
+    pre = t->obs_pre;
+    post = t->obs_post;
+    n = t->nobs;
     t->obs_ns = NULL;
     t->obs_pre = t->obs_post = NULL;
     t->nobs = t->capobs = 0;
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < n; i++) {
+        bson_free(ns[i]);
+        if (pre[i] != NULL) {
+            bson_destroy(pre[i]);
+        }
+        if (post[i] != NULL) {
+            bson_destroy(post[i]);
+        }
+    }
+    bson_free(ns);
+    bson_free(pre);
+    bson_free(post);
 }
 
 void
@@ -480,6 +521,7 @@ db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, con
     if (t == NULL) {
         return;
     }
+    pthread_mutex_lock(&t->reg->mu); /* a migration's wait reads them (count_users_locked) */
     if (t->nobs == t->capobs) {
         t->capobs = t->capobs ? t->capobs * 2 : 8;
         t->obs_ns = bson_realloc(t->obs_ns, t->capobs * sizeof(*t->obs_ns));
@@ -490,6 +532,7 @@ db_txn_note_write(const shl_op_ctx_t *op, const char *ns, const bson_t *pre, con
     t->obs_pre[t->nobs] = pre != NULL ? bson_copy(pre) : NULL;
     t->obs_post[t->nobs] = post != NULL ? bson_copy(post) : NULL;
     t->nobs++;
+    pthread_mutex_unlock(&t->reg->mu);
 }
 
 /* The transaction committed: the shard role learns its observed writes. */
@@ -523,7 +566,22 @@ db_txn_note_created(const shl_op_ctx_t *op, const char *ns)
     pthread_mutex_lock(&t->reg->mu);
     t->created = bson_realloc(t->created, (t->ncreated + 1) * sizeof(*t->created));
     t->created[t->ncreated++] = bson_strdup(ns);
+    atomic_fetch_add(&t->reg->created_open, 1);
     pthread_mutex_unlock(&t->reg->mu);
+}
+
+/* With reg->mu held: whether an open transaction other than 'self' created 'ns'. */
+static bool
+created_by_other_locked(const db_txn_registry_t *reg, const db_txn_t *self, const char *ns)
+{
+    bool other = false;
+
+    for (const db_txn_t *t = reg->head; t != NULL && !other; t = t->next) {
+        for (size_t i = 0; t != self && i < t->ncreated && !other; i++) {
+            other = strcmp(t->created[i], ns) == 0;
+        }
+    }
+    return other;
 }
 
 bool
@@ -533,36 +591,62 @@ db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns)
     db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
     bool hidden = false;
 
-    if (reg == NULL) {
+    if (reg == NULL || atomic_load(&reg->created_open) == 0) {
         return false;
     }
     pthread_mutex_lock(&reg->mu);
-    for (const db_txn_t *t = reg->head; t != NULL && !hidden; t = t->next) {
-        for (size_t i = 0; t != op->txn && i < t->ncreated && !hidden; i++) {
-            hidden = strcmp(t->created[i], ns) == 0;
-        }
-    }
+    hidden = created_by_other_locked(reg, op->txn, ns);
     pthread_mutex_unlock(&reg->mu);
     return hidden;
 }
 
-/* Forget the created collections (committed: they stay) or drop them (aborted). */
+int
+db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+{
+    const db_node_t *node = op->svc->role_state;
+    db_txn_registry_t *reg = node != NULL ? node->txns : NULL;
+    int64_t limit_ms = -1, deadline_us = 0;
+    int ret = 0;
+
+    if (reg == NULL || atomic_load(&reg->created_open) == 0) {
+        return 0;
+    }
+    if (op->txn != NULL) {
+        limit_ms = shl_opt_int(SHL_OPT_maxTransactionLockRequestTimeoutMillis);
+        deadline_us = shl_clock_mono_us() + limit_ms * 1000;
+    }
+    pthread_mutex_lock(&reg->mu);
+    while (created_by_other_locked(reg, op->txn, ns)) {
+        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
+        if (limit_ms >= 0 && left_ms <= 0) {
+            ret = shl_status_set(st, SHL_CODE_LOCK_TIMEOUT,
+                                 "Unable to acquire IX lock on '%s' within %lldms", ns,
+                                 (long long)limit_ms);
+            break;
+        }
+        if ((ret = shl_op_check_interrupt(op, st)) != 0) {
+            break;
+        }
+        shl_cond_timedwait_ms(&reg->ended, &reg->mu,
+                              limit_ms >= 0 && left_ms < 20 ? left_ms + 1 : 20);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return ret;
+}
+
+/* Forget the created collections (committed: they stay) or drop them (aborted). They stay
+ * listed (other writers wait: db_txn_wait_created) until the drops are done; only the owner
+ * changes the list, so reading it here needs no lock. */
 static void
 end_created(db_txn_t *t, bool drop)
 {
     char **created;
     size_t ncreated;
 
-    pthread_mutex_lock(&t->reg->mu);
-    created = t->created;
-    ncreated = t->ncreated;
-    t->created = NULL;
-    t->ncreated = 0;
-    pthread_mutex_unlock(&t->reg->mu);
-    for (size_t i = 0; i < ncreated; i++) {
-        shl_collection_t *coll = drop ? shl_catalog_get(t->reg->eng, created[i]) : NULL;
-        /* Other clients may have written to it since (it existed for them at once): a
-         * collection that holds committed documents stays. */
+    for (size_t i = 0; drop && i < t->ncreated; i++) {
+        shl_collection_t *coll = shl_catalog_get(t->reg->eng, t->created[i]);
+        /* Written before its creator ended by nobody else (writers wait), but a collection
+         * that holds committed documents stays all the same. */
         bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
         shl_collection_release(coll);
         if (empty) {
@@ -570,15 +654,25 @@ end_created(db_txn_t *t, bool drop)
             uint64_t ts = 0;
             const db_node_t *node = t->reg->node;
             if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, created[i]);
+                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
             }
-            if (shl_catalog_drop_collection(t->reg->eng, created[i], &ts, &st) != 0 &&
+            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
                 st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
                 SHL_LOG_WARNING(TXN, 5100304,
                                 "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(created[i]), "error", BCON_UTF8(st.reason));
+                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
             }
         }
+    }
+    pthread_mutex_lock(&t->reg->mu);
+    created = t->created;
+    ncreated = t->ncreated;
+    t->created = NULL;
+    t->ncreated = 0;
+    atomic_fetch_sub(&t->reg->created_open, (long long)ncreated);
+    pthread_cond_broadcast(&t->reg->ended);
+    pthread_mutex_unlock(&t->reg->mu);
+    for (size_t i = 0; i < ncreated; i++) {
         bson_free(created[i]);
     }
     bson_free(created);
@@ -803,7 +897,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     int ret = 0;
 
     /* A retryable internal transaction of an older write of its parent is refused. */
-    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL,
+    SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL, op,
                                    db_session_lsid(s), st));
     t->reg = reg;
     t->session = s;
@@ -1559,6 +1653,12 @@ cmd_prepare_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         SHL_FAIL(st, SHL_CODE_TRANSACTION_COMMITTED,
                  "Transaction with { txnNumber: %lld } has been committed.",
                  (long long)t->txn_number);
+    } else if (t->ncreated > 0) {
+        /* MongoDB 7.0: a collection created in the transaction is no prepared state (its
+         * create is committed DDL here): the transaction aborts and its coordinator with it. */
+        abort_unprepared(op, t);
+        SHL_FAIL(st, SHL_CODE_OPERATION_NOT_SUPPORTED_IN_TRANSACTION,
+                 "Cannot create new collections inside distributed transactions");
     } else {
         kill_cursors(op, t);
         ret = db_txn_prepare_storage(t, &ts, st);

@@ -123,6 +123,16 @@ void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
 
 /*
+ * db_txn_wait_created --
+ *     Before 'op' writes 'ns' (or runs DDL on it): wait while an open transaction other than
+ *     op's own created it (db_txn_ns_hidden), as MongoDB's writers wait for the collection
+ *     lock a transaction's create holds until it commits or aborts. A plain operation waits
+ *     until its maxTimeMS (MaxTimeMSExpired) or a kill; a transaction's statement at most
+ *     maxTransactionLockRequestTimeoutMillis, then LockTimeout (24, transient). Takes reg->mu.
+ */
+int db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st);
+
+/*
  * db_txn_note_access --
  *     The operation's transaction (none: nothing) is about to read or write 'ns': until it
  *     ends, a DDL operation on 'ns' (db_txn_ddl_begin) waits for it, and a migration of 'ns'
@@ -132,15 +142,24 @@ bool db_txn_ns_hidden(const shl_op_ctx_t *op, const char *ns);
  */
 int db_txn_note_access(const shl_op_ctx_t *op, const char *ns, bool write, shl_status_t *st);
 
+/* A range of documents a caller waits for: holds(arg, doc) says whether doc is in it. */
+typedef struct db_txn_range {
+    bool (*holds)(void *arg, const bson_t *doc);
+    void *arg;
+} db_txn_range_t;
+
 /*
  * db_txn_wait_writers --
  *     Block until no open transaction that wrote 'ns' (db_txn_note_access) is left, as a
  *     migration donor's collection lock waits for the transactions holding it: prepared
  *     ones until their decision, in-progress ones at most 'unprepared_max_ms' (then
- *     LockTimeout). Interruptible through 'op' (may be NULL). Takes reg->mu.
+ *     LockTimeout). With 'range' (NULL: the whole collection) only those whose observed
+ *     writes of 'ns' (db_txn_note_write: pre- or post-image) it holds count -- complete only
+ *     for writes made while the shard role observes 'ns' (a migration's capture).
+ *     Interruptible through 'op' (may be NULL). Takes reg->mu.
  */
 int db_txn_wait_writers(db_txn_registry_t *reg, shl_op_ctx_t *op, const char *ns,
-                        int64_t unprepared_max_ms, shl_status_t *st);
+                        const db_txn_range_t *range, int64_t unprepared_max_ms, shl_status_t *st);
 
 /*
  * db_txn_ddl_begin / db_txn_ddl_end --

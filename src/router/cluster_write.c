@@ -730,7 +730,10 @@ absorb_reply(shl_router_t *r, write_op_t *op, const sub_batch_t *b, shl_fanout_r
 
     if (res->code != 0) {
         shl_status_t est = res->status;
-        if (shl_router_is_stale(r, op->ns, &res->status)) {
+        /* A snapshot error of a transaction's first statement: router_txn_observe started the
+         * transaction over at a newer atClusterTime, and the statement goes again (mongos). */
+        if (shl_router_is_stale(r, op->ns, &res->status) ||
+            (op->opctx->txn != NULL && router_txn_take_snapshot_retry(op->opctx->txn))) {
             op->last_stale = res->status;
             for (size_t i = 0; i < b->n; i++) {
                 op->items[b->idx[i]].round_stale = true;
@@ -1902,7 +1905,8 @@ router_find_and_modify_run(shl_op_ctx_t *opctx, const bson_t *cmd, router_route_
         for (size_t i = 0; i < targets.n; i++) {
             bson_iter_t le, n;
             if (fres[i].code != 0) {
-                if (shl_router_is_stale(r, ns, &fres[i].status)) {
+                if (shl_router_is_stale(r, ns, &fres[i].status) ||
+                    (opctx->txn != NULL && router_txn_take_snapshot_retry(opctx->txn))) {
                     stale = true;
                     *st = fres[i].status;
                 } else if (first_err == SIZE_MAX) {

@@ -395,6 +395,15 @@ shard_migration_observing(void *arg, const char *ns)
     return atomic_load_explicit(&s->capturing, memory_order_acquire) != 0;
 }
 
+/* Whether 'doc' (a written document's image) is in the migrating range of donor 'arg'. */
+static bool
+donor_range_holds(void *arg, const bson_t *doc)
+{
+    const shard_donor_t *d = arg;
+
+    return mig_doc_in_range(&d->pattern, doc, d->min, d->max);
+}
+
 /*
  * Wait for the open transactions of this shard that wrote 'ns' (with writes blocked by the
  * critical section, so no new one starts writing it), as MongoDB's donor waits for the
@@ -403,10 +412,11 @@ shard_migration_observing(void *arg, const char *ns)
  * migrationLockAcquisitionMaxWaitMS, after which the migration fails with LockTimeout.
  */
 static int
-wait_txn_writers(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_t *st)
+wait_txn_writers(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shard_donor_t *range,
+                 shl_status_t *st)
 {
-    int ret =
-        shl_db_txn_wait_writers(op, ns, shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
+    int ret = shl_db_txn_wait_writers(op, ns, range != NULL ? donor_range_holds : NULL, range,
+                                      shl_opt_int(SHL_OPT_migrationLockAcquisitionMaxWaitMS), st);
 
     if (ret == SHL_CODE_LOCK_TIMEOUT) {
         atomic_fetch_add(&s->donor_lock_timeouts, 1);
@@ -428,7 +438,7 @@ capture_start(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t
     SHL_ERR(shard_crit_enter(s, op, d->ns, SHARD_CRIT_WRITES, st));
     /* A transaction that already wrote the collection reports its writes when it commits,
      * unobserved by a capture that was not running then: it must end first. */
-    if ((ret = wait_txn_writers(s, op, d->ns, st)) != 0) {
+    if ((ret = wait_txn_writers(s, op, d->ns, NULL, st)) != 0) {
         shard_crit_exit(s, d->ns);
         goto done;
     }
@@ -1672,8 +1682,9 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
     crit = true;
     /* Transactions that wrote the range since the capture began commit (and are captured)
-     * or abort before the last drain. */
-    SHL_ERR(wait_txn_writers(s, op, a->ns, st));
+     * or abort before the last drain; those that wrote only outside it go on (every write of
+     * theirs since the capture began is observed: capture_start waited for the earlier). */
+    SHL_ERR(wait_txn_writers(s, op, a->ns, d, st));
     /* The last writes before the critical section may have passed the limit. */
     SHL_ERR(check_mods_memory(s, d, st));
     verify = shl_opt_bool(SHL_OPT_migrationVerifyDigest);

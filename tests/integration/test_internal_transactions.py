@@ -5,13 +5,16 @@ shard moves it (WouldChangeOwningShard handled by the router in an internal tran
 child session), in a retryable write and in a client transaction; outside both MongoDB
 refuses it."""
 import os
+import uuid
 
 import pytest
+from bson import Binary, Int64
+from bson.binary import UUID_SUBTYPE
 from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 import wire_util
-from shale_fixtures import module_cluster
+from shale_fixtures import Background, module_cluster, wait_until
 
 DB = "itx"
 NS = DB + ".moves"
@@ -592,3 +595,104 @@ def test_retry_after_the_shard_restarted_applies_once(cl):
         assert c[DB].rtk.find_one({"_id": 1})["v"] == 1
     finally:
         again.close()
+
+
+def test_retry_racing_its_open_first_attempt_waits_and_applies_once(cl):
+    """A retry of a retryable write as a new internal transaction (a new txnUUID, e.g. through
+    a second router) while the first attempt's transaction is still open on the shard waits
+    for it (MongoDB: RetryableTransactionInProgress, which the shard waits out) and is then
+    answered from the first attempt's commit instead of running twice; the wait ends at the
+    retry's maxTimeMS; after an abort the retry runs."""
+    shard = cl.shard_client(0)
+    shard[DB].race.insert_one({"_id": "seed"})
+    parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+
+    def child():
+        return {"id": parent, "txnNumber": Int64(7), "txnUUID": Binary(uuid.uuid4().bytes,
+                                                                        UUID_SUBTYPE)}
+
+    def send(sock, lsid, cmd, db=DB, **extra):
+        body = dict(cmd, lsid=lsid, txnNumber=Int64(0), autocommit=False, **extra)
+        body["$db"] = db
+        return wire_util.command(sock, body)
+
+    def waiting():  # only the retry's insert is still running
+        return [o for o in shard.admin.command("currentOp")["inprog"]
+                if o.get("command", {}).get("insert") == "race"]
+
+    insert = {"insert": "race", "documents": [{"_id": "once", "n": 1}], "stmtId": 0}
+    socks = [wire_util.connect(cl.shards[0].port) for _ in range(3)]
+    try:
+        first, retry, late = child(), child(), child()
+        assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
+        # Bounded by the retry's maxTimeMS while the first attempt stays open.
+        r = send(socks[2], late, insert, startTransaction=True, maxTimeMS=200)
+        assert r["code"] == 50, r
+        res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
+        wait_until(waiting, what="the retry waiting for the first attempt")
+        assert not res.done
+        assert send(socks[0], first, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        res.join(10)
+        assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
+        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        assert shard[DB].race.count_documents({"_id": "once"}) == 1
+        # A first attempt that aborts leaves the retry to run the write.
+        parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+        first, retry = child(), child()
+        insert["documents"] = [{"_id": "after_abort"}]
+        assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
+        res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
+        wait_until(waiting, what="the retry waiting for the first attempt")
+        assert send(socks[0], first, {"abortTransaction": 1}, db="admin")["ok"] == 1
+        res.join(10)
+        assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
+        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        assert shard[DB].race.count_documents({"_id": "after_abort"}) == 1
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_find_and_modify_retried_in_a_child_transaction_is_answered_from_its_image(cl):
+    """A findAndModify that ran as a plain retryable write (here, or on a migration's donor
+    that sent its history and image along) and is retried inside a retryable internal
+    transaction of the same write is answered from its image, not refused (217) nor run
+    again."""
+    c = cl.router.client()
+    reshard(c, "famimg")
+    c[DB].famimg.insert_many([{"_id": 1, "x": -5, "v": 0}, {"_id": 2, "x": -6, "v": 0}])
+    parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+
+    def run(shard, cmd, lsid, txn_number, db=DB, **extra):
+        sock = wire_util.connect(cl.shards[shard].port)
+        try:
+            return wire_util.command(sock, dict(cmd, lsid=lsid, txnNumber=Int64(txn_number),
+                                                 stmtId=0, **extra, **{"$db": db}))
+        finally:
+            sock.close()
+
+    def retry_in_child(shard, cmd, n):
+        child = {"id": parent, "txnNumber": Int64(n),
+                 "txnUUID": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+        r = run(shard, cmd, child, 0, startTransaction=True, autocommit=False)
+        commit = run(shard, {"commitTransaction": 1}, child, 0, db="admin", autocommit=False)
+        assert commit["ok"] == 1, commit
+        return r
+
+    upd = {"findAndModify": "famimg", "query": {"_id": 1}, "update": {"$inc": {"v": 1}},
+           "new": True}
+    first = run(0, upd, {"id": parent}, 1)
+    assert first["value"] == {"_id": 1, "x": -5, "v": 1}, first
+    r = retry_in_child(0, upd, 1)
+    assert r["ok"] == 1 and r["retriedStmtId"] == 0, r
+    assert r["value"] == first["value"] and r["lastErrorObject"] == first["lastErrorObject"]
+    # After a migration, on the recipient, from the image the donor sent.
+    rem = {"findAndModify": "famimg", "query": {"_id": 2}, "remove": True}
+    first = run(0, rem, {"id": parent}, 2)
+    assert first["value"] == {"_id": 2, "x": -6, "v": 0}, first
+    c.admin.command("moveChunk", DB + ".famimg", find={"x": -5}, to="shard1")
+    r = retry_in_child(1, rem, 2)
+    assert r["ok"] == 1 and r["retriedStmtId"] == 0, r
+    assert r["value"] == first["value"]
+    assert c[DB].famimg.find_one({"_id": 1})["v"] == 1
+    assert c[DB].famimg.count_documents({"_id": 2}) == 0

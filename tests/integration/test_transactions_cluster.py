@@ -83,6 +83,43 @@ def test_migration_waits_for_prepared_transaction(cl):
                what="the coordinator to deliver its decision and finish")
 
 
+def test_migration_does_not_wait_for_prepared_transaction_outside_its_range(cl):
+    """The critical section waits only for prepared transactions that wrote the migrating
+    range (seeds: "a migration's critical section waits for prepared transactions in the
+    range"): one that wrote another chunk of the collection after the capture began stays
+    prepared while the chunk moves."""
+    coll = sharded(cl, "rng")
+    ns = coll.full_name
+    c = coll.database.client
+    donor = cl.shard_client(0)
+    step = hold(donor, "moveChunkHangAtStep3", None)
+    mover = Background(move(cl, ns, 50, "shard1"))
+    commit = None
+    coord = cl.shard_client(0)
+    data = {"type": "TransactionCoordinator", "phase": "writingDecision"}
+    try:
+        step()  # capturing writes of [0, 100)
+        s = c.start_session()
+        s.start_transaction()
+        coll.update_one({"x": -1}, {"$inc": {"bal": -10}}, session=s)   # shard0, [MinKey, 0)
+        coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)   # shard1
+        wait = hold(coord, "hangBeforeCoordinatorPhase", data)
+        commit = Background(s.commit_transaction)
+        wait()  # both participants are prepared
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        mover.join(60)
+        assert mover.done and mover.error is None, mover.error
+        assert not commit.done  # still prepared when the chunk moved
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+        fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+    commit.join(60)
+    assert commit.done and commit.error is None, commit.error
+    s.end_session()
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 90, 50: 100, 150: 110}
+    assert cl.shard_client(1)[DB].rng.find_one({"_id": 50})["bal"] == 100
+
+
 def test_open_transaction_statement_in_migration_is_transient(cl):
     coll = sharded(cl, "open")
     ns = coll.full_name

@@ -34,6 +34,7 @@ class Raw:
         if start:
             c["startTransaction"] = True
         c.update(extra)
+        c = {k: v for k, v in c.items() if v is not None}  # None drops a field (autocommit)
         c["$db"] = db
         return wire_util.command(self.sock, c)
 
@@ -195,6 +196,9 @@ def test_oplog_entry_and_restart_replays_committed(rs_node):
 
 
 def _prepare(raw, txn, docs, coll="p"):
+    # A transaction that created its collection cannot be prepared (MongoDB 7.0).
+    r = wire_util.command(raw.sock, {"create": coll, "$db": "test"})
+    assert r["ok"] == 1 or r["code"] == 48, r
     assert raw("test", {"insert": coll, "documents": docs}, txn, start=True)["ok"] == 1
     r = raw("admin", {"prepareTransaction": 1}, txn)
     assert r["ok"] == 1, r
@@ -524,3 +528,94 @@ def test_read_only_participant_prepares_and_commits(rs_node):
     assert r["ok"] == 1
     assert raw("admin", {"commitTransaction": 1, "commitTimestamp": pts}, 1)["ok"] == 1
     raw.close()
+
+
+def test_new_transaction_on_a_session_waits_behind_its_prepared_one(rs_node):
+    """MongoDB: a new transaction (or retryable write) on a session blocks behind the session's
+    prepared transaction until its decision arrives, instead of failing with
+    PreparedTransactionInProgress; a newer txnNumber without startTransaction is
+    NoSuchTransaction at once; the wait ends at maxTimeMS."""
+    c = _client(rs_node)
+    raw = Raw(rs_node)
+    pts = _prepare(raw, 1, [{"_id": "w1"}], coll="pw")
+    # Error precedence: no startTransaction is no wait.
+    assert raw("test", {"insert": "pw", "documents": [{"_id": "x"}]}, 2)["code"] == 251
+    # The wait is bounded by the statement's maxTimeMS.
+    r = raw("test", {"insert": "pw", "documents": [{"_id": "x"}]}, 2, start=True, maxTimeMS=200)
+    assert r["code"] == 50, r
+    res = {}
+    later = Raw(rs_node, lsid=raw.lsid)
+
+    def next_txn():
+        res["ins"] = later("test", {"insert": "pw", "documents": [{"_id": "w2"}]}, 2, start=True)
+        res["commit"] = later("admin", {"commitTransaction": 1}, 2)
+
+    th = threading.Thread(target=next_txn)
+    th.start()
+
+    def waiting():
+        ops = c.admin.command({"currentOp": 1, "active": True})["inprog"]
+        return [o for o in ops if o.get("command", {}).get("insert") == "pw"]
+
+    shale_wait(waiting, timeout=10, what="the new transaction waiting in currentOp")
+    assert th.is_alive()
+    cts = Timestamp(pts.time, pts.inc + 1)
+    assert raw("admin", {"commitTransaction": 1, "commitTimestamp": cts}, 1)["ok"] == 1
+    th.join(10)
+    assert res["ins"]["ok"] == 1, res
+    assert res["commit"]["ok"] == 1, res
+    assert sorted(d["_id"] for d in c.test.pw.find()) == ["w1", "w2"]
+    # A retryable write with a newer txnNumber waits for an abort decision the same way.
+    _prepare(raw, 3, [{"_id": "w3"}], coll="pw")
+    th = threading.Thread(target=lambda: res.update(rw=later(
+        "test", {"insert": "pw", "documents": [{"_id": "w4"}]}, 4, autocommit=None)))
+    th.start()
+    shale_wait(waiting, timeout=10, what="the retryable write waiting in currentOp")
+    assert raw("admin", {"abortTransaction": 1}, 3)["ok"] == 1
+    th.join(10)
+    assert res["rw"]["ok"] == 1 and res["rw"]["n"] == 1, res
+    assert sorted(d["_id"] for d in c.test.pw.find()) == ["w1", "w2", "w4"]
+    raw.close()
+    later.close()
+
+
+def test_others_wait_to_write_a_collection_a_transaction_creates(rs_node):
+    """MongoDB: a collection created inside a transaction is the transaction's until it ends
+    (its collection lock): a plain write waits (until its maxTimeMS), another transaction's
+    statement gets LockTimeout (transient); after the commit the waiting write lands in it,
+    after an abort the collection is gone and the write creates it anew."""
+    c = _client(rs_node)
+    other = _client(rs_node)
+    for commit in (True, False):
+        name = "pending_%s" % commit
+        with c.start_session() as s:
+            s.start_transaction()
+            c.test.create_collection(name, session=s)
+            c.test[name].insert_one({"_id": "txn"}, session=s)
+            with pytest.raises(OperationFailure) as e:
+                other.test.command({"insert": name, "documents": [{"_id": "x"}],
+                                    "maxTimeMS": 200})
+            assert e.value.code == 50
+            with other.start_session() as s2:
+                s2.start_transaction()
+                with pytest.raises(OperationFailure) as e:
+                    other.test[name].insert_one({"_id": "y"}, session=s2)
+                assert e.value.code == 24 and e.value.has_error_label(
+                    "TransientTransactionError")
+                s2.abort_transaction()
+            res = {}
+            th = threading.Thread(target=lambda: res.update(
+                id=other.test[name].insert_one({"_id": "later"}).inserted_id))
+            th.start()
+            shale_wait(lambda: [o for o in c.admin.command("currentOp")["inprog"]
+                                if o.get("command", {}).get("insert") == name],
+                       timeout=10, what="the plain insert waiting in currentOp")
+            assert th.is_alive()
+            if commit:
+                s.commit_transaction()
+            else:
+                s.abort_transaction()
+        th.join(10)
+        assert res["id"] == "later"
+        want = ["later", "txn"] if commit else ["later"]
+        assert sorted(d["_id"] for d in c.test[name].find()) == want

@@ -12,7 +12,7 @@ from pymongo.errors import OperationFailure
 from pymongo.read_concern import ReadConcern
 
 import wire_util
-from shale_fixtures import module_cluster, wait_until
+from shale_fixtures import Background, fail_point, module_cluster, wait_until
 
 NS = "txr.acct"
 
@@ -330,6 +330,38 @@ def test_snapshot_error_on_first_statement_retries_at_a_new_time(cl):
         fail_point(shard1, "failCommand", "off")
 
 
+def test_snapshot_error_on_a_write_retries_only_as_the_first_statement(cl):
+    """The write path as mongos: a snapshot error of the first statement starts the
+    transaction over at a newer atClusterTime (the user sees success, the write applies
+    once); on a later statement it fails with TransientTransactionError."""
+    c = cl.router.client()
+    shard1 = cl.shard_client(1)
+    before = balances(c)["b"]
+    snap = ReadConcern("snapshot")
+    fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                     "errorCode": 239,
+                                                     "failInternalCommands": True})
+    try:
+        with c.start_session() as s:
+            with s.start_transaction(read_concern=snap):
+                c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+        assert balances(c)["b"] == before + 1
+        fail_point(shard1, "failCommand", {"times": 1}, {"failCommands": ["update"],
+                                                         "errorCode": 239,
+                                                         "failInternalCommands": True})
+        with c.start_session() as s:
+            s.start_transaction(read_concern=snap)
+            assert c.txr.acct.find_one({"x": -1}, session=s) is not None
+            with pytest.raises(OperationFailure) as e:
+                c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+            assert e.value.code == 239
+            assert e.value.has_error_label("TransientTransactionError"), e.value.details
+            s.abort_transaction()
+    finally:
+        fail_point(shard1, "failCommand", "off")
+    assert balances(c)["b"] == before + 1
+
+
 def test_node_driver_with_transaction_through_the_router(cl):
     import json
     import os
@@ -360,3 +392,68 @@ def test_create_collection_inside_a_transaction(cl):
         c.txr.gone_with_abort.insert_one({"_id": 3}, session=s)
         s.abort_transaction()
     assert "gone_with_abort" not in c.txr.list_collection_names()
+
+
+def test_next_transaction_waits_for_the_previous_decision(cl):
+    """The coordinator answers commitTransaction once its decision is durable, before it
+    delivers it: the session's next transaction reaches participants still prepared and waits
+    there (as MongoDB's do) instead of failing with PreparedTransactionInProgress."""
+    c = cl.router.client()
+    coord = cl.shard_client(0)
+
+    runs = []
+
+    def transfer(s):
+        runs.append(1)
+        c.txr.acct.update_one({"x": -1}, {"$inc": {"bal": -1}}, session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 1}}, session=s)
+
+    total = sum(balances(c).values())
+    with c.start_session() as s:
+        # Held before delivering: the first commit answers, both shards stay prepared.
+        data = {"type": "TransactionCoordinator", "phase": "waitingForDecisionAcks"}
+        entered = fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn", data)["count"]
+        try:
+            s.with_transaction(transfer)
+            wait_until(lambda: fail_point(coord, "hangBeforeCoordinatorPhase", "alwaysOn",
+                                          data)["count"] > entered,
+                       what="the coordinator to hold its decision's delivery")
+            nxt = Background(lambda: s.with_transaction(transfer))
+            wait_until(lambda: [o for o in coord.admin.command("currentOp")["inprog"]
+                                if o.get("command", {}).get("update") == "acct"],
+                       what="the next transaction's statement waiting on shard0")
+            assert not nxt.done
+        finally:
+            fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+        nxt.join(30)
+        assert nxt.done and nxt.error is None, nxt.error
+        # Back to back, many times: every start meets (or not) the last one still prepared,
+        # and waits: no attempt fails with a transient error and runs again.
+        for _ in range(40):
+            s.with_transaction(transfer)
+    assert len(runs) == 42
+    assert sum(balances(c).values()) == total
+
+
+def test_create_in_a_cross_shard_write_transaction_fails_commit(cl):
+    """MongoDB 7.0: a collection created in a transaction cannot be prepared, so a transaction
+    that creates one and writes on another shard fails its commit with
+    OperationNotSupportedInTransaction (263) and leaves nothing; with one write shard (the
+    others only read) it commits."""
+    c = cl.router.client()
+    before = balances(c)
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.create_collection("made_cross", session=s)
+        c.txr.acct.update_one({"x": 1}, {"$inc": {"bal": 5}}, session=s)
+        with pytest.raises(OperationFailure) as e:
+            s.commit_transaction()
+        assert e.value.code == 263, e.value.details
+    assert "made_cross" not in c.txr.list_collection_names()
+    assert balances(c) == before
+    with c.start_session() as s:
+        s.start_transaction()
+        c.txr.create_collection("made_single", session=s)
+        assert c.txr.acct.find_one({"x": 1}, session=s)["_id"] == "b"  # shard1 only reads
+        s.commit_transaction()
+    assert "made_single" in c.txr.list_collection_names()
