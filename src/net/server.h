@@ -13,12 +13,16 @@
 
 #include "base/status.h"
 #include "net/service_context.h"
+#include "net/tls.h"
 
 /* A client connection. Fields without a lock note are touched only by its own thread. */
 typedef struct shl_conn {
     int64_t id;
     int fd;
     bool unix_socket; /* accepted on the Unix domain socket; read-only */
+    /* The connection's TLS (net/tls.h), NULL for a plain one; set before its first
+     * message. Reads and writes go through it when set. */
+    shl_tls_t *tls;
     char remote[64];
     char local[64];
     shl_service_ctx_t *svc;
