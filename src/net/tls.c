@@ -27,6 +27,7 @@ struct shl_tls {
 
 /* Set once by shl_tls_init, read-only afterwards. */
 static shl_tls_mode_t tls_mode = SHL_TLS_DISABLED;
+static bool tls_outgoing; /* outgoing TCP connections use TLS */
 static SSL_CTX *server_ctx;
 static SSL_CTX *client_ctx;
 
@@ -39,7 +40,7 @@ shl_tls_mode(void)
 bool
 shl_tls_outgoing(void)
 {
-    return tls_mode == SHL_TLS_PREFER || tls_mode == SHL_TLS_REQUIRE;
+    return tls_outgoing;
 }
 
 bool
@@ -168,8 +169,27 @@ shl_tls_init(shl_status_t *st)
     }
     SHL_ERR(load_ca(client_ctx, ca, st));
     SSL_CTX_set_verify(client_ctx, SSL_VERIFY_PEER, any_invalid ? accept_any_certificate : NULL);
+    tls_outgoing = tls_mode == SHL_TLS_PREFER || tls_mode == SHL_TLS_REQUIRE;
     SHL_LOG_INFO(NETWORK, 4615750, "TLS enabled", "tlsMode", BCON_UTF8(mode), "CAFile",
                  BCON_UTF8(ca));
+done:
+    return ret;
+}
+
+int
+shl_tls_client_init(const char *ca_file, const char *pem_file, shl_status_t *st)
+{
+    int ret = 0;
+
+    client_ctx = new_ctx(TLS_client_method());
+    if (pem_file != NULL && pem_file[0] != '\0') {
+        SHL_ERR(load_cert_key(client_ctx, pem_file, st));
+    }
+    SHL_ERR(load_ca(client_ctx, ca_file != NULL ? ca_file : "", st));
+    SSL_CTX_set_verify(client_ctx, SSL_VERIFY_PEER,
+                       shl_opt_bool(SHL_OPT_tlsAllowInvalidCertificates) ? accept_any_certificate
+                                                                         : NULL);
+    tls_outgoing = true;
 done:
     return ret;
 }

@@ -38,6 +38,14 @@ typedef struct shl_tls shl_tls_t;
  */
 int shl_tls_init(shl_status_t *st);
 
+/*
+ * shl_tls_client_init --
+ *     For a tool that only connects (`shale status --tls`): every outgoing TCP connection
+ *     uses TLS, trusting 'ca_file' (the system's store when NULL or ""), presenting
+ *     'pem_file' when given. Errors: InvalidSSLConfiguration.
+ */
+int shl_tls_client_init(const char *ca_file, const char *pem_file, shl_status_t *st);
+
 /* shl_tls_mode -- the configured mode (disabled before shl_tls_init). */
 shl_tls_mode_t shl_tls_mode(void);
 

@@ -186,3 +186,16 @@ def test_cluster_under_require_tls_migrates(tls_cluster):
     # Members talked TLS to each other: no plain connection was refused anywhere.
     for p in tls_cluster.processes:
         assert "only allow SSL connections" not in p.read_log(), p.name
+
+
+def test_status_over_tls(tls_cluster, certs):
+    from test_cli_cluster import shale
+    host = tls_cluster.router.host
+    s = shale("status", "--host", host, "--tls", "--tlsCAFile", certs["ca"],
+              "--tlsCertificateKeyFile", certs["client"])
+    assert s.returncode == 0, s.stderr
+    assert "shard1/" + tls_cluster.shards[1].host in s.stdout
+    # Plain, or TLS without the client certificate the router requires: refused.
+    assert shale("status", "--host", host).returncode != 0
+    s = shale("status", "--host", host, "--tls", "--tlsCAFile", certs["ca"])
+    assert s.returncode != 0
