@@ -418,7 +418,18 @@ cmd_create_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
         SHL_FAIL(st, 51003, "User \"%s@%s\" already exists", name, op->db);
     }
     bson_destroy(&creds);
-    SHL_ERR(make_credentials(cmd, name, pwd, &creds, st));
+    if (strcmp(op->db, "$external") == 0) {
+        /* Users of external mechanisms (MONGODB-X509) hold no password: MongoDB marks
+         * them {external: true}. */
+        if (has_pwd) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "Cannot set a password for users defined on the '$external' database");
+        }
+        bson_init(&creds);
+        BSON_APPEND_BOOL(&creds, "external", true);
+    } else {
+        SHL_ERR(make_credentials(cmd, name, pwd, &creds, st));
+    }
     BSON_APPEND_UTF8(&doc, "_id", id);
     shl_uuid_gen(uuid);
     shl_bson_append_uuid(&doc, "userId", uuid);
@@ -459,6 +470,10 @@ cmd_update_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     }
     pwd = get_pwd(cmd, &has_pwd, st, &ret);
     SHL_ERR(ret);
+    if (has_pwd && strcmp(op->db, "$external") == 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "Cannot set a password for users defined on the '$external' database");
+    }
     if (has_pwd) {
         SHL_ERR(need(op, op->db, SHL_ACT_CHANGE_PASSWORD, st));
     }

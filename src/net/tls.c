@@ -358,24 +358,26 @@ shl_tls_want(const shl_tls_t *tls)
     return tls->want;
 }
 
-void
+bool
 shl_tls_peer_subject(const shl_tls_t *tls, char *out, size_t n)
 {
     X509 *cert = SSL_get1_peer_certificate(tls->ssl);
     BIO *bio;
     char *data = NULL;
     long len;
+    bool ok = cert != NULL && SSL_get_verify_result(tls->ssl) == X509_V_OK;
 
     out[0] = '\0';
-    if (cert == NULL) {
-        return;
+    if (ok) {
+        bio = BIO_new(BIO_s_mem());
+        X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
+        len = BIO_get_mem_data(bio, &data);
+        ok = len > 0 && (size_t)len < n;
+        snprintf(out, n, "%.*s", ok ? (int)len : 0, data != NULL ? data : "");
+        BIO_free(bio);
     }
-    bio = BIO_new(BIO_s_mem());
-    X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0, XN_FLAG_RFC2253);
-    len = BIO_get_mem_data(bio, &data);
-    snprintf(out, n, "%.*s", (int)len, data != NULL ? data : "");
-    BIO_free(bio);
     X509_free(cert);
+    return ok;
 }
 
 void

@@ -94,9 +94,13 @@ ssize_t shl_tls_write(shl_tls_t *tls, const void *buf, size_t n);
 /* shl_tls_want -- POLLIN or POLLOUT: what the last call that returned EAGAIN waits for. */
 short shl_tls_want(const shl_tls_t *tls);
 
-/* shl_tls_peer_subject --
- *     The peer certificate's subject in RFC 2253 form into out[n] ("" without one). */
-void shl_tls_peer_subject(const shl_tls_t *tls, char *out, size_t n);
+/*
+ * shl_tls_peer_subject --
+ *     The peer certificate's subject in RFC 2253 form ("CN=alice,OU=clients,O=Shale,C=US")
+ *     into out[n]. False, with "", when the peer sent no certificate or one that was not
+ *     verified (--tlsAllowInvalidCertificates lets such peers connect, never authenticate).
+ */
+bool shl_tls_peer_subject(const shl_tls_t *tls, char *out, size_t n);
 
 /* shl_tls_free -- free the connection (the socket stays open: its owner closes it). */
 void shl_tls_free(shl_tls_t *tls);

@@ -12,9 +12,9 @@ import tempfile
 
 import pymongo
 import pytest
-from pymongo.errors import PyMongoError
+from pymongo.errors import OperationFailure, PyMongoError
 
-from shale_fixtures import ShaleProcess, module_cluster, wait_until
+from shale_fixtures import ShaleProcess, error_code, module_cluster, wait_until
 from test_node_driver import HERE, node_binary
 
 SUBJ_SERVER = "/C=US/O=Shale/OU=servers/CN=localhost"
@@ -59,6 +59,7 @@ def certs():
         "server": make_cert(d, "ca", "server", SUBJ_SERVER, "DNS:localhost,IP:127.0.0.1"),
         "client": make_cert(d, "ca", "client", SUBJ_CLIENT),
         "stranger": make_cert(d, "otherca", "stranger", "/O=Elsewhere/CN=mallory"),
+        "bob": make_cert(d, "ca", "bob", "/C=US/O=Shale/OU=clients/CN=bob"),
     }
     yield c
     shutil.rmtree(d, ignore_errors=True)
@@ -199,3 +200,50 @@ def test_status_over_tls(tls_cluster, certs):
     assert shale("status", "--host", host).returncode != 0
     s = shale("status", "--host", host, "--tls", "--tlsCAFile", certs["ca"])
     assert s.returncode != 0
+
+
+ALICE = "CN=alice,OU=clients,O=Shale,C=US"  # SUBJ_CLIENT in RFC 2253 form
+
+
+@pytest.fixture(scope="module")
+def auth_node(certs):
+    p = ShaleProcess(["node"], name="x509node")
+    p.client_opts = tls_opts(certs)
+    p.start(extra=server_args(certs, "requireTLS", "--auth"))
+    c = p.client()
+    c.admin.command("createUser", "admin", pwd="pw", roles=["root"])
+    c.close()
+    admin = p.client(username="admin", password="pw")
+    admin["$external"].command("createUser", ALICE, roles=[{"role": "readWrite", "db": "t"}])
+    admin.close()
+    yield p
+    p.cleanup()
+
+
+def test_x509_login(auth_node, certs):
+    c = auth_node.client(authMechanism="MONGODB-X509")
+    c.t.c.insert_one({"_id": 1})
+    assert c.t.c.count_documents({}) == 1
+    info = c.admin.command("connectionStatus")["authInfo"]
+    assert info["authenticatedUsers"] == [{"user": ALICE, "db": "$external"}]
+    assert error_code(lambda: c.other.c.find_one()) == 13
+    c.close()
+    assert "MONGODB-X509" in auth_node.read_log()
+
+
+def test_x509_refusals(auth_node, certs):
+    # A trusted certificate whose subject is no user.
+    bob = auth_node.client(authMechanism="MONGODB-X509", **tls_opts(certs, "bob"))
+    assert error_code(lambda: bob.t.c.find_one()) == 18
+    bob.close()
+    c = auth_node.client()
+    # Another user's name than the certificate's, the wrong database, a SCRAM mechanism.
+    assert error_code(lambda: c["$external"].command(
+        "authenticate", mechanism="MONGODB-X509", user="CN=bob,OU=clients,O=Shale,C=US")) == 18
+    assert error_code(lambda: c.admin.command("authenticate", mechanism="MONGODB-X509")) == 17
+    assert error_code(lambda: c["$external"].command("authenticate",
+                                                     mechanism="SCRAM-SHA-1")) == 334
+    r = c["$external"].command("authenticate", mechanism="MONGODB-X509", user=ALICE)
+    assert r["user"] == ALICE and r["dbname"] == "$external"
+    assert c.t.c.count_documents({}) >= 0
+    c.close()
