@@ -55,6 +55,21 @@ conn_end(shl_conn_t *conn)
     }
 }
 
+void
+auth_conn_set_owner(shl_conn_t *conn, const auth_conn_t *a)
+{
+    char name[sizeof(a->user) + sizeof(a->db) + 2] = "";
+
+    if (conn == NULL) {
+        return;
+    }
+    if (a->authed) {
+        snprintf(name, sizeof(name), "%s@%s", a->user, a->db);
+    }
+    shl_lsid_user_digest(name, conn->user_digest);
+    conn->system_user = a->authed && strcmp(a->user, "__system") == 0 && strcmp(a->db, "local") == 0;
+}
+
 bool
 auth_conn_is_localhost(const shl_conn_t *conn)
 {

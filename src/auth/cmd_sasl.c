@@ -215,6 +215,7 @@ authenticated(shl_op_ctx_t *op, auth_conn_t *a, const char *user, const char *db
     a->authed = true;
     shl_str_copy(a->user, sizeof(a->user), user);
     shl_str_copy(a->db, sizeof(a->db), db);
+    auth_conn_set_owner(op->conn, a);
     /* Privileges from the roles saslStart read (the generation as of now: a change since
      * then re-resolves them at the next command). */
     shl_privilege_list_cleanup(&a->privs);
@@ -428,6 +429,7 @@ cmd_logout(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (a != NULL) {
         a->authed = false;
         a->user[0] = a->db[0] = '\0';
+        auth_conn_set_owner(op->conn, a);
         a->conv_active = false;
         bson_reinit(&a->roles);
         shl_privilege_list_cleanup(&a->privs);

@@ -323,6 +323,7 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     conn->fd = fd;
     conn->unix_socket = sa.ss_family == AF_UNIX;
     conn->svc = svc;
+    shl_lsid_user_digest("", conn->user_digest);
     describe_addr(&sa, conn->remote, sizeof(conn->remote));
     getsockname(fd, (struct sockaddr *)&la, &lalen);
     describe_addr(&la, conn->local, sizeof(conn->local));

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "base/status.h"
+#include "net/lsid.h"
 #include "net/service_context.h"
 #include "net/tls.h"
 
@@ -36,6 +37,11 @@ typedef struct shl_conn {
     /* With access control, a client that may not advance the cluster time (it lacks
      * advanceClusterTime): set by hooks.authorize before each command; own thread. */
     bool clock_untrusted;
+    /* The authenticated user: the digest of its "user@db" (the empty name's without one),
+     * which is its sessions' lsid.uid and its cursors' owner, and whether it is __system
+     * (the cluster, which acts for any user). Set by auth at login and logout; own thread. */
+    uint8_t user_digest[SHL_LSID_UID_LEN];
+    bool system_user;
     pthread_t thread;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;

@@ -170,6 +170,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
+        shl_op_user_digest(op, c->owner);
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
@@ -599,6 +600,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
+    if (!shl_op_may_use_owned(op, c->owner)) {
+        failed = false; /* the owner may still use it */
+        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "cursor id %lld was not created by the authenticated user",
+                 (long long)id);
+    }
     if (c->change_stream) {
         bool dead = false;
         ret = router_change_stream_get_more(op, c, batch_size, reply, &dead, st);
@@ -640,6 +646,31 @@ kill_one(void *arg, int64_t id)
     return shl_router_cursor_manager_kill(k->router->cursors, id, k->ns.full);
 }
 
+/* Every cursor of the command that exists must be the caller's (Unauthorized otherwise,
+ * before any is killed). */
+static int
+check_kill_owners(shl_op_ctx_t *op, const bson_t *cmd, const kill_arg_t *k, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, ids;
+    uint8_t owner[SHL_LSID_UID_LEN];
+
+    if (bson_iter_init_find(&it, cmd, "cursors") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &ids)) {
+        while (bson_iter_next(&ids)) {
+            if (BSON_ITER_HOLDS_INT64(&ids) &&
+                shl_router_cursor_manager_owner(k->router->cursors, bson_iter_int64(&ids),
+                                                k->ns.full, owner) &&
+                !shl_op_may_use_owned(op, owner)) {
+                SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "not authorized to kill cursor on %s",
+                         k->ns.full);
+            }
+        }
+    }
+done:
+    return ret;
+}
+
 static int
 cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -650,6 +681,7 @@ cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     k.router = shl_router_get(op);
 
     SHL_ERR(cmd_ns(op, cmd, &k.ns, st));
+    SHL_ERR(check_kill_owners(op, cmd, &k, st));
     SHL_ERR(shl_cmd_kill_cursors(cmd, kill_one, &k, reply, st));
 done:
     return ret;
