@@ -229,3 +229,18 @@ def test_node_driver_through_an_authenticating_router(kc):
     me = [{"user": "noderouter", "db": "admin"}]
     assert res["default"]["users"] == me and res["sha1"]["users"] == me
     assert res["sha256"]["n"] == 3 and res["wrong"]["code"] == 18
+
+
+def test_router_cursors_belong_to_their_user(kc):
+    r = kc.router_client()
+    for u in ("cur_a", "cur_b"):
+        r.admin.command("createUser", u, pwd="pw", roles=[{"role": "readWrite", "db": "curdb"}])
+    r.curdb.c.insert_many([{"_id": i} for i in range(10)])
+    a, b = login(kc.routers[0], "cur_a", "pw"), login(kc.routers[0], "cur_b", "pw")
+    cid = a.curdb.command("find", "c", batchSize=2)["cursor"]["id"]
+    assert error_code(lambda: b.curdb.command("getMore", cid, collection="c")) == 13
+    assert error_code(lambda: b.curdb.command("killCursors", "c", cursors=[cid])) == 13
+    more = a.curdb.command("getMore", cid, collection="c", batchSize=100)
+    assert len(more["cursor"]["nextBatch"]) == 8
+    for c in (a, b, r):
+        c.close()
