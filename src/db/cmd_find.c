@@ -892,29 +892,11 @@ kill_one(void *arg, int64_t id)
     return shl_cursor_manager_kill(k->node->cursors, id, k->ns.full) == SHL_CURSOR_KILLED;
 }
 
-/* Every cursor of the command that exists must be the caller's (Unauthorized otherwise,
- * before any is killed, as MongoDB checks killCursors' authorization first). */
-static int
-check_kill_owners(shl_op_ctx_t *op, const bson_t *cmd, const kill_arg_t *k, shl_status_t *st)
+static bool
+owner_of(void *arg, int64_t id, uint8_t *out)
 {
-    int ret = 0;
-    bson_iter_t it, ids;
-    uint8_t owner[SHL_LSID_UID_LEN];
-
-    if (bson_iter_init_find(&it, cmd, "cursors") && BSON_ITER_HOLDS_ARRAY(&it) &&
-        bson_iter_recurse(&it, &ids)) {
-        while (bson_iter_next(&ids)) {
-            if (BSON_ITER_HOLDS_INT64(&ids) &&
-                shl_cursor_manager_owner(k->node->cursors, bson_iter_int64(&ids), k->ns.full,
-                                         owner) &&
-                !shl_op_may_use_owned(op, owner)) {
-                SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "not authorized to kill cursor on %s",
-                         k->ns.full);
-            }
-        }
-    }
-done:
-    return ret;
+    kill_arg_t *k = arg;
+    return shl_cursor_manager_owner(k->node->cursors, id, k->ns.full, out);
 }
 
 static int
@@ -928,8 +910,7 @@ cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &k.ns, st));
-    SHL_ERR(check_kill_owners(op, cmd, &k, st));
-    SHL_ERR(shl_cmd_kill_cursors(cmd, kill_one, &k, reply, st));
+    SHL_ERR(shl_cmd_kill_cursors_owned(op, k.ns.full, cmd, kill_one, owner_of, &k, reply, st));
 done:
     return ret;
 }
