@@ -244,3 +244,22 @@ def test_router_cursors_belong_to_their_user(kc):
     assert len(more["cursor"]["nextBatch"]) == 8
     for c in (a, b, r):
         c.close()
+
+
+def test_up_auth_refuses_a_running_cluster_without_it(tmp_path):
+    from test_cli_cluster import port_range, shale
+    d = tmp_path / "plain"
+    port = port_range(3)
+    r = shale("up", "--shards", 1, "--dbpath", d, "--port", port, "--wiredTigerCacheSizeGB", "0.25")
+    try:
+        assert r.returncode == 0, r.stderr
+        again = shale("up", "--auth", "--dbpath", d)
+        assert again.returncode != 0
+        assert "running without access control" in again.stderr
+        assert not os.path.exists(d / "keyfile")
+        # Nothing changed: the cluster still serves without authentication.
+        c = pymongo.MongoClient("127.0.0.1:%d" % port, serverSelectionTimeoutMS=10000)
+        assert c.admin.command("ping")["ok"] == 1
+        c.close()
+    finally:
+        shale("down", "--dbpath", d)
