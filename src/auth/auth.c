@@ -67,7 +67,8 @@ auth_conn_set_owner(shl_conn_t *conn, const auth_conn_t *a)
         snprintf(name, sizeof(name), "%s@%s", a->user, a->db);
     }
     shl_lsid_user_digest(name, conn->user_digest);
-    conn->system_user = a->authed && strcmp(a->user, "__system") == 0 && strcmp(a->db, "local") == 0;
+    conn->system_user =
+        a->authed && strcmp(a->user, "__system") == 0 && strcmp(a->db, "local") == 0;
 }
 
 bool

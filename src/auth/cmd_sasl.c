@@ -209,8 +209,8 @@ cmd_sasl_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
 
 /* Mark the connection authenticated as 'user' on 'db' with the roles in a->conv_roles. */
 static void
-authenticated(shl_op_ctx_t *op, auth_conn_t *a, const char *user, const char *db,
-              const char *mech, bool speculative)
+authenticated(shl_op_ctx_t *op, auth_conn_t *a, const char *user, const char *db, const char *mech,
+              bool speculative)
 {
     a->authed = true;
     shl_str_copy(a->user, sizeof(a->user), user);
@@ -232,9 +232,8 @@ authenticated(shl_op_ctx_t *op, auth_conn_t *a, const char *user, const char *db
         }
     }
     SHL_LOG_INFO(ACCESS, 5286306, "Successfully authenticated", "client",
-                 BCON_UTF8(op->conn->remote), "isSpeculative", BCON_BOOL(speculative),
-                 "mechanism", BCON_UTF8(mech), "user", BCON_UTF8(a->user), "db",
-                 BCON_UTF8(a->db));
+                 BCON_UTF8(op->conn->remote), "isSpeculative", BCON_BOOL(speculative), "mechanism",
+                 BCON_UTF8(mech), "user", BCON_UTF8(a->user), "db", BCON_UTF8(a->db));
 }
 
 static int
@@ -389,8 +388,8 @@ auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative,
         }
     }
     if (why != NULL) {
-        ret = auth_failed(op, "MONGODB-X509", named != NULL ? named : subject, db, why,
-                          speculative, st);
+        ret = auth_failed(op, "MONGODB-X509", named != NULL ? named : subject, db, why, speculative,
+                          st);
         goto done;
     }
     keep_roles(a, &user);

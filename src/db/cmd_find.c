@@ -800,8 +800,8 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
     if (!shl_op_may_use_owned(op, c->owner)) {
         keep = true; /* the owner may still use it */
-        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "cursor id %lld was not created by the authenticated user",
-                 (long long)id);
+        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED,
+                 "cursor id %lld was not created by the authenticated user", (long long)id);
     }
     if (bson_has_field(cmd, "maxTimeMS") && !c->await_data) {
         keep = true; /* a bad request does not end the cursor */

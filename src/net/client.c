@@ -972,7 +972,7 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
                 wake = d;
             }
             pfds[k].fd = op->conn->fd;
-            pfds[k].events = op->wait_events != 0            ? op->wait_events
+            pfds[k].events = op->wait_events != 0        ? op->wait_events
                              : op->phase == PH_RECEIVING ? POLLIN
                                                          : POLLOUT;
             pfds[k].revents = 0;

@@ -139,8 +139,9 @@ conn_start_tls(shl_conn_t *conn)
     if (!ok) {
         char err[sizeof(st.reason) + 32];
         snprintf(err, sizeof(err), "%s: %s", shl_code_name(st.code), st.reason);
-        SHL_LOG_INFO(NETWORK, 22988, "Error receiving request from client. Ending connection from remote",
-                     "error", BCON_UTF8(err), "remote", BCON_UTF8(conn->remote), "connectionId",
+        SHL_LOG_INFO(NETWORK, 22988,
+                     "Error receiving request from client. Ending connection from remote", "error",
+                     BCON_UTF8(err), "remote", BCON_UTF8(conn->remote), "connectionId",
                      BCON_INT64(conn->id));
     }
     return ok;

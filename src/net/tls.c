@@ -83,8 +83,8 @@ load_cert_key(SSL_CTX *ctx, const char *pem, shl_status_t *st)
         SSL_CTX_use_PrivateKey_file(ctx, pem, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
         ssl_error_text(err, sizeof(err));
-        SHL_FAIL(st, SHL_CODE_INVALID_SSL_CONFIGURATION,
-                 "Can not set up PEM key file %s: %s", pem, err);
+        SHL_FAIL(st, SHL_CODE_INVALID_SSL_CONFIGURATION, "Can not set up PEM key file %s: %s", pem,
+                 err);
     }
 done:
     return ret;
@@ -101,8 +101,8 @@ load_ca(SSL_CTX *ctx, const char *ca, shl_status_t *st)
         SSL_CTX_set_default_verify_paths(ctx);
     } else if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1) {
         ssl_error_text(err, sizeof(err));
-        SHL_FAIL(st, SHL_CODE_INVALID_SSL_CONFIGURATION, "cannot read certificate authority file %s: %s",
-                 ca, err);
+        SHL_FAIL(st, SHL_CODE_INVALID_SSL_CONFIGURATION,
+                 "cannot read certificate authority file %s: %s", ca, err);
     }
 done:
     return ret;

@@ -185,8 +185,8 @@ void shl_router_cursor_manager_destroy(shl_router_cursor_manager_t *mgr);
  *     The owner digest of cursor 'id' of 'ns' into 'out'; false when there is no such
  *     cursor. Thread-safe.
  */
-bool shl_router_cursor_manager_owner(shl_router_cursor_manager_t *mgr, int64_t id,
-                                     const char *ns, uint8_t out[SHL_LSID_UID_LEN]);
+bool shl_router_cursor_manager_owner(shl_router_cursor_manager_t *mgr, int64_t id, const char *ns,
+                                     uint8_t out[SHL_LSID_UID_LEN]);
 
 int64_t shl_router_cursor_manager_register(shl_router_cursor_manager_t *mgr,
                                            shl_router_cursor_t *c);
