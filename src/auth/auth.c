@@ -22,7 +22,8 @@ atomic_uint_fast64_t auth_generation = 1;
 bool
 shl_auth_enabled(void)
 {
-    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0';
+    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0' ||
+           strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0;
 }
 
 auth_conn_t *

@@ -360,7 +360,7 @@ auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative,
     const char *named = NULL, *why = NULL;
     bson_iter_t it;
     bson_t user = BSON_INITIALIZER;
-    bool found = false;
+    bool found = false, member = false;
     shl_status_t fst = SHL_STATUS_INIT;
 
     if (a == NULL) {
@@ -379,6 +379,10 @@ auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative,
     }
     if (op->conn->tls == NULL || !shl_tls_peer_subject(op->conn->tls, subject, sizeof(subject))) {
         why = "No verified subject name available from client";
+    } else if (strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0 &&
+               shl_tls_peer_is_member(op->conn->tls)) {
+        /* clusterAuthMode x509: a certificate of this cluster's O/OU/DC is a member. */
+        member = true;
     } else if (named != NULL && strcmp(named, subject) != 0) {
         why = "There is no x.509 client certificate matching the user.";
     } else {
@@ -394,7 +398,11 @@ auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative,
     }
     keep_roles(a, &user);
     a->conv_active = false;
-    authenticated(op, a, subject, "$external", "MONGODB-X509", speculative);
+    if (member) {
+        authenticated(op, a, "__system", "local", "MONGODB-X509", speculative);
+    } else {
+        authenticated(op, a, subject, "$external", "MONGODB-X509", speculative);
+    }
     BSON_APPEND_UTF8(reply, "dbname", "$external");
     BSON_APPEND_UTF8(reply, "user", subject);
 done:

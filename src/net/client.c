@@ -507,7 +507,10 @@ try_unix_socket(engine_t *eng, op_t *op, const char *name, const char *port)
     struct sockaddr_un sa;
     int fd, n;
 
+    /* Under clusterAuthMode x509 a member proves itself with its TLS certificate, which the
+     * (plain) Unix domain socket cannot carry. */
     if (shl_opt_bool(SHL_OPT_nounixsocket) ||
+        strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0 ||
         (strcmp(name, "127.0.0.1") != 0 && strcmp(name, "localhost") != 0)) {
         return false;
     }

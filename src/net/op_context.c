@@ -83,7 +83,8 @@ op_field(const char *k, size_t len)
 static bool
 access_control(void)
 {
-    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0';
+    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0' ||
+           strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0;
 }
 
 /*

@@ -380,6 +380,43 @@ shl_tls_peer_subject(const shl_tls_t *tls, char *out, size_t n)
     return ok;
 }
 
+/* The attribute 'nid' of 'name' joined with '+' into out[n] ("" without one). */
+static void
+name_attrs(X509_NAME *name, int nid, char *out, size_t n)
+{
+    size_t o = 0;
+    int i = -1;
+
+    out[0] = '\0';
+    while ((i = X509_NAME_get_index_by_NID(name, nid, i)) >= 0 && o + 1 < n) {
+        ASN1_STRING *v = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+        int w = snprintf(out + o, n - o, "%s%.*s", o > 0 ? "+" : "", ASN1_STRING_length(v),
+                         (const char *)ASN1_STRING_get0_data(v));
+        o = w > 0 ? o + (size_t)w : o;
+    }
+}
+
+bool
+shl_tls_peer_is_member(const shl_tls_t *tls)
+{
+    static const int nids[] = {NID_organizationName, NID_organizationalUnitName,
+                               NID_domainComponent};
+    X509 *peer = SSL_get1_peer_certificate(tls->ssl);
+    X509 *own = SSL_get_certificate(tls->ssl);
+    bool member = peer != NULL && own != NULL && SSL_get_verify_result(tls->ssl) == X509_V_OK;
+    bool any = false;
+
+    for (size_t i = 0; member && i < sizeof(nids) / sizeof(nids[0]); i++) {
+        char a[512], b[512];
+        name_attrs(X509_get_subject_name(peer), nids[i], a, sizeof(a));
+        name_attrs(X509_get_subject_name(own), nids[i], b, sizeof(b));
+        member = strcmp(a, b) == 0;
+        any = any || a[0] != '\0';
+    }
+    X509_free(peer);
+    return member && any;
+}
+
 void
 shl_tls_free(shl_tls_t *tls)
 {

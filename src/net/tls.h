@@ -102,6 +102,14 @@ short shl_tls_want(const shl_tls_t *tls);
  */
 bool shl_tls_peer_subject(const shl_tls_t *tls, char *out, size_t n);
 
+/*
+ * shl_tls_peer_is_member --
+ *     Whether the peer's verified certificate names a cluster member, as MongoDB decides it:
+ *     its subject's O, OU and DC attributes are those of this process's own certificate (at
+ *     least one of them present).
+ */
+bool shl_tls_peer_is_member(const shl_tls_t *tls);
+
 /* shl_tls_free -- free the connection (the socket stays open: its owner closes it). */
 void shl_tls_free(shl_tls_t *tls);
 

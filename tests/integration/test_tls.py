@@ -247,3 +247,20 @@ def test_x509_refusals(auth_node, certs):
     assert r["user"] == ALICE and r["dbname"] == "$external"
     assert c.t.c.count_documents({}) >= 0
     c.close()
+
+
+def test_cluster_members_authenticate_with_certificates(request, certs):
+    """--clusterAuthMode x509: members prove themselves with their certificates (same O/OU as
+    this process's own), which makes them __system; clients still need users."""
+    extra = server_args(certs, "requireTLS", "--nounixsocket", "--clusterAuthMode", "x509")
+    with module_cluster(request, shards=1, key_file=True, shard_extra=extra, config_extra=extra,
+                        router_extra=extra, client_opts=tls_opts(certs)) as c:
+        r = c.router_client()
+        r.admin.command("enableSharding", "xdb")
+        r.xdb.c.insert_many([{"_id": i} for i in range(10)])
+        assert r.xdb.c.count_documents({}) == 10
+        plain = c.routers[0].client()  # TLS with the client certificate, no user
+        assert error_code(lambda: plain.xdb.c.find_one()) == 13
+        plain.close()
+        r.close()
+        assert '"mechanism":"MONGODB-X509","user":"__system"' in c.shards[0].read_log()
