@@ -264,3 +264,12 @@ def test_cluster_members_authenticate_with_certificates(request, certs):
         plain.close()
         r.close()
         assert '"mechanism":"MONGODB-X509","user":"__system"' in c.shards[0].read_log()
+
+
+def test_node_driver_x509_login(auth_node, certs):
+    uri = auth_node.uri(tls="true", tlsCAFile=certs["ca"], tlsCertificateKeyFile=certs["client"],
+                        authMechanism="MONGODB-X509", authSource="%24external")
+    out = subprocess.run([node_binary(), os.path.join(HERE, "smoke.js"), uri],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '"ping":{"ok":1' in out.stdout
