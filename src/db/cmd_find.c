@@ -1573,7 +1573,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     switch (shl_pipeline_stage_position(&pipeline, "$listSessions")) {
     case 1:
         bson_destroy(&sessions_pipeline);
-        SHL_ERR(shl_list_sessions_rewrite(ns.full, &pipeline, &sessions_pipeline, st));
+        SHL_ERR(shl_list_sessions_rewrite(op, ns.full, &pipeline, &sessions_pipeline, st));
         bson_init_static(&pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
         break;
     case 2:

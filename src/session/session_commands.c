@@ -733,6 +733,7 @@ shl_list_sessions_spec_parse(const bson_iter_t *elem, const char *stage,
         users.v = bson_malloc0(sizeof(*users.v));
         own_uid(users.v[0]);
         users.n = 1;
+        spec->own = true;
     }
     spec->uids = users.v;
     spec->nuids = users.n;
@@ -804,6 +805,9 @@ shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bso
     }
     first_stage(pipeline, &stage);
     SHL_ERR(shl_list_sessions_spec_parse(&stage, name, &spec, st));
+    if (spec.own) {
+        shl_op_user_digest(op, spec.uids[0]);
+    }
     SHL_ERR(rest_of_pipeline(pipeline, name, &rest, st));
     if ((lsc = cache_of(op, st)) == NULL) {
         SHL_ERR(st->code);
@@ -827,7 +831,8 @@ done:
 }
 
 int
-shl_list_sessions_rewrite(const char *ns, const bson_t *pipeline, bson_t *out, shl_status_t *st)
+shl_list_sessions_rewrite(const shl_op_ctx_t *op, const char *ns, const bson_t *pipeline,
+                          bson_t *out, shl_status_t *st)
 {
     static const char *const name = "$listSessions";
     int ret = 0;
@@ -844,6 +849,9 @@ shl_list_sessions_rewrite(const char *ns, const bson_t *pipeline, bson_t *out, s
     }
     first_stage(pipeline, &stage);
     SHL_ERR(shl_list_sessions_spec_parse(&stage, name, &spec, st));
+    if (spec.own) {
+        shl_op_user_digest(op, spec.uids[0]);
+    }
     SHL_ERR(rest_of_pipeline(pipeline, name, &rest, st));
     BSON_APPEND_DOCUMENT_BEGIN(out, "0", &match);
     BSON_APPEND_DOCUMENT_BEGIN(&match, "$match", &q);

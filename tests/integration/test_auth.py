@@ -329,6 +329,10 @@ def test_sessions_belong_to_their_user(auth_node, root):
         mine = [x["_id"] for x in root.admin.aggregate([{"$listLocalSessions": {"allUsers": True}}])
                 if x["_id"]["id"] == sid]
         assert [x["uid"] for x in mine] == [hashlib.sha256(b"owner_a@admin").digest()]
+        # $listLocalSessions without allUsers: the caller's own sessions only.
+        def listed(client):
+            return [x["_id"]["id"] for x in client.admin.aggregate([{"$listLocalSessions": {}}])]
+        assert sid in listed(a) and sid not in listed(b)
     # b's killSessions [] ends b's sessions only: a's cursor in a session lives on.
     with a.start_session() as s:
         cur = a.owned.c.find({}, batch_size=2, session=s)
