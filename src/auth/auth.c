@@ -22,7 +22,8 @@ atomic_uint_fast64_t auth_generation = 1;
 bool
 shl_auth_enabled(void)
 {
-    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0';
+    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0' ||
+           strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0;
 }
 
 auth_conn_t *
@@ -53,6 +54,22 @@ conn_end(shl_conn_t *conn)
         bson_free(a);
         conn->auth = NULL;
     }
+}
+
+void
+auth_conn_set_owner(shl_conn_t *conn, const auth_conn_t *a)
+{
+    char name[sizeof(a->user) + sizeof(a->db) + 2] = "";
+
+    if (conn == NULL) {
+        return;
+    }
+    if (a->authed) {
+        snprintf(name, sizeof(name), "%s@%s", a->user, a->db);
+    }
+    shl_lsid_user_digest(name, conn->user_digest);
+    conn->system_user =
+        a->authed && strcmp(a->user, "__system") == 0 && strcmp(a->db, "local") == 0;
 }
 
 bool

@@ -41,6 +41,10 @@ extern atomic_uint_fast64_t auth_generation;
 /* auth_conn_get -- the connection's state, made on first use; NULL for no connection. */
 auth_conn_t *auth_conn_get(shl_op_ctx_t *op);
 
+/* auth_conn_set_owner -- the connection's user digest and __system flag (server.h) from its
+ * authentication state: what its sessions and cursors belong to. */
+void auth_conn_set_owner(shl_conn_t *conn, const auth_conn_t *a);
+
 /* auth_conn_is_localhost -- whether the connection comes from this host (localhost
  * exception). */
 bool auth_conn_is_localhost(const shl_conn_t *conn);

@@ -1,7 +1,7 @@
 /*
  * cmd_sasl.c -- authentication commands: saslStart / saslContinue (SCRAM-SHA-1 and
  * SCRAM-SHA-256, MongoDB's reply shapes and skipEmptyExchange), speculativeAuthenticate and
- * saslSupportedMechs in hello, authenticate (no mechanism of it is offered), logout,
+ * saslSupportedMechs in hello, authenticate (MONGODB-X509 from the TLS client certificate), logout,
  * connectionStatus. A failed login answers AuthenticationFailed with no hint of the cause,
  * is logged (id 20249) without secrets and waits authFailedDelayMs. docs/design/auth.md.
  */
@@ -106,6 +106,23 @@ creds_of(const bson_t *user, shl_scram_mech_t mech, shl_scram_creds_t *c)
     return got == 15 && c->iterations > 0;
 }
 
+/* a->conv_roles = the roles array of the user document 'user'. */
+static void
+keep_roles(auth_conn_t *a, const bson_t *user)
+{
+    bson_iter_t it;
+
+    bson_reinit(&a->conv_roles);
+    if (bson_iter_init_find(&it, user, "roles") && BSON_ITER_HOLDS_ARRAY(&it)) {
+        const uint8_t *d;
+        uint32_t l;
+        bson_t view;
+        bson_iter_array(&it, &l, &d);
+        bson_init_static(&view, d, l);
+        bson_concat(&a->conv_roles, &view);
+    }
+}
+
 /*
  * The first step of a conversation on database 'db' (saslStart, or hello's
  * speculativeAuthenticate): the reply's conversationId, done and payload.
@@ -172,15 +189,7 @@ sasl_start(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative
     }
     /* Keep the roles read here: the privileges are resolved from them at success, without
      * reading the user again. */
-    bson_reinit(&a->conv_roles);
-    if (bson_iter_init_find(&it, &user, "roles") && BSON_ITER_HOLDS_ARRAY(&it)) {
-        const uint8_t *d;
-        uint32_t l;
-        bson_t view;
-        bson_iter_array(&it, &l, &d);
-        bson_init_static(&view, d, l);
-        bson_concat(&a->conv_roles, &view);
-    }
+    keep_roles(a, &user);
     SHL_ERR(shl_scram_server_first(&a->scram, &creds, NULL, out, sizeof(out), st));
     a->conv_active = true;
     BSON_APPEND_INT32(reply, "conversationId", 1);
@@ -198,13 +207,15 @@ cmd_sasl_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     return sasl_start(op, cmd, op->db, false, reply, st);
 }
 
-/* Mark the connection authenticated as the conversation's user. */
+/* Mark the connection authenticated as 'user' on 'db' with the roles in a->conv_roles. */
 static void
-authenticated(shl_op_ctx_t *op, auth_conn_t *a, bool speculative)
+authenticated(shl_op_ctx_t *op, auth_conn_t *a, const char *user, const char *db, const char *mech,
+              bool speculative)
 {
     a->authed = true;
-    shl_str_copy(a->user, sizeof(a->user), a->scram.user);
-    shl_str_copy(a->db, sizeof(a->db), a->conv_db);
+    shl_str_copy(a->user, sizeof(a->user), user);
+    shl_str_copy(a->db, sizeof(a->db), db);
+    auth_conn_set_owner(op->conn, a);
     /* Privileges from the roles saslStart read (the generation as of now: a change since
      * then re-resolves them at the next command). */
     shl_privilege_list_cleanup(&a->privs);
@@ -221,9 +232,8 @@ authenticated(shl_op_ctx_t *op, auth_conn_t *a, bool speculative)
         }
     }
     SHL_LOG_INFO(ACCESS, 5286306, "Successfully authenticated", "client",
-                 BCON_UTF8(op->conn->remote), "isSpeculative", BCON_BOOL(speculative),
-                 "mechanism", BCON_UTF8(shl_scram_mech_name(a->scram.mech)), "user",
-                 BCON_UTF8(a->user), "db", BCON_UTF8(a->db));
+                 BCON_UTF8(op->conn->remote), "isSpeculative", BCON_BOOL(speculative), "mechanism",
+                 BCON_UTF8(mech), "user", BCON_UTF8(a->user), "db", BCON_UTF8(a->db));
 }
 
 static int
@@ -262,7 +272,8 @@ cmd_sasl_continue(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         shl_scram_server_clear(&a->scram);
         goto done;
     }
-    authenticated(op, a, a->conv_speculative);
+    authenticated(op, a, a->scram.user, a->conv_db, shl_scram_mech_name(a->scram.mech),
+                  a->conv_speculative);
     skip_empty = a->conv_skip_empty;
     a->conv_active = !skip_empty;
     a->conv_wants_empty = !skip_empty;
@@ -272,6 +283,9 @@ cmd_sasl_continue(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 done:
     return ret;
 }
+
+static int auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative,
+                     bson_t *reply, shl_status_t *st);
 
 void
 auth_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply)
@@ -321,9 +335,79 @@ auth_hello(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply)
         if (bson_iter_init_find(&f, &spec, "saslStart") &&
             sasl_start(op, &spec, db, true, &out, &st) == 0) {
             BSON_APPEND_DOCUMENT(reply, "speculativeAuthenticate", &out);
+        } else if (bson_iter_init_find(&f, &spec, "authenticate") &&
+                   bson_iter_init_find(&f, &spec, "mechanism") && BSON_ITER_HOLDS_UTF8(&f) &&
+                   strcmp(bson_iter_utf8(&f, NULL), "MONGODB-X509") == 0 &&
+                   auth_x509(op, &spec, db, true, &out, &st) == 0) {
+            BSON_APPEND_DOCUMENT(reply, "speculativeAuthenticate", &out);
         }
         bson_destroy(&out);
     }
+}
+
+/*
+ * MONGODB-X509 (authenticate, or hello's speculativeAuthenticate): the connection's verified
+ * client certificate names the user -- its subject in RFC 2253 form, a user of $external,
+ * which 'cmd' may also name in 'user'. The reply: {dbname, user}.
+ */
+static int
+auth_x509(shl_op_ctx_t *op, const bson_t *cmd, const char *db, bool speculative, bson_t *reply,
+          shl_status_t *st)
+{
+    int ret = 0;
+    auth_conn_t *a = auth_conn_get(op);
+    char subject[sizeof(a->user)], id[sizeof(a->user) + 16];
+    const char *named = NULL, *why = NULL;
+    bson_iter_t it;
+    bson_t user = BSON_INITIALIZER;
+    bool found = false, member = false;
+    shl_status_t fst = SHL_STATUS_INIT;
+
+    if (a == NULL) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "authenticate needs a client connection");
+    }
+    if (!mech_enabled("MONGODB-X509")) {
+        SHL_FAIL(st, SHL_CODE_MECHANISM_UNAVAILABLE,
+                 "Received authentication for mechanism MONGODB-X509 which is not enabled");
+    }
+    if (strcmp(db, "$external") != 0) {
+        SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR,
+                 "X.509 authentication must always use the $external database.");
+    }
+    if (bson_iter_init_find(&it, cmd, "user") && BSON_ITER_HOLDS_UTF8(&it)) {
+        named = bson_iter_utf8(&it, NULL);
+    }
+    if (op->conn->tls == NULL || !shl_tls_peer_subject(op->conn->tls, subject, sizeof(subject))) {
+        why = "No verified subject name available from client";
+    } else if (strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0 &&
+               shl_tls_peer_is_member(op->conn->tls)) {
+        /* clusterAuthMode x509: a certificate of this cluster's O/OU/DC is a member. */
+        member = true;
+    } else if (named != NULL && strcmp(named, subject) != 0) {
+        why = "There is no x.509 client certificate matching the user.";
+    } else {
+        snprintf(id, sizeof(id), "$external.%s", subject);
+        if (auth_find_one(op->svc, "system.users", id, &user, &found, &fst) != 0 || !found) {
+            why = "UserNotFound";
+        }
+    }
+    if (why != NULL) {
+        ret = auth_failed(op, "MONGODB-X509", named != NULL ? named : subject, db, why, speculative,
+                          st);
+        goto done;
+    }
+    keep_roles(a, &user);
+    a->conv_active = false;
+    if (member) {
+        authenticated(op, a, "__system", "local", "MONGODB-X509", speculative);
+    } else {
+        authenticated(op, a, subject, "$external", "MONGODB-X509", speculative);
+    }
+    BSON_APPEND_UTF8(reply, "dbname", "$external");
+    BSON_APPEND_UTF8(reply, "user", subject);
+done:
+    bson_destroy(&user);
+    return ret;
 }
 
 static int
@@ -331,14 +415,15 @@ cmd_authenticate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 {
     bson_iter_t it;
     const char *mech = "";
-    (void)op;
-    (void)reply;
     if (bson_iter_init_find(&it, cmd, "mechanism") && BSON_ITER_HOLDS_UTF8(&it)) {
         mech = bson_iter_utf8(&it, NULL);
     }
-    /* MongoDB takes only MONGODB-X509 here (SCRAM goes through saslStart); no X.509 yet. */
-    return shl_status_set(st, SHL_CODE_MECHANISM_UNAVAILABLE,
-                          "Unsupported mechanism '%.64s' on authenticate command", mech);
+    /* MongoDB takes only MONGODB-X509 here (SCRAM goes through saslStart). */
+    if (strcmp(mech, "MONGODB-X509") != 0) {
+        return shl_status_set(st, SHL_CODE_MECHANISM_UNAVAILABLE,
+                              "Unsupported mechanism '%.64s' on authenticate command", mech);
+    }
+    return auth_x509(op, cmd, op->db, false, reply, st);
 }
 
 static int
@@ -351,6 +436,7 @@ cmd_logout(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     if (a != NULL) {
         a->authed = false;
         a->user[0] = a->db[0] = '\0';
+        auth_conn_set_owner(op->conn, a);
         a->conv_active = false;
         bson_reinit(&a->roles);
         shl_privilege_list_cleanup(&a->privs);
@@ -409,7 +495,7 @@ static const shl_command_t sasl_commands[] = {
     {.name = "authenticate",
      .run = cmd_authenticate,
      .flags = SHL_CMD_NO_AUTH,
-     .help = "authenticate with MONGODB-X509 (not offered)"},
+     .help = "authenticate with MONGODB-X509 (the client's TLS certificate)"},
     {.name = "logout",
      .run = cmd_logout,
      .flags = SHL_CMD_NO_AUTH,

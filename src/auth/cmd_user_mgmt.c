@@ -292,6 +292,49 @@ store_replace(shl_service_ctx_t *svc, const char *coll, const char *id, const bs
     return ret;
 }
 
+/* Replace the document of admin.<coll> that has 'doc's _id with 'doc'. */
+static int
+store_replace_doc(shl_service_ctx_t *svc, const char *coll, const bson_t *doc, shl_status_t *st)
+{
+    bson_iter_t it;
+    return store_replace(svc, coll,
+                         bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_UTF8(&it)
+                             ? bson_iter_utf8(&it, NULL)
+                             : "",
+                         doc, st);
+}
+
+/* A view of the array 'key' of 'doc' (empty when it has none); 'doc' must outlive it. */
+static void
+array_field(const bson_t *doc, const char *key, bson_t *view)
+{
+    bson_iter_t it;
+    bson_init(view);
+    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_ARRAY(&it)) {
+        const uint8_t *d;
+        uint32_t l;
+        bson_iter_array(&it, &l, &d);
+        bson_destroy(view);
+        bson_init_static(view, d, l);
+    }
+}
+
+/*
+ * What differs between the user and the role commands of one shape (drop one, drop all of a
+ * database): where they are stored, how the command's first field is named in errors, the
+ * action dropping needs.
+ */
+typedef struct kind {
+    const char *coll;
+    const char *label;
+    shl_action_t drop_action;
+    bool is_role;
+} kind_t;
+
+static const kind_t USERS = {"system.users", "User name", SHL_ACT_DROP_USER, false};
+static const kind_t ROLES = {"system.roles", "Role name", SHL_ACT_DROP_ROLE, true};
+
+
 static int
 store_insert(shl_service_ctx_t *svc, const char *coll, const bson_t *doc, shl_status_t *st)
 {
@@ -418,7 +461,18 @@ cmd_create_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
         SHL_FAIL(st, 51003, "User \"%s@%s\" already exists", name, op->db);
     }
     bson_destroy(&creds);
-    SHL_ERR(make_credentials(cmd, name, pwd, &creds, st));
+    if (strcmp(op->db, "$external") == 0) {
+        /* Users of external mechanisms (MONGODB-X509) hold no password: MongoDB marks
+         * them {external: true}. */
+        if (has_pwd) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                     "Cannot set a password for users defined on the '$external' database");
+        }
+        bson_init(&creds);
+        BSON_APPEND_BOOL(&creds, "external", true);
+    } else {
+        SHL_ERR(make_credentials(cmd, name, pwd, &creds, st));
+    }
     BSON_APPEND_UTF8(&doc, "_id", id);
     shl_uuid_gen(uuid);
     shl_bson_append_uuid(&doc, "userId", uuid);
@@ -459,6 +513,10 @@ cmd_update_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
     }
     pwd = get_pwd(cmd, &has_pwd, st, &ret);
     SHL_ERR(ret);
+    if (has_pwd && strcmp(op->db, "$external") == 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "Cannot set a password for users defined on the '$external' database");
+    }
     if (has_pwd) {
         SHL_ERR(need(op, op->db, SHL_ACT_CHANGE_PASSWORD, st));
     }
@@ -498,10 +556,7 @@ cmd_update_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t
         bson_destroy(&cur);
         cur = next;
     }
-    ret = store_replace(op->svc, "system.users", bson_iter_init_find(&it, &cur, "_id")
-                                                     ? bson_iter_utf8(&it, NULL)
-                                                     : "",
-                        &cur, st);
+    ret = store_replace_doc(op->svc, "system.users", &cur, st);
     bson_destroy(&cur);
 done:
     bson_destroy(&doc);
@@ -511,56 +566,12 @@ done:
 }
 
 static int
-cmd_drop_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    const char *name;
-    bson_t filter = BSON_INITIALIZER;
-    char id[400];
-    int64_t n = 0;
-    (void)reply;
-
-    if ((name = first_string(cmd, "User name", st, &ret)) == NULL) {
-        goto done;
-    }
-    SHL_ERR(need(op, op->db, SHL_ACT_DROP_USER, st));
-    snprintf(id, sizeof(id), "%s.%s", op->db, name);
-    BSON_APPEND_UTF8(&filter, "_id", id);
-    SHL_ERR(store_delete(op->svc, "system.users", &filter, &n, st));
-    if (n == 0) {
-        SHL_FAIL(st, SHL_CODE_USER_NOT_FOUND, "Could not find user \"%s\" for db \"%s\"", name,
-                 op->db);
-    }
-done:
-    bson_destroy(&filter);
-    return ret;
-}
-
-static int
-cmd_drop_all_users(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t filter = BSON_INITIALIZER;
-    int64_t n = 0;
-    (void)cmd;
-
-    SHL_ERR(need(op, op->db, SHL_ACT_DROP_USER, st));
-    BSON_APPEND_UTF8(&filter, "db", op->db);
-    SHL_ERR(store_delete(op->svc, "system.users", &filter, &n, st));
-    BSON_APPEND_INT32(reply, "n", (int32_t)n);
-done:
-    bson_destroy(&filter);
-    return ret;
-}
-
-static int
 change_user_roles(shl_op_ctx_t *op, const bson_t *cmd, bool grant, shl_status_t *st)
 {
     int ret = 0;
     const char *name;
-    bson_t doc = BSON_INITIALIZER, delta = BSON_INITIALIZER, merged = BSON_INITIALIZER, cur,
-           next, view;
-    bson_iter_t it;
+    bson_t doc = BSON_INITIALIZER, delta = BSON_INITIALIZER, merged = BSON_INITIALIZER, next,
+           view;
 
     if ((name = first_string(cmd, "User name", st, &ret)) == NULL) {
         goto done;
@@ -570,23 +581,11 @@ change_user_roles(shl_op_ctx_t *op, const bson_t *cmd, bool grant, shl_status_t 
                         grant ? SHL_ACT_GRANT_ROLE : SHL_ACT_REVOKE_ROLE, &delta, st));
     bson_destroy(&doc);
     SHL_ERR(load_user(op, name, &doc, st));
-    bson_init(&view);
-    if (bson_iter_init_find(&it, &doc, "roles") && BSON_ITER_HOLDS_ARRAY(&it)) {
-        const uint8_t *d;
-        uint32_t l;
-        bson_iter_array(&it, &l, &d);
-        bson_destroy(&view);
-        bson_init_static(&view, d, l);
-    }
+    array_field(&doc, "roles", &view);
     bson_destroy(&merged);
     roles_merge(&view, &delta, grant, &merged);
-    bson_copy_to(&doc, &cur);
-    doc_with(&cur, "roles", &merged, true, &next);
-    bson_destroy(&cur);
-    ret = store_replace(op->svc, "system.users", bson_iter_init_find(&it, &next, "_id")
-                                                     ? bson_iter_utf8(&it, NULL)
-                                                     : "",
-                        &next, st);
+    doc_with(&doc, "roles", &merged, true, &next);
+    ret = store_replace_doc(op->svc, "system.users", &next, st);
     bson_destroy(&next);
 done:
     bson_destroy(&doc);
@@ -926,20 +925,6 @@ privs_merge(const bson_t *base, const bson_t *delta, change_t how, bson_t *out)
     shl_privilege_list_cleanup(&l);
 }
 
-static void
-array_field(const bson_t *doc, const char *key, bson_t *view)
-{
-    bson_iter_t it;
-    bson_init(view);
-    if (bson_iter_init_find(&it, doc, key) && BSON_ITER_HOLDS_ARRAY(&it)) {
-        const uint8_t *d;
-        uint32_t l;
-        bson_iter_array(&it, &l, &d);
-        bson_destroy(view);
-        bson_init_static(view, d, l);
-    }
-}
-
 static int
 change_role(shl_op_ctx_t *op, const bson_t *cmd, change_t privs_how, change_t roles_how,
             bool want_privs, bool want_roles, shl_status_t *st)
@@ -1000,10 +985,7 @@ change_role(shl_op_ctx_t *op, const bson_t *cmd, change_t privs_how, change_t ro
         bson_destroy(&cur);
         cur = next;
     }
-    ret = store_replace(op->svc, "system.roles", bson_iter_init_find(&it, &cur, "_id")
-                                                     ? bson_iter_utf8(&it, NULL)
-                                                     : "",
-                        &cur, st);
+    ret = store_replace_doc(op->svc, "system.roles", &cur, st);
     bson_destroy(&cur);
 done:
     bson_destroy(&doc);
@@ -1069,7 +1051,6 @@ pull_role_everywhere(shl_service_ctx_t *svc, const char *role, const char *db, s
             const uint8_t *d;
             uint32_t l;
             bson_t doc, view, one = BSON_INITIALIZER, r, merged, next;
-            bson_iter_t id;
             bson_iter_document(&it, &l, &d);
             bson_init_static(&doc, d, l);
             array_field(&doc, "roles", &view);
@@ -1079,9 +1060,7 @@ pull_role_everywhere(shl_service_ctx_t *svc, const char *role, const char *db, s
             bson_append_document_end(&one, &r);
             roles_merge(&view, &one, false, &merged);
             doc_with(&doc, "roles", &merged, true, &next);
-            if (bson_iter_init_find(&id, &doc, "_id") && BSON_ITER_HOLDS_UTF8(&id)) {
-                ret = store_replace(svc, colls[c], bson_iter_utf8(&id, NULL), &next, st);
-            }
+            ret = store_replace_doc(svc, colls[c], &next, st);
             bson_destroy(&one);
             bson_destroy(&merged);
             bson_destroy(&next);
@@ -1092,49 +1071,58 @@ pull_role_everywhere(shl_service_ctx_t *svc, const char *role, const char *db, s
     return ret;
 }
 
+/* dropUser / dropRole: the document "<db>.<name>" (a role also leaves every user and role
+ * that held it). */
 static int
-cmd_drop_role(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+drop_one(shl_op_ctx_t *op, const bson_t *cmd, const kind_t *k, shl_status_t *st)
 {
     int ret = 0;
     const char *name;
     bson_t filter = BSON_INITIALIZER;
     char id[400];
     int64_t n = 0;
-    (void)reply;
 
-    if ((name = first_string(cmd, "Role name", st, &ret)) == NULL) {
+    if ((name = first_string(cmd, k->label, st, &ret)) == NULL) {
         goto done;
     }
-    SHL_ERR(need(op, op->db, SHL_ACT_DROP_ROLE, st));
-    if (shl_builtin_role_is(name, op->db)) {
+    SHL_ERR(need(op, op->db, k->drop_action, st));
+    if (k->is_role && shl_builtin_role_is(name, op->db)) {
         SHL_FAIL(st, SHL_CODE_INVALID_ROLE_MODIFICATION, "Cannot drop built-in role: %s@%s", name,
                  op->db);
     }
     snprintf(id, sizeof(id), "%s.%s", op->db, name);
     BSON_APPEND_UTF8(&filter, "_id", id);
-    SHL_ERR(store_delete(op->svc, "system.roles", &filter, &n, st));
-    if (n == 0) {
+    SHL_ERR(store_delete(op->svc, k->coll, &filter, &n, st));
+    if (n == 0 && k->is_role) {
         SHL_FAIL(st, SHL_CODE_ROLE_NOT_FOUND, "Could not find role: %s@%s", name, op->db);
+    } else if (n == 0) {
+        SHL_FAIL(st, SHL_CODE_USER_NOT_FOUND, "Could not find user \"%s\" for db \"%s\"", name,
+                 op->db);
     }
-    SHL_ERR(pull_role_everywhere(op->svc, name, op->db, st));
+    if (k->is_role) {
+        SHL_ERR(pull_role_everywhere(op->svc, name, op->db, st));
+    }
 done:
     bson_destroy(&filter);
     return ret;
 }
 
+/* dropAllUsersFromDatabase / dropAllRolesFromDatabase: every one of the database; the
+ * reply's n counts them. */
 static int
-cmd_drop_all_roles(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+drop_all(shl_op_ctx_t *op, const kind_t *k, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     bson_t filter = BSON_INITIALIZER, arr = BSON_INITIALIZER;
     bson_iter_t it, f;
     int64_t n = 0;
-    (void)cmd;
 
-    SHL_ERR(need(op, op->db, SHL_ACT_DROP_ROLE, st));
+    SHL_ERR(need(op, op->db, k->drop_action, st));
     BSON_APPEND_UTF8(&filter, "db", op->db);
-    SHL_ERR(auth_find_many(op->svc, "system.roles", &filter, &arr, st));
-    SHL_ERR(store_delete(op->svc, "system.roles", &filter, &n, st));
+    if (k->is_role) {
+        SHL_ERR(auth_find_many(op->svc, k->coll, &filter, &arr, st));
+    }
+    SHL_ERR(store_delete(op->svc, k->coll, &filter, &n, st));
     bson_iter_init(&it, &arr);
     while (bson_iter_next(&it)) {
         if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
@@ -1147,6 +1135,34 @@ done:
     bson_destroy(&filter);
     bson_destroy(&arr);
     return ret;
+}
+
+static int
+cmd_drop_user(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)reply;
+    return drop_one(op, cmd, &USERS, st);
+}
+
+static int
+cmd_drop_role(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)reply;
+    return drop_one(op, cmd, &ROLES, st);
+}
+
+static int
+cmd_drop_all_users(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)cmd;
+    return drop_all(op, &USERS, reply, st);
+}
+
+static int
+cmd_drop_all_roles(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    (void)cmd;
+    return drop_all(op, &ROLES, reply, st);
 }
 
 /* One rolesInfo entry: a stored role's document, or a built-in role's. */

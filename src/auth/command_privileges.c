@@ -202,6 +202,37 @@ pipeline_writes(const bson_t *cmd)
     return false;
 }
 
+/*
+ * An aggregate starting with $listSessions / $listLocalSessions, as MongoDB authorizes it: a
+ * user's own sessions need no privilege; every user's (allUsers) or named users' need
+ * listSessions on the cluster. False when the pipeline starts otherwise.
+ */
+static bool
+session_stage_privileges(const bson_t *cmd, shl_required_t *out)
+{
+    bson_iter_t it, st, f, spec;
+    bool others = false;
+
+    if (!bson_iter_init_find(&it, cmd, "pipeline") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &st) || !bson_iter_next(&st) || !BSON_ITER_HOLDS_DOCUMENT(&st) ||
+        !bson_iter_recurse(&st, &f) || !bson_iter_next(&f) ||
+        (strcmp(bson_iter_key(&f), "$listSessions") != 0 &&
+         strcmp(bson_iter_key(&f), "$listLocalSessions") != 0)) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&f) && bson_iter_recurse(&f, &spec)) {
+        while (bson_iter_next(&spec)) {
+            others = others || (strcmp(bson_iter_key(&spec), "allUsers") == 0 &&
+                                bson_iter_as_bool(&spec)) ||
+                     strcmp(bson_iter_key(&spec), "users") == 0;
+        }
+    }
+    if (others) {
+        add(out, SHL_RES_CLUSTER, "", "", SHL_ACT_LIST_SESSIONS);
+    }
+    return true;
+}
+
 /* Whether an update or findAndModify may insert (upsert: true, in any statement). */
 static bool
 upserts(const bson_t *cmd)
@@ -244,6 +275,9 @@ shl_command_required_privileges(const char *name, bool internal, const char *db,
     if (e == NULL) {
         /* Unknown to the table: only a holder of anyAction (__system) may run it. */
         add(out, SHL_RES_CLUSTER, "", "", SHL_ACT_ANY_ACTION);
+        return;
+    }
+    if (strcmp(name, "aggregate") == 0 && session_stage_privileges(cmd, out)) {
         return;
     }
     if (bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)) {

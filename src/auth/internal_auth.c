@@ -240,6 +240,48 @@ client_end(void *state)
 
 static const shl_client_auth_t client_auth = {client_begin, client_step, client_end};
 
+/* clusterAuthMode x509: the hello asks to authenticate with the connection's certificate
+ * (tlsClusterFile), and the peer's hello reply must say it did. */
+static void *
+x509_begin(bson_t *hello)
+{
+    bson_t spec;
+
+    BSON_APPEND_DOCUMENT_BEGIN(hello, "speculativeAuthenticate", &spec);
+    BSON_APPEND_INT32(&spec, "authenticate", 1);
+    BSON_APPEND_UTF8(&spec, "mechanism", "MONGODB-X509");
+    BSON_APPEND_UTF8(&spec, "db", "$external");
+    bson_append_document_end(hello, &spec);
+    return bson_malloc0(1); /* no state; the engine wants one */
+}
+
+static int
+x509_step(void *state, const bson_t *reply, bson_t *next, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it;
+
+    (void)state;
+    (void)next;
+    SHL_ERR(shl_status_from_reply(reply, st));
+    if (!bson_iter_init_find(&it, reply, "speculativeAuthenticate") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        SHL_FAIL(st, SHL_CODE_AUTHENTICATION_FAILED,
+                 "Authentication failed: the peer did not accept this member's X.509 "
+                 "certificate");
+    }
+done:
+    return ret;
+}
+
+static void
+x509_end(void *state)
+{
+    bson_free(state);
+}
+
+static const shl_client_auth_t x509_auth = {x509_begin, x509_step, x509_end};
+
 /* Authenticate the internal client as user@db with cleartext 'pwd'. */
 static int
 client_as(const char *user, const char *db, const char *pwd, shl_status_t *st)
@@ -328,12 +370,20 @@ auth_internal_init(shl_status_t *st)
     const char *path = shl_opt_str(SHL_OPT_keyFile);
     char *pw = NULL;
 
-    if (path[0] == '\0') {
+    if (strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0) {
+        if (strcmp(shl_opt_str(SHL_OPT_tlsMode), "disabled") == 0) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "clusterAuthMode x509 requires TLS (--tlsMode)");
+        }
+        shl_client_set_auth(&x509_auth);
         goto done;
     }
     if (strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "keyFile") != 0) {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "clusterAuthMode %s is not supported (keyFile only)",
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "clusterAuthMode %s is not supported (keyFile or x509)",
                  shl_opt_str(SHL_OPT_clusterAuthMode));
+    }
+    if (path[0] == '\0') {
+        goto done;
     }
     SHL_ERR(shl_auth_read_key_file(path, key_pw, sizeof(key_pw), st));
     for (int m = 0; m < 2; m++) {

@@ -862,6 +862,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
     SHL_ERR(shl_cursor_manager_pin(node->cursors, id, ns.full, &c, st));
+    if (!shl_op_may_use_owned(op, c->owner)) {
+        keep = true; /* the owner may still use it */
+        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED,
+                 "cursor id %lld was not created by the authenticated user", (long long)id);
+    }
     if (bson_has_field(cmd, "maxTimeMS") && !c->await_data) {
         keep = true; /* a bad request does not end the cursor */
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -955,6 +960,13 @@ kill_one(void *arg, int64_t id)
     return shl_cursor_manager_kill(k->node->cursors, id, k->ns.full) == SHL_CURSOR_KILLED;
 }
 
+static bool
+owner_of(void *arg, int64_t id, uint8_t *out)
+{
+    kill_arg_t *k = arg;
+    return shl_cursor_manager_owner(k->node->cursors, id, k->ns.full, out);
+}
+
 static int
 cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -966,7 +978,7 @@ cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
 
     db_cmd_begin(op);
     SHL_ERR(db_ns_from_cmd(op, cmd, &k.ns, st));
-    SHL_ERR(shl_cmd_kill_cursors(cmd, kill_one, &k, reply, st));
+    SHL_ERR(shl_cmd_kill_cursors_owned(op, k.ns.full, cmd, kill_one, owner_of, &k, reply, st));
 done:
     return ret;
 }
@@ -1680,7 +1692,7 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     switch (shl_pipeline_stage_position(&pipeline, "$listSessions")) {
     case 1:
         bson_destroy(&sessions_pipeline);
-        SHL_ERR(shl_list_sessions_rewrite(ns.full, &pipeline, &sessions_pipeline, st));
+        SHL_ERR(shl_list_sessions_rewrite(op, ns.full, &pipeline, &sessions_pipeline, st));
         bson_init_static(&pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
         break;
     case 2:

@@ -94,6 +94,11 @@ find_slot(shl_cursor_manager_t *mgr, int64_t id)
 int64_t
 shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c, const shl_op_ctx_t *op)
 {
+    if (op != NULL) {
+        shl_op_user_digest(op, c->owner);
+    } else {
+        shl_lsid_user_digest("", c->owner);
+    }
     if (op != NULL && op->has_lsid) {
         c->has_lsid = true;
         c->lsid = op->lsid_key;
@@ -167,6 +172,23 @@ shl_cursor_manager_unpin(shl_cursor_manager_t *mgr, shl_cursor_t *c, bool destro
     if (destroy) {
         shl_cursor_destroy(c);
     }
+}
+
+bool
+shl_cursor_manager_owner(shl_cursor_manager_t *mgr, int64_t id, const char *ns,
+                         uint8_t out[SHL_LSID_UID_LEN])
+{
+    shl_cursor_t *c;
+    bool found;
+
+    pthread_mutex_lock(&mgr->lock);
+    c = *find_slot(mgr, id);
+    found = c != NULL && !c->kill_pending && strcmp(c->ns, ns) == 0;
+    if (found) {
+        memcpy(out, c->owner, SHL_LSID_UID_LEN);
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return found;
 }
 
 shl_cursor_kill_result_t

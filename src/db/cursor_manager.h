@@ -57,6 +57,9 @@ typedef struct shl_cursor {
      * storage transaction and dies when the transaction ends. */
     bool in_txn;
     int64_t txn_number;
+    /* The digest of the user that opened it (shl_op_user_digest; set by register): another
+     * user may not use or kill it (shl_op_may_use_owned). */
+    uint8_t owner[SHL_LSID_UID_LEN];
     /* Fields below are guarded by the manager's lock. */
     bool pinned;
     bool kill_pending;
@@ -106,6 +109,14 @@ int shl_cursor_fill_batch(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size,
  */
 int64_t shl_cursor_manager_register(shl_cursor_manager_t *mgr, shl_cursor_t *c,
                                     const shl_op_ctx_t *op);
+
+/*
+ * shl_cursor_manager_owner --
+ *     The owner digest of cursor 'id' of 'ns' into 'out'; false when there is no such
+ *     cursor. Thread-safe.
+ */
+bool shl_cursor_manager_owner(shl_cursor_manager_t *mgr, int64_t id, const char *ns,
+                              uint8_t out[SHL_LSID_UID_LEN]);
 
 /*
  * shl_cursor_manager_pin --

@@ -53,7 +53,7 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
         }
         memcpy(name, arg, nlen);
         name[nlen] = '\0';
-        if (strcmp(name, "verbose") == 0 || strcmp(name, "auth") == 0) {
+        if (strcmp(name, "verbose") == 0 || strcmp(name, "auth") == 0 || strcmp(name, "tls") == 0) {
             takes_value = false;
         }
         if (eq != NULL) {
@@ -104,6 +104,12 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
             a->password = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "authenticationDatabase") == 0) {
             a->auth_db = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "tls") == 0) {
+            a->tls = true;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "tlsCAFile") == 0) {
+            a->tls_ca_file = val;
+        } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "tlsCertificateKeyFile") == 0) {
+            a->tls_cert_file = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "host") == 0) {
             a->host = val;
         } else if (cmd == SHL_CLUSTER_CMD_STATUS && strcmp(name, "verbose") == 0) {
@@ -131,6 +137,7 @@ shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
     } else {
         fprintf(out, "usage: shale status [--dbpath DIR | --host HOST:PORT] [--verbose]\n"
                      "                    [--username U --password P "
-                     "[--authenticationDatabase DB]]\n");
+                     "[--authenticationDatabase DB]]\n"
+                     "                    [--tls [--tlsCAFile F] [--tlsCertificateKeyFile F]]\n");
     }
 }

@@ -34,6 +34,9 @@ typedef struct shl_cluster_args {
     /* status: the user to authenticate as (SCRAM-SHA-256); NULL if not given */
     const char *username;
     const char *password;
+    bool tls;                  /* status --tls: connect with TLS */
+    const char *tls_ca_file;   /* status --tlsCAFile */
+    const char *tls_cert_file; /* status --tlsCertificateKeyFile */
     const char *auth_db; /* --authenticationDatabase, default "admin" */
     /* Flags passed on: to every process, and to data nodes only (argv pointers). */
     const char *all_extra[2 * SHL_CLUSTER_MAX_EXTRA];

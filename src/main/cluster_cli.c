@@ -451,6 +451,19 @@ shl_cluster_up_main(int argc, char **argv)
      * folder's key file, and this command authenticates with it as __system. */
     snprintf(key_path, sizeof(key_path), "%s/keyfile", lay.dir);
     use_auth = a.auth || access(key_path, F_OK) == 0;
+    if (use_auth && access(key_path, F_OK) != 0) {
+        /* Turning access control on: processes running without it would make a mixed
+         * cluster (they would refuse the new members' authentication, or skip checks). */
+        for (int i = 0; i < lay.nprocs; i++) {
+            if (shl_cluster_proc_alive(&lay.procs[i])) {
+                SHL_FAIL(&st, SHL_CODE_ILLEGAL_OPERATION,
+                         "the cluster in %s is running without access control (%s, pid %d); "
+                         "stop it first with `shale down --dbpath %s`, then run `shale up "
+                         "--auth` again",
+                         lay.dir, lay.procs[i].name, (int)lay.procs[i].pid, a.dbpath);
+            }
+        }
+    }
     if (use_auth) {
         SHL_ERR(shl_auth_key_file_create(key_path, &key_created, &st));
         SHL_ERR(shl_auth_client_init(key_path, &st));

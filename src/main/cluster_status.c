@@ -17,6 +17,7 @@
 #include "main/cluster_layout.h"
 #include "main/shell_print.h"
 #include "net/client.h"
+#include "net/tls.h"
 
 #define STATUS_TIMEOUT_MS 30000
 /* mongosh lists a collection's chunks only when there are fewer than this. */
@@ -445,6 +446,9 @@ shl_cluster_status_main(int argc, char **argv)
         }
         SHL_ERR(shl_auth_client_init_user(a.username, a.auth_db != NULL ? a.auth_db : "admin",
                                           a.password, &st));
+    }
+    if (a.tls || a.tls_ca_file != NULL || a.tls_cert_file != NULL) {
+        SHL_ERR(shl_tls_client_init(a.tls_ca_file, a.tls_cert_file, &st));
     }
     c.pool = shl_conn_pool_new(&popts);
 

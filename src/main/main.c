@@ -18,6 +18,7 @@
 #include "main/cluster_cli.h"
 #include "net/command.h"
 #include "net/server.h"
+#include "net/tls.h"
 #include "net/service_context.h"
 #include "router/router.h"
 #include "shard/shard.h"
@@ -104,6 +105,22 @@ auth_init(shl_service_ctx_t *svc, shl_command_registry_t *reg)
     return rc;
 }
 
+/* TLS (net/tls.h) from the tls* options, before the listener and the first outgoing
+ * connection; 0 or the exit code. */
+static int
+tls_init(void)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    int rc = 0;
+
+    if (shl_tls_init(&st) != 0) {
+        fprintf(stderr, "shale: %s\n", st.reason);
+        SHL_LOG_ERROR(CONTROL, 4615751, "TLS start-up failed", "error", BCON_UTF8(st.reason));
+        rc = 1;
+    }
+    return rc;
+}
+
 /* What a role's start-up returns when a signal stopped it before it was up: exit 0. */
 #define RC_STOPPED_IN_STARTUP (-1)
 
@@ -139,7 +156,7 @@ run_process(const char *what, int argc, char **argv, int (*role_of)(shl_role_t *
     /* Signals first: a SIGTERM during start-up (a long recovery, a router waiting for its
      * config server) is a clean shutdown once the role is up, or ends the wait. */
     shl_server_install_signal_handlers(&svc);
-    if ((rc = auth_init(&svc, reg)) == 0 && (rc = init(&svc, reg)) == 0) {
+    if ((rc = tls_init()) == 0 && (rc = auth_init(&svc, reg)) == 0 && (rc = init(&svc, reg)) == 0) {
         rc = serve(&svc);
     } else if (rc == RC_STOPPED_IN_STARTUP) {
         if (svc.hooks.shutdown != NULL) {

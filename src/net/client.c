@@ -31,6 +31,7 @@
 
 typedef enum phase {
     PH_CONNECTING, /* non-blocking connect in progress: wait for POLLOUT */
+    PH_TLS,        /* TLS handshake in progress: wait for what it wants */
     PH_SENDING,    /* writing 'out': wait for POLLOUT */
     PH_RECEIVING,  /* reading a reply: wait for POLLIN */
     PH_DONE,
@@ -62,6 +63,7 @@ typedef struct op {
     uint8_t *in;           /* the whole reply, header included */
     size_t in_len, in_off; /* in_len 0 until the header is read */
     phase_t phase;
+    short wait_events; /* what a TLS connection waits for; 0: what the phase implies */
     int code;
     shl_status_t *st;
     bson_t *reply; /* initialised by the public entry points */
@@ -152,6 +154,7 @@ elapsed_ms(const engine_t *eng)
 void
 client_conn_close(shl_client_conn_t *conn)
 {
+    shl_tls_free(conn->tls);
     if (conn->fd >= 0) {
         close(conn->fd);
     }
@@ -319,6 +322,20 @@ op_errno_fail(engine_t *eng, op_t *op, const char *what, int err)
     op_net_fail(eng, op, code, "Error %s %s :: caused by :: %s", what, op->host, strerror(err));
 }
 
+/* The connection's I/O: through its TLS when it has one, else the socket itself. */
+static ssize_t
+conn_send(shl_client_conn_t *conn, const uint8_t *buf, size_t n)
+{
+    return conn->tls != NULL ? shl_tls_write(conn->tls, buf, n)
+                             : send(conn->fd, buf, n, MSG_NOSIGNAL);
+}
+
+static ssize_t
+conn_recv(shl_client_conn_t *conn, uint8_t *buf, size_t n)
+{
+    return conn->tls != NULL ? shl_tls_read(conn->tls, buf, n) : recv(conn->fd, buf, n, 0);
+}
+
 /* Build the wire message for 'body' (caller's fields, the decorate hook's, then $db). */
 static int
 op_prepare_message(engine_t *eng, op_t *op, const bson_t *cmd, const uint8_t *key, const char *db)
@@ -396,21 +413,13 @@ op_start_command(engine_t *eng, op_t *op)
     }
 }
 
-/* The socket is connected: set it up and send the internalClient hello. */
+/* The connection is set up (and its TLS handshake done): send the internalClient hello. */
 static void
-op_connected(engine_t *eng, op_t *op)
+op_send_hello(engine_t *eng, op_t *op)
 {
-    int one = 1, ret;
+    int ret;
     bson_t hello, ic;
 
-    if (op->ai_list != NULL) {
-        freeaddrinfo(op->ai_list);
-        op->ai_list = op->ai_cur = NULL;
-    }
-    if (!op->conn->is_unix) {
-        setsockopt(op->conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    setsockopt(op->conn->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
     bson_init(&hello);
     BSON_APPEND_INT32(&hello, "hello", 1);
     BSON_APPEND_DOCUMENT_BEGIN(&hello, "internalClient", &ic);
@@ -428,6 +437,29 @@ op_connected(engine_t *eng, op_t *op)
     if (ret != 0) {
         op->conn->failed = true;
         op_finish(eng, op, ret);
+    }
+}
+
+/* The socket is connected: set it up, then start TLS (preferTLS, requireTLS; not on the
+ * Unix domain socket, which the server keeps plain) or send the hello. */
+static void
+op_connected(engine_t *eng, op_t *op)
+{
+    int one = 1;
+
+    if (op->ai_list != NULL) {
+        freeaddrinfo(op->ai_list);
+        op->ai_list = op->ai_cur = NULL;
+    }
+    if (!op->conn->is_unix) {
+        setsockopt(op->conn->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    setsockopt(op->conn->fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    if (!op->conn->is_unix && shl_tls_outgoing()) {
+        op->conn->tls = shl_tls_connect_new(op->conn->fd, op->host, op->st);
+        op->phase = PH_TLS;
+    } else {
+        op_send_hello(eng, op);
     }
 }
 
@@ -475,7 +507,10 @@ try_unix_socket(engine_t *eng, op_t *op, const char *name, const char *port)
     struct sockaddr_un sa;
     int fd, n;
 
+    /* Under clusterAuthMode x509 a member proves itself with its TLS certificate, which the
+     * (plain) Unix domain socket cannot carry. */
     if (shl_opt_bool(SHL_OPT_nounixsocket) ||
+        strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0 ||
         (strcmp(name, "127.0.0.1") != 0 && strcmp(name, "localhost") != 0)) {
         return false;
     }
@@ -731,6 +766,7 @@ op_check_header(engine_t *eng, op_t *op)
 static void
 op_step(engine_t *eng, op_t *op)
 {
+    op->wait_events = 0;
     while (op->phase != PH_DONE) {
         int fd = op->conn->fd;
         if (op->phase == PH_CONNECTING) {
@@ -751,19 +787,37 @@ op_step(engine_t *eng, op_t *op)
             } else {
                 op_connected(eng, op);
             }
-            if (op->phase != PH_SENDING) {
+            if (op->phase == PH_CONNECTING || op->phase == PH_DONE) {
                 return; /* a new connect attempt is in progress, or the op ended */
             }
             continue;
         }
+        if (op->phase == PH_TLS) {
+            int r = shl_tls_handshake(op->conn->tls, op->st);
+            if (r == 0) {
+                op->wait_events = shl_tls_want(op->conn->tls);
+                return;
+            }
+            if (r < 0) {
+                char why[sizeof(op->st->reason)];
+                snprintf(why, sizeof(why), "%s", op->st->reason);
+                op_net_fail(eng, op, SHL_CODE_SSL_HANDSHAKE_FAILED,
+                            "Error connecting to %s :: caused by :: %s", op->host, why);
+                return;
+            }
+            op_send_hello(eng, op);
+            continue;
+        }
         if (op->phase == PH_SENDING) {
-            ssize_t w = send(fd, op->out + op->out_off, op->out_len - op->out_off, MSG_NOSIGNAL);
+            ssize_t w = conn_send(op->conn, op->out + op->out_off, op->out_len - op->out_off);
             if (w < 0) {
                 if (errno == EINTR) {
                     continue;
                 }
                 if (errno != EAGAIN && errno != EWOULDBLOCK) {
                     op_errno_fail(eng, op, "sending a request to", errno);
+                } else if (op->conn->tls != NULL) {
+                    op->wait_events = shl_tls_want(op->conn->tls);
                 }
                 return;
             }
@@ -789,13 +843,15 @@ op_step(engine_t *eng, op_t *op)
                 dst = op->in + op->in_off;
                 want = op->in_len - op->in_off;
             }
-            r = recv(fd, dst, want, 0);
+            r = conn_recv(op->conn, dst, want);
             if (r < 0) {
                 if (errno == EINTR) {
                     continue;
                 }
                 if (errno != EAGAIN && errno != EWOULDBLOCK) {
                     op_errno_fail(eng, op, "receiving a reply from", errno);
+                } else if (op->conn->tls != NULL) {
+                    op->wait_events = shl_tls_want(op->conn->tls);
                 }
                 return;
             }
@@ -877,7 +933,7 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
     pthread_once(&interrupt_once, interrupt_pipe_init);
     for (size_t i = 0; i < n; i++) {
         op_begin(eng, &ops[i]);
-        if (ops[i].phase == PH_SENDING) {
+        if (ops[i].phase == PH_SENDING || ops[i].phase == PH_TLS) {
             /* Usually the whole request fits the socket buffer: send it now. */
             op_step(eng, &ops[i]);
         }
@@ -919,7 +975,9 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
                 wake = d;
             }
             pfds[k].fd = op->conn->fd;
-            pfds[k].events = op->phase == PH_RECEIVING ? POLLIN : POLLOUT;
+            pfds[k].events = op->wait_events != 0        ? op->wait_events
+                             : op->phase == PH_RECEIVING ? POLLIN
+                                                         : POLLOUT;
             pfds[k].revents = 0;
             which[k++] = i;
         }

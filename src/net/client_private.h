@@ -6,6 +6,7 @@
 #define SHL_NET_CLIENT_PRIVATE_H
 
 #include "net/client.h"
+#include "net/tls.h"
 
 typedef struct pool_host pool_host_t;
 
@@ -14,7 +15,8 @@ typedef struct pool_host pool_host_t;
  * pool lock), otherwise by the one thread that checked it out; no lock guards it then.
  */
 struct shl_client_conn {
-    int fd; /* -1 until a socket exists */
+    int fd;         /* -1 until a socket exists */
+    shl_tls_t *tls; /* TLS over fd (net/tls.h), NULL for a plain connection */
     shl_conn_pool_t *pool;
     pool_host_t *hp; /* the pool's entry for 'host'; lives as long as the pool */
     char host[SHL_CLIENT_HOST_MAX];

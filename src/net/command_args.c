@@ -5,6 +5,7 @@
 #include "net/command_args.h"
 
 #include "bson/bson_util.h"
+#include "net/op_context.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -368,5 +369,29 @@ shl_cmd_kill_cursors(const bson_t *cmd, bool (*kill)(void *arg, int64_t id), voi
 done:
     bson_free(killed);
     bson_free(missing);
+    return ret;
+}
+
+int
+shl_cmd_kill_cursors_owned(const struct shl_op_ctx *op, const char *ns, const bson_t *cmd,
+                           bool (*kill)(void *arg, int64_t id),
+                           bool (*owner)(void *arg, int64_t id, uint8_t *out), void *arg,
+                           bson_t *reply, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, ids;
+    uint8_t who[SHL_LSID_UID_LEN];
+
+    if (!shl_op_acts_for_all_users(op) && bson_iter_init_find(&it, cmd, "cursors") &&
+        BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &ids)) {
+        while (bson_iter_next(&ids)) {
+            if (BSON_ITER_HOLDS_INT64(&ids) && owner(arg, bson_iter_int64(&ids), who) &&
+                !shl_op_may_use_owned(op, who)) {
+                SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "not authorized to kill cursor on %s", ns);
+            }
+        }
+    }
+    ret = shl_cmd_kill_cursors(cmd, kill, arg, reply, st);
+done:
     return ret;
 }

@@ -85,4 +85,18 @@ int shl_cmd_collection_arg(const bson_t *cmd, const char **out, shl_status_t *st
 int shl_cmd_kill_cursors(const bson_t *cmd, bool (*kill)(void *arg, int64_t id), void *arg,
                          bson_t *reply, shl_status_t *st);
 
+struct shl_op_ctx;
+
+/*
+ * shl_cmd_kill_cursors_owned --
+ *     shl_cmd_kill_cursors after checking that 'op' may kill every cursor the command names
+ *     that exists: owner(arg, id, out) gives a cursor's owner digest (false: no such
+ *     cursor), and one that is another user's fails the whole command before any is killed
+ *     (Unauthorized "not authorized to kill cursor on <ns>"; shl_op_may_use_owned).
+ */
+int shl_cmd_kill_cursors_owned(const struct shl_op_ctx *op, const char *ns, const bson_t *cmd,
+                               bool (*kill)(void *arg, int64_t id),
+                               bool (*owner)(void *arg, int64_t id, uint8_t *out), void *arg,
+                               bson_t *reply, shl_status_t *st);
+
 #endif

@@ -3,6 +3,7 @@
  */
 #include "net/lsid.h"
 
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +15,12 @@
 static const uint8_t empty_user_digest[SHL_LSID_UID_LEN] = {
     0xe3, 0xb0, 0xc4, 0x42, 0x98, 0xfc, 0x1c, 0x14, 0x9a, 0xfb, 0xf4, 0xc8, 0x99, 0x6f, 0xb9, 0x24,
     0x27, 0xae, 0x41, 0xe4, 0x64, 0x9b, 0x93, 0x4c, 0xa4, 0x95, 0x99, 0x1b, 0x78, 0x52, 0xb8, 0x55};
+
+void
+shl_lsid_user_digest(const char *user_at_db, uint8_t out[SHL_LSID_UID_LEN])
+{
+    SHA256((const unsigned char *)user_at_db, strlen(user_at_db), out);
+}
 
 int
 shl_lsid_parse(const bson_t *doc, shl_lsid_t *out, shl_status_t *st)

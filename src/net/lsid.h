@@ -50,6 +50,13 @@ uint64_t shl_lsid_hash(const shl_lsid_t *lsid);
 /* shl_lsid_id_string -- the id as "xxxxxxxx-xxxx-..." into buf (>= 37 bytes). */
 void shl_lsid_id_string(const shl_lsid_t *lsid, char buf[37]);
 
+/*
+ * shl_lsid_user_digest --
+ *     The uid of sessions of the user named 'user_at_db' ("user@db", MongoDB's display name;
+ *     "" for no user): its SHA-256.
+ */
+void shl_lsid_user_digest(const char *user_at_db, uint8_t out[SHL_LSID_UID_LEN]);
+
 /* shl_lsid_new -- a fresh session id (random UUID) for the unauthenticated user. */
 void shl_lsid_new(shl_lsid_t *out);
 

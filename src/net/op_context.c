@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/failpoint.h"
+#include "base/options.h"
 #include "base/str.h"
 #include "bson/bson_util.h"
 #include "net/command_args.h"
@@ -78,6 +79,38 @@ op_field(const char *k, size_t len)
     return f;
 }
 
+/* Whether access control is on (--auth or --keyFile). */
+static bool
+access_control(void)
+{
+    return shl_opt_bool(SHL_OPT_auth) || shl_opt_str(SHL_OPT_keyFile)[0] != '\0' ||
+           strcmp(shl_opt_str(SHL_OPT_clusterAuthMode), "x509") == 0;
+}
+
+/*
+ * The request's lsid belongs to its connection's user, as MongoDB's: without a uid the
+ * user's digest is filled in; a uid is taken as given from __system (a router acting for its
+ * client), from an operation started internally and while access control is off, and must
+ * otherwise be the user's own.
+ */
+static int
+lsid_owner(shl_op_ctx_t *op, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (op->conn == NULL || op->conn->system_user) {
+        goto done;
+    }
+    if (!bson_has_field(&op->lsid, "uid")) {
+        memcpy(op->lsid_key.uid, op->conn->user_digest, SHL_LSID_UID_LEN);
+    } else if (access_control() &&
+               memcmp(op->lsid_key.uid, op->conn->user_digest, SHL_LSID_UID_LEN) != 0) {
+        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED, "Unauthorized to set user digest in LogicalSessionId");
+    }
+done:
+    return ret;
+}
+
 int
 shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn, const bson_t *body,
                 const char *db, shl_status_t *st)
@@ -112,6 +145,7 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
                          shl_bson_type_name(shl_iter_type(&it)));
             }
             SHL_ERR(shl_lsid_parse(&op->lsid, &op->lsid_key, st));
+            SHL_ERR(lsid_owner(op, st));
             op->has_lsid = true;
         } else if (f == F_TXN_NUMBER) {
             if (!BSON_ITER_HOLDS_INT64(&it)) {
@@ -598,6 +632,29 @@ shl_op_list_append(shl_service_ctx_t *svc, bson_t *arr, uint32_t *n)
 }
 
 SHL_FAILPOINT_DEFINE(userWriteBlockingTreatClientsAsUnprivileged)
+
+void
+shl_op_user_digest(const shl_op_ctx_t *op, uint8_t out[SHL_LSID_UID_LEN])
+{
+    if (op->conn != NULL) {
+        memcpy(out, op->conn->user_digest, SHL_LSID_UID_LEN);
+    } else {
+        shl_lsid_user_digest("", out);
+    }
+}
+
+bool
+shl_op_acts_for_all_users(const shl_op_ctx_t *op)
+{
+    return op->conn == NULL || !access_control() || op->conn->system_user;
+}
+
+bool
+shl_op_may_use_owned(const shl_op_ctx_t *op, const uint8_t owner[SHL_LSID_UID_LEN])
+{
+    return shl_op_acts_for_all_users(op) ||
+           memcmp(op->conn->user_digest, owner, SHL_LSID_UID_LEN) == 0;
+}
 
 bool
 shl_op_may_bypass_write_blocking(const shl_op_ctx_t *op)

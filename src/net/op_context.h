@@ -208,6 +208,22 @@ void shl_current_op_append_match(const bson_t *cmd, const char *key, bson_t *sta
 int shl_current_op_spec_parse(const bson_iter_t *stage, bool in_cluster, shl_current_op_spec_t *out,
                               shl_status_t *st);
 
+/*
+ * shl_op_may_use_owned --
+ *     Whether 'op' may use a cursor or session owned by the user whose digest is 'owner'
+ *     (shl_op_user_digest of the operation that made it): always without access control, for
+ *     an operation started internally, and for __system; otherwise only its own user's.
+ */
+bool shl_op_may_use_owned(const shl_op_ctx_t *op, const uint8_t owner[SHL_LSID_UID_LEN]);
+
+/* shl_op_acts_for_all_users -- whether 'op' may use every user's cursors and sessions:
+ * without access control, started internally, or as __system. */
+bool shl_op_acts_for_all_users(const shl_op_ctx_t *op);
+
+/* shl_op_user_digest -- the digest of the operation's authenticated user (the empty name's
+ * without a connection or a user). */
+void shl_op_user_digest(const shl_op_ctx_t *op, uint8_t out[SHL_LSID_UID_LEN]);
+
 /* shl_op_remaining_ms -- milliseconds until the deadline, or -1 if none. */
 int64_t shl_op_remaining_ms(const shl_op_ctx_t *op);
 

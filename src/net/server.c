@@ -82,21 +82,67 @@ static atomic_bool shutdown_requested;
  * input. TCP has no such wake-up, so TCP connections keep the single blocking recv.
  */
 static bool
-fill(int fd, bool poll_first, uint8_t *buf, size_t cap, size_t *have, size_t want)
+fill(shl_conn_t *conn, uint8_t *buf, size_t cap, size_t *have, size_t want)
 {
     bool ok = true;
+    bool poll_first = conn->unix_socket;
     while (ok && *have < want) {
-        ssize_t r = recv(fd, buf + *have, cap - *have, poll_first ? MSG_DONTWAIT : 0);
+        ssize_t r = conn->tls != NULL
+                        ? shl_tls_read(conn->tls, buf + *have, cap - *have)
+                        : recv(conn->fd, buf + *have, cap - *have, poll_first ? MSG_DONTWAIT : 0);
         if (r > 0) {
             *have += (size_t)r;
         } else if (r < 0 && errno == EINTR) {
             continue;
         } else if (r < 0 && poll_first && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            struct pollfd pfd = {.fd = conn->fd, .events = POLLIN};
             ok = poll(&pfd, 1, -1) >= 0 || errno == EINTR;
         } else {
             ok = false;
         }
+    }
+    return ok;
+}
+
+/*
+ * Decide whether the connection speaks TLS, before its first message: under allowTLS and
+ * preferTLS from the first bytes the client sent (a TLS handshake record or a wire-protocol
+ * header), under requireTLS always. Connections on the Unix domain socket (mode 0700, this
+ * user only) stay plain, as the internal client's. False when the connection must close.
+ */
+static bool
+conn_start_tls(shl_conn_t *conn)
+{
+    shl_tls_mode_t mode = shl_tls_mode();
+    shl_status_t st = SHL_STATUS_INIT;
+    unsigned char first[2];
+    ssize_t r;
+    bool ok = true;
+
+    if (mode == SHL_TLS_DISABLED || conn->unix_socket) {
+        return true;
+    }
+    do {
+        r = recv(conn->fd, first, sizeof(first), MSG_PEEK | MSG_WAITALL);
+    } while (r < 0 && errno == EINTR);
+    if (r < (ssize_t)sizeof(first)) {
+        return false; /* closed before it sent anything */
+    }
+    if (shl_tls_looks_like_tls(first)) {
+        conn->tls = shl_tls_accept(conn->fd, &st);
+        ok = conn->tls != NULL;
+    } else if (mode == SHL_TLS_REQUIRE) {
+        shl_status_set(&st, SHL_CODE_SSL_HANDSHAKE_FAILED,
+                       "The server is configured to only allow SSL connections");
+        ok = false;
+    }
+    if (!ok) {
+        char err[sizeof(st.reason) + 32];
+        snprintf(err, sizeof(err), "%s: %s", shl_code_name(st.code), st.reason);
+        SHL_LOG_INFO(NETWORK, 22988,
+                     "Error receiving request from client. Ending connection from remote", "error",
+                     BCON_UTF8(err), "remote", BCON_UTF8(conn->remote), "connectionId",
+                     BCON_INT64(conn->id));
     }
     return ok;
 }
@@ -106,7 +152,8 @@ shl_conn_write_all(shl_conn_t *conn, const uint8_t *buf, size_t n)
 {
     size_t sent = 0;
     while (sent < n) {
-        ssize_t w = send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL);
+        ssize_t w = conn->tls != NULL ? shl_tls_write(conn->tls, buf + sent, n - sent)
+                                      : send(conn->fd, buf + sent, n - sent, MSG_NOSIGNAL);
         if (w > 0) {
             sent += (size_t)w;
         } else if (w < 0 && errno == EINTR) {
@@ -145,12 +192,13 @@ conn_main(void *arg)
     snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
     shl_log_set_thread_ctx(ctx);
 
-    while (!atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
+    bool tls_ok = conn_start_tls(conn);
+    while (tls_ok && !atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
         shl_msg_header_t hdr;
         shl_status_t st = SHL_STATUS_INIT;
         size_t len;
 
-        if (!fill(conn->fd, conn->unix_socket, buf, cap, &have, SHL_MSG_HEADER_LEN)) {
+        if (!fill(conn, buf, cap, &have, SHL_MSG_HEADER_LEN)) {
             break;
         }
         shl_msg_header_read(buf, &hdr);
@@ -164,7 +212,7 @@ conn_main(void *arg)
             cap = len;
             buf = bson_realloc(buf, cap);
         }
-        if (!fill(conn->fd, conn->unix_socket, buf, cap, &have, len)) {
+        if (!fill(conn, buf, cap, &have, len)) {
             break;
         }
         atomic_fetch_add(&svc->counters.bytes_in, hdr.length);
@@ -206,6 +254,7 @@ conn_main(void *arg)
      */
     atomic_fetch_sub(&svc->counters.conn_current, 1);
     unlink_conn(the_server, conn);
+    shl_tls_free(conn->tls);
     close(conn->fd);
     if (svc->hooks.conn_end != NULL) {
         svc->hooks.conn_end(conn);
@@ -275,6 +324,7 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     conn->fd = fd;
     conn->unix_socket = sa.ss_family == AF_UNIX;
     conn->svc = svc;
+    shl_lsid_user_digest("", conn->user_digest);
     describe_addr(&sa, conn->remote, sizeof(conn->remote));
     getsockname(fd, (struct sockaddr *)&la, &lalen);
     describe_addr(&la, conn->local, sizeof(conn->local));
@@ -607,7 +657,7 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
         SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the listener thread");
     }
     SHL_LOG_INFO(NETWORK, 23016, "Waiting for connections", "port", BCON_INT32(port), "ssl",
-                 BCON_UTF8("off"));
+                 BCON_UTF8(shl_tls_mode() == SHL_TLS_DISABLED ? "off" : "on"));
     if (atomic_load(&shutdown_requested)) {
         /* A signal arrived during start-up, before there was a server to stop. */
         shl_server_request_shutdown(svc, -1);

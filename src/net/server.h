@@ -12,13 +12,18 @@
 #include <stdbool.h>
 
 #include "base/status.h"
+#include "net/lsid.h"
 #include "net/service_context.h"
+#include "net/tls.h"
 
 /* A client connection. Fields without a lock note are touched only by its own thread. */
 typedef struct shl_conn {
     int64_t id;
     int fd;
     bool unix_socket; /* accepted on the Unix domain socket; read-only */
+    /* The connection's TLS (net/tls.h), NULL for a plain one; set before its first
+     * message. Reads and writes go through it when set. */
+    shl_tls_t *tls;
     char remote[64];
     char local[64];
     shl_service_ctx_t *svc;
@@ -32,6 +37,11 @@ typedef struct shl_conn {
     /* With access control, a client that may not advance the cluster time (it lacks
      * advanceClusterTime): set by hooks.authorize before each command; own thread. */
     bool clock_untrusted;
+    /* The authenticated user: the digest of its "user@db" (the empty name's without one),
+     * which is its sessions' lsid.uid and its cursors' owner, and whether it is __system
+     * (the cluster, which acts for any user). Set by auth at login and logout; own thread. */
+    uint8_t user_digest[SHL_LSID_UID_LEN];
+    bool system_user;
     pthread_t thread;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;

@@ -369,9 +369,11 @@ dispatch(shl_service_ctx_t *svc, shl_conn_t *conn, const bson_t *body, const cha
     if (cmd == NULL) {
         SHL_FAIL(&st, SHL_CODE_COMMAND_NOT_FOUND, "no such command: '%s'", name);
     }
+    /* "$external", where users of external mechanisms (MONGODB-X509) live, is the one name
+     * with a '$' MongoDB takes. */
     if (db[0] == '\0' || strchr(db, '.') != NULL || strchr(db, ' ') != NULL ||
-        strchr(db, '$') != NULL || strchr(db, '/') != NULL || strchr(db, '\\') != NULL ||
-        strlen(db) >= 64) {
+        (strchr(db, '$') != NULL && strcmp(db, "$external") != 0) || strchr(db, '/') != NULL ||
+        strchr(db, '\\') != NULL || strlen(db) >= 64) {
         SHL_FAIL(&st, SHL_CODE_INVALID_NAMESPACE, "Invalid database name: '%s'", db);
     }
     if ((cmd->flags & SHL_CMD_ADMIN_ONLY) && strcmp(db, "admin") != 0) {

@@ -1277,7 +1277,7 @@ router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, b
     switch (shl_pipeline_stage_position(&p.pipeline, "$listSessions")) {
     case 1:
         bson_destroy(&sessions_pipeline);
-        SHL_ERR(shl_list_sessions_rewrite(ns.full, &p.pipeline, &sessions_pipeline, st));
+        SHL_ERR(shl_list_sessions_rewrite(op, ns.full, &p.pipeline, &sessions_pipeline, st));
         bson_init_static(&p.pipeline, bson_get_data(&sessions_pipeline), sessions_pipeline.len);
         break;
     case 2:

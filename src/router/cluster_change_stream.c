@@ -866,6 +866,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
             }
         }
         if (!s->ended) {
+            shl_op_user_digest(op, c->owner);
             id = shl_router_cursor_manager_register(r->cursors, c);
         }
         reply_batch(s, reply, ns, id, true, &arr);

@@ -741,6 +741,23 @@ find_slot(shl_router_cursor_manager_t *mgr, int64_t id)
     return p;
 }
 
+bool
+shl_router_cursor_manager_owner(shl_router_cursor_manager_t *mgr, int64_t id, const char *ns,
+                                uint8_t out[SHL_LSID_UID_LEN])
+{
+    shl_router_cursor_t *c;
+    bool found;
+
+    pthread_mutex_lock(&mgr->lock);
+    c = *find_slot(mgr, id);
+    found = c != NULL && !c->kill_pending && strcmp(c->ns, ns) == 0;
+    if (found) {
+        memcpy(out, c->owner, SHL_LSID_UID_LEN);
+    }
+    pthread_mutex_unlock(&mgr->lock);
+    return found;
+}
+
 int64_t
 shl_router_cursor_manager_register(shl_router_cursor_manager_t *mgr, shl_router_cursor_t *c)
 {

@@ -77,6 +77,9 @@ typedef struct shl_router_cursor {
     bson_t *session; /* lsid/txnNumber/autocommit sent with getMore and killCursors, or NULL */
     bool has_lsid;   /* the session it was opened in (killed with it): set with 'session' */
     shl_lsid_t lsid;
+    /* The digest of the user that opened it (shl_op_user_digest, set before register):
+     * another user may not use or kill it (shl_op_may_use_owned). */
+    uint8_t owner[SHL_LSID_UID_LEN];
 
     bson_t *stash;    /* an output document that did not fit the last batch */
     bson_t projected; /* the last projected document */
@@ -177,6 +180,14 @@ shl_router_cursor_manager_t *shl_router_cursor_manager_new(void);
 void shl_router_cursor_manager_destroy(shl_router_cursor_manager_t *mgr);
 
 /* Give 'c' a fresh id, unique in this router, and keep it (ownership moves). Thread-safe. */
+/*
+ * shl_router_cursor_manager_owner --
+ *     The owner digest of cursor 'id' of 'ns' into 'out'; false when there is no such
+ *     cursor. Thread-safe.
+ */
+bool shl_router_cursor_manager_owner(shl_router_cursor_manager_t *mgr, int64_t id, const char *ns,
+                                     uint8_t out[SHL_LSID_UID_LEN]);
+
 int64_t shl_router_cursor_manager_register(shl_router_cursor_manager_t *mgr,
                                            shl_router_cursor_t *c);
 

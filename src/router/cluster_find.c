@@ -170,6 +170,7 @@ router_reply_cursor(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t batch_size
     if (exhausted || single_batch) {
         shl_router_cursor_destroy(c);
     } else {
+        shl_op_user_digest(op, c->owner);
         id = shl_router_cursor_manager_register(r->cursors, c);
     }
     c = NULL;
@@ -603,6 +604,11 @@ cmd_get_more(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_ns_make(&ns, op->db, coll, st));
     SHL_ERR(nonneg_field(cmd, "batchSize", &batch_size, &found, st));
     SHL_ERR(shl_router_cursor_manager_pin(r->cursors, id, ns.full, &c, st));
+    if (!shl_op_may_use_owned(op, c->owner)) {
+        failed = false; /* the owner may still use it */
+        SHL_FAIL(st, SHL_CODE_UNAUTHORIZED,
+                 "cursor id %lld was not created by the authenticated user", (long long)id);
+    }
     if (c->change_stream) {
         bool dead = false;
         ret = router_change_stream_get_more(op, c, batch_size, reply, &dead, st);
@@ -644,6 +650,13 @@ kill_one(void *arg, int64_t id)
     return shl_router_cursor_manager_kill(k->router->cursors, id, k->ns.full);
 }
 
+static bool
+owner_of(void *arg, int64_t id, uint8_t *out)
+{
+    kill_arg_t *k = arg;
+    return shl_router_cursor_manager_owner(k->router->cursors, id, k->ns.full, out);
+}
+
 static int
 cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -654,7 +667,7 @@ cmd_kill_cursors(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     k.router = shl_router_get(op);
 
     SHL_ERR(cmd_ns(op, cmd, &k.ns, st));
-    SHL_ERR(shl_cmd_kill_cursors(cmd, kill_one, &k, reply, st));
+    SHL_ERR(shl_cmd_kill_cursors_owned(op, k.ns.full, cmd, kill_one, owner_of, &k, reply, st));
 done:
     return ret;
 }

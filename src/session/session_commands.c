@@ -186,6 +186,8 @@ typedef struct lsid_vec {
     size_t n, cap;
     bool any_child;
     bool server_form;
+    /* The caller's user digest, the uid of an lsid given without one (its own sessions). */
+    uint8_t caller[SHL_LSID_UID_LEN];
 } lsid_vec_t;
 
 static int
@@ -197,6 +199,9 @@ add_lsid(void *arg, const bson_t *doc, const char *path, shl_status_t *st)
     int ret = 0;
 
     SHL_ERR(parse_lsid(doc, path, l->server_form, &lsid, &child, st));
+    if (!bson_has_field(doc, "uid")) {
+        memcpy(lsid.uid, l->caller, SHL_LSID_UID_LEN);
+    }
     if (l->n == l->cap) {
         l->cap = l->cap == 0 ? 8 : l->cap * 2;
         l->v = bson_realloc(l->v, l->cap * sizeof(*l->v));
@@ -394,7 +399,8 @@ done:
  * "<name>.<name>FromClient" (the command's IDL name).
  */
 static int
-command_lsids(const bson_t *cmd, const char *name, lsid_vec_t *out, shl_status_t *st)
+command_lsids(const shl_op_ctx_t *op, const bson_t *cmd, const char *name, lsid_vec_t *out,
+              shl_status_t *st)
 {
     static const char *const none[] = {NULL};
     int ret = 0;
@@ -402,6 +408,7 @@ command_lsids(const bson_t *cmd, const char *name, lsid_vec_t *out, shl_status_t
     char *elem = bson_strdup_printf("%sFromClient", name);
 
     memset(out, 0, sizeof(*out));
+    shl_op_user_digest(op, out->caller);
     first_field(cmd, &it);
     ret = each_object_as(&it, name, name, elem, add_lsid, out, st);
     bson_free(elem);
@@ -423,7 +430,7 @@ cmd_refresh_sessions(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     if (lsc == NULL) {
         SHL_ERR(st->code);
     }
-    SHL_ERR(command_lsids(cmd, "refreshSessions", &l, st));
+    SHL_ERR(command_lsids(op, cmd, "refreshSessions", &l, st));
     for (size_t i = 0; i < l.n; i++) {
         SHL_ERR(shl_lsc_vivify(lsc, &l.v[i], st));
     }
@@ -444,7 +451,7 @@ cmd_end_sessions(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     if (lsc == NULL) {
         SHL_ERR(st->code);
     }
-    SHL_ERR(command_lsids(cmd, "endSessions", &l, st));
+    SHL_ERR(command_lsids(op, cmd, "endSessions", &l, st));
     if (l.any_child) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Cannot specify a child session id");
     }
@@ -480,6 +487,23 @@ add_all(shl_kill_matcher_t *m)
     shl_kill_matcher_add(m, &p);
 }
 
+/* Every session of the caller: all of them without access control or for __system, else
+ * the caller's own. */
+static void
+add_own(const shl_op_ctx_t *op, shl_kill_matcher_t *m)
+{
+    shl_kill_pattern_t p;
+
+    memset(&p, 0, sizeof(p));
+    if (shl_op_acts_for_all_users(op)) {
+        add_all(m);
+        return;
+    }
+    p.kind = SHL_KILL_UID;
+    shl_op_user_digest(op, p.uid);
+    shl_kill_matcher_add(m, &p);
+}
+
 /* {killSessions: [lsid...]}: [] is every session of the logged-in user (without
  * authentication, every session). */
 static int
@@ -492,10 +516,11 @@ cmd_kill_sessions(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 
     (void)reply;
     shl_kill_matcher_init(&m);
+    shl_op_user_digest(op, l.caller);
     first_field(cmd, &it);
     SHL_ERR(each_object(&it, "KillSessionsCmd", "killSessions", add_lsid, &l, st));
     if (l.n == 0) {
-        add_all(&m);
+        add_own(op, &m);
     }
     for (size_t i = 0; i < l.n; i++) {
         shl_kill_matcher_add_lsid(&m, &l.v[i]);
@@ -708,6 +733,7 @@ shl_list_sessions_spec_parse(const bson_iter_t *elem, const char *stage,
         users.v = bson_malloc0(sizeof(*users.v));
         own_uid(users.v[0]);
         users.n = 1;
+        spec->own = true;
     }
     spec->uids = users.v;
     spec->nuids = users.n;
@@ -779,6 +805,9 @@ shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const bso
     }
     first_stage(pipeline, &stage);
     SHL_ERR(shl_list_sessions_spec_parse(&stage, name, &spec, st));
+    if (spec.own) {
+        shl_op_user_digest(op, spec.uids[0]);
+    }
     SHL_ERR(rest_of_pipeline(pipeline, name, &rest, st));
     if ((lsc = cache_of(op, st)) == NULL) {
         SHL_ERR(st->code);
@@ -802,7 +831,8 @@ done:
 }
 
 int
-shl_list_sessions_rewrite(const char *ns, const bson_t *pipeline, bson_t *out, shl_status_t *st)
+shl_list_sessions_rewrite(const shl_op_ctx_t *op, const char *ns, const bson_t *pipeline,
+                          bson_t *out, shl_status_t *st)
 {
     static const char *const name = "$listSessions";
     int ret = 0;
@@ -819,6 +849,9 @@ shl_list_sessions_rewrite(const char *ns, const bson_t *pipeline, bson_t *out, s
     }
     first_stage(pipeline, &stage);
     SHL_ERR(shl_list_sessions_spec_parse(&stage, name, &spec, st));
+    if (spec.own) {
+        shl_op_user_digest(op, spec.uids[0]);
+    }
     SHL_ERR(rest_of_pipeline(pipeline, name, &rest, st));
     BSON_APPEND_DOCUMENT_BEGIN(out, "0", &match);
     BSON_APPEND_DOCUMENT_BEGIN(&match, "$match", &q);

@@ -34,6 +34,7 @@ typedef struct shl_list_sessions_spec {
     bool all;
     uint8_t (*uids)[SHL_LSID_UID_LEN];
     size_t nuids;
+    bool own; /* neither was given: uids[0] is the caller's (set by whoever knows it) */
 } shl_list_sessions_spec_t;
 
 /*
@@ -42,7 +43,9 @@ typedef struct shl_list_sessions_spec {
  *     parses it: TypeMismatch for a non-object ("<stage> options must be specified in an
  *     object, but found: <type>"); IDL errors for {allUsers: bool, users: [{user, db}]}
  *     (40415 unknown field, 14 wrong type, 40414 missing user/db); UnsupportedFormat (12) for
- *     allUsers with users. Neither: the logged-in user's sessions (without authentication,
+ *     allUsers with users. Neither: spec->own, and uids[0] is the empty user's digest, which
+ *     a caller with an operation replaces by its user's (shl_op_user_digest; without
+ *     authentication that is the empty user's,
  *     user "" db ""). Clean up with shl_list_sessions_spec_cleanup (also after an error).
  */
 int shl_list_sessions_spec_parse(const bson_iter_t *elem, const char *stage,
@@ -83,7 +86,7 @@ int shl_list_local_sessions_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const
  *     InvalidNamespace ("$listSessions may only be run against config.system.sessions"), the
  *     spec's, 40602 for a second $listSessions.
  */
-int shl_list_sessions_rewrite(const char *ns, const bson_t *pipeline, bson_t *out,
-                              shl_status_t *st);
+int shl_list_sessions_rewrite(const shl_op_ctx_t *op, const char *ns, const bson_t *pipeline,
+                              bson_t *out, shl_status_t *st);
 
 #endif

@@ -68,6 +68,8 @@ class ShaleProcess:
         self.logpath = os.path.abspath(self.logpath)
         self.proc = None
         self.bad_exit = False  # set when a stop went wrong (SHUTDOWN_FAILURES)
+        # pymongo options every client of this process needs (tls=True... under requireTLS)
+        self.client_opts = {}
 
     @property
     def host(self):
@@ -120,7 +122,7 @@ class ShaleProcess:
                 return False
             try:
                 c = pymongo.MongoClient(self.host, serverSelectionTimeoutMS=500,
-                                        connectTimeoutMS=500)
+                                        connectTimeoutMS=500, **self.client_opts)
                 c.admin.command("ping")
                 c.close()
                 return True
@@ -130,6 +132,8 @@ class ShaleProcess:
 
     def client(self, **kw):
         kw.setdefault("serverSelectionTimeoutMS", 10000)
+        for k, v in self.client_opts.items():
+            kw.setdefault(k, v)
         return pymongo.MongoClient(self.host, **kw)
 
     def read_log(self):
@@ -289,7 +293,7 @@ class ShaleCluster:
     server. stop() / cleanup() stop every process by pid."""
 
     def __init__(self, shards=2, test_commands=True, base=None, shard_extra=(), config_extra=(),
-                 router_extra=(), key_file=False, admin=("admin", "admin-pw")):
+                 router_extra=(), key_file=False, admin=("admin", "admin-pw"), client_opts=None):
         self.own_base = base is None
         self.shard_extra = list(shard_extra)  # more arguments for every shard
         self.config_extra = list(config_extra)  # more arguments for the config server
@@ -310,6 +314,7 @@ class ShaleCluster:
             self.router_extra += extra
             self.auth = admin
         self.test_commands = test_commands
+        self.client_opts = dict(client_opts or {})  # pymongo options for every process
         self.config = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"],
                                    dbpath=os.path.join(self.base, "config"), name="config",
                                    test_commands=test_commands)
@@ -319,6 +324,8 @@ class ShaleCluster:
                          test_commands=test_commands)
             for i in range(shards)]
         self.routers = []
+        for p in [self.config] + self.shards:
+            p.client_opts = self.client_opts
 
     @property
     def configdb(self):
@@ -369,6 +376,7 @@ class ShaleCluster:
                          dbpath=os.path.join(self.base, "router%d" % n), name="router%d" % n,
                          test_commands=self.test_commands)
         self.routers.append(r)
+        r.client_opts = self.client_opts
         r.start(extra=self.router_extra)
         return r
 

@@ -286,3 +286,58 @@ def test_failed_login_delay(auth_node, root):
         login(auth_node, *ROOT).close()
     finally:
         root.admin.command("setParameter", 1, authFailedDelayMs=0)
+
+
+def _two_users(root):
+    for u in ("owner_a", "owner_b"):
+        try:
+            root.admin.command("createUser", u, pwd="pw", roles=[{"role": "readWrite",
+                                                                  "db": "owned"}])
+        except OperationFailure as e:
+            if e.code != 51003:
+                raise
+
+
+def test_cursors_belong_to_their_user(auth_node, root):
+    _two_users(root)
+    root.owned.c.drop()
+    root.owned.c.insert_many([{"_id": i} for i in range(10)])
+    a = login(auth_node, "owner_a", "pw")
+    b = login(auth_node, "owner_b", "pw")
+    cid = a.owned.command("find", "c", batchSize=2)["cursor"]["id"]
+    assert cid != 0
+    # Another user may neither read nor kill it, and the owner keeps it.
+    assert error_code(lambda: b.owned.command("getMore", cid, collection="c")) == 13
+    assert error_code(lambda: b.owned.command("killCursors", "c", cursors=[cid])) == 13
+    more = a.owned.command("getMore", cid, collection="c", batchSize=2)
+    assert [d["_id"] for d in more["cursor"]["nextBatch"]] == [2, 3]
+    assert a.owned.command("killCursors", "c", cursors=[cid])["cursorsKilled"] == [cid]
+    a.close()
+    b.close()
+
+
+def test_sessions_belong_to_their_user(auth_node, root):
+    import hashlib
+    import uuid
+    _two_users(root)
+    a = login(auth_node, "owner_a", "pw")
+    b = login(auth_node, "owner_b", "pw")
+    # lsid.uid is the SHA-256 of the user's "user@db" ($listLocalSessions shows it).
+    with a.start_session() as s:
+        a.owned.c.find_one({}, session=s)
+        sid = uuid.UUID(bytes=bytes(s.session_id["id"]))
+        mine = [x["_id"] for x in root.admin.aggregate([{"$listLocalSessions": {"allUsers": True}}])
+                if x["_id"]["id"] == sid]
+        assert [x["uid"] for x in mine] == [hashlib.sha256(b"owner_a@admin").digest()]
+        # $listLocalSessions without allUsers: the caller's own sessions only.
+        def listed(client):
+            return [x["_id"]["id"] for x in client.admin.aggregate([{"$listLocalSessions": {}}])]
+        assert sid in listed(a) and sid not in listed(b)
+    # b's killSessions [] ends b's sessions only: a's cursor in a session lives on.
+    with a.start_session() as s:
+        cur = a.owned.c.find({}, batch_size=2, session=s)
+        first = next(cur)
+        b.admin.command("killSessions", [])
+        assert [first["_id"]] + [d["_id"] for d in cur] == list(range(10))
+    a.close()
+    b.close()

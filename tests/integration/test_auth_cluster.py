@@ -229,3 +229,37 @@ def test_node_driver_through_an_authenticating_router(kc):
     me = [{"user": "noderouter", "db": "admin"}]
     assert res["default"]["users"] == me and res["sha1"]["users"] == me
     assert res["sha256"]["n"] == 3 and res["wrong"]["code"] == 18
+
+
+def test_router_cursors_belong_to_their_user(kc):
+    r = kc.router_client()
+    for u in ("cur_a", "cur_b"):
+        r.admin.command("createUser", u, pwd="pw", roles=[{"role": "readWrite", "db": "curdb"}])
+    r.curdb.c.insert_many([{"_id": i} for i in range(10)])
+    a, b = login(kc.routers[0], "cur_a", "pw"), login(kc.routers[0], "cur_b", "pw")
+    cid = a.curdb.command("find", "c", batchSize=2)["cursor"]["id"]
+    assert error_code(lambda: b.curdb.command("getMore", cid, collection="c")) == 13
+    assert error_code(lambda: b.curdb.command("killCursors", "c", cursors=[cid])) == 13
+    more = a.curdb.command("getMore", cid, collection="c", batchSize=100)
+    assert len(more["cursor"]["nextBatch"]) == 8
+    for c in (a, b, r):
+        c.close()
+
+
+def test_up_auth_refuses_a_running_cluster_without_it(tmp_path):
+    from test_cli_cluster import port_range, shale
+    d = tmp_path / "plain"
+    port = port_range(3)
+    r = shale("up", "--shards", 1, "--dbpath", d, "--port", port, "--wiredTigerCacheSizeGB", "0.25")
+    try:
+        assert r.returncode == 0, r.stderr
+        again = shale("up", "--auth", "--dbpath", d)
+        assert again.returncode != 0
+        assert "running without access control" in again.stderr
+        assert not os.path.exists(d / "keyfile")
+        # Nothing changed: the cluster still serves without authentication.
+        c = pymongo.MongoClient("127.0.0.1:%d" % port, serverSelectionTimeoutMS=10000)
+        assert c.admin.command("ping")["ok"] == 1
+        c.close()
+    finally:
+        shale("down", "--dbpath", d)
