@@ -181,7 +181,7 @@ cmd_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&fwd, &wc);
-    cfg_host_of(donor.host, host, sizeof(host));
+    cfg_target_of(donor.host, host, sizeof(host));
     bson_destroy(&sreply);
     SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &fwd, CFG_MOVE_PRIMARY_TIMEOUT_MS,
                            &sreply, st));
