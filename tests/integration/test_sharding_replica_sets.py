@@ -114,8 +114,12 @@ def test_crud_migration_and_secondary_reads(cluster):
                   _secondaryThrottle=True, writeConcern={"w": "majority"})
     assert coll.count_documents({}) == 199
     assert coll.find_one({"_id": 5})["v"] == "five"
-    # the recipient's secondaries have the migrated documents (secondary throttle: majority)
+    # the recipient waited for a majority of its set before the commit: a secondary has every
+    # migrated document as soon as moveChunk returns
     rs1_primary = primary_of(cluster["shards"][1])
+    counts = [direct(n, readPreference="secondaryPreferred").app.c.count_documents(
+        {"_id": {"$gte": 100}}) for n in cluster["shards"][1] if n is not rs1_primary]
+    assert 100 in counts
     for n in cluster["shards"][1]:
         if n is not rs1_primary:
             c = direct(n, readPreference="secondaryPreferred").app.c
