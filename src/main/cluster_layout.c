@@ -81,7 +81,7 @@ plan_set(shl_cluster_layout_t *lay, int first, int count, const char *base,
         if (k == 0) {
             snprintf(p->name, sizeof(p->name), "%s", base);
         } else {
-            snprintf(p->name, sizeof(p->name), "%s-%d", base, k);
+            snprintf(p->name, sizeof(p->name), "%.24s-%c", base, (char)('0' + k)); /* k < 8 */
         }
         p->role = role;
         snprintf(p->repl_set, sizeof(p->repl_set), "%s", set);
