@@ -142,23 +142,25 @@ def test_crud_migration_and_secondary_reads(cluster):
 def test_kill_shard_primary_under_majority_writes(cluster):
     client = cluster["router"].client(retryWrites=True)
     coll = client.app.get_collection("c", write_concern=WriteConcern(w="majority"))
-    acked = []
+    acked, times = [], []
     stop = threading.Event()
 
     def writer():
-        i = 1000
+        i = -1  # below 100: the chunk shard rs0 owns
         while not stop.is_set():
             try:
                 coll.insert_one({"_id": i, "w": True})
                 acked.append(i)
+                times.append(time.monotonic())
             except pymongo.errors.PyMongoError:
                 pass
-            i += 1
+            i -= 1
     t = threading.Thread(target=writer)
     t.start()
     wait_until(lambda: len(acked) > 20, 20, "writes before the kill")
     victim = primary_of(cluster["shards"][0])
     victim.kill()
+    killed_at = time.monotonic()
     n_at_kill = len(acked)
     try:
         wait_until(lambda: len(acked) > n_at_kill + 20, 30,
@@ -166,6 +168,9 @@ def test_kill_shard_primary_under_majority_writes(cluster):
     finally:
         stop.set()
         t.join()
+    # the failover shows as the longest pause between two acknowledged writes
+    gap = max(b - a for a, b in zip(times, times[1:]) if b > killed_at)
+    print("writes paused by the shard primary's kill -9: %.2f s" % gap)
     new_primary = primary_of(cluster["shards"][0])
     assert new_primary is not victim
     have = {d["_id"] for d in coll.find({"w": True}, {"_id": 1})}
