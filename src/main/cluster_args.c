@@ -128,7 +128,8 @@ shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
 {
     if (cmd == SHL_CLUSTER_CMD_UP) {
         fprintf(out,
-                "usage: shale up [--shards N] [--replicas R] [--dbpath DIR] [--port P] [--bind_ip IP] [--auth]\n"
+                "usage: shale up [--shards N] [--replicas R] [--dbpath DIR] [--port P]\n"
+                "                [--bind_ip IP] [--auth]\n"
                 "                [--setParameter name=value]... [--wiredTigerCacheSizeGB G]\n");
     } else if (cmd == SHL_CLUSTER_CMD_DOWN) {
         fprintf(out, "usage: shale down [--dbpath DIR]\n");

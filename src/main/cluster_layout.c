@@ -73,8 +73,8 @@ shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nshards,
 
 /* The members of one replica set: procs[first..first+count) named base, base-1, ... */
 static void
-plan_set(shl_cluster_layout_t *lay, int first, int count, const char *base,
-         shl_cluster_role_t role, const char *set, int port)
+plan_set(shl_cluster_layout_t *lay, int first, int count, const char *base, shl_cluster_role_t role,
+         const char *set, int port)
 {
     for (int k = 0; k < count; k++) {
         shl_cluster_proc_t *p = &lay->procs[first + k];

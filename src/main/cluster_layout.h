@@ -63,8 +63,7 @@ int shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nsha
  *     same layout as shl_cluster_layout_plan). Errors: BadValue (also replicas out of 1..7).
  */
 int shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int nshards,
-                                     int replicas, int port, const char *bind_ip,
-                                     shl_status_t *st);
+                                     int replicas, int port, const char *bind_ip, shl_status_t *st);
 
 /* shl_cluster_layout_set_size -- how many members the set whose first member is procs[first]
  * has (the processes from there on with its replSet). */
@@ -72,8 +71,7 @@ int shl_cluster_layout_set_size(const shl_cluster_layout_t *lay, int first);
 
 /* shl_cluster_layout_set_string -- "set/host:p1,host:p2,..." of the replica set whose first
  * member is procs[first], into out (size n). */
-void shl_cluster_layout_set_string(const shl_cluster_layout_t *lay, int first, char *out,
-                                   size_t n);
+void shl_cluster_layout_set_string(const shl_cluster_layout_t *lay, int first, char *out, size_t n);
 
 /*
  * shl_cluster_layout_load --

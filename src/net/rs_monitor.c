@@ -238,8 +238,8 @@ refresh(shl_conn_pool_t *pool, const char *conn_string)
                 best = i;
                 bson_oid_copy(&id, &best_id);
             }
-        } else if (bson_iter_init_find(&it, &res[i].reply, "secondary") &&
-                   bson_iter_as_bool(&it) && s->nsecondaries < RS_MAX_HOSTS) {
+        } else if (bson_iter_init_find(&it, &res[i].reply, "secondary") && bson_iter_as_bool(&it) &&
+                   s->nsecondaries < RS_MAX_HOSTS) {
             shl_str_copy(s->secondaries[s->nsecondaries++], SHL_CLIENT_HOST_MAX, hosts[i]);
         }
     }
@@ -269,7 +269,7 @@ shl_rs_monitor_select(shl_conn_pool_t *pool, const char *conn_string, shl_rs_rea
 {
     int ret = 0;
     int64_t wait = timeout_ms <= 0 || timeout_ms > SHL_RS_MONITOR_WAIT_MS ? SHL_RS_MONITOR_WAIT_MS
-                                                                           : timeout_ms;
+                                                                          : timeout_ms;
     int64_t deadline = shl_clock_mono_us() / 1000 + wait;
     bool found = false, refreshed = false;
     rs_set_t *s;

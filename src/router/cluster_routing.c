@@ -512,8 +512,8 @@ bool
 shl_router_generic_passes(const char *field)
 {
     static const char *const pass[] = {
-        "writeConcern", "readConcern", "maxTimeMS",        "comment",      "lsid",
-        "txnNumber",    "autocommit",  "startTransaction", "allowDiskUse",
+        "writeConcern", "readConcern", "maxTimeMS", "comment", "lsid", "txnNumber", "autocommit",
+        "startTransaction", "allowDiskUse",
         /* a shard replica set's members accept reads the preference allows (issue 18) */
         "$readPreference", NULL};
     bool found = false;
@@ -647,8 +647,8 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
 static bool
 retarget_safe(const bson_t *cmd, int code)
 {
-    static const char *const reads[] = {"find", "count", "distinct", "listIndexes",
-                                        "listCollections", NULL};
+    static const char *const reads[] = {"find",        "count",           "distinct",
+                                        "listIndexes", "listCollections", NULL};
     bson_iter_t it;
     const char *name;
 
@@ -682,9 +682,8 @@ retarget_safe(const bson_t *cmd, int code)
  * which waits for an election -- up to RETARGET_ATTEMPTS times.
  */
 static void
-retarget_failed(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs,
-                const size_t *map, size_t nf, shl_fanout_result_t *results,
-                const shl_client_interrupt_t *intr)
+retarget_failed(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs, const size_t *map,
+                size_t nf, shl_fanout_result_t *results, const shl_client_interrupt_t *intr)
 {
     shl_fanout_req_t *again = NULL;
     shl_fanout_result_t *fres = NULL;
@@ -711,8 +710,8 @@ retarget_failed(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
             break;
         }
         SHL_LOG_INFO(SHARDING, 4625502, "retargeting requests after a shard replica set error",
-                     "attempt", BCON_INT32(attempt + 1), "host", BCON_UTF8(again[0].host),
-                     "code", BCON_INT32(results[idx[0]].code));
+                     "attempt", BCON_INT32(attempt + 1), "host", BCON_UTF8(again[0].host), "code",
+                     BCON_INT32(results[idx[0]].code));
         shl_client_fanout_interruptible(r->pool, again, m, remaining < 0 ? 0 : remaining, intr,
                                         fres);
         for (size_t j = 0; j < m; j++) {

@@ -51,11 +51,11 @@ shl_conn_pool_t *shl_shard_registry_pool(const shl_shard_registry_t *reg);
 
 /*
  * shl_shard_registry_host_for --
- *     The address (as shl_conn_string_first_host) to send to for shard 'name' into 'out' (size 'n'), reloading once if
- *     the name is unknown or the registry is older than SHL_SHARD_REGISTRY_RELOAD_MS.
- *     When that reload fails, a shard the old list names is still answered from it.
- *     Errors: ShardNotFound (70) "Shard <name> not found"; the config server's errors
- *     (only for a name the list does not hold).
+ *     The address (as shl_conn_string_first_host) to send to for shard 'name' into 'out'
+ *     (size 'n'), reloading once if the name is unknown or the registry is older than
+ *     SHL_SHARD_REGISTRY_RELOAD_MS. When that reload fails, a shard the old list names is
+ *     still answered from it. Errors: ShardNotFound (70) "Shard <name> not found"; the
+ *     config server's errors (only for a name the list does not hold).
  */
 int shl_shard_registry_host_for(shl_shard_registry_t *reg, const char *name, char *out, size_t n,
                                 shl_status_t *st);
