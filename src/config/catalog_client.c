@@ -487,7 +487,7 @@ cfg_shard_cmd(const char *shard, const char *db, const bson_t *cmd, bson_t *repl
 
     bson_init(reply);
     SHL_ERR(cfg_get_shard(shard, &s, st));
-    cfg_host_of(s.host, host, sizeof(host));
+    cfg_target_of(s.host, host, sizeof(host));
     shl_shard_type_cleanup(&s);
     bson_destroy(reply);
     ret = shl_client_run(g_cfg.pool, host, db, cmd, CFG_REMOTE_TIMEOUT_MS, reply, st);

@@ -7,6 +7,7 @@
 
 #include "bson/bson_iter.h"
 #include "config/config_private.h"
+#include "net/rs_monitor.h"
 
 void
 cfg_hashed_split_points(int n, int64_t *out, int *nout)
@@ -129,6 +130,16 @@ cfg_host_of(const char *conn_string, char *out, size_t n)
     size_t len = strcspn(start, ",");
 
     snprintf(out, n, "%.*s", (int)len, start);
+}
+
+void
+cfg_target_of(const char *conn_string, char *out, size_t n)
+{
+    if (shl_rs_monitor_is_set(conn_string)) {
+        snprintf(out, n, "%s", conn_string);
+    } else {
+        cfg_host_of(conn_string, out, n);
+    }
 }
 
 void

@@ -242,6 +242,11 @@ bool cfg_index_backs_key(const bson_t *shard_key, const bson_t *spec);
  * "host:port" (config_logic.c). */
 void cfg_host_of(const char *conn_string, char *out, size_t n);
 
+/* cfg_target_of -- where to send to a shard of 'conn_string': the whole string for a replica
+ * set of several members (the client finds its primary, net/rs_monitor.h), else
+ * cfg_host_of's host (config_logic.c). */
+void cfg_target_of(const char *conn_string, char *out, size_t n);
+
 /* cfg_index_name -- MongoDB's default index name for 'key' ("a_1_b_hashed"). */
 void cfg_index_name(const bson_t *key, char *out, size_t n);
 

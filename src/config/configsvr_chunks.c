@@ -1032,7 +1032,7 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
         shl_shard_type_t donor;
         char host[SHL_CLIENT_HOST_MAX];
         SHL_ERR(cfg_get_shard(from, &donor, st));
-        cfg_host_of(donor.host, host, sizeof(host));
+        cfg_target_of(donor.host, host, sizeof(host));
         shl_shard_type_cleanup(&donor);
         bson_destroy(&sreply);
         SHL_ERR(shl_client_run(cfg_get()->pool, host, "admin", &fwd, CFG_MIGRATION_TIMEOUT_MS,

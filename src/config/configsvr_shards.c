@@ -14,8 +14,26 @@
 
 /* ---------------------------------------------------------------- addShard */
 
-/* Whether an existing shard already holds 'host'; fills the MongoDB error if the options
- * differ, or *existing with its name if the request repeats it. */
+/* Whether 'host' is one of the members of connection string 'conn_string'. */
+static bool
+has_member(const char *conn_string, const char *host)
+{
+    const char *slash = strchr(conn_string, '/');
+    size_t hlen = strlen(host);
+
+    for (const char *p = slash != NULL ? slash + 1 : conn_string; *p != '\0';) {
+        size_t len = strcspn(p, ",");
+        if (len == hlen && strncmp(p, host, len) == 0) {
+            return true;
+        }
+        p += len;
+        p += *p == ',' ? 1 : 0;
+    }
+    return false;
+}
+
+/* Whether an existing shard already holds 'host' (as any of its members); fills the MongoDB
+ * error if the options differ, or *existing with its name if the request repeats it. */
 static int
 check_existing(const shl_shard_type_t *shards, size_t n, const char *host, const char *name,
                const char **existing, shl_status_t *st)
@@ -24,9 +42,7 @@ check_existing(const shl_shard_type_t *shards, size_t n, const char *host, const
 
     *existing = NULL;
     for (size_t i = 0; i < n; i++) {
-        char h[SHL_CLIENT_HOST_MAX];
-        cfg_host_of(shards[i].host, h, sizeof(h));
-        if (strcmp(h, host) == 0) {
+        if (has_member(shards[i].host, host)) {
             if (name == NULL || strcmp(name, shards[i].name) == 0) {
                 *existing = shards[i].name;
                 goto done;
@@ -43,10 +59,37 @@ done:
     return ret;
 }
 
-/* hello on the candidate with MongoDB's checks; *set_name receives its replica set name. */
+/* The members a hello reply lists ("h1,h2,..."), or 'host' if it lists none. */
+static void
+hello_members(const bson_t *reply, const char *host, char *out, size_t n)
+{
+    bson_iter_t it, arr;
+    size_t len = 0;
+
+    snprintf(out, n, "%s", host);
+    if (!bson_iter_init_find(&it, reply, "hosts") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        return;
+    }
+    out[0] = '\0';
+    while (bson_iter_next(&arr)) {
+        if (BSON_ITER_HOLDS_UTF8(&arr) && len + 2 < n) {
+            int w = snprintf(out + len, n - len, "%s%s", len > 0 ? "," : "",
+                             bson_iter_utf8(&arr, NULL));
+            len = w < 0 || (size_t)w >= n - len ? n - 1 : len + (size_t)w;
+        }
+    }
+    if (out[0] == '\0') {
+        snprintf(out, n, "%s", host);
+    }
+}
+
+/* hello on the candidate with MongoDB's checks; *set_name receives its replica set name and
+ * 'members' the set's hosts (its hello's 'hosts'). 'host' may be a set's connection string:
+ * the client asks its primary. */
 static int
 validate_host(const char *conn_string, const char *host, const char *provided_set, char *set_name,
-              size_t set_name_len, shl_status_t *st)
+              size_t set_name_len, char *members, size_t members_len, shl_status_t *st)
 {
     int ret = 0;
     bson_t *cmd = BCON_NEW("hello", BCON_INT32(1));
@@ -91,6 +134,7 @@ validate_host(const char *conn_string, const char *host, const char *provided_se
                  "Cannot add %s as a shard since it is a config server", conn_string);
     }
     snprintf(set_name, set_name_len, "%s", found);
+    hello_members(&reply, host, members, members_len);
 done:
     bson_destroy(cmd);
     bson_destroy(&reply);
@@ -139,6 +183,32 @@ done:
     return ret;
 }
 
+/*
+ * The config server's connection string as shards are told it: "<set>/<its members>" from
+ * this node's own hello, so a config server replica set initiated after start-up is named
+ * with every member (the shards then follow its primary). Caller holds cfg->shards_mu.
+ */
+static void
+refresh_conn_string(cfg_state_t *cfg, shl_op_ctx_t *op)
+{
+    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1));
+    bson_t reply;
+    shl_status_t ignored = SHL_STATUS_INIT;
+    char members[SHL_CLIENT_HOST_MAX];
+
+    if (shl_client_run(cfg->pool, op->svc->me, "admin", cmd, CFG_REMOTE_TIMEOUT_MS, &reply,
+                       &ignored) == 0 &&
+        op->svc->set_name[0] != '\0') {
+        hello_members(&reply, op->svc->me, members, sizeof(members));
+        if (strchr(members, ',') != NULL) {
+            snprintf(cfg->conn_string, sizeof(cfg->conn_string), "%s/%s", op->svc->set_name,
+                     members);
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+}
+
 static int
 cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -146,6 +216,7 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     cfg_state_t *cfg = cfg_get();
     const char *target = NULL, *name = NULL, *existing = NULL;
     char host[SHL_CLIENT_HOST_MAX], provided_set[128] = "", set_name[128] = "";
+    char send_to[SHL_CLIENT_HOST_MAX], members[SHL_CLIENT_HOST_MAX];
     char gen_name[32], shard_host[400], cid[25];
     shl_shard_type_t *shards = NULL;
     size_t nshards = 0;
@@ -185,6 +256,7 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         }
     }
     cfg_host_of(target, host, sizeof(host));
+    cfg_target_of(target, send_to, sizeof(send_to));
     if (host[0] == '\0') {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "Invalid connection string %s", target);
     }
@@ -201,8 +273,8 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         BSON_APPEND_UTF8(reply, "shardAdded", existing);
         goto done;
     }
-    SHL_ERR(validate_host(target, host, provided_set[0] ? provided_set : NULL, set_name,
-                          sizeof(set_name), st));
+    SHL_ERR(validate_host(target, send_to, provided_set[0] ? provided_set : NULL, set_name,
+                          sizeof(set_name), members, sizeof(members), st));
     for (size_t i = 0; i < nshards; i++) {
         const char *slash = strchr(shards[i].host, '/');
         if (slash != NULL && (size_t)(slash - shards[i].host) == strlen(set_name) &&
@@ -211,7 +283,7 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                      "A shard already exists containing the replica set '%s'", set_name);
         }
     }
-    SHL_ERR(check_databases(host, target, st));
+    SHL_ERR(check_databases(send_to, target, st));
     if (name == NULL) {
         /* shard<N>: the first free number from the shard count on. */
         for (size_t k = nshards;; k++) {
@@ -229,6 +301,7 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
 
     /* The shard learns its identity first, so a shard in config.shards is always aware. */
     bson_oid_to_string(&cfg->cluster_id, cid);
+    refresh_conn_string(cfg, op);
     BSON_APPEND_INT32(&add, "_addShard", 1);
     BSON_APPEND_DOCUMENT_BEGIN(&add, "shardIdentity", &ident);
     BSON_APPEND_UTF8(&ident, "shardName", name);
@@ -238,7 +311,7 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     {
         shl_status_t inner = SHL_STATUS_INIT;
         bson_destroy(&add_reply);
-        if (shl_client_run(cfg->pool, host, "admin", &add, CFG_REMOTE_TIMEOUT_MS, &add_reply,
+        if (shl_client_run(cfg->pool, send_to, "admin", &add, CFG_REMOTE_TIMEOUT_MS, &add_reply,
                            &inner) != 0) {
             SHL_FAIL(st, inner.code,
                      "addShard: error adding shard %s: failed to run command _addShard :: "
@@ -248,8 +321,8 @@ cmd_add_shard(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     }
 
     /* ... and the cluster's user write blocking mode (docs/design/user_write_blocking.md). */
-    SHL_ERR(cfg_uwb_sync_new_shard(host, st));
-    snprintf(shard_host, sizeof(shard_host), "%s/%s", set_name, host);
+    SHL_ERR(cfg_uwb_sync_new_shard(send_to, st));
+    snprintf(shard_host, sizeof(shard_host), "%s/%s", set_name, members);
     memset(&t, 0, sizeof(t));
     t.name = (char *)(uintptr_t)name;
     t.host = shard_host;

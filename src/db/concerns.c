@@ -166,6 +166,23 @@ shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t *h)
     node->repl = *h;
 }
 
+int
+shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, uint64_t ts,
+                          int64_t timeout_ms, shl_status_t *st)
+{
+    const db_node_t *node = svc->role_state;
+    shl_write_concern_t wc;
+
+    if (node == NULL || node->repl.wait_write_concern == NULL) {
+        return 0;
+    }
+    memset(&wc, 0, sizeof(wc));
+    wc.w_majority = true;
+    wc.wtimeout_ms = timeout_ms;
+    wc.provenance = "clientSupplied";
+    return node->repl.wait_write_concern(node->repl.arg, op, &wc, ts, st);
+}
+
 bool
 shl_db_repl_is_primary(const shl_service_ctx_t *svc)
 {

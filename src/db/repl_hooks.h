@@ -44,4 +44,15 @@ void shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t
 /* shl_db_repl_is_primary -- the hook's answer, true without hooks. */
 bool shl_db_repl_is_primary(const shl_service_ctx_t *svc);
 
+/*
+ * shl_db_repl_wait_majority --
+ *     Wait until this node's writes up to 'ts' are majority-committed in its replica set
+ *     (a migration's recipient under _secondaryThrottle / w: majority, issue 18), at most
+ *     'timeout_ms' (0: none) and within 'op''s deadline. Without hooks (no replica set):
+ *     returns 0 at once (a set of one's majority is its journal, which callers wait for).
+ *     Errors: the hook's (WriteConcernTimeout, PrimarySteppedDown, interruption).
+ */
+int shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, uint64_t ts,
+                              int64_t timeout_ms, shl_status_t *st);
+
 #endif

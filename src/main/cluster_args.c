@@ -33,6 +33,7 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
 
     memset(a, 0, sizeof(*a));
     a->shards = 2;
+    a->replicas = 1;
     a->port = 27017;
     a->dbpath = "./shale-data";
     a->bind_ip = "127.0.0.1";
@@ -72,6 +73,9 @@ shl_cluster_args_parse(shl_cluster_args_t *a, shl_cluster_cmd_t cmd, int argc, c
         } else if (cmd == SHL_CLUSTER_CMD_UP && strcmp(name, "shards") == 0) {
             SHL_ERR(parse_int(name, val, 1, 64, &a->shards, st));
             a->shards_given = true;
+        } else if (cmd == SHL_CLUSTER_CMD_UP && strcmp(name, "replicas") == 0) {
+            SHL_ERR(parse_int(name, val, 1, 7, &a->replicas, st));
+            a->replicas_given = true;
         } else if (cmd == SHL_CLUSTER_CMD_UP && strcmp(name, "port") == 0) {
             SHL_ERR(parse_int(name, val, 1, 65535, &a->port, st));
             a->port_given = true;
@@ -130,7 +134,8 @@ shl_cluster_args_usage(FILE *out, shl_cluster_cmd_t cmd)
 {
     if (cmd == SHL_CLUSTER_CMD_UP) {
         fprintf(out,
-                "usage: shale up [--shards N] [--dbpath DIR] [--port P] [--bind_ip IP] [--auth]\n"
+                "usage: shale up [--shards N] [--replicas R] [--dbpath DIR] [--port P]\n"
+                "                [--bind_ip IP] [--auth]\n"
                 "                [--setParameter name=value]... [--wiredTigerCacheSizeGB G]\n");
     } else if (cmd == SHL_CLUSTER_CMD_DOWN) {
         fprintf(out, "usage: shale down [--dbpath DIR]\n");

@@ -23,6 +23,8 @@ typedef enum shl_cluster_cmd {
 typedef struct shl_cluster_args {
     int shards; /* default 2 */
     bool shards_given;
+    int replicas; /* up --replicas: members per replica set, default 1 */
+    bool replicas_given;
     int port; /* default 27017 */
     bool port_given;
     const char *dbpath;  /* default "./shale-data" */

@@ -136,7 +136,7 @@ spawn(const shl_cluster_layout_t *lay, shl_cluster_proc_t *p, const shl_cluster_
 {
     int ret = 0;
     char port[16], logpath[SHL_CLUSTER_PATH_MAX + 64], dbpath[SHL_CLUSTER_PATH_MAX + 64];
-    char configdb[128];
+    char configdb[SHL_CLIENT_HOST_MAX];
     const char *argv[64 + 2 * SHL_CLUSTER_MAX_EXTRA];
     int n = 0;
     pid_t pid;
@@ -144,7 +144,7 @@ spawn(const shl_cluster_layout_t *lay, shl_cluster_proc_t *p, const shl_cluster_
     snprintf(port, sizeof(port), "%d", p->port);
     snprintf(logpath, sizeof(logpath), "%s/%s.log", lay->dir, p->name);
     snprintf(dbpath, sizeof(dbpath), "%s/%s", lay->dir, p->name);
-    snprintf(configdb, sizeof(configdb), "csrs/%s:%d", lay->host_ip, lay->procs[0].port);
+    shl_cluster_layout_set_string(lay, 0, configdb, sizeof(configdb));
     argv[n++] = "shale";
     if (p->role == SHL_CLUSTER_ROUTER) {
         argv[n++] = "router";
@@ -207,7 +207,7 @@ done:
  */
 static int
 wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_proc_t *p,
-           shl_status_t *st)
+           bool primary, shl_status_t *st)
 {
     int ret = 0;
     int64_t deadline = now_ms() + READY_TIMEOUT_MS;
@@ -247,6 +247,9 @@ wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_p
             if (bson_iter_init_find(&it, &reply, "isWritablePrimary") && bson_iter_as_bool(&it)) {
                 break;
             }
+            if (lay->replicas > 1 && p->role == SHL_CLUSTER_SHARDSVR && !primary) {
+                break; /* a member of a set: initiate_sets makes a primary */
+            }
         }
         if (now_ms() > deadline) {
             SHL_FAIL(st, SHL_CODE_NETWORK_TIMEOUT, "the %s (%s) did not become ready within %d s",
@@ -258,6 +261,109 @@ wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_p
 done:
     bson_destroy(&hello);
     bson_destroy(&reply);
+    return ret;
+}
+
+/*
+ * With --replicas R > 1: initiate each set that has no configuration yet (its first member,
+ * with every member; AlreadyInitialized is fine), then wait until each set has a writable
+ * primary. Initiating a second after the members started keeps
+ * the set's first entry later than what each member wrote on its own at start-up.
+ */
+/* How many members a replSetGetConfig reply's configuration lists. */
+static int
+config_members(const bson_t *reply)
+{
+    bson_iter_t it, arr;
+    int n = 0;
+
+    if (bson_iter_init(&it, reply) && bson_iter_find_descendant(&it, "config.members", &it) &&
+        BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &arr)) {
+        while (bson_iter_next(&arr)) {
+            n++;
+        }
+    }
+    return n;
+}
+
+static int
+initiate_sets(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t *st)
+{
+    int ret = 0;
+    bool slept = false;
+
+    if (lay->replicas <= 1) {
+        goto done;
+    }
+    for (int first = 0, size; first < lay->nprocs - 1; first += size) {
+        const shl_cluster_proc_t *p0 = &lay->procs[first];
+        size = shl_cluster_layout_set_size(lay, first);
+        if (size < 2) {
+            continue;
+        }
+        char host[128], key[16];
+        bson_t cmd = BSON_INITIALIZER, cfg, members, m, settings, reply;
+        shl_status_t why = SHL_STATUS_INIT;
+
+        proc_host(lay, p0, host, sizeof(host));
+        BSON_APPEND_INT32(&cmd, "replSetGetConfig", 1);
+        if (shl_client_run(pool, host, "admin", &cmd, 5000, &reply, &why) == 0 &&
+            config_members(&reply) > 1) {
+            bson_destroy(&reply);
+            bson_destroy(&cmd);
+            continue; /* configured (a restart); an unconfigured node answers a set of one */
+        }
+        bson_destroy(&reply);
+        bson_reinit(&cmd);
+        if (!slept) {
+            usleep(1100 * 1000);
+            slept = true;
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "replSetInitiate", &cfg);
+        BSON_APPEND_UTF8(&cfg, "_id", p0->repl_set);
+        if (p0->role == SHL_CLUSTER_CONFIGSVR) {
+            BSON_APPEND_BOOL(&cfg, "configsvr", true);
+        }
+        BSON_APPEND_ARRAY_BEGIN(&cfg, "members", &members);
+        for (int k = 0; k < size; k++) {
+            char mh[128];
+            snprintf(key, sizeof(key), "%d", k);
+            proc_host(lay, &lay->procs[first + k], mh, sizeof(mh));
+            BSON_APPEND_DOCUMENT_BEGIN(&members, key, &m);
+            BSON_APPEND_INT32(&m, "_id", k);
+            BSON_APPEND_UTF8(&m, "host", mh);
+            bson_append_document_end(&members, &m);
+        }
+        bson_append_array_end(&cfg, &members);
+        BSON_APPEND_DOCUMENT_BEGIN(&cfg, "settings", &settings);
+        bson_append_document_end(&cfg, &settings);
+        bson_append_document_end(&cmd, &cfg);
+        ret = shl_client_run(pool, host, "admin", &cmd, 30000, &reply, &why);
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+        if (ret != 0 && ret != SHL_CODE_ALREADY_INITIALIZED) {
+            SHL_FAIL(st, ret, "replSetInitiate of %s failed: %s", p0->repl_set, why.reason);
+        }
+        ret = 0;
+    }
+    /* Each set's first member is its primary after initiate; a restarted set elects one. */
+    for (int first = 0, size; first < lay->nprocs - 1; first += size) {
+        char set[SHL_CLIENT_HOST_MAX];
+        bson_t cmd = BSON_INITIALIZER, reply;
+
+        size = shl_cluster_layout_set_size(lay, first);
+        if (size < 2) {
+            bson_destroy(&cmd);
+            continue;
+        }
+        shl_cluster_layout_set_string(lay, first, set, sizeof(set));
+        BSON_APPEND_INT32(&cmd, "ping", 1);
+        ret = shl_client_run(pool, set, "admin", &cmd, READY_TIMEOUT_MS, &reply, st);
+        bson_destroy(&reply);
+        bson_destroy(&cmd);
+        SHL_ERR(ret);
+    }
+done:
     return ret;
 }
 
@@ -301,8 +407,11 @@ add_shards(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_status_t 
         if (listed) {
             continue;
         }
-        /* A replica-set shard is named by its set: "shard0/127.0.0.1:27019". */
-        snprintf(host, sizeof(host), "%s/%s:%d", p->repl_set, lay->host_ip, p->port);
+        /* A replica-set shard is named by its set: "shard0/127.0.0.1:27019[,...]". */
+        if (strchr(p->name, '-') != NULL) {
+            continue; /* a further member of a shard's set */
+        }
+        shl_cluster_layout_set_string(lay, i, host, sizeof(host));
         BSON_APPEND_UTF8(&add, "addShard", host);
         BSON_APPEND_UTF8(&add, "name", p->name);
         ret = shl_client_run(pool, router, "admin", &add, ADD_SHARD_TIMEOUT_MS, &add_reply, st);
@@ -369,8 +478,14 @@ reconcile(shl_cluster_layout_t *lay, const shl_cluster_layout_t *rec, const shl_
                  "%s holds a cluster of %d shards; --shards %d would leave some out", rec->dir,
                  rec->nshards, nshards);
     }
-    SHL_ERR(shl_cluster_layout_plan(lay, rec->dir, nshards, rec->port,
-                                    a->bind_ip_given ? a->bind_ip : rec->bind_ip, st));
+    if (a->replicas_given && a->replicas != rec->replicas) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                 "%s holds a cluster of %d-member replica sets; leave out --replicas or use "
+                 "another --dbpath",
+                 rec->dir, rec->replicas);
+    }
+    SHL_ERR(shl_cluster_layout_plan_replicas(lay, rec->dir, nshards, rec->replicas, rec->port,
+                                             a->bind_ip_given ? a->bind_ip : rec->bind_ip, st));
     /* Keep the recorded processes (ports and pids) by name. */
     for (int i = 0; i < rec->nprocs; i++) {
         const shl_cluster_proc_t *r = &rec->procs[i];
@@ -441,7 +556,8 @@ shl_cluster_up_main(int argc, char **argv)
     if (found) {
         SHL_ERR(reconcile(&lay, &rec, &a, &st));
     } else {
-        SHL_ERR(shl_cluster_layout_plan(&lay, a.dbpath, a.shards, a.port, a.bind_ip, &st));
+        SHL_ERR(shl_cluster_layout_plan_replicas(&lay, a.dbpath, a.shards, a.replicas, a.port,
+                                                 a.bind_ip, &st));
         if (mkdir(lay.dir, 0755) != 0 && errno != EEXIST) {
             SHL_FAIL(&st, SHL_CODE_FILE_OPEN_FAILED, "cannot create %s: %s", lay.dir,
                      strerror(errno));
@@ -496,15 +612,17 @@ shl_cluster_up_main(int argc, char **argv)
     SHL_ERR(shl_cluster_layout_save(&lay, &st));
     for (int i = 0; i < lay.nprocs - 1; i++) {
         failed = &lay.procs[i];
-        SHL_ERR(wait_ready(pool, &lay, &lay.procs[i], &st));
+        SHL_ERR(wait_ready(pool, &lay, &lay.procs[i], false, &st));
     }
+    failed = NULL;
+    SHL_ERR(initiate_sets(pool, &lay, &st));
     failed = &lay.procs[lay.nprocs - 1];
     if (mine[lay.nprocs - 1]) {
         SHL_ERR(spawn(&lay, failed, &a, &st));
         spawned++;
         SHL_ERR(shl_cluster_layout_save(&lay, &st));
     }
-    SHL_ERR(wait_ready(pool, &lay, failed, &st));
+    SHL_ERR(wait_ready(pool, &lay, failed, false, &st));
     registering = true;
     SHL_ERR(add_shards(pool, &lay, &st));
     failed = NULL;

@@ -68,6 +68,58 @@ int
 shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nshards, int port,
                         const char *bind_ip, shl_status_t *st)
 {
+    return shl_cluster_layout_plan_replicas(lay, dir, nshards, 1, port, bind_ip, st);
+}
+
+/* The members of one replica set: procs[first..first+count) named base, base-1, ... */
+static void
+plan_set(shl_cluster_layout_t *lay, int first, int count, const char *base, shl_cluster_role_t role,
+         const char *set, int port)
+{
+    for (int k = 0; k < count; k++) {
+        shl_cluster_proc_t *p = &lay->procs[first + k];
+        if (k == 0) {
+            snprintf(p->name, sizeof(p->name), "%s", base);
+        } else {
+            snprintf(p->name, sizeof(p->name), "%.24s-%c", base, (char)('0' + k)); /* k < 8 */
+        }
+        p->role = role;
+        snprintf(p->repl_set, sizeof(p->repl_set), "%s", set);
+        p->port = port + k;
+    }
+}
+
+int
+shl_cluster_layout_set_size(const shl_cluster_layout_t *lay, int first)
+{
+    int k = 0;
+
+    while (first + k < lay->nprocs && lay->procs[first + k].role != SHL_CLUSTER_ROUTER &&
+           strcmp(lay->procs[first + k].repl_set, lay->procs[first].repl_set) == 0) {
+        k++;
+    }
+    return k;
+}
+
+void
+shl_cluster_layout_set_string(const shl_cluster_layout_t *lay, int first, char *out, size_t n)
+{
+    size_t len = 0;
+    int w = snprintf(out, n, "%s/", lay->procs[first].repl_set);
+    int members = shl_cluster_layout_set_size(lay, first);
+
+    len = w < 0 ? 0 : (size_t)w;
+    for (int k = 0; k < members && len < n; k++) {
+        w = snprintf(out + len, n - len, "%s%s:%d", k > 0 ? "," : "", lay->host_ip,
+                     lay->procs[first + k].port);
+        len += w < 0 ? 0 : (size_t)w;
+    }
+}
+
+int
+shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int nshards,
+                                 int replicas, int port, const char *bind_ip, shl_status_t *st)
+{
     int ret = 0;
     char cwd[PATH_MAX];
 
@@ -76,7 +128,11 @@ shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nshards,
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--shards must be between 1 and %d, got %d",
                  SHL_CLUSTER_MAX_SHARDS, nshards);
     }
-    if (port < 1 || port + 1 + nshards > 65535) {
+    if (replicas < 1 || replicas > SHL_CLUSTER_MAX_REPLICAS) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--replicas must be between 1 and %d, got %d",
+                 SHL_CLUSTER_MAX_REPLICAS, replicas);
+    }
+    if (port < 1 || port + 1 + replicas * nshards > 65535) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "--port %d leaves no room for the config server and %d shards after it (ports "
                  "up to 65535)",
@@ -105,21 +161,19 @@ shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nshards,
     host_ip_from_bind(bind_ip, lay->host_ip, sizeof(lay->host_ip));
     lay->port = port;
     lay->nshards = nshards;
-    lay->nprocs = nshards + 2;
+    lay->replicas = replicas;
+    lay->nprocs = replicas * nshards + 2;
 
-    shl_cluster_proc_t *cfg = &lay->procs[0];
-    snprintf(cfg->name, sizeof(cfg->name), "config");
-    cfg->role = SHL_CLUSTER_CONFIGSVR;
-    snprintf(cfg->repl_set, sizeof(cfg->repl_set), "csrs");
-    cfg->port = port + 1;
+    /* The config server stays one member: until initial sync exists, the catalog a config
+     * server writes at start-up cannot reach the other members of its set. */
+    plan_set(lay, 0, 1, "config", SHL_CLUSTER_CONFIGSVR, "csrs", port + 1);
     for (int i = 0; i < nshards; i++) {
-        shl_cluster_proc_t *s = &lay->procs[1 + i];
-        snprintf(s->name, sizeof(s->name), "shard%d", i);
-        s->role = SHL_CLUSTER_SHARDSVR;
-        snprintf(s->repl_set, sizeof(s->repl_set), "shard%d", i);
-        s->port = port + 2 + i;
+        char name[32];
+        snprintf(name, sizeof(name), "shard%d", i);
+        plan_set(lay, 1 + replicas * i, replicas, name, SHL_CLUSTER_SHARDSVR, name,
+                 port + 2 + replicas * i);
     }
-    shl_cluster_proc_t *r = &lay->procs[nshards + 1];
+    shl_cluster_proc_t *r = &lay->procs[lay->nprocs - 1];
     snprintf(r->name, sizeof(r->name), "router");
     r->role = SHL_CLUSTER_ROUTER;
     r->port = port;
@@ -155,6 +209,9 @@ shl_cluster_layout_json_new(const shl_cluster_layout_t *lay)
     json_str(out, lay->bind_ip);
     bson_string_append_printf(out, ",\n  \"port\": %d,\n  \"shards\": %d,\n", lay->port,
                               lay->nshards);
+    if (lay->replicas > 1) {
+        bson_string_append_printf(out, "  \"replicas\": %d,\n", lay->replicas);
+    }
     bson_string_append(out, "  \"connectionString\": ");
     {
         char uri[128];
@@ -271,6 +328,14 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
         if (p->role == SHL_CLUSTER_SHARDSVR) {
             lay->nshards++;
         }
+    }
+    if (bson_iter_init_find(&it, doc, "replicas")) {
+        int64_t r = iter_int(&it);
+        if (r < 1 || r > SHL_CLUSTER_MAX_REPLICAS || lay->nshards % r != 0) {
+            SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "%s: bad \"replicas\"", path);
+        }
+        lay->replicas = (int)r;
+        lay->nshards /= lay->replicas; /* counted members; a shard is a set of them */
     }
 done:
     if (doc != NULL) {

@@ -14,7 +14,8 @@
 #include "base/status.h"
 
 #define SHL_CLUSTER_MAX_SHARDS 64
-#define SHL_CLUSTER_MAX_PROCS (SHL_CLUSTER_MAX_SHARDS + 2)
+#define SHL_CLUSTER_MAX_REPLICAS 7 /* members of each replica set (`shale up --replicas`) */
+#define SHL_CLUSTER_MAX_PROCS (SHL_CLUSTER_MAX_SHARDS * SHL_CLUSTER_MAX_REPLICAS + 2)
 #define SHL_CLUSTER_PATH_MAX 1024
 
 typedef enum shl_cluster_role {
@@ -38,7 +39,10 @@ typedef struct shl_cluster_layout {
     char host_ip[64];               /* the address clients connect to (first bind_ip) */
     int port;                       /* the router's port; the others follow it */
     int nshards;
-    int nprocs; /* config, shard0..N-1, router, in that order */
+    int replicas; /* members of each shard's replica set (1: one) */
+    /* config, shard0..N-1, router, in that order; with replicas R each shard's members
+     * follow one another: "shard0", "shard0-1", ..., "shard1", ... */
+    int nprocs;
     shl_cluster_proc_t procs[SHL_CLUSTER_MAX_PROCS];
 } shl_cluster_layout_t;
 
@@ -50,6 +54,24 @@ typedef struct shl_cluster_layout {
  */
 int shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nshards, int port,
                             const char *bind_ip, shl_status_t *st);
+
+/*
+ * shl_cluster_layout_plan_replicas --
+ *     shl_cluster_layout_plan with 'replicas' members per shard replica set on consecutive
+ *     ports: the config server on port+1 (one member: its start-up catalog cannot reach other
+ *     members until initial sync exists), shard i's members from port+2+R*i (R = 1: the
+ *     same layout as shl_cluster_layout_plan). Errors: BadValue (also replicas out of 1..7).
+ */
+int shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int nshards,
+                                     int replicas, int port, const char *bind_ip, shl_status_t *st);
+
+/* shl_cluster_layout_set_size -- how many members the set whose first member is procs[first]
+ * has (the processes from there on with its replSet). */
+int shl_cluster_layout_set_size(const shl_cluster_layout_t *lay, int first);
+
+/* shl_cluster_layout_set_string -- "set/host:p1,host:p2,..." of the replica set whose first
+ * member is procs[first], into out (size n). */
+void shl_cluster_layout_set_string(const shl_cluster_layout_t *lay, int first, char *out, size_t n);
 
 /*
  * shl_cluster_layout_load --

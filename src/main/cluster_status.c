@@ -312,6 +312,69 @@ done:
 }
 
 /* databases: [{database: <config.databases doc>, collections: {ns: entry, ...}}, ...] */
+/* The state hello gives a member: PRIMARY, SECONDARY, or what stops it answering. */
+static const char *
+member_state(status_ctx_t *c, const char *host)
+{
+    bson_t *cmd = BCON_NEW("hello", BCON_INT32(1));
+    bson_t reply;
+    bson_iter_t it;
+    shl_status_t st = SHL_STATUS_INIT;
+    const char *state = "(not reachable)";
+
+    if (shl_client_run(c->pool, host, "admin", cmd, 5000, &reply, &st) == 0) {
+        state = "(not in the set yet)";
+        if (bson_iter_init_find(&it, &reply, "isWritablePrimary") && bson_iter_as_bool(&it)) {
+            state = "PRIMARY";
+        } else if (bson_iter_init_find(&it, &reply, "secondary") && bson_iter_as_bool(&it)) {
+            state = "SECONDARY";
+        }
+    }
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    return state;
+}
+
+/*
+ * The members of each shard that is a replica set of several members (`shale up --replicas`)
+ * and their states: {<shard>: {<host>: "PRIMARY", ...}}. Appends nothing for one-member shards.
+ */
+static void
+members_section(status_ctx_t *c, const bson_t *shards, bson_t *out)
+{
+    bson_iter_t it, f;
+
+    bson_iter_init(&it, shards);
+    while (shl_iter_next(&it)) {
+        const char *id = NULL, *host = NULL, *p;
+        bson_t members;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &f)) {
+            continue;
+        }
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "_id") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                id = bson_iter_utf8(&f, NULL);
+            } else if (strcmp(shl_iter_key(&f), "host") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                host = bson_iter_utf8(&f, NULL);
+            }
+        }
+        if (id == NULL || host == NULL || strchr(host, ',') == NULL) {
+            continue;
+        }
+        BSON_APPEND_DOCUMENT_BEGIN(out, id, &members);
+        p = strchr(host, '/');
+        for (p = p != NULL ? p + 1 : host; *p != '\0';) {
+            char member[SHL_CLIENT_HOST_MAX];
+            size_t len = strcspn(p, ",");
+            snprintf(member, sizeof(member), "%.*s", (int)len, p);
+            BSON_APPEND_UTF8(&members, member, member_state(c, member));
+            p += len;
+            p += *p == ',' ? 1 : 0;
+        }
+        bson_append_document_end(out, &members);
+    }
+}
+
 static int
 databases_section(status_ctx_t *c, bool verbose, bson_t *out, shl_status_t *st)
 {
@@ -491,6 +554,14 @@ shl_cluster_status_main(int argc, char **argv)
         }
     }
     print_section_doc("shards", &shards, true, false);
+    {
+        bson_t sets = BSON_INITIALIZER;
+        members_section(&c, &shards, &sets);
+        if (!bson_empty(&sets)) {
+            print_section_doc("replica set members", &sets, false, false);
+        }
+        bson_destroy(&sets);
+    }
     {
         /* mongosh groups the live routers by version: [ { '7.0.0': 2 } ]. */
         bson_t groups = BSON_INITIALIZER, g;

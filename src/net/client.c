@@ -26,6 +26,7 @@
 #include "bson/bson_util.h"
 #include "net/client_private.h"
 #include "net/message.h"
+#include "net/rs_monitor.h"
 
 #define DEFAULT_PORT "27017"
 
@@ -69,6 +70,9 @@ typedef struct op {
     bson_t *reply; /* initialised by the public entry points */
     int64_t *micros;
     bool cut; /* ended by the caller's interruption before its reply arrived */
+    /* The member a replica set connection string resolved to (rs_monitor.h); 'host' then
+     * points here. */
+    char resolved[SHL_CLIENT_HOST_MAX];
     /*
      * The reply's first bytes: one recv takes the header and, for a small reply, the
      * whole body (one syscall, not two). A peer sends one message per request, so
@@ -263,6 +267,9 @@ op_finish(engine_t *eng, op_t *op, int code)
 {
     op->code = code;
     op->phase = PH_DONE;
+    if (code != 0) {
+        shl_rs_monitor_note_error(op->host, code);
+    }
     if (op->auth_state != NULL) {
         client_auth->end(op->auth_state);
         op->auth_state = NULL;
@@ -573,10 +580,36 @@ op_start_connect(engine_t *eng, op_t *op)
     op_try_connect(eng, op);
 }
 
+/* A replica set connection string becomes the member to send to (rs_monitor.h), chosen by
+ * the command's $readPreference; no member within the call's deadline finishes the op. */
+static void
+op_resolve(engine_t *eng, op_t *op)
+{
+    int64_t wait_ms = 0;
+
+    if (op->conn != NULL || !shl_rs_monitor_is_set(op->host)) {
+        return;
+    }
+    if (eng->deadline_us != 0) {
+        wait_ms = (eng->deadline_us - shl_clock_mono_us()) / 1000;
+        wait_ms = wait_ms <= 0 ? 1 : wait_ms;
+    }
+    if (shl_rs_monitor_select(eng->pool, op->host, shl_rs_monitor_pref_of(op->cmd), wait_ms,
+                              op->resolved, sizeof(op->resolved), op->st) != 0) {
+        op_finish(eng, op, op->st->code);
+        return;
+    }
+    op->host = op->resolved;
+}
+
 /* Take a connection (pooled and alive, or new) and start the op. */
 static void
 op_begin(engine_t *eng, op_t *op)
 {
+    op_resolve(eng, op);
+    if (op->phase == PH_DONE) {
+        return;
+    }
     if (op->conn != NULL) {
         /* The caller's own checked-out connection. */
         if (op->conn->failed) {

@@ -11,6 +11,7 @@
 #include "base/str.h"
 #include "bson/bson_compare.h"
 #include "bson/bson_util.h"
+#include "net/rs_monitor.h"
 #include "sharding/chunk_version.h"
 #include "sharding/shard_key.h"
 #include "router/txn_router.h"
@@ -511,8 +512,10 @@ bool
 shl_router_generic_passes(const char *field)
 {
     static const char *const pass[] = {
-        "writeConcern", "readConcern", "maxTimeMS",        "comment",      "lsid",
-        "txnNumber",    "autocommit",  "startTransaction", "allowDiskUse", NULL};
+        "writeConcern", "readConcern", "maxTimeMS", "comment", "lsid", "txnNumber", "autocommit",
+        "startTransaction", "allowDiskUse",
+        /* a shard replica set's members accept reads the preference allows (issue 18) */
+        "$readPreference", NULL};
     bool found = false;
 
     for (size_t i = 0; !found && pass[i] != NULL; i++) {
@@ -631,6 +634,96 @@ kill_remote_ops(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs
     bson_destroy(&cmd);
 }
 
+/* How many times a request goes again to a shard replica set's new primary. */
+#define RETARGET_ATTEMPTS 3
+
+/*
+ * Whether a request that failed with 'code' on a member of a replica set may go again to the
+ * member the replica set monitor now names: one refused because that member is not primary
+ * (it did not run) may; one that met a network, shutdown or state-change error only if it is
+ * safe to run twice (a retryable write, txnNumber outside a transaction, or a read). Never a
+ * statement of a transaction (its participant state lives on the old primary).
+ */
+static bool
+retarget_safe(const bson_t *cmd, int code)
+{
+    static const char *const reads[] = {"find",        "count",           "distinct",
+                                        "listIndexes", "listCollections", NULL};
+    bson_iter_t it;
+    const char *name;
+
+    if (bson_iter_init_find(&it, cmd, "autocommit") || code == SHL_CODE_NETWORK_TIMEOUT) {
+        return false;
+    }
+    if (code == SHL_CODE_NOT_WRITABLE_PRIMARY || code == SHL_CODE_NOT_PRIMARY_NO_SECONDARY_OK ||
+        code == SHL_CODE_NOT_PRIMARY_OR_SECONDARY) {
+        return true;
+    }
+    if (!shl_code_in_category(code, SHL_CAT_NETWORK_ERROR | SHL_CAT_NOT_PRIMARY_ERROR |
+                                        SHL_CAT_SHUTDOWN_ERROR)) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, cmd, "txnNumber")) {
+        return true;
+    }
+    name = bson_iter_init(&it, cmd) && bson_iter_next(&it) ? bson_iter_key(&it) : "";
+    for (size_t i = 0; reads[i] != NULL; i++) {
+        if (strcmp(name, reads[i]) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/*
+ * A shard's primary changed under a request (issue 18: shards as replica sets): send the
+ * requests freqs[k] (whose results are results[map[k]]) that failed in a way retarget_safe
+ * allows again, each to its set's current primary -- the client asks the replica set monitor,
+ * which waits for an election -- up to RETARGET_ATTEMPTS times.
+ */
+static void
+retarget_failed(shl_router_t *r, shl_op_ctx_t *op, const shl_fanout_req_t *freqs, const size_t *map,
+                size_t nf, shl_fanout_result_t *results, const shl_client_interrupt_t *intr)
+{
+    shl_fanout_req_t *again = NULL;
+    shl_fanout_result_t *fres = NULL;
+    size_t *idx = NULL;
+
+    for (int attempt = 0; attempt < RETARGET_ATTEMPTS; attempt++) {
+        size_t m = 0;
+        int64_t remaining = shl_op_remaining_ms(op);
+
+        for (size_t k = 0; k < nf; k++) {
+            const shl_fanout_result_t *res = &results[map[k]];
+            if (res->code != 0 && !res->interrupted && shl_rs_monitor_is_set(freqs[k].host) &&
+                retarget_safe(freqs[k].cmd, res->code)) {
+                if (again == NULL) {
+                    again = bson_malloc(nf * sizeof(*again));
+                    fres = bson_malloc(nf * sizeof(*fres));
+                    idx = bson_malloc(nf * sizeof(*idx));
+                }
+                again[m] = freqs[k];
+                idx[m++] = map[k];
+            }
+        }
+        if (m == 0 || remaining == 0) {
+            break;
+        }
+        SHL_LOG_INFO(SHARDING, 4625502, "retargeting requests after a shard replica set error",
+                     "attempt", BCON_INT32(attempt + 1), "host", BCON_UTF8(again[0].host), "code",
+                     BCON_INT32(results[idx[0]].code));
+        shl_client_fanout_interruptible(r->pool, again, m, remaining < 0 ? 0 : remaining, intr,
+                                        fres);
+        for (size_t j = 0; j < m; j++) {
+            bson_destroy(&results[idx[j]].reply);
+            shl_router_result_move(&results[idx[j]], &fres[j]);
+        }
+    }
+    bson_free(again);
+    bson_free(fres);
+    bson_free(idx);
+}
+
 /*
  * Send reqs[which[k]] for k < n (which == NULL: reqs[k]) and collect their replies into
  * results[k] (and hosts[k] when 'hosts' is not NULL).
@@ -717,6 +810,9 @@ send_some_raw(shl_router_t *r, shl_op_ctx_t *op, const char *db, const shl_route
         }
     }
     bson_free(fres);
+    if (r->send_hook == NULL && nf > 0) {
+        retarget_failed(r, op, freqs, map, nf, results, &intr);
+    }
     for (size_t k = 0; marked != NULL && k < nf; k++) {
         bson_destroy(&marked[k]);
     }

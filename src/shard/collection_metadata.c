@@ -220,7 +220,9 @@ get_cache(shard_state_t *s, shl_catalog_cache_t **out, char shard_name[SHL_SHARD
           shl_status_t *st)
 {
     int ret = 0;
+    shard_identity_t id;
 
+    (void)shard_get_identity(s, &id); /* a secondary may learn it from replication */
     pthread_mutex_lock(&s->mu);
     if (!s->aware) {
         ret = not_initialized(st);

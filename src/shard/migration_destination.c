@@ -19,7 +19,9 @@
 #include "net/service.h"
 #include "net/stmt_batch.h"
 #include "base/clock.h"
+#include "db/repl_hooks.h"
 #include "shard/migration_private.h"
+#include "storage/oplog.h"
 #include "shard/range_deleter.h"
 #include "storage/storage.h"
 #include "storage/write.h"
@@ -419,6 +421,14 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
      * the documents, so they must survive a kill -9 here (the local writes were j:false). */
     SHL_ERR(shl_storage_wait_durable(r->s->svc->storage, shl_storage_clock_now(r->s->svc->storage),
                                      st));
+    /* ... and, on a replica set, reach a majority of it (MongoDB's recipient waits for
+     * majority before it reports done, whatever _secondaryThrottle says): a failover of
+     * this shard after the donor commits must not lose the documents. */
+    {
+        uint64_t top = 0;
+        SHL_ERR(shl_oplog_top(r->s->svc->storage, &top, st));
+        SHL_ERR(shl_db_repl_wait_majority(r->s->svc, op, top, MIG_REMOTE_TIMEOUT_MS, st));
+    }
     if (shl_opt_bool(SHL_OPT_migrationVerifyDigest)) {
         /* The range is complete here: its digest goes back with the commit reply. */
         mig_digest_t dg;

@@ -161,8 +161,10 @@ static int
 recover(shard_state_t *s, shl_status_t *st)
 {
     int ret = 0;
-    bson_t *cmd = BCON_NEW("find", BCON_UTF8("vectorClock"), "filter", "{", "_id",
-                           BCON_UTF8(VC_DOC_ID), "}");
+    /* Readable on a secondary too: a shard replica set's member restarts as one. */
+    bson_t *cmd =
+        BCON_NEW("find", BCON_UTF8("vectorClock"), "filter", "{", "_id", BCON_UTF8(VC_DOC_ID), "}",
+                 "$readPreference", "{", "mode", BCON_UTF8("secondaryPreferred"), "}");
     bson_t reply = BSON_INITIALIZER;
     bson_iter_t it;
 

@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "db/storage_api.h"
@@ -127,17 +128,37 @@ shard_become_aware(shard_state_t *s, const shard_identity_t *id)
     }
 }
 
+/* How often a shard that is not aware looks for a shardIdentity its primary replicated. */
+#define IDENTITY_PROBE_US (200 * 1000)
+
 bool
 shard_get_identity(shard_state_t *s, shard_identity_t *out)
 {
-    bool aware;
+    bool aware, probe;
+    int64_t now = shl_clock_mono_us();
 
     pthread_mutex_lock(&s->mu);
     aware = s->aware;
     if (aware) {
         *out = s->id;
     }
+    probe = !aware && now - s->identity_probe_us >= IDENTITY_PROBE_US;
+    if (probe) {
+        s->identity_probe_us = now;
+    }
     pthread_mutex_unlock(&s->mu);
+    if (probe) {
+        /* A secondary of a shard's replica set gets the identity _addShard gave its primary
+         * through replication (MongoDB's secondaries initialise sharding when they apply it). */
+        shard_identity_t id;
+        bool found = false;
+        shl_status_t st = SHL_STATUS_INIT;
+        if (shard_identity_load(s, &id, &found, &st) == 0 && found) {
+            shard_become_aware(s, &id);
+            *out = id;
+            aware = true;
+        }
+    }
     return aware;
 }
 

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/str.h"
+#include "net/rs_monitor.h"
 #include "sharding/catalog_types.h"
 #include "sharding/config_reader.h"
 
@@ -43,6 +44,11 @@ shl_conn_string_first_host(const char *conn_string, char *out, size_t n, shl_sta
 
     p = p == NULL ? conn_string : p + 1;
     len = strcspn(p, ",");
+    if (shl_rs_monitor_is_set(conn_string)) {
+        /* A set of several members: the client finds its primary (net/rs_monitor.h). */
+        p = conn_string;
+        len = strlen(conn_string);
+    }
     if (len == 0 || len >= n) {
         SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "invalid connection string '%s'", conn_string);
     }

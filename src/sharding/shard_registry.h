@@ -27,8 +27,10 @@ typedef struct shl_shard_registry shl_shard_registry_t;
 
 /*
  * shl_conn_string_first_host --
- *     The first "host:port" of a connection string "set/h1:p1,h2:p2" or "h1:p1,h2:p2" into
- *     'out' (size 'n'). Errors: FailedToParse (empty or too long).
+ *     The address the internal client is to send to for a connection string, into 'out'
+ *     (size 'n'): for a replica set of several members "set/h1:p1,h2:p2" the whole string
+ *     (the client resolves it to the set's primary, net/rs_monitor.h); else its first
+ *     "host:port". Errors: FailedToParse (empty or too long).
  */
 int shl_conn_string_first_host(const char *conn_string, char *out, size_t n, shl_status_t *st);
 
@@ -40,7 +42,8 @@ int shl_conn_string_first_host(const char *conn_string, char *out, size_t n, shl
 shl_shard_registry_t *shl_shard_registry_new(shl_conn_pool_t *pool, const char *config_conn_string);
 void shl_shard_registry_destroy(shl_shard_registry_t *reg);
 
-/* shl_shard_registry_config_host -- the config server's "host:port" (borrowed, constant). */
+/* shl_shard_registry_config_host -- the config server's address for the internal client
+ * ("host:port", or "set/h1,h2,..." for a config server replica set; borrowed, constant). */
 const char *shl_shard_registry_config_host(const shl_shard_registry_t *reg);
 
 /* shl_shard_registry_pool -- the pool it was made with (borrowed). */
@@ -48,11 +51,11 @@ shl_conn_pool_t *shl_shard_registry_pool(const shl_shard_registry_t *reg);
 
 /*
  * shl_shard_registry_host_for --
- *     The "host:port" to send to for shard 'name' into 'out' (size 'n'), reloading once if
- *     the name is unknown or the registry is older than SHL_SHARD_REGISTRY_RELOAD_MS.
- *     When that reload fails, a shard the old list names is still answered from it.
- *     Errors: ShardNotFound (70) "Shard <name> not found"; the config server's errors
- *     (only for a name the list does not hold).
+ *     The address (as shl_conn_string_first_host) to send to for shard 'name' into 'out'
+ *     (size 'n'), reloading once if the name is unknown or the registry is older than
+ *     SHL_SHARD_REGISTRY_RELOAD_MS. When that reload fails, a shard the old list names is
+ *     still answered from it. Errors: ShardNotFound (70) "Shard <name> not found"; the
+ *     config server's errors (only for a name the list does not hold).
  */
 int shl_shard_registry_host_for(shl_shard_registry_t *reg, const char *name, char *out, size_t n,
                                 shl_status_t *st);

@@ -251,6 +251,42 @@ def test_up_with_more_shards_adds_them(cli):
     assert r.returncode == 1 and "holds a cluster of 3 shards" in r.stderr
 
 
+def test_up_with_replicas(request):
+    """`shale up --replicas 2 --shards 1`: the shard is a 2-member replica set on consecutive
+    ports, initiated and added as "shard0/h1,h2"; status shows its members' states; the
+    writes reach the secondary; --replicas cannot change on an existing folder."""
+    c = Cli(request, shards=1)
+    c.port = port_range(4)
+    c.base_args[c.base_args.index("--port") + 1] = c.port
+    try:
+        r = c.up("--replicas", 2)
+        assert r.returncode == 0, r.stderr
+        lay = c.layout()
+        assert lay["replicas"] == 2
+        assert [(p["name"], p["port"]) for p in lay["processes"]] == [
+            ("config", c.port + 1), ("shard0", c.port + 2), ("shard0-1", c.port + 3),
+            ("router", c.port)]
+        members = "127.0.0.1:%d,127.0.0.1:%d" % (c.port + 2, c.port + 3)
+        client = pymongo.MongoClient(r.stdout.strip(), serverSelectionTimeoutMS=10000)
+        assert client.admin.command("listShards")["shards"][0]["host"] == "shard0/" + members
+        client.rep.c.insert_one({"_id": 1}, )
+        sec = pymongo.MongoClient("127.0.0.1", c.port + 3, directConnection=True,
+                                  readPreference="secondaryPreferred")
+        wait_until(lambda: sec.rep.c.find_one({"_id": 1}) is not None, 10,
+                   "the write on the shard's secondary")
+        sec.close()
+        client.close()
+        st = shale("status", "--host", "127.0.0.1:%d" % c.port)
+        assert st.returncode == 0, st.stderr
+        assert "replica set members" in st.stdout
+        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 2) in st.stdout
+        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 3) in st.stdout
+        r = c.up("--replicas", 3)
+        assert r.returncode == 1 and "2-member replica sets" in r.stderr
+    finally:
+        c.finish()
+
+
 def test_busy_port_is_a_clear_error(cli):
     busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
