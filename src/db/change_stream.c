@@ -300,6 +300,54 @@ done:
     return ret;
 }
 
+/*
+ * The pre-image of the write at 'ts' (op 'index' of its entry) to collection 'uuid', read in
+ * the round's snapshot from config.system.preimages (storage/write.h), where the write's
+ * transaction put it. An entry written before pre-images moved there carries it as
+ * 'preImage'. *found false: none (not enabled then, or expired).
+ */
+static int
+find_pre_image(cs_state_t *s, const uint8_t *uuid, uint64_t ts, int64_t index,
+               const bson_t *op_doc, bson_t *out, bool *found, shl_status_t *st)
+{
+    shl_collection_t *pc = NULL;
+    bson_t id = BSON_INITIALIZER, wrap = BSON_INITIALIZER, rec = BSON_INITIALIZER, legacy;
+    bson_iter_t it;
+    int ret = 0;
+
+    bson_reinit(out);
+    *found = false;
+    if (shl_bson_get_subdoc(op_doc, "preImage", &legacy)) {
+        bson_concat(out, &legacy);
+        *found = true;
+        goto done;
+    }
+    pc = shl_catalog_get(s->eng, SHL_PREIMAGES_NS);
+    if (pc == NULL || s->txn == NULL) {
+        goto done;
+    }
+    shl_bson_append_uuid(&id, "nsUUID", uuid);
+    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", index);
+    BSON_APPEND_DOCUMENT(&wrap, "_id", &id);
+    bson_iter_init_find(&it, &wrap, "_id");
+    bson_destroy(&rec);
+    SHL_ERR(shl_doc_find_by_id(s->txn, pc, bson_iter_value(&it), &rec, NULL, found, st));
+    if (*found && bson_iter_init_find(&it, &rec, "preImage") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t doc;
+        shl_bson_get_subdoc(&rec, "preImage", &doc);
+        bson_concat(out, &doc);
+    } else {
+        *found = false;
+    }
+done:
+    shl_collection_release(pc);
+    bson_destroy(&id);
+    bson_destroy(&wrap);
+    bson_destroy(&rec);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- entries to events */
 
 /* One CRUD op ('i', 'u', 'd'; top-level or inside applyOps) into an event. */
@@ -310,8 +358,8 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     int ret = 0;
     bson_iter_t it;
     const char *op, *ns;
-    bson_t o, o2, desc, pre, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
-    bool has_o2, has_desc, found = false;
+    bson_t o, o2, desc, pre = BSON_INITIALIZER, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
+    bool has_o2, has_desc, found = false, have_pre = false;
     const uint8_t *uuid = NULL;
     uint32_t len;
     bson_subtype_t sub;
@@ -377,9 +425,10 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     } else {
         goto done;
     }
-    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 &&
-        shl_bson_get_subdoc(op_doc, "preImage", &pre)) {
-        /* The collection has changeStreamPreAndPostImages: the entry carries it. */
+    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 && uuid != NULL && txn_entry == NULL) {
+        SHL_ERR(find_pre_image(s, uuid, ts, txn_op_index, op_doc, &pre, &have_pre, st));
+    }
+    if (have_pre) {
         BSON_APPEND_DOCUMENT(&ev, "fullDocumentBeforeChange", &pre);
     } else if (s->fdbc == FDBC_WHEN_AVAILABLE && strcmp(op, "i") != 0) {
         BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange");
@@ -393,6 +442,7 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     append_session(&ev, txn_entry);
     queue_event(s, &ev, ts, txn_op_index, uuid, false);
 done:
+    bson_destroy(&pre);
     bson_destroy(&ev);
     bson_destroy(&looked);
     return ret;
@@ -611,8 +661,8 @@ end_round(cs_state_t *s)
 }
 
 /* The oldest entry still in the oplog (0: empty). */
-static int
-oplog_oldest(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st)
+int
+db_oplog_oldest(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st)
 {
     int ret = 0;
     shl_storage_txn_t *txn = NULL;
@@ -642,7 +692,7 @@ check_history(cs_state_t *s, shl_status_t *st)
     int ret = 0;
     uint64_t oldest = 0;
 
-    SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+    SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
     if (oldest != 0 && oldest > s->last_ts + 1 && s->last_ts != 0) {
         SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_HISTORY_LOST,
                  "Executor error during getMore :: caused by :: Resume of change stream was not "
@@ -947,7 +997,7 @@ parse_spec(shl_op_ctx_t *op, cs_state_t *s, const bson_t *spec, shl_status_t *st
         }
         {
             uint64_t oldest = 0;
-            SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+            SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
             if (oldest != 0 && oldest > t.cluster_time) {
                 SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_HISTORY_LOST,
                          "Resume of change stream was not possible, as the resume point may no "
@@ -960,7 +1010,7 @@ parse_spec(shl_op_ctx_t *op, cs_state_t *s, const bson_t *spec, shl_status_t *st
         s->last_ts = at > 0 ? at - 1 : 0;
         /* A shard a router adds to an open stream: it has no history before it joined. */
         SHL_ERR(shl_cmd_get_bool(spec, "$_joiningShard", &joining, st));
-        SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+        SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
         if (joining && oldest > at) {
             s->last_ts = oldest - 1;
         } else if (oldest != 0 && oldest > at) {

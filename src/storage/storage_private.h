@@ -111,6 +111,8 @@ struct shl_storage_txn {
     uint64_t last_ts;  /* timestamp of the last write */
     uint64_t fixed_ts; /* replay: every write uses this ts and no oplog entry */
     int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
+    int64_t fixed_wall_ms; /* replay: the applied entry's 'wall' (0: the clock's), for
+                            * what derives from it (pre-images' operationTime) */
     int open_cursors;  /* record/index cursors not yet closed (invariant) */
     shl_rs_delta_t *deltas;
     size_t ndeltas, capdeltas;

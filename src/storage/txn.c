@@ -100,7 +100,7 @@ shl_txn_next_ts(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
     }
     if (txn->fixed_ts != 0) {
         t = txn->fixed_ts;
-        txn->wall_ms = shl_clock_wall_ms();
+        txn->wall_ms = txn->fixed_wall_ms != 0 ? txn->fixed_wall_ms : shl_clock_wall_ms();
     } else {
         /* WiredTiger 3.2 accepts several increasing commit timestamps in one
          * transaction (each update takes the current one), as MongoDB uses for

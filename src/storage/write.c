@@ -11,6 +11,7 @@
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/bson_util.h"
 #include "bson/update_description.h"
 
 /* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
@@ -347,15 +348,13 @@ pre_images_enabled(const shl_collection_t *coll)
 }
 
 /*
- * The extra fields of an update or delete entry ('after' NULL): the caller's, then what change
- * streams read from it -- updateDescription (an update by operators) and preImage (a
- * collection with changeStreamPreAndPostImages). Not in a multi-document transaction, whose
- * ops are collected without extra fields.
+ * The extra fields of an update entry: the caller's, then updateDescription (an update by
+ * operators), which change streams read. Not in a multi-document transaction, whose ops are
+ * collected without extra fields.
  */
 static void
-change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
-                     const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
-                     bson_t *extra)
+change_stream_fields(const shl_storage_txn_t *txn, const shl_write_opts_t *wo,
+                     const bson_t *before, const bson_t *after, bson_t *extra)
 {
     if (wo != NULL && wo->oplog_extra != NULL) {
         bson_concat(extra, wo->oplog_extra);
@@ -369,9 +368,43 @@ change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
         BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
         bson_destroy(&desc);
     }
-    if (pre_images_enabled(coll)) {
-        BSON_APPEND_DOCUMENT(extra, "preImage", before);
+}
+
+/*
+ * MongoDB's pre-image record: the document 'before' the write at 'ts' to a collection with
+ * changeStreamPreAndPostImages goes to config.system.preimages as {_id: {nsUUID, ts,
+ * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
+ * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
+ * runs this same code (replay mode) and writes the same record. None for a migration's
+ * writes (no event shows them), a transaction's ops, or a node without the collection.
+ */
+static int
+write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
+                uint64_t ts, shl_status_t *st)
+{
+    shl_collection_t *pc = NULL;
+    bson_t rec = BSON_INITIALIZER, id;
+    int ret = 0;
+
+    if (txn->multi || tls_from_migrate || !pre_images_enabled(coll)) {
+        goto done;
     }
+    pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
+    if (pc == NULL) {
+        goto done;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&rec, "_id", &id);
+    shl_bson_append_uuid(&id, "nsUUID", coll->uuid);
+    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    bson_append_document_end(&rec, &id);
+    BSON_APPEND_DATE_TIME(&rec, "operationTime", txn->wall_ms);
+    BSON_APPEND_DOCUMENT(&rec, "preImage", before);
+    SHL_ERR(shl_doc_upsert_derived(txn, pc, &rec, NULL, st));
+done:
+    shl_collection_release(pc);
+    bson_destroy(&rec);
+    return ret;
 }
 
 int
@@ -430,7 +463,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, coll, wo, old_doc, new_doc, &extra);
+        change_stream_fields(txn, wo, old_doc, new_doc, &extra);
         ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);
@@ -438,6 +471,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
             *wo->ts = ts;
         }
     }
+    SHL_ERR(write_pre_image(txn, coll, old_doc, ts, st));
 done:
     keysets_cleanup(oldk, n);
     keysets_cleanup(newk, n);
@@ -478,7 +512,7 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, coll, wo, old_doc, NULL, &extra);
+        change_stream_fields(txn, wo, old_doc, NULL, &extra);
         ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);
@@ -486,6 +520,7 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
             *wo->ts = ts;
         }
     }
+    SHL_ERR(write_pre_image(txn, coll, old_doc, ts, st));
 done:
     keysets_cleanup(keys, coll->nindexes);
     bson_destroy(&read);

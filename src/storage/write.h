@@ -40,6 +40,11 @@ typedef struct shl_write_opts {
  */
 void shl_storage_set_from_migrate(bool on);
 
+/* Where updates and deletes of a collection with changeStreamPreAndPostImages keep the
+ * document before the write (MongoDB's name and record format; write.c write_pre_image). The
+ * data node creates it at startup; without it no pre-images are kept. */
+#define SHL_PREIMAGES_NS "config.system.preimages"
+
 /*
  * shl_doc_insert --
  *     Insert 'doc' (must have an _id; the caller adds one and validates it) into
