@@ -290,3 +290,31 @@ def test_new_shard_joins_an_open_stream(c):
         except pymongo.errors.PyMongoError:
             pass
         p.stop()
+
+
+def test_pre_images_through_router(c):
+    r = c.router_client()
+    admin = r.admin
+    admin.command("setClusterParameter",
+                  {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 3600}}})
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    for sh in c.shards:
+        got = sh.client().admin.command("getClusterParameter", "changeStreamOptions")
+        assert got["clusterParameters"][0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    coll = _sharded(r, "csc9", "p")
+    r.csc9.command("collMod", "p", changeStreamPreAndPostImages={"enabled": True})
+    coll.insert_many([{"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}])
+    cid = r.csc9.command({"aggregate": "p", "cursor": {}, "pipeline": [
+        {"$changeStream": {"fullDocumentBeforeChange": "required"}}]})["cursor"]["id"]
+    coll.update_one({"x": -1}, {"$inc": {"v": 1}})
+    coll.update_one({"x": 1}, {"$inc": {"v": 1}})
+    coll.delete_one({"x": -1})
+    evs = []
+    for _ in range(50):
+        evs += r.csc9.command({"getMore": cid, "collection": "p",
+                               "maxTimeMS": 300})["cursor"]["nextBatch"]
+        if len(evs) >= 3:
+            break
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}, {"_id": 1, "x": -1, "v": 1}]
