@@ -34,8 +34,12 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     int ret = 0, wtret;
 
     if (txn->multi) {
-        /* One entry for the whole transaction is written when it commits or prepares. */
-        shl_txn_collect_op(txn, op, ns, uuid, o, o2);
+        /* One entry for the whole transaction is written when it commits or prepares; of the
+         * extra fields its ops keep only an update's description (change streams' update
+         * events). */
+        bson_t desc;
+        bool has_desc = extra != NULL && shl_bson_get_subdoc(extra, "updateDescription", &desc);
+        shl_txn_collect_op(txn, op, ns, uuid, o, o2, has_desc ? &desc : NULL);
         return 0;
     }
     if (tls_from_migrate && op != 'n') {
@@ -349,18 +353,15 @@ pre_images_enabled(const shl_collection_t *coll)
 
 /*
  * The extra fields of an update entry: the caller's, then updateDescription (an update by
- * operators), which change streams read. Not in a multi-document transaction, whose ops are
- * collected without extra fields.
+ * operators), which change streams read (a multi-document transaction's op keeps only that:
+ * shl_write_oplog_entry).
  */
 static void
-change_stream_fields(const shl_storage_txn_t *txn, const shl_write_opts_t *wo,
-                     const bson_t *before, const bson_t *after, bson_t *extra)
+change_stream_fields(const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
+                     bson_t *extra)
 {
     if (wo != NULL && wo->oplog_extra != NULL) {
         bson_concat(extra, wo->oplog_extra);
-    }
-    if (txn->multi) {
-        return;
     }
     if (after != NULL && wo != NULL && wo->describe_update) {
         bson_t desc = BSON_INITIALIZER;
@@ -376,7 +377,8 @@ change_stream_fields(const shl_storage_txn_t *txn, const shl_write_opts_t *wo,
  * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
  * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
  * runs this same code (replay mode) and writes the same record. None for a migration's
- * writes (no event shows them), a transaction's ops, or a node without the collection.
+ * writes (no event shows them), a transaction's ops (also when replayed), or a node without
+ * the collection.
  */
 static int
 write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
@@ -386,7 +388,7 @@ write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson
     bson_t rec = BSON_INITIALIZER, id;
     int ret = 0;
 
-    if (txn->multi || tls_from_migrate || !pre_images_enabled(coll)) {
+    if (txn->multi || txn->no_pre_images || tls_from_migrate || !pre_images_enabled(coll)) {
         goto done;
     }
     pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
@@ -463,7 +465,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, wo, old_doc, new_doc, &extra);
+        change_stream_fields(wo, old_doc, new_doc, &extra);
         ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);
@@ -512,7 +514,7 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, wo, old_doc, NULL, &extra);
+        change_stream_fields(wo, old_doc, NULL, &extra);
         ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);

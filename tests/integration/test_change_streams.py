@@ -278,9 +278,16 @@ def test_transaction_events(client):
                 db.c.insert_one({"_id": 1}, session=sess)
                 db.c.insert_one({"_id": 2}, session=sess)
                 db.c.delete_one({"_id": 0}, session=sess)
+                db.c.update_one({"_id": 1}, {"$set": {"a": 1}}, session=sess)
+                db.c.replace_one({"_id": 2}, {"b": 1}, session=sess)
             lsid = sess.session_id
-        evs = [_next(s) for _ in range(3)]
-        assert [e["operationType"] for e in evs] == ["insert", "insert", "delete"]
+        evs = [_next(s) for _ in range(5)]
+        assert [e["operationType"] for e in evs] == [
+            "insert", "insert", "delete", "update", "replace"]
+        assert evs[3]["updateDescription"] == {"updatedFields": {"a": 1}, "removedFields": [],
+                                               "truncatedArrays": []}
+        assert "fullDocument" not in evs[3] and evs[4]["fullDocument"] == {"_id": 2, "b": 1}
+        evs = evs[:3]
         assert len({e["clusterTime"] for e in evs}) == 1
         assert all(e["lsid"] == evs[0]["lsid"] and "id" in e["lsid"] for e in evs)
         assert evs[0]["lsid"]["id"].bytes == bytes(lsid["id"])
