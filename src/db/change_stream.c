@@ -142,40 +142,30 @@ clear_pending(cs_state_t *s)
     s->npending = s->ipending = 0;
 }
 
-/* documentKey: the shard key's fields (on a shard) then _id, from 'doc' (the document or
- * the entry's o2). */
+/* documentKey: the shard key's fields (on a shard) then _id, from 'doc' (the document), or
+ * else 'key' (an update's o2 or a delete's o, which on a sharded collection holds the
+ * shard key's fields too) as it is. */
 static void
-append_document_key(const cs_state_t *s, const char *ns, const bson_t *doc, const bson_t *o2,
+append_document_key(const cs_state_t *s, const char *ns, const bson_t *doc, const bson_t *key,
                     bson_t *ev)
 {
-    bson_t key, pattern;
-    bson_iter_t it, v;
-    bool has_id = false;
+    bson_t dk;
+    bson_iter_t it;
 
-    bson_append_document_begin(ev, "documentKey", -1, &key);
-    bson_init(&pattern);
     if (doc != NULL) {
-        bson_destroy(&pattern);
-        if (shl_db_shard_key(s->op, ns, &pattern) && bson_iter_init(&it, &pattern)) {
-            while (shl_iter_next(&it)) {
-                const char *f = shl_iter_key(&it);
-                if (strcmp(f, "_id") == 0) {
-                    has_id = true;
-                }
-                if (shl_bson_path_get(doc, f, &v)) {
-                    bson_append_iter(&key, f, -1, &v);
-                }
-            }
+        shl_db_document_key(s->op, ns, doc, &dk);
+        if (!bson_has_field(&dk, "_id") && key != NULL &&
+            bson_iter_init_find(&it, key, "_id")) {
+            bson_append_iter(&dk, "_id", 3, &it);
+        }
+    } else {
+        bson_init(&dk);
+        if (key != NULL) {
+            bson_concat(&dk, key);
         }
     }
-    bson_destroy(&pattern);
-    if (!has_id) {
-        const bson_t *src = o2 != NULL ? o2 : doc;
-        if (src != NULL && bson_iter_init_find(&it, src, "_id")) {
-            bson_append_iter(&key, "_id", 3, &it);
-        }
-    }
-    bson_append_document_end(ev, &key);
+    BSON_APPEND_DOCUMENT(ev, "documentKey", &dk);
+    bson_destroy(&dk);
 }
 
 /* The event identifier of a token (version 2): {operationType, documentKey} for document

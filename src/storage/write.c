@@ -505,7 +505,11 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
         old_doc = &read;
     }
     bson_destroy(&o);
-    id_doc(old_doc, &o);
+    if (wo != NULL && wo->document_key != NULL) {
+        bson_copy_to(wo->document_key, &o);
+    } else {
+        id_doc(old_doc, &o);
+    }
     SHL_ERR(keys_for_all(coll, old_doc, &keys, st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
     for (size_t i = 0; i < coll->nindexes; i++) {

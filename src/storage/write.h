@@ -30,6 +30,10 @@ typedef struct shl_write_opts {
      * `updateDescription` (bson/update_description.h), which change streams report; entries
      * without it are replacements (docs/design/change_streams.md). */
     bool describe_update;
+    /* A delete on a sharded collection: the document's shard key fields and _id (MongoDB's
+     * documentKey), written as the 'd' entry's o instead of {_id}, which change streams
+     * report. Must hold the document's _id. Borrowed. */
+    const bson_t *document_key;
 } shl_write_opts_t;
 
 /*

@@ -59,6 +59,8 @@ def test_sharded_collection_merged_in_order(c):
         assert evs[20]["operationType"] == "update"
         assert evs[20]["updateDescription"]["updatedFields"] == {"y": 1}
         assert evs[21]["operationType"] == "delete"
+        # As MongoDB: a delete's entry holds the shard key, so its documentKey has it too.
+        assert evs[21]["documentKey"] == {"x": -1, "_id": 100}
         tokens = [e["_id"]["_data"] for e in evs]
         assert tokens == sorted(tokens)
     # Resume from the middle: the rest, in order, from both shards.
@@ -257,6 +259,34 @@ def test_update_lookup_across_a_migration(c):
     assert e.value.code == 20
 
 
+def test_pre_images_through_router(c):
+    r = c.router_client()
+    admin = r.admin
+    admin.command("setClusterParameter",
+                  {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 3600}}})
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    for sh in c.shards:
+        got = sh.client().admin.command("getClusterParameter", "changeStreamOptions")
+        assert got["clusterParameters"][0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    coll = _sharded(r, "csc9", "p")
+    r.csc9.command("collMod", "p", changeStreamPreAndPostImages={"enabled": True})
+    coll.insert_many([{"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}])
+    cid = r.csc9.command({"aggregate": "p", "cursor": {}, "pipeline": [
+        {"$changeStream": {"fullDocumentBeforeChange": "required"}}]})["cursor"]["id"]
+    coll.update_one({"x": -1}, {"$inc": {"v": 1}})
+    coll.update_one({"x": 1}, {"$inc": {"v": 1}})
+    coll.delete_one({"x": -1})
+    evs = []
+    for _ in range(50):
+        evs += r.csc9.command({"getMore": cid, "collection": "p",
+                               "maxTimeMS": 300})["cursor"]["nextBatch"]
+        if len(evs) >= 3:
+            break
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}, {"_id": 1, "x": -1, "v": 1}]
+
+
 def test_new_shard_joins_an_open_stream(c):
     import os
     from shale_fixtures import ShaleProcess
@@ -291,30 +321,3 @@ def test_new_shard_joins_an_open_stream(c):
             pass
         p.stop()
 
-
-def test_pre_images_through_router(c):
-    r = c.router_client()
-    admin = r.admin
-    admin.command("setClusterParameter",
-                  {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 3600}}})
-    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
-    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
-    for sh in c.shards:
-        got = sh.client().admin.command("getClusterParameter", "changeStreamOptions")
-        assert got["clusterParameters"][0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
-    coll = _sharded(r, "csc9", "p")
-    r.csc9.command("collMod", "p", changeStreamPreAndPostImages={"enabled": True})
-    coll.insert_many([{"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}])
-    cid = r.csc9.command({"aggregate": "p", "cursor": {}, "pipeline": [
-        {"$changeStream": {"fullDocumentBeforeChange": "required"}}]})["cursor"]["id"]
-    coll.update_one({"x": -1}, {"$inc": {"v": 1}})
-    coll.update_one({"x": 1}, {"$inc": {"v": 1}})
-    coll.delete_one({"x": -1})
-    evs = []
-    for _ in range(50):
-        evs += r.csc9.command({"getMore": cid, "collection": "p",
-                               "maxTimeMS": 300})["cursor"]["nextBatch"]
-        if len(evs) >= 3:
-            break
-    assert [e["fullDocumentBeforeChange"] for e in evs] == [
-        {"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}, {"_id": 1, "x": -1, "v": 1}]
