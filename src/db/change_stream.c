@@ -20,6 +20,7 @@
 #include "db/db_private.h"
 #include "db/sharding_hooks.h"
 #include "net/command_args.h"
+#include "net/message.h"
 #include "net/server.h"
 #include "session/session_commands.h"
 #include "storage/index.h"
@@ -65,6 +66,14 @@ typedef struct cs_state {
     bool ended;      /* an invalidate was queued: nothing follows it */
     bool ended_sent; /* the invalidate was handed out */
     shl_pipeline_t *pl;
+    /* $changeStreamSplitLargeEvent: an event over 16 MB goes out as fragments, handed out
+     * from 'frags' (owned) before the pipeline is asked for more. */
+    bool split;
+    bson_t **frags;
+    size_t nfrags, ifrag;
+    /* Resuming from a fragment's token: its event is kept and its fragments up to this one
+     * skipped (NULL: none). */
+    char *skip_frag_hex;
 } cs_state_t;
 
 /* ---------------------------------------------------------------- helpers */
@@ -198,6 +207,23 @@ token_for(const bson_t *ev, uint64_t ts, int64_t txn_op_index, const uint8_t *uu
     t->event_id = out_ev_id;
 }
 
+/* Whether the document 'it' holds is empty. */
+static bool
+empty_doc_iter(const bson_iter_t *it)
+{
+    bson_iter_t sub;
+    return bson_iter_recurse(it, &sub) && !bson_iter_next(&sub);
+}
+
+/* Whether 'frag_hex' is the token of a fragment of the event whose token is 'event_hex' (the
+ * event's KeyString, without its end byte, followed by a fragment number). */
+static bool
+is_fragment_of(const char *frag_hex, const char *event_hex)
+{
+    size_t n = strlen(event_hex);
+    return n >= 2 && strlen(frag_hex) > n && strncmp(frag_hex, event_hex, n - 2) == 0;
+}
+
 /*
  * Finish an event: prepend _id (its token) to the fields built in 'body' and queue it,
  * unless a resume skips it. Returns true when queued.
@@ -213,7 +239,13 @@ queue_event(cs_state_t *s, bson_t *body, uint64_t ts, int64_t txn_op_index, cons
 
     token_for(body, ts, txn_op_index, uuid, from_invalidate, &ev_id, &t);
     hex = shl_resume_token_hex(&t);
-    if (s->skip_hex != NULL && strcmp(hex, s->skip_hex) <= 0) {
+    if (s->skip_hex != NULL && s->split && is_fragment_of(s->skip_hex, hex)) {
+        /* The token is one of this event's fragments (which sort after it): the rest of
+         * them follow. */
+        s->found = true;
+        bson_free(s->skip_frag_hex);
+        s->skip_frag_hex = bson_strdup(s->skip_hex);
+    } else if (s->skip_hex != NULL && strcmp(hex, s->skip_hex) <= 0) {
         skip = true;
         if (strcmp(hex, s->skip_hex) == 0) {
             s->found = true;
@@ -789,25 +821,166 @@ done:
     return ret;
 }
 
+/* A stage that changed _id leaves no way to resume (MongoDB's 20 / ChangeStreamFatalError). */
 static int
-cs_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+check_token_kept(const cs_state_t *s, const bson_t *doc, shl_status_t *st)
 {
-    cs_state_t *s = state;
-    int ret = 0;
     bson_t id;
     const char *hex;
+    int ret = 0;
 
-    s->op = op;
-    SHL_ERR(shl_pipeline_next(s->pl, doc, st));
-    /* A stage that changed _id leaves no way to resume (MongoDB's 20 / ChangeStreamFatalError). */
-    if (*doc != NULL && (!shl_bson_get_subdoc(*doc, "_id", &id) ||
-                         (hex = shl_resume_token_doc_hex(&id)) == NULL || s->last_hex == NULL ||
-                         strcmp(hex, s->last_hex) != 0)) {
+    if (doc != NULL && (!shl_bson_get_subdoc(doc, "_id", &id) ||
+                        (hex = shl_resume_token_doc_hex(&id)) == NULL || s->last_hex == NULL ||
+                        strcmp(hex, s->last_hex) != 0)) {
         SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_FATAL_ERROR,
                  "Encountered an event whose _id field, which contains the resume token, was "
                  "modified by the pipeline. Modifying the _id field of an event makes it "
                  "impossible to resume the stream from that point. Only transformations that "
                  "retain the unmodified _id field are allowed.");
+    }
+done:
+    return ret;
+}
+
+static void
+clear_fragments(cs_state_t *s)
+{
+    for (size_t i = 0; i < s->nfrags; i++) {
+        bson_destroy(s->frags[i]);
+    }
+    bson_free(s->frags);
+    s->frags = NULL;
+    s->nfrags = s->ifrag = 0;
+}
+
+/* One fragment: _id (fragment 'i''s token), splitEvent {fragment: i + 1, of}, then the fields
+ * [from, to) of 'ev'. */
+static bson_t *
+fragment_new(const bson_t *ev, const char *event_hex, size_t i, size_t of, size_t from,
+             size_t to)
+{
+    bson_t *f = bson_new(), d;
+    bson_iter_t it;
+    char *hex = shl_resume_token_fragment_hex(event_hex, (int64_t)i);
+    size_t k = 0;
+
+    BSON_APPEND_DOCUMENT_BEGIN(f, "_id", &d);
+    BSON_APPEND_UTF8(&d, "_data", hex);
+    bson_append_document_end(f, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(f, "splitEvent", &d);
+    BSON_APPEND_INT32(&d, "fragment", (int32_t)(i + 1));
+    BSON_APPEND_INT32(&d, "of", (int32_t)of);
+    bson_append_document_end(f, &d);
+    bson_iter_init(&it, ev);
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "_id") != 0 && k >= from && k < to) {
+            bson_append_iter(f, NULL, 0, &it);
+        }
+        k += strcmp(shl_iter_key(&it), "_id") != 0;
+    }
+    bson_free(hex);
+    return f;
+}
+
+/*
+ * $changeStreamSplitLargeEvent: 'ev' (over 16 MB) into s->frags, its top-level fields in
+ * order, as many as fit in each fragment of at most 16 MB with its _id and splitEvent. A
+ * single field too large for a fragment fails with BSONObjectTooLarge, as MongoDB's does.
+ * When resuming from a fragment's token, the fragments up to it are dropped.
+ */
+static int
+split_event(cs_state_t *s, const bson_t *ev, const char *event_hex, shl_status_t *st)
+{
+    /* A fragment's _id and splitEvent, with room to spare (a token is at most a few KB). */
+    const size_t overhead = 64 * 1024;
+    size_t *bounds = NULL, nb = 0, cur = 5, k = 0;
+    bson_iter_t it;
+    int ret = 0;
+
+    clear_fragments(s);
+    bounds = bson_malloc0((ev->len / 5 + 2) * sizeof(*bounds));
+    bounds[nb++] = 0;
+    bson_iter_init(&it, ev);
+    while (shl_iter_next(&it)) {
+        size_t flen = (size_t)(it.next_off - it.off);
+        if (strcmp(shl_iter_key(&it), "_id") == 0) {
+            continue;
+        }
+        if (flen + overhead > SHL_MAX_BSON_SIZE) {
+            SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                     "Cannot split the change stream event: its field '%s' alone is %zu bytes, "
+                     "more than a fragment can hold",
+                     shl_iter_key(&it), flen);
+        }
+        if (cur + flen + overhead > SHL_MAX_BSON_SIZE) {
+            bounds[nb++] = k;
+            cur = 5;
+        }
+        cur += flen;
+        k++;
+    }
+    bounds[nb] = k;
+    s->frags = bson_malloc0(nb * sizeof(*s->frags));
+    for (size_t i = 0; i < nb; i++) {
+        bson_t *f = fragment_new(ev, event_hex, i, nb, bounds[i], bounds[i + 1]);
+        bson_t id;
+        const char *fh;
+        if (s->skip_frag_hex != NULL && shl_bson_get_subdoc(f, "_id", &id) &&
+            (fh = shl_resume_token_doc_hex(&id)) != NULL && strcmp(fh, s->skip_frag_hex) <= 0) {
+            bson_destroy(f);
+            continue;
+        }
+        s->frags[s->nfrags++] = f;
+    }
+    bson_free(s->skip_frag_hex);
+    s->skip_frag_hex = NULL;
+done:
+    bson_free(bounds);
+    return ret;
+}
+
+/* Hand out the next fragment of s->frags; its token becomes the stream's position. */
+static void
+next_fragment(cs_state_t *s, const bson_t **doc)
+{
+    bson_t id;
+    const char *hex;
+
+    *doc = s->frags[s->ifrag++];
+    if (shl_bson_get_subdoc(*doc, "_id", &id) && (hex = shl_resume_token_doc_hex(&id)) != NULL) {
+        bson_free(s->last_hex);
+        s->last_hex = bson_strdup(hex);
+    }
+}
+
+static int
+cs_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+{
+    cs_state_t *s = state;
+    int ret = 0;
+
+    s->op = op;
+    for (;;) {
+        if (s->ifrag < s->nfrags) {
+            next_fragment(s, doc);
+            goto done;
+        }
+        clear_fragments(s);
+        SHL_ERR(shl_pipeline_next(s->pl, doc, st));
+        if (*doc == NULL || (*doc)->len <= SHL_MAX_BSON_SIZE || !s->split) {
+            break;
+        }
+        SHL_ERR(check_token_kept(s, *doc, st));
+        SHL_ERR(split_event(s, *doc, s->last_hex, st));
+    }
+    SHL_ERR(check_token_kept(s, *doc, st));
+    if (*doc != NULL && (*doc)->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                 "BSONObj size: %u (0x%X) is invalid. Size must be between 0 and 16793600(16MB) "
+                 "First element: _id: %s (use $changeStreamSplitLargeEvent to split such "
+                 "events)",
+                 (unsigned)(*doc)->len, (unsigned)(*doc)->len,
+                 s->last_hex != NULL ? s->last_hex : "");
     }
 done:
     return ret;
@@ -823,6 +996,8 @@ cs_state_destroy(void *state)
     shl_pipeline_destroy(s->pl);
     end_round(s);
     clear_pending(s);
+    clear_fragments(s);
+    bson_free(s->skip_frag_hex);
     bson_free(s->pending);
     if (s->out != NULL) {
         bson_destroy(s->out);
@@ -1016,9 +1191,11 @@ done:
     return ret;
 }
 
-/* The follow-on stages (without the $changeStream), checked against the allowed list. */
+/* The follow-on stages (without the $changeStream), checked against the allowed list;
+ * *split: it ends with $changeStreamSplitLargeEvent (not in 'rest'). */
 static int
-follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_t *st)
+follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, bool *split,
+                 shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, stage;
@@ -1026,6 +1203,7 @@ follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_
 
     bson_init(spec);
     bson_init(rest);
+    *split = false;
     bson_iter_init(&it, pipeline);
     while (shl_iter_next(&it)) {
         const char *name;
@@ -1053,6 +1231,18 @@ follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_
         }
         if (strcmp(name, "$changeStream") == 0) {
             SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+        }
+        if (*split) {
+            SHL_FAIL(st, 7182802, "$changeStreamSplitLargeEvent must be the last stage in the "
+                                  "pipeline");
+        }
+        if (strcmp(name, "$changeStreamSplitLargeEvent") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&stage) || !empty_doc_iter(&stage)) {
+                SHL_FAIL(st, 7182800,
+                         "$changeStreamSplitLargeEvent accepts only an empty object as argument");
+            }
+            *split = true;
+            continue;
         }
         {
             bool ok = false;
@@ -1168,7 +1358,7 @@ db_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *
 
     s->eng = node->eng;
     s->op = op;
-    SHL_ERR(follow_on_stages(pipeline, &spec, &rest, st));
+    SHL_ERR(follow_on_stages(pipeline, &spec, &rest, &s->split, st));
     if (!node->repl_set) {
         SHL_FAIL(st, 40573, "The $changeStream stage is only supported on replica sets");
     }

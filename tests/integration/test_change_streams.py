@@ -464,3 +464,38 @@ def test_pre_images_expire(shale_process):
         "startAtOperationTime": t_update, "fullDocumentBeforeChange": "whenAvailable"}}]})
     ev = (r["cursor"]["firstBatch"] or _raw_next(db, "p", r["cursor"]["id"], 1))[0]
     assert ev["clusterTime"] == t_update and ev["fullDocumentBeforeChange"] is None
+
+
+def test_split_large_event(client):
+    db = client.cs13
+    db.drop_collection("big")
+    db.create_collection("big", changeStreamPreAndPostImages={"enabled": True})
+    db.big.insert_one({"_id": 1, "a": "x" * (9 << 20)})
+    spec = {"fullDocument": "required", "fullDocumentBeforeChange": "required"}
+    plain = _raw_stream(db, "big", **spec)
+    r = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": spec}, {"$changeStreamSplitLargeEvent": {}}]})
+    split = r["cursor"]["id"]
+    db.big.replace_one({"_id": 1}, {"b": "y" * (9 << 20)})   # an 18 MB event
+    # Without the stage: BSONObjectTooLarge, as MongoDB.
+    with pytest.raises(OperationFailure) as e:
+        _raw_next(db, "big", plain, 1)
+    assert e.value.code == 10334
+    frags = _raw_next(db, "big", split, 2)
+    assert [f["splitEvent"] for f in frags] == [{"fragment": 1, "of": 2}, {"fragment": 2, "of": 2}]
+    assert list(frags[0])[:2] == ["_id", "splitEvent"]
+    assert frags[0]["operationType"] == "replace" and frags[0]["fullDocument"]["b"][:1] == "y"
+    assert frags[1]["fullDocumentBeforeChange"]["a"][:1] == "x"
+    tokens = [f["_id"]["_data"] for f in frags]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 2
+    # Resuming from the first fragment gives the second.
+    r = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": dict(spec, resumeAfter=frags[0]["_id"])},
+        {"$changeStreamSplitLargeEvent": {}}]})
+    rest = r["cursor"]["firstBatch"] or _raw_next(db, "big", r["cursor"]["id"], 1)
+    assert rest[0]["_id"] == frags[1]["_id"] and rest[0]["splitEvent"]["fragment"] == 2
+    # Only as the last stage.
+    with pytest.raises(OperationFailure) as e:
+        db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+            {"$changeStream": {}}, {"$changeStreamSplitLargeEvent": {}}, {"$match": {}}]})
+    assert e.value.code == 7182802
