@@ -1461,39 +1461,49 @@ noop_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     return ret;
 }
 
+/* One pass of the no-op writer (db_node_every's body). */
+static void
+noop_pass(db_node_t *node)
+{
+    int64_t secs = shl_opt_int(SHL_OPT_periodicNoopIntervalSecs);
+    uint64_t top = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    /* Only an idle oplog gets one: its newest entry is older than the interval. */
+    if (shl_oplog_top(node->eng, &top, &st) == 0 &&
+        (int64_t)SHL_TS_SECS(top) + (secs < 1 ? 1 : secs) <= shl_clock_wall_ms() / 1000) {
+        if (shl_storage_write_retry(node->eng, noop_fn, NULL, NULL, &st) != 0) {
+            SHL_LOG_WARNING(STORAGE, 2100001, "periodic no-op write failed", "error",
+                            BCON_UTF8(st.reason));
+        }
+    }
+}
+
 void *
 db_noop_writer_main(void *arg)
 {
-    db_node_t *node = arg;
-
     shl_log_set_thread_ctx("NoopWriter");
+    db_node_every(arg, SHL_OPT_periodicNoopIntervalSecs, noop_pass);
+    return NULL;
+}
+
+void
+db_node_every(db_node_t *node, shl_opt_id_t secs_opt, void (*pass)(db_node_t *node))
+{
     pthread_mutex_lock(&node->reaper_lock);
     while (!node->reaper_stop) {
         struct timespec ts;
-        int64_t secs = shl_opt_int(SHL_OPT_periodicNoopIntervalSecs);
-        uint64_t top = 0;
-        shl_status_t st = SHL_STATUS_INIT;
+        int64_t secs = shl_opt_int(secs_opt);
 
-        if (secs < 1) {
-            secs = 1;
-        }
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += secs;
+        ts.tv_sec += secs < 1 ? 1 : secs;
         pthread_cond_timedwait(&node->reaper_cond, &node->reaper_lock, &ts);
         if (node->reaper_stop) {
             break;
         }
         pthread_mutex_unlock(&node->reaper_lock);
-        /* Only an idle oplog gets one: its newest entry is older than the interval. */
-        if (shl_oplog_top(node->eng, &top, &st) == 0 &&
-            (int64_t)SHL_TS_SECS(top) + secs <= shl_clock_wall_ms() / 1000) {
-            if (shl_storage_write_retry(node->eng, noop_fn, NULL, NULL, &st) != 0) {
-                SHL_LOG_WARNING(STORAGE, 2100001, "periodic no-op write failed", "error",
-                                BCON_UTF8(st.reason));
-            }
-        }
+        pass(node);
         pthread_mutex_lock(&node->reaper_lock);
     }
     pthread_mutex_unlock(&node->reaper_lock);
-    return NULL;
 }

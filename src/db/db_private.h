@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/namespace.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "bson/collation.h"
 #include "db/cursor_manager.h"
@@ -88,6 +89,14 @@ int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_
  *     started. Shards and config servers set their collection and start it themselves.
  */
 int db_sessions_init(db_node_t *node, shl_status_t *st);
+
+/*
+ * db_node_every --
+ *     The loop of a node's periodic thread: every 'secs_opt' seconds (read each time, at least
+ *     1) call pass(node), until the node stops (reaper_stop, reaper_cond; reaper_lock is not
+ *     held during pass). Returns when the node stops.
+ */
+void db_node_every(db_node_t *node, shl_opt_id_t secs_opt, void (*pass)(db_node_t *node));
 
 /* db_pre_image_remover_main -- the thread that deletes expired pre-images (pre_images.c;
  * arg: the node), every expiredChangeStreamPreImageRemovalJobSleepSecs. */

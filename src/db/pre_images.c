@@ -259,34 +259,25 @@ done:
     return ret;
 }
 
+/* One pass of the remover (db_node_every's body). */
+static void
+remover_pass(db_node_t *node)
+{
+    int64_t deleted = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    /* As the TTL monitor: only a primary deletes; secondaries apply its deletes. */
+    if (shl_db_repl_is_primary(node->svc) && remove_expired(node, &deleted, &st) != 0) {
+        SHL_LOG_WARNING(STORAGE, 2100010, "pre-image removal failed", "error",
+                        BCON_UTF8(st.reason));
+    }
+}
+
 void *
 db_pre_image_remover_main(void *arg)
 {
-    db_node_t *node = arg;
-
     shl_log_set_thread_ctx("ChangeStreamExpiredPreImagesRemover");
-    pthread_mutex_lock(&node->reaper_lock);
-    while (!node->reaper_stop) {
-        struct timespec ts;
-        int64_t secs = shl_opt_int(SHL_OPT_expiredChangeStreamPreImageRemovalJobSleepSecs);
-        int64_t deleted = 0;
-        shl_status_t st = SHL_STATUS_INIT;
-
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += secs < 1 ? 1 : secs;
-        pthread_cond_timedwait(&node->reaper_cond, &node->reaper_lock, &ts);
-        if (node->reaper_stop) {
-            break;
-        }
-        pthread_mutex_unlock(&node->reaper_lock);
-        /* As the TTL monitor: only a primary deletes; secondaries apply its deletes. */
-        if (shl_db_repl_is_primary(node->svc) && remove_expired(node, &deleted, &st) != 0) {
-            SHL_LOG_WARNING(STORAGE, 2100010, "pre-image removal failed", "error",
-                            BCON_UTF8(st.reason));
-        }
-        pthread_mutex_lock(&node->reaper_lock);
-    }
-    pthread_mutex_unlock(&node->reaper_lock);
+    db_node_every(arg, SHL_OPT_expiredChangeStreamPreImageRemovalJobSleepSecs, remover_pass);
     return NULL;
 }
 
