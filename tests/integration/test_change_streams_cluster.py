@@ -220,6 +220,7 @@ def test_node_driver_watch(c):
     assert r["types"] == ["insert", "update", "delete"]
     assert r["updated"] == {"a": 2}
     assert r["resumed"] == "update"
+    assert r["preImage"] == {"_id": 1, "v": 1}
 
 
 def test_update_lookup_across_a_migration(c):
