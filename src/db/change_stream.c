@@ -1384,7 +1384,10 @@ db_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *
         }
         s->scope = CS_DB;
     } else {
-        if (internal_db(ns->db)) {
+        bool config_ok = false;
+        /* A router's topology stream: config.shards on the config server (internal). */
+        SHL_ERR(shl_cmd_get_bool(&spec, "allowToRunOnConfigDB", &config_ok, st));
+        if (internal_db(ns->db) && !(config_ok && strcmp(ns->db, "config") == 0)) {
             SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
                      "$changeStream may not be opened on the internal %s database", ns->db);
         }
