@@ -349,17 +349,29 @@ update_pbrt(cs_router_t *cs)
 }
 
 /* getMore on the topology stream (config.shards on the config server) when its buffer is
- * empty: its shards added, and its high-water mark. */
+ * empty and its high-water mark holds back the smallest buffered event: its shards added,
+ * and its new mark. */
 static int
 fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
 {
     int ret = 0;
+    const char *low = NULL;
 
+    /* Only when its mark holds back the next event: each call costs a round trip. */
     for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        const char *h;
+        if (!sh->topology && sh->head < sh->n && (h = event_hex(sh->queue[sh->head])) != NULL &&
+            (low == NULL || strcmp(h, low) < 0)) {
+            low = h;
+        }
+    }
+    for (size_t i = 0; i < cs->nshards && low != NULL; i++) {
         cs_shard_t *sh = &cs->shards[i];
         shl_router_request_t req;
         shl_fanout_result_t res;
-        if (!sh->topology || sh->cursor_id == 0 || sh->head < sh->n) {
+        if (!sh->topology || sh->cursor_id == 0 || sh->head < sh->n ||
+            (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0)) {
             continue;
         }
         req.shard = "config";
