@@ -88,6 +88,8 @@ static entry_t table[] = {
     {"getLog", CLUSTER, A1(GET_LOG)},
     {"getParameter", CLUSTER, A1(GET_PARAMETER)},
     {"setParameter", CLUSTER, A1(SET_PARAMETER)},
+    {"setClusterParameter", CLUSTER, A1(SET_PARAMETER)},
+    {"getClusterParameter", CLUSTER, A1(GET_PARAMETER)},
     {"currentOp", CLUSTER, A1(INPROG)},
     {"killOp", CLUSTER, A1(KILLOP)},
     {"listDatabases", CLUSTER, A1(LIST_DATABASES)},

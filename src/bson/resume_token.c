@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "bson/bson_iter.h"
 
 enum {
@@ -333,6 +334,27 @@ shl_resume_token_hex(const shl_resume_token_t *t)
         hex[2 * i + 1] = digits[b.p[i] & 0xf];
     }
     hex[b.len * 2] = '\0';
+    bson_free(b.p);
+    return hex;
+}
+
+char *
+shl_resume_token_fragment_hex(const char *event_hex, int64_t fragment)
+{
+    static const char digits[] = "0123456789ABCDEF";
+    size_t n = strlen(event_hex);
+    buf_t b = {NULL, 0, 0};
+    char *hex;
+
+    SHL_INVARIANT(n >= 2 && strcmp(event_hex + n - 2, "04") == 0);
+    put_int(&b, fragment);
+    hex = bson_malloc(n + b.len * 2 + 1);
+    memcpy(hex, event_hex, n - 2);
+    for (size_t i = 0; i < b.len; i++) {
+        hex[n - 2 + 2 * i] = digits[b.p[i] >> 4];
+        hex[n - 2 + 2 * i + 1] = digits[b.p[i] & 0xf];
+    }
+    memcpy(hex + n - 2 + b.len * 2, "04", 3);
     bson_free(b.p);
     return hex;
 }

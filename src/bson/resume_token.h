@@ -46,6 +46,14 @@ void shl_resume_token_append(bson_t *out, const char *key, const shl_resume_toke
 char *shl_resume_token_hex(const shl_resume_token_t *t);
 
 /*
+ * shl_resume_token_fragment_hex --
+ *     The token of fragment 'fragment' (0-based) of a split event ($changeStreamSplitLargeEvent)
+ *     whose own token is 'event_hex': MongoDB's fragmentNum after the event identifier, so
+ *     an event's token sorts before its fragments' and those in order (bson_free it).
+ */
+char *shl_resume_token_fragment_hex(const char *event_hex, int64_t fragment);
+
+/*
  * shl_resume_token_parse --
  *     Decode the leading fields of a token document {_data: "<hex>", _typeBits?: BinData}:
  *     *out gets them (event_id NULL) and *hex_out (may be NULL) a borrowed view of the hex

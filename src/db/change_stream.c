@@ -20,6 +20,7 @@
 #include "db/db_private.h"
 #include "db/sharding_hooks.h"
 #include "net/command_args.h"
+#include "net/message.h"
 #include "net/server.h"
 #include "session/session_commands.h"
 #include "storage/index.h"
@@ -65,6 +66,14 @@ typedef struct cs_state {
     bool ended;      /* an invalidate was queued: nothing follows it */
     bool ended_sent; /* the invalidate was handed out */
     shl_pipeline_t *pl;
+    /* $changeStreamSplitLargeEvent: an event over 16 MB goes out as fragments, handed out
+     * from 'frags' (owned) before the pipeline is asked for more. */
+    bool split;
+    bson_t **frags;
+    size_t nfrags, ifrag;
+    /* Resuming from a fragment's token: its event is kept and its fragments up to this one
+     * skipped (NULL: none). */
+    char *skip_frag_hex;
 } cs_state_t;
 
 /* ---------------------------------------------------------------- helpers */
@@ -142,40 +151,30 @@ clear_pending(cs_state_t *s)
     s->npending = s->ipending = 0;
 }
 
-/* documentKey: the shard key's fields (on a shard) then _id, from 'doc' (the document or
- * the entry's o2). */
+/* documentKey: the shard key's fields (on a shard) then _id, from 'doc' (the document), or
+ * else 'key' (an update's o2 or a delete's o, which on a sharded collection holds the
+ * shard key's fields too) as it is. */
 static void
-append_document_key(const cs_state_t *s, const char *ns, const bson_t *doc, const bson_t *o2,
+append_document_key(const cs_state_t *s, const char *ns, const bson_t *doc, const bson_t *key,
                     bson_t *ev)
 {
-    bson_t key, pattern;
-    bson_iter_t it, v;
-    bool has_id = false;
+    bson_t dk;
+    bson_iter_t it;
 
-    bson_append_document_begin(ev, "documentKey", -1, &key);
-    bson_init(&pattern);
     if (doc != NULL) {
-        bson_destroy(&pattern);
-        if (shl_db_shard_key(s->op, ns, &pattern) && bson_iter_init(&it, &pattern)) {
-            while (shl_iter_next(&it)) {
-                const char *f = shl_iter_key(&it);
-                if (strcmp(f, "_id") == 0) {
-                    has_id = true;
-                }
-                if (shl_bson_path_get(doc, f, &v)) {
-                    bson_append_iter(&key, f, -1, &v);
-                }
-            }
+        shl_db_document_key(s->op, ns, doc, &dk);
+        if (!bson_has_field(&dk, "_id") && key != NULL &&
+            bson_iter_init_find(&it, key, "_id")) {
+            bson_append_iter(&dk, "_id", 3, &it);
+        }
+    } else {
+        bson_init(&dk);
+        if (key != NULL) {
+            bson_concat(&dk, key);
         }
     }
-    bson_destroy(&pattern);
-    if (!has_id) {
-        const bson_t *src = o2 != NULL ? o2 : doc;
-        if (src != NULL && bson_iter_init_find(&it, src, "_id")) {
-            bson_append_iter(&key, "_id", 3, &it);
-        }
-    }
-    bson_append_document_end(ev, &key);
+    BSON_APPEND_DOCUMENT(ev, "documentKey", &dk);
+    bson_destroy(&dk);
 }
 
 /* The event identifier of a token (version 2): {operationType, documentKey} for document
@@ -208,6 +207,23 @@ token_for(const bson_t *ev, uint64_t ts, int64_t txn_op_index, const uint8_t *uu
     t->event_id = out_ev_id;
 }
 
+/* Whether the document 'it' holds is empty. */
+static bool
+empty_doc_iter(const bson_iter_t *it)
+{
+    bson_iter_t sub;
+    return bson_iter_recurse(it, &sub) && !bson_iter_next(&sub);
+}
+
+/* Whether 'frag_hex' is the token of a fragment of the event whose token is 'event_hex' (the
+ * event's KeyString, without its end byte, followed by a fragment number). */
+static bool
+is_fragment_of(const char *frag_hex, const char *event_hex)
+{
+    size_t n = strlen(event_hex);
+    return n >= 2 && strlen(frag_hex) > n && strncmp(frag_hex, event_hex, n - 2) == 0;
+}
+
 /*
  * Finish an event: prepend _id (its token) to the fields built in 'body' and queue it,
  * unless a resume skips it. Returns true when queued.
@@ -223,7 +239,13 @@ queue_event(cs_state_t *s, bson_t *body, uint64_t ts, int64_t txn_op_index, cons
 
     token_for(body, ts, txn_op_index, uuid, from_invalidate, &ev_id, &t);
     hex = shl_resume_token_hex(&t);
-    if (s->skip_hex != NULL && strcmp(hex, s->skip_hex) <= 0) {
+    if (s->skip_hex != NULL && s->split && is_fragment_of(s->skip_hex, hex)) {
+        /* The token is one of this event's fragments (which sort after it): the rest of
+         * them follow. */
+        s->found = true;
+        bson_free(s->skip_frag_hex);
+        s->skip_frag_hex = bson_strdup(s->skip_hex);
+    } else if (s->skip_hex != NULL && strcmp(hex, s->skip_hex) <= 0) {
         skip = true;
         if (strcmp(hex, s->skip_hex) == 0) {
             s->found = true;
@@ -300,6 +322,54 @@ done:
     return ret;
 }
 
+/*
+ * The pre-image of the write at 'ts' (op 'index' of its entry) to collection 'uuid', read in
+ * the round's snapshot from config.system.preimages (storage/write.h), where the write's
+ * transaction put it. An entry written before pre-images moved there carries it as
+ * 'preImage'. *found false: none (not enabled then, or expired).
+ */
+static int
+find_pre_image(cs_state_t *s, const uint8_t *uuid, uint64_t ts, int64_t index,
+               const bson_t *op_doc, bson_t *out, bool *found, shl_status_t *st)
+{
+    shl_collection_t *pc = NULL;
+    bson_t id = BSON_INITIALIZER, wrap = BSON_INITIALIZER, rec = BSON_INITIALIZER, legacy;
+    bson_iter_t it;
+    int ret = 0;
+
+    bson_reinit(out);
+    *found = false;
+    if (shl_bson_get_subdoc(op_doc, "preImage", &legacy)) {
+        bson_concat(out, &legacy);
+        *found = true;
+        goto done;
+    }
+    pc = shl_catalog_get(s->eng, SHL_PREIMAGES_NS);
+    if (pc == NULL || s->txn == NULL) {
+        goto done;
+    }
+    shl_bson_append_uuid(&id, "nsUUID", uuid);
+    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", index);
+    BSON_APPEND_DOCUMENT(&wrap, "_id", &id);
+    bson_iter_init_find(&it, &wrap, "_id");
+    bson_destroy(&rec);
+    SHL_ERR(shl_doc_find_by_id(s->txn, pc, bson_iter_value(&it), &rec, NULL, found, st));
+    if (*found && bson_iter_init_find(&it, &rec, "preImage") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_t doc;
+        shl_bson_get_subdoc(&rec, "preImage", &doc);
+        bson_concat(out, &doc);
+    } else {
+        *found = false;
+    }
+done:
+    shl_collection_release(pc);
+    bson_destroy(&id);
+    bson_destroy(&wrap);
+    bson_destroy(&rec);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- entries to events */
 
 /* One CRUD op ('i', 'u', 'd'; top-level or inside applyOps) into an event. */
@@ -310,8 +380,8 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     int ret = 0;
     bson_iter_t it;
     const char *op, *ns;
-    bson_t o, o2, desc, pre, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
-    bool has_o2, has_desc, found = false;
+    bson_t o, o2, desc, pre = BSON_INITIALIZER, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
+    bool has_o2, has_desc, found = false, have_pre = false;
     const uint8_t *uuid = NULL;
     uint32_t len;
     bson_subtype_t sub;
@@ -377,9 +447,10 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     } else {
         goto done;
     }
-    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 &&
-        shl_bson_get_subdoc(op_doc, "preImage", &pre)) {
-        /* The collection has changeStreamPreAndPostImages: the entry carries it. */
+    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 && uuid != NULL && txn_entry == NULL) {
+        SHL_ERR(find_pre_image(s, uuid, ts, txn_op_index, op_doc, &pre, &have_pre, st));
+    }
+    if (have_pre) {
         BSON_APPEND_DOCUMENT(&ev, "fullDocumentBeforeChange", &pre);
     } else if (s->fdbc == FDBC_WHEN_AVAILABLE && strcmp(op, "i") != 0) {
         BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange");
@@ -393,6 +464,7 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     append_session(&ev, txn_entry);
     queue_event(s, &ev, ts, txn_op_index, uuid, false);
 done:
+    bson_destroy(&pre);
     bson_destroy(&ev);
     bson_destroy(&looked);
     return ret;
@@ -611,8 +683,8 @@ end_round(cs_state_t *s)
 }
 
 /* The oldest entry still in the oplog (0: empty). */
-static int
-oplog_oldest(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st)
+int
+db_oplog_oldest(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st)
 {
     int ret = 0;
     shl_storage_txn_t *txn = NULL;
@@ -642,7 +714,7 @@ check_history(cs_state_t *s, shl_status_t *st)
     int ret = 0;
     uint64_t oldest = 0;
 
-    SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+    SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
     if (oldest != 0 && oldest > s->last_ts + 1 && s->last_ts != 0) {
         SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_HISTORY_LOST,
                  "Executor error during getMore :: caused by :: Resume of change stream was not "
@@ -749,25 +821,166 @@ done:
     return ret;
 }
 
+/* A stage that changed _id leaves no way to resume (MongoDB's 20 / ChangeStreamFatalError). */
 static int
-cs_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+check_token_kept(const cs_state_t *s, const bson_t *doc, shl_status_t *st)
 {
-    cs_state_t *s = state;
-    int ret = 0;
     bson_t id;
     const char *hex;
+    int ret = 0;
 
-    s->op = op;
-    SHL_ERR(shl_pipeline_next(s->pl, doc, st));
-    /* A stage that changed _id leaves no way to resume (MongoDB's 20 / ChangeStreamFatalError). */
-    if (*doc != NULL && (!shl_bson_get_subdoc(*doc, "_id", &id) ||
-                         (hex = shl_resume_token_doc_hex(&id)) == NULL || s->last_hex == NULL ||
-                         strcmp(hex, s->last_hex) != 0)) {
+    if (doc != NULL && (!shl_bson_get_subdoc(doc, "_id", &id) ||
+                        (hex = shl_resume_token_doc_hex(&id)) == NULL || s->last_hex == NULL ||
+                        strcmp(hex, s->last_hex) != 0)) {
         SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_FATAL_ERROR,
                  "Encountered an event whose _id field, which contains the resume token, was "
                  "modified by the pipeline. Modifying the _id field of an event makes it "
                  "impossible to resume the stream from that point. Only transformations that "
                  "retain the unmodified _id field are allowed.");
+    }
+done:
+    return ret;
+}
+
+static void
+clear_fragments(cs_state_t *s)
+{
+    for (size_t i = 0; i < s->nfrags; i++) {
+        bson_destroy(s->frags[i]);
+    }
+    bson_free(s->frags);
+    s->frags = NULL;
+    s->nfrags = s->ifrag = 0;
+}
+
+/* One fragment: _id (fragment 'i''s token), splitEvent {fragment: i + 1, of}, then the fields
+ * [from, to) of 'ev'. */
+static bson_t *
+fragment_new(const bson_t *ev, const char *event_hex, size_t i, size_t of, size_t from,
+             size_t to)
+{
+    bson_t *f = bson_new(), d;
+    bson_iter_t it;
+    char *hex = shl_resume_token_fragment_hex(event_hex, (int64_t)i);
+    size_t k = 0;
+
+    BSON_APPEND_DOCUMENT_BEGIN(f, "_id", &d);
+    BSON_APPEND_UTF8(&d, "_data", hex);
+    bson_append_document_end(f, &d);
+    BSON_APPEND_DOCUMENT_BEGIN(f, "splitEvent", &d);
+    BSON_APPEND_INT32(&d, "fragment", (int32_t)(i + 1));
+    BSON_APPEND_INT32(&d, "of", (int32_t)of);
+    bson_append_document_end(f, &d);
+    bson_iter_init(&it, ev);
+    while (shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "_id") != 0 && k >= from && k < to) {
+            bson_append_iter(f, NULL, 0, &it);
+        }
+        k += strcmp(shl_iter_key(&it), "_id") != 0;
+    }
+    bson_free(hex);
+    return f;
+}
+
+/*
+ * $changeStreamSplitLargeEvent: 'ev' (over 16 MB) into s->frags, its top-level fields in
+ * order, as many as fit in each fragment of at most 16 MB with its _id and splitEvent. A
+ * single field too large for a fragment fails with BSONObjectTooLarge, as MongoDB's does.
+ * When resuming from a fragment's token, the fragments up to it are dropped.
+ */
+static int
+split_event(cs_state_t *s, const bson_t *ev, const char *event_hex, shl_status_t *st)
+{
+    /* A fragment's _id and splitEvent, with room to spare (a token is at most a few KB). */
+    const size_t overhead = 64 * 1024;
+    size_t *bounds = NULL, nb = 0, cur = 5, k = 0;
+    bson_iter_t it;
+    int ret = 0;
+
+    clear_fragments(s);
+    bounds = bson_malloc0((ev->len / 5 + 2) * sizeof(*bounds));
+    bounds[nb++] = 0;
+    bson_iter_init(&it, ev);
+    while (shl_iter_next(&it)) {
+        size_t flen = (size_t)(it.next_off - it.off);
+        if (strcmp(shl_iter_key(&it), "_id") == 0) {
+            continue;
+        }
+        if (flen + overhead > SHL_MAX_BSON_SIZE) {
+            SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                     "Cannot split the change stream event: its field '%s' alone is %zu bytes, "
+                     "more than a fragment can hold",
+                     shl_iter_key(&it), flen);
+        }
+        if (cur + flen + overhead > SHL_MAX_BSON_SIZE) {
+            bounds[nb++] = k;
+            cur = 5;
+        }
+        cur += flen;
+        k++;
+    }
+    bounds[nb] = k;
+    s->frags = bson_malloc0(nb * sizeof(*s->frags));
+    for (size_t i = 0; i < nb; i++) {
+        bson_t *f = fragment_new(ev, event_hex, i, nb, bounds[i], bounds[i + 1]);
+        bson_t id;
+        const char *fh;
+        if (s->skip_frag_hex != NULL && shl_bson_get_subdoc(f, "_id", &id) &&
+            (fh = shl_resume_token_doc_hex(&id)) != NULL && strcmp(fh, s->skip_frag_hex) <= 0) {
+            bson_destroy(f);
+            continue;
+        }
+        s->frags[s->nfrags++] = f;
+    }
+    bson_free(s->skip_frag_hex);
+    s->skip_frag_hex = NULL;
+done:
+    bson_free(bounds);
+    return ret;
+}
+
+/* Hand out the next fragment of s->frags; its token becomes the stream's position. */
+static void
+next_fragment(cs_state_t *s, const bson_t **doc)
+{
+    bson_t id;
+    const char *hex;
+
+    *doc = s->frags[s->ifrag++];
+    if (shl_bson_get_subdoc(*doc, "_id", &id) && (hex = shl_resume_token_doc_hex(&id)) != NULL) {
+        bson_free(s->last_hex);
+        s->last_hex = bson_strdup(hex);
+    }
+}
+
+static int
+cs_cursor_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
+{
+    cs_state_t *s = state;
+    int ret = 0;
+
+    s->op = op;
+    for (;;) {
+        if (s->ifrag < s->nfrags) {
+            next_fragment(s, doc);
+            goto done;
+        }
+        clear_fragments(s);
+        SHL_ERR(shl_pipeline_next(s->pl, doc, st));
+        if (*doc == NULL || (*doc)->len <= SHL_MAX_BSON_SIZE || !s->split) {
+            break;
+        }
+        SHL_ERR(check_token_kept(s, *doc, st));
+        SHL_ERR(split_event(s, *doc, s->last_hex, st));
+    }
+    SHL_ERR(check_token_kept(s, *doc, st));
+    if (*doc != NULL && (*doc)->len > SHL_MAX_BSON_SIZE) {
+        SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                 "BSONObj size: %u (0x%X) is invalid. Size must be between 0 and 16793600(16MB) "
+                 "First element: _id: %s (use $changeStreamSplitLargeEvent to split such "
+                 "events)",
+                 (unsigned)(*doc)->len, (unsigned)(*doc)->len,
+                 s->last_hex != NULL ? s->last_hex : "");
     }
 done:
     return ret;
@@ -783,6 +996,8 @@ cs_state_destroy(void *state)
     shl_pipeline_destroy(s->pl);
     end_round(s);
     clear_pending(s);
+    clear_fragments(s);
+    bson_free(s->skip_frag_hex);
     bson_free(s->pending);
     if (s->out != NULL) {
         bson_destroy(s->out);
@@ -947,7 +1162,7 @@ parse_spec(shl_op_ctx_t *op, cs_state_t *s, const bson_t *spec, shl_status_t *st
         }
         {
             uint64_t oldest = 0;
-            SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+            SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
             if (oldest != 0 && oldest > t.cluster_time) {
                 SHL_FAIL(st, SHL_CODE_CHANGE_STREAM_HISTORY_LOST,
                          "Resume of change stream was not possible, as the resume point may no "
@@ -960,7 +1175,7 @@ parse_spec(shl_op_ctx_t *op, cs_state_t *s, const bson_t *spec, shl_status_t *st
         s->last_ts = at > 0 ? at - 1 : 0;
         /* A shard a router adds to an open stream: it has no history before it joined. */
         SHL_ERR(shl_cmd_get_bool(spec, "$_joiningShard", &joining, st));
-        SHL_ERR(oplog_oldest(s->eng, &oldest, st));
+        SHL_ERR(db_oplog_oldest(s->eng, &oldest, st));
         if (joining && oldest > at) {
             s->last_ts = oldest - 1;
         } else if (oldest != 0 && oldest > at) {
@@ -976,9 +1191,11 @@ done:
     return ret;
 }
 
-/* The follow-on stages (without the $changeStream), checked against the allowed list. */
+/* The follow-on stages (without the $changeStream), checked against the allowed list;
+ * *split: it ends with $changeStreamSplitLargeEvent (not in 'rest'). */
 static int
-follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_t *st)
+follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, bool *split,
+                 shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it, stage;
@@ -986,6 +1203,7 @@ follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_
 
     bson_init(spec);
     bson_init(rest);
+    *split = false;
     bson_iter_init(&it, pipeline);
     while (shl_iter_next(&it)) {
         const char *name;
@@ -1013,6 +1231,18 @@ follow_on_stages(const bson_t *pipeline, bson_t *spec, bson_t *rest, shl_status_
         }
         if (strcmp(name, "$changeStream") == 0) {
             SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+        }
+        if (*split) {
+            SHL_FAIL(st, 7182802, "$changeStreamSplitLargeEvent must be the last stage in the "
+                                  "pipeline");
+        }
+        if (strcmp(name, "$changeStreamSplitLargeEvent") == 0) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&stage) || !empty_doc_iter(&stage)) {
+                SHL_FAIL(st, 7182800,
+                         "$changeStreamSplitLargeEvent accepts only an empty object as argument");
+            }
+            *split = true;
+            continue;
         }
         {
             bool ok = false;
@@ -1128,7 +1358,7 @@ db_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *
 
     s->eng = node->eng;
     s->op = op;
-    SHL_ERR(follow_on_stages(pipeline, &spec, &rest, st));
+    SHL_ERR(follow_on_stages(pipeline, &spec, &rest, &s->split, st));
     if (!node->repl_set) {
         SHL_FAIL(st, 40573, "The $changeStream stage is only supported on replica sets");
     }
@@ -1154,7 +1384,10 @@ db_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const shl_ns_t *
         }
         s->scope = CS_DB;
     } else {
-        if (internal_db(ns->db)) {
+        bool config_ok = false;
+        /* A router's topology stream: config.shards on the config server (internal). */
+        SHL_ERR(shl_cmd_get_bool(&spec, "allowToRunOnConfigDB", &config_ok, st));
+        if (internal_db(ns->db) && !(config_ok && strcmp(ns->db, "config") == 0)) {
             SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE,
                      "$changeStream may not be opened on the internal %s database", ns->db);
         }
@@ -1231,39 +1464,49 @@ noop_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     return ret;
 }
 
+/* One pass of the no-op writer (db_node_every's body). */
+static void
+noop_pass(db_node_t *node)
+{
+    int64_t secs = shl_opt_int(SHL_OPT_periodicNoopIntervalSecs);
+    uint64_t top = 0;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    /* Only an idle oplog gets one: its newest entry is older than the interval. */
+    if (shl_oplog_top(node->eng, &top, &st) == 0 &&
+        (int64_t)SHL_TS_SECS(top) + (secs < 1 ? 1 : secs) <= shl_clock_wall_ms() / 1000) {
+        if (shl_storage_write_retry(node->eng, noop_fn, NULL, NULL, &st) != 0) {
+            SHL_LOG_WARNING(STORAGE, 2100001, "periodic no-op write failed", "error",
+                            BCON_UTF8(st.reason));
+        }
+    }
+}
+
 void *
 db_noop_writer_main(void *arg)
 {
-    db_node_t *node = arg;
-
     shl_log_set_thread_ctx("NoopWriter");
+    db_node_every(arg, SHL_OPT_periodicNoopIntervalSecs, noop_pass);
+    return NULL;
+}
+
+void
+db_node_every(db_node_t *node, shl_opt_id_t secs_opt, void (*pass)(db_node_t *node))
+{
     pthread_mutex_lock(&node->reaper_lock);
     while (!node->reaper_stop) {
         struct timespec ts;
-        int64_t secs = shl_opt_int(SHL_OPT_periodicNoopIntervalSecs);
-        uint64_t top = 0;
-        shl_status_t st = SHL_STATUS_INIT;
+        int64_t secs = shl_opt_int(secs_opt);
 
-        if (secs < 1) {
-            secs = 1;
-        }
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += secs;
+        ts.tv_sec += secs < 1 ? 1 : secs;
         pthread_cond_timedwait(&node->reaper_cond, &node->reaper_lock, &ts);
         if (node->reaper_stop) {
             break;
         }
         pthread_mutex_unlock(&node->reaper_lock);
-        /* Only an idle oplog gets one: its newest entry is older than the interval. */
-        if (shl_oplog_top(node->eng, &top, &st) == 0 &&
-            (int64_t)SHL_TS_SECS(top) + secs <= shl_clock_wall_ms() / 1000) {
-            if (shl_storage_write_retry(node->eng, noop_fn, NULL, NULL, &st) != 0) {
-                SHL_LOG_WARNING(STORAGE, 2100001, "periodic no-op write failed", "error",
-                                BCON_UTF8(st.reason));
-            }
-        }
+        pass(node);
         pthread_mutex_lock(&node->reaper_lock);
     }
     pthread_mutex_unlock(&node->reaper_lock);
-    return NULL;
 }

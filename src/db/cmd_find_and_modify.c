@@ -202,9 +202,13 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         u->found = true;
         if (u->remove) {
             shl_write_opts_t wo;
+            bson_t key;
             const shl_write_opts_t *wop =
                 db_stmt_recorder_opts_image(u->rec, u->stmt_id, "preImage", &wo);
-            SHL_ERR(shl_doc_delete(txn, u->coll, rid, pre, wop, st));
+            wop = shl_db_delete_opts(u->op, u->coll->ns, pre, wop, &wo, &key);
+            ret = shl_doc_delete(txn, u->coll, rid, pre, wop, st);
+            bson_destroy(&key);
+            SHL_ERR(ret);
             db_stmt_recorder_wrote(u->rec, u->stmt_id);
             SHL_ERR(db_stmt_recorder_image(u->rec, txn, "preImage", pre, st));
             shl_db_sharding_observe_write(u->op, u->coll->ns, pre, NULL);

@@ -1207,8 +1207,12 @@ delete_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
         if (eof) {
             break;
         }
+        bson_t key;
         wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
-        SHL_ERR(shl_doc_delete(txn, u->coll, row.rid, row.doc, wop, st));
+        wop = shl_db_delete_opts(u->op, u->coll->ns, row.doc, wop, &wo, &key);
+        ret = shl_doc_delete(txn, u->coll, row.rid, row.doc, wop, st);
+        bson_destroy(&key);
+        SHL_ERR(ret);
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         shl_db_sharding_observe_write(u->op, u->coll->ns, row.doc, NULL);
         u->n++;

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/namespace.h"
+#include "base/options.h"
 #include "base/status.h"
 #include "bson/collation.h"
 #include "db/cursor_manager.h"
@@ -46,6 +47,9 @@ typedef struct db_node {
      * reaper. */
     pthread_t noop;
     bool noop_started;
+    /* The pre-image remover (pre_images.c), replica set members only; stops with the reaper. */
+    pthread_t preimages;
+    bool preimages_started;
     int64_t ttl_passes;  /* atomic: serverStatus metrics.ttl.passes */
     int64_t ttl_deleted; /* atomic: metrics.ttl.deletedDocuments */
 
@@ -85,6 +89,35 @@ int db_write_retry(shl_op_ctx_t *op, shl_storage_engine_t *eng, shl_storage_txn_
  *     started. Shards and config servers set their collection and start it themselves.
  */
 int db_sessions_init(db_node_t *node, shl_status_t *st);
+
+/*
+ * db_node_every --
+ *     The loop of a node's periodic thread: every 'secs_opt' seconds (read each time, at least
+ *     1) call pass(node), until the node stops (reaper_stop, reaper_cond; reaper_lock is not
+ *     held during pass). Returns when the node stops.
+ */
+void db_node_every(db_node_t *node, shl_opt_id_t secs_opt, void (*pass)(db_node_t *node));
+
+/* db_pre_image_remover_main -- the thread that deletes expired pre-images (pre_images.c;
+ * arg: the node), every expiredChangeStreamPreImageRemovalJobSleepSecs. */
+void *db_pre_image_remover_main(void *arg);
+
+/* setClusterParameter / getClusterParameter (changeStreamOptions; pre_images.c). */
+void db_register_pre_image_commands(shl_command_registry_t *reg);
+
+/* db_oplog_oldest -- the timestamp of the oldest oplog entry (0: empty; change_stream.c). */
+int db_oplog_oldest(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st);
+
+/*
+ * db_delete_matching --
+ *     Delete every document of 'ns' that matches 'filter' (using index 'index' when not NULL,
+ *     hidden or not) through the normal delete path, so oplog entries are written: the TTL
+ *     monitor's and the pre-image remover's deletes. *deleted receives how many. Takes the
+ *     collection lock shared; retries write conflicts. A missing collection or index deletes
+ *     nothing. Errors: the query's and the storage's.
+ */
+int db_delete_matching(db_node_t *node, const char *ns, const bson_t *filter, const char *index,
+                       int64_t *deleted, shl_status_t *st);
 
 /* db_ttl_main -- the TTL monitor thread's body (arg: the node). */
 void *db_ttl_main(void *arg);

@@ -320,13 +320,15 @@ session_end(shl_op_ctx_t *op)
     }
 }
 
-/* config.transactions and config.image_collection, which retryable writes write.
+/* config.transactions and config.image_collection, which retryable writes write, and
+ * config.system.preimages (change streams' pre-images, storage/write.h).
  * config.transactions is versioned (storage/catalog.h SHL_COLL_OPT_VERSIONED): every write of
  * a session's record is a new key, so no key's history grows with the session's writes. */
 static int
 create_session_collections(db_node_t *node, shl_status_t *st)
 {
-    static const char *const names[] = {DB_TRANSACTIONS_NS, DB_IMAGE_COLLECTION_NS};
+    static const char *const names[] = {DB_TRANSACTIONS_NS, DB_IMAGE_COLLECTION_NS,
+                                        SHL_PREIMAGES_NS};
     bson_t versioned = BSON_INITIALIZER;
     int ret = 0;
 
@@ -373,6 +375,10 @@ node_shutdown(shl_service_ctx_t *svc)
         if (node->noop_started) {
             pthread_join(node->noop, NULL);
             node->noop_started = false;
+        }
+        if (node->preimages_started) {
+            pthread_join(node->preimages, NULL);
+            node->preimages_started = false;
         }
     }
     /* Connections are gone: destroy the cursors (they hold snapshots) before storage. */
@@ -455,6 +461,7 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     db_register_split_vector_command(reg);
     db_register_apply_ops_command(reg);
     db_register_txn_commands(reg);
+    db_register_pre_image_commands(reg);
     shl_session_commands_register(reg);
 
     svc->hooks.decorate_reply = decorate_reply;
@@ -483,6 +490,10 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     node->ttl_started = true;
     if (node->repl_set && pthread_create(&node->noop, NULL, db_noop_writer_main, node) == 0) {
         node->noop_started = true;
+    }
+    if (node->repl_set &&
+        pthread_create(&node->preimages, NULL, db_pre_image_remover_main, node) == 0) {
+        node->preimages_started = true;
     }
     /* From here on the node is the shutdown hook's to clean up, error or not. */
     ret = db_sessions_init(node, st);

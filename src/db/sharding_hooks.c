@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "base/namespace.h"
+#include "bson/bson_iter.h"
+#include "bson/bson_path.h"
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 
@@ -393,4 +395,45 @@ shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out)
     }
     bson_init(out);
     return false;
+}
+
+bool
+shl_db_document_key(const shl_op_ctx_t *op, const char *ns, const bson_t *doc, bson_t *out)
+{
+    bson_t pattern;
+    bson_iter_t it, v;
+    bool sharded, has_id = false;
+
+    bson_init(out);
+    sharded = shl_db_shard_key(op, ns, &pattern);
+    if (sharded && bson_iter_init(&it, &pattern)) {
+        while (shl_iter_next(&it)) {
+            const char *f = shl_iter_key(&it);
+            has_id = has_id || strcmp(f, "_id") == 0;
+            if (shl_bson_path_get(doc, f, &v)) {
+                bson_append_iter(out, f, -1, &v);
+            }
+        }
+    }
+    if (!has_id && bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(out, "_id", 3, &it);
+    }
+    bson_destroy(&pattern);
+    return sharded;
+}
+
+const shl_write_opts_t *
+shl_db_delete_opts(const shl_op_ctx_t *op, const char *ns, const bson_t *doc,
+                   const shl_write_opts_t *base, shl_write_opts_t *wo, bson_t *key)
+{
+    if (!shl_db_document_key(op, ns, doc, key)) {
+        return base;
+    }
+    if (base == NULL) {
+        memset(wo, 0, sizeof(*wo));
+    } else if (base != wo) {
+        *wo = *base;
+    }
+    wo->document_key = key;
+    return wo;
 }

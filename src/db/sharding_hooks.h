@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "net/op_context.h"
 #include "net/service_context.h"
+#include "storage/write.h"
 
 /*
  * shl_db_orphan_filter_t -- "does this shard own the document's shard key?" for one
@@ -217,6 +218,25 @@ int shl_db_txn_wait_writers(shl_op_ctx_t *op, const char *ns,
 
 /* shl_db_shard_key -- the installed shard_key, or false (with 'out' empty). */
 bool shl_db_shard_key(const shl_op_ctx_t *op, const char *ns, bson_t *out);
+
+/*
+ * shl_db_document_key --
+ *     MongoDB's documentKey of 'doc' in 'ns' into 'out' (initialised here): the shard key's
+ *     fields (dotted names as keys) then _id when this shard knows 'ns' sharded (returns
+ *     true), else {_id} (false).
+ */
+bool shl_db_document_key(const shl_op_ctx_t *op, const char *ns, const bson_t *doc, bson_t *out);
+
+/*
+ * shl_db_delete_opts --
+ *     The write options of a user's delete of 'doc' from 'ns': on a sharded collection,
+ *     'base' (may be NULL; may be 'wo') copied into *wo with document_key = the document's
+ *     key ('key', initialised here, destroyed by the caller), so the 'd' entry's o holds
+ *     the shard key as MongoDB's does; otherwise 'base'.
+ */
+const shl_write_opts_t *shl_db_delete_opts(const shl_op_ctx_t *op, const char *ns,
+                                           const bson_t *doc, const shl_write_opts_t *base,
+                                           shl_write_opts_t *wo, bson_t *key);
 
 /* shl_db_shard_name -- the installed shard_name, or false. */
 bool shl_db_shard_name(const shl_op_ctx_t *op, char *out, size_t n);

@@ -47,55 +47,66 @@ done:
     return ret;
 }
 
-/* Delete the expired documents of one TTL index; returns how many. */
-static int64_t
-ttl_delete(db_node_t *node, const char *ns, char *index, const char *field, int64_t secs)
+int
+db_delete_matching(db_node_t *node, const char *ns, const bson_t *filter, const char *index,
+                   int64_t *deleted, shl_status_t *st)
 {
-    shl_status_t st;
     shl_coll_handle_t h;
     bool locked = false;
     exec_query_t q;
-    bson_t filter = BSON_INITIALIZER, cond;
     ttl_unit_t u = {0};
-    int64_t cutoff = shl_clock_wall_ms() - secs * 1000;
     int ret = 0;
 
+    *deleted = 0;
     memset(&q, 0, sizeof(q));
-    shl_status_clear(&st);
-    bson_append_document_begin(&filter, field, -1, &cond);
-    BSON_APPEND_DATE_TIME(&cond, "$lt", cutoff);
-    bson_append_document_end(&filter, &cond);
-    SHL_ERR(exec_query_init(&q, &filter, NULL, NULL, &st));
-    q.has_hint = true;
-    q.hint_hidden_ok = true; /* a hidden TTL index still expires documents */
-    q.hint.value_type = BSON_TYPE_UTF8;
-    q.hint.value.v_utf8.str = index;
-    q.hint.value.v_utf8.len = (uint32_t)strlen(index);
-    SHL_ERR(shl_storage_coll_acquire(node->eng, ns, SHL_LOCK_SHARED, &h, &st));
+    SHL_ERR(exec_query_init(&q, filter, NULL, NULL, st));
+    if (index != NULL) {
+        q.has_hint = true;
+        q.hint_hidden_ok = true; /* a hidden TTL index still expires documents */
+        q.hint.value_type = BSON_TYPE_UTF8;
+        q.hint.value.v_utf8.str = (char *)(uintptr_t)index;
+        q.hint.value.v_utf8.len = (uint32_t)strlen(index);
+    }
+    SHL_ERR(shl_storage_coll_acquire(node->eng, ns, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    if (h.coll == NULL || shl_collection_find_index(h.coll, index) == NULL) {
+    if (h.coll == NULL || (index != NULL && shl_collection_find_index(h.coll, index) == NULL)) {
         goto done; /* dropped meanwhile */
     }
     u.coll = h.coll;
     u.ns = ns;
     u.q = &q;
-    SHL_ERR(shl_storage_write_retry(node->eng, ttl_unit_fn, &u, NULL, &st));
-    if (u.n > 0) {
-        SHL_LOG_INFO(STORAGE, 5479200, "Deleted expired documents using index", "namespace",
-                     BCON_UTF8(ns), "index", BCON_UTF8(index), "numDeleted", BCON_INT64(u.n));
-    }
+    SHL_ERR(shl_storage_write_retry(node->eng, ttl_unit_fn, &u, NULL, st));
+    *deleted = u.n;
 done:
-    if (ret != 0) {
-        SHL_LOG_WARNING(STORAGE, 22542, "Error processing TTL index", "namespace", BCON_UTF8(ns),
-                        "index", BCON_UTF8(index), "error", BCON_UTF8(st.reason));
-        u.n = 0;
-    }
     if (locked) {
         shl_storage_coll_release(&h);
     }
     exec_query_cleanup(&q);
+    return ret;
+}
+
+/* Delete the expired documents of one TTL index; returns how many. */
+static int64_t
+ttl_delete(db_node_t *node, const char *ns, char *index, const char *field, int64_t secs)
+{
+    shl_status_t st;
+    bson_t filter = BSON_INITIALIZER, cond;
+    int64_t cutoff = shl_clock_wall_ms() - secs * 1000, n = 0;
+
+    shl_status_clear(&st);
+    bson_append_document_begin(&filter, field, -1, &cond);
+    BSON_APPEND_DATE_TIME(&cond, "$lt", cutoff);
+    bson_append_document_end(&filter, &cond);
+    if (db_delete_matching(node, ns, &filter, index, &n, &st) != 0) {
+        SHL_LOG_WARNING(STORAGE, 22542, "Error processing TTL index", "namespace", BCON_UTF8(ns),
+                        "index", BCON_UTF8(index), "error", BCON_UTF8(st.reason));
+        n = 0;
+    } else if (n > 0) {
+        SHL_LOG_INFO(STORAGE, 5479200, "Deleted expired documents using index", "namespace",
+                     BCON_UTF8(ns), "index", BCON_UTF8(index), "numDeleted", BCON_INT64(n));
+    }
     bson_destroy(&filter);
-    return u.n;
+    return n;
 }
 
 /* One pass over every TTL index of every collection. */

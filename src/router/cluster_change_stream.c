@@ -26,8 +26,8 @@
  * bound on how late an event on one shard is seen when another shard is idle. */
 #define CS_SHARD_AWAIT_MS 50
 #define CS_AWAIT_DEFAULT_MS 1000
-/* How often a stream looks for shards added since it opened. */
-#define CS_JOIN_CHECK_MS 1000
+/* The config server's topology stream: its getMore only reports its high-water mark. */
+#define CS_TOPOLOGY_AWAIT_MS 1
 
 typedef struct cs_shard {
     char name[SHL_SHARD_ID_MAX];
@@ -36,6 +36,9 @@ typedef struct cs_shard {
     size_t n, head, cap;
     char *pbrt; /* the shard's last postBatchResumeToken (hex), owned */
     bool skipped_ddl; /* its last DDL event was another shard's copy: skip its invalidate */
+    /* The config server's stream on config.shards (named "config"): its inserts are shards
+     * added, never released; its high-water mark gates the merge like a shard's. */
+    bool topology;
 } cs_shard_t;
 
 typedef struct cs_router {
@@ -51,17 +54,45 @@ typedef struct cs_router {
     bson_t *open_spec;     /* the $changeStream spec without resume options, owned */
     bson_t *open_rest;     /* the follow-on stages, owned */
     bool collectionless;   /* aggregate: 1 */
-    uint64_t start_ts;     /* the stream's start: a new shard's stream starts there */
-    int64_t next_join_us;  /* when to look at the shard registry again */
+    uint64_t start_ts;     /* the stream's start: the topology stream starts there */
+    shl_router_t *r;       /* for killing the topology cursor */
+    /* A shard added (the topology stream's insert taken by the merge) to open before the
+     * merge goes on, at the time it was added. */
+    char join[SHL_SHARD_ID_MAX];
+    uint64_t join_ts;
     /* With updateLookup, the follow-on stages run here, after the lookup (they may read
      * fullDocument), instead of on the shards; owned, NULL otherwise. */
     bson_t *router_stages;
 } cs_router_t;
 
+/* killCursors on the topology stream's cursor (best effort; the router cursor's remotes are
+ * the shards' cursors on the stream's namespace). */
+static void
+kill_topology(cs_router_t *cs)
+{
+    for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology && sh->cursor_id != 0 && cs->r != NULL) {
+            bson_t cmd = BSON_INITIALIZER, ids, reply;
+            shl_status_t st;
+            BSON_APPEND_UTF8(&cmd, "killCursors", "shards");
+            BSON_APPEND_ARRAY_BEGIN(&cmd, "cursors", &ids);
+            BSON_APPEND_INT64(&ids, "0", sh->cursor_id);
+            bson_append_array_end(&cmd, &ids);
+            shl_status_clear(&st);
+            (void)shl_client_run(cs->r->pool, shl_shard_registry_config_host(cs->r->registry),
+                                 "config", &cmd, 2000, &reply, &st);
+            bson_destroy(&reply);
+            bson_destroy(&cmd);
+        }
+    }
+}
+
 static void
 cs_router_free(void *state)
 {
     cs_router_t *cs = state;
+    kill_topology(cs);
     for (size_t i = 0; i < cs->nshards; i++) {
         for (size_t k = cs->shards[i].head; k < cs->shards[i].n; k++) {
             bson_destroy(cs->shards[i].queue[k]);
@@ -252,6 +283,23 @@ release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
             break;
         }
         ev = best->queue[best->head++];
+        if (best->topology) {
+            /* A shard was added: open it at that time before merging anything after it. */
+            bson_t doc;
+            bson_iter_t it;
+            if (shl_bson_get_subdoc(ev, "fullDocument", &doc) &&
+                bson_iter_init_find(&it, &doc, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
+                bson_iter_init_find(&it, ev, "clusterTime") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+                cs->join_ts = shl_bson_iter_timestamp_u64(&it);
+                bson_iter_init_find(&it, &doc, "_id");
+                snprintf(cs->join, sizeof(cs->join), "%s", bson_iter_utf8(&it, NULL));
+            }
+            bson_destroy(ev);
+            if (cs->join[0] != '\0') {
+                break;
+            }
+            continue;
+        }
         set_str(&cs->pbrt, best_hex);
         dk = ddl_key(ev);
         if (dk != NULL && cs->last_ddl != NULL && strcmp(dk, cs->last_ddl) == 0) {
@@ -300,6 +348,50 @@ update_pbrt(cs_router_t *cs)
     }
 }
 
+/* getMore on the topology stream (config.shards on the config server) when its buffer is
+ * empty and its high-water mark holds back the smallest buffered event: its shards added,
+ * and its new mark. */
+static int
+fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    int ret = 0;
+    const char *low = NULL;
+
+    /* Only when its mark holds back the next event: each call costs a round trip. */
+    for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        const char *h;
+        if (!sh->topology && sh->head < sh->n && (h = event_hex(sh->queue[sh->head])) != NULL &&
+            (low == NULL || strcmp(h, low) < 0)) {
+            low = h;
+        }
+    }
+    for (size_t i = 0; i < cs->nshards && low != NULL; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        shl_router_request_t req;
+        shl_fanout_result_t res;
+        if (!sh->topology || sh->cursor_id == 0 || sh->head < sh->n ||
+            (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0)) {
+            continue;
+        }
+        req.shard = "config";
+        bson_init(&req.cmd);
+        BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
+        BSON_APPEND_UTF8(&req.cmd, "collection", "shards");
+        BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_TOPOLOGY_AWAIT_MS);
+        shl_router_send(c->r, op, "config", &req, 1, &res);
+        if (res.code != 0) {
+            *st = res.status;
+            ret = res.code;
+        } else {
+            ret = take_reply(c->r, sh, &res.reply, "nextBatch", st);
+        }
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+    }
+    return ret;
+}
+
 /* getMore on every shard whose buffer is empty, waiting at most 'wait_ms' on each. */
 static int
 fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms, shl_status_t *st)
@@ -312,7 +404,7 @@ fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms
 
     for (size_t i = 0; i < cs->nshards; i++) {
         cs_shard_t *sh = &cs->shards[i];
-        if (sh->cursor_id == 0 || sh->head < sh->n) {
+        if (sh->cursor_id == 0 || sh->head < sh->n || sh->topology) {
             continue;
         }
         reqs[n].shard = sh->name;
@@ -322,11 +414,10 @@ fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms
         BSON_APPEND_INT64(&reqs[n].cmd, "maxTimeMS", wait_ms);
         which[n++] = i;
     }
-    if (n == 0) {
-        goto done;
+    if (n > 0) {
+        res = bson_malloc0(n * sizeof(*res));
+        shl_router_send(c->r, op, cs->db, reqs, n, res);
     }
-    res = bson_malloc0(n * sizeof(*res));
-    shl_router_send(c->r, op, cs->db, reqs, n, res);
     for (size_t k = 0; k < n; k++) {
         cs_shard_t *sh = &cs->shards[which[k]];
         if (res[k].code != 0) {
@@ -345,7 +436,11 @@ fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms
             }
         }
     }
-done:
+    /* After the shards: the topology stream's mark then covers the times they reported (the
+     * requests gossip the router's clock, which their events moved). */
+    if (ret == 0) {
+        ret = fetch_topology(op, c, cs, st);
+    }
     if (res != NULL) {
         shl_fanout_results_cleanup(res, n);
     }
@@ -532,8 +627,28 @@ reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bo
     bson_append_document_end(reply, &cur);
 }
 
-static int join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
-                           shl_status_t *st);
+static int join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
+                      const char *name, uint64_t start_at, shl_status_t *st);
+
+/* Release what the merge allows; a shard added on the way (the topology stream's event) is
+ * opened at its time and the merge goes on. */
+static int
+release_and_join(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, bson_t *arr,
+                 uint32_t *n, int64_t limit, shl_status_t *st)
+{
+    int ret = 0;
+
+    release(cs, arr, n, limit);
+    while (cs->join[0] != '\0') {
+        char name[SHL_SHARD_ID_MAX];
+        snprintf(name, sizeof(name), "%s", cs->join);
+        cs->join[0] = '\0';
+        SHL_ERR(join_shard(op, c, cs, name, cs->join_ts, st));
+        release(cs, arr, n, limit);
+    }
+done:
+    return ret;
+}
 
 /* Fill a batch: fetch and release until an event is released or 'deadline_us' passes. */
 static int
@@ -543,11 +658,7 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
     int ret = 0;
     uint32_t n = 0;
 
-    if (shl_clock_mono_us() >= cs->next_join_us) {
-        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
-        SHL_ERR(join_new_shards(op, c, cs, st));
-    }
-    release(cs, arr, &n, batch_size);
+    SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
     while (n == 0 && !cs->ended) {
         int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
         bool buffered = false;
@@ -560,7 +671,7 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
         /* With events waiting for an idle shard, ask it only for its high-water mark. */
         SHL_ERR(fetch(op, c, cs, buffered ? 1 : (left_ms < CS_SHARD_AWAIT_MS ? left_ms : CS_SHARD_AWAIT_MS),
                       st));
-        release(cs, arr, &n, batch_size);
+        SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     update_pbrt(cs);
@@ -621,76 +732,112 @@ build_open(void *arg, const shl_router_routing_t *rr, const char *shard, bson_t 
 }
 
 /*
- * Open the stream on shards added since it opened (MongoDB's routers learn of them from the
- * config server's topology events; here from the shard registry, looked at once a second),
- * starting at the stream's start time: a new shard holds no event from before it joined.
+ * Open the stream on shard 'name', added while it is open (the config server's topology
+ * stream reported it, as MongoDB's routers learn of new shards), at 'start_at', the time it
+ * was added: the merge has released nothing after that time yet (the topology stream's
+ * high-water mark gates it), so no event of the new shard comes out of order. With
+ * $_joiningShard its oplog may begin after that time (it holds nothing from before). A shard
+ * the stream already reads (a stream resumed from before it was added) is left alone.
  */
 static int
-join_new_shards(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char *name,
+           uint64_t start_at, shl_status_t *st)
 {
     int ret = 0;
-    char **names = NULL;
     shl_router_request_t req;
     shl_fanout_result_t res;
     bool sent = false;
     open_arg_t a;
+    cs_shard_t *sh;
+    bson_t empty = BSON_INITIALIZER, cur, b;
 
     if (cs->open_spec == NULL || cs->ended) {
         goto done;
     }
-    SHL_ERR(shl_shard_registry_list(c->r->registry, &names, st));
-    for (size_t i = 0; names[i] != NULL; i++) {
-        bool known = false;
-        cs_shard_t *sh;
-        bson_t empty = BSON_INITIALIZER, cur, b;
-        for (size_t k = 0; k < cs->nshards; k++) {
-            known |= strcmp(cs->shards[k].name, names[i]) == 0;
-        }
-        if (known) {
-            continue;
-        }
-        memset(&a, 0, sizeof(a));
-        a.stage_spec = cs->open_spec;
-        a.rest = cs->open_rest;
-        a.coll = cs->collectionless ? NULL : cs->coll;
-        a.start_at = cs->start_ts;
-        a.joining = true;
-        req.shard = names[i];
-        bson_init(&req.cmd);
-        build_open(&a, NULL, names[i], &req.cmd);
-        shl_router_send(c->r, op, cs->db, &req, 1, &res);
-        sent = true;
-        if (res.code != 0) {
-            *st = res.status;
-            ret = res.code;
+    for (size_t k = 0; k < cs->nshards; k++) {
+        if (strcmp(cs->shards[k].name, name) == 0) {
             goto done;
         }
-        cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
-        sh = &cs->shards[cs->nshards++];
-        memset(sh, 0, sizeof(*sh));
-        snprintf(sh->name, sizeof(sh->name), "%s", names[i]);
-        SHL_ERR(take_reply(c->r, sh, &res.reply, "firstBatch", st));
-        BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);
-        BSON_APPEND_INT64(&cur, "id", sh->cursor_id);
-        BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &b);
-        bson_append_array_end(&cur, &b);
-        bson_append_document_end(&empty, &cur);
-        shl_router_cursor_add_remote(c, sh->name, &empty, st);
-        bson_destroy(&empty);
-        SHL_LOG_INFO(SHARDING, 2100002, "change stream opened on a new shard", "shard",
-                     BCON_UTF8(names[i]), "ns", BCON_UTF8(c->ns));
-        shl_fanout_results_cleanup(&res, 1);
-        bson_destroy(&req.cmd);
-        sent = false;
     }
+    memset(&a, 0, sizeof(a));
+    a.stage_spec = cs->open_spec;
+    a.rest = cs->open_rest;
+    a.coll = cs->collectionless ? NULL : cs->coll;
+    a.start_at = start_at > cs->start_ts ? start_at : cs->start_ts;
+    a.joining = true;
+    req.shard = name;
+    bson_init(&req.cmd);
+    build_open(&a, NULL, name, &req.cmd);
+    shl_router_send(c->r, op, cs->db, &req, 1, &res);
+    sent = true;
+    if (res.code != 0) {
+        *st = res.status;
+        SHL_ERR(res.code);
+    }
+    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+    sh = &cs->shards[cs->nshards++];
+    memset(sh, 0, sizeof(*sh));
+    snprintf(sh->name, sizeof(sh->name), "%s", name);
+    SHL_ERR(take_reply(c->r, sh, &res.reply, "firstBatch", st));
+    BSON_APPEND_DOCUMENT_BEGIN(&empty, "cursor", &cur);
+    BSON_APPEND_INT64(&cur, "id", sh->cursor_id);
+    BSON_APPEND_ARRAY_BEGIN(&cur, "firstBatch", &b);
+    bson_append_array_end(&cur, &b);
+    bson_append_document_end(&empty, &cur);
+    shl_router_cursor_add_remote(c, sh->name, &empty, st);
+    SHL_LOG_INFO(SHARDING, 2100002, "change stream opened on a new shard", "shard",
+                 BCON_UTF8(name), "ns", BCON_UTF8(c->ns));
 done:
     if (sent) {
         shl_fanout_results_cleanup(&res, 1);
         bson_destroy(&req.cmd);
     }
-    if (names != NULL) {
-        bson_strfreev(names);
+    bson_destroy(&empty);
+    return ret;
+}
+
+/*
+ * Open the topology stream: config.shards on the config server from the stream's start, its
+ * inserts only, starting at its oplog's beginning when that is later ($_joiningShard).
+ */
+static int
+open_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    cs_shard_t *sh;
+    bson_t *m = BCON_NEW("0", "{", "$match", "{", "operationType", BCON_UTF8("insert"), "}",
+                         "}");
+    bson_t spec = BSON_INITIALIZER;
+    open_arg_t a;
+
+    BSON_APPEND_BOOL(&spec, "allowToRunOnConfigDB", true);
+    memset(&a, 0, sizeof(a));
+    a.stage_spec = &spec;
+    a.rest = m;
+    a.coll = "shards";
+    a.start_at = cs->start_ts;
+    a.joining = true;
+    req.shard = "config";
+    bson_init(&req.cmd);
+    build_open(&a, NULL, "config", &req.cmd);
+    shl_router_send(c->r, op, "config", &req, 1, &res);
+    if (res.code != 0) {
+        *st = res.status;
+        SHL_ERR(res.code);
     }
+    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+    sh = &cs->shards[cs->nshards++];
+    memset(sh, 0, sizeof(*sh));
+    snprintf(sh->name, sizeof(sh->name), "config");
+    sh->topology = true;
+    SHL_ERR(take_reply(c->r, sh, &res.reply, "firstBatch", st));
+done:
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+    bson_destroy(&spec);
+    bson_destroy(m);
     return ret;
 }
 
@@ -818,7 +965,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
                 bson_append_iter(cs->open_spec, NULL, 0, &f);
             }
         }
-        cs->next_join_us = shl_clock_mono_us() + CS_JOIN_CHECK_MS * 1000;
+        cs->r = r;
     }
     snprintf(ns, sizeof(ns), "%s.%s", cs->db, cs->coll);
     SHL_ERR(shl_router_send_to_all(r, op, op->db, false, build_open, &a, &res, &nres, st));
@@ -852,10 +999,11 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
     c->change_stream = true;
     cs = NULL;
     SHL_ERR(ret);
+    SHL_ERR(open_topology(op, c, c->env_state, st));
     {
         cs_router_t *s = c->env_state;
         uint32_t n = 0;
-        release(s, &arr, &n, batch_size);
+        SHL_ERR(release_and_join(op, c, s, &arr, &n, batch_size, st));
         update_pbrt(s);
         if (n > 0) {
             ret = finish_events(op, s, &arr, st);

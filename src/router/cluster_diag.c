@@ -264,6 +264,58 @@ done:
     return ret;
 }
 
+/* ---- setClusterParameter / getClusterParameter ---- */
+
+/*
+ * changeStreamOptions (the only cluster parameter Shale has; db/pre_images.c) is set on the
+ * config server and every shard, each of which keeps it in its config.clusterParameters and
+ * applies it to its own pre-images; any failure fails the command with every node's error.
+ * A shard added later starts with the default ("off") until the next set.
+ */
+static int
+cmd_set_cluster_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    size_t n = 0;
+    shl_router_shard_result_t *res = NULL;
+    router_copy_as_t as = {cmd, "setClusterParameter", NULL};
+    bson_t raw = BSON_INITIALIZER;
+    int ret = 0;
+
+    (void)reply;
+    SHL_ERR(shl_router_send_to_all(r, op, "admin", true, router_build_copy_as, &as, &res, &n, st));
+    SHL_ERR(router_append_raw(r, res, n, &raw, st));
+done:
+    shl_router_scatter_results_free(res, n);
+    bson_destroy(&raw);
+    return ret;
+}
+
+/* The config server's values (the first target of the fan-out). */
+static int
+cmd_get_cluster_parameter(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    shl_router_t *r = shl_router_get(op);
+    size_t n = 0;
+    shl_router_shard_result_t *res = NULL;
+    router_copy_as_t as = {cmd, "getClusterParameter", NULL};
+    bson_iter_t it;
+    int ret = 0;
+
+    SHL_ERR(shl_router_send_to_all(r, op, "admin", true, router_build_copy_as, &as, &res, &n, st));
+    SHL_INVARIANT(n > 0);
+    if (res[0].res.code != 0) {
+        *st = res[0].res.status;
+        SHL_ERR(res[0].res.code);
+    }
+    if (bson_iter_init_find(&it, &res[0].res.reply, "clusterParameters")) {
+        bson_append_iter(reply, "clusterParameters", -1, &it);
+    }
+done:
+    shl_router_scatter_results_free(res, n);
+    return ret;
+}
+
 /* ---- connPoolStats / shardConnPoolStats ---- */
 
 /*
@@ -349,6 +401,16 @@ static const shl_command_t k_diag_commands[] = {
      cmd_fsync,
      SHL_CMD_ADMIN_ONLY,
      "invoke fsync on the config server and every shard"},
+    {"setClusterParameter",
+     {NULL},
+     cmd_set_cluster_parameter,
+     SHL_CMD_ADMIN_ONLY,
+     "set a cluster parameter on the config server and every shard"},
+    {"getClusterParameter",
+     {NULL},
+     cmd_get_cluster_parameter,
+     SHL_CMD_ADMIN_ONLY,
+     "read cluster parameters (the config server's)"},
     {"connPoolStats", {NULL}, cmd_conn_pool_stats, 0, "the router's connections to the cluster"},
     {"shardConnPoolStats",
      {NULL},

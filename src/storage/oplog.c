@@ -103,6 +103,12 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 
     bson_init(&cur);
     txn->fixed_ts = a->ts;
+    /* A transaction's ops (no entry of their own) keep no pre-images, as on the primary. */
+    txn->no_pre_images = a->entry == NULL;
+    if (a->entry != NULL && bson_iter_init_find(&it, a->entry, "wall") &&
+        BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        txn->fixed_wall_ms = bson_iter_date_time(&it);
+    }
     switch (a->op) {
     case 'i':
         if (!bson_iter_init_find(&it, &a->o, "_id")) {

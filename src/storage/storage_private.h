@@ -99,9 +99,10 @@ bool shl_prepare_interrupted(shl_status_t *st);
         }                                                                                          \
     } while (0)
 
-/* Collect one document write's oplog op in a multi-document transaction (write.c). */
+/* Collect one document write's oplog op in a multi-document transaction (write.c); 'desc'
+ * (may be NULL) is an update's updateDescription, kept in the op for change streams. */
 void shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                        const bson_t *o, const bson_t *o2);
+                        const bson_t *o, const bson_t *o2, const bson_t *desc);
 
 struct shl_storage_txn {
     shl_storage_engine_t *eng;
@@ -111,6 +112,9 @@ struct shl_storage_txn {
     uint64_t last_ts;  /* timestamp of the last write */
     uint64_t fixed_ts; /* replay: every write uses this ts and no oplog entry */
     int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
+    int64_t fixed_wall_ms; /* replay: the applied entry's 'wall' (0: the clock's), for
+                            * what derives from it (pre-images' operationTime) */
+    bool no_pre_images;    /* replay of a transaction's ops, which keep none (write.c) */
     int open_cursors;  /* record/index cursors not yet closed (invariant) */
     shl_rs_delta_t *deltas;
     size_t ndeltas, capdeltas;

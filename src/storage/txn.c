@@ -100,7 +100,7 @@ shl_txn_next_ts(shl_storage_txn_t *txn, uint64_t *ts, shl_status_t *st)
     }
     if (txn->fixed_ts != 0) {
         t = txn->fixed_ts;
-        txn->wall_ms = shl_clock_wall_ms();
+        txn->wall_ms = txn->fixed_wall_ms != 0 ? txn->fixed_wall_ms : shl_clock_wall_ms();
     } else {
         /* WiredTiger 3.2 accepts several increasing commit timestamps in one
          * transaction (each update takes the current one), as MongoDB uses for
@@ -388,7 +388,7 @@ shl_storage_txn_is_multi(const shl_storage_txn_t *txn)
 
 void
 shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                   const bson_t *o, const bson_t *o2)
+                   const bson_t *o, const bson_t *o2, const bson_t *desc)
 {
     bson_t *e = bson_new();
     char ops[2] = {op, '\0'};
@@ -401,6 +401,9 @@ shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_
     BSON_APPEND_DOCUMENT(e, "o", o);
     if (o2 != NULL) {
         BSON_APPEND_DOCUMENT(e, "o2", o2);
+    }
+    if (desc != NULL) {
+        BSON_APPEND_DOCUMENT(e, "updateDescription", desc);
     }
     if (txn->nops == txn->capops) {
         txn->capops = txn->capops ? txn->capops * 2 : 8;

@@ -11,6 +11,7 @@
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
+#include "bson/bson_util.h"
 #include "bson/update_description.h"
 
 /* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
@@ -33,8 +34,12 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     int ret = 0, wtret;
 
     if (txn->multi) {
-        /* One entry for the whole transaction is written when it commits or prepares. */
-        shl_txn_collect_op(txn, op, ns, uuid, o, o2);
+        /* One entry for the whole transaction is written when it commits or prepares; of the
+         * extra fields its ops keep only an update's description (change streams' update
+         * events). */
+        bson_t desc;
+        bool has_desc = extra != NULL && shl_bson_get_subdoc(extra, "updateDescription", &desc);
+        shl_txn_collect_op(txn, op, ns, uuid, o, o2, has_desc ? &desc : NULL);
         return 0;
     }
     if (tls_from_migrate && op != 'n') {
@@ -347,21 +352,16 @@ pre_images_enabled(const shl_collection_t *coll)
 }
 
 /*
- * The extra fields of an update or delete entry ('after' NULL): the caller's, then what change
- * streams read from it -- updateDescription (an update by operators) and preImage (a
- * collection with changeStreamPreAndPostImages). Not in a multi-document transaction, whose
- * ops are collected without extra fields.
+ * The extra fields of an update entry: the caller's, then updateDescription (an update by
+ * operators), which change streams read (a multi-document transaction's op keeps only that:
+ * shl_write_oplog_entry).
  */
 static void
-change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
-                     const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
+change_stream_fields(const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
                      bson_t *extra)
 {
     if (wo != NULL && wo->oplog_extra != NULL) {
         bson_concat(extra, wo->oplog_extra);
-    }
-    if (txn->multi) {
-        return;
     }
     if (after != NULL && wo != NULL && wo->describe_update) {
         bson_t desc = BSON_INITIALIZER;
@@ -369,9 +369,44 @@ change_stream_fields(const shl_storage_txn_t *txn, const shl_collection_t *coll,
         BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
         bson_destroy(&desc);
     }
-    if (pre_images_enabled(coll)) {
-        BSON_APPEND_DOCUMENT(extra, "preImage", before);
+}
+
+/*
+ * MongoDB's pre-image record: the document 'before' the write at 'ts' to a collection with
+ * changeStreamPreAndPostImages goes to config.system.preimages as {_id: {nsUUID, ts,
+ * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
+ * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
+ * runs this same code (replay mode) and writes the same record. None for a migration's
+ * writes (no event shows them), a transaction's ops (also when replayed), or a node without
+ * the collection.
+ */
+static int
+write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
+                uint64_t ts, shl_status_t *st)
+{
+    shl_collection_t *pc = NULL;
+    bson_t rec = BSON_INITIALIZER, id;
+    int ret = 0;
+
+    if (txn->multi || txn->no_pre_images || tls_from_migrate || !pre_images_enabled(coll)) {
+        goto done;
     }
+    pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
+    if (pc == NULL) {
+        goto done;
+    }
+    BSON_APPEND_DOCUMENT_BEGIN(&rec, "_id", &id);
+    shl_bson_append_uuid(&id, "nsUUID", coll->uuid);
+    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    bson_append_document_end(&rec, &id);
+    BSON_APPEND_DATE_TIME(&rec, "operationTime", txn->wall_ms);
+    BSON_APPEND_DOCUMENT(&rec, "preImage", before);
+    SHL_ERR(shl_doc_upsert_derived(txn, pc, &rec, NULL, st));
+done:
+    shl_collection_release(pc);
+    bson_destroy(&rec);
+    return ret;
 }
 
 int
@@ -430,7 +465,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, coll, wo, old_doc, new_doc, &extra);
+        change_stream_fields(wo, old_doc, new_doc, &extra);
         ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);
@@ -438,6 +473,7 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
             *wo->ts = ts;
         }
     }
+    SHL_ERR(write_pre_image(txn, coll, old_doc, ts, st));
 done:
     keysets_cleanup(oldk, n);
     keysets_cleanup(newk, n);
@@ -469,7 +505,11 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
         old_doc = &read;
     }
     bson_destroy(&o);
-    id_doc(old_doc, &o);
+    if (wo != NULL && wo->document_key != NULL) {
+        bson_copy_to(wo->document_key, &o);
+    } else {
+        id_doc(old_doc, &o);
+    }
     SHL_ERR(keys_for_all(coll, old_doc, &keys, st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
     for (size_t i = 0; i < coll->nindexes; i++) {
@@ -478,7 +518,7 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
         bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(txn, coll, wo, old_doc, NULL, &extra);
+        change_stream_fields(wo, old_doc, NULL, &extra);
         ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
         bson_destroy(&extra);
         SHL_ERR(ret);
@@ -486,6 +526,7 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
             *wo->ts = ts;
         }
     }
+    SHL_ERR(write_pre_image(txn, coll, old_doc, ts, st));
 done:
     keysets_cleanup(keys, coll->nindexes);
     bson_destroy(&read);

@@ -30,6 +30,10 @@ typedef struct shl_write_opts {
      * `updateDescription` (bson/update_description.h), which change streams report; entries
      * without it are replacements (docs/design/change_streams.md). */
     bool describe_update;
+    /* A delete on a sharded collection: the document's shard key fields and _id (MongoDB's
+     * documentKey), written as the 'd' entry's o instead of {_id}, which change streams
+     * report. Must hold the document's _id. Borrowed. */
+    const bson_t *document_key;
 } shl_write_opts_t;
 
 /*
@@ -39,6 +43,11 @@ typedef struct shl_write_opts {
  *     change streams hide). Thread-local; the caller turns it off again.
  */
 void shl_storage_set_from_migrate(bool on);
+
+/* Where updates and deletes of a collection with changeStreamPreAndPostImages keep the
+ * document before the write (MongoDB's name and record format; write.c write_pre_image). The
+ * data node creates it at startup; without it no pre-images are kept. */
+#define SHL_PREIMAGES_NS "config.system.preimages"
 
 /*
  * shl_doc_insert --

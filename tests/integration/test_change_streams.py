@@ -278,9 +278,16 @@ def test_transaction_events(client):
                 db.c.insert_one({"_id": 1}, session=sess)
                 db.c.insert_one({"_id": 2}, session=sess)
                 db.c.delete_one({"_id": 0}, session=sess)
+                db.c.update_one({"_id": 1}, {"$set": {"a": 1}}, session=sess)
+                db.c.replace_one({"_id": 2}, {"b": 1}, session=sess)
             lsid = sess.session_id
-        evs = [_next(s) for _ in range(3)]
-        assert [e["operationType"] for e in evs] == ["insert", "insert", "delete"]
+        evs = [_next(s) for _ in range(5)]
+        assert [e["operationType"] for e in evs] == [
+            "insert", "insert", "delete", "update", "replace"]
+        assert evs[3]["updateDescription"] == {"updatedFields": {"a": 1}, "removedFields": [],
+                                               "truncatedArrays": []}
+        assert "fullDocument" not in evs[3] and evs[4]["fullDocument"] == {"_id": 2, "b": 1}
+        evs = evs[:3]
         assert len({e["clusterTime"] for e in evs}) == 1
         assert all(e["lsid"] == evs[0]["lsid"] and "id" in e["lsid"] for e in evs)
         assert evs[0]["lsid"]["id"].bytes == bytes(lsid["id"])
@@ -325,10 +332,17 @@ def test_periodic_noop_writer(shale_process):
 def test_history_lost_after_oplog_truncation(shale_process):
     from shale_fixtures import wait_until
     p = shale_process(["node", "--replSet", "rs0", "--oplogSize", "1",
-                       "--setParameter", "syncdelay=1"], name="cstrunc")
+                       "--setParameter", "syncdelay=1",
+                       "--setParameter", "expiredChangeStreamPreImageRemovalJobSleepSecs=1"],
+                      name="cstrunc")
     cl = p.client()
     db = cl.test
     db.c.insert_one({"_id": "first"})
+    # A pre-image lives as long as its oplog entry (expireAfterSeconds "off").
+    db.create_collection("p", changeStreamPreAndPostImages={"enabled": True})
+    db.p.insert_one({"_id": 1})
+    db.p.update_one({"_id": 1}, {"$set": {"v": 1}})
+    assert cl.config["system.preimages"].count_documents({}) == 1
     r = db.command({"aggregate": "c", "pipeline": [{"$changeStream": {}}], "cursor": {}})
     with db.c.watch(max_await_time_ms=100) as s:
         db.c.insert_one({"_id": 0})
@@ -347,6 +361,8 @@ def test_history_lost_after_oplog_truncation(shale_process):
     with pytest.raises(OperationFailure) as e:
         db.c.watch(resume_after=tok).try_next()
     assert e.value.code == 286
+    wait_until(lambda: cl.config["system.preimages"].count_documents({}) == 0, timeout=10,
+               what="the pre-image to go with its oplog entry")
 
 
 def _raw_stream(db, coll, **spec):
@@ -381,6 +397,14 @@ def test_pre_images(client):
     assert [e["operationType"] for e in evs] == ["update", "replace", "delete"]
     assert [e["fullDocumentBeforeChange"] for e in evs] == [
         {"_id": 1, "v": 1}, {"_id": 1, "v": 2}, {"_id": 1, "w": 3}]
+    # Kept as MongoDB keeps them: config.system.preimages, not in the oplog entry.
+    from bson.binary import Binary
+    uuid = Binary(opts["info"]["uuid"].bytes, 4)
+    recs = list(client.config["system.preimages"].find({"_id.nsUUID": uuid}).sort("_id.ts", 1))
+    assert [r["preImage"] for r in recs] == [e["fullDocumentBeforeChange"] for e in evs]
+    assert [r["_id"]["ts"] for r in recs] == [e["clusterTime"] for e in evs]
+    assert all(r["_id"]["applyOpsIndex"] == 0 and "operationTime" in r for r in recs)
+    assert client.local["oplog.rs"].count_documents({"ui": uuid, "preImage": {"$exists": 1}}) == 0
     # A collection without the option: whenAvailable gives null, required fails.
     cid = _raw_stream(db, "q", fullDocumentBeforeChange="whenAvailable")
     db.q.update_one({"_id": 1}, {"$set": {"v": 2}})
@@ -398,3 +422,80 @@ def test_pre_images(client):
     with pytest.raises(OperationFailure) as e:
         db.command("collMod", "q", changeStreamPreAndPostImages={"on": True})
     assert e.value.code == 40415
+
+
+def test_pre_images_expire(shale_process):
+    from shale_fixtures import wait_until
+    p = shale_process(["node", "--replSet", "rs0", "--setParameter",
+                       "expiredChangeStreamPreImageRemovalJobSleepSecs=1"], name="cspre")
+    cl = p.client()
+    admin = cl.admin
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["_id"] == "changeStreamOptions"
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": "off"}
+    for bad, code in [({"preAndPostImages": {"expireAfterSeconds": -1}}, 2),
+                      ({"preAndPostImages": {"other": 1}}, 40415)]:
+        with pytest.raises(OperationFailure) as e:
+            admin.command("setClusterParameter", {"changeStreamOptions": bad})
+        assert e.value.code == code
+    with pytest.raises(OperationFailure) as e:
+        admin.command("setClusterParameter", {"noSuchParameter": {}})
+    assert e.value.code == 4
+    db = cl.test
+    db.create_collection("p", changeStreamPreAndPostImages={"enabled": True})
+    db.p.insert_one({"_id": 1, "v": 0})
+    with cl.start_session() as sess:
+        db.p.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=sess)
+        t_update = sess.operation_time
+    pre = cl.config["system.preimages"]
+    assert pre.count_documents({}) == 1
+    # "off": they live as long as the oplog holds their entry.
+    import time
+    time.sleep(1.5)  # a remover pass (every second here) keeps it
+    assert pre.count_documents({}) == 1
+    admin.command("setClusterParameter",
+                  {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 1}}})
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 1}
+    assert got[0]["clusterParameterTime"].time > 0
+    wait_until(lambda: pre.count_documents({}) == 0, timeout=10, what="the pre-image to expire")
+    # The event is still in the oplog, its pre-image expired: whenAvailable gives null.
+    r = db.command({"aggregate": "p", "cursor": {}, "pipeline": [{"$changeStream": {
+        "startAtOperationTime": t_update, "fullDocumentBeforeChange": "whenAvailable"}}]})
+    ev = (r["cursor"]["firstBatch"] or _raw_next(db, "p", r["cursor"]["id"], 1))[0]
+    assert ev["clusterTime"] == t_update and ev["fullDocumentBeforeChange"] is None
+
+
+def test_split_large_event(client):
+    db = client.cs13
+    db.drop_collection("big")
+    db.create_collection("big", changeStreamPreAndPostImages={"enabled": True})
+    db.big.insert_one({"_id": 1, "a": "x" * (9 << 20)})
+    spec = {"fullDocument": "required", "fullDocumentBeforeChange": "required"}
+    plain = _raw_stream(db, "big", **spec)
+    r = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": spec}, {"$changeStreamSplitLargeEvent": {}}]})
+    split = r["cursor"]["id"]
+    db.big.replace_one({"_id": 1}, {"b": "y" * (9 << 20)})   # an 18 MB event
+    # Without the stage: BSONObjectTooLarge, as MongoDB.
+    with pytest.raises(OperationFailure) as e:
+        _raw_next(db, "big", plain, 1)
+    assert e.value.code == 10334
+    frags = _raw_next(db, "big", split, 2)
+    assert [f["splitEvent"] for f in frags] == [{"fragment": 1, "of": 2}, {"fragment": 2, "of": 2}]
+    assert list(frags[0])[:2] == ["_id", "splitEvent"]
+    assert frags[0]["operationType"] == "replace" and frags[0]["fullDocument"]["b"][:1] == "y"
+    assert frags[1]["fullDocumentBeforeChange"]["a"][:1] == "x"
+    tokens = [f["_id"]["_data"] for f in frags]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 2
+    # Resuming from the first fragment gives the second.
+    r = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": dict(spec, resumeAfter=frags[0]["_id"])},
+        {"$changeStreamSplitLargeEvent": {}}]})
+    rest = r["cursor"]["firstBatch"] or _raw_next(db, "big", r["cursor"]["id"], 1)
+    assert rest[0]["_id"] == frags[1]["_id"] and rest[0]["splitEvent"]["fragment"] == 2
+    # Only as the last stage.
+    with pytest.raises(OperationFailure) as e:
+        db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+            {"$changeStream": {}}, {"$changeStreamSplitLargeEvent": {}}, {"$match": {}}]})
+    assert e.value.code == 7182802

@@ -59,6 +59,8 @@ def test_sharded_collection_merged_in_order(c):
         assert evs[20]["operationType"] == "update"
         assert evs[20]["updateDescription"]["updatedFields"] == {"y": 1}
         assert evs[21]["operationType"] == "delete"
+        # As MongoDB: a delete's entry holds the shard key, so its documentKey has it too.
+        assert evs[21]["documentKey"] == {"x": -1, "_id": 100}
         tokens = [e["_id"]["_data"] for e in evs]
         assert tokens == sorted(tokens)
     # Resume from the middle: the rest, in order, from both shards.
@@ -218,6 +220,7 @@ def test_node_driver_watch(c):
     assert r["types"] == ["insert", "update", "delete"]
     assert r["updated"] == {"a": 2}
     assert r["resumed"] == "update"
+    assert r["preImage"] == {"_id": 1, "v": 1}
 
 
 def test_update_lookup_across_a_migration(c):
@@ -257,6 +260,34 @@ def test_update_lookup_across_a_migration(c):
     assert e.value.code == 20
 
 
+def test_pre_images_through_router(c):
+    r = c.router_client()
+    admin = r.admin
+    admin.command("setClusterParameter",
+                  {"changeStreamOptions": {"preAndPostImages": {"expireAfterSeconds": 3600}}})
+    got = admin.command("getClusterParameter", "changeStreamOptions")["clusterParameters"]
+    assert got[0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    for sh in c.shards:
+        got = sh.client().admin.command("getClusterParameter", "changeStreamOptions")
+        assert got["clusterParameters"][0]["preAndPostImages"] == {"expireAfterSeconds": 3600}
+    coll = _sharded(r, "csc9", "p")
+    r.csc9.command("collMod", "p", changeStreamPreAndPostImages={"enabled": True})
+    coll.insert_many([{"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}])
+    cid = r.csc9.command({"aggregate": "p", "cursor": {}, "pipeline": [
+        {"$changeStream": {"fullDocumentBeforeChange": "required"}}]})["cursor"]["id"]
+    coll.update_one({"x": -1}, {"$inc": {"v": 1}})
+    coll.update_one({"x": 1}, {"$inc": {"v": 1}})
+    coll.delete_one({"x": -1})
+    evs = []
+    for _ in range(50):
+        evs += r.csc9.command({"getMore": cid, "collection": "p",
+                               "maxTimeMS": 300})["cursor"]["nextBatch"]
+        if len(evs) >= 3:
+            break
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "x": -1, "v": 0}, {"_id": 2, "x": 1, "v": 0}, {"_id": 1, "x": -1, "v": 1}]
+
+
 def test_new_shard_joins_an_open_stream(c):
     import os
     from shale_fixtures import ShaleProcess
@@ -272,17 +303,15 @@ def test_new_shard_joins_an_open_stream(c):
             r.admin.command("addShard", "shardNew/" + p.host, name="shardNew")
             r.admin.command("split", "csc8.n", middle={"x": 100})
             r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shardNew")
-            # The router looks for new shards once a second (a write on the new shard before
-            # that may be released out of order; docs/design/change_streams.md).
-            from shale_fixtures import wait_until
-            wait_until(lambda: s.try_next() is None and
-                       "change stream opened on a new shard" in c.router.read_log(),
-                       timeout=15, what="the stream to join the new shard")
+            # At once, no waiting: the router learns of the shard from the config server's
+            # topology stream, whose high-water mark holds back every event after the
+            # addShard until the new shard's stream is open, so its write comes in order.
             coll.insert_one({"_id": 2, "x": 150})   # on the new shard
             coll.insert_one({"_id": 3, "x": -2})
             evs = [_next(s) for _ in range(2)]
             assert [e["documentKey"]["_id"] for e in evs] == [2, 3]
             assert p.client().csc8.n.find_one({"_id": 2}) is not None
+            assert "change stream opened on a new shard" in c.router.read_log()
     finally:
         r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shard1")
         try:
@@ -290,3 +319,4 @@ def test_new_shard_joins_an_open_stream(c):
         except pymongo.errors.PyMongoError:
             pass
         p.stop()
+

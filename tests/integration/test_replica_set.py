@@ -140,6 +140,23 @@ def test_writes_replicate_to_secondaries(rs):
     assert mine["ts"] == top["ts"] and mine["op"] == "i" and mine["ui"] == top["ui"]
 
 
+def test_secondaries_keep_change_stream_pre_images(rs):
+    """A pre-image is written with its update; secondaries write it while applying the entry
+    (as MongoDB's), so a stream on any member finds it (issue 21)."""
+    primary, s1, s2 = rs
+    db = direct(primary).test
+    db.create_collection("pre", changeStreamPreAndPostImages={"enabled": True})
+    coll = db.get_collection("pre", write_concern=WriteConcern(w=3, wtimeout=10000))
+    coll.insert_one({"_id": 1, "v": 1})
+    coll.update_one({"_id": 1}, {"$set": {"v": 2}})
+    coll.delete_one({"_id": 1})
+    want = list(direct(primary).config["system.preimages"].find({}, sort=[("_id.ts", 1)]))
+    assert [r["preImage"] for r in want[-2:]] == [{"_id": 1, "v": 1}, {"_id": 1, "v": 2}]
+    for sec in (s1, s2):
+        got = direct(sec, readPreference="secondaryPreferred").config["system.preimages"]
+        assert list(got.find({}, sort=[("_id.ts", 1)])) == want
+
+
 def test_driver_discovers_the_set(rs):
     c = set_client(rs)
     c.test.disc.insert_one({"_id": 1, "x": "y"})

@@ -1,6 +1,8 @@
 // Change streams with the Node.js driver through a router: watch() on a collection sees an
 // insert, an update (with its description) and a delete in order, and a stream resumed from
-// the first event's token starts at the second. Usage: node change_streams.js <uri>.
+// the first event's token starts at the second; with changeStreamPreAndPostImages a
+// fullDocumentBeforeChange: 'required' stream gets the pre-image of an update (kept in
+// config.system.preimages). Usage: node change_streams.js <uri>.
 const { MongoClient } = require('mongodb');
 
 async function nextEvent(stream) {
@@ -28,6 +30,16 @@ async function main() {
   const resumed = coll.watch([], { resumeAfter: evs[0]._id, maxAwaitTimeMS: 200 });
   out.resumed = (await nextEvent(resumed)).operationType;
   await resumed.close();
+  const db = client.db('csnode');
+  await db.createCollection('pre', { changeStreamPreAndPostImages: { enabled: true } });
+  const pre = db.collection('pre');
+  await pre.insertOne({ _id: 1, v: 1 });
+  const ps = pre.watch([], { fullDocumentBeforeChange: 'required', maxAwaitTimeMS: 200 });
+  await ps.tryNext();
+  await pre.updateOne({ _id: 1 }, { $set: { v: 2 } });
+  const pev = await nextEvent(ps);
+  out.preImage = pev.fullDocumentBeforeChange;
+  await ps.close();
   await client.close();
   console.log(JSON.stringify(out));
 }
