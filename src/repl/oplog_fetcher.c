@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
@@ -21,6 +22,10 @@
 /* Pause after an error before trying again. */
 #define RETRY_MS 200
 
+/* MongoDB's fail point: the fetcher fetches nothing (what a batch brought while it is on is
+ * dropped, not applied), so a test can make a primary write entries no one receives. */
+SHL_FAILPOINT_DEFINE(stopReplProducer)
+
 typedef struct fetcher {
     repl_coord_t *rc;
     char host[256];
@@ -28,6 +33,8 @@ typedef struct fetcher {
     int64_t cursor_id;
     uint64_t applied;    /* the newest entry applied here */
     uint64_t fetch_from; /* the next find starts here (an entry we have, or the set's first) */
+    bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
+    uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
 } fetcher_t;
 
 /* The array at 'it' as a view. */
@@ -79,7 +86,9 @@ choose_source(fetcher_t *f)
     bool ok = false;
 
     pthread_mutex_lock(&rc->mu);
-    if (atomic_load(&rc->state) == SHL_REPL_SECONDARY && rc->primary >= 0 &&
+    if ((atomic_load(&rc->state) == SHL_REPL_SECONDARY ||
+         atomic_load(&rc->state) == SHL_REPL_RECOVERING) &&
+        rc->primary >= 0 &&
         rc->primary != rc->self) {
         if (strcmp(f->host, rc->cfg.members[rc->primary].host) != 0) {
             snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[rc->primary].host);
@@ -164,6 +173,7 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         if (first) {
             first = false;
             if (ts != f->fetch_from) {
+                f->diverged = true;
                 SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                          "our last optime is not in the sync source's oplog");
             }
@@ -192,6 +202,10 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         repl_coord_pin_applied(rc, last);
         repl_coord_self_progress(rc, last, last);
         report_position(f);
+        if (f->min_valid != 0 && last >= f->min_valid) {
+            f->min_valid = 0;
+            repl_coord_set_state(rc, SHL_REPL_SECONDARY);
+        }
     }
 done:
     for (size_t i = 0; i < n; i++) {
@@ -233,6 +247,10 @@ fetch_once(fetcher_t *f, shl_status_t *st)
     }
     bson_destroy(&reply);
     SHL_ERR(shl_client_conn_run(f->conn, "local", &req, AWAIT_MS + 5000, &reply, st));
+    if (SHL_FAILPOINT_FIRES(stopReplProducer)) {
+        drop_source(f);
+        goto done;
+    }
     if (!shl_bson_get_subdoc(&reply, "cursor", &cursor) ||
         !bson_iter_init_find(&it, &cursor, "id")) {
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a cursor");
@@ -243,6 +261,7 @@ fetch_once(fetcher_t *f, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a batch");
     }
     if (first && bson_count_keys(&batch) == 0) {
+        f->diverged = true;
         SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                  "our last optime is not in the sync source's oplog");
     }
@@ -277,7 +296,7 @@ repl_fetcher_main(void *arg)
     while (!f.rc->stop) {
         shl_status_t st = SHL_STATUS_INIT;
 
-        if (!choose_source(&f)) {
+        if (SHL_FAILPOINT_FIRES(stopReplProducer) || !choose_source(&f)) {
             if (!pause_ms(f.rc, RETRY_MS)) {
                 break;
             }
@@ -290,6 +309,18 @@ repl_fetcher_main(void *arg)
                          BCON_TIMESTAMP(SHL_TS_SECS(f.applied), SHL_TS_INC(f.applied)), "stable",
                          BCON_TIMESTAMP(SHL_TS_SECS(stable), SHL_TS_INC(stable)));
             drop_source(&f);
+            if (f.diverged) {
+                uint64_t common = 0;
+                f.diverged = false;
+                shl_status_clear(&st);
+                if (repl_rollback_run(f.rc, f.host, &common, &f.min_valid, &st) == 0) {
+                    f.applied = common;
+                    f.fetch_from = common;
+                    continue;
+                }
+                SHL_LOG_WARNING(REPL, 2180011, "rollback failed", "source", BCON_UTF8(f.host),
+                                "error", BCON_UTF8(st.reason));
+            }
             if (!pause_ms(f.rc, st.code == SHL_CODE_OPLOG_START_MISSING ? 1000 : RETRY_MS)) {
                 break;
             }

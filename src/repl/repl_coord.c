@@ -255,6 +255,36 @@ repl_coord_become_primary_locked(repl_coord_t *rc)
 }
 
 void
+repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state)
+{
+    pthread_mutex_lock(&rc->mu);
+    if (atomic_load(&rc->state) != (int)state) {
+        atomic_store(&rc->state, state);
+        if (rc->self >= 0) {
+            rc->members[rc->self].state = state;
+        }
+        pthread_cond_broadcast(&rc->progress);
+        pthread_mutex_unlock(&rc->mu);
+        shl_topology_change(rc->svc, false);
+        return;
+    }
+    pthread_mutex_unlock(&rc->mu);
+}
+
+void
+repl_coord_rolled_back(repl_coord_t *rc, uint64_t common)
+{
+    pthread_mutex_lock(&rc->mu);
+    if (rc->self >= 0) {
+        rc->members[rc->self].applied = common;
+        rc->members[rc->self].durable = common;
+    }
+    rc->stepped_down = false;
+    pthread_mutex_unlock(&rc->mu);
+    repl_coord_set_state(rc, SHL_REPL_RECOVERING);
+}
+
+void
 repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
 {
     pthread_mutex_lock(&rc->mu);

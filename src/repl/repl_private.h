@@ -169,6 +169,29 @@ void repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied);
 /* repl_coord_pin_applied_locked -- as repl_coord_pin_applied, with mu held. */
 void repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied);
 
+/* repl_coord_set_state -- move this node to 'state' (not PRIMARY: elections do that) and
+ * tell awaitable hellos. Takes mu. */
+void repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state);
+
+/* repl_coord_rolled_back -- this node rolled its oplog back to 'common': its position is
+ * there again and it is RECOVERING until it has applied the source's entries up to the
+ * rollback's minValid (the fetcher then makes it SECONDARY). Takes mu. */
+void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common);
+
+/*
+ * repl_rollback_run --
+ *     Roll this node's oplog back to the newest entry it shares with 'host' (rollback.c,
+ *     docs/design/replication.md "Rollback"): state ROLLBACK, the common point in *common,
+ *     our versions of the documents touched after it saved to <dbpath>/rollback/, the
+ *     source's versions written in their place, a checkpoint, the later entries removed from
+ *     the oplog; then RECOVERING until the source's top at the time, *min_valid, is applied.
+ *     Runs on the fetcher thread (nothing else applies meanwhile). Blocks on the network.
+ *     Errors: OplogStartMissing (no common point: a resync is needed), network and storage
+ *     errors (the node goes back to SECONDARY and the fetcher tries again).
+ */
+int repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t *min_valid,
+                      shl_status_t *st);
+
 /* repl_coord_become_primary_locked -- this node won an election in rc->term: state PRIMARY,
  * electionId, no stable pin. With mu held. */
 void repl_coord_become_primary_locked(repl_coord_t *rc);
