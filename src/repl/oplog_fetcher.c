@@ -87,7 +87,8 @@ choose_source(fetcher_t *f)
 
     pthread_mutex_lock(&rc->mu);
     if ((atomic_load(&rc->state) == SHL_REPL_SECONDARY ||
-         atomic_load(&rc->state) == SHL_REPL_RECOVERING) &&
+         atomic_load(&rc->state) == SHL_REPL_RECOVERING ||
+         atomic_load(&rc->state) == SHL_REPL_STARTUP2) &&
         rc->primary >= 0 &&
         rc->primary != rc->self) {
         if (strcmp(f->host, rc->cfg.members[rc->primary].host) != 0) {
@@ -203,6 +204,10 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         repl_coord_self_progress(rc, last, last);
         report_position(f);
         if (f->min_valid != 0 && last >= f->min_valid) {
+            if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
+                SHL_ERR(repl_coord_initial_sync_done(rc, st));
+                SHL_LOG_INFO(REPL, 2180042, "initial sync done");
+            }
             f->min_valid = 0;
             repl_coord_set_state(rc, SHL_REPL_SECONDARY);
         }
@@ -300,6 +305,22 @@ repl_fetcher_main(void *arg)
             if (!pause_ms(f.rc, RETRY_MS)) {
                 break;
             }
+            continue;
+        }
+        if (f.rc->initial_sync) {
+            uint64_t begin = 0;
+            if (repl_initial_sync(f.rc, f.host, &begin, &f.min_valid, &st) != 0) {
+                SHL_LOG_WARNING(REPL, 2180012, "initial sync failed, trying again", "source",
+                                BCON_UTF8(f.host), "error", BCON_UTF8(st.reason));
+                if (!pause_ms(f.rc, 1000)) {
+                    break;
+                }
+                continue;
+            }
+            atomic_store(&f.rc->initial_sync, false);
+            drop_source(&f);
+            f.applied = begin - 1;
+            f.fetch_from = begin;
             continue;
         }
         if (fetch_once(&f, &st) != 0) {

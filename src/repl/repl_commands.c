@@ -575,7 +575,36 @@ done:
     return ret;
 }
 
+static int
+note_entry(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    return shl_oplog_append(txn, 'n', "", NULL, arg, NULL, NULL, NULL, st);
+}
+
+/* appendOplogNote {data: <document>}: a no-op entry carrying 'data' (initial sync uses one to
+ * mark where it starts fetching). */
+static int
+cmd_append_oplog_note(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    bson_t data;
+    int ret = 0;
+
+    (void)reply;
+    if (rc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    if (!shl_bson_get_subdoc(cmd, "data", &data)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "appendOplogNote needs a 'data' document");
+    }
+    SHL_ERR(shl_storage_write_retry(rc->eng, note_entry, &data, NULL, st));
+done:
+    return ret;
+}
+
 static const shl_command_t repl_commands[] = {
+    {"appendOplogNote", {NULL}, cmd_append_oplog_note, SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY,
+     "write a no-op entry with the given data to the oplog"},
     {"replSetStepDown", {NULL}, cmd_step_down, SHL_CMD_ADMIN_ONLY,
      "the primary steps down and does not stand for stepDownSecs"},
     {"replSetRequestVotes", {NULL}, cmd_request_votes, SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,

@@ -294,6 +294,8 @@ repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
     pthread_mutex_unlock(&rc->mu);
 }
 
+static int newest_replicated(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st);
+
 static void
 set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint64_t begin_ts)
 {
@@ -347,10 +349,20 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
     BSON_APPEND_UTF8(&begin, "_id", "minvalid");
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", primary);
+    /* A member given the configuration by a heartbeat joins the set: it copies the set's
+     * data first, and a restart before that finished starts the copy again (MongoDB's
+     * initialSyncFlag). */
+    BSON_APPEND_BOOL(&begin, "initialSync", !primary);
     SHL_ERR(shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
     pthread_mutex_lock(&rc->mu);
     set_config_locked(rc, cfg, primary, begin_ts);
     rc->initiator = primary;
+    /* A member with none of the set's entries copies the set's data first. */
+    if (!primary && rc->self >= 0 && !rc->cfg.members[rc->self].arbiter) {
+        rc->initial_sync = true;
+        atomic_store(&rc->state, SHL_REPL_STARTUP2);
+        rc->members[rc->self].state = SHL_REPL_STARTUP2;
+    }
     ret = repl_coord_start_threads_locked(rc, st);
     pthread_mutex_unlock(&rc->mu);
     SHL_LOG_INFO(REPL, 2180001, "installed replica set configuration", "config",
@@ -358,6 +370,25 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
                  BCON_UTF8(shl_repl_state_name((shl_repl_state_t)atomic_load(&rc->state))));
     shl_topology_change(rc->svc, false);
 done:
+    bson_destroy(&begin);
+    return ret;
+}
+
+int
+repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st)
+{
+    bson_t begin = BSON_INITIALIZER;
+    uint64_t begin_ts;
+    int ret;
+
+    pthread_mutex_lock(&rc->mu);
+    begin_ts = rc->begin_ts;
+    pthread_mutex_unlock(&rc->mu);
+    BSON_APPEND_UTF8(&begin, "_id", "minvalid");
+    BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
+    BSON_APPEND_BOOL(&begin, "initiator", false);
+    BSON_APPEND_BOOL(&begin, "initialSync", false);
+    ret = shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
     bson_destroy(&begin);
     return ret;
 }
@@ -738,13 +769,15 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     if (found) {
         repl_config_t cfg;
         uint64_t begin_ts = 0, last = 0;
-        bool primary, initiator = false;
+        bool primary, initiator = false, initial_sync = false;
         bson_destroy(&begin);
         SHL_ERR(shl_stored_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
         if (found_begin) {
             bson_iter_t bit;
             begin_ts = repl_optime_ts(&begin, "begin");
             initiator = bson_iter_init_find(&bit, &begin, "initiator") && bson_iter_as_bool(&bit);
+            initial_sync =
+                bson_iter_init_find(&bit, &begin, "initialSync") && bson_iter_as_bool(&bit);
         }
         ret = repl_config_parse(&doc, false, &cfg, st);
         if (ret != 0) {
@@ -761,6 +794,12 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
         set_config_locked(rc, &cfg, primary, begin_ts);
         rc->initiator = initiator;
         repl_election_load(rc);
+        if (!primary && rc->self >= 0 && initial_sync && !rc->cfg.members[rc->self].arbiter) {
+            /* Stopped before an initial sync finished: start it again. */
+            rc->initial_sync = true;
+            atomic_store(&rc->state, SHL_REPL_STARTUP2);
+            rc->members[rc->self].state = SHL_REPL_STARTUP2;
+        }
         if (!primary && rc->self >= 0) {
             uint64_t applied = last >= begin_ts ? last : begin_ts - 1;
             pin_stable_locked(rc, applied);

@@ -129,6 +129,7 @@ typedef struct repl_coord {
     int64_t last_primary_seen_us; /* monotonic: the last heartbeat from a primary */
     int64_t election_offset_ms;   /* random part of the election timeout */
     bool stepped_down;            /* a former primary (rollback is not implemented yet) */
+    atomic_bool initial_sync;     /* none of the set's data here yet: clone it (initial_sync.c) */
     int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
 
     pthread_t heartbeat_thread;
@@ -177,6 +178,39 @@ void repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state);
  * there again and it is RECOVERING until it has applied the source's entries up to the
  * rollback's minValid (the fetcher then makes it SECONDARY). Takes mu. */
 void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common);
+
+#define REPL_SOURCE_TIMEOUT_MS 10000
+
+/*
+ * repl_source_find --
+ *     Run 'cmd' (a find, or a command answering a cursor: listDatabases excepted) on 'host' in
+ *     'db' with the coordinator's pool, following getMores until the cursor is exhausted, and
+ *     hand every document to 'fn' (a view valid for the call). Blocks on the network.
+ *     Errors: network errors, the command's own, ProtocolError for a reply without a cursor.
+ */
+int repl_source_find(repl_coord_t *rc, const char *host, const char *db, const bson_t *cmd,
+                     void (*fn)(const bson_t *doc, void *arg), void *arg, shl_status_t *st);
+
+/* repl_source_top -- the ts of 'host''s newest oplog entry in *top. Errors: those of
+ * repl_source_find. */
+int repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st);
+
+/*
+ * repl_initial_sync --
+ *     Copy the set's data from 'host' (initial_sync.c, docs/design/replication.md "Initial
+ *     sync"): appendOplogNote there, its newest entry becomes *begin (this member's stable
+ *     timestamp is pinned below it); every database here but local is dropped; every database,
+ *     collection (UUID, options), index and document of the source is cloned at *begin; *min_valid
+ *     is the source's newest entry after the clone. The caller then fetches from *begin and
+ *     stays STARTUP2 until *min_valid is applied. Runs on the fetcher thread. Blocks.
+ *     Errors: InitialSyncFailure, network and storage errors (the caller tries again).
+ */
+int repl_initial_sync(repl_coord_t *rc, const char *host, uint64_t *begin, uint64_t *min_valid,
+                      shl_status_t *st);
+
+/* repl_coord_initial_sync_done -- the initial sync reached its minValid: clear the flag that
+ * makes a restart copy the data again. Writes local.replset.minvalid. Errors: storage. */
+int repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st);
 
 /*
  * repl_rollback_run --

@@ -26,7 +26,6 @@
 #define CHUNK 256
 /* How far back (entries) a common point is looked for before giving up (a resync is needed). */
 #define MAX_SCANNED 100000
-#define SOURCE_TIMEOUT_MS 10000
 
 typedef struct optime {
     uint64_t ts;
@@ -63,62 +62,6 @@ is_local_entry(const bson_t *e)
 
     return bson_iter_init_find(&it, e, "ns") && BSON_ITER_HOLDS_UTF8(&it) &&
            strncmp(bson_iter_utf8(&it, NULL), "local.", 6) == 0;
-}
-
-/* Run 'cmd' (a find on the source) and hand every document of every batch to 'fn'. */
-static int
-source_find(repl_coord_t *rc, const char *host, const char *db, const bson_t *cmd,
-            void (*fn)(const bson_t *doc, void *arg), void *arg, shl_status_t *st)
-{
-    shl_client_conn_t *conn = NULL;
-    bson_t reply = BSON_INITIALIZER, more = BSON_INITIALIZER, cursor;
-    const bson_t *req = cmd;
-    char coll[256] = "";
-    int64_t id = 1;
-    bool first = true;
-    int ret = 0;
-
-    SHL_ERR(shl_conn_pool_checkout(rc->pool, host, SOURCE_TIMEOUT_MS, &conn, st));
-    while (id != 0) {
-        bson_iter_t it, b;
-        bson_destroy(&reply);
-        SHL_ERR(shl_client_conn_run(conn, db, req, SOURCE_TIMEOUT_MS, &reply, st));
-        if (!shl_bson_get_subdoc(&reply, "cursor", &cursor) ||
-            !bson_iter_init_find(&it, &cursor, "id")) {
-            SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "find reply without a cursor");
-        }
-        id = bson_iter_as_int64(&it);
-        if (first && bson_iter_init_find(&it, &cursor, "ns") && BSON_ITER_HOLDS_UTF8(&it)) {
-            const char *dot = strchr(bson_iter_utf8(&it, NULL), '.');
-            snprintf(coll, sizeof(coll), "%s", dot != NULL ? dot + 1 : "");
-        }
-        if (bson_iter_init_find(&it, &cursor, first ? "firstBatch" : "nextBatch") &&
-            BSON_ITER_HOLDS_ARRAY(&it) && bson_iter_recurse(&it, &b)) {
-            while (bson_iter_next(&b)) {
-                const uint8_t *data;
-                uint32_t len;
-                bson_t doc;
-                if (BSON_ITER_HOLDS_DOCUMENT(&b)) {
-                    bson_iter_document(&b, &len, &data);
-                    if (bson_init_static(&doc, data, len)) {
-                        fn(&doc, arg);
-                    }
-                }
-            }
-        }
-        first = false;
-        bson_reinit(&more);
-        BSON_APPEND_INT64(&more, "getMore", id);
-        BSON_APPEND_UTF8(&more, "collection", coll);
-        req = &more;
-    }
-done:
-    if (conn != NULL) {
-        shl_conn_pool_checkin(rc->pool, conn);
-    }
-    bson_destroy(&reply);
-    bson_destroy(&more);
-    return ret;
 }
 
 typedef struct optimes {
@@ -161,7 +104,7 @@ source_optimes(repl_coord_t *rc, const char *host, uint64_t lo, uint64_t hi, opt
     BSON_APPEND_INT32(&proj, "_id", 0);
     bson_append_document_end(&cmd, &proj);
     BSON_APPEND_INT32(&cmd, "batchSize", 10000);
-    ret = source_find(rc, host, "local", &cmd, collect_optime, out, st);
+    ret = repl_source_find(rc, host, "local", &cmd, collect_optime, out, st);
     bson_destroy(&cmd);
     return ret;
 }
@@ -441,7 +384,7 @@ refetch_doc(repl_coord_t *rc, const char *host, const rb_doc_t *d, uint64_t ts, 
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_INT32(&cmd, "limit", 1);
     BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    SHL_ERR(source_find(rc, host, db, &cmd, keep_doc, &theirs, st));
+    SHL_ERR(repl_source_find(rc, host, db, &cmd, keep_doc, &theirs, st));
     bson_destroy(&entry);
     shl_oplog_entry_build(&entry, theirs.found ? 'i' : 'd', d->ns, coll->uuid,
                           theirs.found ? &theirs.doc : d->id, NULL, ts, rc->term,
@@ -458,40 +401,6 @@ done:
     bson_destroy(&cmd);
     bson_destroy(&entry);
     bson_destroy(&theirs.doc);
-    return ret;
-}
-
-static void
-keep_ts(const bson_t *doc, void *arg)
-{
-    uint64_t *ts = arg;
-    uint64_t t = repl_optime_ts(doc, "ts");
-
-    if (t > *ts) {
-        *ts = t;
-    }
-}
-
-/* The source's newest oplog entry: once we applied it, the refetched documents agree with
- * the set again (MongoDB's minValid). */
-static int
-source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
-{
-    bson_t cmd = BSON_INITIALIZER, hint, proj;
-    int ret;
-
-    *top = 0;
-    BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "hint", &hint);
-    BSON_APPEND_INT32(&hint, "$natural", -1);
-    bson_append_document_end(&cmd, &hint);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
-    BSON_APPEND_INT32(&proj, "ts", 1);
-    bson_append_document_end(&cmd, &proj);
-    BSON_APPEND_INT32(&cmd, "limit", 1);
-    BSON_APPEND_BOOL(&cmd, "singleBatch", true);
-    ret = source_find(rc, host, "local", &cmd, keep_ts, top, st);
-    bson_destroy(&cmd);
     return ret;
 }
 
@@ -518,7 +427,7 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
                  BCON_INT64((int64_t)set.n), "commands", BCON_INT64(set.commands));
     /* The commit point never passes the common point (an election only makes a member with
      * every majority-committed entry primary); a member that says otherwise is corrupt. */
-    SHL_ERR(source_top(rc, host, min_valid, st));
+    SHL_ERR(repl_source_top(rc, host, min_valid, st));
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%S", &tm);
     /* The refetched versions go in just above our newest entry: above the stable timestamp
