@@ -89,10 +89,15 @@ choose_source(fetcher_t *f)
     if ((atomic_load(&rc->state) == SHL_REPL_SECONDARY ||
          atomic_load(&rc->state) == SHL_REPL_RECOVERING ||
          atomic_load(&rc->state) == SHL_REPL_STARTUP2) &&
-        rc->primary >= 0 &&
-        rc->primary != rc->self) {
-        if (strcmp(f->host, rc->cfg.members[rc->primary].host) != 0) {
-            snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[rc->primary].host);
+        rc->primary >= 0 && rc->primary != rc->self) {
+        /* The primary, or the member replSetSyncFrom named while it is up. */
+        int src = rc->primary, asked = repl_config_find(&rc->cfg, rc->sync_from);
+        if (asked >= 0 && asked != rc->self && rc->members[asked].up) {
+            src = asked;
+        }
+        snprintf(rc->sync_source, sizeof(rc->sync_source), "%s", rc->cfg.members[src].host);
+        if (strcmp(f->host, rc->cfg.members[src].host) != 0) {
+            snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[src].host);
             pthread_mutex_unlock(&rc->mu);
             /* A new source (a failover, or this node stepped down): start again from the
              * newest entry this node has that came from the set. */
@@ -337,6 +342,11 @@ repl_fetcher_main(void *arg)
                 if (repl_rollback_run(f.rc, f.host, &common, &f.min_valid, &st) == 0) {
                     f.applied = common;
                     f.fetch_from = common;
+                    if (f.min_valid <= common) {
+                        /* The source has nothing past the common point: consistent now. */
+                        f.min_valid = 0;
+                        repl_coord_set_state(f.rc, SHL_REPL_SECONDARY);
+                    }
                     continue;
                 }
                 SHL_LOG_WARNING(REPL, 2180011, "rollback failed", "source", BCON_UTF8(f.host),

@@ -378,6 +378,16 @@ done:
 }
 
 void
+repl_config_rebuild(repl_config_t *cfg)
+{
+    bson_t in;
+
+    bson_copy_to(&cfg->doc, &in);
+    build_doc(cfg, &in);
+    bson_destroy(&in);
+}
+
+void
 repl_config_cleanup(repl_config_t *cfg)
 {
     bson_destroy(&cfg->doc);

@@ -63,6 +63,9 @@ typedef struct repl_config {
  */
 int repl_config_parse(const bson_t *doc, bool initiate, repl_config_t *out, shl_status_t *st);
 void repl_config_cleanup(repl_config_t *cfg);
+
+/* repl_config_rebuild -- remake cfg->doc after version, term or replica_set_id changed. Pure. */
+void repl_config_rebuild(repl_config_t *cfg);
 void repl_config_copy(const repl_config_t *src, repl_config_t *dst);
 
 /* repl_config_find -- the index of the member whose host is 'host', or -1. */
@@ -86,9 +89,9 @@ int repl_count_at(const repl_config_t *cfg, const uint64_t *applied, uint64_t ts
 /* What the coordinator knows of one member (its own entry included). */
 typedef struct repl_member_state {
     shl_repl_state_t state;
-    uint64_t applied;       /* its last applied optime's ts */
-    uint64_t durable;       /* its last durable optime's ts */
-    int64_t term;           /* its term, from heartbeats */
+    uint64_t applied; /* its last applied optime's ts */
+    uint64_t durable; /* its last durable optime's ts */
+    int64_t term;     /* its term, from heartbeats */
     int64_t last_heartbeat_ms;
     int64_t last_heartbeat_recv_ms;
     int64_t ping_ms;
@@ -105,21 +108,21 @@ typedef struct repl_coord {
     shl_conn_pool_t *pool; /* its own connections to the other members */
 
     pthread_mutex_t install_mu; /* serialises configuration installs; taken before mu */
-    pthread_mutex_t mu; /* guards everything below not marked otherwise; a leaf lock */
-    pthread_cond_t progress; /* broadcast when progress, the commit point or state moves */
-    bool configured;         /* a multi-member config is installed */
-    repl_config_t cfg;       /* valid when configured */
-    int self;                /* index of this node in cfg, -1 when removed */
+    pthread_mutex_t mu;         /* guards everything below not marked otherwise; a leaf lock */
+    pthread_cond_t progress;    /* broadcast when progress, the commit point or state moves */
+    bool configured;            /* a multi-member config is installed */
+    repl_config_t cfg;          /* valid when configured */
+    int self;                   /* index of this node in cfg, -1 when removed */
     repl_member_state_t members[REPL_MAX_MEMBERS];
-    int primary;             /* index of the primary as far as we know, -1 none */
+    int primary; /* index of the primary as far as we know, -1 none */
     int64_t term;
-    uint64_t commit_point;   /* majority commit point (ts) */
-    uint64_t begin_ts;       /* the set's first entry (initiate): joining members fetch from it */
-    bool initiator;          /* this node initiated the set (its primary after a restart) */
+    uint64_t commit_point; /* majority commit point (ts) */
+    uint64_t begin_ts;     /* the set's first entry (initiate): joining members fetch from it */
+    bool initiator;        /* this node initiated the set (its primary after a restart) */
     bson_oid_t election_id;
     int64_t election_date_ms;
-    atomic_bool stop;        /* threads stop; written under mu */
-    pthread_cond_t wake;     /* wakes the threads (config installed, stop) */
+    atomic_bool stop;    /* threads stop; written under mu */
+    pthread_cond_t wake; /* wakes the threads (config installed, stop) */
 
     _Atomic int state; /* shl_repl_state_t of this node; read lock-free */
 
@@ -130,6 +133,9 @@ typedef struct repl_coord {
     int64_t election_offset_ms;   /* random part of the election timeout */
     bool stepped_down;            /* a former primary (rollback is not implemented yet) */
     atomic_bool initial_sync;     /* none of the set's data here yet: clone it (initial_sync.c) */
+    int maintenance;              /* replSetMaintenance depth: RECOVERING while > 0 */
+    char sync_from[256];          /* replSetSyncFrom's choice ("" none) */
+    char sync_source[256];        /* the fetcher's current source ("" none) */
     int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
 
     pthread_t heartbeat_thread;
@@ -211,6 +217,28 @@ int repl_initial_sync(repl_coord_t *rc, const char *host, uint64_t *begin, uint6
 /* repl_coord_initial_sync_done -- the initial sync reached its minValid: clear the flag that
  * makes a restart copy the data again. Writes local.replset.minvalid. Errors: storage. */
 int repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st);
+
+/*
+ * repl_coord_adopt_config --
+ *     Make 'cfg' (a newer version: a reconfig here or from a heartbeat) current without a
+ *     change of state or term: stored in local.system.replset, what is known of each member kept
+ *     by host, this node REMOVED when the configuration no longer lists it. Takes mu (the
+ *     caller holds install_mu). Errors: storage errors.
+ */
+int repl_coord_adopt_config(repl_coord_t *rc, const repl_config_t *cfg, shl_status_t *st);
+
+/* repl_push_config -- send the current configuration to every other member now (a heartbeat
+ * carrying it) and note the versions they answer. Blocks on the network. */
+void repl_push_config(repl_coord_t *rc);
+
+/* reconfig.c: replSetReconfig (MongoDB's safe reconfig rules; force), replSetFreeze,
+ * replSetMaintenance, replSetSyncFrom. Errors as MongoDB's: NotWritablePrimary,
+ * NewReplicaSetConfigurationIncompatible, CurrentConfigNotCommittedYet, NodeNotFound,
+ * NotSecondary, OperationFailed, InvalidOptions, and the configuration's own. */
+int repl_reconfig_run(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
+int repl_freeze(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int repl_maintenance(repl_coord_t *rc, const bson_t *cmd, shl_status_t *st);
+int repl_sync_from(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 
 /*
  * repl_rollback_run --

@@ -52,7 +52,7 @@ entry_term(const bson_t *e)
     bson_iter_t it;
 
     return bson_iter_init_find(&it, e, "t") && BSON_ITER_HOLDS_NUMBER(&it) ? bson_iter_as_int64(&it)
-                                                                            : -1;
+                                                                           : -1;
 }
 
 static bool
@@ -189,8 +189,7 @@ done:
 /* ---------------------------------------------------------------- documents to refetch */
 
 static void
-add_doc(rb_set_t *set, const char *ns, const bson_iter_t *ui, const bson_t *holder,
-        const char *key)
+add_doc(rb_set_t *set, const char *ns, const bson_iter_t *ui, const bson_t *holder, const char *key)
 {
     bson_iter_t it;
     bson_t *id;
@@ -300,10 +299,9 @@ done:
 static void
 uuid_string(const uint8_t u[16], char out[37])
 {
-    snprintf(out, 37,
-             "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
-             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
-             u[15]);
+    snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+             u[14], u[15]);
 }
 
 /* Append our version of a rolled-back document to
@@ -364,7 +362,8 @@ refetch_doc(repl_coord_t *rc, const char *host, const rb_doc_t *d, uint64_t ts, 
     bool found = false;
     int ret = 0;
 
-    coll = d->has_uuid ? shl_catalog_get_by_uuid(rc->eng, d->uuid) : shl_catalog_get(rc->eng, d->ns);
+    coll =
+        d->has_uuid ? shl_catalog_get_by_uuid(rc->eng, d->uuid) : shl_catalog_get(rc->eng, d->ns);
     if (coll == NULL || dot == NULL) {
         goto done; /* the collection is gone here: nothing to put back */
     }

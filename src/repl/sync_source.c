@@ -11,7 +11,7 @@
 
 int
 repl_source_find(repl_coord_t *rc, const char *host, const char *db, const bson_t *cmd,
-            void (*fn)(const bson_t *doc, void *arg), void *arg, shl_status_t *st)
+                 void (*fn)(const bson_t *doc, void *arg), void *arg, shl_status_t *st)
 {
     shl_client_conn_t *conn = NULL;
     bson_t reply = BSON_INITIALIZER, more = BSON_INITIALIZER, cursor;
@@ -95,4 +95,3 @@ repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t 
     bson_destroy(&cmd);
     return ret;
 }
-

@@ -1,0 +1,126 @@
+"""Changing a running set (issue 18): replSetReconfig with MongoDB's safe reconfig rules (a
+member added initial-syncs and becomes a SECONDARY; a removed one is REMOVED; force on a
+secondary), replSetFreeze, replSetMaintenance and replSetSyncFrom."""
+
+import pymongo
+import pytest
+from pymongo.errors import NotMasterError as NotPrimaryError, OperationFailure
+
+from shale_fixtures import ShaleProcess, cleanup_later, wait_until
+
+SET = "rc"
+
+
+@pytest.fixture(scope="module")
+def rs(request):
+    nodes = [ShaleProcess(["node", "--replSet", SET], name="rc%d" % i) for i in range(3)]
+    for n in nodes:
+        n.start()
+    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes[:2])],
+           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
+    direct(nodes[0]).admin.command("replSetInitiate", cfg)
+    wait_until(lambda: my_state(nodes[1]) == 2, 30, "a secondary")
+    yield nodes
+    failed = request.node.session.testsfailed > 0
+    cleanup_later(nodes, lambda i, p: ("replica-set-reconfig-%s" % p.name) if failed else None)
+
+
+def direct(node, **kw):
+    return node.client(directConnection=True, **kw)
+
+
+def my_state(node):
+    return direct(node).admin.command("replSetGetStatus")["myState"]
+
+
+def config(node):
+    return direct(node).admin.command("replSetGetConfig")["config"]
+
+
+def code_of(node, cmd, **kw):
+    with pytest.raises((OperationFailure, NotPrimaryError)) as e:
+        direct(node).admin.command(cmd, **kw)
+    return e.value.details["code"]
+
+
+def member(i, node, **kw):
+    d = {"_id": i, "host": node.host}
+    d.update(kw)
+    return d
+
+
+def test_reconfig_validation(rs):
+    p, s, _ = rs
+    cfg = config(p)
+    assert code_of(s, {"replSetReconfig": cfg}) == 10107
+    assert code_of(p, {"replSetReconfig": cfg}) == 103  # version not higher
+    other = dict(cfg, _id="other", version=cfg["version"] + 1)
+    assert code_of(p, {"replSetReconfig": other}) == 103
+    two = dict(cfg, version=cfg["version"] + 1,
+               members=cfg["members"] + [{"_id": 5, "host": "127.0.0.1:1"},
+                                         {"_id": 6, "host": "127.0.0.1:2"}])
+    assert code_of(p, {"replSetReconfig": two}) == 103  # two voters at once
+    bad = dict(cfg, version=cfg["version"] + 1, members=[dict(cfg["members"][0], priority=-1)])
+    assert code_of(p, {"replSetReconfig": bad}) in (2, 93)
+    assert config(p)["version"] == cfg["version"]
+
+
+def test_add_and_remove_a_member(rs):
+    p, s, new = rs
+    db = direct(p).test
+    db.things.insert_many([{"_id": i} for i in range(200)])
+    cfg = config(p)
+    cfg["version"] += 1
+    cfg["members"].append(member(2, new))
+    direct(p).admin.command("replSetReconfig", cfg)
+    assert config(p)["version"] == cfg["version"]
+    wait_until(lambda: my_state(new) == 2, 30, "the added member syncs and is a secondary")
+    assert config(new)["version"] == cfg["version"]
+    assert direct(p).admin.command("hello")["hosts"] == [p.host, s.host, new.host]
+    r = db.command("insert", "things", documents=[{"_id": "w3"}],
+                   writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    sec = direct(new, readPreference="secondaryPreferred")
+    assert sec.test.things.count_documents({}) == 201
+
+    cfg["version"] += 1
+    cfg["members"] = cfg["members"][:2]
+    direct(p).admin.command("replSetReconfig", cfg)
+    wait_until(lambda: my_state(new) == 10, 10, "the removed member is REMOVED")
+    assert direct(p).admin.command("hello")["hosts"] == [p.host, s.host]
+    r = db.command("insert", "things", documents=[{"_id": "w3b"}],
+                   writeConcern={"w": 3, "wtimeout": 500})
+    assert r["writeConcernError"]["code"] == 100  # two data-bearing members now
+
+
+def test_force_reconfig_on_a_secondary(rs):
+    p, s, _ = rs
+    cfg = config(s)
+    v = cfg["version"]
+    cfg["members"][1]["priority"] = 2
+    direct(s).admin.command("replSetReconfig", cfg, force=True)
+    assert config(s)["version"] >= v + 10000
+    wait_until(lambda: config(p)["version"] == config(s)["version"], 10,
+               "the forced configuration reaches the primary")
+
+
+def test_freeze_maintenance_sync_from(rs):
+    p, s, _ = rs
+    assert code_of(p, {"replSetFreeze": 10}) == 95
+    assert direct(s).admin.command("replSetFreeze", 0)["info"] == "unfreezing"
+    direct(s).admin.command("replSetFreeze", 5)
+    direct(s).admin.command("replSetFreeze", 0)
+
+    assert code_of(p, {"replSetMaintenance": True}) == 95
+    direct(s).admin.command("replSetMaintenance", True)
+    assert my_state(s) == 3
+    with pytest.raises(pymongo.errors.PyMongoError):
+        direct(s, readPreference="secondaryPreferred").test.things.find_one()
+    direct(s).admin.command("replSetMaintenance", False)
+    assert my_state(s) == 2
+    assert code_of(s, {"replSetMaintenance": False}) == 96
+
+    assert code_of(s, {"replSetSyncFrom": "127.0.0.1:1"}) == 74
+    assert code_of(s, {"replSetSyncFrom": s.host}) == 72
+    r = direct(s).admin.command("replSetSyncFrom", p.host)
+    assert r["syncFromRequested"] == p.host
