@@ -48,6 +48,7 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
             m->up_since_ms = shl_clock_wall_ms();
         }
         m->up = true;
+        m->last_ok_us = shl_clock_mono_us();
         m->ping_ms = ping_ms;
         m->last_error[0] = '\0';
         if (bson_iter_init_find(&it, reply, "state")) {
@@ -72,6 +73,7 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
             uint64_t applied = repl_optime_ts(reply, "opTime");
             uint64_t durable = repl_optime_ts(reply, "durableOpTime");
             uint64_t committed = repl_optime_ts(reply, "lastOpCommitted");
+            m->last_replicated = repl_optime_ts(reply, "lastReplicatedOpTime");
             if (applied > m->applied) {
                 m->applied = applied;
             }

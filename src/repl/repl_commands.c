@@ -436,11 +436,13 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     repl_coord_t *rc = repl_coord_get(op->svc);
     bson_iter_t it;
     bson_t cdoc;
+    uint64_t last_replicated;
     int ret = 0;
 
     if (rc == NULL) {
         SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
     }
+    last_replicated = repl_coord_last_replicated(rc);
     if (!bson_iter_init_find(&it, cmd, "replSetHeartbeat") || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "replSetHeartbeat takes the set's name");
     }
@@ -506,6 +508,9 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
             BSON_APPEND_DOCUMENT(reply, "config", &rc->cfg.doc);
         }
         repl_append_optime(reply, "opTime", applied, rc->term);
+        /* The newest of the set's entries here (its local.* writes excluded): what a candidate
+         * compares itself with for a priority takeover. */
+        repl_append_optime(reply, "lastReplicatedOpTime", last_replicated, rc->term);
         repl_append_optime(reply, "durableOpTime", applied, rc->term);
         append_date_of(reply, "wallTime", applied);
         append_date_of(reply, "durableWallTime", applied);
@@ -701,7 +706,26 @@ done:
     return ret;
 }
 
+static int
+cmd_step_up(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    int ret = 0;
+
+    (void)cmd;
+    (void)reply;
+    if (rc == NULL || !rc->configured) {
+        SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
+                 "no replica set configuration");
+    }
+    ret = repl_election_step_up(rc, st);
+done:
+    return ret;
+}
+
 static const shl_command_t repl_commands[] = {
+    {"replSetStepUp", {NULL}, cmd_step_up, SHL_CMD_ADMIN_ONLY,
+     "this secondary stands for election now"},
     {"appendOplogNote", {NULL}, cmd_append_oplog_note, SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY,
      "write a no-op entry with the given data to the oplog"},
     {"replSetReconfig", {NULL}, cmd_reconfig, SHL_CMD_ADMIN_ONLY,

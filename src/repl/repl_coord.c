@@ -242,6 +242,7 @@ repl_coord_become_primary_locked(repl_coord_t *rc)
     atomic_store(&rc->state, SHL_REPL_PRIMARY);
     rc->primary = rc->self;
     rc->stepped_down = false;
+    rc->primary_since_us = shl_clock_mono_us();
     election_id_for(rc->term, &rc->election_id);
     rc->election_date_ms = shl_clock_wall_ms();
     if (rc->self >= 0) {
@@ -312,6 +313,7 @@ set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint
     } else if (primary) {
         atomic_store(&rc->state, SHL_REPL_PRIMARY);
         rc->primary = rc->self;
+        rc->primary_since_us = shl_clock_mono_us();
         election_id_for(rc->term, &rc->election_id);
         rc->election_date_ms = shl_clock_wall_ms();
     } else {

@@ -94,6 +94,8 @@ typedef struct repl_member_state {
     int64_t term;     /* its term, from heartbeats */
     int64_t last_heartbeat_ms;
     int64_t last_heartbeat_recv_ms;
+    int64_t last_ok_us;     /* monotonic: its last successful heartbeat reply */
+    uint64_t last_replicated; /* its newest entry of the set's (heartbeat replies) */
     int64_t ping_ms;
     int64_t config_version; /* from its heartbeat replies; -2: none */
     bool up;
@@ -137,6 +139,8 @@ typedef struct repl_coord {
     char sync_from[256];          /* replSetSyncFrom's choice ("" none) */
     char sync_source[256];        /* the fetcher's current source ("" none) */
     int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
+    int64_t takeover_since_us;    /* monotonic: a priority takeover has been due since (0: not) */
+    int64_t primary_since_us;     /* monotonic: when this node last became primary */
 
     pthread_t heartbeat_thread;
     bool heartbeat_started;
@@ -266,6 +270,9 @@ void repl_election_load(repl_coord_t *rc);
 void repl_election_see_term_locked(repl_coord_t *rc, int64_t term);
 int repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 void repl_election_maybe_run(repl_coord_t *rc);
+/* repl_election_step_up -- replSetStepUp: stand now (no dry run, no timer); CommandFailed
+ * when this member cannot stand or loses. Blocks on the network. */
+int repl_election_step_up(repl_coord_t *rc, shl_status_t *st);
 int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd,
                             shl_status_t *st);
 

@@ -2,6 +2,9 @@
 member added initial-syncs and becomes a SECONDARY; a removed one is REMOVED; force on a
 secondary), replSetFreeze, replSetMaintenance and replSetSyncFrom."""
 
+import os
+import signal
+
 import pymongo
 import pytest
 from pymongo.errors import NotMasterError as NotPrimaryError, OperationFailure
@@ -93,7 +96,11 @@ def test_add_and_remove_a_member(rs):
     assert r["writeConcernError"]["code"] == 100  # two data-bearing members now
 
 
-def test_force_reconfig_on_a_secondary(rs):
+def is_primary(node):
+    return direct(node).admin.command("hello")["isWritablePrimary"]
+
+
+def test_force_reconfig_and_priority_takeover(rs):
     p, s, _ = rs
     cfg = config(s)
     v = cfg["version"]
@@ -102,10 +109,40 @@ def test_force_reconfig_on_a_secondary(rs):
     assert config(s)["version"] >= v + 10000
     wait_until(lambda: config(p)["version"] == config(s)["version"], 10,
                "the forced configuration reaches the primary")
+    # the member with the higher priority, caught up, takes over
+    wait_until(lambda: is_primary(s), 20, "a priority takeover")
+    wait_until(lambda: not is_primary(p), 10, "the old primary steps down")
+    r = direct(s).test.command("insert", "things", documents=[{"_id": "takeover"}],
+                               writeConcern={"w": 2, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    # back to equal priorities, then replSetStepUp makes the other one primary at once
+    cfg = config(s)
+    cfg["version"] += 1
+    cfg["members"][1]["priority"] = 1
+    direct(s).admin.command("replSetReconfig", cfg)
+    assert code_of(s, {"replSetStepUp": 1}) == 125
+    wait_until(lambda: config(p)["version"] == cfg["version"], 10, "the new configuration")
+    direct(p).admin.command("replSetStepUp")
+    assert is_primary(p)
+    wait_until(lambda: not is_primary(s), 10, "the other steps down")
+
+
+def test_primary_without_a_majority_steps_down(rs):
+    p, s, _ = rs
+    wait_until(lambda: my_state(s) == 2, 20, "a secondary")
+    os.kill(s.proc.pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: not is_primary(p), 20, "the primary alone steps down")
+        assert my_state(p) == 2
+    finally:
+        os.kill(s.proc.pid, signal.SIGCONT)
+    wait_until(lambda: is_primary(p) or is_primary(s), 30, "a primary again")
 
 
 def test_freeze_maintenance_sync_from(rs):
     p, s, _ = rs
+    if not is_primary(p):
+        p, s = s, p
     assert code_of(p, {"replSetFreeze": 10}) == 95
     assert direct(s).admin.command("replSetFreeze", 0)["info"] == "unfreezing"
     direct(s).admin.command("replSetFreeze", 5)
@@ -115,7 +152,8 @@ def test_freeze_maintenance_sync_from(rs):
     direct(s).admin.command("replSetMaintenance", True)
     assert my_state(s) == 3
     with pytest.raises(pymongo.errors.PyMongoError):
-        direct(s, readPreference="secondaryPreferred").test.things.find_one()
+        direct(s, readPreference="secondaryPreferred",
+               serverSelectionTimeoutMS=500).test.things.find_one()
     direct(s).admin.command("replSetMaintenance", False)
     assert my_state(s) == 2
     assert code_of(s, {"replSetMaintenance": False}) == 96
