@@ -660,81 +660,48 @@ done:
     return ret;
 }
 
+/* replSetFreeze, replSetMaintenance, replSetSyncFrom, replSetStepUp: one member's controls,
+ * on a configured member (reconfig.c, election.c). */
 static int
-cmd_freeze(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+cmd_member_control(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     repl_coord_t *rc = repl_coord_get(op->svc);
+    bson_iter_t it;
+    const char *name = "";
     int ret = 0;
 
     if (rc == NULL || !rc->configured) {
         SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
                  "no replica set configuration");
     }
-    ret = repl_freeze(rc, cmd, reply, st);
-done:
-    return ret;
-}
-
-static int
-cmd_maintenance(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    repl_coord_t *rc = repl_coord_get(op->svc);
-    int ret = 0;
-
-    (void)reply;
-    if (rc == NULL || !rc->configured) {
-        SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
-                 "no replica set configuration");
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it)) {
+        name = bson_iter_key(&it);
     }
-    ret = repl_maintenance(rc, cmd, st);
-done:
-    return ret;
-}
-
-static int
-cmd_sync_from(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    repl_coord_t *rc = repl_coord_get(op->svc);
-    int ret = 0;
-
-    if (rc == NULL || !rc->configured) {
-        SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
-                 "no replica set configuration");
+    if (strcmp(name, "replSetFreeze") == 0) {
+        ret = repl_freeze(rc, cmd, reply, st);
+    } else if (strcmp(name, "replSetMaintenance") == 0) {
+        ret = repl_maintenance(rc, cmd, st);
+    } else if (strcmp(name, "replSetSyncFrom") == 0) {
+        ret = repl_sync_from(rc, cmd, reply, st);
+    } else {
+        ret = repl_election_step_up(rc, st);
     }
-    ret = repl_sync_from(rc, cmd, reply, st);
-done:
-    return ret;
-}
-
-static int
-cmd_step_up(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
-{
-    repl_coord_t *rc = repl_coord_get(op->svc);
-    int ret = 0;
-
-    (void)cmd;
-    (void)reply;
-    if (rc == NULL || !rc->configured) {
-        SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
-                 "no replica set configuration");
-    }
-    ret = repl_election_step_up(rc, st);
 done:
     return ret;
 }
 
 static const shl_command_t repl_commands[] = {
-    {"replSetStepUp", {NULL}, cmd_step_up, SHL_CMD_ADMIN_ONLY,
+    {"replSetStepUp", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
      "this secondary stands for election now"},
     {"appendOplogNote", {NULL}, cmd_append_oplog_note, SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY,
      "write a no-op entry with the given data to the oplog"},
     {"replSetReconfig", {NULL}, cmd_reconfig, SHL_CMD_ADMIN_ONLY,
      "change the replica set's configuration (safe reconfig rules; force)"},
-    {"replSetFreeze", {NULL}, cmd_freeze, SHL_CMD_ADMIN_ONLY,
+    {"replSetFreeze", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
      "this member does not stand for election for the given seconds (0: unfreeze)"},
-    {"replSetMaintenance", {NULL}, cmd_maintenance, SHL_CMD_ADMIN_ONLY,
+    {"replSetMaintenance", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
      "a secondary enters (true) or leaves (false) maintenance mode (RECOVERING)"},
-    {"replSetSyncFrom", {NULL}, cmd_sync_from, SHL_CMD_ADMIN_ONLY,
+    {"replSetSyncFrom", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
      "the member this secondary fetches the oplog from"},
     {"replSetStepDown", {NULL}, cmd_step_down, SHL_CMD_ADMIN_ONLY,
      "the primary steps down and does not stand for stepDownSecs"},
