@@ -310,7 +310,7 @@ static void
 save_rollback_doc(repl_coord_t *rc, const shl_collection_t *coll, const char *stamp,
                   const bson_t *doc)
 {
-    char dir[1024], path[1100], uuid[37];
+    char dir[1024], path[1024 + 128], uuid[37];
     FILE *fp;
 
     uuid_string(coll->uuid, uuid);
@@ -318,7 +318,7 @@ save_rollback_doc(repl_coord_t *rc, const shl_collection_t *coll, const char *st
     (void)mkdir(dir, 0755);
     snprintf(dir, sizeof(dir), "%s/rollback/%s", shl_storage_dbpath(rc->eng), uuid);
     (void)mkdir(dir, 0755);
-    snprintf(path, sizeof(path), "%s/removed.%s.bson", dir, stamp);
+    snprintf(path, sizeof(path), "%s/removed.%.63s.bson", dir, stamp);
     fp = fopen(path, "ab");
     if (fp == NULL || fwrite(bson_get_data(doc), 1, doc->len, fp) != doc->len) {
         SHL_LOG_WARNING(REPL, 2180032, "could not write a rollback file", "path", BCON_UTF8(path),
