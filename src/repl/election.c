@@ -114,7 +114,7 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     int32_t candidate = -1;
     uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated;
     const char *reason = "";
-    bool granted = false, dry = false, store = false;
+    bool granted = false, dry = false, store = false, was_primary;
     int ret = 0;
 
     if (bson_iter_init_find(&it, cmd, "term")) {
@@ -132,10 +132,13 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         pthread_mutex_unlock(&rc->mu);
         SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "no replset config has been received");
     }
+    was_primary = atomic_load(&rc->state) == SHL_REPL_PRIMARY;
     if (!dry) {
         repl_election_see_term_locked(rc, term);
     }
-    mine = last_replicated; /* the set's entries only: a member's local.* writes do not count */
+    /* A primary compares the newest of the set's entries it wrote (its local.* writes do not
+     * count); anyone else what it applied from the set. */
+    mine = was_primary || rc->self < 0 ? last_replicated : rc->members[rc->self].applied;
     if (term < rc->term) {
         reason = "candidate's term is lower than mine";
     } else if (candidate < 0 || candidate >= rc->cfg.n) {
@@ -382,9 +385,21 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
         pthread_mutex_unlock(&rc->mu);
         return false;
     }
-    /* Won. Writes from now on carry the new term, above everything applied. */
+    /* Won. Writes from now on carry the new term, above everything applied -- and above
+     * anything a former primary may have written since its last heartbeat reply: its stable
+     * timestamp follows its own writes, and it can apply only entries above it (rollback.c). */
     shl_storage_set_term(rc->eng, term);
     shl_storage_clock_advance(rc->eng, applied);
+    {
+        uint64_t heard = 0;
+        for (int i = 0; i < rc->cfg.n; i++) {
+            heard = rc->members[i].applied > heard ? rc->members[i].applied : heard;
+        }
+        if (heard != 0) {
+            uint64_t margin = (uint64_t)(rc->cfg.heartbeat_interval_ms / 1000 + 2);
+            shl_storage_clock_advance(rc->eng, SHL_TS_MAKE(SHL_TS_SECS(heard) + margin, 0));
+        }
+    }
     repl_coord_become_primary_locked(rc);
     pthread_mutex_unlock(&rc->mu);
     SHL_LOG_INFO(REPL, 2180023, "election won", "term", BCON_INT64(term));

@@ -114,6 +114,12 @@ choose_source(fetcher_t *f)
         ok = true;
     }
     pthread_mutex_unlock(&rc->mu);
+    if (!ok && f->host[0] != '\0') {
+        /* Not fetching now (this node is primary, or knows none): whatever comes next is a
+         * new source, started from the newest entry we have then (we may have written some). */
+        drop_source(f);
+        f->host[0] = '\0';
+    }
     return ok;
 }
 

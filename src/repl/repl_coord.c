@@ -437,15 +437,30 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
     int data_bearing = 0, ret = 0;
     bool locked = false;
 
-    if (wc->w_tag[0] != '\0') {
-        SHL_FAIL(st, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
-                 "No write concern mode named '%s' found in replica set configuration", wc->w_tag);
-    }
-    if (!wc->w_majority && wc->w <= 1) {
+    if (!wc->w_majority && wc->w <= 1 && wc->w_tag[0] == '\0') {
         goto done;
     }
     pthread_mutex_lock(&rc->mu);
     locked = true;
+    if (wc->w_tag[0] != '\0') {
+        bool found = false, ok, satisfiable;
+        bool all[REPL_MAX_MEMBERS];
+        for (int i = 0; i < REPL_MAX_MEMBERS; i++) {
+            all[i] = true;
+        }
+        if (rc->configured) {
+            repl_config_tag_mode(&rc->cfg, wc->w_tag, all, &found, &ok, &satisfiable);
+        }
+        if (!found) {
+            SHL_FAIL(st, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
+                     "No write concern mode named '%s' found in replica set configuration",
+                     wc->w_tag);
+        }
+        if (!satisfiable) {
+            SHL_FAIL(st, SHL_CODE_UNSATISFIABLE_WRITE_CONCERN,
+                     "Not enough nodes match write concern mode \"%s\"", wc->w_tag);
+        }
+    }
     if (!rc->configured) {
         /* A set of one: majority is this node, which has the write. */
         if (!wc->w_majority && wc->w > 1) {
@@ -471,6 +486,12 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
         recompute_commit_point_locked(rc);
         if (wc->w_majority) {
             ok = rc->commit_point >= ts;
+        } else if (wc->w_tag[0] != '\0') {
+            bool reached[REPL_MAX_MEMBERS], found, satisfiable;
+            for (int i = 0; i < rc->cfg.n; i++) {
+                reached[i] = !rc->cfg.members[i].arbiter && rc->members[i].applied >= ts;
+            }
+            repl_config_tag_mode(&rc->cfg, wc->w_tag, reached, &found, &ok, &satisfiable);
         } else {
             uint64_t applied[REPL_MAX_MEMBERS];
             for (int i = 0; i < rc->cfg.n; i++) {

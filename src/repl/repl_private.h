@@ -68,6 +68,16 @@ void repl_config_cleanup(repl_config_t *cfg);
 void repl_config_rebuild(repl_config_t *cfg);
 void repl_config_copy(const repl_config_t *src, repl_config_t *dst);
 
+/*
+ * repl_config_tag_mode --
+ *     The custom write concern mode 'name' (settings.getLastErrorModes: {tag: count, ...}):
+ *     *found when the configuration has it; *ok when the members with reached[i] carry at least
+ *     'count' distinct values of every tag of it; *satisfiable when all members together do.
+ *     Pure.
+ */
+void repl_config_tag_mode(const repl_config_t *cfg, const char *name, const bool *reached,
+                          bool *found, bool *ok, bool *satisfiable);
+
 /* repl_config_find -- the index of the member whose host is 'host', or -1. */
 int repl_config_find(const repl_config_t *cfg, const char *host);
 

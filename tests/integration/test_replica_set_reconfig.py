@@ -9,7 +9,7 @@ import pymongo
 import pytest
 from pymongo.errors import NotMasterError as NotPrimaryError, OperationFailure
 
-from shale_fixtures import ShaleProcess, cleanup_later, wait_until
+from shale_fixtures import ShaleProcess, cleanup_later, fail_point, wait_until
 
 SET = "rc"
 
@@ -162,3 +162,47 @@ def test_freeze_maintenance_sync_from(rs):
     assert code_of(s, {"replSetSyncFrom": s.host}) == 72
     r = direct(s).admin.command("replSetSyncFrom", p.host)
     assert r["syncFromRequested"] == p.host
+
+
+def test_tagged_write_concern(rs):
+    p, s, _ = rs
+    if not is_primary(p):
+        p, s = s, p
+    cfg = config(p)
+    cfg["version"] += 1
+    for m in cfg["members"]:
+        m["tags"] = {"dc": "east" if m["host"] == p.host else "west", "rack": "r1"}
+    cfg["settings"]["getLastErrorModes"] = {"twoDCs": {"dc": 2}, "oneDC": {"dc": 1},
+                                            "threeDCs": {"dc": 3}}
+    direct(p).admin.command("replSetReconfig", cfg)
+    got = config(p)
+    assert got["settings"]["getLastErrorModes"]["twoDCs"] == {"dc": 2}
+    assert {m["tags"]["dc"] for m in got["members"]} == {"east", "west"}
+
+    db = direct(p).test
+    r = db.command("insert", "tagged", documents=[{"_id": 1}],
+                   writeConcern={"w": "twoDCs", "wtimeout": 10000})
+    assert r["n"] == 1 and "writeConcernError" not in r
+    r = db.command("insert", "tagged", documents=[{"_id": 2}], writeConcern={"w": "threeDCs"})
+    assert r["writeConcernError"]["code"] == 100
+    r = db.command("insert", "tagged", documents=[{"_id": 3}], writeConcern={"w": "nope"})
+    assert r["writeConcernError"]["code"] == 79
+
+    fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        r = db.command("insert", "tagged", documents=[{"_id": 4}],
+                       writeConcern={"w": "twoDCs", "wtimeout": 300})
+        assert r["writeConcernError"]["code"] == 64
+        r = db.command("insert", "tagged", documents=[{"_id": 5}],
+                       writeConcern={"w": "oneDC", "wtimeout": 5000})
+        assert "writeConcernError" not in r
+    finally:
+        fail_point(direct(s), "stopReplProducer", "off")
+    r = db.command("insert", "tagged", documents=[{"_id": 6}],
+                   writeConcern={"w": "twoDCs", "wtimeout": 10000})
+    assert "writeConcernError" not in r
+
+    bad = config(p)
+    bad["version"] += 1
+    bad["members"][0]["tags"] = {"dc": 5}
+    assert code_of(p, {"replSetReconfig": bad}) == 14
