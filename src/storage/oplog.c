@@ -498,6 +498,28 @@ done:
 /* Entries removed per transaction when truncating, so no transaction grows large. */
 #define OPLOG_TRUNCATE_BATCH 1000
 
+/* The end of a removal from the oplog: the cursor back to the session, then (when 'ret' is 0)
+ * the counts moved and the transaction committed, else aborted. Returns the outcome. */
+static int
+removal_end(shl_storage_txn_t *txn, WT_CURSOR *c, shl_rs_state_t *rs, int64_t gone,
+            int64_t gone_bytes, int ret, shl_status_t *st)
+{
+    if (c != NULL) {
+        c->reset(c);
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    if (txn == NULL) {
+        return ret;
+    }
+    if (ret == 0) {
+        shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
+        ret = shl_storage_txn_commit(txn, st);
+    } else {
+        shl_storage_txn_abort(txn);
+    }
+    return ret;
+}
+
 /*
  * Remove up to one batch of the oldest entries. *more says whether another batch may be
  * needed (the batch filled up without reaching a stop condition).
@@ -538,20 +560,10 @@ truncate_batch(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto, int6
         gone_bytes += (int64_t)val.size;
     }
     *more = gone == OPLOG_TRUNCATE_BATCH;
-    shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
-    c->reset(c);
-    shl_wt_cursor_put(txn->sess, "table:oplog", c);
-    c = NULL;
-    SHL_ERR(shl_storage_txn_commit(txn, st));
-    txn = NULL;
-    *removed += gone;
 done:
-    if (c != NULL) {
-        c->reset(c);
-        shl_wt_cursor_put(txn->sess, "table:oplog", c);
-    }
-    if (txn != NULL) {
-        shl_storage_txn_abort(txn);
+    ret = removal_end(txn, c, rs, gone, gone_bytes, ret, st);
+    if (ret == 0) {
+        *removed += gone;
     }
     return ret;
 }
@@ -603,20 +615,10 @@ shl_oplog_truncate_after(shl_storage_engine_t *eng, uint64_t after, int64_t *rem
     if (wtret != WT_NOTFOUND) {
         SHL_ERR(shl_wt_err(st, wtret, "oplog tail scan"));
     }
-    shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
-    c->reset(c);
-    shl_wt_cursor_put(txn->sess, "table:oplog", c);
-    c = NULL;
-    SHL_ERR(shl_storage_txn_commit(txn, st));
-    txn = NULL;
-    *removed = gone;
 done:
-    if (c != NULL) {
-        c->reset(c);
-        shl_wt_cursor_put(txn->sess, "table:oplog", c);
-    }
-    if (txn != NULL) {
-        shl_storage_txn_abort(txn);
+    ret = removal_end(txn, c, rs, gone, gone_bytes, ret, st);
+    if (ret == 0) {
+        *removed = gone;
     }
     return ret;
 }
