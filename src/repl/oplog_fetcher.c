@@ -35,6 +35,7 @@ typedef struct fetcher {
     uint64_t fetch_from; /* the next find starts here (an entry we have, or the set's first) */
     bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
     uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
+    bool delayed;        /* a batch held entries too new for secondaryDelaySecs */
 } fetcher_t;
 
 /* The array at 'it' as a view. */
@@ -155,6 +156,18 @@ report_position(fetcher_t *f)
     bson_destroy(&reply);
 }
 
+/* When the entry was written: its 'wall' date, else its timestamp's seconds. */
+static int64_t
+entry_wall_ms(const bson_t *e, uint64_t ts)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, e, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        return bson_iter_date_time(&it);
+    }
+    return (int64_t)SHL_TS_SECS(ts) * 1000;
+}
+
 /* Apply the entries of 'batch' (an array) we do not have yet. */
 static int
 apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
@@ -164,8 +177,14 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
     bson_t **entries = NULL; /* heap copies: a bson_t must never move */
     size_t n = 0, cap = 0;
     uint64_t last = f->applied;
+    int64_t delay_s = 0;
     int ret = 0;
 
+    pthread_mutex_lock(&rc->mu);
+    if (rc->self >= 0) {
+        delay_s = rc->cfg.members[rc->self].secondary_delay_secs;
+    }
+    pthread_mutex_unlock(&rc->mu);
     bson_iter_init(&it, batch);
     while (bson_iter_next(&it)) {
         const uint8_t *data;
@@ -192,6 +211,12 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         }
         if (ts <= f->applied) {
             continue;
+        }
+        /* A delayed member (secondaryDelaySecs) applies an entry only once it is that old:
+         * the rest of the batch is fetched again later. */
+        if (delay_s > 0 && entry_wall_ms(&e, ts) > shl_clock_wall_ms() - delay_s * 1000) {
+            f->delayed = true;
+            break;
         }
         /* The local database is each member's own. */
         if (bson_iter_init_find(&f_it, &e, "ns") && BSON_ITER_HOLDS_UTF8(&f_it) &&
@@ -334,7 +359,16 @@ repl_fetcher_main(void *arg)
             f.fetch_from = begin;
             continue;
         }
-        if (fetch_once(&f, &st) != 0) {
+        f.delayed = false;
+        if (fetch_once(&f, &st) == 0 && f.delayed) {
+            /* Entries too new for our delay: fetch them again from where we are, later. */
+            drop_source(&f);
+            if (!pause_ms(f.rc, 500)) {
+                break;
+            }
+            continue;
+        }
+        if (st.code != 0) {
             uint64_t stable = shl_storage_stable_ts(f.rc->eng);
             SHL_LOG_INFO(REPL, 2180010, "oplog fetcher error", "source", BCON_UTF8(f.host),
                          "error", BCON_UTF8(st.reason), "applied",

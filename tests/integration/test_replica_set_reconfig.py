@@ -4,6 +4,7 @@ secondary), replSetFreeze, replSetMaintenance and replSetSyncFrom."""
 
 import os
 import signal
+import time
 
 import pymongo
 import pytest
@@ -206,3 +207,25 @@ def test_tagged_write_concern(rs):
     bad["version"] += 1
     bad["members"][0]["tags"] = {"dc": 5}
     assert code_of(p, {"replSetReconfig": bad}) == 14
+
+
+def test_delayed_hidden_member(rs):
+    p, s, late = rs
+    if not is_primary(p):
+        p, s = s, p
+    cfg = config(p)
+    cfg["version"] += 1
+    cfg["members"].append(member(2, late, priority=0, hidden=True, votes=0,
+                                 secondaryDelaySecs=2))
+    direct(p).admin.command("replSetReconfig", cfg)
+    wait_until(lambda: my_state(late) == 2, 30, "the re-added member is a secondary")
+    assert late.host not in direct(p).admin.command("hello")["hosts"]
+    assert direct(late).admin.command("hello")["hidden"] is True
+
+    t0 = time.monotonic()
+    direct(p).test.delayed.insert_one({"_id": 1})
+    lc = direct(late, readPreference="secondaryPreferred").test.delayed
+    time.sleep(0.5)
+    assert lc.find_one({"_id": 1}) is None
+    wait_until(lambda: lc.find_one({"_id": 1}) is not None, 15, "the delayed member applies it")
+    assert time.monotonic() - t0 >= 1.9
