@@ -496,6 +496,13 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         uint64_t applied = self_applied_locked(rc);
         shl_repl_state_t state = rc->configured ? (shl_repl_state_t)atomic_load(&rc->state)
                                                 : SHL_REPL_STARTUP;
+        /* A member that is not primary has at most the set's entries in its oplog: a former
+         * primary's own position counted its local.* writes, and a receiver keeps the highest
+         * position it heard (too high a durable one would move the commit point past what
+         * this member has). */
+        if (state != SHL_REPL_PRIMARY && last_replicated < applied) {
+            applied = last_replicated;
+        }
         BSON_APPEND_UTF8(reply, "set", op->svc->set_name);
         BSON_APPEND_INT32(reply, "state", (int32_t)state);
         BSON_APPEND_INT64(reply, "term", rc->term);
