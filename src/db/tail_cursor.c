@@ -155,8 +155,14 @@ tail_next(void *state, shl_op_ctx_t *op, const bson_t **doc, shl_status_t *st)
             continue;
         }
         if (t->q->proj == NULL) {
-            /* A view into the record cursor: valid until the next call. */
-            t->out = d;
+            /* A view into the record cursor: valid until the next call. Made with
+             * bson_init_static, never by assignment: a static bson_t points into itself, so a
+             * copy of 'd' would point into this stack frame once it returns. */
+            if (t->has_out) {
+                bson_destroy(&t->out);
+                t->has_out = false;
+            }
+            bson_init_static(&t->out, bson_get_data(&d), d.len);
             *doc = &t->out;
             break;
         }

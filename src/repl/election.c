@@ -61,6 +61,9 @@ repl_election_load(repl_coord_t *rc)
     bson_destroy(&doc);
 }
 
+static void step_down_locked(repl_coord_t *rc);
+static bool run_election(repl_coord_t *rc, bool skip_dry_run);
+
 /* Called with mu held: a newer term seen anywhere. A primary steps down. */
 void
 repl_election_see_term_locked(repl_coord_t *rc, int64_t term)
@@ -73,9 +76,19 @@ repl_election_see_term_locked(repl_coord_t *rc, int64_t term)
      * standing ourselves (two timers expiring together would otherwise duel). */
     rc->last_primary_seen_us = shl_clock_mono_us();
     if (atomic_load(&rc->state) == SHL_REPL_PRIMARY && rc->cfg.n > 1) {
-        uint64_t applied = shl_storage_all_durable(rc->eng);
         SHL_LOG_INFO(REPL, 2180021, "stepping down: a newer term exists", "term",
                      BCON_INT64(term));
+        step_down_locked(rc);
+    }
+}
+
+/* Called with mu held by a primary: become a SECONDARY that fetches (waiting writers get
+ * PrimarySteppedDown as their condition moves). */
+static void
+step_down_locked(repl_coord_t *rc)
+{
+    {
+        uint64_t applied = shl_storage_all_durable(rc->eng);
         atomic_store(&rc->state, SHL_REPL_SECONDARY);
         rc->primary = -1;
         if (rc->self >= 0) {
@@ -99,9 +112,9 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     bson_iter_t it;
     int64_t term = 0, store_term = 0;
     int32_t candidate = -1;
-    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine;
+    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated;
     const char *reason = "";
-    bool granted = false, dry = false, store = false;
+    bool granted = false, dry = false, store = false, was_primary;
     int ret = 0;
 
     if (bson_iter_init_find(&it, cmd, "term")) {
@@ -113,17 +126,19 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     if (bson_iter_init_find(&it, cmd, "dryRun")) {
         dry = bson_iter_as_bool(&it);
     }
+    last_replicated = repl_coord_last_replicated(rc);
     pthread_mutex_lock(&rc->mu);
     if (!rc->configured) {
         pthread_mutex_unlock(&rc->mu);
         SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "no replset config has been received");
     }
+    was_primary = atomic_load(&rc->state) == SHL_REPL_PRIMARY;
     if (!dry) {
         repl_election_see_term_locked(rc, term);
     }
-    mine = atomic_load(&rc->state) == SHL_REPL_PRIMARY ? shl_storage_all_durable(rc->eng)
-           : rc->self >= 0                             ? rc->members[rc->self].applied
-                                                       : 0;
+    /* A primary compares the newest of the set's entries it wrote (its local.* writes do not
+     * count); anyone else what it applied from the set. */
+    mine = was_primary || rc->self < 0 ? last_replicated : rc->members[rc->self].applied;
     if (term < rc->term) {
         reason = "candidate's term is lower than mine";
     } else if (candidate < 0 || candidate >= rc->cfg.n) {
@@ -132,7 +147,9 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         reason = "already voted for another candidate in this term";
     } else if (their < mine) {
         reason = "candidate's data is staler than mine";
-    } else if (dry && atomic_load(&rc->state) == SHL_REPL_PRIMARY) {
+    } else if (dry && atomic_load(&rc->state) == SHL_REPL_PRIMARY && rc->self >= 0 &&
+               rc->cfg.members[candidate].priority <= rc->cfg.members[rc->self].priority) {
+        /* A live primary lets only a higher-priority member take over. */
         reason = "I am primary";
     } else {
         granted = true;
@@ -225,39 +242,129 @@ request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied)
     return votes >= need;
 }
 
+/* Called with mu held by a primary: whether it heard from a majority of the voters (itself
+ * included) within the election timeout. A primary that did not steps down, as MongoDB's does,
+ * so a partitioned minority stops taking writes. */
+static bool
+sees_majority_locked(const repl_coord_t *rc, int64_t now)
+{
+    int seen = 0;
+
+    for (int i = 0; i < rc->cfg.n; i++) {
+        if (rc->cfg.members[i].votes == 0) {
+            continue;
+        }
+        if (i == rc->self ||
+            (rc->members[i].up &&
+             now - rc->members[i].last_ok_us < rc->cfg.election_timeout_ms * 1000)) {
+            seen++;
+        }
+    }
+    return seen >= repl_config_majority(&rc->cfg);
+}
+
+/* Called with mu held by a secondary that knows the primary: whether it should take over by
+ * priority (a higher priority than the primary's, caught up with it, for half an election
+ * timeout: MongoDB's priority takeover). */
+static bool
+takeover_due_locked(repl_coord_t *rc, int64_t now)
+{
+    int p = rc->primary;
+    /* Caught up: everything of the set's the primary had at its last heartbeat reply. */
+    bool due = p >= 0 && p != rc->self &&
+               rc->cfg.members[rc->self].priority > rc->cfg.members[p].priority &&
+               rc->members[p].last_replicated != 0 &&
+               rc->members[rc->self].applied >= rc->members[p].last_replicated;
+
+    if (!due) {
+        rc->takeover_since_us = 0;
+        return false;
+    }
+    if (rc->takeover_since_us == 0) {
+        rc->takeover_since_us = now;
+    }
+    return now - rc->takeover_since_us >= rc->cfg.election_timeout_ms * 1000 / 2;
+}
+
 void
 repl_election_maybe_run(repl_coord_t *rc)
 {
-    int64_t now = shl_clock_mono_us(), term;
+    int64_t now = shl_clock_mono_us();
+    bool stand = false;
+
+    pthread_mutex_lock(&rc->mu);
+    if (rc->configured && rc->self >= 0 && rc->cfg.n > 1 &&
+        atomic_load(&rc->state) == SHL_REPL_PRIMARY && !sees_majority_locked(rc, now) &&
+        now - rc->primary_since_us >= rc->cfg.election_timeout_ms * 1000) {
+        SHL_LOG_INFO(REPL, 2180026, "stepping down: a majority of the set is unreachable");
+        step_down_locked(rc);
+        pthread_mutex_unlock(&rc->mu);
+        shl_topology_change(rc->svc, false);
+        return;
+    }
+    if (rc->configured && rc->self >= 0 && rc->cfg.n > 1 &&
+        atomic_load(&rc->state) == SHL_REPL_SECONDARY &&
+        rc->cfg.members[rc->self].priority > 0 && rc->cfg.members[rc->self].votes > 0 &&
+        now >= rc->freeze_until_us) {
+        stand = rc->primary < 0
+                    ? now - rc->last_primary_seen_us >=
+                          (rc->cfg.election_timeout_ms + rc->election_offset_ms) * 1000
+                    : takeover_due_locked(rc, now);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    if (stand) {
+        (void)run_election(rc, false);
+    }
+}
+
+int
+repl_election_step_up(repl_coord_t *rc, shl_status_t *st)
+{
+    int ret = 0;
+
+    pthread_mutex_lock(&rc->mu);
+    if (atomic_load(&rc->state) != SHL_REPL_SECONDARY || rc->self < 0 ||
+        rc->cfg.members[rc->self].priority <= 0 || rc->cfg.members[rc->self].votes <= 0) {
+        shl_repl_state_t state = (shl_repl_state_t)atomic_load(&rc->state);
+        pthread_mutex_unlock(&rc->mu);
+        SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "Election failed: this member cannot stand (%s)",
+                 shl_repl_state_name(state));
+    }
+    rc->freeze_until_us = 0;
+    pthread_mutex_unlock(&rc->mu);
+    if (!run_election(rc, true)) {
+        SHL_FAIL(st, SHL_CODE_COMMAND_FAILED, "Election failed.");
+    }
+done:
+    return ret;
+}
+
+/* Stand in term + 1: MongoDB's dry run (skipped by replSetStepUp), the vote stored durably,
+ * every voter asked; true when this node won and is primary. */
+static bool
+run_election(repl_coord_t *rc, bool skip_dry_run)
+{
+    int64_t term;
     uint64_t applied, begin = 0;
-    bool stand;
     shl_status_t st = SHL_STATUS_INIT;
 
     pthread_mutex_lock(&rc->mu);
-    stand = rc->configured && rc->self >= 0 && rc->cfg.n > 1 &&
-            atomic_load(&rc->state) == SHL_REPL_SECONDARY &&
-            rc->cfg.members[rc->self].priority > 0 && rc->cfg.members[rc->self].votes > 0 &&
-            rc->primary < 0 && now >= rc->freeze_until_us &&
-            now - rc->last_primary_seen_us >=
-                (rc->cfg.election_timeout_ms + rc->election_offset_ms) * 1000;
     term = rc->term + 1;
     applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
     pthread_mutex_unlock(&rc->mu);
-    if (!stand) {
-        return;
-    }
     /* MongoDB's dry run first: a candidate that could not win does not disturb the term. */
-    if (!request_votes(rc, term, true, applied)) {
+    if (!skip_dry_run && !request_votes(rc, term, true, applied)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
+        rc->takeover_since_us = 0;
         pthread_mutex_unlock(&rc->mu);
-        return;
+        return false;
     }
     pthread_mutex_lock(&rc->mu);
     if (rc->term >= term || rc->voted_term >= term) {
         pthread_mutex_unlock(&rc->mu);
-        return;
+        return false;
     }
     rc->term = term;
     rc->voted_term = term;
@@ -269,17 +376,30 @@ repl_election_maybe_run(repl_coord_t *rc)
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
+        rc->takeover_since_us = 0;
         pthread_mutex_unlock(&rc->mu);
-        return;
+        return false;
     }
     pthread_mutex_lock(&rc->mu);
     if (rc->term != term || atomic_load(&rc->state) != SHL_REPL_SECONDARY) {
         pthread_mutex_unlock(&rc->mu);
-        return;
+        return false;
     }
-    /* Won. Writes from now on carry the new term, above everything applied. */
+    /* Won. Writes from now on carry the new term, above everything applied -- and above
+     * anything a former primary may have written since its last heartbeat reply: its stable
+     * timestamp follows its own writes, and it can apply only entries above it (rollback.c). */
     shl_storage_set_term(rc->eng, term);
     shl_storage_clock_advance(rc->eng, applied);
+    {
+        uint64_t heard = 0;
+        for (int i = 0; i < rc->cfg.n; i++) {
+            heard = rc->members[i].applied > heard ? rc->members[i].applied : heard;
+        }
+        if (heard != 0) {
+            uint64_t margin = (uint64_t)(rc->cfg.heartbeat_interval_ms / 1000 + 2);
+            shl_storage_clock_advance(rc->eng, SHL_TS_MAKE(SHL_TS_SECS(heard) + margin, 0));
+        }
+    }
     repl_coord_become_primary_locked(rc);
     pthread_mutex_unlock(&rc->mu);
     SHL_LOG_INFO(REPL, 2180023, "election won", "term", BCON_INT64(term));
@@ -288,6 +408,7 @@ repl_election_maybe_run(repl_coord_t *rc)
                         BCON_UTF8(st.reason));
     }
     shl_topology_change(rc->svc, false);
+    return true;
 }
 
 /* ------------------------------------------------------------------ replSetStepDown */

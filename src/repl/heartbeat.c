@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/str.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 #include "net/topology.h"
 #include "repl/repl_private.h"
 
@@ -47,6 +48,7 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
             m->up_since_ms = shl_clock_wall_ms();
         }
         m->up = true;
+        m->last_ok_us = shl_clock_mono_us();
         m->ping_ms = ping_ms;
         m->last_error[0] = '\0';
         if (bson_iter_init_find(&it, reply, "state")) {
@@ -71,6 +73,7 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
             uint64_t applied = repl_optime_ts(reply, "opTime");
             uint64_t durable = repl_optime_ts(reply, "durableOpTime");
             uint64_t committed = repl_optime_ts(reply, "lastOpCommitted");
+            m->last_replicated = repl_optime_ts(reply, "lastReplicatedOpTime");
             if (applied > m->applied) {
                 m->applied = applied;
             }
@@ -89,6 +92,35 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
         /* hello's "primary" changed: wake the awaitable hellos drivers monitor with. */
         shl_topology_change(rc->svc, false);
     }
+}
+
+/* A reply carrying a newer configuration than ours (we were reconfigured away, or missed the
+ * push): adopt it. */
+static void
+adopt_newer_config(repl_coord_t *rc, const bson_t *reply)
+{
+    bson_t cdoc;
+    repl_config_t cfg;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (!shl_bson_get_subdoc(reply, "config", &cdoc)) {
+        return;
+    }
+    if (repl_config_parse(&cdoc, false, &cfg, &st) == 0) {
+        bool newer;
+        pthread_mutex_lock(&rc->install_mu);
+        pthread_mutex_lock(&rc->mu);
+        newer = rc->configured && cfg.version > rc->cfg.version &&
+                strcmp(cfg.set_name, rc->cfg.set_name) == 0;
+        pthread_mutex_unlock(&rc->mu);
+        if (newer && repl_coord_adopt_config(rc, &cfg, &st) != 0) {
+            SHL_LOG_WARNING(REPL, 2180051, "could not adopt a newer configuration", "error",
+                            BCON_UTF8(st.reason));
+        }
+        pthread_mutex_unlock(&rc->install_mu);
+    }
+    repl_config_cleanup(&cfg);
+    bson_destroy(&cfg.doc);
 }
 
 void *
@@ -123,6 +155,9 @@ repl_heartbeat_main(void *arg)
             ret = shl_client_run(rc->pool, hosts[i], "admin", &req, HEARTBEAT_TIMEOUT_MS, &reply,
                                  &hst);
             record_reply(rc, i, ret, &reply, &hst, (shl_clock_mono_us() - t0) / 1000);
+            if (ret == 0) {
+                adopt_newer_config(rc, &reply);
+            }
             if (ret != 0) {
                 shl_conn_pool_drop_host(rc->pool, hosts[i]);
             }

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
@@ -21,6 +22,10 @@
 /* Pause after an error before trying again. */
 #define RETRY_MS 200
 
+/* MongoDB's fail point: the fetcher fetches nothing (what a batch brought while it is on is
+ * dropped, not applied), so a test can make a primary write entries no one receives. */
+SHL_FAILPOINT_DEFINE(stopReplProducer)
+
 typedef struct fetcher {
     repl_coord_t *rc;
     char host[256];
@@ -28,6 +33,9 @@ typedef struct fetcher {
     int64_t cursor_id;
     uint64_t applied;    /* the newest entry applied here */
     uint64_t fetch_from; /* the next find starts here (an entry we have, or the set's first) */
+    bool diverged;       /* the source lacks fetch_from: roll back (rollback.c) */
+    uint64_t min_valid;  /* after a rollback: RECOVERING until this is applied */
+    bool delayed;        /* a batch held entries too new for secondaryDelaySecs */
 } fetcher_t;
 
 /* The array at 'it' as a view. */
@@ -79,10 +87,18 @@ choose_source(fetcher_t *f)
     bool ok = false;
 
     pthread_mutex_lock(&rc->mu);
-    if (atomic_load(&rc->state) == SHL_REPL_SECONDARY && rc->primary >= 0 &&
-        rc->primary != rc->self) {
-        if (strcmp(f->host, rc->cfg.members[rc->primary].host) != 0) {
-            snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[rc->primary].host);
+    if ((atomic_load(&rc->state) == SHL_REPL_SECONDARY ||
+         atomic_load(&rc->state) == SHL_REPL_RECOVERING ||
+         atomic_load(&rc->state) == SHL_REPL_STARTUP2) &&
+        rc->primary >= 0 && rc->primary != rc->self) {
+        /* The primary, or the member replSetSyncFrom named while it is up. */
+        int src = rc->primary, asked = repl_config_find(&rc->cfg, rc->sync_from);
+        if (asked >= 0 && asked != rc->self && rc->members[asked].up) {
+            src = asked;
+        }
+        snprintf(rc->sync_source, sizeof(rc->sync_source), "%s", rc->cfg.members[src].host);
+        if (strcmp(f->host, rc->cfg.members[src].host) != 0) {
+            snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[src].host);
             pthread_mutex_unlock(&rc->mu);
             /* A new source (a failover, or this node stepped down): start again from the
              * newest entry this node has that came from the set. */
@@ -99,6 +115,12 @@ choose_source(fetcher_t *f)
         ok = true;
     }
     pthread_mutex_unlock(&rc->mu);
+    if (!ok && f->host[0] != '\0') {
+        /* Not fetching now (this node is primary, or knows none): whatever comes next is a
+         * new source, started from the newest entry we have then (we may have written some). */
+        drop_source(f);
+        f->host[0] = '\0';
+    }
     return ok;
 }
 
@@ -134,6 +156,18 @@ report_position(fetcher_t *f)
     bson_destroy(&reply);
 }
 
+/* When the entry was written: its 'wall' date, else its timestamp's seconds. */
+static int64_t
+entry_wall_ms(const bson_t *e, uint64_t ts)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, e, "wall") && BSON_ITER_HOLDS_DATE_TIME(&it)) {
+        return bson_iter_date_time(&it);
+    }
+    return (int64_t)SHL_TS_SECS(ts) * 1000;
+}
+
 /* Apply the entries of 'batch' (an array) we do not have yet. */
 static int
 apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
@@ -143,8 +177,14 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
     bson_t **entries = NULL; /* heap copies: a bson_t must never move */
     size_t n = 0, cap = 0;
     uint64_t last = f->applied;
+    int64_t delay_s = 0;
     int ret = 0;
 
+    pthread_mutex_lock(&rc->mu);
+    if (rc->self >= 0) {
+        delay_s = rc->cfg.members[rc->self].secondary_delay_secs;
+    }
+    pthread_mutex_unlock(&rc->mu);
     bson_iter_init(&it, batch);
     while (bson_iter_next(&it)) {
         const uint8_t *data;
@@ -164,12 +204,19 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         if (first) {
             first = false;
             if (ts != f->fetch_from) {
+                f->diverged = true;
                 SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                          "our last optime is not in the sync source's oplog");
             }
         }
         if (ts <= f->applied) {
             continue;
+        }
+        /* A delayed member (secondaryDelaySecs) applies an entry only once it is that old:
+         * the rest of the batch is fetched again later. */
+        if (delay_s > 0 && entry_wall_ms(&e, ts) > shl_clock_wall_ms() - delay_s * 1000) {
+            f->delayed = true;
+            break;
         }
         /* The local database is each member's own. */
         if (bson_iter_init_find(&f_it, &e, "ns") && BSON_ITER_HOLDS_UTF8(&f_it) &&
@@ -192,6 +239,14 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         repl_coord_pin_applied(rc, last);
         repl_coord_self_progress(rc, last, last);
         report_position(f);
+        if (f->min_valid != 0 && last >= f->min_valid) {
+            if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
+                SHL_ERR(repl_coord_initial_sync_done(rc, st));
+                SHL_LOG_INFO(REPL, 2180042, "initial sync done");
+            }
+            f->min_valid = 0;
+            repl_coord_set_state(rc, SHL_REPL_SECONDARY);
+        }
     }
 done:
     for (size_t i = 0; i < n; i++) {
@@ -233,6 +288,10 @@ fetch_once(fetcher_t *f, shl_status_t *st)
     }
     bson_destroy(&reply);
     SHL_ERR(shl_client_conn_run(f->conn, "local", &req, AWAIT_MS + 5000, &reply, st));
+    if (SHL_FAILPOINT_FIRES(stopReplProducer)) {
+        drop_source(f);
+        goto done;
+    }
     if (!shl_bson_get_subdoc(&reply, "cursor", &cursor) ||
         !bson_iter_init_find(&it, &cursor, "id")) {
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a cursor");
@@ -243,6 +302,7 @@ fetch_once(fetcher_t *f, shl_status_t *st)
         SHL_FAIL(st, SHL_CODE_PROTOCOL_ERROR, "oplog query reply without a batch");
     }
     if (first && bson_count_keys(&batch) == 0) {
+        f->diverged = true;
         SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                  "our last optime is not in the sync source's oplog");
     }
@@ -277,19 +337,61 @@ repl_fetcher_main(void *arg)
     while (!f.rc->stop) {
         shl_status_t st = SHL_STATUS_INIT;
 
-        if (!choose_source(&f)) {
+        if (SHL_FAILPOINT_FIRES(stopReplProducer) || !choose_source(&f)) {
             if (!pause_ms(f.rc, RETRY_MS)) {
                 break;
             }
             continue;
         }
-        if (fetch_once(&f, &st) != 0) {
+        if (f.rc->initial_sync) {
+            uint64_t begin = 0;
+            if (repl_initial_sync(f.rc, f.host, &begin, &f.min_valid, &st) != 0) {
+                SHL_LOG_WARNING(REPL, 2180012, "initial sync failed, trying again", "source",
+                                BCON_UTF8(f.host), "error", BCON_UTF8(st.reason));
+                if (!pause_ms(f.rc, 1000)) {
+                    break;
+                }
+                continue;
+            }
+            atomic_store(&f.rc->initial_sync, false);
+            drop_source(&f);
+            f.applied = begin - 1;
+            f.fetch_from = begin;
+            continue;
+        }
+        f.delayed = false;
+        if (fetch_once(&f, &st) == 0 && f.delayed) {
+            /* Entries too new for our delay: fetch them again from where we are, later. */
+            drop_source(&f);
+            if (!pause_ms(f.rc, 500)) {
+                break;
+            }
+            continue;
+        }
+        if (st.code != 0) {
             uint64_t stable = shl_storage_stable_ts(f.rc->eng);
             SHL_LOG_INFO(REPL, 2180010, "oplog fetcher error", "source", BCON_UTF8(f.host),
                          "error", BCON_UTF8(st.reason), "applied",
                          BCON_TIMESTAMP(SHL_TS_SECS(f.applied), SHL_TS_INC(f.applied)), "stable",
                          BCON_TIMESTAMP(SHL_TS_SECS(stable), SHL_TS_INC(stable)));
             drop_source(&f);
+            if (f.diverged) {
+                uint64_t common = 0;
+                f.diverged = false;
+                shl_status_clear(&st);
+                if (repl_rollback_run(f.rc, f.host, &common, &f.min_valid, &st) == 0) {
+                    f.applied = common;
+                    f.fetch_from = common;
+                    if (f.min_valid <= common) {
+                        /* The source has nothing past the common point: consistent now. */
+                        f.min_valid = 0;
+                        repl_coord_set_state(f.rc, SHL_REPL_SECONDARY);
+                    }
+                    continue;
+                }
+                SHL_LOG_WARNING(REPL, 2180011, "rollback failed", "source", BCON_UTF8(f.host),
+                                "error", BCON_UTF8(st.reason));
+            }
             if (!pause_ms(f.rc, st.code == SHL_CODE_OPLOG_START_MISSING ? 1000 : RETRY_MS)) {
                 break;
             }

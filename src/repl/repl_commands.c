@@ -187,7 +187,28 @@ cmd_initiate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_storage_wait_durable(rc->eng, begin, st));
     SHL_ERR(repl_coord_install_config(rc, &cfg, true, begin, st));
     /* Tell the members now rather than at the next heartbeat (which repeats it). */
-    for (int i = 0; i < cfg.n; i++) {
+    repl_push_config(rc);
+done:
+    bson_destroy(&given);
+    repl_config_cleanup(&cfg);
+    bson_destroy(&cfg.doc);
+    return ret;
+}
+
+void
+repl_push_config(repl_coord_t *rc)
+{
+    char hosts[REPL_MAX_MEMBERS][256];
+    int n, self;
+
+    pthread_mutex_lock(&rc->mu);
+    n = rc->cfg.n;
+    self = rc->self;
+    for (int i = 0; i < n; i++) {
+        memcpy(hosts[i], rc->cfg.members[i].host, sizeof(hosts[i]));
+    }
+    pthread_mutex_unlock(&rc->mu);
+    for (int i = 0; i < n; i++) {
         bson_t req, hreply;
         shl_status_t hst = SHL_STATUS_INIT;
         if (i == self) {
@@ -195,19 +216,22 @@ cmd_initiate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
         }
         bson_init(&req);
         repl_heartbeat_build(rc, true, &req);
-        if (shl_client_run(rc->pool, cfg.members[i].host, "admin", &req, 5000, &hreply, &hst) !=
-            0) {
+        if (shl_client_run(rc->pool, hosts[i], "admin", &req, 5000, &hreply, &hst) != 0) {
             SHL_LOG_WARNING(REPL, 2180003, "could not send the new configuration", "host",
-                            BCON_UTF8(cfg.members[i].host), "error", BCON_UTF8(hst.reason));
+                            BCON_UTF8(hosts[i]), "error", BCON_UTF8(hst.reason));
+        } else {
+            bson_iter_t it;
+            pthread_mutex_lock(&rc->mu);
+            if (i < rc->cfg.n && strcmp(rc->cfg.members[i].host, hosts[i]) == 0 &&
+                bson_iter_init_find(&it, &hreply, "configVersion")) {
+                rc->members[i].config_version = bson_iter_as_int64(&it);
+                pthread_cond_broadcast(&rc->progress);
+            }
+            pthread_mutex_unlock(&rc->mu);
         }
         bson_destroy(&req);
         bson_destroy(&hreply);
     }
-done:
-    bson_destroy(&given);
-    repl_config_cleanup(&cfg);
-    bson_destroy(&cfg.doc);
-    return ret;
 }
 
 /* ------------------------------------------------------------------ replSetGetConfig */
@@ -412,11 +436,13 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     repl_coord_t *rc = repl_coord_get(op->svc);
     bson_iter_t it;
     bson_t cdoc;
+    uint64_t last_replicated;
     int ret = 0;
 
     if (rc == NULL) {
         SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
     }
+    last_replicated = repl_coord_last_replicated(rc);
     if (!bson_iter_init_find(&it, cmd, "replSetHeartbeat") || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "replSetHeartbeat takes the set's name");
     }
@@ -440,6 +466,14 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
                 ret = repl_coord_install_config(rc, &cfg, false, repl_optime_ts(cmd, "beginTs"),
                                                 st);
             }
+        } else if (repl_config_parse(&cdoc, false, &cfg, st) == 0) {
+            /* A reconfig: a higher version replaces ours (a removed member becomes REMOVED). */
+            pthread_mutex_lock(&rc->mu);
+            newer = cfg.version > rc->cfg.version;
+            pthread_mutex_unlock(&rc->mu);
+            if (newer) {
+                ret = repl_coord_adopt_config(rc, &cfg, st);
+            }
             shl_status_clear(st);
             ret = 0;
             repl_config_cleanup(&cfg);
@@ -462,12 +496,28 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
         uint64_t applied = self_applied_locked(rc);
         shl_repl_state_t state = rc->configured ? (shl_repl_state_t)atomic_load(&rc->state)
                                                 : SHL_REPL_STARTUP;
+        /* A member that is not primary has at most the set's entries in its oplog: a former
+         * primary's own position counted its local.* writes, and a receiver keeps the highest
+         * position it heard (too high a durable one would move the commit point past what
+         * this member has). */
+        if (state != SHL_REPL_PRIMARY && last_replicated < applied) {
+            applied = last_replicated;
+        }
         BSON_APPEND_UTF8(reply, "set", op->svc->set_name);
         BSON_APPEND_INT32(reply, "state", (int32_t)state);
         BSON_APPEND_INT64(reply, "term", rc->term);
         BSON_APPEND_INT32(reply, "configVersion", rc->configured ? (int32_t)rc->cfg.version : -2);
         BSON_APPEND_INT64(reply, "configTerm", rc->configured ? rc->cfg.term : -1);
+        /* A configured sender with an older version gets ours (as MongoDB's reply carries it):
+         * a member reconfigured away learns it is REMOVED. */
+        if (rc->configured && bson_iter_init_find(&it, cmd, "configVersion") &&
+            bson_iter_as_int64(&it) >= 0 && bson_iter_as_int64(&it) < rc->cfg.version) {
+            BSON_APPEND_DOCUMENT(reply, "config", &rc->cfg.doc);
+        }
         repl_append_optime(reply, "opTime", applied, rc->term);
+        /* The newest of the set's entries here (its local.* writes excluded): what a candidate
+         * compares itself with for a priority takeover. */
+        repl_append_optime(reply, "lastReplicatedOpTime", last_replicated, rc->term);
         repl_append_optime(reply, "durableOpTime", applied, rc->term);
         append_date_of(reply, "wallTime", applied);
         append_date_of(reply, "durableWallTime", applied);
@@ -575,7 +625,91 @@ done:
     return ret;
 }
 
+static int
+note_entry(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
+{
+    return shl_oplog_append(txn, 'n', "", NULL, arg, NULL, NULL, NULL, st);
+}
+
+/* appendOplogNote {data: <document>}: a no-op entry carrying 'data' (initial sync uses one to
+ * mark where it starts fetching). */
+static int
+cmd_append_oplog_note(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    bson_t data;
+    int ret = 0;
+
+    (void)reply;
+    if (rc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    if (!shl_bson_get_subdoc(cmd, "data", &data)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "appendOplogNote needs a 'data' document");
+    }
+    SHL_ERR(shl_storage_write_retry(rc->eng, note_entry, &data, NULL, st));
+done:
+    return ret;
+}
+
+static int
+cmd_reconfig(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    int ret = 0;
+
+    (void)reply;
+    if (rc == NULL) {
+        SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    ret = repl_reconfig_run(rc, op, cmd, st);
+done:
+    return ret;
+}
+
+/* replSetFreeze, replSetMaintenance, replSetSyncFrom, replSetStepUp: one member's controls,
+ * on a configured member (reconfig.c, election.c). */
+static int
+cmd_member_control(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
+{
+    repl_coord_t *rc = repl_coord_get(op->svc);
+    bson_iter_t it;
+    const char *name = "";
+    int ret = 0;
+
+    if (rc == NULL || !rc->configured) {
+        SHL_FAIL(st, rc == NULL ? SHL_CODE_NO_REPLICATION_ENABLED : SHL_CODE_NOT_YET_INITIALIZED,
+                 "no replica set configuration");
+    }
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it)) {
+        name = bson_iter_key(&it);
+    }
+    if (strcmp(name, "replSetFreeze") == 0) {
+        ret = repl_freeze(rc, cmd, reply, st);
+    } else if (strcmp(name, "replSetMaintenance") == 0) {
+        ret = repl_maintenance(rc, cmd, st);
+    } else if (strcmp(name, "replSetSyncFrom") == 0) {
+        ret = repl_sync_from(rc, cmd, reply, st);
+    } else {
+        ret = repl_election_step_up(rc, st);
+    }
+done:
+    return ret;
+}
+
 static const shl_command_t repl_commands[] = {
+    {"replSetStepUp", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
+     "this secondary stands for election now"},
+    {"appendOplogNote", {NULL}, cmd_append_oplog_note, SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY,
+     "write a no-op entry with the given data to the oplog"},
+    {"replSetReconfig", {NULL}, cmd_reconfig, SHL_CMD_ADMIN_ONLY,
+     "change the replica set's configuration (safe reconfig rules; force)"},
+    {"replSetFreeze", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
+     "this member does not stand for election for the given seconds (0: unfreeze)"},
+    {"replSetMaintenance", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
+     "a secondary enters (true) or leaves (false) maintenance mode (RECOVERING)"},
+    {"replSetSyncFrom", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
+     "the member this secondary fetches the oplog from"},
     {"replSetStepDown", {NULL}, cmd_step_down, SHL_CMD_ADMIN_ONLY,
      "the primary steps down and does not stand for stepDownSecs"},
     {"replSetRequestVotes", {NULL}, cmd_request_votes, SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,

@@ -105,7 +105,18 @@ parse_member(bson_iter_t *mit, repl_member_t *m, shl_status_t *st)
         } else if (strcmp(k, "slaveDelay") == 0) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                      "Use secondaryDelaySecs instead of slaveDelay in a member configuration");
-        } else if (strcmp(k, "buildIndexes") == 0 || strcmp(k, "tags") == 0) {
+        } else if (strcmp(k, "tags") == 0) {
+            bson_iter_t t;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &t)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "tags must be an object");
+            }
+            while (bson_iter_next(&t)) {
+                if (!BSON_ITER_HOLDS_UTF8(&t)) {
+                    SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "tags.%s field has non-string value",
+                             bson_iter_key(&t));
+                }
+            }
+        } else if (strcmp(k, "buildIndexes") == 0) {
             /* accepted and kept in the document; not used yet */
         } else {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
@@ -194,7 +205,25 @@ parse_settings(const bson_t *doc, repl_config_t *out, bool initiate, shl_status_
             }
             bson_oid_copy(bson_iter_oid(&it), &out->replica_set_id);
             has_id = true;
-        } else if (strcmp(k, "chainingAllowed") == 0 || strcmp(k, "getLastErrorModes") == 0 ||
+        } else if (strcmp(k, "getLastErrorModes") == 0) {
+            bson_iter_t mode, tag;
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &mode)) {
+                SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "getLastErrorModes must be an object");
+            }
+            while (bson_iter_next(&mode)) {
+                if (!BSON_ITER_HOLDS_DOCUMENT(&mode) || !bson_iter_recurse(&mode, &tag)) {
+                    SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "mode %s must be an object",
+                             bson_iter_key(&mode));
+                }
+                while (bson_iter_next(&tag)) {
+                    if (!is_number(&tag) || bson_iter_as_int64(&tag) <= 0) {
+                        SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                                 "Value of tag %s in mode %s must be a positive number",
+                                 bson_iter_key(&tag), bson_iter_key(&mode));
+                    }
+                }
+            }
+        } else if (strcmp(k, "chainingAllowed") == 0 ||
                    strcmp(k, "getLastErrorDefaults") == 0) {
             /* kept in the document */
         } else {
@@ -213,7 +242,7 @@ static void
 build_doc(repl_config_t *cfg, const bson_t *in)
 {
     bson_t members, m, settings;
-    bson_iter_t it;
+    bson_iter_t it, sub;
     char key[16];
 
     bson_reinit(&cfg->doc);
@@ -236,8 +265,20 @@ build_doc(repl_config_t *cfg, const bson_t *in)
             BSON_APPEND_DOUBLE(&m, "priority", mm->priority);
         }
         {
-            bson_t tags = BSON_INITIALIZER;
-            bson_append_document(&m, "tags", -1, &tags);
+            /* The member's tags as given (parse_member checked them): w:"<mode>" counts them. */
+            bson_t tags = BSON_INITIALIZER, given, in_members;
+            char path[32];
+            snprintf(path, sizeof(path), "%d", i);
+            if (in != NULL && bson_iter_init_find(&it, in, "members") &&
+                iter_subdoc(&it, &in_members) &&
+                bson_iter_init_find(&it, &in_members, path) && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+                bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "tags") &&
+                BSON_ITER_HOLDS_DOCUMENT(&sub) && iter_subdoc(&sub, &given)) {
+                bson_copy_to(&given, &tags);
+                bson_append_document(&m, "tags", -1, &tags);
+            } else {
+                bson_append_document(&m, "tags", -1, &tags);
+            }
             bson_destroy(&tags);
         }
         BSON_APPEND_INT64(&m, "secondaryDelaySecs", mm->secondary_delay_secs);
@@ -255,14 +296,18 @@ build_doc(repl_config_t *cfg, const bson_t *in)
     BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", -1);
     BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis", 30000);
     {
-        bson_t modes = BSON_INITIALIZER;
-        bson_append_document(&settings, "getLastErrorModes", -1, &modes);
+        bson_t modes = BSON_INITIALIZER, in_settings, given;
+        if (in != NULL && shl_bson_get_subdoc(in, "settings", &in_settings) &&
+            shl_bson_get_subdoc(&in_settings, "getLastErrorModes", &given)) {
+            bson_copy_to(&given, &modes);
+            bson_append_document(&settings, "getLastErrorModes", -1, &modes);
+        } else {
+            bson_append_document(&settings, "getLastErrorModes", -1, &modes);
+        }
         bson_destroy(&modes);
     }
     BSON_APPEND_OID(&settings, "replicaSetId", &cfg->replica_set_id);
     bson_append_document_end(&cfg->doc, &settings);
-    (void)in;
-    (void)it;
 }
 
 int
@@ -375,6 +420,80 @@ repl_config_parse(const bson_t *doc, bool initiate, repl_config_t *out, shl_stat
     build_doc(out, doc);
 done:
     return ret;
+}
+
+/* How many distinct values of tag 'tag' the members with want[i] (all when NULL) carry. */
+static int
+distinct_tag_values(const repl_config_t *cfg, const char *tag, const bool *want)
+{
+    const char *seen[REPL_MAX_MEMBERS];
+    int n = 0, i = 0;
+    bson_t members;
+    bson_iter_t it;
+
+    if (!bson_iter_init_find(&it, &cfg->doc, "members") || !iter_subdoc(&it, &members) ||
+        !bson_iter_init(&it, &members)) {
+        return 0;
+    }
+    while (bson_iter_next(&it) && i < cfg->n) {
+        bson_iter_t t;
+        bool dup = false;
+        const char *v;
+        if (want != NULL && !want[i++]) {
+            continue;
+        }
+        if (want == NULL) {
+            i++;
+        }
+        if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &t) ||
+            !bson_iter_find(&t, "tags") || !BSON_ITER_HOLDS_DOCUMENT(&t) ||
+            !bson_iter_recurse(&t, &t) || !bson_iter_find(&t, tag) || !BSON_ITER_HOLDS_UTF8(&t)) {
+            continue;
+        }
+        v = bson_iter_utf8(&t, NULL);
+        for (int j = 0; j < n && !dup; j++) {
+            dup = strcmp(seen[j], v) == 0;
+        }
+        if (!dup) {
+            seen[n++] = v;
+        }
+    }
+    return n;
+}
+
+void
+repl_config_tag_mode(const repl_config_t *cfg, const char *name, const bool *reached,
+                     bool *found, bool *ok, bool *satisfiable)
+{
+    bson_t settings, modes, mode;
+    bson_iter_t it;
+
+    *found = shl_bson_get_subdoc(&cfg->doc, "settings", &settings) &&
+             shl_bson_get_subdoc(&settings, "getLastErrorModes", &modes) &&
+             shl_bson_get_subdoc(&modes, name, &mode);
+    *ok = *found;
+    *satisfiable = *found;
+    if (*found && bson_iter_init(&it, &mode)) {
+        while (bson_iter_next(&it)) {
+            int64_t need = bson_iter_as_int64(&it);
+            if (distinct_tag_values(cfg, bson_iter_key(&it), NULL) < need) {
+                *satisfiable = false;
+            }
+            if (distinct_tag_values(cfg, bson_iter_key(&it), reached) < need) {
+                *ok = false;
+            }
+        }
+    }
+}
+
+void
+repl_config_rebuild(repl_config_t *cfg)
+{
+    bson_t in;
+
+    bson_copy_to(&cfg->doc, &in);
+    build_doc(cfg, &in);
+    bson_destroy(&in);
 }
 
 void

@@ -242,6 +242,7 @@ repl_coord_become_primary_locked(repl_coord_t *rc)
     atomic_store(&rc->state, SHL_REPL_PRIMARY);
     rc->primary = rc->self;
     rc->stepped_down = false;
+    rc->primary_since_us = shl_clock_mono_us();
     election_id_for(rc->term, &rc->election_id);
     rc->election_date_ms = shl_clock_wall_ms();
     if (rc->self >= 0) {
@@ -255,6 +256,36 @@ repl_coord_become_primary_locked(repl_coord_t *rc)
 }
 
 void
+repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state)
+{
+    pthread_mutex_lock(&rc->mu);
+    if (atomic_load(&rc->state) != (int)state) {
+        atomic_store(&rc->state, state);
+        if (rc->self >= 0) {
+            rc->members[rc->self].state = state;
+        }
+        pthread_cond_broadcast(&rc->progress);
+        pthread_mutex_unlock(&rc->mu);
+        shl_topology_change(rc->svc, false);
+        return;
+    }
+    pthread_mutex_unlock(&rc->mu);
+}
+
+void
+repl_coord_rolled_back(repl_coord_t *rc, uint64_t common)
+{
+    pthread_mutex_lock(&rc->mu);
+    if (rc->self >= 0) {
+        rc->members[rc->self].applied = common;
+        rc->members[rc->self].durable = common;
+    }
+    rc->stepped_down = false;
+    pthread_mutex_unlock(&rc->mu);
+    repl_coord_set_state(rc, SHL_REPL_RECOVERING);
+}
+
+void
 repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
 {
     pthread_mutex_lock(&rc->mu);
@@ -263,6 +294,8 @@ repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied)
     }
     pthread_mutex_unlock(&rc->mu);
 }
+
+static int newest_replicated(shl_storage_engine_t *eng, uint64_t *ts, shl_status_t *st);
 
 static void
 set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint64_t begin_ts)
@@ -280,6 +313,7 @@ set_config_locked(repl_coord_t *rc, const repl_config_t *cfg, bool primary, uint
     } else if (primary) {
         atomic_store(&rc->state, SHL_REPL_PRIMARY);
         rc->primary = rc->self;
+        rc->primary_since_us = shl_clock_mono_us();
         election_id_for(rc->term, &rc->election_id);
         rc->election_date_ms = shl_clock_wall_ms();
     } else {
@@ -317,10 +351,20 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
     BSON_APPEND_UTF8(&begin, "_id", "minvalid");
     BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
     BSON_APPEND_BOOL(&begin, "initiator", primary);
+    /* A member given the configuration by a heartbeat joins the set: it copies the set's
+     * data first, and a restart before that finished starts the copy again (MongoDB's
+     * initialSyncFlag). */
+    BSON_APPEND_BOOL(&begin, "initialSync", !primary);
     SHL_ERR(shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st));
     pthread_mutex_lock(&rc->mu);
     set_config_locked(rc, cfg, primary, begin_ts);
     rc->initiator = primary;
+    /* A member with none of the set's entries copies the set's data first. */
+    if (!primary && rc->self >= 0 && !rc->cfg.members[rc->self].arbiter) {
+        rc->initial_sync = true;
+        atomic_store(&rc->state, SHL_REPL_STARTUP2);
+        rc->members[rc->self].state = SHL_REPL_STARTUP2;
+    }
     ret = repl_coord_start_threads_locked(rc, st);
     pthread_mutex_unlock(&rc->mu);
     SHL_LOG_INFO(REPL, 2180001, "installed replica set configuration", "config",
@@ -328,6 +372,25 @@ repl_coord_install_config(repl_coord_t *rc, const repl_config_t *cfg, bool prima
                  BCON_UTF8(shl_repl_state_name((shl_repl_state_t)atomic_load(&rc->state))));
     shl_topology_change(rc->svc, false);
 done:
+    bson_destroy(&begin);
+    return ret;
+}
+
+int
+repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st)
+{
+    bson_t begin = BSON_INITIALIZER;
+    uint64_t begin_ts;
+    int ret;
+
+    pthread_mutex_lock(&rc->mu);
+    begin_ts = rc->begin_ts;
+    pthread_mutex_unlock(&rc->mu);
+    BSON_APPEND_UTF8(&begin, "_id", "minvalid");
+    BSON_APPEND_TIMESTAMP(&begin, "begin", SHL_TS_SECS(begin_ts), SHL_TS_INC(begin_ts));
+    BSON_APPEND_BOOL(&begin, "initiator", false);
+    BSON_APPEND_BOOL(&begin, "initialSync", false);
+    ret = shl_stored_doc_store(rc->eng, REPL_BEGIN_NS, &begin, st);
     bson_destroy(&begin);
     return ret;
 }
@@ -374,15 +437,30 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
     int data_bearing = 0, ret = 0;
     bool locked = false;
 
-    if (wc->w_tag[0] != '\0') {
-        SHL_FAIL(st, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
-                 "No write concern mode named '%s' found in replica set configuration", wc->w_tag);
-    }
-    if (!wc->w_majority && wc->w <= 1) {
+    if (!wc->w_majority && wc->w <= 1 && wc->w_tag[0] == '\0') {
         goto done;
     }
     pthread_mutex_lock(&rc->mu);
     locked = true;
+    if (wc->w_tag[0] != '\0') {
+        bool found = false, ok, satisfiable;
+        bool all[REPL_MAX_MEMBERS];
+        for (int i = 0; i < REPL_MAX_MEMBERS; i++) {
+            all[i] = true;
+        }
+        if (rc->configured) {
+            repl_config_tag_mode(&rc->cfg, wc->w_tag, all, &found, &ok, &satisfiable);
+        }
+        if (!found) {
+            SHL_FAIL(st, SHL_CODE_UNKNOWN_REPL_WRITE_CONCERN,
+                     "No write concern mode named '%s' found in replica set configuration",
+                     wc->w_tag);
+        }
+        if (!satisfiable) {
+            SHL_FAIL(st, SHL_CODE_UNSATISFIABLE_WRITE_CONCERN,
+                     "Not enough nodes match write concern mode \"%s\"", wc->w_tag);
+        }
+    }
     if (!rc->configured) {
         /* A set of one: majority is this node, which has the write. */
         if (!wc->w_majority && wc->w > 1) {
@@ -408,6 +486,12 @@ hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *
         recompute_commit_point_locked(rc);
         if (wc->w_majority) {
             ok = rc->commit_point >= ts;
+        } else if (wc->w_tag[0] != '\0') {
+            bool reached[REPL_MAX_MEMBERS], found, satisfiable;
+            for (int i = 0; i < rc->cfg.n; i++) {
+                reached[i] = !rc->cfg.members[i].arbiter && rc->members[i].applied >= ts;
+            }
+            repl_config_tag_mode(&rc->cfg, wc->w_tag, reached, &found, &ok, &satisfiable);
         } else {
             uint64_t applied[REPL_MAX_MEMBERS];
             for (int i = 0; i < rc->cfg.n; i++) {
@@ -708,13 +792,15 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     if (found) {
         repl_config_t cfg;
         uint64_t begin_ts = 0, last = 0;
-        bool primary, initiator = false;
+        bool primary, initiator = false, initial_sync = false;
         bson_destroy(&begin);
         SHL_ERR(shl_stored_doc_load(rc->eng, REPL_BEGIN_NS, "minvalid", &begin, &found_begin, st));
         if (found_begin) {
             bson_iter_t bit;
             begin_ts = repl_optime_ts(&begin, "begin");
             initiator = bson_iter_init_find(&bit, &begin, "initiator") && bson_iter_as_bool(&bit);
+            initial_sync =
+                bson_iter_init_find(&bit, &begin, "initialSync") && bson_iter_as_bool(&bit);
         }
         ret = repl_config_parse(&doc, false, &cfg, st);
         if (ret != 0) {
@@ -731,6 +817,12 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
         set_config_locked(rc, &cfg, primary, begin_ts);
         rc->initiator = initiator;
         repl_election_load(rc);
+        if (!primary && rc->self >= 0 && initial_sync && !rc->cfg.members[rc->self].arbiter) {
+            /* Stopped before an initial sync finished: start it again. */
+            rc->initial_sync = true;
+            atomic_store(&rc->state, SHL_REPL_STARTUP2);
+            rc->members[rc->self].state = SHL_REPL_STARTUP2;
+        }
         if (!primary && rc->self >= 0) {
             uint64_t applied = last >= begin_ts ? last : begin_ts - 1;
             pin_stable_locked(rc, applied);

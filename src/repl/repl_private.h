@@ -63,7 +63,20 @@ typedef struct repl_config {
  */
 int repl_config_parse(const bson_t *doc, bool initiate, repl_config_t *out, shl_status_t *st);
 void repl_config_cleanup(repl_config_t *cfg);
+
+/* repl_config_rebuild -- remake cfg->doc after version, term or replica_set_id changed. Pure. */
+void repl_config_rebuild(repl_config_t *cfg);
 void repl_config_copy(const repl_config_t *src, repl_config_t *dst);
+
+/*
+ * repl_config_tag_mode --
+ *     The custom write concern mode 'name' (settings.getLastErrorModes: {tag: count, ...}):
+ *     *found when the configuration has it; *ok when the members with reached[i] carry at least
+ *     'count' distinct values of every tag of it; *satisfiable when all members together do.
+ *     Pure.
+ */
+void repl_config_tag_mode(const repl_config_t *cfg, const char *name, const bool *reached,
+                          bool *found, bool *ok, bool *satisfiable);
 
 /* repl_config_find -- the index of the member whose host is 'host', or -1. */
 int repl_config_find(const repl_config_t *cfg, const char *host);
@@ -86,11 +99,13 @@ int repl_count_at(const repl_config_t *cfg, const uint64_t *applied, uint64_t ts
 /* What the coordinator knows of one member (its own entry included). */
 typedef struct repl_member_state {
     shl_repl_state_t state;
-    uint64_t applied;       /* its last applied optime's ts */
-    uint64_t durable;       /* its last durable optime's ts */
-    int64_t term;           /* its term, from heartbeats */
+    uint64_t applied; /* its last applied optime's ts */
+    uint64_t durable; /* its last durable optime's ts */
+    int64_t term;     /* its term, from heartbeats */
     int64_t last_heartbeat_ms;
     int64_t last_heartbeat_recv_ms;
+    int64_t last_ok_us;     /* monotonic: its last successful heartbeat reply */
+    uint64_t last_replicated; /* its newest entry of the set's (heartbeat replies) */
     int64_t ping_ms;
     int64_t config_version; /* from its heartbeat replies; -2: none */
     bool up;
@@ -105,21 +120,21 @@ typedef struct repl_coord {
     shl_conn_pool_t *pool; /* its own connections to the other members */
 
     pthread_mutex_t install_mu; /* serialises configuration installs; taken before mu */
-    pthread_mutex_t mu; /* guards everything below not marked otherwise; a leaf lock */
-    pthread_cond_t progress; /* broadcast when progress, the commit point or state moves */
-    bool configured;         /* a multi-member config is installed */
-    repl_config_t cfg;       /* valid when configured */
-    int self;                /* index of this node in cfg, -1 when removed */
+    pthread_mutex_t mu;         /* guards everything below not marked otherwise; a leaf lock */
+    pthread_cond_t progress;    /* broadcast when progress, the commit point or state moves */
+    bool configured;            /* a multi-member config is installed */
+    repl_config_t cfg;          /* valid when configured */
+    int self;                   /* index of this node in cfg, -1 when removed */
     repl_member_state_t members[REPL_MAX_MEMBERS];
-    int primary;             /* index of the primary as far as we know, -1 none */
+    int primary; /* index of the primary as far as we know, -1 none */
     int64_t term;
-    uint64_t commit_point;   /* majority commit point (ts) */
-    uint64_t begin_ts;       /* the set's first entry (initiate): joining members fetch from it */
-    bool initiator;          /* this node initiated the set (its primary after a restart) */
+    uint64_t commit_point; /* majority commit point (ts) */
+    uint64_t begin_ts;     /* the set's first entry (initiate): joining members fetch from it */
+    bool initiator;        /* this node initiated the set (its primary after a restart) */
     bson_oid_t election_id;
     int64_t election_date_ms;
-    atomic_bool stop;        /* threads stop; written under mu */
-    pthread_cond_t wake;     /* wakes the threads (config installed, stop) */
+    atomic_bool stop;    /* threads stop; written under mu */
+    pthread_cond_t wake; /* wakes the threads (config installed, stop) */
 
     _Atomic int state; /* shl_repl_state_t of this node; read lock-free */
 
@@ -129,7 +144,13 @@ typedef struct repl_coord {
     int64_t last_primary_seen_us; /* monotonic: the last heartbeat from a primary */
     int64_t election_offset_ms;   /* random part of the election timeout */
     bool stepped_down;            /* a former primary (rollback is not implemented yet) */
+    atomic_bool initial_sync;     /* none of the set's data here yet: clone it (initial_sync.c) */
+    int maintenance;              /* replSetMaintenance depth: RECOVERING while > 0 */
+    char sync_from[256];          /* replSetSyncFrom's choice ("" none) */
+    char sync_source[256];        /* the fetcher's current source ("" none) */
     int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
+    int64_t takeover_since_us;    /* monotonic: a priority takeover has been due since (0: not) */
+    int64_t primary_since_us;     /* monotonic: when this node last became primary */
 
     pthread_t heartbeat_thread;
     bool heartbeat_started;
@@ -169,6 +190,84 @@ void repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied);
 /* repl_coord_pin_applied_locked -- as repl_coord_pin_applied, with mu held. */
 void repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied);
 
+/* repl_coord_set_state -- move this node to 'state' (not PRIMARY: elections do that) and
+ * tell awaitable hellos. Takes mu. */
+void repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state);
+
+/* repl_coord_rolled_back -- this node rolled its oplog back to 'common': its position is
+ * there again and it is RECOVERING until it has applied the source's entries up to the
+ * rollback's minValid (the fetcher then makes it SECONDARY). Takes mu. */
+void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common);
+
+#define REPL_SOURCE_TIMEOUT_MS 10000
+
+/*
+ * repl_source_find --
+ *     Run 'cmd' (a find, or a command answering a cursor: listDatabases excepted) on 'host' in
+ *     'db' with the coordinator's pool, following getMores until the cursor is exhausted, and
+ *     hand every document to 'fn' (a view valid for the call). Blocks on the network.
+ *     Errors: network errors, the command's own, ProtocolError for a reply without a cursor.
+ */
+int repl_source_find(repl_coord_t *rc, const char *host, const char *db, const bson_t *cmd,
+                     void (*fn)(const bson_t *doc, void *arg), void *arg, shl_status_t *st);
+
+/* repl_source_top -- the ts of 'host''s newest oplog entry in *top. Errors: those of
+ * repl_source_find. */
+int repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st);
+
+/*
+ * repl_initial_sync --
+ *     Copy the set's data from 'host' (initial_sync.c, docs/design/replication.md "Initial
+ *     sync"): appendOplogNote there, its newest entry becomes *begin (this member's stable
+ *     timestamp is pinned below it); every database here but local is dropped; every database,
+ *     collection (UUID, options), index and document of the source is cloned at *begin; *min_valid
+ *     is the source's newest entry after the clone. The caller then fetches from *begin and
+ *     stays STARTUP2 until *min_valid is applied. Runs on the fetcher thread. Blocks.
+ *     Errors: InitialSyncFailure, network and storage errors (the caller tries again).
+ */
+int repl_initial_sync(repl_coord_t *rc, const char *host, uint64_t *begin, uint64_t *min_valid,
+                      shl_status_t *st);
+
+/* repl_coord_initial_sync_done -- the initial sync reached its minValid: clear the flag that
+ * makes a restart copy the data again. Writes local.replset.minvalid. Errors: storage. */
+int repl_coord_initial_sync_done(repl_coord_t *rc, shl_status_t *st);
+
+/*
+ * repl_coord_adopt_config --
+ *     Make 'cfg' (a newer version: a reconfig here or from a heartbeat) current without a
+ *     change of state or term: stored in local.system.replset, what is known of each member kept
+ *     by host, this node REMOVED when the configuration no longer lists it. Takes mu (the
+ *     caller holds install_mu). Errors: storage errors.
+ */
+int repl_coord_adopt_config(repl_coord_t *rc, const repl_config_t *cfg, shl_status_t *st);
+
+/* repl_push_config -- send the current configuration to every other member now (a heartbeat
+ * carrying it) and note the versions they answer. Blocks on the network. */
+void repl_push_config(repl_coord_t *rc);
+
+/* reconfig.c: replSetReconfig (MongoDB's safe reconfig rules; force), replSetFreeze,
+ * replSetMaintenance, replSetSyncFrom. Errors as MongoDB's: NotWritablePrimary,
+ * NewReplicaSetConfigurationIncompatible, CurrentConfigNotCommittedYet, NodeNotFound,
+ * NotSecondary, OperationFailed, InvalidOptions, and the configuration's own. */
+int repl_reconfig_run(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd, shl_status_t *st);
+int repl_freeze(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int repl_maintenance(repl_coord_t *rc, const bson_t *cmd, shl_status_t *st);
+int repl_sync_from(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+
+/*
+ * repl_rollback_run --
+ *     Roll this node's oplog back to the newest entry it shares with 'host' (rollback.c,
+ *     docs/design/replication.md "Rollback"): state ROLLBACK, the common point in *common,
+ *     our versions of the documents touched after it saved to <dbpath>/rollback/, the
+ *     source's versions written in their place, a checkpoint, the later entries removed from
+ *     the oplog; then RECOVERING until the source's top at the time, *min_valid, is applied.
+ *     Runs on the fetcher thread (nothing else applies meanwhile). Blocks on the network.
+ *     Errors: OplogStartMissing (no common point: a resync is needed), network and storage
+ *     errors (the node goes back to SECONDARY and the fetcher tries again).
+ */
+int repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t *min_valid,
+                      shl_status_t *st);
+
 /* repl_coord_become_primary_locked -- this node won an election in rc->term: state PRIMARY,
  * electionId, no stable pin. With mu held. */
 void repl_coord_become_primary_locked(repl_coord_t *rc);
@@ -181,6 +280,9 @@ void repl_election_load(repl_coord_t *rc);
 void repl_election_see_term_locked(repl_coord_t *rc, int64_t term);
 int repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 void repl_election_maybe_run(repl_coord_t *rc);
+/* repl_election_step_up -- replSetStepUp: stand now (no dry run, no timer); CommandFailed
+ * when this member cannot stand or loses. Blocks on the network. */
+int repl_election_step_up(repl_coord_t *rc, shl_status_t *st);
 int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd,
                             shl_status_t *st);
 

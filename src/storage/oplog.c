@@ -504,6 +504,28 @@ done:
 /* Entries removed per transaction when truncating, so no transaction grows large. */
 #define OPLOG_TRUNCATE_BATCH 1000
 
+/* The end of a removal from the oplog: the cursor back to the session, then (when 'ret' is 0)
+ * the counts moved and the transaction committed, else aborted. Returns the outcome. */
+static int
+removal_end(shl_storage_txn_t *txn, WT_CURSOR *c, shl_rs_state_t *rs, int64_t gone,
+            int64_t gone_bytes, int ret, shl_status_t *st)
+{
+    if (c != NULL) {
+        c->reset(c);
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    if (txn == NULL) {
+        return ret;
+    }
+    if (ret == 0) {
+        shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
+        ret = shl_storage_txn_commit(txn, st);
+    } else {
+        shl_storage_txn_abort(txn);
+    }
+    return ret;
+}
+
 /*
  * Remove up to one batch of the oldest entries. *more says whether another batch may be
  * needed (the batch filled up without reaching a stop condition).
@@ -544,20 +566,65 @@ truncate_batch(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto, int6
         gone_bytes += (int64_t)val.size;
     }
     *more = gone == OPLOG_TRUNCATE_BATCH;
-    shl_txn_add_delta(txn, rs, -gone, -gone_bytes);
-    c->reset(c);
-    shl_wt_cursor_put(txn->sess, "table:oplog", c);
-    c = NULL;
-    SHL_ERR(shl_storage_txn_commit(txn, st));
-    txn = NULL;
-    *removed += gone;
 done:
-    if (c != NULL) {
-        c->reset(c);
-        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    ret = removal_end(txn, c, rs, gone, gone_bytes, ret, st);
+    if (ret == 0) {
+        *removed += gone;
     }
-    if (txn != NULL) {
-        shl_storage_txn_abort(txn);
+    return ret;
+}
+
+/* True when the oplog value 'val' is an entry of the local database (a member's own). */
+static bool
+entry_is_local(const WT_ITEM *val)
+{
+    bson_t doc;
+    bson_iter_t it;
+
+    return bson_init_static(&doc, val->data, val->size) && bson_iter_init_find(&it, &doc, "ns") &&
+           BSON_ITER_HOLDS_UTF8(&it) && strncmp(bson_iter_utf8(&it, NULL), "local.", 6) == 0;
+}
+
+int
+shl_oplog_truncate_after(shl_storage_engine_t *eng, uint64_t after, int64_t *removed,
+                         shl_status_t *st)
+{
+    shl_storage_txn_t *txn = NULL;
+    WT_CURSOR *c = NULL;
+    shl_rs_state_t *rs = eng->oplog->rs;
+    int64_t gone = 0, gone_bytes = 0;
+    int ret = 0, wtret, exact = 0;
+
+    *removed = 0;
+    SHL_ERR(shl_storage_txn_begin(eng, NULL, &txn, st));
+    SHL_ERR(shl_wt_cursor_get(eng, txn->sess, "table:oplog", &c, st));
+    c->set_key(c, (int64_t)after + 1);
+    wtret = c->search_near(c, &exact);
+    if (wtret == 0 && exact < 0) {
+        wtret = c->next(c);
+    }
+    while (wtret == 0) {
+        int64_t key;
+        WT_ITEM val;
+        if ((wtret = c->get_key(c, &key)) != 0 || (wtret = c->get_value(c, &val)) != 0) {
+            SHL_ERR(shl_wt_err(st, wtret, "oplog tail read"));
+        }
+        if ((uint64_t)key > after && !entry_is_local(&val)) {
+            if ((wtret = c->remove(c)) != 0) {
+                SHL_ERR(shl_wt_err(st, wtret, "oplog tail remove"));
+            }
+            gone++;
+            gone_bytes += (int64_t)val.size;
+        }
+        wtret = c->next(c);
+    }
+    if (wtret != WT_NOTFOUND) {
+        SHL_ERR(shl_wt_err(st, wtret, "oplog tail scan"));
+    }
+done:
+    ret = removal_end(txn, c, rs, gone, gone_bytes, ret, st);
+    if (ret == 0) {
+        *removed = gone;
     }
     return ret;
 }

@@ -119,4 +119,15 @@ int shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_sta
 int shl_oplog_truncate(shl_storage_engine_t *eng, int64_t max_bytes, uint64_t upto,
                        int64_t *removed, shl_status_t *st);
 
+/*
+ * shl_oplog_truncate_after --
+ *     Remove every entry with ts > 'after' except the local database's (a member's own
+ *     writes), in one transaction: a replica set member rolling back entries its set never
+ *     had (repl/rollback.c). The caller makes sure nothing is applied past 'after'
+ *     meanwhile. *removed is the number removed. Blocks on I/O. Errors: InternalError,
+ *     WriteConflict.
+ */
+int shl_oplog_truncate_after(shl_storage_engine_t *eng, uint64_t after, int64_t *removed,
+                             shl_status_t *st);
+
 #endif

@@ -296,9 +296,8 @@ def test_kill_primary_elects_another(rs):
     assert coll.count_documents({"_id": {"$lt": 100}}) == 20
     print("failover: %.1f s from kill -9 to the first acknowledged write" % failover)
 
-    # The old primary comes back as a secondary, never as a second primary. (Whether it can
-    # sync again depends on rollback, not there yet: an entry it wrote that no one received,
-    # such as a session-cache refresh, leaves it with OplogStartMissing.)
+    # The old primary comes back as a secondary, never as a second primary (an entry it wrote
+    # that no one received is rolled back first: test_replica_set_rollback.py).
     old.start()
     oc = direct(old, readPreference="secondaryPreferred")
     wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 20,

@@ -1,0 +1,123 @@
+"""Initial sync (issue 18): a member with none of the set's data -- every member right after
+replSetInitiate, or one whose dbpath was wiped -- clones every database from its sync source
+(collections with their UUIDs and options, indexes, documents) while the set takes writes,
+applies the oplog from where the clone began, and goes STARTUP2 -> SECONDARY."""
+
+import shutil
+import threading
+
+import pymongo
+import pytest
+
+from shale_fixtures import ShaleProcess, cleanup_later, logged, wait_until
+
+SET = "is"
+
+
+@pytest.fixture(scope="module")
+def rs(request):
+    nodes = [ShaleProcess(["node", "--replSet", SET], name="is%d" % i) for i in range(3)]
+    for n in nodes:
+        n.start()
+    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
+           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
+    c = nodes[0].client(directConnection=True)
+    c.admin.command("replSetInitiate", cfg)
+    c.close()
+    wait_until(lambda: states(nodes[0]) == ["PRIMARY", "SECONDARY", "SECONDARY"], 30,
+               "a primary and two secondaries")
+    yield nodes
+    failed = request.node.session.testsfailed > 0
+    cleanup_later(nodes, lambda i, p: ("initial-sync-%s" % p.name) if failed else None)
+
+
+def direct(node, **kw):
+    return node.client(directConnection=True, **kw)
+
+
+def states(node):
+    return [m["stateStr"] for m in direct(node).admin.command("replSetGetStatus")["members"]]
+
+
+def uuids(node, db):
+    return {c["name"]: c["info"]["uuid"]
+            for c in direct(node, readPreference="secondaryPreferred")[db].list_collections()}
+
+
+def test_members_clone_the_initiators_collections(rs):
+    """Each member created config.system.sessions on its own before initiate; initial sync
+    replaces it with the primary's, so the primary's later writes to it apply everywhere."""
+    primary, s1, s2 = rs
+    assert all(logged(s, 2180041) for s in (s1, s2))
+    c = direct(primary)
+    with c.start_session() as sess:
+        c.test.sessions.insert_one({"_id": 1}, session=sess)
+        c.admin.command("refreshLogicalSessionCacheNow")
+    want = uuids(primary, "config")
+    assert "system.sessions" in want
+    n = c.config.system.sessions.count_documents({})
+    assert n >= 1
+    for s in (s1, s2):
+        wait_until(lambda: uuids(s, "config") == want, 10, "the primary's config collections")
+        sc = direct(s, readPreference="secondaryPreferred")
+        wait_until(lambda: sc.config.system.sessions.count_documents({}) >= n, 10,
+                   "the primary's session records replicate")
+
+
+def test_wiped_member_resyncs_under_writes(rs):
+    primary, s1, s2 = rs
+    db = direct(primary).test
+    db.create_collection("capped", capped=True, size=1 << 20)
+    db.plain.create_index([("a", 1)], unique=True, name="a_1")
+    db.plain.create_index([("b", -1), ("c", 1)], name="b_c")
+    db.plain.insert_many([{"_id": i, "a": i, "b": i % 7, "c": "x" * 100} for i in range(3000)])
+    db.capped.insert_many([{"_id": i} for i in range(100)])
+    direct(primary).other.things.insert_one({"_id": "t"})
+
+    s2.stop()
+    shutil.rmtree(s2.dbpath)
+
+    stop = threading.Event()
+    written = []
+
+    def writer():
+        c = direct(primary)
+        i = 10000
+        while not stop.is_set():
+            c.test.plain.insert_one({"_id": i, "a": i, "b": 0})
+            c.test.plain.update_one({"_id": i - 5000 if i > 12000 else 5}, {"$set": {"u": i}})
+            written.append(i)
+            i += 1
+        c.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        s2.start()
+        wait_until(lambda: logged(s2, 2180041), 60, "the wiped member clones the set")
+        sc = direct(s2)
+        wait_until(lambda: sc.admin.command("replSetGetStatus")["myState"] == 2, 60,
+                   "the wiped member becomes a secondary")
+        wait_until(lambda: len(written) > 20, 30, "writes during the sync")
+    finally:
+        stop.set()
+        t.join()
+    r = db.command("insert", "plain", documents=[{"_id": "last", "a": "last"}],
+                   writeConcern={"w": 3, "wtimeout": 20000})
+    assert "writeConcernError" not in r
+
+    sec = direct(s2, readPreference="secondaryPreferred")
+    assert sorted(sec.test.plain.find(), key=lambda d: str(d["_id"])) == \
+        sorted(db.plain.find(), key=lambda d: str(d["_id"]))
+    assert sec.test.capped.count_documents({}) == 100
+    assert sec.other.things.find_one() == {"_id": "t"}
+    for name in ("test", "other", "config", "admin"):
+        assert uuids(s2, name) == uuids(primary, name)
+    assert sec.test.capped.options()["capped"] is True
+    want = {i["name"]: (i["key"], i.get("unique", False)) for i in db.plain.list_indexes()}
+    got = {i["name"]: (i["key"], i.get("unique", False)) for i in sec.test.plain.list_indexes()}
+    assert got == want
+    # a unique index cloned as unique: the secondary's index answers the hinted query
+    assert sec.test.plain.find({"a": 7}).hint("a_1").next()["_id"] == 7
+    with pytest.raises(pymongo.errors.PyMongoError):
+        direct(s2).test.plain.insert_one({"_id": "no"})

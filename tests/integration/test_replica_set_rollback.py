@@ -1,0 +1,111 @@
+"""Rollback (issue 18): a primary that acknowledged w:1 writes no other member received is
+killed; the others elect a new primary that takes writes; the old primary restarts, finds the
+common point with its sync source, saves its versions of the rolled-back documents under
+<dbpath>/rollback/ and comes back as a SECONDARY with the set's data. Writes acknowledged with
+w: "majority" are never rolled back."""
+
+import glob
+import os
+
+import bson
+import pymongo
+import pytest
+from pymongo.write_concern import WriteConcern
+
+from shale_fixtures import ShaleProcess, cleanup_later, fail_point, logged, wait_until
+
+SET = "rb"
+
+
+@pytest.fixture(scope="module")
+def rs(request):
+    nodes = [ShaleProcess(["node", "--replSet", SET], name="rb%d" % i) for i in range(3)]
+    for n in nodes:
+        n.start()
+    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
+           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
+    c = nodes[0].client(directConnection=True)
+    c.admin.command("replSetInitiate", cfg)
+    c.close()
+
+    def all_up():
+        s = nodes[0].client(directConnection=True).admin.command("replSetGetStatus")
+        return [m["stateStr"] for m in s["members"]] == ["PRIMARY", "SECONDARY", "SECONDARY"]
+    wait_until(all_up, 30, "a primary and two secondaries")
+    yield nodes
+    failed = request.node.session.testsfailed > 0
+    cleanup_later(nodes, lambda i, p: ("replica-set-rollback-%s" % p.name) if failed else None)
+
+
+def direct(node, **kw):
+    return node.client(directConnection=True, **kw)
+
+
+def primary_of(nodes):
+    for n in nodes:
+        try:
+            if direct(n).admin.command("hello")["isWritablePrimary"]:
+                return n
+        except pymongo.errors.PyMongoError:
+            pass
+    return None
+
+
+def test_killed_primary_rolls_back_unreplicated_writes(rs):
+    old, s1, s2 = rs
+    maj = direct(old).test.get_collection("rb", write_concern=WriteConcern(w="majority",
+                                                                           wtimeout=10000))
+    maj.insert_many([{"_id": i, "v": "majority"} for i in range(5)])
+
+    # Neither secondary receives what the primary acknowledges now with w:1.
+    for s in (s1, s2):
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        w1 = direct(old).test.rb
+        w1.insert_many([{"_id": "lost-%d" % i, "v": "w1"} for i in range(3)])
+        w1.update_one({"_id": 1}, {"$set": {"v": "lost-update"}})
+        w1.delete_one({"_id": 2})
+        # a w:"majority" write now cannot be acknowledged
+        r = direct(old).test.command("insert", "rb", documents=[{"_id": "unacked"}],
+                                     writeConcern={"w": "majority", "wtimeout": 300})
+        assert r["writeConcernError"]["code"] == 64
+        old.kill()
+    finally:
+        for s in (s1, s2):
+            fail_point(direct(s), "stopReplProducer", "off")
+
+    wait_until(lambda: primary_of([s1, s2]) is not None, 30, "a new primary")
+    new = primary_of([s1, s2])
+    new.client(directConnection=True).test.command(
+        "insert", "rb", documents=[{"_id": "new", "v": "term2"}],
+        writeConcern={"w": "majority", "wtimeout": 10000})
+
+    old.start()
+    oc = direct(old, readPreference="secondaryPreferred")
+    # it comes back as a secondary, finds it diverged, rolls back, recovers, and is one again
+    wait_until(lambda: logged(old, 2180033), 30, "the old primary rolls back")
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 30,
+               "the old primary is a secondary again")
+
+    want = sorted(direct(new).test.rb.find(), key=lambda d: str(d["_id"]))
+    wait_until(lambda: sorted(oc.test.rb.find(), key=lambda d: str(d["_id"])) == want, 20,
+               "the old primary has the set's documents")
+    # every majority-acknowledged write is there, nothing acknowledged with w:1 only
+    assert {"_id": 1, "v": "majority"} in want and {"_id": 2, "v": "majority"} in want
+    assert {"_id": "new", "v": "term2"} in want
+    assert not any(str(d["_id"]).startswith("lost") or d["_id"] == "unacked" for d in want)
+
+    # our versions of the rolled-back documents, in MongoDB's rollback file layout
+    files = glob.glob(os.path.join(old.dbpath, "rollback", "*", "removed.*.bson"))
+    saved = []
+    for path in files:
+        with open(path, "rb") as f:
+            saved += bson.decode_all(f.read())
+    assert {"_id": "lost-0", "v": "w1"} in saved
+    assert {"_id": 1, "v": "lost-update"} in saved
+    assert {"_id": "unacked"} in saved
+
+    # the old primary replicates new writes again
+    r = direct(new).test.command("insert", "rb", documents=[{"_id": "after"}],
+                                 writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
