@@ -588,7 +588,7 @@ typedef struct update_unit {
     const char *ns;
     const shl_update_stmt_t *stmt;
     exec_query_t *q;
-    const shl_update_t *upd;
+    shl_update_t *upd; /* its collator is set once the plan settles the query's */
     const db_validator_t *validator;
     int32_t stmt_id;
     db_stmt_recorder_t *rec;
@@ -678,6 +678,9 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     db_stmt_recorder_begin(u->rec);
     u->q->limit = u->stmt->multi ? 0 : 1;
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    /* The plan settled the query's collation (the command's or the collection's default);
+     * the update operators compare under the same one. */
+    shl_update_set_collator(u->upd, u->q->collator);
     for (;;) {
         exec_row_t row;
         bool eof;

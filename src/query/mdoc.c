@@ -224,6 +224,28 @@ mv_compare_value(const mv_t *a, const bson_value_t *b)
 }
 
 int
+mv_compare_value_coll(const mv_t *a, const bson_value_t *b, const shl_collator_t *coll)
+{
+    bson_value_t va;
+    int c;
+    mv_to_value(a, &va);
+    c = shl_bson_value_compare_coll(&va, b, coll);
+    bson_value_destroy(&va);
+    return c;
+}
+
+int
+mv_compare_coll(const mv_t *a, const mv_t *b, const shl_collator_t *coll)
+{
+    bson_value_t vb;
+    int c;
+    mv_to_value(b, &vb);
+    c = mv_compare_value_coll(a, &vb, coll);
+    bson_value_destroy(&vb);
+    return c;
+}
+
+int
 mv_compare(const mv_t *a, const mv_t *b)
 {
     bson_value_t vb;
