@@ -96,17 +96,11 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
         if (BSON_ITER_HOLDS_ARRAY(&it)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't use an array for _id");
         }
-        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_t sub;
-            bson_iter_recurse(&it, &sub);
-            while (shl_iter_next(&sub)) {
-                if (shl_iter_key(&sub)[0] == '$') {
-                    SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
-                             "_id fields may not contain '$'-prefixed fields: %s is not valid "
-                             "for storage.",
-                             shl_iter_key(&sub));
-                }
-            }
+        if (shl_bson_value_dollar_key(bson_iter_value(&it)) != NULL) {
+            /* At any depth (SERVER-75880). */
+            SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                     "_id fields may not contain '$'-prefixed fields: %s is not valid for storage.",
+                     shl_bson_value_dollar_key(bson_iter_value(&it)));
         }
         if (had_id) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't have multiple _id fields in one document");

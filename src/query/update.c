@@ -1816,6 +1816,14 @@ finish_replacement(const bson_t *orig, const bson_t *repl, bson_t *out, shl_stat
     bool has_orig = find_value(orig, "_id", &oid);
     bool has_new = find_value(repl, "_id", &nid);
 
+    if (has_new && shl_bson_value_dollar_key(bson_iter_value(&nid)) != NULL) {
+        /* MongoDB validates the new _id for storage before comparing it with the old one. */
+        ret = shl_status_set(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                             "_id fields may not contain '$'-prefixed fields: %s is not valid for "
+                             "storage.",
+                             shl_bson_value_dollar_key(bson_iter_value(&nid)));
+        goto done;
+    }
     if (has_orig && has_new && !values_binary_equal(&oid, &nid)) {
         js = query_value_to_json(bson_iter_value(&nid));
         ret = shl_status_set(st, SHL_CODE_IMMUTABLE_FIELD,
