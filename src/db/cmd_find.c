@@ -1582,6 +1582,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
+    a->env.collator = a->collator;
     {
         /* `let` evaluated once, with $$CLUSTER_TIME, for every stage and the $cursor. */
         bson_t vars;

@@ -125,3 +125,45 @@ def test_set_operators_under_collation(coll, expr, ci, simple):
         return len(r) if isinstance(r, list) else r
     assert run(collation=CI) == ci
     assert run() == simple
+
+
+def test_lookup_and_graph_lookup_under_collation(coll):
+    """The foreign collection is matched under the aggregate's collation, not its own."""
+    db = coll.database
+    db.colors.drop()
+    db.colors.insert_many([{"_id": 1, "name": "Red", "next": "GREEN"},
+                           {"_id": 2, "name": "green", "next": "blue"},
+                           {"_id": 3, "name": "BLUE"}])
+    coll.insert_many([{"_id": 5, "c": "red"}, {"_id": 15, "c": "RED"}])
+
+    def lookup(**kw):
+        out = coll.aggregate([{"$lookup": {"from": "colors", "localField": "c",
+                                           "foreignField": "name", "as": "m"}},
+                              {"$sort": {"_id": 1}}], **kw)
+        return [len(d["m"]) for d in out]
+    assert lookup(collation=CI) == [1, 1]
+    assert lookup() == [0, 0]
+
+    def chain(**kw):
+        out = list(coll.aggregate([{"$match": {"_id": 5}},
+                                   {"$graphLookup": {"from": "colors", "startWith": "$c",
+                                                     "connectFromField": "next",
+                                                     "connectToField": "name", "as": "g"}}],
+                                  **kw))
+        return sorted(x["_id"] for x in out[0]["g"])
+    assert chain(collation=CI) == [1, 2, 3]
+    assert chain() == []
+
+
+def test_set_window_fields_under_collation(coll):
+    coll.insert_many([{"_id": 6, "p": "a", "s": "b"}, {"_id": 7, "p": "A", "s": "C"},
+                      {"_id": 16, "p": "a", "s": "a"}])
+
+    def run(**kw):
+        out = coll.aggregate([{"$setWindowFields": {
+            "partitionBy": "$p", "sortBy": {"s": 1},
+            "output": {"n": {"$documentNumber": {}}, "c": {"$count": {}}}}}], **kw)
+        return sorted((d["_id"], d["n"], d["c"]) for d in out)
+    # One partition of three under CI, sorted a < b < C; two partitions otherwise.
+    assert run(collation=CI) == [(6, 2, 3), (7, 3, 3), (16, 1, 3)]
+    assert run() == [(6, 2, 2), (7, 1, 1), (16, 1, 2)]
