@@ -167,3 +167,28 @@ def test_set_window_fields_under_collation(coll):
     # One partition of three under CI, sorted a < b < C; two partitions otherwise.
     assert run(collation=CI) == [(6, 2, 3), (7, 3, 3), (16, 1, 3)]
     assert run() == [(6, 2, 2), (7, 1, 1), (16, 1, 2)]
+
+
+def test_explain_prints_collation_keys(plain_node):
+    """A collated index's bounds hold collation keys: explain prints them as MongoDB does,
+    CollationKey(0x<hex>), and a simple index's bounds stay plain strings."""
+    c = plain_node.client().colgap.explained
+    c.drop()
+    c.create_index("w", name="w_ci", collation=CI)
+    c.create_index("v", name="v_simple")
+    c.insert_one({"w": "Apple", "v": "Apple"})
+
+    def bounds(field, val, **kw):
+        cmd = {"find": "explained", "filter": {field: val}}
+        cmd.update(kw)
+        plan = c.database.command("explain", cmd)["queryPlanner"]["winningPlan"]
+        while "inputStage" in plan:
+            plan = plan["inputStage"]
+        return plan["indexBounds"][field]
+    got = bounds("w", "apple", collation=CI.document)
+    assert len(got) == 1 and got[0].startswith("[CollationKey(0x")
+    lo, hi = got[0][1:-1].split(", ")
+    assert lo == hi and all(ch in "0123456789abcdef" for ch in lo[len("CollationKey(0x"):-1])
+    assert bounds("v", "Apple") == ['["Apple", "Apple"]']
+    got = bounds("w", {"$in": ["a", "b"]}, collation=CI.document)
+    assert got[0].count("CollationKey(0x") == 2
