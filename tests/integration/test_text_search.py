@@ -1,0 +1,128 @@
+"""Text indexes (issue 20 item 5, first part): createIndexes with text keys as pymongo spells
+them, the normalised spec listIndexes shows (textIndexVersion 3), MongoDB's errors, one text
+index per collection, documents indexed in their language (an unsupported one refused), and
+the index kept out of ordinary query plans; on a node and through a 2-shard router.
+docs/design/text_search.md says what is left ($text queries, textScore)."""
+
+import pytest
+from pymongo import ASCENDING, TEXT
+from pymongo.errors import OperationFailure, WriteError
+
+from shale_fixtures import ShaleProcess, stop_all
+
+
+@pytest.fixture(scope="module")
+def plain_node():
+    p = ShaleProcess(["node"], name="text-node")
+    p.start()
+    yield p
+    stop_all([p])
+    p.cleanup()
+
+
+@pytest.fixture(scope="module")
+def routed(cluster):
+    client = cluster.router_client()
+    client.admin.command("enableSharding", "textdb", primaryShard="shard0")
+    client.admin.command("shardCollection", "textdb.sh", key={"_id": 1})
+    client.admin.command("split", "textdb.sh", middle={"_id": 10})
+    client.admin.command("moveChunk", "textdb.sh", find={"_id": 10}, to="shard1")
+    return client.textdb
+
+
+@pytest.fixture(params=["node", "router"])
+def coll(request, plain_node, routed):
+    if request.param == "node":
+        c = plain_node.client().textdb.c
+        c.drop()
+    else:
+        c = routed.sh
+        c.delete_many({})
+        c.drop_indexes()
+    return c
+
+
+def spec_of(c, name):
+    return next(i for i in c.list_indexes() if i["name"] == name)
+
+
+def test_create_and_list(coll):
+    name = coll.create_index([("title", TEXT), ("body", TEXT)], weights={"title": 10},
+                             default_language="french", language_override="lang")
+    assert name == "title_text_body_text"
+    s = spec_of(coll, name)
+    assert s["key"] == {"_fts": "text", "_ftsx": 1}
+    assert s["weights"] == {"body": 1, "title": 10}
+    assert s["default_language"] == "french"
+    assert s["language_override"] == "lang"
+    assert s["textIndexVersion"] == 3
+    # The same index again is a no-op; another text index is refused.
+    coll.create_index([("title", TEXT), ("body", TEXT)], weights={"title": 10},
+                      default_language="french", language_override="lang")
+    with pytest.raises(OperationFailure) as e:
+        coll.create_index([("other", TEXT)])
+    assert e.value.code == 85
+
+
+def test_compound_and_wildcard(coll):
+    coll.create_index([("cat", ASCENDING), ("$**", TEXT)], name="cat_all")
+    s = spec_of(coll, "cat_all")
+    assert list(s["key"].items()) == [("cat", 1), ("_fts", "text"), ("_ftsx", 1)]
+    assert s["weights"] == {"$**": 1}
+    assert s["default_language"] == "english" and s["language_override"] == "language"
+
+
+BAD = [
+    ({"weights": {"t": 0}}, 67),
+    ({"weights": {"t": 100000}}, 67),
+    ({"weights": {"t": "x"}}, 67),
+    ({"default_language": "klingon"}, 17262),
+    ({"textIndexVersion": 2}, 67),
+]
+
+
+@pytest.mark.parametrize("opts,code", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_bad_specs(coll, opts, code):
+    with pytest.raises(OperationFailure) as e:
+        coll.create_index([("t", TEXT)], **opts)
+    assert e.value.code == code
+
+
+def test_documents_and_plans(coll):
+    coll.create_index([("t", TEXT)])
+    coll.insert_many([{"_id": 1, "t": "running shoes", "n": 1},
+                      {"_id": 11, "t": "Le café", "language": "french", "n": 2},
+                      {"_id": 12, "t": ["red", "blue"], "n": 3},
+                      {"_id": 13, "n": 4}])
+    # A document naming an unsupported language is refused, and nothing else harmed.
+    with pytest.raises(WriteError) as e:
+        coll.insert_one({"_id": 2, "t": "x", "language": "klingon"})
+    assert e.value.code == 17262
+    coll.update_one({"_id": 1}, {"$set": {"t": "walking"}})
+    coll.delete_one({"_id": 12})
+    # Ordinary queries never use the text index (its keys are terms).
+    assert sorted(d["_id"] for d in coll.find({"n": {"$gte": 1}})) == [1, 11, 13]
+    assert [d["_id"] for d in coll.find({"t": "walking"})] == [1]
+    plan = coll.find({"t": "walking"}).explain()["queryPlanner"]["winningPlan"]
+    assert "t_text" not in str(plan)
+    # $text itself is not served yet (docs/design/text_search.md).
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$text": {"$search": "walk"}}))
+    assert e.value.code == 27
+    coll.drop_index("t_text")
+    assert [i["name"] for i in coll.list_indexes()] == ["_id_"]
+
+
+def test_text_index_survives_restart(node):
+    c = node.client().textdb.r
+    c.create_index([("t", TEXT)], weights={"t": 3})
+    c.database.command("insert", "r", documents=[{"_id": 1, "t": "x"}],
+                       writeConcern={"j": True})
+    node.kill()
+    node.start()
+    c = node.client().textdb.r
+    s = spec_of(c, "t_text")
+    assert s["weights"] == {"t": 3} and s["key"] == {"_fts": "text", "_ftsx": 1}
+    with pytest.raises(WriteError) as e:
+        c.insert_one({"_id": 2, "t": "x", "language": "klingon"})
+    assert e.value.code == 17262
