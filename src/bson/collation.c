@@ -468,7 +468,7 @@ typedef struct {
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static cache_entry_t cache[COLLATOR_CACHE_SIZE]; /* guarded by cache_mu */
-static size_t cache_next;                       /* guarded by cache_mu: the slot to fill next */
+static size_t cache_next;                        /* guarded by cache_mu: the slot to fill next */
 
 /* Whether the cache holds 'spec'; *out is then a new reference. */
 static bool

@@ -40,7 +40,7 @@ typedef struct fam_unit {
     shl_collection_t *coll;
     const char *ns;
     exec_query_t *q;
-    shl_update_t *upd;       /* NULL for remove */
+    shl_update_t *upd; /* NULL for remove */
     const db_validator_t *validator;
     bool remove, return_new, upsert;
     int32_t stmt_id;

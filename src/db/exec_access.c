@@ -325,9 +325,9 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
 
 /* exec_bounds_for_field, with 'collated' saying the filter's strings are collation keys. */
 static void
-bounds_for_field(const bson_t *filter, const char *field, bool descending,
-                 shl_keystring_t *start, shl_keystring_t *end, bool *has_start, bool *has_end,
-                 char *desc, size_t desc_len, bool collated)
+bounds_for_field(const bson_t *filter, const char *field, bool descending, shl_keystring_t *start,
+                 shl_keystring_t *end, bool *has_start, bool *has_end, char *desc, size_t desc_len,
+                 bool collated)
 {
     bson_iter_t it;
     int kind = B_NONE;

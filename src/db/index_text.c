@@ -157,8 +157,8 @@ done:
 int
 db_text_index_normalize(const bson_t *spec, bson_t *out, shl_status_t *st)
 {
-    static const char *const text_fields[] = {"key", "weights", "default_language",
-                                              "language_override", "textIndexVersion", NULL};
+    static const char *const text_fields[] = {
+        "key", "weights", "default_language", "language_override", "textIndexVersion", NULL};
     int ret = 0;
     shl_text_index_t *ti = NULL;
     bson_t norm = BSON_INITIALIZER;

@@ -26,32 +26,34 @@
 static const struct {
     const char *name, *iso, *algorithm;
 } languages[] = {
-    {"danish", "da", "danish"},         {"dutch", "nl", "dutch"},
-    {"english", "en", "english"},       {"finnish", "fi", "finnish"},
-    {"french", "fr", "french"},         {"german", "de", "german"},
-    {"hungarian", "hu", "hungarian"},   {"italian", "it", "italian"},
-    {"norwegian", "nb", "norwegian"},   {"portuguese", "pt", "portuguese"},
-    {"romanian", "ro", "romanian"},     {"russian", "ru", "russian"},
-    {"spanish", "es", "spanish"},       {"swedish", "sv", "swedish"},
-    {"turkish", "tr", "turkish"},       {"none", "none", NULL},
+    {"danish", "da", "danish"},       {"dutch", "nl", "dutch"},
+    {"english", "en", "english"},     {"finnish", "fi", "finnish"},
+    {"french", "fr", "french"},       {"german", "de", "german"},
+    {"hungarian", "hu", "hungarian"}, {"italian", "it", "italian"},
+    {"norwegian", "nb", "norwegian"}, {"portuguese", "pt", "portuguese"},
+    {"romanian", "ro", "romanian"},   {"russian", "ru", "russian"},
+    {"spanish", "es", "spanish"},     {"swedish", "sv", "swedish"},
+    {"turkish", "tr", "turkish"},     {"none", "none", NULL},
 };
 
 /* English stop words (function words that carry no search meaning), already folded. */
 static const char *const english_stop[] = {
-    "a",      "about", "above", "after",  "again", "against", "all",   "am",    "an",
-    "and",    "any",   "are",   "as",     "at",    "be",      "been",  "before", "being",
-    "below",  "between", "both", "but",   "by",    "can",     "could", "did",   "do",
-    "does",   "doing", "down",  "during", "each",  "few",     "for",   "from",  "further",
-    "had",    "has",   "have",  "having", "he",    "her",     "here",  "hers",  "herself",
-    "him",    "himself", "his", "how",    "i",     "if",      "in",    "into",  "is",
-    "it",     "its",   "itself", "me",    "more",  "most",    "my",    "myself", "no",
-    "nor",    "not",   "of",    "off",    "on",    "once",    "only",  "or",    "other",
-    "our",    "ours",  "ourselves", "out", "over", "own",     "same",  "she",   "should",
-    "so",     "some",  "such",  "than",   "that",  "the",     "their", "theirs", "them",
-    "themselves", "then", "there", "these", "they", "this",   "those", "through", "to",
-    "too",    "under", "until", "up",     "very",  "was",     "we",    "were",  "what",
-    "when",   "where", "which", "while",  "who",   "whom",    "why",   "will",  "with",
-    "would",  "you",   "your",  "yours",  "yourself", "yourselves",
+    "a",      "about",    "above",      "after",   "again",   "against", "all",     "am",
+    "an",     "and",      "any",        "are",     "as",      "at",      "be",      "been",
+    "before", "being",    "below",      "between", "both",    "but",     "by",      "can",
+    "could",  "did",      "do",         "does",    "doing",   "down",    "during",  "each",
+    "few",    "for",      "from",       "further", "had",     "has",     "have",    "having",
+    "he",     "her",      "here",       "hers",    "herself", "him",     "himself", "his",
+    "how",    "i",        "if",         "in",      "into",    "is",      "it",      "its",
+    "itself", "me",       "more",       "most",    "my",      "myself",  "no",      "nor",
+    "not",    "of",       "off",        "on",      "once",    "only",    "or",      "other",
+    "our",    "ours",     "ourselves",  "out",     "over",    "own",     "same",    "she",
+    "should", "so",       "some",       "such",    "than",    "that",    "the",     "their",
+    "theirs", "them",     "themselves", "then",    "there",   "these",   "they",    "this",
+    "those",  "through",  "to",         "too",     "under",   "until",   "up",      "very",
+    "was",    "we",       "were",       "what",    "when",    "where",   "which",   "while",
+    "who",    "whom",     "why",        "will",    "with",    "would",   "you",     "your",
+    "yours",  "yourself", "yourselves",
 };
 
 typedef struct text_field {
@@ -336,7 +338,8 @@ shl_text_index_new(const bson_t *spec, shl_text_index_t **out, shl_status_t *st)
         while (shl_iter_next(&k)) {
             double w;
             if (!shl_bson_type_is_number(bson_iter_type(&k))) {
-                SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "weight for text index needs numeric type");
+                SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX,
+                         "weight for text index needs numeric type");
             }
             w = shl_bson_value_as_double(bson_iter_value(&k));
             if (!(w > 0 && w <= TEXT_MAX_WEIGHT)) {
@@ -367,7 +370,8 @@ shl_text_index_new(const bson_t *spec, shl_text_index_t **out, shl_status_t *st)
     if (bson_iter_init_find(&it, spec, "textIndexVersion") &&
         (!shl_bson_type_is_number(bson_iter_type(&it)) ||
          shl_bson_value_as_double(bson_iter_value(&it)) != 3)) {
-        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Currently only textIndexVersion 3 is supported");
+        SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX,
+                 "Currently only textIndexVersion 3 is supported");
     }
     if (ti->nfields == 0 && !ti->wildcard) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "text index has no weighted field");
@@ -416,8 +420,7 @@ typedef void (*string_fn)(void *arg, const char *path, const char *s, size_t len
 
 /* Every string at 'path' (components from 'comp'), arrays traversed, passed to 'fn'. */
 static void
-strings_at(const bson_t *doc, const char *comp, const char *full, double w, string_fn fn,
-           void *arg)
+strings_at(const bson_t *doc, const char *comp, const char *full, double w, string_fn fn, void *arg)
 {
     bson_iter_t it;
     const char *dot = strchr(comp, '.');
@@ -523,8 +526,7 @@ doc_language(const shl_text_index_t *ti, const bson_t *doc, shl_status_t *st)
     }
     idx = language_index(lang);
     if (idx < 0) {
-        shl_status_set(st, UNSUPPORTED_LANGUAGE,
-                       "language override unsupported: %s", lang);
+        shl_status_set(st, UNSUPPORTED_LANGUAGE, "language override unsupported: %s", lang);
     }
     return idx;
 }
@@ -631,8 +633,8 @@ doc_scores(const shl_text_index_t *ti, const bson_t *doc, bool cased, bool diacr
 }
 
 int
-shl_text_index_terms(const shl_text_index_t *ti, const bson_t *doc, shl_text_term_fn fn,
-                     void *arg, shl_status_t *st)
+shl_text_index_terms(const shl_text_index_t *ti, const bson_t *doc, shl_text_term_fn fn, void *arg,
+                     shl_status_t *st)
 {
     score_ctx_t sc;
     int ret = doc_scores(ti, doc, false, false, &sc, st);
@@ -649,7 +651,7 @@ struct shl_text_query {
     const shl_text_index_t *ti;
     int lang; /* $language, or -1: each document's own */
     bool cased, diacritics;
-    terms_t pos, neg;             /* sorted, distinct */
+    terms_t pos, neg;               /* sorted, distinct */
     terms_t pos_phrase, neg_phrase; /* folded as the query asks */
 };
 

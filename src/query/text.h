@@ -68,8 +68,8 @@ typedef struct shl_text_query shl_text_query_t;
  *     "$caseSensitive needs a Boolean", "$diacriticSensitive needs a Boolean", unknown
  *     field; 17262 for an unsupported $language.
  */
-int shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti,
-                       shl_text_query_t **out, shl_status_t *st);
+int shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti, shl_text_query_t **out,
+                       shl_status_t *st);
 void shl_text_query_destroy(shl_text_query_t *q);
 
 /*

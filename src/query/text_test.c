@@ -46,7 +46,8 @@ tmatch(const shl_text_index_t *ti, const char *text, const char *doc, double *sc
     bool m = false;
     int r = -1;
     *score = 0;
-    if (bson_iter_init_find(&it, t, "t") && shl_text_query_new(bson_iter_value(&it), ti, &q, &st) == 0 &&
+    if (bson_iter_init_find(&it, t, "t") &&
+        shl_text_query_new(bson_iter_value(&it), ti, &q, &st) == 0 &&
         shl_text_query_match(q, d, &m, score, &st) == 0) {
         r = m ? 1 : 0;
     }
@@ -67,9 +68,8 @@ SHL_TEST(text_index_specs)
     ASSERT_INT_EQ(tindex_code("{'key': {'a': 'text'}, 'default_language': 'klingon'}"), 17262);
     ASSERT_INT_EQ(tindex_code("{'key': {'a': 'text'}, 'textIndexVersion': 2}"), 67);
 
-    shl_text_index_t *ti =
-        tindex("{'key': {'p': 1, 'a': 'text', 's': 1}, 'weights': {'b': 2.5}, "
-               "'default_language': 'fr', 'language_override': 'lang'}");
+    shl_text_index_t *ti = tindex("{'key': {'p': 1, 'a': 'text', 's': 1}, 'weights': {'b': 2.5}, "
+                                  "'default_language': 'fr', 'language_override': 'lang'}");
     ASSERT(ti != NULL);
     bson_t out = BSON_INITIALIZER;
     shl_text_index_append_normalized(ti, &out);
@@ -94,27 +94,26 @@ SHL_TEST(text_search_terms_phrases_negations)
     /* arrays of strings */
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'blue'}}", "{'tags': ['red', 'Blue']}", &s), 1);
     /* phrases must all be present, negations none */
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': '\\\"coffee shop\\\"'}}",
-                         "{'t': 'a Coffee Shop here'}", &s),
-                  1);
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': '\\\"coffee shop\\\"'}}",
-                         "{'t': 'shop for coffee'}", &s),
-                  0);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': '\\\"coffee shop\\\"'}}", "{'t': 'a Coffee Shop here'}", &s),
+        1);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': '\\\"coffee shop\\\"'}}", "{'t': 'shop for coffee'}", &s), 0);
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'coffee -tea'}}", "{'t': 'coffee and tea'}", &s),
                   0);
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'coffee -tea'}}", "{'t': 'coffee only'}", &s), 1);
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'coffee -\\\"iced coffee\\\"'}}",
-                         "{'t': 'iced coffee'}", &s),
-                  0);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'coffee -\\\"iced coffee\\\"'}}", "{'t': 'iced coffee'}", &s),
+        0);
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'co-op'}}", "{'t': 'op'}", &s), 1);
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': '-coffee'}}", "{'t': 'tea'}", &s), 0);
     /* sensitivity options */
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'Coffee', '$caseSensitive': true}}",
-                         "{'t': 'coffee'}", &s),
-                  0);
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'Coffee', '$caseSensitive': true}}",
-                         "{'t': 'Coffee'}", &s),
-                  1);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Coffee', '$caseSensitive': true}}", "{'t': 'coffee'}", &s),
+        0);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Coffee', '$caseSensitive': true}}", "{'t': 'Coffee'}", &s),
+        1);
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'cafe', '$diacriticSensitive': true}}",
                          "{'t': 'caf\\u00e9'}", &s),
                   0);
