@@ -126,3 +126,34 @@ def test_text_index_survives_restart(node):
     with pytest.raises(WriteError) as e:
         c.insert_one({"_id": 2, "t": "x", "language": "klingon"})
     assert e.value.code == 17262
+
+
+def _node_gaps(uri, *args):
+    import json
+    import os
+    import subprocess
+    from test_node_driver import node_binary, HERE
+    out = subprocess.run([node_binary(), os.path.join(HERE, "query_gaps2.js"), uri] +
+                         list(args), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["addToSet"] == ["Apple"]
+    assert r["arrayFilter"] == 1
+    assert r["setUnion"] == 2
+    assert r["dollarDoc"] == {"_id": 2, "$price": 5, "a.b": 1, "n": {"$db": "x"}}
+    assert r["replaceCode"] == 52
+    assert r["getField"] == 5
+    assert r["textName"] == "title_text_body_text"
+    assert r["textSpec"] == {"key": {"_fts": "text", "_ftsx": 1},
+                             "weights": {"body": 1, "title": 5}, "lang": "spanish",
+                             "version": 3}
+    assert r["secondTextCode"] == 85
+
+
+def test_node_driver_spellings(plain_node):
+    """Collation gaps, '$' field names and text indexes through the Node driver."""
+    _node_gaps(plain_node.uri())
+
+
+def test_node_driver_spellings_sharded(routed, cluster):
+    _node_gaps(cluster.uri(), "sharded")
