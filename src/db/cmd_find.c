@@ -1597,6 +1597,7 @@ cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
     opts.allow_disk_use = allow_disk;
     opts.env = &a->env.env;
     opts.collator = a->collator;
+    opts.leading_text = !collectionless; /* the first $match becomes the plan's query */
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
     pl = a->pl;
     if (collectionless) {

@@ -121,9 +121,11 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
         bson_destroy(&q->filter);
         bson_init_static(&q->filter, bson_get_data(filter), filter->len);
     }
-    q->id_point = id_point_filter(&q->filter, &q->id_value);
+    q->has_text = bson_has_field(&q->filter, "$text");
+    q->id_point = !q->has_text && id_point_filter(&q->filter, &q->id_value);
     q->string_free = !filter_compares_strings(&q->filter);
-    SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT, &q->matcher, st));
+    SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED,
+                            &q->matcher, st));
     if (sort != NULL && !bson_empty(sort)) {
         bson_init_static(&q->sort, bson_get_data(sort), sort->len);
         SHL_ERR(shl_sort_pattern_new(&q->sort, &q->sort_pattern, st));
@@ -1220,6 +1222,9 @@ done:
 static const bson_t *
 plan_filter(const exec_query_t *q)
 {
+    if (q->has_text) {
+        return NULL; /* TODO(20): a TEXT scan of the text index */
+    }
     if (q->collator == NULL) {
         return &q->filter;
     }
@@ -1474,7 +1479,7 @@ coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
     bson_iter_t it;
     bool id_listed = false, id_included = true, any = false;
 
-    if (!q->has_projection || q->orphan_filter != NULL || q->count_only ||
+    if (!q->has_projection || q->orphan_filter != NULL || q->count_only || q->has_text ||
         (q->has_sort && !sorted) || !index_fields(idx, fields, 32, &n) ||
         !bson_iter_init(&it, &q->projection)) {
         return false;
@@ -1836,7 +1841,7 @@ static exec_stage_t *
 count_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_t *hinted)
 {
     exec_stage_t *out = NULL;
-    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog) {
+    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog || q->has_text) {
         return NULL;
     }
     for (size_t i = 0; out == NULL && i < coll->nindexes; i++) {

@@ -1293,6 +1293,7 @@ router_cmd_aggregate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     memset(&opts, 0, sizeof(opts));
     opts.allow_disk_use = allow_disk;
     opts.vars = has_let ? &let : NULL;
+    opts.leading_text = true; /* a first $match's $text runs on the shards */
     SHL_ERR(shl_pipeline_parse(&p.pipeline, &opts, &check, st));
     bson_destroy(&p.shards_part);
     bson_destroy(&p.merge_a);

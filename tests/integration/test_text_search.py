@@ -105,10 +105,6 @@ def test_documents_and_plans(coll):
     assert [d["_id"] for d in coll.find({"t": "walking"})] == [1]
     plan = coll.find({"t": "walking"}).explain()["queryPlanner"]["winningPlan"]
     assert "t_text" not in str(plan)
-    # $text itself is not served yet (docs/design/text_search.md).
-    with pytest.raises(OperationFailure) as e:
-        list(coll.find({"$text": {"$search": "walk"}}))
-    assert e.value.code == 27
     coll.drop_index("t_text")
     assert [i["name"] for i in coll.list_indexes()] == ["_id_"]
 
@@ -157,3 +153,61 @@ def test_node_driver_spellings(plain_node):
 
 def test_node_driver_spellings_sharded(routed, cluster):
     _node_gaps(cluster.uri(), "sharded")
+
+
+DOCS = [{"_id": 1, "t": "running shoes for men", "n": 1},
+        {"_id": 2, "t": "Coffee and tea", "n": 2},
+        {"_id": 11, "t": "Le caf\u00e9 cr\u00e8me", "language": "french", "n": 3},
+        {"_id": 12, "t": "iced coffee", "n": 1, "tags": ["cold", "Summer"]},
+        {"_id": 13, "t": "the"}]
+
+SEARCHES = [
+    ({"$search": "run"}, [1]),
+    ({"$search": "RUNS"}, [1]),
+    ({"$search": "coffee"}, [2, 12]),
+    ({"$search": "coffee -tea"}, [12]),
+    ({"$search": "\"iced coffee\""}, [12]),
+    ({"$search": "-coffee"}, []),
+    ({"$search": "the"}, []),
+    ({"$search": "summer"}, [12]),
+    ({"$search": "Coffee", "$caseSensitive": True}, [2]),
+    ({"$search": "cafe", "$language": "french"}, [11]),
+]
+
+
+@pytest.mark.parametrize("text,want", SEARCHES, ids=[str(i) for i in range(len(SEARCHES))])
+def test_text_queries(coll, text, want):
+    """$text as find, count, aggregate's first $match, update and delete filters see it;
+    differential: the same documents whatever the other predicates' plan."""
+    coll.create_index([("t", TEXT), ("tags", TEXT)])
+    coll.create_index("n")
+    coll.insert_many(DOCS)
+    assert sorted(d["_id"] for d in coll.find({"$text": text})) == want
+    assert coll.count_documents({"$text": text}) == len(want)
+    got = coll.aggregate([{"$match": {"$text": text}}, {"$project": {"_id": 1}}])
+    assert sorted(d["_id"] for d in got) == want
+    with_n = sorted(d["_id"] for d in coll.find({"$text": text, "n": 1}))
+    assert with_n == [i for i in want if i in (1, 12)]
+
+
+def test_text_query_errors(coll):
+    coll.insert_many(DOCS)
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$text": {"$search": "x"}}))
+    assert e.value.code == 27  # no text index
+    coll.create_index([("t", TEXT)])
+    for bad, code in (({"$search": 1}, 2), ({"$search": "x", "$language": "xx"}, 17262),
+                      ({"$search": "x", "$other": 1}, 2)):
+        with pytest.raises(OperationFailure) as e:
+            list(coll.find({"$text": bad}))
+        assert e.value.code == code
+    # Only at the top level, and only in the first $match.
+    with pytest.raises(OperationFailure):
+        list(coll.find({"$or": [{"$text": {"$search": "x"}}, {"n": 1}]}))
+    with pytest.raises(OperationFailure):
+        list(coll.aggregate([{"$match": {"n": 1}}, {"$match": {"$text": {"$search": "x"}}}]))
+    # Writes by $text.
+    assert coll.update_many({"$text": {"$search": "coffee"}},
+                            {"$set": {"hit": True}}).modified_count == 2
+    assert coll.delete_many({"$text": {"$search": "shoe"}}).deleted_count == 1
+    assert sorted(d["_id"] for d in coll.find({"hit": True})) == [2, 12]
