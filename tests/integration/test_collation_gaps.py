@@ -6,36 +6,22 @@ collation or the collection's default, on a node and through a 2-shard router.""
 import pytest
 from pymongo.collation import Collation
 
-from shale_fixtures import ShaleProcess, stop_all
+from shale_fixtures import shard_on_id
 
 CI = Collation("en", strength=2)  # case-insensitive
 
 
 @pytest.fixture(scope="module")
-def plain_node():
-    p = ShaleProcess(["node"], name="collgap-node")
-    p.start()
-    yield p
-    stop_all([p])
-    p.cleanup()
-
-
-@pytest.fixture(scope="module")
 def routed(cluster):
     """colgap.sh sharded on {_id: 1}, _id 0-9 on shard0 and 10+ on shard1."""
-    client = cluster.router_client()
-    client.admin.command("enableSharding", "colgap", primaryShard="shard0")
-    client.admin.command("shardCollection", "colgap.sh", key={"_id": 1})
-    client.admin.command("split", "colgap.sh", middle={"_id": 10})
-    client.admin.command("moveChunk", "colgap.sh", find={"_id": 10}, to="shard1")
-    return client.colgap
+    return shard_on_id(cluster.router_client(), "colgap", "sh")
 
 
 @pytest.fixture(params=["node", "router"])
-def coll(request, plain_node, routed):
+def coll(request, module_node, routed):
     """A fresh collection: on a node, or the sharded one through the router (both shards)."""
     if request.param == "node":
-        c = plain_node.client().colgap.c
+        c = module_node.client().colgap.c
         c.drop()
     else:
         c = routed.sh
@@ -91,8 +77,8 @@ def test_pipeline_update_under_collation(coll):
     assert coll.find_one({"_id": 3})["eq"] is False
 
 
-def test_collection_default_applies_to_update_operators(plain_node):
-    d = plain_node.client().colgap
+def test_collection_default_applies_to_update_operators(module_node):
+    d = module_node.client().colgap
     d.drop_collection("dflt")
     c = d.create_collection("dflt", collation=CI)
     c.insert_one({"_id": 1, "a": ["Apple"]})
@@ -169,10 +155,10 @@ def test_set_window_fields_under_collation(coll):
     assert run() == [(6, 2, 2), (7, 1, 1), (16, 1, 2)]
 
 
-def test_explain_prints_collation_keys(plain_node):
+def test_explain_prints_collation_keys(module_node):
     """A collated index's bounds hold collation keys: explain prints them as MongoDB does,
     CollationKey(0x<hex>), and a simple index's bounds stay plain strings."""
-    c = plain_node.client().colgap.explained
+    c = module_node.client().colgap.explained
     c.drop()
     c.create_index("w", name="w_ci", collation=CI)
     c.create_index("v", name="v_simple")

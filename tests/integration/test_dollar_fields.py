@@ -7,7 +7,7 @@ upserts, pipeline updates, findAndModify and aggregation stages, on a node and t
 import pytest
 from pymongo.errors import OperationFailure
 
-from shale_fixtures import ShaleProcess, stop_all
+from shale_fixtures import shard_on_id
 
 DOLLAR = 52          # DollarPrefixedFieldName
 FAILED_TO_PARSE = 9
@@ -16,27 +16,13 @@ NOT_EXACT = 107      # NotExactValueField
 
 
 @pytest.fixture(scope="module")
-def plain_node():
-    p = ShaleProcess(["node"], name="dollar-node")
-    p.start()
-    yield p
-    stop_all([p])
-    p.cleanup()
-
-
-@pytest.fixture(scope="module")
 def routed(cluster):
-    client = cluster.router_client()
-    client.admin.command("enableSharding", "dollar", primaryShard="shard0")
-    client.admin.command("shardCollection", "dollar.c", key={"_id": 1})
-    client.admin.command("split", "dollar.c", middle={"_id": 10})
-    client.admin.command("moveChunk", "dollar.c", find={"_id": 10}, to="shard1")
-    return client.dollar
+    return shard_on_id(cluster.router_client(), "dollar", "c")
 
 
 @pytest.fixture(params=["node", "router"])
-def db(request, plain_node, routed):
-    d = plain_node.client().dollar if request.param == "node" else routed
+def db(request, module_node, routed):
+    d = module_node.client().dollar if request.param == "node" else routed
     d.c.delete_many({})
     d.c.insert_many([{"_id": 0, "a": 1}, {"_id": 10, "a": 1}])
     return d

@@ -8,32 +8,18 @@ import pytest
 from pymongo import ASCENDING, TEXT
 from pymongo.errors import OperationFailure, WriteError
 
-from shale_fixtures import ShaleProcess, stop_all
-
-
-@pytest.fixture(scope="module")
-def plain_node():
-    p = ShaleProcess(["node"], name="text-node")
-    p.start()
-    yield p
-    stop_all([p])
-    p.cleanup()
+from shale_fixtures import shard_on_id
 
 
 @pytest.fixture(scope="module")
 def routed(cluster):
-    client = cluster.router_client()
-    client.admin.command("enableSharding", "textdb", primaryShard="shard0")
-    client.admin.command("shardCollection", "textdb.sh", key={"_id": 1})
-    client.admin.command("split", "textdb.sh", middle={"_id": 10})
-    client.admin.command("moveChunk", "textdb.sh", find={"_id": 10}, to="shard1")
-    return client.textdb
+    return shard_on_id(cluster.router_client(), "textdb", "sh")
 
 
 @pytest.fixture(params=["node", "router"])
-def coll(request, plain_node, routed):
+def coll(request, module_node, routed):
     if request.param == "node":
-        c = plain_node.client().textdb.c
+        c = module_node.client().textdb.c
         c.drop()
     else:
         c = routed.sh
@@ -146,9 +132,9 @@ def _node_gaps(uri, *args):
     assert r["secondTextCode"] == 85
 
 
-def test_node_driver_spellings(plain_node):
+def test_node_driver_spellings(module_node):
     """Collation gaps, '$' field names and text indexes through the Node driver."""
-    _node_gaps(plain_node.uri())
+    _node_gaps(module_node.uri())
 
 
 def test_node_driver_spellings_sharded(routed, cluster):
