@@ -184,27 +184,41 @@ terms_cleanup(terms_t *t)
     memset(t, 0, sizeof(*t));
 }
 
+#define NLANGUAGES (sizeof(languages) / sizeof(languages[0]))
+
 typedef struct tokenizer {
     int lang;
     struct sb_stemmer *stemmer; /* NULL for "none" */
+    bool borrowed;              /* 'stemmer' belongs to a query's cache */
     bool cased, diacritics;
 } tokenizer_t;
 
+/* 'cache' (NLANGUAGES stemmers, may be NULL): a single-threaded owner's stemmers, opened
+ * once per language instead of once per document. */
 static void
-tokenizer_init(tokenizer_t *tk, int lang, bool cased, bool diacritics)
+tokenizer_init(tokenizer_t *tk, int lang, bool cased, bool diacritics, struct sb_stemmer **cache)
 {
     tk->lang = lang;
     tk->cased = cased;
     tk->diacritics = diacritics;
-    tk->stemmer = languages[lang].algorithm != NULL
-                      ? sb_stemmer_new(languages[lang].algorithm, "UTF_8")
-                      : NULL;
+    tk->borrowed = cache != NULL;
+    tk->stemmer = NULL;
+    if (languages[lang].algorithm != NULL) {
+        if (cache == NULL) {
+            tk->stemmer = sb_stemmer_new(languages[lang].algorithm, "UTF_8");
+        } else {
+            if (cache[lang] == NULL) {
+                cache[lang] = sb_stemmer_new(languages[lang].algorithm, "UTF_8");
+            }
+            tk->stemmer = cache[lang];
+        }
+    }
 }
 
 static void
 tokenizer_cleanup(tokenizer_t *tk)
 {
-    if (tk->stemmer != NULL) {
+    if (tk->stemmer != NULL && !tk->borrowed) {
         sb_stemmer_delete(tk->stemmer);
     }
 }
@@ -619,14 +633,14 @@ score_cleanup(score_ctx_t *sc)
 /* The document's distinct terms with their scores, in 'sc' (score_cleanup it). */
 static int
 doc_scores(const shl_text_index_t *ti, const bson_t *doc, bool cased, bool diacritics,
-           score_ctx_t *sc, shl_status_t *st)
+           struct sb_stemmer **cache, score_ctx_t *sc, shl_status_t *st)
 {
     int lang = doc_language(ti, doc, st);
     memset(sc, 0, sizeof(*sc));
     if (lang < 0) {
         return st->code;
     }
-    tokenizer_init(&sc->tk, lang, cased, diacritics);
+    tokenizer_init(&sc->tk, lang, cased, diacritics, cache);
     each_string(ti, doc, score_string, sc);
     score_merge(sc);
     return 0;
@@ -637,7 +651,7 @@ shl_text_index_terms(const shl_text_index_t *ti, const bson_t *doc, shl_text_ter
                      shl_status_t *st)
 {
     score_ctx_t sc;
-    int ret = doc_scores(ti, doc, false, false, &sc, st);
+    int ret = doc_scores(ti, doc, false, false, NULL, &sc, st);
     for (size_t i = 0; ret == 0 && i < sc.n; i++) {
         fn(arg, sc.v[i].term, strlen(sc.v[i].term), sc.v[i].score);
     }
@@ -653,6 +667,7 @@ struct shl_text_query {
     bool cased, diacritics;
     terms_t pos, neg;               /* sorted, distinct */
     terms_t pos_phrase, neg_phrase; /* folded as the query asks */
+    struct sb_stemmer *stemmers[NLANGUAGES]; /* opened as documents need them */
 };
 
 static void
@@ -767,7 +782,7 @@ shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti, shl_tex
         }
     }
     tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), q->cased,
-                   q->diacritics);
+                   q->diacritics, NULL);
     tk_open = true;
     parse_search(q, &tk, search);
     terms_sort_unique(&q->pos);
@@ -792,6 +807,11 @@ shl_text_query_destroy(shl_text_query_t *q)
     terms_cleanup(&q->neg);
     terms_cleanup(&q->pos_phrase);
     terms_cleanup(&q->neg_phrase);
+    for (size_t i = 0; i < NLANGUAGES; i++) {
+        if (q->stemmers[i] != NULL) {
+            sb_stemmer_delete(q->stemmers[i]);
+        }
+    }
     bson_free(q);
 }
 
@@ -853,9 +873,9 @@ shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, doub
     *matched = false;
     *score = 0;
     memset(&sens, 0, sizeof(sens));
-    SHL_ERR(doc_scores(q->ti, doc, false, false, &sc, st));
+    SHL_ERR(doc_scores(q->ti, doc, false, false, q->stemmers, &sc, st));
     if (q->cased || q->diacritics) {
-        ret = doc_scores(q->ti, doc, q->cased, q->diacritics, &sens, st);
+        ret = doc_scores(q->ti, doc, q->cased, q->diacritics, q->stemmers, &sens, st);
     }
     for (size_t i = 0; ret == 0 && i < sc.n; i++) {
         if (terms_has(&q->pos, sc.v[i].term)) {
