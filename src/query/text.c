@@ -665,8 +665,8 @@ struct shl_text_query {
     const shl_text_index_t *ti;
     int lang; /* $language, or -1: each document's own */
     bool cased, diacritics;
-    terms_t pos, neg;               /* sorted, distinct */
-    terms_t pos_phrase, neg_phrase; /* folded as the query asks */
+    terms_t pos, neg;                        /* sorted, distinct */
+    terms_t pos_phrase, neg_phrase;          /* folded as the query asks */
     struct sb_stemmer *stemmers[NLANGUAGES]; /* opened as documents need them */
 };
 
