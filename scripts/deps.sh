@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config clang lld llvm libclang-rt-14-dev
   libbson-dev libmongoc-dev libwiredtiger-dev libpcre2-dev libssl-dev libidn-dev zlib1g-dev
-  libicu-dev
+  libicu-dev libstemmer-dev
   python3 python3-pymongo python3-pytest
   redis-server redis-tools
 )

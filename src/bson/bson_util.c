@@ -661,3 +661,34 @@ shl_bson_binary_subtype_name(bson_subtype_t sub)
         return "Custom";
     }
 }
+
+/* The first '$'-prefixed key of the document or array at 'it' (recursing), or NULL. */
+static const char *
+dollar_key_in(bson_iter_t *it)
+{
+    const char *found = NULL;
+    while (found == NULL && shl_iter_next(it)) {
+        bson_iter_t sub;
+        if (shl_iter_key(it)[0] == '$') {
+            found = shl_iter_key(it);
+        } else if ((BSON_ITER_HOLDS_DOCUMENT(it) || BSON_ITER_HOLDS_ARRAY(it)) &&
+                   bson_iter_recurse(it, &sub)) {
+            found = dollar_key_in(&sub);
+        }
+    }
+    return found;
+}
+
+const char *
+shl_bson_value_dollar_key(const bson_value_t *v)
+{
+    const char *found = NULL;
+    bson_t view;
+    bson_iter_t it;
+    if ((v->value_type == BSON_TYPE_DOCUMENT || v->value_type == BSON_TYPE_ARRAY) &&
+        bson_init_static(&view, v->value.v_doc.data, v->value.v_doc.data_len) &&
+        bson_iter_init(&it, &view)) {
+        found = dollar_key_in(&it);
+    }
+    return found;
+}

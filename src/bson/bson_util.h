@@ -167,4 +167,12 @@ size_t shl_bson_value_len(const bson_value_t *v);
  */
 bool shl_bson_array_has_room(const bson_t *arr, uint32_t index, size_t doc_len, size_t max_len);
 
+/*
+ * shl_bson_value_dollar_key --
+ *     The first '$'-prefixed field name inside 'v' (a document or array, at any depth; NULL
+ *     when there is none or 'v' is a scalar), borrowed from 'v's bytes. An _id value holding
+ *     one is not valid for storage (MongoDB's DollarPrefixedFieldName, SERVER-75880).
+ */
+const char *shl_bson_value_dollar_key(const bson_value_t *v);
+
 #endif

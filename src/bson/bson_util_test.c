@@ -390,3 +390,40 @@ SHL_TEST(value_len_is_what_an_element_adds)
     bson_destroy(&child);
     bson_destroy(doc);
 }
+
+/* The first '$'-prefixed name at any depth of an _id value (what makes it invalid). */
+static const char *
+dollar_key_of(const char *json, bson_t **keep)
+{
+    bson_iter_t it;
+    *keep = shl_test_bson(json);
+    if (!bson_iter_init_find(&it, *keep, "v")) {
+        return "(no v)";
+    }
+    return shl_bson_value_dollar_key(bson_iter_value(&it));
+}
+
+SHL_TEST(dollar_key_at_any_depth)
+{
+    static const struct {
+        const char *json;
+        const char *want;
+    } cases[] = {
+        {"{'v': 1}", NULL},
+        {"{'v': '$x'}", NULL},
+        {"{'v': {'a.b': 1, 'c': {'d': [1, {'e': 2}]}}}", NULL},
+        {"{'v': {'$b': 1}}", "$b"},
+        {"{'v': {'a': 1, 'b': {'$c': 1}}}", "$c"},
+        {"{'v': {'a': [{'x': 1}, {'$y': 1}]}}", "$y"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bson_t *doc = NULL;
+        const char *got = dollar_key_of(cases[i].json, &doc);
+        if (cases[i].want == NULL) {
+            ASSERT(got == NULL);
+        } else {
+            ASSERT(got != NULL && strcmp(got, cases[i].want) == 0);
+        }
+        bson_destroy(doc);
+    }
+}

@@ -6,6 +6,7 @@
  */
 #include "bson/collation.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,8 +345,9 @@ done:
     return ret;
 }
 
-int
-shl_collator_new(const bson_t *spec, shl_collator_t **out, shl_status_t *st)
+/* Builds a collator from 'spec' (shl_collator_new without the cache). */
+static int
+collator_build(const bson_t *spec, shl_collator_t **out, shl_status_t *st)
 {
     int ret = 0;
     bson_iter_t it;
@@ -446,6 +448,75 @@ shl_collator_from_iter(const bson_iter_t *it, const char *field, shl_collator_t 
     }
     ret = shl_collator_new(&view, out, st);
 done:
+    return ret;
+}
+
+/*
+ * The collator cache. Opening an ICU collator and validating its spec costs 30-50 us, paid
+ * by every command naming a collation; collators are immutable, so commands share one per
+ * spec. Keyed by the spec's bytes as given (a spec spelt in another field order is another
+ * entry of the same collator). Only accepted specs are cached; when full, the oldest entry
+ * goes (its holders keep their references).
+ */
+#define COLLATOR_CACHE_SIZE 32
+
+typedef struct {
+    uint8_t *spec; /* the spec's bytes as given */
+    uint32_t len;
+    shl_collator_t *coll; /* a reference; NULL for the simple collation */
+} cache_entry_t;
+
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static cache_entry_t cache[COLLATOR_CACHE_SIZE]; /* guarded by cache_mu */
+static size_t cache_next;                        /* guarded by cache_mu: the slot to fill next */
+
+/* Whether the cache holds 'spec'; *out is then a new reference. */
+static bool
+cache_lookup(const bson_t *spec, shl_collator_t **out)
+{
+    bool found = false;
+    pthread_mutex_lock(&cache_mu);
+    for (size_t i = 0; i < COLLATOR_CACHE_SIZE && !found; i++) {
+        if (cache[i].spec != NULL && cache[i].len == spec->len &&
+            memcmp(cache[i].spec, bson_get_data(spec), spec->len) == 0) {
+            *out = shl_collator_ref(cache[i].coll);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&cache_mu);
+    return found;
+}
+
+static void
+cache_insert(const bson_t *spec, shl_collator_t *c)
+{
+    shl_collator_t *old = NULL;
+    uint8_t *copy = malloc(spec->len);
+    SHL_INVARIANT(copy != NULL);
+    memcpy(copy, bson_get_data(spec), spec->len);
+    pthread_mutex_lock(&cache_mu);
+    cache_entry_t *e = &cache[cache_next];
+    cache_next = (cache_next + 1) % COLLATOR_CACHE_SIZE;
+    free(e->spec);
+    old = e->coll;
+    e->spec = copy;
+    e->len = spec->len;
+    e->coll = shl_collator_ref(c);
+    pthread_mutex_unlock(&cache_mu);
+    shl_collator_release(old);
+}
+
+int
+shl_collator_new(const bson_t *spec, shl_collator_t **out, shl_status_t *st)
+{
+    int ret = 0;
+    *out = NULL;
+    if (!cache_lookup(spec, out)) {
+        ret = collator_build(spec, out, st);
+        if (ret == 0 && *out != NULL) {
+            cache_insert(spec, *out);
+        }
+    }
     return ret;
 }
 

@@ -27,6 +27,8 @@ typedef struct shl_collator shl_collator_t;
  *     *out is a new reference (release it), or NULL for the simple collation or an empty
  *     document. Errors: NoSuchKey, TypeMismatch, BadValue, FailedToParse,
  *     IncompatibleCollationVersion, OperationFailed (ICU). Thread-safe; does not block.
+ *     Accepted specs are cached (by their bytes): a spec seen before returns the same
+ *     collator without opening ICU again (takes a process-wide mutex briefly).
  */
 int shl_collator_new(const bson_t *spec, shl_collator_t **out, shl_status_t *st);
 

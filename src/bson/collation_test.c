@@ -118,6 +118,23 @@ key_cmp(const shl_collator_t *c, const char *a, const char *b)
     return r;
 }
 
+/* A spec seen before gives the cached collator; a rejected spec is rejected every time. */
+SHL_TEST(collation_cache)
+{
+    shl_collator_t *a = coll("{'locale': 'de', 'strength': 1}");
+    shl_collator_t *b = coll("{'locale': 'de', 'strength': 1}");
+    ASSERT(a != NULL && a == b);
+    shl_collator_release(b);
+    for (int i = 0; i < 40; i++) { /* more specs than the cache holds: 'a' stays usable */
+        char json[80];
+        snprintf(json, sizeof(json), "{'locale': 'en', 'strength': %d}", i % 5 + 1);
+        shl_collator_release(coll(json));
+        ASSERT_INT_EQ(spec_code("{'locale': 'en', 'strength': 9}"), SHL_CODE_FAILED_TO_PARSE);
+    }
+    ASSERT(shl_collator_compare(a, "Strasse", 7, "stra\303\237e", 7) == 0); /* ss, sharp s */
+    shl_collator_release(a);
+}
+
 SHL_TEST(collation_compare_and_keys)
 {
     shl_collator_t *ci = coll("{'locale': 'en', 'strength': 2}");

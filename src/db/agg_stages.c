@@ -139,6 +139,7 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
         SHL_ERR(shl_ns_make(&ns, e->db, strchr(view.ns, '.') + 1, st));
     }
     SHL_ERR(exec_query_init(&c->q, is_view ? NULL : filter, NULL, NULL, st));
+    exec_query_set_collator(&c->q, e->collator, true); /* MongoDB: the aggregate's collation */
     c->op = e->op;
     meta = shl_catalog_get(node->eng, ns.full);
     if (meta != NULL) {

@@ -507,6 +507,39 @@ done:
     return ret;
 }
 
+/*
+ * A text index's spec as stored ('spec' replaced by its normalised form), and MongoDB's one
+ * text index per collection: another text index of a different name is IndexOptionsConflict
+ * (the same name goes on to the catalog's own comparison of specs).
+ */
+static int
+text_index_spec(db_node_t *node, const char *ns, bson_t *spec, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t norm;
+    bson_iter_t it;
+    const char *name = bson_iter_init_find(&it, spec, "name") ? bson_iter_utf8(&it, NULL) : "";
+    shl_collection_t *coll = shl_catalog_get(node->eng, ns);
+
+    ret = db_text_index_normalize(spec, &norm, st);
+    for (size_t i = 0; ret == 0 && coll != NULL && i < coll->nindexes; i++) {
+        const shl_index_t *idx = coll->indexes[i];
+        if (db_index_is_text(idx->spec) && strcmp(idx->name, name) != 0) {
+            ret = shl_status_set(st, SHL_CODE_INDEX_OPTIONS_CONFLICT,
+                                 "only one text index per collection allowed, found existing text "
+                                 "index \"%s\"",
+                                 idx->name);
+        }
+    }
+    if (ret == 0) {
+        bson_destroy(spec);
+        bson_copy_to(&norm, spec);
+    }
+    bson_destroy(&norm);
+    shl_collection_release(coll);
+    return ret;
+}
+
 static int
 cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -583,6 +616,9 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         bson_iter_document(&it, &len, &data);
         bson_init_static(&spec, data, len);
         ret = index_spec_with_collation(&spec, coll, &full, st);
+        if (ret == 0 && db_index_is_text(&full)) {
+            ret = text_index_spec(node, ns.full, &full, st);
+        }
         if (ret == 0) {
             ret = shl_catalog_create_index(node->eng, ns.full, &full, &created, &ts, st);
         }

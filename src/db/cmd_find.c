@@ -1713,6 +1713,7 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     SHL_ERR(shl_cmd_get_doc(cmd, "let", &let, &has_let, st));
     db_agg_env_init(&a->env, op, op->db, 0);
     snprintf(a->env.ns, sizeof(a->env.ns), "%s", ns.full);
+    a->env.collator = a->collator;
     {
         /* `let` evaluated once, with $$CLUSTER_TIME, for every stage and the $cursor. */
         bson_t vars;
@@ -1727,6 +1728,7 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     opts.allow_disk_use = allow_disk;
     opts.env = &a->env.env;
     opts.collator = a->collator;
+    opts.leading_text = !collectionless; /* the first $match becomes the plan's query */
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
     pl = a->pl;
     if (collectionless) {

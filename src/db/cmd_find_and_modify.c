@@ -41,7 +41,7 @@ typedef struct fam_unit {
     shl_collection_t *coll;
     const char *ns;
     exec_query_t *q;
-    const shl_update_t *upd; /* NULL for remove */
+    shl_update_t *upd; /* NULL for remove */
     const db_validator_t *validator;
     bool remove, return_new, upsert;
     int32_t stmt_id;
@@ -175,6 +175,9 @@ fam_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     db_stmt_recorder_begin(u->rec);
     u->q->limit = 1;
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    if (u->upd != NULL) {
+        shl_update_set_collator(u->upd, u->q->collator); /* the plan settled the collation */
+    }
     SHL_ERR(exec_plan_next(plan, u->op, &row, &eof, st));
     if (!eof) {
         pre = bson_copy(row.doc);

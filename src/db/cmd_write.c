@@ -97,17 +97,11 @@ db_doc_for_insert(shl_storage_engine_t *eng, const bson_t *doc, bson_t **out, sh
         if (BSON_ITER_HOLDS_ARRAY(&it)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't use an array for _id");
         }
-        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
-            bson_iter_t sub;
-            bson_iter_recurse(&it, &sub);
-            while (shl_iter_next(&sub)) {
-                if (shl_iter_key(&sub)[0] == '$') {
-                    SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
-                             "_id fields may not contain '$'-prefixed fields: %s is not valid "
-                             "for storage.",
-                             shl_iter_key(&sub));
-                }
-            }
+        if (shl_bson_value_dollar_key(bson_iter_value(&it)) != NULL) {
+            /* At any depth (SERVER-75880). */
+            SHL_FAIL(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                     "_id fields may not contain '$'-prefixed fields: %s is not valid for storage.",
+                     shl_bson_value_dollar_key(bson_iter_value(&it)));
         }
         if (had_id) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "can't have multiple _id fields in one document");
@@ -601,7 +595,7 @@ typedef struct update_unit {
     const char *ns;
     const shl_update_stmt_t *stmt;
     exec_query_t *q;
-    const shl_update_t *upd;
+    shl_update_t *upd; /* its collator is set once the plan settles the query's */
     const db_validator_t *validator;
     int32_t stmt_id;
     db_stmt_recorder_t *rec;
@@ -691,6 +685,9 @@ update_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     db_stmt_recorder_begin(u->rec);
     u->q->limit = u->stmt->multi ? 0 : 1;
     SHL_ERR(exec_plan_build(shl_storage_txn_engine(txn), txn, 0, u->coll, u->ns, u->q, &plan, st));
+    /* The plan settled the query's collation (the command's or the collection's default);
+     * the update operators compare under the same one. */
+    shl_update_set_collator(u->upd, u->q->collator);
     for (;;) {
         exec_row_t row;
         bool eof;

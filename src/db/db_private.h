@@ -450,6 +450,9 @@ typedef struct db_agg_env {
     char db[128];
     char ns[SHL_NS_MAX + 1];
     uint64_t read_ts;
+    /* The aggregate's collation (borrowed; NULL: simple): the other collections read by
+     * $lookup/$graphLookup/$unionWith are matched under it, not their own defaults. */
+    shl_collator_t *collator;
 } db_agg_env_t;
 
 /* db_agg_env_init -- fill 'e' (caller's storage; nothing to clean up). */

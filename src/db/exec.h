@@ -152,6 +152,13 @@ exec_stage_t *exec_skip_new(exec_stage_t *child, int64_t skip);
 exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 /* SHARDING_FILTER: drops rows whose document this shard does not own ('filter' borrowed). */
 exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter);
+
+/* exec_text_match_new -- passes the child's documents that match text query 'tq' over index
+ * 'ti' (both stolen: the stage frees them). */
+struct shl_text_index;
+struct shl_text_query;
+exec_stage_t *exec_text_match_new(exec_stage_t *child, struct shl_text_index *ti,
+                                  struct shl_text_query *tq);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
@@ -205,6 +212,9 @@ typedef struct exec_query {
     bool plan_no_index;
     /* No predicate compares a string: any index's bounds hold whatever its collation. */
     bool string_free;
+    /* The filter has a top-level $text (the matcher takes it as true): the plan scans the
+     * collection and a TEXT_MATCH stage runs the search (docs/design/text_search.md). */
+    bool has_text;
 } exec_query_t;
 
 /*

@@ -11,6 +11,7 @@
 #include "bson/bson_hash.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
+#include "db/index_kinds.h"
 
 static bool
 is_operator_doc(const bson_iter_t *it)
@@ -120,9 +121,11 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
         bson_destroy(&q->filter);
         bson_init_static(&q->filter, bson_get_data(filter), filter->len);
     }
-    q->id_point = id_point_filter(&q->filter, &q->id_value);
+    q->has_text = bson_has_field(&q->filter, "$text");
+    q->id_point = !q->has_text && id_point_filter(&q->filter, &q->id_value);
     q->string_free = !filter_compares_strings(&q->filter);
-    SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT, &q->matcher, st));
+    SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED,
+                            &q->matcher, st));
     if (sort != NULL && !bson_empty(sort)) {
         bson_init_static(&q->sort, bson_get_data(sort), sort->len);
         SHL_ERR(shl_sort_pattern_new(&q->sort, &q->sort_pattern, st));
@@ -293,10 +296,40 @@ op_kind(const char *op)
     return B_NONE;
 }
 
+/* A bound's value as explain shows it: on a collated index a string is a collation key,
+ * which MongoDB prints as CollationKey(0x<its bytes in hex>). The caller frees it. */
+static char *
+bound_string(const bson_value_t *v, bool collated)
+{
+    if (collated && v->value_type == BSON_TYPE_UTF8) {
+        bson_string_t *s = bson_string_new("CollationKey(0x");
+        for (uint32_t i = 0; i < v->value.v_utf8.len; i++) {
+            bson_string_append_printf(s, "%02x", (uint8_t)v->value.v_utf8.str[i]);
+        }
+        bson_string_append_c(s, ')');
+        return bson_string_free(s, false);
+    }
+    return shl_bson_value_to_string(v);
+}
+
+static void bounds_for_field(const bson_t *filter, const char *field, bool descending,
+                             shl_keystring_t *start, shl_keystring_t *end, bool *has_start,
+                             bool *has_end, char *desc, size_t desc_len, bool collated);
+
 void
 exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
                       struct shl_keystring *start, struct shl_keystring *end, bool *has_start,
                       bool *has_end, char *desc, size_t desc_len)
+{
+    bounds_for_field(filter, field, descending, start, end, has_start, has_end, desc, desc_len,
+                     false);
+}
+
+/* exec_bounds_for_field, with 'collated' saying the filter's strings are collation keys. */
+static void
+bounds_for_field(const bson_t *filter, const char *field, bool descending, shl_keystring_t *start,
+                 shl_keystring_t *end, bool *has_start, bool *has_end, char *desc, size_t desc_len,
+                 bool collated)
 {
     bson_iter_t it;
     int kind = B_NONE;
@@ -366,7 +399,7 @@ exec_bounds_for_field(const bson_t *filter, const char *field, bool descending,
     }
     {
         static const char *const names[] = {"", "==", ">", ">=", "<", "<="};
-        char *vs = shl_bson_value_to_string(&val);
+        char *vs = bound_string(&val, collated);
         snprintf(desc, desc_len, "%s %s %s", field, names[kind], vs);
         bson_free(vs);
     }
@@ -417,7 +450,7 @@ hashed_bounds(const bson_t *filter, const char *field, shl_keystring_t *start, s
  * documents among the values. */
 static bool
 in_bounds(const bson_t *filter, const char *field, bool descending, shl_keystring_t *start,
-          shl_keystring_t *end, char *desc, size_t desc_len)
+          shl_keystring_t *end, char *desc, size_t desc_len, bool collated)
 {
     bson_iter_t it, sub, vals;
     shl_keystring_t k;
@@ -458,7 +491,7 @@ in_bounds(const bson_t *filter, const char *field, bool descending, shl_keystrin
     shl_keystring_append_max_suffix(end);
     {
         /* In key order: for a descending field 'lo' holds the largest value. */
-        char *a = shl_bson_value_to_string(&lo), *b = shl_bson_value_to_string(&hi);
+        char *a = bound_string(&lo, collated), *b = bound_string(&hi, collated);
         snprintf(desc, desc_len, "[%s, %s]", a, b);
         bson_free(a);
         bson_free(b);
@@ -539,14 +572,15 @@ index_bounds(const bson_t *filter, const shl_index_t *idx, shl_keystring_t *ks0,
     }
     {
         bool descending = BSON_ITER_HOLDS_NUMBER(&kp) && bson_iter_as_double(&kp) < 0;
-        exec_bounds_for_field(filter, shl_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
-                              desc_len);
+        bounds_for_field(filter, shl_iter_key(&kp), descending, ks0, ks1, has0, has1, desc,
+                         desc_len, idx->collator != NULL);
         interval_from_desc(shl_iter_key(&kp), desc, descending, iv, iv_len);
         if (*has0 && *has1) {
             return 3;
         }
         if (!*has0 && !*has1 &&
-            in_bounds(filter, shl_iter_key(&kp), descending, ks0, ks1, iv, iv_len)) {
+            in_bounds(filter, shl_iter_key(&kp), descending, ks0, ks1, iv, iv_len,
+                      idx->collator != NULL)) {
             *has0 = *has1 = true;
             snprintf(desc, desc_len, "%s $in", shl_iter_key(&kp));
             return 2;
@@ -781,7 +815,8 @@ append_str(bson_t *arr, size_t *i, const char *s)
 
 /* explain's interval list for one field, in index order. */
 static void
-field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *field, bson_t *out)
+field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *field,
+                 bool collated, bson_t *out)
 {
     bson_t arr;
     size_t i = 0;
@@ -790,14 +825,14 @@ field_bounds_doc(const field_preds_t *fp, int use, bool descending, const char *
     if (use == 1) {
         for (size_t j = 0; j < fp->npoints; j++) {
             size_t x = descending ? fp->npoints - 1 - j : j;
-            char *v = shl_bson_value_to_string(&fp->points[x]);
+            char *v = bound_string(&fp->points[x], collated);
             snprintf(buf, sizeof(buf), "[%s, %s]", v, v);
             append_str(&arr, &i, buf);
             bson_free(v);
         }
     } else if (use == 2) {
-        char *lo = fp->has_lo ? shl_bson_value_to_string(&fp->lo) : bson_strdup("MinKey");
-        char *hi = fp->has_hi ? shl_bson_value_to_string(&fp->hi) : bson_strdup("MaxKey");
+        char *lo = fp->has_lo ? bound_string(&fp->lo, collated) : bson_strdup("MinKey");
+        char *hi = fp->has_hi ? bound_string(&fp->hi, collated) : bson_strdup("MaxKey");
         bool li = !fp->has_lo || fp->lo_incl, hi_ = !fp->has_hi || fp->hi_incl;
         if (!descending) {
             snprintf(buf, sizeof(buf), "%c%s, %s%c", li ? '[' : '(', lo, hi, hi_ ? ']' : ')');
@@ -926,7 +961,7 @@ compound_bounds(const bson_t *filter, const shl_index_t *idx, cb_plan_t *p)
         } else {
             stopped = true;
         }
-        field_bounds_doc(fp, use, desc, field, &p->bounds);
+        field_bounds_doc(fp, use, desc, field, idx->collator != NULL, &p->bounds);
         nkey++;
     }
     bson_free(fp);
@@ -1041,12 +1076,14 @@ bounds_doc(const shl_index_t *idx, const char *iv, bson_t *out)
 }
 
 /* A hidden index (collMod / createIndexes hidden: true) is maintained but invisible to
- * queries. */
+ * queries; so is a text index, whose keys are terms (only $text may use it, and does not
+ * yet: docs/design/text_search.md). */
 static bool
 index_hidden(const shl_index_t *idx)
 {
     bson_iter_t it;
-    return bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it);
+    return (bson_iter_init_find(&it, idx->spec, "hidden") && bson_iter_as_bool(&it)) ||
+           db_index_is_text(idx->spec);
 }
 
 /* Whether 'idx' orders strings as the query's collation 'qc' does (NULL: simple). Specs
@@ -1185,6 +1222,9 @@ done:
 static const bson_t *
 plan_filter(const exec_query_t *q)
 {
+    if (q->has_text) {
+        return NULL; /* TODO(20): a TEXT scan of the text index */
+    }
     if (q->collator == NULL) {
         return &q->filter;
     }
@@ -1439,7 +1479,7 @@ coverable(const exec_query_t *q, const shl_index_t *idx, bool sorted)
     bson_iter_t it;
     bool id_listed = false, id_included = true, any = false;
 
-    if (!q->has_projection || q->orphan_filter != NULL || q->count_only ||
+    if (!q->has_projection || q->orphan_filter != NULL || q->count_only || q->has_text ||
         (q->has_sort && !sorted) || !index_fields(idx, fields, 32, &n) ||
         !bson_iter_init(&it, &q->projection)) {
         return false;
@@ -1801,7 +1841,7 @@ static exec_stage_t *
 count_scan(const shl_collection_t *coll, const exec_query_t *q, const shl_index_t *hinted)
 {
     exec_stage_t *out = NULL;
-    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog) {
+    if (!q->count_only || q->orphan_filter != NULL || coll->is_oplog || q->has_text) {
         return NULL;
     }
     for (size_t i = 0; out == NULL && i < coll->nindexes; i++) {

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "db/cursor_manager.h"
+#include "db/index_kinds.h"
+#include "query/text.h"
 
 /* MongoDB uses PROJECTION_SIMPLE for inclusions/exclusions of top-level fields. */
 static bool
@@ -59,6 +61,43 @@ exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll)
         }
     }
     return NULL;
+}
+
+/* The TEXT_MATCH stage over 'root' for the query's $text, on the collection's text index
+ * (IndexNotFound when it has none, as MongoDB's planner). */
+static int
+text_stage(shl_storage_engine_t *eng, const shl_collection_t *plan_coll, const exec_query_t *q,
+           exec_stage_t **root, shl_status_t *st)
+{
+    int ret = 0;
+    const shl_index_t *idx = NULL;
+    shl_text_index_t *ti = NULL;
+    shl_text_query_t *tq = NULL;
+    bson_iter_t it;
+    /* The current catalog's indexes: the search scans the documents of the plan's snapshot,
+     * so a read in the past may use a text index built since (its keys are not read). */
+    shl_collection_t *coll = plan_coll != NULL ? shl_catalog_get(eng, plan_coll->ns) : NULL;
+
+    for (size_t i = 0; coll != NULL && i < coll->nindexes && idx == NULL; i++) {
+        idx = db_index_is_text(coll->indexes[i]->spec) ? coll->indexes[i] : NULL;
+    }
+    if (coll == NULL) {
+        goto done; /* no collection: no documents (the plan is EOF) */
+    }
+    if (idx == NULL) {
+        SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "text index required for $text query");
+    }
+    SHL_ERR(shl_text_index_new(idx->spec, &ti, st));
+    bson_iter_init_find(&it, &q->filter, "$text");
+    SHL_ERR(shl_text_query_new(bson_iter_value(&it), ti, &tq, st));
+    *root = exec_text_match_new(*root, ti, tq);
+    ti = NULL;
+    tq = NULL;
+done:
+    shl_collection_release(coll);
+    shl_text_query_destroy(tq);
+    shl_text_index_destroy(ti);
+    return ret;
 }
 
 int
@@ -133,6 +172,9 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         if (p->nindex_names > 0) {
             snprintf(p->index_name, sizeof(p->index_name), "%s", p->index_names[0]);
         }
+    }
+    if (q->has_text) {
+        SHL_ERR(text_stage(eng, p->coll, q, &root, st));
     }
     if (q->orphan_filter != NULL) {
         /* Below SORT/SKIP/LIMIT so orphans never count, above the fetch so the whole

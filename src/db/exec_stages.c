@@ -11,6 +11,7 @@
 #include "bson/bson_hash.h"
 #include "bson/bson_path.h"
 #include "bson/keystring.h"
+#include "query/text.h"
 
 /* Records a scan examines between interrupt checks. */
 #define INTERRUPT_EVERY 128
@@ -1014,6 +1015,64 @@ exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filt
         sizeof(sharding_filter_stage_t), &sharding_filter_ops, child);
     f->filter = filter;
     return &f->base;
+}
+
+/* ---------------------------------------------------------------- TEXT_MATCH */
+
+typedef struct text_match_stage {
+    exec_stage_t base;
+    shl_text_index_t *ti;
+    shl_text_query_t *tq;
+    int64_t docs_rejected;
+} text_match_stage_t;
+
+static int
+text_match_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, shl_status_t *st)
+{
+    text_match_stage_t *t = (text_match_stage_t *)s;
+    int ret = 0;
+    for (;;) {
+        bool matched = false;
+        double score = 0;
+        SHL_ERR(exec_stage_next(s->child, ctx, row, eof, st));
+        if (*eof || row->doc == NULL) {
+            break;
+        }
+        SHL_ERR(shl_text_query_match(t->tq, row->doc, &matched, &score, st));
+        if (matched) {
+            break;
+        }
+        t->docs_rejected++;
+    }
+done:
+    return ret;
+}
+
+static void
+text_match_explain(const exec_stage_t *s, bson_t *out)
+{
+    BSON_APPEND_INT64(out, "docsRejected", ((const text_match_stage_t *)s)->docs_rejected);
+}
+
+static void
+text_match_destroy(exec_stage_t *s)
+{
+    text_match_stage_t *t = (text_match_stage_t *)s;
+    shl_text_query_destroy(t->tq);
+    shl_text_index_destroy(t->ti);
+}
+
+static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
+                                                text_match_explain, text_match_destroy};
+
+exec_stage_t *
+exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq)
+{
+    text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
+                                                              &text_match_ops, child);
+    t->ti = ti;
+    t->tq = tq;
+    return &t->base;
 }
 
 /* ---------------------------------------------------------------- PROJECTION */

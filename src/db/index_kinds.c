@@ -6,6 +6,7 @@
  */
 #include "bson/bson_iter.h"
 #include "db/index_kinds.h"
+#include "query/text.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -276,6 +277,9 @@ db_keygen_factory(const bson_t *spec, shl_keygen_t **out, shl_status_t *st)
     if (!bson_iter_init_find(&it, spec, "key") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         return shl_keygen_default_factory(spec, out, st);
     }
+    if (db_index_is_text(spec)) {
+        return db_text_keygen_new(spec, out, st);
+    }
     bson_iter_init(&it, spec);
     while (shl_iter_next(&it)) {
         const char *name = shl_iter_key(&it);
@@ -503,7 +507,11 @@ check_key_pattern(const bson_t *key, int *nhashed, shl_status_t *st)
                      "numbers < 0, and strings are allowed.",
                      shl_bson_type_name(shl_iter_type(&it)));
         }
-        SHL_ERR(check_key_field_name(shl_iter_key(&it), st));
+        if (strcmp(shl_iter_key(&it), "$**") != 0 || !BSON_ITER_HOLDS_UTF8(&it) ||
+            strcmp(bson_iter_utf8(&it, NULL), "text") != 0) {
+            /* "$**": "text" indexes every string field */
+            SHL_ERR(check_key_field_name(shl_iter_key(&it), st));
+        }
         prev = it;
         while (shl_iter_next(&prev)) {
             if (strcmp(shl_iter_key(&prev), shl_iter_key(&it)) == 0) {
@@ -517,7 +525,7 @@ check_key_pattern(const bson_t *key, int *nhashed, shl_status_t *st)
             }
         }
     }
-    if (plugin != NULL && strcmp(plugin, "hashed") != 0) {
+    if (plugin != NULL && strcmp(plugin, "hashed") != 0 && strcmp(plugin, "text") != 0) {
         SHL_FAIL(st, SHL_CODE_CANNOT_CREATE_INDEX, "Index type '%s' is not supported yet", plugin);
     }
     if (*nhashed > 1) {
@@ -640,6 +648,11 @@ db_index_spec_validate(const bson_t *spec, shl_status_t *st)
         }
     }
     SHL_ERR(check_key_pattern(&key, &nhashed, st));
+    if (db_index_is_text(spec)) {
+        shl_text_index_t *ti = NULL;
+        SHL_ERR(shl_text_index_new(spec, &ti, st)); /* weights, languages, version */
+        shl_text_index_destroy(ti);
+    }
     if (bson_iter_init_find(&it, spec, "unique")) {
         unique = bson_iter_as_bool(&it);
     }

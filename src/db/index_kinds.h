@@ -38,4 +38,24 @@ int db_index_spec_validate(const bson_t *spec, shl_status_t *st);
  */
 bool db_index_ttl_seconds(const bson_t *spec, int64_t *secs, const char **field);
 
+/* db_index_is_text -- whether 'spec''s key has a "text" field (as given or normalised). */
+bool db_index_is_text(const bson_t *spec);
+
+/*
+ * db_text_keygen_new --
+ *     The text index generator (index_text.c): one key per distinct stemmed term of a
+ *     document, (prefix field values, term, score, suffix field values). Errors: those of
+ *     shl_text_index_new; the generator fails a write with 17262 for a document whose
+ *     language_override names an unsupported language.
+ */
+int db_text_keygen_new(const bson_t *spec, shl_keygen_t **out, shl_status_t *st);
+
+/*
+ * db_text_index_normalize --
+ *     *out = text index 'spec' as stored and listed: key {<prefix>, _fts: "text", _ftsx: 1,
+ *     <suffix>}, then after the other fields weights, default_language, language_override,
+ *     textIndexVersion 3. Always initialised. Errors: those of shl_text_index_new.
+ */
+int db_text_index_normalize(const bson_t *spec, bson_t *out, shl_status_t *st);
+
 #endif

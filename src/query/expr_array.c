@@ -1156,23 +1156,31 @@ done:
     return ret;
 }
 
-/* ---- set operators: values compared with the aggregation comparison ---- */
+/* ---- set operators: values compared with the aggregation comparison, strings under the
+ * command's collation (MongoDB's set operators use the expression context's collator) ---- */
+
+typedef struct set_cmp {
+    const shl_collator_t *coll;
+    const bson_value_t *vals; /* cmp_pos_by_value: the values positions index */
+} set_cmp_t;
 
 static int
-cmp_values(const void *a, const void *b)
+cmp_values(const void *a, const void *b, void *arg)
 {
-    return shl_expr_compare(a, b);
+    const set_cmp_t *sc = arg;
+    return shl_expr_compare_coll(a, b, sc->coll);
 }
 
 /* Sorted, duplicate-free copy of an array's values (borrowed views). */
 static bson_value_t *
-to_set(const bson_value_t *arr, size_t *n)
+to_set(const bson_value_t *arr, size_t *n, const shl_collator_t *coll)
 {
     size_t k = 0;
+    set_cmp_t sc = {coll, NULL};
     bson_value_t *v = expr_array_values(arr, n);
-    qsort(v, *n, sizeof(bson_value_t), cmp_values);
+    qsort_r(v, *n, sizeof(bson_value_t), cmp_values, &sc);
     for (size_t i = 0; i < *n; i++) {
-        if (k == 0 || shl_expr_compare(&v[k - 1], &v[i]) != 0) {
+        if (k == 0 || shl_expr_compare_coll(&v[k - 1], &v[i], coll) != 0) {
             v[k++] = v[i];
         }
     }
@@ -1181,9 +1189,22 @@ to_set(const bson_value_t *arr, size_t *n)
 }
 
 static bool
-set_has(const bson_value_t *set, size_t n, const bson_value_t *x)
+set_has(const bson_value_t *set, size_t n, const bson_value_t *x, const shl_collator_t *coll)
 {
-    return bsearch(x, set, n, sizeof(bson_value_t), cmp_values) != NULL;
+    size_t lo = 0, hi = n;
+    bool found = false;
+    while (lo < hi && !found) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = shl_expr_compare_coll(x, &set[mid], coll);
+        if (c == 0) {
+            found = true;
+        } else if (c < 0) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    return found;
 }
 
 EXPR_FN(expr_op_set_union)
@@ -1218,7 +1239,7 @@ EXPR_FN(expr_op_set_union)
             bson_free(x);
         }
         SHL_ERR(expr_arr_finish(&all, &tmp, st));
-        set = to_set(&tmp, &n);
+        set = to_set(&tmp, &n, ctx->collator);
         for (size_t k = 0; k < n; k++) {
             expr_arr_append(&res, &set[k]);
         }
@@ -1264,14 +1285,14 @@ EXPR_FN(expr_op_set_intersection)
     }
     for (size_t i = 0; i < e->nargs; i++) {
         size_t m, k = 0;
-        bson_value_t *s = to_set(&vals[i], &m);
+        bson_value_t *s = to_set(&vals[i], &m, ctx->collator);
         if (i == 0) {
             cur = s;
             ncur = m;
             continue;
         }
         for (size_t j = 0; j < ncur; j++) {
-            if (set_has(s, m, &cur[j])) {
+            if (set_has(s, m, &cur[j], ctx->collator)) {
                 cur[k++] = cur[j];
             }
         }
@@ -1295,9 +1316,9 @@ done:
 static int
 cmp_pos_by_value(const void *a, const void *b, void *arg)
 {
-    const bson_value_t *vals = arg;
+    const set_cmp_t *sc = arg;
     size_t x = *(const size_t *)a, y = *(const size_t *)b;
-    int c = shl_expr_compare(&vals[x], &vals[y]);
+    int c = shl_expr_compare_coll(&sc->vals[x], &sc->vals[y], sc->coll);
     return c != 0 ? c : (x < y ? -1 : (x > y ? 1 : 0));
 }
 
@@ -1325,9 +1346,10 @@ EXPR_FN(expr_op_set_difference)
                  "both operands of $setDifference must be arrays. Second argument is of type: %s",
                  tname(&v[1]));
     }
-    r = to_set(&v[1], &nr);
+    r = to_set(&v[1], &nr, ctx->collator);
     l = expr_array_values(&v[0], &nl);
     {
+        set_cmp_t sc = {ctx->collator, l};
         /* Keep the first occurrence of each value not in the right-hand set, in input order:
          * sort positions by (value, position) to find first occurrences in O(n log n). */
         size_t *pos = bson_malloc((nl + 1) * sizeof(size_t));
@@ -1335,10 +1357,10 @@ EXPR_FN(expr_op_set_difference)
         for (size_t i = 0; i < nl; i++) {
             pos[i] = i;
         }
-        qsort_r(pos, nl, sizeof(size_t), cmp_pos_by_value, l);
+        qsort_r(pos, nl, sizeof(size_t), cmp_pos_by_value, &sc);
         for (size_t i = 0; i < nl; i++) {
-            if ((i == 0 || shl_expr_compare(&l[pos[i - 1]], &l[pos[i]]) != 0) &&
-                !set_has(r, nr, &l[pos[i]])) {
+            if ((i == 0 || shl_expr_compare_coll(&l[pos[i - 1]], &l[pos[i]], ctx->collator) != 0) &&
+                !set_has(r, nr, &l[pos[i]], ctx->collator)) {
                 keep[pos[i]] = true;
             }
         }
@@ -1374,13 +1396,13 @@ EXPR_FN(expr_op_set_equals)
                      tname(&vals[i]));
         }
     }
-    first = to_set(&vals[0], &nfirst);
+    first = to_set(&vals[0], &nfirst, ctx->collator);
     for (size_t i = 1; i < e->nargs && eq; i++) {
         size_t m;
-        bson_value_t *s = to_set(&vals[i], &m);
+        bson_value_t *s = to_set(&vals[i], &m, ctx->collator);
         eq = m == nfirst;
         for (size_t k = 0; k < m && eq; k++) {
-            eq = shl_expr_compare(&s[k], &first[k]) == 0;
+            eq = shl_expr_compare_coll(&s[k], &first[k], ctx->collator) == 0;
         }
         bson_free(s);
     }
@@ -1413,10 +1435,10 @@ EXPR_FN(expr_op_set_is_subset)
                  "both operands of $setIsSubset must be arrays. Second argument is of type: %s",
                  tname(&v[1]));
     }
-    r = to_set(&v[1], &nr);
+    r = to_set(&v[1], &nr, ctx->collator);
     l = expr_array_values(&v[0], &nl);
     for (size_t i = 0; i < nl && sub; i++) {
-        sub = set_has(r, nr, &l[i]);
+        sub = set_has(r, nr, &l[i], ctx->collator);
     }
     expr_value_bool(out, sub);
 done:

@@ -25,6 +25,9 @@ typedef struct shl_matcher shl_matcher_t;
 #define SHL_MATCHER_DEFAULT                                                                        \
     (SHL_MATCHER_ALLOW_EXPR | SHL_MATCHER_ALLOW_TEXT | SHL_MATCHER_ALLOW_WHERE |                   \
      SHL_MATCHER_ALLOW_GEO_NEAR)
+/* A top-level $text parses as always true: the caller runs the text search over the
+ * collection's text index (db/exec_plan.c). Without it $text is IndexNotFound (27). */
+#define SHL_MATCHER_TEXT_DEFERRED 0x10u
 /* What partial-index filters, arrayFilters and validators allow. */
 #define SHL_MATCHER_NO_SPECIAL 0x0u
 

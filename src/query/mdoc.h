@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "bson/collation.h"
+
 typedef struct mv mv_t;
 struct mv {
     bson_type_t type;
@@ -42,6 +44,9 @@ void mv_to_value(const mv_t *m, bson_value_t *out);
 /* Canonical comparison (bson_compare) and binary equality of two values. */
 int mv_compare(const mv_t *a, const mv_t *b);
 int mv_compare_value(const mv_t *a, const bson_value_t *b);
+/* The same comparisons with strings under 'coll' (NULL: simple). */
+int mv_compare_coll(const mv_t *a, const mv_t *b, const shl_collator_t *coll);
+int mv_compare_value_coll(const mv_t *a, const bson_value_t *b, const shl_collator_t *coll);
 bool mv_binary_equal(const mv_t *a, const mv_t *b);
 
 #endif

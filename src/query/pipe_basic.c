@@ -375,7 +375,13 @@ pipe_parse_match(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
 
     SHL_ERR(
         pipe_arg_doc(arg, &view, 15959, "the match filter must be an expression in an object", st));
-    SHL_ERR(shl_matcher_new(&view, SHL_MATCHER_DEFAULT, &s->matcher, st));
+    SHL_ERR(shl_matcher_new(&view,
+                            SHL_MATCHER_DEFAULT | (s->pipe->opts.leading_text &&
+                                                           s->pipe->depth == 0 &&
+                                                           s->pipe->nstages == 0
+                                                       ? SHL_MATCHER_TEXT_DEFERRED
+                                                       : 0u),
+                            &s->matcher, st));
     if (s->pipe->opts.collator != NULL) {
         shl_matcher_set_collator(s->matcher, s->pipe->opts.collator);
     }

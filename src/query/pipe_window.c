@@ -41,6 +41,7 @@ pipe_parse_window(pipe_stage_t *s, const bson_iter_t *arg, shl_status_t *st)
     SHL_ERR(query_wstage_parse(
         name, arg, p->opts.vars,
         pipe_stage_limit(p, SHL_OPT_internalQueryMaxBlockingSortMemoryUsageBytes), &s->win, st));
+    query_wstage_set_collator(s->win, p->opts.collator);
 done:
     return ret;
 }

@@ -57,6 +57,9 @@ typedef struct shl_pipeline_opts {
     /* The aggregate's collation (borrowed: must outlive the pipeline; NULL: simple): $match,
      * $sort and $group keys compare strings by it. */
     shl_collator_t *collator;
+    /* The caller runs the first $match as its query (shl_pipeline_leading_match) with the
+     * text search: a $text in it parses (SHL_MATCHER_TEXT_DEFERRED). Not in sub-pipelines. */
+    bool leading_text;
 } shl_pipeline_opts_t;
 
 /* The writing stage that ends a pipeline ($out or $merge), parsed; see shl_pipeline_output. */

@@ -126,6 +126,10 @@ int query_wstage_next(query_wstage_t *w, const shl_pipeline_source_t *in, const 
 
 void query_wstage_destroy(query_wstage_t *w);
 
+/* query_wstage_set_collator -- $setWindowFields sorts by sortBy and groups partitions under
+ * 'coll' (borrowed: the aggregate's, which outlives the stage; NULL: simple). */
+void query_wstage_set_collator(query_wstage_t *w, shl_collator_t *coll);
+
 /*
  * query_fill_desugar --
  *     $fill as MongoDB rewrites it: append to the array 'stages' (from key *n on) a

@@ -72,6 +72,7 @@ struct unode {
     size_t nkids;
     unode_t *positional; /* UN_OBJECT: the "$" child */
     /* UN_LEAF */
+    const shl_collator_t *coll; /* the update's collator (borrowed from it; NULL: simple) */
     uop_t op;
     const char *opname;
     bson_value_t arg; /* borrowed from the update's copy */
@@ -119,6 +120,7 @@ struct shl_update {
     bool positional;
     pstage_t *stages;
     size_t nstages;
+    shl_collator_t *coll; /* a reference; NULL: simple (shl_update_set_collator) */
 };
 
 /* ---- tree ---- */
@@ -939,7 +941,45 @@ shl_update_destroy(shl_update_t *u)
     }
     bson_free(u->stages);
     bson_destroy(u->spec);
+    shl_collator_release(u->coll);
     bson_free(u);
+}
+
+/* Hands 'coll' (borrowed from the update) to every leaf of 'n' and its matchers and sorts. */
+static void
+unode_set_collator(unode_t *n, shl_collator_t *coll)
+{
+    if (n == NULL) {
+        return;
+    }
+    n->coll = coll;
+    if (n->pull_matcher != NULL) {
+        shl_matcher_set_collator(n->pull_matcher, coll);
+    }
+    if (n->sort_pattern != NULL) {
+        shl_sort_pattern_set_collator(n->sort_pattern, coll);
+    }
+    for (size_t i = 0; i < n->nkids; i++) {
+        unode_set_collator(n->kids[i], coll);
+    }
+    unode_set_collator(n->positional, coll);
+}
+
+void
+shl_update_set_collator(shl_update_t *u, shl_collator_t *coll)
+{
+    shl_collator_t *old = u->coll;
+    u->coll = shl_collator_ref(coll);
+    shl_collator_release(old);
+    unode_set_collator(u->root, u->coll);
+    for (size_t i = 0; i < u->nfilters; i++) {
+        shl_matcher_set_collator(u->filters[i].m, u->coll);
+    }
+    for (size_t i = 0; i < u->nstages; i++) {
+        if (u->stages[i].proj != NULL) {
+            shl_projection_set_collator(u->stages[i].proj, u->coll);
+        }
+    }
 }
 
 shl_update_kind_t
@@ -1214,7 +1254,7 @@ elem_cmp(const sortctx_t *sc, const mv_t *a, const mv_t *b)
         bson_destroy(&db);
         return c;
     }
-    return sc->leaf->sort_dir * mv_compare(a, b);
+    return sc->leaf->sort_dir * mv_compare_coll(a, b, sc->leaf->coll);
 }
 
 static void
@@ -1294,7 +1334,7 @@ add_to_set_into(const unode_t *leaf, mv_t *arr)
     if (single) {
         bool found = false;
         for (size_t i = 0; i < arr->n && !found; i++) {
-            found = mv_compare_value(arr->kids[i], &leaf->arg) == 0;
+            found = mv_compare_value_coll(arr->kids[i], &leaf->arg, leaf->coll) == 0;
         }
         if (!found) {
             mv_append(arr, NULL, mv_scalar(&leaf->arg));
@@ -1306,7 +1346,7 @@ add_to_set_into(const unode_t *leaf, mv_t *arr)
         const bson_value_t *v = bson_iter_value(&it);
         bool found = false;
         for (size_t i = 0; i < arr->n && !found; i++) {
-            found = mv_compare_value(arr->kids[i], v) == 0;
+            found = mv_compare_value_coll(arr->kids[i], v, leaf->coll) == 0;
         }
         if (!found) {
             mv_append(arr, NULL, mv_scalar(v));
@@ -1321,7 +1361,7 @@ pull_matches(actx_t *ac, const unode_t *leaf, const mv_t *e, bool *out)
     int ret = 0;
     *out = false;
     if (leaf->pull_matcher == NULL) {
-        *out = mv_compare_value(e, &leaf->arg) == 0;
+        *out = mv_compare_value_coll(e, &leaf->arg, leaf->coll) == 0;
         return 0;
     }
     if (leaf->pull_wrapped) {
@@ -1524,7 +1564,7 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
         break;
     case OP_MIN:
     case OP_MAX: {
-        int c = mv_compare_value(old, &leaf->arg);
+        int c = mv_compare_value_coll(old, &leaf->arg, leaf->coll);
         if ((leaf->op == OP_MIN && c > 0) || (leaf->op == OP_MAX && c < 0)) {
             mv_replace_at(l.parent, l.idx, mv_scalar(&leaf->arg));
         }
@@ -1578,7 +1618,8 @@ apply_leaf(actx_t *ac, const unode_t *leaf)
                 query_bson_view(&leaf->arg, &vals);
                 bson_iter_init(&it, &vals);
                 while (!m && shl_iter_next(&it)) {
-                    m = mv_compare_value(old->kids[i - 1], bson_iter_value(&it)) == 0;
+                    m = mv_compare_value_coll(old->kids[i - 1], bson_iter_value(&it), leaf->coll) ==
+                        0;
                 }
             }
             if (m) {
@@ -1775,6 +1816,14 @@ finish_replacement(const bson_t *orig, const bson_t *repl, bson_t *out, shl_stat
     bool has_orig = find_value(orig, "_id", &oid);
     bool has_new = find_value(repl, "_id", &nid);
 
+    if (has_new && shl_bson_value_dollar_key(bson_iter_value(&nid)) != NULL) {
+        /* MongoDB validates the new _id for storage before comparing it with the old one. */
+        ret = shl_status_set(st, SHL_CODE_DOLLAR_PREFIXED_FIELD_NAME,
+                             "_id fields may not contain '$'-prefixed fields: %s is not valid for "
+                             "storage.",
+                             shl_bson_value_dollar_key(bson_iter_value(&nid)));
+        goto done;
+    }
     if (has_orig && has_new && !values_binary_equal(&oid, &nid)) {
         js = query_value_to_json(bson_iter_value(&nid));
         ret = shl_status_set(st, SHL_CODE_IMMUTABLE_FIELD,
@@ -1811,6 +1860,7 @@ apply_pipeline(const shl_update_t *u, const bson_t *doc, const shl_update_ctx_t 
             ec.root = &cur;
             ec.vars = ctx->vars;
             ec.now_ms = ctx->now_ms;
+            ec.collator = u->coll;
             if ((ret = shl_expr_evaluate(ps->expr, &ec, &v, st)) != 0) {
                 bson_destroy(&next);
                 goto done;

@@ -44,6 +44,15 @@ void shl_update_destroy(shl_update_t *u);
 
 shl_update_kind_t shl_update_get_kind(const shl_update_t *u);
 
+/*
+ * shl_update_set_collator --
+ *     Compare strings under 'coll' (a reference is taken; NULL: simple), as MongoDB's update
+ *     operators do under the command's collation: $addToSet's duplicates, $pull/$pullAll's
+ *     matches, $min/$max, $push's $sort, arrayFilters and pipeline-update expressions. Call
+ *     before 'u' is applied (not while another thread applies it). Does not block.
+ */
+void shl_update_set_collator(shl_update_t *u, shl_collator_t *coll);
+
 /* shl_update_uses_positional -- whether the update has a "$" path (the caller must then pass
  * the matcher's array position). */
 bool shl_update_uses_positional(const shl_update_t *u);

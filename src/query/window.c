@@ -90,6 +90,7 @@ typedef struct wfunc {
 struct query_wstage {
     wkind_t kind;
     const bson_t *vars;
+    const shl_collator_t *coll; /* the aggregate's collation (borrowed; NULL: simple) */
     int64_t sort_max_bytes;
     int64_t max_bytes; /* one partition's */
     /* $setWindowFields */
@@ -802,7 +803,7 @@ swf_drain(query_wstage_t *w, const shl_pipeline_source_t *in, shl_status_t *st)
         }
         wrap = bson_new();
         if (w->partition != NULL) {
-            shl_expr_ctx_t ctx = {.root = doc, .vars = w->vars, .now_ms = 0};
+            shl_expr_ctx_t ctx = {.root = doc, .vars = w->vars, .now_ms = 0, .collator = w->coll};
             SHL_ERR(shl_expr_evaluate(w->partition, &ctx, &key, st));
             if (key.value_type == BSON_TYPE_ARRAY) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
@@ -926,8 +927,8 @@ load_partition(query_wstage_t *w, shl_status_t *st)
     while (wr != NULL) {
         bson_t d;
         wrap_parts(wr, &k2, &d);
-        if (shl_bson_value_compare(&key, &k2) != 0) {
-            w->next_wrap = wr;
+        if (shl_bson_value_compare_coll(&key, &k2, w->coll) != 0) {
+            w->next_wrap = wr; /* partitions equal under the collation are one */
             break;
         }
         if (w->npart == w->cappart) {
@@ -2480,6 +2481,18 @@ query_wstage_parse(const char *name, const bson_iter_t *arg, const bson_t *vars,
 done:
     query_wstage_destroy(w);
     return ret;
+}
+
+void
+query_wstage_set_collator(query_wstage_t *w, shl_collator_t *coll)
+{
+    w->coll = coll;
+    if (w->sort_by != NULL) {
+        shl_sort_pattern_set_collator(w->sort_by, coll);
+    }
+    if (w->wrap_pat != NULL) {
+        shl_sort_pattern_set_collator(w->wrap_pat, coll);
+    }
 }
 
 int

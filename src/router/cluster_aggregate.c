@@ -955,6 +955,7 @@ typedef struct foreign_find {
     const char *coll;
     const bson_t *filter;
     const bson_t *generic;
+    const shl_collator_t *coll_collator; /* the aggregate's (NULL: simple) */
 } foreign_find_t;
 
 static void
@@ -967,6 +968,9 @@ build_foreign_find(void *arg, const shl_router_routing_t *rr, const char *shard,
     if (f->filter != NULL) {
         BSON_APPEND_DOCUMENT(cmd, "filter", f->filter);
     }
+    /* The foreign collection is read under the aggregate's collation, not its own default
+     * (an explicit {locale: "simple"} when the aggregate's is simple), as on a data node. */
+    shl_collator_append_spec(cmd, "collation", f->coll_collator);
     bson_concat(cmd, f->generic);
 }
 
@@ -1003,7 +1007,7 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
     agg_env_t *e = arg;
     shl_op_ctx_t *op = e->owner->op;
     agg_foreign_t *f = bson_malloc0(sizeof(*f));
-    foreign_find_t ff = {coll, filter, &e->generic};
+    foreign_find_t ff = {coll, filter, &e->generic, e->owner->collator};
     shl_router_shard_result_t *results = NULL;
     size_t nresults = 0;
     shl_ns_t ns;
@@ -1012,8 +1016,10 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
     SHL_INVARIANT(op != NULL);
     f->owner = e->owner;
     SHL_ERR(shl_ns_make(&ns, e->db, coll, st));
-    ret = shl_router_scatter(e->r, op, ns.full, filter, build_foreign_find, &ff, NULL, &results,
-                             &nresults, st);
+    /* Under a non-simple collation the filter's strings need not equal the shard key's
+     * values: every shard is read (the shards still filter). */
+    ret = shl_router_scatter(e->r, op, ns.full, e->owner->collator == NULL ? filter : NULL,
+                             build_foreign_find, &ff, NULL, &results, &nresults, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         /* No such database: an empty collection, as on a data node. */
         shl_status_clear(st);
@@ -1335,6 +1341,7 @@ router_aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, b
     memset(&opts, 0, sizeof(opts));
     opts.allow_disk_use = allow_disk;
     opts.vars = has_let ? &let : NULL;
+    opts.leading_text = true; /* a first $match's $text runs on the shards */
     SHL_ERR(shl_pipeline_parse(&p.pipeline, &opts, &check, st));
     bson_destroy(&p.shards_part);
     bson_destroy(&p.merge_a);

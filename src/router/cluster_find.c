@@ -266,7 +266,7 @@ check_filter_unrouted(const bson_t *filter, shl_status_t *st)
     int ret = 0;
     shl_matcher_t *m = NULL;
     if (filter != NULL) {
-        ret = shl_matcher_new(filter, SHL_MATCHER_DEFAULT, &m, st);
+        ret = shl_matcher_new(filter, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED, &m, st);
         shl_matcher_destroy(m);
     }
     return ret;
@@ -507,7 +507,8 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             SHL_ERR(shl_projection_new(&a.projection, a.has_filter ? &a.filter : NULL, &proj, st));
             if (shl_projection_needs_match_details(proj)) {
                 SHL_ERR(shl_matcher_new(a.has_filter ? &a.filter : &(bson_t)BSON_INITIALIZER,
-                                        SHL_MATCHER_DEFAULT, &matcher, st));
+                                        SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED, &matcher,
+                                        st));
             }
         }
     }

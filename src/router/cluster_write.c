@@ -1664,7 +1664,7 @@ run_write_command_ex(shl_op_ctx_t *opctx, const bson_t *cmd, write_kind_t kind,
             shl_matcher_t *m = NULL;
             shl_status_t qst = SHL_STATUS_INIT;
             if (shl_bson_get_subdoc(&op.items[i].doc, "q", &q) &&
-                shl_matcher_new(&q, SHL_MATCHER_DEFAULT, &m, &qst) != 0) {
+                shl_matcher_new(&q, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED, &m, &qst) != 0) {
                 item_set_error(&op.items[i], &qst);
                 if (op.ordered) {
                     break;

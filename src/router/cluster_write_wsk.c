@@ -385,7 +385,7 @@ upsert_new(shl_op_ctx_t *op, wsk_t *w, shl_status_t *st)
     SHL_ERR(shl_update_new(bson_iter_value(&it),
                            shl_bson_get_subdoc(src, "arrayFilters", &filters) ? &filters : NULL,
                            &u, st));
-    SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT, &m, st));
+    SHL_ERR(shl_matcher_new(&w->q, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED, &m, st));
     bson_destroy(&doc);
     SHL_ERR(shl_update_upsert_doc(u, m, &uctx, &doc, st));
     BSON_APPEND_UTF8(&ins, "insert", w->coll);

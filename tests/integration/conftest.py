@@ -51,6 +51,16 @@ def rs_node(shale_process):
 
 
 @pytest.fixture(scope="module")
+def module_node(request):
+    """A started plain `shale node` shared by the tests of one module."""
+    p = ShaleProcess(["node"], name=request.module.__name__ + "-node")
+    p.start()
+    yield p
+    shale_fixtures.stop_all([p])
+    p.cleanup()
+
+
+@pytest.fixture(scope="module")
 def cluster(request):
     """A started ShaleCluster with 2 shards, shared by the tests of one module. Its logs
     are kept in logs/ when any test of the module failed."""

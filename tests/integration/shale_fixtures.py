@@ -532,3 +532,13 @@ def module_cluster(request, routers=1, **kw):
     finally:
         failed = request.session.testsfailed > failed_before
         c.cleanup(keep_logs_prefix=request.module.__name__ if failed else None)
+
+
+def shard_on_id(client, db, coll, middle=10):
+    """Shard db.coll (through router 'client') on {_id: 1}: _id < middle on shard0 (the
+    database's primary), the rest on shard1. Returns the router's database."""
+    client.admin.command("enableSharding", db, primaryShard="shard0")
+    client.admin.command("shardCollection", "%s.%s" % (db, coll), key={"_id": 1})
+    client.admin.command("split", "%s.%s" % (db, coll), middle={"_id": middle})
+    client.admin.command("moveChunk", "%s.%s" % (db, coll), find={"_id": middle}, to="shard1")
+    return client[db]

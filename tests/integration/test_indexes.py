@@ -165,7 +165,7 @@ def test_sparse_unique_index(db):
     ({"$a": 1}, {}, 67, "field name starts with '$'"),
     ({"a..b": 1}, {}, 67, "Index keys cannot contain an empty field."),
     ({"a": "2d", "b": "hashed"}, {}, 67, "Can't use more than one index plugin"),
-    ({"a": 1, "b": "text"}, {}, 67, "Index type 'text' is not supported yet"),
+    ({"a": 1, "b": "2dsphere"}, {}, 67, "Index type '2dsphere' is not supported yet"),
     ({"a": 1}, {"expireAfterSeconds": "x"}, 67,
      "TTL index 'expireAfterSeconds' option must be numeric"),
     ({"a": 1}, {"expireAfterSeconds": -1}, 67, "cannot be less than 0"),
