@@ -119,8 +119,6 @@ typedef struct shard_state {
     pthread_mutex_t mu; /* guards everything below */
     bool aware;         /* shardIdentity known */
     shard_identity_t id;
-    /* Monotonic us of the last look for a replicated shardIdentity (shard_get_identity). */
-    int64_t identity_probe_us;
     /* Set when the shard becomes aware, then never changed until shutdown. */
     shl_conn_pool_t *pool;
     shl_shard_registry_t *registry;

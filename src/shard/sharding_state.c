@@ -128,28 +128,24 @@ shard_become_aware(shard_state_t *s, const shard_identity_t *id)
     }
 }
 
-/* How often a shard that is not aware looks for a shardIdentity its primary replicated. */
-#define IDENTITY_PROBE_US (200 * 1000)
-
+/*
+ * A shard that is not yet aware looks for the shardIdentity each time it is asked: a secondary
+ * gets the one _addShard gave its primary through replication (MongoDB's secondaries
+ * initialise sharding when they apply it), and a request that arrives right after the entry
+ * was applied must see it (one point read; only a shard server that is not aware pays it).
+ */
 bool
 shard_get_identity(shard_state_t *s, shard_identity_t *out)
 {
-    bool aware, probe;
-    int64_t now = shl_clock_mono_us();
+    bool aware;
 
     pthread_mutex_lock(&s->mu);
     aware = s->aware;
     if (aware) {
         *out = s->id;
     }
-    probe = !aware && now - s->identity_probe_us >= IDENTITY_PROBE_US;
-    if (probe) {
-        s->identity_probe_us = now;
-    }
     pthread_mutex_unlock(&s->mu);
-    if (probe) {
-        /* A secondary of a shard's replica set gets the identity _addShard gave its primary
-         * through replication (MongoDB's secondaries initialise sharding when they apply it). */
+    if (!aware) {
         shard_identity_t id;
         bool found = false;
         shl_status_t st = SHL_STATUS_INIT;

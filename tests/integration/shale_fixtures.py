@@ -542,3 +542,29 @@ def shard_on_id(client, db, coll, middle=10):
     client.admin.command("split", "%s.%s" % (db, coll), middle={"_id": middle})
     client.admin.command("moveChunk", "%s.%s" % (db, coll), find={"_id": middle}, to="shard1")
     return client[db]
+
+
+FAST_ELECTIONS = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
+
+
+def start_replica_set(set_name, prefix, members=3):
+    """Start `members` nodes of replica set `set_name` (named prefix0, prefix1, ...), initiate
+    them with 200 ms heartbeats and a 2 s election timeout, and wait for one primary and the
+    others secondaries (members cloning in STARTUP2 first). Returns the ShaleProcesses; the
+    caller stops them (cleanup_later)."""
+    nodes = [ShaleProcess(["node", "--replSet", set_name], name="%s%d" % (prefix, i))
+             for i in range(members)]
+    for n in nodes:
+        n.start()
+    cfg = {"_id": set_name, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
+           "settings": dict(FAST_ELECTIONS)}
+    c = nodes[0].client(directConnection=True)
+    c.admin.command("replSetInitiate", cfg)
+    c.close()
+    want = ["PRIMARY"] + ["SECONDARY"] * (members - 1)
+
+    def all_up():
+        s = nodes[0].client(directConnection=True).admin.command("replSetGetStatus")
+        return [m["stateStr"] for m in s["members"]] == want
+    wait_until(all_up, 30, "a primary and %d secondaries" % (members - 1))
+    return nodes

@@ -9,23 +9,14 @@ import threading
 import pymongo
 import pytest
 
-from shale_fixtures import ShaleProcess, cleanup_later, logged, wait_until
+from shale_fixtures import cleanup_later, start_replica_set, logged, wait_until
 
 SET = "is"
 
 
 @pytest.fixture(scope="module")
 def rs(request):
-    nodes = [ShaleProcess(["node", "--replSet", SET], name="is%d" % i) for i in range(3)]
-    for n in nodes:
-        n.start()
-    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
-           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
-    c = nodes[0].client(directConnection=True)
-    c.admin.command("replSetInitiate", cfg)
-    c.close()
-    wait_until(lambda: states(nodes[0]) == ["PRIMARY", "SECONDARY", "SECONDARY"], 30,
-               "a primary and two secondaries")
+    nodes = start_replica_set(SET, "is")
     yield nodes
     failed = request.node.session.testsfailed > 0
     cleanup_later(nodes, lambda i, p: ("initial-sync-%s" % p.name) if failed else None)

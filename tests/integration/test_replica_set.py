@@ -16,26 +16,14 @@ from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 import wire_util
-from shale_fixtures import ShaleProcess, cleanup_later, wait_until
+from shale_fixtures import cleanup_later, start_replica_set, wait_until
 
 SET = "rs"
 
 
 @pytest.fixture(scope="module")
 def rs(request):
-    nodes = [ShaleProcess(["node", "--replSet", SET], name="rs%d" % i) for i in range(3)]
-    for n in nodes:
-        n.start()
-    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
-           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
-    c = nodes[0].client(directConnection=True)
-    c.admin.command("replSetInitiate", cfg)
-    c.close()
-
-    def all_up():
-        s = nodes[0].client(directConnection=True).admin.command("replSetGetStatus")
-        return [m["stateStr"] for m in s["members"]] == ["PRIMARY", "SECONDARY", "SECONDARY"]
-    wait_until(all_up, 30, "a primary and two secondaries")
+    nodes = start_replica_set(SET, "rs")
     yield nodes
     failed = request.node.session.testsfailed > 0
     cleanup_later(nodes, lambda i, p: ("replica-set-%s" % p.name) if failed else None)
@@ -265,7 +253,10 @@ def test_step_down(rs):
     r = direct(new).test.command("insert", "sd", documents=[{"_id": 1}],
                                  writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
-    # the next test kills whichever member is primary: put the old one back in front
+    # the next test kills whichever member is primary: put the old one back in front, and
+    # lift the stepped-down member's 30 s freeze (replSetFreeze 0, as MongoDB's tests do) so
+    # that either of the other two can win the next election
+    direct(primary).admin.command("replSetFreeze", 0)
     i = rs.index(new)
     rs[0], rs[i] = rs[i], rs[0]
 

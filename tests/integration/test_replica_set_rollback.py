@@ -12,26 +12,14 @@ import pymongo
 import pytest
 from pymongo.write_concern import WriteConcern
 
-from shale_fixtures import ShaleProcess, cleanup_later, fail_point, logged, wait_until
+from shale_fixtures import cleanup_later, start_replica_set, fail_point, logged, wait_until
 
 SET = "rb"
 
 
 @pytest.fixture(scope="module")
 def rs(request):
-    nodes = [ShaleProcess(["node", "--replSet", SET], name="rb%d" % i) for i in range(3)]
-    for n in nodes:
-        n.start()
-    cfg = {"_id": SET, "members": [{"_id": i, "host": n.host} for i, n in enumerate(nodes)],
-           "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}}
-    c = nodes[0].client(directConnection=True)
-    c.admin.command("replSetInitiate", cfg)
-    c.close()
-
-    def all_up():
-        s = nodes[0].client(directConnection=True).admin.command("replSetGetStatus")
-        return [m["stateStr"] for m in s["members"]] == ["PRIMARY", "SECONDARY", "SECONDARY"]
-    wait_until(all_up, 30, "a primary and two secondaries")
+    nodes = start_replica_set(SET, "rb")
     yield nodes
     failed = request.node.session.testsfailed > 0
     cleanup_later(nodes, lambda i, p: ("replica-set-rollback-%s" % p.name) if failed else None)
