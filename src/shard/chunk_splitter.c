@@ -218,23 +218,20 @@ maybe_queue(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, int64_t tota
     }
 }
 
-/* After the settings changed: queue every chunk whose counter is already past the (maybe
- * smaller) threshold; otherwise a chunk written before the change waits for another write. */
-static void
-scan_counters(shard_state_t *s)
+/* The metadata of every user collection this shard knows sharded and counts for, referenced
+ * (release each with shard_meta_release and free the array): with byte counters (auto-split)
+ * or, 'ops', operation counters (the load policy). */
+static size_t
+tracked_metas(shard_state_t *s, bool ops, shard_coll_meta_t ***out)
 {
-    shard_splitter_t *sp = s->splitter;
     shard_coll_meta_t **metas = NULL;
     size_t n = 0, cap = 0;
 
-    if (!atomic_load(&sp->enabled)) {
-        return;
-    }
     pthread_mutex_lock(&s->mu);
     for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
         shard_coll_meta_t *m = c->meta;
-        if (m == NULL || m->rt == NULL || m->chunk_bytes == NULL || m->owns_no_chunk ||
-            !user_ns(c->ns)) {
+        if (m == NULL || m->rt == NULL || (ops ? m->chunk_ops == NULL : m->chunk_bytes == NULL) ||
+            m->owns_no_chunk || !user_ns(c->ns)) {
             continue;
         }
         if (n == cap) {
@@ -245,6 +242,23 @@ scan_counters(shard_state_t *s)
         metas[n++] = m;
     }
     pthread_mutex_unlock(&s->mu);
+    *out = metas;
+    return n;
+}
+
+/* After the settings changed: queue every chunk whose counter is already past the (maybe
+ * smaller) threshold; otherwise a chunk written before the change waits for another write. */
+static void
+scan_counters(shard_state_t *s)
+{
+    shard_splitter_t *sp = s->splitter;
+    shard_coll_meta_t **metas = NULL;
+    size_t n;
+
+    if (!atomic_load(&sp->enabled)) {
+        return;
+    }
+    n = tracked_metas(s, false, &metas);
     for (size_t k = 0; k < n; k++) {
         shard_coll_meta_t *m = metas[k];
         int64_t limit =
@@ -373,40 +387,13 @@ done:
     bson_destroy(&key);
 }
 
-/* The metadata of every user collection this shard knows sharded, referenced (release each
- * with shard_meta_release and free the array). */
-static size_t
-tracked_metas(shard_state_t *s, shard_coll_meta_t ***out)
-{
-    shard_coll_meta_t **metas = NULL;
-    size_t n = 0, cap = 0;
-
-    pthread_mutex_lock(&s->mu);
-    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
-        shard_coll_meta_t *m = c->meta;
-        if (m == NULL || m->rt == NULL || m->chunk_ops == NULL || m->owns_no_chunk ||
-            !user_ns(c->ns)) {
-            continue;
-        }
-        if (n == cap) {
-            cap = cap == 0 ? 8 : cap * 2;
-            metas = bson_realloc(metas, cap * sizeof(*metas));
-        }
-        shl_db_orphan_filter_ref(&m->filter);
-        metas[n++] = m;
-    }
-    pthread_mutex_unlock(&s->mu);
-    *out = metas;
-    return n;
-}
-
 /* Decay every load counter by 1/4 (once a second): a steady rate r settles near 4 r, within
  * 10 % of it in 8 s. */
 static void
 decay_loads(shard_state_t *s)
 {
     shard_coll_meta_t **metas = NULL;
-    size_t n = tracked_metas(s, &metas);
+    size_t n = tracked_metas(s, true, &metas);
 
     for (size_t k = 0; k < n; k++) {
         for (size_t i = 0; i < metas[k]->ncounters; i++) {
