@@ -1959,10 +1959,6 @@ recovery_main(void *arg)
         bson_destroy(&cmd);
         bson_destroy(&reply);
         if (ret == 0) {
-            /* Then the movePrimary moves a crash interrupted (move_primary.c). */
-            ret = shard_move_primary_recover(s, &op, &st);
-        }
-        if (ret == 0) {
             break;
         }
         SHL_LOG_DEBUG(1, SHARDING, 4200206, "Migration recovery will retry", "error",
