@@ -182,4 +182,8 @@ void shard_ddl_refine_register(shl_command_registry_t *reg);
  * _shardsvrMovePrimary; the database in X. Its kind's check argument is the shard state. */
 extern shl_coord_type_t shard_move_primary_type;
 
+/* shard_ddl_drop_indexes_register -- _shardsvrDropIndexes (ddl_drop_indexes.c): under the
+ * collection's DDL locks, dropIndexes broadcast with shard versions; not a coordinator. */
+void shard_ddl_drop_indexes_register(shl_command_registry_t *reg);
+
 #endif
