@@ -1203,10 +1203,12 @@ done:
 }
 
 /*
- * The commit sequence (decision committed): the recipient's task removed (a delete of its
- * config.rangeDeletions document, as MongoDB's donor sends), the donor's marked ready, the
+ * The commit sequence (decision committed): the recipient's critical section released
+ * (_recvChunkReleaseCritSec), its task removed (a delete of its config.rangeDeletions
+ * document, as MongoDB's donor sends), the donor's marked ready, the
  * coordinator document deleted. The abort sequence: the donor's task removed, the
- * recipient told _recvChunkAbort (its task marked ready), the document deleted.
+ * recipient told _recvChunkAbort (its task marked ready, its critical section left), the
+ * document deleted.
  */
 static int
 coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
@@ -1217,6 +1219,14 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
     SHL_ERR(coord_write(s, c, false, st));
     if (c->decision > 0) {
         bson_t arr, d, q;
+        /* The recipient may serve the range now: it refreshes and leaves its critical
+         * section (entered at _recvChunkCommit). */
+        BSON_APPEND_UTF8(&cmd, "_recvChunkReleaseCritSec", c->ns);
+        BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
+        bson_destroy(&reply);
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        bson_reinit(&cmd);
         BSON_APPEND_UTF8(&cmd, "delete", "rangeDeletions");
         BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
@@ -2029,6 +2039,11 @@ static const shl_command_t migration_commands[] = {
      .run = mig_recv_chunk_abort,
      .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
      .help = "internal: abort the incoming migration"},
+    {.name = "_recvChunkReleaseCritSec",
+     .run = mig_recv_chunk_release_crit,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the incoming migration committed; leave the recipient's critical "
+             "section"},
 };
 
 void

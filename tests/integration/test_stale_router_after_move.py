@@ -6,7 +6,9 @@ import threading
 
 import pytest
 
-from shale_fixtures import module_cluster
+from pymongo.errors import PyMongoError
+
+from shale_fixtures import Background, fail_point, module_cluster, run_to_fail_point
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +70,32 @@ def test_reads_during_the_moves_see_everything(cl):
         stop.set()
         t.join()
     assert seen and all(n == 20 for n in seen), [n for n in seen if n != 20]
+
+
+def test_the_recipient_holds_reads_until_the_donor_releases_it(cl):
+    # MongoDB 6.0+'s recipient critical section: from _recvChunkCommit until the donor's
+    # _recvChunkReleaseCritSec, versioned reads of the collection wait on the recipient. The
+    # donor is held after its commit and its own refresh, before it tells the recipient: a
+    # read through the router that did not see the move waits, then sees all 20 documents.
+    r, ns = make_sharded(cl, "srcs")
+    other = cl.router_client(1)
+    assert other.srcs.c.count_documents({}) == 20
+    donor, recipient = cl.shard_client(0), cl.shard_client(1)
+    move = run_to_fail_point(
+        donor, "moveChunkHangAtStep5",
+        lambda: r.admin.command("moveChunk", ns, find={"a": -5}, to=cl.shard_name(1)),
+        catch=PyMongoError)
+    read = None
+    try:
+        crit = recipient.config.collection_critical_sections.find_one({"_id": ns})
+        assert crit is not None and crit["reason"]["command"] == "moveChunk"
+        read = Background(lambda: other.srcs.c.count_documents({}))
+        assert not read.join(0.5).done  # held by the recipient's critical section
+    finally:
+        fail_point(donor, "moveChunkHangAtStep5", "off")
+    move.join(60)
+    assert move.done and move.error is None, move.error
+    read.join(60)
+    assert read.done and read.result == 20, read.error
+    assert recipient.config.collection_critical_sections.find_one({"_id": ns}) is None
+    assert r.srcs.c.count_documents({}) == 20
