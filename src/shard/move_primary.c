@@ -766,6 +766,29 @@ mp_must_undo(shl_coord_t *c, int *ret, shl_status_t *st)
     return true;
 }
 
+/* Persist mp's collections as the document's collectionsToClone, hold at 'fp' (NULL: none),
+ * then clone mp's collections from index 'first' on. */
+static int
+persist_and_clone(shl_coord_t *c, shl_op_ctx_t *op, const mp_coord_t *mp, size_t first,
+                  shl_failpoint_t *fp, shl_status_t *st)
+{
+    int64_t ndocs = 0;
+    int ret = 0;
+
+    SHL_ERR(mp_persist_colls(c, mp, st));
+    if (fp != NULL) {
+        pause_at(fp, op);
+    }
+    for (size_t i = first; i < mp->ncolls; i++) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(clone_collection(mp_state(c), mp, i, &ndocs, st));
+    }
+    SHL_LOG_INFO(SHARDING, 4200313, "movePrimary cloned", "db", BCON_UTF8(mp->db), "to",
+                 BCON_UTF8(mp->to), "documents", BCON_INT64(ndocs));
+done:
+    return ret;
+}
+
 /* ---------------------------------------------------------------- the phases */
 
 /*
@@ -785,7 +808,6 @@ phase_clone(shl_coord_t *c, shl_status_t *st)
     char host[SHL_CLIENT_HOST_MAX];
     bson_t doc = BSON_INITIALIZER;
     bool in_crit = false, undo = false;
-    int64_t ndocs = 0;
     int ret = 0;
 
     mig_internal_op(s, &op);
@@ -822,14 +844,9 @@ phase_clone(shl_coord_t *c, shl_status_t *st)
     BSON_APPEND_UTF8(&doc, "fromShardId", mp.from);
     shl_database_version_append(&doc, "preCommitDbVersion", &have.version);
     shl_coord_doc_set(c, &doc);
-    SHL_ERR(mp_persist_colls(c, &mp, st));
     SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(mp.db), "to",
                  BCON_UTF8(mp.to), "collections", BCON_INT64((int64_t)mp.ncolls));
-    pause_at(SHL_FAILPOINT(hangBeforeCloningData), &op);
-    for (size_t i = 0; i < mp.ncolls; i++) {
-        SHL_ERR(shl_op_check_interrupt(&op, st));
-        SHL_ERR(clone_collection(s, &mp, i, &ndocs, st));
-    }
+    SHL_ERR(persist_and_clone(c, &op, &mp, 0, SHL_FAILPOINT(hangBeforeCloningData), st));
 done:
     if (undo || (ret != 0 && in_crit)) {
         ret = mp_undo(c, ret, st);
@@ -853,7 +870,6 @@ phase_enter_crit(shl_coord_t *c, shl_status_t *st)
     shard_state_t *s = mp_state(c);
     shl_op_ctx_t op;
     mp_coord_t mp, now, late;
-    int64_t ndocs = 0;
     bool undo = false;
     int ret = 0;
 
@@ -885,11 +901,7 @@ phase_enter_crit(shl_coord_t *c, shl_status_t *st)
         for (size_t i = 0; i < late.ncolls; i++) {
             coord_add(&mp, late.colls[i], late.options[i]);
         }
-        SHL_ERR(mp_persist_colls(c, &mp, st));
-        for (size_t i = mp.ncolls - late.ncolls; i < mp.ncolls; i++) {
-            SHL_ERR(shl_op_check_interrupt(&op, st));
-            SHL_ERR(clone_collection(s, &mp, i, &ndocs, st));
-        }
+        SHL_ERR(persist_and_clone(c, &op, &mp, mp.ncolls - late.ncolls, NULL, st));
     }
     pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), &op);
     SHL_ERR(shl_op_check_interrupt(&op, st));
