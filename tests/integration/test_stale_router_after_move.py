@@ -5,10 +5,11 @@ stale router's old versions with StaleConfig, so it refreshes and reads all of t
 import threading
 
 import pytest
-
+from pymongo import WriteConcern
 from pymongo.errors import PyMongoError
 
-from shale_fixtures import Background, fail_point, module_cluster, run_to_fail_point
+from shale_fixtures import (Background, fail_point, module_cluster, run_to_fail_point,
+                            wait_until)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,9 @@ def make_sharded(cl, db, n=20):
     r.admin.command("shardCollection", ns, key={"a": 1})
     r.admin.command("split", ns, middle={"a": 0})
     r.admin.command("moveChunk", ns, find={"a": 0}, to=cl.shard_name(1))
-    r[db].c.insert_many([{"a": i - n // 2} for i in range(n)])
+    # Journaled: a test kills a shard and counts them after its restart.
+    r[db].get_collection("c", write_concern=WriteConcern(j=True)).insert_many(
+        [{"a": i - n // 2} for i in range(n)])
     return r, ns
 
 
@@ -99,3 +102,29 @@ def test_the_recipient_holds_reads_until_the_donor_releases_it(cl):
     assert read.done and read.result == 20, read.error
     assert recipient.config.collection_critical_sections.find_one({"_id": ns}) is None
     assert r.srcs.c.count_documents({}) == 20
+
+
+def test_a_restarted_recipient_keeps_its_critical_section_until_released(cl):
+    # kill -9 of the recipient while it holds the section: the restarted recipient restores
+    # it from config.collection_critical_sections (reads still wait), and the donor's commit
+    # sequence -- retried until the recipient is back -- releases it.
+    r, ns = make_sharded(cl, "srck")
+    other = cl.router_client(1)
+    assert other.srck.c.count_documents({}) == 20
+    donor = cl.shard_client(0)
+    move = run_to_fail_point(
+        donor, "moveChunkHangAtStep5",
+        lambda: r.admin.command("moveChunk", ns, find={"a": -5}, to=cl.shard_name(1)),
+        catch=PyMongoError)
+    try:
+        cl.shards[1].kill()
+        cl.restart_shard(1)
+        crit = cl.shard_client(1).config.collection_critical_sections.find_one({"_id": ns})
+        assert crit is not None and crit["reason"]["command"] == "moveChunk"
+    finally:
+        fail_point(donor, "moveChunkHangAtStep5", "off")
+    move.join(60)
+    wait_until(lambda: cl.shard_client(1).config.collection_critical_sections.find_one(
+        {"_id": ns}) is None, timeout=60, what="the donor to release the recipient")
+    assert other.srck.c.count_documents({}) == 20
+    assert r.srck.c.count_documents({}) == 20
