@@ -141,7 +141,6 @@ typedef struct shard_state {
     /* Migrations this donor gave up with LockTimeout waiting for transactions (serverStatus
      * shardingStatistics.countDonorMoveChunkLockTimeout). */
     atomic_llong donor_lock_timeouts;
-    bool recovery_started;
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
     struct shl_sessions_sharded *sessions; /* config.system.sessions (shard_sessions.c) */
@@ -322,8 +321,10 @@ void shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const
 /* shard_migration_observing -- whether a donor records writes now (hooks' observing). */
 bool shard_migration_observing(void *arg, const char *ns);
 
-/* shard_migration_recover_async -- once shard-aware: a thread that finishes the migrations
- * whose coordinator documents survived a restart (asks the config server for the decision). */
+/* shard_migration_recover_async -- once shard-aware, and after a commit sequence failed:
+ * resume a "MigrationCoordinator" on the coordinator framework (s->coords) for every
+ * document of config.migrationCoordinators not being finished yet (asks the config server
+ * for a missing decision, then the commit or abort sequence). Returns once they started. */
 void shard_migration_recover_async(shard_state_t *s);
 
 /* shard_local_cmd -- run 'cmd' on local database 'db' in-process (unversioned); an error
