@@ -492,11 +492,31 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     return run_on_owners(op, cmd, true, reply, NULL, unique_indexes_fit_key, st);
 }
 
+/* dropIndexes: the primary shard takes the collection's DDL locks and broadcasts it with
+ * shard versions (_shardsvrDropIndexes, MongoDB 6.0+); its reply has raw and nIndexesWas. */
 static int
 cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
-    static const char *const fields[] = {"nIndexesWas", NULL};
-    return run_on_owners(op, cmd, false, reply, fields, NULL, st);
+    char ns[SHL_NS_MAX + 1];
+    bson_t body = BSON_INITIALIZER, got = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool found = false;
+    int ret = 0;
+
+    SHL_ERR(coll_ns(op, cmd, ns, sizeof(ns), st));
+    BSON_APPEND_UTF8(&body, "_shardsvrDropIndexes", ns + strlen(op->db) + 1);
+    if (bson_iter_init_find(&it, cmd, "index")) {
+        bson_append_iter(&body, NULL, 0, &it);
+    }
+    SHL_ERR(send_to_primary(op, ns, cmd, &body, &found, &got, st));
+    if (!found) {
+        SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns);
+    }
+    bson_concat(reply, &got);
+done:
+    bson_destroy(&body);
+    bson_destroy(&got);
+    return ret;
 }
 
 /* collMod: the primary shard's CollModCoordinator applies it on every shard holding the

@@ -233,7 +233,8 @@ shard_ddl_coords_setup(shard_ddl_locks_t *locks, shard_ddl_db_check_fn check, vo
 {
     const shl_coord_type_t *types[] = {&shard_drop_coll_type,   &shard_drop_db_type,
                                        &shard_create_coll_type, &shard_rename_coll_type,
-                                       &shard_coll_mod_type,    &shard_refine_type};
+                                       &shard_coll_mod_type,    &shard_refine_type,
+                                       &shard_move_primary_type};
 
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         shard_ddl_kind_setup(types[k]->arg, locks, check, check_arg);
@@ -281,18 +282,6 @@ done:
     return ret;
 }
 
-/* Whether a movePrimary runs on this shard (a DDL operation the drain waits for too). */
-static bool
-move_primary_running(shard_state_t *s)
-{
-    bool running;
-
-    pthread_mutex_lock(&s->mig_mu);
-    running = s->move_primary_db != NULL;
-    pthread_mutex_unlock(&s->mig_mu);
-    return running;
-}
-
 int
 shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 {
@@ -301,8 +290,7 @@ shard_ddl_drain(void *arg, shl_op_ctx_t *op, bool block, shl_status_t *st)
 
     atomic_store(&s->ddl_blocked, block);
     while (block && s->coords != NULL &&
-           (shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0 ||
-            move_primary_running(s))) {
+           shl_coord_service_count_coll(s->coords, SHARD_DDL_COORD_COLL) > 0) {
         SHL_ERR(shl_op_check_interrupt(op, st));
         shl_sleep_ms(50);
     }
@@ -371,6 +359,7 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
     shard_ddl_rename_register(reg);
     shard_ddl_coll_mod_register(reg);
     shard_ddl_refine_register(reg);
+    shard_ddl_drop_indexes_register(reg);
 }
 
 void
@@ -378,7 +367,8 @@ shard_ddl_coords_recover(shard_state_t *s)
 {
     shl_coord_type_t *types[] = {&shard_drop_coll_type,   &shard_drop_db_type,
                                  &shard_create_coll_type, &shard_rename_coll_type,
-                                 &shard_coll_mod_type,    &shard_refine_type};
+                                 &shard_coll_mod_type,    &shard_refine_type,
+                                 &shard_move_primary_type};
 
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         shl_status_t st = SHL_STATUS_INIT;

@@ -177,4 +177,13 @@ int shard_ddl_refine(shl_coord_service_t *svc, const char *ns, const bson_t *key
 /* shard_ddl_refine_register -- _shardsvrRefineCollectionShardKey. */
 void shard_ddl_refine_register(shl_command_registry_t *reg);
 
+/* The movePrimary coordinator (move_primary.c, MongoDB 7.0's MovePrimaryCoordinator:
+ * clone, enterCriticalSection, commit, clean, exitCriticalSection), started by
+ * _shardsvrMovePrimary; the database in X. Its kind's check argument is the shard state. */
+extern shl_coord_type_t shard_move_primary_type;
+
+/* shard_ddl_drop_indexes_register -- _shardsvrDropIndexes (ddl_drop_indexes.c): under the
+ * collection's DDL locks, dropIndexes broadcast with shard versions; not a coordinator. */
+void shard_ddl_drop_indexes_register(shl_command_registry_t *reg);
+
 #endif

@@ -664,12 +664,100 @@ wait_finished_locked(shard_state_t *s, shl_op_ctx_t *op, shard_recipient_t *r, s
     return ret;
 }
 
+/* The reason of the recipient's persisted critical section (config.collection_critical_sections). */
+#define RECV_CRIT_COMMAND "moveChunk"
+
+/*
+ * The recipient's critical section (MongoDB 6.0+): from its _recvChunkCommit until the
+ * donor's _recvChunkReleaseCritSec (after the commit) or _recvChunkAbort, versioned reads and
+ * writes of 'ns' wait on this shard, so no router reads the range this shard has just
+ * received before its routing says this shard owns it. Persisted first, with the reason
+ * {command: "moveChunk", ns, sessionId}, so a restart keeps it (shard_crit_sections_reload)
+ * until the donor -- or its recovery -- releases it. Idempotent.
+ */
+static int
+recipient_crit_enter(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const char *sid,
+                     shl_status_t *st)
+{
+    const char *names[1] = {ns};
+    bson_t reason = BSON_INITIALIZER;
+    int ret = 0;
+
+    BSON_APPEND_UTF8(&reason, "command", RECV_CRIT_COMMAND);
+    BSON_APPEND_UTF8(&reason, "ns", ns);
+    BSON_APPEND_UTF8(&reason, "sessionId", sid);
+    SHL_ERR(shard_critical_section_persist(s, names, 1, &reason, true, st));
+    SHL_ERR(shard_crit_enter(s, op, ns, SHARD_CRIT_ALL, st));
+done:
+    bson_destroy(&reason);
+    return ret;
+}
+
+/* Whether a migration's critical section of 'ns' is persisted here (not a DDL's). */
+static int
+recipient_crit_held(shard_state_t *s, const char *ns, bool *held, shl_status_t *st)
+{
+    bson_t *cmd = BCON_NEW("find", BCON_UTF8("collection_critical_sections"), "filter", "{",
+                           "_id", BCON_UTF8(ns), "reason.command", BCON_UTF8(RECV_CRIT_COMMAND),
+                           "}");
+    bson_t reply = BSON_INITIALIZER, *docs = NULL;
+    int ret = 0;
+
+    *held = false;
+    bson_destroy(&reply);
+    SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
+    *held = mig_cursor_docs(&reply, &docs) > 0;
+done:
+    bson_free(docs);
+    bson_destroy(&reply);
+    bson_destroy(cmd);
+    return ret;
+}
+
+/* Leave the recipient's critical section of 'ns' if a migration holds it: refresh the
+ * filtering metadata first (the commit is on the config server by now, or the migration
+ * was aborted), then remove the document and let the waiting requests go on -- they check
+ * their version against the new metadata. Idempotent. Errors: the refresh's (the donor
+ * sends again). */
+static int
+recipient_crit_release(shard_state_t *s, const char *ns, shl_status_t *st)
+{
+    const char *names[1] = {ns};
+    bool held = false;
+    int ret = 0;
+
+    SHL_ERR(recipient_crit_held(s, ns, &held, st));
+    if (!held) {
+        goto done;
+    }
+    SHL_ERR(shard_meta_refresh(s, ns, NULL, st));
+    SHL_ERR(shard_critical_section_persist(s, names, 1, NULL, false, st));
+    shard_crit_exit(s, ns);
+    SHL_LOG_INFO(SHARDING, 4200230, "recipient left its critical section", "ns", BCON_UTF8(ns));
+done:
+    return ret;
+}
+
+/* The namespace a _recvChunk* command names (its first value). */
+static const char *
+recv_ns(const bson_t *cmd)
+{
+    bson_iter_t it;
+
+    if (bson_iter_init(&it, cmd) && bson_iter_next(&it) && BSON_ITER_HOLDS_UTF8(&it)) {
+        return bson_iter_utf8(&it, NULL);
+    }
+    return NULL;
+}
+
 int
 mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     shard_state_t *s = shard_state(op);
     shard_recipient_t *r;
+    char ns[SHL_NS_MAX + 1], sid[sizeof(r->session_id)];
+    bool locked = true;
 
     pthread_mutex_lock(&s->mig_mu);
     r = recipient_for(s, cmd);
@@ -686,8 +774,33 @@ mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
     if (r->has_digest) {
         mig_digest_append(reply, MIG_DIGEST_FIELD, &r->digest);
     }
-done:
+    snprintf(ns, sizeof(ns), "%s", r->ns);
+    snprintf(sid, sizeof(sid), "%s", r->session_id);
     pthread_mutex_unlock(&s->mig_mu);
+    locked = false;
+    SHL_ERR(recipient_crit_enter(s, op, ns, sid, st));
+done:
+    if (locked) {
+        pthread_mutex_unlock(&s->mig_mu);
+    }
+    return ret;
+}
+
+/* _recvChunkReleaseCritSec: <ns>, sessionId -- the donor committed (and refreshed): leave
+ * the critical section _recvChunkCommit entered. */
+int
+mig_recv_chunk_release_crit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
+                            shl_status_t *st)
+{
+    int ret = 0;
+    const char *ns = recv_ns(cmd);
+
+    (void)reply;
+    if (ns == NULL) {
+        SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "_recvChunkReleaseCritSec needs a namespace string");
+    }
+    SHL_ERR(recipient_crit_release(shard_state(op), ns, st));
+done:
     return ret;
 }
 
@@ -726,6 +839,12 @@ mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
             shl_status_clear(st);
             ret = 0;
         }
+        SHL_ERR(ret);
+    }
+    /* An abort after _recvChunkCommit (the config server refused the commit): the range
+     * stays the donor's, this shard's metadata did not change. */
+    if (recv_ns(cmd) != NULL) {
+        SHL_ERR(recipient_crit_release(s, recv_ns(cmd), st));
     }
 done:
     return ret;

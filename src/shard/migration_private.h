@@ -96,6 +96,8 @@ int mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl
 int mig_recv_chunk_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 int mig_recv_chunk_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
 int mig_recv_chunk_abort(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st);
+int mig_recv_chunk_release_crit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply,
+                                shl_status_t *st);
 
 /* Whether the shard is busy with another migration (mig_mu held): message in st. */
 int mig_check_idle_locked(shard_state_t *s, shl_status_t *st);

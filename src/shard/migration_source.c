@@ -30,6 +30,7 @@
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
+#include "sharding/coordinator.h"
 #include "shard/range_deleter.h"
 #include "storage/catalog.h"
 #include "storage/index.h"
@@ -295,6 +296,8 @@ donor_unref_locked(shard_donor_t *d)
  * (*join false: the caller runs it) or the identical one in progress (*join true: wait for
  * its result). Waits for start-up recovery first. Errors: ConflictingOperationInProgress.
  */
+static bool recovering(shard_state_t *s);
+
 static int
 registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t *min,
                const bson_t *max, const char *to, shard_donor_t **out, bool *join, shl_status_t *st)
@@ -306,7 +309,7 @@ registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t 
     *join = false;
     pthread_mutex_lock(&s->mig_mu);
     /* Coordinators a crash left are finished first. */
-    while (s->recovery_started) {
+    while (recovering(s)) {
         pthread_mutex_unlock(&s->mig_mu);
         ret = mig_sleep(op, 20, st);
         pthread_mutex_lock(&s->mig_mu);
@@ -1203,10 +1206,12 @@ done:
 }
 
 /*
- * The commit sequence (decision committed): the recipient's task removed (a delete of its
- * config.rangeDeletions document, as MongoDB's donor sends), the donor's marked ready, the
+ * The commit sequence (decision committed): the recipient's critical section released
+ * (_recvChunkReleaseCritSec), its task removed (a delete of its config.rangeDeletions
+ * document, as MongoDB's donor sends), the donor's marked ready, the
  * coordinator document deleted. The abort sequence: the donor's task removed, the
- * recipient told _recvChunkAbort (its task marked ready), the document deleted.
+ * recipient told _recvChunkAbort (its task marked ready, its critical section left), the
+ * document deleted.
  */
 static int
 coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
@@ -1217,6 +1222,14 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
     SHL_ERR(coord_write(s, c, false, st));
     if (c->decision > 0) {
         bson_t arr, d, q;
+        /* The recipient may serve the range now: it refreshes and leaves its critical
+         * section (entered at _recvChunkCommit). */
+        BSON_APPEND_UTF8(&cmd, "_recvChunkReleaseCritSec", c->ns);
+        BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
+        bson_destroy(&reply);
+        SHL_ERR(
+            shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+        bson_reinit(&cmd);
         BSON_APPEND_UTF8(&cmd, "delete", "rangeDeletions");
         BSON_APPEND_ARRAY_BEGIN(&cmd, "deletes", &arr);
         BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &d);
@@ -1911,88 +1924,105 @@ done:
 
 /* ---------------------------------------------------------------- recovery */
 
-static void *
-recovery_main(void *arg)
+/*
+ * The migration coordinator documents a crash (or a commit sequence that failed) left are
+ * finished on the coordinator framework (sharding/coordinator.h), as MongoDB's
+ * MigrationCoordinator is recovered: the type "MigrationCoordinator" over
+ * config.migrationCoordinators, whose documents keep MongoDB's schema (no phase field: a
+ * decision resumes at completeMigration, none at resolveDecision). Every error the phases
+ * meet that may pass (network, not primary, shutdown) is retried until it does.
+ */
+
+/* resolveDecision: who owns the range now, by the config server, becomes the decision. */
+static int
+phase_resolve_decision(shl_coord_t *c, shl_status_t *st)
 {
-    shard_state_t *s = arg;
+    shard_state_t *s = shl_coord_type_arg(c);
+    coord_t mc;
+    bool committed = false;
+    bson_t doc;
+    int ret = 0;
+
+    memset(&mc, 0, sizeof(mc));
+    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    SHL_ERR(ask_config_decision(s, &mc, &committed, st));
+    mc.decision = committed ? 1 : -1;
+    coord_to_bson(&mc, &doc);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+done:
+    coord_cleanup(&mc);
+    return ret;
+}
+
+/* completeMigration: the commit or abort sequence (coord_finish), which deletes the
+ * document. */
+static int
+phase_complete_migration(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = shl_coord_type_arg(c);
+    shl_status_t ignored = SHL_STATUS_INIT;
     shl_op_ctx_t op;
+    coord_t mc;
+    int ret = 0;
 
+    memset(&mc, 0, sizeof(mc));
     mig_internal_op(s, &op);
-    for (int attempt = 0; attempt < 600; attempt++) {
-        shl_status_t st = SHL_STATUS_INIT;
-        bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
-        size_t n = 0;
-        int ret = 0;
+    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(mc.ns), "decision",
+                 BCON_UTF8(mc.decision > 0 ? "committed" : "aborted"));
+    shard_meta_refresh(s, mc.ns, NULL, &ignored);
+    SHL_ERR(coord_finish(s, &op, &mc, st));
+done:
+    coord_cleanup(&mc);
+    return ret;
+}
 
-        if (shl_op_check_interrupt(&op, &st) != 0) {
-            bson_destroy(&cmd);
-            bson_destroy(&reply);
-            break;
-        }
-        BSON_APPEND_UTF8(&cmd, "find", COORD_COLL);
-        bson_destroy(&reply);
-        ret = shard_local_cmd(s, "config", &cmd, &reply, &st);
-        if (ret == 0) {
-            n = mig_cursor_docs(&reply, &docs);
-        }
-        for (size_t i = 0; ret == 0 && i < n; i++) {
-            coord_t c;
-            bool committed = false;
-            if (coord_parse(&docs[i], &c, &st) != 0) {
-                ret = 0; /* a malformed document cannot be recovered; leave it */
-                continue;
-            }
-            if (c.decision == 0) {
-                ret = ask_config_decision(s, &c, &committed, &st);
-                c.decision = committed ? 1 : -1;
-            }
-            if (ret == 0) {
-                SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(c.ns),
-                             "decision", BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
-                shard_meta_refresh(s, c.ns, NULL, &st);
-                shl_status_clear(&st);
-                ret = coord_finish(s, &op, &c, &st);
-            }
-            coord_cleanup(&c);
-        }
-        bson_free(docs);
-        bson_destroy(&cmd);
-        bson_destroy(&reply);
-        if (ret == 0) {
-            /* Then the movePrimary moves a crash interrupted (move_primary.c). */
-            ret = shard_move_primary_recover(s, &op, &st);
-        }
-        if (ret == 0) {
-            break;
-        }
-        SHL_LOG_DEBUG(1, SHARDING, 4200206, "Migration recovery will retry", "error",
-                      BCON_UTF8(st.reason));
-        mig_sleep(&op, 500, &st);
-    }
-    pthread_mutex_lock(&s->mig_mu);
-    s->recovery_started = false;
-    pthread_cond_broadcast(&s->mig_cv);
-    pthread_mutex_unlock(&s->mig_mu);
-    return NULL;
+static int
+migration_resume_phase(const bson_t *doc)
+{
+    bson_iter_t it;
+
+    return bson_iter_init_find(&it, doc, "decision") ? 1 : 0;
+}
+
+static const shl_coord_phase_t migration_phases[] = {
+    {"resolveDecision", phase_resolve_decision, false},
+    {"completeMigration", phase_complete_migration, false},
+};
+
+/* 'arg' is the shard state, set before the first resume (one shard per process). */
+static shl_coord_type_t migration_coord_type = {
+    .name = "MigrationCoordinator",
+    .coll = COORD_COLL,
+    .phases = migration_phases,
+    .nphases = sizeof(migration_phases) / sizeof(migration_phases[0]),
+    .resume_phase = migration_resume_phase,
+    .max_attempts = -1,
+    .backoff_ms = 500,
+};
+
+/* Whether migration coordinators left behind are being finished (mig_mu not needed). */
+static bool
+recovering(shard_state_t *s)
+{
+    return s->coords != NULL && shl_coord_service_count_coll(s->coords, COORD_COLL) > 0;
 }
 
 void
 shard_migration_recover_async(shard_state_t *s)
 {
-    pthread_t t;
+    shl_status_t st = SHL_STATUS_INIT;
 
-    pthread_mutex_lock(&s->mig_mu);
-    if (s->recovery_started) {
-        pthread_mutex_unlock(&s->mig_mu);
+    if (s->coords == NULL) {
         return;
     }
-    s->recovery_started = true;
-    if (pthread_create(&t, NULL, recovery_main, s) == 0) {
-        pthread_detach(t);
-    } else {
-        s->recovery_started = false;
+    migration_coord_type.arg = s;
+    /* The documents already being finished are left to their coordinators. */
+    if (shl_coord_service_recover(s->coords, &migration_coord_type, &st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200206, "could not read the migration coordinators' documents",
+                        "error", BCON_UTF8(st.reason));
     }
-    pthread_mutex_unlock(&s->mig_mu);
 }
 
 /* ---------------------------------------------------------------- registration */
@@ -2033,6 +2063,11 @@ static const shl_command_t migration_commands[] = {
      .run = mig_recv_chunk_abort,
      .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
      .help = "internal: abort the incoming migration"},
+    {.name = "_recvChunkReleaseCritSec",
+     .run = mig_recv_chunk_release_crit,
+     .flags = SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,
+     .help = "internal: the incoming migration committed; leave the recipient's critical "
+             "section"},
 };
 
 void

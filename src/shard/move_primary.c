@@ -1,15 +1,23 @@
 /*
- * move_primary.c -- the donor side of movePrimary (docs/design/sharding-protocol.md
- * "movePrimary"): _shardsvrMovePrimary, run by the database's current primary shard. It
- * blocks the database's versioned writes (a database critical section), clones every
- * unsharded collection (options, indexes, documents) onto the recipient with ordinary
- * commands, has the config server commit the new primary, refreshes, leaves the critical
- * section and drops its own stale copies. A coordinator document in
- * config.movePrimaryCoordinators makes a crash recoverable: before the commit the clones
- * are dropped (abort), after it the stale copies. A config server that is down meanwhile
- * (kill -9, restart) is waited for with the critical section held, and the move completes.
- * A retry of the running move (same database and target) joins it and answers with its
- * result.
+ * move_primary.c -- movePrimary on the database's primary shard (docs/design/coordinators.md
+ * "movePrimary"; MongoDB 7.0's MovePrimaryCoordinator): _shardsvrMovePrimary starts or joins
+ * a "movePrimary" DDL coordinator (ddl_coordinator_base.h) holding the database's DDL lock
+ * in X, with 7.0's phases, each checkpointed in config.system.sharding_ddl_coordinators:
+ *
+ *   clone                 block the database's versioned writes, list the unsharded
+ *                         collections (persisted as collectionsToClone), clone them onto
+ *                         the recipient (options, indexes, documents, retryable history);
+ *   enterCriticalSection  block reads too; clone the collections created meanwhile;
+ *   commit                _configsvrCommitMovePrimary (the database's new primary, its
+ *                         version bumped once); forget the cached database entry;
+ *   clean                 drop this shard's stale copies;
+ *   exitCriticalSection   leave the critical section; refresh.
+ *
+ * Before the commit the move is undone on any failure, and on a resume after a crash (the
+ * critical section lived in memory, so writes may have reached this shard since): the
+ * recipient's clones are dropped, the section left, the operation ends cleanly not done. A
+ * resume at commit asks the config server which primary it has: committed, the move goes
+ * on; else it is undone. From the commit on it only rolls forward.
  */
 #include <string.h>
 
@@ -20,29 +28,31 @@
 #include "bson/bson_iter.h"
 #include "net/command_args.h"
 #include "net/stmt_batch.h"
-#include "shard/ddl_coordinator_base.h"
+#include "shard/ddl_coordinators.h"
 #include "shard/migration_private.h"
 #include "shard/shard_private.h"
 
-#define MP_COLL "movePrimaryCoordinators"
 #define MP_TIMEOUT_MS 60000
+#define OP_MOVE_PRIMARY "movePrimary"
+/* MongoDB's code for a movePrimary whose clone cannot be continued (7120202). */
+#define MP_CODE_CLONE_FAILED 7120202
 
-/* Pause with writes blocked and the coordinator document written, before the clone
- * (MongoDB's name), then -- Shale's names -- with reads blocked too before the config
- * commit, and after the commit before the cleanup. */
+/* Pause with writes blocked, before the clone (MongoDB's name), then -- Shale's names --
+ * with reads blocked too before the config commit, and after the commit before the
+ * cleanup of this shard's stale copies. */
 SHL_FAILPOINT_DEFINE(hangBeforeCloningData)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCommit)
 SHL_FAILPOINT_DEFINE(hangBeforeMovePrimaryCleanup)
 
-/* The coordinator document: {_id: db, from, to, collections: [names], decision?}. */
+/* What a phase works on, read from the state document {_id: {namespace: db, operationType},
+ * toShardId, fromShardId?, preCommitDbVersion?, collectionsToClone?: [names]}. */
 typedef struct mp_coord {
     char db[SHL_DB_NAME_MAX + 1];
     char from[SHL_SHARD_ID_MAX];
     char to[SHL_SHARD_ID_MAX];
     char **colls;
-    bson_t **options; /* each collection's listCollections 'options' (owned) */
+    bson_t **options; /* each collection's listCollections 'options' (owned; NULL: none) */
     size_t ncolls;
-    int decision; /* 0 none, 1 committed, -1 aborted */
 } mp_coord_t;
 
 static void
@@ -69,102 +79,6 @@ coord_add(mp_coord_t *c, const char *name, const bson_t *options)
     c->colls[c->ncolls] = bson_strdup(name);
     c->options[c->ncolls] = options != NULL ? bson_copy(options) : NULL;
     c->ncolls++;
-}
-
-static void
-coord_to_bson(const mp_coord_t *c, bson_t *out)
-{
-    bson_t arr;
-    char key[24];
-
-    bson_init(out);
-    BSON_APPEND_UTF8(out, "_id", c->db);
-    BSON_APPEND_UTF8(out, "from", c->from);
-    BSON_APPEND_UTF8(out, "to", c->to);
-    BSON_APPEND_ARRAY_BEGIN(out, "collections", &arr);
-    for (size_t i = 0; i < c->ncolls; i++) {
-        snprintf(key, sizeof(key), "%zu", i);
-        BSON_APPEND_UTF8(&arr, key, c->colls[i]);
-    }
-    bson_append_array_end(out, &arr);
-    if (c->decision != 0) {
-        BSON_APPEND_UTF8(out, "decision", c->decision > 0 ? "committed" : "aborted");
-    }
-}
-
-static int
-coord_parse(const bson_t *doc, mp_coord_t *c, shl_status_t *st)
-{
-    int ret = 0;
-    bson_iter_t it, arr;
-
-    memset(c, 0, sizeof(*c));
-    if (!bson_iter_init(&it, doc)) {
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed movePrimary coordinator document");
-    }
-    while (shl_iter_next(&it)) {
-        const char *k = shl_iter_key(&it);
-        if (strcmp(k, "_id") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->db, sizeof(c->db), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "from") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->from, sizeof(c->from), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "to") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            snprintf(c->to, sizeof(c->to), "%s", bson_iter_utf8(&it, NULL));
-        } else if (strcmp(k, "decision") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
-            c->decision = strcmp(bson_iter_utf8(&it, NULL), "committed") == 0 ? 1 : -1;
-        } else if (strcmp(k, "collections") == 0 && BSON_ITER_HOLDS_ARRAY(&it) &&
-                   bson_iter_recurse(&it, &arr)) {
-            while (shl_iter_next(&arr)) {
-                if (BSON_ITER_HOLDS_UTF8(&arr)) {
-                    coord_add(c, bson_iter_utf8(&arr, NULL), NULL);
-                }
-            }
-        }
-    }
-    if (c->db[0] == '\0' || c->to[0] == '\0') {
-        coord_cleanup(c);
-        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed movePrimary coordinator document");
-    }
-done:
-    return ret;
-}
-
-/* Insert (first write), replace, or delete the coordinator document, journaled. */
-static int
-coord_write(shard_state_t *s, const mp_coord_t *c, int how, shl_status_t *st)
-{
-    int ret;
-    bson_t cmd = BSON_INITIALIZER, arr, stmt, doc, reply, wc;
-
-    coord_to_bson(c, &doc);
-    if (how == 0) {
-        BSON_APPEND_UTF8(&cmd, "insert", MP_COLL);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-        BSON_APPEND_DOCUMENT(&arr, "0", &doc);
-    } else {
-        bson_t q;
-        BSON_APPEND_UTF8(&cmd, how > 0 ? "update" : "delete", MP_COLL);
-        BSON_APPEND_ARRAY_BEGIN(&cmd, how > 0 ? "updates" : "deletes", &arr);
-        BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
-        BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
-        BSON_APPEND_UTF8(&q, "_id", c->db);
-        bson_append_document_end(&stmt, &q);
-        if (how > 0) {
-            BSON_APPEND_DOCUMENT(&stmt, "u", &doc);
-        } else {
-            BSON_APPEND_INT32(&stmt, "limit", 1);
-        }
-        bson_append_document_end(&arr, &stmt);
-    }
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_BOOL(&wc, "j", true);
-    bson_append_document_end(&cmd, &wc);
-    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
-    bson_destroy(&reply);
-    bson_destroy(&doc);
-    bson_destroy(&cmd);
-    return ret;
 }
 
 /* A remote command whose reply's first writeError becomes the status. */
@@ -646,130 +560,6 @@ done:
     return ret;
 }
 
-/*
- * Finish a decided move: committed -- refresh, drop this shard's stale copies; aborted --
- * drop the recipient's clones. Then the coordinator document goes. The caller leaves the
- * critical section (a recovered move has none).
- */
-static int
-coord_finish(shard_state_t *s, mp_coord_t *c, shl_status_t *st)
-{
-    int ret = 0;
-
-    if (c->decision > 0) {
-        SHL_ERR(drop_all(s, c, NULL, st));
-    } else {
-        SHL_ERR(drop_all(s, c, c->to, st));
-    }
-    SHL_ERR(coord_write(s, c, -1, st));
-done:
-    return ret;
-}
-
-int
-shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER, *docs = NULL;
-    size_t n = 0;
-
-    (void)op;
-    BSON_APPEND_UTF8(&cmd, "find", MP_COLL);
-    bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, "config", &cmd, &reply, st));
-    n = mig_cursor_docs(&reply, &docs);
-    for (size_t i = 0; i < n; i++) {
-        mp_coord_t c;
-        bool committed = false;
-        if (coord_parse(&docs[i], &c, st) != 0) {
-            shl_status_clear(st);
-            continue; /* a malformed document cannot be recovered; leave it */
-        }
-        if (c.decision == 0) {
-            ret = ask_config_decision(s, &c, &committed, st);
-            c.decision = committed ? 1 : -1;
-        }
-        if (ret == 0) {
-            SHL_LOG_INFO(SHARDING, 4200311, "Recovering a movePrimary", "db", BCON_UTF8(c.db), "to",
-                         BCON_UTF8(c.to), "decision",
-                         BCON_UTF8(c.decision > 0 ? "committed" : "aborted"));
-            shard_db_refresh(s, c.db, st);
-            shl_status_clear(st);
-            ret = coord_finish(s, &c, st);
-        }
-        coord_cleanup(&c);
-        SHL_ERR(ret);
-    }
-done:
-    bson_free(docs);
-    bson_destroy(&cmd);
-    bson_destroy(&reply);
-    return ret;
-}
-
-/* Recover a coordinator document left for 'db' (a failed cleanup) before a new move. */
-static int
-recover_leftover(shard_state_t *s, shl_op_ctx_t *op, const char *db, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t *cmd = BCON_NEW("find", BCON_UTF8(MP_COLL), "filter", "{", "_id", BCON_UTF8(db), "}");
-    bson_t reply = BSON_INITIALIZER, *docs = NULL;
-    size_t n;
-
-    bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
-    n = mig_cursor_docs(&reply, &docs);
-    if (n > 0) {
-        SHL_ERR(shard_move_primary_recover(s, op, st));
-    }
-done:
-    bson_free(docs);
-    bson_destroy(cmd);
-    bson_destroy(&reply);
-    return ret;
-}
-
-/* Clone the unsharded collections of c->db that are not in c yet (recorded first). */
-static int
-clone_latecomers(shard_state_t *s, shl_op_ctx_t *op, mp_coord_t *c, int64_t *ndocs,
-                 shl_status_t *st)
-{
-    int ret = 0;
-    mp_coord_t now, late;
-
-    memset(&now, 0, sizeof(now));
-    memset(&late, 0, sizeof(late));
-    snprintf(late.db, sizeof(late.db), "%s", c->db);
-    snprintf(late.from, sizeof(late.from), "%s", c->from);
-    snprintf(late.to, sizeof(late.to), "%s", c->to);
-    SHL_ERR(list_unsharded(s, op, c->db, &now, st));
-    for (size_t i = 0; i < now.ncolls; i++) {
-        bool known = false;
-        for (size_t j = 0; j < c->ncolls && !known; j++) {
-            known = strcmp(now.colls[i], c->colls[j]) == 0;
-        }
-        if (!known) {
-            coord_add(&late, now.colls[i], now.options[i]);
-        }
-    }
-    if (late.ncolls == 0) {
-        goto done;
-    }
-    SHL_ERR(check_recipient(s, &late, st));
-    for (size_t i = 0; i < late.ncolls; i++) {
-        coord_add(c, late.colls[i], late.options[i]);
-    }
-    SHL_ERR(coord_write(s, c, 1, st));
-    for (size_t i = c->ncolls - late.ncolls; i < c->ncolls; i++) {
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(clone_collection(s, c, i, ndocs, st));
-    }
-done:
-    coord_cleanup(&now);
-    coord_cleanup(&late);
-    return ret;
-}
-
 static int
 send_commit(shard_state_t *s, const mp_coord_t *c, const shl_database_version_t *v,
             shl_status_t *st)
@@ -790,66 +580,6 @@ send_commit(shard_state_t *s, const mp_coord_t *c, const shl_database_version_t 
     return ret;
 }
 
-/*
- * Commit the move on the config server. While it cannot be reached (a kill -9 and
- * restart of the config server), the same commit is sent again every half second: the
- * critical section holds meanwhile and the commit is idempotent (the primary already
- * 'to': ok), so the move completes once the config server is back rather than being
- * thrown away. When it answers with an error, that answer may follow a lost reply to an
- * earlier attempt: the database entry decides (*committed). Returns 0 when committed;
- * the config server's error with *committed false; Interrupted / InterruptedAtShutdown
- * when the wait is interrupted before any answer (the outcome is then unknown).
- */
-static int
-commit_on_config(shard_state_t *s, shl_op_ctx_t *op, const mp_coord_t *c,
-                 const shl_database_version_t *v, bool *committed, shl_status_t *st)
-{
-    int ret = 0;
-    bool logged = false;
-
-    *committed = false;
-    for (;;) {
-        shl_status_t again = SHL_STATUS_INIT;
-        ret = send_commit(s, c, v, st);
-        if (ret == 0) {
-            *committed = true;
-            goto done;
-        }
-        if (!config_unreachable(ret)) {
-            break;
-        }
-        if (!logged) {
-            SHL_LOG_WARNING(SHARDING, 4200312,
-                            "movePrimary: the config server did not answer the commit; retrying",
-                            "db", BCON_UTF8(c->db), "error", BCON_UTF8(st->reason));
-            logged = true;
-        }
-        if (mig_sleep(op, 500, &again) != 0) {
-            *st = again;
-            SHL_ERR(again.code);
-        }
-        shl_status_clear(st);
-    }
-    /* An answer, but maybe to a retry of a commit that went through: ask, until the
-     * config server answers that too. */
-    for (;;) {
-        shl_status_t again = SHL_STATUS_INIT;
-        if (ask_config_decision(s, c, committed, &again) == 0) {
-            break;
-        }
-        if (mig_sleep(op, 500, &again) != 0) {
-            *st = again;
-            SHL_ERR(again.code);
-        }
-    }
-    if (*committed) {
-        shl_status_clear(st);
-        ret = 0;
-    }
-done:
-    return ret;
-}
-
 static void
 pause_at(shl_failpoint_t *fp, shl_op_ctx_t *op)
 {
@@ -861,157 +591,6 @@ pause_at(shl_failpoint_t *fp, shl_op_ctx_t *op)
     }
 }
 
-/* The move itself, with this shard's registry slot held. */
-static int
-run_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bson_t *reply,
-         shl_status_t *st)
-{
-    int ret = 0;
-    shard_identity_t id;
-    shl_cached_database_t have;
-    mp_coord_t c;
-    bool in_crit = false, persisted = false, committed = false;
-    int64_t ndocs = 0;
-    char host[SHL_CLIENT_HOST_MAX];
-
-    memset(&c, 0, sizeof(c));
-    if (!shard_get_identity(s, &id)) {
-        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
-                 "Cannot accept sharding commands if sharding state has not been initialized");
-    }
-    SHL_ERR(recover_leftover(s, op, db, st));
-    SHL_ERR(shard_db_refresh(s, db, st));
-    SHL_ERR(shl_catalog_cache_get_database(s->cache, db, &have, st));
-    if (strcmp(have.primary, id.shard_name) != 0) {
-        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                 "movePrimary of %s: this shard (%s) is not its primary shard (%s)", db,
-                 id.shard_name, have.primary);
-    }
-    if (strcmp(to, id.shard_name) == 0) {
-        goto done; /* already there */
-    }
-    SHL_ERR(shl_shard_registry_host_for(s->registry, to, host, sizeof(host), st));
-    snprintf(c.db, sizeof(c.db), "%s", db);
-    snprintf(c.from, sizeof(c.from), "%s", id.shard_name);
-    snprintf(c.to, sizeof(c.to), "%s", to);
-
-    /* Versioned writes (and DDL) on the database wait from here; the ones in flight end. */
-    SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_WRITES, st));
-    in_crit = true;
-    SHL_ERR(list_unsharded(s, op, db, &c, st));
-    SHL_ERR(check_recipient(s, &c, st));
-    SHL_ERR(coord_write(s, &c, 0, st));
-    persisted = true;
-    SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(db), "to", BCON_UTF8(to),
-                 "collections", BCON_INT64((int64_t)c.ncolls));
-    pause_at(SHL_FAILPOINT(hangBeforeCloningData), op);
-    for (size_t i = 0; i < c.ncolls; i++) {
-        SHL_ERR(shl_op_check_interrupt(op, st));
-        SHL_ERR(clone_collection(s, &c, i, &ndocs, st));
-    }
-    /* Reads wait too from here: once the commit is sent the old primary's copies are
-     * stale. */
-    SHL_ERR(shard_db_crit_enter(s, op, db, SHARD_CRIT_ALL, st));
-    /* DDL does not count as in flight (only writes do), so a create that passed its
-     * version check just before the critical section may have finished meanwhile: clone
-     * what appeared too. */
-    SHL_ERR(clone_latecomers(s, op, &c, &ndocs, st));
-    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), op);
-    SHL_ERR(shl_op_check_interrupt(op, st));
-    ret = commit_on_config(s, op, &c, &have.version, &committed, st);
-    if (ret != 0 && !committed) {
-        /* Interrupted (shutdown) before the config server answered, the outcome is
-         * unknown: not aborted, the document stays for the start-up recovery. */
-        persisted = persisted && st->code != SHL_CODE_INTERRUPTED &&
-                    st->code != SHL_CODE_INTERRUPTED_AT_SHUTDOWN;
-        SHL_ERR(ret);
-    }
-    shl_status_clear(st);
-    ret = 0;
-    committed = true;
-    c.decision = 1;
-    /* From here the move stands: failures leave the document for recovery. */
-    if (coord_write(s, &c, 1, st) != 0) {
-        SHL_LOG_WARNING(SHARDING, 4200304, "could not record the movePrimary decision", "db",
-                        BCON_UTF8(db), "error", BCON_UTF8(st->reason));
-        shl_status_clear(st);
-    }
-    if (shard_db_refresh(s, db, st) != 0) {
-        /* The waiting requests refresh themselves: the entry was forgotten first. */
-        shl_status_clear(st);
-    }
-    shard_db_crit_exit(s, db);
-    in_crit = false;
-    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCleanup), op);
-    if (coord_finish(s, &c, st) != 0) {
-        SHL_LOG_WARNING(SHARDING, 4200305, "movePrimary cleanup failed; it resumes later", "db",
-                        BCON_UTF8(db), "error", BCON_UTF8(st->reason));
-        shl_status_clear(st);
-    }
-    SHL_LOG_INFO(SHARDING, 4200306, "movePrimary committed", "db", BCON_UTF8(db), "from",
-                 BCON_UTF8(c.from), "to", BCON_UTF8(to), "documents", BCON_INT64(ndocs));
-done:
-    if (ret != 0 && !committed && persisted) {
-        shl_status_t ast = SHL_STATUS_INIT;
-        SHL_LOG_INFO(SHARDING, 4200309, "movePrimary aborted", "db", BCON_UTF8(db), "to",
-                     BCON_UTF8(to), "error", BCON_UTF8(st->reason));
-        c.decision = -1;
-        if (coord_finish(s, &c, &ast) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200307, "movePrimary abort incomplete; it resumes later",
-                            "db", BCON_UTF8(db), "error", BCON_UTF8(ast.reason));
-        }
-    }
-    if (in_crit) {
-        shard_db_crit_exit(s, db);
-    }
-    (void)reply;
-    coord_cleanup(&c);
-    return ret;
-}
-
-/*
- * A retry of the move running now (same database and target: its config server request was
- * lost, e.g. the config server restarted) waits for it and takes its result, as MongoDB's
- * movePrimary coordinator is joined. The caller holds mig_mu. Errors: the move's; the
- * request's interruption; ConflictingOperationInProgress if another move ended meanwhile
- * and the result is gone.
- */
-static int
-join_move(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st)
-{
-    int ret = 0;
-    uint64_t gen = s->move_primary_gen;
-    char db[SHL_DB_NAME_MAX + 1];
-
-    snprintf(db, sizeof(db), "%s", s->move_primary_db);
-    SHL_LOG_INFO(SHARDING, 4200308, "movePrimary request joins the running move", "db",
-                 BCON_UTF8(db), "to", BCON_UTF8(s->move_primary_to));
-    while (s->move_primary_done_gen < gen) {
-        if (shl_op_check_interrupt(op, st) != 0) {
-            ret = st->code;
-            goto done;
-        }
-        shl_cond_timedwait_ms(&s->mig_cv, &s->mig_mu, 100);
-    }
-    if (s->move_primary_done_gen != gen) {
-        SHL_FAIL(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                 "the movePrimary of %s this request joined has ended, its result is gone", db);
-    }
-    if (s->move_primary_code != 0) {
-        *st = s->move_primary_st;
-        ret = s->move_primary_code;
-    }
-done:
-    return ret;
-}
-
-static bool
-op_interrupted(void *arg)
-{
-    shl_status_t st = SHL_STATUS_INIT;
-
-    return shl_op_check_interrupt(arg, &st) != 0;
-}
 
 /* config.changelog "movePrimary.start" on the config server, as MongoDB's primary shard logs
  * it (ShardingLogging); best effort. */
@@ -1050,53 +629,419 @@ log_start(shard_state_t *s, const char *db, const char *from, const char *to)
     bson_destroy(&cmd);
 }
 
-/*
- * The move under the database's DDL lock in X (MongoDB 7.0's flow: the router sends
- * _shardsvrMovePrimary to the primary shard, which locks, then asks the config server): the
- * collection DDL coordinators of the database (IX) finish first and new ones wait; once held,
- * the request's databaseVersion is checked again (a database dropped and created again, or
- * moved, while this waited is not moved with the old version). The config server holds no
- * lock meanwhile, so a coordinator committing there cannot deadlock against the move.
- */
-static int
-locked_move(shard_state_t *s, shl_op_ctx_t *op, const char *db, const char *to, bson_t *reply,
-            shl_status_t *st)
-{
-    shard_identity_t id;
-    bson_t dbv_view;
-    const bson_t *dbv = shard_ddl_cmd_dbv(op->body, &dbv_view);
-    bool locked = false;
-    int ret = 0;
+/* ---------------------------------------------------------------- the state document */
 
-    SHL_ERR(shard_ddl_lock_acquire(s->ddl_locks, db, SHARD_DDL_X, "movePrimary", 0, op_interrupted,
-                                   op, st));
-    locked = true;
-    if (dbv != NULL) {
-        SHL_ERR(shard_ddl_check_db_version(s, db, dbv, st));
+/* The shard the coordinators run on: the kind's databaseVersion check argument. */
+static shard_state_t *
+mp_state(shl_coord_t *c)
+{
+    const shard_ddl_kind_t *kind = shl_coord_type_arg(c);
+
+    return kind->db_check_arg;
+}
+
+/* The state document's fields into *mp (free with coord_cleanup). */
+static void
+mp_from_doc(const bson_t *doc, mp_coord_t *mp)
+{
+    bson_iter_t it, arr;
+
+    memset(mp, 0, sizeof(*mp));
+    shard_ddl_doc_namespace(doc, mp->db, sizeof(mp->db));
+    if (bson_iter_init_find(&it, doc, "toShardId") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(mp->to, sizeof(mp->to), "%s", bson_iter_utf8(&it, NULL));
     }
-    if (shard_get_identity(s, &id) && strcmp(id.shard_name, to) != 0) {
-        log_start(s, db, id.shard_name, to);
+    if (bson_iter_init_find(&it, doc, "fromShardId") && BSON_ITER_HOLDS_UTF8(&it)) {
+        snprintf(mp->from, sizeof(mp->from), "%s", bson_iter_utf8(&it, NULL));
     }
-    SHL_ERR(run_move(s, op, db, to, reply, st));
-done:
-    if (locked) {
-        shard_ddl_lock_release(s->ddl_locks, db, SHARD_DDL_X);
+    if (bson_iter_init_find(&it, doc, "collectionsToClone") && BSON_ITER_HOLDS_ARRAY(&it) &&
+        bson_iter_recurse(&it, &arr)) {
+        while (shl_iter_next(&arr)) {
+            if (BSON_ITER_HOLDS_UTF8(&arr)) {
+                coord_add(mp, bson_iter_utf8(&arr, NULL), NULL);
+            }
+        }
     }
+}
+
+/* Set the document's collectionsToClone to mp's collections and persist it: a resume must
+ * know what the recipient may hold before any of it is cloned. */
+static int
+mp_persist_colls(shl_coord_t *c, const mp_coord_t *mp, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER, arr;
+    char key[24];
+    int ret;
+
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "collectionsToClone", NULL);
+    BSON_APPEND_ARRAY_BEGIN(&doc, "collectionsToClone", &arr);
+    for (size_t i = 0; i < mp->ncolls; i++) {
+        snprintf(key, sizeof(key), "%zu", i);
+        BSON_APPEND_UTF8(&arr, key, mp->colls[i]);
+    }
+    bson_append_array_end(&doc, &arr);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+    ret = shl_coord_persist(c, st);
     return ret;
 }
 
+/*
+ * Undo the move before its commit, with *st (ret its code) the reason: leave the critical
+ * section (this shard stays the primary), drop the recipient's clones -- the document's
+ * collectionsToClone, which check_recipient found free there -- and end the operation
+ * cleanly not done with the reason. The reason is kept in the document ("undo"), so when the
+ * drop fails with a retryable error (returned instead) the phase runs again and undoes
+ * again. Any other failure of the drop leaves orphaned clones (logged): unsharded
+ * collections on a shard that is not the database's primary are never read.
+ */
+static int
+mp_undo(shl_coord_t *c, int ret, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    shl_status_t dst = SHL_STATUS_INIT;
+    mp_coord_t mp;
+    bson_t doc = BSON_INITIALIZER, why;
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "undo") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_iter_t f;
+        bson_iter_recurse(&it, &f);
+        while (shl_iter_next(&f)) {
+            if (strcmp(shl_iter_key(&f), "code") == 0) {
+                ret = (int)bson_iter_as_int64(&f);
+            } else if (strcmp(shl_iter_key(&f), "errmsg") == 0 && BSON_ITER_HOLDS_UTF8(&f)) {
+                shl_status_set(st, ret, "%s", bson_iter_utf8(&f, NULL));
+            }
+        }
+        st->code = ret;
+    } else {
+        bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "undo", NULL);
+        BSON_APPEND_DOCUMENT_BEGIN(&doc, "undo", &why);
+        BSON_APPEND_INT32(&why, "code", ret);
+        BSON_APPEND_UTF8(&why, "errmsg", st->reason);
+        bson_append_document_end(&doc, &why);
+        shl_coord_doc_set(c, &doc);
+    }
+    mp_from_doc(shl_coord_doc(c), &mp);
+    shard_db_crit_exit(s, mp.db);
+    if (drop_all(s, &mp, mp.to, &dst) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200307, "movePrimary could not drop the recipient's clones",
+                        "db", BCON_UTF8(mp.db), "to", BCON_UTF8(mp.to), "error",
+                        BCON_UTF8(dst.reason));
+        if (shl_remote_is_retryable(dst.code)) {
+            *st = dst;
+            ret = dst.code;
+            goto done;
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 4200309, "movePrimary aborted", "db", BCON_UTF8(mp.db), "to",
+                 BCON_UTF8(mp.to), "error", BCON_UTF8(st->reason));
+    shl_coord_abort(c);
+done:
+    coord_cleanup(&mp);
+    bson_destroy(&doc);
+    return ret;
+}
+
+/* Whether this phase must undo the move instead of running: a retry after an undo that
+ * did not finish, or a resume after a crash (the critical section was in memory). */
+static bool
+mp_must_undo(shl_coord_t *c, int *ret, shl_status_t *st)
+{
+    bson_iter_t it;
+    char db[SHL_DB_NAME_MAX + 1];
+
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "undo")) {
+        return true;
+    }
+    if (!shl_coord_resumed(c)) {
+        return false;
+    }
+    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof(db));
+    *ret = shl_status_set(st, MP_CODE_CLONE_FAILED,
+                          "movePrimary operation on database %s failed cloning data to the "
+                          "recipient: its primary shard restarted before the commit",
+                          db);
+    return true;
+}
+
+/* Persist mp's collections as the document's collectionsToClone, hold at 'fp' (NULL: none),
+ * then clone mp's collections from index 'first' on. */
+static int
+persist_and_clone(shl_coord_t *c, shl_op_ctx_t *op, const mp_coord_t *mp, size_t first,
+                  shl_failpoint_t *fp, shl_status_t *st)
+{
+    int64_t ndocs = 0;
+    int ret = 0;
+
+    SHL_ERR(mp_persist_colls(c, mp, st));
+    if (fp != NULL) {
+        pause_at(fp, op);
+    }
+    for (size_t i = first; i < mp->ncolls; i++) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        SHL_ERR(clone_collection(mp_state(c), mp, i, &ndocs, st));
+    }
+    SHL_LOG_INFO(SHARDING, 4200313, "movePrimary cloned", "db", BCON_UTF8(mp->db), "to",
+                 BCON_UTF8(mp->to), "documents", BCON_INT64(ndocs));
+done:
+    return ret;
+}
+
+/* ---------------------------------------------------------------- the phases */
+
+/*
+ * clone: check this shard is the primary (the target itself: done at once), block the
+ * database's versioned writes, list the unsharded collections, check the recipient holds
+ * none of them with data, persist them, clone them. Nothing done yet (an error before the
+ * critical section) and not retryable: the operation ends cleanly not done; after: undone.
+ */
+static int
+phase_clone(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    shl_op_ctx_t op;
+    mp_coord_t mp;
+    shard_identity_t id;
+    shl_cached_database_t have;
+    char host[SHL_CLIENT_HOST_MAX];
+    bson_t doc = BSON_INITIALIZER;
+    bool in_crit = false, undo = false;
+    int ret = 0;
+
+    mig_internal_op(s, &op);
+    mp_from_doc(shl_coord_doc(c), &mp);
+    if (mp_must_undo(c, &ret, st)) {
+        undo = true;
+        goto done;
+    }
+    if (!shard_get_identity(s, &id)) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                 "Cannot accept sharding commands if sharding state has not been initialized");
+    }
+    SHL_ERR(shard_db_refresh(s, mp.db, st));
+    SHL_ERR(shl_catalog_cache_get_database(s->cache, mp.db, &have, st));
+    if (strcmp(have.primary, id.shard_name) != 0) {
+        SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                 "movePrimary of %s: this shard (%s) is not its primary shard (%s)", mp.db,
+                 id.shard_name, have.primary);
+    }
+    if (strcmp(mp.to, id.shard_name) == 0) {
+        shl_coord_finish(c); /* already there */
+        goto done;
+    }
+    SHL_ERR(shl_shard_registry_host_for(s->registry, mp.to, host, sizeof(host), st));
+    snprintf(mp.from, sizeof(mp.from), "%s", id.shard_name);
+    log_start(s, mp.db, mp.from, mp.to);
+    /* Versioned writes (and DDL) on the database wait from here; the ones in flight end. */
+    in_crit = true;
+    SHL_ERR(shard_db_crit_enter(s, &op, mp.db, SHARD_CRIT_WRITES, st));
+    SHL_ERR(list_unsharded(s, &op, mp.db, &mp, st));
+    SHL_ERR(check_recipient(s, &mp, st));
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "fromShardId", "preCommitDbVersion",
+                                  NULL);
+    BSON_APPEND_UTF8(&doc, "fromShardId", mp.from);
+    shl_database_version_append(&doc, "preCommitDbVersion", &have.version);
+    shl_coord_doc_set(c, &doc);
+    SHL_LOG_INFO(SHARDING, 4200303, "movePrimary cloning", "db", BCON_UTF8(mp.db), "to",
+                 BCON_UTF8(mp.to), "collections", BCON_INT64((int64_t)mp.ncolls));
+    SHL_ERR(persist_and_clone(c, &op, &mp, 0, SHL_FAILPOINT(hangBeforeCloningData), st));
+done:
+    if (undo || (ret != 0 && in_crit)) {
+        ret = mp_undo(c, ret, st);
+    } else if (ret != 0 && !shl_remote_is_retryable(ret)) {
+        shl_coord_abort(c);
+    }
+    coord_cleanup(&mp);
+    bson_destroy(&doc);
+    return ret;
+}
+
+/*
+ * enterCriticalSection: reads wait too (once the commit is sent the old primary's copies are
+ * stale). DDL does not count as in flight (only writes do), so a create that passed its
+ * version check just before the writes were blocked may have finished since: clone what
+ * appeared too (recorded first). Any failure undoes the move.
+ */
+static int
+phase_enter_crit(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    shl_op_ctx_t op;
+    mp_coord_t mp, now, late;
+    bool undo = false;
+    int ret = 0;
+
+    mig_internal_op(s, &op);
+    mp_from_doc(shl_coord_doc(c), &mp);
+    memset(&now, 0, sizeof(now));
+    memset(&late, 0, sizeof(late));
+    if (mp_must_undo(c, &ret, st)) {
+        undo = true;
+        goto done;
+    }
+    SHL_ERR(shard_db_crit_enter(s, &op, mp.db, SHARD_CRIT_ALL, st));
+    late = mp;
+    late.colls = NULL;
+    late.options = NULL;
+    late.ncolls = 0;
+    SHL_ERR(list_unsharded(s, &op, mp.db, &now, st));
+    for (size_t i = 0; i < now.ncolls; i++) {
+        bool known = false;
+        for (size_t j = 0; j < mp.ncolls && !known; j++) {
+            known = strcmp(now.colls[i], mp.colls[j]) == 0;
+        }
+        if (!known) {
+            coord_add(&late, now.colls[i], now.options[i]);
+        }
+    }
+    if (late.ncolls > 0) {
+        SHL_ERR(check_recipient(s, &late, st));
+        for (size_t i = 0; i < late.ncolls; i++) {
+            coord_add(&mp, late.colls[i], late.options[i]);
+        }
+        SHL_ERR(persist_and_clone(c, &op, &mp, mp.ncolls - late.ncolls, NULL, st));
+    }
+    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCommit), &op);
+    SHL_ERR(shl_op_check_interrupt(&op, st));
+done:
+    if (undo || ret != 0) {
+        ret = mp_undo(c, ret, st);
+    }
+    coord_cleanup(&mp);
+    coord_cleanup(&now);
+    coord_cleanup(&late);
+    return ret;
+}
+
+/*
+ * commit: _configsvrCommitMovePrimary at the version the clone began with (idempotent: the
+ * primary already 'to' answers ok, the version bumped once). The config server unreachable:
+ * the phase runs again, the critical section held. A refusal may answer a retry of a commit
+ * that went through: the database entry decides; not committed, the move is undone. A
+ * resume asks first (writes may have reached this shard since the crash): committed goes
+ * on, else undone.
+ */
+static int
+phase_commit(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    mp_coord_t mp;
+    shl_database_version_t v;
+    bson_iter_t it;
+    bool committed = false, must_undo = false;
+    int ret = 0;
+
+    mp_from_doc(shl_coord_doc(c), &mp);
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "undo")) {
+        must_undo = true;
+    } else if (shl_coord_resumed(c)) {
+        SHL_ERR(ask_config_decision(s, &mp, &committed, st));
+        if (!committed) {
+            must_undo = mp_must_undo(c, &ret, st);
+        }
+    } else {
+        if (!bson_iter_init_find(&it, shl_coord_doc(c), "preCommitDbVersion")) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "movePrimary of %s: no preCommitDbVersion", mp.db);
+        }
+        SHL_ERR(shl_database_version_parse(&it, &v, st));
+        ret = send_commit(s, &mp, &v, st);
+        if (ret != 0 && config_unreachable(ret)) {
+            SHL_LOG_WARNING(SHARDING, 4200312,
+                            "movePrimary: the config server did not answer the commit; retrying",
+                            "db", BCON_UTF8(mp.db), "error", BCON_UTF8(st->reason));
+            goto done;
+        }
+        if (ret != 0) {
+            shl_status_t ask = SHL_STATUS_INIT;
+            if (ask_config_decision(s, &mp, &committed, &ask) != 0) {
+                *st = ask; /* asked again with the commit when the phase runs again */
+                ret = ask.code;
+                goto done;
+            }
+            must_undo = !committed;
+        }
+    }
+    if (must_undo) {
+        ret = mp_undo(c, ret, st);
+        goto done;
+    }
+    shl_status_clear(st);
+    ret = 0;
+    /* The waiting requests refresh themselves too: the entry is forgotten first. */
+    if (shard_db_refresh(s, mp.db, st) != 0) {
+        shl_status_clear(st);
+    }
+    SHL_LOG_INFO(SHARDING, 4200306, "movePrimary committed", "db", BCON_UTF8(mp.db), "from",
+                 BCON_UTF8(mp.from), "to", BCON_UTF8(mp.to));
+done:
+    coord_cleanup(&mp);
+    return ret;
+}
+
+/* clean: drop this shard's stale copies (a missing one is fine). */
+static int
+phase_clean(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    shl_op_ctx_t op;
+    mp_coord_t mp;
+    int ret;
+
+    mig_internal_op(s, &op);
+    mp_from_doc(shl_coord_doc(c), &mp);
+    pause_at(SHL_FAILPOINT(hangBeforeMovePrimaryCleanup), &op);
+    ret = drop_all(s, &mp, NULL, st);
+    coord_cleanup(&mp);
+    return ret;
+}
+
+/* exitCriticalSection: the waiting requests go on (and find the new primary). */
+static int
+phase_exit_crit(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = mp_state(c);
+    char db[SHL_DB_NAME_MAX + 1];
+
+    shard_ddl_doc_namespace(shl_coord_doc(c), db, sizeof(db));
+    if (shard_db_refresh(s, db, st) != 0) {
+        shl_status_clear(st);
+    }
+    shard_db_crit_exit(s, db);
+    return 0;
+}
+
+static const shl_coord_phase_t mp_phases[] = {
+    {"clone", phase_clone, true},
+    {"enterCriticalSection", phase_enter_crit, true},
+    {"commit", phase_commit, true},
+    {"clean", phase_clean, true},
+    {"exitCriticalSection", phase_exit_crit, true},
+};
+
+/* The same move: the same target. */
+static const char *const mp_same[] = {"toShardId", NULL};
+static shard_ddl_kind_t mp_kind = {
+    .op = OP_MOVE_PRIMARY, .db_mode = SHARD_DDL_X, .same_fields = mp_same};
+
+SHARD_DDL_DEFINE_TYPE(shard_move_primary_type, "MovePrimaryCoordinator", mp_phases, mp_kind);
+
+/* ---------------------------------------------------------------- the commands */
+
 /* _shardsvrMovePrimary: db, to, databaseVersion? (the database's primary shard; from the
- * router, on the database itself or admin). */
+ * router, on the database itself or admin): start or join the database's movePrimary
+ * coordinator. */
 static int
 cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     int ret = 0;
     shard_state_t *s = shard_state(op);
     bson_iter_t it;
+    bson_t fields = BSON_INITIALIZER, dbv;
     const char *db = NULL, *to = NULL;
-    bool registered = false;
-    uint64_t gen = 0;
 
+    (void)reply;
     if (s == NULL) {
         SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED, "not a shard");
     }
@@ -1109,47 +1054,25 @@ cmd_shardsvr_move_primary(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, sh
                  "BSON field '_shardsvrMovePrimary.to' is missing but a required field");
     }
     to = bson_iter_utf8(&it, NULL);
-    /* One move per database at a time; migrations recovered at start-up finish first. */
-    pthread_mutex_lock(&s->mig_mu);
-    while (s->recovery_started) {
-        pthread_cond_wait(&s->mig_cv, &s->mig_mu);
+    SHL_LOG_INFO(SHARDING, 4200308, "movePrimary request", "db", BCON_UTF8(db), "to",
+                 BCON_UTF8(to));
+    /* Not shard_ddl_check_primary: its databaseVersion check waits in the database's critical
+     * section, which the running move this request may join holds. The version is checked
+     * once a new coordinator holds the database's lock (shard_ddl_check_db_version). */
+    if (s->coords == NULL) {
+        SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
+                 "Cannot accept sharding commands if sharding state has not been initialized");
     }
-    if (s->move_primary_db != NULL && strcmp(s->move_primary_db, db) == 0 &&
-        strcmp(s->move_primary_to, to) == 0) {
-        ret = join_move(s, op, st);
-        pthread_mutex_unlock(&s->mig_mu);
-        goto done;
+    if (atomic_load(&s->ddl_blocked)) {
+        SHL_FAIL(st, SHL_CODE_USER_WRITES_BLOCKED,
+                 "User writes blocked: new sharded DDL is refused while user write blocking is "
+                 "being enabled");
     }
-    if (s->move_primary_db != NULL) {
-        ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
-                             "Another movePrimary of %s is already running with different "
-                             "arguments (to %s)",
-                             s->move_primary_db, s->move_primary_to);
-    } else {
-        s->move_primary_db = bson_strdup(db);
-        s->move_primary_to = bson_strdup(to);
-        gen = ++s->move_primary_gen;
-        registered = true;
-    }
-    pthread_mutex_unlock(&s->mig_mu);
-    SHL_ERR(ret);
-    SHL_ERR(shard_ddl_check_primary(s, op, db, st));
-    SHL_ERR(locked_move(s, op, db, to, reply, st));
+    BSON_APPEND_UTF8(&fields, "toShardId", to);
+    SHL_ERR(shard_ddl_start(s->coords, &shard_move_primary_type, db, &fields,
+                            shard_ddl_cmd_dbv(cmd, &dbv), NULL, st));
 done:
-    if (registered) {
-        pthread_mutex_lock(&s->mig_mu);
-        bson_free(s->move_primary_db);
-        bson_free(s->move_primary_to);
-        s->move_primary_db = NULL;
-        s->move_primary_to = NULL;
-        s->move_primary_done_gen = gen;
-        s->move_primary_code = ret;
-        if (ret != 0) {
-            s->move_primary_st = *st;
-        }
-        pthread_cond_broadcast(&s->mig_cv);
-        pthread_mutex_unlock(&s->mig_mu);
-    }
+    bson_destroy(&fields);
     return ret;
 }
 

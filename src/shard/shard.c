@@ -82,17 +82,7 @@ shard_shutdown(shl_service_ctx_t *svc)
     shard_txn_coord_shutdown(s);
     shard_ddl_locks_destroy(s->ddl_locks);
     s->ddl_locks = NULL;
-    /* The recovery thread sees the shutdown at its next check and ends. */
-    for (int i = 0; i < 1000; i++) {
-        bool running;
-        pthread_mutex_lock(&s->mig_mu);
-        running = s->recovery_started;
-        pthread_mutex_unlock(&s->mig_mu);
-        if (!running) {
-            break;
-        }
-        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-    }
+    /* The migration coordinators being finished ended with the coordinator service. */
     /* Connections are gone, so no command uses the state any more; the range deleter
      * stops before the storage and the metadata it uses go. The node's own shutdown
      * (which frees the hooks' home, and cursors that may still hold metadata) runs

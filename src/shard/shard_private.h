@@ -141,13 +141,6 @@ typedef struct shard_state {
     /* Migrations this donor gave up with LockTimeout waiting for transactions (serverStatus
      * shardingStatistics.countDonorMoveChunkLockTimeout). */
     atomic_llong donor_lock_timeouts;
-    bool recovery_started;
-    /* The movePrimary this shard runs now (NULL when none), how many started, and the
-     * result of the last one that ended, kept for the retries that joined it (mig_mu). */
-    char *move_primary_db, *move_primary_to;
-    uint64_t move_primary_gen, move_primary_done_gen;
-    int move_primary_code;
-    shl_status_t move_primary_st;
     void (*prev_shutdown)(struct shl_service_ctx *svc);
     void (*prev_server_status)(struct shl_service_ctx *svc, bson_t *reply);
     struct shl_sessions_sharded *sessions; /* config.system.sessions (shard_sessions.c) */
@@ -316,15 +309,6 @@ void shard_db_crit_exit(shard_state_t *s, const char *db);
 /* shard_move_primary_register -- _shardsvrMovePrimary. */
 void shard_move_primary_register(shl_command_registry_t *reg);
 
-/*
- * shard_move_primary_recover --
- *     Finish every movePrimary whose coordinator document (config.movePrimaryCoordinators)
- *     survived a crash: before the commit, drop the recipient's clones (abort); after it,
- *     drop this shard's stale copies. Called by the start-up recovery thread; blocks on the
- *     config server and the recipient. Errors: theirs (the caller retries).
- */
-int shard_move_primary_recover(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st);
-
 /* ---- migrations (migration_source.c, migration_destination.c) ---- */
 
 /* shard_migration_commands_register -- _shardsvrMoveRange, _migrateClone, _transferMods,
@@ -337,8 +321,10 @@ void shard_migration_observe(void *arg, const char *ns, const bson_t *pre, const
 /* shard_migration_observing -- whether a donor records writes now (hooks' observing). */
 bool shard_migration_observing(void *arg, const char *ns);
 
-/* shard_migration_recover_async -- once shard-aware: a thread that finishes the migrations
- * whose coordinator documents survived a restart (asks the config server for the decision). */
+/* shard_migration_recover_async -- once shard-aware, and after a commit sequence failed:
+ * resume a "MigrationCoordinator" on the coordinator framework (s->coords) for every
+ * document of config.migrationCoordinators not being finished yet (asks the config server
+ * for a missing decision, then the commit or abort sequence). Returns once they started. */
 void shard_migration_recover_async(shard_state_t *s);
 
 /* shard_local_cmd -- run 'cmd' on local database 'db' in-process (unversioned); an error

@@ -5,6 +5,7 @@ Identical drops from two routers join one coordinator; kill -9 of the primary sh
 each phase ends, after the restart, with the collection (database) gone everywhere; a drop
 racing a chunk migration leaves no trace of the collection."""
 import pytest
+from pymongo import WriteConcern
 from pymongo.errors import OperationFailure, PyMongoError
 
 from shale_fixtures import (Background, config_db, fail_point, hang, module_cluster,
@@ -28,7 +29,9 @@ def make_sharded(cl, db, coll, n=20):
     admin.command("shardCollection", "%s.%s" % (db, coll), key={"x": 1})
     admin.command("split", "%s.%s" % (db, coll), middle={"x": 0})
     admin.command("moveChunk", "%s.%s" % (db, coll), find={"x": 0}, to=cl.shard_name(1))
-    cl.router_client()[db][coll].insert_many([{"x": i - n // 2} for i in range(n)])
+    # Journaled: the kill -9 tests expect them after the restart (w: 1 alone may lose them).
+    cl.router_client()[db].get_collection(coll, write_concern=WriteConcern(j=True)).insert_many(
+        [{"x": i - n // 2} for i in range(n)])
     # Both routers know the collection (the second one's cache is then stale after a drop).
     for i in range(2):
         assert cl.router_client(i)[db][coll].count_documents({}) == n

@@ -4,6 +4,7 @@ routers, failures and kill -9 of the donor, retries that join a running move (or
 with it: 117). Real processes: a config server, two shards, two routers; pymongo on the
 routers and, to see where collections really are, on each shard directly."""
 
+import json
 import threading
 import time
 
@@ -32,6 +33,17 @@ def _names(client, db):
 def _indexes(client, db, coll):
     return sorted((i["name"], tuple(i["key"].items()), bool(i.get("unique")))
                   for i in client[db][coll].list_indexes())
+
+
+def _mp_doc(client, db):
+    """The movePrimary coordinator's state document of db on a shard (None when none)."""
+    return client.config.system.sharding_ddl_coordinators.find_one(
+        {"_id.namespace": db, "_id.operationType": "movePrimary"})
+
+
+def _mp_docs(client):
+    return client.config.system.sharding_ddl_coordinators.count_documents(
+        {"_id.operationType": "movePrimary"})
 
 
 def _mover(mc, db, to="shard1"):
@@ -110,7 +122,7 @@ def test_move_primary_moves_unsharded_collections(mc):
     # (shard0 may still hold the moved chunk's orphans until its range deleter runs)
     assert s0[db].sh.count_documents({"x": {"$lt": 50}}) == 50
     assert s1[db].sh.count_documents({}) == 50
-    assert not s0.config.movePrimaryCoordinators.find_one({"_id": db})
+    assert not _mp_doc(s0, db)
 
     # Both routers (the second one stale) read and write through the new primary.
     for rc in (r, r2):
@@ -224,7 +236,7 @@ def test_failure_while_cloning_aborts_and_drops_the_clones(mc):
         fail_point(recipient, "failCommand", "off")
     assert _dbentry(mc, db)["primary"] == "shard0"
     assert _names(recipient, db) == []
-    assert not mc.shard_client(0).config.movePrimaryCoordinators.find_one({"_id": db})
+    assert not _mp_doc(mc.shard_client(0), db)
     for name in ("a", "b", "c"):
         assert r[db][name].count_documents({}) == 50
     r[db].a.insert_one({"_id": 50})
@@ -307,7 +319,7 @@ def _kill_donor_aborts(mc, db, point, held=None):
     assert t.error is not None, "movePrimary succeeded although its donor was killed"
     mc.restart_shard(0)
     donor = mc.shard_client(0)
-    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
+    wait_until(lambda: _mp_docs(donor) == 0,
                what="the movePrimary coordinator document to be finished")
     assert _dbentry(mc, db)["primary"] == "shard0"
     assert _names(mc.shard_client(1), db) == []
@@ -341,6 +353,65 @@ def test_donor_killed_before_the_clone_aborts_and_a_retry_moves(mc):
     assert r[db].a.count_documents({}) == 300
 
 
+# MongoDB 7.0's MovePrimaryCoordinator phases, and whether a kill -9 of the donor just before
+# each (its checkpoint not yet written) leaves the move done: before the commit phase's
+# checkpoint the restarted donor undoes it; after, it finishes it.
+MP_PHASES = [("clone", False), ("enterCriticalSection", False), ("commit", False),
+             ("clean", True), ("exitCriticalSection", True)]
+
+
+def _assert_moved_once(mc, db, before, moved):
+    """db's primary, its version bumped once or not at all, db.a's 300 documents on exactly
+    one shard (the primary), read through both routers, and a write lands there."""
+    entry = _dbentry(mc, db)
+    primary = "shard1" if moved else "shard0"
+    assert entry["primary"] == primary
+    assert entry["version"]["lastMod"] == before["version"]["lastMod"] + (1 if moved else 0)
+    have, other = mc.shard_client(int(primary[-1])), mc.shard_client(1 - int(primary[-1]))
+    assert have[db].a.count_documents({}) == 300
+    assert "a" not in _names(other, db)
+    for k in (0, 1):
+        assert mc.router_client(k)[db].a.count_documents({}) == 300
+    mc.router_client(1)[db].a.insert_one({"_id": "after"})
+    assert have[db].a.find_one({"_id": "after"}) is not None
+
+
+@pytest.mark.parametrize("phase,moved", MP_PHASES)
+def test_donor_killed_before_each_phase(mc, phase, moved):
+    db = "mp_k9_" + phase
+    _crash_setup(mc, db)
+    before = _dbentry(mc, db)
+    fail_point(mc.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
+               {"type": "MovePrimaryCoordinator", "phase": phase})
+    with pytest.raises(PyMongoError):
+        _mover(mc, db)()
+    mc.shards[0].proc.wait(30)
+    mc.restart_shard(0)
+    wait_until(lambda: _mp_docs(mc.shard_client(0)) == 0, timeout=60,
+               what="the restarted donor to finish or undo the move")
+    _assert_moved_once(mc, db, before, moved)
+
+
+def test_donor_killed_after_sending_the_commit_finishes_the_move(mc):
+    # The config server committed; the donor dies before it heard so (its document says
+    # "commit"). The restarted donor asks the config server and rolls forward.
+    db = "mp_k9_commit_sent"
+    _crash_setup(mc, db)
+    before = _dbentry(mc, db)
+    cfg = mc.config_client()
+    t = run_to_fail_point(cfg, "hangBeforeReplyingCommitMovePrimary", _mover(mc, db),
+                          catch=PyMongoError)
+    try:
+        mc.shards[0].kill()
+    finally:
+        fail_point(cfg, "hangBeforeReplyingCommitMovePrimary", "off")
+    t.join(90)
+    mc.restart_shard(0)
+    wait_until(lambda: _mp_docs(mc.shard_client(0)) == 0, timeout=60,
+               what="the restarted donor to finish the move")
+    _assert_moved_once(mc, db, before, True)
+
+
 def test_donor_killed_after_commit_finishes_cleanup(mc):
     db = "mp_kill_after"
     r = _crash_setup(mc, db)
@@ -351,7 +422,7 @@ def test_donor_killed_after_commit_finishes_cleanup(mc):
     t.join(90)
     mc.restart_shard(0)
     donor = mc.shard_client(0)
-    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({}) == 0,
+    wait_until(lambda: _mp_docs(donor) == 0,
                what="the movePrimary coordinator document to be finished")
     assert _names(donor, db) == []
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
@@ -487,8 +558,7 @@ def _check_settled(mc, db, primary, extra=0):
     'primary', the unsharded collections are there and only there, nothing is lost or
     doubled (through both routers and on each shard), and writes are accepted again."""
     for i in (0, 1):
-        wait_until(lambda: mc.shard_client(i).config.movePrimaryCoordinators.count_documents(
-            {"_id": db}) == 0, timeout=120, what="shard%d to finish the movePrimary" % i)
+        wait_until(lambda: _mp_doc(mc.shard_client(i), db) is None, timeout=120, what="shard%d to finish the movePrimary" % i)
     assert _dbentry(mc, db)["primary"] == primary
     other = 1 - int(primary[-1])
     have, gone = mc.shard_client(int(primary[-1])), mc.shard_client(other)
@@ -539,7 +609,7 @@ def test_config_server_killed_before_the_clone(mc):
     t = _move_in_thread(mc, db, "shard1", res, err)
     try:
         wait_hung()
-        assert donor.config.movePrimaryCoordinators.find_one({"_id": db})["to"] == "shard1"
+        assert _mp_doc(donor, db)["toShardId"] == "shard1"
         mc.config.kill()
     finally:
         fail_point(donor, "hangBeforeCloningData", "off")
@@ -603,13 +673,26 @@ def test_config_server_killed_before_the_cleanup(mc):
         fail_point(donor, "hangBeforeMovePrimaryCleanup", "off")
     t.join(90)
     assert not t.is_alive()
-    wait_until(lambda: donor.config.movePrimaryCoordinators.count_documents({"_id": db}) == 0,
+    wait_until(lambda: _mp_doc(donor, db) is None,
                timeout=60, what="the donor's cleanup without the config server")
     assert _names(donor, db) == ["sh"]
     _restart_config(mc)
     _check_settled(mc, db, "shard1")
     mc.router_client().admin.command("movePrimary", db, to="shard0")
     _check_settled(mc, db, "shard0", extra=1)
+
+def _times_logged(proc, log_id, **attr):
+    """How many events 'log_id' whose attr holds the given fields proc's log has."""
+    n = 0
+    for line in proc.read_log().splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        n += e.get("id") == log_id and all(e.get("attr", {}).get(k) == v
+                                           for k, v in attr.items())
+    return n
+
 
 def _retry_joins(mc, r, db, proc, log_id):
     """With the donor held before the commit and the first request gone: a retry (same
@@ -620,11 +703,13 @@ def _retry_joins(mc, r, db, proc, log_id):
     retry = None
     try:
         retry = Background(_mover(mc, db), catch=PyMongoError)
-        wait_until(lambda: logged(proc, log_id, db=db), what="the retry to join the move")
+        # The first request logged it too: the retry is the second.
+        wait_until(lambda: _times_logged(proc, log_id, db=db, to="shard1") >= 2,
+                   what="the retry to reach the donor")
         with pytest.raises(OperationFailure) as e:
             r.admin.command("movePrimary", db, to="shard0")
         assert e.value.code == 117  # ConflictingOperationInProgress
-        assert "already running with different arguments" in str(e.value)
+        assert "with different arguments" in str(e.value)
         assert not retry.done and retry.error is None
     finally:
         fail_point(donor, "hangBeforeMovePrimaryCommit", "off")
@@ -634,7 +719,7 @@ def _retry_joins(mc, r, db, proc, log_id):
     assert _dbentry(mc, db)["primary"] == "shard1"
     assert mc.shard_client(1)[db].a.count_documents({}) == 300
     assert _names(mc.shard_client(0), db) == []
-    assert not mc.shard_client(0).config.movePrimaryCoordinators.find_one({"_id": db})
+    assert not _mp_doc(mc.shard_client(0), db)
     assert r[db].a.count_documents({}) == 300
     r[db].a.insert_one({"_id": 300})
     assert mc.shard_client(1)[db].a.count_documents({}) == 301
