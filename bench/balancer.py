@@ -122,10 +122,12 @@ def spread(c, r, cfg):
         probe.close()
     counts = chunk_counts(cfg, uuid)
     moved = cfg.changelog.count_documents({"what": "moveChunk.commit", "ns": "bench.big"})
-    sizes = [c.shard_client(i).bench.command("collStats", "big")["size"] / 1048576.0
-             for i in range(2)]
-    print("balanced in %.1f s: %d migrations, chunks %s, data %.0f / %.0f MB on shard0 / shard1: "
-          "%.1f MB/s moved" % (wall, moved, counts, sizes[0], sizes[1], sizes[1] / wall))
+    # Owned data: collStats size less the orphans the donor's range deleter has yet to remove.
+    stats = [c.shard_client(i).bench.command("collStats", "big") for i in range(2)]
+    sizes = [(s["size"] - s.get("numOrphanDocs", 0) * s.get("avgObjSize", 0)) / 1048576.0
+             for s in stats]
+    print("balanced in %.1f s: %d migrations, chunks %s, owned data %.0f / %.0f MB on shard0 / "
+          "shard1: %.1f MB/s moved" % (wall, moved, counts, sizes[0], sizes[1], sizes[1] / wall))
     idle, busy = probe.p50_p99("idle"), probe.p50_p99("balancing")
     print("client inserts idle: p50 %.0f us p99 %.0f us (%d); while balancing: p50 %.0f us "
           "p99 %.0f us (%d); p99 balancing / idle %.2fx (target <= 3)"
