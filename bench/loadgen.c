@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /*
  * Latency histogram, log-linear like HdrHistogram: values below 128 ns are exact,
@@ -36,6 +37,9 @@ typedef struct worker {
     int id;
     histogram_t hist;
     uint64_t ops; /* written by the worker, read (atomically) by --interval's reporter */
+    histogram_t hist_alt; /* --alt-uri: the operations run in the B slices */
+    uint64_t ops_alt;
+    int64_t cpu_ns[2]; /* --alt-uri: this thread's CPU time in A / B slices */
     uint64_t errors;
     uint64_t docs; /* findeq/range: documents returned */
     int64_t last_end_ns;
@@ -56,6 +60,9 @@ typedef struct config {
     int64_t span;      /* range: width of the range of 'a' */
     const char *shard; /* --shard: hashed or range, NULL = do not shard */
     double interval;   /* --interval S: also print ops/s of every S seconds (stderr), 0: no */
+    const char *alt_uri; /* --alt-uri: B of an A/B run interleaved in slices, NULL: no */
+    double slice;        /* --slice S: the A/B slice length in seconds */
+    int server_pid;      /* --server-pid: CPU of this process per operation, per A/B mode */
 } config_t;
 
 typedef enum op_kind {
@@ -76,7 +83,8 @@ typedef enum op_kind {
 #define BATCH 100
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
-static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL, 0};
+static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL, 0,
+                       NULL, 0.5, 0};
 
 /* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
  * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
@@ -84,6 +92,7 @@ static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL
 #define QUERY_COLLS "qidx", "qscan" /* indexed on a / unindexed copy */
 static op_kind_t op_kind = OP_COMMAND;
 static mongoc_uri_t *the_uri;
+static mongoc_uri_t *alt_uri; /* --alt-uri */
 static pthread_barrier_t ready_barrier; /* every thread has connected */
 static pthread_barrier_t go_barrier;    /* start_ns is set: go */
 static int64_t start_ns;                /* written by main between the two barriers */
@@ -375,18 +384,73 @@ run_op(worker_t *w, mongoc_client_t *client, mongoc_collection_t *coll, const bs
     return ok;
 }
 
+/* One server a worker runs against: its client and the benchmark collection. */
+typedef struct target {
+    mongoc_client_t *client;
+    mongoc_collection_t *coll;
+} target_t;
+
+/* Connects 't' to 'uri' and runs 'cmd' once (connect and handshake before the clock
+ * starts); writes go with 'wc'. False with *error set when it could not. */
+static bool
+target_open(target_t *t, const mongoc_uri_t *uri, const mongoc_write_concern_t *wc,
+            const bson_t *cmd, bson_error_t *error)
+{
+    bson_t reply;
+    bool ok = false;
+
+    t->client = mongoc_client_new_from_uri(uri);
+    t->coll = NULL;
+    if (t->client == NULL) {
+        bson_set_error(error, 0, 0, "cannot create a client");
+    } else {
+        t->coll = mongoc_client_get_collection(t->client, BENCH_DB, coll_name());
+        mongoc_collection_set_write_concern(t->coll, wc);
+        mongoc_client_set_error_api(t->client, MONGOC_ERROR_API_VERSION_2);
+        ok = mongoc_client_command_simple(t->client, "admin", cmd, NULL, &reply, error);
+        bson_destroy(&reply);
+    }
+    return ok;
+}
+
+static void
+target_close(target_t *t)
+{
+    if (t->coll != NULL) {
+        mongoc_collection_destroy(t->coll);
+    }
+    if (t->client != NULL) {
+        mongoc_client_destroy(t->client);
+    }
+}
+
+/* --alt-uri: whether time 't' falls in a B slice (odd slices from the start). */
+static bool
+in_alt_slice(int64_t t)
+{
+    return alt_uri != NULL && ((t - start_ns) / (int64_t)(cfg.slice * 1e9)) % 2 == 1;
+}
+
+static int64_t
+thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static void *
 worker_main(void *arg)
 {
     worker_t *w = arg;
-    mongoc_client_t *client = mongoc_client_new_from_uri(the_uri);
-    mongoc_collection_t *coll = NULL;
+    target_t tg[2] = {{NULL, NULL}, {NULL, NULL}};
     mongoc_write_concern_t *wc = mongoc_write_concern_new();
-    bson_t cmd = BSON_INITIALIZER, reply;
+    bson_t cmd = BSON_INITIALIZER;
     bson_t docs[BATCH];
     bson_error_t error;
-    bool ok = false;
-    int64_t deadline;
+    bool ok;
+    int64_t deadline, cpu_mark = 0;
+    bool in_alt = false;
     uint64_t seq = 0, rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
     int ndocs = op_kind == OP_INSERT100 ? BATCH : 1;
 
@@ -407,38 +471,38 @@ worker_main(void *arg)
         }
     }
     BSON_APPEND_INT32(&cmd, op_kind == OP_COMMAND ? cfg.op : "ping", 1);
-    if (client != NULL) {
-        /* j:false, acknowledged: the write returns before its journal flush. */
-        mongoc_write_concern_set_w(wc, 1);
-        mongoc_write_concern_set_journal(wc, false);
-        coll = mongoc_client_get_collection(client, BENCH_DB, coll_name());
-        mongoc_collection_set_write_concern(coll, wc);
-        mongoc_client_set_error_api(client, MONGOC_ERROR_API_VERSION_2);
-        /* Connect and handshake before the clock starts. */
-        ok = mongoc_client_command_simple(client, "admin", &cmd, NULL, &reply, &error);
-        bson_destroy(&reply);
-        if (!ok) {
-            snprintf(w->first_error, sizeof(w->first_error), "%s", error.message);
-        }
-    } else {
-        snprintf(w->first_error, sizeof(w->first_error), "cannot create a client");
-    }
+    /* j:false, acknowledged: the write returns before its journal flush. */
+    mongoc_write_concern_set_w(wc, 1);
+    mongoc_write_concern_set_journal(wc, false);
+    ok = target_open(&tg[0], the_uri, wc, &cmd, &error) &&
+         (alt_uri == NULL || target_open(&tg[1], alt_uri, wc, &cmd, &error));
     if (!ok) {
+        snprintf(w->first_error, sizeof(w->first_error), "%s", error.message);
         atomic_fetch_add(&failed_threads, 1);
     }
     pthread_barrier_wait(&ready_barrier);
     pthread_barrier_wait(&go_barrier);
     deadline = start_ns + (int64_t)(cfg.seconds * 1e9);
     w->last_end_ns = start_ns;
+    cpu_mark = thread_cpu_ns();
     while (ok && atomic_load(&failed_threads) == 0) {
         int64_t t0 = now_ns(), t1;
+        bool alt = in_alt_slice(t0);
+        const target_t *t = &tg[alt ? 1 : 0];
         if (t0 >= deadline) {
             break;
         }
-        if (run_op(w, client, coll, &cmd, docs, &rng, seq++, &error)) {
+        if (alt != in_alt) {
+            /* A slice ended: its CPU goes to the mode it ran (read once per slice). */
+            int64_t c = thread_cpu_ns();
+            w->cpu_ns[in_alt ? 1 : 0] += c - cpu_mark;
+            cpu_mark = c;
+            in_alt = alt;
+        }
+        if (run_op(w, t->client, t->coll, &cmd, docs, &rng, seq++, &error)) {
             t1 = now_ns();
-            w->hist.counts[bucket_of((uint64_t)(t1 - t0))]++;
-            __atomic_fetch_add(&w->ops, 1, __ATOMIC_RELAXED);
+            (alt ? &w->hist_alt : &w->hist)->counts[bucket_of((uint64_t)(t1 - t0))]++;
+            __atomic_fetch_add(alt ? &w->ops_alt : &w->ops, 1, __ATOMIC_RELAXED);
         } else {
             t1 = now_ns();
             if (w->errors++ == 0) {
@@ -447,6 +511,7 @@ worker_main(void *arg)
         }
         w->last_end_ns = t1;
     }
+    w->cpu_ns[in_alt ? 1 : 0] += thread_cpu_ns() - cpu_mark;
     bson_destroy(&cmd);
     for (int i = 0; i < ndocs; i++) {
         bson_destroy(&docs[i]);
@@ -455,12 +520,8 @@ worker_main(void *arg)
     if (w->cs != NULL) {
         mongoc_client_session_destroy(w->cs);
     }
-    if (coll != NULL) {
-        mongoc_collection_destroy(coll);
-    }
-    if (client != NULL) {
-        mongoc_client_destroy(client);
-    }
+    target_close(&tg[0]);
+    target_close(&tg[1]);
     return NULL;
 }
 
@@ -501,7 +562,14 @@ usage(FILE *out)
             "  into bench.NAME (default insertidx), dropped first and given the indexes\n"
             "  {a: 1}; and {b: 1}, {b: 1, a: 1}.\n"
             "  --shard hashed|range (through a router): shard each collection the run drops\n"
-            "  by {_id: \"hashed\"} / {_id: 1} right after dropping it, before loading.\n");
+            "  by {_id: \"hashed\"} / {_id: 1} right after dropping it, before loading.\n"
+            "  --alt-uri URI2 [--slice S] [--server-pid P]: an A/B run in one: every thread\n"
+            "  also connects to URI2 and the run alternates between URI (A) and URI2 (B)\n"
+            "  every S seconds (default 0.5), so drift in the machine's speed hits both\n"
+            "  alike; prints one JSON line per mode (\"mode\": \"a\" / \"b\"), with process\n"
+            "  P's CPU (user + system, from /proc) per operation of that mode; the client\n"
+            "  CPU of a mode is its threads' CPU time in its slices. Not with txn2 or\n"
+            "  --interval.\n");
 }
 
 static int
@@ -541,6 +609,12 @@ parse_args(int argc, char **argv)
             cfg.shard = v;
         } else if (strcmp(a, "--interval") == 0) {
             cfg.interval = atof(v);
+        } else if (strcmp(a, "--alt-uri") == 0) {
+            cfg.alt_uri = v;
+        } else if (strcmp(a, "--slice") == 0) {
+            cfg.slice = atof(v);
+        } else if (strcmp(a, "--server-pid") == 0) {
+            cfg.server_pid = atoi(v);
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);
@@ -583,7 +657,8 @@ parse_args(int argc, char **argv)
     if (cfg.threads < 1 || cfg.threads > 10000 || !(cfg.seconds > 0) || cfg.preload < 0 ||
         ((op_kind == OP_FINDID || op_kind == OP_FINDEQ || op_kind == OP_RANGE) && cfg.keys <= 0) ||
         (op_kind == OP_RANGE && (cfg.span < 1 || cfg.span > cfg.keys)) ||
-        (cfg.indexes != 0 && cfg.indexes != 1 && cfg.indexes != 3)) {
+        (cfg.indexes != 0 && cfg.indexes != 1 && cfg.indexes != 3) ||
+        (cfg.alt_uri != NULL && (op_kind == OP_TXN2 || cfg.interval > 0 || !(cfg.slice > 0)))) {
         usage(stderr);
         return 2;
     }
@@ -705,13 +780,13 @@ done:
 }
 
 /*
- * Before the clock starts: insert ops drop bench.insert (ids restart at 0 each run);
+ * Before the clock starts, on the server of 'uri': insert ops drop bench.insert (ids restart at 0 each run);
  * findid with --preload N drops bench.findid and inserts _id 0..N-1 in batches.
  */
 static int
-prepare(void)
+prepare(const mongoc_uri_t *uri)
 {
-    mongoc_client_t *client = mongoc_client_new_from_uri(the_uri);
+    mongoc_client_t *client = mongoc_client_new_from_uri(uri);
     mongoc_collection_t *coll = NULL;
     bson_error_t error;
     bson_t docs[1000];
@@ -791,19 +866,124 @@ report_intervals(worker_t *workers)
     }
 }
 
+/* Process 'pid''s CPU time (user + system) in clock ticks, 0 when it cannot be read. */
+static uint64_t
+proc_cpu_ticks(int pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long ut = 0, stt = 0;
+    FILE *f;
+    size_t n = 0;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    f = fopen(path, "r");
+    if (f != NULL) {
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    /* Fields 14 and 15 (utime, stime) follow the command name, which ends at the last ')'. */
+    p = strrchr(buf, ')');
+    if (p == NULL || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+                            &stt) != 2) {
+        return 0;
+    }
+    return ut + stt;
+}
+
+/* --alt-uri with --server-pid: until the run's end, at every slice boundary, adds the server's
+ * CPU ticks of the slice that ended to ticks[0] (A) or ticks[1] (B). */
+static void
+sample_slices(uint64_t ticks[2])
+{
+    int64_t step = (int64_t)(cfg.slice * 1e9), end = start_ns + (int64_t)(cfg.seconds * 1e9);
+    uint64_t before = proc_cpu_ticks(cfg.server_pid), now;
+
+    for (int64_t k = 1; cfg.server_pid > 0 && start_ns + (k - 1) * step < end; k++) {
+        int64_t at = start_ns + k * step < end ? start_ns + k * step : end, left;
+        while ((left = at - now_ns()) > 0) {
+            struct timespec ts = {left / 1000000000, left % 1000000000};
+            nanosleep(&ts, NULL);
+        }
+        now = proc_cpu_ticks(cfg.server_pid);
+        ticks[(k - 1) % 2] += now - before;
+        before = now;
+    }
+}
+
+/* The time of [start_ns, end) spent in A slices ('alt' false) or B slices, in seconds. */
+static double
+mode_seconds(int64_t end, bool alt)
+{
+    int64_t step = (int64_t)(cfg.slice * 1e9), t = end - start_ns;
+    int64_t full = t / step, rem = t % step;
+    int64_t n = alt ? full / 2 : (full + 1) / 2;
+    bool last_is_alt = full % 2 == 1;
+
+    if (alt_uri == NULL) {
+        return (double)t / 1e9;
+    }
+    return ((double)(n * step) + (last_is_alt == alt ? (double)rem : 0.0)) / 1e9;
+}
+
+/* One run's (or one mode's) result: a JSON line, then a line for people. */
+typedef struct result {
+    const char *mode; /* "a" / "b" in an A/B run, NULL otherwise */
+    uint64_t ops, errors, docs;
+    double elapsed, client_cpu_us, server_cpu_us; /* server: < 0 when not measured */
+    const histogram_t *hist;
+} result_t;
+
+static void
+print_result(const result_t *r)
+{
+    double rate = r->elapsed > 0 ? (double)r->ops / r->elapsed : 0, docs_per_op;
+    double p50 = percentile_us(r->hist, r->ops, 50), p99 = percentile_us(r->hist, r->ops, 99);
+    double p999 = percentile_us(r->hist, r->ops, 99.9);
+    double cpu = r->ops > 0 ? r->client_cpu_us / (double)r->ops : 0.0;
+    char extra[96] = "";
+
+    /* docs: documents written or read (100 per insert100 operation). */
+    docs_per_op = op_kind == OP_INSERT100 ? BATCH : 1;
+    if (op_kind == OP_FINDEQ || op_kind == OP_RANGE) {
+        docs_per_op = r->ops > 0 ? (double)r->docs / (double)r->ops : 0;
+    }
+    if (r->mode != NULL) {
+        snprintf(extra, sizeof(extra), ", \"mode\": \"%s\", \"slice\": %.3f", r->mode, cfg.slice);
+    }
+    if (r->server_cpu_us >= 0) {
+        size_t l = strlen(extra);
+        snprintf(extra + l, sizeof(extra) - l, ", \"server_cpu_us_per_op\": %.2f",
+                 r->ops > 0 ? r->server_cpu_us / (double)r->ops : 0.0);
+    }
+    printf("{\"tool\": \"loadgen\", \"op\": \"%s\", \"threads\": %d, \"seconds\": %.3f, "
+           "\"ops\": %llu, \"errors\": %llu, \"ops_per_sec\": %.1f, \"p50_us\": %.1f, "
+           "\"p99_us\": %.1f, \"p999_us\": %.1f, \"client_cpu_us_per_op\": %.2f, "
+           "\"docs\": %llu, \"docs_per_sec\": %.1f%s}\n",
+           cfg.op, cfg.threads, r->elapsed, (unsigned long long)r->ops,
+           (unsigned long long)r->errors, rate, p50, p99, p999, cpu,
+           (unsigned long long)((double)r->ops * docs_per_op + 0.5), rate * docs_per_op, extra);
+    printf("loadgen %s%s%s x%d: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us (%llu ops in "
+           "%.2f s, %llu errors; client CPU %.2f us/op)\n",
+           cfg.op, r->mode != NULL ? " " : "", r->mode != NULL ? r->mode : "", cfg.threads, rate,
+           rate * docs_per_op, p50, p99, (unsigned long long)r->ops, r->elapsed,
+           (unsigned long long)r->errors, cpu);
+}
+
 int
 main(int argc, char **argv)
 {
     int rc = parse_args(argc, argv);
     worker_t *workers = NULL;
-    histogram_t *total = NULL;
+    histogram_t *total = NULL, *total_alt = NULL;
     bson_error_t error;
-    uint64_t ops = 0, errors = 0, docs = 0;
-    double docs_per_op;
+    uint64_t ops = 0, ops_alt = 0, errors = 0, docs = 0, ticks[2] = {0, 0};
+    int64_t thread_cpu[2] = {0, 0};
     int64_t end_ns;
-    double elapsed, rate, p50, p99, p999, cpu_us;
+    double cpu_us, tck = (double)sysconf(_SC_CLK_TCK);
     struct rusage ru;
     const char *first_error = NULL;
+    result_t r;
 
     if (rc != 0) {
         return rc;
@@ -816,12 +996,20 @@ main(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    if (op_kind != OP_COMMAND && prepare() != 0) {
+    if (cfg.alt_uri != NULL && (alt_uri = mongoc_uri_new_with_error(cfg.alt_uri, &error)) == NULL) {
+        fprintf(stderr, "loadgen: bad URI %s: %s\n", cfg.alt_uri, error.message);
+        rc = 2;
+        goto done;
+    }
+    /* An A/B run prepares both servers alike. */
+    if (op_kind != OP_COMMAND &&
+        (prepare(the_uri) != 0 || (alt_uri != NULL && prepare(alt_uri) != 0))) {
         rc = 1;
         goto done;
     }
     workers = calloc((size_t)cfg.threads, sizeof(*workers));
     total = calloc(1, sizeof(*total));
+    total_alt = calloc(1, sizeof(*total_alt));
     pthread_barrier_init(&ready_barrier, NULL, (unsigned)cfg.threads + 1);
     pthread_barrier_init(&go_barrier, NULL, (unsigned)cfg.threads + 1);
     for (int i = 0; i < cfg.threads; i++) {
@@ -834,11 +1022,18 @@ main(int argc, char **argv)
     pthread_barrier_wait(&ready_barrier);
     start_ns = now_ns(); /* all threads connected: the clock starts now */
     pthread_barrier_wait(&go_barrier);
-    report_intervals(workers);
+    if (alt_uri != NULL) {
+        sample_slices(ticks);
+    } else {
+        report_intervals(workers);
+    }
     end_ns = start_ns;
     for (int i = 0; i < cfg.threads; i++) {
         pthread_join(workers[i].thread, NULL);
         ops += workers[i].ops;
+        ops_alt += workers[i].ops_alt;
+        thread_cpu[0] += workers[i].cpu_ns[0];
+        thread_cpu[1] += workers[i].cpu_ns[1];
         errors += workers[i].errors;
         docs += workers[i].docs;
         if (workers[i].last_end_ns > end_ns) {
@@ -849,47 +1044,43 @@ main(int argc, char **argv)
         }
         for (int b = 0; b < NBUCKETS; b++) {
             total->counts[b] += workers[i].hist.counts[b];
+            total_alt->counts[b] += workers[i].hist_alt.counts[b];
         }
     }
     pthread_barrier_destroy(&ready_barrier);
     pthread_barrier_destroy(&go_barrier);
-    elapsed = (double)(end_ns - start_ns) / 1e9;
-    rate = elapsed > 0 ? (double)ops / elapsed : 0;
-    p50 = percentile_us(total, ops, 50);
-    p99 = percentile_us(total, ops, 99);
-    p999 = percentile_us(total, ops, 99.9);
     /* The generator's own CPU per operation (connecting included): on a shared box
      * it shows how much of the machine the driver itself takes. */
     getrusage(RUSAGE_SELF, &ru);
     cpu_us = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
              (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-    /* docs: documents written or read (100 per insert100 operation). */
-    docs_per_op = op_kind == OP_INSERT100 ? BATCH : 1;
-    if (op_kind == OP_FINDEQ || op_kind == OP_RANGE) {
-        docs_per_op = ops > 0 ? (double)docs / (double)ops : 0;
+    /* In an A/B run, each mode's client CPU is its workers' thread CPU in its slices. */
+    r = (result_t){alt_uri != NULL ? "a" : NULL, ops, errors, docs, mode_seconds(end_ns, false),
+                   alt_uri != NULL ? (double)thread_cpu[0] / 1e3 : cpu_us,
+                   alt_uri != NULL && cfg.server_pid > 0 ? (double)ticks[0] * 1e6 / tck : -1,
+                   total};
+    print_result(&r);
+    if (alt_uri != NULL) {
+        r = (result_t){"b", ops_alt, 0, 0, mode_seconds(end_ns, true),
+                       (double)thread_cpu[1] / 1e3,
+                       cfg.server_pid > 0 ? (double)ticks[1] * 1e6 / tck : -1, total_alt};
+        print_result(&r);
     }
-    printf("{\"tool\": \"loadgen\", \"op\": \"%s\", \"threads\": %d, \"seconds\": %.3f, "
-           "\"ops\": %llu, \"errors\": %llu, \"ops_per_sec\": %.1f, \"p50_us\": %.1f, "
-           "\"p99_us\": %.1f, \"p999_us\": %.1f, \"client_cpu_us_per_op\": %.2f, "
-           "\"docs\": %llu, \"docs_per_sec\": %.1f}\n",
-           cfg.op, cfg.threads, elapsed, (unsigned long long)ops, (unsigned long long)errors, rate,
-           p50, p99, p999, ops > 0 ? cpu_us / (double)ops : 0.0,
-           (unsigned long long)((double)ops * docs_per_op + 0.5), rate * docs_per_op);
-    printf("loadgen %s x%d: %.0f ops/s (%.0f docs/s), p50 %.1f us, p99 %.1f us (%llu ops in "
-           "%.2f s, %llu errors; client CPU %.2f us/op)\n",
-           cfg.op, cfg.threads, rate, rate * docs_per_op, p50, p99, (unsigned long long)ops,
-           elapsed, (unsigned long long)errors, ops > 0 ? cpu_us / (double)ops : 0.0);
     if (first_error != NULL) {
         fprintf(stderr, "loadgen: first error: %s\n", first_error);
     }
-    if (ops == 0 || errors > 0) {
+    if (ops == 0 || errors > 0 || (alt_uri != NULL && ops_alt == 0)) {
         rc = 1;
     }
 done:
     free(workers);
     free(total);
+    free(total_alt);
     if (the_uri != NULL) {
         mongoc_uri_destroy(the_uri);
+    }
+    if (alt_uri != NULL) {
+        mongoc_uri_destroy(alt_uri);
     }
     mongoc_cleanup();
     return rc;

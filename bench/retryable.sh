@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/retryable.sh BUILD_DIR: what retryable writes cost (issue 13 item 9), in one run.
-# Starts a release `shale node --replSet rs0`; per round, interleaved, at 1 and 32
-# connections (BENCH_CONNS): loadgen insert (a driver's insert_one, j:false) with
-# retryWrites=true (the driver sends lsid + txnNumber; the node records each statement in
-# its session's history and config.transactions) and with retryWrites=false; then the cost
+# Starts a release `shale node --replSet rs0`; per round, at 1 and 32 connections
+# (BENCH_CONNS): loadgen insert (a driver's insert_one, j:false) with retryWrites=true (the
+# driver sends lsid + txnNumber; the node records each statement in its session's history and
+# config.transactions) and with retryWrites=false, in one run that alternates between the two
+# every BENCH_SLICE seconds (default 0.5; loadgen --alt-uri) for 2 x BENCH_SECONDS; then the cost
 # of answering a retry: rawins (the insert command with an explicit lsid and a new txnNumber
 # each time: first executions) against retryins (the same command again and again: each one
 # answered from the session's history, nothing written). Prints medians, server CPU per op
@@ -19,7 +20,7 @@
 # count, retryable then plain inserts without a break, printing the ops/s of every 10 s side
 # by side: a session record whose WiredTiger history grew with every write (issue 13) shows
 # as retryable throughput falling over the run while plain stays flat.
-# Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 5), BENCH_CONNS ("1 32").
+# Env: BENCH_SECONDS (default 5), BENCH_ROUNDS (default 5), BENCH_CONNS ("1 32"), BENCH_SLICE (0.5).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-build-release}
@@ -32,6 +33,7 @@ SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-5}
 CONNS=${BENCH_CONNS:-"1 32"}
 SUSTAINED=${BENCH_SUSTAINED:-120}
+SLICE=${BENCH_SLICE:-0.5}
 for b in "$SHALE" "$LOADGEN" "$HOTREC"; do
   command -v "$b" >/dev/null || { echo "retryable bench: missing $b" >&2; exit 1; }
 done
@@ -71,15 +73,35 @@ if r.get("errors"):
 ' "$t0" "$t1" "$tck" "$label" >>"$results"
 }
 
+# run_ab C A_LABEL A_OPTIONS B_LABEL B_OPTIONS: one interleaved A/B insert run (loadgen
+# --alt-uri): the two alternate every BENCH_SLICE seconds for twice BENCH_SECONDS, so drift in
+# the machine's speed hits both alike; each mode's JSON line tagged with its label, the node's
+# CPU per op measured per mode by loadgen.
+run_ab() {
+  local c=$1 out
+  out=$("$LOADGEN" --uri "${uri}?directConnection=true$3" --alt-uri "${uri}?directConnection=true$5" \
+    --slice "$SLICE" --server-pid "$shale_pid" --threads "$c" --seconds $((2 * SECS)) --op insert)
+  echo "$out" | grep '^{' | /usr/bin/python3 -c '
+import json, sys
+labels = {"a": sys.argv[1], "b": sys.argv[2]}
+for line in sys.stdin:
+    r = json.loads(line)
+    r["label"] = labels[r["mode"]]
+    print(json.dumps(r))
+    print("%s x%d: %.0f ops/s, p50 %.1f us, p99 %.1f us; CPU per op: server %.2f us, client %.2f us"
+          " (interleaved)" % (r["label"], r["threads"], r["ops_per_sec"], r["p50_us"], r["p99_us"],
+                              r["server_cpu_us_per_op"], r["client_cpu_us_per_op"]),
+          file=sys.stderr)
+' "$2" "$4" >>"$results"
+}
+
 for round in $(seq 1 "$ROUNDS"); do
   for c in $CONNS; do
-    # Alternate which goes first, so drift in the machine's speed hits both alike.
+    # Alternate which takes the first slice, so a start-up effect hits both alike.
     if [ $((round % 2)) -eq 1 ]; then
-      run retryable "&retryWrites=true" insert "$c"
-      run plain "&retryWrites=false" insert "$c"
+      run_ab "$c" retryable "&retryWrites=true" plain "&retryWrites=false"
     else
-      run plain "&retryWrites=false" insert "$c"
-      run retryable "&retryWrites=true" insert "$c"
+      run_ab "$c" plain "&retryWrites=false" retryable "&retryWrites=true"
     fi
     run first-execution "" rawins "$c"
     run retry-answer "" retryins "$c"

@@ -317,8 +317,8 @@ cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
 
     *split_chunk = nchunks;
     while (n < max_out) {
-        size_t from = nshards, to = nshards, best = nchunks;
-        int64_t diff, best_gap = 0;
+        size_t from = nshards, to = nshards, best = nchunks, hot;
+        int64_t diff, best_gap = 0, split_gap;
         memset(load, 0, (nshards + 1) * sizeof(*load));
         for (size_t c = 0; c < nchunks; c++) {
             size_t i = shard_index(shards, nshards, chunks[c].shard);
@@ -342,10 +342,17 @@ cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
             break;
         }
         diff = load[from] - load[to];
+        hot = nchunks;
         for (size_t c = 0; c < nchunks; c++) {
             int64_t l = chunks[c].load, gap;
-            if (chunks[c].jumbo || chunks[c].zone[0] != '\0' || l <= 0 || l >= diff ||
+            if (chunks[c].jumbo || chunks[c].zone[0] != '\0' || l <= 0 ||
                 shard_index(shards, nshards, chunks[c].shard) != from) {
+                continue;
+            }
+            if (hot == nchunks || l > chunks[hot].load) {
+                hot = c;
+            }
+            if (l >= diff) {
                 continue;
             }
             gap = diff - 2 * l;
@@ -355,15 +362,13 @@ cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
                 best_gap = gap;
             }
         }
-        if (best == nchunks) {
-            /* One chunk carries the difference alone: split the hottest such chunk first. */
-            for (size_t c = 0; c < nchunks; c++) {
-                if (!chunks[c].jumbo && chunks[c].zone[0] == '\0' && chunks[c].load >= diff &&
-                    shard_index(shards, nshards, chunks[c].shard) == from &&
-                    (*split_chunk == nchunks || chunks[c].load > chunks[*split_chunk].load)) {
-                    *split_chunk = c;
-                }
-            }
+        /* Splitting the hottest chunk at its load median and moving a half leaves about
+         * |difference - L_hot| apart: split when that beats the best move (a hot range inside
+         * one chunk, cold chunks around it: moving cold chunks away would barely help). */
+        split_gap = hot != nchunks ? diff - chunks[hot].load : 0;
+        split_gap = split_gap < 0 ? -split_gap : split_gap;
+        if (best == nchunks || (hot != nchunks && split_gap < best_gap)) {
+            *split_chunk = hot;
             break;
         }
         add_move(out, &n, busy, best, from, to, CFG_BAL_IMBALANCE);

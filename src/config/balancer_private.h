@@ -86,9 +86,10 @@ size_t cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nsha
  *     shard carries more than CFG_BAL_LOAD_SHARE percent of its load plus the least busy
  *     free shard's, and at least CFG_BAL_LOAD_MIN, it gives the chunk whose load L brings
  *     the two closest (the smallest |difference - 2 L|, 0 < L < difference). When no chunk
- *     qualifies because one chunk of the busiest shard carries the difference alone,
- *     *split_chunk (nchunks otherwise) names the hottest such chunk, to split at its load
- *     median. Same 'busy', 'out' and return as cfg_balancer_policy. Pure.
+ *     qualifies, or splitting the busiest shard's hottest chunk (load H) at its load median
+ *     and moving a half would bring them closer than that move (|difference - H| smaller),
+ *     *split_chunk (nchunks otherwise) names that chunk and nothing more is planned. Same
+ *     'busy', 'out' and return as cfg_balancer_policy. Pure.
  */
 #define CFG_BAL_LOAD_SHARE 55
 #define CFG_BAL_LOAD_MIN 64

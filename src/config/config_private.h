@@ -189,6 +189,12 @@ void cfg_register_ddl_commands(shl_command_registry_t *reg);
 void cfg_register_drop_commands(shl_command_registry_t *reg); /* configsvr_drop.c */
 void cfg_register_chunk_commands(shl_command_registry_t *reg);
 void cfg_register_move_primary_commands(shl_command_registry_t *reg);
+/* cfg_owned_data_size -- the bytes of collection 'ns' ("db.coll") that 'shard' owns: its
+ * collStats size minus its orphans (numOrphanDocs x avgObjSize), as MongoDB's
+ * _shardsvrGetStatsForBalancing reports them; 0 when it has none or does not answer. The
+ * balancer and balancerCollectionStatus judge imbalance on it alike (configsvr_balancer.c). */
+int64_t cfg_owned_data_size(const char *shard, const char *ns);
+
 /* Zones and balancerCollectionStatus (configsvr_zones.c). */
 void cfg_register_zone_commands(shl_command_registry_t *reg);
 void cfg_register_uwb_commands(shl_command_registry_t *reg); /* configsvr_uwb.c */

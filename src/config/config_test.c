@@ -347,6 +347,22 @@ SHL_TEST(balancer_policy_load)
     memset(busy, 0, sizeof(busy));
     ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
     ASSERT_INT_EQ(split, 0);
+    /* A hot range inside one chunk with cold chunks beside it (800 + 3 x 25 against
+     * 4 x 25): moving a cold chunk would leave them 725 apart, splitting the hot one about 0. */
+    for (size_t i = 0; i < 4; i++) {
+        ch[i].load = i == 0 ? 800 : 25;
+        ch[i].shard = "s0";
+    }
+    {
+        cfg_bal_chunk_t more[8];
+        memcpy(more, ch, sizeof(ch));
+        for (size_t i = 4; i < 8; i++) {
+            more[i] = (cfg_bal_chunk_t){"s1", "", false, 25};
+        }
+        memset(busy, 0, sizeof(busy));
+        ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, more, 8, busy, out, 4, &split), 0);
+        ASSERT_INT_EQ(split, 0);
+    }
     /* Below the minimum load nothing moves, however skewed. */
     for (size_t i = 0; i < 4; i++) {
         ch[i].load = i == 0 ? CFG_BAL_LOAD_MIN / 2 : (i == 1 ? CFG_BAL_LOAD_MIN / 4 : 0);

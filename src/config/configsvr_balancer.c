@@ -368,15 +368,8 @@ typedef struct bal_plan {
     size_t n, cap;
 } bal_plan_t;
 
-/*
- * Add the migrations the policy picks for collection 'ns' to 'plan'. Collections with
- * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
- * skipped.
- */
-/* The collection's bytes on 'shard' without its orphans (collStats size minus numOrphanDocs
- * times avgObjSize, as MongoDB's _shardsvrGetStatsForBalancing); 0 when it has none. */
-static int64_t
-owned_data_size(const char *shard, const char *ns)
+int64_t
+cfg_owned_data_size(const char *shard, const char *ns)
 {
     shl_ns_t n;
     bson_t *cmd = NULL, reply = BSON_INITIALIZER;
@@ -514,6 +507,11 @@ chunk_size_of(const shl_collection_type_t *coll)
     return bytes;
 }
 
+/*
+ * Add the migrations the policy picks for collection 'ns' to 'plan'. Collections with
+ * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
+ * skipped.
+ */
 static int
 plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, bool *busy,
                 const bal_settings_t *set, bal_plan_t *plan, shl_status_t *st)
@@ -604,7 +602,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         sizes = bson_malloc0((nshards + 1) * sizeof(*sizes));
         for (size_t i = 0; i < nshards; i++) {
             /* A busy shard is neither donor nor recipient: no need to ask it. */
-            sizes[i] = busy[i] ? 0 : owned_data_size(shards[i].name, ns);
+            sizes[i] = busy[i] ? 0 : cfg_owned_data_size(shards[i].name, ns);
         }
         nmoves = cfg_balancer_policy_data_size(shards, nshards, chunks, nchunks, sizes,
                                                chunk_size_of(&coll), busy, moves, nshards);
@@ -1036,7 +1034,7 @@ cmd_rebalance_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
         if (shards[i].draining || !in) {
             continue;
         }
-        size = owned_data_size(shards[i].name, ns);
+        size = cfg_owned_data_size(shards[i].name, ns);
         if (best_size < 0 || size < best_size) {
             best = i;
             best_size = size;

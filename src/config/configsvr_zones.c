@@ -570,23 +570,6 @@ done:
     return ret;
 }
 
-/* The collection's data size on 'shard' (collStats `size`; 0 if it has none there). */
-static int64_t
-shard_data_size(const char *shard, const shl_ns_t *ns)
-{
-    bson_t *cmd = BCON_NEW("collStats", BCON_UTF8(ns->coll));
-    bson_t reply;
-    shl_status_t ignored = SHL_STATUS_INIT;
-    int64_t size = 0;
-
-    if (cfg_shard_cmd(shard, ns->db, cmd, &reply, &ignored) == 0) {
-        size = shl_bson_int64_at(&reply, "size");
-    }
-    bson_destroy(&reply);
-    bson_destroy(cmd);
-    return size;
-}
-
 /*
  * The first compliance violation of MongoDB 7.0's balancer for the collection, or NULL:
  * "defragmentingChunks"; "zoneViolation" when a zone boundary falls inside a chunk; then, as
@@ -748,7 +731,7 @@ cmd_balancer_collection_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *repl
     if (violation == NULL) {
         for (size_t i = 0; i < nshards; i++) {
             if (shl_routing_table_shard_version(rt, shards[i].name).major > 0) {
-                sizes[i] = shard_data_size(shards[i].name, &ns);
+                sizes[i] = cfg_owned_data_size(shards[i].name, ns.full);
             }
         }
         violation = first_violation(&coll, rt, ranges, nranges, shards, nshards, sizes, chunk_size);

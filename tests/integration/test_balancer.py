@@ -314,3 +314,31 @@ def test_config_server_killed_mid_round(cluster):
     assert r.admin.command("balancerStatus")["numBalancerRounds"] >= 1
     assert all_ids(cluster, "bal8", "c") == list(range(120))
     assert r.bal8.c.count_documents({}) == 120
+
+
+def test_collection_status_counts_owned_data_not_orphans(cluster):
+    """balancerCollectionStatus judges imbalance on the data each shard owns, as the balancer
+    does: a donor's orphans (left until its range deleter gets to them; held here) are not its
+    data. 8 MB with chunkSize 1 MB, half moved to shard1:
+    compliant, though shard0's collStats still counts all 8 MB."""
+    r = cluster.router_client()
+    ns = "bal9.c"
+    r.admin.command("enableSharding", "bal9", primaryShard="shard0")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("configureCollectionBalancing", ns, chunkSize=1)
+    pad = "p" * 1000
+    r.bal9.c.insert_many([{"_id": i, "x": i, "pad": pad} for i in range(8192)])
+    for k in range(1, 8):
+        r.admin.command("split", ns, middle={"x": k * 1024})
+    assert r.admin.command("balancerCollectionStatus", ns)["balancerCompliant"] is False
+    # The donor keeps its orphans while its range deleter is held.
+    fail_point(cluster.shard_client(0), "suspendRangeDeletion", "alwaysOn")
+    try:
+        for k in range(4, 8):
+            r.admin.command("moveChunk", ns, find={"x": k * 1024}, to="shard1")
+        donor = cluster.shard_client(0).bal9.command("collStats", "c")
+        assert donor["count"] == 8192 and donor["numOrphanDocs"] == 4096, donor
+        st = r.admin.command("balancerCollectionStatus", ns)
+        assert st["balancerCompliant"] is True, st
+    finally:
+        fail_point(cluster.shard_client(0), "suspendRangeDeletion", "off")
