@@ -154,11 +154,11 @@ exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter);
 
 /* exec_text_match_new -- passes the child's documents that match text query 'tq' over index
- * 'ti' (both stolen: the stage frees them). */
+ * 'ti' (both stolen: the stage frees them), with their score appended when 'add_score'. */
 struct shl_text_index;
 struct shl_text_query;
 exec_stage_t *exec_text_match_new(exec_stage_t *child, struct shl_text_index *ti,
-                                  struct shl_text_query *tq);
+                                  struct shl_text_query *tq, bool add_score);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
@@ -215,6 +215,11 @@ typedef struct exec_query {
     /* The filter has a top-level $text (the matcher takes it as true): the plan scans the
      * collection and a TEXT_MATCH stage runs the search (docs/design/text_search.md). */
     bool has_text;
+    /* Set by the caller: TEXT_MATCH appends each document's score (SHL_TEXT_SCORE_FIELD) for
+     * {$meta: "textScore"}; exec_plan_next removes it again unless text_score_keep (an
+     * aggregate's pipeline, a router merging by score, takes it on). */
+    bool text_score;
+    bool text_score_keep;
 } exec_query_t;
 
 /*
@@ -294,6 +299,7 @@ typedef struct exec_plan {
     bool own_query;
     bson_t rejected; /* explain's rejectedPlans (an array) */
     char ns[SHL_NS_MAX + 1];
+    bson_t stripped; /* exec_plan_next's last document without its text score */
 } exec_plan_t;
 
 /*

@@ -1024,6 +1024,8 @@ typedef struct text_match_stage {
     shl_text_index_t *ti;
     shl_text_query_t *tq;
     int64_t docs_rejected;
+    bool add_score;
+    bson_t scored; /* the last document with its score (add_score) */
 } text_match_stage_t;
 
 static int
@@ -1039,6 +1041,12 @@ text_match_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
             break;
         }
         SHL_ERR(shl_text_query_match(t->tq, row->doc, &matched, &score, st));
+        if (matched && t->add_score) {
+            bson_reinit(&t->scored);
+            bson_copy_to_excluding_noinit(row->doc, &t->scored, SHL_TEXT_SCORE_FIELD, NULL);
+            BSON_APPEND_DOUBLE(&t->scored, SHL_TEXT_SCORE_FIELD, score);
+            row->doc = &t->scored;
+        }
         if (matched) {
             break;
         }
@@ -1060,18 +1068,22 @@ text_match_destroy(exec_stage_t *s)
     text_match_stage_t *t = (text_match_stage_t *)s;
     shl_text_query_destroy(t->tq);
     shl_text_index_destroy(t->ti);
+    bson_destroy(&t->scored);
 }
 
 static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
                                                 text_match_explain, text_match_destroy};
 
 exec_stage_t *
-exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq)
+exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq,
+                    bool add_score)
 {
     text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
                                                               &text_match_ops, child);
     t->ti = ti;
     t->tq = tq;
+    t->add_score = add_score;
+    bson_init(&t->scored);
     return &t->base;
 }
 

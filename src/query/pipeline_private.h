@@ -284,6 +284,7 @@ struct shl_pipeline {
     shl_pipeline_opts_t opts;
     pipe_ctx_t ctx;
     int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
+    bson_t stripped; /* the last output without its text score (opts.keep_text_score) */
 };
 
 /* ---------------------------------------------------------------- pipeline.c: what the families

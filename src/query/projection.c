@@ -368,7 +368,13 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
             goto done;
         }
         if (strcmp(op, "$meta") == 0) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$meta projections are not supported by this server");
+            /* Metadata (the text score): allowed in both kinds, deciding neither. */
+            n = pnode_new(key, strlen(key), P_EXPR);
+            SHL_ERR(shl_expr_parse(v, &n->expr, st));
+            n->computed = true;
+            SHL_ERR(add_at_path(parent, key, strlen(key), n, st));
+            n = NULL;
+            goto done;
         }
         /* A generic aggregation expression. */
         n = pnode_new(key, strlen(key), P_EXPR);

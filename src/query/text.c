@@ -666,6 +666,7 @@ struct shl_text_query {
     int lang; /* $language, or -1: each document's own */
     bool cased, diacritics;
     terms_t pos, neg;                        /* sorted, distinct */
+    terms_t ipos; /* pos folded case- and diacritic-insensitively: the index's terms, the score */
     terms_t pos_phrase, neg_phrase;          /* folded as the query asks */
     struct sb_stemmer *stemmers[NLANGUAGES]; /* opened as documents need them */
 };
@@ -694,7 +695,7 @@ terms_has(const terms_t *t, const char *s)
 /* Split $search: whitespace-separated words ("-" first negates the word), "phrases"
  * ("-" before the quote negates it; a positive phrase's words are positive terms too). */
 static void
-parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
+parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s, bool index_terms)
 {
     size_t i = 0, n = strlen(s);
     while (i < n) {
@@ -704,7 +705,11 @@ parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
         if (at < n && s[at] == '"') {
             const char *end = strchr(s + at + 1, '"');
             size_t plen = end != NULL ? (size_t)(end - (s + at + 1)) : n - at - 1;
-            if (plen > 0) {
+            if (plen > 0 && index_terms) {
+                if (!neg) {
+                    tokenize(tk, s + at + 1, plen, &q->ipos);
+                }
+            } else if (plen > 0) {
                 terms_push(neg ? &q->neg_phrase : &q->pos_phrase,
                            fold(s + at + 1, plen, q->cased, q->diacritics));
                 if (!neg) {
@@ -720,7 +725,11 @@ parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
                    s[j] != '"') {
                 j++;
             }
-            tokenize(tk, s + at, j - at, neg ? &q->neg : &q->pos);
+            if (!index_terms) {
+                tokenize(tk, s + at, j - at, neg ? &q->neg : &q->pos);
+            } else if (!neg) {
+                tokenize(tk, s + at, j - at, &q->ipos);
+            }
             i = j > i ? j : i + 1;
         }
     }
@@ -784,9 +793,15 @@ shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti, shl_tex
     tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), q->cased,
                    q->diacritics, NULL);
     tk_open = true;
-    parse_search(q, &tk, search);
+    parse_search(q, &tk, search, false);
     terms_sort_unique(&q->pos);
     terms_sort_unique(&q->neg);
+    tokenizer_cleanup(&tk);
+    /* The index holds insensitive terms: a sensitive query scans (and scores) by those. */
+    tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), false,
+                   false, NULL);
+    parse_search(q, &tk, search, true);
+    terms_sort_unique(&q->ipos);
     *out = q;
     q = NULL;
 done:
@@ -804,6 +819,7 @@ shl_text_query_destroy(shl_text_query_t *q)
         return;
     }
     terms_cleanup(&q->pos);
+    terms_cleanup(&q->ipos);
     terms_cleanup(&q->neg);
     terms_cleanup(&q->pos_phrase);
     terms_cleanup(&q->neg_phrase);
@@ -818,13 +834,13 @@ shl_text_query_destroy(shl_text_query_t *q)
 size_t
 shl_text_query_nterms(const shl_text_query_t *q)
 {
-    return q->pos.n;
+    return q->ipos.n;
 }
 
 const char *
 shl_text_query_term(const shl_text_query_t *q, size_t i)
 {
-    return q->pos.v[i];
+    return q->ipos.v[i];
 }
 
 typedef struct phrase_ctx {
@@ -878,7 +894,7 @@ shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, doub
         ret = doc_scores(q->ti, doc, q->cased, q->diacritics, q->stemmers, &sens, st);
     }
     for (size_t i = 0; ret == 0 && i < sc.n; i++) {
-        if (terms_has(&q->pos, sc.v[i].term)) {
+        if (terms_has(&q->ipos, sc.v[i].term)) {
             total += sc.v[i].score;
             any = any || !(q->cased || q->diacritics);
         }
@@ -899,4 +915,53 @@ shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, doub
     score_cleanup(&sens);
 done:
     return ret;
+}
+
+/* ---- the score a document carries ---- */
+
+bool
+shl_text_score_wanted(const bson_t *spec)
+{
+    bson_iter_t it;
+    bool wanted = false;
+    if (!bson_iter_init(&it, spec)) {
+        return false;
+    }
+    while (!wanted && shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "$meta") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            wanted = strcmp(bson_iter_utf8(&it, NULL), "textScore") == 0;
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_t sub;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                bson_iter_document(&it, &len, &data);
+            } else {
+                bson_iter_array(&it, &len, &data);
+            }
+            wanted = bson_init_static(&sub, data, len) && shl_text_score_wanted(&sub);
+        }
+    }
+    return wanted;
+}
+
+bool
+shl_text_score_get(const bson_t *doc, double *score)
+{
+    bson_iter_t it;
+    bool found = bson_iter_init_find(&it, doc, SHL_TEXT_SCORE_FIELD) && BSON_ITER_HOLDS_DOUBLE(&it);
+    *score = found ? bson_iter_double(&it) : 0;
+    return found;
+}
+
+bool
+shl_text_score_strip(const bson_t *doc, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, SHL_TEXT_SCORE_FIELD)) {
+        return false;
+    }
+    bson_init(out);
+    bson_copy_to_excluding_noinit(doc, out, SHL_TEXT_SCORE_FIELD, NULL);
+    return true;
 }
