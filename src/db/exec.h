@@ -215,6 +215,7 @@ typedef struct exec_query {
     /* The filter has a top-level $text (the matcher takes it as true): the plan scans the
      * collection and a TEXT_MATCH stage runs the search (docs/design/text_search.md). */
     bool has_text;
+    bson_value_t text; /* has_text: the $text's value (a view of 'filter') */
     /* Set by the caller: TEXT_MATCH appends each document's score (SHL_TEXT_SCORE_FIELD) for
      * {$meta: "textScore"}; exec_plan_next removes it again unless text_score_keep (an
      * aggregate's pipeline, a router merging by score, takes it on). */

@@ -128,8 +128,7 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "text index required for $text query");
     }
     SHL_ERR(shl_text_index_new(idx->spec, &ti, st));
-    bson_iter_init_find(&it, &q->filter, "$text");
-    SHL_ERR(shl_text_query_new(bson_iter_value(&it), ti, &tq, st));
+    SHL_ERR(shl_text_query_new(&q->text, ti, &tq, st));
     /* The prefix fields: the normalised key's fields before _fts. */
     shl_text_index_append_normalized(ti, &norm);
     if (bson_iter_init_find(&it, &norm, "key") && bson_iter_recurse(&it, &k)) {

@@ -226,6 +226,23 @@ done:
     return ret;
 }
 
+int
+db_refuse_view(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t def = BSON_INITIALIZER;
+    bool found = false;
+
+    SHL_ERR(db_view_get(op, ns->full, &def, &found, st));
+    if (found) {
+        SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,
+                 "Namespace %s is a view, not a collection", ns->full);
+    }
+done:
+    bson_destroy(&def);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- create, collMod, drop */
 
 /* Options a view cannot have (MongoDB's create command with viewOn). */

@@ -1030,7 +1030,10 @@ parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t
 
     pctx_t sub_pc = *pc;
 
-    sub_pc.flags &= ~SHL_MATCHER_TEXT_DEFERRED;
+    if (kind != N_AND) {
+        /* Under $and the caller's search still decides (a conjunction with it). */
+        sub_pc.flags &= ~SHL_MATCHER_TEXT_DEFERRED;
+    }
     if (v->value_type != BSON_TYPE_ARRAY) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "%s must be an array", opname);
     }
@@ -1045,8 +1048,7 @@ parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
         }
         query_bson_view(bson_iter_value(&it), &obj);
-        /* A $text under $and/$or/$nor is not the top-level one the caller searches for:
-         * it stays IndexNotFound (TODO(20): $text inside $and/$or as MongoDB allows). */
+        /* A $text under $or/$nor is not one the caller searches for: IndexNotFound. */
         SHL_ERR(parse_doc(&obj, &sub_pc, level, &kid, st));
         node_add(n, kid);
         kid = NULL;

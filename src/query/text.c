@@ -965,3 +965,37 @@ shl_text_score_strip(const bson_t *doc, bson_t *out)
     bson_copy_to_excluding_noinit(doc, out, SHL_TEXT_SCORE_FIELD, NULL);
     return true;
 }
+
+/* ---- where a filter's $text is ---- */
+
+void
+shl_text_find(const bson_t *filter, bson_value_t *out, int *count)
+{
+    bson_iter_t it, arr;
+    if (!bson_iter_init(&it, filter)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        if (strcmp(k, "$text") == 0) {
+            if (*count == 0) {
+                *out = *bson_iter_value(&it); /* its data is the filter's */
+            }
+            (*count)++;
+        } else if (strcmp(k, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&it) &&
+                   bson_iter_recurse(&it, &arr)) {
+            while (shl_iter_next(&arr)) {
+                const uint8_t *data;
+                uint32_t len;
+                bson_t sub;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+                    continue;
+                }
+                bson_iter_document(&arr, &len, &data);
+                if (bson_init_static(&sub, data, len)) {
+                    shl_text_find(&sub, out, count);
+                }
+            }
+        }
+    }
+}

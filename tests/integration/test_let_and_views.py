@@ -137,6 +137,11 @@ def test_writes_to_a_view_are_refused(target):
         assert code_of(lambda: admin.command("renameCollection", coll.full_name,
                                              to=v.full_name)) == 48
     assert code_of(lambda: db.system.views.insert_one({"_id": "x"})) == 73
+    # Collection-only commands (MongoDB's CommandNotSupportedOnView).
+    assert code_of(lambda: db.command("collStats", v.name)) == 166
+    assert code_of(lambda: db.command("validate", v.name)) == 166
+    assert code_of(lambda: db.command("dropIndexes", v.name, index="*")) == 166
+    assert code_of(lambda: list(v.list_indexes())) == 166
     assert coll.count_documents({}) == len(DOCS)
 
 
