@@ -50,6 +50,7 @@ typedef struct accdef {
     shl_expr_t *arg;             /* the input ('output' of $top/$bottom) */
     int64_t n;                   /* the N accumulators */
     shl_sort_pattern_t *sort_by; /* $top/$bottom/$topN/$bottomN */
+    const shl_collator_t *coll;  /* $min/$max/$minN/$maxN compare strings by it (NULL: simple) */
 } accdef_t;
 
 /* One retained value of an N accumulator, with its sort key for $top/$bottom. */
