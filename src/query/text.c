@@ -8,6 +8,7 @@
 
 #include <libstemmer.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,6 +19,7 @@
 
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "query/text_stopwords.h"
 
 #define TEXT_MAX_WEIGHT 99999.0
 #define UNSUPPORTED_LANGUAGE 17262
@@ -144,18 +146,54 @@ fold(const char *in, size_t len, bool cased, bool diacritics)
     return out;
 }
 
+static int cmp_str(const void *a, const void *b);
+
+/* Each language's stop words folded as words are (case and diacritics), sorted; built once
+ * (stop_once), read-only after. */
+typedef struct stop_list {
+    char **v;
+    size_t n;
+} stop_list_t;
+static stop_list_t stop_lists[sizeof(languages) / sizeof(languages[0])];
+static pthread_once_t stop_once = PTHREAD_ONCE_INIT;
+
+static void
+stop_lists_build(void)
+{
+    for (size_t l = 0; l < sizeof(languages) / sizeof(languages[0]); l++) {
+        const char *const *src = shl_text_stopwords(languages[l].name);
+        size_t n = 0;
+        stop_list_t *sl = &stop_lists[l];
+        if (strcmp(languages[l].name, "english") == 0) {
+            n = sizeof(english_stop) / sizeof(english_stop[0]);
+            sl->v = bson_malloc0((n + 1) * sizeof(char *));
+            for (size_t i = 0; i < n; i++) {
+                sl->v[i] = bson_strdup(english_stop[i]);
+            }
+        } else if (src != NULL) {
+            while (src[n] != NULL) {
+                n++;
+            }
+            sl->v = bson_malloc0((n + 1) * sizeof(char *));
+            for (size_t i = 0; i < n; i++) {
+                sl->v[i] = fold(src[i], strlen(src[i]), false, false);
+            }
+        }
+        sl->n = n;
+        if (n > 0) {
+            qsort(sl->v, n, sizeof(char *), cmp_str);
+        }
+    }
+}
+
+/* Whether 'w' (folded: case and diacritics) is a stop word of language 'lang'. */
 static bool
 is_stop_word(int lang, const char *w)
 {
-    if (strcmp(languages[lang].name, "english") != 0) {
-        return false; /* TODO(20): other languages' stop word lists */
-    }
-    for (size_t i = 0; i < sizeof(english_stop) / sizeof(english_stop[0]); i++) {
-        if (strcmp(english_stop[i], w) == 0) {
-            return true;
-        }
-    }
-    return false;
+    const stop_list_t *sl;
+    pthread_once(&stop_once, stop_lists_build);
+    sl = &stop_lists[lang];
+    return sl->n > 0 && bsearch(&w, sl->v, sl->n, sizeof(char *), cmp_str) != NULL;
 }
 
 /* The terms of a string: folded words without stop words, stemmed. */
@@ -227,7 +265,8 @@ static void
 add_word(tokenizer_t *tk, const char *w, size_t len, terms_t *out)
 {
     char *f = fold(w, len, tk->cased, tk->diacritics);
-    char *lower = tk->cased || !tk->diacritics ? fold(w, len, false, false) : NULL;
+    /* Stop words are found case- and diacritic-insensitively whatever the query asks. */
+    char *lower = tk->cased || tk->diacritics ? fold(w, len, false, false) : NULL;
     bool stop = is_stop_word(tk->lang, lower != NULL ? lower : f);
     bson_free(lower);
     if (stop || f[0] == '\0') {
