@@ -154,11 +154,13 @@ exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter);
 
 /* exec_text_match_new -- passes the child's documents that match text query 'tq' over index
- * 'ti' (both stolen: the stage frees them), with their score appended when 'add_score'. */
+ * 'ti' (both stolen: the stage frees them), or all of them when 'pass_all' (a $text under
+ * $or: the child filtered them), with the score of those that match appended when
+ * 'add_score'. */
 struct shl_text_index;
 struct shl_text_query;
 exec_stage_t *exec_text_match_new(exec_stage_t *child, struct shl_text_index *ti,
-                                  struct shl_text_query *tq, bool add_score);
+                                  struct shl_text_query *tq, bool add_score, bool pass_all);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
@@ -216,6 +218,7 @@ typedef struct exec_query {
      * collection and a TEXT_MATCH stage runs the search (docs/design/text_search.md). */
     bool has_text;
     bson_value_t text; /* has_text: the $text's value (a view of 'filter') */
+    bool text_in_or;   /* it is a clause of a top-level $or (searched per document) */
     /* Set by the caller: TEXT_MATCH appends each document's score (SHL_TEXT_SCORE_FIELD) for
      * {$meta: "textScore"}; exec_plan_next removes it again unless text_score_keep (an
      * aggregate's pipeline, a router merging by score, takes it on). */

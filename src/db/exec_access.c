@@ -124,7 +124,7 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
     }
     {
         int ntext = 0;
-        shl_text_find(&q->filter, &q->text, &ntext);
+        shl_text_find(&q->filter, &q->text, &ntext, &q->text_in_or);
         q->has_text = ntext > 0;
         if (ntext > 1) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Too many text expressions");

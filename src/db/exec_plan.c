@@ -93,6 +93,67 @@ prefix_equality(const bson_t *filter, const char *path, bson_value_t *out)
     return found;
 }
 
+/* Whether some ordinary index of 'coll' leads with a top-level field of 'clause'. */
+static bool
+clause_indexed(const shl_collection_t *coll, const bson_t *clause)
+{
+    bool indexed = false;
+    for (size_t i = 0; i < coll->nindexes && !indexed; i++) {
+        bson_iter_t k, c;
+        if (db_index_is_text(coll->indexes[i]->spec) ||
+            !bson_iter_init(&k, coll->indexes[i]->key_pattern) || !shl_iter_next(&k)) {
+            continue;
+        }
+        indexed = shl_iter_key(&k)[0] != '$' && bson_iter_init_find(&c, clause, shl_iter_key(&k));
+    }
+    return indexed;
+}
+
+/* A $text under $or: every other clause must be able to use an index, as MongoDB's planner
+ * requires (NoQueryExecutionPlans, 291). */
+static int
+text_or_check(const shl_collection_t *coll, const bson_t *filter, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, filter, "$or") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        goto done;
+    }
+    while (shl_iter_next(&arr)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t clause;
+        bson_value_t v;
+        int n = 0;
+        bool in_or;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            continue;
+        }
+        bson_iter_document(&arr, &len, &data);
+        if (!bson_init_static(&clause, data, len)) {
+            continue;
+        }
+        shl_text_find(&clause, &v, &n, &in_or);
+        if (n == 0 && !clause_indexed(coll, &clause)) {
+            SHL_FAIL(st, SHL_CODE_NO_QUERY_EXECUTION_PLANS,
+                     "error processing query: planner returned error :: caused by :: Failed to "
+                     "produce a solution for TEXT under OR - other non-TEXT clauses under OR "
+                     "have to be indexed as well.");
+        }
+    }
+done:
+    return ret;
+}
+
+/* The matcher's per-document search for a $text under $or. */
+static int
+text_or_match(void *arg, const bson_t *doc, bool *matched, shl_status_t *st)
+{
+    double score;
+    return shl_text_query_match(arg, doc, matched, &score, st);
+}
+
 /*
  * The text search's access path over the collection's text index: per positive term of
  * the query, an IXSCAN of the keys (prefix values, term, *) under an OR (each RecordId
@@ -146,6 +207,18 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
             prefix[nprefix++] = v;
         }
     }
+    if (q->text_in_or) {
+        /* The $or's other clauses bring documents the search does not: a collection scan
+         * whose filter searches each document; TEXT_MATCH scores those the search matches. */
+        SHL_ERR(text_or_check(coll, &q->filter, st));
+        shl_matcher_set_text(q->matcher, text_or_match, tq);
+        *root = exec_collscan_new(coll, true, q->matcher, 0);
+        p->access = EXEC_ACCESS_COLLSCAN;
+        *root = exec_text_match_new(*root, ti, tq, q->text_score, true);
+        ti = NULL;
+        tq = NULL;
+        goto done;
+    }
     nterms = shl_text_query_nterms(tq);
     scans = bson_malloc0((nterms + 1) * sizeof(exec_stage_t *));
     for (size_t i = 0; i < nterms; i++) {
@@ -182,7 +255,7 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         p->access = EXEC_ACCESS_IXSCAN;
     }
     nterms = 0;
-    *root = exec_text_match_new(*root, ti, tq, q->text_score);
+    *root = exec_text_match_new(*root, ti, tq, q->text_score, false);
     ti = NULL;
     tq = NULL;
 done:

@@ -1025,6 +1025,7 @@ typedef struct text_match_stage {
     shl_text_query_t *tq;
     int64_t docs_rejected;
     bool add_score;
+    bool pass_all;
     bson_t scored; /* the last document with its score (add_score) */
 } text_match_stage_t;
 
@@ -1047,7 +1048,7 @@ text_match_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
             BSON_APPEND_DOUBLE(&t->scored, SHL_TEXT_SCORE_FIELD, score);
             row->doc = &t->scored;
         }
-        if (matched) {
+        if (matched || t->pass_all) {
             break;
         }
         t->docs_rejected++;
@@ -1076,13 +1077,14 @@ static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
 
 exec_stage_t *
 exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq,
-                    bool add_score)
+                    bool add_score, bool pass_all)
 {
     text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
                                                               &text_match_ops, child);
     t->ti = ti;
     t->tq = tq;
     t->add_score = add_score;
+    t->pass_all = pass_all;
     bson_init(&t->scored);
     return &t->base;
 }

@@ -1007,8 +1007,8 @@ shl_text_score_strip(const bson_t *doc, bson_t *out)
 
 /* ---- where a filter's $text is ---- */
 
-void
-shl_text_find(const bson_t *filter, bson_value_t *out, int *count)
+static void
+text_find(const bson_t *filter, bool top, bson_value_t *out, int *count, bool *in_or)
 {
     bson_iter_t it, arr;
     if (!bson_iter_init(&it, filter)) {
@@ -1016,12 +1016,13 @@ shl_text_find(const bson_t *filter, bson_value_t *out, int *count)
     }
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
+        bool is_or = top && strcmp(k, "$or") == 0;
         if (strcmp(k, "$text") == 0) {
             if (*count == 0) {
                 *out = *bson_iter_value(&it); /* its data is the filter's */
             }
             (*count)++;
-        } else if (strcmp(k, "$and") == 0 && BSON_ITER_HOLDS_ARRAY(&it) &&
+        } else if ((strcmp(k, "$and") == 0 || is_or) && BSON_ITER_HOLDS_ARRAY(&it) &&
                    bson_iter_recurse(&it, &arr)) {
             while (shl_iter_next(&arr)) {
                 const uint8_t *data;
@@ -1032,9 +1033,18 @@ shl_text_find(const bson_t *filter, bson_value_t *out, int *count)
                 }
                 bson_iter_document(&arr, &len, &data);
                 if (bson_init_static(&sub, data, len)) {
-                    shl_text_find(&sub, out, count);
+                    int before = *count;
+                    text_find(&sub, top && !is_or, out, count, in_or);
+                    *in_or = *in_or || (is_or && *count > before);
                 }
             }
         }
     }
+}
+
+void
+shl_text_find(const bson_t *filter, bson_value_t *out, int *count, bool *in_or)
+{
+    *in_or = false;
+    text_find(filter, true, out, count, in_or);
 }

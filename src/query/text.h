@@ -104,11 +104,12 @@ bool shl_text_score_strip(const bson_t *doc, bson_t *out);
 
 /*
  * shl_text_find --
- *     The $text a query filter searches with: at its top level or in a top-level $and
- *     (nested $and too); *count is how many there are (MongoDB takes one: "Too many text
- *     expressions"), *out the first one's value (a view of 'filter'). *count starts at 0.
+ *     The $text a query filter searches with: at its top level, in a top-level $and (nested
+ *     $and too) or in a clause of a top-level $or (*in_or); *count is how many there are
+ *     (MongoDB takes one: "Too many text expressions"), *out the first one's value (a view
+ *     of 'filter'). *count starts at 0.
  */
-void shl_text_find(const bson_t *filter, bson_value_t *out, int *count);
+void shl_text_find(const bson_t *filter, bson_value_t *out, int *count, bool *in_or);
 
 /* shl_text_query_nterms -- the number of distinct positive terms (what an index scans). */
 size_t shl_text_query_nterms(const shl_text_query_t *q);

@@ -178,8 +178,10 @@ SHL_TEST(text_score_field_and_find)
     bson_value_t v;
     double score = 0;
     int n = 0;
-    shl_text_find(f, &v, &n);
+    bool in_or = true;
+    shl_text_find(f, &v, &n, &in_or);
     ASSERT_INT_EQ(n, 1);
+    ASSERT(!in_or);
     ASSERT(v.value_type == BSON_TYPE_DOCUMENT);
     ASSERT(shl_text_score_wanted(sort) && !shl_text_score_wanted(plain));
     BSON_APPEND_INT32(&doc, "a", 1);

@@ -279,3 +279,24 @@ def test_compound_text_index(coll):
     with pytest.raises(OperationFailure) as e:
         list(coll.find({"$text": {"$search": "apple"}}))
     assert e.value.code == 291  # the prefix needs an equality predicate
+
+
+def test_text_under_and_or(coll):
+    """$text under $and; under $or when every other clause can use an index (291 otherwise,
+    as MongoDB); two $text are refused."""
+    _scored(coll)
+    coll.update_many({"_id": {"$in": [1, 12]}}, {"$set": {"n": 1}})
+    got = coll.find({"$and": [{"n": 1}, {"$text": {"$search": "coffee"}}]})
+    assert sorted(d["_id"] for d in got) == [1]
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$or": [{"$text": {"$search": "coffee"}}, {"n": 1}]}))
+    assert e.value.code == 291
+    coll.create_index("n")
+    got = list(coll.find({"$or": [{"$text": {"$search": "coffee"}}, {"n": 1}]},
+                         {"s": {"$meta": "textScore"}}))
+    assert sorted(d["_id"] for d in got) == [1, 2, 11, 12, 13]
+    assert {d["_id"]: round(d.get("s", 0), 4) for d in got}[12] == 0  # matched by n alone
+    assert coll.count_documents({"$or": [{"$text": {"$search": "tea"}}, {"n": 1}]}) == 3
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$text": {"$search": "a"}, "$and": [{"$text": {"$search": "b"}}]}))
+    assert e.value.code == 2
