@@ -277,7 +277,7 @@ query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bso
             bool dup = false;
             bson_iter_init(&it, a->arr);
             while (!dup && shl_iter_next(&it)) {
-                dup = shl_bson_value_compare(bson_iter_value(&it), v) == 0;
+                dup = shl_bson_value_compare_coll(bson_iter_value(&it), v, d->coll) == 0;
             }
             if (dup) {
                 break;

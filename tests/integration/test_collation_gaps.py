@@ -200,8 +200,9 @@ def test_window_min_max_rank_under_collation(coll):
         return sorted((d["_id"], d["r"], d["d"]) for d in out)
     assert rank(collation=CI) == [(1, 1, 1), (2, 3, 2), (11, 1, 1)]
     assert rank() == [(1, 3, 3), (2, 2, 2), (11, 1, 1)]
-    grp = list(coll.aggregate([{"$group": {"_id": None, "m": {"$max": "$s"}}}], collation=CI))
-    assert grp[0]["m"] == "B"
+    grp = list(coll.aggregate([{"$group": {"_id": None, "m": {"$max": "$s"},
+                                           "set": {"$addToSet": "$s"}}}], collation=CI))
+    assert grp[0]["m"] == "B" and len(grp[0]["set"]) == 2
 
 
 def test_densify_partitions_under_collation(coll):
