@@ -1778,6 +1778,9 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     /* The pipeline reads the score ({$meta: "textScore"}) and removes it from its output. */
     q->text_score = q->has_text;
     q->text_score_keep = true;
+    if (!q->has_text && !collectionless && shl_text_score_wanted(&pipeline)) {
+        SHL_FAIL(st, 40218, "query requires text score metadata, but it is not available");
+    }
     exec_query_set_collator(q, a->collator, true);
     if (a->let != NULL) {
         shl_matcher_bind_vars(q->matcher, a->let);

@@ -130,6 +130,8 @@ def _node_gaps(uri, *args):
                              "weights": {"body": 1, "title": 5}, "lang": "spanish",
                              "version": 3}
     assert r["secondTextCode"] == 85
+    # weight 5 x one term of one; "gato gato perro": 1.5 x (0.5 + 0.5 x 2/3)
+    assert r["textScores"] == [[3, 5], [12, 1.25]]
 
 
 def test_node_driver_spellings(module_node):
@@ -251,6 +253,9 @@ def test_text_score_aggregate(coll):
                                {"$project": {"s": {"$meta": "textScore"}}},
                                {"$match": {"s": {"$gt": 0.9}}}]))
     assert sorted(d["_id"] for d in got) == [1, 2, 13]
+    with pytest.raises(OperationFailure) as e:
+        list(coll.aggregate([{"$match": {"t": "x"}}, {"$sort": {"s": {"$meta": "textScore"}}}]))
+    assert e.value.code == 40218
     # Whole documents come back without the score they carried.
     got = list(coll.aggregate([{"$match": {"$text": {"$search": "tea"}}}]))
     assert sorted(sorted(d) for d in got) == [["_id", "t"], ["_id", "t"]]
