@@ -13,6 +13,7 @@
 
 #include "query/expression.h"
 #include "query/query_private.h"
+#include "query/text.h"
 
 typedef enum pkind {
     P_PATH,
@@ -808,6 +809,12 @@ incl_doc(const bson_t *in, const pnode_t *node, bson_t *out)
         const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         const pnode_t *kid = pnode_find(node, key);
+        if (kid == NULL && key[0] == SHL_TEXT_SCORE_FIELD[0] && node->name[0] == '\0' &&
+            strcmp(key, SHL_TEXT_SCORE_FIELD) == 0) {
+            /* The text score is metadata, kept by every projection (query/text.h). */
+            bson_append_value(out, key, -1, v);
+            continue;
+        }
         if (kid == NULL) {
             continue;
         }

@@ -232,6 +232,11 @@ def test_text_score_find(coll):
     got = list(coll.find({"$text": {"$search": "coffee"}}).sort([("s", {"$meta": "textScore"})])
                .limit(2))
     assert [sorted(d) for d in got] == [["_id", "t", "title"], ["_id", "t"]]
+    # Across getMores too.
+    got = list(coll.find({"$text": {"$search": "coffee tea"}}).sort([("s", {"$meta": "textScore"})])
+               .batch_size(2))
+    assert [d["_id"] for d in got] == [13, 2, 12, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
     got = list(coll.find({"$text": {"$search": "tea"}}, {"t": 0, "s": {"$meta": "textScore"}}))
     assert sorted((d["_id"], round(d["s"], 4)) for d in got) == [(2, 0.6667), (12, 1.1)]
     with pytest.raises(OperationFailure) as e:
@@ -253,6 +258,14 @@ def test_text_score_aggregate(coll):
                                {"$project": {"s": {"$meta": "textScore"}}},
                                {"$match": {"s": {"$gt": 0.9}}}]))
     assert sorted(d["_id"] for d in got) == [1, 2, 13]
+    # The score is metadata: an inclusion $project keeps it for later stages.
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                               {"$project": {"t": 1}},
+                               {"$sort": {"s": {"$meta": "textScore"}}},
+                               {"$addFields": {"s": {"$meta": "textScore"}}}]))
+    assert [(d["_id"], round(d["s"], 4)) for d in got] == [(13, 10.0), (2, 1.25), (1, 1.0),
+                                                          (11, 0.75)]
+    assert all(set(d) == {"_id", "t", "s"} for d in got)
     with pytest.raises(OperationFailure) as e:
         list(coll.aggregate([{"$match": {"t": "x"}}, {"$sort": {"s": {"$meta": "textScore"}}}]))
     assert e.value.code == 40218
