@@ -120,6 +120,8 @@ exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
                              const shl_matcher_t *filter);
 /* OR: the rows of each input in turn, each RecordId once ('children' move to the stage). */
 exec_stage_t *exec_or_new(exec_stage_t **children, size_t n);
+/* exec_or_new_named -- the same, explained as TEXT_OR when 'text' (a text search's terms). */
+exec_stage_t *exec_or_new_named(exec_stage_t **children, size_t n, bool text);
 /* COUNT_SCAN: the entries of 'idx' in [start, end) (copied), rows with rid only. */
 exec_stage_t *exec_count_scan_new(const shl_index_t *idx, const shl_key_bound_t *start,
                                   const shl_key_bound_t *end, const bson_t *bounds);

@@ -248,7 +248,7 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         *root = exec_eof_new(); /* only negations: nothing matches, as in MongoDB */
         p->access = EXEC_ACCESS_EOF;
     } else {
-        exec_stage_t *scan = nterms == 1 ? scans[0] : exec_or_new(scans, nterms);
+        exec_stage_t *scan = exec_or_new_named(scans, nterms, true);
         const shl_matcher_t *rest =
             q->matcher != NULL && !shl_matcher_is_trivial(q->matcher) ? q->matcher : NULL;
         *root = exec_fetch_new(scan, coll, rest);
@@ -487,7 +487,7 @@ exec_stage_explain(const exec_stage_t *s, bool exec_stats, bson_t *out)
         } else if (strcmp(name, "COUNT") == 0) {
             BSON_APPEND_INT64(out, "nCounted", s->stats.advanced);
             BSON_APPEND_INT64(out, "nSkipped", 0);
-        } else if (strcmp(name, "OR") == 0) {
+        } else if (strcmp(name, "OR") == 0 || strcmp(name, "TEXT_OR") == 0) {
             BSON_APPEND_INT64(out, "dupsTested", s->stats.dups_tested);
             BSON_APPEND_INT64(out, "dupsDropped", s->stats.dups_dropped);
         } else if (strcmp(name, "IXSCAN") == 0) {

@@ -1221,11 +1221,20 @@ or_destroy(exec_stage_t *s)
 }
 
 static const exec_stage_ops_t or_ops = {"OR", or_next, or_explain, or_destroy};
+/* The union of a text search's term scans, named as MongoDB's explain names it. */
+static const exec_stage_ops_t text_or_ops = {"TEXT_OR", or_next, or_explain, or_destroy};
 
 exec_stage_t *
 exec_or_new(exec_stage_t **children, size_t n)
 {
-    or_stage_t *o = (or_stage_t *)stage_alloc(sizeof(or_stage_t), &or_ops, NULL);
+    return exec_or_new_named(children, n, false);
+}
+
+exec_stage_t *
+exec_or_new_named(exec_stage_t **children, size_t n, bool text)
+{
+    or_stage_t *o =
+        (or_stage_t *)stage_alloc(sizeof(or_stage_t), text ? &text_or_ops : &or_ops, NULL);
     o->base.children = bson_malloc(n * sizeof(exec_stage_t *));
     memcpy(o->base.children, children, n * sizeof(exec_stage_t *));
     o->base.nchildren = n;

@@ -282,7 +282,7 @@ def test_text_index_scan(coll):
                                            "filter": {"$text": {"$search": "coffee"}}},
                                verbosity="executionStats")
     text = str(ex)
-    assert "TEXT_MATCH" in text and "IXSCAN" in text and "t_text_title_text" in text
+    assert "TEXT_MATCH" in text and "TEXT_OR" in text and "t_text_title_text" in text
     assert "COLLSCAN" not in text
     stats = ex["executionStats"]
     assert stats["totalDocsExamined"] == 4 and stats["nReturned"] == 4
