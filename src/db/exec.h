@@ -157,12 +157,14 @@ exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_
 
 /* exec_text_match_new -- passes the child's documents that match text query 'tq' over index
  * 'ti' (both stolen: the stage frees them), or all of them when 'pass_all' (a $text under
- * $or: the child filtered them), with the score of those that match appended when
+ * $or: the child filtered them with 'searcher', whose $text searches with 'searcher_fn'
+ * over 'tq' while the stage lives), with the score of those that match appended when
  * 'add_score'. */
 struct shl_text_index;
 struct shl_text_query;
 exec_stage_t *exec_text_match_new(exec_stage_t *child, struct shl_text_index *ti,
-                                  struct shl_text_query *tq, bool add_score, bool pass_all);
+                                  struct shl_text_query *tq, bool add_score, bool pass_all,
+                                  shl_matcher_t *searcher, shl_matcher_text_fn searcher_fn);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);

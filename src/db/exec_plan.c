@@ -211,10 +211,10 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         /* The $or's other clauses bring documents the search does not: a collection scan
          * whose filter searches each document; TEXT_MATCH scores those the search matches. */
         SHL_ERR(text_or_check(coll, &q->filter, st));
-        shl_matcher_set_text(q->matcher, text_or_match, tq);
         *root = exec_collscan_new(coll, true, q->matcher, 0);
         p->access = EXEC_ACCESS_COLLSCAN;
-        *root = exec_text_match_new(*root, ti, tq, q->text_score, true);
+        *root = exec_text_match_new(*root, ti, tq, q->text_score, true, q->matcher,
+                                    text_or_match);
         ti = NULL;
         tq = NULL;
         goto done;
@@ -255,7 +255,7 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         p->access = EXEC_ACCESS_IXSCAN;
     }
     nterms = 0;
-    *root = exec_text_match_new(*root, ti, tq, q->text_score, false);
+    *root = exec_text_match_new(*root, ti, tq, q->text_score, false, NULL, NULL);
     ti = NULL;
     tq = NULL;
 done:

@@ -1026,7 +1026,8 @@ typedef struct text_match_stage {
     int64_t docs_rejected;
     bool add_score;
     bool pass_all;
-    bson_t scored; /* the last document with its score (add_score) */
+    bson_t scored;           /* the last document with its score (add_score) */
+    shl_matcher_t *searcher; /* a matcher whose $text under $or searches with tq, or NULL */
 } text_match_stage_t;
 
 static int
@@ -1067,6 +1068,9 @@ static void
 text_match_destroy(exec_stage_t *s)
 {
     text_match_stage_t *t = (text_match_stage_t *)s;
+    if (t->searcher != NULL) {
+        shl_matcher_unset_text(t->searcher, t->tq); /* tq goes: no search with it after */
+    }
     shl_text_query_destroy(t->tq);
     shl_text_index_destroy(t->ti);
     bson_destroy(&t->scored);
@@ -1077,7 +1081,8 @@ static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
 
 exec_stage_t *
 exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq,
-                    bool add_score, bool pass_all)
+                    bool add_score, bool pass_all, shl_matcher_t *searcher,
+                    shl_matcher_text_fn searcher_fn)
 {
     text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
                                                               &text_match_ops, child);
@@ -1086,6 +1091,10 @@ exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t 
     t->add_score = add_score;
     t->pass_all = pass_all;
     bson_init(&t->scored);
+    if (pass_all && searcher_fn != NULL && searcher != NULL) {
+        shl_matcher_set_text(searcher, searcher_fn, tq);
+        t->searcher = searcher;
+    }
     return &t->base;
 }
 

@@ -1879,6 +1879,15 @@ shl_matcher_set_text(shl_matcher_t *m, shl_matcher_text_fn fn, void *arg)
     m->text_arg = arg;
 }
 
+void
+shl_matcher_unset_text(shl_matcher_t *m, const void *arg)
+{
+    if (m->text_arg == arg) {
+        m->text_fn = NULL;
+        m->text_arg = NULL;
+    }
+}
+
 bool
 shl_matcher_has_text_in_or(const shl_matcher_t *m)
 {

@@ -88,10 +88,12 @@ void shl_matcher_destroy(shl_matcher_t *m);
  *     A $text under a top-level $or (parsed with SHL_MATCHER_TEXT_DEFERRED) matches a
  *     document when 'fn' says so (the caller's text search over its index); without a
  *     function it matches nothing. Set before the matcher is shared; 'arg' must outlive
- *     it. shl_matcher_has_text_in_or -- whether the filter has such a $text.
+ *     it; shl_matcher_unset_text removes it when 'arg' is still the one set (its owner is
+ *     going). shl_matcher_has_text_in_or -- whether the filter has such a $text.
  */
 typedef int (*shl_matcher_text_fn)(void *arg, const bson_t *doc, bool *matched, shl_status_t *st);
 void shl_matcher_set_text(shl_matcher_t *m, shl_matcher_text_fn fn, void *arg);
+void shl_matcher_unset_text(shl_matcher_t *m, const void *arg);
 bool shl_matcher_has_text_in_or(const shl_matcher_t *m);
 
 /*
