@@ -142,13 +142,11 @@ SHL_TEST(text_scores_and_languages)
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'pie'}}", "{'body': 'Pie'}", &c), 1);
     ASSERT(fabs(c - 1.1) < 1e-9); /* the term is the whole string: 1.1 times */
     /* a case- or diacritic-sensitive query scores as an insensitive one */
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}",
-                         "{'body': 'Pie'}", &c),
-                  1);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}", "{'body': 'Pie'}", &c), 1);
     ASSERT(fabs(c - 1.1) < 1e-9);
-    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}",
-                         "{'body': 'pie'}", &c),
-                  0);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}", "{'body': 'pie'}", &c), 0);
     /* a document's language_override field picks its stemmer */
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'pommes', '$language': 'french'}}",
                          "{'body': 'pomme', 'language': 'french'}", &c),
