@@ -85,8 +85,8 @@ prefix_equality(const bson_t *filter, const char *path, bson_value_t *out)
         found = true;
     }
     found = found && !BSON_ITER_HOLDS_REGEX(&it) && !BSON_ITER_HOLDS_ARRAY(&it) &&
-            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
-              shl_iter_key(&sub)[0] == '$');
+            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+              shl_iter_next(&sub) && shl_iter_key(&sub)[0] == '$');
     if (found) {
         *out = *bson_iter_value(&it);
     }
@@ -213,8 +213,7 @@ text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_stat
         SHL_ERR(text_or_check(coll, &q->filter, st));
         *root = exec_collscan_new(coll, true, q->matcher, 0);
         p->access = EXEC_ACCESS_COLLSCAN;
-        *root = exec_text_match_new(*root, ti, tq, q->text_score, true, q->matcher,
-                                    text_or_match);
+        *root = exec_text_match_new(*root, ti, tq, q->text_score, true, q->matcher, text_or_match);
         ti = NULL;
         tq = NULL;
         goto done;

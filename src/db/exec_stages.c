@@ -1080,9 +1080,8 @@ static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
                                                 text_match_explain, text_match_destroy};
 
 exec_stage_t *
-exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq,
-                    bool add_score, bool pass_all, shl_matcher_t *searcher,
-                    shl_matcher_text_fn searcher_fn)
+exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq, bool add_score,
+                    bool pass_all, shl_matcher_t *searcher, shl_matcher_text_fn searcher_fn)
 {
     text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
                                                               &text_match_ops, child);

@@ -1686,11 +1686,19 @@ done:
 #define META_TEXT_SCORE 1
 static EXPR_PARSE(parse_meta)
 {
-    static const char *const names[] = {
-        "textScore",   "randVal",         "searchScore",        "searchHighlights",
-        "geoNearDistance", "geoNearPoint", "recordId",          "indexKey",
-        "sortKey",     "searchScoreDetails", "searchSequenceToken", "vectorSearchScore",
-        NULL};
+    static const char *const names[] = {"textScore",
+                                        "randVal",
+                                        "searchScore",
+                                        "searchHighlights",
+                                        "geoNearDistance",
+                                        "geoNearPoint",
+                                        "recordId",
+                                        "indexKey",
+                                        "sortKey",
+                                        "searchScoreDetails",
+                                        "searchSequenceToken",
+                                        "vectorSearchScore",
+                                        NULL};
     const char *name;
     bool known = false;
     int ret = 0;

@@ -629,8 +629,7 @@ shl_pipeline_next(shl_pipeline_t *p, const bson_t **doc, shl_status_t *st)
     } else {
         ret = pull(p->stages[p->nstages - 1], doc, st);
     }
-    if (ret == 0 && *doc != NULL && !p->opts.keep_text_score &&
-        shl_text_score_strip(*doc, &out)) {
+    if (ret == 0 && *doc != NULL && !p->opts.keep_text_score && shl_text_score_strip(*doc, &out)) {
         bson_destroy(&p->stripped);
         p->stripped = out;
         *doc = &p->stripped;

@@ -837,8 +837,8 @@ shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti, shl_tex
     terms_sort_unique(&q->neg);
     tokenizer_cleanup(&tk);
     /* The index holds insensitive terms: a sensitive query scans (and scores) by those. */
-    tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), false,
-                   false, NULL);
+    tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), false, false,
+                   NULL);
     parse_search(q, &tk, search, true);
     terms_sort_unique(&q->ipos);
     *out = q;

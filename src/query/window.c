@@ -1153,7 +1153,8 @@ eval_removable(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res,
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         rstate_apply(&f->rs, &v, 1);
         bson_value_destroy(&v);
@@ -1161,7 +1162,8 @@ eval_removable(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res,
         f->st_hi = j;
     }
     for (int64_t j = f->st_lo; j < a; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         rstate_apply(&f->rs, &v, -1);
         bson_value_destroy(&v);
@@ -1183,8 +1185,10 @@ eval_endpoint(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, 
 
     v.value_type = BSON_TYPE_EOD;
     if (a <= b) {
-        shl_expr_ctx_t ctx = {
-            .root = &w->part[f->acc.kind == ACC_FIRST ? a : b], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {.root = &w->part[f->acc.kind == ACC_FIRST ? a : b],
+                              .vars = w->vars,
+                              .now_ms = 0,
+                              .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
     }
     if (v.value_type == BSON_TYPE_EOD) {
@@ -1215,7 +1219,8 @@ eval_deque(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi < a - 1 ? a : f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         f->st_hi = j;
         if (nullish(&v)) {
@@ -1425,7 +1430,8 @@ trapezoid(query_wstage_t *w, const wfunc_t *f, int64_t j, double *area, shl_stat
     double x0 = 0, x1 = 0;
     bson_value_t y0, y1;
     shl_expr_ctx_t c0 = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
-    shl_expr_ctx_t c1 = {.root = &w->part[j + 1], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+    shl_expr_ctx_t c1 = {
+        .root = &w->part[j + 1], .vars = w->vars, .now_ms = 0, .collator = w->coll};
 
     y0.value_type = y1.value_type = BSON_TYPE_EOD;
     *area = 0;
@@ -1525,7 +1531,8 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         int64_t grow = 0;
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         SHL_ERR(query_acc_add(&f->st, &f->acc, &v, &w->part[j], &grow, st));
@@ -1555,7 +1562,8 @@ eval_linear(query_wstage_t *w, wfunc_t *f, size_t i, bson_value_t *out, shl_stat
     y0.value_type = y1.value_type = y.value_type = BSON_TYPE_EOD;
     out->value_type = BSON_TYPE_NULL;
     for (size_t j = 0; j < w->npart; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         const bson_value_t *x = &w->vals[j];
         if (!query_value_is_number(x) && x->value_type != BSON_TYPE_DATE_TIME) {
             SHL_FAIL(st, 6050106,

@@ -1068,8 +1068,8 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
             f->r = e->r;
             bson_init(&f->view_batch);
             snprintf(f->view_ns, sizeof(f->view_ns), "%s", ns.full);
-            SHL_ERR(router_view_foreign(op, coll, filter, &e->generic, f->view_reply,
-                                        &f->view_id, st));
+            SHL_ERR(
+                router_view_foreign(op, coll, filter, &e->generic, f->view_reply, &f->view_id, st));
             SHL_INVARIANT(bson_iter_init(&f->view_it, f->view_reply) &&
                           bson_iter_find_descendant(&f->view_it, "cursor.firstBatch",
                                                     &f->view_it) &&

@@ -128,8 +128,8 @@ router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *c
 }
 
 int
-router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
-                    const bson_t *generic, bson_t *reply, int64_t *cursor_id, shl_status_t *st)
+router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter, const bson_t *generic,
+                    bson_t *reply, int64_t *cursor_id, shl_status_t *st)
 {
     int ret = 0;
     bson_t agg = BSON_INITIALIZER, arr, stage, cursor;
@@ -153,11 +153,10 @@ router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
         bson_iter_find_descendant(&it, "cursor.id", &it)) {
         *cursor_id = bson_iter_as_int64(&it);
     }
-    if (ret == 0 && (!bson_iter_init(&it, reply) ||
-                     !bson_iter_find_descendant(&it, "cursor.firstBatch", &it) ||
-                     !BSON_ITER_HOLDS_ARRAY(&it))) {
-        ret = shl_status_set(st, SHL_CODE_INTERNAL_ERROR, "view %s: a reply without a batch",
-                             coll);
+    if (ret == 0 &&
+        (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "cursor.firstBatch", &it) ||
+         !BSON_ITER_HOLDS_ARRAY(&it))) {
+        ret = shl_status_set(st, SHL_CODE_INTERNAL_ERROR, "view %s: a reply without a batch", coll);
     }
     if (ret != 0 && *cursor_id != 0) {
         char ns[SHL_NS_MAX + 1];

@@ -180,8 +180,7 @@ int router_view_retry(shl_op_ctx_t *op, const bson_t *cmd, int ret, bson_t *repl
  *     after the view) holding the rest, 0 when none. Errors: the aggregate's.
  */
 int router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
-                        const bson_t *generic, bson_t *reply, int64_t *cursor_id,
-                        shl_status_t *st);
+                        const bson_t *generic, bson_t *reply, int64_t *cursor_id, shl_status_t *st);
 
 /*
  * router_current_op_aggregate --
