@@ -318,3 +318,21 @@ def test_text_under_and_or(coll):
     with pytest.raises(OperationFailure) as e:
         list(coll.find({"$text": {"$search": "a"}, "$and": [{"$text": {"$search": "b"}}]}))
     assert e.value.code == 2
+
+
+def test_text_score_unsharded_through_router(cluster):
+    """An unsharded collection's shard answers the router whole: the score still never
+    reaches the client unasked."""
+    c = cluster.router_client().textdb_unsharded.c
+    c.drop()
+    _scored(c)
+    got = list(c.find({"$text": {"$search": "coffee"}}).sort([("s", {"$meta": "textScore"})]))
+    assert [d["_id"] for d in got] == [13, 2, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
+    got = list(c.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                            {"$sort": {"s": {"$meta": "textScore"}}}]))
+    assert [d["_id"] for d in got] == [13, 2, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
+    got = list(c.find({"$text": {"$search": "tea"}}, {"s": {"$meta": "textScore"}, "_id": 0,
+                                                      "t": 0}))
+    assert sorted(round(d["s"], 4) for d in got) == [0.6667, 1.1]
