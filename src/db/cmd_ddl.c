@@ -785,6 +785,7 @@ cmd_drop_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     }
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
+        SHL_ERR(db_refuse_view(op, &ns, st));
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns not found %s", ns.full);
     }
     names = bson_malloc0((coll->nindexes + 1) * sizeof(char *));

@@ -21,6 +21,7 @@
 #include "net/command_args.h"
 #include "net/message.h"
 #include "query/pipeline.h"
+#include "query/text.h"
 #include "query/view_rewrite.h"
 #include "session/session_commands.h"
 
@@ -479,6 +480,14 @@ parse_query(const find_args_t *a, const bson_t *vars, exec_query_t **out, shl_st
     if (vars != NULL) {
         exec_query_set_let(q, vars);
     }
+    q->text_score = (a->has_sort && shl_text_score_wanted(&a->sort)) ||
+                    (a->has_projection && !a->return_key && shl_text_score_wanted(&a->projection));
+    if (q->text_score && !q->has_text) {
+        exec_query_cleanup(q);
+        bson_free(q);
+        return shl_status_set(st, 40218,
+                              "query requires text score metadata, but it is not available");
+    }
     if (a->has_collation) {
         ret = db_query_collation(&a->collation_cmd, "collation", q, st);
         if (ret != 0) {
@@ -615,6 +624,13 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
         goto done;
     }
     SHL_ERR(parse_query(&a, has_vars ? &vars : NULL, &q, st));
+    /* A router merging the shards' results by score reads it from the documents. */
+    /* (A router sorting gets whole documents and projects them itself, so it gets the score
+     * whenever it sorts.) */
+    if (op->has_shard_version && a.has_sort && q->has_text) {
+        q->text_score = true;
+        q->text_score_keep = true;
+    }
     /* The query (owned by the plan, then the cursor) keeps the filter for its life. */
     q->orphan_filter = filter;
     filter = NULL;
@@ -1729,6 +1745,10 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     opts.env = &a->env.env;
     opts.collator = a->collator;
     opts.leading_text = !collectionless; /* the first $match becomes the plan's query */
+    /* A router merges by the score; what $out/$merge write never holds it. */
+    opts.keep_text_score = op->has_shard_version &&
+                           shl_pipeline_stage_position(&pipeline, "$out") == 0 &&
+                           shl_pipeline_stage_position(&pipeline, "$merge") == 0;
     SHL_ERR(shl_pipeline_parse(&pipeline, &opts, &a->pl, st));
     pl = a->pl;
     if (collectionless) {
@@ -1755,6 +1775,12 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     }
     filter = collectionless ? NULL : shl_pipeline_leading_match(pl);
     SHL_ERR(exec_query_init(q, filter, NULL, NULL, st));
+    /* The pipeline reads the score ({$meta: "textScore"}) and removes it from its output. */
+    q->text_score = q->has_text;
+    q->text_score_keep = true;
+    if (!q->has_text && !collectionless && shl_text_score_wanted(&pipeline)) {
+        SHL_FAIL(st, 40218, "query requires text score metadata, but it is not available");
+    }
     exec_query_set_collator(q, a->collator, true);
     if (a->let != NULL) {
         shl_matcher_bind_vars(q->matcher, a->let);

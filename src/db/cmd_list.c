@@ -255,6 +255,7 @@ cmd_list_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_
     SHL_ERR(db_cursor_batch_size(cmd, &batch_size, st));
     coll = db_txn_ns_hidden(op, ns.full) ? NULL : shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
+        SHL_ERR(db_refuse_view(op, &ns, st));
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "ns does not exist: %s", ns.full);
     }
     docs = bson_new();

@@ -16,6 +16,7 @@
 #include "db/exec.h"
 #include "db/sharding_hooks.h"
 #include "db/storage_api.h"
+#include "db/views.h"
 #include "net/command_args.h"
 #include "net/message.h"
 
@@ -53,6 +54,7 @@ cmd_coll_stats(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     SHL_ERR(get_scale(cmd, &scale, st));
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
+        SHL_ERR(db_refuse_view(op, &ns, st));
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Collection [%s] not found.", ns.full);
     }
     count = shl_collection_num_records(coll);
@@ -490,6 +492,7 @@ cmd_validate(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_EXCLUSIVE, &h, st));
     locked = true;
     if (h.coll == NULL) {
+        SHL_ERR(db_refuse_view(op, &ns, st));
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "Collection '%s' does not exist to validate.",
                  ns.full);
     }

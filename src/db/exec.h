@@ -120,6 +120,8 @@ exec_stage_t *exec_fetch_new(exec_stage_t *child, const shl_collection_t *coll,
                              const shl_matcher_t *filter);
 /* OR: the rows of each input in turn, each RecordId once ('children' move to the stage). */
 exec_stage_t *exec_or_new(exec_stage_t **children, size_t n);
+/* exec_or_new_named -- the same, explained as TEXT_OR when 'text' (a text search's terms). */
+exec_stage_t *exec_or_new_named(exec_stage_t **children, size_t n, bool text);
 /* COUNT_SCAN: the entries of 'idx' in [start, end) (copied), rows with rid only. */
 exec_stage_t *exec_count_scan_new(const shl_index_t *idx, const shl_key_bound_t *start,
                                   const shl_key_bound_t *end, const bson_t *bounds);
@@ -154,11 +156,15 @@ exec_stage_t *exec_limit_new(exec_stage_t *child, int64_t limit);
 exec_stage_t *exec_sharding_filter_new(exec_stage_t *child, const shl_db_orphan_filter_t *filter);
 
 /* exec_text_match_new -- passes the child's documents that match text query 'tq' over index
- * 'ti' (both stolen: the stage frees them). */
+ * 'ti' (both stolen: the stage frees them), or all of them when 'pass_all' (a $text under
+ * $or: the child filtered them with 'searcher', whose $text searches with 'searcher_fn'
+ * over 'tq' while the stage lives), with the score of those that match appended when
+ * 'add_score'. */
 struct shl_text_index;
 struct shl_text_query;
 exec_stage_t *exec_text_match_new(exec_stage_t *child, struct shl_text_index *ti,
-                                  struct shl_text_query *tq);
+                                  struct shl_text_query *tq, bool add_score, bool pass_all,
+                                  shl_matcher_t *searcher, shl_matcher_text_fn searcher_fn);
 /* 'filter' is the query's matcher, needed again when the projection is positional. */
 exec_stage_t *exec_projection_new(exec_stage_t *child, const shl_projection_t *proj,
                                   const bson_t *spec, bool simple, const shl_matcher_t *filter);
@@ -215,6 +221,13 @@ typedef struct exec_query {
     /* The filter has a top-level $text (the matcher takes it as true): the plan scans the
      * collection and a TEXT_MATCH stage runs the search (docs/design/text_search.md). */
     bool has_text;
+    bson_value_t text; /* has_text: the $text's value (a view of 'filter') */
+    bool text_in_or;   /* it is a clause of a top-level $or (searched per document) */
+    /* Set by the caller: TEXT_MATCH appends each document's score (SHL_TEXT_SCORE_FIELD) for
+     * {$meta: "textScore"}; exec_plan_next removes it again unless text_score_keep (an
+     * aggregate's pipeline, a router merging by score, takes it on). */
+    bool text_score;
+    bool text_score_keep;
 } exec_query_t;
 
 /*
@@ -294,6 +307,7 @@ typedef struct exec_plan {
     bool own_query;
     bson_t rejected; /* explain's rejectedPlans (an array) */
     char ns[SHL_NS_MAX + 1];
+    bson_t stripped; /* exec_plan_next's last document without its text score */
 } exec_plan_t;
 
 /*

@@ -11,6 +11,7 @@
 #include "bson/bson_hash.h"
 #include "bson/bson_util.h"
 #include "bson/keystring.h"
+#include "query/text.h"
 #include "db/index_kinds.h"
 
 static bool
@@ -121,7 +122,14 @@ exec_query_init(exec_query_t *q, const bson_t *filter, const bson_t *sort, const
         bson_destroy(&q->filter);
         bson_init_static(&q->filter, bson_get_data(filter), filter->len);
     }
-    q->has_text = bson_has_field(&q->filter, "$text");
+    {
+        int ntext = 0;
+        shl_text_find(&q->filter, &q->text, &ntext, &q->text_in_or);
+        q->has_text = ntext > 0;
+        if (ntext > 1) {
+            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "Too many text expressions");
+        }
+    }
     q->id_point = !q->has_text && id_point_filter(&q->filter, &q->id_value);
     q->string_free = !filter_compares_strings(&q->filter);
     SHL_ERR(shl_matcher_new(&q->filter, SHL_MATCHER_DEFAULT | SHL_MATCHER_TEXT_DEFERRED,

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "bson/keystring.h"
 #include "db/cursor_manager.h"
 #include "db/index_kinds.h"
 #include "query/text.h"
@@ -63,38 +64,206 @@ exec_plan_dropped_index(const exec_plan_t *p, const shl_collection_t *coll)
     return NULL;
 }
 
-/* The TEXT_MATCH stage over 'root' for the query's $text, on the collection's text index
- * (IndexNotFound when it has none, as MongoDB's planner). */
+/* The value of an equality predicate on top-level 'path' in 'filter' ({path: v} or
+ * {path: {$eq: v}}, v no regex, array or operator document), false when there is none. */
+static bool
+prefix_equality(const bson_t *filter, const char *path, bson_value_t *out)
+{
+    bson_iter_t it, sub;
+    bool found = false;
+    if (!bson_iter_init_find(&it, filter, path)) {
+        return false;
+    }
+    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) && shl_iter_next(&sub) &&
+        shl_iter_key(&sub)[0] == '$') {
+        if (strcmp(shl_iter_key(&sub), "$eq") != 0) {
+            return false;
+        }
+        it = sub;
+        found = !shl_iter_next(&sub);
+    } else {
+        found = true;
+    }
+    found = found && !BSON_ITER_HOLDS_REGEX(&it) && !BSON_ITER_HOLDS_ARRAY(&it) &&
+            !(BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &sub) &&
+              shl_iter_next(&sub) && shl_iter_key(&sub)[0] == '$');
+    if (found) {
+        *out = *bson_iter_value(&it);
+    }
+    return found;
+}
+
+/* Whether some ordinary index of 'coll' leads with a top-level field of 'clause'. */
+static bool
+clause_indexed(const shl_collection_t *coll, const bson_t *clause)
+{
+    bool indexed = false;
+    for (size_t i = 0; i < coll->nindexes && !indexed; i++) {
+        bson_iter_t k, c;
+        if (db_index_is_text(coll->indexes[i]->spec) ||
+            !bson_iter_init(&k, coll->indexes[i]->key_pattern) || !shl_iter_next(&k)) {
+            continue;
+        }
+        indexed = shl_iter_key(&k)[0] != '$' && bson_iter_init_find(&c, clause, shl_iter_key(&k));
+    }
+    return indexed;
+}
+
+/* A $text under $or: every other clause must be able to use an index, as MongoDB's planner
+ * requires (NoQueryExecutionPlans, 291). */
 static int
-text_stage(shl_storage_engine_t *eng, const shl_collection_t *plan_coll, const exec_query_t *q,
-           exec_stage_t **root, shl_status_t *st)
+text_or_check(const shl_collection_t *coll, const bson_t *filter, shl_status_t *st)
+{
+    int ret = 0;
+    bson_iter_t it, arr;
+    if (!bson_iter_init_find(&it, filter, "$or") || !BSON_ITER_HOLDS_ARRAY(&it) ||
+        !bson_iter_recurse(&it, &arr)) {
+        goto done;
+    }
+    while (shl_iter_next(&arr)) {
+        const uint8_t *data;
+        uint32_t len;
+        bson_t clause;
+        bson_value_t v;
+        int n = 0;
+        bool in_or;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+            continue;
+        }
+        bson_iter_document(&arr, &len, &data);
+        if (!bson_init_static(&clause, data, len)) {
+            continue;
+        }
+        shl_text_find(&clause, &v, &n, &in_or);
+        if (n == 0 && !clause_indexed(coll, &clause)) {
+            SHL_FAIL(st, SHL_CODE_NO_QUERY_EXECUTION_PLANS,
+                     "error processing query: planner returned error :: caused by :: Failed to "
+                     "produce a solution for TEXT under OR - other non-TEXT clauses under OR "
+                     "have to be indexed as well.");
+        }
+    }
+done:
+    return ret;
+}
+
+/* The matcher's per-document search for a $text under $or. */
+static int
+text_or_match(void *arg, const bson_t *doc, bool *matched, shl_status_t *st)
+{
+    double score;
+    return shl_text_query_match(arg, doc, matched, &score, st);
+}
+
+/*
+ * The text search's access path over the collection's text index: per positive term of
+ * the query, an IXSCAN of the keys (prefix values, term, *) under an OR (each RecordId
+ * once), FETCH with the rest of the filter, then TEXT_MATCH (phrases, negations, the
+ * score). IndexNotFound (27) without a text index, as MongoDB's planner; a compound index's
+ * prefix fields need equality predicates (NoQueryExecutionPlans, 291).
+ */
+static int
+text_access(exec_plan_t *p, const exec_query_t *q, exec_stage_t **root, shl_status_t *st)
 {
     int ret = 0;
     const shl_index_t *idx = NULL;
     shl_text_index_t *ti = NULL;
     shl_text_query_t *tq = NULL;
-    bson_iter_t it;
-    /* The current catalog's indexes: the search scans the documents of the plan's snapshot,
-     * so a read in the past may use a text index built since (its keys are not read). */
-    shl_collection_t *coll = plan_coll != NULL ? shl_catalog_get(eng, plan_coll->ns) : NULL;
+    bson_t norm = BSON_INITIALIZER;
+    bson_value_t *prefix = NULL;
+    size_t nprefix = 0;
+    exec_stage_t **scans = NULL;
+    size_t nterms = 0;
+    bson_iter_t it, k;
+    const shl_collection_t *coll = p->coll;
 
+    *root = NULL;
     for (size_t i = 0; coll != NULL && i < coll->nindexes && idx == NULL; i++) {
         idx = db_index_is_text(coll->indexes[i]->spec) ? coll->indexes[i] : NULL;
     }
     if (coll == NULL) {
-        goto done; /* no collection: no documents (the plan is EOF) */
+        *root = exec_eof_new(); /* no collection: no documents */
+        p->access = EXEC_ACCESS_EOF;
+        goto done;
     }
     if (idx == NULL) {
         SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "text index required for $text query");
     }
     SHL_ERR(shl_text_index_new(idx->spec, &ti, st));
-    bson_iter_init_find(&it, &q->filter, "$text");
-    SHL_ERR(shl_text_query_new(bson_iter_value(&it), ti, &tq, st));
-    *root = exec_text_match_new(*root, ti, tq);
+    SHL_ERR(shl_text_query_new(&q->text, ti, &tq, st));
+    /* The prefix fields: the normalised key's fields before _fts. */
+    shl_text_index_append_normalized(ti, &norm);
+    if (bson_iter_init_find(&it, &norm, "key") && bson_iter_recurse(&it, &k)) {
+        prefix = bson_malloc0((bson_count_keys(&norm) + 8) * sizeof(bson_value_t));
+        while (shl_iter_next(&k) && strcmp(shl_iter_key(&k), "_fts") != 0) {
+            bson_value_t v;
+            if (!prefix_equality(&q->filter, shl_iter_key(&k), &v) ||
+                (q->collator != NULL && v.value_type == BSON_TYPE_UTF8)) {
+                SHL_FAIL(st, SHL_CODE_NO_QUERY_EXECUTION_PLANS,
+                         "error processing query: planner returned error :: caused by :: failed "
+                         "to use text index to satisfy $text query (if text index is compound, "
+                         "are equality predicates given for all prefix fields?)");
+            }
+            prefix = bson_realloc(prefix, (nprefix + 1) * sizeof(bson_value_t));
+            prefix[nprefix++] = v;
+        }
+    }
+    if (q->text_in_or) {
+        /* The $or's other clauses bring documents the search does not: a collection scan
+         * whose filter searches each document; TEXT_MATCH scores those the search matches. */
+        SHL_ERR(text_or_check(coll, &q->filter, st));
+        *root = exec_collscan_new(coll, true, q->matcher, 0);
+        p->access = EXEC_ACCESS_COLLSCAN;
+        *root = exec_text_match_new(*root, ti, tq, q->text_score, true, q->matcher, text_or_match);
+        ti = NULL;
+        tq = NULL;
+        goto done;
+    }
+    nterms = shl_text_query_nterms(tq);
+    scans = bson_malloc0((nterms + 1) * sizeof(exec_stage_t *));
+    for (size_t i = 0; i < nterms; i++) {
+        const char *term = shl_text_query_term(tq, i);
+        shl_keystring_t lo, hi;
+        bson_value_t t;
+        t.value_type = BSON_TYPE_UTF8;
+        t.value.v_utf8.str = (char *)(uintptr_t)term; /* read only by the encoder */
+        t.value.v_utf8.len = (uint32_t)strlen(term);
+        shl_keystring_init(&lo);
+        shl_keystring_init(&hi);
+        for (size_t j = 0; j < nprefix; j++) {
+            shl_keystring_append_value(&lo, &prefix[j], false);
+            shl_keystring_append_value(&hi, &prefix[j], false);
+        }
+        shl_keystring_append_value(&lo, &t, false);
+        shl_keystring_append_value(&hi, &t, false);
+        shl_keystring_append_max_suffix(&hi);
+        {
+            shl_key_bound_t b0 = {lo.data, lo.len}, b1 = {hi.data, hi.len};
+            scans[i] = exec_ixscan_new(idx, &b0, &b1, true, "text");
+        }
+        shl_keystring_cleanup(&lo);
+        shl_keystring_cleanup(&hi);
+    }
+    if (nterms == 0) {
+        *root = exec_eof_new(); /* only negations: nothing matches, as in MongoDB */
+        p->access = EXEC_ACCESS_EOF;
+    } else {
+        exec_stage_t *scan = exec_or_new_named(scans, nterms, true);
+        const shl_matcher_t *rest =
+            q->matcher != NULL && !shl_matcher_is_trivial(q->matcher) ? q->matcher : NULL;
+        *root = exec_fetch_new(scan, coll, rest);
+        p->access = EXEC_ACCESS_IXSCAN;
+    }
+    nterms = 0;
+    *root = exec_text_match_new(*root, ti, tq, q->text_score, false, NULL, NULL);
     ti = NULL;
     tq = NULL;
 done:
-    shl_collection_release(coll);
+    for (size_t i = 0; i < nterms; i++) {
+        exec_stage_destroy(scans[i]);
+    }
+    bson_free(scans);
+    bson_free(prefix);
+    bson_destroy(&norm);
     shl_text_query_destroy(tq);
     shl_text_index_destroy(ti);
     return ret;
@@ -117,6 +286,7 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
     snprintf(p->ns, sizeof(p->ns), "%s", ns);
     p->coll = coll != NULL ? shl_collection_ref(coll) : NULL;
     bson_init(&p->rejected);
+    bson_init(&p->stripped);
     bson_append_array_begin(&p->rejected, "r", 1, &rej);
     /* The snapshot first: a multi-plan trial reads in it. */
     if (txn != NULL) {
@@ -158,7 +328,11 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
             shl_collator_release(def);
         }
     }
-    {
+    if (q->has_text) {
+        bson_append_array_end(&p->rejected, &rej);
+        rej_open = false;
+        SHL_ERR(text_access(p, q, &root, st));
+    } else {
         exec_ctx_t trial = {NULL, p->txn};
         ret =
             exec_access_select(p->coll, q, &trial, &root, &p->access, &sorted, &covered, &rej, st);
@@ -172,9 +346,6 @@ exec_plan_build(shl_storage_engine_t *eng, shl_storage_txn_t *txn, uint64_t read
         if (p->nindex_names > 0) {
             snprintf(p->index_name, sizeof(p->index_name), "%s", p->index_names[0]);
         }
-    }
-    if (q->has_text) {
-        SHL_ERR(text_stage(eng, p->coll, q, &root, st));
     }
     if (q->orphan_filter != NULL) {
         /* Below SORT/SKIP/LIMIT so orphans never count, above the fetch so the whole
@@ -245,7 +416,16 @@ int
 exec_plan_next(exec_plan_t *p, shl_op_ctx_t *op, exec_row_t *row, bool *eof, shl_status_t *st)
 {
     exec_ctx_t ctx = {op, p->txn};
-    return exec_stage_next(p->root, &ctx, row, eof, st);
+    int ret = exec_stage_next(p->root, &ctx, row, eof, st);
+    if (ret == 0 && !*eof && row->doc != NULL && p->q->text_score && !p->q->text_score_keep) {
+        bson_t out;
+        if (shl_text_score_strip(row->doc, &out)) {
+            bson_destroy(&p->stripped);
+            p->stripped = out;
+            row->doc = &p->stripped;
+        }
+    }
+    return ret;
 }
 
 void
@@ -261,6 +441,7 @@ exec_plan_destroy(exec_plan_t *p)
     }
     shl_collection_release(p->coll);
     bson_destroy(&p->rejected);
+    bson_destroy(&p->stripped);
     for (size_t i = 0; i < p->nindex_names; i++) {
         bson_free(p->index_names[i]);
     }
@@ -305,7 +486,7 @@ exec_stage_explain(const exec_stage_t *s, bool exec_stats, bson_t *out)
         } else if (strcmp(name, "COUNT") == 0) {
             BSON_APPEND_INT64(out, "nCounted", s->stats.advanced);
             BSON_APPEND_INT64(out, "nSkipped", 0);
-        } else if (strcmp(name, "OR") == 0) {
+        } else if (strcmp(name, "OR") == 0 || strcmp(name, "TEXT_OR") == 0) {
             BSON_APPEND_INT64(out, "dupsTested", s->stats.dups_tested);
             BSON_APPEND_INT64(out, "dupsDropped", s->stats.dups_dropped);
         } else if (strcmp(name, "IXSCAN") == 0) {

@@ -1024,6 +1024,10 @@ typedef struct text_match_stage {
     shl_text_index_t *ti;
     shl_text_query_t *tq;
     int64_t docs_rejected;
+    bool add_score;
+    bool pass_all;
+    bson_t scored;           /* the last document with its score (add_score) */
+    shl_matcher_t *searcher; /* a matcher whose $text under $or searches with tq, or NULL */
 } text_match_stage_t;
 
 static int
@@ -1039,7 +1043,13 @@ text_match_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
             break;
         }
         SHL_ERR(shl_text_query_match(t->tq, row->doc, &matched, &score, st));
-        if (matched) {
+        if (matched && t->add_score) {
+            bson_reinit(&t->scored);
+            bson_copy_to_excluding_noinit(row->doc, &t->scored, SHL_TEXT_SCORE_FIELD, NULL);
+            BSON_APPEND_DOUBLE(&t->scored, SHL_TEXT_SCORE_FIELD, score);
+            row->doc = &t->scored;
+        }
+        if (matched || t->pass_all) {
             break;
         }
         t->docs_rejected++;
@@ -1058,20 +1068,32 @@ static void
 text_match_destroy(exec_stage_t *s)
 {
     text_match_stage_t *t = (text_match_stage_t *)s;
+    if (t->searcher != NULL) {
+        shl_matcher_unset_text(t->searcher, t->tq); /* tq goes: no search with it after */
+    }
     shl_text_query_destroy(t->tq);
     shl_text_index_destroy(t->ti);
+    bson_destroy(&t->scored);
 }
 
 static const exec_stage_ops_t text_match_ops = {"TEXT_MATCH", text_match_next,
                                                 text_match_explain, text_match_destroy};
 
 exec_stage_t *
-exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq)
+exec_text_match_new(exec_stage_t *child, shl_text_index_t *ti, shl_text_query_t *tq, bool add_score,
+                    bool pass_all, shl_matcher_t *searcher, shl_matcher_text_fn searcher_fn)
 {
     text_match_stage_t *t = (text_match_stage_t *)stage_alloc(sizeof(text_match_stage_t),
                                                               &text_match_ops, child);
     t->ti = ti;
     t->tq = tq;
+    t->add_score = add_score;
+    t->pass_all = pass_all;
+    bson_init(&t->scored);
+    if (pass_all && searcher_fn != NULL && searcher != NULL) {
+        shl_matcher_set_text(searcher, searcher_fn, tq);
+        t->searcher = searcher;
+    }
     return &t->base;
 }
 
@@ -1207,11 +1229,20 @@ or_destroy(exec_stage_t *s)
 }
 
 static const exec_stage_ops_t or_ops = {"OR", or_next, or_explain, or_destroy};
+/* The union of a text search's term scans, named as MongoDB's explain names it. */
+static const exec_stage_ops_t text_or_ops = {"TEXT_OR", or_next, or_explain, or_destroy};
 
 exec_stage_t *
 exec_or_new(exec_stage_t **children, size_t n)
 {
-    or_stage_t *o = (or_stage_t *)stage_alloc(sizeof(or_stage_t), &or_ops, NULL);
+    return exec_or_new_named(children, n, false);
+}
+
+exec_stage_t *
+exec_or_new_named(exec_stage_t **children, size_t n, bool text)
+{
+    or_stage_t *o =
+        (or_stage_t *)stage_alloc(sizeof(or_stage_t), text ? &text_or_ops : &or_ops, NULL);
     o->base.children = bson_malloc(n * sizeof(exec_stage_t *));
     memcpy(o->base.children, children, n * sizeof(exec_stage_t *));
     o->base.nchildren = n;

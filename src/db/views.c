@@ -209,13 +209,23 @@ int
 db_check_write_ns(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
 {
     int ret = 0;
-    bson_t def = BSON_INITIALIZER;
-    bool found = false;
 
     if (op->conn == NULL && strcmp(ns->coll, VIEWS_COLL) == 0) {
         goto done; /* this node's own definition writes */
     }
     SHL_ERR(db_check_user_write_ns(ns, st));
+    SHL_ERR(db_refuse_view(op, ns, st));
+done:
+    return ret;
+}
+
+int
+db_refuse_view(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t def = BSON_INITIALIZER;
+    bool found = false;
+
     SHL_ERR(db_view_get(op, ns->full, &def, &found, st));
     if (found) {
         SHL_FAIL(st, SHL_CODE_COMMAND_NOT_SUPPORTED_ON_VIEW,

@@ -57,6 +57,11 @@ void db_view_resolved_append(const db_view_resolved_t *r, bson_t *out);
  */
 int db_check_write_ns(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st);
 
+/* db_refuse_view -- CommandNotSupportedOnView (166) when 'ns' is a view: for the commands
+ * MongoDB runs on collections only (collStats, validate, listIndexes, dropIndexes), called
+ * where they find no collection. */
+int db_refuse_view(shl_op_ctx_t *op, const shl_ns_t *ns, shl_status_t *st);
+
 /*
  * db_view_create --
  *     `create` of a view (the command has viewOn): validates its options and pipeline and

@@ -14,6 +14,7 @@
 #include <sys/time.h>
 
 #include "bson/bson_compare.h"
+#include "query/text.h"
 
 #define QC_UNDEFINED_VARIABLE 17276
 #define QC_FIELDPATH_EMPTY_COMPONENT 15998
@@ -1680,6 +1681,55 @@ done:
     return ret;
 }
 
+/* {$meta: "<name>"}: the document's metadata. Only textScore is kept (by a text search, in
+ * SHL_TEXT_SCORE_FIELD); the other names MongoDB knows evaluate to missing. */
+#define META_TEXT_SCORE 1
+static EXPR_PARSE(parse_meta)
+{
+    static const char *const names[] = {"textScore",
+                                        "randVal",
+                                        "searchScore",
+                                        "searchHighlights",
+                                        "geoNearDistance",
+                                        "geoNearPoint",
+                                        "recordId",
+                                        "indexKey",
+                                        "sortKey",
+                                        "searchScoreDetails",
+                                        "searchSequenceToken",
+                                        "vectorSearchScore",
+                                        NULL};
+    const char *name;
+    bool known = false;
+    int ret = 0;
+    (void)op;
+    if (arg->value_type != BSON_TYPE_UTF8) {
+        SHL_FAIL(st, 17307, "$meta only supports string arguments");
+    }
+    name = arg->value.v_utf8.str;
+    for (size_t i = 0; names[i] != NULL && !known; i++) {
+        known = strcmp(names[i], name) == 0;
+    }
+    if (!known) {
+        SHL_FAIL(st, 17308, "Unsupported argument to $meta: %s", name);
+    }
+    e->flags = strcmp(name, "textScore") == 0 ? META_TEXT_SCORE : 0;
+done:
+    return ret;
+}
+
+static EXPR_FN(op_meta)
+{
+    double score;
+    (void)st;
+    if (e->flags == META_TEXT_SCORE && ctx->root != NULL && shl_text_score_get(ctx->root, &score)) {
+        expr_value_double(out, score);
+    } else {
+        expr_value_missing(out);
+    }
+    return 0;
+}
+
 /* One table for every operator; kept sorted by name for readers, searched linearly. */
 static const expr_op_t ops[] = {
     {"$abs", 1, 1, expr_op_abs, NULL},
@@ -1738,6 +1788,7 @@ static const expr_op_t ops[] = {
     {"$map", 0, 0, expr_op_map, expr_parse_map},
     {"$max", 0, -1, expr_op_max, NULL},
     {"$mergeObjects", 0, -1, expr_op_merge_objects, NULL},
+    {"$meta", 0, 0, op_meta, parse_meta},
     {"$millisecond", 0, 0, expr_op_millisecond, expr_parse_date_part},
     {"$min", 0, -1, expr_op_min, NULL},
     {"$minute", 0, 0, expr_op_minute, expr_parse_date_part},

@@ -25,6 +25,7 @@ typedef enum nkind {
     N_NOT,
     N_TRUE,
     N_FALSE,
+    N_TEXT, /* a $text under $or: the caller's search (shl_matcher_set_text) decides */
     N_EQ,
     N_LT,
     N_LTE,
@@ -86,12 +87,16 @@ struct shl_matcher {
     shl_status_t placeholder_status;
     bson_t *vars; /* owned: a command's `let` bound by shl_matcher_bind_vars, or NULL */
     shl_collator_t *coll; /* a reference (shl_matcher_set_collator), NULL: simple */
+    shl_matcher_text_fn text_fn; /* N_TEXT's search (shl_matcher_set_text), NULL: none */
+    void *text_arg;
+    bool has_text_node;
 };
 
 typedef enum level { LEVEL_PREDICATE_TOP, LEVEL_DOC_TOP, LEVEL_SUBDOC } level_t;
 
 typedef struct pctx {
     uint32_t flags;
+    bool *has_text_node; /* set when an N_TEXT node is made */
 } pctx_t;
 
 static void
@@ -1030,7 +1035,13 @@ parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t
 
     pctx_t sub_pc = *pc;
 
-    sub_pc.flags &= ~SHL_MATCHER_TEXT_DEFERRED;
+    if (kind == N_OR && (pc->flags & SHL_MATCHER_TEXT_DEFERRED) && level == LEVEL_PREDICATE_TOP) {
+        /* Under a top-level $or the search runs per document (N_TEXT). */
+        sub_pc.flags = (sub_pc.flags & ~SHL_MATCHER_TEXT_DEFERRED) | SHL_MATCHER_TEXT_IN_OR;
+    } else if (kind != N_AND) {
+        /* Under $and the caller's search still decides (a conjunction with it). */
+        sub_pc.flags &= ~(SHL_MATCHER_TEXT_DEFERRED | SHL_MATCHER_TEXT_IN_OR);
+    }
     if (v->value_type != BSON_TYPE_ARRAY) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "%s must be an array", opname);
     }
@@ -1045,8 +1056,7 @@ parse_tree(const char *opname, nkind_t kind, const bson_value_t *v, const pctx_t
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$or/$and/$nor entries need to be full objects");
         }
         query_bson_view(bson_iter_value(&it), &obj);
-        /* A $text under $and/$or/$nor is not the top-level one the caller searches for:
-         * it stays IndexNotFound (TODO(20): $text inside $and/$or as MongoDB allows). */
+        /* A $text under $or/$nor is not one the caller searches for: IndexNotFound. */
         SHL_ERR(parse_doc(&obj, &sub_pc, level, &kid, st));
         node_add(n, kid);
         kid = NULL;
@@ -1123,11 +1133,19 @@ parse_pathless(const char *key, const bson_value_t *v, const pctx_t *pc, level_t
         if (!(pc->flags & SHL_MATCHER_ALLOW_TEXT)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$text is not allowed in this context");
         }
-        if (!(pc->flags & SHL_MATCHER_TEXT_DEFERRED) || level != LEVEL_PREDICATE_TOP) {
+        if (!(pc->flags & (SHL_MATCHER_TEXT_DEFERRED | SHL_MATCHER_TEXT_IN_OR)) ||
+            level != LEVEL_PREDICATE_TOP) {
             SHL_FAIL(st, SHL_CODE_INDEX_NOT_FOUND, "text index required for $text query");
         }
         if (v->value_type != BSON_TYPE_DOCUMENT) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$text expects an object");
+        }
+        if (pc->flags & SHL_MATCHER_TEXT_IN_OR) {
+            *out = node_new(N_TEXT, NULL);
+            if (pc->has_text_node != NULL) {
+                *pc->has_text_node = true;
+            }
+            return 0;
         }
         *out = node_new(N_TRUE, NULL); /* the caller's text search decides */
         return 0;
@@ -1240,6 +1258,8 @@ typedef struct mctx {
     const bson_t *bound_vars;      /* the matcher's own (shl_matcher_bind_vars) */
     const bson_t *doc;             /* the document for $expr */
     const shl_collator_t *coll;    /* the matcher's collation (NULL: simple) */
+    shl_matcher_text_fn text_fn;   /* N_TEXT */
+    void *text_arg;
     int err;
     shl_status_t *st;
 } mctx_t;
@@ -1584,6 +1604,7 @@ match_single(const mnode_t *n, const bson_value_t *v, mctx_t *mc, bool *has_key,
         return false;
     case N_EXPR:
     case N_JSON_SCHEMA:
+    case N_TEXT:
         return false;
     }
     return false;
@@ -1770,6 +1791,13 @@ match_doc(const mnode_t *n, const bson_t *doc, mctx_t *mc, bool *has_key, size_t
         return true;
     case N_FALSE:
         return false;
+    case N_TEXT: {
+        bool b = false;
+        if (mc->err == 0 && mc->text_fn != NULL) {
+            mc->err = mc->text_fn(mc->text_arg, doc, &b, mc->st);
+        }
+        return mc->err == 0 && b;
+    }
     case N_EXPR: {
         shl_expr_ctx_t ec = {0};
         bool b = false;
@@ -1825,9 +1853,10 @@ int
 shl_matcher_new(const bson_t *filter, uint32_t flags, shl_matcher_t **out, shl_status_t *st)
 {
     shl_matcher_t *m = bson_malloc0(sizeof(*m));
-    pctx_t pc = {flags};
+    pctx_t pc = {flags, NULL};
     int ret = 0;
 
+    pc.has_text_node = &m->has_text_node;
     *out = NULL;
     m->filter = bson_copy(filter);
     if (m->filter == NULL) {
@@ -1841,6 +1870,28 @@ shl_matcher_new(const bson_t *filter, uint32_t flags, shl_matcher_t **out, shl_s
 done:
     shl_matcher_destroy(m);
     return ret;
+}
+
+void
+shl_matcher_set_text(shl_matcher_t *m, shl_matcher_text_fn fn, void *arg)
+{
+    m->text_fn = fn;
+    m->text_arg = arg;
+}
+
+void
+shl_matcher_unset_text(shl_matcher_t *m, const void *arg)
+{
+    if (m->text_arg == arg) {
+        m->text_fn = NULL;
+        m->text_arg = NULL;
+    }
+}
+
+bool
+shl_matcher_has_text_in_or(const shl_matcher_t *m)
+{
+    return m->has_text_node;
 }
 
 void
@@ -1917,6 +1968,8 @@ shl_matcher_match(const shl_matcher_t *m, const bson_t *doc, shl_match_details_t
     mc.in = details;
     mc.bound_vars = m->vars;
     mc.coll = m->coll;
+    mc.text_fn = m->text_fn;
+    mc.text_arg = m->text_arg;
     mc.doc = doc;
     mc.st = st;
     *matched = match_doc(m->root, doc, &mc, &has_key, &key);

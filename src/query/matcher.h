@@ -28,6 +28,9 @@ typedef struct shl_matcher shl_matcher_t;
 /* A top-level $text parses as always true: the caller runs the text search over the
  * collection's text index (db/exec_plan.c). Without it $text is IndexNotFound (27). */
 #define SHL_MATCHER_TEXT_DEFERRED 0x10u
+/* (internal: the clauses of a top-level $or under SHL_MATCHER_TEXT_DEFERRED, where a $text
+ * is searched per document: shl_matcher_set_text) */
+#define SHL_MATCHER_TEXT_IN_OR 0x20u
 /* What partial-index filters, arrayFilters and validators allow. */
 #define SHL_MATCHER_NO_SPECIAL 0x0u
 
@@ -79,6 +82,19 @@ const shl_collator_t *shl_matcher_collator(const shl_matcher_t *m);
 
 /* shl_matcher_destroy -- free a matcher (NULL is fine). */
 void shl_matcher_destroy(shl_matcher_t *m);
+
+/*
+ * shl_matcher_text_fn / shl_matcher_set_text --
+ *     A $text under a top-level $or (parsed with SHL_MATCHER_TEXT_DEFERRED) matches a
+ *     document when 'fn' says so (the caller's text search over its index); without a
+ *     function it matches nothing. Set before the matcher is shared; 'arg' must outlive
+ *     it; shl_matcher_unset_text removes it when 'arg' is still the one set (its owner is
+ *     going). shl_matcher_has_text_in_or -- whether the filter has such a $text.
+ */
+typedef int (*shl_matcher_text_fn)(void *arg, const bson_t *doc, bool *matched, shl_status_t *st);
+void shl_matcher_set_text(shl_matcher_t *m, shl_matcher_text_fn fn, void *arg);
+void shl_matcher_unset_text(shl_matcher_t *m, const void *arg);
+bool shl_matcher_has_text_in_or(const shl_matcher_t *m);
 
 /*
  * shl_matcher_match --

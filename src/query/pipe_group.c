@@ -96,7 +96,7 @@ item_cmp(const accdef_t *d, const accitem_t *x, const accitem_t *y)
     if (d->sort_by != NULL) {
         return shl_sort_key_compare(d->sort_by, &x->key, &y->key);
     }
-    return shl_expr_compare(&x->val, &y->val);
+    return shl_expr_compare_coll(&x->val, &y->val, d->coll);
 }
 
 /* The position after every item <= 'it' (stable insertion). */
@@ -241,8 +241,8 @@ query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bso
         if (nullish) {
             break;
         }
-        if (!a->seen || (d->kind == ACC_MIN ? shl_expr_compare(v, &a->val) < 0
-                                            : shl_expr_compare(v, &a->val) > 0)) {
+        if (!a->seen || (d->kind == ACC_MIN ? shl_expr_compare_coll(v, &a->val, d->coll) < 0
+                                            : shl_expr_compare_coll(v, &a->val, d->coll) > 0)) {
             bson_value_destroy(&a->val);
             bson_value_copy(v, &a->val);
             a->seen = true;
@@ -277,7 +277,7 @@ query_acc_add(accstate_t *a, const accdef_t *d, const bson_value_t *v, const bso
             bool dup = false;
             bson_iter_init(&it, a->arr);
             while (!dup && shl_iter_next(&it)) {
-                dup = shl_bson_value_compare(bson_iter_value(&it), v) == 0;
+                dup = shl_bson_value_compare_coll(bson_iter_value(&it), v, d->coll) == 0;
             }
             if (dup) {
                 break;
@@ -773,6 +773,7 @@ pipe_parse_acc_fields(shl_pipeline_t *p, pipe_stage_t *s, const char *k, const b
     d->field = bson_strdup(k);
     s->naccs++;
     SHL_ERR(query_acc_parse(p->opts.vars, &a, d, st));
+    d->coll = p->opts.collator;
     if (shl_iter_next(&a)) {
         SHL_FAIL(st, 40238, "The field '%s' must specify one accumulator", k);
     }

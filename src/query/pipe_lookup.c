@@ -282,35 +282,47 @@ done:
 /* ---------------------------------------------------------------- $graphLookup */
 
 /*
- * A set of values in MongoDB's equality (1, 1.0 and NumberLong(1) are one value): open
- * addressing over shl_bson_hash_fast. $graphLookup keeps the _ids it has visited and the
- * values it has already searched for in two of them.
+ * A set of values in MongoDB's equality (1, 1.0 and NumberLong(1) are one value; strings
+ * equal under the aggregate's collation are one value, as MongoDB's value comparator makes
+ * them): open addressing over shl_bson_hash_fast of the values, or of their collation keys.
+ * $graphLookup keeps the _ids it has visited and the values it has already searched for in
+ * two of them.
  */
 typedef struct vset {
     bson_value_t *vals;
+    bson_value_t *keys; /* coll != NULL: the values' collation keys (what is compared) */
     size_t n;
     size_t *slots; /* index + 1 into vals; 0 = empty */
     size_t nslots; /* a power of two */
+    const shl_collator_t *coll;
 } vset_t;
 
 static void
 vset_clear(vset_t *v)
 {
+    const shl_collator_t *coll = v->coll;
     for (size_t i = 0; i < v->n; i++) {
         bson_value_destroy(&v->vals[i]);
+        if (v->keys != NULL) {
+            bson_value_destroy(&v->keys[i]);
+        }
     }
     bson_free(v->vals);
+    bson_free(v->keys);
     bson_free(v->slots);
     memset(v, 0, sizeof(*v));
+    v->coll = coll;
 }
 
+/* The slot of compared value 'k' (a collation key when the set has a collation). */
 static size_t
-vset_slot(const vset_t *v, const bson_value_t *x, bool *found)
+vset_slot(const vset_t *v, const bson_value_t *k, bool *found)
 {
-    size_t i = (size_t)shl_bson_hash_fast(x) & (v->nslots - 1);
+    const bson_value_t *cmp = v->coll != NULL ? v->keys : v->vals;
+    size_t i = (size_t)shl_bson_hash_fast(k) & (v->nslots - 1);
     *found = false;
     while (v->slots[i] != 0) {
-        if (shl_bson_value_compare(&v->vals[v->slots[i] - 1], x) == 0) {
+        if (shl_bson_value_compare(&cmp[v->slots[i] - 1], k) == 0) {
             *found = true;
             break;
         }
@@ -323,7 +335,12 @@ static bool
 vset_has(const vset_t *v, const bson_value_t *x)
 {
     bool found = false;
-    if (v->n > 0) {
+    if (v->n > 0 && v->coll != NULL) {
+        bson_value_t k;
+        shl_collator_value_key(v->coll, x, &k);
+        vset_slot(v, &k, &found);
+        bson_value_destroy(&k);
+    } else if (v->n > 0) {
         vset_slot(v, x, &found);
     }
     return found;
@@ -335,6 +352,7 @@ vset_add(vset_t *v, const bson_value_t *x)
 {
     bool found;
     size_t slot;
+    bson_value_t k;
 
     if (2 * (v->n + 1) > v->nslots) {
         size_t ns = v->nslots ? v->nslots * 2 : 16;
@@ -342,16 +360,27 @@ vset_add(vset_t *v, const bson_value_t *x)
         v->slots = bson_malloc0(ns * sizeof(*v->slots));
         v->nslots = ns;
         for (size_t i = 0; i < v->n; i++) {
-            slot = vset_slot(v, &v->vals[i], &found);
+            slot = vset_slot(v, v->coll != NULL ? &v->keys[i] : &v->vals[i], &found);
             v->slots[slot] = i + 1;
         }
         v->vals = bson_realloc(v->vals, (ns / 2) * sizeof(*v->vals));
+        if (v->coll != NULL) {
+            v->keys = bson_realloc(v->keys, (ns / 2) * sizeof(*v->keys));
+        }
     }
-    slot = vset_slot(v, x, &found);
+    k.value_type = BSON_TYPE_EOD;
+    if (v->coll != NULL) {
+        shl_collator_value_key(v->coll, x, &k);
+    }
+    slot = vset_slot(v, v->coll != NULL ? &k : x, &found);
     if (found) {
+        bson_value_destroy(&k);
         return false;
     }
     bson_value_copy(x, &v->vals[v->n]);
+    if (v->coll != NULL) {
+        v->keys[v->n] = k; /* moved */
+    }
     v->slots[slot] = ++v->n;
     return true;
 }
@@ -482,6 +511,7 @@ pipe_next_graph_lookup(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     memset(&searched, 0, sizeof(searched));
     memset(&frontier, 0, sizeof(frontier));
     memset(&next, 0, sizeof(next));
+    visited.coll = searched.coll = frontier.coll = next.coll = s->pipe->opts.collator;
     v.value_type = BSON_TYPE_EOD;
     *doc = NULL;
     pipe_docs_clear(s);

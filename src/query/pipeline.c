@@ -15,6 +15,7 @@
 #include "bson/bson_iter.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
+#include "query/text.h"
 
 /* $documents' buffer: Shale's own bound (its array is an expression value, at most
  * EXPR_MAX_VALUE_BYTES); every other buffering stage reads its MongoDB knob (pipe_stage_limit). */
@@ -327,12 +328,21 @@ static int parse_stages(shl_pipeline_t *p, const bson_t *stages, shl_status_t *s
  *     environment; 'vars' replaces the variables when not NULL. Nesting is bounded as
  *     MongoDB's (MaxSubPipelineDepthExceeded past 20).
  */
+/* A zeroed pipeline (its bson_t member aligned as libbson wants). */
+static shl_pipeline_t *
+pipeline_alloc(void)
+{
+    shl_pipeline_t *p = bson_aligned_alloc0(BSON_ALIGNOF(shl_pipeline_t), sizeof(*p));
+    bson_init(&p->stripped);
+    return p;
+}
+
 int
 pipe_sub_parse(shl_pipeline_t *parent, const bson_t *stages, pipe_ctx_t ctx, const bson_t *vars,
                shl_pipeline_t **out, shl_status_t *st)
 {
     int ret = 0;
-    shl_pipeline_t *p = bson_malloc0(sizeof(*p));
+    shl_pipeline_t *p = pipeline_alloc();
 
     *out = NULL;
     p->opts = parent->opts;
@@ -547,7 +557,7 @@ shl_pipeline_parse(const bson_t *stages, const shl_pipeline_opts_t *opts, shl_pi
                    shl_status_t *st)
 {
     int ret = 0;
-    shl_pipeline_t *p = bson_malloc0(sizeof(*p));
+    shl_pipeline_t *p = pipeline_alloc();
 
     if (opts != NULL) {
         p->opts = *opts;
@@ -608,14 +618,23 @@ shl_pipeline_drop_leading_match(shl_pipeline_t *p)
 int
 shl_pipeline_next(shl_pipeline_t *p, const bson_t **doc, shl_status_t *st)
 {
+    int ret;
+    bson_t out;
     if (p->first >= p->nstages) {
         if (p->src.next == NULL) {
             *doc = NULL;
             return 0;
         }
-        return p->src.next(p->src.arg, doc, st);
+        ret = p->src.next(p->src.arg, doc, st);
+    } else {
+        ret = pull(p->stages[p->nstages - 1], doc, st);
     }
-    return pull(p->stages[p->nstages - 1], doc, st);
+    if (ret == 0 && *doc != NULL && !p->opts.keep_text_score && shl_text_score_strip(*doc, &out)) {
+        bson_destroy(&p->stripped);
+        p->stripped = out;
+        *doc = &p->stripped;
+    }
+    return ret;
 }
 
 void
@@ -639,6 +658,7 @@ shl_pipeline_destroy(shl_pipeline_t *p)
         pipe_stage_destroy(p->stages[i]);
     }
     bson_free(p->stages);
+    bson_destroy(&p->stripped);
     bson_free(p);
 }
 

@@ -60,6 +60,9 @@ typedef struct shl_pipeline_opts {
     /* The caller runs the first $match as its query (shl_pipeline_leading_match) with the
      * text search: a $text in it parses (SHL_MATCHER_TEXT_DEFERRED). Not in sub-pipelines. */
     bool leading_text;
+    /* Output documents keep the text score they carry (SHL_TEXT_SCORE_FIELD): a shard's
+     * results for a router that merges by it. Otherwise shl_pipeline_next removes it. */
+    bool keep_text_score;
 } shl_pipeline_opts_t;
 
 /* The writing stage that ends a pipeline ($out or $merge), parsed; see shl_pipeline_output. */

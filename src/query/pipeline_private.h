@@ -50,6 +50,7 @@ typedef struct accdef {
     shl_expr_t *arg;             /* the input ('output' of $top/$bottom) */
     int64_t n;                   /* the N accumulators */
     shl_sort_pattern_t *sort_by; /* $top/$bottom/$topN/$bottomN */
+    const shl_collator_t *coll;  /* $min/$max/$minN/$maxN compare strings by it (NULL: simple) */
 } accdef_t;
 
 /* One retained value of an N accumulator, with its sort key for $top/$bottom. */
@@ -284,6 +285,7 @@ struct shl_pipeline {
     shl_pipeline_opts_t opts;
     pipe_ctx_t ctx;
     int depth; /* sub-pipeline nesting ($lookup/$unionWith/$facet) */
+    bson_t stripped; /* the last output without its text score (opts.keep_text_score) */
 };
 
 /* ---------------------------------------------------------------- pipeline.c: what the families

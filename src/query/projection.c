@@ -13,6 +13,7 @@
 
 #include "query/expression.h"
 #include "query/query_private.h"
+#include "query/text.h"
 
 typedef enum pkind {
     P_PATH,
@@ -368,7 +369,13 @@ parse_sub_object(pctx_t *ctx, const char *key, const bson_value_t *v, const char
             goto done;
         }
         if (strcmp(op, "$meta") == 0) {
-            SHL_FAIL(st, SHL_CODE_BAD_VALUE, "$meta projections are not supported by this server");
+            /* Metadata (the text score): allowed in both kinds, deciding neither. */
+            n = pnode_new(key, strlen(key), P_EXPR);
+            SHL_ERR(shl_expr_parse(v, &n->expr, st));
+            n->computed = true;
+            SHL_ERR(add_at_path(parent, key, strlen(key), n, st));
+            n = NULL;
+            goto done;
         }
         /* A generic aggregation expression. */
         n = pnode_new(key, strlen(key), P_EXPR);
@@ -802,6 +809,12 @@ incl_doc(const bson_t *in, const pnode_t *node, bson_t *out)
         const char *key = shl_iter_key(&it);
         const bson_value_t *v = bson_iter_value(&it);
         const pnode_t *kid = pnode_find(node, key);
+        if (kid == NULL && key[0] == SHL_TEXT_SCORE_FIELD[0] && node->name[0] == '\0' &&
+            strcmp(key, SHL_TEXT_SCORE_FIELD) == 0) {
+            /* The text score is metadata, kept by every projection (query/text.h). */
+            bson_append_value(out, key, -1, v);
+            continue;
+        }
         if (kid == NULL) {
             continue;
         }

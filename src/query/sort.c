@@ -13,6 +13,7 @@
 #include "base/options.h"
 #include "bson/bson_compare.h"
 #include "query/query_private.h"
+#include "query/text.h"
 
 typedef struct sort_field {
     qpath_t path;
@@ -87,8 +88,12 @@ shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t 
                          "non-string");
             }
             if (strcmp(bson_iter_utf8(&mi, NULL), "textScore") == 0) {
-                SHL_FAIL(st, QC_TEXT_SCORE_UNAVAILABLE,
-                         "query requires text score metadata, but it is not available");
+                /* The score the text search left in the document, highest first. */
+                qpath_init(&p->fields[p->n].path, SHL_TEXT_SCORE_FIELD,
+                           strlen(SHL_TEXT_SCORE_FIELD));
+                p->fields[p->n].dir = -1;
+                p->n++;
+                continue;
             }
             SHL_FAIL(st, SHL_CODE_FAILED_TO_PARSE, "$meta sort by '%s' metadata is not supported",
                      bson_iter_utf8(&mi, NULL));

@@ -23,8 +23,9 @@ typedef struct shl_sort_pattern shl_sort_pattern_t;
  *     Parse a sort specification. {} gives an empty pattern (no sort). *out is immutable
  *     and thread-safe; free with shl_sort_pattern_destroy. Errors: 15974 "Illegal key in
  *     $sort specification: ...", 15975 "$sort key ordering must be 1 (for ascending) or -1
- *     (for descending)", 17312 ($meta other than {$meta: ...}), 40218 for {$meta:
- *     "textScore"} (no text search yet), 40352/16410 bad field names.
+ *     (for descending)", 17312 ($meta other than {$meta: ...}), 40352/16410 bad field
+ *     names. {$meta: "textScore"} sorts by the score a text search left in the document
+ *     (SHL_TEXT_SCORE_FIELD, query/text.h), highest first.
  */
 int shl_sort_pattern_new(const bson_t *spec, shl_sort_pattern_t **out, shl_status_t *st);
 

@@ -8,6 +8,7 @@
 
 #include <libstemmer.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -18,6 +19,7 @@
 
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "query/text_stopwords.h"
 
 #define TEXT_MAX_WEIGHT 99999.0
 #define UNSUPPORTED_LANGUAGE 17262
@@ -144,18 +146,54 @@ fold(const char *in, size_t len, bool cased, bool diacritics)
     return out;
 }
 
+static int cmp_str(const void *a, const void *b);
+
+/* Each language's stop words folded as words are (case and diacritics), sorted; built once
+ * (stop_once), read-only after. */
+typedef struct stop_list {
+    char **v;
+    size_t n;
+} stop_list_t;
+static stop_list_t stop_lists[sizeof(languages) / sizeof(languages[0])];
+static pthread_once_t stop_once = PTHREAD_ONCE_INIT;
+
+static void
+stop_lists_build(void)
+{
+    for (size_t l = 0; l < sizeof(languages) / sizeof(languages[0]); l++) {
+        const char *const *src = shl_text_stopwords(languages[l].name);
+        size_t n = 0;
+        stop_list_t *sl = &stop_lists[l];
+        if (strcmp(languages[l].name, "english") == 0) {
+            n = sizeof(english_stop) / sizeof(english_stop[0]);
+            sl->v = bson_malloc0((n + 1) * sizeof(char *));
+            for (size_t i = 0; i < n; i++) {
+                sl->v[i] = bson_strdup(english_stop[i]);
+            }
+        } else if (src != NULL) {
+            while (src[n] != NULL) {
+                n++;
+            }
+            sl->v = bson_malloc0((n + 1) * sizeof(char *));
+            for (size_t i = 0; i < n; i++) {
+                sl->v[i] = fold(src[i], strlen(src[i]), false, false);
+            }
+        }
+        sl->n = n;
+        if (n > 0) {
+            qsort(sl->v, n, sizeof(char *), cmp_str);
+        }
+    }
+}
+
+/* Whether 'w' (folded: case and diacritics) is a stop word of language 'lang'. */
 static bool
 is_stop_word(int lang, const char *w)
 {
-    if (strcmp(languages[lang].name, "english") != 0) {
-        return false; /* TODO(20): other languages' stop word lists */
-    }
-    for (size_t i = 0; i < sizeof(english_stop) / sizeof(english_stop[0]); i++) {
-        if (strcmp(english_stop[i], w) == 0) {
-            return true;
-        }
-    }
-    return false;
+    const stop_list_t *sl;
+    pthread_once(&stop_once, stop_lists_build);
+    sl = &stop_lists[lang];
+    return sl->n > 0 && bsearch(&w, sl->v, sl->n, sizeof(char *), cmp_str) != NULL;
 }
 
 /* The terms of a string: folded words without stop words, stemmed. */
@@ -227,7 +265,8 @@ static void
 add_word(tokenizer_t *tk, const char *w, size_t len, terms_t *out)
 {
     char *f = fold(w, len, tk->cased, tk->diacritics);
-    char *lower = tk->cased || !tk->diacritics ? fold(w, len, false, false) : NULL;
+    /* Stop words are found case- and diacritic-insensitively whatever the query asks. */
+    char *lower = tk->cased || tk->diacritics ? fold(w, len, false, false) : NULL;
     bool stop = is_stop_word(tk->lang, lower != NULL ? lower : f);
     bson_free(lower);
     if (stop || f[0] == '\0') {
@@ -666,6 +705,7 @@ struct shl_text_query {
     int lang; /* $language, or -1: each document's own */
     bool cased, diacritics;
     terms_t pos, neg;                        /* sorted, distinct */
+    terms_t ipos; /* pos folded case- and diacritic-insensitively: the index's terms, the score */
     terms_t pos_phrase, neg_phrase;          /* folded as the query asks */
     struct sb_stemmer *stemmers[NLANGUAGES]; /* opened as documents need them */
 };
@@ -694,7 +734,7 @@ terms_has(const terms_t *t, const char *s)
 /* Split $search: whitespace-separated words ("-" first negates the word), "phrases"
  * ("-" before the quote negates it; a positive phrase's words are positive terms too). */
 static void
-parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
+parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s, bool index_terms)
 {
     size_t i = 0, n = strlen(s);
     while (i < n) {
@@ -704,7 +744,11 @@ parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
         if (at < n && s[at] == '"') {
             const char *end = strchr(s + at + 1, '"');
             size_t plen = end != NULL ? (size_t)(end - (s + at + 1)) : n - at - 1;
-            if (plen > 0) {
+            if (plen > 0 && index_terms) {
+                if (!neg) {
+                    tokenize(tk, s + at + 1, plen, &q->ipos);
+                }
+            } else if (plen > 0) {
                 terms_push(neg ? &q->neg_phrase : &q->pos_phrase,
                            fold(s + at + 1, plen, q->cased, q->diacritics));
                 if (!neg) {
@@ -720,7 +764,11 @@ parse_search(shl_text_query_t *q, tokenizer_t *tk, const char *s)
                    s[j] != '"') {
                 j++;
             }
-            tokenize(tk, s + at, j - at, neg ? &q->neg : &q->pos);
+            if (!index_terms) {
+                tokenize(tk, s + at, j - at, neg ? &q->neg : &q->pos);
+            } else if (!neg) {
+                tokenize(tk, s + at, j - at, &q->ipos);
+            }
             i = j > i ? j : i + 1;
         }
     }
@@ -784,9 +832,15 @@ shl_text_query_new(const bson_value_t *text, const shl_text_index_t *ti, shl_tex
     tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), q->cased,
                    q->diacritics, NULL);
     tk_open = true;
-    parse_search(q, &tk, search);
+    parse_search(q, &tk, search, false);
     terms_sort_unique(&q->pos);
     terms_sort_unique(&q->neg);
+    tokenizer_cleanup(&tk);
+    /* The index holds insensitive terms: a sensitive query scans (and scores) by those. */
+    tokenizer_init(&tk, q->lang >= 0 ? q->lang : language_index(ti->default_language), false, false,
+                   NULL);
+    parse_search(q, &tk, search, true);
+    terms_sort_unique(&q->ipos);
     *out = q;
     q = NULL;
 done:
@@ -804,6 +858,7 @@ shl_text_query_destroy(shl_text_query_t *q)
         return;
     }
     terms_cleanup(&q->pos);
+    terms_cleanup(&q->ipos);
     terms_cleanup(&q->neg);
     terms_cleanup(&q->pos_phrase);
     terms_cleanup(&q->neg_phrase);
@@ -818,13 +873,13 @@ shl_text_query_destroy(shl_text_query_t *q)
 size_t
 shl_text_query_nterms(const shl_text_query_t *q)
 {
-    return q->pos.n;
+    return q->ipos.n;
 }
 
 const char *
 shl_text_query_term(const shl_text_query_t *q, size_t i)
 {
-    return q->pos.v[i];
+    return q->ipos.v[i];
 }
 
 typedef struct phrase_ctx {
@@ -878,7 +933,7 @@ shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, doub
         ret = doc_scores(q->ti, doc, q->cased, q->diacritics, q->stemmers, &sens, st);
     }
     for (size_t i = 0; ret == 0 && i < sc.n; i++) {
-        if (terms_has(&q->pos, sc.v[i].term)) {
+        if (terms_has(&q->ipos, sc.v[i].term)) {
             total += sc.v[i].score;
             any = any || !(q->cased || q->diacritics);
         }
@@ -899,4 +954,97 @@ shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, doub
     score_cleanup(&sens);
 done:
     return ret;
+}
+
+/* ---- the score a document carries ---- */
+
+bool
+shl_text_score_wanted(const bson_t *spec)
+{
+    bson_iter_t it;
+    bool wanted = false;
+    if (!bson_iter_init(&it, spec)) {
+        return false;
+    }
+    while (!wanted && shl_iter_next(&it)) {
+        if (strcmp(shl_iter_key(&it), "$meta") == 0 && BSON_ITER_HOLDS_UTF8(&it)) {
+            wanted = strcmp(bson_iter_utf8(&it, NULL), "textScore") == 0;
+        } else if (BSON_ITER_HOLDS_DOCUMENT(&it) || BSON_ITER_HOLDS_ARRAY(&it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_t sub;
+            if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+                bson_iter_document(&it, &len, &data);
+            } else {
+                bson_iter_array(&it, &len, &data);
+            }
+            wanted = bson_init_static(&sub, data, len) && shl_text_score_wanted(&sub);
+        }
+    }
+    return wanted;
+}
+
+bool
+shl_text_score_get(const bson_t *doc, double *score)
+{
+    bson_iter_t it;
+    bool found = bson_iter_init_find(&it, doc, SHL_TEXT_SCORE_FIELD) && BSON_ITER_HOLDS_DOUBLE(&it);
+    *score = found ? bson_iter_double(&it) : 0;
+    return found;
+}
+
+bool
+shl_text_score_strip(const bson_t *doc, bson_t *out)
+{
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, SHL_TEXT_SCORE_FIELD)) {
+        return false;
+    }
+    bson_init(out);
+    bson_copy_to_excluding_noinit(doc, out, SHL_TEXT_SCORE_FIELD, NULL);
+    return true;
+}
+
+/* ---- where a filter's $text is ---- */
+
+static void
+text_find(const bson_t *filter, bool top, bson_value_t *out, int *count, bool *in_or)
+{
+    bson_iter_t it, arr;
+    if (!bson_iter_init(&it, filter)) {
+        return;
+    }
+    while (shl_iter_next(&it)) {
+        const char *k = shl_iter_key(&it);
+        bool is_or = top && strcmp(k, "$or") == 0;
+        if (strcmp(k, "$text") == 0) {
+            if (*count == 0) {
+                *out = *bson_iter_value(&it); /* its data is the filter's */
+            }
+            (*count)++;
+        } else if ((strcmp(k, "$and") == 0 || is_or) && BSON_ITER_HOLDS_ARRAY(&it) &&
+                   bson_iter_recurse(&it, &arr)) {
+            while (shl_iter_next(&arr)) {
+                const uint8_t *data;
+                uint32_t len;
+                bson_t sub;
+                if (!BSON_ITER_HOLDS_DOCUMENT(&arr)) {
+                    continue;
+                }
+                bson_iter_document(&arr, &len, &data);
+                if (bson_init_static(&sub, data, len)) {
+                    int before = *count;
+                    text_find(&sub, top && !is_or, out, count, in_or);
+                    *in_or = *in_or || (is_or && *count > before);
+                }
+            }
+        }
+    }
+}
+
+void
+shl_text_find(const bson_t *filter, bson_value_t *out, int *count, bool *in_or)
+{
+    *in_or = false;
+    text_find(filter, true, out, count, in_or);
 }

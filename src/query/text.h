@@ -81,10 +81,40 @@ void shl_text_query_destroy(shl_text_query_t *q);
 int shl_text_query_match(shl_text_query_t *q, const bson_t *doc, bool *matched, double *score,
                          shl_status_t *st);
 
+/*
+ * SHL_TEXT_SCORE_FIELD -- where a document carries its textScore between the TEXT_MATCH
+ * stage and {$meta: "textScore"} (projection, sort, expressions): a top-level field whose
+ * name starts with DEL (no application's field), appended to the document when the query
+ * asks for the score, and removed from every document a client receives
+ * (shl_text_score_strip). A shard keeps it in the documents it sends a router, which merges
+ * by it and removes it. docs/design/text_search.md.
+ */
+#define SHL_TEXT_SCORE_FIELD "\x7ftextScore"
+
+/* shl_text_score_wanted -- whether 'spec' (a projection, a sort or a pipeline) holds
+ * {$meta: "textScore"} at any depth. */
+bool shl_text_score_wanted(const bson_t *spec);
+
+/* shl_text_score_get -- the score 'doc' carries, false when it has none. */
+bool shl_text_score_get(const bson_t *doc, double *score);
+
+/* shl_text_score_strip -- when 'doc' carries a score: true, and *out (initialised) is 'doc'
+ * without it; false (out untouched) otherwise. */
+bool shl_text_score_strip(const bson_t *doc, bson_t *out);
+
+/*
+ * shl_text_find --
+ *     The $text a query filter searches with: at its top level, in a top-level $and (nested
+ *     $and too) or in a clause of a top-level $or (*in_or); *count is how many there are
+ *     (MongoDB takes one: "Too many text expressions"), *out the first one's value (a view
+ *     of 'filter'). *count starts at 0.
+ */
+void shl_text_find(const bson_t *filter, bson_value_t *out, int *count, bool *in_or);
+
 /* shl_text_query_nterms -- the number of distinct positive terms (what an index scans). */
 size_t shl_text_query_nterms(const shl_text_query_t *q);
 
-/* shl_text_query_term -- the i-th positive term (borrowed). */
+/* shl_text_query_term -- the i-th positive term (borrowed), folded as the index folds. */
 const char *shl_text_query_term(const shl_text_query_t *q, size_t i);
 
 #endif

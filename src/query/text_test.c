@@ -141,9 +141,64 @@ SHL_TEST(text_scores_and_languages)
     ASSERT(fabs(c - 1.0) < 1e-9); /* one term of one: coefficient 1 */
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'pie'}}", "{'body': 'Pie'}", &c), 1);
     ASSERT(fabs(c - 1.1) < 1e-9); /* the term is the whole string: 1.1 times */
+    /* a case- or diacritic-sensitive query scores as an insensitive one */
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}", "{'body': 'Pie'}", &c), 1);
+    ASSERT(fabs(c - 1.1) < 1e-9);
+    ASSERT_INT_EQ(
+        tmatch(ti, "{'t': {'$search': 'Pie', '$caseSensitive': true}}", "{'body': 'pie'}", &c), 0);
     /* a document's language_override field picks its stemmer */
     ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'pommes', '$language': 'french'}}",
                          "{'body': 'pomme', 'language': 'french'}", &c),
                   1);
     shl_text_index_destroy(ti);
+}
+
+SHL_TEST(text_stop_words_of_other_languages)
+{
+    shl_text_index_t *ti = tindex("{'key': {'t': 'text'}, 'default_language': 'french'}");
+    double s;
+    ASSERT(ti != NULL);
+    /* French stop words (with or without their diacritics, any case) match nothing */
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'le'}}", "{'t': 'le pommes'}", &s), 0);
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'ETE'}}", "{'t': 'il a été là'}", &s), 0);
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'pommes'}}", "{'t': 'le pommes'}", &s), 1);
+    ASSERT(fabs(s - 1.0) < 1e-9); /* 'le' is no term: 'pomm' is one of one */
+    /* German and Russian lists; English's words are not French stop words */
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'und', '$language': 'german'}}",
+                         "{'t': 'Brot und Butter', 'language': 'german'}", &s),
+                  0);
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'и', '$language': 'russian'}}",
+                         "{'t': 'хлеб и масло', 'language': 'russian'}", &s),
+                  0);
+    ASSERT_INT_EQ(tmatch(ti, "{'t': {'$search': 'the'}}", "{'t': 'the'}", &s), 1);
+    shl_text_index_destroy(ti);
+}
+
+SHL_TEST(text_score_field_and_find)
+{
+    bson_t *f = shl_test_bson("{'a': 1, '$and': [{'b': 2}, {'$text': {'$search': 'x'}}]}");
+    bson_t *sort = shl_test_bson("{'s': {'$meta': 'textScore'}}");
+    bson_t *plain = shl_test_bson("{'s': {'x': 1}}");
+    bson_t doc = BSON_INITIALIZER, out;
+    bson_value_t v;
+    double score = 0;
+    int n = 0;
+    bool in_or = true;
+    shl_text_find(f, &v, &n, &in_or);
+    ASSERT_INT_EQ(n, 1);
+    ASSERT(!in_or);
+    ASSERT(v.value_type == BSON_TYPE_DOCUMENT);
+    ASSERT(shl_text_score_wanted(sort) && !shl_text_score_wanted(plain));
+    BSON_APPEND_INT32(&doc, "a", 1);
+    ASSERT(!shl_text_score_get(&doc, &score) && !shl_text_score_strip(&doc, &out));
+    BSON_APPEND_DOUBLE(&doc, SHL_TEXT_SCORE_FIELD, 2.5);
+    ASSERT(shl_text_score_get(&doc, &score) && score == 2.5);
+    ASSERT(shl_text_score_strip(&doc, &out));
+    ASSERT_INT_EQ((int)bson_count_keys(&out), 1);
+    bson_destroy(&out);
+    bson_destroy(&doc);
+    bson_destroy(f);
+    bson_destroy(sort);
+    bson_destroy(plain);
 }

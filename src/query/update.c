@@ -2013,11 +2013,15 @@ shl_update_upsert_doc(const shl_update_t *u, const shl_matcher_t *query,
         bson_iter_init(&it, &eq);
         while (shl_iter_next(&it)) {
             const char *k = shl_iter_key(&it);
+            if (u->kind == SHL_UPDATE_REPLACEMENT && strncmp(k, "_id.", 4) == 0) {
+                /* A replacement takes the immutable _id from the query whole. */
+                bson_destroy(&eq);
+                SHL_FAIL(st, SHL_CODE_NOT_EXACT_VALUE_FIELD,
+                         "field at '_id' must be exactly specified, field at sub-path '%s'found",
+                         k);
+            }
             if (u->kind == SHL_UPDATE_REPLACEMENT && strcmp(k, "_id") != 0) {
                 continue;
-            }
-            if (u->kind != SHL_UPDATE_REPLACEMENT && strncmp(k, "_id.", 4) == 0) {
-                /* paths below _id still seed it */
             }
             if ((ret = seed_equality(seed, k, bson_iter_value(&it), st)) != 0) {
                 bson_destroy(&eq);

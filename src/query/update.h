@@ -100,7 +100,8 @@ int shl_update_apply(const shl_update_t *u, const bson_t *doc, const shl_update_
  *     fields (shl_matcher_equality_fields; only _id for a replacement) as nested documents,
  *     then the update applied with is_insert, then _id moved first — a new ObjectId when
  *     there is none. *out is always initialised. Errors: those of shl_update_apply and of
- *     shl_matcher_equality_fields (54 NotSingleValueField).
+ *     shl_matcher_equality_fields (54 NotSingleValueField); NotExactValueField (107) for a
+ *     replacement whose query gives _id by its sub-paths ({"_id.a": 1}), as MongoDB.
  */
 int shl_update_upsert_doc(const shl_update_t *u, const shl_matcher_t *query,
                           const shl_update_ctx_t *ctx, bson_t *out, shl_status_t *st);

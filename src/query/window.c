@@ -1153,7 +1153,8 @@ eval_removable(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res,
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         rstate_apply(&f->rs, &v, 1);
         bson_value_destroy(&v);
@@ -1161,7 +1162,8 @@ eval_removable(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res,
         f->st_hi = j;
     }
     for (int64_t j = f->st_lo; j < a; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         rstate_apply(&f->rs, &v, -1);
         bson_value_destroy(&v);
@@ -1183,8 +1185,10 @@ eval_endpoint(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, 
 
     v.value_type = BSON_TYPE_EOD;
     if (a <= b) {
-        shl_expr_ctx_t ctx = {
-            .root = &w->part[f->acc.kind == ACC_FIRST ? a : b], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {.root = &w->part[f->acc.kind == ACC_FIRST ? a : b],
+                              .vars = w->vars,
+                              .now_ms = 0,
+                              .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
     }
     if (v.value_type == BSON_TYPE_EOD) {
@@ -1215,7 +1219,8 @@ eval_deque(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi < a - 1 ? a : f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         f->st_hi = j;
         if (nullish(&v)) {
@@ -1224,7 +1229,7 @@ eval_deque(query_wstage_t *w, wfunc_t *f, int64_t a, int64_t b, bson_t *res, shl
             continue;
         }
         while (f->dq_tail > f->dq_head &&
-               dir * shl_expr_compare(&f->dq_val[f->dq_tail - 1], &v) < 0) {
+               dir * shl_expr_compare_coll(&f->dq_val[f->dq_tail - 1], &v, w->coll) < 0) {
             f->dq_tail--;
             f->st_mem -= query_value_size(&f->dq_val[f->dq_tail]);
             w->mem -= query_value_size(&f->dq_val[f->dq_tail]);
@@ -1301,7 +1306,7 @@ cov_pair(query_wstage_t *w, const wfunc_t *f, int64_t j, double *x, double *y, b
 {
     int ret = 0;
     bson_value_t vx, vy;
-    shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
 
     vx.value_type = vy.value_type = BSON_TYPE_EOD;
     *ok = false;
@@ -1401,8 +1406,8 @@ eval_derivative(query_wstage_t *w, wfunc_t *f, size_t i, int64_t a, int64_t b, b
     }
     SHL_ERR(deriv_x(w, f, a, &x0, st));
     SHL_ERR(deriv_x(w, f, b, &x1, st));
-    shl_expr_ctx_t c0 = {.root = &w->part[a], .vars = w->vars, .now_ms = 0};
-    shl_expr_ctx_t c1 = {.root = &w->part[b], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t c0 = {.root = &w->part[a], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+    shl_expr_ctx_t c1 = {.root = &w->part[b], .vars = w->vars, .now_ms = 0, .collator = w->coll};
     SHL_ERR(shl_expr_evaluate(f->arg, &c0, &y0, st));
     SHL_ERR(shl_expr_evaluate(f->arg, &c1, &y1, st));
     if (!query_value_is_number(&y0) || !query_value_is_number(&y1) || x1 == x0) {
@@ -1424,8 +1429,9 @@ trapezoid(query_wstage_t *w, const wfunc_t *f, int64_t j, double *area, shl_stat
     int ret = 0;
     double x0 = 0, x1 = 0;
     bson_value_t y0, y1;
-    shl_expr_ctx_t c0 = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
-    shl_expr_ctx_t c1 = {.root = &w->part[j + 1], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t c0 = {.root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
+    shl_expr_ctx_t c1 = {
+        .root = &w->part[j + 1], .vars = w->vars, .now_ms = 0, .collator = w->coll};
 
     y0.value_type = y1.value_type = BSON_TYPE_EOD;
     *area = 0;
@@ -1525,7 +1531,8 @@ eval_acc(query_wstage_t *w, wfunc_t *f, size_t i, bson_t *res, shl_status_t *st)
         f->st_hi = a - 1;
     }
     for (int64_t j = f->st_hi + 1; j <= b; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         int64_t grow = 0;
         SHL_ERR(shl_expr_evaluate(f->acc.arg, &ctx, &v, st));
         SHL_ERR(query_acc_add(&f->st, &f->acc, &v, &w->part[j], &grow, st));
@@ -1555,7 +1562,8 @@ eval_linear(query_wstage_t *w, wfunc_t *f, size_t i, bson_value_t *out, shl_stat
     y0.value_type = y1.value_type = y.value_type = BSON_TYPE_EOD;
     out->value_type = BSON_TYPE_NULL;
     for (size_t j = 0; j < w->npart; j++) {
-        shl_expr_ctx_t ctx = {.root = &w->part[j], .vars = w->vars, .now_ms = 0};
+        shl_expr_ctx_t ctx = {
+            .root = &w->part[j], .vars = w->vars, .now_ms = 0, .collator = w->coll};
         const bson_value_t *x = &w->vals[j];
         if (!query_value_is_number(x) && x->value_type != BSON_TYPE_DATE_TIME) {
             SHL_FAIL(st, 6050106,
@@ -1615,7 +1623,7 @@ eval_func(query_wstage_t *w, size_t fi, size_t i, bson_value_t *out, shl_status_
     wfunc_t *f = &w->funcs[fi];
     bson_t res = BSON_INITIALIZER;
     bson_iter_t it;
-    shl_expr_ctx_t ctx = {.root = &w->part[i], .vars = w->vars, .now_ms = 0};
+    shl_expr_ctx_t ctx = {.root = &w->part[i], .vars = w->vars, .now_ms = 0, .collator = w->coll};
 
     out->value_type = BSON_TYPE_EOD;
     switch (f->kind) {
@@ -2248,7 +2256,7 @@ densify_next(query_wstage_t *w, const shl_pipeline_source_t *in, const bson_t **
         }
         bson_t key;
         pending_parts(w, &key);
-        if (shl_bson_doc_compare(&key, &w->cur_pkey) != 0) {
+        if (shl_bson_doc_compare_coll(&key, &w->cur_pkey, w->coll) != 0) {
             if (densify_wants(w, NULL)) {
                 SHL_ERR(densify_emit(w, doc, st));
                 goto done;
@@ -2487,6 +2495,9 @@ void
 query_wstage_set_collator(query_wstage_t *w, shl_collator_t *coll)
 {
     w->coll = coll;
+    for (size_t i = 0; i < w->nfuncs; i++) {
+        w->funcs[i].acc.coll = coll;
+    }
     if (w->sort_by != NULL) {
         shl_sort_pattern_set_collator(w->sort_by, coll);
     }

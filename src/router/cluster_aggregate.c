@@ -944,11 +944,16 @@ typedef struct agg_foreign {
     shl_router_cursor_t *c;
     shl_router_cursor_t *owner;
     shl_pipeline_source_t src;
-    /* A view on a sharded collection: its aggregate's whole result (router_view_foreign),
-     * served in order; NULL otherwise. */
+    /* A view on a sharded collection: its aggregate's first reply (router_view_foreign),
+     * then the batches of its router cursor view_id (0: none left), served in order;
+     * view_reply is NULL otherwise. */
     bson_t *view_reply;
+    bson_t view_batch; /* the latest batch after the first (an array) */
     bson_iter_t view_it;
     bson_t view_doc;
+    int64_t view_id;
+    char view_ns[SHL_NS_MAX + 1];
+    shl_router_t *r;
 } agg_foreign_t;
 
 typedef struct foreign_find {
@@ -974,22 +979,50 @@ build_foreign_find(void *arg, const shl_router_routing_t *rr, const char *shard,
     bson_concat(cmd, f->generic);
 }
 
+/* The view's next batch from its router cursor (as a getMore would take it) into
+ * f->view_batch, f->view_it over it; the cursor is gone once exhausted. */
+static int
+view_next_batch(agg_foreign_t *f, shl_status_t *st)
+{
+    int ret = 0;
+    shl_router_t *r = f->r;
+    shl_router_cursor_t *c = NULL;
+    bool exhausted = true;
+
+    bson_reinit(&f->view_batch);
+    SHL_ERR(shl_router_cursor_manager_pin(r->cursors, f->view_id, f->view_ns, &c, st));
+    ret = shl_router_cursor_fill_batch(f->owner->op, c, 0, false, &f->view_batch, &exhausted, st);
+    shl_router_cursor_manager_unpin(r->cursors, c, exhausted || ret != 0);
+    if (exhausted || ret != 0) {
+        f->view_id = 0;
+    }
+    SHL_ERR(ret);
+    bson_iter_init(&f->view_it, &f->view_batch);
+done:
+    return ret;
+}
+
 static int
 foreign_next(void *arg, const bson_t **doc, shl_status_t *st)
 {
     agg_foreign_t *f = arg;
-    int ret;
+    int ret = 0;
 
     *doc = NULL;
     if (f->view_reply != NULL) {
-        if (shl_iter_next(&f->view_it) && BSON_ITER_HOLDS_DOCUMENT(&f->view_it)) {
+        bool more = shl_iter_next(&f->view_it);
+        if (!more && f->view_id != 0) {
+            SHL_ERR(view_next_batch(f, st));
+            more = shl_iter_next(&f->view_it);
+        }
+        if (more && BSON_ITER_HOLDS_DOCUMENT(&f->view_it)) {
             const uint8_t *data;
             uint32_t len;
             bson_iter_document(&f->view_it, &len, &data);
             bson_init_static(&f->view_doc, data, len);
             *doc = &f->view_doc;
         }
-        return 0;
+        goto done;
     }
     if (f->c == NULL) {
         return 0;
@@ -997,6 +1030,7 @@ foreign_next(void *arg, const bson_t **doc, shl_status_t *st)
     f->c->op = f->owner->op;
     ret = f->src.next(f->src.arg, doc, st);
     f->c->op = NULL;
+done:
     return ret;
 }
 
@@ -1006,7 +1040,7 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
 {
     agg_env_t *e = arg;
     shl_op_ctx_t *op = e->owner->op;
-    agg_foreign_t *f = bson_malloc0(sizeof(*f));
+    agg_foreign_t *f = bson_aligned_alloc0(BSON_ALIGNOF(agg_foreign_t), sizeof(*f));
     foreign_find_t ff = {coll, filter, &e->generic, e->owner->collator};
     shl_router_shard_result_t *results = NULL;
     size_t nresults = 0;
@@ -1031,7 +1065,11 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
         if (ret == SHL_CODE_COMMAND_ON_SHARDED_VIEW_NOT_SUPPORTED_ON_MONGOD) {
             /* A view on a sharded collection: its aggregate through this router. */
             f->view_reply = bson_new();
-            SHL_ERR(router_view_foreign(op, coll, filter, &e->generic, f->view_reply, st));
+            f->r = e->r;
+            bson_init(&f->view_batch);
+            snprintf(f->view_ns, sizeof(f->view_ns), "%s", ns.full);
+            SHL_ERR(
+                router_view_foreign(op, coll, filter, &e->generic, f->view_reply, &f->view_id, st));
             SHL_INVARIANT(bson_iter_init(&f->view_it, f->view_reply) &&
                           bson_iter_find_descendant(&f->view_it, "cursor.firstBatch",
                                                     &f->view_it) &&
@@ -1049,6 +1087,7 @@ env_open(void *arg, const char *coll, const bson_t *filter, shl_pipeline_source_
 done:
     if (f != NULL && f->view_reply != NULL) {
         bson_destroy(f->view_reply);
+        bson_destroy(&f->view_batch);
     }
     bson_free(f);
     shl_router_scatter_results_free(results, nresults);
@@ -1063,7 +1102,11 @@ env_close(void *arg, void *cursor)
     if (f != NULL) {
         shl_router_cursor_destroy(f->c); /* kills what the shards still hold */
         if (f->view_reply != NULL) {
+            if (f->view_id != 0) {
+                shl_router_cursor_manager_kill(f->r->cursors, f->view_id, f->view_ns);
+            }
             bson_destroy(f->view_reply);
+            bson_destroy(&f->view_batch);
         }
         bson_free(f);
     }

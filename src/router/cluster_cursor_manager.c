@@ -17,6 +17,7 @@
 #include "base/options.h"
 #include "base/str.h"
 #include "net/message.h"
+#include "query/text.h"
 #include "router/cluster_routing.h"
 
 /* Bound on the killCursors sent when a router cursor ends early. */
@@ -424,6 +425,15 @@ output_next(shl_router_cursor_t *c, const bson_t **doc, shl_status_t *st)
             }
         }
         d = &c->projected;
+    }
+    {
+        /* The shards' text scores (the merge's sort key) are not for the client. */
+        bson_t out;
+        if (shl_text_score_strip(d, &out)) {
+            bson_destroy(&c->projected);
+            c->projected = out;
+            d = &c->projected;
+        }
     }
     c->n_returned++;
     *doc = d;

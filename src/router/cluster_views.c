@@ -128,8 +128,8 @@ router_append_runtime_constants(int64_t now_ms, uint64_t cluster_time, bson_t *c
 }
 
 int
-router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
-                    const bson_t *generic, bson_t *reply, shl_status_t *st)
+router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter, const bson_t *generic,
+                    bson_t *reply, int64_t *cursor_id, shl_status_t *st)
 {
     int ret = 0;
     bson_t agg = BSON_INITIALIZER, arr, stage, cursor;
@@ -143,30 +143,28 @@ router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
         bson_append_document_end(&arr, &stage);
     }
     bson_append_array_end(&agg, &arr);
+    /* The default first batch; the rest is read from the router cursor as it is needed. */
     BSON_APPEND_DOCUMENT_BEGIN(&agg, "cursor", &cursor);
-    BSON_APPEND_INT32(&cursor, "batchSize", INT32_MAX);
     bson_append_document_end(&agg, &cursor);
     bson_concat(&agg, generic);
+    *cursor_id = 0;
     ret = router_view_retry(op, &agg, st->code, reply, st);
     if (ret == 0 && bson_iter_init(&it, reply) &&
-        bson_iter_find_descendant(&it, "cursor.id", &it) && bson_iter_as_int64(&it) != 0) {
+        bson_iter_find_descendant(&it, "cursor.id", &it)) {
+        *cursor_id = bson_iter_as_int64(&it);
+    }
+    if (ret == 0 &&
+        (!bson_iter_init(&it, reply) || !bson_iter_find_descendant(&it, "cursor.firstBatch", &it) ||
+         !BSON_ITER_HOLDS_ARRAY(&it))) {
+        ret = shl_status_set(st, SHL_CODE_INTERNAL_ERROR, "view %s: a reply without a batch", coll);
+    }
+    if (ret != 0 && *cursor_id != 0) {
         char ns[SHL_NS_MAX + 1];
         int w = snprintf(ns, sizeof(ns), "%s.%s", op->db, coll);
         if (w > 0 && (size_t)w < sizeof(ns)) {
-            shl_router_cursor_manager_kill(shl_router_get(op)->cursors, bson_iter_as_int64(&it),
-                                           ns);
+            shl_router_cursor_manager_kill(shl_router_get(op)->cursors, *cursor_id, ns);
         }
-    }
-    if (ret == 0 && (!bson_iter_init(&it, reply) ||
-                     !bson_iter_find_descendant(&it, "cursor.id", &it) ||
-                     bson_iter_as_int64(&it) != 0 || !bson_iter_init(&it, reply) ||
-                     !bson_iter_find_descendant(&it, "cursor.firstBatch", &it) ||
-                     !BSON_ITER_HOLDS_ARRAY(&it))) {
-        /* More than one reply holds (the cursor stays open): refused, not cut short. */
-        ret = shl_status_set(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
-                             "the documents of view %s read by the router's merger exceed one "
-                             "reply",
-                             coll);
+        *cursor_id = 0;
     }
     bson_destroy(&agg);
     return ret;

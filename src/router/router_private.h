@@ -175,12 +175,12 @@ int router_view_retry(shl_op_ctx_t *op, const bson_t *cmd, int ret, bson_t *repl
  * router_view_foreign --
  *     The documents of view 'coll' matching 'filter' (may be NULL) for a $lookup/$unionWith
  *     the router's merger runs, after the primary shard answered 169 (in 'st'): the view's
- *     aggregate through this router with the 'generic' fields (readConcern, session), whole
- *     in 'reply' (cursor.firstBatch). Errors: the aggregate's; BSONObjectTooLarge (10334)
- *     when the result does not fit one reply.
+ *     aggregate through this router with the 'generic' fields (readConcern, session): its
+ *     first batch in 'reply' (cursor.firstBatch) and *cursor_id the router cursor (named
+ *     after the view) holding the rest, 0 when none. Errors: the aggregate's.
  */
 int router_view_foreign(shl_op_ctx_t *op, const char *coll, const bson_t *filter,
-                        const bson_t *generic, bson_t *reply, shl_status_t *st);
+                        const bson_t *generic, bson_t *reply, int64_t *cursor_id, shl_status_t *st);
 
 /*
  * router_current_op_aggregate --

@@ -178,3 +178,56 @@ def test_explain_prints_collation_keys(module_node):
     assert bounds("v", "Apple") == ['["Apple", "Apple"]']
     got = bounds("w", {"$in": ["a", "b"]}, collation=CI.document)
     assert got[0].count("CollationKey(0x") == 2
+
+
+def test_window_min_max_rank_under_collation(coll):
+    """Window $min/$max (sliding and whole-partition), $group's $max, and $rank/$denseRank
+    ties compare strings under the aggregate's collation."""
+    coll.insert_many([{"_id": 1, "s": "a"}, {"_id": 2, "s": "B"}, {"_id": 11, "s": "A"}])
+
+    def run(**kw):
+        out = coll.aggregate([{"$setWindowFields": {"sortBy": {"_id": 1}, "output": {
+            "mx": {"$max": "$s", "window": {"documents": ["unbounded", "unbounded"]}},
+            "mn": {"$min": "$s", "window": {"documents": [-1, 0]}}}}},
+            {"$sort": {"_id": 1}}], **kw)
+        return [(d["mx"], d["mn"]) for d in out]
+    assert run(collation=CI) == [("B", "a"), ("B", "a"), ("B", "A")]
+    assert run() == [("a", "a"), ("a", "B"), ("a", "A")]
+
+    def rank(**kw):
+        out = coll.aggregate([{"$setWindowFields": {"sortBy": {"s": 1}, "output": {
+            "r": {"$rank": {}}, "d": {"$denseRank": {}}}}}], **kw)
+        return sorted((d["_id"], d["r"], d["d"]) for d in out)
+    assert rank(collation=CI) == [(1, 1, 1), (2, 3, 2), (11, 1, 1)]
+    assert rank() == [(1, 3, 3), (2, 2, 2), (11, 1, 1)]
+    grp = list(coll.aggregate([{"$group": {"_id": None, "m": {"$max": "$s"},
+                                           "set": {"$addToSet": "$s"}}}], collation=CI))
+    assert grp[0]["m"] == "B" and len(grp[0]["set"]) == 2
+
+
+def test_densify_partitions_under_collation(coll):
+    coll.insert_many([{"_id": 1, "p": "a", "x": 1}, {"_id": 11, "p": "A", "x": 3}])
+
+    def run(**kw):
+        out = coll.aggregate([{"$densify": {"field": "x", "partitionByFields": ["p"],
+                                            "range": {"step": 1, "bounds": "partition"}}},
+                              {"$project": {"_id": 0, "x": 1}}], **kw)
+        return sorted(d["x"] for d in out)
+    assert run(collation=CI) == [1, 2, 3]  # one partition: "a" and "A" are equal
+    assert run() == [1, 3]
+
+
+def test_graph_lookup_visited_under_collation(coll):
+    """Documents whose _ids are equal under the collation are one visited document."""
+    db = coll.database
+    db.nodes.drop()
+    db.nodes.insert_many([{"_id": "n", "name": "x"}, {"_id": "N", "name": "x"}])
+    coll.insert_one({"_id": 5, "c": "x"})
+
+    def run(**kw):
+        out = list(coll.aggregate([{"$graphLookup": {
+            "from": "nodes", "startWith": "$c", "connectFromField": "name",
+            "connectToField": "name", "as": "g"}}], **kw))
+        return len(out[0]["g"])
+    assert run(collation=CI) == 1
+    assert run() == 2

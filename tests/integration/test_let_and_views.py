@@ -137,6 +137,11 @@ def test_writes_to_a_view_are_refused(target):
         assert code_of(lambda: admin.command("renameCollection", coll.full_name,
                                              to=v.full_name)) == 48
     assert code_of(lambda: db.system.views.insert_one({"_id": "x"})) == 73
+    # Collection-only commands (MongoDB's CommandNotSupportedOnView).
+    assert code_of(lambda: db.command("collStats", v.name)) == 166
+    assert code_of(lambda: db.command("validate", v.name)) == 166
+    assert code_of(lambda: db.command("dropIndexes", v.name, index="*")) == 166
+    assert code_of(lambda: list(v.list_indexes())) == 166
     assert coll.count_documents({}) == len(DOCS)
 
 
@@ -266,3 +271,19 @@ def test_lookup_and_union_with_from_a_view(target):
     got = list(coll.aggregate([{"$match": {"_id": 0}}, {"$unionWith": v.name},
                                {"$sort": {"_id": 1}}, {"$project": {"_id": 1}}]))
     assert [d["_id"] for d in got] == [0, 2, 5, 8]
+
+
+def test_lookup_of_a_large_view(target):
+    """A view read by $lookup/$unionWith through the router's merger comes whole, however
+    many batches it takes (a view on a sharded collection is the router's own aggregate)."""
+    db, coll = make_coll(target, [{"_id": i, "sk": i % 100, "a": i % 3} for i in range(450)])
+    v = make_view(db, coll.name + "_big", coll.name, [{"$match": {"a": {"$lt": 2}}}])
+    want = sum(1 for i in range(450) if i % 3 < 2)
+    got = list(coll.aggregate([{"$match": {"_id": 0}}, {"$unionWith": v.name},
+                               {"$count": "n"}]))
+    assert got == [{"n": want + 1}]
+    got = list(coll.aggregate([
+        {"$match": {"_id": {"$in": [0, 1]}}}, {"$sort": {"_id": 1}},
+        {"$lookup": {"from": v.name, "localField": "a", "foreignField": "a", "as": "j"}},
+        {"$project": {"n": {"$size": "$j"}}}]))
+    assert got == [{"_id": 0, "n": 150}, {"_id": 1, "n": 150}]

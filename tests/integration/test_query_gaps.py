@@ -237,6 +237,21 @@ def test_unknown_top_level_operator_on_a_missing_database(target):
     assert r["n"] == 0 and r["writeErrors"][0]["code"] == 2
 
 
+def test_replacement_upsert_needs_the_whole_id(target):
+    """A replacement upsert takes _id from the query whole: sub-paths of it are
+    NotExactValueField (111); an operator upsert builds _id from them."""
+    coll = make_coll(target)
+    assert code_of(lambda: coll.replace_one({"_id.a": 1, "sk": 5}, {"sk": 5, "x": 1},
+                                            upsert=True)) == 111
+    assert code_of(lambda: coll.find_one_and_replace({"_id.a": 1, "sk": 5}, {"sk": 5},
+                                                     upsert=True)) == 111
+    assert coll.count_documents({}) == 0
+    coll.update_one({"_id.a": 1, "sk": 5}, {"$set": {"x": 2}}, upsert=True)
+    assert coll.find_one({"sk": 5}) == {"_id": {"a": 1}, "sk": 5, "x": 2}
+    coll.replace_one({"_id": 7, "sk": 6}, {"sk": 6}, upsert=True)
+    assert coll.find_one({"sk": 6}) == {"_id": 7, "sk": 6}
+
+
 # ---------------------------------------------------------------- '$'-prefixed field names
 
 def test_dollar_prefixed_fields(target):

@@ -130,6 +130,8 @@ def _node_gaps(uri, *args):
                              "weights": {"body": 1, "title": 5}, "lang": "spanish",
                              "version": 3}
     assert r["secondTextCode"] == 85
+    # weight 5 x one term of one; "gato gato perro": 1.5 x (0.5 + 0.5 x 2/3)
+    assert r["textScores"] == [[3, 5], [12, 1.25]]
 
 
 def test_node_driver_spellings(module_node):
@@ -197,3 +199,140 @@ def test_text_query_errors(coll):
                             {"$set": {"hit": True}}).modified_count == 2
     assert coll.delete_many({"$text": {"$search": "shoe"}}).deleted_count == 1
     assert sorted(d["_id"] for d in coll.find({"hit": True})) == [2, 12]
+
+
+# MongoDB's scores (weight x damped frequency x (0.5 + 0.5 x share), 1.1 for a whole-string
+# term): "coffee" 1.0; "coffee coffee tea": coffe 1.5 x 5/6 = 1.25, tea 1 x 2/3; "iced
+# coffee" 0.75; "Tea" is its own term: 1.1; title (weight 10) "coffee": 10.
+SCORED = [{"_id": 1, "t": "coffee"},
+          {"_id": 2, "t": "coffee coffee tea"},
+          {"_id": 11, "t": "iced coffee"},
+          {"_id": 12, "t": "Tea"},
+          {"_id": 13, "t": "juice", "title": "coffee"}]
+
+
+def _scored(coll):
+    coll.create_index([("t", TEXT), ("title", TEXT)], weights={"title": 10})
+    coll.insert_many(SCORED)
+
+
+def test_text_score_find(coll):
+    """{$meta: "textScore"} in find's projection and sort; the router merges the shards'
+    results by score; no document shows the score it did not ask for."""
+    _scored(coll)
+    got = list(coll.find({"$text": {"$search": "coffee"}}, {"s": {"$meta": "textScore"}})
+               .sort([("s", {"$meta": "textScore"})]))
+    assert [d["_id"] for d in got] == [13, 2, 1, 11]
+    assert [round(d["s"], 4) for d in got] == [10.0, 1.25, 1.0, 0.75]
+    assert set(got[1]) == {"_id", "t", "s"}  # {$meta} alone keeps the other fields
+    # Sorted by score, projected without it; and with other predicates.
+    got = list(coll.find({"$text": {"$search": "coffee tea"}}, {"_id": 1})
+               .sort([("x", {"$meta": "textScore"})]))
+    assert [d for d in got] == [{"_id": 13}, {"_id": 2}, {"_id": 12}, {"_id": 1}, {"_id": 11}]
+    got = list(coll.find({"$text": {"$search": "coffee"}}).sort([("s", {"$meta": "textScore"})])
+               .limit(2))
+    assert [sorted(d) for d in got] == [["_id", "t", "title"], ["_id", "t"]]
+    # Across getMores too.
+    got = list(coll.find({"$text": {"$search": "coffee tea"}}).sort([("s", {"$meta": "textScore"})])
+               .batch_size(2))
+    assert [d["_id"] for d in got] == [13, 2, 12, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
+    got = list(coll.find({"$text": {"$search": "tea"}}, {"t": 0, "s": {"$meta": "textScore"}}))
+    assert sorted((d["_id"], round(d["s"], 4)) for d in got) == [(2, 0.6667), (12, 1.1)]
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({}, {"s": {"$meta": "textScore"}}))
+    assert e.value.code == 40218
+
+
+def test_text_score_aggregate(coll):
+    _scored(coll)
+    got = list(coll.aggregate([
+        {"$match": {"$text": {"$search": "coffee tea"}}},
+        {"$sort": {"s": {"$meta": "textScore"}}},
+        {"$addFields": {"s": {"$meta": "textScore"}}},
+        {"$project": {"t": 0, "title": 0}}]))
+    assert [d["_id"] for d in got] == [13, 2, 12, 1, 11]
+    assert round(got[1]["s"], 4) == round(1.25 + 2 / 3, 4)
+    assert all(set(d) == {"_id", "s"} for d in got)
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                               {"$project": {"s": {"$meta": "textScore"}}},
+                               {"$match": {"s": {"$gt": 0.9}}}]))
+    assert sorted(d["_id"] for d in got) == [1, 2, 13]
+    # The score is metadata: an inclusion $project keeps it for later stages.
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                               {"$project": {"t": 1}},
+                               {"$sort": {"s": {"$meta": "textScore"}}},
+                               {"$addFields": {"s": {"$meta": "textScore"}}}]))
+    assert [(d["_id"], round(d["s"], 4)) for d in got] == [(13, 10.0), (2, 1.25), (1, 1.0),
+                                                          (11, 0.75)]
+    assert all(set(d) == {"_id", "t", "s"} for d in got)
+    with pytest.raises(OperationFailure) as e:
+        list(coll.aggregate([{"$match": {"t": "x"}}, {"$sort": {"s": {"$meta": "textScore"}}}]))
+    assert e.value.code == 40218
+    # Whole documents come back without the score they carried.
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "tea"}}}]))
+    assert sorted(sorted(d) for d in got) == [["_id", "t"], ["_id", "t"]]
+
+
+def test_text_index_scan(coll):
+    """$text reads the text index: only the documents holding a term are fetched."""
+    _scored(coll)
+    coll.insert_many([{"_id": 100 + i, "t": "water %d" % i} for i in range(30)])
+    ex = coll.database.command("explain", {"find": coll.name,
+                                           "filter": {"$text": {"$search": "coffee"}}},
+                               verbosity="executionStats")
+    text = str(ex)
+    assert "TEXT_MATCH" in text and "TEXT_OR" in text and "t_text_title_text" in text
+    assert "COLLSCAN" not in text
+    stats = ex["executionStats"]
+    assert stats["totalDocsExamined"] == 4 and stats["nReturned"] == 4
+
+
+def test_compound_text_index(coll):
+    coll.create_index([("cat", ASCENDING), ("t", TEXT)])
+    coll.insert_many([{"_id": 1, "cat": 1, "t": "red apple"}, {"_id": 2, "cat": 2, "t": "apple"},
+                      {"_id": 11, "cat": 1, "t": "apple pie"}, {"_id": 12, "cat": 1, "t": "pie"}])
+    got = coll.find({"cat": 1, "$text": {"$search": "apple"}})
+    assert sorted(d["_id"] for d in got) == [1, 11]
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$text": {"$search": "apple"}}))
+    assert e.value.code == 291  # the prefix needs an equality predicate
+
+
+def test_text_under_and_or(coll):
+    """$text under $and; under $or when every other clause can use an index (291 otherwise,
+    as MongoDB); two $text are refused."""
+    _scored(coll)
+    coll.update_many({"_id": {"$in": [1, 12]}}, {"$set": {"n": 1}})
+    got = coll.find({"$and": [{"n": 1}, {"$text": {"$search": "coffee"}}]})
+    assert sorted(d["_id"] for d in got) == [1]
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$or": [{"$text": {"$search": "coffee"}}, {"n": 1}]}))
+    assert e.value.code == 291
+    coll.create_index("n")
+    got = list(coll.find({"$or": [{"$text": {"$search": "coffee"}}, {"n": 1}]},
+                         {"s": {"$meta": "textScore"}}))
+    assert sorted(d["_id"] for d in got) == [1, 2, 11, 12, 13]
+    assert {d["_id"]: round(d.get("s", 0), 4) for d in got}[12] == 0  # matched by n alone
+    assert coll.count_documents({"$or": [{"$text": {"$search": "tea"}}, {"n": 1}]}) == 3
+    with pytest.raises(OperationFailure) as e:
+        list(coll.find({"$text": {"$search": "a"}, "$and": [{"$text": {"$search": "b"}}]}))
+    assert e.value.code == 2
+
+
+def test_text_score_unsharded_through_router(cluster):
+    """An unsharded collection's shard answers the router whole: the score still never
+    reaches the client unasked."""
+    c = cluster.router_client().textdb_unsharded.c
+    c.drop()
+    _scored(c)
+    got = list(c.find({"$text": {"$search": "coffee"}}).sort([("s", {"$meta": "textScore"})]))
+    assert [d["_id"] for d in got] == [13, 2, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
+    got = list(c.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                            {"$sort": {"s": {"$meta": "textScore"}}}]))
+    assert [d["_id"] for d in got] == [13, 2, 1, 11]
+    assert all(set(d) <= {"_id", "t", "title"} for d in got)
+    got = list(c.find({"$text": {"$search": "tea"}}, {"s": {"$meta": "textScore"}, "_id": 0,
+                                                      "t": 0}))
+    assert sorted(round(d["s"], 4) for d in got) == [0.6667, 1.1]

@@ -1,6 +1,7 @@
 // The Node.js driver's spellings for issue 20's second round: collation on update operators
 // ($addToSet, arrayFilters) and set operators, '$'-prefixed field names in insertOne and
-// replaceOne (the driver does not check keys), and createIndex with text keys and options.
+// replaceOne (the driver does not check keys), createIndex with text keys and options, and
+// $text with {$meta: 'textScore'} in find's projection and sort.
 // Usage: node query_gaps2.js <uri> [sharded]. Prints JSON results.
 const { MongoClient } = require('mongodb');
 
@@ -52,6 +53,11 @@ async function main() {
   } catch (e) {
     out.secondTextCode = e.code;
   }
+  // $text with the score in the projection and the sort (both shards hold a match).
+  await c.insertMany([{ _id: 3, title: 'gato' }, { _id: 12, body: 'gato gato perro' }]);
+  out.textScores = (await c.find({ $text: { $search: 'gatos' } },
+    { projection: { score: { $meta: 'textScore' } } })
+    .sort({ score: { $meta: 'textScore' } }).toArray()).map((d) => [d._id, d.score]);
   await client.close();
   console.log(JSON.stringify(out));
 }
