@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "storage/oplog.h"
 #include "bson/bson_util.h"
+#include "bson/update_diff.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
 
@@ -91,12 +92,44 @@ typedef struct apply_arg {
     bool has_o2;
 } apply_arg_t;
 
+/*
+ * A $v:2 update entry: the document with _id 'id' gets 'diff' applied. A document that is
+ * not there is skipped, as MongoDB's recovery and initial sync skip it: a later entry of this
+ * replay deleted it (the replay started from an older state).
+ */
+static int
+apply_diff(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_value_t *id,
+           const bson_t *diff, shl_status_t *st)
+{
+    bson_t cur = BSON_INITIALIZER, post = BSON_INITIALIZER;
+    int64_t rid = 0;
+    bool found = false;
+    int ret = 0;
+
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &rid, &found, st));
+    if (!found) {
+        SHL_LOG_WARNING(RECOVERY, 2100401, "skipping a $v:2 update of a missing document", "ns",
+                        BCON_UTF8(coll->ns));
+        goto done;
+    }
+    bson_destroy(&post);
+    if (!shl_update_diff_apply(&cur, diff, &post)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed $v:2 update oplog entry");
+    }
+    SHL_ERR(shl_doc_update(txn, coll, rid, &cur, &post, NULL, st));
+done:
+    bson_destroy(&cur);
+    bson_destroy(&post);
+    return ret;
+}
+
 static int
 apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 {
     apply_arg_t *a = varg;
     bson_iter_t it;
-    bson_t cur;
+    bson_t cur, diff;
     int64_t rid = 0;
     bool found = false;
     int ret = 0;
@@ -120,11 +153,16 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         if (!a->has_o2 || !bson_iter_init_find(&it, &a->o2, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "update oplog entry without o2._id");
         }
+        if (shl_update_diff_of(&a->o, &diff)) {
+            SHL_ERR(apply_diff(txn, a->coll, bson_iter_value(&it), &diff, st));
+            break;
+        }
         {
             bson_iter_t first;
             if (bson_iter_init(&first, &a->o) && shl_iter_next(&first) &&
                 shl_iter_key(&first)[0] == '$') {
-                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style updates can be applied");
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style and $v:2 updates can be "
+                                                 "applied");
             }
         }
         SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), NULL, st));

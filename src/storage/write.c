@@ -12,7 +12,7 @@
 #include "storage/record_store.h"
 #include "storage/write.h"
 #include "bson/bson_util.h"
-#include "bson/update_description.h"
+#include "bson/update_diff.h"
 
 /* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
 static _Thread_local bool tls_from_migrate;
@@ -34,12 +34,9 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     int ret = 0, wtret;
 
     if (txn->multi) {
-        /* One entry for the whole transaction is written when it commits or prepares; of the
-         * extra fields its ops keep only an update's description (change streams' update
-         * events). */
-        bson_t desc;
-        bool has_desc = extra != NULL && shl_bson_get_subdoc(extra, "updateDescription", &desc);
-        shl_txn_collect_op(txn, op, ns, uuid, o, o2, has_desc ? &desc : NULL);
+        /* One entry for the whole transaction is written when it commits or prepares; its
+         * ops keep none of the extra fields. */
+        shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
     if (tls_from_migrate && op != 'n') {
@@ -351,24 +348,11 @@ pre_images_enabled(const shl_collection_t *coll)
            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub);
 }
 
-/*
- * The extra fields of an update entry: the caller's, then updateDescription (an update by
- * operators), which change streams read (a multi-document transaction's op keeps only that:
- * shl_write_oplog_entry).
- */
-static void
-change_stream_fields(const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
-                     bson_t *extra)
+/* The caller's extra fields of an entry (none when 'wo' is NULL). */
+static const bson_t *
+oplog_extra(const shl_write_opts_t *wo)
 {
-    if (wo != NULL && wo->oplog_extra != NULL) {
-        bson_concat(extra, wo->oplog_extra);
-    }
-    if (after != NULL && wo != NULL && wo->describe_update) {
-        bson_t desc = BSON_INITIALIZER;
-        shl_update_description(before, after, &desc);
-        BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
-        bson_destroy(&desc);
-    }
+    return wo != NULL ? wo->oplog_extra : NULL;
 }
 
 /*
@@ -464,10 +448,20 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
-        bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(wo, old_doc, new_doc, &extra);
-        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
-        bson_destroy(&extra);
+        /* An update by operators or a pipeline is written in MongoDB's $v:2 form (a diff),
+         * o2 its documentKey; a replacement as the new document. */
+        bson_t diff_o = BSON_INITIALIZER;
+        bool diff = wo != NULL && wo->describe_update;
+        if (diff) {
+            shl_update_diff_entry_o(old_doc, new_doc, &diff_o);
+            if (wo->document_key != NULL) {
+                bson_reinit(&o2);
+                bson_concat(&o2, wo->document_key);
+            }
+        }
+        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, diff ? &diff_o : new_doc, &o2,
+                                    oplog_extra(wo), ts, st);
+        bson_destroy(&diff_o);
         SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
@@ -517,11 +511,8 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
-        bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(wo, old_doc, NULL, &extra);
-        ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
-        bson_destroy(&extra);
-        SHL_ERR(ret);
+        SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, oplog_extra(wo),
+                                      ts, st));
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }
