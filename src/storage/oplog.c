@@ -5,6 +5,7 @@
 #include "bson/bson_iter.h"
 #include "storage/storage_private.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -90,6 +91,7 @@ typedef struct apply_arg {
     shl_collection_t *coll;
     bson_t o, o2;
     bool has_o2;
+    int64_t index; /* a transaction's op: its index in the transaction */
 } apply_arg_t;
 
 /*
@@ -136,8 +138,10 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 
     bson_init(&cur);
     txn->fixed_ts = a->ts;
-    /* A transaction's ops (no entry of their own) keep no pre-images, as on the primary. */
-    txn->no_pre_images = a->entry == NULL;
+    /* A transaction's op (no entry of its own) writes its pre-image under its index in the
+     * transaction, at the timestamp of the transaction's last applyOps entry, as the primary
+     * did (shl_txn_write_pre_images). */
+    txn->txn_op_index = a->index;
     if (a->entry != NULL && bson_iter_init_find(&it, a->entry, "wall") &&
         BSON_ITER_HOLDS_DATE_TIME(&it)) {
         txn->fixed_wall_ms = bson_iter_date_time(&it);
@@ -247,6 +251,7 @@ shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_
         a.op = o[0];
         a.coll = coll;
         a.ts = fixed;
+        a.index = strtoll(bson_iter_key(&it), NULL, 10);
         if (!shl_bson_get_subdoc(&op, "o", &a.o)) {
             shl_collection_release(coll);
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element without 'o'");

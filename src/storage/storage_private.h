@@ -115,7 +115,6 @@ struct shl_storage_txn {
     int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
     int64_t fixed_wall_ms; /* replay: the applied entry's 'wall' (0: the clock's), for
                             * what derives from it (pre-images' operationTime) */
-    bool no_pre_images;    /* a replay that writes no pre-images (write.c) */
     /* Replaying a transaction's op: its pre-image record's applyOpsIndex (write.c
      * write_pre_image; the ts is fixed_ts, the transaction's last applyOps entry's). */
     int64_t txn_op_index;

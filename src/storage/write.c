@@ -7,6 +7,7 @@
 
 #include <string.h>
 
+#include "base/clock.h"
 #include "storage/oplog.h"
 #include "storage/index.h"
 #include "storage/record_store.h"
@@ -355,41 +356,80 @@ oplog_extra(const shl_write_opts_t *wo)
     return wo != NULL ? wo->oplog_extra : NULL;
 }
 
-/*
- * MongoDB's pre-image record: the document 'before' the write at 'ts' to a collection with
- * changeStreamPreAndPostImages goes to config.system.preimages as {_id: {nsUUID, ts,
- * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
- * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
- * runs this same code (replay mode) and writes the same record. None for a migration's
- * writes (no event shows them), a transaction's ops (also when replayed), or a node without
- * the collection.
- */
+/* The pre-image record {_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage} of
+ * collection 'uuid' in txn at its last write's timestamp (no oplog entry of its own). */
 static int
-write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
-                uint64_t ts, shl_status_t *st)
+put_pre_image(shl_storage_txn_t *txn, const uint8_t *uuid, uint64_t ts, int64_t index,
+              const bson_t *before, shl_status_t *st)
 {
-    shl_collection_t *pc = NULL;
+    shl_collection_t *pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
     bson_t rec = BSON_INITIALIZER, id;
     int ret = 0;
 
-    if (txn->multi || txn->no_pre_images || tls_from_migrate || !pre_images_enabled(coll)) {
-        goto done;
-    }
-    pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
     if (pc == NULL) {
         goto done;
     }
     BSON_APPEND_DOCUMENT_BEGIN(&rec, "_id", &id);
-    shl_bson_append_uuid(&id, "nsUUID", coll->uuid);
+    shl_bson_append_uuid(&id, "nsUUID", uuid);
     BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
-    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
+    BSON_APPEND_INT64(&id, "applyOpsIndex", index);
     bson_append_document_end(&rec, &id);
-    BSON_APPEND_DATE_TIME(&rec, "operationTime", txn->wall_ms);
+    BSON_APPEND_DATE_TIME(&rec, "operationTime",
+                          txn->wall_ms != 0 ? txn->wall_ms : shl_clock_wall_ms());
     BSON_APPEND_DOCUMENT(&rec, "preImage", before);
     SHL_ERR(shl_doc_upsert_derived(txn, pc, &rec, NULL, st));
 done:
     shl_collection_release(pc);
     bson_destroy(&rec);
+    return ret;
+}
+
+/*
+ * MongoDB's pre-image record: the document 'before' the write at 'ts' to a collection with
+ * changeStreamPreAndPostImages goes to config.system.preimages as {_id: {nsUUID, ts,
+ * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
+ * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
+ * runs this same code (replay mode) and writes the same record. A multi-document
+ * transaction's op keeps it with the op until the transaction's entries are written
+ * (shl_txn_write_pre_images); replaying such an op writes it under the op's index. None for
+ * a migration's writes (no event shows them) or a node without the collection.
+ */
+static int
+write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
+                uint64_t ts, shl_status_t *st)
+{
+    if (tls_from_migrate || !pre_images_enabled(coll)) {
+        return 0;
+    }
+    if (txn->multi) {
+        shl_txn_keep_pre_image(txn, before);
+        return 0;
+    }
+    return put_pre_image(txn, coll->uuid, ts, txn->fixed_ts != 0 ? txn->txn_op_index : 0, before,
+                         st);
+}
+
+int
+shl_txn_write_pre_images(shl_storage_txn_t *txn, const shl_storage_txn_t *src, uint64_t ts,
+                         shl_status_t *st)
+{
+    int ret = 0;
+
+    for (size_t i = 0; i < src->nops; i++) {
+        bson_iter_t it;
+        const uint8_t *uuid = NULL;
+        uint32_t len = 0;
+        bson_subtype_t sub;
+        if (src->op_pres[i] == NULL || !bson_iter_init_find(&it, src->ops[i], "ui") ||
+            !BSON_ITER_HOLDS_BINARY(&it)) {
+            continue;
+        }
+        bson_iter_binary(&it, &sub, &len, &uuid);
+        if (len == 16) {
+            SHL_ERR(put_pre_image(txn, uuid, ts, (int64_t)i, src->op_pres[i], st));
+        }
+    }
+done:
     return ret;
 }
 

@@ -51,6 +51,19 @@ void shl_storage_set_from_migrate(bool on);
 #define SHL_PREIMAGES_NS "config.system.preimages"
 
 /*
+ * shl_txn_write_pre_images --
+ *     The pre-images kept with the ops 'src' collected as a multi-document transaction
+ *     (shl_storage_txn_ops; ops on collections with changeStreamPreAndPostImages), written
+ *     in 'txn' (may be 'src' after multi mode is off) to config.system.preimages as
+ *     {_id: {nsUUID, ts, applyOpsIndex: the op's index in the transaction}, operationTime,
+ *     preImage}, at the timestamp of txn's last write: call it right after appending the
+ *     transaction's last applyOps entry, at 'ts'. Recovery and secondaries replaying that
+ *     entry write the same records. Errors: WriteConflict.
+ */
+int shl_txn_write_pre_images(shl_storage_txn_t *txn, const shl_storage_txn_t *src, uint64_t ts,
+                             shl_status_t *st);
+
+/*
  * shl_doc_insert --
  *     Insert 'doc' (must have an _id; the caller adds one and validates it) into
  *     'coll': record, index keys, oplog {op: 'i', ns, ui, o: doc, o2: {_id}, ts, t, v: 2,

@@ -589,3 +589,30 @@ def test_v2_updates_survive_kill_and_recovery():
         c.close()
     finally:
         cleanup_later([p], lambda i, q: None)
+
+
+def test_pre_images_of_a_transactions_ops(rs, client):
+    """A transaction's updates and deletes on a collection with changeStreamPreAndPostImages
+    keep their pre-images (keyed by the commit's time and the op's index): the events have
+    fullDocumentBeforeChange, and the updates' post-images."""
+    db = client.cstxnpre
+    db.c.drop()
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+    cid = _raw_stream(db, "c", fullDocument="required", fullDocumentBeforeChange="required")
+    with client.start_session() as sess:
+        with sess.start_transaction():
+            db.c.update_one({"_id": 1}, {"$set": {"v": 10}}, session=sess)
+            db.c.delete_one({"_id": 2}, session=sess)
+            db.c.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=sess)
+    evs = _raw_next(db, "c", cid, 3)
+    db.command({"killCursors": "c", "cursors": [cid]})
+    assert [e["operationType"] for e in evs] == ["update", "delete", "update"]
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "v": 1}, {"_id": 2, "v": 2}, {"_id": 1, "v": 10}]
+    assert evs[0]["fullDocument"] == {"_id": 1, "v": 10}
+    assert evs[2]["fullDocument"] == {"_id": 1, "v": 11}
+    assert all("lsid" in e and e["clusterTime"] == evs[0]["clusterTime"] for e in evs)
+    ids = [r["_id"] for r in client.config["system.preimages"].find(
+        {"_id.ts": evs[0]["clusterTime"]}, sort=[("_id.applyOpsIndex", 1)])]
+    assert [i["applyOpsIndex"] for i in ids] == [0, 1, 2]
