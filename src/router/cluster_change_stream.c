@@ -60,6 +60,10 @@ typedef struct cs_router {
      * merge goes on, at the time it was added. */
     char join[SHL_SHARD_ID_MAX];
     uint64_t join_ts;
+    /* A shard removed (the topology stream's delete taken by the merge): its cursor, no
+     * longer part of the merge, to kill. */
+    char leave[SHL_SHARD_ID_MAX];
+    int64_t leave_cursor;
     /* With updateLookup, the follow-on stages run here, after the lookup (they may read
      * fullDocument), instead of on the shards; owned, NULL otherwise. */
     bson_t *router_stages;
@@ -246,6 +250,42 @@ ddl_key(const bson_t *ev)
  * Move releasable events into 'arr' (at most 'limit', 0: no limit): the smallest buffered
  * event while no shard without buffered events could still produce a smaller one.
  */
+/*
+ * A topology event removing a shard (a delete from config.shards): the shard leaves the
+ * merge at once -- everything it wrote before the removal was merged already, and a drained
+ * shard writes nothing after -- and its cursor is noted for release_and_join to kill.
+ */
+static bool
+topology_removed(cs_router_t *cs, const bson_t *ev)
+{
+    bson_iter_t it;
+    bson_t key;
+    const char *name;
+
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "delete") != 0) {
+        return false;
+    }
+    if (!shl_bson_get_subdoc(ev, "documentKey", &key) || !bson_iter_init_find(&it, &key, "_id") ||
+        !BSON_ITER_HOLDS_UTF8(&it)) {
+        return true;
+    }
+    name = bson_iter_utf8(&it, NULL);
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || strcmp(sh->name, name) != 0 || sh->cursor_id == 0) {
+            continue;
+        }
+        snprintf(cs->leave, sizeof(cs->leave), "%s", name);
+        cs->leave_cursor = sh->cursor_id;
+        sh->cursor_id = 0;
+        while (sh->head < sh->n) {
+            bson_destroy(sh->queue[sh->head++]);
+        }
+    }
+    return true;
+}
+
 static void
 release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
 {
@@ -283,6 +323,10 @@ release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
             break;
         }
         ev = best->queue[best->head++];
+        if (best->topology && topology_removed(cs, ev)) {
+            bson_destroy(ev);
+            break;
+        }
         if (best->topology) {
             /* A shard was added: open it at that time before merging anything after it. */
             bson_t doc;
@@ -351,6 +395,31 @@ update_pbrt(cs_router_t *cs)
 /* getMore on the topology stream (config.shards on the config server) when its buffer is
  * empty and its high-water mark holds back the smallest buffered event: its shards added,
  * and its new mark. */
+/* One getMore on the topology stream's cursor (a 1 ms await: it reports its mark). */
+static int
+topology_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_shard_t *sh, shl_status_t *st)
+{
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    int ret = 0;
+
+    req.shard = "config";
+    bson_init(&req.cmd);
+    BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
+    BSON_APPEND_UTF8(&req.cmd, "collection", "shards");
+    BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_TOPOLOGY_AWAIT_MS);
+    shl_router_send(c->r, op, "config", &req, 1, &res);
+    if (res.code != 0) {
+        *st = res.status;
+        ret = res.code;
+    } else {
+        ret = take_reply(c->r, sh, &res.reply, "nextBatch", st);
+    }
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+    return ret;
+}
+
 static int
 fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
 {
@@ -366,30 +435,48 @@ fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_st
             low = h;
         }
     }
-    for (size_t i = 0; i < cs->nshards && low != NULL; i++) {
+    for (size_t i = 0; i < cs->nshards && low != NULL && ret == 0; i++) {
         cs_shard_t *sh = &cs->shards[i];
-        shl_router_request_t req;
-        shl_fanout_result_t res;
         if (!sh->topology || sh->cursor_id == 0 || sh->head < sh->n ||
             (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0)) {
             continue;
         }
-        req.shard = "config";
-        bson_init(&req.cmd);
-        BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
-        BSON_APPEND_UTF8(&req.cmd, "collection", "shards");
-        BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_TOPOLOGY_AWAIT_MS);
-        shl_router_send(c->r, op, "config", &req, 1, &res);
-        if (res.code != 0) {
-            *st = res.status;
-            ret = res.code;
-        } else {
-            ret = take_reply(c->r, sh, &res.reply, "nextBatch", st);
-        }
-        shl_fanout_results_cleanup(&res, 1);
-        bson_destroy(&req.cmd);
+        ret = topology_get_more(op, c, sh, st);
     }
     return ret;
+}
+
+/*
+ * Whether the topology stream reports shard 'name' removed (a getMore first when nothing of it
+ * is buffered): a shard that cannot be reached may be one removed and stopped since -- the
+ * removal is then merged like any topology event, and the shard is no error.
+ */
+static bool
+topology_removes(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char *name)
+{
+    shl_status_t ignored = SHL_STATUS_INIT;
+
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (!sh->topology || sh->cursor_id == 0) {
+            continue;
+        }
+        if (sh->head == sh->n && topology_get_more(op, c, sh, &ignored) != 0) {
+            return false;
+        }
+        for (size_t k = sh->head; k < sh->n; k++) {
+            bson_t key;
+            bson_iter_t it;
+            if (bson_iter_init_find(&it, sh->queue[k], "operationType") &&
+                BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "delete") == 0 &&
+                shl_bson_get_subdoc(sh->queue[k], "documentKey", &key) &&
+                bson_iter_init_find(&it, &key, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
+                strcmp(bson_iter_utf8(&it, NULL), name) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 /* getMore on every shard whose buffer is empty, waiting at most 'wait_ms' on each. */
@@ -420,6 +507,16 @@ fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms
     }
     for (size_t k = 0; k < n; k++) {
         cs_shard_t *sh = &cs->shards[which[k]];
+        if (res[k].code == SHL_CODE_SHARD_NOT_FOUND ||
+            (res[k].code != 0 && topology_removes(op, c, cs, sh->name))) {
+            /* Removed (the registry knew, or the topology stream says so) before the merge
+             * reached the removal: a removed shard was drained, so nothing of it is missing;
+             * it leaves now. */
+            snprintf(cs->leave, sizeof(cs->leave), "%s", sh->name);
+            cs->leave_cursor = sh->cursor_id;
+            sh->cursor_id = 0;
+            continue;
+        }
         if (res[k].code != 0) {
             if (ret == 0) {
                 *st = res[k].status;
@@ -630,8 +727,37 @@ reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bo
 static int join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
                       const char *name, uint64_t start_at, shl_status_t *st);
 
+/* A removed shard's cursor (topology_removed): killed, best effort -- the shard may be gone
+ * already -- and no longer the router cursor's remote. */
+static void
+leave_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs)
+{
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bson_t ids;
+
+    req.shard = cs->leave;
+    bson_init(&req.cmd);
+    BSON_APPEND_UTF8(&req.cmd, "killCursors", cs->coll);
+    BSON_APPEND_ARRAY_BEGIN(&req.cmd, "cursors", &ids);
+    BSON_APPEND_INT64(&ids, "0", cs->leave_cursor);
+    bson_append_array_end(&req.cmd, &ids);
+    shl_router_send(c->r, op, cs->db, &req, 1, &res);
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+    for (size_t j = 0; j < c->nremotes; j++) {
+        if (strcmp(c->remotes[j].shard, cs->leave) == 0) {
+            c->remotes[j].cursor_id = 0;
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 2100003, "change stream closed on a removed shard", "shard",
+                 BCON_UTF8(cs->leave), "ns", BCON_UTF8(c->ns));
+    cs->leave[0] = '\0';
+    cs->leave_cursor = 0;
+}
+
 /* Release what the merge allows; a shard added on the way (the topology stream's event) is
- * opened at its time and the merge goes on. */
+ * opened at its time and the merge goes on, a shard removed leaves it. */
 static int
 release_and_join(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, bson_t *arr,
                  uint32_t *n, int64_t limit, shl_status_t *st)
@@ -639,11 +765,15 @@ release_and_join(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, bson
     int ret = 0;
 
     release(cs, arr, n, limit);
-    while (cs->join[0] != '\0') {
+    while (cs->join[0] != '\0' || cs->leave[0] != '\0') {
         char name[SHL_SHARD_ID_MAX];
-        snprintf(name, sizeof(name), "%s", cs->join);
-        cs->join[0] = '\0';
-        SHL_ERR(join_shard(op, c, cs, name, cs->join_ts, st));
+        if (cs->leave[0] != '\0') {
+            leave_shard(op, c, cs);
+        } else {
+            snprintf(name, sizeof(name), "%s", cs->join);
+            cs->join[0] = '\0';
+            SHL_ERR(join_shard(op, c, cs, name, cs->join_ts, st));
+        }
         release(cs, arr, n, limit);
     }
 done:
@@ -755,7 +885,8 @@ join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char
         goto done;
     }
     for (size_t k = 0; k < cs->nshards; k++) {
-        if (strcmp(cs->shards[k].name, name) == 0) {
+        /* (A shard removed earlier, cursor 0, may come back under its name.) */
+        if (strcmp(cs->shards[k].name, name) == 0 && cs->shards[k].cursor_id != 0) {
             goto done;
         }
     }
@@ -807,8 +938,8 @@ open_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_sta
     shl_router_request_t req;
     shl_fanout_result_t res;
     cs_shard_t *sh;
-    bson_t *m = BCON_NEW("0", "{", "$match", "{", "operationType", BCON_UTF8("insert"), "}",
-                         "}");
+    bson_t *m = BCON_NEW("0", "{", "$match", "{", "operationType", "{", "$in", "[",
+                         BCON_UTF8("insert"), BCON_UTF8("delete"), "]", "}", "}", "}");
     bson_t spec = BSON_INITIALIZER;
     open_arg_t a;
 

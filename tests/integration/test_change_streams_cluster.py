@@ -315,8 +315,38 @@ def test_new_shard_joins_an_open_stream(c):
     finally:
         r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shard1")
         try:
-            r.admin.command("removeShard", "shardNew")
-        except pymongo.errors.PyMongoError:
+            # Removed for good: later streams open on every shard the registry holds.
+            from shale_fixtures import wait_until
+            wait_until(lambda: r.admin.command("removeShard", "shardNew")["state"] ==
+                       "completed", 30, "shardNew removed")
+        except (pymongo.errors.PyMongoError, TimeoutError):
             pass
         p.stop()
 
+
+
+def test_removed_shard_leaves_an_open_stream(c):
+    """The config server's topology stream reports a shard's removal: the router closes its
+    cursor at that point of the merge, so the stream goes on after the shard is gone."""
+    import os
+    from shale_fixtures import ShaleProcess, wait_until
+    r = c.router_client()
+    p = ShaleProcess(["node", "--shardsvr", "--replSet", "shardGone"],
+                     dbpath=os.path.join(c.base, "shardGone"), name="shardGone")
+    p.start(extra=c.shard_extra)
+    try:
+        db = r.csc10
+        db.c.insert_one({"_id": 0})  # its primary shard is an old one
+        r.admin.command("addShard", "shardGone/" + p.host, name="shardGone")
+        with db.c.watch(max_await_time_ms=300) as s:
+            db.c.insert_one({"_id": 1})
+            assert _next(s)["documentKey"] == {"_id": 1}
+            wait_until(lambda: r.admin.command("removeShard", "shardGone")["state"] ==
+                       "completed", 30, "shardGone removed")
+            p.stop()
+            db.c.insert_one({"_id": 2})
+            assert _next(s)["documentKey"] == {"_id": 2}
+        assert "change stream closed on a removed shard" in c.router.read_log()
+    finally:
+        p.stop()
+        p.cleanup()
