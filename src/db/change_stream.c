@@ -1361,7 +1361,7 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
     int ret = 0;
     cs_state_t *s = c->state;
     shl_collection_t *oplog = shl_oplog_collection(s->eng);
-    bool exhausted = false;
+    bool exhausted = false, woke = false;
 
     for (;;) {
         uint64_t seq = shl_collection_commit_seq(oplog);
@@ -1369,7 +1369,10 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
         ret = shl_cursor_fill_batch(op, c, batch_size, first, arr, &exhausted, st);
         end_round(s);
         SHL_ERR(ret);
-        if (!bson_empty(arr) || s->ended_sent || deadline_us == 0) {
+        /* As MongoDB's getMore, wait for new entries once: after one round over what arrived
+         * the batch goes back even if empty, with a postBatchResumeToken past it (a router's
+         * merge waits for that mark; docs/design/change_streams.md "Through a router"). */
+        if (!bson_empty(arr) || s->ended_sent || deadline_us == 0 || woke) {
             break;
         }
         for (;;) {
@@ -1381,6 +1384,7 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
                                            deadline_us - now > CS_AWAIT_SLICE_US
                                                ? now + CS_AWAIT_SLICE_US
                                                : deadline_us)) {
+                woke = true;
                 break;
             }
             SHL_ERR(shl_op_check_interrupt(op, st));

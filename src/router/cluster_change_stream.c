@@ -10,7 +10,9 @@
 #include "bson/bson_iter.h"
 #include "router/router_private.h"
 
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -28,6 +30,17 @@
 #define CS_AWAIT_DEFAULT_MS 1000
 /* The config server's topology stream: its getMore only reports its high-water mark. */
 #define CS_TOPOLOGY_AWAIT_MS 1
+/* Shards (and the topology stream) a stream can take on after it opened: the array has fixed
+ * room because the shards' fetcher threads point into it. */
+#define CS_MORE_SHARDS 64
+/* A shard's fetcher getMore waits this long for events (a stream being closed waits for it). */
+#define CS_FETCH_AWAIT_MS 200
+#define CS_FETCH_DEADLINE_MS 10000
+/* At most one nudge (a no-op write that makes a waiting getMore return with a mark past the
+ * held event) per idle shard per this interval. */
+#define CS_NUDGE_INTERVAL_US 2000
+
+struct cs_router;
 
 typedef struct cs_shard {
     char name[SHL_SHARD_ID_MAX];
@@ -36,6 +49,17 @@ typedef struct cs_shard {
     size_t n, head, cap;
     char *pbrt; /* the shard's last postBatchResumeToken (hex), owned */
     bool skipped_ddl; /* its last DDL event was another shard's copy: skip its invalidate */
+    /* Its fetcher thread (not for the topology stream): keeps one getMore outstanding while
+     * its queue is empty and deposits the replies. The fields above are guarded by the
+     * stream's mu once the thread runs. */
+    pthread_t thread;
+    bool thread_started;
+    bool in_flight;       /* a getMore is outstanding */
+    int64_t sent_us;      /* when it was sent (mono) */
+    int64_t nudged_us;    /* the last nudge (mono) */
+    int err;              /* the last getMore's error, 0 if none */
+    shl_status_t err_st;
+    struct cs_router *owner;
     /* The config server's stream on config.shards (named "config"): its inserts are shards
      * added, never released; its high-water mark gates the merge like a shard's. */
     bool topology;
@@ -44,8 +68,14 @@ typedef struct cs_shard {
 typedef struct cs_router {
     char db[SHL_NS_MAX + 1];   /* the shards' cursors' database */
     char coll[SHL_NS_MAX + 1]; /* and collection (getMore's `collection`) */
-    cs_shard_t *shards;
-    size_t nshards;
+    cs_shard_t *shards; /* fixed room: cap_shards */
+    size_t nshards, cap_shards;
+    /* Guards the shards' queues, marks, cursor ids and errors between the fetcher threads and
+     * the client's getMore (which holds it except while waiting on cv); a leaf lock. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* a reply arrived, or a queue was emptied, or stopping */
+    bool stopping;        /* the stream is being freed: fetchers end */
+    shl_service_ctx_t *svc; /* for the fetchers' operation contexts */
     char *pbrt;       /* the merged stream's postBatchResumeToken (hex), owned */
     bool ended;       /* an invalidate was released */
     char *last_ddl;   /* "<operationType> <ns>" of the last DDL event released (dedup) */
@@ -96,6 +126,19 @@ static void
 cs_router_free(void *state)
 {
     cs_router_t *cs = state;
+
+    /* The fetchers end once their getMore is back (CS_FETCH_AWAIT_MS at most). */
+    pthread_mutex_lock(&cs->mu);
+    cs->stopping = true;
+    pthread_cond_broadcast(&cs->cv);
+    pthread_mutex_unlock(&cs->mu);
+    for (size_t i = 0; i < cs->nshards; i++) {
+        if (cs->shards[i].thread_started) {
+            pthread_join(cs->shards[i].thread, NULL);
+        }
+    }
+    pthread_mutex_destroy(&cs->mu);
+    pthread_cond_destroy(&cs->cv);
     kill_topology(cs);
     for (size_t i = 0; i < cs->nshards; i++) {
         for (size_t k = cs->shards[i].head; k < cs->shards[i].n; k++) {
@@ -117,6 +160,22 @@ cs_router_free(void *state)
         bson_destroy(cs->router_stages);
     }
     bson_free(cs);
+}
+
+/* A new stream state; its condition variable runs on the monotonic clock (shl_clock_mono_us). */
+static cs_router_t *
+cs_router_new(shl_op_ctx_t *op)
+{
+    cs_router_t *cs = bson_malloc0(sizeof(*cs));
+    pthread_condattr_t attr;
+
+    pthread_mutex_init(&cs->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&cs->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    cs->svc = op->svc;
+    return cs;
 }
 
 static void
@@ -479,73 +538,163 @@ topology_removes(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, cons
     return false;
 }
 
-/* getMore on every shard whose buffer is empty, waiting at most 'wait_ms' on each. */
-static int
-fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms, shl_status_t *st)
-{
-    int ret = 0;
-    shl_router_request_t *reqs = bson_malloc0((cs->nshards + 1) * sizeof(*reqs));
-    shl_fanout_result_t *res = NULL;
-    size_t *which = bson_malloc0((cs->nshards + 1) * sizeof(*which));
-    size_t n = 0;
+/* ---------------------------------------------------------------- fetchers */
 
-    for (size_t i = 0; i < cs->nshards; i++) {
-        cs_shard_t *sh = &cs->shards[i];
-        if (sh->cursor_id == 0 || sh->head < sh->n || sh->topology) {
+/*
+ * A shard's fetcher (the asynchronous merge): while the shard's queue is empty it keeps one
+ * getMore outstanding and deposits the reply under cs->mu, waking the client's getMore, so an
+ * event is merged as soon as it arrives and every shard that gates it has passed its time --
+ * no waiting for the slowest shard's await as a fan-out does. Runs until the stream is freed.
+ */
+static void *
+fetcher_main(void *arg)
+{
+    cs_shard_t *sh = arg;
+    cs_router_t *cs = sh->owner;
+    bson_t body = BSON_INITIALIZER;
+    shl_op_ctx_t op;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    BSON_APPEND_INT64(&body, "getMore", 0);
+    shl_op_ctx_init(&op, cs->svc, NULL, &body, cs->db, &st);
+    pthread_mutex_lock(&cs->mu);
+    while (!cs->stopping) {
+        shl_router_request_t req;
+        shl_fanout_result_t res;
+        if (sh->cursor_id == 0 || sh->err != 0 || sh->head < sh->n) {
+            pthread_cond_wait(&cs->cv, &cs->mu);
             continue;
         }
-        reqs[n].shard = sh->name;
-        bson_init(&reqs[n].cmd);
-        BSON_APPEND_INT64(&reqs[n].cmd, "getMore", sh->cursor_id);
-        BSON_APPEND_UTF8(&reqs[n].cmd, "collection", cs->coll);
-        BSON_APPEND_INT64(&reqs[n].cmd, "maxTimeMS", wait_ms);
-        which[n++] = i;
-    }
-    if (n > 0) {
-        res = bson_malloc0(n * sizeof(*res));
-        shl_router_send(c->r, op, cs->db, reqs, n, res);
-    }
-    for (size_t k = 0; k < n; k++) {
-        cs_shard_t *sh = &cs->shards[which[k]];
-        if (res[k].code == SHL_CODE_SHARD_NOT_FOUND ||
-            (res[k].code != 0 && topology_removes(op, c, cs, sh->name))) {
-            /* Removed (the registry knew, or the topology stream says so) before the merge
-             * reached the removal: a removed shard was drained, so nothing of it is missing;
-             * it leaves now. */
+        req.shard = sh->name;
+        bson_init(&req.cmd);
+        BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
+        BSON_APPEND_UTF8(&req.cmd, "collection", cs->coll);
+        BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_FETCH_AWAIT_MS);
+        sh->in_flight = true;
+        sh->sent_us = shl_clock_mono_us();
+        /* A shard that does not answer fails the stream's next getMore (resumable), and a
+         * stream being freed waits no longer than this for its fetchers. */
+        op.deadline_us = sh->sent_us + CS_FETCH_DEADLINE_MS * 1000;
+        pthread_mutex_unlock(&cs->mu);
+        shl_router_send(cs->r, &op, cs->db, &req, 1, &res);
+        pthread_mutex_lock(&cs->mu);
+        sh->in_flight = false;
+        if (cs->stopping || sh->cursor_id == 0) {
+            /* Freed, or it left the merge (a removed shard) while the getMore was out. */
+        } else if (res.code == SHL_CODE_SHARD_NOT_FOUND) {
+            /* Removed, and the registry knew before the topology stream told the merge: a
+             * removed shard was drained, so nothing of it is missing; it leaves now. */
             snprintf(cs->leave, sizeof(cs->leave), "%s", sh->name);
             cs->leave_cursor = sh->cursor_id;
             sh->cursor_id = 0;
+        } else if (res.code != 0) {
+            sh->err = res.code;
+            sh->err_st = res.status;
+        } else {
+            sh->err = take_reply(cs->r, sh, &res.reply, "nextBatch", &sh->err_st);
+        }
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+        pthread_cond_broadcast(&cs->cv);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    bson_destroy(&body);
+    return NULL;
+}
+
+/* Start a fetcher for every shard stream without one (cs->mu held). */
+static void
+start_fetchers(cs_router_t *cs)
+{
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || sh->thread_started || sh->cursor_id == 0) {
             continue;
         }
-        if (res[k].code != 0) {
-            if (ret == 0) {
-                *st = res[k].status;
-                ret = res[k].code;
-            }
+        sh->owner = cs;
+        SHL_INVARIANT(pthread_create(&sh->thread, NULL, fetcher_main, sh) == 0);
+        sh->thread_started = true;
+    }
+}
+
+/* The token of the smallest buffered event of the shards (not the topology stream), or NULL. */
+static const char *
+lowest_buffered(const cs_router_t *cs)
+{
+    const char *low = NULL;
+    for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        const char *h;
+        if (!sh->topology && sh->head < sh->n && (h = event_hex(sh->queue[sh->head])) != NULL &&
+            (low == NULL || strcmp(h, low) < 0)) {
+            low = h;
+        }
+    }
+    return low;
+}
+
+/*
+ * An idle shard holds back the smallest buffered event when its getMore, sent before that
+ * event reached the router, waits out its await with a mark below it. A no-op write there
+ * (appendOplogNote; the request gossips this router's cluster time, which the event moved, so
+ * the note is later than the event) ends that wait at once: its stream returns with a mark
+ * past the event. Only for a getMore out for a while (a busy shard answers by itself), at most
+ * once per CS_NUDGE_INTERVAL_US per shard; cs->mu held, released around the requests.
+ */
+static void
+nudge_idle(shl_op_ctx_t *op, cs_router_t *cs)
+{
+    const char *low = lowest_buffered(cs);
+    int64_t now = shl_clock_mono_us();
+    shl_router_request_t reqs[8];
+    size_t n = 0;
+    shl_fanout_result_t res[8];
+
+    for (size_t i = 0; i < cs->nshards && low != NULL && n < 8; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || sh->cursor_id == 0 || sh->head < sh->n || !sh->in_flight ||
+            (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0) ||
+            now - sh->sent_us < CS_NUDGE_INTERVAL_US || now - sh->nudged_us < CS_NUDGE_INTERVAL_US) {
             continue;
         }
-        if (ret == 0) {
-            ret = take_reply(c->r, sh, &res[k].reply, "nextBatch", st);
-        }
-        for (size_t j = 0; j < c->nremotes; j++) {
-            if (strcmp(c->remotes[j].shard, sh->name) == 0) {
-                c->remotes[j].cursor_id = sh->cursor_id;
-            }
-        }
+        sh->nudged_us = now;
+        reqs[n].shard = sh->name;
+        bson_init(&reqs[n].cmd);
+        BCON_APPEND(&reqs[n].cmd, "appendOplogNote", BCON_INT32(1), "data", "{", "msg",
+                    BCON_UTF8("change stream merge"), "}");
+        n++;
     }
-    /* After the shards: the topology stream's mark then covers the times they reported (the
-     * requests gossip the router's clock, which their events moved). */
-    if (ret == 0) {
-        ret = fetch_topology(op, c, cs, st);
+    if (n == 0) {
+        return;
     }
-    if (res != NULL) {
-        shl_fanout_results_cleanup(res, n);
-    }
+    pthread_mutex_unlock(&cs->mu);
+    shl_router_send(cs->r, op, "admin", reqs, n, res);
+    shl_fanout_results_cleanup(res, n);
+    pthread_mutex_lock(&cs->mu);
     shl_router_requests_cleanup(reqs, n);
-    bson_free(reqs);
-    bson_free(res);
-    bson_free(which);
-    return ret;
+}
+
+/* The first fetcher error, into *st (cs->mu held). A shard that fails while the topology
+ * stream already reports it removed (stopped after its removal) leaves the merge instead. */
+static int
+fetcher_error(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->err == 0) {
+            continue;
+        }
+        if (sh->cursor_id != 0 && topology_removes(op, c, cs, sh->name)) {
+            snprintf(cs->leave, sizeof(cs->leave), "%s", sh->name);
+            cs->leave_cursor = sh->cursor_id;
+            sh->cursor_id = 0;
+            sh->err = 0;
+            continue;
+        }
+        *st = sh->err_st;
+        return sh->err;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- updateLookup */
@@ -788,25 +937,53 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
     int ret = 0;
     uint32_t n = 0;
 
+    pthread_mutex_lock(&cs->mu);
+    start_fetchers(cs);
     SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
     while (n == 0 && !cs->ended) {
-        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
-        bool buffered = false;
-        for (size_t i = 0; i < cs->nshards; i++) {
-            buffered |= cs->shards[i].head < cs->shards[i].n;
-        }
-        if (left_ms <= 0) {
+        int64_t now = shl_clock_mono_us(), until;
+        struct timespec ts;
+        SHL_ERR(fetcher_error(op, c, cs, st));
+        SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
+        if (n > 0 || cs->ended) {
             break;
         }
-        /* With events waiting for an idle shard, ask it only for its high-water mark. */
-        SHL_ERR(fetch(op, c, cs, buffered ? 1 : (left_ms < CS_SHARD_AWAIT_MS ? left_ms : CS_SHARD_AWAIT_MS),
-                      st));
+        if (now >= deadline_us) {
+            break;
+        }
+        start_fetchers(cs);
+        nudge_idle(op, cs);
+        /* The topology stream's mark, when it holds back the smallest event. */
+        SHL_ERR(fetch_topology(op, c, cs, st));
+        SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
+        if (n > 0 || cs->ended) {
+            break;
+        }
+        /* Wait for a reply (a nudge may be due again: look every interval). */
+        until = now + CS_NUDGE_INTERVAL_US * 2 < deadline_us ? now + CS_NUDGE_INTERVAL_US * 2
+                                                             : deadline_us;
+        ts.tv_sec = until / 1000000;
+        ts.tv_nsec = (until % 1000000) * 1000;
+        pthread_cond_timedwait(&cs->cv, &cs->mu, &ts);
         SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     update_pbrt(cs);
-    SHL_ERR(finish_events(op, cs, arr, st));
+    /* Queues emptied: their fetchers go on. */
+    pthread_cond_broadcast(&cs->cv);
+    for (size_t i = 0; i < cs->nshards; i++) {
+        for (size_t j = 0; j < c->nremotes; j++) {
+            if (strcmp(c->remotes[j].shard, cs->shards[i].name) == 0 &&
+                !cs->shards[i].topology) {
+                c->remotes[j].cursor_id = cs->shards[i].cursor_id;
+            }
+        }
+    }
 done:
+    pthread_mutex_unlock(&cs->mu);
+    if (ret == 0) {
+        ret = finish_events(op, cs, arr, st);
+    }
     return ret;
 }
 
@@ -905,7 +1082,11 @@ join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char
         *st = res.status;
         SHL_ERR(res.code);
     }
-    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+    if (cs->nshards == cs->cap_shards) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR,
+                 "a change stream opened with %zu shards takes at most %d more",
+                 cs->cap_shards - CS_MORE_SHARDS, CS_MORE_SHARDS - 1);
+    }
     sh = &cs->shards[cs->nshards++];
     memset(sh, 0, sizeof(*sh));
     snprintf(sh->name, sizeof(sh->name), "%s", name);
@@ -958,7 +1139,6 @@ open_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_sta
         *st = res.status;
         SHL_ERR(res.code);
     }
-    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
     sh = &cs->shards[cs->nshards++];
     memset(sh, 0, sizeof(*sh));
     snprintf(sh->name, sizeof(sh->name), "config");
@@ -978,7 +1158,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
 {
     int ret = 0;
     shl_router_t *r = shl_router_get(op);
-    cs_router_t *cs = bson_malloc0(sizeof(*cs));
+    cs_router_t *cs = cs_router_new(op);
     shl_router_cursor_t *c = NULL;
     shl_router_shard_result_t *res = NULL;
     size_t nres = 0;
@@ -1108,7 +1288,9 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         }
     }
     c = shl_router_cursor_new(r, ns, cs->db, cs->coll);
-    cs->shards = bson_malloc0((nres + 1) * sizeof(*cs->shards));
+    /* Fixed room: the shards' fetcher threads hold pointers into the array. */
+    cs->cap_shards = nres + CS_MORE_SHARDS;
+    cs->shards = bson_malloc0(cs->cap_shards * sizeof(*cs->shards));
     for (size_t k = 0; k < nres; k++) {
         cs_shard_t *sh = &cs->shards[cs->nshards++];
         bson_t empty = BSON_INITIALIZER, cur, b;
