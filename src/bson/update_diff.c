@@ -12,26 +12,10 @@
 
 #include "bson/bson_compare.h"
 #include "bson/bson_iter.h"
+#include "bson/bson_util.h"
 
 /* Nesting beyond this is left whole (BSON documents nest at most ~100 deep in practice). */
 #define MAX_DEPTH 180
-
-/* The document or array at 'it' as a view; false for another type. */
-static bool
-iter_view(const bson_iter_t *it, bson_t *out)
-{
-    const uint8_t *data;
-    uint32_t len;
-
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_iter_document(it, &len, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
-        bson_iter_array(it, &len, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, len);
-}
 
 /* Same type and the same value (1 and 1.0 differ: the type changed). */
 static bool
@@ -61,7 +45,7 @@ diff_value(const char *key, const bson_iter_t *bv, const bson_iter_t *av, bson_t
     bool docs = BSON_ITER_HOLDS_DOCUMENT(bv) && BSON_ITER_HOLDS_DOCUMENT(av);
     bool arrays = BSON_ITER_HOLDS_ARRAY(bv) && BSON_ITER_HOLDS_ARRAY(av);
 
-    if ((docs || arrays) && depth < MAX_DEPTH && iter_view(bv, &bsub) && iter_view(av, &asub)) {
+    if ((docs || arrays) && depth < MAX_DEPTH && shl_bson_iter_view(bv, &bsub) && shl_bson_iter_view(av, &asub)) {
         char *skey = bson_strdup_printf("s%s", key);
         if (docs) {
             diff_doc(&bsub, &asub, &sd, depth + 1);
@@ -220,7 +204,7 @@ shl_update_diff_of(const bson_t *o, bson_t *diff)
         strcmp(shl_iter_key(&it), "diff") != 0 || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         return false;
     }
-    return iter_view(&it, diff);
+    return shl_bson_iter_view(&it, diff);
 }
 
 /* ---------------------------------------------------------------- applying */
@@ -246,10 +230,10 @@ append_applied(bson_t *out, const char *key, const bson_iter_t *pv, const bson_i
     bson_t pre, sub, res;
     bool ok = true;
 
-    if (!BSON_ITER_HOLDS_DOCUMENT(sv) || !iter_view(sv, &sub) || depth >= MAX_DEPTH) {
+    if (!BSON_ITER_HOLDS_DOCUMENT(sv) || !shl_bson_iter_view(sv, &sub) || depth >= MAX_DEPTH) {
         return false;
     }
-    if (!iter_view(pv, &pre) || BSON_ITER_HOLDS_ARRAY(pv) != is_array_diff(&sub)) {
+    if (!shl_bson_iter_view(pv, &pre) || BSON_ITER_HOLDS_ARRAY(pv) != is_array_diff(&sub)) {
         return bson_append_iter(out, key, -1, pv);
     }
     if (BSON_ITER_HOLDS_ARRAY(pv)) {
@@ -284,7 +268,7 @@ apply_doc(const bson_t *pre, const bson_t *diff, bson_t *out, int depth)
                        : strcmp(k, "i") == 0 ? &ins
                                              : NULL;
         if (sect != NULL) {
-            ok = BSON_ITER_HOLDS_DOCUMENT(&it) && iter_view(&it, sect);
+            ok = BSON_ITER_HOLDS_DOCUMENT(&it) && shl_bson_iter_view(&it, sect);
         } else {
             /* "s" alone is the sub-diff of a field named "". */
             ok = k[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it);
@@ -536,7 +520,7 @@ describe_diff(describer_t *d, const bson_t *diff)
         } else if (!array && strcmp(k, "d") == 0) {
             describe_section(d, &it, true);
         } else if (k[0] == 's' && BSON_ITER_HOLDS_DOCUMENT(&it) &&
-                   iter_view(&it, &sub) && (!array || index_of(k) >= 0)) {
+                   shl_bson_iter_view(&it, &sub) && (!array || index_of(k) >= 0)) {
             d->path[d->depth] = array ? (comp_t){NULL, index_of(k)} : (comp_t){k + 1, 0};
             d->depth++;
             describe_diff(d, &sub);

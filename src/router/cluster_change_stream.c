@@ -314,22 +314,37 @@ ddl_key(const bson_t *ev)
  * merge at once -- everything it wrote before the removal was merged already, and a drained
  * shard writes nothing after -- and its cursor is noted for release_and_join to kill.
  */
+/* Whether topology event 'ev' is a delete (a shard removed); *name its shard (NULL if the
+ * event does not say; borrowed from 'ev'). */
 static bool
-topology_removed(cs_router_t *cs, const bson_t *ev)
+removed_shard(const bson_t *ev, const char **name)
 {
     bson_iter_t it;
     bson_t key;
-    const char *name;
 
+    *name = NULL;
     if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it) ||
         strcmp(bson_iter_utf8(&it, NULL), "delete") != 0) {
         return false;
     }
-    if (!shl_bson_get_subdoc(ev, "documentKey", &key) || !bson_iter_init_find(&it, &key, "_id") ||
-        !BSON_ITER_HOLDS_UTF8(&it)) {
+    if (shl_bson_get_subdoc(ev, "documentKey", &key) && bson_iter_init_find(&it, &key, "_id") &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        *name = bson_iter_utf8(&it, NULL);
+    }
+    return true;
+}
+
+static bool
+topology_removed(cs_router_t *cs, const bson_t *ev)
+{
+    const char *name;
+
+    if (!removed_shard(ev, &name)) {
+        return false;
+    }
+    if (name == NULL) {
         return true;
     }
-    name = bson_iter_utf8(&it, NULL);
     for (size_t i = 0; i < cs->nshards; i++) {
         cs_shard_t *sh = &cs->shards[i];
         if (sh->topology || strcmp(sh->name, name) != 0 || sh->cursor_id == 0) {
@@ -524,13 +539,8 @@ topology_removes(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, cons
             return false;
         }
         for (size_t k = sh->head; k < sh->n; k++) {
-            bson_t key;
-            bson_iter_t it;
-            if (bson_iter_init_find(&it, sh->queue[k], "operationType") &&
-                BSON_ITER_HOLDS_UTF8(&it) && strcmp(bson_iter_utf8(&it, NULL), "delete") == 0 &&
-                shl_bson_get_subdoc(sh->queue[k], "documentKey", &key) &&
-                bson_iter_init_find(&it, &key, "_id") && BSON_ITER_HOLDS_UTF8(&it) &&
-                strcmp(bson_iter_utf8(&it, NULL), name) == 0) {
+            const char *gone;
+            if (removed_shard(sh->queue[k], &gone) && gone != NULL && strcmp(gone, name) == 0) {
                 return true;
             }
         }

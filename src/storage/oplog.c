@@ -189,23 +189,6 @@ done:
     return ret;
 }
 
-/* The document or array at 'it' as a view (false for another type). */
-static bool
-iter_subdoc(const bson_iter_t *it, bson_t *out)
-{
-    const uint8_t *data;
-    uint32_t len;
-
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_iter_document(it, &len, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
-        bson_iter_array(it, &len, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, len);
-}
-
 int
 shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_t *st)
 {
@@ -225,7 +208,7 @@ shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_
         const char *o = NULL;
         uint64_t fixed = txn->fixed_ts;
 
-        if (!iter_subdoc(&it, &op)) {
+        if (!shl_bson_iter_view(&it, &op)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element is not an object");
         }
         if (bson_iter_init_find(&f, &op, "op") && BSON_ITER_HOLDS_UTF8(&f)) {
@@ -337,7 +320,7 @@ shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, s
     for (size_t i = n + 1; i > 0; i--) {
         const bson_t *e = i - 1 == n ? entry : chain[i - 1];
         if (!shl_bson_get_subdoc(e, "o", &o) || !bson_iter_init_find(&it, &o, "applyOps") ||
-            !BSON_ITER_HOLDS_ARRAY(&it) || !iter_subdoc(&it, &arr) || !bson_iter_init(&it, &arr)) {
+            !BSON_ITER_HOLDS_ARRAY(&it) || !shl_bson_iter_view(&it, &arr) || !bson_iter_init(&it, &arr)) {
             continue;
         }
         while (bson_iter_next(&it)) {
