@@ -350,3 +350,18 @@ def test_removed_shard_leaves_an_open_stream(c):
     finally:
         p.stop()
         p.cleanup()
+
+
+def test_idle_shard_is_nudged_not_waited_for(c):
+    """The asynchronous merge: events written on one shard while the other is idle come out
+    one by one, each released once the idle shard's mark passed it -- which the router gets
+    by a no-op write there (appendOplogNote) that ends its waiting getMore."""
+    r = c.router_client()
+    coll = _sharded(r, "csc11", "i")
+    s1 = c.shard_client(1).local["oplog.rs"]
+    before = s1.count_documents({"op": "n", "o.msg": "change stream merge"})
+    with coll.watch(max_await_time_ms=2000) as s:
+        for i in range(5):
+            coll.insert_one({"_id": i, "x": -1 - i})   # shard0 only
+            assert _next(s)["documentKey"]["_id"] == i
+    assert s1.count_documents({"op": "n", "o.msg": "change stream merge"}) > before
