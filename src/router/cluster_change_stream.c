@@ -4,8 +4,9 @@
  * stages run there), and the router merges the shards' events by resume token, releasing an
  * event only once every other shard has passed it: a shard's frontier is its next buffered
  * event, or when it has none its postBatchResumeToken (a high-water mark that its idle oplog
- * advances with the cluster time this router gossips to it). docs/design/change_streams.md
- * "Through a router".
+ * advances with the cluster time this router gossips to it). Each shard's stream is fetched by
+ * its own thread, one getMore outstanding, merged as replies arrive (MongoDB's
+ * AsyncResultsMerger). docs/design/change_streams.md "Through a router".
  */
 #include "bson/bson_iter.h"
 #include "router/router_private.h"
@@ -24,9 +25,7 @@
 #include "router/cluster_routing.h"
 #include "sharding/catalog_cache.h"
 
-/* How long a shard getMore waits for events while the router has nothing to release: the
- * bound on how late an event on one shard is seen when another shard is idle. */
-#define CS_SHARD_AWAIT_MS 50
+/* A client getMore's wait for events without maxTimeMS. */
 #define CS_AWAIT_DEFAULT_MS 1000
 /* The config server's topology stream: its getMore only reports its high-water mark. */
 #define CS_TOPOLOGY_AWAIT_MS 1
@@ -71,7 +70,8 @@ typedef struct cs_router {
     cs_shard_t *shards; /* fixed room: cap_shards */
     size_t nshards, cap_shards;
     /* Guards the shards' queues, marks, cursor ids and errors between the fetcher threads and
-     * the client's getMore (which holds it except while waiting on cv); a leaf lock. */
+     * the client's getMore (which holds it except while waiting on cv or nudging);
+     * docs/design/locking.md 00c. */
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* a reply arrived, or a queue was emptied, or stopping */
     bool stopping;        /* the stream is being freed: fetchers end */
