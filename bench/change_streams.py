@@ -5,7 +5,8 @@ SECONDS while one collection stream reads; prints the write rate (the baseline, 
 event rate the stream delivered, their ratio (target: the stream keeps up, ratio ~1 and no
 backlog at the end), and the added latency from a write's acknowledgement to its event at
 p50/p99 (each event carries the time its writer got the acknowledgement).
-SHALE_BIN=build/src/main/shale; SECONDS (default 5), WRITERS (4)."""
+SHALE_BIN=build/src/main/shale; SECONDS (default 5), WRITERS (4); IDLE_SHARD=1 makes every
+writer write to shard0's chunk, so shard1 stays idle (the merge must wait for its mark)."""
 import os
 import sys
 import threading
@@ -17,6 +18,7 @@ from shale_fixtures import ShaleCluster  # noqa: E402
 
 SECONDS = float(os.environ.get("SECONDS", "5"))
 WRITERS = int(os.environ.get("WRITERS", "4"))
+IDLE_SHARD = os.environ.get("IDLE_SHARD") == "1"
 
 c = ShaleCluster(shards=2)
 c.start()
@@ -36,7 +38,8 @@ try:
         i = 0
         while not stop.is_set():
             _id = k * 10_000_000 + i
-            coll.insert_one({"_id": _id, "x": (i if k % 2 else -i - 1), "pad": "p" * 100})
+            x = -i - 1 if IDLE_SHARD or k % 2 == 0 else i
+            coll.insert_one({"_id": _id, "x": x, "pad": "p" * 100})
             acked[_id] = time.perf_counter()
             i += 1
         counts[k] = i

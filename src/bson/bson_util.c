@@ -549,6 +549,22 @@ shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view)
 }
 
 bool
+shl_bson_iter_view(const bson_iter_t *it, bson_t *view)
+{
+    const uint8_t *data;
+    uint32_t len;
+
+    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
+        bson_iter_document(it, &len, &data);
+    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
+        bson_iter_array(it, &len, &data);
+    } else {
+        return false;
+    }
+    return bson_init_static(view, data, len);
+}
+
+bool
 shl_bson_iter_find_key(bson_iter_t *it, const bson_t *doc, const char *key)
 {
     bool found = false;

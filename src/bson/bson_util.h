@@ -132,6 +132,13 @@ bool shl_bson_append_array_values(bson_t *doc, const char *key, const bson_value
 bool shl_bson_get_subdoc(const bson_t *b, const char *key, bson_t *view);
 
 /*
+ * shl_bson_iter_view --
+ *     A static view of the document or array at 'it' (not to be destroyed; valid while the
+ *     iterated document is). False for another type or a malformed value.
+ */
+bool shl_bson_iter_view(const bson_iter_t *it, bson_t *view);
+
+/*
  * shl_bson_iter_find_key --
  *     What bson_iter_init_find does (a top-level field named exactly 'key', the first one;
  *     a dot is an ordinary character), with less work per field than

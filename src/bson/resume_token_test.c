@@ -1,12 +1,11 @@
 /*
  * resume_token_test.c -- resume tokens against a token MongoDB produced (decoded by
- * MongoDB's own tools), their order, parsing, and update descriptions.
+ * MongoDB's own tools), their order and parsing.
  */
 #include <string.h>
 
 #include "base/unit_test.h"
 #include "bson/resume_token.h"
-#include "bson/update_description.h"
 
 SHL_TEST(resume_token_matches_mongodb_v1)
 {
@@ -78,33 +77,4 @@ SHL_TEST(resume_token_parse_and_order)
         ASSERT(!shl_resume_token_parse(bad, &got, NULL, why));
         bson_destroy(bad);
     }
-}
-
-static void
-check_desc(const char *before, const char *after, const char *want)
-{
-    bson_t *b = shl_test_bson(before), *a = shl_test_bson(after);
-    bson_t out = BSON_INITIALIZER;
-    shl_update_description(b, a, &out);
-    ASSERT_BSON_EQ(&out, want);
-    bson_destroy(&out);
-    bson_destroy(a);
-    bson_destroy(b);
-}
-
-SHL_TEST(update_description_table)
-{
-    check_desc("{'_id': 1, 'a': 1}", "{'_id': 1, 'a': 2}",
-               "{'updatedFields': {'a': 2}, 'removedFields': [], 'truncatedArrays': []}");
-    check_desc("{'_id': 1, 'a': 1, 'b': 2}", "{'_id': 1, 'b': 2, 'c': 3}",
-               "{'updatedFields': {'c': 3}, 'removedFields': ['a'], 'truncatedArrays': []}");
-    check_desc("{'_id': 1, 'a': {'x': 1, 'y': 2}}", "{'_id': 1, 'a': {'x': 5}}",
-               "{'updatedFields': {'a.x': 5}, 'removedFields': ['a.y'], 'truncatedArrays': []}");
-    check_desc("{'_id': 1, 'a': [1, 2, 3]}", "{'_id': 1, 'a': [1, 9]}",
-               "{'updatedFields': {'a.1': 9}, 'removedFields': [], "
-               "'truncatedArrays': [{'field': 'a', 'newSize': 2}]}");
-    check_desc("{'_id': 1, 'a': [1]}", "{'_id': 1, 'a': [1, 2]}",
-               "{'updatedFields': {'a.1': 2}, 'removedFields': [], 'truncatedArrays': []}");
-    check_desc("{'_id': 1, 'a': 1}", "{'_id': 1, 'a': 1.0}",
-               "{'updatedFields': {'a': 1.0}, 'removedFields': [], 'truncatedArrays': []}");
 }

@@ -17,6 +17,7 @@
 #include "bson/bson_path.h"
 #include "bson/bson_util.h"
 #include "bson/resume_token.h"
+#include "bson/update_diff.h"
 #include "db/db_private.h"
 #include "db/sharding_hooks.h"
 #include "net/command_args.h"
@@ -370,6 +371,38 @@ done:
     return ret;
 }
 
+/*
+ * fullDocument of a $v:2 update for whenAvailable / required: 'pre' (the pre-image, NULL when
+ * there is none) with 'diff' applied; without a pre-image null, or for required
+ * NoMatchingDocument (47), as MongoDB answers without a post-image.
+ */
+static int
+append_post_image(const cs_state_t *s, const bson_t *pre, const bson_t *diff, uint64_t ts,
+                  bson_t *ev, shl_status_t *st)
+{
+    bson_t post = BSON_INITIALIZER;
+    bool have = false;
+    int ret = 0;
+
+    if (pre != NULL) {
+        bson_destroy(&post);
+        have = shl_update_diff_apply(pre, diff, &post);
+    }
+    if (have) {
+        BSON_APPEND_DOCUMENT(ev, "fullDocument", &post);
+    } else if (s->fd == FD_WHEN_AVAILABLE) {
+        BSON_APPEND_NULL(ev, "fullDocument");
+    } else {
+        SHL_FAIL(st, SHL_CODE_NO_MATCHING_DOCUMENT,
+                 "Change stream was configured to require a post-image for all update events, "
+                 "but the post-image was not found for event: {clusterTime: Timestamp(%u, %u)}",
+                 SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    }
+done:
+    bson_destroy(&post);
+    return ret;
+}
+
 /* ---------------------------------------------------------------- entries to events */
 
 /* One CRUD op ('i', 'u', 'd'; top-level or inside applyOps) into an event. */
@@ -380,8 +413,9 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     int ret = 0;
     bson_iter_t it;
     const char *op, *ns;
-    bson_t o, o2, desc, pre = BSON_INITIALIZER, ev = BSON_INITIALIZER, looked = BSON_INITIALIZER;
-    bool has_o2, has_desc, found = false, have_pre = false;
+    bson_t o, o2, desc, diff, pre = BSON_INITIALIZER, ev = BSON_INITIALIZER;
+    bson_t looked = BSON_INITIALIZER;
+    bool has_o2, has_desc, has_diff, want_pre, found = false, have_pre = false;
     const uint8_t *uuid = NULL;
     uint32_t len;
     bson_subtype_t sub;
@@ -404,7 +438,15 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
         }
     }
     has_o2 = shl_bson_get_subdoc(op_doc, "o2", &o2);
-    has_desc = shl_bson_get_subdoc(op_doc, "updateDescription", &desc);
+    has_diff = strcmp(op, "u") == 0 && shl_update_diff_of(&o, &diff);
+    /* Entries written before $v:2 carried the description beside the whole document. */
+    has_desc = !has_diff && shl_bson_get_subdoc(op_doc, "updateDescription", &desc);
+    /* The pre-image: for fullDocumentBeforeChange, and for a $v:2 update's post-image. */
+    want_pre = s->fdbc != FDBC_OFF ||
+               (has_diff && (s->fd == FD_WHEN_AVAILABLE || s->fd == FD_REQUIRED));
+    if (want_pre && strcmp(op, "i") != 0 && uuid != NULL) {
+        SHL_ERR(find_pre_image(s, uuid, ts, txn_op_index, op_doc, &pre, &have_pre, st));
+    }
     if (strcmp(op, "i") == 0) {
         append_common(&ev, "insert", ts, entry);
         if (s->expanded && uuid != NULL) {
@@ -414,15 +456,19 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
         append_ns(&ev, "ns", ns);
         append_document_key(s, ns, &o, has_o2 ? &o2 : NULL, &ev);
     } else if (strcmp(op, "u") == 0) {
-        append_common(&ev, has_desc ? "update" : "replace", ts, entry);
+        bool update = has_desc || has_diff;
+        append_common(&ev, update ? "update" : "replace", ts, entry);
         if (s->expanded && uuid != NULL) {
             shl_bson_append_uuid(&ev, "collectionUUID", uuid);
         }
-        if (!has_desc) {
+        if (!update) {
+            BSON_APPEND_DOCUMENT(&ev, "fullDocument", &o);
+        } else if (has_desc && (s->fd == FD_WHEN_AVAILABLE || s->fd == FD_REQUIRED)) {
+            /* An old entry carries the post-image whole. */
             BSON_APPEND_DOCUMENT(&ev, "fullDocument", &o);
         } else if (s->fd == FD_WHEN_AVAILABLE || s->fd == FD_REQUIRED) {
-            /* The entry carries the post-image whole. */
-            BSON_APPEND_DOCUMENT(&ev, "fullDocument", &o);
+            /* The post-image is the pre-image with the diff applied, as MongoDB makes it. */
+            SHL_ERR(append_post_image(s, have_pre ? &pre : NULL, &diff, ts, &ev, st));
         } else if (s->fd == FD_UPDATE_LOOKUP) {
             bson_destroy(&looked);
             SHL_ERR(lookup_document(s, ns, has_o2 ? &o2 : &o, &looked, &found, st));
@@ -433,9 +479,15 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
             }
         }
         append_ns(&ev, "ns", ns);
-        append_document_key(s, ns, &o, has_o2 ? &o2 : NULL, &ev);
+        /* A $v:2 entry's o2 is the documentKey (shard key fields and _id). */
+        append_document_key(s, ns, has_diff ? NULL : &o, has_o2 ? &o2 : NULL, &ev);
         if (has_desc) {
             BSON_APPEND_DOCUMENT(&ev, "updateDescription", &desc);
+        } else if (has_diff) {
+            bson_t ud;
+            BSON_APPEND_DOCUMENT_BEGIN(&ev, "updateDescription", &ud);
+            shl_update_diff_describe(&diff, s->expanded, &ud);
+            bson_append_document_end(&ev, &ud);
         }
     } else if (strcmp(op, "d") == 0) {
         append_common(&ev, "delete", ts, entry);
@@ -447,10 +499,7 @@ crud_event(cs_state_t *s, const bson_t *entry, const bson_t *op_doc, uint64_t ts
     } else {
         goto done;
     }
-    if (s->fdbc != FDBC_OFF && strcmp(op, "i") != 0 && uuid != NULL && txn_entry == NULL) {
-        SHL_ERR(find_pre_image(s, uuid, ts, txn_op_index, op_doc, &pre, &have_pre, st));
-    }
-    if (have_pre) {
+    if (have_pre && s->fdbc != FDBC_OFF) {
         BSON_APPEND_DOCUMENT(&ev, "fullDocumentBeforeChange", &pre);
     } else if (s->fdbc == FDBC_WHEN_AVAILABLE && strcmp(op, "i") != 0) {
         BSON_APPEND_NULL(&ev, "fullDocumentBeforeChange");
@@ -1312,7 +1361,7 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
     int ret = 0;
     cs_state_t *s = c->state;
     shl_collection_t *oplog = shl_oplog_collection(s->eng);
-    bool exhausted = false;
+    bool exhausted = false, woke = false;
 
     for (;;) {
         uint64_t seq = shl_collection_commit_seq(oplog);
@@ -1320,7 +1369,10 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
         ret = shl_cursor_fill_batch(op, c, batch_size, first, arr, &exhausted, st);
         end_round(s);
         SHL_ERR(ret);
-        if (!bson_empty(arr) || s->ended_sent || deadline_us == 0) {
+        /* As MongoDB's getMore, wait for new entries once: after one round over what arrived
+         * the batch goes back even if empty, with a postBatchResumeToken past it (a router's
+         * merge waits for that mark; docs/design/change_streams.md "Through a router"). */
+        if (!bson_empty(arr) || s->ended_sent || deadline_us == 0 || woke) {
             break;
         }
         for (;;) {
@@ -1332,6 +1384,7 @@ fill(shl_op_ctx_t *op, shl_cursor_t *c, int64_t batch_size, bool first, int64_t 
                                            deadline_us - now > CS_AWAIT_SLICE_US
                                                ? now + CS_AWAIT_SLICE_US
                                                : deadline_us)) {
+                woke = true;
                 break;
             }
             SHL_ERR(shl_op_check_interrupt(op, st));

@@ -10,6 +10,7 @@
 
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "bson/update_diff.h"
 
 #include "db/db_private.h"
 #include "storage/index.h"
@@ -67,10 +68,11 @@ parse_op(const bson_t *entry, size_t i, apply_op_t *out, shl_status_t *st)
         if (!out->has_o2 || !bson_iter_init_find(&it, &out->o2, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps[%zu]: an update needs o2._id", i);
         }
-        if (bson_iter_init(&first, &out->o) && shl_iter_next(&first) &&
-            shl_iter_key(&first)[0] == '$') {
+        bson_t diff;
+        if (!shl_update_diff_of(&out->o, &diff) && bson_iter_init(&first, &out->o) &&
+            shl_iter_next(&first) && shl_iter_key(&first)[0] == '$') {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE,
-                     "applyOps[%zu]: only replacement-style updates are supported", i);
+                     "applyOps[%zu]: only replacement-style and $v:2 updates are supported", i);
         }
     } else if (!bson_iter_init_find(&it, &out->o, "_id")) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps[%zu]: 'o' needs an _id", i);
@@ -90,7 +92,7 @@ apply_all(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         apply_op_t *o = &a->ops[i];
         const shl_collection_t *coll;
         bson_iter_t it;
-        bson_t cur = BSON_INITIALIZER;
+        bson_t cur = BSON_INITIALIZER, diff;
         int64_t rid = 0;
         bool found = false;
 
@@ -108,11 +110,30 @@ apply_all(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
                 if (ret == 0 && found) {
                     shl_db_sharding_observe_write(a->op, coll->ns, &cur, NULL);
                 }
+            } else if (found && o->op == 'u' && shl_update_diff_of(&o->o, &diff)) {
+                /* A $v:2 update: the diff applied to the document. */
+                bson_t post;
+                if (!shl_update_diff_apply(&cur, &diff, &post)) {
+                    ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
+                                         "applyOps[%zu]: malformed $v:2 update", i);
+                } else {
+                    shl_write_opts_t wo = {.describe_update = true};
+                    ret = shl_doc_update(txn, coll, rid, &cur, &post, &wo, st);
+                }
+                if (ret == 0) {
+                    shl_db_sharding_observe_write(a->op, coll->ns, &cur, &post);
+                }
+                bson_destroy(&post);
             } else if (found) {
                 ret = shl_doc_update(txn, coll, rid, &cur, &o->o, NULL, st);
                 if (ret == 0) {
                     shl_db_sharding_observe_write(a->op, coll->ns, &cur, &o->o);
                 }
+            } else if (o->op == 'u' && shl_update_diff_of(&o->o, &diff)) {
+                ret = shl_status_set(st, SHL_CODE_NO_MATCHING_DOCUMENT,
+                                     "applyOps[%zu]: update of a document that does not exist "
+                                     "in %s",
+                                     i, o->ns);
             } else if (o->op == 'u' && !o->upsert) {
                 ret = shl_status_set(st, SHL_CODE_NO_MATCHING_DOCUMENT,
                                      "applyOps[%zu]: update of a document that does not exist "

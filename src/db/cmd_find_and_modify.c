@@ -130,6 +130,7 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
         }
     } else if (changed) {
         shl_write_opts_t wo;
+        bson_t dk = BSON_INITIALIZER;
         const char *kind = u->return_new ? "postImage" : "preImage";
         const shl_write_opts_t *wop = db_stmt_recorder_opts_image(u->rec, u->stmt_id, kind, &wo);
         if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
@@ -139,8 +140,12 @@ fam_write_doc(fam_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson_t *
                 wop = &wo;
             }
             wo.describe_update = true;
+            /* The $v:2 entry's o2 is the documentKey. */
+            wop = shl_db_delete_opts(u->op, u->coll->ns, doc, wop, &wo, &dk);
         }
-        SHL_ERR(shl_doc_update(txn, u->coll, rid, pre, doc, wop, st));
+        ret = shl_doc_update(txn, u->coll, rid, pre, doc, wop, st);
+        bson_destroy(&dk);
+        SHL_ERR(ret);
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         SHL_ERR(db_stmt_recorder_image(u->rec, txn, kind, u->return_new ? doc : pre, st));
         shl_db_sharding_observe_write(u->op, u->coll->ns, pre, doc);

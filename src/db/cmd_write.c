@@ -648,6 +648,7 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
         SHL_ERR(db_validator_check(u->validator, doc, fixed != NULL ? fixed : &out, st));
         {
             shl_write_opts_t wo;
+            bson_t dk = BSON_INITIALIZER;
             const shl_write_opts_t *wop = db_stmt_recorder_opts(u->rec, u->stmt_id, &wo);
             if (shl_update_get_kind(u->upd) != SHL_UPDATE_REPLACEMENT) {
                 /* Change streams report an update, not a replace. */
@@ -656,8 +657,13 @@ update_one_doc(update_unit_t *u, shl_storage_txn_t *txn, int64_t rid, const bson
                     wop = &wo;
                 }
                 wo.describe_update = true;
+                /* The $v:2 entry's o2 is the documentKey. */
+                wop = shl_db_delete_opts(u->op, u->coll->ns, fixed != NULL ? fixed : &out, wop,
+                                         &wo, &dk);
             }
-            SHL_ERR(shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, wop, st));
+            ret = shl_doc_update(txn, u->coll, rid, doc, fixed != NULL ? fixed : &out, wop, st);
+            bson_destroy(&dk);
+            SHL_ERR(ret);
         }
         db_stmt_recorder_wrote(u->rec, u->stmt_id);
         shl_db_sharding_observe_write(u->op, u->coll->ns, doc, fixed != NULL ? fixed : &out);

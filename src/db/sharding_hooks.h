@@ -229,10 +229,11 @@ bool shl_db_document_key(const shl_op_ctx_t *op, const char *ns, const bson_t *d
 
 /*
  * shl_db_delete_opts --
- *     The write options of a user's delete of 'doc' from 'ns': on a sharded collection,
- *     'base' (may be NULL; may be 'wo') copied into *wo with document_key = the document's
- *     key ('key', initialised here, destroyed by the caller), so the 'd' entry's o holds
- *     the shard key as MongoDB's does; otherwise 'base'.
+ *     The write options of a user's delete of 'doc' from 'ns' (or update by operators, 'doc'
+ *     the new document): on a sharded collection, 'base' (may be NULL; may be 'wo') copied
+ *     into *wo with document_key = the document's key ('key', initialised here, destroyed by
+ *     the caller), so the 'd' entry's o / the $v:2 'u' entry's o2 holds the shard key as
+ *     MongoDB's does; otherwise 'base'.
  */
 const shl_write_opts_t *shl_db_delete_opts(const shl_op_ctx_t *op, const char *ns,
                                            const bson_t *doc, const shl_write_opts_t *base,

@@ -1382,6 +1382,10 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     if (nops > 0) {
         ret = write_apply_ops(stxn, t, ops, nops, false, NULL, &ts, st);
         if (ret == 0) {
+            /* Change streams' pre-images of its ops, keyed by the commit's timestamp. */
+            ret = shl_txn_write_pre_images(stxn, stxn, ts, st);
+        }
+        if (ret == 0) {
             ret = write_txn_record(stxn, t, ts, "committed", st);
         }
     }
@@ -1431,6 +1435,10 @@ decision_unit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     entry_fields(&extra, u->t, u->t->prepare_ts, shl_storage_term(u->t->reg->eng));
     wo.oplog_extra = &extra;
     ret = shl_oplog_append(txn, 'c', "admin.$cmd", NULL, &o, NULL, &wo, &ts, st);
+    if (ret == 0 && u->commit_ts != 0) {
+        /* Change streams' pre-images of its ops, keyed by the commit entry's timestamp. */
+        ret = shl_txn_write_pre_images(txn, u->t->stxn, ts, st);
+    }
     if (ret == 0) {
         ret = write_txn_record(
             txn, u->t, ts, strcmp(u->cmd, "commitTransaction") == 0 ? "committed" : "aborted", st);

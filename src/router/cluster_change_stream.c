@@ -4,13 +4,16 @@
  * stages run there), and the router merges the shards' events by resume token, releasing an
  * event only once every other shard has passed it: a shard's frontier is its next buffered
  * event, or when it has none its postBatchResumeToken (a high-water mark that its idle oplog
- * advances with the cluster time this router gossips to it). docs/design/change_streams.md
- * "Through a router".
+ * advances with the cluster time this router gossips to it). Each shard's stream is fetched by
+ * its own thread, one getMore outstanding, merged as replies arrive (MongoDB's
+ * AsyncResultsMerger). docs/design/change_streams.md "Through a router".
  */
 #include "bson/bson_iter.h"
 #include "router/router_private.h"
 
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -22,12 +25,21 @@
 #include "router/cluster_routing.h"
 #include "sharding/catalog_cache.h"
 
-/* How long a shard getMore waits for events while the router has nothing to release: the
- * bound on how late an event on one shard is seen when another shard is idle. */
-#define CS_SHARD_AWAIT_MS 50
+/* A client getMore's wait for events without maxTimeMS. */
 #define CS_AWAIT_DEFAULT_MS 1000
 /* The config server's topology stream: its getMore only reports its high-water mark. */
 #define CS_TOPOLOGY_AWAIT_MS 1
+/* Shards (and the topology stream) a stream can take on after it opened: the array has fixed
+ * room because the shards' fetcher threads point into it. */
+#define CS_MORE_SHARDS 64
+/* A shard's fetcher getMore waits this long for events (a stream being closed waits for it). */
+#define CS_FETCH_AWAIT_MS 200
+#define CS_FETCH_DEADLINE_MS 10000
+/* At most one nudge (a no-op write that makes a waiting getMore return with a mark past the
+ * held event) per idle shard per this interval. */
+#define CS_NUDGE_INTERVAL_US 2000
+
+struct cs_router;
 
 typedef struct cs_shard {
     char name[SHL_SHARD_ID_MAX];
@@ -36,6 +48,17 @@ typedef struct cs_shard {
     size_t n, head, cap;
     char *pbrt; /* the shard's last postBatchResumeToken (hex), owned */
     bool skipped_ddl; /* its last DDL event was another shard's copy: skip its invalidate */
+    /* Its fetcher thread (not for the topology stream): keeps one getMore outstanding while
+     * its queue is empty and deposits the replies. The fields above are guarded by the
+     * stream's mu once the thread runs. */
+    pthread_t thread;
+    bool thread_started;
+    bool in_flight;       /* a getMore is outstanding */
+    int64_t sent_us;      /* when it was sent (mono) */
+    int64_t nudged_us;    /* the last nudge (mono) */
+    int err;              /* the last getMore's error, 0 if none */
+    shl_status_t err_st;
+    struct cs_router *owner;
     /* The config server's stream on config.shards (named "config"): its inserts are shards
      * added, never released; its high-water mark gates the merge like a shard's. */
     bool topology;
@@ -44,8 +67,15 @@ typedef struct cs_shard {
 typedef struct cs_router {
     char db[SHL_NS_MAX + 1];   /* the shards' cursors' database */
     char coll[SHL_NS_MAX + 1]; /* and collection (getMore's `collection`) */
-    cs_shard_t *shards;
-    size_t nshards;
+    cs_shard_t *shards; /* fixed room: cap_shards */
+    size_t nshards, cap_shards;
+    /* Guards the shards' queues, marks, cursor ids and errors between the fetcher threads and
+     * the client's getMore (which holds it except while waiting on cv or nudging);
+     * docs/design/locking.md 00c. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;    /* a reply arrived, or a queue was emptied, or stopping */
+    bool stopping;        /* the stream is being freed: fetchers end */
+    shl_service_ctx_t *svc; /* for the fetchers' operation contexts */
     char *pbrt;       /* the merged stream's postBatchResumeToken (hex), owned */
     bool ended;       /* an invalidate was released */
     char *last_ddl;   /* "<operationType> <ns>" of the last DDL event released (dedup) */
@@ -60,6 +90,10 @@ typedef struct cs_router {
      * merge goes on, at the time it was added. */
     char join[SHL_SHARD_ID_MAX];
     uint64_t join_ts;
+    /* A shard removed (the topology stream's delete taken by the merge): its cursor, no
+     * longer part of the merge, to kill. */
+    char leave[SHL_SHARD_ID_MAX];
+    int64_t leave_cursor;
     /* With updateLookup, the follow-on stages run here, after the lookup (they may read
      * fullDocument), instead of on the shards; owned, NULL otherwise. */
     bson_t *router_stages;
@@ -92,6 +126,19 @@ static void
 cs_router_free(void *state)
 {
     cs_router_t *cs = state;
+
+    /* The fetchers end once their getMore is back (CS_FETCH_AWAIT_MS at most). */
+    pthread_mutex_lock(&cs->mu);
+    cs->stopping = true;
+    pthread_cond_broadcast(&cs->cv);
+    pthread_mutex_unlock(&cs->mu);
+    for (size_t i = 0; i < cs->nshards; i++) {
+        if (cs->shards[i].thread_started) {
+            pthread_join(cs->shards[i].thread, NULL);
+        }
+    }
+    pthread_mutex_destroy(&cs->mu);
+    pthread_cond_destroy(&cs->cv);
     kill_topology(cs);
     for (size_t i = 0; i < cs->nshards; i++) {
         for (size_t k = cs->shards[i].head; k < cs->shards[i].n; k++) {
@@ -113,6 +160,22 @@ cs_router_free(void *state)
         bson_destroy(cs->router_stages);
     }
     bson_free(cs);
+}
+
+/* A new stream state; its condition variable runs on the monotonic clock (shl_clock_mono_us). */
+static cs_router_t *
+cs_router_new(shl_op_ctx_t *op)
+{
+    cs_router_t *cs = bson_malloc0(sizeof(*cs));
+    pthread_condattr_t attr;
+
+    pthread_mutex_init(&cs->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&cs->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    cs->svc = op->svc;
+    return cs;
 }
 
 static void
@@ -246,6 +309,57 @@ ddl_key(const bson_t *ev)
  * Move releasable events into 'arr' (at most 'limit', 0: no limit): the smallest buffered
  * event while no shard without buffered events could still produce a smaller one.
  */
+/*
+ * A topology event removing a shard (a delete from config.shards): the shard leaves the
+ * merge at once -- everything it wrote before the removal was merged already, and a drained
+ * shard writes nothing after -- and its cursor is noted for release_and_join to kill.
+ */
+/* Whether topology event 'ev' is a delete (a shard removed); *name its shard (NULL if the
+ * event does not say; borrowed from 'ev'). */
+static bool
+removed_shard(const bson_t *ev, const char **name)
+{
+    bson_iter_t it;
+    bson_t key;
+
+    *name = NULL;
+    if (!bson_iter_init_find(&it, ev, "operationType") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "delete") != 0) {
+        return false;
+    }
+    if (shl_bson_get_subdoc(ev, "documentKey", &key) && bson_iter_init_find(&it, &key, "_id") &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        *name = bson_iter_utf8(&it, NULL);
+    }
+    return true;
+}
+
+static bool
+topology_removed(cs_router_t *cs, const bson_t *ev)
+{
+    const char *name;
+
+    if (!removed_shard(ev, &name)) {
+        return false;
+    }
+    if (name == NULL) {
+        return true;
+    }
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || strcmp(sh->name, name) != 0 || sh->cursor_id == 0) {
+            continue;
+        }
+        snprintf(cs->leave, sizeof(cs->leave), "%s", name);
+        cs->leave_cursor = sh->cursor_id;
+        sh->cursor_id = 0;
+        while (sh->head < sh->n) {
+            bson_destroy(sh->queue[sh->head++]);
+        }
+    }
+    return true;
+}
+
 static void
 release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
 {
@@ -283,6 +397,10 @@ release(cs_router_t *cs, bson_t *arr, uint32_t *n, int64_t limit)
             break;
         }
         ev = best->queue[best->head++];
+        if (best->topology && topology_removed(cs, ev)) {
+            bson_destroy(ev);
+            break;
+        }
         if (best->topology) {
             /* A shard was added: open it at that time before merging anything after it. */
             bson_t doc;
@@ -351,6 +469,31 @@ update_pbrt(cs_router_t *cs)
 /* getMore on the topology stream (config.shards on the config server) when its buffer is
  * empty and its high-water mark holds back the smallest buffered event: its shards added,
  * and its new mark. */
+/* One getMore on the topology stream's cursor (a 1 ms await: it reports its mark). */
+static int
+topology_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_shard_t *sh, shl_status_t *st)
+{
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    int ret = 0;
+
+    req.shard = "config";
+    bson_init(&req.cmd);
+    BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
+    BSON_APPEND_UTF8(&req.cmd, "collection", "shards");
+    BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_TOPOLOGY_AWAIT_MS);
+    shl_router_send(c->r, op, "config", &req, 1, &res);
+    if (res.code != 0) {
+        *st = res.status;
+        ret = res.code;
+    } else {
+        ret = take_reply(c->r, sh, &res.reply, "nextBatch", st);
+    }
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+    return ret;
+}
+
 static int
 fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
 {
@@ -366,89 +509,202 @@ fetch_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_st
             low = h;
         }
     }
-    for (size_t i = 0; i < cs->nshards && low != NULL; i++) {
+    for (size_t i = 0; i < cs->nshards && low != NULL && ret == 0; i++) {
         cs_shard_t *sh = &cs->shards[i];
-        shl_router_request_t req;
-        shl_fanout_result_t res;
         if (!sh->topology || sh->cursor_id == 0 || sh->head < sh->n ||
             (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0)) {
             continue;
         }
-        req.shard = "config";
-        bson_init(&req.cmd);
-        BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
-        BSON_APPEND_UTF8(&req.cmd, "collection", "shards");
-        BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_TOPOLOGY_AWAIT_MS);
-        shl_router_send(c->r, op, "config", &req, 1, &res);
-        if (res.code != 0) {
-            *st = res.status;
-            ret = res.code;
-        } else {
-            ret = take_reply(c->r, sh, &res.reply, "nextBatch", st);
-        }
-        shl_fanout_results_cleanup(&res, 1);
-        bson_destroy(&req.cmd);
+        ret = topology_get_more(op, c, sh, st);
     }
     return ret;
 }
 
-/* getMore on every shard whose buffer is empty, waiting at most 'wait_ms' on each. */
-static int
-fetch(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t wait_ms, shl_status_t *st)
+/*
+ * Whether the topology stream reports shard 'name' removed (a getMore first when nothing of it
+ * is buffered): a shard that cannot be reached may be one removed and stopped since -- the
+ * removal is then merged like any topology event, and the shard is no error.
+ */
+static bool
+topology_removes(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char *name)
 {
-    int ret = 0;
-    shl_router_request_t *reqs = bson_malloc0((cs->nshards + 1) * sizeof(*reqs));
-    shl_fanout_result_t *res = NULL;
-    size_t *which = bson_malloc0((cs->nshards + 1) * sizeof(*which));
-    size_t n = 0;
+    shl_status_t ignored = SHL_STATUS_INIT;
 
     for (size_t i = 0; i < cs->nshards; i++) {
         cs_shard_t *sh = &cs->shards[i];
-        if (sh->cursor_id == 0 || sh->head < sh->n || sh->topology) {
+        if (!sh->topology || sh->cursor_id == 0) {
             continue;
         }
+        if (sh->head == sh->n && topology_get_more(op, c, sh, &ignored) != 0) {
+            return false;
+        }
+        for (size_t k = sh->head; k < sh->n; k++) {
+            const char *gone;
+            if (removed_shard(sh->queue[k], &gone) && gone != NULL && strcmp(gone, name) == 0) {
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------- fetchers */
+
+/*
+ * A shard's fetcher (the asynchronous merge): while the shard's queue is empty it keeps one
+ * getMore outstanding and deposits the reply under cs->mu, waking the client's getMore, so an
+ * event is merged as soon as it arrives and every shard that gates it has passed its time --
+ * no waiting for the slowest shard's await as a fan-out does. Runs until the stream is freed.
+ */
+static void *
+fetcher_main(void *arg)
+{
+    cs_shard_t *sh = arg;
+    cs_router_t *cs = sh->owner;
+    bson_t body = BSON_INITIALIZER;
+    shl_op_ctx_t op;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    BSON_APPEND_INT64(&body, "getMore", 0);
+    shl_op_ctx_init(&op, cs->svc, NULL, &body, cs->db, &st);
+    pthread_mutex_lock(&cs->mu);
+    while (!cs->stopping) {
+        shl_router_request_t req;
+        shl_fanout_result_t res;
+        if (sh->cursor_id == 0 || sh->err != 0 || sh->head < sh->n) {
+            pthread_cond_wait(&cs->cv, &cs->mu);
+            continue;
+        }
+        req.shard = sh->name;
+        bson_init(&req.cmd);
+        BSON_APPEND_INT64(&req.cmd, "getMore", sh->cursor_id);
+        BSON_APPEND_UTF8(&req.cmd, "collection", cs->coll);
+        BSON_APPEND_INT64(&req.cmd, "maxTimeMS", CS_FETCH_AWAIT_MS);
+        sh->in_flight = true;
+        sh->sent_us = shl_clock_mono_us();
+        /* A shard that does not answer fails the stream's next getMore (resumable), and a
+         * stream being freed waits no longer than this for its fetchers. */
+        op.deadline_us = sh->sent_us + CS_FETCH_DEADLINE_MS * 1000;
+        pthread_mutex_unlock(&cs->mu);
+        shl_router_send(cs->r, &op, cs->db, &req, 1, &res);
+        pthread_mutex_lock(&cs->mu);
+        sh->in_flight = false;
+        if (cs->stopping || sh->cursor_id == 0) {
+            /* Freed, or it left the merge (a removed shard) while the getMore was out. */
+        } else if (res.code == SHL_CODE_SHARD_NOT_FOUND) {
+            /* Removed, and the registry knew before the topology stream told the merge: a
+             * removed shard was drained, so nothing of it is missing; it leaves now. */
+            snprintf(cs->leave, sizeof(cs->leave), "%s", sh->name);
+            cs->leave_cursor = sh->cursor_id;
+            sh->cursor_id = 0;
+        } else if (res.code != 0) {
+            sh->err = res.code;
+            sh->err_st = res.status;
+        } else {
+            sh->err = take_reply(cs->r, sh, &res.reply, "nextBatch", &sh->err_st);
+        }
+        shl_fanout_results_cleanup(&res, 1);
+        bson_destroy(&req.cmd);
+        pthread_cond_broadcast(&cs->cv);
+    }
+    pthread_mutex_unlock(&cs->mu);
+    bson_destroy(&body);
+    return NULL;
+}
+
+/* Start a fetcher for every shard stream without one (cs->mu held). */
+static void
+start_fetchers(cs_router_t *cs)
+{
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || sh->thread_started || sh->cursor_id == 0) {
+            continue;
+        }
+        sh->owner = cs;
+        SHL_INVARIANT(pthread_create(&sh->thread, NULL, fetcher_main, sh) == 0);
+        sh->thread_started = true;
+    }
+}
+
+/* The token of the smallest buffered event of the shards (not the topology stream), or NULL. */
+static const char *
+lowest_buffered(const cs_router_t *cs)
+{
+    const char *low = NULL;
+    for (size_t i = 0; i < cs->nshards; i++) {
+        const cs_shard_t *sh = &cs->shards[i];
+        const char *h;
+        if (!sh->topology && sh->head < sh->n && (h = event_hex(sh->queue[sh->head])) != NULL &&
+            (low == NULL || strcmp(h, low) < 0)) {
+            low = h;
+        }
+    }
+    return low;
+}
+
+/*
+ * An idle shard holds back the smallest buffered event when its getMore, sent before that
+ * event reached the router, waits out its await with a mark below it. A no-op write there
+ * (appendOplogNote; the request gossips this router's cluster time, which the event moved, so
+ * the note is later than the event) ends that wait at once: its stream returns with a mark
+ * past the event. Only for a getMore out for a while (a busy shard answers by itself), at most
+ * once per CS_NUDGE_INTERVAL_US per shard; cs->mu held, released around the requests.
+ */
+static void
+nudge_idle(shl_op_ctx_t *op, cs_router_t *cs)
+{
+    const char *low = lowest_buffered(cs);
+    int64_t now = shl_clock_mono_us();
+    shl_router_request_t reqs[8];
+    size_t n = 0;
+    shl_fanout_result_t res[8];
+
+    for (size_t i = 0; i < cs->nshards && low != NULL && n < 8; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->topology || sh->cursor_id == 0 || sh->head < sh->n || !sh->in_flight ||
+            (sh->pbrt != NULL && strcmp(low, sh->pbrt) <= 0) ||
+            now - sh->sent_us < CS_NUDGE_INTERVAL_US || now - sh->nudged_us < CS_NUDGE_INTERVAL_US) {
+            continue;
+        }
+        sh->nudged_us = now;
         reqs[n].shard = sh->name;
         bson_init(&reqs[n].cmd);
-        BSON_APPEND_INT64(&reqs[n].cmd, "getMore", sh->cursor_id);
-        BSON_APPEND_UTF8(&reqs[n].cmd, "collection", cs->coll);
-        BSON_APPEND_INT64(&reqs[n].cmd, "maxTimeMS", wait_ms);
-        which[n++] = i;
+        BCON_APPEND(&reqs[n].cmd, "appendOplogNote", BCON_INT32(1), "data", "{", "msg",
+                    BCON_UTF8("change stream merge"), "}");
+        n++;
     }
-    if (n > 0) {
-        res = bson_malloc0(n * sizeof(*res));
-        shl_router_send(c->r, op, cs->db, reqs, n, res);
+    if (n == 0) {
+        return;
     }
-    for (size_t k = 0; k < n; k++) {
-        cs_shard_t *sh = &cs->shards[which[k]];
-        if (res[k].code != 0) {
-            if (ret == 0) {
-                *st = res[k].status;
-                ret = res[k].code;
-            }
+    pthread_mutex_unlock(&cs->mu);
+    shl_router_send(cs->r, op, "admin", reqs, n, res);
+    shl_fanout_results_cleanup(res, n);
+    pthread_mutex_lock(&cs->mu);
+    shl_router_requests_cleanup(reqs, n);
+}
+
+/* The first fetcher error, into *st (cs->mu held). A shard that fails while the topology
+ * stream already reports it removed (stopped after its removal) leaves the merge instead. */
+static int
+fetcher_error(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_status_t *st)
+{
+    for (size_t i = 0; i < cs->nshards; i++) {
+        cs_shard_t *sh = &cs->shards[i];
+        if (sh->err == 0) {
             continue;
         }
-        if (ret == 0) {
-            ret = take_reply(c->r, sh, &res[k].reply, "nextBatch", st);
+        if (sh->cursor_id != 0 && topology_removes(op, c, cs, sh->name)) {
+            snprintf(cs->leave, sizeof(cs->leave), "%s", sh->name);
+            cs->leave_cursor = sh->cursor_id;
+            sh->cursor_id = 0;
+            sh->err = 0;
+            continue;
         }
-        for (size_t j = 0; j < c->nremotes; j++) {
-            if (strcmp(c->remotes[j].shard, sh->name) == 0) {
-                c->remotes[j].cursor_id = sh->cursor_id;
-            }
-        }
+        *st = sh->err_st;
+        return sh->err;
     }
-    /* After the shards: the topology stream's mark then covers the times they reported (the
-     * requests gossip the router's clock, which their events moved). */
-    if (ret == 0) {
-        ret = fetch_topology(op, c, cs, st);
-    }
-    if (res != NULL) {
-        shl_fanout_results_cleanup(res, n);
-    }
-    shl_router_requests_cleanup(reqs, n);
-    bson_free(reqs);
-    bson_free(res);
-    bson_free(which);
-    return ret;
+    return 0;
 }
 
 /* ---------------------------------------------------------------- updateLookup */
@@ -630,8 +886,37 @@ reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bo
 static int join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs,
                       const char *name, uint64_t start_at, shl_status_t *st);
 
+/* A removed shard's cursor (topology_removed): killed, best effort -- the shard may be gone
+ * already -- and no longer the router cursor's remote. */
+static void
+leave_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs)
+{
+    shl_router_request_t req;
+    shl_fanout_result_t res;
+    bson_t ids;
+
+    req.shard = cs->leave;
+    bson_init(&req.cmd);
+    BSON_APPEND_UTF8(&req.cmd, "killCursors", cs->coll);
+    BSON_APPEND_ARRAY_BEGIN(&req.cmd, "cursors", &ids);
+    BSON_APPEND_INT64(&ids, "0", cs->leave_cursor);
+    bson_append_array_end(&req.cmd, &ids);
+    shl_router_send(c->r, op, cs->db, &req, 1, &res);
+    shl_fanout_results_cleanup(&res, 1);
+    bson_destroy(&req.cmd);
+    for (size_t j = 0; j < c->nremotes; j++) {
+        if (strcmp(c->remotes[j].shard, cs->leave) == 0) {
+            c->remotes[j].cursor_id = 0;
+        }
+    }
+    SHL_LOG_INFO(SHARDING, 2100003, "change stream closed on a removed shard", "shard",
+                 BCON_UTF8(cs->leave), "ns", BCON_UTF8(c->ns));
+    cs->leave[0] = '\0';
+    cs->leave_cursor = 0;
+}
+
 /* Release what the merge allows; a shard added on the way (the topology stream's event) is
- * opened at its time and the merge goes on. */
+ * opened at its time and the merge goes on, a shard removed leaves it. */
 static int
 release_and_join(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, bson_t *arr,
                  uint32_t *n, int64_t limit, shl_status_t *st)
@@ -639,11 +924,15 @@ release_and_join(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, bson
     int ret = 0;
 
     release(cs, arr, n, limit);
-    while (cs->join[0] != '\0') {
+    while (cs->join[0] != '\0' || cs->leave[0] != '\0') {
         char name[SHL_SHARD_ID_MAX];
-        snprintf(name, sizeof(name), "%s", cs->join);
-        cs->join[0] = '\0';
-        SHL_ERR(join_shard(op, c, cs, name, cs->join_ts, st));
+        if (cs->leave[0] != '\0') {
+            leave_shard(op, c, cs);
+        } else {
+            snprintf(name, sizeof(name), "%s", cs->join);
+            cs->join[0] = '\0';
+            SHL_ERR(join_shard(op, c, cs, name, cs->join_ts, st));
+        }
         release(cs, arr, n, limit);
     }
 done:
@@ -658,25 +947,53 @@ fill(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, int64_t batch_si
     int ret = 0;
     uint32_t n = 0;
 
+    pthread_mutex_lock(&cs->mu);
+    start_fetchers(cs);
     SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
     while (n == 0 && !cs->ended) {
-        int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
-        bool buffered = false;
-        for (size_t i = 0; i < cs->nshards; i++) {
-            buffered |= cs->shards[i].head < cs->shards[i].n;
-        }
-        if (left_ms <= 0) {
+        int64_t now = shl_clock_mono_us(), until;
+        struct timespec ts;
+        SHL_ERR(fetcher_error(op, c, cs, st));
+        SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
+        if (n > 0 || cs->ended) {
             break;
         }
-        /* With events waiting for an idle shard, ask it only for its high-water mark. */
-        SHL_ERR(fetch(op, c, cs, buffered ? 1 : (left_ms < CS_SHARD_AWAIT_MS ? left_ms : CS_SHARD_AWAIT_MS),
-                      st));
+        if (now >= deadline_us) {
+            break;
+        }
+        start_fetchers(cs);
+        nudge_idle(op, cs);
+        /* The topology stream's mark, when it holds back the smallest event. */
+        SHL_ERR(fetch_topology(op, c, cs, st));
+        SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
+        if (n > 0 || cs->ended) {
+            break;
+        }
+        /* Wait for a reply (a nudge may be due again: look every interval). */
+        until = now + CS_NUDGE_INTERVAL_US * 2 < deadline_us ? now + CS_NUDGE_INTERVAL_US * 2
+                                                             : deadline_us;
+        ts.tv_sec = until / 1000000;
+        ts.tv_nsec = (until % 1000000) * 1000;
+        pthread_cond_timedwait(&cs->cv, &cs->mu, &ts);
         SHL_ERR(release_and_join(op, c, cs, arr, &n, batch_size, st));
         SHL_ERR(shl_op_check_interrupt(op, st));
     }
     update_pbrt(cs);
-    SHL_ERR(finish_events(op, cs, arr, st));
+    /* Queues emptied: their fetchers go on. */
+    pthread_cond_broadcast(&cs->cv);
+    for (size_t i = 0; i < cs->nshards; i++) {
+        for (size_t j = 0; j < c->nremotes; j++) {
+            if (strcmp(c->remotes[j].shard, cs->shards[i].name) == 0 &&
+                !cs->shards[i].topology) {
+                c->remotes[j].cursor_id = cs->shards[i].cursor_id;
+            }
+        }
+    }
 done:
+    pthread_mutex_unlock(&cs->mu);
+    if (ret == 0) {
+        ret = finish_events(op, cs, arr, st);
+    }
     return ret;
 }
 
@@ -755,7 +1072,8 @@ join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char
         goto done;
     }
     for (size_t k = 0; k < cs->nshards; k++) {
-        if (strcmp(cs->shards[k].name, name) == 0) {
+        /* (A shard removed earlier, cursor 0, may come back under its name.) */
+        if (strcmp(cs->shards[k].name, name) == 0 && cs->shards[k].cursor_id != 0) {
             goto done;
         }
     }
@@ -774,7 +1092,11 @@ join_shard(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, const char
         *st = res.status;
         SHL_ERR(res.code);
     }
-    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
+    if (cs->nshards == cs->cap_shards) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR,
+                 "a change stream opened with %zu shards takes at most %d more",
+                 cs->cap_shards - CS_MORE_SHARDS, CS_MORE_SHARDS - 1);
+    }
     sh = &cs->shards[cs->nshards++];
     memset(sh, 0, sizeof(*sh));
     snprintf(sh->name, sizeof(sh->name), "%s", name);
@@ -807,8 +1129,8 @@ open_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_sta
     shl_router_request_t req;
     shl_fanout_result_t res;
     cs_shard_t *sh;
-    bson_t *m = BCON_NEW("0", "{", "$match", "{", "operationType", BCON_UTF8("insert"), "}",
-                         "}");
+    bson_t *m = BCON_NEW("0", "{", "$match", "{", "operationType", "{", "$in", "[",
+                         BCON_UTF8("insert"), BCON_UTF8("delete"), "]", "}", "}", "}");
     bson_t spec = BSON_INITIALIZER;
     open_arg_t a;
 
@@ -827,7 +1149,6 @@ open_topology(shl_op_ctx_t *op, shl_router_cursor_t *c, cs_router_t *cs, shl_sta
         *st = res.status;
         SHL_ERR(res.code);
     }
-    cs->shards = bson_realloc(cs->shards, (cs->nshards + 1) * sizeof(*cs->shards));
     sh = &cs->shards[cs->nshards++];
     memset(sh, 0, sizeof(*sh));
     snprintf(sh->name, sizeof(sh->name), "config");
@@ -847,7 +1168,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
 {
     int ret = 0;
     shl_router_t *r = shl_router_get(op);
-    cs_router_t *cs = bson_malloc0(sizeof(*cs));
+    cs_router_t *cs = cs_router_new(op);
     shl_router_cursor_t *c = NULL;
     shl_router_shard_result_t *res = NULL;
     size_t nres = 0;
@@ -977,7 +1298,9 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         }
     }
     c = shl_router_cursor_new(r, ns, cs->db, cs->coll);
-    cs->shards = bson_malloc0((nres + 1) * sizeof(*cs->shards));
+    /* Fixed room: the shards' fetcher threads hold pointers into the array. */
+    cs->cap_shards = nres + CS_MORE_SHARDS;
+    cs->shards = bson_malloc0(cs->cap_shards * sizeof(*cs->shards));
     for (size_t k = 0; k < nres; k++) {
         cs_shard_t *sh = &cs->shards[cs->nshards++];
         bson_t empty = BSON_INITIALIZER, cur, b;

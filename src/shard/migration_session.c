@@ -98,7 +98,7 @@ session_write_of(const bson_t *entry, bson_t *out)
 
 /*
  * Whether the write 'w' touched a document of the source's range. A delete's entry holds
- * only the _id: it is sent (a history entry the recipient does not need is harmless; one
+ * only the _id (a $v:2 update's a diff): it is sent (a history entry the recipient does not need is harmless; one
  * it lacks makes a retry run twice).
  */
 static bool
@@ -113,7 +113,9 @@ write_in_range(const mig_session_source_t *src, const bson_t *w)
     }
     if (src->pattern == NULL || !shl_bson_get_subdoc(w, "o", &o) ||
         (bson_iter_init_find(&it, w, "op") && BSON_ITER_HOLDS_UTF8(&it) &&
-         strcmp(bson_iter_utf8(&it, NULL), "d") == 0)) {
+         strcmp(bson_iter_utf8(&it, NULL), "d") == 0) ||
+        bson_has_field(&o, "$v")) {
+        /* A $v:2 update's o is a diff, not the document: sent too. */
         return true;
     }
     return mig_doc_in_range(src->pattern, &o, src->min, src->max);

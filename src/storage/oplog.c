@@ -5,11 +5,13 @@
 #include "bson/bson_iter.h"
 #include "storage/storage_private.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "storage/oplog.h"
 #include "bson/bson_util.h"
+#include "bson/update_diff.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
 
@@ -89,22 +91,57 @@ typedef struct apply_arg {
     shl_collection_t *coll;
     bson_t o, o2;
     bool has_o2;
+    int64_t index; /* a transaction's op: its index in the transaction */
 } apply_arg_t;
+
+/*
+ * A $v:2 update entry: the document with _id 'id' gets 'diff' applied. A document that is
+ * not there is skipped, as MongoDB's recovery and initial sync skip it: a later entry of this
+ * replay deleted it (the replay started from an older state).
+ */
+static int
+apply_diff(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_value_t *id,
+           const bson_t *diff, shl_status_t *st)
+{
+    bson_t cur = BSON_INITIALIZER, post = BSON_INITIALIZER;
+    int64_t rid = 0;
+    bool found = false;
+    int ret = 0;
+
+    bson_destroy(&cur);
+    SHL_ERR(shl_doc_find_by_id(txn, coll, id, &cur, &rid, &found, st));
+    if (!found) {
+        SHL_LOG_WARNING(RECOVERY, 2100401, "skipping a $v:2 update of a missing document", "ns",
+                        BCON_UTF8(coll->ns));
+        goto done;
+    }
+    bson_destroy(&post);
+    if (!shl_update_diff_apply(&cur, diff, &post)) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed $v:2 update oplog entry");
+    }
+    SHL_ERR(shl_doc_update(txn, coll, rid, &cur, &post, NULL, st));
+done:
+    bson_destroy(&cur);
+    bson_destroy(&post);
+    return ret;
+}
 
 static int
 apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
 {
     apply_arg_t *a = varg;
     bson_iter_t it;
-    bson_t cur;
+    bson_t cur, diff;
     int64_t rid = 0;
     bool found = false;
     int ret = 0;
 
     bson_init(&cur);
     txn->fixed_ts = a->ts;
-    /* A transaction's ops (no entry of their own) keep no pre-images, as on the primary. */
-    txn->no_pre_images = a->entry == NULL;
+    /* A transaction's op (no entry of its own) writes its pre-image under its index in the
+     * transaction, at the timestamp of the transaction's last applyOps entry, as the primary
+     * did (shl_txn_write_pre_images). */
+    txn->txn_op_index = a->index;
     if (a->entry != NULL && bson_iter_init_find(&it, a->entry, "wall") &&
         BSON_ITER_HOLDS_DATE_TIME(&it)) {
         txn->fixed_wall_ms = bson_iter_date_time(&it);
@@ -120,11 +157,16 @@ apply_crud(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         if (!a->has_o2 || !bson_iter_init_find(&it, &a->o2, "_id")) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "update oplog entry without o2._id");
         }
+        if (shl_update_diff_of(&a->o, &diff)) {
+            SHL_ERR(apply_diff(txn, a->coll, bson_iter_value(&it), &diff, st));
+            break;
+        }
         {
             bson_iter_t first;
             if (bson_iter_init(&first, &a->o) && shl_iter_next(&first) &&
                 shl_iter_key(&first)[0] == '$') {
-                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style updates can be applied");
+                SHL_FAIL(st, SHL_CODE_BAD_VALUE, "only replacement-style and $v:2 updates can be "
+                                                 "applied");
             }
         }
         SHL_ERR(shl_doc_upsert_by_id(txn, a->coll, &a->o, bson_iter_value(&it), NULL, st));
@@ -147,23 +189,6 @@ done:
     return ret;
 }
 
-/* The document or array at 'it' as a view (false for another type). */
-static bool
-iter_subdoc(const bson_iter_t *it, bson_t *out)
-{
-    const uint8_t *data;
-    uint32_t len;
-
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_iter_document(it, &len, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
-        bson_iter_array(it, &len, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, len);
-}
-
 int
 shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_t *st)
 {
@@ -183,7 +208,7 @@ shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_
         const char *o = NULL;
         uint64_t fixed = txn->fixed_ts;
 
-        if (!iter_subdoc(&it, &op)) {
+        if (!shl_bson_iter_view(&it, &op)) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element is not an object");
         }
         if (bson_iter_init_find(&f, &op, "op") && BSON_ITER_HOLDS_UTF8(&f)) {
@@ -209,6 +234,7 @@ shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_
         a.op = o[0];
         a.coll = coll;
         a.ts = fixed;
+        a.index = strtoll(bson_iter_key(&it), NULL, 10);
         if (!shl_bson_get_subdoc(&op, "o", &a.o)) {
             shl_collection_release(coll);
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element without 'o'");
@@ -294,7 +320,7 @@ shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *ops, s
     for (size_t i = n + 1; i > 0; i--) {
         const bson_t *e = i - 1 == n ? entry : chain[i - 1];
         if (!shl_bson_get_subdoc(e, "o", &o) || !bson_iter_init_find(&it, &o, "applyOps") ||
-            !BSON_ITER_HOLDS_ARRAY(&it) || !iter_subdoc(&it, &arr) || !bson_iter_init(&it, &arr)) {
+            !BSON_ITER_HOLDS_ARRAY(&it) || !shl_bson_iter_view(&it, &arr) || !bson_iter_init(&it, &arr)) {
             continue;
         }
         while (bson_iter_next(&it)) {

@@ -99,10 +99,11 @@ bool shl_prepare_interrupted(shl_status_t *st);
         }                                                                                          \
     } while (0)
 
-/* Collect one document write's oplog op in a multi-document transaction (write.c); 'desc'
- * (may be NULL) is an update's updateDescription, kept in the op for change streams. */
+/* Collect one document write's oplog op in a multi-document transaction (write.c); the
+ * pre-image of the last one collected is kept with shl_txn_keep_pre_image. */
 void shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                        const bson_t *o, const bson_t *o2, const bson_t *desc);
+                        const bson_t *o, const bson_t *o2);
+void shl_txn_keep_pre_image(shl_storage_txn_t *txn, const bson_t *before);
 
 struct shl_storage_txn {
     shl_storage_engine_t *eng;
@@ -114,7 +115,9 @@ struct shl_storage_txn {
     int64_t wall_ms;   /* wall time of the last tick, for oplog 'wall' */
     int64_t fixed_wall_ms; /* replay: the applied entry's 'wall' (0: the clock's), for
                             * what derives from it (pre-images' operationTime) */
-    bool no_pre_images;    /* replay of a transaction's ops, which keep none (write.c) */
+    /* Replaying a transaction's op: its pre-image record's applyOpsIndex (write.c
+     * write_pre_image; the ts is fixed_ts, the transaction's last applyOps entry's). */
+    int64_t txn_op_index;
     int open_cursors;  /* record/index cursors not yet closed (invariant) */
     shl_rs_delta_t *deltas;
     size_t ndeltas, capdeltas;
@@ -129,6 +132,7 @@ struct shl_storage_txn {
     bool multi;
     bool prepared;
     bson_t **ops;
+    bson_t **op_pres; /* per op: the document before it, kept for a pre-image, or NULL */
     size_t nops, capops;
     size_t ops_bytes;
 };

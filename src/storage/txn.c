@@ -257,8 +257,12 @@ txn_finish(shl_storage_txn_t *txn, bool committed)
     }
     for (size_t i = 0; i < txn->nops; i++) {
         bson_destroy(txn->ops[i]);
+        if (txn->op_pres[i] != NULL) {
+            bson_destroy(txn->op_pres[i]);
+        }
     }
     bson_free(txn->ops);
+    bson_free(txn->op_pres);
     bson_free(txn->deltas);
     bson_free(txn->changes);
     bson_free(txn->created);
@@ -388,7 +392,7 @@ shl_storage_txn_is_multi(const shl_storage_txn_t *txn)
 
 void
 shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_t *uuid,
-                   const bson_t *o, const bson_t *o2, const bson_t *desc)
+                   const bson_t *o, const bson_t *o2)
 {
     bson_t *e = bson_new();
     char ops[2] = {op, '\0'};
@@ -402,15 +406,21 @@ shl_txn_collect_op(shl_storage_txn_t *txn, char op, const char *ns, const uint8_
     if (o2 != NULL) {
         BSON_APPEND_DOCUMENT(e, "o2", o2);
     }
-    if (desc != NULL) {
-        BSON_APPEND_DOCUMENT(e, "updateDescription", desc);
-    }
     if (txn->nops == txn->capops) {
         txn->capops = txn->capops ? txn->capops * 2 : 8;
         txn->ops = bson_realloc(txn->ops, txn->capops * sizeof(*txn->ops));
+        txn->op_pres = bson_realloc(txn->op_pres, txn->capops * sizeof(*txn->op_pres));
     }
+    txn->op_pres[txn->nops] = NULL;
     txn->ops[txn->nops++] = e;
     txn->ops_bytes += e->len;
+}
+
+void
+shl_txn_keep_pre_image(shl_storage_txn_t *txn, const bson_t *before)
+{
+    SHL_INVARIANT(txn->nops > 0 && txn->op_pres[txn->nops - 1] == NULL);
+    txn->op_pres[txn->nops - 1] = bson_copy(before);
 }
 
 const bson_t *const *

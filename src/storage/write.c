@@ -7,12 +7,13 @@
 
 #include <string.h>
 
+#include "base/clock.h"
 #include "storage/oplog.h"
 #include "storage/index.h"
 #include "storage/record_store.h"
 #include "storage/write.h"
 #include "bson/bson_util.h"
-#include "bson/update_description.h"
+#include "bson/update_diff.h"
 
 /* shl_storage_set_from_migrate: this thread's writes are a migration recipient's. */
 static _Thread_local bool tls_from_migrate;
@@ -34,12 +35,9 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     int ret = 0, wtret;
 
     if (txn->multi) {
-        /* One entry for the whole transaction is written when it commits or prepares; of the
-         * extra fields its ops keep only an update's description (change streams' update
-         * events). */
-        bson_t desc;
-        bool has_desc = extra != NULL && shl_bson_get_subdoc(extra, "updateDescription", &desc);
-        shl_txn_collect_op(txn, op, ns, uuid, o, o2, has_desc ? &desc : NULL);
+        /* One entry for the whole transaction is written when it commits or prepares; its
+         * ops keep none of the extra fields. */
+        shl_txn_collect_op(txn, op, ns, uuid, o, o2);
         return 0;
     }
     if (tls_from_migrate && op != 'n') {
@@ -351,24 +349,39 @@ pre_images_enabled(const shl_collection_t *coll)
            bson_iter_find(&sub, "enabled") && bson_iter_as_bool(&sub);
 }
 
-/*
- * The extra fields of an update entry: the caller's, then updateDescription (an update by
- * operators), which change streams read (a multi-document transaction's op keeps only that:
- * shl_write_oplog_entry).
- */
-static void
-change_stream_fields(const shl_write_opts_t *wo, const bson_t *before, const bson_t *after,
-                     bson_t *extra)
+/* The caller's extra fields of an entry (none when 'wo' is NULL). */
+static const bson_t *
+oplog_extra(const shl_write_opts_t *wo)
 {
-    if (wo != NULL && wo->oplog_extra != NULL) {
-        bson_concat(extra, wo->oplog_extra);
+    return wo != NULL ? wo->oplog_extra : NULL;
+}
+
+/* The pre-image record {_id: {nsUUID, ts, applyOpsIndex}, operationTime, preImage} of
+ * collection 'uuid' in txn at its last write's timestamp (no oplog entry of its own). */
+static int
+put_pre_image(shl_storage_txn_t *txn, const uint8_t *uuid, uint64_t ts, int64_t index,
+              const bson_t *before, shl_status_t *st)
+{
+    shl_collection_t *pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
+    bson_t rec = BSON_INITIALIZER, id;
+    int ret = 0;
+
+    if (pc == NULL) {
+        goto done;
     }
-    if (after != NULL && wo != NULL && wo->describe_update) {
-        bson_t desc = BSON_INITIALIZER;
-        shl_update_description(before, after, &desc);
-        BSON_APPEND_DOCUMENT(extra, "updateDescription", &desc);
-        bson_destroy(&desc);
-    }
+    BSON_APPEND_DOCUMENT_BEGIN(&rec, "_id", &id);
+    shl_bson_append_uuid(&id, "nsUUID", uuid);
+    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
+    BSON_APPEND_INT64(&id, "applyOpsIndex", index);
+    bson_append_document_end(&rec, &id);
+    BSON_APPEND_DATE_TIME(&rec, "operationTime",
+                          txn->wall_ms != 0 ? txn->wall_ms : shl_clock_wall_ms());
+    BSON_APPEND_DOCUMENT(&rec, "preImage", before);
+    SHL_ERR(shl_doc_upsert_derived(txn, pc, &rec, NULL, st));
+done:
+    shl_collection_release(pc);
+    bson_destroy(&rec);
+    return ret;
 }
 
 /*
@@ -376,36 +389,47 @@ change_stream_fields(const shl_write_opts_t *wo, const bson_t *before, const bso
  * changeStreamPreAndPostImages goes to config.system.preimages as {_id: {nsUUID, ts,
  * applyOpsIndex: 0}, operationTime, preImage}, in the write's transaction and at its
  * timestamp, without an oplog entry of its own: a secondary or recovery applying the entry
- * runs this same code (replay mode) and writes the same record. None for a migration's
- * writes (no event shows them), a transaction's ops (also when replayed), or a node without
- * the collection.
+ * runs this same code (replay mode) and writes the same record. A multi-document
+ * transaction's op keeps it with the op until the transaction's entries are written
+ * (shl_txn_write_pre_images); replaying such an op writes it under the op's index. None for
+ * a migration's writes (no event shows them) or a node without the collection.
  */
 static int
 write_pre_image(shl_storage_txn_t *txn, const shl_collection_t *coll, const bson_t *before,
                 uint64_t ts, shl_status_t *st)
 {
-    shl_collection_t *pc = NULL;
-    bson_t rec = BSON_INITIALIZER, id;
+    if (tls_from_migrate || !pre_images_enabled(coll)) {
+        return 0;
+    }
+    if (txn->multi) {
+        shl_txn_keep_pre_image(txn, before);
+        return 0;
+    }
+    return put_pre_image(txn, coll->uuid, ts, txn->fixed_ts != 0 ? txn->txn_op_index : 0, before,
+                         st);
+}
+
+int
+shl_txn_write_pre_images(shl_storage_txn_t *txn, const shl_storage_txn_t *src, uint64_t ts,
+                         shl_status_t *st)
+{
     int ret = 0;
 
-    if (txn->multi || txn->no_pre_images || tls_from_migrate || !pre_images_enabled(coll)) {
-        goto done;
+    for (size_t i = 0; i < src->nops; i++) {
+        bson_iter_t it;
+        const uint8_t *uuid = NULL;
+        uint32_t len = 0;
+        bson_subtype_t sub;
+        if (src->op_pres[i] == NULL || !bson_iter_init_find(&it, src->ops[i], "ui") ||
+            !BSON_ITER_HOLDS_BINARY(&it)) {
+            continue;
+        }
+        bson_iter_binary(&it, &sub, &len, &uuid);
+        if (len == 16) {
+            SHL_ERR(put_pre_image(txn, uuid, ts, (int64_t)i, src->op_pres[i], st));
+        }
     }
-    pc = shl_catalog_get(txn->eng, SHL_PREIMAGES_NS);
-    if (pc == NULL) {
-        goto done;
-    }
-    BSON_APPEND_DOCUMENT_BEGIN(&rec, "_id", &id);
-    shl_bson_append_uuid(&id, "nsUUID", coll->uuid);
-    BSON_APPEND_TIMESTAMP(&id, "ts", SHL_TS_SECS(ts), SHL_TS_INC(ts));
-    BSON_APPEND_INT64(&id, "applyOpsIndex", 0);
-    bson_append_document_end(&rec, &id);
-    BSON_APPEND_DATE_TIME(&rec, "operationTime", txn->wall_ms);
-    BSON_APPEND_DOCUMENT(&rec, "preImage", before);
-    SHL_ERR(shl_doc_upsert_derived(txn, pc, &rec, NULL, st));
 done:
-    shl_collection_release(pc);
-    bson_destroy(&rec);
     return ret;
 }
 
@@ -464,10 +488,20 @@ shl_doc_update(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_update(txn, coll, rid, new_doc, st));
     if (txn->fixed_ts == 0) {
-        bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(wo, old_doc, new_doc, &extra);
-        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, new_doc, &o2, &extra, ts, st);
-        bson_destroy(&extra);
+        /* An update by operators or a pipeline is written in MongoDB's $v:2 form (a diff),
+         * o2 its documentKey; a replacement as the new document. */
+        bson_t diff_o = BSON_INITIALIZER;
+        bool diff = wo != NULL && wo->describe_update;
+        if (diff) {
+            shl_update_diff_entry_o(old_doc, new_doc, &diff_o);
+            if (wo->document_key != NULL) {
+                bson_reinit(&o2);
+                bson_concat(&o2, wo->document_key);
+            }
+        }
+        ret = shl_write_oplog_entry(txn, 'u', coll->ns, coll->uuid, diff ? &diff_o : new_doc, &o2,
+                                    oplog_extra(wo), ts, st);
+        bson_destroy(&diff_o);
         SHL_ERR(ret);
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
@@ -517,11 +551,8 @@ shl_doc_delete(shl_storage_txn_t *txn, const shl_collection_t *coll, int64_t rid
     }
     SHL_ERR(shl_record_delete(txn, coll, rid, st));
     if (txn->fixed_ts == 0) {
-        bson_t extra = BSON_INITIALIZER;
-        change_stream_fields(wo, old_doc, NULL, &extra);
-        ret = shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, &extra, ts, st);
-        bson_destroy(&extra);
-        SHL_ERR(ret);
+        SHL_ERR(shl_write_oplog_entry(txn, 'd', coll->ns, coll->uuid, &o, NULL, oplog_extra(wo),
+                                      ts, st));
         if (wo != NULL && wo->ts != NULL) {
             *wo->ts = ts;
         }

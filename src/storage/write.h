@@ -26,13 +26,14 @@ typedef struct shl_write_opts {
     /* Receives the timestamp of the write's own oplog entry when not NULL (a capped
      * insert's trimming deletes come after it with timestamps of their own). */
     uint64_t *ts;
-    /* An update by operators or a pipeline (not a replacement): its 'u' entry also carries
-     * `updateDescription` (bson/update_description.h), which change streams report; entries
-     * without it are replacements (docs/design/change_streams.md). */
+    /* An update by operators or a pipeline (not a replacement): its 'u' entry's o is
+     * MongoDB's {$v: 2, diff} (bson/update_diff.h), which change streams report as an update;
+     * entries holding the whole document are replacements (docs/design/change_streams.md). */
     bool describe_update;
-    /* A delete on a sharded collection: the document's shard key fields and _id (MongoDB's
-     * documentKey), written as the 'd' entry's o instead of {_id}, which change streams
-     * report. Must hold the document's _id. Borrowed. */
+    /* A delete or an update by operators on a sharded collection: the document's shard key
+     * fields and _id (MongoDB's documentKey), written as the 'd' entry's o or the $v:2 'u'
+     * entry's o2 instead of {_id}, which change streams report. Must hold the document's _id.
+     * Borrowed. */
     const bson_t *document_key;
 } shl_write_opts_t;
 
@@ -48,6 +49,19 @@ void shl_storage_set_from_migrate(bool on);
  * document before the write (MongoDB's name and record format; write.c write_pre_image). The
  * data node creates it at startup; without it no pre-images are kept. */
 #define SHL_PREIMAGES_NS "config.system.preimages"
+
+/*
+ * shl_txn_write_pre_images --
+ *     The pre-images kept with the ops 'src' collected as a multi-document transaction
+ *     (shl_storage_txn_ops; ops on collections with changeStreamPreAndPostImages), written
+ *     in 'txn' (may be 'src' after multi mode is off) to config.system.preimages as
+ *     {_id: {nsUUID, ts, applyOpsIndex: the op's index in the transaction}, operationTime,
+ *     preImage}, at the timestamp of txn's last write: call it right after appending the
+ *     transaction's last applyOps entry, at 'ts'. Recovery and secondaries replaying that
+ *     entry write the same records. Errors: WriteConflict.
+ */
+int shl_txn_write_pre_images(shl_storage_txn_t *txn, const shl_storage_txn_t *src, uint64_t ts,
+                             shl_status_t *st);
 
 /*
  * shl_doc_insert --
@@ -68,7 +82,8 @@ int shl_doc_insert(shl_storage_txn_t *txn, const shl_collection_t *coll, const b
  *     Replace record 'rid' with 'new_doc' (same _id; the caller checks _id did not
  *     change): the record, the index delta (keys of 'old_doc' not in 'new_doc' removed,
  *     new ones added) and oplog {op: 'u', o: new_doc, o2: {_id}} -- the replacement
- *     form, so replay is idempotent. 'old_doc' is the current document as read in this
+ *     form -- or, with wo->describe_update, {op: 'u', o: {$v: 2, diff}, o2: documentKey}
+ *     (replayed by applying the diff). 'old_doc' is the current document as read in this
  *     txn (NULL: read it here). Errors: DuplicateKey (nothing of this update stayed),
  *     WriteConflict, NoSuchKey (4) if 'rid' does not exist.
  */

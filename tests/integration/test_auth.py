@@ -160,6 +160,25 @@ def test_builtin_roles_checked(auth_node, root):
         c.close()
 
 
+def test_cluster_parameter_actions(auth_node, root):
+    """setClusterParameter / getClusterParameter need their own actions (clusterManager has
+    them), not setParameter / getParameter (hostManager's, clusterMonitor's), as MongoDB."""
+    root.admin.command("createUser", "cpman", pwd="c", roles=["clusterManager"])
+    root.admin.command("createUser", "cphost", pwd="h", roles=["hostManager", "clusterMonitor"])
+    man = login(auth_node, "cpman", "c")
+    host = login(auth_node, "cphost", "h")
+    set_cmd = {"setClusterParameter": {"changeStreamOptions": {
+        "preAndPostImages": {"expireAfterSeconds": "off"}}}}
+    for cmd in (set_cmd, {"getClusterParameter": "changeStreamOptions"}):
+        assert error_code(lambda: host.admin.command(cmd)) == 13
+        try:
+            man.admin.command(cmd)
+        except pymongo.errors.OperationFailure as e:
+            assert e.code != 13, e
+    man.close()
+    host.close()
+
+
 def test_user_management(auth_node, root):
     db = root.mgmt
     db.command("createUser", "bob", pwd="one", roles=[{"role": "read", "db": "mgmt"}],

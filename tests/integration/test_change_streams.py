@@ -169,6 +169,9 @@ def test_invalidate_tokens(client):
 def test_full_document_modes(client):
     db = client.cs5
     db.c.drop()
+    # whenAvailable / required: the pre-image with the update's $v:2 diff applied, so the
+    # collection keeps pre-images (MongoDB's post-images need them too).
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
     db.c.insert_one({"_id": 1, "n": 0})
     with db.c.watch(full_document="updateLookup", max_await_time_ms=200) as s, \
             db.c.watch(full_document="whenAvailable", max_await_time_ms=200) as w:
@@ -191,6 +194,17 @@ def test_full_document_modes(client):
     with pytest.raises(OperationFailure) as e:
         db.c.watch(full_document="bogus").try_next()
     assert e.value.code == 2
+    # Without pre-images there is no post-image: null for whenAvailable, 47 for required.
+    db.plain.drop()
+    db.plain.insert_one({"_id": 1, "n": 0})
+    with db.plain.watch(full_document="whenAvailable", max_await_time_ms=200) as w, \
+            db.plain.watch(full_document="required", max_await_time_ms=200) as r:
+        db.plain.update_one({"_id": 1}, {"$inc": {"n": 1}})
+        ev = _next(w)
+        assert ev["operationType"] == "update" and ev["fullDocument"] is None
+        with pytest.raises(OperationFailure) as e:
+            _next(r)
+        assert e.value.code == 47
 
 
 def test_follow_on_stages_and_refusals(client):
@@ -499,3 +513,106 @@ def test_split_large_event(client):
         db.command({"aggregate": "big", "cursor": {}, "pipeline": [
             {"$changeStream": {}}, {"$changeStreamSplitLargeEvent": {}}, {"$match": {}}]})
     assert e.value.code == 7182802
+
+
+def _last_update_entry(client, ns):
+    return client.local.oplog.rs.find_one({"ns": ns, "op": "u"}, sort=[("ts", -1)])
+
+
+def test_v2_update_entries_and_their_events(client):
+    """An update by operators is written as MongoDB's $v:2 diff ({$v: 2, diff}, o2 the
+    documentKey), a replacement as the document; the event's updateDescription comes from the
+    diff, with disambiguatedPaths under showExpandedEvents (MongoDB 7.0)."""
+    db = client.csv2
+    db.c.drop()
+    db.c.insert_one({"_id": 1, "a": 1, "sub": {"x": 1, "y": 2}, "arr": [1, 2, 3],
+                     "o": {"0": {"1": "n"}}})
+    r = db.command({"aggregate": "c", "cursor": {},
+                    "pipeline": [{"$changeStream": {"showExpandedEvents": True}}]})
+    db.c.update_one({"_id": 1}, {"$set": {"sub.x": 5, "n": 1}, "$unset": {"sub.y": 1},
+                                 "$pop": {"arr": 1}})
+    e = _last_update_entry(client, "csv2.c")
+    assert e["o"] == {"$v": 2, "diff": {"i": {"n": 1},
+                                        "ssub": {"d": {"y": False}, "u": {"x": 5}},
+                                        "sarr": {"a": True, "l": 2}}}
+    assert list(e["o"]) == ["$v", "diff"] and e["o2"] == {"_id": 1}
+    db.c.update_one({"_id": 1}, {"$set": {"o.0.1": "u", "arr.1": {"k.j": 1}}})
+    # A pipeline update is an update too; a replacement is written and reported whole.
+    db.c.update_one({"_id": 1}, [{"$set": {"p": {"$add": ["$a", 1]}}}])
+    db.c.replace_one({"_id": 1}, {"r": 1})
+    assert _last_update_entry(client, "csv2.c")["o"] == {"_id": 1, "r": 1}
+    evs = []
+    while len(evs) < 4:
+        r = db.command({"getMore": r["cursor"]["id"], "collection": "c", "maxTimeMS": 500})
+        evs += r["cursor"]["nextBatch"]
+    assert [ev["operationType"] for ev in evs] == ["update"] * 3 + ["replace"]
+    assert evs[0]["updateDescription"] == {
+        "updatedFields": {"n": 1, "sub.x": 5}, "removedFields": ["sub.y"],
+        "truncatedArrays": [{"field": "arr", "newSize": 2}], "disambiguatedPaths": {}}
+    assert evs[1]["updateDescription"]["updatedFields"] == {"o.0.1": "u", "arr.1": {"k.j": 1}}
+    assert evs[1]["updateDescription"]["disambiguatedPaths"] == {"o.0.1": ["o", "0", "1"]}
+    assert evs[2]["updateDescription"]["updatedFields"] == {"p": 2}
+    db.command({"killCursors": "c", "cursors": [r["cursor"]["id"]]})
+    # Without showExpandedEvents there is no disambiguatedPaths.
+    with db.c.watch(max_await_time_ms=200) as s:
+        db.c.update_one({"_id": 1}, {"$set": {"q": 1}})
+        assert _next(s)["updateDescription"] == {"updatedFields": {"q": 1}, "removedFields": [],
+                                                 "truncatedArrays": []}
+    # applyOps takes the $v:2 form as MongoDB's does.
+    client.admin.command("applyOps", [{"op": "u", "ns": "csv2.c", "o2": {"_id": 1},
+                                       "o": {"$v": 2, "diff": {"u": {"r": 2}, "i": {"s": 1}}}}])
+    assert db.c.find_one({"_id": 1}) == {"_id": 1, "r": 2, "q": 1, "s": 1}
+
+
+def test_v2_updates_survive_kill_and_recovery():
+    """Recovery replays $v:2 entries (applies each diff to the document it had): the documents
+    after kill -9 are the ones acknowledged with j:true."""
+    p = ShaleProcess(["node", "--replSet", "rsv2"], name="csv2")
+    p.start()
+    try:
+        c = p.client()
+        coll = c.test.get_collection(
+            "k", write_concern=pymongo.WriteConcern(j=True))
+        coll.insert_many([{"_id": i, "n": 0, "sub": {"list": [i]}} for i in range(20)])
+        for r in range(5):
+            for i in range(20):
+                coll.update_one({"_id": i}, {"$inc": {"n": 1}, "$push": {"sub.list": r},
+                                             "$set": {"r%d" % r: True}})
+        want = list(coll.find({}, sort=[("_id", 1)]))
+        c.close()
+        p.kill()
+        p.start()
+        c = p.client()
+        assert list(c.test.k.find({}, sort=[("_id", 1)])) == want
+        assert want[3] == {"_id": 3, "n": 5, "sub": {"list": [3, 0, 1, 2, 3, 4]}, "r0": True,
+                           "r1": True, "r2": True, "r3": True, "r4": True}
+        c.close()
+    finally:
+        cleanup_later([p], lambda i, q: None)
+
+
+def test_pre_images_of_a_transactions_ops(rs, client):
+    """A transaction's updates and deletes on a collection with changeStreamPreAndPostImages
+    keep their pre-images (keyed by the commit's time and the op's index): the events have
+    fullDocumentBeforeChange, and the updates' post-images."""
+    db = client.cstxnpre
+    db.c.drop()
+    db.create_collection("c", changeStreamPreAndPostImages={"enabled": True})
+    db.c.insert_many([{"_id": 1, "v": 1}, {"_id": 2, "v": 2}])
+    cid = _raw_stream(db, "c", fullDocument="required", fullDocumentBeforeChange="required")
+    with client.start_session() as sess:
+        with sess.start_transaction():
+            db.c.update_one({"_id": 1}, {"$set": {"v": 10}}, session=sess)
+            db.c.delete_one({"_id": 2}, session=sess)
+            db.c.update_one({"_id": 1}, {"$inc": {"v": 1}}, session=sess)
+    evs = _raw_next(db, "c", cid, 3)
+    db.command({"killCursors": "c", "cursors": [cid]})
+    assert [e["operationType"] for e in evs] == ["update", "delete", "update"]
+    assert [e["fullDocumentBeforeChange"] for e in evs] == [
+        {"_id": 1, "v": 1}, {"_id": 2, "v": 2}, {"_id": 1, "v": 10}]
+    assert evs[0]["fullDocument"] == {"_id": 1, "v": 10}
+    assert evs[2]["fullDocument"] == {"_id": 1, "v": 11}
+    assert all("lsid" in e and e["clusterTime"] == evs[0]["clusterTime"] for e in evs)
+    ids = [r["_id"] for r in client.config["system.preimages"].find(
+        {"_id.ts": evs[0]["clusterTime"]}, sort=[("_id.applyOpsIndex", 1)])]
+    assert [i["applyOpsIndex"] for i in ids] == [0, 1, 2]

@@ -315,8 +315,53 @@ def test_new_shard_joins_an_open_stream(c):
     finally:
         r.admin.command("moveChunk", "csc8.n", find={"x": 100}, to="shard1")
         try:
-            r.admin.command("removeShard", "shardNew")
-        except pymongo.errors.PyMongoError:
+            # Removed for good: later streams open on every shard the registry holds.
+            from shale_fixtures import wait_until
+            wait_until(lambda: r.admin.command("removeShard", "shardNew")["state"] ==
+                       "completed", 30, "shardNew removed")
+        except (pymongo.errors.PyMongoError, TimeoutError):
             pass
         p.stop()
 
+
+
+def test_removed_shard_leaves_an_open_stream(c):
+    """The config server's topology stream reports a shard's removal: the router closes its
+    cursor at that point of the merge, so the stream goes on after the shard is gone."""
+    import os
+    from shale_fixtures import ShaleProcess, wait_until
+    r = c.router_client()
+    p = ShaleProcess(["node", "--shardsvr", "--replSet", "shardGone"],
+                     dbpath=os.path.join(c.base, "shardGone"), name="shardGone")
+    p.start(extra=c.shard_extra)
+    try:
+        db = r.csc10
+        db.c.insert_one({"_id": 0})  # its primary shard is an old one
+        r.admin.command("addShard", "shardGone/" + p.host, name="shardGone")
+        with db.c.watch(max_await_time_ms=300) as s:
+            db.c.insert_one({"_id": 1})
+            assert _next(s)["documentKey"] == {"_id": 1}
+            wait_until(lambda: r.admin.command("removeShard", "shardGone")["state"] ==
+                       "completed", 30, "shardGone removed")
+            p.stop()
+            db.c.insert_one({"_id": 2})
+            assert _next(s)["documentKey"] == {"_id": 2}
+        assert "change stream closed on a removed shard" in c.router.read_log()
+    finally:
+        p.stop()
+        p.cleanup()
+
+
+def test_idle_shard_is_nudged_not_waited_for(c):
+    """The asynchronous merge: events written on one shard while the other is idle come out
+    one by one, each released once the idle shard's mark passed it -- which the router gets
+    by a no-op write there (appendOplogNote) that ends its waiting getMore."""
+    r = c.router_client()
+    coll = _sharded(r, "csc11", "i")
+    s1 = c.shard_client(1).local["oplog.rs"]
+    before = s1.count_documents({"op": "n", "o.msg": "change stream merge"})
+    with coll.watch(max_await_time_ms=2000) as s:
+        for i in range(5):
+            coll.insert_one({"_id": i, "x": -1 - i})   # shard0 only
+            assert _next(s)["documentKey"]["_id"] == i
+    assert s1.count_documents({"op": "n", "o.msg": "change stream merge"}) > before
