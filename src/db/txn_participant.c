@@ -634,14 +634,26 @@ db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
     return ret;
 }
 
-/* Forget the created collections (committed: they stay) or drop them (aborted). They stay
- * listed (other writers wait: db_txn_wait_created) until the drops are done; only the owner
- * changes the list, so reading it here needs no lock. */
+/* Forget the created collections (committed: they stay, visible from the commit timestamp
+ * 'commit_ts' on when nonzero) or drop them (aborted). They stay listed (other writers wait:
+ * db_txn_wait_created) until the drops are done; only the owner changes the list, so
+ * reading it here needs no lock. */
 static void
-end_created(db_txn_t *t, bool drop)
+end_created(db_txn_t *t, bool drop, uint64_t commit_ts)
 {
     char **created;
     size_t ncreated;
+
+    for (size_t i = 0; !drop && commit_ts != 0 && i < t->ncreated; i++) {
+        /* A snapshot read before the commit must not read the collection (its create is
+         * committed DDL of its own, earlier): SnapshotUnavailable, as for any collection
+         * created after the read's time. */
+        shl_collection_t *coll = shl_catalog_get(t->reg->eng, t->created[i]);
+        if (coll != NULL) {
+            shl_catalog_raise_min_visible(t->reg->eng, t->created[i], coll->uuid, commit_ts);
+        }
+        shl_collection_release(coll);
+    }
 
     for (size_t i = 0; drop && i < t->ncreated; i++) {
         shl_collection_t *coll = shl_catalog_get(t->reg->eng, t->created[i]);
@@ -689,7 +701,7 @@ txn_release(db_txn_t *t)
         t->stxn = NULL;
     }
     /* Whatever is still listed here did not commit. */
-    end_created(t, t->state != TXN_COMMITTED);
+    end_created(t, t->state != TXN_COMMITTED, 0);
     if (t->pin_ts != 0) {
         shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
         t->pin_ts = 0;
@@ -736,7 +748,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
      * transaction comes back from the oplog at the next start). */
     while (reg->head != NULL) {
         db_txn_t *t = reg->head;
-        end_created(t, false); /* a prepared one comes back with them */
+        end_created(t, false, 0); /* a prepared one comes back with them */
         /* A prepared one keeps the stable timestamp pinned: the final checkpoint stays below
          * its prepare entry, which the next start replays to prepare it again. */
         t->pin_ts = 0;
@@ -1214,6 +1226,21 @@ db_txn_read_ts(const shl_op_ctx_t *op)
     return t != NULL ? t->read_ts : 0;
 }
 
+uint64_t
+db_txn_read_ts_for(const shl_op_ctx_t *op, const char *ns)
+{
+    const db_txn_t *t = op->txn;
+    uint64_t ts = t != NULL ? t->read_ts : 0;
+
+    /* t->created is written only by the transaction's own statements (this thread). */
+    for (size_t i = 0; ts != 0 && i < t->ncreated; i++) {
+        if (strcmp(t->created[i], ns) == 0) {
+            ts = 0;
+        }
+    }
+    return ts;
+}
+
 int64_t
 db_txn_session_number(void *session)
 {
@@ -1400,7 +1427,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     db_op_note_write_ts(ts);
     report_observed(op, t);
     publish_answers(t, ts);
-    end_created(t, false);
+    end_created(t, false, ts);
     list_remove(t->reg, t);
     txn_set_state(t, TXN_COMMITTED);
     atomic_fetch_add(&t->reg->committed, 1);
@@ -1474,7 +1501,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
         }
         report_observed(op, t);
         publish_answers(t, ts);
-        end_created(t, false);
+        end_created(t, false, commit_ts);
     }
     txn_release(t);
 done:

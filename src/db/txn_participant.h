@@ -177,6 +177,15 @@ void db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide);
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 
 /*
+ * db_txn_read_ts_for --
+ *     The read timestamp a statement of op's transaction reads collection 'ns' at: the
+ *     transaction's (db_txn_read_ts), or 0 (latest) for a collection the transaction created
+ *     itself (db_txn_note_created: that create is committed DDL after the transaction's
+ *     snapshot, which the transaction's own statements read anyway).
+ */
+uint64_t db_txn_read_ts_for(const shl_op_ctx_t *op, const char *ns);
+
+/*
  * db_txn_session_discard --
  *     The session leaves the catalog (or the process ends): roll back its transaction,
  *     prepared or not, and free it. 'txn' may be NULL.

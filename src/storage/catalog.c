@@ -271,6 +271,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
     int ret = 0;
 
     *out = NULL;
+    n->min_visible_ts = c->min_visible_ts;
     for (size_t i = 0; i < c->nindexes; i++) {
         shl_index_t *idx;
         if (skip_index != NULL && strcmp(c->indexes[i]->name, skip_index) == 0) {
@@ -295,6 +296,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
     bool hide = false;
 
     *out = NULL;
+    SHL_ERR(shl_collection_check_visible(c, ts, st));
     for (size_t i = 0; ts != 0 && i < c->nindexes; i++) {
         hide |= c->indexes[i]->min_visible_ts > ts;
     }
@@ -303,6 +305,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
         goto done;
     }
     n = coll_alloc(c->ns, c->uuid, c->options, c->ident, c->rs);
+    n->min_visible_ts = c->min_visible_ts;
     for (size_t i = 0; i < c->nindexes; i++) {
         shl_index_t *idx;
         if (c->indexes[i]->min_visible_ts > ts) {
@@ -315,6 +318,23 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
     n = NULL;
 done:
     shl_collection_release(n);
+    return ret;
+}
+
+int
+shl_collection_check_visible(const shl_collection_t *c, uint64_t ts, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (c != NULL && ts != 0 && c->min_visible_ts > ts) {
+        SHL_FAIL(st, SHL_CODE_SNAPSHOT_UNAVAILABLE,
+                 "Unable to read from a snapshot due to pending collection catalog changes; "
+                 "please retry the operation. Snapshot timestamp is Timestamp(%u, %u). "
+                 "Collection minimum is Timestamp(%u, %u)",
+                 SHL_TS_SECS(ts), SHL_TS_INC(ts), SHL_TS_SECS(c->min_visible_ts),
+                 SHL_TS_INC(c->min_visible_ts));
+    }
+done:
     return ret;
 }
 
@@ -817,6 +837,25 @@ done:
  * (the durable entry is written by the transaction). A compare-and-swap on the installed
  * snapshot keeps concurrent publishers' flags.
  */
+static bool
+cat_swap(shl_storage_engine_t *eng, const shl_collection_t *cur, shl_collection_t *n)
+{
+    shl_cat_entry_t *e;
+    bool swapped = false;
+
+    pthread_mutex_lock(&eng->cat_mu);
+    for (e = eng->cat[ns_hash(cur->ns)]; e != NULL; e = e->next) {
+        if (e->coll == cur) {
+            shl_collection_release(e->coll);
+            e->coll = shl_collection_ref(n);
+            swapped = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&eng->cat_mu);
+    return swapped;
+}
+
 static void
 publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, const uint64_t *paths,
                     const uint64_t *num_types)
@@ -824,7 +863,6 @@ publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, con
     for (int attempt = 0; attempt < 100; attempt++) {
         shl_collection_t *cur = shl_catalog_get(eng, coll->ns), *n = NULL;
         shl_status_t st = SHL_STATUS_INIT;
-        shl_cat_entry_t *e;
         bool need = false, swapped = false;
 
         if (cur == NULL || memcmp(cur->uuid, coll->uuid, 16) != 0 ||
@@ -849,21 +887,34 @@ publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, con
             }
             n->indexes[i]->num_types |= num_types[i];
         }
-        pthread_mutex_lock(&eng->cat_mu);
-        for (e = eng->cat[ns_hash(coll->ns)]; e != NULL; e = e->next) {
-            if (e->coll == cur) {
-                shl_collection_release(e->coll);
-                e->coll = shl_collection_ref(n);
-                swapped = true;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&eng->cat_mu);
+        swapped = cat_swap(eng, cur, n);
         shl_collection_release(n);
         shl_collection_release(cur);
         if (swapped) {
             return;
         }
+    }
+}
+
+void
+shl_catalog_raise_min_visible(shl_storage_engine_t *eng, const char *ns, const uint8_t uuid[16],
+                              uint64_t ts)
+{
+    bool done = false;
+
+    for (int attempt = 0; attempt < 100 && !done; attempt++) {
+        shl_collection_t *cur = shl_catalog_get(eng, ns), *n = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+
+        if (cur == NULL || memcmp(cur->uuid, uuid, 16) != 0 || cur->min_visible_ts >= ts ||
+            coll_clone(eng, cur, NULL, NULL, &n, &st) != 0) {
+            done = true;
+        } else {
+            n->min_visible_ts = ts;
+            done = cat_swap(eng, cur, n);
+        }
+        shl_collection_release(n);
+        shl_collection_release(cur);
     }
 }
 
@@ -1256,6 +1307,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     SHL_ERR(create_table(txn, c->uri, false, "", st));
     SHL_ERR(create_table(txn, c->indexes[0]->uri, true, "", st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    c->min_visible_ts = ts;
     SHL_ERR(catalog_put(txn, c, st));
     BSON_APPEND_UTF8(&o, "create", c->coll_name);
     if (bson_iter_init(&it, &opts)) {
@@ -1365,6 +1417,7 @@ body_rename(shl_storage_txn_t *txn, const char *from, const char *to, bool drop_
         SHL_ERR(drop_coll_at(txn, tgt, ts, st));
     }
     SHL_ERR(coll_clone(txn->eng, src, to, NULL, &n, st));
+    n->min_visible_ts = ts; /* the name had another collection (or none) before */
     SHL_ERR(catalog_remove(txn, from, st));
     SHL_ERR(catalog_put(txn, n, st));
     BSON_APPEND_UTF8(&o, "renameCollection", from);

@@ -97,6 +97,12 @@ struct shl_collection {
     size_t nindexes;
     shl_index_t **indexes;   /* indexes[0] is _id_ (none for the oplog) */
     struct shl_rs_state *rs; /* private */
+    /* The timestamp of the create (or the rename to this name) that made this catalog entry
+     * in this process's life (0: older, or loaded at start-up, when no history before
+     * start-up is kept): a read at an earlier timestamp would read this collection's table as
+     * if it were the one the name had then, so it is refused (shl_collection_check_visible;
+     * MongoDB's collection minimum visible snapshot). Kept by every later DDL on the entry. */
+    uint64_t min_visible_ts;
 };
 
 /* shl_collection_versioned -- whether 'c' was created with SHL_COLL_OPT_VERSIONED. */
@@ -116,10 +122,21 @@ void shl_collection_release(shl_collection_t *c);
  * shl_collection_visible_at --
  *     The collection as a read at timestamp 'ts' (0: latest) may use it: 'c' itself (a new
  *     reference) unless some index was built after 'ts', else a copy without those indexes
- *     (one reference; indexes are rebuilt from their specs). Errors: from the keygen factory.
+ *     (one reference; indexes are rebuilt from their specs). Errors: SnapshotUnavailable
+ *     (shl_collection_check_visible); from the keygen factory.
  */
 int shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64_t ts,
                               shl_collection_t **out, shl_status_t *st);
+
+/*
+ * shl_collection_check_visible --
+ *     Whether a read at timestamp 'ts' (0: latest, always fine) may read 'c': refused with
+ *     SnapshotUnavailable (246) "Unable to read from a snapshot due to pending collection
+ *     catalog changes; please retry the operation. Snapshot timestamp is Timestamp(s, i).
+ *     Collection minimum is Timestamp(s, i)" when 'c' was created or renamed after 'ts'
+ *     (shl_collection_t.min_visible_ts), as MongoDB answers. NULL 'c': fine.
+ */
+int shl_collection_check_visible(const shl_collection_t *c, uint64_t ts, shl_status_t *st);
 
 /* shl_collection_find_index -- the index named 'name', or NULL. Borrowed from 'c'. */
 const shl_index_t *shl_collection_find_index(const shl_collection_t *c, const char *name);
@@ -191,6 +208,17 @@ void shl_catalog_list_free(shl_collection_t **list, size_t n);
  *     NULL-terminated array freed with bson_strfreev.
  */
 void shl_catalog_list_databases(shl_storage_engine_t *eng, char ***out);
+
+/*
+ * shl_catalog_raise_min_visible --
+ *     Make collection 'ns' (when it is still the one with 'uuid') invisible to reads at
+ *     timestamps below 'ts' (shl_collection_t.min_visible_ts; never lowered): a collection a
+ *     transaction created becomes visible at the transaction's commit timestamp, not at its
+ *     own create's. In memory only; a new snapshot is swapped in (compare-and-swap, so a
+ *     concurrent swap of the entry is kept).
+ */
+void shl_catalog_raise_min_visible(shl_storage_engine_t *eng, const char *ns,
+                                   const uint8_t uuid[16], uint64_t ts);
 
 /* ---------------------------------------------------------------------------------
  * DDL. Each call takes the database lock shared (exclusive for drop_database) and
