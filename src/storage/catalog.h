@@ -246,6 +246,34 @@ int shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, con
                                   const uint8_t *uuid, uint64_t *ts, shl_status_t *st);
 
 /*
+ * shl_catalog_create_collection_in_txn / shl_catalog_create_index_in_txn --
+ *     create / createIndexes inside multi-document transaction 'txn' (multi mode; MongoDB
+ *     7.0's DDL in a transaction): the `_catalog` entry is written in 'txn' and its new
+ *     metadata is pending in it -- visible to the thread that runs the transaction's
+ *     statements (shl_catalog_set_txn_view), installed for everyone when 'txn' commits,
+ *     gone with its tables if it aborts -- and the 'c' op ({op: "c", ns: "<db>.$cmd", ui,
+ *     o: {create: ...} / {createIndexes: ...}}) is collected with the transaction's other ops
+ *     for its applyOps entry, which replays it (shl_oplog_apply_inner_ops). The index is
+ *     built in 'txn' from the documents it sees. Takes the database lock shared and the
+ *     collection lock exclusively while it runs. Errors: as the committed forms; a
+ *     WriteConflict (112) when another operation created the namespace meanwhile.
+ */
+int shl_catalog_create_collection_in_txn(shl_storage_txn_t *txn, const char *ns,
+                                         const bson_t *options, shl_status_t *st);
+int shl_catalog_create_index_in_txn(shl_storage_txn_t *txn, const char *ns, const bson_t *spec,
+                                    bool *created, shl_status_t *st);
+
+/*
+ * shl_catalog_set_txn_view --
+ *     The calling thread runs a statement of the multi-document transaction '*txn' (NULL:
+ *     none; '*txn' may go NULL when it ends): shl_catalog_get / _get_by_uuid answer the
+ *     namespaces it created (pending, above) from it first, so its own statements use them
+ *     and nobody else sees them before the commit. Thread-local; clear it at the statement's
+ *     end.
+ */
+void shl_catalog_set_txn_view(shl_storage_txn_t *const *txn);
+
+/*
  * shl_catalog_drop_collection --
  *     Drop 'ns': 'c' entry {drop: coll} (o2 {numRecords: n}). Errors: NamespaceNotFound
  *     (26) "ns not found"; IllegalOperation for local.oplog.rs.

@@ -12,11 +12,12 @@ import pytest
 from bson import Int64
 from bson.binary import UUID_SUBTYPE, Binary
 from pymongo.errors import OperationFailure
+from pymongo import ReadPreference
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
 import wire_util
-from shale_fixtures import module_cluster
+from shale_fixtures import cleanup_later, module_cluster, start_replica_set
 
 SNAPSHOT_UNAVAILABLE = 246
 
@@ -116,6 +117,16 @@ def test_create_in_a_transaction_visible_at_commit_and_after_kill_9(rs_node):
         assert "made" not in db.list_collection_names()
         assert db.made.find_one() is None
         s.commit_transaction()
+    # One oplog entry: the create and createIndexes inside the transaction's applyOps, as
+    # MongoDB 7.0 writes them, no create of its own.
+    entry = c.local.oplog.rs.find_one({"o.applyOps.o.create": "made"})
+    ops = entry["o"]["applyOps"]
+    assert [(o["op"], o["ns"]) for o in ops[:2]] == [("c", "test.$cmd")] * 2
+    assert ops[0]["o"]["create"] == "made" and ops[0]["o"]["idIndex"]["name"] == "_id_"
+    assert ops[1]["o"]["createIndexes"] == "made" and ops[1]["o"]["name"] == "a_1"
+    assert ops[0]["ui"] == ops[1]["ui"] == ops[2]["ui"]
+    assert c.local.oplog.rs.count_documents({"o.create": "made"}) == 0
+    assert c.local.oplog.rs.count_documents({"o.applyOps.o.create": "implicit"}) == 1
     # A snapshot read at a time before the commit does not read it; after, it does.
     assert_unavailable(lambda: db.command("find", "made", readConcern=snap_at(before_commit)))
     r = db.command("find", "made", sort={"_id": 1}, readConcern={"level": "snapshot"})
@@ -140,6 +151,36 @@ def test_create_in_a_transaction_visible_at_commit_and_after_kill_9(rs_node):
     assert "a_1" in db.made.index_information()
     assert db.made.find({"a": 2}).explain()["queryPlanner"]["winningPlan"] is not None
     assert db.implicit.find_one() == {"_id": "i"}
+    assert "skipping a transaction's op" not in rs_node.read_log()
+
+
+@pytest.fixture
+def rs2(request):
+    nodes = start_replica_set("cv", "cvrs", members=2)
+    yield nodes
+    failed = getattr(request.node, "rep_failed", False)
+    cleanup_later(nodes, lambda i, p: ("%s-%s" % (request.node.name, p.name)) if failed else None)
+
+
+def test_a_secondary_applies_a_create_in_a_transaction(rs2):
+    nodes = rs2
+    c = nodes[0].client(directConnection=True)
+    with c.start_session() as s:
+        with s.start_transaction(write_concern=WriteConcern("majority")):
+            c.test.create_collection("rep", session=s)
+            c.test.rep.create_index("a", session=s)
+            c.test.rep.insert_one({"_id": 1, "a": 1}, session=s)
+    sec = nodes[1].client(directConnection=True,
+                          read_preference=ReadPreference.SECONDARY_PREFERRED)
+    # Acknowledged w:majority by a set of two: the secondary has applied it.
+    assert sec.test.rep.find_one() == {"_id": 1, "a": 1}
+    assert "a_1" in sec.test.rep.index_information()
+    with c.start_session() as s:
+        s.start_transaction()
+        c.test.create_collection("rep_aborted", session=s)
+        s.abort_transaction()
+    c.test.get_collection("marker", write_concern=WriteConcern("majority")).insert_one({"_id": 1})
+    assert "rep_aborted" not in sec.test.list_collection_names()
 
 
 @pytest.fixture(scope="module")
