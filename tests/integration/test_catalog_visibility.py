@@ -181,6 +181,17 @@ def test_a_secondary_applies_a_create_in_a_transaction(rs2):
         s.abort_transaction()
     c.test.get_collection("marker", write_concern=WriteConcern("majority")).insert_one({"_id": 1})
     assert "rep_aborted" not in sec.test.list_collection_names()
+    # A majority read right after a w:1 create waits for the majority point to reach the
+    # collection (not SnapshotUnavailable); a w:"majority" insert is then seen.
+    for i in range(5):
+        c.test["fresh%d" % i].insert_one({"_id": i})
+        got = c.test.get_collection("fresh%d" % i,
+                                    read_concern=ReadConcern("majority")).find_one()
+        assert got in (None, {"_id": i})
+        c.test.get_collection("fresh%d" % i, write_concern=WriteConcern("majority")).insert_one(
+            {"_id": -i - 1})
+        assert c.test.get_collection("fresh%d" % i, read_concern=ReadConcern("majority")).find_one(
+            {"_id": -i - 1}) == {"_id": -i - 1}
 
 
 @pytest.fixture(scope="module")
