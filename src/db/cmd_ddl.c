@@ -196,6 +196,10 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     ret = db_txn_storage(op) != NULL
               ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, &opts, st)
               : shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
+    if (ret == 0) {
+        /* Others' writes and DDL on it wait for the transaction from now on. */
+        db_txn_note_created(op, ns.full);
+    }
     if (ret == SHL_CODE_NAMESPACE_EXISTS) {
         /* MongoDB 7.0: creating an existing collection with identical options succeeds. */
         shl_collection_t *coll = shl_catalog_get(node->eng, ns.full);
@@ -606,6 +610,7 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         } else if (ret == 0) {
             created_coll = true;
             db_op_note_write_ts(ts);
+            db_txn_note_created(op, ns.full);
         }
         SHL_ERR(ret);
         coll = shl_catalog_get(node->eng, ns.full);

@@ -108,8 +108,10 @@ void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *ans
 
 /*
  * db_txn_note_created --
- *     The operation's transaction created collection 'ns' (committed DDL of its own, e.g. an
- *     insert into a missing collection): it is dropped again if the transaction aborts.
+ *     The operation's transaction created collection 'ns' (pending in its storage
+ *     transaction: create, createIndexes, an insert into a missing collection): others' writes
+ *     and DDL on it wait until the transaction ends (db_txn_wait_created), and it becomes
+ *     visible at the commit timestamp. No transaction: nothing.
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 

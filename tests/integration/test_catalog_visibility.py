@@ -113,9 +113,13 @@ def test_create_in_a_transaction_visible_at_commit_and_after_kill_9(rs_node):
         db.made.insert_many([{"_id": i, "a": i} for i in range(3)], session=s)
         db.implicit.insert_one({"_id": "i"}, session=s)
         before_commit = db.command("ping")["operationTime"]
-        # Other clients see neither collection before the commit.
+        # Other clients see neither collection before the commit; their create of it waits
+        # for the transaction (MongoDB: its collection lock), here until its maxTimeMS.
         assert "made" not in db.list_collection_names()
         assert db.made.find_one() is None
+        with pytest.raises(OperationFailure) as e:
+            db.command({"create": "made", "maxTimeMS": 200})
+        assert e.value.code == 50
         s.commit_transaction()
     # One oplog entry: the create and createIndexes inside the transaction's applyOps, as
     # MongoDB 7.0 writes them, no create of its own.
