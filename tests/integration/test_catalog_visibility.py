@@ -216,6 +216,14 @@ def test_through_the_router(cl):
     assert_unavailable(lambda: db.command("find", "u", readConcern=snap_at(t0)))
     assert db.get_collection("u", read_concern=ReadConcern("majority")).find_one() == {
         "_id": "new"}
+    # A snapshot transaction through the router that began before a re-create.
+    db.k.insert_one({"_id": 1})
+    with r.start_session() as s:
+        s.start_transaction(read_concern=ReadConcern("snapshot"))
+        assert db.k.find_one({}, session=s) == {"_id": 1}
+        db.u.drop()
+        db.u.insert_one({"_id": "newer"})
+        assert_unavailable(lambda: db.u.find_one({}, session=s), transient=True)
     # A create in a transaction through the router: seen after the commit, and after kill -9
     # of its shard.
     with r.start_session() as s:
