@@ -193,12 +193,14 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     bson_destroy(&opts);
     command_options(cmd, &opts);
-    ret = db_txn_storage(op) != NULL
-              ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, &opts, st)
-              : shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
-    if (ret == 0) {
-        /* Others' writes and DDL on it wait for the transaction from now on. */
-        db_txn_note_created(op, ns.full);
+    if (db_txn_storage(op) != NULL) {
+        ret = shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, &opts, st);
+        if (ret == 0) {
+            /* Others' writes and DDL on it wait for the transaction from now on. */
+            db_txn_note_created(op, ns.full);
+        }
+    } else {
+        ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
     }
     if (ret == SHL_CODE_NAMESPACE_EXISTS) {
         /* MongoDB 7.0: creating an existing collection with identical options succeeds. */
@@ -602,15 +604,17 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     }
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
-        ret = db_txn_storage(op) != NULL
-                  ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, NULL, st)
-                  : shl_catalog_create_collection(node->eng, ns.full, NULL, NULL, &ts, st);
+        bool in_txn = db_txn_storage(op) != NULL;
+        ret = in_txn ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, NULL, st)
+                     : shl_catalog_create_collection(node->eng, ns.full, NULL, NULL, &ts, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS) {
             ret = 0;
         } else if (ret == 0) {
             created_coll = true;
             db_op_note_write_ts(ts);
-            db_txn_note_created(op, ns.full);
+            if (in_txn) {
+                db_txn_note_created(op, ns.full);
+            }
         }
         SHL_ERR(ret);
         coll = shl_catalog_get(node->eng, ns.full);

@@ -52,9 +52,9 @@ struct db_txn {
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
     /* Collections this transaction created (create, createIndexes or an insert into a missing
-     * one): they exist at once, hidden from other operations' listings until it ends
-     * (db_txn_ns_hidden), and are dropped again if it aborts. Changed under reg->mu (read
-     * by the owner without it). */
+     * one): pending in its storage transaction (seen only by its statements), installed at
+     * its commit, gone if it aborts; others' writes and DDL on them wait until it ends
+     * (db_txn_wait_created). Changed under reg->mu (read by the owner without it). */
     char **created;
     size_t ncreated;
     /* The namespace of the running create/createIndexes statement and whether it existed. */
