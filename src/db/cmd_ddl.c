@@ -193,7 +193,15 @@ cmd_create(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     bson_destroy(&opts);
     command_options(cmd, &opts);
-    ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
+    if (db_txn_storage(op) != NULL) {
+        ret = shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, &opts, st);
+        if (ret == 0) {
+            /* Others' writes and DDL on it wait for the transaction from now on. */
+            db_txn_note_created(op, ns.full);
+        }
+    } else {
+        ret = shl_catalog_create_collection(node->eng, ns.full, &opts, NULL, &ts, st);
+    }
     if (ret == SHL_CODE_NAMESPACE_EXISTS) {
         /* MongoDB 7.0: creating an existing collection with identical options succeeds. */
         shl_collection_t *coll = shl_catalog_get(node->eng, ns.full);
@@ -596,12 +604,17 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     }
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
-        ret = shl_catalog_create_collection(node->eng, ns.full, NULL, NULL, &ts, st);
+        bool in_txn = db_txn_storage(op) != NULL;
+        ret = in_txn ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns.full, NULL, st)
+                     : shl_catalog_create_collection(node->eng, ns.full, NULL, NULL, &ts, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS) {
             ret = 0;
         } else if (ret == 0) {
             created_coll = true;
             db_op_note_write_ts(ts);
+            if (in_txn) {
+                db_txn_note_created(op, ns.full);
+            }
         }
         SHL_ERR(ret);
         coll = shl_catalog_get(node->eng, ns.full);
@@ -620,7 +633,10 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
             ret = text_index_spec(node, ns.full, &full, st);
         }
         if (ret == 0) {
-            ret = shl_catalog_create_index(node->eng, ns.full, &full, &created, &ts, st);
+            ret = db_txn_storage(op) != NULL
+                      ? shl_catalog_create_index_in_txn(db_txn_storage(op), ns.full, &full,
+                                                        &created, st)
+                      : shl_catalog_create_index(node->eng, ns.full, &full, &created, &ts, st);
         }
         bson_destroy(&full);
         SHL_ERR(ret);

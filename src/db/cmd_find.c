@@ -408,6 +408,7 @@ find_by_id(shl_op_ctx_t *op, const shl_ns_t *ns, const bson_value_t *id, uint64_
 
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns->full, SHL_LOCK_SHARED, &h, st));
     locked = true;
+    SHL_ERR(shl_collection_check_visible(h.coll, read_ts, st));
     if (h.coll != NULL) {
         shl_storage_txn_opts_t o = {.read_timestamp = read_ts};
         if (db_txn_storage(op) != NULL) {
@@ -612,7 +613,7 @@ cmd_find(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
     }
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &filter, st));
-    read_ts = db_read_timestamp(node, &rc);
+    SHL_ERR(db_read_ts_for(op, &rc, ns.full, &read_ts, st));
     if (rc.level == DB_RC_SNAPSHOT && a.tailable) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS,
                  "Tailable cursors are not supported with readConcern level 'snapshot'");
@@ -1104,7 +1105,9 @@ cmd_count(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
             n = q.limit;
         }
     } else {
-        SHL_ERR(run_count(op, &ns, &q, db_read_timestamp(node, &rc), &n, NULL, st));
+        uint64_t read_ts;
+        SHL_ERR(db_read_ts_for(op, &rc, ns.full, &read_ts, st));
+        SHL_ERR(run_count(op, &ns, &q, read_ts, &n, NULL, st));
     }
     /* MongoDB appends the count as an int when it fits. */
     if (n <= INT32_MAX) {
@@ -1221,6 +1224,7 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     shl_coll_handle_t h;
     exec_plan_t *plan = NULL;
     distinct_set_t d;
+    uint64_t read_ts = 0;
 
     db_cmd_begin(op);
     memset(&q, 0, sizeof(q));
@@ -1246,10 +1250,11 @@ cmd_distinct(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *s
     SHL_ERR(db_cmd_get_hint(cmd, &q.has_hint, &q.hint, st));
     SHL_ERR(db_read_concern_get(op, &rc, st));
     SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q.orphan_filter, st));
+    SHL_ERR(db_read_ts_for(op, &rc, ns.full, &read_ts, st));
     SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
     locked = true;
-    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), db_read_timestamp(node, &rc), h.coll,
-                            ns.full, &q, &plan, st));
+    SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), read_ts, h.coll, ns.full, &q, &plan,
+                            st));
     d.coll = q.collator;
     for (;;) {
         exec_row_t row;
@@ -1847,10 +1852,15 @@ aggregate_run(shl_op_ctx_t *op, const bson_t *cmd, const char *view_ns, bson_t *
     }
     a->env.read_ts = db_read_timestamp(node, &rc);
     if (!collectionless) {
+        uint64_t read_ts;
         SHL_ERR(shl_db_sharding_check(op, ns.full, SHL_DB_SHARD_READ, &q->orphan_filter, st));
+        SHL_ERR(db_read_ts_for(op, &rc, ns.full, &read_ts, st));
+        if (op->txn == NULL) {
+            a->env.read_ts = read_ts; /* a majority read may have waited for a newer point */
+        }
         SHL_ERR(shl_storage_coll_acquire(node->eng, ns.full, SHL_LOCK_SHARED, &h, st));
         locked = true;
-        SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), a->env.read_ts, h.coll, ns.full, q,
+        SHL_ERR(exec_plan_build(node->eng, db_txn_storage(op), read_ts, h.coll, ns.full, q,
                                 &a->plan, st));
         exec_plan_own_query(a->plan);
         q = NULL;

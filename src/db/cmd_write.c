@@ -227,11 +227,14 @@ db_ensure_collection(shl_op_ctx_t *op, const shl_ns_t *ns, shl_coll_handle_t *h,
         if (attempt > 0) {
             shl_sleep_ms(attempt < 10 ? 0 : 1);
         }
-        ret = shl_catalog_create_collection(node->eng, ns->full, NULL, NULL, &ts, st);
+        /* A transaction's implicit create is its own (its applyOps entry holds it; pending
+         * in it until the commit, gone if it aborts). */
+        ret = db_txn_storage(op) != NULL
+                  ? shl_catalog_create_collection_in_txn(db_txn_storage(op), ns->full, NULL, st)
+                  : shl_catalog_create_collection(node->eng, ns->full, NULL, NULL, &ts, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS) {
             ret = 0;
         } else if (ret == 0) {
-            /* A transaction's implicit create is undone if it aborts. */
             db_txn_note_created(op, ns->full);
         }
         SHL_ERR(ret);

@@ -9,6 +9,7 @@
 #include "bson/bson_util.h"
 #include "db/db_private.h"
 #include "db/read_concern_wait.h"
+#include "db/txn_participant.h"
 
 int
 db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
@@ -70,6 +71,30 @@ db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc)
         return shl_storage_all_durable(node->eng);
     }
     return 0;
+}
+
+int
+db_read_ts_for(shl_op_ctx_t *op, const db_read_concern_t *rc, const char *ns, uint64_t *ts,
+               shl_status_t *st)
+{
+    int ret = 0;
+    db_node_t *node = db_node(op);
+    shl_collection_t *c = NULL;
+
+    if (op->txn != NULL) {
+        *ts = db_txn_read_ts_for(op, ns);
+        goto done;
+    }
+    *ts = db_read_timestamp(node, rc);
+    if (*ts != 0 && (rc->level == DB_RC_MAJORITY || rc->level == DB_RC_LINEARIZABLE)) {
+        c = shl_catalog_get(node->eng, ns);
+        if (c != NULL && c->min_visible_ts > *ts) {
+            SHL_ERR(db_rc_wait_majority(op, rc, c->min_visible_ts, ts, st));
+        }
+    }
+done:
+    shl_collection_release(c);
+    return ret;
 }
 
 int

@@ -220,6 +220,20 @@ void db_snapshot_append_time(const db_read_concern_t *rc, bson_t *reply);
 uint64_t db_read_timestamp(const db_node_t *node, const db_read_concern_t *rc);
 
 /*
+ * db_read_ts_for --
+ *     The read timestamp of a read of collection 'ns' under 'rc', for exec_plan_build (which
+ *     refuses a collection created after it: SnapshotUnavailable, catalog.h
+ *     shl_collection_check_visible): in a transaction, the transaction's own
+ *     (db_txn_read_ts_for); else db_read_timestamp's, except that a majority read of a
+ *     collection created (or renamed) after the majority point first waits for that point
+ *     to reach it (db_rc_wait_majority), as MongoDB's majority reads wait for a new
+ *     collection to become visible rather than fail. Call without locks. Errors: the
+ *     wait's (MaxTimeMSExpired, Interrupted).
+ */
+int db_read_ts_for(shl_op_ctx_t *op, const db_read_concern_t *rc, const char *ns, uint64_t *ts,
+                   shl_status_t *st);
+
+/*
  * db_write_concern_get --
  *     Parse the request's writeConcern and validate it against the topology as
  *     MongoDB's validateWriteConcern: on a standalone w > 1 or a tag fails with

@@ -45,6 +45,24 @@ done:
     return ret;
 }
 
+int
+db_rc_wait_majority(shl_op_ctx_t *op, const shl_read_concern_t *rc, uint64_t ts,
+                    uint64_t *read_ts, shl_status_t *st)
+{
+    int ret = 0;
+    int ms = POLL_FIRST_MS;
+    const db_node_t *node = db_node(op);
+
+    *read_ts = db_read_timestamp(node, rc);
+    while (*read_ts < ts) {
+        SHL_ERR(shl_op_check_interrupt(op, st));
+        poll_sleep(&ms);
+        *read_ts = db_read_timestamp(node, rc);
+    }
+done:
+    return ret;
+}
+
 void
 db_rc_note_applied(shl_op_ctx_t *op, uint64_t ts)
 {

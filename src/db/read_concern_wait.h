@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "net/op_context.h"
+#include "net/read_concern_support.h"
 
 /*
  * db_rc_wait_committed --
@@ -24,6 +25,18 @@
  *     Interrupted after killOp or a killed session, InterruptedAtShutdown.
  */
 int db_rc_wait_committed(shl_op_ctx_t *op, uint64_t ts, shl_status_t *st);
+
+/*
+ * db_rc_wait_majority --
+ *     Return once the read timestamp of readConcern 'rc' (majority or linearizable:
+ *     db_read_timestamp -- the majority commit point of a multi-member set, the no-holes point
+ *     on a set of one) is at least 'ts', polling as db_rc_wait_committed; *read_ts receives
+ *     it. For a majority read of a collection created after that point (MongoDB waits for
+ *     the collection to become visible in the majority snapshot). No lock held; errors as
+ *     db_rc_wait_committed.
+ */
+int db_rc_wait_majority(shl_op_ctx_t *op, const shl_read_concern_t *rc, uint64_t ts,
+                        uint64_t *read_ts, shl_status_t *st);
 
 /*
  * db_rc_wait_after_cluster_time --

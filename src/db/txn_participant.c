@@ -52,9 +52,9 @@ struct db_txn {
     int64_t start_wall_ms, start_mono_us;
     int64_t last_active_mono_us;
     /* Collections this transaction created (create, createIndexes or an insert into a missing
-     * one): they exist at once, hidden from other operations' listings until it ends
-     * (db_txn_ns_hidden), and are dropped again if it aborts. Changed under reg->mu (read
-     * by the owner without it). */
+     * one): pending in its storage transaction (seen only by its statements), installed at
+     * its commit, gone if it aborts; others' writes and DDL on them wait until it ends
+     * (db_txn_wait_created). Changed under reg->mu (read by the owner without it). */
     char **created;
     size_t ncreated;
     /* The namespace of the running create/createIndexes statement and whether it existed. */
@@ -634,35 +634,25 @@ db_txn_wait_created(shl_op_ctx_t *op, const char *ns, shl_status_t *st)
     return ret;
 }
 
-/* Forget the created collections (committed: they stay) or drop them (aborted). They stay
- * listed (other writers wait: db_txn_wait_created) until the drops are done; only the owner
- * changes the list, so reading it here needs no lock. */
+/* Forget the collections the transaction created: committed ('commit_ts' nonzero), they are
+ * visible from the commit timestamp on; aborted, their pending catalog entries and tables
+ * went with the storage transaction (shl_catalog_create_collection_in_txn). Other writers
+ * wait while they are listed (db_txn_wait_created); only the owner changes the list, so
+ * reading it here needs no lock. */
 static void
-end_created(db_txn_t *t, bool drop)
+end_created(db_txn_t *t, uint64_t commit_ts)
 {
     char **created;
     size_t ncreated;
 
-    for (size_t i = 0; drop && i < t->ncreated; i++) {
+    for (size_t i = 0; commit_ts != 0 && i < t->ncreated; i++) {
+        /* A snapshot read before the commit must not read the collection: SnapshotUnavailable,
+         * as for any collection created after the read's time. */
         shl_collection_t *coll = shl_catalog_get(t->reg->eng, t->created[i]);
-        /* Written before its creator ended by nobody else (writers wait), but a collection
-         * that holds committed documents stays all the same. */
-        bool empty = coll != NULL && shl_collection_num_records(coll) == 0;
-        shl_collection_release(coll);
-        if (empty) {
-            shl_status_t st = SHL_STATUS_INIT;
-            uint64_t ts = 0;
-            const db_node_t *node = t->reg->node;
-            if (node != NULL && node->cursors != NULL) {
-                shl_cursor_manager_kill_ns(node->cursors, t->created[i]);
-            }
-            if (shl_catalog_drop_collection(t->reg->eng, t->created[i], &ts, &st) != 0 &&
-                st.code != SHL_CODE_NAMESPACE_NOT_FOUND) {
-                SHL_LOG_WARNING(TXN, 5100304,
-                                "could not drop a collection an aborted transaction created", "ns",
-                                BCON_UTF8(t->created[i]), "error", BCON_UTF8(st.reason));
-            }
+        if (coll != NULL) {
+            shl_catalog_raise_min_visible(t->reg->eng, t->created[i], coll->uuid, commit_ts);
         }
+        shl_collection_release(coll);
     }
     pthread_mutex_lock(&t->reg->mu);
     created = t->created;
@@ -689,7 +679,7 @@ txn_release(db_txn_t *t)
         t->stxn = NULL;
     }
     /* Whatever is still listed here did not commit. */
-    end_created(t, t->state != TXN_COMMITTED);
+    end_created(t, 0);
     if (t->pin_ts != 0) {
         shl_storage_unpin_stable(t->reg->eng, t->pin_ts);
         t->pin_ts = 0;
@@ -736,7 +726,7 @@ db_txn_registry_destroy(db_txn_registry_t *reg)
      * transaction comes back from the oplog at the next start). */
     while (reg->head != NULL) {
         db_txn_t *t = reg->head;
-        end_created(t, false); /* a prepared one comes back with them */
+        end_created(t, 0); /* a prepared one comes back with them */
         /* A prepared one keeps the stable timestamp pinned: the final checkpoint stays below
          * its prepare entry, which the next start replays to prepare it again. */
         t->pin_ts = 0;
@@ -1108,6 +1098,8 @@ db_txn_statement_begin(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_comma
     pthread_mutex_lock(&op->svc->ops_mu);
     op->txn = t;
     pthread_mutex_unlock(&op->svc->ops_mu);
+    /* The statement sees the collections the transaction created (pending in it). */
+    shl_catalog_set_txn_view(&t->stxn);
     /* The transaction owns the readConcern: the commands read in its snapshot. */
     op->has_read_concern = false;
 done:
@@ -1144,6 +1136,7 @@ db_txn_statement_end(db_txn_registry_t *reg, shl_op_ctx_t *op, int ret, shl_stat
     bool failed = ret != 0 && ret != SHL_CODE_WOULD_CHANGE_OWNING_SHARD, decision;
     bson_iter_t it, e, f;
 
+    shl_catalog_set_txn_view(NULL);
     if (t == NULL) {
         return ret;
     }
@@ -1212,6 +1205,21 @@ db_txn_read_ts(const shl_op_ctx_t *op)
     const db_txn_t *t = op->txn;
 
     return t != NULL ? t->read_ts : 0;
+}
+
+uint64_t
+db_txn_read_ts_for(const shl_op_ctx_t *op, const char *ns)
+{
+    const db_txn_t *t = op->txn;
+    uint64_t ts = t != NULL ? t->read_ts : 0;
+
+    /* t->created is written only by the transaction's own statements (this thread). */
+    for (size_t i = 0; ts != 0 && i < t->ncreated; i++) {
+        if (strcmp(t->created[i], ns) == 0) {
+            ts = 0;
+        }
+    }
+    return ts;
 }
 
 int64_t
@@ -1404,7 +1412,7 @@ commit_unprepared(shl_op_ctx_t *op, db_txn_t *t, shl_status_t *st)
     db_op_note_write_ts(ts);
     report_observed(op, t);
     publish_answers(t, ts);
-    end_created(t, false);
+    end_created(t, ts);
     list_remove(t->reg, t);
     txn_set_state(t, TXN_COMMITTED);
     atomic_fetch_add(&t->reg->committed, 1);
@@ -1482,7 +1490,7 @@ decide_prepared(const shl_op_ctx_t *op, db_txn_t *t, bool commit, uint64_t commi
         }
         report_observed(op, t);
         publish_answers(t, ts);
-        end_created(t, false);
+        end_created(t, commit_ts);
     }
     txn_release(t);
 done:

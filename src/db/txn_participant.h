@@ -108,8 +108,10 @@ void db_txn_note_stmt(const shl_op_ctx_t *op, int32_t stmt_id, const bson_t *ans
 
 /*
  * db_txn_note_created --
- *     The operation's transaction created collection 'ns' (committed DDL of its own, e.g. an
- *     insert into a missing collection): it is dropped again if the transaction aborts.
+ *     The operation's transaction created collection 'ns' (pending in its storage
+ *     transaction: create, createIndexes, an insert into a missing collection): others' writes
+ *     and DDL on it wait until the transaction ends (db_txn_wait_created), and it becomes
+ *     visible at the commit timestamp. No transaction: nothing.
  */
 void db_txn_note_created(const shl_op_ctx_t *op, const char *ns);
 
@@ -175,6 +177,15 @@ void db_txn_ddl_end(db_txn_registry_t *reg, const char *ns, bool db_wide);
 
 /* db_txn_read_ts -- the transaction's read timestamp (0: latest / none). */
 uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
+
+/*
+ * db_txn_read_ts_for --
+ *     The read timestamp a statement of op's transaction reads collection 'ns' at: the
+ *     transaction's (db_txn_read_ts), or 0 (latest) for a collection the transaction created
+ *     itself (db_txn_note_created: that create is committed DDL after the transaction's
+ *     snapshot, which the transaction's own statements read anyway).
+ */
+uint64_t db_txn_read_ts_for(const shl_op_ctx_t *op, const char *ns);
 
 /*
  * db_txn_session_discard --

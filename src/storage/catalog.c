@@ -271,6 +271,7 @@ coll_clone(shl_storage_engine_t *eng, const shl_collection_t *c, const char *ns,
     int ret = 0;
 
     *out = NULL;
+    n->min_visible_ts = c->min_visible_ts;
     for (size_t i = 0; i < c->nindexes; i++) {
         shl_index_t *idx;
         if (skip_index != NULL && strcmp(c->indexes[i]->name, skip_index) == 0) {
@@ -295,6 +296,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
     bool hide = false;
 
     *out = NULL;
+    SHL_ERR(shl_collection_check_visible(c, ts, st));
     for (size_t i = 0; ts != 0 && i < c->nindexes; i++) {
         hide |= c->indexes[i]->min_visible_ts > ts;
     }
@@ -303,6 +305,7 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
         goto done;
     }
     n = coll_alloc(c->ns, c->uuid, c->options, c->ident, c->rs);
+    n->min_visible_ts = c->min_visible_ts;
     for (size_t i = 0; i < c->nindexes; i++) {
         shl_index_t *idx;
         if (c->indexes[i]->min_visible_ts > ts) {
@@ -315,6 +318,23 @@ shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64
     n = NULL;
 done:
     shl_collection_release(n);
+    return ret;
+}
+
+int
+shl_collection_check_visible(const shl_collection_t *c, uint64_t ts, shl_status_t *st)
+{
+    int ret = 0;
+
+    if (c != NULL && ts != 0 && c->min_visible_ts > ts) {
+        SHL_FAIL(st, SHL_CODE_SNAPSHOT_UNAVAILABLE,
+                 "Unable to read from a snapshot due to pending collection catalog changes; "
+                 "please retry the operation. Snapshot timestamp is Timestamp(%u, %u). "
+                 "Collection minimum is Timestamp(%u, %u)",
+                 SHL_TS_SECS(ts), SHL_TS_INC(ts), SHL_TS_SECS(c->min_visible_ts),
+                 SHL_TS_INC(c->min_visible_ts));
+    }
+done:
     return ret;
 }
 
@@ -472,13 +492,49 @@ shl_catalog_install(shl_storage_engine_t *eng, const char *ns, shl_collection_t 
     pthread_mutex_unlock(&eng->cat_mu);
 }
 
+/* The multi-document transaction whose statement this thread runs (shl_catalog_set_txn_view):
+ * a pointer to the owner's pointer, which goes NULL when the transaction ends. */
+static _Thread_local shl_storage_txn_t *const *tl_txn_view;
+
+void
+shl_catalog_set_txn_view(shl_storage_txn_t *const *txn)
+{
+    tl_txn_view = txn;
+}
+
+/* The pending entry of 'ns' (by name, or by 'uuid' when not NULL) in transaction 'txn', when
+ * it has one: *found says so, the result is a new reference (NULL: pending removal). */
+static shl_collection_t *
+pending_entry(const shl_storage_txn_t *txn, const char *ns, const uint8_t *uuid, bool *found)
+{
+    shl_collection_t *c = NULL;
+
+    *found = false;
+    for (size_t i = txn != NULL ? txn->nchanges : 0; i > 0 && !*found; i--) {
+        const shl_cat_change_t *ch = &txn->changes[i - 1];
+        if (uuid != NULL ? ch->coll != NULL && memcmp(ch->coll->uuid, uuid, 16) == 0
+                         : strcmp(ch->ns, ns) == 0) {
+            *found = true;
+            c = ch->coll != NULL ? shl_collection_ref(ch->coll) : NULL;
+        }
+    }
+    return c;
+}
+
 shl_collection_t *
 shl_catalog_get(shl_storage_engine_t *eng, const char *ns)
 {
     shl_collection_t *c = NULL;
+    bool pending = false;
 
     if (strcmp(ns, SHL_OPLOG_NS) == 0) {
         return shl_collection_ref(eng->oplog);
+    }
+    if (tl_txn_view != NULL) {
+        c = pending_entry(*tl_txn_view, ns, NULL, &pending);
+        if (pending) {
+            return c;
+        }
     }
     pthread_mutex_lock(&eng->cat_mu);
     for (shl_cat_entry_t *e = eng->cat[ns_hash(ns)]; e != NULL; e = e->next) {
@@ -498,6 +554,13 @@ shl_catalog_get_by_uuid(shl_storage_engine_t *eng, const uint8_t uuid[16])
 
     if (memcmp(eng->oplog->uuid, uuid, 16) == 0) {
         return shl_collection_ref(eng->oplog);
+    }
+    if (tl_txn_view != NULL) {
+        bool pending;
+        c = pending_entry(*tl_txn_view, NULL, uuid, &pending);
+        if (pending) {
+            return c;
+        }
     }
     pthread_mutex_lock(&eng->cat_mu);
     for (int b = 0; b < SHL_CAT_BUCKETS && c == NULL; b++) {
@@ -519,6 +582,15 @@ shl_oplog_collection(shl_storage_engine_t *eng)
 }
 
 /* The collection 'ns' as this transaction sees it: its own DDL first. */
+shl_collection_t *
+shl_collection_current_by_uuid(shl_storage_txn_t *txn, const uint8_t uuid[16])
+{
+    bool pending;
+    shl_collection_t *c = pending_entry(txn, NULL, uuid, &pending);
+
+    return pending ? c : shl_catalog_get_by_uuid(txn->eng, uuid);
+}
+
 shl_collection_t *
 shl_collection_current(shl_storage_txn_t *txn, const char *ns)
 {
@@ -817,6 +889,25 @@ done:
  * (the durable entry is written by the transaction). A compare-and-swap on the installed
  * snapshot keeps concurrent publishers' flags.
  */
+static bool
+cat_swap(shl_storage_engine_t *eng, const shl_collection_t *cur, shl_collection_t *n)
+{
+    shl_cat_entry_t *e;
+    bool swapped = false;
+
+    pthread_mutex_lock(&eng->cat_mu);
+    for (e = eng->cat[ns_hash(cur->ns)]; e != NULL; e = e->next) {
+        if (e->coll == cur) {
+            shl_collection_release(e->coll);
+            e->coll = shl_collection_ref(n);
+            swapped = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&eng->cat_mu);
+    return swapped;
+}
+
 static void
 publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, const uint64_t *paths,
                     const uint64_t *num_types)
@@ -824,7 +915,6 @@ publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, con
     for (int attempt = 0; attempt < 100; attempt++) {
         shl_collection_t *cur = shl_catalog_get(eng, coll->ns), *n = NULL;
         shl_status_t st = SHL_STATUS_INIT;
-        shl_cat_entry_t *e;
         bool need = false, swapped = false;
 
         if (cur == NULL || memcmp(cur->uuid, coll->uuid, 16) != 0 ||
@@ -849,21 +939,34 @@ publish_flags_early(shl_storage_engine_t *eng, const shl_collection_t *coll, con
             }
             n->indexes[i]->num_types |= num_types[i];
         }
-        pthread_mutex_lock(&eng->cat_mu);
-        for (e = eng->cat[ns_hash(coll->ns)]; e != NULL; e = e->next) {
-            if (e->coll == cur) {
-                shl_collection_release(e->coll);
-                e->coll = shl_collection_ref(n);
-                swapped = true;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&eng->cat_mu);
+        swapped = cat_swap(eng, cur, n);
         shl_collection_release(n);
         shl_collection_release(cur);
         if (swapped) {
             return;
         }
+    }
+}
+
+void
+shl_catalog_raise_min_visible(shl_storage_engine_t *eng, const char *ns, const uint8_t uuid[16],
+                              uint64_t ts)
+{
+    bool done = false;
+
+    for (int attempt = 0; attempt < 100 && !done; attempt++) {
+        shl_collection_t *cur = shl_catalog_get(eng, ns), *n = NULL;
+        shl_status_t st = SHL_STATUS_INIT;
+
+        if (cur == NULL || memcmp(cur->uuid, uuid, 16) != 0 || cur->min_visible_ts >= ts ||
+            coll_clone(eng, cur, NULL, NULL, &n, &st) != 0) {
+            done = true;
+        } else {
+            n->min_visible_ts = ts;
+            done = cat_swap(eng, cur, n);
+        }
+        shl_collection_release(n);
+        shl_collection_release(cur);
     }
 }
 
@@ -1256,6 +1359,7 @@ body_create(shl_storage_txn_t *txn, const char *ns, const bson_t *options, const
     SHL_ERR(create_table(txn, c->uri, false, "", st));
     SHL_ERR(create_table(txn, c->indexes[0]->uri, true, "", st));
     SHL_ERR(shl_txn_next_ts(txn, &ts, st));
+    c->min_visible_ts = ts;
     SHL_ERR(catalog_put(txn, c, st));
     BSON_APPEND_UTF8(&o, "create", c->coll_name);
     if (bson_iter_init(&it, &opts)) {
@@ -1365,6 +1469,7 @@ body_rename(shl_storage_txn_t *txn, const char *from, const char *to, bool drop_
         SHL_ERR(drop_coll_at(txn, tgt, ts, st));
     }
     SHL_ERR(coll_clone(txn->eng, src, to, NULL, &n, st));
+    n->min_visible_ts = ts; /* the name had another collection (or none) before */
     SHL_ERR(catalog_remove(txn, from, st));
     SHL_ERR(catalog_put(txn, n, st));
     BSON_APPEND_UTF8(&o, "renameCollection", from);
@@ -2004,6 +2109,7 @@ done:
  * ------------------------------------------------------------------------------ */
 
 typedef enum ddl_kind {
+    DDL_NONE, /* replay: a command it does not know */
     DDL_CREATE,
     DDL_DROP,
     DDL_RENAME,
@@ -2033,6 +2139,8 @@ ddl_body(shl_storage_txn_t *txn, ddl_req_t *r, shl_status_t *st)
     int ret = 0;
 
     switch (r->kind) {
+    case DDL_NONE:
+        break;
     case DDL_CREATE:
         ret = body_create(txn, r->ns, r->doc, r->uuid, st);
         if (ret == SHL_CODE_NAMESPACE_EXISTS && replay) {
@@ -2139,6 +2247,48 @@ done:
     return ret;
 }
 
+/* A create or createIndexes in the caller's multi-document transaction 'txn', under the
+ * database lock (shared) and the collection lock (exclusive) for its length. */
+static int
+ddl_in_txn(shl_storage_txn_t *txn, ddl_req_t *r, shl_status_t *st)
+{
+    shl_named_lock_t *dbl = NULL, *l1 = NULL;
+    char db[SHL_NS_MAX + 1];
+    int ret = 0;
+
+    if (r->ns == NULL || strchr(r->ns, '.') == NULL) {
+        SHL_FAIL(st, SHL_CODE_INVALID_NAMESPACE, "Invalid namespace specified '%s'",
+                 r->ns != NULL ? r->ns : "");
+    }
+    db_of(r->ns, db, sizeof(db));
+    dbl = shl_lock_take(txn->eng, db, false);
+    l1 = shl_lock_take(txn->eng, r->ns, true);
+    ret = ddl_body(txn, r, st);
+done:
+    shl_lock_drop(txn->eng, l1);
+    shl_lock_drop(txn->eng, dbl);
+    return ret;
+}
+
+int
+shl_catalog_create_collection_in_txn(shl_storage_txn_t *txn, const char *ns,
+                                     const bson_t *options, shl_status_t *st)
+{
+    ddl_req_t r = {.kind = DDL_CREATE, .ns = ns, .doc = options};
+
+    return ddl_in_txn(txn, &r, st);
+}
+
+int
+shl_catalog_create_index_in_txn(shl_storage_txn_t *txn, const char *ns, const bson_t *spec,
+                                bool *created, shl_status_t *st)
+{
+    ddl_req_t r = {.kind = DDL_CREATE_INDEX, .ns = ns, .doc = spec, .created = created};
+
+    *created = false;
+    return ddl_in_txn(txn, &r, st);
+}
+
 int
 shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, const bson_t *options,
                               const uint8_t *uuid, uint64_t *ts, shl_status_t *st)
@@ -2208,22 +2358,42 @@ utf8_field(const bson_t *doc, const char *key)
                : NULL;
 }
 
-int
-shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
-                           shl_status_t *st)
+/* A 'c' entry (or applyOps op) parsed into a DDL request; the strings and documents 'r'
+ * points to live in 'p' (replay_parsed_free). r->kind is DDL_NONE for an unknown command. */
+typedef struct replay_parsed {
+    ddl_req_t r;
+    bson_t rest, info;
+    char *full;
+    uint8_t uuid[16];
+    char db[SHL_NS_MAX + 1];
+} replay_parsed_t;
+
+static void
+replay_parsed_free(replay_parsed_t *p)
+{
+    bson_free(p->full);
+    bson_destroy(&p->rest);
+    bson_destroy(&p->info);
+}
+
+static int
+replay_parse(const bson_t *entry, uint64_t ts, replay_parsed_t *p, shl_status_t *st)
 {
     bson_iter_t it;
-    bson_t o, rest = BSON_INITIALIZER;
+    bson_t o;
     const uint8_t *data;
     uint32_t len;
     const char *ns = utf8_field(entry, "ns"), *cmd, *arg;
-    char db[SHL_NS_MAX + 1], *full = NULL;
-    uint8_t uuid[16];
+    char *db = p->db;
+    uint8_t *uuid = p->uuid;
     bool has_uuid = false;
-    ddl_req_t r = {.replay_ts = ts};
-    bson_t info = BSON_INITIALIZER;
+    ddl_req_t r = {.kind = DDL_NONE, .replay_ts = ts};
+    bson_t *rest = &p->rest, *info = &p->info;
     int ret = 0;
 
+    bson_init(&p->rest);
+    bson_init(&p->info);
+    p->full = NULL;
     if (ns == NULL || !bson_iter_init_find(&it, entry, "o") || !BSON_ITER_HOLDS_DOCUMENT(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "malformed command oplog entry");
     }
@@ -2237,63 +2407,90 @@ shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint6
             has_uuid = true;
         }
     }
-    db_of(ns, db, sizeof(db));
+    db_of(ns, db, sizeof(p->db));
     if (!bson_iter_init(&it, &o) || !shl_iter_next(&it)) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "empty command oplog entry");
     }
     cmd = shl_iter_key(&it);
     arg = BSON_ITER_HOLDS_UTF8(&it) ? bson_iter_utf8(&it, NULL) : NULL;
     if (arg != NULL) {
-        full = bson_strdup_printf("%s.%s", db, arg);
+        p->full = bson_strdup_printf("%s.%s", db, arg);
     }
     /* The rest of 'o' after the command name: options / index spec. */
     while (shl_iter_next(&it)) {
-        bson_append_iter(&rest, shl_iter_key(&it), -1, &it);
+        bson_append_iter(rest, shl_iter_key(&it), -1, &it);
     }
-    if (strcmp(cmd, "create") == 0 && full != NULL) {
+    if (strcmp(cmd, "create") == 0 && p->full != NULL) {
         r.kind = DDL_CREATE;
-        r.ns = full;
-        r.doc = &rest;
+        r.ns = p->full;
+        r.doc = rest;
         r.uuid = has_uuid ? uuid : NULL;
-    } else if (strcmp(cmd, "drop") == 0 && full != NULL) {
+    } else if (strcmp(cmd, "drop") == 0 && p->full != NULL) {
         r.kind = DDL_DROP;
-        r.ns = full;
-    } else if (strcmp(cmd, "createIndexes") == 0 && full != NULL) {
+        r.ns = p->full;
+    } else if (strcmp(cmd, "createIndexes") == 0 && p->full != NULL) {
         r.kind = DDL_CREATE_INDEX;
-        r.ns = full;
-        r.doc = &rest;
-    } else if (strcmp(cmd, "dropIndexes") == 0 && full != NULL) {
+        r.ns = p->full;
+        r.doc = rest;
+    } else if (strcmp(cmd, "dropIndexes") == 0 && p->full != NULL) {
         r.kind = DDL_DROP_INDEX;
-        r.ns = full;
-        r.name = utf8_field(&rest, "index");
+        r.ns = p->full;
+        r.name = utf8_field(rest, "index");
         if (r.name == NULL) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "dropIndexes entry without index name");
         }
     } else if (strcmp(cmd, "renameCollection") == 0 && arg != NULL) {
         r.kind = DDL_RENAME;
         r.ns = arg;
-        r.ns2 = utf8_field(&rest, "to");
-        r.flag = bson_iter_init_find(&it, &rest, "dropTarget");
+        r.ns2 = utf8_field(rest, "to");
+        r.flag = bson_iter_init_find(&it, rest, "dropTarget");
         if (r.ns2 == NULL) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "renameCollection entry without 'to'");
         }
     } else if (strcmp(cmd, "dropDatabase") == 0) {
         r.kind = DDL_DROP_DB;
         r.ns = db;
-    } else if (strcmp(cmd, "collMod") == 0 && full != NULL) {
+    } else if (strcmp(cmd, "collMod") == 0 && p->full != NULL) {
         r.kind = DDL_COLL_MOD;
-        r.ns = full;
-        r.doc = &rest;
-        r.info = &info;
+        r.ns = p->full;
+        r.doc = rest;
+        r.info = info;
     } else {
         SHL_LOG_WARNING(RECOVERY, 5100201, "skipping unknown command oplog entry", "cmd",
                         BCON_UTF8(cmd));
-        goto done;
     }
-    SHL_ERR(ddl_run(eng, &r, NULL, st));
 done:
-    bson_free(full);
-    bson_destroy(&rest);
-    bson_destroy(&info);
+    p->r = r;
+    return ret;
+}
+
+int
+shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
+                           shl_status_t *st)
+{
+    replay_parsed_t p;
+    int ret = replay_parse(entry, ts, &p, st);
+
+    if (ret == 0 && p.r.kind != DDL_NONE) {
+        ret = ddl_run(eng, &p.r, NULL, st);
+    }
+    replay_parsed_free(&p);
+    return ret;
+}
+
+int
+shl_catalog_apply_txn_command(shl_storage_txn_t *txn, const bson_t *op, shl_status_t *st)
+{
+    replay_parsed_t p;
+    int ret = replay_parse(op, txn->fixed_ts, &p, st);
+
+    if (ret == 0 && p.r.kind != DDL_CREATE && p.r.kind != DDL_CREATE_INDEX) {
+        ret = shl_status_set(st, SHL_CODE_BAD_VALUE,
+                             "only create and createIndexes can be inside a transaction");
+    }
+    if (ret == 0) {
+        ret = ddl_body(txn, &p.r, st);
+    }
+    replay_parsed_free(&p);
     return ret;
 }

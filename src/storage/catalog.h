@@ -97,6 +97,12 @@ struct shl_collection {
     size_t nindexes;
     shl_index_t **indexes;   /* indexes[0] is _id_ (none for the oplog) */
     struct shl_rs_state *rs; /* private */
+    /* The timestamp of the create (or the rename to this name) that made this catalog entry
+     * in this process's life (0: older, or loaded at start-up, when no history before
+     * start-up is kept): a read at an earlier timestamp would read this collection's table as
+     * if it were the one the name had then, so it is refused (shl_collection_check_visible;
+     * MongoDB's collection minimum visible snapshot). Kept by every later DDL on the entry. */
+    uint64_t min_visible_ts;
 };
 
 /* shl_collection_versioned -- whether 'c' was created with SHL_COLL_OPT_VERSIONED. */
@@ -116,10 +122,21 @@ void shl_collection_release(shl_collection_t *c);
  * shl_collection_visible_at --
  *     The collection as a read at timestamp 'ts' (0: latest) may use it: 'c' itself (a new
  *     reference) unless some index was built after 'ts', else a copy without those indexes
- *     (one reference; indexes are rebuilt from their specs). Errors: from the keygen factory.
+ *     (one reference; indexes are rebuilt from their specs). Errors: SnapshotUnavailable
+ *     (shl_collection_check_visible); from the keygen factory.
  */
 int shl_collection_visible_at(shl_storage_engine_t *eng, shl_collection_t *c, uint64_t ts,
                               shl_collection_t **out, shl_status_t *st);
+
+/*
+ * shl_collection_check_visible --
+ *     Whether a read at timestamp 'ts' (0: latest, always fine) may read 'c': refused with
+ *     SnapshotUnavailable (246) "Unable to read from a snapshot due to pending collection
+ *     catalog changes; please retry the operation. Snapshot timestamp is Timestamp(s, i).
+ *     Collection minimum is Timestamp(s, i)" when 'c' was created or renamed after 'ts'
+ *     (shl_collection_t.min_visible_ts), as MongoDB answers. NULL 'c': fine.
+ */
+int shl_collection_check_visible(const shl_collection_t *c, uint64_t ts, shl_status_t *st);
 
 /* shl_collection_find_index -- the index named 'name', or NULL. Borrowed from 'c'. */
 const shl_index_t *shl_collection_find_index(const shl_collection_t *c, const char *name);
@@ -192,6 +209,17 @@ void shl_catalog_list_free(shl_collection_t **list, size_t n);
  */
 void shl_catalog_list_databases(shl_storage_engine_t *eng, char ***out);
 
+/*
+ * shl_catalog_raise_min_visible --
+ *     Make collection 'ns' (when it is still the one with 'uuid') invisible to reads at
+ *     timestamps below 'ts' (shl_collection_t.min_visible_ts; never lowered): a collection a
+ *     transaction created becomes visible at the transaction's commit timestamp, not at its
+ *     own create's. In memory only; a new snapshot is swapped in (compare-and-swap, so a
+ *     concurrent swap of the entry is kept).
+ */
+void shl_catalog_raise_min_visible(shl_storage_engine_t *eng, const char *ns,
+                                   const uint8_t uuid[16], uint64_t ts);
+
 /* ---------------------------------------------------------------------------------
  * DDL. Each call takes the database lock shared (exclusive for drop_database) and
  * the collection lock(s) exclusive, runs one WiredTiger transaction that changes
@@ -216,6 +244,34 @@ void shl_catalog_list_databases(shl_storage_engine_t *eng, char ***out);
  */
 int shl_catalog_create_collection(shl_storage_engine_t *eng, const char *ns, const bson_t *options,
                                   const uint8_t *uuid, uint64_t *ts, shl_status_t *st);
+
+/*
+ * shl_catalog_create_collection_in_txn / shl_catalog_create_index_in_txn --
+ *     create / createIndexes inside multi-document transaction 'txn' (multi mode; MongoDB
+ *     7.0's DDL in a transaction): the `_catalog` entry is written in 'txn' and its new
+ *     metadata is pending in it -- visible to the thread that runs the transaction's
+ *     statements (shl_catalog_set_txn_view), installed for everyone when 'txn' commits,
+ *     gone with its tables if it aborts -- and the 'c' op ({op: "c", ns: "<db>.$cmd", ui,
+ *     o: {create: ...} / {createIndexes: ...}}) is collected with the transaction's other ops
+ *     for its applyOps entry, which replays it (shl_oplog_apply_inner_ops). The index is
+ *     built in 'txn' from the documents it sees. Takes the database lock shared and the
+ *     collection lock exclusively while it runs. Errors: as the committed forms; a
+ *     WriteConflict (112) when another operation created the namespace meanwhile.
+ */
+int shl_catalog_create_collection_in_txn(shl_storage_txn_t *txn, const char *ns,
+                                         const bson_t *options, shl_status_t *st);
+int shl_catalog_create_index_in_txn(shl_storage_txn_t *txn, const char *ns, const bson_t *spec,
+                                    bool *created, shl_status_t *st);
+
+/*
+ * shl_catalog_set_txn_view --
+ *     The calling thread runs a statement of the multi-document transaction '*txn' (NULL:
+ *     none; '*txn' may go NULL when it ends): shl_catalog_get / _get_by_uuid answer the
+ *     namespaces it created (pending, above) from it first, so its own statements use them
+ *     and nobody else sees them before the commit. Thread-local; clear it at the statement's
+ *     end.
+ */
+void shl_catalog_set_txn_view(shl_storage_txn_t *const *txn);
 
 /*
  * shl_catalog_drop_collection --

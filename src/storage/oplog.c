@@ -214,16 +214,23 @@ shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_
         if (bson_iter_init_find(&f, &op, "op") && BSON_ITER_HOLDS_UTF8(&f)) {
             o = bson_iter_utf8(&f, NULL);
         }
-        if (o == NULL || strlen(o) != 1 || strchr("iudn", o[0]) == NULL) {
+        if (o == NULL || strlen(o) != 1 || strchr("iudnc", o[0]) == NULL) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "applyOps element with an unknown op");
         }
         if (o[0] == 'n') {
             continue;
         }
+        if (o[0] == 'c') {
+            /* A create / createIndexes of the transaction: pending in 'txn' like the live
+             * transaction's, for the ops after it. */
+            SHL_ERR(shl_catalog_apply_txn_command(txn, &op, st));
+            txn->fixed_ts = fixed;
+            continue;
+        }
         if (bson_iter_init_find(&f, &op, "ui") && BSON_ITER_HOLDS_BINARY(&f)) {
             bson_iter_binary(&f, &sub, &len, &data);
             if (len == 16) {
-                coll = shl_catalog_get_by_uuid(shl_storage_txn_engine(txn), data);
+                coll = shl_collection_current_by_uuid(txn, data);
             }
         }
         if (coll == NULL) {

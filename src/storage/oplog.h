@@ -101,10 +101,11 @@ int shl_oplog_txn_ops(shl_storage_engine_t *eng, const bson_t *entry, bson_t *op
 
 /*
  * shl_oplog_apply_inner_ops --
- *     Apply the ops of an applyOps array ('i' upsert, 'u' replace, 'd' delete by _id) in
- *     'txn' with the document writes of write.h (so a multi-mode txn collects them again),
- *     each in the collection its 'ui' names (missing ones are skipped). Errors: BadValue
- *     for a malformed op; storage errors.
+ *     Apply the ops of an applyOps array ('i' upsert, 'u' replace, 'd' delete by _id, 'c'
+ *     create / createIndexes of a collection the transaction created) in 'txn' with the
+ *     document writes of write.h (so a multi-mode txn collects them again), each in the
+ *     collection its 'ui' names (missing ones are skipped; one a 'c' op of the same array
+ *     created is pending in 'txn'). Errors: BadValue for a malformed op; storage errors.
  */
 int shl_oplog_apply_inner_ops(shl_storage_txn_t *txn, const bson_t *ops, shl_status_t *st);
 

@@ -279,6 +279,16 @@ void shl_rs_state_release(shl_rs_state_t *rs);
 /* shl_rs_state_notify -- move rs's commit sequence and wake its waiters. */
 void shl_rs_state_notify(shl_rs_state_t *rs);
 shl_collection_t *shl_collection_current(shl_storage_txn_t *txn, const char *ns);
+/* shl_collection_current_by_uuid -- the same by UUID (a new reference, or NULL). */
+shl_collection_t *shl_collection_current_by_uuid(shl_storage_txn_t *txn, const uint8_t uuid[16]);
+
+/*
+ * shl_catalog_apply_txn_command --
+ *     Replay a create or createIndexes op of a transaction's applyOps entry ({op: "c", ns,
+ *     ui, o}) in 'txn' (fixed timestamp set): its metadata pending in 'txn' as the live
+ *     transaction's was (already there: nothing). Errors: BadValue for other commands.
+ */
+int shl_catalog_apply_txn_command(shl_storage_txn_t *txn, const bson_t *op, shl_status_t *st);
 int shl_catalog_replay_command(shl_storage_engine_t *eng, const bson_t *entry, uint64_t ts,
                                shl_status_t *st);
 /*

@@ -140,13 +140,15 @@ note_multikey(shl_storage_txn_t *txn, const shl_collection_t *coll, const shl_ke
                        : ks[i].num_types & ~coll->indexes[i]->durable_num_types;
         any = any || multi[i] != 0 || types[i] != 0;
     }
-    if (any && txn->multi) {
+    if (any && txn->multi && shl_txn_find_change(txn, coll->ns) == NULL) {
         /* A multi-document transaction notes it in a side unit of its own, as MongoDB does:
          * its snapshot may predate the catalog entry's last change (a collection created
          * since), and a flag set for a write that then aborts is harmless. */
         side_note_t n = {coll, multi, types};
         SHL_ERR(shl_storage_write_retry(txn->eng, side_note_fn, &n, NULL, st));
     } else if (any) {
+        /* (A collection the transaction created itself is noted in it: its entry is
+         * pending there.) */
         SHL_ERR(shl_catalog_note_multikey(txn, coll, multi, types, st));
     }
 done:
