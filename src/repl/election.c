@@ -106,6 +106,17 @@ step_down_locked(repl_coord_t *rc)
 
 /* ------------------------------------------------------------------ the voter */
 
+/* Called with mu held: the position this member compares in an election (as voter or
+ * candidate): the newest of the set's entries in its oplog ('last_replicated', read by the
+ * caller without mu), or what it applied when that read failed (0). */
+static uint64_t
+voter_position(const repl_coord_t *rc, uint64_t last_replicated)
+{
+    uint64_t applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
+
+    return last_replicated != 0 || rc->self < 0 ? last_replicated : applied;
+}
+
 int
 repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -114,7 +125,7 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     int32_t candidate = -1;
     uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated;
     const char *reason = "";
-    bool granted = false, dry = false, store = false, was_primary;
+    bool granted = false, dry = false, store = false;
     int ret = 0;
 
     if (bson_iter_init_find(&it, cmd, "term")) {
@@ -132,13 +143,13 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         pthread_mutex_unlock(&rc->mu);
         SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "no replset config has been received");
     }
-    was_primary = atomic_load(&rc->state) == SHL_REPL_PRIMARY;
     if (!dry) {
         repl_election_see_term_locked(rc, term);
     }
-    /* A primary compares the newest of the set's entries it wrote (its local.* writes do not
-     * count); anyone else what it applied from the set. */
-    mine = was_primary || rc->self < 0 ? last_replicated : rc->members[rc->self].applied;
+    /* The newest of the set's entries in our oplog (MongoDB compares the oplog's last
+     * applied optime): our own local.* writes never count. A stepped-down primary's applied
+     * position included them, so it refused candidates that had every replicated entry. */
+    mine = voter_position(rc, last_replicated);
     if (term < rc->term) {
         reason = "candidate's term is lower than mine";
     } else if (candidate < 0 || candidate >= rc->cfg.n) {
@@ -345,12 +356,13 @@ static bool
 run_election(repl_coord_t *rc, bool skip_dry_run)
 {
     int64_t term;
-    uint64_t applied, begin = 0;
+    uint64_t applied, begin = 0, last_replicated;
     shl_status_t st = SHL_STATUS_INIT;
 
+    last_replicated = repl_coord_last_replicated(rc);
     pthread_mutex_lock(&rc->mu);
     term = rc->term + 1;
-    applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
+    applied = voter_position(rc, last_replicated);
     pthread_mutex_unlock(&rc->mu);
     /* MongoDB's dry run first: a candidate that could not win does not disturb the term. */
     if (!skip_dry_run && !request_votes(rc, term, true, applied)) {

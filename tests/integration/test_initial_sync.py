@@ -55,6 +55,35 @@ def test_members_clone_the_initiators_collections(rs):
                    "the primary's session records replicate")
 
 
+def set_entries(node):
+    """The (ts, t) of every entry of node's oplog outside the local database."""
+    oplog = direct(node, readPreference="secondaryPreferred").local["oplog.rs"]
+    return {(e["ts"], e.get("t")) for e in oplog.find({"ns": {"$not": {"$regex": "^local\\."}}},
+                                                    {"ts": 1, "t": 1})}
+
+
+def test_members_keep_none_of_their_own_entries(rs):
+    """The members' own start-up entries (config.system.sessions, created before initiate in
+    the same second as the set's first entry) leave their oplogs at initial sync: every
+    non-local entry a secondary has is the set's, so none can pass for the newest of the
+    set's entries (the fetcher would ask the source for it: OplogStartMissing)."""
+    primary, s1, s2 = rs
+    direct(primary).test.own.insert_one({"_id": 1})
+    mine = set_entries(primary)
+    for s in (s1, s2):
+        wait_until(lambda: direct(s, readPreference="secondaryPreferred").test.own.find_one()
+                   is not None, 10, "the insert replicates")
+        extra = set_entries(s) - mine
+        assert not extra, "%s has entries the primary never wrote: %s" % (s.name, sorted(extra))
+    # a restart resumes from the newest of the set's entries and syncs at once
+    s1.stop()
+    s1.start()
+    wait_until(lambda: states(primary)[1] == "SECONDARY", 15, "the restarted member syncs")
+    direct(primary).test.own.insert_one({"_id": 2})
+    wait_until(lambda: direct(s1, readPreference="secondaryPreferred").test.own
+               .count_documents({}) == 2, 10, "the restarted member applies new entries")
+
+
 def test_wiped_member_resyncs_under_writes(rs):
     primary, s1, s2 = rs
     db = direct(primary).test

@@ -19,6 +19,7 @@ import wire_util
 from shale_fixtures import cleanup_later, start_replica_set, wait_until
 
 SET = "rs"
+FROZEN = []  # the member test_step_down stepped down (frozen for 30 s)
 
 
 @pytest.fixture(scope="module")
@@ -253,12 +254,13 @@ def test_step_down(rs):
     r = direct(new).test.command("insert", "sd", documents=[{"_id": 1}],
                                  writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
-    # the next test kills whichever member is primary: put the old one back in front, and
-    # lift the stepped-down member's 30 s freeze (replSetFreeze 0, as MongoDB's tests do) so
-    # that either of the other two can win the next election
-    direct(primary).admin.command("replSetFreeze", 0)
+    # the next test kills whichever member is primary: put the new one in front. The
+    # stepped-down member stays frozen for its 30 s, so only the third member can win the
+    # next election, with the stepped-down member's vote (its own local.* writes must not
+    # make it refuse a candidate that has every replicated entry)
     i = rs.index(new)
     rs[0], rs[i] = rs[i], rs[0]
+    FROZEN.append(primary)
 
 
 def test_kill_primary_elects_another(rs):
@@ -281,6 +283,9 @@ def test_kill_primary_elects_another(rs):
     failover = time.monotonic() - t0
     new = [n for n in rs[1:] if direct(n).admin.command("hello")["isWritablePrimary"]]
     assert len(new) == 1
+    if FROZEN:
+        # elected with the frozen, stepped-down member's vote, well before its freeze ends
+        assert new[0] is not FROZEN[0] and failover < 20
     st = direct(new[0]).admin.command("replSetGetStatus")
     assert st["term"] >= 2
     assert [m["stateStr"] for m in st["members"]].count("PRIMARY") == 1
