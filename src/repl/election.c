@@ -123,7 +123,7 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     bson_iter_t it;
     int64_t term = 0, store_term = 0;
     int32_t candidate = -1;
-    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated;
+    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated, written;
     const char *reason = "";
     bool granted = false, dry = false, store = false;
     int ret = 0;
@@ -138,6 +138,10 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         dry = bson_iter_as_bool(&it);
     }
     last_replicated = repl_coord_last_replicated(rc);
+    written = shl_storage_all_durable(rc->eng);
+    if (shl_storage_stable_ts(rc->eng) > written) {
+        written = shl_storage_stable_ts(rc->eng);
+    }
     pthread_mutex_lock(&rc->mu);
     if (!rc->configured) {
         pthread_mutex_unlock(&rc->mu);
@@ -175,6 +179,10 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     BSON_APPEND_INT64(reply, "term", rc->term);
     BSON_APPEND_BOOL(reply, "voteGranted", granted);
     BSON_APPEND_UTF8(reply, "reason", reason);
+    /* Our newest write of any kind (local.* included; not MongoDB's): a winner moves its
+     * clock past it, so that everything this member may have to roll back, and its stable
+     * timestamp, stay below the new primary's entries (rollback.c applies them above). */
+    BSON_APPEND_TIMESTAMP(reply, "lastWritten", SHL_TS_SECS(written), SHL_TS_INC(written));
     pthread_mutex_unlock(&rc->mu);
     if (store) {
         store_vote(rc, store_term, candidate, term);
@@ -197,9 +205,10 @@ new_primary_entry(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     return ret;
 }
 
-/* Ask every other voter; true with a majority of the votes (ours included). */
+/* Ask every other voter; true with a majority of the votes (ours included). *written: the
+ * newest write any voter reported (lastWritten). */
 static bool
-request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied)
+request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied, uint64_t *written)
 {
     int n, self, need, votes = 1;
     int64_t version, seen = 0;
@@ -236,6 +245,9 @@ request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied)
         if (shl_client_run(rc->pool, hosts[i], "admin", &req, 2000, &reply, &st) == 0) {
             if (bson_iter_init_find(&it, &reply, "voteGranted") && bson_iter_as_bool(&it)) {
                 votes++;
+            }
+            if (repl_optime_ts(&reply, "lastWritten") > *written) {
+                *written = repl_optime_ts(&reply, "lastWritten");
             }
             if (bson_iter_init_find(&it, &reply, "term") && bson_iter_as_int64(&it) > seen) {
                 seen = bson_iter_as_int64(&it);
@@ -356,7 +368,7 @@ static bool
 run_election(repl_coord_t *rc, bool skip_dry_run)
 {
     int64_t term;
-    uint64_t applied, begin = 0, last_replicated;
+    uint64_t applied, begin = 0, last_replicated, written = 0;
     shl_status_t st = SHL_STATUS_INIT;
 
     last_replicated = repl_coord_last_replicated(rc);
@@ -365,7 +377,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
     applied = voter_position(rc, last_replicated);
     pthread_mutex_unlock(&rc->mu);
     /* MongoDB's dry run first: a candidate that could not win does not disturb the term. */
-    if (!skip_dry_run && !request_votes(rc, term, true, applied)) {
+    if (!skip_dry_run && !request_votes(rc, term, true, applied, &written)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
@@ -384,7 +396,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
     pthread_mutex_unlock(&rc->mu);
     store_vote(rc, term, rc->self, term);
     SHL_LOG_INFO(REPL, 2180022, "standing for election", "term", BCON_INT64(term));
-    if (!request_votes(rc, term, false, applied)) {
+    if (!request_votes(rc, term, false, applied, &written)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
@@ -402,6 +414,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
      * timestamp follows its own writes, and it can apply only entries above it (rollback.c). */
     shl_storage_set_term(rc->eng, term);
     shl_storage_clock_advance(rc->eng, applied);
+    shl_storage_clock_advance(rc->eng, written);
     {
         uint64_t heard = 0;
         for (int i = 0; i < rc->cfg.n; i++) {

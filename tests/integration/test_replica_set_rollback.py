@@ -97,3 +97,39 @@ def test_killed_primary_rolls_back_unreplicated_writes(rs):
     r = direct(new).test.command("insert", "rb", documents=[{"_id": "after"}],
                                  writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
+
+
+def test_after_step_down_and_kill_the_set_recovers(rs):
+    """The sequence of issue 18's stuck apply: the primary steps down (and stays frozen), the
+    member elected instead acknowledges w:1 writes no one receives and is killed -9; the
+    remaining secondary is elected with the frozen member's vote, the killed member rolls
+    back its entries when it restarts and then applies the new primary's entries, so w:3
+    and w:"majority" writes are acknowledged again."""
+    first = primary_of(rs)
+    direct(first).admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+    others = [n for n in rs if n is not first]
+    wait_until(lambda: primary_of(others) is not None, 20, "another member is elected")
+    doomed = primary_of(others)
+    third = [n for n in others if n is not doomed][0]
+    for s in (first, third):
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        direct(doomed).test.rb2.insert_many([{"_id": "lost-%d" % i} for i in range(2)])
+        doomed.kill()
+    finally:
+        for s in (first, third):
+            fail_point(direct(s), "stopReplProducer", "off")
+    wait_until(lambda: primary_of([third]) is not None, 20,
+               "the remaining secondary is elected with the frozen member's vote")
+    doomed.start()
+    dc = direct(doomed, readPreference="secondaryPreferred")
+    wait_until(lambda: dc.admin.command("replSetGetStatus")["myState"] == 2, 30,
+               "the killed member rolls back and is a secondary again")
+    r = direct(third).test.command("insert", "rb2", documents=[{"_id": "kept"}],
+                                   writeConcern={"w": 3, "wtimeout": 15000})
+    assert "writeConcernError" not in r
+    r = direct(third).test.command("insert", "rb2", documents=[{"_id": "kept2"}],
+                                   writeConcern={"w": "majority", "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    wait_until(lambda: dc.test.rb2.count_documents({}) == 2, 10, "the set's documents")
+    assert dc.test.rb2.count_documents({"_id": {"$regex": "^lost"}}) == 0
