@@ -404,6 +404,11 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
         pthread_mutex_unlock(&rc->mu);
         return false;
     }
+    /* Won the votes: first fetch what a member that is ahead has (catch_up.c). */
+    if (!repl_catch_up(rc, term)) {
+        return false;
+    }
+    applied = voter_position(rc, repl_coord_last_replicated(rc));
     pthread_mutex_lock(&rc->mu);
     if (rc->term != term || atomic_load(&rc->state) != SHL_REPL_SECONDARY) {
         pthread_mutex_unlock(&rc->mu);

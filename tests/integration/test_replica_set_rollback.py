@@ -6,6 +6,7 @@ w: "majority" are never rolled back."""
 
 import glob
 import os
+import threading
 
 import bson
 import pymongo
@@ -133,3 +134,55 @@ def test_after_step_down_and_kill_the_set_recovers(rs):
     assert "writeConcernError" not in r
     wait_until(lambda: dc.test.rb2.count_documents({}) == 2, 10, "the set's documents")
     assert dc.test.rb2.count_documents({"_id": {"$regex": "^lost"}}) == 0
+
+
+def step_up_in_background(node):
+    """replSetStepUp on node in a thread (it returns once the member is primary); the thread
+    and a list that receives the reply or the error."""
+    out = []
+
+    def run():
+        try:
+            out.append(direct(node).admin.command("replSetStepUp"))
+        except pymongo.errors.PyMongoError as e:
+            out.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_new_primary_catches_up_then_abort(rs):
+    """Primary catch-up: a lagging member elected by stepUp (with the vote of another lagging
+    member) fetches what the former primary wrote before it takes writes, so nothing is rolled
+    back; replSetAbortPrimaryCatchUp ends a catch-up that cannot progress, and then the former
+    primary's unreplicated writes are rolled back."""
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        direct(rs[0]).admin.command("replSetAbortPrimaryCatchUp")
+    assert e.value.code == 20  # IllegalOperation: not in catch-up mode
+    for round_, abort in ((0, False), (1, True)):
+        old = primary_of(rs)
+        lag, other = [n for n in rs if n is not old]
+        for s in (lag, other):
+            fail_point(direct(s), "stopReplProducer", "alwaysOn")
+        try:
+            direct(old).test.cu.insert_many([{"_id": "r%d-%d" % (round_, i)} for i in range(3)])
+            t, out = step_up_in_background(lag)
+            wait_until(lambda: logged(lag, 2180050), 10, "the lagging member enters catch-up")
+            if abort:
+                direct(lag).admin.command("replSetAbortPrimaryCatchUp")
+            else:
+                fail_point(direct(lag), "stopReplProducer", "off")
+            t.join(15)
+            assert out and isinstance(out[0], dict) and out[0]["ok"] == 1, out
+        finally:
+            for s in (lag, other):
+                fail_point(direct(s), "stopReplProducer", "off")
+        assert direct(lag).admin.command("hello")["isWritablePrimary"]
+        have = direct(lag).test.cu.count_documents({"_id": {"$regex": "^r%d-" % round_}})
+        assert have == (0 if abort else 3)
+        r = direct(lag).test.command("insert", "cu", documents=[{"_id": "after-%d" % round_}],
+                                     writeConcern={"w": 3, "wtimeout": 15000})
+        assert "writeConcernError" not in r
+    # the aborted catch-up's entries were rolled back on the former primary
+    oc = direct(old, readPreference="secondaryPreferred")
+    assert oc.test.cu.count_documents({"_id": {"$regex": "^r1-"}}) == 0
