@@ -148,7 +148,9 @@ def test_secondaries_keep_change_stream_pre_images(rs):
 
 def test_driver_discovers_the_set(rs):
     c = set_client(rs)
-    c.test.disc.insert_one({"_id": 1, "x": "y"})
+    # w:3: the reads below go to either secondary (one could otherwise still lack it)
+    c.test.get_collection("disc", write_concern=WriteConcern(w=3, wtimeout=10000)).insert_one(
+        {"_id": 1, "x": "y"})
     assert c.primary == ("127.0.0.1", rs[0].port)
     wait_until(lambda: len(c.secondaries) == 2, 15, "the driver sees two secondaries")
     sec = c.test.get_collection("disc", read_preference=ReadPreference.SECONDARY)
