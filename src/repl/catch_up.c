@@ -62,7 +62,7 @@ repl_catch_up(repl_coord_t *rc, int64_t term)
         rc->catch_up_from = from;
         pthread_cond_broadcast(&rc->wake);
         pthread_mutex_unlock(&rc->mu);
-        SHL_LOG_INFO(REPL, 2180050, "entering primary catch-up mode", "source",
+        SHL_LOG_INFO(REPL, 2180060, "entering primary catch-up mode", "source",
                      BCON_UTF8(rc->cfg.members[from].host), "target",
                      BCON_TIMESTAMP(SHL_TS_SECS(target), SHL_TS_INC(target)));
         pthread_mutex_lock(&rc->mu);
@@ -97,7 +97,7 @@ repl_catch_up(repl_coord_t *rc, int64_t term)
     same_term = rc->term == term;
     pthread_mutex_unlock(&rc->mu);
     if (from >= 0) {
-        SHL_LOG_INFO(REPL, 2180051, "primary catch-up done", "conclusion", BCON_UTF8(how),
+        SHL_LOG_INFO(REPL, 2180061, "primary catch-up done", "conclusion", BCON_UTF8(how),
                      "durationMillis", BCON_INT64((shl_clock_mono_us() - started) / 1000));
     }
     return same_term;

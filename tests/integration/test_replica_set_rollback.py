@@ -167,7 +167,7 @@ def test_new_primary_catches_up_then_abort(rs):
         try:
             direct(old).test.cu.insert_many([{"_id": "r%d-%d" % (round_, i)} for i in range(3)])
             t, out = step_up_in_background(lag)
-            wait_until(lambda: logged(lag, 2180050), 10, "the lagging member enters catch-up")
+            wait_until(lambda: logged(lag, 2180060), 10, "the lagging member enters catch-up")
             if abort:
                 direct(lag).admin.command("replSetAbortPrimaryCatchUp")
             else:
