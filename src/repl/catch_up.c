@@ -119,3 +119,23 @@ repl_abort_catch_up(repl_coord_t *rc, shl_status_t *st)
 done:
     return ret;
 }
+
+bool
+repl_catch_up_diverged(repl_coord_t *rc)
+{
+    bool catching;
+
+    pthread_mutex_lock(&rc->mu);
+    catching = rc->catching_up;
+    if (catching) {
+        rc->catch_up_abort = true;
+        pthread_cond_broadcast(&rc->progress);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    if (catching) {
+        SHL_LOG_WARNING(REPL, 2180062,
+                        "primary catch-up source does not have our newest entry: not rolling "
+                        "back for it, ending catch-up");
+    }
+    return catching;
+}

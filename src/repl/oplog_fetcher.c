@@ -379,6 +379,11 @@ repl_fetcher_main(void *arg)
                          BCON_TIMESTAMP(SHL_TS_SECS(f.applied), SHL_TS_INC(f.applied)), "stable",
                          BCON_TIMESTAMP(SHL_TS_SECS(stable), SHL_TS_INC(stable)));
             drop_source(&f);
+            if (f.diverged && repl_catch_up_diverged(f.rc)) {
+                /* Catching up from a member on another branch of history: never roll back
+                 * for it (what we have may be majority-committed); the catch-up ends. */
+                f.diverged = false;
+            }
             if (f.diverged) {
                 uint64_t common = 0;
                 f.diverged = false;

@@ -306,6 +306,10 @@ int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cm
  */
 bool repl_catch_up(repl_coord_t *rc, int64_t term);
 
+/* repl_catch_up_diverged -- the fetcher found its source lacks our newest entry: during a
+ * catch-up, end it (true: do not roll back for that source). Takes mu. */
+bool repl_catch_up_diverged(repl_coord_t *rc);
+
 /* repl_abort_catch_up -- replSetAbortPrimaryCatchUp. Errors: IllegalOperation when this node
  * is not catching up. */
 int repl_abort_catch_up(repl_coord_t *rc, shl_status_t *st);

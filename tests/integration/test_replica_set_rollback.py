@@ -185,4 +185,7 @@ def test_new_primary_catches_up_then_abort(rs):
         assert "writeConcernError" not in r
     # the aborted catch-up's entries were rolled back on the former primary
     oc = direct(old, readPreference="secondaryPreferred")
+    # (w:3 counted its position a moment before it left RECOVERING)
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 10,
+               "the former primary is a secondary again")
     assert oc.test.cu.count_documents({"_id": {"$regex": "^r1-"}}) == 0
