@@ -3,8 +3,8 @@
 w:"majority" against w:1 on a 3-member set (test fixtures' 200 ms heartbeats), one
 connection, the two interleaved in rounds so both see the same machine. Prints p50/p99 of
 each, the ratio of the p50s (target <= 2), and `uptime`. Raw OP_MSG over one socket (no
-driver overhead in either figure). SHALE_BIN=build/src/main/shale, N=600 per kind,
-ROUNDS=3."""
+driver overhead in either figure); DRIVER=1: through pymongo instead (what a user sees, as
+repl18b measured). SHALE_BIN=build/src/main/shale, N=600 per kind, ROUNDS=3."""
 import os
 import statistics
 import subprocess
@@ -28,6 +28,7 @@ def main():
     nodes = start_replica_set("bm", "bm")
     try:
         sock = wire_util.connect(nodes[0].port)
+        client = nodes[0].client(directConnection=True) if os.environ.get("DRIVER") else None
         lat = {"w1": [], "majority": []}
         k = 0
         for _ in range(rounds):
@@ -37,10 +38,16 @@ def main():
                     body = {"insert": "m", "documents": [{"_id": k, "x": "y" * 32}],
                             "writeConcern": wc, "$db": "bench"}
                     t0 = time.perf_counter()
-                    r = wire_util.command(sock, body)
+                    if client is not None:
+                        r = client.bench.command("insert", "m", documents=body["documents"],
+                                                 writeConcern=wc)
+                    else:
+                        r = wire_util.command(sock, body)
                     lat[kind].append((time.perf_counter() - t0) * 1e3)
                     assert r["ok"] == 1 and "writeConcernError" not in r, r
         sock.close()
+        if client is not None:
+            client.close()
     finally:
         cleanup_later(nodes, lambda i, p: None)
         wait_reaped()
