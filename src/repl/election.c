@@ -107,14 +107,23 @@ step_down_locked(repl_coord_t *rc)
 /* ------------------------------------------------------------------ the voter */
 
 /* Called with mu held: the position this member compares in an election (as voter or
- * candidate): the newest of the set's entries in its oplog ('last_replicated', read by the
- * caller without mu), or what it applied when that read failed (0). */
+ * candidate). A primary: the newest non-local entry of its oplog ('last_replicated', read by
+ * the caller without mu). Anyone else: what it applied from the set, but never past that
+ * entry -- a stepped-down primary's applied position included its own local.* writes (it then
+ * refused candidates with every replicated entry), and a member's own non-local entries (a
+ * start-up write) are not the set's either, so neither alone will do. */
 static uint64_t
 voter_position(const repl_coord_t *rc, uint64_t last_replicated)
 {
     uint64_t applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
+    uint64_t pos = applied;
 
-    return last_replicated != 0 || rc->self < 0 ? last_replicated : applied;
+    if (rc->self < 0 || atomic_load(&rc->state) == SHL_REPL_PRIMARY) {
+        pos = last_replicated;
+    } else if (last_replicated != 0 && last_replicated < applied) {
+        pos = last_replicated;
+    }
+    return pos;
 }
 
 int
