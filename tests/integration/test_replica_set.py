@@ -272,6 +272,9 @@ def test_kill_primary_elects_another(rs):
     c = set_client(rs)
     coll = c.test.get_collection("fo", write_concern=WriteConcern(w="majority", wtimeout=10000))
     coll.insert_many([{"_id": i} for i in range(20)])
+    # every member has every entry (a member lacking a majority-acknowledged one must not win:
+    # the frozen one would refuse it, and no one could be elected before its freeze ends)
+    coll.with_options(write_concern=WriteConcern(w=3, wtimeout=10000)).insert_one({"_id": "all"})
     t0 = time.monotonic()
     old.kill()
 
