@@ -1525,8 +1525,10 @@ noop_pass(db_node_t *node)
     uint64_t top = 0;
     shl_status_t st = SHL_STATUS_INIT;
 
-    /* Only an idle oplog gets one: its newest entry is older than the interval. */
-    if (shl_oplog_top(node->eng, &top, &st) == 0 &&
+    /* Only an idle oplog gets one: its newest entry is older than the interval. Only on a
+     * primary (MongoDB's writer runs there): a secondary's own entry would be one the set
+     * never had -- rolled back later, and counted as its newest replicated entry. */
+    if (shl_db_repl_is_primary(node->svc) && shl_oplog_top(node->eng, &top, &st) == 0 &&
         (int64_t)SHL_TS_SECS(top) + (secs < 1 ? 1 : secs) <= shl_clock_wall_ms() / 1000) {
         if (shl_storage_write_retry(node->eng, noop_fn, NULL, NULL, &st) != 0) {
             SHL_LOG_WARNING(STORAGE, 2100001, "periodic no-op write failed", "error",

@@ -1156,6 +1156,7 @@ shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *r
         results[i].code = 0;
         results[i].micros = 0;
         results[i].interrupted = false;
+        results[i].host[0] = '\0';
         op_clear(&ops[i]);
         ops[i].host = reqs[i].host;
         ops[i].db = reqs[i].db;
@@ -1169,6 +1170,9 @@ shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *r
     for (size_t i = 0; i < n; i++) {
         results[i].code = ops[i].code;
         results[i].interrupted = ops[i].cut;
+        if (ops[i].host != NULL) {
+            snprintf(results[i].host, sizeof(results[i].host), "%s", ops[i].host);
+        }
         cut += ops[i].cut ? 1 : 0;
     }
     if (ops != ops_small) {

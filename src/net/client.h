@@ -107,6 +107,10 @@ typedef struct shl_fanout_result {
     int64_t micros;      /* time from the start of the call to this result */
     bool interrupted;    /* cut off by the call's interruption (shl_client_interrupt_t) before
                           * its reply arrived: the request may still be running remotely */
+    /* The host the request went to: a replica set connection string's member chosen by
+     * read preference (rs_monitor.h), else the request's host ("" when none was tried).
+     * A cursor opened there lives there (its getMores must go to it). */
+    char host[SHL_CLIENT_HOST_MAX];
 } shl_fanout_result_t;
 
 /*

@@ -106,15 +106,35 @@ step_down_locked(repl_coord_t *rc)
 
 /* ------------------------------------------------------------------ the voter */
 
+/* Called with mu held: the position this member compares in an election (as voter or
+ * candidate). A primary: the newest non-local entry of its oplog ('last_replicated', read by
+ * the caller without mu). Anyone else: what it applied from the set, but never past that
+ * entry -- a stepped-down primary's applied position included its own local.* writes (it then
+ * refused candidates with every replicated entry), and a member's own non-local entries (a
+ * start-up write) are not the set's either, so neither alone will do. */
+static uint64_t
+voter_position(const repl_coord_t *rc, uint64_t last_replicated)
+{
+    uint64_t applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
+    uint64_t pos = applied;
+
+    if (rc->self < 0 || atomic_load(&rc->state) == SHL_REPL_PRIMARY) {
+        pos = last_replicated;
+    } else if (last_replicated != 0 && last_replicated < applied) {
+        pos = last_replicated;
+    }
+    return pos;
+}
+
 int
 repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     bson_iter_t it;
     int64_t term = 0, store_term = 0;
     int32_t candidate = -1;
-    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated;
+    uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated, written;
     const char *reason = "";
-    bool granted = false, dry = false, store = false, was_primary;
+    bool granted = false, dry = false, store = false;
     int ret = 0;
 
     if (bson_iter_init_find(&it, cmd, "term")) {
@@ -127,18 +147,22 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
         dry = bson_iter_as_bool(&it);
     }
     last_replicated = repl_coord_last_replicated(rc);
+    written = shl_storage_all_durable(rc->eng);
+    if (shl_storage_stable_ts(rc->eng) > written) {
+        written = shl_storage_stable_ts(rc->eng);
+    }
     pthread_mutex_lock(&rc->mu);
     if (!rc->configured) {
         pthread_mutex_unlock(&rc->mu);
         SHL_FAIL(st, SHL_CODE_NOT_YET_INITIALIZED, "no replset config has been received");
     }
-    was_primary = atomic_load(&rc->state) == SHL_REPL_PRIMARY;
     if (!dry) {
         repl_election_see_term_locked(rc, term);
     }
-    /* A primary compares the newest of the set's entries it wrote (its local.* writes do not
-     * count); anyone else what it applied from the set. */
-    mine = was_primary || rc->self < 0 ? last_replicated : rc->members[rc->self].applied;
+    /* The newest of the set's entries in our oplog (MongoDB compares the oplog's last
+     * applied optime): our own local.* writes never count. A stepped-down primary's applied
+     * position included them, so it refused candidates that had every replicated entry. */
+    mine = voter_position(rc, last_replicated);
     if (term < rc->term) {
         reason = "candidate's term is lower than mine";
     } else if (candidate < 0 || candidate >= rc->cfg.n) {
@@ -164,6 +188,10 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
     BSON_APPEND_INT64(reply, "term", rc->term);
     BSON_APPEND_BOOL(reply, "voteGranted", granted);
     BSON_APPEND_UTF8(reply, "reason", reason);
+    /* Our newest write of any kind (local.* included; not MongoDB's): a winner moves its
+     * clock past it, so that everything this member may have to roll back, and its stable
+     * timestamp, stay below the new primary's entries (rollback.c applies them above). */
+    BSON_APPEND_TIMESTAMP(reply, "lastWritten", SHL_TS_SECS(written), SHL_TS_INC(written));
     pthread_mutex_unlock(&rc->mu);
     if (store) {
         store_vote(rc, store_term, candidate, term);
@@ -186,9 +214,10 @@ new_primary_entry(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     return ret;
 }
 
-/* Ask every other voter; true with a majority of the votes (ours included). */
+/* Ask every other voter; true with a majority of the votes (ours included). *written: the
+ * newest write any voter reported (lastWritten). */
 static bool
-request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied)
+request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied, uint64_t *written)
 {
     int n, self, need, votes = 1;
     int64_t version, seen = 0;
@@ -225,6 +254,9 @@ request_votes(repl_coord_t *rc, int64_t term, bool dry, uint64_t applied)
         if (shl_client_run(rc->pool, hosts[i], "admin", &req, 2000, &reply, &st) == 0) {
             if (bson_iter_init_find(&it, &reply, "voteGranted") && bson_iter_as_bool(&it)) {
                 votes++;
+            }
+            if (repl_optime_ts(&reply, "lastWritten") > *written) {
+                *written = repl_optime_ts(&reply, "lastWritten");
             }
             if (bson_iter_init_find(&it, &reply, "term") && bson_iter_as_int64(&it) > seen) {
                 seen = bson_iter_as_int64(&it);
@@ -345,15 +377,16 @@ static bool
 run_election(repl_coord_t *rc, bool skip_dry_run)
 {
     int64_t term;
-    uint64_t applied, begin = 0;
+    uint64_t applied, begin = 0, last_replicated, written = 0;
     shl_status_t st = SHL_STATUS_INIT;
 
+    last_replicated = repl_coord_last_replicated(rc);
     pthread_mutex_lock(&rc->mu);
     term = rc->term + 1;
-    applied = rc->self >= 0 ? rc->members[rc->self].applied : 0;
+    applied = voter_position(rc, last_replicated);
     pthread_mutex_unlock(&rc->mu);
     /* MongoDB's dry run first: a candidate that could not win does not disturb the term. */
-    if (!skip_dry_run && !request_votes(rc, term, true, applied)) {
+    if (!skip_dry_run && !request_votes(rc, term, true, applied, &written)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
@@ -372,7 +405,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
     pthread_mutex_unlock(&rc->mu);
     store_vote(rc, term, rc->self, term);
     SHL_LOG_INFO(REPL, 2180022, "standing for election", "term", BCON_INT64(term));
-    if (!request_votes(rc, term, false, applied)) {
+    if (!request_votes(rc, term, false, applied, &written)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);
@@ -380,6 +413,11 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
         pthread_mutex_unlock(&rc->mu);
         return false;
     }
+    /* Won the votes: first fetch what a member that is ahead has (catch_up.c). */
+    if (!repl_catch_up(rc, term)) {
+        return false;
+    }
+    applied = voter_position(rc, repl_coord_last_replicated(rc));
     pthread_mutex_lock(&rc->mu);
     if (rc->term != term || atomic_load(&rc->state) != SHL_REPL_SECONDARY) {
         pthread_mutex_unlock(&rc->mu);
@@ -390,6 +428,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
      * timestamp follows its own writes, and it can apply only entries above it (rollback.c). */
     shl_storage_set_term(rc->eng, term);
     shl_storage_clock_advance(rc->eng, applied);
+    shl_storage_clock_advance(rc->eng, written);
     {
         uint64_t heard = 0;
         for (int i = 0; i < rc->cfg.n; i++) {

@@ -97,6 +97,24 @@ done:
     return ret;
 }
 
+/* Remove this member's own entries (everything but local.*) from its oplog: they describe
+ * the data just dropped, and one written in the same second as the set's entries (a
+ * member's start-up writes, config.system.sessions) would otherwise pass for the newest
+ * of the set's entries here and make the fetcher ask the source for an entry it never had
+ * (OplogStartMissing). From now on every non-local entry here is the set's. */
+static int
+forget_own_entries(repl_coord_t *rc, shl_status_t *st)
+{
+    int64_t removed = 0;
+    int ret = 0;
+
+    SHL_ERR(shl_oplog_truncate_after(rc->eng, 0, &removed, st));
+    SHL_LOG_INFO(REPL, 2180043, "initial sync removed this member's own oplog entries",
+                 "entries", BCON_INT64(removed));
+done:
+    return ret;
+}
+
 /* Copies of the documents a listing returns. */
 typedef struct doc_list {
     bson_t **v;
@@ -283,6 +301,7 @@ repl_initial_sync(repl_coord_t *rc, const char *host, uint64_t *begin, uint64_t 
     SHL_LOG_INFO(REPL, 2180040, "initial sync starting", "source", BCON_UTF8(host));
     SHL_ERR(choose_begin(rc, host, begin, st));
     SHL_ERR(drop_databases(rc, *begin, st));
+    SHL_ERR(forget_own_entries(rc, st));
     SHL_ERR(source_databases(rc, host, &dbs, st));
     for (size_t i = 0; i < dbs.n; i++) {
         bson_iter_t it;

@@ -90,11 +90,15 @@ choose_source(fetcher_t *f)
     if ((atomic_load(&rc->state) == SHL_REPL_SECONDARY ||
          atomic_load(&rc->state) == SHL_REPL_RECOVERING ||
          atomic_load(&rc->state) == SHL_REPL_STARTUP2) &&
-        rc->primary >= 0 && rc->primary != rc->self) {
-        /* The primary, or the member replSetSyncFrom named while it is up. */
+        ((rc->primary >= 0 && rc->primary != rc->self) || rc->catch_up_from >= 0)) {
+        /* The primary, or the member replSetSyncFrom named while it is up; during this
+         * node's catch-up after an election, the member it catches up from. */
         int src = rc->primary, asked = repl_config_find(&rc->cfg, rc->sync_from);
         if (asked >= 0 && asked != rc->self && rc->members[asked].up) {
             src = asked;
+        }
+        if (rc->catch_up_from >= 0) {
+            src = rc->catch_up_from;
         }
         snprintf(rc->sync_source, sizeof(rc->sync_source), "%s", rc->cfg.members[src].host);
         if (strcmp(f->host, rc->cfg.members[src].host) != 0) {
@@ -375,6 +379,11 @@ repl_fetcher_main(void *arg)
                          BCON_TIMESTAMP(SHL_TS_SECS(f.applied), SHL_TS_INC(f.applied)), "stable",
                          BCON_TIMESTAMP(SHL_TS_SECS(stable), SHL_TS_INC(stable)));
             drop_source(&f);
+            if (f.diverged && repl_catch_up_diverged(f.rc)) {
+                /* Catching up from a member on another branch of history: never roll back
+                 * for it (what we have may be majority-committed); the catch-up ends. */
+                f.diverged = false;
+            }
             if (f.diverged) {
                 uint64_t common = 0;
                 f.diverged = false;

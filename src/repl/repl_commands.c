@@ -667,8 +667,8 @@ done:
     return ret;
 }
 
-/* replSetFreeze, replSetMaintenance, replSetSyncFrom, replSetStepUp: one member's controls,
- * on a configured member (reconfig.c, election.c). */
+/* replSetFreeze, replSetMaintenance, replSetSyncFrom, replSetAbortPrimaryCatchUp, replSetStepUp:
+ * one member's controls, on a configured member (reconfig.c, catch_up.c, election.c). */
 static int
 cmd_member_control(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -690,6 +690,8 @@ cmd_member_control(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
         ret = repl_maintenance(rc, cmd, st);
     } else if (strcmp(name, "replSetSyncFrom") == 0) {
         ret = repl_sync_from(rc, cmd, reply, st);
+    } else if (strcmp(name, "replSetAbortPrimaryCatchUp") == 0) {
+        ret = repl_abort_catch_up(rc, st);
     } else {
         ret = repl_election_step_up(rc, st);
     }
@@ -710,6 +712,8 @@ static const shl_command_t repl_commands[] = {
      "a secondary enters (true) or leaves (false) maintenance mode (RECOVERING)"},
     {"replSetSyncFrom", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
      "the member this secondary fetches the oplog from"},
+    {"replSetAbortPrimaryCatchUp", {NULL}, cmd_member_control, SHL_CMD_ADMIN_ONLY,
+     "a newly elected member stops catching up and becomes primary now"},
     {"replSetStepDown", {NULL}, cmd_step_down, SHL_CMD_ADMIN_ONLY,
      "the primary steps down and does not stand for stepDownSecs"},
     {"replSetRequestVotes", {NULL}, cmd_request_votes, SHL_CMD_ADMIN_ONLY | SHL_CMD_INTERNAL,

@@ -198,6 +198,18 @@ parse_settings(const bson_t *doc, repl_config_t *out, bool initiate, shl_status_
                     SHL_FAIL(st, SHL_CODE_BAD_VALUE, "electionTimeoutMillis must be positive");
                 }
                 out->election_timeout_ms = v;
+            } else if (strcmp(k, "catchUpTimeoutMillis") == 0) {
+                if (v < -1) {
+                    SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                             "catch-up timeout must be positive, 0 (no catch-up) or -1 (infinite)");
+                }
+                out->catch_up_timeout_ms = v;
+            } else if (strcmp(k, "catchUpTakeoverDelayMillis") == 0) {
+                if (v < -1) {
+                    SHL_FAIL(st, SHL_CODE_BAD_VALUE,
+                             "catch-up takeover delay must be -1 (no catch-up takeover) or greater");
+                }
+                out->catch_up_takeover_delay_ms = v;
             }
         } else if (strcmp(k, "replicaSetId") == 0) {
             if (!BSON_ITER_HOLDS_OID(&it)) {
@@ -293,8 +305,9 @@ build_doc(repl_config_t *cfg, const bson_t *in)
     BSON_APPEND_INT32(&settings, "heartbeatIntervalMillis", (int32_t)cfg->heartbeat_interval_ms);
     BSON_APPEND_INT32(&settings, "heartbeatTimeoutSecs", 10);
     BSON_APPEND_INT32(&settings, "electionTimeoutMillis", (int32_t)cfg->election_timeout_ms);
-    BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", -1);
-    BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis", 30000);
+    BSON_APPEND_INT32(&settings, "catchUpTimeoutMillis", (int32_t)cfg->catch_up_timeout_ms);
+    BSON_APPEND_INT32(&settings, "catchUpTakeoverDelayMillis",
+                      (int32_t)cfg->catch_up_takeover_delay_ms);
     {
         bson_t modes = BSON_INITIALIZER, in_settings, given;
         if (in != NULL && shl_bson_get_subdoc(in, "settings", &in_settings) &&
@@ -323,6 +336,8 @@ repl_config_parse(const bson_t *doc, bool initiate, repl_config_t *out, shl_stat
     out->term = -1;
     out->heartbeat_interval_ms = 2000;
     out->election_timeout_ms = 10000;
+    out->catch_up_timeout_ms = -1; /* MongoDB's default: catch up for as long as it takes */
+    out->catch_up_takeover_delay_ms = 30000;
     if (!bson_iter_init_find(&it, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&it)) {
         SHL_FAIL(st, SHL_CODE_INVALID_REPLICA_SET_CONFIG,
                  "replica set configuration must have a string _id (the set's name)");

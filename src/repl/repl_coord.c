@@ -778,6 +778,7 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     rc->pool = shl_conn_pool_new(NULL);
     rc->self = -1;
     rc->primary = -1;
+    rc->catch_up_from = -1;
     rc->term = 1;
     bson_init(&rc->cfg.doc);
     pthread_mutex_init(&rc->mu, NULL);

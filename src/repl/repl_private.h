@@ -47,6 +47,8 @@ typedef struct repl_config {
     repl_member_t members[REPL_MAX_MEMBERS];
     int64_t heartbeat_interval_ms;
     int64_t election_timeout_ms;
+    int64_t catch_up_timeout_ms;        /* settings.catchUpTimeoutMillis: -1 infinite, 0 none */
+    int64_t catch_up_takeover_delay_ms; /* settings.catchUpTakeoverDelayMillis (kept) */
     bson_oid_t replica_set_id;
     bson_t doc;
 } repl_config_t;
@@ -151,6 +153,10 @@ typedef struct repl_coord {
     int64_t freeze_until_us;      /* monotonic: no candidacy before (replSetStepDown) */
     int64_t takeover_since_us;    /* monotonic: a priority takeover has been due since (0: not) */
     int64_t primary_since_us;     /* monotonic: when this node last became primary */
+    /* Catch-up (catch_up.c): a winner fetching what it lacks before it takes writes. */
+    bool catching_up;   /* in catch-up now */
+    bool catch_up_abort; /* replSetAbortPrimaryCatchUp asked to stop it */
+    int catch_up_from;   /* the member it fetches from (-1: none) */
 
     pthread_t heartbeat_thread;
     bool heartbeat_started;
@@ -214,6 +220,9 @@ int repl_source_find(repl_coord_t *rc, const char *host, const char *db, const b
 /* repl_source_top -- the ts of 'host''s newest oplog entry in *top. Errors: those of
  * repl_source_find. */
 int repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st);
+/* repl_source_top_replicated -- the same, of the set's entries only (local.* left out). */
+int repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top,
+                               shl_status_t *st);
 
 /*
  * repl_initial_sync --
@@ -285,6 +294,25 @@ void repl_election_maybe_run(repl_coord_t *rc);
 int repl_election_step_up(repl_coord_t *rc, shl_status_t *st);
 int repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd,
                             shl_status_t *st);
+
+/*
+ * repl_catch_up --
+ *     MongoDB's primary catch-up: this node just won the election of 'term' and is not primary
+ *     yet. Asks every other data-bearing member that is up for its newest entry of the set's;
+ *     when one is ahead of ours, the fetcher fetches from it until this node has applied that
+ *     entry, settings.catchUpTimeoutMillis passes (-1: no limit, 0: no catch-up),
+ *     replSetAbortPrimaryCatchUp is run, or the term moves on. True when the term is still
+ *     'term' (the caller then becomes primary). Blocks on the network. Takes mu.
+ */
+bool repl_catch_up(repl_coord_t *rc, int64_t term);
+
+/* repl_catch_up_diverged -- the fetcher found its source lacks our newest entry: during a
+ * catch-up, end it (true: do not roll back for that source). Takes mu. */
+bool repl_catch_up_diverged(repl_coord_t *rc);
+
+/* repl_abort_catch_up -- replSetAbortPrimaryCatchUp. Errors: IllegalOperation when this node
+ * is not catching up. */
+int repl_abort_catch_up(repl_coord_t *rc, shl_status_t *st);
 
 /* repl_coord_last_replicated -- the newest entry of this node's oplog that came from the set
  * (local.* writes excluded); 0 when none or on error. Reads storage. */

@@ -431,7 +431,18 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%S", &tm);
     /* The refetched versions go in just above our newest entry: above the stable timestamp
      * (pinned at our applied position), below what the set writes next. */
-    at = top + 1;
+    at = top;
+    /* ... and above our stable and oldest timestamps, which may have passed our newest
+     * replicated entry (a former primary's stable timestamp followed its own writes). The
+     * new primary's entries are above all of it: its clock moved past what its voters had
+     * written (election.c). */
+    if (shl_storage_stable_ts(rc->eng) > at) {
+        at = shl_storage_stable_ts(rc->eng);
+    }
+    if (shl_storage_oldest_ts(rc->eng) > at) {
+        at = shl_storage_oldest_ts(rc->eng);
+    }
+    at++;
     for (size_t i = 0; i < set.n; i++) {
         SHL_ERR(refetch_doc(rc, host, &set.docs[i], at, stamp, st));
     }

@@ -75,14 +75,25 @@ keep_ts(const bson_t *doc, void *arg)
     }
 }
 
-int
-repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
+/* The newest entry of 'host''s oplog ('replicated': of the set's, local.* left out). */
+static int
+source_top(repl_coord_t *rc, const char *host, bool replicated, uint64_t *top, shl_status_t *st)
 {
     bson_t cmd = BSON_INITIALIZER, hint, proj;
     int ret;
 
     *top = 0;
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
+    if (replicated) {
+        bson_t filter, ns, not;
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "filter", &filter);
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ns", &ns);
+        BSON_APPEND_DOCUMENT_BEGIN(&ns, "$not", &not);
+        BSON_APPEND_UTF8(&not, "$regex", "^local\\.");
+        bson_append_document_end(&ns, &not);
+        bson_append_document_end(&filter, &ns);
+        bson_append_document_end(&cmd, &filter);
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "hint", &hint);
     BSON_APPEND_INT32(&hint, "$natural", -1);
     bson_append_document_end(&cmd, &hint);
@@ -94,4 +105,16 @@ repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t 
     ret = repl_source_find(rc, host, "local", &cmd, keep_ts, top, st);
     bson_destroy(&cmd);
     return ret;
+}
+
+int
+repl_source_top(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
+{
+    return source_top(rc, host, false, top, st);
+}
+
+int
+repl_source_top_replicated(repl_coord_t *rc, const char *host, uint64_t *top, shl_status_t *st)
+{
+    return source_top(rc, host, true, top, st);
 }

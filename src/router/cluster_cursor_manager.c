@@ -111,11 +111,24 @@ shl_router_cursor_add_remote(shl_router_cursor_t *c, const char *shard, const bs
     return take_batch(rem, reply, "firstBatch", st);
 }
 
-/* The host of a remote: the shard's primary, or the config server. */
+void
+shl_router_cursor_pin_last_remote(shl_router_cursor_t *c, const char *host)
+{
+    if (c->nremotes > 0) {
+        shl_str_copy(c->remotes[c->nremotes - 1].host, sizeof(c->remotes[0].host), host);
+    }
+}
+
+/* The host of a remote: the member that opened its cursor, else the shard's primary, or the
+ * config server. */
 static int
 remote_host(shl_router_cursor_t *c, const shl_router_remote_t *rem, char *host, size_t n,
             shl_status_t *st)
 {
+    if (rem->host[0] != '\0') {
+        shl_str_copy(host, n, rem->host);
+        return 0;
+    }
     if (rem->shard[0] == '\0') {
         shl_str_copy(host, n, shl_shard_registry_config_host(c->r->registry));
         return 0;

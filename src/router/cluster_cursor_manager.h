@@ -15,6 +15,7 @@
 
 #include "base/namespace.h"
 #include "base/status.h"
+#include "net/client.h"
 #include "net/op_context.h"
 #include "query/pipeline.h"
 #include "query/projection.h"
@@ -29,6 +30,9 @@ struct shl_router;
 /* One remote cursor: a shard's (or the config server's). */
 typedef struct shl_router_remote {
     char shard[SHL_SHARD_ID_MAX]; /* shard name; "" for the config server */
+    /* The member of the shard's replica set that opened the cursor ("": the shard's
+     * primary, as the registry names it); getMore and killCursors go there. */
+    char host[SHL_CLIENT_HOST_MAX];
     int64_t cursor_id;            /* 0: the remote has nothing more */
     bson_t *batch;                /* the last batch received (an array), owned */
     bson_iter_t it;               /* position in 'batch' */
@@ -123,6 +127,14 @@ void shl_router_cursor_set_session(shl_router_cursor_t *c, const shl_op_ctx_t *o
  */
 int shl_router_cursor_add_remote(shl_router_cursor_t *c, const char *shard, const bson_t *reply,
                                  shl_status_t *st);
+
+/*
+ * shl_router_cursor_pin_last_remote --
+ *     The remote just added has its cursor on member 'host' (the one the find went to: a
+ *     secondary for a secondary read): its getMores and killCursors go there, not to the
+ *     shard's primary.
+ */
+void shl_router_cursor_pin_last_remote(shl_router_cursor_t *c, const char *host);
 
 /*
  * shl_router_cursor_source --

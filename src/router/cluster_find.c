@@ -139,6 +139,9 @@ router_cursor_from_results(shl_op_ctx_t *op, shl_router_t *r, const char *ns, co
                                          ret == 0 ? st : &ignored) != 0 &&
             ret == 0) {
             ret = st->code;
+        } else if (results[i].res.host[0] != '\0') {
+            /* A read served by a secondary: the cursor is on that member, not the primary. */
+            shl_router_cursor_pin_last_remote(c, results[i].res.host);
         }
     }
     if (ret != 0) {

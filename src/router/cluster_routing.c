@@ -546,6 +546,7 @@ shl_router_result_move(shl_fanout_result_t *dst, shl_fanout_result_t *src)
     dst->status = src->status;
     dst->micros = src->micros;
     dst->interrupted = src->interrupted;
+    memcpy(dst->host, src->host, sizeof(dst->host));
     if (!bson_steal(&dst->reply, &src->reply)) {
         bson_copy_to(&src->reply, &dst->reply);
         bson_destroy(&src->reply);

@@ -547,12 +547,12 @@ def shard_on_id(client, db, coll, middle=10):
 FAST_ELECTIONS = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 
 
-def start_replica_set(set_name, prefix, members=3):
-    """Start `members` nodes of replica set `set_name` (named prefix0, prefix1, ...), initiate
-    them with 200 ms heartbeats and a 2 s election timeout, and wait for one primary and the
-    others secondaries (members cloning in STARTUP2 first). Returns the ShaleProcesses; the
-    caller stops them (cleanup_later)."""
-    nodes = [ShaleProcess(["node", "--replSet", set_name], name="%s%d" % (prefix, i))
+def start_replica_set(set_name, prefix, members=3, args=()):
+    """Start `members` nodes of replica set `set_name` (named prefix0, prefix1, ...; `args`
+    added to each one's command line), initiate them with 200 ms heartbeats and a 2 s election
+    timeout, and wait for one primary and the others secondaries (members cloning in STARTUP2
+    first). Returns the ShaleProcesses; the caller stops them (cleanup_later)."""
+    nodes = [ShaleProcess(["node", "--replSet", set_name] + list(args), name="%s%d" % (prefix, i))
              for i in range(members)]
     for n in nodes:
         n.start()

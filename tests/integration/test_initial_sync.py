@@ -9,14 +9,15 @@ import threading
 import pymongo
 import pytest
 
-from shale_fixtures import cleanup_later, start_replica_set, logged, wait_until
+from shale_fixtures import cleanup_later, fail_point, start_replica_set, logged, wait_until
 
 SET = "is"
 
 
 @pytest.fixture(scope="module")
 def rs(request):
-    nodes = start_replica_set(SET, "is")
+    # no-ops every idle second: only the primary may write them (test below)
+    nodes = start_replica_set(SET, "is", args=["--setParameter", "periodicNoopIntervalSecs=1"])
     yield nodes
     failed = request.node.session.testsfailed > 0
     cleanup_later(nodes, lambda i, p: ("initial-sync-%s" % p.name) if failed else None)
@@ -53,6 +54,53 @@ def test_members_clone_the_initiators_collections(rs):
         sc = direct(s, readPreference="secondaryPreferred")
         wait_until(lambda: sc.config.system.sessions.count_documents({}) >= n, 10,
                    "the primary's session records replicate")
+
+
+def set_entries(node):
+    """The (ts, t) of every entry of node's oplog outside the local database."""
+    oplog = direct(node, readPreference="secondaryPreferred").local["oplog.rs"]
+    return {(e["ts"], e.get("t")) for e in oplog.find({"ns": {"$not": {"$regex": "^local\\."}}},
+                                                    {"ts": 1, "t": 1})}
+
+
+def test_members_keep_none_of_their_own_entries(rs):
+    """The members' own start-up entries (config.system.sessions, created before initiate in
+    the same second as the set's first entry) leave their oplogs at initial sync: every
+    non-local entry a secondary has is the set's, so none can pass for the newest of the
+    set's entries (the fetcher would ask the source for it: OplogStartMissing)."""
+    primary, s1, s2 = rs
+    direct(primary).test.own.insert_one({"_id": 1})
+    # idle seconds in which the secondaries receive nothing: the primary writes periodic
+    # no-ops, the secondaries none of their own (an entry the set never had: rolled back
+    # later, and once counted in elections)
+    oplog = direct(primary).local["oplog.rs"]
+    last = oplog.find_one({"o._id": 1, "ns": "test.own"})["ts"]
+    for s in (s1, s2):
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        wait_until(lambda: oplog.count_documents({"ts": {"$gt": last},
+                                                 "o.msg": "periodic noop"}) >= 3, 15,
+                   "three periodic no-ops on the primary")
+    finally:
+        for s in (s1, s2):
+            fail_point(direct(s), "stopReplProducer", "off")
+    for s in (s1, s2):
+        so = direct(s, readPreference="secondaryPreferred").local["oplog.rs"]
+        wait_until(lambda: so.find_one({"ts": {"$gt": last}, "o.msg": "periodic noop"}), 10,
+                   "the primary's no-op replicated")
+    mine = set_entries(primary)
+    for s in (s1, s2):
+        wait_until(lambda: direct(s, readPreference="secondaryPreferred").test.own.find_one()
+                   is not None, 10, "the insert replicates")
+        extra = set_entries(s) - mine
+        assert not extra, "%s has entries the primary never wrote: %s" % (s.name, sorted(extra))
+    # a restart resumes from the newest of the set's entries and syncs at once
+    s1.stop()
+    s1.start()
+    wait_until(lambda: states(primary)[1] == "SECONDARY", 15, "the restarted member syncs")
+    direct(primary).test.own.insert_one({"_id": 2})
+    wait_until(lambda: direct(s1, readPreference="secondaryPreferred").test.own
+               .count_documents({}) == 2, 10, "the restarted member applies new entries")
 
 
 def test_wiped_member_resyncs_under_writes(rs):

@@ -19,6 +19,7 @@ import wire_util
 from shale_fixtures import cleanup_later, start_replica_set, wait_until
 
 SET = "rs"
+FROZEN = []  # the member test_step_down stepped down (frozen for 30 s)
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +148,9 @@ def test_secondaries_keep_change_stream_pre_images(rs):
 
 def test_driver_discovers_the_set(rs):
     c = set_client(rs)
-    c.test.disc.insert_one({"_id": 1, "x": "y"})
+    # w:3: the reads below go to either secondary (one could otherwise still lack it)
+    c.test.get_collection("disc", write_concern=WriteConcern(w=3, wtimeout=10000)).insert_one(
+        {"_id": 1, "x": "y"})
     assert c.primary == ("127.0.0.1", rs[0].port)
     wait_until(lambda: len(c.secondaries) == 2, 15, "the driver sees two secondaries")
     sec = c.test.get_collection("disc", read_preference=ReadPreference.SECONDARY)
@@ -253,12 +256,13 @@ def test_step_down(rs):
     r = direct(new).test.command("insert", "sd", documents=[{"_id": 1}],
                                  writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
-    # the next test kills whichever member is primary: put the old one back in front, and
-    # lift the stepped-down member's 30 s freeze (replSetFreeze 0, as MongoDB's tests do) so
-    # that either of the other two can win the next election
-    direct(primary).admin.command("replSetFreeze", 0)
+    # the next test kills whichever member is primary: put the new one in front. The
+    # stepped-down member stays frozen for its 30 s, so only the third member can win the
+    # next election, with the stepped-down member's vote (its own local.* writes must not
+    # make it refuse a candidate that has every replicated entry)
     i = rs.index(new)
     rs[0], rs[i] = rs[i], rs[0]
+    FROZEN.append(primary)
 
 
 def test_kill_primary_elects_another(rs):
@@ -268,6 +272,9 @@ def test_kill_primary_elects_another(rs):
     c = set_client(rs)
     coll = c.test.get_collection("fo", write_concern=WriteConcern(w="majority", wtimeout=10000))
     coll.insert_many([{"_id": i} for i in range(20)])
+    # every member has every entry (a member lacking a majority-acknowledged one must not win:
+    # the frozen one would refuse it, and no one could be elected before its freeze ends)
+    coll.with_options(write_concern=WriteConcern(w=3, wtimeout=10000)).insert_one({"_id": "all"})
     t0 = time.monotonic()
     old.kill()
 
@@ -281,6 +288,9 @@ def test_kill_primary_elects_another(rs):
     failover = time.monotonic() - t0
     new = [n for n in rs[1:] if direct(n).admin.command("hello")["isWritablePrimary"]]
     assert len(new) == 1
+    if FROZEN:
+        # elected with the frozen, stepped-down member's vote, well before its freeze ends
+        assert new[0] is not FROZEN[0] and failover < 20
     st = direct(new[0]).admin.command("replSetGetStatus")
     assert st["term"] >= 2
     assert [m["stateStr"] for m in st["members"]].count("PRIMARY") == 1

@@ -6,6 +6,7 @@ w: "majority" are never rolled back."""
 
 import glob
 import os
+import threading
 
 import bson
 import pymongo
@@ -97,3 +98,94 @@ def test_killed_primary_rolls_back_unreplicated_writes(rs):
     r = direct(new).test.command("insert", "rb", documents=[{"_id": "after"}],
                                  writeConcern={"w": 3, "wtimeout": 10000})
     assert "writeConcernError" not in r
+
+
+def test_after_step_down_and_kill_the_set_recovers(rs):
+    """The sequence of issue 18's stuck apply: the primary steps down (and stays frozen), the
+    member elected instead acknowledges w:1 writes no one receives and is killed -9; the
+    remaining secondary is elected with the frozen member's vote, the killed member rolls
+    back its entries when it restarts and then applies the new primary's entries, so w:3
+    and w:"majority" writes are acknowledged again."""
+    first = primary_of(rs)
+    direct(first).admin.command("replSetStepDown", 60, secondaryCatchUpPeriodSecs=10)
+    others = [n for n in rs if n is not first]
+    wait_until(lambda: primary_of(others) is not None, 20, "another member is elected")
+    doomed = primary_of(others)
+    third = [n for n in others if n is not doomed][0]
+    for s in (first, third):
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        direct(doomed).test.rb2.insert_many([{"_id": "lost-%d" % i} for i in range(2)])
+        doomed.kill()
+    finally:
+        for s in (first, third):
+            fail_point(direct(s), "stopReplProducer", "off")
+    wait_until(lambda: primary_of([third]) is not None, 20,
+               "the remaining secondary is elected with the frozen member's vote")
+    doomed.start()
+    dc = direct(doomed, readPreference="secondaryPreferred")
+    wait_until(lambda: dc.admin.command("replSetGetStatus")["myState"] == 2, 30,
+               "the killed member rolls back and is a secondary again")
+    r = direct(third).test.command("insert", "rb2", documents=[{"_id": "kept"}],
+                                   writeConcern={"w": 3, "wtimeout": 15000})
+    assert "writeConcernError" not in r
+    r = direct(third).test.command("insert", "rb2", documents=[{"_id": "kept2"}],
+                                   writeConcern={"w": "majority", "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    wait_until(lambda: dc.test.rb2.count_documents({}) == 2, 10, "the set's documents")
+    assert dc.test.rb2.count_documents({"_id": {"$regex": "^lost"}}) == 0
+
+
+def step_up_in_background(node):
+    """replSetStepUp on node in a thread (it returns once the member is primary); the thread
+    and a list that receives the reply or the error."""
+    out = []
+
+    def run():
+        try:
+            out.append(direct(node).admin.command("replSetStepUp"))
+        except pymongo.errors.PyMongoError as e:
+            out.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_new_primary_catches_up_then_abort(rs):
+    """Primary catch-up: a lagging member elected by stepUp (with the vote of another lagging
+    member) fetches what the former primary wrote before it takes writes, so nothing is rolled
+    back; replSetAbortPrimaryCatchUp ends a catch-up that cannot progress, and then the former
+    primary's unreplicated writes are rolled back."""
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        direct(rs[0]).admin.command("replSetAbortPrimaryCatchUp")
+    assert e.value.code == 20  # IllegalOperation: not in catch-up mode
+    for round_, abort in ((0, False), (1, True)):
+        old = primary_of(rs)
+        lag, other = [n for n in rs if n is not old]
+        for s in (lag, other):
+            fail_point(direct(s), "stopReplProducer", "alwaysOn")
+        try:
+            direct(old).test.cu.insert_many([{"_id": "r%d-%d" % (round_, i)} for i in range(3)])
+            t, out = step_up_in_background(lag)
+            wait_until(lambda: logged(lag, 2180060), 10, "the lagging member enters catch-up")
+            if abort:
+                direct(lag).admin.command("replSetAbortPrimaryCatchUp")
+            else:
+                fail_point(direct(lag), "stopReplProducer", "off")
+            t.join(15)
+            assert out and isinstance(out[0], dict) and out[0]["ok"] == 1, out
+        finally:
+            for s in (lag, other):
+                fail_point(direct(s), "stopReplProducer", "off")
+        assert direct(lag).admin.command("hello")["isWritablePrimary"]
+        have = direct(lag).test.cu.count_documents({"_id": {"$regex": "^r%d-" % round_}})
+        assert have == (0 if abort else 3)
+        r = direct(lag).test.command("insert", "cu", documents=[{"_id": "after-%d" % round_}],
+                                     writeConcern={"w": 3, "wtimeout": 15000})
+        assert "writeConcernError" not in r
+    # the aborted catch-up's entries were rolled back on the former primary
+    oc = direct(old, readPreference="secondaryPreferred")
+    # (w:3 counted its position a moment before it left RECOVERING)
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 10,
+               "the former primary is a secondary again")
+    assert oc.test.cu.count_documents({"_id": {"$regex": "^r1-"}}) == 0

@@ -139,6 +139,23 @@ def test_crud_migration_and_secondary_reads(cluster):
     assert served and rs0_primary.host not in served
 
 
+def test_secondary_cursor_get_more(cluster):
+    """A cursor opened on a shard's secondary (readPreference secondary through the router)
+    lives there: the router's getMores go to that member, not to the primary (which has no
+    such cursor: CursorNotFound)."""
+    client = cluster["router"].client()
+    sec = client.app.get_collection("c", read_preference=ReadPreference.SECONDARY)
+    getmores = {n.host: direct(n).admin.command("serverStatus")["opcounters"]["getmore"]
+                for s in cluster["shards"] for n in s}
+    docs = list(sec.find({}, batch_size=10).sort("_id", 1))
+    assert [d["_id"] for d in docs] == [i for i in range(200) if i != 6]
+    after = {n.host: direct(n).admin.command("serverStatus")["opcounters"]["getmore"]
+             for s in cluster["shards"] for n in s}
+    primaries = {primary_of(s).host for s in cluster["shards"]}
+    served = {h for h in getmores if after[h] > getmores[h]}
+    assert served and not (served & primaries)
+
+
 def test_kill_shard_primary_under_majority_writes(cluster):
     client = cluster["router"].client(retryWrites=True)
     coll = client.app.get_collection("c", write_concern=WriteConcern(w="majority"))
