@@ -18,6 +18,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "config/balancer_private.h"
+#include "db/repl_hooks.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 
@@ -804,7 +805,9 @@ balancer_main(void *arg)
 
         /* Read under mu: a balancerStop that wrote "off" after this read sees in_round. */
         g_bal.kick = false;
-        ret = read_settings(&s, &st);
+        /* Only the config server set's primary balances (a secondary's reads would fail
+         * anyway); a step-up kicks the thread. */
+        ret = shl_db_repl_is_primary(cfg_get()->svc) ? read_settings(&s, &st) : -1;
         if (ret != 0 || strcmp(s.mode, "full") != 0 || !s.in_window || g_bal.shutdown) {
             moved = false;
             if (!g_bal.shutdown) {
@@ -868,6 +871,15 @@ cfg_balancer_start(shl_status_t *st)
     }
     pthread_mutex_unlock(&g_bal.mu);
     return ret;
+}
+
+void
+cfg_balancer_kick(void)
+{
+    pthread_mutex_lock(&g_bal.mu);
+    g_bal.kick = true;
+    pthread_cond_broadcast(&g_bal.cv);
+    pthread_mutex_unlock(&g_bal.mu);
 }
 
 void

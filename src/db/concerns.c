@@ -190,3 +190,22 @@ shl_db_repl_is_primary(const shl_service_ctx_t *svc)
 
     return node == NULL || node->repl.is_primary == NULL || node->repl.is_primary(node->repl.arg);
 }
+
+bool
+shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_listener_t *l)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node == NULL || node->repl.add_listener == NULL ||
+           node->repl.add_listener(node->repl.arg, l);
+}
+
+void
+shl_db_repl_stop_listeners(const shl_service_ctx_t *svc)
+{
+    const db_node_t *node = svc->role_state;
+
+    if (node != NULL && node->repl.stop_listeners != NULL) {
+        node->repl.stop_listeners(node->repl.arg);
+    }
+}
