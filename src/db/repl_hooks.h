@@ -76,6 +76,16 @@ bool shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_li
 void shl_db_repl_stop_listeners(const shl_service_ctx_t *svc);
 
 /*
+ * shl_db_repl_wait_write_concern --
+ *     Wait until this node's writes up to 'ts' satisfy 'wc' in its replica set (w: n, "majority",
+ *     a tag mode; its wtimeout), within 'op''s deadline. Without hooks (no replica set): 0 at
+ *     once. Errors: the hook's (WriteConcernTimeout, UnsatisfiableWriteConcern,
+ *     UnknownReplWriteConcern, PrimarySteppedDown, interruption).
+ */
+int shl_db_repl_wait_write_concern(const shl_service_ctx_t *svc, shl_op_ctx_t *op,
+                                   const shl_write_concern_t *wc, uint64_t ts, shl_status_t *st);
+
+/*
  * shl_db_repl_wait_majority --
  *     Wait until this node's writes up to 'ts' are majority-committed in its replica set
  *     (a migration's recipient under _secondaryThrottle / w: majority, issue 18), at most

@@ -1297,11 +1297,12 @@ typedef struct move_args {
     const char *to;
     bson_t min, max;
     bool wait_for_delete;
+    const bson_t *req; /* the _shardsvrMoveRange command (its secondaryThrottle) */
 } move_args_t;
 
 static int
 send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pattern_t *p,
-                      shl_status_t *st)
+                      const bson_t *req, shl_status_t *st)
 {
     int ret;
     bson_t cmd = BSON_INITIALIZER, reply, lsid;
@@ -1319,6 +1320,7 @@ send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pa
     BSON_APPEND_DOCUMENT(&cmd, "min", c->min);
     BSON_APPEND_DOCUMENT(&cmd, "max", c->max);
     BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &p->pattern);
+    mig_throttle_copy(req, &cmd);
     ret = shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
@@ -1673,7 +1675,7 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     /* Capture writes in the range from before the first document is cloned. */
     SHL_ERR(capture_start(s, op, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
-    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, st));
+    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, a->req, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);
     SHL_ERR(wait_steady(s, op, &c, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), op);
@@ -1871,6 +1873,12 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         SHL_ERR(shl_idl_missing("_shardsvrMoveRange", "max", st));
     }
     SHL_ERR(shl_cmd_get_bool(cmd, "waitForDelete", &a.wait_for_delete, st));
+    {
+        bool throttle;
+        shl_write_concern_t wc;
+        SHL_ERR(mig_throttle_parse(cmd, &throttle, &wc, st)); /* refused here, not later */
+    }
+    a.req = cmd;
     SHL_ERR(registry_donor(s, op, a.ns, &a.min, &a.max, a.to, &d, &join, st));
     if (join) {
         pthread_mutex_lock(&s->mig_mu);
