@@ -10,7 +10,7 @@ import time
 import pymongo
 import pytest
 
-from shale_fixtures import ShaleProcess, cleanup_later, wait_until
+from shale_fixtures import ShaleProcess, cleanup_later, fail_point, hang, wait_until
 
 FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 
@@ -148,3 +148,50 @@ def _try(fn):
         raise
     except pymongo.errors.ConnectionFailure:
         return False
+
+
+def test_kill_config_primary_mid_balancer_round(cluster):
+    """The config primary dies while a migration its balancer started is held on the donor;
+    the donor commits it to the new primary, whose balancer (kicked on step-up) finishes
+    balancing the collection."""
+    cfg, router = cluster["cfg"], cluster["router"]
+    client = router.client()
+    admin = client.admin
+    admin.command("enableSharding", "bal", primaryShard="sh0")
+    admin.command("shardCollection", "bal.c", key={"_id": 1})
+    client.bal.c.insert_many([{"_id": i} for i in range(400)])
+    for m in (100, 200, 300):
+        admin.command("split", "bal.c", middle={"_id": m})
+    for n in cfg:
+        fail_point(direct(n), "overrideBalanceRoundInterval", "alwaysOn", {"intervalMs": 200})
+    donor = direct(cluster["shards"][0])
+    wait = hang(donor, "moveChunkHangAtStep3")
+    old = primary_of(cfg)
+    try:
+        direct(old).config.settings.update_one(
+            {"_id": "balancer"}, {"$set": {"policy": "chunkCount", "_waitForDelete": True,
+                                           "mode": "full", "stopped": False}})
+        wait(30)  # a balancer migration from sh0 is in progress
+        old.kill()
+    finally:
+        fail_point(donor, "moveChunkHangAtStep3", "off")
+    new = primary_of([n for n in cfg if n is not old], 30)
+
+    def balanced():
+        uuid = direct(new).config.collections.find_one({"_id": "bal.c"})["uuid"]
+        counts = {}
+        for c in direct(new).config.chunks.find():
+            if c["uuid"] == uuid:
+                counts[c["shard"]] = counts.get(c["shard"], 0) + 1
+        return len(counts) == 3 and max(counts.values()) <= 2
+    try:
+        wait_until(balanced, 60, "the new config primary's balancer to balance bal.c")
+    finally:
+        direct(new).config.settings.update_one({"_id": "balancer"}, {"$set": {"mode": "off"}})
+    assert client.bal.c.count_documents({}) == 400
+    for n in cfg:
+        if n is not old:
+            fail_point(direct(n), "overrideBalanceRoundInterval", "off")
+    old.start()
+    wait_until(lambda: direct(old).admin.command("hello").get("secondary") is True, 30,
+               "the old config primary back as a secondary")
