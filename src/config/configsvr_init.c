@@ -283,7 +283,7 @@ step_up(void *arg)
     char cid[25];
 
     while (catalog_setup(cfg, &st) != 0) {
-        SHL_LOG_WARNING(SHARDING, 4200102, "config server step-up: catalog set-up failed",
+        SHL_LOG_WARNING(SHARDING, 4200105, "config server step-up: catalog set-up failed",
                         "error", BCON_UTF8(st.reason));
         if (!shl_db_repl_is_primary(cfg->svc)) {
             return;

@@ -31,7 +31,7 @@ step_up_work(shard_state_t *s, bool at_start)
     if (!at_start) {
         shard_crit_reset_all(s);
         if (shard_crit_sections_reload(s, &st) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200140, "step-up: could not reload the critical sections",
+            SHL_LOG_WARNING(SHARDING, 4200143, "step-up: could not reload the critical sections",
                             "error", BCON_UTF8(st.reason));
             shl_status_clear(&st);
         }
@@ -74,7 +74,7 @@ on_step_up(void *arg)
     int64_t start_us = shl_clock_mono_us();
 
     step_up_work(s, false);
-    SHL_LOG_INFO(SHARDING, 4200141, "shard step-up work done", "durationMillis",
+    SHL_LOG_INFO(SHARDING, 4200144, "shard step-up work done", "durationMillis",
                  BCON_INT64((shl_clock_mono_us() - start_us) / 1000));
 }
 
@@ -87,7 +87,7 @@ on_step_down(void *arg)
     shard_state_t *s = arg;
 
     atomic_store(&s->stepped_up, false);
-    SHL_LOG_INFO(SHARDING, 4200142, "shard stepped down");
+    SHL_LOG_INFO(SHARDING, 4200145, "shard stepped down");
 }
 
 void

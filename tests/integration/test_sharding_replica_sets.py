@@ -3,9 +3,8 @@ three-member config server set, all real processes, a router started with
 --configdb cfg/h1,h2,h3 and the shards added as "shardN/h1,h2,h3". CRUD and a migration
 through the router; reads with readPreference secondary served by a shard secondary; kill -9
 of a shard primary under w:majority retryable writes (every acknowledged write is there once
-the set elects a new primary and the router finds it). The config server's failover is not
-tested yet: its secondaries cannot hold the catalog the primary wrote before the set was
-initiated until initial sync exists (docs/design/replication.md)."""
+the set elects a new primary and the router finds it). The config server's failover:
+test_config_server_set.py."""
 
 import threading
 import time
