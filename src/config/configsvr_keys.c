@@ -189,14 +189,25 @@ keys_main(void *arg)
     return NULL;
 }
 
+/* Wake the key thread: to look again now, or ('stop') to end. */
+static void
+keys_signal(cfg_state_t *cfg, bool stop)
+{
+    pthread_mutex_lock(&cfg->keys_mu);
+    if (stop) {
+        cfg->keys_stop = true;
+    } else {
+        cfg->keys_kicked = true;
+    }
+    pthread_cond_signal(&cfg->keys_cv);
+    pthread_mutex_unlock(&cfg->keys_mu);
+}
+
 void
 cfg_keys_kick(cfg_state_t *cfg)
 {
     if (cfg->keys_started) {
-        pthread_mutex_lock(&cfg->keys_mu);
-        cfg->keys_kicked = true;
-        pthread_cond_signal(&cfg->keys_cv);
-        pthread_mutex_unlock(&cfg->keys_mu);
+        keys_signal(cfg, false);
     }
 }
 
@@ -223,10 +234,7 @@ void
 cfg_keys_stop(cfg_state_t *cfg)
 {
     if (cfg->keys_started) {
-        pthread_mutex_lock(&cfg->keys_mu);
-        cfg->keys_stop = true;
-        pthread_cond_signal(&cfg->keys_cv);
-        pthread_mutex_unlock(&cfg->keys_mu);
+        keys_signal(cfg, true);
         pthread_join(cfg->keys_thread, NULL);
         cfg->keys_started = false;
     }

@@ -93,6 +93,19 @@ op_clear(op_t *op)
     memset(op, 0, offsetof(op_t, head));
 }
 
+/* A cleared op that runs 'cmd' on 'host' in 'db', its status and reply going to st / reply. */
+static void
+op_init_cmd(op_t *op, const char *host, const char *db, const bson_t *cmd, shl_status_t *st,
+            bson_t *reply)
+{
+    op_clear(op);
+    op->host = host;
+    op->db = db;
+    op->cmd = cmd;
+    op->st = st;
+    op->reply = reply;
+}
+
 typedef struct engine {
     shl_conn_pool_t *pool;
     shl_client_hooks_t hooks;
@@ -1066,13 +1079,8 @@ shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, 
     client_pool_hooks(conn->pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    op_clear(&op);
-    op.host = conn->host;
-    op.db = db;
-    op.cmd = cmd;
+    op_init_cmd(&op, conn->host, db, cmd, st, reply_out);
     op.conn = conn;
-    op.st = st;
-    op.reply = reply_out;
     engine_run(&eng, &op, 1);
     return op.code;
 }
@@ -1130,12 +1138,7 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
      * member that failed, so the next one waits for the set's new primary. */
     for (int attempt = 0;; attempt++) {
         bson_init(reply_out);
-        op_clear(&op);
-        op.host = host;
-        op.db = db;
-        op.cmd = cmd;
-        op.st = st;
-        op.reply = reply_out;
+        op_init_cmd(&op, host, db, cmd, st, reply_out);
         engine_run(&eng, &op, 1);
         if (attempt == 3 || !set_op_may_retry(&op, host) ||
             (eng.deadline_us != 0 && shl_clock_mono_us() >= eng.deadline_us)) {

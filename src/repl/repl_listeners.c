@@ -98,9 +98,7 @@ repl_add_listener(void *arg, const shl_db_repl_listener_t *l)
     pthread_mutex_lock(&g_listeners.mu);
     SHL_INVARIANT(g_listeners.n < LISTENERS_MAX);
     g_listeners.v[g_listeners.n++] = *l;
-    if (rc == NULL) {
-        primary = true; /* no --replSet: primary for good */
-    } else if (!g_listeners.started) {
+    if (!g_listeners.started) {
         g_listeners.primary = shl_repl_is_primary(rc->svc);
         g_listeners.stop = false;
         SHL_INVARIANT(pthread_create(&g_listeners.thread, NULL, listeners_main, rc) == 0);
