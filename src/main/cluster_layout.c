@@ -264,7 +264,7 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
     *found = false;
     /* plan() resolves the path and the defaults; the file then overrides them. */
     SHL_ERR(shl_cluster_layout_plan(lay, dir, 1, 27017, "127.0.0.1", &scratch));
-    lay->nprocs = lay->nshards = 0;
+    lay->nprocs = lay->nshards = lay->config_replicas = 0;
     snprintf(path, sizeof(path), "%s/cluster.json", lay->dir);
     if (access(path, F_OK) != 0) {
         goto done;
