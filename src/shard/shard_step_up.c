@@ -79,14 +79,16 @@ on_step_up(void *arg)
 }
 
 /* Stepped down: versioned requests wait for the next step-up's work should this member be
- * elected again. Writes are refused from now on, so the coordinators, the migration recovery
- * and the range deleter fail their next write and leave their documents to the new primary. */
+ * elected again; an outgoing migration is interrupted (it must not commit from here). Writes
+ * are refused from now on, so the coordinators, the migration recovery and the range deleter
+ * fail their next write and leave their documents to the new primary. */
 static void
 on_step_down(void *arg)
 {
     shard_state_t *s = arg;
 
     atomic_store(&s->stepped_up, false);
+    shard_migration_interrupt_donor(s);
     SHL_LOG_INFO(SHARDING, 4200145, "shard stepped down");
 }
 

@@ -151,3 +151,41 @@ def test_kill_primary_mid_ddl(cluster):
     cfg_coll = direct(cluster["cfg"]).config.collections.find_one({"_id": "ddl.c"})
     assert cfg_coll.get("allowMigrations", True)
     rejoin(cluster, victim)
+
+
+def test_step_down_interrupts_the_outgoing_migration(cluster):
+    """replSetStepDown of the donor's primary held in a migration: the step-down kills the
+    migration there (it must not commit from a secondary); the new primary's step-up aborts
+    it from its document, and the chunk moves from the new primary afterwards."""
+    client = cluster["router"].client()
+    admin = client.admin
+    admin.command("enableSharding", "sd", primaryShard="rs0")
+    admin.command("shardCollection", "sd.c", key={"_id": 1})
+    client.sd.get_collection("c", write_concern=pymongo.WriteConcern(w="majority")).insert_many(
+        [{"_id": i} for i in range(200)])
+    admin.command("split", "sd.c", middle={"_id": 100})
+    victim = primary_of(cluster["rs"])
+    wait = hang(direct(victim), "moveChunkHangAtStep3")
+    move = Background(lambda: admin.command("moveChunk", "sd.c", find={"_id": 150}, to="one"))
+    try:
+        wait()
+        wait_until(lambda: on_secondaries(cluster, victim, "config", "migrationCoordinators"),
+                   10, "the migration coordinator document on the secondaries")
+        try:
+            direct(victim).admin.command("replSetStepDown", 30, force=True)
+        except pymongo.errors.PyMongoError:
+            pass  # the step-down may close this connection
+        move.join(30)
+        assert not move.is_alive() and not move.done
+    finally:
+        fail_point(direct(victim), "moveChunkHangAtStep3", "off")
+    assert logged(victim, 4200146, ns="sd.c")
+    new = primary_of([n for n in cluster["rs"] if n is not victim], 30)
+    wait_until(lambda: direct(new).config.migrationCoordinators.count_documents({}) == 0, 30,
+               "the new primary to abort the interrupted migration")
+    wait_until(lambda: direct(cluster["one"]).sd.c.count_documents({}) == 0, 30,
+               "the aborted migration's documents gone from the recipient")
+    assert client.sd.c.count_documents({}) == 200
+    admin.command("moveChunk", "sd.c", find={"_id": 150}, to="one")
+    assert direct(cluster["one"]).sd.c.count_documents({}) == 100
+    direct(victim).admin.command("replSetFreeze", 0)
