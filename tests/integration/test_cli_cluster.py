@@ -286,6 +286,9 @@ def test_up_with_replicas(request):
         assert "replica set members" in st.stdout
         assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 3) in st.stdout
         assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 4) in st.stdout
+        # the config server's set too
+        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 1) in st.stdout
+        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 2) in st.stdout
         r = c.up("--replicas", 3)
         assert r.returncode == 1 and "2-member replica sets" in r.stderr
     finally:
