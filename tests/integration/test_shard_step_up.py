@@ -189,3 +189,4 @@ def test_step_down_interrupts_the_outgoing_migration(cluster):
     admin.command("moveChunk", "sd.c", find={"_id": 150}, to="one")
     assert direct(cluster["one"]).sd.c.count_documents({}) == 100
     direct(victim).admin.command("replSetFreeze", 0)
+
