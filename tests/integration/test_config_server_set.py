@@ -10,36 +10,14 @@ import time
 import pymongo
 import pytest
 
-from shale_fixtures import ShaleProcess, cleanup_later, fail_point, hang, wait_until
+from shale_fixtures import (ShaleProcess, cleanup_later, fail_point, hang, set_primary,
+                            set_string, wait_until)
 
 FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 
 
 def direct(node, **kw):
     return node.client(directConnection=True, **kw)
-
-
-def primary_of(nodes, timeout=30):
-    found = []
-
-    def one_primary():
-        found[:] = []
-        for n in nodes:
-            if n.proc is None or n.proc.poll() is not None:
-                continue
-            try:
-                if direct(n, serverSelectionTimeoutMS=2000).admin.command("hello").get(
-                        "isWritablePrimary"):
-                    found.append(n)
-            except pymongo.errors.PyMongoError:
-                pass
-        return len(found) == 1
-    wait_until(one_primary, timeout, "one primary")
-    return found[0]
-
-
-def set_string(name, nodes):
-    return "%s/%s" % (name, ",".join(n.host for n in nodes))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +63,7 @@ def cluster_id(node):
 
 def test_one_catalog_on_every_member(cluster):
     cfg = cluster["cfg"]
-    primary = primary_of(cfg)
+    primary = set_primary(cfg)
     want = cluster_id(primary)
     # the secondaries cloned the initiator's catalog: one clusterId, the same shards
     for n in cfg:
@@ -105,10 +83,10 @@ def test_kill_config_primary(cluster):
     client.cdb.before.insert_many([{"_id": i} for i in range(100)])
     admin.command("split", "cdb.before", middle={"_id": 50})
     admin.command("moveChunk", "cdb.before", find={"_id": 60}, to="sh1")
-    old = primary_of(cfg)
+    old = set_primary(cfg)
     cid = cluster_id(old)
     old.kill()
-    new = primary_of([n for n in cfg if n is not old], 30)
+    new = set_primary([n for n in cfg if n is not old], 30)
     assert cluster_id(new) == cid
     # DDL, a migration and addShard through the router, on the new config primary
     wait_until(lambda: _try(lambda: admin.command("shardCollection", "cdb.after",
@@ -166,7 +144,7 @@ def test_kill_config_primary_mid_balancer_round(cluster):
         fail_point(direct(n), "overrideBalanceRoundInterval", "alwaysOn", {"intervalMs": 200})
     donor = direct(cluster["shards"][0])
     wait = hang(donor, "moveChunkHangAtStep3")
-    old = primary_of(cfg)
+    old = set_primary(cfg)
     try:
         direct(old).config.settings.update_one(
             {"_id": "balancer"}, {"$set": {"policy": "chunkCount", "_waitForDelete": True,
@@ -175,7 +153,7 @@ def test_kill_config_primary_mid_balancer_round(cluster):
         old.kill()
     finally:
         fail_point(donor, "moveChunkHangAtStep3", "off")
-    new = primary_of([n for n in cfg if n is not old], 30)
+    new = set_primary([n for n in cfg if n is not old], 30)
 
     def balanced():
         uuid = direct(new).config.collections.find_one({"_id": "bal.c"})["uuid"]

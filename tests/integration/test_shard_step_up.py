@@ -8,8 +8,8 @@ single-member shard, a config server of one member and a router."""
 import pymongo
 import pytest
 
-from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, hang,
-                            logged, wait_until)
+from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, hang, logged,
+                            set_primary, wait_until)
 
 FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 PARAMS = ["--setParameter", "orphanCleanupDelaySecs=0"]
@@ -17,25 +17,6 @@ PARAMS = ["--setParameter", "orphanCleanupDelaySecs=0"]
 
 def direct(node, **kw):
     return node.client(directConnection=True, **kw)
-
-
-def primary_of(nodes, timeout=30):
-    found = []
-
-    def one_primary():
-        found[:] = []
-        for n in nodes:
-            if n.proc is None or n.proc.poll() is not None:
-                continue
-            try:
-                if direct(n, serverSelectionTimeoutMS=2000).admin.command("hello").get(
-                        "isWritablePrimary"):
-                    found.append(n)
-            except pymongo.errors.PyMongoError:
-                pass
-        return len(found) == 1
-    wait_until(one_primary, timeout, "one primary")
-    return found[0]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +62,18 @@ def on_secondaries(cluster, primary, db, coll, flt=None):
     return True
 
 
+def sharded_on_rs0(cluster, db):
+    """db.c sharded on _id with primary shard rs0, 200 documents (w: majority) in two chunks
+    split at 100, both on rs0; returns a router client."""
+    client = cluster["router"].client()
+    client.admin.command("enableSharding", db, primaryShard="rs0")
+    client.admin.command("shardCollection", db + ".c", key={"_id": 1})
+    client[db].get_collection("c", write_concern=pymongo.WriteConcern(w="majority")).insert_many(
+        [{"_id": i} for i in range(200)])
+    client.admin.command("split", db + ".c", middle={"_id": 100})
+    return client
+
+
 def rejoin(cluster, victim):
     victim.start(extra=PARAMS)
 
@@ -90,14 +83,9 @@ def rejoin(cluster, victim):
 
 
 def test_kill_donor_primary_mid_migration(cluster):
-    client = cluster["router"].client()
+    client = sharded_on_rs0(cluster, "mig")
     admin = client.admin
-    admin.command("enableSharding", "mig", primaryShard="rs0")
-    admin.command("shardCollection", "mig.c", key={"_id": 1})
-    client.mig.get_collection("c", write_concern=pymongo.WriteConcern(w="majority")).insert_many(
-        [{"_id": i} for i in range(200)])
-    admin.command("split", "mig.c", middle={"_id": 100})
-    victim = primary_of(cluster["rs"])
+    victim = set_primary(cluster["rs"])
     wait = hang(direct(victim), "moveChunkHangAtStep3")
     move = Background(lambda: admin.command("moveChunk", "mig.c", find={"_id": 150}, to="one"))
     wait()
@@ -105,7 +93,7 @@ def test_kill_donor_primary_mid_migration(cluster):
     wait_until(lambda: on_secondaries(cluster, victim, "config", "migrationCoordinators"), 10,
                "the migration coordinator document on the secondaries")
     victim.kill()
-    new = primary_of([n for n in cluster["rs"] if n is not victim], 30)
+    new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
     # the new primary's step-up recovery decides the migration (aborted: nothing committed)
     wait_until(lambda: direct(new).config.migrationCoordinators.count_documents({}) == 0, 30,
                "the new primary to finish the migration's recovery")
@@ -132,7 +120,7 @@ def test_kill_primary_mid_ddl(cluster):
     admin.command("enableSharding", "ddl", primaryShard="rs0")
     admin.command("shardCollection", "ddl.c", key={"_id": 1})
     client.ddl.c.insert_many([{"_id": i} for i in range(20)])
-    victim = primary_of(cluster["rs"])
+    victim = set_primary(cluster["rs"])
     fail_point(direct(victim), "hangBeforeCoordinatorPhase", "alwaysOn",
                {"type": "CollModCoordinator", "phase": "updateShards"})
     cmd = Background(lambda: client.ddl.command("collMod", "c", validator={"v": 1}))
@@ -141,7 +129,7 @@ def test_kill_primary_mid_ddl(cluster):
     wait_until(lambda: on_secondaries(cluster, victim, "config", "system.sharding_ddl_coordinators"),
                10, "the collMod coordinator's document on the secondaries")
     victim.kill()
-    new = primary_of([n for n in cluster["rs"] if n is not victim], 30)
+    new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
     wait_until(lambda: direct(new).config.system.sharding_ddl_coordinators.count_documents(
         {}) == 0, 30, "the new primary to finish the resumed collMod")
     cmd.join(60)
@@ -157,14 +145,9 @@ def test_step_down_interrupts_the_outgoing_migration(cluster):
     """replSetStepDown of the donor's primary held in a migration: the step-down kills the
     migration there (it must not commit from a secondary); the new primary's step-up aborts
     it from its document, and the chunk moves from the new primary afterwards."""
-    client = cluster["router"].client()
+    client = sharded_on_rs0(cluster, "sd")
     admin = client.admin
-    admin.command("enableSharding", "sd", primaryShard="rs0")
-    admin.command("shardCollection", "sd.c", key={"_id": 1})
-    client.sd.get_collection("c", write_concern=pymongo.WriteConcern(w="majority")).insert_many(
-        [{"_id": i} for i in range(200)])
-    admin.command("split", "sd.c", middle={"_id": 100})
-    victim = primary_of(cluster["rs"])
+    victim = set_primary(cluster["rs"])
     wait = hang(direct(victim), "moveChunkHangAtStep3")
     move = Background(lambda: admin.command("moveChunk", "sd.c", find={"_id": 150}, to="one"))
     try:
@@ -180,7 +163,7 @@ def test_step_down_interrupts_the_outgoing_migration(cluster):
     finally:
         fail_point(direct(victim), "moveChunkHangAtStep3", "off")
     assert logged(victim, 4200146, ns="sd.c")
-    new = primary_of([n for n in cluster["rs"] if n is not victim], 30)
+    new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
     wait_until(lambda: direct(new).config.migrationCoordinators.count_documents({}) == 0, 30,
                "the new primary to abort the interrupted migration")
     wait_until(lambda: direct(cluster["one"]).sd.c.count_documents({}) == 0, 30,
