@@ -119,6 +119,8 @@ int cfg_balancer_in_window(const char *start, const char *stop, int now_min, boo
  */
 int cfg_balancer_start(shl_status_t *st);
 void cfg_balancer_stop(void);
+/* cfg_balancer_kick -- wake the balancer thread to look again now (a step-up or down). */
+void cfg_balancer_kick(void);
 
 /* _configsvrBalancerStart / _configsvrBalancerStop / _configsvrBalancerStatus. */
 void cfg_register_balancer_commands(shl_command_registry_t *reg);

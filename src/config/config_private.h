@@ -44,6 +44,7 @@ typedef struct cfg_state {
     pthread_mutex_t keys_mu;
     pthread_cond_t keys_cv;
     bool keys_stop, keys_started;
+    bool keys_kicked; /* look again now (a step-up); guarded by keys_mu */
     pthread_t keys_thread;
 } cfg_state_t;
 
@@ -285,5 +286,7 @@ void cfg_keys_plan(uint64_t now, int64_t interval_secs, const uint64_t *valid, s
  */
 int cfg_keys_start(cfg_state_t *cfg, shl_status_t *st);
 void cfg_keys_stop(cfg_state_t *cfg);
+/* cfg_keys_kick -- make the key generator look again now (this member became primary). */
+void cfg_keys_kick(cfg_state_t *cfg);
 
 #endif

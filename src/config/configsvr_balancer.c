@@ -18,6 +18,7 @@
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "config/balancer_private.h"
+#include "db/repl_hooks.h"
 #include "config/config_private.h"
 #include "sharding/shard_key.h"
 
@@ -54,7 +55,26 @@ typedef struct bal_settings {
     bool by_count;  /* policy: "chunkCount" (the seeds' count policy); else by data size */
     bool by_load;   /* policy: "load" (Shale's load policy) */
     bool attempt_jumbo; /* attemptToBalanceJumboChunks: migrations skip the size check */
+    /* _secondaryThrottle: true / false, or the write concern document the recipients wait
+     * for after each cloned batch (a copy when it fits; a larger one counts as true). */
+    bool throttle;
+    uint32_t throttle_wc_len; /* 0: none */
+    uint8_t throttle_wc[256];
 } bal_settings_t;
+
+/* The migration command's secondaryThrottle from the settings (issue 16 item 2). */
+static void
+append_throttle(const bal_settings_t *set, bson_t *cmd)
+{
+    bson_t wc;
+
+    if (set->throttle_wc_len > 0 &&
+        bson_init_static(&wc, set->throttle_wc, set->throttle_wc_len)) {
+        BSON_APPEND_DOCUMENT(cmd, "secondaryThrottle", &wc);
+    } else if (set->throttle) {
+        BSON_APPEND_BOOL(cmd, "secondaryThrottle", true);
+    }
+}
 
 /* Whether now (local time) is inside the setting's activeWindow {start, stop}; a malformed
  * window keeps the balancer idle (and says why in the log), as MongoDB's refuses it. */
@@ -115,6 +135,22 @@ read_settings(bal_settings_t *out, shl_status_t *st)
     }
     if (found && bson_iter_init_find(&it, &doc, "_waitForDelete")) {
         out->wait_for_delete = bson_iter_as_bool(&it);
+    }
+    out->throttle = false;
+    out->throttle_wc_len = 0;
+    if (found && bson_iter_init_find(&it, &doc, "_secondaryThrottle")) {
+        if (BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            const uint8_t *data;
+            uint32_t len;
+            bson_iter_document(&it, &len, &data);
+            out->throttle = true;
+            if (len <= sizeof(out->throttle_wc)) {
+                memcpy(out->throttle_wc, data, len);
+                out->throttle_wc_len = len;
+            }
+        } else {
+            out->throttle = bson_iter_as_bool(&it);
+        }
     }
     if (found) {
         out->in_window = in_active_window(&doc);
@@ -193,6 +229,7 @@ typedef struct bal_task {
     bool wait_for_delete;
     bool min_only;   /* move about one chunk size from min (the data-size policy) */
     bool force_size; /* attemptToBalanceJumboChunks: forceJumbo, no size check */
+    const bal_settings_t *set; /* the round's settings (outlive the task) */
     pthread_t thread;
     bool started;
     int ret;
@@ -217,6 +254,7 @@ task_main(void *arg)
         bson_append_array_end(&cmd, &arr);
     }
     BSON_APPEND_BOOL(&cmd, "waitForDelete", t->wait_for_delete);
+    append_throttle(t->set, &cmd);
     if (t->force_size) {
         /* The balancer never proposes a chunk flagged jumbo, so forceJumbo here only lifts
          * the donor's size check (MongoDB's kForceBalancer). */
@@ -626,6 +664,7 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
         t->wait_for_delete = wait_for_delete;
         t->min_only = !set->by_count && !set->by_load && moves[m].reason == CFG_BAL_IMBALANCE;
         t->force_size = set->attempt_jumbo;
+        t->set = set;
     }
 done:
     shl_collection_type_cleanup(&coll);
@@ -802,7 +841,9 @@ balancer_main(void *arg)
 
         /* Read under mu: a balancerStop that wrote "off" after this read sees in_round. */
         g_bal.kick = false;
-        ret = read_settings(&s, &st);
+        /* Only the config server set's primary balances (a secondary's reads would fail
+         * anyway); a step-up kicks the thread. */
+        ret = shl_db_repl_is_primary(cfg_get()->svc) ? read_settings(&s, &st) : -1;
         if (ret != 0 || strcmp(s.mode, "full") != 0 || !s.in_window || g_bal.shutdown) {
             moved = false;
             if (!g_bal.shutdown) {
@@ -866,6 +907,15 @@ cfg_balancer_start(shl_status_t *st)
     }
     pthread_mutex_unlock(&g_bal.mu);
     return ret;
+}
+
+void
+cfg_balancer_kick(void)
+{
+    pthread_mutex_lock(&g_bal.mu);
+    g_bal.kick = true;
+    pthread_cond_broadcast(&g_bal.cv);
+    pthread_mutex_unlock(&g_bal.mu);
 }
 
 void
@@ -1050,6 +1100,7 @@ cmd_rebalance_chunk(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_stat
     BSON_APPEND_DOCUMENT(&arr, "1", &cmax);
     bson_append_array_end(&fwd, &arr);
     BSON_APPEND_BOOL(&fwd, "waitForDelete", set.wait_for_delete);
+    append_throttle(&set, &fwd);
     SHL_ERR(cfg_move_range(op, &fwd, &r2, st));
     SHL_LOG_INFO(SHARDING, 4201631, "balancer moved a top chunk after its split", "ns",
                  BCON_UTF8(ns), "to", BCON_UTF8(shards[best].name));

@@ -1023,6 +1023,13 @@ cmd_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t 
     BSON_APPEND_DOCUMENT(&fwd, "max", &cmax);
     BSON_APPEND_BOOL(&fwd, "waitForDelete", wait_delete);
     BSON_APPEND_BOOL(&fwd, "forceJumbo", force_jumbo);
+    {
+        /* _secondaryThrottle goes on to the recipient (true, or its write concern). */
+        bson_iter_t tit;
+        if (bson_iter_init_find(&tit, cmd, "secondaryThrottle")) {
+            bson_append_iter(&fwd, "secondaryThrottle", -1, &tit);
+        }
+    }
     BSON_APPEND_DOCUMENT_BEGIN(&fwd, "writeConcern", &wc);
     BSON_APPEND_UTF8(&wc, "w", "majority");
     bson_append_document_end(&fwd, &wc);

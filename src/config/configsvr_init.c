@@ -13,6 +13,8 @@
 #include "config/config_private.h"
 #include "config/configsvr.h"
 #include "db/node.h"
+#include "db/repl_hooks.h"
+#include "base/clock.h"
 
 /* The node's own hello decoration, chained before configsvr: 2. */
 static void (*node_append_hello)(struct shl_op_ctx *op, bson_t *reply);
@@ -114,6 +116,7 @@ shutdown_hook(shl_service_ctx_t *svc)
 {
     cfg_state_t *cfg = cfg_get();
 
+    shl_db_repl_stop_listeners(svc);
     cfg_balancer_stop();
     cfg_sessions_stop(cfg);
     cfg_keys_stop(cfg);
@@ -248,6 +251,62 @@ done:
     return ret;
 }
 
+/*
+ * The catalog's set-up, on the primary: at start-up (a set of one, or the primary of a set)
+ * and each time this member becomes the set's primary (docs/design/replication.md "Step-up
+ * and step-down work"). A new set's members each make one before the set is initiated; the
+ * initiator's is the one that stays (the others clone it in their initial sync). What is in
+ * memory (clusterId, topologyTime) is read again from the catalog the set holds.
+ */
+static int
+catalog_setup(cfg_state_t *cfg, shl_status_t *st)
+{
+    int ret = 0;
+
+    SHL_ERR(ensure_changelog(st));
+    SHL_ERR(create_indexes(st));
+    SHL_ERR(ensure_version(cfg, st));
+    SHL_ERR(ensure_balancer_setting(st));
+    SHL_ERR(load_topology_time(cfg, st));
+done:
+    return ret;
+}
+
+/* This member became the config server set's primary: its catalog, then the balancer and
+ * the key generator look again (they idle on a secondary). Retried while the member stays
+ * primary (a write may need the majority that is still catching up). */
+static void
+step_up(void *arg)
+{
+    cfg_state_t *cfg = arg;
+    shl_status_t st = SHL_STATUS_INIT;
+    char cid[25];
+
+    while (catalog_setup(cfg, &st) != 0) {
+        SHL_LOG_WARNING(SHARDING, 4200105, "config server step-up: catalog set-up failed",
+                        "error", BCON_UTF8(st.reason));
+        if (!shl_db_repl_is_primary(cfg->svc)) {
+            return;
+        }
+        shl_status_clear(&st);
+        shl_sleep_ms(200);
+    }
+    cfg_keys_kick(cfg);
+    cfg_balancer_kick();
+    bson_oid_to_string(&cfg->cluster_id, cid);
+    SHL_LOG_INFO(SHARDING, 4200103, "config server primary ready", "clusterId", BCON_UTF8(cid));
+}
+
+/* No longer primary: the balancer's round in progress fails on its next write (writes are
+ * refused from now on) and no new round starts until the next step-up. */
+static void
+step_down(void *arg)
+{
+    (void)arg;
+    SHL_LOG_INFO(SHARDING, 4200104, "config server stepped down");
+    cfg_balancer_kick();
+}
+
 int
 shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {
@@ -292,11 +351,14 @@ shl_configsvr_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_stat
      * starts at or past the last oplog entry) is committed, and no older time is given out. */
     shl_vector_clock_advance(&cfg->clock, SHL_VC_CONFIG_TIME, shl_storage_clock_now(svc->storage));
 
-    SHL_ERR(ensure_changelog(st));
-    SHL_ERR(create_indexes(st));
-    SHL_ERR(ensure_version(cfg, st));
-    SHL_ERR(ensure_balancer_setting(st));
-    SHL_ERR(load_topology_time(cfg, st));
+    {
+        shl_db_repl_listener_t l = {.step_up = step_up, .step_down = step_down, .arg = cfg};
+        /* A secondary of the config server's set sets nothing up: its catalog is the one it
+         * replicates, and it makes its own only if it becomes primary. */
+        if (shl_db_repl_add_listener(svc, &l)) {
+            SHL_ERR(catalog_setup(cfg, st));
+        }
+    }
     SHL_ERR(cfg_keys_start(cfg, st));
     SHL_ERR(cfg_sessions_start(cfg, st));
     SHL_ERR(cfg_balancer_start(st));

@@ -15,6 +15,7 @@
 #include "base/options.h"
 #include "bson/bson_util.h"
 #include "config/config_private.h"
+#include "db/repl_hooks.h"
 #include "net/cluster_time.h"
 #include "net/server.h"
 #include "sharding/keys_client.h"
@@ -25,8 +26,10 @@ static int
 read_keys(shl_hmac_key_t **keys, size_t *n, shl_status_t *st)
 {
     int ret = 0;
+    /* A secondary of the config server's set reads the keys its primary made. */
     bson_t *cmd = BCON_NEW("find", BCON_UTF8("system.keys"), "filter", "{", "purpose",
-                           BCON_UTF8("HMAC"), "}", "batchSize", BCON_INT32(1000000));
+                           BCON_UTF8("HMAC"), "}", "batchSize", BCON_INT32(1000000),
+                           "$readPreference", "{", "mode", BCON_UTF8("primaryPreferred"), "}");
     bson_t reply = BSON_INITIALIZER;
     bson_iter_t it, arr;
     bson_t **docs = NULL;
@@ -109,6 +112,12 @@ generate(cfg_state_t *cfg, uint64_t *next_expiry, shl_status_t *st)
     }
     qsort(valid, nvalid, sizeof(*valid), cmp_u64);
     cfg_keys_plan(now, shl_opt_int(SHL_OPT_KeysRotationIntervalSec), valid, nvalid, add, &nnew);
+    if (!shl_db_repl_is_primary(cfg->svc)) {
+        /* Only the set's primary makes keys; a secondary looks again soon for the ones it
+         * replicates. */
+        nnew = 0;
+        nvalid = 0;
+    }
     for (size_t i = 0; i < nnew; i++) {
         uint8_t k[SHL_HMAC_KEY_LEN];
         bson_t reply;
@@ -133,7 +142,7 @@ generate(cfg_state_t *cfg, uint64_t *next_expiry, shl_status_t *st)
         }
     }
     *next_expiry = nvalid > 0 ? valid[0] : 0;
-    if (nnew > 0 || n == 0) {
+    if (nnew > 0 || n == 0 || !shl_db_repl_is_primary(cfg->svc)) {
         SHL_ERR(shl_cluster_time_refresh(cfg->svc->cluster_time, st));
     }
 done:
@@ -169,14 +178,37 @@ keys_main(void *arg)
         pthread_mutex_lock(&cfg->keys_mu);
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += wait_s;
-        while (!cfg->keys_stop) {
+        while (!cfg->keys_stop && !cfg->keys_kicked) {
             if (pthread_cond_timedwait(&cfg->keys_cv, &cfg->keys_mu, &ts) != 0) {
                 break;
             }
         }
+        cfg->keys_kicked = false;
     }
     pthread_mutex_unlock(&cfg->keys_mu);
     return NULL;
+}
+
+/* Wake the key thread: to look again now, or ('stop') to end. */
+static void
+keys_signal(cfg_state_t *cfg, bool stop)
+{
+    pthread_mutex_lock(&cfg->keys_mu);
+    if (stop) {
+        cfg->keys_stop = true;
+    } else {
+        cfg->keys_kicked = true;
+    }
+    pthread_cond_signal(&cfg->keys_cv);
+    pthread_mutex_unlock(&cfg->keys_mu);
+}
+
+void
+cfg_keys_kick(cfg_state_t *cfg)
+{
+    if (cfg->keys_started) {
+        keys_signal(cfg, false);
+    }
 }
 
 int
@@ -189,7 +221,9 @@ cfg_keys_start(cfg_state_t *cfg, shl_status_t *st)
     pthread_cond_init(&cfg->keys_cv, NULL);
     cfg->svc->cluster_time = shl_cluster_time_new();
     shl_cluster_time_set_loader(cfg->svc->cluster_time, load_local, cfg);
-    SHL_ERR(generate(cfg, &next, st));
+    if (shl_db_repl_is_primary(cfg->svc)) {
+        SHL_ERR(generate(cfg, &next, st));
+    }
     SHL_INVARIANT(pthread_create(&cfg->keys_thread, NULL, keys_main, cfg) == 0);
     cfg->keys_started = true;
 done:
@@ -200,10 +234,7 @@ void
 cfg_keys_stop(cfg_state_t *cfg)
 {
     if (cfg->keys_started) {
-        pthread_mutex_lock(&cfg->keys_mu);
-        cfg->keys_stop = true;
-        pthread_cond_signal(&cfg->keys_cv);
-        pthread_mutex_unlock(&cfg->keys_mu);
+        keys_signal(cfg, true);
         pthread_join(cfg->keys_thread, NULL);
         cfg->keys_started = false;
     }

@@ -192,6 +192,18 @@ shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t *h)
 }
 
 int
+shl_db_repl_wait_write_concern(const shl_service_ctx_t *svc, shl_op_ctx_t *op,
+                               const shl_write_concern_t *wc, uint64_t ts, shl_status_t *st)
+{
+    const db_node_t *node = svc->role_state;
+
+    if (node == NULL || node->repl.wait_write_concern == NULL) {
+        return 0;
+    }
+    return node->repl.wait_write_concern(node->repl.arg, op, wc, ts, st);
+}
+
+int
 shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, uint64_t ts,
                           int64_t timeout_ms, shl_status_t *st)
 {
@@ -205,7 +217,7 @@ shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, uint64
     wc.w_majority = true;
     wc.wtimeout_ms = timeout_ms;
     wc.provenance = "clientSupplied";
-    return node->repl.wait_write_concern(node->repl.arg, op, &wc, ts, st);
+    return shl_db_repl_wait_write_concern(svc, op, &wc, ts, st);
 }
 
 bool
@@ -214,4 +226,23 @@ shl_db_repl_is_primary(const shl_service_ctx_t *svc)
     const db_node_t *node = svc->role_state;
 
     return node == NULL || node->repl.is_primary == NULL || node->repl.is_primary(node->repl.arg);
+}
+
+bool
+shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_listener_t *l)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node == NULL || node->repl.add_listener == NULL ||
+           node->repl.add_listener(node->repl.arg, l);
+}
+
+void
+shl_db_repl_stop_listeners(const shl_service_ctx_t *svc)
+{
+    const db_node_t *node = svc->role_state;
+
+    if (node != NULL && node->repl.stop_listeners != NULL) {
+        node->repl.stop_listeners(node->repl.arg);
+    }
 }

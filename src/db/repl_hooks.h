@@ -16,6 +16,19 @@
 #include "net/service_context.h"
 #include "net/write_concern.h"
 
+/*
+ * Step-up / step-down work of the layers above (shard, config; MongoDB's
+ * ReplicaSetAwareService): 'step_up' runs each time this member becomes PRIMARY, 'step_down'
+ * each time it stops being PRIMARY, on one thread of repl's (never under a repl lock;
+ * listeners in the order they were added), shortly after the change (by then the member
+ * already accepts, or refuses, writes). A callback may block; the next change waits for it.
+ */
+typedef struct shl_db_repl_listener {
+    void (*step_up)(void *arg);
+    void (*step_down)(void *arg);
+    void *arg;
+} shl_db_repl_listener_t;
+
 typedef struct shl_db_repl_hooks {
     void *arg;
     /*
@@ -32,6 +45,9 @@ typedef struct shl_db_repl_hooks {
     /* Whether this node is primary now: background writers (TTL, session reaps) only run
      * on a primary. Lock-free. */
     bool (*is_primary)(void *arg);
+    /* Register a listener (shl_db_repl_add_listener); stop them all. NULL: no replica set. */
+    bool (*add_listener)(void *arg, const shl_db_repl_listener_t *l);
+    void (*stop_listeners)(void *arg);
 } shl_db_repl_hooks_t;
 
 /*
@@ -43,6 +59,31 @@ void shl_db_repl_hooks_install(shl_service_ctx_t *svc, const shl_db_repl_hooks_t
 
 /* shl_db_repl_is_primary -- the hook's answer, true without hooks. */
 bool shl_db_repl_is_primary(const shl_service_ctx_t *svc);
+
+/*
+ * shl_db_repl_add_listener --
+ *     Register 'l' (copied; at most 8 per process) for the state changes from now on. Returns
+ *     whether this member is primary now (always true without a replica set: nothing will
+ *     change): the caller runs its step-up work itself for that first state.
+ */
+bool shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_listener_t *l);
+
+/*
+ * shl_db_repl_stop_listeners --
+ *     Stop calling listeners (waiting for a callback in progress). Call from the shutdown hook
+ *     of the layer above before it frees what its callbacks use. Idempotent.
+ */
+void shl_db_repl_stop_listeners(const shl_service_ctx_t *svc);
+
+/*
+ * shl_db_repl_wait_write_concern --
+ *     Wait until this node's writes up to 'ts' satisfy 'wc' in its replica set (w: n, "majority",
+ *     a tag mode; its wtimeout), within 'op''s deadline. Without hooks (no replica set): 0 at
+ *     once. Errors: the hook's (WriteConcernTimeout, UnsatisfiableWriteConcern,
+ *     UnknownReplWriteConcern, PrimarySteppedDown, interruption).
+ */
+int shl_db_repl_wait_write_concern(const shl_service_ctx_t *svc, shl_op_ctx_t *op,
+                                   const shl_write_concern_t *wc, uint64_t ts, shl_status_t *st);
 
 /*
  * shl_db_repl_wait_majority --

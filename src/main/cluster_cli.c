@@ -247,7 +247,7 @@ wait_ready(shl_conn_pool_t *pool, const shl_cluster_layout_t *lay, shl_cluster_p
             if (bson_iter_init_find(&it, &reply, "isWritablePrimary") && bson_iter_as_bool(&it)) {
                 break;
             }
-            if (lay->replicas > 1 && p->role == SHL_CLUSTER_SHARDSVR && !primary) {
+            if (lay->replicas > 1 && p->role != SHL_CLUSTER_ROUTER && !primary) {
                 break; /* a member of a set: initiate_sets makes a primary */
             }
         }
@@ -484,8 +484,10 @@ reconcile(shl_cluster_layout_t *lay, const shl_cluster_layout_t *rec, const shl_
                  "another --dbpath",
                  rec->dir, rec->replicas);
     }
-    SHL_ERR(shl_cluster_layout_plan_replicas(lay, rec->dir, nshards, rec->replicas, rec->port,
-                                             a->bind_ip_given ? a->bind_ip : rec->bind_ip, st));
+    SHL_ERR(shl_cluster_layout_plan_sets(lay, rec->dir, nshards, rec->replicas,
+                                         rec->config_replicas > 0 ? rec->config_replicas : 1,
+                                         rec->port, a->bind_ip_given ? a->bind_ip : rec->bind_ip,
+                                         st));
     /* Keep the recorded processes (ports and pids) by name. */
     for (int i = 0; i < rec->nprocs; i++) {
         const shl_cluster_proc_t *r = &rec->procs[i];

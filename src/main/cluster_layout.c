@@ -120,6 +120,14 @@ int
 shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int nshards,
                                  int replicas, int port, const char *bind_ip, shl_status_t *st)
 {
+    return shl_cluster_layout_plan_sets(lay, dir, nshards, replicas, replicas, port, bind_ip, st);
+}
+
+int
+shl_cluster_layout_plan_sets(shl_cluster_layout_t *lay, const char *dir, int nshards,
+                             int replicas, int config_replicas, int port, const char *bind_ip,
+                             shl_status_t *st)
+{
     int ret = 0;
     char cwd[PATH_MAX];
 
@@ -132,7 +140,11 @@ shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int
         SHL_FAIL(st, SHL_CODE_BAD_VALUE, "--replicas must be between 1 and %d, got %d",
                  SHL_CLUSTER_MAX_REPLICAS, replicas);
     }
-    if (port < 1 || port + 1 + replicas * nshards > 65535) {
+    if (config_replicas < 1 || config_replicas > SHL_CLUSTER_MAX_REPLICAS) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "the config server's members must be 1 to %d, got %d",
+                 SHL_CLUSTER_MAX_REPLICAS, config_replicas);
+    }
+    if (port < 1 || port + config_replicas + replicas * nshards > 65535) {
         SHL_FAIL(st, SHL_CODE_BAD_VALUE,
                  "--port %d leaves no room for the config server and %d shards after it (ports "
                  "up to 65535)",
@@ -162,16 +174,15 @@ shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int
     lay->port = port;
     lay->nshards = nshards;
     lay->replicas = replicas;
-    lay->nprocs = replicas * nshards + 2;
+    lay->config_replicas = config_replicas;
+    lay->nprocs = replicas * nshards + config_replicas + 1;
 
-    /* The config server stays one member: until initial sync exists, the catalog a config
-     * server writes at start-up cannot reach the other members of its set. */
-    plan_set(lay, 0, 1, "config", SHL_CLUSTER_CONFIGSVR, "csrs", port + 1);
+    plan_set(lay, 0, config_replicas, "config", SHL_CLUSTER_CONFIGSVR, "csrs", port + 1);
     for (int i = 0; i < nshards; i++) {
         char name[32];
         snprintf(name, sizeof(name), "shard%d", i);
-        plan_set(lay, 1 + replicas * i, replicas, name, SHL_CLUSTER_SHARDSVR, name,
-                 port + 2 + replicas * i);
+        plan_set(lay, config_replicas + replicas * i, replicas, name, SHL_CLUSTER_SHARDSVR, name,
+                 port + 1 + config_replicas + replicas * i);
     }
     shl_cluster_proc_t *r = &lay->procs[lay->nprocs - 1];
     snprintf(r->name, sizeof(r->name), "router");
@@ -253,7 +264,7 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
     *found = false;
     /* plan() resolves the path and the defaults; the file then overrides them. */
     SHL_ERR(shl_cluster_layout_plan(lay, dir, 1, 27017, "127.0.0.1", &scratch));
-    lay->nprocs = lay->nshards = 0;
+    lay->nprocs = lay->nshards = lay->config_replicas = 0;
     snprintf(path, sizeof(path), "%s/cluster.json", lay->dir);
     if (access(path, F_OK) != 0) {
         goto done;
@@ -327,6 +338,8 @@ shl_cluster_layout_load(shl_cluster_layout_t *lay, const char *dir, bool *found,
         }
         if (p->role == SHL_CLUSTER_SHARDSVR) {
             lay->nshards++;
+        } else if (p->role == SHL_CLUSTER_CONFIGSVR) {
+            lay->config_replicas++;
         }
     }
     if (bson_iter_init_find(&it, doc, "replicas")) {

@@ -15,7 +15,7 @@
 
 #define SHL_CLUSTER_MAX_SHARDS 64
 #define SHL_CLUSTER_MAX_REPLICAS 7 /* members of each replica set (`shale up --replicas`) */
-#define SHL_CLUSTER_MAX_PROCS (SHL_CLUSTER_MAX_SHARDS * SHL_CLUSTER_MAX_REPLICAS + 2)
+#define SHL_CLUSTER_MAX_PROCS ((SHL_CLUSTER_MAX_SHARDS + 1) * SHL_CLUSTER_MAX_REPLICAS + 1)
 #define SHL_CLUSTER_PATH_MAX 1024
 
 typedef enum shl_cluster_role {
@@ -40,6 +40,8 @@ typedef struct shl_cluster_layout {
     int port;                       /* the router's port; the others follow it */
     int nshards;
     int replicas; /* members of each shard's replica set (1: one) */
+    int config_replicas; /* members of the config server's set (clusters made before
+                          * repl18e: 1 whatever 'replicas' is) */
     /* config, shard0..N-1, router, in that order; with replicas R each shard's members
      * follow one another: "shard0", "shard0-1", ..., "shard1", ... */
     int nprocs;
@@ -57,13 +59,23 @@ int shl_cluster_layout_plan(shl_cluster_layout_t *lay, const char *dir, int nsha
 
 /*
  * shl_cluster_layout_plan_replicas --
- *     shl_cluster_layout_plan with 'replicas' members per shard replica set on consecutive
- *     ports: the config server on port+1 (one member: its start-up catalog cannot reach other
- *     members until initial sync exists), shard i's members from port+2+R*i (R = 1: the
- *     same layout as shl_cluster_layout_plan). Errors: BadValue (also replicas out of 1..7).
+ *     shl_cluster_layout_plan with 'replicas' members per replica set on consecutive ports:
+ *     the config server's set ("csrs": config, config-1, ...) from port+1, shard i's members
+ *     from port+1+R+R*i (R = 1: the same layout as shl_cluster_layout_plan). Errors:
+ *     BadValue (also replicas out of 1..7).
  */
 int shl_cluster_layout_plan_replicas(shl_cluster_layout_t *lay, const char *dir, int nshards,
                                      int replicas, int port, const char *bind_ip, shl_status_t *st);
+
+/*
+ * shl_cluster_layout_plan_sets --
+ *     As shl_cluster_layout_plan_replicas with the config server's set of 'config_replicas'
+ *     members (a cluster recorded before the config server became a set keeps one: its
+ *     shards' ports start at port+2). Errors: BadValue.
+ */
+int shl_cluster_layout_plan_sets(shl_cluster_layout_t *lay, const char *dir, int nshards,
+                                 int replicas, int config_replicas, int port, const char *bind_ip,
+                                 shl_status_t *st);
 
 /* shl_cluster_layout_set_size -- how many members the set whose first member is procs[first]
  * has (the processes from there on with its replSet). */

@@ -104,6 +104,40 @@ SHL_TEST(layout_save_load_round_trip)
     ASSERT(access(path, F_OK) != 0);
 }
 
+SHL_TEST(layout_replicas_make_the_config_server_a_set_too)
+{
+    shl_cluster_layout_t lay, back;
+    shl_status_t st = SHL_STATUS_INIT;
+    bool found = false;
+
+    ASSERT_INT_EQ(
+        shl_cluster_layout_plan_replicas(&lay, scratch_dir(), 2, 3, 32000, "127.0.0.1", &st), 0);
+    ASSERT_INT_EQ(lay.nprocs, 10);
+    ASSERT_INT_EQ(lay.config_replicas, 3);
+    ASSERT_STR_EQ(lay.procs[2].name, "config-2");
+    ASSERT_STR_EQ(lay.procs[2].repl_set, "csrs");
+    ASSERT_INT_EQ(lay.procs[2].port, 32003);
+    ASSERT_STR_EQ(lay.procs[3].name, "shard0");
+    ASSERT_INT_EQ(lay.procs[3].port, 32004);
+    ASSERT_STR_EQ(lay.procs[6].name, "shard1");
+    ASSERT_INT_EQ(lay.procs[6].port, 32007);
+    ASSERT_INT_EQ(shl_cluster_layout_save(&lay, &st), 0);
+    ASSERT_INT_EQ(shl_cluster_layout_load(&back, scratch_dir(), &found, &st), 0);
+    ASSERT_INT_EQ(back.config_replicas, 3);
+    ASSERT_INT_EQ(back.replicas, 3);
+    ASSERT_INT_EQ(back.nshards, 2);
+    /* A cluster recorded with one config member keeps its ports (shards from port+2). */
+    ASSERT_INT_EQ(
+        shl_cluster_layout_plan_sets(&lay, scratch_dir(), 1, 2, 1, 32000, "127.0.0.1", &st), 0);
+    ASSERT_INT_EQ(lay.procs[1].port, 32002);
+    ASSERT_INT_EQ(shl_cluster_layout_save(&lay, &st), 0);
+    ASSERT_INT_EQ(shl_cluster_layout_load(&back, scratch_dir(), &found, &st), 0);
+    ASSERT_INT_EQ(back.config_replicas, 1);
+    ASSERT_INT_EQ(shl_cluster_layout_plan_sets(&lay, scratch_dir(), 1, 2, 0, 32000, "127.0.0.1",
+                                               &st),
+                  SHL_CODE_BAD_VALUE);
+}
+
 SHL_TEST(layout_load_missing_and_malformed)
 {
     shl_cluster_layout_t lay;

@@ -338,6 +338,7 @@ member_state(status_ctx_t *c, const char *host)
 /*
  * The members of each shard that is a replica set of several members (`shale up --replicas`)
  * and their states: {<shard>: {<host>: "PRIMARY", ...}}. Appends nothing for one-member shards.
+ * (The config server's set goes through it too, as the "shard" named config.)
  */
 static void
 members_section(status_ctx_t *c, const bson_t *shards, bson_t *out)
@@ -373,6 +374,29 @@ members_section(status_ctx_t *c, const bson_t *shards, bson_t *out)
         }
         bson_append_document_end(out, &members);
     }
+}
+
+/* The config server's set as one more "shard" for members_section: [{_id: "config", host:
+ * <the router's sharding.configDB>}] into *out (empty when c->host names none). */
+static void
+config_set_entry(status_ctx_t *c, bson_t *out)
+{
+    bson_t cmd = BSON_INITIALIZER, reply, one;
+    bson_iter_t it;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    BSON_APPEND_INT32(&cmd, "getCmdLineOpts", 1);
+    if (shl_client_run(c->pool, c->host, "admin", &cmd, STATUS_TIMEOUT_MS, &reply, &st) == 0 &&
+        bson_iter_init(&it, &reply) &&
+        bson_iter_find_descendant(&it, "parsed.sharding.configDB", &it) &&
+        BSON_ITER_HOLDS_UTF8(&it)) {
+        BSON_APPEND_DOCUMENT_BEGIN(out, "0", &one);
+        BSON_APPEND_UTF8(&one, "_id", "config");
+        BSON_APPEND_UTF8(&one, "host", bson_iter_utf8(&it, NULL));
+        bson_append_document_end(out, &one);
+    }
+    bson_destroy(&reply);
+    bson_destroy(&cmd);
 }
 
 static int
@@ -555,7 +579,10 @@ shl_cluster_status_main(int argc, char **argv)
     }
     print_section_doc("shards", &shards, true, false);
     {
-        bson_t sets = BSON_INITIALIZER;
+        bson_t sets = BSON_INITIALIZER, cfg = BSON_INITIALIZER;
+        config_set_entry(&c, &cfg);
+        members_section(&c, &cfg, &sets);
+        bson_destroy(&cfg);
         members_section(&c, &shards, &sets);
         if (!bson_empty(&sets)) {
             print_section_doc("replica set members", &sets, false, false);

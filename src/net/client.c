@@ -45,6 +45,7 @@ typedef struct op {
     const bson_t *cmd;     /* NULL: connect and handshake only (checkout) */
     const uint8_t *op_key; /* NULL, or the clientOperationKey 'cmd' is sent with */
     const char *cmd_name;  /* the exchange in flight, for messages */
+    bool sent;             /* the caller's command went (or started to go) out */
     shl_client_conn_t *conn;
     bool own_conn;                /* acquired here: release to the pool when done */
     shl_client_conn_t **conn_out; /* checkout: hand the connection over on success */
@@ -90,6 +91,19 @@ static void
 op_clear(op_t *op)
 {
     memset(op, 0, offsetof(op_t, head));
+}
+
+/* A cleared op that runs 'cmd' on 'host' in 'db', its status and reply going to st / reply. */
+static void
+op_init_cmd(op_t *op, const char *host, const char *db, const bson_t *cmd, shl_status_t *st,
+            bson_t *reply)
+{
+    op_clear(op);
+    op->host = host;
+    op->db = db;
+    op->cmd = cmd;
+    op->st = st;
+    op->reply = reply;
 }
 
 typedef struct engine {
@@ -413,6 +427,7 @@ op_start_command(engine_t *eng, op_t *op)
         op_finish(eng, op, 0);
         return;
     }
+    op->sent = true;
     ret = op_prepare_message(eng, op, op->cmd, op->op_key, op->db);
     if (ret != 0) {
         /* Nothing was sent: the connection is still good. */
@@ -1064,13 +1079,8 @@ shl_client_conn_run(shl_client_conn_t *conn, const char *db, const bson_t *cmd, 
     client_pool_hooks(conn->pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    op_clear(&op);
-    op.host = conn->host;
-    op.db = db;
-    op.cmd = cmd;
+    op_init_cmd(&op, conn->host, db, cmd, st, reply_out);
     op.conn = conn;
-    op.st = st;
-    op.reply = reply_out;
     engine_run(&eng, &op, 1);
     return op.code;
 }
@@ -1100,6 +1110,18 @@ shl_conn_pool_checkout(shl_conn_pool_t *pool, const char *host, int64_t timeout_
     return op.code;
 }
 
+/* Whether a failed op to a replica set may go again to the member the monitor names next:
+ * the command never left (its member's connect failed: a primary killed or gone), or the
+ * member refused it without running it (not primary). Either way it did not run. */
+static bool
+set_op_may_retry(const op_t *op, const char *host)
+{
+    bool refused = op->code == SHL_CODE_NOT_WRITABLE_PRIMARY ||
+                   op->code == SHL_CODE_NOT_PRIMARY_NO_SECONDARY_OK ||
+                   op->code == SHL_CODE_NOT_PRIMARY_OR_SECONDARY;
+    return op->code != 0 && shl_rs_monitor_is_set(host) && (!op->sent || refused);
+}
+
 int
 shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bson_t *cmd,
                int64_t timeout_ms, bson_t *reply_out, shl_status_t *st)
@@ -1107,19 +1129,24 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
     engine_t eng;
     op_t op;
 
-    bson_init(reply_out);
     memset(&eng, 0, sizeof(eng));
     eng.pool = pool;
     client_pool_hooks(pool, &eng.hooks);
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
-    op_clear(&op);
-    op.host = host;
-    op.db = db;
-    op.cmd = cmd;
-    op.st = st;
-    op.reply = reply_out;
-    engine_run(&eng, &op, 1);
+    /* A set's failover (issue 18): up to 3 more tries, each after the monitor forgot the
+     * member that failed, so the next one waits for the set's new primary. */
+    for (int attempt = 0;; attempt++) {
+        bson_init(reply_out);
+        op_init_cmd(&op, host, db, cmd, st, reply_out);
+        engine_run(&eng, &op, 1);
+        if (attempt == 3 || !set_op_may_retry(&op, host) ||
+            (eng.deadline_us != 0 && shl_clock_mono_us() >= eng.deadline_us)) {
+            break;
+        }
+        bson_destroy(reply_out);
+        shl_status_clear(st);
+    }
     return op.code;
 }
 

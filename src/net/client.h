@@ -219,8 +219,12 @@ bool shl_client_conn_failed(const shl_client_conn_t *conn);
  *     Check out a connection to 'host', run 'cmd' on 'db' (as shl_client_conn_run) and
  *     check it back in. 'timeout_ms' bounds the whole call, connecting included (<= 0:
  *     only the connect timeout bounds the connecting part). *reply_out: as in
- *     shl_client_conn_run. Blocks; thread-safe. Errors: those of shl_conn_pool_checkout
- *     and shl_client_conn_run.
+ *     shl_client_conn_run. 'host' a replica set ("set/h1,h2"): when the member's connection
+ *     cannot be made, or it answers NotWritablePrimary / NotPrimaryNoSecondaryOk /
+ *     NotPrimaryOrSecondary, the command goes again (up to 3 more times, within the timeout)
+ *     to the member the monitor names next, as MongoDB's internal retries of idempotent
+ *     commands do: callers send idempotent commands to sets (the internal protocol's are).
+ *     Blocks; thread-safe. Errors: those of shl_conn_pool_checkout and shl_client_conn_run.
  */
 int shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bson_t *cmd,
                    int64_t timeout_ms, bson_t *reply_out, shl_status_t *st);

@@ -685,6 +685,7 @@ repl_shutdown(shl_service_ctx_t *svc)
 {
     repl_coord_t *rc = repl_coord_get(svc);
 
+    repl_stop_listeners(rc); /* normally stopped already by the layer above */
     if (rc != NULL) {
         pthread_mutex_lock(&rc->mu);
         rc->stop = true;
@@ -869,6 +870,8 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     hooks.wait_write_concern = hook_wait_write_concern;
     hooks.majority_ts = hook_majority_ts;
     hooks.is_primary = hook_is_primary;
+    hooks.add_listener = repl_add_listener;
+    hooks.stop_listeners = repl_stop_listeners;
     shl_db_repl_hooks_install(svc, &hooks);
     pthread_mutex_lock(&rc->mu);
     if (rc->configured) {

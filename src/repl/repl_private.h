@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "db/repl_hooks.h"
 #include "net/client.h"
 #include "net/command.h"
 #include "net/op_context.h"
@@ -323,6 +324,11 @@ void repl_append_optime(bson_t *out, const char *key, uint64_t ts, int64_t term)
 
 /* repl_optime_ts -- the ts of an optime document {ts, t} under 'key' in 'doc' (0: none). */
 uint64_t repl_optime_ts(const bson_t *doc, const char *key);
+
+/* Step-up / step-down listeners (repl_listeners.c; db/repl_hooks.h's add_listener and
+ * stop_listeners, 'arg' the coordinator). */
+bool repl_add_listener(void *arg, const shl_db_repl_listener_t *l);
+void repl_stop_listeners(void *arg);
 
 /* Commands (repl_commands.c). */
 void repl_register_commands(shl_command_registry_t *reg);

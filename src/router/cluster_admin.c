@@ -333,6 +333,7 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
     bson_t fwd = BSON_INITIALIZER;
     bson_iter_t it;
     bool has_to = false, has_find = false, has_bounds = false, has_min = false, has_max = false;
+    bool throttle = false;
 
     SHL_ERR(ns_arg(cmd, &ns, st));
     BSON_APPEND_UTF8(&fwd, "_configsvrMoveRange", ns);
@@ -360,6 +361,8 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
             has_to = true;
         } else if (is_move_chunk && strcmp(k, "_waitForDelete") == 0) {
             BSON_APPEND_BOOL(&fwd, "waitForDelete", bson_iter_as_bool(&it));
+        } else if (strcmp(k, is_move_chunk ? "_secondaryThrottle" : "secondaryThrottle") == 0) {
+            throttle = bson_iter_as_bool(&it);
         } else if (strcmp(k, "waitForDelete") == 0 || strcmp(k, "forceJumbo") == 0 ||
                    strcmp(k, "secondaryThrottle") == 0 || strcmp(k, "maxChunkSizeBytes") == 0) {
             bson_append_iter(&fwd, NULL, 0, &it);
@@ -389,6 +392,15 @@ forward_move(shl_op_ctx_t *op, const bson_t *cmd, bool is_move_chunk, bson_t *re
     }
     if (!is_move_chunk && !has_min && !has_max) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Missing required parameter 'min' or 'max'");
+    }
+    if (throttle) {
+        /* The recipient waits for the user's writeConcern (else w: "majority") on its set
+         * after each cloned batch (migration_throttle.c). */
+        if (bson_iter_init_find(&it, cmd, "writeConcern") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+            bson_append_iter(&fwd, "secondaryThrottle", -1, &it);
+        } else {
+            BSON_APPEND_BOOL(&fwd, "secondaryThrottle", true);
+        }
     }
     {
         bson_t wc;

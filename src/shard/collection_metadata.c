@@ -460,6 +460,27 @@ done:
     return ret;
 }
 
+int
+shard_meta_forget_all(shard_state_t *s, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    shl_catalog_cache_purge(cache);
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        if (c->meta != NULL) {
+            shard_coll_meta_t *old = c->meta;
+            c->meta = NULL;
+            shard_meta_release(old); /* the map's reference; never blocks */
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+done:
+    return ret;
+}
+
 void
 shard_meta_destroy_all(shard_state_t *s)
 {
@@ -702,6 +723,17 @@ shard_crit_block(shard_state_t *s, const char *ns)
 
     pthread_mutex_lock(&s->mu);
     c->crit = SHARD_CRIT_ALL;
+    pthread_cond_broadcast(&s->crit_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void
+shard_crit_reset_all(shard_state_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        c->crit = SHARD_CRIT_NONE;
+    }
     pthread_cond_broadcast(&s->crit_cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -1066,6 +1098,10 @@ shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_a
     shl_database_version_t dbv;
 
     *filter = NULL;
+    if (op->has_database_version || op->has_shard_version) {
+        /* A new primary answers versioned requests once its step-up work is done. */
+        SHL_ERR(shard_step_up_gate(s, op, st));
+    }
     if (op->has_database_version) {
         SHL_ERR(db_crit_gate(s, op, ns, access, st));
         SHL_ERR(request_version(op, "databaseVersion", NULL, &dbv, st));

@@ -356,6 +356,9 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         if (n > 0) {
             ret = insert_docs(r, &ns, docs, n, st);
         }
+        if (ret == 0 && n > 0 && r->throttle) {
+            ret = mig_throttle_wait(r->s, op, &r->throttle_wc, st);
+        }
         for (size_t i = 0; i < n; i++) {
             bytes += docs[i].len;
         }
@@ -541,6 +544,12 @@ mig_recv_chunk_start(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_sta
     SHL_ERR(shl_idl_read_uuid(&it, ctx, &cuuid, st));
 
     r = bson_malloc0(sizeof(*r));
+    if (mig_throttle_parse(cmd, &r->throttle, &r->throttle_wc, st) != 0) {
+        bson_free(r);
+        r = NULL;
+        ret = st->code;
+        goto done;
+    }
     atomic_init(&r->cancel, false);
     r->s = s;
     snprintf(r->ns, sizeof(r->ns), "%s", ns);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "base/namespace.h"
+#include "net/write_concern.h"
 #include "shard/shard_private.h"
 #include "shard/migration_digest.h"
 #include "sharding/shard_key.h"
@@ -34,6 +35,28 @@ typedef enum mig_recv_state {
 } mig_recv_state_t;
 
 /* One incoming migration (MigrationDestinationManager); guarded by the state's mig_mu. */
+/* ---- _secondaryThrottle (migration_throttle.c) ---- */
+
+/* The field migration commands carry it in (_configsvrMoveRange, _shardsvrMoveRange,
+ * _recvChunkStart): true (w: "majority"), false, or the write concern document to wait for. */
+#define MIG_THROTTLE_FIELD "secondaryThrottle"
+
+/* mig_throttle_parse -- *on and the write concern of cmd's secondaryThrottle (absent: off).
+ * Errors: TypeMismatch, the write concern's parse errors. */
+int mig_throttle_parse(const bson_t *cmd, bool *on, shl_write_concern_t *wc, shl_status_t *st);
+
+/* mig_throttle_copy -- append from's secondaryThrottle, if any, to 'to'. */
+void mig_throttle_copy(const bson_t *from, bson_t *to);
+
+/*
+ * mig_throttle_wait --
+ *     After a cloned batch: wait until this shard's newest write satisfies 'wc' in its set
+ *     (wtimeout 0: at most MIG_REMOTE_TIMEOUT_MS); a timeout is logged, not an error. Errors:
+ *     interruption, PrimarySteppedDown, UnsatisfiableWriteConcern, UnknownReplWriteConcern.
+ */
+int mig_throttle_wait(shard_state_t *s, shl_op_ctx_t *op, const shl_write_concern_t *wc,
+                      shl_status_t *st);
+
 typedef struct shard_recipient {
     shard_state_t *s;
     char ns[SHL_NS_MAX + 1];
@@ -52,6 +75,8 @@ typedef struct shard_recipient {
     atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */
     bool finished;      /* the thread has ended (state done, fail or abort) */
     bool has_digest;     /* digest computed once the range is complete (migration_digest.h) */
+    bool throttle;                 /* _secondaryThrottle: wait for throttle_wc after each batch */
+    shl_write_concern_t throttle_wc; /* constant after _recvChunkStart */
     mig_digest_t digest;
     pthread_t thread;
 } shard_recipient_t;

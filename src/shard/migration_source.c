@@ -29,6 +29,7 @@
 #include "bson/keystring.h"
 #include "net/command_args.h"
 #include "net/service.h"
+#include "db/repl_hooks.h"
 #include "shard/migration_private.h"
 #include "sharding/coordinator.h"
 #include "shard/range_deleter.h"
@@ -89,6 +90,7 @@ typedef struct shard_donor {
     int64_t cloned;
     /* The range's retryable-write history (_getNextSessionMods, the recipient's thread). */
     mig_session_source_t *sessions;
+    shl_op_ctx_t *runner; /* the _shardsvrMoveRange running it (a step-down kills it) */
 } shard_donor_t;
 
 /* ---------------------------------------------------------------- helpers */
@@ -1310,11 +1312,12 @@ typedef struct move_args {
     const char *to;
     bson_t min, max;
     bool wait_for_delete;
+    const bson_t *req; /* the _shardsvrMoveRange command (its secondaryThrottle) */
 } move_args_t;
 
 static int
 send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pattern_t *p,
-                      shl_status_t *st)
+                      const bson_t *req, shl_status_t *st)
 {
     int ret;
     bson_t cmd = BSON_INITIALIZER, reply, lsid;
@@ -1332,6 +1335,7 @@ send_recv_chunk_start(shard_state_t *s, const coord_t *c, const shl_shard_key_pa
     BSON_APPEND_DOCUMENT(&cmd, "min", c->min);
     BSON_APPEND_DOCUMENT(&cmd, "max", c->max);
     BSON_APPEND_DOCUMENT(&cmd, "shardKeyPattern", &p->pattern);
+    mig_throttle_copy(req, &cmd);
     ret = shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
@@ -1686,10 +1690,12 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     /* Capture writes in the range from before the first document is cloned. */
     SHL_ERR(capture_start(s, op, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
-    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, st));
+    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, a->req, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);
+    SHL_ERR(shl_op_check_interrupt(op, st)); /* killed by a step-down (shard_step_up.c) */
     SHL_ERR(wait_steady(s, op, &c, d, st));
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), op);
+    SHL_ERR(shl_op_check_interrupt(op, st));
 
     /* Critical section: writes, then (after the recipient's last catch-up) reads. */
     SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
@@ -1725,6 +1731,12 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
         SHL_ERR(verify_digest(&dj, &digesting, has_digest ? &recv_digest : NULL, st));
     }
     pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
+    /* Only a primary commits: a member that stepped down leaves the decision to the new
+     * primary's recovery, from the coordinator document. */
+    SHL_ERR(shl_op_check_interrupt(op, st));
+    if (!shl_db_repl_is_primary(s->svc)) {
+        SHL_FAIL(st, SHL_CODE_NOT_WRITABLE_PRIMARY, "not primary: the migration does not commit");
+    }
 
     ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after,
                                 verify ? &dj.digest : NULL, st);
@@ -1884,6 +1896,12 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         SHL_ERR(shl_idl_missing("_shardsvrMoveRange", "max", st));
     }
     SHL_ERR(shl_cmd_get_bool(cmd, "waitForDelete", &a.wait_for_delete, st));
+    {
+        bool throttle;
+        shl_write_concern_t wc;
+        SHL_ERR(mig_throttle_parse(cmd, &throttle, &wc, st)); /* refused here, not later */
+    }
+    a.req = cmd;
     SHL_ERR(registry_donor(s, op, a.ns, &a.min, &a.max, a.to, &d, &join, st));
     if (join) {
         pthread_mutex_lock(&s->mig_mu);
@@ -1903,8 +1921,12 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
         pthread_mutex_unlock(&s->mig_mu);
         goto done;
     }
+    pthread_mutex_lock(&s->mig_mu);
+    d->runner = op;
+    pthread_mutex_unlock(&s->mig_mu);
     ret = run_donor(s, op, d, &a, st);
     pthread_mutex_lock(&s->mig_mu);
+    d->runner = NULL;
     d->finished = true;
     d->result = ret;
     if (ret != 0) {
@@ -2076,6 +2098,18 @@ shard_migration_commands_register(shl_command_registry_t *reg)
     for (size_t i = 0; i < sizeof(migration_commands) / sizeof(migration_commands[0]); i++) {
         shl_command_registry_add(reg, &migration_commands[i]);
     }
+}
+
+void
+shard_migration_interrupt_donor(shard_state_t *s)
+{
+    pthread_mutex_lock(&s->mig_mu);
+    if (s->donor != NULL && s->donor->runner != NULL) {
+        atomic_store(&s->donor->runner->killed, true);
+        SHL_LOG_INFO(SHARDING, 4200146, "stepped down: interrupting the outgoing migration", "ns",
+                     BCON_UTF8(s->donor->ns));
+    }
+    pthread_mutex_unlock(&s->mig_mu);
 }
 
 bool

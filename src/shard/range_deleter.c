@@ -25,6 +25,7 @@
 #include "net/command_args.h"
 #include "net/service.h"
 #include "shard/migration_private.h"
+#include "db/repl_hooks.h"
 #include "shard/shard_private.h"
 #include "sharding/shard_key.h"
 #include "storage/catalog.h"
@@ -1283,6 +1284,9 @@ run_pass(shard_state_t *s)
     int64_t next_ms = RD_POLL_MS;
     bool waiting = false, ran = false;
 
+    if (!shl_db_repl_is_primary(s->svc)) {
+        return RD_POLL_MS; /* a secondary's tasks are its primary's to run (replicated) */
+    }
     if (load_tasks(s->svc->storage, NULL, &l, &st) != 0) {
         SHL_LOG_WARNING(SHARDING, 7546505, "Range deleter could not read config.rangeDeletions",
                         "error", BCON_UTF8(st.reason));

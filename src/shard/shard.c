@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/log.h"
+#include "db/repl_hooks.h"
 #include "shard/shard_private.h"
 #include "shard/chunk_splitter.h"
 #include "shard/ddl_coordinators.h"
@@ -75,6 +76,7 @@ shard_shutdown(shl_service_ctx_t *svc)
 {
     shard_state_t *s = shl_db_sharding_hooks_arg(svc);
 
+    shl_db_repl_stop_listeners(svc);
     /* The session cache's thread and an incoming migration's stop first (they use the
      * catalog cache and the connection pool). */
     shard_sessions_stop(s);
@@ -162,13 +164,10 @@ shl_shard_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t
     if (found) {
         shard_become_aware(s, &id);
         shard_clock_sync(s);
-        /* Migrations a crash interrupted: finish them from their coordinator documents. */
-        shard_migration_recover_async(s);
-        /* Two-phase commits a crash interrupted: finish them from their documents. */
-        shard_txn_coord_recover(s);
-        /* DDL a crash interrupted: resume each coordinator at its phase. */
-        shard_ddl_coords_recover(s);
     }
+    /* Migrations, two-phase commits and DDL a crash interrupted resume from their documents
+     * now on a primary, on a secondary when it becomes primary (shard_step_up.c). */
+    shard_step_up_register(s);
     /* Resumes the ready tasks of config.rangeDeletions (pending ones wait for their
      * migration's decision). */
     shard_range_deleter_start(s);

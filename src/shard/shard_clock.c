@@ -8,6 +8,7 @@
  */
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "db/node.h"
 #include "bson/bson_util.h"
@@ -168,8 +169,28 @@ recover(shard_state_t *s, shl_status_t *st)
     bson_t reply = BSON_INITIALIZER;
     bson_iter_t it;
 
-    bson_destroy(&reply);
-    SHL_ERR(shard_local_cmd(s, "config", cmd, &reply, st));
+    /* A member that restarts may be rolling back or recovering (its fetcher runs before the
+     * shard starts): NotPrimaryOrSecondary until it is a secondary again. Wait for that a
+     * while; past it, start without the persisted times (gossip brings them). */
+    for (int64_t waited_ms = 0;; waited_ms += 200) {
+        bson_destroy(&reply);
+        ret = shard_local_cmd(s, "config", cmd, &reply, st);
+        if (ret != SHL_CODE_NOT_PRIMARY_OR_SECONDARY) {
+            break;
+        }
+        if (waited_ms >= 30000) {
+            SHL_LOG_WARNING(SHARDING, 4200147,
+                            "vector clock recovery skipped: the member is not readable yet",
+                            "error", BCON_UTF8(st->reason));
+            shl_status_clear(st);
+            ret = 0;
+            bson_reinit(&reply);
+            break;
+        }
+        shl_status_clear(st);
+        shl_sleep_ms(200);
+    }
+    SHL_ERR(ret);
     if (bson_iter_init(&it, &reply) &&
         bson_iter_find_descendant(&it, "cursor.firstBatch.0", &it) &&
         BSON_ITER_HOLDS_DOCUMENT(&it)) {

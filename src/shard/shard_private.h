@@ -138,6 +138,9 @@ typedef struct shard_state {
     struct shard_donor *donor;
     struct shard_recipient *recipient;
     atomic_int capturing; /* nonzero while a donor records writes (fast path) */
+    /* Step-up work done for this member's current time as primary (shard_step_up.c);
+     * written by the step-up thread, waited on with crit_cv under mu. */
+    atomic_bool stepped_up;
     /* Migrations this donor gave up with LockTimeout waiting for transactions (serverStatus
      * shardingStatistics.countDonorMoveChunkLockTimeout). */
     atomic_llong donor_lock_timeouts;
@@ -206,6 +209,36 @@ int shard_identity_parse(const bson_t *doc, const char *ctx, shard_identity_t *o
 
 /* shard_identity_store -- write the identity durably (insert or replace). */
 int shard_identity_store(shard_state_t *s, const shard_identity_t *id, shl_status_t *st);
+
+/*
+ * shard_meta_forget_all --
+ *     Forget every collection's filtering metadata and the shard's catalog cache: the next
+ *     versioned request of each namespace loads it from the config server (a new primary's
+ *     step-up). Errors: ShardingStateNotInitialized when not shard-aware.
+ */
+int shard_meta_forget_all(shard_state_t *s, shl_status_t *st);
+
+/* shard_crit_reset_all -- lift every collection's critical section (a new primary, which
+ * as a secondary held only those of config.collection_critical_sections, reloads them). */
+void shard_crit_reset_all(shard_state_t *s);
+
+/* ---- step-up / step-down (shard_step_up.c) ---- */
+
+/*
+ * shard_step_up_register --
+ *     At start-up, after the state is set up: register the step-up / step-down work with
+ *     replication and, when this member is primary now (or no replica set), run the step-up
+ *     work now. On a secondary nothing is resumed until it becomes primary.
+ */
+void shard_step_up_register(shard_state_t *s);
+
+/*
+ * shard_step_up_gate --
+ *     A versioned request on a primary whose step-up work has not finished waits for it
+ *     (within the op's deadline, checking interruption; at most 30 s). No wait on a
+ *     secondary. Errors: the op's interruption.
+ */
+int shard_step_up_gate(shard_state_t *s, shl_op_ctx_t *op, shl_status_t *st);
 
 /* shard_become_aware -- install 'id' in memory (creating the catalog cache once).
  * Takes s->mu. */
@@ -371,6 +404,10 @@ void shard_recipient_shutdown(shard_state_t *s);
 /* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
  * or as a recipient whose thread has not ended). Takes mig_mu. */
 bool shard_migration_active_on(shard_state_t *s, const char *ns);
+/* shard_migration_interrupt_donor -- a step-down: kill the _shardsvrMoveRange running this
+ * shard's outgoing migration, if any (it ends at its next interruption check; the new
+ * primary's recovery decides the migration from its document). Takes mig_mu. */
+void shard_migration_interrupt_donor(shard_state_t *s);
 /* shard_wait_migrations -- wait until no migration of 'ns' runs on this shard (a DDL
  * coordinator stopped new ones first). Errors: the operation's interruption; LockBusy (46,
  * retryable by the coordinator) after 30 s. */

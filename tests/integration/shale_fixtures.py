@@ -568,3 +568,30 @@ def start_replica_set(set_name, prefix, members=3, args=()):
         return [m["stateStr"] for m in s["members"]] == want
     wait_until(all_up, 30, "a primary and %d secondaries" % (members - 1))
     return nodes
+
+
+def set_primary(nodes, timeout=30):
+    """The one member of `nodes` (ShaleProcesses of a replica set) that answers hello with
+    isWritablePrimary, waiting up to `timeout` s until exactly one does (dead processes are
+    skipped)."""
+    found = []
+
+    def one_primary():
+        found[:] = []
+        for n in nodes:
+            if n.proc is None or n.proc.poll() is not None:
+                continue
+            try:
+                c = n.client(directConnection=True, serverSelectionTimeoutMS=2000)
+                if c.admin.command("hello").get("isWritablePrimary"):
+                    found.append(n)
+            except pymongo.errors.PyMongoError:
+                pass
+        return len(found) == 1
+    wait_until(one_primary, timeout, "one primary")
+    return found[0]
+
+
+def set_string(name, nodes):
+    """The connection string "name/h1,h2,..." of a replica set's ShaleProcesses."""
+    return "%s/%s" % (name, ",".join(n.host for n in nodes))

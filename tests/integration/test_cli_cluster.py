@@ -252,11 +252,12 @@ def test_up_with_more_shards_adds_them(cli):
 
 
 def test_up_with_replicas(request):
-    """`shale up --replicas 2 --shards 1`: the shard is a 2-member replica set on consecutive
-    ports, initiated and added as "shard0/h1,h2"; status shows its members' states; the
-    writes reach the secondary; --replicas cannot change on an existing folder."""
+    """`shale up --replicas 2 --shards 1`: the config server and the shard are 2-member
+    replica sets on consecutive ports, initiated, the shard added as "shard0/h1,h2"; status
+    shows its members' states; the writes reach the secondary; --replicas cannot change on an
+    existing folder."""
     c = Cli(request, shards=1)
-    c.port = port_range(4)
+    c.port = port_range(5)
     c.base_args[c.base_args.index("--port") + 1] = c.port
     try:
         r = c.up("--replicas", 2)
@@ -264,13 +265,17 @@ def test_up_with_replicas(request):
         lay = c.layout()
         assert lay["replicas"] == 2
         assert [(p["name"], p["port"]) for p in lay["processes"]] == [
-            ("config", c.port + 1), ("shard0", c.port + 2), ("shard0-1", c.port + 3),
-            ("router", c.port)]
-        members = "127.0.0.1:%d,127.0.0.1:%d" % (c.port + 2, c.port + 3)
+            ("config", c.port + 1), ("config-1", c.port + 2), ("shard0", c.port + 3),
+            ("shard0-1", c.port + 4), ("router", c.port)]
+        cfg = pymongo.MongoClient("127.0.0.1", c.port + 2, directConnection=True)
+        hello = cfg.admin.command("hello")
+        assert hello["setName"] == "csrs" and len(hello["hosts"]) == 2
+        cfg.close()
+        members = "127.0.0.1:%d,127.0.0.1:%d" % (c.port + 3, c.port + 4)
         client = pymongo.MongoClient(r.stdout.strip(), serverSelectionTimeoutMS=10000)
         assert client.admin.command("listShards")["shards"][0]["host"] == "shard0/" + members
         client.rep.c.insert_one({"_id": 1}, )
-        sec = pymongo.MongoClient("127.0.0.1", c.port + 3, directConnection=True,
+        sec = pymongo.MongoClient("127.0.0.1", c.port + 4, directConnection=True,
                                   readPreference="secondaryPreferred")
         wait_until(lambda: sec.rep.c.find_one({"_id": 1}) is not None, 10,
                    "the write on the shard's secondary")
@@ -279,8 +284,11 @@ def test_up_with_replicas(request):
         st = shale("status", "--host", "127.0.0.1:%d" % c.port)
         assert st.returncode == 0, st.stderr
         assert "replica set members" in st.stdout
-        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 2) in st.stdout
-        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 3) in st.stdout
+        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 3) in st.stdout
+        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 4) in st.stdout
+        # the config server's set too
+        assert "'127.0.0.1:%d': 'PRIMARY'" % (c.port + 1) in st.stdout
+        assert "'127.0.0.1:%d': 'SECONDARY'" % (c.port + 2) in st.stdout
         r = c.up("--replicas", 3)
         assert r.returncode == 1 and "2-member replica sets" in r.stderr
     finally:

@@ -3,9 +3,8 @@ three-member config server set, all real processes, a router started with
 --configdb cfg/h1,h2,h3 and the shards added as "shardN/h1,h2,h3". CRUD and a migration
 through the router; reads with readPreference secondary served by a shard secondary; kill -9
 of a shard primary under w:majority retryable writes (every acknowledged write is there once
-the set elects a new primary and the router finds it). The config server's failover is not
-tested yet: its secondaries cannot hold the catalog the primary wrote before the set was
-initiated until initial sync exists (docs/design/replication.md)."""
+the set elects a new primary and the router finds it). The config server's failover:
+test_config_server_set.py."""
 
 import threading
 import time
@@ -15,7 +14,7 @@ import pytest
 from pymongo import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from shale_fixtures import ShaleProcess, cleanup_later, wait_until
+from shale_fixtures import ShaleProcess, cleanup_later, set_primary, set_string, wait_until
 
 FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 
@@ -30,29 +29,6 @@ def initiate(name, nodes, configsvr=False):
     if configsvr:
         cfg["configsvr"] = True
     direct(nodes[0]).admin.command("replSetInitiate", cfg)
-
-
-def primary_of(nodes, timeout=30):
-    found = []
-
-    def one_primary():
-        found[:] = []
-        for n in nodes:
-            if n.proc is None or n.proc.poll() is not None:
-                continue
-            try:
-                if direct(n, serverSelectionTimeoutMS=2000).admin.command("hello").get(
-                        "isWritablePrimary"):
-                    found.append(n)
-            except pymongo.errors.PyMongoError:
-                pass
-        return len(found) == 1
-    wait_until(one_primary, timeout, "one primary")
-    return found[0]
-
-
-def set_string(name, nodes):
-    return "%s/%s" % (name, ",".join(n.host for n in nodes))
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +52,7 @@ def cluster(request):
         for s in range(2):
             initiate("rs%d" % s, shards[s])
         for group in [cfg] + shards:
-            primary_of(group)
+            set_primary(group)
         router = ShaleProcess(["router", "--configdb", set_string("cfg", cfg)], name="router")
         procs.append(router)
         router.start()
@@ -116,7 +92,7 @@ def test_crud_migration_and_secondary_reads(cluster):
     assert coll.find_one({"_id": 5})["v"] == "five"
     # the recipient waited for a majority of its set before the commit: a secondary has every
     # migrated document as soon as moveChunk returns
-    rs1_primary = primary_of(cluster["shards"][1])
+    rs1_primary = set_primary(cluster["shards"][1])
     counts = [direct(n, readPreference="secondaryPreferred").app.c.count_documents(
         {"_id": {"$gte": 100}}) for n in cluster["shards"][1] if n is not rs1_primary]
     assert 100 in counts
@@ -134,7 +110,7 @@ def test_crud_migration_and_secondary_reads(cluster):
     assert sec.find_one({"_id": 7})["v"] == 7
     after = {n.host: direct(n).admin.command("serverStatus")["opcounters"]["query"]
              for n in cluster["shards"][0]}
-    rs0_primary = primary_of(cluster["shards"][0])
+    rs0_primary = set_primary(cluster["shards"][0])
     served = [h for h in before if after[h] > before[h]]
     assert served and rs0_primary.host not in served
 
@@ -175,7 +151,7 @@ def test_kill_shard_primary_under_majority_writes(cluster):
     t = threading.Thread(target=writer)
     t.start()
     wait_until(lambda: len(acked) > 20, 20, "writes before the kill")
-    victim = primary_of(cluster["shards"][0])
+    victim = set_primary(cluster["shards"][0])
     victim.kill()
     killed_at = time.monotonic()
     n_at_kill = len(acked)
@@ -188,7 +164,7 @@ def test_kill_shard_primary_under_majority_writes(cluster):
     # the failover shows as the longest pause between two acknowledged writes
     gap = max(b - a for a, b in zip(times, times[1:]) if b > killed_at)
     print("writes paused by the shard primary's kill -9: %.2f s" % gap)
-    new_primary = primary_of(cluster["shards"][0])
+    new_primary = set_primary(cluster["shards"][0])
     assert new_primary is not victim
     have = {d["_id"] for d in coll.find({"w": True}, {"_id": 1})}
     missing = [i for i in acked if i not in have]
