@@ -75,7 +75,7 @@ listeners_main(void *arg)
         n = g_listeners.n;
         memcpy(v, g_listeners.v, sizeof(v));
         pthread_mutex_unlock(&g_listeners.mu);
-        SHL_LOG_INFO(REPL, 2180060, now ? "running step-up work" : "running step-down work",
+        SHL_LOG_INFO(REPL, 2180063, now ? "running step-up work" : "running step-down work",
                      "listeners", BCON_INT32(n));
         for (int i = 0; i < n; i++) {
             void (*fn)(void *) = now ? v[i].step_up : v[i].step_down;

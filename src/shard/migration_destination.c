@@ -742,7 +742,7 @@ recipient_crit_release(shard_state_t *s, const char *ns, shl_status_t *st)
     SHL_ERR(shard_meta_refresh(s, ns, NULL, st));
     SHL_ERR(shard_critical_section_persist(s, names, 1, NULL, false, st));
     shard_crit_exit(s, ns);
-    SHL_LOG_INFO(SHARDING, 4200230, "recipient left its critical section", "ns", BCON_UTF8(ns));
+    SHL_LOG_INFO(SHARDING, 4200231, "recipient left its critical section", "ns", BCON_UTF8(ns));
 done:
     return ret;
 }

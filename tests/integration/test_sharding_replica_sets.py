@@ -127,7 +127,7 @@ def test_secondary_cursor_get_more(cluster):
     assert [d["_id"] for d in docs] == [i for i in range(200) if i != 6]
     after = {n.host: direct(n).admin.command("serverStatus")["opcounters"]["getmore"]
              for s in cluster["shards"] for n in s}
-    primaries = {primary_of(s).host for s in cluster["shards"]}
+    primaries = {set_primary(s).host for s in cluster["shards"]}
     served = {h for h in getmores if after[h] > getmores[h]}
     assert served and not (served & primaries)
 
