@@ -185,6 +185,23 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
     }
 }
 
+int64_t
+db_txn_started_us(db_txn_registry_t *reg, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    int64_t started = 0;
+
+    if (reg != NULL) {
+        pthread_mutex_lock(&reg->mu);
+        for (db_txn_t *t = reg->head; t != NULL && started == 0; t = t->next) {
+            if (t->txn_number == txn_number && shl_lsid_equal(&t->lsid, lsid)) {
+                started = t->start_mono_us;
+            }
+        }
+        pthread_mutex_unlock(&reg->mu);
+    }
+    return started;
+}
+
 /* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
 static bool
 ns_covers(const char *target, bool db_wide, const char *ns)

@@ -455,6 +455,39 @@ def test_coordinator_deadline_aborts_when_a_participant_never_votes(cl):
     assert not visible(cl, 1, "d1")
 
 
+def test_coordinator_deadline_counts_from_the_transaction_start(cl):
+    """MongoDB's coordinator deadline ties to the transaction's lifetime (the coordinator is
+    created at the transaction's first statement on its shard): a commit that arrives 2.5 s
+    into a transaction with a 4 s limit, while a participant cannot prepare, aborts about
+    1.5 s later -- not 4 s after the commit -- and releases the coordinator's prepared part."""
+    import time
+    coord, other = cl.shard_client(0), cl.shard_client(1)
+    coord.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=4)
+    lsid = new_lsid()
+    try:
+        started = time.monotonic()
+        write_on(cl, 0, lsid, 1, "s0")
+        write_on(cl, 1, lsid, 1, "s1")
+        fail_point(other, "failCommand", "alwaysOn",
+                   {"failCommands": ["prepareTransaction"], "errorCode": 189,
+                    "failInternalCommands": True})
+        time.sleep(2.5)  # the transaction's age is what is tested
+        asked = time.monotonic()
+        r = coordinate(cl, 0, lsid, 1, [0, 1], timeout=30)
+        answered = time.monotonic()
+    finally:
+        fail_point(other, "failCommand", "off")
+        coord.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=60)
+    assert r["ok"] == 0 and r["code"] == 251 and "exceeded deadline" in r["errmsg"], r
+    assert answered - started >= 3.9, (answered - started)
+    assert answered - asked < 3.2, (answered - asked)
+    coordinators_done(cl)
+    assert coord.admin.command("serverStatus")["transactions"]["currentPrepared"] == 0
+    assert not visible(cl, 0, "s0")
+    # The released document takes a write at once.
+    coord.test.tc.insert_one({"_id": "s0"})
+
+
 def test_retried_commit_after_kill9_answers_committed():
     """A participant killed with kill -9 right after committing (before any checkpoint) still
     answers a retried commitTransaction -- the coordinator's delivery after its own restart,
