@@ -906,6 +906,60 @@ done:
     return ret;
 }
 
+/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
+typedef struct lsid_list {
+    shl_lsid_t *v;
+    int64_t *txn;
+    size_t n, cap;
+} lsid_list_t;
+
+static void collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,
+                    lsid_list_t *out);
+static int abort_listed(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+                        const lsid_list_t *l, const char *why);
+
+/* Whether open transaction 't' is another attempt of the retryable write of child session
+ * 'arg' (same parent, same parent txnNumber, another txnUUID). */
+static bool
+other_attempt(void *arg, const db_txn_t *t)
+{
+    const shl_lsid_t *child = arg;
+    shl_lsid_t a, b;
+
+    if (!t->lsid.child || !t->lsid.has_parent_txn_number ||
+        t->lsid.parent_txn_number != child->parent_txn_number ||
+        shl_lsid_equal(&t->lsid, child)) {
+        return false;
+    }
+    shl_lsid_parent(&t->lsid, &a);
+    shl_lsid_parent(child, &b);
+    return shl_lsid_equal(&a, &b);
+}
+
+/*
+ * A transaction starts on retryable child session 'child': the first time it meets another
+ * attempt of the same write still open and unprepared, that attempt is aborted (MongoDB 7.0:
+ * RetryableTransactionInProgress is raised only on later conflicts; the first one assumes the
+ * other attempt's client gave up). A prepared attempt, or one whose session runs a statement
+ * right now, is left to end by itself: db_session_child_begin waits for it.
+ */
+static void
+abort_other_attempts(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_lsid_t *child)
+{
+    lsid_list_t l = {0};
+    shl_lsid_t key = *child;
+
+    if (reg->node != NULL && child->child && child->has_parent_txn_number) {
+        collect(reg, other_attempt, &key, &l);
+        if (l.n > 0 && db_session_child_conflict_claim(reg->node->sessions, child)) {
+            (void)abort_listed(reg, reg->node->sessions, op->svc, &l,
+                               "a retry of its retryable write started another attempt");
+        }
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+}
+
 static int
 start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_t *st)
 {
@@ -913,6 +967,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     shl_storage_txn_opts_t o = {0};
     int ret = 0;
 
+    abort_other_attempts(reg, op, db_session_lsid(s));
     /* A retryable internal transaction of an older write of its parent is refused. */
     SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL, op,
                                    db_session_lsid(s), st));
@@ -2041,12 +2096,6 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
 
 /* ---------------------------------------------------------------- aborting from outside */
 
-/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
-typedef struct lsid_list {
-    shl_lsid_t *v;
-    int64_t *txn;
-    size_t n, cap;
-} lsid_list_t;
 
 static void
 collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,
