@@ -1553,6 +1553,25 @@ done:
     return ret;
 }
 
+/*
+ * A decision has been applied: the statement ends and the session is checked in before the
+ * write concern wait, so the session's next transaction (a client's next one, which may
+ * reach this participant right after the coordinator answered) does not wait for this
+ * decision's journal flush, as a MongoDB participant checks its session in before waiting
+ * for the write concern. Only the decision's own reply waits.
+ */
+static void
+end_statement_early(shl_op_ctx_t *op)
+{
+    db_node_t *node = node_of(op);
+
+    if (op->txn_session != NULL) {
+        (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
+        db_session_checkin_txn(node->sessions, op->txn_session);
+        op->txn_session = NULL;
+    }
+}
+
 static int
 cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -1608,6 +1627,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         SHL_ERR(st->code);
         break;
     }
+    end_statement_early(op);
     db_write_concern_wait(op, &wc, reply);
 done:
     return ret;
@@ -1647,6 +1667,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         SHL_ERR(st->code);
         break;
     }
+    end_statement_early(op);
     db_write_concern_wait(op, &wc, reply);
 done:
     return ret;

@@ -179,8 +179,13 @@ def test_kill9_of_the_coordinator_before_each_phase(phase, committed, tmp_path_f
         write_on(c, 1, lsid, 1, "k1")
         fail_point(c.shard_client(0), "crashBeforeCoordinatorPhase", "alwaysOn",
                    {"type": "TransactionCoordinator", "phase": phase})
-        with pytest.raises(Exception):
-            coordinate(c, 0, lsid, 1, [0, 1], timeout=30)
+        try:
+            r = coordinate(c, 0, lsid, 1, [0, 1], timeout=30)
+        except (OSError, PyMongoError, EOFError):
+            r = None
+        # The coordinator answers once its decision is durable, so a crash before the
+        # delivery may come after the answer (ok); before that phase there is no answer.
+        assert r is None or (phase == "waitingForDecisionAcks" and r["ok"] == 1), r
         c.shards[0].proc.wait(30)
         c.restart_shard(0)
         # The restarted coordinator finishes what its document says; then both shards agree.
