@@ -80,6 +80,19 @@ ts_less(uint32_t t1, uint32_t i1, uint32_t t2, uint32_t i2)
     return t1 < t2 || (t1 == t2 && i1 < i2);
 }
 
+/* A hash of a document's bytes (FNV-1a): the tables below compare it before the bytes. */
+static uint64_t
+doc_hash(const bson_t *doc)
+{
+    const uint8_t *p = bson_get_data(doc);
+    uint64_t h = 1469598103934665603ULL;
+
+    for (uint32_t k = 0; k < doc->len; k++) {
+        h = (h ^ p[k]) * 1099511628211ULL;
+    }
+    return h;
+}
+
 /* The decision of a document: 1 commit, 0 abort, -1 none yet. */
 static int
 decision_of(const bson_t *doc, uint32_t *t, uint32_t *i, shl_status_t *abort_st)
@@ -148,6 +161,7 @@ set_decision(shl_coord_t *c, bool commit, uint32_t t, uint32_t i, const shl_stat
 static struct {
     pthread_mutex_t mu;
     bson_t *ids[TC_DEADLINES];         /* guarded by mu: {_id: {lsid, txnNumber}}, or NULL */
+    uint64_t hash[TC_DEADLINES];       /* guarded by mu: doc_hash of ids[k] */
     int64_t deadline_us[TC_DEADLINES]; /* guarded by mu */
     size_t next;                       /* guarded by mu */
 } deadlines = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -172,6 +186,7 @@ deadline_put(const bson_t *id, int64_t deadline_us)
         bson_destroy(deadlines.ids[deadlines.next]);
     }
     deadlines.ids[deadlines.next] = bson_copy(id);
+    deadlines.hash[deadlines.next] = doc_hash(id);
     deadlines.deadline_us[deadlines.next] = deadline_us;
     deadlines.next = (deadlines.next + 1) % TC_DEADLINES;
     pthread_mutex_unlock(&deadlines.mu);
@@ -185,13 +200,16 @@ deadline_take(const bson_t *doc)
     int64_t deadline_us = 0;
     bson_t id = BSON_INITIALIZER;
     bson_iter_t it;
+    uint64_t h;
 
     if (bson_iter_init_find(&it, doc, "_id")) {
         bson_append_iter(&id, "_id", 3, &it);
     }
+    h = doc_hash(&id);
     pthread_mutex_lock(&deadlines.mu);
     for (size_t k = 0; k < TC_DEADLINES && deadline_us == 0; k++) {
-        if (deadlines.ids[k] != NULL && bson_equal(deadlines.ids[k], &id)) {
+        if (deadlines.ids[k] != NULL && deadlines.hash[k] == h &&
+            bson_equal(deadlines.ids[k], &id)) {
             deadline_us = deadlines.deadline_us[k];
             bson_destroy(deadlines.ids[k]);
             deadlines.ids[k] = NULL;
@@ -464,6 +482,7 @@ const shl_coord_type_t shard_txn_coord_type = {
 static struct {
     pthread_mutex_t mu;
     bson_t *ids[TC_RECENT];          /* guarded by mu: {_id: {lsid, txnNumber}} */
+    uint64_t hash[TC_RECENT];        /* guarded by mu: doc_hash of ids[k] */
     shl_status_t outcome[TC_RECENT]; /* guarded by mu: code 0 = committed */
     size_t next;                     /* guarded by mu */
 } recent = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -476,6 +495,7 @@ recent_put(const bson_t *id, int code, const shl_status_t *st)
         bson_destroy(recent.ids[recent.next]);
     }
     recent.ids[recent.next] = bson_copy(id);
+    recent.hash[recent.next] = doc_hash(id);
     shl_status_clear(&recent.outcome[recent.next]);
     if (code != 0) {
         recent.outcome[recent.next] = *st;
@@ -488,10 +508,11 @@ static bool
 recent_get(const bson_t *id, shl_status_t *out)
 {
     bool found = false;
+    uint64_t h = doc_hash(id);
 
     pthread_mutex_lock(&recent.mu);
     for (size_t k = 0; k < TC_RECENT && !found; k++) {
-        if (recent.ids[k] != NULL && bson_equal(recent.ids[k], id)) {
+        if (recent.ids[k] != NULL && recent.hash[k] == h && bson_equal(recent.ids[k], id)) {
             *out = recent.outcome[k];
             found = true;
         }
