@@ -14,7 +14,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 import wire_util
-from shale_fixtures import Background, module_cluster, wait_until
+from shale_fixtures import Background, logged, module_cluster, wait_until
 
 DB = "itx"
 NS = DB + ".moves"
@@ -668,6 +668,43 @@ def test_retry_meeting_its_open_first_attempt_aborts_it_once_then_waits(cl):
     finally:
         for s in socks:
             s.close()
+
+
+def test_retry_through_a_second_router_aborts_the_stalled_first_attempt(cl):
+    """Through the routers: a retryable updateOne without the shard key runs as an internal
+    transaction; its first attempt is held open before its commit (a fail point on the
+    first router), and the client retries the write through a second router. The retry's
+    transaction meets the open attempt on the shards and aborts it (MongoDB 7.0) instead of
+    waiting for transactionLifetimeLimitSeconds; when the first router goes on, its commit
+    finds its attempt aborted, it runs again and is answered from the retry's commit: both
+    routers answer n: 1 and the update applied once."""
+    c = cl.router.client()
+    reshard(c, "stall")
+    c[DB].stall.insert_many([{"_id": 1, "x": -1, "g": "a", "v": 0},
+                             {"_id": 2, "x": 1, "g": "b", "v": 0}])
+    second = cl.add_router()
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    cmd = {"update": "stall", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}],
+           "lsid": lsid, "txnNumber": Int64(4), "$db": DB}
+    fp = "hangBeforeCommittingInternalTransaction"
+    c.admin.command("configureFailPoint", fp, mode={"times": 1})
+    socks = [wire_util.connect(p.port) for p in (cl.router, second)]
+    try:
+        first = Background(lambda: wire_util.command(socks[0], dict(cmd)))
+        wait_until(lambda: logged(cl.router, 5918602),
+                   what="the first attempt held before its commit")
+        r = wire_util.command(socks[1], dict(cmd, maxTimeMS=20000))
+        assert r["ok"] == 1 and (r["n"], r["nModified"]) == (1, 1), r
+        c.admin.command("configureFailPoint", fp, mode="off")
+        first.join(30)
+        assert first.done and first.result["ok"] == 1, first.result
+        assert (first.result["n"], first.result["nModified"]) == (1, 1), first.result
+        assert c[DB].stall.find_one({"_id": 1})["v"] == 1
+    finally:
+        c.admin.command("configureFailPoint", fp, mode="off")
+        for s in socks:
+            s.close()
+        second.stop()
 
 
 def test_find_and_modify_retried_in_a_child_transaction_is_answered_from_its_image(cl):
