@@ -927,8 +927,7 @@ other_attempt(void *arg, const db_txn_t *t)
     shl_lsid_t a, b;
 
     if (!t->lsid.child || !t->lsid.has_parent_txn_number ||
-        t->lsid.parent_txn_number != child->parent_txn_number ||
-        shl_lsid_equal(&t->lsid, child)) {
+        t->lsid.parent_txn_number != child->parent_txn_number || shl_lsid_equal(&t->lsid, child)) {
         return false;
     }
     shl_lsid_parent(&t->lsid, &a);
@@ -2116,7 +2115,6 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
 }
 
 /* ---------------------------------------------------------------- aborting from outside */
-
 
 static void
 collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,

@@ -463,6 +463,17 @@ tc_same(const bson_t *running, const bson_t *request)
     return true;
 }
 
+/* MongoDB's coordinateCommitReturnImmediatelyAfterPersistingDecision: answer once the
+ * decision is durable, or (7.0's default) once every participant acknowledged it -- then the
+ * client's next transaction never meets a participant still prepared. */
+static const char *
+tc_answers_after(void)
+{
+    return shl_opt_bool(SHL_OPT_coordinateCommitReturnImmediatelyAfterPersistingDecision)
+               ? "writingDecision"
+               : "waitingForDecisionAcks";
+}
+
 const shl_coord_type_t shard_txn_coord_type = {
     .name = "TransactionCoordinator",
     .coll = TC_COLL,
@@ -471,6 +482,7 @@ const shl_coord_type_t shard_txn_coord_type = {
     .resume_phase = tc_resume_phase,
     .same = tc_same,
     .answers_after = "writingDecision",
+    .answers_after_now = tc_answers_after,
     .max_attempts = -1, /* state document writes: until they succeed or the process stops */
     .backoff_ms = 100,
 };

@@ -45,9 +45,9 @@ int shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t
  *     after that time are an abort ("Transaction exceeded deadline", NoSuchTransaction).
  *     A coordinator resumed after a restart counts from its resumption.
  */
-int shard_txn_coord_commit_started(shl_coord_service_t *svc, const bson_t *lsid,
-                                   int64_t txn_number, const char *const *participants,
-                                   size_t n, int64_t started_us, shl_status_t *st);
+int shard_txn_coord_commit_started(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                                   const char *const *participants, size_t n, int64_t started_us,
+                                   shl_status_t *st);
 
 /* shard_txn_coord_forget_all -- drop the recent decisions (tests). */
 void shard_txn_coord_forget_all(void);

@@ -37,7 +37,9 @@ struct shl_coord {
     bool acquired;               /* the type's acquire succeeded; the runner's only (passed
                                   * with the operation to the thread that continues it) */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
-    bool answered;               /* the type's answers_after phase ran; guarded by svc->mu */
+    bool answered;               /* the answers_after phase ran; guarded by svc->mu */
+    const char *answers_after;   /* the type's answers_after, or what its answers_after_now
+                                  * said at the start (NULL: the end); constant */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
 };
@@ -332,8 +334,8 @@ coord_execute(shl_coord_t *c, bool inline_caller)
         pthread_mutex_unlock(&svc->mu);
         fail_points(c, phase);
         ret = run_phase(c, phase, &st);
-        if (ret == 0 && c->t->answers_after != NULL &&
-            strcmp(c->t->phases[phase].name, c->t->answers_after) == 0) {
+        if (ret == 0 && c->answers_after != NULL &&
+            strcmp(c->t->phases[phase].name, c->answers_after) == 0) {
             pthread_mutex_lock(&svc->mu);
             c->answered = true;
             pthread_cond_broadcast(&svc->changed);
@@ -414,6 +416,7 @@ start_locked(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *
     c->phase = phase;
     c->persisted = resumed;
     c->resumed = resumed;
+    c->answers_after = t->answers_after_now != NULL ? t->answers_after_now() : t->answers_after;
     c->refs = 2; /* the list and the runner */
     c->next = svc->running;
     svc->running = c;
@@ -583,7 +586,7 @@ shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t 
     } else {
         /* A type that answers before its end runs up to the answer on this thread (no thread
          * start nor wake-up on the way to the answer); the rest continues on a thread. */
-        bool inline_caller = t->answers_after != NULL;
+        bool inline_caller = t->answers_after != NULL || t->answers_after_now != NULL;
         c = start_locked(svc, t, doc, 0, false, inline_caller);
         c->refs++;
         if (inline_caller) {
