@@ -405,6 +405,14 @@ shl_node_session_catalog(const shl_service_ctx_t *svc)
     return node != NULL ? node->sessions : NULL;
 }
 
+int64_t
+shl_node_txn_started_us(const shl_service_ctx_t *svc, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node != NULL ? db_txn_started_us(node->txns, lsid, txn_number) : 0;
+}
+
 int
 shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {

@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "net/command.h"
+#include "net/lsid.h"
 #include "net/service_context.h"
 
 /*
@@ -22,6 +23,14 @@ int shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_statu
  *     (which takes no retryable writes). Borrowed; lives until the node shuts down.
  */
 struct db_session_catalog *shl_node_session_catalog(const shl_service_ctx_t *svc);
+
+/*
+ * shl_node_txn_started_us --
+ *     When this node's open transaction (lsid, txn_number) started, on shl_clock_mono_us's
+ *     scale; 0 when it has none open (db_txn_started_us).
+ */
+int64_t shl_node_txn_started_us(const shl_service_ctx_t *svc, const shl_lsid_t *lsid,
+                                int64_t txn_number);
 
 /*
  * shl_node_clock_start_fresh --

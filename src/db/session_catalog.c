@@ -68,6 +68,9 @@ struct db_session {
     /* Its children's open transactions (in progress or prepared) for child_txn_number
      * (guarded by the catalog's mu; the catalog's cv is broadcast when one ends). */
     int open_children;
+    /* The write (a child_txn_number) for which a retry already aborted another open attempt
+     * (db_session_child_conflict_claim), -1: none (guarded by the catalog's mu). */
+    int64_t conflict_aborted_txn;
     /* The txnNumber of its own transaction while that is prepared, -1: none (guarded by the
      * catalog's mu; the catalog's cv is broadcast when it leaves the prepared state). */
     int64_t prepared_txn;
@@ -230,6 +233,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->txn_number = -1;
         s->child_txn_number = -1;
         s->prepared_txn = -1;
+        s->conflict_aborted_txn = -1;
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -633,6 +637,28 @@ db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const shl_ls
     pthread_mutex_unlock(&cat->mu);
 done:
     return ret;
+}
+
+bool
+db_session_child_conflict_claim(db_session_catalog_t *cat, const shl_lsid_t *child)
+{
+    shl_lsid_t parent;
+    db_session_t *s;
+    bool first = false;
+
+    if (cat != NULL && child->child && child->has_parent_txn_number) {
+        shl_lsid_parent(child, &parent);
+        pthread_mutex_lock(&cat->mu);
+        s = session_get(cat, &parent);
+        /* A conflict of an older write than the parent's newest is TransactionTooOld later. */
+        first = s->child_txn_number <= child->parent_txn_number &&
+                s->conflict_aborted_txn != child->parent_txn_number;
+        if (first) {
+            s->conflict_aborted_txn = child->parent_txn_number;
+        }
+        pthread_mutex_unlock(&cat->mu);
+    }
+    return first;
 }
 
 /* One more ('up') or one fewer (never below zero) in counter '*n' (under cat->mu). */

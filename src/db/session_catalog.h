@@ -238,6 +238,17 @@ int db_session_child_begin(db_session_catalog_t *cat, shl_op_ctx_t *op, const sh
                            shl_status_t *st);
 
 /*
+ * db_session_child_conflict_claim --
+ *     A transaction on retryable child session 'child' for its parent's write N meets another
+ *     attempt of N still open and unprepared: whether this is the first such conflict for N
+ *     (then it is recorded, and the caller aborts that attempt -- MongoDB 7.0's
+ *     checkForConflictingInternalTransactions assumes its client gave up); later conflicts
+ *     for N wait for the open attempt instead (db_session_child_begin), so two live retries
+ *     cannot abort each other forever. Takes the catalog's mutex.
+ */
+bool db_session_child_conflict_claim(db_session_catalog_t *cat, const shl_lsid_t *child);
+
+/*
  * db_session_child_open --
  *     The transaction of retryable child session 'child' was opened (true) or ended,
  *     committed or aborted (false): what db_session_child_begin waits on. Other sessions:

@@ -185,6 +185,23 @@ list_remove(db_txn_registry_t *reg, db_txn_t *t)
     }
 }
 
+int64_t
+db_txn_started_us(db_txn_registry_t *reg, const shl_lsid_t *lsid, int64_t txn_number)
+{
+    int64_t started = 0;
+
+    if (reg != NULL) {
+        pthread_mutex_lock(&reg->mu);
+        for (db_txn_t *t = reg->head; t != NULL && started == 0; t = t->next) {
+            if (t->txn_number == txn_number && shl_lsid_equal(&t->lsid, lsid)) {
+                started = t->start_mono_us;
+            }
+        }
+        pthread_mutex_unlock(&reg->mu);
+    }
+    return started;
+}
+
 /* Whether 'ns' is 'target', or in database 'target' when db_wide (reg->mu not needed). */
 static bool
 ns_covers(const char *target, bool db_wide, const char *ns)
@@ -879,6 +896,59 @@ done:
     return ret;
 }
 
+/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
+typedef struct lsid_list {
+    shl_lsid_t *v;
+    int64_t *txn;
+    size_t n, cap;
+} lsid_list_t;
+
+static void collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,
+                    lsid_list_t *out);
+static int abort_listed(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_service_ctx_t *svc,
+                        const lsid_list_t *l, const char *why);
+
+/* Whether open transaction 't' is another attempt of the retryable write of child session
+ * 'arg' (same parent, same parent txnNumber, another txnUUID). */
+static bool
+other_attempt(void *arg, const db_txn_t *t)
+{
+    const shl_lsid_t *child = arg;
+    shl_lsid_t a, b;
+
+    if (!t->lsid.child || !t->lsid.has_parent_txn_number ||
+        t->lsid.parent_txn_number != child->parent_txn_number || shl_lsid_equal(&t->lsid, child)) {
+        return false;
+    }
+    shl_lsid_parent(&t->lsid, &a);
+    shl_lsid_parent(child, &b);
+    return shl_lsid_equal(&a, &b);
+}
+
+/*
+ * A transaction starts on retryable child session 'child': the first time it meets another
+ * attempt of the same write still open and unprepared, that attempt is aborted (MongoDB 7.0:
+ * RetryableTransactionInProgress is raised only on later conflicts; the first one assumes the
+ * other attempt's client gave up). A prepared attempt, or one whose session runs a statement
+ * right now, is left to end by itself: db_session_child_begin waits for it.
+ */
+static void
+abort_other_attempts(db_txn_registry_t *reg, shl_op_ctx_t *op, const shl_lsid_t *child)
+{
+    lsid_list_t l = {0};
+    shl_lsid_t key = *child;
+
+    if (reg->node != NULL && child->child && child->has_parent_txn_number) {
+        collect(reg, other_attempt, &key, &l);
+        if (l.n > 0 && db_session_child_conflict_claim(reg->node->sessions, child)) {
+            (void)abort_listed(reg, reg->node->sessions, op->svc, &l,
+                               "a retry of its retryable write started another attempt");
+        }
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+}
+
 static int
 start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_t *st)
 {
@@ -886,6 +956,7 @@ start_txn(db_txn_registry_t *reg, shl_op_ctx_t *op, db_session_t *s, shl_status_
     shl_storage_txn_opts_t o = {0};
     int ret = 0;
 
+    abort_other_attempts(reg, op, db_session_lsid(s));
     /* A retryable internal transaction of an older write of its parent is refused. */
     SHL_ERR(db_session_child_begin(reg->node != NULL ? reg->node->sessions : NULL, op,
                                    db_session_lsid(s), st));
@@ -1497,6 +1568,25 @@ done:
     return ret;
 }
 
+/*
+ * A decision has been applied: the statement ends and the session is checked in before the
+ * write concern wait, so the session's next transaction (a client's next one, which may
+ * reach this participant right after the coordinator answered) does not wait for this
+ * decision's journal flush, as a MongoDB participant checks its session in before waiting
+ * for the write concern. Only the decision's own reply waits.
+ */
+static void
+end_statement_early(shl_op_ctx_t *op)
+{
+    db_node_t *node = node_of(op);
+
+    if (op->txn_session != NULL) {
+        (void)db_txn_statement_end(node->txns, op, 0, NULL, NULL);
+        db_session_checkin_txn(node->sessions, op->txn_session);
+        op->txn_session = NULL;
+    }
+}
+
 static int
 cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -1552,6 +1642,7 @@ cmd_commit_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_s
         SHL_ERR(st->code);
         break;
     }
+    end_statement_early(op);
     db_write_concern_wait(op, &wc, reply);
 done:
     return ret;
@@ -1591,6 +1682,7 @@ cmd_abort_transaction(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         SHL_ERR(st->code);
         break;
     }
+    end_statement_early(op);
     db_write_concern_wait(op, &wc, reply);
 done:
     return ret;
@@ -2039,13 +2131,6 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
 }
 
 /* ---------------------------------------------------------------- aborting from outside */
-
-/* The sessions of the open transactions 'pick' chooses, collected under reg->mu. */
-typedef struct lsid_list {
-    shl_lsid_t *v;
-    int64_t *txn;
-    size_t n, cap;
-} lsid_list_t;
 
 static void
 collect(db_txn_registry_t *reg, bool (*pick)(void *arg, const db_txn_t *t), void *arg,

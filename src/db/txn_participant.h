@@ -188,6 +188,14 @@ uint64_t db_txn_read_ts(const shl_op_ctx_t *op);
 uint64_t db_txn_read_ts_for(const shl_op_ctx_t *op, const char *ns);
 
 /*
+ * db_txn_started_us --
+ *     When this node's open transaction (lsid, txn_number) started (shl_clock_mono_us at its
+ *     first statement here; at its re-prepare after a restart), 0 when it has none open.
+ *     Takes reg->mu.
+ */
+int64_t db_txn_started_us(db_txn_registry_t *reg, const shl_lsid_t *lsid, int64_t txn_number);
+
+/*
  * db_txn_session_discard --
  *     The session leaves the catalog (or the process ends): roll back its transaction,
  *     prepared or not, and free it. 'txn' may be NULL.

@@ -9,11 +9,16 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "net/service_context.h"
 #include "router/router_private.h"
 #include "router/txn_router_private.h"
+
+/* Holds an internal transaction whose statements ran, before its commit (tests: a retry
+ * through another router meets this attempt open on the shards). */
+SHL_FAILPOINT_DEFINE(hangBeforeCommittingInternalTransaction)
 
 /* The operation's transaction fields while an internal transaction's statements run. */
 typedef struct saved_op {
@@ -158,6 +163,12 @@ router_txn_api_run(shl_op_ctx_t *op, const bson_t *user_cmd, router_txn_api_fn f
         enter(op, t, &saved);
         shl_status_clear(st);
         ret = fn(op, arg, st);
+        if (ret == 0 && SHL_FAILPOINT_FIRES(hangBeforeCommittingInternalTransaction)) {
+            SHL_LOG_INFO(TXN, 5918602, "internal transaction hangs before its commit (fail point)",
+                         "txnNumber", BCON_INT64(txn_number));
+            shl_failpoint_pause_while_set(SHL_FAILPOINT(hangBeforeCommittingInternalTransaction),
+                                          NULL);
+        }
         if (ret == 0) {
             ret = commit_attempt(r, op, t, user_cmd, &attempts, st);
             transient = ret != 0 && has_label(st, SHL_LABEL(TRANSIENT_TRANSACTION_ERROR));

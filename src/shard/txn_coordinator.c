@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/options.h"
+#include "db/node.h"
 #include "shard/shard_private.h"
 
 #define TC_COLL "transaction_coordinators"
@@ -79,6 +80,19 @@ ts_less(uint32_t t1, uint32_t i1, uint32_t t2, uint32_t i2)
     return t1 < t2 || (t1 == t2 && i1 < i2);
 }
 
+/* A hash of a document's bytes (FNV-1a): the tables below compare it before the bytes. */
+static uint64_t
+doc_hash(const bson_t *doc)
+{
+    const uint8_t *p = bson_get_data(doc);
+    uint64_t h = 1469598103934665603ULL;
+
+    for (uint32_t k = 0; k < doc->len; k++) {
+        h = (h ^ p[k]) * 1099511628211ULL;
+    }
+    return h;
+}
+
 /* The decision of a document: 1 commit, 0 abort, -1 none yet. */
 static int
 decision_of(const bson_t *doc, uint32_t *t, uint32_t *i, shl_status_t *abort_st)
@@ -138,6 +152,74 @@ set_decision(shl_coord_t *c, bool commit, uint32_t t, uint32_t i, const shl_stat
     bson_destroy(&doc);
 }
 
+/* ------------------------------------------------ deadlines of starting coordinators */
+
+/* Each coordinator's deadline, from coordinateCommitTransaction to its first prepare round
+ * (the state document keeps MongoDB's schema, which has no deadline). */
+#define TC_DEADLINES 64
+
+static struct {
+    pthread_mutex_t mu;
+    bson_t *ids[TC_DEADLINES];         /* guarded by mu: {_id: {lsid, txnNumber}}, or NULL */
+    uint64_t hash[TC_DEADLINES];       /* guarded by mu: doc_hash of ids[k] */
+    int64_t deadline_us[TC_DEADLINES]; /* guarded by mu */
+    size_t next;                       /* guarded by mu */
+} deadlines = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The transaction's lifetime limit in microseconds. */
+static int64_t
+lifetime_us(void)
+{
+    int64_t limit_s = shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
+
+    if (limit_s <= 0) {
+        limit_s = 60; /* options not loaded (unit tests): MongoDB's default */
+    }
+    return limit_s * 1000000;
+}
+
+static void
+deadline_put(const bson_t *id, int64_t deadline_us)
+{
+    pthread_mutex_lock(&deadlines.mu);
+    if (deadlines.ids[deadlines.next] != NULL) {
+        bson_destroy(deadlines.ids[deadlines.next]);
+    }
+    deadlines.ids[deadlines.next] = bson_copy(id);
+    deadlines.hash[deadlines.next] = doc_hash(id);
+    deadlines.deadline_us[deadlines.next] = deadline_us;
+    deadlines.next = (deadlines.next + 1) % TC_DEADLINES;
+    pthread_mutex_unlock(&deadlines.mu);
+}
+
+/* The deadline put for the coordinator of state document 'doc' (taken off the table), or
+ * transactionLifetimeLimitSeconds from now. */
+static int64_t
+deadline_take(const bson_t *doc)
+{
+    int64_t deadline_us = 0;
+    bson_t id = BSON_INITIALIZER;
+    bson_iter_t it;
+    uint64_t h;
+
+    if (bson_iter_init_find(&it, doc, "_id")) {
+        bson_append_iter(&id, "_id", 3, &it);
+    }
+    h = doc_hash(&id);
+    pthread_mutex_lock(&deadlines.mu);
+    for (size_t k = 0; k < TC_DEADLINES && deadline_us == 0; k++) {
+        if (deadlines.ids[k] != NULL && deadlines.hash[k] == h &&
+            bson_equal(deadlines.ids[k], &id)) {
+            deadline_us = deadlines.deadline_us[k];
+            bson_destroy(deadlines.ids[k]);
+            deadlines.ids[k] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&deadlines.mu);
+    bson_destroy(&id);
+    return deadline_us != 0 ? deadline_us : shl_clock_mono_us() + lifetime_us();
+}
+
 /* ------------------------------------------------------------------------- phases */
 
 static int
@@ -185,17 +267,11 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
     int64_t backoff = 50;
     bool abort = false;
     int ret = 0;
-    /* MongoDB gives the coordinator transactionLifetimeLimitSeconds from its creation; ours is
-     * created by coordinateCommitTransaction (or resumed), so the time counts from here.
-     * Participants that do not answer (unreachable, retryable errors) until then are votes
-     * to abort. */
-    int64_t limit_s = shl_opt_int(SHL_OPT_transactionLifetimeLimitSeconds);
-    int64_t deadline_us;
-
-    if (limit_s <= 0) {
-        limit_s = 60; /* options not loaded (unit tests): MongoDB's default */
-    }
-    deadline_us = shl_clock_mono_us() + limit_s * 1000000;
+    /* MongoDB creates the coordinator at the transaction's first statement on its shard,
+     * with a deadline transactionLifetimeLimitSeconds later; ours knows that start from the
+     * local participant (a resumed one counts from its resumption). Participants that do
+     * not answer (unreachable, retryable errors) until then are votes to abort. */
+    int64_t deadline_us = deadline_take(shl_coord_doc(c));
 
     (void)st;
     while (left > 0 && !abort) {
@@ -387,6 +463,17 @@ tc_same(const bson_t *running, const bson_t *request)
     return true;
 }
 
+/* MongoDB's coordinateCommitReturnImmediatelyAfterPersistingDecision: answer once the
+ * decision is durable, or (7.0's default) once every participant acknowledged it -- then the
+ * client's next transaction never meets a participant still prepared. */
+static const char *
+tc_answers_after(void)
+{
+    return shl_opt_bool(SHL_OPT_coordinateCommitReturnImmediatelyAfterPersistingDecision)
+               ? "writingDecision"
+               : "waitingForDecisionAcks";
+}
+
 const shl_coord_type_t shard_txn_coord_type = {
     .name = "TransactionCoordinator",
     .coll = TC_COLL,
@@ -395,6 +482,7 @@ const shl_coord_type_t shard_txn_coord_type = {
     .resume_phase = tc_resume_phase,
     .same = tc_same,
     .answers_after = "writingDecision",
+    .answers_after_now = tc_answers_after,
     .max_attempts = -1, /* state document writes: until they succeed or the process stops */
     .backoff_ms = 100,
 };
@@ -406,6 +494,7 @@ const shl_coord_type_t shard_txn_coord_type = {
 static struct {
     pthread_mutex_t mu;
     bson_t *ids[TC_RECENT];          /* guarded by mu: {_id: {lsid, txnNumber}} */
+    uint64_t hash[TC_RECENT];        /* guarded by mu: doc_hash of ids[k] */
     shl_status_t outcome[TC_RECENT]; /* guarded by mu: code 0 = committed */
     size_t next;                     /* guarded by mu */
 } recent = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -418,6 +507,7 @@ recent_put(const bson_t *id, int code, const shl_status_t *st)
         bson_destroy(recent.ids[recent.next]);
     }
     recent.ids[recent.next] = bson_copy(id);
+    recent.hash[recent.next] = doc_hash(id);
     shl_status_clear(&recent.outcome[recent.next]);
     if (code != 0) {
         recent.outcome[recent.next] = *st;
@@ -430,10 +520,11 @@ static bool
 recent_get(const bson_t *id, shl_status_t *out)
 {
     bool found = false;
+    uint64_t h = doc_hash(id);
 
     pthread_mutex_lock(&recent.mu);
     for (size_t k = 0; k < TC_RECENT && !found; k++) {
-        if (recent.ids[k] != NULL && bson_equal(recent.ids[k], id)) {
+        if (recent.ids[k] != NULL && recent.hash[k] == h && bson_equal(recent.ids[k], id)) {
             *out = recent.outcome[k];
             found = true;
         }
@@ -587,6 +678,14 @@ int
 shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
                        const char *const *participants, size_t n, shl_status_t *st)
 {
+    return shard_txn_coord_commit_started(svc, lsid, txn_number, participants, n, 0, st);
+}
+
+int
+shard_txn_coord_commit_started(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                               const char *const *participants, size_t n, int64_t started_us,
+                               shl_status_t *st)
+{
     bson_t doc = BSON_INITIALIZER, id, arr, idonly = BSON_INITIALIZER, result;
     shl_status_t prior = SHL_STATUS_INIT;
     uint32_t t, i;
@@ -612,6 +711,7 @@ shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn
         bson_init(&result);
         ret = -1;
     } else {
+        deadline_put(&idonly, (started_us > 0 ? started_us : shl_clock_mono_us()) + lifetime_us());
         ret = shl_coord_run(svc, &shard_txn_coord_type, &doc, 0, &result, st);
     }
     if (ret == -1 || (n == 0 && ret == SHL_CODE_NO_SUCH_KEY)) {
@@ -678,7 +778,11 @@ cmd_coordinate_commit(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_st
         names[n++] = bson_iter_utf8(&f, NULL);
         names[n] = NULL;
     }
-    ret = shard_txn_coord_commit(s->coords, &op->lsid, op->txn_number, names, n, st);
+    /* The coordinator's shard is the transaction's first participant: its local
+     * transaction started with the transaction. */
+    ret = shard_txn_coord_commit_started(
+        s->coords, &op->lsid, op->txn_number, names, n,
+        shl_node_txn_started_us(op->svc, &op->lsid_key, op->txn_number), st);
 done:
     bson_free(names);
     return ret;

@@ -37,6 +37,18 @@ extern const shl_coord_type_t shard_txn_coord_type;
 int shard_txn_coord_commit(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
                            const char *const *participants, size_t n, shl_status_t *st);
 
+/*
+ * shard_txn_coord_commit_started --
+ *     shard_txn_coord_commit for a transaction that started at 'started_us'
+ *     (shl_clock_mono_us; 0: unknown, i.e. now): as MongoDB's coordinator, whose deadline
+ *     ties to the transaction's lifetime, the votes missing transactionLifetimeLimitSeconds
+ *     after that time are an abort ("Transaction exceeded deadline", NoSuchTransaction).
+ *     A coordinator resumed after a restart counts from its resumption.
+ */
+int shard_txn_coord_commit_started(shl_coord_service_t *svc, const bson_t *lsid, int64_t txn_number,
+                                   const char *const *participants, size_t n, int64_t started_us,
+                                   shl_status_t *st);
+
 /* shard_txn_coord_forget_all -- drop the recent decisions (tests). */
 void shard_txn_coord_forget_all(void);
 

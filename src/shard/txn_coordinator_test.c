@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/options.h"
 #include "base/unit_test.h"
 #include "shard/txn_coordinator.h"
 #include "sharding/remote_fake.h"
@@ -23,6 +24,12 @@ typedef struct env {
 static void
 env_init(env_t *e)
 {
+    shl_status_t st = SHL_STATUS_INIT;
+
+    /* These cases read the phases after the answer (waitingForDecisionAcks) themselves. */
+    SHL_INVARIANT(
+        shl_opt_set_string(SHL_OPT_coordinateCommitReturnImmediatelyAfterPersistingDecision, "true",
+                           &st) == 0);
     shard_txn_coord_forget_all();
     e->fake = shl_remote_fake_new();
     shl_remote_fake_store_self(e->fake);

@@ -34,8 +34,12 @@ struct shl_coord {
     bool done;                   /* guarded by svc->mu */
     bool holding;                /* the type's acquire succeeded, release not yet run;
                                   * guarded by svc->mu */
+    bool acquired;               /* the type's acquire succeeded; the runner's only (passed
+                                  * with the operation to the thread that continues it) */
     shl_status_t status;         /* the outcome; guarded by svc->mu, final once 'done' */
-    bool answered;               /* the type's answers_after phase ran; guarded by svc->mu */
+    bool answered;               /* the answers_after phase ran; guarded by svc->mu */
+    const char *answers_after;   /* the type's answers_after, or what its answers_after_now
+                                  * said at the start (NULL: the end); constant */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
     struct shl_coord *next;      /* guarded by svc->mu */
 };
@@ -45,7 +49,8 @@ struct shl_coord_service {
     pthread_mutex_t mu;
     pthread_cond_t changed;      /* broadcast when a coordinator ends or a thread exits */
     shl_coord_t *running;        /* guarded by mu: coordinators not yet done */
-    int threads;                 /* guarded by mu: coordinator threads alive */
+    int threads;                 /* guarded by mu: coordinators being run (by their thread, or
+                                  * by a caller of shl_coord_run before the hand-off) */
     int waiters;                 /* guarded by mu: callers waiting in wait_locked */
     atomic_bool stopping;        /* set once by destroy */
 };
@@ -283,42 +288,69 @@ run_phase(shl_coord_t *c, size_t phase, shl_status_t *st)
     return ret;
 }
 
-static void *
-coord_thread(void *arg)
+static void *coord_thread(void *arg);
+
+/* Continue 'c' from its current phase on a thread of its own; the caller's count in
+ * svc->threads passes to that thread. */
+static void
+spawn_thread(shl_coord_t *c)
 {
-    shl_coord_t *c = arg;
+    pthread_attr_t attr;
+    pthread_t tid;
+
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    SHL_INVARIANT(pthread_create(&tid, &attr, coord_thread, c) == 0);
+    pthread_attr_destroy(&attr);
+}
+
+/*
+ * Run c's phases from its current one. 'inline_caller': the thread is the caller of
+ * shl_coord_run, which hands the phases after the type's answers_after to a thread of their
+ * own and returns (false then; true once the operation ended here).
+ */
+static bool
+coord_execute(shl_coord_t *c, bool inline_caller)
+{
     shl_coord_service_t *svc = c->svc;
     shl_status_t st = SHL_STATUS_INIT;
     int ret = 0;
     size_t phase;
-    bool acquired = false, aborted = false;
+    bool aborted = false, handed_off = false;
 
-    shl_log_set_thread_ctx(c->t->name);
     pthread_mutex_lock(&svc->mu);
     phase = c->phase;
     pthread_mutex_unlock(&svc->mu);
-    if (c->t->acquire != NULL) {
+    if (c->t->acquire != NULL && !c->acquired) {
         ret = c->t->acquire(c, &st);
-        acquired = ret == 0;
+        c->acquired = ret == 0;
         pthread_mutex_lock(&svc->mu);
-        c->holding = acquired;
+        c->holding = c->acquired;
         pthread_mutex_unlock(&svc->mu);
     }
-    for (; phase < c->t->nphases && ret == 0 && !c->finished; phase++) {
+    for (; phase < c->t->nphases && ret == 0 && !c->finished && !handed_off; phase++) {
         pthread_mutex_lock(&svc->mu);
         c->phase = phase;
         pthread_mutex_unlock(&svc->mu);
         fail_points(c, phase);
         ret = run_phase(c, phase, &st);
-        if (ret == 0 && c->t->answers_after != NULL &&
-            strcmp(c->t->phases[phase].name, c->t->answers_after) == 0) {
+        if (ret == 0 && c->answers_after != NULL &&
+            strcmp(c->t->phases[phase].name, c->answers_after) == 0) {
             pthread_mutex_lock(&svc->mu);
             c->answered = true;
             pthread_cond_broadcast(&svc->changed);
             pthread_mutex_unlock(&svc->mu);
+            handed_off = inline_caller && phase + 1 < c->t->nphases && !c->finished;
         }
         aborted = ret != 0 && c->aborting;
         c->aborting = false;
+    }
+    if (handed_off) {
+        pthread_mutex_lock(&svc->mu);
+        c->phase = phase;
+        pthread_mutex_unlock(&svc->mu);
+        spawn_thread(c);
+        return false;
     }
     /* The end: the document goes (unless an error leaves it for the next start). */
     if ((ret == 0 || aborted) && c->persisted) {
@@ -328,7 +360,7 @@ coord_thread(void *arg)
                             "type", BCON_UTF8(c->t->name), "reason", BCON_UTF8(del.reason));
         }
     }
-    if (acquired && c->t->release != NULL) {
+    if (c->acquired && c->t->release != NULL) {
         pthread_mutex_lock(&svc->mu);
         c->holding = false;
         pthread_mutex_unlock(&svc->mu);
@@ -350,21 +382,31 @@ coord_thread(void *arg)
             break;
         }
     }
-    coord_release_locked(c); /* the thread's */
+    coord_release_locked(c); /* the runner's */
     svc->threads--;
     pthread_cond_broadcast(&svc->changed);
     pthread_mutex_unlock(&svc->mu);
+    return true;
+}
+
+static void *
+coord_thread(void *arg)
+{
+    shl_coord_t *c = arg;
+
+    shl_log_set_thread_ctx(c->t->name);
+    coord_execute(c, false);
     return NULL;
 }
 
-/* A new coordinator in the list, its thread started. Called with svc->mu held. */
+/* A new coordinator in the list, counted as a runner. Called with svc->mu held. Without
+ * 'inline_caller' its thread is started; else the caller runs it (coord_execute) once it
+ * released svc->mu. */
 static shl_coord_t *
 start_locked(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc, size_t phase,
-             bool resumed)
+             bool resumed, bool inline_caller)
 {
     shl_coord_t *c = bson_malloc0(sizeof *c);
-    pthread_attr_t attr;
-    pthread_t tid;
 
     c->t = t;
     c->svc = svc;
@@ -374,14 +416,14 @@ start_locked(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *
     c->phase = phase;
     c->persisted = resumed;
     c->resumed = resumed;
-    c->refs = 2; /* the list and the thread */
+    c->answers_after = t->answers_after_now != NULL ? t->answers_after_now() : t->answers_after;
+    c->refs = 2; /* the list and the runner */
     c->next = svc->running;
     svc->running = c;
     svc->threads++;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    SHL_INVARIANT(pthread_create(&tid, &attr, coord_thread, c) == 0);
-    pthread_attr_destroy(&attr);
+    if (!inline_caller) {
+        spawn_thread(c);
+    }
     return c;
 }
 
@@ -501,7 +543,7 @@ shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *t, s
                 SHL_LOG_WARNING(SHARDING, 4170006, "cannot resume a coordinator document",
                                 "type", BCON_UTF8(t->name));
             } else {
-                start_locked(svc, t, &doc, (size_t)phase, true);
+                start_locked(svc, t, &doc, (size_t)phase, true, false);
                 n++;
             }
             bson_destroy(&id);
@@ -542,8 +584,16 @@ shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t 
                                  t->name);
         }
     } else {
-        c = start_locked(svc, t, doc, 0, false);
+        /* A type that answers before its end runs up to the answer on this thread (no thread
+         * start nor wake-up on the way to the answer); the rest continues on a thread. */
+        bool inline_caller = t->answers_after != NULL || t->answers_after_now != NULL;
+        c = start_locked(svc, t, doc, 0, false, inline_caller);
         c->refs++;
+        if (inline_caller) {
+            pthread_mutex_unlock(&svc->mu);
+            coord_execute(c, true);
+            pthread_mutex_lock(&svc->mu);
+        }
         ret = wait_locked(svc, c, wait_ms, result, st);
     }
     pthread_mutex_unlock(&svc->mu);

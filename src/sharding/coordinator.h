@@ -71,6 +71,9 @@ typedef struct shl_coord_type {
      * once its decision is durable); the result must not change afterwards. NULL: they wait
      * for the end. */
     const char *answers_after;
+    /* When set, asked as an operation starts: the phase to answer after instead of
+     * 'answers_after' (a runtime setting; NULL: the end). */
+    const char *(*answers_after_now)(void);
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */

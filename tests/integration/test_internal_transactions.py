@@ -14,7 +14,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 import wire_util
-from shale_fixtures import Background, module_cluster, wait_until
+from shale_fixtures import Background, logged, module_cluster, wait_until
 
 DB = "itx"
 NS = DB + ".moves"
@@ -597,15 +597,17 @@ def test_retry_after_the_shard_restarted_applies_once(cl):
         again.close()
 
 
-def test_retry_racing_its_open_first_attempt_waits_and_applies_once(cl):
+def test_retry_meeting_its_open_first_attempt_aborts_it_once_then_waits(cl):
     """A retry of a retryable write as a new internal transaction (a new txnUUID, e.g. through
-    a second router) while the first attempt's transaction is still open on the shard waits
-    for it (MongoDB: RetryableTransactionInProgress, which the shard waits out) and is then
-    answered from the first attempt's commit instead of running twice; the wait ends at the
-    retry's maxTimeMS; after an abort the retry runs."""
+    a second router) that meets the first attempt's transaction still open and unprepared on
+    the shard aborts it and runs (MongoDB 7.0's checkForConflictingInternalTransactions: the
+    first attempt's client is taken to have given up); a later conflict for the same write
+    waits for the open attempt instead (RetryableTransactionInProgress, waited out on the
+    shard; bounded by maxTimeMS) and is then answered from its commit; a prepared attempt
+    is always waited for."""
     shard = cl.shard_client(0)
     shard[DB].race.insert_one({"_id": "seed"})
-    parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
+    parent = None
 
     def child():
         return {"id": parent, "txnNumber": Int64(7), "txnUUID": Binary(uuid.uuid4().bytes,
@@ -616,41 +618,93 @@ def test_retry_racing_its_open_first_attempt_waits_and_applies_once(cl):
         body["$db"] = db
         return wire_util.command(sock, body)
 
-    def waiting():  # only the retry's insert is still running
+    def waiting():  # a retry's insert still running
         return [o for o in shard.admin.command("currentOp")["inprog"]
                 if o.get("command", {}).get("insert") == "race"]
 
     insert = {"insert": "race", "documents": [{"_id": "once", "n": 1}], "stmtId": 0}
     socks = [wire_util.connect(cl.shards[0].port) for _ in range(3)]
     try:
+        # The first conflict aborts the open first attempt; the retry runs the write.
+        parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
         first, retry, late = child(), child(), child()
         assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
-        # Bounded by the retry's maxTimeMS while the first attempt stays open.
+        r = send(socks[1], retry, insert, startTransaction=True, maxTimeMS=5000)
+        assert r["ok"] == 1 and r["n"] == 1 and "retriedStmtIds" not in r, r
+        r = send(socks[0], first, {"commitTransaction": 1}, db="admin")
+        assert r["ok"] == 0 and r["code"] == 251, r
+        # A second conflict for the same write waits for the open attempt (here until its
+        # maxTimeMS) rather than aborting it ...
         r = send(socks[2], late, insert, startTransaction=True, maxTimeMS=200)
         assert r["code"] == 50, r
-        res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
-        wait_until(waiting, what="the retry waiting for the first attempt")
+        res = Background(lambda: send(socks[2], child(), insert, startTransaction=True))
+        wait_until(waiting, what="the second retry waiting for the open attempt")
         assert not res.done
-        assert send(socks[0], first, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        # ... which commits, and the waiting retry is answered from it.
+        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
         res.join(10)
         assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
-        assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
+        assert res.result.get("retriedStmtIds") == [0], res.result
         assert shard[DB].race.count_documents({"_id": "once"}) == 1
-        # A first attempt that aborts leaves the retry to run the write.
+
+        # A prepared first attempt is never aborted: the retry waits for its decision and is
+        # answered from its commit.
         parent = Binary(uuid.uuid4().bytes, UUID_SUBTYPE)
         first, retry = child(), child()
-        insert["documents"] = [{"_id": "after_abort"}]
+        insert["documents"] = [{"_id": "prepared"}]
         assert send(socks[0], first, insert, startTransaction=True)["ok"] == 1
+        prep = send(socks[0], first, {"prepareTransaction": 1}, db="admin")
+        assert prep["ok"] == 1, prep
         res = Background(lambda: send(socks[1], retry, insert, startTransaction=True))
-        wait_until(waiting, what="the retry waiting for the first attempt")
-        assert send(socks[0], first, {"abortTransaction": 1}, db="admin")["ok"] == 1
+        wait_until(waiting, what="the retry waiting for the prepared first attempt")
+        assert not res.done
+        assert send(socks[0], first, {"commitTransaction": 1}, db="admin",
+                    commitTimestamp=prep["prepareTimestamp"])["ok"] == 1
         res.join(10)
         assert res.done and res.result["ok"] == 1 and res.result["n"] == 1, res.result
+        assert res.result.get("retriedStmtIds") == [0], res.result
         assert send(socks[1], retry, {"commitTransaction": 1}, db="admin")["ok"] == 1
-        assert shard[DB].race.count_documents({"_id": "after_abort"}) == 1
+        assert shard[DB].race.count_documents({"_id": "prepared"}) == 1
     finally:
         for s in socks:
             s.close()
+
+
+def test_retry_through_a_second_router_aborts_the_stalled_first_attempt(cl):
+    """Through the routers: a retryable updateOne without the shard key runs as an internal
+    transaction; its first attempt is held open before its commit (a fail point on the
+    first router), and the client retries the write through a second router. The retry's
+    transaction meets the open attempt on the shards and aborts it (MongoDB 7.0) instead of
+    waiting for transactionLifetimeLimitSeconds; when the first router goes on, its commit
+    finds its attempt aborted, it runs again and is answered from the retry's commit: both
+    routers answer n: 1 and the update applied once."""
+    c = cl.router.client()
+    reshard(c, "stall")
+    c[DB].stall.insert_many([{"_id": 1, "x": -1, "g": "a", "v": 0},
+                             {"_id": 2, "x": 1, "g": "b", "v": 0}])
+    second = cl.add_router()
+    lsid = {"id": Binary(uuid.uuid4().bytes, UUID_SUBTYPE)}
+    cmd = {"update": "stall", "updates": [{"q": {"g": "a"}, "u": {"$inc": {"v": 1}}}],
+           "lsid": lsid, "txnNumber": Int64(4), "$db": DB}
+    fp = "hangBeforeCommittingInternalTransaction"
+    c.admin.command("configureFailPoint", fp, mode={"times": 1})
+    socks = [wire_util.connect(p.port) for p in (cl.router, second)]
+    try:
+        first = Background(lambda: wire_util.command(socks[0], dict(cmd)))
+        wait_until(lambda: logged(cl.router, 5918602),
+                   what="the first attempt held before its commit")
+        r = wire_util.command(socks[1], dict(cmd, maxTimeMS=20000))
+        assert r["ok"] == 1 and (r["n"], r["nModified"]) == (1, 1), r
+        c.admin.command("configureFailPoint", fp, mode="off")
+        first.join(30)
+        assert first.done and first.result["ok"] == 1, first.result
+        assert (first.result["n"], first.result["nModified"]) == (1, 1), first.result
+        assert c[DB].stall.find_one({"_id": 1})["v"] == 1
+    finally:
+        c.admin.command("configureFailPoint", fp, mode="off")
+        for s in socks:
+            s.close()
+        second.stop()
 
 
 def test_find_and_modify_retried_in_a_child_transaction_is_answered_from_its_image(cl):

@@ -395,12 +395,22 @@ def test_create_collection_inside_a_transaction(cl):
 
 
 def test_next_transaction_waits_for_the_previous_decision(cl):
-    """The coordinator answers commitTransaction once its decision is durable, before it
-    delivers it: the session's next transaction reaches participants still prepared and waits
-    there (as MongoDB's do) instead of failing with PreparedTransactionInProgress."""
+    """With coordinateCommitReturnImmediatelyAfterPersistingDecision true (MongoDB 7.0's
+    default is false) the coordinator answers commitTransaction once its decision is durable,
+    before it delivers it: the session's next transaction reaches participants still prepared
+    and waits there (as MongoDB's do) instead of failing with PreparedTransactionInProgress."""
     c = cl.router.client()
     coord = cl.shard_client(0)
+    coord.admin.command("setParameter", 1,
+                        coordinateCommitReturnImmediatelyAfterPersistingDecision=True)
+    try:
+        _next_transaction_waits(c, coord)
+    finally:
+        coord.admin.command("setParameter", 1,
+                            coordinateCommitReturnImmediatelyAfterPersistingDecision=False)
 
+
+def _next_transaction_waits(c, coord):
     runs = []
 
     def transfer(s):
