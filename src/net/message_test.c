@@ -498,7 +498,7 @@ SHL_TEST(reply_prefix_then_body_is_the_built_message)
 
 SHL_TEST(op_msg_parse_view_borrows_plain_bodies)
 {
-    /* Without sequences the body is a view of the buffer; with them, an owned copy. */
+    /* Without sequences the view parse borrows the buffer; shl_msg_parse always copies. */
     bson_t *body = shl_test_bson("{'find': 'c', 'filter': {'_id': 1}, '$db': 'test'}");
     size_t n;
     uint8_t *buf = shl_msg_build_op_msg(3, 0, 0, body, &n);
