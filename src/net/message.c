@@ -315,7 +315,7 @@ done:
 }
 
 static int
-parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+parse_op_msg(const uint8_t *buf, size_t len, bool borrow, shl_message_t *msg, shl_status_t *st)
 {
     int ret = 0;
     size_t off = SHL_MSG_HEADER_LEN + 4, end = len;
@@ -396,7 +396,13 @@ parse_op_msg(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *s
      * stderr about arrays whose keys are not "0", "1", ... (found by fuzz_message).
      */
     bson_destroy(&msg->body);
-    bson_copy_to(&body_view, &msg->body);
+    if (borrow && nseq == 0) {
+        /* The usual request: no sequence to merge in, so the body is a view of the
+         * caller's buffer (no allocation and copy per request). */
+        bson_init_static(&msg->body, bson_get_data(&body_view), body_view.len);
+    } else {
+        bson_copy_to(&body_view, &msg->body);
+    }
     for (int i = 0; i < nseq; i++) {
         if (body_has_field(&body_view, seqs[i].ident)) {
             SHL_FAIL(st, 40433, "Duplicate field between body and document sequence: %s",
@@ -437,8 +443,8 @@ done:
     return ret;
 }
 
-int
-shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+static int
+parse(const uint8_t *buf, size_t len, bool borrow, shl_message_t *msg, shl_status_t *st)
 {
     int ret = 0;
 
@@ -454,7 +460,7 @@ shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *
     }
     switch (msg->hdr.opcode) {
     case SHL_OP_MSG:
-        ret = parse_op_msg(buf, len, msg, st);
+        ret = parse_op_msg(buf, len, borrow, msg, st);
         break;
     case SHL_OP_QUERY:
         ret = parse_op_query(buf, len, msg, st);
@@ -465,9 +471,23 @@ shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *
     }
 done:
     if (ret != 0) {
-        bson_reinit(&msg->body);
+        /* Not bson_reinit: a borrowed body is a read-only view. */
+        bson_destroy(&msg->body);
+        bson_init(&msg->body);
     }
     return ret;
+}
+
+int
+shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+{
+    return parse(buf, len, false, msg, st);
+}
+
+int
+shl_msg_parse_view(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st)
+{
+    return parse(buf, len, true, msg, st);
 }
 
 void
@@ -485,6 +505,28 @@ write_header(uint8_t *p, size_t len, int32_t request_id, int32_t response_to, in
     wr_i32(p + 12, opcode);
 }
 
+size_t
+shl_msg_reply_prefix(uint8_t out[SHL_MSG_REPLY_PREFIX_MAX], int32_t opcode, int32_t request_id,
+                     int32_t response_to, uint32_t flags, size_t body_len)
+{
+    size_t n;
+
+    if (opcode == SHL_OP_REPLY) {
+        n = SHL_MSG_HEADER_LEN + 20;
+        memset(out + SHL_MSG_HEADER_LEN, 0, 20);
+        /* responseFlags 8 = AwaitCapable, as MongoDB sets; cursorID 0, startingFrom 0. */
+        wr_i32(out + SHL_MSG_HEADER_LEN, 8);
+        wr_i32(out + SHL_MSG_HEADER_LEN + 16, 1);
+    } else {
+        SHL_INVARIANT(opcode == SHL_OP_MSG && !(flags & SHL_MSG_CHECKSUM_PRESENT));
+        n = SHL_MSG_HEADER_LEN + 5;
+        wr_i32(out + SHL_MSG_HEADER_LEN, (int32_t)flags);
+        out[SHL_MSG_HEADER_LEN + 4] = KIND_BODY;
+    }
+    write_header(out, n + body_len, request_id, response_to, opcode);
+    return n;
+}
+
 uint8_t *
 shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags, const bson_t *body,
                      size_t *len)
@@ -492,11 +534,12 @@ shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t flags, co
     bool checksum = (flags & SHL_MSG_CHECKSUM_PRESENT) != 0;
     size_t n = SHL_MSG_HEADER_LEN + 4 + 1 + body->len + (checksum ? 4 : 0);
     uint8_t *buf = bson_malloc(n);
+    size_t pre = shl_msg_reply_prefix(buf, SHL_OP_MSG, request_id, response_to,
+                                      flags & ~SHL_MSG_CHECKSUM_PRESENT, n - 5 - SHL_MSG_HEADER_LEN);
 
-    write_header(buf, n, request_id, response_to, SHL_OP_MSG);
+    /* The prefix never carries the checksum bit: it is set here, with the checksum. */
     wr_i32(buf + SHL_MSG_HEADER_LEN, (int32_t)flags);
-    buf[SHL_MSG_HEADER_LEN + 4] = KIND_BODY;
-    memcpy(buf + SHL_MSG_HEADER_LEN + 5, bson_get_data(body), body->len);
+    memcpy(buf + pre, bson_get_data(body), body->len);
     if (checksum) {
         wr_i32(buf + n - 4, (int32_t)shl_crc32c(buf, n - 4));
     }
@@ -551,13 +594,10 @@ uint8_t *
 shl_msg_build_op_reply(int32_t request_id, int32_t response_to, const bson_t *doc, size_t *len)
 {
     size_t n = SHL_MSG_HEADER_LEN + 20 + doc->len;
-    uint8_t *buf = bson_malloc0(n);
+    uint8_t *buf = bson_malloc(n);
+    size_t pre = shl_msg_reply_prefix(buf, SHL_OP_REPLY, request_id, response_to, 0, doc->len);
 
-    write_header(buf, n, request_id, response_to, SHL_OP_REPLY);
-    /* responseFlags 8 = AwaitCapable, as MongoDB sets; cursorID 0, startingFrom 0. */
-    wr_i32(buf + SHL_MSG_HEADER_LEN, 8);
-    wr_i32(buf + SHL_MSG_HEADER_LEN + 16, 1);
-    memcpy(buf + SHL_MSG_HEADER_LEN + 20, bson_get_data(doc), doc->len);
+    memcpy(buf + pre, bson_get_data(doc), doc->len);
     *len = n;
     return buf;
 }

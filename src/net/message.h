@@ -77,6 +77,14 @@ int shl_msg_header_check(const shl_msg_header_t *hdr, shl_status_t *st);
  */
 int shl_msg_parse(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st);
 
+/*
+ * shl_msg_parse_view --
+ *     shl_msg_parse, except that an OP_MSG without document sequences gets a body that is
+ *     a read-only view of 'buf' (no copy): it is valid only while 'buf' is unchanged. The
+ *     server's request path, whose buffer outlives the request.
+ */
+int shl_msg_parse_view(const uint8_t *buf, size_t len, shl_message_t *msg, shl_status_t *st);
+
 /* shl_msg_cleanup -- release msg->body. */
 void shl_msg_cleanup(shl_message_t *msg);
 
@@ -97,6 +105,22 @@ uint8_t *shl_msg_build_op_msg(int32_t request_id, int32_t response_to, uint32_t 
  */
 uint8_t *shl_msg_build_op_msg_db(int32_t request_id, const bson_t *cmd, const uint8_t *key,
                                  const char *db, size_t *len);
+
+/* The most bytes shl_msg_reply_prefix writes (OP_REPLY's header and fixed fields). */
+#define SHL_MSG_REPLY_PREFIX_MAX (SHL_MSG_HEADER_LEN + 20)
+
+/*
+ * shl_msg_reply_prefix --
+ *     The bytes that come before a body document of 'body_len' bytes in an OP_MSG
+ *     (opcode SHL_OP_MSG: header, 'flags', section kind 0) or an OP_REPLY (SHL_OP_REPLY:
+ *     header, responseFlags AwaitCapable, cursorID 0, startingFrom 0, numberReturned 1;
+ *     'flags' unused), written into 'out'; returns their count. The message is the prefix
+ *     followed by the document, so a reply goes out in one writev without being copied.
+ *     'flags' must not ask for a checksum (it would follow the document).
+ */
+size_t shl_msg_reply_prefix(uint8_t out[SHL_MSG_REPLY_PREFIX_MAX], int32_t opcode,
+                            int32_t request_id, int32_t response_to, uint32_t flags,
+                            size_t body_len);
 
 /*
  * shl_msg_build_op_reply --

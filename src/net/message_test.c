@@ -470,3 +470,54 @@ SHL_TEST(op_msg_with_db_written_directly)
     }
     bson_destroy(cmd);
 }
+
+SHL_TEST(reply_prefix_then_body_is_the_built_message)
+{
+    /* A reply sent as prefix + document (writev) is byte for byte the built message. */
+    bson_t *doc = shl_test_bson("{'ok': 1.0, 'n': 'reply'}");
+    uint8_t pre[SHL_MSG_REPLY_PREFIX_MAX];
+    static const uint32_t flags[] = {0, SHL_MSG_MORE_TO_COME};
+
+    for (size_t i = 0; i < 2; i++) {
+        size_t n, p = shl_msg_reply_prefix(pre, SHL_OP_MSG, 9, 4, flags[i], doc->len);
+        uint8_t *built = shl_msg_build_op_msg(9, 4, flags[i], doc, &n);
+        ASSERT_INT_EQ(p + doc->len, n);
+        ASSERT(memcmp(built, pre, p) == 0);
+        ASSERT(memcmp(built + p, bson_get_data(doc), doc->len) == 0);
+        bson_free(built);
+    }
+    {
+        size_t n, p = shl_msg_reply_prefix(pre, SHL_OP_REPLY, 9, 4, 0, doc->len);
+        uint8_t *built = shl_msg_build_op_reply(9, 4, doc, &n);
+        ASSERT_INT_EQ(p + doc->len, n);
+        ASSERT(memcmp(built, pre, p) == 0);
+        bson_free(built);
+    }
+    bson_destroy(doc);
+}
+
+SHL_TEST(op_msg_parse_view_borrows_plain_bodies)
+{
+    /* Without sequences the view parse borrows the buffer; shl_msg_parse always copies. */
+    bson_t *body = shl_test_bson("{'find': 'c', 'filter': {'_id': 1}, '$db': 'test'}");
+    size_t n;
+    uint8_t *buf = shl_msg_build_op_msg(3, 0, 0, body, &n);
+    shl_message_t msg;
+    shl_status_t st;
+
+    ASSERT_INT_EQ(shl_msg_parse_view(buf, n, &msg, &st), 0);
+    ASSERT(bson_get_data(&msg.body) == buf + SHL_MSG_HEADER_LEN + 5);
+    ASSERT_BSON_EQ(&msg.body, "{'find': 'c', 'filter': {'_id': 1}, '$db': 'test'}");
+    shl_msg_cleanup(&msg);
+    ASSERT_INT_EQ(shl_msg_parse(buf, n, &msg, &st), 0);
+    ASSERT(bson_get_data(&msg.body) != buf + SHL_MSG_HEADER_LEN + 5);
+    shl_msg_cleanup(&msg);
+    /* A bad message leaves an empty, owned body and the buffer unchanged. */
+    buf[n - 1] = 7;
+    ASSERT(shl_msg_parse_view(buf, n, &msg, &st) != 0);
+    ASSERT(bson_empty(&msg.body));
+    shl_msg_cleanup(&msg);
+    ASSERT_INT_EQ(buf[n - 1], 7);
+    bson_free(buf);
+    bson_destroy(body);
+}

@@ -570,18 +570,15 @@ static bool
 send_reply_flags(shl_conn_t *conn, const shl_message_t *msg, int32_t response_to, uint32_t flags,
                  const bson_t *reply, int32_t *id_out)
 {
-    uint8_t *out;
+    uint8_t prefix[SHL_MSG_REPLY_PREFIX_MAX];
     size_t n;
     bool ok;
     int32_t id = atomic_fetch_add(&next_reply_id, 1);
+    int32_t opcode = msg->legacy || msg->hdr.opcode != SHL_OP_MSG ? SHL_OP_REPLY : SHL_OP_MSG;
 
-    if (msg->legacy || msg->hdr.opcode != SHL_OP_MSG) {
-        out = shl_msg_build_op_reply(id, response_to, reply, &n);
-    } else {
-        out = shl_msg_build_op_msg(id, response_to, flags, reply, &n);
-    }
-    ok = shl_conn_write_all(conn, out, n);
-    bson_free(out);
+    /* Header and body in one sendmsg, the body straight from the reply document. */
+    n = shl_msg_reply_prefix(prefix, opcode, id, response_to, flags, reply->len);
+    ok = shl_conn_write_msg(conn, prefix, n, bson_get_data(reply), reply->len);
     if (id_out != NULL) {
         *id_out = id;
     }
@@ -783,7 +780,8 @@ shl_service_handle_message(shl_service_ctx_t *svc, shl_conn_t *conn, const uint8
             return handle_other_opcode(conn, buf, len);
         }
     }
-    if (shl_msg_parse(buf, len, &msg, &st) != 0) {
+    /* The body stays a view of 'buf', which the connection keeps until this returns. */
+    if (shl_msg_parse_view(buf, len, &msg, &st) != 0) {
         SHL_LOG_WARNING(NETWORK, 4615639, "Invalid message from client", "remote",
                         BCON_UTF8(conn->remote), "error", BCON_UTF8(st.reason), "code",
                         BCON_INT32(st.code));

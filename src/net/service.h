@@ -35,6 +35,16 @@ void shl_service_run_command(shl_service_ctx_t *svc, shl_conn_t *conn, const bso
 bool shl_conn_write_all(shl_conn_t *conn, const uint8_t *buf, size_t n);
 
 /*
+ * shl_conn_write_msg --
+ *     Send one message made of 'prefix' then 'body' without joining them first: one
+ *     sendmsg when the socket takes it all (through the connection's TLS, joined, when it
+ *     has one). Blocks until all is sent; false on a broken connection. Only the
+ *     connection's own thread writes to it.
+ */
+bool shl_conn_write_msg(shl_conn_t *conn, const uint8_t *prefix, size_t prefix_len,
+                        const uint8_t *body, size_t body_len);
+
+/*
  * Actions of MongoDB's failCommand fail point for one command (failpoint_cmd.c). It fires for a
  * command when its data's filters match (failCommands by name or alias, or failAllCommands;
  * appName, namespace, threadName; internal clients only with failInternalCommands) and it
