@@ -47,10 +47,12 @@ class Skewed:
     """Reads and updates through the router: 80 % on x in [0, 200) (two chunks), the rest
     spread over the whole key space."""
 
-    def __init__(self, c, coll="c", hot=2 * PER_CHUNK):
+    def __init__(self, c, coll="c", hot=2 * PER_CHUNK, nchunks=NCHUNKS):
         self.hot = hot
+        self.nchunks = nchunks
         self.client = pymongo.MongoClient(c.uri())
-        self.coll = self.client.load[coll]
+        # One collection, or several taking turns.
+        self.colls = [self.client.load[n] for n in (coll if isinstance(coll, tuple) else (coll,))]
         self.stop = threading.Event()
         self.bg = Background(self.run)
 
@@ -61,11 +63,12 @@ class Skewed:
             if rnd.random() < 0.8:
                 x = rnd.randrange(0, self.hot)
             else:
-                x = rnd.randrange(0, NCHUNKS * PER_CHUNK)
+                x = rnd.randrange(0, self.nchunks * PER_CHUNK)
+            coll = self.colls[(n // 2) % len(self.colls)]
             if n % 2:
-                self.coll.update_one({"x": x}, {"$inc": {"n": 1}})
+                coll.update_one({"x": x}, {"$inc": {"n": 1}})
             else:
-                self.coll.find_one({"x": x})
+                coll.find_one({"x": x})
             n += 1
         return n
 
@@ -155,3 +158,44 @@ def test_load_policy_splits_a_hot_chunk_at_its_load_median(lc):
                                     "details.left.max.x": {"$gt": 0, "$lt": PER_CHUNK}})
     assert entry is not None
     assert r.load.h.count_documents({}) == 4 * PER_CHUNK
+
+
+def test_load_policy_balances_the_shards_total_across_collections(lc):
+    """Two collections, each even by count (2/2) and each hot on its first chunk, both first
+    chunks on shard0. Judged one collection at a time, each hot chunk alone carries its
+    collection's whole difference, so each would be split; judged by the shards' total load,
+    moving one whole hot chunk -- of either collection -- evens the cluster."""
+    r = lc.router_client()
+    cfg = config_db(lc)
+    names = ("ta", "tb")
+    for name in names:
+        ns = "load." + name
+        r.admin.command("shardCollection", ns, key={"x": 1})
+        r.load[name].insert_many([{"_id": i, "x": i, "n": 0} for i in range(4 * PER_CHUNK)])
+        for k in range(1, 4):
+            r.admin.command("split", ns, middle={"x": k * PER_CHUNK})
+        for k in (2, 3):
+            r.admin.command("moveChunk", ns, find={"x": k * PER_CHUNK}, to="shard1",
+                            _waitForDelete=True)
+    config_db(lc).settings.update_one({"_id": "balancer"}, {"$set": {"policy": "load"}})
+    w = Skewed(lc, coll=names, hot=PER_CHUNK, nchunks=4)
+
+    def hot_owners():
+        return [_owner(lc, "load." + name, 0) for name in names]
+    try:
+        before = _shares(lc)
+        assert before[0] > 0.75, before
+        r.admin.command("balancerStart")
+        wait_until(lambda: sorted(hot_owners()) == ["shard0", "shard1"], timeout=30,
+                   what="one of the two hot chunks moved to shard1")
+        after = _shares(lc)
+        print("load policy across collections: op shares before %s after %s" % (before, after))
+        assert max(after) <= 0.6, after
+    finally:
+        w.finish()
+        r.admin.command("balancerStop")
+    for name in names:
+        uuid = cfg.collections.find_one({"_id": "load." + name})["uuid"]
+        # Moved whole: no hot chunk was split.
+        assert cfg.chunks.count_documents({"uuid": uuid}) == 4
+        assert r.load[name].count_documents({}) == 4 * PER_CHUNK
