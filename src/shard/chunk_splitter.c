@@ -387,6 +387,12 @@ done:
     bson_destroy(&key);
 }
 
+bool
+shard_load_counting(shard_state_t *s)
+{
+    return s->splitter != NULL && atomic_load(&s->splitter->count_reads);
+}
+
 /* Decay every load counter by 1/4 (once a second): a steady rate r settles near 4 r, within
  * 10 % of it in 8 s. */
 static void

@@ -69,6 +69,9 @@ void shard_splitter_meta_cleanup(shard_coll_meta_t *m);
  * last 33 kept per chunk, when it lies strictly inside the chunk).
  */
 void shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc);
+/* shard_load_counting -- whether reads are counted now (the policy is "load"): one atomic
+ * load, for the unversioned reads' filter (collection_metadata.c). */
+bool shard_load_counting(shard_state_t *s);
 void shard_load_register(shl_command_registry_t *reg);
 
 /* shard_splitter_server_status -- shardingStatistics' autoSplit fields. */

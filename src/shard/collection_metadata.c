@@ -1056,6 +1056,80 @@ done:
     return ret;
 }
 
+/*
+ * An unversioned read's filter (bal16c): it owns every document -- an unversioned read sees
+ * orphans, as MongoDB's -- and only counts each document it examines in its chunk's load
+ * counter, as the orphan filter of a versioned read does (chunk_splitter.h).
+ */
+typedef struct load_counter {
+    shl_db_orphan_filter_t filter; /* first */
+    shard_coll_meta_t *m;
+} load_counter_t;
+
+static bool
+counter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
+{
+    const load_counter_t *l = (const load_counter_t *)f;
+
+    shard_load_note_read(l->m, doc);
+    return true;
+}
+
+static bool
+counter_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
+{
+    const load_counter_t *l = (const load_counter_t *)f;
+
+    return meta_same_key(&l->m->filter, a, b);
+}
+
+static void
+counter_destroy(shl_db_orphan_filter_t *f)
+{
+    load_counter_t *l = (load_counter_t *)f;
+
+    shard_meta_release(l->m);
+    bson_free(l);
+}
+
+/*
+ * The counting filter for an unversioned find or aggregate of 'ns' while the load policy
+ * counts reads and this shard already holds the namespace's metadata as sharded (no load, no
+ * refresh: a namespace it has not seen is not counted), else NULL. Off the policy the cost is
+ * one atomic load. A filter takes the query off the count and covered-projection fast paths,
+ * so only the commands that return documents get one (count keeps its fast count).
+ */
+static shl_db_orphan_filter_t *
+unversioned_read_counter(shard_state_t *s, const shl_op_ctx_t *op, const char *ns)
+{
+    shl_db_orphan_filter_t *f = NULL;
+    bson_iter_t it;
+    shard_coll_meta_t *m = NULL;
+    bool wanted = shard_load_counting(s) && op->body != NULL && bson_iter_init(&it, op->body) &&
+                  bson_iter_next(&it) && strchr(ns, '.') != NULL && !name_in_db(ns, "admin") &&
+                  !name_in_db(ns, "config") && !name_in_db(ns, "local") &&
+                  (strcmp(bson_iter_key(&it), "find") == 0 ||
+                   strcmp(bson_iter_key(&it), "aggregate") == 0);
+
+    if (wanted) {
+        m = shard_meta_peek(s, ns);
+    }
+    if (m != NULL && m->rt != NULL && !m->owns_no_chunk) {
+        load_counter_t *l = bson_malloc0(sizeof(*l));
+        atomic_init(&l->filter.refs, 1);
+        l->filter.owns = counter_owns;
+        l->filter.same_key = counter_same_key;
+        l->filter.destroy = counter_destroy;
+        l->m = m;
+        m = NULL;
+        f = &l->filter;
+    }
+    if (m != NULL) {
+        shard_meta_release(m);
+    }
+    return f;
+}
+
 int
 shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                      shl_db_orphan_filter_t **filter, shl_status_t *st)
@@ -1075,6 +1149,8 @@ shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_a
         SHL_ERR(request_version(op, "shardVersion", &sv, NULL, st));
         SHL_ERR(check_shard_version(s, op, ns, access, &sv, op->has_database_version ? &dbv : NULL,
                                     filter, st));
+    } else if (access == SHL_DB_SHARD_READ) {
+        *filter = unversioned_read_counter(s, op, ns);
     }
 done:
     return ret;

@@ -199,3 +199,29 @@ def test_load_policy_balances_the_shards_total_across_collections(lc):
         # Moved whole: no hot chunk was split.
         assert cfg.chunks.count_documents({"uuid": uuid}) == 4
         assert r.load[name].count_documents({}) == 4 * PER_CHUNK
+
+
+def test_unversioned_reads_count_in_the_chunk_load(lc):
+    """A find sent straight to the shard (no shardVersion: no orphan filter) counts in the
+    load of the chunk holding each document it examines, as a read through the router does."""
+    r = lc.router_client()
+    ns = "load.u"
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.load.u.insert_many([{"_id": i, "x": i} for i in list(range(20)) + list(range(100, 120))])
+    r.admin.command("split", ns, middle={"x": 100})
+    config_db(lc).settings.update_one({"_id": "balancer"}, {"$set": {"policy": "load"}})
+    direct = lc.shard_client(0).load.u
+
+    def loads():
+        per = {}
+        for e in lc.shard_client(0).admin.command("_shardsvrGetChunkLoad", ns)["chunks"]:
+            per[e["max"]["x"] if isinstance(e["max"]["x"], int) else "max"] = e["load"]
+        return per
+
+    def hot_first_chunk():
+        for k in range(100):
+            assert direct.find_one({"x": k % 20}) is not None
+        per = loads()
+        return per.get(100, 0) >= 100 and per.get("max", 0) < 40
+    # The shard learns the policy at its next settings refresh (every 2-5 s).
+    wait_until(hot_first_chunk, timeout=20, what="direct reads counted in the first chunk")
