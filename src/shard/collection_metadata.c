@@ -881,14 +881,16 @@ snapshot_read_time(const shl_op_ctx_t *op)
     return snapshot ? at : 0;
 }
 
-/* A filter over 'm' (a new reference) at cluster time 'at'. */
+/* A filter over 'm' (a new reference) at cluster time 'at', judging with 'owns'
+ * (meta_at_owns; the unversioned reads' counter_owns ignores 'at'). */
 static shl_db_orphan_filter_t *
-meta_at_new(shard_coll_meta_t *m, uint64_t at)
+meta_at_new(shard_coll_meta_t *m, uint64_t at,
+            bool (*owns)(const shl_db_orphan_filter_t *f, const bson_t *doc))
 {
     meta_at_t *a = bson_malloc0(sizeof(*a));
 
     atomic_init(&a->filter.refs, 1);
-    a->filter.owns = meta_at_owns;
+    a->filter.owns = owns;
     a->filter.same_key = meta_at_same_key;
     a->filter.destroy = meta_at_destroy;
     a->m = meta_ref(m);
@@ -954,7 +956,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         c = NULL;
         *filter = &g->filter;
     } else if (access == SHL_DB_SHARD_READ && m->rt != NULL && snapshot_read_time(op) != 0) {
-        *filter = meta_at_new(m, snapshot_read_time(op));
+        *filter = meta_at_new(m, snapshot_read_time(op), meta_at_owns);
     } else if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }
@@ -1057,39 +1059,18 @@ done:
 }
 
 /*
- * An unversioned read's filter (bal16c): it owns every document -- an unversioned read sees
- * orphans, as MongoDB's -- and only counts each document it examines in its chunk's load
- * counter, as the orphan filter of a versioned read does (chunk_splitter.h).
+ * An unversioned read's filter (bal16c), a meta_at_t whose 'at' is unused: it owns every
+ * document -- an unversioned read sees orphans, as MongoDB's -- and only counts each document
+ * it examines in its chunk's load counter, as the orphan filter of a versioned read does
+ * (chunk_splitter.h). Its same_key and destroy are the snapshot filter's.
  */
-typedef struct load_counter {
-    shl_db_orphan_filter_t filter; /* first */
-    shard_coll_meta_t *m;
-} load_counter_t;
-
 static bool
 counter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
 {
-    const load_counter_t *l = (const load_counter_t *)f;
+    const meta_at_t *a = (const meta_at_t *)f;
 
-    shard_load_note_read(l->m, doc);
+    shard_load_note_read(a->m, doc);
     return true;
-}
-
-static bool
-counter_same_key(const shl_db_orphan_filter_t *f, const bson_t *a, const bson_t *b)
-{
-    const load_counter_t *l = (const load_counter_t *)f;
-
-    return meta_same_key(&l->m->filter, a, b);
-}
-
-static void
-counter_destroy(shl_db_orphan_filter_t *f)
-{
-    load_counter_t *l = (load_counter_t *)f;
-
-    shard_meta_release(l->m);
-    bson_free(l);
 }
 
 /*
@@ -1115,18 +1096,9 @@ unversioned_read_counter(shard_state_t *s, const shl_op_ctx_t *op, const char *n
         m = shard_meta_peek(s, ns);
     }
     if (m != NULL && m->rt != NULL && !m->owns_no_chunk) {
-        load_counter_t *l = bson_malloc0(sizeof(*l));
-        atomic_init(&l->filter.refs, 1);
-        l->filter.owns = counter_owns;
-        l->filter.same_key = counter_same_key;
-        l->filter.destroy = counter_destroy;
-        l->m = m;
-        m = NULL;
-        f = &l->filter;
+        f = meta_at_new(m, 0, counter_owns);
     }
-    if (m != NULL) {
-        shard_meta_release(m);
-    }
+    shard_meta_release(m);
     return f;
 }
 
