@@ -308,11 +308,11 @@ cfg_balancer_policy_data_size(const shl_shard_type_t *shards, size_t nshards,
 }
 
 size_t
-cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
-                         const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
-                         cfg_bal_move_t *out, size_t max_out, size_t *split_chunk)
+cfg_balancer_policy_load_total(const shl_shard_type_t *shards, size_t nshards,
+                               const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                               cfg_bal_move_t *out, size_t max_out, size_t *split_chunk)
 {
-    size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
+    size_t n = 0;
     int64_t *load = bson_malloc0((nshards + 1) * sizeof(*load));
 
     *split_chunk = nchunks;
@@ -374,6 +374,18 @@ cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
         add_move(out, &n, busy, best, from, to, CFG_BAL_IMBALANCE);
     }
     bson_free(load);
+    return n;
+}
+
+size_t
+cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
+                         const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                         cfg_bal_move_t *out, size_t max_out, size_t *split_chunk)
+{
+    size_t n = draining_and_zones(shards, nshards, chunks, nchunks, busy, out, max_out);
+
+    n += cfg_balancer_policy_load_total(shards, nshards, chunks, nchunks, busy, out + n,
+                                        max_out - n, split_chunk);
     return n;
 }
 

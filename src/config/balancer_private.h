@@ -98,6 +98,19 @@ size_t cfg_balancer_policy_load(const shl_shard_type_t *shards, size_t nshards,
                                 cfg_bal_move_t *out, size_t max_out, size_t *split_chunk);
 
 /*
+ * cfg_balancer_policy_load_total -- the load step of cfg_balancer_policy_load alone, over the
+ *     chunks of every collection the balancer may move (concatenated in any order: a chunk
+ *     is named by its index, the caller maps it back to its collection), so the busiest and
+ *     the least busy shard are judged by their total load across collections and the chunk
+ *     moved (or split) may belong to any collection on the busiest shard. 'busy' as
+ *     cfg_balancer_policy (shards already in a draining or zone migration of this round take
+ *     no part). Pure.
+ */
+size_t cfg_balancer_policy_load_total(const shl_shard_type_t *shards, size_t nshards,
+                                      const cfg_bal_chunk_t *chunks, size_t nchunks, bool *busy,
+                                      cfg_bal_move_t *out, size_t max_out, size_t *split_chunk);
+
+/*
  * cfg_balancer_in_window --
  *     Whether 'now_min' (minutes since local midnight) falls in the balancer's activeWindow
  *     {start: "HH:MM", stop: "HH:MM"} (local time of the config server, as MongoDB's): start

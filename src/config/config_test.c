@@ -371,3 +371,45 @@ SHL_TEST(balancer_policy_load)
     memset(busy, 0, sizeof(busy));
     ASSERT_INT_EQ(cfg_balancer_policy_load(sh, 2, ch, 4, busy, out, 4, &split), 0);
 }
+
+SHL_TEST(balancer_policy_load_total_judges_shards_across_collections)
+{
+    shl_shard_type_t sh[3] = {mk_shard("s0", false, NULL, 0), mk_shard("s1", false, NULL, 0),
+                              mk_shard("s2", false, NULL, 0)};
+    /* Collection A (indices 0-2) is hot on s0, collection B (3-5) hot on s1; each alone would
+     * move its hot chunk to whichever other shard is idlest for it. Across collections s0
+     * carries 600 + 100, s1 300 + 0, s2 0: s0 gives A's 300 chunk to s2 (700 - 300 vs 300). */
+    cfg_bal_chunk_t ch[6] = {{"s0", "", false, 300}, {"s0", "", false, 300},
+                             {"s1", "", false, 0},   {"s0", "", false, 100},
+                             {"s1", "", false, 200}, {"s1", "", false, 100}};
+    cfg_bal_move_t out[3];
+    bool busy[3] = {false, false, false};
+    size_t split = 0;
+
+    ASSERT_INT_EQ(cfg_balancer_policy_load_total(sh, 3, ch, 6, busy, out, 3, &split), 1);
+    ASSERT_INT_EQ(out[0].from, 0);
+    ASSERT_INT_EQ(out[0].to, 2);
+    ASSERT(out[0].chunk == 0 || out[0].chunk == 1);
+    ASSERT_INT_EQ(split, 6);
+    /* One migration per shard: s0 and s2 are busy now, s1 has no free partner. */
+    ASSERT(busy[0] && busy[2] && !busy[1]);
+    /* Two collections hot on the same shard, neither alone above the threshold against its
+     * own chunks elsewhere (A: 200 vs 150, B: 200 vs 150), together 400 vs 300 + an idle
+     * third shard: a chunk of either collection moves to the idle shard. */
+    {
+        cfg_bal_chunk_t two[4] = {{"s0", "", false, 200}, {"s1", "", false, 150},
+                                  {"s0", "", false, 200}, {"s1", "", false, 150}};
+        memset(busy, 0, sizeof(busy));
+        ASSERT_INT_EQ(cfg_balancer_policy_load_total(sh, 3, two, 4, busy, out, 3, &split), 1);
+        ASSERT_INT_EQ(out[0].from, 0);
+        ASSERT_INT_EQ(out[0].to, 2);
+        ASSERT(out[0].chunk == 0 || out[0].chunk == 2);
+    }
+    /* A shard already busy in a draining or zone move of this round takes no part: s0 (700)
+     * against s1 (300) is better served by splitting s0's hottest chunk (|400 - 300|) than by
+     * moving one (|400 - 2 x 300|). */
+    memset(busy, 0, sizeof(busy));
+    busy[2] = true;
+    ASSERT_INT_EQ(cfg_balancer_policy_load_total(sh, 3, ch, 6, busy, out, 3, &split), 0);
+    ASSERT_INT_EQ(split, 0);
+}

@@ -428,42 +428,57 @@ cfg_owned_data_size(const char *shard, const char *ns)
     return size > 0 ? size : 0;
 }
 
-/* The load policy waits this long after it moved a collection's chunk before it moves
- * another of that collection: the recipient's counter of the moved chunk starts from zero and
- * needs a few seconds of traffic to show its load (chunk_splitter.c decays by 1/4 a second). */
+/* The load policy waits this long after it moved (or split) a chunk before it moves another:
+ * the recipient's counter of the moved chunk starts from zero and needs a few seconds of
+ * traffic to show its load (chunk_splitter.c decays by 1/4 a second). One clock for the
+ * cluster, since the policy judges the shards' total load across collections. */
 #define LOAD_COOLDOWN_MS 10000
-#define LOAD_RECENT_MAX 64
 
-/* Balancer thread only: the collections the load policy moved a chunk of, and when. */
-static struct {
-    char ns[SHL_NS_MAX + 1];
-    int64_t ms;
-} g_load_recent[LOAD_RECENT_MAX];
+/* Balancer thread only: when the load policy last moved or split a chunk (monotonic ms). */
+static int64_t g_load_moved_ms = -LOAD_COOLDOWN_MS;
 
-/* Whether the load policy moved a chunk of ns less than LOAD_COOLDOWN_MS ago; 'mark' records a
+/* Whether the load policy moved a chunk less than LOAD_COOLDOWN_MS ago; 'mark' records a
  * move now. */
 static bool
-load_cooling(const char *ns, bool mark)
+load_cooling(bool mark)
 {
     int64_t now = shl_clock_mono_us() / 1000;
-    size_t slot = 0;
-    bool cooling = false;
+    bool cooling = now - g_load_moved_ms < LOAD_COOLDOWN_MS;
 
-    for (size_t i = 0; i < LOAD_RECENT_MAX; i++) {
-        if (strcmp(g_load_recent[i].ns, ns) == 0) {
-            cooling = now - g_load_recent[i].ms < LOAD_COOLDOWN_MS;
-            slot = i;
-            break;
-        }
-        if (g_load_recent[i].ms < g_load_recent[slot].ms) {
-            slot = i; /* the oldest entry, replaced by a new namespace */
-        }
-    }
     if (mark) {
-        snprintf(g_load_recent[slot].ns, sizeof(g_load_recent[slot].ns), "%s", ns);
-        g_load_recent[slot].ms = now;
+        g_load_moved_ms = now;
     }
     return cooling;
+}
+
+/* One chunk with a load, of any collection, for the round's load step. */
+typedef struct bal_load {
+    char *ns, *shard;
+    bson_t min, max;
+    bson_t *median; /* the load median the shard reported, or NULL */
+    bool jumbo;
+    int64_t load;
+} bal_load_t;
+
+/* Balancer thread only: the round's chunks with a load (run_round's, filled per collection). */
+typedef struct bal_loads {
+    bal_load_t *v;
+    size_t n, cap;
+} bal_loads_t;
+
+static void
+loads_free(bal_loads_t *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        bson_free(l->v[i].ns);
+        bson_free(l->v[i].shard);
+        bson_destroy(&l->v[i].min);
+        bson_destroy(&l->v[i].max);
+        if (l->v[i].median != NULL) {
+            bson_destroy(l->v[i].median);
+        }
+    }
+    bson_free(l->v);
 }
 
 /* The load policy: 'shard''s decayed per-chunk operation counts of ns
@@ -545,16 +560,131 @@ chunk_size_of(const shl_collection_type_t *coll)
     return bytes;
 }
 
+/* Append a migration of [min, max) of ns to 'plan'. */
+static void
+plan_add(bal_plan_t *plan, const char *ns, const bson_t *min, const bson_t *max, const char *from,
+         const char *to, cfg_bal_reason_t reason, const bal_settings_t *set)
+{
+    bal_task_t *t;
+
+    if (plan->n == plan->cap) {
+        plan->cap = plan->cap * 2 + 4;
+        plan->tasks = bson_realloc(plan->tasks, plan->cap * sizeof(*plan->tasks));
+    }
+    t = &plan->tasks[plan->n++];
+    memset(t, 0, sizeof(*t));
+    t->ns = bson_strdup(ns);
+    bson_copy_to(min, &t->min);
+    bson_copy_to(max, &t->max);
+    t->from = bson_strdup(from);
+    t->to = bson_strdup(to);
+    t->reason = reason;
+    t->wait_for_delete = set->wait_for_delete;
+    t->min_only = !set->by_count && !set->by_load && reason == CFG_BAL_IMBALANCE;
+    t->force_size = set->attempt_jumbo;
+    t->set = set;
+}
+
+/* The load policy: the decayed loads of ns's chunks on every free shard, appended to 'loads'
+ * (chunks outside zones with a load only: the others neither count nor move). */
+static void
+collect_loads(const char *ns, const shl_shard_type_t *shards, size_t nshards, const bool *busy,
+              const shl_routing_table_t *rt, cfg_bal_chunk_t *chunks, size_t nchunks,
+              bal_loads_t *loads)
+{
+    bson_t **medians = bson_malloc0((nchunks + 1) * sizeof(*medians));
+
+    for (size_t i = 0; i < nshards; i++) {
+        if (!busy[i]) {
+            add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks, medians);
+        }
+    }
+    for (size_t c = 0; c < nchunks; c++) {
+        bal_load_t *l;
+        bson_t min, max;
+        if (chunks[c].load <= 0 || chunks[c].zone[0] != '\0') {
+            if (medians[c] != NULL) {
+                bson_destroy(medians[c]);
+            }
+            continue;
+        }
+        if (loads->n == loads->cap) {
+            loads->cap = loads->cap * 2 + 16;
+            loads->v = bson_realloc(loads->v, loads->cap * sizeof(*loads->v));
+        }
+        l = &loads->v[loads->n++];
+        shl_routing_table_chunk_bounds(rt, c, &min, &max);
+        l->ns = bson_strdup(ns);
+        l->shard = bson_strdup(chunks[c].shard);
+        bson_copy_to(&min, &l->min);
+        bson_copy_to(&max, &l->max);
+        l->median = medians[c];
+        l->jumbo = chunks[c].jumbo;
+        l->load = chunks[c].load;
+    }
+    bson_free(medians);
+}
+
+/* The load step of a round (policy "load"): the busiest shard by its total load over every
+ * collection gives the chunk that evens the totals best, or its hottest chunk is split at
+ * its load median when that would even them better (cfg_balancer_policy_load_total). */
+static void
+plan_load(const shl_shard_type_t *shards, size_t nshards, bool *busy, const bal_settings_t *set,
+          const bal_loads_t *loads, bal_plan_t *plan)
+{
+    cfg_bal_chunk_t *chunks = bson_malloc0((loads->n + 1) * sizeof(*chunks));
+    cfg_bal_move_t *moves = bson_malloc0((nshards + 1) * sizeof(*moves));
+    size_t nmoves, split = loads->n;
+
+    for (size_t i = 0; i < loads->n; i++) {
+        chunks[i] = (cfg_bal_chunk_t){loads->v[i].shard, "", loads->v[i].jumbo, loads->v[i].load};
+    }
+    nmoves = cfg_balancer_policy_load_total(shards, nshards, chunks, loads->n, busy, moves,
+                                            nshards, &split);
+    for (size_t m = 0; m < nmoves; m++) {
+        const bal_load_t *l = &loads->v[moves[m].chunk];
+        SHL_LOG_INFO(SHARDING, 4200513, "load policy moves a chunk", "ns", BCON_UTF8(l->ns),
+                     "load", BCON_INT64(l->load), "from", BCON_UTF8(shards[moves[m].from].name),
+                     "to", BCON_UTF8(shards[moves[m].to].name));
+        plan_add(plan, l->ns, &l->min, &l->max, shards[moves[m].from].name,
+                 shards[moves[m].to].name, moves[m].reason, set);
+        load_cooling(true);
+    }
+    if (split < loads->n && loads->v[split].median != NULL) {
+        /* A hot chunk carries the imbalance alone: split it at its load median; the halves'
+         * counters start again, so the next load move waits for the cool-down. */
+        const bal_load_t *l = &loads->v[split];
+        bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+        shl_status_t sst = SHL_STATUS_INIT;
+        BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", l->ns);
+        BSON_APPEND_DOCUMENT(&cmd, "middle", l->median);
+        if (cfg_split_chunk(NULL, &cmd, &reply, &sst) == 0) {
+            SHL_LOG_INFO(SHARDING, 4200511, "balancer split a hot chunk at its load median", "ns",
+                         BCON_UTF8(l->ns), "load", BCON_INT64(l->load));
+        } else {
+            SHL_LOG_WARNING(SHARDING, 4200512, "balancer could not split a hot chunk", "ns",
+                            BCON_UTF8(l->ns), "error", BCON_UTF8(sst.reason));
+        }
+        load_cooling(true);
+        bson_destroy(&cmd);
+        bson_destroy(&reply);
+    }
+    bson_free(chunks);
+    bson_free(moves);
+}
+
 /*
  * Add the migrations the policy picks for collection 'ns' to 'plan'. Collections with
  * noBalance, or whose migrations are disallowed (allowMigrations / permitMigrations false), are
- * skipped.
+ * skipped. Under the load policy only draining and zone moves are planned here, and the
+ * chunks' loads are added to 'loads' (NULL: not asked for, e.g. while cooling) for the
+ * round's load step.
  */
 static int
 plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, bool *busy,
-                const bal_settings_t *set, bal_plan_t *plan, shl_status_t *st)
+                const bal_settings_t *set, bal_plan_t *plan, bal_loads_t *loads,
+                shl_status_t *st)
 {
-    bool wait_for_delete = set->wait_for_delete;
     int64_t *sizes = NULL;
     int ret = 0;
     shl_collection_type_t coll;
@@ -594,46 +724,14 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
     }
     moves = bson_malloc0((nshards + 1) * sizeof(*moves));
     if (set->by_load) {
-        bool cooling = load_cooling(ns, false);
+        /* Draining and zones per collection (no chunk has a load yet, so the load step picks
+         * nothing); the load itself is judged across collections in run_round. */
         size_t split = nchunks;
-        bson_t **medians = bson_malloc0((nchunks + 1) * sizeof(*medians));
-        for (size_t i = 0; i < nshards && !cooling; i++) {
-            if (!busy[i]) {
-                add_chunk_loads(shards[i].name, ns, rt, chunks, nchunks, medians);
-            }
-        }
-        /* While cooling, no chunk has a load: only draining and zones move. */
         nmoves = cfg_balancer_policy_load(shards, nshards, chunks, nchunks, busy, moves, nshards,
                                           &split);
-        for (size_t m = 0; m < nmoves; m++) {
-            if (moves[m].reason == CFG_BAL_IMBALANCE) {
-                load_cooling(ns, true);
-            }
+        if (loads != NULL) {
+            collect_loads(ns, shards, nshards, busy, rt, chunks, nchunks, loads);
         }
-        if (split < nchunks && medians[split] != NULL) {
-            /* A hot chunk carries the imbalance alone: split it at its load median; the
-             * halves' counters start again, so the next load move waits for the cool-down. */
-            bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
-            shl_status_t sst = SHL_STATUS_INIT;
-            BSON_APPEND_UTF8(&cmd, "_configsvrSplitChunk", ns);
-            BSON_APPEND_DOCUMENT(&cmd, "middle", medians[split]);
-            if (cfg_split_chunk(NULL, &cmd, &reply, &sst) == 0) {
-                SHL_LOG_INFO(SHARDING, 4200511, "balancer split a hot chunk at its load median",
-                             "ns", BCON_UTF8(ns), "load", BCON_INT64(chunks[split].load));
-            } else {
-                SHL_LOG_WARNING(SHARDING, 4200512, "balancer could not split a hot chunk", "ns",
-                                BCON_UTF8(ns), "error", BCON_UTF8(sst.reason));
-            }
-            load_cooling(ns, true);
-            bson_destroy(&cmd);
-            bson_destroy(&reply);
-        }
-        for (size_t c = 0; c < nchunks; c++) {
-            if (medians[c] != NULL) {
-                bson_destroy(medians[c]);
-            }
-        }
-        bson_free(medians);
     } else if (set->by_count) {
         nmoves = cfg_balancer_policy(shards, nshards, chunks, nchunks, busy, moves, nshards);
     } else {
@@ -646,25 +744,10 @@ plan_collection(const char *ns, const shl_shard_type_t *shards, size_t nshards, 
                                                chunk_size_of(&coll), busy, moves, nshards);
     }
     for (size_t m = 0; m < nmoves; m++) {
-        bal_task_t *t;
         bson_t min, max;
-        if (plan->n == plan->cap) {
-            plan->cap = plan->cap * 2 + 4;
-            plan->tasks = bson_realloc(plan->tasks, plan->cap * sizeof(*plan->tasks));
-        }
-        t = &plan->tasks[plan->n++];
-        memset(t, 0, sizeof(*t));
         shl_routing_table_chunk_bounds(rt, moves[m].chunk, &min, &max);
-        t->ns = bson_strdup(ns);
-        bson_copy_to(&min, &t->min);
-        bson_copy_to(&max, &t->max);
-        t->from = bson_strdup(shards[moves[m].from].name);
-        t->to = bson_strdup(shards[moves[m].to].name);
-        t->reason = moves[m].reason;
-        t->wait_for_delete = wait_for_delete;
-        t->min_only = !set->by_count && !set->by_load && moves[m].reason == CFG_BAL_IMBALANCE;
-        t->force_size = set->attempt_jumbo;
-        t->set = set;
+        plan_add(plan, ns, &min, &max, shards[moves[m].from].name, shards[moves[m].to].name,
+                 moves[m].reason, set);
     }
 done:
     shl_collection_type_cleanup(&coll);
@@ -701,6 +784,8 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
     bson_t *q = BCON_NEW("key", "{", "$exists", BCON_BOOL(true), "}");
     bson_t *sort = BCON_NEW("_id", BCON_INT32(1));
     bal_plan_t plan = {0};
+    bal_loads_t loads = {0};
+    bool want_loads = s->by_load && !load_cooling(false);
 
     SHL_ERR(cfg_get_shards(&shards, &nshards, st));
     busy = bson_malloc0((nshards + 1) * sizeof(*busy));
@@ -726,11 +811,14 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
             continue;
         }
         /* A collection that cannot be read is skipped this round, not the whole round. */
-        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s, &plan, &one) !=
-            0) {
+        if (plan_collection(bson_iter_utf8(&it, NULL), shards, nshards, busy, s, &plan,
+                            want_loads ? &loads : NULL, &one) != 0) {
             SHL_LOG_WARNING(SHARDING, 4200502, "balancer skipped a collection", "ns",
                             BCON_UTF8(bson_iter_utf8(&it, NULL)), "error", BCON_UTF8(one.reason));
         }
+    }
+    if (want_loads) {
+        plan_load(shards, nshards, busy, s, &loads, &plan);
     }
     r->candidates = (int64_t)plan.n;
     for (size_t i = 0; i < plan.n; i++) {
@@ -769,6 +857,7 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
         }
     }
 done:
+    loads_free(&loads);
     for (size_t i = 0; i < plan.n; i++) {
         task_cleanup(&plan.tasks[i]);
     }

@@ -174,8 +174,9 @@ db_sharding_check_versions(shl_op_ctx_t *op, const char *ns, shl_db_shard_access
             return ret;
         }
     }
+    /* An unversioned read still goes to the hook: the load policy counts it (bal16c). */
     if (node == NULL || node->sharding.check == NULL ||
-        (!op->has_shard_version && !op->has_database_version)) {
+        (!op->has_shard_version && !op->has_database_version && access != SHL_DB_SHARD_READ)) {
         return 0;
     }
     return node->sharding.check(node->sharding.arg, op, ns, access, filter, st);

@@ -85,7 +85,9 @@ typedef enum shl_db_shard_access {
  * shl_db_sharding_check_fn --
  *     Check the request's shardVersion / databaseVersion (op->has_shard_version,
  *     op->has_database_version) for 'ns' ("db.coll"; listCollections passes the bare
- *     database name, with a databaseVersion only). On success *filter is NULL (no
+ *     database name, with a databaseVersion only). Called for every versioned request and
+ *     for unversioned reads (the shard may hand those a filter that owns every document and
+ *     only counts reads for the load policy). On success *filter is NULL (no
  *     filtering: unversioned request, unsharded collection, DDL) or one reference
  *     the caller releases. May block on a refresh from the config server. Errors:
  *     StaleConfig (13388), StaleDbVersion (249) with their extra info; the config

@@ -273,15 +273,23 @@ scan_counters(shard_state_t *s)
     bson_free(metas);
 }
 
-/* Count an operation on chunk idx of m; while the policy is "load", one in 4 also leaves its
- * shard key in the chunk's ring. */
+/* Reads are counted one in LOAD_READ_SAMPLE per thread, each counted one weighing
+ * LOAD_READ_SAMPLE: the counters are estimates, and a read's key extraction and chunk look-up
+ * is most of its counting cost (docs/design/balancer.md "Unversioned reads"). */
+#define LOAD_READ_SAMPLE 4
+static __thread unsigned tls_reads; /* this thread's reads seen, for the sampling */
+
+/* Count 'weight' operations on chunk idx of m; while the policy is "load", the key goes into
+ * the chunk's ring once in 4 operations (always for a sampled read of weight 4). */
 static void
-load_count(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, const bson_t *key)
+load_count(shard_splitter_t *sp, shard_coll_meta_t *m, size_t idx, const bson_t *key,
+           int64_t weight)
 {
-    int64_t before = atomic_fetch_add(&m->chunk_ops[idx], 1);
+    int64_t before = atomic_fetch_add(&m->chunk_ops[idx], weight);
     shard_load_ring_t *ring;
 
-    if (!atomic_load(&sp->count_reads) || m->load_rings == NULL || (before & 3) != 0) {
+    if (!atomic_load(&sp->count_reads) || m->load_rings == NULL ||
+        (weight == 1 && (before & 3) != 0)) {
         return;
     }
     pthread_mutex_lock(&m->load_mu);
@@ -354,7 +362,7 @@ shard_splitter_note_write(shard_state_t *s, const char *ns, const bson_t *post)
         goto done;
     }
     atomic_store(&sp->dirty, true);
-    load_count(sp, m, idx, &key);
+    load_count(sp, m, idx, &key, 1);
     limit = max_bytes_for(sp, ns) / SHARD_SPLIT_TEST_FACTOR;
     total = atomic_fetch_add(&m->chunk_bytes[idx], (int64_t)post->len) + (int64_t)post->len;
     maybe_queue(sp, m, idx, total, limit);
@@ -373,18 +381,25 @@ shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc)
     size_t idx;
 
     if (s == NULL || s->splitter == NULL || !atomic_load(&s->splitter->count_reads) ||
-        m->rt == NULL || m->chunk_ops == NULL || m->owns_no_chunk) {
+        m->rt == NULL || m->chunk_ops == NULL || m->owns_no_chunk ||
+        tls_reads++ % LOAD_READ_SAMPLE != 0) {
         goto done;
     }
     bson_destroy(&key);
     if (shl_shard_key_extract_from_doc(shl_routing_table_key_pattern(m->rt), doc, &key, &st) ==
             0 &&
         shl_routing_table_find_chunk(m->rt, &key, &idx, &st) == 0 && idx < m->ncounters) {
-        load_count(s->splitter, m, idx, &key);
+        load_count(s->splitter, m, idx, &key, LOAD_READ_SAMPLE);
     }
 done:
     shl_status_clear(&st);
     bson_destroy(&key);
+}
+
+bool
+shard_load_counting(shard_state_t *s)
+{
+    return s->splitter != NULL && atomic_load(&s->splitter->count_reads);
 }
 
 /* Decay every load counter by 1/4 (once a second): a steady rate r settles near 4 r, within

@@ -60,8 +60,9 @@ void shard_splitter_meta_cleanup(shard_coll_meta_t *m);
 
 /*
  * The load policy's counters (docs/design/balancer.md "Load"): writes count in
- * shard_splitter_note_write; shard_load_note_read counts a document a versioned read
- * examined (the orphan filter's call) in its chunk's counter, only while config.settings
+ * shard_splitter_note_write; shard_load_note_read counts a document a read examined (the
+ * orphan filter's call, or the unversioned reads' counting filter) in its chunk's counter --
+ * one in 4 per thread, with weight 4 -- only while config.settings
  * balancer policy is "load" (else one atomic load). The splitter thread decays the counters
  * by 1/4 each second. shard_load_register adds _shardsvrGetChunkLoad {ns} ->
  * {chunks: [{min, max, load, loadMedian?}]} (the chunks this shard owns; loadMedian: the
@@ -69,6 +70,9 @@ void shard_splitter_meta_cleanup(shard_coll_meta_t *m);
  * last 33 kept per chunk, when it lies strictly inside the chunk).
  */
 void shard_load_note_read(shard_coll_meta_t *m, const bson_t *doc);
+/* shard_load_counting -- whether reads are counted now (the policy is "load"): one atomic
+ * load, for the unversioned reads' filter (collection_metadata.c). */
+bool shard_load_counting(shard_state_t *s);
 void shard_load_register(shl_command_registry_t *reg);
 
 /* shard_splitter_server_status -- shardingStatistics' autoSplit fields. */

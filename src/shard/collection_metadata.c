@@ -913,14 +913,16 @@ snapshot_read_time(const shl_op_ctx_t *op)
     return snapshot ? at : 0;
 }
 
-/* A filter over 'm' (a new reference) at cluster time 'at'. */
+/* A filter over 'm' (a new reference) at cluster time 'at', judging with 'owns'
+ * (meta_at_owns; the unversioned reads' counter_owns ignores 'at'). */
 static shl_db_orphan_filter_t *
-meta_at_new(shard_coll_meta_t *m, uint64_t at)
+meta_at_new(shard_coll_meta_t *m, uint64_t at,
+            bool (*owns)(const shl_db_orphan_filter_t *f, const bson_t *doc))
 {
     meta_at_t *a = bson_malloc0(sizeof(*a));
 
     atomic_init(&a->filter.refs, 1);
-    a->filter.owns = meta_at_owns;
+    a->filter.owns = owns;
     a->filter.same_key = meta_at_same_key;
     a->filter.destroy = meta_at_destroy;
     a->m = meta_ref(m);
@@ -986,7 +988,7 @@ check_shard_version(shard_state_t *s, shl_op_ctx_t *op, const char *ns,
         c = NULL;
         *filter = &g->filter;
     } else if (access == SHL_DB_SHARD_READ && m->rt != NULL && snapshot_read_time(op) != 0) {
-        *filter = meta_at_new(m, snapshot_read_time(op));
+        *filter = meta_at_new(m, snapshot_read_time(op), meta_at_owns);
     } else if (access != SHL_DB_SHARD_DDL && access != SHL_DB_SHARD_CATALOG && m->rt != NULL) {
         *filter = &meta_ref(m)->filter;
     }
@@ -1088,6 +1090,50 @@ done:
     return ret;
 }
 
+/*
+ * An unversioned read's filter (bal16c), a meta_at_t whose 'at' is unused: it owns every
+ * document -- an unversioned read sees orphans, as MongoDB's -- and only counts each document
+ * it examines in its chunk's load counter, as the orphan filter of a versioned read does
+ * (chunk_splitter.h). Its same_key and destroy are the snapshot filter's.
+ */
+static bool
+counter_owns(const shl_db_orphan_filter_t *f, const bson_t *doc)
+{
+    const meta_at_t *a = (const meta_at_t *)f;
+
+    shard_load_note_read(a->m, doc);
+    return true;
+}
+
+/*
+ * The counting filter for an unversioned find or aggregate of 'ns' while the load policy
+ * counts reads and this shard already holds the namespace's metadata as sharded (no load, no
+ * refresh: a namespace it has not seen is not counted), else NULL. Off the policy the cost is
+ * one atomic load. A filter takes the query off the count and covered-projection fast paths,
+ * so only the commands that return documents get one (count keeps its fast count).
+ */
+static shl_db_orphan_filter_t *
+unversioned_read_counter(shard_state_t *s, const shl_op_ctx_t *op, const char *ns)
+{
+    shl_db_orphan_filter_t *f = NULL;
+    bson_iter_t it;
+    shard_coll_meta_t *m = NULL;
+    bool wanted = shard_load_counting(s) && op->body != NULL && bson_iter_init(&it, op->body) &&
+                  bson_iter_next(&it) && strchr(ns, '.') != NULL && !name_in_db(ns, "admin") &&
+                  !name_in_db(ns, "config") && !name_in_db(ns, "local") &&
+                  (strcmp(bson_iter_key(&it), "find") == 0 ||
+                   strcmp(bson_iter_key(&it), "aggregate") == 0);
+
+    if (wanted) {
+        m = shard_meta_peek(s, ns);
+    }
+    if (m != NULL && m->rt != NULL && !m->owns_no_chunk) {
+        f = meta_at_new(m, 0, counter_owns);
+    }
+    shard_meta_release(m);
+    return f;
+}
+
 int
 shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_access_t access,
                      shl_db_orphan_filter_t **filter, shl_status_t *st)
@@ -1111,6 +1157,8 @@ shard_check_versions(void *arg, shl_op_ctx_t *op, const char *ns, shl_db_shard_a
         SHL_ERR(request_version(op, "shardVersion", &sv, NULL, st));
         SHL_ERR(check_shard_version(s, op, ns, access, &sv, op->has_database_version ? &dbv : NULL,
                                     filter, st));
+    } else if (access == SHL_DB_SHARD_READ) {
+        *filter = unversioned_read_counter(s, op, ns);
     }
 done:
     return ret;
