@@ -17,21 +17,6 @@
 #include "net/command_args.h"
 #include "net/server.h"
 
-static bool
-doc_view(const bson_iter_t *it, bson_t *view)
-{
-    const uint8_t *data;
-    uint32_t len;
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_iter_document(it, &len, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
-        bson_iter_array(it, &len, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(view, data, len);
-}
-
 /* The generic arguments the op context reads; everything else is the command's. */
 typedef enum {
     F_OTHER,
@@ -138,7 +123,7 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             continue; /* MongoDB's parser takes a null session field as an absent one */
         }
         if (f == F_LSID) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->lsid)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !shl_bson_iter_view(&it, &op->lsid)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH,
                          "BSON field 'OperationSessionInfo.lsid' is the wrong type '%s', "
                          "expected type 'object'",
@@ -168,27 +153,27 @@ shl_op_ctx_init(shl_op_ctx_t *op, shl_service_ctx_t *svc, struct shl_conn *conn,
             }
             op->start_transaction = bson_iter_bool(&it);
         } else if (f == F_READ_CONCERN) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->read_concern)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !shl_bson_iter_view(&it, &op->read_concern)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "readConcern must be an object");
             }
             op->has_read_concern = true;
         } else if (f == F_WRITE_CONCERN) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->write_concern)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !shl_bson_iter_view(&it, &op->write_concern)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "writeConcern must be an object");
             }
             op->has_write_concern = true;
         } else if (f == F_SHARD_VERSION) {
-            if (!doc_view(&it, &op->shard_version)) {
+            if (!shl_bson_iter_view(&it, &op->shard_version)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "shardVersion must be an object");
             }
             op->has_shard_version = true;
         } else if (f == F_DATABASE_VERSION) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->database_version)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !shl_bson_iter_view(&it, &op->database_version)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "databaseVersion must be an object");
             }
             op->has_database_version = true;
         } else if (f == F_CLUSTER_TIME) {
-            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !doc_view(&it, &op->cluster_time)) {
+            if (!BSON_ITER_HOLDS_DOCUMENT(&it) || !shl_bson_iter_view(&it, &op->cluster_time)) {
                 SHL_FAIL(st, SHL_CODE_TYPE_MISMATCH, "$clusterTime must be an object");
             }
             op->has_cluster_time = true;

@@ -231,21 +231,6 @@ append_rewritten_node(bson_t *out, const char *key, const bson_t *node)
     bson_append_document_end(out, &d);
 }
 
-static bool
-iter_doc(const bson_iter_t *it, bson_t *out)
-{
-    const uint8_t *data;
-    uint32_t len;
-    if (BSON_ITER_HOLDS_DOCUMENT(it)) {
-        bson_iter_document(it, &len, &data);
-    } else if (BSON_ITER_HOLDS_ARRAY(it)) {
-        bson_iter_array(it, &len, &data);
-    } else {
-        return false;
-    }
-    return bson_init_static(out, data, len);
-}
-
 static void
 rewrite_state_change_errors(const shl_service_ctx_t *svc, bson_t *reply)
 {
@@ -258,13 +243,13 @@ rewrite_state_change_errors(const shl_service_ctx_t *svc, bson_t *reply)
         top = bson_iter_as_double(&it) == 0.0 && state_change_code(svc, reply);
     }
     any = top;
-    if (!any && bson_iter_init_find(&it, reply, "writeErrors") && iter_doc(&it, &arr) &&
+    if (!any && bson_iter_init_find(&it, reply, "writeErrors") && shl_bson_iter_view(&it, &arr) &&
         bson_iter_init(&e, &arr)) {
         while (!any && shl_iter_next(&e)) {
-            any = iter_doc(&e, &node) && state_change_code(svc, &node);
+            any = shl_bson_iter_view(&e, &node) && state_change_code(svc, &node);
         }
     }
-    if (!any && bson_iter_init_find(&it, reply, "writeConcernError") && iter_doc(&it, &node)) {
+    if (!any && bson_iter_init_find(&it, reply, "writeConcernError") && shl_bson_iter_view(&it, &node)) {
         any = state_change_code(svc, &node);
     }
     if (!any) {
@@ -274,19 +259,19 @@ rewrite_state_change_errors(const shl_service_ctx_t *svc, bson_t *reply)
     bson_iter_init(&it, reply);
     while (shl_iter_next(&it)) {
         const char *k = shl_iter_key(&it);
-        if (strcmp(k, "writeErrors") == 0 && iter_doc(&it, &arr)) {
+        if (strcmp(k, "writeErrors") == 0 && shl_bson_iter_view(&it, &arr)) {
             bson_t a;
             bson_append_array_begin(&fin, k, -1, &a);
             bson_iter_init(&e, &arr);
             while (shl_iter_next(&e)) {
-                if (iter_doc(&e, &node) && state_change_code(svc, &node)) {
+                if (shl_bson_iter_view(&e, &node) && state_change_code(svc, &node)) {
                     append_rewritten_node(&a, shl_iter_key(&e), &node);
                 } else {
                     bson_append_iter(&a, NULL, 0, &e);
                 }
             }
             bson_append_array_end(&fin, &a);
-        } else if (strcmp(k, "writeConcernError") == 0 && iter_doc(&it, &node) &&
+        } else if (strcmp(k, "writeConcernError") == 0 && shl_bson_iter_view(&it, &node) &&
                    state_change_code(svc, &node)) {
             append_rewritten_node(&fin, k, &node);
         } else if (top) {
