@@ -190,6 +190,12 @@ void cfg_register_ddl_commands(shl_command_registry_t *reg);
 void cfg_register_drop_commands(shl_command_registry_t *reg); /* configsvr_drop.c */
 void cfg_register_chunk_commands(shl_command_registry_t *reg);
 void cfg_register_move_primary_commands(shl_command_registry_t *reg);
+/* cfg_max_chunk_size_bytes -- the collection's chunk size in bytes: its maxChunkSizeBytes
+ * (configureCollectionBalancing), else config.settings {_id: "chunksize"} value (MB), else
+ * 128 MB. 'coll' may be NULL (the settings or the default). Errors: reading config.settings
+ * (*out holds the default then). (configsvr_chunks.c) */
+int cfg_max_chunk_size_bytes(const shl_collection_type_t *coll, int64_t *out, shl_status_t *st);
+
 /* cfg_owned_data_size -- the bytes of collection 'ns' ("db.coll") that 'shard' owns: its
  * collStats size minus its orphans (numOrphanDocs x avgObjSize), as MongoDB's
  * _shardsvrGetStatsForBalancing reports them; 0 when it has none or does not answer. The

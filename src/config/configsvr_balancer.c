@@ -540,23 +540,10 @@ add_chunk_loads(const char *shard, const char *ns, const shl_routing_table_t *rt
 static int64_t
 chunk_size_of(const shl_collection_type_t *coll)
 {
-    bson_t *q = BCON_NEW("_id", BCON_UTF8("chunksize"));
-    bson_t doc = BSON_INITIALIZER;
     shl_status_t ignored = SHL_STATUS_INIT;
-    bool found = false;
-    int64_t bytes = 128LL * 1024 * 1024;
+    int64_t bytes = 0;
 
-    if (coll->has_max_chunk_size_bytes && coll->max_chunk_size_bytes > 0) {
-        bytes = coll->max_chunk_size_bytes;
-    } else {
-        bson_destroy(&doc);
-        if (cfg_find_one("settings", q, &doc, &found, &ignored) == 0 && found &&
-            shl_bson_double_at(&doc, "value") > 0) {
-            bytes = (int64_t)(shl_bson_double_at(&doc, "value") * 1024 * 1024);
-        }
-    }
-    bson_destroy(q);
-    bson_destroy(&doc);
+    (void)cfg_max_chunk_size_bytes(coll, &bytes, &ignored); /* on error: the default */
     return bytes;
 }
 

@@ -743,13 +743,38 @@ done:
     return ret;
 }
 
-/* The balancer's chunk size when neither the command nor the collection sets one (MB). */
+/* The balancer's chunk size when neither the collection nor config.settings sets one (MB). */
 #define CFG_DEFAULT_CHUNK_SIZE_MB 128
+
+int
+cfg_max_chunk_size_bytes(const shl_collection_type_t *coll, int64_t *out, shl_status_t *st)
+{
+    int ret = 0;
+    bson_t *q = BCON_NEW("_id", BCON_UTF8("chunksize"));
+    bson_t doc = BSON_INITIALIZER;
+    bson_iter_t it;
+    bool found = false;
+
+    *out = (int64_t)CFG_DEFAULT_CHUNK_SIZE_MB * 1024 * 1024;
+    if (coll != NULL && coll->has_max_chunk_size_bytes && coll->max_chunk_size_bytes > 0) {
+        *out = coll->max_chunk_size_bytes;
+        goto done;
+    }
+    bson_destroy(&doc);
+    SHL_ERR(cfg_find_one("settings", q, &doc, &found, st));
+    if (found && bson_iter_init_find(&it, &doc, "value") && BSON_ITER_HOLDS_NUMBER(&it) &&
+        bson_iter_as_double(&it) > 0) {
+        *out = (int64_t)(bson_iter_as_double(&it) * 1024 * 1024);
+    }
+done:
+    bson_destroy(q);
+    bson_destroy(&doc);
+    return ret;
+}
 
 /*
  * The chunk size a moveRange with one bound aims at: the command's maxChunkSizeBytes, else
- * the collection's (config.collections maxChunkSizeBytes), else config.settings {_id:
- * "chunksize"} value (MB), else 128 MB -- MongoDB's getMaxChunkSizeBytes.
+ * cfg_max_chunk_size_bytes of the collection -- MongoDB's getMaxChunkSizeBytes.
  */
 static int
 move_chunk_size_bytes(const char *ns, const bson_t *cmd, int64_t *out, shl_status_t *st)
@@ -758,11 +783,8 @@ move_chunk_size_bytes(const char *ns, const bson_t *cmd, int64_t *out, shl_statu
     int64_t v = 0;
     bool found = false;
     shl_collection_type_t coll;
-    bson_t filter = BSON_INITIALIZER, doc = BSON_INITIALIZER;
-    bson_iter_t it;
 
     memset(&coll, 0, sizeof(coll));
-    *out = (int64_t)CFG_DEFAULT_CHUNK_SIZE_MB * 1024 * 1024;
     SHL_ERR(shl_cmd_get_int64(cmd, "maxChunkSizeBytes", &v, &found, st));
     if (found) {
         if (v <= 0) {
@@ -772,21 +794,9 @@ move_chunk_size_bytes(const char *ns, const bson_t *cmd, int64_t *out, shl_statu
         goto done;
     }
     SHL_ERR(cfg_get_collection(ns, &coll, &found, st));
-    if (found && coll.has_max_chunk_size_bytes && coll.max_chunk_size_bytes > 0) {
-        *out = coll.max_chunk_size_bytes;
-        goto done;
-    }
-    BSON_APPEND_UTF8(&filter, "_id", "chunksize");
-    bson_destroy(&doc);
-    SHL_ERR(cfg_find_one("settings", &filter, &doc, &found, st));
-    if (found && bson_iter_init_find(&it, &doc, "value") && BSON_ITER_HOLDS_NUMBER(&it) &&
-        bson_iter_as_double(&it) > 0) {
-        *out = (int64_t)(bson_iter_as_double(&it) * 1024 * 1024);
-    }
+    SHL_ERR(cfg_max_chunk_size_bytes(found ? &coll : NULL, out, st));
 done:
     shl_collection_type_cleanup(&coll);
-    bson_destroy(&filter);
-    bson_destroy(&doc);
     return ret;
 }
 

@@ -22,7 +22,6 @@
 #define ZONES_LOCK "zones:"
 
 /* MongoDB's default maximum chunk (range) size, 128 MB, when config.settings has none. */
-#define DEFAULT_CHUNK_SIZE_BYTES (128LL * 1024 * 1024)
 
 /* ---------------------------------------------------------------- arguments */
 
@@ -545,31 +544,6 @@ has_receiver(const shl_shard_type_t *shards, size_t n, const char *from, const c
     return false;
 }
 
-/* The collection's maximum chunk size: its own maxChunkSizeBytes, else config.settings
- * {_id: "chunksize", value: <MB>}, else 128 MB. */
-static int
-max_chunk_size_bytes(const shl_collection_type_t *coll, int64_t *out, shl_status_t *st)
-{
-    int ret = 0;
-    bson_t *q = BCON_NEW("_id", BCON_UTF8("chunksize"));
-    bson_t doc = BSON_INITIALIZER;
-    bool found = false;
-
-    *out = DEFAULT_CHUNK_SIZE_BYTES;
-    if (coll->has_max_chunk_size_bytes && coll->max_chunk_size_bytes > 0) {
-        *out = coll->max_chunk_size_bytes;
-        goto done;
-    }
-    SHL_ERR(cfg_find_one("settings", q, &doc, &found, st));
-    if (found && shl_bson_double_at(&doc, "value") > 0) {
-        *out = (int64_t)(shl_bson_double_at(&doc, "value") * 1024 * 1024);
-    }
-done:
-    bson_destroy(q);
-    bson_destroy(&doc);
-    return ret;
-}
-
 /*
  * The first compliance violation of MongoDB 7.0's balancer for the collection, or NULL:
  * "defragmentingChunks"; "zoneViolation" when a zone boundary falls inside a chunk; then, as
@@ -705,7 +679,7 @@ cmd_balancer_collection_status(shl_op_ctx_t *op, const bson_t *cmd, bson_t *repl
     }
     SHL_ERR(cfg_load_routing_table(ns.full, NULL, &rt, st));
     SHL_ERR(cfg_get_shards(&shards, &nshards, st));
-    SHL_ERR(max_chunk_size_bytes(&coll, &chunk_size, st));
+    SHL_ERR(cfg_max_chunk_size_bytes(&coll, &chunk_size, st));
 
     q = BCON_NEW("ns", BCON_UTF8(ns.full));
     sort = BCON_NEW("min", BCON_INT32(1));
