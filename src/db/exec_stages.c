@@ -425,22 +425,33 @@ multikey_paths_explain(const shl_index_t *idx, bson_t *out)
     bson_append_document_end(out, &d);
 }
 
+/* The index's fields of an IXSCAN or COUNT_SCAN stage's explain (MongoDB's order; the
+ * collation only for an index that has one). */
+static void
+index_explain_fields(const shl_index_t *idx, bson_t *out)
+{
+    bson_iter_t it;
+    BSON_APPEND_DOCUMENT(out, "keyPattern", idx->key_pattern);
+    BSON_APPEND_UTF8(out, "indexName", idx->name);
+    if (bson_iter_init_find(&it, idx->spec, "collation") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
+        bson_append_iter(out, "collation", -1, &it);
+    }
+    BSON_APPEND_BOOL(out, "isMultiKey", idx->multikey);
+    multikey_paths_explain(idx, out);
+    BSON_APPEND_BOOL(out, "isUnique", idx->unique);
+    BSON_APPEND_BOOL(out, "isSparse",
+                     bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it));
+    BSON_APPEND_BOOL(out, "isPartial",
+                     bson_iter_init_find(&it, idx->spec, "partialFilterExpression"));
+    BSON_APPEND_INT32(out, "indexVersion", 2);
+}
+
 static void
 ixscan_explain(const exec_stage_t *s, bson_t *out)
 {
     const ixscan_t *x = (const ixscan_t *)s;
     bson_t b;
-    bson_iter_t it;
-    BSON_APPEND_DOCUMENT(out, "keyPattern", x->idx->key_pattern);
-    BSON_APPEND_UTF8(out, "indexName", x->idx->name);
-    BSON_APPEND_BOOL(out, "isMultiKey", x->idx->multikey);
-    multikey_paths_explain(x->idx, out);
-    BSON_APPEND_BOOL(out, "isUnique", x->idx->unique);
-    BSON_APPEND_BOOL(out, "isSparse",
-                     bson_iter_init_find(&it, x->idx->spec, "sparse") && bson_iter_as_bool(&it));
-    BSON_APPEND_BOOL(out, "isPartial",
-                     bson_iter_init_find(&it, x->idx->spec, "partialFilterExpression"));
-    BSON_APPEND_INT32(out, "indexVersion", 2);
+    index_explain_fields(x->idx, out);
     BSON_APPEND_UTF8(out, "direction", x->forward ? "forward" : "backward");
     if (x->bounds != NULL) {
         BSON_APPEND_DOCUMENT(out, "indexBounds", x->bounds);
@@ -1283,22 +1294,6 @@ count_scan_next(exec_stage_t *s, exec_ctx_t *ctx, exec_row_t *row, bool *eof, sh
     row->rid = rid;
 done:
     return ret;
-}
-
-static void
-index_explain_fields(const shl_index_t *idx, bson_t *out)
-{
-    bson_iter_t it;
-    BSON_APPEND_DOCUMENT(out, "keyPattern", idx->key_pattern);
-    BSON_APPEND_UTF8(out, "indexName", idx->name);
-    BSON_APPEND_BOOL(out, "isMultiKey", idx->multikey);
-    multikey_paths_explain(idx, out);
-    BSON_APPEND_BOOL(out, "isUnique", idx->unique);
-    BSON_APPEND_BOOL(out, "isSparse",
-                     bson_iter_init_find(&it, idx->spec, "sparse") && bson_iter_as_bool(&it));
-    BSON_APPEND_BOOL(out, "isPartial",
-                     bson_iter_init_find(&it, idx->spec, "partialFilterExpression"));
-    BSON_APPEND_INT32(out, "indexVersion", 2);
 }
 
 static void

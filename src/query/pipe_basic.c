@@ -9,6 +9,7 @@
 #include "bson/bson_iter.h"
 #include "query/pipeline_private.h"
 #include "query/query_private.h"
+#include "query/text.h"
 
 /* ---------------------------------------------------------------- simple stages */
 
@@ -96,6 +97,7 @@ pipe_next_replace_root(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
     bson_value_t v;
     bson_t view;
     char *json = NULL;
+    double score;
 
     v.value_type = BSON_TYPE_EOD;
     *doc = NULL;
@@ -117,6 +119,11 @@ pipe_next_replace_root(pipe_stage_t *s, const bson_t **doc, shl_status_t *st)
                  "{}");
     }
     bson_concat(pipe_stage_out(s), &view);
+    /* The text score is metadata: the new root keeps the one its input carried (as MongoDB's
+     * $replaceRoot copies the input's metadata). */
+    if (shl_text_score_get(in, &score) && !bson_has_field(&view, SHL_TEXT_SCORE_FIELD)) {
+        BSON_APPEND_DOUBLE(&s->out, SHL_TEXT_SCORE_FIELD, score);
+    }
     *doc = &s->out;
 done:
     bson_free(json);

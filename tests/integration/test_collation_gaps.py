@@ -157,7 +157,8 @@ def test_set_window_fields_under_collation(coll):
 
 def test_explain_prints_collation_keys(module_node):
     """A collated index's bounds hold collation keys: explain prints them as MongoDB does,
-    CollationKey(0x<hex>), and a simple index's bounds stay plain strings."""
+    CollationKey(0x<hex>), and a simple index's bounds stay plain strings; the IXSCAN stage
+    shows the index's collation."""
     c = module_node.client().colgap.explained
     c.drop()
     c.create_index("w", name="w_ci", collation=CI)
@@ -170,6 +171,8 @@ def test_explain_prints_collation_keys(module_node):
         plan = c.database.command("explain", cmd)["queryPlanner"]["winningPlan"]
         while "inputStage" in plan:
             plan = plan["inputStage"]
+        # The scan names its index's collation (the full spec), only when it has one.
+        assert plan.get("collation", {}).get("locale") == ("en" if field == "w" else None)
         return plan["indexBounds"][field]
     got = bounds("w", "apple", collation=CI.document)
     assert len(got) == 1 and got[0].startswith("[CollationKey(0x")

@@ -269,6 +269,18 @@ def test_text_score_aggregate(coll):
     with pytest.raises(OperationFailure) as e:
         list(coll.aggregate([{"$match": {"t": "x"}}, {"$sort": {"s": {"$meta": "textScore"}}}]))
     assert e.value.code == 40218
+    # $replaceRoot/$replaceWith keep the score (metadata); $group's output has none.
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                               {"$replaceWith": {"k": "$_id"}},
+                               {"$sort": {"s": {"$meta": "textScore"}}},
+                               {"$addFields": {"s": {"$meta": "textScore"}}}]))
+    assert [(d["k"], round(d["s"], 4)) for d in got] == [(13, 10.0), (2, 1.25), (1, 1.0),
+                                                         (11, 0.75)]
+    assert all(set(d) == {"k", "s"} for d in got)
+    got = list(coll.aggregate([{"$match": {"$text": {"$search": "coffee"}}},
+                               {"$group": {"_id": None, "m": {"$max": {"$meta": "textScore"}}}},
+                               {"$addFields": {"s": {"$meta": "textScore"}}}]))
+    assert got == [{"_id": None, "m": 10.0}]
     # Whole documents come back without the score they carried.
     got = list(coll.aggregate([{"$match": {"$text": {"$search": "tea"}}}]))
     assert sorted(sorted(d) for d in got) == [["_id", "t"], ["_id", "t"]]
