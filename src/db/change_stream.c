@@ -16,6 +16,7 @@
 #include "base/options.h"
 #include "bson/bson_path.h"
 #include "bson/bson_util.h"
+#include "bson/event_split.h"
 #include "bson/resume_token.h"
 #include "bson/update_diff.h"
 #include "db/db_private.h"
@@ -216,15 +217,6 @@ empty_doc_iter(const bson_iter_t *it)
     return bson_iter_recurse(it, &sub) && !bson_iter_next(&sub);
 }
 
-/* Whether 'frag_hex' is the token of a fragment of the event whose token is 'event_hex' (the
- * event's KeyString, without its end byte, followed by a fragment number). */
-static bool
-is_fragment_of(const char *frag_hex, const char *event_hex)
-{
-    size_t n = strlen(event_hex);
-    return n >= 2 && strlen(frag_hex) > n && strncmp(frag_hex, event_hex, n - 2) == 0;
-}
-
 /*
  * Finish an event: prepend _id (its token) to the fields built in 'body' and queue it,
  * unless a resume skips it. Returns true when queued.
@@ -240,7 +232,7 @@ queue_event(cs_state_t *s, bson_t *body, uint64_t ts, int64_t txn_op_index, cons
 
     token_for(body, ts, txn_op_index, uuid, from_invalidate, &ev_id, &t);
     hex = shl_resume_token_hex(&t);
-    if (s->skip_hex != NULL && s->split && is_fragment_of(s->skip_hex, hex)) {
+    if (s->skip_hex != NULL && s->split && shl_event_is_fragment_of(s->skip_hex, hex)) {
         /* The token is one of this event's fragments (which sort after it): the rest of
          * them follow. */
         s->found = true;
@@ -902,89 +894,21 @@ clear_fragments(cs_state_t *s)
     s->nfrags = s->ifrag = 0;
 }
 
-/* One fragment: _id (fragment 'i''s token), splitEvent {fragment: i + 1, of}, then the fields
- * [from, to) of 'ev'. */
-static bson_t *
-fragment_new(const bson_t *ev, const char *event_hex, size_t i, size_t of, size_t from,
-             size_t to)
-{
-    bson_t *f = bson_new(), d;
-    bson_iter_t it;
-    char *hex = shl_resume_token_fragment_hex(event_hex, (int64_t)i);
-    size_t k = 0;
-
-    BSON_APPEND_DOCUMENT_BEGIN(f, "_id", &d);
-    BSON_APPEND_UTF8(&d, "_data", hex);
-    bson_append_document_end(f, &d);
-    BSON_APPEND_DOCUMENT_BEGIN(f, "splitEvent", &d);
-    BSON_APPEND_INT32(&d, "fragment", (int32_t)(i + 1));
-    BSON_APPEND_INT32(&d, "of", (int32_t)of);
-    bson_append_document_end(f, &d);
-    bson_iter_init(&it, ev);
-    while (shl_iter_next(&it)) {
-        if (strcmp(shl_iter_key(&it), "_id") != 0 && k >= from && k < to) {
-            bson_append_iter(f, NULL, 0, &it);
-        }
-        k += strcmp(shl_iter_key(&it), "_id") != 0;
-    }
-    bson_free(hex);
-    return f;
-}
-
 /*
- * $changeStreamSplitLargeEvent: 'ev' (over 16 MB) into s->frags, its top-level fields in
- * order, as many as fit in each fragment of at most 16 MB with its _id and splitEvent. A
- * single field too large for a fragment fails with BSONObjectTooLarge, as MongoDB's does.
- * When resuming from a fragment's token, the fragments up to it are dropped.
+ * $changeStreamSplitLargeEvent: 'ev' (over 16 MB) into s->frags (shl_event_split). When
+ * resuming from a fragment's token, the fragments up to it are dropped.
  */
 static int
 split_event(cs_state_t *s, const bson_t *ev, const char *event_hex, shl_status_t *st)
 {
-    /* A fragment's _id and splitEvent, with room to spare (a token is at most a few KB). */
-    const size_t overhead = 64 * 1024;
-    size_t *bounds = NULL, nb = 0, cur = 5, k = 0;
-    bson_iter_t it;
     int ret = 0;
 
     clear_fragments(s);
-    bounds = bson_malloc0((ev->len / 5 + 2) * sizeof(*bounds));
-    bounds[nb++] = 0;
-    bson_iter_init(&it, ev);
-    while (shl_iter_next(&it)) {
-        size_t flen = (size_t)(it.next_off - it.off);
-        if (strcmp(shl_iter_key(&it), "_id") == 0) {
-            continue;
-        }
-        if (flen + overhead > SHL_MAX_BSON_SIZE) {
-            SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
-                     "Cannot split the change stream event: its field '%s' alone is %zu bytes, "
-                     "more than a fragment can hold",
-                     shl_iter_key(&it), flen);
-        }
-        if (cur + flen + overhead > SHL_MAX_BSON_SIZE) {
-            bounds[nb++] = k;
-            cur = 5;
-        }
-        cur += flen;
-        k++;
-    }
-    bounds[nb] = k;
-    s->frags = bson_malloc0(nb * sizeof(*s->frags));
-    for (size_t i = 0; i < nb; i++) {
-        bson_t *f = fragment_new(ev, event_hex, i, nb, bounds[i], bounds[i + 1]);
-        bson_t id;
-        const char *fh;
-        if (s->skip_frag_hex != NULL && shl_bson_get_subdoc(f, "_id", &id) &&
-            (fh = shl_resume_token_doc_hex(&id)) != NULL && strcmp(fh, s->skip_frag_hex) <= 0) {
-            bson_destroy(f);
-            continue;
-        }
-        s->frags[s->nfrags++] = f;
-    }
+    SHL_ERR(shl_event_split(ev, event_hex, s->skip_frag_hex, SHL_MAX_BSON_SIZE, &s->frags,
+                            &s->nfrags, st));
     bson_free(s->skip_frag_hex);
     s->skip_frag_hex = NULL;
 done:
-    bson_free(bounds);
     return ret;
 }
 

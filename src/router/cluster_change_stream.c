@@ -18,8 +18,10 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "bson/bson_util.h"
+#include "bson/event_split.h"
 #include "bson/resume_token.h"
 #include "net/command_args.h"
+#include "net/message.h"
 #include "query/pipeline.h"
 #include "router/cluster_cursor_manager.h"
 #include "router/cluster_routing.h"
@@ -97,6 +99,15 @@ typedef struct cs_router {
     /* With updateLookup, the follow-on stages run here, after the lookup (they may read
      * fullDocument), instead of on the shards; owned, NULL otherwise. */
     bson_t *router_stages;
+    /* Events ready to send, in stream order (after updateLookup, the router's stages and the
+     * split): a batch takes them up to 16 MB, the rest wait for the next getMore. Touched
+     * only by the operation holding the cursor (a router cursor serves one at a time): no
+     * lock. */
+    bson_t **ready;
+    size_t nready, iready, cap_ready;
+    bool split;       /* $changeStreamSplitLargeEvent: events over 16 MB go out as fragments */
+    char *resume_hex; /* the token resumed from, until the first event (a fragment's: the
+                       * event's fragments up to it are left out); owned */
 } cs_router_t;
 
 /* killCursors on the topology stream's cursor (best effort; the router cursor's remotes are
@@ -159,6 +170,11 @@ cs_router_free(void *state)
     if (cs->router_stages != NULL) {
         bson_destroy(cs->router_stages);
     }
+    for (size_t i = cs->iready; i < cs->nready; i++) {
+        bson_destroy(cs->ready[i]);
+    }
+    bson_free(cs->ready);
+    bson_free(cs->resume_hex);
     bson_free(cs);
 }
 
@@ -843,39 +859,142 @@ done:
     return ret;
 }
 
-/* What the router adds to released events: updateLookup's documents, then the follow-on
- * stages that had to wait for them. */
+static void
+push_ready(cs_router_t *cs, bson_t *ev)
+{
+    if (cs->nready == cs->cap_ready) {
+        cs->cap_ready = cs->cap_ready == 0 ? 16 : cs->cap_ready * 2;
+        cs->ready = bson_realloc(cs->ready, cs->cap_ready * sizeof(*cs->ready));
+    }
+    cs->ready[cs->nready++] = ev;
+}
+
+/* 'ev' (its own token 'hex') over 16 MB: its fragments when the split was asked for, else
+ * BSONObjectTooLarge as a node says it. */
+static int
+ready_large(cs_router_t *cs, const bson_t *ev, const char *hex, shl_status_t *st)
+{
+    bson_t **frags = NULL;
+    size_t nf = 0;
+    int ret = 0;
+
+    if (!cs->split) {
+        SHL_FAIL(st, SHL_CODE_BSON_OBJECT_TOO_LARGE,
+                 "BSONObj size: %u (0x%X) is invalid. Size must be between 0 and 16793600(16MB) "
+                 "First element: _id: %s (use $changeStreamSplitLargeEvent to split such "
+                 "events)",
+                 (unsigned)ev->len, (unsigned)ev->len, hex);
+    }
+    SHL_ERR(shl_event_split(ev, hex, cs->resume_hex, SHL_MAX_BSON_SIZE, &frags, &nf, st));
+    for (size_t i = 0; i < nf; i++) {
+        push_ready(cs, frags[i]);
+    }
+done:
+    bson_free(frags);
+    return ret;
+}
+
+/* What the router adds to released events ('arr', emptied): updateLookup's documents, then
+ * the follow-on stages that had to wait for them, then the split of events over 16 MB; the
+ * results join cs->ready. */
 static int
 finish_events(shl_op_ctx_t *op, cs_router_t *cs, bson_t *arr, shl_status_t *st)
 {
     int ret = 0;
     bson_t out = BSON_INITIALIZER;
+    bson_iter_t it;
     uint32_t n = 0;
 
-    if (!cs->lookup || bson_empty(arr)) {
-        goto done;
+    if (cs->lookup && !bson_empty(arr)) {
+        SHL_ERR(add_lookups(op, arr, st));
+        if (cs->router_stages != NULL) {
+            SHL_ERR(shl_pipeline_run_array(arr, cs->router_stages, &out, &n, st));
+            bson_reinit(arr);
+            bson_concat(arr, &out);
+        }
     }
-    SHL_ERR(add_lookups(op, arr, st));
-    if (cs->router_stages != NULL) {
-        SHL_ERR(shl_pipeline_run_array(arr, cs->router_stages, &out, &n, st));
-        bson_reinit(arr);
-        bson_concat(arr, &out);
+    bson_iter_init(&it, arr);
+    while (shl_iter_next(&it)) {
+        bson_t ev;
+        const char *hex;
+        if (!shl_bson_iter_view(&it, &ev)) {
+            continue;
+        }
+        hex = event_hex(&ev);
+        if (ev.len > SHL_MAX_BSON_SIZE) {
+            SHL_ERR(ready_large(cs, &ev, hex != NULL ? hex : "", st));
+        } else {
+            push_ready(cs, bson_copy(&ev));
+        }
+        bson_free(cs->resume_hex);
+        cs->resume_hex = NULL;
     }
 done:
+    bson_reinit(arr);
     bson_destroy(&out);
     return ret;
 }
 
+/* Move ready events into batch 'arr': up to 'limit' (0: no limit) and 16 MB in all (the first
+ * always). *pbrt: the batch's postBatchResumeToken when events stay behind (its last event's
+ * token, borrowed from cs->ready until the next batch), else NULL (the merged stream's). */
+static void
+take_batch(cs_router_t *cs, bson_t *arr, int64_t limit, const char **pbrt)
+{
+    uint32_t n = 0;
+    size_t total = 0;
+    char key[16];
+    const char *kp;
+
+    *pbrt = NULL;
+    while (cs->iready < cs->nready && (limit == 0 || (int64_t)n < limit)) {
+        bson_t *ev = cs->ready[cs->iready];
+        if (n > 0 && total + ev->len > SHL_MAX_BSON_SIZE) {
+            break;
+        }
+        total += ev->len;
+        bson_uint32_to_string(n++, &kp, key, sizeof(key));
+        BSON_APPEND_DOCUMENT(arr, kp, ev);
+        *pbrt = event_hex(ev);
+        /* Freed once the batch is built (the token is borrowed until then): kept at the
+         * front, released by the next take or the stream's end. */
+        cs->iready++;
+    }
+    if (cs->iready == cs->nready) {
+        *pbrt = NULL;
+    }
+}
+
+/* The sent events before cs->iready are freed; the held ones move to the front. */
+static void
+drop_sent(cs_router_t *cs)
+{
+    for (size_t i = 0; i < cs->iready; i++) {
+        bson_destroy(cs->ready[i]);
+    }
+    memmove(cs->ready, cs->ready + cs->iready, (cs->nready - cs->iready) * sizeof(*cs->ready));
+    cs->nready -= cs->iready;
+    cs->iready = 0;
+}
+
+/* Whether the stream has ended for the client: the invalidate was released and sent. */
+static bool
+stream_over(const cs_router_t *cs)
+{
+    return cs->ended && cs->iready == cs->nready;
+}
+
 static void
 reply_batch(const cs_router_t *cs, bson_t *reply, const char *ns, int64_t id, bool first,
-            const bson_t *arr)
+            const bson_t *arr, const char *held_pbrt)
 {
     bson_t cur, tok;
+    const char *pbrt = held_pbrt != NULL ? held_pbrt : cs->pbrt;
     BSON_APPEND_DOCUMENT_BEGIN(reply, "cursor", &cur);
     BSON_APPEND_ARRAY(&cur, first ? "firstBatch" : "nextBatch", arr);
-    if (cs->pbrt != NULL) {
+    if (pbrt != NULL) {
         BSON_APPEND_DOCUMENT_BEGIN(&cur, "postBatchResumeToken", &tok);
-        BSON_APPEND_UTF8(&tok, "_data", cs->pbrt);
+        BSON_APPEND_UTF8(&tok, "_data", pbrt);
         bson_append_document_end(&cur, &tok);
     }
     BSON_APPEND_INT64(&cur, "id", id);
@@ -1162,6 +1281,79 @@ done:
     return ret;
 }
 
+/*
+ * With updateLookup the follow-on stages 'rest' run here, after the lookup (they may read
+ * fullDocument): checked as a shard would, moved to cs->router_stages ('rest' keeps only
+ * what the shards run). A last $changeStreamSplitLargeEvent is the router's own split, after
+ * the lookup; the shards get it alone, for events too large even before it.
+ */
+static int
+take_router_stages(cs_router_t *cs, bson_t *rest, shl_status_t *st)
+{
+    static const char *const allowed[] = {"$match",   "$project",     "$addFields",
+                                          "$set",     "$unset",       "$replaceRoot",
+                                          "$replaceWith", "$redact",  NULL};
+    static const char split_stage[] = "$changeStreamSplitLargeEvent";
+    bson_iter_t f, sf;
+    bson_t kept = BSON_INITIALIZER, empty;
+    uint32_t nkept = 0, nrest = bson_count_keys(rest), k = 0;
+    int ret = 0;
+
+    bson_iter_init(&f, rest);
+    while (shl_iter_next(&f)) {
+        bool ok = false;
+        const char *name;
+        char key[16];
+        const char *kp;
+        k++;
+        if (!BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &sf) || !shl_iter_next(&sf)) {
+            SHL_FAIL(st, 40323,
+                     "A pipeline stage specification object must contain exactly one field.");
+        }
+        name = shl_iter_key(&sf);
+        if (strcmp(name, "$changeStream") == 0) {
+            SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
+        }
+        if (strcmp(name, split_stage) == 0) {
+            bson_iter_t arg;
+            if (k != nrest) {
+                SHL_FAIL(st, 7182802,
+                         "$changeStreamSplitLargeEvent must be the last stage in the pipeline");
+            }
+            if (!BSON_ITER_HOLDS_DOCUMENT(&sf) || !bson_iter_recurse(&sf, &arg) ||
+                bson_iter_next(&arg)) {
+                SHL_FAIL(st, 7182800,
+                         "$changeStreamSplitLargeEvent accepts only an empty object as argument");
+            }
+            cs->split = true;
+            continue;
+        }
+        for (int j = 0; allowed[j] != NULL; j++) {
+            ok |= strcmp(name, allowed[j]) == 0;
+        }
+        if (!ok) {
+            SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
+                     "%s is not permitted in a $changeStream pipeline", name);
+        }
+        bson_uint32_to_string(nkept++, &kp, key, sizeof(key));
+        bson_append_iter(&kept, kp, -1, &f);
+    }
+    if (nkept > 0) {
+        cs->router_stages = bson_copy(&kept);
+    }
+    bson_reinit(rest);
+    if (cs->split) {
+        bson_t stage;
+        BSON_APPEND_DOCUMENT_BEGIN(rest, "0", &stage);
+        BSON_APPEND_DOCUMENT_BEGIN(&stage, split_stage, &empty);
+        bson_append_document_end(&stage, &empty);
+        bson_append_document_end(rest, &stage);
+    }
+done:
+    bson_destroy(&kept);
+    return ret;
+}
+
 int
 router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *coll,
                                const bson_t *pipeline, bson_t *reply, shl_status_t *st)
@@ -1224,32 +1416,7 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         }
     }
     if (cs->lookup && !bson_empty(&rest)) {
-        /* The stages run here after the lookup: checked here, as a shard would. */
-        static const char *const allowed[] = {"$match", "$project", "$addFields", "$set",
-                                              "$unset", "$replaceRoot", "$replaceWith",
-                                              "$redact", NULL};
-        bson_iter_t f, sf;
-        bson_iter_init(&f, &rest);
-        while (shl_iter_next(&f)) {
-            bool ok = false;
-            if (!BSON_ITER_HOLDS_DOCUMENT(&f) || !bson_iter_recurse(&f, &sf) ||
-                !shl_iter_next(&sf)) {
-                SHL_FAIL(st, 40323,
-                         "A pipeline stage specification object must contain exactly one field.");
-            }
-            if (strcmp(shl_iter_key(&sf), "$changeStream") == 0) {
-                SHL_FAIL(st, 40602, "$changeStream is only valid as the first stage in a pipeline.");
-            }
-            for (int k = 0; allowed[k] != NULL; k++) {
-                ok |= strcmp(shl_iter_key(&sf), allowed[k]) == 0;
-            }
-            if (!ok) {
-                SHL_FAIL(st, SHL_CODE_ILLEGAL_OPERATION,
-                         "%s is not permitted in a $changeStream pipeline", shl_iter_key(&sf));
-            }
-        }
-        cs->router_stages = bson_copy(&rest);
-        bson_reinit(&rest);
+        SHL_ERR(take_router_stages(cs, &rest, st));
     }
     SHL_ERR(router_cursor_batch_size(cmd, &batch_size, &zero, st));
     memset(&a, 0, sizeof(a));
@@ -1277,9 +1444,11 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
         bson_iter_init(&f, &spec);
         while (shl_iter_next(&f)) {
             const char *k = shl_iter_key(&f);
+            const char *hx = NULL;
             if ((strcmp(k, "resumeAfter") == 0 || strcmp(k, "startAfter") == 0) &&
-                shl_bson_get_subdoc(&spec, k, &tok) && shl_resume_token_parse(&tok, &t, NULL, why)) {
+                shl_bson_get_subdoc(&spec, k, &tok) && shl_resume_token_parse(&tok, &t, &hx, why)) {
                 cs->start_ts = t.cluster_time;
+                set_str(&cs->resume_hex, hx);
             } else if (strcmp(k, "startAtOperationTime") == 0 && BSON_ITER_HOLDS_TIMESTAMP(&f)) {
                 cs->start_ts = shl_bson_iter_timestamp_u64(&f);
             } else {
@@ -1326,6 +1495,8 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
     {
         cs_router_t *s = c->env_state;
         uint32_t n = 0;
+        const char *held = NULL;
+        bool over;
         SHL_ERR(release_and_join(op, c, s, &arr, &n, batch_size, st));
         update_pbrt(s);
         if (n > 0) {
@@ -1336,12 +1507,15 @@ router_change_stream_aggregate(shl_op_ctx_t *op, const bson_t *cmd, const char *
                 goto done;
             }
         }
-        if (!s->ended) {
+        take_batch(s, &arr, batch_size, &held);
+        over = stream_over(s);
+        if (!over) {
             shl_op_user_digest(op, c->owner);
             id = shl_router_cursor_manager_register(r->cursors, c);
         }
-        reply_batch(s, reply, ns, id, true, &arr);
-        if (s->ended) {
+        reply_batch(s, reply, ns, id, true, &arr, held);
+        drop_sent(s);
+        if (over) {
             shl_router_cursor_destroy(c);
         }
         c = NULL;
@@ -1366,15 +1540,20 @@ router_change_stream_get_more(shl_op_ctx_t *op, shl_router_cursor_t *c, int64_t 
     cs_router_t *cs = c->env_state;
     bson_t arr = BSON_INITIALIZER;
     int64_t deadline_us;
+    const char *held = NULL;
 
     /* maxTimeMS of an awaitData getMore is how long to wait for events. */
     deadline_us = op->deadline_us != 0 ? op->deadline_us
                                        : shl_clock_mono_us() + CS_AWAIT_DEFAULT_MS * 1000;
     op->deadline_us = 0;
     *dead = false;
-    SHL_ERR(fill(op, c, cs, batch_size, deadline_us, &arr, st));
-    *dead = cs->ended;
-    reply_batch(cs, reply, c->ns, *dead ? 0 : c->id, false, &arr);
+    if (cs->iready == cs->nready) {
+        SHL_ERR(fill(op, c, cs, batch_size, deadline_us, &arr, st));
+    }
+    take_batch(cs, &arr, batch_size, &held);
+    *dead = stream_over(cs);
+    reply_batch(cs, reply, c->ns, *dead ? 0 : c->id, false, &arr, held);
+    drop_sent(cs);
 done:
     bson_destroy(&arr);
     return ret;

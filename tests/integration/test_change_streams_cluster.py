@@ -260,6 +260,68 @@ def test_update_lookup_across_a_migration(c):
     assert e.value.code == 20
 
 
+def _get_more_until(db, coll, cid, n):
+    """Raw getMores until 'n' events arrived: the batches (each a list) and their
+    postBatchResumeTokens."""
+    batches, tokens = [], []
+    for _ in range(100 if n > 0 else 0):
+        cur = db.command({"getMore": cid, "collection": coll, "maxTimeMS": 300})["cursor"]
+        if cur["nextBatch"]:
+            batches.append(cur["nextBatch"])
+            tokens.append(cur["postBatchResumeToken"])
+        if sum(len(b) for b in batches) >= n:
+            break
+    return batches, tokens
+
+
+def test_split_large_event_with_update_lookup(c):
+    """$changeStreamSplitLargeEvent after updateLookup: the router looks the document up,
+    then splits the event; batches stay within 16 MB (a fragment waits for the next batch and
+    the postBatchResumeToken stays at the last event sent); resuming from a fragment gives
+    the rest. Without the stage the event is BSONObjectTooLarge."""
+    r = c.router_client()
+    coll = _sharded(r, "csc10", "big")
+    db = r.csc10
+    coll.insert_one({"_id": 1, "x": 10, "a": "a" * (5 << 20)})
+    spec = {"fullDocument": "updateLookup"}
+    opened = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": spec}, {"$changeStreamSplitLargeEvent": {}}]})["cursor"]
+    plain = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": spec}]})["cursor"]["id"]
+    coll.update_one({"x": 10}, {"$set": {"b": "b" * (8 << 20)}})  # 8 MB + the 13 MB lookup
+    coll.insert_one({"_id": 2, "x": -5})
+    assert opened["firstBatch"] == []
+    batches, tokens = _get_more_until(db, "big", opened["id"], 3)
+    evs = [e for b in batches for e in b]
+    assert [e.get("splitEvent") for e in evs] == [{"fragment": 1, "of": 2},
+                                                   {"fragment": 2, "of": 2}, None]
+    assert len(batches[0]) == 1 and tokens[0] == evs[0]["_id"]  # the second waited
+    merged = {}
+    for f in evs[:2]:
+        merged.update({k: v for k, v in f.items() if k not in ("_id", "splitEvent")})
+    assert merged["operationType"] == "update"
+    assert merged["fullDocument"]["b"] == "b" * (8 << 20) and len(merged["fullDocument"]) == 4
+    assert list(merged["updateDescription"]["updatedFields"]) == ["b"]
+    assert evs[2]["operationType"] == "insert" and evs[2]["documentKey"] == {"x": -5, "_id": 2}
+    tok = [e["_id"]["_data"] for e in evs]
+    assert tok == sorted(tok)
+    # Resuming from the first fragment gives the second, then what follows.
+    cur = db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+        {"$changeStream": dict(spec, resumeAfter=evs[0]["_id"])},
+        {"$changeStreamSplitLargeEvent": {}}]})["cursor"]
+    rest = cur["firstBatch"] + [e for b in _get_more_until(db, "big", cur["id"],
+                                                           2 - len(cur["firstBatch"]))[0]
+                                for e in b]
+    assert [e["_id"] for e in rest[:2]] == [evs[1]["_id"], evs[2]["_id"]]
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        _get_more_until(db, "big", plain, 1)
+    assert e.value.code == 10334
+    with pytest.raises(pymongo.errors.OperationFailure) as e:
+        db.command({"aggregate": "big", "cursor": {}, "pipeline": [
+            {"$changeStream": spec}, {"$changeStreamSplitLargeEvent": {}}, {"$match": {}}]})
+    assert e.value.code == 7182802
+
+
 def test_pre_images_through_router(c):
     r = c.router_client()
     admin = r.admin
