@@ -635,6 +635,51 @@ done:
     bson_destroy(&ev);
 }
 
+/* A no-op entry a sharding DDL wrote (shard/sharding_events.c): with showExpandedEvents, a
+ * shardCollection or refineCollectionShardKey event whose operationDescription is the entry's
+ * o2 without its first field (the event's name), as MongoDB reports them. */
+static void
+sharding_event(cs_state_t *s, const bson_t *entry, uint64_t ts)
+{
+    bson_t o2, ev = BSON_INITIALIZER, desc;
+    bson_iter_t it, f;
+    const char *type, *ns;
+    const uint8_t *uuid = NULL;
+    uint32_t len;
+    bson_subtype_t sub;
+
+    if (!s->expanded || !shl_bson_get_subdoc(entry, "o2", &o2) || !bson_iter_init(&it, &o2) ||
+        !shl_iter_next(&it)) {
+        goto done;
+    }
+    type = shl_iter_key(&it);
+    if ((strcmp(type, "shardCollection") != 0 && strcmp(type, "refineCollectionShardKey") != 0) ||
+        !bson_iter_init_find(&f, entry, "ns") || !BSON_ITER_HOLDS_UTF8(&f)) {
+        goto done;
+    }
+    ns = bson_iter_utf8(&f, NULL);
+    if (!ns_watched(s, ns)) {
+        goto done;
+    }
+    if (bson_iter_init_find(&f, entry, "ui") && BSON_ITER_HOLDS_BINARY(&f)) {
+        bson_iter_binary(&f, &sub, &len, &uuid);
+        uuid = len == 16 ? uuid : NULL;
+    }
+    append_common(&ev, type, ts, entry);
+    if (uuid != NULL) {
+        shl_bson_append_uuid(&ev, "collectionUUID", uuid);
+    }
+    append_ns(&ev, "ns", ns);
+    BSON_APPEND_DOCUMENT_BEGIN(&ev, "operationDescription", &desc);
+    while (shl_iter_next(&it)) {
+        bson_append_iter(&desc, NULL, 0, &it);
+    }
+    bson_append_document_end(&ev, &desc);
+    queue_event(s, &ev, ts, 0, uuid, false);
+done:
+    bson_destroy(&ev);
+}
+
 /* The ops of a committed transaction, as events sharing the commit's clusterTime. */
 static int
 txn_events(cs_state_t *s, const bson_t *entry, const bson_t *last_apply, uint64_t ts,
@@ -679,6 +724,8 @@ entry_events(cs_state_t *s, const bson_t *entry, uint64_t ts, shl_status_t *st)
     op = bson_iter_utf8(&it, NULL);
     if (op[0] == 'i' || op[0] == 'u' || op[0] == 'd') {
         SHL_ERR(crud_event(s, entry, entry, ts, 0, NULL, st));
+    } else if (op[0] == 'n') {
+        sharding_event(s, entry, ts);
     } else if (op[0] == 'c' && shl_bson_get_subdoc(entry, "o", &o) && bson_iter_init(&it, &o) &&
                shl_iter_next(&it)) {
         const char *cmd = shl_iter_key(&it);

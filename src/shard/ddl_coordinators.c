@@ -360,6 +360,7 @@ shard_ddl_coords_register(shl_command_registry_t *reg)
     shard_ddl_coll_mod_register(reg);
     shard_ddl_refine_register(reg);
     shard_ddl_drop_indexes_register(reg);
+    shard_sharding_events_register(reg);
 }
 
 void

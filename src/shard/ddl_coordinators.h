@@ -186,4 +186,19 @@ extern shl_coord_type_t shard_move_primary_type;
  * collection's DDL locks, dropIndexes broadcast with shard versions; not a coordinator. */
 void shard_ddl_drop_indexes_register(shl_command_registry_t *reg);
 
+/* shard_sharding_events_register -- _shardsvrNotifyShardingEvent (sharding_events.c): writes
+ * the no-op oplog entry change streams report as a shardCollection or
+ * refineCollectionShardKey event (showExpandedEvents). */
+void shard_sharding_events_register(shl_command_registry_t *reg);
+
+/*
+ * shard_ddl_notify_event --
+ *     Coordinator 'c' tells its own shard's change streams that 'ns' was sharded ('type'
+ *     "collectionSharded") or its key refined ("collectionKeyRefined"): 'entry' (may be NULL)
+ *     the collection's config.collections entry (its uuid), 'desc' the event's
+ *     operationDescription. At least once: a phase run again writes it again, as MongoDB's.
+ */
+int shard_ddl_notify_event(shl_coord_t *c, const char *type, const char *ns, const bson_t *entry,
+                           const bson_t *desc, shl_status_t *st);
+
 #endif

@@ -169,6 +169,30 @@ done:
     return ret;
 }
 
+/* The shardCollection change event (showExpandedEvents): the request's shardKey, unique and
+ * the options it gave. */
+static int
+notify_sharded(shl_coord_t *c, const char *ns, shl_status_t *st)
+{
+    bson_t desc = BSON_INITIALIZER, *entry = NULL;
+    bson_iter_t it;
+    int ret = 0;
+
+    SHL_ERR(read_entry(c, ns, &entry, st));
+    for (size_t k = 0; k < sizeof k_request_fields / sizeof k_request_fields[0]; k++) {
+        if (bson_iter_init_find(&it, shl_coord_doc(c), k_request_fields[k].doc_field)) {
+            bson_append_iter(&desc, k_request_fields[k].doc_field, -1, &it);
+        }
+    }
+    SHL_ERR(shard_ddl_notify_event(c, "collectionSharded", ns, entry, &desc, st));
+done:
+    if (entry != NULL) {
+        bson_destroy(entry);
+    }
+    bson_destroy(&desc);
+    return ret;
+}
+
 static int
 phase_enter_crit(shl_coord_t *c, shl_status_t *st)
 {
@@ -198,6 +222,11 @@ phase_commit(shl_coord_t *c, shl_status_t *st)
     if (ret != 0 && !shl_remote_is_retryable(ret)) {
         SHL_LOG_INFO(SHARDING, 4170210, "shardCollection refused by the config server", "ns",
                      BCON_UTF8(ns), "code", BCON_INT64((int64_t)ret));
+    }
+    if (ret == 0) {
+        /* Still in the critical section: the event comes before any write to the sharded
+         * collection. */
+        ret = notify_sharded(c, ns, st);
     }
     bson_destroy(&reply);
     bson_destroy(&cmd);

@@ -48,9 +48,12 @@ phase_check(shl_coord_t *c, shl_status_t *st)
         goto done;
     }
     bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "collectionUUID", "freezeMigrations",
-                                  NULL);
+                                  "oldShardKey", NULL);
     if (bson_iter_init_find(&it, colls[0], "uuid")) {
         bson_append_iter(&doc, "collectionUUID", -1, &it);
+    }
+    if (bson_iter_init_find(&it, colls[0], "key")) {
+        bson_append_iter(&doc, "oldShardKey", -1, &it);
     }
     BSON_APPEND_BOOL(
         &doc, "freezeMigrations",
@@ -63,6 +66,29 @@ done:
     shard_ddl_docs_free(colls);
     bson_destroy(&filter);
     bson_destroy(&doc);
+    return ret;
+}
+
+/* The refineCollectionShardKey change event (showExpandedEvents): {shardKey, oldShardKey}. */
+static int
+notify_refined(shl_coord_t *c, const char *ns, shl_status_t *st)
+{
+    bson_t desc = BSON_INITIALIZER, ids = BSON_INITIALIZER;
+    bson_iter_t it;
+    int ret;
+
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "newShardKey")) {
+        bson_append_iter(&desc, "shardKey", -1, &it);
+    }
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "oldShardKey")) {
+        bson_append_iter(&desc, "oldShardKey", -1, &it);
+    }
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "collectionUUID")) {
+        bson_append_iter(&ids, "uuid", -1, &it);
+    }
+    ret = shard_ddl_notify_event(c, "collectionKeyRefined", ns, &ids, &desc, st);
+    bson_destroy(&ids);
+    bson_destroy(&desc);
     return ret;
 }
 
@@ -84,6 +110,9 @@ phase_commit(shl_coord_t *c, shl_status_t *st)
         bson_append_iter(&cmd, "key", -1, &it);
     }
     ret = shard_ddl_commit(c, &cfg, "admin", &cmd, shard_ddl_resume_migrations, &reply, st);
+    if (ret == 0) {
+        ret = notify_refined(c, ns, st);
+    }
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;

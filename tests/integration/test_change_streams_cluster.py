@@ -427,3 +427,34 @@ def test_idle_shard_is_nudged_not_waited_for(c):
             coll.insert_one({"_id": i, "x": -1 - i})   # shard0 only
             assert _next(s)["documentKey"]["_id"] == i
     assert s1.count_documents({"op": "n", "o.msg": "change stream merge"}) > before
+
+
+def test_sharding_ddl_expanded_events(c):
+    """With showExpandedEvents, shardCollection and refineCollectionShardKey are reported
+    once (by the primary shard), with MongoDB's operationDescription; without it, not at all."""
+    r = c.router_client()
+    r.admin.command("enableSharding", "csc31", primaryShard="shard1")
+    db = r.csc31
+    db.k.insert_one({"_id": 0, "x": 1, "y": 1})
+    db.k.create_index([("x", 1), ("y", 1)])
+    def open_stream(**spec):
+        cur = db.command({"aggregate": 1, "cursor": {},
+                          "pipeline": [{"$changeStream": spec}]})["cursor"]
+        assert cur["firstBatch"] == []
+        return cur["id"]
+    ex, plain = open_stream(showExpandedEvents=True), open_stream()
+    r.admin.command("shardCollection", "csc31.k", key={"x": 1})
+    r.admin.command("refineCollectionShardKey", "csc31.k", key={"x": 1, "y": 1})
+    db.k.insert_one({"_id": 1, "x": 2, "y": 2})
+    evs = [e for b in _get_more_until(db, "$cmd.aggregate", ex, 3)[0] for e in b]
+    uuid = r.config.collections.find_one({"_id": "csc31.k"})["uuid"]
+    assert [e["operationType"] for e in evs] == ["shardCollection", "refineCollectionShardKey",
+                                                 "insert"]
+    assert evs[0]["ns"] == {"db": "csc31", "coll": "k"}
+    assert evs[0]["collectionUUID"] == uuid
+    assert evs[0]["operationDescription"] == {"shardKey": {"x": 1}, "unique": False}
+    assert evs[1]["operationDescription"] == {"shardKey": {"x": 1, "y": 1},
+                                              "oldShardKey": {"x": 1}}
+    assert list(evs[0])[:4] == ["_id", "operationType", "clusterTime", "wallTime"]
+    got = [e for b in _get_more_until(db, "$cmd.aggregate", plain, 1)[0] for e in b]
+    assert [e["operationType"] for e in got] == ["insert"]
