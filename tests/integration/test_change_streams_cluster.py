@@ -458,3 +458,20 @@ def test_sharding_ddl_expanded_events(c):
     assert list(evs[0])[:4] == ["_id", "operationType", "clusterTime", "wallTime"]
     got = [e for b in _get_more_until(db, "$cmd.aggregate", plain, 1)[0] for e in b]
     assert [e["operationType"] for e in got] == ["insert"]
+
+
+def test_stale_router_stream(c):
+    """A router whose routing table is stale (a chunk moved through another router) opens a
+    stream that sees both shards' events, and its updateLookup finds the moved document."""
+    r = c.router_client()
+    coll = _sharded(r, "csc32", "st")
+    coll.insert_many([{"_id": 1, "x": -3}, {"_id": 2, "x": 3}])
+    r2 = c.add_router().client()
+    assert r2.csc32.st.count_documents({}) == 2  # r2 caches the routing now
+    r.admin.command("moveChunk", "csc32.st", find={"x": 3}, to="shard0")
+    with r2.csc32.st.watch(full_document="updateLookup", max_await_time_ms=300) as s:
+        coll.update_one({"x": 3}, {"$set": {"v": 1}})
+        coll.update_one({"x": -3}, {"$set": {"v": 2}})
+        evs = [_next(s) for _ in range(2)]
+    assert [e["fullDocument"] for e in evs] == [{"_id": 2, "x": 3, "v": 1},
+                                                {"_id": 1, "x": -3, "v": 2}]
