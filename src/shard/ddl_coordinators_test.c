@@ -417,7 +417,15 @@ SHL_TEST(create_coll_runs_its_phases_in_order)
     env_init(&e, "[]");
     ASSERT_INT_EQ(shard_ddl_create_collection(e.svc, "db.n", req, NULL, &reply, &st), 0);
     ASSERT(log_is(&e, "self:_shardsvrParticipantBlock(block) config:_configsvrShardCollection "
+                      "self:_shardsvrNotifyShardingEvent "
                       "self:_shardsvrParticipantBlock(unblock) "));
+    /* The change stream event, in the critical section: the request's fields. */
+    ASSERT(shl_remote_fake_nth(e.fake, "self", "_shardsvrNotifyShardingEvent", 0, &seen));
+    ASSERT_BSON_EQ(&seen, "{'_shardsvrNotifyShardingEvent': 1, 'eventType': 'collectionSharded', "
+                          "'details': {'ns': 'db.n', 'description': {'shardKey': {'x': 'hashed'}, "
+                          "'unique': false, 'numInitialChunks': 4}}, "
+                          "'writeConcern': {'w': 'majority'}}");
+    bson_destroy(&seen);
     ASSERT(shl_remote_fake_nth(e.fake, "config", "_configsvrShardCollection", 0, &seen));
     ASSERT_BSON_EQ(&seen, "{'_configsvrShardCollection': 'db.n', 'key': {'x': 'hashed'}, "
                           "'unique': false, 'numInitialChunks': 4, 'writeConcern': {'w': "
@@ -570,7 +578,7 @@ SHL_TEST(refine_freezes_commits_and_resumes)
     ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", key, NULL, &st), 0);
     ASSERT(log_is(&e,
                   "config:_configsvrSetAllowMigrations config:_configsvrRefineCollectionShardKey "
-                  "config:_configsvrSetAllowMigrations "));
+                  "self:_shardsvrNotifyShardingEvent config:_configsvrSetAllowMigrations "));
     /* already the key: done at once; not sharded: NamespaceNotSharded */
     ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.c", same, NULL, &st), 0);
     ASSERT_INT_EQ(shard_ddl_refine(e.svc, "db.other", key, NULL, &st),
