@@ -2,9 +2,9 @@
 """text.py -- issue 20 item 8: $text query throughput on DOCS documents (100000) of a few
 words each ({_id, t: 6 words from a 2000-word vocabulary, n}) with a text index on t: finds of
 one random vocabulary word ($search, whole result drained) per second, and the same for a
-two-word search with a negation. Today $text runs as TEXT_MATCH over a collection scan (no
-TEXT index scan yet, docs/design/text_search.md), so this measures the tokenising, stemming
-and matching of every document per query. SHALE_BIN (release build preferred); DOCS, N
+two-word search with a negation. $text reads the text index (TEXT_MATCH over TEXT_OR over one
+index scan per term, docs/design/text_search.md): only documents holding a term are fetched
+and scored. SHALE_BIN (release build preferred); DOCS, N
 queries per round (20), ROUNDS (3)."""
 import os
 import random
@@ -47,7 +47,7 @@ try:
                 one(w if key == "word" else "%s %s -%s" % (w, rng.choice(vocab),
                                                            rng.choice(vocab)))
             res[key].append(N / (time.perf_counter() - t0))
-    print("$text on %d docs (collection scan + TEXT_MATCH): one word %.2f queries/s, two words "
+    print("$text on %d docs (text index scan): one word %.2f queries/s, two words "
           "and a negation %.2f queries/s" % (DOCS, statistics.median(res["word"]),
                                               statistics.median(res["negated"])))
 finally:
