@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/retryable.sh BUILD_DIR: what retryable writes cost (issue 13 item 9), in one run.
 # Starts a release `shale node --replSet rs0`; per round, at 1 and 32 connections
-# (BENCH_CONNS): loadgen insert (a driver's insert_one, j:false) with retryWrites=true (the
+# (BENCH_CONNS): loadgen insert (a driver's insert_one with the explicit write concern
+# {w: 1, j: false} in both modes, so the ratio is the session's cost whatever the default write
+# concern; rawins and retryins send the same) with retryWrites=true (the
 # driver sends lsid + txnNumber; the node records each statement in its session's history and
 # config.transactions) and with retryWrites=false, in one run that alternates between the two
 # every BENCH_SLICE seconds (default 0.5; loadgen --alt-uri) for 2 x BENCH_SECONDS; then the cost

@@ -36,6 +36,11 @@ typedef struct child_answer {
     bson_t *answer; /* db_session_child_commit's */
 } child_answer_t;
 
+/* The largest lsid document (a child's {id, uid, txnNumber, txnUUID}: 121 bytes) and the
+ * largest document a write lays out from it (oplog fields: 234 bytes). */
+#define DB_LSID_DOC_MAX 160
+#define DB_WRITE_DOC_MAX 320
+
 struct db_session {
     shl_lsid_t lsid;
     db_session_catalog_t *cat;
@@ -53,6 +58,14 @@ struct db_session {
     bool incomplete;        /* some of txn_number's history is missing */
     stmt_map_t stmts;
     int64_t record_rid; /* the RecordId of its config.transactions document, 0: unknown */
+    /* A retryable write's oplog fields and config.transactions document are laid out by hand
+     * in these buffers (no allocation per write; views in oplog_fields and record), from the
+     * session's lsid document made once. Used by the operation that has the session checked
+     * out, through its recorder. */
+    uint8_t lsid_doc[DB_LSID_DOC_MAX];
+    uint32_t lsid_doc_len;
+    uint8_t fields_buf[DB_WRITE_DOC_MAX], record_buf[DB_WRITE_DOC_MAX];
+    bson_t oplog_fields, record;
 
     /* The session's multi-document transaction (txn_participant.c), or NULL: touched only by
      * the operation that has the session checked out. */
@@ -97,6 +110,7 @@ stmt_hash(int32_t id)
 }
 
 static void stmt_map_put(stmt_map_t *m, int32_t id, uint64_t ts);
+static void stmt_map_clear(stmt_map_t *m);
 
 static void
 stmt_map_grow(stmt_map_t *m)
@@ -151,6 +165,21 @@ stmt_map_get(const stmt_map_t *m, int32_t id)
         i = (i + 1) & (m->cap - 1);
     }
     return 0;
+}
+
+/* Empty the map, keeping its arrays when small (a session starts a new retryable write with
+ * each of its writes: no allocation then). */
+static void
+stmt_map_reset(stmt_map_t *m)
+{
+    if (m->cap > 64) {
+        stmt_map_clear(m);
+        return;
+    }
+    if (m->n != 0) {
+        memset(m->ts, 0, m->cap * sizeof(*m->ts));
+        m->n = 0;
+    }
 }
 
 static void
@@ -216,6 +245,19 @@ db_session_catalog_destroy(db_session_catalog_t *cat)
     bson_free(cat);
 }
 
+/* The session's lsid document, serialised once for the documents its writes lay out. */
+static void
+session_lsid_doc(db_session_t *s)
+{
+    bson_t tmp = BSON_INITIALIZER, sub;
+
+    shl_lsid_append(&tmp, "l", &s->lsid);
+    SHL_INVARIANT(shl_bson_get_subdoc(&tmp, "l", &sub) && sub.len <= sizeof(s->lsid_doc));
+    memcpy(s->lsid_doc, bson_get_data(&sub), sub.len);
+    s->lsid_doc_len = sub.len;
+    bson_destroy(&tmp);
+}
+
 /* The session of 'lsid', created when absent. Caller holds cat->mu. */
 static db_session_t *
 session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
@@ -234,6 +276,7 @@ session_get(db_session_catalog_t *cat, const shl_lsid_t *lsid)
         s->child_txn_number = -1;
         s->prepared_txn = -1;
         s->conflict_aborted_txn = -1;
+        session_lsid_doc(s);
         s->next = cat->buckets[b];
         cat->buckets[b] = s;
         cat->count++;
@@ -437,7 +480,7 @@ session_begin_txn(db_session_t *s, int64_t txn_number)
         s->txn_number = txn_number;
         s->last_write_ts = 0;
         s->incomplete = false;
-        stmt_map_clear(&s->stmts);
+        stmt_map_reset(&s->stmts);
     }
 }
 
@@ -1091,17 +1134,21 @@ db_stmt_recorder_init(db_stmt_recorder_t *r, shl_op_ctx_t *op)
     memset(r, 0, sizeof(*r));
     r->op = op;
     r->s = op->session;
-    bson_init(&r->fields);
+    r->stmt_ids = r->ids_inline;
+    r->ts = r->ts_inline;
+    r->cap = DB_STMT_RECORDER_INLINE;
 }
 
 void
 db_stmt_recorder_cleanup(db_stmt_recorder_t *r)
 {
-    bson_free(r->stmt_ids);
-    bson_free(r->ts);
-    bson_destroy(&r->fields);
-    r->stmt_ids = NULL;
-    r->ts = NULL;
+    if (r->stmt_ids != r->ids_inline) {
+        bson_free(r->stmt_ids);
+        bson_free(r->ts);
+    }
+    r->stmt_ids = r->ids_inline;
+    r->ts = r->ts_inline;
+    r->cap = DB_STMT_RECORDER_INLINE;
 }
 
 void
@@ -1111,31 +1158,59 @@ db_stmt_recorder_begin(db_stmt_recorder_t *r)
     r->prev_ts = r->s != NULL ? r->s->last_write_ts : 0;
 }
 
-/* {ts: Timestamp, t: long} as field 'key' of 'doc', laid out by hand (every retryable write
- * appends two). */
-static void
-append_optime(bson_t *doc, const char *key, uint64_t ts, int64_t term)
+/* Hand-laid BSON for the documents every retryable write makes (fixed layouts, into the
+ * session's buffers): each put_ writes one element with key 'k' (with its NUL, 'kn' bytes)
+ * at 'p' and returns the end. Little-endian, as every target of this code is. */
+static uint8_t *
+put_key(uint8_t *p, uint8_t type, const char *k, size_t kn)
 {
-    uint8_t buf[4 + (1 + 3 + 8) + (1 + 2 + 8) + 1];
-    uint8_t *p = buf;
-    uint32_t len = sizeof(buf);
-    bson_t sub;
+    *p++ = type;
+    memcpy(p, k, kn);
+    return p + kn;
+}
 
+static uint8_t *
+put_i64(uint8_t *p, uint8_t type, const char *k, size_t kn, int64_t v)
+{
+    p = put_key(p, type, k, kn);
+    memcpy(p, &v, 8);
+    return p + 8;
+}
+
+/* {ts: Timestamp, t: long} (an optime) */
+static uint8_t *
+put_optime(uint8_t *p, const char *k, size_t kn, uint64_t ts, int64_t term)
+{
+    uint32_t len = 4 + (1 + 3 + 8) + (1 + 2 + 8) + 1;
+
+    p = put_key(p, BSON_TYPE_DOCUMENT, k, kn);
     memcpy(p, &len, 4);
     p += 4;
-    *p++ = BSON_TYPE_TIMESTAMP;
-    memcpy(p, "ts", 3);
-    p += 3;
-    memcpy(p, &ts, 8); /* a Timestamp is increment then seconds, little-endian: our packing */
-    p += 8;
-    *p++ = BSON_TYPE_INT64;
-    memcpy(p, "t", 2);
-    p += 2;
-    memcpy(p, &term, 8);
-    p += 8;
+    p = put_i64(p, BSON_TYPE_TIMESTAMP, "ts", 3, (int64_t)ts); /* increment, then seconds */
+    p = put_i64(p, BSON_TYPE_INT64, "t", 2, term);
     *p++ = 0;
-    SHL_INVARIANT(p == buf + sizeof(buf) && bson_init_static(&sub, buf, sizeof(buf)));
-    bson_append_document(doc, key, -1, &sub);
+    return p;
+}
+
+static uint8_t *
+put_lsid(uint8_t *p, const char *k, size_t kn, const db_session_t *s)
+{
+    p = put_key(p, BSON_TYPE_DOCUMENT, k, kn);
+    memcpy(p, s->lsid_doc, s->lsid_doc_len);
+    return p + s->lsid_doc_len;
+}
+
+/* Close the document laid out in 'buf' up to 'p' and make 'view' a read-only view of it. */
+static void
+put_end(uint8_t *buf, uint8_t *p, size_t cap, bson_t *view)
+{
+    uint32_t len;
+
+    *p++ = 0;
+    len = (uint32_t)(p - buf);
+    SHL_INVARIANT(len <= cap);
+    memcpy(buf, &len, 4);
+    SHL_INVARIANT(bson_init_static(view, buf, len));
 }
 
 const shl_write_opts_t *
@@ -1149,22 +1224,31 @@ db_stmt_recorder_opts_image(db_stmt_recorder_t *r, int32_t stmt_id, const char *
                             shl_write_opts_t *wo)
 {
     int64_t term;
+    uint8_t *buf, *p;
 
     if (r->s == NULL) {
         return NULL;
     }
     term = shl_storage_term(r->op->svc->storage);
-    bson_reinit(&r->fields);
-    shl_lsid_append(&r->fields, "lsid", &r->s->lsid);
-    BSON_APPEND_INT64(&r->fields, "txnNumber", r->s->txn_number);
-    BSON_APPEND_INT32(&r->fields, "stmtId", stmt_id);
+    buf = r->s->fields_buf;
+    p = put_lsid(buf + 4, "lsid", 5, r->s);
+    p = put_i64(p, BSON_TYPE_INT64, "txnNumber", 10, r->s->txn_number);
+    p = put_key(p, BSON_TYPE_INT32, "stmtId", 7);
+    memcpy(p, &stmt_id, 4);
+    p += 4;
     /* The first write of a retryable write links to nothing: {ts: Timestamp(0, 0), t: -1}. */
-    append_optime(&r->fields, "prevOpTime", r->prev_ts, r->prev_ts != 0 ? term : -1);
-    if (image_kind != NULL) {
-        BSON_APPEND_UTF8(&r->fields, "needsRetryImage", image_kind);
+    p = put_optime(p, "prevOpTime", 11, r->prev_ts, r->prev_ts != 0 ? term : -1);
+    if (image_kind != NULL) { /* "preImage" or "postImage" */
+        uint32_t n = (uint32_t)strlen(image_kind) + 1;
+        SHL_INVARIANT(n <= 16);
+        p = put_key(p, BSON_TYPE_UTF8, "needsRetryImage", 16);
+        memcpy(p, &n, 4);
+        memcpy(p + 4, image_kind, n);
+        p += 4 + n;
     }
+    put_end(buf, p, sizeof(r->s->fields_buf), &r->s->oplog_fields);
     memset(wo, 0, sizeof(*wo));
-    wo->oplog_extra = &r->fields;
+    wo->oplog_extra = &r->s->oplog_fields;
     wo->ts = &r->write_ts;
     r->write_ts = 0;
     return wo;
@@ -1177,9 +1261,15 @@ db_stmt_recorder_wrote(db_stmt_recorder_t *r, int32_t stmt_id)
         return;
     }
     if (r->n == r->cap) {
-        r->cap = r->cap != 0 ? r->cap * 2 : 8;
-        r->stmt_ids = bson_realloc(r->stmt_ids, r->cap * sizeof(*r->stmt_ids));
-        r->ts = bson_realloc(r->ts, r->cap * sizeof(*r->ts));
+        int32_t *ids = r->stmt_ids != r->ids_inline ? r->stmt_ids : NULL;
+        uint64_t *ts = r->ts != r->ts_inline ? r->ts : NULL;
+        r->cap *= 2;
+        r->stmt_ids = bson_realloc(ids, r->cap * sizeof(*r->stmt_ids));
+        r->ts = bson_realloc(ts, r->cap * sizeof(*r->ts));
+        if (ids == NULL) { /* leaving the inline arrays */
+            memcpy(r->stmt_ids, r->ids_inline, sizeof(r->ids_inline));
+            memcpy(r->ts, r->ts_inline, sizeof(r->ts_inline));
+        }
     }
     r->stmt_ids[r->n] = stmt_id;
     r->ts[r->n] = r->write_ts;
@@ -1310,11 +1400,28 @@ static void
 txn_record_build(bson_t *out, const shl_lsid_t *lsid, int64_t txn_number, uint64_t ts, int64_t term,
                  int64_t wall_ms)
 {
+    bson_t ot;
+
     bson_init(out);
     shl_lsid_append(out, "_id", lsid);
     BSON_APPEND_INT64(out, "txnNum", txn_number);
-    append_optime(out, "lastWriteOpTime", ts, term);
+    BSON_APPEND_DOCUMENT_BEGIN(out, "lastWriteOpTime", &ot);
+    shl_bson_append_timestamp_u64(&ot, "ts", ts);
+    BSON_APPEND_INT64(&ot, "t", term);
+    bson_append_document_end(out, &ot);
     BSON_APPEND_DATE_TIME(out, "lastWriteDate", wall_ms);
+}
+
+/* The same for the session's write, laid out in its buffer: *out a view of it. */
+static void
+txn_record_lay_out(db_session_t *s, uint64_t ts, int64_t term, int64_t wall_ms, bson_t *out)
+{
+    uint8_t *p = put_lsid(s->record_buf + 4, "_id", 4, s);
+
+    p = put_i64(p, BSON_TYPE_INT64, "txnNum", 7, s->txn_number);
+    p = put_optime(p, "lastWriteOpTime", 16, ts, term);
+    p = put_i64(p, BSON_TYPE_DATE_TIME, "lastWriteDate", 14, wall_ms);
+    put_end(s->record_buf, p, sizeof(s->record_buf), out);
 }
 
 int
@@ -1322,7 +1429,6 @@ db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_statu
 {
     int ret = 0;
     shl_collection_t *tc = NULL;
-    bson_t rec = BSON_INITIALIZER;
 
     if (r->s == NULL || r->n == 0) {
         goto done;
@@ -1331,13 +1437,11 @@ db_stmt_recorder_finish(db_stmt_recorder_t *r, shl_storage_txn_t *txn, shl_statu
     if (tc == NULL) {
         SHL_FAIL(st, SHL_CODE_NAMESPACE_NOT_FOUND, "%s does not exist", DB_TRANSACTIONS_NS);
     }
-    bson_destroy(&rec);
-    txn_record_build(&rec, &r->s->lsid, r->s->txn_number, r->ts[r->n - 1],
-                     shl_storage_term(r->op->svc->storage), shl_clock_wall_ms());
-    SHL_ERR(shl_doc_upsert_derived(txn, tc, &rec, &r->s->record_rid, st));
+    txn_record_lay_out(r->s, r->ts[r->n - 1], shl_storage_term(r->op->svc->storage),
+                       shl_clock_wall_ms(), &r->s->record);
+    SHL_ERR(shl_doc_upsert_derived(txn, tc, &r->s->record, &r->s->record_rid, st));
 done:
     shl_collection_release(tc);
-    bson_destroy(&rec);
     return ret;
 }
 

@@ -143,14 +143,16 @@ int db_session_read_entry(const shl_op_ctx_t *op, uint64_t ts, bson_t *out, shl_
  * _finish (same transaction, last), and after the unit committed publish it with _commit.
  * With op->session NULL (not a retryable write) every call does nothing.
  */
+#define DB_STMT_RECORDER_INLINE 4
 typedef struct db_stmt_recorder {
     shl_op_ctx_t *op;
     db_session_t *s;
     uint64_t prev_ts;  /* the prevOpTime of the next entry */
-    int32_t *stmt_ids; /* statements written in this attempt */
-    uint64_t *ts;      /* and their entries' timestamps */
+    int32_t *stmt_ids; /* statements written in this attempt (ids_inline up to its size) */
+    uint64_t *ts;      /* and their entries' timestamps (ts_inline up to its size) */
     size_t n, cap;
-    bson_t fields;     /* the oplog fields of the current write */
+    int32_t ids_inline[DB_STMT_RECORDER_INLINE];
+    uint64_t ts_inline[DB_STMT_RECORDER_INLINE];
     uint64_t write_ts; /* receives the current write's entry timestamp (shl_write_opts_t) */
 } db_stmt_recorder_t;
 

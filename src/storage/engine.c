@@ -86,7 +86,9 @@ session_close_cursors(shl_wt_session_t *s, const char *uri)
     size_t keep = 0;
     for (size_t i = 0; i < s->ncache; i++) {
         if (uri == NULL || strcmp(s->cache[i].uri, uri) == 0) {
-            s->cache[i].cur->close(s->cache[i].cur);
+            if (s->cache[i].cur != NULL) {
+                s->cache[i].cur->close(s->cache[i].cur);
+            }
             bson_free(s->cache[i].uri);
         } else {
             s->cache[keep++] = s->cache[i];
@@ -118,6 +120,7 @@ shl_wt_session_get(shl_storage_engine_t *eng, shl_wt_session_t **out, shl_status
         }
         s = bson_malloc0(sizeof(*s));
         s->wt = wt;
+        bson_init(&s->entry);
         s->cursor_epoch = atomic_load(&eng->cursor_epoch);
         atomic_fetch_add(&eng->sessions_open, 1);
     }
@@ -155,11 +158,12 @@ shl_wt_cursor_get(shl_storage_engine_t *eng, shl_wt_session_t *s, const char *ur
     int ret = 0, wtret;
     (void)eng;
 
+    /* The slot keeps its URI while the cursor is out (cur NULL): giving it back refills the
+     * slot, so a cursor's round trip costs no allocation. */
     for (size_t i = s->ncache; i > 0; i--) {
-        if (strcmp(s->cache[i - 1].uri, uri) == 0) {
+        if (s->cache[i - 1].cur != NULL && strcmp(s->cache[i - 1].uri, uri) == 0) {
             *out = s->cache[i - 1].cur;
-            bson_free(s->cache[i - 1].uri);
-            s->cache[i - 1] = s->cache[--s->ncache];
+            s->cache[i - 1].cur = NULL;
             goto done;
         }
     }
@@ -179,11 +183,17 @@ shl_wt_cursor_put(shl_wt_session_t *s, const char *uri, WT_CURSOR *c)
     if (c == NULL) {
         return;
     }
+    c->reset(c);
+    for (size_t i = s->ncache; i > 0; i--) {
+        if (s->cache[i - 1].cur == NULL && strcmp(s->cache[i - 1].uri, uri) == 0) {
+            s->cache[i - 1].cur = c;
+            return;
+        }
+    }
     if (s->ncache >= 64) {
         c->close(c);
         return;
     }
-    c->reset(c);
     if (s->ncache == s->capcache) {
         s->capcache = s->capcache ? s->capcache * 2 : 8;
         s->cache = bson_realloc(s->cache, s->capcache * sizeof(*s->cache));
@@ -894,6 +904,7 @@ engine_free(shl_storage_engine_t *eng)
             bson_free(s->cache[i].uri);
         }
         bson_free(s->cache);
+        bson_destroy(&s->entry);
         bson_free(s);
     }
     for (size_t i = 0; i < eng->ndrops; i++) {

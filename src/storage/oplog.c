@@ -20,9 +20,17 @@ shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *uuid,
                       const bson_t *o2, uint64_t ts, int64_t term, int64_t wall_ms,
                       const bson_t *extra)
 {
+    bson_init(out);
+    shl_oplog_entry_fill(out, op, ns, uuid, o, o2, ts, term, wall_ms, extra);
+}
+
+void
+shl_oplog_entry_fill(bson_t *out, char op, const char *ns, const uint8_t *uuid, const bson_t *o,
+                     const bson_t *o2, uint64_t ts, int64_t term, int64_t wall_ms,
+                     const bson_t *extra)
+{
     char opstr[2] = {op, '\0'};
 
-    bson_init(out);
     BSON_APPEND_UTF8(out, "op", opstr);
     BSON_APPEND_UTF8(out, "ns", ns);
     if (uuid != NULL) {

@@ -55,6 +55,12 @@ void shl_oplog_entry_build(bson_t *out, char op, const char *ns, const uint8_t *
                            const bson_t *o, const bson_t *o2, uint64_t ts, int64_t term,
                            int64_t wall_ms, const bson_t *extra);
 
+/* shl_oplog_entry_fill -- the same into 'out', an initialised empty document (one the caller
+ * keeps and bson_reinit()s, so its buffer serves many entries without an allocation). */
+void shl_oplog_entry_fill(bson_t *out, char op, const char *ns, const uint8_t *uuid,
+                          const bson_t *o, const bson_t *o2, uint64_t ts, int64_t term,
+                          int64_t wall_ms, const bson_t *extra);
+
 /*
  * shl_oplog_apply --
  *     Apply one entry idempotently at the entry's own timestamp, in its own

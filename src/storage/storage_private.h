@@ -19,7 +19,7 @@
 /* A WiredTiger session from the pool, with its cache of idle cursors by URI. */
 typedef struct shl_wt_cached_cursor {
     char *uri;
-    WT_CURSOR *cur;
+    WT_CURSOR *cur; /* NULL while the holder uses it (the slot kept for its return) */
 } shl_wt_cached_cursor_t;
 
 typedef struct shl_wt_session {
@@ -28,6 +28,7 @@ typedef struct shl_wt_session {
     size_t ncache, capcache;
     uint64_t cursor_epoch;       /* engine epoch when the cache was last valid */
     struct shl_wt_session *next; /* pool free list; guarded by engine pool_mu */
+    bson_t entry; /* the oplog entry being written (write.c), reused; owned by the holder */
 } shl_wt_session_t;
 
 /* Versioned collections (write.c): which current versions may still be rewritten in place,

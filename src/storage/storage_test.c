@@ -2585,3 +2585,54 @@ SHL_TEST(versioned_collection_writes_each_version_under_a_new_key)
     bson_free(dir);
     tmp_free();
 }
+
+/* The session's cursor cache: a cursor given back refills the slot its URI keeps (no new
+ * slot per use), two cursors of one URI may be out at once, and a drop of the table closes
+ * the cached ones (shl_wt_cursor_get / _put). */
+SHL_TEST(cursor_cache_reuses_a_slot_per_uri)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng = open_eng(dir, false);
+    shl_collection_t *coll;
+    shl_wt_session_t *s = NULL;
+    WT_CURSOR *a = NULL, *b = NULL, *again = NULL;
+    shl_status_t st;
+    size_t n;
+    char *uri;
+
+    ASSERT_INT_EQ(shl_catalog_create_collection(eng, "cc.c", NULL, NULL, NULL, &st), 0);
+    coll = shl_catalog_get(eng, "cc.c");
+    ASSERT(coll != NULL);
+    uri = bson_strdup(coll->uri);
+    shl_collection_release(coll);
+    ASSERT_INT_EQ(shl_wt_session_get(eng, &s, &st), 0);
+    n = s->ncache;
+    ASSERT_INT_EQ(shl_wt_cursor_get(eng, s, uri, &a, &st), 0);
+    shl_wt_cursor_put(s, uri, a);
+    ASSERT_INT_EQ(s->ncache, n + 1);
+    for (int i = 0; i < 100; i++) { /* the same cursor back and forth, one slot */
+        ASSERT_INT_EQ(shl_wt_cursor_get(eng, s, uri, &again, &st), 0);
+        ASSERT(again == a);
+        shl_wt_cursor_put(s, uri, again);
+    }
+    ASSERT_INT_EQ(s->ncache, n + 1);
+    /* Two out at once: the second is a new cursor; both come back, the cache has both. */
+    ASSERT_INT_EQ(shl_wt_cursor_get(eng, s, uri, &a, &st), 0);
+    ASSERT_INT_EQ(shl_wt_cursor_get(eng, s, uri, &b, &st), 0);
+    ASSERT(a != b);
+    shl_wt_cursor_put(s, uri, b);
+    shl_wt_cursor_put(s, uri, a);
+    ASSERT_INT_EQ(s->ncache, n + 2);
+    ASSERT_INT_EQ(shl_wt_cursor_get(eng, s, uri, &again, &st), 0);
+    ASSERT(again == a || again == b);
+    shl_wt_cursor_put(s, uri, again);
+    shl_wt_session_put(eng, s);
+    /* The drop finds the cached cursors and closes them (it would fail with EBUSY). */
+    ASSERT_INT_EQ(shl_catalog_drop_collection(eng, "cc.c", NULL, &st), 0);
+    ASSERT(shl_catalog_get(eng, "cc.c") == NULL);
+    bson_free(uri);
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}

@@ -30,7 +30,7 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
                       shl_status_t *st)
 {
     WT_CURSOR *c = NULL;
-    bson_t entry;
+    bson_t *entry = &txn->sess->entry; /* its buffer reused: no allocation per entry */
     WT_ITEM v;
     int ret = 0, wtret;
 
@@ -48,15 +48,17 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
         if (!bson_has_field(&marked, "fromMigrate")) {
             BSON_APPEND_BOOL(&marked, "fromMigrate", true);
         }
-        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
-                              txn->wall_ms, &marked);
+        bson_reinit(entry);
+        shl_oplog_entry_fill(entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                             txn->wall_ms, &marked);
         bson_destroy(&marked);
     } else {
-        shl_oplog_entry_build(&entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
-                              txn->wall_ms, extra);
+        bson_reinit(entry);
+        shl_oplog_entry_fill(entry, op, ns, uuid, o, o2, ts, shl_storage_term(txn->eng),
+                             txn->wall_ms, extra);
     }
-    v.data = bson_get_data(&entry);
-    v.size = entry.len;
+    v.data = bson_get_data(entry);
+    v.size = entry->len;
     SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
     c->set_key(c, (int64_t)ts);
     c->set_value(c, &v);
@@ -68,12 +70,15 @@ shl_write_oplog_entry(shl_storage_txn_t *txn, char op, const char *ns, const uin
     if (wtret != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
     }
-    shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, entry.len);
+    shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, entry->len);
 done:
     if (c != NULL) {
         shl_wt_cursor_put(txn->sess, "table:oplog", c);
     }
-    bson_destroy(&entry);
+    if (entry->len > 65536) {
+        bson_destroy(entry); /* a big entry's buffer is not kept for the next ones */
+        bson_init(entry);
+    }
     return ret;
 }
 
