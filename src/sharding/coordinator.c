@@ -192,7 +192,7 @@ checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
 {
     int ret;
 
-    if (c->t->resume_phase == NULL) {
+    if (c->t->resume_phase == NULL || c->t->store_phase) {
         bson_t doc = BSON_INITIALIZER;
 
         bson_copy_to_excluding_noinit(&c->doc, &doc, "phase", NULL);
@@ -595,6 +595,28 @@ shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t 
             pthread_mutex_lock(&svc->mu);
         }
         ret = wait_locked(svc, c, wait_ms, result, st);
+    }
+    pthread_mutex_unlock(&svc->mu);
+    bson_destroy(&id);
+    return ret;
+}
+
+int
+shl_coord_start(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
+                shl_status_t *st)
+{
+    bson_t id;
+    int ret = 0;
+
+    id_of(doc, &id);
+    pthread_mutex_lock(&svc->mu);
+    if (atomic_load(&svc->stopping)) {
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "shutting down");
+    } else if (find_locked(svc, t, &id) != NULL) {
+        ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                             "another %s with the same key is running", t->name);
+    } else {
+        start_locked(svc, t, doc, 0, false, false);
     }
     pthread_mutex_unlock(&svc->mu);
     bson_destroy(&id);

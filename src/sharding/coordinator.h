@@ -49,6 +49,10 @@ typedef struct shl_coord_type {
     /* The phase a persisted document resumes at. NULL: its "phase" field names it (the
      * framework then stores the phase name there at each checkpoint). */
     int (*resume_phase)(const bson_t *doc);
+    /* With resume_phase: still store the phase name in the "phase" field at each checkpoint
+     * (what the operation had reached, for currentOp-like inspection of the documents; the
+     * resume does not read it). */
+    bool store_phase;
     /* Whether 'request' (a new request's initial document) is the operation 'running'
      * already runs (join) or a different one with the same _id (ConflictingOperation-
      * InProgress). NULL: the documents must be equal apart from "phase". */
@@ -114,6 +118,16 @@ int shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *
  */
 int shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
                   int64_t wait_ms, bson_t *result, shl_status_t *st);
+
+/*
+ * shl_coord_start --
+ *     Start the operation described by 'doc' on a thread of its own and return at once (the
+ *     caller learns its outcome some other way, e.g. through state the type's phases share
+ *     with it). Errors: ConflictingOperationInProgress (117) when an operation with the same
+ *     _id runs; InterruptedAtShutdown.
+ */
+int shl_coord_start(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
+                    shl_status_t *st);
 
 /*
  * shl_coord_join --
