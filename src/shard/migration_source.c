@@ -1,11 +1,12 @@
 /*
  * migration_source.c -- the donor side of a chunk migration (seeds/000 "Migrations",
  * docs/design/sharding-protocol.md "Chunk migration"): MongoDB's ActiveMigrationsRegistry
- * (one migration per shard, as donor or recipient; the same range again joins), the
- * MigrationSourceManager run by _shardsvrMoveRange (coordinator document, pending range
+ * (one migration per shard, as donor or recipient; the same range again joins) and the
+ * migration itself as the coordinator type "MigrationCoordinator" (docs/design/
+ * coordinators.md "The migration coordinator"), started by _shardsvrMoveRange: pending range
  * deletion task, write capture, _recvChunkStart, status polling, critical section,
- * _recvChunkCommit, _configsvrCommitChunkMigration, refresh) and the MigrationCoordinator's
- * commit / abort sequences, also run at start-up for coordinator documents a crash left.
+ * _recvChunkCommit, _configsvrCommitChunkMigration, refresh, then the commit or abort
+ * sequence -- the same phases finish the documents a crash left.
  *
  * Cloner: _migrateClone serves the documents of the range, walking the shard key index over
  * [min, max) (a local cursor over the whole collection when there is no such index); the op
@@ -1589,6 +1590,7 @@ typedef struct donor_live {
     mig_digest_t recv_digest;
     digest_job_t dj;
     uint64_t valid_after;
+    int step;                 /* the next of live_steps */
     int err;                  /* what the request is answered with (0: ok) */
     shl_status_t err_st;
     int64_t start_us;
@@ -1686,33 +1688,6 @@ set_decision(shl_coord_t *c, coord_t *mc, int decision)
     coord_to_bson(mc, &doc);
     shl_coord_doc_set(c, &doc);
     bson_destroy(&doc);
-}
-
-/* One step of the live run; an error before the commit makes the decision abort. */
-typedef int (*live_step_fn)(shard_state_t *s, shl_coord_t *c, shard_donor_t *d,
-                            shl_status_t *st);
-
-static int
-live_phase(shl_coord_t *c, live_step_fn step, shl_status_t *st)
-{
-    shard_state_t *s = shl_coord_type_arg(c);
-    shard_donor_t *d = live_donor(s, c);
-    donor_live_t *l = d != NULL ? d->live : NULL;
-    int ret;
-
-    if (l == NULL || l->failed || l->committed) {
-        return 0;
-    }
-    if ((ret = step(s, c, d, st)) != 0) {
-        l->failed = true;
-        l->err = ret;
-        l->err_st = *st;
-        l->err_st.code = ret;
-        donor_stop_live(s, d);
-        set_decision(c, &l->c, -1);
-        shl_status_clear(st);
-    }
-    return 0;
 }
 
 /* start (checkpoint: the document inserted): the donor's pending range deletion task. */
@@ -1875,34 +1850,36 @@ step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st
     return 0;
 }
 
-static int
-phase_start(shl_coord_t *c, shl_status_t *st)
-{
-    return live_phase(c, step_start, st);
-}
+/* The live run's steps, one per phase from start to commitOnConfig, in order. */
+typedef int (*live_step_fn)(shard_state_t *s, shl_coord_t *c, shard_donor_t *d,
+                            shl_status_t *st);
+static const live_step_fn live_steps[] = {step_start, step_clone, step_catch_up,
+                                          step_enter_crit, step_commit};
 
+/* A phase of the live run: its next step; an error before the commit makes the decision
+ * abort (the later steps are skipped). Nothing without the live run (a resumed document). */
 static int
-phase_clone(shl_coord_t *c, shl_status_t *st)
+phase_live(shl_coord_t *c, shl_status_t *st)
 {
-    return live_phase(c, step_clone, st);
-}
+    shard_state_t *s = shl_coord_type_arg(c);
+    shard_donor_t *d = live_donor(s, c);
+    donor_live_t *l = d != NULL ? d->live : NULL;
+    int ret;
 
-static int
-phase_catch_up(shl_coord_t *c, shl_status_t *st)
-{
-    return live_phase(c, step_catch_up, st);
-}
-
-static int
-phase_enter_crit(shl_coord_t *c, shl_status_t *st)
-{
-    return live_phase(c, step_enter_crit, st);
-}
-
-static int
-phase_commit(shl_coord_t *c, shl_status_t *st)
-{
-    return live_phase(c, step_commit, st);
+    if (l == NULL || l->failed || l->committed ||
+        l->step >= (int)(sizeof(live_steps) / sizeof(live_steps[0]))) {
+        return 0;
+    }
+    if ((ret = live_steps[l->step++](s, c, d, st)) != 0) {
+        l->failed = true;
+        l->err = ret;
+        l->err_st = *st;
+        l->err_st.code = ret;
+        donor_stop_live(s, d);
+        set_decision(c, &l->c, -1);
+        shl_status_clear(st);
+    }
+    return 0;
 }
 
 /* resolveDecision (a resumed document without a decision, or a live commit whose outcome
@@ -1971,8 +1948,8 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
             donor_answer(s, d, l->err, &l->err_st);
             d = NULL;
         }
-        if (ret == 0 || shl_coord_interrupted(c)) {
-            break;
+        if (ret == 0 || shl_coord_interrupted(c) || !shl_db_repl_is_primary(s->svc)) {
+            break; /* stepped down: the framework retries, the new primary resumes it */
         }
         mig_sleep(&op, backoff, &ignored);
         backoff = backoff < 5000 ? backoff * 2 : 5000;
@@ -2008,14 +1985,6 @@ migration_release(shl_coord_t *c)
     donor_answer(s, d, ret, &st);
 }
 
-static int
-migration_acquire(shl_coord_t *c, shl_status_t *st)
-{
-    (void)c;
-    (void)st;
-    return 0;
-}
-
 /* A document without a decision resumes at resolveDecision, one with it at
  * completeMigration (the phases before need the live run's memory). */
 static int
@@ -2025,11 +1994,11 @@ migration_resume_phase(const bson_t *doc)
 }
 
 static const shl_coord_phase_t migration_phases[] = {
-    {"start", phase_start, true},
-    {"clone", phase_clone, true},
-    {"catchUp", phase_catch_up, true},
-    {"enterCriticalSection", phase_enter_crit, true},
-    {"commitOnConfig", phase_commit, false}, /* in the critical section: no extra write */
+    {"start", phase_live, true},
+    {"clone", phase_live, true},
+    {"catchUp", phase_live, true},
+    {"enterCriticalSection", phase_live, true},
+    {"commitOnConfig", phase_live, false}, /* in the critical section: no extra write */
     {"resolveDecision", phase_resolve_decision, false},
     {"completeMigration", phase_complete_migration, true},
 };
@@ -2043,7 +2012,6 @@ static shl_coord_type_t migration_coord_type = {
     .nphases = sizeof(migration_phases) / sizeof(migration_phases[0]),
     .resume_phase = migration_resume_phase,
     .store_phase = true,
-    .acquire = migration_acquire,
     .release = migration_release,
     .max_attempts = -1,
     .backoff_ms = 500,

@@ -321,7 +321,9 @@ coord_execute(shl_coord_t *c, bool inline_caller)
     pthread_mutex_lock(&svc->mu);
     phase = c->phase;
     pthread_mutex_unlock(&svc->mu);
-    if (c->t->acquire != NULL && !c->acquired) {
+    if (c->t->acquire == NULL) {
+        c->acquired = true; /* nothing to take: 'release' still runs at the end */
+    } else if (!c->acquired) {
         ret = c->t->acquire(c, &st);
         c->acquired = ret == 0;
         pthread_mutex_lock(&svc->mu);

@@ -64,7 +64,8 @@ typedef struct shl_coord_type {
      * take the operation's locks; an error ends the operation with it (the document stays).
      * NULL: nothing. */
     int (*acquire)(shl_coord_t *c, shl_status_t *st);
-    /* Run on the coordinator's thread at its end when 'acquire' succeeded. NULL: nothing. */
+    /* Run on the coordinator's thread at its end when 'acquire' succeeded (or there is no
+     * 'acquire'). NULL: nothing. */
     void (*release)(shl_coord_t *c);
     /* Append fields to the operation's currentOp entry 'op' while what 'acquire' took is
      * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
