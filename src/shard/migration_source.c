@@ -1591,6 +1591,7 @@ typedef struct donor_live {
     digest_job_t dj;
     uint64_t valid_after;
     int step;                 /* the next of live_steps */
+    bool inserted;            /* the document was written (else nothing is to be undone) */
     int err;                  /* what the request is answered with (0: ok) */
     shl_status_t err_st;
     int64_t start_us;
@@ -1853,8 +1854,32 @@ step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st
 /* The live run's steps, one per phase from start to commitOnConfig, in order. */
 typedef int (*live_step_fn)(shard_state_t *s, shl_coord_t *c, shard_donor_t *d,
                             shl_status_t *st);
-static const live_step_fn live_steps[] = {step_start, step_clone, step_catch_up,
-                                          step_enter_crit, step_commit};
+static const struct {
+    const char *phase;
+    live_step_fn run;
+    bool persist; /* the document written first (inserted by "start") */
+} live_steps[] = {
+    {"start", step_start, true},
+    {"clone", step_clone, true},
+    {"catchUp", step_catch_up, true},
+    {"enterCriticalSection", step_enter_crit, true},
+    {"commitOnConfig", step_commit, false}, /* in the critical section: no extra write */
+};
+
+/* Write the document durably with "phase": 'phase' (the framework's checkpoint, done by
+ * the phase itself so that a refused write -- a step-down -- ends the live run like any
+ * other error instead of holding it before the phase). */
+static int
+persist_phase(shl_coord_t *c, const char *phase, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER;
+
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "phase", NULL);
+    BSON_APPEND_UTF8(&doc, "phase", phase);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+    return shl_coord_persist(c, st);
+}
 
 /* A phase of the live run: its next step; an error before the commit makes the decision
  * abort (the later steps are skipped). Nothing without the live run (a resumed document). */
@@ -1864,13 +1889,21 @@ phase_live(shl_coord_t *c, shl_status_t *st)
     shard_state_t *s = shl_coord_type_arg(c);
     shard_donor_t *d = live_donor(s, c);
     donor_live_t *l = d != NULL ? d->live : NULL;
-    int ret;
+    int ret = 0;
 
     if (l == NULL || l->failed || l->committed ||
         l->step >= (int)(sizeof(live_steps) / sizeof(live_steps[0]))) {
         return 0;
     }
-    if ((ret = live_steps[l->step++](s, c, d, st)) != 0) {
+    if (live_steps[l->step].persist) {
+        ret = persist_phase(c, live_steps[l->step].phase, st);
+        l->inserted = l->inserted || ret == 0;
+    }
+    if (ret == 0) {
+        ret = live_steps[l->step].run(s, c, d, st);
+    }
+    l->step++;
+    if (ret != 0) {
         l->failed = true;
         l->err = ret;
         l->err_st = *st;
@@ -1905,7 +1938,7 @@ done:
 }
 
 /*
- * completeMigration (checkpoint: the decision persisted): the commit or abort sequence
+ * completeMigration (the decision persisted first): the commit or abort sequence
  * (coord_finish), retried on any error until it is done or the process stops, as MongoDB's
  * retryIdempotentWorkAsPrimaryUntilSuccessOrStepdown; the live request is answered after
  * the first attempt (committed: ok whatever the cleanup; aborted: the error that aborted).
@@ -1916,6 +1949,7 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
     shard_state_t *s = shl_coord_type_arg(c);
     shard_donor_t *d = live_donor(s, c);
     shl_status_t ignored = SHL_STATUS_INIT;
+    bool persisted = false;
     int64_t backoff = 500;
     shl_op_ctx_t op;
     coord_t mc;
@@ -1924,6 +1958,10 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
     memset(&mc, 0, sizeof(mc));
     mig_internal_op(s, &op);
     SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    if (d != NULL && !d->live->inserted) {
+        donor_answer(s, d, d->live->err, &d->live->err_st); /* nothing persisted nor sent */
+        goto done;
+    }
     if (d == NULL) {
         SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(mc.ns),
                      "decision", BCON_UTF8(mc.decision > 0 ? "committed" : "aborted"));
@@ -1933,7 +1971,11 @@ phase_complete_migration(shl_coord_t *c, shl_status_t *st)
     }
     for (;;) {
         shl_status_clear(st);
-        ret = coord_finish(s, &op, &mc, st);
+        ret = persisted ? 0 : persist_phase(c, "completeMigration", st); /* the decision */
+        persisted = ret == 0;
+        if (ret == 0) {
+            ret = coord_finish(s, &op, &mc, st);
+        }
         if (d != NULL) {
             donor_live_t *l = d->live;
             if (ret != 0) {
@@ -1994,13 +2036,13 @@ migration_resume_phase(const bson_t *doc)
 }
 
 static const shl_coord_phase_t migration_phases[] = {
-    {"start", phase_live, true},
-    {"clone", phase_live, true},
-    {"catchUp", phase_live, true},
-    {"enterCriticalSection", phase_live, true},
-    {"commitOnConfig", phase_live, false}, /* in the critical section: no extra write */
+    {"start", phase_live, false}, /* phase_live and completeMigration write the document */
+    {"clone", phase_live, false},
+    {"catchUp", phase_live, false},
+    {"enterCriticalSection", phase_live, false},
+    {"commitOnConfig", phase_live, false},
     {"resolveDecision", phase_resolve_decision, false},
-    {"completeMigration", phase_complete_migration, true},
+    {"completeMigration", phase_complete_migration, false},
 };
 
 /* 'arg' is the shard state, set before the first coordinator starts (one shard per
@@ -2011,7 +2053,6 @@ static shl_coord_type_t migration_coord_type = {
     .phases = migration_phases,
     .nphases = sizeof(migration_phases) / sizeof(migration_phases[0]),
     .resume_phase = migration_resume_phase,
-    .store_phase = true,
     .release = migration_release,
     .max_attempts = -1,
     .backoff_ms = 500,

@@ -192,7 +192,7 @@ checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
 {
     int ret;
 
-    if (c->t->resume_phase == NULL || c->t->store_phase) {
+    if (c->t->resume_phase == NULL) {
         bson_t doc = BSON_INITIALIZER;
 
         bson_copy_to_excluding_noinit(&c->doc, &doc, "phase", NULL);

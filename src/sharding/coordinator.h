@@ -49,10 +49,6 @@ typedef struct shl_coord_type {
     /* The phase a persisted document resumes at. NULL: its "phase" field names it (the
      * framework then stores the phase name there at each checkpoint). */
     int (*resume_phase)(const bson_t *doc);
-    /* With resume_phase: still store the phase name in the "phase" field at each checkpoint
-     * (what the operation had reached, for currentOp-like inspection of the documents; the
-     * resume does not read it). */
-    bool store_phase;
     /* Whether 'request' (a new request's initial document) is the operation 'running'
      * already runs (join) or a different one with the same _id (ConflictingOperation-
      * InProgress). NULL: the documents must be equal apart from "phase". */

@@ -412,7 +412,7 @@ SHL_TEST(coordinator_finish_skips_later_phases_and_abort_deletes_document)
     env_cleanup(&e);
 }
 
-/* ------------------------------- shl_coord_start, store_phase, release without acquire */
+/* ------------------------------------------ shl_coord_start, release without acquire */
 
 static int released;
 
@@ -439,13 +439,12 @@ static const shl_coord_type_t started_type = {
     .phases = phases,
     .nphases = 3,
     .resume_phase = derived_resume,
-    .store_phase = true,
     .release = count_release,
     .max_attempts = 3,
     .backoff_ms = 1,
 };
 
-SHL_TEST(coordinator_start_returns_at_once_stores_the_phase_and_releases)
+SHL_TEST(coordinator_start_returns_at_once_and_releases)
 {
     env_t e;
     bson_t *doc = BCON_NEW("_id", BCON_INT32(9));
@@ -469,13 +468,12 @@ SHL_TEST(coordinator_start_returns_at_once_stores_the_phase_and_releases)
     }
     pthread_mutex_unlock(&T.mu);
     ASSERT_STR_EQ(T.log, "one two three ");
-    /* a type resumed by resume_phase keeps the phase name all the same (store_phase) */
+    /* a type resumed by resume_phase has no "phase" field */
     {
         bson_t seen;
         ASSERT(shl_remote_fake_nth(e.fake, "self", "insert", 0, &seen));
-        ASSERT_BSON_EQ(&seen, "{'insert': 'test_coordinators', 'documents': [{'_id': 9, "
-                              "'phase': 'one'}], 'writeConcern': {'w': 'majority', "
-                              "'j': true}}");
+        ASSERT_BSON_EQ(&seen, "{'insert': 'test_coordinators', 'documents': [{'_id': 9}], "
+                              "'writeConcern': {'w': 'majority', 'j': true}}");
         bson_destroy(&seen);
     }
     /* 'release' runs without an 'acquire' */
