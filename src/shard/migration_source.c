@@ -1542,39 +1542,14 @@ refresh_retrying(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_
     return ret;
 }
 
-/* Resolve an unknown commit outcome by asking the config server (retrying). */
-static int
-resolve_decision(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, bool *committed,
-                 shl_status_t *st)
-{
-    int ret = 0;
-    shl_status_t tmp = SHL_STATUS_INIT;
-
-    for (int i = 0; i < 100; i++) {
-        shl_status_clear(st);
-        ret = ask_config_decision(s, c, committed, st);
-        if (ret == 0 || shl_op_check_interrupt(op, &tmp) != 0) {
-            break;
-        }
-        mig_sleep(op, 100, &tmp);
-    }
-    return ret;
-}
-
 /* ---------------------------------------------------------------- the migration coordinator */
 
 /*
- * A migration runs as the coordinator type "MigrationCoordinator" (sharding/coordinator.h)
- * over config.migrationCoordinators, MongoDB's MigrationCoordinatorDocument plus the phase
- * it reached: the live run (MongoDB's MigrationSourceManager) and the finishing of a
- * document a crash left are one code path. The request checks the range and builds the
- * document (donor_prepare), starts the coordinator and waits for the donor's answer
- * (donor_wait). The phases up to the commit use the in-memory state of the live run (the
- * capture, the critical section, the metadata checked: donor_live_t), which a restart
- * loses: a resumed coordinator goes to resolveDecision (no decision persisted: the config
- * server says who owns the range) or to completeMigration. A live phase that fails ends the
- * in-memory state and makes the decision abort; completeMigration runs the commit or abort
- * sequence, retried until it is done, and answers the request after its first attempt.
+ * The migration is the coordinator type "MigrationCoordinator" over
+ * config.migrationCoordinators (docs/design/coordinators.md "The migration coordinator"): the
+ * live run and the finishing of a document a crash left are one code path. The phases up to
+ * the commit use the live run's memory (donor_live_t), which a restart loses: a resumed
+ * document goes to resolveDecision or completeMigration.
  */
 typedef struct donor_live {
     shl_op_ctx_t op;          /* the migration's own operation (a step-down kills it) */
@@ -1810,9 +1785,10 @@ step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st
         shl_status_t why = *st;
         why.code = ret;
         /* Did the commit happen? Ask the authority before deciding. */
-        if (resolve_decision(s, &l->op, &l->c, &committed, st) != 0) {
+        shl_status_clear(st);
+        if (ask_config_decision(s, &l->c, &committed, st) != 0) {
             /* Still unknown: the request gets the commit's error, resolveDecision goes on
-             * asking (the critical section cannot wait that long). */
+             * asking (retried by the framework). */
             SHL_LOG_WARNING(SHARDING, 4200202,
                             "Migration outcome unknown; the coordinator resolves it with the "
                             "config server",
