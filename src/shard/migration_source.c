@@ -1,11 +1,12 @@
 /*
  * migration_source.c -- the donor side of a chunk migration (seeds/000 "Migrations",
  * docs/design/sharding-protocol.md "Chunk migration"): MongoDB's ActiveMigrationsRegistry
- * (one migration per shard, as donor or recipient; the same range again joins), the
- * MigrationSourceManager run by _shardsvrMoveRange (coordinator document, pending range
+ * (one migration per shard, as donor or recipient; the same range again joins) and the
+ * migration itself as the coordinator type "MigrationCoordinator" (docs/design/
+ * coordinators.md "The migration coordinator"), started by _shardsvrMoveRange: pending range
  * deletion task, write capture, _recvChunkStart, status polling, critical section,
- * _recvChunkCommit, _configsvrCommitChunkMigration, refresh) and the MigrationCoordinator's
- * commit / abort sequences, also run at start-up for coordinator documents a crash left.
+ * _recvChunkCommit, _configsvrCommitChunkMigration, refresh, then the commit or abort
+ * sequence -- the same phases finish the documents a crash left.
  *
  * Cloner: _migrateClone serves the documents of the range, walking the shard key index over
  * [min, max) (a local cursor over the whole collection when there is no such index); the op
@@ -90,8 +91,15 @@ typedef struct shard_donor {
     int64_t cloned;
     /* The range's retryable-write history (_getNextSessionMods, the recipient's thread). */
     mig_session_source_t *sessions;
-    shl_op_ctx_t *runner; /* the _shardsvrMoveRange running it (a step-down kills it) */
+    shl_op_ctx_t *runner; /* the operation running it: the request while it checks the range,
+                           * then the coordinator's (a step-down kills it) */
+    /* Set by the request before its coordinator starts; constant afterwards. */
+    shl_uuid_t id;            /* the migrationId: the coordinator document's _id */
+    struct donor_live *live;  /* the live run's state (the coordinator's thread); NULL when
+                               * the request failed before starting it */
 } shard_donor_t;
+
+static void donor_live_free(struct donor_live *l);
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -269,6 +277,7 @@ pending_clear(shard_donor_t *d)
 static void
 donor_free(shard_donor_t *d)
 {
+    donor_live_free(d->live);
     pending_clear(d);
     mig_session_source_destroy(d->sessions);
     bson_free(d->clone_resume);
@@ -310,8 +319,21 @@ registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t 
     *out = NULL;
     *join = false;
     pthread_mutex_lock(&s->mig_mu);
-    /* Coordinators a crash left are finished first. */
-    while (recovering(s)) {
+    for (;;) {
+        d = s->donor;
+        if (d != NULL && !d->finished && strcmp(d->ns, ns) == 0 && strcmp(d->to, to) == 0 &&
+            shl_shard_key_compare(d->min, min) == 0 && shl_shard_key_compare(d->max, max) == 0) {
+            d->refs++;
+            *out = d;
+            *join = true;
+            goto done;
+        }
+        SHL_ERR(mig_check_idle_locked(s, st));
+        /* Migration coordinators still finishing (left by a crash, or answered and still
+         * completing their commit or abort sequence) end first. */
+        if (!recovering(s)) {
+            break;
+        }
         pthread_mutex_unlock(&s->mig_mu);
         ret = mig_sleep(op, 20, st);
         pthread_mutex_lock(&s->mig_mu);
@@ -319,15 +341,6 @@ registry_donor(shard_state_t *s, shl_op_ctx_t *op, const char *ns, const bson_t 
             goto done;
         }
     }
-    d = s->donor;
-    if (d != NULL && !d->finished && strcmp(d->ns, ns) == 0 && strcmp(d->to, to) == 0 &&
-        shl_shard_key_compare(d->min, min) == 0 && shl_shard_key_compare(d->max, max) == 0) {
-        d->refs++;
-        *out = d;
-        *join = true;
-        goto done;
-    }
-    SHL_ERR(mig_check_idle_locked(s, st));
     d = bson_malloc0(sizeof(*d));
     d->refs = 1;
     snprintf(d->ns, sizeof(d->ns), "%s", ns);
@@ -1081,58 +1094,6 @@ done:
     return ret;
 }
 
-static int
-coord_insert(shard_state_t *s, const coord_t *c, shl_status_t *st)
-{
-    int ret;
-    bson_t doc, cmd = BSON_INITIALIZER, arr, reply, wc;
-
-    coord_to_bson(c, &doc);
-    BSON_APPEND_UTF8(&cmd, "insert", COORD_COLL);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, "documents", &arr);
-    BSON_APPEND_DOCUMENT(&arr, "0", &doc);
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_BOOL(&wc, "j", true);
-    bson_append_document_end(&cmd, &wc);
-    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
-    bson_destroy(&reply);
-    bson_destroy(&doc);
-    bson_destroy(&cmd);
-    return ret;
-}
-
-/* Replace the coordinator document by c (its decision) or delete it (remove). */
-static int
-coord_write(shard_state_t *s, const coord_t *c, bool remove, shl_status_t *st)
-{
-    int ret;
-    bson_t cmd = BSON_INITIALIZER, arr, stmt, q, doc, reply, wc;
-
-    BSON_APPEND_UTF8(&cmd, remove ? "delete" : "update", COORD_COLL);
-    BSON_APPEND_ARRAY_BEGIN(&cmd, remove ? "deletes" : "updates", &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&arr, "0", &stmt);
-    BSON_APPEND_DOCUMENT_BEGIN(&stmt, "q", &q);
-    shl_uuid_append(&q, "_id", &c->id);
-    bson_append_document_end(&stmt, &q);
-    if (remove) {
-        BSON_APPEND_INT32(&stmt, "limit", 1);
-    } else {
-        coord_to_bson(c, &doc);
-        BSON_APPEND_DOCUMENT(&stmt, "u", &doc);
-        bson_destroy(&doc);
-    }
-    bson_append_document_end(&arr, &stmt);
-    bson_append_array_end(&cmd, &arr);
-    BSON_APPEND_DOCUMENT_BEGIN(&cmd, "writeConcern", &wc);
-    BSON_APPEND_BOOL(&wc, "j", true);
-    bson_append_document_end(&cmd, &wc);
-    ret = shard_local_cmd(s, "config", &cmd, &reply, st);
-    bson_destroy(&reply);
-    bson_destroy(&cmd);
-    return ret;
-}
-
 /*
  * The number of documents of ns (collection 'uuid') in [min, max) of shard key 'pattern' on
  * this shard: the entries of the shard key index there, else a collection scan. *out is -1
@@ -1210,10 +1171,10 @@ done:
 /*
  * The commit sequence (decision committed): the recipient's critical section released
  * (_recvChunkReleaseCritSec), its task removed (a delete of its config.rangeDeletions
- * document, as MongoDB's donor sends), the donor's marked ready, the
- * coordinator document deleted. The abort sequence: the donor's task removed, the
- * recipient told _recvChunkAbort (its task marked ready, its critical section left), the
- * document deleted.
+ * document, as MongoDB's donor sends), the donor's marked ready. The abort sequence: the
+ * donor's task removed, the recipient told _recvChunkAbort (its task marked ready, its
+ * critical section left). Idempotent; the decision was persisted before (the checkpoint of
+ * completeMigration) and the framework deletes the document after.
  */
 static int
 coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
@@ -1221,7 +1182,6 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
 
-    SHL_ERR(coord_write(s, c, false, st));
     if (c->decision > 0) {
         bson_t arr, d, q;
         /* The recipient may serve the range now: it refreshes and leaves its critical
@@ -1263,7 +1223,6 @@ coord_finish(shard_state_t *s, shl_op_ctx_t *op, coord_t *c, shl_status_t *st)
             shard_remote_cmd(s, c->recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
     }
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep6), op);
-    SHL_ERR(coord_write(s, c, true, st));
 done:
     bson_destroy(&cmd);
     bson_destroy(&reply);
@@ -1363,10 +1322,11 @@ done:
     return ret;
 }
 
-/* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. */
+/* Poll _recvChunkStatus until "steady"; a "fail" state becomes an OperationFailed. The
+ * coordinator 'fc' interrupted (shutdown) ends the wait with InterruptedAtShutdown. */
 static int
-wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t *d,
-            shl_status_t *st)
+wait_steady(shard_state_t *s, shl_op_ctx_t *op, const shl_coord_t *fc, const coord_t *c,
+            shard_donor_t *d, shl_status_t *st)
 {
     int ret = 0;
     bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
@@ -1376,6 +1336,9 @@ wait_steady(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, shard_donor_t 
     BSON_APPEND_UTF8(&cmd, "sessionId", c->session_id);
     for (;;) {
         const char *state = "";
+        if (shl_coord_interrupted(fc)) {
+            SHL_FAIL(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "migration interrupted at shutdown");
+        }
         SHL_ERR(check_mods_memory(s, d, st));
         bson_destroy(&reply);
         SHL_ERR(
@@ -1579,45 +1542,518 @@ refresh_retrying(shard_state_t *s, shl_op_ctx_t *op, const char *ns, shl_status_
     return ret;
 }
 
-/* Resolve an unknown commit outcome by asking the config server (retrying). */
+/* ---------------------------------------------------------------- the migration coordinator */
+
+/*
+ * The migration is the coordinator type "MigrationCoordinator" over
+ * config.migrationCoordinators (docs/design/coordinators.md "The migration coordinator"): the
+ * live run and the finishing of a document a crash left are one code path. The phases up to
+ * the commit use the live run's memory (donor_live_t), which a restart loses: a resumed
+ * document goes to resolveDecision or completeMigration.
+ */
+typedef struct donor_live {
+    shl_op_ctx_t op;          /* the migration's own operation (a step-down kills it) */
+    coord_t c;                /* the document's facts (its decision lives in the document) */
+    bson_t *req;              /* the _shardsvrMoveRange command (its secondaryThrottle) */
+    bool wait_for_delete;
+    shard_coll_meta_t *m;     /* the metadata the range was checked against, until the commit */
+    shl_chunk_version_t chunk_version;
+    bool crit;                /* the donor's critical section is held */
+    bool failed;              /* a phase failed before the commit: the decision is abort */
+    bool committed;           /* the config server committed */
+    bool verify, digesting, has_digest;
+    mig_digest_t recv_digest;
+    digest_job_t dj;
+    uint64_t valid_after;
+    int step;                 /* the next of live_steps */
+    bool inserted;            /* the document was written (else nothing is to be undone) */
+    int err;                  /* what the request is answered with (0: ok) */
+    shl_status_t err_st;
+    int64_t start_us;
+} donor_live_t;
+
+static void
+donor_live_free(donor_live_t *l)
+{
+    if (l != NULL) {
+        coord_cleanup(&l->c);
+        if (l->req != NULL) {
+            bson_destroy(l->req);
+        }
+        bson_free(l);
+    }
+}
+
+/* The donor whose live run coordinator c is, or NULL (a resumed coordinator, or the request
+ * was answered already). Only c's thread ends it, so it stays valid until donor_answer. */
+static shard_donor_t *
+live_donor(shard_state_t *s, const shl_coord_t *c)
+{
+    shard_donor_t *d = NULL;
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_uuid_t id;
+    bson_iter_t it;
+
+    if (bson_iter_init_find(&it, shl_coord_doc(c), "_id") &&
+        shl_idl_read_uuid(&it, "MigrationCoordinatorDocument", &id, &st) == 0) {
+        pthread_mutex_lock(&s->mig_mu);
+        d = s->donor;
+        if (d != NULL && (d->finished || d->live == NULL || !shl_uuid_eq(&d->id, &id))) {
+            d = NULL;
+        }
+        pthread_mutex_unlock(&s->mig_mu);
+    }
+    return d;
+}
+
+/* Answer the request and its joiners with (ret, *st); the donor leaves the registry (the
+ * registry's reference goes: d must not be used afterwards). A new migration still waits
+ * for the coordinator's end (registry_donor). */
+static void
+donor_answer(shard_state_t *s, shard_donor_t *d, int ret, const shl_status_t *st)
+{
+    if (d->live != NULL) {
+        shard_meta_release(d->live->m);
+        d->live->m = NULL;
+    }
+    pthread_mutex_lock(&s->mig_mu);
+    d->runner = NULL;
+    d->finished = true;
+    d->result = ret;
+    if (ret != 0) {
+        d->result_st = *st;
+    }
+    if (s->donor == d) {
+        s->donor = NULL;
+        donor_unref_locked(d);
+    }
+    pthread_cond_broadcast(&s->mig_cv);
+    pthread_mutex_unlock(&s->mig_mu);
+}
+
+/* End the live run's in-memory state: the digest thread joined, the capture stopped, the
+ * critical section left (after a refresh when committed). */
+static void
+donor_stop_live(shard_state_t *s, shard_donor_t *d)
+{
+    donor_live_t *l = d->live;
+
+    if (l->digesting) {
+        pthread_join(l->dj.thread, NULL); /* it reads l->c and d->pattern */
+        l->digesting = false;
+    }
+    capture_stop(s, d);
+    if (l->crit) {
+        shl_status_t tmp = SHL_STATUS_INIT;
+        if (l->committed) {
+            refresh_retrying(s, &l->op, l->c.ns, &tmp);
+        }
+        shard_crit_exit(s, l->c.ns);
+        l->crit = false;
+    }
+}
+
+/* Record the live run's decision in the coordinator's document (persisted by the next
+ * checkpoint, completeMigration's). */
+static void
+set_decision(shl_coord_t *c, coord_t *mc, int decision)
+{
+    bson_t doc;
+
+    mc->decision = decision;
+    coord_to_bson(mc, &doc);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+}
+
+/* start (checkpoint: the document inserted): the donor's pending range deletion task. */
 static int
-resolve_decision(shard_state_t *s, shl_op_ctx_t *op, const coord_t *c, bool *committed,
-                 shl_status_t *st)
+step_start(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
+{
+    donor_live_t *l = d->live;
+    shl_range_task_t t;
+
+    (void)s;
+    (void)c;
+    memset(&t, 0, sizeof(t));
+    t.id = l->c.id;
+    snprintf(t.ns, sizeof(t.ns), "%s", l->c.ns);
+    t.collection_uuid = l->c.coll_uuid;
+    snprintf(t.donor_shard, sizeof(t.donor_shard), "%s", l->c.donor);
+    t.min = l->c.min;
+    t.max = l->c.max;
+    t.key_pattern = &d->pattern.pattern;
+    t.pending = true;
+    /* waitForDelete cleans up at once, as MongoDB's donor asks ("now", not "delayed"). */
+    t.when_now = l->wait_for_delete;
+    t.pre_migration_version = l->c.pre_version;
+    return shl_range_deletion_persist(&l->op, &t, st);
+}
+
+/* clone: capture the range's writes from before the first document is cloned, start the
+ * recipient. */
+static int
+step_clone(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
 {
     int ret = 0;
-    shl_status_t tmp = SHL_STATUS_INIT;
+    donor_live_t *l = d->live;
 
-    for (int i = 0; i < 100; i++) {
-        shl_status_clear(st);
-        ret = ask_config_decision(s, c, committed, st);
-        if (ret == 0 || shl_op_check_interrupt(op, &tmp) != 0) {
-            break;
-        }
-        mig_sleep(op, 100, &tmp);
-    }
+    (void)c;
+    SHL_ERR(capture_start(s, &l->op, d, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), &l->op);
+    SHL_ERR(send_recv_chunk_start(s, &l->c, &d->pattern, l->req, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), &l->op);
+    SHL_ERR(shl_op_check_interrupt(&l->op, st)); /* killed by a step-down (shard_step_up.c) */
+done:
     return ret;
 }
 
+/* catchUp: until the recipient has cloned and caught up ("steady"). */
 static int
-run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_t *a,
-          shl_status_t *st)
+step_catch_up(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    donor_live_t *l = d->live;
+
+    SHL_ERR(wait_steady(s, &l->op, c, &l->c, d, st));
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), &l->op);
+    SHL_ERR(shl_op_check_interrupt(&l->op, st));
+done:
+    return ret;
+}
+
+/* enterCriticalSection: writes wait, the recipient takes the last changes
+ * (_recvChunkCommit), then reads wait too; the digests compared. */
+static int
+step_enter_crit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    donor_live_t *l = d->live;
+    bson_t cmd = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+
+    (void)c;
+    SHL_ERR(shard_crit_enter(s, &l->op, l->c.ns, SHARD_CRIT_WRITES, st));
+    l->crit = true;
+    /* Transactions that wrote the range since the capture began commit (and are captured)
+     * or abort before the last drain; those that wrote only outside it go on (every write of
+     * theirs since the capture began is observed: capture_start waited for the earlier). */
+    SHL_ERR(wait_txn_writers(s, &l->op, l->c.ns, d, st));
+    /* The last writes before the critical section may have passed the limit. */
+    SHL_ERR(check_mods_memory(s, d, st));
+    l->verify = shl_opt_bool(SHL_OPT_migrationVerifyDigest);
+    if (l->verify) {
+        /* The donor's range is final now: digest it while the recipient digests its copy. */
+        digest_start(&l->dj, s, &l->c, &d->pattern, &l->digesting);
+    }
+    BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", l->c.ns);
+    BSON_APPEND_UTF8(&cmd, "sessionId", l->c.session_id);
+    bson_destroy(&reply);
+    SHL_ERR(shard_remote_cmd(s, l->c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
+    l->valid_after = commit_valid_after(s, &reply);
+    SHL_ERR(mig_digest_parse(&reply, MIG_DIGEST_FIELD, &l->recv_digest, &l->has_digest, st));
+    SHL_ERR(shard_crit_enter(s, &l->op, l->c.ns, SHARD_CRIT_ALL, st));
+    capture_stop(s, d);
+    /* Checksum verification: no write reaches the range now (migration_digest.h). */
+    if (l->verify) {
+        SHL_ERR(verify_digest(&l->dj, &l->digesting, l->has_digest ? &l->recv_digest : NULL, st));
+    }
+    pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), &l->op);
+    /* Only a primary commits: a member that stepped down leaves the decision to the new
+     * primary's recovery, from the coordinator document. */
+    SHL_ERR(shl_op_check_interrupt(&l->op, st));
+    if (!shl_db_repl_is_primary(s->svc)) {
+        SHL_FAIL(st, SHL_CODE_NOT_WRITABLE_PRIMARY, "not primary: the migration does not commit");
+    }
+done:
+    bson_destroy(&cmd);
+    bson_destroy(&reply);
+    return ret;
+}
+
+/* commitOnConfig: _configsvrCommitChunkMigration; an unknown outcome is asked of the config
+ * server; committed, the donor refreshes and leaves its critical section. */
+static int
+step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
+    donor_live_t *l = d->live;
+    bool committed = false;
+
+    ret = send_commit_to_config(s, &l->c, l->m, &l->chunk_version, l->valid_after,
+                                l->verify ? &l->dj.digest : NULL, st);
+    if (ret != 0) {
+        shl_status_t why = *st;
+        why.code = ret;
+        /* Did the commit happen? Ask the authority before deciding. */
+        shl_status_clear(st);
+        if (ask_config_decision(s, &l->c, &committed, st) != 0) {
+            /* Still unknown: the request gets the commit's error, resolveDecision goes on
+             * asking (retried by the framework). */
+            SHL_LOG_WARNING(SHARDING, 4200202,
+                            "Migration outcome unknown; the coordinator resolves it with the "
+                            "config server",
+                            "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(why.reason));
+            donor_stop_live(s, d);
+            donor_answer(s, d, why.code, &why);
+            shl_status_clear(st);
+            return 0;
+        }
+        if (!committed) {
+            *st = why;
+            return why.code;
+        }
+        shl_status_clear(st);
+        ret = 0;
+    }
+    l->committed = true;
+    set_decision(c, &l->c, 1);
+    /* The pre-migration metadata must not outlive the migration: the range deleter waits
+     * for every holder of metadata that owned the range. */
+    shard_meta_release(l->m);
+    l->m = NULL;
+    /* The donor's new metadata, then the waiting operations go on (and get StaleConfig). */
+    if (refresh_retrying(s, &l->op, l->c.ns, st) != 0) {
+        l->err = st->code != 0 ? st->code : SHL_CODE_OPERATION_FAILED;
+        l->err_st = *st;
+        shl_status_clear(st);
+    }
+    pause_at(SHL_FAILPOINT(hangBeforeLeavingCriticalSection), &l->op);
+    if (l->err == 0) {
+        shard_crit_exit(s, l->c.ns);
+        l->crit = false;
+    }
+    donor_stop_live(s, d); /* after a failed refresh: tries again, then leaves */
+    pause_at(SHL_FAILPOINT(moveChunkHangAtStep5), &l->op);
+    return 0;
+}
+
+/* The live run's steps, one per phase from start to commitOnConfig, in order. */
+typedef int (*live_step_fn)(shard_state_t *s, shl_coord_t *c, shard_donor_t *d,
+                            shl_status_t *st);
+static const struct {
+    const char *phase;
+    live_step_fn run;
+    bool persist; /* the document written first (inserted by "start") */
+} live_steps[] = {
+    {"start", step_start, true},
+    {"clone", step_clone, true},
+    {"catchUp", step_catch_up, true},
+    {"enterCriticalSection", step_enter_crit, true},
+    {"commitOnConfig", step_commit, false}, /* in the critical section: no extra write */
+};
+
+/* Write the document durably with "phase": 'phase' (the framework's checkpoint, done by
+ * the phase itself so that a refused write -- a step-down -- ends the live run like any
+ * other error instead of holding it before the phase). */
+static int
+persist_phase(shl_coord_t *c, const char *phase, shl_status_t *st)
+{
+    bson_t doc = BSON_INITIALIZER;
+
+    bson_copy_to_excluding_noinit(shl_coord_doc(c), &doc, "phase", NULL);
+    BSON_APPEND_UTF8(&doc, "phase", phase);
+    shl_coord_doc_set(c, &doc);
+    bson_destroy(&doc);
+    return shl_coord_persist(c, st);
+}
+
+/* A phase of the live run: its next step; an error before the commit makes the decision
+ * abort (the later steps are skipped). Nothing without the live run (a resumed document). */
+static int
+phase_live(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = shl_coord_type_arg(c);
+    shard_donor_t *d = live_donor(s, c);
+    donor_live_t *l = d != NULL ? d->live : NULL;
+    int ret = 0;
+
+    if (l == NULL || l->failed || l->committed ||
+        l->step >= (int)(sizeof(live_steps) / sizeof(live_steps[0]))) {
+        return 0;
+    }
+    if (live_steps[l->step].persist) {
+        ret = persist_phase(c, live_steps[l->step].phase, st);
+        l->inserted = l->inserted || ret == 0;
+    }
+    if (ret == 0) {
+        ret = live_steps[l->step].run(s, c, d, st);
+    }
+    l->step++;
+    if (ret != 0) {
+        l->failed = true;
+        l->err = ret;
+        l->err_st = *st;
+        l->err_st.code = ret;
+        donor_stop_live(s, d);
+        set_decision(c, &l->c, -1);
+        shl_status_clear(st);
+    }
+    return 0;
+}
+
+/* resolveDecision (a resumed document without a decision, or a live commit whose outcome
+ * stayed unknown): who owns the range now, by the config server, becomes the decision. */
+static int
+phase_resolve_decision(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = shl_coord_type_arg(c);
+    coord_t mc;
+    bool committed = false;
+    int ret = 0;
+
+    memset(&mc, 0, sizeof(mc));
+    if (bson_has_field(shl_coord_doc(c), "decision")) {
+        goto done;
+    }
+    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    SHL_ERR(ask_config_decision(s, &mc, &committed, st));
+    set_decision(c, &mc, committed ? 1 : -1);
+done:
+    coord_cleanup(&mc);
+    return ret;
+}
+
+/*
+ * completeMigration (the decision persisted first): the commit or abort sequence
+ * (coord_finish), retried on any error until it is done or the process stops, as MongoDB's
+ * retryIdempotentWorkAsPrimaryUntilSuccessOrStepdown; the live request is answered after
+ * the first attempt (committed: ok whatever the cleanup; aborted: the error that aborted).
+ */
+static int
+phase_complete_migration(shl_coord_t *c, shl_status_t *st)
+{
+    shard_state_t *s = shl_coord_type_arg(c);
+    shard_donor_t *d = live_donor(s, c);
+    shl_status_t ignored = SHL_STATUS_INIT;
+    bool persisted = false;
+    int64_t backoff = 500;
+    shl_op_ctx_t op;
+    coord_t mc;
+    int ret = 0;
+
+    memset(&mc, 0, sizeof(mc));
+    mig_internal_op(s, &op);
+    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
+    if (d != NULL && !d->live->inserted) {
+        donor_answer(s, d, d->live->err, &d->live->err_st); /* nothing persisted nor sent */
+        goto done;
+    }
+    if (d == NULL) {
+        SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(mc.ns),
+                     "decision", BCON_UTF8(mc.decision > 0 ? "committed" : "aborted"));
+        shard_meta_refresh(s, mc.ns, NULL, &ignored);
+    } else {
+        donor_stop_live(s, d);
+    }
+    for (;;) {
+        shl_status_clear(st);
+        ret = persisted ? 0 : persist_phase(c, "completeMigration", st); /* the decision */
+        persisted = ret == 0;
+        if (ret == 0) {
+            ret = coord_finish(s, &op, &mc, st);
+        }
+        if (d != NULL) {
+            donor_live_t *l = d->live;
+            if (ret != 0) {
+                SHL_LOG_WARNING(SHARDING, 4200207,
+                                "Migration commit or abort sequence failed; retrying", "ns",
+                                BCON_UTF8(mc.ns), "error", BCON_UTF8(st->reason));
+            } else if (l->committed) {
+                SHL_LOG_INFO(SHARDING, 4200203, "Migration committed", "ns", BCON_UTF8(mc.ns),
+                             "to", BCON_UTF8(mc.recipient), "durationMillis",
+                             BCON_INT64((shl_clock_mono_us() - l->start_us) / 1000));
+            }
+            donor_answer(s, d, l->err, &l->err_st);
+            d = NULL;
+        }
+        if (ret == 0 || shl_coord_interrupted(c) || !shl_db_repl_is_primary(s->svc)) {
+            break; /* stepped down: the framework retries, the new primary resumes it */
+        }
+        mig_sleep(&op, backoff, &ignored);
+        backoff = backoff < 5000 ? backoff * 2 : 5000;
+    }
+done:
+    coord_cleanup(&mc);
+    return ret;
+}
+
+/* The coordinator ended before it answered its request (shutdown, a state document write
+ * refused): the live state ends and the request gets an error (ok when committed). */
+static void
+migration_release(shl_coord_t *c)
+{
+    shard_state_t *s = shl_coord_type_arg(c);
+    shard_donor_t *d = live_donor(s, c);
+    shl_status_t st = SHL_STATUS_INIT;
+    int ret;
+
+    if (d == NULL) {
+        return;
+    }
+    donor_stop_live(s, d);
+    ret = d->live->err;
+    st = d->live->err_st;
+    if (ret == 0 && !d->live->committed) {
+        ret = shl_status_set(&st,
+                             shl_coord_interrupted(c) ? SHL_CODE_INTERRUPTED_AT_SHUTDOWN
+                                                      : SHL_CODE_OPERATION_FAILED,
+                             "the migration's coordinator stopped before the migration ended; "
+                             "its document is finished at the next start");
+    }
+    donor_answer(s, d, ret, &st);
+}
+
+/* A document without a decision resumes at resolveDecision, one with it at
+ * completeMigration (the phases before need the live run's memory). */
+static int
+migration_resume_phase(const bson_t *doc)
+{
+    return bson_has_field(doc, "decision") ? 6 : 5;
+}
+
+static const shl_coord_phase_t migration_phases[] = {
+    {"start", phase_live, false}, /* phase_live and completeMigration write the document */
+    {"clone", phase_live, false},
+    {"catchUp", phase_live, false},
+    {"enterCriticalSection", phase_live, false},
+    {"commitOnConfig", phase_live, false},
+    {"resolveDecision", phase_resolve_decision, false},
+    {"completeMigration", phase_complete_migration, false},
+};
+
+/* 'arg' is the shard state, set before the first coordinator starts (one shard per
+ * process). */
+static shl_coord_type_t migration_coord_type = {
+    .name = "MigrationCoordinator",
+    .coll = COORD_COLL,
+    .phases = migration_phases,
+    .nphases = sizeof(migration_phases) / sizeof(migration_phases[0]),
+    .resume_phase = migration_resume_phase,
+    .release = migration_release,
+    .max_attempts = -1,
+    .backoff_ms = 500,
+};
+
+/* ---------------------------------------------------------------- the request */
+
+/*
+ * Check [a->min, a->max) against this shard's metadata (exactly a chunk it owns, to another
+ * shard) and build the migration's document (*doc) and d's live state, as MongoDB's
+ * MigrationSourceManager does before anything is persisted. Errors: the refresh's,
+ * NamespaceNotSharded, IllegalOperation, InvalidOptions, interruption.
+ */
+static int
+donor_prepare(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_t *a,
+              bson_t *doc, shl_status_t *st)
 {
     int ret = 0;
     shard_coll_meta_t *m = NULL;
     shard_identity_t id;
-    coord_t c;
+    donor_live_t *l = NULL;
     size_t idx = 0;
     bson_t cmin, cmax;
-    bool persisted = false, crit = false, committed = false, has_digest = false;
-    bool verify = false, digesting = false;
-    mig_digest_t recv_digest;
-    digest_job_t dj;
-    uint64_t valid_after = 0;
-    shl_chunk_version_t chunk_version;
     char r[512];
-    int64_t start_us = shl_clock_mono_us();
 
-    memset(&c, 0, sizeof(c));
     if (!shard_get_identity(s, &id)) {
         SHL_FAIL(st, SHL_CODE_SHARDING_STATE_NOT_INITIALIZED,
                  "Cannot accept sharding commands if sharding state has not been initialized "
@@ -1641,210 +2077,99 @@ run_donor(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, const move_args_
     if (strcmp(a->to, id.shard_name) == 0) {
         SHL_FAIL(st, SHL_CODE_INVALID_OPTIONS, "Destination shard cannot be the same as source");
     }
-    chunk_version = shl_routing_table_chunk_version(m->rt, idx);
     pthread_mutex_lock(&s->mig_mu);
-    SHL_ERR(shl_shard_key_pattern_init(&d->pattern, &shl_routing_table_key_pattern(m->rt)->pattern,
-                                       st));
-    d->has_pattern = true;
+    ret = shl_shard_key_pattern_init(&d->pattern, &shl_routing_table_key_pattern(m->rt)->pattern,
+                                     st);
+    d->has_pattern = ret == 0;
     pthread_mutex_unlock(&s->mig_mu);
+    SHL_ERR(ret);
 
     pause_at(SHL_FAILPOINT(moveChunkHangAtStep1), op);
     SHL_ERR(shl_op_check_interrupt(op, st));
 
-    /* The coordinator document and the donor's pending range deletion task. */
-    c.id = shl_uuid_new();
+    l = bson_malloc0(sizeof(*l));
+    mig_internal_op(s, &l->op);
+    l->start_us = shl_clock_mono_us();
+    l->c.id = shl_uuid_new();
     {
         char u[37];
-        shl_uuid_to_string(&c.id, u);
-        snprintf(c.session_id, sizeof(c.session_id), "%s_%s_%s", id.shard_name, a->to, u);
+        shl_uuid_to_string(&l->c.id, u);
+        snprintf(l->c.session_id, sizeof(l->c.session_id), "%s_%s_%s", id.shard_name, a->to, u);
     }
-    snprintf(c.ns, sizeof(c.ns), "%s", a->ns);
-    c.coll_uuid = *shl_routing_table_uuid(m->rt);
-    snprintf(c.donor, sizeof(c.donor), "%s", id.shard_name);
-    snprintf(c.recipient, sizeof(c.recipient), "%s", a->to);
-    c.min = bson_copy(&a->min);
-    c.max = bson_copy(&a->max);
-    c.pre_version = m->shard_version;
-    SHL_ERR(coord_insert(s, &c, st));
-    persisted = true;
-    {
-        shl_range_task_t t;
-        memset(&t, 0, sizeof(t));
-        t.id = c.id;
-        snprintf(t.ns, sizeof(t.ns), "%s", a->ns);
-        t.collection_uuid = c.coll_uuid;
-        snprintf(t.donor_shard, sizeof(t.donor_shard), "%s", id.shard_name);
-        t.min = c.min;
-        t.max = c.max;
-        t.key_pattern = &d->pattern.pattern;
-        t.pending = true;
-        /* waitForDelete cleans up at once, as MongoDB's donor asks ("now", not "delayed"). */
-        t.when_now = a->wait_for_delete;
-        t.pre_migration_version = m->shard_version;
-        SHL_ERR(shl_range_deletion_persist(op, &t, st));
-    }
+    snprintf(l->c.ns, sizeof(l->c.ns), "%s", a->ns);
+    l->c.coll_uuid = *shl_routing_table_uuid(m->rt);
+    snprintf(l->c.donor, sizeof(l->c.donor), "%s", id.shard_name);
+    snprintf(l->c.recipient, sizeof(l->c.recipient), "%s", a->to);
+    l->c.min = bson_copy(&a->min);
+    l->c.max = bson_copy(&a->max);
+    l->c.pre_version = m->shard_version;
+    l->req = bson_copy(a->req);
+    l->wait_for_delete = a->wait_for_delete;
+    l->chunk_version = shl_routing_table_chunk_version(m->rt, idx);
+    l->m = m;
+    m = NULL;
+    coord_to_bson(&l->c, doc);
     pthread_mutex_lock(&s->mig_mu);
-    snprintf(d->session_id, sizeof(d->session_id), "%s", c.session_id);
+    d->id = l->c.id;
+    snprintf(d->session_id, sizeof(d->session_id), "%s", l->c.session_id);
+    d->live = l;
+    d->runner = &l->op;
     pthread_mutex_unlock(&s->mig_mu);
+done:
+    shard_meta_release(m);
+    return ret;
+}
 
-    /* Capture writes in the range from before the first document is cloned. */
-    SHL_ERR(capture_start(s, op, d, st));
-    pause_at(SHL_FAILPOINT(moveChunkHangAtStep2), op);
-    SHL_ERR(send_recv_chunk_start(s, &c, &d->pattern, a->req, st));
-    pause_at(SHL_FAILPOINT(moveChunkHangAtStep3), op);
-    SHL_ERR(shl_op_check_interrupt(op, st)); /* killed by a step-down (shard_step_up.c) */
-    SHL_ERR(wait_steady(s, op, &c, d, st));
-    pause_at(SHL_FAILPOINT(moveChunkHangAtStep4), op);
-    SHL_ERR(shl_op_check_interrupt(op, st));
+/* Wait until d is answered (op killed: leave; the migration goes on); its result. */
+static int
+donor_wait(shard_state_t *s, shl_op_ctx_t *op, shard_donor_t *d, shl_status_t *st)
+{
+    int ret = 0;
 
-    /* Critical section: writes, then (after the recipient's last catch-up) reads. */
-    SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_WRITES, st));
-    crit = true;
-    /* Transactions that wrote the range since the capture began commit (and are captured)
-     * or abort before the last drain; those that wrote only outside it go on (every write of
-     * theirs since the capture began is observed: capture_start waited for the earlier). */
-    SHL_ERR(wait_txn_writers(s, op, a->ns, d, st));
-    /* The last writes before the critical section may have passed the limit. */
-    SHL_ERR(check_mods_memory(s, d, st));
-    verify = shl_opt_bool(SHL_OPT_migrationVerifyDigest);
-    if (verify) {
-        /* The donor's range is final now: digest it while the recipient digests its copy. */
-        digest_start(&dj, s, &c, &d->pattern, &digesting);
-    }
-    {
-        bson_t cmd = BSON_INITIALIZER, reply;
-        BSON_APPEND_UTF8(&cmd, "_recvChunkCommit", a->ns);
-        BSON_APPEND_UTF8(&cmd, "sessionId", c.session_id);
-        ret = shard_remote_cmd(s, c.recipient, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st);
-        if (ret == 0) {
-            valid_after = commit_valid_after(s, &reply);
-            ret = mig_digest_parse(&reply, MIG_DIGEST_FIELD, &recv_digest, &has_digest, st);
+    pthread_mutex_lock(&s->mig_mu);
+    while (!d->finished && ret == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
         }
+        pthread_cond_timedwait(&s->mig_cv, &s->mig_mu, &ts);
+        ret = d->finished ? 0 : shl_op_check_interrupt(op, st);
+    }
+    if (ret == 0 && d->result != 0) {
+        *st = d->result_st;
+        ret = d->result;
+    }
+    pthread_mutex_unlock(&s->mig_mu);
+    return ret;
+}
+
+/* waitForDelete: until the range deleter has removed the donor's task 'id'. */
+static int
+wait_task_deleted(shard_state_t *s, shl_op_ctx_t *op, const shl_uuid_t *id, shl_status_t *st)
+{
+    int ret = 0;
+    int64_t n = 1;
+
+    while (n > 0) {
+        bson_t cmd = BSON_INITIALIZER, reply, filter;
+        bson_iter_t it;
+        BSON_APPEND_UTF8(&cmd, "count", "rangeDeletions");
+        BSON_APPEND_DOCUMENT_BEGIN(&cmd, "query", &filter);
+        shl_uuid_append(&filter, "_id", id);
+        bson_append_document_end(&cmd, &filter);
+        ret = shard_local_cmd(s, "config", &cmd, &reply, st);
+        n = ret == 0 && bson_iter_init_find(&it, &reply, "n") ? bson_iter_as_int64(&it) : 0;
         bson_destroy(&cmd);
         bson_destroy(&reply);
         SHL_ERR(ret);
-    }
-    SHL_ERR(shard_crit_enter(s, op, a->ns, SHARD_CRIT_ALL, st));
-    capture_stop(s, d);
-    /* Checksum verification: no write reaches the range now (migration_digest.h). */
-    if (verify) {
-        SHL_ERR(verify_digest(&dj, &digesting, has_digest ? &recv_digest : NULL, st));
-    }
-    pause_at(SHL_FAILPOINT(hangBeforeCommitMigration), op);
-    /* Only a primary commits: a member that stepped down leaves the decision to the new
-     * primary's recovery, from the coordinator document. */
-    SHL_ERR(shl_op_check_interrupt(op, st));
-    if (!shl_db_repl_is_primary(s->svc)) {
-        SHL_FAIL(st, SHL_CODE_NOT_WRITABLE_PRIMARY, "not primary: the migration does not commit");
-    }
-
-    ret = send_commit_to_config(s, &c, m, &chunk_version, valid_after,
-                                verify ? &dj.digest : NULL, st);
-    if (ret != 0) {
-        shl_status_t why = *st;
-        /* Did the commit happen? Ask the authority before deciding. */
-        if (resolve_decision(s, op, &c, &committed, st) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200202,
-                            "Migration outcome unknown; the coordinator document stays for "
-                            "recovery",
-                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(why.reason));
-            persisted = false; /* leave it for start-up recovery */
-            *st = why;
-            ret = why.code;
-            goto done;
-        }
-        if (!committed) {
-            *st = why;
-            ret = why.code;
-            goto done;
-        }
-        shl_status_clear(st);
-        ret = 0;
-    }
-    committed = true;
-    /* The pre-migration metadata must not outlive the migration: the range deleter waits
-     * for every holder of metadata that owned the range. */
-    shard_meta_release(m);
-    m = NULL;
-    /* The donor's new metadata, then the waiting operations go on (and get StaleConfig). */
-    SHL_ERR(refresh_retrying(s, op, a->ns, st));
-    pause_at(SHL_FAILPOINT(hangBeforeLeavingCriticalSection), op);
-    shard_crit_exit(s, a->ns);
-    crit = false;
-    pause_at(SHL_FAILPOINT(moveChunkHangAtStep5), op);
-
-    c.decision = 1;
-    persisted = false;
-    {
-        /* Committed: the migration succeeded whatever happens to the cleanup; a failed
-         * commit sequence is retried by the recovery thread. */
-        shl_status_t tmp = SHL_STATUS_INIT;
-        if (coord_finish(s, op, &c, &tmp) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200207,
-                            "Migration commit sequence failed; retrying in "
-                            "the background",
-                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
-            shard_migration_recover_async(s);
-        }
-    }
-    SHL_LOG_INFO(SHARDING, 4200203, "Migration committed", "ns", BCON_UTF8(a->ns), "range",
-                 BCON_UTF8(r), "to", BCON_UTF8(a->to), "durationMillis",
-                 BCON_INT64((shl_clock_mono_us() - start_us) / 1000));
-    if (a->wait_for_delete) {
-        /* Until the range deleter has removed the donor's task. */
-        for (;;) {
-            bson_t cmd = BSON_INITIALIZER, reply, filter;
-            bson_iter_t it;
-            int64_t n = 0;
-            BSON_APPEND_UTF8(&cmd, "count", "rangeDeletions");
-            BSON_APPEND_DOCUMENT_BEGIN(&cmd, "query", &filter);
-            shl_uuid_append(&filter, "_id", &c.id);
-            bson_append_document_end(&cmd, &filter);
-            ret = shard_local_cmd(s, "config", &cmd, &reply, st);
-            if (ret == 0 && bson_iter_init_find(&it, &reply, "n")) {
-                n = bson_iter_as_int64(&it);
-            }
-            bson_destroy(&cmd);
-            bson_destroy(&reply);
-            SHL_ERR(ret);
-            if (n == 0) {
-                break;
-            }
+        if (n > 0) {
             SHL_ERR(mig_sleep(op, 50, st));
         }
     }
 done:
-    if (digesting) {
-        pthread_join(dj.thread, NULL); /* it reads c and d->pattern */
-    }
-    capture_stop(s, d);
-    if (crit) {
-        shl_status_t tmp = SHL_STATUS_INIT;
-        if (committed) {
-            refresh_retrying(s, op, a->ns, &tmp);
-        }
-        shard_crit_exit(s, a->ns);
-    }
-    if (persisted && !committed) {
-        /* The abort sequence. */
-        shl_status_t tmp = SHL_STATUS_INIT;
-        c.decision = -1;
-        if (coord_finish(s, op, &c, &tmp) != 0) {
-            SHL_LOG_WARNING(SHARDING, 4200204,
-                            "Migration abort sequence failed; retrying in "
-                            "the background",
-                            "ns", BCON_UTF8(a->ns), "error", BCON_UTF8(tmp.reason));
-            shard_migration_recover_async(s);
-        }
-    } else if (persisted && committed) {
-        shl_status_t tmp = SHL_STATUS_INIT;
-        c.decision = 1;
-        if (coord_finish(s, op, &c, &tmp) != 0) {
-            shard_migration_recover_async(s);
-        }
-    }
-    coord_cleanup(&c);
-    shard_meta_release(m);
     return ret;
 }
 
@@ -1903,126 +2228,36 @@ cmd_shardsvr_move_range(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_
     }
     a.req = cmd;
     SHL_ERR(registry_donor(s, op, a.ns, &a.min, &a.max, a.to, &d, &join, st));
-    if (join) {
+    if (!join) {
+        bson_t doc = BSON_INITIALIZER;
         pthread_mutex_lock(&s->mig_mu);
-        while (!d->finished) {
-            pthread_mutex_unlock(&s->mig_mu);
-            ret = mig_sleep(op, 20, st);
-            pthread_mutex_lock(&s->mig_mu);
-            if (ret != 0) {
-                break;
-            }
-        }
-        if (ret == 0 && d->result != 0) {
-            *st = d->result_st;
-            ret = d->result;
-        }
-        donor_unref_locked(d);
+        d->runner = op;
         pthread_mutex_unlock(&s->mig_mu);
-        goto done;
+        ret = donor_prepare(s, op, d, &a, &doc, st);
+        if (ret == 0 && s->coords == NULL) {
+            ret = shl_status_set(st, SHL_CODE_SHUTDOWN_IN_PROGRESS, "the shard is shutting down");
+        }
+        if (ret == 0) {
+            migration_coord_type.arg = s;
+            ret = shl_coord_start(s->coords, &migration_coord_type, &doc, st);
+        }
+        bson_destroy(&doc);
+        if (ret != 0) {
+            donor_answer(s, d, ret, st); /* nothing was persisted */
+        }
+    }
+    ret = donor_wait(s, op, d, st);
+    if (ret == 0 && !join && a.wait_for_delete) {
+        ret = wait_task_deleted(s, op, &d->id, st);
     }
     pthread_mutex_lock(&s->mig_mu);
-    d->runner = op;
-    pthread_mutex_unlock(&s->mig_mu);
-    ret = run_donor(s, op, d, &a, st);
-    pthread_mutex_lock(&s->mig_mu);
-    d->runner = NULL;
-    d->finished = true;
-    d->result = ret;
-    if (ret != 0) {
-        d->result_st = *st;
-    }
-    /* Leave the registry. */
-    if (s->donor == d) {
-        s->donor = NULL;
-        donor_unref_locked(d);
-    }
     donor_unref_locked(d);
-    pthread_cond_broadcast(&s->mig_cv);
     pthread_mutex_unlock(&s->mig_mu);
 done:
     return ret;
 }
 
 /* ---------------------------------------------------------------- recovery */
-
-/*
- * The migration coordinator documents a crash (or a commit sequence that failed) left are
- * finished on the coordinator framework (sharding/coordinator.h), as MongoDB's
- * MigrationCoordinator is recovered: the type "MigrationCoordinator" over
- * config.migrationCoordinators, whose documents keep MongoDB's schema (no phase field: a
- * decision resumes at completeMigration, none at resolveDecision). Every error the phases
- * meet that may pass (network, not primary, shutdown) is retried until it does.
- */
-
-/* resolveDecision: who owns the range now, by the config server, becomes the decision. */
-static int
-phase_resolve_decision(shl_coord_t *c, shl_status_t *st)
-{
-    shard_state_t *s = shl_coord_type_arg(c);
-    coord_t mc;
-    bool committed = false;
-    bson_t doc;
-    int ret = 0;
-
-    memset(&mc, 0, sizeof(mc));
-    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
-    SHL_ERR(ask_config_decision(s, &mc, &committed, st));
-    mc.decision = committed ? 1 : -1;
-    coord_to_bson(&mc, &doc);
-    shl_coord_doc_set(c, &doc);
-    bson_destroy(&doc);
-done:
-    coord_cleanup(&mc);
-    return ret;
-}
-
-/* completeMigration: the commit or abort sequence (coord_finish), which deletes the
- * document. */
-static int
-phase_complete_migration(shl_coord_t *c, shl_status_t *st)
-{
-    shard_state_t *s = shl_coord_type_arg(c);
-    shl_status_t ignored = SHL_STATUS_INIT;
-    shl_op_ctx_t op;
-    coord_t mc;
-    int ret = 0;
-
-    memset(&mc, 0, sizeof(mc));
-    mig_internal_op(s, &op);
-    SHL_ERR(coord_parse(shl_coord_doc(c), &mc, st));
-    SHL_LOG_INFO(SHARDING, 4200205, "Recovering a migration", "ns", BCON_UTF8(mc.ns), "decision",
-                 BCON_UTF8(mc.decision > 0 ? "committed" : "aborted"));
-    shard_meta_refresh(s, mc.ns, NULL, &ignored);
-    SHL_ERR(coord_finish(s, &op, &mc, st));
-done:
-    coord_cleanup(&mc);
-    return ret;
-}
-
-static int
-migration_resume_phase(const bson_t *doc)
-{
-    bson_iter_t it;
-
-    return bson_iter_init_find(&it, doc, "decision") ? 1 : 0;
-}
-
-static const shl_coord_phase_t migration_phases[] = {
-    {"resolveDecision", phase_resolve_decision, false},
-    {"completeMigration", phase_complete_migration, false},
-};
-
-/* 'arg' is the shard state, set before the first resume (one shard per process). */
-static shl_coord_type_t migration_coord_type = {
-    .name = "MigrationCoordinator",
-    .coll = COORD_COLL,
-    .phases = migration_phases,
-    .nphases = sizeof(migration_phases) / sizeof(migration_phases[0]),
-    .resume_phase = migration_resume_phase,
-    .max_attempts = -1,
-    .backoff_ms = 500,
-};
 
 /* Whether migration coordinators left behind are being finished (mig_mu not needed). */
 static bool

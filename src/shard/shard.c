@@ -81,10 +81,12 @@ shard_shutdown(shl_service_ctx_t *svc)
      * catalog cache and the connection pool). */
     shard_sessions_stop(s);
     shard_recipient_shutdown(s);
+    /* A live migration's coordinator stops at its next check (its document stays for the
+     * next start); the coordinator service then waits for it. */
+    shard_migration_interrupt_donor(s);
     shard_txn_coord_shutdown(s);
     shard_ddl_locks_destroy(s->ddl_locks);
     s->ddl_locks = NULL;
-    /* The migration coordinators being finished ended with the coordinator service. */
     /* Connections are gone, so no command uses the state any more; the range deleter
      * stops before the storage and the metadata it uses go. The node's own shutdown
      * (which frees the hooks' home, and cursors that may still hold metadata) runs

@@ -404,9 +404,10 @@ void shard_recipient_shutdown(shard_state_t *s);
 /* shard_migration_active_on -- whether a migration of 'ns' runs on this shard now (as donor,
  * or as a recipient whose thread has not ended). Takes mig_mu. */
 bool shard_migration_active_on(shard_state_t *s, const char *ns);
-/* shard_migration_interrupt_donor -- a step-down: kill the _shardsvrMoveRange running this
- * shard's outgoing migration, if any (it ends at its next interruption check; the new
- * primary's recovery decides the migration from its document). Takes mig_mu. */
+/* shard_migration_interrupt_donor -- a step-down or shutdown: kill the operation running
+ * this shard's outgoing migration (its coordinator's), if any: it ends at its next
+ * interruption check, before the commit as an abort; the new primary's recovery, or the
+ * next start's, decides the migration from its document. Takes mig_mu. */
 void shard_migration_interrupt_donor(shard_state_t *s);
 /* shard_wait_migrations -- wait until no migration of 'ns' runs on this shard (a DDL
  * coordinator stopped new ones first). Errors: the operation's interruption; LockBusy (46,

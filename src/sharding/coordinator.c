@@ -321,7 +321,9 @@ coord_execute(shl_coord_t *c, bool inline_caller)
     pthread_mutex_lock(&svc->mu);
     phase = c->phase;
     pthread_mutex_unlock(&svc->mu);
-    if (c->t->acquire != NULL && !c->acquired) {
+    if (c->t->acquire == NULL) {
+        c->acquired = true; /* nothing to take: 'release' still runs at the end */
+    } else if (!c->acquired) {
         ret = c->t->acquire(c, &st);
         c->acquired = ret == 0;
         pthread_mutex_lock(&svc->mu);
@@ -595,6 +597,28 @@ shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t 
             pthread_mutex_lock(&svc->mu);
         }
         ret = wait_locked(svc, c, wait_ms, result, st);
+    }
+    pthread_mutex_unlock(&svc->mu);
+    bson_destroy(&id);
+    return ret;
+}
+
+int
+shl_coord_start(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
+                shl_status_t *st)
+{
+    bson_t id;
+    int ret = 0;
+
+    id_of(doc, &id);
+    pthread_mutex_lock(&svc->mu);
+    if (atomic_load(&svc->stopping)) {
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "shutting down");
+    } else if (find_locked(svc, t, &id) != NULL) {
+        ret = shl_status_set(st, SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS,
+                             "another %s with the same key is running", t->name);
+    } else {
+        start_locked(svc, t, doc, 0, false, false);
     }
     pthread_mutex_unlock(&svc->mu);
     bson_destroy(&id);

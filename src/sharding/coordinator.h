@@ -60,7 +60,8 @@ typedef struct shl_coord_type {
      * take the operation's locks; an error ends the operation with it (the document stays).
      * NULL: nothing. */
     int (*acquire)(shl_coord_t *c, shl_status_t *st);
-    /* Run on the coordinator's thread at its end when 'acquire' succeeded. NULL: nothing. */
+    /* Run on the coordinator's thread at its end when 'acquire' succeeded (or there is no
+     * 'acquire'). NULL: nothing. */
     void (*release)(shl_coord_t *c);
     /* Append fields to the operation's currentOp entry 'op' while what 'acquire' took is
      * held (e.g. the locks), from its state document 'doc'. Called under the service lock;
@@ -114,6 +115,16 @@ int shl_coord_service_recover(shl_coord_service_t *svc, const shl_coord_type_t *
  */
 int shl_coord_run(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
                   int64_t wait_ms, bson_t *result, shl_status_t *st);
+
+/*
+ * shl_coord_start --
+ *     Start the operation described by 'doc' on a thread of its own and return at once (the
+ *     caller learns its outcome some other way, e.g. through state the type's phases share
+ *     with it). Errors: ConflictingOperationInProgress (117) when an operation with the same
+ *     _id runs; InterruptedAtShutdown.
+ */
+int shl_coord_start(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *doc,
+                    shl_status_t *st);
 
 /*
  * shl_coord_join --

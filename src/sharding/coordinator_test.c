@@ -411,3 +411,73 @@ SHL_TEST(coordinator_finish_skips_later_phases_and_abort_deletes_document)
     bson_destroy(fin);
     env_cleanup(&e);
 }
+
+/* ------------------------------------------ shl_coord_start, release without acquire */
+
+static int released;
+
+static int
+derived_resume(const bson_t *doc)
+{
+    (void)doc;
+    return 2;
+}
+
+static void
+count_release(shl_coord_t *c)
+{
+    (void)c;
+    pthread_mutex_lock(&T.mu);
+    released++;
+    pthread_cond_broadcast(&T.cv);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static const shl_coord_type_t started_type = {
+    .name = "StartedCoordinator",
+    .coll = "test_coordinators",
+    .phases = phases,
+    .nphases = 3,
+    .resume_phase = derived_resume,
+    .release = count_release,
+    .max_attempts = 3,
+    .backoff_ms = 1,
+};
+
+SHL_TEST(coordinator_start_returns_at_once_and_releases)
+{
+    env_t e;
+    bson_t *doc = BCON_NEW("_id", BCON_INT32(9));
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    released = 0;
+    T.hold = true;
+    ASSERT_INT_EQ(shl_coord_start(e.svc, &started_type, doc, &st), 0);
+    /* the same _id again while it runs: 117, even when identical */
+    ASSERT_INT_EQ(shl_coord_start(e.svc, &started_type, doc, &st),
+                  SHL_CODE_CONFLICTING_OPERATION_IN_PROGRESS);
+    pthread_mutex_lock(&T.mu);
+    while (!T.entered) {
+        pthread_cond_wait(&T.cv, &T.mu);
+    }
+    T.hold = false;
+    pthread_cond_broadcast(&T.cv);
+    while (released == 0) {
+        pthread_cond_wait(&T.cv, &T.mu);
+    }
+    pthread_mutex_unlock(&T.mu);
+    ASSERT_STR_EQ(T.log, "one two three ");
+    /* a type resumed by resume_phase has no "phase" field */
+    {
+        bson_t seen;
+        ASSERT(shl_remote_fake_nth(e.fake, "self", "insert", 0, &seen));
+        ASSERT_BSON_EQ(&seen, "{'insert': 'test_coordinators', 'documents': [{'_id': 9}], "
+                              "'writeConcern': {'w': 'majority', 'j': true}}");
+        bson_destroy(&seen);
+    }
+    /* 'release' runs without an 'acquire' */
+    ASSERT_INT_EQ(released, 1);
+    bson_destroy(doc);
+    env_cleanup(&e);
+}
