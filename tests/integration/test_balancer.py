@@ -324,10 +324,13 @@ def test_collection_status_counts_owned_data_not_orphans(cluster):
     r = cluster.router_client()
     ns = "bal9.c"
     r.admin.command("enableSharding", "bal9", primaryShard="shard0")
-    r.admin.command("shardCollection", ns, key={"x": 1})
-    r.admin.command("configureCollectionBalancing", ns, chunkSize=1)
+    # The data goes in before the collection is sharded, so the auto-splitter (which counts
+    # writes to a sharded collection's chunks) leaves the eight 1024-document chunks alone.
     pad = "p" * 1000
     r.bal9.c.insert_many([{"_id": i, "x": i, "pad": pad} for i in range(8192)])
+    r.bal9.c.create_index("x")
+    r.admin.command("shardCollection", ns, key={"x": 1})
+    r.admin.command("configureCollectionBalancing", ns, chunkSize=1)
     for k in range(1, 8):
         r.admin.command("split", ns, middle={"x": k * 1024})
     assert r.admin.command("balancerCollectionStatus", ns)["balancerCompliant"] is False
