@@ -111,7 +111,8 @@ is_txn_decision(const char *name)
 /*
  * The write concern of a request that sent none (or {}), as MongoDB 5.0+ resolves it on a
  * mongod: a client's write on a replica set member gets the implicit default
- * {w: "majority"} ("implicitDefault"; on a set of one that is the journal); a standalone's
+ * {w: "majority"} ("implicitDefault"; on a set of one that is the journal; {w: 1} on a set
+ * with too many arbiters, repl_hooks.h implicit_wc_majority); a standalone's
  * stays {w: 1}; another cluster process's request (a router forwards the concern it
  * resolved, so this is internal work) gets {w: 1} "internalWriteDefault", as on a shard
  * server; an in-process operation and a transaction's statements (their commit carries the
@@ -124,7 +125,9 @@ resolve_default(const shl_op_ctx_t *op, const db_node_t *node, shl_write_concern
         shl_write_concern_set_default(wc, false, "internalWriteDefault");
     } else {
         bool majority = node->repl_set && op->conn != NULL &&
-                        (!op->has_autocommit || is_txn_decision(op->cmd_name));
+                        (!op->has_autocommit || is_txn_decision(op->cmd_name)) &&
+                        (node->repl.implicit_wc_majority == NULL ||
+                         node->repl.implicit_wc_majority(node->repl.arg));
         shl_write_concern_set_default(wc, majority, "implicitDefault");
     }
 }

@@ -8,7 +8,7 @@ wiredTiger.log."log sync operations": a majority write waits for one fsync of it
 import pytest
 from pymongo import WriteConcern
 
-from shale_fixtures import module_cluster
+from shale_fixtures import FAST_ELECTIONS, module_cluster, wait_until
 
 DB = "dwc"
 N = 30  # sequential writes per measurement
@@ -124,3 +124,25 @@ def test_set_default_write_concern_w1_applies_to_routed_writes(cl):
         # A set default cannot be unset: set the implicit one back for other tests.
         r.admin.command("setDefaultRWConcern", defaultWriteConcern={"w": "majority"})
     assert fsyncs_per_write(cl, lambda i: coll.insert_one({"_id": "b%d" % i})) >= 1
+
+
+def test_a_set_with_an_arbiter_defaults_to_w1(shale_process):
+    """MongoDB 5.0's arbiter rule: primary-secondary-arbiter has 2 data-bearing voters, not
+    more than the voting majority (2), so its implicit default is {w: 1}: with the secondary
+    down a default write is acknowledged while an explicit majority one cannot be."""
+    nodes = [shale_process(["node", "--replSet", "psa"], name="psa%d" % i) for i in range(3)]
+    members = [{"_id": i, "host": n.host} for i, n in enumerate(nodes)]
+    members[2].update(arbiterOnly=True)
+    primary = nodes[0].client(directConnection=True)
+    primary.admin.command("replSetInitiate", {"_id": "psa", "members": members,
+                                              "settings": dict(FAST_ELECTIONS)})
+    wait_until(lambda: [m["stateStr"] for m in primary.admin.command(
+        "replSetGetStatus")["members"]] == ["PRIMARY", "SECONDARY", "ARBITER"], 30, "PSA up")
+    nodes[1].kill()
+    db = primary.psa_db
+    res = db.command("insert", "c", documents=[{"_id": 1}], maxTimeMS=10000)
+    assert res["n"] == 1 and "writeConcernError" not in res, res
+    res = db.command("insert", "c", documents=[{"_id": 2}],
+                     writeConcern={"w": "majority", "wtimeout": 300})
+    assert res["writeConcernError"]["code"] == 64, res
+    assert res["writeConcernError"]["errInfo"]["writeConcern"]["provenance"] == "clientSupplied"
