@@ -218,11 +218,12 @@ body_without_wc(const bson_t *body, bool drop_wc)
 {
     bson_t *out;
 
-    if (!drop_wc) {
-        return bson_copy(body);
+    if (drop_wc) {
+        out = bson_new();
+        bson_copy_to_excluding_noinit(body, out, "writeConcern", NULL);
+    } else {
+        out = bson_copy(body);
     }
-    out = bson_new();
-    bson_copy_to_excluding_noinit(body, out, "writeConcern", NULL);
     return out;
 }
 
@@ -232,7 +233,7 @@ router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd)
     struct shl_router_rwc *c = r->rwc;
     /* {} is no write concern: the default applies (MongoDB). */
     bool no_wc = !op->has_write_concern || bson_empty(&op->write_concern);
-    bool want_wc, want_rc;
+    bool want_wc, want_rc, custom;
     bson_t *body = NULL;
 
     if (!atomic_load_explicit(&c->loaded, memory_order_acquire) &&
@@ -248,31 +249,30 @@ router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd)
                             strcmp(cmd->name, "abortTransaction") == 0);
         want_rc = !op->has_read_concern && op->start_transaction;
     }
-    if (!atomic_load_explicit(&c->has_custom, memory_order_acquire)) {
-        /* No cluster-wide default: only the implicit write concern, which the router
-         * resolves itself (as mongos) so that no shard falls back to {w: 1}. */
-        if (want_wc) {
-            body = body_without_wc(op->body, true);
+    custom = atomic_load_explicit(&c->has_custom, memory_order_acquire);
+    if (!custom) {
+        /* No cluster-wide default: reads run as sent (the shard's implicit "local"), a write
+         * gets the implicit default, resolved here (as mongos) so that no shard falls back
+         * to {w: 1}. */
+        want_rc = false;
+    }
+    if (want_wc || want_rc) {
+        body = body_without_wc(op->body, want_wc);
+        if (!custom) {
             append_implicit_wc(body);
-        }
-        return body;
-    }
-    if (!want_wc && !want_rc) {
-        return NULL;
-    }
-    body = body_without_wc(op->body, want_wc);
-    pthread_mutex_lock(&c->mu);
-    if (want_wc) {
-        if (c->wc != NULL) {
-            BSON_APPEND_DOCUMENT(body, "writeConcern", c->wc);
         } else {
-            append_implicit_wc(body);
+            pthread_mutex_lock(&c->mu);
+            if (want_wc && c->wc != NULL) {
+                BSON_APPEND_DOCUMENT(body, "writeConcern", c->wc);
+            } else if (want_wc) {
+                append_implicit_wc(body);
+            }
+            if (want_rc && c->rc != NULL) {
+                BSON_APPEND_DOCUMENT(body, "readConcern", c->rc);
+            }
+            pthread_mutex_unlock(&c->mu);
         }
     }
-    if (want_rc && c->rc != NULL) {
-        BSON_APPEND_DOCUMENT(body, "readConcern", c->rc);
-    }
-    pthread_mutex_unlock(&c->mu);
     return body;
 }
 
