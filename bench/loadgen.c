@@ -63,6 +63,7 @@ typedef struct config {
     const char *alt_uri; /* --alt-uri: B of an A/B run interleaved in slices, NULL: no */
     double slice;        /* --slice S: the A/B slice length in seconds */
     int server_pid;      /* --server-pid: CPU of this process per operation, per A/B mode */
+    bool wc_from_uri;    /* --wc uri: collection writes carry the URI's write concern */
 } config_t;
 
 typedef enum op_kind {
@@ -84,7 +85,7 @@ typedef enum op_kind {
 #define PAD_LEN 200 /* the document of bench/wt_baseline.c: {_id: int64, x: 1, pad: 200 x} */
 
 static config_t cfg = {"mongodb://127.0.0.1:27017/", 1, 10.0, "ping", 0, 0, NULL, 0, 1000, NULL, 0,
-                       NULL, 0.5, 0};
+                       NULL, 0.5, 0, false};
 
 /* The query documents: {_id: k, a: A(k), b: k % 100, pad}; A is a permutation of
  * [0, N) for N not divisible by A_MULT's prime, so 'a' is unique. */
@@ -405,7 +406,9 @@ target_open(target_t *t, const mongoc_uri_t *uri, const mongoc_write_concern_t *
         bson_set_error(error, 0, 0, "cannot create a client");
     } else {
         t->coll = mongoc_client_get_collection(t->client, BENCH_DB, coll_name());
-        mongoc_collection_set_write_concern(t->coll, wc);
+        if (wc != NULL) {
+            mongoc_collection_set_write_concern(t->coll, wc);
+        }
         mongoc_client_set_error_api(t->client, MONGOC_ERROR_API_VERSION_2);
         ok = mongoc_client_command_simple(t->client, "admin", cmd, NULL, &reply, error);
         bson_destroy(&reply);
@@ -474,8 +477,12 @@ worker_main(void *arg)
     /* j:false, acknowledged: the write returns before its journal flush. */
     mongoc_write_concern_set_w(wc, 1);
     mongoc_write_concern_set_journal(wc, false);
-    ok = target_open(&tg[0], the_uri, wc, &cmd, &error) &&
-         (alt_uri == NULL || target_open(&tg[1], alt_uri, wc, &cmd, &error));
+    {
+        /* --wc uri: the URI's write concern, none without w= (the server's default). */
+        const mongoc_write_concern_t *use = cfg.wc_from_uri ? NULL : wc;
+        ok = target_open(&tg[0], the_uri, use, &cmd, &error) &&
+             (alt_uri == NULL || target_open(&tg[1], alt_uri, use, &cmd, &error));
+    }
     if (!ok) {
         snprintf(w->first_error, sizeof(w->first_error), "%s", error.message);
         atomic_fetch_add(&failed_threads, 1);
@@ -569,7 +576,10 @@ usage(FILE *out)
             "  alike; prints one JSON line per mode (\"mode\": \"a\" / \"b\"), with process\n"
             "  P's CPU (user + system, from /proc) per operation of that mode; the client\n"
             "  CPU of a mode is its threads' CPU time in its slices. Not with txn2 or\n"
-            "  --interval.\n");
+            "  --interval.\n"
+            "  --wc uri: insert, insert100, findid and insertidx writes carry the URI's\n"
+            "  write concern (w=... in it; none without: the server's default) instead of\n"
+            "  {w: 1, j: false}.\n");
 }
 
 static int
@@ -615,6 +625,12 @@ parse_args(int argc, char **argv)
             cfg.slice = atof(v);
         } else if (strcmp(a, "--server-pid") == 0) {
             cfg.server_pid = atoi(v);
+        } else if (strcmp(a, "--wc") == 0) {
+            if (strcmp(v, "uri") != 0 && strcmp(v, "w1") != 0) {
+                fprintf(stderr, "loadgen: --wc takes uri or w1\n");
+                return 2;
+            }
+            cfg.wc_from_uri = strcmp(v, "uri") == 0;
         } else {
             fprintf(stderr, "loadgen: unknown option %s\n", a);
             usage(stderr);

@@ -10,6 +10,7 @@
 #include "db/db_private.h"
 #include "db/read_concern_wait.h"
 #include "db/txn_participant.h"
+#include "net/server.h"
 
 int
 db_read_concern_get(shl_op_ctx_t *op, db_read_concern_t *rc, shl_status_t *st)
@@ -97,6 +98,40 @@ done:
     return ret;
 }
 
+/* The commands of a transaction that take a write concern (MongoDB's isTransactionCommand). */
+static bool
+is_txn_decision(const char *name)
+{
+    return name != NULL &&
+           (strcmp(name, "commitTransaction") == 0 || strcmp(name, "abortTransaction") == 0 ||
+            strcmp(name, "prepareTransaction") == 0 ||
+            strcmp(name, "coordinateCommitTransaction") == 0);
+}
+
+/*
+ * The write concern of a request that sent none (or {}), as MongoDB 5.0+ resolves it on a
+ * mongod: a client's write on a replica set member gets the implicit default
+ * {w: "majority"} ("implicitDefault"; on a set of one that is the journal; {w: 1} on a set
+ * with too many arbiters, repl_hooks.h implicit_wc_majority); a standalone's
+ * stays {w: 1}; another cluster process's request (a router forwards the concern it
+ * resolved, so this is internal work) gets {w: 1} "internalWriteDefault", as on a shard
+ * server; an in-process operation and a transaction's statements (their commit carries the
+ * concern) get {w: 1}. A node holds no cluster-wide default: the router applies those.
+ */
+static void
+resolve_default(const shl_op_ctx_t *op, const db_node_t *node, shl_write_concern_t *wc)
+{
+    if (op->conn != NULL && op->conn->internal) {
+        shl_write_concern_set_default(wc, false, "internalWriteDefault");
+    } else {
+        bool majority = node->repl_set && op->conn != NULL &&
+                        (!op->has_autocommit || is_txn_decision(op->cmd_name)) &&
+                        (node->repl.implicit_wc_majority == NULL ||
+                         node->repl.implicit_wc_majority(node->repl.arg));
+        shl_write_concern_set_default(wc, majority, "implicitDefault");
+    }
+}
+
 int
 db_write_concern_get(shl_op_ctx_t *op, shl_write_concern_t *wc, shl_status_t *st)
 {
@@ -104,6 +139,9 @@ db_write_concern_get(shl_op_ctx_t *op, shl_write_concern_t *wc, shl_status_t *st
     db_node_t *node = db_node(op);
 
     SHL_ERR(shl_write_concern_parse(op->has_write_concern ? &op->write_concern : NULL, wc, st));
+    if (wc->is_default) {
+        resolve_default(op, node, wc);
+    }
     if (!node->repl_set && node->repl.wait_write_concern == NULL) {
         if (!wc->w_majority && wc->w_tag[0] == '\0' && wc->w > 1) {
             SHL_FAIL(st, SHL_CODE_BAD_VALUE, "cannot use 'w' > 1 when a host is not replicated");

@@ -135,7 +135,7 @@ append_wired_tiger_status(db_node_t *node, bson_t *reply)
 {
     shl_storage_cache_stats_t cs;
     shl_status_t st = SHL_STATUS_INIT;
-    bson_t wt, cache, win;
+    bson_t wt, cache, win, log;
 
     if (shl_storage_cache_stats(node->eng, &cs, &st) != 0) {
         return;
@@ -156,6 +156,11 @@ append_wired_tiger_status(db_node_t *node, bson_t *reply)
     BSON_APPEND_INT64(&win, "current available snapshots window size in seconds",
                       cs.window_secs);
     bson_append_document_end(&wt, &win);
+    /* Journal fsyncs: one per group of j / w:"majority" waiters, plus the periodic ones. */
+    BSON_APPEND_DOCUMENT_BEGIN(&wt, "log", &log);
+    BSON_APPEND_INT64(&log, "log sync operations",
+                      (int64_t)shl_storage_journal_syncs(node->eng));
+    bson_append_document_end(&wt, &log);
     bson_append_document_end(reply, &wt);
 }
 

@@ -40,6 +40,10 @@ typedef struct shl_db_repl_hooks {
      */
     int (*wait_write_concern)(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *wc,
                               uint64_t ts, shl_status_t *st);
+    /* Whether the implicit default write concern is {w: "majority"} (else {w: 1}: a set
+     * with arbiters whose data-bearing voters are no more than the voting majority, as
+     * MongoDB 5.0). NULL: majority. Takes repl's own lock only. */
+    bool (*implicit_wc_majority)(void *arg);
     /* The majority commit point's timestamp (readConcern "majority" reads at it). */
     uint64_t (*majority_ts)(void *arg);
     /* Whether this node is primary now: background writers (TTL, session reaps) only run

@@ -15,9 +15,10 @@ shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t
 
     memset(wc, 0, sizeof(*wc));
     wc->w = 1;
-    wc->is_default = doc == NULL;
-    wc->provenance = doc == NULL ? "implicitDefault" : "clientSupplied";
-    if (doc == NULL || !bson_iter_init(&it, doc)) {
+    /* An empty document is no write concern at all: the default applies (MongoDB). */
+    wc->is_default = doc == NULL || bson_empty(doc);
+    wc->provenance = wc->is_default ? "implicitDefault" : "clientSupplied";
+    if (wc->is_default || !bson_iter_init(&it, doc)) {
         return 0;
     }
     while (shl_iter_next(&it)) {
@@ -117,4 +118,14 @@ shl_write_concern_append(const shl_write_concern_t *wc, bson_t *out, const char 
         BSON_APPEND_UTF8(&doc, "provenance", wc->provenance);
     }
     bson_append_document_end(out, &doc);
+}
+
+void
+shl_write_concern_set_default(shl_write_concern_t *wc, bool majority, const char *provenance)
+{
+    memset(wc, 0, sizeof(*wc));
+    wc->w = 1;
+    wc->w_majority = majority;
+    wc->is_default = true;
+    wc->provenance = provenance;
 }

@@ -26,13 +26,22 @@ typedef struct shl_write_concern {
 
 /*
  * shl_write_concern_parse --
- *     Parse 'doc' (may be NULL: the default {w: 1}, provenance "implicitDefault"). A
+ *     Parse 'doc' (NULL or {}: is_default, {w: 1}, provenance "implicitDefault" -- the
+ *     caller resolves the default, see shl_write_concern_set_default). A
  *     'provenance' field (what a router sends with a default it applied) is kept; without
  *     one the provenance is "clientSupplied". Errors: FailedToParse (9) for a bad
  *     w/j/wtimeout type or value, BadValue for an unknown provenance, with MongoDB's
  *     messages.
  */
 int shl_write_concern_parse(const bson_t *doc, shl_write_concern_t *wc, shl_status_t *st);
+
+/*
+ * shl_write_concern_set_default --
+ *     Make 'wc' a default concern: {w: "majority", wtimeout: 0} when 'majority', else
+ *     {w: 1}, is_default set, with 'provenance' (static storage: "implicitDefault",
+ *     "internalWriteDefault", ...).
+ */
+void shl_write_concern_set_default(shl_write_concern_t *wc, bool majority, const char *provenance);
 
 /* shl_write_concern_unacknowledged -- {w: 0} without j: the client wants no reply. */
 bool shl_write_concern_unacknowledged(const shl_write_concern_t *wc);

@@ -428,6 +428,30 @@ hook_majority_ts(void *arg)
     return ts;
 }
 
+/* MongoDB 5.0's implicit default write concern rule: {w: 1} when the set has arbiters and
+ * its data-bearing voters are no more than the voting majority, else majority. */
+static bool
+hook_implicit_wc_majority(void *arg)
+{
+    repl_coord_t *rc = arg;
+    int arbiters = 0, writable_voters = 0;
+    bool majority = true;
+
+    pthread_mutex_lock(&rc->mu);
+    if (rc->configured) {
+        for (int i = 0; i < rc->cfg.n; i++) {
+            if (rc->cfg.members[i].arbiter) {
+                arbiters++;
+            } else if (rc->cfg.members[i].votes > 0) {
+                writable_voters++;
+            }
+        }
+        majority = arbiters == 0 || writable_voters > repl_config_majority(&rc->cfg);
+    }
+    pthread_mutex_unlock(&rc->mu);
+    return majority;
+}
+
 static int
 hook_wait_write_concern(void *arg, shl_op_ctx_t *op, const shl_write_concern_t *wc, uint64_t ts,
                         shl_status_t *st)
@@ -869,6 +893,7 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     hooks.arg = rc;
     hooks.wait_write_concern = hook_wait_write_concern;
     hooks.majority_ts = hook_majority_ts;
+    hooks.implicit_wc_majority = hook_implicit_wc_majority;
     hooks.is_primary = hook_is_primary;
     hooks.add_listener = repl_add_listener;
     hooks.stop_listeners = repl_stop_listeners;

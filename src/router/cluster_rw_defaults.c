@@ -6,7 +6,9 @@
  * answered ({level: "local"}, {w: "majority", wtimeout: 0}, sources "implicit").
  * The router keeps them in a cache (router_private.h "cluster-wide default read and write
  * concerns") and applies them, as mongos does, to the requests that carry no read or write
- * concern of their own. Shards do not apply them to requests sent to them directly: a
+ * concern of their own; without a stored write concern it forwards the implicit default
+ * {w: "majority"} (provenance "implicitDefault") itself, so a shard never runs a routed
+ * write at {w: 1}. Shards do not apply them to requests sent to them directly: a
  * mongod reads the defaults from its own config.settings, which a shard never holds.
  */
 #include <pthread.h>
@@ -196,43 +198,81 @@ takes_read_concern(const char *name)
            strcmp(name, "count") == 0 || strcmp(name, "distinct") == 0;
 }
 
+/* The implicit default write concern a router forwards when no cluster-wide one is set:
+ * every shard and the config server are replica sets without arbiters, so {w: "majority"}. */
+static void
+append_implicit_wc(bson_t *body)
+{
+    bson_t wc;
+
+    BSON_APPEND_DOCUMENT_BEGIN(body, "writeConcern", &wc);
+    BSON_APPEND_UTF8(&wc, "w", "majority");
+    BSON_APPEND_INT32(&wc, "wtimeout", 0);
+    BSON_APPEND_UTF8(&wc, "provenance", "implicitDefault");
+    bson_append_document_end(body, &wc);
+}
+
+/* A copy of 'body' to add concerns to: without its writeConcern ({}) when 'drop_wc'. */
+static bson_t *
+body_without_wc(const bson_t *body, bool drop_wc)
+{
+    bson_t *out;
+
+    if (drop_wc) {
+        out = bson_new();
+        bson_copy_to_excluding_noinit(body, out, "writeConcern", NULL);
+    } else {
+        out = bson_copy(body);
+    }
+    return out;
+}
+
 bson_t *
 router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd)
 {
     struct shl_router_rwc *c = r->rwc;
-    bool want_wc, want_rc;
+    /* {} is no write concern: the default applies (MongoDB). */
+    bool no_wc = !op->has_write_concern || bson_empty(&op->write_concern);
+    bool want_wc, want_rc, custom;
     bson_t *body = NULL;
 
     if (!atomic_load_explicit(&c->loaded, memory_order_acquire) &&
         shl_clock_mono_us() >= atomic_load(&c->next_try_us)) {
         router_rwc_refresh(r); /* the first request before the periodic thread's first read */
     }
-    if (!atomic_load_explicit(&c->has_custom, memory_order_acquire)) {
-        return NULL;
-    }
-    want_wc = (cmd->flags & SHL_CMD_WRITE) != 0 && !op->has_write_concern;
+    want_wc = (cmd->flags & SHL_CMD_WRITE) != 0 && no_wc;
     want_rc = !op->has_read_concern && takes_read_concern(cmd->name);
     if (op->has_autocommit) {
         /* In a transaction the default read concern is its first statement's, the default
          * write concern its commit's or abort's (docs/design/transactions.md "Router"). */
-        want_wc = !op->has_write_concern && (strcmp(cmd->name, "commitTransaction") == 0 ||
-                                             strcmp(cmd->name, "abortTransaction") == 0);
+        want_wc = no_wc && (strcmp(cmd->name, "commitTransaction") == 0 ||
+                            strcmp(cmd->name, "abortTransaction") == 0);
         want_rc = !op->has_read_concern && op->start_transaction;
     }
-    if (!want_wc && !want_rc) {
-        return NULL;
+    custom = atomic_load_explicit(&c->has_custom, memory_order_acquire);
+    if (!custom) {
+        /* No cluster-wide default: reads run as sent (the shard's implicit "local"), a write
+         * gets the implicit default, resolved here (as mongos) so that no shard falls back
+         * to {w: 1}. */
+        want_rc = false;
     }
-    pthread_mutex_lock(&c->mu);
-    if ((want_wc && c->wc != NULL) || (want_rc && c->rc != NULL)) {
-        body = bson_copy(op->body);
-        if (want_wc && c->wc != NULL) {
-            BSON_APPEND_DOCUMENT(body, "writeConcern", c->wc);
-        }
-        if (want_rc && c->rc != NULL) {
-            BSON_APPEND_DOCUMENT(body, "readConcern", c->rc);
+    if (want_wc || want_rc) {
+        body = body_without_wc(op->body, want_wc);
+        if (!custom) {
+            append_implicit_wc(body);
+        } else {
+            pthread_mutex_lock(&c->mu);
+            if (want_wc && c->wc != NULL) {
+                BSON_APPEND_DOCUMENT(body, "writeConcern", c->wc);
+            } else if (want_wc) {
+                append_implicit_wc(body);
+            }
+            if (want_rc && c->rc != NULL) {
+                BSON_APPEND_DOCUMENT(body, "readConcern", c->rc);
+            }
+            pthread_mutex_unlock(&c->mu);
         }
     }
-    pthread_mutex_unlock(&c->mu);
     return body;
 }
 

@@ -259,9 +259,11 @@ void router_rwc_refresh(shl_router_t *r);
  *     NULL: a write command (SHL_CMD_WRITE) without writeConcern gets the default write
  *     concern, a read (find, aggregate, count, distinct) without readConcern the default
  *     read concern, each with provenance "customDefault" (which the shards report back in
- *     errInfo). Only set defaults apply: without one the command runs as sent and the node
- *     that runs it applies its implicit default, as with mongos. Costs two atomic loads
- *     when no default is set; may block once on the first load. The caller owns the body.
+ *     errInfo). Without a set write concern a write (and a transaction's commit or abort)
+ *     gets the implicit default {w: "majority", wtimeout: 0, provenance:
+ *     "implicitDefault"}; an empty writeConcern ({}) counts as none. Without a set read
+ *     concern the command's reads run as sent (the shard's implicit "local"). May block
+ *     once on the first load. The caller owns the body.
  */
 bson_t *router_rwc_apply(shl_router_t *r, shl_op_ctx_t *op, const shl_command_t *cmd);
 

@@ -469,6 +469,17 @@ shl_storage_wait_durable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *s
     return journal_flush(eng, st);
 }
 
+uint64_t
+shl_storage_journal_syncs(shl_storage_engine_t *eng)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&eng->flush_mu);
+    n = eng->flushes_done;
+    pthread_mutex_unlock(&eng->flush_mu);
+    return n;
+}
+
 /* Queued table drops that trigger an early checkpoint (each holds open files). */
 #define DROPS_CHECKPOINT_THRESHOLD 64
 

@@ -171,6 +171,10 @@ void shl_storage_set_term(shl_storage_engine_t *eng, int64_t term);
  */
 int shl_storage_wait_durable(shl_storage_engine_t *eng, uint64_t ts, shl_status_t *st);
 
+/* shl_storage_journal_syncs -- how many journal flushes (fsyncs) have completed since start:
+ * the waiters' shared ones and the periodic flusher's (serverStatus "log sync operations"). */
+uint64_t shl_storage_journal_syncs(shl_storage_engine_t *eng);
+
 /*
  * shl_storage_checkpoint --
  *     Flush the journal, advance the stable timestamp to the durable no-holes point

@@ -50,7 +50,7 @@ def test_killed_primary_rolls_back_unreplicated_writes(rs):
     for s in (s1, s2):
         fail_point(direct(s), "stopReplProducer", "alwaysOn")
     try:
-        w1 = direct(old).test.rb
+        w1 = direct(old).test.get_collection("rb", write_concern=WriteConcern(w=1))
         w1.insert_many([{"_id": "lost-%d" % i, "v": "w1"} for i in range(3)])
         w1.update_one({"_id": 1}, {"$set": {"v": "lost-update"}})
         w1.delete_one({"_id": 2})
@@ -115,7 +115,9 @@ def test_after_step_down_and_kill_the_set_recovers(rs):
     for s in (first, third):
         fail_point(direct(s), "stopReplProducer", "alwaysOn")
     try:
-        direct(doomed).test.rb2.insert_many([{"_id": "lost-%d" % i} for i in range(2)])
+        # w: 1 explicitly: the default (majority) would wait for members that do not fetch.
+        direct(doomed).test.get_collection("rb2", write_concern=WriteConcern(w=1)).insert_many(
+            [{"_id": "lost-%d" % i} for i in range(2)])
         doomed.kill()
     finally:
         for s in (first, third):
@@ -165,7 +167,8 @@ def test_new_primary_catches_up_then_abort(rs):
         for s in (lag, other):
             fail_point(direct(s), "stopReplProducer", "alwaysOn")
         try:
-            direct(old).test.cu.insert_many([{"_id": "r%d-%d" % (round_, i)} for i in range(3)])
+            direct(old).test.get_collection("cu", write_concern=WriteConcern(w=1)).insert_many(
+                [{"_id": "r%d-%d" % (round_, i)} for i in range(3)])  # not replicated: w: 1
             t, out = step_up_in_background(lag)
             wait_until(lambda: logged(lag, 2180060), 10, "the lagging member enters catch-up")
             if abort:
