@@ -1,0 +1,175 @@
+"""Prepared transactions across a shard failover (issue 18, repl18g): a secondary applying a
+prepare entry holds the transaction prepared, and owns it on step-up; a restart of every
+member brings it back from the oplog. Cross-shard transactions through the router (pymongo)
+between a 3-member shard set "rs0" (fast elections) and a single-member shard "one"; the
+coordinator held by hangBeforeCoordinatorPhase while a primary of rs0 is killed -9."""
+
+import pymongo
+import pytest
+from pymongo.errors import PyMongoError
+
+from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, set_primary,
+                            wait_until)
+
+FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
+
+
+def direct(node, **kw):
+    return node.client(directConnection=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def cluster(request):
+    cfg = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name="pf-cfg")
+    rs = [ShaleProcess(["node", "--shardsvr", "--replSet", "rs0"], name="pf-rs0-%d" % i)
+          for i in range(3)]
+    one = ShaleProcess(["node", "--shardsvr", "--replSet", "one"], name="pf-one")
+    procs = [cfg] + rs + [one]
+    try:
+        for n in procs:
+            n.start(wait=False)
+        for n in procs:
+            n.wait_ready()
+        direct(rs[0]).admin.command("replSetInitiate", {
+            "_id": "rs0", "settings": FAST,
+            "members": [{"_id": i, "host": n.host} for i, n in enumerate(rs)]})
+
+        def all_up():
+            s = direct(rs[0]).admin.command("replSetGetStatus")
+            return sorted(m["stateStr"] for m in s["members"]) == ["PRIMARY", "SECONDARY",
+                                                                     "SECONDARY"]
+        wait_until(all_up, 30, "the shard set")
+        router = ShaleProcess(["router", "--configdb", "csrs/" + cfg.host], name="pf-router")
+        procs.append(router)
+        router.start()
+        client = router.client()
+        client.admin.command("addShard", "rs0/" + ",".join(n.host for n in rs), name="rs0")
+        client.admin.command("addShard", "one/" + one.host, name="one")
+        majority = pymongo.WriteConcern(w="majority")
+        client.admin.command("enableSharding", "pa", primaryShard="one")
+        client.admin.command("enableSharding", "pb", primaryShard="rs0")
+        client.pa.get_collection("c", write_concern=majority).insert_one({"_id": "seed"})
+        client.pb.get_collection("c", write_concern=majority).insert_one({"_id": "seed"})
+        yield {"cfg": cfg, "rs": rs, "one": one, "router": router}
+    finally:
+        failed = request.node.session.testsfailed > 0
+        cleanup_later(procs, lambda i, p: ("prepfail-%s" % p.name) if failed else None)
+
+
+def hold_coordinator(node, phase):
+    """Hold the 2PC coordinator of 'node' before 'phase'; returns wait() for it to get there."""
+    data = {"type": "TransactionCoordinator", "phase": phase}
+    entered = fail_point(direct(node), "hangBeforeCoordinatorPhase", "alwaysOn", data)["count"]
+
+    def wait():
+        wait_until(lambda: fail_point(direct(node), "hangBeforeCoordinatorPhase", "alwaysOn",
+                                      data)["count"] > entered, 30, "the coordinator at " + phase)
+    return wait
+
+
+def release_coordinator(node):
+    fail_point(direct(node), "hangBeforeCoordinatorPhase", "off")
+
+
+def start_commit(cluster, first, second, doc_id):
+    """A transaction through the router writing doc_id to first.c then second.c (the first
+    write's shard coordinates), its commit started in the background."""
+    client = cluster["router"].client(retryWrites=False)
+    session = client.start_session()
+    session.start_transaction(write_concern=pymongo.WriteConcern(w="majority"))
+    client[first].c.insert_one({"_id": doc_id}, session=session)
+    client[second].c.insert_one({"_id": doc_id}, session=session)
+    return Background(session.commit_transaction, catch=PyMongoError)
+
+
+def members_with(nodes, db, doc_id):
+    """How many times each live member of 'nodes' holds doc_id in db.c (None: unreadable)."""
+    out = []
+    for n in nodes:
+        if n.proc is None or n.proc.poll() is not None:
+            continue
+        try:
+            c = direct(n, readPreference="secondaryPreferred")
+            out.append(c[db].c.count_documents({"_id": doc_id}, maxTimeMS=500))
+        except PyMongoError:
+            out.append(None)
+    return out
+
+
+def committed_everywhere(cluster, doc_id):
+    return (members_with(cluster["rs"], "pb", doc_id) == [1, 1, 1] and
+            members_with([cluster["one"]], "pa", doc_id) == [1])
+
+
+def rejoin(victim):
+    victim.start()
+    wait_until(lambda: direct(victim).admin.command("hello").get("secondary") is True, 60,
+               "the killed member back as a secondary")
+
+
+def test_participant_primary_killed_while_prepared(cluster):
+    """The participant shard's primary dies after its prepare, before the decision: the new
+    primary holds the prepared transaction and commits it when the coordinator asks."""
+    one = cluster["one"]
+    reached = hold_coordinator(one, "writingDecision")
+    commit = start_commit(cluster, "pa", "pb", "t1")
+    try:
+        reached()
+        victim = set_primary(cluster["rs"])
+        # the prepared write is invisible (a prepare conflict) on every member of rs0
+        assert members_with(cluster["rs"], "pb", "t1") == [None, None, None]
+        victim.kill()
+        new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
+        status = direct(new).admin.command("serverStatus")["transactions"]
+        assert status["currentPrepared"] == 1, status
+    finally:
+        release_coordinator(one)
+    commit.join(60)
+    assert commit.done and commit.error is None, commit.error
+    rejoin(victim)
+    wait_until(lambda: committed_everywhere(cluster, "t1"), 30,
+               "the transaction committed once on every member")
+    assert cluster["router"].client().pb.c.count_documents({"_id": "t1"}) == 1
+
+
+def test_coordinator_primary_killed_after_decision(cluster):
+    """The coordinator shard's primary dies with the commit decision durable: the new primary
+    resumes the coordinator and commits its own participant, which it holds prepared."""
+    victim = set_primary(cluster["rs"])
+    reached = hold_coordinator(victim, "waitingForDecisionAcks")
+    commit = start_commit(cluster, "pb", "pa", "t2")
+    reached()
+    victim.kill()
+    new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
+    wait_until(lambda: direct(new).config.transaction_coordinators.count_documents({}) == 0, 30,
+               "the new primary to finish the resumed coordinator")
+    commit.join(60)
+    rejoin(victim)
+    wait_until(lambda: committed_everywhere(cluster, "t2"), 30,
+               "the transaction committed once on every member")
+    assert cluster["router"].client().pa.c.count_documents({"_id": "t2"}) == 1
+
+
+def test_every_member_restarted_while_prepared(cluster):
+    """kill -9 of every member of the participant shard while its transaction is prepared:
+    the members rebuild it from their oplogs, and the coordinator's commit finds it."""
+    one = cluster["one"]
+    reached = hold_coordinator(one, "writingDecision")
+    commit = start_commit(cluster, "pa", "pb", "t3")
+    try:
+        reached()
+        for n in cluster["rs"]:
+            n.kill()
+        for n in cluster["rs"]:
+            n.start(wait=False)
+        for n in cluster["rs"]:
+            n.wait_ready()
+        new = set_primary(cluster["rs"], 30)
+        wait_until(lambda: direct(new).admin.command("serverStatus")["transactions"][
+            "currentPrepared"] == 1, 10, "the prepared transaction on the new primary")
+    finally:
+        release_coordinator(one)
+    commit.join(60)
+    assert commit.done and commit.error is None, commit.error
+    wait_until(lambda: committed_everywhere(cluster, "t3"), 30,
+               "the transaction committed once on every member")
