@@ -2002,7 +2002,7 @@ apply_prepare(db_txn_registry_t *reg, recovered_prepare_t *r, shl_status_t *st)
     int ret = install_prepared(reg, reg->live, r, true, &kept, st);
 
     if (ret != 0 && kept) {
-        SHL_LOG_WARNING(TXN, 5100307, "could not hold an applied prepared transaction",
+        SHL_LOG_WARNING(TXN, 5100309, "could not hold an applied prepared transaction",
                      "txnNumber", BCON_INT64(r->txn_number), "error", BCON_UTF8(st->reason));
         shl_status_clear(st);
         ret = 0;
@@ -2046,7 +2046,7 @@ decide_applied(db_txn_registry_t *reg, const bson_t *o,
             shl_storage_txn_t *stxn = t->stxn;
             t->stxn = NULL;
             if (shl_storage_txn_commit_at(stxn, commit_ts, ts, &st) != 0) {
-                SHL_LOG_ERROR(TXN, 5100308, "committing an applied prepared transaction failed",
+                SHL_LOG_ERROR(TXN, 5100310, "committing an applied prepared transaction failed",
                               "errmsg", BCON_UTF8(st.reason));
                 SHL_INVARIANT(false);
             }

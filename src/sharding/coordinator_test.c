@@ -338,6 +338,69 @@ SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
     shl_remote_fake_destroy(e.fake);
 }
 
+typedef struct step_down_bg {
+    shl_coord_service_t *svc;
+    size_t n;
+} step_down_bg_t;
+
+static void *
+step_down_bg(void *arg)
+{
+    step_down_bg_t *s = arg;
+    s->n = shl_coord_service_step_down(s->svc, 5000);
+    return NULL;
+}
+
+SHL_TEST(coordinator_step_down_interrupts_and_keeps_documents)
+{
+    env_t e;
+    bg_t a = {0};
+    step_down_bg_t sd = {0};
+    pthread_t d;
+    bson_t *later = BCON_NEW("_id", BCON_INT32(6));
+    bson_t res;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    T.hold = true;
+    a.e = &e;
+    a.doc = BCON_NEW("_id", BCON_INT32(5));
+    pthread_create(&a.tid, NULL, bg_run, &a);
+    pthread_mutex_lock(&T.mu);
+    while (!T.entered) {
+        pthread_cond_wait(&T.cv, &T.mu);
+    }
+    /* phase "one" fails retryably when let go: a stepped-down coordinator does not retry */
+    T.fail_code[0] = SHL_CODE_HOST_UNREACHABLE;
+    T.fail_times[0] = 100;
+    pthread_mutex_unlock(&T.mu);
+    sd.svc = e.svc;
+    pthread_create(&d, NULL, step_down_bg, &sd);
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    pthread_mutex_lock(&T.mu);
+    T.hold = false;
+    pthread_cond_broadcast(&T.cv);
+    pthread_mutex_unlock(&T.mu);
+    pthread_join(d, NULL);
+    pthread_join(a.tid, NULL);
+    ASSERT_INT_EQ((int)sd.n, 1);
+    ASSERT_INT_EQ(a.ret, SHL_CODE_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE);
+    ASSERT_INT_EQ((int)shl_coord_service_count(e.svc), 0);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
+    /* one started after the step-down runs (a re-elected member's) */
+    pthread_mutex_lock(&T.mu);
+    T.fail_times[0] = 0;
+    T.log[0] = '\0';
+    pthread_mutex_unlock(&T.mu);
+    ASSERT_INT_EQ(shl_coord_run(e.svc, &type, later, 0, &res, &st), 0);
+    ASSERT_STR_EQ(T.log, "one two three ");
+    bson_destroy(&res);
+    bson_destroy(&a.res);
+    bson_destroy(a.doc);
+    bson_destroy(later);
+    env_cleanup(&e);
+}
+
 /* ------------------------------------------- early finish and abort-on-error phases */
 
 static int

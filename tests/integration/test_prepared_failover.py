@@ -1,6 +1,6 @@
 """Prepared transactions across a shard failover (issue 18, repl18g): a secondary applying a
 prepare entry holds the transaction prepared, and owns it on step-up; a restart of every
-member brings it back from the oplog. Cross-shard transactions through the router (pymongo)
+member brings it back from the oplog; a step-down interrupts the running coordinator at once. Cross-shard transactions through the router (pymongo)
 between a 3-member shard set "rs0" (fast elections) and a single-member shard "one"; the
 coordinator held by hangBeforeCoordinatorPhase while a primary of rs0 is killed -9."""
 
@@ -8,8 +8,8 @@ import pymongo
 import pytest
 from pymongo.errors import PyMongoError
 
-from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, set_primary,
-                            wait_until)
+from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, logged,
+                            set_primary, wait_until)
 
 FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 
@@ -75,6 +75,10 @@ def start_commit(cluster, first, second, doc_id):
     """A transaction through the router writing doc_id to first.c then second.c (the first
     write's shard coordinates), its commit started in the background."""
     client = cluster["router"].client(retryWrites=False)
+    # Outside a transaction the router follows a changed primary (a statement of a
+    # transaction fails instead): let it learn rs0's current one first.
+    for db in (first, second):
+        client[db].c.find_one({"_id": "seed"})
     session = client.start_session()
     session.start_transaction(write_concern=pymongo.WriteConcern(w="majority"))
     client[first].c.insert_one({"_id": doc_id}, session=session)
@@ -154,6 +158,9 @@ def test_every_member_restarted_while_prepared(cluster):
     """kill -9 of every member of the participant shard while its transaction is prepared:
     the members rebuild it from their oplogs, and the coordinator's commit finds it."""
     one = cluster["one"]
+    for n in cluster["rs"]:
+        # a stable checkpoint to recover from (as the periodic one gives a longer-lived set)
+        direct(n).admin.command("fsync")
     reached = hold_coordinator(one, "writingDecision")
     commit = start_commit(cluster, "pa", "pb", "t3")
     try:
@@ -172,4 +179,34 @@ def test_every_member_restarted_while_prepared(cluster):
     commit.join(60)
     assert commit.done and commit.error is None, commit.error
     wait_until(lambda: committed_everywhere(cluster, "t3"), 30,
+               "the transaction committed once on every member")
+
+
+def test_step_down_interrupts_the_coordinator(cluster):
+    """replSetStepDown of the coordinator shard's primary while its coordinator is held after
+    the decision: the coordinator stops at once (InterruptedDueToReplStateChange, its fail
+    point still on), the new primary resumes it from its document and commits everywhere;
+    the stepped-down member commits its own prepared transaction from the decision entry."""
+    victim = set_primary(cluster["rs"])
+    reached = hold_coordinator(victim, "waitingForDecisionAcks")
+    try:
+        commit = start_commit(cluster, "pb", "pa", "t4")
+        reached()
+        try:
+            direct(victim).admin.command("replSetStepDown", 10, secondaryCatchUpPeriodSecs=5)
+        except PyMongoError:
+            pass  # the step-down may close the connection
+        wait_until(lambda: logged(victim, 4170005, code=11602), 10,
+                   "the coordinator interrupted by the step-down")
+    finally:
+        release_coordinator(victim)
+    new = set_primary([n for n in cluster["rs"] if n is not victim], 30)
+    wait_until(lambda: direct(new).config.transaction_coordinators.count_documents({}) == 0, 30,
+               "the new primary to finish the resumed coordinator")
+    commit.join(60)
+    # the client's commit waited for the coordinator: it got the interruption's error (or,
+    # retried after the election, the new primary's answer); the outcome is the data's
+    assert commit.done or "interrupted due to a replica set state change" in str(commit.error), \
+        commit.error
+    wait_until(lambda: committed_everywhere(cluster, "t4"), 30,
                "the transaction committed once on every member")
