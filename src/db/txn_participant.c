@@ -2293,6 +2293,74 @@ db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_s
     return ret;
 }
 
+/* ---------------------------------------------------------------- rollback */
+
+int
+db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts)
+{
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || reg->live == NULL) {
+        return 0;
+    }
+    /* Prepare entries the applier could not hold (waiting in the list for a decision). */
+    for (recovered_prepare_t **pp = &reg->recovered; *pp != NULL;) {
+        recovered_prepare_t *r = *pp;
+        if (r->prepare_ts <= ts) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (r->pin_ts != 0) {
+            shl_storage_unpin_stable(reg->eng, r->pin_ts);
+        }
+        bson_destroy(&r->ops);
+        bson_free(r);
+        n++;
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        if (t->state != TXN_PREPARED || t->prepare_ts <= ts) {
+            continue;
+        }
+        if (l.n == l.cap) {
+            l.cap = l.cap ? l.cap * 2 : 8;
+            l.v = bson_realloc(l.v, l.cap * sizeof(*l.v));
+            l.txn = bson_realloc(l.txn, l.cap * sizeof(*l.txn));
+        }
+        l.v[l.n] = t->lsid;
+        l.txn[l.n] = t->txn_number;
+        l.n++;
+    }
+    pthread_mutex_unlock(&reg->mu);
+    for (size_t i = 0; i < l.n; i++) {
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_op_ctx_t op;
+        db_session_t *s = NULL;
+        db_txn_t *t;
+
+        applier_op(reg, &op);
+        if (db_session_checkout_lsid(reg->live, &op, &l.v[i], &s, &st) != 0) {
+            continue;
+        }
+        t = *db_session_txn_slot(s);
+        if (t != NULL && t->txn_number == l.txn[i] && t->state == TXN_PREPARED &&
+            t->prepare_ts > ts) {
+            /* Its prepare entry leaves the oplog: no decision will ever come for it here. */
+            txn_set_state(t, TXN_ABORTED);
+            txn_release(t);
+            n++;
+            SHL_LOG_INFO(TXN, 5100311, "rollback aborted a prepared transaction", "txnNumber",
+                         BCON_INT64(l.txn[i]));
+        }
+        db_session_checkin_txn(reg->live, s);
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
+}
+
 /* ---------------------------------------------------------------- aborting from outside */
 
 static void

@@ -210,3 +210,33 @@ def test_step_down_interrupts_the_coordinator(cluster):
         commit.error
     wait_until(lambda: committed_everywhere(cluster, "t4"), 30,
                "the transaction committed once on every member")
+
+
+def test_rolled_back_prepare_is_aborted(cluster):
+    """The participant's primary writes its prepare entry, which no secondary fetches, and
+    dies: the coordinator aborts (the new primary never heard of the transaction). The old
+    primary comes back with the transaction prepared from its oplog; its rollback of the
+    prepare entry aborts it, so its documents are not held on that member."""
+    victim = set_primary(cluster["rs"])
+    others = [n for n in cluster["rs"] if n is not victim]
+    for s in others:
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        commit = start_commit(cluster, "pa", "pb", "t5")
+        wait_until(lambda: direct(victim).admin.command("serverStatus")["transactions"][
+            "currentPrepared"] == 1, 30, "the prepare on the participant's primary")
+        victim.kill()
+    finally:
+        for s in others:
+            fail_point(direct(s), "stopReplProducer", "off")
+    set_primary(others, 30)
+    commit.join(90)
+    assert not commit.done  # aborted: NoSuchTransaction from the new primary
+    rejoin(victim)
+    wait_until(lambda: logged(victim, 5100311), 30, "the rollback to abort the prepare")
+    status = direct(victim).admin.command("serverStatus")["transactions"]
+    assert status["currentPrepared"] == 0, status
+    # nothing of it anywhere, and readable (no prepare conflict) on every member
+    wait_until(lambda: members_with(cluster["rs"], "pb", "t5") == [0, 0, 0], 30,
+               "the aborted write gone from every member")
+    assert members_with([cluster["one"]], "pa", "t5") == [0]
