@@ -8,11 +8,8 @@ import pymongo
 import pytest
 from pymongo.errors import PyMongoError
 
-from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, logged,
+from shale_fixtures import (Background, fail_point, logged, set_and_single_cluster,
                             set_primary, wait_until)
-
-FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
-
 
 def direct(node, **kw):
     return node.client(directConnection=True, **kw)
@@ -20,40 +17,14 @@ def direct(node, **kw):
 
 @pytest.fixture(scope="module")
 def cluster(request):
-    cfg = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name="pf-cfg")
-    rs = [ShaleProcess(["node", "--shardsvr", "--replSet", "rs0"], name="pf-rs0-%d" % i)
-          for i in range(3)]
-    one = ShaleProcess(["node", "--shardsvr", "--replSet", "one"], name="pf-one")
-    procs = [cfg] + rs + [one]
-    try:
-        for n in procs:
-            n.start(wait=False)
-        for n in procs:
-            n.wait_ready()
-        direct(rs[0]).admin.command("replSetInitiate", {
-            "_id": "rs0", "settings": FAST,
-            "members": [{"_id": i, "host": n.host} for i, n in enumerate(rs)]})
-
-        def all_up():
-            s = direct(rs[0]).admin.command("replSetGetStatus")
-            return sorted(m["stateStr"] for m in s["members"]) == ["PRIMARY", "SECONDARY",
-                                                                     "SECONDARY"]
-        wait_until(all_up, 30, "the shard set")
-        router = ShaleProcess(["router", "--configdb", "csrs/" + cfg.host], name="pf-router")
-        procs.append(router)
-        router.start()
-        client = router.client()
-        client.admin.command("addShard", "rs0/" + ",".join(n.host for n in rs), name="rs0")
-        client.admin.command("addShard", "one/" + one.host, name="one")
+    with set_and_single_cluster(request, "pf", "prepfail") as c:
+        client = c["router"].client()
         majority = pymongo.WriteConcern(w="majority")
         client.admin.command("enableSharding", "pa", primaryShard="one")
         client.admin.command("enableSharding", "pb", primaryShard="rs0")
         client.pa.get_collection("c", write_concern=majority).insert_one({"_id": "seed"})
         client.pb.get_collection("c", write_concern=majority).insert_one({"_id": "seed"})
-        yield {"cfg": cfg, "rs": rs, "one": one, "router": router}
-    finally:
-        failed = request.node.session.testsfailed > 0
-        cleanup_later(procs, lambda i, p: ("prepfail-%s" % p.name) if failed else None)
+        yield c
 
 
 def hold_coordinator(node, phase):
