@@ -755,6 +755,20 @@ typedef struct bal_round {
     uint32_t nerrors;
 } bal_round_t;
 
+/* A round stops at once when this member is no longer primary (MongoDB's balancer is
+ * interrupted on step-down): what it planned is left to the next primary's rounds. */
+static int
+check_still_primary(shl_status_t *st)
+{
+    int ret = 0;
+
+    if (!shl_db_repl_is_primary(cfg_get()->svc)) {
+        ret = shl_status_set(st, SHL_CODE_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE,
+                             "balancer round interrupted due to a replica set state change");
+    }
+    return ret;
+}
+
 /*
  * One round: plan every sharded collection (in namespace order), run the migrations in
  * parallel (each shard is in at most one), wait for all of them. Errors: reading config.*;
@@ -794,6 +808,7 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
     for (size_t i = 0; i < colls.n; i++) {
         bson_iter_t it;
         shl_status_t one = SHL_STATUS_INIT;
+        SHL_ERR(check_still_primary(st));
         if (!bson_iter_init_find(&it, colls.docs[i], "_id") || !BSON_ITER_HOLDS_UTF8(&it)) {
             continue;
         }
@@ -808,6 +823,8 @@ run_round(const bal_settings_t *s, bal_round_t *r, shl_status_t *st)
         plan_load(shards, nshards, busy, s, &loads, &plan);
     }
     r->candidates = (int64_t)plan.n;
+    /* No migration starts from a member that stepped down while the round planned. */
+    SHL_ERR(check_still_primary(st));
     for (size_t i = 0; i < plan.n; i++) {
         bal_task_t *t = &plan.tasks[i];
         SHL_LOG_INFO(SHARDING, 4200503, "balancer moves a chunk", "ns", BCON_UTF8(t->ns), "from",
@@ -934,6 +951,9 @@ balancer_main(void *arg)
         bson_init(&r.errors);
         start_us = shl_clock_mono_us();
         ret = run_round(&s, &r, &st);
+        if (ret == SHL_CODE_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE) {
+            SHL_LOG_INFO(SHARDING, 4200514, "balancer round interrupted: stepped down");
+        }
         {
             /* MongoDB's round details; "errorOccured" is spelled as MongoDB spells it. */
             bson_t details = BSON_INITIALIZER;

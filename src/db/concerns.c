@@ -266,6 +266,14 @@ shl_db_repl_is_primary(const shl_service_ctx_t *svc)
     return node == NULL || node->repl.is_primary == NULL || node->repl.is_primary(node->repl.arg);
 }
 
+int
+shl_db_repl_rollback_prepared(const shl_service_ctx_t *svc, uint64_t common)
+{
+    const db_node_t *node = svc->role_state;
+
+    return node == NULL ? 0 : db_txn_rollback_prepared_after(node->txns, common);
+}
+
 bool
 shl_db_repl_add_listener(const shl_service_ctx_t *svc, const shl_db_repl_listener_t *l)
 {

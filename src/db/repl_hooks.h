@@ -100,4 +100,12 @@ int shl_db_repl_wait_write_concern(const shl_service_ctx_t *svc, shl_op_ctx_t *o
 int shl_db_repl_wait_majority(const shl_service_ctx_t *svc, shl_op_ctx_t *op, uint64_t ts,
                               int64_t timeout_ms, shl_status_t *st);
 
+/*
+ * shl_db_repl_rollback_prepared --
+ *     For repl's rollback to the common point 'common' (before it refetches documents): the
+ *     prepared transactions whose prepare entries are after it are rolled back in storage
+ *     (MongoDB aborts prepared transactions before a rollback). Returns how many; 0 on a
+ *     node without transactions.
+ */
+int shl_db_repl_rollback_prepared(const shl_service_ctx_t *svc, uint64_t common);
 #endif

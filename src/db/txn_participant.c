@@ -109,7 +109,14 @@ typedef struct recovered_prepare {
 struct db_txn_registry {
     shl_storage_engine_t *eng;
     const db_node_t *node;          /* for its cursors (set with the engine) */
-    recovered_prepare_t *recovered; /* startup only (one thread) */
+    /* Prepare entries replayed without their decision yet: startup recovery's (one thread),
+     * then, on a secondary, the oplog applier's (one thread) when a prepare could not be
+     * held in storage. */
+    recovered_prepare_t *recovered;
+    /* Set once startup recovery handed its prepared transactions over (before the applier
+     * starts): from then on a replayed prepare entry is prepared in storage at once and
+     * owned by its session, and a decision entry decides it (a secondary). Read-only after. */
+    struct db_session_catalog *live;
     pthread_mutex_t mu;             /* guards the list, 'ddls' and each txn's 'active', 'nss' */
     pthread_cond_t ended;           /* a transaction left the list or a DDL ended (with mu) */
     struct {
@@ -1806,17 +1813,17 @@ static const shl_command_t txn_commands[] = {
     {"commitTransaction",
      {NULL},
      cmd_commit_transaction,
-     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
      "commit a multi-document transaction"},
     {"abortTransaction",
      {NULL},
      cmd_abort_transaction,
-     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
      "abort a multi-document transaction"},
     {"prepareTransaction",
      {NULL},
      cmd_prepare_transaction,
-     SHL_CMD_ADMIN_ONLY | SHL_CMD_IN_TXN,
+     SHL_CMD_ADMIN_ONLY | SHL_CMD_NEEDS_PRIMARY | SHL_CMD_IN_TXN,
      "prepare a multi-document transaction (two-phase commit)"},
 };
 
@@ -1978,6 +1985,87 @@ replay_commit_fn(shl_storage_txn_t *txn, void *arg, shl_status_t *st)
     return shl_oplog_apply_inner_ops(txn, u->ops, st);
 }
 
+static int install_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat,
+                            recovered_prepare_t *r, bool live, bool *kept, shl_status_t *st);
+static void applier_op(const db_txn_registry_t *reg, shl_op_ctx_t *op);
+
+/*
+ * A secondary's applier met a prepare entry: the transaction is prepared in storage now, as
+ * on the primary (readers of its documents meet prepare conflicts until the decision entry),
+ * and owned by its session, so that on step-up this member answers the coordinator. Should
+ * storage refuse the prepare, its ops wait in the list for the decision entry as in recovery.
+ */
+static int
+apply_prepare(db_txn_registry_t *reg, recovered_prepare_t *r, shl_status_t *st)
+{
+    bool kept = false;
+    int ret = install_prepared(reg, reg->live, r, true, &kept, st);
+
+    if (ret != 0 && kept) {
+        SHL_LOG_WARNING(TXN, 5100309, "could not hold an applied prepared transaction",
+                     "txnNumber", BCON_INT64(r->txn_number), "error", BCON_UTF8(st->reason));
+        shl_status_clear(st);
+        ret = 0;
+        r->next = reg->recovered;
+        reg->recovered = r;
+    }
+    return ret;
+}
+
+/*
+ * A secondary's applier met a decision entry (its 'o') at 'ts' of
+ * transaction 'n' of 'lsid': if the session holds that transaction prepared, commit it at
+ * the entry's commitTimestamp with 'ts' as its durable timestamp, or roll it back. Returns
+ * whether it did (false: the caller replays the decision as recovery does).
+ */
+static bool
+decide_applied(db_txn_registry_t *reg, const bson_t *o,
+               const shl_lsid_t *lsid, int64_t n, uint64_t ts, bool commit)
+{
+    shl_status_t st = SHL_STATUS_INIT;
+    shl_op_ctx_t op;
+    db_session_t *s = NULL;
+    db_txn_t *t;
+    bson_iter_t it;
+    uint64_t commit_ts = ts;
+    bool done = false;
+
+    if (reg->live == NULL) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, o, "commitTimestamp") && BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+        commit_ts = shl_bson_iter_timestamp_u64(&it);
+    }
+    applier_op(reg, &op);
+    if (db_session_checkout_lsid(reg->live, &op, lsid, &s, &st) != 0) {
+        return false;
+    }
+    t = *db_session_txn_slot(s);
+    if (t != NULL && t->txn_number == n && t->state == TXN_PREPARED && t->stxn != NULL) {
+        if (commit) {
+            shl_storage_txn_t *stxn = t->stxn;
+            t->stxn = NULL;
+            if (shl_storage_txn_commit_at(stxn, commit_ts, ts, &st) != 0) {
+                SHL_LOG_ERROR(TXN, 5100310, "committing an applied prepared transaction failed",
+                              "errmsg", BCON_UTF8(st.reason));
+                SHL_INVARIANT(false);
+            }
+            end_created(t, commit_ts);
+            txn_set_state(t, TXN_COMMITTED);
+            atomic_fetch_add(&reg->committed, 1);
+            atomic_fetch_add(&reg->prepared_committed, 1);
+        } else {
+            txn_set_state(t, TXN_ABORTED);
+            atomic_fetch_add(&reg->aborted, 1);
+            atomic_fetch_add(&reg->prepared_aborted, 1);
+        }
+        txn_release(t);
+        done = true;
+    }
+    db_session_checkin_txn(reg->live, s);
+    return done;
+}
+
 int
 db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, shl_status_t *st)
 {
@@ -2014,9 +2102,16 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         r->pin_ts = shl_storage_stable_ts(eng) + 1;
         shl_storage_pin_stable(eng, r->pin_ts);
         SHL_ERR(shl_oplog_txn_ops(eng, entry, &r->ops, st));
-        r->next = reg->recovered;
-        reg->recovered = r;
+        if (reg->live != NULL) {
+            SHL_ERR(apply_prepare(reg, r, st));
+        } else {
+            r->next = reg->recovered;
+            reg->recovered = r;
+        }
         r = NULL;
+    } else if (strcmp(bson_iter_key(&it), "commitTransaction") == 0 &&
+               decide_applied(reg, &o, &lsid, n, ts, true)) {
+        SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
     } else if (strcmp(bson_iter_key(&it), "commitTransaction") == 0) {
         /* Its data commits at the decision entry's own timestamp (above the stable one). */
         replay_commit_t u = {NULL};
@@ -2048,7 +2143,9 @@ db_txn_replay_entry(shl_storage_engine_t *eng, const bson_t *entry, void *arg, s
         SHL_ERR(ret);
         SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "committed", st));
     } else if (strcmp(bson_iter_key(&it), "abortTransaction") == 0) {
-        r = take_recovered(reg, &lsid, n);
+        if (!decide_applied(reg, &o, &lsid, n, ts, false)) {
+            r = take_recovered(reg, &lsid, n);
+        }
         SHL_ERR(replay_record(eng, entry, &lsid, n, ts, "aborted", st));
     }
 done:
@@ -2062,72 +2159,206 @@ done:
     return ret;
 }
 
+/* An operation context for the applier's session checkouts (bounded: a session is only
+ * busy a moment on a secondary). */
+static void
+applier_op(const db_txn_registry_t *reg, shl_op_ctx_t *op)
+{
+    memset(op, 0, sizeof(*op));
+    op->svc = reg->node != NULL ? reg->node->svc : NULL;
+    op->deadline_us = shl_clock_mono_us() + 30 * 1000 * 1000;
+}
+
+/*
+ * Prepare the transaction of 'r' again in a new storage transaction (its ops replayed in
+ * multi mode, prepared at its prepare timestamp; the stable pin passes to it) and hand it to
+ * its session: checked out when 'live' (a secondary's applier), attached at startup. A
+ * transaction the session held before (an older one, decided or not prepared) is dropped.
+ * 'r' is consumed unless *kept: the storage prepare failed on a live node and 'r' stays
+ * the caller's, its pin held.
+ */
+static int
+install_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, recovered_prepare_t *r,
+                 bool live, bool *kept, shl_status_t *st)
+{
+    db_txn_t *t = bson_malloc0(sizeof(*t));
+    db_session_t *s = NULL;
+    int ret = 0;
+
+    *kept = false;
+    t->reg = reg;
+    t->lsid = r->lsid;
+    t->txn_number = r->txn_number;
+    txn_set_state(t, TXN_PREPARED);
+    t->was_prepared = true;
+    t->start_wall_ms = shl_clock_wall_ms();
+    t->start_mono_us = shl_clock_mono_us();
+    t->last_active_mono_us = t->start_mono_us;
+    shl_str_copy(t->level, sizeof(t->level), "local");
+    ret = shl_storage_txn_begin(reg->eng, NULL, &t->stxn, st);
+    if (ret == 0) {
+        shl_storage_txn_set_multi(t->stxn, true);
+        ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+    }
+    if (ret == 0) {
+        /* Every namespace it wrote: a migration waits for its decision (the writes it
+         * observed before the crash are forgotten, so its commit reports none). */
+        bson_iter_t it, f;
+        if (bson_iter_init(&it, &r->ops)) {
+            while (bson_iter_next(&it)) {
+                if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
+                    bson_iter_find(&f, "ns") && BSON_ITER_HOLDS_UTF8(&f)) {
+                    add_ns(t, bson_iter_utf8(&f, NULL), true);
+                }
+            }
+        }
+    }
+    if (ret == 0) {
+        /* The pin recovery took passes to the transaction. */
+        t->pin_ts = r->pin_ts;
+        r->pin_ts = 0;
+        t->prepare_ts = r->prepare_ts;
+        ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
+    }
+    if (ret != 0 && live) {
+        /* Keep 'r' (and its pin) for the decision entry's replay of its ops. */
+        if (t->pin_ts != 0) {
+            r->pin_ts = t->pin_ts;
+            t->pin_ts = 0;
+        }
+        t->prepare_ts = 0;
+        txn_release(t);
+        bson_free(t);
+        *kept = true;
+        goto done;
+    }
+    if (r->pin_ts != 0) {
+        shl_storage_unpin_stable(reg->eng, r->pin_ts);
+    }
+    bson_destroy(&r->ops);
+    bson_free(r);
+    if (ret != 0) {
+        txn_release(t);
+        bson_free(t);
+        goto done;
+    }
+    if (live) {
+        shl_op_ctx_t op;
+        applier_op(reg, &op);
+        ret = db_session_checkout_lsid(cat, &op, &t->lsid, &s, st);
+        if (ret != 0) {
+            /* Unreachable in practice (nothing holds a secondary's session long): the
+             * decision entry will find nothing and replay the prepare entry's ops. */
+            txn_release(t);
+            bson_free(t);
+            goto done;
+        }
+        if (*db_session_txn_slot(s) != NULL) {
+            /* A former primary's open transaction ends with its cursors. */
+            abort_unprepared(&op, *db_session_txn_slot(s));
+            db_txn_discard(reg, *db_session_txn_slot(s));
+        }
+        db_session_set_txn_number(s, t->txn_number);
+    } else {
+        s = db_session_catalog_attach(cat, &t->lsid);
+    }
+    t->session = s;
+    *db_session_txn_slot(s) = t;
+    list_add(reg, t);
+    atomic_fetch_add(&reg->started, 1);
+    atomic_fetch_add(&reg->prepared, 1);
+    if (live) {
+        db_session_checkin_txn(cat, s);
+    }
+    SHL_LOG_INFO(TXN, 5100302,
+                 live ? "prepared transaction applied" : "prepared transaction recovered",
+                 "txnNumber", BCON_INT64(t->txn_number), "prepareTimestamp",
+                 BCON_TIMESTAMP(SHL_TS_SECS(t->prepare_ts), SHL_TS_INC(t->prepare_ts)));
+done:
+    return ret;
+}
+
 int
 db_txn_recover_prepared(db_txn_registry_t *reg, db_session_catalog_t *cat, shl_status_t *st)
 {
     int ret = 0;
+    bool kept = false;
 
-    while (reg->recovered != NULL) {
+    while (ret == 0 && reg->recovered != NULL) {
         recovered_prepare_t *r = reg->recovered;
-        db_txn_t *t = bson_malloc0(sizeof(*t));
-        db_session_t *s;
-
         reg->recovered = r->next;
-        t->reg = reg;
-        t->lsid = r->lsid;
-        t->txn_number = r->txn_number;
-        txn_set_state(t, TXN_PREPARED);
-        t->was_prepared = true;
-        t->start_wall_ms = shl_clock_wall_ms();
-        t->start_mono_us = shl_clock_mono_us();
-        t->last_active_mono_us = t->start_mono_us;
-        shl_str_copy(t->level, sizeof(t->level), "local");
-        ret = shl_storage_txn_begin(reg->eng, NULL, &t->stxn, st);
-        if (ret == 0) {
-            shl_storage_txn_set_multi(t->stxn, true);
-            ret = shl_oplog_apply_inner_ops(t->stxn, &r->ops, st);
+        ret = install_prepared(reg, cat, r, false, &kept, st);
+    }
+    reg->live = cat;
+    return ret;
+}
+
+/* ---------------------------------------------------------------- rollback */
+
+int
+db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts)
+{
+    lsid_list_t l = {0};
+    int n = 0;
+
+    if (reg == NULL || reg->live == NULL) {
+        return 0;
+    }
+    /* Prepare entries the applier could not hold (waiting in the list for a decision). */
+    for (recovered_prepare_t **pp = &reg->recovered; *pp != NULL;) {
+        recovered_prepare_t *r = *pp;
+        if (r->prepare_ts <= ts) {
+            pp = &r->next;
+            continue;
         }
-        if (ret == 0) {
-            /* Every namespace it wrote: a migration waits for its decision (the writes it
-             * observed before the crash are forgotten, so its commit reports none). */
-            bson_iter_t it, f;
-            if (bson_iter_init(&it, &r->ops)) {
-                while (bson_iter_next(&it)) {
-                    if (BSON_ITER_HOLDS_DOCUMENT(&it) && bson_iter_recurse(&it, &f) &&
-                        bson_iter_find(&f, "ns") && BSON_ITER_HOLDS_UTF8(&f)) {
-                        add_ns(t, bson_iter_utf8(&f, NULL), true);
-                    }
-                }
-            }
-        }
-        if (ret == 0) {
-            /* The pin recovery took passes to the transaction. */
-            t->pin_ts = r->pin_ts;
-            r->pin_ts = 0;
-            t->prepare_ts = r->prepare_ts;
-            ret = shl_storage_txn_prepare(t->stxn, r->prepare_ts, st);
-        }
+        *pp = r->next;
         if (r->pin_ts != 0) {
             shl_storage_unpin_stable(reg->eng, r->pin_ts);
         }
         bson_destroy(&r->ops);
         bson_free(r);
-        if (ret != 0) {
-            txn_release(t);
-            bson_free(t);
-            break;
-        }
-        s = db_session_catalog_attach(cat, &t->lsid);
-        t->session = s;
-        *db_session_txn_slot(s) = t;
-        list_add(reg, t);
-        atomic_fetch_add(&reg->started, 1);
-        atomic_fetch_add(&reg->prepared, 1);
-        SHL_LOG_INFO(TXN, 5100302, "prepared transaction recovered", "txnNumber",
-                     BCON_INT64(t->txn_number), "prepareTimestamp",
-                     BCON_TIMESTAMP(SHL_TS_SECS(t->prepare_ts), SHL_TS_INC(t->prepare_ts)));
+        n++;
     }
-    return ret;
+    pthread_mutex_lock(&reg->mu);
+    for (db_txn_t *t = reg->head; t != NULL; t = t->next) {
+        if (t->state != TXN_PREPARED || t->prepare_ts <= ts) {
+            continue;
+        }
+        if (l.n == l.cap) {
+            l.cap = l.cap ? l.cap * 2 : 8;
+            l.v = bson_realloc(l.v, l.cap * sizeof(*l.v));
+            l.txn = bson_realloc(l.txn, l.cap * sizeof(*l.txn));
+        }
+        l.v[l.n] = t->lsid;
+        l.txn[l.n] = t->txn_number;
+        l.n++;
+    }
+    pthread_mutex_unlock(&reg->mu);
+    for (size_t i = 0; i < l.n; i++) {
+        shl_status_t st = SHL_STATUS_INIT;
+        shl_op_ctx_t op;
+        db_session_t *s = NULL;
+        db_txn_t *t;
+
+        applier_op(reg, &op);
+        if (db_session_checkout_lsid(reg->live, &op, &l.v[i], &s, &st) != 0) {
+            continue;
+        }
+        t = *db_session_txn_slot(s);
+        if (t != NULL && t->txn_number == l.txn[i] && t->state == TXN_PREPARED &&
+            t->prepare_ts > ts) {
+            /* Its prepare entry leaves the oplog: no decision will ever come for it here. */
+            txn_set_state(t, TXN_ABORTED);
+            txn_release(t);
+            n++;
+            SHL_LOG_INFO(TXN, 5100311, "rollback aborted a prepared transaction", "txnNumber",
+                         BCON_INT64(l.txn[i]));
+        }
+        db_session_checkin_txn(reg->live, s);
+    }
+    bson_free(l.v);
+    bson_free(l.txn);
+    return n;
 }
 
 /* ---------------------------------------------------------------- aborting from outside */

@@ -244,6 +244,15 @@ int db_txn_recover_prepared(db_txn_registry_t *reg, struct db_session_catalog *c
                             shl_status_t *st);
 
 /*
+ * db_txn_rollback_prepared_after --
+ *     A secondary's rollback to the common point 'ts': roll back in storage (no oplog entry:
+ *     their prepare entries leave the oplog) every prepared transaction whose prepare entry
+ *     is after 'ts'; their sessions see them aborted. Before the rollback refetches the
+ *     documents their ops touched. Returns how many.
+ */
+int db_txn_rollback_prepared_after(db_txn_registry_t *reg, uint64_t ts);
+
+/*
  * db_txn_abort_expired --
  *     Abort every unprepared transaction open longer than transactionLifetimeLimitSeconds
  *     (read live), checking each session out briefly (a busy one waits for the next round).

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
+#include "db/repl_hooks.h"
 #include "repl/repl_private.h"
 #include "storage/catalog.h"
 #include "storage/index.h"
@@ -420,6 +421,9 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     repl_coord_set_state(rc, SHL_REPL_ROLLBACK);
     SHL_ERR(find_common_point(rc, host, common, st));
     SHL_ERR(collect_docs(rc, *common, &set, &top, st));
+    /* Prepared transactions after the common point go first: their writes hold documents
+     * the refetch replaces, and no decision for them will come. */
+    (void)shl_db_repl_rollback_prepared(rc->svc, *common);
     SHL_LOG_INFO(REPL, 2180030, "rolling back to the common point", "source", BCON_UTF8(host),
                  "commonPoint", BCON_TIMESTAMP(SHL_TS_SECS(*common), SHL_TS_INC(*common)),
                  "rolledBackTo", BCON_TIMESTAMP(SHL_TS_SECS(top), SHL_TS_INC(top)), "documents",

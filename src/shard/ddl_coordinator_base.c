@@ -399,11 +399,18 @@ shard_ddl_acquire(shl_coord_t *c, shl_status_t *st)
     bson_iter_t it;
     int ret = 0;
 
-    for (; held < n; held++) {
-        SHL_ERR(shard_ddl_lock_acquire(kind->locks, names[held],
-                                       held == 0 ? kind->db_mode : SHARD_DDL_X, kind->op, 0,
-                                       coord_interrupted, c, st));
+    while (held < n && ret == 0) {
+        ret = shard_ddl_lock_acquire(kind->locks, names[held],
+                                     held == 0 ? kind->db_mode : SHARD_DDL_X, kind->op, 0,
+                                     coord_interrupted, c, st);
+        held += ret == 0 ? 1 : 0;
     }
+    if (ret != 0 && shl_coord_interrupted(c)) {
+        /* The shutdown's or a step-down's error, whichever stopped the wait. */
+        shl_status_clear(st);
+        ret = shl_coord_check_halted(c, st);
+    }
+    SHL_ERR(ret);
     if (!shl_coord_resumed(c) && kind->db_check != NULL &&
         bson_iter_init_find(&it, doc, "databaseVersion") && BSON_ITER_HOLDS_DOCUMENT(&it)) {
         const uint8_t *data;

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "db/repl_hooks.h"
+#include "sharding/coordinator.h"
 #include "shard/shard_private.h"
 
 #define STEP_UP_GATE_MAX_MS 30000
@@ -78,18 +79,29 @@ on_step_up(void *arg)
                  BCON_INT64((shl_clock_mono_us() - start_us) / 1000));
 }
 
+/* How long a step-down waits for the coordinators it interrupted to end (one in a remote
+ * call ends it first). */
+#define STEP_DOWN_COORD_WAIT_MS 10000
+
 /* Stepped down: versioned requests wait for the next step-up's work should this member be
- * elected again; an outgoing migration is interrupted (it must not commit from here). Writes
- * are refused from now on, so the coordinators, the migration recovery and the range deleter
- * fail their next write and leave their documents to the new primary. */
+ * elected again; an outgoing migration is interrupted (it must not commit from here); the
+ * running coordinators (2PC, DDL, migration recovery) stop at their next check with
+ * InterruptedDueToReplStateChange, leaving their documents to the new primary (waited for,
+ * so a re-election resumes them). Writes are refused from now on, so the range deleter fails
+ * its next write. */
 static void
 on_step_down(void *arg)
 {
     shard_state_t *s = arg;
+    size_t n = 0;
 
     atomic_store(&s->stepped_up, false);
     shard_migration_interrupt_donor(s);
-    SHL_LOG_INFO(SHARDING, 4200145, "shard stepped down");
+    if (s->coords != NULL) {
+        n = shl_coord_service_step_down(s->coords, STEP_DOWN_COORD_WAIT_MS);
+    }
+    SHL_LOG_INFO(SHARDING, 4200145, "shard stepped down", "coordinatorsInterrupted",
+                 BCON_INT64((int64_t)n));
 }
 
 void

@@ -329,8 +329,7 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
         shl_remote_results_cleanup(res, m);
         if (left > 0 && !abort) {
             if (shl_coord_interrupted(c)) {
-                ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
-                                     "transaction coordinator interrupted at shutdown");
+                ret = shl_coord_check_halted(c, st);
                 break;
             }
             sleep_ms(backoff);
@@ -422,8 +421,7 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
         shl_remote_results_cleanup(res, m);
         if (left > 0) {
             if (shl_coord_interrupted(c)) {
-                ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
-                                     "transaction coordinator interrupted at shutdown");
+                ret = shl_coord_check_halted(c, st);
                 break;
             }
             sleep_ms(backoff);

@@ -41,6 +41,8 @@ struct shl_coord {
     const char *answers_after;   /* the type's answers_after, or what its answers_after_now
                                   * said at the start (NULL: the end); constant */
     int refs;                    /* guarded by svc->mu: the list, the thread, each waiter */
+    atomic_bool halted;          /* a step-down or the shutdown asked it to stop (set under
+                                  * svc->mu; read anywhere) */
     struct shl_coord *next;      /* guarded by svc->mu */
 };
 
@@ -54,6 +56,18 @@ struct shl_coord_service {
     int waiters;                 /* guarded by mu: callers waiting in wait_locked */
     atomic_bool stopping;        /* set once by destroy */
 };
+
+/* The error of a coordinator asked to stop: the shutdown's, else a step-down's. */
+static int
+halted_status(const shl_coord_t *c, shl_status_t *st)
+{
+    if (atomic_load(&c->svc->stopping)) {
+        return shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN, "%s interrupted at shutdown",
+                              c->t->name);
+    }
+    return shl_status_set(st, SHL_CODE_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE,
+                          "%s interrupted due to a replica set state change", c->t->name);
+}
 
 #define COORD_DB "config"
 
@@ -245,8 +259,7 @@ fail_points(shl_coord_t *c, size_t phase)
     if (shl_failpoint_evaluate(SHL_FAILPOINT(hangBeforeCoordinatorPhase), fp_filter, &w, NULL)) {
         SHL_LOG_INFO(SHARDING, 4170001, "coordinator hangs before a phase (fail point)",
                      "type", BCON_UTF8(c->t->name), "phase", BCON_UTF8(w.phase));
-        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangBeforeCoordinatorPhase),
-                                      &c->svc->stopping);
+        shl_failpoint_pause_while_set(SHL_FAILPOINT(hangBeforeCoordinatorPhase), &c->halted);
     }
     if (shl_failpoint_evaluate(SHL_FAILPOINT(crashBeforeCoordinatorPhase), fp_filter, &w, NULL)) {
         SHL_LOG_WARNING(SHARDING, 4170002, "coordinator crashes the process (fail point)",
@@ -266,9 +279,8 @@ run_phase(shl_coord_t *c, size_t phase, shl_status_t *st)
     int ret = 0;
 
     for (int attempt = 1;; attempt++) {
-        if (atomic_load(&c->svc->stopping)) {
-            ret = shl_status_set(st, SHL_CODE_INTERRUPTED_AT_SHUTDOWN,
-                                 "%s interrupted at shutdown", c->t->name);
+        if (atomic_load(&c->halted)) {
+            ret = halted_status(c, st);
             break;
         }
         ret = p->checkpoint ? checkpoint(c, phase, st) : 0;
@@ -420,6 +432,7 @@ start_locked(shl_coord_service_t *svc, const shl_coord_type_t *t, const bson_t *
     c->resumed = resumed;
     c->answers_after = t->answers_after_now != NULL ? t->answers_after_now() : t->answers_after;
     c->refs = 2; /* the list and the runner */
+    atomic_init(&c->halted, atomic_load(&svc->stopping));
     c->next = svc->running;
     svc->running = c;
     svc->threads++;
@@ -488,12 +501,26 @@ shl_coord_service_new(const shl_remote_t *remote)
     return svc;
 }
 
+/* Ask every running coordinator to stop at its next check. svc->mu held. */
+static size_t
+halt_all_locked(shl_coord_service_t *svc)
+{
+    size_t n = 0;
+
+    for (shl_coord_t *c = svc->running; c != NULL; c = c->next) {
+        atomic_store(&c->halted, true);
+        n++;
+    }
+    return n;
+}
+
 void
 shl_coord_service_destroy(shl_coord_service_t *svc)
 {
     if (svc != NULL) {
         atomic_store(&svc->stopping, true);
         pthread_mutex_lock(&svc->mu);
+        halt_all_locked(svc);
         /* Waiters leave once their coordinator ended (every thread has). */
         while (svc->threads > 0 || svc->waiters > 0) {
             pthread_cond_wait(&svc->changed, &svc->mu);
@@ -503,6 +530,35 @@ shl_coord_service_destroy(shl_coord_service_t *svc)
         pthread_mutex_destroy(&svc->mu);
         bson_free(svc);
     }
+}
+
+size_t
+shl_coord_service_step_down(shl_coord_service_t *svc, int64_t wait_ms)
+{
+    struct timespec deadline;
+    size_t n;
+
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += wait_ms / 1000;
+    deadline.tv_nsec += (wait_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&svc->mu);
+    n = halt_all_locked(svc);
+    /* Those asked to stop leave the list as they end (one started since is not halted). */
+    for (;;) {
+        bool halted_left = false;
+        for (shl_coord_t *c = svc->running; c != NULL; c = c->next) {
+            halted_left = halted_left || atomic_load(&c->halted);
+        }
+        if (!halted_left || pthread_cond_timedwait(&svc->changed, &svc->mu, &deadline) != 0) {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return n;
 }
 
 int
@@ -769,7 +825,13 @@ shl_coord_type_arg(const shl_coord_t *c)
 bool
 shl_coord_interrupted(const shl_coord_t *c)
 {
-    return atomic_load(&c->svc->stopping);
+    return atomic_load(&c->halted);
+}
+
+int
+shl_coord_check_halted(const shl_coord_t *c, shl_status_t *st)
+{
+    return atomic_load(&c->halted) ? halted_status(c, st) : 0;
 }
 
 bool

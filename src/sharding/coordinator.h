@@ -96,6 +96,18 @@ shl_coord_service_t *shl_coord_service_new(const shl_remote_t *remote);
 void shl_coord_service_destroy(shl_coord_service_t *svc);
 
 /*
+ * shl_coord_service_step_down --
+ *     This member stopped being primary (MongoDB's onStepDown of a primary-only service):
+ *     ask every running coordinator to stop at its next check (before each phase and attempt,
+ *     in a fail point's hang, where a phase asks shl_coord_check_halted), with
+ *     InterruptedDueToReplStateChange (11602) for its callers; their documents stay for the
+ *     next primary. Waits up to 'wait_ms' for them to end (a phase in a remote call ends it
+ *     first), so that the step-up recovery of a re-elected member finds none still running.
+ *     Coordinators started later run normally. Returns how many were asked.
+ */
+size_t shl_coord_service_step_down(shl_coord_service_t *svc, int64_t wait_ms);
+
+/*
  * shl_coord_service_recover --
  *     Read every document of type 't' (borrowed; must outlive the service) from
  *     config.<t->coll> on self and resume each at its phase on its own thread. Call once per
@@ -171,7 +183,10 @@ void shl_coord_finish(shl_coord_t *c);
  * do this before their point of no return (a request the checks or the config server
  * refuse). */
 void shl_coord_abort(shl_coord_t *c);
-bool shl_coord_interrupted(const shl_coord_t *c); /* the service is shutting down */
+bool shl_coord_interrupted(const shl_coord_t *c); /* shutting down or stepped down: stop */
+/* shl_coord_check_halted -- 0, or the error to end with when shl_coord_interrupted
+ * (InterruptedAtShutdown, InterruptedDueToReplStateChange). */
+int shl_coord_check_halted(const shl_coord_t *c, shl_status_t *st);
 bool shl_coord_resumed(const shl_coord_t *c);     /* started by recovery */
 
 #endif

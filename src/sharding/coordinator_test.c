@@ -301,41 +301,93 @@ destroy_bg(void *svc)
     return NULL;
 }
 
+/*
+ * Run coordinator {_id: 5} in the background held in phase "one", which fails retryably
+ * once let go; stop(stop_arg) runs on a thread of its own (it waits for the phase), the
+ * phase is let go a moment later; returns once both ended (a->ret: the coordinator's).
+ */
+static void
+run_held_then_stop(env_t *e, bg_t *a, void *(*stop)(void *), void *stop_arg)
+{
+    pthread_t d;
+
+    T.hold = true;
+    a->e = e;
+    a->doc = BCON_NEW("_id", BCON_INT32(5));
+    pthread_create(&a->tid, NULL, bg_run, a);
+    pthread_mutex_lock(&T.mu);
+    while (!T.entered) {
+        pthread_cond_wait(&T.cv, &T.mu);
+    }
+    /* a stopped coordinator does not retry it */
+    T.fail_code[0] = SHL_CODE_HOST_UNREACHABLE;
+    T.fail_times[0] = 100;
+    pthread_mutex_unlock(&T.mu);
+    pthread_create(&d, NULL, stop, stop_arg);
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    pthread_mutex_lock(&T.mu);
+    T.hold = false;
+    pthread_cond_broadcast(&T.cv);
+    pthread_mutex_unlock(&T.mu);
+    pthread_join(d, NULL);
+    pthread_join(a->tid, NULL);
+}
+
 SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
 {
     env_t e;
     bg_t a = {0};
 
     env_init(&e);
-    T.hold = true;
-    a.e = &e;
-    a.doc = BCON_NEW("_id", BCON_INT32(5));
-    pthread_create(&a.tid, NULL, bg_run, &a);
-    pthread_mutex_lock(&T.mu);
-    while (!T.entered) {
-        pthread_cond_wait(&T.cv, &T.mu);
-    }
-    /* phase "one" fails retryably when let go; the stopping service does not retry it */
-    T.fail_code[0] = SHL_CODE_HOST_UNREACHABLE;
-    T.fail_times[0] = 100;
-    pthread_mutex_unlock(&T.mu);
-    {
-        /* destroy in the background: it waits for the phase, so release it after a moment */
-        pthread_t d;
-        pthread_create(&d, NULL, destroy_bg, e.svc);
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-        pthread_mutex_lock(&T.mu);
-        T.hold = false;
-        pthread_cond_broadcast(&T.cv);
-        pthread_mutex_unlock(&T.mu);
-        pthread_join(d, NULL);
-    }
-    pthread_join(a.tid, NULL);
+    run_held_then_stop(&e, &a, destroy_bg, e.svc);
     ASSERT_INT_EQ(a.ret, SHL_CODE_INTERRUPTED_AT_SHUTDOWN);
     ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
     bson_destroy(&a.res);
     bson_destroy(a.doc);
     shl_remote_fake_destroy(e.fake);
+}
+
+typedef struct step_down_bg {
+    shl_coord_service_t *svc;
+    size_t n;
+} step_down_bg_t;
+
+static void *
+step_down_bg(void *arg)
+{
+    step_down_bg_t *s = arg;
+    s->n = shl_coord_service_step_down(s->svc, 5000);
+    return NULL;
+}
+
+SHL_TEST(coordinator_step_down_interrupts_and_keeps_documents)
+{
+    env_t e;
+    bg_t a = {0};
+    step_down_bg_t sd = {0};
+    bson_t *later = BCON_NEW("_id", BCON_INT32(6));
+    bson_t res;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    sd.svc = e.svc;
+    run_held_then_stop(&e, &a, step_down_bg, &sd);
+    ASSERT_INT_EQ((int)sd.n, 1);
+    ASSERT_INT_EQ(a.ret, SHL_CODE_INTERRUPTED_DUE_TO_REPL_STATE_CHANGE);
+    ASSERT_INT_EQ((int)shl_coord_service_count(e.svc), 0);
+    ASSERT_INT_EQ(shl_remote_fake_store_count(e.fake, "test_coordinators"), 1);
+    /* one started after the step-down runs (a re-elected member's) */
+    pthread_mutex_lock(&T.mu);
+    T.fail_times[0] = 0;
+    T.log[0] = '\0';
+    pthread_mutex_unlock(&T.mu);
+    ASSERT_INT_EQ(shl_coord_run(e.svc, &type, later, 0, &res, &st), 0);
+    ASSERT_STR_EQ(T.log, "one two three ");
+    bson_destroy(&res);
+    bson_destroy(&a.res);
+    bson_destroy(a.doc);
+    bson_destroy(later);
+    env_cleanup(&e);
 }
 
 /* ------------------------------------------- early finish and abort-on-error phases */

@@ -595,3 +595,43 @@ def set_primary(nodes, timeout=30):
 def set_string(name, nodes):
     """The connection string "name/h1,h2,..." of a replica set's ShaleProcesses."""
     return "%s/%s" % (name, ",".join(n.host for n in nodes))
+
+
+@contextlib.contextmanager
+def set_and_single_cluster(request, prefix, keep_as, extra=()):
+    """A sharded cluster for failover tests: a config server of one member, a 3-member shard
+    set "rs0" with fast elections (heartbeats 200 ms, election timeout 2 s), a one-member
+    shard "one" and a router, both shards added. Yields {"cfg", "rs", "one", "router"}; at
+    the end every process stops, their logs kept as "<keep_as>-<name>" when a test of the
+    session failed. 'extra': arguments for every data node."""
+    cfg = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name=prefix + "-cfg")
+    rs = [ShaleProcess(["node", "--shardsvr", "--replSet", "rs0"],
+                       name="%s-rs0-%d" % (prefix, i)) for i in range(3)]
+    one = ShaleProcess(["node", "--shardsvr", "--replSet", "one"], name=prefix + "-one")
+    procs = [cfg] + rs + [one]
+    try:
+        for n in procs:
+            n.start(extra=extra, wait=False)
+        for n in procs:
+            n.wait_ready()
+        rs[0].client(directConnection=True).admin.command("replSetInitiate", {
+            "_id": "rs0",
+            "settings": {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000},
+            "members": [{"_id": i, "host": n.host} for i, n in enumerate(rs)]})
+
+        def all_up():
+            s = rs[0].client(directConnection=True).admin.command("replSetGetStatus")
+            return sorted(m["stateStr"] for m in s["members"]) == ["PRIMARY", "SECONDARY",
+                                                                     "SECONDARY"]
+        wait_until(all_up, 30, "the shard set")
+        router = ShaleProcess(["router", "--configdb", "csrs/" + cfg.host],
+                              name=prefix + "-router")
+        procs.append(router)
+        router.start()
+        admin = router.client().admin
+        admin.command("addShard", set_string("rs0", rs), name="rs0")
+        admin.command("addShard", "one/" + one.host, name="one")
+        yield {"cfg": cfg, "rs": rs, "one": one, "router": router}
+    finally:
+        failed = request.node.session.testsfailed > 0
+        cleanup_later(procs, lambda i, p: ("%s-%s" % (keep_as, p.name)) if failed else None)

@@ -8,10 +8,8 @@ single-member shard, a config server of one member and a router."""
 import pymongo
 import pytest
 
-from shale_fixtures import (Background, ShaleProcess, cleanup_later, fail_point, hang, logged,
+from shale_fixtures import (Background, fail_point, hang, logged, set_and_single_cluster,
                             set_primary, wait_until)
-
-FAST = {"heartbeatIntervalMillis": 200, "electionTimeoutMillis": 2000}
 PARAMS = ["--setParameter", "orphanCleanupDelaySecs=0"]
 
 
@@ -21,35 +19,8 @@ def direct(node, **kw):
 
 @pytest.fixture(scope="module")
 def cluster(request):
-    cfg = ShaleProcess(["node", "--configsvr", "--replSet", "csrs"], name="su-cfg")
-    rs = [ShaleProcess(["node", "--shardsvr", "--replSet", "rs0"], name="su-rs0-%d" % i)
-          for i in range(3)]
-    one = ShaleProcess(["node", "--shardsvr", "--replSet", "one"], name="su-one")
-    procs = [cfg] + rs + [one]
-    try:
-        for n in procs:
-            n.start(extra=PARAMS, wait=False)
-        for n in procs:
-            n.wait_ready()
-        direct(rs[0]).admin.command("replSetInitiate", {
-            "_id": "rs0", "settings": FAST,
-            "members": [{"_id": i, "host": n.host} for i, n in enumerate(rs)]})
-
-        def all_up():
-            s = direct(rs[0]).admin.command("replSetGetStatus")
-            return [m["stateStr"] for m in s["members"]] == ["PRIMARY", "SECONDARY",
-                                                               "SECONDARY"]
-        wait_until(all_up, 30, "the shard set")
-        router = ShaleProcess(["router", "--configdb", "csrs/" + cfg.host], name="su-router")
-        procs.append(router)
-        router.start()
-        admin = router.client().admin
-        admin.command("addShard", "rs0/" + ",".join(n.host for n in rs), name="rs0")
-        admin.command("addShard", "one/" + one.host, name="one")
-        yield {"cfg": cfg, "rs": rs, "one": one, "router": router}
-    finally:
-        failed = request.node.session.testsfailed > 0
-        cleanup_later(procs, lambda i, p: ("stepup-%s" % p.name) if failed else None)
+    with set_and_single_cluster(request, "su", "stepup", extra=PARAMS) as c:
+        yield c
 
 
 def on_secondaries(cluster, primary, db, coll, flt=None):
