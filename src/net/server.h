@@ -43,6 +43,12 @@ typedef struct shl_conn {
     uint8_t user_digest[SHL_LSID_UID_LEN];
     bool system_user;
     pthread_t thread;
+    /* Under --serviceExecutor shared: the bytes received and not yet handled, rbuf[0, rhave)
+     * of rcap; touched only by the worker that holds the connection (one at a time: its
+     * descriptor is armed EPOLLONESHOT), 'handover' orders one holder before the next. */
+    uint8_t *rbuf;
+    size_t rcap, rhave;
+    atomic_int handover;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;
 
