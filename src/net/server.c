@@ -1,7 +1,7 @@
 /*
- * server.c -- listener and per-connection threads (see server.h). A connection's
- * thread reads a whole message, hands it to the service dispatcher and writes the
- * reply; a malformed message closes that connection only.
+ * server.c -- listener and per-connection threads, or the shared executor's workers (see
+ * server.h). A connection's thread reads a whole message, hands it to the service
+ * dispatcher and writes the reply; a malformed message closes that connection only.
  */
 #include "net/server.h"
 
@@ -243,6 +243,24 @@ unlink_conn(server_t *srv, shl_conn_t *conn)
     pthread_mutex_unlock(&srv->lock);
 }
 
+/* The length of the message whose header starts 'buf'; false (logged) when it is invalid. */
+static bool
+header_length(shl_conn_t *conn, const uint8_t *buf, size_t *len)
+{
+    shl_msg_header_t hdr;
+    shl_status_t st = SHL_STATUS_INIT;
+    bool ok;
+
+    shl_msg_header_read(buf, &hdr);
+    ok = shl_msg_header_check(&hdr, &st) == 0;
+    if (!ok) {
+        SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
+                        "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
+    }
+    *len = ok ? (size_t)hdr.length : 0;
+    return ok;
+}
+
 /* Handle one whole message buf[0, len) of 'conn'; false when the connection must close. */
 static bool
 handle_one(shl_conn_t *conn, const uint8_t *buf, size_t len)
@@ -306,20 +324,14 @@ conn_main(void *arg)
 
     bool tls_ok = conn_start_tls(conn);
     while (tls_ok && !atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
-        shl_msg_header_t hdr;
-        shl_status_t st = SHL_STATUS_INIT;
         size_t len;
 
         if (!fill(conn, buf, cap, &have, SHL_MSG_HEADER_LEN)) {
             break;
         }
-        shl_msg_header_read(buf, &hdr);
-        if (shl_msg_header_check(&hdr, &st) != 0) {
-            SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
-                            "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
+        if (!header_length(conn, buf, &len)) {
             break;
         }
-        len = (size_t)hdr.length;
         if (len > cap) {
             cap = len;
             buf = bson_realloc(buf, cap);
@@ -366,7 +378,8 @@ conn_main(void *arg)
  */
 #define SHARED_MAX_WORKERS 4096
 #define SHARED_BLOCKED_US 2000
-#define SHARED_MONITOR_MS 1
+#define SHARED_MONITOR_MS 1       /* the monitor's period while a worker is busy */
+#define SHARED_MONITOR_IDLE_MS 10 /* ... and while all are idle */
 #define SHARED_IDLE_EXIT_MS 1000
 
 typedef struct shared_exec {
@@ -374,6 +387,7 @@ typedef struct shared_exec {
     int base;             /* workers kept while idle; immutable */
     pthread_mutex_t lock; /* guards nworkers and the allocation of slots */
     int nworkers;
+    atomic_int nslots; /* slots ever used: the monitor looks at [0, nslots) */
     /* Per worker slot: 0 idle, -1 free (no worker), else when its request began (mono us). */
     _Atomic int64_t busy_since[SHARED_MAX_WORKERS];
 } shared_exec_t;
@@ -418,18 +432,12 @@ shared_serve(shl_conn_t *conn)
         ok = false;
     }
     while (ok && conn->rhave >= SHL_MSG_HEADER_LEN) {
-        shl_msg_header_t hdr;
-        shl_status_t st = SHL_STATUS_INIT;
         size_t len;
 
-        shl_msg_header_read(conn->rbuf, &hdr);
-        if (shl_msg_header_check(&hdr, &st) != 0) {
-            SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
-                            "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
+        if (!header_length(conn, conn->rbuf, &len)) {
             ok = false;
             break;
         }
-        len = (size_t)hdr.length;
         if (len > conn->rcap) {
             conn->rcap = len;
             conn->rbuf = bson_realloc(conn->rbuf, conn->rcap);
@@ -507,6 +515,9 @@ shared_spawn(shared_exec_t *ex)
     }
     if (slot >= 0) {
         atomic_store(&ex->busy_since[slot], 0);
+        if (slot >= atomic_load(&ex->nslots)) {
+            atomic_store(&ex->nslots, slot + 1);
+        }
         pthread_attr_init(&attr);
         pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
@@ -528,17 +539,22 @@ shared_monitor(void *arg)
 {
     shared_exec_t *ex = arg;
 
+    int busy = 0;
+
     shl_log_set_thread_ctx("executor");
     for (;;) {
         int64_t now;
-        int running = 0, blocked = 0;
+        int running = 0, blocked = 0, n;
 
-        shl_sleep_ms(SHARED_MONITOR_MS);
+        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
         now = shl_clock_mono_us();
-        for (int i = 0; i < SHARED_MAX_WORKERS; i++) {
+        n = atomic_load(&ex->nslots);
+        busy = 0;
+        for (int i = 0; i < n; i++) {
             int64_t b = atomic_load_explicit(&ex->busy_since[i], memory_order_relaxed);
             if (b != -1) {
                 running++;
+                busy += b > 0;
                 blocked += b > 0 && now - b > SHARED_BLOCKED_US;
             }
         }
@@ -614,6 +630,7 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     int one = 1;
     pthread_attr_t attr;
     shl_conn_t *conn;
+    bool started;
 
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -657,26 +674,21 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
                  BCON_INT64(atomic_load(&svc->counters.conn_current)));
 
     if (the_exec != NULL && (shl_tls_mode() == SHL_TLS_DISABLED || conn->unix_socket)) {
-        if (!shared_arm(conn, EPOLL_CTL_ADD)) {
-            SHL_LOG_ERROR(NETWORK, 22948, "Failed to register a connection with the executor");
-            unlink_conn(srv, conn);
-            close(fd);
-            atomic_fetch_sub(&svc->counters.conn_current, 1);
-            bson_free(conn);
-        }
-        return;
+        started = shared_arm(conn, EPOLL_CTL_ADD); /* the workers serve it from now on */
+    } else {
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&conn->thread, &attr, conn_main, conn) == 0;
+        pthread_attr_destroy(&attr);
     }
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&conn->thread, &attr, conn_main, conn) != 0) {
+    if (!started) {
         SHL_LOG_ERROR(NETWORK, 22948, "Failed to create a connection thread");
         unlink_conn(srv, conn);
         close(fd);
         atomic_fetch_sub(&svc->counters.conn_current, 1);
         bson_free(conn);
     }
-    pthread_attr_destroy(&attr);
 }
 
 static bool

@@ -1,6 +1,6 @@
 /*
  * server.h -- the listener and the thread-per-connection service loop (MongoDB's own
- * model), and graceful shutdown: stop accepting, let running operations finish within
+ * model; --serviceExecutor shared: an epoll set and a pool of workers), and graceful shutdown: stop accepting, let running operations finish within
  * a bound, interrupt those still running, close connections, run the role's shutdown hook.
  */
 #ifndef SHL_NET_SERVER_H
