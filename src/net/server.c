@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,6 +403,14 @@ shared_arm(shl_conn_t *conn, int op)
     return epoll_ctl(the_exec->epfd, op, conn->fd, &ev) == 0;
 }
 
+/* End a connection the calling worker holds. */
+static void
+shared_end(shl_conn_t *conn)
+{
+    epoll_ctl(the_exec->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+    conn_end(conn);
+}
+
 /*
  * Read what 'conn' has, handle every whole message received, then re-arm it (or end it).
  * One recv per wake-up: clients send their next request after reading the reply, so a
@@ -416,6 +425,10 @@ shared_serve(shl_conn_t *conn)
     ssize_t r;
     char ctx[32];
 
+    /* The worker that armed it last may not have left its epoll_ctl yet. */
+    while (atomic_load_explicit(&conn->arming, memory_order_acquire)) {
+        sched_yield();
+    }
     atomic_fetch_add_explicit(&conn->handover, 1, memory_order_acq_rel);
     snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
     shl_log_set_thread_ctx(ctx);
@@ -464,9 +477,19 @@ shared_serve(shl_conn_t *conn)
     }
     ok = ok && !atomic_load(&conn->close_now);
     atomic_fetch_add_explicit(&conn->handover, 1, memory_order_acq_rel);
-    if (!ok || !shared_arm(conn, EPOLL_CTL_MOD)) {
-        epoll_ctl(the_exec->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
-        conn_end(conn);
+    if (ok) {
+        /* Once armed another worker may hold (and even end) the connection: the store
+         * clearing 'arming' is the last touch of it here (the next holder waits for it). */
+        atomic_store(&conn->arming, true);
+        ok = shared_arm(conn, EPOLL_CTL_MOD);
+        if (ok) {
+            atomic_store_explicit(&conn->arming, false, memory_order_release);
+        } else {
+            atomic_store(&conn->arming, false);
+        }
+    }
+    if (!ok) {
+        shared_end(conn);
     }
 }
 

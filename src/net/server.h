@@ -45,10 +45,13 @@ typedef struct shl_conn {
     pthread_t thread;
     /* Under --serviceExecutor shared: the bytes received and not yet handled, rbuf[0, rhave)
      * of rcap; touched only by the worker that holds the connection (one at a time: its
-     * descriptor is armed EPOLLONESHOT), 'handover' orders one holder before the next. */
+     * descriptor is armed EPOLLONESHOT), 'handover' orders one holder before the next;
+     * 'arming' is set while a worker re-arms it, and the next holder starts only once it
+     * is clear (so the re-arming epoll_ctl happened before anything it does, close too). */
     uint8_t *rbuf;
     size_t rcap, rhave;
     atomic_int handover;
+    atomic_bool arming;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;
 
