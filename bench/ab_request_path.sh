@@ -8,7 +8,9 @@
 # point finds through the router and directly on its shard at BENCH_CONNS (8); prints the
 # router's and the shard's CPU per find and routed / direct throughput. Ends with the
 # medians of each build. Note `uptime` beside the figures: the load is printed per run.
-# Env: BENCH_ROUNDS (5), BENCH_SECONDS (4), BENCH_CONNS, BENCH_KEYS (10000).
+# Env: BENCH_ROUNDS (5), BENCH_SECONDS (4), BENCH_CONNS, BENCH_KEYS (10000); BENCH_ARGS_A and
+# BENCH_ARGS_B: extra flags for that build's processes (e.g. one build with and without
+# "--setParameter serviceExecutor=shared"; `shale up` passes --setParameter on).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 abs() { case "$1" in /*) echo "$1" ;; *) echo "$top/$1" ;; esac; }
@@ -31,11 +33,13 @@ BENCH_NAME=ab-request-path
 declare -A uri_main uri_direct pid_main pid_shard
 for v in A B; do
   bin="${!v}/src/main/shale"
+  args_var=BENCH_ARGS_$v
+  read -r -a extra <<<"${!args_var:-}"
   if [ "$MODE" = node ]; then
     port=$(free_port)
     mkdir -p "$work/data-$v"
     "$bin" node --bind_ip 127.0.0.1 --port "$port" --dbpath "$work/data-$v" \
-      --logpath "$work/$v.log" --replSet rs0 &
+      --logpath "$work/$v.log" --replSet rs0 ${extra[@]+"${extra[@]}"} &
     pid_main[$v]=$!
     pid_shard[$v]=${pid_main[$v]}
     bench_pids="$bench_pids ${pid_main[$v]}"
@@ -44,7 +48,7 @@ for v in A B; do
     uri_main[$v]=$uri
     "$LOADGEN" --uri "$uri" --threads 1 --seconds 0.2 --op findid --preload "$KEYS" >/dev/null
   else
-    start_cluster "$bin" "$work/$v" 1
+    start_cluster "$bin" "$work/$v" 1 ${extra[@]+"${extra[@]}"}
     uri_main[$v]=$uri
     uri_direct[$v]="mongodb://127.0.0.1:$((port + 2))/"
     pid_main[$v]=$(cat "$work/$v/router.pid")

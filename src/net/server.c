@@ -1,7 +1,7 @@
 /*
- * server.c -- listener and per-connection threads (see server.h). A connection's
- * thread reads a whole message, hands it to the service dispatcher and writes the
- * reply; a malformed message closes that connection only.
+ * server.c -- listener and per-connection threads, or the shared executor's workers (see
+ * server.h). A connection's thread reads a whole message, hands it to the service
+ * dispatcher and writes the reply; a malformed message closes that connection only.
  */
 #include "net/server.h"
 
@@ -12,9 +12,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -242,71 +244,52 @@ unlink_conn(server_t *srv, shl_conn_t *conn)
     pthread_mutex_unlock(&srv->lock);
 }
 
-static void *
-conn_main(void *arg)
+/* The length of the message whose header starts 'buf'; false (logged) when it is invalid. */
+static bool
+header_length(shl_conn_t *conn, const uint8_t *buf, size_t *len)
 {
-    shl_conn_t *conn = arg;
-    shl_service_ctx_t *svc = conn->svc;
-    uint8_t *buf = bson_malloc(READ_BUF_SIZE);
-    size_t cap = READ_BUF_SIZE, have = 0; /* buf[0, have) is received, not yet handled */
-    char ctx[32];
+    shl_msg_header_t hdr;
+    shl_status_t st = SHL_STATUS_INIT;
+    bool ok;
 
-    snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
-    shl_log_set_thread_ctx(ctx);
-
-    bool tls_ok = conn_start_tls(conn);
-    while (tls_ok && !atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
-        shl_msg_header_t hdr;
-        shl_status_t st = SHL_STATUS_INIT;
-        size_t len;
-
-        if (!fill(conn, buf, cap, &have, SHL_MSG_HEADER_LEN)) {
-            break;
-        }
-        shl_msg_header_read(buf, &hdr);
-        if (shl_msg_header_check(&hdr, &st) != 0) {
-            SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
-                            "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
-            break;
-        }
-        len = (size_t)hdr.length;
-        if (len > cap) {
-            cap = len;
-            buf = bson_realloc(buf, cap);
-        }
-        if (!fill(conn, buf, cap, &have, len)) {
-            break;
-        }
-        atomic_fetch_add(&svc->counters.bytes_in, hdr.length);
-        atomic_fetch_add(&svc->counters.num_requests, 1);
-        atomic_store(&conn->in_op, true);
-        atomic_fetch_add(&svc->counters.conn_active, 1);
-        bool keep = shl_service_handle_message(svc, conn, buf, len);
-        atomic_fetch_sub(&svc->counters.conn_active, 1);
-        atomic_store(&conn->in_op, false);
-        if (atomic_load(&svc->shutting_down)) {
-            pthread_mutex_lock(&the_server->lock);
-            pthread_cond_broadcast(&the_server->cond);
-            pthread_mutex_unlock(&the_server->lock);
-        }
-        if (!keep) {
-            break;
-        }
-        /* Keep the bytes of the next message(s) that arrived with this one. */
-        have -= len;
-        if (have > 0) {
-            memmove(buf, buf + len, have);
-        }
-        if (cap > READ_BUF_KEEP && have <= READ_BUF_SIZE) {
-            /* Do not keep a large buffer alive on an idle connection. */
-            uint8_t *small = bson_malloc(READ_BUF_SIZE);
-            memcpy(small, buf, have);
-            bson_free(buf);
-            buf = small;
-            cap = READ_BUF_SIZE;
-        }
+    shl_msg_header_read(buf, &hdr);
+    ok = shl_msg_header_check(&hdr, &st) == 0;
+    if (!ok) {
+        SHL_LOG_WARNING(NETWORK, 4615638, "Error receiving request from client; closing",
+                        "error", BCON_UTF8(st.reason), "remote", BCON_UTF8(conn->remote));
     }
-    bson_free(buf);
+    *len = ok ? (size_t)hdr.length : 0;
+    return ok;
+}
+
+/* Handle one whole message buf[0, len) of 'conn'; false when the connection must close. */
+static bool
+handle_one(shl_conn_t *conn, const uint8_t *buf, size_t len)
+{
+    shl_service_ctx_t *svc = conn->svc;
+    bool keep;
+
+    atomic_fetch_add(&svc->counters.bytes_in, (long long)len);
+    atomic_fetch_add(&svc->counters.num_requests, 1);
+    atomic_store(&conn->in_op, true);
+    atomic_fetch_add(&svc->counters.conn_active, 1);
+    keep = shl_service_handle_message(svc, conn, buf, len);
+    atomic_fetch_sub(&svc->counters.conn_active, 1);
+    atomic_store(&conn->in_op, false);
+    if (atomic_load(&svc->shutting_down)) {
+        pthread_mutex_lock(&the_server->lock);
+        pthread_cond_broadcast(&the_server->cond);
+        pthread_mutex_unlock(&the_server->lock);
+    }
+    return keep;
+}
+
+/* The end of a connection: leave the server's list, close, free. */
+static void
+conn_end(shl_conn_t *conn)
+{
+    shl_service_ctx_t *svc = conn->svc;
+
     SHL_LOG_INFO(NETWORK, 22944, "Connection ended", "remote", BCON_UTF8(conn->remote),
                  "connectionId", BCON_INT64(conn->id), "connectionCount",
                  BCON_INT64(atomic_load(&svc->counters.conn_current) - 1));
@@ -324,8 +307,318 @@ conn_main(void *arg)
     if (conn->client_metadata != NULL) {
         bson_destroy(conn->client_metadata);
     }
+    bson_free(conn->rbuf);
     bson_free(conn);
+}
+
+static void *
+conn_main(void *arg)
+{
+    shl_conn_t *conn = arg;
+    shl_service_ctx_t *svc = conn->svc;
+    uint8_t *buf = bson_malloc(READ_BUF_SIZE);
+    size_t cap = READ_BUF_SIZE, have = 0; /* buf[0, have) is received, not yet handled */
+    char ctx[32];
+
+    snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
+    shl_log_set_thread_ctx(ctx);
+
+    bool tls_ok = conn_start_tls(conn);
+    while (tls_ok && !atomic_load(&conn->close_now) && !atomic_load(&svc->shutting_down)) {
+        size_t len;
+
+        if (!fill(conn, buf, cap, &have, SHL_MSG_HEADER_LEN)) {
+            break;
+        }
+        if (!header_length(conn, buf, &len)) {
+            break;
+        }
+        if (len > cap) {
+            cap = len;
+            buf = bson_realloc(buf, cap);
+        }
+        if (!fill(conn, buf, cap, &have, len)) {
+            break;
+        }
+        if (!handle_one(conn, buf, len)) {
+            break;
+        }
+        /* Keep the bytes of the next message(s) that arrived with this one. */
+        have -= len;
+        if (have > 0) {
+            memmove(buf, buf + len, have);
+        }
+        if (cap > READ_BUF_KEEP && have <= READ_BUF_SIZE) {
+            /* Do not keep a large buffer alive on an idle connection. */
+            uint8_t *small = bson_malloc(READ_BUF_SIZE);
+            memcpy(small, buf, have);
+            bson_free(buf);
+            buf = small;
+            cap = READ_BUF_SIZE;
+        }
+    }
+    bson_free(buf);
+    conn_end(conn);
     return NULL;
+}
+
+/*
+ * The shared service executor (--serviceExecutor shared; MongoDB's transport "shared"
+ * mode): connections wait in one epoll set, not in a thread each, and a small pool of
+ * workers (one per core, at least two) takes whichever connection has input, handles its
+ * whole messages and re-arms it. Under load a worker finishing a request finds the next
+ * ready connection without sleeping, and a request costs no thread wake-up of its own.
+ *
+ * A request that waits long (an awaitable or streaming hello, an awaitData getMore, a
+ * lock or write concern wait, a client that stopped reading its replies) keeps its worker
+ * as a dedicated thread would: the monitor counts a worker busy on one request for longer
+ * than SHARED_BLOCKED_US as blocked and starts another, so that at least 'base' workers
+ * can always take ready connections; a worker idle for SHARED_IDLE_EXIT_MS leaves while
+ * more than 'base' run. TLS connections (their handshake and reads block) get a dedicated
+ * thread, as every connection does under the default executor.
+ */
+#define SHARED_MAX_WORKERS 4096
+#define SHARED_BLOCKED_US 2000
+#define SHARED_MONITOR_MS 1       /* the monitor's period while a worker is busy */
+#define SHARED_MONITOR_IDLE_MS 10 /* ... and while all are idle */
+#define SHARED_IDLE_EXIT_MS 1000
+
+typedef struct shared_exec {
+    int epfd;
+    int base;             /* workers kept while idle; immutable */
+    pthread_mutex_t lock; /* guards nworkers and the allocation of slots */
+    int nworkers;
+    atomic_int nslots; /* slots ever used: the monitor looks at [0, nslots) */
+    /* Per worker slot: 0 idle, -1 free (no worker), else when its request began (mono us). */
+    _Atomic int64_t busy_since[SHARED_MAX_WORKERS];
+} shared_exec_t;
+
+static shared_exec_t *the_exec; /* NULL: dedicated threads; set once at start-up */
+
+/* Arm 'conn' for its next input (op: EPOLL_CTL_ADD or MOD); false if epoll refused. */
+static bool
+shared_arm(shl_conn_t *conn, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = conn};
+    return epoll_ctl(the_exec->epfd, op, conn->fd, &ev) == 0;
+}
+
+/* End a connection the calling worker holds. */
+static void
+shared_end(shl_conn_t *conn)
+{
+    epoll_ctl(the_exec->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+    conn_end(conn);
+}
+
+/*
+ * Read what 'conn' has, handle every whole message received, then re-arm it (or end it).
+ * One recv per wake-up: clients send their next request after reading the reply, so a
+ * second recv would nearly always find nothing.
+ */
+static void
+shared_serve(shl_conn_t *conn)
+{
+    shl_service_ctx_t *svc = conn->svc;
+    bool ok = true;
+    size_t need = 0; /* the length of a message received in part */
+    ssize_t r;
+    char ctx[32];
+
+    /* The worker that armed it last may not have left its epoll_ctl yet. */
+    while (atomic_load_explicit(&conn->arming, memory_order_acquire)) {
+        sched_yield();
+    }
+    atomic_fetch_add_explicit(&conn->handover, 1, memory_order_acq_rel);
+    snprintf(ctx, sizeof(ctx), "conn%lld", (long long)conn->id);
+    shl_log_set_thread_ctx(ctx);
+    if (conn->rbuf == NULL) {
+        conn->rcap = READ_BUF_SIZE;
+        conn->rbuf = bson_malloc(conn->rcap);
+    }
+    do {
+        r = recv(conn->fd, conn->rbuf + conn->rhave, conn->rcap - conn->rhave, MSG_DONTWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r > 0) {
+        conn->rhave += (size_t)r;
+    } else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+        ok = false;
+    }
+    while (ok && conn->rhave >= SHL_MSG_HEADER_LEN) {
+        size_t len;
+
+        if (!header_length(conn, conn->rbuf, &len)) {
+            ok = false;
+            break;
+        }
+        if (len > conn->rcap) {
+            conn->rcap = len;
+            conn->rbuf = bson_realloc(conn->rbuf, conn->rcap);
+        }
+        if (conn->rhave < len) {
+            need = len; /* the rest comes with a later wake-up */
+            break;
+        }
+        ok = handle_one(conn, conn->rbuf, len) && !atomic_load(&conn->close_now) &&
+             !atomic_load(&svc->shutting_down);
+        conn->rhave -= len;
+        if (conn->rhave > 0) {
+            memmove(conn->rbuf, conn->rbuf + len, conn->rhave);
+        }
+    }
+    if (ok && conn->rcap > READ_BUF_KEEP && need <= READ_BUF_SIZE &&
+        conn->rhave <= READ_BUF_SIZE) {
+        /* Do not keep a large buffer alive on an idle connection. */
+        uint8_t *small = bson_malloc(READ_BUF_SIZE);
+        memcpy(small, conn->rbuf, conn->rhave);
+        bson_free(conn->rbuf);
+        conn->rbuf = small;
+        conn->rcap = READ_BUF_SIZE;
+    }
+    ok = ok && !atomic_load(&conn->close_now);
+    atomic_fetch_add_explicit(&conn->handover, 1, memory_order_acq_rel);
+    if (ok) {
+        /* Once armed another worker may hold (and even end) the connection: the store
+         * clearing 'arming' is the last touch of it here (the next holder waits for it). */
+        atomic_store(&conn->arming, true);
+        ok = shared_arm(conn, EPOLL_CTL_MOD);
+        if (ok) {
+            atomic_store_explicit(&conn->arming, false, memory_order_release);
+        } else {
+            atomic_store(&conn->arming, false);
+        }
+    }
+    if (!ok) {
+        shared_end(conn);
+    }
+}
+
+static void *
+shared_worker(void *arg)
+{
+    shared_exec_t *ex = the_exec;
+    int slot = (int)(intptr_t)arg;
+    bool stop = false;
+
+    shl_log_set_thread_ctx("worker");
+    while (!stop) {
+        struct epoll_event ev;
+        int n = epoll_wait(ex->epfd, &ev, 1, SHARED_IDLE_EXIT_MS);
+        if (n == 0) {
+            pthread_mutex_lock(&ex->lock);
+            if (ex->nworkers > ex->base) {
+                ex->nworkers--;
+                atomic_store(&ex->busy_since[slot], -1);
+                stop = true;
+            }
+            pthread_mutex_unlock(&ex->lock);
+        } else if (n > 0) {
+            atomic_store(&ex->busy_since[slot], shl_clock_mono_us());
+            shared_serve(ev.data.ptr);
+            atomic_store(&ex->busy_since[slot], 0);
+        }
+    }
+    return NULL;
+}
+
+/* Start a worker in a free slot; false when none is free or the thread cannot start. */
+static bool
+shared_spawn(shared_exec_t *ex)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    int slot = -1;
+    bool ok = false;
+
+    pthread_mutex_lock(&ex->lock);
+    for (int i = 0; i < SHARED_MAX_WORKERS && slot < 0; i++) {
+        if (atomic_load(&ex->busy_since[i]) == -1) {
+            slot = i;
+        }
+    }
+    if (slot >= 0) {
+        atomic_store(&ex->busy_since[slot], 0);
+        if (slot >= atomic_load(&ex->nslots)) {
+            atomic_store(&ex->nslots, slot + 1);
+        }
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ok = pthread_create(&t, &attr, shared_worker, (void *)(intptr_t)slot) == 0;
+        pthread_attr_destroy(&attr);
+        if (ok) {
+            ex->nworkers++;
+        } else {
+            atomic_store(&ex->busy_since[slot], -1);
+        }
+    }
+    pthread_mutex_unlock(&ex->lock);
+    return ok;
+}
+
+/* Keeps 'base' workers free to take ready connections (see above). */
+static void *
+shared_monitor(void *arg)
+{
+    shared_exec_t *ex = arg;
+
+    int busy = 0;
+
+    shl_log_set_thread_ctx("executor");
+    for (;;) {
+        int64_t now;
+        int running = 0, blocked = 0, n;
+
+        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
+        now = shl_clock_mono_us();
+        n = atomic_load(&ex->nslots);
+        busy = 0;
+        for (int i = 0; i < n; i++) {
+            int64_t b = atomic_load_explicit(&ex->busy_since[i], memory_order_relaxed);
+            if (b != -1) {
+                running++;
+                busy += b > 0;
+                blocked += b > 0 && now - b > SHARED_BLOCKED_US;
+            }
+        }
+        if (running - blocked < ex->base && !shared_spawn(ex)) {
+            shl_sleep_ms(100); /* out of threads or slots: try again later */
+        }
+    }
+    return NULL;
+}
+
+/* Start the shared executor (--serviceExecutor shared). */
+static int
+shared_start(shl_status_t *st)
+{
+    int ret = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    shared_exec_t *ex = bson_malloc0(sizeof(*ex));
+    pthread_t t;
+
+    ex->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (ex->epfd < 0) {
+        bson_free(ex);
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "epoll_create1(): %s", strerror(errno));
+    }
+    ex->base = cores < 2 ? 2 : (int)cores;
+    pthread_mutex_init(&ex->lock, NULL);
+    for (int i = 0; i < SHARED_MAX_WORKERS; i++) {
+        atomic_init(&ex->busy_since[i], -1);
+    }
+    the_exec = ex;
+    for (int i = 0; i < ex->base; i++) {
+        if (!shared_spawn(ex)) {
+            SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the service executor's workers");
+        }
+    }
+    if (pthread_create(&t, NULL, shared_monitor, ex) != 0) {
+        SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the service executor's monitor");
+    }
+    pthread_detach(t);
+done:
+    return ret;
 }
 
 static void
@@ -360,6 +653,7 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
     int one = 1;
     pthread_attr_t attr;
     shl_conn_t *conn;
+    bool started;
 
     if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -402,17 +696,22 @@ accept_one(server_t *srv, shl_service_ctx_t *svc, int lfd)
                  "connectionId", BCON_INT64(conn->id), "connectionCount",
                  BCON_INT64(atomic_load(&svc->counters.conn_current)));
 
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&conn->thread, &attr, conn_main, conn) != 0) {
+    if (the_exec != NULL && (shl_tls_mode() == SHL_TLS_DISABLED || conn->unix_socket)) {
+        started = shared_arm(conn, EPOLL_CTL_ADD); /* the workers serve it from now on */
+    } else {
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, CONN_STACK_SIZE);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&conn->thread, &attr, conn_main, conn) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!started) {
         SHL_LOG_ERROR(NETWORK, 22948, "Failed to create a connection thread");
         unlink_conn(srv, conn);
         close(fd);
         atomic_fetch_sub(&svc->counters.conn_current, 1);
         bson_free(conn);
     }
-    pthread_attr_destroy(&attr);
 }
 
 static bool
@@ -712,6 +1011,12 @@ shl_server_start(shl_service_ctx_t *svc, const char *bind_ip, int port, shl_stat
     }
     if (!shl_opt_bool(SHL_OPT_nounixsocket)) {
         bind_unix(srv, port);
+    }
+    if (strcmp(shl_opt_str(SHL_OPT_serviceExecutor), "shared") == 0) {
+        SHL_ERR(shared_start(st));
+    } else if (strcmp(shl_opt_str(SHL_OPT_serviceExecutor), "dedicated") != 0) {
+        SHL_FAIL(st, SHL_CODE_BAD_VALUE, "serviceExecutor must be dedicated or shared, not '%s'",
+                 shl_opt_str(SHL_OPT_serviceExecutor));
     }
     the_server = srv;
     the_svc = svc;

@@ -1,6 +1,6 @@
 /*
  * server.h -- the listener and the thread-per-connection service loop (MongoDB's own
- * model), and graceful shutdown: stop accepting, let running operations finish within
+ * model; --serviceExecutor shared: an epoll set and a pool of workers), and graceful shutdown: stop accepting, let running operations finish within
  * a bound, interrupt those still running, close connections, run the role's shutdown hook.
  */
 #ifndef SHL_NET_SERVER_H
@@ -43,6 +43,15 @@ typedef struct shl_conn {
     uint8_t user_digest[SHL_LSID_UID_LEN];
     bool system_user;
     pthread_t thread;
+    /* Under --serviceExecutor shared: the bytes received and not yet handled, rbuf[0, rhave)
+     * of rcap; touched only by the worker that holds the connection (one at a time: its
+     * descriptor is armed EPOLLONESHOT), 'handover' orders one holder before the next;
+     * 'arming' is set while a worker re-arms it, and the next holder starts only once it
+     * is clear (so the re-arming epoll_ctl happened before anything it does, close too). */
+    uint8_t *rbuf;
+    size_t rcap, rhave;
+    atomic_int handover;
+    atomic_bool arming;
     struct shl_conn *next; /* the server's list; guarded by the server's lock */
 } shl_conn_t;
 
