@@ -220,6 +220,40 @@ deadline_take(const bson_t *doc)
     return deadline_us != 0 ? deadline_us : shl_clock_mono_us() + lifetime_us();
 }
 
+/* ------------------------------------------------------------------ transport */
+
+/* The real transport, with the pool and registry created on first use. */
+static void
+shard_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
+           shl_remote_result_t *results)
+{
+    shard_state_t *s = arg;
+    shl_remote_real_t real = {.svc = s->svc};
+    shl_remote_t r;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shard_net_get(s, &real.pool, &real.registry, &st) != 0) {
+        real.pool = NULL;
+        real.registry = NULL;
+    }
+    shl_remote_init_real(&r, &real);
+    r.send(r.arg, reqs, n, timeout_ms, results);
+}
+
+/* This shard's id when 'c' runs over the shard's real transport (shard_send, which knows
+ * its shard state), else "" (a fake transport in unit tests). */
+static void
+own_shard_id(const shl_coord_t *c, char *out, size_t n)
+{
+    const shl_remote_t *r = shl_coord_remote(c);
+    shard_identity_t id;
+
+    out[0] = '\0';
+    if (r->send == shard_send && shard_get_identity(r->arg, &id)) {
+        snprintf(out, n, "%s", id.shard_name);
+    }
+}
+
 /* ------------------------------------------------------------------------- phases */
 
 static int
@@ -239,10 +273,16 @@ send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *
     shl_remote_request_t *reqs = bson_malloc0(sizeof *reqs * (n ? n : 1));
     shl_remote_options_t opts = {.w = "majority", .timeout_ms = timeout_ms};
 
+    char self[SHL_SHARD_ID_MAX];
+
+    /* This shard's own participant runs in-process, while the others' requests are in
+     * flight (shl_remote_init_real), not over the loopback. */
+    own_shard_id(c, self, sizeof self);
     *m = 0;
     for (size_t k = 0; k < n; k++) {
         if (!done[k]) {
-            reqs[*m].target = shl_remote_target_shard(names[k]);
+            reqs[*m].target = strcmp(names[k], self) == 0 ? shl_remote_target_self()
+                                                          : shl_remote_target_shard(names[k]);
             reqs[*m].db = "admin";
             reqs[*m].cmd = cmd;
             index[(*m)++] = k;
@@ -804,24 +844,6 @@ shard_txn_coord_register(shl_command_registry_t *reg)
 }
 
 /* --------------------------------------------------- the shard's transport and service */
-
-/* The real transport, with the pool and registry created on first use. */
-static void
-shard_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
-           shl_remote_result_t *results)
-{
-    shard_state_t *s = arg;
-    shl_remote_real_t real = {.svc = s->svc};
-    shl_remote_t r;
-    shl_status_t st = SHL_STATUS_INIT;
-
-    if (shard_net_get(s, &real.pool, &real.registry, &st) != 0) {
-        real.pool = NULL;
-        real.registry = NULL;
-    }
-    shl_remote_init_real(&r, &real);
-    r.send(r.arg, reqs, n, timeout_ms, results);
-}
 
 void
 shard_txn_coord_init(shard_state_t *s)
