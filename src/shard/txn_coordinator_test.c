@@ -93,12 +93,19 @@ SHL_TEST(txn_coord_commits_at_the_largest_prepare_timestamp)
     shl_remote_fake_script(e.fake, "shB", "prepareTransaction",
                            "{'ok': 1, 'prepareTimestamp': " TS(12, 3) "}", 1);
     ASSERT_INT_EQ(commit(&e, 5, AB, 2, &st), 0);
-    /* the participant list, then the decision, durably; then the document goes */
+    /* the participant list (inserted without a flush; with no local participant here to
+     * flush it, written durably before any prepare), then the decision, durably; then the
+     * document goes */
     ASSERT(sent(&e, "self", "insert", 0,
                 "{'insert': 'transaction_coordinators', 'documents': [{'_id': {'lsid': {'id': "
                 "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB']}], "
-                "'writeConcern': {'w': 'majority', 'j': true}}"));
+                "'writeConcern': {'w': 1}}"));
     ASSERT(sent(&e, "self", "update", 0,
+                "{'update': 'transaction_coordinators', 'updates': [{'q': {'_id': {'lsid': "
+                "{'id': 42}, 'txnNumber': {'$numberLong': '5'}}}, 'u': {'_id': {'lsid': {'id': "
+                "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB']}}], "
+                "'writeConcern': {'w': 'majority', 'j': true}}"));
+    ASSERT(sent(&e, "self", "update", 1,
                 "{'update': 'transaction_coordinators', 'updates': [{'q': {'_id': {'lsid': "
                 "{'id': 42}, 'txnNumber': {'$numberLong': '5'}}}, 'u': {'_id': {'lsid': {'id': "
                 "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB'], "
@@ -177,7 +184,7 @@ SHL_TEST(txn_coord_aborts_on_a_vote_to_abort)
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shA", "abortTransaction"), 1);
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shB", "abortTransaction"), 1);
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "commitTransaction"), 0);
-        ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 0, &doc));
+        ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 1, &doc));
         {
             bson_iter_t it;
             ASSERT(bson_iter_init(&it, &doc) &&
