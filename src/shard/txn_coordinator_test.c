@@ -129,6 +129,38 @@ SHL_TEST(txn_coord_commits_at_the_largest_prepare_timestamp)
     env_cleanup(&e);
 }
 
+/* The participant list is inserted without a flush; with no vote of this shard's own to make
+ * it durable (the fake has no local participant), a durable write of it comes before any
+ * participant is asked to prepare -- never a prepared participant under a list a crash could
+ * lose. */
+SHL_TEST(txn_coord_makes_the_list_durable_before_any_prepare)
+{
+    static const char *const order[] = {"insert", "update", "prepareTransaction",
+                                        "prepareTransaction"};
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    shl_remote_fake_script(e.fake, "*", "prepareTransaction",
+                           "{'ok': 1, 'prepareTimestamp': " TS(10, 1) "}", -1);
+    ASSERT_INT_EQ(commit(&e, 7, AB, 2, &st), 0);
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        bson_t req;
+        bson_iter_t it;
+
+        ASSERT(shl_remote_fake_nth(e.fake, "*", "*", k, &req));
+        ASSERT(bson_iter_init(&it, &req) && bson_iter_next(&it));
+        ASSERT_STR_EQ(bson_iter_key(&it), order[k]);
+        if (k == 1) {
+            ASSERT(bson_iter_init(&it, &req) &&
+                   bson_iter_find_descendant(&it, "writeConcern.j", &it) &&
+                   bson_iter_as_bool(&it));
+        }
+        bson_destroy(&req);
+    }
+    env_cleanup(&e);
+}
+
 /* The commit request is answered once the decision is durable, while the decision still
  * goes out to a participant that does not acknowledge it (MongoDB's coordinator). */
 SHL_TEST(txn_coord_answers_once_the_decision_is_durable)
