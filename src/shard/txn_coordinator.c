@@ -267,12 +267,11 @@ phase_write_participants(shl_coord_t *c, shl_status_t *st)
 
 /* Send 'cmd' to the participants not yet done (only_self: only to this shard's own), once. */
 static void
-send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd,
-        bool only_self, int64_t timeout_ms, shl_remote_result_t *res, size_t *index, size_t *m)
+send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd, bool only_self,
+        int64_t timeout_ms, shl_remote_result_t *res, size_t *index, size_t *m)
 {
     shl_remote_request_t *reqs = bson_malloc0(sizeof *reqs * (n ? n : 1));
     shl_remote_options_t opts = {.w = "majority", .timeout_ms = timeout_ms};
-
     char self[SHL_SHARD_ID_MAX];
 
     /* This shard's own participant runs in-process, while the others' requests are in

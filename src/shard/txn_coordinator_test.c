@@ -153,8 +153,7 @@ SHL_TEST(txn_coord_makes_the_list_durable_before_any_prepare)
         ASSERT_STR_EQ(bson_iter_key(&it), order[k]);
         if (k == 1) {
             ASSERT(bson_iter_init(&it, &req) &&
-                   bson_iter_find_descendant(&it, "writeConcern.j", &it) &&
-                   bson_iter_as_bool(&it));
+                   bson_iter_find_descendant(&it, "writeConcern.j", &it) && bson_iter_as_bool(&it));
         }
         bson_destroy(&req);
     }

@@ -292,8 +292,7 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
 
         /* Self requests (a coordinator's own participant) run while the others are in
          * flight: the call takes the slower of the two, not their sum. */
-        shl_client_fanout_local(real->pool, fr, m, timeout_ms, batch.n > 0 ? &local : NULL,
-                                fres);
+        shl_client_fanout_local(real->pool, fr, m, timeout_ms, batch.n > 0 ? &local : NULL, fres);
         for (size_t k = 0; k < m; k++) {
             shl_remote_result_t *res = &results[index[k]];
 
