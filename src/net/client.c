@@ -112,6 +112,7 @@ typedef struct engine {
     int64_t start_us;
     int64_t deadline_us;                /* 0: none */
     const shl_client_interrupt_t *intr; /* NULL: only the deadline ends the wait */
+    const shl_client_local_t *local;    /* NULL: none; run once the requests are sent */
 } engine_t;
 
 /*
@@ -986,6 +987,11 @@ engine_run(engine_t *eng, op_t *ops, size_t n)
             op_step(eng, &ops[i]);
         }
     }
+    if (eng->local != NULL) {
+        /* The caller's own work runs while the remote requests are in flight; their replies
+         * wait in the sockets' buffers meanwhile. */
+        eng->local->run(eng->local->arg);
+    }
     for (;;) {
         int64_t now = shl_clock_mono_us(), wake = 0;
         size_t k = 0;
@@ -1150,17 +1156,12 @@ shl_client_run(shl_conn_pool_t *pool, const char *host, const char *db, const bs
     return op.code;
 }
 
-void
-shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
-                  shl_fanout_result_t *results)
-{
-    (void)shl_client_fanout_interruptible(pool, reqs, n, timeout_ms, NULL, results);
-}
-
-size_t
-shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
-                                int64_t timeout_ms, const shl_client_interrupt_t *intr,
-                                shl_fanout_result_t *results)
+/* The fan-out engine's driver: every request sent, then 'local' (NULL: none), then the
+ * replies as they arrive. Returns how many requests 'intr' cut off. */
+static size_t
+fanout_run(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
+           const shl_client_interrupt_t *intr, const shl_client_local_t *local,
+           shl_fanout_result_t *results)
 {
     engine_t eng;
     op_t ops_small[SMALL_FANOUT];
@@ -1168,6 +1169,9 @@ shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *r
     size_t cut = 0;
 
     if (n == 0) {
+        if (local != NULL) {
+            local->run(local->arg);
+        }
         return 0;
     }
     ops = n <= SMALL_FANOUT ? ops_small : bson_malloc(n * sizeof(*ops));
@@ -1177,6 +1181,7 @@ shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *r
     eng.start_us = shl_clock_mono_us();
     eng.deadline_us = timeout_ms > 0 ? eng.start_us + timeout_ms * 1000 : 0;
     eng.intr = intr;
+    eng.local = local;
     for (size_t i = 0; i < n; i++) {
         shl_status_clear(&results[i].status);
         bson_init(&results[i].reply);
@@ -1206,6 +1211,29 @@ shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *r
         bson_free(ops);
     }
     return cut;
+}
+
+void
+shl_client_fanout(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n, int64_t timeout_ms,
+                  shl_fanout_result_t *results)
+{
+    (void)shl_client_fanout_interruptible(pool, reqs, n, timeout_ms, NULL, results);
+}
+
+size_t
+shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
+                                int64_t timeout_ms, const shl_client_interrupt_t *intr,
+                                shl_fanout_result_t *results)
+{
+    return fanout_run(pool, reqs, n, timeout_ms, intr, NULL, results);
+}
+
+void
+shl_client_fanout_local(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
+                        int64_t timeout_ms, const shl_client_local_t *local,
+                        shl_fanout_result_t *results)
+{
+    (void)fanout_run(pool, reqs, n, timeout_ms, NULL, local, results);
 }
 
 void

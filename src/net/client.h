@@ -257,6 +257,27 @@ size_t shl_client_fanout_interruptible(shl_conn_pool_t *pool, const shl_fanout_r
                                        const shl_client_interrupt_t *intr,
                                        shl_fanout_result_t *results);
 
+/* Work of the caller's own, run on the calling thread while a fan-out's requests are in
+ * flight (shl_client_fanout_local). */
+typedef struct shl_client_local {
+    void (*run)(void *arg);
+    void *arg;
+} shl_client_local_t;
+
+/*
+ * shl_client_fanout_local --
+ *     shl_client_fanout that runs local->run(local->arg) once on the calling thread after
+ *     every request was sent (as far as the sockets took it; a connection still being made
+ *     goes on afterwards) and before waiting on any reply: a request of the caller's own
+ *     process (e.g. a coordinator's own participant, run in-process) overlaps the remote
+ *     ones instead of running before or after them. With n == 0 it only runs 'local'.
+ *     'timeout_ms' counts from the start of the call, local work included. Blocks;
+ *     thread-safe.
+ */
+void shl_client_fanout_local(shl_conn_pool_t *pool, const shl_fanout_req_t *reqs, size_t n,
+                             int64_t timeout_ms, const shl_client_local_t *local,
+                             shl_fanout_result_t *results);
+
 /* shl_fanout_results_cleanup -- destroy the replies of n results. */
 void shl_fanout_results_cleanup(shl_fanout_result_t *results, size_t n);
 

@@ -220,6 +220,40 @@ deadline_take(const bson_t *doc)
     return deadline_us != 0 ? deadline_us : shl_clock_mono_us() + lifetime_us();
 }
 
+/* ------------------------------------------------------------------ transport */
+
+/* The real transport, with the pool and registry created on first use. */
+static void
+shard_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
+           shl_remote_result_t *results)
+{
+    shard_state_t *s = arg;
+    shl_remote_real_t real = {.svc = s->svc};
+    shl_remote_t r;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    if (shard_net_get(s, &real.pool, &real.registry, &st) != 0) {
+        real.pool = NULL;
+        real.registry = NULL;
+    }
+    shl_remote_init_real(&r, &real);
+    r.send(r.arg, reqs, n, timeout_ms, results);
+}
+
+/* This shard's id when 'c' runs over the shard's real transport (shard_send, which knows
+ * its shard state), else "" (a fake transport in unit tests). */
+static void
+own_shard_id(const shl_coord_t *c, char *out, size_t n)
+{
+    const shl_remote_t *r = shl_coord_remote(c);
+    shard_identity_t id;
+
+    out[0] = '\0';
+    if (r->send == shard_send && shard_get_identity(r->arg, &id)) {
+        snprintf(out, n, "%s", id.shard_name);
+    }
+}
+
 /* ------------------------------------------------------------------------- phases */
 
 static int
@@ -231,18 +265,23 @@ phase_write_participants(shl_coord_t *c, shl_status_t *st)
     return 0;
 }
 
-/* Send 'cmd' to the participants not yet done, once. */
+/* Send 'cmd' to the participants not yet done (only_self: only to this shard's own), once. */
 static void
-send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd,
+send_to(shl_coord_t *c, char **names, const bool *done, size_t n, const bson_t *cmd, bool only_self,
         int64_t timeout_ms, shl_remote_result_t *res, size_t *index, size_t *m)
 {
     shl_remote_request_t *reqs = bson_malloc0(sizeof *reqs * (n ? n : 1));
     shl_remote_options_t opts = {.w = "majority", .timeout_ms = timeout_ms};
+    char self[SHL_SHARD_ID_MAX];
 
+    /* This shard's own participant runs in-process, while the others' requests are in
+     * flight (shl_remote_init_real), not over the loopback. */
+    own_shard_id(c, self, sizeof self);
     *m = 0;
     for (size_t k = 0; k < n; k++) {
-        if (!done[k]) {
-            reqs[*m].target = shl_remote_target_shard(names[k]);
+        if (!done[k] && (!only_self || strcmp(names[k], self) == 0)) {
+            reqs[*m].target = strcmp(names[k], self) == 0 ? shl_remote_target_self()
+                                                          : shl_remote_target_shard(names[k]);
             reqs[*m].db = "admin";
             reqs[*m].cmd = cmd;
             index[(*m)++] = k;
@@ -265,15 +304,19 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
     uint32_t max_t = 0, max_i = 0;
     size_t left = n;
     int64_t backoff = 50;
-    bool abort = false;
+    bool abort = false, flushed;
     int ret = 0;
     /* MongoDB creates the coordinator at the transaction's first statement on its shard,
      * with a deadline transactionLifetimeLimitSeconds later; ours knows that start from the
      * local participant (a resumed one counts from its resumption). Participants that do
      * not answer (unreachable, retryable errors) until then are votes to abort. */
     int64_t deadline_us = deadline_take(shl_coord_doc(c));
+    /* The participant list went to disk without a flush of its own (first_insert_unflushed):
+     * this shard's own prepare goes first and alone -- its journal wait covers the list,
+     * written before it in the one log -- and the others are asked only once the list is
+     * durable, so that no participant is ever prepared under a list a crash could lose. */
+    bool gate = shl_coord_doc_unflushed(c);
 
-    (void)st;
     while (left > 0 && !abort) {
         int64_t left_ms = (deadline_us - shl_clock_mono_us()) / 1000;
         if (left_ms <= 0) {
@@ -287,7 +330,7 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
             abort = true;
             break;
         }
-        send_to(c, names, done, n, cmd,
+        send_to(c, names, done, n, cmd, gate,
                 left_ms < TC_PREPARE_TIMEOUT_MS ? left_ms : TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             size_t k = index[j];
@@ -326,7 +369,17 @@ phase_prepare(shl_coord_t *c, shl_status_t *st)
                              BCON_UTF8(res[j].status.reason));
             }
         }
+        flushed = m == 1 && res[0].code == 0 && done[index[0]];
         shl_remote_results_cleanup(res, m);
+        if (gate && !abort) {
+            /* No vote of our own made the list durable (no local participant, or a failed
+             * attempt): a durable write of it does, before any other participant is asked. */
+            gate = false;
+            if (!flushed && (ret = shl_coord_persist(c, st)) != 0) {
+                break;
+            }
+            continue;
+        }
         if (left > 0 && !abort) {
             if (shl_coord_interrupted(c)) {
                 ret = shl_coord_check_halted(c, st);
@@ -400,7 +453,7 @@ phase_deliver(shl_coord_t *c, shl_status_t *st)
     }
     cmd = txn_command(shl_coord_doc(c), d == 1 ? "commitTransaction" : "abortTransaction", &extra);
     while (left > 0) {
-        send_to(c, names, done, n, cmd, TC_PREPARE_TIMEOUT_MS, res, index, &m);
+        send_to(c, names, done, n, cmd, false, TC_PREPARE_TIMEOUT_MS, res, index, &m);
         for (size_t j = 0; j < m; j++) {
             int code = res[j].code;
             /* An abort is acknowledged by a participant that no longer has the transaction; a
@@ -481,6 +534,8 @@ const shl_coord_type_t shard_txn_coord_type = {
     .same = tc_same,
     .answers_after = "writingDecision",
     .answers_after_now = tc_answers_after,
+    /* The participant list's flush is the local prepare's (phase_prepare). */
+    .first_insert_unflushed = true,
     .max_attempts = -1, /* state document writes: until they succeed or the process stops */
     .backoff_ms = 100,
 };
@@ -802,24 +857,6 @@ shard_txn_coord_register(shl_command_registry_t *reg)
 }
 
 /* --------------------------------------------------- the shard's transport and service */
-
-/* The real transport, with the pool and registry created on first use. */
-static void
-shard_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
-           shl_remote_result_t *results)
-{
-    shard_state_t *s = arg;
-    shl_remote_real_t real = {.svc = s->svc};
-    shl_remote_t r;
-    shl_status_t st = SHL_STATUS_INIT;
-
-    if (shard_net_get(s, &real.pool, &real.registry, &st) != 0) {
-        real.pool = NULL;
-        real.registry = NULL;
-    }
-    shl_remote_init_real(&r, &real);
-    r.send(r.arg, reqs, n, timeout_ms, results);
-}
 
 void
 shard_txn_coord_init(shard_state_t *s)

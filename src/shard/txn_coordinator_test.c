@@ -93,12 +93,19 @@ SHL_TEST(txn_coord_commits_at_the_largest_prepare_timestamp)
     shl_remote_fake_script(e.fake, "shB", "prepareTransaction",
                            "{'ok': 1, 'prepareTimestamp': " TS(12, 3) "}", 1);
     ASSERT_INT_EQ(commit(&e, 5, AB, 2, &st), 0);
-    /* the participant list, then the decision, durably; then the document goes */
+    /* the participant list (inserted without a flush; with no local participant here to
+     * flush it, written durably before any prepare), then the decision, durably; then the
+     * document goes */
     ASSERT(sent(&e, "self", "insert", 0,
                 "{'insert': 'transaction_coordinators', 'documents': [{'_id': {'lsid': {'id': "
                 "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB']}], "
-                "'writeConcern': {'w': 'majority', 'j': true}}"));
+                "'writeConcern': {'w': 1}}"));
     ASSERT(sent(&e, "self", "update", 0,
+                "{'update': 'transaction_coordinators', 'updates': [{'q': {'_id': {'lsid': "
+                "{'id': 42}, 'txnNumber': {'$numberLong': '5'}}}, 'u': {'_id': {'lsid': {'id': "
+                "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB']}}], "
+                "'writeConcern': {'w': 'majority', 'j': true}}"));
+    ASSERT(sent(&e, "self", "update", 1,
                 "{'update': 'transaction_coordinators', 'updates': [{'q': {'_id': {'lsid': "
                 "{'id': 42}, 'txnNumber': {'$numberLong': '5'}}}, 'u': {'_id': {'lsid': {'id': "
                 "42}, 'txnNumber': {'$numberLong': '5'}}, 'participants': ['shA', 'shB'], "
@@ -119,6 +126,37 @@ SHL_TEST(txn_coord_commits_at_the_largest_prepare_timestamp)
     ASSERT_INT_EQ(commit(&e, 5, AB, 2, &st), 0);
     ASSERT_INT_EQ(commit(&e, 5, NULL, 0, &st), 0);
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "prepareTransaction"), 2);
+    env_cleanup(&e);
+}
+
+/* The participant list is inserted without a flush; with no vote of this shard's own to make
+ * it durable (the fake has no local participant), a durable write of it comes before any
+ * participant is asked to prepare -- never a prepared participant under a list a crash could
+ * lose. */
+SHL_TEST(txn_coord_makes_the_list_durable_before_any_prepare)
+{
+    static const char *const order[] = {"insert", "update", "prepareTransaction",
+                                        "prepareTransaction"};
+    env_t e;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    env_init(&e);
+    shl_remote_fake_script(e.fake, "*", "prepareTransaction",
+                           "{'ok': 1, 'prepareTimestamp': " TS(10, 1) "}", -1);
+    ASSERT_INT_EQ(commit(&e, 7, AB, 2, &st), 0);
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        bson_t req;
+        bson_iter_t it;
+
+        ASSERT(shl_remote_fake_nth(e.fake, "*", "*", k, &req));
+        ASSERT(bson_iter_init(&it, &req) && bson_iter_next(&it));
+        ASSERT_STR_EQ(bson_iter_key(&it), order[k]);
+        if (k == 1) {
+            ASSERT(bson_iter_init(&it, &req) &&
+                   bson_iter_find_descendant(&it, "writeConcern.j", &it) && bson_iter_as_bool(&it));
+        }
+        bson_destroy(&req);
+    }
     env_cleanup(&e);
 }
 
@@ -177,7 +215,7 @@ SHL_TEST(txn_coord_aborts_on_a_vote_to_abort)
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shA", "abortTransaction"), 1);
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "shB", "abortTransaction"), 1);
         ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "commitTransaction"), 0);
-        ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 0, &doc));
+        ASSERT(shl_remote_fake_nth(e.fake, "self", "update", 1, &doc));
         {
             bson_iter_t it;
             ASSERT(bson_iter_init(&it, &doc) &&

@@ -28,6 +28,8 @@ struct shl_coord {
     bson_t result;               /* set by phases; read by waiters once 'done' */
     size_t phase;                /* guarded by svc->mu (written by the thread, read by report) */
     bool persisted;              /* the document exists on disk; coordinator's thread only */
+    bool unflushed;              /* its last write did not wait for the journal (the type's
+                                  * first_insert_unflushed); coordinator's thread only */
     bool resumed;                /* constant */
     bool finished;               /* shl_coord_finish was called; coordinator's thread only */
     bool aborting;               /* shl_coord_abort was called; coordinator's thread only */
@@ -163,8 +165,10 @@ static const shl_remote_options_t durable = {
 static const shl_remote_options_t local_only = {
     .w = "1", .retry = SHL_REMOTE_RETRY_IDEMPOTENT, .backoff_ms = 100};
 
+/* Insert (how 0), update (1) or delete (-1) the state document; 'flush': wait for the
+ * journal (deletes never do). */
 static int
-doc_write(shl_coord_t *c, int how, shl_status_t *st)
+doc_write(shl_coord_t *c, int how, bool flush, shl_status_t *st)
 {
     shl_remote_target_t self = shl_remote_target_self();
     bson_t cmd = BSON_INITIALIZER, arr, stmt, reply;
@@ -194,8 +198,8 @@ doc_write(shl_coord_t *c, int how, shl_status_t *st)
         bson_append_document_end(&arr, &stmt);
     }
     bson_append_array_end(&cmd, &arr);
-    ret = shl_remote_run(c->svc->remote, &self, COORD_DB, &cmd, how < 0 ? &local_only : &durable,
-                         &reply, st);
+    ret = shl_remote_run(c->svc->remote, &self, COORD_DB, &cmd,
+                         how < 0 || !flush ? &local_only : &durable, &reply, st);
     bson_destroy(&reply);
     bson_destroy(&cmd);
     return ret;
@@ -204,6 +208,7 @@ doc_write(shl_coord_t *c, int how, shl_status_t *st)
 static int
 checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
 {
+    bool lazy;
     int ret;
 
     if (c->t->resume_phase == NULL) {
@@ -216,15 +221,20 @@ checkpoint(shl_coord_t *c, size_t phase, shl_status_t *st)
         bson_steal(&c->doc, &doc);
         pthread_mutex_unlock(&c->svc->mu);
     }
-    ret = doc_write(c, c->persisted ? 1 : 0, st);
+    /* Only a first insert may leave its flush to the phase: a document found on disk (or
+     * written by an earlier attempt) was durable before. */
+    lazy = c->t->first_insert_unflushed && !c->persisted;
+    ret = doc_write(c, c->persisted ? 1 : 0, !lazy, st);
     if (ret == SHL_CODE_DUPLICATE_KEY && !c->persisted) {
         /* An earlier operation with this _id ended with an error and left its document:
          * this one takes it over. */
         shl_status_clear(st);
-        ret = doc_write(c, 1, st);
+        lazy = false;
+        ret = doc_write(c, 1, true, st);
     }
     if (ret == 0) {
         c->persisted = true;
+        c->unflushed = lazy;
     }
     return ret;
 }
@@ -369,7 +379,7 @@ coord_execute(shl_coord_t *c, bool inline_caller)
     /* The end: the document goes (unless an error leaves it for the next start). */
     if ((ret == 0 || aborted) && c->persisted) {
         shl_status_t del = SHL_STATUS_INIT;
-        if (doc_write(c, -1, &del) != 0) {
+        if (doc_write(c, -1, false, &del) != 0) {
             SHL_LOG_WARNING(SHARDING, 4170004, "could not delete a coordinator's document",
                             "type", BCON_UTF8(c->t->name), "reason", BCON_UTF8(del.reason));
         }
@@ -790,12 +800,19 @@ shl_coord_set_result(shl_coord_t *c, const bson_t *res)
 int
 shl_coord_persist(shl_coord_t *c, shl_status_t *st)
 {
-    int ret = doc_write(c, c->persisted ? 1 : 0, st);
+    int ret = doc_write(c, c->persisted ? 1 : 0, true, st);
 
     if (ret == 0) {
         c->persisted = true;
+        c->unflushed = false;
     }
     return ret;
+}
+
+bool
+shl_coord_doc_unflushed(const shl_coord_t *c)
+{
+    return c->unflushed;
 }
 
 const shl_remote_t *

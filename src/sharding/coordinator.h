@@ -75,6 +75,12 @@ typedef struct shl_coord_type {
     /* When set, asked as an operation starts: the phase to answer after instead of
      * 'answers_after' (a runtime setting; NULL: the end). */
     const char *(*answers_after_now)(void);
+    /* The first checkpoint's insert of the state document does not wait for the journal;
+     * the phase after it makes the document durable before anything outside this node
+     * depends on it -- by a durable write of its own on this node (journal flushes cover
+     * every earlier write: the log is one) or shl_coord_persist. shl_coord_doc_unflushed
+     * tells the phase. A document found on disk was durable already. */
+    bool first_insert_unflushed;
     int max_attempts;  /* per phase for retryable errors; 0: 10; -1: forever */
     int64_t backoff_ms; /* between attempts (0: 100 ms) */
     void *arg;          /* the type's own context (shl_coord_type_arg) */
@@ -172,6 +178,9 @@ const shl_remote_t *shl_coord_remote(const shl_coord_t *c);
 /* shl_coord_persist -- write the state document durably now, in the middle of a phase (what
  * a phase learnt that a resume of the same phase must reuse). Errors: the write's. */
 int shl_coord_persist(shl_coord_t *c, shl_status_t *st);
+/* shl_coord_doc_unflushed -- the state document's last write did not wait for the journal
+ * (the type's first_insert_unflushed; false again after shl_coord_persist). */
+bool shl_coord_doc_unflushed(const shl_coord_t *c);
 void *shl_coord_type_arg(const shl_coord_t *c);
 /* shl_coord_finish -- end the operation successfully after the running phase: the later
  * phases are skipped and the document is deleted (e.g. a create that finds the collection

@@ -215,6 +215,29 @@ shl_remote_results_cleanup(shl_remote_result_t *results, size_t n)
 
 /* ------------------------------------------------------------------ the real transport */
 
+/* The self requests of one send, run in-process while the remote ones are in flight. */
+typedef struct self_batch {
+    shl_remote_real_t *real;
+    const shl_remote_request_t *reqs;
+    shl_remote_result_t *results;
+    const size_t *index; /* the self requests' positions in reqs */
+    size_t n;
+} self_batch_t;
+
+static void
+run_selves(void *arg)
+{
+    self_batch_t *b = arg;
+
+    for (size_t k = 0; k < b->n; k++) {
+        size_t i = b->index[k];
+
+        bson_destroy(&b->results[i].reply);
+        shl_service_run_command(b->real->svc, NULL, b->reqs[i].cmd, b->reqs[i].db,
+                                &b->results[i].reply);
+    }
+}
+
 static void
 real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
           shl_remote_result_t *results)
@@ -222,7 +245,10 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
     shl_remote_real_t *real = arg;
     shl_fanout_req_t *fr = bson_malloc0(sizeof *fr * (n ? n : 1));
     size_t *index = bson_malloc0(sizeof *index * (n ? n : 1));
+    size_t *selves = bson_malloc0(sizeof *selves * (n ? n : 1));
     char (*hosts)[SHL_CLIENT_HOST_MAX] = bson_malloc0(sizeof *hosts * (n ? n : 1));
+    self_batch_t batch = {.real = real, .reqs = reqs, .results = results, .index = selves};
+    shl_client_local_t local = {.run = run_selves, .arg = &batch};
     size_t m = 0;
 
     for (size_t i = 0; i < n; i++) {
@@ -234,9 +260,7 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
                 results[i].code =
                     shl_status_set(st, SHL_CODE_HOST_UNREACHABLE, "no service for self commands");
             } else {
-                bson_destroy(&results[i].reply);
-                shl_service_run_command(real->svc, NULL, reqs[i].cmd, reqs[i].db,
-                                        &results[i].reply);
+                selves[batch.n++] = i;
             }
             continue;
         }
@@ -261,10 +285,14 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
         index[m] = i;
         m++;
     }
-    if (m > 0) {
+    if (m == 0) {
+        run_selves(&batch);
+    } else {
         shl_fanout_result_t *fres = bson_malloc0(sizeof *fres * m);
 
-        shl_client_fanout(real->pool, fr, m, timeout_ms, fres);
+        /* Self requests (a coordinator's own participant) run while the others are in
+         * flight: the call takes the slower of the two, not their sum. */
+        shl_client_fanout_local(real->pool, fr, m, timeout_ms, batch.n > 0 ? &local : NULL, fres);
         for (size_t k = 0; k < m; k++) {
             shl_remote_result_t *res = &results[index[k]];
 
@@ -282,6 +310,7 @@ real_send(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout
         bson_free(fres);
     }
     bson_free(hosts);
+    bson_free(selves);
     bson_free(index);
     bson_free(fr);
 }

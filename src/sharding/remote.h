@@ -77,9 +77,10 @@ typedef struct shl_remote_result {
 } shl_remote_result_t;
 
 /*
- * The transport: send n requests at once (the real one: self inline, the rest in one
- * fan-out) and fill results[i].reply with each raw reply; results[i].code/status only for
- * failures to get a reply at all (network, ShardNotFound). Must be thread-safe.
+ * The transport: send n requests at once (the real one: self in-process on the calling thread
+ * while the rest are in flight in one fan-out) and fill results[i].reply with each raw reply;
+ * results[i].code/status only for failures to get a reply at all (network, ShardNotFound).
+ * Must be thread-safe.
  */
 typedef struct shl_remote {
     void (*send)(void *arg, const shl_remote_request_t *reqs, size_t n, int64_t timeout_ms,
