@@ -418,6 +418,9 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     *common = 0;
     *min_valid = 0;
     repl_coord_set_state(rc, SHL_REPL_ROLLBACK);
+    pthread_mutex_lock(&rc->mu);
+    repl_coord_hold_stable_locked(rc);
+    pthread_mutex_unlock(&rc->mu);
     SHL_ERR(find_common_point(rc, host, common, st));
     SHL_ERR(collect_docs(rc, *common, &set, &top, st));
     SHL_LOG_INFO(REPL, 2180030, "rolling back to the common point", "source", BCON_UTF8(host),
@@ -429,13 +432,13 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     SHL_ERR(repl_source_top(rc, host, min_valid, st));
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%S", &tm);
-    /* The refetched versions go in just above our newest entry: above the stable timestamp
-     * (pinned at our applied position), below what the set writes next. */
-    at = top;
-    /* ... and above our stable and oldest timestamps, which may have passed our newest
-     * replicated entry (a former primary's stable timestamp followed its own writes). The
-     * new primary's entries are above all of it: its clock moved past what its voters had
-     * written (election.c). */
+    /* The refetched versions go in just above the common point, the new primary's entries
+     * after it apply on top. Our stable timestamp never passed the commit point on our branch
+     * (repl_coord_move_stable_locked), which a common point is never below, so the stable
+     * checkpoint holds none of the writes rolled back: a crash from here on recovers from it
+     * and replays our oplog, cut at the common point below. WiredTiger wants commits above
+     * the stable and oldest timestamps; data from before that rule could have passed it. */
+    at = *common;
     if (shl_storage_stable_ts(rc->eng) > at) {
         at = shl_storage_stable_ts(rc->eng);
     }
@@ -446,10 +449,6 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     for (size_t i = 0; i < set.n; i++) {
         SHL_ERR(refetch_doc(rc, host, &set.docs[i], at, stamp, st));
     }
-    /* Make the refetched state durable before the entries it replaces leave the oplog: a crash
-     * in between then starts the rollback again from the same place. */
-    repl_coord_pin_applied(rc, at);
-    SHL_ERR(shl_storage_checkpoint(rc->eng, st));
     SHL_ERR(shl_oplog_truncate_after(rc->eng, *common, &removed, st));
     repl_coord_rolled_back(rc, *common);
     SHL_LOG_INFO(REPL, 2180033, "rollback done", "commonPoint",

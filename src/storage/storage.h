@@ -61,9 +61,13 @@ typedef struct shl_storage_options {
     int (*replay_derive)(struct shl_storage_engine *eng, const bson_t *entry, void *arg,
                          shl_status_t *st);
     void *replay_derive_arg;
-    /* Pin the stable timestamp at the oplog's top + 1 before the clock moves to the wall
-     * clock at open (a replica set secondary must not find its stable timestamp past entries
-     * it has yet to apply); release it with shl_storage_release_open_pin. */
+    /* Keep the stable timestamp where the last stable checkpoint left it (the recovery
+     * timestamp; the oplog's top + 1 before recovery has read it) while the node opens: a
+     * replica set member's stable timestamp never passes the set's majority commit point, and
+     * the entries recovery replays above it may be ones the set never had (a former primary's)
+     * or entries it has yet to apply. Release it with shl_storage_release_open_pin once repl
+     * has placed its own pin. While the stable timestamp is 0 and held by a pin, checkpoints
+     * are skipped (WiredTiger would checkpoint everything, unstable writes included). */
     bool pin_stable_at_open;
 } shl_storage_options_t;
 
@@ -347,8 +351,9 @@ void shl_storage_pin_stable(shl_storage_engine_t *eng, uint64_t ts);
 
 /*
  * shl_storage_open_pin / shl_storage_release_open_pin --
- *     The pin shl_storage_options_t.pin_stable_at_open took (0: none), and its release (once;
- *     later calls do nothing). Not thread-safe against each other: start-up only.
+ *     The pin shl_storage_options_t.pin_stable_at_open took (0: none; the recovery timestamp
+ *     + 1 once shl_storage_open returned), and its release (once; later calls do nothing).
+ *     Not thread-safe against each other: start-up only.
  */
 uint64_t shl_storage_open_pin(const shl_storage_engine_t *eng);
 void shl_storage_release_open_pin(shl_storage_engine_t *eng);

@@ -7,10 +7,12 @@ w: "majority" are never rolled back."""
 import glob
 import os
 import threading
+import time
 
 import bson
 import pymongo
 import pytest
+from bson.timestamp import Timestamp
 from pymongo.write_concern import WriteConcern
 
 from shale_fixtures import cleanup_later, start_replica_set, fail_point, logged, wait_until
@@ -134,6 +136,67 @@ def test_after_step_down_and_kill_the_set_recovers(rs):
     assert "writeConcernError" not in r
     wait_until(lambda: dc.test.rb2.count_documents({}) == 2, 10, "the set's documents")
     assert dc.test.rb2.count_documents({"_id": {"$regex": "^lost"}}) == 0
+
+
+def newest_entry(node):
+    return direct(node, readPreference="secondaryPreferred").local.oplog.rs.find(
+        {"ns": {"$not": {"$regex": "^local\\."}}}).sort("$natural", -1).limit(1)[0]["ts"]
+
+
+def rollbacks_of(node):
+    """How many rollbacks node's log reports done (its log runs on across restarts)."""
+    return node.read_log().count('"id":2180033,')
+
+
+def test_killed_primary_ahead_of_the_set_applies_the_new_entries(rs):
+    """Issue 18's stuck apply, made certain: the primary's clock runs 30 s ahead (a client's
+    $clusterTime moved it), it stops exchanging heartbeats (so no one hears how far), writes
+    w:1 entries no one receives and is killed -9. The new primary's entries then have
+    timestamps between the common point and the killed member's newest entry. The killed
+    member restarts, rolls back and must apply them: its stable timestamp never passed the
+    majority commit point (it used to follow its own writes, and every apply then failed
+    with "timestamp_transaction: Invalid argument")."""
+    old = primary_of(rs)
+    others = [n for n in rs if n is not old]
+    direct(old).test.command("insert", "ahead", documents=[{"_id": "majority"}],
+                             writeConcern={"w": "majority", "wtimeout": 10000})
+    for s in others:
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        oc = direct(old)
+        fail_point(oc, "dropHeartbeats", "alwaysOn")
+        ahead = Timestamp(int(time.time()) + 30, 1)
+        with oc.start_session() as sess:
+            sess.advance_cluster_time({"clusterTime": ahead,
+                                       "signature": {"hash": b"\0" * 20, "keyId": 0}})
+            # j: the entries survive the kill, so the restarted member has them to roll back
+            oc.test.get_collection("ahead", write_concern=WriteConcern(w=1, j=True)).insert_many(
+                [{"_id": "lost-%d" % i} for i in range(3)], session=sess)
+        top = newest_entry(old)
+        assert top.time >= ahead.time
+        old.kill()
+    finally:
+        for s in others:
+            fail_point(direct(s), "stopReplProducer", "off")
+    wait_until(lambda: primary_of(others) is not None, 30, "a new primary")
+    new = primary_of(others)
+    r = direct(new).test.command("insert", "ahead", documents=[{"_id": "kept"}],
+                                 writeConcern={"w": "majority", "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    # the condition of the bug: the new primary writes below the killed member's newest entry
+    assert newest_entry(new) < top
+
+    rollbacks = rollbacks_of(old)
+    old.start()
+    oc = direct(old, readPreference="secondaryPreferred")
+    wait_until(lambda: rollbacks_of(old) > rollbacks, 30, "the killed member rolls back")
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 30,
+               "the killed member is a secondary again")
+    r = direct(new).test.command("insert", "ahead", documents=[{"_id": "kept2"}],
+                                 writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    assert sorted(d["_id"] for d in oc.test.ahead.find()) == ["kept", "kept2", "majority"]
+    assert "timestamp_transaction" not in old.read_log()
 
 
 def step_up_in_background(node):
