@@ -242,7 +242,9 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         f->applied = last;
         f->fetch_from = last;
         shl_storage_clock_advance(rc->eng, last);
-        SHL_ERR(shl_storage_wait_durable(rc->eng, last, st));
+        /* Flushed whatever our durable point says: it follows our clock, which our own
+         * writes (or a restart's wall clock) may have moved past 'last'. */
+        SHL_ERR(shl_storage_wait_durable(rc->eng, 0, st));
         repl_coord_self_progress(rc, last, last); /* moves the stable pin */
         report_position(f);
         if (f->min_valid != 0 && last >= f->min_valid) {

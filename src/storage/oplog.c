@@ -493,7 +493,8 @@ write_raw_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
         wtret = c->insert(c);
         if (wtret == WT_DUPLICATE_KEY) {
             /* The same entry written before a restart, or this member's own local.* write
-             * that took the slot (its clock is not the primary's): the set's entry wins. */
+             * that took the slot (its clock is not the primary's): the set's entry wins (the
+             * local write was logged again above the batch: relog_displaced_local_writes). */
             c->set_key(c, (int64_t)SHL_TS_MAKE(secs, inc));
             c->set_value(c, &v);
             wtret = c->update(c);
@@ -510,6 +511,165 @@ done:
     return ret;
 }
 
+/*
+ * A member's own local.* writes take timestamps from its own clock; a set entry given later
+ * for the same slot replaces the member's entry in the oplog (the set's wins), and with it
+ * the only durable record of that write (collections are checkpointed at the stable
+ * timestamp, which a member of a set holds at the commit point). So, before a batch is
+ * written, each own local.* document write whose slot the batch takes is logged again, with
+ * the document as it is now, at a timestamp above the batch (docs/design/replication.md
+ * "Local writes").
+ */
+typedef struct relog_arg {
+    const bson_t *entry; /* our displaced entry */
+    shl_collection_t *coll;
+    const bson_value_t *id;
+    uint64_t ts; /* out: where it went */
+} relog_arg_t;
+
+static int
+relog_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+{
+    relog_arg_t *a = varg;
+    bson_t cur, out = BSON_INITIALIZER, o;
+    bson_iter_t it;
+    WT_CURSOR *c = NULL;
+    WT_ITEM v;
+    int64_t rid = 0;
+    bool found = false;
+    int ret = 0, wtret;
+
+    SHL_ERR(shl_doc_find_by_id(txn, a->coll, a->id, &cur, &rid, &found, st));
+    SHL_ERR(shl_txn_next_ts(txn, &a->ts, st));
+    bson_iter_init(&it, a->entry);
+    while (bson_iter_next(&it)) {
+        const char *k = bson_iter_key(&it);
+        if (strcmp(k, "ts") != 0 && strcmp(k, "op") != 0 && strcmp(k, "o") != 0 &&
+            strcmp(k, "o2") != 0) {
+            bson_append_iter(&out, k, -1, &it);
+        }
+    }
+    BSON_APPEND_TIMESTAMP(&out, "ts", SHL_TS_SECS(a->ts), SHL_TS_INC(a->ts));
+    BSON_APPEND_UTF8(&out, "op", found ? "i" : "d");
+    if (found) {
+        BSON_APPEND_DOCUMENT(&out, "o", &cur);
+    } else {
+        BSON_APPEND_DOCUMENT_BEGIN(&out, "o", &o);
+        bson_append_value(&o, "_id", 3, a->id);
+        bson_append_document_end(&out, &o);
+    }
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
+    v.data = bson_get_data(&out);
+    v.size = out.len;
+    c->set_key(c, (int64_t)a->ts);
+    c->set_value(c, &v);
+    if ((wtret = c->insert(c)) != 0) {
+        SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
+    }
+    shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, out.len);
+done:
+    if (c != NULL) {
+        shl_wt_cursor_put(txn->sess, "table:oplog", c);
+    }
+    bson_destroy(&cur);
+    bson_destroy(&out);
+    return ret;
+}
+
+/* The _id an own i/u/d entry of a local.* collection wrote ('o2' for an update), else NULL. */
+static const bson_value_t *
+local_write_id(const bson_t *e, bson_iter_t *id_it)
+{
+    bson_iter_t it, sub;
+    const char *op;
+
+    if (!bson_iter_init_find(&it, e, "ns") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strncmp(bson_iter_utf8(&it, NULL), "local.", 6) != 0 ||
+        !bson_iter_init_find(&it, e, "op") || !BSON_ITER_HOLDS_UTF8(&it)) {
+        return NULL;
+    }
+    op = bson_iter_utf8(&it, NULL);
+    if (strcmp(op, "i") != 0 && strcmp(op, "u") != 0 && strcmp(op, "d") != 0) {
+        return NULL;
+    }
+    if (!bson_iter_init_find(&it, e, strcmp(op, "u") == 0 ? "o2" : "o") ||
+        !BSON_ITER_HOLDS_DOCUMENT(&it) || !bson_iter_recurse(&it, &sub) ||
+        !bson_iter_find(&sub, "_id")) {
+        return NULL;
+    }
+    *id_it = sub;
+    return bson_iter_value(id_it);
+}
+
+/* Log again each own local.* write whose slot one of 'entries' (in ts order) takes. */
+static int
+relog_displaced_local_writes(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
+                             shl_status_t *st)
+{
+    shl_wt_session_t *s = NULL;
+    WT_CURSOR *c = NULL;
+    bson_t **mine = NULL;
+    size_t nmine = 0;
+    uint64_t last = 0;
+    int ret = 0;
+
+    SHL_ERR(shl_wt_session_get(eng, &s, st));
+    SHL_ERR(shl_wt_cursor_get(eng, s, "table:oplog", &c, st));
+    for (size_t i = 0; i < n; i++) {
+        bson_iter_t it;
+        uint32_t secs = 0, inc = 0;
+        WT_ITEM v;
+        bson_t have;
+        bson_iter_t id_it;
+        if (!bson_iter_init_find(&it, entries[i], "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it)) {
+            continue; /* write_raw_unit refuses it */
+        }
+        bson_iter_timestamp(&it, &secs, &inc);
+        last = SHL_TS_MAKE(secs, inc);
+        c->set_key(c, (int64_t)last);
+        if (c->search(c) != 0 || c->get_value(c, &v) != 0 ||
+            !bson_init_static(&have, v.data, v.size)) {
+            continue;
+        }
+        if (!bson_equal(&have, entries[i]) && local_write_id(&have, &id_it) != NULL) {
+            mine = bson_realloc(mine, (nmine + 1) * sizeof(*mine));
+            mine[nmine++] = bson_copy(&have);
+        }
+    }
+    shl_wt_cursor_put(s, "table:oplog", c);
+    c = NULL;
+    shl_wt_session_put(eng, s);
+    s = NULL;
+    if (nmine > 0) {
+        /* Our clock above the batch: the new slots are not the set's. */
+        shl_storage_clock_advance(eng, last);
+    }
+    for (size_t i = 0; i < nmine; i++) {
+        shl_coll_handle_t h = {0};
+        bson_iter_t it, id_it;
+        relog_arg_t a = {.entry = mine[i], .id = local_write_id(mine[i], &id_it)};
+        bson_iter_init_find(&it, mine[i], "ns");
+        ret = shl_storage_coll_acquire(eng, bson_iter_utf8(&it, NULL), SHL_LOCK_SHARED, &h, st);
+        if (ret == 0 && h.coll != NULL) {
+            a.coll = h.coll;
+            ret = shl_storage_write_retry(eng, relog_unit, &a, NULL, st);
+        }
+        shl_storage_coll_release(&h);
+        SHL_ERR(ret);
+        SHL_LOG_DEBUG(1, STORAGE, 5100120, "logged an own local write again above the set's entry",
+                      "ns", BCON_UTF8(bson_iter_utf8(&it, NULL)), "ts",
+                      BCON_TIMESTAMP(SHL_TS_SECS(a.ts), SHL_TS_INC(a.ts)));
+    }
+done:
+    shl_wt_cursor_put(s, "table:oplog", c);
+    shl_wt_session_put(eng, s);
+    for (size_t i = 0; i < nmine; i++) {
+        bson_destroy(mine[i]);
+    }
+    bson_free(mine);
+    return ret;
+}
+
 int
 shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entries, size_t n,
                            shl_status_t *st)
@@ -520,6 +680,7 @@ shl_oplog_apply_replicated(shl_storage_engine_t *eng, const bson_t *const *entri
     if (n == 0) {
         goto done;
     }
+    SHL_ERR(relog_displaced_local_writes(eng, entries, n, st));
     SHL_ERR(shl_storage_write_retry(eng, write_raw_unit, &b, NULL, st));
     for (size_t i = 0; i < n; i++) {
         SHL_ERR(shl_oplog_apply(eng, entries[i], st));

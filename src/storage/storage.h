@@ -168,7 +168,9 @@ void shl_storage_set_term(shl_storage_engine_t *eng, int64_t term);
 /*
  * shl_storage_wait_durable --
  *     Return once the journal holds every write whose timestamp is <= 'ts' and that
- *     committed before this call (j:true, w:"majority" on a set of one). Waiters
+ *     committed before this call (j:true, w:"majority" on a set of one); 'ts' 0: every write
+ *     committed before the call, whatever its timestamp (writes at timestamps given, as a
+ *     secondary's, may be below the durable point already). Waiters
  *     share flushes (group commit): one thread calls WT log_flush(sync=on) for all
  *     the waiters that arrived before it started. Blocks for about one fsync.
  *     Errors: InternalError if the flush fails.

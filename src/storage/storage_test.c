@@ -21,6 +21,7 @@
 #include "storage/record_store.h"
 #include "storage/storage.h"
 #include "storage/storage_private.h"
+#include "storage/stored_doc.h"
 #include "storage/write.h"
 
 /* ---------------------------------------------------------------------------------
@@ -1609,6 +1610,49 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     shl_storage_close(eng);
     eng = open_eng(dir, false);
     ASSERT_SCAN(eng, "rc.new", true, "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
+    shl_storage_close(eng);
+    rmrf(dir);
+    bson_free(dir);
+    tmp_free();
+}
+
+/* A member's own local.* write (a vote), then a set entry given for the same slot. */
+static void
+local_write_then_set_entry_then_crash(shl_storage_engine_t *eng)
+{
+    shl_status_t st;
+    uint64_t ts;
+    bson_t *e;
+    const bson_t *entries[1];
+
+    shl_stored_doc_store(eng, "local.replset.election", T("{'_id': 'election', 'term': 5}"), &st);
+    ts = shl_storage_clock_now(eng); /* the vote's slot */
+    e = BCON_NEW("ts", BCON_TIMESTAMP(SHL_TS_SECS(ts), SHL_TS_INC(ts)), "t", BCON_INT64(1), "v",
+                 BCON_INT32(2), "op", BCON_UTF8("n"), "ns", BCON_UTF8(""), "wall",
+                 BCON_DATE_TIME(0), "o", "{", "msg", BCON_UTF8("the set's entry"), "}");
+    entries[0] = e;
+    shl_oplog_apply_replicated(eng, entries, 1, &st);
+    shl_storage_wait_durable(eng, 0, &st); /* the clock is past ts already: flush anyway */
+    bson_destroy(e);
+}
+
+SHL_TEST(own_local_write_survives_a_set_entry_taking_its_slot)
+{
+    char *dir = tmpdir();
+    shl_storage_engine_t *eng;
+    shl_status_t st;
+    bson_t vote;
+    bool found = false;
+
+    crash_after(dir, local_write_then_set_entry_then_crash);
+    eng = open_eng(dir, false);
+    ASSERT(eng != NULL);
+    ASSERT_INT_EQ(shl_stored_doc_load(eng, "local.replset.election", "election", &vote, &found,
+                                      &st),
+                  0);
+    ASSERT(found);
+    ASSERT_BSON_EQ(&vote, "{'_id': 'election', 'term': 5}");
+    bson_destroy(&vote);
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
