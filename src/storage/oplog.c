@@ -521,59 +521,130 @@ done:
  * "Local writes").
  */
 typedef struct relog_arg {
-    const bson_t *entry; /* our displaced entry */
-    shl_collection_t *coll;
-    const bson_value_t *id;
-    uint64_t ts; /* out: where it went */
+    const bson_t *entry;    /* our displaced entry */
+    shl_collection_t *coll; /* the collection it wrote (its create: the one created) */
+    const bson_value_t *id; /* the document it wrote; NULL: a command entry */
+    uint64_t ts;            /* out: where it went */
 } relog_arg_t;
 
+/* Add to the oplog at a new slot of 'txn' the entry 'like' (its fields but ts, op, o and o2;
+ * 'ns' replaced when given) with 'op' and 'o' -- or 'like' itself when 'op' is NULL. */
 static int
-relog_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+relog_entry(shl_storage_txn_t *txn, WT_CURSOR *c, const bson_t *like, const char *ns,
+            const char *op, const bson_t *o, uint64_t *ts, shl_status_t *st)
 {
-    relog_arg_t *a = varg;
-    bson_t cur, out = BSON_INITIALIZER, o;
+    bson_t out = BSON_INITIALIZER;
     bson_iter_t it;
-    WT_CURSOR *c = NULL;
     WT_ITEM v;
-    int64_t rid = 0;
-    bool found = false;
     int ret = 0, wtret;
 
-    SHL_ERR(shl_doc_find_by_id(txn, a->coll, a->id, &cur, &rid, &found, st));
-    SHL_ERR(shl_txn_next_ts(txn, &a->ts, st));
-    bson_iter_init(&it, a->entry);
+    SHL_ERR(shl_txn_next_ts(txn, ts, st));
+    bson_iter_init(&it, like);
     while (bson_iter_next(&it)) {
         const char *k = bson_iter_key(&it);
-        if (strcmp(k, "ts") != 0 && strcmp(k, "op") != 0 && strcmp(k, "o") != 0 &&
-            strcmp(k, "o2") != 0) {
-            bson_append_iter(&out, k, -1, &it);
+        if (strcmp(k, "ts") == 0 || (op != NULL && (strcmp(k, "op") == 0 || strcmp(k, "o") == 0 ||
+                                                    strcmp(k, "o2") == 0 ||
+                                                    (ns != NULL && strcmp(k, "ns") == 0)))) {
+            continue;
         }
+        bson_append_iter(&out, k, -1, &it);
     }
-    BSON_APPEND_TIMESTAMP(&out, "ts", SHL_TS_SECS(a->ts), SHL_TS_INC(a->ts));
-    BSON_APPEND_UTF8(&out, "op", found ? "i" : "d");
-    if (found) {
-        BSON_APPEND_DOCUMENT(&out, "o", &cur);
-    } else {
-        BSON_APPEND_DOCUMENT_BEGIN(&out, "o", &o);
-        bson_append_value(&o, "_id", 3, a->id);
-        bson_append_document_end(&out, &o);
+    BSON_APPEND_TIMESTAMP(&out, "ts", SHL_TS_SECS(*ts), SHL_TS_INC(*ts));
+    if (op != NULL) {
+        if (ns != NULL) {
+            BSON_APPEND_UTF8(&out, "ns", ns);
+        }
+        BSON_APPEND_UTF8(&out, "op", op);
+        BSON_APPEND_DOCUMENT(&out, "o", o);
     }
-    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
     v.data = bson_get_data(&out);
     v.size = out.len;
-    c->set_key(c, (int64_t)a->ts);
+    c->set_key(c, (int64_t)*ts);
     c->set_value(c, &v);
     if ((wtret = c->insert(c)) != 0) {
         SHL_ERR(shl_wt_err(st, wtret, "oplog insert"));
     }
     shl_txn_add_delta(txn, txn->eng->oplog->rs, 1, out.len);
 done:
+    bson_destroy(&out);
+    return ret;
+}
+
+static int
+relog_unit(shl_storage_txn_t *txn, void *varg, shl_status_t *st)
+{
+    relog_arg_t *a = varg;
+    bson_t cur, o;
+    WT_CURSOR *c = NULL;
+    shl_record_cursor_t *rc = NULL;
+    bool found = false;
+    int ret = 0;
+
+    bson_init(&cur);
+    SHL_ERR(shl_wt_cursor_get(txn->eng, txn->sess, "table:oplog", &c, st));
+    if (a->id != NULL) {
+        /* A document write: the document as it is now (or its absence). */
+        bson_destroy(&cur);
+        SHL_ERR(shl_doc_find_by_id(txn, a->coll, a->id, &cur, NULL, &found, st));
+        if (found) {
+            SHL_ERR(relog_entry(txn, c, a->entry, NULL, "i", &cur, &a->ts, st));
+        } else {
+            bson_init(&o);
+            bson_append_value(&o, "_id", 3, a->id);
+            ret = relog_entry(txn, c, a->entry, NULL, "d", &o, &a->ts, st);
+            bson_destroy(&o);
+            SHL_ERR(ret);
+        }
+        goto done;
+    }
+    /* A command: again as it was; a create, with every document of the collection after it
+     * (the entries that wrote them may be older than its new slot). */
+    SHL_ERR(relog_entry(txn, c, a->entry, NULL, NULL, NULL, &a->ts, st));
+    if (a->coll != NULL) {
+        uint64_t ts;
+        SHL_ERR(shl_record_cursor_open(txn, a->coll, true, &rc, st));
+        for (;;) {
+            int64_t rid;
+            bool eof = false;
+            bson_destroy(&cur);
+            SHL_ERR(shl_record_cursor_next(rc, &rid, &cur, &eof, st));
+            if (eof) {
+                break;
+            }
+            SHL_ERR(relog_entry(txn, c, a->entry, a->coll->ns, "i", &cur, &ts, st));
+        }
+    }
+done:
+    if (rc != NULL) {
+        shl_record_cursor_close(rc);
+    }
     if (c != NULL) {
         shl_wt_cursor_put(txn->sess, "table:oplog", c);
     }
     bson_destroy(&cur);
-    bson_destroy(&out);
     return ret;
+}
+
+/* Whether 'e' is a command entry of the local database; *created: the collection a create
+ * made ("" for other commands). */
+static bool
+local_command(const bson_t *e, char *created, size_t size)
+{
+    bson_iter_t it, sub;
+
+    created[0] = '\0';
+    if (!bson_iter_init_find(&it, e, "ns") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "local.$cmd") != 0 ||
+        !bson_iter_init_find(&it, e, "op") || !BSON_ITER_HOLDS_UTF8(&it) ||
+        strcmp(bson_iter_utf8(&it, NULL), "c") != 0) {
+        return false;
+    }
+    if (bson_iter_init_find(&it, e, "o") && BSON_ITER_HOLDS_DOCUMENT(&it) &&
+        bson_iter_recurse(&it, &sub) && bson_iter_find(&sub, "create") &&
+        BSON_ITER_HOLDS_UTF8(&sub)) {
+        snprintf(created, size, "local.%s", bson_iter_utf8(&sub, NULL));
+    }
+    return true;
 }
 
 /* The _id an own i/u/d entry of a local.* collection wrote ('o2' for an update), else NULL. */
@@ -621,6 +692,7 @@ relog_displaced_local_writes(shl_storage_engine_t *eng, const bson_t *const *ent
         WT_ITEM v;
         bson_t have;
         bson_iter_t id_it;
+        char ns[256];
         if (!bson_iter_init_find(&it, entries[i], "ts") || !BSON_ITER_HOLDS_TIMESTAMP(&it)) {
             continue; /* write_raw_unit refuses it */
         }
@@ -631,7 +703,8 @@ relog_displaced_local_writes(shl_storage_engine_t *eng, const bson_t *const *ent
             !bson_init_static(&have, v.data, v.size)) {
             continue;
         }
-        if (!bson_equal(&have, entries[i]) && local_write_id(&have, &id_it) != NULL) {
+        if (!bson_equal(&have, entries[i]) &&
+            (local_write_id(&have, &id_it) != NULL || local_command(&have, ns, sizeof(ns)))) {
             mine = bson_realloc(mine, (nmine + 1) * sizeof(*mine));
             mine[nmine++] = bson_copy(&have);
         }
@@ -647,10 +720,20 @@ relog_displaced_local_writes(shl_storage_engine_t *eng, const bson_t *const *ent
     for (size_t i = 0; i < nmine; i++) {
         shl_coll_handle_t h = {0};
         bson_iter_t it, id_it;
+        char created[256];
         relog_arg_t a = {.entry = mine[i], .id = local_write_id(mine[i], &id_it)};
+        const char *ns = created;
         bson_iter_init_find(&it, mine[i], "ns");
-        ret = shl_storage_coll_acquire(eng, bson_iter_utf8(&it, NULL), SHL_LOCK_SHARED, &h, st);
-        if (ret == 0 && h.coll != NULL) {
+        if (a.id != NULL) {
+            ns = bson_iter_utf8(&it, NULL);
+        } else {
+            local_command(mine[i], created, sizeof(created));
+        }
+        if (ns[0] != '\0') {
+            ret = shl_storage_coll_acquire(eng, ns, SHL_LOCK_SHARED, &h, st);
+        }
+        /* A document write to a collection dropped since needs logging no more. */
+        if (ret == 0 && (h.coll != NULL || a.id == NULL)) {
             a.coll = h.coll;
             ret = shl_storage_write_retry(eng, relog_unit, &a, NULL, st);
         }

@@ -252,3 +252,40 @@ def test_new_primary_catches_up_then_abort(rs):
     wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 10,
                "the former primary is a secondary again")
     assert oc.test.cu.count_documents({"_id": {"$regex": "^r1-"}}) == 0
+
+
+def request_vote(node, term, candidate):
+    return direct(node).admin.command(
+        "replSetRequestVotes", 1, setName=SET, dryRun=False, term=term,
+        candidateIndex=candidate, configVersion=1,
+        lastAppliedOpTime={"ts": Timestamp(2 ** 32 - 1, 0), "t": term})
+
+
+def test_a_vote_survives_kill_9(rs):
+    """A member's vote is durable on its own (local.replset.election): killed -9 right after
+    it voted, and after the set's entries took the vote's oplog slot where they could (the
+    primary's first write of the second, which a secondary not fetching also takes for its
+    vote), it does not vote for another candidate in that term after its restart."""
+    primary = primary_of(rs)
+    voter = [n for n in rs if n is not primary][0]
+    idx = {n: i for i, n in enumerate(rs)}
+    others = [i for n, i in idx.items() if n is not voter]
+    fail_point(direct(voter), "stopReplProducer", "alwaysOn")
+    # no one hears of the new term from the voter (the primary would step down, and an
+    # election would move every term past it before the voter asks again)
+    fail_point(direct(voter), "dropHeartbeats", "alwaysOn")
+    try:
+        term = direct(voter).admin.command("replSetGetStatus")["term"] + 1
+        r = request_vote(voter, term, others[0])
+        assert r["voteGranted"], r
+        # the set's entry for the same slot, before the primary hears of the new term
+        direct(primary).test.command("insert", "votes", documents=[{"_id": term}])
+    finally:
+        fail_point(direct(voter), "stopReplProducer", "off")
+    wait_until(lambda: direct(voter, readPreference="secondaryPreferred").test.votes.find_one(
+        {"_id": term}) is not None, 20, "the voter applies the set's entry")
+    voter.kill()  # its fail points go with it
+    voter.start()
+    r = request_vote(voter, term, others[1])
+    assert not r["voteGranted"] and "already voted" in r["reason"], r
+    wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
