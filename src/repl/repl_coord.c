@@ -271,8 +271,17 @@ repl_coord_move_stable_locked(repl_coord_t *rc)
         }
         target = rc->commit_point;
     } else if (rc->branch_confirmed) {
-        uint64_t cp = rc->source_commit_point;
-        target = cp < rc->members[rc->self].applied ? cp : rc->members[rc->self].applied;
+        uint64_t cp = rc->source_commit_point, applied = rc->members[rc->self].applied;
+        target = cp < applied ? cp : applied;
+        if (rc->rollback_refetched_at != 0) {
+            /* A checkpoint between the common point and the refetched versions would hold
+             * the versions they replaced. */
+            if (applied <= rc->rollback_refetched_at) {
+                target = target < rc->rollback_common ? target : rc->rollback_common;
+            } else {
+                rc->rollback_refetched_at = 0;
+            }
+        }
     } else {
         return; /* our newest entries may be rolled back: stay */
     }
@@ -332,9 +341,11 @@ repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state)
 }
 
 void
-repl_coord_rolled_back(repl_coord_t *rc, uint64_t common)
+repl_coord_rolled_back(repl_coord_t *rc, uint64_t common, uint64_t refetched_at)
 {
     pthread_mutex_lock(&rc->mu);
+    rc->rollback_common = common;
+    rc->rollback_refetched_at = refetched_at;
     if (rc->self >= 0) {
         rc->members[rc->self].applied = common;
         rc->members[rc->self].durable = common;
@@ -819,6 +830,25 @@ repl_coord_last_replicated(repl_coord_t *rc)
     return ts;
 }
 
+/* The dispatcher's admission and hello hooks and db's (write concern, majority reads, "am I
+ * primary" for the TTL monitor, session reaps and the session cache): in place before the
+ * node starts any thread or runs any command of its own. */
+static void
+install_hooks(shl_service_ctx_t *svc, repl_coord_t *rc)
+{
+    shl_db_repl_hooks_t hooks = {0};
+
+    svc->hooks.admit = hook_admit;
+    svc->hooks.append_set_hello = hook_append_set_hello;
+    hooks.arg = rc;
+    hooks.wait_write_concern = hook_wait_write_concern;
+    hooks.majority_ts = hook_majority_ts;
+    hooks.is_primary = hook_is_primary;
+    hooks.add_listener = repl_add_listener;
+    hooks.stop_listeners = repl_stop_listeners;
+    shl_db_repl_hooks_install(svc, &hooks);
+}
+
 /* Storage is open and nothing of the node runs yet: read the configuration, and as a
  * secondary pin the stable timestamp below the entries still to apply before any write can
  * move it (docs/design/replication.md "Timestamps on a secondary"). */
@@ -847,6 +877,7 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     pthread_cond_init(&rc->wake, NULL);
     atomic_store(&rc->state, SHL_REPL_PRIMARY); /* a set of one, as before */
     svc->repl_state = rc;
+    install_hooks(svc, rc);
 
     bson_destroy(&doc);
     SHL_ERR(shl_stored_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
@@ -917,7 +948,6 @@ int
 shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {
     repl_coord_t *rc = repl_coord_get(svc);
-    shl_db_repl_hooks_t hooks = {0};
     int ret = 0;
 
     if (rc == NULL) {
@@ -926,15 +956,6 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     repl_register_commands(reg);
     node_shutdown = svc->hooks.shutdown;
     svc->hooks.shutdown = repl_shutdown;
-    svc->hooks.admit = hook_admit;
-    svc->hooks.append_set_hello = hook_append_set_hello;
-    hooks.arg = rc;
-    hooks.wait_write_concern = hook_wait_write_concern;
-    hooks.majority_ts = hook_majority_ts;
-    hooks.is_primary = hook_is_primary;
-    hooks.add_listener = repl_add_listener;
-    hooks.stop_listeners = repl_stop_listeners;
-    shl_db_repl_hooks_install(svc, &hooks);
     pthread_mutex_lock(&rc->mu);
     if (rc->configured) {
         ret = repl_coord_start_threads_locked(rc, st);

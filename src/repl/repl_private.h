@@ -176,6 +176,9 @@ typedef struct repl_coord {
      * timestamp follows it, never a commit point heard from another member, which may be on a
      * branch our newest entries are not. Guarded by mu. */
     uint64_t source_commit_point;
+    /* After a rollback by refetch: the stable timestamp stays at or below rollback_common
+     * until this member applied past rollback_refetched_at (0: none). Guarded by mu. */
+    uint64_t rollback_common, rollback_refetched_at;
 } repl_coord_t;
 
 /* repl_coord_get -- the coordinator of 'svc' (NULL on a node without --replSet). */
@@ -231,10 +234,12 @@ void repl_coord_confirm_branch(repl_coord_t *rc);
  * tell awaitable hellos. Takes mu. */
 void repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state);
 
-/* repl_coord_rolled_back -- this node rolled its oplog back to 'common': its position is
- * there again and it is RECOVERING until it has applied the source's entries up to the
- * rollback's minValid (the fetcher then makes it SECONDARY). Takes mu. */
-void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common);
+/* repl_coord_rolled_back -- this node rolled its oplog back to 'common' (the refetched
+ * documents written at 'refetched_at'): its position is there again, its stable timestamp
+ * stays at or below 'common' until it applied past 'refetched_at', and it is RECOVERING until
+ * it has applied the source's entries up to the rollback's minValid (the fetcher then makes
+ * it SECONDARY). Takes mu. */
+void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common, uint64_t refetched_at);
 
 #define REPL_SOURCE_TIMEOUT_MS 10000
 

@@ -88,7 +88,7 @@ static int
 source_optimes(repl_coord_t *rc, const char *host, uint64_t lo, uint64_t hi, optimes_t *out,
                shl_status_t *st)
 {
-    bson_t cmd = BSON_INITIALIZER, filter, range, proj;
+    bson_t cmd = BSON_INITIALIZER, filter, range, proj, ns;
     int ret;
 
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
@@ -97,6 +97,12 @@ source_optimes(repl_coord_t *rc, const char *host, uint64_t lo, uint64_t hi, opt
     BSON_APPEND_TIMESTAMP(&range, "$gte", SHL_TS_SECS(lo), SHL_TS_INC(lo));
     BSON_APPEND_TIMESTAMP(&range, "$lte", SHL_TS_SECS(hi), SHL_TS_INC(hi));
     bson_append_document_end(&filter, &range);
+    /* The source's own local.* entries are not the set's (ours are left out as well): one
+     * in the slot of one of our entries, of our term, would pass for a common entry (its
+     * local writes logged again above a batch take the slots a primary uses next). */
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ns", &ns);
+    BSON_APPEND_REGEX(&ns, "$not", "^local\\.", "");
+    bson_append_document_end(&filter, &ns);
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
     BSON_APPEND_INT32(&proj, "ts", 1);
@@ -432,13 +438,14 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     SHL_ERR(repl_source_top(rc, host, min_valid, st));
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%S", &tm);
-    /* The refetched versions go in just above the common point, the new primary's entries
-     * after it apply on top. Our stable timestamp never passed the commit point on our branch
-     * (repl_coord_move_stable_locked), which a common point is never below, so the stable
-     * checkpoint holds none of the writes rolled back: a crash from here on recovers from it
-     * and replays our oplog, cut at the common point below. WiredTiger wants commits above
-     * the stable and oldest timestamps; data from before that rule could have passed it. */
-    at = *common;
+    /* The refetched versions go in just above our newest entry (and our stable and oldest
+     * timestamps): WiredTiger 3.2 wants each document's versions in timestamp order, and the
+     * versions being replaced are up to there (just above the common point, as it was tried
+     * first, some rolled-back versions stayed visible). Our stable timestamp never passed the
+     * commit point on our branch, so the stable checkpoint holds none of the writes rolled
+     * back; it stays at the common point until we applied past the refetched versions
+     * (repl_coord_rolled_back), so that no checkpoint holds a rolled-back version either. */
+    at = top;
     if (shl_storage_stable_ts(rc->eng) > at) {
         at = shl_storage_stable_ts(rc->eng);
     }
@@ -450,7 +457,7 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
         SHL_ERR(refetch_doc(rc, host, &set.docs[i], at, stamp, st));
     }
     SHL_ERR(shl_oplog_truncate_after(rc->eng, *common, &removed, st));
-    repl_coord_rolled_back(rc, *common);
+    repl_coord_rolled_back(rc, *common, at);
     SHL_LOG_INFO(REPL, 2180033, "rollback done", "commonPoint",
                  BCON_TIMESTAMP(SHL_TS_SECS(*common), SHL_TS_INC(*common)), "entriesRemoved",
                  BCON_INT64(removed), "minValid",

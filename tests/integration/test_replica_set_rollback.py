@@ -55,7 +55,8 @@ def test_killed_primary_rolls_back_unreplicated_writes(rs):
         w1 = direct(old).test.rb
         w1.insert_many([{"_id": "lost-%d" % i, "v": "w1"} for i in range(3)])
         w1.update_one({"_id": 1}, {"$set": {"v": "lost-update"}})
-        w1.delete_one({"_id": 2})
+        # j: these entries survive the kill, so the restarted member has them to roll back
+        w1.with_options(write_concern=WriteConcern(w=1, j=True)).delete_one({"_id": 2})
         # a w:"majority" write now cannot be acknowledged
         r = direct(old).test.command("insert", "rb", documents=[{"_id": "unacked"}],
                                      writeConcern={"w": "majority", "wtimeout": 300})
