@@ -21,7 +21,6 @@
 #include "storage/record_store.h"
 #include "storage/storage.h"
 #include "storage/storage_private.h"
-#include "storage/stored_doc.h"
 #include "storage/write.h"
 
 /* ---------------------------------------------------------------------------------
@@ -1610,52 +1609,6 @@ SHL_TEST(recovery_replays_ddl_and_writes_after_the_stable_checkpoint)
     shl_storage_close(eng);
     eng = open_eng(dir, false);
     ASSERT_SCAN(eng, "rc.new", true, "[{ \"_id\" : 1, \"a\" : 10 }, { \"_id\" : 2, \"a\" : 20 }]");
-    shl_storage_close(eng);
-    rmrf(dir);
-    bson_free(dir);
-    tmp_free();
-}
-
-/* A member's own local.* writes (a collection created for a vote, and the vote), then set
- * entries given for the same slots. */
-static void
-local_write_then_set_entry_then_crash(shl_storage_engine_t *eng)
-{
-    shl_status_t st;
-    uint64_t ts;
-    bson_t *e[2];
-
-    shl_stored_doc_store(eng, "local.replset.election", T("{'_id': 'election', 'term': 5}"), &st);
-    ts = shl_storage_clock_now(eng); /* the vote's slot; the create's just before it */
-    for (int i = 0; i < 2; i++) {
-        uint64_t at = ts - 1 + (uint64_t)i;
-        e[i] = BCON_NEW("ts", BCON_TIMESTAMP(SHL_TS_SECS(at), SHL_TS_INC(at)), "t", BCON_INT64(1),
-                        "v", BCON_INT32(2), "op", BCON_UTF8("n"), "ns", BCON_UTF8(""), "wall",
-                        BCON_DATE_TIME(0), "o", "{", "msg", BCON_UTF8("the set's entry"), "}");
-    }
-    shl_oplog_apply_replicated(eng, (const bson_t *const *)e, 2, &st);
-    shl_storage_wait_durable(eng, 0, &st); /* the clock is past ts already: flush anyway */
-    bson_destroy(e[0]);
-    bson_destroy(e[1]);
-}
-
-SHL_TEST(own_local_write_survives_a_set_entry_taking_its_slot)
-{
-    char *dir = tmpdir();
-    shl_storage_engine_t *eng;
-    shl_status_t st;
-    bson_t vote;
-    bool found = false;
-
-    crash_after(dir, local_write_then_set_entry_then_crash);
-    eng = open_eng(dir, false);
-    ASSERT(eng != NULL);
-    ASSERT_INT_EQ(shl_stored_doc_load(eng, "local.replset.election", "election", &vote, &found,
-                                      &st),
-                  0);
-    ASSERT(found);
-    ASSERT_BSON_EQ(&vote, "{'_id': 'election', 'term': 5}");
-    bson_destroy(&vote);
     shl_storage_close(eng);
     rmrf(dir);
     bson_free(dir);
