@@ -443,8 +443,10 @@ shl_node_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
         so.replay_derive_arg = node->txns;
     }
     SHL_ERR(shl_storage_open(&so, &node->eng, st));
-    /* Replication sees storage before anything here can write (a secondary pins its stable
-     * timestamp below the entries it has yet to apply). */
+    /* Replication sees storage and the node before anything here can write or start (a
+     * secondary pins its stable timestamp below the entries it has yet to apply; repl installs
+     * its admission and db hooks, which the session cache and TTL threads started below ask). */
+    svc->role_state = node;
     if (svc->hooks.storage_opened != NULL) {
         SHL_ERR(svc->hooks.storage_opened(svc, node->eng, st));
     }

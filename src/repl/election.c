@@ -96,7 +96,7 @@ step_down_locked(repl_coord_t *rc)
             rc->members[rc->self].applied = applied;
             rc->members[rc->self].durable = applied;
         }
-        repl_coord_pin_applied_locked(rc, applied);
+        repl_coord_hold_stable_locked(rc);
         rc->stepped_down = true;
         rc->last_primary_seen_us = shl_clock_mono_us();
         pthread_cond_broadcast(&rc->progress);
@@ -521,7 +521,7 @@ repl_election_step_down(repl_coord_t *rc, shl_op_ctx_t *op, const bson_t *cmd, s
             rc->members[rc->self].applied = applied;
             rc->members[rc->self].durable = applied;
         }
-        repl_coord_pin_applied_locked(rc, applied);
+        repl_coord_hold_stable_locked(rc);
         rc->freeze_until_us = shl_clock_mono_us() + secs * 1000000;
         rc->last_primary_seen_us = shl_clock_mono_us();
         pthread_cond_broadcast(&rc->progress);

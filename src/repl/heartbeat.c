@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "base/str.h"
 #include "bson/bson_iter.h"
@@ -19,6 +20,10 @@
 /* A heartbeat waits at most this long for its reply (MongoDB: heartbeatTimeoutSecs, 10 s;
  * shorter here so one dead member does not delay the others' heartbeats much). */
 #define HEARTBEAT_TIMEOUT_MS 2000
+
+/* Shale's own (MongoDB's tests partition members with a bridge): while on, this member sends
+ * no heartbeats and answers none (repl_commands.c), as if the network dropped them. */
+SHL_FAILPOINT_DEFINE(dropHeartbeats)
 
 static void
 record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_status_t *hst,
@@ -84,6 +89,9 @@ record_reply(repl_coord_t *rc, int i, int ret, const bson_t *reply, const shl_st
                 atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
                 rc->commit_point = committed;
             }
+            if (strcmp(rc->cfg.members[i].host, rc->sync_source) == 0) {
+                repl_coord_learn_source_commit_point_locked(rc, committed);
+            }
         }
         pthread_cond_broadcast(&rc->progress);
     }
@@ -148,7 +156,7 @@ repl_heartbeat_main(void *arg)
             int64_t t0 = shl_clock_mono_us();
             int ret;
 
-            if (i == self) {
+            if (i == self || SHL_FAILPOINT_FIRES(dropHeartbeats)) {
                 continue;
             }
             repl_heartbeat_build(rc, their_version[i] < version, &req);

@@ -103,6 +103,8 @@ choose_source(fetcher_t *f)
         snprintf(rc->sync_source, sizeof(rc->sync_source), "%s", rc->cfg.members[src].host);
         if (strcmp(f->host, rc->cfg.members[src].host) != 0) {
             snprintf(f->host, sizeof(f->host), "%s", rc->cfg.members[src].host);
+            /* Until it returns our newest entry, its commit point may be on another branch. */
+            repl_coord_hold_stable_locked(rc);
             pthread_mutex_unlock(&rc->mu);
             /* A new source (a failover, or this node stepped down): start again from the
              * newest entry this node has that came from the set. */
@@ -212,6 +214,7 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
                 SHL_FAIL(st, SHL_CODE_OPLOG_START_MISSING,
                          "our last optime is not in the sync source's oplog");
             }
+            repl_coord_confirm_branch(rc);
         }
         if (ts <= f->applied) {
             continue;
@@ -239,9 +242,10 @@ apply_batch(fetcher_t *f, const bson_t *batch, bool first, shl_status_t *st)
         f->applied = last;
         f->fetch_from = last;
         shl_storage_clock_advance(rc->eng, last);
-        SHL_ERR(shl_storage_wait_durable(rc->eng, last, st));
-        repl_coord_pin_applied(rc, last);
-        repl_coord_self_progress(rc, last, last);
+        /* Flushed whatever our durable point says: it follows our clock, which our own
+         * writes (or a restart's wall clock) may have moved past 'last'. */
+        SHL_ERR(shl_storage_wait_durable(rc->eng, 0, st));
+        repl_coord_self_progress(rc, last, last); /* moves the stable pin */
         report_position(f);
         if (f->min_valid != 0 && last >= f->min_valid) {
             if (atomic_load(&rc->state) == SHL_REPL_STARTUP2) {
@@ -275,13 +279,18 @@ fetch_once(fetcher_t *f, shl_status_t *st)
         SHL_ERR(shl_conn_pool_checkout(rc->pool, f->host, 2000, &f->conn, st));
     }
     if (first) {
-        bson_t filter, range;
+        bson_t filter, range, ns;
         BSON_APPEND_UTF8(&req, "find", "oplog.rs");
         BSON_APPEND_DOCUMENT_BEGIN(&req, "filter", &filter);
         BSON_APPEND_DOCUMENT_BEGIN(&filter, "ts", &range);
         BSON_APPEND_TIMESTAMP(&range, "$gte", SHL_TS_SECS(f->fetch_from),
                               SHL_TS_INC(f->fetch_from));
         bson_append_document_end(&filter, &range);
+        /* The source's own local.* entries are not the set's: one in the slot of our newest
+         * entry would pass for it (and they are not applied anyway). */
+        BSON_APPEND_DOCUMENT_BEGIN(&filter, "ns", &ns);
+        BSON_APPEND_REGEX(&ns, "$not", "^local\\.", "");
+        bson_append_document_end(&filter, &ns);
         bson_append_document_end(&req, &filter);
         BSON_APPEND_BOOL(&req, "tailable", true);
         BSON_APPEND_BOOL(&req, "awaitData", true);

@@ -7,12 +7,15 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "bson/bson_util.h"
 #include "repl/repl_private.h"
 #include "storage/oplog.h"
 #include "storage/write.h"
+
+SHL_FAILPOINT_DECLARE(dropHeartbeats); /* heartbeat.c */
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -441,6 +444,9 @@ cmd_heartbeat(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *
 
     if (rc == NULL) {
         SHL_FAIL(st, SHL_CODE_NO_REPLICATION_ENABLED, "not running with --replSet");
+    }
+    if (SHL_FAILPOINT_FIRES(dropHeartbeats)) {
+        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE, "heartbeat dropped (dropHeartbeats fail point)");
     }
     last_replicated = repl_coord_last_replicated(rc);
     if (!bson_iter_init_find(&it, cmd, "replSetHeartbeat") || !BSON_ITER_HOLDS_UTF8(&it)) {

@@ -128,6 +128,7 @@ recompute_commit_point_locked(repl_coord_t *rc)
         rc->commit_point = cp;
         pthread_cond_broadcast(&rc->progress);
     }
+    repl_coord_move_stable_locked(rc);
 }
 
 void
@@ -141,6 +142,7 @@ repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durable)
         if (durable > rc->members[rc->self].durable) {
             rc->members[rc->self].durable = durable;
         }
+        repl_coord_move_stable_locked(rc);
     }
     pthread_cond_broadcast(&rc->progress);
     pthread_mutex_unlock(&rc->mu);
@@ -172,7 +174,18 @@ repl_coord_learn_commit_point(repl_coord_t *rc, uint64_t ts)
         rc->commit_point = ts;
         pthread_cond_broadcast(&rc->progress);
     }
+    repl_coord_learn_source_commit_point_locked(rc, ts);
     pthread_mutex_unlock(&rc->mu);
+}
+
+void
+repl_coord_learn_source_commit_point_locked(repl_coord_t *rc, uint64_t ts)
+{
+    if (rc->branch_confirmed && ts > rc->source_commit_point &&
+        atomic_load(&rc->state) != SHL_REPL_PRIMARY) {
+        rc->source_commit_point = ts;
+        repl_coord_move_stable_locked(rc);
+    }
 }
 
 /* ------------------------------------------------------------------ configuration */
@@ -214,11 +227,11 @@ election_id_for(int64_t term, bson_oid_t *oid)
     }
 }
 
-/* A secondary keeps the stable timestamp below the entries it has not applied yet. */
+/* Keep the stable timestamp at or below 'ts' (storage.h's pins keep it below pin). */
 static void
-pin_stable_locked(repl_coord_t *rc, uint64_t applied)
+pin_stable_locked(repl_coord_t *rc, uint64_t ts)
 {
-    uint64_t pin = applied + 1;
+    uint64_t pin = ts + 1;
 
     if (pin == rc->stable_pin) {
         return;
@@ -230,10 +243,66 @@ pin_stable_locked(repl_coord_t *rc, uint64_t applied)
     rc->stable_pin = pin;
 }
 
-void
-repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied)
+/* Hold the stable timestamp where it is now (pinned there when nothing pins it yet). */
+static void
+hold_stable_locked(repl_coord_t *rc)
 {
-    pin_stable_locked(rc, applied);
+    if (rc->stable_pin == 0) {
+        pin_stable_locked(rc, shl_storage_stable_ts(rc->eng));
+    }
+}
+
+void
+repl_coord_move_stable_locked(repl_coord_t *rc)
+{
+    uint64_t target;
+
+    if (!rc->configured || rc->self < 0 || atomic_load(&rc->initial_sync)) {
+        return;
+    }
+    if (atomic_load(&rc->state) == SHL_REPL_PRIMARY) {
+        if (rc->cfg.n <= 1) {
+            /* A set of one: its own durable point is the commit point. */
+            if (rc->stable_pin != 0) {
+                shl_storage_unpin_stable(rc->eng, rc->stable_pin);
+                rc->stable_pin = 0;
+            }
+            return;
+        }
+        target = rc->commit_point;
+    } else if (rc->branch_confirmed) {
+        uint64_t cp = rc->source_commit_point, applied = rc->members[rc->self].applied;
+        target = cp < applied ? cp : applied;
+        if (rc->rollback_refetched_at != 0) {
+            /* A checkpoint between the common point and the refetched versions would hold
+             * the versions they replaced. */
+            if (applied <= rc->rollback_refetched_at) {
+                target = target < rc->rollback_common ? target : rc->rollback_common;
+            } else {
+                rc->rollback_refetched_at = 0;
+            }
+        }
+    } else {
+        return; /* our newest entries may be rolled back: stay */
+    }
+    pin_stable_locked(rc, target);
+}
+
+void
+repl_coord_hold_stable_locked(repl_coord_t *rc)
+{
+    rc->branch_confirmed = false;
+    rc->source_commit_point = 0;
+    hold_stable_locked(rc);
+}
+
+void
+repl_coord_confirm_branch(repl_coord_t *rc)
+{
+    pthread_mutex_lock(&rc->mu);
+    rc->branch_confirmed = true;
+    repl_coord_move_stable_locked(rc);
+    pthread_mutex_unlock(&rc->mu);
 }
 
 void
@@ -248,10 +317,9 @@ repl_coord_become_primary_locked(repl_coord_t *rc)
     if (rc->self >= 0) {
         rc->members[rc->self].state = SHL_REPL_PRIMARY;
     }
-    if (rc->stable_pin != 0) {
-        shl_storage_unpin_stable(rc->eng, rc->stable_pin);
-        rc->stable_pin = 0;
-    }
+    /* Its stable timestamp follows the commit point from now on (at most where it is). */
+    hold_stable_locked(rc);
+    repl_coord_move_stable_locked(rc);
     pthread_cond_broadcast(&rc->progress);
 }
 
@@ -273,9 +341,11 @@ repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state)
 }
 
 void
-repl_coord_rolled_back(repl_coord_t *rc, uint64_t common)
+repl_coord_rolled_back(repl_coord_t *rc, uint64_t common, uint64_t refetched_at)
 {
     pthread_mutex_lock(&rc->mu);
+    rc->rollback_common = common;
+    rc->rollback_refetched_at = refetched_at;
     if (rc->self >= 0) {
         rc->members[rc->self].applied = common;
         rc->members[rc->self].durable = common;
@@ -784,6 +854,26 @@ repl_coord_last_replicated(repl_coord_t *rc)
     return ts;
 }
 
+/* The dispatcher's admission and hello hooks and db's (write concern, majority reads, "am I
+ * primary" for the TTL monitor, session reaps and the session cache): in place before the
+ * node starts any thread or runs any command of its own. */
+static void
+install_hooks(shl_service_ctx_t *svc, repl_coord_t *rc)
+{
+    shl_db_repl_hooks_t hooks = {0};
+
+    svc->hooks.admit = hook_admit;
+    svc->hooks.append_set_hello = hook_append_set_hello;
+    hooks.arg = rc;
+    hooks.wait_write_concern = hook_wait_write_concern;
+    hooks.majority_ts = hook_majority_ts;
+    hooks.implicit_wc_majority = hook_implicit_wc_majority;
+    hooks.is_primary = hook_is_primary;
+    hooks.add_listener = repl_add_listener;
+    hooks.stop_listeners = repl_stop_listeners;
+    shl_db_repl_hooks_install(svc, &hooks);
+}
+
 /* Storage is open and nothing of the node runs yet: read the configuration, and as a
  * secondary pin the stable timestamp below the entries still to apply before any write can
  * move it (docs/design/replication.md "Timestamps on a secondary"). */
@@ -812,6 +902,7 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
     pthread_cond_init(&rc->wake, NULL);
     atomic_store(&rc->state, SHL_REPL_PRIMARY); /* a set of one, as before */
     svc->repl_state = rc;
+    install_hooks(svc, rc);
 
     bson_destroy(&doc);
     SHL_ERR(shl_stored_doc_load(rc->eng, REPL_CONFIG_NS, svc->set_name, &doc, &found, st));
@@ -851,7 +942,10 @@ repl_storage_opened(shl_service_ctx_t *svc, shl_storage_engine_t *eng, shl_statu
         }
         if (!primary && rc->self >= 0) {
             uint64_t applied = last >= begin_ts ? last : begin_ts - 1;
-            pin_stable_locked(rc, applied);
+            /* Recovery left the stable timestamp at the last stable checkpoint's; what it
+             * replayed above may be rolled back (a former primary's writes): it stays there
+             * until a sync source confirms our newest entry (repl_coord_confirm_branch). */
+            pin_stable_locked(rc, shl_storage_stable_ts(rc->eng));
             rc->members[rc->self].applied = applied;
             rc->members[rc->self].durable = applied;
         }
@@ -879,7 +973,6 @@ int
 shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t *st)
 {
     repl_coord_t *rc = repl_coord_get(svc);
-    shl_db_repl_hooks_t hooks = {0};
     int ret = 0;
 
     if (rc == NULL) {
@@ -888,16 +981,6 @@ shl_repl_init(shl_service_ctx_t *svc, shl_command_registry_t *reg, shl_status_t 
     repl_register_commands(reg);
     node_shutdown = svc->hooks.shutdown;
     svc->hooks.shutdown = repl_shutdown;
-    svc->hooks.admit = hook_admit;
-    svc->hooks.append_set_hello = hook_append_set_hello;
-    hooks.arg = rc;
-    hooks.wait_write_concern = hook_wait_write_concern;
-    hooks.majority_ts = hook_majority_ts;
-    hooks.implicit_wc_majority = hook_implicit_wc_majority;
-    hooks.is_primary = hook_is_primary;
-    hooks.add_listener = repl_add_listener;
-    hooks.stop_listeners = repl_stop_listeners;
-    shl_db_repl_hooks_install(svc, &hooks);
     pthread_mutex_lock(&rc->mu);
     if (rc->configured) {
         ret = repl_coord_start_threads_locked(rc, st);

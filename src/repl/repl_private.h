@@ -163,9 +163,22 @@ typedef struct repl_coord {
     bool heartbeat_started;
     pthread_t fetcher_thread;
     bool fetcher_started;
-    /* The stable-timestamp pin of a secondary (storage.h): entries after the last applied one
-     * must still be writable. Guarded by mu. */
+    /* The stable-timestamp pin (storage.h; 0: none) of a member of a multi-member set: its
+     * stable timestamp never passes the majority commit point on its own branch of history
+     * (nor, on a secondary, what it applied), so the stable checkpoint holds only writes that
+     * are never rolled back. Guarded by mu. */
     uint64_t stable_pin;
+    /* A sync source returned our newest entry as its own since we last could have diverged
+     * (start-up, step-down, rollback): the commit point it gives covers our data. Guarded by
+     * mu. */
+    bool branch_confirmed;
+    /* The commit point that confirmed source gave (0 while unconfirmed): a secondary's stable
+     * timestamp follows it, never a commit point heard from another member, which may be on a
+     * branch our newest entries are not. Guarded by mu. */
+    uint64_t source_commit_point;
+    /* After a rollback by refetch: the stable timestamp stays at or below rollback_common
+     * until this member applied past rollback_refetched_at (0: none). Guarded by mu. */
+    uint64_t rollback_common, rollback_refetched_at;
 } repl_coord_t;
 
 /* repl_coord_get -- the coordinator of 'svc' (NULL on a node without --replSet). */
@@ -188,23 +201,45 @@ void repl_coord_self_progress(repl_coord_t *rc, uint64_t applied, uint64_t durab
  * commit point on a primary. Takes mu. */
 void repl_coord_update_member(repl_coord_t *rc, int idx, uint64_t applied, uint64_t durable);
 
-/* repl_coord_learn_commit_point -- a secondary learns the primary's commit point. */
+/* repl_coord_learn_commit_point -- a secondary learns its sync source's commit point (a
+ * confirmed source's moves the stable pin). Takes mu. */
 void repl_coord_learn_commit_point(repl_coord_t *rc, uint64_t ts);
 
-/* repl_coord_pin_applied -- a secondary applied up to 'applied': move its stable pin. */
+/* repl_coord_learn_source_commit_point_locked -- as repl_coord_learn_commit_point with mu
+ * held, for the stable pin only. */
+void repl_coord_learn_source_commit_point_locked(repl_coord_t *rc, uint64_t ts);
+
+/* repl_coord_pin_applied -- a non-primary keeps its stable timestamp at or below 'applied'
+ * (initial sync: below its start point). Takes mu. */
 void repl_coord_pin_applied(repl_coord_t *rc, uint64_t applied);
 
-/* repl_coord_pin_applied_locked -- as repl_coord_pin_applied, with mu held. */
-void repl_coord_pin_applied_locked(repl_coord_t *rc, uint64_t applied);
+/*
+ * repl_coord_move_stable_locked --
+ *     Move the stable pin to the commit point (a primary of a multi-member set), to
+ *     min(commit point, applied) (a secondary whose branch is confirmed); otherwise leave it.
+ *     Called with mu held whenever one of those moves.
+ */
+void repl_coord_move_stable_locked(repl_coord_t *rc);
+
+/* repl_coord_hold_stable_locked -- our newest entries may be rolled back (a primary steps
+ * down, a rollback starts): the stable timestamp stays where it is until a sync source
+ * confirms our branch. Called with mu held. */
+void repl_coord_hold_stable_locked(repl_coord_t *rc);
+
+/* repl_coord_confirm_branch -- the sync source returned our newest entry: the commit point
+ * it gives covers our data (moves the stable pin). Takes mu. */
+void repl_coord_confirm_branch(repl_coord_t *rc);
 
 /* repl_coord_set_state -- move this node to 'state' (not PRIMARY: elections do that) and
  * tell awaitable hellos. Takes mu. */
 void repl_coord_set_state(repl_coord_t *rc, shl_repl_state_t state);
 
-/* repl_coord_rolled_back -- this node rolled its oplog back to 'common': its position is
- * there again and it is RECOVERING until it has applied the source's entries up to the
- * rollback's minValid (the fetcher then makes it SECONDARY). Takes mu. */
-void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common);
+/* repl_coord_rolled_back -- this node rolled its oplog back to 'common' (the refetched
+ * documents written at 'refetched_at'): its position is there again, its stable timestamp
+ * stays at or below 'common' until it applied past 'refetched_at', and it is RECOVERING until
+ * it has applied the source's entries up to the rollback's minValid (the fetcher then makes
+ * it SECONDARY). Takes mu. */
+void repl_coord_rolled_back(repl_coord_t *rc, uint64_t common, uint64_t refetched_at);
 
 #define REPL_SOURCE_TIMEOUT_MS 10000
 

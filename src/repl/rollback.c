@@ -89,7 +89,7 @@ static int
 source_optimes(repl_coord_t *rc, const char *host, uint64_t lo, uint64_t hi, optimes_t *out,
                shl_status_t *st)
 {
-    bson_t cmd = BSON_INITIALIZER, filter, range, proj;
+    bson_t cmd = BSON_INITIALIZER, filter, range, proj, ns;
     int ret;
 
     BSON_APPEND_UTF8(&cmd, "find", "oplog.rs");
@@ -98,6 +98,12 @@ source_optimes(repl_coord_t *rc, const char *host, uint64_t lo, uint64_t hi, opt
     BSON_APPEND_TIMESTAMP(&range, "$gte", SHL_TS_SECS(lo), SHL_TS_INC(lo));
     BSON_APPEND_TIMESTAMP(&range, "$lte", SHL_TS_SECS(hi), SHL_TS_INC(hi));
     bson_append_document_end(&filter, &range);
+    /* The source's own local.* entries are not the set's (ours are left out as well): one
+     * in the slot of one of our entries, of our term, would pass for a common entry (its
+     * local writes logged again above a batch take the slots a primary uses next). */
+    BSON_APPEND_DOCUMENT_BEGIN(&filter, "ns", &ns);
+    BSON_APPEND_REGEX(&ns, "$not", "^local\\.", "");
+    bson_append_document_end(&filter, &ns);
     bson_append_document_end(&cmd, &filter);
     BSON_APPEND_DOCUMENT_BEGIN(&cmd, "projection", &proj);
     BSON_APPEND_INT32(&proj, "ts", 1);
@@ -419,6 +425,9 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     *common = 0;
     *min_valid = 0;
     repl_coord_set_state(rc, SHL_REPL_ROLLBACK);
+    pthread_mutex_lock(&rc->mu);
+    repl_coord_hold_stable_locked(rc);
+    pthread_mutex_unlock(&rc->mu);
     SHL_ERR(find_common_point(rc, host, common, st));
     SHL_ERR(collect_docs(rc, *common, &set, &top, st));
     /* Prepared transactions after the common point go first: their writes hold documents
@@ -433,13 +442,14 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     SHL_ERR(repl_source_top(rc, host, min_valid, st));
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H-%M-%S", &tm);
-    /* The refetched versions go in just above our newest entry: above the stable timestamp
-     * (pinned at our applied position), below what the set writes next. */
+    /* The refetched versions go in just above our newest entry (and our stable and oldest
+     * timestamps): WiredTiger 3.2 wants each document's versions in timestamp order, and the
+     * versions being replaced are up to there (just above the common point, as it was tried
+     * first, some rolled-back versions stayed visible). Our stable timestamp never passed the
+     * commit point on our branch, so the stable checkpoint holds none of the writes rolled
+     * back; it stays at the common point until we applied past the refetched versions
+     * (repl_coord_rolled_back), so that no checkpoint holds a rolled-back version either. */
     at = top;
-    /* ... and above our stable and oldest timestamps, which may have passed our newest
-     * replicated entry (a former primary's stable timestamp followed its own writes). The
-     * new primary's entries are above all of it: its clock moved past what its voters had
-     * written (election.c). */
     if (shl_storage_stable_ts(rc->eng) > at) {
         at = shl_storage_stable_ts(rc->eng);
     }
@@ -450,12 +460,8 @@ repl_rollback_run(repl_coord_t *rc, const char *host, uint64_t *common, uint64_t
     for (size_t i = 0; i < set.n; i++) {
         SHL_ERR(refetch_doc(rc, host, &set.docs[i], at, stamp, st));
     }
-    /* Make the refetched state durable before the entries it replaces leave the oplog: a crash
-     * in between then starts the rollback again from the same place. */
-    repl_coord_pin_applied(rc, at);
-    SHL_ERR(shl_storage_checkpoint(rc->eng, st));
     SHL_ERR(shl_oplog_truncate_after(rc->eng, *common, &removed, st));
-    repl_coord_rolled_back(rc, *common);
+    repl_coord_rolled_back(rc, *common, at);
     SHL_LOG_INFO(REPL, 2180033, "rollback done", "commonPoint",
                  BCON_TIMESTAMP(SHL_TS_SECS(*common), SHL_TS_INC(*common)), "entriesRemoved",
                  BCON_INT64(removed), "minValid",

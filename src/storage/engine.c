@@ -577,6 +577,17 @@ process_drops(shl_storage_engine_t *eng, uint64_t upto)
     bson_free(ready);
 }
 
+/* Some pin keeps the stable timestamp back. */
+static bool
+stable_held(shl_storage_engine_t *eng)
+{
+    bool held;
+    pthread_mutex_lock(&eng->clock_mu);
+    held = eng->nstable_pins > 0;
+    pthread_mutex_unlock(&eng->clock_mu);
+    return held;
+}
+
 int
 shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st)
 {
@@ -588,6 +599,12 @@ shl_storage_checkpoint(shl_storage_engine_t *eng, shl_status_t *st)
     SHL_ERR(journal_flush(eng, st));
     SHL_ERR(advance_stable(eng, atomic_load(&eng->durable_ts), st));
     stable = atomic_load(&eng->stable_ts);
+    if (stable == 0 && stable_held(eng)) {
+        /* No stable timestamp yet and one is being held back (a replica set member that
+         * does not know the commit point): WiredTiger would checkpoint every write, those
+         * a rollback may have to undo included. Recovery replays the oplog meanwhile. */
+        goto done;
+    }
     /* Counts and sizes ride along with every checkpoint (size_storer.c). */
     SHL_ERR(shl_sizes_flush(eng, st));
     SHL_ERR(shl_wt_session_get(eng, &s, st));

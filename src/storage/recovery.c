@@ -199,6 +199,14 @@ shl_recovery_run(shl_storage_engine_t *eng, shl_status_t *st)
          * the oplog's top, or new commits would fall below the oldest timestamp. */
         shl_storage_clock_advance(eng, rec);
     }
+    if (eng->open_pin != 0) {
+        /* A replica set member: what recovery replays above the stable checkpoint may never
+         * have reached a majority (a former primary's own writes), so its stable timestamp
+         * stays at the checkpoint's until repl knows the commit point on its branch. */
+        shl_storage_pin_stable(eng, rec + 1);
+        shl_storage_unpin_stable(eng, eng->open_pin);
+        eng->open_pin = rec + 1;
+    }
     SHL_ERR(replay(eng, rec, &applied, st));
     SHL_LOG_INFO(RECOVERY, 21544, "Recovering from the oplog", "recoveryTimestamp",
                  BCON_TIMESTAMP(SHL_TS_SECS(rec), SHL_TS_INC(rec)), "entriesApplied",

@@ -61,9 +61,13 @@ typedef struct shl_storage_options {
     int (*replay_derive)(struct shl_storage_engine *eng, const bson_t *entry, void *arg,
                          shl_status_t *st);
     void *replay_derive_arg;
-    /* Pin the stable timestamp at the oplog's top + 1 before the clock moves to the wall
-     * clock at open (a replica set secondary must not find its stable timestamp past entries
-     * it has yet to apply); release it with shl_storage_release_open_pin. */
+    /* Keep the stable timestamp where the last stable checkpoint left it (the recovery
+     * timestamp; the oplog's top + 1 before recovery has read it) while the node opens: a
+     * replica set member's stable timestamp never passes the set's majority commit point, and
+     * the entries recovery replays above it may be ones the set never had (a former primary's)
+     * or entries it has yet to apply. Release it with shl_storage_release_open_pin once repl
+     * has placed its own pin. While the stable timestamp is 0 and held by a pin, checkpoints
+     * are skipped (WiredTiger would checkpoint everything, unstable writes included). */
     bool pin_stable_at_open;
 } shl_storage_options_t;
 
@@ -164,7 +168,9 @@ void shl_storage_set_term(shl_storage_engine_t *eng, int64_t term);
 /*
  * shl_storage_wait_durable --
  *     Return once the journal holds every write whose timestamp is <= 'ts' and that
- *     committed before this call (j:true, w:"majority" on a set of one). Waiters
+ *     committed before this call (j:true, w:"majority" on a set of one); 'ts' 0: every write
+ *     committed before the call, whatever its timestamp (writes at timestamps given, as a
+ *     secondary's, may be below the durable point already). Waiters
  *     share flushes (group commit): one thread calls WT log_flush(sync=on) for all
  *     the waiters that arrived before it started. Blocks for about one fsync.
  *     Errors: InternalError if the flush fails.
@@ -351,8 +357,9 @@ void shl_storage_pin_stable(shl_storage_engine_t *eng, uint64_t ts);
 
 /*
  * shl_storage_open_pin / shl_storage_release_open_pin --
- *     The pin shl_storage_options_t.pin_stable_at_open took (0: none), and its release (once;
- *     later calls do nothing). Not thread-safe against each other: start-up only.
+ *     The pin shl_storage_options_t.pin_stable_at_open took (0: none; the recovery timestamp
+ *     + 1 once shl_storage_open returned), and its release (once; later calls do nothing).
+ *     Not thread-safe against each other: start-up only.
  */
 uint64_t shl_storage_open_pin(const shl_storage_engine_t *eng);
 void shl_storage_release_open_pin(shl_storage_engine_t *eng);

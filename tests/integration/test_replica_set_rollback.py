@@ -7,10 +7,12 @@ w: "majority" are never rolled back."""
 import glob
 import os
 import threading
+import time
 
 import bson
 import pymongo
 import pytest
+from bson.timestamp import Timestamp
 from pymongo.write_concern import WriteConcern
 
 from shale_fixtures import cleanup_later, start_replica_set, fail_point, logged, wait_until
@@ -53,7 +55,8 @@ def test_killed_primary_rolls_back_unreplicated_writes(rs):
         w1 = direct(old).test.get_collection("rb", write_concern=WriteConcern(w=1))
         w1.insert_many([{"_id": "lost-%d" % i, "v": "w1"} for i in range(3)])
         w1.update_one({"_id": 1}, {"$set": {"v": "lost-update"}})
-        w1.delete_one({"_id": 2})
+        # j: these entries survive the kill, so the restarted member has them to roll back
+        w1.with_options(write_concern=WriteConcern(w=1, j=True)).delete_one({"_id": 2})
         # a w:"majority" write now cannot be acknowledged
         r = direct(old).test.command("insert", "rb", documents=[{"_id": "unacked"}],
                                      writeConcern={"w": "majority", "wtimeout": 300})
@@ -138,6 +141,67 @@ def test_after_step_down_and_kill_the_set_recovers(rs):
     assert dc.test.rb2.count_documents({"_id": {"$regex": "^lost"}}) == 0
 
 
+def newest_entry(node):
+    return direct(node, readPreference="secondaryPreferred").local.oplog.rs.find(
+        {"ns": {"$not": {"$regex": "^local\\."}}}).sort("$natural", -1).limit(1)[0]["ts"]
+
+
+def rollbacks_of(node):
+    """How many rollbacks node's log reports done (its log runs on across restarts)."""
+    return node.read_log().count('"id":2180033,')
+
+
+def test_killed_primary_ahead_of_the_set_applies_the_new_entries(rs):
+    """Issue 18's stuck apply, made certain: the primary's clock runs 30 s ahead (a client's
+    $clusterTime moved it), it stops exchanging heartbeats (so no one hears how far), writes
+    w:1 entries no one receives and is killed -9. The new primary's entries then have
+    timestamps between the common point and the killed member's newest entry. The killed
+    member restarts, rolls back and must apply them: its stable timestamp never passed the
+    majority commit point (it used to follow its own writes, and every apply then failed
+    with "timestamp_transaction: Invalid argument")."""
+    old = primary_of(rs)
+    others = [n for n in rs if n is not old]
+    direct(old).test.command("insert", "ahead", documents=[{"_id": "majority"}],
+                             writeConcern={"w": "majority", "wtimeout": 10000})
+    for s in others:
+        fail_point(direct(s), "stopReplProducer", "alwaysOn")
+    try:
+        oc = direct(old)
+        fail_point(oc, "dropHeartbeats", "alwaysOn")
+        ahead = Timestamp(int(time.time()) + 30, 1)
+        with oc.start_session() as sess:
+            sess.advance_cluster_time({"clusterTime": ahead,
+                                       "signature": {"hash": b"\0" * 20, "keyId": 0}})
+            # j: the entries survive the kill, so the restarted member has them to roll back
+            oc.test.get_collection("ahead", write_concern=WriteConcern(w=1, j=True)).insert_many(
+                [{"_id": "lost-%d" % i} for i in range(3)], session=sess)
+        top = newest_entry(old)
+        assert top.time >= ahead.time
+        old.kill()
+    finally:
+        for s in others:
+            fail_point(direct(s), "stopReplProducer", "off")
+    wait_until(lambda: primary_of(others) is not None, 30, "a new primary")
+    new = primary_of(others)
+    r = direct(new).test.command("insert", "ahead", documents=[{"_id": "kept"}],
+                                 writeConcern={"w": "majority", "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    # the condition of the bug: the new primary writes below the killed member's newest entry
+    assert newest_entry(new) < top
+
+    rollbacks = rollbacks_of(old)
+    old.start()
+    oc = direct(old, readPreference="secondaryPreferred")
+    wait_until(lambda: rollbacks_of(old) > rollbacks, 30, "the killed member rolls back")
+    wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 30,
+               "the killed member is a secondary again")
+    r = direct(new).test.command("insert", "ahead", documents=[{"_id": "kept2"}],
+                                 writeConcern={"w": 3, "wtimeout": 10000})
+    assert "writeConcernError" not in r
+    assert sorted(d["_id"] for d in oc.test.ahead.find()) == ["kept", "kept2", "majority"]
+    assert "timestamp_transaction" not in old.read_log()
+
+
 def step_up_in_background(node):
     """replSetStepUp on node in a thread (it returns once the member is primary); the thread
     and a list that receives the reply or the error."""
@@ -192,3 +256,43 @@ def test_new_primary_catches_up_then_abort(rs):
     wait_until(lambda: oc.admin.command("replSetGetStatus")["myState"] == 2, 10,
                "the former primary is a secondary again")
     assert oc.test.cu.count_documents({"_id": {"$regex": "^r1-"}}) == 0
+
+
+def request_vote(node, term, candidate):
+    return direct(node).admin.command(
+        "replSetRequestVotes", 1, setName=SET, dryRun=False, term=term,
+        candidateIndex=candidate, configVersion=1,
+        lastAppliedOpTime={"ts": Timestamp(2 ** 32 - 1, 0), "t": term})
+
+
+@pytest.mark.xfail(reason="issue 18 item 2 open: a set entry that takes the slot of a "
+                   "member's own local.* write replaces its only durable record (repl18f)",
+                   strict=False)
+def test_a_vote_survives_kill_9(rs):
+    """A member's vote is durable on its own (local.replset.election): killed -9 right after
+    it voted, and after the set's entries took the vote's oplog slot where they could (the
+    primary's first write of the second, which a secondary not fetching also takes for its
+    vote), it does not vote for another candidate in that term after its restart."""
+    primary = primary_of(rs)
+    voter = [n for n in rs if n is not primary][0]
+    idx = {n: i for i, n in enumerate(rs)}
+    others = [i for n, i in idx.items() if n is not voter]
+    fail_point(direct(voter), "stopReplProducer", "alwaysOn")
+    # no one hears of the new term from the voter (the primary would step down, and an
+    # election would move every term past it before the voter asks again)
+    fail_point(direct(voter), "dropHeartbeats", "alwaysOn")
+    try:
+        term = direct(voter).admin.command("replSetGetStatus")["term"] + 1
+        r = request_vote(voter, term, others[0])
+        assert r["voteGranted"], r
+        # the set's entry for the same slot, before the primary hears of the new term
+        direct(primary).test.command("insert", "votes", documents=[{"_id": term}])
+    finally:
+        fail_point(direct(voter), "stopReplProducer", "off")
+    wait_until(lambda: direct(voter, readPreference="secondaryPreferred").test.votes.find_one(
+        {"_id": term}) is not None, 20, "the voter applies the set's entry")
+    voter.kill()  # its fail points go with it
+    voter.start()
+    r = request_vote(voter, term, others[1])
+    assert not r["voteGranted"] and "already voted" in r["reason"], r
+    wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
