@@ -205,3 +205,18 @@ shard_ddl_locks_held(shard_ddl_locks_t *l, const char *resource)
     pthread_mutex_unlock(&l->mu);
     return n;
 }
+
+int
+shard_ddl_locks_waiting(shard_ddl_locks_t *l, const char *resource)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&l->mu);
+    for (ddl_res_t *r = l->res; r != NULL; r = r->next) {
+        if (strcmp(r->name, resource) == 0) {
+            n = r->waiters;
+        }
+    }
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/unit_test.h"
 #include "sharding/coordinator.h"
@@ -19,6 +20,7 @@ typedef struct trace {
     int fail_code[3];  /* next failures of each phase */
     int fail_times[3];
     bool hold;         /* phase "one" waits while set */
+    bool hold_to_stop; /* phase "one" waits until the service is stopping */
     bool entered;      /* phase "one" was entered */
 } trace_t;
 
@@ -36,6 +38,17 @@ phase(shl_coord_t *c, int i, const char *name, shl_status_t *st)
     pthread_cond_broadcast(&T.cv);
     while (i == 0 && T.hold) {
         pthread_cond_wait(&T.cv, &T.mu);
+    }
+    while (i == 0 && T.hold_to_stop && !shl_coord_interrupted(c)) {
+        /* nothing signals the stop: look every millisecond */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000 * 1000;
+        if (until.tv_nsec >= 1000 * 1000 * 1000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000 * 1000 * 1000;
+        }
+        pthread_cond_timedwait(&T.cv, &T.mu, &until);
     }
     if (T.fail_times[i] > 0) {
         T.fail_times[i]--;
@@ -307,7 +320,7 @@ SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
     bg_t a = {0};
 
     env_init(&e);
-    T.hold = true;
+    T.hold_to_stop = true;
     a.e = &e;
     a.doc = BCON_NEW("_id", BCON_INT32(5));
     pthread_create(&a.tid, NULL, bg_run, &a);
@@ -320,14 +333,11 @@ SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)
     T.fail_times[0] = 100;
     pthread_mutex_unlock(&T.mu);
     {
-        /* destroy in the background: it waits for the phase, so release it after a moment */
+        /* destroy in the background: it waits for the phase, which ends once it sees the
+         * service stopping (a fixed pause here let the phase fail before the stop under
+         * load, and be retried) */
         pthread_t d;
         pthread_create(&d, NULL, destroy_bg, e.svc);
-        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-        pthread_mutex_lock(&T.mu);
-        T.hold = false;
-        pthread_cond_broadcast(&T.cv);
-        pthread_mutex_unlock(&T.mu);
         pthread_join(d, NULL);
     }
     pthread_join(a.tid, NULL);
