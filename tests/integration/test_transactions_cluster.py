@@ -47,18 +47,24 @@ def move(cl, ns, x, to):
     return lambda: cl.router.client().admin.command("moveChunk", ns, find={"x": x}, to=to)
 
 
-def test_migration_waits_for_prepared_transaction(cl):
-    coll = sharded(cl, "prep")
-    ns = coll.full_name
-    c = coll.database.client
-    s = c.start_session()
+def commit_held_before_decision(cl, coll):
+    """A transaction moving 10 from x=50 (shard0, its coordinator) to x=150 (shard1), its
+    commit started in the background and held before the coordinator writes its decision.
+    Returns (session, coordinator's client, wait() for both participants prepared, commit)."""
+    s = coll.database.client.start_session()
     s.start_transaction()
     coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)   # shard0: coordinator
     coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)   # shard1
     coord = cl.shard_client(0)
     data = {"type": "TransactionCoordinator", "phase": "writingDecision"}
     wait = hold(coord, "hangBeforeCoordinatorPhase", data)
-    commit = Background(s.commit_transaction)
+    return s, coord, wait, Background(s.commit_transaction)
+
+
+def test_migration_waits_for_prepared_transaction(cl):
+    coll = sharded(cl, "prep")
+    ns = coll.full_name
+    s, coord, wait, commit = commit_held_before_decision(cl, coll)
     mover = None
     try:
         wait()  # both participants are prepared
@@ -267,16 +273,8 @@ def test_create_indexes_that_exist_does_not_wait_for_a_prepared_transaction(cl):
     an intent lock) it answers at once while a transaction is prepared on the collection --
     which a migration's recipient relies on when it sends the donor's indexes."""
     coll = sharded(cl, "ixprep")
-    c = coll.database.client
     coll.create_index("bal")
-    s = c.start_session()
-    s.start_transaction()
-    coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)   # shard0: coordinator
-    coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)   # shard1
-    coord = cl.shard_client(0)
-    data = {"type": "TransactionCoordinator", "phase": "writingDecision"}
-    wait = hold(coord, "hangBeforeCoordinatorPhase", data)
-    commit = Background(s.commit_transaction)
+    s, coord, wait, commit = commit_held_before_decision(cl, coll)
     try:
         wait()  # both participants are prepared
         shard1 = cl.shard_client(1)[DB]
