@@ -548,6 +548,32 @@ text_index_spec(db_node_t *node, const char *ns, bson_t *spec, shl_status_t *st)
     return ret;
 }
 
+/* Whether every spec of 'specs' (validated) names an index 'coll' already has, identical
+ * once completed as the build below completes it: createIndexes would change nothing. */
+static bool
+all_indexes_exist(db_node_t *node, const shl_collection_t *coll, const bson_t *specs)
+{
+    bson_iter_t it;
+    bool all = true;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    bson_iter_init(&it, specs);
+    while (all && shl_iter_next(&it)) {
+        bson_t spec, full;
+        const uint8_t *data;
+        uint32_t len;
+        bson_iter_document(&it, &len, &data);
+        bson_init_static(&spec, data, len);
+        all = index_spec_with_collation(&spec, coll, &full, &st) == 0;
+        if (all && db_index_is_text(&full)) {
+            all = text_index_spec(node, coll->ns, &full, &st) == 0;
+        }
+        all = all && shl_collection_has_index(coll, &full);
+        bson_destroy(&full);
+    }
+    return all;
+}
+
 static int
 cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
@@ -567,7 +593,6 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
     SHL_ERR(shl_cmd_check_fields(cmd, create_indexes_fields, st));
     SHL_ERR(db_ns_from_cmd(op, cmd, &ns, st));
     SHL_ERR(db_sharding_check_no_filter(op, ns.full, SHL_DB_SHARD_DDL, st));
-    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     SHL_ERR(db_check_write_ns(op, &ns, st));
     SHL_ERR(db_write_concern_get(op, &wc, st));
     SHL_ERR(shl_cmd_get_array(cmd, "indexes", &specs, &found, st));
@@ -602,6 +627,21 @@ cmd_create_indexes(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_statu
             }
         }
     }
+    coll = shl_catalog_get(node->eng, ns.full);
+    if (coll != NULL && db_txn_storage(op) == NULL && all_indexes_exist(node, coll, &specs)) {
+        /* Nothing to build: MongoDB answers under an intent lock, so neither does this wait
+         * for the open or prepared transactions on the collection (a migration's recipient
+         * sends the donor's indexes while one may be prepared here). */
+        BSON_APPEND_INT32(reply, "numIndexesBefore", (int32_t)coll->nindexes);
+        BSON_APPEND_INT32(reply, "numIndexesAfter", (int32_t)coll->nindexes);
+        BSON_APPEND_UTF8(reply, "note", "all indexes already exist");
+        BSON_APPEND_BOOL(reply, "createdCollectionAutomatically", false);
+        finish_ddl(op, &wc, 0, reply);
+        goto done;
+    }
+    shl_collection_release(coll);
+    coll = NULL;
+    SHL_ERR(ddl_txns_wait(op, ns.full, false, &ddl_held, st));
     coll = shl_catalog_get(node->eng, ns.full);
     if (coll == NULL) {
         bool in_txn = db_txn_storage(op) != NULL;

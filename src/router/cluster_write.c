@@ -1358,6 +1358,15 @@ handle_wcos_items(shl_op_ctx_t *opctx, write_op_t *op)
         if (it->state != ITEM_ERROR) {
             continue;
         }
+        if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD && op->ids_broadcast &&
+            op->n_total > 0) {
+            /* The broadcast of this one statement matched the document on another shard
+             * already: the shards are not reached at one instant, and another client moved the
+             * document between them meanwhile. Moving it would apply the statement twice. */
+            bson_reinit(&it->error);
+            it->state = ITEM_DONE;
+            continue;
+        }
         if (error_code(&it->error) == SHL_CODE_WOULD_CHANGE_OWNING_SHARD &&
             !get_bool(&it->doc, "multi", false)) {
             bson_destroy(&pre);

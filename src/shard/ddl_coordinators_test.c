@@ -143,6 +143,16 @@ sleep_ms(int64_t ms)
     nanosleep(&ts, NULL);
 }
 
+/* Wait (up to 60 s, polling) until a thread waits for the DDL lock of 'resource'. */
+static bool
+await_lock_waiter(shard_ddl_locks_t *l, const char *resource)
+{
+    for (int i = 0; i < 60000 && shard_ddl_locks_waiting(l, resource) == 0; i++) {
+        sleep_ms(1);
+    }
+    return shard_ddl_locks_waiting(l, resource) > 0;
+}
+
 #define SHARDED "[{'_id': 'db.c', 'uuid': " UUID_JSON ", 'key': {'x': 1}}]"
 
 SHL_TEST(drop_coll_runs_its_phases_in_order)
@@ -322,7 +332,7 @@ SHL_TEST(drop_db_waits_for_the_database_lock)
     ASSERT_INT_EQ(shard_ddl_lock_acquire(e.locks, "db", SHARD_DDL_IX, "test", 0, NULL, NULL, &st),
                   0);
     pthread_create(&t, NULL, bg_drop_db, &b);
-    sleep_ms(200);
+    ASSERT(await_lock_waiter(e.locks, "db"));
     ASSERT_INT_EQ(shl_remote_fake_count(e.fake, "*", "_shardsvrDropDatabaseParticipant"), 0);
     ASSERT_INT_EQ(b.ret, -1);
     shard_ddl_lock_release(e.locks, "db", SHARD_DDL_IX);
@@ -642,7 +652,7 @@ SHL_TEST(ddl_rechecks_the_database_version_after_waiting_for_its_locks)
     ASSERT_INT_EQ(shard_ddl_lock_acquire(e.locks, "db", SHARD_DDL_X, "test", 0, NULL, NULL, &st),
                   0);
     pthread_create(&t, NULL, bg_drop_coll, &b);
-    sleep_ms(100);
+    ASSERT(await_lock_waiter(e.locks, "db"));
     ASSERT_INT_EQ(d.calls, 0);
     d.stale = true; /* ... and the database was created again before it let go */
     shard_ddl_lock_release(e.locks, "db", SHARD_DDL_X);
@@ -701,7 +711,7 @@ SHL_TEST(rename_locks_both_names_and_releases_them)
             shard_ddl_lock_acquire(e.locks, targets[k], SHARD_DDL_X, "test", 0, NULL, NULL, &st),
             0);
         pthread_create(&t, NULL, bg_rename, &b);
-        sleep_ms(100);
+        ASSERT(await_lock_waiter(e.locks, targets[k]));
         ASSERT(log_is(&e, "")); /* waiting for the target's lock: nothing sent */
         ASSERT_INT_EQ(shard_ddl_locks_held(e.locks, "db"), 1);
         ASSERT_INT_EQ(b.ret, -1);

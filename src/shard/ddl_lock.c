@@ -191,17 +191,30 @@ shard_ddl_locks_report(shard_ddl_locks_t *l, bson_t *out)
     pthread_mutex_unlock(&l->mu);
 }
 
-int
-shard_ddl_locks_held(shard_ddl_locks_t *l, const char *resource)
+/* Holders (or waiters) of 'resource' now; takes l->mu. */
+static int
+count_of(shard_ddl_locks_t *l, const char *resource, bool waiters)
 {
     int n = 0;
 
     pthread_mutex_lock(&l->mu);
     for (ddl_res_t *r = l->res; r != NULL; r = r->next) {
         if (strcmp(r->name, resource) == 0) {
-            n = r->x ? 1 : r->ix;
+            n = waiters ? r->waiters : r->x ? 1 : r->ix;
         }
     }
     pthread_mutex_unlock(&l->mu);
     return n;
+}
+
+int
+shard_ddl_locks_held(shard_ddl_locks_t *l, const char *resource)
+{
+    return count_of(l, resource, false);
+}
+
+int
+shard_ddl_locks_waiting(shard_ddl_locks_t *l, const char *resource)
+{
+    return count_of(l, resource, true);
 }

@@ -52,4 +52,7 @@ void shard_ddl_locks_report(shard_ddl_locks_t *l, bson_t *out);
 /* shard_ddl_locks_held -- holders of 'resource' now (tests). */
 int shard_ddl_locks_held(shard_ddl_locks_t *l, const char *resource);
 
+/* shard_ddl_locks_waiting -- threads waiting for 'resource' now (tests await a waiter). */
+int shard_ddl_locks_waiting(shard_ddl_locks_t *l, const char *resource);
+
 #endif

@@ -5,6 +5,7 @@
  */
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/unit_test.h"
 #include "sharding/coordinator.h"
@@ -19,6 +20,7 @@ typedef struct trace {
     int fail_code[3];  /* next failures of each phase */
     int fail_times[3];
     bool hold;         /* phase "one" waits while set */
+    bool hold_to_stop; /* phase "one" waits until the service is stopping */
     bool entered;      /* phase "one" was entered */
 } trace_t;
 
@@ -36,6 +38,17 @@ phase(shl_coord_t *c, int i, const char *name, shl_status_t *st)
     pthread_cond_broadcast(&T.cv);
     while (i == 0 && T.hold) {
         pthread_cond_wait(&T.cv, &T.mu);
+    }
+    while (i == 0 && T.hold_to_stop && !shl_coord_interrupted(c)) {
+        /* nothing signals the stop: look every millisecond */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 1000 * 1000;
+        if (until.tv_nsec >= 1000 * 1000 * 1000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000 * 1000 * 1000;
+        }
+        pthread_cond_timedwait(&T.cv, &T.mu, &until);
     }
     if (T.fail_times[i] > 0) {
         T.fail_times[i]--;
@@ -302,16 +315,16 @@ destroy_bg(void *svc)
 }
 
 /*
- * Run coordinator {_id: 5} in the background held in phase "one", which fails retryably
- * once let go; stop(stop_arg) runs on a thread of its own (it waits for the phase), the
- * phase is let go a moment later; returns once both ended (a->ret: the coordinator's).
+ * Run coordinator {_id: 5} in the background held in phase "one" until it is stopped (then
+ * the phase fails retryably); stop(stop_arg) runs on a thread of its own (it waits for the
+ * phase); returns once both ended (a->ret: the coordinator's).
  */
 static void
 run_held_then_stop(env_t *e, bg_t *a, void *(*stop)(void *), void *stop_arg)
 {
     pthread_t d;
 
-    T.hold = true;
+    T.hold_to_stop = true;
     a->e = e;
     a->doc = BCON_NEW("_id", BCON_INT32(5));
     pthread_create(&a->tid, NULL, bg_run, a);
@@ -323,14 +336,14 @@ run_held_then_stop(env_t *e, bg_t *a, void *(*stop)(void *), void *stop_arg)
     T.fail_code[0] = SHL_CODE_HOST_UNREACHABLE;
     T.fail_times[0] = 100;
     pthread_mutex_unlock(&T.mu);
+    /* The phase ends once it sees the stop (a fixed pause let it fail before the stop under
+     * load, and be retried). */
     pthread_create(&d, NULL, stop, stop_arg);
-    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
-    pthread_mutex_lock(&T.mu);
-    T.hold = false;
-    pthread_cond_broadcast(&T.cv);
-    pthread_mutex_unlock(&T.mu);
     pthread_join(d, NULL);
     pthread_join(a->tid, NULL);
+    pthread_mutex_lock(&T.mu);
+    T.hold_to_stop = false;
+    pthread_mutex_unlock(&T.mu);
 }
 
 SHL_TEST(coordinator_shutdown_ends_waiters_and_keeps_documents)

@@ -2321,6 +2321,23 @@ shl_catalog_create_index(shl_storage_engine_t *eng, const char *ns, const bson_t
     return ddl_run(eng, &r, ts, st);
 }
 
+bool
+shl_collection_has_index(const shl_collection_t *c, const bson_t *spec)
+{
+    bson_t norm;
+    bson_iter_t it;
+    shl_status_t st = SHL_STATUS_INIT;
+    const shl_index_t *same = NULL;
+    bool has = false;
+
+    if (normalize_spec(spec, &norm, &st) == 0 && bson_iter_init_find(&it, &norm, "name")) {
+        same = shl_collection_find_index(c, bson_iter_utf8(&it, NULL));
+        has = same != NULL && spec_equivalent(same->spec, &norm);
+    }
+    bson_destroy(&norm);
+    return has;
+}
+
 int
 shl_catalog_drop_index(shl_storage_engine_t *eng, const char *ns, const char *name, uint64_t *ts,
                        shl_status_t *st)

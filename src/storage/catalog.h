@@ -316,6 +316,14 @@ int shl_catalog_create_index(shl_storage_engine_t *eng, const char *ns, const bs
                              bool *created, uint64_t *ts, shl_status_t *st);
 
 /*
+ * shl_collection_has_index --
+ *     Whether 'c' already has an index named as 'spec' with an identical spec, so that
+ *     shl_catalog_create_index of 'spec' would change nothing (*created false). A malformed
+ *     spec is not there. Reads the borrowed snapshot 'c' only; takes no lock.
+ */
+bool shl_collection_has_index(const shl_collection_t *c, const bson_t *spec);
+
+/*
  * shl_catalog_drop_index --
  *     Remove index 'name' from 'ns'. 'c' entry {dropIndexes: coll, index: name} with
  *     o2 = the dropped spec. Errors: NamespaceNotFound (26); IndexNotFound (27)

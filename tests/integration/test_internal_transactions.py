@@ -14,7 +14,7 @@ from pymongo import ReturnDocument, UpdateOne
 from pymongo.errors import OperationFailure, WriteError
 
 import wire_util
-from shale_fixtures import Background, logged, module_cluster, wait_until
+from shale_fixtures import Background, fail_point, logged, module_cluster, wait_until
 
 DB = "itx"
 NS = DB + ".moves"
@@ -372,6 +372,36 @@ def test_concurrent_moves_keep_exactly_one_copy(cl):
     assert len(copies) == 1
     assert len(matched) == 30 and sum(matched) >= 15
     assert copies[0]["n"] == sum(matched)
+
+
+def test_broadcast_update_that_matched_does_not_move_the_document_again(cl):
+    """A retryable updateOne by _id goes to both shards, which do not answer at one instant:
+    it updates the document in place on shard0; another client then moves the document to
+    shard1; the statement's late request to shard1 meets the document again and answers
+    WouldChangeOwningShard. The statement matched once already: the router must not move
+    the document back (that applied it a second time; the count was then one ahead of the
+    updates reported, as test_concurrent_moves_keep_exactly_one_copy saw under load)."""
+    c = cl.router.client()
+    c[DB].moves.insert_one({"_id": "late", "x": -1, "n": 0})
+    shard1 = cl.shard_client(1)
+    data = {"failCommands": ["update"], "blockConnection": True, "blockTimeMS": 1500,
+            "failInternalCommands": True}
+    entered = fail_point(shard1, "failCommand", "alwaysOn", data)["count"]
+    try:
+        first = Background(lambda: cl.router.client()[DB].moves.update_one(
+            {"_id": "late"}, {"$set": {"x": -2}, "$inc": {"n": 1}}))
+        wait_until(lambda: fail_point(shard1, "failCommand", "alwaysOn", data)["count"] > entered,
+                   what="the first update's request to shard1 to block")
+    finally:
+        fail_point(shard1, "failCommand", "off")
+    assert on_shard(cl, 0, "late") == {"_id": "late", "x": -2, "n": 1}
+    res = c[DB].moves.update_one({"_id": "late"}, {"$set": {"x": 5}, "$inc": {"n": 1}})
+    assert res.matched_count == 1
+    first.join(30)
+    assert first.done and first.error is None, first.error
+    assert first.result.matched_count == 1
+    assert on_shard(cl, 0, "late") is None
+    assert on_shard(cl, 1, "late") == {"_id": "late", "x": 5, "n": 2}
 
 
 def test_upsert_without_shard_key(cl):

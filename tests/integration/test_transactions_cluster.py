@@ -47,18 +47,24 @@ def move(cl, ns, x, to):
     return lambda: cl.router.client().admin.command("moveChunk", ns, find={"x": x}, to=to)
 
 
-def test_migration_waits_for_prepared_transaction(cl):
-    coll = sharded(cl, "prep")
-    ns = coll.full_name
-    c = coll.database.client
-    s = c.start_session()
+def commit_held_before_decision(cl, coll):
+    """A transaction moving 10 from x=50 (shard0, its coordinator) to x=150 (shard1), its
+    commit started in the background and held before the coordinator writes its decision.
+    Returns (session, coordinator's client, wait() for both participants prepared, commit)."""
+    s = coll.database.client.start_session()
     s.start_transaction()
     coll.update_one({"x": 50}, {"$inc": {"bal": -10}}, session=s)   # shard0: coordinator
     coll.update_one({"x": 150}, {"$inc": {"bal": 10}}, session=s)   # shard1
     coord = cl.shard_client(0)
     data = {"type": "TransactionCoordinator", "phase": "writingDecision"}
     wait = hold(coord, "hangBeforeCoordinatorPhase", data)
-    commit = Background(s.commit_transaction)
+    return s, coord, wait, Background(s.commit_transaction)
+
+
+def test_migration_waits_for_prepared_transaction(cl):
+    coll = sharded(cl, "prep")
+    ns = coll.full_name
+    s, coord, wait, commit = commit_held_before_decision(cl, coll)
     mover = None
     try:
         wait()  # both participants are prepared
@@ -260,6 +266,30 @@ def test_ddl_waits_for_an_open_transaction(cl, ddl):
     else:
         assert "n_1" in coll.index_information()
         assert coll.find_one({"_id": 0})["n"] == 1
+
+
+def test_create_indexes_that_exist_does_not_wait_for_a_prepared_transaction(cl):
+    """createIndexes of indexes the collection already has changes nothing: as MongoDB's (under
+    an intent lock) it answers at once while a transaction is prepared on the collection --
+    which a migration's recipient relies on when it sends the donor's indexes."""
+    coll = sharded(cl, "ixprep")
+    coll.create_index("bal")
+    s, coord, wait, commit = commit_held_before_decision(cl, coll)
+    try:
+        wait()  # both participants are prepared
+        shard1 = cl.shard_client(1)[DB]
+        reply = shard1.command("createIndexes", "ixprep", maxTimeMS=10000,
+                               indexes=[{"key": {"x": 1}, "name": "x_1"},
+                                        {"key": {"bal": 1}, "name": "bal_1"}])
+        assert reply.get("note") == "all indexes already exist", reply
+        assert reply["numIndexesBefore"] == reply["numIndexesAfter"] == 3, reply
+        assert not commit.done  # still prepared
+    finally:
+        fail_point(coord, "hangBeforeCoordinatorPhase", "off")
+    commit.join(60)
+    assert commit.done and commit.error is None, commit.error
+    s.end_session()
+    assert {d["_id"]: d["bal"] for d in coll.find()} == {-1: 100, 50: 90, 150: 110}
 
 
 def test_a_drop_past_its_max_time_ms_still_waits_for_the_transaction_then_drops(cl):
