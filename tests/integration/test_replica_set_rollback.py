@@ -158,8 +158,17 @@ def test_killed_primary_ahead_of_the_set_applies_the_new_entries(rs):
     timestamps between the common point and the killed member's newest entry. The killed
     member restarts, rolls back and must apply them: its stable timestamp never passed the
     majority commit point (it used to follow its own writes, and every apply then failed
-    with "timestamp_transaction: Invalid argument")."""
-    old = primary_of(rs)
+    with "timestamp_transaction: Invalid argument").
+
+    The set's initiator plays the killed primary: another member's own "initial sync done"
+    flag is a local write that kill -9 can lose (the open local-write hole,
+    test_a_vote_survives_kill_9), and it would then resync instead of rolling back."""
+    if primary_of(rs) is not rs[0]:
+        t, out = step_up_in_background(rs[0])
+        t.join(60)
+        assert out and not isinstance(out[0], Exception), out
+    wait_until(lambda: primary_of(rs) is rs[0], 30, "the initiator as primary")
+    old = rs[0]
     others = [n for n in rs if n is not old]
     direct(old).test.command("insert", "ahead", documents=[{"_id": "majority"}],
                              writeConcern={"w": "majority", "wtimeout": 10000})
