@@ -11,7 +11,8 @@
    (config.settings balancer policy "load"): each shard's share of the operations before and
    after the balancer acted (target: no shard above 60 %).
 SHALE_BIN (default build-release/src/main/shale), MB (default 1024), CHUNK_MB (64),
-SKEW_SECONDS (how long part 2 waits for the balancer, default 90; 0 skips part 2)."""
+SKEW_SECONDS (how long part 2 waits for the balancer, default 90; 0 skips part 2), PACING=0
+(the shards' setParameter migrationCachePacing false: no clone batch waits for the cache)."""
 import os
 import random
 import statistics
@@ -30,6 +31,7 @@ from shale_fixtures import ShaleCluster, config_db  # noqa: E402
 MB = int(os.environ.get("MB", "1024"))
 CHUNK_MB = int(os.environ.get("CHUNK_MB", "64"))
 SKEW_SECONDS = float(os.environ.get("SKEW_SECONDS", "90"))
+PACING = os.environ.get("PACING", "1") != "0"
 PAD = "x" * 960  # {_id, x, pad}: about 1 KB of BSON
 
 
@@ -270,8 +272,10 @@ def main():
     try:
         r = c.router_client()
         cfg = config_db(c)
-        print("== %d cores; 2-shard cluster; %d MB, chunksize %d MB" % (os.cpu_count(), MB,
-                                                                       CHUNK_MB))
+        for i in range(2):
+            c.shard_client(i).admin.command("setParameter", 1, migrationCachePacing=PACING)
+        print("== %d cores; 2-shard cluster; %d MB, chunksize %d MB; migrationCachePacing %s"
+              % (os.cpu_count(), MB, CHUNK_MB, PACING))
         print("load: %s" % uptime())
         spread(c, r, cfg)
         print("load: %s" % uptime())
