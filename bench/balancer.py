@@ -162,7 +162,11 @@ def spread(c, r, cfg):
     try:
         time.sleep(1)
         probe.phase = cache.phase = "idle"
-        time.sleep(10)
+        # The same background as while balancing: the status is asked every 0.2 s there.
+        t_idle = time.monotonic()
+        while time.monotonic() - t_idle < 10:
+            r.admin.command("balancerCollectionStatus", "bench.big")
+            time.sleep(0.2)
         probe.phase = cache.phase = None
         t2 = time.monotonic()
         r.admin.command("balancerStart")
