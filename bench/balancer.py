@@ -35,7 +35,21 @@ PACING = os.environ.get("PACING", "1") != "0"
 PAD = "x" * 960  # {_id, x, pad}: about 1 KB of BSON
 
 
-class Prober:
+class Background:
+    """A daemon thread running self.run() until close(); 'phase' names what is measured."""
+
+    def start(self):
+        self.phase = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(30)
+
+
+class Prober(Background):
     """Single inserts through the router, back to back, timed; one thread takes turns over the
     targets (a collection of its own on each shard: 'probe0' has shard0, the donor, as its
     primary, 'probe1' shard1, the recipient), so the figures say whose migration work hurts
@@ -47,11 +61,8 @@ class Prober:
         self.client = pymongo.MongoClient(uri)
         wc = WriteConcern(w=1, j=False)
         self.colls = [self.client[db].t.with_options(write_concern=wc) for db in self.TARGETS]
-        self.phase = None
         self.lat = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        self.start()
 
     def run(self):
         n = 0
@@ -71,12 +82,11 @@ class Prober:
         return v[len(v) // 2], v[min(len(v) - 1, int(len(v) * 0.99))], len(v)
 
     def close(self):
-        self.stop.set()
-        self.thread.join(30)
+        Background.close(self)
         self.client.close()
 
 
-class CacheSampler:
+class CacheSampler(Background):
     """Each shard's WiredTiger cache (serverStatus wiredTiger.cache) twice a second: the highest
     dirty and used shares of the cache seen per phase (WiredTiger's application threads evict,
     and a client's write waits, past 20 % dirty or 95 % used) and the shortest history window
@@ -84,11 +94,8 @@ class CacheSampler:
 
     def __init__(self, c, n):
         self.clients = [c.shard_client(i) for i in range(n)]
-        self.phase = None
         self.peak = {}
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        self.start()
 
     def run(self):
         while not self.stop.wait(0.5):
@@ -112,10 +119,6 @@ class CacheSampler:
     def report(self, phase, i):
         d, u, w = self.peak.get((phase, i), (0.0, 0.0, 0))
         return "dirty <= %.0f %%, used <= %.0f %%, history window >= %d s" % (d * 100, u * 100, w)
-
-    def close(self):
-        self.stop.set()
-        self.thread.join(30)
 
 
 def chunk_counts(cfg, uuid):

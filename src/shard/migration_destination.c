@@ -354,7 +354,7 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
         n = mig_docs_of(&reply, "objects", &docs);
         if (n > 0) {
-            ret = mig_cache_pace(r->s, op, &r->paced_ms, st);
+            ret = mig_cache_pace(r->s, op, true, &r->paced_ms, st);
         }
         if (ret == 0 && n > 0) {
             ret = insert_docs(r, &ns, docs, n, st);

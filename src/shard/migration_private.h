@@ -61,7 +61,8 @@ int mig_throttle_wait(shard_state_t *s, shl_op_ctx_t *op, const shl_write_concer
 /* ---- pacing by the cache (migration_throttle.c) ---- */
 
 /* A recipient waits before it applies a cloned batch while its WiredTiger cache is at least
- * this dirty or this full (percent of the cache; WiredTiger's application threads -- the
+ * this dirty or this full, a donor before it reads one while its cache is this full (its
+ * reads dirty nothing; percent of the cache; WiredTiger's application threads -- the
  * clients' -- start evicting at 20 % dirty and 95 % used, its own eviction threads work from
  * 5 % and 80 %)... */
 #define MIG_PACE_DIRTY_PCT 10
@@ -71,20 +72,22 @@ int mig_throttle_wait(shard_state_t *s, shl_op_ctx_t *op, const shl_write_concer
 #define MIG_PACE_STEP_MS 5
 #define MIG_PACE_MAX_MS 500
 
-/* mig_cache_busy -- whether cache readings are past the thresholds above (false when the
- * cache size is unknown). Pure. */
-bool mig_cache_busy(const shl_storage_cache_stats_t *cs);
+/* mig_cache_busy -- whether cache readings are past the thresholds above: the used one, and
+ * the dirty one too when 'writes' (the recipient). False when the cache size is unknown.
+ * Pure. */
+bool mig_cache_busy(const shl_storage_cache_stats_t *cs, bool writes);
 
 /*
  * mig_cache_pace --
- *     Before the recipient applies a batch of cloned documents: wait while this node's cache
- *     is past the thresholds above, so the copy runs at the pace eviction keeps up with and
+ *     Before the recipient applies a batch of cloned documents ('writes') or the donor reads
+ *     one: wait while this node's cache is past the thresholds above, so the copy runs at the pace eviction keeps up with and
  *     the clients' writes on this node are not drafted into evicting the copy's pages. Adds
  *     the time waited to *waited_ms. A cache that cannot be read, or setParameter
  *     migrationCachePacing false, does not wait. Errors:
  *     interruption (mig_sleep).
  */
-int mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, int64_t *waited_ms, shl_status_t *st);
+int mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, bool writes, int64_t *waited_ms,
+                   shl_status_t *st);
 
 typedef struct shard_recipient {
     shard_state_t *s;

@@ -705,9 +705,9 @@ cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 
     SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
     SHL_ERR(donor_for_session(s, cmd, "_migrateClone", &d, st));
-    /* Reading the range fills the cache as the recipient's copy dirties its own: the batch
-     * waits while eviction catches up, so clients' reads and writes here do not evict. */
-    SHL_ERR(mig_cache_pace(s, op, &d->paced_ms, st));
+    /* Reading the range fills the cache: the batch waits while eviction catches up, so
+     * clients' reads and writes here do not evict. */
+    SHL_ERR(mig_cache_pace(s, op, false, &d->paced_ms, st));
     BSON_APPEND_ARRAY_BEGIN(reply, "objects", &objects);
     open = true;
     while (!full && bytes < MIG_BATCH_BYTES / 4) {

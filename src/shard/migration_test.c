@@ -71,7 +71,7 @@ SHL_TEST(migration_docs_of_reply)
 }
 
 static bool
-busy(int64_t max, int64_t used, int64_t dirty)
+busy(int64_t max, int64_t used, int64_t dirty, bool writes)
 {
     shl_storage_cache_stats_t cs;
 
@@ -79,18 +79,22 @@ busy(int64_t max, int64_t used, int64_t dirty)
     cs.bytes_max = max;
     cs.bytes_in_use = used;
     cs.bytes_dirty = dirty;
-    return mig_cache_busy(&cs);
+    return mig_cache_busy(&cs, writes);
 }
 
 SHL_TEST(migration_cache_busy_thresholds)
 {
     /* Below both thresholds: no wait. */
-    ASSERT(!busy(1000, 0, 0));
-    ASSERT(!busy(1000, 899, 99));
-    /* At 10 % dirty or 90 % used: wait. */
-    ASSERT(busy(1000, 500, 100));
-    ASSERT(busy(1000, 900, 0));
-    ASSERT(busy(1000, 1000, 1000));
+    ASSERT(!busy(1000, 0, 0, true));
+    ASSERT(!busy(1000, 899, 99, true));
+    /* At 10 % dirty or 90 % used: the recipient (writes) waits. */
+    ASSERT(busy(1000, 500, 100, true));
+    ASSERT(busy(1000, 900, 0, true));
+    ASSERT(busy(1000, 1000, 1000, true));
+    /* The donor (reads) waits for the used share only. */
+    ASSERT(!busy(1000, 500, 300, false));
+    ASSERT(busy(1000, 900, 0, false));
     /* An unknown cache size (no reading) never waits. */
-    ASSERT(!busy(0, 500, 500));
+    ASSERT(!busy(0, 500, 500, true));
+    ASSERT(!busy(0, 950, 0, false));
 }

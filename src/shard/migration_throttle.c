@@ -85,30 +85,32 @@ done:
 }
 
 bool
-mig_cache_busy(const shl_storage_cache_stats_t *cs)
+mig_cache_busy(const shl_storage_cache_stats_t *cs, bool writes)
 {
-    return cs->bytes_max > 0 && (cs->bytes_dirty * 100 >= cs->bytes_max * MIG_PACE_DIRTY_PCT ||
-                                 cs->bytes_in_use * 100 >= cs->bytes_max * MIG_PACE_USED_PCT);
+    return cs->bytes_max > 0 &&
+           ((writes && cs->bytes_dirty * 100 >= cs->bytes_max * MIG_PACE_DIRTY_PCT) ||
+            cs->bytes_in_use * 100 >= cs->bytes_max * MIG_PACE_USED_PCT);
 }
 
 /* Whether this node's cache is past the pacing thresholds; false when it cannot be read. */
 static bool
-cache_busy(shard_state_t *s)
+cache_busy(shard_state_t *s, bool writes)
 {
     shl_storage_cache_stats_t cs;
     shl_status_t st = SHL_STATUS_INIT;
 
-    return shl_storage_cache_stats(s->svc->storage, &cs, &st) == 0 && mig_cache_busy(&cs);
+    return shl_storage_cache_stats(s->svc->storage, &cs, &st) == 0 && mig_cache_busy(&cs, writes);
 }
 
 int
-mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, int64_t *waited_ms, shl_status_t *st)
+mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, bool writes, int64_t *waited_ms,
+               shl_status_t *st)
 {
     int ret = 0;
     int64_t waited = 0;
 
     while (shl_opt_bool(SHL_OPT_migrationCachePacing) && waited < MIG_PACE_MAX_MS &&
-           cache_busy(s)) {
+           cache_busy(s, writes)) {
         SHL_ERR(mig_sleep(op, MIG_PACE_STEP_MS, st));
         waited += MIG_PACE_STEP_MS;
     }
