@@ -354,6 +354,9 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         SHL_ERR(shard_remote_cmd(r->s, r->from, "admin", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
         n = mig_docs_of(&reply, "objects", &docs);
         if (n > 0) {
+            ret = mig_cache_pace(r->s, op, true, &r->paced_ms, st);
+        }
+        if (ret == 0 && n > 0) {
             ret = insert_docs(r, &ns, docs, n, st);
         }
         if (ret == 0 && n > 0 && r->throttle) {
@@ -377,6 +380,9 @@ run_recipient(shard_recipient_t *r, shl_op_ctx_t *op, shl_status_t *st)
         pthread_mutex_unlock(&r->s->mig_mu);
     }
 
+    SHL_LOG_INFO(SHARDING, 4200304, "Incoming migration cloned", "ns", BCON_UTF8(r->ns),
+                 "documents", BCON_INT64(r->cloned), "bytes", BCON_INT64(r->cloned_bytes),
+                 "pacedMillis", BCON_INT64(r->paced_ms));
     if (SHL_FAILPOINT_FIRES(migrateThreadHangAtStep3)) {
         SHL_LOG_INFO(SHARDING, 4200302, "Hanging at a migration fail point", "failPoint",
                      BCON_UTF8("migrateThreadHangAtStep3"));

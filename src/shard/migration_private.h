@@ -16,6 +16,7 @@
 #include "shard/migration_digest.h"
 #include "sharding/shard_key.h"
 #include "sharding/sharding_types.h"
+#include "storage/storage.h"
 
 /* Timeout of one command a shard sends to another during a migration. */
 #define MIG_REMOTE_TIMEOUT_MS 60000
@@ -57,6 +58,37 @@ void mig_throttle_copy(const bson_t *from, bson_t *to);
 int mig_throttle_wait(shard_state_t *s, shl_op_ctx_t *op, const shl_write_concern_t *wc,
                       shl_status_t *st);
 
+/* ---- pacing by the cache (migration_throttle.c) ---- */
+
+/* A recipient waits before it applies a cloned batch while its WiredTiger cache is at least
+ * this dirty or this full, a donor before it reads one while its cache is this full (its
+ * reads dirty nothing; percent of the cache; WiredTiger's application threads -- the
+ * clients' -- start evicting at 20 % dirty and 95 % used, its own eviction threads work from
+ * 5 % and 80 %)... */
+#define MIG_PACE_DIRTY_PCT 10
+#define MIG_PACE_USED_PCT 90
+/* ... looking again every MIG_PACE_STEP_MS, at most MIG_PACE_MAX_MS per batch (the copy
+ * always goes on, at worst one batch in that time). */
+#define MIG_PACE_STEP_MS 5
+#define MIG_PACE_MAX_MS 500
+
+/* mig_cache_busy -- whether cache readings are past the thresholds above: the used one, and
+ * the dirty one too when 'writes' (the recipient). False when the cache size is unknown.
+ * Pure. */
+bool mig_cache_busy(const shl_storage_cache_stats_t *cs, bool writes);
+
+/*
+ * mig_cache_pace --
+ *     Before the recipient applies a batch of cloned documents ('writes') or the donor reads
+ *     one: wait while this node's cache is past the thresholds above, so the copy runs at the pace eviction keeps up with and
+ *     the clients' writes on this node are not drafted into evicting the copy's pages. Adds
+ *     the time waited to *waited_ms. A cache that cannot be read, or setParameter
+ *     migrationCachePacing false, does not wait. Errors:
+ *     interruption (mig_sleep).
+ */
+int mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, bool writes, int64_t *waited_ms,
+                   shl_status_t *st);
+
 typedef struct shard_recipient {
     shard_state_t *s;
     char ns[SHL_NS_MAX + 1];
@@ -70,6 +102,7 @@ typedef struct shard_recipient {
     mig_recv_state_t state;
     shl_status_t error;
     int64_t cloned, cloned_bytes, catchup, steady;
+    int64_t paced_ms; /* time the clone waited for the cache (mig_cache_pace); its thread only */
     bool commit_requested;
     bool abort_requested;
     atomic_bool cancel; /* abort_requested, for fail point pauses (read without mig_mu) */

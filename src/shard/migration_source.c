@@ -89,6 +89,7 @@ typedef struct shard_donor {
     bson_t **pending; /* fetched documents of the range not sent yet (owned) */
     size_t npending, pending_pos;
     int64_t cloned;
+    int64_t paced_ms; /* time _migrateClone waited for the cache (mig_cache_pace) */
     /* The range's retryable-write history (_getNextSessionMods, the recipient's thread). */
     mig_session_source_t *sessions;
     shl_op_ctx_t *runner; /* the operation running it: the request while it checks the range,
@@ -717,6 +718,9 @@ cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
 
     SHL_ERR(shl_cmd_check_fields(cmd, clone_fields, st));
     SHL_ERR(donor_for_session(s, cmd, "_migrateClone", &d, st));
+    /* Reading the range fills the cache: the batch waits while eviction catches up, so
+     * clients' reads and writes here do not evict. */
+    SHL_ERR(mig_cache_pace(s, op, false, &d->paced_ms, st));
     BSON_APPEND_ARRAY_BEGIN(reply, "objects", &objects);
     open = true;
     while (!full && bytes < MIG_BATCH_BYTES / 4) {
@@ -742,6 +746,10 @@ cmd_migrate_clone(shl_op_ctx_t *op, const bson_t *cmd, bson_t *reply, shl_status
         }
     }
     d->cloned += (int64_t)nobj;
+    if (nobj == 0) {
+        SHL_LOG_INFO(SHARDING, 4200305, "Outgoing migration cloned", "ns", BCON_UTF8(d->ns),
+                     "documents", BCON_INT64(d->cloned), "pacedMillis", BCON_INT64(d->paced_ms));
+    }
 done:
     if (open) {
         bson_append_array_end(reply, &objects);

@@ -1,7 +1,8 @@
 /*
  * migration_test.c -- the pure helpers of chunk migration: whether a document's shard key is
  * in a migrating range (single, compound and hashed keys, MinKey/MaxKey bounds, documents
- * without the key) and the document views of a reply's array.
+ * without the key), the document views of a reply's array, and when a clone batch waits for
+ * the cache (mig_cache_busy).
  */
 #include "base/unit_test.h"
 #include "shard/migration_private.h"
@@ -67,4 +68,33 @@ SHL_TEST(migration_docs_of_reply)
     ASSERT(docs == NULL);
     ASSERT_INT_EQ((int)mig_docs_of(reply, "missing", &docs), 0);
     bson_destroy(reply);
+}
+
+static bool
+busy(int64_t max, int64_t used, int64_t dirty, bool writes)
+{
+    shl_storage_cache_stats_t cs;
+
+    memset(&cs, 0, sizeof(cs));
+    cs.bytes_max = max;
+    cs.bytes_in_use = used;
+    cs.bytes_dirty = dirty;
+    return mig_cache_busy(&cs, writes);
+}
+
+SHL_TEST(migration_cache_busy_thresholds)
+{
+    /* Below both thresholds: no wait. */
+    ASSERT(!busy(1000, 0, 0, true));
+    ASSERT(!busy(1000, 899, 99, true));
+    /* At 10 % dirty or 90 % used: the recipient (writes) waits. */
+    ASSERT(busy(1000, 500, 100, true));
+    ASSERT(busy(1000, 900, 0, true));
+    ASSERT(busy(1000, 1000, 1000, true));
+    /* The donor (reads) waits for the used share only. */
+    ASSERT(!busy(1000, 500, 300, false));
+    ASSERT(busy(1000, 900, 0, false));
+    /* An unknown cache size (no reading) never waits. */
+    ASSERT(!busy(0, 500, 500, true));
+    ASSERT(!busy(0, 950, 0, false));
 }

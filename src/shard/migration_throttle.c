@@ -5,11 +5,17 @@
  * with moveChunk / moveRange (writeConcern), or w: "majority" (MongoDB 6.0's default), so the
  * copy does not outrun the recipient's secondaries. A wait that times out is logged and the
  * migration goes on, as MongoDB's does. On a shard that is not a replica set nothing waits.
+ *
+ * And pacing by the cache (Shale's; docs/design/balancer.md "Client latency while
+ * balancing"): the recipient waits before each cloned batch while its WiredTiger cache is
+ * past the thresholds of migration_private.h, whatever _secondaryThrottle says.
  */
 #include "base/log.h"
+#include "base/options.h"
 #include "db/repl_hooks.h"
 #include "shard/migration_private.h"
 #include "storage/oplog.h"
+#include "storage/storage.h"
 
 int
 mig_throttle_parse(const bson_t *cmd, bool *on, shl_write_concern_t *wc, shl_status_t *st)
@@ -75,5 +81,40 @@ mig_throttle_wait(shard_state_t *s, shl_op_ctx_t *op, const shl_write_concern_t 
         ret = 0;
     }
 done:
+    return ret;
+}
+
+bool
+mig_cache_busy(const shl_storage_cache_stats_t *cs, bool writes)
+{
+    return cs->bytes_max > 0 &&
+           ((writes && cs->bytes_dirty * 100 >= cs->bytes_max * MIG_PACE_DIRTY_PCT) ||
+            cs->bytes_in_use * 100 >= cs->bytes_max * MIG_PACE_USED_PCT);
+}
+
+/* Whether this node's cache is past the pacing thresholds; false when it cannot be read. */
+static bool
+cache_busy(shard_state_t *s, bool writes)
+{
+    shl_storage_cache_stats_t cs;
+    shl_status_t st = SHL_STATUS_INIT;
+
+    return shl_storage_cache_stats(s->svc->storage, &cs, &st) == 0 && mig_cache_busy(&cs, writes);
+}
+
+int
+mig_cache_pace(shard_state_t *s, shl_op_ctx_t *op, bool writes, int64_t *waited_ms,
+               shl_status_t *st)
+{
+    int ret = 0;
+    int64_t waited = 0;
+
+    while (shl_opt_bool(SHL_OPT_migrationCachePacing) && waited < MIG_PACE_MAX_MS &&
+           cache_busy(s, writes)) {
+        SHL_ERR(mig_sleep(op, MIG_PACE_STEP_MS, st));
+        waited += MIG_PACE_STEP_MS;
+    }
+done:
+    *waited_ms += waited;
     return ret;
 }
