@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 #include "bson/bson_iter.h"
 #include "net/topology.h"
@@ -20,23 +21,35 @@
 
 #define ELECTION_NS "local.replset.election"
 
+/* Shale's own: storing a vote fails (the vote is then not given). */
+SHL_FAILPOINT_DEFINE(failVoteStore)
+
 /* {_id: "election", term, votedFor, votedTerm}: survives restarts, so no vote is given twice
- * in one term. Called without mu. */
-static void
+ * in one term. False (logged) when it could not be stored: the vote is then not given (as
+ * MongoDB's voter and candidate). Called without mu. */
+static bool
 store_vote(repl_coord_t *rc, int64_t term, int32_t voted_for, int64_t voted_term)
 {
     bson_t doc = BSON_INITIALIZER;
     shl_status_t st = SHL_STATUS_INIT;
+    bool stored = true;
 
     BSON_APPEND_UTF8(&doc, "_id", "election");
     BSON_APPEND_INT64(&doc, "term", term);
     BSON_APPEND_INT32(&doc, "votedFor", voted_for);
     BSON_APPEND_INT64(&doc, "votedTerm", voted_term);
-    if (shl_stored_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
+    if (SHL_FAILPOINT_FIRES(failVoteStore)) {
+        shl_status_set(&st, SHL_CODE_INTERNAL_ERROR, "failVoteStore fail point");
+        stored = false;
+    } else if (shl_stored_doc_store(rc->eng, ELECTION_NS, &doc, &st) != 0) {
+        stored = false;
+    }
+    if (!stored) {
         SHL_LOG_WARNING(REPL, 2180020, "could not store the last vote", "error",
                         BCON_UTF8(st.reason));
     }
     bson_destroy(&doc);
+    return stored;
 }
 
 void
@@ -130,7 +143,7 @@ int
 repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_status_t *st)
 {
     bson_iter_t it;
-    int64_t term = 0, store_term = 0;
+    int64_t term = 0, store_term = 0, reply_term;
     int32_t candidate = -1;
     uint64_t their = repl_optime_ts(cmd, "lastAppliedOpTime"), mine, last_replicated, written;
     const char *reason = "";
@@ -185,17 +198,21 @@ repl_election_vote(repl_coord_t *rc, const bson_t *cmd, bson_t *reply, shl_statu
             store_term = rc->term;
         }
     }
-    BSON_APPEND_INT64(reply, "term", rc->term);
+    reply_term = rc->term;
+    pthread_mutex_unlock(&rc->mu);
+    /* The vote counts only once it is stored (its record stays in memory either way, so no
+     * other candidate gets this term's vote). */
+    if (store && !store_vote(rc, store_term, candidate, term)) {
+        granted = false;
+        reason = "failed to store the vote";
+    }
+    BSON_APPEND_INT64(reply, "term", reply_term);
     BSON_APPEND_BOOL(reply, "voteGranted", granted);
     BSON_APPEND_UTF8(reply, "reason", reason);
     /* Our newest write of any kind (local.* included; not MongoDB's): a winner moves its
      * clock past it, so that everything this member may have to roll back, and its stable
      * timestamp, stay below the new primary's entries (rollback.c applies them above). */
     BSON_APPEND_TIMESTAMP(reply, "lastWritten", SHL_TS_SECS(written), SHL_TS_INC(written));
-    pthread_mutex_unlock(&rc->mu);
-    if (store) {
-        store_vote(rc, store_term, candidate, term);
-    }
 done:
     return ret;
 }
@@ -379,6 +396,7 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
     int64_t term;
     uint64_t applied, begin = 0, last_replicated, written = 0;
     shl_status_t st = SHL_STATUS_INIT;
+    bool stands;
 
     last_replicated = repl_coord_last_replicated(rc);
     pthread_mutex_lock(&rc->mu);
@@ -403,9 +421,13 @@ run_election(repl_coord_t *rc, bool skip_dry_run)
     rc->voted_term = term;
     rc->voted_for = rc->self;
     pthread_mutex_unlock(&rc->mu);
-    store_vote(rc, term, rc->self, term);
-    SHL_LOG_INFO(REPL, 2180022, "standing for election", "term", BCON_INT64(term));
-    if (!request_votes(rc, term, false, applied, &written)) {
+    /* A candidate whose own vote is not stored does not stand (it could vote again in this
+     * term after a restart). */
+    stands = store_vote(rc, term, rc->self, term);
+    if (stands) {
+        SHL_LOG_INFO(REPL, 2180022, "standing for election", "term", BCON_INT64(term));
+    }
+    if (!stands || !request_votes(rc, term, false, applied, &written)) {
         pthread_mutex_lock(&rc->mu);
         rc->last_primary_seen_us = shl_clock_mono_us();
         rc->election_offset_ms = rand() % (rc->cfg.election_timeout_ms / 7 + 1);

@@ -305,3 +305,28 @@ def test_a_vote_survives_kill_9(rs):
     r = request_vote(voter, term, others[1])
     assert not r["voteGranted"] and "already voted" in r["reason"], r
     wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
+
+
+def test_a_vote_that_cannot_be_stored_is_not_given(rs):
+    """A voter that cannot store its vote durably does not grant it (as MongoDB), and once it
+    can, it grants the same candidate in that term (the vote was held in memory: no other
+    candidate could have had it)."""
+    primary = primary_of(rs)
+    voter = [n for n in rs if n is not primary][0]
+    idx = {n: i for i, n in enumerate(rs)}
+    candidate = [i for n, i in idx.items() if n is not voter][0]
+    # no one hears of the new term from the voter (as in the test above)
+    fail_point(direct(voter), "dropHeartbeats", "alwaysOn")
+    try:
+        term = direct(voter).admin.command("replSetGetStatus")["term"] + 1
+        fail_point(direct(voter), "failVoteStore", "alwaysOn")
+        try:
+            r = request_vote(voter, term, candidate)
+        finally:
+            fail_point(direct(voter), "failVoteStore", "off")
+        assert not r["voteGranted"] and r["reason"] == "failed to store the vote", r
+        r = request_vote(voter, term, candidate)
+        assert r["voteGranted"], r
+    finally:
+        fail_point(direct(voter), "dropHeartbeats", "off")
+    wait_until(lambda: primary_of(rs) is not None, 30, "the set has a primary again")
