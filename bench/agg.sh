@@ -8,16 +8,14 @@
 # Env: BENCH_DOCS (default 1000000), BENCH_ROUNDS (default 3).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
 DOCS=${BENCH_DOCS:-1000000}
 ROUNDS=${BENCH_ROUNDS:-3}
-command -v "$SHALE" >/dev/null || { echo "agg bench: missing $SHALE" >&2; exit 1; }
 
 BENCH_NAME=agg-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE"
 
 start_shale "$SHALE" --replSet rs0
 echo "== $(nproc) cores; shale pid $shale_pid port $sport; $DOCS documents, $ROUNDS rounds"

@@ -12,21 +12,16 @@
 # Env: BENCH_SECONDS (3), BENCH_ROUNDS (3), BENCH_CONNS ("1 8"), BENCH_KEYS (20000).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-3}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"1 8"}
 KEYS=${BENCH_KEYS:-20000}
-for b in "$SHALE" "$LOADGEN"; do
-  command -v "$b" >/dev/null || { echo "cluster time bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=cluster-time-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN"
 
 cluster="$work/cluster"
 start_cluster "$SHALE" "$cluster" 2 --setParameter enableTestCommands=1

@@ -12,22 +12,17 @@
 # BENCH_SLICE (0.5), BENCH_ROUTER (1).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"1 32"}
 SLICE=${BENCH_SLICE:-0.5}
 ROUTER=${BENCH_ROUTER:-1}
-for b in "$SHALE" "$LOADGEN"; do
-  command -v "$b" >/dev/null || { echo "default_wc bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=default-wc-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN"
 
 start_shale "$SHALE" --replSet rs0
 node_uri="${uri}?directConnection=true"

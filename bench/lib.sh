@@ -20,6 +20,25 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 
+# bench_build [BUILD]: the build under test -- BUILD (the argument: a folder, relative to the
+# checkout unless absolute; default build-release), with SHALE and LOADGEN the shale binary and
+# the load generator inside it. Needs `top` (the checkout) set by the script.
+bench_build() {
+  BUILD=${1:-build-release}
+  case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
+  SHALE="$BUILD/src/main/shale"
+  LOADGEN="$BUILD/bench/loadgen"
+}
+
+# bench_need COMMAND...: stops the script (exit 1, one message naming it) unless every COMMAND
+# -- a path or a name on PATH -- can be run.
+bench_need() {
+  local b
+  for b in "$@"; do
+    command -v "$b" >/dev/null || { echo "$BENCH_NAME: missing $b" >&2; exit 1; }
+  done
+}
+
 free_port() {
   /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

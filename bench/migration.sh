@@ -9,16 +9,14 @@
 # Env: BENCH_MB (default 64), BENCH_WRITERS (default 4).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
 MB=${BENCH_MB:-64}
 WRITERS=${BENCH_WRITERS:-4}
-command -v "$SHALE" >/dev/null || { echo "migration bench: missing $SHALE" >&2; exit 1; }
 
 BENCH_NAME=migration-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE"
 
 start_cluster "$SHALE" "$work/cluster" 2
 echo "== $(nproc) cores; 2-shard cluster, router port $port; ${MB} MB chunk, $WRITERS writers"

@@ -16,22 +16,17 @@
 # BENCH_PLAN_DOCS (default 100000).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 DOCS=${BENCH_DOCS:-100000}
 SPAN=${BENCH_SPAN:-1000}
 CONNS=${BENCH_CONNS:-"1 8"}
-for b in "$SHALE" "$LOADGEN"; do
-  command -v "$b" >/dev/null || { echo "query bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=query-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN"
 
 start_shale "$SHALE" --replSet rs0
 

@@ -11,21 +11,16 @@
 # BENCH_CONNS (default "1 50").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-5}
 REQS=${REDIS_REQUESTS:-500000}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"1 50"}
-for b in "$SHALE" "$LOADGEN" redis-server redis-benchmark redis-cli; do
-  command -v "$b" >/dev/null || { echo "bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN" redis-server redis-benchmark redis-cli
 
 start_shale "$SHALE"
 start_redis

@@ -9,21 +9,16 @@
 # (default "32"), BENCH_KEYS (default 10000).
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"32"}
 KEYS=${BENCH_KEYS:-10000}
-for b in "$SHALE" "$LOADGEN"; do
-  command -v "$b" >/dev/null || { echo "tls bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=tls-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN"
 
 # Certificates: a CA, a server certificate for 127.0.0.1, a client certificate.
 (

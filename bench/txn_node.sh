@@ -8,20 +8,15 @@
 # Env: BENCH_SECONDS (default 3), BENCH_ROUNDS (default 3), BENCH_CONNS ("1 8").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${1:-build-release}
-case "$BUILD" in /*) ;; *) BUILD="$top/$BUILD" ;; esac
-SHALE="$BUILD/src/main/shale"
-LOADGEN="$BUILD/bench/loadgen"
 SECS=${BENCH_SECONDS:-3}
 ROUNDS=${BENCH_ROUNDS:-3}
 CONNS=${BENCH_CONNS:-"1 8"}
-for b in "$SHALE" "$LOADGEN"; do
-  command -v "$b" >/dev/null || { echo "txn bench: missing $b" >&2; exit 1; }
-done
 
 BENCH_NAME=txn-node-bench
 # shellcheck source=bench/lib.sh
 . "$top/bench/lib.sh"
+bench_build "${1:-}"
+bench_need "$SHALE" "$LOADGEN"
 
 start_shale "$SHALE" --replSet rs0
 echo "== $(nproc) cores; shale --replSet rs0 pid $shale_pid port $sport; ${SECS}s per run," \
