@@ -430,32 +430,69 @@ shard_meta_refresh(shard_state_t *s, const char *ns, shard_coll_meta_t **out, sh
     return ret;
 }
 
+static bool name_in_db(const char *name, const char *db);
+
+/* Forget the filtering metadata of the collections 'match' selects ('ns' is its argument);
+ * their next use loads them again. Takes s->mu; never blocks on a holder (the map's
+ * reference only is dropped: the last holder's release frees it). */
+static void
+forget_meta(shard_state_t *s, bool (*match)(const char *csr_ns, const char *arg),
+            const char *arg)
+{
+    pthread_mutex_lock(&s->mu);
+    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
+        if (c->meta != NULL && match(c->ns, arg)) {
+            shard_coll_meta_t *old = c->meta;
+            c->meta = NULL;
+            shard_meta_release(old);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static bool
+ns_is(const char *csr_ns, const char *ns)
+{
+    return strcmp(csr_ns, ns) == 0;
+}
+
+static bool
+ns_any(const char *csr_ns, const char *unused)
+{
+    (void)csr_ns;
+    (void)unused;
+    return true;
+}
+
 int
 shard_db_refresh(shard_state_t *s, const char *db, shl_status_t *st)
 {
     int ret = 0;
     shl_catalog_cache_t *cache = NULL;
     shl_cached_database_t have;
-    size_t n = strlen(db);
 
     SHL_ERR(get_cache(s, &cache, NULL, st));
     shl_catalog_cache_invalidate_database(cache, db);
     /* The collections of the database are reloaded on their next use. */
-    pthread_mutex_lock(&s->mu);
-    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
-        if (strncmp(c->ns, db, n) == 0 && c->ns[n] == '.' && c->meta != NULL) {
-            shard_coll_meta_t *old = c->meta;
-            c->meta = NULL;
-            /* The map's reference; the last holder's release frees it (never blocks). */
-            shard_meta_release(old);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
+    forget_meta(s, name_in_db, db);
     ret = shl_catalog_cache_get_database(cache, db, &have, st);
     if (ret == SHL_CODE_NAMESPACE_NOT_FOUND) {
         shl_status_clear(st);
         ret = 0;
     }
+done:
+    return ret;
+}
+
+int
+shard_meta_forget(shard_state_t *s, const char *ns, shl_status_t *st)
+{
+    int ret = 0;
+    shl_catalog_cache_t *cache = NULL;
+
+    SHL_ERR(get_cache(s, &cache, NULL, st));
+    shl_catalog_cache_invalidate_collection(cache, ns);
+    forget_meta(s, ns_is, ns);
 done:
     return ret;
 }
@@ -468,15 +505,7 @@ shard_meta_forget_all(shard_state_t *s, shl_status_t *st)
 
     SHL_ERR(get_cache(s, &cache, NULL, st));
     shl_catalog_cache_purge(cache);
-    pthread_mutex_lock(&s->mu);
-    for (shard_csr_t *c = s->csrs; c != NULL; c = c->next) {
-        if (c->meta != NULL) {
-            shard_coll_meta_t *old = c->meta;
-            c->meta = NULL;
-            shard_meta_release(old); /* the map's reference; never blocks */
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
+    forget_meta(s, ns_any, NULL);
 done:
     return ret;
 }

@@ -57,6 +57,7 @@ mods_max_bytes(void)
 SHL_FAILPOINT_DEFINE(migrationCommitNetworkError)
 SHL_FAILPOINT_DEFINE(hangBeforeLeavingCriticalSection)
 SHL_FAILPOINT_DEFINE(failMigrationCommit)
+SHL_FAILPOINT_DEFINE(migrationDecisionQueryError)
 
 #define COORD_COLL "migrationCoordinators"
 
@@ -1260,6 +1261,10 @@ ask_config_decision(shard_state_t *s, const coord_t *c, bool *committed, shl_sta
         bson_append_document_end(&cmd, &rc);
     }
     bson_destroy(&reply);
+    if (SHL_FAILPOINT_FIRES(migrationDecisionQueryError)) {
+        SHL_FAIL(st, SHL_CODE_HOST_UNREACHABLE,
+                 "Network error from failpoint migrationDecisionQueryError");
+    }
     SHL_ERR(shard_config_cmd(s, "config", &cmd, MIG_REMOTE_TIMEOUT_MS, &reply, st));
     n = mig_cursor_docs(&reply, &docs);
     if (n > 0 && bson_iter_init_find(&it, &docs[0], "shard") && BSON_ITER_HOLDS_UTF8(&it)) {
@@ -1796,11 +1801,23 @@ step_commit(shard_state_t *s, shl_coord_t *c, shard_donor_t *d, shl_status_t *st
         shl_status_clear(st);
         if (ask_config_decision(s, &l->c, &committed, st) != 0) {
             /* Still unknown: the request gets the commit's error, resolveDecision goes on
-             * asking (retried by the framework). */
+             * asking (retried by the framework). The range may belong to the recipient now:
+             * the donor forgets what it filtered with before it leaves the critical
+             * section, so that no request is served with it (each loads the config
+             * server's, or fails while it cannot). */
             SHL_LOG_WARNING(SHARDING, 4200202,
                             "Migration outcome unknown; the coordinator resolves it with the "
                             "config server",
                             "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(why.reason));
+            shard_meta_release(l->m);
+            l->m = NULL;
+            if (shard_meta_forget(s, l->c.ns, st) != 0) {
+                SHL_LOG_WARNING(SHARDING, 4200217,
+                                "Could not forget the filtering metadata of a migration "
+                                "with an unknown outcome",
+                                "ns", BCON_UTF8(l->c.ns), "error", BCON_UTF8(st->reason));
+                shl_status_clear(st);
+            }
             donor_stop_live(s, d);
             donor_answer(s, d, why.code, &why);
             shl_status_clear(st);

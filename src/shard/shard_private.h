@@ -211,6 +211,15 @@ int shard_identity_parse(const bson_t *doc, const char *ctx, shard_identity_t *o
 int shard_identity_store(shard_state_t *s, const shard_identity_t *id, shl_status_t *st);
 
 /*
+ * shard_meta_forget --
+ *     Forget the filtering metadata of 'ns' and its catalog-cache entry: the next request
+ *     that needs them loads them from the config server (a migration whose commit outcome
+ *     is unknown must not go on filtering with what it had). Errors:
+ *     ShardingStateNotInitialized when not shard-aware.
+ */
+int shard_meta_forget(shard_state_t *s, const char *ns, shl_status_t *st);
+
+/*
  * shard_meta_forget_all --
  *     Forget every collection's filtering metadata and the shard's catalog cache: the next
  *     versioned request of each namespace loads it from the config server (a new primary's

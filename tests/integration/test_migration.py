@@ -506,6 +506,44 @@ def test_commit_outcome_unknown_or_failed(mc):
     assert r.mig.outcome.find_one({"x": 3000})["v"] == 1
 
 
+def test_unknown_commit_outcome_keeps_stale_routers_off_the_donor(mc):
+    # The commit happens on the config server, but the donor gets no reply and cannot ask
+    # who owns the range: it must not go on serving the range with its old metadata.
+    r, ns = _setup(mc, "unknown")
+    if len(mc.routers) < 2:
+        mc.add_router()
+    stale = mc.router_client(1)
+    assert stale.mig.unknown.count_documents({"x": {"$gte": 2500}}) == N - 2500
+    donor = mc.shard_client(0)
+    fail_point(donor, "migrationCommitNetworkError", {"times": 1})
+    fail_point(donor, "migrationDecisionQueryError", "alwaysOn")
+    try:
+        with pytest.raises(PyMongoError):
+            r.admin.command("moveChunk", ns, find={"x": 3000}, to="shard1")
+        assert _chunk_at(mc, ns, 3000)["shard"] == "shard1"
+        # A router that still routes the range to the donor, with the donor's old version:
+        # the donor sends it on (StaleConfig), the recipient holds it in its critical
+        # section until the decision is known.
+        w = Background(lambda: stale.mig.unknown.insert_one({"_id": N, "x": 3001, "v": 0}))
+        recipient = mc.shard_client(1)
+        wait_until(lambda: any(o.get("ns") == ns and o.get("op") == "insert" for o in
+                               recipient.admin.command("currentOp")["inprog"]),
+                   what="the stale router's insert to wait on the recipient")
+        assert not w.done
+        assert _direct(mc, 0, "unknown").find_one({"_id": N}) is None
+    finally:
+        fail_point(donor, "migrationDecisionQueryError", "off")
+    w.join(60)
+    assert w.done, w.error
+    assert _direct(mc, 1, "unknown").find_one({"_id": N}) is not None
+    wait_until(lambda: donor.config.migrationCoordinators.count_documents({}) == 0,
+               what="the migration's decision to be resolved")
+    wait_until(lambda: _direct(mc, 0, "unknown").count_documents({"x": {"$gte": 2500}}) == 0,
+               what="the donor's copy of the range to be deleted")
+    assert sorted(d["_id"] for d in r.mig.unknown.find({}, {"_id": 1})) == list(range(N + 1))
+    assert stale.mig.unknown.count_documents({"x": {"$gte": 2500}}) == N - 2500 + 1
+
+
 @pytest.mark.parametrize("step,committed", [
     ("moveChunkHangAtStep3", False),      # cloning / catching up
     ("hangBeforeCommitMigration", False),  # in the critical section, before the commit
