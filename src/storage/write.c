@@ -597,10 +597,16 @@ done:
 }
 
 /* Versioned collections: how many times a version is rewritten in place before the next write
- * moves it to a new RecordId, and the slots that count it (storage_private.h). A WiredTiger
- * key then holds at most SHL_VERSION_IN_PLACE_MAX + 2 updates (insert, rewrites, remove),
- * however long the snapshot history window. */
-#define SHL_VERSION_IN_PLACE_MAX 6
+ * moves it to a new RecordId, and the slots that count it (storage_private.h; the count fits
+ * the slot's low 8 bits). A WiredTiger key then holds at most SHL_VERSION_IN_PLACE_MAX + 2
+ * updates (insert, rewrites, remove), however long the snapshot history window: a chain of 50
+ * costs each update a short walk (WiredTiger's obsolete check), while a move (a record and an
+ * _id entry removed and inserted again, the removed keys kept in the pages' skip lists for the
+ * window) costs several times an in-place write, so moves are kept rare: one write in 49
+ * (issue 13, bench/README.md "perf13b"; 6 in place measured +9.8 us server CPU per retryable
+ * insert at 32 connections against +5.1 us with 48, and 200 no better than 48). */
+#define SHL_VERSION_IN_PLACE_MAX 48
+_Static_assert(SHL_VERSION_IN_PLACE_MAX < 0xff, "the in-place count is the slot's low byte");
 
 /* The slot of version 'rid' (the array made on first use). */
 static atomic_ullong *
