@@ -28,6 +28,7 @@
 #include "base/log.h"
 #include "base/options.h"
 #include "net/client.h"
+#include "net/fiber.h"
 #include "net/op_context.h"
 #include "net/service.h"
 #include "net/topology.h"
@@ -493,6 +494,32 @@ shared_serve(shl_conn_t *conn)
     }
 }
 
+/*
+ * The fiber driver (fiber.h): a parked request's shard socket waits in the executor's set,
+ * once (EPOLLONESHOT), tagged with its fiber; the first wait adds the socket, later ones
+ * (the pooled connection's next requests) re-arm it. A kick also asks for EPOLLOUT, which a
+ * connected socket with room to send reports at once.
+ */
+static bool
+fiber_arm(int fd, uint64_t tag, bool kick)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT | (kick ? EPOLLOUT : 0),
+                             .data.u64 = tag};
+    bool ok = epoll_ctl(the_exec->epfd, EPOLL_CTL_MOD, fd, &ev) == 0;
+    if (!ok && errno == ENOENT) {
+        ok = epoll_ctl(the_exec->epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+    }
+    return ok;
+}
+
+static const shl_fiber_driver_t fiber_driver = {fiber_arm};
+
+static void
+shared_serve_fiber(void *conn)
+{
+    shared_serve(conn);
+}
+
 static void *
 shared_worker(void *arg)
 {
@@ -514,7 +541,13 @@ shared_worker(void *arg)
             pthread_mutex_unlock(&ex->lock);
         } else if (n > 0) {
             atomic_store(&ex->busy_since[slot], shl_clock_mono_us());
-            shared_serve(ev.data.ptr);
+            if (shl_fiber_is_tag(ev.data.u64)) {
+                shl_fiber_event(ev.data.u64); /* a parked request's reply came */
+            } else if (shl_fiber_active()) {
+                shl_fiber_run(shared_serve_fiber, ev.data.ptr);
+            } else {
+                shared_serve(ev.data.ptr);
+            }
             atomic_store(&ex->busy_since[slot], 0);
         }
     }
@@ -563,14 +596,16 @@ shared_monitor(void *arg)
     shared_exec_t *ex = arg;
 
     int busy = 0;
+    bool parked = false; /* a request is parked on a fiber (fiber.h): watch its timeout */
 
     shl_log_set_thread_ctx("executor");
     for (;;) {
         int64_t now;
         int running = 0, blocked = 0, n;
 
-        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
+        shl_sleep_ms(busy > 0 || parked ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
         now = shl_clock_mono_us();
+        parked = shl_fiber_expire(now);
         n = atomic_load(&ex->nslots);
         busy = 0;
         for (int i = 0; i < n; i++) {
@@ -608,6 +643,7 @@ shared_start(shl_status_t *st)
         atomic_init(&ex->busy_since[i], -1);
     }
     the_exec = ex;
+    shl_fiber_set_driver(&fiber_driver);
     for (int i = 0; i < ex->base; i++) {
         if (!shared_spawn(ex)) {
             SHL_FAIL(st, SHL_CODE_INTERNAL_ERROR, "cannot start the service executor's workers");
