@@ -9,7 +9,7 @@
  * States: RUNNING (on some thread) -> PARKING (switched out; its worker arms the fd) ->
  * PARKED (in the epoll set; an event or the monitor's kick takes it) -> RUNNING, or at the
  * end DONE -> free. The monitor holds a PARKED fiber in KICKING while it re-arms its fd; a
- * worker whose event names a KICKING fiber waits for it to be PARKED again.
+ * worker whose event names a PARKING or KICKING fiber waits for it to be PARKED.
  *
  * A function whose frame spans a switch may resume on another thread, and compilers may
  * keep a thread-local's address across calls: this file reaches its thread-locals only
@@ -45,7 +45,7 @@
 enum { F_FREE, F_RUNNING, F_PARKING, F_PARKED, F_KICKING, F_DONE };
 
 struct shl_fiber {
-    void *sp;   /* the saved stack pointer while switched out; only its owner touches it */
+    void *sp; /* the saved stack pointer while switched out; only its owner touches it */
     void *stack;
     void (*fn)(void *);
     void *arg;
@@ -62,9 +62,9 @@ static atomic_bool wanted;
 static const shl_fiber_driver_t *_Atomic driver;
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static shl_fiber_t *free_list;         /* guarded by pool_lock */
-static shl_fiber_t *all[FIBER_MAX];    /* [0, nall) written once each, under pool_lock */
-static atomic_int nall;                /* published after all[nall - 1] is written */
+static shl_fiber_t *free_list;      /* guarded by pool_lock */
+static shl_fiber_t *all[FIBER_MAX]; /* [0, nall) written once each, under pool_lock */
+static atomic_int nall;             /* published after all[nall - 1] is written */
 static atomic_llong nparks;
 
 /* The registered request-locals; written at start-up only. */
@@ -208,17 +208,23 @@ fiber_acquire(void)
 }
 
 static void
+free_push(shl_fiber_t *f)
+{
+    pthread_mutex_lock(&pool_lock);
+    f->next_free = free_list;
+    free_list = f;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void
 fiber_release(shl_fiber_t *f)
 {
     atomic_store(&f->state, F_FREE);
     if (tl_spare == NULL) {
         tl_spare = f;
-        return;
+    } else {
+        free_push(f);
     }
-    pthread_mutex_lock(&pool_lock);
-    f->next_free = free_list;
-    free_list = f;
-    pthread_mutex_unlock(&pool_lock);
 }
 
 static uint64_t
@@ -240,14 +246,14 @@ resume_here(shl_fiber_t *f)
         fiber_release(f);
         return;
     }
-    /* Parking: its stack is free now, so whoever takes the event may resume it at once. */
-    atomic_store(&f->state, F_PARKED);
-    if (!d->arm(f->fd, tag_of(f), false)) {
-        int s = F_PARKED;
-        if (atomic_compare_exchange_strong(&f->state, &s, F_RUNNING)) {
-            f->allow = false; /* it waits blocking from now on */
-            resume_here(f);
-        }
+    /* Parking: its stack is free now. It stays PARKING until its fd is armed, so that no
+     * event or kick can resume it before this worker's last touch of it. */
+    if (d->arm(f->fd, tag_of(f), false)) {
+        atomic_store(&f->state, F_PARKED);
+    } else {
+        atomic_store(&f->state, F_RUNNING);
+        f->allow = false; /* it waits blocking from now on */
+        resume_here(f);
     }
 }
 
@@ -297,7 +303,7 @@ shl_fiber_event(uint64_t tag)
             resume_here(f);
             return;
         }
-        if (s != F_KICKING) {
+        if (s != F_KICKING && s != F_PARKING) {
             return; /* stale: the fiber was resumed by another event, or has ended */
         }
         sched_yield();
@@ -316,8 +322,7 @@ shl_fiber_expire(int64_t now_us)
         int64_t at = atomic_load(&f->wake_at_us);
         int s = F_PARKED;
         any = any || at != 0;
-        if (at != 0 && now_us >= at &&
-            atomic_compare_exchange_strong(&f->state, &s, F_KICKING)) {
+        if (at != 0 && now_us >= at && atomic_compare_exchange_strong(&f->state, &s, F_KICKING)) {
             (void)d->arm(f->fd, tag_of(f), true);
             atomic_store(&f->state, F_PARKED);
         }
@@ -387,4 +392,15 @@ shl_fiber_stats(int64_t *parks, int64_t *fibers)
 {
     *parks = atomic_load(&nparks);
     *fibers = atomic_load(&nall);
+}
+
+void
+shl_fiber_thread_exit(void)
+{
+    shl_fiber_t *f = tl_spare;
+
+    if (f != NULL) {
+        tl_spare = NULL;
+        free_push(f);
+    }
 }

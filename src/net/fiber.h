@@ -51,6 +51,9 @@ bool shl_fiber_active(void);
  */
 void shl_fiber_run(void (*fn)(void *), void *arg);
 
+/* shl_fiber_thread_exit -- a worker thread leaves: the fiber it kept goes back to the pool. */
+void shl_fiber_thread_exit(void);
+
 /* shl_fiber_is_tag -- whether an event's data is a fiber's tag (else it is a pointer). */
 static inline bool
 shl_fiber_is_tag(uint64_t data)

@@ -551,6 +551,7 @@ shared_worker(void *arg)
             atomic_store(&ex->busy_since[slot], 0);
         }
     }
+    shl_fiber_thread_exit();
     return NULL;
 }
 
