@@ -82,13 +82,18 @@ echo "== $(nproc) cores; $MODE; A=$A B=$B; ${SECS}s per run, $ROUNDS rounds, x$C
 
 results="$work/results.jsonl"
 : >"$results"
+switches() { # PID: the context switches (voluntary and not) of its threads so far
+  cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {s += $2} END {print s + 0}'
+}
 run() { # BUILD PATH URI [MAIN_PID]: one loadgen run; its JSON line with the CPU per op of the
   # front process (the router, a relay, the node) and the shard
   local v=$1 path=$2 u=$3 front=${4:-${pid_main[$1]}} before after
   before=$(awk '{printf "%s %s ", $14, $15}' "/proc/$front/stat" "/proc/${pid_shard[$v]}/stat")
+  before="$before $(switches "$front")"
   "$LOADGEN" --uri "$u" --threads "$CONNS" --seconds "$SECS" --op findid --keys "$KEYS" \
     | sed -n 1p >"$work/run.json"
   after=$(awk '{printf "%s %s ", $14, $15}' "/proc/$front/stat" "/proc/${pid_shard[$v]}/stat")
+  after="$after $(switches "$front")"
   /usr/bin/python3 - "$v" "$path" "$work/run.json" "$before" "$after" >>"$results" <<'PY'
 import json, os, sys
 v, path, f, before, after = sys.argv[1:]
@@ -96,6 +101,7 @@ r = json.load(open(f))
 d = [(int(b) - int(a)) * 1e6 / os.sysconf("SC_CLK_TCK") / max(r["ops"], 1)
      for a, b in zip(before.split(), after.split())]
 r.update(build=v, path=path, main_user=d[0], main_sys=d[1], shard_user=d[2], shard_sys=d[3],
+         main_switches=(int(after.split()[4]) - int(before.split()[4])) / max(r["ops"], 1),
          load=float(open("/proc/loadavg").read().split()[0]))
 print(json.dumps(r))
 print("%s %-6s x%d: %7.0f ops/s p50 %6.0f us p99 %6.0f us (%.1fx); CPU us/op %s %.1f+%.1f%s;"
@@ -104,6 +110,7 @@ print("%s %-6s x%d: %7.0f ops/s p50 %6.0f us p99 %6.0f us (%.1fx); CPU us/op %s 
                       "relay-epoll") else "server", d[0] if path != "direct" else d[2],
                       d[1] if path != "direct" else d[3],
                       " shard %.1f+%.1f" % (d[2], d[3]) if path != "direct" else "", r["load"]),
+      "switches/op %.2f" % r["main_switches"],
       file=sys.stderr)
 PY
 }
@@ -134,10 +141,12 @@ for v in "AB":
             continue
         user = "shard" if path == "direct" else "main"
         print("median %s %-6s: %7.0f ops/s, p50 %5.0f us, p99/p50 %.1f, CPU us/op %.1f+%.1f = %.1f"
-              % (v, path, med([r["ops_per_sec"] for r in rs]), med([r["p50_us"] for r in rs]),
-                 med([r["p99_us"] / max(r["p50_us"], 1) for r in rs]),
-                 med([r[user + "_user"] for r in rs]), med([r[user + "_sys"] for r in rs]),
-                 med([r[user + "_user"] + r[user + "_sys"] for r in rs])))
+              "%s" % (v, path, med([r["ops_per_sec"] for r in rs]), med([r["p50_us"] for r in rs]),
+                      med([r["p99_us"] / max(r["p50_us"], 1) for r in rs]),
+                      med([r[user + "_user"] for r in rs]), med([r[user + "_sys"] for r in rs]),
+                      med([r[user + "_user"] + r[user + "_sys"] for r in rs]),
+                      "" if path == "direct" else
+                      ", switches/op %.2f" % med([r["main_switches"] for r in rs])))
     rt = [r["ops_per_sec"] for r in rows if r["build"] == v and r["path"] == "router"]
     dt = [r["ops_per_sec"] for r in rows if r["build"] == v and r["path"] == "direct"]
     if rt and dt:

@@ -310,24 +310,25 @@ shl_fiber_event(uint64_t tag)
     }
 }
 
-bool
+int64_t
 shl_fiber_expire(int64_t now_us)
 {
     const shl_fiber_driver_t *d = atomic_load(&driver);
     int n = atomic_load_explicit(&nall, memory_order_acquire);
-    bool any = false;
+    int64_t next = 0;
 
     for (int i = 0; d != NULL && i < n; i++) {
         shl_fiber_t *f = all[i];
         int64_t at = atomic_load(&f->wake_at_us);
         int s = F_PARKED;
-        any = any || at != 0;
         if (at != 0 && now_us >= at && atomic_compare_exchange_strong(&f->state, &s, F_KICKING)) {
             (void)d->arm(f->fd, tag_of(f), true);
             atomic_store(&f->state, F_PARKED);
+        } else if (at != 0 && (next == 0 || at < next)) {
+            next = at < now_us ? now_us : at;
         }
     }
-    return any;
+    return next;
 }
 
 bool

@@ -66,9 +66,9 @@ shl_fiber_is_tag(uint64_t data)
 void shl_fiber_event(uint64_t tag);
 
 /* shl_fiber_expire -- wake every parked fiber whose timeout passed ('now_us' monotonic), by
- * kicking its fd; the executor's monitor calls it often (every millisecond while some fiber
- * is parked). Returns whether any fiber is parked. */
-bool shl_fiber_expire(int64_t now_us);
+ * kicking its fd; the executor's monitor calls it by the time it returns. Returns the
+ * earliest timeout still ahead (monotonic us), or 0 when no fiber is parked. */
+int64_t shl_fiber_expire(int64_t now_us);
 
 /*
  * shl_fiber_park_allow --

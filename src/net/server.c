@@ -597,16 +597,21 @@ shared_monitor(void *arg)
     shared_exec_t *ex = arg;
 
     int busy = 0;
-    bool parked = false; /* a request is parked on a fiber (fiber.h): watch its timeout */
+    int64_t wake_at;
+    int next_wake_ms = SHARED_MONITOR_IDLE_MS; /* until the next parked request's timeout */
 
     shl_log_set_thread_ctx("executor");
     for (;;) {
         int64_t now;
         int running = 0, blocked = 0, n;
 
-        shl_sleep_ms(busy > 0 || parked ? SHARED_MONITOR_MS : SHARED_MONITOR_IDLE_MS);
+        shl_sleep_ms(busy > 0 ? SHARED_MONITOR_MS : next_wake_ms);
         now = shl_clock_mono_us();
-        parked = shl_fiber_expire(now);
+        /* Parked requests (fiber.h) are woken by their timeouts: sleep until the next one. */
+        wake_at = shl_fiber_expire(now);
+        next_wake_ms = wake_at == 0 || wake_at - now >= SHARED_MONITOR_IDLE_MS * 1000
+                           ? SHARED_MONITOR_IDLE_MS
+                           : (int)((wake_at - now) / 1000) + 1;
         n = atomic_load(&ex->nslots);
         busy = 0;
         for (int i = 0; i < n; i++) {
